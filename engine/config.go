@@ -1,0 +1,50 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Config is everything the engine needs to serve. cmd/sprout fills it from
+// beanstalkd-style flags; tests fill it directly.
+type Config struct {
+	// Network is "tcp" or "unix".
+	Network string
+	// Address is "host:port" for tcp ("" host means all interfaces) or a
+	// filesystem path for unix. A stale unix socket file is replaced.
+	Address string
+	// MaxJobSize is the largest body a put may carry (beanstalkd -z).
+	MaxJobSize int
+	// Loops is the number of gnet event loops; 0 means one per CPU.
+	Loops int
+	// MaxInputBuffered closes a connection whose unparsed input exceeds it.
+	// 0 means DefaultMaxInputBuffered(MaxJobSize).
+	MaxInputBuffered int
+	// MaxOutputBuffered stops serving a connection whose unread replies
+	// exceed it until the client reads. 0 means DefaultMaxOutputBuffered.
+	MaxOutputBuffered int
+	// DrainPoll is how often throttled connections are re-checked; 0 means 5ms.
+	DrainPoll time.Duration
+	// Logger receives operator-facing events; the zero value discards.
+	Logger zerolog.Logger
+}
+
+const (
+	// DefaultMaxJobSize is beanstalkd's default -z (2^16-1).
+	DefaultMaxJobSize = 65535
+	// MaxMaxJobSize is the clamp beanstalkd applies to -z.
+	MaxMaxJobSize = 1 << 30
+	// DefaultMaxOutputBuffered bounds unread replies per connection.
+	DefaultMaxOutputBuffered = 4 << 20
+)
+
+// DefaultMaxInputBuffered is the input cap for a given max job size: room for
+// a few pipelined maximal puts, and never less than 4 MiB.
+func DefaultMaxInputBuffered(maxJobSize int) int {
+	n := 2 * (maxJobSize + 256)
+	if n < 4<<20 {
+		n = 4 << 20
+	}
+	return n
+}
