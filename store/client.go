@@ -1,0 +1,562 @@
+package store
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Notifier receives the end of a blocked reserve. Its methods are called
+// from any goroutine with no store lock held, at most once per wait, and
+// must not block.
+type Notifier interface {
+	// JobReserved delivers the job a blocked reserve obtained; the job is
+	// already reserved by the client.
+	JobReserved(j *Job)
+	// WaitEnded reports a blocked reserve that ended without a job:
+	// TimedOut or DeadlineSoon.
+	WaitEnded(r ReserveResult)
+}
+
+// ReserveResult says how a reserve ended.
+type ReserveResult uint8
+
+const (
+	Reserved     ReserveResult = iota // a job was reserved
+	Waiting                           // blocked: the Notifier will say how it ends
+	TimedOut                          // reply TIMED_OUT
+	DeadlineSoon                      // reply DEADLINE_SOON
+)
+
+// Client is one connection's view of the store: the tube it uses, the
+// tubes it watches, and the jobs it has reserved.
+type Client struct {
+	s      *Store   // immutable
+	notify Notifier // immutable
+
+	// Owned by the connection: only its goroutine (event loop) touches these.
+	use   *Tube
+	watch []*Tube // beanstalkd's order: append, swap-remove
+	wait  *waiter // the latest blocked reserve, if any
+
+	mu       sync.Mutex
+	reserved jobHeap // by TTR deadline; guarded by mu
+	closed   bool    // guarded by mu
+}
+
+// NewClient returns a client using and watching "default".
+func (s *Store) NewClient(n Notifier) *Client {
+	c := &Client{s: s, notify: n}
+	c.reserved = jobHeap{less: delayLess, index: ownerSlot}
+	c.use = s.acquireTube([]byte(DefaultTube))
+	c.watch = []*Tube{s.acquireTube([]byte(DefaultTube))}
+	c.use.mu.Lock()
+	c.use.nUsing++
+	c.use.nWatching++
+	c.use.mu.Unlock()
+	return c
+}
+
+// UsedTube is the name of the tube puts go to.
+func (c *Client) UsedTube() string { return c.use.name }
+
+// Watched lists the watched tube names in beanstalkd's order.
+func (c *Client) Watched() []string {
+	names := make([]string, len(c.watch))
+	for i, t := range c.watch {
+		names[i] = t.name
+	}
+	return names
+}
+
+// Use switches the used tube, creating it if needed.
+func (c *Client) Use(name []byte) {
+	if string(name) == c.use.name {
+		return
+	}
+	t := c.s.acquireTube(name)
+	t.mu.Lock()
+	t.nUsing++
+	t.mu.Unlock()
+	old := c.use
+	c.use = t
+	old.mu.Lock()
+	old.nUsing--
+	old.mu.Unlock()
+	c.s.releaseTube(old)
+}
+
+// Watch adds a tube to the watch list and returns the list's length.
+func (c *Client) Watch(name []byte) int {
+	if c.watchIndex(name) >= 0 {
+		return len(c.watch)
+	}
+	t := c.s.acquireTube(name)
+	t.mu.Lock()
+	t.nWatching++
+	t.mu.Unlock()
+	c.watch = append(c.watch, t)
+	return len(c.watch)
+}
+
+// Ignore drops a tube from the watch list and returns the list's length.
+// Ignoring a tube that is not watched succeeds; ignoring the last watched
+// tube does not (ok false: NOT_IGNORED).
+func (c *Client) Ignore(name []byte) (n int, ok bool) {
+	i := c.watchIndex(name)
+	if i < 0 {
+		return len(c.watch), true
+	}
+	if len(c.watch) < 2 {
+		return len(c.watch), false
+	}
+	t := c.watch[i]
+	last := len(c.watch) - 1
+	c.watch[i] = c.watch[last]
+	c.watch[last] = nil
+	c.watch = c.watch[:last]
+	t.mu.Lock()
+	t.nWatching--
+	t.mu.Unlock()
+	c.s.releaseTube(t)
+	return len(c.watch), true
+}
+
+func (c *Client) watchIndex(name []byte) int {
+	for i, t := range c.watch {
+		if t.name == string(name) {
+			return i
+		}
+	}
+	return -1
+}
+
+// Put stores a new job with a pre-allocated id (Store.NextID) in the used
+// tube. delay and ttr are in seconds; ttr below MinTTR becomes MinTTR.
+func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) *Job {
+	t := c.use
+	now := c.s.now()
+	j := &Job{
+		id:         id,
+		body:       body,
+		tube:       t,
+		createdAt:  now,
+		pri:        pri,
+		delay:      int64(delay) * int64(time.Second),
+		ttr:        max(int64(ttr)*int64(time.Second), int64(MinTTR)),
+		heapIndex:  -1,
+		ownerIndex: -1,
+	}
+	j.ttrTimer = newTimer(j)
+	t.refs.Add(1) // safe without registryMu: c holds a reference to t
+	var hs handoffs
+	t.mu.Lock()
+	t.totalJobs++
+	c.s.counts.totalJobs.Add(1)
+	c.s.insertJobLocked(j)
+	t.enqueueLocked(j, j.delay, now)
+	hs = t.dispatchLocked(now, hs)
+	t.mu.Unlock()
+	c.s.complete(hs)
+	return j
+}
+
+// deadlineSoon reports whether a reserved job is within DeadlineMargin of
+// its TTR, and when that moment is (or -1 with no reserved job).
+func (c *Client) deadlineSoon(now int64) (soon bool, at int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.reserved.min()
+	if m == nil {
+		return false, -1
+	}
+	at = m.deadline - int64(DeadlineMargin)
+	return now >= at, at
+}
+
+// anyReady ignores pause, as beanstalkd's conn_ready does.
+func (c *Client) anyReady() bool {
+	for _, t := range c.watch {
+		t.mu.Lock()
+		n := t.ready.Len()
+		t.mu.Unlock()
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Reserve takes the lowest (pri, id) ready job of the watched, unpaused
+// tubes. timeout < 0 waits forever; 0 does not wait. When the result is
+// Waiting the client's Notifier reports the outcome later, and the
+// connection must not issue other commands until then.
+func (c *Client) Reserve(timeout time.Duration) (*Job, ReserveResult) {
+	now := c.s.now()
+	soon, soonAt := c.deadlineSoon(now)
+	if soon && !c.anyReady() {
+		return nil, DeadlineSoon
+	}
+	if j := c.takeBest(now, nil); j != nil {
+		return j, Reserved
+	}
+	if timeout == 0 {
+		return nil, TimedOut
+	}
+
+	w := &waiter{client: c, soonAt: soonAt, timeoutAt: -1}
+	w.tubes = append(w.tubes, c.watch...)
+	w.slots = make([]int, len(w.tubes))
+	w.timer = newTimer(w)
+	c.wait = w
+	c.s.counts.waiting.Add(1)
+	fire := soonAt
+	if timeout > 0 {
+		w.timeoutAt = now + int64(timeout)
+		if fire < 0 || w.timeoutAt < fire {
+			fire = w.timeoutAt
+		}
+	}
+	if fire >= 0 {
+		c.s.timers.schedule(&w.timer, fire)
+	}
+	for k, t := range w.tubes {
+		w.slots[k] = -1
+		t.mu.Lock()
+		// A waiter claimed meanwhile (by the timer) must not join more sets:
+		// its leave may already have passed this tube.
+		if w.state.Load() == waiterWaiting {
+			t.addWaiterLocked(w, k)
+		}
+		t.mu.Unlock()
+	}
+	// A job put between the first look and joining the waiting sets would
+	// otherwise be missed.
+	if j := c.takeBest(now, w); j != nil {
+		w.leave()
+		return j, Reserved
+	}
+	return nil, Waiting
+}
+
+// takeBest reserves the lowest (pri, id) ready job across the watched,
+// unpaused tubes. With a waiter, the waiter must be claimed in the same
+// critical section, so a concurrent put cannot also serve it.
+func (c *Client) takeBest(now int64, w *waiter) *Job {
+	for {
+		var best *Tube
+		var bestJob *Job
+		for _, t := range c.watch {
+			t.mu.Lock()
+			if m := t.ready.min(); m != nil && !t.pausedLocked(now) && (bestJob == nil || jobLess(m, bestJob)) {
+				best, bestJob = t, m
+			}
+			t.mu.Unlock()
+		}
+		if best == nil {
+			return nil
+		}
+		best.mu.Lock()
+		j := best.ready.min()
+		if j == nil || best.pausedLocked(now) {
+			best.mu.Unlock()
+			continue // taken meanwhile; look again
+		}
+		if w != nil && !w.claim() {
+			best.mu.Unlock()
+			return nil // served or timed out meanwhile: the Notifier has it
+		}
+		ok := best.reserveLocked(j, c, now)
+		best.mu.Unlock()
+		if !ok {
+			return nil
+		}
+		return j
+	}
+}
+
+// ReserveJob reserves a specific ready, delayed or buried job from any
+// tube, ignoring the watch list and pauses.
+func (c *Client) ReserveJob(id uint64) (*Job, bool) {
+	j := c.s.lookup(id)
+	if j == nil {
+		return nil, false
+	}
+	t := j.tube
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch j.state {
+	case StateReady, StateDelayed, StateBuried:
+		return j, t.reserveLocked(j, c, c.s.now())
+	}
+	return nil, false
+}
+
+// ownedLocked looks up a job reserved by c and locks its tube; the caller
+// must unlock j.tube.mu when j is not nil.
+func (c *Client) ownedLocked(id uint64) *Job {
+	j := c.s.lookup(id)
+	if j == nil {
+		return nil
+	}
+	j.tube.mu.Lock()
+	if j.state != StateReserved || j.owner != c {
+		j.tube.mu.Unlock()
+		return nil
+	}
+	return j
+}
+
+// Delete removes a job reserved by c, or any ready, delayed or buried job.
+func (c *Client) Delete(id uint64) bool {
+	j := c.s.lookup(id)
+	if j == nil {
+		return false
+	}
+	t := j.tube
+	t.mu.Lock()
+	switch {
+	case j.state == StateReserved && j.owner == c,
+		j.state == StateReady, j.state == StateDelayed, j.state == StateBuried:
+	default:
+		t.mu.Unlock()
+		return false
+	}
+	t.detachLocked(j)
+	j.state = StateInvalid
+	c.s.forgetJobLocked(j)
+	t.cmdDelete++
+	t.mu.Unlock()
+	c.s.releaseTube(t)
+	return true
+}
+
+// Release returns a job reserved by c to its tube with a new priority,
+// delayed by delay seconds.
+func (c *Client) Release(id uint64, pri, delay uint32) bool {
+	j := c.ownedLocked(id)
+	if j == nil {
+		return false
+	}
+	t := j.tube
+	now := c.s.now()
+	t.detachLocked(j)
+	j.pri = pri
+	j.delay = int64(delay) * int64(time.Second)
+	j.counts.releases++
+	t.enqueueLocked(j, j.delay, now)
+	hs := t.dispatchLocked(now, nil)
+	t.mu.Unlock()
+	c.s.complete(hs)
+	return true
+}
+
+// Bury moves a job reserved by c to the end of its tube's buried FIFO.
+func (c *Client) Bury(id uint64, pri uint32) bool {
+	j := c.ownedLocked(id)
+	if j == nil {
+		return false
+	}
+	j.tube.detachLocked(j)
+	j.pri = pri
+	j.tube.buryLocked(j)
+	j.tube.mu.Unlock()
+	return true
+}
+
+// Touch restarts the TTR of a job reserved by c.
+func (c *Client) Touch(id uint64) bool {
+	j := c.ownedLocked(id)
+	if j == nil {
+		return false
+	}
+	c.mu.Lock()
+	j.deadline = c.s.now() + j.ttr
+	c.reserved.fix(j)
+	c.mu.Unlock()
+	c.s.timers.schedule(&j.ttrTimer, j.deadline)
+	j.tube.mu.Unlock()
+	return true
+}
+
+// Kick moves up to n jobs of the used tube to ready: buried ones if there
+// are any (oldest first), otherwise delayed ones (earliest first).
+func (c *Client) Kick(n uint32) uint32 {
+	t := c.use
+	now := c.s.now()
+	t.mu.Lock()
+	var kicked uint32
+	for ; kicked < n; kicked++ {
+		j := t.buriedHead
+		if t.nBuried == 0 {
+			j = t.delayed.min()
+		}
+		if j == nil {
+			break
+		}
+		t.kickLocked(j, now)
+	}
+	hs := t.dispatchLocked(now, nil)
+	t.mu.Unlock()
+	c.s.complete(hs)
+	return kicked
+}
+
+// KickJob moves one buried or delayed job, in any tube, to ready.
+func (c *Client) KickJob(id uint64) bool {
+	j := c.s.lookup(id)
+	if j == nil {
+		return false
+	}
+	t := j.tube
+	now := c.s.now()
+	t.mu.Lock()
+	if j.state != StateBuried && j.state != StateDelayed {
+		t.mu.Unlock()
+		return false
+	}
+	t.kickLocked(j, now)
+	hs := t.dispatchLocked(now, nil)
+	t.mu.Unlock()
+	c.s.complete(hs)
+	return true
+}
+
+func (t *Tube) kickLocked(j *Job, now int64) {
+	t.detachLocked(j)
+	j.counts.kicks++
+	t.enqueueLocked(j, 0, now)
+}
+
+// PeekReady, PeekDelayed and PeekBuried look at the used tube: its next
+// job to reserve, its next delayed job to become ready, its oldest buried job.
+func (c *Client) PeekReady() *Job   { return c.peekUsed(func(t *Tube) *Job { return t.ready.min() }) }
+func (c *Client) PeekDelayed() *Job { return c.peekUsed(func(t *Tube) *Job { return t.delayed.min() }) }
+func (c *Client) PeekBuried() *Job  { return c.peekUsed(func(t *Tube) *Job { return t.buriedHead }) }
+
+func (c *Client) peekUsed(pick func(t *Tube) *Job) *Job {
+	c.use.mu.Lock()
+	j := pick(c.use)
+	c.use.mu.Unlock()
+	return j
+}
+
+// Close ends the client: a blocked reserve is cancelled, reserved jobs go
+// back to ready (no counter changes, as in beanstalkd), and its tube
+// references are dropped.
+func (c *Client) Close() {
+	c.mu.Lock()
+	c.closed = true
+	jobs := append([]*Job(nil), c.reserved.jobs...)
+	c.mu.Unlock()
+	if w := c.wait; w != nil && w.claim() {
+		w.leave()
+	}
+	now := c.s.now()
+	for _, j := range jobs {
+		t := j.tube
+		t.mu.Lock()
+		var hs handoffs
+		if j.state == StateReserved && j.owner == c {
+			t.detachLocked(j)
+			t.enqueueLocked(j, 0, now)
+			hs = t.dispatchLocked(now, hs)
+		}
+		t.mu.Unlock()
+		c.s.complete(hs)
+	}
+	c.use.mu.Lock()
+	c.use.nUsing--
+	c.use.mu.Unlock()
+	c.s.releaseTube(c.use)
+	for _, t := range c.watch {
+		t.mu.Lock()
+		t.nWatching--
+		t.mu.Unlock()
+		c.s.releaseTube(t)
+	}
+	c.use, c.watch = nil, nil
+}
+
+// onTimer ends a reservation whose TTR ran out: the job goes back to ready
+// with the same priority and a timeout is counted.
+func (j *Job) onTimer(now int64) {
+	t := j.tube
+	var hs handoffs
+	t.mu.Lock()
+	if j.state == StateReserved && j.deadline <= now {
+		j.counts.timeouts++
+		t.s.counts.timeouts.Add(1)
+		t.detachLocked(j)
+		t.enqueueLocked(j, 0, now)
+		hs = t.dispatchLocked(now, hs)
+	}
+	t.mu.Unlock()
+	t.s.complete(hs)
+}
+
+const (
+	waiterWaiting int32 = iota
+	waiterDone
+)
+
+// waiter is one blocked reserve. Whoever flips state from waiting to done
+// (a hand-off, the timer, or Close) owns its completion.
+type waiter struct {
+	client    *Client // immutable
+	tubes     []*Tube // immutable: the watch list when the wait began
+	slots     []int   // slots[k] is guarded by tubes[k].mu; -1 when absent
+	soonAt    int64   // immutable: DEADLINE_SOON moment, -1 if none
+	timeoutAt int64   // immutable: TIMED_OUT moment, -1 if none
+	state     atomic.Int32
+	timer     timer
+}
+
+func (w *waiter) claim() bool {
+	return w.state.CompareAndSwap(waiterWaiting, waiterDone)
+}
+
+// leave removes a claimed waiter from every waiting set. It takes each tube
+// lock in turn, so it must be called with none held.
+func (w *waiter) leave() {
+	for k, t := range w.tubes {
+		t.mu.Lock()
+		if i := w.slots[k]; i >= 0 {
+			t.removeWaiterLocked(i)
+		}
+		t.mu.Unlock()
+	}
+	w.client.s.timers.cancel(&w.timer)
+	w.client.s.counts.waiting.Add(-1)
+}
+
+func (w *waiter) onTimer(now int64) {
+	if !w.claim() {
+		return
+	}
+	w.leave()
+	if w.soonAt >= 0 && (w.timeoutAt < 0 || w.soonAt <= w.timeoutAt) {
+		w.client.notify.WaitEnded(DeadlineSoon)
+		return
+	}
+	w.client.notify.WaitEnded(TimedOut)
+}
+
+// handoff is a job given to a waiter under a tube lock, to be announced
+// once the lock is released. j is nil when the waiter's client had closed.
+type handoff struct {
+	w *waiter
+	j *Job
+}
+
+type handoffs []handoff
+
+// complete finishes hand-offs; call with no lock held.
+func (s *Store) complete(hs handoffs) {
+	for _, h := range hs {
+		h.w.leave()
+		if h.j != nil {
+			h.w.client.notify.JobReserved(h.j)
+		}
+	}
+}

@@ -1,0 +1,49 @@
+// Package store holds Sprout's tubes and jobs and moves jobs through
+// beanstalkd's states (ready, reserved, delayed, buried). It knows nothing
+// of sockets or the wire: the engine calls it with parsed commands and gets
+// back jobs, results and, for blocked reserves, calls on a Notifier.
+//
+// # Data
+//
+// Each Tube has a ready heap ordered by (priority, id), a delay heap ordered
+// by (deadline, id), a buried FIFO, and the set of clients waiting to
+// reserve from it. Jobs are also indexed by id in 64 shards. Every
+// operation is O(log n) in the jobs of one tube; nothing scans all tubes, so
+// ten thousand tubes cost no more per command than one. Server-wide counts
+// are atomics updated alongside the per-tube ones.
+//
+// Waiting clients follow beanstalkd exactly: a blocked reserve joins the
+// waiting set of every watched tube; a job that becomes ready in a tube goes
+// to a waiter taken from that tube's set in beanstalkd's ms_take order. A
+// waiter served by one tube is claimed with a compare-and-swap, so no two
+// tubes can serve it. Because a tube is dispatched whenever it gains a ready
+// job or a waiter (put, release, kick, TTR expiry, delay expiry, unpause),
+// no tube ever holds both an unpaused ready job and a waiter for long, which
+// is why serving the changed tube alone matches beanstalkd's global choice.
+//
+// # Time
+//
+// One goroutine sleeps until the earliest of all deadlines (delays, TTRs,
+// reserve timeouts, pauses) in a single heap, so each fires within about a
+// millisecond of when it is due. Time is monotonic, unlike beanstalkd's
+// wall clock, so clock steps do not fire or stall timers.
+//
+// # Lock order
+//
+// Take locks only in this order; never hold two locks of the same kind:
+//
+//  1. Store.registryMu (tube names, tube list)
+//  2. Tube.mu (one tube's heaps, FIFO, waiters and counts, and the mutable
+//     fields of its jobs)
+//  3. Client.mu (a client's reserved-job heap and closed flag)
+//  4. jobShard.mu, timers.mu (leaves: nothing is taken under them)
+//
+// Consequences:
+//   - An operation by job id looks the job up under its shard lock, drops
+//     it, then locks the job's tube (immutable) and re-checks the job's
+//     state.
+//   - A waiter is removed from its other tubes (waiter.leave) only after the
+//     tube that served it is unlocked; the same goes for Notifier calls.
+//   - Freeing a tube needs registryMu, so references are dropped
+//     (Store.releaseTube) with no tube lock held.
+package store

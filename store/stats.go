@@ -1,0 +1,109 @@
+package store
+
+import "time"
+
+// Stats are the server-wide job figures of beanstalkd's stats command.
+type Stats struct {
+	Urgent, Ready, Reserved, Delayed, Buried int64
+	TotalJobs, JobTimeouts, Waiting          int64
+	Tubes                                    int
+}
+
+// Stats reads the global counters. Each is exact, but they are read one by
+// one, so a snapshot taken while jobs move may be off by the moving jobs.
+func (s *Store) Stats() Stats {
+	c := &s.counts
+	s.registryMu.RLock()
+	tubes := len(s.tubeList)
+	s.registryMu.RUnlock()
+	return Stats{
+		Urgent:      c.urgent.Load(),
+		Ready:       c.ready.Load(),
+		Reserved:    c.reserved.Load(),
+		Delayed:     c.delayed.Load(),
+		Buried:      c.buried.Load(),
+		TotalJobs:   c.totalJobs.Load(),
+		JobTimeouts: c.timeouts.Load(),
+		Waiting:     c.waiting.Load(),
+		Tubes:       tubes,
+	}
+}
+
+// TubeStats are the figures of beanstalkd's stats-tube command.
+type TubeStats struct {
+	Name                                     string
+	Urgent, Ready, Reserved, Delayed, Buried int
+	TotalJobs                                uint64
+	Using, Watching, Waiting                 int
+	CmdDelete, CmdPause                      uint64
+	Pause, PauseTimeLeft                     time.Duration
+}
+
+// TubeStats snapshots one tube under its lock.
+func (s *Store) TubeStats(name []byte) (TubeStats, bool) {
+	var st TubeStats
+	ok := s.withTube(name, func(t *Tube) {
+		st = TubeStats{
+			Name:      t.name,
+			Urgent:    t.nUrgent,
+			Ready:     t.ready.Len(),
+			Reserved:  t.nReserved,
+			Delayed:   t.delayed.Len(),
+			Buried:    t.nBuried,
+			TotalJobs: t.totalJobs,
+			Using:     t.nUsing,
+			Watching:  t.nWatching,
+			Waiting:   len(t.waiters),
+			CmdDelete: t.cmdDelete,
+			CmdPause:  t.cmdPause,
+		}
+		if t.pauseDur > 0 {
+			st.Pause = time.Duration(t.pauseDur)
+			st.PauseTimeLeft = time.Duration(t.pauseUntil - s.now())
+		}
+	})
+	return st, ok
+}
+
+// JobStats are the figures of beanstalkd's stats-job command.
+type JobStats struct {
+	ID                                          uint64
+	Tube                                        string
+	State                                       State
+	Pri                                         uint32
+	Age, Delay, TTR, TimeLeft                   time.Duration
+	Reserves, Timeouts, Releases, Buries, Kicks uint32
+}
+
+// JobStats snapshots one job under its tube's lock.
+func (s *Store) JobStats(id uint64) (JobStats, bool) {
+	j := s.lookup(id)
+	if j == nil {
+		return JobStats{}, false
+	}
+	t := j.tube
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if j.state == StateInvalid {
+		return JobStats{}, false
+	}
+	now := s.now()
+	st := JobStats{
+		ID:       j.id,
+		Tube:     t.name,
+		State:    j.state,
+		Pri:      j.pri,
+		Age:      time.Duration(now - j.createdAt),
+		Delay:    time.Duration(j.delay),
+		TTR:      time.Duration(j.ttr),
+		Reserves: j.counts.reserves,
+		Timeouts: j.counts.timeouts,
+		Releases: j.counts.releases,
+		Buries:   j.counts.buries,
+		Kicks:    j.counts.kicks,
+	}
+	if j.state == StateReserved || j.state == StateDelayed {
+		st.TimeLeft = time.Duration(j.deadline - now)
+	}
+	return st, true
+}

@@ -1,0 +1,247 @@
+package store
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrNotFound is returned by lookups of a job or tube that does not exist
+// (or is not in a state the operation accepts).
+var ErrNotFound = errors.New("store: not found")
+
+// DefaultTube is the tube every client uses and watches at first. It
+// exists for as long as the store does.
+const DefaultTube = "default"
+
+// MinTTR is the shortest time-to-run: beanstalkd turns a ttr below one
+// second into one second.
+const MinTTR = time.Second
+
+// DeadlineMargin is beanstalkd's safety margin: a client whose reserved job
+// is due within this long gets DEADLINE_SOON instead of blocking.
+const DeadlineMargin = time.Second
+
+const jobShards = 64
+
+// Store holds every tube and job. It is safe for concurrent use; see doc.go
+// for the lock order.
+type Store struct {
+	now    func() int64 // monotonic nanoseconds; immutable
+	timers *timers
+	stop   chan struct{}
+	done   chan struct{}
+
+	lastID atomic.Uint64
+
+	registryMu sync.RWMutex
+	tubes      map[string]*Tube // guarded by registryMu
+	tubeList   []*Tube          // guarded by registryMu; beanstalkd's order (swap-remove)
+	defaultT   *Tube            // immutable
+
+	shards [jobShards]jobShard
+
+	counts globalCounts
+}
+
+type jobShard struct {
+	mu   sync.RWMutex
+	jobs map[uint64]*Job // guarded by mu
+	_    [32]byte        // keep neighbouring shard locks off one cache line
+}
+
+// globalCounts are the server-wide job figures; each is changed under the
+// lock of the tube whose job moved, so they are exact whenever no operation
+// is in flight.
+type globalCounts struct {
+	urgent, ready, reserved, delayed, buried atomic.Int64
+	totalJobs, timeouts, waiting             atomic.Int64
+}
+
+// Options configure a Store.
+type Options struct {
+	// Now returns monotonic nanoseconds. Nil means the real clock.
+	Now func() int64
+}
+
+// New returns a running store; call Close to stop its timer goroutine.
+func New(opts Options) *Store {
+	now := opts.Now
+	if now == nil {
+		start := time.Now()
+		now = func() int64 { return int64(time.Since(start)) }
+	}
+	s := &Store{
+		now:   now,
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+		tubes: make(map[string]*Tube),
+	}
+	for i := range s.shards {
+		s.shards[i].jobs = make(map[uint64]*Job)
+	}
+	s.timers = newTimers(now)
+	s.registryMu.Lock()
+	s.defaultT = s.acquireTubeLocked(DefaultTube) // the permanent reference
+	s.registryMu.Unlock()
+	go func() {
+		defer close(s.done)
+		s.timers.run(s.stop)
+	}()
+	return s
+}
+
+// Close stops the timer goroutine. The store must not be used afterwards.
+func (s *Store) Close() {
+	close(s.stop)
+	<-s.done
+}
+
+// Now is the store's clock, in monotonic nanoseconds.
+func (s *Store) Now() int64 { return s.now() }
+
+// NextID takes the next job id. Ids are never reused within a process, and
+// a put that fails after its header (EXPECTED_CRLF, DRAINING) still uses one,
+// as in beanstalkd.
+func (s *Store) NextID() uint64 { return s.lastID.Add(1) }
+
+func (s *Store) shard(id uint64) *jobShard { return &s.shards[id%jobShards] }
+
+// lookup finds a live job by id without taking any tube lock. The caller
+// must lock j.tube.mu and check j.state before trusting mutable fields.
+func (s *Store) lookup(id uint64) *Job {
+	sh := s.shard(id)
+	sh.mu.RLock()
+	j := sh.jobs[id]
+	sh.mu.RUnlock()
+	return j
+}
+
+// Peek returns any live job by id, in any state or tube.
+func (s *Store) Peek(id uint64) (*Job, bool) {
+	j := s.lookup(id)
+	if j == nil {
+		return nil, false
+	}
+	t := j.tube
+	t.mu.Lock()
+	live := j.state != StateInvalid
+	t.mu.Unlock()
+	return j, live
+}
+
+// acquireTubeLocked returns the named tube, creating it, with one more
+// reference. registryMu must be held for writing.
+func (s *Store) acquireTubeLocked(name string) *Tube {
+	t := s.tubes[name]
+	if t == nil {
+		t = newTube(s, name)
+		s.tubes[name] = t
+		t.listIndex = len(s.tubeList)
+		s.tubeList = append(s.tubeList, t)
+	}
+	t.refs.Add(1)
+	return t
+}
+
+// acquireTube is acquireTubeLocked for callers holding no lock.
+func (s *Store) acquireTube(name []byte) *Tube {
+	s.registryMu.RLock()
+	t := s.tubes[string(name)]
+	if t != nil {
+		// Safe under the read lock: a tube is freed only under the write
+		// lock, after seeing zero references.
+		t.refs.Add(1)
+	}
+	s.registryMu.RUnlock()
+	if t != nil {
+		return t
+	}
+	s.registryMu.Lock()
+	t = s.acquireTubeLocked(string(name))
+	s.registryMu.Unlock()
+	return t
+}
+
+// releaseTube drops one reference and frees the tube when none remain,
+// forgetting its pause as beanstalkd does. Must be called with no tube lock
+// held (registryMu comes first in the lock order).
+func (s *Store) releaseTube(t *Tube) {
+	if t.refs.Add(-1) > 0 {
+		return
+	}
+	s.registryMu.Lock()
+	defer s.registryMu.Unlock()
+	if t.refs.Load() != 0 || s.tubes[t.name] != t {
+		return // taken again, or already freed
+	}
+	delete(s.tubes, t.name)
+	last := len(s.tubeList) - 1
+	moved := s.tubeList[last]
+	s.tubeList[t.listIndex] = moved
+	moved.listIndex = t.listIndex
+	s.tubeList[last] = nil
+	s.tubeList = s.tubeList[:last]
+	t.mu.Lock()
+	t.pauseDur, t.pauseUntil = 0, 0
+	s.timers.cancel(&t.pauseTimer)
+	t.mu.Unlock()
+}
+
+// withTube runs f on the named tube under its lock, if it exists.
+func (s *Store) withTube(name []byte, f func(t *Tube)) bool {
+	s.registryMu.RLock()
+	defer s.registryMu.RUnlock()
+	t := s.tubes[string(name)]
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	f(t)
+	t.mu.Unlock()
+	return true
+}
+
+// TubeNames lists the tubes in beanstalkd's order: creation order, except
+// that a freed tube's slot is taken by the last one.
+func (s *Store) TubeNames() []string {
+	s.registryMu.RLock()
+	names := make([]string, len(s.tubeList))
+	for i, t := range s.tubeList {
+		names[i] = t.name
+	}
+	s.registryMu.RUnlock()
+	return names
+}
+
+// PauseTube stops reserves from the named tube for d (beanstalkd turns 0
+// into 1ns, which unpauses at once). Reports whether the tube exists.
+func (s *Store) PauseTube(name []byte, d time.Duration) bool {
+	if d <= 0 {
+		d = 1
+	}
+	return s.withTube(name, func(t *Tube) {
+		now := s.now()
+		t.cmdPause++
+		t.pauseDur = int64(d)
+		t.pauseUntil = now + int64(d)
+		s.timers.schedule(&t.pauseTimer, t.pauseUntil)
+	})
+}
+
+// insertJobLocked makes j findable by id. j.tube.mu must be held.
+func (s *Store) insertJobLocked(j *Job) {
+	sh := s.shard(j.id)
+	sh.mu.Lock()
+	sh.jobs[j.id] = j
+	sh.mu.Unlock()
+}
+
+// forgetJobLocked removes j from the id index. j.tube.mu must be held.
+func (s *Store) forgetJobLocked(j *Job) {
+	sh := s.shard(j.id)
+	sh.mu.Lock()
+	delete(sh.jobs, j.id)
+	sh.mu.Unlock()
+}

@@ -1,0 +1,174 @@
+package store
+
+import (
+	"sync"
+	"time"
+)
+
+// timerTarget is what a timer calls when it fires. The call happens on the
+// timer goroutine with no store lock held, and may be stale: the target
+// re-checks its own state under its own lock.
+type timerTarget interface {
+	onTimer(now int64)
+}
+
+// timer is an entry in the store's timer heap. Embedded in jobs (TTR),
+// tubes (delay, pause) and waiters (reserve timeout).
+type timer struct {
+	when   int64 // guarded by timers.mu
+	index  int   // guarded by timers.mu; -1 when not scheduled
+	target timerTarget
+}
+
+func newTimer(target timerTarget) timer {
+	return timer{index: -1, target: target}
+}
+
+// timers is one heap of deadlines served by one goroutine. Sleeping on a
+// Go timer until the earliest deadline keeps delays, TTRs, reserve timeouts
+// and pauses within about a millisecond of when they are due, with no tick.
+type timers struct {
+	now  func() int64
+	mu   sync.Mutex
+	heap []*timer      // guarded by mu
+	wake chan struct{} // poked when the earliest deadline moves earlier
+}
+
+func newTimers(now func() int64) *timers {
+	return &timers{now: now, wake: make(chan struct{}, 1)}
+}
+
+// schedule arms t for when, moving it if already armed.
+// Lock order: may be called with tube.mu and client.mu held.
+func (ts *timers) schedule(t *timer, when int64) {
+	ts.mu.Lock()
+	t.when = when
+	if t.index < 0 {
+		t.index = len(ts.heap)
+		ts.heap = append(ts.heap, t)
+		ts.up(t.index)
+	} else if !ts.down(t.index) {
+		ts.up(t.index)
+	}
+	first := t.index == 0
+	ts.mu.Unlock()
+	if first {
+		select {
+		case ts.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// cancel disarms t; a no-op if it is not armed.
+func (ts *timers) cancel(t *timer) {
+	ts.mu.Lock()
+	if t.index >= 0 {
+		i := t.index
+		last := len(ts.heap) - 1
+		if i != last {
+			ts.swap(i, last)
+		}
+		ts.heap[last] = nil
+		ts.heap = ts.heap[:last]
+		if i != last && !ts.down(i) {
+			ts.up(i)
+		}
+		t.index = -1
+	}
+	ts.mu.Unlock()
+}
+
+// run fires due timers until stop is closed.
+func (ts *timers) run(stop <-chan struct{}) {
+	sleep := time.NewTimer(time.Hour)
+	defer sleep.Stop()
+	var due []*timer
+	for {
+		ts.mu.Lock()
+		now := ts.now()
+		due = due[:0]
+		for len(ts.heap) > 0 && ts.heap[0].when <= now {
+			t := ts.heap[0]
+			ts.popLocked()
+			due = append(due, t)
+		}
+		wait := time.Duration(1<<62 - 1)
+		if len(ts.heap) > 0 {
+			wait = time.Duration(ts.heap[0].when - now)
+		}
+		ts.mu.Unlock()
+
+		if len(due) > 0 {
+			for i, t := range due {
+				t.target.onTimer(now)
+				due[i] = nil
+			}
+			continue
+		}
+		sleep.Reset(wait)
+		select {
+		case <-sleep.C:
+		case <-ts.wake:
+			if !sleep.Stop() {
+				select {
+				case <-sleep.C:
+				default:
+				}
+			}
+		case <-stop:
+			return
+		}
+	}
+}
+
+func (ts *timers) popLocked() {
+	last := len(ts.heap) - 1
+	t := ts.heap[0]
+	if last > 0 {
+		ts.swap(0, last)
+	}
+	ts.heap[last] = nil
+	ts.heap = ts.heap[:last]
+	if last > 0 {
+		ts.down(0)
+	}
+	t.index = -1
+}
+
+func (ts *timers) swap(i, k int) {
+	ts.heap[i], ts.heap[k] = ts.heap[k], ts.heap[i]
+	ts.heap[i].index = i
+	ts.heap[k].index = k
+}
+
+func (ts *timers) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if ts.heap[i].when >= ts.heap[p].when {
+			return
+		}
+		ts.swap(i, p)
+		i = p
+	}
+}
+
+func (ts *timers) down(i int) bool {
+	start, n := i, len(ts.heap)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && ts.heap[r].when < ts.heap[l].when {
+			m = r
+		}
+		if ts.heap[m].when >= ts.heap[i].when {
+			break
+		}
+		ts.swap(i, m)
+		i = m
+	}
+	return i > start
+}

@@ -1,0 +1,269 @@
+package store
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Tube is a named queue: a ready heap by (priority, id), a delay heap by
+// (deadline, id), a buried FIFO and the clients waiting to reserve from it.
+type Tube struct {
+	s    *Store // immutable
+	name string // immutable
+
+	// refs counts jobs, clients using or watching, and the store's own
+	// reference on "default". Incremented only under registryMu (or by a
+	// holder of another reference); see Store.releaseTube.
+	refs atomic.Int64
+	// listIndex is the tube's slot in Store.tubeList; guarded by registryMu.
+	listIndex int
+
+	mu      sync.Mutex
+	ready   jobHeap // guarded by mu
+	delayed jobHeap // guarded by mu
+	// buried is a FIFO linked through Job.buriedPrev/Next; guarded by mu.
+	buriedHead, buriedTail *Job
+	nBuried                int
+	nReserved              int
+	nUrgent                int
+
+	// waiters are the clients blocked in reserve on this tube, kept as
+	// beanstalkd's Ms set: append, swap-remove, and a round-robin take
+	// cursor. Guarded by mu.
+	waiters  []waitSlot
+	waitTake int
+
+	pauseDur   int64 // ns of the last pause-tube; 0 when not paused; guarded by mu
+	pauseUntil int64 // guarded by mu
+
+	totalJobs, cmdDelete, cmdPause uint64 // guarded by mu
+	nUsing, nWatching              int    // guarded by mu
+
+	delayTimer timer // armed for the earliest delayed job
+	pauseTimer timer // armed while paused
+}
+
+// waitSlot is one waiter's entry in one tube's waiting set; k is the index
+// of this tube in the waiter's own tube list.
+type waitSlot struct {
+	w *waiter
+	k int
+}
+
+type (
+	delayTarget Tube
+	pauseTarget Tube
+)
+
+func newTube(s *Store, name string) *Tube {
+	t := &Tube{s: s, name: name}
+	t.ready = jobHeap{less: jobLess, index: tubeSlot}
+	t.delayed = jobHeap{less: delayLess, index: tubeSlot}
+	t.delayTimer = newTimer((*delayTarget)(t))
+	t.pauseTimer = newTimer((*pauseTarget)(t))
+	return t
+}
+
+// Name is immutable.
+func (t *Tube) Name() string { return t.name }
+
+func (t *Tube) pausedLocked(now int64) bool {
+	return t.pauseDur > 0 && t.pauseUntil > now
+}
+
+// enqueueLocked puts j on the ready heap, or the delay heap if delay > 0.
+func (t *Tube) enqueueLocked(j *Job, delay, now int64) {
+	c := &t.s.counts
+	if delay > 0 {
+		j.state = StateDelayed
+		j.deadline = now + delay
+		t.delayed.push(j)
+		c.delayed.Add(1)
+		if t.delayed.min() == j {
+			t.s.timers.schedule(&t.delayTimer, j.deadline)
+		}
+		return
+	}
+	j.state = StateReady
+	t.ready.push(j)
+	c.ready.Add(1)
+	if j.pri < UrgentPriority {
+		t.nUrgent++
+		c.urgent.Add(1)
+	}
+}
+
+func (t *Tube) buryLocked(j *Job) {
+	j.state = StateBuried
+	j.buriedPrev, j.buriedNext = t.buriedTail, nil
+	if t.buriedTail != nil {
+		t.buriedTail.buriedNext = j
+	} else {
+		t.buriedHead = j
+	}
+	t.buriedTail = j
+	t.nBuried++
+	t.s.counts.buried.Add(1)
+	j.counts.buries++
+}
+
+// detachLocked takes j out of whatever holds it (heap, FIFO, or its owner's
+// reservation) and fixes the counts; j.state is left for the caller to set.
+func (t *Tube) detachLocked(j *Job) {
+	c := &t.s.counts
+	switch j.state {
+	case StateReady:
+		t.ready.remove(j)
+		c.ready.Add(-1)
+		if j.pri < UrgentPriority {
+			t.nUrgent--
+			c.urgent.Add(-1)
+		}
+	case StateDelayed:
+		wasMin := t.delayed.min() == j
+		t.delayed.remove(j)
+		c.delayed.Add(-1)
+		if wasMin {
+			t.rearmDelayLocked()
+		}
+	case StateBuried:
+		if j.buriedPrev != nil {
+			j.buriedPrev.buriedNext = j.buriedNext
+		} else {
+			t.buriedHead = j.buriedNext
+		}
+		if j.buriedNext != nil {
+			j.buriedNext.buriedPrev = j.buriedPrev
+		} else {
+			t.buriedTail = j.buriedPrev
+		}
+		j.buriedPrev, j.buriedNext = nil, nil
+		t.nBuried--
+		c.buried.Add(-1)
+	case StateReserved:
+		o := j.owner
+		o.mu.Lock()
+		o.reserved.remove(j)
+		o.mu.Unlock()
+		j.owner = nil
+		t.nReserved--
+		c.reserved.Add(-1)
+		t.s.timers.cancel(&j.ttrTimer)
+	}
+}
+
+func (t *Tube) rearmDelayLocked() {
+	if m := t.delayed.min(); m != nil {
+		t.s.timers.schedule(&t.delayTimer, m.deadline)
+	} else {
+		t.s.timers.cancel(&t.delayTimer)
+	}
+}
+
+// reserveLocked gives j to c. It fails, leaving j where it was, only when c
+// has closed.
+func (t *Tube) reserveLocked(j *Job, c *Client, now int64) bool {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	t.detachLocked(j)
+	j.state = StateReserved
+	j.owner = c
+	j.deadline = now + j.ttr
+	j.counts.reserves++
+	c.reserved.push(j)
+	c.mu.Unlock()
+	t.nReserved++
+	t.s.counts.reserved.Add(1)
+	t.s.timers.schedule(&j.ttrTimer, j.deadline)
+	return true
+}
+
+// dispatchLocked hands ready jobs to waiting clients, lowest (pri, id)
+// first, while the tube is not paused. The hand-offs are completed by the
+// caller after unlocking (Store.complete).
+func (t *Tube) dispatchLocked(now int64, hs handoffs) handoffs {
+	if t.pausedLocked(now) {
+		return hs
+	}
+	for t.ready.Len() > 0 && len(t.waiters) > 0 {
+		w := t.takeWaiterLocked()
+		if !w.claim() {
+			continue // timed out or served by another tube; it cleans up itself
+		}
+		j := t.ready.min()
+		if !t.reserveLocked(j, w.client, now) {
+			hs = append(hs, handoff{w: w}) // client closed: only clean up
+			continue
+		}
+		hs = append(hs, handoff{w: w, j: j})
+	}
+	return hs
+}
+
+// addWaiterLocked appends w (whose k-th tube this is) to the waiting set.
+func (t *Tube) addWaiterLocked(w *waiter, k int) {
+	w.slots[k] = len(t.waiters)
+	t.waiters = append(t.waiters, waitSlot{w: w, k: k})
+}
+
+// removeWaiterLocked is beanstalkd's ms_delete: the last entry moves into
+// the freed slot.
+func (t *Tube) removeWaiterLocked(i int) {
+	gone := t.waiters[i]
+	gone.w.slots[gone.k] = -1
+	last := len(t.waiters) - 1
+	if i != last {
+		moved := t.waiters[last]
+		t.waiters[i] = moved
+		moved.w.slots[moved.k] = i
+	}
+	t.waiters[last] = waitSlot{}
+	t.waiters = t.waiters[:last]
+}
+
+// takeWaiterLocked is beanstalkd's ms_take, which makes waiter order
+// round-robin with swap-remove rather than FIFO (appending 1..6 takes
+// 1,2,3,6,5,4).
+func (t *Tube) takeWaiterLocked() *waiter {
+	t.waitTake %= len(t.waiters)
+	w := t.waiters[t.waitTake].w
+	t.removeWaiterLocked(t.waitTake)
+	t.waitTake++
+	return w
+}
+
+// onTimer moves delayed jobs whose time has come to the ready heap.
+func (d *delayTarget) onTimer(now int64) {
+	t := (*Tube)(d)
+	var hs handoffs
+	t.mu.Lock()
+	for {
+		j := t.delayed.min()
+		if j == nil || j.deadline > now {
+			break
+		}
+		t.delayed.remove(j)
+		t.s.counts.delayed.Add(-1)
+		t.enqueueLocked(j, 0, now)
+	}
+	t.rearmDelayLocked()
+	hs = t.dispatchLocked(now, hs)
+	t.mu.Unlock()
+	t.s.complete(hs)
+}
+
+// onTimer ends a pause and serves the clients that waited through it.
+func (p *pauseTarget) onTimer(now int64) {
+	t := (*Tube)(p)
+	var hs handoffs
+	t.mu.Lock()
+	if t.pauseDur > 0 && t.pauseUntil <= now {
+		t.pauseDur, t.pauseUntil = 0, 0
+		hs = t.dispatchLocked(now, hs)
+	}
+	t.mu.Unlock()
+	t.s.complete(hs)
+}
