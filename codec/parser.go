@@ -1,0 +1,218 @@
+package codec
+
+import (
+	"bytes"
+	"math"
+)
+
+const (
+	// LineMax is beanstalkd's command buffer (LINE_BUF_SIZE): the longest
+	// command line, "\r\n" included. It is also the chunk size in which an
+	// over-long line is thrown away, which decides where its end is found.
+	LineMax = 224
+	// MaxTubeName is the longest tube name in bytes.
+	MaxTubeName = 200
+	// MaxTimeout is the largest reserve-with-timeout beanstalkd 1.13
+	// accepts (INT_MAX); anything above is BAD_FORMAT.
+	MaxTimeout = math.MaxInt32
+)
+
+type parserState uint8
+
+const (
+	// stateLine waits for a whole command line.
+	stateLine parserState = iota
+	// stateSkipLine throws away an over-long line, LineMax bytes at a time,
+	// until a chunk holds its "\r\n".
+	stateSkipLine
+	// stateBody copies a put body into Parser.body.
+	stateBody
+	// stateDiscardBody throws away a too-big put body by count, whatever it
+	// contains.
+	stateDiscardBody
+)
+
+// Parser is one connection's parse state. The zero value is not usable; use
+// NewParser. A Parser is not safe for concurrent use: it belongs to the
+// connection's event loop.
+type Parser struct {
+	maxJobSize int // immutable after NewParser
+
+	state parserState
+
+	// Valid only in stateBody: the body being filled (len bytes+2), how much
+	// of it has arrived, and the header it belongs to.
+	body                     []byte
+	filled                   int
+	putPri, putDelay, putTTR uint32
+
+	// Valid only in stateDiscardBody: bytes still to throw away. int64
+	// because a declared 4294967295 plus the "\r\n" overflows uint32.
+	discardLeft int64
+}
+
+// NewParser returns a parser that rejects put bodies longer than maxJobSize
+// bytes (not counting the trailing "\r\n"). A negative size is taken as 0.
+func NewParser(maxJobSize int) *Parser {
+	return &Parser{maxJobSize: max(maxJobSize, 0)}
+}
+
+// InBody reports whether the parser is inside a put body or discarding a
+// too-big one. Parse consumes body bytes as they arrive (the body itself,
+// up to maxJobSize+2 bytes, is held here), so a caller that caps its
+// unconsumed input never needs room for a body. Outside a body that input
+// is at most one partial line: under LineMax bytes.
+func (p *Parser) InBody() bool {
+	return p.state == stateBody || p.state == stateDiscardBody
+}
+
+// Parse consumes from in, which must start at the connection's first
+// unconsumed byte, and returns how many bytes it consumed and whether it
+// produced a command into *cmd. It produces at most one command per call;
+// when it produces one the caller discards n bytes, handles cmd and calls
+// again with what is left. When ok is false the caller discards n (body or
+// skipped bytes may have been consumed) and waits for more input. A partial
+// command line is never consumed.
+//
+// Parse allocates only the body of an accepted put, once per put.
+func (p *Parser) Parse(in []byte, cmd *Command) (n int, ok bool) {
+	switch p.state {
+	case stateBody:
+		return p.readBody(in, cmd)
+	case stateDiscardBody:
+		return p.discardBody(in, cmd)
+	case stateSkipLine:
+		return p.skipLine(in, cmd)
+	}
+	return p.parseLine(in, cmd)
+}
+
+// lineEnd mirrors beanstalkd's scan_line_end: only the first '\r' counts,
+// and only if a '\n' follows it; a bare '\n' ends nothing. It returns the
+// line's length including "\r\n", or 0.
+func lineEnd(b []byte) int {
+	if len(b) < 2 {
+		return 0
+	}
+	i := bytes.IndexByte(b[:len(b)-1], '\r')
+	if i < 0 || b[i+1] != '\n' {
+		return 0
+	}
+	return i + 2
+}
+
+func (p *Parser) parseLine(in []byte, cmd *Command) (int, bool) {
+	// beanstalkd only ever looks at a LineMax window, so a "\r\n" beyond it
+	// does not end this line even if it has already arrived.
+	n := lineEnd(in[:min(len(in), LineMax)])
+	if n == 0 {
+		if len(in) < LineMax {
+			return 0, false
+		}
+		p.state = stateSkipLine
+		skipped, ok := p.skipLine(in[LineMax:], cmd)
+		return LineMax + skipped, ok
+	}
+
+	*cmd = Command{}
+	line := in[: n-2 : n-2]
+	if bytes.IndexByte(line, 0) >= 0 {
+		// beanstalkd sees a NUL as a short C string and refuses the line
+		// before dispatch.
+		cmd.Status = BadFormat
+		return n, true
+	}
+	op, args := lookup(line)
+	cmd.Op = op
+	switch op {
+	case OpNone:
+		cmd.Status = UnknownCommand
+	case OpPut:
+		cmd.Status = p.parsePut(args, cmd)
+	default:
+		cmd.Status = parseArgs(op, args, cmd)
+	}
+	return n, true
+}
+
+// skipLine throws away an over-long line in LineMax chunks, as beanstalkd
+// does when its buffer fills: each chunk is scanned on its own, so a "\r\n"
+// split across a chunk boundary is missed and the line runs on to the next
+// one, swallowing whatever command that ends.
+func (p *Parser) skipLine(in []byte, cmd *Command) (int, bool) {
+	skipped := 0
+	for {
+		chunk := in[skipped:min(len(in), skipped+LineMax)]
+		if n := lineEnd(chunk); n > 0 {
+			p.state = stateLine
+			*cmd = Command{Status: BadFormat}
+			return skipped + n, true
+		}
+		if len(chunk) < LineMax {
+			return skipped, false
+		}
+		skipped += LineMax
+	}
+}
+
+// parsePut follows beanstalkd's order of checks: the four integers, then the
+// size limit, and only then trailing garbage, so "put 0 0 0 65536 junk" is
+// JOB_TOO_BIG and swallows its declared body.
+func (p *Parser) parsePut(args []byte, cmd *Command) Status {
+	var v [4]uint64
+	for i := range v {
+		var ok bool
+		if v[i], args, ok = readUint(args, math.MaxUint32); !ok {
+			return BadFormat
+		}
+	}
+	cmd.Pri, cmd.Delay, cmd.TTR, cmd.Bytes = uint32(v[0]), uint32(v[1]), uint32(v[2]), uint32(v[3])
+	switch {
+	case v[3] > uint64(p.maxJobSize):
+		p.state = stateDiscardBody
+		p.discardLeft = int64(v[3]) + 2
+		return PutTooBig
+	case len(args) != 0:
+		return PutTrailing
+	}
+	p.state = stateBody
+	p.body = make([]byte, int(v[3])+2)
+	p.filled = 0
+	p.putPri, p.putDelay, p.putTTR = cmd.Pri, cmd.Delay, cmd.TTR
+	return OK
+}
+
+// readBody counts the body rather than scanning it: exactly bytes+2 bytes
+// belong to it, and anything after is the next command line.
+func (p *Parser) readBody(in []byte, cmd *Command) (int, bool) {
+	n := copy(p.body[p.filled:], in)
+	p.filled += n
+	if p.filled < len(p.body) {
+		return n, false
+	}
+	body := p.body
+	*cmd = Command{
+		Op:    OpPutBody,
+		Pri:   p.putPri,
+		Delay: p.putDelay,
+		TTR:   p.putTTR,
+		Bytes: uint32(len(body) - 2),
+		Body:  body,
+	}
+	if body[len(body)-2] != '\r' || body[len(body)-1] != '\n' {
+		cmd.Status = ExpectedCRLF
+	}
+	p.state, p.body, p.filled = stateLine, nil, 0
+	return n, true
+}
+
+func (p *Parser) discardBody(in []byte, cmd *Command) (int, bool) {
+	n := int(min(int64(len(in)), p.discardLeft))
+	p.discardLeft -= int64(n)
+	if p.discardLeft > 0 {
+		return n, false
+	}
+	p.state = stateLine
+	*cmd = Command{Op: OpPutTooBig}
+	return n, true
+}
