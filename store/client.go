@@ -201,12 +201,23 @@ func (c *Client) Reserve(timeout time.Duration) (*Job, ReserveResult) {
 		return j, Reserved
 	}
 	if timeout == 0 {
+		// beanstalkd would wait with its timer already due, and its
+		// conn_timeout checks the deadline before the timeout.
+		if soon {
+			return nil, DeadlineSoon
+		}
 		return nil, TimedOut
 	}
 
 	w := &waiter{client: c, soonAt: soonAt, timeoutAt: -1}
 	w.tubes = append(w.tubes, c.watch...)
 	w.slots = make([]int, len(w.tubes))
+	// Mark every slot absent before anything can end the wait: a hand-off
+	// from a tube joined first, or the timer, may run leave while the
+	// loop below has not yet reached the other tubes.
+	for k := range w.slots {
+		w.slots[k] = -1
+	}
 	w.timer = newTimer(w)
 	c.wait = w
 	c.s.counts.waiting.Add(1)
@@ -221,7 +232,6 @@ func (c *Client) Reserve(timeout time.Duration) (*Job, ReserveResult) {
 		c.s.timers.schedule(&w.timer, fire)
 	}
 	for k, t := range w.tubes {
-		w.slots[k] = -1
 		t.mu.Lock()
 		// A waiter claimed meanwhile (by the timer) must not join more sets:
 		// its leave may already have passed this tube.
@@ -246,10 +256,12 @@ func (c *Client) takeBest(now int64, w *waiter) *Job {
 	for {
 		var best *Tube
 		var bestJob *Job
+		var bestPri uint32 // copied under best.mu: pri may change once it is unlocked
 		for _, t := range c.watch {
 			t.mu.Lock()
-			if m := t.ready.min(); m != nil && !t.pausedLocked(now) && (bestJob == nil || jobLess(m, bestJob)) {
-				best, bestJob = t, m
+			if m := t.ready.min(); m != nil && !t.pausedLocked(now) &&
+				(bestJob == nil || m.pri < bestPri || m.pri == bestPri && m.id < bestJob.id) {
+				best, bestJob, bestPri = t, m, m.pri
 			}
 			t.mu.Unlock()
 		}
@@ -386,9 +398,10 @@ func (c *Client) Kick(n uint32) uint32 {
 	now := c.s.now()
 	t.mu.Lock()
 	var kicked uint32
+	fromBuried := t.nBuried > 0 // beanstalkd never kicks both kinds in one command
 	for ; kicked < n; kicked++ {
 		j := t.buriedHead
-		if t.nBuried == 0 {
+		if !fromBuried {
 			j = t.delayed.min()
 		}
 		if j == nil {

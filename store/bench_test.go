@@ -1,0 +1,101 @@
+package store_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sproutmq/sprout/store"
+)
+
+// nopNotifier is for benchmarks, which never block.
+type nopNotifier struct{}
+
+func (nopNotifier) JobReserved(*store.Job)          {}
+func (nopNotifier) WaitEnded(r store.ReserveResult) {}
+
+var benchBody = []byte("a job body of some thirty bytes\r\n")
+
+// putReserveDelete is one producer-and-worker round trip.
+func putReserveDelete(b *testing.B, s *store.Store, c *store.Client) {
+	c.Put(s.NextID(), 0, 0, 60, benchBody)
+	j, r := c.Reserve(0)
+	if r != store.Reserved {
+		b.Fatalf("Reserve(0) = %v", r)
+	}
+	if !c.Delete(j.ID()) {
+		b.Fatal("Delete failed")
+	}
+}
+
+func BenchmarkPutReserveDelete(b *testing.B) {
+	s := store.New(store.Options{})
+	defer s.Close()
+	c := s.NewClient(nopNotifier{})
+	defer c.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		putReserveDelete(b, s, c)
+	}
+}
+
+// BenchmarkPutReserveDeleteParallel has one client per goroutine, all on
+// "default" (contending for one tube lock) or each on its own tube.
+func BenchmarkPutReserveDeleteParallel(b *testing.B) {
+	for _, ownTube := range []bool{false, true} {
+		name := "shared-tube"
+		if ownTube {
+			name = "tube-per-client"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := store.New(store.Options{})
+			defer s.Close()
+			var n atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				c := s.NewClient(nopNotifier{})
+				defer c.Close()
+				if ownTube {
+					tube := fmt.Appendf(nil, "t%d", n.Add(1))
+					c.Use(tube)
+					c.Watch(tube)
+					c.Ignore([]byte(store.DefaultTube))
+				}
+				for pb.Next() {
+					putReserveDelete(b, s, c)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkPut1Tube and BenchmarkPut10000Tubes put into one tube; in the
+// second, 9,999 other tubes exist, each with a ready job, a delayed job
+// (so a timer each) and a watcher. Nothing scans all tubes, so the two
+// should cost the same.
+func BenchmarkPut1Tube(b *testing.B)      { benchmarkPutAmongTubes(b, 1) }
+func BenchmarkPut10000Tubes(b *testing.B) { benchmarkPutAmongTubes(b, 10000) }
+
+func benchmarkPutAmongTubes(b *testing.B, tubes int) {
+	s := store.New(store.Options{})
+	defer s.Close()
+	others := s.NewClient(nopNotifier{})
+	defer others.Close()
+	for i := 1; i < tubes; i++ {
+		name := fmt.Appendf(nil, "other-%05d", i)
+		others.Use(name)
+		others.Watch(name)
+		others.Put(s.NextID(), 0, 0, 60, benchBody)
+		others.Put(s.NextID(), 0, 3600, 60, benchBody)
+	}
+	if got := len(s.TubeNames()); got != tubes {
+		b.Fatalf("%d tubes, want %d", got, tubes)
+	}
+	c := s.NewClient(nopNotifier{})
+	defer c.Close()
+	c.Use([]byte("bench"))
+	b.ReportAllocs()
+	for b.Loop() {
+		c.Put(s.NextID(), 0, 0, 60, benchBody)
+	}
+}

@@ -1,0 +1,418 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// This file exposes internals to the external tests (package store_test)
+// without widening the API.
+
+// PokeTimers wakes the timer goroutine so that it reads the clock again. A
+// test that drives Options.Now by hand calls it after moving the clock on;
+// the goroutine otherwise sleeps for the real duration it computed from the
+// old reading.
+func (s *Store) PokeTimers() {
+	select {
+	case s.timers.wake <- struct{}{}:
+	default:
+	}
+}
+
+// ReservedIDs lists the ids of the jobs c has reserved, in id order.
+func (c *Client) ReservedIDs() []uint64 {
+	c.mu.Lock()
+	ids := make([]uint64, 0, len(c.reserved.jobs))
+	for _, j := range c.reserved.jobs {
+		ids = append(ids, j.id)
+	}
+	c.mu.Unlock()
+	slices.Sort(ids)
+	return ids
+}
+
+// LiveJobIDs lists every id in the id index, in id order.
+func (s *Store) LiveJobIDs() []uint64 {
+	var ids []uint64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.RLock()
+		for id := range sh.jobs {
+			ids = append(ids, id)
+		}
+		sh.mu.RUnlock()
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// TubeRefs is the named tube's reference count, or -1 if it does not exist.
+func (s *Store) TubeRefs(name string) int64 {
+	s.registryMu.RLock()
+	defer s.registryMu.RUnlock()
+	if t := s.tubes[name]; t != nil {
+		return t.refs.Load()
+	}
+	return -1
+}
+
+// CheckInvariants walks the whole store and reports every broken invariant:
+//
+//   - the registry: map and list hold the same tubes, each at its listIndex;
+//   - each live job sits in exactly one place, and that place matches its
+//     state (ready heap, delay heap, buried FIFO, its owner's reserved heap),
+//     and the id index holds exactly the jobs found in those places;
+//   - heap orders and slot indexes hold (ready, delay, reserved, timers);
+//   - per-tube counts equal what is stored, and the global counters equal
+//     the sums over tubes;
+//   - a tube's reference count is its jobs plus its users and watchers (plus
+//     one for "default");
+//   - timers are armed exactly when something is due: a reserved job's TTR,
+//     a tube's earliest delayed job, a pause;
+//   - waiter slots are consistent, every waiter is in every set it joined,
+//     and no unpaused tube holds both a ready job and a waiter.
+//
+// The store must be quiescent: no operation in flight and no timer firing
+// (stop it with Close first, or call this after synctest.Wait). Locks are
+// taken one tube at a time, in the documented order.
+func (s *Store) CheckInvariants() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf(format, args...))
+	}
+
+	// The id index. Shard locks are leaves, and job.id and job.tube are
+	// immutable, so this needs no tube lock.
+	index := make(map[*Job]bool)
+	jobsOf := make(map[*Tube][]*Job)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.RLock()
+		for id, j := range sh.jobs {
+			if j.id != id {
+				bad("index: key %d holds job %d", id, j.id)
+			}
+			if id%jobShards != uint64(i) {
+				bad("index: job %d in shard %d", id, i)
+			}
+			index[j] = true
+			jobsOf[j.tube] = append(jobsOf[j.tube], j)
+		}
+		sh.mu.RUnlock()
+	}
+
+	where := make(map[*Job]string)
+	place := func(j *Job, at string) {
+		if prev, dup := where[j]; dup {
+			bad("job %d is in %s and in %s", j.id, prev, at)
+			return
+		}
+		where[j] = at
+		if !index[j] {
+			bad("job %d in %s is not in the id index", j.id, at)
+		}
+	}
+	reservedBy := make(map[*Client]int)
+	waiters := make(map[*waiter]bool)
+	var sumUrgent, sumReady, sumReserved, sumDelayed, sumBuried int64
+	var sumTotal uint64
+
+	s.registryMu.RLock()
+	if len(s.tubes) != len(s.tubeList) {
+		bad("registry: %d tubes in the map, %d in the list", len(s.tubes), len(s.tubeList))
+	}
+	if s.tubes[DefaultTube] != s.defaultT {
+		bad("registry: %q is not the permanent default tube", DefaultTube)
+	}
+	registered := make(map[*Tube]bool)
+	for i, t := range s.tubeList {
+		registered[t] = true
+		if s.tubes[t.name] != t {
+			bad("registry: list slot %d holds %q, not the map's tube", i, t.name)
+		}
+		if t.listIndex != i {
+			bad("registry: %q at slot %d has listIndex %d", t.name, i, t.listIndex)
+		}
+
+		t.mu.Lock()
+		name := t.name
+
+		nUrgent := 0
+		for i, j := range t.ready.jobs {
+			at := "ready heap of " + name
+			place(j, at)
+			checkHeapSlot(bad, at, &t.ready, i, j.heapIndex)
+			if j.tube != t || j.state != StateReady || j.owner != nil || j.ownerIndex != -1 {
+				bad("%s: job %d has tube %q, state %v, owner %p, ownerIndex %d",
+					at, j.id, j.tube.name, j.state, j.owner, j.ownerIndex)
+			}
+			if j.pri < UrgentPriority {
+				nUrgent++
+			}
+		}
+		for i, j := range t.delayed.jobs {
+			at := "delay heap of " + name
+			place(j, at)
+			checkHeapSlot(bad, at, &t.delayed, i, j.heapIndex)
+			if j.tube != t || j.state != StateDelayed || j.owner != nil || j.ownerIndex != -1 {
+				bad("%s: job %d has tube %q, state %v, owner %p", at, j.id, j.tube.name, j.state, j.owner)
+			}
+		}
+
+		nBuried := 0
+		var prev *Job
+		for j := t.buriedHead; j != nil; j = j.buriedNext {
+			at := "buried FIFO of " + name
+			if nBuried > len(index) {
+				bad("%s: longer than the whole store (a cycle?)", at)
+				break
+			}
+			place(j, at)
+			nBuried++
+			if j.buriedPrev != prev {
+				bad("%s: job %d links back to the wrong job", at, j.id)
+			}
+			if j.tube != t || j.state != StateBuried || j.heapIndex != -1 || j.owner != nil || j.ownerIndex != -1 {
+				bad("%s: job %d has tube %q, state %v, heapIndex %d, owner %p",
+					at, j.id, j.tube.name, j.state, j.heapIndex, j.owner)
+			}
+			prev = j
+		}
+		if t.buriedTail != prev {
+			bad("buried FIFO of %s: tail is not the last job", name)
+		}
+
+		nReserved := 0
+		for _, j := range jobsOf[t] {
+			if j.state == StateInvalid {
+				bad("job %d of %s is in the id index but deleted", j.id, name)
+			}
+			armed, when := timerState(s.timers, &j.ttrTimer)
+			if j.state != StateReserved {
+				if armed {
+					bad("job %d of %s is %v but its TTR timer is armed", j.id, name, j.state)
+				}
+				continue
+			}
+			nReserved++
+			o := j.owner
+			at := fmt.Sprintf("reserved heap of client %p", o)
+			if o == nil {
+				bad("job %d of %s is reserved by nobody", j.id, name)
+				continue
+			}
+			place(j, at)
+			reservedBy[o]++
+			if j.heapIndex != -1 {
+				bad("reserved job %d has heapIndex %d", j.id, j.heapIndex)
+			}
+			o.mu.Lock()
+			if o.closed {
+				bad("job %d is reserved by a closed client", j.id)
+			}
+			if k := j.ownerIndex; k < 0 || k >= len(o.reserved.jobs) || o.reserved.jobs[k] != j {
+				bad("%s: job %d not at its ownerIndex %d", at, j.id, k)
+			}
+			o.mu.Unlock()
+			if !armed || when != j.deadline {
+				bad("reserved job %d: TTR timer armed %v for %d, deadline %d", j.id, armed, when, j.deadline)
+			}
+		}
+
+		if t.nUrgent != nUrgent || t.ready.Len() < nUrgent {
+			bad("%s: nUrgent %d, counted %d", name, t.nUrgent, nUrgent)
+		}
+		if t.nBuried != nBuried {
+			bad("%s: nBuried %d, counted %d", name, t.nBuried, nBuried)
+		}
+		if t.nReserved != nReserved {
+			bad("%s: nReserved %d, counted %d", name, t.nReserved, nReserved)
+		}
+		if t.nUsing < 0 || t.nWatching < 0 {
+			bad("%s: nUsing %d, nWatching %d", name, t.nUsing, t.nWatching)
+		}
+		wantRefs := int64(len(jobsOf[t]) + t.nUsing + t.nWatching)
+		if t == s.defaultT {
+			wantRefs++
+		}
+		if got := t.refs.Load(); got != wantRefs {
+			bad("%s: refs %d, want %d jobs + %d using + %d watching (+1 if default)",
+				name, got, len(jobsOf[t]), t.nUsing, t.nWatching)
+		}
+
+		armed, when := timerState(s.timers, &t.delayTimer)
+		if m := t.delayed.min(); m != nil {
+			if !armed || when != m.deadline {
+				bad("%s: delay timer armed %v for %d, earliest delayed job due %d", name, armed, when, m.deadline)
+			}
+		} else if armed {
+			bad("%s: delay timer armed with no delayed job", name)
+		}
+		armed, when = timerState(s.timers, &t.pauseTimer)
+		if t.pauseDur > 0 {
+			if !armed || when != t.pauseUntil {
+				bad("%s: paused until %d but pause timer armed %v for %d", name, t.pauseUntil, armed, when)
+			}
+		} else if armed || t.pauseUntil != 0 {
+			bad("%s: not paused but pause timer armed %v, pauseUntil %d", name, armed, t.pauseUntil)
+		}
+
+		for i, ws := range t.waiters {
+			w := ws.w
+			if w == nil || ws.k < 0 || ws.k >= len(w.tubes) {
+				bad("%s: waiter slot %d is malformed", name, i)
+				continue
+			}
+			if w.tubes[ws.k] != t || w.slots[ws.k] != i {
+				bad("%s: waiter at slot %d says it is tube %q slot %d", name, i, w.tubes[ws.k].name, w.slots[ws.k])
+			}
+			if w.state.Load() != waiterWaiting {
+				bad("%s: waiter at slot %d has already been claimed", name, i)
+			}
+			waiters[w] = true
+		}
+		if len(t.waiters) > 0 && t.ready.Len() > 0 && t.pauseDur == 0 {
+			bad("%s: unpaused, with %d ready jobs and %d waiters", name, t.ready.Len(), len(t.waiters))
+		}
+
+		sumUrgent += int64(t.nUrgent)
+		sumReady += int64(t.ready.Len())
+		sumReserved += int64(t.nReserved)
+		sumDelayed += int64(t.delayed.Len())
+		sumBuried += int64(t.nBuried)
+		sumTotal += t.totalJobs
+		t.mu.Unlock()
+	}
+	s.registryMu.RUnlock()
+
+	for j := range index {
+		if _, ok := where[j]; !ok {
+			if !registered[j.tube] {
+				bad("job %d belongs to tube %q, which is not registered", j.id, j.tube.name)
+			} else {
+				bad("job %d (%v) is in the id index but nowhere in its tube", j.id, j.state)
+			}
+		}
+	}
+
+	// Owners' heaps: deadline and ownerIndex are written with the owner's
+	// lock held, so the owner's lock alone is enough to read them.
+	for o, n := range reservedBy {
+		o.mu.Lock()
+		if len(o.reserved.jobs) != n {
+			bad("client %p holds %d jobs, its tubes count %d", o, len(o.reserved.jobs), n)
+		}
+		for i, j := range o.reserved.jobs {
+			checkHeapSlot(bad, fmt.Sprintf("reserved heap of client %p", o), &o.reserved, i, j.ownerIndex)
+			if j.owner != o {
+				bad("client %p holds job %d owned by %p", o, j.id, j.owner)
+			}
+		}
+		o.mu.Unlock()
+	}
+
+	for w := range waiters {
+		for k, t := range w.tubes {
+			t.mu.Lock()
+			if i := w.slots[k]; i < 0 || i >= len(t.waiters) || t.waiters[i].w != w {
+				bad("waiter of client %p is missing from %q (slot %d)", w.client, t.name, i)
+			}
+			t.mu.Unlock()
+		}
+	}
+
+	c := &s.counts
+	for _, g := range []struct {
+		name      string
+		got, want int64
+	}{
+		{"urgent", c.urgent.Load(), sumUrgent},
+		{"ready", c.ready.Load(), sumReady},
+		{"reserved", c.reserved.Load(), sumReserved},
+		{"delayed", c.delayed.Load(), sumDelayed},
+		{"buried", c.buried.Load(), sumBuried},
+		{"waiting", c.waiting.Load(), int64(len(waiters))},
+	} {
+		if g.got != g.want {
+			bad("global %s count %d, tubes sum to %d", g.name, g.got, g.want)
+		}
+	}
+	if total := c.totalJobs.Load(); total < int64(sumTotal) || total < int64(len(index)) {
+		bad("global total-jobs %d is below the tubes' %d or the %d live jobs", total, sumTotal, len(index))
+	}
+
+	s.timers.mu.Lock()
+	for i, tm := range s.timers.heap {
+		if tm.index != i {
+			bad("timer heap: slot %d holds a timer with index %d", i, tm.index)
+		}
+		if p := (i - 1) / 2; i > 0 && s.timers.heap[p].when > tm.when {
+			bad("timer heap: slot %d due before its parent", i)
+		}
+	}
+	s.timers.mu.Unlock()
+
+	return errors.Join(errs...)
+}
+
+// CheckClients checks the use and watch counts against open, which must be
+// every client of s that has not been closed.
+func (s *Store) CheckClients(open ...*Client) error {
+	var errs []error
+	using := make(map[*Tube]int)
+	watching := make(map[*Tube]int)
+	for _, c := range open {
+		using[c.use]++
+		for i, t := range c.watch {
+			watching[t]++
+			if slices.Index(c.watch, t) != i {
+				errs = append(errs, fmt.Errorf("client %p watches %q twice", c, t.name))
+			}
+		}
+	}
+	s.registryMu.RLock()
+	defer s.registryMu.RUnlock()
+	for t := range using {
+		if s.tubes[t.name] != t {
+			errs = append(errs, fmt.Errorf("a client uses %q, which is not registered", t.name))
+		}
+	}
+	for t := range watching {
+		if s.tubes[t.name] != t {
+			errs = append(errs, fmt.Errorf("a client watches %q, which is not registered", t.name))
+		}
+	}
+	for _, t := range s.tubeList {
+		t.mu.Lock()
+		if t.nUsing != using[t] || t.nWatching != watching[t] {
+			errs = append(errs, fmt.Errorf("%s: nUsing %d, nWatching %d; clients: %d using, %d watching",
+				t.name, t.nUsing, t.nWatching, using[t], watching[t]))
+		}
+		t.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+func checkHeapSlot(bad func(string, ...any), at string, h *jobHeap, i, slot int) {
+	j := h.jobs[i]
+	if slot != i {
+		bad("%s: job %d at slot %d has index %d", at, j.id, i, slot)
+	}
+	if p := (i - 1) / 2; i > 0 && h.less(j, h.jobs[p]) {
+		bad("%s: job %d at slot %d sorts before its parent %d", at, j.id, i, h.jobs[p].id)
+	}
+}
+
+// timerState reads whether tm is armed and for when; timers.mu is a leaf.
+func timerState(ts *timers, tm *timer) (armed bool, when int64) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if tm.index < 0 {
+		return false, 0
+	}
+	if tm.index >= len(ts.heap) || ts.heap[tm.index] != tm {
+		return false, -1
+	}
+	return true, tm.when
+}
