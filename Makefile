@@ -1,0 +1,34 @@
+GO ?= go
+GOFMT ?= gofmt
+BIN := bin/sprout
+# What sprout -v reports; a clone without tags shows the commit.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: build run test bench lint fuzz clean
+
+build:
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/sprout
+
+# In memory, nothing to set up; loopback only.
+run: build
+	./$(BIN) -l 127.0.0.1 -p 11300
+
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+lint:
+	@unformatted=$$($(GOFMT) -l .); \
+	if [ -n "$$unformatted" ]; then echo "gofmt -l reports:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	@if command -v staticcheck >/dev/null 2>&1; then staticcheck ./...; \
+	else echo "staticcheck not installed; skipped"; fi
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParseSplit -fuzztime 60s ./codec/
+
+clean:
+	rm -rf bin

@@ -1,0 +1,30 @@
+// Package engine serves the beanstalkd protocol on a gnet reactor: it owns
+// connections, feeds their bytes to a codec.Parser, executes each command
+// on the store and writes the replies.
+//
+// # The path of a byte
+//
+// gnet calls OnTraffic on the connection's event loop. serve peeks at
+// everything buffered, lets the parser consume whole command lines (a
+// partial line stays in gnet's buffer) and put bodies (copied once, into
+// the job's own slice), dispatches each command and appends its reply to
+// one pooled buffer, written with a single c.Write at the end.
+//
+// # Blocking reserves and other loops
+//
+// A reserve with nothing to take marks the session blocked and stops
+// parsing, so pipelined commands wait, in order, as in beanstalkd. The store
+// later calls the session's Notifier from whichever goroutine freed a job
+// (another loop's put, the timer goroutine's delay expiry, TTR or timeout).
+// The Notifier never touches the connection directly: it hands the reply
+// to AsyncWrite(v), whose callback runs on the owning loop, clears blocked
+// and serves the input that queued up meanwhile.
+//
+// # Limits
+//
+// gnet never stops reading and never caps outbound data, so the engine
+// bounds both: a session whose outbound buffer passes MaxOutputBuffered
+// stops being served (it is parked and re-checked from OnTick until its
+// client has read half of it), and a connection whose unparsed input passes
+// MaxInputBuffered is closed. Other connections are unaffected.
+package engine

@@ -1,0 +1,63 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/sproutmq/sprout/codec"
+)
+
+// handler is the gnet event handler. Every method runs on the event loop
+// that owns the connection (OnTick on gnet's ticker goroutine).
+type handler struct {
+	gnet.BuiltinEventEngine
+	srv *Server
+}
+
+func (h *handler) OnBoot(e gnet.Engine) gnet.Action {
+	h.srv.engine = e
+	close(h.srv.ready)
+	h.srv.log.Info().Str("network", h.srv.cfg.Network).Str("address", h.srv.cfg.Address).Msg("listening")
+	return gnet.None
+}
+
+func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	s := h.srv
+	ss := &session{
+		srv:    s,
+		conn:   c,
+		parser: codec.NewParser(s.cfg.MaxJobSize),
+	}
+	ss.client = s.store.NewClient(ss)
+	c.SetContext(ss)
+	s.conns.current.Add(1)
+	s.conns.total.Add(1)
+	if e := s.log.Debug(); e.Enabled() {
+		e.Str("remote", c.RemoteAddr().String()).Msg("open")
+	}
+	return nil, gnet.None
+}
+
+func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
+	ss, _ := c.Context().(*session)
+	if ss == nil {
+		return gnet.None
+	}
+	ss.close()
+	if e := h.srv.log.Debug(); e.Enabled() {
+		e.Err(err).Msg("close")
+	}
+	return gnet.None
+}
+
+func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
+	return c.Context().(*session).serve()
+}
+
+// OnTick re-checks sessions throttled on a full outbound buffer: gnet has
+// no "drained" event, so they are polled.
+func (h *handler) OnTick() (time.Duration, gnet.Action) {
+	h.srv.wakeThrottled()
+	return h.srv.cfg.DrainPoll, gnet.None
+}

@@ -1,0 +1,108 @@
+package engine
+
+import (
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sproutmq/sprout/codec"
+	"github.com/sproutmq/sprout/store"
+)
+
+// binlogMaxSize is what beanstalkd reports for binlog-max-size without -b
+// (its -s default).
+const binlogMaxSize = 10 << 20
+
+// unameInfo is what stats reports about the host, read once at start.
+type unameInfo struct{ hostname, os, platform string }
+
+func readUname() unameInfo {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		h, _ := os.Hostname()
+		return unameInfo{hostname: h}
+	}
+	return unameInfo{
+		hostname: unix.ByteSliceToString(u.Nodename[:]),
+		os:       unix.ByteSliceToString(u.Version[:]),
+		platform: unix.ByteSliceToString(u.Machine[:]),
+	}
+}
+
+// appendStats appends the stats YAML document.
+func (s *Server) appendStats(dst []byte) []byte {
+	g := s.store.Stats()
+	st := codec.ServerStats{
+		CurrentJobsUrgent:   uint64(g.Urgent),
+		CurrentJobsReady:    uint64(g.Ready),
+		CurrentJobsReserved: uint64(g.Reserved),
+		CurrentJobsDelayed:  uint64(g.Delayed),
+		CurrentJobsBuried:   uint64(g.Buried),
+		JobTimeouts:         uint64(g.JobTimeouts),
+		TotalJobs:           uint64(g.TotalJobs),
+		MaxJobSize:          s.cfg.MaxJobSize,
+		CurrentTubes:        uint64(g.Tubes),
+		CurrentConnections:  uint64(s.conns.current.Load()),
+		CurrentProducers:    uint64(s.conns.producers.Load()),
+		CurrentWorkers:      uint64(s.conns.workers.Load()),
+		CurrentWaiting:      uint64(g.Waiting),
+		TotalConnections:    uint64(s.conns.total.Load()),
+		PID:                 os.Getpid(),
+		Version:             Version,
+		Uptime:              int64(time.Since(s.start) / time.Second),
+		BinlogMaxSize:       binlogMaxSize,
+		Draining:            s.draining.Load(),
+		ID:                  s.id,
+		Hostname:            s.uname.hostname,
+		OS:                  s.uname.os,
+		Platform:            s.uname.platform,
+	}
+	for i := range st.Cmd {
+		st.Cmd[i] = s.cmds[i].Load()
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		st.RusageUtime = time.Duration(ru.Utime.Nano())
+		st.RusageStime = time.Duration(ru.Stime.Nano())
+	}
+	return codec.AppendServerStats(dst, &st)
+}
+
+func appendTubeStats(dst []byte, t *store.TubeStats) []byte {
+	return codec.AppendTubeStats(dst, &codec.TubeStats{
+		Name:                t.Name,
+		CurrentJobsUrgent:   uint64(t.Urgent),
+		CurrentJobsReady:    uint64(t.Ready),
+		CurrentJobsReserved: uint64(t.Reserved),
+		CurrentJobsDelayed:  uint64(t.Delayed),
+		CurrentJobsBuried:   uint64(t.Buried),
+		TotalJobs:           t.TotalJobs,
+		CurrentUsing:        uint64(t.Using),
+		CurrentWatching:     uint64(t.Watching),
+		CurrentWaiting:      uint64(t.Waiting),
+		CmdDelete:           t.CmdDelete,
+		CmdPauseTube:        t.CmdPause,
+		Pause:               int64(t.Pause / time.Second),
+		PauseTimeLeft:       int64(t.PauseTimeLeft / time.Second),
+	})
+}
+
+func appendJobStats(dst []byte, j *store.JobStats) []byte {
+	return codec.AppendJobStats(dst, &codec.JobStats{
+		ID:       j.ID,
+		Tube:     j.Tube,
+		State:    j.State.String(),
+		Pri:      j.Pri,
+		Age:      int64(j.Age / time.Second),
+		Delay:    int64(j.Delay / time.Second),
+		TTR:      int64(j.TTR / time.Second),
+		TimeLeft: int64(j.TimeLeft / time.Second),
+		Reserves: j.Reserves,
+		Timeouts: j.Timeouts,
+		Releases: j.Releases,
+		Buries:   j.Buries,
+		Kicks:    j.Kicks,
+	})
+}
