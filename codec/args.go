@@ -93,9 +93,10 @@ func parseArgs(op Op, args []byte, cmd *Command) Status {
 		cmd.ID, cmd.Pri = id, uint32(pri)
 
 	case OpReserveWithTimeout:
-		// 1.13 ignores whatever follows the number.
-		timeout, _, ok := readUint(args, MaxTimeout)
-		if !ok {
+		// 1.13 reads it with read_u32(…, NULL): nothing may follow the
+		// number (1.12's strtol ignored trailing text).
+		timeout, rest, ok := readUint(args, MaxTimeout)
+		if !ok || len(rest) != 0 {
 			return BadFormat
 		}
 		cmd.Timeout = uint32(timeout)
@@ -125,8 +126,11 @@ func parseArgs(op Op, args []byte, cmd *Command) Status {
 		}
 		delay, rest, ok := readUint(args[end:], math.MaxUint32)
 		name := args[start:end:end]
-		if !ok || len(rest) != 0 || !validName(name) {
+		if !ok || len(rest) != 0 || end == start {
 			return BadFormat
+		}
+		if !validName(name) {
+			return CountedBadFormat
 		}
 		cmd.Tube, cmd.Delay = name, uint32(delay)
 

@@ -152,10 +152,13 @@ const (
 	// maximum job size. Count cmd-put now; the body is being discarded and
 	// JOB_TOO_BIG is replied when OpPutTooBig arrives.
 	PutTooBig
-	// PutTrailing (OpPut only): the four integers parsed and the size is
-	// allowed, but something follows <bytes>. Count cmd-put and reply
-	// BAD_FORMAT; the body is not consumed, so it will be parsed as commands.
-	PutTrailing
+	// CountedBadFormat: reply BAD_FORMAT, but count the command, because
+	// beanstalkd counts it before the check that fails. Two cases: put whose
+	// four integers parse and whose size is allowed, with something after
+	// <bytes> (the body is not consumed, so it will be parsed as commands);
+	// pause-tube whose name and delay parse but whose name is invalid
+	// (starts with '-' or is over 200 bytes).
+	CountedBadFormat
 )
 
 var statusNames = [...]string{
@@ -164,7 +167,7 @@ var statusNames = [...]string{
 	UnknownCommand: "UNKNOWN_COMMAND",
 	ExpectedCRLF:   "EXPECTED_CRLF",
 	PutTooBig:      "PUT_TOO_BIG",
-	PutTrailing:    "PUT_TRAILING",
+	CountedBadFormat:    "COUNTED_BAD_FORMAT",
 }
 
 func (s Status) String() string {

@@ -68,7 +68,7 @@ func predictReplies(t *testing.T, in string) []string {
 		switch {
 		case c.Op == codec.OpReserve && c.Status == codec.OK, c.Op == codec.OpReserveWithTimeout:
 			return nil
-		case c.Status == codec.BadFormat, c.Status == codec.PutTrailing:
+		case c.Status == codec.BadFormat, c.Status == codec.CountedBadFormat:
 			classes = append(classes, "BAD_FORMAT")
 		case c.Status == codec.UnknownCommand:
 			classes = append(classes, "UNKNOWN_COMMAND")

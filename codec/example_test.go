@@ -21,7 +21,7 @@ func Example() {
 			break
 		}
 		switch {
-		case cmd.Status == codec.BadFormat || cmd.Status == codec.PutTrailing:
+		case cmd.Status == codec.BadFormat || cmd.Status == codec.CountedBadFormat:
 			out = append(out, codec.ReplyBadFormat...)
 		case cmd.Status == codec.UnknownCommand:
 			out = append(out, codec.ReplyUnknownCommand...)

@@ -128,6 +128,9 @@ func splitBytes(b []byte) [][]byte {
 // Shorthands for expected commands.
 func cmd(op codec.Op) codec.Command { return codec.Command{Op: op} }
 func bad(op codec.Op) codec.Command { return codec.Command{Op: op, Status: codec.BadFormat} }
+func countedBad(op codec.Op) codec.Command {
+	return codec.Command{Op: op, Status: codec.CountedBadFormat}
+}
 func id(op codec.Op, id uint64) codec.Command {
 	return codec.Command{Op: op, ID: id}
 }

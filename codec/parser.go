@@ -173,7 +173,7 @@ func (p *Parser) parsePut(args []byte, cmd *Command) Status {
 		p.discardLeft = int64(v[3]) + 2
 		return PutTooBig
 	case len(args) != 0:
-		return PutTrailing
+		return CountedBadFormat
 	}
 	p.state = stateBody
 	p.body = make([]byte, int(v[3])+2)

@@ -47,12 +47,12 @@ func putCases() []parseCase {
 
 		// Integer failures: BAD_FORMAT, nothing counted, body not consumed,
 		// so the body line comes back as a command of its own.
-		{name: "trailing space is PutTrailing", in: "put 0 0 0 1 \r\nx\r\n" + tubeUsedLine,
-			want: cmds(put(0, 0, 0, 1, codec.PutTrailing), unknown, tubeUsed)},
-		{name: "trailing letter is PutTrailing", in: "put 0 0 0 1x\r\nx\r\n",
-			want: cmds(put(0, 0, 0, 1, codec.PutTrailing), unknown)},
-		{name: "five ints is PutTrailing", in: "put 0 0 0 1 1\r\n",
-			want: cmds(put(0, 0, 0, 1, codec.PutTrailing))},
+		{name: "trailing space is CountedBadFormat", in: "put 0 0 0 1 \r\nx\r\n" + tubeUsedLine,
+			want: cmds(put(0, 0, 0, 1, codec.CountedBadFormat), unknown, tubeUsed)},
+		{name: "trailing letter is CountedBadFormat", in: "put 0 0 0 1x\r\nx\r\n",
+			want: cmds(put(0, 0, 0, 1, codec.CountedBadFormat), unknown)},
+		{name: "five ints is CountedBadFormat", in: "put 0 0 0 1 1\r\n",
+			want: cmds(put(0, 0, 0, 1, codec.CountedBadFormat))},
 		{name: "bytes over u32", in: "put 0 0 0 4294967296\r\n" + tubeUsedLine,
 			want: cmds(bad(codec.OpPut), tubeUsed)},
 		{name: "pri over u32", in: "put 4294967296 0 0 1\r\n", want: cmds(bad(codec.OpPut))},
@@ -63,7 +63,7 @@ func putCases() []parseCase {
 		{name: "missing bytes", in: "put 0 0 0\r\n", want: cmds(bad(codec.OpPut))},
 		{name: "missing bytes, trailing space", in: "put 0 0 0 \r\n", want: cmds(bad(codec.OpPut))},
 		{name: "tab separator", in: "put 0\t0 0 1\r\n", want: cmds(bad(codec.OpPut))},
-		{name: "size with letters", in: "put 0 0 0 10b\r\n", want: cmds(put(0, 0, 0, 10, codec.PutTrailing))},
+		{name: "size with letters", in: "put 0 0 0 10b\r\n", want: cmds(put(0, 0, 0, 10, codec.CountedBadFormat))},
 		{name: "huge number", in: "put 0 0 0 99999999999999999999999\r\n", want: cmds(bad(codec.OpPut))},
 
 		// Too big: counted at once, the declared bytes+2 are thrown away
@@ -198,15 +198,16 @@ func TestParseKick(t *testing.T) { runParseCases(t, kickCases()) }
 
 func rwt(n uint32) codec.Command { return codec.Command{Op: codec.OpReserveWithTimeout, Timeout: n} }
 
-// reserve-with-timeout follows 1.13: read_u32 with trailing text ignored,
-// capped at INT_MAX. (1.12 used strtol, so "-1" waited forever.)
+// reserve-with-timeout follows 1.13: read_u32(…, NULL), so nothing may
+// follow the number, capped at INT_MAX. (1.12 used strtol, so "-1" waited
+// forever and trailing text was ignored.)
 func reserveWithTimeoutCases() []parseCase {
 	return []parseCase{
 		{name: "zero", in: "reserve-with-timeout 0\r\n", want: cmds(rwt(0))},
 		{name: "plain", in: "reserve-with-timeout 30\r\n", want: cmds(rwt(30))},
 		{name: "leading spaces", in: "reserve-with-timeout   7\r\n", want: cmds(rwt(7))},
-		{name: "trailing text ignored", in: "reserve-with-timeout 0abc\r\n", want: cmds(rwt(0))},
-		{name: "trailing space ignored", in: "reserve-with-timeout 5 \r\n", want: cmds(rwt(5))},
+		{name: "trailing text", in: "reserve-with-timeout 0abc\r\n", want: cmds(bad(codec.OpReserveWithTimeout))},
+		{name: "trailing space", in: "reserve-with-timeout 5 \r\n", want: cmds(bad(codec.OpReserveWithTimeout))},
 		{name: "int max", in: "reserve-with-timeout 2147483647\r\n", want: cmds(rwt(2147483647))},
 		{name: "over int max", in: "reserve-with-timeout 2147483648\r\n", want: cmds(bad(codec.OpReserveWithTimeout))},
 		{name: "over u32", in: "reserve-with-timeout 4294967296\r\n", want: cmds(bad(codec.OpReserveWithTimeout))},
@@ -239,8 +240,10 @@ func pauseTubeCases() []parseCase {
 		{name: "longest legal line", in: "pause-tube " + name200 + " 4294967295\r\n",
 			want: cmds(pause(name200, 4294967295))},
 		{name: "hyphen inside", in: "pause-tube a-b 5\r\n", want: cmds(pause("a-b", 5))},
-		{name: "leading hyphen", in: "pause-tube -foo 5\r\n", want: cmds(bad(codec.OpPauseTube))},
-		{name: "201 chars", in: "pause-tube " + name200 + "a 5\r\n", want: cmds(bad(codec.OpPauseTube))},
+		// Parsed, counted, then refused by the name check.
+		{name: "leading hyphen", in: "pause-tube -foo 5\r\n", want: cmds(countedBad(codec.OpPauseTube))},
+		{name: "201 chars", in: "pause-tube " + name200 + "a 5\r\n", want: cmds(countedBad(codec.OpPauseTube))},
+		{name: "no name", in: "pause-tube  5\r\n", want: cmds(bad(codec.OpPauseTube))},
 		{name: "name runs into delay", in: "pause-tube foo5\r\n", want: cmds(bad(codec.OpPauseTube))},
 		{name: "non-name byte before delay", in: "pause-tube foo*5\r\n", want: cmds(bad(codec.OpPauseTube))},
 		{name: "tab before delay", in: "pause-tube foo\t5\r\n", want: cmds(bad(codec.OpPauseTube))},
