@@ -279,11 +279,34 @@ func (c *Client) takeBest(now int64, w *waiter) *Job {
 			return nil // served or timed out meanwhile: the Notifier has it
 		}
 		ok := best.reserveLocked(j, c, now)
+		if ok {
+			best.noteImmediateTakeLocked(w)
+		}
 		best.mu.Unlock()
 		if !ok {
 			return nil
 		}
 		return j
+	}
+}
+
+// noteImmediateTakeLocked mirrors a side effect of beanstalkd serving even
+// an immediate reserve through the waiting sets: it appends the client to
+// them and ms_takes it back from this tube, which leaves the tube's take
+// cursor at 1. Later hand-offs to several waiters then pick the same
+// waiter beanstalkd would. w is the reserving waiter if it has joined the
+// sets, else nil.
+func (t *Tube) noteImmediateTakeLocked(w *waiter) {
+	others := len(t.waiters)
+	if w != nil {
+		for k, wt := range w.tubes {
+			if wt == t && w.slots[k] >= 0 {
+				others--
+			}
+		}
+	}
+	if others == 0 {
+		t.waitTake = 1
 	}
 }
 
@@ -454,6 +477,18 @@ func (c *Client) peekUsed(pick func(t *Tube) *Job) *Job {
 	return j
 }
 
+// CancelWait ends a blocked reserve without a result. It reports false
+// when there was none, or it had already ended and its Notifier call is on
+// its way.
+func (c *Client) CancelWait() bool {
+	w := c.wait
+	if w == nil || !w.claim() {
+		return false
+	}
+	w.leave()
+	return true
+}
+
 // Close ends the client: a blocked reserve is cancelled, reserved jobs go
 // back to ready (no counter changes, as in beanstalkd), and its tube
 // references are dropped.
@@ -462,9 +497,7 @@ func (c *Client) Close() {
 	c.closed = true
 	jobs := append([]*Job(nil), c.reserved.jobs...)
 	c.mu.Unlock()
-	if w := c.wait; w != nil && w.claim() {
-		w.leave()
-	}
+	c.CancelWait()
 	now := c.s.now()
 	for _, j := range jobs {
 		t := j.tube

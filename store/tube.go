@@ -235,7 +235,10 @@ func (t *Tube) takeWaiterLocked() *waiter {
 	return w
 }
 
-// onTimer moves delayed jobs whose time has come to the ready heap.
+// onTimer moves delayed jobs whose time has come to the ready heap, one at
+// a time in deadline order, serving waiters after each as beanstalkd does:
+// a waiter gets the job that became ready first, not the most urgent of
+// those that became ready together.
 func (d *delayTarget) onTimer(now int64) {
 	t := (*Tube)(d)
 	var hs handoffs
@@ -248,9 +251,9 @@ func (d *delayTarget) onTimer(now int64) {
 		t.delayed.remove(j)
 		t.s.counts.delayed.Add(-1)
 		t.enqueueLocked(j, 0, now)
+		hs = t.dispatchLocked(now, hs)
 	}
 	t.rearmDelayLocked()
-	hs = t.dispatchLocked(now, hs)
 	t.mu.Unlock()
 	t.s.complete(hs)
 }
