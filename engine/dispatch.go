@@ -13,7 +13,11 @@ import (
 func (ss *session) dispatch(cmd *codec.Command, out []byte) (_ []byte, quit bool) {
 	switch cmd.Status {
 	case codec.BadFormat:
-		ss.countBadFormat(cmd.Op)
+		return append(out, codec.ReplyBadFormat...), false
+	case codec.CountedBadFormat:
+		if c, ok := cmd.Op.Counter(); ok {
+			ss.srv.count(c)
+		}
 		return append(out, codec.ReplyBadFormat...), false
 	case codec.UnknownCommand:
 		return append(out, codec.ReplyUnknownCommand...), false
@@ -56,11 +60,11 @@ func (ss *session) dispatch(cmd *codec.Command, out []byte) (_ []byte, quit bool
 	case codec.OpReserveWithTimeout:
 		return ss.reserve(out, time.Duration(cmd.Timeout)*time.Second), false
 	case codec.OpReserveJob:
-		ss.markWorker()
 		j, ok := cl.ReserveJob(cmd.ID)
 		if !ok {
 			return append(out, codec.ReplyNotFound...), false
 		}
+		ss.markWorker() // only a reserve-job that succeeds makes a worker
 		return codec.AppendJob(out, codec.WordReserved, j.ID(), j.Body()), false
 
 	case codec.OpDelete:
@@ -110,22 +114,12 @@ func (ss *session) dispatch(cmd *codec.Command, out []byte) (_ []byte, quit bool
 	return append(out, codec.ReplyInternalError...), false
 }
 
-// countBadFormat counts the commands beanstalkd counts before parsing
-// their arguments.
-func (ss *session) countBadFormat(op codec.Op) {
-	if op == codec.OpPauseTube {
-		ss.srv.count(codec.CmdPauseTube)
-	}
-}
-
 // putHeader handles put's command line. beanstalkd counts cmd-put for any
 // header whose four integers parse, and takes the job id before the body
 // arrives, so an EXPECTED_CRLF or DRAINING put still uses one.
 func (ss *session) putHeader(cmd *codec.Command, out []byte) []byte {
 	ss.srv.count(codec.CmdPut)
 	switch cmd.Status {
-	case codec.PutTrailing:
-		return append(out, codec.ReplyBadFormat...)
 	case codec.PutTooBig:
 		return out // JOB_TOO_BIG once the body has been discarded
 	}

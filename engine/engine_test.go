@@ -457,3 +457,20 @@ func TestDrainMode(t *testing.T) {
 	c.expect("DRAINING\r\n")
 	c.expect("EXPECTED_CRLF\r\n")
 }
+
+// TestPartialLineIsKept: a command line split across packets, and a line
+// held back by a stray '\r', stay buffered until the rest arrives.
+func TestPartialLineIsKept(t *testing.T) {
+	_, network, addr := startServer(t, engine.Config{})
+	c := dialRaw(t, network, addr)
+	c.send("list-tu")
+	c.expectSilence(50 * time.Millisecond)
+	c.send("be-used\r\n")
+	c.expect("USING default\r\n")
+	c.send("list-tube-used\rx\r\n")
+	c.expectSilence(50 * time.Millisecond)
+	c.send(strings.Repeat("X", 224) + "\r\n") // fills the 224-byte window: one BAD_FORMAT
+	c.expect("BAD_FORMAT\r\n")
+	c.send("list-tube-used\r\n")
+	c.expect("USING default\r\n")
+}

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+	"io"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -43,6 +45,12 @@ func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
 	ss, _ := c.Context().(*session)
 	if ss == nil {
 		return gnet.None
+	}
+	// gnet closes on a half-close (read of 0 bytes) but still flushes what
+	// is written here; beanstalkd answers a reserve waiting on a half-closed
+	// connection with TIMED_OUT before closing it.
+	if ss.blocked && errors.Is(err, io.EOF) && ss.client.CancelWait() {
+		_, _ = c.Write([]byte(codec.ReplyTimedOut))
 	}
 	ss.close()
 	if e := h.srv.log.Debug(); e.Enabled() {

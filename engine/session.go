@@ -78,8 +78,11 @@ func (ss *session) serve() gnet.Action {
 			break
 		}
 	}
-	// Tube names in ss.cmd alias in; they are dead once dispatched.
-	_, _ = c.Discard(consumed)
+	// Tube names in ss.cmd alias in; they are dead once dispatched. gnet's
+	// Discard(0) would throw away everything, hence the guard.
+	if consumed > 0 {
+		_, _ = c.Discard(consumed)
+	}
 	if len(out.B) > 0 {
 		_, _ = c.Write(out.B)
 	}
