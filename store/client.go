@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // Notifier receives the end of a blocked reserve. Its methods are called
@@ -38,6 +40,7 @@ type Client struct {
 	use   *Tube
 	watch []*Tube // beanstalkd's order: append, swap-remove
 	wait  *waiter // the latest blocked reserve, if any
+	lsn   uint64  // log position of the latest change made for this client
 
 	mu       sync.Mutex
 	reserved jobHeap // by TTR deadline; guarded by mu
@@ -132,8 +135,9 @@ func (c *Client) watchIndex(name []byte) int {
 }
 
 // Put stores a new job with a pre-allocated id (Store.NextID) in the used
-// tube. delay and ttr are in seconds; ttr below MinTTR becomes MinTTR.
-func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) *Job {
+// tube. delay and ttr are in seconds; ttr below MinTTR becomes MinTTR. With
+// a log whose disk is full it fails with ErrNoSpace and stores nothing.
+func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) (*Job, error) {
 	t := c.use
 	now := c.s.now()
 	j := &Job{
@@ -151,6 +155,18 @@ func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) *Job {
 	t.refs.Add(1) // safe without registryMu: c holds a reference to t
 	var hs handoffs
 	t.mu.Lock()
+	if c.s.log != nil {
+		j.state, j.deadline = StateReady, 0
+		if j.delay > 0 {
+			j.state, j.deadline = StateDelayed, now+j.delay
+		}
+		r := c.s.record(wal.KindFull, j)
+		if err := c.s.logLocked(c, j, &r); err != nil {
+			t.mu.Unlock()
+			c.s.releaseTube(t)
+			return nil, err
+		}
+	}
 	t.totalJobs++
 	c.s.counts.totalJobs.Add(1)
 	c.s.insertJobLocked(j)
@@ -158,7 +174,7 @@ func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) *Job {
 	hs = t.dispatchLocked(now, hs)
 	t.mu.Unlock()
 	c.s.complete(hs)
-	return j
+	return j, nil
 }
 
 // deadlineSoon reports whether a reserved job is within DeadlineMargin of
@@ -357,6 +373,11 @@ func (c *Client) Delete(id uint64) bool {
 		t.mu.Unlock()
 		return false
 	}
+	if c.s.log != nil {
+		// Deletes are never refused: the log keeps room for them.
+		r := wal.Record{Kind: wal.KindDelete, ID: j.id}
+		_ = c.s.logLocked(c, j, &r)
+	}
 	t.detachLocked(j)
 	j.state = StateInvalid
 	c.s.forgetJobLocked(j)
@@ -367,36 +388,60 @@ func (c *Client) Delete(id uint64) bool {
 }
 
 // Release returns a job reserved by c to its tube with a new priority,
-// delayed by delay seconds.
-func (c *Client) Release(id uint64, pri, delay uint32) bool {
+// delayed by delay seconds. It reports ErrNotFound unless c reserved the
+// job, and ErrNoSpace when the log cannot take the change.
+func (c *Client) Release(id uint64, pri, delay uint32) error {
 	j := c.ownedLocked(id)
 	if j == nil {
-		return false
+		return ErrNotFound
 	}
 	t := j.tube
 	now := c.s.now()
+	d := int64(delay) * int64(time.Second)
+	if c.s.log != nil {
+		r := c.s.record(wal.KindUpdate, j)
+		r.Pri, r.Delay, r.Releases, r.State, r.Deadline = pri, d, j.counts.releases+1, wal.StateReady, 0
+		if d > 0 {
+			r.State, r.Deadline = wal.StateDelayed, c.s.wall(now+d)
+		}
+		if err := c.s.logLocked(c, j, &r); err != nil {
+			t.mu.Unlock()
+			return err
+		}
+	}
 	t.detachLocked(j)
 	j.pri = pri
-	j.delay = int64(delay) * int64(time.Second)
+	j.delay = d
 	j.counts.releases++
 	t.enqueueLocked(j, j.delay, now)
 	hs := t.dispatchLocked(now, nil)
 	t.mu.Unlock()
 	c.s.complete(hs)
-	return true
+	return nil
 }
 
-// Bury moves a job reserved by c to the end of its tube's buried FIFO.
-func (c *Client) Bury(id uint64, pri uint32) bool {
+// Bury moves a job reserved by c to the end of its tube's buried FIFO. It
+// reports ErrNotFound unless c reserved the job, and ErrNoSpace when the
+// log cannot take the change.
+func (c *Client) Bury(id uint64, pri uint32) error {
 	j := c.ownedLocked(id)
 	if j == nil {
-		return false
+		return ErrNotFound
 	}
-	j.tube.detachLocked(j)
+	t := j.tube
+	if c.s.log != nil {
+		r := c.s.record(wal.KindUpdate, j)
+		r.Pri, r.State, r.Buries, r.Deadline = pri, wal.StateBuried, j.counts.buries+1, 0
+		if err := c.s.logLocked(c, j, &r); err != nil {
+			t.mu.Unlock()
+			return err
+		}
+	}
+	t.detachLocked(j)
 	j.pri = pri
-	j.tube.buryLocked(j)
-	j.tube.mu.Unlock()
-	return true
+	t.buryLocked(j)
+	t.mu.Unlock()
+	return nil
 }
 
 // Touch restarts the TTR of a job reserved by c.
@@ -415,22 +460,22 @@ func (c *Client) Touch(id uint64) bool {
 }
 
 // Kick moves up to n jobs of the used tube to ready: buried ones if there
-// are any (oldest first), otherwise delayed ones (earliest first).
+// are any (oldest first), otherwise delayed ones (earliest first). It stops
+// early if the log cannot take a change.
 func (c *Client) Kick(n uint32) uint32 {
 	t := c.use
 	now := c.s.now()
 	t.mu.Lock()
+	fromBuried := t.nBuried > 0
 	var kicked uint32
-	fromBuried := t.nBuried > 0 // beanstalkd never kicks both kinds in one command
 	for ; kicked < n; kicked++ {
 		j := t.buriedHead
 		if !fromBuried {
 			j = t.delayed.min()
 		}
-		if j == nil {
+		if j == nil || t.kickLocked(c, j, now) != nil {
 			break
 		}
-		t.kickLocked(j, now)
 	}
 	hs := t.dispatchLocked(now, nil)
 	t.mu.Unlock()
@@ -438,30 +483,42 @@ func (c *Client) Kick(n uint32) uint32 {
 	return kicked
 }
 
-// KickJob moves one buried or delayed job, in any tube, to ready.
-func (c *Client) KickJob(id uint64) bool {
+// KickJob moves one buried or delayed job, in any tube, to ready. It
+// reports ErrNotFound for a job in any other state.
+func (c *Client) KickJob(id uint64) error {
 	j := c.s.lookup(id)
 	if j == nil {
-		return false
+		return ErrNotFound
 	}
 	t := j.tube
 	now := c.s.now()
 	t.mu.Lock()
 	if j.state != StateBuried && j.state != StateDelayed {
 		t.mu.Unlock()
-		return false
+		return ErrNotFound
 	}
-	t.kickLocked(j, now)
+	if err := t.kickLocked(c, j, now); err != nil {
+		t.mu.Unlock()
+		return err
+	}
 	hs := t.dispatchLocked(now, nil)
 	t.mu.Unlock()
 	c.s.complete(hs)
-	return true
+	return nil
 }
 
-func (t *Tube) kickLocked(j *Job, now int64) {
+func (t *Tube) kickLocked(c *Client, j *Job, now int64) error {
+	if t.s.log != nil {
+		r := t.s.record(wal.KindUpdate, j)
+		r.State, r.Kicks, r.Deadline = wal.StateReady, j.counts.kicks+1, 0
+		if err := t.s.logLocked(c, j, &r); err != nil {
+			return err
+		}
+	}
 	t.detachLocked(j)
 	j.counts.kicks++
 	t.enqueueLocked(j, 0, now)
+	return nil
 }
 
 // PeekReady, PeekDelayed and PeekBuried look at the used tube: its next

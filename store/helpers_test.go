@@ -140,7 +140,11 @@ func body(id uint64) []byte { return []byte("job " + itoa(id) + "\r\n") }
 // put stores a job in c's used tube with the next id.
 func put(s *store.Store, c *store.Client, pri, delay, ttr uint32) *store.Job {
 	id := s.NextID()
-	return c.Put(id, pri, delay, ttr, body(id))
+	j, err := c.Put(id, pri, delay, ttr, body(id))
+	if err != nil {
+		panic(err) // only a full disk fails a put, and these stores have no log
+	}
+	return j
 }
 
 // putIn stores a job in the named tube, leaving c using that tube.

@@ -1,5 +1,7 @@
 package store
 
+import "github.com/sproutmq/sprout/store/wal"
+
 // State is where a job is in its life cycle. The numbering matches
 // beanstalkd's binlog so a write-ahead log can store it as is.
 type State uint8
@@ -58,6 +60,8 @@ type Job struct {
 	buriedPrev, buriedNext *Job
 	// ttrTimer fires when a reservation runs out.
 	ttrTimer timer
+	// loc is where the job's latest full record is in the log.
+	loc wal.Loc
 }
 
 type jobCounts struct {

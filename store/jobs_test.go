@@ -123,8 +123,8 @@ func TestOwnJobCommands(t *testing.T) {
 		name string
 		do   func(c *store.Client, id uint64) bool
 	}{
-		{"release", func(c *store.Client, id uint64) bool { return c.Release(id, 1, 0) }},
-		{"bury", func(c *store.Client, id uint64) bool { return c.Bury(id, 1) }},
+		{"release", func(c *store.Client, id uint64) bool { return c.Release(id, 1, 0) == nil }},
+		{"bury", func(c *store.Client, id uint64) bool { return c.Bury(id, 1) == nil }},
 		{"touch", func(c *store.Client, id uint64) bool { return c.Touch(id) }},
 	} {
 		for _, tc := range []struct {
@@ -192,7 +192,7 @@ func TestRelease(t *testing.T) {
 				c.Kick(1)
 				reserveNow(t, c, j)
 				time.Sleep(time.Second)
-				if !c.Release(j.ID(), tc.pri, tc.delay) {
+				if c.Release(j.ID(), tc.pri, tc.delay) != nil {
 					t.Fatal("Release failed")
 				}
 				st := jobStats(t, s, j.ID())
@@ -213,7 +213,7 @@ func TestRelease(t *testing.T) {
 				if st.State != store.StateReady || st.Timeouts != 0 {
 					t.Fatalf("a minute later: %+v", st)
 				}
-				if c.Release(j.ID(), 1, 0) {
+				if c.Release(j.ID(), 1, 0) == nil {
 					t.Fatal("released twice")
 				}
 			})
@@ -232,7 +232,7 @@ func TestBury(t *testing.T) {
 		order := []int{2, 0, 3, 1}
 		for k, i := range order {
 			hold(c, js[i])
-			if !c.Bury(js[i].ID(), uint32(100+k)) {
+			if c.Bury(js[i].ID(), uint32(100+k)) != nil {
 				t.Fatalf("Bury(%d) failed", js[i].ID())
 			}
 		}
@@ -242,7 +242,7 @@ func TestBury(t *testing.T) {
 		if got := globalCounts(s); got != (counts{buried: 4}) {
 			t.Fatalf("counts %+v", got)
 		}
-		if c.Bury(js[2].ID(), 1) {
+		if c.Bury(js[2].ID(), 1) == nil {
 			t.Fatal("buried twice")
 		}
 		for _, i := range order {
@@ -310,7 +310,7 @@ func TestTTRExpiry(t *testing.T) {
 		}
 		// The client is not told; the job is no longer its to delete.
 		r.none(t)
-		if len(c.ReservedIDs()) != 0 || c.Release(j.ID(), 1, 0) {
+		if len(c.ReservedIDs()) != 0 || c.Release(j.ID(), 1, 0) == nil {
 			t.Fatal("the client still holds the job")
 		}
 		if !other.Delete(j.ID()) {
@@ -420,7 +420,7 @@ func TestKickJob(t *testing.T) {
 				other.Use([]byte("elsewhere")) // not c's used tube
 				j := jobOf(s, other, other, tc.state)
 				before := jobStats(t, s, j.ID())
-				if ok := c.KickJob(j.ID()); ok != tc.ok {
+				if ok := c.KickJob(j.ID()) == nil; ok != tc.ok {
 					t.Fatalf("KickJob = %v, want %v", ok, tc.ok)
 				}
 				st := jobStats(t, s, j.ID())
@@ -442,7 +442,7 @@ func TestKickJob(t *testing.T) {
 	t.Run("missing", func(t *testing.T) {
 		bubble(t, func(t *testing.T, s *store.Store) {
 			c, _ := newClient(s)
-			if c.KickJob(9) {
+			if c.KickJob(9) == nil {
 				t.Fatal("kicked a missing job")
 			}
 		})

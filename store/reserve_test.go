@@ -27,7 +27,7 @@ func TestReserve(t *testing.T) {
 		}},
 		{"equal priority: lowest id, not put order", func(s *store.Store, c, other *store.Client) *store.Job {
 			other.Put(20, 1, 0, 10, body(20))
-			j := other.Put(10, 1, 0, 10, body(10))
+			j, _ := other.Put(10, 1, 0, 10, body(10))
 			other.Put(15, 1, 0, 10, body(15))
 			return j
 		}},

@@ -72,6 +72,7 @@ type JobStats struct {
 	State                                       State
 	Pri                                         uint32
 	Age, Delay, TTR, TimeLeft                   time.Duration
+	File                                        int64
 	Reserves, Timeouts, Releases, Buries, Kicks uint32
 }
 
@@ -101,6 +102,7 @@ func (s *Store) JobStats(id uint64) (JobStats, bool) {
 		Releases: j.counts.releases,
 		Buries:   j.counts.buries,
 		Kicks:    j.counts.kicks,
+		File:     j.file(),
 	}
 	if j.state == StateReserved || j.state == StateDelayed {
 		st.TimeLeft = time.Duration(j.deadline - now)

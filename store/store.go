@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // ErrNotFound is returned by lookups of a job or tube that does not exist
@@ -28,10 +30,12 @@ const jobShards = 64
 // Store holds every tube and job. It is safe for concurrent use; see doc.go
 // for the lock order.
 type Store struct {
-	now    func() int64 // monotonic nanoseconds; immutable
-	timers *timers
-	stop   chan struct{}
-	done   chan struct{}
+	now      func() int64 // monotonic nanoseconds; immutable
+	wallBase int64        // immutable: wall-clock ns at monotonic 0
+	log      *wal.Log     // immutable; nil keeps everything in memory
+	timers   *timers
+	stop     chan struct{}
+	done     chan struct{}
 
 	lastID atomic.Uint64
 
@@ -63,6 +67,10 @@ type globalCounts struct {
 type Options struct {
 	// Now returns monotonic nanoseconds. Nil means the real clock.
 	Now func() int64
+	// Log, if set, makes every change a restart must see durable: jobs it
+	// recovered are loaded by New, and the caller then starts it with
+	// Log.Start(store) so compaction can move jobs.
+	Log *wal.Log
 }
 
 // New returns a running store; call Close to stop its timer goroutine.
@@ -81,10 +89,15 @@ func New(opts Options) *Store {
 	for i := range s.shards {
 		s.shards[i].jobs = make(map[uint64]*Job)
 	}
+	s.wallBase = time.Now().UnixNano() - now()
+	s.log = opts.Log
 	s.timers = newTimers(now)
 	s.registryMu.Lock()
 	s.defaultT = s.acquireTubeLocked(DefaultTube) // the permanent reference
 	s.registryMu.Unlock()
+	if s.log != nil {
+		s.recover()
+	}
 	go func() {
 		defer close(s.done)
 		s.timers.run(s.stop)

@@ -32,7 +32,7 @@ func TestPut(t *testing.T) {
 			bubble(t, func(t *testing.T, s *store.Store) {
 				c, _ := newClient(s)
 				data := []byte("hello\r\n")
-				j := c.Put(tc.id, tc.pri, tc.delay, tc.ttr, data)
+				j, _ := c.Put(tc.id, tc.pri, tc.delay, tc.ttr, data)
 				if j.ID() != tc.id || !bytes.Equal(j.Body(), data) {
 					t.Fatalf("Put returned id %d body %q", j.ID(), j.Body())
 				}

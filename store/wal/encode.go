@@ -1,0 +1,146 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+)
+
+// A frame is: u32 payload length, u32 CRC-32C of the payload, payload.
+// The payload is the record, little-endian:
+//
+//	u8 kind, u64 id,
+//	KindFull:   u16 tube length, tube,
+//	Full/Update: u8 state, u32 pri, i64 delay, ttr, created, deadline,
+//	             u32 reserves, timeouts, releases, buries, kicks,
+//	KindFull:   u32 body length, body.
+const (
+	frameHeader = 8
+	fixedFields = 1 + 4 + 8*4 + 4*5
+	// MaxTubeName bounds the tube name a record may carry.
+	maxTubeName = 1 << 10
+	// maxPayload bounds a frame: a 1 GiB body (beanstalkd's largest -z)
+	// plus its fields.
+	maxPayload = 1<<30 + 2 + 1<<12
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+var errCorrupt = errors.New("wal: corrupt record")
+
+func crc32Update(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// FullSize is the size on disk of a KindFull record with this tube name
+// and body length.
+func FullSize(tubeLen, bodyLen int) int {
+	return frameHeader + 1 + 8 + 2 + tubeLen + fixedFields + 4 + bodyLen
+}
+
+func payloadSize(r *Record) int {
+	switch r.Kind {
+	case KindFull:
+		return FullSize(len(r.Tube), len(r.Body)) - frameHeader
+	case KindUpdate:
+		return 1 + 8 + fixedFields
+	}
+	return 1 + 8
+}
+
+// appendFrame appends r's frame to dst.
+func appendFrame(dst []byte, r *Record) []byte {
+	n := payloadSize(r)
+	start := len(dst)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(n))
+	dst = binary.LittleEndian.AppendUint32(dst, 0) // CRC, filled below
+	dst = append(dst, byte(r.Kind))
+	dst = binary.LittleEndian.AppendUint64(dst, r.ID)
+	if r.Kind == KindFull {
+		dst = binary.LittleEndian.AppendUint16(dst, uint16(len(r.Tube)))
+		dst = append(dst, r.Tube...)
+	}
+	if r.Kind == KindFull || r.Kind == KindUpdate {
+		dst = append(dst, r.State)
+		dst = binary.LittleEndian.AppendUint32(dst, r.Pri)
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Delay))
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(r.TTR))
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(r.CreatedAt))
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Deadline))
+		for _, c := range [...]uint32{r.Reserves, r.Timeouts, r.Releases, r.Buries, r.Kicks} {
+			dst = binary.LittleEndian.AppendUint32(dst, c)
+		}
+	}
+	if r.Kind == KindFull {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Body)))
+		dst = append(dst, r.Body...)
+	}
+	payload := dst[start+frameHeader:]
+	binary.LittleEndian.PutUint32(dst[start+4:], crc32Update(payload))
+	return dst
+}
+
+// decodePayload parses a checked payload. The body aliases p.
+func decodePayload(p []byte, r *Record) error {
+	*r = Record{}
+	if len(p) < 9 {
+		return errCorrupt
+	}
+	r.Kind = Kind(p[0])
+	r.ID = binary.LittleEndian.Uint64(p[1:])
+	p = p[9:]
+	switch r.Kind {
+	case KindFull:
+		if len(p) < 2 {
+			return errCorrupt
+		}
+		n := int(binary.LittleEndian.Uint16(p))
+		p = p[2:]
+		if n == 0 || n > len(p) {
+			return errCorrupt
+		}
+		r.Tube = string(p[:n])
+		p = p[n:]
+	case KindUpdate, KindDelete:
+	default:
+		return errCorrupt
+	}
+	if r.Kind == KindDelete {
+		if len(p) != 0 {
+			return errCorrupt
+		}
+		return nil
+	}
+	if len(p) < fixedFields {
+		return errCorrupt
+	}
+	r.State = p[0]
+	r.Pri = binary.LittleEndian.Uint32(p[1:])
+	r.Delay = int64(binary.LittleEndian.Uint64(p[5:]))
+	r.TTR = int64(binary.LittleEndian.Uint64(p[13:]))
+	r.CreatedAt = int64(binary.LittleEndian.Uint64(p[21:]))
+	r.Deadline = int64(binary.LittleEndian.Uint64(p[29:]))
+	r.Reserves = binary.LittleEndian.Uint32(p[37:])
+	r.Timeouts = binary.LittleEndian.Uint32(p[41:])
+	r.Releases = binary.LittleEndian.Uint32(p[45:])
+	r.Buries = binary.LittleEndian.Uint32(p[49:])
+	r.Kicks = binary.LittleEndian.Uint32(p[53:])
+	p = p[fixedFields:]
+	if r.State < StateReady || r.State > StateDelayed {
+		return errCorrupt
+	}
+	if r.Kind == KindUpdate {
+		if len(p) != 0 {
+			return errCorrupt
+		}
+		return nil
+	}
+	if len(p) < 4 {
+		return errCorrupt
+	}
+	n := int(binary.LittleEndian.Uint32(p))
+	p = p[4:]
+	if n != len(p) || n < 2 {
+		return errCorrupt
+	}
+	r.Body = p
+	return nil
+}

@@ -1,0 +1,667 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+)
+
+// Errors a caller maps onto the wire.
+var (
+	// ErrNoSpace: the disk has no room for a new segment, so only deletes
+	// are accepted (their room is kept in reserve). beanstalkd answers
+	// OUT_OF_MEMORY to a put in this state.
+	ErrNoSpace = errors.New("wal: no space left for new records")
+	// ErrLocked: another server holds the directory's lock.
+	ErrLocked = errors.New("wal: directory is locked by another server")
+)
+
+const (
+	// DefaultSegmentSize is beanstalkd's -s default.
+	DefaultSegmentSize = 10 << 20
+	// DefaultSyncEvery is beanstalkd's -f default.
+	DefaultSyncEvery = 50 * time.Millisecond
+	// migrateBatch bounds how many jobs one compaction step moves, so it
+	// never holds any tube for long.
+	migrateBatch = 256
+)
+
+// Options configure a Log.
+type Options struct {
+	// SegmentSize is the size segments are preallocated to and rotated at
+	// (beanstalkd -s). A batch of records is never split, so a segment may
+	// end a little past it.
+	SegmentSize int64
+	// SyncEvery bounds how long a written record may stay un-fsynced
+	// (beanstalkd -f). Zero fsyncs every commit before it is acknowledged.
+	SyncEvery time.Duration
+	// NoSync never fsyncs (beanstalkd -F).
+	NoSync bool
+	// SkipDamaged logs and skips damaged records found at start instead of
+	// refusing to start.
+	SkipDamaged bool
+	// MaxJobSize bounds bodies read back, for imports of beanstalkd binlogs.
+	MaxJobSize int
+	// Importer, if set, takes over a directory holding only another
+	// server's log files.
+	Importer Importer
+	Logger   zerolog.Logger
+
+	// allocate reserves disk space for a segment; tests inject ENOSPC.
+	allocate func(f *os.File, size int64) error
+	// writeAt writes to a segment; tests inject I/O errors.
+	writeAt func(f *os.File, b []byte, off int64) (int, error)
+}
+
+// Loc is where a job's latest full record lives: its segment and size.
+// The zero Loc means none.
+type Loc struct {
+	Seg  uint32
+	Size uint32
+}
+
+// Migrator moves live jobs out of an old segment by appending a fresh full
+// record for each (Log.Append with the job's current Loc as prev). It is
+// called on the log's writer goroutine with no log lock held.
+type Migrator interface {
+	Migrate(seg uint32, ids []uint64)
+}
+
+// Recovered is a job found at start, in its final logged state.
+type Recovered struct {
+	Record
+	Loc Loc
+}
+
+type segment struct {
+	seq  uint32
+	path string
+
+	// guarded by Log.mu
+	liveCount int
+	liveBytes int64
+	ids       []uint64 // jobs whose full record was written here (some since moved or deleted)
+	onDisk    int64    // bytes the file takes on disk
+
+	// writer goroutine only
+	f       *os.File
+	written int64
+}
+
+type chunk struct {
+	seq uint32
+	b   []byte
+	end uint64 // LSN after this chunk
+}
+
+type durableWaiter struct {
+	lsn uint64
+	fn  func()
+}
+
+// Log is a segmented, checksummed write-ahead log with group commit. Any
+// goroutine appends records (Append) and asks to be told when they are
+// durable (OnDurable); one writer goroutine writes and fsyncs them in
+// batches, so every commit waiting on one fsync is released together.
+type Log struct {
+	dir  string  // immutable
+	opts Options // immutable
+	log  zerolog.Logger
+	lock *os.File // holds the directory lock for the process's life
+
+	recovered []Recovered // set by Open, handed over once
+
+	mu       sync.Mutex
+	pending  []chunk             // guarded by mu
+	appended uint64              // guarded by mu: LSN of the last appended byte
+	curSeq   uint32              // guarded by mu: the segment new records go to
+	curSize  int64               // guarded by mu: its size including pending records
+	spare    uint32              // guarded by mu: a preallocated next segment, or 0
+	segs     map[uint32]*segment // guarded by mu
+	order    []uint32            // guarded by mu: segments on disk, oldest first
+	noSpace  bool                // guarded by mu
+	live     int64               // guarded by mu: bytes of live full records
+	waiters  []durableWaiter     // guarded by mu
+	closing  bool                // guarded by mu
+	lastID   uint64              // guarded by mu: highest id in any header or record
+
+	durable  atomic.Uint64 // highest LSN acknowledged (written, and synced if SyncEvery is 0)
+	synced   atomic.Uint64 // highest LSN fsynced
+	written  atomic.Uint64 // highest LSN written
+	migrated atomic.Int64
+	records  atomic.Int64
+
+	migrator Migrator
+	// writing is the segment the writer last wrote to; writer goroutine only.
+	writing *segment
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// Open locks dir, replays it and returns the log, not yet writing. Jobs
+// found are available from Recovered; call Start to begin appending. A
+// directory holding only beanstalkd binlog files is imported first.
+func Open(dir string, opts Options) (*Log, error) {
+	if opts.SegmentSize <= 0 {
+		opts.SegmentSize = DefaultSegmentSize
+	}
+	if opts.allocate == nil {
+		opts.allocate = allocate
+	}
+	if opts.writeAt == nil {
+		opts.writeAt = func(f *os.File, b []byte, off int64) (int, error) { return f.WriteAt(b, off) }
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, err
+	}
+	l := &Log{
+		dir:  dir,
+		opts: opts,
+		log:  opts.Logger,
+		segs: make(map[uint32]*segment),
+		kick: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	l.lock = lock
+	if err := l.load(); err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// lockDir takes beanstalkd's lock (an fcntl write lock on DIR/lock), so
+// neither a second Sprout nor a beanstalkd can share the directory.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &lk); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+	}
+	return f, nil
+}
+
+// Recovered hands over the jobs found at start, once.
+func (l *Log) Recovered() []Recovered {
+	r := l.recovered
+	l.recovered = nil
+	return r
+}
+
+// LastID is the highest job id the directory has ever issued.
+func (l *Log) LastID() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastID
+}
+
+// Start opens a new segment and begins writing. m moves jobs during
+// compaction.
+func (l *Log) Start(m Migrator) error {
+	l.migrator = m
+	l.mu.Lock()
+	next := uint32(1)
+	if n := len(l.order); n > 0 {
+		next = l.order[n-1] + 1
+	}
+	l.mu.Unlock()
+	if err := l.openSegment(next); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.curSeq = next
+	l.curSize = headerSize
+	l.mu.Unlock()
+	l.prepareSpare()
+	go l.run()
+	return nil
+}
+
+// Append adds a record and returns its LSN. A KindFull record's new Loc is
+// returned; prev is the job's previous full record (zero for a put), which
+// stops counting as live. Only deletes are accepted while the disk is full.
+func (l *Log) Append(r *Record, prev Loc) (lsn uint64, loc Loc, err error) {
+	size := int64(payloadSize(r) + frameHeader)
+	l.mu.Lock()
+	if l.closing {
+		l.mu.Unlock()
+		return 0, Loc{}, errors.New("wal: closed")
+	}
+	if l.noSpace && r.Kind != KindDelete {
+		l.mu.Unlock()
+		return 0, Loc{}, ErrNoSpace
+	}
+	if l.curSize+size > l.opts.SegmentSize && l.curSize > headerSize && l.spare != 0 {
+		l.curSeq = l.spare
+		l.curSize = headerSize
+		l.spare = 0
+	}
+	n := len(l.pending)
+	if n == 0 || l.pending[n-1].seq != l.curSeq {
+		l.pending = append(l.pending, chunk{seq: l.curSeq})
+		n++
+	}
+	c := &l.pending[n-1]
+	c.b = appendFrame(c.b, r)
+	l.curSize += size
+	l.appended += uint64(size)
+	c.end = l.appended
+	lsn = l.appended
+	l.records.Add(1)
+	if r.ID > l.lastID {
+		l.lastID = r.ID
+	}
+	if r.Kind == KindFull {
+		s := l.segs[l.curSeq]
+		s.liveCount++
+		s.liveBytes += size
+		s.ids = append(s.ids, r.ID)
+		l.live += size
+		loc = Loc{Seg: l.curSeq, Size: uint32(size)}
+	}
+	if prev.Seg != 0 {
+		if s := l.segs[prev.Seg]; s != nil {
+			s.liveCount--
+			s.liveBytes -= int64(prev.Size)
+		}
+		l.live -= int64(prev.Size)
+	}
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	return lsn, loc, nil
+}
+
+// Durable is the highest LSN that has been acknowledged as durable.
+func (l *Log) Durable() uint64 { return l.durable.Load() }
+
+// OnDurable calls fn, on the writer goroutine, once lsn is durable (at
+// once, on this goroutine, if it already is).
+func (l *Log) OnDurable(lsn uint64, fn func()) {
+	if l.durable.Load() >= lsn {
+		fn()
+		return
+	}
+	l.mu.Lock()
+	if l.durable.Load() >= lsn {
+		l.mu.Unlock()
+		fn()
+		return
+	}
+	l.waiters = append(l.waiters, durableWaiter{lsn: lsn, fn: fn})
+	l.mu.Unlock()
+}
+
+// Stats are the figures stats reports as binlog-*.
+type Stats struct {
+	OldestIndex, CurrentIndex       uint32
+	RecordsMigrated, RecordsWritten int64
+	MaxSize                         int64
+	DiskBytes, LiveBytes            int64
+}
+
+// Stats reads the log's figures.
+func (l *Log) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := Stats{
+		CurrentIndex:    l.curSeq,
+		RecordsMigrated: l.migrated.Load(),
+		RecordsWritten:  l.records.Load(),
+		MaxSize:         l.opts.SegmentSize,
+		LiveBytes:       l.live,
+	}
+	if len(l.order) > 0 {
+		st.OldestIndex = l.order[0]
+	}
+	for _, seq := range l.order {
+		st.DiskBytes += l.segs[seq].onDisk
+	}
+	return st
+}
+
+// Close writes and fsyncs everything appended, then stops the writer.
+//
+// Shutdown order:
+//  1. no more appends are accepted;
+//  2. the writer writes what is pending and fsyncs, whatever the policy;
+//  3. waiters are released, files closed, the directory lock dropped.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closing {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closing = true
+	l.mu.Unlock()
+	close(l.stop)
+	<-l.done
+	return l.lock.Close()
+}
+
+// run is the writer goroutine.
+func (l *Log) run() {
+	defer close(l.done)
+	var syncTimer *time.Timer
+	var syncC <-chan time.Time
+	lastSync := time.Now()
+	for {
+		stopping := false
+		select {
+		case <-l.kick:
+		case <-syncC:
+			syncC = nil
+		case <-l.stop:
+			stopping = true
+		}
+		l.writePending()
+		dirty := l.synced.Load() < l.written.Load()
+		switch {
+		case stopping:
+			if dirty {
+				l.sync()
+			}
+		case !dirty || l.opts.NoSync:
+		case l.opts.SyncEvery <= 0 || time.Since(lastSync) >= l.opts.SyncEvery:
+			l.sync()
+			lastSync = time.Now()
+		case syncC == nil:
+			// Unlike beanstalkd, an idle tail is fsynced too.
+			wait := l.opts.SyncEvery - time.Since(lastSync)
+			if syncTimer == nil {
+				syncTimer = time.NewTimer(wait)
+			} else {
+				syncTimer.Reset(wait)
+			}
+			syncC = syncTimer.C
+		}
+		if l.opts.SyncEvery <= 0 && !l.opts.NoSync {
+			l.publish(l.synced.Load())
+		} else {
+			l.publish(l.written.Load())
+		}
+		if stopping {
+			l.closeFiles()
+			return
+		}
+		l.maintain()
+	}
+}
+
+// writePending writes every pending chunk, opening segments as needed.
+// Write errors are retried until they succeed: the log never silently
+// stops logging, and commits wait meanwhile.
+func (l *Log) writePending() {
+	l.mu.Lock()
+	chunks := l.pending
+	l.pending = nil
+	l.mu.Unlock()
+	for _, c := range chunks {
+		s := l.segment(c.seq)
+		if s != l.writing {
+			l.startWriting(s)
+		}
+		for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+			n, err := l.opts.writeAt(s.f, c.b, s.written)
+			s.written += int64(n)
+			c.b = c.b[n:]
+			if err == nil && len(c.b) == 0 {
+				break
+			}
+			l.log.Error().Err(err).Str("file", s.path).Msg("wal: write failed; retrying")
+			time.Sleep(backoff)
+		}
+		l.written.Store(c.end)
+	}
+}
+
+// startWriting switches the writer to segment s: its header is rewritten
+// with the highest id issued so far (it may have been preallocated long
+// before), and older segments are trimmed and closed.
+func (l *Log) startWriting(s *segment) {
+	l.mu.Lock()
+	last := l.lastID
+	var old []*segment
+	for _, q := range l.order {
+		if o := l.segs[q]; q < s.seq && o.f != nil {
+			old = append(old, o)
+		}
+	}
+	l.mu.Unlock()
+	var b [8]byte
+	putU64(b[:], last)
+	if _, err := s.f.WriteAt(b[:], 16); err != nil {
+		l.log.Error().Err(err).Str("file", s.path).Msg("wal: cannot update segment header")
+	}
+	for _, o := range old {
+		_ = o.f.Sync()
+		_ = o.f.Truncate(o.written)
+		_ = o.f.Close()
+		o.f = nil
+		l.mu.Lock()
+		o.onDisk = o.written
+		l.mu.Unlock()
+	}
+	l.writing = s
+}
+
+func (l *Log) sync() {
+	w := l.written.Load()
+	if s := l.writing; s != nil && s.f != nil {
+		if err := unix.Fdatasync(int(s.f.Fd())); err != nil {
+			l.log.Error().Err(err).Str("file", s.path).Msg("wal: fsync failed")
+			return
+		}
+	}
+	l.synced.Store(w)
+}
+
+// publish acknowledges everything up to lsn.
+func (l *Log) publish(lsn uint64) {
+	if lsn <= l.durable.Load() {
+		return
+	}
+	l.mu.Lock()
+	l.durable.Store(lsn)
+	var due []durableWaiter
+	keep := l.waiters[:0]
+	for _, w := range l.waiters {
+		if w.lsn <= lsn {
+			due = append(due, w)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	for i := len(keep); i < len(l.waiters); i++ {
+		l.waiters[i] = durableWaiter{}
+	}
+	l.waiters = keep
+	l.mu.Unlock()
+	for _, w := range due {
+		w.fn()
+	}
+}
+
+func (l *Log) closeFiles() {
+	l.mu.Lock()
+	segs := make([]*segment, 0, len(l.segs))
+	for _, s := range l.segs {
+		segs = append(segs, s)
+	}
+	l.mu.Unlock()
+	for _, s := range segs {
+		if s.f != nil {
+			_ = s.f.Close()
+			s.f = nil
+		}
+	}
+}
+
+// maintain keeps the directory near twice the live data: while it is
+// larger than that plus two segments, live jobs are moved out of the
+// oldest segment, which is deleted once nothing in it is live and the
+// moves are on disk.
+func (l *Log) maintain() {
+	l.prepareSpare()
+	l.mu.Lock()
+	if len(l.order) < 3 {
+		l.mu.Unlock()
+		return
+	}
+	var disk int64
+	for _, q := range l.order {
+		disk += l.segs[q].onDisk
+	}
+	oldest := l.segs[l.order[0]]
+	if oldest.seq >= l.curSeq-1 || (disk <= 2*l.live+2*l.opts.SegmentSize && oldest.liveCount > 0) {
+		l.mu.Unlock()
+		return
+	}
+	if oldest.liveCount > 0 {
+		ids := append([]uint64(nil), oldest.ids[:min(len(oldest.ids), migrateBatch)]...)
+		oldest.ids = oldest.ids[len(ids):]
+		l.mu.Unlock()
+		l.migrator.Migrate(oldest.seq, ids)
+		l.poke()
+		return
+	}
+	needed := l.appended
+	l.mu.Unlock()
+	if l.written.Load() < needed {
+		l.poke() // the moves are still pending: come back
+		return
+	}
+	if l.synced.Load() < needed {
+		l.sync()
+	}
+	if err := os.Remove(oldest.path); err != nil {
+		l.log.Warn().Err(err).Str("file", oldest.path).Msg("wal: cannot remove segment")
+		return
+	}
+	l.mu.Lock()
+	delete(l.segs, oldest.seq)
+	l.order = l.order[1:]
+	l.mu.Unlock()
+	l.poke()
+}
+
+// NoteMigrated counts a job moved by the Migrator.
+func (l *Log) NoteMigrated() { l.migrated.Add(1) }
+
+func (l *Log) poke() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// prepareSpare keeps one preallocated segment ready, so rotation never
+// waits for the disk and deletes have room when the disk fills up.
+func (l *Log) prepareSpare() {
+	l.mu.Lock()
+	if l.spare != 0 || l.closing {
+		l.mu.Unlock()
+		return
+	}
+	next := l.curSeq + 1
+	if n := len(l.order); n > 0 && l.order[n-1] >= next {
+		next = l.order[n-1] + 1
+	}
+	wasFull := l.noSpace
+	l.mu.Unlock()
+	err := l.openSegment(next)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		if !wasFull {
+			l.log.Warn().Err(err).Msg("wal: disk full; refusing puts until space returns")
+		}
+		l.noSpace = true
+		return
+	}
+	if wasFull {
+		l.log.Info().Msg("wal: space available again; accepting puts")
+	}
+	l.noSpace = false
+	l.spare = next
+}
+
+const (
+	headerSize = 24
+	magic      = "SPROUTWL"
+	version    = 1
+)
+
+func segmentName(seq uint32) string { return fmt.Sprintf("sprout.%08d.wal", seq) }
+
+// openSegment creates and preallocates segment seq with its header.
+func (l *Log) openSegment(seq uint32) error {
+	path := filepath.Join(l.dir, segmentName(seq))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := l.opts.allocate(f, l.opts.SegmentSize); err != nil {
+		_ = f.Close()
+		_ = os.Remove(path)
+		return err
+	}
+	l.mu.Lock()
+	last := l.lastID
+	l.mu.Unlock()
+	hdr := make([]byte, headerSize)
+	copy(hdr, magic)
+	putU32(hdr[8:], version)
+	putU64(hdr[16:], last)
+	if _, err := f.WriteAt(hdr, 0); err != nil {
+		_ = f.Close()
+		_ = os.Remove(path)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		_ = os.Remove(path)
+		return err
+	}
+	syncDir(l.dir)
+	s := &segment{seq: seq, path: path, f: f, written: headerSize, onDisk: l.opts.SegmentSize}
+	l.mu.Lock()
+	l.segs[seq] = s
+	l.order = append(l.order, seq)
+	sort.Slice(l.order, func(i, k int) bool { return l.order[i] < l.order[k] })
+	l.mu.Unlock()
+	return nil
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+}
+
+func (l *Log) segment(seq uint32) *segment {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.segs[seq]
+}
