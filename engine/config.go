@@ -28,6 +28,18 @@ type Config struct {
 	DrainPoll time.Duration
 	// Logger receives operator-facing events; the zero value discards.
 	Logger zerolog.Logger
+	// Durability, if set, is the write-ahead log behind the store: a reply
+	// to a command that changed durable state is held until the change is
+	// durable. Nil means in memory.
+	Durability Durability
+}
+
+// Durability is what the engine needs of a write-ahead log (store/wal.Log).
+type Durability interface {
+	// Durable is the highest log position that is durable.
+	Durable() uint64
+	// OnDurable calls fn, from any goroutine, once lsn is durable.
+	OnDurable(lsn uint64, fn func())
 }
 
 const (

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"time"
 
 	"github.com/sproutmq/sprout/codec"
@@ -70,15 +71,18 @@ func (ss *session) dispatch(cmd *codec.Command, out []byte) (_ []byte, quit bool
 	case codec.OpDelete:
 		return okOrNotFound(out, cl.Delete(cmd.ID), codec.ReplyDeleted), false
 	case codec.OpRelease:
-		return okOrNotFound(out, cl.Release(cmd.ID, cmd.Pri, cmd.Delay), codec.ReplyReleased), false
+		// beanstalkd answers OUT_OF_MEMORY when the binlog refuses a release.
+		return replyFor(out, cl.Release(cmd.ID, cmd.Pri, cmd.Delay), codec.ReplyReleased, codec.ReplyOutOfMemory), false
 	case codec.OpBury:
-		return okOrNotFound(out, cl.Bury(cmd.ID, cmd.Pri), codec.ReplyBuried), false
+		// ... and INTERNAL_ERROR when it refuses a bury.
+		return replyFor(out, cl.Bury(cmd.ID, cmd.Pri), codec.ReplyBuried, codec.ReplyInternalError), false
 	case codec.OpTouch:
 		return okOrNotFound(out, cl.Touch(cmd.ID), codec.ReplyTouched), false
 	case codec.OpKick:
 		return codec.AppendKicked(out, uint64(cl.Kick(cmd.Count))), false
 	case codec.OpKickJob:
-		return okOrNotFound(out, cl.KickJob(cmd.ID), codec.ReplyKicked), false
+		// ... and NOT_FOUND when it refuses a kick-job.
+		return replyFor(out, cl.KickJob(cmd.ID), codec.ReplyKicked, codec.ReplyNotFound), false
 
 	case codec.OpPeek:
 		j, ok := st.Peek(cmd.ID)
@@ -136,7 +140,10 @@ func (ss *session) putBody(cmd *codec.Command, out []byte) []byte {
 	if ss.srv.draining.Load() {
 		return append(out, codec.ReplyDraining...)
 	}
-	j := ss.client.Put(ss.putID, ss.putPri, ss.putDelay, ss.putTTR, cmd.Body)
+	j, err := ss.client.Put(ss.putID, ss.putPri, ss.putDelay, ss.putTTR, cmd.Body)
+	if err != nil {
+		return append(out, codec.ReplyOutOfMemory...) // the log's disk is full
+	}
 	return codec.AppendInserted(out, j.ID())
 }
 
@@ -184,6 +191,18 @@ func okOrNotFound(out []byte, ok bool, reply string) []byte {
 		return append(out, codec.ReplyNotFound...)
 	}
 	return append(out, reply...)
+}
+
+// replyFor maps a store error: nil is ok, ErrNotFound is NOT_FOUND, and a
+// refusal by the log is failed.
+func replyFor(out []byte, err error, ok, failed string) []byte {
+	switch {
+	case err == nil:
+		return append(out, ok...)
+	case errors.Is(err, store.ErrNotFound):
+		return append(out, codec.ReplyNotFound...)
+	}
+	return append(out, failed...)
 }
 
 func appendFound(out []byte, j *store.Job, ok bool) []byte {

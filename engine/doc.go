@@ -17,8 +17,18 @@
 // later calls the session's Notifier from whichever goroutine freed a job
 // (another loop's put, the timer goroutine's delay expiry, TTR or timeout).
 // The Notifier never touches the connection directly: it hands the reply
-// to AsyncWrite(v), whose callback runs on the owning loop, clears blocked
-// and serves the input that queued up meanwhile.
+// to the owning loop with EventLoop().Execute, which writes it, clears
+// blocked and serves the input that queued up meanwhile.
+//
+// # Durability
+//
+// With a write-ahead log, a command that changed durable state leaves its
+// client's PendingLSN ahead of the log's Durable position. Its reply, and
+// every later reply on that connection, is held in order until the log
+// catches up and wakes the loop (Conn.Wake), so a client never hears
+// INSERTED or DELETED for a change a crash could undo, and the event loop
+// never waits for the disk. Commands keep being parsed meanwhile, so many
+// pipelined commits share one fsync.
 //
 // # Limits
 //

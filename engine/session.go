@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"github.com/panjf2000/gnet/v2"
 	"github.com/valyala/bytebufferpool"
 
@@ -11,10 +12,6 @@ import (
 // replyPool holds the buffers replies are assembled in; one per OnTraffic,
 // written with a single c.Write.
 var replyPool bytebufferpool.Pool
-
-// headerPool holds the small job-header buffers of asynchronous deliveries,
-// kept apart from replyPool so its size calibration is not skewed.
-var headerPool bytebufferpool.Pool
 
 // session is one connection. Unless a field says otherwise it is only
 // touched on the connection's event loop.
@@ -29,11 +26,23 @@ type session struct {
 	putID                    uint64
 	putPri, putDelay, putTTR uint32
 
+	// held are replies waiting for their changes to become durable, in
+	// order; marks say up to where each needs which log position.
+	held   []byte
+	marks  []heldMark
+	wakeAt uint64 // log position a wake-up is already registered for
+
 	blocked   bool // a reserve is waiting; input stays buffered until it ends
 	throttled bool // the client is not reading its replies
 	closed    bool
 	producer  bool // has put (stats current-producers)
 	worker    bool // has reserved (stats current-workers)
+}
+
+// heldMark: held[:end] may be sent once the log is durable up to lsn.
+type heldMark struct {
+	end int
+	lsn uint64
 }
 
 // serve parses and answers as much buffered input as it may: everything,
@@ -43,6 +52,7 @@ func (ss *session) serve() gnet.Action {
 	if ss.closed {
 		return gnet.None
 	}
+	ss.flushDurable()
 	if ss.throttled {
 		if c.OutboundBuffered() > ss.srv.cfg.MaxOutputBuffered/2 {
 			return ss.checkInput()
@@ -69,7 +79,12 @@ func (ss *session) serve() gnet.Action {
 			break
 		}
 		var quit bool
+		before := len(out.B)
 		out.B, quit = ss.dispatch(&ss.cmd, out.B)
+		if ss.mustHold() {
+			ss.hold(out.B[before:])
+			out.B = out.B[:before]
+		}
 		if quit {
 			action = gnet.Close
 			break
@@ -87,10 +102,71 @@ func (ss *session) serve() gnet.Action {
 		_, _ = c.Write(out.B)
 	}
 	replyPool.Put(out)
+	ss.awaitDurable()
 	if action != gnet.None {
 		return action
 	}
 	return ss.checkInput()
+}
+
+// mustHold reports whether the reply just produced has to wait: its
+// command changed durable state that is not durable yet, or earlier replies
+// are already waiting.
+func (ss *session) mustHold() bool {
+	d := ss.srv.cfg.Durability
+	if d == nil {
+		return false
+	}
+	return len(ss.held) > 0 || ss.client.PendingLSN() > d.Durable()
+}
+
+func (ss *session) hold(reply []byte) {
+	ss.held = append(ss.held, reply...)
+	ss.marks = append(ss.marks, heldMark{end: len(ss.held), lsn: ss.client.PendingLSN()})
+}
+
+// flushDurable sends the held replies whose changes are now durable.
+func (ss *session) flushDurable() {
+	if len(ss.marks) == 0 {
+		return
+	}
+	durable := ss.srv.cfg.Durability.Durable()
+	n, end := 0, 0
+	for n < len(ss.marks) && ss.marks[n].lsn <= durable {
+		end = ss.marks[n].end
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	_, _ = ss.conn.Write(ss.held[:end])
+	if n == len(ss.marks) {
+		ss.held, ss.marks = ss.held[:0], ss.marks[:0]
+		if cap(ss.held) > 64<<10 {
+			ss.held = nil // don't keep a large buffer per idle connection
+		}
+		return
+	}
+	ss.held = append(ss.held[:0], ss.held[end:]...)
+	for i := range ss.marks[n:] {
+		ss.marks[n+i].end -= end
+	}
+	ss.marks = append(ss.marks[:0], ss.marks[n:]...)
+}
+
+// awaitDurable asks the log to wake this connection's loop when its held
+// replies may go.
+func (ss *session) awaitDurable() {
+	if len(ss.marks) == 0 {
+		return
+	}
+	lsn := ss.marks[len(ss.marks)-1].lsn
+	if lsn <= ss.wakeAt {
+		return
+	}
+	ss.wakeAt = lsn
+	c := ss.conn
+	ss.srv.cfg.Durability.OnDurable(lsn, func() { _ = c.Wake(nil) })
 }
 
 // checkInput closes a connection whose unparsed input has outgrown its cap
@@ -131,21 +207,12 @@ func (ss *session) close() {
 }
 
 // JobReserved implements store.Notifier: a blocked reserve got a job.
-// It runs on whichever goroutine made the job available, so the reply goes
-// through AsyncWrite, whose callback runs on this connection's loop.
+// It runs on whichever goroutine made the job available, so the reply is
+// handed to the connection's own loop.
 func (ss *session) JobReserved(j *store.Job) {
-	hdr := headerPool.Get()
-	hdr.B = codec.AppendJobHeader(hdr.B, codec.WordReserved, j.ID(), len(j.Body()))
-	err := ss.conn.AsyncWritev([][]byte{hdr.B, j.Body()}, func(gnet.Conn, error) error {
-		headerPool.Put(hdr)
-		// On error the connection is closed and OnClose has already put
-		// the job back to ready.
-		ss.resumeOnLoop()
-		return nil
+	ss.onLoop(func() []byte {
+		return codec.AppendJob(nil, codec.WordReserved, j.ID(), j.Body())
 	})
-	if err != nil {
-		headerPool.Put(hdr)
-	}
 }
 
 // WaitEnded implements store.Notifier: a blocked reserve ended empty.
@@ -154,13 +221,28 @@ func (ss *session) WaitEnded(r store.ReserveResult) {
 	if r == store.DeadlineSoon {
 		reply = codec.ReplyDeadlineSoon
 	}
-	_ = ss.conn.AsyncWrite([]byte(reply), func(gnet.Conn, error) error {
-		ss.resumeOnLoop()
-		return nil
-	})
+	ss.onLoop(func() []byte { return []byte(reply) })
 }
 
-// resumeOnLoop is resume for AsyncWrite callbacks, which run on the loop.
+// onLoop answers the blocked reserve on the connection's loop, behind any
+// held replies, then serves the input that queued up behind it. If the
+// connection has closed meanwhile, OnClose has already put the job back.
+func (ss *session) onLoop(reply func() []byte) {
+	_ = ss.conn.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+		if ss.closed {
+			return nil
+		}
+		if b := reply(); len(ss.held) > 0 {
+			ss.hold(b)
+		} else {
+			_, _ = ss.conn.Write(b)
+		}
+		ss.resumeOnLoop()
+		return nil
+	}))
+}
+
+// resumeOnLoop is resume for callbacks that run on the loop.
 func (ss *session) resumeOnLoop() {
 	if !ss.closed {
 		ss.resume()

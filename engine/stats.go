@@ -59,6 +59,13 @@ func (s *Server) appendStats(dst []byte) []byte {
 		OS:                  s.uname.os,
 		Platform:            s.uname.platform,
 	}
+	if ls, ok := s.store.LogStats(); ok {
+		st.BinlogOldestIndex = int64(ls.OldestIndex)
+		st.BinlogCurrentIndex = int64(ls.CurrentIndex)
+		st.BinlogRecordsMigrated = ls.RecordsMigrated
+		st.BinlogRecordsWritten = ls.RecordsWritten
+		st.BinlogMaxSize = ls.MaxSize
+	}
 	for i := range st.Cmd {
 		st.Cmd[i] = s.cmds[i].Load()
 	}
@@ -104,5 +111,6 @@ func appendJobStats(dst []byte, j *store.JobStats) []byte {
 		Releases: j.Releases,
 		Buries:   j.Buries,
 		Kicks:    j.Kicks,
+		File:     j.File,
 	})
 }
