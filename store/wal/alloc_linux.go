@@ -7,7 +7,21 @@ import (
 )
 
 // allocate reserves the blocks of a segment up front, so a full disk shows
-// up when a segment is created, not in the middle of a commit.
+// up when a segment is created, not in the middle of a commit. It writes
+// zeros, as beanstalkd does, rather than only fallocating: fdatasync of a
+// write into an fallocated (unwritten) extent must also commit the
+// extent's conversion to the journal, which made every group commit
+// several times slower.
 func allocate(f *os.File, size int64) error {
-	return unix.Fallocate(int(f.Fd()), 0, 0, size)
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, size); err != nil {
+		return err
+	}
+	zeros := make([]byte, 1<<20)
+	for off := int64(0); off < size; off += int64(len(zeros)) {
+		n := min(int64(len(zeros)), size-off)
+		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -119,19 +119,20 @@ type Log struct {
 
 	recovered []Recovered // set by Open, handed over once
 
-	mu       sync.Mutex
-	pending  []chunk             // guarded by mu
-	appended uint64              // guarded by mu: LSN of the last appended byte
-	curSeq   uint32              // guarded by mu: the segment new records go to
-	curSize  int64               // guarded by mu: its size including pending records
-	spare    uint32              // guarded by mu: a preallocated next segment, or 0
-	segs     map[uint32]*segment // guarded by mu
-	order    []uint32            // guarded by mu: segments on disk, oldest first
-	noSpace  bool                // guarded by mu
-	live     int64               // guarded by mu: bytes of live full records
-	waiters  []durableWaiter     // guarded by mu
-	closing  bool                // guarded by mu
-	lastID   uint64              // guarded by mu: highest id in any header or record
+	mu        sync.Mutex
+	pending   []chunk             // guarded by mu
+	appended  uint64              // guarded by mu: LSN of the last appended byte
+	curSeq    uint32              // guarded by mu: the segment new records go to
+	curSize   int64               // guarded by mu: its size including pending records
+	spare     uint32              // guarded by mu: a preallocated next segment, or 0
+	segs      map[uint32]*segment // guarded by mu
+	order     []uint32            // guarded by mu: segments on disk, oldest first
+	noSpace   bool                // guarded by mu
+	live      int64               // guarded by mu: bytes of live full records
+	waiters   []durableWaiter     // guarded by mu
+	closing   bool                // guarded by mu
+	preparing bool                // guarded by mu: a spare is being made
+	lastID    uint64              // guarded by mu: highest id in any header or record
 
 	durable  atomic.Uint64 // highest LSN acknowledged (written, and synced if SyncEvery is 0)
 	synced   atomic.Uint64 // highest LSN fsynced
@@ -139,6 +140,7 @@ type Log struct {
 	migrated atomic.Int64
 	records  atomic.Int64
 
+	spareWG  sync.WaitGroup // the spare-making goroutine
 	migrator Migrator
 	// writing is the segment the writer last wrote to; writer goroutine only.
 	writing *segment
@@ -356,6 +358,8 @@ func (l *Log) Close() error {
 	l.mu.Unlock()
 	close(l.stop)
 	<-l.done
+	l.spareWG.Wait()
+	l.closeFiles()
 	return l.lock.Close()
 }
 
@@ -576,13 +580,26 @@ func (l *Log) poke() {
 }
 
 // prepareSpare keeps one preallocated segment ready, so rotation never
-// waits for the disk and deletes have room when the disk fills up.
+// waits for the disk and deletes have room when the disk fills up. The
+// preallocation (writing a segment's worth of zeros) runs on its own
+// goroutine so commits never wait for it.
 func (l *Log) prepareSpare() {
 	l.mu.Lock()
-	if l.spare != 0 || l.closing {
+	if l.spare != 0 || l.closing || l.preparing {
 		l.mu.Unlock()
 		return
 	}
+	l.preparing = true
+	l.mu.Unlock()
+	l.spareWG.Add(1)
+	go func() {
+		defer l.spareWG.Done()
+		l.makeSpare()
+	}()
+}
+
+func (l *Log) makeSpare() {
+	l.mu.Lock()
 	next := l.curSeq + 1
 	if n := len(l.order); n > 0 && l.order[n-1] >= next {
 		next = l.order[n-1] + 1
@@ -592,6 +609,7 @@ func (l *Log) prepareSpare() {
 	err := l.openSegment(next)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.preparing = false
 	if err != nil {
 		if !wasFull {
 			l.log.Warn().Err(err).Msg("wal: disk full; refusing puts until space returns")
