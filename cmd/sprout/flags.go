@@ -3,14 +3,17 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // Exit codes parseArgs hands back. beanstalkd exits 5 on every command-line
@@ -55,6 +58,12 @@ type options struct {
 	// logLevel is the effective level: --log-level (default info), made
 	// more verbose by -V (debug) or -VV and beyond (trace), never less.
 	logLevel zerolog.Level
+	// walDir is -b: the write-ahead log's directory, "" for in memory.
+	walDir string
+	// wal has -s, -f/-F and --skip-damaged; used when walDir is set.
+	wal wal.Options
+	// cpuProfile is --cpu-profile: write a pprof CPU profile here until exit.
+	cpuProfile string
 }
 
 // longFlags are Sprout's own flags. They are written --name VALUE or
@@ -75,6 +84,18 @@ var longFlags = map[string]func(o *options, value string) error{
 			return fmt.Errorf("invalid --log-level: %q (want one of %s)", value, strings.Join(levelNames, ", "))
 		}
 		o.logLevel = level
+		return nil
+	},
+	"cpu-profile": func(o *options, value string) error {
+		o.cpuProfile = value
+		return nil
+	},
+	"skip-damaged": func(o *options, value string) error {
+		v, err := strconv.ParseBool(value)
+		if err != nil {
+			return fmt.Errorf("invalid --skip-damaged: %q (want true or false)", value)
+		}
+		o.wal.SkipDamaged = v
 		return nil
 	},
 	"max-input":  byteCountFlag("max-input", func(o *options) *int { return &o.cfg.MaxInputBuffered }),
@@ -98,10 +119,6 @@ func byteCountFlag(name string, field func(o *options) *int) func(o *options, va
 // yet. Ignoring them would silently drop durability or privilege dropping the
 // operator asked for, so they are refused.
 var notImplemented = map[byte]string{
-	'b': "the write-ahead log is not implemented yet",
-	'f': "the write-ahead log (and its fsync policy) is not implemented yet",
-	'F': "the write-ahead log (and its fsync policy) is not implemented yet",
-	's': "the write-ahead log is not implemented yet",
 	'u': "switching user and group is not implemented yet",
 }
 
@@ -120,6 +137,8 @@ func parseArgs(args []string, stderr io.Writer) (opts options, act action, exitC
 	opts.cfg.Network = "tcp"
 	opts.cfg.MaxJobSize = engine.DefaultMaxJobSize
 	opts.logLevel = zerolog.InfoLevel
+	opts.wal.SegmentSize = wal.DefaultSegmentSize
+	opts.wal.SyncEvery = wal.DefaultSyncEvery
 	host, port := "", defaultPort
 
 	warnf := func(format string, a ...any) {
@@ -173,7 +192,7 @@ func parseArgs(args []string, stderr io.Writer) (opts options, act action, exitC
 			}
 
 			switch flag {
-			case 'p', 'l', 'z':
+			case 'p', 'l', 'z', 'b', 'f', 's':
 				v, ok := value()
 				if !ok {
 					return usageError("flag requires an argument: -%c", flag)
@@ -183,6 +202,23 @@ func parseArgs(args []string, stderr io.Writer) (opts options, act action, exitC
 					port = v
 				case 'l':
 					host = v
+				case 'b':
+					opts.walDir = v
+				case 'f':
+					// -f and -F are order-dependent, as in beanstalkd: the
+					// last one wins.
+					ms, ok := parseSize(v)
+					if !ok || ms > math.MaxInt32 {
+						return usageError("invalid fsync interval: %s", v)
+					}
+					opts.wal.SyncEvery = time.Duration(ms) * time.Millisecond
+					opts.wal.NoSync = false
+				case 's':
+					size, ok := parseSize(v)
+					if !ok || size == 0 || size > math.MaxInt32 {
+						return usageError("invalid size: %s", v)
+					}
+					opts.wal.SegmentSize = int64(size)
 				case 'z':
 					size, ok := parseSize(v)
 					if !ok {
@@ -194,6 +230,8 @@ func parseArgs(args []string, stderr io.Writer) (opts options, act action, exitC
 					}
 					opts.cfg.MaxJobSize = int(size)
 				}
+			case 'F':
+				opts.wal.NoSync = true
 			case 'c', 'n':
 				warnf("-%c flag was removed. binlog is always compacted.", flag)
 			case 'V':
@@ -310,8 +348,17 @@ Options, as in beanstalkd:
  -h       show this help
  -c, -n   removed from beanstalkd; accepted with a warning
 
+
+Write-ahead log, as in beanstalkd (in Sprout's own format; a directory of
+beanstalkd binlog files is imported on first start):
+ -b DIR   keep jobs in a write-ahead log in DIR
+ -f MS    fsync at most every MS milliseconds (default is 50);
+          0 fsyncs every commit before it is acknowledged
+ -F       never fsync
+ -s BYTES set the size of each log segment (default is %d)
+
 Not implemented yet (refused with exit status %d):
- -b DIR, -f MS, -F, -s BYTES (write-ahead log), -u USER
+ -u USER
 
 Sprout's own options, written --name VALUE or --name=VALUE. The one-dash
 spelling (-loops 4) is accepted too and wins over beanstalkd's combined
@@ -323,6 +370,9 @@ reading (-l oops):
                      (default 0: the larger of 4 MiB and 2*(max job size+256))
  --max-output BYTES  stop serving a connection whose unread replies exceed
                      BYTES until it reads them (default 0: %d MiB)
-`, defaultPort, engine.DefaultMaxJobSize, engine.MaxMaxJobSize, exitUsage, maxLoops,
+ --skip-damaged BOOL with -b, skip (and log) damaged log records at start
+                     instead of refusing to start (default false)
+ --cpu-profile PATH  write a pprof CPU profile to PATH until shutdown
+`, defaultPort, engine.DefaultMaxJobSize, engine.MaxMaxJobSize, wal.DefaultSegmentSize, exitUsage, maxLoops,
 		engine.DefaultMaxOutputBuffered>>20)
 }

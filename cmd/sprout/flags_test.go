@@ -5,10 +5,12 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // usageText is what writeUsage prints, for tables that expect it after an error.
@@ -27,6 +29,7 @@ func defaultOptions() options {
 			MaxJobSize: engine.DefaultMaxJobSize,
 		},
 		logLevel: zerolog.InfoLevel,
+		wal:      wal.Options{SegmentSize: wal.DefaultSegmentSize, SyncEvery: wal.DefaultSyncEvery},
 	}
 }
 
@@ -201,8 +204,6 @@ func TestParseArgsRemovedAndRefused(t *testing.T) {
 		return parseCase{name: name, args: args, wantAction: actionFail, wantCode: 5,
 			wantStderr: "sprout: -" + flag + ": " + reason + "\n"}
 	}
-	const wal = "the write-ahead log is not implemented yet"
-	const sync = "the write-ahead log (and its fsync policy) is not implemented yet"
 	runParseCases(t, []parseCase{
 		{name: "c warns and continues", args: []string{"-c", "-p", "11412"},
 			want: func(o *options) { o.cfg.Address = ":11412" }, wantStderr: cWarning},
@@ -212,15 +213,39 @@ func TestParseArgsRemovedAndRefused(t *testing.T) {
 		{name: "warning then error", args: []string{"-c", "-x"},
 			wantAction: actionFail, wantCode: 5, wantUsage: true,
 			wantStderr: cWarning + "sprout: unknown flag: -x\n"},
-		refused("b separate", []string{"-b", "/var/lib/sprout"}, "b", wal),
-		refused("b attached", []string{"-b/var/lib/sprout"}, "b", wal),
-		refused("b without value", []string{"-b"}, "b", wal),
-		refused("f", []string{"-f", "50"}, "f", sync),
-		refused("f0 combined", []string{"-Vf0"}, "f", sync),
-		refused("F", []string{"-F"}, "F", sync),
-		refused("s", []string{"-s", "10485760"}, "s", wal),
 		refused("u", []string{"-u", "nobody"}, "u", "switching user and group is not implemented yet"),
-		refused("after valid flags", []string{"-p", "1", "-z", "5", "-b", "x"}, "b", wal),
+		refused("after valid flags", []string{"-p", "1", "-z", "5", "-u", "x"}, "u", "switching user and group is not implemented yet"),
+	})
+}
+
+func TestParseArgsWriteAheadLog(t *testing.T) {
+	usageFail := func(name string, args []string, msg string) parseCase {
+		return parseCase{name: name, args: args, wantAction: actionFail, wantCode: 5, wantUsage: true,
+			wantStderr: "sprout: " + msg + "\n"}
+	}
+	runParseCases(t, []parseCase{
+		{name: "b separate", args: []string{"-b", "/var/lib/sprout"},
+			want: func(o *options) { o.walDir = "/var/lib/sprout" }},
+		{name: "b attached", args: []string{"-b/var/lib/sprout"},
+			want: func(o *options) { o.walDir = "/var/lib/sprout" }},
+		usageFail("b without value", []string{"-b"}, "flag requires an argument: -b"),
+		{name: "f", args: []string{"-f", "200"},
+			want: func(o *options) { o.wal.SyncEvery = 200 * time.Millisecond }},
+		{name: "f0 combined", args: []string{"-Vf0"},
+			want: func(o *options) { o.verbosity, o.logLevel, o.wal.SyncEvery = 1, zerolog.DebugLevel, 0 }},
+		{name: "F", args: []string{"-F"}, want: func(o *options) { o.wal.NoSync = true }},
+		{name: "f then F: F wins", args: []string{"-f1234", "-F"},
+			want: func(o *options) { o.wal.SyncEvery, o.wal.NoSync = 1234*time.Millisecond, true }},
+		{name: "F then f: f wins", args: []string{"-F", "-f", "7"},
+			want: func(o *options) { o.wal.SyncEvery = 7 * time.Millisecond }},
+		usageFail("f not a number", []string{"-f", "10ms"}, "invalid fsync interval: 10ms"),
+		{name: "s", args: []string{"-s", "4096"}, want: func(o *options) { o.wal.SegmentSize = 4096 }},
+		usageFail("s zero", []string{"-s", "0"}, "invalid size: 0"),
+		usageFail("s suffix", []string{"-s", "10k"}, "invalid size: 10k"),
+		{name: "skip-damaged", args: []string{"--skip-damaged", "true"},
+			want: func(o *options) { o.wal.SkipDamaged = true }},
+		usageFail("skip-damaged not a bool", []string{"--skip-damaged=maybe"},
+			`invalid --skip-damaged: "maybe" (want true or false)`),
 	})
 }
 

@@ -3,9 +3,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -13,10 +15,19 @@ import (
 
 	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
+	"github.com/sproutmq/sprout/store/wal/cbinlog"
 )
 
 // shutdownGrace bounds how long a SIGTERM/SIGINT stop may take.
 const shutdownGrace = 10 * time.Second
+
+// Exit codes beyond parseArgs's, as beanstalkd uses them.
+const (
+	exitWALLock = 10  // another server holds the -b directory
+	exitReplay  = 1   // the log could not be read
+	exitSocket  = 111 // the listener could not be set up
+)
 
 func main() {
 	opts, act, code := parseArgs(os.Args[1:], os.Stderr)
@@ -33,12 +44,51 @@ func main() {
 
 // run serves until SIGTERM or SIGINT. SIGUSR1 enters drain mode, as in
 // beanstalkd.
+//
+// Shutdown order: the engine stops accepting and closes connections
+// (their reserved jobs go back to ready), then the log writes and fsyncs
+// everything appended, then the store's timers stop.
 func run(opts options) int {
 	log := zerolog.New(os.Stderr).Level(opts.logLevel).With().Timestamp().Logger()
 	opts.cfg.Logger = log
+	if opts.cpuProfile != "" {
+		stop, err := startCPUProfile(opts.cpuProfile)
+		if err != nil {
+			log.Error().Err(err).Msg("cannot start the CPU profile")
+			return exitUsage
+		}
+		defer stop()
+	}
 
-	st := store.New(store.Options{})
+	var wl *wal.Log
+	if opts.walDir != "" {
+		wo := opts.wal
+		wo.Logger = log
+		wo.MaxJobSize = opts.cfg.MaxJobSize
+		wo.Importer = cbinlog.Importer{}
+		var err error
+		if wl, err = wal.Open(opts.walDir, wo); err != nil {
+			log.Error().Err(err).Str("dir", opts.walDir).Msg("cannot open the write-ahead log")
+			if errors.Is(err, wal.ErrLocked) {
+				return exitWALLock
+			}
+			return exitReplay
+		}
+	}
+	st := store.New(store.Options{Log: wl})
 	defer st.Close()
+	if wl != nil {
+		if err := wl.Start(st); err != nil {
+			log.Error().Err(err).Str("dir", opts.walDir).Msg("cannot start the write-ahead log")
+			return exitReplay
+		}
+		defer func() {
+			if err := wl.Close(); err != nil {
+				log.Error().Err(err).Msg("closing the write-ahead log")
+			}
+		}()
+		opts.cfg.Durability = wl
+	}
 	srv := engine.New(opts.cfg, st)
 
 	sigs := make(chan os.Signal, 4)
@@ -63,7 +113,23 @@ func run(opts options) int {
 
 	if err := srv.Run(); err != nil {
 		log.Error().Err(err).Str("address", opts.cfg.Address).Msg("cannot serve")
-		return 111 // beanstalkd's exit code for socket set-up failures
+		return exitSocket
 	}
 	return 0
+}
+
+// startCPUProfile profiles the whole process until the returned stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
