@@ -468,6 +468,7 @@ func (c *Client) Kick(n uint32) uint32 {
 	t.mu.Lock()
 	fromBuried := t.nBuried > 0
 	var kicked uint32
+	var hs handoffs
 	for ; kicked < n; kicked++ {
 		j := t.buriedHead
 		if !fromBuried {
@@ -476,8 +477,11 @@ func (c *Client) Kick(n uint32) uint32 {
 		if j == nil || t.kickLocked(c, j, now) != nil {
 			break
 		}
+		// Each job is offered to waiters as it is kicked, as beanstalkd's
+		// enqueue_job does: a waiter gets the first job kicked, not the
+		// most urgent of the batch.
+		hs = t.dispatchLocked(now, hs)
 	}
-	hs := t.dispatchLocked(now, nil)
 	t.mu.Unlock()
 	c.s.complete(hs)
 	return kicked
