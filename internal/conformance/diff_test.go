@@ -1,0 +1,507 @@
+package conformance
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	seedFlag  = flag.Uint64("seed", 1, "TestRandom: seed of the command generator; 0 picks one from the clock")
+	stepsFlag = flag.Int("steps", 3000, "TestRandom: number of random steps")
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	RemoveSproutBuild()
+	os.Exit(code)
+}
+
+// TestScripted runs one script per family of quirks (see scripts) against a
+// fresh beanstalkd and a fresh Sprout each.
+func TestScripted(t *testing.T) {
+	for _, sc := range scripts() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			runScript(t, sc.steps)
+		})
+	}
+}
+
+// TestRandom sends the same random command stream to both servers (see
+// grammar). The seed is fixed by default so that CI runs are reproducible.
+func TestRandom(t *testing.T) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	header := fmt.Sprintf("TestRandom seed %d; rerun with: go test ./internal/conformance -run 'TestRandom$' -seed=%d -steps=%d",
+		seed, seed, *stepsFlag)
+	runRandom(t, newSession(t, header), seed, *stepsFlag)
+}
+
+const (
+	// replyWait is how long a reply that should come at once may take.
+	// Generous: it is only ever spent when something is already wrong.
+	replyWait = 3 * time.Second
+	// lateReplyWait is how long the slower server may trail the faster one
+	// when answering a reserve that was blocked.
+	lateReplyWait = time.Second
+	// transcriptTail is how many steps a failure report shows.
+	transcriptTail = 20
+)
+
+// ---------------------------------------------------------------------------
+// Normalisation
+
+// normalized is a reply with the values two correct servers may disagree on
+// taken out: see normalizeReply.
+type normalized struct {
+	text   string  // the reply, with masked values replaced by placeholders
+	approx []int64 // time-derived values that may differ by one, in order
+}
+
+// matches reports whether two normalised replies are equivalent: the same
+// text, and approximate values at most one apart.
+func (a normalized) matches(b normalized) bool {
+	if a.text != b.text || len(a.approx) != len(b.approx) {
+		return false
+	}
+	for i := range a.approx {
+		if d := a.approx[i] - b.approx[i]; d < -1 || d > 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// statsMasked are the stats keys whose values belong to the process, the
+// build or the host rather than to the protocol.
+var statsMasked = map[string]bool{
+	"pid": true, "version": true, "rusage-utime": true, "rusage-stime": true,
+	"uptime": true, "id": true, "hostname": true, "os": true, "platform": true,
+}
+
+// normalizeReply returns the form of a reply that the comparison uses.
+// Only `OK <n>` replies carrying one of the three stats documents change;
+// every other reply, job bodies included, must match byte for byte.
+//
+//   - The `OK <n>` line becomes `OK _`: n changes with quoting and with the
+//     masked values. Conn has already checked that n bytes and \r\n followed.
+//   - stats: the values of pid, version, rusage-utime, rusage-stime, uptime,
+//     id (the random instance id), hostname, os and platform are masked.
+//     current-connections and total-connections are compared: the harness's
+//     readiness probe quits before tests start, so it is counted the same way
+//     on both servers.
+//   - stats-job: age and time-left may differ by one second, since each
+//     server truncates its own clock. The job id is compared.
+//   - stats-tube: pause-time-left may differ by one second.
+//   - name (stats-tube) and tube (stats-job) are compared without the double
+//     quotes that 1.13, and so Sprout, puts around them and 1.12 does not.
+//     Tube names cannot contain quotes, so nothing else can differ.
+func normalizeReply(reply []byte) normalized {
+	header, body, ok := bytes.Cut(reply, []byte("\r\n"))
+	if !ok || !bytes.HasPrefix(header, []byte("OK ")) || !bytes.HasPrefix(body, []byte("---\n")) {
+		return normalized{text: string(reply)}
+	}
+	lines := strings.Split(strings.TrimSuffix(string(body), "\r\n"), "\n")
+	var masked, approximate, unquoted map[string]bool
+	if len(lines) > 1 {
+		switch key, _, _ := strings.Cut(lines[1], ":"); key {
+		case "current-jobs-urgent": // stats
+			masked = statsMasked
+		case "id": // stats-job
+			approximate = map[string]bool{"age": true, "time-left": true}
+			unquoted = map[string]bool{"tube": true}
+		case "name": // stats-tube
+			approximate = map[string]bool{"pause-time-left": true}
+			unquoted = map[string]bool{"name": true}
+		}
+	}
+	var n normalized
+	for i, line := range lines {
+		key, value, ok := strings.Cut(line, ": ")
+		switch {
+		case !ok:
+		case masked[key]:
+			lines[i] = key + ": <masked>"
+		case unquoted[key]:
+			lines[i] = key + ": " + strings.TrimSuffix(strings.TrimPrefix(value, `"`), `"`)
+		case approximate[key]:
+			if v, err := strconv.ParseInt(value, 10, 64); err == nil {
+				n.approx = append(n.approx, v)
+				lines[i] = key + ": <±1>"
+			}
+		}
+	}
+	n.text = "OK _\r\n" + strings.Join(lines, "\n") + "\r\n"
+	return n
+}
+
+// ---------------------------------------------------------------------------
+// Known differences
+
+// knownDifference is a place where Sprout deliberately answers differently
+// from the 1.12 reference, because it follows beanstalkd 1.13 there.
+type knownDifference struct {
+	name    string
+	matches func(sent []byte) bool // whether the bytes sent in a step hit it
+	want    string                 // what Sprout must answer instead
+	reason  string
+}
+
+// knownDifferences is the complete list. A step that matches one is sent to
+// Sprout only, and Sprout's answer is checked against want: sending it to the
+// reference would change the reference's state (1.12 may start waiting
+// forever) while Sprout's stays put, and every later step would then differ.
+// With SPROUT_CONFORMANCE_SELFTEST=1 the stand-in is 1.12 too, so such steps
+// are skipped.
+var knownDifferences = []knownDifference{
+	{
+		name: "reserve-with-timeout out of range",
+		matches: func(sent []byte) bool {
+			arg, ok := reserveTimeoutArgument(sent)
+			switch {
+			case !ok:
+				return false
+			case negativeTimeout.MatchString(arg):
+				return true
+			case plainTimeout.MatchString(arg):
+				v, err := strconv.ParseUint(strings.TrimLeft(arg, " "), 10, 64)
+				return err != nil || v > math.MaxInt32
+			}
+			return false
+		},
+		want: "BAD_FORMAT\r\n",
+		reason: "1.12 reads the timeout with strtol into an int: -1 and 2147483648 mean " +
+			"'wait forever', 4294967296 wraps to 0. 1.13 (PR #607) reads a u32 and answers " +
+			"BAD_FORMAT above INT_MAX; a minus sign is not a digit, so BAD_FORMAT too.",
+	},
+	{
+		name: "reserve-with-timeout argument that is not a plain decimal",
+		matches: func(sent []byte) bool {
+			arg, ok := reserveTimeoutArgument(sent)
+			return ok && !plainTimeout.MatchString(arg) && !negativeTimeout.MatchString(arg)
+		},
+		want: "BAD_FORMAT\r\n",
+		reason: "1.13 parses with read_u32(…, NULL), which allows only leading spaces and " +
+			"digits and, given no end pointer, rejects anything after them. 1.12's strtol " +
+			"also skips tabs, accepts a sign, reads no digits as 0 and ignores trailing " +
+			"text: `reserve-with-timeout 0abc`, `x` and `+1` are valid there. (The behaviour " +
+			"doc's §0 says both versions ignore trailing text; 1.13's source says otherwise.)",
+	},
+}
+
+var (
+	// plainTimeout is an argument both versions read alike, up to its range.
+	plainTimeout = regexp.MustCompile(`^ *[0-9]+$`)
+	// negativeTimeout is a minus sign and digits, after spaces or tabs.
+	negativeTimeout = regexp.MustCompile(`^[ \t]*-[0-9]+$`)
+)
+
+// reserveTimeoutArgument returns what follows "reserve-with-timeout " when
+// sent is exactly one such command line.
+func reserveTimeoutArgument(sent []byte) (string, bool) {
+	text, ok := bytes.CutSuffix(sent, []byte("\r\n"))
+	if !ok || bytes.ContainsAny(text, "\r\n\x00") {
+		return "", false
+	}
+	arg, ok := bytes.CutPrefix(text, []byte("reserve-with-timeout "))
+	return string(arg), ok
+}
+
+// knownDifferenceFor returns the known difference sent hits, or nil.
+func knownDifferenceFor(sent []byte) *knownDifference {
+	for i := range knownDifferences {
+		if knownDifferences[i].matches(sent) {
+			return &knownDifferences[i]
+		}
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Lock-step session
+
+// twin is one client connection, opened the same way on both servers.
+type twin struct {
+	ref, sut *Conn
+}
+
+// session drives numbered connections on the reference (ref) and on Sprout
+// (sut, the server under test) in lock step, and keeps a transcript for
+// failure reports. Connections are dialled on first use and forgotten when
+// the server closes them, so the next use opens a new one.
+type session struct {
+	t        testing.TB
+	refAddr  string
+	sutAddr  string
+	conns    map[int]*twin
+	log      transcript
+	header   string // first line of every failure report, e.g. the seed
+	selfTest bool   // the "Sprout" is a second beanstalkd
+}
+
+func newSession(t testing.TB, header string) *session {
+	t.Helper()
+	s := &session{
+		t:        t,
+		refAddr:  StartBeanstalkd(t),
+		sutAddr:  StartSprout(t),
+		conns:    map[int]*twin{},
+		header:   header,
+		selfTest: SelfTest(),
+	}
+	t.Cleanup(func() {
+		for _, c := range s.conns {
+			c.ref.Close()
+			c.sut.Close()
+		}
+	})
+	return s
+}
+
+// conn returns connection n, dialling it on both servers if needed.
+func (s *session) conn(n int) *twin {
+	if c := s.conns[n]; c != nil {
+		return c
+	}
+	ref, err := Dial(s.refAddr, replyWait)
+	if err != nil {
+		s.fail("dialling beanstalkd for conn %d: %v", n, err)
+	}
+	sut, err := Dial(s.sutAddr, replyWait)
+	if err != nil {
+		ref.Close()
+		s.fail("dialling sprout for conn %d: %v", n, err)
+	}
+	c := &twin{ref: ref, sut: sut}
+	s.conns[n] = c
+	return c
+}
+
+// forget closes connection n on both servers.
+func (s *session) forget(n int) {
+	if c := s.conns[n]; c != nil {
+		c.ref.Close()
+		c.sut.Close()
+		delete(s.conns, n)
+	}
+}
+
+// send writes the same bytes to connection n on both servers, reference
+// first.
+func (s *session) send(n int, b []byte) {
+	c := s.conn(n)
+	if err := c.ref.Send(b); err != nil {
+		s.fail("sending to beanstalkd on conn %d: %v", n, err)
+	}
+	if err := c.sut.Send(b); err != nil {
+		s.fail("sending to sprout on conn %d: %v", n, err)
+	}
+}
+
+// halfClose shuts down the writing side of connection n on both servers.
+func (s *session) halfClose(n int) {
+	c := s.conn(n)
+	if err := c.ref.CloseWrite(); err != nil {
+		s.fail("half-closing conn %d to beanstalkd: %v", n, err)
+	}
+	if err := c.sut.CloseWrite(); err != nil {
+		s.fail("half-closing conn %d to sprout: %v", n, err)
+	}
+}
+
+// readReplies reads n replies from c, waiting up to wait for each.
+func readReplies(c *Conn, n int, wait time.Duration) ([][]byte, error) {
+	var replies [][]byte
+	for range n {
+		r, err := c.ReadReply(wait)
+		if err != nil {
+			return replies, err
+		}
+		replies = append(replies, r)
+	}
+	return replies, nil
+}
+
+// exchange reads n replies on connection n of both servers into e and
+// compares them. A reference that answers fewer than n is a bug in the test
+// (the count was wrong), reported as such.
+func (s *session) exchange(e *entry, conn, n int, wait time.Duration) {
+	c := s.conn(conn)
+	ref, refErr := readReplies(c.ref, n, wait)
+	e.ref = append(e.ref, ref...)
+	sut, sutErr := readReplies(c.sut, n, wait)
+	e.sut = append(e.sut, sut...)
+	if refErr != nil {
+		s.fail("test bug: beanstalkd sent %d of the %d replies expected on conn %d (%v)", len(ref), n, conn, refErr)
+	}
+	if sutErr != nil {
+		s.fail("sprout sent %d of %d replies on conn %d (%v)", len(sut), n, conn, sutErr)
+	}
+	s.compare(ref, sut)
+}
+
+// compare fails the test unless the replies match after normalisation.
+func (s *session) compare(ref, sut [][]byte) {
+	for i := range ref {
+		if !normalizeReply(ref[i]).matches(normalizeReply(sut[i])) {
+			s.fail("replies differ:\n%s", describeDifference(ref[i], sut[i]))
+		}
+	}
+}
+
+// describeDifference shows two differing replies. For YAML documents, which
+// are long, it lists only the lines that differ.
+func describeDifference(ref, sut []byte) string {
+	a, b := normalizeReply(ref), normalizeReply(sut)
+	if !strings.HasPrefix(a.text, "OK _\r\n") || !strings.HasPrefix(b.text, "OK _\r\n") {
+		return fmt.Sprintf("  beanstalkd: %s\n  sprout:     %s", quote(ref), quote(sut))
+	}
+	refLines := strings.Split(string(ref), "\n")
+	sutLines := strings.Split(string(sut), "\n")
+	aLines, bLines := strings.Split(a.text, "\n"), strings.Split(b.text, "\n")
+	var out strings.Builder
+	for i := range max(len(aLines), len(bLines)) {
+		same := i < len(aLines) && i < len(bLines) && aLines[i] == bLines[i]
+		// When only approximate values differ, show those lines.
+		if same && (a.text != b.text || !strings.Contains(aLines[i], "<±1>")) {
+			continue
+		}
+		fmt.Fprintf(&out, "  line %d: beanstalkd %q, sprout %q\n", i+1, at(refLines, i), at(sutLines, i))
+	}
+	return strings.TrimSuffix(out.String(), "\n")
+}
+
+func at(lines []string, i int) string {
+	if i < len(lines) {
+		return lines[i]
+	}
+	return "(missing)"
+}
+
+// expectSilence fails the test if connection n sends anything on either
+// server within wait: a reply the step did not expect. Both servers got the
+// step at the same time, so after waiting on the reference, Sprout has had
+// as long.
+func (s *session) expectSilence(e *entry, n int, wait time.Duration) {
+	c := s.conn(n)
+	if r, err := c.ref.ReadReply(wait); !errors.Is(err, ErrNoReply) {
+		e.ref = append(e.ref, r)
+		s.fail("test bug: beanstalkd sent more than expected on conn %d: %s (%v)", n, quote(r), err)
+	}
+	if r, err := c.sut.ReadReply(0); !errors.Is(err, ErrNoReply) {
+		e.sut = append(e.sut, r)
+		s.fail("sprout sent more than beanstalkd on conn %d: %s (%v)", n, quote(r), err)
+	}
+}
+
+// expectClosed waits for both servers to close connection n, then forgets it.
+func (s *session) expectClosed(n int) {
+	c := s.conn(n)
+	if r, err := c.ref.ReadReply(replyWait); err != io.EOF {
+		s.fail("test bug: beanstalkd did not close conn %d: %s, %v", n, quote(r), err)
+	}
+	if r, err := c.sut.ReadReply(replyWait); err != io.EOF {
+		s.fail("sprout did not close conn %d: got %s, %v", n, quote(r), err)
+	}
+	s.forget(n)
+}
+
+// sendKnownDifference sends a step that hits d to Sprout only and checks the
+// answer d expects. In self-test mode the step is skipped.
+func (s *session) sendKnownDifference(e *entry, d *knownDifference) {
+	if s.selfTest {
+		e.note = "skipped, known difference " + strconv.Quote(d.name) + " (self-test: no 1.13 server)"
+		return
+	}
+	e.note = "known difference " + strconv.Quote(d.name) + ": sent to sprout only"
+	c := s.conn(e.conn)
+	if err := c.sut.Send(e.sent); err != nil {
+		s.fail("sending to sprout on conn %d: %v", e.conn, err)
+	}
+	got, err := c.sut.ReadReply(replyWait)
+	e.sut = append(e.sut, got)
+	if err != nil || string(got) != d.want {
+		s.fail("known difference %q: sprout answered %s (%v), want %q\n  because %s",
+			d.name, quote(got), err, d.want, d.reason)
+	}
+}
+
+// fail reports a failure with the session header and the transcript tail.
+func (s *session) fail(format string, args ...any) {
+	s.t.Helper()
+	at := ""
+	if n := len(s.log.entries); n > 0 {
+		at = fmt.Sprintf(", at step %d", s.log.entries[n-1].step)
+	}
+	s.t.Fatalf("%s%s\n%s\n\nlast steps (oldest first):\n%s",
+		s.header, at, fmt.Sprintf(format, args...), s.log.tail(transcriptTail))
+}
+
+// ---------------------------------------------------------------------------
+// Transcript
+
+// entry is one step: what was sent on which connection, and what each
+// server answered.
+type entry struct {
+	step     int
+	conn     int
+	sent     []byte
+	ref, sut [][]byte
+	note     string
+}
+
+// transcript keeps the most recent entries, for failure reports.
+type transcript struct {
+	entries []*entry
+}
+
+// add starts a new entry and returns it for the replies to be filled in.
+func (t *transcript) add(step, conn int, sent []byte, note string) *entry {
+	e := &entry{step: step, conn: conn, sent: sent, note: note}
+	t.entries = append(t.entries, e)
+	if len(t.entries) > 4*transcriptTail {
+		t.entries = append(t.entries[:0], t.entries[len(t.entries)-transcriptTail:]...)
+	}
+	return e
+}
+
+// tail formats the last n entries.
+func (t *transcript) tail(n int) string {
+	var b strings.Builder
+	for _, e := range t.entries[max(0, len(t.entries)-n):] {
+		fmt.Fprintf(&b, "step %d, conn %d, sent %s", e.step, e.conn, quote(e.sent))
+		if e.note != "" {
+			fmt.Fprintf(&b, " (%s)", e.note)
+		}
+		b.WriteString("\n")
+		for _, r := range e.ref {
+			fmt.Fprintf(&b, "    beanstalkd: %s\n", quote(r))
+		}
+		for _, r := range e.sut {
+			fmt.Fprintf(&b, "    sprout:     %s\n", quote(r))
+		}
+	}
+	return b.String()
+}
+
+// quote is %q, shortened for the 64 KiB bodies and the stats documents
+// some steps carry.
+func quote(b []byte) string {
+	const limit = 400
+	if len(b) <= limit {
+		return strconv.Quote(string(b))
+	}
+	return fmt.Sprintf("%q…%q (%d bytes)", b[:limit-100], b[len(b)-60:], len(b))
+}
