@@ -162,12 +162,12 @@ const (
 )
 
 var statusNames = [...]string{
-	OK:             "OK",
-	BadFormat:      "BAD_FORMAT",
-	UnknownCommand: "UNKNOWN_COMMAND",
-	ExpectedCRLF:   "EXPECTED_CRLF",
-	PutTooBig:      "PUT_TOO_BIG",
-	CountedBadFormat:    "COUNTED_BAD_FORMAT",
+	OK:               "OK",
+	BadFormat:        "BAD_FORMAT",
+	UnknownCommand:   "UNKNOWN_COMMAND",
+	ExpectedCRLF:     "EXPECTED_CRLF",
+	PutTooBig:        "PUT_TOO_BIG",
+	CountedBadFormat: "COUNTED_BAD_FORMAT",
 }
 
 func (s Status) String() string {
