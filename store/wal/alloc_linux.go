@@ -25,3 +25,12 @@ func allocate(f *os.File, size int64) error {
 	}
 	return nil
 }
+
+// lockCmd takes an open file description lock. It conflicts with the
+// classic fcntl lock beanstalkd takes on the same file, and, unlike a
+// classic lock, also with a second lock taken in this process: classic
+// locks belong to the process, so a second Open would succeed and its
+// closing would drop the first Open's lock.
+const lockCmd = unix.F_OFD_SETLK
+
+func fdatasync(f *os.File) error { return unix.Fdatasync(int(f.Fd())) }

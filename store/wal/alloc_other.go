@@ -2,10 +2,21 @@
 
 package wal
 
-import "os"
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
 
 // allocate extends the file; without fallocate the blocks are not
 // reserved, so a full disk shows up as a write error, which is retried.
 func allocate(f *os.File, size int64) error {
 	return f.Truncate(size)
 }
+
+// lockCmd takes a classic fcntl lock, which conflicts with beanstalkd's.
+// Such locks belong to the process, so a second Open of the directory in
+// the same process is not refused here.
+const lockCmd = unix.F_SETLK
+
+func fdatasync(f *os.File) error { return f.Sync() }

@@ -32,6 +32,8 @@ const (
 	// migrateBatch bounds how many jobs one compaction step moves, so it
 	// never holds any tube for long.
 	migrateBatch = 256
+	// noSpaceRetry is how often a full disk is checked for space again.
+	noSpaceRetry = 250 * time.Millisecond
 )
 
 // Options configure a Log.
@@ -131,6 +133,7 @@ type Log struct {
 	live      int64               // guarded by mu: bytes of live full records
 	waiters   []durableWaiter     // guarded by mu
 	closing   bool                // guarded by mu
+	started   bool                // guarded by mu: Start has launched the writer
 	preparing bool                // guarded by mu: a spare is being made
 	lastID    uint64              // guarded by mu: highest id in any header or record
 
@@ -194,7 +197,7 @@ func lockDir(dir string) (*os.File, error) {
 		return nil, err
 	}
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
-	if err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &lk); err != nil {
+	if err := unix.FcntlFlock(f.Fd(), lockCmd, &lk); err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
 	}
@@ -231,6 +234,7 @@ func (l *Log) Start(m Migrator) error {
 	l.mu.Lock()
 	l.curSeq = next
 	l.curSize = headerSize
+	l.started = true
 	l.mu.Unlock()
 	l.prepareSpare()
 	go l.run()
@@ -348,6 +352,8 @@ func (l *Log) Stats() Stats {
 //  1. no more appends are accepted;
 //  2. the writer writes what is pending and fsyncs, whatever the policy;
 //  3. waiters are released, files closed, the directory lock dropped.
+//
+// A log that was never started just drops its lock.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	if l.closing {
@@ -355,9 +361,12 @@ func (l *Log) Close() error {
 		return nil
 	}
 	l.closing = true
+	started := l.started
 	l.mu.Unlock()
-	close(l.stop)
-	<-l.done
+	if started {
+		close(l.stop)
+		<-l.done
+	}
 	l.spareWG.Wait()
 	l.closeFiles()
 	return l.lock.Close()
@@ -472,7 +481,7 @@ func (l *Log) startWriting(s *segment) {
 func (l *Log) sync() {
 	w := l.written.Load()
 	if s := l.writing; s != nil && s.f != nil {
-		if err := unix.Fdatasync(int(s.f.Fd())); err != nil {
+		if err := fdatasync(s.f); err != nil {
 			l.log.Error().Err(err).Str("file", s.path).Msg("wal: fsync failed")
 			return
 		}
@@ -542,10 +551,26 @@ func (l *Log) maintain() {
 		return
 	}
 	if oldest.liveCount > 0 {
+		if l.noSpace {
+			// The moves would be refused, and their ids lost with them;
+			// compaction resumes once space returns.
+			l.mu.Unlock()
+			return
+		}
 		ids := append([]uint64(nil), oldest.ids[:min(len(oldest.ids), migrateBatch)]...)
 		oldest.ids = oldest.ids[len(ids):]
 		l.mu.Unlock()
 		l.migrator.Migrate(oldest.seq, ids)
+		l.mu.Lock()
+		if l.noSpace {
+			// The disk filled up meanwhile and some moves may have been
+			// refused: keep the batch for later (jobs it did move are no
+			// longer in this segment, and are skipped then).
+			oldest.ids = append(ids, oldest.ids...)
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
 		l.poke()
 		return
 	}
@@ -615,6 +640,9 @@ func (l *Log) makeSpare() {
 			l.log.Warn().Err(err).Msg("wal: disk full; refusing puts until space returns")
 		}
 		l.noSpace = true
+		// Refused puts do not wake the writer, so nothing else would try
+		// again once space returns.
+		time.AfterFunc(noSpaceRetry, l.poke)
 		return
 	}
 	if wasFull {

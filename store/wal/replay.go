@@ -32,9 +32,15 @@ func (l *Log) load() error {
 			return err
 		}
 	}
+	// A crash tears the end of the last segment holding records; spares
+	// preallocated after it hold none, so they do not make it an earlier one.
+	lastUsed := len(seqs) - 1
+	for lastUsed > 0 && segmentEmpty(filepath.Join(l.dir, segmentName(seqs[lastUsed]))) {
+		lastUsed--
+	}
 	live := make(map[uint64]*Recovered)
 	for i, seq := range seqs {
-		if err := l.replaySegment(seq, i == len(seqs)-1, live); err != nil {
+		if err := l.replaySegment(seq, i >= lastUsed, live); err != nil {
 			return err
 		}
 	}
@@ -84,6 +90,12 @@ func (l *Log) replaySegment(seq uint32, last bool, live map[uint64]*Recovered) e
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
+	}
+	if allZero(data) {
+		// The server died while making this segment: it is zero-filled
+		// before its header is written, and it never held a record.
+		l.log.Warn().Str("file", path).Msg("wal: removing a segment whose preallocation was cut short")
+		return os.Remove(path)
 	}
 	if len(data) < headerSize || string(data[:8]) != magic {
 		return fmt.Errorf("wal: %s: not a Sprout segment", path)
@@ -236,6 +248,17 @@ func (l *Log) importForeign() ([]uint32, error) {
 	}
 	l.log.Info().Int("jobs", len(recs)).Int("files", len(files)).Uint64("max_id", maxID).Msg("wal: imported beanstalkd binlog")
 	return []uint32{1}, nil
+}
+
+// segmentEmpty reports whether the segment at path holds no record: a
+// spare, preallocated and never written, or one whose preallocation a
+// crash cut short (all zeros).
+func segmentEmpty(path string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	return allZero(data) || len(data) >= headerSize && string(data[:8]) == magic && allZero(data[headerSize:])
 }
 
 func allZero(b []byte) bool {

@@ -1,0 +1,597 @@
+package wal_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// dirSize is the total size of the segment files in dir.
+func dirSize(t testing.TB, dir string) int64 {
+	_, sizes := segments(t, dir)
+	var n int64
+	for _, s := range sizes {
+		n += s
+	}
+	return n
+}
+
+// TestCompaction churns many puts and deletes through tiny segments while a
+// few long-lived jobs, in every state, sit in the first segment. Compaction
+// must move those jobs forward and remove the old segments, keeping the
+// directory near twice the live data, and the moved jobs must come back
+// from a reopen exactly as they were.
+//
+// The bound, once the writer has settled, is 2×live plus the current
+// segment and its spare (both preallocated) plus the segment before the
+// current one, which is never compacted (as in beanstalkd) and may run past
+// SegmentSize by what was appended while its successor was being zero-filled
+// in the background: with 4 KiB segments that is a large share of a
+// segment, so two segments are allowed for it.
+func TestCompaction(t *testing.T) {
+	const segSize = 4096
+	dir := t.TempDir()
+	l, m := open(t, dir, wal.Options{SegmentSize: segSize})
+	rng := rand.New(rand.NewPCG(1, 2))
+	body := func(n int) string { return strings.Repeat(string(rune('a'+rng.IntN(26))), n) }
+
+	var keepers []uint64
+	for i, st := range []uint8{wal.StateReady, wal.StateDelayed, wal.StateReady, wal.StateReady, wal.StateReady} {
+		id, _ := m.put(t, fmt.Sprintf("keep-%d", i), "keeper "+body(100), st, uint32(i))
+		keepers = append(keepers, id)
+	}
+	m.update(t, keepers[2], func(r *wal.Record) { r.State, r.Pri, r.Buries = wal.StateBuried, 99, 1 })
+	m.update(t, keepers[3], func(r *wal.Record) { r.State, r.Reserves = wal.StateReserved, 1 })
+	m.update(t, keepers[4], func(r *wal.Record) {
+		r.State, r.Pri, r.Releases, r.Delay = wal.StateDelayed, 3, 1, int64(time.Minute)
+		r.Deadline = time.Now().Add(time.Minute).UnixNano()
+	})
+
+	bound := func() int64 { return 2*l.Stats().LiveBytes + 4*segSize }
+	var window []uint64
+	var maxOver int64 // how far the directory got past the bound during the churn
+	for i := range 3000 {
+		id, lsn := m.put(t, "churn", body(50+rng.IntN(250)), wal.StateReady, 0)
+		window = append(window, id)
+		if len(window) > 10 {
+			lsn = m.del(t, window[0])
+			window = window[1:]
+		}
+		waitDurable(t, l, lsn) // as a client waits for each reply
+		if i%10 == 0 {
+			maxOver = max(maxOver, dirSize(t, dir)-bound())
+		}
+	}
+	for _, id := range window {
+		waitDurable(t, l, m.del(t, id))
+	}
+	t.Logf("during the churn the directory was at most %d bytes past 2×live + 4 segments", maxOver)
+	// Compaction lags the churn; 3000 records of up to 300 bytes are about
+	// 200 segments, so this only catches compaction falling behind for good.
+	if maxOver > 6*segSize {
+		t.Errorf("during the churn the directory grew %d bytes past 2×live + 4 segments", maxOver)
+	}
+
+	// Compaction runs on the writer after each write; give it time to settle.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := l.Stats()
+		size := dirSize(t, dir)
+		if size <= bound() && st.OldestIndex > 1 {
+			t.Logf("settled: %d bytes on disk, %d live, segments %d..%d, %d records migrated",
+				size, st.LiveBytes, st.OldestIndex, st.CurrentIndex, st.RecordsMigrated)
+			break
+		}
+		if time.Now().After(deadline) {
+			seqs, sizes := segments(t, dir)
+			t.Fatalf("directory did not shrink: %d bytes for %d live (bound %d); segments %v sizes %v; stats %+v",
+				size, st.LiveBytes, bound(), seqs, sizes, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := l.Stats()
+	if st.RecordsMigrated < int64(len(keepers)) {
+		t.Errorf("RecordsMigrated = %d, want at least the %d keepers", st.RecordsMigrated, len(keepers))
+	}
+	seqs, _ := segments(t, dir)
+	if seqs[0] != st.OldestIndex {
+		t.Errorf("oldest file on disk is %d, stats say %d", seqs[0], st.OldestIndex)
+	}
+	if len(seqs) > 4 {
+		t.Errorf("%d segment files remain: %v", len(seqs), seqs)
+	}
+	m.mu.Lock()
+	for _, id := range keepers {
+		if seg := m.jobs[id].loc.Seg; seg < st.OldestIndex {
+			t.Errorf("keeper %d still points at removed segment %d", id, seg)
+		}
+	}
+	m.mu.Unlock()
+
+	want := m.want()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := recoverDir(t, dir, wal.Options{SegmentSize: segSize})
+	sameJobs(t, got, want)
+	if len(got) != len(keepers) {
+		t.Errorf("recovered %d jobs, want the %d keepers", len(got), len(keepers))
+	}
+}
+
+// TestIDsNeverReused: after every job is deleted (and compaction has removed
+// the segments that logged them), reopening, even several times in a row
+// with nothing logged in between, resumes above every id ever issued.
+func TestIDsNeverReused(t *testing.T) {
+	dir := t.TempDir()
+	opts := wal.Options{SegmentSize: 1024}
+	var issued uint64
+	for round := range 5 {
+		l, m := open(t, dir, opts)
+		if got := l.LastID(); got != issued {
+			t.Fatalf("round %d: LastID = %d, want %d", round, got, issued)
+		}
+		if round%2 == 1 {
+			// Nothing logged this time: the ids live on in segment headers alone.
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		var lsn uint64
+		for range 40 {
+			id, _ := m.put(t, "default", "a body long enough to fill a few tiny segments", wal.StateReady, 0)
+			if id <= issued {
+				t.Fatalf("round %d: new id %d, but %d was issued before", round, id, issued)
+			}
+			issued = id
+			lsn = m.del(t, id)
+		}
+		waitDurable(t, l, lsn)
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if seqs, _ := segments(t, dir); seqs[0] == 1 && round > 0 {
+			t.Logf("round %d: segment 1 still on disk (%v)", round, seqs)
+		}
+	}
+	got, last := recoverDir(t, dir, opts)
+	if len(got) != 0 || last != issued {
+		t.Fatalf("recovered %d jobs and LastID %d; want none and %d", len(got), last, issued)
+	}
+}
+
+// full is an allocate hook that reports ENOSPC while it is set.
+type full struct {
+	on    atomic.Bool
+	made  atomic.Int64 // segments allocated
+	tried atomic.Int64 // attempts refused
+}
+
+func (f *full) allocate(next func(*os.File, int64) error, file *os.File, size int64) error {
+	if f.on.Load() {
+		f.tried.Add(1)
+		return syscall.ENOSPC
+	}
+	err := next(file, size)
+	if err == nil {
+		f.made.Add(1)
+	}
+	return err
+}
+
+// TestDiskFull: once no new segment can be allocated, puts and updates are
+// refused with ErrNoSpace, deletes are still logged and made durable, and
+// when space returns puts are accepted again, without any other traffic.
+func TestDiskFull(t *testing.T) {
+	var disk full
+	opts := wal.Options{SegmentSize: 1024}
+	wal.SetAllocate(&opts, disk.allocate)
+	dir := t.TempDir()
+	l, m := open(t, dir, opts)
+	// The first segment and its spare (made in the background) fit.
+	for deadline := time.Now().Add(5 * time.Second); disk.made.Load() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the spare segment was not made within 5s")
+		}
+	}
+
+	disk.on.Store(true)
+	var live []uint64
+	var err error
+	for i := 0; ; i++ {
+		if i == 1000 {
+			t.Fatal("1000 puts accepted on a full disk")
+		}
+		var id, lsn uint64
+		id, lsn, err = m.tryPut("default", "a job put while the disk fills up", wal.StateReady, 0)
+		if err != nil {
+			break
+		}
+		live = append(live, id)
+		waitDurable(t, l, lsn)
+	}
+	if !errors.Is(err, wal.ErrNoSpace) {
+		t.Fatalf("put on a full disk: %v, want ErrNoSpace", err)
+	}
+	if len(live) < 2 {
+		t.Fatalf("only %d puts before the disk was full", len(live))
+	}
+	update := wal.Record{Kind: wal.KindUpdate, ID: live[0], State: wal.StateBuried}
+	if _, _, err := l.Append(&update, wal.Loc{}); !errors.Is(err, wal.ErrNoSpace) {
+		t.Errorf("update on a full disk: %v, want ErrNoSpace", err)
+	}
+	for _, id := range live[:len(live)/2] {
+		waitDurable(t, l, m.del(t, id)) // fails the test if refused
+	}
+
+	// Let the writer finish reacting to the deletes (its attempts at a new
+	// segment fail): from here only space returning can let puts in.
+	time.Sleep(100 * time.Millisecond)
+	if _, _, err := m.tryPut("default", "still full", wal.StateReady, 0); !errors.Is(err, wal.ErrNoSpace) {
+		t.Fatalf("put on a full disk after deletes: %v, want ErrNoSpace", err)
+	}
+
+	disk.on.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, lsn, err := m.tryPut("default", "a job put once space returned", wal.StateReady, 0)
+		if err == nil {
+			waitDurable(t, l, lsn)
+			break
+		}
+		if !errors.Is(err, wal.ErrNoSpace) || time.Now().After(deadline) {
+			t.Fatalf("put after space returned: %v (still refused after 5s)", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	want := m.want()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := recoverDir(t, dir, opts)
+	sameJobs(t, got, want)
+}
+
+// failingWrites is a writeAt hook that fails while on is set and counts
+// the attempts.
+type failingWrites struct {
+	on       atomic.Bool
+	attempts atomic.Int64
+	failed   chan struct{} // gets a token per failed attempt
+}
+
+func (w *failingWrites) writeAt(f *os.File, b []byte, off int64) (int, error) {
+	w.attempts.Add(1)
+	if w.on.Load() {
+		select {
+		case w.failed <- struct{}{}:
+		default:
+		}
+		return 0, syscall.EIO
+	}
+	return f.WriteAt(b, off)
+}
+
+// TestWriteErrorRetried: while writes fail, commits wait (the log is not
+// disabled and nothing is acknowledged); once writes work again the waiting
+// commits complete, and later ones too.
+func TestWriteErrorRetried(t *testing.T) {
+	w := &failingWrites{failed: make(chan struct{}, 16)}
+	var opts wal.Options
+	wal.SetWriteAt(&opts, w.writeAt)
+	dir := t.TempDir()
+	l, m := open(t, dir, opts)
+	_, lsn := m.put(t, "default", "before the error", wal.StateReady, 0)
+	waitDurable(t, l, lsn)
+
+	w.on.Store(true)
+	_, lsn = m.put(t, "default", "written while the disk fails", wal.StateReady, 0)
+	done := make(chan struct{})
+	l.OnDurable(lsn, func() { close(done) })
+	for range 3 { // the first attempt and two retries
+		select {
+		case <-w.failed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the writer did not retry the failed write")
+		}
+	}
+	select {
+	case <-done:
+		t.Fatal("a commit was acknowledged although its write failed")
+	default:
+	}
+	if l.Durable() >= lsn {
+		t.Fatalf("Durable %d covers the failed record at %d", l.Durable(), lsn)
+	}
+
+	w.on.Store(false)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting commit did not complete once writes worked again")
+	}
+	_, lsn = m.put(t, "default", "after the error", wal.StateReady, 0)
+	waitDurable(t, l, lsn)
+	want := m.want()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := recoverDir(t, dir, wal.Options{})
+	sameJobs(t, got, want)
+}
+
+// TestGroupCommit holds the writer inside its first write while many
+// goroutines append; every record then goes out in one more write and one
+// fsync, and every OnDurable callback fires, after the record is synced.
+func TestGroupCommit(t *testing.T) {
+	const appenders, each = 16, 25
+	var writes atomic.Int64
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var opts wal.Options // SyncEvery 0: fsync before acknowledging
+	wal.SetWriteAt(&opts, func(f *os.File, b []byte, off int64) (int, error) {
+		if writes.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		return f.WriteAt(b, off)
+	})
+	l, m := open(t, t.TempDir(), opts)
+
+	_, first := m.put(t, "default", "first", wal.StateReady, 0)
+	<-entered
+	var wg sync.WaitGroup
+	var fired atomic.Int64
+	var early atomic.Int64
+	for g := range appenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				_, lsn := m.put(t, fmt.Sprintf("g%d", g), fmt.Sprintf("job %d", i), wal.StateReady, 0)
+				l.OnDurable(lsn, func() {
+					if l.Synced() < lsn || l.Durable() < lsn {
+						early.Add(1)
+					}
+					fired.Add(1)
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	close(release)
+	_, last := m.put(t, "default", "last", wal.StateReady, 0)
+	waitDurable(t, l, max(first, last))
+	if n := fired.Load(); n != appenders*each {
+		t.Errorf("%d callbacks fired, want %d", n, appenders*each)
+	}
+	if n := early.Load(); n > 0 {
+		t.Errorf("%d callbacks fired before their record was synced", n)
+	}
+	// One write for "first", one for everything appended meanwhile, at most
+	// one for "last".
+	if n := writes.Load(); n > 3 {
+		t.Errorf("%d records took %d writes, want them grouped into at most 3", appenders*each+2, n)
+	}
+}
+
+// TestGroupCommitConcurrent: many goroutines append and wait, as connections
+// do; every callback fires and durability only moves forward.
+func TestGroupCommitConcurrent(t *testing.T) {
+	const appenders, each = 32, 100
+	var writes atomic.Int64
+	var opts wal.Options
+	wal.SetWriteAt(&opts, func(f *os.File, b []byte, off int64) (int, error) {
+		writes.Add(1)
+		return f.WriteAt(b, off)
+	})
+	l, m := open(t, t.TempDir(), opts)
+	var wg sync.WaitGroup
+	var backwards atomic.Int64
+	for g := range appenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var seen uint64
+			for i := range each {
+				_, lsn := m.put(t, "default", fmt.Sprintf("g%d job %d", g, i), wal.StateReady, 0)
+				done := make(chan uint64, 1)
+				l.OnDurable(lsn, func() { done <- l.Durable() })
+				select {
+				case d := <-done:
+					if d < lsn || d < seen {
+						backwards.Add(1)
+					}
+					seen = d
+				case <-time.After(10 * time.Second):
+					t.Errorf("LSN %d not durable after 10s", lsn)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := backwards.Load(); n > 0 {
+		t.Errorf("durable LSN went backwards or short %d times", n)
+	}
+	t.Logf("%d records in %d writes (one fsync each): %.1f records per fsync",
+		appenders*each, writes.Load(), float64(appenders*each)/float64(writes.Load()))
+}
+
+// TestSyncTimer: with SyncEvery set, a commit is acknowledged once written,
+// and the tail left by a burst that then goes idle is fsynced by the timer,
+// without waiting for another write.
+func TestSyncTimer(t *testing.T) {
+	const every = 500 * time.Millisecond
+	l, m := open(t, t.TempDir(), wal.Options{SyncEvery: every})
+	_, lsn := m.put(t, "default", "one", wal.StateReady, 0)
+	waitDurable(t, l, lsn)
+	waitSynced(t, l, lsn, 5*time.Second)
+
+	// Right after a sync, a new record is written and acknowledged but not
+	// yet synced...
+	start := time.Now()
+	_, lsn = m.put(t, "default", "two", wal.StateReady, 0)
+	waitDurable(t, l, lsn)
+	if l.Synced() >= lsn && time.Since(start) < every/2 {
+		t.Fatalf("record synced at once; SyncEvery %v should have delayed it", every)
+	}
+	// ... and, with nothing else written, the timer syncs it.
+	waitSynced(t, l, lsn, 5*time.Second)
+}
+
+// TestCloseSyncs: Close fsyncs what the policy left unsynced.
+func TestCloseSyncs(t *testing.T) {
+	for _, opts := range []wal.Options{{NoSync: true}, {SyncEvery: time.Hour}} {
+		t.Run(fmt.Sprintf("NoSync=%v,SyncEvery=%v", opts.NoSync, opts.SyncEvery), func(t *testing.T) {
+			dir := t.TempDir()
+			l, m := open(t, dir, opts)
+			var lsn uint64
+			for i := range 10 {
+				_, lsn = m.put(t, "default", fmt.Sprintf("job %d", i), wal.StateReady, 0)
+			}
+			waitDurable(t, l, lsn)
+			if l.Synced() >= lsn {
+				t.Fatalf("synced %d already covers %d: the policy should have left it", l.Synced(), lsn)
+			}
+			want := m.want()
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if l.Synced() < lsn {
+				t.Fatalf("after Close synced is %d, want %d", l.Synced(), lsn)
+			}
+			got, _ := recoverDir(t, dir, opts)
+			sameJobs(t, got, want)
+		})
+	}
+}
+
+func waitSynced(t *testing.T, l *wal.Log, lsn uint64, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for l.Synced() < lsn {
+		if time.Now().After(deadline) {
+			t.Fatalf("LSN %d not synced within %v (synced %d, written %d)", lsn, within, l.Synced(), l.Written())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestCloseWithoutStart: a log opened and never started closes, and frees
+// its directory.
+func TestCloseWithoutStart(t *testing.T) {
+	dir := t.TempDir()
+	l, err := wal.Open(dir, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeUnstarted(t, l)
+	l, err = wal.Open(dir, wal.Options{})
+	if err != nil {
+		t.Fatalf("reopen after Close: %v", err)
+	}
+	closeUnstarted(t, l)
+}
+
+// TestAppendAfterClose is refused.
+func TestAppendAfterClose(t *testing.T) {
+	l, m := open(t, t.TempDir(), wal.Options{})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.tryPut("default", "late", wal.StateReady, 0); err == nil {
+		t.Fatal("Append after Close succeeded")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// room is an allocate hook for a disk with space for n more segments.
+type room struct{ n atomic.Int64 }
+
+func (r *room) allocate(next func(*os.File, int64) error, file *os.File, size int64) error {
+	if r.n.Add(-1) < 0 {
+		r.n.Add(1)
+		return syscall.ENOSPC
+	}
+	return next(file, size)
+}
+
+// TestCompactionAfterDiskFull: compaction that wants to move a job while
+// the disk is full is refused; once space returns it must still move the
+// job and remove the old segment.
+func TestCompactionAfterDiskFull(t *testing.T) {
+	const segSize = 1024
+	var disk room
+	disk.n.Store(3) // the first segment, its spare, and one more
+	opts := wal.Options{SegmentSize: segSize}
+	wal.SetAllocate(&opts, disk.allocate)
+	dir := t.TempDir()
+	l, m := open(t, dir, opts)
+	keeper, _ := m.put(t, "keep", "the keeper", wal.StateBuried, 7)
+	var ballast []uint64
+	for i := 0; ; i++ {
+		if i == 200 {
+			t.Fatal("200 puts accepted with room for 3 segments")
+		}
+		id, lsn, err := m.tryPut("ballast", strings.Repeat("b", 150), wal.StateReady, 0)
+		if errors.Is(err, wal.ErrNoSpace) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ballast = append(ballast, id)
+		waitDurable(t, l, lsn)
+	}
+	if st := l.Stats(); st.CurrentIndex < 3 {
+		t.Fatalf("disk full at segment %d; the test needs 3", st.CurrentIndex)
+	}
+	// Deleting the ballast leaves the keeper as all the live data, in the
+	// oldest of three full segments: compaction wants to move it, but the
+	// disk is full.
+	for _, id := range ballast {
+		waitDurable(t, l, m.del(t, id))
+	}
+	time.Sleep(50 * time.Millisecond) // let the writer try
+
+	disk.n.Store(100)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; l.Stats().OldestIndex <= 1; i++ {
+		if time.Now().After(deadline) {
+			seqs, sizes := segments(t, dir)
+			t.Fatalf("segment 1 never compacted away once space returned: %v %v %+v", seqs, sizes, l.Stats())
+		}
+		id, lsn, err := m.tryPut("churn", "churn", wal.StateReady, 0)
+		if errors.Is(err, wal.ErrNoSpace) {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitDurable(t, l, lsn)
+		waitDurable(t, l, m.del(t, id))
+	}
+	want := m.want()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := recoverDir(t, dir, opts)
+	sameJobs(t, got, want)
+	if _, ok := got[keeper]; !ok {
+		t.Fatal("the keeper was lost")
+	}
+}
