@@ -4,7 +4,7 @@ BIN := bin/sprout
 # What sprout -v reports; a clone without tags shows the commit.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build run test bench lint fuzz clean
+.PHONY: build run test bench bench-full lint fuzz clean
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/sprout
@@ -18,7 +18,12 @@ test:
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(MAKE) --no-print-directory build
+	$(GO) run ./benchmarks/cmd/sproutbench -sprout $(BIN) -command "make bench" $(BENCHFLAGS)
+
+bench-full:
+	$(MAKE) --no-print-directory build
+	$(GO) run ./benchmarks/cmd/sproutbench -full -sprout $(BIN) -command "make bench-full" $(BENCHFLAGS)
 
 lint:
 	@unformatted=$$($(GOFMT) -l .); \
@@ -28,7 +33,7 @@ lint:
 	else echo "staticcheck not installed; skipped"; fi
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParseSplit -fuzztime 60s ./codec/
+	$(GO) test -run '^$$' -fuzz FuzzParseSplit -fuzztime 60s -fuzzminimizetime 5s ./codec/
 
 clean:
 	rm -rf bin

@@ -3,6 +3,7 @@ module github.com/sproutmq/sprout
 go 1.26
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/beanstalkd/go-beanstalk v0.2.0
 	github.com/panjf2000/gnet/v2 v2.10.0
 	github.com/rs/zerolog v1.35.1

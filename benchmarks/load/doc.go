@@ -1,0 +1,16 @@
+// Package load is Sprout's load generator: a beanstalkd client on raw
+// sockets (Conn, with pipelining), the scenarios that drive it, and the
+// side-by-side runs against Debian's C beanstalkd that produce the report
+// under benchmarks/results.
+//
+// A Plan runs every Scenario against every server Reps times, alternating
+// the servers within each repetition. Each run starts its server fresh on a
+// free loopback port (StartServer), warms up, then measures for a fixed time:
+// jobs completed, latency in an HDR histogram, and the server's CPU time and
+// resident memory read from /proc/PID. Summarize takes the median over the
+// repetitions; WriteMarkdown, RatioSVG, LatencySVG and ResourcesSVG turn the
+// outcomes into the report, and EvaluateGoals checks issue 4's targets.
+//
+// Traffic goes only to 127.0.0.0/8, and every run is bounded in time (each
+// connection has a deadline) and in count (RunConfig.MaxPuts).
+package load

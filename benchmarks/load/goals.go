@@ -1,0 +1,162 @@
+package load
+
+import (
+	"math"
+	"strconv"
+	"time"
+)
+
+// Metric is one figure of a Summary.
+type Metric int
+
+// The metrics goals are set on.
+const (
+	MetricJobsPerSec Metric = iota
+	MetricP99
+	MetricCPU
+	MetricPerItem
+)
+
+func (m Metric) of(s Summary) float64 {
+	switch m {
+	case MetricJobsPerSec:
+		return s.JobsPerSec
+	case MetricP99:
+		return float64(s.P99)
+	case MetricCPU:
+		return s.CPUPer100k
+	case MetricPerItem:
+		return s.PerItem
+	}
+	return math.NaN()
+}
+
+func (m Metric) format(v float64) string {
+	if v <= 0 || math.IsNaN(v) {
+		return "—"
+	}
+	switch m {
+	case MetricJobsPerSec:
+		return FormatThousands(v) + "/s"
+	case MetricP99:
+		return FormatLatency(time.Duration(v))
+	case MetricCPU:
+		return strconv.FormatFloat(v, 'g', 3, 64) + " s/100k"
+	case MetricPerItem:
+		return FormatThousands(v) + " B"
+	}
+	return ""
+}
+
+// Goal is a target the issue sets for Sprout.
+type Goal struct {
+	Text     string
+	Scenario string
+	Metric   Metric
+	// AtLeast is true for "ratio ≥ Target", false for "ratio ≤ Target".
+	AtLeast bool
+	Target  float64
+	// Against, when set, compares Sprout's figure with Sprout's own on
+	// this other scenario instead of with beanstalkd's on the same one.
+	Against string
+}
+
+// Goals are issues 3's and 4's targets, as ratios of Sprout to beanstalkd in the same
+// run unless a goal says otherwise.
+var Goals = []Goal{
+	{Text: "producer/consumer, 100 conns, 64 B: jobs/s", Scenario: "prodcons-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 1.5},
+	{Text: "producer/consumer, 10 conns, 64 B: jobs/s", Scenario: "prodcons-c10", Metric: MetricJobsPerSec, AtLeast: true, Target: 1.3},
+	{Text: "pipelined puts, 1 conn, depth 100: jobs/s", Scenario: "pipelined-c1-d100", Metric: MetricJobsPerSec, AtLeast: true, Target: 2},
+	{Text: "put→reserve→delete round trips, 1 conn: jobs/s", Scenario: "roundtrip-c1", Metric: MetricJobsPerSec, AtLeast: true, Target: 1},
+	{Text: "put→reserve→delete round trips, 1 conn: p99", Scenario: "roundtrip-c1", Metric: MetricP99, Target: 1},
+	{Text: "server CPU per job, producer/consumer 100 conns", Scenario: "prodcons-c100", Metric: MetricCPU, Target: 1},
+	{Text: "idle connections: RSS per connection", Scenario: "idle-conns", Metric: MetricPerItem, Target: 0.8},
+	{Text: "stored 64 B jobs: RSS per job", Scenario: "jobs-memory", Metric: MetricPerItem, Target: 1},
+	{Text: "10,000 tubes vs 1 tube (Sprout vs itself): jobs/s", Scenario: "tubes-10000", Against: "tubes-1", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.9},
+	// Issue 3 (write-ahead log).
+	{Text: "durable -b -f 0, producer/consumer 100 conns: jobs/s", Scenario: "durable-f0-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 10},
+	{Text: "durable -b -f 50 vs Sprout in memory, 100 conns: jobs/s", Scenario: "durable-f50-c100", Against: "prodcons-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.85},
+}
+
+// GoalRow is a goal evaluated on one benchmark's outcomes.
+type GoalRow struct {
+	Goal
+	Sprout, Base string // formatted figures: Sprout's, and what it is compared with
+	Ratio        float64
+	Met          string // "yes", "no", or why there is no verdict
+}
+
+// EvaluateGoals checks each goal against outs; base and cand name the
+// reference server and Sprout.
+func EvaluateGoals(outs []Outcome, base, cand string) []GoalRow {
+	byName := map[string]Outcome{}
+	for _, o := range outs {
+		byName[o.Scenario.Name] = o
+	}
+	rows := make([]GoalRow, 0, len(Goals))
+	for _, g := range Goals {
+		row := GoalRow{Goal: g, Sprout: "—", Base: "—", Ratio: math.NaN()}
+		o, ok := byName[g.Scenario]
+		if !ok {
+			row.Met = "not run"
+			rows = append(rows, row)
+			continue
+		}
+		c := Summarize(o.Runs[cand])
+		var b Summary
+		if g.Against != "" {
+			a, ok := byName[g.Against]
+			if !ok {
+				row.Met = "not run (needs " + g.Against + ")"
+				rows = append(rows, row)
+				continue
+			}
+			b = Summarize(a.Runs[cand])
+		} else {
+			b = Summarize(o.Runs[base])
+		}
+		switch {
+		case c.Skipped != "":
+			row.Met = c.Skipped
+		case !c.OK || !b.OK:
+			row.Met = "failed run"
+		}
+		if c.OK {
+			row.Sprout = g.Metric.format(g.Metric.of(c))
+		}
+		if b.OK {
+			row.Base = g.Metric.format(g.Metric.of(b))
+		}
+		if row.Met == "" {
+			row.Ratio = ratio(g.Metric.of(c), g.Metric.of(b))
+			switch {
+			case math.IsNaN(row.Ratio):
+				row.Met = "no figure"
+			case g.AtLeast && row.Ratio >= g.Target, !g.AtLeast && row.Ratio <= g.Target:
+				row.Met = "yes"
+			default:
+				row.Met = "no"
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// RatioText writes the goal row's ratio, with a third decimal when two would
+// round it onto the target and hide which side it falls.
+func (g GoalRow) RatioText() string {
+	if math.Abs(g.Ratio-g.Target) < 0.005 && g.Ratio != g.Target {
+		return strconv.FormatFloat(g.Ratio, 'f', 3, 64) + "×"
+	}
+	return FormatRatio(g.Ratio)
+}
+
+// TargetText writes the goal's target: "≥ 1.50×".
+func (g Goal) TargetText() string {
+	op := "≤ "
+	if g.AtLeast {
+		op = "≥ "
+	}
+	return op + FormatRatio(g.Target)
+}

@@ -1,0 +1,263 @@
+package load_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/benchmarks/load"
+)
+
+var sproutOnce struct {
+	sync.Once
+	path string
+	err  error
+	dir  string
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sproutOnce.dir != "" {
+		os.RemoveAll(sproutOnce.dir)
+	}
+	os.Exit(code)
+}
+
+func mkdirTemp() (string, error) { return os.MkdirTemp("", "sproutbench-test-") }
+
+// sproutSpec builds cmd/sprout once per test process.
+func sproutSpec(t *testing.T) load.ServerSpec {
+	t.Helper()
+	sproutOnce.Do(func() {
+		dir, err := mkdirTemp()
+		if err != nil {
+			sproutOnce.err = err
+			return
+		}
+		sproutOnce.dir = dir
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		sproutOnce.path, sproutOnce.err = load.BuildSprout(ctx, dir)
+	})
+	if sproutOnce.err != nil {
+		t.Fatalf("build Sprout: %v", sproutOnce.err)
+	}
+	return load.ServerSpec{Name: "sprout", Path: sproutOnce.path}
+}
+
+// TestScenarioKinds runs every kind of scenario briefly against Sprout and
+// checks that the figures are sane. It sets no timing thresholds.
+func TestScenarioKinds(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the generator reads the server's CPU and memory from /proc")
+	}
+	spec := sproutSpec(t)
+	limit, err := load.RaiseFileLimit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := load.RunConfig{Warmup: 50 * time.Millisecond, Duration: 250 * time.Millisecond, FileLimit: limit}
+	cases := []load.Scenario{
+		{Name: "prodcons", Kind: load.KindProdCons, Conns: 3, Body: 64},
+		{Name: "tubes", Kind: load.KindProdCons, Conns: 4, Body: 16, Tubes: 20},
+		{Name: "put-only", Kind: load.KindPutOnly, Conns: 2, Body: 1024},
+		{Name: "drain-only", Kind: load.KindDrain, Conns: 2, Body: 64, Prefill: 20_000},
+		{Name: "pipelined", Kind: load.KindPipelined, Conns: 2, Depth: 10, Body: 64},
+		{Name: "roundtrip", Kind: load.KindRoundTrip, Conns: 1, Body: 64},
+		{Name: "body-64k", Kind: load.KindProdCons, Conns: 2, Body: 64 << 10, ServerArgs: []string{"-z", "65536"}},
+		{Name: "durable", Kind: load.KindProdCons, Conns: 2, Body: 64, ServerArgs: []string{"-b", "{dir}", "-f", "0"}},
+		{Name: "idle", Kind: load.KindIdle, Conns: 50},
+		{Name: "jobs-memory", Kind: load.KindJobMemory, Conns: 3, Body: 64, Jobs: 2000},
+	}
+	for _, s := range cases {
+		t.Run(s.Name, func(t *testing.T) {
+			plan := load.Plan{Servers: []load.ServerSpec{spec}, Scenarios: []load.Scenario{s}, Reps: 1, Run: rc}
+			outs, err := plan.Execute(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := outs[0].Runs[spec.Name][0]
+			if r.Skipped != "" {
+				if s.Name == "durable" {
+					t.Skip(r.Skipped) // until the server has -b
+				}
+				t.Fatalf("skipped: %s", r.Skipped)
+			}
+			if r.Errors > 0 {
+				t.Fatalf("%d errors, the first: %s", r.Errors, r.FirstError)
+			}
+			if r.Sent != r.Acked {
+				t.Errorf("%d puts sent, %d acknowledged", r.Sent, r.Acked)
+			}
+			if r.RSS <= 0 {
+				t.Errorf("server RSS %d", r.RSS)
+			}
+			switch s.Kind {
+			case load.KindIdle:
+				if r.Items != int64(s.Conns) {
+					t.Errorf("%d idle connections held, want %d", r.Items, s.Conns)
+				}
+			case load.KindJobMemory:
+				if r.Items != int64(s.Jobs) || r.Acked != int64(s.Jobs) {
+					t.Errorf("%d jobs stored, %d acknowledged; want %d", r.Items, r.Acked, s.Jobs)
+				}
+				if r.PerItem <= 0 {
+					t.Errorf("memory per job %.0f B", r.PerItem)
+				}
+			default:
+				if r.Jobs <= 0 || r.Elapsed <= 0 {
+					t.Errorf("%d jobs in %v", r.Jobs, r.Elapsed)
+				}
+				if r.Samples <= 0 || r.P50 <= 0 || r.P99 < r.P50 || r.P999 < r.P99 {
+					t.Errorf("latency: %d samples, p50 %v, p99 %v, p99.9 %v", r.Samples, r.P50, r.P99, r.P999)
+				}
+				if s.Kind == load.KindDrain && r.Sent != int64(s.Prefill) {
+					t.Errorf("prefill sent %d puts, want %d", r.Sent, s.Prefill)
+				}
+				if s.Kind != load.KindDrain && r.Sent == 0 {
+					t.Error("no puts sent")
+				}
+			}
+		})
+	}
+}
+
+// TestRefusedFlagsSkip checks that a server exiting with status 5 at start
+// marks the scenario skipped instead of failing it.
+func TestRefusedFlagsSkip(t *testing.T) {
+	spec := sproutSpec(t)
+	s := load.Scenario{Name: "refused", Kind: load.KindRoundTrip, Conns: 1, Body: 64, ServerArgs: []string{"-z", "not-a-size"}}
+	plan := load.Plan{Servers: []load.ServerSpec{spec}, Scenarios: []load.Scenario{s}, Reps: 2,
+		Run: load.RunConfig{Warmup: 10 * time.Millisecond, Duration: 10 * time.Millisecond}}
+	outs, err := plan.Execute(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range outs[0].Runs[spec.Name] {
+		if r.Skipped != "skipped: server lacks -z" {
+			t.Errorf("run %d: skipped %q, errors %q", i, r.Skipped, r.FirstError)
+		}
+	}
+}
+
+// TestReadReply feeds the client replies, whole and malformed.
+func TestReadReply(t *testing.T) {
+	tests := []struct {
+		name, wire string
+		kind       load.ReplyKind
+		n          uint64
+		body       string
+		wantErr    bool
+	}{
+		{"inserted", "INSERTED 42\r\n", load.ReplyInserted, 42, "", false},
+		{"reserved", "RESERVED 7 5\r\nhello\r\n", load.ReplyReserved, 7, "", false},
+		{"reserved empty body", "RESERVED 8 0\r\n\r\n", load.ReplyReserved, 8, "", false},
+		{"ok", "OK 9\r\n---\na: 1\n\r\n", load.ReplyOK, 0, "---\na: 1\n", false},
+		{"deleted", "DELETED\r\n", load.ReplyDeleted, 0, "", false},
+		{"error word", "OUT_OF_MEMORY\r\n", load.ReplyOther, 0, "", false},
+		{"bare newline", "DELETED\n", 0, 0, "", true},
+		{"body without crlf", "RESERVED 7 5\r\nhelloXX", 0, 0, "", true},
+		{"bad id", "INSERTED x\r\n", 0, 0, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client, server := net.Pipe()
+			defer client.Close()
+			go func() {
+				_, _ = io.WriteString(server, tt.wire)
+				server.Close()
+			}()
+			c := load.NewConnForTest(client)
+			rep, err := c.ReadReply(true)
+			if tt.wantErr {
+				var pe *load.ProtocolError
+				if !errors.As(err, &pe) {
+					t.Fatalf("got %v, %v; want a protocol error", rep, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Kind != tt.kind || rep.N != tt.n || string(rep.Body) != tt.body {
+				t.Errorf("got kind %v n %d body %q; want %v %d %q", rep.Kind, rep.N, rep.Body, tt.kind, tt.n, tt.body)
+			}
+		})
+	}
+}
+
+// TestReport renders the markdown and charts from made-up outcomes and
+// checks that the SVG is well-formed and the goals are judged.
+func TestReport(t *testing.T) {
+	mk := func(server string, jobsPerSec float64, p99 time.Duration) load.Result {
+		return load.Result{Server: server, Jobs: int64(jobsPerSec), Elapsed: time.Second,
+			Samples: 100, P50: p99 / 2, P99: p99, P999: 2 * p99, CPU: 500 * time.Millisecond, RSS: 10 << 20, Sent: 10, Acked: 10}
+	}
+	byName := map[string]load.Scenario{}
+	for _, s := range load.Catalogue(load.Sizes{Jobs: 1_000_000, DrainJobs: 300_000}) {
+		byName[s.Name] = s
+	}
+	outs := []load.Outcome{
+		{Scenario: byName["prodcons-c100"], Runs: map[string][]load.Result{
+			"beanstalkd": {mk("beanstalkd", 10000, time.Millisecond), mk("beanstalkd", 11000, time.Millisecond), mk("beanstalkd", 9000, time.Millisecond)},
+			"sprout":     {mk("sprout", 16000, 800*time.Microsecond), mk("sprout", 17000, time.Millisecond), mk("sprout", 1, time.Second)},
+		}},
+		{Scenario: byName["roundtrip-c1"], Runs: map[string][]load.Result{
+			"beanstalkd": {mk("beanstalkd", 20000, 100*time.Microsecond)},
+			"sprout":     {mk("sprout", 15000, 150*time.Microsecond)},
+		}},
+		{Scenario: byName["durable-f0-c10"], Runs: map[string][]load.Result{
+			"beanstalkd": {mk("beanstalkd", 5000, time.Millisecond)},
+			"sprout":     {{Server: "sprout", Skipped: "skipped: server lacks -b"}},
+		}},
+		{Scenario: byName["idle-conns"], Runs: map[string][]load.Result{
+			"beanstalkd": {{Server: "beanstalkd", Items: 1000, PerItem: 900, RSS: 5 << 20}},
+			"sprout":     {{Server: "sprout", Items: 1000, PerItem: 1300, RSS: 9 << 20}},
+		}},
+	}
+	meta := load.Meta{Started: time.Unix(0, 0), Command: "test", Host: "test host", GoVersion: runtime.Version(),
+		Base: load.ServerSpec{Name: "beanstalkd"}, Cand: load.ServerSpec{Name: "sprout"}, Reps: 3}
+	var md bytes.Buffer
+	if err := load.WriteMarkdown(&md, meta, outs, load.ChartNames{Ratio: "ratio.svg", Latency: "latency.svg", Resources: "resources.svg"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| producer/consumer, 100 conns, 64 B: jobs/s | 16,000/s | 10,000/s (beanstalkd) | 1.60× | ≥ 1.50× | yes |",
+		"| put→reserve→delete round trips, 1 conn: jobs/s | 15,000/s | 20,000/s (beanstalkd) | 0.75× | ≥ 1.00× | no |",
+		"| idle connections: RSS per connection | 1,300 B | 900 B (beanstalkd) | 1.44× | ≤ 0.80× | no |",
+		"| durable-f0-c10 | 5,000 | skipped: server lacks -b | — |",
+		"![Throughput, sprout ÷ beanstalkd](ratio.svg)",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report lacks %q\n%s", want, md.String())
+		}
+	}
+	for name, svg := range map[string]string{
+		"ratio":     load.RatioSVG(outs, "beanstalkd", "sprout"),
+		"latency":   load.LatencySVG(outs, "beanstalkd", "sprout"),
+		"resources": load.ResourcesSVG(outs, "beanstalkd", "sprout"),
+	} {
+		d := xml.NewDecoder(strings.NewReader(svg))
+		for {
+			_, err := d.Token()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s.svg is not well-formed XML: %v\n%s", name, err, svg)
+			}
+		}
+		if !strings.Contains(svg, "<rect") {
+			t.Errorf("%s.svg draws no bars", name)
+		}
+	}
+}

@@ -1,0 +1,305 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Sizes are the counts the catalogue's scenarios take from the command line.
+type Sizes struct {
+	IdleConns int // idle-conns; 0: as many as the open-file limit allows
+	Jobs      int // jobs-memory's stored jobs
+	DrainJobs int // drain-only's prefill; enough to outlast warm-up and measuring
+}
+
+// Catalogue returns every scenario, in report order.
+func Catalogue(sz Sizes) []Scenario {
+	idleConns, jobs := sz.IdleConns, sz.Jobs
+	pc := func(conns, body int) Scenario {
+		return Scenario{
+			Name:  fmt.Sprintf("prodcons-c%d", conns),
+			Title: fmt.Sprintf("producer/consumer, %d+%d conns, %s", conns, conns, FormatBytes(body)),
+			Kind:  KindProdCons, Conns: conns, Body: body,
+		}
+	}
+	body := func(size int, name string) Scenario {
+		s := pc(10, size)
+		s.Name = "body-" + name
+		if size > 65535 { // both servers' default -z is 65535
+			s.ServerArgs = []string{"-z", fmt.Sprint(size)}
+		}
+		return s
+	}
+	tubes := func(n int) Scenario {
+		s := pc(100, 64)
+		s.Name = fmt.Sprintf("tubes-%d", n)
+		s.Tubes = n
+		tubeWord := "tubes"
+		if n == 1 {
+			tubeWord = "tube"
+		}
+		s.Title = fmt.Sprintf("producer/consumer, 100+100 conns, 64 B, %s %s, use before each put", FormatThousands(float64(n)), tubeWord)
+		return s
+	}
+	durable := func(ms, conns int) Scenario {
+		s := pc(conns, 64)
+		s.Name = fmt.Sprintf("durable-f%d-c%d", ms, conns)
+		s.Title += fmt.Sprintf(", -b DIR -f %d", ms)
+		s.ServerArgs = []string{"-b", "{dir}", "-f", fmt.Sprint(ms)}
+		return s
+	}
+	c1000 := pc(1000, 64)
+	c1000.Full = true
+	idleTitle := "idle connections, as many as the open-file limit allows"
+	if idleConns > 0 {
+		idleTitle = fmt.Sprintf("idle connections, up to %s", FormatThousands(float64(idleConns)))
+	}
+	return []Scenario{
+		pc(1, 64), pc(10, 64), pc(100, 64), c1000,
+		{Name: "put-only-c10", Title: "put only, 10 conns, 64 B", Kind: KindPutOnly, Conns: 10, Body: 64},
+		{Name: "drain-only-c10", Title: fmt.Sprintf("drain only (reserve-with-timeout 0, delete), 10 conns, 64 B, %s jobs prefilled", FormatThousands(float64(sz.DrainJobs))), Kind: KindDrain, Conns: 10, Body: 64, Prefill: sz.DrainJobs},
+		{Name: "pipelined-c1-d100", Title: "pipelined puts, 1 conn, depth 100, 64 B", Kind: KindPipelined, Conns: 1, Depth: 100, Body: 64},
+		{Name: "pipelined-c10-d100", Title: "pipelined puts, 10 conns, depth 100, 64 B", Kind: KindPipelined, Conns: 10, Depth: 100, Body: 64},
+		body(16, "16"), body(1024, "1k"), body(64<<10, "64k"),
+		tubes(1), tubes(10_000),
+		{Name: "roundtrip-c1", Title: "put → reserve → delete round trips, 1 conn, 64 B", Kind: KindRoundTrip, Conns: 1, Body: 64},
+		// Issue 3's figures: -f 0 at 1, 10 and 100 connections against
+		// beanstalkd -b -f 0, and -f 50 against Sprout in memory.
+		durable(0, 1), durable(0, 10), durable(0, 100), durable(50, 100),
+		{Name: "idle-conns", Title: idleTitle, Kind: KindIdle, Conns: idleConns, Full: true},
+		{Name: "jobs-memory", Title: fmt.Sprintf("%s stored jobs of 64 B (pipelined puts, 10 conns)", FormatThousands(float64(jobs))),
+			Kind: KindJobMemory, Conns: 10, Body: 64, Jobs: jobs, Full: true},
+	}
+}
+
+// Plan is a whole benchmark: every scenario against every server, Reps times.
+type Plan struct {
+	// Servers are started in this order within each repetition, so with
+	// beanstalkd first and Sprout second the runs alternate C, Sprout, C, …
+	Servers   []ServerSpec
+	Scenarios []Scenario
+	Reps      int
+	Run       RunConfig
+	Progress  *Progress
+	// Quiet, when positive, makes each run wait (at most QuietWait) until
+	// other processes keep fewer than this many cores busy, so that a
+	// burst of unrelated work does not land in one server's runs only.
+	Quiet     float64
+	QuietWait time.Duration
+}
+
+// Outcome is every run of one scenario.
+type Outcome struct {
+	Scenario Scenario
+	Runs     map[string][]Result // by server name, in repetition order
+}
+
+// Execute runs the plan. Each run gets a freshly started server on a free
+// loopback port, killed by PID afterwards. A server that refuses the
+// scenario's flags is marked skipped for that scenario; other failures are
+// recorded in the run's Result and the plan goes on. Execute stops early
+// only when ctx ends, returning what it has.
+func (p Plan) Execute(ctx context.Context) ([]Outcome, error) {
+	outs := make([]Outcome, 0, len(p.Scenarios))
+	total := len(p.Scenarios) * p.Reps * len(p.Servers)
+	n := 0
+	for _, s := range p.Scenarios {
+		out := Outcome{Scenario: s, Runs: map[string][]Result{}}
+		skipped := map[string]string{}
+		for rep := range p.Reps {
+			for _, spec := range p.Servers {
+				n++
+				if why, ok := skipped[spec.Name]; ok {
+					out.Runs[spec.Name] = append(out.Runs[spec.Name], Result{Server: spec.Name, Skipped: why})
+					continue
+				}
+				p.Progress.SetLabel(fmt.Sprintf("[%d/%d] %s  %s  rep %d/%d", n, total, s.Name, spec.Name, rep+1, p.Reps))
+				if p.Quiet > 0 {
+					p.waitQuiet(ctx)
+				}
+				r := p.runOne(ctx, s, spec)
+				if r.Skipped != "" {
+					skipped[spec.Name] = r.Skipped
+				}
+				out.Runs[spec.Name] = append(out.Runs[spec.Name], r)
+				if ctx.Err() != nil {
+					return append(outs, out), ctx.Err()
+				}
+			}
+		}
+		outs = append(outs, out)
+		p.Progress.Printf("%-20s %s", s.Name, p.oneLine(out))
+	}
+	return outs, nil
+}
+
+// waitQuiet samples the machine's busy time, less this process's, until it
+// falls to p.Quiet cores or p.QuietWait has passed.
+func (p Plan) waitQuiet(ctx context.Context) {
+	const window = 250 * time.Millisecond
+	deadline := time.Now().Add(p.QuietWait)
+	label := p.Progress.SetLabel("")
+	p.Progress.SetLabel(label + "  waiting for other processes to quieten")
+	p.Progress.Begin(p.QuietWait, nil)
+	defer func() {
+		p.Progress.End()
+		p.Progress.SetLabel(label)
+	}()
+	for ctx.Err() == nil {
+		m0, err0 := ReadSystemBusy()
+		s0, err1 := ReadProcUsage(os.Getpid())
+		sleepCtx(ctx, window, nil)
+		m1, err2 := ReadSystemBusy()
+		s1, err3 := ReadProcUsage(os.Getpid())
+		if err := errors.Join(err0, err1, err2, err3); err != nil {
+			return // not Linux: nothing to measure
+		}
+		other := (m1 - m0 - (s1.CPU - s0.CPU)).Seconds() / window.Seconds()
+		if other <= p.Quiet || time.Now().After(deadline) {
+			return
+		}
+	}
+}
+
+// oneLine sums an outcome up for the progress display.
+func (p Plan) oneLine(out Outcome) string {
+	var parts []string
+	for _, spec := range p.Servers {
+		sum := Summarize(out.Runs[spec.Name])
+		switch {
+		case sum.Skipped != "":
+			parts = append(parts, spec.Name+": "+sum.Skipped)
+		case !sum.OK:
+			parts = append(parts, spec.Name+": failed")
+		case out.Scenario.timed():
+			parts = append(parts, fmt.Sprintf("%s %s/s", spec.Name, FormatCount(sum.JobsPerSec)))
+		default:
+			parts = append(parts, fmt.Sprintf("%s %s/item", spec.Name, FormatBytes(int(sum.PerItem))))
+		}
+	}
+	return strings.Join(parts, "   ")
+}
+
+// runOne starts spec fresh, runs s against it and kills it.
+func (p Plan) runOne(ctx context.Context, s Scenario, spec ServerSpec) Result {
+	res := Result{Server: spec.Name}
+	var dir string
+	if s.needsDir() {
+		d, err := os.MkdirTemp("", "sproutbench-"+spec.Name+"-")
+		if err != nil {
+			res.Errors, res.FirstError = 1, err.Error()
+			return res
+		}
+		dir = d
+		defer os.RemoveAll(dir)
+	}
+	srv, err := StartServer(spec, s.argsFor(dir)...)
+	if errors.Is(err, ErrFlagsRefused) {
+		res.Skipped = "skipped: server lacks " + strings.Join(flagNames(s.ServerArgs), " ")
+		return res
+	}
+	if err != nil {
+		res.Errors, res.FirstError = 1, err.Error()
+		return res
+	}
+	defer srv.Stop()
+	r, err := s.Run(ctx, srv, p.Run, p.Progress)
+	if exited, why := srv.Exited(); exited {
+		err = fmt.Errorf("load: %s exited during the run (%v): %s", spec.Name, why, srv.Output())
+	}
+	if err != nil && ctx.Err() == nil {
+		r.Errors++
+		if r.FirstError == "" {
+			r.FirstError = err.Error()
+		}
+	}
+	r.Server = spec.Name
+	return r
+}
+
+// flagNames picks the flags out of args ("-b", "{dir}", "-f", "0" gives
+// "-b", "-f"), for the skip message.
+func flagNames(args []string) []string {
+	var out []string
+	for _, a := range args {
+		if strings.HasPrefix(a, "-") {
+			out = append(out, a)
+		}
+	}
+	if len(out) > 1 && out[0] == "-b" {
+		return out[:1] // the log directory is the flag the others depend on
+	}
+	return out
+}
+
+// Summary is the median over the usable runs of one scenario on one server.
+type Summary struct {
+	Runs       int    // usable runs: not skipped, no errors
+	Failed     int    // runs with errors
+	Skipped    string // why, when every run was skipped
+	FirstError string
+	OK         bool // at least one usable run
+
+	JobsPerSec     float64
+	P50, P99, P999 time.Duration
+	CPUPer100k     float64 // seconds
+	RSS            float64 // bytes
+	PerItem        float64 // bytes
+	Items          float64
+}
+
+// Summarize takes the median of each figure over the runs that were neither
+// skipped nor failed.
+func Summarize(rs []Result) Summary {
+	var s Summary
+	var jobs, p50, p99, p999, cpu, rss, per, items []float64
+	skips := 0
+	for _, r := range rs {
+		switch {
+		case r.Skipped != "":
+			skips++
+			s.Skipped = r.Skipped
+			continue
+		case r.Errors > 0:
+			s.Failed++
+			if s.FirstError == "" {
+				s.FirstError = r.FirstError
+			}
+			continue
+		}
+		s.Runs++
+		jobs = append(jobs, r.JobsPerSec())
+		p50 = append(p50, float64(r.P50))
+		p99 = append(p99, float64(r.P99))
+		p999 = append(p999, float64(r.P999))
+		cpu = append(cpu, r.CPUPer100k())
+		rss = append(rss, float64(r.RSS))
+		per = append(per, r.PerItem)
+		items = append(items, float64(r.Items))
+	}
+	if skips < len(rs) {
+		s.Skipped = ""
+	}
+	s.OK = s.Runs > 0
+	s.JobsPerSec, s.CPUPer100k, s.RSS = median(jobs), median(cpu), median(rss)
+	s.P50, s.P99, s.P999 = time.Duration(median(p50)), time.Duration(median(p99)), time.Duration(median(p999))
+	s.PerItem, s.Items = median(per), median(items)
+	return s
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

@@ -1,0 +1,658 @@
+package load
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Kind is the shape of a scenario's traffic.
+type Kind int
+
+const (
+	// KindProdCons runs Conns producer connections, each putting one job
+	// and waiting for INSERTED, and Conns consumer connections, each
+	// reserving and deleting. At most backlogPerConn×Conns jobs are
+	// outstanding, so the queue stays short and every put is consumed.
+	KindProdCons Kind = iota
+	// KindPutOnly runs Conns connections that put, one job at a time.
+	KindPutOnly
+	// KindDrain fills the tube with Prefill jobs (not timed), then runs
+	// Conns connections that reserve-with-timeout 0 and delete until the
+	// tube is empty or the time is up.
+	KindDrain
+	// KindPipelined runs Conns connections that write Depth puts at once,
+	// then read Depth replies.
+	KindPipelined
+	// KindRoundTrip runs Conns connections that put, reserve and delete in
+	// turn, timing the whole round trip.
+	KindRoundTrip
+	// KindIdle opens Conns connections (0: as many as the open-file limit
+	// allows) that send nothing, and measures the server's resident memory
+	// per connection.
+	KindIdle
+	// KindJobMemory puts Jobs jobs of Body bytes with pipelined puts and
+	// measures the server's resident memory per stored job.
+	KindJobMemory
+)
+
+// backlogPerConn bounds KindProdCons's outstanding jobs per producer.
+const backlogPerConn = 10
+
+// Scenario is one workload, run the same way against each server.
+type Scenario struct {
+	Name  string // short, unique; -only matches it
+	Title string // for people
+	Kind  Kind
+	Conns int // connections; for KindProdCons, producers (and as many consumers)
+	Body  int // job body size in bytes
+	Depth int // KindPipelined: puts per batch
+	// Tubes spreads KindProdCons over this many tubes: each producer sends
+	// use before every put, cycling through its share of the tubes, and each
+	// consumer watches the same share. 0 uses the default tube without use.
+	Tubes   int
+	Prefill int // KindDrain: jobs put before timing starts
+	Jobs    int // KindJobMemory: jobs to store
+	// ServerArgs are extra server flags; "{dir}" becomes a fresh empty
+	// directory for the run.
+	ServerArgs []string
+	// Full marks scenarios that only the long run (-full) includes.
+	Full bool
+}
+
+// Timed says what one latency sample of the scenario covers.
+func (s Scenario) Timed() string {
+	switch s.Kind {
+	case KindProdCons:
+		if s.Tubes > 0 {
+			return "each command: use+put (pipelined pair), reserve, delete"
+		}
+		return "each command: put, reserve, delete"
+	case KindPutOnly:
+		return "each put"
+	case KindDrain:
+		return "each command: reserve-with-timeout 0, delete"
+	case KindPipelined:
+		return "each put, from flushing its batch to reading its reply"
+	case KindRoundTrip:
+		return "put → reserve → delete, the whole round trip"
+	}
+	return "—"
+}
+
+// Timed reports whether the scenario runs for a duration and yields jobs/s
+// and latency; the memory scenarios do not.
+func (s Scenario) timed() bool { return s.Kind != KindIdle && s.Kind != KindJobMemory }
+
+// RunConfig bounds one run.
+type RunConfig struct {
+	Warmup   time.Duration // before measuring starts
+	Duration time.Duration // measured time
+	MaxPuts  int64         // puts one run may write; 0 means 50 million
+	// FileLimit is the open-file limit of the generator (and so of the
+	// servers it starts); KindIdle stays below it.
+	FileLimit int
+}
+
+// Result is what one run of a scenario against one server measured.
+type Result struct {
+	Server  string
+	Skipped string // non-empty when the run could not happen, with why
+
+	Jobs    int64         // jobs completed while measuring
+	Elapsed time.Duration // measured time
+	// Latency holds every sample taken while measuring; P50, P99 and P999
+	// are read from it when the run ends (and alone survive JSON).
+	Latency        *hdrhistogram.Histogram `json:"-"`
+	Samples        int64
+	P50, P99, P999 time.Duration
+	CPU            time.Duration // server user+system CPU while measuring
+	RSS            int64         // server resident memory at the end, bytes
+	// GenCPU is the load generator's CPU time while measuring, and OtherCPU
+	// the rest of the machine's busy time: work that shared the machine
+	// with the run and makes its figures noisier.
+	GenCPU, OtherCPU time.Duration
+
+	// Items and PerItem are KindIdle's connections and KindJobMemory's
+	// jobs, and the server's resident memory growth per item in bytes.
+	Items   int64
+	PerItem float64
+
+	Sent, Acked int64 // puts written and puts answered INSERTED
+	Errors      int64 // protocol errors and unexpected I/O failures
+	FirstError  string
+}
+
+// JobsPerSec is the measured throughput.
+func (r Result) JobsPerSec() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Jobs) / r.Elapsed.Seconds()
+}
+
+// CPUPer100k is the server's CPU seconds per 100,000 jobs.
+func (r Result) CPUPer100k() float64 {
+	if r.Jobs == 0 {
+		return 0
+	}
+	return r.CPU.Seconds() / float64(r.Jobs) * 100_000
+}
+
+// setLatency keeps h and reads its percentiles.
+func (r *Result) setLatency(h *hdrhistogram.Histogram) {
+	r.Latency, r.Samples = h, h.TotalCount()
+	if r.Samples == 0 {
+		return
+	}
+	r.P50 = time.Duration(h.ValueAtQuantile(50))
+	r.P99 = time.Duration(h.ValueAtQuantile(99))
+	r.P999 = time.Duration(h.ValueAtQuantile(99.9))
+}
+
+// Run drives the scenario against srv, a server started fresh for it.
+func (s Scenario) Run(ctx context.Context, srv *Server, rc RunConfig, prog *Progress) (Result, error) {
+	if rc.MaxPuts <= 0 {
+		rc.MaxPuts = 50_000_000
+	}
+	switch s.Kind {
+	case KindIdle:
+		return s.runIdle(ctx, srv, rc, prog)
+	case KindJobMemory:
+		return s.runJobMemory(ctx, srv, rc, prog)
+	}
+	return s.runTimed(ctx, srv, rc, prog)
+}
+
+// task is one connection's loop in a timed run.
+type task struct {
+	run func(w worker) error
+	// mayBlock marks loops that can wait on the server indefinitely (a
+	// consumer's reserve); they are cut by a deadline at the end.
+	mayBlock bool
+}
+
+func (s Scenario) runTimed(ctx context.Context, srv *Server, rc RunConfig, prog *Progress) (Result, error) {
+	res := Result{Server: srv.Spec.Name}
+	m := newMeter(rc.MaxPuts)
+	conns, err := dialMany(srv.Addr, s.connCount(), s.Body, nil)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	if err != nil {
+		return res, err
+	}
+	// Every read and write is bounded, so the generator stops by itself even
+	// if a server stops answering.
+	safety := time.Now().Add(rc.Warmup + rc.Duration + 2*time.Minute)
+	for _, c := range conns {
+		_ = c.SetDeadline(safety)
+	}
+	tasks, err := s.tasks(conns, m)
+	if err != nil {
+		return res, err
+	}
+
+	start := make(chan struct{})
+	var blocking, nonBlocking sync.WaitGroup
+	for i, t := range tasks {
+		wg := &nonBlocking
+		if t.mayBlock {
+			wg = &blocking
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			m.fail(t.run(worker{m: m, shard: i % histShards}))
+		}()
+	}
+
+	prog.Begin(rc.Warmup+rc.Duration, m.total.Load)
+	defer prog.End()
+	close(start)
+	interrupted := sleepCtx(ctx, rc.Warmup, m.empty)
+	s0, serr := takeSample(srv)
+	t0 := time.Now()
+	m.phase.Store(phaseMeasure)
+	if !interrupted {
+		sleepCtx(ctx, rc.Duration, m.empty)
+	}
+	m.phase.Store(phaseStop)
+	res.Elapsed = time.Since(t0)
+	res.Jobs = m.measured.Load()
+	s1, serr1 := takeSample(srv)
+	close(m.stop)
+
+	// Loops that cannot block finish their current command and return;
+	// then the consumers, which may be waiting in reserve, are cut.
+	nonBlocking.Wait()
+	for _, c := range conns {
+		_ = c.SetDeadline(time.Now())
+	}
+	blocking.Wait()
+
+	res.setLatency(m.latency())
+	if serr == nil && serr1 == nil {
+		res.CPU = s1.server.CPU - s0.server.CPU
+		res.RSS = s1.server.RSS
+		res.GenCPU = s1.self - s0.self
+		res.OtherCPU = max(0, s1.machine-s0.machine-res.CPU-res.GenCPU)
+	}
+	res.Sent, res.Acked = m.sent.Load(), m.acked.Load()
+	res.Errors, res.FirstError = m.errs.Load(), m.firstError()
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	return res, nil
+}
+
+// sample is a reading of the CPU time spent by the server, by this process
+// and by the whole machine.
+type sample struct {
+	server  ProcUsage
+	self    time.Duration
+	machine time.Duration
+}
+
+func takeSample(srv *Server) (sample, error) {
+	var s sample
+	var err error
+	if s.server, err = srv.Usage(); err != nil {
+		return s, err
+	}
+	self, err := ReadProcUsage(os.Getpid())
+	if err != nil {
+		return s, err
+	}
+	s.self = self.CPU
+	s.machine, err = ReadSystemBusy()
+	return s, err
+}
+
+// sleepCtx waits for d, an early signal on early, or ctx's end; it reports
+// whether it returned early.
+func sleepCtx(ctx context.Context, d time.Duration, early <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return false
+	case <-early:
+		return true
+	case <-ctx.Done():
+		return true
+	}
+}
+
+func (s Scenario) connCount() int {
+	if s.Kind == KindProdCons {
+		return 2 * s.Conns
+	}
+	return s.Conns
+}
+
+// tasks builds each connection's loop, doing any untimed setup (watching
+// tubes, filling the queue) first.
+func (s Scenario) tasks(conns []*Conn, m *meter) ([]task, error) {
+	frame := PutFrame(s.Body)
+	tasks := make([]task, 0, len(conns))
+	switch s.Kind {
+	case KindProdCons:
+		tokens := make(chan struct{}, backlogPerConn*s.Conns)
+		for range cap(tokens) {
+			tokens <- struct{}{}
+		}
+		for i := range s.Conns {
+			prod, cons := conns[i], conns[s.Conns+i]
+			var uses []string
+			if s.Tubes > 0 {
+				share := s.tubeShare(i)
+				uses = make([]string, len(share))
+				for k, name := range share {
+					uses[k] = "use " + name + "\r\n"
+				}
+				if err := watchOnly(cons, share); err != nil {
+					return nil, err
+				}
+			}
+			tasks = append(tasks,
+				task{run: func(w worker) error { return producer(w, prod, frame, tokens, uses) }},
+				task{run: func(w worker) error { return consumer(w, cons, tokens) }, mayBlock: true})
+		}
+	case KindPutOnly:
+		for _, c := range conns {
+			tasks = append(tasks, task{run: func(w worker) error { return producer(w, c, frame, nil, nil) }})
+		}
+	case KindPipelined:
+		for _, c := range conns {
+			tasks = append(tasks, task{run: func(w worker) error { return pipeliner(w, c, frame, s.Depth) }})
+		}
+	case KindRoundTrip:
+		for _, c := range conns {
+			tasks = append(tasks, task{run: func(w worker) error { return roundTripper(w, c, frame) }})
+		}
+	case KindDrain:
+		if err := fill(conns, m, frame, s.Prefill, 100); err != nil {
+			return nil, fmt.Errorf("load: prefill: %w", err)
+		}
+		for _, c := range conns {
+			tasks = append(tasks, task{run: func(w worker) error { return drainer(w, c) }})
+		}
+	default:
+		return nil, fmt.Errorf("load: scenario %s: kind %d is not timed", s.Name, s.Kind)
+	}
+	return tasks, nil
+}
+
+// tubeShare names the tubes of pair i: i, i+Conns, i+2·Conns, … below Tubes,
+// or tube 0 alone when there are fewer tubes than pairs.
+func (s Scenario) tubeShare(i int) []string {
+	var names []string
+	for k := i % s.Tubes; k < s.Tubes; k += s.Conns {
+		names = append(names, "t"+strconv.Itoa(k))
+		if s.Tubes < s.Conns {
+			break
+		}
+	}
+	return names
+}
+
+// watchOnly makes c watch exactly tubes, pipelining the commands.
+func watchOnly(c *Conn, tubes []string) error {
+	for _, t := range tubes {
+		c.WriteString("watch " + t + "\r\n")
+	}
+	c.WriteString("ignore default\r\n")
+	if err := c.Flush(); err != nil {
+		return err
+	}
+	for range tubes {
+		if _, err := c.Expect(ReplyWatching); err != nil {
+			return err
+		}
+	}
+	_, err := c.Expect(ReplyWatching)
+	return err
+}
+
+// producer puts one job at a time. With tokens it first takes one (a
+// consumer gives it back); with uses it sends use before each put.
+func producer(w worker, c *Conn, frame []byte, tokens chan struct{}, uses []string) error {
+	for k := 0; ; {
+		if tokens != nil {
+			select {
+			case <-tokens:
+			case <-w.m.stop:
+				return nil
+			}
+		}
+		if w.m.stopping() || w.m.limitHit() {
+			return nil
+		}
+		t := time.Now()
+		if uses != nil {
+			c.WriteString(uses[k])
+			k = (k + 1) % len(uses)
+		}
+		c.Write(frame)
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		w.m.sent.Add(1)
+		if uses != nil {
+			if _, err := c.Expect(ReplyUsing); err != nil {
+				return err
+			}
+		}
+		if _, err := c.Expect(ReplyInserted); err != nil {
+			return err
+		}
+		w.m.acked.Add(1)
+		w.record(time.Since(t))
+		if tokens == nil {
+			w.complete(1)
+		}
+	}
+}
+
+// consumer reserves and deletes, giving a token back per job.
+func consumer(w worker, c *Conn, tokens chan struct{}) error {
+	for !w.m.stopping() {
+		t := time.Now()
+		c.WriteString("reserve\r\n")
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		rep, err := c.Expect(ReplyReserved)
+		if err != nil {
+			return err
+		}
+		w.record(time.Since(t))
+		t = time.Now()
+		c.WriteCmdID("delete", rep.N)
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		if _, err := c.Expect(ReplyDeleted); err != nil {
+			return err
+		}
+		w.record(time.Since(t))
+		select {
+		case tokens <- struct{}{}:
+		default: // only if a token was dropped at stop
+		}
+		w.complete(1)
+	}
+	return nil
+}
+
+// pipeliner writes depth puts, then reads depth replies.
+func pipeliner(w worker, c *Conn, frame []byte, depth int) error {
+	for !w.m.stopping() && !w.m.limitHit() {
+		t := time.Now()
+		for range depth {
+			c.Write(frame)
+		}
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		w.m.sent.Add(int64(depth))
+		for range depth {
+			if _, err := c.Expect(ReplyInserted); err != nil {
+				return err
+			}
+			w.m.acked.Add(1)
+			w.record(time.Since(t))
+		}
+		w.complete(int64(depth))
+	}
+	return nil
+}
+
+// roundTripper puts a job, reserves it and deletes it, one command at a time.
+func roundTripper(w worker, c *Conn, frame []byte) error {
+	for !w.m.stopping() && !w.m.limitHit() {
+		t := time.Now()
+		c.Write(frame)
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		w.m.sent.Add(1)
+		if _, err := c.Expect(ReplyInserted); err != nil {
+			return err
+		}
+		w.m.acked.Add(1)
+		c.WriteString("reserve\r\n")
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		rep, err := c.Expect(ReplyReserved)
+		if err != nil {
+			return err
+		}
+		c.WriteCmdID("delete", rep.N)
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		if _, err := c.Expect(ReplyDeleted); err != nil {
+			return err
+		}
+		w.record(time.Since(t))
+		w.complete(1)
+	}
+	return nil
+}
+
+// drainer reserves without waiting and deletes until the tube is empty.
+func drainer(w worker, c *Conn) error {
+	for !w.m.stopping() {
+		t := time.Now()
+		c.WriteString("reserve-with-timeout 0\r\n")
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		rep, err := c.ReadReply(false)
+		if err != nil {
+			return err
+		}
+		switch rep.Kind {
+		case ReplyReserved:
+		case ReplyTimedOut:
+			w.m.signalEmpty()
+			return nil
+		default:
+			return &ProtocolError{Want: "RESERVED or TIMED_OUT", Got: string(rep.Line)}
+		}
+		w.record(time.Since(t))
+		t = time.Now()
+		c.WriteCmdID("delete", rep.N)
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		if _, err := c.Expect(ReplyDeleted); err != nil {
+			return err
+		}
+		w.record(time.Since(t))
+		w.complete(1)
+	}
+	return nil
+}
+
+// fill puts n jobs over conns in pipelined batches of depth, counting them
+// as sent and acknowledged in m, and returns when all are acknowledged.
+func fill(conns []*Conn, m *meter, frame []byte, n, depth int) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(conns))
+	for i, c := range conns {
+		share := n / len(conns)
+		if i < n%len(conns) {
+			share++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for share > 0 {
+				batch := min(depth, share)
+				for range batch {
+					c.Write(frame)
+				}
+				if err := c.Flush(); err != nil {
+					errs[i] = err
+					return
+				}
+				m.sent.Add(int64(batch))
+				for range batch {
+					if _, err := c.Expect(ReplyInserted); err != nil {
+						errs[i] = err
+						return
+					}
+					m.acked.Add(1)
+					m.total.Add(1)
+				}
+				share -= batch
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dialMany opens n connections with a few dialers at once. sources, when
+// given, are the local addresses to spread them over.
+func dialMany(addr string, n, body int, sources []net.IP) ([]*Conn, error) {
+	bufSize := min(max(16<<10, body+512), 128<<10)
+	conns := make([]*Conn, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	const dialers = 16
+	for d := range min(dialers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := d; i < n; i += dialers {
+				var src net.IP
+				if len(sources) > 0 {
+					src = sources[i%len(sources)]
+				}
+				conns[i], errs[i] = Dial(addr, src, 5*time.Second, bufSize)
+			}
+		}()
+	}
+	wg.Wait()
+	var ok []*Conn
+	var first error
+	for i, c := range conns {
+		if errs[i] != nil && first == nil {
+			first = fmt.Errorf("load: dial %s (connection %d of %d): %w", addr, i+1, n, errs[i])
+		}
+		if c != nil {
+			ok = append(ok, c)
+		}
+	}
+	return ok, first
+}
+
+// LoopbackSources returns 127.0.0.2 … 127.0.0.(n+1), local addresses to
+// spread many connections over so that no one address runs out of
+// ephemeral ports.
+func LoopbackSources(n int) []net.IP {
+	ips := make([]net.IP, n)
+	for i := range ips {
+		ips[i] = net.IPv4(127, 0, 0, byte(2+i))
+	}
+	return ips
+}
+
+// argsFor substitutes dir for "{dir}" in the scenario's server flags.
+func (s Scenario) argsFor(dir string) []string {
+	out := make([]string, len(s.ServerArgs))
+	for i, a := range s.ServerArgs {
+		out[i] = strings.ReplaceAll(a, "{dir}", dir)
+	}
+	return out
+}
+
+// needsDir reports whether the scenario's flags name a directory.
+func (s Scenario) needsDir() bool {
+	for _, a := range s.ServerArgs {
+		if strings.Contains(a, "{dir}") {
+			return true
+		}
+	}
+	return false
+}
