@@ -45,12 +45,15 @@ type Client struct {
 	mu       sync.Mutex
 	reserved jobHeap // by TTR deadline; guarded by mu
 	closed   bool    // guarded by mu
+	ttrAt    int64   // guarded by mu: when ttrTimer is armed for; 0 if not
+	ttrTimer timer   // fires at the earliest deadline in reserved
 }
 
 // NewClient returns a client using and watching "default".
 func (s *Store) NewClient(n Notifier) *Client {
 	c := &Client{s: s, notify: n}
 	c.reserved = jobHeap{less: delayLess, index: ownerSlot}
+	c.ttrTimer = newTimer((*ttrTarget)(c))
 	c.use = s.acquireTube([]byte(DefaultTube))
 	c.watch = []*Tube{s.acquireTube([]byte(DefaultTube))}
 	c.use.mu.Lock()
@@ -151,7 +154,6 @@ func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) (*Job, erro
 		heapIndex:  -1,
 		ownerIndex: -1,
 	}
-	j.ttrTimer = newTimer(j)
 	t.refs.Add(1) // safe without registryMu: c holds a reference to t
 	var hs handoffs
 	t.mu.Lock()
@@ -453,8 +455,8 @@ func (c *Client) Touch(id uint64) bool {
 	c.mu.Lock()
 	j.deadline = c.s.now() + j.ttr
 	c.reserved.fix(j)
+	c.rearmTTRLocked()
 	c.mu.Unlock()
-	c.s.timers.schedule(&j.ttrTimer, j.deadline)
 	j.tube.mu.Unlock()
 	return true
 }
@@ -585,21 +587,55 @@ func (c *Client) Close() {
 	c.use, c.watch = nil, nil
 }
 
-// onTimer ends a reservation whose TTR ran out: the job goes back to ready
-// with the same priority and a timeout is counted.
-func (j *Job) onTimer(now int64) {
-	t := j.tube
-	var hs handoffs
-	t.mu.Lock()
-	if j.state == StateReserved && j.deadline <= now {
-		j.counts.timeouts++
-		t.s.counts.timeouts.Add(1)
-		t.detachLocked(j)
-		t.enqueueLocked(j, 0, now)
-		hs = t.dispatchLocked(now, hs)
+// ttrTarget is a client's TTR timer: one per client, armed for the
+// earliest deadline of its reserved jobs, rather than one per job, which
+// keeps every stored job 32 bytes smaller.
+type ttrTarget Client
+
+// rearmTTRLocked arms the TTR timer for the earliest reservation, if it
+// moved. c.mu must be held.
+func (c *Client) rearmTTRLocked() {
+	m := c.reserved.min()
+	switch {
+	case m == nil:
+		if c.ttrAt != 0 {
+			c.ttrAt = 0
+			c.s.timers.cancel(&c.ttrTimer)
+		}
+	case m.deadline != c.ttrAt:
+		c.ttrAt = m.deadline
+		c.s.timers.schedule(&c.ttrTimer, m.deadline)
 	}
-	t.mu.Unlock()
-	t.s.complete(hs)
+}
+
+// onTimer ends the reservations whose TTR ran out: each job goes back to
+// ready with the same priority and a timeout is counted.
+func (tt *ttrTarget) onTimer(now int64) {
+	c := (*Client)(tt)
+	c.mu.Lock()
+	c.ttrAt = 0 // the timer has fired; the next rearm must schedule again
+	var due []*Job
+	for _, j := range c.reserved.jobs {
+		if j.deadline <= now {
+			due = append(due, j)
+		}
+	}
+	c.rearmTTRLocked()
+	c.mu.Unlock()
+	for _, j := range due {
+		t := j.tube
+		var hs handoffs
+		t.mu.Lock()
+		if j.state == StateReserved && j.owner == c && j.deadline <= now {
+			j.counts.timeouts++
+			t.s.counts.timeouts.Add(1)
+			t.detachLocked(j)
+			t.enqueueLocked(j, 0, now)
+			hs = t.dispatchLocked(now, hs)
+		}
+		t.mu.Unlock()
+		t.s.complete(hs)
+	}
 }
 
 const (

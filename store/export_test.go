@@ -142,7 +142,7 @@ func (s *Store) CheckInvariants() error {
 		for i, j := range t.ready.jobs {
 			at := "ready heap of " + name
 			place(j, at)
-			checkHeapSlot(bad, at, &t.ready, i, j.heapIndex)
+			checkHeapSlot(bad, at, &t.ready, i, int(j.heapIndex))
 			if j.tube != t || j.state != StateReady || j.owner != nil || j.ownerIndex != -1 {
 				bad("%s: job %d has tube %q, state %v, owner %p, ownerIndex %d",
 					at, j.id, j.tube.name, j.state, j.owner, j.ownerIndex)
@@ -154,7 +154,7 @@ func (s *Store) CheckInvariants() error {
 		for i, j := range t.delayed.jobs {
 			at := "delay heap of " + name
 			place(j, at)
-			checkHeapSlot(bad, at, &t.delayed, i, j.heapIndex)
+			checkHeapSlot(bad, at, &t.delayed, i, int(j.heapIndex))
 			if j.tube != t || j.state != StateDelayed || j.owner != nil || j.ownerIndex != -1 {
 				bad("%s: job %d has tube %q, state %v, owner %p", at, j.id, j.tube.name, j.state, j.owner)
 			}
@@ -188,11 +188,7 @@ func (s *Store) CheckInvariants() error {
 			if j.state == StateInvalid {
 				bad("job %d of %s is in the id index but deleted", j.id, name)
 			}
-			armed, when := timerState(s.timers, &j.ttrTimer)
 			if j.state != StateReserved {
-				if armed {
-					bad("job %d of %s is %v but its TTR timer is armed", j.id, name, j.state)
-				}
 				continue
 			}
 			nReserved++
@@ -211,13 +207,14 @@ func (s *Store) CheckInvariants() error {
 			if o.closed {
 				bad("job %d is reserved by a closed client", j.id)
 			}
-			if k := j.ownerIndex; k < 0 || k >= len(o.reserved.jobs) || o.reserved.jobs[k] != j {
+			if k := int(j.ownerIndex); k < 0 || k >= len(o.reserved.jobs) || o.reserved.jobs[k] != j {
 				bad("%s: job %d not at its ownerIndex %d", at, j.id, k)
 			}
-			o.mu.Unlock()
-			if !armed || when != j.deadline {
-				bad("reserved job %d: TTR timer armed %v for %d, deadline %d", j.id, armed, when, j.deadline)
+			// One TTR timer per client, armed for its earliest deadline.
+			if armed, when := timerState(s.timers, &o.ttrTimer); !armed || when != o.reserved.min().deadline {
+				bad("%s: TTR timer armed %v for %d, earliest deadline %d", at, armed, when, o.reserved.min().deadline)
 			}
+			o.mu.Unlock()
 		}
 
 		if t.nUrgent != nUrgent || t.ready.Len() < nUrgent {
@@ -304,7 +301,7 @@ func (s *Store) CheckInvariants() error {
 			bad("client %p holds %d jobs, its tubes count %d", o, len(o.reserved.jobs), n)
 		}
 		for i, j := range o.reserved.jobs {
-			checkHeapSlot(bad, fmt.Sprintf("reserved heap of client %p", o), &o.reserved, i, j.ownerIndex)
+			checkHeapSlot(bad, fmt.Sprintf("reserved heap of client %p", o), &o.reserved, i, int(j.ownerIndex))
 			if j.owner != o {
 				bad("client %p holds job %d owned by %p", o, j.id, j.owner)
 			}

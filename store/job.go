@@ -50,16 +50,14 @@ type Job struct {
 	counts   jobCounts
 	// heapIndex is the job's slot in its tube's ready or delay heap; -1
 	// when in neither.
-	heapIndex int
+	heapIndex int32
 	// ownerIndex is the job's slot in its owner's reserved heap. While a job
 	// is reserved, ownerIndex and deadline are written only with both
 	// tube.mu and owner.mu held, because the owner's heap compares jobs of
 	// many tubes under owner.mu alone.
-	ownerIndex int
+	ownerIndex int32
 	// buriedPrev/buriedNext link the tube's buried FIFO.
 	buriedPrev, buriedNext *Job
-	// ttrTimer fires when a reservation runs out.
-	ttrTimer timer
 	// loc is where the job's latest full record is in the log.
 	loc wal.Loc
 }
@@ -94,11 +92,11 @@ func delayLess(a, b *Job) bool {
 type jobHeap struct {
 	jobs  []*Job
 	less  func(a, b *Job) bool
-	index func(j *Job) *int // the job's slot field for this kind of heap
+	index func(j *Job) *int32 // the job's slot field for this kind of heap
 }
 
-func tubeSlot(j *Job) *int  { return &j.heapIndex }
-func ownerSlot(j *Job) *int { return &j.ownerIndex }
+func tubeSlot(j *Job) *int32  { return &j.heapIndex }
+func ownerSlot(j *Job) *int32 { return &j.ownerIndex }
 
 func (h *jobHeap) Len() int { return len(h.jobs) }
 
@@ -111,13 +109,13 @@ func (h *jobHeap) min() *Job {
 
 func (h *jobHeap) push(j *Job) {
 	i := len(h.jobs)
-	*h.index(j) = i
+	*h.index(j) = int32(i)
 	h.jobs = append(h.jobs, j)
 	h.up(i)
 }
 
 func (h *jobHeap) remove(j *Job) {
-	i := *h.index(j)
+	i := int(*h.index(j))
 	last := len(h.jobs) - 1
 	if i != last {
 		h.swap(i, last)
@@ -137,7 +135,7 @@ func (h *jobHeap) remove(j *Job) {
 
 // fix restores order after j's key changed.
 func (h *jobHeap) fix(j *Job) {
-	i := *h.index(j)
+	i := int(*h.index(j))
 	if !h.down(i) {
 		h.up(i)
 	}
@@ -145,8 +143,8 @@ func (h *jobHeap) fix(j *Job) {
 
 func (h *jobHeap) swap(i, k int) {
 	h.jobs[i], h.jobs[k] = h.jobs[k], h.jobs[i]
-	*h.index(h.jobs[i]) = i
-	*h.index(h.jobs[k]) = k
+	*h.index(h.jobs[i]) = int32(i)
+	*h.index(h.jobs[k]) = int32(k)
 }
 
 func (h *jobHeap) up(i int) {

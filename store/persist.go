@@ -97,7 +97,6 @@ func (s *Store) recover() {
 				buries: r.Buries, kicks: r.Kicks,
 			},
 		}
-		j.ttrTimer = newTimer(j)
 		t.mu.Lock()
 		s.insertJobLocked(j)
 		switch r.State {

@@ -144,11 +144,11 @@ func (t *Tube) detachLocked(j *Job) {
 		o := j.owner
 		o.mu.Lock()
 		o.reserved.remove(j)
+		o.rearmTTRLocked()
 		o.mu.Unlock()
 		j.owner = nil
 		t.nReserved--
 		c.reserved.Add(-1)
-		t.s.timers.cancel(&j.ttrTimer)
 	}
 }
 
@@ -174,10 +174,10 @@ func (t *Tube) reserveLocked(j *Job, c *Client, now int64) bool {
 	j.deadline = now + j.ttr
 	j.counts.reserves++
 	c.reserved.push(j)
+	c.rearmTTRLocked()
 	c.mu.Unlock()
 	t.nReserved++
 	t.s.counts.reserved.Add(1)
-	t.s.timers.schedule(&j.ttrTimer, j.deadline)
 	return true
 }
 
