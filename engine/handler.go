@@ -29,7 +29,7 @@ func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	ss := &session{
 		srv:    s,
 		conn:   c,
-		parser: codec.NewParser(s.cfg.MaxJobSize),
+		parser: *codec.NewParser(s.cfg.MaxJobSize),
 	}
 	ss.client = s.store.NewClient(ss)
 	c.SetContext(ss)

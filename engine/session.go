@@ -19,8 +19,7 @@ type session struct {
 	srv    *Server       // immutable
 	conn   gnet.Conn     // immutable; off-loop use only through gnet's thread-safe calls
 	client *store.Client // immutable
-	parser *codec.Parser // immutable
-	cmd    codec.Command
+	parser codec.Parser
 
 	// put in progress: the header's fields and the id it took.
 	putID                    uint64
@@ -66,6 +65,9 @@ func (ss *session) serve() gnet.Action {
 	in, _ := c.Peek(-1)
 	out := replyPool.Get()
 	consumed := 0
+	// cmd lives on the stack: keeping it in the session would cost every
+	// idle connection its 88 bytes.
+	var cmd codec.Command
 	action := gnet.None
 	for {
 		if c.OutboundBuffered()+len(out.B) > ss.srv.cfg.MaxOutputBuffered {
@@ -73,14 +75,14 @@ func (ss *session) serve() gnet.Action {
 			ss.srv.throttle(ss)
 			break
 		}
-		n, ok := ss.parser.Parse(in[consumed:], &ss.cmd)
+		n, ok := ss.parser.Parse(in[consumed:], &cmd)
 		consumed += n
 		if !ok {
 			break
 		}
 		var quit bool
 		before := len(out.B)
-		out.B, quit = ss.dispatch(&ss.cmd, out.B)
+		out.B, quit = ss.dispatch(&cmd, out.B)
 		if ss.mustHold() {
 			ss.hold(out.B[before:])
 			out.B = out.B[:before]
@@ -93,7 +95,7 @@ func (ss *session) serve() gnet.Action {
 			break
 		}
 	}
-	// Tube names in ss.cmd alias in; they are dead once dispatched. gnet's
+	// Tube names in cmd alias in; they are dead once dispatched. gnet's
 	// Discard(0) would throw away everything, hence the guard.
 	if consumed > 0 {
 		_, _ = c.Discard(consumed)
