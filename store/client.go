@@ -44,9 +44,12 @@ type Client struct {
 
 	mu       sync.Mutex
 	reserved jobHeap // by TTR deadline; guarded by mu
-	closed   bool    // guarded by mu
-	ttrAt    int64   // guarded by mu: when ttrTimer is armed for; 0 if not
-	ttrTimer timer   // fires at the earliest deadline in reserved
+	// reservedOrder holds the same jobs, oldest reservation first; guarded
+	// by mu. Close requeues in this order, as beanstalkd does.
+	reservedOrder jobList
+	closed        bool  // guarded by mu
+	ttrAt         int64 // guarded by mu: when ttrTimer is armed for; 0 if not
+	ttrTimer      timer // fires at the earliest deadline in reserved
 }
 
 // NewClient returns a client using and watching "default".
@@ -472,7 +475,7 @@ func (c *Client) Kick(n uint32) uint32 {
 	var kicked uint32
 	var hs handoffs
 	for ; kicked < n; kicked++ {
-		j := t.buriedHead
+		j := t.buried.head
 		if !fromBuried {
 			j = t.delayed.min()
 		}
@@ -531,7 +534,7 @@ func (t *Tube) kickLocked(c *Client, j *Job, now int64) error {
 // job to reserve, its next delayed job to become ready, its oldest buried job.
 func (c *Client) PeekReady() *Job   { return c.peekUsed(func(t *Tube) *Job { return t.ready.min() }) }
 func (c *Client) PeekDelayed() *Job { return c.peekUsed(func(t *Tube) *Job { return t.delayed.min() }) }
-func (c *Client) PeekBuried() *Job  { return c.peekUsed(func(t *Tube) *Job { return t.buriedHead }) }
+func (c *Client) PeekBuried() *Job  { return c.peekUsed(func(t *Tube) *Job { return t.buried.head }) }
 
 func (c *Client) peekUsed(pick func(t *Tube) *Job) *Job {
 	c.use.mu.Lock()
@@ -558,7 +561,10 @@ func (c *Client) CancelWait() bool {
 func (c *Client) Close() {
 	c.mu.Lock()
 	c.closed = true
-	jobs := append([]*Job(nil), c.reserved.jobs...)
+	var jobs []*Job
+	for j := c.reservedOrder.head; j != nil; j = j.next {
+		jobs = append(jobs, j)
+	}
 	c.mu.Unlock()
 	c.CancelWait()
 	now := c.s.now()

@@ -162,7 +162,7 @@ func (s *Store) CheckInvariants() error {
 
 		nBuried := 0
 		var prev *Job
-		for j := t.buriedHead; j != nil; j = j.buriedNext {
+		for j := t.buried.head; j != nil; j = j.next {
 			at := "buried FIFO of " + name
 			if nBuried > len(index) {
 				bad("%s: longer than the whole store (a cycle?)", at)
@@ -170,7 +170,7 @@ func (s *Store) CheckInvariants() error {
 			}
 			place(j, at)
 			nBuried++
-			if j.buriedPrev != prev {
+			if j.prev != prev {
 				bad("%s: job %d links back to the wrong job", at, j.id)
 			}
 			if j.tube != t || j.state != StateBuried || j.heapIndex != -1 || j.owner != nil || j.ownerIndex != -1 {
@@ -179,7 +179,7 @@ func (s *Store) CheckInvariants() error {
 			}
 			prev = j
 		}
-		if t.buriedTail != prev {
+		if t.buried.tail != prev {
 			bad("buried FIFO of %s: tail is not the last job", name)
 		}
 
@@ -209,6 +209,13 @@ func (s *Store) CheckInvariants() error {
 			}
 			if k := int(j.ownerIndex); k < 0 || k >= len(o.reserved.jobs) || o.reserved.jobs[k] != j {
 				bad("%s: job %d not at its ownerIndex %d", at, j.id, k)
+			}
+			inOrder := false
+			for o := o.reservedOrder.head; o != nil; o = o.next {
+				inOrder = inOrder || o == j
+			}
+			if !inOrder {
+				bad("%s: job %d missing from the reservation order", at, j.id)
 			}
 			// One TTR timer per client, armed for its earliest deadline.
 			if armed, when := timerState(s.timers, &o.ttrTimer); !armed || when != o.reserved.min().deadline {

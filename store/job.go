@@ -56,8 +56,10 @@ type Job struct {
 	// tube.mu and owner.mu held, because the owner's heap compares jobs of
 	// many tubes under owner.mu alone.
 	ownerIndex int32
-	// buriedPrev/buriedNext link the tube's buried FIFO.
-	buriedPrev, buriedNext *Job
+	// prev and next link the job into its tube's buried FIFO while it is
+	// buried (guarded by tube.mu), or into its owner's reservation order
+	// while it is reserved (written with both tube.mu and owner.mu held).
+	prev, next *Job
 	// loc is where the job's latest full record is in the log.
 	loc wal.Loc
 }
@@ -72,6 +74,36 @@ func (j *Job) ID() uint64 { return j.id }
 // Body is the job's data including its trailing "\r\n"; safe without locks
 // and never modified.
 func (j *Job) Body() []byte { return j.body }
+
+// jobList is a FIFO of jobs linked through Job.prev and Job.next, so a job
+// leaves it from anywhere in O(1).
+type jobList struct {
+	head, tail *Job
+}
+
+func (l *jobList) pushBack(j *Job) {
+	j.prev, j.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = j
+	} else {
+		l.head = j
+	}
+	l.tail = j
+}
+
+func (l *jobList) remove(j *Job) {
+	if j.prev != nil {
+		j.prev.next = j.next
+	} else {
+		l.head = j.next
+	}
+	if j.next != nil {
+		j.next.prev = j.prev
+	} else {
+		l.tail = j.prev
+	}
+	j.prev, j.next = nil, nil
+}
 
 func jobLess(a, b *Job) bool {
 	if a.pri != b.pri {

@@ -548,3 +548,29 @@ func TestClose(t *testing.T) {
 		reserveNow(t, w, d)
 	})
 }
+
+// TestCloseRequeuesInReservationOrder: a closing client's jobs go back, and
+// to waiters, oldest reservation first (beanstalkd's list order), not in
+// TTR-deadline order.
+func TestCloseRequeuesInReservationOrder(t *testing.T) {
+	bubble(t, func(t *testing.T, s *store.Store) {
+		c, _ := newClient(s)
+		// Later reservations get shorter TTRs, so deadline order is the
+		// reverse of reservation order.
+		var js []*store.Job
+		for _, ttr := range []uint32{300, 200, 100} {
+			j := put(s, c, 0, 0, ttr)
+			reserveNow(t, c, j)
+			js = append(js, j)
+		}
+		w, r := newClient(s)
+		block(t, w, -1)
+		c.Close()
+		if e := r.next(t); e.job != js[0] {
+			t.Fatalf("waiter got %v, want the oldest reservation %s", e, jobName(js[0]))
+		}
+		if j := w.PeekReady(); j != js[1] {
+			t.Fatalf("next ready is %s, want %s", jobName(j), jobName(js[1]))
+		}
+	})
+}

@@ -18,14 +18,13 @@ type Tube struct {
 	// listIndex is the tube's slot in Store.tubeList; guarded by registryMu.
 	listIndex int
 
-	mu      sync.Mutex
-	ready   jobHeap // guarded by mu
-	delayed jobHeap // guarded by mu
-	// buried is a FIFO linked through Job.buriedPrev/Next; guarded by mu.
-	buriedHead, buriedTail *Job
-	nBuried                int
-	nReserved              int
-	nUrgent                int
+	mu        sync.Mutex
+	ready     jobHeap // guarded by mu
+	delayed   jobHeap // guarded by mu
+	buried    jobList // guarded by mu: oldest buried first
+	nBuried   int
+	nReserved int
+	nUrgent   int
 
 	// waiters are the clients blocked in reserve on this tube, kept as
 	// beanstalkd's Ms set: append, swap-remove, and a round-robin take
@@ -95,13 +94,7 @@ func (t *Tube) enqueueLocked(j *Job, delay, now int64) {
 
 func (t *Tube) buryLocked(j *Job) {
 	j.state = StateBuried
-	j.buriedPrev, j.buriedNext = t.buriedTail, nil
-	if t.buriedTail != nil {
-		t.buriedTail.buriedNext = j
-	} else {
-		t.buriedHead = j
-	}
-	t.buriedTail = j
+	t.buried.pushBack(j)
 	t.nBuried++
 	t.s.counts.buried.Add(1)
 	j.counts.buries++
@@ -127,23 +120,14 @@ func (t *Tube) detachLocked(j *Job) {
 			t.rearmDelayLocked()
 		}
 	case StateBuried:
-		if j.buriedPrev != nil {
-			j.buriedPrev.buriedNext = j.buriedNext
-		} else {
-			t.buriedHead = j.buriedNext
-		}
-		if j.buriedNext != nil {
-			j.buriedNext.buriedPrev = j.buriedPrev
-		} else {
-			t.buriedTail = j.buriedPrev
-		}
-		j.buriedPrev, j.buriedNext = nil, nil
+		t.buried.remove(j)
 		t.nBuried--
 		c.buried.Add(-1)
 	case StateReserved:
 		o := j.owner
 		o.mu.Lock()
 		o.reserved.remove(j)
+		o.reservedOrder.remove(j)
 		o.rearmTTRLocked()
 		o.mu.Unlock()
 		j.owner = nil
@@ -174,6 +158,7 @@ func (t *Tube) reserveLocked(j *Job, c *Client, now int64) bool {
 	j.deadline = now + j.ttr
 	j.counts.reserves++
 	c.reserved.push(j)
+	c.reservedOrder.pushBack(j)
 	c.rearmTTRLocked()
 	c.mu.Unlock()
 	t.nReserved++
