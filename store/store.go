@@ -37,7 +37,9 @@ type Store struct {
 	stop     chan struct{}
 	done     chan struct{}
 
-	lastID atomic.Uint64
+	lastID   atomic.Uint64
+	idMark   atomic.Uint64 // the logged id watermark (see NextID)
+	idMarkMu sync.Mutex    // serialises watermark records
 
 	registryMu sync.RWMutex
 	tubes      map[string]*Tube // guarded by registryMu
@@ -117,7 +119,37 @@ func (s *Store) Now() int64 { return s.now() }
 // NextID takes the next job id. Ids are never reused within a process, and
 // a put that fails after its header (EXPECTED_CRLF, DRAINING) still uses one,
 // as in beanstalkd.
-func (s *Store) NextID() uint64 { return s.lastID.Add(1) }
+//
+// With a log, the counter runs behind a watermark the log records ahead of
+// it (wal.KindIDs): a job can be reserved before its put is durable, and
+// after a crash its id must not be issued again. A restart therefore
+// continues above the watermark, so ids jump by up to idSlack.
+func (s *Store) NextID() uint64 {
+	id := s.lastID.Add(1)
+	if s.log != nil && id+idSlack/2 > s.idMark.Load() {
+		s.advanceIDMark(id)
+	}
+	return id
+}
+
+// idSlack is how far ahead of the id counter the logged watermark runs; a
+// new watermark is logged when half of it is used, so it is durable long
+// before the ids it covers are issued.
+const idSlack = 4096
+
+func (s *Store) advanceIDMark(id uint64) {
+	s.idMarkMu.Lock()
+	defer s.idMarkMu.Unlock()
+	if id+idSlack/2 <= s.idMark.Load() {
+		return
+	}
+	mark := id + idSlack
+	r := wal.Record{Kind: wal.KindIDs, ID: mark}
+	// Best effort: on a full disk the put itself is refused anyway.
+	if _, _, err := s.log.Append(&r, wal.Loc{}); err == nil {
+		s.idMark.Store(mark)
+	}
+}
 
 func (s *Store) shard(id uint64) *jobShard { return &s.shards[id%jobShards] }
 

@@ -99,11 +99,11 @@ func decodePayload(p []byte, r *Record) error {
 		}
 		r.Tube = string(p[:n])
 		p = p[n:]
-	case KindUpdate, KindDelete:
+	case KindUpdate, KindDelete, KindIDs:
 	default:
 		return errCorrupt
 	}
-	if r.Kind == KindDelete {
+	if r.Kind == KindDelete || r.Kind == KindIDs {
 		if len(p) != 0 {
 			return errCorrupt
 		}

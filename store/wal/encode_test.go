@@ -34,6 +34,7 @@ func sampleRecords() []wal.Record {
 		full,
 		update,
 		{Kind: wal.KindDelete, ID: 42},
+		{Kind: wal.KindIDs, ID: 1 << 40},
 		{Kind: wal.KindFull, ID: 1, Tube: "t", State: wal.StateReady, Body: []byte("\r\n")},
 		{Kind: wal.KindFull, ID: ^uint64(0), Tube: string(bytes.Repeat([]byte{'x'}, 200)),
 			State: wal.StateReserved, Pri: ^uint32(0), Body: bytes.Repeat([]byte{0xff}, 70000)},
@@ -41,7 +42,7 @@ func sampleRecords() []wal.Record {
 }
 
 func kindName(k wal.Kind) string {
-	return map[wal.Kind]string{wal.KindFull: "full", wal.KindUpdate: "update", wal.KindDelete: "delete"}[k]
+	return map[wal.Kind]string{wal.KindFull: "full", wal.KindUpdate: "update", wal.KindDelete: "delete", wal.KindIDs: "ids"}[k]
 }
 
 func TestFrameRoundTrip(t *testing.T) {

@@ -11,6 +11,10 @@ const (
 	KindUpdate Kind = 2
 	// KindDelete says the job is gone.
 	KindDelete Kind = 3
+	// KindIDs says ids up to ID may have been issued: written ahead of the
+	// id counter, so a job seen before its put was durable (a consumer can
+	// reserve it at once) never has its id issued again after a crash.
+	KindIDs Kind = 4
 )
 
 // Job states as stored; the numbering is beanstalkd's (and store.State's).
