@@ -239,14 +239,7 @@ func (ss *session) onLoop(reply func() []byte) {
 		} else {
 			_, _ = ss.conn.Write(b)
 		}
-		ss.resumeOnLoop()
+		ss.resume()
 		return nil
 	}))
-}
-
-// resumeOnLoop is resume for callbacks that run on the loop.
-func (ss *session) resumeOnLoop() {
-	if !ss.closed {
-		ss.resume()
-	}
 }
