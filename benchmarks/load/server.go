@@ -5,16 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 // ErrFlagsRefused is returned by StartServer when the server exits with
@@ -41,18 +40,15 @@ type Server struct {
 	Addr string // 127.0.0.1:port
 	PID  int
 
-	cmd    *exec.Cmd
-	output *lockedBuffer
-	done   chan struct{} // closed when the process has exited
-	err    error         // the process's exit status; written before done is closed
+	proc *testproc.Process
 }
 
 // StartServer starts spec on a free loopback port with extra arguments after
 // its own, and waits until it answers a command. A server that exits with
 // status 5 yields ErrFlagsRefused.
 func StartServer(spec ServerSpec, extra ...string) (*Server, error) {
-	// The free port is found by binding and releasing it, so another process
-	// may take it in between; a server that cannot bind is retried.
+	// testproc.Launch retries a server that could not bind its port; a
+	// server that failed to start for another reason is tried again here.
 	var lastErr error
 	for range 3 {
 		s, err := startOnce(spec, extra)
@@ -65,69 +61,31 @@ func StartServer(spec ServerSpec, extra ...string) (*Server, error) {
 }
 
 func startOnce(spec ServerSpec, extra []string) (*Server, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+	args := append(slices.Clone(spec.Args), extra...)
+	// The readiness probe asks list-tube-used, quits and waits for the
+	// server to close the connection, so that the probe is no longer among
+	// the server's current connections when the run counts them.
+	p, err := testproc.Launch(testproc.Config{
+		Binary:       spec.Path,
+		Args:         args,
+		Ready:        testproc.Probe,
+		StartTimeout: startTimeout,
+		OutputLimit:  1 << 20, // a chatty server must not grow the generator without bound
+	})
+	if err == nil {
+		return &Server{Spec: spec, Addr: p.Addr(), PID: p.PID(), proc: p}, nil
 	}
-	args := append([]string{"-l", "127.0.0.1", "-p", strconv.Itoa(port)}, spec.Args...)
-	args = append(args, extra...)
-	cmd := exec.Command(spec.Path, args...)
-	out := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
+	var se *testproc.StartError
+	switch {
+	case !errors.As(err, &se):
 		return nil, fmt.Errorf("load: start %s: %w", spec.Name, err)
+	case se.Exited && se.Process.ExitCode() == 5:
+		return nil, fmt.Errorf("%w: %s %s: %s", ErrFlagsRefused, spec.Name, se.Process, outputTail(se.Process))
+	case se.Exited:
+		return nil, fmt.Errorf("load: %s exited at start (%v): %s", spec.Name, se.Process.Err(), outputTail(se.Process))
+	default:
+		return nil, fmt.Errorf("load: %s did not answer on %s within %v: %s", spec.Name, se.Process.Addr(), startTimeout, outputTail(se.Process))
 	}
-	s := &Server{
-		Spec: spec, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), PID: cmd.Process.Pid,
-		cmd: cmd, output: out, done: make(chan struct{}),
-	}
-	go func() {
-		s.err = cmd.Wait()
-		close(s.done)
-	}()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		select {
-		case <-s.done:
-			var ee *exec.ExitError
-			if errors.As(s.err, &ee) && ee.ExitCode() == 5 {
-				return nil, fmt.Errorf("%w: %s %s: %s", ErrFlagsRefused, spec.Name, strings.Join(args, " "), s.Output())
-			}
-			return nil, fmt.Errorf("load: %s exited at start (%v): %s", spec.Name, s.err, s.Output())
-		default:
-		}
-		if err := s.probe(); err == nil {
-			return s, nil
-		}
-		if time.Now().After(deadline) {
-			s.Stop()
-			return nil, fmt.Errorf("load: %s did not answer on %s within %v: %s", spec.Name, s.Addr, startTimeout, s.Output())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// probe connects, asks list-tube-used, quits and waits for the server to
-// close the connection, so that the probe is no longer among the server's
-// current connections when the run counts them.
-func (s *Server) probe() error {
-	c, err := Dial(s.Addr, nil, time.Second, 0)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	c.WriteString("list-tube-used\r\nquit\r\n")
-	if err := c.Flush(); err != nil {
-		return err
-	}
-	if _, err = c.Expect(ReplyUsing); err != nil {
-		return err
-	}
-	if _, err := c.r.ReadByte(); err != io.EOF {
-		return fmt.Errorf("load: %s did not close the connection after quit (%v)", s.Spec.Name, err)
-	}
-	return nil
 }
 
 // stopGrace is how long Stop lets a server shut down on SIGTERM (time for
@@ -136,42 +94,20 @@ const stopGrace = 3 * time.Second
 
 // Stop ends the server by its PID, SIGTERM first and SIGKILL if it has not
 // exited within stopGrace, and waits for it to exit.
-func (s *Server) Stop() {
-	select {
-	case <-s.done:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-		return
-	case <-time.After(stopGrace):
-	}
-	_ = s.cmd.Process.Kill()
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-	}
-}
+func (s *Server) Stop() { s.proc.Stop(stopGrace) }
 
 // Exited reports whether the process has ended, and how.
-func (s *Server) Exited() (bool, error) {
-	select {
-	case <-s.done:
-		return true, s.err
-	default:
-		return false, nil
-	}
-}
+func (s *Server) Exited() (bool, error) { return s.proc.Exited(), s.proc.Err() }
 
 // Output returns what the server has printed so far, at most its last 2 KiB.
-func (s *Server) Output() string {
-	b := s.output.Bytes()
+func (s *Server) Output() string { return outputTail(s.proc) }
+
+func outputTail(p *testproc.Process) string {
+	b := p.Output()
 	if len(b) > 2048 {
 		b = b[len(b)-2048:]
 	}
-	return strings.TrimSpace(string(b))
+	return strings.TrimSpace(b)
 }
 
 // Usage reads the server's CPU time and resident memory from /proc.
@@ -256,15 +192,6 @@ func ReadSystemBusy() (time.Duration, error) {
 	return time.Duration(busy) * time.Second / clockTicks, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // BuildSprout builds cmd/sprout from the module that contains the working
 // directory into dir and returns the executable's path.
 func BuildSprout(ctx context.Context, dir string) (string, error) {
@@ -303,24 +230,4 @@ func Version(path string) string {
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	return line
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.buf.Len() > 1<<20 { // a chatty server must not grow the generator without bound
-		return len(p), nil
-	}
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
 }

@@ -3,20 +3,18 @@ package conformance
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 // SelfTestEnv names the environment variable that makes StartSprout start a
@@ -24,14 +22,12 @@ import (
 const SelfTestEnv = "SPROUT_CONFORMANCE_SELFTEST"
 
 // SproutPackage is the import path StartSprout builds.
-const SproutPackage = "github.com/sproutmq/sprout/cmd/sprout"
+const SproutPackage = testproc.SproutPackage
 
 const (
 	// startTimeout bounds how long a started server may take to accept and
 	// answer its first connection.
 	startTimeout = 5 * time.Second
-	// buildTimeout bounds the one-off `go build` of Sprout.
-	buildTimeout = 5 * time.Minute
 	// sendTimeout bounds a write to a server that stopped reading.
 	sendTimeout = 10 * time.Second
 	// maxReplyLine and maxReplyBody bound what Conn buffers from a server
@@ -57,11 +53,7 @@ func SelfTest() bool {
 // it) when beanstalkd is not installed: the comparison is the whole point.
 func StartBeanstalkd(t testing.TB, extraArgs ...string) (addr string) {
 	t.Helper()
-	path, err := exec.LookPath("beanstalkd")
-	if err != nil {
-		t.Fatalf("the reference server beanstalkd is not on PATH (%v); install it with: apt-get install -y beanstalkd", err)
-	}
-	return StartBinary(t, path, extraArgs...)
+	return StartBinary(t, testproc.Beanstalkd(t), extraArgs...)
 }
 
 // StartSprout builds cmd/sprout (once per test process) and starts it like
@@ -72,11 +64,7 @@ func StartSprout(t testing.TB, extraArgs ...string) (addr string) {
 	if SelfTest() {
 		return StartBeanstalkd(t, extraArgs...)
 	}
-	path, err := sproutBinary()
-	if err != nil {
-		t.Fatalf("cannot build Sprout: %v", err)
-	}
-	return StartBinary(t, path, extraArgs...)
+	return StartBinary(t, testproc.SproutBinary(t), extraArgs...)
 }
 
 // StartBinary starts the beanstalkd-compatible server at path with
@@ -85,193 +73,23 @@ func StartSprout(t testing.TB, extraArgs ...string) (addr string) {
 // ends. A server that exits early or stays silent for startTimeout fails the
 // test with its output.
 //
-// The readiness probe ends with quit and waits for the server to close the
-// connection, so by the time StartBinary returns the probe is counted in
-// total-connections and no longer in current-connections, on every server.
+// The readiness probe (testproc.Probe) ends with quit and waits for the
+// server to close the connection, so by the time StartBinary returns the
+// probe is counted in total-connections and no longer in
+// current-connections, on every server.
 func StartBinary(t testing.TB, path string, args ...string) (addr string) {
 	t.Helper()
-	// The free port is found by binding and releasing it, so another process
-	// may take it in between; a bind failure is retried on a new port.
-	const attempts = 3
-	var lastErr error
-	for range attempts {
-		addr, retry, err := startOnce(t, path, args)
-		if err == nil {
-			return addr
-		}
-		lastErr = err
-		if !retry {
-			break
-		}
-	}
-	t.Fatalf("%v", lastErr)
-	return ""
-}
-
-// startOnce makes one attempt for StartBinary. retry is true when the server
-// could not bind its port.
-func startOnce(t testing.TB, path string, args []string) (addr string, retry bool, err error) {
-	port, err := freePort()
-	if err != nil {
-		return "", false, err
-	}
-	addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	argv := append([]string{"-l", "127.0.0.1", "-p", strconv.Itoa(port)}, args...)
-	cmd := exec.Command(path, argv...)
-	var output lockedBuffer
-	cmd.Stdout = &output
-	cmd.Stderr = &output
-	if err := cmd.Start(); err != nil {
-		return "", false, fmt.Errorf("starting %s: %v", path, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	stop := func() {
-		cmd.Process.Kill() // by PID; the process may already be gone
-		<-exited
-	}
-
-	exitedEarly := func() error {
-		select {
-		case <-exited:
-			return fmt.Errorf("%s %s exited before accepting connections (%v):\n%s",
-				path, strings.Join(argv, " "), cmd.ProcessState, output.String())
-		default:
-			return nil
-		}
-	}
-	deadline := time.Now().Add(startTimeout)
-	for {
-		if err := exitedEarly(); err != nil {
-			return "", strings.Contains(output.String(), "in use"), err
-		}
-		probeErr := probe(addr, time.Until(deadline))
-		// A server that lost its port to another process may exit only
-		// after the probe reached that other process.
-		if probeErr == nil && exitedEarly() == nil {
-			t.Cleanup(stop)
-			return addr, false, nil
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", false, fmt.Errorf("%s %s did not answer on %s within %v (%v); its output:\n%s",
-				path, strings.Join(argv, " "), addr, startTimeout, probeErr, output.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// probe checks that a server at addr speaks the protocol: list-tube-used is
-// answered, and quit closes the connection.
-func probe(addr string, budget time.Duration) error {
-	budget = max(budget, 50*time.Millisecond)
-	c, err := Dial(addr, min(budget, time.Second))
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if err := c.Send([]byte("list-tube-used\r\nquit\r\n")); err != nil {
-		return err
-	}
-	reply, err := c.ReadReply(budget)
-	if err != nil {
-		return fmt.Errorf("probe: %w", err)
-	}
-	if string(reply) != "USING default\r\n" {
-		return fmt.Errorf("probe: list-tube-used answered %q", reply)
-	}
-	if reply, err := c.ReadReply(budget); err != io.EOF {
-		return fmt.Errorf("probe: after quit got %q, %v; want the connection closed", reply, err)
-	}
-	return nil
-}
-
-// freePort asks the kernel for an unused TCP port on 127.0.0.1.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// sproutBuild is the once-per-process build of cmd/sprout.
-var sproutBuild struct {
-	once sync.Once
-	dir  string // temporary directory holding the binary; removed by RemoveSproutBuild
-	path string // the binary; immutable after once
-	err  error  // the build failure, with go build's output; immutable after once
-}
-
-// sproutBinary builds cmd/sprout on first use and returns the binary's path.
-// A failed build is remembered, so every test that needs Sprout fails fast
-// with the same message instead of rebuilding.
-func sproutBinary() (string, error) {
-	sproutBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "sprout-conformance-")
-		if err != nil {
-			sproutBuild.err = err
-			return
-		}
-		sproutBuild.dir = dir
-		path := filepath.Join(dir, "sprout")
-		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, goTool(), "build", "-o", path, SproutPackage)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			sproutBuild.err = fmt.Errorf("go build %s: %v\n%s", SproutPackage, err, out)
-			return
-		}
-		sproutBuild.path = path
-	})
-	return sproutBuild.path, sproutBuild.err
+	return testproc.StartConfig(t, testproc.Config{
+		Binary:       path,
+		Args:         args,
+		Ready:        testproc.Probe,
+		StartTimeout: startTimeout,
+	}).Addr()
 }
 
 // RemoveSproutBuild deletes the binary StartSprout built. Call it from
 // TestMain after m.Run.
-func RemoveSproutBuild() {
-	if sproutBuild.dir != "" {
-		os.RemoveAll(sproutBuild.dir)
-	}
-}
-
-// goTool prefers the go command of the toolchain running the test, so the
-// server is built with the same Go version as the test. (go test also puts
-// that toolchain first on PATH; GOROOT covers a test binary run directly.)
-func goTool() string {
-	//lint:ignore SA1019 the running toolchain's GOROOT is exactly what is wanted.
-	if root := runtime.GOROOT(); root != "" {
-		path := filepath.Join(root, "bin", "go")
-		if _, err := os.Stat(path); err == nil {
-			return path
-		}
-	}
-	return "go"
-}
-
-// lockedBuffer collects a child's output; exec writes it from its own
-// goroutine while the test may read it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+func RemoveSproutBuild() { testproc.RemoveSproutBinary() }
 
 // Conn is a raw client connection: Send writes bytes verbatim, and
 // ReadReply returns the server's replies one at a time, each exactly as it

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/beanstalkd/go-beanstalk"
+
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 const (
@@ -121,7 +123,7 @@ func TestCrashRecovery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills servers for several seconds")
 	}
-	bin := sproutBinary(t)
+	bin := testproc.SproutBinary(t)
 	dir := t.TempDir()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -130,21 +132,21 @@ func TestCrashRecovery(t *testing.T) {
 	began := time.Now()
 
 	for round, fsync := range roundFsync {
-		s := start(t, bin, "-b", dir, "-f", fsync, "-s", segmentSize)
+		s := testproc.Start(t, bin, "-b", dir, "-f", fsync, "-s", segmentSize)
 		if round > 0 {
-			led.verify(t, s.addr, round)
-			led.noteStart(s.output.String())
+			led.verify(t, s.Addr(), round)
+			led.noteStart(s.Output())
 		}
 		killAfter := time.Duration(100+rng.IntN(700)) * time.Millisecond
 		led.traffic(t, s, rng.Uint64(), round, killAfter)
 		if t.Failed() {
-			t.Fatalf("round %d failed (server output:\n%s)", round, tail(s.output.String()))
+			t.Fatalf("round %d failed (server output:\n%s)", round, tail(s.Output()))
 		}
 	}
-	s := start(t, bin, "-b", dir, "-f", "0", "-s", segmentSize)
-	led.verify(t, s.addr, len(roundFsync))
-	led.noteStart(s.output.String())
-	s.stop(t)
+	s := testproc.Start(t, bin, "-b", dir, "-f", "0", "-s", segmentSize)
+	led.verify(t, s.Addr(), len(roundFsync))
+	led.noteStart(s.Output())
+	stop(t, s)
 
 	led.mu.Lock()
 	defer led.mu.Unlock()
@@ -159,7 +161,7 @@ func TestCrashRecovery(t *testing.T) {
 
 // traffic runs producers and consumers against s until it is killed,
 // killAfter from now.
-func (l *ledger) traffic(t *testing.T, s *server, seed uint64, round int, killAfter time.Duration) {
+func (l *ledger) traffic(t *testing.T, s *testproc.Process, seed uint64, round int, killAfter time.Duration) {
 	t.Helper()
 	var wg sync.WaitGroup
 	tubes := []string{"crash-a", "crash-b"}
@@ -168,7 +170,7 @@ func (l *ledger) traffic(t *testing.T, s *server, seed uint64, round int, killAf
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := l.dial(s.addr, dialed)
+			c := l.dial(s.Addr(), dialed)
 			if c == nil {
 				return
 			}
@@ -200,7 +202,7 @@ func (l *ledger) traffic(t *testing.T, s *server, seed uint64, round int, killAf
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := l.dial(s.addr, dialed)
+			c := l.dial(s.Addr(), dialed)
 			if c == nil {
 				return
 			}
@@ -256,7 +258,7 @@ func (l *ledger) traffic(t *testing.T, s *server, seed uint64, round int, killAf
 		<-dialed
 	}
 	time.Sleep(killAfter)
-	s.kill()
+	s.Kill()
 	wg.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -7,179 +7,33 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
-const (
-	// startTimeout bounds how long a server may take to accept connections.
-	startTimeout = 10 * time.Second
-	// replyTimeout bounds every exchange with a server.
-	replyTimeout = 10 * time.Second
-)
+// replyTimeout bounds every exchange with a server.
+const replyTimeout = 10 * time.Second
 
-// The sprout binary is built once per test process, into a directory
-// TestMain removes.
-var build struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
-
+// TestMain removes the sprout binary testproc.SproutBinary built.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if build.dir != "" {
-		os.RemoveAll(build.dir)
-	}
+	testproc.RemoveSproutBinary()
 	os.Exit(code)
 }
 
-// sproutBinary builds cmd/sprout (once) and returns its path.
-func sproutBinary(t *testing.T) string {
-	t.Helper()
-	build.once.Do(func() {
-		build.dir, build.err = os.MkdirTemp("", "sprout-crashtest-")
-		if build.err != nil {
-			return
-		}
-		build.path = filepath.Join(build.dir, "sprout")
-		out, err := exec.Command("go", "build", "-o", build.path, "github.com/sproutmq/sprout/cmd/sprout").CombinedOutput()
-		if err != nil {
-			build.err = fmt.Errorf("go build ./cmd/sprout: %v\n%s", err, out)
-		}
-	})
-	if build.err != nil {
-		t.Fatal(build.err)
-	}
-	return build.path
-}
-
-func beanstalkdBinary(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("beanstalkd")
-	if err != nil {
-		t.Fatalf("the reference server beanstalkd is not on PATH (%v); install it with: apt-get install -y beanstalkd", err)
-	}
-	return path
-}
-
-// lockedBuffer collects a server's output.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// server is a sprout or beanstalkd process on a loopback port.
-type server struct {
-	cmd    *exec.Cmd
-	addr   string
-	exited chan struct{} // closed once the process has been waited for
-	output *lockedBuffer
-}
-
-// start runs binary with args plus -l 127.0.0.1 -p <free port> and waits
-// until it accepts connections. It is killed by PID when the test ends.
-func start(t *testing.T, binary string, args ...string) *server {
-	t.Helper()
-	// A free port is found by binding and releasing it; another process may
-	// take it in between, so a server that cannot listen is tried again.
-	for attempt := 1; ; attempt++ {
-		s, err := tryStart(t, binary, args)
-		if err == nil {
-			return s
-		}
-		if attempt == 3 || !strings.Contains(s.output.String(), "in use") {
-			t.Fatal(err)
-		}
-	}
-}
-
-func tryStart(t *testing.T, binary string, args []string) (*server, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	s := &server{
-		addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		exited: make(chan struct{}),
-		output: &lockedBuffer{},
-	}
-	s.cmd = exec.Command(binary, append(append([]string(nil), args...), "-l", "127.0.0.1", "-p", strconv.Itoa(port))...)
-	s.cmd.Stdout, s.cmd.Stderr = s.output, s.output
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", binary, err)
-	}
-	go func() {
-		_ = s.cmd.Wait()
-		close(s.exited)
-	}()
-	t.Cleanup(s.kill)
-	deadline := time.Now().Add(startTimeout)
-	for {
-		select {
-		case <-s.exited:
-			return s, fmt.Errorf("%s %s exited at start (%v):\n%s",
-				filepath.Base(binary), strings.Join(args, " "), s.cmd.ProcessState, s.output.String())
-		default:
-		}
-		if c, err := net.DialTimeout("tcp", s.addr, time.Second); err == nil {
-			c.Close()
-			return s, nil
-		}
-		if time.Now().After(deadline) {
-			s.kill()
-			return s, fmt.Errorf("%s did not accept connections within %v:\n%s", binary, startTimeout, s.output.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// kill sends SIGKILL to the server's PID and waits for it to exit.
-func (s *server) kill() { s.signal(syscall.SIGKILL) }
-
-func (s *server) signal(sig syscall.Signal) {
-	select {
-	case <-s.exited:
-		return
-	default:
-	}
-	_ = syscall.Kill(s.cmd.Process.Pid, sig)
-	<-s.exited
-}
-
 // stop asks the server to shut down with SIGTERM and checks it exits 0.
-func (s *server) stop(t *testing.T) {
+func stop(t *testing.T, s *testproc.Process) {
 	t.Helper()
-	_ = syscall.Kill(s.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(15 * time.Second):
-		s.kill()
-		t.Fatalf("server did not stop within 15s of SIGTERM:\n%s", s.output.String())
+	if !s.Stop(15 * time.Second) {
+		t.Fatalf("server did not stop within 15s of SIGTERM:\n%s", s.Output())
 	}
-	if code := s.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Errorf("server exited with %v after SIGTERM:\n%s", s.cmd.ProcessState, s.output.String())
+	if code := s.ExitCode(); code != 0 {
+		t.Errorf("server exited with %v after SIGTERM:\n%s", s.State(), s.Output())
 	}
 }
 
@@ -187,22 +41,12 @@ func (s *server) stop(t *testing.T) {
 // fails the test if the process is still running after timeout.
 func runToExit(t *testing.T, timeout time.Duration, binary string, args ...string) (int, string) {
 	t.Helper()
-	var out lockedBuffer
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	p := testproc.StartConfig(t, testproc.Config{Binary: binary, Args: args, NoListen: true})
+	if !p.Wait(timeout) {
+		p.Kill()
+		t.Fatalf("%s %s still running after %v:\n%s", filepath.Base(binary), strings.Join(args, " "), timeout, p.Output())
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(timeout):
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		t.Fatalf("%s %s still running after %v:\n%s", filepath.Base(binary), strings.Join(args, " "), timeout, out.String())
-	}
-	return cmd.ProcessState.ExitCode(), out.String()
+	return p.ExitCode(), p.Output()
 }
 
 // reply is one server reply: its line without "\r\n" and, for FOUND, OK

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 // importedJob is what a job left in a beanstalkd binlog must look like
@@ -31,9 +33,9 @@ type importedJob struct {
 // its own log, not the binlog again.
 func TestImportBeanstalkdBinlog(t *testing.T) {
 	dir := t.TempDir()
-	bs := start(t, beanstalkdBinary(t), "-b", dir, "-f", "0", "-s", "4096")
-	c := dial(t, bs.addr)
-	worker := dial(t, bs.addr) // holds a reservation until beanstalkd dies
+	bs := testproc.Start(t, testproc.Beanstalkd(t), "-b", dir, "-f", "0", "-s", "4096")
+	c := dial(t, bs.Addr())
+	worker := dial(t, bs.Addr()) // holds a reservation until beanstalkd dies
 	var want []importedJob
 	keep := func(id uint64, tube, state string, pri uint32, delay int, body []byte) {
 		want = append(want, importedJob{id, tube, state, pri, delay, body})
@@ -105,38 +107,38 @@ func TestImportBeanstalkdBinlog(t *testing.T) {
 		t.Errorf("binlog-records-migrated %q: the test means beanstalkd to compact", m)
 	}
 	written := time.Now()
-	bs.kill()
+	bs.Kill()
 	binlogs := binlogFiles(t, dir)
 	if len(binlogs) < 2 {
 		t.Fatalf("beanstalkd left %v; the test wants several binlog files", binlogs)
 	}
 
-	bin := sproutBinary(t)
-	ss := start(t, bin, "-b", dir, "-f", "0")
-	sc := dial(t, ss.addr)
+	bin := testproc.SproutBinary(t)
+	ss := testproc.Start(t, bin, "-b", dir, "-f", "0")
+	sc := dial(t, ss.Addr())
 	checkImported(t, sc, want, gone, time.Since(written))
 	if left := binlogFiles(t, dir); len(left) != 0 {
 		t.Errorf("binlog files left after the import: %v", left)
 	}
-	if !strings.Contains(ss.output.String(), "imported beanstalkd binlog") {
-		t.Errorf("sprout did not log the import:\n%s", ss.output.String())
+	if !strings.Contains(ss.Output(), "imported beanstalkd binlog") {
+		t.Errorf("sprout did not log the import:\n%s", ss.Output())
 	}
 	next := sc.put(0, 0, 60, []byte("after the import"))
 	if next <= last {
 		t.Errorf("first id after the import is %d; beanstalkd had issued up to %d", next, last)
 	}
 	sc.expect(fmt.Sprintf("delete %d", next), "DELETED")
-	ss.stop(t)
+	stop(t, ss)
 
 	// A restart reads sprout's own log.
-	ss = start(t, bin, "-b", dir, "-f", "0")
-	sc = dial(t, ss.addr)
+	ss = testproc.Start(t, bin, "-b", dir, "-f", "0")
+	sc = dial(t, ss.Addr())
 	checkImported(t, sc, want, gone, time.Since(written))
 	if id := sc.put(0, 0, 60, []byte("after a restart")); id <= next {
 		t.Errorf("first id after the restart is %d; %d was issued before", id, next)
 	}
-	if strings.Contains(ss.output.String(), "imported") {
-		t.Errorf("the restart imported again:\n%s", ss.output.String())
+	if strings.Contains(ss.Output(), "imported") {
+		t.Errorf("the restart imported again:\n%s", ss.Output())
 	}
 	entries, _ := os.ReadDir(dir)
 	var names []string
@@ -146,7 +148,7 @@ func TestImportBeanstalkdBinlog(t *testing.T) {
 	if !strings.Contains(strings.Join(names, " "), "sprout.") {
 		t.Errorf("no sprout segment in %s: %v", filepath.Base(dir), names)
 	}
-	ss.stop(t)
+	stop(t, ss)
 }
 
 // checkImported checks every job over the protocol; elapsed is how long
@@ -190,23 +192,23 @@ func checkImported(t *testing.T, c *conn, want []importedJob, gone uint64, elaps
 // directory beanstalkd holds in the same way; the first server keeps
 // serving.
 func TestDirectoryLock(t *testing.T) {
-	bin := sproutBinary(t)
-	beanstalkd := beanstalkdBinary(t)
+	bin := testproc.SproutBinary(t)
+	beanstalkd := testproc.Beanstalkd(t)
 
 	dir := t.TempDir()
-	first := start(t, bin, "-b", dir)
+	first := testproc.Start(t, bin, "-b", dir)
 	for _, second := range []string{bin, beanstalkd} {
 		code, out := runToExit(t, 10*time.Second, second, "-b", dir, "-l", "127.0.0.1", "-p", "0")
 		if code != 10 {
 			t.Errorf("%s on a directory sprout holds exited %d, want 10:\n%s", filepath.Base(second), code, out)
 		}
 	}
-	c := dial(t, first.addr)
+	c := dial(t, first.Addr())
 	c.expect(fmt.Sprintf("delete %d", c.put(0, 0, 60, []byte("still serving"))), "DELETED")
-	first.stop(t)
+	stop(t, first)
 
 	dir = t.TempDir()
-	start(t, beanstalkd, "-b", dir)
+	testproc.Start(t, beanstalkd, "-b", dir)
 	code, out := runToExit(t, 10*time.Second, bin, "-b", dir, "-l", "127.0.0.1", "-p", "0")
 	if code != 10 || !strings.Contains(out, "locked") {
 		t.Errorf("sprout on a directory beanstalkd holds exited %d, want 10 and a word about the lock:\n%s", code, out)

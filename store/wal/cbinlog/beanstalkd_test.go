@@ -2,122 +2,30 @@ package cbinlog
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
 )
-
-// beanstalkd is a reference server started by a test on a binlog directory.
-type beanstalkd struct {
-	cmd    *exec.Cmd
-	addr   string
-	exited chan struct{} // closed when the process has been waited for
-	output *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // startBeanstalkd starts Debian's beanstalkd with -b dir on a free
 // 127.0.0.1 port, with args after the flags, and waits until it accepts
 // connections. The test kills it by PID if it is still running at the end.
-func startBeanstalkd(t *testing.T, dir string, args ...string) *beanstalkd {
+// These tests read binlogs written by the reference server, so a missing
+// beanstalkd fails them.
+func startBeanstalkd(t *testing.T, dir string, args ...string) *testproc.Process {
 	t.Helper()
-	path, err := exec.LookPath("beanstalkd")
-	if err != nil {
-		t.Fatalf("these tests read binlogs written by the reference server, and beanstalkd is not on PATH (%v); install it with: apt-get install -y beanstalkd", err)
-	}
-	// The free port is found by binding and releasing it, so another
-	// process may take it in between: a bind failure tries a new port.
-	for attempt := 1; ; attempt++ {
-		b, err := tryStart(t, path, dir, args)
-		if err == nil {
-			return b
-		}
-		if attempt == 3 || !strings.Contains(b.output.String(), "in use") {
-			t.Fatal(err)
-		}
-	}
-}
-
-func tryStart(t *testing.T, path, dir string, args []string) (*beanstalkd, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-
-	b := &beanstalkd{
-		addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		exited: make(chan struct{}),
-		output: &lockedBuffer{},
-	}
-	argv := append([]string{"-b", dir, "-l", "127.0.0.1", "-p", strconv.Itoa(port)}, args...)
-	b.cmd = exec.Command(path, argv...)
-	b.cmd.Stdout, b.cmd.Stderr = b.output, b.output
-	if err := b.cmd.Start(); err != nil {
-		t.Fatalf("starting beanstalkd: %v", err)
-	}
-	go func() {
-		b.cmd.Wait()
-		close(b.exited)
-	}()
-	t.Cleanup(func() { b.stop(syscall.SIGKILL) })
-
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		select {
-		case <-b.exited:
-			return b, fmt.Errorf("beanstalkd %s exited early (%v):\n%s",
-				strings.Join(argv, " "), b.cmd.ProcessState, b.output.String())
-		default:
-		}
-		c, err := net.DialTimeout("tcp", b.addr, time.Second)
-		if err == nil {
-			c.Close()
-			return b, nil
-		}
-		if time.Now().After(deadline) {
-			b.stop(syscall.SIGKILL)
-			return b, fmt.Errorf("beanstalkd on %s did not accept connections: %v\n%s", b.addr, err, b.output.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// stop sends sig to the server by PID and waits for it to exit.
-func (b *beanstalkd) stop(sig syscall.Signal) {
-	select {
-	case <-b.exited:
-		return
-	default:
-	}
-	b.cmd.Process.Signal(sig)
-	<-b.exited
+	return testproc.StartConfig(t, testproc.Config{
+		Binary:       testproc.Beanstalkd(t),
+		Args:         append([]string{"-b", dir}, args...),
+		StartTimeout: 5 * time.Second,
+	})
 }
 
 // client speaks the protocol to a beanstalkd, failing the test on any
@@ -128,9 +36,9 @@ type client struct {
 	r *bufio.Reader
 }
 
-func (b *beanstalkd) dial(t *testing.T) *client {
+func dial(t *testing.T, srv *testproc.Process) *client {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", b.addr, 5*time.Second)
+	c, err := net.DialTimeout("tcp", srv.Addr(), 5*time.Second)
 	if err != nil {
 		t.Fatalf("dialing beanstalkd: %v", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -249,8 +248,8 @@ func TestReadBeanstalkd(t *testing.T) {
 
 	// First run, stopped by SIGTERM.
 	srv := startBeanstalkd(t, dir, args...)
-	c := srv.dial(t)
-	worker := srv.dial(t) // holds a reservation until the server dies
+	c := dial(t, srv)
+	worker := dial(t, srv) // holds a reservation until the server dies
 
 	m.use(c, "alpha")
 	hello := m.put(c, 0, 0, 1, "hello")
@@ -308,12 +307,12 @@ func TestReadBeanstalkd(t *testing.T) {
 	if migrated := c.serverStats()["binlog-records-migrated"]; migrated == "0" || migrated == "" {
 		t.Errorf("binlog-records-migrated: %q; the test means to have beanstalkd compact", migrated)
 	}
-	srv.stop(syscall.SIGTERM)
+	srv.Stop(0) // SIGTERM, then wait for the exit without a limit
 
 	// Second run on the same directory, killed with SIGKILL.
 	m.restart()
 	srv = startBeanstalkd(t, dir, args...)
-	c = srv.dial(t)
+	c = dial(t, srv)
 	m.delete(c, hello)
 	m.delete(c, releasedNow)
 	m.use(c, "alpha")
@@ -324,7 +323,7 @@ func TestReadBeanstalkd(t *testing.T) {
 	m.put(c, 9, 0, 10, "after the restart")
 	last := m.put(c, 9, 0, 10, "the highest id, deleted")
 	m.delete(c, last)
-	srv.stop(syscall.SIGKILL)
+	srv.Kill()
 
 	paths, err := Found(dir)
 	if err != nil {
@@ -362,7 +361,7 @@ func baseNames(paths []string) []string {
 func compareWithBeanstalkd(t *testing.T, dir string, got []wal.Record, maxID uint64) {
 	t.Helper()
 	srv := startBeanstalkd(t, copyBinlogs(t, dir))
-	c := srv.dial(t)
+	c := dial(t, srv)
 	now := time.Now().UnixNano()
 	byID := make(map[uint64]wal.Record)
 	for _, r := range got {

@@ -1,0 +1,334 @@
+package testproc
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// DefaultStartTimeout is how long Start waits for a server to become ready
+// when Config.StartTimeout is zero.
+const DefaultStartTimeout = 10 * time.Second
+
+// startAttempts bounds the tries on a new port when a server could not bind
+// the free port it was given.
+const startAttempts = 3
+
+// Config describes a process for StartConfig and Launch.
+type Config struct {
+	// Binary is the executable.
+	Binary string
+	// Args follow `-l 127.0.0.1 -p PORT`.
+	Args []string
+	// NoListen runs Binary with exactly Args: no -l and -p are added and
+	// there is no wait for readiness.
+	NoListen bool
+	// Ready reports whether the server at addr is ready, within timeout;
+	// nil means Accepts.
+	Ready func(addr string, timeout time.Duration) error
+	// StartTimeout bounds the wait for readiness; zero means
+	// DefaultStartTimeout.
+	StartTimeout time.Duration
+	// OutputLimit caps the output kept, in bytes, so that a chatty server
+	// cannot grow its parent without bound; zero keeps everything.
+	OutputLimit int
+}
+
+// Process is a started child process.
+type Process struct {
+	cmd    *exec.Cmd
+	addr   string // 127.0.0.1:port; empty with NoListen
+	output *buffer
+	done   chan struct{} // closed once the process has been waited for
+	err    error         // what cmd.Wait returned; written before done is closed
+}
+
+// Start runs binary with `-l 127.0.0.1 -p PORT` followed by args, waits
+// until it accepts a connection, and kills it by PID when the test ends.
+// A server that exits early or is not ready within DefaultStartTimeout fails
+// the test with its output.
+func Start(t testing.TB, binary string, args ...string) *Process {
+	t.Helper()
+	return StartConfig(t, Config{Binary: binary, Args: args})
+}
+
+// StartConfig is Start with the settings in cfg.
+func StartConfig(t testing.TB, cfg Config) *Process {
+	t.Helper()
+	p, err := Launch(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	return p
+}
+
+// Launch starts cfg and, unless cfg.NoListen, waits until it is ready. The
+// caller must end the process (Kill or Stop). A failure to become ready is
+// a *StartError, and the process has then ended. The free port is found by
+// binding and releasing it, so another process may take it in between; a
+// server that exits complaining that its address is in use is tried again
+// on a new port.
+func Launch(cfg Config) (*Process, error) {
+	if cfg.NoListen {
+		return launchOnce(cfg, "")
+	}
+	for attempt := 1; ; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		p, err := launchOnce(cfg, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		var se *StartError
+		if err == nil || attempt == startAttempts || !errors.As(err, &se) ||
+			!se.Exited || !strings.Contains(se.Process.Output(), "in use") {
+			return p, err
+		}
+	}
+}
+
+func launchOnce(cfg Config, addr string) (*Process, error) {
+	args := cfg.Args
+	if addr != "" {
+		host, port, _ := net.SplitHostPort(addr)
+		args = append([]string{"-l", host, "-p", port}, cfg.Args...)
+	}
+	p := &Process{
+		cmd:    exec.Command(cfg.Binary, args...),
+		addr:   addr,
+		output: &buffer{limit: cfg.OutputLimit},
+		done:   make(chan struct{}),
+	}
+	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %v", cfg.Binary, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	if addr == "" {
+		return p, nil
+	}
+	ready := cfg.Ready
+	if ready == nil {
+		ready = Accepts
+	}
+	timeout := cfg.StartTimeout
+	if timeout <= 0 {
+		timeout = DefaultStartTimeout
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		if p.Exited() {
+			return nil, &StartError{Process: p, Exited: true}
+		}
+		err := ready(addr, max(time.Until(deadline), 50*time.Millisecond))
+		// A server that lost its port to another process may exit only
+		// after the check reached that other process.
+		if err == nil && !p.Exited() {
+			return p, nil
+		}
+		if time.Now().After(deadline) {
+			p.Kill()
+			return nil, &StartError{Process: p, Timeout: timeout, Err: err}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// StartError says why a server did not become ready. Its Process has ended.
+type StartError struct {
+	Process *Process
+	// Exited is true when the process exited by itself; otherwise it was not
+	// ready within Timeout, the last check failed with Err, and it was killed.
+	Exited  bool
+	Timeout time.Duration
+	Err     error
+}
+
+func (e *StartError) Error() string {
+	if e.Exited {
+		return fmt.Sprintf("%s exited before accepting connections (%v):\n%s",
+			e.Process, e.Process.State(), e.Process.Output())
+	}
+	return fmt.Sprintf("%s did not answer on %s within %v (%v); its output:\n%s",
+		e.Process, e.Process.addr, e.Timeout, e.Err, e.Process.Output())
+}
+
+// Accepts reports whether a server accepts a TCP connection at addr.
+func Accepts(addr string, timeout time.Duration) error {
+	c, err := net.DialTimeout("tcp", addr, min(timeout, time.Second))
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// Probe checks that a server at addr speaks the protocol: list-tube-used is
+// answered with USING default, and quit closes the connection. Waiting for
+// the close means the probe is counted in total-connections and no longer
+// in current-connections by the time Probe returns, on every server.
+func Probe(addr string, timeout time.Duration) error {
+	c, err := net.DialTimeout("tcp", addr, min(timeout, time.Second))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	if _, err := c.Write([]byte("list-tube-used\r\nquit\r\n")); err != nil {
+		return err
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	if line != "USING default\r\n" {
+		return fmt.Errorf("probe: list-tube-used answered %q", line)
+	}
+	if b, err := r.ReadByte(); err != io.EOF {
+		return fmt.Errorf("probe: after quit got %q, %v; want the connection closed", b, err)
+	}
+	return nil
+}
+
+// FreePort asks the kernel for an unused TCP port on 127.0.0.1.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// String returns the command line, for messages.
+func (p *Process) String() string { return strings.Join(p.cmd.Args, " ") }
+
+// Addr returns the server's 127.0.0.1:port address (empty with NoListen).
+func (p *Process) Addr() string { return p.addr }
+
+// PID returns the process id.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Output returns what the process has written to stdout and stderr so far.
+func (p *Process) Output() string { return p.output.String() }
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// State returns how the process ended, or nil while it runs.
+func (p *Process) State() *os.ProcessState {
+	if !p.Exited() {
+		return nil
+	}
+	return p.cmd.ProcessState
+}
+
+// Err returns what waiting for the process returned: nil while it runs and
+// after a zero exit status, an *exec.ExitError otherwise.
+func (p *Process) Err() error {
+	if !p.Exited() {
+		return nil
+	}
+	return p.err
+}
+
+// ExitCode returns the exit code, or -1 while the process runs or when a
+// signal ended it.
+func (p *Process) ExitCode() int {
+	if !p.Exited() {
+		return -1
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// Signal sends sig to the process by its PID, unless it has ended.
+func (p *Process) Signal(sig os.Signal) error {
+	if p.Exited() {
+		return nil
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// Wait waits for the process to end, at most timeout (zero or less: without
+// limit), and reports whether it has.
+func (p *Process) Wait(timeout time.Duration) bool {
+	if timeout <= 0 {
+		<-p.done
+		return true
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-p.done:
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+// Kill sends SIGKILL and waits for the process to end.
+func (p *Process) Kill() {
+	_ = p.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Stop sends SIGTERM and waits for the process to end. If grace is positive
+// and the process outlives it, Stop kills it with SIGKILL. It reports
+// whether the process ended by itself (or had already ended).
+func (p *Process) Stop(grace time.Duration) bool {
+	if p.Exited() {
+		return true
+	}
+	_ = p.Signal(syscall.SIGTERM)
+	if p.Wait(grace) {
+		return true
+	}
+	p.Kill()
+	return false
+}
+
+// buffer collects a child's output; exec writes it from its own goroutine
+// while the caller may read it.
+type buffer struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer // guarded by mu
+	limit int          // bytes kept at most; zero: no limit
+}
+
+func (b *buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.limit > 0 && b.buf.Len() > b.limit {
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}
+
+func (b *buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
