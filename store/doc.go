@@ -23,10 +23,23 @@
 //
 // # Time
 //
-// One goroutine sleeps until the earliest of all deadlines (delays, TTRs,
-// reserve timeouts, pauses) in a single heap, so each fires within about a
+// One goroutine sleeps until the earliest of all deadlines (a tube's next
+// delayed job, a client's earliest TTR, reserve timeouts, pauses) in a
+// single heap, so each fires within about a
 // millisecond of when it is due. Time is monotonic, unlike beanstalkd's
 // wall clock, so clock steps do not fire or stall timers.
+//
+// # Persistence
+//
+// With Options.Log, every change a restart must see (put, delete, bury,
+// kick, release) is appended to the write-ahead log under the job's tube
+// lock, before the change is applied, so the log's order is the order of
+// changes to each job and a refused append (full disk) changes nothing.
+// Appending never waits for the disk: the client remembers the log position
+// (PendingLSN) and the engine holds the reply until it is durable. The
+// store loads what the log recovered in New, and moves live jobs forward
+// for the log's compaction (Migrate). Job ids run behind a watermark the
+// log records ahead of them (NextID).
 //
 // # Lock order
 //
@@ -35,8 +48,11 @@
 //  1. Store.registryMu (tube names, tube list)
 //  2. Tube.mu (one tube's heaps, FIFO, waiters and counts, and the mutable
 //     fields of its jobs)
-//  3. Client.mu (a client's reserved-job heap and closed flag)
-//  4. jobShard.mu, timers.mu (leaves: nothing is taken under them)
+//  3. Client.mu (a client's reserved jobs, in TTR and reservation order,
+//     its TTR timer and closed flag)
+//  4. jobShard.mu, timers.mu, wal.Log's mutex (leaves: nothing is taken
+//     under them). Store.idMarkMu is taken with no other store lock held,
+//     and only the log's mutex under it.
 //
 // Consequences:
 //   - An operation by job id looks the job up under its shard lock, drops
