@@ -25,9 +25,9 @@
 //
 // One goroutine sleeps until the earliest of all deadlines (a tube's next
 // delayed job, a client's earliest TTR, reserve timeouts, pauses) in a
-// single heap, so each fires within about a
-// millisecond of when it is due. Time is monotonic, unlike beanstalkd's
-// wall clock, so clock steps do not fire or stall timers.
+// single heap, so each fires within about a millisecond of when it is due.
+// Time is monotonic, unlike beanstalkd's wall clock, so clock steps do not
+// fire or stall timers; the log stores wall-clock times.
 //
 // # Persistence
 //
