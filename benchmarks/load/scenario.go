@@ -500,17 +500,23 @@ func roundTripper(w worker, c *Conn, frame []byte) error {
 		if err != nil {
 			return err
 		}
-		c.WriteCmdID("delete", rep.N)
-		if err := c.Flush(); err != nil {
-			return err
-		}
-		if _, err := c.Expect(ReplyDeleted); err != nil {
+		if err := deleteJob(c, rep.N); err != nil {
 			return err
 		}
 		w.record(time.Since(t))
 		w.complete(1)
 	}
 	return nil
+}
+
+// deleteJob deletes id and waits for DELETED.
+func deleteJob(c *Conn, id uint64) error {
+	c.WriteCmdID("delete", id)
+	if err := c.Flush(); err != nil {
+		return err
+	}
+	_, err := c.Expect(ReplyDeleted)
+	return err
 }
 
 // drainer reserves without waiting and deletes until the tube is empty.
@@ -535,11 +541,7 @@ func drainer(w worker, c *Conn) error {
 		}
 		w.record(time.Since(t))
 		t = time.Now()
-		c.WriteCmdID("delete", rep.N)
-		if err := c.Flush(); err != nil {
-			return err
-		}
-		if _, err := c.Expect(ReplyDeleted); err != nil {
+		if err := deleteJob(c, rep.N); err != nil {
 			return err
 		}
 		w.record(time.Since(t))
