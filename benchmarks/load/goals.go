@@ -76,6 +76,8 @@ var Goals = []Goal{
 	// Issue 3 (write-ahead log).
 	{Text: "durable -b -f 0, producer/consumer 100 conns: jobs/s", Scenario: "durable-f0-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 10},
 	{Text: "durable -b -f 50 vs Sprout in memory, 100 conns: jobs/s", Scenario: "durable-f50-c100", Against: "prodcons-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.85},
+	{Text: "durable -b -f 0, puts only, 100 conns: puts/s", Scenario: "durable-put-f0-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 10},
+	{Text: "durable -b -f 50 vs Sprout in memory, puts only, 100 conns: puts/s", Scenario: "durable-put-f50-c100", Against: "put-only-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.85},
 }
 
 // GoalRow is a goal evaluated on one benchmark's outcomes.

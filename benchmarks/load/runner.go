@@ -53,6 +53,18 @@ func Catalogue(sz Sizes) []Scenario {
 		s.ServerArgs = []string{"-b", "{dir}", "-f", fmt.Sprint(ms)}
 		return s
 	}
+	putOnly := func(conns int, args []string) Scenario {
+		s := Scenario{
+			Name:  fmt.Sprintf("put-only-c%d", conns),
+			Title: fmt.Sprintf("put only, %d conns, 64 B", conns),
+			Kind:  KindPutOnly, Conns: conns, Body: 64, ServerArgs: args,
+		}
+		if len(args) > 0 {
+			s.Name = fmt.Sprintf("durable-put-f%s-c%d", args[3], conns)
+			s.Title += ", -b DIR -f " + args[3]
+		}
+		return s
+	}
 	c1000 := pc(1000, 64)
 	c1000.Full = true
 	idleTitle := "idle connections, as many as the open-file limit allows"
@@ -69,8 +81,11 @@ func Catalogue(sz Sizes) []Scenario {
 		tubes(1), tubes(10_000),
 		{Name: "roundtrip-c1", Title: "put → reserve → delete round trips, 1 conn, 64 B", Kind: KindRoundTrip, Conns: 1, Body: 64},
 		// Issue 3's figures: -f 0 at 1, 10 and 100 connections against
-		// beanstalkd -b -f 0, and -f 50 against Sprout in memory.
+		// beanstalkd -b -f 0, and -f 50 against Sprout in memory; in
+		// producer/consumer every job is two commits (put, delete), so the
+		// same is measured with puts alone.
 		durable(0, 1), durable(0, 10), durable(0, 100), durable(50, 100),
+		putOnly(100, nil), putOnly(100, []string{"-b", "{dir}", "-f", "0"}), putOnly(100, []string{"-b", "{dir}", "-f", "50"}),
 		{Name: "idle-conns", Title: idleTitle, Kind: KindIdle, Conns: idleConns, Full: true},
 		{Name: "jobs-memory", Title: fmt.Sprintf("%s stored jobs of 64 B (pipelined puts, 10 conns)", FormatThousands(float64(jobs))),
 			Kind: KindJobMemory, Conns: 10, Body: 64, Jobs: jobs, Full: true},
