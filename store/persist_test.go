@@ -389,6 +389,11 @@ func TestConcurrentChangesDuringCompaction(t *testing.T) {
 	opts := wal.Options{SegmentSize: 2048}
 	d := openDurable(t, dir, opts)
 	const workers, ops = 8, 600
+	deadline := time.Now().Add(20 * time.Second)
+	migrated := func(d *durable) int64 {
+		st, _ := d.LogStats()
+		return st.RecordsMigrated
+	}
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
@@ -400,7 +405,10 @@ func TestConcurrentChangesDuringCompaction(t *testing.T) {
 			tube := []byte(fmt.Sprintf("t%d", w%3))
 			c.Use(tube)
 			c.Watch(tube)
-			for i := range ops {
+			// Run at least ops operations, and on until compaction has moved
+			// jobs: the spare segment it needs is prepared in the
+			// background, so on a loaded machine it may come late.
+			for i := 0; i < ops || (migrated(d) == 0 && time.Now().Before(deadline)); i++ {
 				switch op := rng.IntN(20); {
 				case op < 8:
 					var delay uint32

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -68,9 +69,13 @@ func startBeanstalkd(t *testing.T, dir string) *exec.Cmd {
 			t.Fatalf("beanstalkd exited early: %s", out.String())
 		default:
 		}
+		// beanstalkd binds before it locks the directory; its first binlog
+		// file appears only once the lock is held.
 		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
 			c.Close()
-			return cmd
+			if files, _ := filepath.Glob(filepath.Join(dir, "binlog.*")); len(files) > 0 {
+				return cmd
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("beanstalkd did not accept connections within 5s")

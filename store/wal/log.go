@@ -537,6 +537,12 @@ func (l *Log) closeFiles() {
 func (l *Log) maintain() {
 	l.prepareSpare()
 	l.mu.Lock()
+	if l.curSize > l.opts.SegmentSize && l.spare != 0 {
+		// The current segment outgrew its size while the spare was being
+		// made. Rotate now rather than at the next append, so an idle log
+		// can still compact it away.
+		l.curSeq, l.curSize, l.spare = l.spare, headerSize, 0
+	}
 	if len(l.order) < 3 {
 		l.mu.Unlock()
 		return
@@ -546,7 +552,9 @@ func (l *Log) maintain() {
 		disk += l.segs[q].onDisk
 	}
 	oldest := l.segs[l.order[0]]
-	if oldest.seq >= l.curSeq-1 || (disk <= 2*l.live+2*l.opts.SegmentSize && oldest.liveCount > 0) {
+	// Any segment before the current one may go: appends only ever go to
+	// the current one. (beanstalkd also spares the one before it.)
+	if oldest.seq >= l.curSeq || (disk <= 2*l.live+2*l.opts.SegmentSize && oldest.liveCount > 0) {
 		l.mu.Unlock()
 		return
 	}
