@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -41,10 +42,7 @@ func TestLockSameProcess(t *testing.T) {
 // and waits until it accepts connections; it is killed by PID at the end.
 func startBeanstalkd(t *testing.T, dir string) *exec.Cmd {
 	t.Helper()
-	path, err := exec.LookPath("beanstalkd")
-	if err != nil {
-		t.Fatalf("beanstalkd is not on PATH (%v); install it with: apt-get install -y beanstalkd", err)
-	}
+	path := testproc.Beanstalkd(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -100,10 +98,7 @@ func TestLockBeanstalkd(t *testing.T) {
 	t.Run("sprout first", func(t *testing.T) {
 		dir := t.TempDir()
 		open(t, dir, wal.Options{})
-		path, err := exec.LookPath("beanstalkd")
-		if err != nil {
-			t.Fatalf("beanstalkd is not on PATH (%v); install it with: apt-get install -y beanstalkd", err)
-		}
+		path := testproc.Beanstalkd(t)
 		cmd := exec.Command(path, "-b", dir, "-l", "127.0.0.1", "-p", "0")
 		done := make(chan struct{})
 		var out []byte
