@@ -40,10 +40,10 @@ type Parser struct {
 
 	state parserState
 
-	// Valid only in stateBody: the body being filled (len bytes+2), how much
-	// of it has arrived, and the header it belongs to.
+	// Valid only in stateBody: the body received so far (its final length
+	// is want, bytes+2), and the header it belongs to.
 	body                     []byte
-	filled                   int
+	want                     int
 	putPri, putDelay, putTTR uint32
 
 	// Valid only in stateDiscardBody: bytes still to throw away. int64
@@ -176,18 +176,30 @@ func (p *Parser) parsePut(args []byte, cmd *Command) Status {
 		return CountedBadFormat
 	}
 	p.state = stateBody
-	p.body = make([]byte, int(v[3])+2)
-	p.filled = 0
+	p.want = int(v[3]) + 2
+	// A body up to eagerBody is allocated whole, once. A larger one (with
+	// -z raised up to 1 GiB) grows as its bytes arrive, so a client cannot
+	// make the server hold a gigabyte with one header line.
+	p.body = make([]byte, 0, min(p.want, eagerBody))
 	p.putPri, p.putDelay, p.putTTR = cmd.Pri, cmd.Delay, cmd.TTR
 	return OK
 }
 
+// eagerBody is the largest body allocated in full when its header arrives.
+const eagerBody = 1 << 20
+
 // readBody counts the body rather than scanning it: exactly bytes+2 bytes
 // belong to it, and anything after is the next command line.
 func (p *Parser) readBody(in []byte, cmd *Command) (int, bool) {
-	n := copy(p.body[p.filled:], in)
-	p.filled += n
-	if p.filled < len(p.body) {
+	chunk := in[:min(len(in), p.want-len(p.body))]
+	if len(chunk) > cap(p.body)-len(p.body) {
+		grown := make([]byte, len(p.body), min(max(2*cap(p.body), len(p.body)+len(chunk)), p.want))
+		copy(grown, p.body)
+		p.body = grown
+	}
+	p.body = append(p.body, chunk...)
+	n := len(chunk)
+	if len(p.body) < p.want {
 		return n, false
 	}
 	body := p.body
@@ -202,7 +214,7 @@ func (p *Parser) readBody(in []byte, cmd *Command) (int, bool) {
 	if body[len(body)-2] != '\r' || body[len(body)-1] != '\n' {
 		cmd.Status = ExpectedCRLF
 	}
-	p.state, p.body, p.filled = stateLine, nil, 0
+	p.state, p.body, p.want = stateLine, nil, 0
 	return n, true
 }
 
