@@ -36,20 +36,11 @@ func IdleConns(want, fileLimit int) int {
 func (s Scenario) runIdle(ctx context.Context, srv *Server, rc RunConfig, prog *Progress) (Result, error) {
 	res := Result{Server: srv.Spec.Name}
 	n := IdleConns(s.Conns, rc.FileLimit)
-	ctl, err := Dial(srv.Addr, nil, 5*time.Second, 0)
+	ctl, before, base, err := memoryBaseline(srv)
 	if err != nil {
 		return res, err
 	}
 	defer ctl.Close()
-	_ = ctl.SetDeadline(time.Now().Add(3 * memoryTimeout))
-	before, err := ctl.StatsInt("current-connections")
-	if err != nil {
-		return res, err
-	}
-	base, err := srv.Usage()
-	if err != nil {
-		return res, err
-	}
 
 	var opened atomic.Int64
 	prog.Begin(0, opened.Load)
@@ -130,25 +121,35 @@ func waitConnections(ctx context.Context, ctl *Conn, want int64) error {
 	}
 }
 
+// memoryBaseline opens the control connection a memory scenario reads
+// stats on, and takes the server's connection count and usage before the
+// scenario adds anything.
+func memoryBaseline(srv *Server) (ctl *Conn, conns int64, base ProcUsage, err error) {
+	ctl, err = Dial(srv.Addr, nil, 5*time.Second, 0)
+	if err != nil {
+		return nil, 0, base, err
+	}
+	_ = ctl.SetDeadline(time.Now().Add(3 * memoryTimeout))
+	if conns, err = ctl.StatsInt("current-connections"); err == nil {
+		base, err = srv.Usage()
+	}
+	if err != nil {
+		ctl.Close()
+		return nil, 0, base, err
+	}
+	return ctl, conns, base, nil
+}
+
 // runJobMemory stores s.Jobs jobs with pipelined puts and reports the
 // server's resident memory growth per job. The puts' rate is the run's
 // jobs/s.
 func (s Scenario) runJobMemory(ctx context.Context, srv *Server, rc RunConfig, prog *Progress) (Result, error) {
 	res := Result{Server: srv.Spec.Name}
-	ctl, err := Dial(srv.Addr, nil, 5*time.Second, 0)
+	ctl, before, base, err := memoryBaseline(srv)
 	if err != nil {
 		return res, err
 	}
 	defer ctl.Close()
-	_ = ctl.SetDeadline(time.Now().Add(3 * memoryTimeout))
-	before, err := ctl.StatsInt("current-connections")
-	if err != nil {
-		return res, err
-	}
-	base, err := srv.Usage()
-	if err != nil {
-		return res, err
-	}
 	conns, err := dialMany(srv.Addr, s.Conns, s.Body, nil)
 	if err != nil {
 		for _, c := range conns {

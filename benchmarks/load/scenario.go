@@ -439,11 +439,7 @@ func consumer(w worker, c *Conn, tokens chan struct{}) error {
 		}
 		w.record(time.Since(t))
 		t = time.Now()
-		c.WriteCmdID("delete", rep.N)
-		if err := c.Flush(); err != nil {
-			return err
-		}
-		if _, err := c.Expect(ReplyDeleted); err != nil {
+		if err := deleteJob(c, rep.N); err != nil {
 			return err
 		}
 		w.record(time.Since(t))
