@@ -129,7 +129,6 @@ func (ss *session) putHeader(cmd *codec.Command, out []byte) []byte {
 	}
 	ss.markProducer()
 	ss.putID = ss.srv.store.NextID()
-	ss.putPri, ss.putDelay, ss.putTTR = cmd.Pri, cmd.Delay, cmd.TTR
 	return out
 }
 
@@ -140,7 +139,7 @@ func (ss *session) putBody(cmd *codec.Command, out []byte) []byte {
 	if ss.srv.draining.Load() {
 		return append(out, codec.ReplyDraining...)
 	}
-	j, err := ss.client.Put(ss.putID, ss.putPri, ss.putDelay, ss.putTTR, cmd.Body)
+	j, err := ss.client.Put(ss.putID, cmd.Pri, cmd.Delay, cmd.TTR, cmd.Body)
 	if err != nil {
 		return append(out, codec.ReplyOutOfMemory...) // the log's disk is full
 	}

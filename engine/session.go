@@ -21,9 +21,9 @@ type session struct {
 	client *store.Client // immutable
 	parser codec.Parser
 
-	// put in progress: the header's fields and the id it took.
-	putID                    uint64
-	putPri, putDelay, putTTR uint32
+	// putID is the id the put in progress took at its header; the codec
+	// repeats the header's fields with the body (OpPutBody).
+	putID uint64
 
 	// held are replies waiting for their changes to become durable, in
 	// order; marks say up to where each needs which log position.
