@@ -414,8 +414,7 @@ func (l *Log) run() {
 			l.publish(l.written.Load())
 		}
 		if stopping {
-			l.closeFiles()
-			return
+			return // Close closes the files once the spare maker is done too
 		}
 		l.maintain()
 	}
