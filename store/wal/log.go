@@ -123,6 +123,7 @@ type Log struct {
 
 	mu        sync.Mutex
 	pending   []chunk             // guarded by mu
+	spareBufs [][]byte            // guarded by mu: written chunks' buffers, for reuse
 	appended  uint64              // guarded by mu: LSN of the last appended byte
 	curSeq    uint32              // guarded by mu: the segment new records go to
 	curSize   int64               // guarded by mu: its size including pending records
@@ -147,6 +148,10 @@ type Log struct {
 	migrator Migrator
 	// writing is the segment the writer last wrote to; writer goroutine only.
 	writing *segment
+	// writer goroutine only: the last batch's chunk list and released
+	// waiters, kept so that each batch does not allocate them again
+	batch []chunk
+	due   []durableWaiter
 	kick    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
@@ -262,7 +267,12 @@ func (l *Log) Append(r *Record, prev Loc) (lsn uint64, loc Loc, err error) {
 	}
 	n := len(l.pending)
 	if n == 0 || l.pending[n-1].seq != l.curSeq {
-		l.pending = append(l.pending, chunk{seq: l.curSeq})
+		var b []byte
+		if k := len(l.spareBufs); k > 0 {
+			b = l.spareBufs[k-1]
+			l.spareBufs = l.spareBufs[:k-1]
+		}
+		l.pending = append(l.pending, chunk{seq: l.curSeq, b: b})
 		n++
 	}
 	c := &l.pending[n-1]
@@ -426,8 +436,9 @@ func (l *Log) run() {
 func (l *Log) writePending() {
 	l.mu.Lock()
 	chunks := l.pending
-	l.pending = nil
+	l.pending = l.batch[:0]
 	l.mu.Unlock()
+	defer l.recycle(chunks)
 	for _, c := range chunks {
 		s := l.segment(c.seq)
 		if s != l.writing {
@@ -445,6 +456,23 @@ func (l *Log) writePending() {
 		}
 		l.written.Store(c.end)
 	}
+}
+
+// maxReusedBuf bounds the chunk buffers kept for reuse, so that one burst of
+// large bodies does not pin its memory.
+const maxReusedBuf = 1 << 20
+
+// recycle keeps the buffers of written chunks for Append to fill again.
+func (l *Log) recycle(chunks []chunk) {
+	l.mu.Lock()
+	for i := range chunks {
+		if b := chunks[i].b; cap(b) <= maxReusedBuf && len(l.spareBufs) < 4 {
+			l.spareBufs = append(l.spareBufs, b[:0])
+		}
+		chunks[i] = chunk{}
+	}
+	l.mu.Unlock()
+	l.batch = chunks[:0]
 }
 
 // startWriting switches the writer to segment s: its header is rewritten
@@ -495,7 +523,7 @@ func (l *Log) publish(lsn uint64) {
 	}
 	l.mu.Lock()
 	l.durable.Store(lsn)
-	var due []durableWaiter
+	due := l.due[:0]
 	keep := l.waiters[:0]
 	for _, w := range l.waiters {
 		if w.lsn <= lsn {
@@ -512,6 +540,8 @@ func (l *Log) publish(lsn uint64) {
 	for _, w := range due {
 		w.fn()
 	}
+	clear(due)
+	l.due = due[:0]
 }
 
 func (l *Log) closeFiles() {
