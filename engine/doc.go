@@ -25,7 +25,8 @@
 // With a write-ahead log, a command that changed durable state leaves its
 // client's PendingLSN ahead of the log's Durable position. Its reply, and
 // every later reply on that connection, is held in order until the log
-// catches up and wakes the loop (Conn.Wake), so a client never hears
+// catches up and calls the loop's flusher, which sends the held replies of
+// every waiting connection on that loop in one task, so a client never hears
 // INSERTED or DELETED for a change a crash could undo, and the event loop
 // never waits for the disk. Commands keep being parsed meanwhile, so many
 // pipelined commits share one fsync.

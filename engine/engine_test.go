@@ -22,9 +22,15 @@ import (
 	"github.com/sproutmq/sprout/store"
 )
 
-// startServer runs an in-process server on a free loopback port (or cfg's
-// unix socket) and returns its network and address.
+// startServer runs an in-process server in memory on a free loopback port
+// (or cfg's unix socket) and returns its network and address.
 func startServer(t testing.TB, cfg engine.Config) (*engine.Server, string, string) {
+	t.Helper()
+	return startServerOn(t, cfg, store.New(store.Options{}))
+}
+
+// startServerOn is startServer on st, which it closes at the end.
+func startServerOn(t testing.TB, cfg engine.Config, st *store.Store) (*engine.Server, string, string) {
 	t.Helper()
 	if cfg.Network == "" {
 		cfg.Network = "tcp"
@@ -35,7 +41,6 @@ func startServer(t testing.TB, cfg engine.Config) (*engine.Server, string, strin
 	if cfg.Loops == 0 {
 		cfg.Loops = 2
 	}
-	st := store.New(store.Options{})
 	srv := engine.New(cfg, st)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Run() }()

@@ -32,6 +32,9 @@ func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		parser: *codec.NewParser(s.cfg.MaxJobSize),
 	}
 	ss.client = s.store.NewClient(ss)
+	if s.cfg.Durability != nil {
+		ss.flusher = s.flusherFor(c.EventLoop())
+	}
 	c.SetContext(ss)
 	s.conns.current.Add(1)
 	s.conns.total.Add(1)

@@ -44,6 +44,9 @@ type Server struct {
 
 	throttledMu sync.Mutex
 	throttled   map[*session]struct{} // guarded by throttledMu: sessions paused on a full outbound buffer
+
+	flushersMu sync.Mutex
+	flushers   map[gnet.EventLoop]*loopFlusher // guarded by flushersMu
 }
 
 // New prepares a server on st; Run starts it.
@@ -75,7 +78,20 @@ func New(cfg Config, st *store.Store) *Server {
 		ready:     make(chan struct{}),
 		stopped:   make(chan struct{}),
 		throttled: make(map[*session]struct{}),
+		flushers:  make(map[gnet.EventLoop]*loopFlusher),
 	}
+}
+
+// flusherFor returns the held-reply flusher of event loop el.
+func (s *Server) flusherFor(el gnet.EventLoop) *loopFlusher {
+	s.flushersMu.Lock()
+	defer s.flushersMu.Unlock()
+	f := s.flushers[el]
+	if f == nil {
+		f = newLoopFlusher(el, s.cfg.Durability)
+		s.flushers[el] = f
+	}
+	return f
 }
 
 // Ready is closed once the server accepts connections.

@@ -27,9 +27,10 @@ type session struct {
 
 	// held are replies waiting for their changes to become durable, in
 	// order; marks say up to where each needs which log position.
-	held   []byte
-	marks  []heldMark
-	wakeAt uint64 // log position a wake-up is already registered for
+	held    []byte
+	marks   []heldMark
+	flusher *loopFlusher // immutable; nil without a log
+	queued  bool         // in flusher's waiting list
 
 	blocked   bool // a reserve is waiting; input stays buffered until it ends
 	throttled bool // the client is not reading its replies
@@ -156,19 +157,11 @@ func (ss *session) flushDurable() {
 	ss.marks = append(ss.marks[:0], ss.marks[n:]...)
 }
 
-// awaitDurable asks the log to wake this connection's loop when its held
-// replies may go.
+// awaitDurable has the loop's flusher send the held replies when they may go.
 func (ss *session) awaitDurable() {
-	if len(ss.marks) == 0 {
-		return
+	if len(ss.marks) > 0 {
+		ss.flusher.add(ss, ss.marks[0].lsn)
 	}
-	lsn := ss.marks[len(ss.marks)-1].lsn
-	if lsn <= ss.wakeAt {
-		return
-	}
-	ss.wakeAt = lsn
-	c := ss.conn
-	ss.srv.cfg.Durability.OnDurable(lsn, func() { _ = c.Wake(nil) })
 }
 
 // checkInput closes a connection whose unparsed input has outgrown its cap

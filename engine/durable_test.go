@@ -1,0 +1,178 @@
+package engine_test
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// gatedLog is a write-ahead log whose durability the test controls: while
+// shut, nothing past its limit is durable.
+type gatedLog struct {
+	log *wal.Log
+
+	mu      sync.Mutex
+	limit   uint64 // highest position reported durable; MaxUint64 when open
+	waiting []gatedWaiter
+}
+
+type gatedWaiter struct {
+	lsn uint64
+	fn  func()
+}
+
+func (g *gatedLog) Durable() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return min(g.limit, g.log.Durable())
+}
+
+func (g *gatedLog) OnDurable(lsn uint64, fn func()) {
+	g.mu.Lock()
+	if lsn > g.limit {
+		g.waiting = append(g.waiting, gatedWaiter{lsn, fn})
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Unlock()
+	g.log.OnDurable(lsn, fn)
+}
+
+// shut stops durability where the log is now.
+func (g *gatedLog) shut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.limit = g.log.Durable()
+}
+
+// openTo lets durability through up to limit (MaxUint64: all of it).
+func (g *gatedLog) openTo(limit uint64) {
+	g.mu.Lock()
+	g.limit = limit
+	var due []gatedWaiter
+	keep := g.waiting[:0]
+	for _, w := range g.waiting {
+		if w.lsn <= limit {
+			due = append(due, w)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	g.waiting = keep
+	g.mu.Unlock()
+	for _, w := range due {
+		g.log.OnDurable(w.lsn, w.fn)
+	}
+}
+
+func (g *gatedLog) open() { g.openTo(math.MaxUint64) }
+
+// startDurable runs a server on a fresh write-ahead log behind a gate.
+func startDurable(t *testing.T, loops int) (*gatedLog, string, string) {
+	t.Helper()
+	wl, err := wal.Open(t.TempDir(), wal.Options{SegmentSize: 1 << 20, SyncEvery: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := store.New(store.Options{Log: wl})
+	if err := wl.Start(st); err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedLog{log: wl, limit: math.MaxUint64}
+	_, network, addr := startServerOn(t, engine.Config{Loops: loops, Durability: g}, st)
+	t.Cleanup(func() { _ = wl.Close() }) // after the server has stopped
+	return g, network, addr
+}
+
+// TestRepliesWaitForDurability: no reply to a change, nor any reply after
+// it on the same connection, leaves before the change is durable; then every
+// connection on every loop gets all its replies, in order.
+func TestRepliesWaitForDurability(t *testing.T) {
+	g, network, addr := startDurable(t, 2)
+	const conns = 24
+	cs := make([]*rawConn, conns)
+	for i := range cs {
+		cs[i] = dialRaw(t, network, addr)
+	}
+	// Commands that change nothing durable are answered at once.
+	cs[0].send("use warm\r\n")
+	cs[0].expect("USING warm\r\n")
+
+	g.shut()
+	for i, c := range cs {
+		c.send(fmt.Sprintf("put 0 0 60 1\r\n%c\r\nuse t%d\r\nput 0 0 60 2\r\nab\r\nlist-tube-used\r\n", 'a'+i%26, i))
+	}
+	quitter := dialRaw(t, network, addr)
+	quitter.send("put 0 0 60 1\r\nq\r\n")
+	quitter.expectSilence(100 * time.Millisecond)
+	_ = quitter.c.Close() // a connection that leaves while held must not upset the others
+	for _, c := range cs {
+		c.expectSilence(10 * time.Millisecond)
+	}
+	// Holding is per connection: one with nothing pending is answered.
+	other := dialRaw(t, network, addr)
+	other.send("use free\r\n")
+	other.expect("USING free\r\n")
+
+	g.open()
+	ids := make(map[string]bool)
+	for i, c := range cs {
+		for _, want := range []string{"INSERTED", "", "INSERTED", ""} {
+			got, err := c.reply(5 * time.Second)
+			if err != nil {
+				t.Fatalf("conn %d: %v", i, err)
+			}
+			switch want {
+			case "INSERTED":
+				var id uint64
+				if _, err := fmt.Sscanf(got, "INSERTED %d\r\n", &id); err != nil {
+					t.Fatalf("conn %d: got %q, want INSERTED", i, got)
+				}
+				if ids[got] {
+					t.Fatalf("conn %d: %q twice", i, got)
+				}
+				ids[got] = true
+			default:
+				if wantUse := fmt.Sprintf("USING t%d\r\n", i); got != wantUse {
+					t.Fatalf("conn %d: got %q, want %q", i, got, wantUse)
+				}
+			}
+		}
+	}
+	if len(ids) != 2*conns {
+		t.Fatalf("%d distinct ids, want %d", len(ids), 2*conns)
+	}
+	cs[1].send("stats-tube t1\r\n")
+	if got, _ := cs[1].reply(5 * time.Second); !strings.Contains(got, "\ncurrent-jobs-ready: 1\n") {
+		t.Fatalf("stats-tube t1: %q", got)
+	}
+}
+
+// TestHeldRepliesOfLaterCommits: when the log catches up with one
+// connection's change but not yet with another's on the same loop, the first
+// is answered and the second still waits, until its own change is durable.
+func TestHeldRepliesOfLaterCommits(t *testing.T) {
+	g, network, addr := startDurable(t, 1)
+	a, b := dialRaw(t, network, addr), dialRaw(t, network, addr)
+	g.shut()
+	a.send("put 0 0 60 1\r\na\r\n")
+	a.expectSilence(50 * time.Millisecond) // meanwhile the real log writes it
+	afterA := g.log.Durable()
+	b.send("put 0 0 60 1\r\nb\r\n")
+	b.expectSilence(50 * time.Millisecond)
+	if g.log.Durable() <= afterA {
+		t.Fatal("the log did not write b's put")
+	}
+	g.openTo(afterA)
+	a.expect("INSERTED 1\r\n")
+	b.expectSilence(50 * time.Millisecond)
+	g.open()
+	b.expect("INSERTED 2\r\n")
+}

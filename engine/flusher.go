@@ -1,0 +1,72 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/panjf2000/gnet/v2"
+)
+
+// loopFlusher sends one event loop's held replies once the log has made
+// their changes durable. The log calls back at most once per loop and batch,
+// and one loop task flushes every waiting session, instead of a callback,
+// a task and an OnTraffic per connection.
+type loopFlusher struct {
+	loop gnet.EventLoop // immutable
+	dur  Durability     // immutable
+	fire func()         // immutable: hands flush to the loop, from any goroutine
+
+	// loop goroutine only
+	waiting []*session // sessions with held replies, each once (session.queued)
+	armed   bool       // a log callback or a flush task is outstanding
+}
+
+func newLoopFlusher(loop gnet.EventLoop, dur Durability) *loopFlusher {
+	f := &loopFlusher{loop: loop, dur: dur}
+	task := gnet.RunnableFunc(f.flush)
+	// Execute fails only while gnet shuts down, when every connection and
+	// its held replies are dropped anyway (the log still writes the changes).
+	f.fire = func() { _ = loop.Execute(context.Background(), task) }
+	return f
+}
+
+// add queues ss, whose latest held reply needs the log durable up to lsn.
+// Log positions grow with time, so the oldest waiting position is the one
+// armed; flush re-arms for whatever is left.
+func (f *loopFlusher) add(ss *session, lsn uint64) {
+	if !ss.queued {
+		ss.queued = true
+		f.waiting = append(f.waiting, ss)
+	}
+	if !f.armed {
+		f.armed = true
+		f.dur.OnDurable(lsn, f.fire)
+	}
+}
+
+// flush runs on the loop: it sends every durable held reply and re-arms for
+// the oldest position still waited for.
+func (f *loopFlusher) flush(context.Context) error {
+	f.armed = false
+	keep := f.waiting[:0]
+	var next uint64
+	for _, ss := range f.waiting {
+		if !ss.closed {
+			ss.flushDurable()
+		}
+		if ss.closed || len(ss.marks) == 0 {
+			ss.queued = false
+			continue
+		}
+		keep = append(keep, ss)
+		if lsn := ss.marks[0].lsn; next == 0 || lsn < next {
+			next = lsn
+		}
+	}
+	clear(f.waiting[len(keep):])
+	f.waiting = keep
+	if len(keep) > 0 {
+		f.armed = true
+		f.dur.OnDurable(next, f.fire)
+	}
+	return nil
+}
