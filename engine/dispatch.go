@@ -66,7 +66,7 @@ func (ss *session) dispatch(cmd *codec.Command, out []byte) (_ []byte, quit bool
 			return append(out, codec.ReplyNotFound...), false
 		}
 		ss.markWorker() // only a reserve-job that succeeds makes a worker
-		return codec.AppendJob(out, codec.WordReserved, j.ID(), j.Body()), false
+		return ss.appendJob(out, codec.WordReserved, j), false
 
 	case codec.OpDelete:
 		return okOrNotFound(out, cl.Delete(cmd.ID), codec.ReplyDeleted), false
@@ -86,16 +86,16 @@ func (ss *session) dispatch(cmd *codec.Command, out []byte) (_ []byte, quit bool
 
 	case codec.OpPeek:
 		j, ok := st.Peek(cmd.ID)
-		return appendFound(out, j, ok), false
+		return ss.appendFound(out, j, ok), false
 	case codec.OpPeekReady:
 		j := cl.PeekReady()
-		return appendFound(out, j, j != nil), false
+		return ss.appendFound(out, j, j != nil), false
 	case codec.OpPeekDelayed:
 		j := cl.PeekDelayed()
-		return appendFound(out, j, j != nil), false
+		return ss.appendFound(out, j, j != nil), false
 	case codec.OpPeekBuried:
 		j := cl.PeekBuried()
-		return appendFound(out, j, j != nil), false
+		return ss.appendFound(out, j, j != nil), false
 
 	case codec.OpStats:
 		return ss.appendYAML(out, ss.srv.appendStats), false
@@ -151,7 +151,7 @@ func (ss *session) reserve(out []byte, timeout time.Duration) []byte {
 	j, r := ss.client.Reserve(timeout)
 	switch r {
 	case store.Reserved:
-		return codec.AppendJob(out, codec.WordReserved, j.ID(), j.Body())
+		return ss.appendJob(out, codec.WordReserved, j)
 	case store.TimedOut:
 		return append(out, codec.ReplyTimedOut...)
 	case store.DeadlineSoon:
@@ -204,9 +204,16 @@ func replyFor(out []byte, err error, ok, failed string) []byte {
 	return append(out, failed...)
 }
 
-func appendFound(out []byte, j *store.Job, ok bool) []byte {
+func (ss *session) appendFound(out []byte, j *store.Job, ok bool) []byte {
 	if !ok {
 		return append(out, codec.ReplyNotFound...)
 	}
-	return codec.AppendJob(out, codec.WordFound, j.ID(), j.Body())
+	return ss.appendJob(out, codec.WordFound, j)
+}
+
+// appendJob appends a RESERVED or FOUND reply; it waits, like the reply to
+// a change, until the job's put is durable.
+func (ss *session) appendJob(out []byte, word string, j *store.Job) []byte {
+	ss.client.Reveal(j)
+	return codec.AppendJob(out, word, j.ID(), j.Body())
 }

@@ -28,7 +28,8 @@
 // catches up and calls the loop's flusher, which sends the held replies of
 // every waiting connection on that loop in one task, so a client never hears
 // INSERTED or DELETED for a change a crash could undo, and the event loop
-// never waits for the disk. Commands keep being parsed meanwhile, so many
+// never waits for the disk. A reply that shows a job waits for the job's put
+// in the same way. Commands keep being parsed meanwhile, so many
 // pipelined commits share one fsync.
 //
 // # Limits

@@ -176,3 +176,66 @@ func TestHeldRepliesOfLaterCommits(t *testing.T) {
 	g.open()
 	b.expect("INSERTED 2\r\n")
 }
+
+// TestJobsAreShownOnlyOnceDurable: a job whose put is not yet durable is
+// reserved or peeked, but the reply waits, so no consumer ever works on a
+// job a crash could take back. This holds for an immediate reserve, a
+// reserve that was blocked when the put came, reserve-job and peek.
+func TestJobsAreShownOnlyOnceDurable(t *testing.T) {
+	g, network, addr := startDurable(t, 2)
+	producer := dialRaw(t, network, addr)
+	waiter := dialRaw(t, network, addr)
+	waiter.send("watch w\r\nignore default\r\nreserve\r\n")
+	waiter.expect("WATCHING 2\r\n")
+	waiter.expect("WATCHING 1\r\n")
+
+	g.shut()
+	producer.send("put 0 0 60 1\r\na\r\nuse w\r\nput 0 0 60 1\r\nb\r\nuse x\r\nput 0 0 60 1\r\nc\r\n")
+	// stats-job is not held, so it tells when the puts have been made.
+	probe := dialRaw(t, network, addr)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		probe.send("stats-job 3\r\n")
+		if got, _ := probe.reply(5 * time.Second); strings.HasPrefix(got, "OK ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the puts were not made")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	peeker := dialRaw(t, network, addr)
+	peeker.send("peek-ready\r\npeek 1\r\nstats-job 1\r\n")
+	reserver := dialRaw(t, network, addr)
+	reserver.send("reserve-with-timeout 0\r\n")
+	byID := dialRaw(t, network, addr)
+	byID.send("reserve-job 3\r\n")
+	for _, c := range []*rawConn{producer, waiter, peeker, reserver, byID} {
+		c.expectSilence(50 * time.Millisecond)
+	}
+
+	g.open()
+	producer.expect("INSERTED 1\r\n")
+	producer.expect("USING w\r\n")
+	producer.expect("INSERTED 2\r\n")
+	producer.expect("USING x\r\n")
+	producer.expect("INSERTED 3\r\n")
+	peeker.expect("FOUND 1 1\r\na\r\n")
+	peeker.expect("FOUND 1 1\r\na\r\n")
+	if got, err := peeker.reply(5 * time.Second); err != nil || !strings.HasPrefix(got, "OK ") {
+		t.Fatalf("stats-job: %q %v", got, err)
+	}
+	reserver.expect("RESERVED 1 1\r\na\r\n")
+	waiter.expect("RESERVED 2 1\r\nb\r\n")
+	byID.expect("RESERVED 3 1\r\nc\r\n")
+
+	// Durable jobs are shown at once, whatever else is still pending.
+	g.shut()
+	reserver.send("release 1 0 0\r\n") // not durable: answered later
+	producer.send("put 0 0 60 1\r\nd\r\n")
+	byID.send("peek 2\r\n")
+	byID.expect("FOUND 2 1\r\nb\r\n")
+	reserver.expectSilence(50 * time.Millisecond)
+	g.open()
+	reserver.expect("RELEASED\r\n")
+	producer.expect("INSERTED 4\r\n")
+}

@@ -205,9 +205,7 @@ func (ss *session) close() {
 // It runs on whichever goroutine made the job available, so the reply is
 // handed to the connection's own loop.
 func (ss *session) JobReserved(j *store.Job) {
-	ss.onLoop(func() []byte {
-		return codec.AppendJob(nil, codec.WordReserved, j.ID(), j.Body())
-	})
+	ss.onLoop(func() []byte { return ss.appendJob(nil, codec.WordReserved, j) })
 }
 
 // WaitEnded implements store.Notifier: a blocked reserve ended empty.
@@ -227,7 +225,7 @@ func (ss *session) onLoop(reply func() []byte) {
 		if ss.closed {
 			return nil
 		}
-		if b := reply(); len(ss.held) > 0 {
+		if b := reply(); ss.mustHold() {
 			ss.hold(b)
 		} else {
 			_, _ = ss.conn.Write(b)

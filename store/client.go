@@ -40,7 +40,7 @@ type Client struct {
 	use   *Tube
 	watch []*Tube // beanstalkd's order: append, swap-remove
 	wait  *waiter // the latest blocked reserve, if any
-	lsn   uint64  // log position of the latest change made for this client
+	lsn   uint64  // log position its next reply waits for (PendingLSN)
 
 	mu       sync.Mutex
 	reserved jobHeap // by TTR deadline; guarded by mu

@@ -36,7 +36,9 @@
 // lock, before the change is applied, so the log's order is the order of
 // changes to each job and a refused append (full disk) changes nothing.
 // Appending never waits for the disk: the client remembers the log position
-// (PendingLSN) and the engine holds the reply until it is durable. The
+// (PendingLSN) and the engine holds the reply until it is durable. A reply
+// that shows a job (RESERVED, FOUND) waits for the job's put the same way
+// (Client.Reveal), so no client sees a job a crash could take back. The
 // store loads what the log recovered in New, and moves live jobs forward
 // for the log's compaction (Migrate). Job ids run behind a watermark the
 // log records ahead of them (NextID).

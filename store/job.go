@@ -62,6 +62,10 @@ type Job struct {
 	prev, next *Job
 	// loc is where the job's latest full record is in the log.
 	loc wal.Loc
+	// putLSN is the log position of the record that created the job (0 if
+	// recovered, or without a log); set before the job is visible, then
+	// immutable.
+	putLSN uint64
 }
 
 type jobCounts struct {

@@ -56,6 +56,9 @@ func (s *Store) logLocked(c *Client, j *Job, r *wal.Record) error {
 		return err
 	}
 	if r.Kind == wal.KindFull {
+		if j.loc == (wal.Loc{}) {
+			j.putLSN = lsn // the job's first record: the one that creates it
+		}
 		j.loc = loc
 	}
 	if c != nil && lsn > c.lsn {
@@ -70,10 +73,20 @@ func (s *Store) wall(mono int64) int64 { return s.wallBase + mono }
 // mono converts a logged wall-clock time back.
 func (s *Store) mono(wall int64) int64 { return wall - s.wallBase }
 
-// PendingLSN is the log position the client's latest change must reach
-// before its reply may be sent; 0 without a log. The engine compares it
-// with Log.Durable.
+// PendingLSN is the log position the client's latest change, or the put of
+// the latest job shown to it, must reach before its reply may be sent; 0
+// without a log. The engine compares it with Log.Durable.
 func (c *Client) PendingLSN() uint64 { return c.lsn }
+
+// Reveal notes that the reply being built shows j to the client, so it must
+// wait until j's put is durable: otherwise a consumer could work on a job
+// that a crash then takes back (beanstalkd logs a job before any client can
+// see it). Call on the client's goroutine.
+func (c *Client) Reveal(j *Job) {
+	if j.putLSN > c.lsn {
+		c.lsn = j.putLSN
+	}
+}
 
 // recover loads the jobs the log found at start, in id order, and resumes
 // the id counter after the highest id ever issued.

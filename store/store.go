@@ -121,9 +121,9 @@ func (s *Store) Now() int64 { return s.now() }
 // as in beanstalkd.
 //
 // With a log, the counter runs behind a watermark the log records ahead of
-// it (wal.KindIDs): a job can be reserved before its put is durable, and
-// after a crash its id must not be issued again. A restart therefore
-// continues above the watermark, so ids jump by up to idSlack.
+// it (wal.KindIDs): an id is taken, and stats-job can show it, before its
+// put is durable, and after a crash it must not be issued again. A restart
+// therefore continues above the watermark, so ids jump by up to idSlack.
 func (s *Store) NextID() uint64 {
 	id := s.lastID.Add(1)
 	if s.log != nil && id+idSlack/2 > s.idMark.Load() {

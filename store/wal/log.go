@@ -152,9 +152,9 @@ type Log struct {
 	// waiters, kept so that each batch does not allocate them again
 	batch []chunk
 	due   []durableWaiter
-	kick    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
+	kick  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
 }
 
 // Open locks dir, replays it and returns the log, not yet writing. Jobs
