@@ -4,7 +4,7 @@ BIN := bin/sprout
 # What sprout -v reports; a clone without tags shows the commit.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build run test bench bench-full lint fuzz clean
+.PHONY: build run test bench bench-full bench-ceiling lint fuzz clean
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/sprout
@@ -24,6 +24,14 @@ bench:
 bench-full:
 	$(MAKE) --no-print-directory build
 	$(GO) run ./benchmarks/cmd/sproutbench -full -sprout $(BIN) -command "make bench-full" $(BENCHFLAGS)
+
+# The machine's ceiling: Sprout against nullqueue, a server that does
+# nothing but answer (benchmarks/ceiling). Needs a C compiler.
+bench-ceiling:
+	$(MAKE) --no-print-directory build
+	$(CC) -O2 -o bin/nullqueue benchmarks/ceiling/nullqueue.c
+	$(GO) run ./benchmarks/cmd/sproutbench -sprout $(BIN) -beanstalkd bin/nullqueue -base-name nullqueue \
+		-only '^(prodcons-c100|put-only-c100|durable-f0-c100|durable-put-f0-c100)$$' -out - $(BENCHFLAGS)
 
 lint:
 	@unformatted=$$($(GOFMT) -l .); \

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -258,6 +260,37 @@ func TestReport(t *testing.T) {
 		}
 		if !strings.Contains(svg, "<rect") {
 			t.Errorf("%s.svg draws no bars", name)
+		}
+	}
+}
+
+// TestNullQueue builds benchmarks/ceiling/nullqueue (make bench-ceiling's
+// stand-in for "a server that does nothing") and checks that the scenarios
+// it is used for run against it without errors.
+func TestNullQueue(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler")
+	}
+	bin := filepath.Join(t.TempDir(), "nullqueue")
+	if out, err := exec.Command(cc, "-O2", "-o", bin, "../ceiling/nullqueue.c").CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	spec := load.ServerSpec{Name: "nullqueue", Path: bin}
+	rc := load.RunConfig{Warmup: 50 * time.Millisecond, Duration: 250 * time.Millisecond}
+	for _, s := range []load.Scenario{
+		{Name: "prodcons", Kind: load.KindProdCons, Conns: 5, Body: 64},
+		{Name: "put-only", Kind: load.KindPutOnly, Conns: 5, Body: 64, ServerArgs: []string{"-b", "{dir}", "-f", "0"}},
+	} {
+		plan := load.Plan{Servers: []load.ServerSpec{spec}, Scenarios: []load.Scenario{s}, Reps: 1, Run: rc}
+		outs, err := plan.Execute(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := outs[0].Runs[spec.Name][0]
+		if r.Skipped != "" || r.Errors > 0 || r.Jobs <= 0 || r.Sent != r.Acked {
+			t.Errorf("%s: skipped %q, %d errors (%s), %d jobs, %d sent, %d acknowledged",
+				s.Name, r.Skipped, r.Errors, r.FirstError, r.Jobs, r.Sent, r.Acked)
 		}
 	}
 }

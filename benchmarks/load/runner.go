@@ -86,6 +86,10 @@ func Catalogue(sz Sizes) []Scenario {
 		// same is measured with puts alone.
 		durable(0, 1), durable(0, 10), durable(0, 100), durable(50, 100),
 		putOnly(100, nil), putOnly(100, []string{"-b", "{dir}", "-f", "0"}), putOnly(100, []string{"-b", "{dir}", "-f", "50"}),
+		// Producers that pipeline: beanstalkd still fsyncs every put, Sprout
+		// shares each fsync among everything pending.
+		{Name: "durable-pipe-f0-c100-d10", Title: "pipelined puts, 100 conns, depth 10, 64 B, -b DIR -f 0",
+			Kind: KindPipelined, Conns: 100, Depth: 10, Body: 64, ServerArgs: []string{"-b", "{dir}", "-f", "0"}},
 		{Name: "idle-conns", Title: idleTitle, Kind: KindIdle, Conns: idleConns, Full: true},
 		{Name: "jobs-memory", Title: fmt.Sprintf("%s stored jobs of 64 B (pipelined puts, 10 conns)", FormatThousands(float64(jobs))),
 			Kind: KindJobMemory, Conns: 10, Body: 64, Jobs: jobs, Full: true},
