@@ -12,6 +12,16 @@
 // callbacks, so every commit that waited on one fsync is released together
 // (group commit) and no caller ever waits on the disk.
 //
+// # Errors
+//
+// A failed write is retried until it works; nothing after it is
+// acknowledged meanwhile. A failed fsync is retried on a backoff timer, and
+// because Linux may drop the dirty pages when it reports the error, the
+// writer keeps every byte written since the last good fsync and writes it
+// all again before the next fsync counts. Close gives up on a disk that
+// keeps failing after a grace period (what it abandons was never
+// acknowledged).
+//
 // # Files
 //
 // DIR/sprout.NNNNNNNN.wal segments, each a 24-byte header (magic, version,

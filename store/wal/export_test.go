@@ -1,6 +1,9 @@
 package wal
 
-import "os"
+import (
+	"os"
+	"time"
+)
 
 // This file exposes internals to the external tests (package wal_test)
 // without widening the API.
@@ -44,3 +47,12 @@ func DecodeFrame(b []byte) (Record, int, error) {
 // Synced is the highest LSN fsynced; Written the highest written.
 func (l *Log) Synced() uint64  { return l.synced.Load() }
 func (l *Log) Written() uint64 { return l.written.Load() }
+
+// SetFdatasync replaces the call that syncs a segment, so a test can
+// inject fsync errors. next is the real one.
+func SetFdatasync(o *Options, f func(next func(*os.File) error, file *os.File) error) {
+	o.fdatasync = func(file *os.File) error { return f(fdatasync, file) }
+}
+
+// SetCloseGrace bounds how long Close retries failing writes.
+func SetCloseGrace(o *Options, d time.Duration) { o.closeGrace = d }

@@ -34,6 +34,12 @@ const (
 	migrateBatch = 256
 	// noSpaceRetry is how often a full disk is checked for space again.
 	noSpaceRetry = 250 * time.Millisecond
+	// defaultCloseGrace bounds how long Close keeps retrying failed writes.
+	defaultCloseGrace = 10 * time.Second
+	// maxUnsynced bounds the written but unsynced bytes kept to be written
+	// again after a failed fsync under -f N (N > 0), whose replies have
+	// gone already; under -f 0 every client waits, which bounds them.
+	maxUnsynced = 64 << 20
 )
 
 // Options configure a Log.
@@ -61,6 +67,11 @@ type Options struct {
 	allocate func(f *os.File, size int64) error
 	// writeAt writes to a segment; tests inject I/O errors.
 	writeAt func(f *os.File, b []byte, off int64) (int, error)
+	// fdatasync syncs a segment; tests inject I/O errors.
+	fdatasync func(f *os.File) error
+	// closeGrace bounds how long Close waits for writes that keep failing;
+	// 0 means defaultCloseGrace.
+	closeGrace time.Duration
 }
 
 // Loc is where a job's latest full record lives: its segment and size.
@@ -102,6 +113,15 @@ type chunk struct {
 	seq uint32
 	b   []byte
 	end uint64 // LSN after this chunk
+}
+
+// unsyncedSpan is a copy of bytes written to a segment from off on and not
+// yet fsynced. Writes since a sync are contiguous within each segment, so
+// there is one span per segment written to.
+type unsyncedSpan struct {
+	s   *segment
+	off int64
+	b   []byte
 }
 
 type durableWaiter struct {
@@ -152,9 +172,17 @@ type Log struct {
 	// waiters, kept so that each batch does not allocate them again
 	batch []chunk
 	due   []durableWaiter
-	kick  chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
+	// writer goroutine only: what was written since the last fsync that
+	// worked, and whether an fsync has failed since (see sync)
+	unsynced      []unsyncedSpan
+	unsyncedBytes int64
+	resync        bool
+	// abandon makes the writer give up on writes that keep failing; Close
+	// sets it once its grace has passed.
+	abandon atomic.Bool
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // Open locks dir, replays it and returns the log, not yet writing. Jobs
@@ -169,6 +197,12 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	if opts.writeAt == nil {
 		opts.writeAt = func(f *os.File, b []byte, off int64) (int, error) { return f.WriteAt(b, off) }
+	}
+	if opts.fdatasync == nil {
+		opts.fdatasync = fdatasync
+	}
+	if opts.closeGrace <= 0 {
+		opts.closeGrace = defaultCloseGrace
 	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
@@ -373,13 +407,21 @@ func (l *Log) Close() error {
 	l.closing = true
 	started := l.started
 	l.mu.Unlock()
+	var err error
 	if started {
 		close(l.stop)
-		<-l.done
+		select {
+		case <-l.done:
+		case <-time.After(l.opts.closeGrace):
+			// Nothing still unwritten was acknowledged; stop retrying.
+			l.abandon.Store(true)
+			<-l.done
+			err = errors.New("wal: closed with records the disk would not take")
+		}
 	}
 	l.spareWG.Wait()
 	l.closeFiles()
-	return l.lock.Close()
+	return errors.Join(err, l.lock.Close())
 }
 
 // run is the writer goroutine.
@@ -387,7 +429,16 @@ func (l *Log) run() {
 	defer close(l.done)
 	var syncTimer *time.Timer
 	var syncC <-chan time.Time
+	arm := func(wait time.Duration) {
+		if syncTimer == nil {
+			syncTimer = time.NewTimer(wait)
+		} else {
+			syncTimer.Reset(wait)
+		}
+		syncC = syncTimer.C
+	}
 	lastSync := time.Now()
+	var retry time.Duration // backoff after a failed fsync; 0 after one that worked
 	for {
 		stopping := false
 		select {
@@ -402,21 +453,24 @@ func (l *Log) run() {
 		switch {
 		case stopping:
 			if dirty {
-				l.sync()
+				_ = l.sync() // one more try; what fails was never acknowledged under -f 0
 			}
 		case !dirty || l.opts.NoSync:
+		case retry > 0 && syncC != nil:
+			// A failed fsync is tried again on its timer, not on every append.
 		case l.opts.SyncEvery <= 0 || time.Since(lastSync) >= l.opts.SyncEvery:
-			l.sync()
+			if l.sync() != nil {
+				// Tried again without waiting for another append, so held
+				// replies are released as soon as the disk works again.
+				retry = min(max(2*retry, 10*time.Millisecond), time.Second)
+				arm(retry)
+				break
+			}
+			retry = 0
 			lastSync = time.Now()
 		case syncC == nil:
 			// Unlike beanstalkd, an idle tail is fsynced too.
-			wait := l.opts.SyncEvery - time.Since(lastSync)
-			if syncTimer == nil {
-				syncTimer = time.NewTimer(wait)
-			} else {
-				syncTimer.Reset(wait)
-			}
-			syncC = syncTimer.C
+			arm(l.opts.SyncEvery - time.Since(lastSync))
 		}
 		if l.opts.SyncEvery <= 0 && !l.opts.NoSync {
 			l.publish(l.synced.Load())
@@ -439,23 +493,70 @@ func (l *Log) writePending() {
 	l.pending = l.batch[:0]
 	l.mu.Unlock()
 	defer l.recycle(chunks)
-	for _, c := range chunks {
+	for i := range chunks {
+		c := &chunks[i]
 		s := l.segment(c.seq)
 		if s != l.writing {
 			l.startWriting(s)
 		}
+		off := s.written
 		for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-			n, err := l.opts.writeAt(s.f, c.b, s.written)
-			s.written += int64(n)
-			c.b = c.b[n:]
-			if err == nil && len(c.b) == 0 {
+			err := l.writeAt(s, c.b[s.written-off:], s.written)
+			if err == nil {
 				break
+			}
+			if l.abandon.Load() {
+				l.log.Error().Err(err).Str("file", s.path).Msg("wal: write failed; giving up at close")
+				return
 			}
 			l.log.Error().Err(err).Str("file", s.path).Msg("wal: write failed; retrying")
 			time.Sleep(backoff)
 		}
 		l.written.Store(c.end)
+		l.keepUnsynced(s, off, c.b)
 	}
+}
+
+// writeAt writes all of b at off in s, advancing s.written past what it
+// wrote; it stops at the first error.
+func (l *Log) writeAt(s *segment, b []byte, off int64) error {
+	for len(b) > 0 {
+		n, err := l.opts.writeAt(s.f, b, off)
+		if end := off + int64(n); end > s.written {
+			s.written = end
+		}
+		b, off = b[n:], off+int64(n)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keepUnsynced copies bytes just written at off in s until they are
+// fsynced, to write them again if the fsync fails.
+func (l *Log) keepUnsynced(s *segment, off int64, b []byte) {
+	if l.opts.NoSync {
+		return
+	}
+	if l.opts.SyncEvery > 0 && l.unsyncedBytes+int64(len(b)) > maxUnsynced {
+		return // acknowledged already; kept only as far as memory allows
+	}
+	n := len(l.unsynced)
+	if n == 0 || l.unsynced[n-1].s != s || l.unsynced[n-1].off+int64(len(l.unsynced[n-1].b)) != off {
+		// A new span, in the buffer an earlier one left behind if any.
+		if n < cap(l.unsynced) {
+			l.unsynced = l.unsynced[:n+1]
+		} else {
+			l.unsynced = append(l.unsynced, unsyncedSpan{})
+		}
+		sp := &l.unsynced[n]
+		sp.s, sp.off, sp.b = s, off, sp.b[:0]
+		n++
+	}
+	sp := &l.unsynced[n-1]
+	sp.b = append(sp.b, b...)
+	l.unsyncedBytes += int64(len(b))
 }
 
 // maxReusedBuf bounds the chunk buffers kept for reuse, so that one burst of
@@ -477,24 +578,41 @@ func (l *Log) recycle(chunks []chunk) {
 
 // startWriting switches the writer to segment s: its header is rewritten
 // with the highest id issued so far (it may have been preallocated long
-// before), and older segments are trimmed and closed.
+// before). Older segments are trimmed and closed once they are synced: at
+// once with -F, else by the next sync that works.
 func (l *Log) startWriting(s *segment) {
 	l.mu.Lock()
 	last := l.lastID
-	var old []*segment
-	for _, q := range l.order {
-		if o := l.segs[q]; q < s.seq && o.f != nil {
-			old = append(old, o)
-		}
-	}
 	l.mu.Unlock()
 	var b [8]byte
 	putU64(b[:], last)
 	if _, err := s.f.WriteAt(b[:], 16); err != nil {
 		l.log.Error().Err(err).Str("file", s.path).Msg("wal: cannot update segment header")
 	}
+	l.writing = s
+	if l.opts.NoSync {
+		l.retireOld(func(o *segment) { _ = o.f.Sync() })
+	}
+}
+
+// retireOld trims and closes the segments before the one being written,
+// after calling before on each.
+func (l *Log) retireOld(before func(*segment)) {
+	if l.writing == nil {
+		return
+	}
+	l.mu.Lock()
+	var old []*segment
+	for _, q := range l.order {
+		if o := l.segs[q]; q < l.writing.seq && o.f != nil {
+			old = append(old, o)
+		}
+	}
+	l.mu.Unlock()
 	for _, o := range old {
-		_ = o.f.Sync()
+		if before != nil {
+			before(o)
+		}
 		_ = o.f.Truncate(o.written)
 		_ = o.f.Close()
 		o.f = nil
@@ -502,18 +620,53 @@ func (l *Log) startWriting(s *segment) {
 		o.onDisk = o.written
 		l.mu.Unlock()
 	}
-	l.writing = s
 }
 
-func (l *Log) sync() {
+// sync fsyncs every segment written since the last sync that worked. After
+// a failed fdatasync the kernel may have dropped the dirty pages while
+// reporting the error once, so a later fdatasync that succeeds would prove
+// nothing about them: everything written since the last good sync is
+// written again before the next one counts.
+func (l *Log) sync() error {
 	w := l.written.Load()
-	if s := l.writing; s != nil && s.f != nil {
-		if err := fdatasync(s.f); err != nil {
-			l.log.Error().Err(err).Str("file", s.path).Msg("wal: fsync failed")
-			return
+	if l.resync {
+		for _, u := range l.unsynced {
+			if err := l.writeAt(u.s, u.b, u.off); err != nil {
+				l.log.Error().Err(err).Str("file", u.s.path).Msg("wal: rewrite after a failed fsync failed")
+				return err
+			}
 		}
 	}
+	// One span per segment written since the last sync, and the segment
+	// being written (usually the last span's) in any case.
+	for i := 0; i <= len(l.unsynced); i++ {
+		seg := l.writing
+		if i < len(l.unsynced) {
+			seg = l.unsynced[i].s
+		} else if n := len(l.unsynced); n > 0 && l.unsynced[n-1].s == seg {
+			break
+		}
+		if seg == nil || seg.f == nil {
+			continue
+		}
+		if err := l.opts.fdatasync(seg.f); err != nil {
+			l.resync = true
+			l.log.Error().Err(err).Str("file", seg.path).Msg("wal: fsync failed; will write again and retry")
+			return err
+		}
+	}
+	l.resync = false
+	for i := range l.unsynced {
+		sp := &l.unsynced[i]
+		sp.s, sp.b = nil, sp.b[:0] // the buffer is kept for the next span
+		if cap(sp.b) > maxReusedBuf {
+			sp.b = nil
+		}
+	}
+	l.unsynced, l.unsyncedBytes = l.unsynced[:0], 0
 	l.synced.Store(w)
+	l.retireOld(nil)
+	return nil
 }
 
 // publish acknowledges everything up to lsn.
@@ -617,8 +770,8 @@ func (l *Log) maintain() {
 		l.poke() // the moves are still pending: come back
 		return
 	}
-	if l.synced.Load() < needed {
-		l.sync()
+	if l.synced.Load() < needed && l.sync() != nil {
+		return // the moved jobs are not durable yet: keep their old records
 	}
 	if err := os.Remove(oldest.path); err != nil {
 		l.log.Warn().Err(err).Str("file", oldest.path).Msg("wal: cannot remove segment")

@@ -330,6 +330,159 @@ func TestWriteErrorRetried(t *testing.T) {
 	sameJobs(t, got, want)
 }
 
+// TestSyncErrorRewrittenAndRetried: after a failed fsync nothing is
+// acknowledged; the writer tries again by itself (no further append is
+// needed), and first writes again everything since the last good fsync,
+// because the kernel may have dropped those pages when it reported the
+// error. Then the held commit completes and the record is recovered.
+func TestSyncErrorRewrittenAndRetried(t *testing.T) {
+	var failSyncs atomic.Int64 // fsyncs still to fail
+	failed := make(chan struct{}, 16)
+	var mu sync.Mutex
+	writes := map[int64]int{} // offset -> times written, once failing began
+	var tracking atomic.Bool
+	var opts wal.Options
+	wal.SetFdatasync(&opts, func(next func(*os.File) error, f *os.File) error {
+		if failSyncs.Add(-1) >= 0 {
+			failed <- struct{}{}
+			return syscall.EIO
+		}
+		return next(f)
+	})
+	wal.SetWriteAt(&opts, func(f *os.File, b []byte, off int64) (int, error) {
+		if tracking.Load() && off > 24 {
+			mu.Lock()
+			writes[off]++
+			mu.Unlock()
+		}
+		return f.WriteAt(b, off)
+	})
+	dir := t.TempDir()
+	l, m := open(t, dir, opts)
+	_, lsn := m.put(t, "default", "before the error", wal.StateReady, 0)
+	waitDurable(t, l, lsn)
+
+	tracking.Store(true)
+	failSyncs.Store(3)
+	_, lsn = m.put(t, "default", "synced only at the fourth try", wal.StateReady, 0)
+	done := make(chan struct{})
+	l.OnDurable(lsn, func() { close(done) })
+	for range 3 {
+		select {
+		case <-failed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the writer did not retry the failed fsync by itself")
+		}
+		select {
+		case <-done:
+			t.Fatal("a commit was acknowledged although its fsync failed")
+		default:
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held commit did not complete once fsync worked again")
+	}
+	mu.Lock()
+	var rewritten bool
+	for _, n := range writes {
+		rewritten = rewritten || n >= 4 // written, then again before each retry
+	}
+	mu.Unlock()
+	if !rewritten {
+		t.Errorf("the record was not written again before each retry: writes by offset %v", writes)
+	}
+	want := m.want()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := recoverDir(t, dir, wal.Options{})
+	sameJobs(t, got, want)
+}
+
+// TestCompactionWaitsForFsync: while fsync fails, compaction may move a
+// segment's live jobs forward but must not remove the segment, since the
+// moved records are not durable yet; once fsync works it finishes.
+func TestCompactionWaitsForFsync(t *testing.T) {
+	const segSize = 4096
+	var failing atomic.Bool
+	var opts wal.Options
+	opts.SegmentSize = segSize
+	wal.SetFdatasync(&opts, func(next func(*os.File) error, f *os.File) error {
+		if failing.Load() {
+			return syscall.EIO
+		}
+		return next(f)
+	})
+	dir := t.TempDir()
+	l, m := open(t, dir, opts)
+	keeper, lsn := m.put(t, "keep", "keeper", wal.StateReady, 0)
+	waitDurable(t, l, lsn)
+	failing.Store(true)
+	for range 80 { // several segments past the keeper's, none of them synced
+		id, _ := m.put(t, "churn", strings.Repeat("x", 200), wal.StateReady, 0)
+		m.del(t, id)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Stats().RecordsMigrated == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("compaction did not move the keeper while fsync failed: %+v", l.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the moves are written; syncs fail, compaction retries
+	if _, err := os.Stat(segPath(dir, 1)); err != nil {
+		t.Fatalf("segment 1 was removed while the keeper's new record was not durable: %v", err)
+	}
+	failing.Store(false)
+	deadline = time.Now().Add(10 * time.Second)
+	for l.Stats().OldestIndex <= 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("compaction did not finish once fsync worked: %+v", l.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	want := m.want()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := recoverDir(t, dir, wal.Options{SegmentSize: segSize})
+	sameJobs(t, got, want)
+	if _, ok := got[keeper]; !ok {
+		t.Fatal("the keeper was lost")
+	}
+}
+
+// TestCloseGivesUpOnFailingWrites: Close does not hang on a disk that keeps
+// failing; it stops retrying after its grace, reports an error, and the
+// record it could not write was never acknowledged.
+func TestCloseGivesUpOnFailingWrites(t *testing.T) {
+	w := &failingWrites{failed: make(chan struct{}, 16)}
+	var opts wal.Options
+	wal.SetWriteAt(&opts, w.writeAt)
+	wal.SetCloseGrace(&opts, 100*time.Millisecond)
+	l, m := open(t, t.TempDir(), opts)
+	w.on.Store(true)
+	_, lsn := m.put(t, "default", "never written", wal.StateReady, 0)
+	acked := make(chan struct{})
+	l.OnDurable(lsn, func() { close(acked) })
+	<-w.failed
+	start := time.Now()
+	err := l.Close()
+	if err == nil {
+		t.Fatal("Close reported no error although a record was never written")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	select {
+	case <-acked:
+		t.Fatal("the record that was never written was acknowledged")
+	default:
+	}
+}
+
 // TestGroupCommit holds the writer inside its first write while many
 // goroutines append; every record then goes out in one more write and one
 // fsync, and every OnDurable callback fires, after the record is synced.
