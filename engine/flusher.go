@@ -17,7 +17,7 @@ type loopFlusher struct {
 
 	// loop goroutine only
 	waiting []*session // sessions with held replies, each once (session.queued)
-	armed   bool       // a log callback or a flush task is outstanding
+	armedAt uint64     // lowest position a log callback is outstanding for; 0 if none
 }
 
 func newLoopFlusher(loop gnet.EventLoop, dur Durability) *loopFlusher {
@@ -29,16 +29,17 @@ func newLoopFlusher(loop gnet.EventLoop, dur Durability) *loopFlusher {
 	return f
 }
 
-// add queues ss, whose latest held reply needs the log durable up to lsn.
-// Log positions grow with time, so the oldest waiting position is the one
-// armed; flush re-arms for whatever is left.
+// add queues ss, whose oldest held reply needs the log durable up to lsn.
+// One callback, for the oldest position waited for, serves the whole loop:
+// positions mostly grow with time, and a reply showing a job waits for that
+// job's put, which may be older than what is armed; then it is armed too.
 func (f *loopFlusher) add(ss *session, lsn uint64) {
 	if !ss.queued {
 		ss.queued = true
 		f.waiting = append(f.waiting, ss)
 	}
-	if !f.armed {
-		f.armed = true
+	if f.armedAt == 0 || lsn < f.armedAt {
+		f.armedAt = lsn
 		f.dur.OnDurable(lsn, f.fire)
 	}
 }
@@ -46,7 +47,7 @@ func (f *loopFlusher) add(ss *session, lsn uint64) {
 // flush runs on the loop: it sends every durable held reply and re-arms for
 // the oldest position still waited for.
 func (f *loopFlusher) flush(context.Context) error {
-	f.armed = false
+	f.armedAt = 0
 	keep := f.waiting[:0]
 	var next uint64
 	for _, ss := range f.waiting {
@@ -65,7 +66,7 @@ func (f *loopFlusher) flush(context.Context) error {
 	clear(f.waiting[len(keep):])
 	f.waiting = keep
 	if len(keep) > 0 {
-		f.armed = true
+		f.armedAt = next
 		f.dur.OnDurable(next, f.fire)
 	}
 	return nil

@@ -52,7 +52,9 @@ func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
 	// gnet closes on a half-close (read of 0 bytes) but still flushes what
 	// is written here; beanstalkd answers a reserve waiting on a half-closed
 	// connection with TIMED_OUT before closing it.
-	if ss.blocked && errors.Is(err, io.EOF) && ss.client.CancelWait() {
+	// With replies still held for the log, TIMED_OUT would overtake them,
+	// and they are dropped with the connection, so it is dropped too.
+	if ss.blocked && errors.Is(err, io.EOF) && ss.client.CancelWait() && len(ss.held) == 0 {
 		_, _ = c.Write([]byte(codec.ReplyTimedOut))
 	}
 	ss.close()

@@ -18,9 +18,10 @@
 // acknowledged meanwhile. A failed fsync is retried on a backoff timer, and
 // because Linux may drop the dirty pages when it reports the error, the
 // writer keeps every byte written since the last good fsync and writes it
-// all again before the next fsync counts. Close gives up on a disk that
-// keeps failing after a grace period (what it abandons was never
-// acknowledged).
+// all again before the next fsync counts; past maxUnsynced such bytes, new
+// jobs are refused as on a full disk. Close gives up on a disk that keeps
+// failing after a grace period (what it abandons was never acknowledged)
+// and says so.
 //
 // # Files
 //

@@ -56,3 +56,7 @@ func SetFdatasync(o *Options, f func(next func(*os.File) error, file *os.File) e
 
 // SetCloseGrace bounds how long Close retries failing writes.
 func SetCloseGrace(o *Options, d time.Duration) { o.closeGrace = d }
+
+// SetMaxUnsynced lowers how many unsynced bytes the log keeps before it
+// refuses new jobs.
+func SetMaxUnsynced(o *Options, n int64) { o.maxUnsynced = n }

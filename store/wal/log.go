@@ -37,8 +37,8 @@ const (
 	// defaultCloseGrace bounds how long Close keeps retrying failed writes.
 	defaultCloseGrace = 10 * time.Second
 	// maxUnsynced bounds the written but unsynced bytes kept to be written
-	// again after a failed fsync under -f N (N > 0), whose replies have
-	// gone already; under -f 0 every client waits, which bounds them.
+	// again after a failed fsync; past it, new jobs are refused as on a
+	// full disk until an fsync works again.
 	maxUnsynced = 64 << 20
 )
 
@@ -72,6 +72,8 @@ type Options struct {
 	// closeGrace bounds how long Close waits for writes that keep failing;
 	// 0 means defaultCloseGrace.
 	closeGrace time.Duration
+	// maxUnsynced overrides the const of that name in tests; 0 means it.
+	maxUnsynced int64
 }
 
 // Loc is where a job's latest full record lives: its segment and size.
@@ -151,6 +153,7 @@ type Log struct {
 	segs      map[uint32]*segment // guarded by mu
 	order     []uint32            // guarded by mu: segments on disk, oldest first
 	noSpace   bool                // guarded by mu
+	backlog   bool                // guarded by mu: maxUnsynced bytes wait for an fsync that works
 	live      int64               // guarded by mu: bytes of live full records
 	waiters   []durableWaiter     // guarded by mu
 	closing   bool                // guarded by mu
@@ -177,6 +180,9 @@ type Log struct {
 	unsynced      []unsyncedSpan
 	unsyncedBytes int64
 	resync        bool
+	needSync      bool  // compaction waits for a sync before removing a segment
+	gaveUp        bool  // Close's grace ran out: nothing more is written
+	closeErr      error // what Close reports, set before done is closed
 	// abandon makes the writer give up on writes that keep failing; Close
 	// sets it once its grace has passed.
 	abandon atomic.Bool
@@ -203,6 +209,9 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	if opts.closeGrace <= 0 {
 		opts.closeGrace = defaultCloseGrace
+	}
+	if opts.maxUnsynced <= 0 {
+		opts.maxUnsynced = maxUnsynced
 	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
@@ -290,7 +299,7 @@ func (l *Log) Append(r *Record, prev Loc) (lsn uint64, loc Loc, err error) {
 		l.mu.Unlock()
 		return 0, Loc{}, errors.New("wal: closed")
 	}
-	if l.noSpace && r.Kind != KindDelete {
+	if (l.noSpace || l.backlog) && r.Kind != KindDelete {
 		l.mu.Unlock()
 		return 0, Loc{}, ErrNoSpace
 	}
@@ -416,8 +425,8 @@ func (l *Log) Close() error {
 			// Nothing still unwritten was acknowledged; stop retrying.
 			l.abandon.Store(true)
 			<-l.done
-			err = errors.New("wal: closed with records the disk would not take")
 		}
+		err = l.closeErr
 	}
 	l.spareWG.Wait()
 	l.closeFiles()
@@ -452,13 +461,19 @@ func (l *Log) run() {
 		dirty := l.synced.Load() < l.written.Load()
 		switch {
 		case stopping:
-			if dirty {
-				_ = l.sync() // one more try; what fails was never acknowledged under -f 0
+			switch {
+			case l.gaveUp:
+				l.closeErr = errors.New("wal: closed with records the disk would not take")
+			case dirty:
+				// One more try; under -f 0 what fails was never acknowledged.
+				if err := l.sync(); err != nil {
+					l.closeErr = fmt.Errorf("wal: closed without a final fsync: %w", err)
+				}
 			}
-		case !dirty || l.opts.NoSync:
+		case !dirty || l.opts.NoSync && !l.needSync:
 		case retry > 0 && syncC != nil:
 			// A failed fsync is tried again on its timer, not on every append.
-		case l.opts.SyncEvery <= 0 || time.Since(lastSync) >= l.opts.SyncEvery:
+		case l.opts.SyncEvery <= 0 || time.Since(lastSync) >= l.opts.SyncEvery || l.needSync:
 			if l.sync() != nil {
 				// Tried again without waiting for another append, so held
 				// replies are released as soon as the disk works again.
@@ -467,6 +482,7 @@ func (l *Log) run() {
 				break
 			}
 			retry = 0
+			l.needSync = false
 			lastSync = time.Now()
 		case syncC == nil:
 			// Unlike beanstalkd, an idle tail is fsynced too.
@@ -493,6 +509,9 @@ func (l *Log) writePending() {
 	l.pending = l.batch[:0]
 	l.mu.Unlock()
 	defer l.recycle(chunks)
+	if l.gaveUp {
+		return // after a gap, nothing later may be written or acknowledged
+	}
 	for i := range chunks {
 		c := &chunks[i]
 		s := l.segment(c.seq)
@@ -507,6 +526,7 @@ func (l *Log) writePending() {
 			}
 			if l.abandon.Load() {
 				l.log.Error().Err(err).Str("file", s.path).Msg("wal: write failed; giving up at close")
+				l.gaveUp = true
 				return
 			}
 			l.log.Error().Err(err).Str("file", s.path).Msg("wal: write failed; retrying")
@@ -539,9 +559,6 @@ func (l *Log) keepUnsynced(s *segment, off int64, b []byte) {
 	if l.opts.NoSync {
 		return
 	}
-	if l.opts.SyncEvery > 0 && l.unsyncedBytes+int64(len(b)) > maxUnsynced {
-		return // acknowledged already; kept only as far as memory allows
-	}
 	n := len(l.unsynced)
 	if n == 0 || l.unsynced[n-1].s != s || l.unsynced[n-1].off+int64(len(l.unsynced[n-1].b)) != off {
 		// A new span, in the buffer an earlier one left behind if any.
@@ -557,6 +574,13 @@ func (l *Log) keepUnsynced(s *segment, off int64, b []byte) {
 	sp := &l.unsynced[n-1]
 	sp.b = append(sp.b, b...)
 	l.unsyncedBytes += int64(len(b))
+	if l.unsyncedBytes > l.opts.maxUnsynced {
+		// fsync keeps failing: stop taking new jobs, as on a full disk,
+		// rather than grow this copy without bound.
+		l.mu.Lock()
+		l.backlog = true
+		l.mu.Unlock()
+	}
 }
 
 // maxReusedBuf bounds the chunk buffers kept for reuse, so that one burst of
@@ -586,8 +610,10 @@ func (l *Log) startWriting(s *segment) {
 	l.mu.Unlock()
 	var b [8]byte
 	putU64(b[:], last)
-	if _, err := s.f.WriteAt(b[:], 16); err != nil {
+	if err := l.writeAt(s, b[:], 16); err != nil {
 		l.log.Error().Err(err).Str("file", s.path).Msg("wal: cannot update segment header")
+	} else {
+		l.keepUnsynced(s, 16, b[:])
 	}
 	l.writing = s
 	if l.opts.NoSync {
@@ -664,6 +690,9 @@ func (l *Log) sync() error {
 		}
 	}
 	l.unsynced, l.unsyncedBytes = l.unsynced[:0], 0
+	l.mu.Lock()
+	l.backlog = false
+	l.mu.Unlock()
 	l.synced.Store(w)
 	l.retireOld(nil)
 	return nil
@@ -741,7 +770,7 @@ func (l *Log) maintain() {
 		return
 	}
 	if oldest.liveCount > 0 {
-		if l.noSpace {
+		if l.noSpace || l.backlog {
 			// The moves would be refused, and their ids lost with them;
 			// compaction resumes once space returns.
 			l.mu.Unlock()
@@ -752,7 +781,7 @@ func (l *Log) maintain() {
 		l.mu.Unlock()
 		l.migrator.Migrate(oldest.seq, ids)
 		l.mu.Lock()
-		if l.noSpace {
+		if l.noSpace || l.backlog {
 			// The disk filled up meanwhile and some moves may have been
 			// refused: keep the batch for later (jobs it did move are no
 			// longer in this segment, and are skipped then).
@@ -770,8 +799,17 @@ func (l *Log) maintain() {
 		l.poke() // the moves are still pending: come back
 		return
 	}
-	if l.synced.Load() < needed && l.sync() != nil {
-		return // the moved jobs are not durable yet: keep their old records
+	if l.synced.Load() < needed {
+		// The moved jobs are not durable yet: keep their old records until
+		// run has synced them (on its backoff, if fsync is failing).
+		l.needSync = true
+		l.poke()
+		return
+	}
+	if oldest == l.writing {
+		// Nothing more goes there (appends moved on); close it first.
+		_ = oldest.f.Close()
+		oldest.f, l.writing = nil, nil
 	}
 	if err := os.Remove(oldest.path); err != nil {
 		l.log.Warn().Err(err).Str("file", oldest.path).Msg("wal: cannot remove segment")

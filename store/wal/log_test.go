@@ -454,6 +454,75 @@ func TestCompactionWaitsForFsync(t *testing.T) {
 	}
 }
 
+// TestFailingFsyncBacklog: while fsync fails the log keeps what it wrote,
+// to write it again; past a bound it refuses new jobs as on a full disk
+// (deletes still go in), and takes them again once an fsync works.
+func TestFailingFsyncBacklog(t *testing.T) {
+	var failing atomic.Bool
+	var opts wal.Options
+	opts.SyncEvery = 50 * time.Millisecond
+	wal.SetMaxUnsynced(&opts, 16<<10)
+	wal.SetFdatasync(&opts, func(next func(*os.File) error, f *os.File) error {
+		if failing.Load() {
+			return syscall.EIO
+		}
+		return next(f)
+	})
+	l, m := open(t, t.TempDir(), opts)
+	failing.Store(true)
+	body := strings.Repeat("b", 1000)
+	var refused bool
+	var last uint64
+	deadline := time.Now().Add(10 * time.Second)
+	for !refused {
+		id, _, err := m.tryPut("default", body, wal.StateReady, 0)
+		switch {
+		case errors.Is(err, wal.ErrNoSpace):
+			refused = true
+		case err != nil:
+			t.Fatal(err)
+		default:
+			last = id
+			time.Sleep(time.Millisecond) // let the writer write it
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("puts were never refused while fsync failed")
+		}
+	}
+	if last == 0 {
+		t.Fatal("the first put was refused already")
+	}
+	m.del(t, last) // deletes are always taken
+	failing.Store(false)
+	for {
+		if _, _, err := m.tryPut("default", body, wal.StateReady, 0); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("puts were still refused after fsync worked again")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCloseReportsFailedFinalSync: Close says so when its last fsync fails.
+func TestCloseReportsFailedFinalSync(t *testing.T) {
+	var opts wal.Options
+	opts.SyncEvery = time.Hour
+	wal.SetFdatasync(&opts, func(func(*os.File) error, *os.File) error { return syscall.EIO })
+	l, m := open(t, t.TempDir(), opts)
+	m.put(t, "default", "never synced", wal.StateReady, 0)
+	for l.Written() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := l.Close(); err == nil {
+		t.Fatal("Close reported no error although its final fsync failed")
+	}
+}
+
 // TestCloseGivesUpOnFailingWrites: Close does not hang on a disk that keeps
 // failing; it stops retrying after its grace, reports an error, and the
 // record it could not write was never acknowledged.
