@@ -48,6 +48,7 @@ func WriteMarkdown(w io.Writer, meta Meta, outs []Outcome, charts ChartNames) er
 	p("Servers: `%s` (%s) and `%s` (%s).\n", b, meta.BaseVersion, c, meta.CandVersion)
 	p("Command: `%s`.\n\n", meta.Command)
 	p("Each figure is the median of %d repetitions that alternate the servers (%s, %s, %s, %s, …); "+
+		"repetitions go round the whole list of scenarios, so drift in the machine's speed weighs on all alike; "+
 		"every run starts its server fresh on a free loopback port and kills it by PID afterwards, "+
 		"then warms up for %v and measures for %v. "+
 		"Ratios are %s ÷ %s from the same benchmark; for jobs/s above 1 means Sprout is faster, "+

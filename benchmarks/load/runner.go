@@ -118,22 +118,30 @@ type Outcome struct {
 	Runs     map[string][]Result // by server name, in repetition order
 }
 
-// Execute runs the plan. Each run gets a freshly started server on a free
-// loopback port, killed by PID afterwards. A server that refuses the
-// scenario's flags is marked skipped for that scenario; other failures are
-// recorded in the run's Result and the plan goes on. Execute stops early
-// only when ctx ends, returning what it has.
+// Execute runs the plan. Repetitions go round the whole list of
+// scenarios (every scenario's first repetition, then every second, …), so
+// that the machine's speed drifting during a long run weighs on every
+// scenario alike, which matters for goals that compare two scenarios; within
+// a repetition the servers take turns. Each run gets a freshly started
+// server on a free loopback port, killed by PID afterwards. A server that
+// refuses the scenario's flags is marked skipped for that scenario; other
+// failures are recorded in the run's Result and the plan goes on. Execute
+// stops early only when ctx ends, returning what it has.
 func (p Plan) Execute(ctx context.Context) ([]Outcome, error) {
-	outs := make([]Outcome, 0, len(p.Scenarios))
+	outs := make([]Outcome, len(p.Scenarios))
+	skipped := make([]map[string]string, len(p.Scenarios))
+	for i, s := range p.Scenarios {
+		outs[i] = Outcome{Scenario: s, Runs: map[string][]Result{}}
+		skipped[i] = map[string]string{}
+	}
 	total := len(p.Scenarios) * p.Reps * len(p.Servers)
 	n := 0
-	for _, s := range p.Scenarios {
-		out := Outcome{Scenario: s, Runs: map[string][]Result{}}
-		skipped := map[string]string{}
-		for rep := range p.Reps {
+	for rep := range p.Reps {
+		for i, s := range p.Scenarios {
+			out := &outs[i]
 			for _, spec := range p.Servers {
 				n++
-				if why, ok := skipped[spec.Name]; ok {
+				if why, ok := skipped[i][spec.Name]; ok {
 					out.Runs[spec.Name] = append(out.Runs[spec.Name], Result{Server: spec.Name, Skipped: why})
 					continue
 				}
@@ -143,16 +151,17 @@ func (p Plan) Execute(ctx context.Context) ([]Outcome, error) {
 				}
 				r := p.runOne(ctx, s, spec)
 				if r.Skipped != "" {
-					skipped[spec.Name] = r.Skipped
+					skipped[i][spec.Name] = r.Skipped
 				}
 				out.Runs[spec.Name] = append(out.Runs[spec.Name], r)
 				if ctx.Err() != nil {
-					return append(outs, out), ctx.Err()
+					return outs, ctx.Err()
 				}
 			}
+			if rep == p.Reps-1 {
+				p.Progress.Printf("%-20s %s", s.Name, p.oneLine(*out))
+			}
 		}
-		outs = append(outs, out)
-		p.Progress.Printf("%-20s %s", s.Name, p.oneLine(out))
 	}
 	return outs, nil
 }
