@@ -1,7 +1,5 @@
 package store
 
-import "github.com/sproutmq/sprout/store/wal"
-
 // State is where a job is in its life cycle. The numbering matches
 // beanstalkd's binlog so a write-ahead log can store it as is.
 type State uint8
@@ -56,16 +54,18 @@ type Job struct {
 	// tube.mu and owner.mu held, because the owner's heap compares jobs of
 	// many tubes under owner.mu alone.
 	ownerIndex int32
+	// seg is the log segment of the job's latest full record, 0 if none;
+	// the record's size follows from the tube name and body (logLoc).
+	seg uint32
 	// prev and next link the job into its tube's buried FIFO while it is
 	// buried (guarded by tube.mu), or into its owner's reservation order
 	// while it is reserved (written with both tube.mu and owner.mu held).
 	prev, next *Job
-	// loc is where the job's latest full record is in the log.
-	loc wal.Loc
 	// putLSN is the log position of the record that created the job (0 if
 	// recovered, or without a log); set before the job is visible, then
 	// immutable.
 	putLSN uint64
+	// The fields are ordered so a Job stays in the 144-byte size class.
 }
 
 type jobCounts struct {

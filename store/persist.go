@@ -46,7 +46,7 @@ func (s *Store) logLocked(c *Client, j *Job, r *wal.Record) error {
 	}
 	prev := wal.Loc{}
 	if r.Kind != wal.KindUpdate {
-		prev = j.loc
+		prev = j.logLoc()
 	}
 	lsn, loc, err := s.log.Append(r, prev)
 	if err != nil {
@@ -56,10 +56,10 @@ func (s *Store) logLocked(c *Client, j *Job, r *wal.Record) error {
 		return err
 	}
 	if r.Kind == wal.KindFull {
-		if j.loc == (wal.Loc{}) {
+		if j.seg == 0 {
 			j.putLSN = lsn // the job's first record: the one that creates it
 		}
-		j.loc = loc
+		j.seg = loc.Seg
 	}
 	if c != nil && lsn > c.lsn {
 		c.lsn = lsn
@@ -104,7 +104,7 @@ func (s *Store) recover() {
 			ttr:        max(r.TTR, int64(MinTTR)),
 			heapIndex:  -1,
 			ownerIndex: -1,
-			loc:        r.Loc,
+			seg:        r.Loc.Seg,
 			counts: jobCounts{
 				reserves: r.Reserves, timeouts: r.Timeouts, releases: r.Releases,
 				buries: r.Buries, kicks: r.Kicks,
@@ -139,7 +139,7 @@ func (s *Store) Migrate(seg uint32, ids []uint64) {
 		}
 		t := j.tube
 		t.mu.Lock()
-		if j.state != StateInvalid && j.loc.Seg == seg {
+		if j.state != StateInvalid && j.seg == seg {
 			r := s.record(wal.KindFull, j)
 			if err := s.logLocked(nil, j, &r); err == nil {
 				s.log.NoteMigrated()
@@ -159,4 +159,13 @@ func (s *Store) LogStats() (wal.Stats, bool) {
 
 // JobFile is the log segment holding a job's full record (stats-job
 // "file"), 0 without a log.
-func (j *Job) file() int64 { return int64(j.loc.Seg) }
+func (j *Job) file() int64 { return int64(j.seg) }
+
+// logLoc is where the job's latest full record is: its segment, and its
+// size, which depends only on the tube name and body.
+func (j *Job) logLoc() wal.Loc {
+	if j.seg == 0 {
+		return wal.Loc{}
+	}
+	return wal.Loc{Seg: j.seg, Size: uint32(wal.FullSize(len(j.tube.name), len(j.body)))}
+}

@@ -1,0 +1,14 @@
+package store
+
+import (
+	"testing"
+	"unsafe"
+)
+
+// TestJobSizeClass keeps a Job in Go's 144-byte allocation size class:
+// one byte more costs every stored job 16 bytes (the next class is 160).
+func TestJobSizeClass(t *testing.T) {
+	if n := unsafe.Sizeof(Job{}); n > 144 {
+		t.Errorf("a Job is %d bytes; reorder or shrink its fields to stay within 144", n)
+	}
+}
