@@ -38,8 +38,10 @@
 // job, updates change it, deletes drop it, KindIDs raise the id watermark.
 // A torn record at the end of the last segment is cut off; other damage
 // stops the start unless Options.SkipDamaged. A directory holding only
-// beanstalkd binlog files is imported first (Options.Importer). While the
-// directory is larger than twice the live data plus two segments, the
-// writer asks the Migrator to rewrite the live jobs of the oldest segment
-// and then deletes it, once the rewrites are durable.
+// beanstalkd binlog files is imported first (Options.Importer). When the
+// directory, counting the live jobs of its oldest segment once more (they
+// are about to be copied), would be larger than twice the live data plus
+// two segments, the writer asks the Migrator to rewrite those jobs at the
+// head and then deletes the segment, once the rewrites are durable. An
+// oldest segment without live jobs goes at once.
 package wal

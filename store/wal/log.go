@@ -764,8 +764,11 @@ func (l *Log) maintain() {
 	}
 	oldest := l.segs[l.order[0]]
 	// Any segment before the current one may go: appends only ever go to
-	// the current one. (beanstalkd also spares the one before it.)
-	if oldest.seq >= l.curSeq || (disk <= 2*l.live+2*l.opts.SegmentSize && oldest.liveCount > 0) {
+	// the current one. (beanstalkd also spares the one before it.) One
+	// holding live jobs goes once the directory, with those jobs moved to
+	// the head, would pass twice the live data plus two segments: counting
+	// the move keeps the peak, not just the rest, within that bound.
+	if oldest.seq >= l.curSeq || (disk+oldest.liveBytes <= 2*l.live+2*l.opts.SegmentSize && oldest.liveCount > 0) {
 		l.mu.Unlock()
 		return
 	}
