@@ -294,3 +294,27 @@ func TestNullQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestChurn runs a small log-size measurement against Sprout: the
+// directory ends within twice the live data plus two segments and the
+// spare, and its peak within two segments more (with segments this small,
+// the current one runs past its size while the next is zero-filled).
+func TestChurn(t *testing.T) {
+	spec := sproutSpec(t)
+	const seg = 1 << 20
+	res, err := load.Churn(context.Background(), spec, load.ChurnConfig{
+		Live: 500, Churn: 20_000, Body: 1024, Depth: 50, SyncMS: 50, SegmentSize: seg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", res)
+	if res.LiveBytes <= 0 || res.End <= 0 || res.Peak < res.End {
+		t.Fatalf("implausible figures: %+v", res)
+	}
+	if res.End > res.Bound {
+		t.Errorf("directory ended at %d bytes, past the bound %d", res.End, res.Bound)
+	}
+	if res.Peak > res.Bound+2*seg {
+		t.Errorf("directory peaked at %d bytes, past the bound %d by more than two segments", res.Peak, res.Bound)
+	}
+}

@@ -1,0 +1,173 @@
+package load
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// ChurnConfig is a log-size run: Live jobs put and left alone, then Churn
+// jobs put and deleted, Depth at a time on one connection, against a
+// server started with -b DIR -f SyncMS -s SegmentSize.
+type ChurnConfig struct {
+	Live, Churn, Body, Depth int
+	SyncMS                   int
+	SegmentSize              int64
+	// Progress, if set, is called about every second with the jobs churned.
+	Progress func(churned int)
+}
+
+// ChurnResult is the log directory against the live data it holds.
+type ChurnResult struct {
+	// LiveBytes is the size of the live jobs' records (wal.FullSize each).
+	LiveBytes int64
+	// Peak is the largest the directory was, sampled every 20 ms; End its
+	// size once compaction has had a moment after the churn.
+	Peak, End int64
+	// Bound is twice the live data plus two segments, and the spare.
+	Bound   int64
+	Elapsed time.Duration
+	// Written and Migrated are the server's binlog-records-written and
+	// binlog-records-migrated: the copies compaction made of live jobs.
+	Written, Migrated int64
+}
+
+// Churn runs cfg against spec in a fresh directory and measures the
+// directory. The jobs go to the default tube.
+func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, error) {
+	var res ChurnResult
+	dir, err := os.MkdirTemp("", "sproutbench-churn-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := StartServer(spec, "-b", dir, "-f", strconv.Itoa(cfg.SyncMS), "-s", strconv.FormatInt(cfg.SegmentSize, 10))
+	if err != nil {
+		return res, err
+	}
+	defer srv.Stop()
+	c, err := Dial(srv.Addr, nil, 5*time.Second, 64<<10)
+	if err != nil {
+		return res, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Hour))
+
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if n, err := dirSize(dir); err == nil && n > peak.Load() {
+				peak.Store(n)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		<-sampled
+	}()
+
+	frame := PutFrame(cfg.Body)
+	start := time.Now()
+	if err := fill([]*Conn{c}, newMeter(int64(cfg.Live)), frame, cfg.Live, cfg.Depth); err != nil {
+		return res, fmt.Errorf("load: putting the live jobs: %w", err)
+	}
+	ids := make([]uint64, 0, cfg.Depth)
+	lastReport := time.Now()
+	for done := 0; done < cfg.Churn; {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		batch := min(cfg.Depth, cfg.Churn-done)
+		for range batch {
+			c.Write(frame)
+		}
+		if err := c.Flush(); err != nil {
+			return res, err
+		}
+		ids = ids[:0]
+		for range batch {
+			rep, err := c.Expect(ReplyInserted)
+			if err != nil {
+				return res, err
+			}
+			ids = append(ids, rep.N)
+		}
+		for _, id := range ids {
+			c.WriteCmdID("delete", id)
+		}
+		if err := c.Flush(); err != nil {
+			return res, err
+		}
+		for range ids {
+			if _, err := c.Expect(ReplyDeleted); err != nil {
+				return res, err
+			}
+		}
+		done += batch
+		if cfg.Progress != nil && time.Since(lastReport) > time.Second {
+			cfg.Progress(done)
+			lastReport = time.Now()
+		}
+	}
+	res.Elapsed = time.Since(start)
+	// Compaction works after each write; give it a moment once the churn
+	// has stopped, nudging it with a command that changes nothing.
+	for range 20 {
+		c.WriteString("list-tube-used\r\n")
+		if err := c.Flush(); err != nil {
+			return res, err
+		}
+		if _, err := c.Expect(ReplyUsing); err != nil {
+			return res, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stop)
+	<-sampled
+	if res.End, err = dirSize(dir); err != nil {
+		return res, err
+	}
+	if res.Written, err = c.StatsInt("binlog-records-written"); err != nil {
+		return res, err
+	}
+	if res.Migrated, err = c.StatsInt("binlog-records-migrated"); err != nil {
+		return res, err
+	}
+	res.Peak = max(peak.Load(), res.End)
+	res.LiveBytes = int64(cfg.Live) * int64(wal.FullSize(len("default"), cfg.Body+2))
+	res.Bound = 2*res.LiveBytes + 3*cfg.SegmentSize
+	return res, nil
+}
+
+// dirSize sums the sizes of the log's segment files in dir.
+func dirSize(dir string) (int64, error) {
+	matches, err := filepath.Glob(filepath.Join(dir, "sprout.*.wal"))
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, m := range matches {
+		if fi, err := os.Stat(m); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n, nil
+}
