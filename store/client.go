@@ -160,6 +160,10 @@ func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) (*Job, erro
 	t.refs.Add(1) // safe without registryMu: c holds a reference to t
 	var hs handoffs
 	t.mu.Lock()
+	// In the index before its record is logged: compaction (Migrate) looks
+	// up the ids its segments name as soon as the record is appended, and
+	// must find the job (it then waits for t.mu).
+	c.s.insertJobLocked(j)
 	if c.s.log != nil {
 		j.state, j.deadline = StateReady, 0
 		if j.delay > 0 {
@@ -167,6 +171,8 @@ func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) (*Job, erro
 		}
 		r := c.s.record(wal.KindFull, j)
 		if err := c.s.logLocked(c, j, &r); err != nil {
+			j.state = StateInvalid // for anyone who found it and waits for t.mu
+			c.s.forgetJobLocked(j)
 			t.mu.Unlock()
 			c.s.releaseTube(t)
 			return nil, err
@@ -174,7 +180,6 @@ func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) (*Job, erro
 	}
 	t.totalJobs++
 	c.s.counts.totalJobs.Add(1)
-	c.s.insertJobLocked(j)
 	t.enqueueLocked(j, j.delay, now)
 	hs = t.dispatchLocked(now, hs)
 	t.mu.Unlock()

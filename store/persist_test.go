@@ -479,12 +479,13 @@ func TestConcurrentChangesDuringCompaction(t *testing.T) {
 
 // TestLiveBytesBalance: the log's count of live bytes goes up by each put's
 // full record and back to zero when every job is deleted, also for jobs
-// recovered by a restart and jobs moved by a release. A job keeps only the
+// recovered by a restart and jobs compaction moved. A job keeps only the
 // segment of its record; the size it gives back is computed from its tube
 // name and body, so a wrong computation shows here as bytes left over.
 func TestLiveBytesBalance(t *testing.T) {
 	dir := t.TempDir()
-	d := openDurable(t, dir, wal.Options{})
+	opts := wal.Options{SegmentSize: 8192}
+	d := openDurable(t, dir, opts)
 	c := d.NewClient(nopNotifier{})
 	var ids []uint64
 	var want int64
@@ -501,12 +502,28 @@ func TestLiveBytesBalance(t *testing.T) {
 	}
 	d.close(t)
 
-	d = openDurable(t, dir, wal.Options{})
+	d = openDurable(t, dir, opts)
 	c = d.NewClient(nopNotifier{})
 	for _, id := range ids[:5] {
 		mustReserve(t, c, id)
-		if err := c.Release(id, 2, 0); err != nil { // a full record again
+		if err := c.Release(id, 2, 0); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// Churn until compaction has moved recovered jobs (full records that
+	// supersede others: the sizes given back are computed).
+	c.Use([]byte("churn"))
+	for i := 0; ; i++ {
+		id := mustPut(t, d.Store, c, 1, 0, 60, string(bytes.Repeat([]byte{'c'}, 300)))
+		if !c.Delete(id) {
+			t.Fatalf("delete %d failed", id)
+		}
+		d.settle(t, c)
+		if st, _ := d.LogStats(); st.RecordsMigrated >= 5 {
+			break
+		}
+		if i == 5000 {
+			t.Fatal("compaction moved no job")
 		}
 	}
 	for _, id := range ids {

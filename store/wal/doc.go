@@ -41,7 +41,8 @@
 // beanstalkd binlog files is imported first (Options.Importer). When the
 // directory, counting the live jobs of its oldest segment once more (they
 // are about to be copied), would be larger than twice the live data plus
-// two segments, the writer asks the Migrator to rewrite those jobs at the
-// head and then deletes the segment, once the rewrites are durable. An
-// oldest segment without live jobs goes at once.
+// two segments (current and spare included), and the move would reclaim at
+// least half of what it copies, the writer asks the Migrator to rewrite
+// those jobs at the head and then deletes the segment, once the rewrites
+// are durable. An oldest segment without live jobs goes at once.
 package wal

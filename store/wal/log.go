@@ -104,6 +104,7 @@ type segment struct {
 	liveCount int
 	liveBytes int64
 	ids       []uint64 // jobs whose full record was written here (some since moved or deleted)
+	stuck     bool     // live records but no ids left: reported once
 	onDisk    int64    // bytes the file takes on disk
 
 	// writer goroutine only
@@ -766,9 +767,14 @@ func (l *Log) maintain() {
 	// Any segment before the current one may go: appends only ever go to
 	// the current one. (beanstalkd also spares the one before it.) One
 	// holding live jobs goes once the directory, with those jobs moved to
-	// the head, would pass twice the live data plus two segments: counting
-	// the move keeps the peak, not just the rest, within that bound.
-	if oldest.seq >= l.curSeq || (disk+oldest.liveBytes <= 2*l.live+2*l.opts.SegmentSize && oldest.liveCount > 0) {
+	// the head, would pass twice the live data plus two segments (current
+	// and spare included): counting the move keeps the peak near that
+	// bound, not just the rest. It must also reclaim at least half of what
+	// it copies, or a large live set alone in the oldest segment would be
+	// copied forward at every rotation.
+	garbage := disk - 2*l.opts.SegmentSize - l.live
+	if oldest.seq >= l.curSeq || oldest.liveCount > 0 &&
+		(disk+oldest.liveBytes <= 2*l.live+2*l.opts.SegmentSize || 2*garbage < oldest.liveBytes) {
 		l.mu.Unlock()
 		return
 	}
@@ -776,6 +782,17 @@ func (l *Log) maintain() {
 		if l.noSpace || l.backlog {
 			// The moves would be refused, and their ids lost with them;
 			// compaction resumes once space returns.
+			l.mu.Unlock()
+			return
+		}
+		if len(oldest.ids) == 0 {
+			// Live records the store cannot name: moving nothing would
+			// only spin. Never expected; said once.
+			if !oldest.stuck {
+				oldest.stuck = true
+				l.log.Error().Str("file", oldest.path).Int("live", oldest.liveCount).
+					Msg("wal: segment has live records but no jobs to move; compaction stopped")
+			}
 			l.mu.Unlock()
 			return
 		}

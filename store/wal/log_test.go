@@ -128,6 +128,35 @@ func TestCompaction(t *testing.T) {
 	}
 }
 
+// TestCompactionLeavesLargeLiveSetAlone: a live job larger than a segment,
+// alone in the oldest segment, is not copied forward at every rotation: a
+// move must reclaim at least half of what it copies.
+func TestCompactionLeavesLargeLiveSetAlone(t *testing.T) {
+	const segSize = 4096
+	dir := t.TempDir()
+	l, m := open(t, dir, wal.Options{SegmentSize: segSize})
+	_, lsn := m.put(t, "big", strings.Repeat("B", 3*segSize), wal.StateReady, 0)
+	waitDurable(t, l, lsn)
+	for range 400 { // dozens of segments of churn
+		id, _ := m.put(t, "churn", strings.Repeat("c", 200), wal.StateReady, 0)
+		waitDurable(t, l, m.del(t, id))
+	}
+	st := l.Stats()
+	t.Logf("%+v", st)
+	// Each move of the big job (three segments' worth) must be paid for by at
+	// least half its size in dead segments, so there are far fewer moves
+	// than rotations; copying it at every rotation would be one per segment.
+	if rotations := int64(st.CurrentIndex); 3*st.RecordsMigrated > rotations {
+		t.Errorf("the big job was moved %d times in %d segments", st.RecordsMigrated, rotations)
+	}
+	want := m.want()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := recoverDir(t, dir, wal.Options{SegmentSize: segSize})
+	sameJobs(t, got, want)
+}
+
 // TestIDsNeverReused: after every job is deleted (and compaction has removed
 // the segments that logged them), reopening, even several times in a row
 // with nothing logged in between, resumes above every id ever issued.
