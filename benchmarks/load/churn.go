@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,10 +29,12 @@ type ChurnResult struct {
 	// LiveBytes is the size of the live jobs' records (wal.FullSize each).
 	LiveBytes int64
 	// Peak is the largest the directory was, sampled every 20 ms; End its
-	// size once compaction has had a moment after the churn.
+	// size a second after the churn.
 	Peak, End int64
-	// Bound is twice the live data plus two segments, and the spare.
-	Bound   int64
+	// Bound is what compaction aims at: twice the live data plus two
+	// segments, the current one and the preallocated spare included.
+	Bound int64
+	// Elapsed is the time the churn took, after the live jobs were put.
 	Elapsed time.Duration
 	// Written and Migrated are the server's binlog-records-written and
 	// binlog-records-migrated: the copies compaction made of live jobs.
@@ -42,6 +45,9 @@ type ChurnResult struct {
 // directory. The jobs go to the default tube.
 func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, error) {
 	var res ChurnResult
+	if cfg.Depth < 1 || cfg.SegmentSize <= 0 || cfg.Live < 0 || cfg.Churn < 0 || cfg.Body < 0 {
+		return res, fmt.Errorf("load: churn: bad configuration %+v", cfg)
+	}
 	dir, err := os.MkdirTemp("", "sproutbench-churn-")
 	if err != nil {
 		return res, err
@@ -58,6 +64,7 @@ func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, 
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Hour))
+	defer context.AfterFunc(ctx, func() { _ = c.Close() })() // an interrupt ends blocked reads
 
 	var peak atomic.Int64
 	stop := make(chan struct{})
@@ -85,16 +92,17 @@ func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, 
 	}()
 
 	frame := PutFrame(cfg.Body)
-	start := time.Now()
 	if err := fill([]*Conn{c}, newMeter(int64(cfg.Live)), frame, cfg.Live, cfg.Depth); err != nil {
-		return res, fmt.Errorf("load: putting the live jobs: %w", err)
+		return res, fmt.Errorf("load: putting the live jobs: %w", errors.Join(err, ctx.Err()))
 	}
+	start := time.Now()
 	ids := make([]uint64, 0, cfg.Depth)
 	lastReport := time.Now()
 	for done := 0; done < cfg.Churn; {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
+		// (I/O errors after an interrupt are the closed connection's.)
 		batch := min(cfg.Depth, cfg.Churn-done)
 		for range batch {
 			c.Write(frame)
@@ -128,18 +136,10 @@ func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, 
 		}
 	}
 	res.Elapsed = time.Since(start)
-	// Compaction works after each write; give it a moment once the churn
-	// has stopped, nudging it with a command that changes nothing.
-	for range 20 {
-		c.WriteString("list-tube-used\r\n")
-		if err := c.Flush(); err != nil {
-			return res, err
-		}
-		if _, err := c.Expect(ReplyUsing); err != nil {
-			return res, err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	// Compaction goes on by itself after the last write (-f N syncs an
+	// idle tail, and each compaction step asks for the next); give it a
+	// second.
+	time.Sleep(time.Second)
 	close(stop)
 	<-sampled
 	if res.End, err = dirSize(dir); err != nil {
@@ -153,7 +153,7 @@ func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, 
 	}
 	res.Peak = max(peak.Load(), res.End)
 	res.LiveBytes = int64(cfg.Live) * int64(wal.FullSize(len("default"), cfg.Body+2))
-	res.Bound = 2*res.LiveBytes + 3*cfg.SegmentSize
+	res.Bound = 2*res.LiveBytes + 2*cfg.SegmentSize
 	return res, nil
 }
 

