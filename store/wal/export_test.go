@@ -60,3 +60,6 @@ func SetCloseGrace(o *Options, d time.Duration) { o.closeGrace = d }
 // SetMaxUnsynced lowers how many unsynced bytes the log keeps before it
 // refuses new jobs.
 func SetMaxUnsynced(o *Options, n int64) { o.maxUnsynced = n }
+
+// Cycles is how many times the writer has gone round its loop.
+func (l *Log) Cycles() int64 { return l.cycles.Load() }

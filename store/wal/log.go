@@ -167,6 +167,7 @@ type Log struct {
 	written  atomic.Uint64 // highest LSN written
 	migrated atomic.Int64
 	records  atomic.Int64
+	cycles   atomic.Int64 // writer loop turns, for tests
 
 	spareWG  sync.WaitGroup // the spare-making goroutine
 	migrator Migrator
@@ -458,6 +459,7 @@ func (l *Log) run() {
 		case <-l.stop:
 			stopping = true
 		}
+		l.cycles.Add(1)
 		l.writePending()
 		dirty := l.synced.Load() < l.written.Load()
 		switch {
@@ -821,9 +823,12 @@ func (l *Log) maintain() {
 	}
 	if l.synced.Load() < needed {
 		// The moved jobs are not durable yet: keep their old records until
-		// run has synced them (on its backoff, if fsync is failing).
+		// run has synced them. After a failed fsync, run's retry timer
+		// comes back; a poke then would only spin the writer.
 		l.needSync = true
-		l.poke()
+		if !l.resync {
+			l.poke()
+		}
 		return
 	}
 	if oldest == l.writing {

@@ -460,7 +460,13 @@ func TestCompactionWaitsForFsync(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	cycles := l.Cycles()
 	time.Sleep(200 * time.Millisecond) // the moves are written; syncs fail, compaction retries
+	// The failed fsync is retried on a backoff timer, a handful of times in
+	// 200 ms; compaction waiting for it must not spin the writer meanwhile.
+	if n := l.Cycles() - cycles; n > 1000 {
+		t.Errorf("the writer went round %d times in 200 ms while fsync failed", n)
+	}
 	if _, err := os.Stat(segPath(dir, 1)); err != nil {
 		t.Fatalf("segment 1 was removed while the keeper's new record was not durable: %v", err)
 	}
