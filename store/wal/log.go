@@ -301,7 +301,7 @@ func (l *Log) Append(r *Record, prev Loc) (lsn uint64, loc Loc, err error) {
 		l.mu.Unlock()
 		return 0, Loc{}, errors.New("wal: closed")
 	}
-	if (l.noSpace || l.backlog) && r.Kind != KindDelete {
+	if l.onlyDeletesLocked() && r.Kind != KindDelete {
 		l.mu.Unlock()
 		return 0, Loc{}, ErrNoSpace
 	}
@@ -352,6 +352,10 @@ func (l *Log) Append(r *Record, prev Loc) (lsn uint64, loc Loc, err error) {
 	}
 	return lsn, loc, nil
 }
+
+// onlyDeletesLocked reports whether the log takes deletes alone: the disk is
+// full, or too much waits for an fsync that keeps failing.
+func (l *Log) onlyDeletesLocked() bool { return l.noSpace || l.backlog }
 
 // Durable is the highest LSN that has been acknowledged as durable.
 func (l *Log) Durable() uint64 { return l.durable.Load() }
@@ -666,21 +670,15 @@ func (l *Log) sync() error {
 			}
 		}
 	}
-	// One span per segment written since the last sync, and the segment
-	// being written (usually the last span's) in any case.
-	for i := 0; i <= len(l.unsynced); i++ {
-		seg := l.writing
-		if i < len(l.unsynced) {
-			seg = l.unsynced[i].s
-		} else if n := len(l.unsynced); n > 0 && l.unsynced[n-1].s == seg {
-			break
+	// Every segment written since the last sync has a span; the one being
+	// written is synced in any case (with -F no spans are kept).
+	for _, u := range l.unsynced {
+		if err := l.fsync(u.s); err != nil {
+			return err
 		}
-		if seg == nil || seg.f == nil {
-			continue
-		}
-		if err := l.opts.fdatasync(seg.f); err != nil {
-			l.resync = true
-			l.log.Error().Err(err).Str("file", seg.path).Msg("wal: fsync failed; will write again and retry")
+	}
+	if n := len(l.unsynced); n == 0 || l.unsynced[n-1].s != l.writing {
+		if err := l.fsync(l.writing); err != nil {
 			return err
 		}
 	}
@@ -698,6 +696,20 @@ func (l *Log) sync() error {
 	l.mu.Unlock()
 	l.synced.Store(w)
 	l.retireOld(nil)
+	return nil
+}
+
+// fsync syncs s, if open; a failure makes the next sync write everything
+// unsynced again first.
+func (l *Log) fsync(s *segment) error {
+	if s == nil || s.f == nil {
+		return nil
+	}
+	if err := l.opts.fdatasync(s.f); err != nil {
+		l.resync = true
+		l.log.Error().Err(err).Str("file", s.path).Msg("wal: fsync failed; will write again and retry")
+		return err
+	}
 	return nil
 }
 
@@ -781,7 +793,7 @@ func (l *Log) maintain() {
 		return
 	}
 	if oldest.liveCount > 0 {
-		if l.noSpace || l.backlog {
+		if l.onlyDeletesLocked() {
 			// The moves would be refused, and their ids lost with them;
 			// compaction resumes once space returns.
 			l.mu.Unlock()
@@ -803,7 +815,7 @@ func (l *Log) maintain() {
 		l.mu.Unlock()
 		l.migrator.Migrate(oldest.seq, ids)
 		l.mu.Lock()
-		if l.noSpace || l.backlog {
+		if l.onlyDeletesLocked() {
 			// The disk filled up meanwhile and some moves may have been
 			// refused: keep the batch for later (jobs it did move are no
 			// longer in this segment, and are skipped then).
