@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/sproutmq/sprout/store/wal"
@@ -66,30 +66,24 @@ func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, 
 	_ = c.SetDeadline(time.Now().Add(time.Hour))
 	defer context.AfterFunc(ctx, func() { _ = c.Close() })() // an interrupt ends blocked reads
 
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
+	// The sampler owns peak until stopSampling has waited for it.
+	var peak int64
+	sampling, cancelSampling := context.WithCancel(context.Background())
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
 		for {
-			if n, err := dirSize(dir); err == nil && n > peak.Load() {
-				peak.Store(n)
+			if n, err := dirSize(dir); err == nil {
+				peak = max(peak, n)
 			}
 			select {
-			case <-stop:
+			case <-sampling.Done():
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
-	}()
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		<-sampled
-	}()
+	})
+	stopSampling := func() { cancelSampling(); sampler.Wait() }
+	defer stopSampling()
 
 	frame := PutFrame(cfg.Body)
 	if err := fill([]*Conn{c}, newMeter(int64(cfg.Live)), frame, cfg.Live, cfg.Depth); err != nil {
@@ -140,8 +134,7 @@ func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, 
 	// idle tail, and each compaction step asks for the next); give it a
 	// second.
 	time.Sleep(time.Second)
-	close(stop)
-	<-sampled
+	stopSampling()
 	if res.End, err = dirSize(dir); err != nil {
 		return res, err
 	}
@@ -151,7 +144,7 @@ func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, 
 	if res.Migrated, err = c.StatsInt("binlog-records-migrated"); err != nil {
 		return res, err
 	}
-	res.Peak = max(peak.Load(), res.End)
+	res.Peak = max(peak, res.End)
 	res.LiveBytes = int64(cfg.Live) * int64(wal.FullSize(len("default"), cfg.Body+2))
 	res.Bound = 2*res.LiveBytes + 2*cfg.SegmentSize
 	return res, nil
