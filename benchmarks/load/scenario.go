@@ -429,17 +429,13 @@ func producer(w worker, c *Conn, frame []byte, tokens chan struct{}, uses []stri
 func consumer(w worker, c *Conn, tokens chan struct{}) error {
 	for !w.m.stopping() {
 		t := time.Now()
-		c.WriteString("reserve\r\n")
-		if err := c.Flush(); err != nil {
-			return err
-		}
-		rep, err := c.Expect(ReplyReserved)
+		id, err := reserveJob(c)
 		if err != nil {
 			return err
 		}
 		w.record(time.Since(t))
 		t = time.Now()
-		if err := deleteJob(c, rep.N); err != nil {
+		if err := deleteJob(c, id); err != nil {
 			return err
 		}
 		w.record(time.Since(t))
@@ -488,21 +484,27 @@ func roundTripper(w worker, c *Conn, frame []byte) error {
 			return err
 		}
 		w.m.acked.Add(1)
-		c.WriteString("reserve\r\n")
-		if err := c.Flush(); err != nil {
-			return err
-		}
-		rep, err := c.Expect(ReplyReserved)
+		id, err := reserveJob(c)
 		if err != nil {
 			return err
 		}
-		if err := deleteJob(c, rep.N); err != nil {
+		if err := deleteJob(c, id); err != nil {
 			return err
 		}
 		w.record(time.Since(t))
 		w.complete(1)
 	}
 	return nil
+}
+
+// reserveJob reserves a job, waiting for one, and returns its id.
+func reserveJob(c *Conn) (uint64, error) {
+	c.WriteString("reserve\r\n")
+	if err := c.Flush(); err != nil {
+		return 0, err
+	}
+	rep, err := c.Expect(ReplyReserved)
+	return rep.N, err
 }
 
 // deleteJob deletes id and waits for DELETED.
