@@ -177,23 +177,31 @@ func (p *Parser) parsePut(args []byte, cmd *Command) Status {
 	}
 	p.state = stateBody
 	p.want = int(v[3]) + 2
-	// A body up to eagerBody is allocated whole, once. A larger one (with
-	// -z raised up to 1 GiB) grows as its bytes arrive, so a client cannot
-	// make the server hold a gigabyte with one header line.
-	p.body = make([]byte, 0, min(p.want, eagerBody))
 	p.putPri, p.putDelay, p.putTTR = cmd.Pri, cmd.Delay, cmd.TTR
 	return OK
 }
 
-// eagerBody is the largest body allocated in full when its header arrives.
-const eagerBody = 1 << 20
+// firstBodyAlloc is the least room a body that arrives in parts starts with.
+const firstBodyAlloc = 4 << 10
+
+// BodyHeld is the memory held for a put body still arriving.
+func (p *Parser) BodyHeld() int { return cap(p.body) }
 
 // readBody counts the body rather than scanning it: exactly bytes+2 bytes
 // belong to it, and anything after is the next command line.
+//
+// A body that arrives whole is allocated once, at its exact size. One that
+// arrives in parts grows as its bytes come (doubling, never past its size),
+// so a header line alone, or a client that stops half way, cannot make the
+// server hold the declared size.
 func (p *Parser) readBody(in []byte, cmd *Command) (int, bool) {
 	chunk := in[:min(len(in), p.want-len(p.body))]
 	if len(chunk) > cap(p.body)-len(p.body) {
-		grown := make([]byte, len(p.body), min(max(2*cap(p.body), len(p.body)+len(chunk)), p.want))
+		size := p.want
+		if len(p.body)+len(chunk) < p.want {
+			size = min(max(2*cap(p.body), len(p.body)+len(chunk), firstBodyAlloc), p.want)
+		}
+		grown := make([]byte, len(p.body), size)
 		copy(grown, p.body)
 		p.body = grown
 	}

@@ -453,3 +453,38 @@ func TestOpCounter(t *testing.T) {
 		}
 	}
 }
+
+// TestBodyHeldGrowsWithArrival: a put header alone holds no memory, a body
+// arriving in parts holds about what has arrived, and a body that arrives
+// whole is allocated at its exact size.
+func TestBodyHeldGrowsWithArrival(t *testing.T) {
+	p := codec.NewParser(1 << 20)
+	var cmd codec.Command
+	if _, ok := p.Parse([]byte("put 0 0 0 1000000\r\n"), &cmd); !ok || cmd.Status != codec.OK {
+		t.Fatalf("header: %v %v", ok, cmd.Status)
+	}
+	if n := p.BodyHeld(); n != 0 {
+		t.Fatalf("a header alone holds %d bytes", n)
+	}
+	part := make([]byte, 10_000)
+	if _, ok := p.Parse(part, &cmd); ok {
+		t.Fatal("a partial body produced a command")
+	}
+	if n := p.BodyHeld(); n < 10_000 || n > 20_000 {
+		t.Fatalf("10,000 bytes of body hold %d bytes", n)
+	}
+	rest := append(make([]byte, 1_000_000-10_000), "\r\n"...)
+	if _, ok := p.Parse(rest, &cmd); !ok || cmd.Op != codec.OpPutBody || len(cmd.Body) != 1_000_002 {
+		t.Fatalf("rest of the body: %v %v %d", ok, cmd.Op, len(cmd.Body))
+	}
+	if p.BodyHeld() != 0 {
+		t.Fatal("the parser kept the body")
+	}
+
+	if _, ok := p.Parse([]byte("put 0 0 0 5\r\nhello\r\n"), &cmd); !ok {
+		t.Fatal("header")
+	}
+	if _, ok := p.Parse([]byte("hello\r\n"), &cmd); !ok || cap(cmd.Body) != 7 {
+		t.Fatalf("a whole body: cap %d, want exactly 7", cap(cmd.Body))
+	}
+}
