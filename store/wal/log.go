@@ -141,6 +141,10 @@ type Log struct {
 	opts Options // immutable
 	log  zerolog.Logger
 	lock *os.File // holds the directory lock for the process's life
+	// dirFile is the directory, kept open so that syncing it never needs a
+	// new descriptor; reserve holds descriptors for new segments.
+	dirFile *os.File
+	reserve descriptorReserve
 
 	recovered []Recovered // set by Open, handed over once
 
@@ -232,10 +236,16 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	l.lock = lock
-	if err := l.load(); err != nil {
+	if l.dirFile, err = os.Open(dir); err != nil {
 		_ = lock.Close()
 		return nil, err
 	}
+	if err := l.load(); err != nil {
+		_ = l.dirFile.Close()
+		_ = lock.Close()
+		return nil, err
+	}
+	l.reserve.fill()
 	return l, nil
 }
 
@@ -436,6 +446,8 @@ func (l *Log) Close() error {
 	}
 	l.spareWG.Wait()
 	l.closeFiles()
+	l.reserve.close()
+	_ = l.dirFile.Close()
 	return errors.Join(err, l.lock.Close())
 }
 
@@ -928,7 +940,10 @@ func segmentName(seq uint32) string { return fmt.Sprintf("sprout.%08d.wal", seq)
 // openSegment creates and preallocates segment seq with its header.
 func (l *Log) openSegment(seq uint32) error {
 	path := filepath.Join(l.dir, segmentName(seq))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	l.reserve.fill()
+	f, err := l.reserve.open(func() (*os.File, error) {
+		return os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	})
 	if err != nil {
 		return err
 	}
@@ -954,7 +969,7 @@ func (l *Log) openSegment(seq uint32) error {
 		_ = os.Remove(path)
 		return err
 	}
-	syncDir(l.dir)
+	l.syncDir()
 	s := &segment{seq: seq, path: path, f: f, written: headerSize, onDisk: l.opts.SegmentSize}
 	l.mu.Lock()
 	l.segs[seq] = s
@@ -964,12 +979,9 @@ func (l *Log) openSegment(seq uint32) error {
 	return nil
 }
 
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-}
+// syncDir makes the directory's entries (a new, renamed or removed file)
+// durable.
+func (l *Log) syncDir() { _ = l.dirFile.Sync() }
 
 func (l *Log) segment(seq uint32) *segment {
 	l.mu.Lock()

@@ -240,7 +240,7 @@ func (l *Log) importForeign() ([]uint32, error) {
 	if err := os.Rename(tmp, final); err != nil {
 		return nil, err
 	}
-	syncDir(l.dir)
+	l.syncDir()
 	for _, path := range files {
 		if err := os.Remove(path); err != nil {
 			l.log.Warn().Err(err).Str("file", path).Msg("wal: cannot remove imported binlog file")
