@@ -24,6 +24,14 @@ type Config struct {
 	// MaxOutputBuffered stops serving a connection whose unread replies
 	// exceed it until the client reads. 0 means DefaultMaxOutputBuffered.
 	MaxOutputBuffered int
+	// MaxConnections closes, at once, a connection accepted while this many
+	// are open. 0 means DefaultMaxConnections when serving starts.
+	MaxConnections int
+	// MaxBufferMemory bounds the bytes held for all connections together:
+	// unread replies, unparsed input, a partial put body and replies held
+	// for the log. Past it the connections holding the most are closed.
+	// 0 means DefaultMaxBufferMemory().
+	MaxBufferMemory int64
 	// DrainPoll is how often throttled connections are re-checked; 0 means 5ms.
 	DrainPoll time.Duration
 	// Logger receives operator-facing events; the zero value discards.
@@ -47,16 +55,17 @@ const (
 	DefaultMaxJobSize = 65535
 	// MaxMaxJobSize is the clamp beanstalkd applies to -z.
 	MaxMaxJobSize = 1 << 30
-	// DefaultMaxOutputBuffered bounds unread replies per connection.
-	DefaultMaxOutputBuffered = 4 << 20
+	// DefaultMaxOutputBuffered bounds unread replies per connection. A
+	// reply is never cut: one larger than this is still sent whole.
+	DefaultMaxOutputBuffered = 512 << 10
+	// minMaxInputBuffered is the floor of DefaultMaxInputBuffered.
+	minMaxInputBuffered = 64 << 10
 )
 
 // DefaultMaxInputBuffered is the input cap for a given max job size: room for
-// a few pipelined maximal puts, and never less than 4 MiB.
+// two maximal puts pipelined behind a blocked reserve, and at least 64 KiB.
+// Outside that case unparsed input is at most one partial command line:
+// put bodies are copied out as they arrive.
 func DefaultMaxInputBuffered(maxJobSize int) int {
-	n := 2 * (maxJobSize + 256)
-	if n < 4<<20 {
-		n = 4 << 20
-	}
-	return n
+	return max(2*(maxJobSize+256), minMaxInputBuffered)
 }

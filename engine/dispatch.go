@@ -11,125 +11,136 @@ import (
 // dispatch executes one parsed command and appends its reply to out. quit
 // reports that the connection must close. A reserve that blocks sets
 // ss.blocked and appends nothing: its reply comes through the Notifier.
-func (ss *session) dispatch(cmd *codec.Command, out []byte) (_ []byte, quit bool) {
+func (ss *session) dispatch(cmd *codec.Command, out *replies) (quit bool) {
 	switch cmd.Status {
 	case codec.BadFormat:
-		return append(out, codec.ReplyBadFormat...), false
+		out.add(codec.ReplyBadFormat)
+		return false
 	case codec.CountedBadFormat:
 		if c, ok := cmd.Op.Counter(); ok {
 			ss.srv.count(c)
 		}
-		return append(out, codec.ReplyBadFormat...), false
+		out.add(codec.ReplyBadFormat)
+		return false
 	case codec.UnknownCommand:
-		return append(out, codec.ReplyUnknownCommand...), false
+		out.add(codec.ReplyUnknownCommand)
+		return false
 	}
 	if c, ok := cmd.Op.Counter(); ok && cmd.Op != codec.OpPut {
 		ss.srv.count(c)
 	}
+	if cmd.Op == codec.OpQuit {
+		return true
+	}
+	ss.execute(cmd, out)
+	return false
+}
+
+// execute runs every command but quit.
+func (ss *session) execute(cmd *codec.Command, out *replies) {
 	st := ss.srv.store
 	cl := ss.client
 	switch cmd.Op {
-	case codec.OpQuit:
-		return out, true
 	case codec.OpPut:
-		return ss.putHeader(cmd, out), false
+		ss.putHeader(cmd)
 	case codec.OpPutBody:
-		return ss.putBody(cmd, out), false
+		out.buf = ss.putBody(cmd, out.buf)
 	case codec.OpPutTooBig:
-		return append(out, codec.ReplyJobTooBig...), false
+		out.add(codec.ReplyJobTooBig)
 
 	case codec.OpUse:
 		cl.Use(cmd.Tube)
-		return codec.AppendUsing(out, cl.UsedTube()), false
+		out.buf = codec.AppendUsing(out.buf, cl.UsedTube())
 	case codec.OpWatch:
-		return codec.AppendWatching(out, cl.Watch(cmd.Tube)), false
+		out.buf = codec.AppendWatching(out.buf, cl.Watch(cmd.Tube))
 	case codec.OpIgnore:
-		n, ok := cl.Ignore(cmd.Tube)
-		if !ok {
-			return append(out, codec.ReplyNotIgnored...), false
+		if n, ok := cl.Ignore(cmd.Tube); ok {
+			out.buf = codec.AppendWatching(out.buf, n)
+		} else {
+			out.add(codec.ReplyNotIgnored)
 		}
-		return codec.AppendWatching(out, n), false
 	case codec.OpListTubeUsed:
-		return codec.AppendUsing(out, cl.UsedTube()), false
+		out.buf = codec.AppendUsing(out.buf, cl.UsedTube())
 	case codec.OpListTubesWatched:
-		return ss.appendYAML(out, func(b []byte) []byte { return codec.AppendTubeList(b, cl.Watched()) }), false
+		out.appendYAML(func(b []byte) []byte { return codec.AppendTubeList(b, cl.Watched()) })
 	case codec.OpListTubes:
-		return ss.appendYAML(out, func(b []byte) []byte { return codec.AppendTubeList(b, st.TubeNames()) }), false
+		out.appendYAML(func(b []byte) []byte { return codec.AppendTubeList(b, st.TubeNames()) })
 
 	case codec.OpReserve:
-		return ss.reserve(out, -1), false
+		ss.reserve(out, -1)
 	case codec.OpReserveWithTimeout:
-		return ss.reserve(out, time.Duration(cmd.Timeout)*time.Second), false
+		ss.reserve(out, time.Duration(cmd.Timeout)*time.Second)
 	case codec.OpReserveJob:
 		j, ok := cl.ReserveJob(cmd.ID)
 		if !ok {
-			return append(out, codec.ReplyNotFound...), false
+			out.add(codec.ReplyNotFound)
+			return
 		}
 		ss.markWorker() // only a reserve-job that succeeds makes a worker
-		return ss.appendJob(out, codec.WordReserved, j), false
+		ss.appendJob(out, codec.WordReserved, j)
 
 	case codec.OpDelete:
-		return okOrNotFound(out, cl.Delete(cmd.ID), codec.ReplyDeleted), false
+		out.okOrNotFound(cl.Delete(cmd.ID), codec.ReplyDeleted)
 	case codec.OpRelease:
 		// beanstalkd answers OUT_OF_MEMORY when the binlog refuses a release.
-		return replyFor(out, cl.Release(cmd.ID, cmd.Pri, cmd.Delay), codec.ReplyReleased, codec.ReplyOutOfMemory), false
+		out.replyFor(cl.Release(cmd.ID, cmd.Pri, cmd.Delay), codec.ReplyReleased, codec.ReplyOutOfMemory)
 	case codec.OpBury:
 		// ... and INTERNAL_ERROR when it refuses a bury.
-		return replyFor(out, cl.Bury(cmd.ID, cmd.Pri), codec.ReplyBuried, codec.ReplyInternalError), false
+		out.replyFor(cl.Bury(cmd.ID, cmd.Pri), codec.ReplyBuried, codec.ReplyInternalError)
 	case codec.OpTouch:
-		return okOrNotFound(out, cl.Touch(cmd.ID), codec.ReplyTouched), false
+		out.okOrNotFound(cl.Touch(cmd.ID), codec.ReplyTouched)
 	case codec.OpKick:
-		return codec.AppendKicked(out, uint64(cl.Kick(cmd.Count))), false
+		out.buf = codec.AppendKicked(out.buf, uint64(cl.Kick(cmd.Count)))
 	case codec.OpKickJob:
 		// ... and NOT_FOUND when it refuses a kick-job.
-		return replyFor(out, cl.KickJob(cmd.ID), codec.ReplyKicked, codec.ReplyNotFound), false
+		out.replyFor(cl.KickJob(cmd.ID), codec.ReplyKicked, codec.ReplyNotFound)
 
 	case codec.OpPeek:
-		j, ok := st.Peek(cmd.ID)
-		return ss.appendFound(out, j, ok), false
+		if j, ok := st.Peek(cmd.ID); ok {
+			ss.appendJob(out, codec.WordFound, j)
+		} else {
+			out.add(codec.ReplyNotFound)
+		}
 	case codec.OpPeekReady:
-		j := cl.PeekReady()
-		return ss.appendFound(out, j, j != nil), false
+		ss.appendFound(out, cl.PeekReady())
 	case codec.OpPeekDelayed:
-		j := cl.PeekDelayed()
-		return ss.appendFound(out, j, j != nil), false
+		ss.appendFound(out, cl.PeekDelayed())
 	case codec.OpPeekBuried:
-		j := cl.PeekBuried()
-		return ss.appendFound(out, j, j != nil), false
+		ss.appendFound(out, cl.PeekBuried())
 
 	case codec.OpStats:
-		return ss.appendYAML(out, ss.srv.appendStats), false
+		out.appendYAML(ss.srv.appendStats)
 	case codec.OpStatsJob:
 		js, ok := st.JobStats(cmd.ID)
 		if !ok {
-			return append(out, codec.ReplyNotFound...), false
+			out.add(codec.ReplyNotFound)
+			return
 		}
-		return ss.appendYAML(out, func(b []byte) []byte { return appendJobStats(b, &js) }), false
+		out.appendYAML(func(b []byte) []byte { return appendJobStats(b, &js) })
 	case codec.OpStatsTube:
 		ts, ok := st.TubeStats(cmd.Tube)
 		if !ok {
-			return append(out, codec.ReplyNotFound...), false
+			out.add(codec.ReplyNotFound)
+			return
 		}
-		return ss.appendYAML(out, func(b []byte) []byte { return appendTubeStats(b, &ts) }), false
+		out.appendYAML(func(b []byte) []byte { return appendTubeStats(b, &ts) })
 	case codec.OpPauseTube:
-		ok := st.PauseTube(cmd.Tube, time.Duration(cmd.Delay)*time.Second)
-		return okOrNotFound(out, ok, codec.ReplyPaused), false
+		out.okOrNotFound(st.PauseTube(cmd.Tube, time.Duration(cmd.Delay)*time.Second), codec.ReplyPaused)
+	default:
+		out.add(codec.ReplyInternalError)
 	}
-	return append(out, codec.ReplyInternalError...), false
 }
 
 // putHeader handles put's command line. beanstalkd counts cmd-put for any
 // header whose four integers parse, and takes the job id before the body
 // arrives, so an EXPECTED_CRLF or DRAINING put still uses one.
-func (ss *session) putHeader(cmd *codec.Command, out []byte) []byte {
+func (ss *session) putHeader(cmd *codec.Command) {
 	ss.srv.count(codec.CmdPut)
-	switch cmd.Status {
-	case codec.PutTooBig:
-		return out // JOB_TOO_BIG once the body has been discarded
+	if cmd.Status == codec.PutTooBig {
+		return // JOB_TOO_BIG once the body has been discarded
 	}
 	ss.markProducer()
 	ss.putID = ss.srv.store.NextID()
-	return out
 }
 
 func (ss *session) putBody(cmd *codec.Command, out []byte) []byte {
@@ -146,19 +157,19 @@ func (ss *session) putBody(cmd *codec.Command, out []byte) []byte {
 	return codec.AppendInserted(out, j.ID())
 }
 
-func (ss *session) reserve(out []byte, timeout time.Duration) []byte {
+func (ss *session) reserve(out *replies, timeout time.Duration) {
 	ss.markWorker()
 	j, r := ss.client.Reserve(timeout)
 	switch r {
 	case store.Reserved:
-		return ss.appendJob(out, codec.WordReserved, j)
+		ss.appendJob(out, codec.WordReserved, j)
 	case store.TimedOut:
-		return append(out, codec.ReplyTimedOut...)
+		out.add(codec.ReplyTimedOut)
 	case store.DeadlineSoon:
-		return append(out, codec.ReplyDeadlineSoon...)
+		out.add(codec.ReplyDeadlineSoon)
+	default:
+		ss.blocked = true
 	}
-	ss.blocked = true
-	return out
 }
 
 func (ss *session) markProducer() {
@@ -177,43 +188,47 @@ func (ss *session) markWorker() {
 
 // appendYAML appends "OK <n>\r\n<doc>\r\n" with doc built by build, using
 // a pooled scratch buffer so the length is known before the header.
-func (ss *session) appendYAML(out []byte, build func([]byte) []byte) []byte {
-	doc := replyPool.Get()
+func (r *replies) appendYAML(build func([]byte) []byte) {
+	doc := docPool.Get()
 	doc.B = build(doc.B)
-	out = codec.AppendOK(out, doc.B)
-	replyPool.Put(doc)
-	return out
+	r.buf = codec.AppendOK(r.buf, doc.B)
+	docPool.Put(doc)
 }
 
-func okOrNotFound(out []byte, ok bool, reply string) []byte {
+// add appends a fixed reply.
+func (r *replies) add(reply string) { r.buf = append(r.buf, reply...) }
+
+func (r *replies) okOrNotFound(ok bool, reply string) {
 	if !ok {
-		return append(out, codec.ReplyNotFound...)
+		reply = codec.ReplyNotFound
 	}
-	return append(out, reply...)
+	r.add(reply)
 }
 
 // replyFor maps a store error: nil is ok, ErrNotFound is NOT_FOUND, and a
 // refusal by the log is failed.
-func replyFor(out []byte, err error, ok, failed string) []byte {
+func (r *replies) replyFor(err error, ok, failed string) {
 	switch {
 	case err == nil:
-		return append(out, ok...)
+		r.add(ok)
 	case errors.Is(err, store.ErrNotFound):
-		return append(out, codec.ReplyNotFound...)
+		r.add(codec.ReplyNotFound)
+	default:
+		r.add(failed)
 	}
-	return append(out, failed...)
 }
 
-func (ss *session) appendFound(out []byte, j *store.Job, ok bool) []byte {
-	if !ok {
-		return append(out, codec.ReplyNotFound...)
+func (ss *session) appendFound(out *replies, j *store.Job) {
+	if j == nil {
+		out.add(codec.ReplyNotFound)
+		return
 	}
-	return ss.appendJob(out, codec.WordFound, j)
+	ss.appendJob(out, codec.WordFound, j)
 }
 
 // appendJob appends a RESERVED or FOUND reply; it waits, like the reply to
 // a change, until the job's put is durable.
-func (ss *session) appendJob(out []byte, word string, j *store.Job) []byte {
+func (ss *session) appendJob(out *replies, word string, j *store.Job) {
 	ss.client.Reveal(j)
-	return codec.AppendJob(out, word, j.ID(), j.Body())
+	out.appendJob(word, j.ID(), j.Body())
 }

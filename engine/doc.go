@@ -2,13 +2,26 @@
 // connections, feeds their bytes to a codec.Parser, executes each command
 // on the store and writes the replies.
 //
+// # Accepting
+//
+// Sprout owns the listening socket and its accept loop (acceptor); the
+// event loops are a gnet client engine that each accepted connection is
+// enrolled into. gnet's own acceptor would stop the whole engine on EMFILE.
+// The accept loop refuses connections past MaxConnections (closed at once,
+// counted, logged once per interval) and, out of descriptors, keeps a spare
+// one to accept and close the waiting connection, so the open ones are
+// served on and accepting resumes when descriptors are freed.
+//
 // # The path of a byte
 //
 // gnet calls OnTraffic on the connection's event loop. serve peeks at
 // everything buffered, lets the parser consume whole command lines (a
 // partial line stays in gnet's buffer) and put bodies (copied once, into
 // the job's own slice), dispatches each command and appends its reply to
-// one pooled buffer, written with a single c.Write at the end.
+// the loop's batch (replies): small replies are copied into one buffer,
+// a large job body is referenced where the job keeps it, and the batch
+// goes out in one write or writev. gnet copies only what the socket does
+// not take at once into its outbound buffer, which the output cap bounds.
 //
 // # Blocking reserves and other loops
 //
@@ -36,7 +49,16 @@
 //
 // gnet never stops reading and never caps outbound data, so the engine
 // bounds both: a session whose outbound buffer passes MaxOutputBuffered
-// stops being served (it is parked and re-checked from OnTick until its
-// client has read half of it), and a connection whose unparsed input passes
+// stops being served (it is re-checked from OnTick until its client has
+// read half of it), and a connection whose unparsed input passes
 // MaxInputBuffered is closed. Other connections are unaffected.
+//
+// Over all connections, MaxBufferMemory bounds the bytes held for them:
+// unread replies, unparsed input, partial put bodies and replies held for
+// the log. Each session accounts for what it holds after every serve; a
+// session with unread replies is polled from OnTick, since gnet reports no
+// "drained". When the total passes the budget, the enforcer goroutine
+// closes the sessions holding the most until it fits; their reserved jobs
+// go back to ready as on any close. A referenced job body is the job's
+// memory, not the connection's, and is not counted there.
 package engine

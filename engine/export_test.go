@@ -1,9 +1,9 @@
 package engine
 
-// ThrottledCount exposes how many sessions are parked on a full outbound
-// buffer, for the back-pressure test.
+// ThrottledCount exposes how many sessions are polled for unread replies
+// (throttled ones among them), for the back-pressure test.
 func (s *Server) ThrottledCount() int {
-	s.throttledMu.Lock()
-	defer s.throttledMu.Unlock()
-	return len(s.throttled)
+	s.watchedMu.Lock()
+	defer s.watchedMu.Unlock()
+	return len(s.watched)
 }

@@ -53,6 +53,7 @@ func (f *loopFlusher) flush(context.Context) error {
 	for _, ss := range f.waiting {
 		if !ss.closed {
 			ss.flushDurable()
+			ss.account()
 		}
 		if ss.closed || len(ss.marks) == 0 {
 			ss.queued = false

@@ -17,24 +17,15 @@ type handler struct {
 	srv *Server
 }
 
-func (h *handler) OnBoot(e gnet.Engine) gnet.Action {
-	h.srv.engine = e
-	close(h.srv.ready)
-	h.srv.log.Info().Str("network", h.srv.cfg.Network).Str("address", h.srv.cfg.Address).Msg("listening")
-	return gnet.None
-}
-
 func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	s := h.srv
 	ss := &session{
 		srv:    s,
+		loop:   s.loopFor(c.EventLoop()),
 		conn:   c,
 		parser: *codec.NewParser(s.cfg.MaxJobSize),
 	}
 	ss.client = s.store.NewClient(ss)
-	if s.cfg.Durability != nil {
-		ss.flusher = s.flusherFor(c.EventLoop())
-	}
 	c.SetContext(ss)
 	s.conns.current.Add(1)
 	s.conns.total.Add(1)
@@ -54,7 +45,7 @@ func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
 	// connection with TIMED_OUT before closing it.
 	// With replies still held for the log, TIMED_OUT would overtake them,
 	// and they are dropped with the connection, so it is dropped too.
-	if ss.blocked && errors.Is(err, io.EOF) && ss.client.CancelWait() && len(ss.held) == 0 {
+	if ss.blocked && errors.Is(err, io.EOF) && ss.client.CancelWait() && len(ss.marks) == 0 {
 		_, _ = c.Write([]byte(codec.ReplyTimedOut))
 	}
 	ss.close()
@@ -68,9 +59,9 @@ func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
 	return c.Context().(*session).serve()
 }
 
-// OnTick re-checks sessions throttled on a full outbound buffer: gnet has
-// no "drained" event, so they are polled.
+// OnTick re-checks sessions with unread replies in gnet: gnet has no
+// "drained" event, so throttled sessions and the buffer budget poll.
 func (h *handler) OnTick() (time.Duration, gnet.Action) {
-	h.srv.wakeThrottled()
+	h.srv.wakeWatched()
 	return h.srv.cfg.DrainPoll, gnet.None
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -22,8 +23,8 @@ import (
 // Version is reported by stats and -v.
 const Version = "0.1.0"
 
-// Server joins gnet to the store: it owns the listener, the per-connection
-// sessions and the server-wide counters.
+// Server joins gnet to the store: it owns the listener and its accept
+// loop, the per-connection sessions and the server-wide counters.
 type Server struct {
 	cfg   Config         // immutable after New
 	store *store.Store   // immutable
@@ -32,21 +33,32 @@ type Server struct {
 	start time.Time      // immutable
 	uname unameInfo      // immutable
 
-	engine  gnet.Engine   // set in OnBoot, before ready is closed
-	ready   chan struct{} // closed once the listener accepts
-	stopped chan struct{} // closed when Run returns
+	client   *gnet.Client  // set in Run before ready is closed: the event loops
+	ln       net.Listener  // set in Run before ready is closed
+	maxConns int           // set in Run before ready is closed
+	ready    chan struct{} // closed once the listener accepts
+	stopped  chan struct{} // closed when Run returns
 
 	draining atomic.Bool
 	cmds     [codec.NumCounters]atomic.Uint64
 	conns    struct {
 		current, total, producers, workers atomic.Int64
+		// refused: closed at once at MaxConnections; shed: closed or left
+		// waiting for want of descriptors; evicted: closed by the budget.
+		refused, shed, evicted atomic.Uint64
 	}
 
-	throttledMu sync.Mutex
-	throttled   map[*session]struct{} // guarded by throttledMu: sessions paused on a full outbound buffer
+	// bufferHeld is the sum of every session's holding; overBudget wakes
+	// the enforcer when it passes MaxBufferMemory.
+	bufferHeld atomic.Int64
+	overBudget chan struct{}
+	evictLog   everyInterval
 
-	flushersMu sync.Mutex
-	flushers   map[gnet.EventLoop]*loopFlusher // guarded by flushersMu
+	watchedMu sync.Mutex
+	watched   map[*session]struct{} // guarded by watchedMu: sessions with unread replies in gnet
+
+	loopsMu sync.Mutex
+	loops   map[gnet.EventLoop]*loopState // guarded by loopsMu
 }
 
 // New prepares a server on st; Run starts it.
@@ -63,35 +75,27 @@ func New(cfg Config, st *store.Store) *Server {
 	if cfg.DrainPoll <= 0 {
 		cfg.DrainPoll = 5 * time.Millisecond
 	}
+	if cfg.MaxBufferMemory <= 0 {
+		cfg.MaxBufferMemory = DefaultMaxBufferMemory()
+	}
 	if cfg.Network == "" {
 		cfg.Network = "tcp"
 	}
 	var raw [8]byte
 	_, _ = rand.Read(raw[:])
 	return &Server{
-		cfg:       cfg,
-		store:     st,
-		log:       cfg.Logger,
-		id:        hex.EncodeToString(raw[:]),
-		start:     time.Now(),
-		uname:     readUname(),
-		ready:     make(chan struct{}),
-		stopped:   make(chan struct{}),
-		throttled: make(map[*session]struct{}),
-		flushers:  make(map[gnet.EventLoop]*loopFlusher),
+		cfg:        cfg,
+		store:      st,
+		log:        cfg.Logger,
+		id:         hex.EncodeToString(raw[:]),
+		start:      time.Now(),
+		uname:      readUname(),
+		ready:      make(chan struct{}),
+		stopped:    make(chan struct{}),
+		overBudget: make(chan struct{}, 1),
+		watched:    make(map[*session]struct{}),
+		loops:      make(map[gnet.EventLoop]*loopState),
 	}
-}
-
-// flusherFor returns the held-reply flusher of event loop el.
-func (s *Server) flusherFor(el gnet.EventLoop) *loopFlusher {
-	s.flushersMu.Lock()
-	defer s.flushersMu.Unlock()
-	f := s.flushers[el]
-	if f == nil {
-		f = newLoopFlusher(el, s.cfg.Durability)
-		s.flushers[el] = f
-	}
-	return f
 }
 
 // Ready is closed once the server accepts connections.
@@ -101,17 +105,19 @@ func (s *Server) Ready() <-chan struct{} { return s.ready }
 // It cannot be undone.
 func (s *Server) SetDraining() { s.draining.Store(true) }
 
-// Run serves until Stop; it returns the listener error, if any.
+// Run serves until Stop; it returns an error if it cannot start.
+//
+// The event loops are a gnet client engine, with no listener of gnet's:
+// the accept loop (acceptor) hands each connection to them.
 func (s *Server) Run() error {
 	defer close(s.stopped)
-	addr, err := s.listenAddr()
+	ln, err := s.listen()
 	if err != nil {
 		return err
 	}
 	loops := s.cfg.Loops
 	opts := []gnet.Option{
 		gnet.WithMulticore(loops <= 0),
-		gnet.WithReuseAddr(true),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithTicker(true),
 		gnet.WithLogger(gnetLogger{s.log}),
@@ -119,12 +125,39 @@ func (s *Server) Run() error {
 	if loops > 0 {
 		opts = append(opts, gnet.WithNumEventLoop(loops))
 	}
-	return gnet.Run(&handler{srv: s}, addr, opts...)
+	client, err := gnet.NewClient(&handler{srv: s}, opts...)
+	if err == nil {
+		err = client.Start()
+	}
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	s.client, s.ln = client, ln
+	s.maxConns = s.cfg.MaxConnections
+	if s.maxConns <= 0 {
+		s.maxConns = DefaultMaxConnections()
+	}
+	stopBudget := make(chan struct{})
+	go s.enforceBudget(stopBudget)
+	s.log.Info().Str("network", s.cfg.Network).Str("address", ln.Addr().String()).
+		Int("max_connections", s.maxConns).Int64("max_buffer_memory", s.cfg.MaxBufferMemory).
+		Msg("listening")
+	close(s.ready)
+
+	newAcceptor(s, ln).run()
+	err = client.Stop()
+	close(stopBudget)
+	return err
 }
 
+// Addr is the address the server listens on, once Ready.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
 // Stop shuts the server down:
-//  1. the listener and every connection are closed by gnet;
-//  2. each closed connection's reserved jobs go back to ready (OnClose);
+//  1. the listener closes, so the accept loop ends;
+//  2. gnet closes every connection, and OnClose puts each one's reserved
+//     jobs back to ready;
 //  3. Run returns.
 //
 // The store stays open; the caller closes it after Run has returned.
@@ -134,26 +167,13 @@ func (s *Server) Stop(ctx context.Context) error {
 	case <-s.stopped:
 		return nil
 	}
-	err := s.engine.Stop(ctx)
+	_ = s.ln.Close()
 	select {
 	case <-s.stopped:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return err
-}
-
-func (s *Server) listenAddr() (string, error) {
-	switch s.cfg.Network {
-	case "tcp":
-		return "tcp://" + s.cfg.Address, nil
-	case "unix":
-		if err := removeStaleSocket(s.cfg.Address); err != nil {
-			return "", err
-		}
-		return "unix://" + s.cfg.Address, nil
-	}
-	return "", fmt.Errorf("engine: unknown network %q", s.cfg.Network)
 }
 
 // removeStaleSocket deletes a socket file left by an earlier run, as
@@ -175,34 +195,11 @@ func removeStaleSocket(path string) error {
 // count bumps a cmd-* counter.
 func (s *Server) count(c codec.Counter) { s.cmds[c].Add(1) }
 
-// throttle parks a session whose client is not reading; the ticker wakes it
-// until its outbound buffer has drained.
-func (s *Server) throttle(ss *session) {
-	s.throttledMu.Lock()
-	s.throttled[ss] = struct{}{}
-	s.throttledMu.Unlock()
-}
-
-func (s *Server) unthrottle(ss *session) {
-	s.throttledMu.Lock()
-	delete(s.throttled, ss)
-	s.throttledMu.Unlock()
-}
-
-// wakeThrottled asks each parked session's loop to look again.
-func (s *Server) wakeThrottled() {
-	s.throttledMu.Lock()
-	for ss := range s.throttled {
-		_ = ss.conn.Wake(nil)
-	}
-	s.throttledMu.Unlock()
-}
-
 // gnetLogger routes gnet's own logging into zerolog.
 type gnetLogger struct{ l zerolog.Logger }
 
 func (g gnetLogger) Debugf(f string, a ...any) { g.l.Debug().Msgf(f, a...) }
-func (g gnetLogger) Infof(f string, a ...any)  { g.l.Info().Msgf(f, a...) }
+func (g gnetLogger) Infof(f string, a ...any)  { g.l.Debug().Msgf(f, a...) } // gnet's own chatter
 func (g gnetLogger) Warnf(f string, a ...any)  { g.l.Warn().Msgf(f, a...) }
 func (g gnetLogger) Errorf(f string, a ...any) { g.l.Error().Msgf(f, a...) }
 func (g gnetLogger) Fatalf(f string, a ...any) { g.l.Fatal().Msgf(f, a...) }

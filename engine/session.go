@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"sync/atomic"
+
 	"github.com/panjf2000/gnet/v2"
 	"github.com/valyala/bytebufferpool"
 
@@ -9,14 +11,15 @@ import (
 	"github.com/sproutmq/sprout/store"
 )
 
-// replyPool holds the buffers replies are assembled in; one per OnTraffic,
-// written with a single c.Write.
-var replyPool bytebufferpool.Pool
+// docPool holds the scratch buffers YAML documents are built in before
+// their length is known.
+var docPool bytebufferpool.Pool
 
 // session is one connection. Unless a field says otherwise it is only
 // touched on the connection's event loop.
 type session struct {
 	srv    *Server       // immutable
+	loop   *loopState    // immutable: what the connection's loop shares
 	conn   gnet.Conn     // immutable; off-loop use only through gnet's thread-safe calls
 	client *store.Client // immutable
 	parser codec.Parser
@@ -27,10 +30,17 @@ type session struct {
 
 	// held are replies waiting for their changes to become durable, in
 	// order; marks say up to where each needs which log position.
-	held    []byte
-	marks   []heldMark
-	flusher *loopFlusher // immutable; nil without a log
-	queued  bool         // in flusher's waiting list
+	held   replies
+	marks  []heldMark
+	queued bool // in the loop flusher's waiting list
+
+	// holding is the bytes held for this connection when last accounted:
+	// unread replies in gnet, unparsed input, held replies, a partial put
+	// body. Written on the loop; read by the budget enforcer.
+	holding  atomic.Int64
+	tracked  bool        // in loop.holding
+	watched  bool        // in srv.watched: gnet holds unread replies
+	evicting atomic.Bool // closed by the budget enforcer; set from its goroutine
 
 	blocked   bool // a reserve is waiting; input stays buffered until it ends
 	throttled bool // the client is not reading its replies
@@ -39,41 +49,58 @@ type session struct {
 	worker    bool // has reserved (stats current-workers)
 }
 
-// heldMark: held[:end] may be sent once the log is durable up to lsn.
+// heldMark: held.buf[:end] (and the bodies referenced up to it) may be sent
+// once the log is durable up to lsn.
 type heldMark struct {
 	end int
 	lsn uint64
 }
 
-// serve parses and answers as much buffered input as it may: everything,
-// unless a reserve blocks or the client stops reading replies.
+// serve sends the held replies that may go, parses and answers as much
+// buffered input as it may, and accounts for what the connection holds.
 func (ss *session) serve() gnet.Action {
-	c := ss.conn
 	if ss.closed {
 		return gnet.None
 	}
 	ss.flushDurable()
+	action := ss.serveInput()
+	ss.awaitDurable()
+	ss.account()
+	return action
+}
+
+// serveInput answers buffered commands: all of them, unless a reserve
+// blocks or the client stops reading its replies.
+func (ss *session) serveInput() gnet.Action {
+	c := ss.conn
+	maxOut := ss.srv.cfg.MaxOutputBuffered
 	if ss.throttled {
-		if c.OutboundBuffered() > ss.srv.cfg.MaxOutputBuffered/2 {
+		if c.OutboundBuffered() > maxOut/2 {
 			return ss.checkInput()
 		}
 		ss.throttled = false
-		ss.srv.unthrottle(ss)
 	}
 	if ss.blocked {
 		return ss.checkInput()
 	}
 	in, _ := c.Peek(-1)
-	out := replyPool.Get()
+	out := &ss.loop.batch
 	consumed := 0
 	// cmd lives on the stack: keeping it in the session would cost every
 	// idle connection its 88 bytes.
 	var cmd codec.Command
 	action := gnet.None
 	for {
-		if c.OutboundBuffered()+len(out.B) > ss.srv.cfg.MaxOutputBuffered {
+		if out.size() >= maxOut {
+			// Hand a large batch to the socket now: what the kernel takes
+			// at once does not count against the client.
+			out.writeAll(c)
+			if ss.closed { // the write failed and gnet closed the connection
+				return gnet.None
+			}
+		}
+		if c.OutboundBuffered()+out.size() > maxOut {
 			ss.throttled = true
-			ss.srv.throttle(ss)
 			break
 		}
 		n, ok := ss.parser.Parse(in[consumed:], &cmd)
@@ -81,12 +108,10 @@ func (ss *session) serve() gnet.Action {
 		if !ok {
 			break
 		}
-		var quit bool
-		before := len(out.B)
-		out.B, quit = ss.dispatch(&cmd, out.B)
+		before := len(out.buf)
+		quit := ss.dispatch(&cmd, out)
 		if ss.mustHold() {
-			ss.hold(out.B[before:])
-			out.B = out.B[:before]
+			ss.hold(out, before)
 		}
 		if quit {
 			action = gnet.Close
@@ -101,15 +126,23 @@ func (ss *session) serve() gnet.Action {
 	if consumed > 0 {
 		_, _ = c.Discard(consumed)
 	}
-	if len(out.B) > 0 {
-		_, _ = c.Write(out.B)
-	}
-	replyPool.Put(out)
-	ss.awaitDurable()
+	out.writeAll(c)
 	if action != gnet.None {
 		return action
 	}
 	return ss.checkInput()
+}
+
+// account publishes what the connection holds now to the server's buffer
+// budget.
+func (ss *session) account() {
+	if ss.closed {
+		return
+	}
+	c := ss.conn
+	unread := c.OutboundBuffered()
+	n := unread + c.InboundBuffered() + len(ss.held.buf) + ss.parser.BodyHeld()
+	ss.srv.account(ss, int64(n), unread > 0 || ss.throttled)
 }
 
 // mustHold reports whether the reply just produced has to wait: its
@@ -120,12 +153,13 @@ func (ss *session) mustHold() bool {
 	if d == nil {
 		return false
 	}
-	return len(ss.held) > 0 || ss.client.PendingLSN() > d.Durable()
+	return len(ss.marks) > 0 || ss.client.PendingLSN() > d.Durable()
 }
 
-func (ss *session) hold(reply []byte) {
-	ss.held = append(ss.held, reply...)
-	ss.marks = append(ss.marks, heldMark{end: len(ss.held), lsn: ss.client.PendingLSN()})
+// hold moves the replies in out from byte from on to the held queue.
+func (ss *session) hold(out *replies, from int) {
+	ss.held.moveTail(out, from)
+	ss.marks = append(ss.marks, heldMark{end: len(ss.held.buf), lsn: ss.client.PendingLSN()})
 }
 
 // flushDurable sends the held replies whose changes are now durable.
@@ -142,15 +176,7 @@ func (ss *session) flushDurable() {
 	if n == 0 {
 		return
 	}
-	_, _ = ss.conn.Write(ss.held[:end])
-	if n == len(ss.marks) {
-		ss.held, ss.marks = ss.held[:0], ss.marks[:0]
-		if cap(ss.held) > 64<<10 {
-			ss.held = nil // don't keep a large buffer per idle connection
-		}
-		return
-	}
-	ss.held = append(ss.held[:0], ss.held[end:]...)
+	ss.held.writeTo(ss.conn, end)
 	for i := range ss.marks[n:] {
 		ss.marks[n+i].end -= end
 	}
@@ -160,7 +186,7 @@ func (ss *session) flushDurable() {
 // awaitDurable has the loop's flusher send the held replies when they may go.
 func (ss *session) awaitDurable() {
 	if len(ss.marks) > 0 {
-		ss.flusher.add(ss, ss.marks[0].lsn)
+		ss.loop.flusher.add(ss, ss.marks[0].lsn)
 	}
 }
 
@@ -188,9 +214,8 @@ func (ss *session) close() {
 		return
 	}
 	ss.closed = true
-	if ss.throttled {
-		ss.srv.unthrottle(ss)
-	}
+	ss.srv.account(ss, 0, false)
+	ss.held.reset()
 	ss.client.Close()
 	ss.srv.conns.current.Add(-1)
 	if ss.producer {
@@ -205,7 +230,7 @@ func (ss *session) close() {
 // It runs on whichever goroutine made the job available, so the reply is
 // handed to the connection's own loop.
 func (ss *session) JobReserved(j *store.Job) {
-	ss.onLoop(func() []byte { return ss.appendJob(nil, codec.WordReserved, j) })
+	ss.onLoop(func(out *replies) { ss.appendJob(out, codec.WordReserved, j) })
 }
 
 // WaitEnded implements store.Notifier: a blocked reserve ended empty.
@@ -214,21 +239,23 @@ func (ss *session) WaitEnded(r store.ReserveResult) {
 	if r == store.DeadlineSoon {
 		reply = codec.ReplyDeadlineSoon
 	}
-	ss.onLoop(func() []byte { return []byte(reply) })
+	ss.onLoop(func(out *replies) { out.buf = append(out.buf, reply...) })
 }
 
 // onLoop answers the blocked reserve on the connection's loop, behind any
 // held replies, then serves the input that queued up behind it. If the
 // connection has closed meanwhile, OnClose has already put the job back.
-func (ss *session) onLoop(reply func() []byte) {
+func (ss *session) onLoop(reply func(*replies)) {
 	_ = ss.conn.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
 		if ss.closed {
 			return nil
 		}
-		if b := reply(); ss.mustHold() {
-			ss.hold(b)
+		out := &ss.loop.batch
+		reply(out)
+		if ss.mustHold() {
+			ss.hold(out, 0)
 		} else {
-			_, _ = ss.conn.Write(b)
+			out.writeAll(ss.conn)
 		}
 		ss.resume()
 		return nil

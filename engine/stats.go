@@ -114,3 +114,30 @@ func appendJobStats(dst []byte, j *store.JobStats) []byte {
 		File:     j.File,
 	})
 }
+
+// Limits is what the server has done at its connection limits, for
+// operators (stats has no place for it: its keys are beanstalkd's).
+type Limits struct {
+	// Open is the connections open now; MaxConnections the limit.
+	Open, MaxConnections int64
+	// Refused counts connections closed at once at MaxConnections; Shed,
+	// accepts that failed for want of descriptors; Evicted, connections
+	// closed to bring buffer memory back under its budget.
+	Refused, Shed, Evicted uint64
+	// BufferHeld is the bytes held for connections now; MaxBufferMemory
+	// the budget.
+	BufferHeld, MaxBufferMemory int64
+}
+
+// Limits reports the connection limits and what they have done.
+func (s *Server) Limits() Limits {
+	return Limits{
+		Open:            s.conns.current.Load(),
+		MaxConnections:  int64(s.maxConns),
+		Refused:         s.conns.refused.Load(),
+		Shed:            s.conns.shed.Load(),
+		Evicted:         s.conns.evicted.Load(),
+		BufferHeld:      s.bufferHeld.Load(),
+		MaxBufferMemory: s.cfg.MaxBufferMemory,
+	}
+}

@@ -98,19 +98,28 @@ var longFlags = map[string]func(o *options, value string) error{
 		o.wal.SkipDamaged = v
 		return nil
 	},
-	"max-input":  byteCountFlag("max-input", func(o *options) *int { return &o.cfg.MaxInputBuffered }),
-	"max-output": byteCountFlag("max-output", func(o *options) *int { return &o.cfg.MaxOutputBuffered }),
+	"max-input":         byteCountFlag("max-input", func(o *options) *int { return &o.cfg.MaxInputBuffered }),
+	"max-output":        byteCountFlag("max-output", func(o *options) *int { return &o.cfg.MaxOutputBuffered }),
+	"max-buffer-memory": byteCountFlag("max-buffer-memory", func(o *options) *int64 { return &o.cfg.MaxBufferMemory }),
+	"max-connections": uintFlag("max-connections", 31, "a number; 0 means from the open-file limit",
+		func(o *options) *int { return &o.cfg.MaxConnections }),
 }
 
 // byteCountFlag sets the engine cap that field points at from a plain decimal
 // byte count; 0 leaves the engine's default.
-func byteCountFlag(name string, field func(o *options) *int) func(o *options, value string) error {
+func byteCountFlag[T int | int64](name string, field func(o *options) *T) func(o *options, value string) error {
+	return uintFlag(name, strconv.IntSize-1, "a number of bytes; 0 means the default", field)
+}
+
+// uintFlag sets *field from a plain decimal number of at most bits bits;
+// want says what is expected when the value is refused.
+func uintFlag[T int | int64](name string, bits int, want string, field func(o *options) *T) func(o *options, value string) error {
 	return func(o *options, value string) error {
-		n, err := strconv.ParseUint(value, 10, strconv.IntSize-1)
+		n, err := strconv.ParseUint(value, 10, bits)
 		if err != nil {
-			return fmt.Errorf("invalid --%s: %q (want a number of bytes; 0 means the default)", name, value)
+			return fmt.Errorf("invalid --%s: %q (want %s)", name, value, want)
 		}
-		*field(o) = int(n)
+		*field(o) = T(n)
 		return nil
 	}
 }
@@ -367,12 +376,20 @@ reading (-l oops):
  --log-level LEVEL   trace, debug, info, warn, error, fatal, panic or disabled
                      (default info; -V and -VV only ever make it more verbose)
  --max-input BYTES   close a connection whose unparsed input exceeds BYTES
-                     (default 0: the larger of 4 MiB and 2*(max job size+256))
+                     (default 0: the larger of 64 KiB and 2*(max job size+256))
  --max-output BYTES  stop serving a connection whose unread replies exceed
-                     BYTES until it reads them (default 0: %d MiB)
+                     BYTES until it reads them (default 0: %d KiB)
+ --max-connections N close new connections at once while N are open
+                     (default 0: the open-file limit, less the descriptors
+                     open at start, less 64)
+ --max-buffer-memory BYTES
+                     bound the bytes held for all connections together
+                     (unread replies, unparsed input, partial put bodies);
+                     past it the connections holding the most are closed
+                     (default 0: 1/8 of the memory limit, 64 MiB to 1 GiB)
  --skip-damaged BOOL with -b, skip (and log) damaged log records at start
                      instead of refusing to start (default false)
  --cpu-profile PATH  write a pprof CPU profile to PATH until shutdown
 `, defaultPort, engine.DefaultMaxJobSize, engine.MaxMaxJobSize, wal.DefaultSegmentSize, exitUsage, maxLoops,
-		engine.DefaultMaxOutputBuffered>>20)
+		engine.DefaultMaxOutputBuffered>>10)
 }

@@ -324,6 +324,18 @@ func TestParseArgsLongFlags(t *testing.T) {
 		usageFail("max output too large", []string{"--max-output", "9223372036854775808"},
 			`invalid --max-output: "9223372036854775808"`+bytesWant),
 		usageFail("max output missing", []string{"--max-output"}, "flag requires an argument: --max-output"),
+
+		{name: "max connections", args: []string{"--max-connections", "19000"},
+			want: func(o *options) { o.cfg.MaxConnections = 19000 }},
+		{name: "max connections zero keeps the default", args: []string{"--max-connections=0"}},
+		usageFail("max connections negative", []string{"--max-connections", "-1"},
+			`invalid --max-connections: "-1" (want a number; 0 means from the open-file limit)`),
+		usageFail("max connections too large", []string{"--max-connections", "2147483648"},
+			`invalid --max-connections: "2147483648" (want a number; 0 means from the open-file limit)`),
+		{name: "max buffer memory", args: []string{"-max-buffer-memory", "67108864"},
+			want: func(o *options) { o.cfg.MaxBufferMemory = 64 << 20 }},
+		usageFail("max buffer memory suffix", []string{"--max-buffer-memory", "64m"},
+			`invalid --max-buffer-memory: "64m"`+bytesWant),
 	})
 }
 

@@ -1,0 +1,146 @@
+package engine
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+
+	"github.com/panjf2000/gnet/v2"
+)
+
+// loopState is what one event loop's sessions share.
+type loopState struct {
+	flusher *loopFlusher // immutable; nil without a log
+
+	// batch collects the replies of one serve call; only the loop's
+	// goroutine touches it, and serve is never re-entered on a loop.
+	batch replies
+
+	mu      sync.Mutex
+	holding map[*session]struct{} // guarded by mu: sessions holding buffer bytes
+}
+
+// loopFor returns the shared state of event loop el.
+func (s *Server) loopFor(el gnet.EventLoop) *loopState {
+	s.loopsMu.Lock()
+	defer s.loopsMu.Unlock()
+	ls := s.loops[el]
+	if ls == nil {
+		ls = &loopState{holding: make(map[*session]struct{})}
+		if s.cfg.Durability != nil {
+			ls.flusher = newLoopFlusher(el, s.cfg.Durability)
+		}
+		s.loops[el] = ls
+	}
+	return ls
+}
+
+// account records that ss now holds n bytes for its connection, and
+// whether gnet holds unread replies for it (it is then polled from OnTick,
+// since gnet reports no "drained"). Loop goroutine only.
+func (s *Server) account(ss *session, n int64, unread bool) {
+	if old := ss.holding.Swap(n); old != n {
+		if total := s.bufferHeld.Add(n - old); n > old && total > s.cfg.MaxBufferMemory {
+			select {
+			case s.overBudget <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if tracked := n > 0; tracked != ss.tracked {
+		ss.tracked = tracked
+		ss.loop.mu.Lock()
+		if tracked {
+			ss.loop.holding[ss] = struct{}{}
+		} else {
+			delete(ss.loop.holding, ss)
+		}
+		ss.loop.mu.Unlock()
+	}
+	if unread != ss.watched {
+		ss.watched = unread
+		s.watchedMu.Lock()
+		if unread {
+			s.watched[ss] = struct{}{}
+		} else {
+			delete(s.watched, ss)
+		}
+		s.watchedMu.Unlock()
+	}
+}
+
+// wakeWatched asks the loop of each session with unread replies to look
+// again: to resume a throttled session, and to account for what its client
+// has read meanwhile.
+func (s *Server) wakeWatched() {
+	s.watchedMu.Lock()
+	for ss := range s.watched {
+		_ = ss.conn.Wake(nil)
+	}
+	s.watchedMu.Unlock()
+}
+
+// enforceBudget closes connections while the bytes held for connections
+// exceed MaxBufferMemory, the ones holding the most first, until stop.
+func (s *Server) enforceBudget(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-s.overBudget:
+			s.evictLargest()
+		}
+	}
+}
+
+// evictLargest closes the sessions holding the most until what is left
+// fits the budget. Closing is asynchronous: a session's bytes leave the
+// total when its loop runs OnClose, so sessions already being closed are
+// counted as gone and not picked twice.
+func (s *Server) evictLargest() {
+	limit := s.cfg.MaxBufferMemory
+	total := s.bufferHeld.Load()
+	if total <= limit {
+		return
+	}
+	type holder struct {
+		ss *session
+		n  int64
+	}
+	var hs []holder
+	s.loopsMu.Lock()
+	for _, ls := range s.loops {
+		ls.mu.Lock()
+		for ss := range ls.holding {
+			n := ss.holding.Load()
+			if ss.evicting.Load() {
+				total -= n
+				continue
+			}
+			hs = append(hs, holder{ss, n})
+		}
+		ls.mu.Unlock()
+	}
+	s.loopsMu.Unlock()
+	slices.SortFunc(hs, func(a, b holder) int { return cmp.Compare(b.n, a.n) })
+	closed := 0
+	var freed int64
+	for _, h := range hs {
+		if total <= limit {
+			break
+		}
+		h.ss.evicting.Store(true)
+		_ = h.ss.conn.Close()
+		total -= h.n
+		freed += h.n
+		closed++
+	}
+	if closed == 0 {
+		return
+	}
+	s.conns.evicted.Add(uint64(closed))
+	if n, ok := s.evictLog.note(uint64(closed)); ok {
+		s.log.Warn().Uint64("closed", n).Int64("freed_bytes", freed).Int64("limit_bytes", limit).
+			Msg("buffer memory over budget; closing the connections holding the most")
+	}
+}

@@ -1,0 +1,158 @@
+package engine_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/engine"
+)
+
+// waitFor polls cond every few milliseconds until it holds or 5 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// expectClosed fails unless the server closes c within 5 s, discarding
+// whatever it sent first.
+func expectClosed(t *testing.T, c net.Conn) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err := io.Copy(io.Discard, c)
+	if err != nil && !isReset(err) {
+		t.Fatalf("want the connection closed, got %v", err)
+	}
+}
+
+// TestMaxConnections: past the limit a new connection is closed at once and
+// counted; the open ones are served; once one closes, a new one is accepted.
+func TestMaxConnections(t *testing.T) {
+	srv, network, addr := startServer(t, engine.Config{MaxConnections: 3})
+	var open []*rawConn
+	for range 3 {
+		c := dialRaw(t, network, addr)
+		c.send("list-tube-used\r\n")
+		c.expect("USING default\r\n")
+		open = append(open, c)
+	}
+	extra, err := net.Dial(network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	expectClosed(t, extra)
+	if l := srv.Limits(); l.Refused != 1 || l.Open != 3 || l.MaxConnections != 3 {
+		t.Fatalf("limits %+v, want 1 refused, 3 open, max 3", l)
+	}
+	open[0].send("put 0 0 10 1\r\nx\r\n")
+	open[0].expect("INSERTED 1\r\n")
+
+	_ = open[1].c.Close()
+	waitFor(t, "the closed connection to be counted", func() bool { return srv.Limits().Open == 2 })
+	again := dialRaw(t, network, addr)
+	again.send("reserve-with-timeout 0\r\n")
+	again.expect("RESERVED 1 1\r\nx\r\n")
+}
+
+// TestBufferBudgetClosesLargestHolders: connections holding partial put
+// bodies past the server-wide budget are closed, largest first, and their
+// memory leaves the count; a polite client is unaffected.
+func TestBufferBudgetClosesLargestHolders(t *testing.T) {
+	const budget = 256 << 10
+	srv, network, addr := startServer(t, engine.Config{MaxBufferMemory: budget, MaxJobSize: 1 << 20})
+	polite := dialRaw(t, network, addr)
+
+	// Four connections each hold 40,000 body bytes of a 60,000-byte put,
+	// and one holds 100,000 of a 200,000-byte put: over 260,000 bytes in
+	// all (a body in parts may have room for more), past the budget;
+	// closing the largest brings it back.
+	type holder struct{ declared, sent int }
+	sizes := []holder{{60_000, 40_000}, {60_000, 40_000}, {60_000, 40_000}, {60_000, 40_000}, {200_000, 100_000}}
+	var holders []net.Conn
+	for i, h := range sizes {
+		c, err := net.Dial(network, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		holders = append(holders, c)
+		if _, err := fmt.Fprintf(c, "put 0 0 10 %d\r\n%s", h.declared, strings.Repeat("b", h.sent)); err != nil {
+			t.Fatal(err)
+		}
+		if i < len(sizes)-1 {
+			// Let each be accounted before the next, so the largest is the
+			// one past the budget.
+			waitFor(t, "the partial body to be accounted", func() bool { return srv.Limits().BufferHeld >= int64(40_000*(i+1)) })
+		}
+	}
+	expectClosed(t, holders[len(holders)-1])
+	waitFor(t, "the evicted connection's bytes to be released", func() bool {
+		l := srv.Limits()
+		return l.Evicted == 1 && l.BufferHeld <= budget
+	})
+	for _, c := range holders[:len(holders)-1] {
+		if _, err := fmt.Fprintf(c, "%s\r\n", strings.Repeat("b", 20_000)); err != nil {
+			t.Fatal(err)
+		}
+		reply := make([]byte, len("INSERTED 1\r\n"))
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(c, reply); err != nil || !strings.HasPrefix(string(reply), "INSERTED ") {
+			t.Fatalf("a smaller holder lost its put: %q %v", reply, err)
+		}
+	}
+	polite.send("stats-tube default\r\n")
+	if r, err := polite.reply(2 * time.Second); err != nil || !strings.Contains(r, "current-jobs-ready: 4\n") {
+		t.Fatalf("polite client: %q %v", r, err)
+	}
+}
+
+// TestBudgetCountsUnreadReplies: replies a client does not read count
+// against the budget once the kernel's socket buffers are full, and the
+// budget closes that client; its reserved jobs go back to ready.
+func TestBudgetCountsUnreadReplies(t *testing.T) {
+	const budget = 1 << 20
+	srv, network, addr := startServer(t, engine.Config{MaxBufferMemory: budget, MaxOutputBuffered: 4 << 20})
+	setup := dialRaw(t, network, addr)
+	body := strings.Repeat("z", 60_000)
+	for i := 1; i <= 2; i++ {
+		setup.send(fmt.Sprintf("put 0 0 600 %d\r\n%s\r\n", len(body), body))
+		setup.expect(fmt.Sprintf("INSERTED %d\r\n", i))
+	}
+
+	hog, err := net.DialTCP(network, nil, mustResolve(t, addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hog.Close()
+	_ = hog.SetReadBuffer(4 << 10)
+	// One reserved job, then peeks of it that are never read: hundreds of
+	// megabytes of replies against a budget of one.
+	go func() {
+		_, _ = io.WriteString(hog, "reserve-with-timeout 0\r\n"+strings.Repeat("peek 1\r\n", 4000))
+	}()
+	waitFor(t, "the hog to be closed by the budget", func() bool { return srv.Limits().Evicted == 1 })
+	waitFor(t, "its bytes to be released", func() bool { return srv.Limits().BufferHeld < budget })
+	setup.send("stats-job 1\r\n")
+	if r, err := setup.reply(2 * time.Second); err != nil || !strings.Contains(r, "state: ready\n") {
+		t.Fatalf("the hog's reserved job is not back to ready: %q %v", r, err)
+	}
+}
+
+func mustResolve(t *testing.T, addr string) *net.TCPAddr {
+	t.Helper()
+	a, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}

@@ -1,0 +1,164 @@
+package engine
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// logInterval is the least time between two log lines about the same
+// overload (refused connections, descriptor exhaustion, buffer budget).
+const logInterval = 10 * time.Second
+
+// listen opens the listening socket. Sprout owns it and its accept loop,
+// rather than gnet, because gnet v2 stops the whole engine on any accept
+// error other than EAGAIN, EINTR, ECONNRESET and ECONNABORTED, so one
+// EMFILE at the open-file limit would end every connection.
+func (s *Server) listen() (net.Listener, error) {
+	switch s.cfg.Network {
+	case "tcp":
+		return net.Listen("tcp", s.cfg.Address)
+	case "unix":
+		if err := removeStaleSocket(s.cfg.Address); err != nil {
+			return nil, err
+		}
+		return net.Listen("unix", s.cfg.Address)
+	}
+	return nil, errors.New("engine: unknown network " + s.cfg.Network)
+}
+
+// acceptor is the accept loop: it hands each connection to an event loop,
+// refuses connections past MaxConnections, and survives running out of
+// descriptors. Only its own goroutine touches it.
+type acceptor struct {
+	srv *Server
+	ln  net.Listener
+	// spare is a descriptor held back for the open-file limit: closing it
+	// frees one to accept a waiting connection and close it at once, so
+	// its client hears a close instead of waiting in the backlog.
+	spare   *os.File
+	backoff time.Duration
+
+	refusedLog, shedLog, errLog everyInterval
+}
+
+func newAcceptor(s *Server, ln net.Listener) *acceptor {
+	a := &acceptor{srv: s, ln: ln}
+	a.spare, _ = os.Open(os.DevNull)
+	return a
+}
+
+// run accepts until the listener is closed.
+func (a *acceptor) run() {
+	defer func() {
+		if a.spare != nil {
+			_ = a.spare.Close()
+		}
+	}()
+	s := a.srv
+	for {
+		nc, err := a.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			if outOfDescriptors(err) {
+				a.shed(err)
+			} else {
+				a.failed(err)
+			}
+			continue
+		}
+		a.backoff = 0
+		if s.conns.current.Load() >= int64(s.maxConns) {
+			_ = nc.Close()
+			s.conns.refused.Add(1)
+			if n, ok := a.refusedLog.note(1); ok {
+				s.log.Warn().Uint64("refused", n).Int("max_connections", s.maxConns).
+					Msg("connection refused: at max-connections")
+			}
+			continue
+		}
+		// gnet takes its own descriptor (a dup) and closes nc, whatever
+		// the outcome.
+		if _, err := s.client.EnrollContext(nc, nil); err != nil {
+			if outOfDescriptors(err) {
+				a.shed(err)
+			} else if e := s.log.Debug(); e.Enabled() {
+				e.Err(err).Msg("accept: cannot register the connection")
+			}
+		}
+	}
+}
+
+// shed handles running out of descriptors (or kernel memory for sockets):
+// every open connection keeps being served; a waiting connection is
+// accepted and closed with the spare descriptor if there is one; without
+// one, new connections wait in the backlog while the loop backs off, and
+// accepting resumes by itself once descriptors are freed.
+func (a *acceptor) shed(err error) {
+	s := a.srv
+	s.conns.shed.Add(1)
+	if n, ok := a.shedLog.note(1); ok {
+		s.log.Warn().Err(err).Uint64("shed", n).Int64("open_connections", s.conns.current.Load()).
+			Msg("accept: out of descriptors; shedding new connections")
+	}
+	if a.spare != nil {
+		_ = a.spare.Close()
+		a.spare = nil
+		if nc, err := a.ln.Accept(); err == nil {
+			_ = nc.Close()
+		}
+	}
+	if a.spare, _ = os.Open(os.DevNull); a.spare == nil {
+		a.sleep()
+	}
+}
+
+// failed handles any other accept error: it is logged, the loop backs off
+// and tries again; the listener is never given up while the server runs.
+func (a *acceptor) failed(err error) {
+	if n, ok := a.errLog.note(1); ok {
+		a.srv.log.Error().Err(err).Uint64("errors", n).Msg("accept failed; retrying")
+	}
+	a.sleep()
+}
+
+// sleep backs off from 5 ms up to 500 ms while accepting keeps failing.
+func (a *acceptor) sleep() {
+	a.backoff = min(max(2*a.backoff, 5*time.Millisecond), 500*time.Millisecond)
+	time.Sleep(a.backoff)
+}
+
+// outOfDescriptors reports the accept errors that mean "no room for one
+// more socket now", which pass once connections close.
+func outOfDescriptors(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
+// everyInterval lets an event be logged at most once per logInterval, with
+// how many happened since the last line. Safe for concurrent use.
+type everyInterval struct {
+	mu    sync.Mutex
+	last  time.Time // guarded by mu
+	count uint64    // guarded by mu: events since the last line
+}
+
+// note counts n events and reports whether to log now, with the count
+// since the last line.
+func (e *everyInterval) note(n uint64) (count uint64, log bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.count += n
+	now := time.Now()
+	if !e.last.IsZero() && now.Sub(e.last) < logInterval {
+		return 0, false
+	}
+	e.last = now
+	count, e.count = e.count, 0
+	return count, true
+}
