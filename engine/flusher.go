@@ -55,12 +55,12 @@ func (f *loopFlusher) flush(context.Context) error {
 			ss.flushDurable()
 			ss.account()
 		}
-		if ss.closed || len(ss.marks) == 0 {
+		if ss.closed || !ss.held.waiting() {
 			ss.queued = false
 			continue
 		}
 		keep = append(keep, ss)
-		if lsn := ss.marks[0].lsn; next == 0 || lsn < next {
+		if lsn := ss.held.marks[0].lsn; next == 0 || lsn < next {
 			next = lsn
 		}
 	}

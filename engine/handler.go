@@ -45,7 +45,7 @@ func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
 	// connection with TIMED_OUT before closing it.
 	// With replies still held for the log, TIMED_OUT would overtake them,
 	// and they are dropped with the connection, so it is dropped too.
-	if ss.blocked && errors.Is(err, io.EOF) && ss.client.CancelWait() && len(ss.marks) == 0 {
+	if ss.blocked && errors.Is(err, io.EOF) && ss.client.CancelWait() && !ss.held.waiting() {
 		_, _ = c.Write([]byte(codec.ReplyTimedOut))
 	}
 	ss.close()

@@ -28,10 +28,9 @@ type session struct {
 	// repeats the header's fields with the body (OpPutBody).
 	putID uint64
 
-	// held are replies waiting for their changes to become durable, in
-	// order; marks say up to where each needs which log position.
-	held   replies
-	marks  []heldMark
+	// held are replies waiting for their changes to become durable;
+	// allocated at the first, so an idle connection does not carry it.
+	held   *heldReplies
 	queued bool // in the loop flusher's waiting list
 
 	// holding is the bytes held for this connection when last accounted:
@@ -49,11 +48,29 @@ type session struct {
 	worker    bool // has reserved (stats current-workers)
 }
 
-// heldMark: held.buf[:end] (and the bodies referenced up to it) may be sent
-// once the log is durable up to lsn.
+// heldReplies are replies waiting for their changes to become durable, in
+// order; marks say up to where each needs which log position.
+type heldReplies struct {
+	replies
+	marks []heldMark
+}
+
+// heldMark: buf[:end] (and the bodies referenced up to it) may be sent once
+// the log is durable up to lsn.
 type heldMark struct {
 	end int
 	lsn uint64
+}
+
+// waiting reports whether any reply is held; h may be nil.
+func (h *heldReplies) waiting() bool { return h != nil && len(h.marks) > 0 }
+
+// copied is the bytes held in h's own buffer; h may be nil.
+func (h *heldReplies) copied() int {
+	if h == nil {
+		return 0
+	}
+	return len(h.buf)
 }
 
 // serve sends the held replies that may go, parses and answers as much
@@ -141,7 +158,7 @@ func (ss *session) account() {
 	}
 	c := ss.conn
 	unread := c.OutboundBuffered()
-	n := unread + c.InboundBuffered() + len(ss.held.buf) + ss.parser.BodyHeld()
+	n := unread + c.InboundBuffered() + ss.held.copied() + ss.parser.BodyHeld()
 	ss.srv.account(ss, int64(n), unread > 0 || ss.throttled)
 }
 
@@ -153,40 +170,45 @@ func (ss *session) mustHold() bool {
 	if d == nil {
 		return false
 	}
-	return len(ss.marks) > 0 || ss.client.PendingLSN() > d.Durable()
+	return ss.held.waiting() || ss.client.PendingLSN() > d.Durable()
 }
 
 // hold moves the replies in out from byte from on to the held queue.
 func (ss *session) hold(out *replies, from int) {
-	ss.held.moveTail(out, from)
-	ss.marks = append(ss.marks, heldMark{end: len(ss.held.buf), lsn: ss.client.PendingLSN()})
+	if ss.held == nil {
+		ss.held = new(heldReplies)
+	}
+	h := ss.held
+	h.moveTail(out, from)
+	h.marks = append(h.marks, heldMark{end: len(h.buf), lsn: ss.client.PendingLSN()})
 }
 
 // flushDurable sends the held replies whose changes are now durable.
 func (ss *session) flushDurable() {
-	if len(ss.marks) == 0 {
+	h := ss.held
+	if !h.waiting() {
 		return
 	}
 	durable := ss.srv.cfg.Durability.Durable()
 	n, end := 0, 0
-	for n < len(ss.marks) && ss.marks[n].lsn <= durable {
-		end = ss.marks[n].end
+	for n < len(h.marks) && h.marks[n].lsn <= durable {
+		end = h.marks[n].end
 		n++
 	}
 	if n == 0 {
 		return
 	}
-	ss.held.writeTo(ss.conn, end)
-	for i := range ss.marks[n:] {
-		ss.marks[n+i].end -= end
+	h.writeTo(ss.conn, end)
+	for i := range h.marks[n:] {
+		h.marks[n+i].end -= end
 	}
-	ss.marks = append(ss.marks[:0], ss.marks[n:]...)
+	h.marks = append(h.marks[:0], h.marks[n:]...)
 }
 
 // awaitDurable has the loop's flusher send the held replies when they may go.
 func (ss *session) awaitDurable() {
-	if len(ss.marks) > 0 {
-		ss.loop.flusher.add(ss, ss.marks[0].lsn)
+	if ss.held.waiting() {
+		ss.loop.flusher.add(ss, ss.held.marks[0].lsn)
 	}
 }
 
@@ -215,7 +237,7 @@ func (ss *session) close() {
 	}
 	ss.closed = true
 	ss.srv.account(ss, 0, false)
-	ss.held.reset()
+	ss.held = nil
 	ss.client.Close()
 	ss.srv.conns.current.Add(-1)
 	if ss.producer {
