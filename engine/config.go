@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/sproutmq/sprout/codec"
 )
 
 // Config is everything the engine needs to serve. cmd/sprout fills it from
@@ -36,10 +38,21 @@ type Config struct {
 	DrainPoll time.Duration
 	// Logger receives operator-facing events; the zero value discards.
 	Logger zerolog.Logger
+	// Metrics, if set, is told how long each command took to execute.
+	Metrics Metrics
 	// Durability, if set, is the write-ahead log behind the store: a reply
 	// to a command that changed durable state is held until the change is
 	// durable. Nil means in memory.
 	Durability Durability
+}
+
+// Metrics receives figures from the event loops. Its methods run on the
+// loops, once per command, so they must be cheap and never block.
+type Metrics interface {
+	// ObserveCommand reports the time the server spent executing one
+	// command (not the time a reserve waited for a job, nor a reply for
+	// the log); op.String() is the command's name.
+	ObserveCommand(op codec.Op, d time.Duration)
 }
 
 // Durability is what the engine needs of a write-ahead log (store/wal.Log).

@@ -5,9 +5,11 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/sproutmq/sprout/codec"
 	"github.com/sproutmq/sprout/engine"
 )
 
@@ -155,4 +157,41 @@ func mustResolve(t *testing.T, addr string) *net.TCPAddr {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// opRecorder is an engine.Metrics that keeps the commands it is told of.
+type opRecorder struct {
+	mu  sync.Mutex
+	ops []string
+}
+
+func (r *opRecorder) ObserveCommand(op codec.Op, _ time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ops = append(r.ops, op.String())
+}
+
+// TestMetricsAndByteCounts: each executed command is reported once by name
+// (a put once, for its body), and the bytes parsed and replied are counted.
+func TestMetricsAndByteCounts(t *testing.T) {
+	rec := &opRecorder{}
+	srv, network, addr := startServer(t, engine.Config{Metrics: rec})
+	c := dialRaw(t, network, addr)
+	in := "put 0 0 10 3\r\nabc\r\nreserve\r\ndelete 1\r\nbogus\r\n"
+	c.send(in)
+	c.expect("INSERTED 1\r\n")
+	c.expect("RESERVED 1 3\r\nabc\r\n")
+	c.expect("DELETED\r\n")
+	c.expect("UNKNOWN_COMMAND\r\n")
+	rec.mu.Lock()
+	got := strings.Join(rec.ops, " ")
+	rec.mu.Unlock()
+	if got != "put reserve delete" {
+		t.Fatalf("observed %q, want %q", got, "put reserve delete")
+	}
+	l := srv.Limits()
+	out := len("INSERTED 1\r\nRESERVED 1 3\r\nabc\r\nDELETED\r\nUNKNOWN_COMMAND\r\n")
+	if l.BytesIn != uint64(len(in)) || l.BytesOut != uint64(out) {
+		t.Fatalf("bytes in %d out %d, want %d and %d", l.BytesIn, l.BytesOut, len(in), out)
+	}
 }

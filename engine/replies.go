@@ -49,10 +49,10 @@ func (r *replies) appendJob(word string, id uint64, body []byte) {
 }
 
 // writeTo writes the first end bytes of buf, with the bodies referenced
-// among them (a reference at end belongs to the reply that ends there), and
-// drops them. gnet sends what the socket takes at once and copies only the
+// among them (a reference at end belongs to the reply that ends there),
+// drops them, and returns how many bytes it wrote. gnet sends what the socket takes at once and copies only the
 // rest into its outbound buffer, which the per-connection output cap bounds.
-func (r *replies) writeTo(c gnet.Conn, end int) {
+func (r *replies) writeTo(c gnet.Conn, end int) int {
 	nrefs := 0
 	for nrefs < len(r.refs) && r.refs[nrefs].at <= end {
 		nrefs++
@@ -78,11 +78,13 @@ func (r *replies) writeTo(c gnet.Conn, end int) {
 		clear(vecs) // drop the references to bodies and buf
 		r.vecs = vecs[:0]
 	}
+	n := end
+	for _, ref := range r.refs[:nrefs] {
+		n += len(ref.body)
+	}
 	r.drop(end, nrefs)
+	return n
 }
-
-// writeAll writes everything and leaves r empty.
-func (r *replies) writeAll(c gnet.Conn) { r.writeTo(c, len(r.buf)) }
 
 // drop removes buf[:end] and the first nrefs references.
 func (r *replies) drop(end, nrefs int) {

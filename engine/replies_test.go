@@ -63,7 +63,7 @@ func TestRepliesKeepOrder(t *testing.T) {
 			t.Fatalf("size %d refs %d, want %d and 2", r.size(), len(r.refs), len(want))
 		}
 		var w wireConn
-		r.writeAll(&w)
+		r.writeTo(&w, len(r.buf))
 		if w.wire.String() != want || !r.empty() || r.size() != 0 {
 			t.Fatalf("wire %q, left %+v", w.wire.String(), r)
 		}
@@ -93,8 +93,8 @@ func TestRepliesKeepOrder(t *testing.T) {
 			t.Fatalf("source kept %q and %d refs", src.buf, len(src.refs))
 		}
 		var w wireConn
-		src.writeAll(&w)
-		held.writeAll(&w)
+		src.writeTo(&w, len(src.buf))
+		held.writeTo(&w, len(held.buf))
 		if got := w.wire.String(); got != "INSERTED 1\r\nKICKED 1\r\n"+strings.TrimPrefix(want, "INSERTED 1\r\n") {
 			t.Fatalf("wire %q", got)
 		}

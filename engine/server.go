@@ -48,6 +48,8 @@ type Server struct {
 		refused, shed, evicted atomic.Uint64
 	}
 
+	bytesIn, bytesOut atomic.Uint64
+
 	// bufferHeld is the sum of every session's holding; overBudget wakes
 	// the enforcer when it passes MaxBufferMemory.
 	bufferHeld atomic.Int64

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
 	"github.com/valyala/bytebufferpool"
@@ -111,7 +112,7 @@ func (ss *session) serveInput() gnet.Action {
 		if out.size() >= maxOut {
 			// Hand a large batch to the socket now: what the kernel takes
 			// at once does not count against the client.
-			out.writeAll(c)
+			ss.send(out, len(out.buf))
 			if ss.closed { // the write failed and gnet closed the connection
 				return gnet.None
 			}
@@ -126,7 +127,14 @@ func (ss *session) serveInput() gnet.Action {
 			break
 		}
 		before := len(out.buf)
-		quit := ss.dispatch(&cmd, out)
+		var quit bool
+		if m := ss.srv.cfg.Metrics; m != nil && cmd.Op != codec.OpPut && cmd.Op != codec.OpNone {
+			start := time.Now()
+			quit = ss.dispatch(&cmd, out)
+			m.ObserveCommand(cmd.Op, time.Since(start))
+		} else {
+			quit = ss.dispatch(&cmd, out)
+		}
 		if ss.mustHold() {
 			ss.hold(out, before)
 		}
@@ -142,12 +150,21 @@ func (ss *session) serveInput() gnet.Action {
 	// Discard(0) would throw away everything, hence the guard.
 	if consumed > 0 {
 		_, _ = c.Discard(consumed)
+		ss.srv.bytesIn.Add(uint64(consumed))
 	}
-	out.writeAll(c)
+	ss.send(out, len(out.buf))
 	if action != gnet.None {
 		return action
 	}
 	return ss.checkInput()
+}
+
+// send writes r's replies up to byte end of its buffer (see writeTo) and
+// counts them.
+func (ss *session) send(r *replies, end int) {
+	if n := r.writeTo(ss.conn, end); n > 0 {
+		ss.srv.bytesOut.Add(uint64(n))
+	}
 }
 
 // account publishes what the connection holds now to the server's buffer
@@ -198,7 +215,7 @@ func (ss *session) flushDurable() {
 	if n == 0 {
 		return
 	}
-	h.writeTo(ss.conn, end)
+	ss.send(&h.replies, end)
 	for i := range h.marks[n:] {
 		h.marks[n+i].end -= end
 	}
@@ -277,7 +294,7 @@ func (ss *session) onLoop(reply func(*replies)) {
 		if ss.mustHold() {
 			ss.hold(out, 0)
 		} else {
-			out.writeAll(ss.conn)
+			ss.send(out, len(out.buf))
 		}
 		ss.resume()
 		return nil

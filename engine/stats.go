@@ -33,6 +33,12 @@ func readUname() unameInfo {
 
 // appendStats appends the stats YAML document.
 func (s *Server) appendStats(dst []byte) []byte {
+	st := s.Stats()
+	return codec.AppendServerStats(dst, &st)
+}
+
+// Stats is what the stats command reports. Safe from any goroutine.
+func (s *Server) Stats() codec.ServerStats {
 	g := s.store.Stats()
 	st := codec.ServerStats{
 		CurrentJobsUrgent:   uint64(g.Urgent),
@@ -74,7 +80,7 @@ func (s *Server) appendStats(dst []byte) []byte {
 		st.RusageUtime = time.Duration(ru.Utime.Nano())
 		st.RusageStime = time.Duration(ru.Stime.Nano())
 	}
-	return codec.AppendServerStats(dst, &st)
+	return st
 }
 
 func appendTubeStats(dst []byte, t *store.TubeStats) []byte {
@@ -127,9 +133,13 @@ type Limits struct {
 	// BufferHeld is the bytes held for connections now; MaxBufferMemory
 	// the budget.
 	BufferHeld, MaxBufferMemory int64
+	// BytesIn counts the bytes of commands and bodies parsed; BytesOut the
+	// bytes of replies handed to the sockets.
+	BytesIn, BytesOut uint64
 }
 
-// Limits reports the connection limits and what they have done.
+// Limits reports the connection limits and what they have done; it may be
+// called once Ready is closed, from any goroutine.
 func (s *Server) Limits() Limits {
 	return Limits{
 		Open:            s.conns.current.Load(),
@@ -139,5 +149,7 @@ func (s *Server) Limits() Limits {
 		Evicted:         s.conns.evicted.Load(),
 		BufferHeld:      s.bufferHeld.Load(),
 		MaxBufferMemory: s.cfg.MaxBufferMemory,
+		BytesIn:         s.bytesIn.Load(),
+		BytesOut:        s.bytesOut.Load(),
 	}
 }
