@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"net"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -16,6 +17,9 @@ type Config struct {
 	// Address is "host:port" for tcp ("" host means all interfaces) or a
 	// filesystem path for unix. A stale unix socket file is replaced.
 	Address string
+	// Listener, if set, is served instead of opening Network and Address
+	// (a socket handed over by systemd, say). Stop closes it.
+	Listener net.Listener
 	// MaxJobSize is the largest body a put may carry (beanstalkd -z).
 	MaxJobSize int
 	// Loops is the number of gnet event loops; 0 means one per CPU.

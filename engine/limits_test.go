@@ -195,3 +195,19 @@ func TestMetricsAndByteCounts(t *testing.T) {
 		t.Fatalf("bytes in %d out %d, want %d and %d", l.BytesIn, l.BytesOut, len(in), out)
 	}
 }
+
+// TestServesAGivenListener: a listener opened elsewhere (as systemd hands
+// one over) is served, and Stop closes it.
+func TestServesAGivenListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _, _ := startServer(t, engine.Config{Listener: ln, Address: "unused"})
+	if srv.Addr().String() != ln.Addr().String() {
+		t.Fatalf("serving %v, want %v", srv.Addr(), ln.Addr())
+	}
+	c := dialRaw(t, "tcp", ln.Addr().String())
+	c.send("list-tube-used\r\n")
+	c.expect("USING default\r\n")
+}

@@ -18,6 +18,9 @@ const logInterval = 10 * time.Second
 // error other than EAGAIN, EINTR, ECONNRESET and ECONNABORTED, so one
 // EMFILE at the open-file limit would end every connection.
 func (s *Server) listen() (net.Listener, error) {
+	if s.cfg.Listener != nil {
+		return s.cfg.Listener, nil
+	}
 	switch s.cfg.Network {
 	case "tcp":
 		return net.Listen("tcp", s.cfg.Address)
