@@ -202,6 +202,9 @@ func (c *Client) deadlineSoon(now int64) (soon bool, at int64) {
 
 // anyReady ignores pause, as beanstalkd's conn_ready does.
 func (c *Client) anyReady() bool {
+	if c.s.holding.Load() {
+		return false
+	}
 	for _, t := range c.watch {
 		t.mu.Lock()
 		n := t.ready.Len()
@@ -279,6 +282,9 @@ func (c *Client) Reserve(timeout time.Duration) (*Job, ReserveResult) {
 // unpaused tubes. With a waiter, the waiter must be claimed in the same
 // critical section, so a concurrent put cannot also serve it.
 func (c *Client) takeBest(now int64, w *waiter) *Job {
+	if c.s.holding.Load() {
+		return nil
+	}
 	for {
 		var best *Tube
 		var bestJob *Job
@@ -340,7 +346,7 @@ func (t *Tube) noteImmediateTakeLocked(w *waiter) {
 // tube, ignoring the watch list and pauses.
 func (c *Client) ReserveJob(id uint64) (*Job, bool) {
 	j := c.s.lookup(id)
-	if j == nil {
+	if j == nil || c.s.holding.Load() {
 		return nil, false
 	}
 	t := j.tube

@@ -49,7 +49,16 @@ type Store struct {
 	shards [jobShards]jobShard
 
 	counts globalCounts
+
+	// holding stops jobs from being handed out (HoldJobs); set once.
+	holding atomic.Bool
 }
+
+// HoldJobs stops handing jobs out, for a graceful shutdown: a reserve waits
+// (or times out) as if every tube were empty, blocked reserves stay
+// blocked, and reserve-job finds nothing. Everything else keeps working,
+// so clients can finish the jobs they hold. It cannot be undone.
+func (s *Store) HoldJobs() { s.holding.Store(true) }
 
 type jobShard struct {
 	mu   sync.RWMutex
