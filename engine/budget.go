@@ -28,7 +28,7 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 	if ls == nil {
 		ls = &loopState{holding: make(map[*session]struct{})}
 		if s.cfg.Durability != nil {
-			ls.flusher = newLoopFlusher(el, s.cfg.Durability)
+			ls.flusher = newLoopFlusher(el, s.cfg.Durability, &s.heldSessions)
 		}
 		s.loops[el] = ls
 	}

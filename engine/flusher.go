@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/panjf2000/gnet/v2"
 )
@@ -11,17 +12,18 @@ import (
 // and one loop task flushes every waiting session, instead of a callback,
 // a task and an OnTraffic per connection.
 type loopFlusher struct {
-	loop gnet.EventLoop // immutable
-	dur  Durability     // immutable
-	fire func()         // immutable: hands flush to the loop, from any goroutine
+	loop    gnet.EventLoop // immutable
+	dur     Durability     // immutable
+	fire    func()         // immutable: hands flush to the loop, from any goroutine
+	waiters *atomic.Int64  // immutable: the server's count of sessions waiting here
 
 	// loop goroutine only
 	waiting []*session // sessions with held replies, each once (session.queued)
 	armedAt uint64     // lowest position a log callback is outstanding for; 0 if none
 }
 
-func newLoopFlusher(loop gnet.EventLoop, dur Durability) *loopFlusher {
-	f := &loopFlusher{loop: loop, dur: dur}
+func newLoopFlusher(loop gnet.EventLoop, dur Durability, waiters *atomic.Int64) *loopFlusher {
+	f := &loopFlusher{loop: loop, dur: dur, waiters: waiters}
 	task := gnet.RunnableFunc(f.flush)
 	// Execute fails only while gnet shuts down, when every connection and
 	// its held replies are dropped anyway (the log still writes the changes).
@@ -37,6 +39,7 @@ func (f *loopFlusher) add(ss *session, lsn uint64) {
 	if !ss.queued {
 		ss.queued = true
 		f.waiting = append(f.waiting, ss)
+		f.waiters.Add(1)
 	}
 	if f.armedAt == 0 || lsn < f.armedAt {
 		f.armedAt = lsn
@@ -57,6 +60,7 @@ func (f *loopFlusher) flush(context.Context) error {
 		}
 		if ss.closed || !ss.held.waiting() {
 			ss.queued = false
+			f.waiters.Add(-1)
 			continue
 		}
 		keep = append(keep, ss)

@@ -38,10 +38,15 @@ type Server struct {
 	maxConns int           // set in Run before ready is closed
 	ready    chan struct{} // closed once the listener accepts
 	stopped  chan struct{} // closed when Run returns
+	stopping chan struct{} // closed by the first Stop
+	stopOnce sync.Once
+	stopCtx  context.Context // set before stopping is closed: bounds the wait for held replies
 
 	draining atomic.Bool
-	cmds     [codec.NumCounters]atomic.Uint64
-	conns    struct {
+	// heldSessions counts sessions whose replies wait for the log.
+	heldSessions atomic.Int64
+	cmds         [codec.NumCounters]atomic.Uint64
+	conns        struct {
 		current, total, producers, workers atomic.Int64
 		// refused: closed at once at MaxConnections; shed: closed or left
 		// waiting for want of descriptors; evicted: closed by the budget.
@@ -94,6 +99,7 @@ func New(cfg Config, st *store.Store) *Server {
 		uname:      readUname(),
 		ready:      make(chan struct{}),
 		stopped:    make(chan struct{}),
+		stopping:   make(chan struct{}),
 		overBudget: make(chan struct{}, 1),
 		watched:    make(map[*session]struct{}),
 		loops:      make(map[gnet.EventLoop]*loopState),
@@ -147,7 +153,15 @@ func (s *Server) Run() error {
 		Msg("listening")
 	close(s.ready)
 
-	newAcceptor(s, ln).run()
+	accepting := make(chan struct{})
+	go func() {
+		defer close(accepting)
+		newAcceptor(s, ln).run()
+	}()
+	<-s.stopping
+	_ = ln.Close()
+	<-accepting
+	s.awaitHeldReplies(s.stopCtx)
 	err = client.Stop()
 	close(stopBudget)
 	return err
@@ -158,18 +172,24 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Stop shuts the server down:
 //  1. the listener closes, so the accept loop ends;
-//  2. gnet closes every connection, and OnClose puts each one's reserved
+//  2. replies held for the log are sent as it makes them durable, until
+//     none is left or ctx is done;
+//  3. gnet closes every connection, and OnClose puts each one's reserved
 //     jobs back to ready;
-//  3. Run returns.
+//  4. Run returns.
 //
-// The store stays open; the caller closes it after Run has returned.
+// The store and its log stay open; the caller closes them after Run has
+// returned, which writes and fsyncs whatever was appended.
 func (s *Server) Stop(ctx context.Context) error {
 	select {
 	case <-s.ready:
 	case <-s.stopped:
 		return nil
 	}
-	_ = s.ln.Close()
+	s.stopOnce.Do(func() {
+		s.stopCtx = ctx
+		close(s.stopping)
+	})
 	select {
 	case <-s.stopped:
 		return nil

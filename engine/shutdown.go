@@ -1,0 +1,55 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// shutdownPoll is how often the shutdown waits look again.
+const shutdownPoll = 10 * time.Millisecond
+
+// Draining reports whether puts are refused: after SetDraining (SIGUSR1)
+// or BeginShutdown.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// BeginShutdown starts a graceful shutdown:
+//  1. the listener closes, so no new connection is accepted;
+//  2. put answers DRAINING, and Draining reports true;
+//  3. the store hands no job out: new reserves wait (or time out) and
+//     blocked ones stay blocked.
+//
+// Everything else keeps working, so workers can delete, release, bury or
+// touch the jobs they hold. WaitIdle tells when none is held; Stop ends.
+func (s *Server) BeginShutdown() {
+	s.draining.Store(true)
+	s.store.HoldJobs()
+	select {
+	case <-s.ready:
+		_ = s.ln.Close()
+	default:
+	}
+}
+
+// WaitIdle returns once no job is reserved, or with ctx's error when ctx
+// is done first.
+func (s *Server) WaitIdle(ctx context.Context) error {
+	return pollUntil(ctx, func() bool { return s.store.Stats().Reserved == 0 })
+}
+
+// awaitHeldReplies waits until no reply waits for the log, or ctx is done.
+func (s *Server) awaitHeldReplies(ctx context.Context) {
+	_ = pollUntil(ctx, func() bool { return s.heldSessions.Load() == 0 })
+}
+
+func pollUntil(ctx context.Context, done func() bool) error {
+	t := time.NewTicker(shutdownPoll)
+	defer t.Stop()
+	for !done() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
