@@ -30,6 +30,9 @@ const (
 	// maxLoops is gnet's ceiling on event loops; gnet would clamp larger
 	// values silently, so the flag rejects them instead.
 	maxLoops = 256
+	// defaultShutdownTimeout stays under Kubernetes' default 30 s grace
+	// period, leaving time to flush the log and close.
+	defaultShutdownTimeout = 25 * time.Second
 )
 
 // version is set at link time (-ldflags "-X main.version=..."); when it is
@@ -64,6 +67,12 @@ type options struct {
 	wal wal.Options
 	// cpuProfile is --cpu-profile: write a pprof CPU profile here until exit.
 	cpuProfile string
+	// shutdownTimeout is how long a SIGTERM or SIGINT waits for workers
+	// to finish the jobs they hold.
+	shutdownTimeout time.Duration
+	// logFormat is --log-format: "json", "console", or "" for console on a
+	// terminal and JSON otherwise.
+	logFormat string
 }
 
 // longFlags are Sprout's own flags. They are written --name VALUE or
@@ -84,6 +93,21 @@ var longFlags = map[string]func(o *options, value string) error{
 			return fmt.Errorf("invalid --log-level: %q (want one of %s)", value, strings.Join(levelNames, ", "))
 		}
 		o.logLevel = level
+		return nil
+	},
+	"shutdown-timeout": func(o *options, value string) error {
+		d, err := time.ParseDuration(value)
+		if err != nil || d < 0 {
+			return fmt.Errorf("invalid --shutdown-timeout: %q (want a duration such as 25s)", value)
+		}
+		o.shutdownTimeout = d
+		return nil
+	},
+	"log-format": func(o *options, value string) error {
+		if value != "json" && value != "console" {
+			return fmt.Errorf("invalid --log-format: %q (want json or console)", value)
+		}
+		o.logFormat = value
 		return nil
 	},
 	"cpu-profile": func(o *options, value string) error {
@@ -148,6 +172,7 @@ func parseArgs(args []string, stderr io.Writer) (opts options, act action, exitC
 	opts.logLevel = zerolog.InfoLevel
 	opts.wal.SegmentSize = wal.DefaultSegmentSize
 	opts.wal.SyncEvery = wal.DefaultSyncEvery
+	opts.shutdownTimeout = defaultShutdownTimeout
 	host, port := "", defaultPort
 
 	warnf := func(format string, a ...any) {
@@ -163,6 +188,9 @@ func parseArgs(args []string, stderr io.Writer) (opts options, act action, exitC
 		arg := args[i]
 		if len(arg) < 2 || arg[0] != '-' {
 			return usageError("unknown argument: %s", arg)
+		}
+		if arg == "--version" {
+			return options{}, actionPrintVersion, exitOK
 		}
 
 		if name, value, hasValue, ok := longFlag(arg); ok {
@@ -389,7 +417,21 @@ reading (-l oops):
                      (default 0: 1/8 of the memory limit, 64 MiB to 1 GiB)
  --skip-damaged BOOL with -b, skip (and log) damaged log records at start
                      instead of refusing to start (default false)
+ --shutdown-timeout DURATION
+                     on SIGTERM or SIGINT, how long to wait for workers to
+                     finish the jobs they hold (default 25s)
+ --log-format FORMAT json or console (default: console on a terminal,
+                     else json)
  --cpu-profile PATH  write a pprof CPU profile to PATH until shutdown
+ --version           show version information, as -v
+
+beanstalkd's options have long names too: --listen (-l), --port (-p),
+--max-job-size (-z), --wal-dir (-b), --fsync-ms (-f), --segment-size (-s).
+
+Every option can be set in the environment as SPROUT_<NAME>, NAME being its
+long name in capitals with _ for - (SPROUT_LISTEN=0.0.0.0,
+SPROUT_MAX_OUTPUT=1048576); SPROUT_NO_FSYNC=true is -F and SPROUT_VERBOSE=N
+is N times -V. The command line wins over the environment.
 `, defaultPort, engine.DefaultMaxJobSize, engine.MaxMaxJobSize, wal.DefaultSegmentSize, exitUsage, maxLoops,
 		engine.DefaultMaxOutputBuffered>>10)
 }

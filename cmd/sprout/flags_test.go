@@ -28,8 +28,9 @@ func defaultOptions() options {
 			Address:    ":11300",
 			MaxJobSize: engine.DefaultMaxJobSize,
 		},
-		logLevel: zerolog.InfoLevel,
-		wal:      wal.Options{SegmentSize: wal.DefaultSegmentSize, SyncEvery: wal.DefaultSyncEvery},
+		logLevel:        zerolog.InfoLevel,
+		wal:             wal.Options{SegmentSize: wal.DefaultSegmentSize, SyncEvery: wal.DefaultSyncEvery},
+		shutdownTimeout: defaultShutdownTimeout,
 	}
 }
 
@@ -336,6 +337,18 @@ func TestParseArgsLongFlags(t *testing.T) {
 			want: func(o *options) { o.cfg.MaxBufferMemory = 64 << 20 }},
 		usageFail("max buffer memory suffix", []string{"--max-buffer-memory", "64m"},
 			`invalid --max-buffer-memory: "64m"`+bytesWant),
+
+		{name: "shutdown timeout", args: []string{"--shutdown-timeout", "90s"},
+			want: func(o *options) { o.shutdownTimeout = 90 * time.Second }},
+		{name: "shutdown timeout zero", args: []string{"--shutdown-timeout=0s"},
+			want: func(o *options) { o.shutdownTimeout = 0 }},
+		usageFail("shutdown timeout without unit", []string{"--shutdown-timeout", "25"},
+			`invalid --shutdown-timeout: "25" (want a duration such as 25s)`),
+		{name: "log format", args: []string{"--log-format", "console"},
+			want: func(o *options) { o.logFormat = "console" }},
+		usageFail("log format unknown", []string{"--log-format", "xml"},
+			`invalid --log-format: "xml" (want json or console)`),
+		{name: "version", args: []string{"--version", "--bogus"}, wantAction: actionPrintVersion},
 	})
 }
 
@@ -350,7 +363,9 @@ func TestUsageMentionsEveryFlag(t *testing.T) {
 	usage := usageText()
 	for _, flag := range []string{"-l ADDR", "-p PORT", "-z BYTES", "-v ", "-V ", "-h ", "-c, -n",
 		"-b DIR", "-f MS", "-F", "-s BYTES", "-u USER",
-		"--loops N", "--log-level LEVEL", "--max-input BYTES", "--max-output BYTES", "-loops 4"} {
+		"--loops N", "--log-level LEVEL", "--max-input BYTES", "--max-output BYTES", "-loops 4",
+		"--max-connections N", "--max-buffer-memory BYTES", "--shutdown-timeout DURATION",
+		"--log-format FORMAT", "--version", "--listen", "--wal-dir", "SPROUT_<NAME>", "SPROUT_NO_FSYNC"} {
 		if !strings.Contains(usage, flag) {
 			t.Errorf("usage does not mention %q", flag)
 		}

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime/pprof"
 	"syscall"
 	"time"
 
+	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
 	"github.com/sproutmq/sprout/engine"
@@ -19,8 +21,9 @@ import (
 	"github.com/sproutmq/sprout/store/wal/cbinlog"
 )
 
-// shutdownGrace bounds how long a SIGTERM/SIGINT stop may take.
-const shutdownGrace = 10 * time.Second
+// heldRepliesGrace bounds how long the last step of a shutdown waits for
+// the log to make held replies durable before connections close.
+const heldRepliesGrace = 5 * time.Second
 
 // Exit codes beyond parseArgs's, as beanstalkd uses them.
 const (
@@ -30,7 +33,7 @@ const (
 )
 
 func main() {
-	opts, act, code := parseArgs(os.Args[1:], os.Stderr)
+	opts, act, code := parseArgs(commandLine(), os.Stderr)
 	switch act {
 	case actionPrintVersion:
 		fmt.Println(versionLine())
@@ -42,15 +45,17 @@ func main() {
 	os.Exit(code)
 }
 
-// run serves until SIGTERM or SIGINT. SIGUSR1 enters drain mode, as in
-// beanstalkd.
+// run serves until SIGTERM or SIGINT (see handleSignals); SIGUSR1 enters
+// drain mode, as in beanstalkd.
 //
-// Shutdown order: the engine stops accepting and closes connections
-// (their reserved jobs go back to ready), then the log writes and fsyncs
-// everything appended, then the store's timers stop.
+// Shutdown order: the engine stops accepting and handing jobs out, waits
+// for workers to finish theirs, sends the replies held for the log and
+// closes connections (their reserved jobs go back to ready); then the log
+// writes and fsyncs everything appended, then the store's timers stop.
 func run(opts options) int {
-	log := zerolog.New(os.Stderr).Level(opts.logLevel).With().Timestamp().Logger()
+	log := newLogger(opts)
 	opts.cfg.Logger = log
+	logConfig(log, opts)
 	if opts.cpuProfile != "" {
 		stop, err := startCPUProfile(opts.cpuProfile)
 		if err != nil {
@@ -94,28 +99,91 @@ func run(opts options) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
 	signal.Ignore(syscall.SIGPIPE)
-	go func() {
-		for sig := range sigs {
-			if sig == syscall.SIGUSR1 {
-				log.Info().Msg("entering drain mode")
-				srv.SetDraining()
-				continue
-			}
-			log.Info().Str("signal", sig.String()).Msg("shutting down")
-			ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-			if err := srv.Stop(ctx); err != nil {
-				log.Error().Err(err).Msg("shutdown")
-			}
-			cancel()
-			return
-		}
-	}()
+	go handleSignals(sigs, srv, log, opts.shutdownTimeout)
 
+	start := time.Now()
 	if err := srv.Run(); err != nil {
 		log.Error().Err(err).Str("address", opts.cfg.Address).Msg("cannot serve")
 		return exitSocket
 	}
+	log.Info().Dur("after", time.Since(start)).Msg("connections closed; flushing the log")
 	return 0
+}
+
+// handleSignals runs the server's signals:
+//   - SIGUSR1: drain, as beanstalkd: put answers DRAINING, the rest goes on.
+//   - SIGTERM or SIGINT: a graceful shutdown (engine.BeginShutdown): no new
+//     connection, put answers DRAINING, no job is handed out; once no job is
+//     reserved, or after timeout, the server stops.
+//   - a second SIGTERM or SIGINT: stop at once (the log is still flushed).
+func handleSignals(sigs <-chan os.Signal, srv *engine.Server, log zerolog.Logger, timeout time.Duration) {
+	ctx, now := context.WithCancel(context.Background())
+	defer now()
+	shuttingDown := false
+	for sig := range sigs {
+		switch {
+		case sig == syscall.SIGUSR1:
+			log.Info().Msg("draining: puts are refused")
+			srv.SetDraining()
+		case !shuttingDown:
+			shuttingDown = true
+			go shutdown(ctx, srv, log, sig, timeout)
+		default:
+			log.Warn().Str("signal", sig.String()).Msg("second signal: stopping now")
+			now()
+		}
+	}
+}
+
+// shutdown is the graceful shutdown of handleSignals; cancelling ctx cuts
+// every wait short.
+func shutdown(ctx context.Context, srv *engine.Server, log zerolog.Logger, sig os.Signal, timeout time.Duration) {
+	srv.BeginShutdown()
+	log.Info().Str("signal", sig.String()).Dur("timeout", timeout).
+		Uint64("reserved_jobs", srv.Stats().CurrentJobsReserved).
+		Msg("shutting down: no new connections or jobs; waiting for workers to finish theirs")
+	idle, cancel := context.WithTimeout(ctx, timeout)
+	err := srv.WaitIdle(idle)
+	cancel()
+	switch {
+	case err == nil:
+		log.Info().Msg("no job is reserved; stopping")
+	case ctx.Err() == nil:
+		log.Warn().Uint64("reserved_jobs", srv.Stats().CurrentJobsReserved).
+			Msg("shutdown timeout: stopping; reserved jobs go back to ready")
+	}
+	stop, cancel := context.WithTimeout(ctx, heldRepliesGrace)
+	defer cancel()
+	if err := srv.Stop(stop); err != nil && ctx.Err() == nil {
+		log.Error().Err(err).Msg("shutdown")
+	}
+}
+
+// newLogger writes JSON lines, or human console output when --log-format
+// says so or, by default, when stderr is a terminal.
+func newLogger(opts options) zerolog.Logger {
+	var w io.Writer = os.Stderr
+	console := opts.logFormat == "console" ||
+		opts.logFormat == "" && isatty.IsTerminal(os.Stderr.Fd())
+	if console {
+		w = zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339}
+	}
+	return zerolog.New(w).Level(opts.logLevel).With().Timestamp().Logger()
+}
+
+// logConfig logs the effective configuration once, at start.
+func logConfig(log zerolog.Logger, opts options) {
+	e := log.Info().Str("version", versionLine()).
+		Str("network", opts.cfg.Network).Str("address", opts.cfg.Address).
+		Int("max_job_size", opts.cfg.MaxJobSize).Int("loops", opts.cfg.Loops).
+		Int("max_input", opts.cfg.MaxInputBuffered).Int("max_output", opts.cfg.MaxOutputBuffered).
+		Int("max_connections", opts.cfg.MaxConnections).Int64("max_buffer_memory", opts.cfg.MaxBufferMemory).
+		Dur("shutdown_timeout", opts.shutdownTimeout).Str("log_level", opts.logLevel.String())
+	if opts.walDir != "" {
+		e = e.Str("wal_dir", opts.walDir).Dur("fsync_every", opts.wal.SyncEvery).
+			Bool("no_fsync", opts.wal.NoSync).Int64("segment_size", opts.wal.SegmentSize)
+	}
+	e.Msg("configuration (0 means the default, resolved when listening)")
 }
 
 // startCPUProfile profiles the whole process until the returned stop.

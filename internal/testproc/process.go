@@ -43,6 +43,8 @@ type Config struct {
 	// OutputLimit caps the output kept, in bytes, so that a chatty server
 	// cannot grow its parent without bound; zero keeps everything.
 	OutputLimit int
+	// Env is added to the parent's environment (KEY=value each).
+	Env []string
 }
 
 // Process is a started child process.
@@ -111,6 +113,9 @@ func launchOnce(cfg Config, addr string) (*Process, error) {
 		done:   make(chan struct{}),
 	}
 	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
+	if len(cfg.Env) > 0 {
+		p.cmd.Env = append(os.Environ(), cfg.Env...)
+	}
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %v", cfg.Binary, err)
 	}
