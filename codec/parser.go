@@ -34,27 +34,30 @@ const (
 
 // Parser is one connection's parse state. The zero value is not usable; use
 // NewParser. A Parser is not safe for concurrent use: it belongs to the
-// connection's event loop.
+// connection's event loop. Its fields are ordered for size: every
+// connection has one, idle ones included.
 type Parser struct {
-	maxJobSize int // immutable after NewParser
-
-	state parserState
-
-	// Valid only in stateBody: the body received so far (its final length
-	// is want, bytes+2), and the header it belongs to.
-	body                     []byte
-	want                     int
-	putPri, putDelay, putTTR uint32
+	// Valid only in stateBody: the body received so far; want and the put*
+	// fields below hold its final length and the header it belongs to.
+	body []byte
 
 	// Valid only in stateDiscardBody: bytes still to throw away. int64
 	// because a declared 4294967295 plus the "\r\n" overflows uint32.
 	discardLeft int64
+
+	maxJobSize int32 // immutable after NewParser; at most 1 GiB
+	// Valid only in stateBody: the body's final length, bytes+2 (at most
+	// maxJobSize+2).
+	want                     int32
+	putPri, putDelay, putTTR uint32
+
+	state parserState
 }
 
 // NewParser returns a parser that rejects put bodies longer than maxJobSize
 // bytes (not counting the trailing "\r\n"). A negative size is taken as 0.
 func NewParser(maxJobSize int) *Parser {
-	return &Parser{maxJobSize: max(maxJobSize, 0)}
+	return &Parser{maxJobSize: int32(min(max(maxJobSize, 0), math.MaxInt32-2))}
 }
 
 // InBody reports whether the parser is inside a put body or discarding a
@@ -176,7 +179,7 @@ func (p *Parser) parsePut(args []byte, cmd *Command) Status {
 		return CountedBadFormat
 	}
 	p.state = stateBody
-	p.want = int(v[3]) + 2
+	p.want = int32(v[3]) + 2
 	p.putPri, p.putDelay, p.putTTR = cmd.Pri, cmd.Delay, cmd.TTR
 	return OK
 }
@@ -195,11 +198,12 @@ func (p *Parser) BodyHeld() int { return cap(p.body) }
 // so a header line alone, or a client that stops half way, cannot make the
 // server hold the declared size.
 func (p *Parser) readBody(in []byte, cmd *Command) (int, bool) {
-	chunk := in[:min(len(in), p.want-len(p.body))]
+	want := int(p.want)
+	chunk := in[:min(len(in), want-len(p.body))]
 	if len(chunk) > cap(p.body)-len(p.body) {
-		size := p.want
-		if len(p.body)+len(chunk) < p.want {
-			size = min(max(2*cap(p.body), len(p.body)+len(chunk), firstBodyAlloc), p.want)
+		size := want
+		if len(p.body)+len(chunk) < want {
+			size = min(max(2*cap(p.body), len(p.body)+len(chunk), firstBodyAlloc), want)
 		}
 		grown := make([]byte, len(p.body), size)
 		copy(grown, p.body)
@@ -207,7 +211,7 @@ func (p *Parser) readBody(in []byte, cmd *Command) (int, bool) {
 	}
 	p.body = append(p.body, chunk...)
 	n := len(chunk)
-	if len(p.body) < p.want {
+	if len(p.body) < want {
 		return n, false
 	}
 	body := p.body

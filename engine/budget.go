@@ -2,6 +2,7 @@ package engine
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"sync"
 
@@ -10,6 +11,7 @@ import (
 
 // loopState is what one event loop's sessions share.
 type loopState struct {
+	srv     *Server      // immutable
 	flusher *loopFlusher // immutable; nil without a log
 
 	// batch collects the replies of one serve call; only the loop's
@@ -26,7 +28,7 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 	defer s.loopsMu.Unlock()
 	ls := s.loops[el]
 	if ls == nil {
-		ls = &loopState{holding: make(map[*session]struct{})}
+		ls = &loopState{srv: s, holding: make(map[*session]struct{})}
 		if s.cfg.Durability != nil {
 			ls.flusher = newLoopFlusher(el, s.cfg.Durability, &s.heldSessions)
 		}
@@ -83,12 +85,15 @@ func (s *Server) wakeWatched() {
 // enforceBudget closes connections while the bytes held for connections
 // exceed MaxBufferMemory, the ones holding the most first, until stop.
 func (s *Server) enforceBudget(stop <-chan struct{}) {
+	// closing are the sessions this goroutine has closed and whose loops
+	// have not yet run OnClose.
+	closing := make(map[*session]struct{})
 	for {
 		select {
 		case <-stop:
 			return
 		case <-s.overBudget:
-			s.evictLargest()
+			s.evictLargest(closing)
 		}
 	}
 }
@@ -97,7 +102,7 @@ func (s *Server) enforceBudget(stop <-chan struct{}) {
 // fits the budget. Closing is asynchronous: a session's bytes leave the
 // total when its loop runs OnClose, so sessions already being closed are
 // counted as gone and not picked twice.
-func (s *Server) evictLargest() {
+func (s *Server) evictLargest(closing map[*session]struct{}) {
 	limit := s.cfg.MaxBufferMemory
 	total := s.bufferHeld.Load()
 	if total <= limit {
@@ -108,12 +113,14 @@ func (s *Server) evictLargest() {
 		n  int64
 	}
 	var hs []holder
+	stillClosing := make(map[*session]struct{}, len(closing))
 	s.loopsMu.Lock()
 	for _, ls := range s.loops {
 		ls.mu.Lock()
 		for ss := range ls.holding {
 			n := ss.holding.Load()
-			if ss.evicting.Load() {
+			if _, ok := closing[ss]; ok {
+				stillClosing[ss] = struct{}{}
 				total -= n
 				continue
 			}
@@ -122,6 +129,10 @@ func (s *Server) evictLargest() {
 		ls.mu.Unlock()
 	}
 	s.loopsMu.Unlock()
+	// A closed session leaves its loop's set; forget it here too.
+	clear(closing)
+	maps.Copy(closing, stillClosing)
+
 	slices.SortFunc(hs, func(a, b holder) int { return cmp.Compare(b.n, a.n) })
 	closed := 0
 	var freed int64
@@ -129,7 +140,7 @@ func (s *Server) evictLargest() {
 		if total <= limit {
 			break
 		}
-		h.ss.evicting.Store(true)
+		closing[h.ss] = struct{}{}
 		_ = h.ss.conn.Close()
 		total -= h.n
 		freed += h.n

@@ -18,7 +18,7 @@ func (ss *session) dispatch(cmd *codec.Command, out *replies) (quit bool) {
 		return false
 	case codec.CountedBadFormat:
 		if c, ok := cmd.Op.Counter(); ok {
-			ss.srv.count(c)
+			ss.loop.srv.count(c)
 		}
 		out.add(codec.ReplyBadFormat)
 		return false
@@ -27,7 +27,7 @@ func (ss *session) dispatch(cmd *codec.Command, out *replies) (quit bool) {
 		return false
 	}
 	if c, ok := cmd.Op.Counter(); ok && cmd.Op != codec.OpPut {
-		ss.srv.count(c)
+		ss.loop.srv.count(c)
 	}
 	if cmd.Op == codec.OpQuit {
 		return true
@@ -38,7 +38,7 @@ func (ss *session) dispatch(cmd *codec.Command, out *replies) (quit bool) {
 
 // execute runs every command but quit.
 func (ss *session) execute(cmd *codec.Command, out *replies) {
-	st := ss.srv.store
+	st := ss.loop.srv.store
 	cl := ss.client
 	switch cmd.Op {
 	case codec.OpPut:
@@ -109,7 +109,7 @@ func (ss *session) execute(cmd *codec.Command, out *replies) {
 		ss.appendFound(out, cl.PeekBuried())
 
 	case codec.OpStats:
-		out.appendYAML(ss.srv.appendStats)
+		out.appendYAML(ss.loop.srv.appendStats)
 	case codec.OpStatsJob:
 		js, ok := st.JobStats(cmd.ID)
 		if !ok {
@@ -135,19 +135,19 @@ func (ss *session) execute(cmd *codec.Command, out *replies) {
 // header whose four integers parse, and takes the job id before the body
 // arrives, so an EXPECTED_CRLF or DRAINING put still uses one.
 func (ss *session) putHeader(cmd *codec.Command) {
-	ss.srv.count(codec.CmdPut)
+	ss.loop.srv.count(codec.CmdPut)
 	if cmd.Status == codec.PutTooBig {
 		return // JOB_TOO_BIG once the body has been discarded
 	}
 	ss.markProducer()
-	ss.putID = ss.srv.store.NextID()
+	ss.putID = ss.loop.srv.store.NextID()
 }
 
 func (ss *session) putBody(cmd *codec.Command, out []byte) []byte {
 	if cmd.Status == codec.ExpectedCRLF {
 		return append(out, codec.ReplyExpectedCRLF...)
 	}
-	if ss.srv.draining.Load() {
+	if ss.loop.srv.draining.Load() {
 		return append(out, codec.ReplyDraining...)
 	}
 	j, err := ss.client.Put(ss.putID, cmd.Pri, cmd.Delay, cmd.TTR, cmd.Body)
@@ -175,14 +175,14 @@ func (ss *session) reserve(out *replies, timeout time.Duration) {
 func (ss *session) markProducer() {
 	if !ss.producer {
 		ss.producer = true
-		ss.srv.conns.producers.Add(1)
+		ss.loop.srv.conns.producers.Add(1)
 	}
 }
 
 func (ss *session) markWorker() {
 	if !ss.worker {
 		ss.worker = true
-		ss.srv.conns.workers.Add(1)
+		ss.loop.srv.conns.workers.Add(1)
 	}
 }
 

@@ -20,7 +20,6 @@ type handler struct {
 func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	s := h.srv
 	ss := &session{
-		srv:    s,
 		loop:   s.loopFor(c.EventLoop()),
 		conn:   c,
 		parser: *codec.NewParser(s.cfg.MaxJobSize),

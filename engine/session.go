@@ -19,8 +19,7 @@ var docPool bytebufferpool.Pool
 // session is one connection. Unless a field says otherwise it is only
 // touched on the connection's event loop.
 type session struct {
-	srv    *Server       // immutable
-	loop   *loopState    // immutable: what the connection's loop shares
+	loop   *loopState    // immutable: what the connection's loop shares, and its server
 	conn   gnet.Conn     // immutable; off-loop use only through gnet's thread-safe calls
 	client *store.Client // immutable
 	parser codec.Parser
@@ -37,10 +36,9 @@ type session struct {
 	// holding is the bytes held for this connection when last accounted:
 	// unread replies in gnet, unparsed input, held replies, a partial put
 	// body. Written on the loop; read by the budget enforcer.
-	holding  atomic.Int64
-	tracked  bool        // in loop.holding
-	watched  bool        // in srv.watched: gnet holds unread replies
-	evicting atomic.Bool // closed by the budget enforcer; set from its goroutine
+	holding atomic.Int64
+	tracked bool // in loop.holding
+	watched bool // in srv.watched: gnet holds unread replies
 
 	blocked   bool // a reserve is waiting; input stays buffered until it ends
 	throttled bool // the client is not reading its replies
@@ -91,7 +89,7 @@ func (ss *session) serve() gnet.Action {
 // blocks or the client stops reading its replies.
 func (ss *session) serveInput() gnet.Action {
 	c := ss.conn
-	maxOut := ss.srv.cfg.MaxOutputBuffered
+	maxOut := ss.loop.srv.cfg.MaxOutputBuffered
 	if ss.throttled {
 		if c.OutboundBuffered() > maxOut/2 {
 			return ss.checkInput()
@@ -128,7 +126,7 @@ func (ss *session) serveInput() gnet.Action {
 		}
 		before := len(out.buf)
 		var quit bool
-		if m := ss.srv.cfg.Metrics; m != nil && cmd.Op != codec.OpPut && cmd.Op != codec.OpNone {
+		if m := ss.loop.srv.cfg.Metrics; m != nil && cmd.Op != codec.OpPut && cmd.Op != codec.OpNone {
 			start := time.Now()
 			quit = ss.dispatch(&cmd, out)
 			m.ObserveCommand(cmd.Op, time.Since(start))
@@ -150,7 +148,7 @@ func (ss *session) serveInput() gnet.Action {
 	// Discard(0) would throw away everything, hence the guard.
 	if consumed > 0 {
 		_, _ = c.Discard(consumed)
-		ss.srv.bytesIn.Add(uint64(consumed))
+		ss.loop.srv.bytesIn.Add(uint64(consumed))
 	}
 	ss.send(out, len(out.buf))
 	if action != gnet.None {
@@ -163,7 +161,7 @@ func (ss *session) serveInput() gnet.Action {
 // counts them.
 func (ss *session) send(r *replies, end int) {
 	if n := r.writeTo(ss.conn, end); n > 0 {
-		ss.srv.bytesOut.Add(uint64(n))
+		ss.loop.srv.bytesOut.Add(uint64(n))
 	}
 }
 
@@ -176,14 +174,14 @@ func (ss *session) account() {
 	c := ss.conn
 	unread := c.OutboundBuffered()
 	n := unread + c.InboundBuffered() + ss.held.copied() + ss.parser.BodyHeld()
-	ss.srv.account(ss, int64(n), unread > 0 || ss.throttled)
+	ss.loop.srv.account(ss, int64(n), unread > 0 || ss.throttled)
 }
 
 // mustHold reports whether the reply just produced has to wait: its
 // command changed durable state that is not durable yet, or earlier replies
 // are already waiting.
 func (ss *session) mustHold() bool {
-	d := ss.srv.cfg.Durability
+	d := ss.loop.srv.cfg.Durability
 	if d == nil {
 		return false
 	}
@@ -206,7 +204,7 @@ func (ss *session) flushDurable() {
 	if !h.waiting() {
 		return
 	}
-	durable := ss.srv.cfg.Durability.Durable()
+	durable := ss.loop.srv.cfg.Durability.Durable()
 	n, end := 0, 0
 	for n < len(h.marks) && h.marks[n].lsn <= durable {
 		end = h.marks[n].end
@@ -233,8 +231,8 @@ func (ss *session) awaitDurable() {
 // (a client pipelining behind a blocked reserve or without reading); body
 // bytes are copied out as they arrive, so they never count.
 func (ss *session) checkInput() gnet.Action {
-	if ss.conn.InboundBuffered() > ss.srv.cfg.MaxInputBuffered {
-		ss.srv.log.Debug().Int("buffered", ss.conn.InboundBuffered()).Msg("input cap exceeded; closing")
+	if ss.conn.InboundBuffered() > ss.loop.srv.cfg.MaxInputBuffered {
+		ss.loop.srv.log.Debug().Int("buffered", ss.conn.InboundBuffered()).Msg("input cap exceeded; closing")
 		return gnet.Close
 	}
 	return gnet.None
@@ -253,15 +251,15 @@ func (ss *session) close() {
 		return
 	}
 	ss.closed = true
-	ss.srv.account(ss, 0, false)
+	ss.loop.srv.account(ss, 0, false)
 	ss.held = nil
 	ss.client.Close()
-	ss.srv.conns.current.Add(-1)
+	ss.loop.srv.conns.current.Add(-1)
 	if ss.producer {
-		ss.srv.conns.producers.Add(-1)
+		ss.loop.srv.conns.producers.Add(-1)
 	}
 	if ss.worker {
-		ss.srv.conns.workers.Add(-1)
+		ss.loop.srv.conns.workers.Add(-1)
 	}
 }
 

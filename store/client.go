@@ -42,21 +42,39 @@ type Client struct {
 	wait  *waiter // the latest blocked reserve, if any
 	lsn   uint64  // log position its next reply waits for (PendingLSN)
 
-	mu       sync.Mutex
-	reserved jobHeap // by TTR deadline; guarded by mu
-	// reservedOrder holds the same jobs, oldest reservation first; guarded
-	// by mu. Close requeues in this order, as beanstalkd does.
-	reservedOrder jobList
-	closed        bool  // guarded by mu
-	ttrAt         int64 // guarded by mu: when ttrTimer is armed for; 0 if not
-	ttrTimer      timer // fires at the earliest deadline in reserved
+	mu     sync.Mutex
+	closed bool // guarded by mu
+	// res holds the client's reservations; guarded by mu. It is made at
+	// the first one, so a connection that never reserves does not carry
+	// it (96 bytes of the 184 a client would take).
+	res *reservations
+}
+
+// reservations are the jobs a client holds.
+type reservations struct {
+	heap jobHeap // by TTR deadline
+	// order holds the same jobs, oldest reservation first. Close requeues
+	// in this order, as beanstalkd does.
+	order jobList
+	ttrAt int64 // when ttr is armed for; 0 if not
+	ttr   timer // fires at the earliest deadline in heap
+}
+
+// reservationsLocked returns c's reservations, making them at the first
+// call. c.mu must be held.
+func (c *Client) reservationsLocked() *reservations {
+	if c.res == nil {
+		c.res = &reservations{
+			heap: jobHeap{less: delayLess, index: ownerSlot},
+			ttr:  newTimer((*ttrTarget)(c)),
+		}
+	}
+	return c.res
 }
 
 // NewClient returns a client using and watching "default".
 func (s *Store) NewClient(n Notifier) *Client {
 	c := &Client{s: s, notify: n}
-	c.reserved = jobHeap{less: delayLess, index: ownerSlot}
-	c.ttrTimer = newTimer((*ttrTarget)(c))
 	c.use = s.acquireTube([]byte(DefaultTube))
 	c.watch = []*Tube{s.acquireTube([]byte(DefaultTube))}
 	c.use.mu.Lock()
@@ -192,7 +210,10 @@ func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) (*Job, erro
 func (c *Client) deadlineSoon(now int64) (soon bool, at int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	m := c.reserved.min()
+	if c.res == nil {
+		return false, -1
+	}
+	m := c.res.heap.min()
 	if m == nil {
 		return false, -1
 	}
@@ -468,7 +489,7 @@ func (c *Client) Touch(id uint64) bool {
 	}
 	c.mu.Lock()
 	j.deadline = c.s.now() + j.ttr
-	c.reserved.fix(j)
+	c.res.heap.fix(j) // j is c's, so c.res exists
 	c.rearmTTRLocked()
 	c.mu.Unlock()
 	j.tube.mu.Unlock()
@@ -573,8 +594,10 @@ func (c *Client) Close() {
 	c.mu.Lock()
 	c.closed = true
 	var jobs []*Job
-	for j := c.reservedOrder.head; j != nil; j = j.next {
-		jobs = append(jobs, j)
+	if c.res != nil {
+		for j := c.res.order.head; j != nil; j = j.next {
+			jobs = append(jobs, j)
+		}
 	}
 	c.mu.Unlock()
 	c.CancelWait()
@@ -610,18 +633,19 @@ func (c *Client) Close() {
 type ttrTarget Client
 
 // rearmTTRLocked arms the TTR timer for the earliest reservation, if it
-// moved. c.mu must be held.
+// moved. c.mu must be held, and c.res made.
 func (c *Client) rearmTTRLocked() {
-	m := c.reserved.min()
+	r := c.res
+	m := r.heap.min()
 	switch {
 	case m == nil:
-		if c.ttrAt != 0 {
-			c.ttrAt = 0
-			c.s.timers.cancel(&c.ttrTimer)
+		if r.ttrAt != 0 {
+			r.ttrAt = 0
+			c.s.timers.cancel(&r.ttr)
 		}
-	case m.deadline != c.ttrAt:
-		c.ttrAt = m.deadline
-		c.s.timers.schedule(&c.ttrTimer, m.deadline)
+	case m.deadline != r.ttrAt:
+		r.ttrAt = m.deadline
+		c.s.timers.schedule(&r.ttr, m.deadline)
 	}
 }
 
@@ -630,9 +654,9 @@ func (c *Client) rearmTTRLocked() {
 func (tt *ttrTarget) onTimer(now int64) {
 	c := (*Client)(tt)
 	c.mu.Lock()
-	c.ttrAt = 0 // the timer has fired; the next rearm must schedule again
+	c.res.ttrAt = 0 // the timer has fired; the next rearm must schedule again
 	var due []*Job
-	for _, j := range c.reserved.jobs {
+	for _, j := range c.res.heap.jobs {
 		if j.deadline <= now {
 			due = append(due, j)
 		}

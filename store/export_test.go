@@ -23,9 +23,11 @@ func (s *Store) PokeTimers() {
 // ReservedIDs lists the ids of the jobs c has reserved, in id order.
 func (c *Client) ReservedIDs() []uint64 {
 	c.mu.Lock()
-	ids := make([]uint64, 0, len(c.reserved.jobs))
-	for _, j := range c.reserved.jobs {
-		ids = append(ids, j.id)
+	var ids []uint64
+	if c.res != nil {
+		for _, j := range c.res.heap.jobs {
+			ids = append(ids, j.id)
+		}
 	}
 	c.mu.Unlock()
 	slices.Sort(ids)
@@ -207,19 +209,25 @@ func (s *Store) CheckInvariants() error {
 			if o.closed {
 				bad("job %d is reserved by a closed client", j.id)
 			}
-			if k := int(j.ownerIndex); k < 0 || k >= len(o.reserved.jobs) || o.reserved.jobs[k] != j {
+			if o.res == nil {
+				bad("%s: job %d is reserved by a client without reservations", at, j.id)
+				o.mu.Unlock()
+				continue
+			}
+			r := o.res
+			if k := int(j.ownerIndex); k < 0 || k >= len(r.heap.jobs) || r.heap.jobs[k] != j {
 				bad("%s: job %d not at its ownerIndex %d", at, j.id, k)
 			}
 			inOrder := false
-			for o := o.reservedOrder.head; o != nil; o = o.next {
+			for o := r.order.head; o != nil; o = o.next {
 				inOrder = inOrder || o == j
 			}
 			if !inOrder {
 				bad("%s: job %d missing from the reservation order", at, j.id)
 			}
 			// One TTR timer per client, armed for its earliest deadline.
-			if armed, when := timerState(s.timers, &o.ttrTimer); !armed || when != o.reserved.min().deadline {
-				bad("%s: TTR timer armed %v for %d, earliest deadline %d", at, armed, when, o.reserved.min().deadline)
+			if armed, when := timerState(s.timers, &r.ttr); !armed || when != r.heap.min().deadline {
+				bad("%s: TTR timer armed %v for %d, earliest deadline %d", at, armed, when, r.heap.min().deadline)
 			}
 			o.mu.Unlock()
 		}
@@ -304,11 +312,15 @@ func (s *Store) CheckInvariants() error {
 	// lock held, so the owner's lock alone is enough to read them.
 	for o, n := range reservedBy {
 		o.mu.Lock()
-		if len(o.reserved.jobs) != n {
-			bad("client %p holds %d jobs, its tubes count %d", o, len(o.reserved.jobs), n)
+		if o.res == nil {
+			o.mu.Unlock()
+			continue // reported above
 		}
-		for i, j := range o.reserved.jobs {
-			checkHeapSlot(bad, fmt.Sprintf("reserved heap of client %p", o), &o.reserved, i, int(j.ownerIndex))
+		if len(o.res.heap.jobs) != n {
+			bad("client %p holds %d jobs, its tubes count %d", o, len(o.res.heap.jobs), n)
+		}
+		for i, j := range o.res.heap.jobs {
+			checkHeapSlot(bad, fmt.Sprintf("reserved heap of client %p", o), &o.res.heap, i, int(j.ownerIndex))
 			if j.owner != o {
 				bad("client %p holds job %d owned by %p", o, j.id, j.owner)
 			}

@@ -126,8 +126,8 @@ func (t *Tube) detachLocked(j *Job) {
 	case StateReserved:
 		o := j.owner
 		o.mu.Lock()
-		o.reserved.remove(j)
-		o.reservedOrder.remove(j)
+		o.res.heap.remove(j)
+		o.res.order.remove(j)
 		o.rearmTTRLocked()
 		o.mu.Unlock()
 		j.owner = nil
@@ -157,8 +157,9 @@ func (t *Tube) reserveLocked(j *Job, c *Client, now int64) bool {
 	j.owner = c
 	j.deadline = now + j.ttr
 	j.counts.reserves++
-	c.reserved.push(j)
-	c.reservedOrder.pushBack(j)
+	r := c.reservationsLocked()
+	r.heap.push(j)
+	r.order.pushBack(j)
 	c.rearmTTRLocked()
 	c.mu.Unlock()
 	t.nReserved++
