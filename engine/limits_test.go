@@ -211,3 +211,21 @@ func TestServesAGivenListener(t *testing.T) {
 	c.send("list-tube-used\r\n")
 	c.expect("USING default\r\n")
 }
+
+// TestLongPipelineOfLargeReplies: 1,500 pipelined peeks of a 600-byte job
+// all arrive intact (each reply is two slices of a writev, and one writev
+// takes at most IOV_MAX of them).
+func TestLongPipelineOfLargeReplies(t *testing.T) {
+	_, network, addr := startServer(t, engine.Config{MaxOutputBuffered: 8 << 20})
+	c := dialRaw(t, network, addr)
+	body := strings.Repeat("p", 600)
+	c.send(fmt.Sprintf("put 0 0 60 %d\r\n%s\r\n", len(body), body))
+	c.expect("INSERTED 1\r\n")
+	c.send(strings.Repeat("peek 1\r\n", 1500))
+	for i := range 1500 {
+		r, err := c.reply(5 * time.Second)
+		if err != nil || r != "FOUND 1 600\r\n"+body+"\r\n" {
+			t.Fatalf("reply %d: %q %v", i, r, err)
+		}
+	}
+}

@@ -6,6 +6,10 @@ import (
 	"github.com/sproutmq/sprout/codec"
 )
 
+// maxIovecs is the most slices one writev may take (IOV_MAX on Linux and
+// the BSDs); past it the call fails and gnet would close the connection.
+const maxIovecs = 1024
+
 // refBodyMin is the smallest job body a reply references instead of
 // copying: below it, one more iovec costs more than the copy.
 const refBodyMin = 512
@@ -70,11 +74,18 @@ func (r *replies) writeTo(c gnet.Conn, end int) int {
 			}
 			vecs = append(vecs, ref.body)
 			from = ref.at
+			if len(vecs) >= maxIovecs-1 {
+				_, _ = c.Writev(vecs)
+				clear(vecs)
+				vecs = vecs[:0]
+			}
 		}
 		if end > from {
 			vecs = append(vecs, r.buf[from:end])
 		}
-		_, _ = c.Writev(vecs)
+		if len(vecs) > 0 {
+			_, _ = c.Writev(vecs)
+		}
 		clear(vecs) // drop the references to bodies and buf
 		r.vecs = vecs[:0]
 	}

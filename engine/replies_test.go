@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -109,5 +110,30 @@ func TestRepliesReferenceLargeBodies(t *testing.T) {
 	r.appendJob("RESERVED", 1, big)
 	if len(r.buf) > 32 || len(r.refs) != 1 || &r.refs[0].body[0] != &big[0] {
 		t.Fatalf("the body was copied: buf %d bytes, refs %d", len(r.buf), len(r.refs))
+	}
+}
+
+// TestRepliesSplitLongWritev: one writev takes at most maxIovecs slices,
+// so a long pipeline of replies with large bodies is written in several.
+func TestRepliesSplitLongWritev(t *testing.T) {
+	big := body(600, 'y')
+	var r replies
+	var want strings.Builder
+	for id := range uint64(1500) {
+		r.appendJob("FOUND", id, big)
+		want.WriteString("FOUND " + strconv.FormatUint(id, 10) + " 600\r\n" + string(big))
+	}
+	var w wireConn
+	r.writeTo(&w, len(r.buf))
+	if w.wire.String() != want.String() {
+		t.Fatal("replies corrupted")
+	}
+	for i, n := range w.calls {
+		if n > maxIovecs {
+			t.Fatalf("write %d took %d slices, more than %d", i, n, maxIovecs)
+		}
+	}
+	if len(w.calls) < 3 {
+		t.Fatalf("3,000 slices went out in %d writes", len(w.calls))
 	}
 }
