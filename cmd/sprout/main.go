@@ -59,6 +59,10 @@ func run(opts options) int {
 		}
 		defer stop()
 	}
+	// systemd's socket, if it handed one over.
+	if code := prepareListener(&opts, log); code != exitOK {
+		return code
+	}
 
 	var wl *wal.Log
 	if opts.walDir != "" {
