@@ -3,21 +3,37 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"net"
 	"os"
+	"os/user"
 	"strconv"
+	"syscall"
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 )
 
+// Exit codes of -u, as beanstalkd's su() uses them.
+const (
+	exitUserLookup = 32 // the user database could not be read
+	exitNoSuchUser = 33 // -u names no user
+	exitSetID      = 34 // setgroups, setgid or setuid failed
+)
+
 // listenFDsStart is the first descriptor systemd passes (SD_LISTEN_FDS_START).
 const listenFDsStart = 3
 
-// prepareListener sets opts.cfg.Listener to the socket systemd handed
-// over, if there is one. Otherwise Listener stays nil and the engine opens
-// -l and -p itself. It returns the exit code on failure, exitOK otherwise.
+// prepareListener sets opts.cfg.Listener, in beanstalkd's order: a socket
+// handed over by systemd if there is one; else, with -u, the socket of -l
+// and -p, opened here because the engine would open it only after the
+// privileges are gone (a port below 1024 needs them). Then -u drops the
+// privileges, before the caller opens the write-ahead log: like beanstalkd,
+// the log directory belongs to the user -u names, not to root.
+//
+// Without -u and without systemd, Listener stays nil and the engine opens
+// the socket itself. It returns the exit code on failure, exitOK otherwise.
 func prepareListener(opts *options, log zerolog.Logger) int {
 	ln, err := inheritedListener(log)
 	if err != nil {
@@ -38,7 +54,16 @@ func prepareListener(opts *options, log zerolog.Logger) int {
 		opts.cfg.Listener = ln
 		opts.cfg.Network, opts.cfg.Address = ln.Addr().Network(), ln.Addr().String()
 	}
-	return exitOK
+	if opts.user == "" {
+		return exitOK
+	}
+	if opts.cfg.Listener == nil {
+		if opts.cfg.Listener, err = listen(opts.cfg.Network, opts.cfg.Address); err != nil {
+			log.Error().Err(err).Str("address", opts.cfg.Address).Msg("cannot listen")
+			return exitSocket
+		}
+	}
+	return dropPrivileges(opts.user, log)
 }
 
 // inheritedListener returns the listening socket systemd passed by socket
@@ -116,4 +141,79 @@ func checkListening(fd int) error {
 		}
 	}
 	return errNotListening
+}
+
+// listen opens network and address as the engine would without a
+// Config.Listener (engine/listener.go): a stale unix socket file is
+// removed first, as beanstalkd does.
+func listen(network, address string) (net.Listener, error) {
+	if network == "unix" {
+		fi, err := os.Lstat(address)
+		switch {
+		case err == nil && fi.Mode()&fs.ModeSocket == 0:
+			return nil, fmt.Errorf("%s exists and is not a socket", address)
+		case err == nil:
+			if err := os.Remove(address); err != nil {
+				return nil, err
+			}
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, err
+		}
+	}
+	return net.Listen(network, address)
+}
+
+// dropPrivileges becomes name, as beanstalkd's su() does: its primary group
+// (setgid), then its uid (setuid). beanstalkd leaves the supplementary
+// groups as they were, so a root started server keeps root's; Sprout sets
+// them to name's own first, as initgroups(3) would. Go applies each call
+// to every thread of the process. It returns an exit code: beanstalkd's
+// 32, 33 or 34 on failure, exitOK once done.
+func dropPrivileges(name string, log zerolog.Logger) int {
+	u, err := user.Lookup(name)
+	var unknown user.UnknownUserError
+	if errors.As(err, &unknown) {
+		log.Error().Str("user", name).Msg("-u: no such user")
+		return exitNoSuchUser
+	}
+	if err != nil {
+		log.Error().Err(err).Str("user", name).Msg("-u: cannot look up the user")
+		return exitUserLookup
+	}
+	uid, errUID := strconv.Atoi(u.Uid)
+	gid, errGID := strconv.Atoi(u.Gid)
+	groupIDs, errGroups := u.GroupIds()
+	if err := errors.Join(errUID, errGID, errGroups); err != nil {
+		log.Error().Err(err).Str("user", name).Msg("-u: cannot look up the user's ids and groups")
+		return exitUserLookup
+	}
+	groups := make([]int, 0, len(groupIDs))
+	for _, g := range groupIDs {
+		n, err := strconv.Atoi(g)
+		if err != nil {
+			log.Error().Err(err).Str("user", name).Msg("-u: cannot look up the user's groups")
+			return exitUserLookup
+		}
+		groups = append(groups, n)
+	}
+
+	// Without privileges setgroups fails even for the groups already
+	// held; a process already running as the user has nothing to drop,
+	// so `-u` with one's own name works as it does with beanstalkd.
+	if os.Geteuid() == 0 || os.Geteuid() != uid {
+		if err := syscall.Setgroups(groups); err != nil {
+			log.Error().Err(err).Str("user", name).Ints("groups", groups).Msg("-u: setgroups")
+			return exitSetID
+		}
+	}
+	if err := syscall.Setgid(gid); err != nil {
+		log.Error().Err(err).Str("user", name).Int("gid", gid).Msg("-u: setgid")
+		return exitSetID
+	}
+	if err := syscall.Setuid(uid); err != nil {
+		log.Error().Err(err).Str("user", name).Int("uid", uid).Msg("-u: setuid")
+		return exitSetID
+	}
+	log.Info().Str("user", name).Int("uid", uid).Int("gid", gid).Ints("groups", groups).Msg("switched user")
+	return exitOK
 }

@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -346,5 +348,153 @@ func checkNotServed(t *testing.T, addr net.Addr) {
 	_, _ = io.WriteString(c, "list-tube-used\r\n")
 	if b, err := bufio.NewReader(c).ReadString('\n'); err == nil {
 		t.Errorf("%v answered %q; want it unserved", addr, b)
+	}
+}
+
+// TestUserUnknown: like beanstalkd, an unknown -u user exits 33.
+func TestUserUnknown(t *testing.T) {
+	p := testproc.StartConfig(t, testproc.Config{
+		Binary:   testproc.SproutBinary(t),
+		Args:     []string{"-l", "127.0.0.1", "-p", "0", "-u", "sprout-test-no-such-user"},
+		NoListen: true,
+	})
+	if !p.Wait(replyTimeout) {
+		t.Fatalf("still running after %v:\n%s", replyTimeout, p.Output())
+	}
+	if code := p.ExitCode(); code != exitNoSuchUser || !strings.Contains(p.Output(), "no such user") {
+		t.Errorf("exit status %d; want %d, no such user:\n%s", code, exitNoSuchUser, p.Output())
+	}
+}
+
+// TestUserNobody starts Sprout as root with -u nobody: it binds, becomes
+// nobody (uid, gid and supplementary groups), then opens its log, which
+// therefore lives in a directory nobody can write, as with beanstalkd.
+func TestUserNobody(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("-u needs root to switch users: run the tests as root to check it")
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skipf("no user nobody to switch to: %v", err)
+	}
+	uid, _ := strconv.Atoi(nobody.Uid)
+	gid, _ := strconv.Atoi(nobody.Gid)
+	groups, err := nobody.GroupIds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := testproc.SproutBinary(t)
+
+	// Not t.TempDir: its parent is root's, mode 0700, so nobody could not
+	// reach the log inside.
+	dir, err := os.MkdirTemp("", "sprout-u-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+
+	start := func() *testproc.Process {
+		// Probe, not a bare connect: the socket accepts into its backlog
+		// before the switch; a protocol answer comes only after it.
+		return testproc.StartConfig(t, testproc.Config{
+			Binary: bin, Args: []string{"-u", "nobody", "-b", dir}, Ready: testproc.Probe,
+			StartTimeout: replyTimeout,
+		})
+	}
+	p := start()
+	checkIDs(t, p.PID(), nobody.Uid, nobody.Gid, groups)
+	id := checkServes(t, dial(t, addrOf(t, p.Addr())))
+	if !p.Stop(replyTimeout) || p.ExitCode() != 0 {
+		t.Fatalf("did not exit 0 after SIGTERM: %v\n%s", p.State(), p.Output())
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		fi, err := os.Stat(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if owner := fi.Sys().(*syscall.Stat_t).Uid; int(owner) != uid {
+			t.Errorf("%s is owned by uid %d; want nobody's, %d", e.Name(), owner, uid)
+		}
+	}
+
+	p = start()
+	if got, want := dial(t, addrOf(t, p.Addr())).call("peek-ready\r\n"), "FOUND "+id+" 5"; got != want {
+		t.Errorf("after a restart, peek-ready: %q; want %q", got, want)
+	}
+
+	t.Run("log directory nobody cannot write", func(t *testing.T) {
+		p := testproc.StartConfig(t, testproc.Config{
+			Binary:   bin,
+			Args:     []string{"-l", "127.0.0.1", "-p", "0", "-u", "nobody", "-b", filepath.Join(t.TempDir(), "wal")},
+			NoListen: true,
+		})
+		if !p.Wait(replyTimeout) {
+			t.Fatalf("still running after %v:\n%s", replyTimeout, p.Output())
+		}
+		if p.ExitCode() == 0 || !strings.Contains(p.Output(), "permission denied") {
+			t.Errorf("exit status %d; want a failure, permission denied:\n%s", p.ExitCode(), p.Output())
+		}
+	})
+
+	t.Run("socket activation", func(t *testing.T) {
+		files, addrs := tcpListeners(1)(t)
+		srv := startActivated(t, files, "-u", "nobody")
+		c := dial(t, addrs[0])
+		checkServes(t, c) // answered: the switch is done
+		checkIDs(t, srv.cmd.Process.Pid, nobody.Uid, nobody.Gid, groups)
+		srv.stop(t)
+	})
+}
+
+func addrOf(t *testing.T, hostPort string) net.Addr {
+	t.Helper()
+	addr, err := net.ResolveTCPAddr("tcp", hostPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// checkIDs reads /proc/PID/status: the real, effective, saved and
+// filesystem uids and gids must all be uid and gid, and the supplementary
+// groups exactly groups.
+func checkIDs(t *testing.T, pid int, uid, gid string, groups []string) {
+	t.Helper()
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"Uid:":    {uid, uid, uid, uid},
+		"Gid:":    {gid, gid, gid, gid},
+		"Groups:": slices.Sorted(slices.Values(groups)),
+	}
+	for line := range strings.Lines(string(status)) {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		w, ok := want[fields[0]]
+		if !ok {
+			continue
+		}
+		got := fields[1:]
+		if fields[0] == "Groups:" {
+			got = slices.Sorted(slices.Values(got))
+		}
+		if !slices.Equal(got, w) {
+			t.Errorf("/proc/%d/status %s %q; want %q", pid, fields[0], got, w)
+		}
+		delete(want, fields[0])
+	}
+	if len(want) != 0 {
+		t.Errorf("/proc/%d/status has no %v", pid, want)
 	}
 }

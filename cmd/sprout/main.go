@@ -59,7 +59,7 @@ func run(opts options) int {
 		}
 		defer stop()
 	}
-	// systemd's socket, if it handed one over.
+	// Before the log: -u drops privileges once the socket is bound.
 	if code := prepareListener(&opts, log); code != exitOK {
 		return code
 	}
