@@ -73,6 +73,8 @@ type options struct {
 	// logFormat is --log-format: "json", "console", or "" for console on a
 	// terminal and JSON otherwise.
 	logFormat string
+	// user is -u: the user to become once the socket is bound; "" stays.
+	user string
 }
 
 // longFlags are Sprout's own flags. They are written --name VALUE or
@@ -151,9 +153,7 @@ func uintFlag[T int | int64](name string, bits int, want string, field func(o *o
 // notImplemented are beanstalkd flags Sprout recognises but cannot honour
 // yet. Ignoring them would silently drop durability or privilege dropping the
 // operator asked for, so they are refused.
-var notImplemented = map[byte]string{
-	'u': "switching user and group is not implemented yet",
-}
+var notImplemented = map[byte]string{}
 
 // parseArgs reads the command line (without the program name) the way
 // beanstalkd's optparse does: arguments are scanned left to right; each starts
@@ -229,7 +229,7 @@ func parseArgs(args []string, stderr io.Writer) (opts options, act action, exitC
 			}
 
 			switch flag {
-			case 'p', 'l', 'z', 'b', 'f', 's':
+			case 'p', 'l', 'z', 'b', 'f', 's', 'u':
 				v, ok := value()
 				if !ok {
 					return usageError("flag requires an argument: -%c", flag)
@@ -241,6 +241,13 @@ func parseArgs(args []string, stderr io.Writer) (opts options, act action, exitC
 					host = v
 				case 'b':
 					opts.walDir = v
+				case 'u':
+					// beanstalkd looks "" up and exits 33; it names no
+					// one, so it is a usage error here.
+					if v == "" {
+						return usageError("-u needs a user name")
+					}
+					opts.user = v
 				case 'f':
 					// -f and -F are order-dependent, as in beanstalkd: the
 					// last one wins.
@@ -377,7 +384,9 @@ func writeUsage(w io.Writer) {
 Options, as in beanstalkd:
  -l ADDR  listen on address (default is all interfaces);
           unix:PATH listens on a unix socket at PATH
- -p PORT  listen on port (default is %s)
+ -p PORT  listen on port (default is %s); a socket systemd hands
+          over (LISTEN_FDS) is served instead of -l and -p
+ -u USER  become user and group once the socket is bound
  -z BYTES set the maximum job size in bytes (default is %d);
           max allowed is %d bytes
  -v       show version information
@@ -393,9 +402,6 @@ beanstalkd binlog files is imported on first start):
           0 fsyncs every commit before it is acknowledged
  -F       never fsync
  -s BYTES set the size of each log segment (default is %d)
-
-Not implemented yet (refused with exit status %d):
- -u USER
 
 Sprout's own options, written --name VALUE or --name=VALUE. The one-dash
 spelling (-loops 4) is accepted too and wins over beanstalkd's combined
@@ -432,6 +438,6 @@ Every option can be set in the environment as SPROUT_<NAME>, NAME being its
 long name in capitals with _ for - (SPROUT_LISTEN=0.0.0.0,
 SPROUT_MAX_OUTPUT=1048576); SPROUT_NO_FSYNC=true is -F and SPROUT_VERBOSE=N
 is N times -V. The command line wins over the environment.
-`, defaultPort, engine.DefaultMaxJobSize, engine.MaxMaxJobSize, wal.DefaultSegmentSize, exitUsage, maxLoops,
+`, defaultPort, engine.DefaultMaxJobSize, engine.MaxMaxJobSize, wal.DefaultSegmentSize, maxLoops,
 		engine.DefaultMaxOutputBuffered>>10)
 }

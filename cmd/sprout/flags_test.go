@@ -200,11 +200,7 @@ func TestParseArgsTerminal(t *testing.T) {
 	})
 }
 
-func TestParseArgsRemovedAndRefused(t *testing.T) {
-	refused := func(name string, args []string, flag, reason string) parseCase {
-		return parseCase{name: name, args: args, wantAction: actionFail, wantCode: 5,
-			wantStderr: "sprout: -" + flag + ": " + reason + "\n"}
-	}
+func TestParseArgsRemoved(t *testing.T) {
 	runParseCases(t, []parseCase{
 		{name: "c warns and continues", args: []string{"-c", "-p", "11412"},
 			want: func(o *options) { o.cfg.Address = ":11412" }, wantStderr: cWarning},
@@ -214,8 +210,30 @@ func TestParseArgsRemovedAndRefused(t *testing.T) {
 		{name: "warning then error", args: []string{"-c", "-x"},
 			wantAction: actionFail, wantCode: 5, wantUsage: true,
 			wantStderr: cWarning + "sprout: unknown flag: -x\n"},
-		refused("u", []string{"-u", "nobody"}, "u", "switching user and group is not implemented yet"),
-		refused("after valid flags", []string{"-p", "1", "-z", "5", "-u", "x"}, "u", "switching user and group is not implemented yet"),
+	})
+}
+
+func TestParseArgsUser(t *testing.T) {
+	user := func(name string) func(o *options) { return func(o *options) { o.user = name } }
+	usageFail := func(name string, args []string, msg string) parseCase {
+		return parseCase{name: name, args: args, wantAction: actionFail, wantCode: 5, wantUsage: true,
+			wantStderr: "sprout: " + msg + "\n"}
+	}
+	runParseCases(t, []parseCase{
+		{name: "separate", args: []string{"-u", "nobody"}, want: user("nobody")},
+		{name: "attached", args: []string{"-unobody"}, want: user("nobody")},
+		{name: "combined after V", args: []string{"-Vu", "sprout"},
+			want: func(o *options) { o.verbosity, o.logLevel, o.user = 1, zerolog.DebugLevel, "sprout" }},
+		{name: "letters after u are its value", args: []string{"-uV"}, want: user("V")},
+		{name: "the next argument is taken whatever it is", args: []string{"-u", "-p"}, want: user("-p")},
+		{name: "last one wins", args: []string{"-u", "a", "-ub"}, want: user("b")},
+		{name: "among other flags", args: []string{"-p", "1", "-z", "5", "-u", "x", "-b", "/var/lib/sprout"},
+			want: func(o *options) {
+				o.cfg.Address, o.cfg.MaxJobSize, o.user, o.walDir = ":1", 5, "x", "/var/lib/sprout"
+			}},
+		usageFail("missing", []string{"-u"}, "flag requires an argument: -u"),
+		usageFail("missing after V", []string{"-Vu"}, "flag requires an argument: -u"),
+		usageFail("empty", []string{"-u", ""}, "-u needs a user name"),
 	})
 }
 

@@ -64,6 +64,10 @@ func run(opts options) int {
 		}
 		defer stop()
 	}
+	// Before the log: -u drops privileges once the socket is bound.
+	if code := prepareListener(&opts, log); code != exitOK {
+		return code
+	}
 
 	var wl *wal.Log
 	if opts.walDir != "" {

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"fmt"
 	"net"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,55 +10,26 @@ import (
 	"github.com/sproutmq/sprout/internal/testproc"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testproc.RemoveSproutBinary()
-	os.Exit(code)
-}
-
-// lineConn is a client that sends command lines and reads reply lines.
-type lineConn struct {
-	t  *testing.T
-	c  net.Conn
-	rd *bufio.Reader
-}
-
-func dial(t *testing.T, addr string) *lineConn {
+// dialTCP is dial for a "host:port" address.
+func dialTCP(t *testing.T, addr string) *client {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	a, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Close() })
-	return &lineConn{t: t, c: c, rd: bufio.NewReader(c)}
+	return dial(t, a)
 }
 
-// do sends line and returns the reply line (and body, if any, after it).
-func (l *lineConn) do(line string) string {
-	l.t.Helper()
-	if _, err := fmt.Fprint(l.c, line); err != nil {
-		l.t.Fatalf("send %q: %v", line, err)
+// expect sends request and checks the reply's lines, without "\r\n".
+func (c *client) expect(request string, want ...string) {
+	c.t.Helper()
+	if got := c.call(request); got != want[0] {
+		c.t.Fatalf("%q: got %q, want %q", request, got, want[0])
 	}
-	_ = l.c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	reply, err := l.rd.ReadString('\n')
-	if err != nil {
-		l.t.Fatalf("reply to %q: %v", line, err)
-	}
-	var id, n int
-	if _, err := fmt.Sscanf(reply, "RESERVED %d %d\r\n", &id, &n); err == nil {
-		body := make([]byte, n+2)
-		if _, err := l.rd.Read(body); err != nil {
-			l.t.Fatal(err)
+	for _, w := range want[1:] {
+		if got := c.line(); got != w {
+			c.t.Fatalf("%q: got %q, want %q", request, got, w)
 		}
-		reply += string(body)
-	}
-	return reply
-}
-
-func (l *lineConn) expect(line, want string) {
-	l.t.Helper()
-	if got := l.do(line); got != want {
-		l.t.Fatalf("%q: got %q, want %q", line, got, want)
 	}
 }
 
@@ -83,10 +51,10 @@ func waitExit(t *testing.T, p *testproc.Process, d time.Duration) time.Duration 
 // holds; the server exits 0 once it has, not at the timeout.
 func TestGracefulShutdown(t *testing.T) {
 	p := testproc.Start(t, testproc.SproutBinary(t), "--shutdown-timeout", "20s")
-	worker, other := dial(t, p.Addr()), dial(t, p.Addr())
-	other.expect("put 0 0 60 1\r\na\r\n", "INSERTED 1\r\n")
-	other.expect("put 0 0 60 1\r\nb\r\n", "INSERTED 2\r\n")
-	worker.expect("reserve\r\n", "RESERVED 1 1\r\na\r\n")
+	worker, other := dialTCP(t, p.Addr()), dialTCP(t, p.Addr())
+	other.expect("put 0 0 60 1\r\na\r\n", "INSERTED 1")
+	other.expect("put 0 0 60 1\r\nb\r\n", "INSERTED 2")
+	worker.expect("reserve\r\n", "RESERVED 1 1", "a")
 
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -103,14 +71,14 @@ func TestGracefulShutdown(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	other.expect("put 0 0 60 1\r\nc\r\n", "DRAINING\r\n")
-	other.expect("reserve-with-timeout 0\r\n", "TIMED_OUT\r\n") // job 2 is ready, but not handed out
-	worker.expect("touch 1\r\n", "TOUCHED\r\n")
+	other.expect("put 0 0 60 1\r\nc\r\n", "DRAINING")
+	other.expect("reserve-with-timeout 0\r\n", "TIMED_OUT") // job 2 is ready, but not handed out
+	worker.expect("touch 1\r\n", "TOUCHED")
 	time.Sleep(300 * time.Millisecond)
 	if p.Exited() {
 		t.Fatalf("exited while a job was reserved:\n%s", p.Output())
 	}
-	worker.expect("delete 1\r\n", "DELETED\r\n")
+	worker.expect("delete 1\r\n", "DELETED")
 	took := waitExit(t, p, 5*time.Second)
 	t.Logf("exited %v after the worker deleted its job", took)
 }
@@ -119,9 +87,9 @@ func TestGracefulShutdown(t *testing.T) {
 // only until --shutdown-timeout.
 func TestShutdownTimeout(t *testing.T) {
 	p := testproc.Start(t, testproc.SproutBinary(t), "--shutdown-timeout", "1s")
-	worker := dial(t, p.Addr())
-	worker.expect("put 0 0 60 1\r\na\r\n", "INSERTED 1\r\n")
-	worker.expect("reserve\r\n", "RESERVED 1 1\r\na\r\n")
+	worker := dialTCP(t, p.Addr())
+	worker.expect("put 0 0 60 1\r\na\r\n", "INSERTED 1")
+	worker.expect("reserve\r\n", "RESERVED 1 1", "a")
 	start := time.Now()
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -140,9 +108,9 @@ func TestShutdownTimeout(t *testing.T) {
 // TestSecondSignalStopsAtOnce: a second SIGTERM ends the wait for workers.
 func TestSecondSignalStopsAtOnce(t *testing.T) {
 	p := testproc.Start(t, testproc.SproutBinary(t), "--shutdown-timeout", "60s")
-	worker := dial(t, p.Addr())
-	worker.expect("put 0 0 60 1\r\na\r\n", "INSERTED 1\r\n")
-	worker.expect("reserve\r\n", "RESERVED 1 1\r\na\r\n")
+	worker := dialTCP(t, p.Addr())
+	worker.expect("put 0 0 60 1\r\na\r\n", "INSERTED 1")
+	worker.expect("reserve\r\n", "RESERVED 1 1", "a")
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -159,19 +127,19 @@ func TestShutdownKeepsAcknowledgedPuts(t *testing.T) {
 	dir := t.TempDir()
 	bin := testproc.SproutBinary(t)
 	p := testproc.Start(t, bin, "-b", dir, "-f", "0", "--shutdown-timeout", "1s")
-	c := dial(t, p.Addr())
-	c.expect("put 0 0 60 4\r\nheld\r\n", "INSERTED 1\r\n")
-	c.expect("reserve\r\n", "RESERVED 1 4\r\nheld\r\n")
-	c.expect("put 0 0 60 4\r\nlast\r\n", "INSERTED 2\r\n")
+	c := dialTCP(t, p.Addr())
+	c.expect("put 0 0 60 4\r\nheld\r\n", "INSERTED 1")
+	c.expect("reserve\r\n", "RESERVED 1 4", "held")
+	c.expect("put 0 0 60 4\r\nlast\r\n", "INSERTED 2")
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	waitExit(t, p, 10*time.Second)
 
 	p = testproc.Start(t, bin, "-b", dir, "-f", "0")
-	c = dial(t, p.Addr())
-	c.expect("reserve-with-timeout 0\r\n", "RESERVED 1 4\r\nheld\r\n")
-	c.expect("reserve-with-timeout 0\r\n", "RESERVED 2 4\r\nlast\r\n")
+	c = dialTCP(t, p.Addr())
+	c.expect("reserve-with-timeout 0\r\n", "RESERVED 1 4", "held")
+	c.expect("reserve-with-timeout 0\r\n", "RESERVED 2 4", "last")
 }
 
 // TestEnvironmentAndFlags: SPROUT_* variables override the defaults and
@@ -181,17 +149,17 @@ func TestEnvironmentAndFlags(t *testing.T) {
 		Binary: testproc.SproutBinary(t),
 		Env:    []string{"SPROUT_MAX_JOB_SIZE=5", "SPROUT_LOG_LEVEL=error"},
 	})
-	c := dial(t, p.Addr())
-	c.expect("put 0 0 60 6\r\nsixsix\r\n", "JOB_TOO_BIG\r\n")
-	c.expect("put 0 0 60 5\r\nfive5\r\n", "INSERTED 1\r\n")
+	c := dialTCP(t, p.Addr())
+	c.expect("put 0 0 60 6\r\nsixsix\r\n", "JOB_TOO_BIG")
+	c.expect("put 0 0 60 5\r\nfive5\r\n", "INSERTED 1")
 
 	p = testproc.StartConfig(t, testproc.Config{
 		Binary: testproc.SproutBinary(t),
 		Args:   []string{"--max-job-size", "6"},
 		Env:    []string{"SPROUT_MAX_JOB_SIZE=5"},
 	})
-	c = dial(t, p.Addr())
-	c.expect("put 0 0 60 6\r\nsixsix\r\n", "INSERTED 1\r\n")
+	c = dialTCP(t, p.Addr())
+	c.expect("put 0 0 60 6\r\nsixsix\r\n", "INSERTED 1")
 	if !strings.Contains(p.Output(), `"max_job_size":6`) {
 		t.Errorf("the effective configuration was not logged:\n%s", p.Output())
 	}
