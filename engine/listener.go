@@ -22,24 +22,32 @@ const (
 // overload (refused connections, descriptor exhaustion, buffer budget).
 const logInterval = 10 * time.Second
 
-// listen opens the listening socket. Sprout owns it and its accept loop,
-// rather than gnet, because gnet v2 stops the whole engine on any accept
-// error other than EAGAIN, EINTR, ECONNRESET and ECONNABORTED, so one
-// EMFILE at the open-file limit would end every connection.
+// listen opens the listening socket, unless one was handed over. Sprout
+// owns it and its accept loop, rather than gnet, because gnet v2 stops the
+// whole engine on any accept error other than EAGAIN, EINTR, ECONNRESET and
+// ECONNABORTED, so one EMFILE at the open-file limit would end every
+// connection.
 func (s *Server) listen() (net.Listener, error) {
 	if s.cfg.Listener != nil {
 		return s.cfg.Listener, nil
 	}
-	switch s.cfg.Network {
+	return Listen(s.cfg.Network, s.cfg.Address)
+}
+
+// Listen opens a listener as the server does for Config's Network and
+// Address: "tcp" or "unix"; a unix socket file left by an earlier run is
+// replaced, as beanstalkd does, and any other kind of file is an error.
+func Listen(network, address string) (net.Listener, error) {
+	switch network {
 	case "tcp":
-		return net.Listen("tcp", s.cfg.Address)
 	case "unix":
-		if err := removeStaleSocket(s.cfg.Address); err != nil {
+		if err := removeStaleSocket(address); err != nil {
 			return nil, err
 		}
-		return net.Listen("unix", s.cfg.Address)
+	default:
+		return nil, errors.New("engine: unknown network " + network)
 	}
-	return nil, errors.New("engine: unknown network " + s.cfg.Network)
+	return net.Listen(network, address)
 }
 
 // acceptor is the accept loop: it hands each connection to an event loop,

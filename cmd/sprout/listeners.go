@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
 	"net"
 	"os"
@@ -13,6 +12,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
+
+	"github.com/sproutmq/sprout/engine"
 )
 
 // Exit codes of -u, as beanstalkd's su() uses them.
@@ -58,7 +59,7 @@ func prepareListener(opts *options, log zerolog.Logger) int {
 		return exitOK
 	}
 	if opts.cfg.Listener == nil {
-		if opts.cfg.Listener, err = listen(opts.cfg.Network, opts.cfg.Address); err != nil {
+		if opts.cfg.Listener, err = engine.Listen(opts.cfg.Network, opts.cfg.Address); err != nil {
 			log.Error().Err(err).Str("address", opts.cfg.Address).Msg("cannot listen")
 			return exitSocket
 		}
@@ -141,26 +142,6 @@ func checkListening(fd int) error {
 		}
 	}
 	return errNotListening
-}
-
-// listen opens network and address as the engine would without a
-// Config.Listener (engine/listener.go): a stale unix socket file is
-// removed first, as beanstalkd does.
-func listen(network, address string) (net.Listener, error) {
-	if network == "unix" {
-		fi, err := os.Lstat(address)
-		switch {
-		case err == nil && fi.Mode()&fs.ModeSocket == 0:
-			return nil, fmt.Errorf("%s exists and is not a socket", address)
-		case err == nil:
-			if err := os.Remove(address); err != nil {
-				return nil, err
-			}
-		case !errors.Is(err, fs.ErrNotExist):
-			return nil, err
-		}
-	}
-	return net.Listen(network, address)
 }
 
 // dropPrivileges becomes name, as beanstalkd's su() does: its primary group
