@@ -144,10 +144,12 @@ func TestBudgetCountsUnreadReplies(t *testing.T) {
 	}()
 	waitFor(t, "the hog to be closed by the budget", func() bool { return srv.Limits().Evicted == 1 })
 	waitFor(t, "its bytes to be released", func() bool { return srv.Limits().BufferHeld < budget })
-	setup.send("stats-job 1\r\n")
-	if r, err := setup.reply(2 * time.Second); err != nil || !strings.Contains(r, "state: ready\n") {
-		t.Fatalf("the hog's reserved job is not back to ready: %q %v", r, err)
-	}
+	// OnClose releases the bytes, then the hog's reserved job.
+	waitFor(t, "the hog's reserved job to be back to ready", func() bool {
+		setup.send("stats-job 1\r\n")
+		r, err := setup.reply(2 * time.Second)
+		return err == nil && strings.Contains(r, "state: ready\n")
+	})
 }
 
 func mustResolve(t *testing.T, addr string) *net.TCPAddr {
