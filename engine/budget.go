@@ -5,9 +5,13 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
 )
+
+// budgetRecheck is how often the enforcer looks at the total by itself.
+const budgetRecheck = 100 * time.Millisecond
 
 // loopState is what one event loop's sessions share.
 type loopState struct {
@@ -41,14 +45,7 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 // whether gnet holds unread replies for it (it is then polled from OnTick,
 // since gnet reports no "drained"). Loop goroutine only.
 func (s *Server) account(ss *session, n int64, unread bool) {
-	if old := ss.holding.Swap(n); old != n {
-		if total := s.bufferHeld.Add(n - old); n > old && total > s.cfg.MaxBufferMemory {
-			select {
-			case s.overBudget <- struct{}{}:
-			default:
-			}
-		}
-	}
+	// Into the loop's set first: the enforcer, woken below, must find it.
 	if tracked := n > 0; tracked != ss.tracked {
 		ss.tracked = tracked
 		ss.loop.mu.Lock()
@@ -58,6 +55,14 @@ func (s *Server) account(ss *session, n int64, unread bool) {
 			delete(ss.loop.holding, ss)
 		}
 		ss.loop.mu.Unlock()
+	}
+	if old := ss.holding.Swap(n); old != n {
+		if total := s.bufferHeld.Add(n - old); n > old && total > s.cfg.MaxBufferMemory {
+			select {
+			case s.overBudget <- struct{}{}:
+			default:
+			}
+		}
 	}
 	if unread != ss.watched {
 		ss.watched = unread
@@ -88,13 +93,21 @@ func (s *Server) enforceBudget(stop <-chan struct{}) {
 	// closing are the sessions this goroutine has closed and whose loops
 	// have not yet run OnClose.
 	closing := make(map[*session]struct{})
+	// The check also runs on a timer, so that a session whose close did
+	// not free enough is followed by the next without waiting for growth.
+	recheck := time.NewTicker(budgetRecheck)
+	defer recheck.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-s.overBudget:
-			s.evictLargest(closing)
+		case <-recheck.C:
+			if s.bufferHeld.Load() <= s.cfg.MaxBufferMemory {
+				continue
+			}
 		}
+		s.evictLargest(closing)
 	}
 }
 

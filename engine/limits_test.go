@@ -120,10 +120,12 @@ func TestBufferBudgetClosesLargestHolders(t *testing.T) {
 
 // TestBudgetCountsUnreadReplies: replies a client does not read count
 // against the budget once the kernel's socket buffers are full, and the
-// budget closes that client; its reserved jobs go back to ready.
+// budget closes that client; its reserved jobs go back to ready. The
+// output cap is far above the kernel's socket buffers (4 MiB here), so
+// gnet must hold more than the budget before the client is throttled.
 func TestBudgetCountsUnreadReplies(t *testing.T) {
 	const budget = 1 << 20
-	srv, network, addr := startServer(t, engine.Config{MaxBufferMemory: budget, MaxOutputBuffered: 4 << 20})
+	srv, network, addr := startServer(t, engine.Config{MaxBufferMemory: budget, MaxOutputBuffered: 32 << 20})
 	setup := dialRaw(t, network, addr)
 	body := strings.Repeat("z", 60_000)
 	for i := 1; i <= 2; i++ {
