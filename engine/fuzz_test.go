@@ -56,7 +56,9 @@ import (
 func FuzzEngine(f *testing.F) {
 	_, _, addr := startServer(f, engine.Config{MaxJobSize: fuzzMaxJobSize, Loops: 2})
 	fs := &fuzzServer{addr: addr, firstID: 1}
-	fs.reset(f)
+	if err := fs.reset(); err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fs.run(t, data)
 	})
@@ -94,7 +96,9 @@ func (fs *fuzzServer) run(t *testing.T, data []byte) {
 	if fs.dirty {
 		// Only when seeds run as tests does another input follow a
 		// failure; don't let it inherit the failed one's jobs.
-		fs.reset(t)
+		if err := fs.reset(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	fs.dirty = true
 	before := countResources()
@@ -153,8 +157,12 @@ func (fs *fuzzServer) run(t *testing.T, data []byte) {
 				s.conn, s.reply, s.id, s.body, body, transcript(conns))
 		}
 	}
-	fs.reset(t)
-	waitForResources(t, before)
+	if err := fs.reset(); err != nil {
+		t.Fatalf("%v\n%s", err, transcript(conns))
+	}
+	if err := waitForResources(before); err != nil {
+		t.Fatalf("%v\n%s", err, transcript(conns))
+	}
 	fs.dirty = false
 }
 
@@ -164,17 +172,16 @@ func (fs *fuzzServer) run(t *testing.T, data []byte) {
 // no jobs, no waiters. That also shows a fresh client is still answered.
 // It quits and waits for the server to close, so the server's descriptor
 // is gone before the next input counts them.
-func (fs *fuzzServer) reset(t testing.TB) {
-	t.Helper()
+func (fs *fuzzServer) reset() error {
 	c, err := net.DialTimeout("tcp", fs.addr, fuzzSettle)
 	if err != nil {
-		t.Fatalf("reset: the server no longer accepts: %v", err)
+		return fmt.Errorf("reset: the server no longer accepts: %v", err)
 	}
 	defer c.Close()
 	rc := &replyConn{c: c}
 	probe, err := rc.roundTrip("put 0 0 1 0\r\n\r\n", 1)
 	if err != nil || probe[0].kind != replyInserted {
-		t.Fatalf("reset: probe put: %v %v", probe, err)
+		return fmt.Errorf("reset: probe put: %v %v", probe, err)
 	}
 	var pending []uint64
 	for id := fs.firstID; id <= probe[0].n; id++ {
@@ -189,7 +196,7 @@ func (fs *fuzzServer) reset(t testing.TB) {
 		req.WriteString("stats\r\n")
 		replies, err := rc.roundTrip(req.String(), len(pending)+1)
 		if err != nil {
-			t.Fatalf("reset: %v", err)
+			return fmt.Errorf("reset: %v", err)
 		}
 		// An id that is NOT_FOUND may never have become a job (EXPECTED_CRLF
 		// takes one), or may still be reserved by a connection whose close
@@ -201,30 +208,31 @@ func (fs *fuzzServer) reset(t testing.TB) {
 			case replyNotFound:
 				left = append(left, id)
 			default:
-				t.Fatalf("reset: delete %d: %q", id, replies[i].line)
+				return fmt.Errorf("reset: delete %d: %q", id, replies[i].line)
 			}
 		}
 		pending = left
 		stats := replies[len(replies)-1]
 		if stats.kind != replyOK {
-			t.Fatalf("reset: stats: %q", stats.line)
+			return fmt.Errorf("reset: stats: %q", stats.line)
 		}
 		busy := notIdle(stats.body)
 		if busy == "" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("reset: server not idle %v after the input's connections closed: %s", fuzzSettle, busy)
+			return fmt.Errorf("reset: server not idle %v after the input's connections closed: %s", fuzzSettle, busy)
 		}
 		time.Sleep(wait)
 	}
 	fs.firstID = probe[0].n + 1
 	if _, err := rc.roundTrip("quit\r\n", 0); err != nil {
-		t.Fatalf("reset: quit: %v", err)
+		return fmt.Errorf("reset: quit: %v", err)
 	}
 	if err := rc.readEOF(); err != nil {
-		t.Fatalf("reset: after quit: %v", err)
+		return fmt.Errorf("reset: after quit: %v", err)
 	}
+	return nil
 }
 
 // idleStats is what stats says of a server with nothing but reset's
@@ -276,13 +284,12 @@ func countResources() resources {
 // waitForResources fails unless goroutines and descriptors fall back to
 // before's counts. Closes finish asynchronously on the server's loops, so
 // it polls.
-func waitForResources(t *testing.T, before resources) {
-	t.Helper()
+func waitForResources(before resources) error {
 	deadline := time.Now().Add(fuzzSettle)
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		now := countResources()
 		if now.goroutines <= before.goroutines && now.fds <= before.fds {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
 			var dump strings.Builder
@@ -293,7 +300,7 @@ func waitForResources(t *testing.T, before resources) {
 					fmt.Fprintf(&dump, "fd %s -> %s\n", e.Name(), target)
 				}
 			}
-			t.Fatalf("leak: %d goroutines and %d descriptors %v after the input, %d and %d before\n%s",
+			return fmt.Errorf("leak: %d goroutines and %d descriptors %v after the input, %d and %d before\n%s",
 				now.goroutines, now.fds, fuzzSettle, before.goroutines, before.fds, dump.String())
 		}
 		time.Sleep(wait)
