@@ -101,7 +101,7 @@ func (fs *fuzzServer) run(t *testing.T, data []byte) {
 		}
 	}
 	fs.dirty = true
-	before := countResources()
+	before := countFuzzResources()
 	prog := decodeFuzzProgram(data, fs.firstID)
 	conns := make([]*fuzzConn, prog.conns)
 	for i := range conns {
@@ -267,12 +267,12 @@ func notIdle(yaml []byte) string {
 	return strings.Join(diffs, ", ")
 }
 
-type resources struct{ goroutines, fds int }
+type fuzzResources struct{ goroutines, fds int }
 
-// countResources counts goroutines and, on Linux, open descriptors (-1
+// countFuzzResources counts goroutines and, on Linux, open descriptors (-1
 // elsewhere).
-func countResources() resources {
-	r := resources{goroutines: runtime.NumGoroutine(), fds: -1}
+func countFuzzResources() fuzzResources {
+	r := fuzzResources{goroutines: runtime.NumGoroutine(), fds: -1}
 	if runtime.GOOS == "linux" {
 		if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
 			r.fds = len(ents)
@@ -284,10 +284,10 @@ func countResources() resources {
 // waitForResources fails unless goroutines and descriptors fall back to
 // before's counts. Closes finish asynchronously on the server's loops, so
 // it polls.
-func waitForResources(before resources) error {
+func waitForResources(before fuzzResources) error {
 	deadline := time.Now().Add(fuzzSettle)
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		now := countResources()
+		now := countFuzzResources()
 		if now.goroutines <= before.goroutines && now.fds <= before.fds {
 			return nil
 		}
@@ -463,15 +463,15 @@ func fuzzPut(in *fuzzInput, skew int) string {
 	return fmt.Sprintf("put %s %s %s %d\r\n%s\r\n", pri, delay, ttr, n, fuzzBody(in, max(n+skew, 0)))
 }
 
-func fixed(s string) func(*fuzzInput, uint64) string {
+func wordFixed(s string) func(*fuzzInput, uint64) string {
 	return func(*fuzzInput, uint64) string { return s }
 }
 
-func withID(verb string) func(*fuzzInput, uint64) string {
+func wordWithID(verb string) func(*fuzzInput, uint64) string {
 	return func(in *fuzzInput, id uint64) string { return verb + " " + fuzzJobID(in, id) + "\r\n" }
 }
 
-func withTube(verb string) func(*fuzzInput, uint64) string {
+func wordWithTube(verb string) func(*fuzzInput, uint64) string {
 	return func(in *fuzzInput, _ uint64) string { return verb + " " + fuzzTube(in) + "\r\n" }
 }
 
@@ -490,38 +490,38 @@ var fuzzWords = []fuzzWord{
 		return fmt.Sprintf("put %s %s %s %d\r\n", fuzzNumber(in, fuzzPris), fuzzNumber(in, fuzzDelays),
 			fuzzNumber(in, fuzzTTRs), fuzzBodyLen(in))
 	}},
-	{"reserve", fixed("reserve\r\n")},
+	{"reserve", wordFixed("reserve\r\n")},
 	{"reserve-with-timeout", func(in *fuzzInput, _ uint64) string {
 		return "reserve-with-timeout " + fuzzNumber(in, fuzzTimeouts) + "\r\n"
 	}},
-	{"reserve-job", withID("reserve-job")},
-	{"delete", withID("delete")},
+	{"reserve-job", wordWithID("reserve-job")},
+	{"delete", wordWithID("delete")},
 	{"release", func(in *fuzzInput, id uint64) string {
 		return fmt.Sprintf("release %s %s %s\r\n", fuzzJobID(in, id), fuzzNumber(in, fuzzPris), fuzzNumber(in, fuzzDelays))
 	}},
 	{"bury", func(in *fuzzInput, id uint64) string {
 		return fmt.Sprintf("bury %s %s\r\n", fuzzJobID(in, id), fuzzNumber(in, fuzzPris))
 	}},
-	{"touch", withID("touch")},
+	{"touch", wordWithID("touch")},
 	{"kick", func(in *fuzzInput, _ uint64) string { return "kick " + fuzzNumber(in, fuzzKickBounds) + "\r\n" }},
-	{"kick-job", withID("kick-job")},
-	{"peek", withID("peek")},
-	{"peek-ready", fixed("peek-ready\r\n")},
-	{"peek-delayed", fixed("peek-delayed\r\n")},
-	{"peek-buried", fixed("peek-buried\r\n")},
-	{"stats", fixed("stats\r\n")},
-	{"stats-job", withID("stats-job")},
-	{"stats-tube", withTube("stats-tube")},
-	{"list-tubes", fixed("list-tubes\r\n")},
-	{"list-tube-used", fixed("list-tube-used\r\n")},
-	{"list-tubes-watched", fixed("list-tubes-watched\r\n")},
-	{"use", withTube("use")},
-	{"watch", withTube("watch")},
-	{"ignore", withTube("ignore")},
+	{"kick-job", wordWithID("kick-job")},
+	{"peek", wordWithID("peek")},
+	{"peek-ready", wordFixed("peek-ready\r\n")},
+	{"peek-delayed", wordFixed("peek-delayed\r\n")},
+	{"peek-buried", wordFixed("peek-buried\r\n")},
+	{"stats", wordFixed("stats\r\n")},
+	{"stats-job", wordWithID("stats-job")},
+	{"stats-tube", wordWithTube("stats-tube")},
+	{"list-tubes", wordFixed("list-tubes\r\n")},
+	{"list-tube-used", wordFixed("list-tube-used\r\n")},
+	{"list-tubes-watched", wordFixed("list-tubes-watched\r\n")},
+	{"use", wordWithTube("use")},
+	{"watch", wordWithTube("watch")},
+	{"ignore", wordWithTube("ignore")},
 	{"pause-tube", func(in *fuzzInput, _ uint64) string {
 		return fmt.Sprintf("pause-tube %s %s\r\n", fuzzTube(in), fuzzNumber(in, fuzzDelays))
 	}},
-	{"quit", fixed("quit\r\n")},
+	{"quit", wordFixed("quit\r\n")},
 	// Around LineMax: a line that fits, one that just does not, and longer.
 	{"long-line", func(in *fuzzInput, _ uint64) string {
 		return strings.Repeat("x", codec.LineMax-8+int(in.next()%24)) + "\r\n"
@@ -549,7 +549,7 @@ type fuzzConn struct {
 
 	// The reader goroutine owns recv and readErr until it closes done. It
 	// counts whole replies as they arrive, for syncConns, and signals
-	// progress (capacity 1) whenever replies grows.
+	// progress (capacity 1) whenever the count or garbled changes.
 	done     chan struct{}
 	progress chan struct{}
 	recv     []byte
