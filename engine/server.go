@@ -39,6 +39,10 @@ type Server struct {
 	ready    chan struct{} // closed once the listener accepts
 	stopped  chan struct{} // closed when Run returns
 
+	// eventLoops are the client's loops, for Ping; set in Run before
+	// ready is closed.
+	eventLoops []gnet.EventLoop
+
 	draining atomic.Bool
 	cmds     [codec.NumCounters]atomic.Uint64
 	conns    struct {
@@ -135,7 +139,16 @@ func (s *Server) Run() error {
 		_ = ln.Close()
 		return err
 	}
-	s.client, s.ln = client, ln
+	eventLoops, err := s.findLoops(client)
+	if len(eventLoops) == 0 {
+		_ = client.Stop()
+		_ = ln.Close()
+		return err
+	}
+	if err != nil {
+		s.log.Warn().Err(err).Msg("health checks will not reach every event loop")
+	}
+	s.client, s.ln, s.eventLoops = client, ln, eventLoops
 	s.maxConns = s.cfg.MaxConnections
 	if s.maxConns <= 0 {
 		s.maxConns = DefaultMaxConnections()
