@@ -1,0 +1,151 @@
+package ops_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// BenchmarkScrape10kTubes measures what a scrape of 10,000 tubes (each
+// with a job) costs the clients: one client does put, reserve and delete
+// round trips while /metrics is scraped (b.N scrapes, one at a time), and
+// after each scrape for as long again without one, so that other load on
+// the machine falls on both alike. It reports the scrape time and the
+// worst and 99th-percentile command latencies with and without a scrape
+// under way, with the default cap on tubes with their own series and with
+// every tube having its own. Run with:
+//
+//	go test -run '^$' -bench Scrape10kTubes -benchtime 20x ./internal/ops/
+func BenchmarkScrape10kTubes(b *testing.B) {
+	const tubes = 10_000
+	for _, series := range []int{0, tubes} {
+		name := "cap=default"
+		if series > 0 {
+			name = fmt.Sprint("cap=", series)
+		}
+		b.Run(name, func(b *testing.B) {
+			s := startSprout(b, false, series)
+			fillTubes(b, s.addr, tubes)
+			rt := dial(b, s.addr)
+			rt.do("use rt\r\n")
+			rt.do("watch rt\r\n")
+			rt.do("ignore default\r\n")
+			fetch(b, s.metrics+"/metrics")          // warm up
+			roundTrips(b, rt, 100*time.Millisecond) // and again
+
+			var (
+				scrapes      []time.Duration
+				during, idle []time.Duration
+				size         int
+			)
+			b.ResetTimer()
+			for range b.N {
+				done := make(chan struct{})
+				start := time.Now()
+				go func() {
+					defer close(done)
+					size = fetch(b, s.metrics+"/metrics")
+				}()
+				during = append(during, roundTripsUntil(b, rt, done)...)
+				d := time.Since(start)
+				scrapes = append(scrapes, d)
+				b.StopTimer()
+				idle = append(idle, roundTrips(b, rt, d)...)
+				b.StartTimer()
+			}
+			b.StopTimer()
+			var total time.Duration
+			for _, d := range scrapes {
+				total += d
+			}
+			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/scrape")
+			b.ReportMetric(float64(slices.Max(scrapes).Milliseconds()), "worst-ms/scrape")
+			b.ReportMetric(float64(size)/1e6, "MB/scrape")
+			b.ReportMetric(us(slices.Max(during)), "worst-µs/cmd-scraping")
+			b.ReportMetric(us(slices.Max(idle)), "worst-µs/cmd-idle")
+			b.ReportMetric(us(percentile(during, 0.99)), "p99-µs/cmd-scraping")
+			b.ReportMetric(us(percentile(idle, 0.99)), "p99-µs/cmd-idle")
+			b.ReportMetric(us(percentile(during, 0.5)), "p50-µs/cmd-scraping")
+			b.ReportMetric(us(percentile(idle, 0.5)), "p50-µs/cmd-idle")
+			b.Logf("%d scrapes of %.1f MB; commands: %d during scrapes, %d without", b.N, float64(size)/1e6, len(during), len(idle))
+		})
+	}
+}
+
+// fillTubes makes n tubes with a job each, pipelined on one connection.
+func fillTubes(b *testing.B, addr string, n int) {
+	c := dial(b, addr)
+	go func() {
+		w := bufio.NewWriter(c.c)
+		for i := range n {
+			fmt.Fprintf(w, "use tube-%d\r\nput 0 0 60 1\r\nx\r\n", i)
+		}
+		_ = w.Flush()
+	}()
+	_ = c.c.SetDeadline(time.Now().Add(time.Minute))
+	for range 2 * n {
+		if line, err := c.r.ReadString('\n'); err != nil || strings.HasPrefix(line, "OUT_OF") {
+			b.Fatalf("filling tubes: %q %v", line, err)
+		}
+	}
+}
+
+// roundTrips runs put, reserve, delete for d and returns every command's
+// latency.
+func roundTrips(b *testing.B, c *client, d time.Duration) []time.Duration {
+	stop := make(chan struct{})
+	time.AfterFunc(d, func() { close(stop) })
+	return roundTripsUntil(b, c, stop)
+}
+
+func roundTripsUntil(b *testing.B, c *client, stop <-chan struct{}) []time.Duration {
+	var lat []time.Duration
+	timed := func(cmd string) string {
+		start := time.Now()
+		line := c.do(cmd)
+		lat = append(lat, time.Since(start))
+		return line
+	}
+	for {
+		select {
+		case <-stop:
+			return lat
+		default:
+		}
+		var id uint64
+		if _, err := fmt.Sscanf(timed("put 0 0 60 3\r\nrt!\r\n"), "INSERTED %d", &id); err != nil {
+			b.Fatal(err)
+		}
+		timed("reserve-with-timeout 0\r\n")
+		if line := timed(fmt.Sprintf("delete %d\r\n", id)); line != "DELETED\r\n" {
+			b.Fatalf("delete: %q", line)
+		}
+	}
+}
+
+// fetch GETs url and returns the body's size.
+func fetch(b *testing.B, url string) int {
+	resp, err := http.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("%s: %s %v", url, resp.Status, err)
+	}
+	return int(n)
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[int(p*float64(len(s)-1))]
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
