@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/ops"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -64,6 +65,13 @@ type options struct {
 	wal wal.Options
 	// cpuProfile is --cpu-profile: write a pprof CPU profile here until exit.
 	cpuProfile string
+	// httpAddr is --http: the side port's host:port, "" for none.
+	httpAddr string
+	// pprof is --pprof: serve /debug/pprof/ on the side port.
+	pprof bool
+	// metricsTubes is --metrics-tubes: how many tubes get their own metric
+	// series (see ops.Config.TubeSeries).
+	metricsTubes int
 }
 
 // longFlags are Sprout's own flags. They are written --name VALUE or
@@ -90,19 +98,41 @@ var longFlags = map[string]func(o *options, value string) error{
 		o.cpuProfile = value
 		return nil
 	},
-	"skip-damaged": func(o *options, value string) error {
-		v, err := strconv.ParseBool(value)
-		if err != nil {
-			return fmt.Errorf("invalid --skip-damaged: %q (want true or false)", value)
-		}
-		o.wal.SkipDamaged = v
-		return nil
-	},
+	"skip-damaged":      boolFlag("skip-damaged", func(o *options) *bool { return &o.wal.SkipDamaged }),
 	"max-input":         byteCountFlag("max-input", func(o *options) *int { return &o.cfg.MaxInputBuffered }),
 	"max-output":        byteCountFlag("max-output", func(o *options) *int { return &o.cfg.MaxOutputBuffered }),
 	"max-buffer-memory": byteCountFlag("max-buffer-memory", func(o *options) *int64 { return &o.cfg.MaxBufferMemory }),
 	"max-connections": uintFlag("max-connections", 31, "a number; 0 means from the open-file limit",
 		func(o *options) *int { return &o.cfg.MaxConnections }),
+	"http": func(o *options, value string) error {
+		if _, _, err := net.SplitHostPort(value); err != nil && value != "" {
+			return fmt.Errorf("invalid --http: %q (want HOST:PORT, as in 127.0.0.1:8080)", value)
+		}
+		o.httpAddr = value
+		return nil
+	},
+	"pprof": boolFlag("pprof", func(o *options) *bool { return &o.pprof }),
+	"metrics-tubes": func(o *options, value string) error {
+		n, err := strconv.ParseUint(value, 10, 31)
+		if err != nil || n == 0 {
+			return fmt.Errorf("invalid --metrics-tubes: %q (want a number of tubes, at least 1)", value)
+		}
+		o.metricsTubes = int(n)
+		return nil
+	},
+}
+
+// boolFlag sets *field from true or false (or 1, 0, t, f, as
+// strconv.ParseBool reads them).
+func boolFlag(name string, field func(o *options) *bool) func(o *options, value string) error {
+	return func(o *options, value string) error {
+		v, err := strconv.ParseBool(value)
+		if err != nil {
+			return fmt.Errorf("invalid --%s: %q (want true or false)", name, value)
+		}
+		*field(o) = v
+		return nil
+	}
 }
 
 // byteCountFlag sets the engine cap that field points at from a plain decimal
@@ -148,6 +178,7 @@ func parseArgs(args []string, stderr io.Writer) (opts options, act action, exitC
 	opts.logLevel = zerolog.InfoLevel
 	opts.wal.SegmentSize = wal.DefaultSegmentSize
 	opts.wal.SyncEvery = wal.DefaultSyncEvery
+	opts.metricsTubes = ops.DefaultTubeSeries
 	host, port := "", defaultPort
 
 	warnf := func(format string, a ...any) {
@@ -390,6 +421,11 @@ reading (-l oops):
  --skip-damaged BOOL with -b, skip (and log) damaged log records at start
                      instead of refusing to start (default false)
  --cpu-profile PATH  write a pprof CPU profile to PATH until shutdown
+ --http HOST:PORT    serve /metrics, /healthz and /readyz over HTTP on
+                     HOST:PORT (default: off)
+ --pprof BOOL        with --http, also serve /debug/pprof/ (default false)
+ --metrics-tubes N   give the first N tubes their own metric series and sum
+                     the rest under tube="<other>" (default %d)
 `, defaultPort, engine.DefaultMaxJobSize, engine.MaxMaxJobSize, wal.DefaultSegmentSize, exitUsage, maxLoops,
-		engine.DefaultMaxOutputBuffered>>10)
+		engine.DefaultMaxOutputBuffered>>10, ops.DefaultTubeSeries)
 }

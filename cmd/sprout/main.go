@@ -46,11 +46,13 @@ func main() {
 // beanstalkd.
 //
 // Shutdown order: the engine stops accepting and closes connections
-// (their reserved jobs go back to ready), then the log writes and fsyncs
-// everything appended, then the store's timers stop.
+// (their reserved jobs go back to ready), then the HTTP side port stops,
+// then the log writes and fsyncs everything appended, then the store's
+// timers stop.
 func run(opts options) int {
 	log := zerolog.New(os.Stderr).Level(opts.logLevel).With().Timestamp().Logger()
 	opts.cfg.Logger = log
+	side := newOpsPort(&opts)
 	if opts.cpuProfile != "" {
 		stop, err := startCPUProfile(opts.cpuProfile)
 		if err != nil {
@@ -90,6 +92,11 @@ func run(opts options) int {
 		opts.cfg.Durability = wl
 	}
 	srv := engine.New(opts.cfg, st)
+	if err := side.start(srv, st, log); err != nil {
+		log.Error().Err(err).Str("address", opts.httpAddr).Msg("cannot serve the operations endpoint")
+		return exitSocket
+	}
+	defer side.stop(context.Background(), log)
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
