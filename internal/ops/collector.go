@@ -2,7 +2,6 @@ package ops
 
 import (
 	"context"
-	"runtime"
 	"strings"
 	"sync"
 
@@ -37,10 +36,6 @@ const DefaultTubeSeries = 1000
 // summed. Tube names may hold letters, digits and -+/;.$_(), so "_other"
 // could be a real tube; '<' can never be in one.
 const OtherTube = "<other>"
-
-// yieldEvery is how many tubes a scrape reads between yields to the
-// event loops.
-const yieldEvery = 256
 
 // jobStates are the state label's values, in stats order. Urgent jobs are
 // a subset of ready ones, so they have a metric of their own rather than a
@@ -270,11 +265,6 @@ func (c *collector) collectTubes(ch chan<- prometheus.Metric) {
 	defer oc.mu.Unlock()
 	c.store.EachTube(func(t *store.TubeStats) {
 		seen++
-		if seen%yieldEvery == 0 {
-			// With every P busy, an event loop back from epoll_wait waits
-			// for one until the scheduler preempts someone (10 ms).
-			runtime.Gosched()
-		}
 		if seen > c.tubeSeries {
 			other.add(t)
 			oc.noteLocked(t)
