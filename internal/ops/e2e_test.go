@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 
 // startBinary runs the real sprout with --http on a free loopback port,
 // and args, and returns the process and the side port's base URL.
-func startBinary(t *testing.T, args ...string) (*testproc.Process, string) {
+func startBinary(t testing.TB, args ...string) (*testproc.Process, string) {
 	t.Helper()
 	port, err := testproc.FreePort()
 	if err != nil {
