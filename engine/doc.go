@@ -61,4 +61,13 @@
 // closes the sessions holding the most until it fits; their reserved jobs
 // go back to ready as on any close. A referenced job body is the job's
 // memory, not the connection's, and is not counted there.
+//
+// # Operations
+//
+// Stats, Limits, Ready and Draining may be read from any goroutine, and
+// Config.Metrics is told how long each command took, on the loop that ran
+// it. Ping runs a no-op task on every event loop and waits for all of
+// them, so a loop stuck in a command shows in a health check; the loops
+// are found once at start by enrolling one probe connection on each
+// (gnet hands out a loop only through a connection).
 package engine

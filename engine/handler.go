@@ -18,6 +18,9 @@ type handler struct {
 }
 
 func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	if _, ok := c.Context().(loopProbe); ok {
+		return nil, gnet.None
+	}
 	s := h.srv
 	ss := &session{
 		loop:   s.loopFor(c.EventLoop()),

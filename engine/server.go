@@ -42,6 +42,10 @@ type Server struct {
 	stopOnce sync.Once
 	stopCtx  context.Context // set before stopping is closed: bounds the wait for held replies
 
+	// eventLoops are the client's loops, for Ping; set in Run before
+	// ready is closed.
+	eventLoops []gnet.EventLoop
+
 	draining atomic.Bool
 	// heldSessions counts sessions whose replies wait for the log.
 	heldSessions atomic.Int64
@@ -141,7 +145,16 @@ func (s *Server) Run() error {
 		_ = ln.Close()
 		return err
 	}
-	s.client, s.ln = client, ln
+	eventLoops, err := s.findLoops(client)
+	if len(eventLoops) == 0 {
+		_ = client.Stop()
+		_ = ln.Close()
+		return err
+	}
+	if err != nil {
+		s.log.Warn().Err(err).Msg("health checks will not reach every event loop")
+	}
+	s.client, s.ln, s.eventLoops = client, ln, eventLoops
 	s.maxConns = s.cfg.MaxConnections
 	if s.maxConns <= 0 {
 		s.maxConns = DefaultMaxConnections()

@@ -42,27 +42,31 @@ type TubeStats struct {
 // TubeStats snapshots one tube under its lock.
 func (s *Store) TubeStats(name []byte) (TubeStats, bool) {
 	var st TubeStats
-	ok := s.withTube(name, func(t *Tube) {
-		st = TubeStats{
-			Name:      t.name,
-			Urgent:    t.nUrgent,
-			Ready:     t.ready.Len(),
-			Reserved:  t.nReserved,
-			Delayed:   t.delayed.Len(),
-			Buried:    t.nBuried,
-			TotalJobs: t.totalJobs,
-			Using:     t.nUsing,
-			Watching:  t.nWatching,
-			Waiting:   len(t.waiters),
-			CmdDelete: t.cmdDelete,
-			CmdPause:  t.cmdPause,
-		}
-		if t.pauseDur > 0 {
-			st.Pause = time.Duration(t.pauseDur)
-			st.PauseTimeLeft = time.Duration(t.pauseUntil - s.now())
-		}
-	})
+	ok := s.withTube(name, func(t *Tube) { st = s.tubeStatsLocked(t) })
 	return st, ok
+}
+
+// tubeStatsLocked copies t's figures. t.mu must be held.
+func (s *Store) tubeStatsLocked(t *Tube) TubeStats {
+	st := TubeStats{
+		Name:      t.name,
+		Urgent:    t.nUrgent,
+		Ready:     t.ready.Len(),
+		Reserved:  t.nReserved,
+		Delayed:   t.delayed.Len(),
+		Buried:    t.nBuried,
+		TotalJobs: t.totalJobs,
+		Using:     t.nUsing,
+		Watching:  t.nWatching,
+		Waiting:   len(t.waiters),
+		CmdDelete: t.cmdDelete,
+		CmdPause:  t.cmdPause,
+	}
+	if t.pauseDur > 0 {
+		st.Pause = time.Duration(t.pauseDur)
+		st.PauseTimeLeft = time.Duration(t.pauseUntil - s.now())
+	}
+	return st
 }
 
 // JobStats are the figures of beanstalkd's stats-job command.

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/ops"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -75,6 +76,13 @@ type options struct {
 	logFormat string
 	// user is -u: the user to become once the socket is bound; "" stays.
 	user string
+	// httpAddr is --http: the side port's host:port, "" for none.
+	httpAddr string
+	// pprof is --pprof: serve /debug/pprof/ on the side port.
+	pprof bool
+	// metricsTubes is --metrics-tubes: how many tubes get their own metric
+	// series (see ops.Config.TubeSeries).
+	metricsTubes int
 }
 
 // longFlags are Sprout's own flags. They are written --name VALUE or
@@ -116,19 +124,41 @@ var longFlags = map[string]func(o *options, value string) error{
 		o.cpuProfile = value
 		return nil
 	},
-	"skip-damaged": func(o *options, value string) error {
-		v, err := strconv.ParseBool(value)
-		if err != nil {
-			return fmt.Errorf("invalid --skip-damaged: %q (want true or false)", value)
-		}
-		o.wal.SkipDamaged = v
-		return nil
-	},
+	"skip-damaged":      boolFlag("skip-damaged", func(o *options) *bool { return &o.wal.SkipDamaged }),
 	"max-input":         byteCountFlag("max-input", func(o *options) *int { return &o.cfg.MaxInputBuffered }),
 	"max-output":        byteCountFlag("max-output", func(o *options) *int { return &o.cfg.MaxOutputBuffered }),
 	"max-buffer-memory": byteCountFlag("max-buffer-memory", func(o *options) *int64 { return &o.cfg.MaxBufferMemory }),
 	"max-connections": uintFlag("max-connections", 31, "a number; 0 means from the open-file limit",
 		func(o *options) *int { return &o.cfg.MaxConnections }),
+	"http": func(o *options, value string) error {
+		if _, _, err := net.SplitHostPort(value); err != nil && value != "" {
+			return fmt.Errorf("invalid --http: %q (want HOST:PORT, as in 127.0.0.1:8080)", value)
+		}
+		o.httpAddr = value
+		return nil
+	},
+	"pprof": boolFlag("pprof", func(o *options) *bool { return &o.pprof }),
+	"metrics-tubes": func(o *options, value string) error {
+		n, err := strconv.ParseUint(value, 10, 31)
+		if err != nil || n == 0 {
+			return fmt.Errorf("invalid --metrics-tubes: %q (want a number of tubes, at least 1)", value)
+		}
+		o.metricsTubes = int(n)
+		return nil
+	},
+}
+
+// boolFlag sets *field from true or false (or 1, 0, t, f, as
+// strconv.ParseBool reads them).
+func boolFlag(name string, field func(o *options) *bool) func(o *options, value string) error {
+	return func(o *options, value string) error {
+		v, err := strconv.ParseBool(value)
+		if err != nil {
+			return fmt.Errorf("invalid --%s: %q (want true or false)", name, value)
+		}
+		*field(o) = v
+		return nil
+	}
 }
 
 // byteCountFlag sets the engine cap that field points at from a plain decimal
@@ -173,6 +203,7 @@ func parseArgs(args []string, stderr io.Writer) (opts options, act action, exitC
 	opts.wal.SegmentSize = wal.DefaultSegmentSize
 	opts.wal.SyncEvery = wal.DefaultSyncEvery
 	opts.shutdownTimeout = defaultShutdownTimeout
+	opts.metricsTubes = ops.DefaultTubeSeries
 	host, port := "", defaultPort
 
 	warnf := func(format string, a ...any) {
@@ -429,15 +460,21 @@ reading (-l oops):
  --log-format FORMAT json or console (default: console on a terminal,
                      else json)
  --cpu-profile PATH  write a pprof CPU profile to PATH until shutdown
+ --http HOST:PORT    serve /metrics, /healthz and /readyz over HTTP on
+                     HOST:PORT (default: off)
+ --pprof BOOL        with --http, also serve /debug/pprof/ (default false)
+ --metrics-tubes N   give the first N tubes their own metric series and sum
+                     the rest under tube="<other>" (default %d)
  --version           show version information, as -v
 
 beanstalkd's options have long names too: --listen (-l), --port (-p),
---max-job-size (-z), --wal-dir (-b), --fsync-ms (-f), --segment-size (-s).
+--max-job-size (-z), --wal-dir (-b), --fsync-ms (-f), --segment-size (-s),
+--user (-u).
 
 Every option can be set in the environment as SPROUT_<NAME>, NAME being its
 long name in capitals with _ for - (SPROUT_LISTEN=0.0.0.0,
 SPROUT_MAX_OUTPUT=1048576); SPROUT_NO_FSYNC=true is -F and SPROUT_VERBOSE=N
 is N times -V. The command line wins over the environment.
 `, defaultPort, engine.DefaultMaxJobSize, engine.MaxMaxJobSize, wal.DefaultSegmentSize, maxLoops,
-		engine.DefaultMaxOutputBuffered>>10)
+		engine.DefaultMaxOutputBuffered>>10, ops.DefaultTubeSeries)
 }

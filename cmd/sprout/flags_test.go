@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/ops"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -31,6 +32,7 @@ func defaultOptions() options {
 		logLevel:        zerolog.InfoLevel,
 		wal:             wal.Options{SegmentSize: wal.DefaultSegmentSize, SyncEvery: wal.DefaultSyncEvery},
 		shutdownTimeout: defaultShutdownTimeout,
+		metricsTubes:    ops.DefaultTubeSeries,
 	}
 }
 
@@ -367,6 +369,39 @@ func TestParseArgsLongFlags(t *testing.T) {
 		usageFail("log format unknown", []string{"--log-format", "xml"},
 			`invalid --log-format: "xml" (want json or console)`),
 		{name: "version", args: []string{"--version", "--bogus"}, wantAction: actionPrintVersion},
+	})
+}
+
+func TestParseArgsOps(t *testing.T) {
+	usageFail := func(name string, args []string, msg string) parseCase {
+		return parseCase{name: name, args: args, wantAction: actionFail, wantCode: 5, wantUsage: true,
+			wantStderr: "sprout: " + msg + "\n"}
+	}
+	const httpWant = " (want HOST:PORT, as in 127.0.0.1:8080)"
+	const tubesWant = " (want a number of tubes, at least 1)"
+	runParseCases(t, []parseCase{
+		{name: "http", args: []string{"--http", "127.0.0.1:8080"},
+			want: func(o *options) { o.httpAddr = "127.0.0.1:8080" }},
+		{name: "http all interfaces", args: []string{"--http=:8080"},
+			want: func(o *options) { o.httpAddr = ":8080" }},
+		{name: "http one dash beats -h", args: []string{"-http", "[::1]:0"},
+			want: func(o *options) { o.httpAddr = "[::1]:0" }},
+		{name: "http empty is off", args: []string{"--http", ""}},
+		usageFail("http without port", []string{"--http", "127.0.0.1"}, `invalid --http: "127.0.0.1"`+httpWant),
+		usageFail("http missing", []string{"--http"}, "flag requires an argument: --http"),
+		{name: "pprof", args: []string{"--http", ":1", "--pprof", "true"},
+			want: func(o *options) { o.httpAddr, o.pprof = ":1", true }},
+		{name: "pprof equals", args: []string{"--pprof=1"}, want: func(o *options) { o.pprof = true }},
+		{name: "pprof false", args: []string{"--pprof", "false"}},
+		usageFail("pprof not a bool", []string{"--pprof", "yes"}, `invalid --pprof: "yes" (want true or false)`),
+		{name: "metrics tubes", args: []string{"--metrics-tubes", "50"},
+			want: func(o *options) { o.metricsTubes = 50 }},
+		{name: "metrics tubes one", args: []string{"-metrics-tubes=1"},
+			want: func(o *options) { o.metricsTubes = 1 }},
+		usageFail("metrics tubes zero", []string{"--metrics-tubes", "0"}, `invalid --metrics-tubes: "0"`+tubesWant),
+		usageFail("metrics tubes negative", []string{"--metrics-tubes", "-5"}, `invalid --metrics-tubes: "-5"`+tubesWant),
+		usageFail("metrics tubes too large", []string{"--metrics-tubes", "2147483648"},
+			`invalid --metrics-tubes: "2147483648"`+tubesWant),
 	})
 }
 

@@ -50,12 +50,14 @@ func main() {
 //
 // Shutdown order: the engine stops accepting and handing jobs out, waits
 // for workers to finish theirs, sends the replies held for the log and
-// closes connections (their reserved jobs go back to ready); then the log
-// writes and fsyncs everything appended, then the store's timers stop.
+// closes connections (their reserved jobs go back to ready); then the HTTP
+// side port stops, then the log writes and fsyncs everything appended,
+// then the store's timers stop.
 func run(opts options) int {
 	log := newLogger(opts)
 	opts.cfg.Logger = log
 	logConfig(log, opts)
+	side := newOpsPort(&opts)
 	if opts.cpuProfile != "" {
 		stop, err := startCPUProfile(opts.cpuProfile)
 		if err != nil {
@@ -99,6 +101,11 @@ func run(opts options) int {
 		opts.cfg.Durability = wl
 	}
 	srv := engine.New(opts.cfg, st)
+	if err := side.start(srv, st, log); err != nil {
+		log.Error().Err(err).Str("address", opts.httpAddr).Msg("cannot serve the operations endpoint")
+		return exitSocket
+	}
+	defer side.stop(context.Background(), log)
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)

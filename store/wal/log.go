@@ -62,6 +62,8 @@ type Options struct {
 	// server's log files.
 	Importer Importer
 	Logger   zerolog.Logger
+	// Observer, if set, is told of every batch written and every fsync.
+	Observer Observer
 
 	// allocate reserves disk space for a segment; tests inject ENOSPC.
 	allocate func(f *os.File, size int64) error
@@ -74,6 +76,17 @@ type Options struct {
 	closeGrace time.Duration
 	// maxUnsynced overrides the const of that name in tests; 0 means it.
 	maxUnsynced int64
+}
+
+// Observer receives the writer goroutine's figures, for metrics. Its
+// methods run on the writer goroutine, so they must be cheap and never
+// block: every commit waits behind them.
+type Observer interface {
+	// ObserveBatch reports one batch written: its bytes and records.
+	ObserveBatch(bytes, records int)
+	// ObserveSync reports how long one fsync that worked took: of every
+	// segment written since the last, rewrites after a failure excluded.
+	ObserveSync(d time.Duration)
 }
 
 // Loc is where a job's latest full record lives: its segment and size.
@@ -113,9 +126,10 @@ type segment struct {
 }
 
 type chunk struct {
-	seq uint32
-	b   []byte
-	end uint64 // LSN after this chunk
+	seq     uint32
+	b       []byte
+	end     uint64 // LSN after this chunk
+	records int    // records in b
 }
 
 // unsyncedSpan is a copy of bytes written to a segment from off on and not
@@ -332,6 +346,7 @@ func (l *Log) Append(r *Record, prev Loc) (lsn uint64, loc Loc, err error) {
 	}
 	c := &l.pending[n-1]
 	c.b = appendFrame(c.b, r)
+	c.records++
 	l.curSize += size
 	l.appended += uint64(size)
 	c.end = l.appended
@@ -554,6 +569,14 @@ func (l *Log) writePending() {
 		l.written.Store(c.end)
 		l.keepUnsynced(s, off, c.b)
 	}
+	if o := l.opts.Observer; o != nil && len(chunks) > 0 {
+		bytes, records := 0, 0
+		for i := range chunks {
+			bytes += len(chunks[i].b)
+			records += chunks[i].records
+		}
+		o.ObserveBatch(bytes, records)
+	}
 }
 
 // writeAt writes all of b at off in s, advancing s.written past what it
@@ -684,6 +707,7 @@ func (l *Log) sync() error {
 	}
 	// Every segment written since the last sync has a span; the one being
 	// written is synced in any case (with -F no spans are kept).
+	start := time.Now()
 	for _, u := range l.unsynced {
 		if err := l.fsync(u.s); err != nil {
 			return err
@@ -693,6 +717,9 @@ func (l *Log) sync() error {
 		if err := l.fsync(l.writing); err != nil {
 			return err
 		}
+	}
+	if o := l.opts.Observer; o != nil {
+		o.ObserveSync(time.Since(start))
 	}
 	l.resync = false
 	for i := range l.unsynced {

@@ -1,0 +1,28 @@
+// Package ops is Sprout's HTTP side port for operators: Prometheus metrics
+// (/metrics), liveness and readiness probes (/healthz, /readyz) and, when
+// asked for, the Go profiler (/debug/pprof/). It runs its own small
+// net/http server on its own goroutines and never on the event loops.
+//
+// # How figures get here
+//
+// Most figures are read at scrape time by a custom prometheus.Collector
+// (collector): the stats command's figures from engine.Server.Stats, the
+// connection limits and byte counts from Limits, the log's from
+// store.Store.LogStats and every tube's from store.Store.EachTube, which
+// holds each tube's lock only while it copies that tube's figures. Nothing
+// is counted twice in parallel with the engine.
+//
+// Latencies cannot be read afterwards, so they are observed as they happen
+// into histograms held by Metrics: the event loops report each command's
+// execution time (Metrics implements engine.Metrics with one pre-resolved
+// observer per command, no lock and no label lookup per call), and the
+// write-ahead log's writer goroutine reports each batch and fsync
+// (Metrics implements wal.Observer).
+//
+// # Probes
+//
+// /healthz is 200 while every event loop runs a no-op task within the
+// ping timeout (engine.Server.Ping) and 503 otherwise. /readyz is 200 once
+// the engine listens with the log recovered (Ready) and 503 before that
+// and while it drains or shuts down (Draining).
+package ops

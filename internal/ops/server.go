@@ -1,0 +1,221 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
+)
+
+const (
+	// DefaultPingTimeout bounds how long /healthz waits for the event loops.
+	DefaultPingTimeout = time.Second
+	// maxScrapes bounds the /metrics requests served at once: a scrape of
+	// many tubes takes CPU the event loops would rather have.
+	maxScrapes = 4
+)
+
+// Config is what Start needs.
+type Config struct {
+	// Addr is the host:port to listen on.
+	Addr string
+	// Pprof mounts net/http/pprof at /debug/pprof/.
+	Pprof bool
+	// TubeSeries is how many tubes get their own series; 0 means
+	// DefaultTubeSeries.
+	TubeSeries int
+	// PingTimeout bounds /healthz's wait for the event loops; 0 means
+	// DefaultPingTimeout.
+	PingTimeout time.Duration
+	Engine      Engine
+	Store       Store
+	// Metrics, if set, are the histograms the engine and the log report to.
+	Metrics *Metrics
+	Logger  zerolog.Logger
+}
+
+// Server is the running side port.
+type Server struct {
+	cfg  Config         // immutable after Start
+	log  zerolog.Logger // immutable
+	http *http.Server   // immutable
+	ln   net.Listener   // immutable
+	done chan struct{}  // closed once Serve has returned
+}
+
+// Start listens on cfg.Addr and serves on a goroutine of its own until
+// Shutdown. A listen error is returned at once.
+func Start(cfg Config) (*Server, error) {
+	if cfg.TubeSeries <= 0 {
+		cfg.TubeSeries = DefaultTubeSeries
+	}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = DefaultPingTimeout
+	}
+	mux, err := newMux(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("ops: %w", err)
+	}
+	s := &Server{
+		cfg: cfg,
+		log: cfg.Logger,
+		http: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 5 * time.Second,
+			IdleTimeout:       time.Minute,
+			// Malformed requests and the like are the client's business.
+			ErrorLog: log.New(levelWriter{cfg.Logger, zerolog.DebugLevel}, "", 0),
+		},
+		ln:   ln,
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error().Err(err).Str("address", ln.Addr().String()).Msg("operations endpoint stopped")
+		}
+	}()
+	s.log.Info().Str("address", ln.Addr().String()).Bool("pprof", cfg.Pprof).
+		Int("metrics_tubes", cfg.TubeSeries).Msg("operations endpoint listening")
+	return s, nil
+}
+
+// Addr is the address the side port listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Shutdown stops the side port:
+//  1. the listener closes, so no new request is taken;
+//  2. idle connections close, and requests in flight (a scrape, a
+//     profile) are waited for until ctx is done;
+//  3. what is left is closed.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.http.Shutdown(ctx)
+	if err != nil {
+		err = errors.Join(err, s.http.Close())
+	}
+	<-s.done
+	return err
+}
+
+// newMux routes the side port's paths.
+func newMux(cfg Config) (*http.ServeMux, error) {
+	reg := prometheus.NewRegistry()
+	cs := []prometheus.Collector{
+		newCollector(cfg.Engine, cfg.Store, cfg.TubeSeries),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	}
+	if m := cfg.Metrics; m != nil {
+		cs = append(cs, m.commandVec)
+		if _, ok := cfg.Store.LogStats(); ok {
+			cs = append(cs, m.fsync, m.batchBytes, m.batchRecords)
+		}
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("ops: registering metrics: %w", err)
+		}
+	}
+	goRuntime, err := goRuntimeGatherer()
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	gatherers := prometheus.Gatherers{reg, goRuntime}
+	mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{
+		// A metric the collector cannot make is a bug the operator
+		// should see; the rest of the scrape is still served.
+		ErrorLog:            levelWriter{cfg.Logger, zerolog.WarnLevel},
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: maxScrapes,
+		EnableOpenMetrics:   true,
+	})))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), cfg.PingTimeout)
+		defer cancel()
+		if err := cfg.Engine.Ping(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-cfg.Engine.Ready():
+		default:
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		if cfg.Engine.Draining() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux, nil
+}
+
+// goRuntime is the Go runtime's figures, less go_memstats_alloc_bytes_total:
+// OpenMetrics names a counter's family without _total, so that family
+// would clash with the gauge go_memstats_alloc_bytes and make the
+// exposition invalid. go_gc_heap_allocs_bytes_total, added in its place,
+// counts the same bytes.
+func goRuntimeGatherer() (prometheus.Gatherer, error) {
+	const clashing = "go_memstats_alloc_bytes_total"
+	reg := prometheus.NewRegistry()
+	err := reg.Register(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/allocs:bytes$`)})))
+	if err != nil {
+		return nil, fmt.Errorf("ops: registering the Go collector: %w", err)
+	}
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		mfs, err := reg.Gather()
+		return slices.DeleteFunc(mfs, func(mf *dto.MetricFamily) bool { return mf.GetName() == clashing }), err
+	}), nil
+}
+
+// levelWriter logs what the standard library and promhttp report, one
+// event per line, at a fixed level.
+type levelWriter struct {
+	l     zerolog.Logger
+	level zerolog.Level
+}
+
+func (w levelWriter) Write(p []byte) (int, error) {
+	w.l.WithLevel(w.level).Msg(string(trimNewline(p)))
+	return len(p), nil
+}
+
+// Println implements promhttp.Logger.
+func (w levelWriter) Println(v ...any) {
+	w.l.WithLevel(w.level).Msg(fmt.Sprint(v...))
+}
+
+func trimNewline(p []byte) []byte {
+	if n := len(p); n > 0 && p[n-1] == '\n' {
+		return p[:n-1]
+	}
+	return p
+}
