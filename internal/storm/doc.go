@@ -23,6 +23,10 @@
 //     lost or left reserved once the hostile clients are gone, and RSS
 //     growth and the polite client's worst latency are held to loose
 //     bounds that only catch breakage.
+//   - TestSoak: a mixed workload with connection churn; RSS, descriptors,
+//     threads and the clients' p99 latency are sampled and must stay flat,
+//     every job must be deleted exactly once, no socket may leak. 30 s by
+//     default; SPROUT_SOAK=10m (make soak) runs it longer.
 //
 // Goal figures (the mix's RSS growth, the polite client's worst reply, the
 // default --max-connections keeping the server off EMFILE) are reported by
