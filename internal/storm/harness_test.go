@@ -1,0 +1,573 @@
+package storm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/benchmarks/load"
+	"github.com/sproutmq/sprout/internal/testproc"
+)
+
+const (
+	// replyTimeout bounds every exchange a checking client has with a
+	// server; a server that does not answer within it has failed.
+	replyTimeout = 5 * time.Second
+	// stopGrace is how long a server may take to stop after SIGTERM.
+	stopGrace = 15 * time.Second
+	// serverOutputLimit caps the log kept per server: a flood must not
+	// grow the test process without bound.
+	serverOutputLimit = 4 << 20
+	// goalsEnv, set to 1, makes the goal figures assertions.
+	goalsEnv = "SPROUT_STORM_GOALS"
+)
+
+// TestMain removes the sprout binary testproc.SproutBinary built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testproc.RemoveSproutBinary()
+	os.Exit(code)
+}
+
+// newFlags are the engine flags these tests exercise that an older sprout
+// does not have. Such a binary runs without them, for a baseline.
+var newFlags = []string{"max-connections", "max-buffer-memory"}
+
+// supportsFlag reports whether bin accepts --name: `bin --name 1 -v` exits
+// 0 once the flag parses, and 5 (usage) when it is unknown.
+func supportsFlag(t *testing.T, bin, name string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := exec.CommandContext(ctx, bin, "--"+name, "1", "-v").Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &exit) && exit.ExitCode() == 5:
+		return false
+	}
+	t.Fatalf("probing %s for --%s: %v", bin, name, err)
+	return false
+}
+
+// sproutArgs returns args without the `--name value` pairs of newFlags that
+// bin does not know. The test goes on without them, so that today's binary
+// yields a baseline, and fails at its end, naming the missing flag.
+func sproutArgs(t *testing.T, bin string, args ...string) []string {
+	t.Helper()
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		name, isLong := strings.CutPrefix(args[i], "--")
+		if isLong && i+1 < len(args) && slices.Contains(newFlags, name) && !supportsFlag(t, bin, name) {
+			t.Logf("baseline: this sprout has no --%s; running without it", name)
+			value := args[i+1]
+			t.Cleanup(func() {
+				t.Errorf("this sprout has no --%s %s: the test ran without it (a baseline, not a pass)", name, value)
+			})
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}
+
+// serverSpec is a server to start.
+type serverSpec struct {
+	name   string // "sprout" or "beanstalkd", for messages
+	binary string
+	args   []string // after -l 127.0.0.1 -p PORT
+	// nofile, when positive, is the open-file limit (soft and hard) of the
+	// server alone; the test process keeps its own.
+	nofile int
+}
+
+// start runs the server, waits until it answers the protocol, and kills it
+// when the test ends.
+func (s serverSpec) start(t *testing.T) *testproc.Process {
+	t.Helper()
+	bin := s.binary
+	if s.nofile > 0 {
+		bin = limitedWrapper(t, s.binary, s.nofile)
+	}
+	p := testproc.StartConfig(t, testproc.Config{
+		Binary: bin, Args: s.args, Ready: testproc.Probe, OutputLimit: serverOutputLimit,
+	})
+	if s.nofile > 0 {
+		if got := openFileLimit(t, p.PID()); got != s.nofile {
+			t.Fatalf("%s runs with an open-file limit of %d, want %d", s.name, got, s.nofile)
+		}
+	}
+	return p
+}
+
+// limitedWrapper writes a script that sets the open-file limit, soft and
+// hard, and execs binary in its place, so that the PID is the server's.
+// (prlimit would do, but testproc puts -l and -p first, which prlimit
+// reads as its own.) The hard limit matters: Go raises its soft limit to
+// the hard one at start.
+func limitedWrapper(t *testing.T, binary string, nofile int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "limited-"+filepath.Base(binary))
+	script := fmt.Sprintf("#!/bin/sh\nulimit -n %d || exit 1\nexec '%s' \"$@\"\n", nofile, binary)
+	if strings.Contains(binary, "'") {
+		t.Fatalf("binary path %q holds a quote", binary)
+	}
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// openFileLimit reads the soft "Max open files" of process pid.
+func openFileLimit(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Max open files"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				n, err := strconv.Atoi(f[0])
+				if err == nil {
+					return n
+				}
+			}
+		}
+	}
+	t.Fatalf("no open-file limit in /proc/%d/limits", pid)
+	return 0
+}
+
+// stopServer stops s with SIGTERM and checks it exits 0.
+func stopServer(t *testing.T, name string, s *testproc.Process) {
+	t.Helper()
+	if s.Exited() {
+		return
+	}
+	if !s.Stop(stopGrace) {
+		t.Errorf("%s did not stop within %v of SIGTERM:\n%s", name, stopGrace, tail(s.Output()))
+		return
+	}
+	if code := s.ExitCode(); code != 0 {
+		t.Errorf("%s exited with %v after SIGTERM:\n%s", name, s.State(), tail(s.Output()))
+	}
+}
+
+// tail returns the last few KiB of a server's output, for messages.
+func tail(out string) string {
+	const keep = 3 << 10
+	if len(out) > keep {
+		out = "…" + out[len(out)-keep:]
+	}
+	return strings.TrimSpace(out)
+}
+
+// logLines returns the lines of a server's output that contain msg.
+func logLines(out, msg string) []string {
+	var lines []string
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.Contains(line, msg) {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+// procStat is what /proc says about a server.
+type procStat struct {
+	rss, peak int64 // bytes: VmRSS, and VmHWM (peak since start or resetPeak)
+	threads   int
+	fds       int
+}
+
+func (p procStat) String() string {
+	return fmt.Sprintf("RSS %s, %d fds, %d threads", mib(p.rss), p.fds, p.threads)
+}
+
+// readProc reads VmRSS, VmHWM and Threads from /proc/PID/status and counts
+// /proc/PID/fd.
+func readProc(pid int) (procStat, error) {
+	st, err := readStatus(pid)
+	if err != nil {
+		return st, err
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return st, err
+	}
+	st.fds = len(fds)
+	return st, nil
+}
+
+// readStatus is readProc without the descriptors.
+func readStatus(pid int) (procStat, error) {
+	var st procStat
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return st, err
+	}
+	found := 0
+	for line := range strings.SplitSeq(string(b), "\n") {
+		key, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch key {
+		case "VmRSS":
+			st.rss = n << 10
+		case "VmHWM":
+			st.peak = n << 10
+		case "Threads":
+			st.threads = int(n)
+		default:
+			continue
+		}
+		if err != nil {
+			return st, fmt.Errorf("storm: unreadable %q in /proc/%d/status", line, pid)
+		}
+		found++
+	}
+	if found != 3 {
+		return st, fmt.Errorf("storm: /proc/%d/status lacks VmRSS, VmHWM or Threads", pid)
+	}
+	return st, nil
+}
+
+func mustReadProc(t *testing.T, pid int) procStat {
+	t.Helper()
+	st, err := readProc(pid)
+	if err != nil {
+		t.Fatalf("reading /proc of the server: %v", err)
+	}
+	return st
+}
+
+// countSockets counts the sockets among pid's descriptors.
+func countSockets(pid int) (int, error) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, fd := range fds {
+		// A descriptor closed since ReadDir has no link any more.
+		if link, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && strings.HasPrefix(link, "socket:") {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func mustCountSockets(t *testing.T, pid int) int {
+	t.Helper()
+	n, err := countSockets(pid)
+	if err != nil {
+		t.Fatalf("counting the server's sockets: %v", err)
+	}
+	return n
+}
+
+// resetPeak makes VmHWM start again from the current RSS (clear_refs 5).
+func resetPeak(pid int) error {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
+}
+
+// rssWatch records the highest RSS of a process from the moment it is
+// started: VmHWM after resetting it, and, in case the kernel refuses the
+// reset, samples every 20 ms.
+type rssWatch struct {
+	pid     int
+	base    int64 // VmRSS when started; immutable
+	hwmOK   bool  // the VmHWM reset worked; immutable
+	quit    *stopper
+	done    chan struct{} // closed when the sampler has returned
+	mu      sync.Mutex
+	sampled int64 // guarded by mu: highest VmRSS sampled
+}
+
+func watchRSS(t *testing.T, pid int) *rssWatch {
+	t.Helper()
+	w := &rssWatch{pid: pid, quit: newStopper(), done: make(chan struct{})}
+	w.hwmOK = resetPeak(pid) == nil
+	st := mustReadProc(t, pid)
+	w.base, w.sampled = st.rss, st.rss
+	go func() {
+		defer close(w.done)
+		w.quit.every(20*time.Millisecond, func() bool {
+			if st, err := readStatus(pid); err == nil {
+				w.mu.Lock()
+				w.sampled = max(w.sampled, st.rss)
+				w.mu.Unlock()
+			}
+			return true
+		})
+	}()
+	return w
+}
+
+// growth stops the watch and returns the peak RSS above the base.
+func (w *rssWatch) growth() int64 {
+	w.quit.stop()
+	<-w.done
+	w.mu.Lock()
+	peak := w.sampled
+	w.mu.Unlock()
+	if st, err := readStatus(w.pid); err == nil {
+		peak = max(peak, st.rss)
+		if w.hwmOK {
+			peak = max(peak, st.peak)
+		}
+	}
+	return peak - w.base
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// dial connects a protocol client within replyTimeout and bounds its
+// first exchange by replyTimeout too.
+func dial(addr string) (*load.Conn, error) {
+	c, err := load.Dial(addr, nil, replyTimeout, 0)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(replyTimeout))
+	return c, nil
+}
+
+func mustDial(t *testing.T, addr string) *load.Conn {
+	t.Helper()
+	c, err := dial(addr)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// command sends one line (and a body, if not nil) and reads its reply,
+// all within replyTimeout.
+func command(c *load.Conn, line string, body []byte) (load.Reply, error) {
+	_ = c.SetDeadline(time.Now().Add(replyTimeout))
+	c.WriteString(line + "\r\n")
+	if body != nil {
+		c.Write(body)
+		c.WriteString("\r\n")
+	}
+	if err := c.Flush(); err != nil {
+		return load.Reply{}, fmt.Errorf("%s: %w", line, err)
+	}
+	r, err := c.ReadReply(true)
+	if err != nil {
+		return r, fmt.Errorf("%s: %w", line, err)
+	}
+	return r, nil
+}
+
+// expectLine sends line and requires the reply line want.
+func expectLine(c *load.Conn, line, want string) error {
+	r, err := command(c, line, nil)
+	if err != nil {
+		return err
+	}
+	if string(r.Line) != want {
+		return fmt.Errorf("%s: got %q, want %q", line, r.Line, want)
+	}
+	return nil
+}
+
+// stats sends a stats command (stats, stats-tube NAME, stats-job ID) and
+// returns its fields; nil for NOT_FOUND.
+func stats(c *load.Conn, line string) (map[string]string, error) {
+	r, err := command(c, line, nil)
+	if err != nil {
+		return nil, err
+	}
+	if string(r.Line) == "NOT_FOUND" {
+		return nil, nil
+	}
+	if r.Kind != load.ReplyOK {
+		return nil, fmt.Errorf("%s: got %q", line, r.Line)
+	}
+	m := make(map[string]string)
+	for line := range strings.SplitSeq(string(r.Body), "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok {
+			m[k] = strings.Trim(strings.TrimSpace(v), `"`)
+		}
+	}
+	return m, nil
+}
+
+// errNotFound is a stats-tube or stats-job answered NOT_FOUND.
+var errNotFound = errors.New("storm: NOT_FOUND")
+
+// statsInt returns the numeric fields of a stats command.
+func statsInt(c *load.Conn, line string, fields ...string) ([]int64, error) {
+	m, err := stats(c, line)
+	if err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, fmt.Errorf("%s: %w", line, errNotFound)
+	}
+	out := make([]int64, len(fields))
+	for i, f := range fields {
+		if out[i], err = strconv.ParseInt(m[f], 10, 64); err != nil {
+			return nil, fmt.Errorf("%s: field %s is %q", line, f, m[f])
+		}
+	}
+	return out, nil
+}
+
+// errOutOfMemory is a put answered OUT_OF_MEMORY: a server with -b says so
+// when it cannot make the log's next segment.
+var errOutOfMemory = errors.New("storm: put answered OUT_OF_MEMORY")
+
+// roundTrip puts a job in the tube c uses (and watches alone), reserves it
+// and deletes it, and returns the slowest of the three replies.
+func roundTrip(c *load.Conn, body []byte) (time.Duration, error) {
+	var worst time.Duration
+	timed := func(line string, body []byte) (load.Reply, error) {
+		t0 := time.Now()
+		r, err := command(c, line, body)
+		worst = max(worst, time.Since(t0))
+		return r, err
+	}
+	r, err := timed(fmt.Sprintf("put 0 0 60 %d", len(body)), body)
+	if err != nil {
+		return worst, err
+	}
+	if string(r.Line) == "OUT_OF_MEMORY" {
+		return worst, errOutOfMemory
+	}
+	if r.Kind != load.ReplyInserted {
+		return worst, fmt.Errorf("put: got %q", r.Line)
+	}
+	id := r.N
+	if r, err = timed("reserve-with-timeout 1", nil); err != nil {
+		return worst, err
+	}
+	if r.Kind != load.ReplyReserved || r.N != id {
+		return worst, fmt.Errorf("reserve-with-timeout 1 after putting job %d: got %q", id, r.Line)
+	}
+	if r, err = timed(fmt.Sprintf("delete %d", id), nil); err != nil {
+		return worst, err
+	}
+	if r.Kind != load.ReplyDeleted {
+		return worst, fmt.Errorf("delete %d: got %q", id, r.Line)
+	}
+	return worst, nil
+}
+
+// useOnly makes c use tube and watch it alone.
+func useOnly(c *load.Conn, tube string) error {
+	if err := expectLine(c, "use "+tube, "USING "+tube); err != nil {
+		return err
+	}
+	if err := expectLine(c, "watch "+tube, "WATCHING 2"); err != nil {
+		return err
+	}
+	return expectLine(c, "ignore default", "WATCHING 1")
+}
+
+// goals reports whether goal figures are assertions in this run.
+func goals() bool { return os.Getenv(goalsEnv) == "1" }
+
+// goal logs whether a goal figure was met, and fails the test on a miss
+// when goals are enforced.
+func goal(t *testing.T, met bool, format string, args ...any) {
+	t.Helper()
+	judge(t, met, goals(), format, args...)
+}
+
+// latencyGoal is goal for a figure the clients time: under the race
+// detector the clients themselves are slow, so it is only reported.
+func latencyGoal(t *testing.T, met bool, format string, args ...any) {
+	t.Helper()
+	if raceEnabled {
+		format += " (race detector on: not judged)"
+	}
+	judge(t, met, goals() && !raceEnabled, format, args...)
+}
+
+func judge(t *testing.T, met, enforce bool, format string, args ...any) {
+	t.Helper()
+	verdict := "met"
+	if !met {
+		verdict = "not met"
+	}
+	msg := fmt.Sprintf("goal: "+format+": %s", append(args, verdict)...)
+	if !met && enforce {
+		t.Error(msg)
+		return
+	}
+	t.Log(msg)
+}
+
+// stopper asks goroutines to end. It may be stopped more than once.
+type stopper struct {
+	once sync.Once
+	c    chan struct{}
+}
+
+func newStopper() *stopper { return &stopper{c: make(chan struct{})} }
+
+func (s *stopper) stop() { s.once.Do(func() { close(s.c) }) }
+
+func (s *stopper) stopping() bool {
+	select {
+	case <-s.c:
+		return true
+	default:
+		return false
+	}
+}
+
+// every calls f every period until s stops or f returns false.
+func (s *stopper) every(period time.Duration, f func() bool) {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.c:
+			return
+		case <-tick.C:
+		}
+		if !f() {
+			return
+		}
+	}
+}
+
+// firstError keeps the first error reported to it, from any goroutine.
+type firstError struct {
+	mu  sync.Mutex
+	err error // guarded by mu
+}
+
+func (e *firstError) set(err error) {
+	e.mu.Lock()
+	if e.err == nil {
+		e.err = err
+	}
+	e.mu.Unlock()
+}
+
+func (e *firstError) get() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
