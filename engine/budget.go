@@ -32,7 +32,7 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 	defer s.loopsMu.Unlock()
 	ls := s.loops[el]
 	if ls == nil {
-		ls = &loopState{srv: s, holding: make(map[*session]struct{})}
+		ls = &loopState{srv: s, batch: replies{keep: keepBatch}, holding: make(map[*session]struct{})}
 		if s.cfg.Durability != nil {
 			ls.flusher = newLoopFlusher(el, s.cfg.Durability, &s.heldSessions)
 		}

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"cmp"
+
 	"github.com/panjf2000/gnet/v2"
 
 	"github.com/sproutmq/sprout/codec"
@@ -27,7 +29,20 @@ type replies struct {
 	referenced int
 	// vecs is Writev's scratch, kept to avoid an allocation per write.
 	vecs [][]byte
+	// keep is the largest buffer kept once everything is written; 0 means
+	// keepHeld. A loop's batch keeps more than a connection's held replies:
+	// there is one per loop, and dropping it would make every large batch
+	// garbage (a stats flood grew RSS by the heap's whole GC headroom).
+	keep int
 }
+
+// Buffer sizes replies keep when emptied: a connection's held replies,
+// and a loop's batch (at most an output cap of small replies; bodies are
+// referenced).
+const (
+	keepHeld  = 64 << 10
+	keepBatch = 4 << 20
+)
 
 // bodyRef puts body on the wire after buf[:at] and before buf[at:].
 type bodyRef struct {
@@ -134,13 +149,13 @@ func (r *replies) moveTail(src *replies, from int) {
 	src.buf = src.buf[:from]
 }
 
-// reset empties r, keeping buf's capacity unless it has grown large: an
-// idle connection should not keep a big buffer.
+// reset empties r, keeping buf's capacity unless it has grown past keep:
+// an idle connection should not keep a big buffer.
 func (r *replies) reset() {
 	clear(r.refs)
 	r.refs = r.refs[:0]
 	r.referenced = 0
-	if cap(r.buf) > 64<<10 {
+	if cap(r.buf) > cmp.Or(r.keep, keepHeld) {
 		r.buf = nil
 	} else {
 		r.buf = r.buf[:0]
