@@ -4,7 +4,7 @@ BIN := bin/sprout
 # What sprout -v reports; a clone without tags shows the commit.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build run test bench bench-full bench-ceiling lint fuzz clean
+.PHONY: build run test bench bench-full bench-ceiling lint fuzz clean soak storm
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/sprout
@@ -26,9 +26,12 @@ bench:
 	$(MAKE) --no-print-directory build
 	$(GO) run ./benchmarks/cmd/sproutbench -sprout $(BIN) -command "make bench" $(BENCHFLAGS)
 
+# Also runs `make storm`: 19,000 concurrent connections, with the hostile
+# clients' figures beside beanstalkd's.
 bench-full:
 	$(MAKE) --no-print-directory build
 	$(GO) run ./benchmarks/cmd/sproutbench -full -sprout $(BIN) -command "make bench-full" $(BENCHFLAGS)
+	$(MAKE) --no-print-directory storm
 
 # The machine's ceiling: Sprout against nullqueue, a server that does
 # nothing but answer (benchmarks/ceiling). Needs a C compiler.
@@ -54,15 +57,11 @@ fuzz:
 clean:
 	rm -rf bin
 
-.PHONY: soak
-
 # internal/storm's soak test for 10 minutes instead of `make test`'s 30 s
 # (SPROUT_SOAK=1h make soak for longer): RSS, descriptors, threads and p99
 # must stay flat under a mixed workload with connection churn.
 soak:
 	SPROUT_SOAK=$${SPROUT_SOAK:-10m} $(GO) test -count=1 -timeout 3h -run '^TestSoak$$' -v ./internal/storm/
-
-.PHONY: storm
 
 # internal/storm with its heavy test (build tag storm): 19,000 concurrent
 # connections against Sprout and beanstalkd, besides the flood,
