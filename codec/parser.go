@@ -193,18 +193,19 @@ func (p *Parser) BodyHeld() int { return cap(p.body) }
 // readBody counts the body rather than scanning it: exactly bytes+2 bytes
 // belong to it, and anything after is the next command line.
 //
-// A body that arrives whole is allocated once, at its exact size. One that
-// arrives in parts grows as its bytes come (doubling, never past its size),
-// so a header line alone, or a client that stops half way, cannot make the
-// server hold the declared size.
+// A body is allocated as its bytes come, with room for twice what has
+// arrived and never past its size: one that arrives whole or in two halves
+// is allocated once, at its exact size, and a header line alone, or a
+// client that stops half way, cannot make the server hold the declared
+// size.
 func (p *Parser) readBody(in []byte, cmd *Command) (int, bool) {
 	want := int(p.want)
 	chunk := in[:min(len(in), want-len(p.body))]
 	if len(chunk) > cap(p.body)-len(p.body) {
-		size := want
-		if len(p.body)+len(chunk) < want {
-			size = min(max(2*cap(p.body), len(p.body)+len(chunk), firstBodyAlloc), want)
-		}
+		// Room for twice what has arrived: a body split over two reads
+		// (a 64 KiB one always is) is allocated once, and a client that
+		// stops half way holds at most twice what it sent.
+		size := min(max(2*cap(p.body), 2*(len(p.body)+len(chunk)), firstBodyAlloc), want)
 		grown := make([]byte, len(p.body), size)
 		copy(grown, p.body)
 		p.body = grown

@@ -487,4 +487,13 @@ func TestBodyHeldGrowsWithArrival(t *testing.T) {
 	if _, ok := p.Parse([]byte("hello\r\n"), &cmd); !ok || cap(cmd.Body) != 7 {
 		t.Fatalf("a whole body: cap %d, want exactly 7", cap(cmd.Body))
 	}
+
+	// More than half a body in the first read: one allocation, exact.
+	if _, ok := p.Parse([]byte("put 0 0 0 65535\r\n"), &cmd); !ok {
+		t.Fatal("header")
+	}
+	p.Parse(make([]byte, 40_000), &cmd)
+	if _, ok := p.Parse(append(make([]byte, 65535-40_000), "\r\n"...), &cmd); !ok || cap(cmd.Body) != 65537 {
+		t.Fatalf("a body in two reads: cap %d, want exactly 65537", cap(cmd.Body))
+	}
 }
