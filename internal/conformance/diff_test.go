@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 var (
@@ -105,10 +107,9 @@ var statsMasked = map[string]bool{
 //   - stats-job: age and time-left may differ by one second, since each
 //     server truncates its own clock. The job id is compared.
 //   - stats-tube: pause-time-left may differ by one second.
-//   - name (stats-tube) and tube (stats-job) are compared without the double
-//     quotes that 1.13, and so Sprout, puts around them and 1.12 does not.
-//     Tube names cannot contain quotes, so nothing else can differ.
-func normalizeReply(reply []byte) normalized {
+//   - With ref112 (the reference is 1.12), the keys in quotedIn113 are
+//     compared without their double quotes.
+func normalizeReply(reply []byte, ref112 bool) normalized {
 	header, body, ok := bytes.Cut(reply, []byte("\r\n"))
 	if !ok || !bytes.HasPrefix(header, []byte("OK ")) || !bytes.HasPrefix(body, []byte("---\n")) {
 		return normalized{text: string(reply)}
@@ -121,11 +122,12 @@ func normalizeReply(reply []byte) normalized {
 			masked = statsMasked
 		case "id": // stats-job
 			approximate = map[string]bool{"age": true, "time-left": true}
-			unquoted = map[string]bool{"tube": true}
 		case "name": // stats-tube
 			approximate = map[string]bool{"pause-time-left": true}
-			unquoted = map[string]bool{"name": true}
 		}
+	}
+	if ref112 {
+		unquoted = quotedIn113
 	}
 	var n normalized
 	for i, line := range lines {
@@ -150,8 +152,19 @@ func normalizeReply(reply []byte) normalized {
 // ---------------------------------------------------------------------------
 // Known differences
 
-// knownDifference is a place where Sprout deliberately answers differently
-// from the 1.12 reference, because it follows beanstalkd 1.13 there.
+// Sprout follows beanstalkd 1.13. When the reference is 1.12 (Debian's
+// package, where no 1.13 build is at hand), the comparison allows for what
+// changed between the two, and for nothing else: quotedIn113 and
+// knownDifferences. Against 1.13 neither applies.
+
+// quotedIn113 are the string values of stats-tube (name) and stats-job (tube)
+// that 1.13 double-quotes and 1.12 does not; against 1.12 they are compared
+// without the quotes. Tube names cannot contain quotes, so nothing else can
+// differ. (hostname, os and platform in stats are masked anyway.)
+var quotedIn113 = map[string]bool{"name": true, "tube": true}
+
+// knownDifference is a place where Sprout, following 1.13, answers
+// differently from 1.12.
 type knownDifference struct {
 	name    string
 	matches func(sent []byte) bool // whether the bytes sent in a step hit it
@@ -159,8 +172,8 @@ type knownDifference struct {
 	reason  string
 }
 
-// knownDifferences is the complete list. A step that matches one is sent to
-// Sprout only, and Sprout's answer is checked against want: sending it to the
+// knownDifferences is the complete list. Against a 1.12 reference, a step
+// that matches one is sent to Sprout only, and Sprout's answer is checked against want: sending it to the
 // reference would change the reference's state (1.12 may start waiting
 // forever) while Sprout's stays put, and every later step would then differ.
 // With SPROUT_CONFORMANCE_SELFTEST=1 the stand-in is 1.12 too, so such steps
@@ -204,8 +217,12 @@ func reserveTimeoutArgument(sent []byte) (string, bool) {
 	return string(arg), ok
 }
 
-// knownDifferenceFor returns the known difference sent hits, or nil.
-func knownDifferenceFor(sent []byte) *knownDifference {
+// knownDifference returns the known difference sent hits, or nil; always nil
+// unless the reference is 1.12.
+func (s *session) knownDifference(sent []byte) *knownDifference {
+	if !s.ref112 {
+		return nil
+	}
 	for i := range knownDifferences {
 		if knownDifferences[i].matches(sent) {
 			return &knownDifferences[i]
@@ -234,17 +251,20 @@ type session struct {
 	log      transcript
 	header   string // first line of every failure report, e.g. the seed
 	selfTest bool   // the "Sprout" is a second beanstalkd
+	ref112   bool   // the reference is 1.12: quotedIn113 and knownDifferences apply
 }
 
 func newSession(t testing.TB, header string) *session {
 	t.Helper()
+	ref := testproc.Reference(t)
 	s := &session{
 		t:        t,
-		refAddr:  StartBeanstalkd(t),
+		refAddr:  StartBinary(t, ref.Path),
 		sutAddr:  StartSprout(t),
 		conns:    map[int]*twin{},
-		header:   header,
+		header:   fmt.Sprintf("%s (reference: beanstalkd %s)", header, ref.Version),
 		selfTest: SelfTest(),
+		ref112:   ref.Is112(),
 	}
 	t.Cleanup(func() {
 		for _, c := range s.conns {
@@ -340,16 +360,16 @@ func (s *session) exchange(e *entry, conn, n int, wait time.Duration) {
 // compare fails the test unless the replies match after normalisation.
 func (s *session) compare(ref, sut [][]byte) {
 	for i := range ref {
-		if !normalizeReply(ref[i]).matches(normalizeReply(sut[i])) {
-			s.fail("replies differ:\n%s", describeDifference(ref[i], sut[i]))
+		if !normalizeReply(ref[i], s.ref112).matches(normalizeReply(sut[i], s.ref112)) {
+			s.fail("replies differ:\n%s", describeDifference(ref[i], sut[i], s.ref112))
 		}
 	}
 }
 
 // describeDifference shows two differing replies. For YAML documents, which
 // are long, it lists only the lines that differ.
-func describeDifference(ref, sut []byte) string {
-	a, b := normalizeReply(ref), normalizeReply(sut)
+func describeDifference(ref, sut []byte, ref112 bool) string {
+	a, b := normalizeReply(ref, ref112), normalizeReply(sut, ref112)
 	if !strings.HasPrefix(a.text, "OK _\r\n") || !strings.HasPrefix(b.text, "OK _\r\n") {
 		return fmt.Sprintf("  beanstalkd: %s\n  sprout:     %s", quote(ref), quote(sut))
 	}

@@ -82,7 +82,7 @@ func (r *randomRun) step(i int) {
 	cmd := r.gen.command(conn, pipelined, len(r.waiting) < randomConns-1)
 	e := r.log.add(i, conn, cmd.text, cmd.kind)
 
-	if d := knownDifferenceFor(cmd.text); d != nil {
+	if d := r.knownDifference(cmd.text); d != nil {
 		if !r.selfTest {
 			r.sproutOnly++
 		}

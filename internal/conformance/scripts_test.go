@@ -69,7 +69,7 @@ func runScript(t *testing.T, steps []step) {
 		time.Sleep(st.pause)
 		sent := []byte(st.send)
 		e := s.log.add(i, st.conn, sent, "")
-		if d := knownDifferenceFor(sent); d != nil {
+		if d := s.knownDifference(sent); d != nil {
 			s.sendKnownDifference(e, d)
 			continue
 		}
