@@ -13,9 +13,21 @@ build:
 run: build
 	./$(BIN) -l 127.0.0.1 -p 11300
 
+# The differential tests compare with the beanstalkd 1.13 release, built once
+# here by the script in shared/ beside the clone, unless SPROUT_REF_BEANSTALKD
+# already names a reference; without the script, or if the build fails, they
+# compare with Debian's 1.12 on PATH (internal/testproc.Reference).
 test:
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 15m ./...
+	@ref="$${SPROUT_REF_BEANSTALKD:-}"; script="$(CURDIR)/../shared/tools/build-beanstalkd-1.13.sh"; \
+	if [ -z "$$ref" ] && [ -f "$$script" ]; then \
+		ref=$$(bash "$$script") || { \
+			echo "make test: building beanstalkd 1.13 failed; comparing with Debian's 1.12"; \
+			ref=$$(command -v beanstalkd || true); }; \
+	fi; \
+	if [ -n "$$ref" ]; then echo "make test: reference $$ref ($$("$$ref" -v 2>&1))"; fi; \
+	echo "$(GO) test -race -count=1 -timeout 15m ./..."; \
+	SPROUT_REF_BEANSTALKD="$$ref" $(GO) test -race -count=1 -timeout 15m ./...
 
 bench:
 	$(MAKE) --no-print-directory build
