@@ -86,11 +86,12 @@ func (a normalized) matches(b normalized) bool {
 	return true
 }
 
-// statsMasked are the stats keys whose values belong to the process, the
-// build or the host rather than to the protocol.
+// statsMasked are the stats keys whose values belong to the process or the
+// build rather than to the protocol. Those of the host (hostname, os,
+// platform) are compared: both servers run on the same one.
 var statsMasked = map[string]bool{
 	"pid": true, "version": true, "rusage-utime": true, "rusage-stime": true,
-	"uptime": true, "id": true, "hostname": true, "os": true, "platform": true,
+	"uptime": true, "id": true,
 }
 
 // normalizeReply returns the form of a reply that the comparison uses.
@@ -99,8 +100,8 @@ var statsMasked = map[string]bool{
 //
 //   - The `OK <n>` line becomes `OK _`: n changes with quoting and with the
 //     masked values. Conn has already checked that n bytes and \r\n followed.
-//   - stats: the values of pid, version, rusage-utime, rusage-stime, uptime,
-//     id (the random instance id), hostname, os and platform are masked.
+//   - stats: the values of pid, version, rusage-utime, rusage-stime, uptime
+//     and id (the random instance id) are masked.
 //     current-connections and total-connections are compared: the harness's
 //     readiness probe quits before tests start, so it is counted the same way
 //     on both servers.
@@ -157,11 +158,12 @@ func normalizeReply(reply []byte, ref112 bool) normalized {
 // changed between the two, and for nothing else: quotedIn113 and
 // knownDifferences. Against 1.13 neither applies.
 
-// quotedIn113 are the string values of stats-tube (name) and stats-job (tube)
-// that 1.13 double-quotes and 1.12 does not; against 1.12 they are compared
-// without the quotes. Tube names cannot contain quotes, so nothing else can
-// differ. (hostname, os and platform in stats are masked anyway.)
-var quotedIn113 = map[string]bool{"name": true, "tube": true}
+// quotedIn113 are the string values that 1.13 double-quotes and 1.12 does
+// not: name in stats-tube, tube in stats-job, and hostname, os and platform
+// in stats. Against 1.12 they are compared without the quotes. Neither
+// version escapes them, and tube names cannot contain quotes, so nothing
+// else can differ.
+var quotedIn113 = map[string]bool{"name": true, "tube": true, "hostname": true, "os": true, "platform": true}
 
 // knownDifference is a place where Sprout, following 1.13, answers
 // differently from 1.12.
