@@ -13,14 +13,21 @@ build:
 run: build
 	./$(BIN) -l 127.0.0.1 -p 11300
 
+# On a fresh machine .ci/test-setup installs what the tests need (as root
+# with apt-get) or says what is missing; it prints the reference beanstalkd
+# the differential tests compare with: the 1.13 release built from shared/
+# beside the clone, else Debian's 1.12 (internal/testproc.Reference).
 # The short FuzzEngine run goes without -race, for speed; its seeds have just
 # run under -race. A new input is minimized for at most 5s: the engine's
 # coverage varies with scheduling, so the fuzzer keeps finding "new" inputs,
 # and minimizing each for the default 60s stalls it.
 test:
-	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 15m ./...
-	$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 15s -fuzzminimizetime 5s ./engine/
+	@ref=$$(bash .ci/test-setup) && \
+	echo "$(GO) vet ./..." && $(GO) vet ./... && \
+	echo "$(GO) test -race -count=1 -timeout 15m ./..." && \
+	SPROUT_REF_BEANSTALKD="$$ref" $(GO) test -race -count=1 -timeout 15m ./... && \
+	echo "$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 15s -fuzzminimizetime 5s ./engine/" && \
+	SPROUT_REF_BEANSTALKD="$$ref" $(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 15s -fuzzminimizetime 5s ./engine/
 
 bench:
 	$(MAKE) --no-print-directory build

@@ -15,6 +15,7 @@ func TestParseAllocs(t *testing.T) {
 	}
 	lines := []string{
 		"use foo\r\n", "reserve\r\n", "reserve-with-timeout 5\r\n", "reserve-job 1\r\n",
+		"reserve-with-timeout 0abc\r\n",
 		"delete 1\r\n", "release 1 2 3\r\n", "bury 1 2\r\n", "touch 1\r\n", "watch foo\r\n",
 		"ignore foo\r\n", "peek 1\r\n", "peek-ready\r\n", "peek-delayed\r\n", "peek-buried\r\n",
 		"kick 10\r\n", "kick-job 1\r\n", "stats-job 1\r\n", "stats-tube foo\r\n", "stats\r\n",

@@ -93,10 +93,11 @@ func parseArgs(op Op, args []byte, cmd *Command) Status {
 		cmd.ID, cmd.Pri = id, uint32(pri)
 
 	case OpReserveWithTimeout:
-		// 1.13 reads it with read_u32(…, NULL): nothing may follow the
-		// number (1.12's strtol ignored trailing text).
-		timeout, rest, ok := readUint(args, MaxTimeout)
-		if !ok || len(rest) != 0 {
+		// 1.13 reads it with read_u32(…, &end_buf) and never looks at
+		// end_buf: the number must start with a digit and fit, but whatever
+		// follows it ("0 ", "0abc", "1\t") is ignored.
+		timeout, _, ok := readUint(args, MaxTimeout)
+		if !ok {
 			return BadFormat
 		}
 		cmd.Timeout = uint32(timeout)

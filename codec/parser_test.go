@@ -198,23 +198,53 @@ func TestParseKick(t *testing.T) { runParseCases(t, kickCases()) }
 
 func rwt(n uint32) codec.Command { return codec.Command{Op: codec.OpReserveWithTimeout, Timeout: n} }
 
-// reserve-with-timeout follows 1.13: read_u32(…, NULL), so nothing may
-// follow the number, capped at INT_MAX. (1.12 used strtol, so "-1" waited
-// forever and trailing text was ignored.)
+// reserve-with-timeout follows the 1.13 release, whose answers to every case
+// here were checked on the wire: read_u32 with an end pointer, so spaces (not
+// tabs) may come first, a digit must, the value must be at most INT_MAX, and
+// whatever follows the digits is ignored. OK lines are counted in
+// cmd-reserve-with-timeout; BadFormat lines are not. (1.12 used strtol, so
+// "-1" waited forever and "x" meant 0.)
 func reserveWithTimeoutCases() []parseCase {
+	badRWT := cmds(bad(codec.OpReserveWithTimeout))
 	return []parseCase{
 		{name: "zero", in: "reserve-with-timeout 0\r\n", want: cmds(rwt(0))},
 		{name: "plain", in: "reserve-with-timeout 30\r\n", want: cmds(rwt(30))},
 		{name: "leading spaces", in: "reserve-with-timeout   7\r\n", want: cmds(rwt(7))},
-		{name: "trailing text", in: "reserve-with-timeout 0abc\r\n", want: cmds(bad(codec.OpReserveWithTimeout))},
-		{name: "trailing space", in: "reserve-with-timeout 5 \r\n", want: cmds(bad(codec.OpReserveWithTimeout))},
+		{name: "leading zeros", in: "reserve-with-timeout 00\r\n", want: cmds(rwt(0))},
+		{name: "hundred zeros", in: "reserve-with-timeout " + strings.Repeat("0", 100) + "\r\n", want: cmds(rwt(0))},
+		{name: "zeros then one", in: "reserve-with-timeout " + strings.Repeat("0", 150) + "1\r\n", want: cmds(rwt(1))},
 		{name: "int max", in: "reserve-with-timeout 2147483647\r\n", want: cmds(rwt(2147483647))},
-		{name: "over int max", in: "reserve-with-timeout 2147483648\r\n", want: cmds(bad(codec.OpReserveWithTimeout))},
-		{name: "over u32", in: "reserve-with-timeout 4294967296\r\n", want: cmds(bad(codec.OpReserveWithTimeout))},
-		{name: "minus one", in: "reserve-with-timeout -1\r\n", want: cmds(bad(codec.OpReserveWithTimeout))},
-		{name: "plus", in: "reserve-with-timeout +1\r\n", want: cmds(bad(codec.OpReserveWithTimeout))},
-		{name: "letters", in: "reserve-with-timeout x\r\n", want: cmds(bad(codec.OpReserveWithTimeout))},
-		{name: "empty", in: "reserve-with-timeout \r\n", want: cmds(bad(codec.OpReserveWithTimeout))},
+
+		// Whatever follows the digits is ignored.
+		{name: "trailing space", in: "reserve-with-timeout 0 \r\n", want: cmds(rwt(0))},
+		{name: "trailing text", in: "reserve-with-timeout 0abc\r\n", want: cmds(rwt(0))},
+		{name: "trailing tab", in: "reserve-with-timeout 0\t\r\n", want: cmds(rwt(0))},
+		{name: "tab and text", in: "reserve-with-timeout 0\tabc\r\n", want: cmds(rwt(0))},
+		{name: "second number", in: "reserve-with-timeout 0 0\r\n", want: cmds(rwt(0))},
+		{name: "trailing minus", in: "reserve-with-timeout 0-1\r\n", want: cmds(rwt(0))},
+		{name: "hex reads its zero", in: "reserve-with-timeout 0x10\r\n", want: cmds(rwt(0))},
+		{name: "decimal point", in: "reserve-with-timeout 0.5\r\n", want: cmds(rwt(0))},
+		{name: "exponent", in: "reserve-with-timeout 1e3\r\n", want: cmds(rwt(1))},
+		{name: "letter after one", in: "reserve-with-timeout 1x\r\n", want: cmds(rwt(1))},
+
+		// No digit first, or out of range.
+		{name: "empty", in: "reserve-with-timeout \r\n", want: badRWT},
+		{name: "spaces only", in: "reserve-with-timeout  \r\n", want: badRWT},
+		{name: "letters", in: "reserve-with-timeout x\r\n", want: badRWT},
+		{name: "plus", in: "reserve-with-timeout +1\r\n", want: badRWT},
+		{name: "minus one", in: "reserve-with-timeout -1\r\n", want: badRWT},
+		{name: "minus zero", in: "reserve-with-timeout -0\r\n", want: badRWT},
+		{name: "space then minus", in: "reserve-with-timeout  -1\r\n", want: badRWT},
+		{name: "tab before", in: "reserve-with-timeout \t0\r\n", want: badRWT},
+		{name: "over int max", in: "reserve-with-timeout 2147483648\r\n", want: badRWT},
+		{name: "over int max with text", in: "reserve-with-timeout 2147483648abc\r\n", want: badRWT},
+		{name: "over int max after zeros", in: "reserve-with-timeout 00000000000000000000002147483648\r\n", want: badRWT},
+		{name: "u32 max", in: "reserve-with-timeout 4294967295\r\n", want: badRWT},
+		{name: "over u32", in: "reserve-with-timeout 4294967296\r\n", want: badRWT},
+		{name: "u64 max", in: "reserve-with-timeout 18446744073709551615\r\n", want: badRWT},
+		{name: "over u64", in: "reserve-with-timeout 18446744073709551616\r\n", want: badRWT},
+		{name: "forty nines", in: "reserve-with-timeout " + strings.Repeat("9", 40) + "\r\n", want: badRWT},
+
 		// Without its space it is "reserve" with trailing text.
 		{name: "no space", in: "reserve-with-timeout\r\n", want: cmds(bad(codec.OpReserve))},
 	}

@@ -1,5 +1,11 @@
 // Package conformance holds Sprout's differential wire test against the
-// reference server, Debian's beanstalkd 1.12, and the harness it runs on.
+// reference server, beanstalkd, and the harness it runs on.
+//
+// The reference is the beanstalkd 1.13 release where one is at hand, else
+// Debian's 1.12. testproc.Reference says where it looks:
+// $SPROUT_REF_BEANSTALKD, then the cache of shared/tools/build-beanstalkd-1.13.sh,
+// then that script, then PATH. Every test logs which one it got, and a
+// failure report names its version.
 //
 // The test is Sprout's strongest compatibility evidence. It starts a fresh
 // beanstalkd and a fresh Sprout side by side, sends both the same bytes on the
@@ -16,11 +22,13 @@
 //     over a few tubes and the job ids seen so far, on four connections,
 //     including reserves that wait and commands pipelined behind them.
 //
-// Only two things stand between "byte for byte" and the comparison:
-// normalizeReply, which masks the stats values that belong to the process
-// (pid, uptime, rusage, ...) and allows a one-second skew in time-derived
-// fields; and knownDifferences, the explicit list of places where Sprout
-// follows beanstalkd 1.13 rather than the 1.12 reference.
+// Only normalizeReply stands between "byte for byte" and the comparison: it
+// masks the stats values that belong to the process (pid, uptime, rusage,
+// ...) and allows a one-second skew in time-derived fields. Against a 1.12
+// reference, and only then, two more allowances apply, for what changed in
+// 1.13, which Sprout follows: quotedIn113 (1.13 quotes tube names in
+// stats-tube and stats-job) and knownDifferences (steps 1.13 answers
+// otherwise, sent to Sprout alone).
 //
 // Data flow: a step's bytes go to the reference, then to Sprout; Conn splits
 // what comes back into replies (a line, plus the body of RESERVED, FOUND and
@@ -41,4 +49,5 @@
 //	go test ./internal/conformance -run 'TestRandom$' -seed=7 -steps=20000
 //	go test ./internal/conformance -run 'TestRandom$' -seed=0   # a new seed each run
 //	SPROUT_CONFORMANCE_SELFTEST=1 go test -race -count=3 ./internal/conformance
+//	SPROUT_REF_BEANSTALKD=/usr/bin/beanstalkd go test ./internal/conformance   # against Debian's 1.12
 package conformance

@@ -48,9 +48,10 @@ func SelfTest() bool {
 	return v != "" && v != "0"
 }
 
-// StartBeanstalkd starts the reference server, Debian's beanstalkd, on a free
+// StartBeanstalkd starts the reference server (testproc.Reference: a
+// beanstalkd 1.13 build where there is one, else Debian's 1.12) on a free
 // 127.0.0.1 port and returns its address. It fails the test (it does not skip
-// it) when beanstalkd is not installed: the comparison is the whole point.
+// it) when there is none: the comparison is the whole point.
 func StartBeanstalkd(t testing.TB, extraArgs ...string) (addr string) {
 	t.Helper()
 	return StartBinary(t, testproc.Beanstalkd(t), extraArgs...)

@@ -1,13 +1,17 @@
 package testproc
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -15,18 +19,193 @@ import (
 // SproutPackage is the import path SproutBinary builds.
 const SproutPackage = "github.com/sproutmq/sprout/cmd/sprout"
 
-// buildTimeout bounds the one-off `go build` of Sprout.
+// buildTimeout bounds the one-off `go build` of Sprout, and the build of the
+// reference beanstalkd.
 const buildTimeout = 5 * time.Minute
 
-// Beanstalkd returns the path of the reference server, Debian's beanstalkd,
-// and fails the test (it does not skip it) when it is not on PATH.
+// RefEnv names the environment variable that points the tests at a
+// reference beanstalkd binary, overriding the search described at Reference.
+const RefEnv = "SPROUT_REF_BEANSTALKD"
+
+// refBuildScript is where the script that builds the beanstalkd 1.13 release
+// sits, relative to the repository root: in the shared folder beside the
+// clone.
+const refBuildScript = "../shared/tools/build-beanstalkd-1.13.sh"
+
+// versionTimeout bounds `beanstalkd -v`.
+const versionTimeout = 10 * time.Second
+
+// Ref is the reference server the tests compare Sprout with.
+type Ref struct {
+	Path    string // the executable
+	Version string // what `Path -v` prints after "beanstalkd ", such as "1.13"
+	From    string // how it was found, for the test log
+}
+
+// Is112 reports whether the reference is beanstalkd 1.12, which differs from
+// 1.13 (and Sprout) in known ways that the comparison must allow for.
+func (r Ref) Is112() bool {
+	return r.Version == "1.12" || strings.HasPrefix(r.Version, "1.12.") || strings.HasPrefix(r.Version, "1.12+")
+}
+
+// reference is the once-per-process search for the reference server.
+var reference struct {
+	once  sync.Once
+	ref   Ref      // immutable after once
+	notes []string // candidates passed over and why; immutable after once
+	err   error    // no usable reference; immutable after once
+}
+
+// Reference returns the reference server, searched for once per test
+// process in this order, the first usable one winning:
+//
+//  1. the binary named by $SPROUT_REF_BEANSTALKD, which must work: the test
+//     fails if it does not;
+//  2. the beanstalkd 1.13 that shared/tools/build-beanstalkd-1.13.sh left in
+//     its cache, ${XDG_CACHE_HOME:-$HOME/.cache}/sprout-ref/beanstalkd-1.13;
+//  3. that script run now, when it exists beside the repository and gcc and
+//     make are installed (a failed build is logged and passed over);
+//  4. beanstalkd on PATH, Debian's 1.12.
+//
+// The version comes from `beanstalkd -v`. Every test that asks logs which
+// reference it got and the candidates passed over. With none at all the test
+// fails (it does not skip): the comparison is the point.
+func Reference(t testing.TB) Ref {
+	t.Helper()
+	reference.once.Do(func() {
+		reference.ref, reference.notes, reference.err = findReference()
+	})
+	for _, note := range reference.notes {
+		t.Logf("reference beanstalkd: passed over %s", note)
+	}
+	if reference.err != nil {
+		t.Fatalf("no reference beanstalkd: %v", reference.err)
+	}
+	r := reference.ref
+	t.Logf("reference beanstalkd: %s, version %s, from %s", r.Path, r.Version, r.From)
+	return r
+}
+
+// Beanstalkd returns the path of the reference server (see Reference).
 func Beanstalkd(t testing.TB) string {
 	t.Helper()
+	return Reference(t).Path
+}
+
+// findReference is Reference's search. notes says what was passed over.
+func findReference() (ref Ref, notes []string, err error) {
+	if path := os.Getenv(RefEnv); path != "" {
+		ref, err := probeRef(path, "$"+RefEnv)
+		if err != nil {
+			return Ref{}, nil, fmt.Errorf("$%s names an unusable binary: %v", RefEnv, err)
+		}
+		return ref, nil, nil
+	}
+	cached := filepath.Join(refCacheDir(), "beanstalkd-1.13", "beanstalkd")
+	if _, err := os.Stat(cached); err == nil {
+		ref, err := probeRef(cached, "the build script's cache")
+		if err == nil {
+			return ref, nil, nil
+		}
+		notes = append(notes, fmt.Sprintf("the cached build %s: %v", cached, err))
+	}
+	if path, err := buildRef(); err != nil {
+		notes = append(notes, fmt.Sprintf("building beanstalkd 1.13: %v", err))
+	} else if ref, err := probeRef(path, "a build by "+refBuildScript); err != nil {
+		notes = append(notes, fmt.Sprintf("the new build %s: %v", path, err))
+	} else {
+		return ref, notes, nil
+	}
 	path, err := exec.LookPath("beanstalkd")
 	if err != nil {
-		t.Fatalf("the reference server beanstalkd is not on PATH (%v); install it with: apt-get install -y beanstalkd", err)
+		return Ref{}, notes, fmt.Errorf("beanstalkd is not on PATH (%v); install it with: apt-get install -y beanstalkd", err)
 	}
-	return path
+	ref, err = probeRef(path, "PATH")
+	return ref, notes, err
+}
+
+// probeRef asks the binary at path for its version.
+func probeRef(path, from string) (Ref, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), versionTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "-v").Output()
+	if err != nil {
+		return Ref{}, fmt.Errorf("%s -v: %v", path, err)
+	}
+	version, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "beanstalkd ")
+	if !ok || version == "" {
+		return Ref{}, fmt.Errorf("%s -v printed %q, not \"beanstalkd <version>\"", path, out)
+	}
+	return Ref{Path: path, Version: version, From: from}, nil
+}
+
+// refCacheDir is the build script's cache root.
+func refCacheDir() string {
+	if dir := os.Getenv("XDG_CACHE_HOME"); dir != "" {
+		return filepath.Join(dir, "sprout-ref")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "sprout-ref")
+}
+
+// buildRef runs the build script, if it and its tools are there, and returns
+// the path it prints. Test processes of several packages may get here at
+// once; a lock file in the cache keeps their builds from sharing the
+// script's temporary folder, and the later ones find the build done.
+func buildRef() (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	script := filepath.Join(root, refBuildScript)
+	if _, err := os.Stat(script); err != nil {
+		return "", fmt.Errorf("no build script: %v", err)
+	}
+	for _, tool := range []string{"gcc", "make"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return "", fmt.Errorf("%s is not installed", tool)
+		}
+	}
+	if err := os.MkdirAll(refCacheDir(), 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(refCacheDir(), "build.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close() // releases the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("locking %s: %v", lock.Name(), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "bash", script)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %v\n%s", script, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// repoRoot is the nearest directory at or above the working directory (a
+// test's package directory) that holds go.mod.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
 }
 
 // sproutBuild is the once-per-process build of cmd/sprout.

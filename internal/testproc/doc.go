@@ -1,6 +1,6 @@
 // Package testproc starts beanstalkd-compatible server processes for tests
-// and benchmarks: Debian's beanstalkd or a freshly built cmd/sprout, each on
-// a free 127.0.0.1 port.
+// and benchmarks: the reference beanstalkd or a freshly built cmd/sprout,
+// each on a free 127.0.0.1 port.
 //
 // Start runs a server with `-l 127.0.0.1 -p PORT` before its own arguments,
 // waits until it accepts a connection (or, with Config.Ready set to Probe,
@@ -9,7 +9,10 @@
 // stopped with SIGTERM, waited for and asked for its exit code and output.
 // Launch does the same without a test, for the benchmark tools.
 //
-// Beanstalkd finds the reference server on PATH, and SproutBinary builds
+// Reference (and Beanstalkd, its path) finds the reference server: the
+// binary $SPROUT_REF_BEANSTALKD names, else the beanstalkd 1.13 release where
+// one is cached or can be built, else Debian's 1.12 on PATH; it says which in
+// the test log. SproutBinary builds
 // cmd/sprout once per test process; a TestMain that uses it calls
 // RemoveSproutBinary after m.Run.
 package testproc

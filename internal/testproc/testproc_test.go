@@ -2,6 +2,7 @@ package testproc
 
 import (
 	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -52,5 +53,44 @@ func TestNoListen(t *testing.T) {
 	}
 	if p.Addr() != "" || p.ExitCode() != 0 || !strings.Contains(p.Output(), "beanstalkd") {
 		t.Fatalf("beanstalkd -v: addr %q, exit code %d, output %q", p.Addr(), p.ExitCode(), p.Output())
+	}
+}
+
+func TestRefIs112(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		want    bool
+	}{
+		{"1.12", true},
+		{"1.12.1", true},
+		{"1.12+2-gabcdef", true},
+		{"1.13", false},
+		{"1.13+25-g25085c5", false},
+		{"1.120", false},
+		{"1.1", false},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			if got := (Ref{Version: tc.version}).Is112(); got != tc.want {
+				t.Errorf("Ref{Version: %q}.Is112() = %v, want %v", tc.version, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestReferenceFromEnv points the search at Debian's 1.12 through the
+// environment; findReference is what Reference runs once per process.
+func TestReferenceFromEnv(t *testing.T) {
+	path, err := exec.LookPath("beanstalkd")
+	if err != nil {
+		t.Skip("no beanstalkd on PATH to point at")
+	}
+	t.Setenv(RefEnv, path)
+	ref, notes, err := findReference()
+	if err != nil || len(notes) != 0 || ref.Path != path || ref.Version == "" {
+		t.Fatalf("findReference() = %+v, %q, %v; want %s with its version", ref, notes, err, path)
+	}
+	t.Setenv(RefEnv, "/bin/true")
+	if _, _, err := findReference(); err == nil {
+		t.Fatal("findReference() accepted /bin/true, which prints no version")
 	}
 }

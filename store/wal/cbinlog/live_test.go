@@ -394,7 +394,7 @@ func compareWithBeanstalkd(t *testing.T, dir string, got []wal.Record, maxID uin
 			"kicks":    strconv.FormatUint(uint64(r.Kicks), 10),
 		}
 		if r.State == wal.StateBuried {
-			// beanstalkd 1.12 counts the re-bury on recovery.
+			// beanstalkd (1.12 and 1.13) counts the re-bury on recovery.
 			want["buries"] = strconv.FormatUint(uint64(r.Buries)+1, 10)
 		}
 		for k, v := range want {
