@@ -205,6 +205,19 @@ func TestJobsAreShownOnlyOnceDurable(t *testing.T) {
 	}
 	peeker := dialRaw(t, network, addr)
 	peeker.send("peek-ready\r\npeek 1\r\nstats-job 1\r\n")
+	// The peeks must run before job 1 is reserved, and connections on other
+	// loops race: the cmd-* counters, counted as a command runs, say when.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		probe.send("stats\r\n")
+		if got, _ := probe.reply(5 * time.Second); strings.Contains(got, "cmd-peek: 1\n") &&
+			strings.Contains(got, "cmd-peek-ready: 1\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the peeks were not made")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	reserver := dialRaw(t, network, addr)
 	reserver.send("reserve-with-timeout 0\r\n")
 	byID := dialRaw(t, network, addr)
