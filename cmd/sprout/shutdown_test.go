@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"net"
+	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -163,4 +166,75 @@ func TestEnvironmentAndFlags(t *testing.T) {
 	if !strings.Contains(p.Output(), `"max_job_size":6`) {
 		t.Errorf("the effective configuration was not logged:\n%s", p.Output())
 	}
+}
+
+// httpStatus returns the status code of a GET of url, or 0 if it fails.
+func httpStatus(url string) int {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestProbesDuringShutdown: /readyz turns 503 as soon as SIGTERM starts
+// the drain, while /healthz stays 200 and workers finish their jobs.
+func TestProbesDuringShutdown(t *testing.T) {
+	port, err := testproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	p := testproc.Start(t, testproc.SproutBinary(t), "--http", fmt.Sprintf("127.0.0.1:%d", port))
+	worker := dialTCP(t, p.Addr())
+	worker.expect("put 0 0 60 1\r\na\r\n", "INSERTED 1")
+	worker.expect("reserve\r\n", "RESERVED 1 1", "a")
+	if got := httpStatus(base + "/readyz"); got != 200 {
+		t.Fatalf("/readyz before SIGTERM: %d", got)
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for httpStatus(base+"/readyz") != 503 {
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz still not 503 5 s after SIGTERM")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := httpStatus(base + "/healthz"); got != 200 {
+		t.Fatalf("/healthz while draining: %d", got)
+	}
+	worker.expect("delete 1\r\n", "DELETED")
+	waitExit(t, p, 5*time.Second)
+}
+
+// TestListensOnIPv6: -l ::1 serves on the IPv6 loopback.
+func TestListensOnIPv6(t *testing.T) {
+	if ln, err := net.Listen("tcp", "[::1]:0"); err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	} else {
+		_ = ln.Close()
+	}
+	port, err := testproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("::1", strconv.Itoa(port))
+	p := testproc.StartConfig(t, testproc.Config{
+		Binary:   testproc.SproutBinary(t),
+		Args:     []string{"-l", "::1", "-p", strconv.Itoa(port)},
+		NoListen: true,
+	})
+	for deadline := time.Now().Add(5 * time.Second); testproc.Accepts(addr, time.Second) != nil; {
+		if time.Now().After(deadline) || p.Exited() {
+			t.Fatalf("not accepting on %s:\n%s", addr, p.Output())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c := dialTCP(t, addr)
+	c.expect("put 0 0 60 2\r\nv6\r\n", "INSERTED 1")
+	c.expect("reserve-with-timeout 0\r\n", "RESERVED 1 2", "v6")
 }
