@@ -252,3 +252,22 @@ func TestJobsAreShownOnlyOnceDurable(t *testing.T) {
 	reserver.expect("RELEASED\r\n")
 	producer.expect("INSERTED 4\r\n")
 }
+
+// TestQuitAfterHeldReplies: "put ... quit" pipelined sends INSERTED once the
+// put is durable, then closes; nothing after quit is run.
+func TestQuitAfterHeldReplies(t *testing.T) {
+	g, network, addr := startDurable(t, 1)
+	c := dialRaw(t, network, addr)
+	g.shut()
+	c.send("put 0 0 60 1\r\na\r\nquit\r\nput 0 0 60 1\r\nb\r\n")
+	c.expectSilence(50 * time.Millisecond)
+	g.open()
+	c.expect("INSERTED 1\r\n")
+	_ = c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := c.rd.ReadByte(); err == nil {
+		t.Fatalf("got %q after quit, want the connection closed", b)
+	}
+	probe := dialRaw(t, network, addr)
+	probe.send("peek 2\r\n")
+	probe.expect("NOT_FOUND\r\n")
+}

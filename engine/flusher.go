@@ -57,6 +57,9 @@ func (f *loopFlusher) flush(context.Context) error {
 		if !ss.closed {
 			ss.flushDurable()
 			ss.account()
+			if ss.quitting && !ss.held.waiting() {
+				_ = ss.conn.Close()
+			}
 		}
 		if ss.closed || !ss.held.waiting() {
 			ss.queued = false

@@ -41,6 +41,7 @@ type session struct {
 	watched bool // in srv.watched: gnet holds unread replies
 
 	blocked   bool // a reserve is waiting; input stays buffered until it ends
+	quitting  bool // quit came while replies were held: close once they are sent
 	throttled bool // the client is not reading its replies
 	closed    bool
 	producer  bool // has put (stats current-producers)
@@ -79,6 +80,12 @@ func (ss *session) serve() gnet.Action {
 		return gnet.None
 	}
 	ss.flushDurable()
+	if ss.quitting {
+		if !ss.held.waiting() {
+			return gnet.Close
+		}
+		return gnet.None // what follows quit is never read, as in beanstalkd
+	}
 	action := ss.serveInput()
 	ss.awaitDurable()
 	ss.account()
@@ -137,7 +144,14 @@ func (ss *session) serveInput() gnet.Action {
 			ss.hold(out, before)
 		}
 		if quit {
-			action = gnet.Close
+			// Replies still waiting for the log are sent first: a client
+			// that pipelines "put ... quit" hears INSERTED, as from
+			// beanstalkd.
+			if ss.held.waiting() {
+				ss.quitting = true
+			} else {
+				action = gnet.Close
+			}
 			break
 		}
 		if ss.blocked {

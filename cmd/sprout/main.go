@@ -72,6 +72,7 @@ func run(opts options) int {
 	}
 
 	var wl *wal.Log
+	opened := time.Now()
 	if opts.walDir != "" {
 		wo := opts.wal
 		wo.Logger = log
@@ -93,6 +94,12 @@ func run(opts options) int {
 			log.Error().Err(err).Str("dir", opts.walDir).Msg("cannot start the write-ahead log")
 			return exitReplay
 		}
+		g := st.Stats()
+		ls := wl.Stats()
+		log.Info().Str("dir", opts.walDir).Str("took", time.Since(opened).Round(time.Millisecond).String()).
+			Int64("ready", g.Ready).Int64("delayed", g.Delayed).Int64("buried", g.Buried).
+			Uint32("oldest_segment", ls.OldestIndex).Uint32("current_segment", ls.CurrentIndex).
+			Int64("disk_bytes", ls.DiskBytes).Msg("write-ahead log recovered")
 		defer func() {
 			if err := wl.Close(); err != nil {
 				log.Error().Err(err).Msg("closing the write-ahead log")
@@ -117,7 +124,7 @@ func run(opts options) int {
 		log.Error().Err(err).Str("address", opts.cfg.Address).Msg("cannot serve")
 		return exitSocket
 	}
-	log.Info().Dur("after", time.Since(start)).Msg("connections closed; flushing the log")
+	log.Info().Str("served_for", time.Since(start).Round(time.Millisecond).String()).Msg("connections closed; flushing the log")
 	return 0
 }
 
@@ -150,7 +157,7 @@ func handleSignals(sigs <-chan os.Signal, srv *engine.Server, log zerolog.Logger
 // every wait short.
 func shutdown(ctx context.Context, srv *engine.Server, log zerolog.Logger, sig os.Signal, timeout time.Duration) {
 	srv.BeginShutdown()
-	log.Info().Str("signal", sig.String()).Dur("timeout", timeout).
+	log.Info().Str("signal", sig.String()).Str("timeout", timeout.String()).
 		Uint64("reserved_jobs", srv.Stats().CurrentJobsReserved).
 		Msg("shutting down: no new connections or jobs; waiting for workers to finish theirs")
 	idle, cancel := context.WithTimeout(ctx, timeout)
@@ -189,9 +196,9 @@ func logConfig(log zerolog.Logger, opts options) {
 		Int("max_job_size", opts.cfg.MaxJobSize).Int("loops", opts.cfg.Loops).
 		Int("max_input", opts.cfg.MaxInputBuffered).Int("max_output", opts.cfg.MaxOutputBuffered).
 		Int("max_connections", opts.cfg.MaxConnections).Int64("max_buffer_memory", opts.cfg.MaxBufferMemory).
-		Dur("shutdown_timeout", opts.shutdownTimeout).Str("log_level", opts.logLevel.String())
+		Str("shutdown_timeout", opts.shutdownTimeout.String()).Str("log_level", opts.logLevel.String())
 	if opts.walDir != "" {
-		e = e.Str("wal_dir", opts.walDir).Dur("fsync_every", opts.wal.SyncEvery).
+		e = e.Str("wal_dir", opts.walDir).Str("fsync_every", opts.wal.SyncEvery.String()).
 			Bool("no_fsync", opts.wal.NoSync).Int64("segment_size", opts.wal.SegmentSize)
 	}
 	e.Msg("configuration (0 means the default, resolved when listening)")
