@@ -312,6 +312,10 @@ func (l *Log) Start(m Migrator) error {
 	l.mu.Unlock()
 	l.prepareSpare()
 	go l.run()
+	// One turn of the writer: segments left by earlier runs with nothing
+	// live in them are removed now, not at the next append (a server that
+	// restarts with no traffic would otherwise keep one more each time).
+	l.poke()
 	return nil
 }
 

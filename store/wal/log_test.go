@@ -852,3 +852,40 @@ func TestCompactionAfterDiskFull(t *testing.T) {
 		t.Fatal("the keeper was lost")
 	}
 }
+
+// TestRestartsDoNotPileUpSegments: every start writes to a new segment, so
+// a server restarted with no traffic (a crash loop, a rolling update) used
+// to leave one more preallocated segment each time. Start now compacts
+// away the segments with nothing live, and the ids keep going up.
+func TestRestartsDoNotPileUpSegments(t *testing.T) {
+	dir := t.TempDir()
+	opts := wal.Options{SegmentSize: 64 << 10}
+	l, m := open(t, dir, opts)
+	id, lsn := m.put(t, "t", "kept", wal.StateReady, 1)
+	waitDurable(t, l, lsn)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 6 {
+		l, _ := open(t, dir, opts)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			seqs, _ := segments(t, dir)
+			// The kept job's segment, the current one and the spare.
+			if len(seqs) <= 3 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("segments left after a restart with no traffic: %v", seqs)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, last := recoverDir(t, dir, opts)
+	if len(got) != 1 || got[id].Record.Body == nil || last < id {
+		t.Fatalf("recovered %v, last id %d; want job %d", got, last, id)
+	}
+}
