@@ -70,4 +70,12 @@
 // them, so a loop stuck in a command shows in a health check; the loops
 // are found once at start by enrolling one probe connection on each
 // (gnet hands out a loop only through a connection).
+//
+// # Shutdown
+//
+// BeginShutdown closes the listener, makes put answer DRAINING and has the
+// store hand no job out, so workers finish the jobs they hold; WaitIdle
+// tells when none is reserved. Stop then sends the replies still held for
+// the log and closes the connections (see Stop for the steps). Ping and
+// Draining serve the health and readiness probes of internal/ops.
 package engine
