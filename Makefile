@@ -4,7 +4,7 @@ BIN := bin/sprout
 # What sprout -v reports; a clone without tags shows the commit.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build run test bench bench-full bench-ceiling lint fuzz clean soak storm image
+.PHONY: build run test bench bench-full bench-ceiling lint fuzz clean soak storm image test-deploy
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/sprout
@@ -27,7 +27,17 @@ test:
 	echo "$(GO) test -race -count=1 -timeout 15m ./..." && \
 	SPROUT_REF_BEANSTALKD="$$ref" $(GO) test -race -count=1 -timeout 15m ./... && \
 	echo "$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 15s -fuzzminimizetime 5s ./engine/" && \
-	SPROUT_REF_BEANSTALKD="$$ref" $(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 15s -fuzzminimizetime 5s ./engine/
+	SPROUT_REF_BEANSTALKD="$$ref" $(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 15s -fuzzminimizetime 5s ./engine/ && \
+	$(MAKE) --no-print-directory test-deploy
+
+# deploy/ is its own module (Kubernetes libraries stay out of go.mod): the
+# systemd units, the rendered manifests, and the container tests, which
+# build the image and run it where Podman or Docker works and skip with a
+# message where neither does.
+test-deploy:
+	cd deploy && $(GO) vet ./... && \
+	echo "cd deploy && $(GO) test -count=1 -timeout 10m ./..." && \
+	$(GO) test -count=1 -timeout 10m ./...
 
 bench:
 	$(MAKE) --no-print-directory build
