@@ -7,6 +7,7 @@ go 1.26.0
 replace github.com/sproutmq/sprout => ../
 
 require (
+	github.com/beanstalkd/go-beanstalk v0.2.0
 	github.com/sproutmq/sprout v0.0.0-00010101000000-000000000000
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
