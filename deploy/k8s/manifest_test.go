@@ -23,11 +23,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/api/types"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sproutmq/sprout/deploy/internal/render"
 	"github.com/sproutmq/sprout/internal/testproc"
 )
 
@@ -52,27 +50,12 @@ func sproutBinary(t *testing.T) string {
 	return bin
 }
 
-// render runs kustomize on dir, as `kubectl kustomize dir` does, and
-// returns the documents of its output.
-func render(t *testing.T, dir string) [][]byte {
+// render runs kustomize on dir, as `kubectl kustomize dir` does.
+func renderDir(t *testing.T, dir string) [][]byte {
 	t.Helper()
-	opts := krusty.MakeDefaultOptions()
-	// The overlay in TestServiceMonitorComponent lives in a temporary
-	// directory and names the base by a path out of it.
-	opts.LoadRestrictions = types.LoadRestrictionsNone
-	m, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), dir)
+	docs, err := render.Docs(dir)
 	if err != nil {
 		t.Fatalf("kustomize %s: %v", dir, err)
-	}
-	out, err := m.AsYaml()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var docs [][]byte
-	for doc := range bytes.SplitSeq(out, []byte("\n---\n")) {
-		if len(bytes.TrimSpace(doc)) > 0 {
-			docs = append(docs, doc)
-		}
 	}
 	return docs
 }
@@ -134,7 +117,7 @@ func decode(t *testing.T, docs [][]byte) base {
 }
 
 func renderBase(t *testing.T) base {
-	return decode(t, render(t, "."))
+	return decode(t, renderDir(t, "."))
 }
 
 // sprout is the StatefulSet's one container.
@@ -445,7 +428,7 @@ func TestServiceMonitorComponent(t *testing.T) {
 		t.Fatal(err)
 	}
 	var smDocs, rest [][]byte
-	for _, doc := range render(t, overlay) {
+	for _, doc := range renderDir(t, overlay) {
 		if bytes.Contains(doc, []byte("kind: ServiceMonitor")) {
 			smDocs = append(smDocs, doc)
 		} else {
@@ -498,11 +481,7 @@ func TestKubectlKustomize(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kubectl kustomize: %v\n%s", err, out)
 	}
-	var docs [][]byte
-	for doc := range bytes.SplitSeq(out, []byte("\n---\n")) {
-		docs = append(docs, doc)
-	}
-	decode(t, docs)
+	decode(t, render.Split(out))
 }
 
 func ptrOr(p *int64) int64 {
