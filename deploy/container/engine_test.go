@@ -106,6 +106,12 @@ func needPodman(t *testing.T) {
 	if engine != "podman" {
 		t.Skip("kube play needs Podman; the engine here is " + engine)
 	}
+	// kube play builds its pause image around catatonit.
+	if _, err := exec.LookPath("catatonit"); err != nil {
+		if _, err := os.Stat("/usr/libexec/podman/catatonit"); err != nil {
+			t.Skip("kube play needs catatonit for its pause image (on Debian: apt-get install catatonit)")
+		}
+	}
 }
 
 // run runs the engine with args and returns its trimmed stdout; a failure
