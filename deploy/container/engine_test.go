@@ -39,6 +39,10 @@ func TestMain(m *testing.M) {
 	rand.Read(b)
 	suffix = hex.EncodeToString(b)
 	engine, engineEnv, skipReason = findEngine()
+	if engine == "" {
+		// go test without -v hides t.Skip's message; say it once anyway.
+		fmt.Fprintln(os.Stderr, "deploy/container: container tests skipped: "+skipReason)
+	}
 	if engine != "" {
 		image = "localhost/sprout-test-" + suffix + ":test"
 		imageErr = buildImage()
