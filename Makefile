@@ -35,6 +35,7 @@ test:
 # build the image and run it where Podman or Docker works and skip with a
 # message where neither does.
 test-deploy:
+	@( . deploy/engine.sh ) || echo "test-deploy: no container engine works here; deploy/container's tests will skip"
 	cd deploy && $(GO) vet ./... && \
 	echo "cd deploy && $(GO) test -count=1 -timeout 10m ./..." && \
 	$(GO) test -count=1 -timeout 10m ./...
