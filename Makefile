@@ -4,7 +4,7 @@ BIN := bin/sprout
 # What sprout -v reports; a clone without tags shows the commit.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build run test bench bench-full bench-ceiling lint fuzz clean soak storm
+.PHONY: build run test bench bench-full bench-ceiling lint fuzz clean soak storm image test-deploy
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/sprout
@@ -27,7 +27,18 @@ test:
 	echo "$(GO) test -race -count=1 -timeout 15m ./..." && \
 	SPROUT_REF_BEANSTALKD="$$ref" $(GO) test -race -count=1 -timeout 15m ./... && \
 	echo "$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 15s -fuzzminimizetime 5s ./engine/" && \
-	SPROUT_REF_BEANSTALKD="$$ref" $(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 15s -fuzzminimizetime 5s ./engine/
+	SPROUT_REF_BEANSTALKD="$$ref" $(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 15s -fuzzminimizetime 5s ./engine/ && \
+	$(MAKE) --no-print-directory test-deploy
+
+# deploy/ is its own module (Kubernetes libraries stay out of go.mod): the
+# systemd units, the rendered manifests, and the container tests, which
+# build the image and run it where Podman or Docker works and skip with a
+# message where neither does.
+test-deploy:
+	@( . deploy/engine.sh ) || echo "test-deploy: no container engine works here; deploy/container's tests will skip"
+	cd deploy && $(GO) vet ./... && \
+	echo "cd deploy && $(GO) test -count=1 -timeout 10m ./..." && \
+	$(GO) test -count=1 -timeout 10m ./...
 
 bench:
 	$(MAKE) --no-print-directory build
@@ -63,6 +74,21 @@ fuzz:
 
 clean:
 	rm -rf bin
+
+# The container image (deploy/Dockerfile, FROM scratch: nothing is pulled).
+# The engine is Docker where `docker info` answers, else Podman; Podman
+# reads deploy/containers.conf (runc, explicit ulimits) when runc is
+# installed and CONTAINERS_CONF is not already set. See deploy/README.md.
+IMAGE ?= sprout:dev
+image:
+	rm -rf bin/image && mkdir -p bin/image/data
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/image/sprout ./cmd/sprout
+	@. deploy/engine.sh && set -x && \
+	$$ENGINE build --build-arg VERSION=$(VERSION) \
+		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+		-t $(IMAGE) -f deploy/Dockerfile bin/image && \
+	{ set +x; } 2>/dev/null && \
+	echo "image $(IMAGE): $$($$ENGINE image inspect -f '{{.Size}}' $(IMAGE)) bytes ($$ENGINE)"
 
 # internal/storm's soak test for 10 minutes instead of `make test`'s 30 s
 # (SPROUT_SOAK=1h make soak for longer): RSS, descriptors, threads and p99

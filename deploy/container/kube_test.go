@@ -1,0 +1,226 @@
+package container
+
+import (
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/beanstalkd/go-beanstalk"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sproutmq/sprout/deploy/internal/render"
+)
+
+// shard is one pod played from the StatefulSet's template.
+type shard struct {
+	pod, container string
+	queue, ops     string // 127.0.0.1:port of the beanstalk and http ports
+}
+
+// playStatefulSet runs n pods built from deploy/k8s's StatefulSet, as the
+// StatefulSet controller would (pods NAME-0 ... with a claim each), with
+// `podman kube play` on a network of their own: podman cannot play a
+// StatefulSet itself. Their ports are published on 127.0.0.1. Pods,
+// volumes and the network are removed when the test ends.
+func playStatefulSet(t *testing.T, n int) []shard {
+	t.Helper()
+	sts, err := render.StatefulSet("../k8s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	network := name("net")
+	must(t, "network", "create", network)
+	t.Cleanup(func() { run(nil, "network", "rm", "-f", network) })
+
+	var docs []string
+	var shards []shard
+	for i := range n {
+		podName := fmt.Sprintf("%s-%s-%d", name("pod"), sts.Name, i)
+		spec := *sts.Spec.Template.Spec.DeepCopy()
+		spec.Hostname = fmt.Sprintf("%s-%d", sts.Name, i)
+		sh := shard{pod: podName}
+		for ci := range spec.Containers {
+			c := &spec.Containers[ci]
+			c.Image = image
+			if c.Name == "sprout" {
+				sh.container = podName + "-" + c.Name
+			}
+			for pi := range c.Ports {
+				p := &c.Ports[pi]
+				p.HostIP, p.HostPort = "127.0.0.1", int32(freePort(t))
+				addr := "127.0.0.1:" + strconv.Itoa(int(p.HostPort))
+				switch p.Name {
+				case "beanstalk":
+					sh.queue = addr
+				case "http":
+					sh.ops = addr
+				}
+			}
+		}
+		for _, vct := range sts.Spec.VolumeClaimTemplates {
+			claim := fmt.Sprintf("%s-%s-%d", vct.Name, name(sts.Name), i)
+			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: vct.Name, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+			}})
+			pvc := corev1.PersistentVolumeClaim{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+				ObjectMeta: metav1.ObjectMeta{Name: claim},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes: vct.Spec.AccessModes,
+					Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+						corev1.ResourceStorage: resource.MustParse("1Gi"),
+					}},
+				},
+			}
+			docs = append(docs, string(marshal(t, pvc)))
+			t.Cleanup(func() { run(nil, "volume", "rm", "-f", claim) })
+		}
+		pod := corev1.Pod{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: metav1.ObjectMeta{Name: podName, Labels: sts.Spec.Template.Labels},
+			Spec:       spec,
+		}
+		docs = append(docs, string(marshal(t, pod)))
+		shards = append(shards, sh)
+	}
+	file := filepath.Join(t.TempDir(), "pods.yaml")
+	if err := os.WriteFile(file, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, sh := range shards {
+			run(nil, "pod", "rm", "-f", "-t", "0", sh.pod)
+		}
+	})
+	must(t, "kube", "play", "--network", network, file)
+	return shards
+}
+
+func marshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestStatefulSetPod plays the StatefulSet's pod and checks that its probes
+// pass: each probe's path on the probe's port, as the kubelet asks it, and
+// that the pod runs as the manifest says.
+func TestStatefulSetPod(t *testing.T) {
+	needPodman(t)
+	sts, err := render.StatefulSet("../k8s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	sh := playStatefulSet(t, 1)[0]
+	ready := waitReady(t, sh.ops, 30*time.Second)
+	t.Logf("pod played and ready in %v (/readyz 200 %v after kube play returned)", time.Since(t0).Round(time.Millisecond), ready.Round(time.Millisecond))
+	c := sts.Spec.Template.Spec.Containers[0]
+	for kind, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		if p.HTTPGet.Port.StrVal != "http" {
+			t.Fatalf("%s probe on port %s; this test publishes the port named http", kind, p.HTTPGet.Port.String())
+		}
+		if code := status(sh.ops, p.HTTPGet.Path); code != 200 {
+			t.Errorf("%s probe GET %s = %d; want 200", kind, p.HTTPGet.Path, code)
+		}
+	}
+	if uid, gid, ok := uidOf(t, sh.container); ok && (uid != "65532" || gid != "65532") {
+		t.Errorf("pod's container runs as %s:%s; want 65532:65532", uid, gid)
+	}
+	if ro := must(t, "inspect", "-f", "{{.HostConfig.ReadonlyRootfs}}", sh.container); ro != "true" {
+		t.Errorf("ReadonlyRootfs = %s; want true", ro)
+	}
+	conn, err := beanstalk.Dial("tcp", sh.queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Put([]byte("hello"), 0, 0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// shardFor is deploy/README.md's client rule: FNV-1a of the tube name,
+// modulo the number of shards, indexes the StatefulSet's pods in order.
+func shardFor(tube string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(tube))
+	return int(h.Sum32() % uint32(n))
+}
+
+// TestShards runs three shards and a client that spreads tubes over them
+// by name; each tube's jobs must be on its shard only, and stay there
+// across a restart of that shard.
+func TestShards(t *testing.T) {
+	needPodman(t)
+	shards := playStatefulSet(t, 3)
+	conns := make([]*beanstalk.Conn, len(shards))
+	for i, sh := range shards {
+		waitReady(t, sh.ops, 30*time.Second)
+		c, err := beanstalk.Dial("tcp", sh.queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { conns[i].Close() }()
+		conns[i] = c
+	}
+	const perTube = 5
+	tubes := make([]string, 12)
+	for i := range tubes {
+		tubes[i] = fmt.Sprintf("tenant-%02d", i)
+		tube := beanstalk.NewTube(conns[shardFor(tubes[i], len(shards))], tubes[i])
+		for j := range perTube {
+			if _, err := tube.Put(fmt.Appendf(nil, "%s/%d", tubes[i], j), 0, 0, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		used := make(map[int]bool)
+		for _, name := range tubes {
+			home := shardFor(name, len(shards))
+			used[home] = true
+			for i, c := range conns {
+				stats, err := beanstalk.NewTube(c, name).Stats()
+				switch {
+				case i == home && (err != nil || stats["current-jobs-ready"] != strconv.Itoa(perTube)):
+					t.Errorf("%s: tube %s on its shard %d: %v ready, %v; want %d", when, name, i, stats["current-jobs-ready"], err, perTube)
+				case i != home && err == nil:
+					t.Errorf("%s: tube %s exists on shard %d, not its own %d", when, name, i, home)
+				}
+			}
+		}
+		if len(used) != len(shards) {
+			t.Errorf("the tubes went to %d of %d shards; pick names that spread", len(used), len(shards))
+		}
+	}
+	check("before the restart")
+
+	// Restart shard 1: same pod, same claim, same ports.
+	const restarted = 1
+	conns[restarted].Close()
+	must(t, "pod", "stop", "-t", strconv.Itoa(stopGrace), shards[restarted].pod)
+	if code := must(t, "inspect", "-f", "{{.State.ExitCode}}", shards[restarted].container); code != "0" {
+		t.Errorf("shard %d exited %s on stop; want 0", restarted, code)
+	}
+	must(t, "pod", "start", shards[restarted].pod)
+	waitReady(t, shards[restarted].ops, 30*time.Second)
+	c, err := beanstalk.Dial("tcp", shards[restarted].queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns[restarted] = c
+	check("after restarting shard 1")
+}

@@ -1,0 +1,58 @@
+// Package render runs kustomize on a directory, as `kubectl kustomize`
+// does, with kustomize's own library, for the deploy tests.
+package render
+
+import (
+	"bytes"
+	"errors"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+// Docs renders dir and returns the YAML documents of the output. Loading is
+// unrestricted, so an overlay may name a base outside its own directory.
+func Docs(dir string) ([][]byte, error) {
+	opts := krusty.MakeDefaultOptions()
+	opts.LoadRestrictions = types.LoadRestrictionsNone
+	m, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, err
+	}
+	out, err := m.AsYaml()
+	if err != nil {
+		return nil, err
+	}
+	return Split(out), nil
+}
+
+// Split cuts a multi-document YAML stream into its non-empty documents.
+func Split(out []byte) [][]byte {
+	var docs [][]byte
+	for doc := range bytes.SplitSeq(out, []byte("\n---\n")) {
+		if len(bytes.TrimSpace(doc)) > 0 {
+			docs = append(docs, doc)
+		}
+	}
+	return docs
+}
+
+// StatefulSet renders dir and strictly decodes its one StatefulSet.
+func StatefulSet(dir string) (*appsv1.StatefulSet, error) {
+	docs, err := Docs(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, doc := range docs {
+		if bytes.Contains(doc, []byte("\nkind: StatefulSet\n")) {
+			sts := new(appsv1.StatefulSet)
+			return sts, yaml.UnmarshalStrict(doc, sts)
+		}
+	}
+	return nil, errNoStatefulSet
+}
+
+var errNoStatefulSet = errors.New("render: no StatefulSet rendered")
