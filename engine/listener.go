@@ -98,8 +98,8 @@ func (a *acceptor) run() {
 		}
 		a.backoff = 0
 		if s.conns.current.Load() >= int64(s.maxConns) {
+			s.conns.refused.Add(1) // before the close its client may see
 			_ = nc.Close()
-			s.conns.refused.Add(1)
 			if n, ok := a.refusedLog.note(1); ok {
 				s.log.Warn().Uint64("refused", n).Int("max_connections", s.maxConns).
 					Msg("connection refused: at max-connections")
