@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,6 +62,11 @@ type ledger struct {
 	maxSeen  uint64          // guarded by mu: highest id seen at all, RESERVED included
 	errs     []string        // guarded by mu: violations seen by the clients
 	released int             // guarded by mu: RELEASED received
+	// history is what the clients did and heard about each job, by round,
+	// for failure reports (describeLocked); guarded by mu.
+	history map[uint64][]string
+	// lost are the jobs the latest verify found missing; guarded by mu.
+	lost []uint64
 
 	// Figures for the report, guarded by mu: jobs found as expected, summed
 	// over the restarts, those only a consumer had heard of among them, and
@@ -71,7 +77,7 @@ type ledger struct {
 
 func newLedger() *ledger {
 	return &ledger{inserted: make(map[uint64]job), shown: make(map[uint64][]byte), deleted: make(map[uint64]bool),
-		buried: make(map[uint64]bool), doubt: make(map[uint64]bool)}
+		buried: make(map[uint64]bool), doubt: make(map[uint64]bool), history: make(map[uint64][]string)}
 }
 
 // noteStart counts what a restart repaired, from the server's log.
@@ -95,9 +101,10 @@ func (l *ledger) settled(id uint64) {
 }
 
 // sent notes a delete or bury about to be sent.
-func (l *ledger) sent(id uint64) {
+func (l *ledger) sent(id uint64, round int, cmd string) {
 	l.mu.Lock()
 	l.doubt[id] = true
+	l.noteLocked(id, round, cmd+" sent")
 	l.mu.Unlock()
 }
 
@@ -135,14 +142,23 @@ func TestCrashRecovery(t *testing.T) {
 	led := newLedger()
 	began := time.Now()
 
+	// snaps[r] links the segments as round r's kill left them: what
+	// restart r+1 replayed.
+	snaps := t.TempDir()
+	var outputs []string // each round's server output
 	for round, fsync := range roundFsync {
 		s := testproc.Start(t, bin, "-b", dir, "-f", fsync, "-s", segmentSize)
 		if round > 0 {
 			led.verify(t, s.Addr(), round)
 			led.noteStart(s.Output())
+			led.explainLost(t, snaps, outputs)
 		}
 		killAfter := time.Duration(100+rng.IntN(700)) * time.Millisecond
 		led.traffic(t, s, rng.Uint64(), round, killAfter)
+		outputs = append(outputs, s.Output())
+		if err := snapshot(dir, filepath.Join(snaps, strconv.Itoa(round))); err != nil {
+			t.Fatal(err)
+		}
 		if t.Failed() {
 			t.Fatalf("round %d failed (server output:\n%s)", round, tail(s.Output()))
 		}
@@ -150,6 +166,7 @@ func TestCrashRecovery(t *testing.T) {
 	s := testproc.Start(t, bin, "-b", dir, "-f", "0", "-s", segmentSize)
 	led.verify(t, s.Addr(), len(roundFsync))
 	led.noteStart(s.Output())
+	led.explainLost(t, snaps, outputs)
 	stop(t, s)
 
 	led.mu.Lock()
@@ -197,6 +214,7 @@ func (l *ledger) traffic(t *testing.T, s *testproc.Process, seed uint64, round i
 				l.mu.Lock()
 				l.inserted[id] = job{tube.Name, body}
 				l.ack(id)
+				l.noteLocked(id, round, "INSERTED")
 				l.mu.Unlock()
 			}
 		}()
@@ -221,10 +239,10 @@ func (l *ledger) traffic(t *testing.T, s *testproc.Process, seed uint64, round i
 					l.clientError(err, "reserve")
 					return
 				}
-				l.checkReserved(id, body)
+				l.checkReserved(id, body, round, k)
 				switch n := rng.IntN(10); {
 				case n < 8:
-					l.sent(id)
+					l.sent(id, round, "delete")
 					if err := c.Delete(id); err != nil {
 						l.clientError(err, "delete")
 						return
@@ -232,18 +250,21 @@ func (l *ledger) traffic(t *testing.T, s *testproc.Process, seed uint64, round i
 					l.mu.Lock()
 					l.deleted[id] = true
 					l.settled(id)
+					l.noteLocked(id, round, "DELETED")
 					l.mu.Unlock()
 				case n < 9:
-					if err := c.Release(id, uint32(rng.IntN(1000)), time.Duration(rng.IntN(2))*time.Second); err != nil {
+					delay := time.Duration(rng.IntN(2)) * time.Second
+					if err := c.Release(id, uint32(rng.IntN(1000)), delay); err != nil {
 						l.clientError(err, "release")
 						return
 					}
 					l.mu.Lock()
 					l.released++
 					l.settled(id)
+					l.noteLocked(id, round, fmt.Sprintf("RELEASED (delay %v)", delay))
 					l.mu.Unlock()
 				default:
-					l.sent(id)
+					l.sent(id, round, "bury")
 					if err := c.Bury(id, uint32(rng.IntN(1000))); err != nil {
 						l.clientError(err, "bury")
 						return
@@ -251,6 +272,7 @@ func (l *ledger) traffic(t *testing.T, s *testproc.Process, seed uint64, round i
 					l.mu.Lock()
 					l.buried[id] = true
 					l.settled(id)
+					l.noteLocked(id, round, "BURIED")
 					l.mu.Unlock()
 				}
 			}
@@ -302,10 +324,11 @@ func isNetError(err error) bool {
 
 // checkReserved: a reserved job's body is the one its INSERTED was for,
 // and a job whose DELETED was received is never handed out again.
-func (l *ledger) checkReserved(id uint64, body []byte) {
+func (l *ledger) checkReserved(id uint64, body []byte, round, consumer int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.maxSeen = max(l.maxSeen, id)
+	l.noteLocked(id, round, fmt.Sprintf("RESERVED by consumer %d", consumer))
 	if _, ok := l.shown[id]; !ok {
 		l.shown[id] = bytes.Clone(body)
 	}
@@ -345,6 +368,7 @@ func (l *ledger) verify(t *testing.T, addr string, round int) {
 	slices.Sort(gone)
 
 	bad := 0
+	l.lost = l.lost[:0]
 	report := func(format string, args ...any) {
 		if bad++; bad <= 20 {
 			t.Errorf("after restart %d: "+format, append([]any{round}, args...)...)
@@ -368,7 +392,15 @@ func (l *ledger) verify(t *testing.T, addr string, round int) {
 				continue // deleted by a delete whose reply the kill cut off
 			}
 			if peek.line != fmt.Sprintf("FOUND %d %d", id, len(want.body)) || !bytes.Equal(peek.body, want.body) {
-				report("job %d (INSERTED, not DELETED): peek %q, body %.40q; want body %.40q", id, peek.line, peek.body, want.body)
+				what := "INSERTED"
+				if !acked {
+					what = "RESERVED"
+				}
+				report("job %d (%s, not DELETED): peek %q, body %.40q; want body %.40q; history: %s",
+					id, what, peek.line, peek.body, want.body, l.describeLocked(id))
+				if peek.line == "NOT_FOUND" && len(l.lost) < 5 {
+					l.lost = append(l.lost, id)
+				}
 				continue
 			}
 			st := parseYAML(stats.body)
