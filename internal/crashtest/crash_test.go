@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,28 +51,45 @@ type ledger struct {
 	// shown holds the bodies of jobs a consumer reserved: a job is only
 	// handed out once its put is durable, so these must survive as well,
 	// even if the producer's INSERTED was lost to the kill.
-	shown   map[uint64][]byte // guarded by mu
-	deleted map[uint64]bool   // guarded by mu: DELETED received
-	buried  map[uint64]bool   // guarded by mu: BURIED received (buried jobs are never kicked)
-	// doubt holds jobs with a delete or bury sent and not yet answered (a
-	// consumer may reserve a job before its producer has its INSERTED), and
-	// after a kill the ones never answered: those may or may not have
-	// happened.
-	doubt    map[uint64]bool // guarded by mu
-	maxSeen  uint64          // guarded by mu: highest id seen at all, RESERVED included
-	errs     []string        // guarded by mu: violations seen by the clients
-	released int             // guarded by mu: RELEASED received
+	shown map[uint64][]byte // guarded by mu
+	// deleted: DELETED received, or a restart found that a delete the kill
+	// left unanswered had happened; guarded by mu.
+	deleted map[uint64]bool
+	// buried: BURIED received, or a restart found the job buried after a
+	// bury the kill left unanswered (buried jobs are never kicked); guarded
+	// by mu.
+	buried map[uint64]bool
+	// doubt maps a job to the delete or bury sent for it and not yet
+	// answered: it may or may not have happened. Only that command's own
+	// reply clears it: a consumer's RELEASED may arrive after the job has
+	// already been handed to another consumer, which may have sent a
+	// delete (the release goes to a waiting reserve at once, and RESERVED
+	// waits only for the job's put, not for the release, to be durable).
+	// After a kill, the next restart finds out which unanswered commands
+	// happened (verify). Guarded by mu.
+	doubt    map[uint64]string
+	maxSeen  uint64   // guarded by mu: highest id seen at all, RESERVED included
+	errs     []string // guarded by mu: violations seen by the clients
+	released int      // guarded by mu: RELEASED received
+	// history is what the clients did and heard about each job, by round,
+	// for failure reports (describeLocked); guarded by mu.
+	history map[uint64][]string
+	// lost are the jobs the latest verify found missing; guarded by mu.
+	lost []uint64
 
 	// Figures for the report, guarded by mu: jobs found as expected, summed
 	// over the restarts, those only a consumer had heard of among them, and
 	// repairs the restarts logged.
 	verifiedPresent, verifiedGone, verifiedShown int
 	tornTails, unfinishedSegments                int
+	// unanswered deletes and buries the kills left, by whether the next
+	// restart found they had happened; guarded by mu.
+	doubtsHappened, doubtsNot int
 }
 
 func newLedger() *ledger {
 	return &ledger{inserted: make(map[uint64]job), shown: make(map[uint64][]byte), deleted: make(map[uint64]bool),
-		buried: make(map[uint64]bool), doubt: make(map[uint64]bool)}
+		buried: make(map[uint64]bool), doubt: make(map[uint64]string), history: make(map[uint64][]string)}
 }
 
 // noteStart counts what a restart repaired, from the server's log.
@@ -87,17 +105,32 @@ func (l *ledger) ack(id uint64) {
 	l.maxSeen = max(l.maxSeen, id)
 }
 
-// settled notes the reply to a delete, bury or release of job id: its
-// state is known again.
-func (l *ledger) settled(id uint64) {
+// answered notes the reply to a delete or bury (DELETED or BURIED): the
+// job is in set (l.deleted or l.buried), beyond doubt.
+func (l *ledger) answered(set map[uint64]bool, id uint64, round, consumer int, reply string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	set[id] = true
 	l.ack(id)
 	delete(l.doubt, id)
+	l.noteLocked(id, round, fmt.Sprintf("%s to consumer %d", reply, consumer))
 }
 
-// sent notes a delete or bury about to be sent.
-func (l *ledger) sent(id uint64) {
+// gotReleased notes a RELEASED. It leaves any doubt alone: by now another
+// consumer may hold the job and have sent a delete (see doubt).
+func (l *ledger) gotReleased(id uint64, round, consumer int, delay time.Duration) {
 	l.mu.Lock()
-	l.doubt[id] = true
+	defer l.mu.Unlock()
+	l.released++
+	l.ack(id)
+	l.noteLocked(id, round, fmt.Sprintf("RELEASED (delay %v) to consumer %d", delay, consumer))
+}
+
+// sent notes a delete or bury about to be sent by consumer.
+func (l *ledger) sent(id uint64, round, consumer int, cmd string) {
+	l.mu.Lock()
+	l.doubt[id] = cmd
+	l.noteLocked(id, round, fmt.Sprintf("%s sent by consumer %d", cmd, consumer))
 	l.mu.Unlock()
 }
 
@@ -121,6 +154,10 @@ func (l *ledger) violation(format string, args ...any) {
 //   - no job whose DELETED was received came back (peek: NOT_FOUND);
 //   - the next id is above every id in any reply, RESERVED included.
 //
+// A delete or bury the kill left unanswered may or may not have happened:
+// the restart tells which (a deleted job is gone, a buried one buried), and
+// from then on the job is held to that, like one whose reply arrived.
+//
 // Rounds continue on the same directory; a final restart checks the last
 // round and stops the server with SIGTERM.
 func TestCrashRecovery(t *testing.T) {
@@ -135,14 +172,23 @@ func TestCrashRecovery(t *testing.T) {
 	led := newLedger()
 	began := time.Now()
 
+	// snaps[r] links the segments as round r's kill left them: what
+	// restart r+1 replayed.
+	snaps := t.TempDir()
+	var outputs []string // each round's server output
 	for round, fsync := range roundFsync {
 		s := testproc.Start(t, bin, "-b", dir, "-f", fsync, "-s", segmentSize)
 		if round > 0 {
 			led.verify(t, s.Addr(), round)
 			led.noteStart(s.Output())
+			led.explainLost(t, snaps, outputs)
 		}
 		killAfter := time.Duration(100+rng.IntN(700)) * time.Millisecond
 		led.traffic(t, s, rng.Uint64(), round, killAfter)
+		outputs = append(outputs, s.Output())
+		if err := snapshot(dir, filepath.Join(snaps, strconv.Itoa(round))); err != nil {
+			t.Fatal(err)
+		}
 		if t.Failed() {
 			t.Fatalf("round %d failed (server output:\n%s)", round, tail(s.Output()))
 		}
@@ -150,16 +196,18 @@ func TestCrashRecovery(t *testing.T) {
 	s := testproc.Start(t, bin, "-b", dir, "-f", "0", "-s", segmentSize)
 	led.verify(t, s.Addr(), len(roundFsync))
 	led.noteStart(s.Output())
+	led.explainLost(t, snaps, outputs)
 	stop(t, s)
 
 	led.mu.Lock()
 	defer led.mu.Unlock()
 	t.Logf("%d rounds in %v: %d puts, %d deletes, %d buries, %d releases acknowledged; "+
 		"verified %d jobs present (%d known only from RESERVED) and %d deleted jobs gone; highest id seen %d; "+
-		"restarts cut %d torn tails and removed %d half-made segments",
+		"restarts cut %d torn tails and removed %d half-made segments, and found %d deletes or buries the kills left "+
+		"unanswered had happened and %d had not",
 		len(roundFsync), time.Since(began).Round(time.Millisecond), len(led.inserted), len(led.deleted),
 		len(led.buried), led.released, led.verifiedPresent, led.verifiedShown, led.verifiedGone, led.maxSeen,
-		led.tornTails, led.unfinishedSegments)
+		led.tornTails, led.unfinishedSegments, led.doubtsHappened, led.doubtsNot)
 }
 
 // traffic runs producers and consumers against s until it is killed,
@@ -197,6 +245,7 @@ func (l *ledger) traffic(t *testing.T, s *testproc.Process, seed uint64, round i
 				l.mu.Lock()
 				l.inserted[id] = job{tube.Name, body}
 				l.ack(id)
+				l.noteLocked(id, round, "INSERTED")
 				l.mu.Unlock()
 			}
 		}()
@@ -221,37 +270,29 @@ func (l *ledger) traffic(t *testing.T, s *testproc.Process, seed uint64, round i
 					l.clientError(err, "reserve")
 					return
 				}
-				l.checkReserved(id, body)
+				l.checkReserved(id, body, round, k)
 				switch n := rng.IntN(10); {
 				case n < 8:
-					l.sent(id)
+					l.sent(id, round, k, "delete")
 					if err := c.Delete(id); err != nil {
 						l.clientError(err, "delete")
 						return
 					}
-					l.mu.Lock()
-					l.deleted[id] = true
-					l.settled(id)
-					l.mu.Unlock()
+					l.answered(l.deleted, id, round, k, "DELETED")
 				case n < 9:
-					if err := c.Release(id, uint32(rng.IntN(1000)), time.Duration(rng.IntN(2))*time.Second); err != nil {
+					delay := time.Duration(rng.IntN(2)) * time.Second
+					if err := c.Release(id, uint32(rng.IntN(1000)), delay); err != nil {
 						l.clientError(err, "release")
 						return
 					}
-					l.mu.Lock()
-					l.released++
-					l.settled(id)
-					l.mu.Unlock()
+					l.gotReleased(id, round, k, delay)
 				default:
-					l.sent(id)
+					l.sent(id, round, k, "bury")
 					if err := c.Bury(id, uint32(rng.IntN(1000))); err != nil {
 						l.clientError(err, "bury")
 						return
 					}
-					l.mu.Lock()
-					l.buried[id] = true
-					l.settled(id)
-					l.mu.Unlock()
+					l.answered(l.buried, id, round, k, "BURIED")
 				}
 			}
 		}()
@@ -301,11 +342,12 @@ func isNetError(err error) bool {
 }
 
 // checkReserved: a reserved job's body is the one its INSERTED was for,
-// and a job whose DELETED was received is never handed out again.
-func (l *ledger) checkReserved(id uint64, body []byte) {
+// and a deleted job is never handed out again.
+func (l *ledger) checkReserved(id uint64, body []byte, round, consumer int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.maxSeen = max(l.maxSeen, id)
+	l.noteLocked(id, round, fmt.Sprintf("RESERVED by consumer %d", consumer))
 	if _, ok := l.shown[id]; !ok {
 		l.shown[id] = bytes.Clone(body)
 	}
@@ -316,7 +358,7 @@ func (l *ledger) checkReserved(id uint64, body []byte) {
 	}
 	if l.deleted[id] {
 		if len(l.errs) < 20 {
-			l.errs = append(l.errs, fmt.Sprintf("reserved job %d, whose DELETED was received", id))
+			l.errs = append(l.errs, fmt.Sprintf("reserved job %d, which was deleted", id))
 		}
 	}
 }
@@ -345,6 +387,7 @@ func (l *ledger) verify(t *testing.T, addr string, round int) {
 	slices.Sort(gone)
 
 	bad := 0
+	l.lost = l.lost[:0]
 	report := func(format string, args ...any) {
 		if bad++; bad <= 20 {
 			t.Errorf("after restart %d: "+format, append([]any{round}, args...)...)
@@ -364,18 +407,45 @@ func (l *ledger) verify(t *testing.T, addr string, round int) {
 			if !acked {
 				want = job{body: l.shown[id]} // its tube is unknown
 			}
-			if peek.line == "NOT_FOUND" && l.doubt[id] {
-				continue // deleted by a delete whose reply the kill cut off
+			// The server has restarted: a delete or bury the kill left
+			// unanswered has happened or not, for good.
+			doubt := l.doubt[id]
+			delete(l.doubt, id)
+			if doubt != "" {
+				happened := peek.line == "NOT_FOUND" && doubt == "delete" || doubt == "bury" && stats.line != "NOT_FOUND" &&
+					parseYAML(stats.body)["state"] == "buried"
+				if happened {
+					l.doubtsHappened++
+				} else {
+					l.doubtsNot++
+				}
+				l.history[id] = append(l.history[id], fmt.Sprintf("restart %d: unanswered %s happened: %v", round, doubt, happened))
+				if doubt == "bury" {
+					l.buried[id] = happened
+				}
+				if peek.line == "NOT_FOUND" && doubt == "delete" {
+					l.deleted[id] = true // the kill cut off its DELETED
+					continue
+				}
 			}
 			if peek.line != fmt.Sprintf("FOUND %d %d", id, len(want.body)) || !bytes.Equal(peek.body, want.body) {
-				report("job %d (INSERTED, not DELETED): peek %q, body %.40q; want body %.40q", id, peek.line, peek.body, want.body)
+				what := "INSERTED"
+				if !acked {
+					what = "RESERVED"
+				}
+				report("job %d (%s, not DELETED): peek %q, body %.40q; want body %.40q; history: %s",
+					id, what, peek.line, peek.body, want.body, l.describeLocked(id))
+				if peek.line == "NOT_FOUND" && len(l.lost) < 5 {
+					l.lost = append(l.lost, id)
+				}
 				continue
 			}
 			st := parseYAML(stats.body)
 			state := st["state"]
-			buriedOK := l.buried[id] == (state == "buried") || l.doubt[id]
+			buriedOK := l.buried[id] == (state == "buried")
 			if acked && st["tube"] != want.tube || !buriedOK || (state != "ready" && state != "delayed" && state != "buried") {
-				report("job %d: tube %q state %q; want tube %q, buried %v", id, st["tube"], state, want.tube, l.buried[id])
+				report("job %d: tube %q state %q; want tube %q, buried %v; history: %s",
+					id, st["tube"], state, want.tube, l.buried[id], l.describeLocked(id))
 				continue
 			}
 			l.verifiedPresent++
@@ -392,7 +462,7 @@ func (l *ledger) verify(t *testing.T, addr string, round int) {
 		}
 		for k, r := range c.pipeline(cmds) {
 			if r.line != "NOT_FOUND" {
-				report("job %d came back after its DELETED: peek %q", ids[k], r.line)
+				report("job %d came back after it was deleted: peek %q; history: %s", ids[k], r.line, l.describeLocked(ids[k]))
 				continue
 			}
 			l.verifiedGone++

@@ -7,7 +7,8 @@
 //     moment and restarted on the same directory, round after round. Every
 //     job whose INSERTED arrived, and whose DELETED did not, must be back
 //     with its exact body (and buried if its BURIED arrived); no job whose
-//     DELETED arrived may come back; ids never go backwards.
+//     DELETED arrived may come back; ids never go backwards. A delete or
+//     bury the kill left unanswered is judged by what the restart finds.
 //   - TestImportBeanstalkdBinlog: a binlog directory written by Debian's
 //     beanstalkd is taken over by sprout: every job is there in its state,
 //     the binlog files are gone, and new ids continue above the old ones.
