@@ -3,6 +3,7 @@ package engine_test
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -261,6 +262,22 @@ func TestQuitAfterHeldReplies(t *testing.T) {
 	g.shut()
 	c.send("put 0 0 60 1\r\na\r\nquit\r\nput 0 0 60 1\r\nb\r\n")
 	c.expectSilence(50 * time.Millisecond)
+	// Whatever follows quit is dropped, not kept while the reply waits:
+	// 16 MiB sent after it must not stay in the server's heap.
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapAlloc
+	chunk := []byte(strings.Repeat("stats\r\n", 64<<10/7))
+	for range 16 << 20 / len(chunk) {
+		c.send(string(chunk))
+	}
+	time.Sleep(100 * time.Millisecond) // let the loop read the rest
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	if grew := int64(ms.HeapAlloc) - int64(before); grew > 4<<20 {
+		t.Fatalf("the heap grew by %d bytes while input after quit arrived", grew)
+	}
 	g.open()
 	c.expect("INSERTED 1\r\n")
 	_ = c.c.SetReadDeadline(time.Now().Add(5 * time.Second))

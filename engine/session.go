@@ -84,7 +84,13 @@ func (ss *session) serve() gnet.Action {
 		if !ss.held.waiting() {
 			return gnet.Close
 		}
-		return gnet.None // what follows quit is never read, as in beanstalkd
+		// What follows quit is never run, as in beanstalkd; dropped, so a
+		// client that keeps sending cannot grow the buffer meanwhile.
+		if n := ss.conn.InboundBuffered(); n > 0 {
+			_, _ = ss.conn.Discard(n)
+		}
+		ss.account()
+		return gnet.None
 	}
 	action := ss.serveInput()
 	ss.awaitDurable()
