@@ -32,6 +32,12 @@ type timers struct {
 	mu   sync.Mutex
 	heap []*timer      // guarded by mu
 	wake chan struct{} // poked when the earliest deadline moves earlier
+	// sleepUntil is when the goroutine will wake by itself (guarded by
+	// mu); schedule pokes it only for a deadline before that. Without it
+	// every reserve that re-armed the earliest TTR woke the goroutine,
+	// a thread switch per command on a machine whose cores the event
+	// loops need.
+	sleepUntil int64
 }
 
 func newTimers(now func() int64) *timers {
@@ -50,9 +56,12 @@ func (ts *timers) schedule(t *timer, when int64) {
 	} else if !ts.down(t.index) {
 		ts.up(t.index)
 	}
-	first := t.index == 0
+	poke := t.index == 0 && when < ts.sleepUntil
+	if poke {
+		ts.sleepUntil = when // one poke is enough until it sleeps again
+	}
 	ts.mu.Unlock()
-	if first {
+	if poke {
 		select {
 		case ts.wake <- struct{}{}:
 		default:
@@ -96,6 +105,10 @@ func (ts *timers) run(stop <-chan struct{}) {
 		wait := time.Duration(1<<62 - 1)
 		if len(ts.heap) > 0 {
 			wait = time.Duration(ts.heap[0].when - now)
+		}
+		ts.sleepUntil = now + int64(wait)
+		if len(due) > 0 {
+			ts.sleepUntil = now // it does not sleep: come straight back
 		}
 		ts.mu.Unlock()
 

@@ -186,7 +186,7 @@ func goRuntimeGatherer() (prometheus.Gatherer, error) {
 	const clashing = "go_memstats_alloc_bytes_total"
 	reg := prometheus.NewRegistry()
 	err := reg.Register(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
-		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/allocs:bytes$`)})))
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^(/gc/heap/allocs:bytes|/sched/latencies:seconds|/gc/pauses:seconds|/sync/mutex/wait/total:seconds)$`)})))
 	if err != nil {
 		return nil, fmt.Errorf("ops: registering the Go collector: %w", err)
 	}
