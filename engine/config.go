@@ -2,6 +2,7 @@ package engine
 
 import (
 	"net"
+	"runtime"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,7 +23,7 @@ type Config struct {
 	Listener net.Listener
 	// MaxJobSize is the largest body a put may carry (beanstalkd -z).
 	MaxJobSize int
-	// Loops is the number of gnet event loops; 0 means one per CPU.
+	// Loops is the number of gnet event loops; 0 means DefaultLoops.
 	Loops int
 	// MaxInputBuffered closes a connection whose unparsed input exceeds it.
 	// 0 means DefaultMaxInputBuffered(MaxJobSize).
@@ -86,3 +87,12 @@ const (
 func DefaultMaxInputBuffered(maxJobSize int) int {
 	return max(2*(maxJobSize+256), minMaxInputBuffered)
 }
+
+// DefaultLoops is one event loop per CPU the process may use (GOMAXPROCS,
+// which follows a container's CPU limit) less one, and at least one. The
+// CPU left over runs what is not a loop: the Go runtime's collector and
+// scheduler, the store's timers, the log's writer, the accept loop and the
+// HTTP side port. With a loop on every CPU, that work and the loops took
+// turns on the same cores, and the commands caught in between waited
+// milliseconds (benchmarks/README.md, "Where the tail came from").
+func DefaultLoops() int { return max(1, runtime.GOMAXPROCS(0)-1) }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
@@ -69,11 +68,7 @@ type loopProbe struct{}
 // loop is reached once. The pairs are closed again at once; a loop lives
 // as long as the client.
 func (s *Server) findLoops(client *gnet.Client) ([]gnet.EventLoop, error) {
-	want := s.cfg.Loops
-	if want <= 0 {
-		want = runtime.NumCPU()
-	}
-	want = min(want, maxEventLoops)
+	want := min(s.cfg.Loops, maxEventLoops)
 	var loops []gnet.EventLoop
 	var peers []*os.File
 	defer func() {

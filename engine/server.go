@@ -86,6 +86,9 @@ func New(cfg Config, st *store.Store) *Server {
 	if cfg.DrainPoll <= 0 {
 		cfg.DrainPoll = 5 * time.Millisecond
 	}
+	if cfg.Loops <= 0 {
+		cfg.Loops = DefaultLoops()
+	}
 	if cfg.MaxBufferMemory <= 0 {
 		cfg.MaxBufferMemory = DefaultMaxBufferMemory()
 	}
@@ -127,17 +130,12 @@ func (s *Server) Run() error {
 	if err != nil {
 		return err
 	}
-	loops := s.cfg.Loops
-	opts := []gnet.Option{
-		gnet.WithMulticore(loops <= 0),
+	client, err := gnet.NewClient(&handler{srv: s},
+		gnet.WithNumEventLoop(min(s.cfg.Loops, maxEventLoops)),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithTicker(true),
 		gnet.WithLogger(gnetLogger{s.log}),
-	}
-	if loops > 0 {
-		opts = append(opts, gnet.WithNumEventLoop(loops))
-	}
-	client, err := gnet.NewClient(&handler{srv: s}, opts...)
+	)
 	if err == nil {
 		err = client.Start()
 	}
@@ -162,7 +160,7 @@ func (s *Server) Run() error {
 	stopBudget := make(chan struct{})
 	go s.enforceBudget(stopBudget)
 	s.log.Info().Str("network", s.cfg.Network).Str("address", ln.Addr().String()).
-		Int("max_connections", s.maxConns).Int64("max_buffer_memory", s.cfg.MaxBufferMemory).
+		Int("loops", len(eventLoops)).Int("max_connections", s.maxConns).Int64("max_buffer_memory", s.cfg.MaxBufferMemory).
 		Msg("listening")
 	close(s.ready)
 

@@ -92,7 +92,7 @@ var longFlags = map[string]func(o *options, value string) error{
 	"loops": func(o *options, value string) error {
 		n, err := strconv.ParseUint(value, 10, 16)
 		if err != nil || n > maxLoops {
-			return fmt.Errorf("invalid --loops: %q (want 0 to %d; 0 means one per CPU)", value, maxLoops)
+			return fmt.Errorf("invalid --loops: %q (want 0 to %d; 0 means one per CPU less one)", value, maxLoops)
 		}
 		o.cfg.Loops = int(n)
 		return nil
@@ -437,7 +437,7 @@ beanstalkd binlog files is imported on first start):
 Sprout's own options, written --name VALUE or --name=VALUE. The one-dash
 spelling (-loops 4) is accepted too and wins over beanstalkd's combined
 reading (-l oops):
- --loops N           number of event loops (default 0: one per CPU; max %d)
+ --loops N           number of event loops (default 0: one per CPU less one, at least 1; max %d)
  --log-level LEVEL   trace, debug, info, warn, error, fatal, panic or disabled
                      (default info; -V and -VV only ever make it more verbose)
  --max-input BYTES   close a connection whose unparsed input exceeds BYTES

@@ -295,7 +295,7 @@ func TestParseArgsLongFlags(t *testing.T) {
 		return parseCase{name: name, args: args, wantAction: actionFail, wantCode: 5, wantUsage: true,
 			wantStderr: "sprout: " + msg + "\n"}
 	}
-	const loopsWant = " (want 0 to 256; 0 means one per CPU)"
+	const loopsWant = " (want 0 to 256; 0 means one per CPU less one)"
 	const levelWant = " (want one of trace, debug, info, warn, error, fatal, panic, disabled)"
 	const bytesWant = " (want a number of bytes; 0 means the default)"
 	runParseCases(t, []parseCase{

@@ -60,12 +60,14 @@ func StartBeanstalkd(t testing.TB, extraArgs ...string) (addr string) {
 // StartSprout builds cmd/sprout (once per test process) and starts it like
 // StartBeanstalkd, with extraArgs after -l and -p. With
 // SPROUT_CONFORMANCE_SELFTEST=1 it starts a second beanstalkd instead.
+// Sprout runs two event loops whatever the machine's default, so that
+// connections meet across loops (a put waking a reserve on another loop).
 func StartSprout(t testing.TB, extraArgs ...string) (addr string) {
 	t.Helper()
 	if SelfTest() {
 		return StartBeanstalkd(t, extraArgs...)
 	}
-	return StartBinary(t, testproc.SproutBinary(t), extraArgs...)
+	return StartBinary(t, testproc.SproutBinary(t), append([]string{"--loops", "2"}, extraArgs...)...)
 }
 
 // StartBinary starts the beanstalkd-compatible server at path with
