@@ -74,14 +74,23 @@ func (c *Client) reservationsLocked() *reservations {
 
 // NewClient returns a client using and watching "default".
 func (s *Store) NewClient(n Notifier) *Client {
-	c := &Client{s: s, notify: n}
+	c := new(Client)
+	s.InitClient(c, n)
+	return c
+}
+
+// InitClient makes *c a new client, using and watching "default", as
+// NewClient does, for a Client the caller holds by value (the engine keeps
+// one inside each connection's session, one allocation instead of two).
+// *c must be the zero Client, and must not be copied afterwards.
+func (s *Store) InitClient(c *Client, n Notifier) {
+	*c = Client{s: s, notify: n}
 	c.use = s.acquireTube([]byte(DefaultTube))
 	c.watch = []*Tube{s.acquireTube([]byte(DefaultTube))}
 	c.use.mu.Lock()
 	c.use.nUsing++
 	c.use.nWatching++
 	c.use.mu.Unlock()
-	return c
 }
 
 // UsedTube is the name of the tube puts go to.
