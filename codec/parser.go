@@ -98,7 +98,8 @@ func (p *Parser) InBody() bool {
 // skipped bytes may have been consumed) and waits for more input. A partial
 // command line is never consumed.
 //
-// Parse allocates only the body of an accepted put, once per put.
+// Parse allocates only the body of an accepted put, once per put, and the
+// parser's put state at the connection's first put header.
 func (p *Parser) Parse(in []byte, cmd *Command) (n int, ok bool) {
 	switch p.state {
 	case stateBody:
