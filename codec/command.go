@@ -184,7 +184,8 @@ type Command struct {
 	Status Status
 
 	// ID is the job id of reserve-job, delete, release, bury, touch, peek,
-	// kick-job and stats-job.
+	// kick-job and stats-job, and for OpPutBody the id the caller gave
+	// Parser.SetPutID at the put's header.
 	ID uint64
 	// Pri is set by put and OpPutBody, release and bury.
 	Pri uint32

@@ -26,8 +26,10 @@
 // that does not fit is thrown away in LineMax chunks and answered with a
 // single BAD_FORMAT. A put header switches the parser to counting out the
 // body (bytes+2 of them, whatever they contain), which it copies into the
-// one buffer it ever allocates, or, for a body over the size limit, throws
-// away before reporting JOB_TOO_BIG.
+// one buffer it allocates per put, or, for a body over the size limit, throws
+// away before reporting JOB_TOO_BIG. What a put needs between its header and
+// its body is made at a connection's first put, so idle connections, which
+// every server has many of, carry only a few bytes of parse state.
 //
 // Command lines are matched by prefix in beanstalkd's order, and arguments
 // are parsed with beanstalkd's quirks (see the Status constants and the

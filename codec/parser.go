@@ -34,10 +34,21 @@ const (
 
 // Parser is one connection's parse state. The zero value is not usable; use
 // NewParser. A Parser is not safe for concurrent use: it belongs to the
-// connection's event loop. Its fields are ordered for size: every
-// connection has one, idle ones included.
+// connection's event loop. Every connection has one, idle ones included, so
+// what only a put needs is made at the connection's first put.
 type Parser struct {
-	// Valid only in stateBody: the body received so far; want and the put*
+	// put holds the put in progress: made at the first put header and
+	// kept for the next (a connection that puts once usually puts again);
+	// nil on a connection that never put.
+	put *putState
+
+	maxJobSize int32 // immutable after NewParser; at most 1 GiB
+	state      parserState
+}
+
+// putState is a put between its header and the end of its body.
+type putState struct {
+	// Valid only in stateBody: the body received so far; want and the
 	// fields below hold its final length and the header it belongs to.
 	body []byte
 
@@ -45,19 +56,29 @@ type Parser struct {
 	// because a declared 4294967295 plus the "\r\n" overflows uint32.
 	discardLeft int64
 
-	maxJobSize int32 // immutable after NewParser; at most 1 GiB
+	// id is what the caller gave SetPutID for this put; 0 if nothing.
+	id uint64
+
 	// Valid only in stateBody: the body's final length, bytes+2 (at most
 	// maxJobSize+2).
-	want                     int32
-	putPri, putDelay, putTTR uint32
-
-	state parserState
+	want            int32
+	pri, delay, ttr uint32
 }
 
 // NewParser returns a parser that rejects put bodies longer than maxJobSize
 // bytes (not counting the trailing "\r\n"). A negative size is taken as 0.
 func NewParser(maxJobSize int) *Parser {
 	return &Parser{maxJobSize: int32(min(max(maxJobSize, 0), math.MaxInt32-2))}
+}
+
+// SetPutID records a job id the caller chose for the put whose header Parse
+// has just produced; Parse returns it as the ID of the put's OpPutBody. It
+// does nothing after any other command, a put header that failed to parse
+// included.
+func (p *Parser) SetPutID(id uint64) {
+	if p.state == stateBody {
+		p.put.id = id
+	}
 }
 
 // InBody reports whether the parser is inside a put body or discarding a
@@ -77,7 +98,8 @@ func (p *Parser) InBody() bool {
 // skipped bytes may have been consumed) and waits for more input. A partial
 // command line is never consumed.
 //
-// Parse allocates only the body of an accepted put, once per put.
+// Parse allocates only the body of an accepted put, once per put, and the
+// parser's put state at the connection's first put header.
 func (p *Parser) Parse(in []byte, cmd *Command) (n int, ok bool) {
 	switch p.state {
 	case stateBody:
@@ -173,22 +195,36 @@ func (p *Parser) parsePut(args []byte, cmd *Command) Status {
 	switch {
 	case v[3] > uint64(p.maxJobSize):
 		p.state = stateDiscardBody
-		p.discardLeft = int64(v[3]) + 2
+		p.putState().discardLeft = int64(v[3]) + 2
 		return PutTooBig
 	case len(args) != 0:
 		return CountedBadFormat
 	}
 	p.state = stateBody
-	p.want = int32(v[3]) + 2
-	p.putPri, p.putDelay, p.putTTR = cmd.Pri, cmd.Delay, cmd.TTR
+	ps := p.putState()
+	ps.want, ps.id = int32(v[3])+2, 0
+	ps.pri, ps.delay, ps.ttr = cmd.Pri, cmd.Delay, cmd.TTR
 	return OK
+}
+
+// putState returns p.put, making it at the connection's first put.
+func (p *Parser) putState() *putState {
+	if p.put == nil {
+		p.put = new(putState)
+	}
+	return p.put
 }
 
 // firstBodyAlloc is the least room a body that arrives in parts starts with.
 const firstBodyAlloc = 4 << 10
 
 // BodyHeld is the memory held for a put body still arriving.
-func (p *Parser) BodyHeld() int { return cap(p.body) }
+func (p *Parser) BodyHeld() int {
+	if p.put == nil {
+		return 0
+	}
+	return cap(p.put.body)
+}
 
 // readBody counts the body rather than scanning it: exactly bytes+2 bytes
 // belong to it, and anything after is the next command line.
@@ -199,42 +235,45 @@ func (p *Parser) BodyHeld() int { return cap(p.body) }
 // client that stops half way, cannot make the server hold the declared
 // size.
 func (p *Parser) readBody(in []byte, cmd *Command) (int, bool) {
-	want := int(p.want)
-	chunk := in[:min(len(in), want-len(p.body))]
-	if len(chunk) > cap(p.body)-len(p.body) {
+	ps := p.put
+	want := int(ps.want)
+	chunk := in[:min(len(in), want-len(ps.body))]
+	if len(chunk) > cap(ps.body)-len(ps.body) {
 		// Room for twice what has arrived: a body split over two reads
 		// (a 64 KiB one always is) is allocated once, and a client that
 		// stops half way holds at most twice what it sent.
-		size := min(max(2*cap(p.body), 2*(len(p.body)+len(chunk)), firstBodyAlloc), want)
-		grown := make([]byte, len(p.body), size)
-		copy(grown, p.body)
-		p.body = grown
+		size := min(max(2*cap(ps.body), 2*(len(ps.body)+len(chunk)), firstBodyAlloc), want)
+		grown := make([]byte, len(ps.body), size)
+		copy(grown, ps.body)
+		ps.body = grown
 	}
-	p.body = append(p.body, chunk...)
+	ps.body = append(ps.body, chunk...)
 	n := len(chunk)
-	if len(p.body) < want {
+	if len(ps.body) < want {
 		return n, false
 	}
-	body := p.body
+	body := ps.body
 	*cmd = Command{
 		Op:    OpPutBody,
-		Pri:   p.putPri,
-		Delay: p.putDelay,
-		TTR:   p.putTTR,
+		ID:    ps.id,
+		Pri:   ps.pri,
+		Delay: ps.delay,
+		TTR:   ps.ttr,
 		Bytes: uint32(len(body) - 2),
 		Body:  body,
 	}
 	if body[len(body)-2] != '\r' || body[len(body)-1] != '\n' {
 		cmd.Status = ExpectedCRLF
 	}
-	p.state, p.body, p.want = stateLine, nil, 0
+	p.state, ps.body, ps.want = stateLine, nil, 0
 	return n, true
 }
 
 func (p *Parser) discardBody(in []byte, cmd *Command) (int, bool) {
-	n := int(min(int64(len(in)), p.discardLeft))
-	p.discardLeft -= int64(n)
-	if p.discardLeft > 0 {
+	ps := p.put
+	n := int(min(int64(len(in)), ps.discardLeft))
+	ps.discardLeft -= int64(n)
+	if ps.discardLeft > 0 {
 		return n, false
 	}
 	p.state = stateLine

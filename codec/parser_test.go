@@ -527,3 +527,31 @@ func TestBodyHeldGrowsWithArrival(t *testing.T) {
 		t.Fatalf("a body in two reads: cap %d, want exactly 65537", cap(cmd.Body))
 	}
 }
+
+// The id the caller gives a put at its header comes back with its body,
+// whatever arrives between; a later put starts without it.
+func TestSetPutID(t *testing.T) {
+	p := codec.NewParser(100)
+	var cmd codec.Command
+	parse := func(in string) (int, bool) { return p.Parse([]byte(in), &cmd) }
+	if _, ok := parse("put 1 2 3 5\r\n"); !ok || cmd.Op != codec.OpPut {
+		t.Fatalf("header: %+v", cmd)
+	}
+	p.SetPutID(42)
+	if _, ok := parse("hel"); ok {
+		t.Fatal("a partial body produced a command")
+	}
+	if _, ok := parse("lo\r\n"); !ok || cmd.Op != codec.OpPutBody || cmd.ID != 42 || cmd.Pri != 1 {
+		t.Fatalf("body: %+v, want OpPutBody with ID 42", cmd)
+	}
+	p.SetPutID(7) // after a body: ignored
+	parse("put 0 0 0 1\r\n")
+	if parse("x\r\n"); cmd.ID != 0 {
+		t.Errorf("a put whose header was given no id has ID %d", cmd.ID)
+	}
+	parse("put 0 0 0 1000\r\n") // too big: no body to carry an id
+	p.SetPutID(9)
+	if _, ok := parse(strings.Repeat("x", 1002)); !ok || cmd.Op != codec.OpPutTooBig {
+		t.Fatalf("too big: %+v", cmd)
+	}
+}

@@ -45,9 +45,11 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 // whether gnet holds unread replies for it (it is then polled from OnTick,
 // since gnet reports no "drained"). Loop goroutine only.
 func (s *Server) account(ss *session, n int64, unread bool) {
+	// Only this loop writes ss.holding, and a session is in the loop's set
+	// exactly while it holds something.
+	old := ss.holding.Load()
 	// Into the loop's set first: the enforcer, woken below, must find it.
-	if tracked := n > 0; tracked != ss.tracked {
-		ss.tracked = tracked
+	if tracked := n > 0; tracked != (old > 0) {
 		ss.loop.mu.Lock()
 		if tracked {
 			ss.loop.holding[ss] = struct{}{}
@@ -56,7 +58,8 @@ func (s *Server) account(ss *session, n int64, unread bool) {
 		}
 		ss.loop.mu.Unlock()
 	}
-	if old := ss.holding.Swap(n); old != n {
+	if old != n {
+		ss.holding.Store(n)
 		if total := s.bufferHeld.Add(n - old); n > old && total > s.cfg.MaxBufferMemory {
 			select {
 			case s.overBudget <- struct{}{}:

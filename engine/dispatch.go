@@ -39,7 +39,7 @@ func (ss *session) dispatch(cmd *codec.Command, out *replies) (quit bool) {
 // execute runs every command but quit.
 func (ss *session) execute(cmd *codec.Command, out *replies) {
 	st := ss.loop.srv.store
-	cl := ss.client
+	cl := &ss.client
 	switch cmd.Op {
 	case codec.OpPut:
 		ss.putHeader(cmd)
@@ -140,7 +140,7 @@ func (ss *session) putHeader(cmd *codec.Command) {
 		return // JOB_TOO_BIG once the body has been discarded
 	}
 	ss.markProducer()
-	ss.putID = ss.loop.srv.store.NextID()
+	ss.parser.SetPutID(ss.loop.srv.store.NextID())
 }
 
 func (ss *session) putBody(cmd *codec.Command, out []byte) []byte {
@@ -150,7 +150,7 @@ func (ss *session) putBody(cmd *codec.Command, out []byte) []byte {
 	if ss.loop.srv.draining.Load() {
 		return append(out, codec.ReplyDraining...)
 	}
-	j, err := ss.client.Put(ss.putID, cmd.Pri, cmd.Delay, cmd.TTR, cmd.Body)
+	j, err := ss.client.Put(cmd.ID, cmd.Pri, cmd.Delay, cmd.TTR, cmd.Body)
 	if err != nil {
 		return append(out, codec.ReplyOutOfMemory...) // the log's disk is full
 	}

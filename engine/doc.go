@@ -12,6 +12,16 @@
 // one to accept and close the waiting connection, so the open ones are
 // served on and accepting resumes when descriptors are freed.
 //
+// An idle connection's memory is mostly gnet's: its conn and the two
+// addresses it keeps from Go's accepted net.Conn (gnet enrolls only a
+// *net.TCPConn or *net.UnixConn, so the accept goes through net.Listener).
+// The accept loop points those addresses' IPs at shared copies before the
+// hand-over, so the socket addresses they were decoded from are not kept.
+// Sprout's own share is the session, which embeds the store's client and
+// the parser; what only some connections need (replies held for the log,
+// a put in progress, reservations, a blocked reserve's waiter) is made
+// when first needed.
+//
 // # The path of a byte
 //
 // gnet calls OnTraffic on the connection's event loop. serve peeks at

@@ -27,7 +27,7 @@ func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		conn:   c,
 		parser: *codec.NewParser(s.cfg.MaxJobSize),
 	}
-	ss.client = s.store.NewClient(ss)
+	s.store.InitClient(&ss.client, ss)
 	c.SetContext(ss)
 	s.conns.current.Add(1)
 	s.conns.total.Add(1)

@@ -3,9 +3,11 @@ package engine
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -67,6 +69,7 @@ type acceptor struct {
 	accepted   uint64      // connections handed to the loops
 	collecting atomic.Bool // a collectBurst collection runs
 	heapLive   []metrics.Sample
+	ips        ipInterner
 
 	refusedLog, shedLog, errLog everyInterval
 }
@@ -108,6 +111,7 @@ func (a *acceptor) run() {
 			}
 			continue
 		}
+		a.ips.shareAddrs(nc)
 		// gnet takes its own descriptor (a dup) and closes nc, whatever
 		// the outcome.
 		a.collectBurst()
@@ -147,6 +151,52 @@ func (a *acceptor) collectBurst() {
 		runtime.GC()
 		a.collecting.Store(false)
 	}()
+}
+
+// maxInternedIPs bounds ipInterner's table; past it the table starts over.
+const maxInternedIPs = 1024
+
+// ipInterner shares the IP slices of accepted connections' addresses. Go's
+// accept makes each *net.TCPAddr's IP point into the 32-byte socket
+// address it was decoded from (64 bytes for IPv6), once for the local
+// address and once for the remote one, and gnet keeps both addresses for
+// the connection's life. Connections come from few hosts and reach few
+// local addresses, so pointing the IPs at one shared copy per address lets
+// those socket addresses go: 64 bytes of every idle connection. Only the
+// accept loop's goroutine touches it.
+type ipInterner struct {
+	ips map[netip.Addr]net.IP // made at the first connection
+}
+
+// shareAddrs re-points nc's local and remote IPs at shared copies. It must
+// run before nc is handed to gnet, while nothing else reads its addresses;
+// an interned IP is never written to.
+func (in *ipInterner) shareAddrs(nc net.Conn) {
+	if a, ok := nc.LocalAddr().(*net.TCPAddr); ok {
+		a.IP = in.intern(a.IP)
+	}
+	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		a.IP = in.intern(a.IP)
+	}
+}
+
+// intern returns the shared copy of ip, equal to it byte for byte.
+func (in *ipInterner) intern(ip net.IP) net.IP {
+	key, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return ip
+	}
+	if shared, ok := in.ips[key]; ok {
+		return shared
+	}
+	if in.ips == nil || len(in.ips) >= maxInternedIPs {
+		// Starting over keeps the table small when clients come from
+		// everywhere; connections keep the copies they were given.
+		in.ips = make(map[netip.Addr]net.IP)
+	}
+	shared := slices.Clone(ip)
+	in.ips[key] = shared
+	return shared
 }
 
 // shed handles running out of descriptors (or kernel memory for sockets):

@@ -17,29 +17,28 @@ import (
 var docPool bytebufferpool.Pool
 
 // session is one connection. Unless a field says otherwise it is only
-// touched on the connection's event loop.
+// touched on the connection's event loop. Every connection has one, idle
+// ones included, so what only some need is made when first needed (held,
+// the parser's put state, the client's reservations); the store's client
+// lives inside it, one allocation instead of two.
 type session struct {
-	loop   *loopState    // immutable: what the connection's loop shares, and its server
-	conn   gnet.Conn     // immutable; off-loop use only through gnet's thread-safe calls
-	client *store.Client // immutable
+	loop   *loopState // immutable: what the connection's loop shares, and its server
+	conn   gnet.Conn  // immutable; off-loop use only through gnet's thread-safe calls
+	client store.Client
 	parser codec.Parser
-
-	// putID is the id the put in progress took at its header; the codec
-	// repeats the header's fields with the body (OpPutBody).
-	putID uint64
 
 	// held are replies waiting for their changes to become durable;
 	// allocated at the first, so an idle connection does not carry it.
-	held   *heldReplies
-	queued bool // in the loop flusher's waiting list
+	held *heldReplies
 
 	// holding is the bytes held for this connection when last accounted:
 	// unread replies in gnet, unparsed input, held replies, a partial put
-	// body. Written on the loop; read by the budget enforcer.
+	// body. Written on the loop; read by the budget enforcer. Not zero
+	// exactly while the session is in loop.holding.
 	holding atomic.Int64
-	tracked bool // in loop.holding
-	watched bool // in srv.watched: gnet holds unread replies
 
+	queued    bool // in the loop flusher's waiting list
+	watched   bool // in srv.watched: gnet holds unread replies
 	blocked   bool // a reserve is waiting; input stays buffered until it ends
 	quitting  bool // quit came while replies were held: close once they are sent
 	throttled bool // the client is not reading its replies

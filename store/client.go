@@ -74,14 +74,23 @@ func (c *Client) reservationsLocked() *reservations {
 
 // NewClient returns a client using and watching "default".
 func (s *Store) NewClient(n Notifier) *Client {
-	c := &Client{s: s, notify: n}
+	c := new(Client)
+	s.InitClient(c, n)
+	return c
+}
+
+// InitClient makes *c a new client, using and watching "default", as
+// NewClient does, for a Client the caller holds by value (the engine keeps
+// one inside each connection's session, one allocation instead of two).
+// *c must be the zero Client, and must not be copied afterwards.
+func (s *Store) InitClient(c *Client, n Notifier) {
+	*c = Client{s: s, notify: n}
 	c.use = s.acquireTube([]byte(DefaultTube))
 	c.watch = []*Tube{s.acquireTube([]byte(DefaultTube))}
 	c.use.mu.Lock()
 	c.use.nUsing++
 	c.use.nWatching++
 	c.use.mu.Unlock()
-	return c
 }
 
 // UsedTube is the name of the tube puts go to.
@@ -259,24 +268,32 @@ func (c *Client) Reserve(timeout time.Duration) (*Job, ReserveResult) {
 		return nil, TimedOut
 	}
 
-	w := &waiter{client: c, soonAt: soonAt, timeoutAt: -1}
-	w.tubes = append(w.tubes, c.watch...)
-	w.slots = make([]int, len(w.tubes))
+	// The watch list is shared, not copied: the client issues no command
+	// while it waits, so it cannot change under the waiter.
+	w := &waiter{client: c, tubes: c.watch, slot0: -1}
 	// Mark every slot absent before anything can end the wait: a hand-off
 	// from a tube joined first, or the timer, may run leave while the
 	// loop below has not yet reached the other tubes.
-	for k := range w.slots {
-		w.slots[k] = -1
+	if len(w.tubes) > 1 {
+		w.more = make([]int32, len(w.tubes)-1)
+		for k := range w.more {
+			w.more[k] = -1
+		}
 	}
-	w.timer = newTimer(w)
 	c.wait = w
 	c.s.counts.waiting.Add(1)
-	fire := soonAt
+	fire, soon := soonAt, soonAt >= 0
 	if timeout > 0 {
-		w.timeoutAt = now + int64(timeout)
-		if fire < 0 || w.timeoutAt < fire {
-			fire = w.timeoutAt
+		timeoutAt := now + int64(timeout)
+		if fire < 0 || timeoutAt < fire {
+			fire, soon = timeoutAt, false
 		}
+	}
+	// The timer's target says how the wait ends when it fires.
+	if soon {
+		w.timer = newTimer((*deadlineSoonTarget)(w))
+	} else {
+		w.timer = newTimer(w)
 	}
 	if fire >= 0 {
 		c.s.timers.schedule(&w.timer, fire)
@@ -353,7 +370,7 @@ func (t *Tube) noteImmediateTakeLocked(w *waiter) {
 	others := len(t.waiters)
 	if w != nil {
 		for k, wt := range w.tubes {
-			if wt == t && w.slots[k] >= 0 {
+			if wt == t && *w.slot(k) >= 0 {
 				others--
 			}
 		}
@@ -685,15 +702,33 @@ const (
 )
 
 // waiter is one blocked reserve. Whoever flips state from waiting to done
-// (a hand-off, the timer, or Close) owns its completion.
+// (a hand-off, the timer, or Close) owns its completion. Every connection
+// blocked in reserve has one, so it is kept small: a single watched tube,
+// the common case, needs nothing beside it.
 type waiter struct {
-	client    *Client // immutable
-	tubes     []*Tube // immutable: the watch list when the wait began
-	slots     []int   // slots[k] is guarded by tubes[k].mu; -1 when absent
-	soonAt    int64   // immutable: DEADLINE_SOON moment, -1 if none
-	timeoutAt int64   // immutable: TIMED_OUT moment, -1 if none
-	state     atomic.Int32
-	timer     timer
+	client *Client // immutable
+	// tubes is the client's watch list when the wait began, shared with
+	// the client: it issues no command while it waits, and leave has
+	// returned before the Notifier is called, so the list cannot change
+	// while a waiter reads it. Immutable.
+	tubes []*Tube
+	// slot0 and more are the waiter's slots in the waiting sets of tubes[0]
+	// and of tubes[1:] (more is nil with one tube); see slot.
+	more  []int32
+	state atomic.Int32
+	slot0 int32
+	// timer fires at the waiter's deadline: TIMED_OUT with the waiter as
+	// its target, DEADLINE_SOON with its deadlineSoonTarget.
+	timer timer
+}
+
+// slot is where w's position in the waiting set of tubes[k] is kept;
+// guarded by tubes[k].mu; -1 when absent.
+func (w *waiter) slot(k int) *int32 {
+	if k == 0 {
+		return &w.slot0
+	}
+	return &w.more[k-1]
 }
 
 func (w *waiter) claim() bool {
@@ -705,8 +740,8 @@ func (w *waiter) claim() bool {
 func (w *waiter) leave() {
 	for k, t := range w.tubes {
 		t.mu.Lock()
-		if i := w.slots[k]; i >= 0 {
-			t.removeWaiterLocked(i)
+		if i := *w.slot(k); i >= 0 {
+			t.removeWaiterLocked(int(i))
 		}
 		t.mu.Unlock()
 	}
@@ -714,16 +749,21 @@ func (w *waiter) leave() {
 	w.client.s.counts.waiting.Add(-1)
 }
 
-func (w *waiter) onTimer(now int64) {
+// onTimer ends a wait whose timeout came first: TIMED_OUT.
+func (w *waiter) onTimer(now int64) { w.expire(TimedOut) }
+
+// deadlineSoonTarget is a waiter's timer when a reserved job's TTR comes
+// within DeadlineMargin before the wait's timeout: DEADLINE_SOON.
+type deadlineSoonTarget waiter
+
+func (d *deadlineSoonTarget) onTimer(now int64) { (*waiter)(d).expire(DeadlineSoon) }
+
+func (w *waiter) expire(r ReserveResult) {
 	if !w.claim() {
 		return
 	}
 	w.leave()
-	if w.soonAt >= 0 && (w.timeoutAt < 0 || w.soonAt <= w.timeoutAt) {
-		w.client.notify.WaitEnded(DeadlineSoon)
-		return
-	}
-	w.client.notify.WaitEnded(TimedOut)
+	w.client.notify.WaitEnded(r)
 }
 
 // handoff is a job given to a waiter under a tube lock, to be announced

@@ -276,8 +276,8 @@ func (s *Store) CheckInvariants() error {
 				bad("%s: waiter slot %d is malformed", name, i)
 				continue
 			}
-			if w.tubes[ws.k] != t || w.slots[ws.k] != i {
-				bad("%s: waiter at slot %d says it is tube %q slot %d", name, i, w.tubes[ws.k].name, w.slots[ws.k])
+			if w.tubes[ws.k] != t || int(*w.slot(ws.k)) != i {
+				bad("%s: waiter at slot %d says it is tube %q slot %d", name, i, w.tubes[ws.k].name, *w.slot(ws.k))
 			}
 			if w.state.Load() != waiterWaiting {
 				bad("%s: waiter at slot %d has already been claimed", name, i)
@@ -331,7 +331,7 @@ func (s *Store) CheckInvariants() error {
 	for w := range waiters {
 		for k, t := range w.tubes {
 			t.mu.Lock()
-			if i := w.slots[k]; i < 0 || i >= len(t.waiters) || t.waiters[i].w != w {
+			if i := int(*w.slot(k)); i < 0 || i >= len(t.waiters) || t.waiters[i].w != w {
 				bad("waiter of client %p is missing from %q (slot %d)", w.client, t.name, i)
 			}
 			t.mu.Unlock()

@@ -774,3 +774,38 @@ func TestReserveAcrossTubesRace(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A waiter shares its client's watch list rather than copying it; once the
+// wait has ended the client may change the list in place (ignore swaps the
+// last tube into the gap) without disturbing waiting sets or later waits.
+func TestReserveWatchListChangesBetweenWaits(t *testing.T) {
+	bubble(t, func(t *testing.T, s *store.Store) {
+		c, r := newClient(s)
+		other, _ := newClient(s)
+		c.Watch([]byte("a"))
+		c.Watch([]byte("b"))
+		block(t, c, -1)
+		j := putIn(s, other, "default", 0, 0, 10)
+		if e := r.next(t); e.job != j {
+			t.Fatalf("Notifier: %s, want job %d", e, j.ID())
+		}
+		checkNow(t, s)
+		c.Delete(j.ID())
+		if _, ok := c.Ignore([]byte("default")); !ok {
+			t.Fatal("ignore default refused")
+		}
+		block(t, c, -1)
+		checkNow(t, s)
+		putIn(s, other, "default", 0, 0, 10) // no longer watched
+		r.none(t)
+		j = putIn(s, other, "a", 0, 0, 10)
+		if e := r.next(t); e.job != j {
+			t.Fatalf("Notifier: %s, want job %d from a", e, j.ID())
+		}
+		for _, name := range []string{"default", "a", "b"} {
+			if st := tubeStats(t, s, name); st.Waiting != 0 {
+				t.Errorf("tube %s still counts %d waiting", name, st.Waiting)
+			}
+		}
+	})
+}

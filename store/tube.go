@@ -191,7 +191,7 @@ func (t *Tube) dispatchLocked(now int64, hs handoffs) handoffs {
 
 // addWaiterLocked appends w (whose k-th tube this is) to the waiting set.
 func (t *Tube) addWaiterLocked(w *waiter, k int) {
-	w.slots[k] = len(t.waiters)
+	*w.slot(k) = int32(len(t.waiters))
 	t.waiters = append(t.waiters, waitSlot{w: w, k: k})
 }
 
@@ -199,12 +199,12 @@ func (t *Tube) addWaiterLocked(w *waiter, k int) {
 // the freed slot.
 func (t *Tube) removeWaiterLocked(i int) {
 	gone := t.waiters[i]
-	gone.w.slots[gone.k] = -1
+	*gone.w.slot(gone.k) = -1
 	last := len(t.waiters) - 1
 	if i != last {
 		moved := t.waiters[last]
 		t.waiters[i] = moved
-		moved.w.slots[moved.k] = i
+		*moved.w.slot(moved.k) = int32(i)
 	}
 	t.waiters[last] = waitSlot{}
 	t.waiters = t.waiters[:last]
