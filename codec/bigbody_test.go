@@ -17,7 +17,7 @@ func TestLargeBodyGrowsAsItArrives(t *testing.T) {
 	if !ok || cmd.Op != codec.OpPut || cmd.Status != codec.OK {
 		t.Fatalf("header: %+v ok=%v n=%d", cmd, ok, n)
 	}
-	if held := p.HeldBody(); held > 1<<20 {
+	if held := p.BodyHeld(); held > 1<<20 {
 		t.Fatalf("parser holds %d bytes for a body none of which has arrived", held)
 	}
 
@@ -38,7 +38,7 @@ func TestLargeBodyGrowsAsItArrives(t *testing.T) {
 		if ok {
 			break
 		}
-		if held := p.HeldBody(); held > 2*(size+2-len(in)) && held > 1<<20 {
+		if held := p.BodyHeld(); held > 2*(size+2-len(in)) && held > 1<<20 {
 			t.Fatalf("parser holds %d bytes with %d received", held, size+2-len(in))
 		}
 	}

@@ -126,7 +126,7 @@ func (a *acceptor) run() {
 }
 
 // collectBurst starts a garbage collection every burstGC accepts while the
-// live heap is small. Each accept leaves about 500 bytes of garbage (Go's
+// live heap is small. Each accept leaves about 630 bytes of garbage (Go's
 // accepted net.Conn, gnet's enrolment) between the connection's long-lived
 // objects; collected only at the heap's usual pace, a storm of connections
 // leaves holes in memory that the idle connections then pin (measured with

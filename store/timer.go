@@ -12,7 +12,7 @@ type timerTarget interface {
 	onTimer(now int64)
 }
 
-// timer is an entry in the store's timer heap. Embedded in jobs (TTR),
+// timer is an entry in the store's timer heap. Embedded in clients (TTR),
 // tubes (delay, pause) and waiters (reserve timeout).
 type timer struct {
 	when   int64 // guarded by timers.mu
