@@ -40,13 +40,59 @@ func (s *Store) LiveJobIDs() []uint64 {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.RLock()
-		for id := range sh.jobs {
-			ids = append(ids, id)
-		}
+		sh.eachLocked(func(j *Job) { ids = append(ids, j.id) })
 		sh.mu.RUnlock()
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// checkLocked reports broken invariants of shard i of the id index (see
+// index.go); sh.mu must be held.
+func (sh *jobShard) checkLocked(i int, bad func(format string, args ...any)) {
+	if sh.newestN1 == 0 {
+		if len(sh.pages) != 0 || sh.newest != nil {
+			bad("index shard %d: pages but no newest", i)
+		}
+	} else if p := sh.pages[sh.newestN1-1]; p == nil || p != sh.newest {
+		bad("index shard %d: newest page %d missing", i, sh.newestN1-1)
+	}
+	for n, p := range sh.pages {
+		if n+1 > sh.newestN1 {
+			bad("index shard %d: page %d beyond the newest, %d", i, n, sh.newestN1-1)
+		}
+		live := 0
+		for k, j := range p.slots {
+			if j == nil {
+				continue
+			}
+			live++
+			if at := uint64(i) + jobShards*(n*pageSlots+uint64(k)); j.id != at {
+				bad("index shard %d: job %d in the slot of id %d", i, j.id, at)
+			}
+		}
+		if live != p.live {
+			bad("index shard %d: page %d counts %d jobs, holds %d", i, n, p.live, live)
+		}
+		if live == 0 && n+1 != sh.newestN1 {
+			bad("index shard %d: page %d is empty and not the newest", i, n)
+		}
+		if live <= spillAt && n+pageAge+1 < sh.newestN1 && !slices.Contains(sh.sparse, n) {
+			bad("index shard %d: old page %d holds only %d jobs and is not listed sparse", i, n, live)
+		}
+	}
+	if sh.spill != nil && len(sh.spill) == 0 {
+		bad("index shard %d: empty spill map kept", i)
+	}
+	for id, j := range sh.spill {
+		n, _ := place(id)
+		if j.id != id || id%jobShards != uint64(i) {
+			bad("index shard %d: spill key %d holds job %d", i, id, j.id)
+		}
+		if sh.pages[n] != nil || n+1 >= sh.newestN1 {
+			bad("index shard %d: job %d spilled, but its page %d exists or is the newest", i, id, n)
+		}
+	}
 }
 
 // TubeRefs is the named tube's reference count, or -1 if it does not exist.
@@ -91,16 +137,14 @@ func (s *Store) CheckInvariants() error {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.RLock()
-		for id, j := range sh.jobs {
-			if j.id != id {
-				bad("index: key %d holds job %d", id, j.id)
-			}
-			if id%jobShards != uint64(i) {
-				bad("index: job %d in shard %d", id, i)
+		sh.checkLocked(i, bad)
+		sh.eachLocked(func(j *Job) {
+			if index[j] {
+				bad("index: job %d twice", j.id)
 			}
 			index[j] = true
 			jobsOf[j.tube] = append(jobsOf[j.tube], j)
-		}
+		})
 		sh.mu.RUnlock()
 	}
 
