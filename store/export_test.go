@@ -188,10 +188,10 @@ func (s *Store) CheckInvariants() error {
 		for i, j := range t.ready.jobs {
 			at := "ready heap of " + name
 			place(j, at)
-			checkHeapSlot(bad, at, &t.ready, i, int(j.heapIndex))
-			if j.tube != t || j.state != StateReady || j.owner != nil || j.ownerIndex != -1 {
-				bad("%s: job %d has tube %q, state %v, owner %p, ownerIndex %d",
-					at, j.id, j.tube.name, j.state, j.owner, j.ownerIndex)
+			checkHeapSlot(bad, at, &t.ready, i, int(j.slot))
+			if j.tube != t || j.state != StateReady || j.owner != nil {
+				bad("%s: job %d has tube %q, state %v, owner %p",
+					at, j.id, j.tube.name, j.state, j.owner)
 			}
 			if j.pri < UrgentPriority {
 				nUrgent++
@@ -200,8 +200,8 @@ func (s *Store) CheckInvariants() error {
 		for i, j := range t.delayed.jobs {
 			at := "delay heap of " + name
 			place(j, at)
-			checkHeapSlot(bad, at, &t.delayed, i, int(j.heapIndex))
-			if j.tube != t || j.state != StateDelayed || j.owner != nil || j.ownerIndex != -1 {
+			checkHeapSlot(bad, at, &t.delayed, i, int(j.slot))
+			if j.tube != t || j.state != StateDelayed || j.owner != nil {
 				bad("%s: job %d has tube %q, state %v, owner %p", at, j.id, j.tube.name, j.state, j.owner)
 			}
 		}
@@ -219,9 +219,9 @@ func (s *Store) CheckInvariants() error {
 			if j.prev != prev {
 				bad("%s: job %d links back to the wrong job", at, j.id)
 			}
-			if j.tube != t || j.state != StateBuried || j.heapIndex != -1 || j.owner != nil || j.ownerIndex != -1 {
-				bad("%s: job %d has tube %q, state %v, heapIndex %d, owner %p",
-					at, j.id, j.tube.name, j.state, j.heapIndex, j.owner)
+			if j.tube != t || j.state != StateBuried || j.slot != -1 || j.owner != nil {
+				bad("%s: job %d has tube %q, state %v, slot %d, owner %p",
+					at, j.id, j.tube.name, j.state, j.slot, j.owner)
 			}
 			prev = j
 		}
@@ -246,9 +246,6 @@ func (s *Store) CheckInvariants() error {
 			}
 			place(j, at)
 			reservedBy[o]++
-			if j.heapIndex != -1 {
-				bad("reserved job %d has heapIndex %d", j.id, j.heapIndex)
-			}
 			o.mu.Lock()
 			if o.closed {
 				bad("job %d is reserved by a closed client", j.id)
@@ -259,8 +256,8 @@ func (s *Store) CheckInvariants() error {
 				continue
 			}
 			r := o.res
-			if k := int(j.ownerIndex); k < 0 || k >= len(r.heap.jobs) || r.heap.jobs[k] != j {
-				bad("%s: job %d not at its ownerIndex %d", at, j.id, k)
+			if k := int(j.slot); k < 0 || k >= len(r.heap.jobs) || r.heap.jobs[k] != j {
+				bad("%s: job %d not at its slot %d", at, j.id, k)
 			}
 			inOrder := false
 			for o := r.order.head; o != nil; o = o.next {
@@ -352,7 +349,7 @@ func (s *Store) CheckInvariants() error {
 		}
 	}
 
-	// Owners' heaps: deadline and ownerIndex are written with the owner's
+	// Owners' heaps: deadline and slot are written with the owner's
 	// lock held, so the owner's lock alone is enough to read them.
 	for o, n := range reservedBy {
 		o.mu.Lock()
@@ -364,7 +361,7 @@ func (s *Store) CheckInvariants() error {
 			bad("client %p holds %d jobs, its tubes count %d", o, len(o.res.heap.jobs), n)
 		}
 		for i, j := range o.res.heap.jobs {
-			checkHeapSlot(bad, fmt.Sprintf("reserved heap of client %p", o), &o.res.heap, i, int(j.ownerIndex))
+			checkHeapSlot(bad, fmt.Sprintf("reserved heap of client %p", o), &o.res.heap, i, int(j.slot))
 			if j.owner != o {
 				bad("client %p holds job %d owned by %p", o, j.id, j.owner)
 			}
