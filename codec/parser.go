@@ -25,7 +25,8 @@ const (
 	// stateSkipLine throws away an over-long line, LineMax bytes at a time,
 	// until a chunk holds its "\r\n".
 	stateSkipLine
-	// stateBody copies a put body into Parser.body.
+	// stateBody counts out a put body: in place if it arrives whole, else
+	// copied into Parser.body as it comes.
 	stateBody
 	// stateDiscardBody throws away a too-big put body by count, whatever it
 	// contains.
@@ -77,7 +78,8 @@ func (p *Parser) InBody() bool {
 // skipped bytes may have been consumed) and waits for more input. A partial
 // command line is never consumed.
 //
-// Parse allocates only the body of an accepted put, once per put.
+// Parse allocates only the body of an accepted put that arrives over more
+// than one call, once per put.
 func (p *Parser) Parse(in []byte, cmd *Command) (n int, ok bool) {
 	switch p.state {
 	case stateBody:
@@ -193,13 +195,20 @@ func (p *Parser) BodyHeld() int { return cap(p.body) }
 // readBody counts the body rather than scanning it: exactly bytes+2 bytes
 // belong to it, and anything after is the next command line.
 //
-// A body is allocated as its bytes come, with room for twice what has
-// arrived and never past its size: one that arrives whole or in two halves
-// is allocated once, at its exact size, and a header line alone, or a
-// client that stops half way, cannot make the server hold the declared
-// size.
+// A body that is all in in (the usual case: put's line and body come in
+// one packet) is handed over where it is, aliasing in; the caller copies
+// what it keeps. Otherwise the body is allocated as its bytes come, with
+// room for twice what has arrived and never past its size: one that
+// arrives in two halves is allocated once, at its exact size, and a header
+// line alone, or a client that stops half way, cannot make the server hold
+// the declared size.
 func (p *Parser) readBody(in []byte, cmd *Command) (int, bool) {
 	want := int(p.want)
+	if p.body == nil && len(in) >= want {
+		p.body = in[:want:want]
+		p.finishBody(cmd, true)
+		return want, true
+	}
 	chunk := in[:min(len(in), want-len(p.body))]
 	if len(chunk) > cap(p.body)-len(p.body) {
 		// Room for twice what has arrived: a body split over two reads
@@ -215,20 +224,27 @@ func (p *Parser) readBody(in []byte, cmd *Command) (int, bool) {
 	if len(p.body) < want {
 		return n, false
 	}
+	p.finishBody(cmd, false)
+	return n, true
+}
+
+// finishBody reports the complete body in p.body as OpPutBody and returns
+// to reading lines.
+func (p *Parser) finishBody(cmd *Command, aliased bool) {
 	body := p.body
 	*cmd = Command{
-		Op:    OpPutBody,
-		Pri:   p.putPri,
-		Delay: p.putDelay,
-		TTR:   p.putTTR,
-		Bytes: uint32(len(body) - 2),
-		Body:  body,
+		Op:          OpPutBody,
+		BodyAliased: aliased,
+		Pri:         p.putPri,
+		Delay:       p.putDelay,
+		TTR:         p.putTTR,
+		Bytes:       uint32(len(body) - 2),
+		Body:        body,
 	}
 	if body[len(body)-2] != '\r' || body[len(body)-1] != '\n' {
 		cmd.Status = ExpectedCRLF
 	}
 	p.state, p.body, p.want = stateLine, nil, 0
-	return n, true
 }
 
 func (p *Parser) discardBody(in []byte, cmd *Command) (int, bool) {
