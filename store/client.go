@@ -652,7 +652,7 @@ func (tt *ttrTarget) onTimer(now int64) {
 	c.mu.Lock()
 	c.res.ttrAt = 0 // the timer has fired; the next rearm must schedule again
 	var due []*Job
-	for _, j := range c.res.heap.jobs {
+	for _, j := range c.res.heap.all() {
 		if j.deadline <= now {
 			due = append(due, j)
 		}

@@ -25,7 +25,7 @@ func (c *Client) ReservedIDs() []uint64 {
 	c.mu.Lock()
 	var ids []uint64
 	if c.res != nil {
-		for _, j := range c.res.heap.jobs {
+		for _, j := range c.res.heap.all() {
 			ids = append(ids, j.id)
 		}
 	}
@@ -185,7 +185,7 @@ func (s *Store) CheckInvariants() error {
 		name := t.name
 
 		nUrgent := 0
-		for i, j := range t.ready.jobs {
+		for i, j := range t.ready.all() {
 			at := "ready heap of " + name
 			place(j, at)
 			checkHeapSlot(bad, at, &t.ready, i, int(j.slot))
@@ -197,7 +197,7 @@ func (s *Store) CheckInvariants() error {
 				nUrgent++
 			}
 		}
-		for i, j := range t.delayed.jobs {
+		for i, j := range t.delayed.all() {
 			at := "delay heap of " + name
 			place(j, at)
 			checkHeapSlot(bad, at, &t.delayed, i, int(j.slot))
@@ -256,7 +256,7 @@ func (s *Store) CheckInvariants() error {
 				continue
 			}
 			r := o.res
-			if k := int(j.slot); k < 0 || k >= len(r.heap.jobs) || r.heap.jobs[k] != j {
+			if k := int(j.slot); k < 0 || k >= r.heap.Len() || r.heap.at(k) != j {
 				bad("%s: job %d not at its slot %d", at, j.id, k)
 			}
 			inOrder := false
@@ -357,10 +357,10 @@ func (s *Store) CheckInvariants() error {
 			o.mu.Unlock()
 			continue // reported above
 		}
-		if len(o.res.heap.jobs) != n {
-			bad("client %p holds %d jobs, its tubes count %d", o, len(o.res.heap.jobs), n)
+		if o.res.heap.Len() != n {
+			bad("client %p holds %d jobs, its tubes count %d", o, o.res.heap.Len(), n)
 		}
-		for i, j := range o.res.heap.jobs {
+		for i, j := range o.res.heap.all() {
 			checkHeapSlot(bad, fmt.Sprintf("reserved heap of client %p", o), &o.res.heap, i, int(j.slot))
 			if j.owner != o {
 				bad("client %p holds job %d owned by %p", o, j.id, j.owner)
@@ -454,12 +454,12 @@ func (s *Store) CheckClients(open ...*Client) error {
 }
 
 func checkHeapSlot(bad func(string, ...any), at string, h *jobHeap, i, slot int) {
-	j := h.jobs[i]
+	j := h.at(i)
 	if slot != i {
 		bad("%s: job %d at slot %d has index %d", at, j.id, i, slot)
 	}
-	if p := (i - 1) / 2; i > 0 && h.less(j, h.jobs[p]) {
-		bad("%s: job %d at slot %d sorts before its parent %d", at, j.id, i, h.jobs[p].id)
+	if p := (i - 1) / 2; i > 0 && h.less(j, h.at(p)) {
+		bad("%s: job %d at slot %d sorts before its parent %d", at, j.id, i, h.at(p).id)
 	}
 }
 
