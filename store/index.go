@@ -20,7 +20,8 @@ import "sync"
 // while the ids around them are deleted would cost its whole 1 KiB for
 // them. So a page that has fallen more than pageAge pages behind the
 // shard's newest and holds at most spillAt jobs gives them up to the
-// shard's spill map and is freed, bounding the index at 64 bytes a job.
+// shard's spill map and is freed, bounding the index at 64 bytes a job
+// (once a page is allocated after the thinning).
 // That is checked when a page becomes old and, for an old page that thins
 // out later, at the next allocation of a page in the shard: a queue
 // drained in id order empties its pages soon after they thin out, so they
@@ -60,6 +61,11 @@ type jobShard struct {
 	// sparse lists old pages that have thinned out to spillAt jobs since
 	// the last allocation of a page.
 	sparse []uint64
+	// Neighbouring shards take neighbouring ids, put at the same moment on
+	// different cores: with 64 bytes after its fields, a shard's fields
+	// never share a cache line with the next shard's lock, however the
+	// array is aligned.
+	_ [64]byte
 }
 
 func (s *Store) shard(id uint64) *jobShard { return &s.shards[id%jobShards] }

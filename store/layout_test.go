@@ -65,3 +65,13 @@ func TestNewJob(t *testing.T) {
 		}
 	}
 }
+
+// TestShardSize keeps id index shards apart (see jobShard): 64 bytes from
+// the end of one shard's fields to the next shard's lock.
+func TestShardSize(t *testing.T) {
+	var sh jobShard
+	end := unsafe.Offsetof(sh.sparse) + unsafe.Sizeof(sh.sparse)
+	if gap := unsafe.Sizeof(sh) - end; gap < 64 {
+		t.Errorf("a jobShard leaves %d bytes after its fields, want 64", gap)
+	}
+}
