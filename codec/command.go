@@ -182,6 +182,8 @@ func (s Status) String() string {
 type Command struct {
 	Op     Op
 	Status Status
+	// BodyAliased says that Body aliases the input (see Body).
+	BodyAliased bool
 
 	// ID is the job id of reserve-job, delete, release, bury, touch, peek,
 	// kick-job and stats-job, and for OpPutBody the id the caller gave
@@ -205,7 +207,9 @@ type Command struct {
 	// until the caller discards those bytes; copy it to keep it.
 	Tube []byte
 	// Body is the put body of OpPutBody, len Bytes+2, including the two
-	// trailing bytes as sent. It is freshly allocated and belongs to the
+	// trailing bytes as sent. A body that was all in the input of the call
+	// that completed it aliases that input (BodyAliased), like Tube: copy
+	// it to keep it. Otherwise it is freshly allocated and belongs to the
 	// caller.
 	Body []byte
 }

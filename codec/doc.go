@@ -25,8 +25,9 @@
 // first LineMax bytes are searched, only the first '\r' counts, and a line
 // that does not fit is thrown away in LineMax chunks and answered with a
 // single BAD_FORMAT. A put header switches the parser to counting out the
-// body (bytes+2 of them, whatever they contain), which it copies into the
-// one buffer it allocates per put, or, for a body over the size limit, throws
+// body (bytes+2 of them, whatever they contain), which it hands over in
+// place if it is all in the input, else copies into the one buffer it ever
+// allocates as its parts come, or, for a body over the size limit, throws
 // away before reporting JOB_TOO_BIG. What a put needs between its header and
 // its body is made at a connection's first put, so idle connections, which
 // every server has many of, carry only a few bytes of parse state.
@@ -34,8 +35,9 @@
 // Command lines are matched by prefix in beanstalkd's order, and arguments
 // are parsed with beanstalkd's quirks (see the Status constants and the
 // tests, which list them), so Sprout answers malformed input the way
-// beanstalkd does. Command.Tube aliases the caller's input to avoid a copy;
-// Command.Body is the caller's to keep.
+// beanstalkd does. Command.Tube, and Command.Body when it came whole
+// (Command.BodyAliased), alias the caller's input to avoid a copy; a body
+// that came in parts is the caller's to keep.
 //
 // # Output
 //

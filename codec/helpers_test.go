@@ -32,8 +32,12 @@ func feed(t testing.TB, p *codec.Parser, chunks ...[]byte) (cmds []codec.Command
 			if !ok {
 				break
 			}
-			// Tube aliases buf, which the next append may overwrite.
+			// Tube, and Body if aliased, alias buf, which the next
+			// append may overwrite.
 			cmd.Tube = bytes.Clone(cmd.Tube)
+			if cmd.BodyAliased {
+				cmd.Body = bytes.Clone(cmd.Body)
+			}
 			cmds = append(cmds, cmd)
 		}
 	}

@@ -25,7 +25,8 @@ const (
 	// stateSkipLine throws away an over-long line, LineMax bytes at a time,
 	// until a chunk holds its "\r\n".
 	stateSkipLine
-	// stateBody copies a put body into Parser.body.
+	// stateBody counts out a put body: in place if it arrives whole, else
+	// copied into Parser.body as it comes.
 	stateBody
 	// stateDiscardBody throws away a too-big put body by count, whatever it
 	// contains.
@@ -98,8 +99,9 @@ func (p *Parser) InBody() bool {
 // skipped bytes may have been consumed) and waits for more input. A partial
 // command line is never consumed.
 //
-// Parse allocates only the body of an accepted put, once per put, and the
-// parser's put state at the connection's first put header.
+// Parse allocates only the body of an accepted put that arrives over more
+// than one call, once per put, and the parser's put state at the
+// connection's first put header.
 func (p *Parser) Parse(in []byte, cmd *Command) (n int, ok bool) {
 	switch p.state {
 	case stateBody:
@@ -229,14 +231,21 @@ func (p *Parser) BodyHeld() int {
 // readBody counts the body rather than scanning it: exactly bytes+2 bytes
 // belong to it, and anything after is the next command line.
 //
-// A body is allocated as its bytes come, with room for twice what has
-// arrived and never past its size: one that arrives whole or in two halves
-// is allocated once, at its exact size, and a header line alone, or a
-// client that stops half way, cannot make the server hold the declared
-// size.
+// A body that is all in in (the usual case: put's line and body come in
+// one packet) is handed over where it is, aliasing in; the caller copies
+// what it keeps. Otherwise the body is allocated as its bytes come, with
+// room for twice what has arrived and never past its size: one that
+// arrives in two halves is allocated once, at its exact size, and a header
+// line alone, or a client that stops half way, cannot make the server hold
+// the declared size.
 func (p *Parser) readBody(in []byte, cmd *Command) (int, bool) {
 	ps := p.put
 	want := int(ps.want)
+	if ps.body == nil && len(in) >= want {
+		ps.body = in[:want:want]
+		p.finishBody(cmd, true)
+		return want, true
+	}
 	chunk := in[:min(len(in), want-len(ps.body))]
 	if len(chunk) > cap(ps.body)-len(ps.body) {
 		// Room for twice what has arrived: a body split over two reads
@@ -252,21 +261,29 @@ func (p *Parser) readBody(in []byte, cmd *Command) (int, bool) {
 	if len(ps.body) < want {
 		return n, false
 	}
+	p.finishBody(cmd, false)
+	return n, true
+}
+
+// finishBody reports the complete body in p.put.body as OpPutBody and
+// returns to reading lines.
+func (p *Parser) finishBody(cmd *Command, aliased bool) {
+	ps := p.put
 	body := ps.body
 	*cmd = Command{
-		Op:    OpPutBody,
-		ID:    ps.id,
-		Pri:   ps.pri,
-		Delay: ps.delay,
-		TTR:   ps.ttr,
-		Bytes: uint32(len(body) - 2),
-		Body:  body,
+		Op:          OpPutBody,
+		BodyAliased: aliased,
+		ID:          ps.id,
+		Pri:         ps.pri,
+		Delay:       ps.delay,
+		TTR:         ps.ttr,
+		Bytes:       uint32(len(body) - 2),
+		Body:        body,
 	}
 	if body[len(body)-2] != '\r' || body[len(body)-1] != '\n' {
 		cmd.Status = ExpectedCRLF
 	}
 	p.state, ps.body, ps.want = stateLine, nil, 0
-	return n, true
 }
 
 func (p *Parser) discardBody(in []byte, cmd *Command) (int, bool) {

@@ -486,7 +486,7 @@ func TestOpCounter(t *testing.T) {
 
 // TestBodyHeldGrowsWithArrival: a put header alone holds no memory, a body
 // arriving in parts holds about what has arrived, and a body that arrives
-// whole is allocated at its exact size.
+// whole is handed over in place.
 func TestBodyHeldGrowsWithArrival(t *testing.T) {
 	p := codec.NewParser(1 << 20)
 	var cmd codec.Command
@@ -507,15 +507,19 @@ func TestBodyHeldGrowsWithArrival(t *testing.T) {
 	if _, ok := p.Parse(rest, &cmd); !ok || cmd.Op != codec.OpPutBody || len(cmd.Body) != 1_000_002 {
 		t.Fatalf("rest of the body: %v %v %d", ok, cmd.Op, len(cmd.Body))
 	}
-	if p.BodyHeld() != 0 {
-		t.Fatal("the parser kept the body")
+	if p.BodyHeld() != 0 || cmd.BodyAliased {
+		t.Fatalf("the parser kept the body (%d bytes), or called it aliased (%v)", p.BodyHeld(), cmd.BodyAliased)
 	}
 
 	if _, ok := p.Parse([]byte("put 0 0 0 5\r\nhello\r\n"), &cmd); !ok {
 		t.Fatal("header")
 	}
-	if _, ok := p.Parse([]byte("hello\r\n"), &cmd); !ok || cap(cmd.Body) != 7 {
-		t.Fatalf("a whole body: cap %d, want exactly 7", cap(cmd.Body))
+	whole := []byte("hello\r\nstats\r\n")
+	if _, ok := p.Parse(whole, &cmd); !ok || !cmd.BodyAliased || &cmd.Body[0] != &whole[0] || cap(cmd.Body) != 7 {
+		t.Fatalf("a whole body: aliased %v, cap %d; want it in place, cap exactly 7", cmd.BodyAliased, cap(cmd.Body))
+	}
+	if p.BodyHeld() != 0 {
+		t.Fatal("the parser kept a whole body")
 	}
 
 	// More than half a body in the first read: one allocation, exact.
@@ -523,8 +527,8 @@ func TestBodyHeldGrowsWithArrival(t *testing.T) {
 		t.Fatal("header")
 	}
 	p.Parse(make([]byte, 40_000), &cmd)
-	if _, ok := p.Parse(append(make([]byte, 65535-40_000), "\r\n"...), &cmd); !ok || cap(cmd.Body) != 65537 {
-		t.Fatalf("a body in two reads: cap %d, want exactly 65537", cap(cmd.Body))
+	if _, ok := p.Parse(append(make([]byte, 65535-40_000), "\r\n"...), &cmd); !ok || cap(cmd.Body) != 65537 || cmd.BodyAliased {
+		t.Fatalf("a body in two reads: cap %d, aliased %v; want exactly 65537, owned", cap(cmd.Body), cmd.BodyAliased)
 	}
 }
 

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"time"
 
@@ -150,7 +151,11 @@ func (ss *session) putBody(cmd *codec.Command, out []byte) []byte {
 	if ss.loop.srv.draining.Load() {
 		return append(out, codec.ReplyDraining...)
 	}
-	j, err := ss.client.Put(cmd.ID, cmd.Pri, cmd.Delay, cmd.TTR, cmd.Body)
+	body := cmd.Body
+	if cmd.BodyAliased && len(body) > store.MaxCopiedBody {
+		body = bytes.Clone(body) // the store keeps it; it aliases the input
+	}
+	j, err := ss.client.Put(cmd.ID, cmd.Pri, cmd.Delay, cmd.TTR, body)
 	if err != nil {
 		return append(out, codec.ReplyOutOfMemory...) // the log's disk is full
 	}

@@ -277,6 +277,32 @@ func TestPipelinedBehindBlockingReserve(t *testing.T) {
 	consumer.expect("WATCHING 2\r\n")
 }
 
+// TestPutBodiesOutliveInput: a put body that arrives whole is parsed in
+// place in the connection's input buffer; whatever its size, the stored
+// job must keep it after the buffer is reused for later input.
+func TestPutBodiesOutliveInput(t *testing.T) {
+	_, network, addr := startServer(t, engine.Config{})
+	c := dialRaw(t, network, addr)
+	sizes := []int{0, 1, 64, store.MaxCopiedBody, store.MaxCopiedBody + 1, 4000, 60000}
+	for i, n := range sizes {
+		c.send(fmt.Sprintf("put 0 0 60 %d\r\n%s\r\n", n, strings.Repeat(string(rune('a'+i)), n)))
+		c.expect(fmt.Sprintf("INSERTED %d\r\n", i+1))
+	}
+	// Refill the input buffer with other bytes.
+	for range 100 {
+		c.send("put 0 0 60 500\r\n" + strings.Repeat("z", 500) + "\r\n")
+	}
+	for range 100 {
+		if _, err := c.reply(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, n := range sizes {
+		c.send(fmt.Sprintf("peek %d\r\n", i+1))
+		c.expect(fmt.Sprintf("FOUND %d %d\r\n%s\r\n", i+1, n, strings.Repeat(string(rune('a'+i)), n)))
+	}
+}
+
 // TestCrossLoopHandoff runs consumers and producers spread over several
 // event loops and checks every job is delivered exactly once.
 func TestCrossLoopHandoff(t *testing.T) {

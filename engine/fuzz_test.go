@@ -798,7 +798,7 @@ type fuzzCmd struct {
 func newFuzzCmd(cmd *codec.Command, text []byte) fuzzCmd {
 	c := fuzzCmd{op: cmd.Op, status: cmd.Status, id: cmd.ID, timeout: cmd.Timeout, tube: string(cmd.Tube), text: string(text)}
 	if cmd.Op == codec.OpPutBody {
-		c.body = cmd.Body[:len(cmd.Body)-2]
+		c.body = bytes.Clone(cmd.Body[:len(cmd.Body)-2]) // it may alias the input
 	}
 	return c
 }

@@ -163,7 +163,8 @@ func (ss *session) serveInput() gnet.Action {
 			break
 		}
 	}
-	// Tube names in cmd alias in; they are dead once dispatched. gnet's
+	// Tube names and whole put bodies in cmd alias in; they are dead once
+	// dispatched (the store copies what it keeps). gnet's
 	// Discard(0) would throw away everything, hence the guard.
 	if consumed > 0 {
 		_, _ = c.Discard(consumed)

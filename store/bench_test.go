@@ -1,7 +1,9 @@
 package store_test
 
 import (
+	"bytes"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -98,4 +100,33 @@ func benchmarkPutAmongTubes(b *testing.B, tubes int) {
 	for b.Loop() {
 		c.Put(s.NextID(), 0, 0, 60, benchBody)
 	}
+}
+
+// BenchmarkStoredJobs puts jobs of 64 bytes (66 with "\r\n", from one
+// buffer, as the codec hands over a body that arrives whole) and keeps
+// them, reporting the live heap per stored job after a collection
+// (live-B/job) and everything allocated per put (alloc-B/job), which sets
+// how often the collector runs and so how far the heap grows beyond the
+// live jobs. Run with -benchtime=1000000x for the end-to-end jobs-memory
+// scenario's size.
+func BenchmarkStoredJobs(b *testing.B) {
+	s := store.New(store.Options{})
+	defer s.Close()
+	c := s.NewClient(nopNotifier{})
+	defer c.Close()
+	payload := append(bytes.Repeat([]byte("x"), 64), "\r\n"...)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.ReportAllocs()
+	for b.Loop() {
+		c.Put(s.NextID(), 0, 0, 60, payload)
+	}
+	b.StopTimer()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	n := float64(b.N)
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "live-B/job")
+	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/n, "alloc-B/job")
+	runtime.KeepAlive(c)
 }

@@ -65,7 +65,7 @@ type reservations struct {
 func (c *Client) reservationsLocked() *reservations {
 	if c.res == nil {
 		c.res = &reservations{
-			heap: jobHeap{less: delayLess, index: ownerSlot},
+			heap: jobHeap{less: delayLess},
 			ttr:  newTimer((*ttrTarget)(c)),
 		}
 	}
@@ -170,20 +170,16 @@ func (c *Client) watchIndex(name []byte) int {
 // Put stores a new job with a pre-allocated id (Store.NextID) in the used
 // tube. delay and ttr are in seconds; ttr below MinTTR becomes MinTTR. With
 // a log whose disk is full it fails with ErrNoSpace and stores nothing.
+//
+// A body of up to MaxCopiedBody bytes is copied, so the caller may reuse
+// its buffer; a longer one is kept, and must not change afterwards.
 func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) (*Job, error) {
 	t := c.use
 	now := c.s.now()
-	j := &Job{
-		id:         id,
-		body:       body,
-		tube:       t,
-		createdAt:  now,
-		pri:        pri,
-		delay:      int64(delay) * int64(time.Second),
-		ttr:        max(int64(ttr)*int64(time.Second), int64(MinTTR)),
-		heapIndex:  -1,
-		ownerIndex: -1,
-	}
+	j := newJob(body)
+	j.id, j.tube, j.createdAt = id, t, now
+	j.pri, j.delay, j.ttr = pri, delay, max(ttr, uint32(MinTTR/time.Second))
+	j.slot = -1
 	t.refs.Add(1) // safe without registryMu: c holds a reference to t
 	var hs handoffs
 	t.mu.Lock()
@@ -194,7 +190,7 @@ func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) (*Job, erro
 	if c.s.log != nil {
 		j.state, j.deadline = StateReady, 0
 		if j.delay > 0 {
-			j.state, j.deadline = StateDelayed, now+j.delay
+			j.state, j.deadline = StateDelayed, now+j.delayNS()
 		}
 		r := c.s.record(wal.KindFull, j)
 		if err := c.s.logLocked(c, j, &r); err != nil {
@@ -207,7 +203,7 @@ func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) (*Job, erro
 	}
 	t.totalJobs++
 	c.s.counts.totalJobs.Add(1)
-	t.enqueueLocked(j, j.delay, now)
+	t.enqueueLocked(j, j.delayNS(), now)
 	hs = t.dispatchLocked(now, hs)
 	t.mu.Unlock()
 	c.s.complete(hs)
@@ -465,9 +461,9 @@ func (c *Client) Release(id uint64, pri, delay uint32) error {
 	}
 	t.detachLocked(j)
 	j.pri = pri
-	j.delay = d
+	j.delay = delay
 	j.counts.releases++
-	t.enqueueLocked(j, j.delay, now)
+	t.enqueueLocked(j, d, now)
 	hs := t.dispatchLocked(now, nil)
 	t.mu.Unlock()
 	c.s.complete(hs)
@@ -505,7 +501,7 @@ func (c *Client) Touch(id uint64) bool {
 		return false
 	}
 	c.mu.Lock()
-	j.deadline = c.s.now() + j.ttr
+	j.deadline = c.s.now() + j.ttrNS()
 	c.res.heap.fix(j) // j is c's, so c.res exists
 	c.rearmTTRLocked()
 	c.mu.Unlock()
@@ -673,7 +669,7 @@ func (tt *ttrTarget) onTimer(now int64) {
 	c.mu.Lock()
 	c.res.ttrAt = 0 // the timer has fired; the next rearm must schedule again
 	var due []*Job
-	for _, j := range c.res.heap.jobs {
+	for _, j := range c.res.heap.all() {
 		if j.deadline <= now {
 			due = append(due, j)
 		}

@@ -7,10 +7,11 @@
 //
 // Each Tube has a ready heap ordered by (priority, id), a delay heap ordered
 // by (deadline, id), a buried FIFO, and the set of clients waiting to
-// reserve from it. Jobs are also indexed by id in 64 shards. Every
-// operation is O(log n) in the jobs of one tube; nothing scans all tubes, so
-// ten thousand tubes cost no more per command than one. Server-wide counts
-// are atomics updated alongside the per-tube ones.
+// reserve from it. Jobs are also indexed by id, in 64 shards of pages of
+// job pointers (index.go). Every operation is O(log n) in the jobs of one
+// tube; nothing scans all tubes, so ten thousand tubes cost no more per
+// command than one. Server-wide counts are atomics updated alongside the
+// per-tube ones.
 //
 // Waiting clients follow beanstalkd exactly: a blocked reserve joins the
 // waiting set of every watched tube; a job that becomes ready in a tube goes

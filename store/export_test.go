@@ -25,7 +25,7 @@ func (c *Client) ReservedIDs() []uint64 {
 	c.mu.Lock()
 	var ids []uint64
 	if c.res != nil {
-		for _, j := range c.res.heap.jobs {
+		for _, j := range c.res.heap.all() {
 			ids = append(ids, j.id)
 		}
 	}
@@ -40,13 +40,59 @@ func (s *Store) LiveJobIDs() []uint64 {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.RLock()
-		for id := range sh.jobs {
-			ids = append(ids, id)
-		}
+		sh.eachLocked(func(j *Job) { ids = append(ids, j.id) })
 		sh.mu.RUnlock()
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// checkLocked reports broken invariants of shard i of the id index (see
+// index.go); sh.mu must be held.
+func (sh *jobShard) checkLocked(i int, bad func(format string, args ...any)) {
+	if sh.newestN1 == 0 {
+		if len(sh.pages) != 0 || sh.newest != nil {
+			bad("index shard %d: pages but no newest", i)
+		}
+	} else if p := sh.pages[sh.newestN1-1]; p == nil || p != sh.newest {
+		bad("index shard %d: newest page %d missing", i, sh.newestN1-1)
+	}
+	for n, p := range sh.pages {
+		if n+1 > sh.newestN1 {
+			bad("index shard %d: page %d beyond the newest, %d", i, n, sh.newestN1-1)
+		}
+		live := 0
+		for k, j := range p.slots {
+			if j == nil {
+				continue
+			}
+			live++
+			if at := uint64(i) + jobShards*(n*pageSlots+uint64(k)); j.id != at {
+				bad("index shard %d: job %d in the slot of id %d", i, j.id, at)
+			}
+		}
+		if live != p.live {
+			bad("index shard %d: page %d counts %d jobs, holds %d", i, n, p.live, live)
+		}
+		if live == 0 && n+1 != sh.newestN1 {
+			bad("index shard %d: page %d is empty and not the newest", i, n)
+		}
+		if live <= spillAt && n+pageAge+1 < sh.newestN1 && !slices.Contains(sh.sparse, n) {
+			bad("index shard %d: old page %d holds only %d jobs and is not listed sparse", i, n, live)
+		}
+	}
+	if sh.spill != nil && len(sh.spill) == 0 {
+		bad("index shard %d: empty spill map kept", i)
+	}
+	for id, j := range sh.spill {
+		n, _ := place(id)
+		if j.id != id || id%jobShards != uint64(i) {
+			bad("index shard %d: spill key %d holds job %d", i, id, j.id)
+		}
+		if sh.pages[n] != nil || n+1 >= sh.newestN1 {
+			bad("index shard %d: job %d spilled, but its page %d exists or is the newest", i, id, n)
+		}
+	}
 }
 
 // TubeRefs is the named tube's reference count, or -1 if it does not exist.
@@ -91,16 +137,14 @@ func (s *Store) CheckInvariants() error {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.RLock()
-		for id, j := range sh.jobs {
-			if j.id != id {
-				bad("index: key %d holds job %d", id, j.id)
-			}
-			if id%jobShards != uint64(i) {
-				bad("index: job %d in shard %d", id, i)
+		sh.checkLocked(i, bad)
+		sh.eachLocked(func(j *Job) {
+			if index[j] {
+				bad("index: job %d twice", j.id)
 			}
 			index[j] = true
 			jobsOf[j.tube] = append(jobsOf[j.tube], j)
-		}
+		})
 		sh.mu.RUnlock()
 	}
 
@@ -141,23 +185,23 @@ func (s *Store) CheckInvariants() error {
 		name := t.name
 
 		nUrgent := 0
-		for i, j := range t.ready.jobs {
+		for i, j := range t.ready.all() {
 			at := "ready heap of " + name
 			place(j, at)
-			checkHeapSlot(bad, at, &t.ready, i, int(j.heapIndex))
-			if j.tube != t || j.state != StateReady || j.owner != nil || j.ownerIndex != -1 {
-				bad("%s: job %d has tube %q, state %v, owner %p, ownerIndex %d",
-					at, j.id, j.tube.name, j.state, j.owner, j.ownerIndex)
+			checkHeapSlot(bad, at, &t.ready, i, int(j.slot))
+			if j.tube != t || j.state != StateReady || j.owner != nil {
+				bad("%s: job %d has tube %q, state %v, owner %p",
+					at, j.id, j.tube.name, j.state, j.owner)
 			}
 			if j.pri < UrgentPriority {
 				nUrgent++
 			}
 		}
-		for i, j := range t.delayed.jobs {
+		for i, j := range t.delayed.all() {
 			at := "delay heap of " + name
 			place(j, at)
-			checkHeapSlot(bad, at, &t.delayed, i, int(j.heapIndex))
-			if j.tube != t || j.state != StateDelayed || j.owner != nil || j.ownerIndex != -1 {
+			checkHeapSlot(bad, at, &t.delayed, i, int(j.slot))
+			if j.tube != t || j.state != StateDelayed || j.owner != nil {
 				bad("%s: job %d has tube %q, state %v, owner %p", at, j.id, j.tube.name, j.state, j.owner)
 			}
 		}
@@ -175,9 +219,9 @@ func (s *Store) CheckInvariants() error {
 			if j.prev != prev {
 				bad("%s: job %d links back to the wrong job", at, j.id)
 			}
-			if j.tube != t || j.state != StateBuried || j.heapIndex != -1 || j.owner != nil || j.ownerIndex != -1 {
-				bad("%s: job %d has tube %q, state %v, heapIndex %d, owner %p",
-					at, j.id, j.tube.name, j.state, j.heapIndex, j.owner)
+			if j.tube != t || j.state != StateBuried || j.slot != -1 || j.owner != nil {
+				bad("%s: job %d has tube %q, state %v, slot %d, owner %p",
+					at, j.id, j.tube.name, j.state, j.slot, j.owner)
 			}
 			prev = j
 		}
@@ -202,9 +246,6 @@ func (s *Store) CheckInvariants() error {
 			}
 			place(j, at)
 			reservedBy[o]++
-			if j.heapIndex != -1 {
-				bad("reserved job %d has heapIndex %d", j.id, j.heapIndex)
-			}
 			o.mu.Lock()
 			if o.closed {
 				bad("job %d is reserved by a closed client", j.id)
@@ -215,8 +256,8 @@ func (s *Store) CheckInvariants() error {
 				continue
 			}
 			r := o.res
-			if k := int(j.ownerIndex); k < 0 || k >= len(r.heap.jobs) || r.heap.jobs[k] != j {
-				bad("%s: job %d not at its ownerIndex %d", at, j.id, k)
+			if k := int(j.slot); k < 0 || k >= r.heap.Len() || r.heap.at(k) != j {
+				bad("%s: job %d not at its slot %d", at, j.id, k)
 			}
 			inOrder := false
 			for o := r.order.head; o != nil; o = o.next {
@@ -308,7 +349,7 @@ func (s *Store) CheckInvariants() error {
 		}
 	}
 
-	// Owners' heaps: deadline and ownerIndex are written with the owner's
+	// Owners' heaps: deadline and slot are written with the owner's
 	// lock held, so the owner's lock alone is enough to read them.
 	for o, n := range reservedBy {
 		o.mu.Lock()
@@ -316,11 +357,11 @@ func (s *Store) CheckInvariants() error {
 			o.mu.Unlock()
 			continue // reported above
 		}
-		if len(o.res.heap.jobs) != n {
-			bad("client %p holds %d jobs, its tubes count %d", o, len(o.res.heap.jobs), n)
+		if o.res.heap.Len() != n {
+			bad("client %p holds %d jobs, its tubes count %d", o, o.res.heap.Len(), n)
 		}
-		for i, j := range o.res.heap.jobs {
-			checkHeapSlot(bad, fmt.Sprintf("reserved heap of client %p", o), &o.res.heap, i, int(j.ownerIndex))
+		for i, j := range o.res.heap.all() {
+			checkHeapSlot(bad, fmt.Sprintf("reserved heap of client %p", o), &o.res.heap, i, int(j.slot))
 			if j.owner != o {
 				bad("client %p holds job %d owned by %p", o, j.id, j.owner)
 			}
@@ -413,12 +454,12 @@ func (s *Store) CheckClients(open ...*Client) error {
 }
 
 func checkHeapSlot(bad func(string, ...any), at string, h *jobHeap, i, slot int) {
-	j := h.jobs[i]
+	j := h.at(i)
 	if slot != i {
 		bad("%s: job %d at slot %d has index %d", at, j.id, i, slot)
 	}
-	if p := (i - 1) / 2; i > 0 && h.less(j, h.jobs[p]) {
-		bad("%s: job %d at slot %d sorts before its parent %d", at, j.id, i, h.jobs[p].id)
+	if p := (i - 1) / 2; i > 0 && h.less(j, h.at(p)) {
+		bad("%s: job %d at slot %d sorts before its parent %d", at, j.id, i, h.at(p).id)
 	}
 }
 

@@ -19,8 +19,8 @@ func (s *Store) record(kind wal.Kind, j *Job) wal.Record {
 		ID:        j.id,
 		State:     uint8(j.state),
 		Pri:       j.pri,
-		Delay:     j.delay,
-		TTR:       j.ttr,
+		Delay:     j.delayNS(),
+		TTR:       j.ttrNS(),
 		CreatedAt: s.wall(j.createdAt),
 		Reserves:  j.counts.reserves,
 		Timeouts:  j.counts.timeouts,
@@ -33,7 +33,7 @@ func (s *Store) record(kind wal.Kind, j *Job) wal.Record {
 	}
 	if kind == wal.KindFull {
 		r.Tube = j.tube.name
-		r.Body = j.body
+		r.Body = j.Body()
 	}
 	return r
 }
@@ -94,21 +94,13 @@ func (s *Store) recover() {
 	now := s.now()
 	for _, r := range s.log.Recovered() {
 		t := s.acquireTube([]byte(r.Tube))
-		j := &Job{
-			id:         r.ID,
-			body:       r.Body,
-			tube:       t,
-			createdAt:  s.mono(r.CreatedAt),
-			pri:        r.Pri,
-			delay:      r.Delay,
-			ttr:        max(r.TTR, int64(MinTTR)),
-			heapIndex:  -1,
-			ownerIndex: -1,
-			seg:        r.Loc.Seg,
-			counts: jobCounts{
-				reserves: r.Reserves, timeouts: r.Timeouts, releases: r.Releases,
-				buries: r.Buries, kicks: r.Kicks,
-			},
+		j := newJob(r.Body)
+		j.id, j.tube, j.createdAt = r.ID, t, s.mono(r.CreatedAt)
+		j.pri, j.delay, j.ttr = r.Pri, seconds(r.Delay), seconds(max(r.TTR, int64(MinTTR)))
+		j.slot, j.seg = -1, r.Loc.Seg
+		j.counts = jobCounts{
+			reserves: r.Reserves, timeouts: r.Timeouts, releases: r.Releases,
+			buries: r.Buries, kicks: r.Kicks,
 		}
 		t.mu.Lock()
 		s.insertJobLocked(j)
@@ -167,5 +159,5 @@ func (j *Job) logLoc() wal.Loc {
 	if j.seg == 0 {
 		return wal.Loc{}
 	}
-	return wal.Loc{Seg: j.seg, Size: uint32(wal.FullSize(len(j.tube.name), len(j.body)))}
+	return wal.Loc{Seg: j.seg, Size: uint32(wal.FullSize(len(j.tube.name), int(j.bodyLen)))}
 }

@@ -25,8 +25,6 @@ const MinTTR = time.Second
 // is due within this long gets DEADLINE_SOON instead of blocking.
 const DeadlineMargin = time.Second
 
-const jobShards = 64
-
 // Store holds every tube and job. It is safe for concurrent use; see doc.go
 // for the lock order.
 type Store struct {
@@ -60,12 +58,6 @@ type Store struct {
 // so clients can finish the jobs they hold. It cannot be undone.
 func (s *Store) HoldJobs() { s.holding.Store(true) }
 
-type jobShard struct {
-	mu   sync.RWMutex
-	jobs map[uint64]*Job // guarded by mu
-	_    [32]byte        // keep neighbouring shard locks off one cache line
-}
-
 // globalCounts are the server-wide job figures; each is changed under the
 // lock of the tube whose job moved, so they are exact whenever no operation
 // is in flight.
@@ -96,9 +88,6 @@ func New(opts Options) *Store {
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 		tubes: make(map[string]*Tube),
-	}
-	for i := range s.shards {
-		s.shards[i].jobs = make(map[uint64]*Job)
 	}
 	s.wallBase = time.Now().UnixNano() - now()
 	s.log = opts.Log
@@ -158,18 +147,6 @@ func (s *Store) advanceIDMark(id uint64) {
 	if _, _, err := s.log.Append(&r, wal.Loc{}); err == nil {
 		s.idMark.Store(mark)
 	}
-}
-
-func (s *Store) shard(id uint64) *jobShard { return &s.shards[id%jobShards] }
-
-// lookup finds a live job by id without taking any tube lock. The caller
-// must lock j.tube.mu and check j.state before trusting mutable fields.
-func (s *Store) lookup(id uint64) *Job {
-	sh := s.shard(id)
-	sh.mu.RLock()
-	j := sh.jobs[id]
-	sh.mu.RUnlock()
-	return j
 }
 
 // Peek returns any live job by id, in any state or tube.
@@ -282,20 +259,4 @@ func (s *Store) PauseTube(name []byte, d time.Duration) bool {
 		t.pauseUntil = now + int64(d)
 		s.timers.schedule(&t.pauseTimer, t.pauseUntil)
 	})
-}
-
-// insertJobLocked makes j findable by id. j.tube.mu must be held.
-func (s *Store) insertJobLocked(j *Job) {
-	sh := s.shard(j.id)
-	sh.mu.Lock()
-	sh.jobs[j.id] = j
-	sh.mu.Unlock()
-}
-
-// forgetJobLocked removes j from the id index. j.tube.mu must be held.
-func (s *Store) forgetJobLocked(j *Job) {
-	sh := s.shard(j.id)
-	sh.mu.Lock()
-	delete(sh.jobs, j.id)
-	sh.mu.Unlock()
 }

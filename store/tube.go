@@ -56,8 +56,8 @@ type (
 
 func newTube(s *Store, name string) *Tube {
 	t := &Tube{s: s, name: name}
-	t.ready = jobHeap{less: jobLess, index: tubeSlot}
-	t.delayed = jobHeap{less: delayLess, index: tubeSlot}
+	t.ready = jobHeap{less: jobLess}
+	t.delayed = jobHeap{less: delayLess}
 	t.delayTimer = newTimer((*delayTarget)(t))
 	t.pauseTimer = newTimer((*pauseTarget)(t))
 	return t
@@ -155,7 +155,7 @@ func (t *Tube) reserveLocked(j *Job, c *Client, now int64) bool {
 	t.detachLocked(j)
 	j.state = StateReserved
 	j.owner = c
-	j.deadline = now + j.ttr
+	j.deadline = now + j.ttrNS()
 	j.counts.reserves++
 	r := c.reservationsLocked()
 	r.heap.push(j)
