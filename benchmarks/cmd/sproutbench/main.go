@@ -157,6 +157,9 @@ func run(ctx context.Context, o options) error {
 	} else {
 		for _, g := range load.EvaluateGoals(outs, base.Name, cand.Name) {
 			fmt.Printf("goal %-52s %14s vs %-14s %7s  %s  %s\n", g.Text, g.Sprout, g.Base, g.RatioText(), g.TargetText(), g.Met)
+			if g.BaseOwn != "" {
+				fmt.Printf("     %-52s %14s vs %-14s %7s  (%s against itself)\n", "", g.BaseOwn, g.BaseAgainst, load.FormatRatio(g.BaseRatio), base.Name)
+			}
 		}
 	}
 	if o.out != "-" {
