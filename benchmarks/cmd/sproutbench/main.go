@@ -36,7 +36,6 @@ type options struct {
 	only, with         string
 	list               bool
 	out                string
-	latest             bool
 	progress           bool
 	idleConns, jobs    int
 	command            string
@@ -58,15 +57,14 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "run only scenarios whose name matches this regular expression, from the whole list")
 	flag.StringVar(&o.with, "with", "", "also run the long-run scenarios whose name matches this regular expression (for example 'idle-conns|jobs-memory')")
 	flag.BoolVar(&o.list, "list", false, "list the scenarios and exit")
-	flag.StringVar(&o.out, "out", "", "results directory; default benchmarks/results in the module; \"-\" writes no files")
-	flag.BoolVar(&o.latest, "latest", true, "also write latest.md and the charts the README shows, beside the timestamped copies")
+	flag.StringVar(&o.out, "out", "", "results directory, where latest.md, latest.json and the charts are replaced; default benchmarks/results in the module; \"-\" writes no files")
 	flag.BoolVar(&o.progress, "progress", false, "draw progress on stderr even when it is not a terminal")
 	flag.IntVar(&o.idleConns, "idle-conns", 0, "connections for idle-conns; default as many as the open-file limit allows")
 	flag.IntVar(&o.jobs, "jobs", 1_000_000, "jobs stored by jobs-memory")
 	flag.StringVar(&o.command, "command", "", "how this run was started, for the report; default the command line")
 	flag.Float64Var(&o.quiet, "quiet", 0.5, "before each run, wait until other processes keep at most this many cores busy; 0 does not wait")
 	flag.DurationVar(&o.quietWait, "quiet-wait", 5*time.Second, "the longest -quiet waits before a run")
-	flag.StringVar(&o.render, "render", "", "run nothing: write the report and charts again from this results JSON file")
+	flag.StringVar(&o.render, "render", "", "run nothing: write the report and charts again from this results JSON file, into its directory unless -out is given")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "sproutbench: unexpected argument %q\n", flag.Arg(0))
@@ -278,9 +276,10 @@ func rerender(ctx context.Context, o options) error {
 	return err
 }
 
-// writeResults writes the report, its data and its charts under a
-// timestamped name and, unless -latest=false, as latest.md, latest.json,
-// ratio.svg, latency.svg and resources.svg.
+// writeResults writes the report, its data and its charts as latest.md,
+// latest.json, ratio.svg, latency.svg and resources.svg, the names the
+// READMEs link to, replacing the previous run's. Only the latest run is
+// kept: git holds the earlier ones.
 func writeResults(ctx context.Context, o options, rep load.Report) ([]string, error) {
 	dir := o.out
 	if dir == "" {
@@ -294,51 +293,33 @@ func writeResults(ctx context.Context, o options, rep load.Report) ([]string, er
 		return nil, err
 	}
 	meta, outs := rep.Meta, rep.Outcomes
-	stamp := meta.Started.UTC().Format("20060102-150405")
 	b, c := meta.Base.Name, meta.Cand.Name
-	charts := []struct{ kind, svg string }{
-		{"ratio", load.RatioSVG(outs, b, c)},
-		{"latency", load.LatencySVG(outs, b, c)},
-		{"resources", load.ResourcesSVG(outs, b, c)},
+	names := load.ChartNames{Ratio: "ratio.svg", Latency: "latency.svg", Resources: "resources.svg"}
+	var md strings.Builder
+	if err := load.WriteMarkdown(&md, meta, outs, names); err != nil {
+		return nil, err
 	}
 	data, err := json.MarshalIndent(rep, "", "\t")
 	if err != nil {
 		return nil, err
 	}
+	files := []struct {
+		name    string
+		content []byte
+	}{
+		{names.Ratio, []byte(load.RatioSVG(outs, b, c))},
+		{names.Latency, []byte(load.LatencySVG(outs, b, c))},
+		{names.Resources, []byte(load.ResourcesSVG(outs, b, c))},
+		{"latest.md", []byte(md.String())},
+		{"latest.json", append(data, '\n')},
+	}
 	var paths []string
-	write := func(name string, content []byte) error {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, content, 0o644); err != nil {
-			return err
+	for _, f := range files {
+		p := filepath.Join(dir, f.name)
+		if err := os.WriteFile(p, f.content, 0o644); err != nil {
+			return paths, err
 		}
 		paths = append(paths, p)
-		return nil
-	}
-	prefixes := []string{stamp + "-"}
-	if o.latest {
-		prefixes = append(prefixes, "")
-	}
-	for _, prefix := range prefixes {
-		names := load.ChartNames{Ratio: prefix + "ratio.svg", Latency: prefix + "latency.svg", Resources: prefix + "resources.svg"}
-		for _, ch := range charts {
-			if err := write(prefix+ch.kind+".svg", []byte(ch.svg)); err != nil {
-				return paths, err
-			}
-		}
-		var md strings.Builder
-		if err := load.WriteMarkdown(&md, meta, outs, names); err != nil {
-			return paths, err
-		}
-		base := stamp
-		if prefix == "" {
-			base = "latest"
-		}
-		if err := write(base+".md", []byte(md.String())); err != nil {
-			return paths, err
-		}
-		if err := write(base+".json", append(data, '\n')); err != nil {
-			return paths, err
-		}
 	}
 	return paths, nil
 }
