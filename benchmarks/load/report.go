@@ -19,9 +19,12 @@ type Meta struct {
 	// each prints for -v.
 	Base, Cand               ServerSpec
 	BaseVersion, CandVersion string
-	Reps                     int
-	Warmup, Duration         time.Duration
-	FileLimit                int
+	// BaseFrom says how the reference server was found (FindBeanstalkd),
+	// or that -beanstalkd named it; empty in reports from before it was kept.
+	BaseFrom         string `json:",omitempty"`
+	Reps             int
+	Warmup, Duration time.Duration
+	FileLimit        int
 }
 
 // Report is a whole benchmark's data, as written to the results' JSON files
@@ -45,7 +48,11 @@ func WriteMarkdown(w io.Writer, meta Meta, outs []Outcome, charts ChartNames) er
 
 	p("# Sprout vs beanstalkd, same machine, same run\n\n")
 	p("Run %s on %s; %s.\n", meta.Started.UTC().Format("2006-01-02 15:04 MST"), meta.Host, meta.GoVersion)
-	p("Servers: `%s` (%s) and `%s` (%s).\n", b, meta.BaseVersion, c, meta.CandVersion)
+	if meta.BaseFrom != "" {
+		p("Servers: `%s` (%s: `%s`; %s) and `%s` (%s).\n", b, meta.BaseVersion, meta.Base.Path, meta.BaseFrom, c, meta.CandVersion)
+	} else {
+		p("Servers: `%s` (%s) and `%s` (%s).\n", b, meta.BaseVersion, c, meta.CandVersion)
+	}
 	p("Command: `%s`.\n\n", meta.Command)
 	p("Each figure is the median of %d repetitions that alternate the servers (%s, %s, %s, %s, …); "+
 		"repetitions go round the whole list of scenarios, so drift in the machine's speed weighs on all alike; "+

@@ -1,6 +1,7 @@
-// Command sproutbench runs Sprout and Debian's C beanstalkd side by side on
-// this machine, alternating them, and writes a report of the ratios with
-// charts to benchmarks/results.
+// Command sproutbench runs Sprout and C beanstalkd (the 1.13 release built
+// from the shared folder beside the clone, else Debian's 1.12 on PATH) side by
+// side on this machine, alternating them, and writes a report of the ratios
+// with charts to benchmarks/results.
 //
 //	go run ./benchmarks/cmd/sproutbench            # short runs: make bench
 //	go run ./benchmarks/cmd/sproutbench -full      # every scenario, longer: make bench-full
@@ -14,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -47,7 +47,7 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.sprout, "sprout", "", "Sprout executable; default: go build ./cmd/sprout into a temporary directory")
-	flag.StringVar(&o.beanstalkd, "beanstalkd", "", "beanstalkd executable; default: beanstalkd on PATH")
+	flag.StringVar(&o.beanstalkd, "beanstalkd", "", "beanstalkd executable; default: $SPROUT_REF_BEANSTALKD, else the 1.13 release built by ../shared/tools/build-beanstalkd-1.13.sh, else beanstalkd on PATH")
 	flag.StringVar(&o.baseName, "base-name", "beanstalkd", "what to call the -beanstalkd server in the report (for example nullqueue, see make bench-ceiling)")
 	flag.StringVar(&o.sproutArgs, "sprout-args", "", "extra flags for Sprout, space-separated (for example \"--loops 1\")")
 	flag.BoolVar(&o.full, "full", false, "every scenario (1,000 connections, idle connections, 1M jobs) and longer runs")
@@ -105,9 +105,15 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("open-file limit: %w", err)
 	}
 
+	baseFrom := "named by -beanstalkd"
 	if o.beanstalkd == "" {
-		if o.beanstalkd, err = exec.LookPath("beanstalkd"); err != nil {
-			return fmt.Errorf("the reference server beanstalkd is not on PATH (%v); install it with: apt-get install -y beanstalkd", err)
+		var notes []string
+		o.beanstalkd, baseFrom, notes, err = load.FindBeanstalkd(ctx)
+		for _, n := range notes {
+			fmt.Fprintln(os.Stderr, "reference server: passed over", n)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if o.sprout == "" {
@@ -126,12 +132,13 @@ func run(ctx context.Context, o options) error {
 
 	meta := load.Meta{
 		Started: time.Now(), Command: o.command, Host: load.HostInfo(), GoVersion: runtime.Version(),
-		Base: base, Cand: cand, BaseVersion: load.Version(base.Path), CandVersion: load.Version(cand.Path),
+		Base: base, Cand: cand, BaseVersion: load.Version(base.Path), CandVersion: load.Version(cand.Path), BaseFrom: baseFrom,
 		Reps: o.reps, Warmup: o.warmup, Duration: o.duration, FileLimit: limit,
 	}
 	if len(cand.Args) > 0 {
 		meta.CandVersion += ", flags " + o.sproutArgs
 	}
+	fmt.Fprintf(os.Stderr, "%s: %s (%s; %s)\n", base.Name, base.Path, meta.BaseVersion, baseFrom)
 	plan := load.Plan{
 		Servers:   []load.ServerSpec{base, cand},
 		Scenarios: scenarios,
