@@ -185,6 +185,8 @@ func (bs *beside) check() error {
 	if bs.ctl == nil {
 		return nil
 	}
+	// However long the run was, the check gets its own time.
+	_ = bs.ctl.SetDeadline(time.Now().Add(memoryTimeout))
 	if err := bs.checkStored(); err != nil {
 		return err
 	}
