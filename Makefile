@@ -40,6 +40,12 @@ test-deploy:
 	echo "cd deploy && $(GO) test -count=1 -timeout 10m ./..." && \
 	$(GO) test -count=1 -timeout 10m ./...
 
+# Sprout against C beanstalkd: $SPROUT_REF_BEANSTALKD, else the 1.13
+# release ../shared/tools/build-beanstalkd-1.13.sh builds beside the clone
+# (the reference make test compares with), else Debian's 1.12 on PATH.
+# sproutbench finds it (load.FindBeanstalkd) and the report names which;
+# BENCHFLAGS="-beanstalkd PATH" picks another. Results replace
+# benchmarks/results/latest.* (see benchmarks/README.md).
 bench:
 	$(MAKE) --no-print-directory build
 	$(GO) run ./benchmarks/cmd/sproutbench -sprout $(BIN) -command "make bench" $(BENCHFLAGS)

@@ -86,7 +86,7 @@ func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, 
 	defer stopSampling()
 
 	frame := PutFrame(cfg.Body)
-	if err := fill([]*Conn{c}, newMeter(int64(cfg.Live)), frame, cfg.Live, cfg.Depth); err != nil {
+	if err := fill([]*Conn{c}, newMeter(int64(cfg.Live)), [][]byte{frame}, cfg.Live, cfg.Depth); err != nil {
 		return res, fmt.Errorf("load: putting the live jobs: %w", errors.Join(err, ctx.Err()))
 	}
 	start := time.Now()

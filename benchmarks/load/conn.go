@@ -235,8 +235,21 @@ func (c *Conn) Expect(want ReplyKind) (Reply, error) {
 
 // Stats sends stats and returns the value of field (for example
 // "current-connections") from the YAML reply.
-func (c *Conn) Stats(field string) (string, error) {
-	c.WriteString("stats\r\n")
+func (c *Conn) Stats(field string) (string, error) { return c.statsField("stats\r\n", field) }
+
+// StatsInt is Stats for a numeric field.
+func (c *Conn) StatsInt(field string) (int64, error) { return parseStat(c.Stats(field)) }
+
+// StatsTubeInt sends stats-tube for tube and returns the numeric field
+// (for example "current-jobs-ready") from the YAML reply.
+func (c *Conn) StatsTubeInt(tube, field string) (int64, error) {
+	return parseStat(c.statsField("stats-tube "+tube+"\r\n", field))
+}
+
+// statsField sends cmd, a stats command with its CRLF, and returns field's
+// value from the YAML reply.
+func (c *Conn) statsField(cmd, field string) (string, error) {
+	c.WriteString(cmd)
 	if err := c.Flush(); err != nil {
 		return "", err
 	}
@@ -256,9 +269,7 @@ func (c *Conn) Stats(field string) (string, error) {
 	return "", fmt.Errorf("load: stats has no field %q", field)
 }
 
-// StatsInt is Stats for a numeric field.
-func (c *Conn) StatsInt(field string) (int64, error) {
-	v, err := c.Stats(field)
+func parseStat(v string, err error) (int64, error) {
 	if err != nil {
 		return 0, err
 	}

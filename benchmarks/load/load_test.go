@@ -79,6 +79,10 @@ func TestScenarioKinds(t *testing.T) {
 		{Name: "durable", Kind: load.KindProdCons, Conns: 2, Body: 64, ServerArgs: []string{"-b", "{dir}", "-f", "0"}},
 		{Name: "idle", Kind: load.KindIdle, Conns: 50},
 		{Name: "jobs-memory", Kind: load.KindJobMemory, Conns: 3, Body: 64, Jobs: 2000},
+		// stored-1m-c10 and idle-19k-c10 in small: the traffic must run
+		// beside what was set up without touching it (the run checks).
+		{Name: "stored", Kind: load.KindProdCons, Conns: 2, Body: 64, Stored: 2001},
+		{Name: "idle-beside", Kind: load.KindProdCons, Conns: 2, Body: 64, Idle: 50},
 	}
 	for _, s := range cases {
 		t.Run(s.Name, func(t *testing.T) {
@@ -125,8 +129,11 @@ func TestScenarioKinds(t *testing.T) {
 				if s.Kind == load.KindDrain && r.Sent != int64(s.Prefill) {
 					t.Errorf("prefill sent %d puts, want %d", r.Sent, s.Prefill)
 				}
-				if s.Kind != load.KindDrain && r.Sent == 0 {
-					t.Error("no puts sent")
+				if s.Kind != load.KindDrain && r.Sent <= int64(s.Stored) {
+					t.Errorf("%d puts sent, none beyond the %d stored", r.Sent, s.Stored)
+				}
+				if held := int64(s.Stored + s.Idle); r.Items != held {
+					t.Errorf("%d items held beside the traffic, want %d", r.Items, held)
 				}
 			}
 		})
@@ -261,6 +268,63 @@ func TestReport(t *testing.T) {
 		if !strings.Contains(svg, "<rect") {
 			t.Errorf("%s.svg draws no bars", name)
 		}
+	}
+}
+
+// TestSelfGoals judges the goals that set Sprout against itself on another
+// scenario, and checks that beanstalkd's own figures on the same pair come
+// along.
+func TestSelfGoals(t *testing.T) {
+	run := func(server string, jobsPerSec float64) []load.Result {
+		return []load.Result{{Server: server, Jobs: int64(jobsPerSec), Elapsed: time.Second, Samples: 1, Sent: 1, Acked: 1}}
+	}
+	outcome := func(name string, base, sprout float64) load.Outcome {
+		return load.Outcome{Scenario: load.Scenario{Name: name, Kind: load.KindProdCons},
+			Runs: map[string][]load.Result{"beanstalkd": run("beanstalkd", base), "sprout": run("sprout", sprout)}}
+	}
+	tests := []struct {
+		name      string
+		outs      []load.Outcome
+		scenario  string
+		met       string
+		baseRatio string // beanstalkd against itself; "" when not shown
+	}{
+		{"stored jobs within 10%", []load.Outcome{outcome("prodcons-c10", 30000, 40000), outcome("stored-1m-c10", 24000, 37000)},
+			"stored-1m-c10", "yes", "0.80×"},
+		{"stored jobs just under", []load.Outcome{outcome("prodcons-c10", 30000, 40000), outcome("stored-1m-c10", 30000, 35990)},
+			"stored-1m-c10", "no", "1.00×"},
+		{"idle conns within 10%", []load.Outcome{outcome("prodcons-c10", 30000, 40000), outcome("idle-19k-c10", 29000, 36000)},
+			"idle-19k-c10", "yes", "0.97×"},
+		{"empty run missing", []load.Outcome{outcome("idle-19k-c10", 29000, 36000)},
+			"idle-19k-c10", "not run (needs prodcons-c10)", ""},
+		{"not run", []load.Outcome{outcome("prodcons-c10", 30000, 40000)}, "stored-1m-c10", "not run", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var found bool
+			for _, g := range load.EvaluateGoals(tt.outs, "beanstalkd", "sprout") {
+				if g.Scenario != tt.scenario {
+					continue
+				}
+				found = true
+				if g.Against != "prodcons-c10" || g.Target != 0.9 || !g.AtLeast {
+					t.Errorf("goal %q: against %q, target %v, at least %v; want prodcons-c10, ≥ 0.9", g.Text, g.Against, g.Target, g.AtLeast)
+				}
+				if g.Met != tt.met {
+					t.Errorf("met %q, want %q (ratio %v)", g.Met, tt.met, g.Ratio)
+				}
+				got := ""
+				if g.BaseOwn != "" {
+					got = load.FormatRatio(g.BaseRatio)
+				}
+				if got != tt.baseRatio {
+					t.Errorf("beanstalkd against itself %q, want %q", got, tt.baseRatio)
+				}
+			}
+			if !found {
+				t.Fatalf("no goal on %s", tt.scenario)
+			}
+		})
 	}
 }
 

@@ -45,44 +45,8 @@ func (s Scenario) runIdle(ctx context.Context, srv *Server, rc RunConfig, prog *
 	var opened atomic.Int64
 	prog.Begin(0, opened.Load)
 	defer prog.End()
-	conns := make([]net.Conn, n)
-	var firstErr error
-	var errMu sync.Mutex
-	var wg sync.WaitGroup
-	// Several source addresses, so that no one of them runs out of
-	// ephemeral ports when runs follow each other quickly.
-	sources := LoopbackSources(16)
-	const dialers = 32
-	for d := range min(dialers, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := d; i < n && ctx.Err() == nil; i += dialers {
-				c, err := dialRaw(srv.Addr, sources[i%len(sources)], 5*time.Second)
-				if err != nil {
-					errMu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("load: idle connection %d of %d: %w", i+1, n, err)
-					}
-					errMu.Unlock()
-					return
-				}
-				conns[i] = c
-				opened.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	defer func() {
-		for _, c := range conns {
-			if c != nil {
-				// Reset instead of a FIN: no TIME_WAIT left to hold the
-				// source port for the next run.
-				_ = c.(*net.TCPConn).SetLinger(0)
-				c.Close()
-			}
-		}
-	}()
+	conns, firstErr := dialIdle(ctx, srv.Addr, n, &opened)
+	defer closeIdle(conns)
 	got := opened.Load()
 	if firstErr != nil {
 		res.Errors, res.FirstError = 1, firstErr.Error()
@@ -101,6 +65,52 @@ func (s Scenario) runIdle(ctx context.Context, srv *Server, rc RunConfig, prog *
 	res.Items, res.RSS = got, u.RSS
 	res.PerItem = float64(u.RSS-base.RSS) / float64(got)
 	return res, ctx.Err()
+}
+
+// dialIdle opens n connections that will send nothing, counting them in
+// opened as they connect. It stops at the first failure, returning the
+// connections it has (nil where none) and that failure.
+func dialIdle(ctx context.Context, addr string, n int, opened *atomic.Int64) ([]net.Conn, error) {
+	conns := make([]net.Conn, n)
+	var firstErr error
+	var errMu sync.Mutex
+	var wg sync.WaitGroup
+	// Several source addresses, so that no one of them runs out of
+	// ephemeral ports when runs follow each other quickly.
+	sources := LoopbackSources(16)
+	const dialers = 32
+	for d := range min(dialers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := d; i < n && ctx.Err() == nil; i += dialers {
+				c, err := dialRaw(addr, sources[i%len(sources)], 5*time.Second)
+				if err != nil {
+					errMu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("load: idle connection %d of %d: %w", i+1, n, err)
+					}
+					errMu.Unlock()
+					return
+				}
+				conns[i] = c
+				opened.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return conns, firstErr
+}
+
+// closeIdle resets the connections dialIdle opened: a reset instead of a
+// FIN leaves no TIME_WAIT to hold the source port for the next run.
+func closeIdle(conns []net.Conn) {
+	for _, c := range conns {
+		if c != nil {
+			_ = c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+	}
 }
 
 // waitConnections polls stats until the server counts want connections.
@@ -164,7 +174,7 @@ func (s Scenario) runJobMemory(ctx context.Context, srv *Server, rc RunConfig, p
 	prog.Begin(0, m.total.Load)
 	defer prog.End()
 	t0 := time.Now()
-	err = fill(conns, m, PutFrame(s.Body), s.Jobs, 100)
+	err = fill(conns, m, [][]byte{PutFrame(s.Body)}, s.Jobs, 100)
 	res.Elapsed = time.Since(t0)
 	u1, uerr := srv.Usage()
 	res.Sent, res.Acked = m.sent.Load(), m.acked.Load()

@@ -19,9 +19,12 @@ type Meta struct {
 	// each prints for -v.
 	Base, Cand               ServerSpec
 	BaseVersion, CandVersion string
-	Reps                     int
-	Warmup, Duration         time.Duration
-	FileLimit                int
+	// BaseFrom says how the reference server was found (FindBeanstalkd),
+	// or that -beanstalkd named it; empty in reports from before it was kept.
+	BaseFrom         string `json:",omitempty"`
+	Reps             int
+	Warmup, Duration time.Duration
+	FileLimit        int
 }
 
 // Report is a whole benchmark's data, as written to the results' JSON files
@@ -45,7 +48,11 @@ func WriteMarkdown(w io.Writer, meta Meta, outs []Outcome, charts ChartNames) er
 
 	p("# Sprout vs beanstalkd, same machine, same run\n\n")
 	p("Run %s on %s; %s.\n", meta.Started.UTC().Format("2006-01-02 15:04 MST"), meta.Host, meta.GoVersion)
-	p("Servers: `%s` (%s) and `%s` (%s).\n", b, meta.BaseVersion, c, meta.CandVersion)
+	if meta.BaseFrom != "" {
+		p("Servers: `%s` (%s: `%s`; %s) and `%s` (%s).\n", b, meta.BaseVersion, meta.Base.Path, meta.BaseFrom, c, meta.CandVersion)
+	} else {
+		p("Servers: `%s` (%s) and `%s` (%s).\n", b, meta.BaseVersion, c, meta.CandVersion)
+	}
 	p("Command: `%s`.\n\n", meta.Command)
 	p("Each figure is the median of %d repetitions that alternate the servers (%s, %s, %s, %s, …); "+
 		"repetitions go round the whole list of scenarios, so drift in the machine's speed weighs on all alike; "+
@@ -71,12 +78,24 @@ func WriteMarkdown(w io.Writer, meta Meta, outs []Outcome, charts ChartNames) er
 
 	p("## Goals\n\n")
 	p("| goal | %s | compared with | ratio | target | met |\n|---|--:|--:|--:|:-:|:-:|\n", c)
-	for _, g := range EvaluateGoals(outs, b, c) {
+	goals := EvaluateGoals(outs, b, c)
+	var selfGoals []GoalRow
+	for _, g := range goals {
 		with := b
 		if g.Against != "" {
 			with = c + " on " + g.Against
+			if g.BaseOwn != "" {
+				selfGoals = append(selfGoals, g)
+			}
 		}
 		p("| %s | %s | %s (%s) | %s | %s | %s |\n", g.Text, g.Sprout, g.Base, with, g.RatioText(), g.TargetText(), g.Met)
+	}
+	if len(selfGoals) > 0 {
+		p("\nThe goals that set Sprout against itself, with %s's figures on the same two scenarios (no target):\n\n", b)
+		p("| goal | %s | compared with | ratio |\n|---|--:|--:|--:|\n", b)
+		for _, g := range selfGoals {
+			p("| %s | %s | %s (%s on %s) | %s |\n", g.Text, g.BaseOwn, g.BaseAgainst, b, g.Against, FormatRatio(g.BaseRatio))
+		}
 	}
 
 	timed, memory := splitOutcomes(outs)
@@ -156,8 +175,12 @@ func WriteMarkdown(w io.Writer, meta Meta, outs []Outcome, charts ChartNames) er
 					note = fmt.Sprintf("%d errors: %s", r.Errors, mdEscape(firstLine(r.FirstError)))
 				}
 				per := "—"
-				if r.Items > 0 {
+				if r.Items > 0 && !o.Scenario.timed() {
 					per = FormatThousands(r.PerItem) + " B"
+				}
+				if note == "" && o.Scenario.Idle > 0 && r.Items < int64(o.Scenario.Idle) {
+					note = fmt.Sprintf("%s idle connections, not %s (open-file limit %d)",
+						FormatThousands(float64(r.Items)), FormatThousands(float64(o.Scenario.Idle)), meta.FileLimit)
 				}
 				gen, other := "—", "—"
 				if r.Elapsed > 0 && o.Scenario.timed() {

@@ -67,6 +67,17 @@ func Catalogue(sz Sizes) []Scenario {
 	}
 	c1000 := pc(1000, 64)
 	c1000.Full = true
+	// The cost of the work a server holds: prodcons-c10's traffic beside
+	// a million stored jobs, and beside 19,000 idle connections. At 10
+	// connections the server, not the generator, is what limits the rate
+	// on this 2-core machine (at 100 the generator takes about a core), so
+	// a cost that grows with the work shows most there.
+	stored := pc(10, 64)
+	stored.Name, stored.Stored = "stored-1m-c10", 1_000_000
+	stored.Title += fmt.Sprintf(", beside 1,000,000 stored jobs (half ready in tube %s, which no consumer watches; half in the traffic's tube, delayed 1–2 h)", StoredTube)
+	idleBeside := pc(10, 64)
+	idleBeside.Name, idleBeside.Idle = "idle-19k-c10", 19_000
+	idleBeside.Title += ", beside 19,000 idle connections (fewer if the open-file limit is lower)"
 	idleTitle := "idle connections, as many as the open-file limit allows"
 	if idleConns > 0 {
 		idleTitle = fmt.Sprintf("idle connections, up to %s", FormatThousands(float64(idleConns)))
@@ -79,6 +90,7 @@ func Catalogue(sz Sizes) []Scenario {
 		{Name: "pipelined-c10-d100", Title: "pipelined puts, 10 conns, depth 100, 64 B", Kind: KindPipelined, Conns: 10, Depth: 100, Body: 64},
 		body(16, "16"), body(1024, "1k"), body(64<<10, "64k"),
 		tubes(1), tubes(10_000),
+		stored, idleBeside,
 		{Name: "roundtrip-c1", Title: "put → reserve → delete round trips, 1 conn, 64 B", Kind: KindRoundTrip, Conns: 1, Body: 64},
 		// Issue 3's figures: -f 0 at 1, 10 and 100 connections against
 		// beanstalkd -b -f 0, and -f 50 against Sprout in memory; in

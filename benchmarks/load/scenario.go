@@ -60,6 +60,15 @@ type Scenario struct {
 	Tubes   int
 	Prefill int // KindDrain: jobs put before timing starts
 	Jobs    int // KindJobMemory: jobs to store
+	// Stored, for a timed scenario, is how many jobs are put (pipelined,
+	// not timed) before timing starts and left beside the traffic: half
+	// ready in StoredTube, which no consumer watches, half delayed by an
+	// hour or more in the tube the traffic uses. See setUpBeside.
+	Stored int
+	// Idle, for a timed scenario, is how many connections are opened
+	// before timing starts and held, silent, beside the traffic; fewer
+	// when the open-file limit does not allow so many.
+	Idle int
 	// ServerArgs are extra server flags; "{dir}" becomes a fresh empty
 	// directory for the run.
 	ServerArgs []string
@@ -182,6 +191,12 @@ type task struct {
 func (s Scenario) runTimed(ctx context.Context, srv *Server, rc RunConfig, prog *Progress) (Result, error) {
 	res := Result{Server: srv.Spec.Name}
 	m := newMeter(rc.MaxPuts)
+	bs, err := s.setUpBeside(ctx, srv, rc, m, prog)
+	defer bs.close()
+	res.Items = bs.items()
+	if err != nil {
+		return res, err
+	}
 	conns, err := dialMany(srv.Addr, s.connCount(), s.Body, nil)
 	defer func() {
 		for _, c := range conns {
@@ -240,6 +255,7 @@ func (s Scenario) runTimed(ctx context.Context, srv *Server, rc RunConfig, prog 
 		_ = c.SetDeadline(time.Now())
 	}
 	blocking.Wait()
+	besideErr := bs.check()
 
 	res.setLatency(m.latency())
 	if serr == nil && serr1 == nil {
@@ -253,7 +269,7 @@ func (s Scenario) runTimed(ctx context.Context, srv *Server, rc RunConfig, prog 
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
-	return res, nil
+	return res, besideErr
 }
 
 // sample is a reading of the CPU time spent by the server, by this process
@@ -342,7 +358,7 @@ func (s Scenario) tasks(conns []*Conn, m *meter) ([]task, error) {
 			tasks = append(tasks, task{run: func(w worker) error { return roundTripper(w, c, frame) }})
 		}
 	case KindDrain:
-		if err := fill(conns, m, frame, s.Prefill, 100); err != nil {
+		if err := fill(conns, m, [][]byte{frame}, s.Prefill, 100); err != nil {
 			return nil, fmt.Errorf("load: prefill: %w", err)
 		}
 		for _, c := range conns {
@@ -549,8 +565,9 @@ func drainer(w worker, c *Conn) error {
 }
 
 // fill puts n jobs over conns in pipelined batches of depth, counting them
-// as sent and acknowledged in m, and returns when all are acknowledged.
-func fill(conns []*Conn, m *meter, frame []byte, n, depth int) error {
+// as sent and acknowledged in m, and returns when all are acknowledged. Each
+// connection writes frames in turn, from the first.
+func fill(conns []*Conn, m *meter, frames [][]byte, n, depth int) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(conns))
 	for i, c := range conns {
@@ -561,10 +578,12 @@ func fill(conns []*Conn, m *meter, frame []byte, n, depth int) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			k := 0
 			for share > 0 {
 				batch := min(depth, share)
 				for range batch {
-					c.Write(frame)
+					c.Write(frames[k])
+					k = (k + 1) % len(frames)
 				}
 				if err := c.Flush(); err != nil {
 					errs[i] = err

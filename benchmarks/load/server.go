@@ -192,6 +192,87 @@ func ReadSystemBusy() (time.Duration, error) {
 	return time.Duration(busy) * time.Second / clockTicks, nil
 }
 
+// refBuildScript builds the beanstalkd 1.13 release and prints its path; it
+// sits in the shared folder beside the clone (as for internal/testproc).
+const refBuildScript = "../shared/tools/build-beanstalkd-1.13.sh"
+
+// FindBeanstalkd finds the reference server the way the differential tests
+// do (internal/testproc.Reference), the first usable one winning:
+//
+//  1. the binary named by $SPROUT_REF_BEANSTALKD;
+//  2. the beanstalkd 1.13 release that ../shared/tools/build-beanstalkd-1.13.sh
+//     builds beside the repository, or finds already built in its cache
+//     (gcc and make needed the first time);
+//  3. that script's cache, ${XDG_CACHE_HOME:-$HOME/.cache}/sprout-ref/beanstalkd-1.13,
+//     when the script is not there;
+//  4. beanstalkd on PATH, Debian's 1.12.
+//
+// from says which, for the report; notes say what was passed over and why.
+func FindBeanstalkd(ctx context.Context) (path, from string, notes []string, err error) {
+	usable := func(p string) error {
+		out, err := exec.CommandContext(ctx, p, "-v").Output()
+		if err != nil {
+			return fmt.Errorf("%s -v: %v", p, err)
+		}
+		if !strings.HasPrefix(string(out), "beanstalkd ") {
+			return fmt.Errorf("%s -v printed %q, not \"beanstalkd <version>\"", p, out)
+		}
+		return nil
+	}
+	if p := os.Getenv(testproc.RefEnv); p != "" {
+		if err := usable(p); err != nil {
+			return "", "", nil, fmt.Errorf("$%s names an unusable binary: %w", testproc.RefEnv, err)
+		}
+		return p, "named by $" + testproc.RefEnv, nil, nil
+	}
+	root, err := ModuleRoot(ctx)
+	if err != nil {
+		notes = append(notes, fmt.Sprintf("%s: %v", refBuildScript, err))
+	} else if script := filepath.Join(root, refBuildScript); fileExists(script) {
+		out, err := exec.CommandContext(ctx, "bash", script).Output()
+		p := strings.TrimSpace(string(out))
+		if err == nil {
+			err = usable(p)
+		}
+		if err == nil {
+			return p, "the 1.13 release built by " + refBuildScript, notes, nil
+		}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+			err = fmt.Errorf("%v: %s", err, strings.ReplaceAll(string(bytes.TrimSpace(ee.Stderr)), "\n", "; "))
+		}
+		notes = append(notes, fmt.Sprintf("building beanstalkd 1.13 with %s: %v", refBuildScript, err))
+	} else {
+		notes = append(notes, fmt.Sprintf("no %s beside the repository", refBuildScript))
+		cache := os.Getenv("XDG_CACHE_HOME")
+		if cache == "" {
+			home, _ := os.UserHomeDir()
+			cache = filepath.Join(home, ".cache")
+		}
+		p := filepath.Join(cache, "sprout-ref", "beanstalkd-1.13", "beanstalkd")
+		if fileExists(p) {
+			err := usable(p)
+			if err == nil {
+				return p, "the 1.13 release in the build script's cache", notes, nil
+			}
+			notes = append(notes, fmt.Sprintf("the cached build: %v", err))
+		}
+	}
+	p, err := exec.LookPath("beanstalkd")
+	if err != nil {
+		return "", "", notes, fmt.Errorf("no beanstalkd 1.13 build and none on PATH (%v); install it with: apt-get install -y beanstalkd", err)
+	}
+	if err := usable(p); err != nil {
+		return "", "", notes, err
+	}
+	return p, "beanstalkd on PATH", notes, nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
 // BuildSprout builds cmd/sprout from the module that contains the working
 // directory into dir and returns the executable's path.
 func BuildSprout(ctx context.Context, dir string) (string, error) {

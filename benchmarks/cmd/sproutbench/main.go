@@ -1,6 +1,7 @@
-// Command sproutbench runs Sprout and Debian's C beanstalkd side by side on
-// this machine, alternating them, and writes a report of the ratios with
-// charts to benchmarks/results.
+// Command sproutbench runs Sprout and C beanstalkd (the 1.13 release built
+// from the shared folder beside the clone, else Debian's 1.12 on PATH) side by
+// side on this machine, alternating them, and writes a report of the ratios
+// with charts to benchmarks/results.
 //
 //	go run ./benchmarks/cmd/sproutbench            # short runs: make bench
 //	go run ./benchmarks/cmd/sproutbench -full      # every scenario, longer: make bench-full
@@ -14,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -36,7 +36,6 @@ type options struct {
 	only, with         string
 	list               bool
 	out                string
-	latest             bool
 	progress           bool
 	idleConns, jobs    int
 	command            string
@@ -48,7 +47,7 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.sprout, "sprout", "", "Sprout executable; default: go build ./cmd/sprout into a temporary directory")
-	flag.StringVar(&o.beanstalkd, "beanstalkd", "", "beanstalkd executable; default: beanstalkd on PATH")
+	flag.StringVar(&o.beanstalkd, "beanstalkd", "", "beanstalkd executable; default: $SPROUT_REF_BEANSTALKD, else the 1.13 release built by ../shared/tools/build-beanstalkd-1.13.sh, else beanstalkd on PATH")
 	flag.StringVar(&o.baseName, "base-name", "beanstalkd", "what to call the -beanstalkd server in the report (for example nullqueue, see make bench-ceiling)")
 	flag.StringVar(&o.sproutArgs, "sprout-args", "", "extra flags for Sprout, space-separated (for example \"--loops 1\")")
 	flag.BoolVar(&o.full, "full", false, "every scenario (1,000 connections, idle connections, 1M jobs) and longer runs")
@@ -58,15 +57,14 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "run only scenarios whose name matches this regular expression, from the whole list")
 	flag.StringVar(&o.with, "with", "", "also run the long-run scenarios whose name matches this regular expression (for example 'idle-conns|jobs-memory')")
 	flag.BoolVar(&o.list, "list", false, "list the scenarios and exit")
-	flag.StringVar(&o.out, "out", "", "results directory; default benchmarks/results in the module; \"-\" writes no files")
-	flag.BoolVar(&o.latest, "latest", true, "also write latest.md and the charts the README shows, beside the timestamped copies")
+	flag.StringVar(&o.out, "out", "", "results directory, where latest.md, latest.json and the charts are replaced; default benchmarks/results in the module; \"-\" writes no files")
 	flag.BoolVar(&o.progress, "progress", false, "draw progress on stderr even when it is not a terminal")
 	flag.IntVar(&o.idleConns, "idle-conns", 0, "connections for idle-conns; default as many as the open-file limit allows")
 	flag.IntVar(&o.jobs, "jobs", 1_000_000, "jobs stored by jobs-memory")
 	flag.StringVar(&o.command, "command", "", "how this run was started, for the report; default the command line")
 	flag.Float64Var(&o.quiet, "quiet", 0.5, "before each run, wait until other processes keep at most this many cores busy; 0 does not wait")
 	flag.DurationVar(&o.quietWait, "quiet-wait", 5*time.Second, "the longest -quiet waits before a run")
-	flag.StringVar(&o.render, "render", "", "run nothing: write the report and charts again from this results JSON file")
+	flag.StringVar(&o.render, "render", "", "run nothing: write the report and charts again from this results JSON file, into its directory unless -out is given")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "sproutbench: unexpected argument %q\n", flag.Arg(0))
@@ -107,9 +105,15 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("open-file limit: %w", err)
 	}
 
+	baseFrom := "named by -beanstalkd"
 	if o.beanstalkd == "" {
-		if o.beanstalkd, err = exec.LookPath("beanstalkd"); err != nil {
-			return fmt.Errorf("the reference server beanstalkd is not on PATH (%v); install it with: apt-get install -y beanstalkd", err)
+		var notes []string
+		o.beanstalkd, baseFrom, notes, err = load.FindBeanstalkd(ctx)
+		for _, n := range notes {
+			fmt.Fprintln(os.Stderr, "reference server: passed over", n)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if o.sprout == "" {
@@ -128,12 +132,13 @@ func run(ctx context.Context, o options) error {
 
 	meta := load.Meta{
 		Started: time.Now(), Command: o.command, Host: load.HostInfo(), GoVersion: runtime.Version(),
-		Base: base, Cand: cand, BaseVersion: load.Version(base.Path), CandVersion: load.Version(cand.Path),
+		Base: base, Cand: cand, BaseVersion: load.Version(base.Path), CandVersion: load.Version(cand.Path), BaseFrom: baseFrom,
 		Reps: o.reps, Warmup: o.warmup, Duration: o.duration, FileLimit: limit,
 	}
 	if len(cand.Args) > 0 {
 		meta.CandVersion += ", flags " + o.sproutArgs
 	}
+	fmt.Fprintf(os.Stderr, "%s: %s (%s; %s)\n", base.Name, base.Path, meta.BaseVersion, baseFrom)
 	plan := load.Plan{
 		Servers:   []load.ServerSpec{base, cand},
 		Scenarios: scenarios,
@@ -157,6 +162,9 @@ func run(ctx context.Context, o options) error {
 	} else {
 		for _, g := range load.EvaluateGoals(outs, base.Name, cand.Name) {
 			fmt.Printf("goal %-52s %14s vs %-14s %7s  %s  %s\n", g.Text, g.Sprout, g.Base, g.RatioText(), g.TargetText(), g.Met)
+			if g.BaseOwn != "" {
+				fmt.Printf("     %-52s %14s vs %-14s %7s  (%s against itself)\n", "", g.BaseOwn, g.BaseAgainst, load.FormatRatio(g.BaseRatio), base.Name)
+			}
 		}
 	}
 	if o.out != "-" {
@@ -275,9 +283,10 @@ func rerender(ctx context.Context, o options) error {
 	return err
 }
 
-// writeResults writes the report, its data and its charts under a
-// timestamped name and, unless -latest=false, as latest.md, latest.json,
-// ratio.svg, latency.svg and resources.svg.
+// writeResults writes the report, its data and its charts as latest.md,
+// latest.json, ratio.svg, latency.svg and resources.svg, the names the
+// READMEs link to, replacing the previous run's. Only the latest run is
+// kept: git holds the earlier ones.
 func writeResults(ctx context.Context, o options, rep load.Report) ([]string, error) {
 	dir := o.out
 	if dir == "" {
@@ -291,51 +300,33 @@ func writeResults(ctx context.Context, o options, rep load.Report) ([]string, er
 		return nil, err
 	}
 	meta, outs := rep.Meta, rep.Outcomes
-	stamp := meta.Started.UTC().Format("20060102-150405")
 	b, c := meta.Base.Name, meta.Cand.Name
-	charts := []struct{ kind, svg string }{
-		{"ratio", load.RatioSVG(outs, b, c)},
-		{"latency", load.LatencySVG(outs, b, c)},
-		{"resources", load.ResourcesSVG(outs, b, c)},
+	names := load.ChartNames{Ratio: "ratio.svg", Latency: "latency.svg", Resources: "resources.svg"}
+	var md strings.Builder
+	if err := load.WriteMarkdown(&md, meta, outs, names); err != nil {
+		return nil, err
 	}
 	data, err := json.MarshalIndent(rep, "", "\t")
 	if err != nil {
 		return nil, err
 	}
+	files := []struct {
+		name    string
+		content []byte
+	}{
+		{names.Ratio, []byte(load.RatioSVG(outs, b, c))},
+		{names.Latency, []byte(load.LatencySVG(outs, b, c))},
+		{names.Resources, []byte(load.ResourcesSVG(outs, b, c))},
+		{"latest.md", []byte(md.String())},
+		{"latest.json", append(data, '\n')},
+	}
 	var paths []string
-	write := func(name string, content []byte) error {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, content, 0o644); err != nil {
-			return err
+	for _, f := range files {
+		p := filepath.Join(dir, f.name)
+		if err := os.WriteFile(p, f.content, 0o644); err != nil {
+			return paths, err
 		}
 		paths = append(paths, p)
-		return nil
-	}
-	prefixes := []string{stamp + "-"}
-	if o.latest {
-		prefixes = append(prefixes, "")
-	}
-	for _, prefix := range prefixes {
-		names := load.ChartNames{Ratio: prefix + "ratio.svg", Latency: prefix + "latency.svg", Resources: prefix + "resources.svg"}
-		for _, ch := range charts {
-			if err := write(prefix+ch.kind+".svg", []byte(ch.svg)); err != nil {
-				return paths, err
-			}
-		}
-		var md strings.Builder
-		if err := load.WriteMarkdown(&md, meta, outs, names); err != nil {
-			return paths, err
-		}
-		base := stamp
-		if prefix == "" {
-			base = "latest"
-		}
-		if err := write(base+".md", []byte(md.String())); err != nil {
-			return paths, err
-		}
-		if err := write(base+".json", append(data, '\n')); err != nil {
-			return paths, err
-		}
 	}
 	return paths, nil
 }
