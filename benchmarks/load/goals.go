@@ -13,6 +13,7 @@ type Metric int
 const (
 	MetricJobsPerSec Metric = iota
 	MetricP99
+	MetricP999
 	MetricCPU
 	MetricPerItem
 )
@@ -23,6 +24,8 @@ func (m Metric) of(s Summary) float64 {
 		return s.JobsPerSec
 	case MetricP99:
 		return float64(s.P99)
+	case MetricP999:
+		return float64(s.P999)
 	case MetricCPU:
 		return s.CPUPer100k
 	case MetricPerItem:
@@ -38,7 +41,7 @@ func (m Metric) format(v float64) string {
 	switch m {
 	case MetricJobsPerSec:
 		return FormatThousands(v) + "/s"
-	case MetricP99:
+	case MetricP99, MetricP999:
 		return FormatLatency(time.Duration(v))
 	case MetricCPU:
 		return strconv.FormatFloat(v, 'g', 3, 64) + " s/100k"
@@ -61,7 +64,7 @@ type Goal struct {
 	Against string
 }
 
-// Goals are issues 3's and 4's targets, as ratios of Sprout to beanstalkd in the same
+// Goals are issues 3's, 4's and 11's targets, as ratios of Sprout to beanstalkd in the same
 // run unless a goal says otherwise.
 var Goals = []Goal{
 	{Text: "producer/consumer, 100 conns, 64 B: jobs/s", Scenario: "prodcons-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 1.5},
@@ -69,9 +72,21 @@ var Goals = []Goal{
 	{Text: "pipelined puts, 1 conn, depth 100: jobs/s", Scenario: "pipelined-c1-d100", Metric: MetricJobsPerSec, AtLeast: true, Target: 2},
 	{Text: "put→reserve→delete round trips, 1 conn: jobs/s", Scenario: "roundtrip-c1", Metric: MetricJobsPerSec, AtLeast: true, Target: 1},
 	{Text: "put→reserve→delete round trips, 1 conn: p99", Scenario: "roundtrip-c1", Metric: MetricP99, Target: 1},
-	{Text: "server CPU per job, producer/consumer 100 conns", Scenario: "prodcons-c100", Metric: MetricCPU, Target: 1},
+	// Issue 11: the tail at 1, 10 and 100 connections in memory, CPU per
+	// job and memory density.
+	{Text: "producer/consumer, 1 conn: p99", Scenario: "prodcons-c1", Metric: MetricP99, Target: 1},
+	{Text: "producer/consumer, 1 conn: p99.9", Scenario: "prodcons-c1", Metric: MetricP999, Target: 1.5},
+	{Text: "producer/consumer, 10 conns: p99", Scenario: "prodcons-c10", Metric: MetricP99, Target: 1},
+	{Text: "producer/consumer, 10 conns: p99.9", Scenario: "prodcons-c10", Metric: MetricP999, Target: 1.5},
+	{Text: "producer/consumer, 100 conns: p99", Scenario: "prodcons-c100", Metric: MetricP99, Target: 1},
+	{Text: "producer/consumer, 100 conns: p99.9", Scenario: "prodcons-c100", Metric: MetricP999, Target: 1.5},
+	{Text: "put only, 10 conns: p99", Scenario: "put-only-c10", Metric: MetricP99, Target: 1},
+	{Text: "put only, 10 conns: p99.9", Scenario: "put-only-c10", Metric: MetricP999, Target: 1.5},
+	{Text: "drain only, 10 conns: p99", Scenario: "drain-only-c10", Metric: MetricP99, Target: 1},
+	{Text: "drain only, 10 conns: p99.9", Scenario: "drain-only-c10", Metric: MetricP999, Target: 1.5},
+	{Text: "server CPU per job, producer/consumer 100 conns", Scenario: "prodcons-c100", Metric: MetricCPU, Target: 0.8},
 	{Text: "idle connections: RSS per connection", Scenario: "idle-conns", Metric: MetricPerItem, Target: 0.8},
-	{Text: "stored 64 B jobs: RSS per job", Scenario: "jobs-memory", Metric: MetricPerItem, Target: 1},
+	{Text: "stored 64 B jobs: RSS per job", Scenario: "jobs-memory", Metric: MetricPerItem, Target: 0.85},
 	{Text: "10,000 tubes vs 1 tube (Sprout vs itself): jobs/s", Scenario: "tubes-10000", Against: "tubes-1", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.9},
 	// A busy server stays fast: the same traffic beside a million stored
 	// jobs, and beside 19,000 idle connections, within 10% of it alone.
