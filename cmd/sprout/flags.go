@@ -28,6 +28,10 @@ const (
 	defaultPort = "11300"
 	// protocolVersion is the beanstalkd release whose wire behaviour Sprout follows.
 	protocolVersion = "1.13"
+	// defaultGCHeadroom is --gc-headroom's default: with short queues the
+	// collector runs once per 32 MiB allocated instead of once per few
+	// MiB (internal/gctune).
+	defaultGCHeadroom = 32 << 20
 	// maxLoops is gnet's ceiling on event loops; gnet would clamp larger
 	// values silently, so the flag rejects them instead.
 	maxLoops = 256
@@ -83,6 +87,9 @@ type options struct {
 	// metricsTubes is --metrics-tubes: how many tubes get their own metric
 	// series (see ops.Config.TubeSeries).
 	metricsTubes int
+	// gcHeadroom is --gc-headroom: the least the collector's heap goal
+	// stays above the live heap (internal/gctune); 0 leaves Go's default.
+	gcHeadroom int64
 }
 
 // longFlags are Sprout's own flags. They are written --name VALUE or
@@ -128,6 +135,8 @@ var longFlags = map[string]func(o *options, value string) error{
 	"max-input":         byteCountFlag("max-input", func(o *options) *int { return &o.cfg.MaxInputBuffered }),
 	"max-output":        byteCountFlag("max-output", func(o *options) *int { return &o.cfg.MaxOutputBuffered }),
 	"max-buffer-memory": byteCountFlag("max-buffer-memory", func(o *options) *int64 { return &o.cfg.MaxBufferMemory }),
+	"gc-headroom": uintFlag("gc-headroom", 62, "a number of bytes; 0 leaves Go's default",
+		func(o *options) *int64 { return &o.gcHeadroom }),
 	"max-connections": uintFlag("max-connections", 31, "a number; 0 means from the open-file limit",
 		func(o *options) *int { return &o.cfg.MaxConnections }),
 	"http": func(o *options, value string) error {
@@ -204,6 +213,7 @@ func parseArgs(args []string, stderr io.Writer) (opts options, act action, exitC
 	opts.wal.SyncEvery = wal.DefaultSyncEvery
 	opts.shutdownTimeout = defaultShutdownTimeout
 	opts.metricsTubes = ops.DefaultTubeSeries
+	opts.gcHeadroom = defaultGCHeadroom
 	host, port := "", defaultPort
 
 	warnf := func(format string, a ...any) {
@@ -452,6 +462,9 @@ reading (-l oops):
                      (unread replies, unparsed input, partial put bodies);
                      past it the connections holding the most are closed
                      (default 0: 1/8 of the memory limit, 64 MiB to 1 GiB)
+ --gc-headroom BYTES keep the garbage collector's heap goal at least BYTES
+                     above the live heap (default %d MiB; 0: Go's default,
+                     twice the live heap); not used when GOGC is set
  --skip-damaged BOOL with -b, skip (and log) damaged log records at start
                      instead of refusing to start (default false)
  --shutdown-timeout DURATION
@@ -476,5 +489,5 @@ long name in capitals with _ for - (SPROUT_LISTEN=0.0.0.0,
 SPROUT_MAX_OUTPUT=1048576); SPROUT_NO_FSYNC=true is -F and SPROUT_VERBOSE=N
 is N times -V. The command line wins over the environment.
 `, defaultPort, engine.DefaultMaxJobSize, engine.MaxMaxJobSize, wal.DefaultSegmentSize, maxLoops,
-		engine.DefaultMaxOutputBuffered>>10, ops.DefaultTubeSeries)
+		engine.DefaultMaxOutputBuffered>>10, defaultGCHeadroom>>20, ops.DefaultTubeSeries)
 }

@@ -33,6 +33,7 @@ func defaultOptions() options {
 		wal:             wal.Options{SegmentSize: wal.DefaultSegmentSize, SyncEvery: wal.DefaultSyncEvery},
 		shutdownTimeout: defaultShutdownTimeout,
 		metricsTubes:    ops.DefaultTubeSeries,
+		gcHeadroom:      defaultGCHeadroom,
 	}
 }
 
@@ -399,6 +400,12 @@ func TestParseArgsOps(t *testing.T) {
 		{name: "metrics tubes one", args: []string{"-metrics-tubes=1"},
 			want: func(o *options) { o.metricsTubes = 1 }},
 		usageFail("metrics tubes zero", []string{"--metrics-tubes", "0"}, `invalid --metrics-tubes: "0"`+tubesWant),
+		{name: "gc headroom", args: []string{"--gc-headroom", "67108864"},
+			want: func(o *options) { o.gcHeadroom = 64 << 20 }},
+		{name: "gc headroom off", args: []string{"--gc-headroom=0"},
+			want: func(o *options) { o.gcHeadroom = 0 }},
+		usageFail("gc headroom not a number", []string{"--gc-headroom", "32MiB"},
+			`invalid --gc-headroom: "32MiB" (want a number of bytes; 0 leaves Go's default)`),
 		usageFail("metrics tubes negative", []string{"--metrics-tubes", "-5"}, `invalid --metrics-tubes: "-5"`+tubesWant),
 		usageFail("metrics tubes too large", []string{"--metrics-tubes", "2147483648"},
 			`invalid --metrics-tubes: "2147483648"`+tubesWant),

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/gctune"
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
 	"github.com/sproutmq/sprout/store/wal/cbinlog"
@@ -57,6 +58,7 @@ func run(opts options) int {
 	log := newLogger(opts)
 	opts.cfg.Logger = log
 	logConfig(log, opts)
+	defer startGCTuner(opts, log)()
 	side := newOpsPort(&opts)
 	if opts.cpuProfile != "" {
 		stop, err := startCPUProfile(opts.cpuProfile)
@@ -196,12 +198,23 @@ func logConfig(log zerolog.Logger, opts options) {
 		Int("max_job_size", opts.cfg.MaxJobSize).Int("loops", opts.cfg.Loops).
 		Int("max_input", opts.cfg.MaxInputBuffered).Int("max_output", opts.cfg.MaxOutputBuffered).
 		Int("max_connections", opts.cfg.MaxConnections).Int64("max_buffer_memory", opts.cfg.MaxBufferMemory).
+		Int64("gc_headroom", opts.gcHeadroom).
 		Str("shutdown_timeout", opts.shutdownTimeout.String()).Str("log_level", opts.logLevel.String())
 	if opts.walDir != "" {
 		e = e.Str("wal_dir", opts.walDir).Str("fsync_every", opts.wal.SyncEvery.String()).
 			Bool("no_fsync", opts.wal.NoSync).Int64("segment_size", opts.wal.SegmentSize)
 	}
 	e.Msg("configuration (0 means the default, resolved when listening)")
+}
+
+// startGCTuner keeps the heap goal --gc-headroom above the live heap,
+// unless GOGC in the environment already says what the operator wants.
+func startGCTuner(opts options, log zerolog.Logger) (stop func()) {
+	if _, set := os.LookupEnv("GOGC"); set && opts.gcHeadroom > 0 {
+		log.Info().Str("GOGC", os.Getenv("GOGC")).Msg("GOGC is set: --gc-headroom is not used")
+		return func() {}
+	}
+	return gctune.Start(uint64(opts.gcHeadroom))
 }
 
 // startCPUProfile profiles the whole process until the returned stop.
