@@ -89,10 +89,7 @@ func (s *Store) lookup(id uint64) *Job {
 // findLocked looks id up; sh.mu must be held.
 func (sh *jobShard) findLocked(id uint64) *Job {
 	n, k := place(id)
-	p := sh.newest
-	if n+1 != sh.newestN1 {
-		p = sh.pages[n]
-	}
+	p := sh.pageLocked(n)
 	if p != nil {
 		return p.slots[k]
 	}
@@ -115,12 +112,18 @@ func (s *Store) forgetJobLocked(j *Job) {
 	sh.mu.Unlock()
 }
 
+// pageLocked is page n, nil if it is not there; the newest is found
+// without the map.
+func (sh *jobShard) pageLocked(n uint64) *idPage {
+	if n+1 == sh.newestN1 {
+		return sh.newest
+	}
+	return sh.pages[n]
+}
+
 func (sh *jobShard) insertLocked(j *Job) {
 	n, k := place(j.id)
-	p := sh.newest
-	if n+1 != sh.newestN1 {
-		p = sh.pages[n]
-	}
+	p := sh.pageLocked(n)
 	if p == nil {
 		if n+1 < sh.newestN1 {
 			// A page behind the newest that has been freed or given up:
@@ -176,10 +179,7 @@ func (sh *jobShard) advanceLocked(n uint64) *idPage {
 
 func (sh *jobShard) removeLocked(j *Job) {
 	n, k := place(j.id)
-	p := sh.newest
-	if n+1 != sh.newestN1 {
-		p = sh.pages[n]
-	}
+	p := sh.pageLocked(n)
 	if p == nil {
 		delete(sh.spill, j.id)
 		if len(sh.spill) == 0 {
