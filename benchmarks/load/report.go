@@ -25,6 +25,18 @@ type Meta struct {
 	Reps             int
 	Warmup, Duration time.Duration
 	FileLimit        int
+	// GenCPUs are the CPUs the generator ran on with -pin (the servers'
+	// are in Base.CPUs and Cand.CPUs); empty when nothing was pinned.
+	GenCPUs []int `json:",omitempty"`
+}
+
+// cpusSentence says where the servers and the generator ran.
+func cpusSentence(meta Meta) string {
+	if len(meta.GenCPUs) == 0 || len(meta.Cand.CPUs) == 0 {
+		return "The load generator, written in Go, shares the machine's CPUs with the server under test."
+	}
+	return fmt.Sprintf("Pinned (-pin): each server ran on CPUs %v and the load generator, written in Go, on CPUs %v, "+
+		"so neither waited for a core the other held.", meta.Cand.CPUs, meta.GenCPUs)
 }
 
 // Report is a whole benchmark's data, as written to the results' JSON files
@@ -59,9 +71,8 @@ func WriteMarkdown(w io.Writer, meta Meta, outs []Outcome, charts ChartNames) er
 		"every run starts its server fresh on a free loopback port and kills it by PID afterwards, "+
 		"then warms up for %v and measures for %v. "+
 		"Ratios are %s ÷ %s from the same benchmark; for jobs/s above 1 means Sprout is faster, "+
-		"for latency, CPU and memory below 1 means Sprout uses less. "+
-		"The load generator, written in Go, shares the machine's CPUs with the server under test.\n\n",
-		meta.Reps, b, c, b, c, meta.Warmup, meta.Duration, c, b)
+		"for latency, CPU and memory below 1 means Sprout uses less. %s\n\n",
+		meta.Reps, b, c, b, c, meta.Warmup, meta.Duration, c, b, cpusSentence(meta))
 	if med, hi := otherLoad(outs); hi > 0 {
 		p("Other processes kept a median %.2f and at most %.2f of the machine's cores busy during a measured run "+
 			"(machine busy time from /proc/stat less the server's and the generator's).\n\n", med, hi)

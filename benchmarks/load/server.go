@@ -32,6 +32,9 @@ type ServerSpec struct {
 	Path string
 	// Args follow "-l 127.0.0.1 -p PORT" and come before a scenario's own.
 	Args []string
+	// CPUs, if set, confine the server to these CPUs once it has started
+	// (sproutbench -pin).
+	CPUs []int `json:",omitempty"`
 }
 
 // Server is a running server process, started fresh for one run.
@@ -73,7 +76,14 @@ func startOnce(spec ServerSpec, extra []string) (*Server, error) {
 		OutputLimit:  1 << 20, // a chatty server must not grow the generator without bound
 	})
 	if err == nil {
-		return &Server{Spec: spec, Addr: p.Addr(), PID: p.PID(), proc: p}, nil
+		srv := &Server{Spec: spec, Addr: p.Addr(), PID: p.PID(), proc: p}
+		if len(spec.CPUs) > 0 {
+			if err := PinProcess(srv.PID, spec.CPUs); err != nil {
+				srv.Stop()
+				return nil, err
+			}
+		}
+		return srv, nil
 	}
 	var se *testproc.StartError
 	switch {

@@ -42,6 +42,7 @@ type options struct {
 	render             string
 	quiet              float64
 	quietWait          time.Duration
+	pin                bool
 }
 
 func main() {
@@ -64,6 +65,7 @@ func main() {
 	flag.StringVar(&o.command, "command", "", "how this run was started, for the report; default the command line")
 	flag.Float64Var(&o.quiet, "quiet", 0.5, "before each run, wait until other processes keep at most this many cores busy; 0 does not wait")
 	flag.DurationVar(&o.quietWait, "quiet-wait", 5*time.Second, "the longest -quiet waits before a run")
+	flag.BoolVar(&o.pin, "pin", false, "run each server on CPU 0 and the generator on the other CPUs (Linux), so that neither waits for a core the other holds")
 	flag.StringVar(&o.render, "render", "", "run nothing: write the report and charts again from this results JSON file, into its directory unless -out is given")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -129,11 +131,24 @@ func run(ctx context.Context, o options) error {
 	}
 	base := load.ServerSpec{Name: o.baseName, Path: o.beanstalkd}
 	cand := load.ServerSpec{Name: "sprout", Path: o.sprout, Args: strings.Fields(o.sproutArgs)}
+	var genCPUs []int
+	if o.pin {
+		if runtime.NumCPU() < 2 {
+			return fmt.Errorf("-pin needs at least 2 CPUs; this machine has %d", runtime.NumCPU())
+		}
+		for c := 1; c < runtime.NumCPU(); c++ {
+			genCPUs = append(genCPUs, c)
+		}
+		if err := load.PinProcess(os.Getpid(), genCPUs); err != nil {
+			return err
+		}
+		base.CPUs, cand.CPUs = []int{0}, []int{0}
+	}
 
 	meta := load.Meta{
 		Started: time.Now(), Command: o.command, Host: load.HostInfo(), GoVersion: runtime.Version(),
 		Base: base, Cand: cand, BaseVersion: load.Version(base.Path), CandVersion: load.Version(cand.Path), BaseFrom: baseFrom,
-		Reps: o.reps, Warmup: o.warmup, Duration: o.duration, FileLimit: limit,
+		Reps: o.reps, Warmup: o.warmup, Duration: o.duration, FileLimit: limit, GenCPUs: genCPUs,
 	}
 	if len(cand.Args) > 0 {
 		meta.CandVersion += ", flags " + o.sproutArgs
