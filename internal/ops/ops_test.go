@@ -208,6 +208,11 @@ func TestMetricsFromRunningServer(t *testing.T) {
 		{"process_cpu_seconds_total", "", counter, 0, many},
 		{"go_gc_heap_allocs_bytes_total", "", counter, 1, many},
 		{"go_memstats_alloc_bytes", "", gauge, 1, many},
+		// The runtime's own view of the tail: scheduling delays, GC pauses
+		// and mutex waits (the process has run goroutines and collected).
+		{"go_sched_latencies_seconds", "", histogram, 1, many},
+		{"go_gc_pauses_seconds", "", histogram, 0, many},
+		{"go_sync_mutex_wait_total_seconds_total", "", counter, 0, many},
 	}
 	for _, tc := range []struct {
 		accept string
