@@ -1,7 +1,8 @@
 // Package load is Sprout's load generator: a beanstalkd client on raw
 // sockets (Conn, with pipelining), the scenarios that drive it, and the
-// side-by-side runs against C beanstalkd (FindBeanstalkd: the 1.13 release
-// built beside the clone, else Debian's 1.12) that produce the report under
+// side-by-side runs against C beanstalkd (the tests' reference,
+// testproc.FindReference: the 1.13 release built beside the clone, else
+// Debian's 1.12) that produce the report under
 // benchmarks/results.
 //
 // A Plan runs every Scenario against every server Reps times, alternating

@@ -19,7 +19,7 @@ type Meta struct {
 	// each prints for -v.
 	Base, Cand               ServerSpec
 	BaseVersion, CandVersion string
-	// BaseFrom says how the reference server was found (FindBeanstalkd),
+	// BaseFrom says how the reference server was found (testproc.FindReference),
 	// or that -beanstalkd named it; empty in reports from before it was kept.
 	BaseFrom         string `json:",omitempty"`
 	Reps             int

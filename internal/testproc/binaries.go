@@ -73,7 +73,7 @@ var reference struct {
 func Reference(t testing.TB) Ref {
 	t.Helper()
 	reference.once.Do(func() {
-		reference.ref, reference.notes, reference.err = findReference()
+		reference.ref, reference.notes, reference.err = FindReference()
 	})
 	for _, note := range reference.notes {
 		t.Logf("reference beanstalkd: passed over %s", note)
@@ -92,8 +92,9 @@ func Beanstalkd(t testing.TB) string {
 	return Reference(t).Path
 }
 
-// findReference is Reference's search. notes says what was passed over.
-func findReference() (ref Ref, notes []string, err error) {
+// FindReference is Reference's search, for callers outside tests (the
+// benchmarks compare with the same server). notes says what was passed over.
+func FindReference() (ref Ref, notes []string, err error) {
 	if path := os.Getenv(RefEnv); path != "" {
 		ref, err := probeRef(path, "$"+RefEnv)
 		if err != nil {

@@ -85,12 +85,12 @@ func TestReferenceFromEnv(t *testing.T) {
 		t.Skip("no beanstalkd on PATH to point at")
 	}
 	t.Setenv(RefEnv, path)
-	ref, notes, err := findReference()
+	ref, notes, err := FindReference()
 	if err != nil || len(notes) != 0 || ref.Path != path || ref.Version == "" {
-		t.Fatalf("findReference() = %+v, %q, %v; want %s with its version", ref, notes, err, path)
+		t.Fatalf("FindReference() = %+v, %q, %v; want %s with its version", ref, notes, err, path)
 	}
 	t.Setenv(RefEnv, "/bin/true")
-	if _, _, err := findReference(); err == nil {
-		t.Fatal("findReference() accepted /bin/true, which prints no version")
+	if _, _, err := FindReference(); err == nil {
+		t.Fatal("FindReference() accepted /bin/true, which prints no version")
 	}
 }

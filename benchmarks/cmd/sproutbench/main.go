@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/benchmarks/load"
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 type options struct {
@@ -109,14 +110,15 @@ func run(ctx context.Context, o options) error {
 
 	baseFrom := "named by -beanstalkd"
 	if o.beanstalkd == "" {
-		var notes []string
-		o.beanstalkd, baseFrom, notes, err = load.FindBeanstalkd(ctx)
+		// The differential tests' reference, found the same way.
+		ref, notes, err := testproc.FindReference()
 		for _, n := range notes {
 			fmt.Fprintln(os.Stderr, "reference server: passed over", n)
 		}
 		if err != nil {
 			return err
 		}
+		o.beanstalkd, baseFrom = ref.Path, ref.From
 	}
 	if o.sprout == "" {
 		dir, err := os.MkdirTemp("", "sproutbench-")
