@@ -68,7 +68,7 @@ type loopProbe struct{}
 // loop is reached once. The pairs are closed again at once; a loop lives
 // as long as the client.
 func (s *Server) findLoops(client *gnet.Client) ([]gnet.EventLoop, error) {
-	want := min(s.cfg.Loops, maxEventLoops)
+	want := s.cfg.Loops
 	var loops []gnet.EventLoop
 	var peers []*os.File
 	defer func() {

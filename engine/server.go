@@ -89,6 +89,7 @@ func New(cfg Config, st *store.Store) *Server {
 	if cfg.Loops <= 0 {
 		cfg.Loops = DefaultLoops()
 	}
+	cfg.Loops = min(cfg.Loops, maxEventLoops) // gnet would clamp it too
 	if cfg.MaxBufferMemory <= 0 {
 		cfg.MaxBufferMemory = DefaultMaxBufferMemory()
 	}
@@ -131,7 +132,7 @@ func (s *Server) Run() error {
 		return err
 	}
 	client, err := gnet.NewClient(&handler{srv: s},
-		gnet.WithNumEventLoop(min(s.cfg.Loops, maxEventLoops)),
+		gnet.WithNumEventLoop(s.cfg.Loops),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithTicker(true),
 		gnet.WithLogger(gnetLogger{s.log}),
