@@ -33,8 +33,8 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 	ls := s.loops[el]
 	if ls == nil {
 		ls = &loopState{srv: s, batch: replies{keep: keepBatch}, holding: make(map[*session]struct{})}
-		if s.cfg.Durability != nil {
-			ls.flusher = newLoopFlusher(el, s.cfg.Durability, &s.heldSessions)
+		if s.acks != nil {
+			ls.flusher = newLoopFlusher(el, s.acks, &s.heldSessions)
 		}
 		s.loops[el] = ls
 	}

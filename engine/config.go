@@ -45,10 +45,6 @@ type Config struct {
 	Logger zerolog.Logger
 	// Metrics, if set, is told how long each command took to execute.
 	Metrics Metrics
-	// Durability, if set, is the write-ahead log behind the store: a reply
-	// to a command that changed durable state is held until the change is
-	// durable. Nil means in memory.
-	Durability Durability
 }
 
 // Metrics receives figures from the event loops. Its methods run on the
@@ -58,14 +54,6 @@ type Metrics interface {
 	// command (not the time a reserve waited for a job, nor a reply for
 	// the log); op.String() is the command's name.
 	ObserveCommand(op codec.Op, d time.Duration)
-}
-
-// Durability is what the engine needs of a write-ahead log (store/wal.Log).
-type Durability interface {
-	// Durable is the highest log position that is durable.
-	Durable() uint64
-	// OnDurable calls fn, from any goroutine, once lsn is durable.
-	OnDurable(lsn uint64, fn func())
 }
 
 const (

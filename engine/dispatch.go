@@ -97,7 +97,7 @@ func (ss *session) execute(cmd *codec.Command, out *replies) {
 		out.replyFor(cl.KickJob(cmd.ID), codec.ReplyKicked, codec.ReplyNotFound)
 
 	case codec.OpPeek:
-		if j, ok := st.Peek(cmd.ID); ok {
+		if j, ok := cl.Peek(cmd.ID); ok {
 			ss.appendJob(out, codec.WordFound, j)
 		} else {
 			out.add(codec.ReplyNotFound)
@@ -112,7 +112,7 @@ func (ss *session) execute(cmd *codec.Command, out *replies) {
 	case codec.OpStats:
 		out.appendYAML(ss.loop.srv.appendStats)
 	case codec.OpStatsJob:
-		js, ok := st.JobStats(cmd.ID)
+		js, ok := cl.JobStats(cmd.ID)
 		if !ok {
 			out.add(codec.ReplyNotFound)
 			return
@@ -231,9 +231,9 @@ func (ss *session) appendFound(out *replies, j *store.Job) {
 	ss.appendJob(out, codec.WordFound, j)
 }
 
-// appendJob appends a RESERVED or FOUND reply; it waits, like the reply to
-// a change, until the job's put is durable.
+// appendJob appends a RESERVED or FOUND reply. The store has already made
+// the client wait, like the reply to a change, until the job's put may be
+// acknowledged.
 func (ss *session) appendJob(out *replies, word string, j *store.Job) {
-	ss.client.Reveal(j)
 	out.appendJob(word, j.ID(), j.Body())
 }

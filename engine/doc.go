@@ -45,15 +45,16 @@
 //
 // # Durability
 //
-// With a write-ahead log, a command that changed durable state leaves its
-// client's PendingLSN ahead of the log's Durable position. Its reply, and
-// every later reply on that connection, is held in order until the log
-// catches up and calls the loop's flusher, which sends the held replies of
-// every waiting connection on that loop in one task, so a client never hears
-// INSERTED or DELETED for a change a crash could undo, and the event loop
-// never waits for the disk. A reply that shows a job waits for the job's put
-// in the same way. Commands keep being parsed meanwhile, so many
-// pipelined commits share one fsync.
+// With a write-ahead log, the store leaves the client's PendingAck ahead of
+// its AckSource's Acked position after a command that changed durable
+// state or showed a job whose put may not be acknowledged yet (the store
+// decides which; see its doc). The engine only compares the two: the reply,
+// and every later reply on that connection, is held in order until the
+// AckSource catches up and calls the loop's flusher, which sends the held
+// replies of every waiting connection on that loop in one task, so a client
+// never hears INSERTED or DELETED for a change a crash could undo, and the
+// event loop never waits for the disk. Commands keep being parsed
+// meanwhile, so many pipelined commits share one fsync.
 //
 // # Limits
 //

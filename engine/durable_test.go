@@ -14,53 +14,53 @@ import (
 	"github.com/sproutmq/sprout/store/wal"
 )
 
-// gatedLog is a write-ahead log whose durability the test controls: while
-// shut, nothing past its limit is durable.
+// gatedLog is a write-ahead log whose acknowledgements the test controls:
+// the store's AckSource, which lets nothing past its limit through while shut.
 type gatedLog struct {
 	log *wal.Log
 
 	mu      sync.Mutex
-	limit   uint64 // highest position reported durable; MaxUint64 when open
+	limit   uint64 // highest position acknowledged; MaxUint64 when open
 	waiting []gatedWaiter
 }
 
 type gatedWaiter struct {
-	lsn uint64
+	pos uint64
 	fn  func()
 }
 
-func (g *gatedLog) Durable() uint64 {
+func (g *gatedLog) Acked() uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return min(g.limit, g.log.Durable())
 }
 
-func (g *gatedLog) OnDurable(lsn uint64, fn func()) {
+func (g *gatedLog) OnAcked(pos uint64, fn func()) {
 	g.mu.Lock()
-	if lsn > g.limit {
-		g.waiting = append(g.waiting, gatedWaiter{lsn, fn})
+	if pos > g.limit {
+		g.waiting = append(g.waiting, gatedWaiter{pos, fn})
 		g.mu.Unlock()
 		return
 	}
 	g.mu.Unlock()
-	g.log.OnDurable(lsn, fn)
+	g.log.OnDurable(pos, fn)
 }
 
-// shut stops durability where the log is now.
+// shut stops acknowledgements where the log is now.
 func (g *gatedLog) shut() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.limit = g.log.Durable()
 }
 
-// openTo lets durability through up to limit (MaxUint64: all of it).
+// openTo lets acknowledgements through up to limit (MaxUint64: all of them).
 func (g *gatedLog) openTo(limit uint64) {
 	g.mu.Lock()
 	g.limit = limit
 	var due []gatedWaiter
 	keep := g.waiting[:0]
 	for _, w := range g.waiting {
-		if w.lsn <= limit {
+		if w.pos <= limit {
 			due = append(due, w)
 		} else {
 			keep = append(keep, w)
@@ -69,7 +69,7 @@ func (g *gatedLog) openTo(limit uint64) {
 	g.waiting = keep
 	g.mu.Unlock()
 	for _, w := range due {
-		g.log.OnDurable(w.lsn, w.fn)
+		g.log.OnDurable(w.pos, w.fn)
 	}
 }
 
@@ -82,12 +82,12 @@ func startDurable(t *testing.T, loops int) (*gatedLog, string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := store.New(store.Options{Log: wl})
+	g := &gatedLog{log: wl, limit: math.MaxUint64}
+	st := store.New(store.Options{Log: wl, Acks: g})
 	if err := wl.Start(st); err != nil {
 		t.Fatal(err)
 	}
-	g := &gatedLog{log: wl, limit: math.MaxUint64}
-	_, network, addr := startServerOn(t, engine.Config{Loops: loops, Durability: g}, st)
+	_, network, addr := startServerOn(t, engine.Config{Loops: loops}, st)
 	t.Cleanup(func() { _ = wl.Close() }) // after the server has stopped
 	return g, network, addr
 }
@@ -181,7 +181,8 @@ func TestHeldRepliesOfLaterCommits(t *testing.T) {
 // TestJobsAreShownOnlyOnceDurable: a job whose put is not yet durable is
 // reserved or peeked, but the reply waits, so no consumer ever works on a
 // job a crash could take back. This holds for an immediate reserve, a
-// reserve that was blocked when the put came, reserve-job and peek.
+// reserve that was blocked when the put came, reserve-job, peek and
+// stats-job.
 func TestJobsAreShownOnlyOnceDurable(t *testing.T) {
 	g, network, addr := startDurable(t, 2)
 	producer := dialRaw(t, network, addr)
@@ -192,11 +193,12 @@ func TestJobsAreShownOnlyOnceDurable(t *testing.T) {
 
 	g.shut()
 	producer.send("put 0 0 60 1\r\na\r\nuse w\r\nput 0 0 60 1\r\nb\r\nuse x\r\nput 0 0 60 1\r\nc\r\n")
-	// stats-job is not held, so it tells when the puts have been made.
+	// stats shows no job, so it is not held: its total-jobs tells when the
+	// puts have been made.
 	probe := dialRaw(t, network, addr)
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		probe.send("stats-job 3\r\n")
-		if got, _ := probe.reply(5 * time.Second); strings.HasPrefix(got, "OK ") {
+		probe.send("stats\r\n")
+		if got, _ := probe.reply(5 * time.Second); strings.Contains(got, "total-jobs: 3\n") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -205,13 +207,15 @@ func TestJobsAreShownOnlyOnceDurable(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	peeker := dialRaw(t, network, addr)
-	peeker.send("peek-ready\r\npeek 1\r\nstats-job 1\r\n")
+	peeker.send("peek-ready\r\npeek 1\r\n")
+	statser := dialRaw(t, network, addr)
+	statser.send("stats-job 1\r\n")
 	// The peeks must run before job 1 is reserved, and connections on other
 	// loops race: the cmd-* counters, counted as a command runs, say when.
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		probe.send("stats\r\n")
 		if got, _ := probe.reply(5 * time.Second); strings.Contains(got, "cmd-peek: 1\n") &&
-			strings.Contains(got, "cmd-peek-ready: 1\n") {
+			strings.Contains(got, "cmd-peek-ready: 1\n") && strings.Contains(got, "cmd-stats-job: 1\n") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -223,7 +227,7 @@ func TestJobsAreShownOnlyOnceDurable(t *testing.T) {
 	reserver.send("reserve-with-timeout 0\r\n")
 	byID := dialRaw(t, network, addr)
 	byID.send("reserve-job 3\r\n")
-	for _, c := range []*rawConn{producer, waiter, peeker, reserver, byID} {
+	for _, c := range []*rawConn{producer, waiter, peeker, statser, reserver, byID} {
 		c.expectSilence(50 * time.Millisecond)
 	}
 
@@ -235,7 +239,7 @@ func TestJobsAreShownOnlyOnceDurable(t *testing.T) {
 	producer.expect("INSERTED 3\r\n")
 	peeker.expect("FOUND 1 1\r\na\r\n")
 	peeker.expect("FOUND 1 1\r\na\r\n")
-	if got, err := peeker.reply(5 * time.Second); err != nil || !strings.HasPrefix(got, "OK ") {
+	if got, err := statser.reply(5 * time.Second); err != nil || !strings.HasPrefix(got, "OK ") {
 		t.Fatalf("stats-job: %q %v", got, err)
 	}
 	reserver.expect("RESERVED 1 1\r\na\r\n")

@@ -26,12 +26,13 @@ const Version = "0.1.0"
 // Server joins gnet to the store: it owns the listener and its accept
 // loop, the per-connection sessions and the server-wide counters.
 type Server struct {
-	cfg   Config         // immutable after New
-	store *store.Store   // immutable
-	log   zerolog.Logger // immutable
-	id    string         // immutable: stats "id"
-	start time.Time      // immutable
-	uname unameInfo      // immutable
+	cfg   Config          // immutable after New
+	store *store.Store    // immutable
+	acks  store.AckSource // immutable: what held replies wait for; nil in memory
+	log   zerolog.Logger  // immutable
+	id    string          // immutable: stats "id"
+	start time.Time       // immutable
+	uname unameInfo       // immutable
 
 	client   *gnet.Client  // set in Run before ready is closed: the event loops
 	ln       net.Listener  // set in Run before ready is closed
@@ -101,6 +102,7 @@ func New(cfg Config, st *store.Store) *Server {
 	return &Server{
 		cfg:        cfg,
 		store:      st,
+		acks:       st.Acks(),
 		log:        cfg.Logger,
 		id:         hex.EncodeToString(raw[:]),
 		start:      time.Now(),

@@ -55,10 +55,10 @@ type heldReplies struct {
 }
 
 // heldMark: buf[:end] (and the bodies referenced up to it) may be sent once
-// the log is durable up to lsn.
+// the store's AckSource has acknowledged position pos.
 type heldMark struct {
 	end int
-	lsn uint64
+	pos uint64
 }
 
 // waiting reports whether any reply is held; h may be nil.
@@ -201,11 +201,11 @@ func (ss *session) account() {
 // command changed durable state that is not durable yet, or earlier replies
 // are already waiting.
 func (ss *session) mustHold() bool {
-	d := ss.loop.srv.cfg.Durability
-	if d == nil {
+	acks := ss.loop.srv.acks
+	if acks == nil {
 		return false
 	}
-	return ss.held.waiting() || ss.client.PendingLSN() > d.Durable()
+	return ss.held.waiting() || ss.client.PendingAck() > acks.Acked()
 }
 
 // hold moves the replies in out from byte from on to the held queue.
@@ -215,7 +215,7 @@ func (ss *session) hold(out *replies, from int) {
 	}
 	h := ss.held
 	h.moveTail(out, from)
-	h.marks = append(h.marks, heldMark{end: len(h.buf), lsn: ss.client.PendingLSN()})
+	h.marks = append(h.marks, heldMark{end: len(h.buf), pos: ss.client.PendingAck()})
 }
 
 // flushDurable sends the held replies whose changes are now durable.
@@ -224,9 +224,9 @@ func (ss *session) flushDurable() {
 	if !h.waiting() {
 		return
 	}
-	durable := ss.loop.srv.cfg.Durability.Durable()
+	acked := ss.loop.srv.acks.Acked()
 	n, end := 0, 0
-	for n < len(h.marks) && h.marks[n].lsn <= durable {
+	for n < len(h.marks) && h.marks[n].pos <= acked {
 		end = h.marks[n].end
 		n++
 	}
@@ -243,7 +243,7 @@ func (ss *session) flushDurable() {
 // awaitDurable has the loop's flusher send the held replies when they may go.
 func (ss *session) awaitDurable() {
 	if ss.held.waiting() {
-		ss.loop.flusher.add(ss, ss.held.marks[0].lsn)
+		ss.loop.flusher.add(ss, ss.held.marks[0].pos)
 	}
 }
 

@@ -40,7 +40,11 @@ type Client struct {
 	use   *Tube
 	watch []*Tube // beanstalkd's order: append, swap-remove
 	wait  *waiter // the latest blocked reserve, if any
-	lsn   uint64  // log position its next reply waits for (PendingLSN)
+
+	// pendingAck is the position its replies so far wait for (PendingAck):
+	// raised on the client's goroutine by its own changes, and on any
+	// goroutine, under a tube lock, by a job handed to its blocked reserve.
+	pendingAck atomic.Uint64
 
 	mu     sync.Mutex
 	closed bool // guarded by mu
@@ -584,9 +588,18 @@ func (c *Client) PeekBuried() *Job  { return c.peekUsed(func(t *Tube) *Job { ret
 func (c *Client) peekUsed(pick func(t *Tube) *Job) *Job {
 	c.use.mu.Lock()
 	j := pick(c.use)
+	if j != nil {
+		c.showLocked(j)
+	}
 	c.use.mu.Unlock()
 	return j
 }
+
+// Peek returns any live job by id, in any state or tube.
+func (c *Client) Peek(id uint64) (*Job, bool) { return c.s.peek(id, c) }
+
+// JobStats snapshots one live job by id.
+func (c *Client) JobStats(id uint64) (JobStats, bool) { return c.s.jobStats(id, c) }
 
 // CancelWait ends a blocked reserve without a result. It reports false
 // when there was none, or it had already ended and its Notifier call is on

@@ -36,13 +36,25 @@
 // kick, release) is appended to the write-ahead log under the job's tube
 // lock, before the change is applied, so the log's order is the order of
 // changes to each job and a refused append (full disk) changes nothing.
-// Appending never waits for the disk: the client remembers the log position
-// (PendingLSN) and the engine holds the reply until it is durable. A reply
-// that shows a job (RESERVED, FOUND) waits for the job's put the same way
-// (Client.Reveal), so no client sees a job a crash could take back. The
-// store loads what the log recovered in New, and moves live jobs forward
-// for the log's compaction (Migrate). Job ids run behind a watermark the
-// log records ahead of them (NextID).
+// The store loads what the log recovered in New, and moves live jobs
+// forward for the log's compaction (Migrate). Job ids run behind a
+// watermark the log records ahead of them (NextID).
+//
+// # Acknowledgement
+//
+// The store owns the rule that no reply promises more than may be
+// acknowledged. Appending never waits for the disk: each client carries the
+// position its replies so far must wait for (Client.PendingAck), and the
+// store raises it in every method that changes a job (to the change's
+// record) or shows one: reserve, reserve-job, a job handed to a blocked
+// reserve, every peek and stats-job (to the job's put, so no client sees a
+// job a crash could take back). Whoever answers the client (the engine)
+// only compares it with the AckSource's published position (Store.Acks)
+// and holds the reply until it is reached. What "may be acknowledged"
+// means belongs to the AckSource: the log's durable position (written, and
+// fsynced as its policy says) on a single node; a majority's commit in a
+// cluster. ack_test.go lists every way to show a job and fails on a new one
+// that is not listed or does not raise the position.
 //
 // # Lock order
 //

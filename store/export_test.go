@@ -475,3 +475,13 @@ func timerState(ts *timers, tm *timer) (armed bool, when int64) {
 	}
 	return true, tm.when
 }
+
+// PeekByID finds a live job by id without showing it to any client, for
+// tests that check what the store holds.
+func PeekByID(s *Store, id uint64) (*Job, bool) { return s.peek(id, nil) }
+
+// StatsOfJob snapshots a live job without showing it to any client.
+func StatsOfJob(s *Store, id uint64) (JobStats, bool) { return s.jobStats(id, nil) }
+
+// StoreOf is the store c belongs to.
+func StoreOf(c *Client) *Store { return c.s }

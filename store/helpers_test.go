@@ -179,7 +179,7 @@ func block(t *testing.T, c *store.Client, timeout time.Duration) {
 
 func jobStats(t *testing.T, s *store.Store, id uint64) store.JobStats {
 	t.Helper()
-	st, ok := s.JobStats(id)
+	st, ok := store.StatsOfJob(s, id)
 	if !ok {
 		t.Fatalf("JobStats(%d): not found", id)
 	}

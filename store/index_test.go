@@ -276,7 +276,7 @@ func TestIndexConcurrentLookups(t *testing.T) {
 				ids := pinned
 				mu.Unlock()
 				for _, id := range ids {
-					if j, ok := s.Peek(id); !ok || j.ID() != id {
+					if j, ok := s.peek(id, nil); !ok || j.ID() != id {
 						t.Errorf("reader %d: pinned job %d not found", w, id)
 						return
 					}

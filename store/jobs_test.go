@@ -68,7 +68,7 @@ func TestDelete(t *testing.T) {
 					wantState(t, s, j, store.StateReserved, other)
 					return
 				}
-				if _, live := s.Peek(j.ID()); live {
+				if _, live := store.PeekByID(s, j.ID()); live {
 					t.Fatal("deleted job still found")
 				}
 				if got := globalCounts(s); got != (counts{}) {

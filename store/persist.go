@@ -61,8 +61,8 @@ func (s *Store) logLocked(c *Client, j *Job, r *wal.Record) error {
 		}
 		j.seg = loc.Seg
 	}
-	if c != nil && lsn > c.lsn {
-		c.lsn = lsn
+	if c != nil {
+		c.raisePendingAck(lsn)
 	}
 	return nil
 }
@@ -73,18 +73,55 @@ func (s *Store) wall(mono int64) int64 { return s.wallBase + mono }
 // mono converts a logged wall-clock time back.
 func (s *Store) mono(wall int64) int64 { return wall - s.wallBase }
 
-// PendingLSN is the log position the client's latest change, or the put of
-// the latest job shown to it, must reach before its reply may be sent; 0
-// without a log. The engine compares it with Log.Durable.
-func (c *Client) PendingLSN() uint64 { return c.lsn }
+// AckSource publishes the log position up to which changes may be
+// acknowledged: written, and fsynced as the log's policy says, for a single
+// node (the log itself); committed by a majority in a cluster.
+type AckSource interface {
+	// Acked is the highest position whose changes may be acknowledged.
+	Acked() uint64
+	// OnAcked calls fn once pos may be acknowledged: at once, on this
+	// goroutine, if it already may; else later, from any goroutine.
+	OnAcked(pos uint64, fn func())
+}
 
-// Reveal notes that the reply being built shows j to the client, so it must
-// wait until j's put is durable: otherwise a consumer could work on a job
-// that a crash then takes back (beanstalkd logs a job before any client can
-// see it). Call on the client's goroutine.
-func (c *Client) Reveal(j *Job) {
-	if j.putLSN > c.lsn {
-		c.lsn = j.putLSN
+// logAcks makes the log's durable position the acknowledged one.
+type logAcks struct{ log *wal.Log }
+
+func (a logAcks) Acked() uint64                 { return a.log.Durable() }
+func (a logAcks) OnAcked(pos uint64, fn func()) { a.log.OnDurable(pos, fn) }
+
+// Acks is what decides when a reply may be sent; nil when the store keeps
+// everything in memory and every reply may go at once.
+func (s *Store) Acks() AckSource { return s.acks }
+
+// PendingAck is the position the client's replies so far must wait for
+// (Acks): the latest change it made, or the put of the latest job shown to
+// it; 0 when nothing waits. The store raises it in every method that
+// changes a job or shows one (reserve, reserve-job, the peeks, stats-job),
+// so no caller has to remember to; the engine only compares it with
+// Acks().Acked(). Read it on the client's goroutine.
+func (c *Client) PendingAck() uint64 { return c.pendingAck.Load() }
+
+// raisePendingAck makes the client's replies wait for pos too. The client's
+// own changes raise it on its goroutine; a job handed to its blocked
+// reserve raises it from the goroutine that freed the job, hence atomic.
+func (c *Client) raisePendingAck(pos uint64) {
+	for {
+		cur := c.pendingAck.Load()
+		if pos <= cur || c.pendingAck.CompareAndSwap(cur, pos) {
+			return
+		}
+	}
+}
+
+// showLocked notes that j is about to be shown to c, so c's reply must wait
+// until j's put may be acknowledged: otherwise a consumer could work on a
+// job that a crash (or a lost leader) then takes back; beanstalkd logs a job
+// before any client can see it. j's tube lock must be held: a put fills in
+// putLSN under it, after the job is already in the id index.
+func (c *Client) showLocked(j *Job) {
+	if j.putLSN > 0 {
+		c.raisePendingAck(j.putLSN)
 	}
 }
 

@@ -56,11 +56,11 @@ func (d *durable) close(t *testing.T) {
 func (d *durable) settle(t *testing.T, c *store.Client) {
 	t.Helper()
 	done := make(chan struct{})
-	d.log.OnDurable(c.PendingLSN(), func() { close(done) })
+	d.Acks().OnAcked(c.PendingAck(), func() { close(done) })
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("LSN %d not durable within 10s", c.PendingLSN())
+		t.Fatalf("position %d not acknowledged within 10s", c.PendingAck())
 	}
 }
 
@@ -93,13 +93,13 @@ type jobWant struct {
 
 func checkJob(t *testing.T, s *store.Store, id uint64, w jobWant) {
 	t.Helper()
-	st, ok := s.JobStats(id)
+	st, ok := store.StatsOfJob(s, id)
 	if !ok {
 		t.Errorf("job %d (%s) was not recovered", id, w.body)
 		return
 	}
 	got := jobWant{st.Tube, st.State, st.Pri, st.Delay, st.TTR, 0, st.Reserves, st.Releases, st.Buries, st.Kicks, ""}
-	if j, ok := s.Peek(id); ok {
+	if j, ok := store.PeekByID(s, id); ok {
 		got.body = string(bytes.TrimSuffix(j.Body(), []byte("\r\n")))
 	}
 	want := w
@@ -177,7 +177,7 @@ func TestRecoverEveryState(t *testing.T) {
 	checkJob(t, d.Store, releasedNow, jobWant{"work", store.StateReady, 2, 0, 30 * s, 0, 1, 1, 0, 0, "released at once"})
 	checkJob(t, d.Store, kicked, jobWant{"work", store.StateReady, 11, 0, 30 * s, 0, 1, 0, 1, 1, "kicked from buried"})
 	checkJob(t, d.Store, kickedDelayed, jobWant{"work", store.StateReady, 12, 3600 * s, 30 * s, 0, 0, 0, 0, 1, "kicked from delayed"})
-	if _, ok := d.JobStats(deleted); ok {
+	if _, ok := store.StatsOfJob(d.Store, deleted); ok {
 		t.Errorf("deleted job %d came back", deleted)
 	}
 	if got := d.LiveJobIDs(); len(got) != 8 {
@@ -444,7 +444,7 @@ func TestConcurrentChangesDuringCompaction(t *testing.T) {
 	before := make(map[uint64]jobWant)
 	for _, id := range d.LiveJobIDs() {
 		st := jobStats(t, d.Store, id)
-		j, _ := d.Peek(id)
+		j, _ := store.PeekByID(d.Store, id)
 		w := jobWant{st.Tube, st.State, st.Pri, st.Delay, st.TTR, 0, 0, st.Releases, st.Buries, st.Kicks,
 			string(bytes.TrimSuffix(j.Body(), []byte("\r\n")))}
 		if w.state == store.StateReserved {

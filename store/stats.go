@@ -80,8 +80,9 @@ type JobStats struct {
 	Reserves, Timeouts, Releases, Buries, Kicks uint32
 }
 
-// JobStats snapshots one job under its tube's lock.
-func (s *Store) JobStats(id uint64) (JobStats, bool) {
+// jobStats snapshots one job under its tube's lock, and shows it to c if c
+// is not nil.
+func (s *Store) jobStats(id uint64, c *Client) (JobStats, bool) {
 	j := s.lookup(id)
 	if j == nil {
 		return JobStats{}, false
@@ -91,6 +92,9 @@ func (s *Store) JobStats(id uint64) (JobStats, bool) {
 	defer t.mu.Unlock()
 	if j.state == StateInvalid {
 		return JobStats{}, false
+	}
+	if c != nil {
+		c.showLocked(j)
 	}
 	now := s.now()
 	st := JobStats{

@@ -31,6 +31,7 @@ type Store struct {
 	now      func() int64 // monotonic nanoseconds; immutable
 	wallBase int64        // immutable: wall-clock ns at monotonic 0
 	log      *wal.Log     // immutable; nil keeps everything in memory
+	acks     AckSource    // immutable; nil with no log
 	timers   *timers
 	stop     chan struct{}
 	done     chan struct{}
@@ -74,6 +75,10 @@ type Options struct {
 	// recovered are loaded by New, and the caller then starts it with
 	// Log.Start(store) so compaction can move jobs.
 	Log *wal.Log
+	// Acks, with a Log, publishes how far changes may be acknowledged in
+	// place of the log's durable position: a cluster's commit position, or
+	// a test's gate. Nil means the log.
+	Acks AckSource
 }
 
 // New returns a running store; call Close to stop its timer goroutine.
@@ -91,6 +96,12 @@ func New(opts Options) *Store {
 	}
 	s.wallBase = time.Now().UnixNano() - now()
 	s.log = opts.Log
+	if s.log != nil {
+		s.acks = opts.Acks
+		if s.acks == nil {
+			s.acks = logAcks{s.log}
+		}
+	}
 	s.timers = newTimers(now)
 	s.registryMu.Lock()
 	s.defaultT = s.acquireTubeLocked(DefaultTube) // the permanent reference
@@ -119,8 +130,8 @@ func (s *Store) Now() int64 { return s.now() }
 // as in beanstalkd.
 //
 // With a log, the counter runs behind a watermark the log records ahead of
-// it (wal.KindIDs): an id is taken, and stats-job can show it, before its
-// put is durable, and after a crash it must not be issued again. A restart
+// it (wal.KindIDs): an id is taken before its put is durable, and after
+// a crash it must not be issued again. A restart
 // therefore continues above the watermark, so ids jump by up to idSlack.
 func (s *Store) NextID() uint64 {
 	id := s.lastID.Add(1)
@@ -149,8 +160,8 @@ func (s *Store) advanceIDMark(id uint64) {
 	}
 }
 
-// Peek returns any live job by id, in any state or tube.
-func (s *Store) Peek(id uint64) (*Job, bool) {
+// peek finds a live job by id, and shows it to c if c is not nil.
+func (s *Store) peek(id uint64, c *Client) (*Job, bool) {
 	j := s.lookup(id)
 	if j == nil {
 		return nil, false
@@ -158,6 +169,9 @@ func (s *Store) Peek(id uint64) (*Job, bool) {
 	t := j.tube
 	t.mu.Lock()
 	live := j.state != StateInvalid
+	if live && c != nil {
+		c.showLocked(j)
+	}
 	t.mu.Unlock()
 	return j, live
 }

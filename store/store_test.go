@@ -36,7 +36,7 @@ func TestPut(t *testing.T) {
 				if j.ID() != tc.id || !bytes.Equal(j.Body(), data) {
 					t.Fatalf("Put returned id %d body %q", j.ID(), j.Body())
 				}
-				if p, live := s.Peek(tc.id); !live || p != j {
+				if p, live := store.PeekByID(s, tc.id); !live || p != j {
 					t.Fatalf("Peek(%d) = %v, %v", tc.id, p, live)
 				}
 				st := jobStats(t, s, tc.id)
@@ -101,12 +101,12 @@ func TestPeek(t *testing.T) {
 
 		for _, j := range []*store.Job{ready, delayed, reserved, buried} {
 			// b peeks too: reserved by someone else is still found.
-			if p, live := s.Peek(j.ID()); !live || p != j {
+			if p, live := store.PeekByID(s, j.ID()); !live || p != j {
 				t.Errorf("Peek(%d) = %v, %v", j.ID(), p, live)
 			}
 		}
 		for _, id := range []uint64{0, gone.ID(), 999} {
-			if _, live := s.Peek(id); live {
+			if _, live := store.PeekByID(s, id); live {
 				t.Errorf("Peek(%d) found a job", id)
 			}
 		}
@@ -460,7 +460,7 @@ func TestStatsAfterMoves(t *testing.T) {
 		if ts.CmdDelete != 1 || ts.TotalJobs != 1 || s.Stats().TotalJobs != 1 {
 			t.Fatalf("after delete: %+v, global total %d", ts, s.Stats().TotalJobs)
 		}
-		if _, ok := s.JobStats(j.ID()); ok {
+		if _, ok := store.StatsOfJob(s, j.ID()); ok {
 			t.Fatal("JobStats of a deleted job")
 		}
 	})

@@ -86,7 +86,7 @@ func TestStressRandomOps(t *testing.T) {
 		if _, ok := slices.BinarySearch(puts, id); !ok {
 			t.Fatalf("live id %d was never put", id)
 		}
-		if _, ok := s.Peek(id); !ok {
+		if _, ok := store.PeekByID(s, id); !ok {
 			t.Fatalf("live id %d cannot be peeked", id)
 		}
 	}
@@ -291,10 +291,10 @@ func (w *stressWorker) step() bool {
 func (w *stressWorker) read() {
 	s, c := w.s, w.c
 	id := w.anyID()
-	if j, ok := s.Peek(id); ok && j.ID() != id {
+	if j, ok := store.PeekByID(s, id); ok && j.ID() != id {
 		w.t.Errorf("Peek(%d) returned job %d", id, j.ID())
 	}
-	if st, ok := s.JobStats(id); ok && (st.ID != id || st.State == store.StateInvalid) {
+	if st, ok := store.StatsOfJob(s, id); ok && (st.ID != id || st.State == store.StateInvalid) {
 		w.t.Errorf("JobStats(%d) = %+v", id, st)
 	}
 	s.TubeStats(w.tube())

@@ -162,6 +162,7 @@ func (t *Tube) reserveLocked(j *Job, c *Client, now int64) bool {
 	r.order.pushBack(j)
 	c.rearmTTRLocked()
 	c.mu.Unlock()
+	c.showLocked(j) // every reservation shows the job: RESERVED
 	t.nReserved++
 	t.s.counts.reserved.Add(1)
 	return true

@@ -107,7 +107,6 @@ func run(opts options) int {
 				log.Error().Err(err).Msg("closing the write-ahead log")
 			}
 		}()
-		opts.cfg.Durability = wl
 	}
 	srv := engine.New(opts.cfg, st)
 	if err := side.start(srv, st, log); err != nil {

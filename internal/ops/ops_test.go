@@ -45,7 +45,6 @@ func startSprout(t testing.TB, durable bool, tubeSeries int) *sprout {
 		if err := wl.Start(st); err != nil {
 			t.Fatal(err)
 		}
-		cfg.Durability = wl
 	}
 	srv := engine.New(cfg, st)
 	errc := make(chan error, 1)
