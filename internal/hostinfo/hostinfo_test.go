@@ -55,6 +55,31 @@ func fakeRoot(t *testing.T, cgroup, mountinfo string, files map[string]string) s
 	return root
 }
 
+// limits are limit files below mount, for fakeRoot: file in each
+// directory of dirValues (a directory, then its limit, and so on; "" is
+// the mount point itself).
+func limits(mount, file string, dirValues ...string) map[string]string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(dirValues); i += 2 {
+		m[filepath.Join(mount, dirValues[i], file)] = dirValues[i+1]
+	}
+	return m
+}
+
+// withFile adds a file to m.
+func withFile(m map[string]string, name, content string) map[string]string {
+	m[name] = content
+	return m
+}
+
+// The mount points of the fakes, and their limit files.
+const (
+	v1Mount = "sys/fs/cgroup/memory"
+	v1File  = "memory.limit_in_bytes"
+	v2Mount = "sys/fs/cgroup"
+	v2File  = "memory.max"
+)
+
 func TestCgroupMemory(t *testing.T) {
 	cases := []struct {
 		name              string
@@ -63,117 +88,47 @@ func TestCgroupMemory(t *testing.T) {
 		wantLimit         int64
 		wantDir           string
 	}{
-		{
-			// These machines: v1, the process in a nested group whose
-			// limit the mount root's file does not show.
-			name:      "v1 nested group",
-			cgroup:    "4:memory:/process_api/56ec\n1:cpu:/\n0::/\n",
+		// These machines: v1, the process in a nested group whose limit
+		// the mount root's file does not show.
+		{name: "v1 nested group", cgroup: "4:memory:/process_api/56ec\n1:cpu:/\n0::/\n",
 			mountinfo: mountRoot + mountTmpfs + mountV1CPU + mountV1Mem + mountHybrid,
-			files: map[string]string{
-				"sys/fs/cgroup/memory/memory.limit_in_bytes":                  v1Unlimited,
-				"sys/fs/cgroup/memory/process_api/memory.limit_in_bytes":      v1Unlimited,
-				"sys/fs/cgroup/memory/process_api/56ec/memory.limit_in_bytes": "2147483648\n",
-				"sys/fs/cgroup/unified/cgroup.procs":                          "",
-			},
-			wantLimit: 2 * gib, wantDir: "/sys/fs/cgroup/memory/process_api/56ec",
-		},
-		{
-			name:      "v1 parent's limit is smaller",
-			cgroup:    "4:memory:/outer/inner\n",
-			mountinfo: mountRoot + mountTmpfs + mountV1Mem,
-			files: map[string]string{
-				"sys/fs/cgroup/memory/memory.limit_in_bytes":             v1Unlimited,
-				"sys/fs/cgroup/memory/outer/memory.limit_in_bytes":       "805306368",
-				"sys/fs/cgroup/memory/outer/inner/memory.limit_in_bytes": v1Unlimited,
-			},
-			wantLimit: 768 << 20, wantDir: "/sys/fs/cgroup/memory/outer",
-		},
-		{
-			name:      "v1 memory co-mounted with another controller",
-			cgroup:    "3:cpu,memory:/job\n",
+			files:     limits(v1Mount, v1File, "", v1Unlimited, "process_api", v1Unlimited, "process_api/56ec", "2147483648\n"),
+			wantLimit: 2 * gib, wantDir: "/sys/fs/cgroup/memory/process_api/56ec"},
+		{name: "v1 parent's limit is smaller", cgroup: "4:memory:/outer/inner\n", mountinfo: mountRoot + mountTmpfs + mountV1Mem,
+			files:     limits(v1Mount, v1File, "", v1Unlimited, "outer", "805306368", "outer/inner", v1Unlimited),
+			wantLimit: 768 << 20, wantDir: "/sys/fs/cgroup/memory/outer"},
+		{name: "v1 memory co-mounted with another controller", cgroup: "3:cpu,memory:/job\n",
 			mountinfo: mountRoot + "35 31 0:32 / /sys/fs/cgroup/cpu,memory rw - cgroup cgroup rw,cpu,memory\n",
-			files: map[string]string{
-				"sys/fs/cgroup/cpu,memory/job/memory.limit_in_bytes": "1073741824",
-			},
-			wantLimit: gib, wantDir: "/sys/fs/cgroup/cpu,memory/job",
-		},
-		{
-			// Docker on v1 without a cgroup namespace bind-mounts the
-			// container's own group: the mount's root is the group.
-			name:      "v1 container without a cgroup namespace",
-			cgroup:    "4:memory:/docker/abc123\n",
+			files:     limits("sys/fs/cgroup/cpu,memory", v1File, "job", "1073741824"),
+			wantLimit: gib, wantDir: "/sys/fs/cgroup/cpu,memory/job"},
+		// Docker on v1 without a cgroup namespace bind-mounts the
+		// container's own group: the mount's root is the group.
+		{name: "v1 container without a cgroup namespace", cgroup: "4:memory:/docker/abc123\n",
 			mountinfo: mountRoot + "35 31 0:32 /docker/abc123 /sys/fs/cgroup/memory ro,relatime - cgroup cgroup rw,memory\n",
-			files: map[string]string{
-				"sys/fs/cgroup/memory/memory.limit_in_bytes": "536870912",
-			},
-			wantLimit: 512 << 20, wantDir: "/sys/fs/cgroup/memory",
-		},
-		{
-			// A systemd unit with MemoryMax= on a v2 host.
-			name:      "v2 systemd service",
-			cgroup:    "0::/system.slice/sprout.service\n",
-			mountinfo: mountRoot + mountV2,
-			files: map[string]string{
-				"sys/fs/cgroup/cgroup.controllers":                      "cpu io memory pids\n",
-				"sys/fs/cgroup/system.slice/memory.max":                 "max\n",
-				"sys/fs/cgroup/system.slice/sprout.service/memory.max":  "536870912\n",
-				"sys/fs/cgroup/system.slice/sprout.service/memory.high": "402653184\n",
-			},
-			wantLimit: 512 << 20, wantDir: "/sys/fs/cgroup/system.slice/sprout.service",
-		},
-		{
-			// A Kubernetes pod on v2: the container's cgroup namespace
-			// makes its own group the root it sees.
-			name:      "v2 container with a cgroup namespace",
-			cgroup:    "0::/\n",
-			mountinfo: mountRoot + mountV2,
-			files: map[string]string{
-				"sys/fs/cgroup/memory.max": "1073741824\n",
-			},
-			wantLimit: gib, wantDir: "/sys/fs/cgroup",
-		},
-		{
-			name:      "v2 parent's limit is smaller",
-			cgroup:    "0::/kubepods.slice/pod1/ctr\n",
-			mountinfo: mountRoot + mountV2,
-			files: map[string]string{
-				"sys/fs/cgroup/kubepods.slice/memory.max":          "max",
-				"sys/fs/cgroup/kubepods.slice/pod1/memory.max":     "268435456",
-				"sys/fs/cgroup/kubepods.slice/pod1/ctr/memory.max": "max",
-			},
-			wantLimit: 256 << 20, wantDir: "/sys/fs/cgroup/kubepods.slice/pod1",
-		},
-		{
-			name:      "v2 without a limit",
-			cgroup:    "0::/user.slice/session-1.scope\n",
-			mountinfo: mountRoot + mountV2,
-			files: map[string]string{
-				"sys/fs/cgroup/user.slice/memory.max":                 "max\n",
-				"sys/fs/cgroup/user.slice/session-1.scope/memory.max": "max\n",
-			},
-		},
-		{
-			name:      "v1 unlimited everywhere",
-			cgroup:    "4:memory:/process_api/1\n0::/\n",
+			files:     limits(v1Mount, v1File, "", "536870912"),
+			wantLimit: 512 << 20, wantDir: "/sys/fs/cgroup/memory"},
+		// A systemd unit with MemoryMax= on a v2 host; memory.high only
+		// throttles, so it is not the limit.
+		{name: "v2 systemd service", cgroup: "0::/system.slice/sprout.service\n", mountinfo: mountRoot + mountV2,
+			files: withFile(limits(v2Mount, v2File, "system.slice", "max\n", "system.slice/sprout.service", "536870912\n"),
+				"sys/fs/cgroup/system.slice/sprout.service/memory.high", "402653184\n"),
+			wantLimit: 512 << 20, wantDir: "/sys/fs/cgroup/system.slice/sprout.service"},
+		// A Kubernetes pod on v2: the container's cgroup namespace makes
+		// its own group the root it sees.
+		{name: "v2 container with a cgroup namespace", cgroup: "0::/\n", mountinfo: mountRoot + mountV2,
+			files: limits(v2Mount, v2File, "", "1073741824\n"), wantLimit: gib, wantDir: "/sys/fs/cgroup"},
+		{name: "v2 parent's limit is smaller", cgroup: "0::/kubepods.slice/pod1/ctr\n", mountinfo: mountRoot + mountV2,
+			files:     limits(v2Mount, v2File, "kubepods.slice", "max", "kubepods.slice/pod1", "268435456", "kubepods.slice/pod1/ctr", "max"),
+			wantLimit: 256 << 20, wantDir: "/sys/fs/cgroup/kubepods.slice/pod1"},
+		{name: "v2 without a limit", cgroup: "0::/user.slice/session-1.scope\n", mountinfo: mountRoot + mountV2,
+			files: limits(v2Mount, v2File, "user.slice", "max\n", "user.slice/session-1.scope", "max\n")},
+		{name: "v1 unlimited everywhere", cgroup: "4:memory:/process_api/1\n0::/\n",
 			mountinfo: mountRoot + mountTmpfs + mountV1Mem + mountHybrid,
-			files: map[string]string{
-				"sys/fs/cgroup/memory/memory.limit_in_bytes":               v1Unlimited,
-				"sys/fs/cgroup/memory/process_api/1/memory.limit_in_bytes": v1Unlimited,
-			},
-		},
-		{
-			name:      "hierarchy not mounted",
-			cgroup:    "4:memory:/a\n",
-			mountinfo: mountRoot + mountTmpfs + mountV1CPU,
-		},
-		{
-			name:      "group outside the mount's root",
-			cgroup:    "4:memory:/elsewhere\n",
+			files:     limits(v1Mount, v1File, "", v1Unlimited, "process_api/1", v1Unlimited)},
+		{name: "hierarchy not mounted", cgroup: "4:memory:/a\n", mountinfo: mountRoot + mountTmpfs + mountV1CPU},
+		{name: "group outside the mount's root", cgroup: "4:memory:/elsewhere\n",
 			mountinfo: mountRoot + "35 31 0:32 /docker/abc /sys/fs/cgroup/memory ro - cgroup cgroup rw,memory\n",
-			files: map[string]string{
-				"sys/fs/cgroup/memory/memory.limit_in_bytes": "536870912",
-			},
-		},
+			files:     limits(v1Mount, v1File, "", "536870912")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
