@@ -2,16 +2,19 @@ package engine
 
 import (
 	"net"
-	"runtime"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/sproutmq/sprout/codec"
+	"github.com/sproutmq/sprout/internal/hostinfo"
 )
 
-// Config is everything the engine needs to serve. cmd/sprout fills it from
-// beanstalkd-style flags; tests fill it directly.
+// Config is everything the engine needs to serve. A zero limit means its
+// default, which Resolve fills in from one probe of the host: cmd/sprout
+// resolves its Config once and logs the result; New resolves whatever
+// Config it is given that Resolve has not (tests fill a few fields and
+// leave the rest).
 type Config struct {
 	// Network is "tcp" or "unix".
 	Network string
@@ -23,7 +26,8 @@ type Config struct {
 	Listener net.Listener
 	// MaxJobSize is the largest body a put may carry (beanstalkd -z).
 	MaxJobSize int
-	// Loops is the number of gnet event loops; 0 means DefaultLoops.
+	// Loops is the number of gnet event loops, at most MaxLoops; 0 means
+	// DefaultLoops.
 	Loops int
 	// MaxInputBuffered closes a connection whose unparsed input exceeds it.
 	// 0 means DefaultMaxInputBuffered(MaxJobSize).
@@ -32,12 +36,12 @@ type Config struct {
 	// exceed it until the client reads. 0 means DefaultMaxOutputBuffered.
 	MaxOutputBuffered int
 	// MaxConnections closes, at once, a connection accepted while this many
-	// are open. 0 means DefaultMaxConnections when serving starts.
+	// are open. 0 means DefaultMaxConnections.
 	MaxConnections int
 	// MaxBufferMemory bounds the bytes held for all connections together:
 	// unread replies, unparsed input, a partial put body and replies held
 	// for the log. Past it the connections holding the most are closed.
-	// 0 means DefaultMaxBufferMemory().
+	// 0 means DefaultMaxBufferMemory of the host's memory limit.
 	MaxBufferMemory int64
 	// DrainPoll is how often throttled connections are re-checked; 0 means 5ms.
 	DrainPoll time.Duration
@@ -45,6 +49,50 @@ type Config struct {
 	Logger zerolog.Logger
 	// Metrics, if set, is told how long each command took to execute.
 	Metrics Metrics
+	// Version is what stats reports as version (and the metrics'
+	// sprout_build_info): cmd/sprout passes the build's, the one -v
+	// prints. "" means "unknown".
+	Version string
+
+	// resolved is set by Resolve: New uses such a Config as it is.
+	resolved bool
+}
+
+// Resolve returns c with every default filled in, the host-dependent ones
+// from h: the one place the engine's defaults are computed. Fields already
+// set are kept, except that Loops is capped at MaxLoops.
+func (c Config) Resolve(h hostinfo.Host) Config {
+	if c.Network == "" {
+		c.Network = "tcp"
+	}
+	if c.MaxJobSize <= 0 {
+		c.MaxJobSize = DefaultMaxJobSize
+	}
+	if c.MaxInputBuffered <= 0 {
+		c.MaxInputBuffered = DefaultMaxInputBuffered(c.MaxJobSize)
+	}
+	if c.MaxOutputBuffered <= 0 {
+		c.MaxOutputBuffered = DefaultMaxOutputBuffered
+	}
+	if c.Loops <= 0 {
+		c.Loops = DefaultLoops(h.CPUs)
+	}
+	c.Loops = min(c.Loops, MaxLoops)
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = DefaultMaxConnections(h.OpenFileLimit, h.OpenDescriptors)
+	}
+	if c.MaxBufferMemory <= 0 {
+		memory, _ := h.MemoryLimit()
+		c.MaxBufferMemory = DefaultMaxBufferMemory(memory)
+	}
+	if c.DrainPoll <= 0 {
+		c.DrainPoll = 5 * time.Millisecond
+	}
+	if c.Version == "" {
+		c.Version = "unknown"
+	}
+	c.resolved = true
+	return c
 }
 
 // Metrics receives figures from the event loops. Its methods run on the
@@ -66,6 +114,9 @@ const (
 	DefaultMaxOutputBuffered = 512 << 10
 	// minMaxInputBuffered is the floor of DefaultMaxInputBuffered.
 	minMaxInputBuffered = 64 << 10
+	// MaxLoops is gnet's ceiling on event loops; it would clamp a larger
+	// count silently.
+	MaxLoops = 256
 )
 
 // DefaultMaxInputBuffered is the input cap for a given max job size: room for
@@ -76,11 +127,11 @@ func DefaultMaxInputBuffered(maxJobSize int) int {
 	return max(2*(maxJobSize+256), minMaxInputBuffered)
 }
 
-// DefaultLoops is one event loop per CPU the process may use (GOMAXPROCS,
-// which follows a container's CPU limit) less one, and at least one. The
-// CPU left over runs what is not a loop: the Go runtime's collector and
-// scheduler, the store's timers, the log's writer, the accept loop and the
-// HTTP side port. With a loop on every CPU, that work and the loops took
+// DefaultLoops is one event loop per CPU the process may use (cpus:
+// GOMAXPROCS, which follows a container's CPU limit) less one, and at
+// least one. The CPU left over runs what is not a loop: the Go runtime's
+// collector and scheduler, the store's timers, the log's writer, the
+// accept loop and the HTTP side port. With a loop on every CPU, that work and the loops took
 // turns on the same cores, and the commands caught in between waited
 // milliseconds (benchmarks/README.md, "Where the tail came from").
-func DefaultLoops() int { return max(1, runtime.GOMAXPROCS(0)-1) }
+func DefaultLoops(cpus int) int { return max(1, cpus-1) }

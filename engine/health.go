@@ -15,9 +15,6 @@ import (
 // it has stopped.
 var ErrNotServing = errors.New("engine: not serving")
 
-// maxEventLoops is gnet's ceiling on event loops.
-const maxEventLoops = 256
-
 // Ping runs a no-op task on every event loop and returns nil once all of
 // them have run it; it returns ctx's error, wrapped, if any has not by the
 // time ctx is done, and ErrNotServing before Ready or once Run has ended.

@@ -102,11 +102,11 @@ func (a *acceptor) run() {
 			continue
 		}
 		a.backoff = 0
-		if s.conns.current.Load() >= int64(s.maxConns) {
+		if s.conns.current.Load() >= int64(s.cfg.MaxConnections) {
 			s.conns.refused.Add(1) // before the close its client may see
 			_ = nc.Close()
 			if n, ok := a.refusedLog.note(1); ok {
-				s.log.Warn().Uint64("refused", n).Int("max_connections", s.maxConns).
+				s.log.Warn().Uint64("refused", n).Int("max_connections", s.cfg.MaxConnections).
 					Msg("connection refused: at max-connections")
 			}
 			continue

@@ -17,11 +17,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sproutmq/sprout/codec"
+	"github.com/sproutmq/sprout/internal/hostinfo"
 	"github.com/sproutmq/sprout/store"
 )
-
-// Version is reported by stats and -v.
-const Version = "0.1.0"
 
 // Server joins gnet to the store: it owns the listener and its accept
 // loop, the per-connection sessions and the server-wide counters.
@@ -36,7 +34,6 @@ type Server struct {
 
 	client   *gnet.Client  // set in Run before ready is closed: the event loops
 	ln       net.Listener  // set in Run before ready is closed
-	maxConns int           // set in Run before ready is closed
 	ready    chan struct{} // closed once the listener accepts
 	stopped  chan struct{} // closed when Run returns
 	stopping chan struct{} // closed by the first Stop
@@ -73,29 +70,12 @@ type Server struct {
 	loops   map[gnet.EventLoop]*loopState // guarded by loopsMu
 }
 
-// New prepares a server on st; Run starts it.
+// New prepares a server on st; Run starts it. A cfg that did not come
+// from Config.Resolve is resolved here, against a probe of the host made
+// now.
 func New(cfg Config, st *store.Store) *Server {
-	if cfg.MaxJobSize <= 0 {
-		cfg.MaxJobSize = DefaultMaxJobSize
-	}
-	if cfg.MaxInputBuffered <= 0 {
-		cfg.MaxInputBuffered = DefaultMaxInputBuffered(cfg.MaxJobSize)
-	}
-	if cfg.MaxOutputBuffered <= 0 {
-		cfg.MaxOutputBuffered = DefaultMaxOutputBuffered
-	}
-	if cfg.DrainPoll <= 0 {
-		cfg.DrainPoll = 5 * time.Millisecond
-	}
-	if cfg.Loops <= 0 {
-		cfg.Loops = DefaultLoops()
-	}
-	cfg.Loops = min(cfg.Loops, maxEventLoops) // gnet would clamp it too
-	if cfg.MaxBufferMemory <= 0 {
-		cfg.MaxBufferMemory = DefaultMaxBufferMemory()
-	}
-	if cfg.Network == "" {
-		cfg.Network = "tcp"
+	if !cfg.resolved {
+		cfg = cfg.Resolve(hostinfo.Probe())
 	}
 	var raw [8]byte
 	_, _ = rand.Read(raw[:])
@@ -156,14 +136,10 @@ func (s *Server) Run() error {
 		s.log.Warn().Err(err).Msg("health checks will not reach every event loop")
 	}
 	s.client, s.ln, s.eventLoops = client, ln, eventLoops
-	s.maxConns = s.cfg.MaxConnections
-	if s.maxConns <= 0 {
-		s.maxConns = DefaultMaxConnections()
-	}
 	stopBudget := make(chan struct{})
 	go s.enforceBudget(stopBudget)
 	s.log.Info().Str("network", s.cfg.Network).Str("address", ln.Addr().String()).
-		Int("loops", len(eventLoops)).Int("max_connections", s.maxConns).Int64("max_buffer_memory", s.cfg.MaxBufferMemory).
+		Int("loops", len(eventLoops)).Int("max_connections", s.cfg.MaxConnections).Int64("max_buffer_memory", s.cfg.MaxBufferMemory).
 		Msg("listening")
 	close(s.ready)
 

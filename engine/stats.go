@@ -56,7 +56,7 @@ func (s *Server) Stats() codec.ServerStats {
 		CurrentWaiting:      uint64(g.Waiting),
 		TotalConnections:    uint64(s.conns.total.Load()),
 		PID:                 os.Getpid(),
-		Version:             Version,
+		Version:             s.cfg.Version,
 		Uptime:              int64(time.Since(s.start) / time.Second),
 		BinlogMaxSize:       binlogMaxSize,
 		Draining:            s.draining.Load(),
@@ -143,7 +143,7 @@ type Limits struct {
 func (s *Server) Limits() Limits {
 	return Limits{
 		Open:            s.conns.current.Load(),
-		MaxConnections:  int64(s.maxConns),
+		MaxConnections:  int64(s.cfg.MaxConnections),
 		Refused:         s.conns.refused.Load(),
 		Shed:            s.conns.shed.Load(),
 		Evicted:         s.conns.evicted.Load(),

@@ -2,10 +2,8 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"math"
 	"net"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +16,7 @@ import (
 )
 
 // Exit codes parseArgs hands back. beanstalkd exits 5 on every command-line
-// error; Sprout uses the same code for the flags it does not support yet.
+// error.
 const (
 	exitOK    = 0
 	exitUsage = 5
@@ -32,337 +30,392 @@ const (
 	// collector runs once per 32 MiB allocated instead of once per few
 	// MiB (internal/gctune).
 	defaultGCHeadroom = 32 << 20
-	// maxLoops is gnet's ceiling on event loops; gnet would clamp larger
-	// values silently, so the flag rejects them instead.
-	maxLoops = 256
 	// defaultShutdownTimeout stays under Kubernetes' default 30 s grace
 	// period, leaving time to flush the log and close.
 	defaultShutdownTimeout = 25 * time.Second
 )
 
-// version is set at link time (-ldflags "-X main.version=..."); when it is
-// empty the module version from the build info is used.
-var version string
+// options is what the command line and the environment said, and nothing
+// more: a setting not given is left at its zero value, and the settings
+// whose zero is a value of its own (-p "" is any free port, -f 0 fsyncs
+// every commit) are optional, which says whether they were given.
+// parseArgs builds it and nothing writes it afterwards; resolve turns it
+// into a config, with every default filled in.
+type options struct {
+	host            string                  // -l: "" is all interfaces; unix:PATH a unix socket
+	port            optional[string]        // -p: "" is any free port
+	user            string                  // -u: the user to become once the socket is bound
+	maxJobSize      int                     // -z, clamped to engine.MaxMaxJobSize
+	verbosity       int                     // -V, counted as beanstalkd does
+	walDir          string                  // -b: "" keeps jobs in memory only
+	syncEvery       optional[time.Duration] // -f
+	noSync          bool                    // -F; -f clears it: the last of the two wins
+	segmentSize     int64                   // -s
+	skipDamaged     bool                    // --skip-damaged
+	loops           int                     // --loops
+	logLevel        optional[zerolog.Level] // --log-level, before -V raises it
+	logFormat       string                  // --log-format: "json", "console" or "" (by the terminal)
+	maxInput        int                     // --max-input
+	maxOutput       int                     // --max-output
+	maxConnections  int                     // --max-connections
+	maxBufferMemory int64                   // --max-buffer-memory
+	goMemoryLimit   int64                   // --go-memory-limit: math.MaxInt64 is off
+	gcHeadroom      optional[int64]         // --gc-headroom: 0 leaves Go's default
+	shutdownTimeout optional[time.Duration] // --shutdown-timeout
+	cpuProfile      string                  // --cpu-profile
+	httpAddr        string                  // --http: "" is no side port
+	pprof           bool                    // --pprof
+	metricsTubes    int                     // --metrics-tubes
+}
+
+// optional is a setting whose zero value is a setting of its own, with
+// whether it was given.
+type optional[T any] struct {
+	value T
+	set   bool
+}
+
+func given[T any](v T) optional[T] { return optional[T]{value: v, set: true} }
+
+// or is the value if it was given, else def.
+func (o optional[T]) or(def T) T {
+	if o.set {
+		return o.value
+	}
+	return def
+}
 
 // action is what main should do once the command line is parsed.
 type action int
 
 const (
-	actionRun          action = iota // serve with opts
-	actionPrintVersion               // print versionLine() on stdout, exit exitCode (0)
-	actionPrintUsage                 // print writeUsage on stderr, as beanstalkd -h does, exit exitCode (0)
-	actionFail                       // parseArgs has already explained on stderr; exit exitCode (5)
+	actionRun          action = iota // serve with the options
+	actionPrintVersion               // print versionLine() on stdout, exit 0
+	actionPrintUsage                 // print writeUsage on stderr, as beanstalkd -h does, exit 0
+	actionFail                       // parseArgs has already explained on stderr; exit 5
 )
 
-// options is the parsed command line. It is built once by parseArgs and read
-// only afterwards.
-type options struct {
-	// cfg has Network, Address, MaxJobSize, Loops, MaxInputBuffered and
-	// MaxOutputBuffered filled. Logger is left for main, which builds it
-	// at logLevel.
-	cfg engine.Config
-	// verbosity counts -V, as beanstalkd's verbose does.
-	verbosity int
-	// logLevel is the effective level: --log-level (default info), made
-	// more verbose by -V (debug) or -VV and beyond (trace), never less.
-	logLevel zerolog.Level
-	// walDir is -b: the write-ahead log's directory, "" for in memory.
-	walDir string
-	// wal has -s, -f/-F and --skip-damaged; used when walDir is set.
-	wal wal.Options
-	// cpuProfile is --cpu-profile: write a pprof CPU profile here until exit.
-	cpuProfile string
-	// shutdownTimeout is how long a SIGTERM or SIGINT waits for workers
-	// to finish the jobs they hold.
-	shutdownTimeout time.Duration
-	// logFormat is --log-format: "json", "console", or "" for console on a
-	// terminal and JSON otherwise.
-	logFormat string
-	// user is -u: the user to become once the socket is bound; "" stays.
-	user string
-	// httpAddr is --http: the side port's host:port, "" for none.
-	httpAddr string
-	// pprof is --pprof: serve /debug/pprof/ on the side port.
-	pprof bool
-	// metricsTubes is --metrics-tubes: how many tubes get their own metric
-	// series (see ops.Config.TubeSeries).
-	metricsTubes int
-	// gcHeadroom is --gc-headroom: the least the collector's heap goal
-	// stays above the live heap (internal/gctune); 0 leaves Go's default.
-	gcHeadroom int64
+// group is the part of the usage text a flag is listed in.
+type group int
+
+const (
+	groupBeanstalkd group = iota
+	groupWAL
+	groupSprout
+)
+
+// flag is one row of flagTable, from which the command line's syntax, the
+// long aliases, the environment variables and the usage text are all
+// derived.
+type flag struct {
+	// letters are beanstalkd's one-letter names: -l, or -c and -n for
+	// the row of both; "" for Sprout's own flags.
+	letters string
+	// long is the long name: --long on the command line (-long too, for a
+	// row without a letter), SPROUT_LONG in the environment (upper case,
+	// '_' for '-').
+	long string
+	// arg names the value in the usage text; "" for a flag that ends the
+	// scan (-v, -h), which takes none.
+	arg  string
+	help string
+	// group is where the usage lists the flag.
+	group group
+	// set applies a value given to the long name, to the environment
+	// variable or, unless bare is set, to the letter. It returns a
+	// wantError when the value is refused, a warning to print and go on.
+	set func(o *options, value string) error
+	// bare, when set, is what a letter does on its own: it takes no value
+	// (-F, -V, -c, -n).
+	bare func(o *options, letter byte) error
+	// ends is the action a flag ends the scan with: actionPrintVersion for
+	// -v, actionPrintUsage for -h; it is not read from the environment.
+	ends action
+	// emptyMeans is what an empty value means, where it means something
+	// (SPROUT_HTTP= switches the image's side port off). An empty
+	// environment variable for any other flag is refused: it is more
+	// likely a template's missing value than a choice.
+	emptyMeans string
 }
 
-// longFlags are Sprout's own flags. They are written --name VALUE or
-// --name=VALUE; the one-dash spelling -name is accepted too and wins over
-// beanstalkd's combined reading (-loops would otherwise be -l oops).
-var longFlags = map[string]func(o *options, value string) error{
-	"loops": func(o *options, value string) error {
-		n, err := strconv.ParseUint(value, 10, 16)
-		if err != nil || n > maxLoops {
-			return fmt.Errorf("invalid --loops: %q (want 0 to %d; 0 means one per CPU less one)", value, maxLoops)
-		}
-		o.cfg.Loops = int(n)
-		return nil
-	},
-	"log-level": func(o *options, value string) error {
-		level, ok := parseLevelName(value)
-		if !ok {
-			return fmt.Errorf("invalid --log-level: %q (want one of %s)", value, strings.Join(levelNames, ", "))
-		}
-		o.logLevel = level
-		return nil
-	},
-	"shutdown-timeout": func(o *options, value string) error {
-		d, err := time.ParseDuration(value)
-		if err != nil || d < 0 {
-			return fmt.Errorf("invalid --shutdown-timeout: %q (want a duration such as 25s)", value)
-		}
-		o.shutdownTimeout = d
-		return nil
-	},
-	"log-format": func(o *options, value string) error {
-		if value != "json" && value != "console" {
-			return fmt.Errorf("invalid --log-format: %q (want json or console)", value)
-		}
-		o.logFormat = value
-		return nil
-	},
-	"cpu-profile": func(o *options, value string) error {
-		o.cpuProfile = value
-		return nil
-	},
-	"skip-damaged":      boolFlag("skip-damaged", func(o *options) *bool { return &o.wal.SkipDamaged }),
-	"max-input":         byteCountFlag("max-input", func(o *options) *int { return &o.cfg.MaxInputBuffered }),
-	"max-output":        byteCountFlag("max-output", func(o *options) *int { return &o.cfg.MaxOutputBuffered }),
-	"max-buffer-memory": byteCountFlag("max-buffer-memory", func(o *options) *int64 { return &o.cfg.MaxBufferMemory }),
-	"gc-headroom": uintFlag("gc-headroom", 62, "a number of bytes; 0 leaves Go's default",
-		func(o *options) *int64 { return &o.gcHeadroom }),
-	"max-connections": uintFlag("max-connections", 31, "a number; 0 means from the open-file limit",
-		func(o *options) *int { return &o.cfg.MaxConnections }),
-	"http": func(o *options, value string) error {
-		if _, _, err := net.SplitHostPort(value); err != nil && value != "" {
-			return fmt.Errorf("invalid --http: %q (want HOST:PORT, as in 127.0.0.1:8080)", value)
-		}
-		o.httpAddr = value
-		return nil
-	},
-	"pprof": boolFlag("pprof", func(o *options) *bool { return &o.pprof }),
-	"metrics-tubes": func(o *options, value string) error {
-		n, err := strconv.ParseUint(value, 10, 31)
-		if err != nil || n == 0 {
-			return fmt.Errorf("invalid --metrics-tubes: %q (want a number of tubes, at least 1)", value)
-		}
-		o.metricsTubes = int(n)
-		return nil
-	},
+// envName is the flag's environment variable, "" for none.
+func (f *flag) envName() string {
+	if f.long == "" || f.set == nil || f.ends != actionRun {
+		return ""
+	}
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(f.long, "-", "_"))
 }
 
-// boolFlag sets *field from true or false (or 1, 0, t, f, as
+// wantError says what a value should have been; it is reported as
+// `invalid NAME: "VALUE" (want ...)`, NAME spelt as the operator wrote it.
+type wantError string
+
+func (w wantError) Error() string { return "want " + string(w) }
+
+// warning is an error a setting reports on stderr before going on.
+type warning string
+
+func (w warning) Error() string { return string(w) }
+
+// flagTable is every flag, in the order the usage lists them.
+var flagTable = []*flag{
+	{letters: "l", long: "listen", arg: "ADDR", group: groupBeanstalkd, emptyMeans: "all interfaces",
+		help: "listen on address (default: all interfaces); unix:PATH listens on a unix socket at PATH",
+		set: stringSetter(func(o *options) *string { return &o.host },
+			"a socket path after unix:, as in unix:/run/sprout.sock", func(v string) bool { return v != "unix:" })},
+	{letters: "p", long: "port", arg: "PORT", group: groupBeanstalkd,
+		help: "listen on port (default " + defaultPort + "); a socket systemd hands over (LISTEN_FDS) " +
+			"is served instead of -l and -p",
+		set: func(o *options, v string) error {
+			// "" is any free port, as with beanstalkd's getaddrinfo; a name
+			// is a service the listener looks up (-p http).
+			if !validPort(v) {
+				return wantError("a port number up to 65535 or a service name")
+			}
+			o.port = given(v)
+			return nil
+		}},
+	{letters: "u", long: "user", arg: "USER", group: groupBeanstalkd,
+		help: "become user and group once the socket is bound",
+		// beanstalkd looks "" up and exits 33; it names no one.
+		set: stringSetter(func(o *options) *string { return &o.user },
+			"a user name", func(v string) bool { return v != "" })},
+	{letters: "z", long: "max-job-size", arg: "BYTES", group: groupBeanstalkd,
+		help: fmt.Sprintf("set the maximum job size in bytes (default %d); max allowed is %d bytes",
+			engine.DefaultMaxJobSize, engine.MaxMaxJobSize),
+		set: func(o *options, v string) error {
+			size, ok := parseSize(v)
+			if !ok {
+				return wantError("a number of bytes")
+			}
+			o.maxJobSize = int(min(size, engine.MaxMaxJobSize))
+			if size > engine.MaxMaxJobSize {
+				return warning(fmt.Sprintf("maximum job size was set to %d", engine.MaxMaxJobSize))
+			}
+			return nil
+		}},
+	{letters: "v", long: "version", group: groupBeanstalkd, ends: actionPrintVersion,
+		help: "show version information"},
+	{letters: "V", long: "verbose", arg: "N", group: groupBeanstalkd,
+		help: "increase verbosity: -V logs at debug, -VV at trace; --verbose N is N times -V",
+		bare: func(o *options, _ byte) error { o.verbosity++; return nil },
+		set: func(o *options, v string) error {
+			n, err := strconv.ParseUint(v, 10, 8)
+			if err != nil {
+				return wantError("a count")
+			}
+			o.verbosity += int(n)
+			return nil
+		}},
+	{letters: "h", long: "help", group: groupBeanstalkd, ends: actionPrintUsage,
+		help: "show this help"},
+	{letters: "cn", group: groupBeanstalkd,
+		help: "removed from beanstalkd; accepted with a warning",
+		bare: func(_ *options, letter byte) error {
+			return warning(fmt.Sprintf("-%c flag was removed. binlog is always compacted.", letter))
+		}},
+
+	{letters: "b", long: "wal-dir", arg: "DIR", group: groupWAL, emptyMeans: "jobs in memory only",
+		help: "keep jobs in a write-ahead log in DIR",
+		set:  stringSetter(func(o *options) *string { return &o.walDir }, "", nil)},
+	{letters: "f", long: "fsync-ms", arg: "MS", group: groupWAL,
+		help: fmt.Sprintf("fsync at most every MS milliseconds (default %d); 0 fsyncs every commit "+
+			"before it is acknowledged", wal.DefaultSyncEvery.Milliseconds()),
+		set: func(o *options, v string) error {
+			// -f and -F are order-dependent, as in beanstalkd: the last wins.
+			ms, ok := parseSize(v)
+			if !ok || ms > math.MaxInt32 {
+				return wantError("a number of milliseconds")
+			}
+			o.syncEvery = given(time.Duration(ms) * time.Millisecond)
+			o.noSync = false
+			return nil
+		}},
+	{letters: "F", long: "no-fsync", arg: "BOOL", group: groupWAL,
+		help: "never fsync; --no-fsync true is -F",
+		bare: func(o *options, _ byte) error { o.noSync = true; return nil },
+		set:  boolSetter(func(o *options) *bool { return &o.noSync })},
+	{letters: "s", long: "segment-size", arg: "BYTES", group: groupWAL,
+		help: fmt.Sprintf("set the size of each log segment (default %d)", wal.DefaultSegmentSize),
+		set: func(o *options, v string) error {
+			size, ok := parseSize(v)
+			if !ok || size == 0 || size > math.MaxInt32 {
+				return wantError(fmt.Sprintf("a number of bytes from 1 to %d", math.MaxInt32))
+			}
+			o.segmentSize = int64(size)
+			return nil
+		}},
+	{long: "skip-damaged", arg: "BOOL", group: groupWAL,
+		help: "with -b, skip (and log) damaged log records at start instead of refusing to start (default false)",
+		set:  boolSetter(func(o *options) *bool { return &o.skipDamaged })},
+
+	{long: "loops", arg: "N", group: groupSprout,
+		help: fmt.Sprintf("number of event loops (default: one per CPU less one, at least 1; max %d)", engine.MaxLoops),
+		set: func(o *options, v string) error {
+			n, err := strconv.ParseUint(v, 10, 16)
+			if err != nil || n > engine.MaxLoops {
+				return wantError(fmt.Sprintf("0 to %d; 0 means one per CPU less one", engine.MaxLoops))
+			}
+			o.loops = int(n)
+			return nil
+		}},
+	{long: "log-level", arg: "LEVEL", group: groupSprout,
+		help: "trace, debug, info, warn, error, fatal, panic or disabled (default info; -V and -VV only " +
+			"ever make it more verbose)",
+		set: func(o *options, v string) error {
+			level, ok := parseLevelName(v)
+			if !ok {
+				return wantError("one of " + strings.Join(levelNames, ", "))
+			}
+			o.logLevel = given(level)
+			return nil
+		}},
+	{long: "log-format", arg: "FORMAT", group: groupSprout,
+		help: "json or console (default: console on a terminal, else json)",
+		set: stringSetter(func(o *options) *string { return &o.logFormat },
+			"json or console", func(v string) bool { return v == "json" || v == "console" })},
+	{long: "max-input", arg: "BYTES", group: groupSprout,
+		help: "close a connection whose unparsed input exceeds BYTES (default: the larger of 64 KiB " +
+			"and 2*(max job size+256))",
+		set: byteCountSetter(func(o *options) *int { return &o.maxInput })},
+	{long: "max-output", arg: "BYTES", group: groupSprout,
+		help: fmt.Sprintf("stop serving a connection whose unread replies exceed BYTES until it reads "+
+			"them (default %d KiB)", engine.DefaultMaxOutputBuffered>>10),
+		set: byteCountSetter(func(o *options) *int { return &o.maxOutput })},
+	{long: "max-connections", arg: "N", group: groupSprout,
+		help: "close new connections at once while N are open (default: the open-file limit, less the " +
+			"descriptors open at start, less 64)",
+		set: uintSetter(31, "a number; 0 means from the open-file limit",
+			func(o *options) *int { return &o.maxConnections })},
+	{long: "max-buffer-memory", arg: "BYTES", group: groupSprout,
+		help: "bound the bytes held for all connections together (unread replies, unparsed input, " +
+			"partial put bodies); past it the connections holding the most are closed (default: 1/8 " +
+			"of the memory limit, 64 MiB to 1 GiB)",
+		set: byteCountSetter(func(o *options) *int64 { return &o.maxBufferMemory })},
+	{long: "go-memory-limit", arg: "BYTES", group: groupSprout,
+		help: "the Go runtime's soft memory limit (debug.SetMemoryLimit), or off (default: GOMEMLIMIT " +
+			"if set, else 90% of the cgroup's memory limit, else none)",
+		set: func(o *options, v string) error {
+			if v == "off" {
+				o.goMemoryLimit = math.MaxInt64
+				return nil
+			}
+			n, err := strconv.ParseUint(v, 10, 63)
+			if err != nil {
+				return wantError("a number of bytes, 0 for the default, or off")
+			}
+			o.goMemoryLimit = int64(n)
+			return nil
+		}},
+	{long: "gc-headroom", arg: "BYTES", group: groupSprout,
+		help: fmt.Sprintf("keep the garbage collector's heap goal at least BYTES above the live heap "+
+			"(default %d MiB; 0: Go's default, twice the live heap); not used when GOGC is set",
+			defaultGCHeadroom>>20),
+		set: func(o *options, v string) error {
+			n, err := strconv.ParseUint(v, 10, 62)
+			if err != nil {
+				return wantError("a number of bytes; 0 leaves Go's default")
+			}
+			o.gcHeadroom = given(int64(n))
+			return nil
+		}},
+	{long: "shutdown-timeout", arg: "DURATION", group: groupSprout,
+		help: fmt.Sprintf("on SIGTERM or SIGINT, how long to wait for workers to finish the jobs they "+
+			"hold (default %s)", defaultShutdownTimeout),
+		set: func(o *options, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return wantError("a duration such as 25s")
+			}
+			o.shutdownTimeout = given(d)
+			return nil
+		}},
+	{long: "cpu-profile", arg: "PATH", group: groupSprout,
+		help: "write a pprof CPU profile to PATH until shutdown",
+		set:  stringSetter(func(o *options) *string { return &o.cpuProfile }, "", nil)},
+	{long: "http", arg: "HOST:PORT", group: groupSprout, emptyMeans: "no side port",
+		help: "serve /metrics, /healthz and /readyz over HTTP on HOST:PORT (default: off)",
+		set: stringSetter(func(o *options) *string { return &o.httpAddr }, "HOST:PORT, as in 127.0.0.1:8080",
+			func(v string) bool { _, _, err := net.SplitHostPort(v); return err == nil || v == "" })},
+	{long: "pprof", arg: "BOOL", group: groupSprout,
+		help: "with --http, also serve /debug/pprof/ (default false)",
+		set:  boolSetter(func(o *options) *bool { return &o.pprof })},
+	{long: "metrics-tubes", arg: "N", group: groupSprout,
+		help: fmt.Sprintf("give the first N tubes their own metric series and sum the rest under "+
+			"tube=\"<other>\" (default %d)", ops.DefaultTubeSeries),
+		set: func(o *options, v string) error {
+			n, err := strconv.ParseUint(v, 10, 31)
+			if err != nil || n == 0 {
+				return wantError("a number of tubes, at least 1")
+			}
+			o.metricsTubes = int(n)
+			return nil
+		}},
+}
+
+// stringSetter sets *field to the value if valid (nil: any) accepts it;
+// want says what is expected when it does not.
+func stringSetter(field func(o *options) *string, want string, valid func(v string) bool) func(o *options, value string) error {
+	return func(o *options, value string) error {
+		if valid != nil && !valid(value) {
+			return wantError(want)
+		}
+		*field(o) = value
+		return nil
+	}
+}
+
+// boolSetter sets *field from true or false (or 1, 0, t, f, as
 // strconv.ParseBool reads them).
-func boolFlag(name string, field func(o *options) *bool) func(o *options, value string) error {
+func boolSetter(field func(o *options) *bool) func(o *options, value string) error {
 	return func(o *options, value string) error {
 		v, err := strconv.ParseBool(value)
 		if err != nil {
-			return fmt.Errorf("invalid --%s: %q (want true or false)", name, value)
+			return wantError("true or false")
 		}
 		*field(o) = v
 		return nil
 	}
 }
 
-// byteCountFlag sets the engine cap that field points at from a plain decimal
-// byte count; 0 leaves the engine's default.
-func byteCountFlag[T int | int64](name string, field func(o *options) *T) func(o *options, value string) error {
-	return uintFlag(name, strconv.IntSize-1, "a number of bytes; 0 means the default", field)
+// byteCountSetter sets an engine cap from a plain decimal byte count; 0
+// leaves the default.
+func byteCountSetter[T int | int64](field func(o *options) *T) func(o *options, value string) error {
+	return uintSetter(strconv.IntSize-1, "a number of bytes; 0 means the default", field)
 }
 
-// uintFlag sets *field from a plain decimal number of at most bits bits;
+// uintSetter sets *field from a plain decimal number of at most bits bits;
 // want says what is expected when the value is refused.
-func uintFlag[T int | int64](name string, bits int, want string, field func(o *options) *T) func(o *options, value string) error {
+func uintSetter[T int | int64](bits int, want string, field func(o *options) *T) func(o *options, value string) error {
 	return func(o *options, value string) error {
 		n, err := strconv.ParseUint(value, 10, bits)
 		if err != nil {
-			return fmt.Errorf("invalid --%s: %q (want %s)", name, value, want)
+			return wantError(want)
 		}
 		*field(o) = T(n)
 		return nil
 	}
 }
 
-// notImplemented are beanstalkd flags Sprout recognises but cannot honour
-// yet. Ignoring them would silently drop durability or privilege dropping the
-// operator asked for, so they are refused.
-var notImplemented = map[byte]string{}
-
-// parseArgs reads the command line (without the program name) the way
-// beanstalkd's optparse does: arguments are scanned left to right; each starts
-// with '-' and holds one or more one-letter flags (-VV); a flag that takes a
-// value uses the rest of its argument when that is non-empty (-p1234, -Vp1234)
-// and otherwise the next argument, whatever it looks like (-z -1). -v and -h
-// end the scan at once, so anything after them is not checked. The first
-// argument that is not a flag, including a lone "-", is an error.
-//
-// Warnings and errors go to stderr, prefixed "sprout: "; syntax errors are
-// followed by the usage text, as in beanstalkd. parseArgs never exits: it
-// returns what main should do and with which exit code.
-func parseArgs(args []string, stderr io.Writer) (opts options, act action, exitCode int) {
-	opts.cfg.Network = "tcp"
-	opts.cfg.MaxJobSize = engine.DefaultMaxJobSize
-	opts.logLevel = zerolog.InfoLevel
-	opts.wal.SegmentSize = wal.DefaultSegmentSize
-	opts.wal.SyncEvery = wal.DefaultSyncEvery
-	opts.shutdownTimeout = defaultShutdownTimeout
-	opts.metricsTubes = ops.DefaultTubeSeries
-	opts.gcHeadroom = defaultGCHeadroom
-	host, port := "", defaultPort
-
-	warnf := func(format string, a ...any) {
-		fmt.Fprintf(stderr, "sprout: "+format+"\n", a...)
+// validPort reports whether s can name a port: empty (any free port), a
+// number up to 65535, or a service name (letters, digits and '-', with at
+// least one letter, as RFC 6335 has them). It refuses what a Kubernetes
+// service link puts in SPROUT_PORT (tcp://10.0.0.1:11300).
+func validPort(s string) bool {
+	if _, err := strconv.ParseUint(s, 10, 16); err == nil || s == "" {
+		return true
 	}
-	usageError := func(format string, a ...any) (options, action, int) {
-		warnf(format, a...)
-		writeUsage(stderr)
-		return options{}, actionFail, exitUsage
-	}
-
-	for i := 0; i < len(args); i++ {
-		arg := args[i]
-		if len(arg) < 2 || arg[0] != '-' {
-			return usageError("unknown argument: %s", arg)
-		}
-		if arg == "--version" {
-			return options{}, actionPrintVersion, exitOK
-		}
-
-		if name, value, hasValue, ok := longFlag(arg); ok {
-			if !hasValue {
-				if i+1 == len(args) {
-					return usageError("flag requires an argument: --%s", name)
-				}
-				i++
-				value = args[i]
-			}
-			if err := longFlags[name](&opts, value); err != nil {
-				return usageError("%v", err)
-			}
-			continue
-		}
-
-		if strings.HasPrefix(arg, "--") {
-			// Never a beanstalkd flag; name it whole rather than as "-".
-			return usageError("unknown flag: %s", arg)
-		}
-
-		for j := 1; j < len(arg); j++ {
-			flag := arg[j]
-			// value returns flag's argument: the rest of arg when that is
-			// non-empty, else the next argument, and moves j or i past it.
-			value := func() (string, bool) {
-				if rest := arg[j+1:]; rest != "" {
-					j = len(arg)
-					return rest, true
-				}
-				if i+1 < len(args) {
-					i++
-					return args[i], true
-				}
-				return "", false
-			}
-
-			switch flag {
-			case 'p', 'l', 'z', 'b', 'f', 's', 'u':
-				v, ok := value()
-				if !ok {
-					return usageError("flag requires an argument: -%c", flag)
-				}
-				switch flag {
-				case 'p':
-					port = v
-				case 'l':
-					host = v
-				case 'b':
-					opts.walDir = v
-				case 'u':
-					// beanstalkd looks "" up and exits 33; it names no
-					// one, so it is a usage error here.
-					if v == "" {
-						return usageError("-u needs a user name")
-					}
-					opts.user = v
-				case 'f':
-					// -f and -F are order-dependent, as in beanstalkd: the
-					// last one wins.
-					ms, ok := parseSize(v)
-					if !ok || ms > math.MaxInt32 {
-						return usageError("invalid fsync interval: %s", v)
-					}
-					opts.wal.SyncEvery = time.Duration(ms) * time.Millisecond
-					opts.wal.NoSync = false
-				case 's':
-					size, ok := parseSize(v)
-					if !ok || size == 0 || size > math.MaxInt32 {
-						return usageError("invalid size: %s", v)
-					}
-					opts.wal.SegmentSize = int64(size)
-				case 'z':
-					size, ok := parseSize(v)
-					if !ok {
-						return usageError("invalid size: %s", v)
-					}
-					if size > engine.MaxMaxJobSize {
-						warnf("maximum job size was set to %d", engine.MaxMaxJobSize)
-						size = engine.MaxMaxJobSize
-					}
-					opts.cfg.MaxJobSize = int(size)
-				}
-			case 'F':
-				opts.wal.NoSync = true
-			case 'c', 'n':
-				warnf("-%c flag was removed. binlog is always compacted.", flag)
-			case 'V':
-				opts.verbosity++
-			case 'v':
-				return options{}, actionPrintVersion, exitOK
-			case 'h':
-				return options{}, actionPrintUsage, exitOK
-			default:
-				if reason, ok := notImplemented[flag]; ok {
-					warnf("-%c: %s", flag, reason)
-					return options{}, actionFail, exitUsage
-				}
-				return usageError("unknown flag: -%c", flag)
-			}
+	letter := false
+	for _, c := range s {
+		switch {
+		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+			letter = true
+		case c >= '0' && c <= '9' || c == '-':
+		default:
+			return false
 		}
 	}
-
-	if path, ok := strings.CutPrefix(host, "unix:"); ok {
-		if path == "" {
-			return usageError("-l unix: needs a socket path, as in -l unix:/run/sprout.sock")
-		}
-		opts.cfg.Network = "unix"
-		opts.cfg.Address = path
-	} else {
-		// The port is not checked here: like beanstalkd's getaddrinfo, the
-		// listener accepts service names (-p http) and "" means any free port.
-		opts.cfg.Address = net.JoinHostPort(host, port)
-	}
-
-	switch {
-	case opts.verbosity >= 2 && opts.logLevel > zerolog.TraceLevel:
-		opts.logLevel = zerolog.TraceLevel
-	case opts.verbosity == 1 && opts.logLevel > zerolog.DebugLevel:
-		opts.logLevel = zerolog.DebugLevel
-	}
-	return opts, actionRun, exitOK
-}
-
-// longFlag reports whether arg is one of Sprout's own flags: --name,
-// --name=value, -name or -name=value, for a name in longFlags exactly.
-func longFlag(arg string) (name, value string, hasValue, ok bool) {
-	rest := strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-")
-	name, value, hasValue = strings.Cut(rest, "=")
-	_, ok = longFlags[name]
-	return name, value, hasValue, ok
+	return letter
 }
 
 // parseSize reads a size as beanstalkd's parse_size_t does with
@@ -404,90 +457,4 @@ func parseLevelName(s string) (zerolog.Level, bool) {
 		}
 	}
 	return zerolog.NoLevel, false
-}
-
-// versionLine is what -v prints.
-func versionLine() string {
-	v := version
-	if v == "" {
-		v = "dev"
-		if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
-			v = info.Main.Version
-		}
-	}
-	return fmt.Sprintf("sprout %s (beanstalkd protocol %s)", v, protocolVersion)
-}
-
-// writeUsage prints the help text, laid out like beanstalkd's.
-func writeUsage(w io.Writer) {
-	fmt.Fprintf(w, `Use: sprout [OPTIONS]
-
-Options, as in beanstalkd:
- -l ADDR  listen on address (default is all interfaces);
-          unix:PATH listens on a unix socket at PATH
- -p PORT  listen on port (default is %s); a socket systemd hands
-          over (LISTEN_FDS) is served instead of -l and -p
- -u USER  become user and group once the socket is bound
- -z BYTES set the maximum job size in bytes (default is %d);
-          max allowed is %d bytes
- -v       show version information
- -V       increase verbosity (-V logs at debug, -VV at trace)
- -h       show this help
- -c, -n   removed from beanstalkd; accepted with a warning
-
-
-Write-ahead log, as in beanstalkd (in Sprout's own format; a directory of
-beanstalkd binlog files is imported on first start):
- -b DIR   keep jobs in a write-ahead log in DIR
- -f MS    fsync at most every MS milliseconds (default is 50);
-          0 fsyncs every commit before it is acknowledged
- -F       never fsync
- -s BYTES set the size of each log segment (default is %d)
-
-Sprout's own options, written --name VALUE or --name=VALUE. The one-dash
-spelling (-loops 4) is accepted too and wins over beanstalkd's combined
-reading (-l oops):
- --loops N           number of event loops (default 0: one per CPU less one, at least 1; max %d)
- --log-level LEVEL   trace, debug, info, warn, error, fatal, panic or disabled
-                     (default info; -V and -VV only ever make it more verbose)
- --max-input BYTES   close a connection whose unparsed input exceeds BYTES
-                     (default 0: the larger of 64 KiB and 2*(max job size+256))
- --max-output BYTES  stop serving a connection whose unread replies exceed
-                     BYTES until it reads them (default 0: %d KiB)
- --max-connections N close new connections at once while N are open
-                     (default 0: the open-file limit, less the descriptors
-                     open at start, less 64)
- --max-buffer-memory BYTES
-                     bound the bytes held for all connections together
-                     (unread replies, unparsed input, partial put bodies);
-                     past it the connections holding the most are closed
-                     (default 0: 1/8 of the memory limit, 64 MiB to 1 GiB)
- --gc-headroom BYTES keep the garbage collector's heap goal at least BYTES
-                     above the live heap (default %d MiB; 0: Go's default,
-                     twice the live heap); not used when GOGC is set
- --skip-damaged BOOL with -b, skip (and log) damaged log records at start
-                     instead of refusing to start (default false)
- --shutdown-timeout DURATION
-                     on SIGTERM or SIGINT, how long to wait for workers to
-                     finish the jobs they hold (default 25s)
- --log-format FORMAT json or console (default: console on a terminal,
-                     else json)
- --cpu-profile PATH  write a pprof CPU profile to PATH until shutdown
- --http HOST:PORT    serve /metrics, /healthz and /readyz over HTTP on
-                     HOST:PORT (default: off)
- --pprof BOOL        with --http, also serve /debug/pprof/ (default false)
- --metrics-tubes N   give the first N tubes their own metric series and sum
-                     the rest under tube="<other>" (default %d)
- --version           show version information, as -v
-
-beanstalkd's options have long names too: --listen (-l), --port (-p),
---max-job-size (-z), --wal-dir (-b), --fsync-ms (-f), --segment-size (-s),
---user (-u).
-
-Every option can be set in the environment as SPROUT_<NAME>, NAME being its
-long name in capitals with _ for - (SPROUT_LISTEN=0.0.0.0,
-SPROUT_MAX_OUTPUT=1048576); SPROUT_NO_FSYNC=true is -F and SPROUT_VERBOSE=N
-is N times -V. The command line wins over the environment.
-`, defaultPort, engine.DefaultMaxJobSize, engine.MaxMaxJobSize, wal.DefaultSegmentSize, maxLoops,
-		engine.DefaultMaxOutputBuffered>>10, defaultGCHeadroom>>20, ops.DefaultTubeSeries)
 }

@@ -26,45 +26,42 @@ const (
 // listenFDsStart is the first descriptor systemd passes (SD_LISTEN_FDS_START).
 const listenFDsStart = 3
 
-// prepareListener sets opts.cfg.Listener, in beanstalkd's order: a socket
-// handed over by systemd if there is one; else, with -u, the socket of -l
-// and -p, opened here because the engine would open it only after the
-// privileges are gone (a port below 1024 needs them). Then -u drops the
-// privileges, before the caller opens the write-ahead log: like beanstalkd,
-// the log directory belongs to the user -u names, not to root.
+// prepareListener returns the socket to serve, in beanstalkd's order: a
+// socket handed over by systemd if there is one; else, with -u, the socket
+// of -l and -p, opened here because the engine would open it only after
+// the privileges are gone (a port below 1024 needs them). Then -u drops
+// the privileges, before the caller opens the write-ahead log: like
+// beanstalkd, the log directory belongs to the user -u names, not to root.
 //
-// Without -u and without systemd, Listener stays nil and the engine opens
-// the socket itself. It returns the exit code on failure, exitOK otherwise.
-func prepareListener(opts *options, log zerolog.Logger) int {
+// Without -u and without systemd it returns nil: the engine opens the
+// socket itself. It returns the exit code on failure, exitOK otherwise.
+func prepareListener(cfg config, log zerolog.Logger) (net.Listener, int) {
 	ln, err := inheritedListener(log)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot use the socket systemd handed over")
-		return exitSocket
+		return nil, exitSocket
 	}
 	if ln != nil {
 		// beanstalkd warns for each -l and -p it then ignores; Sprout
 		// keeps only the address they made, so it warns when that is
 		// not the default (an explicit -p 11300 goes unremarked).
-		if opts.cfg.Network != "tcp" || opts.cfg.Address != net.JoinHostPort("", defaultPort) {
-			log.Warn().Str("ignored", opts.cfg.Address).Str("address", ln.Addr().String()).
+		if cfg.engine.Network != "tcp" || cfg.engine.Address != net.JoinHostPort("", defaultPort) {
+			log.Warn().Str("ignored", cfg.engine.Address).Str("address", ln.Addr().String()).
 				Msg("serving the socket systemd handed over; ignoring -l and -p")
 		} else {
 			log.Info().Str("address", ln.Addr().String()).Msg("serving the socket systemd handed over")
 		}
-		// The engine logs Network and Address; make them say what is served.
-		opts.cfg.Listener = ln
-		opts.cfg.Network, opts.cfg.Address = ln.Addr().Network(), ln.Addr().String()
 	}
-	if opts.user == "" {
-		return exitOK
+	if cfg.user == "" {
+		return ln, exitOK
 	}
-	if opts.cfg.Listener == nil {
-		if opts.cfg.Listener, err = engine.Listen(opts.cfg.Network, opts.cfg.Address); err != nil {
-			log.Error().Err(err).Str("address", opts.cfg.Address).Msg("cannot listen")
-			return exitSocket
+	if ln == nil {
+		if ln, err = engine.Listen(cfg.engine.Network, cfg.engine.Address); err != nil {
+			log.Error().Err(err).Str("address", cfg.engine.Address).Msg("cannot listen")
+			return nil, exitSocket
 		}
 	}
-	return dropPrivileges(opts.user, log)
+	return ln, dropPrivileges(cfg.user, log)
 }
 
 // inheritedListener returns the listening socket systemd passed by socket

@@ -1,4 +1,3 @@
-// Command sprout is a beanstalkd-compatible work-queue server.
 package main
 
 import (
@@ -8,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/internal/gctune"
+	"github.com/sproutmq/sprout/internal/hostinfo"
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
 	"github.com/sproutmq/sprout/store/wal/cbinlog"
@@ -34,34 +35,55 @@ const (
 )
 
 func main() {
-	opts, act, code := parseArgs(commandLine(), os.Stderr)
+	opts, act, code := parseArgs(os.Args[1:], os.Environ(), os.Stderr)
 	switch act {
 	case actionPrintVersion:
 		fmt.Println(versionLine())
 	case actionPrintUsage:
 		writeUsage(os.Stderr)
 	case actionRun:
-		code = run(opts)
+		code = run(resolve(opts, hostinfo.Probe(), thisProcess()))
 	}
 	os.Exit(code)
 }
 
+// thisProcess is what resolve needs to know of the running process.
+func thisProcess() process {
+	return process{
+		lookupEnv:     os.LookupEnv,
+		goMemoryLimit: debug.SetMemoryLimit(-1), // -1 reads it
+		terminal:      isatty.IsTerminal(os.Stderr.Fd()),
+		version:       buildVersion(),
+	}
+}
+
 // run serves until SIGTERM or SIGINT (see handleSignals); SIGUSR1 enters
 // drain mode, as in beanstalkd.
+//
+// Before serving: the configuration is logged; the Go memory limit and the
+// collector's headroom are set, before the log's recovery allocates; the
+// side port's histograms are made; -u's socket is opened and privileges
+// dropped; the log is opened and recovered. run fills in cfg's wiring
+// (logger, metrics, listener, log) as it goes.
 //
 // Shutdown order: the engine stops accepting and handing jobs out, waits
 // for workers to finish theirs, sends the replies held for the log and
 // closes connections (their reserved jobs go back to ready); then the HTTP
 // side port stops, then the log writes and fsyncs everything appended,
 // then the store's timers stop.
-func run(opts options) int {
-	log := newLogger(opts)
-	opts.cfg.Logger = log
-	logConfig(log, opts)
-	defer startGCTuner(opts, log)()
-	side := newOpsPort(&opts)
-	if opts.cpuProfile != "" {
-		stop, err := startCPUProfile(opts.cpuProfile)
+func run(cfg config) int {
+	log := newLogger(cfg)
+	cfg.engine.Logger = log
+	logConfig(log, cfg)
+	debug.SetMemoryLimit(cfg.goMemoryLimit)
+	defer startGCTuner(cfg)()
+	side := newOpsPort(cfg)
+	if side != nil {
+		cfg.engine.Metrics = side.metrics
+		cfg.wal.Observer = side.metrics
+	}
+	if cfg.cpuProfile != "" {
+		stop, err := startCPUProfile(cfg.cpuProfile)
 		if err != nil {
 			log.Error().Err(err).Msg("cannot start the CPU profile")
 			return exitUsage
@@ -69,20 +91,24 @@ func run(opts options) int {
 		defer stop()
 	}
 	// Before the log: -u drops privileges once the socket is bound.
-	if code := prepareListener(&opts, log); code != exitOK {
+	ln, code := prepareListener(cfg, log)
+	if code != exitOK {
 		return code
+	}
+	if ln != nil {
+		// The engine logs Network and Address; make them say what is served.
+		cfg.engine.Listener = ln
+		cfg.engine.Network, cfg.engine.Address = ln.Addr().Network(), ln.Addr().String()
 	}
 
 	var wl *wal.Log
 	opened := time.Now()
-	if opts.walDir != "" {
-		wo := opts.wal
-		wo.Logger = log
-		wo.MaxJobSize = opts.cfg.MaxJobSize
-		wo.Importer = cbinlog.Importer{}
+	if cfg.walDir != "" {
+		cfg.wal.Logger = log
+		cfg.wal.Importer = cbinlog.Importer{}
 		var err error
-		if wl, err = wal.Open(opts.walDir, wo); err != nil {
-			log.Error().Err(err).Str("dir", opts.walDir).Msg("cannot open the write-ahead log")
+		if wl, err = wal.Open(cfg.walDir, cfg.wal); err != nil {
+			log.Error().Err(err).Str("dir", cfg.walDir).Msg("cannot open the write-ahead log")
 			if errors.Is(err, wal.ErrLocked) {
 				return exitWALLock
 			}
@@ -93,12 +119,12 @@ func run(opts options) int {
 	defer st.Close()
 	if wl != nil {
 		if err := wl.Start(st); err != nil {
-			log.Error().Err(err).Str("dir", opts.walDir).Msg("cannot start the write-ahead log")
+			log.Error().Err(err).Str("dir", cfg.walDir).Msg("cannot start the write-ahead log")
 			return exitReplay
 		}
 		g := st.Stats()
 		ls := wl.Stats()
-		log.Info().Str("dir", opts.walDir).Str("took", time.Since(opened).Round(time.Millisecond).String()).
+		log.Info().Str("dir", cfg.walDir).Str("took", time.Since(opened).Round(time.Millisecond).String()).
 			Int64("ready", g.Ready).Int64("delayed", g.Delayed).Int64("buried", g.Buried).
 			Uint32("oldest_segment", ls.OldestIndex).Uint32("current_segment", ls.CurrentIndex).
 			Int64("disk_bytes", ls.DiskBytes).Msg("write-ahead log recovered")
@@ -108,9 +134,9 @@ func run(opts options) int {
 			}
 		}()
 	}
-	srv := engine.New(opts.cfg, st)
+	srv := engine.New(cfg.engine, st)
 	if err := side.start(srv, st, log); err != nil {
-		log.Error().Err(err).Str("address", opts.httpAddr).Msg("cannot serve the operations endpoint")
+		log.Error().Err(err).Str("address", cfg.httpAddr).Msg("cannot serve the operations endpoint")
 		return exitSocket
 	}
 	defer side.stop(context.Background(), log)
@@ -118,11 +144,11 @@ func run(opts options) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
 	signal.Ignore(syscall.SIGPIPE)
-	go handleSignals(sigs, srv, log, opts.shutdownTimeout)
+	go handleSignals(sigs, srv, log, cfg.shutdownTimeout)
 
 	start := time.Now()
 	if err := srv.Run(); err != nil {
-		log.Error().Err(err).Str("address", opts.cfg.Address).Msg("cannot serve")
+		log.Error().Err(err).Str("address", cfg.engine.Address).Msg("cannot serve")
 		return exitSocket
 	}
 	log.Info().Str("served_for", time.Since(start).Round(time.Millisecond).String()).Msg("connections closed; flushing the log")
@@ -178,42 +204,20 @@ func shutdown(ctx context.Context, srv *engine.Server, log zerolog.Logger, sig o
 	}
 }
 
-// newLogger writes JSON lines, or human console output when --log-format
-// says so or, by default, when stderr is a terminal.
-func newLogger(opts options) zerolog.Logger {
+// newLogger writes JSON lines, or human console output when the format
+// is console.
+func newLogger(cfg config) zerolog.Logger {
 	var w io.Writer = os.Stderr
-	console := opts.logFormat == "console" ||
-		opts.logFormat == "" && isatty.IsTerminal(os.Stderr.Fd())
-	if console {
+	if cfg.logFormat == "console" {
 		w = zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339}
 	}
-	return zerolog.New(w).Level(opts.logLevel).With().Timestamp().Logger()
+	return zerolog.New(w).Level(cfg.logLevel).With().Timestamp().Logger()
 }
 
-// logConfig logs the effective configuration once, at start.
-func logConfig(log zerolog.Logger, opts options) {
-	e := log.Info().Str("version", versionLine()).
-		Str("network", opts.cfg.Network).Str("address", opts.cfg.Address).
-		Int("max_job_size", opts.cfg.MaxJobSize).Int("loops", opts.cfg.Loops).
-		Int("max_input", opts.cfg.MaxInputBuffered).Int("max_output", opts.cfg.MaxOutputBuffered).
-		Int("max_connections", opts.cfg.MaxConnections).Int64("max_buffer_memory", opts.cfg.MaxBufferMemory).
-		Int64("gc_headroom", opts.gcHeadroom).
-		Str("shutdown_timeout", opts.shutdownTimeout.String()).Str("log_level", opts.logLevel.String())
-	if opts.walDir != "" {
-		e = e.Str("wal_dir", opts.walDir).Str("fsync_every", opts.wal.SyncEvery.String()).
-			Bool("no_fsync", opts.wal.NoSync).Int64("segment_size", opts.wal.SegmentSize)
-	}
-	e.Msg("configuration (0 means the default, resolved when listening)")
-}
-
-// startGCTuner keeps the heap goal --gc-headroom above the live heap,
-// unless GOGC in the environment already says what the operator wants.
-func startGCTuner(opts options, log zerolog.Logger) (stop func()) {
-	if _, set := os.LookupEnv("GOGC"); set && opts.gcHeadroom > 0 {
-		log.Info().Str("GOGC", os.Getenv("GOGC")).Msg("GOGC is set: --gc-headroom is not used")
-		return func() {}
-	}
-	return gctune.Start(uint64(opts.gcHeadroom))
+// startGCTuner keeps the heap goal cfg.gcHeadroom above the live heap
+// (resolve leaves it 0 when GOGC says what the operator wants).
+func startGCTuner(cfg config) (stop func()) {
+	return gctune.Start(uint64(cfg.gcHeadroom))
 }
 
 // startCPUProfile profiles the whole process until the returned stop.

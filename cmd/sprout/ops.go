@@ -18,22 +18,21 @@ const opsShutdownGrace = 5 * time.Second
 // opsPort is the HTTP side port (--http): metrics, probes and pprof. A nil
 // *opsPort, without --http, does nothing.
 type opsPort struct {
-	opts    *options     // immutable
+	addr    string       // immutable: --http
+	pprof   bool         // immutable
+	tubes   int          // immutable: --metrics-tubes
 	metrics *ops.Metrics // immutable
 	server  *ops.Server  // set by start
 }
 
-// newOpsPort prepares the side port when --http is given: its histograms
-// are hooked into the engine's and the log's options, so it must be called
-// before the log is opened and the engine made.
-func newOpsPort(opts *options) *opsPort {
-	if opts.httpAddr == "" {
+// newOpsPort prepares the side port when --http is given. Its metrics
+// must be hooked into the engine's and the log's options (run does), so
+// it is made before the log is opened and the engine made.
+func newOpsPort(cfg config) *opsPort {
+	if cfg.httpAddr == "" {
 		return nil
 	}
-	m := ops.NewMetrics()
-	opts.cfg.Metrics = m
-	opts.wal.Observer = m
-	return &opsPort{opts: opts, metrics: m}
+	return &opsPort{addr: cfg.httpAddr, pprof: cfg.pprof, tubes: cfg.metricsTubes, metrics: ops.NewMetrics()}
 }
 
 // start serves the side port for srv and st until stop.
@@ -42,9 +41,9 @@ func (p *opsPort) start(srv *engine.Server, st *store.Store, log zerolog.Logger)
 		return nil
 	}
 	s, err := ops.Start(ops.Config{
-		Addr:       p.opts.httpAddr,
-		Pprof:      p.opts.pprof,
-		TubeSeries: p.opts.metricsTubes,
+		Addr:       p.addr,
+		Pprof:      p.pprof,
+		TubeSeries: p.tubes,
 		Engine:     srv,
 		Store:      st,
 		Metrics:    p.metrics,

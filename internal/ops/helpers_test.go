@@ -31,6 +31,9 @@ const (
 	acceptOpenMetrics = "application/openmetrics-text;version=1.0.0"
 )
 
+// testVersion is the version the tests' engines report.
+const testVersion = "1.2.3-test"
+
 // fakeEngine stands in for *engine.Server where a test needs to set what
 // it reports: a server not yet ready, draining, or with a loop that does
 // not answer.
@@ -45,7 +48,7 @@ type fakeEngine struct {
 func newFakeEngine() *fakeEngine {
 	e := &fakeEngine{ready: make(chan struct{})}
 	close(e.ready)
-	e.stats.Version = engine.Version
+	e.stats.Version = testVersion
 	return e
 }
 

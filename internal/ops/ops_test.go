@@ -40,7 +40,7 @@ func startSprout(t testing.TB, durable bool, tubeSeries int) *sprout {
 		}
 	}
 	st := store.New(store.Options{Log: wl})
-	cfg := engine.Config{Address: "127.0.0.1:0", Loops: 2, Metrics: m}
+	cfg := engine.Config{Address: "127.0.0.1:0", Loops: 2, Metrics: m, Version: testVersion}
 	if wl != nil {
 		if err := wl.Start(st); err != nil {
 			t.Fatal(err)
@@ -169,7 +169,7 @@ func TestMetricsFromRunningServer(t *testing.T) {
 		{"sprout_uptime_seconds", "", gauge, 0, 10},
 		{"sprout_draining", "", gauge, 0, 0},
 		{"sprout_max_job_size_bytes", "", gauge, engine.DefaultMaxJobSize, engine.DefaultMaxJobSize},
-		{"sprout_build_info", "version=" + engine.Version, gauge, 1, 1},
+		{"sprout_build_info", "version=" + testVersion, gauge, 1, 1},
 		{"sprout_max_connections", "", gauge, 1, many},
 		{"sprout_connections_refused_total", "", counter, 0, 0},
 		{"sprout_connections_shed_total", "", counter, 0, 0},

@@ -1,0 +1,36 @@
+// Command sprout is a beanstalkd-compatible work-queue server.
+//
+// # From the command line to a running server
+//
+// The configuration goes through four steps, each done once, in one place:
+//
+//  1. Parse (parseArgs; parse.go, env.go): the command line and the
+//     SPROUT_* environment become options. Both are read through one
+//     table, flagTable (flags.go): each row has a flag's letter, long
+//     name, value and help, and its environment variable, its long alias
+//     and its line in the usage text are derived from it. options holds
+//     what the operator said and nothing more: a setting not given is
+//     left zero, and nothing writes options afterwards. A refused value
+//     stops here, with one line naming it, and exit status 5.
+//  2. Probe (hostinfo.Probe): the host is looked at once: the CPUs the
+//     process may use, its open-file limit and the descriptors open, the
+//     machine's memory, and the memory limit of the process's own cgroup
+//     and its parents.
+//  3. Resolve (resolve; resolve.go): options and the probe become a
+//     config with every default filled in: the engine's limits by
+//     engine.Config.Resolve, the log's settings, the log level and format,
+//     the buffer budget (an eighth of the memory limit) and the Go
+//     runtime's memory limit (a share of the cgroup's, unless GOMEMLIMIT
+//     or --go-memory-limit says otherwise).
+//  4. Log (logConfig): the config is logged once, as it will be used; no
+//     zero stands for "the default".
+//
+// run then applies it: the Go memory limit and the collector's headroom
+// (internal/gctune) first, so that the log's recovery already runs under
+// them; then the side port's metrics, the listener and -u, the log, the
+// store and the engine, which uses the resolved engine.Config as it is.
+//
+// One version is reported everywhere (-v, stats' version,
+// sprout_build_info): the one linked in as main.version, else the build
+// info's (buildVersion), passed to the engine in its Config.
+package main
