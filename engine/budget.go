@@ -4,42 +4,11 @@ import (
 	"cmp"
 	"maps"
 	"slices"
-	"sync"
 	"time"
-
-	"github.com/panjf2000/gnet/v2"
 )
 
 // budgetRecheck is how often the enforcer looks at the total by itself.
 const budgetRecheck = 100 * time.Millisecond
-
-// loopState is what one event loop's sessions share.
-type loopState struct {
-	srv     *Server      // immutable
-	flusher *loopFlusher // immutable; nil without a log
-
-	// batch collects the replies of one serve call; only the loop's
-	// goroutine touches it, and serve is never re-entered on a loop.
-	batch replies
-
-	mu      sync.Mutex
-	holding map[*session]struct{} // guarded by mu: sessions holding buffer bytes
-}
-
-// loopFor returns the shared state of event loop el.
-func (s *Server) loopFor(el gnet.EventLoop) *loopState {
-	s.loopsMu.Lock()
-	defer s.loopsMu.Unlock()
-	ls := s.loops[el]
-	if ls == nil {
-		ls = &loopState{srv: s, batch: replies{keep: keepBatch}, holding: make(map[*session]struct{})}
-		if s.acks != nil {
-			ls.flusher = newLoopFlusher(el, s.acks, &s.heldSessions)
-		}
-		s.loops[el] = ls
-	}
-	return ls
-}
 
 // account records that ss now holds n bytes for its connection, and
 // whether gnet holds unread replies for it (it is then polled from OnTick,

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"bytes"
-	"errors"
 	"time"
 
 	"github.com/sproutmq/sprout/codec"
@@ -188,38 +187,6 @@ func (ss *session) markWorker() {
 	if !ss.worker {
 		ss.worker = true
 		ss.loop.srv.conns.workers.Add(1)
-	}
-}
-
-// appendYAML appends "OK <n>\r\n<doc>\r\n" with doc built by build, using
-// a pooled scratch buffer so the length is known before the header.
-func (r *replies) appendYAML(build func([]byte) []byte) {
-	doc := docPool.Get()
-	doc.B = build(doc.B)
-	r.buf = codec.AppendOK(r.buf, doc.B)
-	docPool.Put(doc)
-}
-
-// add appends a fixed reply.
-func (r *replies) add(reply string) { r.buf = append(r.buf, reply...) }
-
-func (r *replies) okOrNotFound(ok bool, reply string) {
-	if !ok {
-		reply = codec.ReplyNotFound
-	}
-	r.add(reply)
-}
-
-// replyFor maps a store error: nil is ok, ErrNotFound is NOT_FOUND, and a
-// refusal by the log is failed.
-func (r *replies) replyFor(err error, ok, failed string) {
-	switch {
-	case err == nil:
-		r.add(ok)
-	case errors.Is(err, store.ErrNotFound):
-		r.add(codec.ReplyNotFound)
-	default:
-		r.add(failed)
 	}
 }
 

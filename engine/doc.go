@@ -89,4 +89,22 @@
 // tells when none is reserved. Stop then sends the replies still held for
 // the log and closes the connections (see Stop for the steps). Ping and
 // Draining serve the health and readiness probes of internal/ops.
+//
+// # Files
+//
+//   - config.go: Config, its defaults and Resolve.
+//   - server.go: the Server, New and Run.
+//   - listener.go: the listening socket and the accept loop.
+//   - eventloops.go: finding the event loops, and Ping, which checks that
+//     each answers.
+//   - loopstate.go: what one event loop's sessions share.
+//   - handler.go: gnet's callbacks.
+//   - session.go: one connection: parsing, serving and closing.
+//   - dispatch.go: each command, executed on the store.
+//   - replies.go: replies batched per loop and written in one writev.
+//   - held.go: replies held until the store's AckSource acknowledges
+//     them, and the per-loop flusher that sends them.
+//   - budget.go: the buffer budget over all connections and its enforcer.
+//   - stats.go: stats, stats-tube, stats-job and Limits.
+//   - shutdown.go: draining, graceful shutdown and Stop.
 package engine

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -266,4 +268,20 @@ func (e *everyInterval) note(n uint64) (count uint64, log bool) {
 	e.last = now
 	count, e.count = e.count, 0
 	return count, true
+}
+
+// removeStaleSocket deletes a socket file left by an earlier run, as
+// beanstalkd does; any other kind of file is an error.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&fs.ModeSocket == 0 {
+		return fmt.Errorf("engine: %s exists and is not a socket", path)
+	}
+	return os.Remove(path)
 }

@@ -2,10 +2,13 @@ package engine
 
 import (
 	"cmp"
+	"errors"
 
 	"github.com/panjf2000/gnet/v2"
+	"github.com/valyala/bytebufferpool"
 
 	"github.com/sproutmq/sprout/codec"
+	"github.com/sproutmq/sprout/store"
 )
 
 // maxIovecs is the most slices one writev may take (IOV_MAX on Linux and
@@ -159,5 +162,41 @@ func (r *replies) reset() {
 		r.buf = nil
 	} else {
 		r.buf = r.buf[:0]
+	}
+}
+
+// docPool holds the scratch buffers YAML documents are built in before
+// their length is known.
+var docPool bytebufferpool.Pool
+
+// appendYAML appends "OK <n>\r\n<doc>\r\n" with doc built by build, using
+// a pooled scratch buffer so the length is known before the header.
+func (r *replies) appendYAML(build func([]byte) []byte) {
+	doc := docPool.Get()
+	doc.B = build(doc.B)
+	r.buf = codec.AppendOK(r.buf, doc.B)
+	docPool.Put(doc)
+}
+
+// add appends a fixed reply.
+func (r *replies) add(reply string) { r.buf = append(r.buf, reply...) }
+
+func (r *replies) okOrNotFound(ok bool, reply string) {
+	if !ok {
+		reply = codec.ReplyNotFound
+	}
+	r.add(reply)
+}
+
+// replyFor maps a store error: nil is ok, ErrNotFound is NOT_FOUND, and a
+// refusal by the log is failed.
+func (r *replies) replyFor(err error, ok, failed string) {
+	switch {
+	case err == nil:
+		r.add(ok)
+	case errors.Is(err, store.ErrNotFound):
+		r.add(codec.ReplyNotFound)
+	default:
+		r.add(failed)
 	}
 }

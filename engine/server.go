@@ -4,11 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"fmt"
-	"io/fs"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,10 +95,6 @@ func New(cfg Config, st *store.Store) *Server {
 // Ready is closed once the server accepts connections.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 
-// SetDraining makes every later put answer DRAINING (beanstalkd's SIGUSR1).
-// It cannot be undone.
-func (s *Server) SetDraining() { s.draining.Store(true) }
-
 // Run serves until Stop; it returns an error if it cannot start.
 //
 // The event loops are a gnet client engine, with no listener of gnet's:
@@ -160,50 +152,6 @@ func (s *Server) Run() error {
 // Addr is the address the server listens on, once Ready.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
-// Stop shuts the server down:
-//  1. the listener closes, so the accept loop ends;
-//  2. replies held for the log are sent as it makes them durable, until
-//     none is left or ctx is done;
-//  3. gnet closes every connection, and OnClose puts each one's reserved
-//     jobs back to ready;
-//  4. Run returns.
-//
-// The store and its log stay open; the caller closes them after Run has
-// returned, which writes and fsyncs whatever was appended.
-func (s *Server) Stop(ctx context.Context) error {
-	select {
-	case <-s.ready:
-	case <-s.stopped:
-		return nil
-	}
-	s.stopOnce.Do(func() {
-		s.stopCtx = ctx
-		close(s.stopping)
-	})
-	select {
-	case <-s.stopped:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// removeStaleSocket deletes a socket file left by an earlier run, as
-// beanstalkd does; any other kind of file is an error.
-func removeStaleSocket(path string) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if fi.Mode()&fs.ModeSocket == 0 {
-		return fmt.Errorf("engine: %s exists and is not a socket", path)
-	}
-	return os.Remove(path)
-}
-
 // count bumps a cmd-* counter.
 func (s *Server) count(c codec.Counter) { s.cmds[c].Add(1) }
 
@@ -211,7 +159,11 @@ func (s *Server) count(c codec.Counter) { s.cmds[c].Add(1) }
 type gnetLogger struct{ l zerolog.Logger }
 
 func (g gnetLogger) Debugf(f string, a ...any) { g.l.Debug().Msgf(f, a...) }
-func (g gnetLogger) Infof(f string, a ...any)  { g.l.Debug().Msgf(f, a...) } // gnet's own chatter
-func (g gnetLogger) Warnf(f string, a ...any)  { g.l.Warn().Msgf(f, a...) }
+
+func (g gnetLogger) Infof(f string, a ...any) { g.l.Debug().Msgf(f, a...) } // gnet's own chatter
+
+func (g gnetLogger) Warnf(f string, a ...any) { g.l.Warn().Msgf(f, a...) }
+
 func (g gnetLogger) Errorf(f string, a ...any) { g.l.Error().Msgf(f, a...) }
+
 func (g gnetLogger) Fatalf(f string, a ...any) { g.l.Fatal().Msgf(f, a...) }

@@ -6,15 +6,10 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
-	"github.com/valyala/bytebufferpool"
 
 	"github.com/sproutmq/sprout/codec"
 	"github.com/sproutmq/sprout/store"
 )
-
-// docPool holds the scratch buffers YAML documents are built in before
-// their length is known.
-var docPool bytebufferpool.Pool
 
 // session is one connection. Unless a field says otherwise it is only
 // touched on the connection's event loop. Every connection has one, idle
@@ -27,7 +22,7 @@ type session struct {
 	client store.Client
 	parser codec.Parser
 
-	// held are replies waiting for their changes to become durable;
+	// held are replies waiting until they may be acknowledged (held.go);
 	// allocated at the first, so an idle connection does not carry it.
 	held *heldReplies
 
@@ -45,31 +40,6 @@ type session struct {
 	closed    bool
 	producer  bool // has put (stats current-producers)
 	worker    bool // has reserved (stats current-workers)
-}
-
-// heldReplies are replies waiting for their changes to become durable, in
-// order; marks say up to where each needs which log position.
-type heldReplies struct {
-	replies
-	marks []heldMark
-}
-
-// heldMark: buf[:end] (and the bodies referenced up to it) may be sent once
-// the store's AckSource has acknowledged position pos.
-type heldMark struct {
-	end int
-	pos uint64
-}
-
-// waiting reports whether any reply is held; h may be nil.
-func (h *heldReplies) waiting() bool { return h != nil && len(h.marks) > 0 }
-
-// copied is the bytes held in h's own buffer; h may be nil.
-func (h *heldReplies) copied() int {
-	if h == nil {
-		return 0
-	}
-	return len(h.buf)
 }
 
 // serve sends the held replies that may go, parses and answers as much
@@ -195,56 +165,6 @@ func (ss *session) account() {
 	unread := c.OutboundBuffered()
 	n := unread + c.InboundBuffered() + ss.held.copied() + ss.parser.BodyHeld()
 	ss.loop.srv.account(ss, int64(n), unread > 0 || ss.throttled)
-}
-
-// mustHold reports whether the reply just produced has to wait: its
-// command changed durable state that is not durable yet, or earlier replies
-// are already waiting.
-func (ss *session) mustHold() bool {
-	acks := ss.loop.srv.acks
-	if acks == nil {
-		return false
-	}
-	return ss.held.waiting() || ss.client.PendingAck() > acks.Acked()
-}
-
-// hold moves the replies in out from byte from on to the held queue.
-func (ss *session) hold(out *replies, from int) {
-	if ss.held == nil {
-		ss.held = new(heldReplies)
-	}
-	h := ss.held
-	h.moveTail(out, from)
-	h.marks = append(h.marks, heldMark{end: len(h.buf), pos: ss.client.PendingAck()})
-}
-
-// flushDurable sends the held replies whose changes are now durable.
-func (ss *session) flushDurable() {
-	h := ss.held
-	if !h.waiting() {
-		return
-	}
-	acked := ss.loop.srv.acks.Acked()
-	n, end := 0, 0
-	for n < len(h.marks) && h.marks[n].pos <= acked {
-		end = h.marks[n].end
-		n++
-	}
-	if n == 0 {
-		return
-	}
-	ss.send(&h.replies, end)
-	for i := range h.marks[n:] {
-		h.marks[n+i].end -= end
-	}
-	h.marks = append(h.marks[:0], h.marks[n:]...)
-}
-
-// awaitDurable has the loop's flusher send the held replies when they may go.
-func (ss *session) awaitDurable() {
-	if ss.held.waiting() {
-		ss.loop.flusher.add(ss, ss.held.marks[0].pos)
-	}
 }
 
 // checkInput closes a connection whose unparsed input has outgrown its cap

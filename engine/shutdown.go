@@ -53,3 +53,35 @@ func pollUntil(ctx context.Context, done func() bool) error {
 	}
 	return nil
 }
+
+// SetDraining makes every later put answer DRAINING (beanstalkd's SIGUSR1).
+// It cannot be undone.
+func (s *Server) SetDraining() { s.draining.Store(true) }
+
+// Stop shuts the server down:
+//  1. the listener closes, so the accept loop ends;
+//  2. replies held for the log are sent as it makes them durable, until
+//     none is left or ctx is done;
+//  3. gnet closes every connection, and OnClose puts each one's reserved
+//     jobs back to ready;
+//  4. Run returns.
+//
+// The store and its log stay open; the caller closes them after Run has
+// returned, which writes and fsyncs whatever was appended.
+func (s *Server) Stop(ctx context.Context) error {
+	select {
+	case <-s.ready:
+	case <-s.stopped:
+		return nil
+	}
+	s.stopOnce.Do(func() {
+		s.stopCtx = ctx
+		close(s.stopping)
+	})
+	select {
+	case <-s.stopped:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -9,6 +9,81 @@ import (
 	"github.com/sproutmq/sprout/store"
 )
 
+// heldReplies are replies waiting until what they promise may be
+// acknowledged, in order; marks say up to where each needs which position.
+type heldReplies struct {
+	replies
+	marks []heldMark
+}
+
+// heldMark: buf[:end] (and the bodies referenced up to it) may be sent once
+// the store's AckSource has acknowledged position pos.
+type heldMark struct {
+	end int
+	pos uint64
+}
+
+// waiting reports whether any reply is held; h may be nil.
+func (h *heldReplies) waiting() bool { return h != nil && len(h.marks) > 0 }
+
+// copied is the bytes held in h's own buffer; h may be nil.
+func (h *heldReplies) copied() int {
+	if h == nil {
+		return 0
+	}
+	return len(h.buf)
+}
+
+// mustHold reports whether the reply just produced has to wait: its
+// command changed durable state that is not durable yet, or earlier replies
+// are already waiting.
+func (ss *session) mustHold() bool {
+	acks := ss.loop.srv.acks
+	if acks == nil {
+		return false
+	}
+	return ss.held.waiting() || ss.client.PendingAck() > acks.Acked()
+}
+
+// hold moves the replies in out from byte from on to the held queue.
+func (ss *session) hold(out *replies, from int) {
+	if ss.held == nil {
+		ss.held = new(heldReplies)
+	}
+	h := ss.held
+	h.moveTail(out, from)
+	h.marks = append(h.marks, heldMark{end: len(h.buf), pos: ss.client.PendingAck()})
+}
+
+// flushDurable sends the held replies whose changes are now durable.
+func (ss *session) flushDurable() {
+	h := ss.held
+	if !h.waiting() {
+		return
+	}
+	acked := ss.loop.srv.acks.Acked()
+	n, end := 0, 0
+	for n < len(h.marks) && h.marks[n].pos <= acked {
+		end = h.marks[n].end
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	ss.send(&h.replies, end)
+	for i := range h.marks[n:] {
+		h.marks[n+i].end -= end
+	}
+	h.marks = append(h.marks[:0], h.marks[n:]...)
+}
+
+// awaitDurable has the loop's flusher send the held replies when they may go.
+func (ss *session) awaitDurable() {
+	if ss.held.waiting() {
+		ss.loop.flusher.add(ss, ss.held.marks[0].pos)
+	}
+}
+
 // loopFlusher sends one event loop's held replies once their changes may be
 // acknowledged. The store's AckSource calls back at most once per loop and batch,
 // and one loop task flushes every waiting session, instead of a callback,
