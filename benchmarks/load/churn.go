@@ -148,6 +148,9 @@ func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, 
 	res.Peak = max(peak, res.End)
 	res.LiveBytes = int64(cfg.Live) * int64(wal.FullSize(len("default"), cfg.Body+2))
 	res.Bound = 2*res.LiveBytes + 2*cfg.SegmentSize
+	if report := srv.RaceReport(); report != "" {
+		return res, fmt.Errorf("load: the server reported a data race:\n%s", report)
+	}
 	return res, nil
 }
 

@@ -254,6 +254,11 @@ func (p Plan) runOne(ctx context.Context, s Scenario, spec ServerSpec) Result {
 	if exited, why := srv.Exited(); exited {
 		err = fmt.Errorf("load: %s exited during the run (%v): %s", spec.Name, why, srv.Output())
 	}
+	// Only a race-built server reports races: the package's own tests run
+	// one under -race.
+	if report := srv.RaceReport(); report != "" && err == nil {
+		err = fmt.Errorf("load: %s reported a data race:\n%s", spec.Name, report)
+	}
 	if err != nil && ctx.Err() == nil {
 		r.Errors++
 		if r.FirstError == "" {

@@ -111,6 +111,10 @@ func (s *Server) Exited() (bool, error) { return s.proc.Exited(), s.proc.Err() }
 // Output returns what the server has printed so far, at most its last 2 KiB.
 func (s *Server) Output() string { return outputTail(s.proc) }
 
+// RaceReport returns the race detector's reports so far; "" from a server
+// built without it.
+func (s *Server) RaceReport() string { return s.proc.RaceReport() }
+
 func outputTail(p *testproc.Process) string {
 	b := p.Output()
 	if len(b) > 2048 {
