@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/xml"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -17,11 +16,7 @@ import (
 	"github.com/sproutmq/sprout/internal/testproc"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testproc.RemoveSproutBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testproc.Main(m) }
 
 // sproutSpec is the Sprout testproc.SproutBinary built, with the race
 // detector when the test has it.

@@ -2,7 +2,6 @@ package crashtest
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,11 +14,7 @@ import (
 const replyTimeout = 10 * time.Second
 
 // TestMain removes the sprout binary testproc.SproutBinary built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testproc.RemoveSproutBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testproc.Main(m) }
 
 // stop asks the server to shut down with SIGTERM and checks it exits 0.
 func stop(t *testing.T, s *testproc.Process) {

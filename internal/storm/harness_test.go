@@ -31,11 +31,7 @@ const (
 )
 
 // TestMain removes the sprout binary testproc.SproutBinary built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testproc.RemoveSproutBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testproc.Main(m) }
 
 // newFlags are the engine flags these tests exercise that an older sprout
 // does not have. Such a binary runs without them, for a baseline.

@@ -261,8 +261,17 @@ func BuildSprout(ctx context.Context, path string, race bool) error {
 	return nil
 }
 
+// Main runs a package's tests and removes what SproutBinary built: the
+// TestMain of a package whose tests run the server is
+// `func TestMain(m *testing.M) { testproc.Main(m) }`.
+func Main(m *testing.M) {
+	code := m.Run()
+	RemoveSproutBinary()
+	os.Exit(code)
+}
+
 // RemoveSproutBinary deletes what SproutBinary built. Call it from TestMain
-// after m.Run.
+// after m.Run, or use Main.
 func RemoveSproutBinary() {
 	if sproutBuild.dir != "" {
 		os.RemoveAll(sproutBuild.dir)

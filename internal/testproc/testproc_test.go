@@ -3,7 +3,6 @@ package testproc
 import (
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -149,8 +148,4 @@ func TestSproutBinaryRace(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	RemoveSproutBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { Main(m) }
