@@ -306,7 +306,7 @@ func TestPutBodiesOutliveInput(t *testing.T) {
 // TestCrossLoopHandoff runs consumers and producers spread over several
 // event loops and checks every job is delivered exactly once.
 func TestCrossLoopHandoff(t *testing.T) {
-	_, network, addr := startServer(t, engine.Config{Loops: 4})
+	srv, network, addr := startServer(t, engine.Config{Loops: 4})
 	const consumers, producers, perProducer = 8, 4, 200
 	total := producers * perProducer
 
@@ -335,7 +335,15 @@ func TestCrossLoopHandoff(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(50 * time.Millisecond) // let consumers block first
+	// The producers start once every consumer waits in reserve, so that
+	// each put is handed to a waiting consumer, on whichever loop.
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.Stats().CurrentWaiting < consumers {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d consumers waiting after 5s", srv.Stats().CurrentWaiting, consumers)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	for i := 0; i < producers; i++ {
 		c, err := beanstalk.Dial(network, addr)
 		if err != nil {

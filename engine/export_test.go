@@ -6,12 +6,34 @@ import (
 	"github.com/panjf2000/gnet/v2"
 )
 
-// ThrottledCount exposes how many sessions are polled for unread replies
-// (throttled ones among them), for the back-pressure test.
+// ThrottledCount is how many sessions are throttled: not served because
+// their client does not read its replies. Only a session's event loop
+// touches its throttled flag, so each is read there. A throttled session
+// always has unread replies, so it is among the watched ones.
 func (s *Server) ThrottledCount() int {
 	s.watchedMu.Lock()
-	defer s.watchedMu.Unlock()
-	return len(s.watched)
+	watched := make([]*session, 0, len(s.watched))
+	for ss := range s.watched {
+		watched = append(watched, ss)
+	}
+	s.watchedMu.Unlock()
+	throttled := make(chan bool, len(watched))
+	for _, ss := range watched {
+		err := ss.conn.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			throttled <- ss.throttled && !ss.closed
+			return nil
+		}))
+		if err != nil {
+			throttled <- false // the loop has stopped
+		}
+	}
+	n := 0
+	for range watched {
+		if <-throttled {
+			n++
+		}
+	}
+	return n
 }
 
 // EventLoopCount is how many event loops Ping reaches.

@@ -6,6 +6,8 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 // A busy server holds more than the traffic it is serving at the moment:
@@ -37,7 +39,7 @@ const (
 // beside is what setUpBeside put beside a timed run's traffic; its zero
 // value holds nothing. Only the run's own goroutine touches it.
 type beside struct {
-	ctl            *Conn // stats connection, open for the whole run; nil when nothing was set up
+	ctl            *testproc.Conn // stats connection, open for the whole run; nil when nothing was set up
 	idle           []net.Conn
 	conns          int64 // connections the server counted before the idle ones (ctl included)
 	ready, delayed int64 // stored jobs: in StoredTube, and delayed in the traffic's tube
@@ -115,7 +117,7 @@ func (bs *beside) store(addr string, m *meter, n, body int) error {
 	if err := useTube(conns, StoredTube); err != nil {
 		return err
 	}
-	if err := fill(conns, m, [][]byte{PutFrame(body)}, ready, storedFillDepth); err != nil {
+	if err := fill(conns, m, [][]byte{testproc.PutFrame(body)}, ready, storedFillDepth); err != nil {
 		return err
 	}
 	bs.ready = int64(ready)
@@ -134,7 +136,7 @@ func (bs *beside) store(addr string, m *meter, n, body int) error {
 }
 
 // useTube sends use tube on every connection, pipelined.
-func useTube(conns []*Conn, tube string) error {
+func useTube(conns []*testproc.Conn, tube string) error {
 	for _, c := range conns {
 		c.WriteString("use " + tube + "\r\n")
 		if err := c.Flush(); err != nil {
@@ -142,7 +144,7 @@ func useTube(conns []*Conn, tube string) error {
 		}
 	}
 	for _, c := range conns {
-		if _, err := c.Expect(ReplyUsing); err != nil {
+		if _, err := c.Expect(testproc.ReplyUsing); err != nil {
 			return err
 		}
 	}
@@ -164,11 +166,11 @@ func (bs *beside) checkStored() error {
 	if bs.ready == 0 && bs.delayed == 0 {
 		return nil
 	}
-	ready, err := bs.ctl.StatsTubeInt(StoredTube, "current-jobs-ready")
+	ready, err := statInt(bs.ctl, "stats-tube "+StoredTube, "current-jobs-ready")
 	if err != nil {
 		return err
 	}
-	delayed, err := bs.ctl.StatsInt("current-jobs-delayed")
+	delayed, err := statInt(bs.ctl, "stats", "current-jobs-delayed")
 	if err != nil {
 		return err
 	}
@@ -191,7 +193,7 @@ func (bs *beside) check() error {
 		return err
 	}
 	if bs.idleHeld > 0 {
-		cur, err := bs.ctl.StatsInt("current-connections")
+		cur, err := statInt(bs.ctl, "stats", "current-connections")
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -58,7 +59,7 @@ func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, 
 		return res, err
 	}
 	defer srv.Stop()
-	c, err := Dial(srv.Addr, nil, 5*time.Second, 64<<10)
+	c, err := testproc.Dialer{Timeout: 5 * time.Second, BufSize: 64 << 10}.Dial(srv.Addr)
 	if err != nil {
 		return res, err
 	}
@@ -85,8 +86,8 @@ func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, 
 	stopSampling := func() { cancelSampling(); sampler.Wait() }
 	defer stopSampling()
 
-	frame := PutFrame(cfg.Body)
-	if err := fill([]*Conn{c}, newMeter(int64(cfg.Live)), [][]byte{frame}, cfg.Live, cfg.Depth); err != nil {
+	frame := testproc.PutFrame(cfg.Body)
+	if err := fill([]*testproc.Conn{c}, newMeter(int64(cfg.Live)), [][]byte{frame}, cfg.Live, cfg.Depth); err != nil {
 		return res, fmt.Errorf("load: putting the live jobs: %w", errors.Join(err, ctx.Err()))
 	}
 	start := time.Now()
@@ -106,7 +107,7 @@ func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, 
 		}
 		ids = ids[:0]
 		for range batch {
-			rep, err := c.Expect(ReplyInserted)
+			rep, err := c.Expect(testproc.ReplyInserted)
 			if err != nil {
 				return res, err
 			}
@@ -119,7 +120,7 @@ func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, 
 			return res, err
 		}
 		for range ids {
-			if _, err := c.Expect(ReplyDeleted); err != nil {
+			if _, err := c.Expect(testproc.ReplyDeleted); err != nil {
 				return res, err
 			}
 		}
@@ -138,15 +139,18 @@ func Churn(ctx context.Context, spec ServerSpec, cfg ChurnConfig) (ChurnResult, 
 	if res.End, err = dirSize(dir); err != nil {
 		return res, err
 	}
-	if res.Written, err = c.StatsInt("binlog-records-written"); err != nil {
+	if res.Written, err = statInt(c, "stats", "binlog-records-written"); err != nil {
 		return res, err
 	}
-	if res.Migrated, err = c.StatsInt("binlog-records-migrated"); err != nil {
+	if res.Migrated, err = statInt(c, "stats", "binlog-records-migrated"); err != nil {
 		return res, err
 	}
 	res.Peak = max(peak, res.End)
 	res.LiveBytes = int64(cfg.Live) * int64(wal.FullSize(len("default"), cfg.Body+2))
 	res.Bound = 2*res.LiveBytes + 2*cfg.SegmentSize
+	if report := srv.RaceReport(); report != "" {
+		return res, fmt.Errorf("load: the server reported a data race:\n%s", report)
+	}
 	return res, nil
 }
 

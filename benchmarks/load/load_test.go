@@ -4,56 +4,25 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
-	"errors"
 	"io"
-	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sproutmq/sprout/benchmarks/load"
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
-var sproutOnce struct {
-	sync.Once
-	path string
-	err  error
-	dir  string
-}
+func TestMain(m *testing.M) { testproc.Main(m) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if sproutOnce.dir != "" {
-		os.RemoveAll(sproutOnce.dir)
-	}
-	os.Exit(code)
-}
-
-func mkdirTemp() (string, error) { return os.MkdirTemp("", "sproutbench-test-") }
-
-// sproutSpec builds cmd/sprout once per test process.
+// sproutSpec is the Sprout testproc.SproutBinary built, with the race
+// detector when the test has it.
 func sproutSpec(t *testing.T) load.ServerSpec {
 	t.Helper()
-	sproutOnce.Do(func() {
-		dir, err := mkdirTemp()
-		if err != nil {
-			sproutOnce.err = err
-			return
-		}
-		sproutOnce.dir = dir
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		sproutOnce.path, sproutOnce.err = load.BuildSprout(ctx, dir)
-	})
-	if sproutOnce.err != nil {
-		t.Fatalf("build Sprout: %v", sproutOnce.err)
-	}
-	return load.ServerSpec{Name: "sprout", Path: sproutOnce.path}
+	return load.ServerSpec{Name: "sprout", Path: testproc.SproutBinary(t)}
 }
 
 // TestScenarioKinds runs every kind of scenario briefly against Sprout and
@@ -155,52 +124,6 @@ func TestRefusedFlagsSkip(t *testing.T) {
 		if r.Skipped != "skipped: server lacks -z" {
 			t.Errorf("run %d: skipped %q, errors %q", i, r.Skipped, r.FirstError)
 		}
-	}
-}
-
-// TestReadReply feeds the client replies, whole and malformed.
-func TestReadReply(t *testing.T) {
-	tests := []struct {
-		name, wire string
-		kind       load.ReplyKind
-		n          uint64
-		body       string
-		wantErr    bool
-	}{
-		{"inserted", "INSERTED 42\r\n", load.ReplyInserted, 42, "", false},
-		{"reserved", "RESERVED 7 5\r\nhello\r\n", load.ReplyReserved, 7, "", false},
-		{"reserved empty body", "RESERVED 8 0\r\n\r\n", load.ReplyReserved, 8, "", false},
-		{"ok", "OK 9\r\n---\na: 1\n\r\n", load.ReplyOK, 0, "---\na: 1\n", false},
-		{"deleted", "DELETED\r\n", load.ReplyDeleted, 0, "", false},
-		{"error word", "OUT_OF_MEMORY\r\n", load.ReplyOther, 0, "", false},
-		{"bare newline", "DELETED\n", 0, 0, "", true},
-		{"body without crlf", "RESERVED 7 5\r\nhelloXX", 0, 0, "", true},
-		{"bad id", "INSERTED x\r\n", 0, 0, "", true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			client, server := net.Pipe()
-			defer client.Close()
-			go func() {
-				_, _ = io.WriteString(server, tt.wire)
-				server.Close()
-			}()
-			c := load.NewConnForTest(client)
-			rep, err := c.ReadReply(true)
-			if tt.wantErr {
-				var pe *load.ProtocolError
-				if !errors.As(err, &pe) {
-					t.Fatalf("got %v, %v; want a protocol error", rep, err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rep.Kind != tt.kind || rep.N != tt.n || string(rep.Body) != tt.body {
-				t.Errorf("got kind %v n %d body %q; want %v %d %q", rep.Kind, rep.N, rep.Body, tt.kind, tt.n, tt.body)
-			}
-		})
 	}
 }
 

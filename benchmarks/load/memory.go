@@ -7,6 +7,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/internal/testproc/procstat"
 )
 
 const (
@@ -84,7 +87,8 @@ func dialIdle(ctx context.Context, addr string, n int, opened *atomic.Int64) ([]
 		go func() {
 			defer wg.Done()
 			for i := d; i < n && ctx.Err() == nil; i += dialers {
-				c, err := dialRaw(addr, sources[i%len(sources)], 5*time.Second)
+				d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: sources[i%len(sources)]}}
+				c, err := d.Dial("tcp", addr)
 				if err != nil {
 					errMu.Lock()
 					if firstErr == nil {
@@ -114,10 +118,10 @@ func closeIdle(conns []net.Conn) {
 }
 
 // waitConnections polls stats until the server counts want connections.
-func waitConnections(ctx context.Context, ctl *Conn, want int64) error {
+func waitConnections(ctx context.Context, ctl *testproc.Conn, want int64) error {
 	deadline := time.Now().Add(memoryTimeout)
 	for {
-		cur, err := ctl.StatsInt("current-connections")
+		cur, err := statInt(ctl, "stats", "current-connections")
 		if err != nil {
 			return err
 		}
@@ -134,13 +138,13 @@ func waitConnections(ctx context.Context, ctl *Conn, want int64) error {
 // memoryBaseline opens the control connection a memory scenario reads
 // stats on, and takes the server's connection count and usage before the
 // scenario adds anything.
-func memoryBaseline(srv *Server) (ctl *Conn, conns int64, base ProcUsage, err error) {
-	ctl, err = Dial(srv.Addr, nil, 5*time.Second, 0)
+func memoryBaseline(srv *Server) (ctl *testproc.Conn, conns int64, base procstat.Usage, err error) {
+	ctl, err = testproc.Dialer{Timeout: 5 * time.Second}.Dial(srv.Addr)
 	if err != nil {
 		return nil, 0, base, err
 	}
 	_ = ctl.SetDeadline(time.Now().Add(3 * memoryTimeout))
-	if conns, err = ctl.StatsInt("current-connections"); err == nil {
+	if conns, err = statInt(ctl, "stats", "current-connections"); err == nil {
 		base, err = srv.Usage()
 	}
 	if err != nil {
@@ -174,7 +178,7 @@ func (s Scenario) runJobMemory(ctx context.Context, srv *Server, rc RunConfig, p
 	prog.Begin(0, m.total.Load)
 	defer prog.End()
 	t0 := time.Now()
-	err = fill(conns, m, [][]byte{PutFrame(s.Body)}, s.Jobs, 100)
+	err = fill(conns, m, [][]byte{testproc.PutFrame(s.Body)}, s.Jobs, 100)
 	res.Elapsed = time.Since(t0)
 	u1, uerr := srv.Usage()
 	res.Sent, res.Acked = m.sent.Load(), m.acked.Load()
@@ -190,7 +194,7 @@ func (s Scenario) runJobMemory(ctx context.Context, srv *Server, rc RunConfig, p
 		return res, uerr
 	}
 	res.Jobs, res.CPU = res.Acked, u1.CPU-base.CPU
-	ready, err := ctl.StatsInt("current-jobs-ready")
+	ready, err := statInt(ctl, "stats", "current-jobs-ready")
 	if err != nil {
 		return res, err
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc/procstat"
 )
 
 // Sizes are the counts the catalogue's scenarios take from the command line.
@@ -191,11 +193,11 @@ func (p Plan) waitQuiet(ctx context.Context) {
 		p.Progress.SetLabel(label)
 	}()
 	for ctx.Err() == nil {
-		m0, err0 := ReadSystemBusy()
-		s0, err1 := ReadProcUsage(os.Getpid())
+		m0, err0 := procstat.SystemBusy()
+		s0, err1 := procstat.Read(os.Getpid())
 		sleepCtx(ctx, window, nil)
-		m1, err2 := ReadSystemBusy()
-		s1, err3 := ReadProcUsage(os.Getpid())
+		m1, err2 := procstat.SystemBusy()
+		s1, err3 := procstat.Read(os.Getpid())
 		if err := errors.Join(err0, err1, err2, err3); err != nil {
 			return // not Linux: nothing to measure
 		}
@@ -251,6 +253,11 @@ func (p Plan) runOne(ctx context.Context, s Scenario, spec ServerSpec) Result {
 	r, err := s.Run(ctx, srv, p.Run, p.Progress)
 	if exited, why := srv.Exited(); exited {
 		err = fmt.Errorf("load: %s exited during the run (%v): %s", spec.Name, why, srv.Output())
+	}
+	// Only a race-built server reports races: the package's own tests run
+	// one under -race.
+	if report := srv.RaceReport(); report != "" && err == nil {
+		err = fmt.Errorf("load: %s reported a data race:\n%s", spec.Name, report)
 	}
 	if err != nil && ctx.Err() == nil {
 		r.Errors++

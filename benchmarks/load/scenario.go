@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/internal/testproc/procstat"
 )
 
 // Kind is the shape of a scenario's traffic.
@@ -275,7 +277,7 @@ func (s Scenario) runTimed(ctx context.Context, srv *Server, rc RunConfig, prog 
 // sample is a reading of the CPU time spent by the server, by this process
 // and by the whole machine.
 type sample struct {
-	server  ProcUsage
+	server  procstat.Usage
 	self    time.Duration
 	machine time.Duration
 }
@@ -286,12 +288,12 @@ func takeSample(srv *Server) (sample, error) {
 	if s.server, err = srv.Usage(); err != nil {
 		return s, err
 	}
-	self, err := ReadProcUsage(os.Getpid())
+	self, err := procstat.Read(os.Getpid())
 	if err != nil {
 		return s, err
 	}
 	s.self = self.CPU
-	s.machine, err = ReadSystemBusy()
+	s.machine, err = procstat.SystemBusy()
 	return s, err
 }
 
@@ -319,8 +321,8 @@ func (s Scenario) connCount() int {
 
 // tasks builds each connection's loop, doing any untimed setup (watching
 // tubes, filling the queue) first.
-func (s Scenario) tasks(conns []*Conn, m *meter) ([]task, error) {
-	frame := PutFrame(s.Body)
+func (s Scenario) tasks(conns []*testproc.Conn, m *meter) ([]task, error) {
+	frame := testproc.PutFrame(s.Body)
 	tasks := make([]task, 0, len(conns))
 	switch s.Kind {
 	case KindProdCons:
@@ -384,7 +386,7 @@ func (s Scenario) tubeShare(i int) []string {
 }
 
 // watchOnly makes c watch exactly tubes, pipelining the commands.
-func watchOnly(c *Conn, tubes []string) error {
+func watchOnly(c *testproc.Conn, tubes []string) error {
 	for _, t := range tubes {
 		c.WriteString("watch " + t + "\r\n")
 	}
@@ -393,17 +395,17 @@ func watchOnly(c *Conn, tubes []string) error {
 		return err
 	}
 	for range tubes {
-		if _, err := c.Expect(ReplyWatching); err != nil {
+		if _, err := c.Expect(testproc.ReplyWatching); err != nil {
 			return err
 		}
 	}
-	_, err := c.Expect(ReplyWatching)
+	_, err := c.Expect(testproc.ReplyWatching)
 	return err
 }
 
 // producer puts one job at a time. With tokens it first takes one (a
 // consumer gives it back); with uses it sends use before each put.
-func producer(w worker, c *Conn, frame []byte, tokens chan struct{}, uses []string) error {
+func producer(w worker, c *testproc.Conn, frame []byte, tokens chan struct{}, uses []string) error {
 	for k := 0; ; {
 		if tokens != nil {
 			select {
@@ -426,11 +428,11 @@ func producer(w worker, c *Conn, frame []byte, tokens chan struct{}, uses []stri
 		}
 		w.m.sent.Add(1)
 		if uses != nil {
-			if _, err := c.Expect(ReplyUsing); err != nil {
+			if _, err := c.Expect(testproc.ReplyUsing); err != nil {
 				return err
 			}
 		}
-		if _, err := c.Expect(ReplyInserted); err != nil {
+		if _, err := c.Expect(testproc.ReplyInserted); err != nil {
 			return err
 		}
 		w.m.acked.Add(1)
@@ -442,7 +444,7 @@ func producer(w worker, c *Conn, frame []byte, tokens chan struct{}, uses []stri
 }
 
 // consumer reserves and deletes, giving a token back per job.
-func consumer(w worker, c *Conn, tokens chan struct{}) error {
+func consumer(w worker, c *testproc.Conn, tokens chan struct{}) error {
 	for !w.m.stopping() {
 		t := time.Now()
 		id, err := reserveJob(c)
@@ -465,7 +467,7 @@ func consumer(w worker, c *Conn, tokens chan struct{}) error {
 }
 
 // pipeliner writes depth puts, then reads depth replies.
-func pipeliner(w worker, c *Conn, frame []byte, depth int) error {
+func pipeliner(w worker, c *testproc.Conn, frame []byte, depth int) error {
 	for !w.m.stopping() && !w.m.limitHit() {
 		t := time.Now()
 		for range depth {
@@ -476,7 +478,7 @@ func pipeliner(w worker, c *Conn, frame []byte, depth int) error {
 		}
 		w.m.sent.Add(int64(depth))
 		for range depth {
-			if _, err := c.Expect(ReplyInserted); err != nil {
+			if _, err := c.Expect(testproc.ReplyInserted); err != nil {
 				return err
 			}
 			w.m.acked.Add(1)
@@ -488,7 +490,7 @@ func pipeliner(w worker, c *Conn, frame []byte, depth int) error {
 }
 
 // roundTripper puts a job, reserves it and deletes it, one command at a time.
-func roundTripper(w worker, c *Conn, frame []byte) error {
+func roundTripper(w worker, c *testproc.Conn, frame []byte) error {
 	for !w.m.stopping() && !w.m.limitHit() {
 		t := time.Now()
 		c.Write(frame)
@@ -496,7 +498,7 @@ func roundTripper(w worker, c *Conn, frame []byte) error {
 			return err
 		}
 		w.m.sent.Add(1)
-		if _, err := c.Expect(ReplyInserted); err != nil {
+		if _, err := c.Expect(testproc.ReplyInserted); err != nil {
 			return err
 		}
 		w.m.acked.Add(1)
@@ -514,27 +516,27 @@ func roundTripper(w worker, c *Conn, frame []byte) error {
 }
 
 // reserveJob reserves a job, waiting for one, and returns its id.
-func reserveJob(c *Conn) (uint64, error) {
+func reserveJob(c *testproc.Conn) (uint64, error) {
 	c.WriteString("reserve\r\n")
 	if err := c.Flush(); err != nil {
 		return 0, err
 	}
-	rep, err := c.Expect(ReplyReserved)
+	rep, err := c.Expect(testproc.ReplyReserved)
 	return rep.N, err
 }
 
 // deleteJob deletes id and waits for DELETED.
-func deleteJob(c *Conn, id uint64) error {
+func deleteJob(c *testproc.Conn, id uint64) error {
 	c.WriteCmdID("delete", id)
 	if err := c.Flush(); err != nil {
 		return err
 	}
-	_, err := c.Expect(ReplyDeleted)
+	_, err := c.Expect(testproc.ReplyDeleted)
 	return err
 }
 
 // drainer reserves without waiting and deletes until the tube is empty.
-func drainer(w worker, c *Conn) error {
+func drainer(w worker, c *testproc.Conn) error {
 	for !w.m.stopping() {
 		t := time.Now()
 		c.WriteString("reserve-with-timeout 0\r\n")
@@ -546,12 +548,12 @@ func drainer(w worker, c *Conn) error {
 			return err
 		}
 		switch rep.Kind {
-		case ReplyReserved:
-		case ReplyTimedOut:
+		case testproc.ReplyReserved:
+		case testproc.ReplyTimedOut:
 			w.m.signalEmpty()
 			return nil
 		default:
-			return &ProtocolError{Want: "RESERVED or TIMED_OUT", Got: string(rep.Line)}
+			return &testproc.ProtocolError{Want: "RESERVED or TIMED_OUT", Got: string(rep.Line)}
 		}
 		w.record(time.Since(t))
 		t = time.Now()
@@ -567,7 +569,7 @@ func drainer(w worker, c *Conn) error {
 // fill puts n jobs over conns in pipelined batches of depth, counting them
 // as sent and acknowledged in m, and returns when all are acknowledged. Each
 // connection writes frames in turn, from the first.
-func fill(conns []*Conn, m *meter, frames [][]byte, n, depth int) error {
+func fill(conns []*testproc.Conn, m *meter, frames [][]byte, n, depth int) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(conns))
 	for i, c := range conns {
@@ -591,7 +593,7 @@ func fill(conns []*Conn, m *meter, frames [][]byte, n, depth int) error {
 				}
 				m.sent.Add(int64(batch))
 				for range batch {
-					if _, err := c.Expect(ReplyInserted); err != nil {
+					if _, err := c.Expect(testproc.ReplyInserted); err != nil {
 						errs[i] = err
 						return
 					}
@@ -613,9 +615,9 @@ func fill(conns []*Conn, m *meter, frames [][]byte, n, depth int) error {
 
 // dialMany opens n connections with a few dialers at once. sources, when
 // given, are the local addresses to spread them over.
-func dialMany(addr string, n, body int, sources []net.IP) ([]*Conn, error) {
+func dialMany(addr string, n, body int, sources []net.IP) ([]*testproc.Conn, error) {
 	bufSize := min(max(16<<10, body+512), 128<<10)
-	conns := make([]*Conn, n)
+	conns := make([]*testproc.Conn, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	const dialers = 16
@@ -628,12 +630,12 @@ func dialMany(addr string, n, body int, sources []net.IP) ([]*Conn, error) {
 				if len(sources) > 0 {
 					src = sources[i%len(sources)]
 				}
-				conns[i], errs[i] = Dial(addr, src, 5*time.Second, bufSize)
+				conns[i], errs[i] = testproc.Dialer{Timeout: 5 * time.Second, Local: src, BufSize: bufSize}.Dial(addr)
 			}
 		}()
 	}
 	wg.Wait()
-	var ok []*Conn
+	var ok []*testproc.Conn
 	var first error
 	for i, c := range conns {
 		if errs[i] != nil && first == nil {

@@ -1,7 +1,6 @@
 package load
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,11 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/internal/testproc/procstat"
 )
 
 // ErrFlagsRefused is returned by StartServer when the server exits with
@@ -112,6 +111,10 @@ func (s *Server) Exited() (bool, error) { return s.proc.Exited(), s.proc.Err() }
 // Output returns what the server has printed so far, at most its last 2 KiB.
 func (s *Server) Output() string { return outputTail(s.proc) }
 
+// RaceReport returns the race detector's reports so far; "" from a server
+// built without it.
+func (s *Server) RaceReport() string { return s.proc.RaceReport() }
+
 func outputTail(p *testproc.Process) string {
 	b := p.Output()
 	if len(b) > 2048 {
@@ -121,102 +124,7 @@ func outputTail(p *testproc.Process) string {
 }
 
 // Usage reads the server's CPU time and resident memory from /proc.
-func (s *Server) Usage() (ProcUsage, error) { return ReadProcUsage(s.PID) }
-
-// ProcUsage is a process's CPU time (user+system) and resident set size.
-type ProcUsage struct {
-	CPU time.Duration
-	RSS int64 // bytes
-}
-
-// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat. It
-// is 100 on every Linux architecture Go supports.
-const clockTicks = 100
-
-// ReadProcUsage reads utime+stime from /proc/PID/stat and VmRSS from
-// /proc/PID/status. It works on Linux only.
-func ReadProcUsage(pid int) (ProcUsage, error) {
-	var u ProcUsage
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return u, err
-	}
-	// The command name in parentheses may hold spaces; fields count from
-	// after its closing parenthesis, where field 3 (state) is index 0.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return u, fmt.Errorf("load: unreadable /proc/%d/stat", pid)
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 13 {
-		return u, fmt.Errorf("load: short /proc/%d/stat", pid)
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return u, fmt.Errorf("load: unreadable CPU times in /proc/%d/stat", pid)
-	}
-	u.CPU = time.Duration(utime+stime) * time.Second / clockTicks
-
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return u, err
-	}
-	for line := range strings.SplitSeq(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				return u, fmt.Errorf("load: unreadable VmRSS %q", line)
-			}
-			u.RSS = kb << 10
-			return u, nil
-		}
-	}
-	return u, fmt.Errorf("load: no VmRSS in /proc/%d/status", pid)
-}
-
-// ReadSystemBusy returns the CPU time the whole machine has spent busy (all
-// of /proc/stat's "cpu" line but idle and iowait), for telling how much
-// other work shared the machine with a run.
-func ReadSystemBusy() (time.Duration, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, err
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
-		return 0, errors.New("load: unreadable /proc/stat")
-	}
-	var busy int64
-	for i, v := range f[1:] {
-		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is already in user
-			continue
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("load: unreadable /proc/stat: %w", err)
-		}
-		busy += n
-	}
-	return time.Duration(busy) * time.Second / clockTicks, nil
-}
-
-// BuildSprout builds cmd/sprout from the module that contains the working
-// directory into dir and returns the executable's path.
-func BuildSprout(ctx context.Context, dir string) (string, error) {
-	root, err := ModuleRoot(ctx)
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "sprout")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", path, "./cmd/sprout")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("load: go build ./cmd/sprout: %v\n%s", err, out)
-	}
-	return path, nil
-}
+func (s *Server) Usage() (procstat.Usage, error) { return procstat.Read(s.PID) }
 
 // ModuleRoot returns the directory of the go.mod that governs the working
 // directory.
@@ -240,4 +148,13 @@ func Version(path string) string {
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	return line
+}
+
+// statInt sends a stats command on c and returns one numeric field.
+func statInt(c *testproc.Conn, line, field string) (int64, error) {
+	v, err := c.StatsInt(line, field)
+	if err != nil {
+		return 0, err
+	}
+	return v[0], nil
 }

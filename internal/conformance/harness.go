@@ -1,15 +1,9 @@
 package conformance
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,11 +24,6 @@ const (
 	startTimeout = 5 * time.Second
 	// sendTimeout bounds a write to a server that stopped reading.
 	sendTimeout = 10 * time.Second
-	// maxReplyLine and maxReplyBody bound what Conn buffers from a server
-	// that misframes its replies, so a bug fails the test instead of
-	// exhausting memory.
-	maxReplyLine = 4 << 10
-	maxReplyBody = 64 << 20
 )
 
 // ErrNoReply is returned by Conn.ReadReply when no complete reply arrived
@@ -96,26 +85,27 @@ func RemoveSproutBuild() { testproc.RemoveSproutBinary() }
 
 // Conn is a raw client connection: Send writes bytes verbatim, and
 // ReadReply returns the server's replies one at a time, each exactly as it
-// came off the wire. A background goroutine splits the incoming stream into
-// replies as it arrives, so waiting for a reply never loses or reorders
-// bytes, and ReadReply(0) can check for a reply without waiting.
+// came off the wire (testproc.Conn.ReadFrame). A background goroutine splits
+// the incoming stream into replies as it arrives, so waiting for a reply
+// never loses or reorders bytes, and ReadReply(0) can check for a reply
+// without waiting.
 type Conn struct {
-	nc      net.Conn
-	replies chan []byte   // complete replies, in order; written only by the reader goroutine
-	failed  chan struct{} // closed by the reader goroutine after it stores readErr
-	readErr error         // why the reader stopped; written before failed is closed
-	closed  chan struct{} // closed by Close, to release a reader blocked on replies
-	once    sync.Once     // guards closing closed
+	tc      *testproc.Conn // Send writes, the reader goroutine reads
+	replies chan []byte    // complete replies, in order; written only by the reader goroutine
+	failed  chan struct{}  // closed by the reader goroutine after it stores readErr
+	readErr error          // why the reader stopped; written before failed is closed
+	closed  chan struct{}  // closed by Close, to release a reader blocked on replies
+	once    sync.Once      // guards closing closed
 }
 
 // Dial connects to a server at addr.
 func Dial(addr string, timeout time.Duration) (*Conn, error) {
-	nc, err := net.DialTimeout("tcp", addr, timeout)
+	tc, err := testproc.Dialer{Timeout: timeout}.Dial(addr)
 	if err != nil {
 		return nil, err
 	}
 	c := &Conn{
-		nc:      nc,
+		tc:      tc,
 		replies: make(chan []byte, 256),
 		failed:  make(chan struct{}),
 		closed:  make(chan struct{}),
@@ -127,9 +117,9 @@ func Dial(addr string, timeout time.Duration) (*Conn, error) {
 // Send writes b to the server as is. It gives up after sendTimeout if the
 // server stops reading.
 func (c *Conn) Send(b []byte) error {
-	c.nc.SetWriteDeadline(time.Now().Add(sendTimeout))
-	_, err := c.nc.Write(b)
-	return err
+	_ = c.tc.SetWriteDeadline(time.Now().Add(sendTimeout))
+	c.tc.Write(b)
+	return c.tc.Flush()
 }
 
 // ReadReply returns the next reply: one line ending in \r\n and, when the
@@ -177,22 +167,19 @@ func (c *Conn) afterFailure() ([]byte, error) {
 
 // CloseWrite half-closes the connection: the server sees end of input but
 // can still reply.
-func (c *Conn) CloseWrite() error {
-	return c.nc.(*net.TCPConn).CloseWrite()
-}
+func (c *Conn) CloseWrite() error { return c.tc.CloseWrite() }
 
 // Close closes the connection.
 func (c *Conn) Close() error {
 	c.once.Do(func() { close(c.closed) })
-	return c.nc.Close()
+	return c.tc.Close()
 }
 
 // readLoop splits the byte stream into replies until the connection fails.
 func (c *Conn) readLoop() {
 	defer close(c.failed)
-	r := bufio.NewReader(c.nc)
 	for {
-		reply, err := readOneReply(r)
+		reply, err := c.tc.ReadFrame()
 		if err != nil {
 			c.readErr = err
 			return
@@ -204,58 +191,4 @@ func (c *Conn) readLoop() {
 			return
 		}
 	}
-}
-
-// readOneReply reads one reply as described at ReadReply.
-func readOneReply(r *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for !bytes.HasSuffix(line, []byte("\r\n")) {
-		part, err := r.ReadSlice('\n')
-		line = append(line, part...)
-		if len(line) > maxReplyLine {
-			return nil, fmt.Errorf("conformance: reply line longer than %d bytes: %.80q", maxReplyLine, line)
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		if err == io.EOF && len(line) > 0 {
-			return nil, fmt.Errorf("conformance: connection closed inside a reply: %q", line)
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	n, hasBody, err := replyBodyLength(line)
-	if err != nil || !hasBody {
-		return line, err
-	}
-	reply := make([]byte, len(line)+n+2)
-	copy(reply, line)
-	if _, err := io.ReadFull(r, reply[len(line):]); err != nil {
-		return nil, fmt.Errorf("conformance: reading the %d-byte body of %q: %v", n, line, err)
-	}
-	if !bytes.HasSuffix(reply, []byte("\r\n")) {
-		return nil, fmt.Errorf("conformance: the body of %q does not end in \\r\\n: %q", line, reply)
-	}
-	return reply, nil
-}
-
-// replyBodyLength tells whether a reply line announces a body and how long it
-// is (excluding its trailing \r\n).
-func replyBodyLength(line []byte) (n int, hasBody bool, err error) {
-	fields := strings.Fields(string(line))
-	var size string
-	switch {
-	case len(fields) == 3 && (fields[0] == "RESERVED" || fields[0] == "FOUND"):
-		size = fields[2]
-	case len(fields) == 2 && fields[0] == "OK":
-		size = fields[1]
-	default:
-		return 0, false, nil
-	}
-	n, err = strconv.Atoi(size)
-	if err != nil || n < 0 || n > maxReplyBody {
-		return 0, false, fmt.Errorf("conformance: reply %q announces an invalid body length", line)
-	}
-	return n, true, nil
 }

@@ -412,8 +412,8 @@ func (l *ledger) verify(t *testing.T, addr string, round int) {
 			doubt := l.doubt[id]
 			delete(l.doubt, id)
 			if doubt != "" {
-				happened := peek.line == "NOT_FOUND" && doubt == "delete" || doubt == "bury" && stats.line != "NOT_FOUND" &&
-					parseYAML(stats.body)["state"] == "buried"
+				happened := peek.Kind == testproc.ReplyNotFound && doubt == "delete" ||
+					doubt == "bury" && stats.Kind == testproc.ReplyOK && fields(t, stats)["state"] == "buried"
 				if happened {
 					l.doubtsHappened++
 				} else {
@@ -423,24 +423,24 @@ func (l *ledger) verify(t *testing.T, addr string, round int) {
 				if doubt == "bury" {
 					l.buried[id] = happened
 				}
-				if peek.line == "NOT_FOUND" && doubt == "delete" {
+				if peek.Kind == testproc.ReplyNotFound && doubt == "delete" {
 					l.deleted[id] = true // the kill cut off its DELETED
 					continue
 				}
 			}
-			if peek.line != fmt.Sprintf("FOUND %d %d", id, len(want.body)) || !bytes.Equal(peek.body, want.body) {
+			if string(peek.Line) != fmt.Sprintf("FOUND %d %d", id, len(want.body)) || !bytes.Equal(peek.Body, want.body) {
 				what := "INSERTED"
 				if !acked {
 					what = "RESERVED"
 				}
 				report("job %d (%s, not DELETED): peek %q, body %.40q; want body %.40q; history: %s",
-					id, what, peek.line, peek.body, want.body, l.describeLocked(id))
-				if peek.line == "NOT_FOUND" && len(l.lost) < 5 {
+					id, what, peek.Line, peek.Body, want.body, l.describeLocked(id))
+				if peek.Kind == testproc.ReplyNotFound && len(l.lost) < 5 {
 					l.lost = append(l.lost, id)
 				}
 				continue
 			}
-			st := parseYAML(stats.body)
+			st := fields(t, stats)
 			state := st["state"]
 			buriedOK := l.buried[id] == (state == "buried")
 			if acked && st["tube"] != want.tube || !buriedOK || (state != "ready" && state != "delayed" && state != "buried") {
@@ -461,8 +461,8 @@ func (l *ledger) verify(t *testing.T, addr string, round int) {
 			cmds = append(cmds, fmt.Sprintf("peek %d", id))
 		}
 		for k, r := range c.pipeline(cmds) {
-			if r.line != "NOT_FOUND" {
-				report("job %d came back after it was deleted: peek %q; history: %s", ids[k], r.line, l.describeLocked(ids[k]))
+			if r.Kind != testproc.ReplyNotFound {
+				report("job %d came back after it was deleted: peek %q; history: %s", ids[k], r.Line, l.describeLocked(ids[k]))
 				continue
 			}
 			l.verifiedGone++

@@ -1,14 +1,8 @@
 package crashtest
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
-	"io"
-	"net"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +14,7 @@ import (
 const replyTimeout = 10 * time.Second
 
 // TestMain removes the sprout binary testproc.SproutBinary built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testproc.RemoveSproutBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testproc.Main(m) }
 
 // stop asks the server to shut down with SIGTERM and checks it exits 0.
 func stop(t *testing.T, s *testproc.Process) {
@@ -49,145 +39,79 @@ func runToExit(t *testing.T, timeout time.Duration, binary string, args ...strin
 	return p.ExitCode(), p.Output()
 }
 
-// reply is one server reply: its line without "\r\n" and, for FOUND, OK
-// and RESERVED, its body without "\r\n".
-type reply struct {
-	line string
-	body []byte
-}
-
-// conn speaks the protocol over one connection; a failure fails the test.
+// conn is a protocol client whose failures fail the test.
 type conn struct {
 	t *testing.T
-	c net.Conn
-	r *bufio.Reader
+	*testproc.Conn
 }
 
 func dial(t *testing.T, addr string) *conn {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, replyTimeout)
-	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return &conn{t: t, c: c, r: bufio.NewReader(c)}
+	return &conn{t: t, Conn: testproc.DialTest(t, addr, replyTimeout)}
 }
 
 // pipeline sends every command at once and reads one reply for each.
-func (c *conn) pipeline(cmds []string) []reply {
+func (c *conn) pipeline(cmds []string) []testproc.Reply {
 	c.t.Helper()
-	_ = c.c.SetDeadline(time.Now().Add(replyTimeout))
-	var out bytes.Buffer
-	for _, cmd := range cmds {
-		out.WriteString(cmd)
-		out.WriteString("\r\n")
-	}
-	errc := make(chan error, 1)
-	go func() { _, err := c.c.Write(out.Bytes()); errc <- err }()
-	replies := make([]reply, 0, len(cmds))
-	for _, cmd := range cmds {
-		r, err := c.read()
-		if err != nil {
-			c.t.Fatalf("%s: %v", cmd, err)
-		}
-		replies = append(replies, r)
-	}
-	if err := <-errc; err != nil {
-		c.t.Fatalf("writing commands: %v", err)
+	replies, err := c.Pipeline(cmds)
+	if err != nil {
+		c.t.Fatal(err)
 	}
 	return replies
 }
 
-func (c *conn) read() (reply, error) {
-	line, err := c.r.ReadString('\n')
-	if err != nil {
-		return reply{}, err
-	}
-	r := reply{line: strings.TrimSuffix(line, "\r\n")}
-	f := strings.Fields(r.line)
-	if len(f) > 0 && (f[0] == "OK" || f[0] == "FOUND" || f[0] == "RESERVED") {
-		n, err := strconv.Atoi(f[len(f)-1])
-		if err != nil {
-			return r, fmt.Errorf("reply %q", r.line)
-		}
-		r.body = make([]byte, n+2)
-		if _, err := io.ReadFull(c.r, r.body); err != nil {
-			return r, err
-		}
-		r.body = r.body[:n]
-	}
-	return r, nil
-}
-
 // do sends one command (and a body, if not nil) and returns its reply.
-func (c *conn) do(cmd string, body []byte) reply {
+func (c *conn) do(cmd string, body []byte) testproc.Reply {
 	c.t.Helper()
-	_ = c.c.SetDeadline(time.Now().Add(replyTimeout))
-	msg := []byte(cmd + "\r\n")
-	if body != nil {
-		msg = append(append(msg, body...), "\r\n"...)
-	}
-	if _, err := c.c.Write(msg); err != nil {
-		c.t.Fatalf("%s: %v", cmd, err)
-	}
-	r, err := c.read()
+	r, err := c.Do(cmd, body)
 	if err != nil {
-		c.t.Fatalf("%s: %v", cmd, err)
+		c.t.Fatal(err)
 	}
 	return r
 }
 
 func (c *conn) expect(cmd, want string) {
 	c.t.Helper()
-	if got := c.do(cmd, nil).line; got != want {
-		c.t.Fatalf("%s: got %q, want %q", cmd, got, want)
+	if err := c.ExpectLine(cmd, want); err != nil {
+		c.t.Fatal(err)
 	}
 }
 
 // put puts a job in the used tube and returns its id.
-func (c *conn) put(pri, delay, ttr int, body []byte) uint64 {
+func (c *conn) put(pri uint32, delay, ttr int, body []byte) uint64 {
 	c.t.Helper()
-	cmd := fmt.Sprintf("put %d %d %d %d", pri, delay, ttr, len(body))
-	r := c.do(cmd, body)
-	id, ok := strings.CutPrefix(r.line, "INSERTED ")
-	if !ok {
-		c.t.Fatalf("%s: got %q, want INSERTED", cmd, r.line)
-	}
-	n, err := strconv.ParseUint(id, 10, 64)
+	id, err := c.Put(pri, delay, ttr, body)
 	if err != nil {
-		c.t.Fatalf("%s: got %q", cmd, r.line)
+		c.t.Fatal(err)
 	}
-	return n
+	return id
 }
 
-// reserve reserves the given job and fails unless it gets it.
+// reserveJob reserves the given job and fails unless it gets it.
 func (c *conn) reserveJob(id uint64) {
 	c.t.Helper()
-	if r := c.do(fmt.Sprintf("reserve-job %d", id), nil); !strings.HasPrefix(r.line, fmt.Sprintf("RESERVED %d ", id)) {
-		c.t.Fatalf("reserve-job %d: got %q", id, r.line)
+	if r := c.do(fmt.Sprintf("reserve-job %d", id), nil); r.Kind != testproc.ReplyReserved || r.N != id {
+		c.t.Fatalf("reserve-job %d: got %q", id, r.Line)
 	}
 }
 
-// statsJob returns stats-job as a map, or nil for NOT_FOUND.
-func (c *conn) statsJob(id uint64) map[string]string {
+// stats returns the fields of a stats command's reply, or nil for
+// NOT_FOUND.
+func (c *conn) stats(cmd string) map[string]string {
 	c.t.Helper()
-	r := c.do(fmt.Sprintf("stats-job %d", id), nil)
-	if r.line == "NOT_FOUND" {
-		return nil
+	m, err := c.Stats(cmd)
+	if err != nil {
+		c.t.Fatal(err)
 	}
-	if !strings.HasPrefix(r.line, "OK ") {
-		c.t.Fatalf("stats-job %d: got %q", id, r.line)
-	}
-	return parseYAML(r.body)
+	return m
 }
 
-// parseYAML reads the flat "key: value" lines of a stats reply.
-func parseYAML(b []byte) map[string]string {
-	m := make(map[string]string)
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, ": "); ok {
-			m[k] = strings.Trim(strings.TrimSpace(v), `"`)
-		}
+// fields parses the YAML body of a stats reply read in a pipeline.
+func fields(t *testing.T, r testproc.Reply) map[string]string {
+	t.Helper()
+	m, _, err := testproc.ParseYAML(r.Body)
+	if err != nil {
+		t.Fatalf("%s: %v", r.Line, err)
 	}
 	return m
 }

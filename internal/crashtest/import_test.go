@@ -102,8 +102,7 @@ func TestImportBeanstalkdBinlog(t *testing.T) {
 	keep(id, "beta", "ready", 50, 0, []byte("released at once"))
 	last = c.put(1, 0, 60, []byte("the highest id, deleted"))
 	c.expect(fmt.Sprintf("delete %d", last), "DELETED")
-	r := c.do("stats", nil)
-	if m := parseYAML(r.body)["binlog-records-migrated"]; m == "" || m == "0" {
+	if m := c.stats("stats")["binlog-records-migrated"]; m == "" || m == "0" {
 		t.Errorf("binlog-records-migrated %q: the test means beanstalkd to compact", m)
 	}
 	written := time.Now()
@@ -157,11 +156,11 @@ func checkImported(t *testing.T, c *conn, want []importedJob, gone uint64, elaps
 	t.Helper()
 	for _, w := range want {
 		r := c.do(fmt.Sprintf("peek %d", w.id), nil)
-		if r.line != fmt.Sprintf("FOUND %d %d", w.id, len(w.body)) || !bytes.Equal(r.body, w.body) {
-			t.Errorf("job %d: peek %q %.40q; want body %.40q", w.id, r.line, r.body, w.body)
+		if string(r.Line) != fmt.Sprintf("FOUND %d %d", w.id, len(w.body)) || !bytes.Equal(r.Body, w.body) {
+			t.Errorf("job %d: peek %q %.40q; want body %.40q", w.id, r.Line, r.Body, w.body)
 			continue
 		}
-		st := c.statsJob(w.id)
+		st := c.stats(fmt.Sprintf("stats-job %d", w.id))
 		got := fmt.Sprintf("tube %s state %s pri %s", st["tube"], st["state"], st["pri"])
 		if exp := fmt.Sprintf("tube %s state %s pri %d", w.tube, w.state, w.pri); got != exp {
 			t.Errorf("job %d (%.20q): %s; want %s", w.id, w.body, got, exp)
@@ -173,10 +172,10 @@ func checkImported(t *testing.T, c *conn, want []importedJob, gone uint64, elaps
 			}
 		}
 	}
-	if r := c.do(fmt.Sprintf("peek %d", gone), nil); r.line != "NOT_FOUND" {
-		t.Errorf("deleted job %d: peek %q", gone, r.line)
+	if r := c.do(fmt.Sprintf("peek %d", gone), nil); r.Kind != testproc.ReplyNotFound {
+		t.Errorf("deleted job %d: peek %q", gone, r.Line)
 	}
-	stats := parseYAML(c.do("stats", nil).body)
+	stats := c.stats("stats")
 	total := 0
 	for _, k := range []string{"current-jobs-ready", "current-jobs-delayed", "current-jobs-buried", "current-jobs-reserved"} {
 		n, _ := strconv.Atoi(stats[k])

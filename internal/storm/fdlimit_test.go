@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sproutmq/sprout/benchmarks/load"
 	"github.com/sproutmq/sprout/internal/testproc"
 )
 
@@ -100,7 +99,7 @@ func TestDescriptorExhaustion(t *testing.T) {
 // floodServer runs one flood against s; dir is s's -b directory or "".
 // oomOK accepts OUT_OF_MEMORY for the pre-flood client's put.
 func floodServer(t *testing.T, s *testproc.Process, dir string, oomOK bool, wantLog string) {
-	pre := mustDial(t, s.Addr())
+	pre := testproc.DialTest(t, s.Addr(), replyTimeout)
 	if err := useOnly(pre, "pre-flood"); err != nil {
 		t.Fatal(err)
 	}
@@ -228,11 +227,11 @@ func floodServer(t *testing.T, s *testproc.Process, dir string, oomOK bool, want
 // answered checks that c, using and watching a tube of its own, gets a
 // put, reserve and delete, and stats answered. With oomOK a put answered
 // OUT_OF_MEMORY counts as answered.
-func answered(c *load.Conn, oomOK bool) error {
+func answered(c *testproc.Conn, oomOK bool) error {
 	if _, err := roundTrip(c, []byte("alive")); err != nil && !(oomOK && errors.Is(err, errOutOfMemory)) {
 		return err
 	}
-	_, err := stats(c, "stats")
+	_, err := c.Stats("stats")
 	return err
 }
 
@@ -377,8 +376,8 @@ const putWait = 30 * time.Second
 
 func startProducer(t *testing.T, addr string) *producer {
 	t.Helper()
-	c := mustDial(t, addr)
-	if err := expectLine(c, "use durable", "USING durable"); err != nil {
+	c := testproc.DialTest(t, addr, replyTimeout)
+	if err := c.ExpectLine("use durable", "USING durable"); err != nil {
 		t.Fatal(err)
 	}
 	p := &producer{quit: newStopper(), done: make(chan struct{})}
@@ -399,7 +398,7 @@ func startProducer(t *testing.T, addr string) *producer {
 			case err != nil:
 				p.err = fmt.Errorf("put: %w", err)
 				return
-			case r.Kind == load.ReplyInserted:
+			case r.Kind == testproc.ReplyInserted:
 				p.mu.Lock()
 				p.acked = append(p.acked, r.N)
 				p.mu.Unlock()
@@ -437,7 +436,7 @@ func (p *producer) ids() []uint64 {
 func verifyJobs(t *testing.T, spec serverSpec, ids []uint64) {
 	t.Helper()
 	s := spec.start(t)
-	c := mustDial(t, s.Addr())
+	c := testproc.DialTest(t, s.Addr(), replyTimeout)
 	missing := 0
 	var firstMissing []uint64
 	const batch = 256
@@ -455,7 +454,7 @@ func verifyJobs(t *testing.T, spec serverSpec, ids []uint64) {
 			if err != nil {
 				t.Fatalf("stats-job %d: %v", id, err)
 			}
-			if r.Kind != load.ReplyOK {
+			if r.Kind != testproc.ReplyOK {
 				missing++
 				if len(firstMissing) < 10 {
 					firstMissing = append(firstMissing, id)

@@ -43,7 +43,7 @@ const (
 // Heavy: build tag storm (make storm). It runs one goroutine per
 // connection, more than the race detector allows.
 func TestConcurrentConnections(t *testing.T) {
-	if raceEnabled {
+	if testproc.RaceEnabled {
 		t.Skip("one goroutine per connection: more than the race detector's 8,128")
 	}
 	sp := manyConnections(t, serverSpec{name: "sprout", binary: testproc.SproutBinary(t), nofile: heavyNofile})
@@ -63,7 +63,7 @@ func manyConnections(t *testing.T, spec serverSpec) heavyResult {
 	t.Helper()
 	var res heavyResult
 	s := spec.start(t)
-	ctl := mustDial(t, s.Addr())
+	ctl := testproc.DialTest(t, s.Addr(), replyTimeout)
 	time.Sleep(settleTime)
 	base := mustReadProc(t, s.PID())
 
@@ -73,7 +73,7 @@ func manyConnections(t *testing.T, spec serverSpec) heavyResult {
 	t.Logf("%s: %d connections open in %v", spec.name, heavyConns, time.Since(began).Round(time.Millisecond))
 	time.Sleep(time.Second)
 	idle := mustReadProc(t, s.PID())
-	res.perIdle = float64(idle.rss-base.rss) / heavyConns
+	res.perIdle = float64(idle.RSS-base.RSS) / heavyConns
 
 	d := &deliveries{got: make(map[uint64]int)}
 	for _, c := range conns[:heavyWaiters] {
@@ -83,7 +83,7 @@ func manyConnections(t *testing.T, spec serverSpec) heavyResult {
 	waitStat(t, ctl, "current-waiting", heavyWaiters)
 	time.Sleep(time.Second)
 	waiting := mustReadProc(t, s.PID())
-	res.perWaiting = float64(waiting.rss-base.rss) / heavyConns
+	res.perWaiting = float64(waiting.RSS-base.RSS) / heavyConns
 
 	began = time.Now()
 	inserted := produce(t, s.Addr())
@@ -98,7 +98,7 @@ func manyConnections(t *testing.T, spec serverSpec) heavyResult {
 	}
 	res.deliver = time.Since(began)
 	waitStat(t, ctl, "current-waiting", heavyWaiters) // every job deleted, every waiter back
-	v, err := statsInt(ctl, "stats", "current-jobs-ready", "current-jobs-reserved")
+	v, err := ctl.StatsInt("stats", "current-jobs-ready", "current-jobs-reserved")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,10 +127,10 @@ func manyConnections(t *testing.T, spec serverSpec) heavyResult {
 
 // openMany opens n idle connections, spread over heavySources source
 // addresses; they are closed when the test ends.
-func openMany(t *testing.T, addr string, n int) []*load.Conn {
+func openMany(t *testing.T, addr string, n int) []*testproc.Conn {
 	t.Helper()
 	sources := load.LoopbackSources(heavySources)
-	conns := make([]*load.Conn, n)
+	conns := make([]*testproc.Conn, n)
 	errs := make(chan error, heavyDialers)
 	var wg sync.WaitGroup
 	for d := range heavyDialers {
@@ -138,7 +138,7 @@ func openMany(t *testing.T, addr string, n int) []*load.Conn {
 		go func() {
 			defer wg.Done()
 			for i := d; i < n; i += heavyDialers {
-				c, err := load.Dial(addr, sources[i%len(sources)], 10*time.Second, 0)
+				c, err := testproc.Dialer{Timeout: 10 * time.Second, Local: sources[i%len(sources)]}.Dial(addr)
 				if err != nil {
 					errs <- fmt.Errorf("connection %d of %d: %w", i+1, n, err)
 					return
@@ -163,11 +163,11 @@ func openMany(t *testing.T, addr string, n int) []*load.Conn {
 }
 
 // waitStat waits until the server's stats field reaches want.
-func waitStat(t *testing.T, ctl *load.Conn, field string, want int64) {
+func waitStat(t *testing.T, ctl *testproc.Conn, field string, want int64) {
 	t.Helper()
 	deadline := time.Now().Add(heavyStep)
 	for {
-		v, err := statsInt(ctl, "stats", field)
+		v, err := ctl.StatsInt("stats", field)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,19 +189,19 @@ func produce(t *testing.T, addr string) []uint64 {
 	var ids []uint64
 	errs := make(chan error, heavyProducers)
 	var wg sync.WaitGroup
-	frame := load.PutFrame(64)
+	frame := testproc.PutFrame(64)
 	for range heavyProducers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := dial(addr)
+			c, err := testproc.Dial(addr, replyTimeout)
 			if err != nil {
 				errs <- err
 				return
 			}
 			defer c.Close()
 			_ = c.SetDeadline(time.Now().Add(heavyStep))
-			if err := expectLine(c, "use storm", "USING storm"); err != nil {
+			if err := c.ExpectLine("use storm", "USING storm"); err != nil {
 				errs <- err
 				return
 			}
@@ -216,7 +216,7 @@ func produce(t *testing.T, addr string) []uint64 {
 					return
 				}
 				for range batch {
-					r, err := c.Expect(load.ReplyInserted)
+					r, err := c.Expect(testproc.ReplyInserted)
 					if err != nil {
 						errs <- err
 						return
@@ -247,7 +247,7 @@ type deliveries struct {
 
 // wait watches storm alone and, until the connection closes, reserves,
 // deletes and reserves again.
-func (d *deliveries) wait(c *load.Conn) {
+func (d *deliveries) wait(c *testproc.Conn) {
 	defer d.wg.Done()
 	_ = c.SetDeadline(time.Now().Add(3 * heavyStep))
 	c.WriteString("watch storm\r\nignore default\r\nreserve\r\n")
@@ -256,13 +256,13 @@ func (d *deliveries) wait(c *load.Conn) {
 		return
 	}
 	for range 2 {
-		if _, err := c.Expect(load.ReplyWatching); err != nil {
+		if _, err := c.Expect(testproc.ReplyWatching); err != nil {
 			d.set(err)
 			return
 		}
 	}
 	for {
-		r, err := c.Expect(load.ReplyReserved)
+		r, err := c.Expect(testproc.ReplyReserved)
 		if err != nil {
 			d.set(err) // also when the test closes the connection; ignored then
 			return
@@ -273,7 +273,7 @@ func (d *deliveries) wait(c *load.Conn) {
 			d.set(err)
 			return
 		}
-		if _, err := c.Expect(load.ReplyDeleted); err != nil {
+		if _, err := c.Expect(testproc.ReplyDeleted); err != nil {
 			d.set(fmt.Errorf("delete %d: %w", r.N, err))
 			return
 		}

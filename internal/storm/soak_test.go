@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sproutmq/sprout/benchmarks/load"
 	"github.com/sproutmq/sprout/internal/testproc"
 )
 
@@ -77,9 +76,9 @@ func TestSoak(t *testing.T) {
 	bin := testproc.SproutBinary(t)
 	spec := serverSpec{name: "sprout", binary: bin, args: []string{"-b", t.TempDir(), "-s", "1048576"}}
 	s := spec.start(t)
-	ctl := mustDial(t, s.Addr())
+	ctl := testproc.DialTest(t, s.Addr(), replyTimeout)
 	// An answer means the server has accepted ctl: the count below holds it.
-	if _, err := stats(ctl, "stats"); err != nil {
+	if _, err := ctl.Stats("stats"); err != nil {
 		t.Fatal(err)
 	}
 	start := mustReadProc(t, s.PID())
@@ -96,7 +95,7 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("the server died during the soak:\n%s", tail(s.Output()))
 		}
 		st := mustReadProc(t, s.PID())
-		v, err := statsInt(ctl, "stats", "current-jobs-ready", "current-connections")
+		v, err := ctl.StatsInt("stats", "current-jobs-ready", "current-connections")
 		if err != nil {
 			w.halt()
 			t.Fatalf("stats during the soak: %v", err)
@@ -123,7 +122,7 @@ func TestSoak(t *testing.T) {
 	if err := w.ledgerBalanced(); err != nil {
 		t.Error(err)
 	}
-	v, err := statsInt(ctl, "stats", "current-jobs-ready", "current-jobs-reserved", "current-jobs-delayed", "current-jobs-buried")
+	v, err := ctl.StatsInt("stats", "current-jobs-ready", "current-jobs-reserved", "current-jobs-delayed", "current-jobs-buried")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,11 +172,11 @@ func checkDrift(t *testing.T, samples []soakSample, warmUp time.Duration) {
 		slack  float64
 		format func(float64) string
 	}{
-		{"RSS", func(s soakSample) float64 { return float64(s.proc.rss) }, driftRatio, driftRSSSlack,
+		{"RSS", func(s soakSample) float64 { return float64(s.proc.RSS) }, driftRatio, driftRSSSlack,
 			func(v float64) string { return mib(int64(v)) }},
 		{"descriptors", func(s soakSample) float64 { return float64(s.proc.fds) }, driftRatio, driftFDSlack,
 			func(v float64) string { return fmt.Sprintf("%.1f", v) }},
-		{"threads", func(s soakSample) float64 { return float64(s.proc.threads) }, driftRatio, driftThreadAdd,
+		{"threads", func(s soakSample) float64 { return float64(s.proc.Threads) }, driftRatio, driftThreadAdd,
 			func(v float64) string { return fmt.Sprintf("%.1f", v) }},
 		{"client p99", func(s soakSample) float64 { return float64(s.p99) }, driftP99Ratio, float64(driftP99Slack),
 			func(v float64) string { return time.Duration(v).Round(10 * time.Microsecond).String() }},
@@ -230,9 +229,9 @@ func newSoakWork(addr string) *soakWork {
 func soakTube(i int) string { return fmt.Sprintf("soak-%d", i%soakTubes) }
 
 // timed sends one command and records its reply's latency.
-func (w *soakWork) timed(c *load.Conn, line string, body []byte) (load.Reply, error) {
+func (w *soakWork) timed(c *testproc.Conn, line string, body []byte) (testproc.Reply, error) {
 	t0 := time.Now()
-	r, err := command(c, line, body)
+	r, err := c.Do(line, body)
 	d := time.Since(t0)
 	w.mu.Lock()
 	w.lat = append(w.lat, d)
@@ -269,11 +268,11 @@ func (w *soakWork) noteDeleted(id uint64) {
 
 // loop runs f every period on a connection of its own until stop; a
 // failure stops the loop and is reported.
-func (w *soakWork) loop(name string, period time.Duration, setup func(c *load.Conn) error, f func(c *load.Conn, rng *rand.Rand) error) {
+func (w *soakWork) loop(name string, period time.Duration, setup func(c *testproc.Conn) error, f func(c *testproc.Conn, rng *rand.Rand) error) {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		c, err := dial(w.addr)
+		c, err := testproc.Dial(w.addr, replyTimeout)
 		if err != nil {
 			w.set(fmt.Errorf("%s: %w", name, err))
 			return
@@ -297,28 +296,28 @@ func (w *soakWork) loop(name string, period time.Duration, setup func(c *load.Co
 }
 
 func (w *soakWork) run() {
-	watchAll := func(c *load.Conn) error {
+	watchAll := func(c *testproc.Conn) error {
 		for i := range soakTubes {
-			if _, err := command(c, "watch "+soakTube(i), nil); err != nil {
+			if _, err := c.Do("watch "+soakTube(i), nil); err != nil {
 				return err
 			}
 		}
-		return expectLine(c, "ignore default", fmt.Sprintf("WATCHING %d", soakTubes))
+		return c.ExpectLine("ignore default", fmt.Sprintf("WATCHING %d", soakTubes))
 	}
 	for p := range soakProducers {
 		tube := soakTube(p)
 		w.loop(fmt.Sprintf("producer %d", p), soakPutEvery,
-			func(c *load.Conn) error { return expectLine(c, "use "+tube, "USING "+tube) },
-			func(c *load.Conn, rng *rand.Rand) error { return w.put(c, rng) })
+			func(c *testproc.Conn) error { return c.ExpectLine("use "+tube, "USING "+tube) },
+			func(c *testproc.Conn, rng *rand.Rand) error { return w.put(c, rng) })
 	}
 	for i := range soakConsumers {
 		w.loop(fmt.Sprintf("consumer %d", i), time.Millisecond, watchAll,
-			func(c *load.Conn, rng *rand.Rand) error { return w.consume(c, rng) })
+			func(c *testproc.Conn, rng *rand.Rand) error { return w.consume(c, rng) })
 	}
-	w.loop("kicker", soakKickEvery, nil, func(c *load.Conn, _ *rand.Rand) error { return w.kickAll(c) })
+	w.loop("kicker", soakKickEvery, nil, func(c *testproc.Conn, _ *rand.Rand) error { return w.kickAll(c) })
 	for i := range soakChurners {
 		w.loop(fmt.Sprintf("churner %d", i), soakChurnEvery, nil,
-			func(_ *load.Conn, rng *rand.Rand) error { return w.churn(rng) })
+			func(_ *testproc.Conn, rng *rand.Rand) error { return w.churn(rng) })
 	}
 }
 
@@ -329,7 +328,7 @@ func (w *soakWork) halt() {
 }
 
 // put puts a job of 100 to 2,000 bytes into the tube c uses.
-func (w *soakWork) put(c *load.Conn, rng *rand.Rand) error {
+func (w *soakWork) put(c *testproc.Conn, rng *rand.Rand) error {
 	body := make([]byte, 100+rng.IntN(1900))
 	for i := range body {
 		body[i] = 'a' + byte(i%26)
@@ -338,7 +337,7 @@ func (w *soakWork) put(c *load.Conn, rng *rand.Rand) error {
 	if err != nil {
 		return err
 	}
-	if r.Kind != load.ReplyInserted {
+	if r.Kind != testproc.ReplyInserted {
 		return fmt.Errorf("put: got %q", r.Line)
 	}
 	w.noteInserted(r.N)
@@ -347,16 +346,16 @@ func (w *soakWork) put(c *load.Conn, rng *rand.Rand) error {
 
 // consume reserves a job and deletes it (80%), releases it (10%), releases
 // it with a 1 s delay (5%) or buries it (5%).
-func (w *soakWork) consume(c *load.Conn, rng *rand.Rand) error {
+func (w *soakWork) consume(c *testproc.Conn, rng *rand.Rand) error {
 	// Not timed: the reserve waits for a job by design.
-	r, err := command(c, "reserve-with-timeout 1", nil)
+	r, err := c.Do("reserve-with-timeout 1", nil)
 	if err != nil {
 		return err
 	}
-	if r.Kind == load.ReplyTimedOut {
+	if r.Kind == testproc.ReplyTimedOut {
 		return nil
 	}
-	if r.Kind != load.ReplyReserved {
+	if r.Kind != testproc.ReplyReserved {
 		return fmt.Errorf("reserve: got %q", r.Line)
 	}
 	id := r.N
@@ -387,10 +386,10 @@ func (w *soakWork) consume(c *load.Conn, rng *rand.Rand) error {
 }
 
 // kickAll kicks the buried jobs of every tube back.
-func (w *soakWork) kickAll(c *load.Conn) error {
+func (w *soakWork) kickAll(c *testproc.Conn) error {
 	for i := range soakTubes {
 		tube := soakTube(i)
-		if err := expectLine(c, "use "+tube, "USING "+tube); err != nil {
+		if err := c.ExpectLine("use "+tube, "USING "+tube); err != nil {
 			return err
 		}
 		r, err := w.timed(c, "kick 1000", nil)
@@ -410,7 +409,7 @@ func (w *soakWork) kickAll(c *load.Conn) error {
 // closes it: stats; a put; a reserve whose job goes back when the
 // connection closes; nothing at all.
 func (w *soakWork) churn(rng *rand.Rand) error {
-	c, err := dial(w.addr)
+	c, err := testproc.Dial(w.addr, replyTimeout)
 	if err != nil {
 		return err
 	}
@@ -419,22 +418,22 @@ func (w *soakWork) churn(rng *rand.Rand) error {
 	tube := soakTube(rng.IntN(soakTubes))
 	switch rng.IntN(4) {
 	case 0:
-		_, err = stats(c, "stats")
+		_, err = c.Stats("stats")
 		return err
 	case 1:
-		if err := expectLine(c, "use "+tube, "USING "+tube); err != nil {
+		if err := c.ExpectLine("use "+tube, "USING "+tube); err != nil {
 			return err
 		}
 		return w.put(c, rng)
 	case 2:
-		if err := expectLine(c, "watch "+tube, "WATCHING 2"); err != nil {
+		if err := c.ExpectLine("watch "+tube, "WATCHING 2"); err != nil {
 			return err
 		}
 		r, err := w.timed(c, "reserve-with-timeout 0", nil)
 		if err != nil {
 			return err
 		}
-		if r.Kind != load.ReplyReserved && r.Kind != load.ReplyTimedOut {
+		if r.Kind != testproc.ReplyReserved && r.Kind != testproc.ReplyTimedOut {
 			return fmt.Errorf("reserve-with-timeout 0: got %q", r.Line)
 		}
 	}
@@ -442,12 +441,12 @@ func (w *soakWork) churn(rng *rand.Rand) error {
 }
 
 // drain kicks and deletes every job left, once the workload has stopped.
-func (w *soakWork) drain(t *testing.T, ctl *load.Conn) {
+func (w *soakWork) drain(t *testing.T, ctl *testproc.Conn) {
 	t.Helper()
-	c := mustDial(t, w.addr)
+	c := testproc.DialTest(t, w.addr, replyTimeout)
 	defer c.Close()
 	for i := range soakTubes {
-		if _, err := command(c, "watch "+soakTube(i), nil); err != nil {
+		if _, err := c.Do("watch "+soakTube(i), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -456,12 +455,12 @@ func (w *soakWork) drain(t *testing.T, ctl *load.Conn) {
 		if err := w.kickAll(ctl); err != nil {
 			t.Fatal(err)
 		}
-		r, err := command(c, "reserve-with-timeout 2", nil)
+		r, err := c.Do("reserve-with-timeout 2", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Kind == load.ReplyTimedOut {
-			v, err := statsInt(ctl, "stats", "current-jobs-ready", "current-jobs-delayed", "current-jobs-buried")
+		if r.Kind == testproc.ReplyTimedOut {
+			v, err := ctl.StatsInt("stats", "current-jobs-ready", "current-jobs-delayed", "current-jobs-buried")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -470,10 +469,10 @@ func (w *soakWork) drain(t *testing.T, ctl *load.Conn) {
 			}
 			continue
 		}
-		if r.Kind != load.ReplyReserved {
+		if r.Kind != testproc.ReplyReserved {
 			t.Fatalf("drain: reserve got %q", r.Line)
 		}
-		if err := expectLine(c, fmt.Sprintf("delete %d", r.N), "DELETED"); err != nil {
+		if err := c.ExpectLine(fmt.Sprintf("delete %d", r.N), "DELETED"); err != nil {
 			t.Fatal(err)
 		}
 		w.noteDeleted(r.N)

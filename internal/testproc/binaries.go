@@ -218,9 +218,12 @@ var sproutBuild struct {
 }
 
 // SproutBinary builds cmd/sprout into a temporary directory on first use in
-// the test process and returns the binary's path. A failed build is
-// remembered, so every test that needs Sprout fails fast with the same
-// message instead of rebuilding.
+// the test process and returns the binary's path. The server is built with
+// the race detector when the test is (RaceEnabled), so that the tests that
+// run it under load are race tests of the server too; StartConfig fails a
+// test whose server reported a race. A failed build is remembered, so every
+// test that needs Sprout fails fast with the same message instead of
+// rebuilding.
 func SproutBinary(t testing.TB) string {
 	t.Helper()
 	sproutBuild.once.Do(func() {
@@ -233,12 +236,9 @@ func SproutBinary(t testing.TB) string {
 		path := filepath.Join(dir, "sprout")
 		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, goTool(), "build", "-o", path, SproutPackage).CombinedOutput()
-		if err != nil {
-			sproutBuild.err = fmt.Errorf("go build %s: %v\n%s", SproutPackage, err, out)
-			return
+		if sproutBuild.err = BuildSprout(ctx, path, RaceEnabled); sproutBuild.err == nil {
+			sproutBuild.path = path
 		}
-		sproutBuild.path = path
 	})
 	if sproutBuild.err != nil {
 		t.Fatalf("cannot build Sprout: %v", sproutBuild.err)
@@ -246,8 +246,32 @@ func SproutBinary(t testing.TB) string {
 	return sproutBuild.path
 }
 
+// BuildSprout builds cmd/sprout, of the module that holds the working
+// directory, into path, with the race detector if race is set. The
+// benchmarks build without it: they measure the server.
+func BuildSprout(ctx context.Context, path string, race bool) error {
+	args := []string{"build", "-o", path}
+	if race {
+		args = append(args, "-race")
+	}
+	out, err := exec.CommandContext(ctx, goTool(), append(args, SproutPackage)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go %s %s: %v\n%s", strings.Join(args, " "), SproutPackage, err, out)
+	}
+	return nil
+}
+
+// Main runs a package's tests and removes what SproutBinary built: the
+// TestMain of a package whose tests run the server is
+// `func TestMain(m *testing.M) { testproc.Main(m) }`.
+func Main(m *testing.M) {
+	code := m.Run()
+	RemoveSproutBinary()
+	os.Exit(code)
+}
+
 // RemoveSproutBinary deletes what SproutBinary built. Call it from TestMain
-// after m.Run.
+// after m.Run, or use Main.
 func RemoveSproutBinary() {
 	if sproutBuild.dir != "" {
 		os.RemoveAll(sproutBuild.dir)

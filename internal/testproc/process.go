@@ -59,7 +59,8 @@ type Process struct {
 // Start runs binary with `-l 127.0.0.1 -p PORT` followed by args, waits
 // until it accepts a connection, and kills it by PID when the test ends.
 // A server that exits early or is not ready within DefaultStartTimeout fails
-// the test with its output.
+// the test with its output, and so does one that printed a data race report
+// (a server SproutBinary built under -race) by the time the test ends.
 func Start(t testing.TB, binary string, args ...string) *Process {
 	t.Helper()
 	return StartConfig(t, Config{Binary: binary, Args: args})
@@ -72,7 +73,12 @@ func StartConfig(t testing.TB, cfg Config) *Process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.Kill)
+	t.Cleanup(func() {
+		p.Kill()
+		if report := p.RaceReport(); report != "" {
+			t.Errorf("%s reported a data race:\n%s", p, report)
+		}
+	})
 	return p
 }
 
@@ -230,8 +236,14 @@ func (p *Process) Addr() string { return p.addr }
 // PID returns the process id.
 func (p *Process) PID() int { return p.cmd.Process.Pid }
 
-// Output returns what the process has written to stdout and stderr so far.
+// Output returns what the process has written to stdout and stderr so far
+// (up to Config.OutputLimit).
 func (p *Process) Output() string { return p.output.String() }
+
+// RaceReport returns the race detector's output, from its first "WARNING:
+// DATA RACE" on (at most raceKeep bytes, kept whatever Config.OutputLimit),
+// or "" if the process has reported no data race so far.
+func (p *Process) RaceReport() string { return p.output.raceReport() }
 
 // Exited reports whether the process has ended.
 func (p *Process) Exited() bool {
@@ -315,25 +327,56 @@ func (p *Process) Stop(grace time.Duration) bool {
 	return false
 }
 
+// raceMarker begins each report of the race detector.
+const raceMarker = "WARNING: DATA RACE"
+
+// raceKeep bounds the race detector's output a buffer keeps: the first
+// report, with its stacks, and usually a few more.
+const raceKeep = 64 << 10
+
 // buffer collects a child's output; exec writes it from its own goroutine
-// while the caller may read it.
+// while the caller may read it. The race detector's reports are kept apart,
+// so that a chatty child past its limit cannot hide them.
 type buffer struct {
 	mu    sync.Mutex
 	buf   bytes.Buffer // guarded by mu
 	limit int          // bytes kept at most; zero: no limit
+	seam  []byte       // guarded by mu: the last bytes written, for a marker split across writes
+	races bytes.Buffer // guarded by mu: output from the first raceMarker on, at most raceKeep bytes
 }
 
 func (b *buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.scanRacesLocked(p)
 	if b.limit > 0 && b.buf.Len() > b.limit {
 		return len(p), nil
 	}
 	return b.buf.Write(p)
 }
 
+// scanRacesLocked keeps p in b.races once a race report has begun.
+func (b *buffer) scanRacesLocked(p []byte) {
+	if b.races.Len() == 0 {
+		joined := append(b.seam, p...)
+		i := bytes.Index(joined, []byte(raceMarker))
+		if i < 0 {
+			b.seam = append(b.seam[:0], joined[max(0, len(joined)-len(raceMarker)+1):]...)
+			return
+		}
+		p = joined[i:]
+	}
+	b.races.Write(p[:min(len(p), raceKeep-b.races.Len())])
+}
+
 func (b *buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+func (b *buffer) raceReport() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.races.String()
 }

@@ -2,6 +2,7 @@ package testproc
 
 import (
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -94,3 +95,57 @@ func TestReferenceFromEnv(t *testing.T) {
 		t.Fatal("FindReference() accepted /bin/true, which prints no version")
 	}
 }
+
+// recordingTB is a test that keeps what StartConfig reports, and its
+// cleanups, to be run by hand.
+type recordingTB struct {
+	testing.TB
+	errors   []string
+	cleanups []func()
+}
+
+func (r *recordingTB) Helper()          {}
+func (r *recordingTB) Cleanup(f func()) { r.cleanups = append(r.cleanups, f) }
+func (r *recordingTB) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
+
+// TestRaceReportFailsTest: a process that printed a race report fails the
+// test that started it, when the test ends.
+func TestRaceReportFailsTest(t *testing.T) {
+	report := "echo starting; echo '==================' >&2; echo 'WARNING: DATA RACE' >&2; echo 'Write at 0x01 by goroutine 9:' >&2"
+	if errs := runScript(t, report); len(errs) != 1 || !strings.Contains(errs[0], "by goroutine 9") {
+		t.Errorf("a script printing a race report: the test reported %q; want the report", errs)
+	}
+	if errs := runScript(t, "echo 'WARNING: nothing of the kind'"); len(errs) != 0 {
+		t.Errorf("a script printing no race report: the test reported %q", errs)
+	}
+}
+
+// runScript runs a shell script under StartConfig, to its end and the end
+// of its test, and returns the errors the test got.
+func runScript(t *testing.T, script string) []string {
+	rec := &recordingTB{TB: t}
+	p := StartConfig(rec, Config{Binary: "/bin/sh", Args: []string{"-c", script}, NoListen: true})
+	if !p.Wait(10 * time.Second) {
+		t.Fatal("sh still running")
+	}
+	for _, f := range rec.cleanups {
+		f()
+	}
+	return rec.errors
+}
+
+// TestSproutBinaryRace: the server has the race detector exactly when the
+// test does.
+func TestSproutBinaryRace(t *testing.T) {
+	out, err := exec.Command(goTool(), "version", "-m", SproutBinary(t)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go version -m: %v\n%s", err, out)
+	}
+	if got := strings.Contains(string(out), "-race=true"); got != RaceEnabled {
+		t.Errorf("server built with -race: %v, test: %v\n%s", got, RaceEnabled, out)
+	}
+}
+
+func TestMain(m *testing.M) { Main(m) }
