@@ -51,6 +51,10 @@ var showPaths = map[string]showPath{
 		js, ok := c.JobStats(job)
 		return ok && js.ID == job
 	}},
+	"Client.ListJobs": {store.StateBuried, func(c *store.Client, job uint64) bool {
+		page, _, ok := c.ListJobs([]byte(store.DefaultTube), store.StateBuried, nil, 10)
+		return ok && len(page) == 1 && page[0].ID == job
+	}},
 }
 
 func peekedBy(peek func(*store.Client) *store.Job) func(*store.Client, uint64) bool {
@@ -62,14 +66,33 @@ func peekedBy(peek func(*store.Client) *store.Job) func(*store.Client, uint64) b
 
 // showsJobs reports whether a method's results carry a job or its figures.
 func showsJobs(m reflect.Method) bool {
-	job, stats := reflect.TypeFor[*store.Job](), reflect.TypeFor[store.JobStats]()
 	for i := range m.Type.NumOut() {
-		out := m.Type.Out(i)
-		for out.Kind() == reflect.Slice || out.Kind() == reflect.Array {
-			out = out.Elem()
-		}
-		if out == job || out == stats {
+		if carriesJob(m.Type.Out(i), map[reflect.Type]bool{}) {
 			return true
+		}
+	}
+	return false
+}
+
+// carriesJob reports whether a value of type t holds a job or its figures,
+// in a slice, array, map, pointer or exported struct field. seen breaks
+// cycles.
+func carriesJob(t reflect.Type, seen map[reflect.Type]bool) bool {
+	if t == reflect.TypeFor[*store.Job]() || t == reflect.TypeFor[store.JobStats]() {
+		return true
+	}
+	if seen[t] {
+		return false
+	}
+	seen[t] = true
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array, reflect.Pointer, reflect.Map:
+		return carriesJob(t.Elem(), seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if f := t.Field(i); f.IsExported() && carriesJob(f.Type, seen) {
+				return true
+			}
 		}
 	}
 	return false

@@ -56,6 +56,16 @@
 // cluster. ack_test.go lists every way to show a job and fails on a new one
 // that is not listed or does not raise the position.
 //
+// # Operators' tools
+//
+// admin.go lists a tube's jobs a page at a time (ListJobs: ready by
+// priority, delayed and reserved by deadline, buried by burial, paged by a
+// cursor on that key) and clears or kicks a tube in batches, for the admin
+// API. They are Client methods like the protocol's, so the same rules
+// hold: what they show and change waits for acknowledgement, and every
+// change is logged and counted. No tube lock is held for more than a copy
+// of a heap's pointers or a batch of jobs.
+//
 // # Lock order
 //
 // Take locks only in this order; never hold two locks of the same kind:

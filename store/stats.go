@@ -96,7 +96,12 @@ func (s *Store) jobStats(id uint64, c *Client) (JobStats, bool) {
 	if c != nil {
 		c.showLocked(j)
 	}
-	now := s.now()
+	return s.jobStatsLocked(j, s.now()), true
+}
+
+// jobStatsLocked copies j's figures as of now; j's tube lock must be held.
+func (s *Store) jobStatsLocked(j *Job, now int64) JobStats {
+	t := j.tube
 	st := JobStats{
 		ID:       j.id,
 		Tube:     t.name,
@@ -115,5 +120,5 @@ func (s *Store) jobStats(id uint64, c *Client) (JobStats, bool) {
 	if j.state == StateReserved || j.state == StateDelayed {
 		st.TimeLeft = time.Duration(j.deadline - now)
 	}
-	return st, true
+	return st
 }

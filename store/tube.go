@@ -36,6 +36,7 @@ type Tube struct {
 	pauseUntil int64 // guarded by mu
 
 	totalJobs, cmdDelete, cmdPause uint64 // guarded by mu
+	burySeq                        int64  // guarded by mu: the latest burial's sequence
 	nUsing, nWatching              int    // guarded by mu
 
 	delayTimer timer // armed for the earliest delayed job
@@ -92,8 +93,12 @@ func (t *Tube) enqueueLocked(j *Job, delay, now int64) {
 	}
 }
 
+// buryLocked appends j to the buried FIFO. A buried job has no deadline,
+// so its deadline holds its burial sequence, the FIFO's order, by which
+// listings page through it.
 func (t *Tube) buryLocked(j *Job) {
-	j.state = StateBuried
+	t.burySeq++
+	j.state, j.deadline = StateBuried, t.burySeq
 	t.buried.pushBack(j)
 	t.nBuried++
 	t.s.counts.buried.Add(1)
