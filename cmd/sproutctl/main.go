@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -29,6 +30,21 @@ const (
 
 // defaultServer is where sproutctl looks without -s or SPROUT_SERVER.
 const defaultServer = "127.0.0.1:11300"
+
+// version is set at link time (make build: -X main.version=...).
+var version string
+
+// buildVersion is what --version prints: the link-time version, else the
+// module's version in the build info, else "dev", as cmd/sprout does.
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		return info.Main.Version
+	}
+	return "dev"
+}
 
 // errNotFound marks what exits with exitNotFound: a job, tube or job state
 // that is not there, or nothing to act on. errors.Is finds it in a
@@ -165,6 +181,7 @@ func newRoot(o *options) *cobra.Command {
 		Use:           "sproutctl",
 		Short:         "The operator's command line for Sprout and beanstalkd",
 		Long:          rootHelp,
+		Version:       buildVersion(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// Without a command, the usage and a status scripts see as an error.
