@@ -38,23 +38,29 @@ func newAPIClient(base, token string, timeout time.Duration) *apiClient {
 }
 
 // apiError is an answer of the API other than 2xx: its status and the
-// message of its {"error": "..."} body. 404 is errNotFound.
+// message of its {"error": "..."} body, or the body itself when it is not
+// one. A 404 with an error of the API's own (no such tube or job) is
+// errNotFound; one without (no admin API at that address) is not.
 type apiError struct {
 	method, path string
 	status       int
 	message      string
+	fromAPI      bool // the body was the API's {"error": "..."}
 }
 
 func (e *apiError) Error() string {
 	hint := ""
-	if e.status == http.StatusUnauthorized || e.status == http.StatusForbidden {
+	switch {
+	case e.status == http.StatusUnauthorized || e.status == http.StatusForbidden:
 		hint = " (check the token: --token-file, SPROUT_ADMIN_TOKEN)"
+	case !e.fromAPI:
+		hint = " (is --api the --http address of a Sprout with the admin API?)"
 	}
 	return fmt.Sprintf("admin API %s %s: %d %s: %s%s", e.method, e.path, e.status, http.StatusText(e.status), e.message, hint)
 }
 
 func (e *apiError) Is(target error) bool {
-	return target == errNotFound && e.status == http.StatusNotFound
+	return target == errNotFound && e.status == http.StatusNotFound && e.fromAPI
 }
 
 // maxErrorBody bounds what is read of an error answer.
@@ -98,7 +104,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 			Error string `json:"error"`
 		}
 		if json.Unmarshal(raw, &answer) == nil && answer.Error != "" {
-			e.message = answer.Error
+			e.message, e.fromAPI = answer.Error, true
 		} else {
 			e.message = strings.TrimSpace(string(raw))
 		}

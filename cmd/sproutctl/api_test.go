@@ -219,6 +219,18 @@ func TestAPIJobs(t *testing.T) {
 	}
 }
 
+// TestAPINotThere points --api at a server without the admin API: its 404
+// is no "not found" of the API's, and the message says what to check.
+func TestAPINotThere(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	r := must(t, exitFailure, "--api", srv.URL, "clear", "emails", "--state", "all")
+	if !strings.Contains(r.stderr, "404 Not Found: 404 page not found (is --api the --http address of a Sprout with the admin API?)") {
+		t.Errorf("want the 404 and a hint")
+	}
+}
+
 // TestAPIClear clears tubes through the fake admin API.
 func TestAPIClear(t *testing.T) {
 	t.Parallel()

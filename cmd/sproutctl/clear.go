@@ -58,11 +58,7 @@ func (o *options) clearByAPI(tube, state string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := api.clearTube(o.ctx, tube, state)
-	if errors.Is(err, errNotFound) {
-		return 0, nothingf("no tube %s", tube)
-	}
-	return n, err
+	return api.clearTube(o.ctx, tube, state)
 }
 
 // clearByProtocol deletes the jobs of tube in state one by one: peek, then
@@ -153,9 +149,6 @@ token.`,
 					page = min(page, limit-len(jobs))
 				}
 				more, next, err := api.listJobs(o.ctx, tube, state, page, cursor)
-				if errors.Is(err, errNotFound) {
-					return nothingf("no tube %s", tube)
-				}
 				if err != nil {
 					return err
 				}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -125,8 +126,8 @@ func TestMove(t *testing.T) {
 			r := must(t, exitOK, "move", "--from", dir.from.addr, "--to", dir.to.addr, tube1, tube2)
 			want := fmt.Sprintf("moved 6 jobs of tube %s from %s to %s\nmoved 2 jobs of tube %s from %s to %s\n",
 				tube1, dir.from.addr, dir.to.addr, tube2, dir.from.addr, dir.to.addr)
-			if r.stdout != want {
-				t.Errorf("move printed %q, want %q", r.stdout, want)
+			if r.stdout != want || r.stderr != "" {
+				t.Errorf("move printed %q and %q on stderr, want %q and no progress bar without a terminal", r.stdout, r.stderr, want)
 			}
 			if n := tubeCounts(t, src, tube1); n != [4]int64{0, 0, 1, 1} {
 				t.Errorf("source %s: ready, reserved, delayed, buried are %v; want only the delayed and the buried job", tube1, n)
@@ -254,5 +255,41 @@ func TestMoveTakesBackCopy(t *testing.T) {
 	}
 	if n := tubeCounts(t, setup, "ttr"); n != [4]int64{0, 1, 0, 0} {
 		t.Errorf("source: %v, want the job reserved by the worker", n)
+	}
+}
+
+// TestProgress checks that move and clear draw their progress bars when
+// stderr is a terminal.
+func TestProgress(t *testing.T) {
+	t.Parallel()
+	servers := startServers(t)
+	c := dial(t, servers[0].addr)
+	for range 20 {
+		put(t, c, "progress", 1, 0, 60, []byte("x"))
+	}
+	var stderr bytes.Buffer
+	o := &options{server: servers[1].addr, timeout: 5 * time.Second, stdout: io.Discard, stderr: &stderr, progress: true, ctx: t.Context()}
+	src, err := o.dial(servers[0].addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := o.dial(servers[1].addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if n, err := o.moveTube(src, dst, "progress", false); n != 20 || err != nil {
+		t.Fatalf("moveTube: %d, %v", n, err)
+	}
+	if !strings.Contains(stderr.String(), "moving progress") || !strings.Contains(stderr.String(), "(1/20, ") {
+		t.Errorf("move's progress bar: %q", stderr.String())
+	}
+	stderr.Reset()
+	if n, err := o.clearByProtocol("progress", "all"); n != 20 || err != nil {
+		t.Fatalf("clearByProtocol: %d, %v", n, err)
+	}
+	if !strings.Contains(stderr.String(), "clearing progress") || !strings.Contains(stderr.String(), "(1/20, ") {
+		t.Errorf("clear's progress bar: %q", stderr.String())
 	}
 }
