@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -19,9 +20,10 @@ import (
 // the beanstalk protocol cannot: listing jobs and clearing a tube at once.
 // Its fields are set by newAPIClient and only read after.
 type apiClient struct {
-	base  string // scheme://host:port, no trailing slash
-	token string
-	http  *http.Client
+	base    string // scheme://host:port, no trailing slash
+	token   string
+	timeout time.Duration // bounds connecting, and each exchange but a clear
+	http    *http.Client
 }
 
 // newAPIClient returns a client of the API at base, http://HOST:PORT
@@ -30,10 +32,13 @@ func newAPIClient(base, token string, timeout time.Duration) *apiClient {
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.DialContext = (&net.Dialer{Timeout: timeout}).DialContext
 	return &apiClient{
-		base:  strings.TrimRight(base, "/"),
-		token: token,
-		http:  &http.Client{Timeout: timeout},
+		base:    strings.TrimRight(base, "/"),
+		token:   token,
+		timeout: timeout,
+		http:    &http.Client{Transport: transport},
 	}
 }
 
@@ -159,6 +164,8 @@ func (c *apiClient) listJobs(ctx context.Context, tube, state string, limit int,
 	if cursor != "" {
 		q.Set("cursor", cursor)
 	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
 	var page struct {
 		Jobs []apiJob        `json:"jobs"`
 		Next json.RawMessage `json:"next"`
@@ -182,7 +189,9 @@ func cursorOf(raw json.RawMessage) string {
 }
 
 // clearTube deletes the jobs of tube in state (ready, delayed, buried or
-// all) and returns how many it deleted.
+// all) and returns how many it deleted. The server answers once it has
+// deleted them all, which may take longer than any timeout of a reply:
+// only ctx (SIGINT) ends the wait.
 func (c *apiClient) clearTube(ctx context.Context, tube, state string) (int64, error) {
 	var answer struct {
 		Deleted int64 `json:"deleted"`

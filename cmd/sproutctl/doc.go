@@ -65,7 +65,8 @@
 //	   kick, clear or move
 //	4  the server (or the admin API) could not be reached, or the
 //	   connection was lost or timed out (--timeout, default 10s, bounds
-//	   connecting and each reply)
+//	   connecting and each reply; a clear through the admin API waits for
+//	   its one answer as long as the server works on it)
 //
 // Output for people goes to stdout as tables and lines; errors go to
 // stderr, one line, prefixed "sproutctl: ". Progress bars (move, clear)
