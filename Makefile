@@ -1,13 +1,18 @@
 GO ?= go
 GOFMT ?= gofmt
 BIN := bin/sprout
+CTL := bin/sproutctl
 # What sprout -v reports; a clone without tags shows the commit.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build run test bench bench-full bench-ceiling lint fuzz clean soak storm image test-deploy
+.PHONY: build sproutctl run test bench bench-full bench-ceiling lint fuzz clean soak storm image test-deploy
 
-build:
+# The server and the operator's command line.
+build: sproutctl
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/sprout
+
+sproutctl:
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(CTL) ./cmd/sproutctl
 
 # In memory, nothing to set up; loopback only.
 run: build
