@@ -299,6 +299,10 @@ func (h *History) appendJSONLocked(dst []byte, s *series, since int64) []byte {
 	for first < h.seq && h.times[first%uint64(h.size)] <= since {
 		first++
 	}
+	if s == nil { // a tube not sampled yet
+		first = h.seq
+		s = h.server // any series: none of its points is read
+	}
 	dst = append(dst, `"interval":`...)
 	dst = strconv.AppendFloat(dst, h.interval.Seconds(), 'f', -1, 64)
 	dst = append(dst, `,"timestamps":[`...)
@@ -390,12 +394,18 @@ func (a *API) getTubeHistory(w http.ResponseWriter, r *http.Request, _ Access) e
 	if ts := h.tubes[name]; ts != nil {
 		s = ts.series
 	} else if name != OtherTubes {
+		full := len(h.tubes) >= h.maxTubes
 		h.mu.Unlock()
-		if _, ok := a.store.TubeStats([]byte(name)); ok {
-			return errorf(http.StatusNotFound, "tube %q has no history of its own: more than %d tubes are tracked; it is summed under %s",
+		switch _, ok := a.store.TubeStats([]byte(name)); {
+		case !ok:
+			return errNoTube([]byte(name))
+		case full:
+			return errorf(http.StatusNotFound, "tube %q has no history of its own: %d tubes are tracked already; it is summed under %s",
 				name, h.maxTubes, OtherTubes)
 		}
-		return errNoTube([]byte(name))
+		// Made since the last sample: no points yet.
+		h.mu.Lock()
+		s = nil
 	}
 	b := appendString([]byte(`{"tube":`), name)
 	b = h.appendJSONLocked(append(b, ','), s, since)
