@@ -302,3 +302,72 @@ func TestErrors(t *testing.T) {
 	}
 	api.fails(http.StatusServiceUnavailable, "POST", "/api/v1/tubes/t/jobs", map[string]any{"body": "x"})
 }
+
+// TestPagingIsStable: paging through the API while jobs are put and
+// deleted between pages lists every job that stayed exactly once, in
+// (priority, id) order, and never one twice.
+func TestPagingIsStable(t *testing.T) {
+	s := start(t, "--admin-token", testToken)
+	api := s.client(t, testToken)
+	bs := s.conn(t)
+	mustDo(t, bs, "use page", nil, "USING")
+	type key struct{ pri, id int64 }
+	var all []key
+	put := func(pri int) int64 {
+		id := int64(mustDo(t, bs, fmt.Sprintf("put %d 0 60 1", pri), []byte("p"), "INSERTED").N)
+		all = append(all, key{int64(pri), id})
+		return id
+	}
+	for i := range 250 {
+		put((i * 7919) % 50)
+	}
+	stayed := map[int64]bool{}
+	for _, k := range all {
+		stayed[k.id] = true
+	}
+	seen := map[int64]int{}
+	var listed []key
+	cursor := ""
+	for page := 0; ; page++ {
+		path := "/api/v1/tubes/page/jobs?limit=40&bodies=false"
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		js, next := jobs(t, api.ok(http.StatusOK, "GET", path, nil))
+		for _, j := range js {
+			k := key{num(t, j, "pri"), num(t, j, "id")}
+			seen[k.id]++
+			listed = append(listed, k)
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+		// Between pages: delete one job already listed and one not yet,
+		// and put two, one at each end of the order.
+		for _, victim := range []int64{listed[len(listed)/2].id, all[(page*37+11)%len(all)].id} {
+			if stayed[victim] {
+				mustDo(t, bs, fmt.Sprintf("delete %d", victim), nil, "DELETED")
+				delete(stayed, victim)
+			}
+		}
+		put(0)
+		put(49)
+	}
+	for id := range stayed {
+		if seen[id] != 1 {
+			t.Errorf("job %d, there throughout, listed %d times", id, seen[id])
+		}
+	}
+	for id, n := range seen {
+		if n > 1 {
+			t.Errorf("job %d listed %d times", id, n)
+		}
+	}
+	for i := 1; i < len(listed); i++ {
+		a, b := listed[i-1], listed[i]
+		if a.pri > b.pri || a.pri == b.pri && a.id > b.id {
+			t.Fatalf("out of order: %v before %v", a, b)
+		}
+	}
+}
