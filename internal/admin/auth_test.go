@@ -53,16 +53,7 @@ func TestReadOnly(t *testing.T) {
 	if got := statsInt(t, bs, "stats", "current-jobs-ready"); got != 1 {
 		t.Fatalf("%d ready jobs after refused changes", got)
 	}
-	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
-		resp, err := http.Get(s.base + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("%s: %d", path, resp.StatusCode)
-		}
-	}
+	probesOpen(t, s)
 }
 
 // TestToken: with a token, a request needs it (bearer) or a session's
@@ -89,16 +80,7 @@ func TestToken(t *testing.T) {
 	if ss["token-required"] != true || ss["authenticated"] != false {
 		t.Fatalf("session: %v", ss)
 	}
-	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
-		resp, err := http.Get(s.base + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("%s: %d", path, resp.StatusCode)
-		}
-	}
+	probesOpen(t, s)
 
 	// Log in: a wrong token is 401; the right one sets the cookie.
 	anon.fails(http.StatusUnauthorized, "POST", "/api/v1/session", map[string]any{"token": "nope"})
@@ -164,6 +146,21 @@ func TestToken(t *testing.T) {
 	}
 	if !strings.Contains(out, "authentication failed") {
 		t.Errorf("failed attempts not logged:\n%s", out)
+	}
+}
+
+// probesOpen checks that the metrics and probes answer without a token.
+func probesOpen(t *testing.T, s *server) {
+	t.Helper()
+	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
+		resp, err := http.Get(s.base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %d", path, resp.StatusCode)
+		}
 	}
 }
 
