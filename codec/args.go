@@ -198,6 +198,10 @@ func readDigits(b []byte) (v uint64, n int, ok bool) {
 	return v, n, true
 }
 
+// ValidTubeName reports whether name is a tube name the protocol accepts,
+// for callers that take names from elsewhere (the admin API's paths).
+func ValidTubeName(name []byte) bool { return validName(name) }
+
 // validName is beanstalkd's name_is_ok: 1 to MaxTubeName name characters,
 // not starting with '-'.
 func validName(name []byte) bool {

@@ -113,39 +113,44 @@ type ServerStats struct {
 // beanstalkd, it does not escape them.
 func AppendServerStats(dst []byte, s *ServerStats) []byte {
 	dst = append(dst, "---\n"...)
-	dst = appendUintKey(dst, "current-jobs-urgent", s.CurrentJobsUrgent)
-	dst = appendUintKey(dst, "current-jobs-ready", s.CurrentJobsReady)
-	dst = appendUintKey(dst, "current-jobs-reserved", s.CurrentJobsReserved)
-	dst = appendUintKey(dst, "current-jobs-delayed", s.CurrentJobsDelayed)
-	dst = appendUintKey(dst, "current-jobs-buried", s.CurrentJobsBuried)
-	for c, v := range s.Cmd {
-		dst = appendUintKey(dst, counterKeys[c], v)
-	}
-	dst = appendUintKey(dst, "job-timeouts", s.JobTimeouts)
-	dst = appendUintKey(dst, "total-jobs", s.TotalJobs)
-	dst = appendIntKey(dst, "max-job-size", int64(s.MaxJobSize))
-	dst = appendUintKey(dst, "current-tubes", s.CurrentTubes)
-	dst = appendUintKey(dst, "current-connections", s.CurrentConnections)
-	dst = appendUintKey(dst, "current-producers", s.CurrentProducers)
-	dst = appendUintKey(dst, "current-workers", s.CurrentWorkers)
-	dst = appendUintKey(dst, "current-waiting", s.CurrentWaiting)
-	dst = appendUintKey(dst, "total-connections", s.TotalConnections)
-	dst = appendIntKey(dst, "pid", int64(s.PID))
-	dst = appendQuotedKey(dst, "version", s.Version)
-	dst = appendRusageKey(dst, "rusage-utime", s.RusageUtime)
-	dst = appendRusageKey(dst, "rusage-stime", s.RusageStime)
-	dst = appendIntKey(dst, "uptime", s.Uptime)
-	dst = appendIntKey(dst, "binlog-oldest-index", s.BinlogOldestIndex)
-	dst = appendIntKey(dst, "binlog-current-index", s.BinlogCurrentIndex)
-	dst = appendIntKey(dst, "binlog-records-migrated", s.BinlogRecordsMigrated)
-	dst = appendIntKey(dst, "binlog-records-written", s.BinlogRecordsWritten)
-	dst = appendIntKey(dst, "binlog-max-size", s.BinlogMaxSize)
-	dst = appendBareKey(dst, "draining", strconv.FormatBool(s.Draining))
-	dst = appendBareKey(dst, "id", s.ID)
-	dst = appendQuotedKey(dst, "hostname", s.Hostname)
-	dst = appendQuotedKey(dst, "os", s.OS)
-	dst = appendQuotedKey(dst, "platform", s.Platform)
+	s.Each(func(f Stat) { dst = appendStat(dst, f) })
 	return dst
+}
+
+// Each calls fn with every figure of the stats document, in its order.
+func (s *ServerStats) Each(fn func(f Stat)) {
+	fn(uintStat("current-jobs-urgent", s.CurrentJobsUrgent))
+	fn(uintStat("current-jobs-ready", s.CurrentJobsReady))
+	fn(uintStat("current-jobs-reserved", s.CurrentJobsReserved))
+	fn(uintStat("current-jobs-delayed", s.CurrentJobsDelayed))
+	fn(uintStat("current-jobs-buried", s.CurrentJobsBuried))
+	for c, v := range s.Cmd {
+		fn(uintStat(counterKeys[c], v))
+	}
+	fn(uintStat("job-timeouts", s.JobTimeouts))
+	fn(uintStat("total-jobs", s.TotalJobs))
+	fn(intStat("max-job-size", int64(s.MaxJobSize)))
+	fn(uintStat("current-tubes", s.CurrentTubes))
+	fn(uintStat("current-connections", s.CurrentConnections))
+	fn(uintStat("current-producers", s.CurrentProducers))
+	fn(uintStat("current-workers", s.CurrentWorkers))
+	fn(uintStat("current-waiting", s.CurrentWaiting))
+	fn(uintStat("total-connections", s.TotalConnections))
+	fn(intStat("pid", int64(s.PID)))
+	fn(Stat{Key: "version", Kind: StatString, Str: s.Version})
+	fn(Stat{Key: "rusage-utime", Kind: StatSeconds, Dur: s.RusageUtime})
+	fn(Stat{Key: "rusage-stime", Kind: StatSeconds, Dur: s.RusageStime})
+	fn(intStat("uptime", s.Uptime))
+	fn(intStat("binlog-oldest-index", s.BinlogOldestIndex))
+	fn(intStat("binlog-current-index", s.BinlogCurrentIndex))
+	fn(intStat("binlog-records-migrated", s.BinlogRecordsMigrated))
+	fn(intStat("binlog-records-written", s.BinlogRecordsWritten))
+	fn(intStat("binlog-max-size", s.BinlogMaxSize))
+	fn(Stat{Key: "draining", Kind: StatBool, Bool: s.Draining})
+	fn(Stat{Key: "id", Kind: StatWord, Str: s.ID})
+	fn(Stat{Key: "hostname", Kind: StatString, Str: s.Hostname})
+	fn(Stat{Key: "os", Kind: StatString, Str: s.OS})
+	fn(Stat{Key: "platform", Kind: StatString, Str: s.Platform})
 }
 
 // TubeStats is everything stats-tube reports, in output order.
@@ -171,21 +176,26 @@ type TubeStats struct {
 // AppendTubeStats appends the stats-tube YAML document, for AppendOK.
 func AppendTubeStats(dst []byte, s *TubeStats) []byte {
 	dst = append(dst, "---\n"...)
-	dst = appendQuotedKey(dst, "name", s.Name)
-	dst = appendUintKey(dst, "current-jobs-urgent", s.CurrentJobsUrgent)
-	dst = appendUintKey(dst, "current-jobs-ready", s.CurrentJobsReady)
-	dst = appendUintKey(dst, "current-jobs-reserved", s.CurrentJobsReserved)
-	dst = appendUintKey(dst, "current-jobs-delayed", s.CurrentJobsDelayed)
-	dst = appendUintKey(dst, "current-jobs-buried", s.CurrentJobsBuried)
-	dst = appendUintKey(dst, "total-jobs", s.TotalJobs)
-	dst = appendUintKey(dst, "current-using", s.CurrentUsing)
-	dst = appendUintKey(dst, "current-watching", s.CurrentWatching)
-	dst = appendUintKey(dst, "current-waiting", s.CurrentWaiting)
-	dst = appendUintKey(dst, "cmd-delete", s.CmdDelete)
-	dst = appendUintKey(dst, "cmd-pause-tube", s.CmdPauseTube)
-	dst = appendIntKey(dst, "pause", s.Pause)
-	dst = appendIntKey(dst, "pause-time-left", s.PauseTimeLeft)
+	s.Each(func(f Stat) { dst = appendStat(dst, f) })
 	return dst
+}
+
+// Each calls fn with every figure of the stats-tube document, in its order.
+func (s *TubeStats) Each(fn func(f Stat)) {
+	fn(Stat{Key: "name", Kind: StatString, Str: s.Name})
+	fn(uintStat("current-jobs-urgent", s.CurrentJobsUrgent))
+	fn(uintStat("current-jobs-ready", s.CurrentJobsReady))
+	fn(uintStat("current-jobs-reserved", s.CurrentJobsReserved))
+	fn(uintStat("current-jobs-delayed", s.CurrentJobsDelayed))
+	fn(uintStat("current-jobs-buried", s.CurrentJobsBuried))
+	fn(uintStat("total-jobs", s.TotalJobs))
+	fn(uintStat("current-using", s.CurrentUsing))
+	fn(uintStat("current-watching", s.CurrentWatching))
+	fn(uintStat("current-waiting", s.CurrentWaiting))
+	fn(uintStat("cmd-delete", s.CmdDelete))
+	fn(uintStat("cmd-pause-tube", s.CmdPauseTube))
+	fn(intStat("pause", s.Pause))
+	fn(intStat("pause-time-left", s.PauseTimeLeft))
 }
 
 // JobStats is everything stats-job reports, in output order. Durations are
@@ -211,21 +221,26 @@ type JobStats struct {
 // AppendJobStats appends the stats-job YAML document, for AppendOK.
 func AppendJobStats(dst []byte, s *JobStats) []byte {
 	dst = append(dst, "---\n"...)
-	dst = appendUintKey(dst, "id", s.ID)
-	dst = appendQuotedKey(dst, "tube", s.Tube)
-	dst = appendBareKey(dst, "state", s.State)
-	dst = appendUintKey(dst, "pri", uint64(s.Pri))
-	dst = appendIntKey(dst, "age", s.Age)
-	dst = appendIntKey(dst, "delay", s.Delay)
-	dst = appendIntKey(dst, "ttr", s.TTR)
-	dst = appendIntKey(dst, "time-left", s.TimeLeft)
-	dst = appendIntKey(dst, "file", s.File)
-	dst = appendUintKey(dst, "reserves", uint64(s.Reserves))
-	dst = appendUintKey(dst, "timeouts", uint64(s.Timeouts))
-	dst = appendUintKey(dst, "releases", uint64(s.Releases))
-	dst = appendUintKey(dst, "buries", uint64(s.Buries))
-	dst = appendUintKey(dst, "kicks", uint64(s.Kicks))
+	s.Each(func(f Stat) { dst = appendStat(dst, f) })
 	return dst
+}
+
+// Each calls fn with every figure of the stats-job document, in its order.
+func (s *JobStats) Each(fn func(f Stat)) {
+	fn(uintStat("id", s.ID))
+	fn(Stat{Key: "tube", Kind: StatString, Str: s.Tube})
+	fn(Stat{Key: "state", Kind: StatWord, Str: s.State})
+	fn(uintStat("pri", uint64(s.Pri)))
+	fn(intStat("age", s.Age))
+	fn(intStat("delay", s.Delay))
+	fn(intStat("ttr", s.TTR))
+	fn(intStat("time-left", s.TimeLeft))
+	fn(intStat("file", s.File))
+	fn(uintStat("reserves", uint64(s.Reserves)))
+	fn(uintStat("timeouts", uint64(s.Timeouts)))
+	fn(uintStat("releases", uint64(s.Releases)))
+	fn(uintStat("buries", uint64(s.Buries)))
+	fn(uintStat("kicks", uint64(s.Kicks)))
 }
 
 // AppendTubeList appends the YAML list of list-tubes and
@@ -241,40 +256,66 @@ func AppendTubeList(dst []byte, names []string) []byte {
 	return dst
 }
 
-func appendKey(dst []byte, key string) []byte {
-	dst = append(dst, key...)
-	return append(dst, ": "...)
+// StatKind is how a stats figure is written: the YAML documents write each
+// kind their own way, and another encoding (the admin API's JSON) tells a
+// number from a string by it.
+type StatKind uint8
+
+const (
+	StatUint    StatKind = iota // an unsigned number, in Stat.Uint
+	StatInt                     // a signed number, in Stat.Int
+	StatString                  // a string, in Stat.Str; double-quoted in YAML
+	StatWord                    // a string, in Stat.Str, written bare in YAML: a job's state, the server's id
+	StatBool                    // true or false, in Stat.Bool
+	StatSeconds                 // a duration in Stat.Dur, written as seconds with microseconds: rusage
+)
+
+// Stat is one figure of a stats, stats-tube or stats-job document: its key,
+// as the protocol spells it, and its value in the field its Kind names.
+type Stat struct {
+	Key  string
+	Kind StatKind
+	Uint uint64
+	Int  int64
+	Str  string
+	Bool bool
+	Dur  time.Duration
 }
 
-func appendUintKey(dst []byte, key string, v uint64) []byte {
-	dst = strconv.AppendUint(appendKey(dst, key), v, 10)
+func uintStat(key string, v uint64) Stat { return Stat{Key: key, Kind: StatUint, Uint: v} }
+func intStat(key string, v int64) Stat   { return Stat{Key: key, Kind: StatInt, Int: v} }
+
+// appendStat appends f as one line of a YAML document.
+func appendStat(dst []byte, f Stat) []byte {
+	dst = append(dst, f.Key...)
+	dst = append(dst, ": "...)
+	switch f.Kind {
+	case StatUint:
+		dst = strconv.AppendUint(dst, f.Uint, 10)
+	case StatInt:
+		dst = strconv.AppendInt(dst, f.Int, 10)
+	case StatString:
+		dst = append(dst, '"')
+		dst = append(dst, f.Str...)
+		dst = append(dst, '"')
+	case StatWord:
+		dst = append(dst, f.Str...)
+	case StatBool:
+		dst = strconv.AppendBool(dst, f.Bool)
+	case StatSeconds:
+		dst = AppendSeconds(dst, f.Dur)
+	}
 	return append(dst, '\n')
 }
 
-func appendIntKey(dst []byte, key string, v int64) []byte {
-	dst = strconv.AppendInt(appendKey(dst, key), v, 10)
-	return append(dst, '\n')
-}
-
-func appendBareKey(dst []byte, key, v string) []byte {
-	dst = append(appendKey(dst, key), v...)
-	return append(dst, '\n')
-}
-
-func appendQuotedKey(dst []byte, key, v string) []byte {
-	dst = append(appendKey(dst, key), '"')
-	dst = append(dst, v...)
-	return append(dst, "\"\n"...)
-}
-
-// appendRusageKey formats like beanstalkd's "%d.%06d" of a timeval.
-func appendRusageKey(dst []byte, key string, d time.Duration) []byte {
-	dst = strconv.AppendInt(appendKey(dst, key), int64(d/time.Second), 10)
+// AppendSeconds appends d as whole seconds and six digits of microseconds,
+// as beanstalkd formats a timeval ("%d.%06d"); nanoseconds are dropped.
+func AppendSeconds(dst []byte, d time.Duration) []byte {
+	dst = strconv.AppendInt(dst, int64(d/time.Second), 10)
 	dst = append(dst, '.')
 	usec := int64(d%time.Second) / int64(time.Microsecond)
 	for div := int64(100000); div > 1 && usec < div; div /= 10 {
 		dst = append(dst, '0')
 	}
-	dst = strconv.AppendInt(dst, usec, 10)
-	return append(dst, '\n')
+	return strconv.AppendInt(dst, usec, 10)
 }

@@ -155,6 +155,11 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 // count bumps a cmd-* counter.
 func (s *Server) count(c codec.Counter) { s.cmds[c].Add(1) }
 
+// CountCommand adds n to a cmd-* counter of stats, for a change made
+// outside the protocol (the admin API) that stands for n of its commands:
+// a clear of n jobs counts n deletes. Safe from any goroutine.
+func (s *Server) CountCommand(c codec.Counter, n uint64) { s.cmds[c].Add(n) }
+
 // gnetLogger routes gnet's own logging into zerolog.
 type gnetLogger struct{ l zerolog.Logger }
 

@@ -2,8 +2,8 @@ package store
 
 import (
 	"cmp"
-	"runtime"
 	"slices"
+	"time"
 
 	"github.com/sproutmq/sprout/store/wal"
 )
@@ -22,9 +22,18 @@ const (
 	// keyBatch is how many jobs ListJobs looks at per hold of the tube lock.
 	keyBatch = 4096
 	// bulkBatch is how many jobs ClearTube and KickTube move per hold of
-	// the tube lock; between batches the lock is free and the goroutine
-	// yields, so commands on the tube wait for at most one batch.
+	// the tube lock, so commands on the tube wait for at most one batch.
 	bulkBatch = 256
+	// bulkRest is how long a bulk change sleeps between batches, in
+	// multiples of the batch's own time: it takes a third of a core at
+	// most. runtime.Gosched between batches (the first version) yields
+	// only to goroutines: the clear kept a core busy, and with the event
+	// loop and the clients on a two-core machine the protocol's round
+	// trips waited for the OS scheduler, at 9.6× their idle p99
+	// (benchmarks/cmd/adminbench, a million jobs). Sleeping as long as the
+	// batch took brought that to 0.75–1.7×, and twice as long, at 2 s for
+	// a million jobs, to 0.9–1.2×.
+	bulkRest = 2
 )
 
 // ListCursor is where a page of ListJobs ended: the order key of its last
@@ -241,7 +250,7 @@ func (s *Store) reservedIn(t *Tube) []listed {
 // delayed, buried; reserved jobs are never cleared) and returns how many
 // it deleted; ok is false when the tube does not exist. Each delete is
 // logged and counted as the protocol's delete is, bulkBatch per hold of
-// the tube lock, yielding between batches; progress, if not nil, is told
+// the tube lock, resting between batches (bulkRest); progress, if not nil, is told
 // the running total after each batch. Jobs that arrive meanwhile may be
 // deleted too.
 func (c *Client) ClearTube(tube []byte, states []State, progress func(deleted int)) (deleted int, ok bool) {
@@ -253,6 +262,7 @@ func (c *Client) ClearTube(tube []byte, states []State, progress func(deleted in
 	defer s.releaseTube(t)
 	for _, state := range states {
 		for {
+			began := time.Now()
 			t.mu.Lock()
 			n := 0
 			for ; n < bulkBatch; n++ {
@@ -280,7 +290,7 @@ func (c *Client) ClearTube(tube []byte, states []State, progress func(deleted in
 			if n < bulkBatch {
 				break
 			}
-			runtime.Gosched()
+			rest(time.Since(began))
 		}
 	}
 	return deleted, true
@@ -318,6 +328,7 @@ func (c *Client) KickTube(tube []byte, bound int) (kicked int, ok bool) {
 	}
 	t.mu.Unlock()
 	for kicked < bound {
+		began := time.Now()
 		now := s.now()
 		var hs handoffs
 		t.mu.Lock()
@@ -339,7 +350,11 @@ func (c *Client) KickTube(tube []byte, bound int) (kicked int, ok bool) {
 		if failed || n < bulkBatch {
 			return kicked, true
 		}
-		runtime.Gosched()
+		rest(time.Since(began))
 	}
 	return kicked, true
 }
+
+// rest pauses a bulk change between batches for bulkRest times as long as
+// the batch took.
+func rest(took time.Duration) { time.Sleep(took * bulkRest) }

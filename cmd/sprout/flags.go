@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +67,9 @@ type options struct {
 	httpAddr        string                  // --http: "" is no side port
 	pprof           bool                    // --pprof
 	metricsTubes    int                     // --metrics-tubes
+	// adminToken is --admin-token, or what --admin-token-file holds; the
+	// last of the two given wins. "" makes the admin API read-only.
+	adminToken string
 }
 
 // optional is a setting whose zero value is a setting of its own, with
@@ -351,6 +355,43 @@ var flagTable = []*flag{
 			o.metricsTubes = int(n)
 			return nil
 		}},
+	{long: "admin-token", arg: "TOKEN", group: groupSprout,
+		help: "with --http, let requests carrying TOKEN (Authorization: Bearer, or a console login) change " +
+			"jobs and tubes and see job bodies through the admin API; without it the API is read-only. " +
+			"Prefer --admin-token-file: a command line is visible to every user",
+		set: func(o *options, v string) error {
+			if v == "" {
+				return wantError("a token; leave the flag out for a read-only admin API")
+			}
+			o.adminToken = v
+			return weakToken(v)
+		}},
+	{long: "admin-token-file", arg: "PATH", group: groupSprout,
+		help: "read --admin-token from the file PATH, white space around it stripped",
+		set: func(o *options, v string) error {
+			b, err := os.ReadFile(v)
+			if err != nil {
+				return wantError("a readable file holding the admin token: " + err.Error())
+			}
+			token := strings.TrimSpace(string(b))
+			if token == "" {
+				return wantError("a file holding the admin token; it holds none")
+			}
+			o.adminToken = token
+			return weakToken(token)
+		}},
+}
+
+// minTokenLength is the shortest admin token taken without a warning.
+const minTokenLength = 16
+
+// weakToken warns of a short admin token, never showing it.
+func weakToken(token string) error {
+	if len(token) < minTokenLength {
+		return warning(fmt.Sprintf("the admin token is shorter than %d characters; failed attempts are "+
+			"rate-limited, but a long random one (openssl rand -hex 32) is far safer", minTokenLength))
+	}
+	return nil
 }
 
 // stringSetter sets *field to the value if valid (nil: any) accepts it;

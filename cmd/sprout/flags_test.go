@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -472,4 +475,53 @@ func TestFlagTable(t *testing.T) {
 			t.Errorf("%q has no help", f.letters+f.long)
 		}
 	}
+}
+
+// TestParseArgsAdminToken: the token comes from the flag, its file (white
+// space stripped) or their variables; the last given wins; a file that
+// cannot be read, or holds nothing, stops the start in one line; a short
+// token is warned about. No message shows a token.
+func TestParseArgsAdminToken(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	good := file("token", "  0123456789abcdef-file\n\n")
+	blank := file("blank", " \n\t\n")
+	short := file("short", "abc\n")
+	missing := filepath.Join(dir, "missing")
+	const shortWarning = "sprout: the admin token is shorter than 16 characters; failed attempts are " +
+		"rate-limited, but a long random one (openssl rand -hex 32) is far safer\n"
+	runParseCases(t, []parseCase{
+		{name: "flag", args: []string{"--admin-token", "0123456789abcdef-flag"},
+			want: func(o *options) { o.adminToken = "0123456789abcdef-flag" }},
+		{name: "file, white space stripped", args: []string{"--admin-token-file", good},
+			want: func(o *options) { o.adminToken = "0123456789abcdef-file" }},
+		{name: "variable", env: []string{"SPROUT_ADMIN_TOKEN=0123456789abcdef-env"},
+			want: func(o *options) { o.adminToken = "0123456789abcdef-env" }},
+		{name: "file variable", env: []string{"SPROUT_ADMIN_TOKEN_FILE=" + good},
+			want: func(o *options) { o.adminToken = "0123456789abcdef-file" }},
+		{name: "the command line wins", env: []string{"SPROUT_ADMIN_TOKEN=0123456789abcdef-env"},
+			args: []string{"--admin-token-file", good},
+			want: func(o *options) { o.adminToken = "0123456789abcdef-file" }},
+		{name: "the last flag wins", args: []string{"--admin-token-file", good, "--admin-token", "0123456789abcdef-flag"},
+			want: func(o *options) { o.adminToken = "0123456789abcdef-flag" }},
+		{name: "short", args: []string{"--admin-token", "abc"}, wantStderr: shortWarning,
+			want: func(o *options) { o.adminToken = "abc" }},
+		{name: "short in a file", args: []string{"--admin-token-file", short}, wantStderr: shortWarning,
+			want: func(o *options) { o.adminToken = "abc" }},
+		oneLine("empty", []string{"--admin-token", ""},
+			`invalid --admin-token: "" (want a token; leave the flag out for a read-only admin API)`),
+		oneLine("unreadable file", []string{"--admin-token-file", missing},
+			fmt.Sprintf(`invalid --admin-token-file: %q (want a readable file holding the admin token: open %s: no such file or directory)`, missing, missing)),
+		oneLine("blank file", []string{"--admin-token-file", blank},
+			fmt.Sprintf(`invalid --admin-token-file: %q (want a file holding the admin token; it holds none)`, blank)),
+		{name: "unreadable file variable", env: []string{"SPROUT_ADMIN_TOKEN_FILE=" + missing},
+			wantAction: actionFail, wantCode: 5,
+			wantStderr: fmt.Sprintf(`sprout: invalid SPROUT_ADMIN_TOKEN_FILE: %q (want a readable file holding the admin token: open %s: no such file or directory)`, missing, missing) + "\n"},
+	})
 }

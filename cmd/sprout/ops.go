@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/admin"
 	"github.com/sproutmq/sprout/internal/ops"
 	"github.com/sproutmq/sprout/store"
 )
@@ -15,14 +16,17 @@ import (
 // requests in flight (a scrape, a profile).
 const opsShutdownGrace = 5 * time.Second
 
-// opsPort is the HTTP side port (--http): metrics, probes and pprof. A nil
-// *opsPort, without --http, does nothing.
+// opsPort is the HTTP side port (--http): metrics, probes, pprof and the
+// admin API. A nil *opsPort, without --http, does nothing.
 type opsPort struct {
-	addr    string       // immutable: --http
-	pprof   bool         // immutable
-	tubes   int          // immutable: --metrics-tubes
-	metrics *ops.Metrics // immutable
-	server  *ops.Server  // set by start
+	addr       string       // immutable: --http
+	pprof      bool         // immutable
+	tubes      int          // immutable: --metrics-tubes
+	adminToken string       // immutable: --admin-token
+	maxJobSize int          // immutable: -z, for the admin API's puts
+	metrics    *ops.Metrics // immutable
+	api        *admin.API   // set by start
+	server     *ops.Server  // set by start
 }
 
 // newOpsPort prepares the side port when --http is given. Its metrics
@@ -32,7 +36,8 @@ func newOpsPort(cfg config) *opsPort {
 	if cfg.httpAddr == "" {
 		return nil
 	}
-	return &opsPort{addr: cfg.httpAddr, pprof: cfg.pprof, tubes: cfg.metricsTubes, metrics: ops.NewMetrics()}
+	return &opsPort{addr: cfg.httpAddr, pprof: cfg.pprof, tubes: cfg.metricsTubes, adminToken: cfg.adminToken,
+		maxJobSize: cfg.engine.MaxJobSize, metrics: ops.NewMetrics()}
 }
 
 // start serves the side port for srv and st until stop.
@@ -40,6 +45,13 @@ func (p *opsPort) start(srv *engine.Server, st *store.Store, log zerolog.Logger)
 	if p == nil {
 		return nil
 	}
+	p.api = admin.New(admin.Config{
+		Store:      st,
+		Engine:     srv,
+		MaxJobSize: p.maxJobSize,
+		Token:      p.adminToken,
+		Logger:     log,
+	})
 	s, err := ops.Start(ops.Config{
 		Addr:       p.addr,
 		Pprof:      p.pprof,
@@ -47,14 +59,19 @@ func (p *opsPort) start(srv *engine.Server, st *store.Store, log zerolog.Logger)
 		Engine:     srv,
 		Store:      st,
 		Metrics:    p.metrics,
+		API:        p.api,
 		Logger:     log,
 	})
+	if err != nil {
+		p.api.Close()
+		return err
+	}
 	p.server = s
-	return err
+	return nil
 }
 
 // stop shuts the side port down, after the engine: probes and scrapes are
-// answered until then.
+// answered until then. The admin API's history stops with it.
 func (p *opsPort) stop(ctx context.Context, log zerolog.Logger) {
 	if p == nil || p.server == nil {
 		return
@@ -64,4 +81,5 @@ func (p *opsPort) stop(ctx context.Context, log zerolog.Logger) {
 	if err := p.server.Shutdown(ctx); err != nil {
 		log.Error().Err(err).Msg("stopping the operations endpoint")
 	}
+	p.api.Close()
 }

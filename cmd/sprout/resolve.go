@@ -55,6 +55,9 @@ type config struct {
 	httpAddr        string
 	pprof           bool
 	metricsTubes    int
+	// adminToken is the admin API's token; "" for a read-only API. Never
+	// logged.
+	adminToken string
 	// gcHeadroom is what internal/gctune keeps the heap goal above the
 	// live heap; 0 when off, or when GOGC is set (then gogc holds it).
 	gcHeadroom int64
@@ -97,6 +100,7 @@ func resolve(o options, h hostinfo.Host, p process) config {
 		httpAddr:        o.httpAddr,
 		pprof:           o.pprof,
 		metricsTubes:    o.metricsTubes,
+		adminToken:      o.adminToken,
 		host:            h,
 	}
 	if c.metricsTubes == 0 {
@@ -234,7 +238,9 @@ func logConfig(log zerolog.Logger, c config) {
 	e = e.Str("shutdown_timeout", c.shutdownTimeout.String()).
 		Str("log_level", c.logLevel.String()).Str("log_format", c.logFormat)
 	if c.httpAddr != "" {
-		e = e.Str("http", c.httpAddr).Bool("pprof", c.pprof).Int("metrics_tubes", c.metricsTubes)
+		// Whether a token is set, never the token.
+		e = e.Str("http", c.httpAddr).Bool("pprof", c.pprof).Int("metrics_tubes", c.metricsTubes).
+			Bool("admin_token", c.adminToken != "")
 	}
 	if c.user != "" {
 		e = e.Str("user", c.user)

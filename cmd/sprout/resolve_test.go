@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -228,4 +229,24 @@ func TestLogConfig(t *testing.T) {
 		}
 	}
 	logConfig(zerolog.New(io.Discard), resolve(mustParse(t), hostinfo.Host{}, testProcess(math.MaxInt64)))
+}
+
+// TestLogConfigHidesToken: the configuration says whether an admin token
+// is set, and never what it is.
+func TestLogConfigHidesToken(t *testing.T) {
+	const token = "0123456789abcdef-secret"
+	for _, args := range [][]string{{"--http", ":8080", "--admin-token", token}, {"--http", ":8080"}} {
+		var b bytes.Buffer
+		logConfig(zerolog.New(&b), resolve(mustParse(t, args...), testHost, testProcess(math.MaxInt64)))
+		if strings.Contains(b.String(), token) {
+			t.Fatalf("the configuration shows the token: %s", b.String())
+		}
+		var got map[string]any
+		if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+			t.Fatal(err)
+		}
+		if want := len(args) > 2; got["admin_token"] != want {
+			t.Errorf("%q: admin_token %v, want %v", args, got["admin_token"], want)
+		}
+	}
 }

@@ -3,6 +3,11 @@
 // asked for, the Go profiler (/debug/pprof/). It runs its own small
 // net/http server on its own goroutines and never on the event loops.
 //
+// It also mounts what other packages serve there: the admin API
+// (Config.API, internal/admin) at /api/, and the web console
+// (Config.Console) at /, for every path not served otherwise. Those apply
+// their own rules of access; the paths above stay open.
+//
 // # How figures get here
 //
 // Most figures are read at scrape time by a custom prometheus.Collector

@@ -43,6 +43,12 @@ type Config struct {
 	Store       Store
 	// Metrics, if set, are the histograms the engine and the log report to.
 	Metrics *Metrics
+	// API, if set, serves every path under /api/ (internal/admin): it
+	// applies its own rules of access.
+	API http.Handler
+	// Console, if set, serves every path no other handler here serves
+	// (the web console, at /).
+	Console http.Handler
 	Logger  zerolog.Logger
 }
 
@@ -92,7 +98,8 @@ func Start(cfg Config) (*Server, error) {
 		}
 	}()
 	s.log.Info().Str("address", ln.Addr().String()).Bool("pprof", cfg.Pprof).
-		Int("metrics_tubes", cfg.TubeSeries).Msg("operations endpoint listening")
+		Int("metrics_tubes", cfg.TubeSeries).Bool("api", cfg.API != nil).Bool("console", cfg.Console != nil).
+		Msg("operations endpoint listening")
 	return s, nil
 }
 
@@ -167,6 +174,12 @@ func newMux(cfg Config) (*http.ServeMux, error) {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
+	if cfg.API != nil {
+		mux.Handle("/api/", cfg.API)
+	}
+	if cfg.Console != nil {
+		mux.Handle("/", cfg.Console)
+	}
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

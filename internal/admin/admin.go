@@ -1,0 +1,217 @@
+package admin
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sproutmq/sprout/codec"
+	"github.com/sproutmq/sprout/store"
+)
+
+// DefaultAckTimeout bounds how long a request waits for what it changed or
+// showed to be acknowledged (see doc.go) before it is answered 503.
+const DefaultAckTimeout = 30 * time.Second
+
+// Engine is what the API needs of the engine; *engine.Server has it.
+type Engine interface {
+	// Stats is the stats command's figures.
+	Stats() codec.ServerStats
+	// Draining reports whether puts are refused.
+	Draining() bool
+	// CountCommand counts n protocol commands in stats.
+	CountCommand(c codec.Counter, n uint64)
+}
+
+// Config is what New needs.
+type Config struct {
+	Store  *store.Store
+	Engine Engine
+	// MaxJobSize is the server's -z: a longer body is refused with 413.
+	MaxJobSize int
+	// Token is the admin token; "" makes the API read-only.
+	Token string
+	// SessionTTL is how long a console session lasts; 0 means
+	// DefaultSessionTTL.
+	SessionTTL time.Duration
+	// AckTimeout bounds the wait for acknowledgement; 0 means
+	// DefaultAckTimeout.
+	AckTimeout time.Duration
+	// History configures the charts' history.
+	History HistoryConfig
+	Logger  zerolog.Logger
+	// Now is the wall clock of sessions, rate limits and history; nil
+	// means time.Now.
+	Now func() time.Time
+}
+
+// API is the admin API's handler, for paths under /api/. Close stops its
+// history sampler.
+type API struct {
+	store      *store.Store  // immutable
+	engine     Engine        // immutable
+	maxJobSize int           // immutable
+	ackTimeout time.Duration // immutable
+	auth       *Auth         // immutable
+	history    *History      // immutable
+	mux        *http.ServeMux
+}
+
+// New makes the API and starts sampling its history.
+func New(cfg Config) *API {
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = DefaultAckTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	a := &API{
+		store:      cfg.Store,
+		engine:     cfg.Engine,
+		maxJobSize: cfg.MaxJobSize,
+		ackTimeout: cfg.AckTimeout,
+		auth:       newAuth(cfg.Token, cfg.SessionTTL, cfg.Now, cfg.Logger),
+		history:    newHistory(cfg.History, cfg.Store, cfg.Engine, cfg.Now),
+		mux:        http.NewServeMux(),
+	}
+	a.routes()
+	a.history.start()
+	return a
+}
+
+// Auth is the API's rules of access, for the console to share.
+func (a *API) Auth() *Auth { return a.auth }
+
+// History is the API's history of figures.
+func (a *API) History() *History { return a.history }
+
+// Close stops the history sampler.
+func (a *API) Close() { a.history.stop() }
+
+// ServeHTTP answers a request under /api/.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+// handler answers one endpoint's request with the access Auth gave it; it
+// returns an *Error instead of answering when it fails.
+type handler func(w http.ResponseWriter, r *http.Request, acc Access) error
+
+// methods are one path's handlers by method. open ones are answered
+// without Auth.Check: the session endpoints, which apply the rules
+// themselves.
+type methods struct {
+	a        *API
+	handlers map[string]handler
+	open     bool
+}
+
+func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := m.handlers[r.Method]
+	if h == nil {
+		allow := make([]string, 0, len(m.handlers))
+		for method := range m.handlers {
+			allow = append(allow, method)
+		}
+		slices.Sort(allow)
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, errorf(http.StatusMethodNotAllowed, "%s is not allowed here; use %s", r.Method, strings.Join(allow, " or ")))
+		return
+	}
+	var acc Access
+	if !m.open {
+		var err *Error
+		if acc, err = m.a.auth.Check(r); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	if err := h(w, r, acc); err != nil {
+		writeError(w, err)
+	}
+}
+
+// routes mounts the endpoints (see doc.go).
+func (a *API) routes() {
+	handle := func(path string, open bool, hs map[string]handler) {
+		a.mux.Handle(path, methods{a: a, handlers: hs, open: open})
+	}
+	const v1 = "/api/v1"
+	handle(v1+"/session", true, map[string]handler{
+		http.MethodGet: a.getSession, http.MethodPost: a.login, http.MethodDelete: a.logout})
+	handle(v1+"/stats", false, map[string]handler{http.MethodGet: a.getStats})
+	handle(v1+"/history", false, map[string]handler{http.MethodGet: a.getServerHistory})
+	handle(v1+"/tubes", false, map[string]handler{http.MethodGet: a.getTubes})
+	handle(v1+"/tubes/{name}", false, map[string]handler{http.MethodGet: a.getTube})
+	handle(v1+"/tubes/{name}/history", false, map[string]handler{http.MethodGet: a.getTubeHistory})
+	handle(v1+"/tubes/{name}/jobs", false, map[string]handler{
+		http.MethodGet: a.listJobs, http.MethodPost: a.putJob})
+	handle(v1+"/tubes/{name}/kick", false, map[string]handler{http.MethodPost: a.kickTube})
+	handle(v1+"/tubes/{name}/pause", false, map[string]handler{http.MethodPost: a.pauseTube})
+	handle(v1+"/tubes/{name}/clear", false, map[string]handler{http.MethodPost: a.clearTube})
+	handle(v1+"/jobs/{id}", false, map[string]handler{
+		http.MethodGet: a.getJob, http.MethodDelete: a.deleteJob})
+	handle(v1+"/jobs/{id}/kick", false, map[string]handler{http.MethodPost: a.kickJob})
+	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errorf(http.StatusNotFound, "no such endpoint: %s", r.URL.Path))
+	})
+}
+
+// client is a store client of its own for one request; the caller closes
+// it. Like a connection, it uses and watches "default" until told
+// otherwise, which stats-tube shows while the request runs.
+func (a *API) client() *store.Client { return a.store.NewClient(nobody{}) }
+
+// nobody is the Notifier of the API's clients, which never block in a
+// reserve.
+type nobody struct{}
+
+func (nobody) JobReserved(*store.Job)        {}
+func (nobody) WaitEnded(store.ReserveResult) {}
+
+// acknowledged waits until what c changed or was shown may be acknowledged
+// (store.AckSource): at once in memory; with a log, once it is durable (or
+// committed, in a cluster). It gives up when ctx ends or after the ack
+// timeout, with 503: the change was made, and may still become durable.
+func (a *API) acknowledged(ctx context.Context, c *store.Client) error {
+	acks := a.store.Acks()
+	pos := c.PendingAck()
+	if acks == nil || pos == 0 || acks.Acked() >= pos {
+		return nil
+	}
+	done := make(chan struct{})
+	acks.OnAcked(pos, func() { close(done) })
+	timer := time.NewTimer(a.ackTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-timer.C:
+		return errorf(http.StatusServiceUnavailable,
+			"not acknowledged within %v: the change was made, but the log has not yet made it durable", a.ackTimeout)
+	case <-ctx.Done():
+		return errorf(http.StatusServiceUnavailable, "the request ended before the log made its change durable: %v", ctx.Err())
+	}
+}
+
+// tubeName is the {name} of r's path, checked as the protocol checks a
+// tube's name.
+func tubeName(r *http.Request) ([]byte, error) {
+	name := r.PathValue("name")
+	if !codec.ValidTubeName([]byte(name)) {
+		return nil, errorf(http.StatusBadRequest,
+			"invalid tube name %q: 1 to %d of the letters, digits and -+/;.$_() (not starting with -)",
+			name, codec.MaxTubeName)
+	}
+	return []byte(name), nil
+}
+
+// errNoTube is the 404 of a tube that does not exist.
+func errNoTube(name []byte) error {
+	return errorf(http.StatusNotFound, "no such tube: %q", name)
+}

@@ -1,0 +1,119 @@
+// Package admin is Sprout's admin API: JSON over the HTTP side port
+// (--http), under /api/v1, for operators, sproutctl and the web console.
+// It also keeps the in-memory history the console charts, and the rules
+// of access (Auth) the console's own handlers share.
+//
+// # Endpoints
+//
+//	GET    /api/v1/stats                  the stats figures: {"current-jobs-urgent": 0, ...}
+//	GET    /api/v1/tubes                  {"tubes": [{"name": "default", "current-jobs-urgent": 0, ...}]}
+//	GET    /api/v1/tubes/{name}           one tube's stats-tube figures
+//	GET    /api/v1/tubes/{name}/jobs      ?state=ready|delayed|reserved|buried&limit=N&cursor=C&bodies=false
+//	                                      {"jobs": [{"id": 1, "tube": ..., "state": ..., ..., "body": ..., "body-encoding": "text"}], "next": C or null}
+//	POST   /api/v1/tubes/{name}/jobs      {"body": ..., "body-encoding": "text"|"base64", "pri": N, "delay": S, "ttr": S} → 201 {"id": N}
+//	POST   /api/v1/tubes/{name}/kick      {"bound": N} → {"kicked": K}
+//	POST   /api/v1/tubes/{name}/pause     {"delay": S} → {"paused": S}
+//	POST   /api/v1/tubes/{name}/clear     {"state": "ready"|"delayed"|"buried"|"all"} → {"deleted": N}
+//	GET    /api/v1/jobs/{id}              one job's stats-job figures, and its body
+//	DELETE /api/v1/jobs/{id}              → {"deleted": 1}
+//	POST   /api/v1/jobs/{id}/kick         → {"kicked": 1}
+//	GET    /api/v1/history                the server's series, for charts (?since=UNIX)
+//	GET    /api/v1/tubes/{name}/history   a tube's series ({name} "<other>": the tubes past the cap)
+//	GET    /api/v1/session                whether the request is authenticated, and what it may do
+//	POST   /api/v1/session                log in: {"token": ...} or the form field token
+//	DELETE /api/v1/session                log out
+//
+// Figures carry the protocol's keys, in its order, typed: numbers as JSON
+// numbers (rusage in seconds with a fraction), strings as strings,
+// draining as a boolean (codec's Each walks them for both encodings). A
+// job's body is text when it is valid UTF-8, else base64. Names are
+// checked as the protocol checks them; a name with '/' is sent as %2F, and
+// "." and ".." as %2E. Numbers are whole and within uint32, as the
+// protocol's; a body may be up to -z bytes. Errors are {"error": "..."}:
+// 400 bad input, 401 no or wrong credential, 403 not allowed, 404 no such
+// job, tube or endpoint, 405, 409 a job in the wrong state (a delete of a
+// reserved job, a kick of a job neither buried nor delayed), 413 a body
+// over -z, 429 too many failed attempts, 503 draining (a put) or not
+// acknowledged in time, 507 the log's disk is full (a put or a kick: the
+// change was refused and nothing was stored; deletes are never refused).
+//
+// # Listing
+//
+// A listing is store.Client.ListJobs: ready jobs by (priority, id),
+// delayed and reserved ones by deadline, buried ones oldest burial first,
+// at most store.MaxListPage a page (limit, default 100). The cursor is
+// opaque (base64 of state:key:id) and stable while jobs come and go: a job
+// that stays put is listed once over the pages. One of another state is
+// 400. The tube's lock is held only to copy pointers or a batch of keys.
+//
+// # Changes and acknowledgement
+//
+// Each request is a client of the store of its own (store.NewClient,
+// closed at its end), like a connection: a change takes the path of the
+// protocol command that does it, so it is logged (and replicated in a
+// cluster) and counted in stats-tube by the store. The engine's cmd-*
+// figures count it too (Engine.CountCommand) as the protocol would: a put
+// is a put, a tube kick one kick, a pause one pause-tube, a delete one
+// delete, whatever its outcome; a clear of N jobs is N deletes, counted
+// batch by batch; a kick-job, like the protocol's, is not counted. Reads
+// are not counted.
+//
+// The store raises the client's PendingAck for every change and for every
+// job shown (listed, peeked, its stats read), and the answer waits until
+// the store's AckSource has reached it: at once in memory, once durable
+// with -b, once a majority has it in a cluster. So an answer never shows a
+// job a crash could take back, and a 201 for a put means the job is kept.
+// The wait ends with the request, or after Config.AckTimeout with 503 (the
+// change was made and may still become durable).
+//
+// # Bulk changes
+//
+// A clear (store.Client.ClearTube) and a tube kick (KickTube) move jobs in
+// batches, holding the tube's lock for one batch at a time and sleeping
+// between them twice as long as the batch took, so the event loops'
+// commands on the tube wait for one batch at most and a bulk change takes
+// a third of a core at most. A clear of a million jobs takes about 2 s in
+// memory; benchmarks/cmd/adminbench measures what it does to the
+// protocol's latency (its p99 stays within 2× of idle in memory).
+//
+// # Access
+//
+// With an admin token (--admin-token), every request under /api needs it,
+// as "Authorization: Bearer TOKEN", or the cookie of a session opened with
+// it (POST /api/v1/session; the cookie is HttpOnly, SameSite=Strict,
+// Path=/, for DefaultSessionTTL). A change made with the cookie must also
+// carry the session's CSRF token (X-CSRF-Token, or the form field
+// csrf-token), which the login answers and GET /api/v1/session repeats;
+// without it the answer is 403, the session being valid. A bearer token
+// needs none: no other site can make a browser send that header. A
+// missing or wrong credential is 401. Tokens are compared as SHA-256
+// hashes in constant time. Failed attempts (a wrong token, an unknown
+// session) are limited per remote address and over all of them (see
+// failBurst); past the limit every credential from that address is
+// answered 429 unexamined, and failures are logged at warn at most every
+// 10 s, with a count, never with the credential. Sessions live in memory
+// and end with the process.
+//
+// Without a token the API is read-only: figures and job metadata are
+// shown, job bodies are not, and every change (and a login) is 403. The
+// session endpoints answer with or without credentials. /metrics,
+// /healthz and /readyz (internal/ops) are open either way.
+//
+// # History
+//
+// History samples, on its own goroutine, every HistoryConfig.Interval (5
+// s) and keeps the last Window (an hour): per tube and for the server,
+// the jobs by state (ready, reserved, delayed, buried) and puts and
+// deletes a second (from total-jobs and cmd-delete). Tubes are read with
+// store.EachTube, which holds one tube's lock at a time. Past MaxTubes
+// tubes with series of their own, new tubes are summed under "<other>"; a
+// tube that goes away keeps its points until they leave the window. The
+// JSON is made for a chart:
+//
+//	{"interval": 5, "timestamps": [unix seconds...],
+//	 "series": {"ready": [...], "reserved": [...], "delayed": [...], "buried": [...],
+//	            "puts": [per second...], "deletes": [...]}}
+//
+// with null where a series has no value (the tube did not exist then; the
+// first sample's rates).
+package admin
