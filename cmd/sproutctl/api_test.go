@@ -1,162 +1,113 @@
 package main
 
 import (
-	"encoding/base64"
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
-// fakeAPI is a fake of the admin API's contract (issue 17), for the calls
-// sproutctl makes: GET /api/v1/tubes/{name}/jobs and POST
-// /api/v1/tubes/{name}/clear, behind a bearer token. It is no model of
-// Sprout: these tests say that the client keeps to the contract, and must
-// run again against the real API (internal/admin) once it is merged.
-type fakeAPI struct {
-	token string
-	page  int // at most this many jobs a page, whatever limit asks
+// realAPI is a Sprout with its admin API on --http behind a token, seen
+// through a proxy that records the requests sproutctl makes, so that the
+// tests check both what the tool shows and what it asks for.
+type realAPI struct {
+	addr string // the protocol's address
+	base string // the proxy's URL, for --api
 
 	mu       sync.Mutex
-	tubes    map[string][]apiJob // guarded by mu
-	requests []string            // guarded by mu: "METHOD path?query body"
+	requests []string // guarded by mu: "METHOD path?query body"
 }
 
-func (f *fakeAPI) start(t *testing.T) string {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/v1/tubes/{name}/jobs", f.jobs)
-	mux.HandleFunc("POST /api/v1/tubes/{name}/clear", f.clear)
+const testToken = "s3cret-token-for-tests"
+
+func startAPI(t *testing.T) *realAPI {
+	t.Helper()
+	port, err := testproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	p := testproc.StartConfig(t, testproc.Config{
+		Binary: testproc.SproutBinary(t),
+		Args:   []string{"--http", httpAddr, "--admin-token", testToken},
+		Ready:  testproc.Probe,
+	})
+	a := &realAPI{addr: p.Addr()}
+	target, _ := url.Parse("http://" + httpAddr)
+	proxy := httputil.NewSingleHostReverseProxy(target)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer "+f.token {
-			fail(w, http.StatusUnauthorized, "missing or wrong bearer token")
-			return
-		}
-		mux.ServeHTTP(w, r)
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		a.mu.Lock()
+		a.requests = append(a.requests, strings.TrimSpace(fmt.Sprintf("%s %s %s", r.Method, r.URL.RequestURI(), body)))
+		a.mu.Unlock()
+		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	return srv.URL
+	a.base = srv.URL
+	return a
 }
 
-func fail(w http.ResponseWriter, status int, message string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": message})
+func (a *realAPI) seen() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.requests)
 }
 
-func answer(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func (f *fakeAPI) record(r *http.Request, body string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.requests = append(f.requests, strings.TrimSpace(fmt.Sprintf("%s %s %s", r.Method, r.URL.RequestURI(), body)))
-}
-
-func (f *fakeAPI) jobs(w http.ResponseWriter, r *http.Request) {
-	f.record(r, "")
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	all, ok := f.tubes[r.PathValue("name")]
-	if !ok {
-		fail(w, http.StatusNotFound, "no such tube")
-		return
-	}
-	state := r.URL.Query().Get("state")
-	if !slices.Contains([]string{"ready", "delayed", "reserved", "buried"}, state) {
-		fail(w, http.StatusBadRequest, "bad state")
-		return
-	}
-	limit, err := strconv.Atoi(r.URL.Query().Get("limit"))
-	if err != nil || limit < 1 {
-		fail(w, http.StatusBadRequest, "bad limit")
-		return
-	}
-	from := 0
-	if c := r.URL.Query().Get("cursor"); c != "" {
-		from, _ = strconv.Atoi(strings.TrimPrefix(c, "after-"))
-	}
-	var jobs []apiJob
-	for _, j := range all {
-		if j.State == state {
-			jobs = append(jobs, j)
-		}
-	}
-	jobs = jobs[min(from, len(jobs)):]
-	var next any // an opaque string cursor, or null after the last page
-	if n := min(limit, f.page); len(jobs) > n {
-		jobs = jobs[:n]
-		next = fmt.Sprintf("after-%d", from+n)
-	}
-	answer(w, map[string]any{"jobs": jobs, "next": next})
-}
-
-func (f *fakeAPI) clear(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		State string `json:"state"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		fail(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	f.record(r, req.State)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	name := r.PathValue("name")
-	all, ok := f.tubes[name]
-	if !ok {
-		fail(w, http.StatusNotFound, "no such tube")
-		return
-	}
-	kept := slices.DeleteFunc(all, func(j apiJob) bool { return req.State == "all" || j.State == req.State })
-	answer(w, map[string]int{"deleted": len(all) - len(kept)})
-	f.tubes[name] = kept
-}
-
-func (f *fakeAPI) seen() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.requests)
-}
-
-func newFake() *fakeAPI {
-	binary := []byte{0, 1, 2, 0xff, '\r', '\n'}
-	f := &fakeAPI{token: "s3cret", page: 3, tubes: map[string][]apiJob{"a/b": {{ID: 99, Tube: "a/b", State: "ready", Body: "slashed", BodyEncoding: "text"}}}}
-	var jobs []apiJob
+// fill puts, through the protocol: tube emails with seven ready jobs (the
+// third long, the fifth binary) and one buried; tube a/b with one job;
+// tube many with 1,005 jobs, more than two of sproutctl's pages. It
+// returns the ids of emails' jobs, the buried one last, and a/b's.
+func (a *realAPI) fill(t *testing.T) (emails []uint64, slashed uint64) {
+	t.Helper()
+	c := dial(t, a.addr)
 	for i := range 7 {
-		jobs = append(jobs, apiJob{ID: uint64(i + 1), Tube: "emails", State: "ready", Pri: uint32(100 + i), TTR: 60, Body: fmt.Sprintf("mail %d", i+1), BodyEncoding: "text"})
+		body := []byte(fmt.Sprintf("mail %d", i+1))
+		switch i {
+		case 2:
+			body = []byte(strings.Repeat("a long line of text ", 10))
+		case 4:
+			body = []byte{0, 1, 2, 0xff, '\r', '\n'}
+		}
+		emails = append(emails, put(t, c, "emails", uint32(100+i), 0, 60, body))
 	}
-	jobs[2].Body = strings.Repeat("a long line of text ", 10)
-	jobs[4].Body, jobs[4].BodyEncoding = base64.StdEncoding.EncodeToString(binary), "base64"
-	jobs = append(jobs, apiJob{ID: 8, Tube: "emails", State: "buried", Pri: 5, Body: "buried", BodyEncoding: "text"})
-	f.tubes["emails"] = jobs
-	f.tubes["empty"] = nil
-	return f
+	buried := put(t, c, "emails", 5, 0, 60, []byte("buried"))
+	bury(t, c, buried, 5)
+	emails = append(emails, buried)
+	slashed = put(t, c, "a/b", 0, 0, 60, []byte("slashed"))
+	for range 1005 {
+		put(t, c, "many", 0, 0, 60, []byte("x"))
+	}
+	return emails, slashed
 }
 
-// TestAPIJobs lists jobs through the fake admin API: pages, bodies, the
+// TestAPIJobs lists jobs through the admin API: pages, bodies, the
 // token's sources, and the errors' exit statuses.
 func TestAPIJobs(t *testing.T) {
 	t.Parallel()
-	f := newFake()
-	base := f.start(t)
-	api := []string{"--api", base, "--token", "s3cret"}
+	a := startAPI(t)
+	emails, slashed := a.fill(t)
+	api := []string{"--api", a.base, "--token", testToken}
 
 	r := must(t, exitOK, append(api, "jobs", "emails", "--limit", "0")...)
 	for _, want := range []string{
 		`^ID +STATE +PRI +AGE +DELAY +TTR +TIME-LEFT +RESERVES +SIZE +BODY$`,
-		`^ *1 +ready +100 +0 +0 +60 +0 +0 +6 +mail 1$`,
-		`^ *3 +ready .* 200 +a long line of text a long line of text…$`,
-		`^ *5 +ready .* 6 +\(binary\)$`,
-		`^ *7 +ready .* mail 7$`,
+		fmt.Sprintf(`^ *%d +ready +100 +\d+ +0 +60 +0 +0 +6 +mail 1$`, emails[0]),
+		fmt.Sprintf(`^ *%d +ready .* 200 +a long line of text a long line of text…$`, emails[2]),
+		fmt.Sprintf(`^ *%d +ready .* 6 +\(binary\)$`, emails[4]),
+		fmt.Sprintf(`^ *%d +ready .* mail 7$`, emails[6]),
 	} {
 		if !regexpLine(r.stdout, want) {
 			t.Errorf("jobs: no line matches %s", want)
@@ -164,14 +115,6 @@ func TestAPIJobs(t *testing.T) {
 	}
 	if n := strings.Count(r.stdout, "\n"); n != 8 {
 		t.Errorf("jobs: %d lines, want a header and the 7 ready jobs", n)
-	}
-	want := []string{
-		"GET /api/v1/tubes/emails/jobs?limit=500&state=ready",
-		"GET /api/v1/tubes/emails/jobs?cursor=after-3&limit=500&state=ready",
-		"GET /api/v1/tubes/emails/jobs?cursor=after-6&limit=500&state=ready",
-	}
-	if got := f.seen(); !slices.Equal(got, want) {
-		t.Errorf("jobs asked for\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 
 	r = must(t, exitOK, append(api, "jobs", "emails", "--limit", "4", "--json")...)
@@ -181,38 +124,53 @@ func TestAPIJobs(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if len(doc.Jobs) != 4 || doc.Jobs[3].ID != 4 {
+	if len(doc.Jobs) != 4 || doc.Jobs[3].ID != emails[3] {
 		t.Errorf("jobs --limit 4 --json: %+v", doc.Jobs)
 	}
-	if got := f.seen()[len(f.seen())-1]; got != "GET /api/v1/tubes/emails/jobs?cursor=after-3&limit=1&state=ready" {
-		t.Errorf("the last page of --limit 4 asked %q, want a limit of 1", got)
+	if got := a.seen()[len(a.seen())-1]; got != "GET /api/v1/tubes/emails/jobs?limit=4&state=ready" {
+		t.Errorf("jobs --limit 4 asked %q, want one page of 4", got)
+	}
+	if j := doc.Jobs[3]; j.Body != "mail 4" || j.BodyEncoding != "text" {
+		t.Errorf("the fourth job's body: %q (%s), want mail 4 as text", j.Body, j.BodyEncoding)
+	}
+
+	// More jobs than a page: the tool follows the server's cursor.
+	before := len(a.seen())
+	r = must(t, exitOK, append(api, "jobs", "many", "--limit", "0")...)
+	if n := strings.Count(r.stdout, "\n"); n != 1006 {
+		t.Errorf("jobs many: %d lines, want a header and 1,005 jobs", n)
+	}
+	pages := a.seen()[before:]
+	if len(pages) != 3 || pages[0] != "GET /api/v1/tubes/many/jobs?limit=500&state=ready" ||
+		!strings.Contains(pages[1], "cursor=") || !strings.Contains(pages[2], "cursor=") {
+		t.Errorf("jobs many asked for\n%s\nwant three pages, the last two by cursor", strings.Join(pages, "\n"))
 	}
 
 	r = must(t, exitOK, append(api, "jobs", "emails", "--state", "buried")...)
-	if !regexpLine(r.stdout, `^ *8 +buried +5 .* buried$`) || strings.Contains(r.stdout, "ready") {
+	if !regexpLine(r.stdout, fmt.Sprintf(`^ *%d +buried +5 .* buried$`, emails[7])) || strings.Contains(r.stdout, "ready") {
 		t.Errorf("jobs --state buried: want only the buried job")
 	}
 	// A tube name with a slash is one path segment.
 	r = must(t, exitOK, append(api, "jobs", "a/b")...)
-	if !regexpLine(r.stdout, `^ *99 .* slashed$`) || !slices.Contains(f.seen(), "GET /api/v1/tubes/a%2Fb/jobs?limit=50&state=ready") {
+	if !regexpLine(r.stdout, fmt.Sprintf(`^ *%d .* slashed$`, slashed)) || !slices.Contains(a.seen(), "GET /api/v1/tubes/a%2Fb/jobs?limit=50&state=ready") {
 		t.Errorf("jobs a/b: want the job, asked for with the slash escaped")
 	}
 
 	// The token from a file, from the environment, and none.
 	file := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(file, []byte("s3cret\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	must(t, exitOK, "--api", base, "--token-file", file, "jobs", "emails")
-	if r := ctl(t, "", []string{"SPROUT_API=" + base, "SPROUT_ADMIN_TOKEN=s3cret"}, "jobs", "emails"); r.code != exitOK {
+	must(t, exitOK, "--api", a.base, "--token-file", file, "jobs", "emails")
+	if r := ctl(t, "", []string{"SPROUT_API=" + a.base, "SPROUT_ADMIN_TOKEN=" + testToken}, "jobs", "emails"); r.code != exitOK {
 		t.Errorf("the API and the token from the environment: %v", r)
 	}
-	r = must(t, exitFailure, "--api", base, "--token", "wrong", "jobs", "emails")
-	if !strings.Contains(r.stderr, "401 Unauthorized: missing or wrong bearer token (check the token") {
-		t.Errorf("a wrong token: want the API's message and a hint")
+	r = must(t, exitFailure, "--api", a.base, "--token", "wrong", "jobs", "emails")
+	if !strings.Contains(r.stderr, "401 Unauthorized") || !strings.Contains(r.stderr, "(check the token") {
+		t.Errorf("a wrong token: want the API's 401 and a hint")
 	}
 	// http:// is assumed; a tube that does not exist is exit 3.
-	must(t, exitNotFound, "--api", strings.TrimPrefix(base, "http://"), "--token", "s3cret", "jobs", "nope")
+	must(t, exitNotFound, "--api", strings.TrimPrefix(a.base, "http://"), "--token", testToken, "jobs", "nope")
 	r = must(t, exitUsage, "jobs", "emails")
 	if !strings.Contains(r.stderr, "needs Sprout's admin API") {
 		t.Errorf("jobs without --api: want it to say it needs the admin API")
@@ -231,30 +189,41 @@ func TestAPINotThere(t *testing.T) {
 	}
 }
 
-// TestAPIClear clears tubes through the fake admin API.
+// TestAPIClear clears tubes through the admin API; the protocol then
+// sees the jobs gone, reserved ones kept.
 func TestAPIClear(t *testing.T) {
 	t.Parallel()
-	f := newFake()
-	base := f.start(t)
-	api := []string{"--api", base, "--token", "s3cret", "-s", "127.0.0.1:1"} // no server: the API does it all
+	a := startAPI(t)
+	a.fill(t)
+	c := dial(t, a.addr)
+	if err := c.ExpectLine("watch emails", "WATCHING 2"); err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	if r, err := c.Do("reserve-with-timeout 0", nil); err != nil || r.Kind != testproc.ReplyReserved {
+		t.Fatalf("reserve: %v %q", err, r.Line)
+	}
+	api := []string{"--api", a.base, "--token", testToken, "-s", "127.0.0.1:1"} // no server: the API does it all
 
 	r := must(t, exitOK, append(api, "clear", "emails", "--state", "buried")...)
 	if r.stdout != "deleted 1 job (buried) from tube emails\n" {
 		t.Errorf("clear --state buried: %q", r.stdout)
 	}
 	r = must(t, exitOK, append(api, "clear", "emails", "--state", "all")...)
-	if r.stdout != "deleted 7 jobs (all) from tube emails\n" {
-		t.Errorf("clear --state all: %q", r.stdout)
+	if r.stdout != "deleted 6 jobs (all) from tube emails\n" {
+		t.Errorf("clear --state all: %q, want the 6 ready jobs not reserved", r.stdout)
+	}
+	if got := tubeCounts(t, c, "emails"); got != [4]int64{0, 1, 0, 0} {
+		t.Errorf("after the clears the protocol sees %v, want only the reserved job", got)
 	}
 	must(t, exitNotFound, append(api, "clear", "emails", "--state", "all")...)
 	must(t, exitNotFound, append(api, "clear", "nope", "--state", "ready")...)
 	want := []string{
-		"POST /api/v1/tubes/emails/clear buried",
-		"POST /api/v1/tubes/emails/clear all",
-		"POST /api/v1/tubes/emails/clear all",
-		"POST /api/v1/tubes/nope/clear ready",
+		`POST /api/v1/tubes/emails/clear {"state":"buried"}`,
+		`POST /api/v1/tubes/emails/clear {"state":"all"}`,
+		`POST /api/v1/tubes/emails/clear {"state":"all"}`,
+		`POST /api/v1/tubes/nope/clear {"state":"ready"}`,
 	}
-	if got := f.seen(); !slices.Equal(got, want) {
+	if got := a.seen(); !slices.Equal(got, want) {
 		t.Errorf("clear asked for\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
