@@ -34,18 +34,9 @@ const testToken = "s3cret-token-for-tests"
 
 func startAPI(t *testing.T) *realAPI {
 	t.Helper()
-	port, err := testproc.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", port)
-	p := testproc.StartConfig(t, testproc.Config{
-		Binary: testproc.SproutBinary(t),
-		Args:   []string{"--http", httpAddr, "--admin-token", testToken},
-		Ready:  testproc.Probe,
-	})
+	p, sidePort := testproc.StartSprout(t, "--admin-token", testToken)
 	a := &realAPI{addr: p.Addr()}
-	target, _ := url.Parse("http://" + httpAddr)
+	target, _ := url.Parse(sidePort)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)

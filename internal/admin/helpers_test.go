@@ -3,7 +3,6 @@ package admin_test
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -28,27 +27,8 @@ type server struct {
 // token among them, or not).
 func start(t *testing.T, args ...string) *server {
 	t.Helper()
-	port, err := testproc.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p := testproc.StartConfig(t, testproc.Config{
-		Binary: testproc.SproutBinary(t),
-		Args:   append([]string{"--http", addr, "--loops", "2"}, args...),
-	})
-	s := &server{proc: p, base: "http://" + addr}
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if resp, err := http.Get(s.base + "/healthz"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the side port does not answer")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return s
+	p, base := testproc.StartSprout(t, append([]string{"--loops", "2"}, args...)...)
+	return &server{proc: p, base: base}
 }
 
 // conn is a protocol connection to s, closed when the test ends.

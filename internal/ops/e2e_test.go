@@ -1,7 +1,6 @@
 package ops_test
 
 import (
-	"fmt"
 	"os"
 	"syscall"
 	"testing"
@@ -21,16 +20,7 @@ func TestMain(m *testing.M) {
 // and args, and returns the process and the side port's base URL.
 func startBinary(t testing.TB, args ...string) (*testproc.Process, string) {
 	t.Helper()
-	port, err := testproc.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", port)
-	p := testproc.StartConfig(t, testproc.Config{
-		Binary: testproc.SproutBinary(t),
-		Args:   append([]string{"--http", httpAddr, "--loops", "2"}, args...),
-	})
-	return p, "http://" + httpAddr
+	return testproc.StartSprout(t, append([]string{"--loops", "2"}, args...)...)
 }
 
 // waitStatus polls url until it answers want, for up to 5 s.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -64,6 +65,34 @@ type Process struct {
 func Start(t testing.TB, binary string, args ...string) *Process {
 	t.Helper()
 	return StartConfig(t, Config{Binary: binary, Args: args})
+}
+
+// StartSprout runs a freshly built Sprout (SproutBinary) with its side
+// port on a free loopback port (--http) and args, as Start does, waits
+// until the side port answers /healthz, and returns the process and the
+// side port's base URL, http://127.0.0.1:PORT.
+func StartSprout(t testing.TB, args ...string) (*Process, string) {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	p := StartConfig(t, Config{
+		Binary: SproutBinary(t),
+		Args:   append([]string{"--http", strings.TrimPrefix(base, "http://")}, args...),
+		Ready:  Probe,
+	})
+	for deadline := time.Now().Add(DefaultStartTimeout); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return p, base
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the side port does not answer: %v\n%s", p, err, p.Output())
+		}
+	}
 }
 
 // StartConfig is Start with the settings in cfg.
