@@ -84,7 +84,19 @@ func (s *Server) Stats() codec.ServerStats {
 }
 
 func appendTubeStats(dst []byte, t *store.TubeStats) []byte {
-	return codec.AppendTubeStats(dst, &codec.TubeStats{
+	cs := WireTubeStats(t)
+	return codec.AppendTubeStats(dst, &cs)
+}
+
+func appendJobStats(dst []byte, j *store.JobStats) []byte {
+	cs := WireJobStats(j)
+	return codec.AppendJobStats(dst, &cs)
+}
+
+// WireTubeStats is a tube's figures as stats-tube reports them, for other
+// ways of reporting them (the admin API's JSON).
+func WireTubeStats(t *store.TubeStats) codec.TubeStats {
+	return codec.TubeStats{
 		Name:                t.Name,
 		CurrentJobsUrgent:   uint64(t.Urgent),
 		CurrentJobsReady:    uint64(t.Ready),
@@ -99,11 +111,12 @@ func appendTubeStats(dst []byte, t *store.TubeStats) []byte {
 		CmdPauseTube:        t.CmdPause,
 		Pause:               int64(t.Pause / time.Second),
 		PauseTimeLeft:       int64(t.PauseTimeLeft / time.Second),
-	})
+	}
 }
 
-func appendJobStats(dst []byte, j *store.JobStats) []byte {
-	return codec.AppendJobStats(dst, &codec.JobStats{
+// WireJobStats is a job's figures as stats-job reports them.
+func WireJobStats(j *store.JobStats) codec.JobStats {
+	return codec.JobStats{
 		ID:       j.ID,
 		Tube:     j.Tube,
 		State:    j.State.String(),
@@ -118,7 +131,7 @@ func appendJobStats(dst []byte, j *store.JobStats) []byte {
 		Buries:   j.Buries,
 		Kicks:    j.Kicks,
 		File:     j.File,
-	})
+	}
 }
 
 // Limits is what the server has done at its connection limits, for

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sproutmq/sprout/codec"
+	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/store"
 )
 
@@ -109,7 +110,7 @@ func appendServerStats(dst []byte, s *codec.ServerStats) []byte {
 
 // appendTube appends a tube's stats-tube object.
 func appendTube(dst []byte, t *store.TubeStats) []byte {
-	cs := codecTubeStats(t)
+	cs := engine.WireTubeStats(t)
 	return closeObject(appendStats(dst, cs.Each))
 }
 
@@ -117,7 +118,7 @@ func appendTube(dst []byte, t *store.TubeStats) []byte {
 // not nil, "body" and "body-encoding": text when the body is valid UTF-8,
 // else base64.
 func appendJob(dst []byte, j *store.JobStats, body []byte) []byte {
-	cs := codecJobStats(j)
+	cs := engine.WireJobStats(j)
 	dst = appendStats(dst, cs.Each)
 	if body != nil {
 		dst = append(dst, `,"body":`...)
@@ -130,47 +131,6 @@ func appendJob(dst []byte, j *store.JobStats, body []byte) []byte {
 		}
 	}
 	return closeObject(dst)
-}
-
-// codecTubeStats is stats-tube's figures as the protocol reports them
-// (whole seconds), as the engine converts them for its reply.
-func codecTubeStats(t *store.TubeStats) codec.TubeStats {
-	return codec.TubeStats{
-		Name:                t.Name,
-		CurrentJobsUrgent:   uint64(t.Urgent),
-		CurrentJobsReady:    uint64(t.Ready),
-		CurrentJobsReserved: uint64(t.Reserved),
-		CurrentJobsDelayed:  uint64(t.Delayed),
-		CurrentJobsBuried:   uint64(t.Buried),
-		TotalJobs:           t.TotalJobs,
-		CurrentUsing:        uint64(t.Using),
-		CurrentWatching:     uint64(t.Watching),
-		CurrentWaiting:      uint64(t.Waiting),
-		CmdDelete:           t.CmdDelete,
-		CmdPauseTube:        t.CmdPause,
-		Pause:               int64(t.Pause / time.Second),
-		PauseTimeLeft:       int64(t.PauseTimeLeft / time.Second),
-	}
-}
-
-// codecJobStats is stats-job's figures as the protocol reports them.
-func codecJobStats(j *store.JobStats) codec.JobStats {
-	return codec.JobStats{
-		ID:       j.ID,
-		Tube:     j.Tube,
-		State:    j.State.String(),
-		Pri:      j.Pri,
-		Age:      int64(j.Age / time.Second),
-		Delay:    int64(j.Delay / time.Second),
-		TTR:      int64(j.TTR / time.Second),
-		TimeLeft: int64(j.TimeLeft / time.Second),
-		Reserves: j.Reserves,
-		Timeouts: j.Timeouts,
-		Releases: j.Releases,
-		Buries:   j.Buries,
-		Kicks:    j.Kicks,
-		File:     j.File,
-	}
 }
 
 const hexDigits = "0123456789abcdef"
