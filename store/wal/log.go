@@ -25,58 +25,12 @@ var (
 )
 
 const (
-	// DefaultSegmentSize is beanstalkd's -s default.
-	DefaultSegmentSize = 10 << 20
-	// DefaultSyncEvery is beanstalkd's -f default.
-	DefaultSyncEvery = 50 * time.Millisecond
 	// migrateBatch bounds how many jobs one compaction step moves, so it
 	// never holds any tube for long.
 	migrateBatch = 256
 	// noSpaceRetry is how often a full disk is checked for space again.
 	noSpaceRetry = 250 * time.Millisecond
-	// defaultCloseGrace bounds how long Close keeps retrying failed writes.
-	defaultCloseGrace = 10 * time.Second
-	// maxUnsynced bounds the written but unsynced bytes kept to be written
-	// again after a failed fsync; past it, new jobs are refused as on a
-	// full disk until an fsync works again.
-	maxUnsynced = 64 << 20
 )
-
-// Options configure a Log.
-type Options struct {
-	// SegmentSize is the size segments are preallocated to and rotated at
-	// (beanstalkd -s). A batch of records is never split, so a segment may
-	// end a little past it.
-	SegmentSize int64
-	// SyncEvery bounds how long a written record may stay un-fsynced
-	// (beanstalkd -f). Zero fsyncs every commit before it is acknowledged.
-	SyncEvery time.Duration
-	// NoSync never fsyncs (beanstalkd -F).
-	NoSync bool
-	// SkipDamaged logs and skips damaged records found at start instead of
-	// refusing to start.
-	SkipDamaged bool
-	// MaxJobSize bounds bodies read back, for imports of beanstalkd binlogs.
-	MaxJobSize int
-	// Importer, if set, takes over a directory holding only another
-	// server's log files.
-	Importer Importer
-	Logger   zerolog.Logger
-	// Observer, if set, is told of every batch written and every fsync.
-	Observer Observer
-
-	// allocate reserves disk space for a segment; tests inject ENOSPC.
-	allocate func(f *os.File, size int64) error
-	// writeAt writes to a segment; tests inject I/O errors.
-	writeAt func(f *os.File, b []byte, off int64) (int, error)
-	// fdatasync syncs a segment; tests inject I/O errors.
-	fdatasync func(f *os.File) error
-	// closeGrace bounds how long Close waits for writes that keep failing;
-	// 0 means defaultCloseGrace.
-	closeGrace time.Duration
-	// maxUnsynced overrides the const of that name in tests; 0 means it.
-	maxUnsynced int64
-}
 
 // Observer receives the writer goroutine's figures, for metrics. Its
 // methods run on the writer goroutine, so they must be cheap and never
@@ -215,24 +169,7 @@ type Log struct {
 // found are available from Recovered; call Start to begin appending. A
 // directory holding only beanstalkd binlog files is imported first.
 func Open(dir string, opts Options) (*Log, error) {
-	if opts.SegmentSize <= 0 {
-		opts.SegmentSize = DefaultSegmentSize
-	}
-	if opts.allocate == nil {
-		opts.allocate = allocate
-	}
-	if opts.writeAt == nil {
-		opts.writeAt = func(f *os.File, b []byte, off int64) (int, error) { return f.WriteAt(b, off) }
-	}
-	if opts.fdatasync == nil {
-		opts.fdatasync = fdatasync
-	}
-	if opts.closeGrace <= 0 {
-		opts.closeGrace = defaultCloseGrace
-	}
-	if opts.maxUnsynced <= 0 {
-		opts.maxUnsynced = maxUnsynced
-	}
+	opts = opts.withDefaults()
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
 	}
