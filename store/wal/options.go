@@ -49,9 +49,6 @@ type Options struct {
 	writeAt func(f *os.File, b []byte, off int64) (int, error)
 	// fdatasync syncs a segment; tests inject I/O errors.
 	fdatasync func(f *os.File) error
-	// closeGrace bounds how long Close waits for writes that keep failing;
-	// 0 means defaultCloseGrace.
-	closeGrace time.Duration
 	// maxUnsynced overrides the const of that name in tests; 0 means it.
 	maxUnsynced int64
 }
@@ -71,9 +68,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.fdatasync == nil {
 		o.fdatasync = fdatasync
-	}
-	if o.closeGrace <= 0 {
-		o.closeGrace = defaultCloseGrace
 	}
 	if o.maxUnsynced <= 0 {
 		o.maxUnsynced = maxUnsynced
