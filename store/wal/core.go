@@ -65,21 +65,13 @@ func (p policy) acknowledgeOnSync() bool { return p.syncEvery <= 0 && !p.noSync 
 type core struct {
 	policy policy // immutable
 
-	// The segments, and where appends go.
-	segs    map[uint32]*segState
-	order   []*segState // segments on disk, oldest first
-	open    []*segState // segments whose file the shell holds, oldest first
-	disk    int64       // bytes the segments take on disk
-	live    int64       // bytes of live full records
-	cur     *segState   // the segment new records go to; nil before start
-	curSize int64       // its size, pending records included
-	lastID  uint64      // highest id in any header or record
+	// Only the writer's events and ready touch these.
 
-	// Appending.
-	pending   []chunk  // appended, not yet handed to the writer
-	spareBufs [][]byte // written chunks' buffers, for reuse
-	appended  uint64   // LSN of the last appended byte
-	records   int64    // records appended
+	// The segments on disk, oldest first, and those whose file the shell
+	// holds (made by this run, not yet retired), oldest first.
+	order []*segState
+	open  []*segState
+	disk  int64 // bytes the segments take on disk
 
 	// Writing: the batch taken from pending, as the extents still to write.
 	batch      []chunk
@@ -97,19 +89,12 @@ type core struct {
 	lastSync      time.Duration // when the last fsync that worked ended
 	unsyncedBytes int64         // written since that fsync, kept to write again
 	resync        bool          // an fsync failed since: write it all again first
-	backlog       bool          // unsyncedBytes passed maxUnsynced: puts refused
 	syncRetry     backoff
 	syncErr       error // why the last fsync failed, until one works
 
-	// Acknowledging.
-	published uint64 // the durable LSN last published
-	waiters   []durableWaiter
-	due       []durableWaiter // the waiters the last publish released
+	due []durableWaiter // the waiters the last publish released
 
-	// The spare segment.
-	spare       *segState // a preallocated next segment, or nil
 	makingSpare bool
-	noSpace     bool // the last spare could not be made: puts refused
 	spareRetry  backoff
 
 	// Compaction.
@@ -118,16 +103,41 @@ type core struct {
 	removeRetry backoff
 	compacted   bool // the last step was compaction's: a new batch goes next
 
-	// Closing.
-	closing   bool
-	closeAt   time.Duration // Close's grace runs out
-	finalSync bool          // Close's last fsync was handed out
-	closeErr  error         // set when writes kept failing past closeAt
+	finalSync bool  // Close's last fsync was handed out
+	closeErr  error // set when writes kept failing past closeAt
 
 	timerAt time.Duration // what the timer is armed for, or never
 	wakeAt  time.Duration // the earliest deadline this ready found, or never
 	notes   []action      // reports and figures from events, for the next ready
 	out     []action
+
+	// Append, OnDurable and Close touch these too. The line between keeps
+	// appends on other cores from taking the writer's fields' cache lines
+	// away from it at every record.
+	_ [64]byte
+
+	segs     map[uint32]*segState
+	cur      *segState // the segment new records go to; nil before start
+	curSize  int64     // its size, pending records included
+	spare    *segState // a preallocated next segment, or nil
+	live     int64     // bytes of live full records
+	lastID   uint64    // highest id in any header or record
+	pending  []chunk   // appended, not yet handed to the writer
+	appended uint64    // LSN of the last appended byte
+	records  int64     // records appended
+	// spareBufs are written chunks' buffers, for append to reuse.
+	spareBufs [][]byte
+
+	// Puts are refused while either is set: the last spare could not be
+	// made (the disk is full), or unsyncedBytes passed maxUnsynced.
+	noSpace bool
+	backlog bool
+
+	published uint64 // the durable LSN last published
+	waiters   []durableWaiter
+
+	closing bool
+	closeAt time.Duration // Close's grace runs out
 }
 
 // segState is what the core knows of one segment file.
