@@ -3,25 +3,35 @@ package wal
 import "time"
 
 // action is one thing the core asks the shell to do (see doc.go). Which
-// fields count depends on kind.
+// fields count depends on kind. It is kept small: a few are built for
+// every batch.
 type action struct {
-	kind    actionKind
-	report  report          // actReport
-	seq     uint32          // the segment
-	off     int64           // actRetire: the size to trim to
+	kind   actionKind
+	report report // actReport
+	keep   bool   // actWrite: keep a copy, to write again after a failed fsync
+	sync   bool   // actRetire: fsync first; actSync: write the copies again first
+	seq    uint32 // the segment
+	// n is the action's one figure: actRetire: the size to trim to;
+	// actObserveBatch: bytes; actReport: a figure; and, read through the
+	// methods below, actPublish's LSN, actMakeSpare's header id and
+	// actTimer's time.
+	n       int64
+	records int32           // actObserveBatch
 	writes  []extent        // actWrite
-	keep    bool            // actWrite: keep a copy, to write again after a failed fsync
-	sync    bool            // actRetire: fsync first; actSync: write the copies again first
-	lsn     uint64          // actPublish: the durable LSN
 	due     []durableWaiter // actPublish: the callbacks it releases
-	id      uint64          // actMakeSpare: the highest id issued, for the header
 	segs    []uint32        // actSync: the segments to fsync
 	ids     []uint64        // actMigrate: the jobs to move out of seq
-	at      time.Duration   // actTimer: when, since the shell's origin
-	n       int64           // actObserveBatch: bytes; actReport: a figure
-	records int             // actObserveBatch
 	err     error           // actReport: what failed; actClosed: Close's result
 }
+
+// lsn is actPublish's durable LSN.
+func (a *action) lsn() uint64 { return uint64(a.n) }
+
+// lastID is actMakeSpare's highest id issued, for the new header.
+func (a *action) lastID() uint64 { return uint64(a.n) }
+
+// at is when actTimer wants the timer, since the shell's origin.
+func (a *action) at() time.Duration { return time.Duration(a.n) }
 
 type actionKind uint8
 

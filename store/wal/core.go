@@ -379,7 +379,7 @@ func (c *core) writeDone(now time.Duration, n int64, err error) {
 		bytes += len(c.batch[i].b)
 		records += c.batch[i].records
 	}
-	c.note(action{kind: actObserveBatch, n: int64(bytes), records: records})
+	c.note(action{kind: actObserveBatch, n: int64(bytes), records: int32(records)})
 	c.batch = c.recycle(c.batch)
 	c.writes, c.head = c.writes[:0], 0
 }
@@ -508,7 +508,7 @@ func (c *core) ready(now time.Duration) []action {
 		c.compact(now, target) || c.takeBatch(released)
 	if c.wakeAt < c.timerAt {
 		c.timerAt = c.wakeAt
-		c.out = slices.Insert(c.out, step, action{kind: actTimer, at: c.wakeAt})
+		c.out = slices.Insert(c.out, step, action{kind: actTimer, n: int64(c.wakeAt)})
 	}
 	return c.out
 }
@@ -542,7 +542,7 @@ func (c *core) publish() bool {
 	}
 	clear(c.waiters[len(keep):])
 	c.waiters, c.due = keep, due
-	c.emit(action{kind: actPublish, lsn: lsn, due: due})
+	c.emit(action{kind: actPublish, n: int64(lsn), due: due})
 	return len(due) > 0
 }
 
@@ -559,7 +559,7 @@ func (c *core) retire() {
 			keep = append(keep, s)
 			continue
 		}
-		c.emit(action{kind: actRetire, seq: s.seq, off: s.written, sync: s.dirty})
+		c.emit(action{kind: actRetire, seq: s.seq, n: s.written, sync: s.dirty})
 		s.open, s.dirty = false, false
 		c.disk += s.written - s.onDisk
 		s.onDisk = s.written
@@ -581,7 +581,7 @@ func (c *core) makeSpare(now time.Duration) {
 		return
 	}
 	c.makingSpare = true
-	c.emit(action{kind: actMakeSpare, seq: c.nextSeq(), id: c.lastID})
+	c.emit(action{kind: actMakeSpare, seq: c.nextSeq(), n: int64(c.lastID)})
 }
 
 // writeBatch hands out what is left of the batch being written, once a

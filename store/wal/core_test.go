@@ -83,18 +83,18 @@ func (h *harness) describe(a action) string {
 		return fmt.Sprintf("observe %dB %drec", a.n, a.records)
 	case actPublish:
 		if len(a.due) > 0 {
-			return fmt.Sprintf("publish %d +%d", a.lsn, len(a.due))
+			return fmt.Sprintf("publish %d +%d", a.lsn(), len(a.due))
 		}
-		return fmt.Sprintf("publish %d", a.lsn)
+		return fmt.Sprintf("publish %d", a.lsn())
 	case actRetire:
 		if a.sync {
-			return fmt.Sprintf("retire %d at %d fsynced", a.seq, a.off)
+			return fmt.Sprintf("retire %d at %d fsynced", a.seq, a.n)
 		}
-		return fmt.Sprintf("retire %d at %d", a.seq, a.off)
+		return fmt.Sprintf("retire %d at %d", a.seq, a.n)
 	case actMakeSpare:
 		return fmt.Sprintf("spare %d", a.seq)
 	case actTimer:
-		return fmt.Sprintf("timer +%v", a.at-h.now)
+		return fmt.Sprintf("timer +%v", a.at()-h.now)
 	case actWrite:
 		var ws []string
 		for _, e := range a.writes {

@@ -107,10 +107,10 @@ func (l *Log) carryOut(acts []action) (o outcome, stop bool) {
 			l.report(a)
 		case actObserveBatch:
 			if ob := l.opts.Observer; ob != nil {
-				ob.ObserveBatch(int(a.n), a.records)
+				ob.ObserveBatch(int(a.n), int(a.records))
 			}
 		case actPublish:
-			l.durable.Store(a.lsn)
+			l.durable.Store(a.lsn())
 			for _, w := range a.due {
 				w.fn()
 			}
@@ -119,14 +119,14 @@ func (l *Log) carryOut(acts []action) (o outcome, stop bool) {
 			if a.sync {
 				_ = f.Sync()
 			}
-			_ = f.Truncate(a.off)
+			_ = f.Truncate(a.n)
 			_ = f.Close()
 			delete(l.files, a.seq)
 		case actMakeSpare:
 			l.spareWG.Add(1)
-			go l.makeSpare(a.seq, a.id)
+			go l.makeSpare(a.seq, a.lastID())
 		case actTimer:
-			l.timer.Reset(a.at - time.Since(l.origin))
+			l.timer.Reset(a.at() - time.Since(l.origin))
 			l.timerC = l.timer.C
 		case actWrite:
 			o = outcome{kind: wrote}
