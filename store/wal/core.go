@@ -108,8 +108,12 @@ type core struct {
 
 	timerAt time.Duration // what the timer is armed for, or never
 	wakeAt  time.Duration // the earliest deadline this ready found, or never
-	notes   []action      // reports and figures from events, for the next ready
-	out     []action
+	// out is the actions for the next ready: those the writer's events
+	// add (reports, figures), then ready's own. The shell is done with
+	// the list ready handed out before it feeds an event or asks again,
+	// so the first of those starts a new one.
+	out      []action
+	outTaken bool // ready handed out; the next action starts a new list
 
 	// Append, OnDurable and Close touch these too. The line between keeps
 	// appends on other cores from taking the writer's fields' cache lines
@@ -361,7 +365,7 @@ func (c *core) writeDone(now time.Duration, n int64, err error) {
 		// fsync keeps failing: stop taking new jobs, as on a full disk,
 		// rather than keep ever more to write again.
 		c.backlog = true
-		c.note(action{kind: actReport, report: reportBacklog, n: c.unsyncedBytes})
+		c.emit(action{kind: actReport, report: reportBacklog, n: c.unsyncedBytes})
 	}
 	if err != nil && c.head < len(c.writes) {
 		seq := c.writes[c.head].seq
@@ -370,7 +374,7 @@ func (c *core) writeDone(now time.Duration, n int64, err error) {
 			return
 		}
 		c.writeRetry.failed(now)
-		c.note(action{kind: actReport, report: reportWriteFailed, seq: seq, err: err})
+		c.emit(action{kind: actReport, report: reportWriteFailed, seq: seq, err: err})
 		return
 	}
 	c.writeRetry.reset()
@@ -379,7 +383,7 @@ func (c *core) writeDone(now time.Duration, n int64, err error) {
 		bytes += len(c.batch[i].b)
 		records += c.batch[i].records
 	}
-	c.note(action{kind: actObserveBatch, n: int64(bytes), records: int32(records)})
+	c.emit(action{kind: actObserveBatch, n: int64(bytes), records: int32(records)})
 	c.batch = c.recycle(c.batch)
 	c.writes, c.head = c.writes[:0], 0
 }
@@ -388,7 +392,7 @@ func (c *core) writeDone(now time.Duration, n int64, err error) {
 // a disk that keeps failing. None of them was acknowledged.
 func (c *core) giveUp(seq uint32, err error) {
 	c.closeErr = errors.New("wal: closed with records the disk would not take")
-	c.note(action{kind: actReport, report: reportGaveUp, seq: seq, err: err})
+	c.emit(action{kind: actReport, report: reportGaveUp, seq: seq, err: err})
 	c.batch = c.recycle(c.batch)
 	c.pending = c.recycle(c.pending)
 	c.writes, c.head = c.writes[:0], 0
@@ -416,7 +420,7 @@ func (c *core) syncDone(now time.Duration, seq uint32, err error) {
 		c.resync = true
 		c.syncErr = err
 		c.syncRetry.failed(now)
-		c.note(action{kind: actReport, report: reportSyncFailed, seq: seq, err: err})
+		c.emit(action{kind: actReport, report: reportSyncFailed, seq: seq, err: err})
 		return
 	}
 	c.synced = c.syncing
@@ -434,7 +438,7 @@ func (c *core) removeDone(now time.Duration, err error) {
 	seq := c.removeSeq
 	if err != nil {
 		if c.removeRetry.wait == 0 {
-			c.note(action{kind: actReport, report: reportRemoveFailed, seq: seq, err: err})
+			c.emit(action{kind: actReport, report: reportRemoveFailed, seq: seq, err: err})
 		}
 		c.removeRetry.failed(now)
 		return
@@ -455,14 +459,14 @@ func (c *core) spareDone(now time.Duration, seq uint32, err error) {
 	c.makingSpare = false
 	if err != nil {
 		if !c.noSpace {
-			c.note(action{kind: actReport, report: reportDiskFull, err: err})
+			c.emit(action{kind: actReport, report: reportDiskFull, err: err})
 		}
 		c.noSpace = true
 		c.spareRetry.failed(now)
 		return
 	}
 	if c.noSpace {
-		c.note(action{kind: actReport, report: reportSpaceBack})
+		c.emit(action{kind: actReport, report: reportSpaceBack})
 	}
 	c.noSpace = false
 	c.spareRetry.reset()
@@ -470,22 +474,15 @@ func (c *core) spareDone(now time.Duration, seq uint32, err error) {
 	c.addSegment(c.spare)
 }
 
-func (c *core) note(a action) { c.notes = append(c.notes, a) }
-
 // Actions.
 
 // ready returns the actions that follow from the events so far, in the
 // order to carry them out (see doc.go). At most one, the last, is a step
 // of the writer's own (its I/O, or a turn); the writer reports its outcome
 // before calling ready again. The slice is the core's, valid until the
-// next call.
+// writer feeds the next event or calls ready again.
 func (c *core) ready(now time.Duration) []action {
-	c.out = c.out[:0]
-	if len(c.notes) > 0 {
-		c.out = append(c.out, c.notes...)
-		clear(c.notes)
-		c.notes = c.notes[:0]
-	}
+	c.startOut()
 	c.wakeAt = never
 	released := c.publish()
 	c.retire()
@@ -510,10 +507,20 @@ func (c *core) ready(now time.Duration) []action {
 		c.timerAt = c.wakeAt
 		c.out = slices.Insert(c.out, step, action{kind: actTimer, n: int64(c.wakeAt)})
 	}
+	c.outTaken = true
 	return c.out
 }
 
-func (c *core) emit(a action) { c.out = append(c.out, a) }
+func (c *core) startOut() {
+	if c.outTaken {
+		c.out, c.outTaken = c.out[:0], false
+	}
+}
+
+func (c *core) emit(a action) {
+	c.startOut()
+	c.out = append(c.out, a)
+}
 
 // wake asks for the timer at `at`, if nothing asks for it earlier.
 func (c *core) wake(at time.Duration) { c.wakeAt = min(c.wakeAt, at) }
