@@ -72,8 +72,10 @@ const (
 	actClosed
 )
 
-// report is a line for the operator: said once, by the event that makes
-// it true, with the segment and error it concerns.
+// report is a line for the operator, with the segment and error it
+// concerns: each failed write or fsync (one per backoff at most), and
+// each change of state (a full disk, space back, a backlog) once, by the
+// event that makes it true.
 type report uint8
 
 const (

@@ -41,18 +41,18 @@
 // timer for.
 //
 // Actions (ready's result, in the order to carry them out): report (a line
-// for the operator, said once by the event that makes it true) and the
-// Observer's figures; publish a durable LSN with the callbacks it
-// releases; retire (trim and close) segments no fsync needs any more; make
-// a spare segment (on its own goroutine: its outcome comes back later);
-// arm the timer; then at most one step of the writer's own, whose outcome
-// the shell reports before asking again: write these extents (a new
-// segment's header, then batches of records, stopping at the first
-// failure), or fsync these segments (after writing again what Linux may
-// have dropped), or migrate these ids out of a segment, or remove a
-// segment, or turn (ask again once the callbacks just released have run,
-// so the commits they release join the next batch), or report the result
-// of Close.
+// for the operator: each failed write or fsync, one per backoff at most; a
+// change of state, such as a full disk, once) and the Observer's figures;
+// publish a durable LSN with the callbacks it releases; retire (trim and
+// close) segments no fsync needs any more; make a spare segment (on its
+// own goroutine: its outcome comes back later); arm the timer; then at
+// most one step of the writer's own, whose outcome the shell reports
+// before asking again: write these extents (a new segment's header, then
+// batches of records, stopping at the first failure), or fsync these
+// segments (after writing again what Linux may have dropped), or migrate
+// these ids out of a segment, or remove a segment, or turn (ask again once
+// the callbacks just released have run, so the commits they release join
+// the next batch), or report the result of Close.
 //
 // The core chooses that step by a fixed priority, so one look at ready
 // says what the writer does next: finish (or retry) the batch being
