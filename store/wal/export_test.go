@@ -1,9 +1,6 @@
 package wal
 
-import (
-	"os"
-	"time"
-)
+import "os"
 
 // This file exposes internals to the external tests (package wal_test)
 // without widening the API.
@@ -44,9 +41,19 @@ func DecodeFrame(b []byte) (Record, int, error) {
 	return r, n, err
 }
 
-// Synced is the highest LSN fsynced; Written the highest written.
-func (l *Log) Synced() uint64  { return l.synced.Load() }
-func (l *Log) Written() uint64 { return l.written.Load() }
+// Synced is the highest LSN fsynced.
+func (l *Log) Synced() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.core.synced
+}
+
+// Written is the highest LSN written.
+func (l *Log) Written() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.core.written
+}
 
 // SetFdatasync replaces the call that syncs a segment, so a test can
 // inject fsync errors. next is the real one.
@@ -54,12 +61,6 @@ func SetFdatasync(o *Options, f func(next func(*os.File) error, file *os.File) e
 	o.fdatasync = func(file *os.File) error { return f(fdatasync, file) }
 }
 
-// SetCloseGrace bounds how long Close retries failing writes.
-func SetCloseGrace(o *Options, d time.Duration) { o.closeGrace = d }
-
 // SetMaxUnsynced lowers how many unsynced bytes the log keeps before it
 // refuses new jobs.
 func SetMaxUnsynced(o *Options, n int64) { o.maxUnsynced = n }
-
-// Cycles is how many times the writer has gone round its loop.
-func (l *Log) Cycles() int64 { return l.cycles.Load() }

@@ -47,15 +47,10 @@ func (l *Log) load() error {
 	l.recovered = make([]Recovered, 0, len(live))
 	for _, r := range live {
 		l.recovered = append(l.recovered, *r)
-		s := l.segs[r.Loc.Seg]
-		s.liveCount++
-		s.liveBytes += int64(r.Loc.Size)
-		s.ids = append(s.ids, r.ID)
-		l.live += int64(r.Loc.Size)
 	}
 	sort.Slice(l.recovered, func(i, k int) bool { return l.recovered[i].ID < l.recovered[k].ID })
-	for _, s := range l.segs {
-		sort.Slice(s.ids, func(i, k int) bool { return s.ids[i] < s.ids[k] })
+	for _, r := range l.recovered {
+		l.core.recoverJob(r.ID, r.Loc)
 	}
 	return nil
 }
@@ -103,12 +98,8 @@ func (l *Log) replaySegment(seq uint32, last bool, live map[uint64]*Recovered) e
 	if v := binary.LittleEndian.Uint32(data[8:]); v != version {
 		return fmt.Errorf("wal: %s: unknown version %d", path, v)
 	}
-	if id := binary.LittleEndian.Uint64(data[16:]); id > l.lastID {
-		l.lastID = id
-	}
-	s := &segment{seq: seq, path: path, onDisk: int64(len(data)), written: int64(len(data))}
-	l.segs[seq] = s
-	l.order = append(l.order, seq)
+	l.core.sawID(binary.LittleEndian.Uint64(data[headerIDOffset:]))
+	fileSize := len(data)
 
 	off := headerSize
 	var rec Record
@@ -127,7 +118,7 @@ func (l *Log) replaySegment(seq uint32, last bool, live map[uint64]*Recovered) e
 			if err := os.Truncate(path, int64(off)); err != nil {
 				return err
 			}
-			s.onDisk, s.written = int64(off), int64(off)
+			fileSize = off
 			break
 		}
 		if !l.opts.SkipDamaged {
@@ -139,6 +130,7 @@ func (l *Log) replaySegment(seq uint32, last bool, live map[uint64]*Recovered) e
 		}
 		off += size
 	}
+	l.core.recoverSegment(seq, int64(fileSize))
 	return nil
 }
 
@@ -175,9 +167,7 @@ func frameTail(data []byte, off int) bool {
 }
 
 func (l *Log) apply(r *Record, loc Loc, live map[uint64]*Recovered) {
-	if r.ID > l.lastID {
-		l.lastID = r.ID
-	}
+	l.core.sawID(r.ID)
 	switch r.Kind {
 	case KindFull:
 		rec := *r

@@ -1,0 +1,812 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// errClosed answers an Append after Close.
+var errClosed = errors.New("wal: closed")
+
+const (
+	// migrateBatch bounds how many jobs one compaction step moves, so it
+	// never holds any tube for long.
+	migrateBatch = 256
+	// noSpaceRetry is how often a full disk is checked for space again.
+	noSpaceRetry = 250 * time.Millisecond
+	// removeRetry is how often a segment that could not be removed is
+	// tried again.
+	removeRetry = time.Second
+	// maxReusedBuf bounds the chunk buffers kept for reuse, so that one
+	// burst of large bodies does not pin its memory.
+	maxReusedBuf = 1 << 20
+	// headerIDOffset is where a segment's header holds the highest id
+	// issued when the segment began.
+	headerIDOffset = 16
+	// never is a deadline that does not come.
+	never = time.Duration(math.MaxInt64)
+)
+
+// policy is what the core takes from Options.
+type policy struct {
+	segmentSize int64
+	syncEvery   time.Duration
+	noSync      bool
+	closeGrace  time.Duration
+	maxUnsynced int64
+}
+
+func (o Options) policy() policy {
+	return policy{
+		segmentSize: o.SegmentSize,
+		syncEvery:   o.SyncEvery,
+		noSync:      o.NoSync,
+		closeGrace:  defaultCloseGrace,
+		maxUnsynced: o.maxUnsynced,
+	}
+}
+
+// acknowledgeOnSync reports whether a commit waits for its fsync (-f 0)
+// rather than only its write.
+func (p policy) acknowledgeOnSync() bool { return p.syncEvery <= 0 && !p.noSync }
+
+// core is the log writer's decisions, apart from its I/O (see doc.go): a
+// plain value that events step, as method calls carrying the time they
+// happened, and that ready turns into actions. It is not safe for
+// concurrent use; Log guards it with mu.
+//
+// Its times are monotonic durations since an origin the shell picks (Open):
+// plain numbers, cheaper to read and compare than wall-clock times, and a
+// test picks them at will.
+type core struct {
+	policy policy // immutable
+
+	// Only the writer's events and ready touch these.
+
+	// The segments on disk, oldest first, and those whose file the shell
+	// holds (made by this run, not yet retired), oldest first.
+	order []*segState
+	open  []*segState
+	disk  int64 // bytes the segments take on disk
+
+	// Writing: the batch taken from pending, as the extents still to write.
+	batch      []chunk
+	writes     []extent
+	head       int    // writes before it are done
+	headers    []byte // the header ids the writes point into
+	writing    uint32 // the segment last handed out to write to
+	written    uint64 // LSN written
+	writeRetry backoff
+
+	// Syncing.
+	synced        uint64        // LSN fsynced
+	syncing       uint64        // what the fsync handed out covers
+	syncSegs      []uint32      // the segments it syncs
+	lastSync      time.Duration // when the last fsync that worked ended
+	unsyncedBytes int64         // written since that fsync, kept to write again
+	resync        bool          // an fsync failed since: write it all again first
+	syncRetry     backoff
+	syncErr       error // why the last fsync failed, until one works
+
+	due []durableWaiter // the waiters the last publish released
+
+	makingSpare bool
+	spareRetry  backoff
+
+	// Compaction.
+	removeSeq   uint32 // the oldest segment, once nothing in it is live...
+	removeAfter uint64 // ...goes once this LSN is durable
+	removeRetry backoff
+	compacted   bool // the last step was compaction's: a new batch goes next
+
+	finalSync bool  // Close's last fsync was handed out
+	closeErr  error // set when writes kept failing past closeAt
+
+	timerAt time.Duration // what the timer is armed for, or never
+	wakeAt  time.Duration // the earliest deadline this ready found, or never
+	// out is the actions for the next ready: those the writer's events
+	// add (reports, figures), then ready's own. The shell is done with
+	// the list ready handed out before it feeds an event or asks again,
+	// so the first of those starts a new one.
+	out      []action
+	outTaken bool // ready handed out; the next action starts a new list
+
+	// Append, OnDurable and Close touch these too. The line between keeps
+	// appends on other cores from taking the writer's fields' cache lines
+	// away from it at every record.
+	_ [64]byte
+
+	segs     map[uint32]*segState
+	cur      *segState // the segment new records go to; nil before start
+	curSize  int64     // its size, pending records included
+	spare    *segState // a preallocated next segment, or nil
+	live     int64     // bytes of live full records
+	lastID   uint64    // highest id in any header or record
+	pending  []chunk   // appended, not yet handed to the writer
+	appended uint64    // LSN of the last appended byte
+	records  int64     // records appended
+	// spareBufs are written chunks' buffers, for append to reuse.
+	spareBufs [][]byte
+
+	// Puts are refused while either is set: the last spare could not be
+	// made (the disk is full), or unsyncedBytes passed maxUnsynced.
+	noSpace bool
+	backlog bool
+
+	published uint64 // the durable LSN last published
+	waiters   []durableWaiter
+
+	closing bool
+	closeAt time.Duration // Close's grace runs out
+}
+
+// segState is what the core knows of one segment file.
+type segState struct {
+	seq       uint32
+	liveCount int      // full records here that are their job's latest
+	liveBytes int64    // their bytes
+	ids       []uint64 // jobs whose full record was written here (some since moved or deleted)
+	stuck     bool     // live records but no ids left: reported once
+	onDisk    int64    // bytes the file takes on disk
+	written   int64    // bytes written, header included: where the next write goes
+	open      bool     // made by this run and not yet retired or removed
+	dirty     bool     // written since the last fsync that worked
+}
+
+// chunk is records appended to one segment, encoded.
+type chunk struct {
+	seg     *segState
+	b       []byte
+	end     uint64 // LSN after this chunk
+	records int    // records in b
+}
+
+// extent is one write handed out: b at off in segment seq. What a failed
+// write left undone stays here, shrunk, to be written again.
+type extent struct {
+	seq   uint32
+	off   int64
+	b     []byte
+	seg   *segState // the core's, for its accounting
+	chunk int       // index in batch of the chunk b belongs to; -1 for a header
+}
+
+type durableWaiter struct {
+	lsn uint64
+	fn  func()
+}
+
+// backoff spaces the attempts at something that keeps failing.
+type backoff struct {
+	min, max time.Duration // immutable
+	wait     time.Duration // 0 while the last attempt worked
+	next     time.Duration // no attempt before this
+}
+
+func (b *backoff) failed(now time.Duration) {
+	b.wait = min(max(2*b.wait, b.min), b.max)
+	b.next = now + b.wait
+}
+
+func (b *backoff) reset() { b.wait = 0 }
+
+func (b *backoff) due(now time.Duration) bool { return b.wait == 0 || now >= b.next }
+
+func newCore(p policy) *core {
+	return &core{
+		policy:      p,
+		timerAt:     never,
+		segs:        make(map[uint32]*segState),
+		writeRetry:  backoff{min: 10 * time.Millisecond, max: time.Second},
+		syncRetry:   backoff{min: 10 * time.Millisecond, max: time.Second},
+		spareRetry:  backoff{min: noSpaceRetry, max: noSpaceRetry},
+		removeRetry: backoff{min: removeRetry, max: removeRetry},
+	}
+}
+
+// Recovery: Open tells the core what the directory holds, before start.
+
+// recoverSegment adds a segment found on disk, size bytes long.
+func (c *core) recoverSegment(seq uint32, size int64) {
+	c.addSegment(&segState{seq: seq, onDisk: size, written: size})
+}
+
+// recoverJob counts a job whose latest full record is at loc as live.
+// Jobs come in id order, so each segment's ids stay sorted.
+func (c *core) recoverJob(id uint64, loc Loc) {
+	s := c.segs[loc.Seg]
+	s.liveCount++
+	s.liveBytes += int64(loc.Size)
+	s.ids = append(s.ids, id)
+	c.live += int64(loc.Size)
+}
+
+// sawID raises the highest id issued to id.
+func (c *core) sawID(id uint64) { c.lastID = max(c.lastID, id) }
+
+// addSegment adds s after every segment the core knows: new segments
+// always get the next sequence number.
+func (c *core) addSegment(s *segState) {
+	c.segs[s.seq] = s
+	c.order = append(c.order, s)
+	c.disk += s.onDisk
+	if s.open {
+		c.open = append(c.open, s)
+	}
+}
+
+// nextSeq is the sequence number of the next segment to make.
+func (c *core) nextSeq() uint32 {
+	if n := len(c.order); n > 0 {
+		return c.order[n-1].seq + 1
+	}
+	return 1
+}
+
+// Events.
+
+// start: Start made segment seq, preallocated, for this run's records.
+func (c *core) start(now time.Duration, seq uint32) {
+	c.cur = &segState{seq: seq, onDisk: c.policy.segmentSize, written: headerSize, open: true}
+	c.addSegment(c.cur)
+	c.curSize = headerSize
+	c.lastSync = now
+}
+
+// started reports whether start was called.
+func (c *core) started() bool { return c.cur != nil }
+
+// append encodes r into the pending batch and returns its LSN. A KindFull
+// record's new Loc is returned; prev is the job's previous full record
+// (zero for a put), which stops counting as live.
+func (c *core) append(r *Record, prev Loc) (lsn uint64, loc Loc, err error) {
+	if c.closing {
+		return 0, Loc{}, errClosed
+	}
+	if c.onlyDeletes() && r.Kind != KindDelete {
+		return 0, Loc{}, ErrNoSpace
+	}
+	size := int64(payloadSize(r) + frameHeader)
+	if c.curSize+size > c.policy.segmentSize && c.curSize > headerSize && c.spare != nil {
+		c.useSpare()
+	}
+	n := len(c.pending)
+	if n == 0 || c.pending[n-1].seg != c.cur {
+		var b []byte
+		if k := len(c.spareBufs); k > 0 {
+			b = c.spareBufs[k-1]
+			c.spareBufs = c.spareBufs[:k-1]
+		}
+		c.pending = append(c.pending, chunk{seg: c.cur, b: b})
+		n++
+	}
+	ch := &c.pending[n-1]
+	ch.b = appendFrame(ch.b, r)
+	ch.records++
+	c.curSize += size
+	c.appended += uint64(size)
+	ch.end = c.appended
+	c.records++
+	c.sawID(r.ID)
+	if r.Kind == KindFull {
+		s := c.cur
+		s.liveCount++
+		s.liveBytes += size
+		s.ids = append(s.ids, r.ID)
+		c.live += size
+		loc = Loc{Seg: s.seq, Size: uint32(size)}
+	}
+	if prev.Seg != 0 {
+		if s := c.segs[prev.Seg]; s != nil {
+			s.liveCount--
+			s.liveBytes -= int64(prev.Size)
+		}
+		c.live -= int64(prev.Size)
+	}
+	return c.appended, loc, nil
+}
+
+// onlyDeletes reports whether the log takes deletes alone: the disk is
+// full, or too much waits for an fsync that keeps failing.
+func (c *core) onlyDeletes() bool { return c.noSpace || c.backlog }
+
+// onDurable holds fn until lsn is published; true means it already is,
+// and the caller runs fn itself.
+func (c *core) onDurable(lsn uint64, fn func()) bool {
+	if lsn <= c.published {
+		return true
+	}
+	c.waiters = append(c.waiters, durableWaiter{lsn: lsn, fn: fn})
+	return false
+}
+
+// closeRequested: Close was called. Appends are refused from now on; true
+// the first time.
+func (c *core) closeRequested(now time.Duration) bool {
+	if c.closing {
+		return false
+	}
+	c.closing = true
+	c.closeAt = now + c.policy.closeGrace
+	return true
+}
+
+// timerFired: the timer went off, and is no longer armed.
+func (c *core) timerFired(time.Duration) { c.timerAt = never }
+
+// writeDone: the extents handed out wrote n bytes in all, in order, and
+// then, if err is set, one failed.
+func (c *core) writeDone(now time.Duration, n int64, err error) {
+	for ; c.head < len(c.writes); c.head++ {
+		e := &c.writes[c.head]
+		k := min(n, int64(len(e.b)))
+		n -= k
+		if k > 0 {
+			s := e.seg
+			s.written = max(s.written, e.off+k)
+			s.dirty = true
+			if !c.policy.noSync {
+				c.unsyncedBytes += k
+			}
+			e.off, e.b = e.off+k, e.b[k:]
+		}
+		if len(e.b) > 0 {
+			break
+		}
+		if e.chunk >= 0 {
+			c.written = c.batch[e.chunk].end
+		}
+	}
+	if c.unsyncedBytes > c.policy.maxUnsynced && !c.backlog {
+		// fsync keeps failing: stop taking new jobs, as on a full disk,
+		// rather than keep ever more to write again.
+		c.backlog = true
+		c.emit(action{kind: actReport, report: reportBacklog, n: c.unsyncedBytes})
+	}
+	if err != nil && c.head < len(c.writes) {
+		seq := c.writes[c.head].seq
+		if c.closing && now >= c.closeAt {
+			c.giveUp(seq, err)
+			return
+		}
+		c.writeRetry.failed(now)
+		c.emit(action{kind: actReport, report: reportWriteFailed, seq: seq, err: err})
+		return
+	}
+	c.writeRetry.reset()
+	var bytes, records int
+	for i := range c.batch {
+		bytes += len(c.batch[i].b)
+		records += c.batch[i].records
+	}
+	c.emit(action{kind: actObserveBatch, n: int64(bytes), records: int32(records)})
+	c.batch = c.recycle(c.batch)
+	c.writes, c.head = c.writes[:0], 0
+}
+
+// giveUp drops every record not yet written: Close's grace has run out on
+// a disk that keeps failing. None of them was acknowledged.
+func (c *core) giveUp(seq uint32, err error) {
+	c.closeErr = errors.New("wal: closed with records the disk would not take")
+	c.emit(action{kind: actReport, report: reportGaveUp, seq: seq, err: err})
+	c.batch = c.recycle(c.batch)
+	c.pending = c.recycle(c.pending)
+	c.writes, c.head = c.writes[:0], 0
+}
+
+// recycle keeps the buffers of chunks for Append to fill again, and
+// returns chunks emptied.
+func (c *core) recycle(chunks []chunk) []chunk {
+	for i := range chunks {
+		if b := chunks[i].b; cap(b) <= maxReusedBuf && len(c.spareBufs) < 4 {
+			c.spareBufs = append(c.spareBufs, b[:0])
+		}
+		chunks[i] = chunk{}
+	}
+	return chunks[:0]
+}
+
+// syncDone: the fsync handed out worked, or failed on segment seq. After a
+// failed fdatasync the kernel may have dropped the dirty pages while
+// reporting the error once, so a later one that works would prove nothing
+// about them: everything written since the last good fsync is written
+// again before the next one counts.
+func (c *core) syncDone(now time.Duration, seq uint32, err error) {
+	if err != nil {
+		c.resync = true
+		c.syncErr = err
+		c.syncRetry.failed(now)
+		c.emit(action{kind: actReport, report: reportSyncFailed, seq: seq, err: err})
+		return
+	}
+	c.synced = c.syncing
+	c.lastSync = now
+	c.syncRetry.reset()
+	c.resync, c.syncErr = false, nil
+	c.unsyncedBytes, c.backlog = 0, false
+	for _, s := range c.open {
+		s.dirty = false
+	}
+}
+
+// removeDone: the oldest segment was removed, or could not be.
+func (c *core) removeDone(now time.Duration, err error) {
+	seq := c.removeSeq
+	if err != nil {
+		if c.removeRetry.wait == 0 {
+			c.emit(action{kind: actReport, report: reportRemoveFailed, seq: seq, err: err})
+		}
+		c.removeRetry.failed(now)
+		return
+	}
+	c.removeRetry.reset()
+	c.disk -= c.order[0].onDisk
+	delete(c.segs, seq)
+	c.order[0] = nil
+	c.order = c.order[1:]
+	c.removeSeq = 0
+	// Space freed: a spare the full disk refused may fit now.
+	c.spareRetry.reset()
+}
+
+// spareDone: segment seq was made and preallocated, or could not be: the
+// disk is full.
+func (c *core) spareDone(now time.Duration, seq uint32, err error) {
+	c.makingSpare = false
+	if err != nil {
+		if !c.noSpace {
+			c.emit(action{kind: actReport, report: reportDiskFull, err: err})
+		}
+		c.noSpace = true
+		c.spareRetry.failed(now)
+		return
+	}
+	if c.noSpace {
+		c.emit(action{kind: actReport, report: reportSpaceBack})
+	}
+	c.noSpace = false
+	c.spareRetry.reset()
+	c.spare = &segState{seq: seq, onDisk: c.policy.segmentSize, written: headerSize, open: true}
+	c.addSegment(c.spare)
+}
+
+// Actions.
+
+// ready returns the actions that follow from the events so far, in the
+// order to carry them out (see doc.go). At most one, the last, is a step
+// of the writer's own (its I/O, or a turn); the writer reports its outcome
+// before calling ready again. The slice is the core's, valid until the
+// writer feeds the next event or calls ready again.
+func (c *core) ready(now time.Duration) []action {
+	c.startOut()
+	c.wakeAt = never
+	released := c.publish()
+	c.retire()
+	if c.curSize > c.policy.segmentSize && c.spare != nil {
+		// The current segment outgrew its size while the spare was being
+		// made. Rotate now rather than at the next append, so an idle log
+		// can still compact it away.
+		c.useSpare()
+	}
+	c.makeSpare(now)
+	target := c.compactionTarget()
+	if target != nil && target.liveCount == 0 && c.removeSeq != target.seq {
+		// Every record that moved a job out of it, or deleted one, is
+		// appended by now: once they are durable it may go.
+		c.removeSeq, c.removeAfter = target.seq, c.appended
+	}
+	step := len(c.out)
+	_ = c.writeBatch(now) || c.sync(now) ||
+		c.closing && (c.takeBatch(false) || c.finish()) ||
+		c.compact(now, target) || c.takeBatch(released)
+	if c.wakeAt < c.timerAt {
+		c.timerAt = c.wakeAt
+		c.out = slices.Insert(c.out, step, action{kind: actTimer, n: int64(c.wakeAt)})
+	}
+	c.outTaken = true
+	return c.out
+}
+
+func (c *core) startOut() {
+	if c.outTaken {
+		c.out, c.outTaken = c.out[:0], false
+	}
+}
+
+func (c *core) emit(a action) {
+	c.startOut()
+	c.out = append(c.out, a)
+}
+
+// wake asks for the timer at `at`, if nothing asks for it earlier.
+func (c *core) wake(at time.Duration) { c.wakeAt = min(c.wakeAt, at) }
+
+func (c *core) useSpare() { c.cur, c.curSize, c.spare = c.spare, headerSize, nil }
+
+// publish acknowledges what the policy lets it: what is written, or with
+// -f 0 what is fsynced. It reports whether that releases callbacks.
+func (c *core) publish() bool {
+	lsn := c.written
+	if c.policy.acknowledgeOnSync() {
+		lsn = c.synced
+	}
+	if lsn <= c.published {
+		return false
+	}
+	c.published = lsn
+	clear(c.due) // the shell is done with them
+	due, keep := c.due[:0], c.waiters[:0]
+	for _, w := range c.waiters {
+		if w.lsn <= lsn {
+			due = append(due, w)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(c.waiters[len(keep):])
+	c.waiters, c.due = keep, due
+	c.emit(action{kind: actPublish, n: int64(lsn), due: due})
+	return len(due) > 0
+}
+
+// retire trims and closes the segments before the one being written once
+// no fsync needs them: after the fsync that covers them, or at once with
+// -F (fsynced first, as beanstalkd does).
+func (c *core) retire() {
+	if len(c.open) == 0 || c.open[0].seq >= c.writing {
+		return // the usual case: only the current segment and the spare
+	}
+	keep := c.open[:0]
+	for _, s := range c.open {
+		if s.seq >= c.writing || s.dirty && !c.policy.noSync {
+			keep = append(keep, s)
+			continue
+		}
+		c.emit(action{kind: actRetire, seq: s.seq, n: s.written, sync: s.dirty})
+		s.open, s.dirty = false, false
+		c.disk += s.written - s.onDisk
+		s.onDisk = s.written
+	}
+	clear(c.open[len(keep):])
+	c.open = keep
+}
+
+// makeSpare keeps one preallocated segment ready, so rotation never waits
+// for the disk and deletes have room when the disk fills up. While the
+// disk is full it is tried again every noSpaceRetry, and at once when
+// compaction frees a segment.
+func (c *core) makeSpare(now time.Duration) {
+	if c.spare != nil || c.makingSpare || c.closing {
+		return
+	}
+	if !c.spareRetry.due(now) {
+		c.wake(c.spareRetry.next)
+		return
+	}
+	c.makingSpare = true
+	c.emit(action{kind: actMakeSpare, seq: c.nextSeq(), n: int64(c.lastID)})
+}
+
+// writeBatch hands out what is left of the batch being written, once a
+// failed write's backoff has passed (or Close's grace, whichever comes
+// first). Nothing else is written or fsynced meanwhile.
+func (c *core) writeBatch(now time.Duration) bool {
+	if c.head == len(c.writes) {
+		return false
+	}
+	at := c.writeRetry.next
+	if c.closing {
+		at = min(at, c.closeAt)
+	}
+	if c.writeRetry.wait > 0 && now < at {
+		c.wake(at)
+		return true
+	}
+	c.emitWrites()
+	return true
+}
+
+// takeBatch hands out everything pending as the next batch. When a
+// publish has just released callbacks, it asks for a turn instead: they
+// run first, so the commits they release can join the batch (group
+// commit). A segment's header is rewritten with the highest id issued so
+// far when the writer first writes to it: it may have been preallocated
+// long before.
+func (c *core) takeBatch(released bool) bool {
+	if len(c.pending) == 0 {
+		return false
+	}
+	if released {
+		c.emit(action{kind: actTurn})
+		return true
+	}
+	c.batch, c.pending = c.pending, c.batch
+	c.compacted = false
+	// Room for a header per chunk, so the ids appended below never move.
+	c.headers = slices.Grow(c.headers[:0], 8*len(c.batch))
+	for i := range c.batch {
+		ch := &c.batch[i]
+		if s := ch.seg; s.seq != c.writing {
+			n := len(c.headers)
+			c.headers = binary.LittleEndian.AppendUint64(c.headers, c.lastID)
+			c.writes = append(c.writes, extent{seq: s.seq, off: headerIDOffset, b: c.headers[n : n+8 : n+8], seg: s, chunk: -1})
+			c.writing = s.seq
+		}
+		c.writes = append(c.writes, extent{seq: ch.seg.seq, off: ch.seg.written, b: ch.b, seg: ch.seg, chunk: i})
+	}
+	c.emitWrites()
+	return true
+}
+
+func (c *core) emitWrites() {
+	c.emit(action{kind: actWrite, writes: c.writes[c.head:], keep: !c.policy.noSync})
+}
+
+// sync hands out an fsync of every segment written since the last one
+// that worked, when the policy wants it (every commit with -f 0, after
+// SyncEvery otherwise, never with -F), or compaction or Close waits for
+// it. A failed fsync is tried again on its backoff timer, not on every
+// append.
+func (c *core) sync(now time.Duration) bool {
+	if c.synced >= c.written || !c.syncWanted(now) {
+		return false
+	}
+	if !c.syncRetry.due(now) {
+		if !c.closing { // Close tries once more at the end anyway (finish)
+			c.wake(c.syncRetry.next)
+		}
+		return false
+	}
+	c.emitSync()
+	return true
+}
+
+func (c *core) syncWanted(now time.Duration) bool {
+	switch {
+	case c.closing: // Close fsyncs whatever the policy
+		return true
+	case c.removeSeq != 0 && c.synced < c.removeAfter && c.written >= c.removeAfter:
+		return true
+	case c.policy.noSync:
+		return false
+	case c.policy.syncEvery <= 0:
+		return true
+	}
+	// Unlike beanstalkd, an idle tail is fsynced too, by the timer.
+	due := c.lastSync + c.policy.syncEvery
+	if now < due {
+		c.wake(due)
+		return false
+	}
+	return true
+}
+
+func (c *core) emitSync() {
+	segs := c.syncSegs[:0]
+	for _, s := range c.open {
+		if s.dirty {
+			segs = append(segs, s.seq)
+		}
+	}
+	c.syncSegs = segs
+	c.syncing = c.written
+	c.emit(action{kind: actSync, segs: segs, sync: c.resync})
+}
+
+// finish ends Close once everything is written and sync has had its
+// turn: if that fsync failed, one more try without waiting for its
+// backoff (under -f 0 what fails was never acknowledged), then the result.
+func (c *core) finish() bool {
+	dirty := c.synced < c.written
+	if dirty && !c.finalSync {
+		c.finalSync = true
+		c.emitSync()
+		return true
+	}
+	err := c.closeErr
+	if dirty {
+		err = errors.Join(err, fmt.Errorf("wal: closed without a final fsync: %w", c.syncErr))
+	}
+	c.emit(action{kind: actClosed, err: err})
+	return true
+}
+
+// compactionTarget is the oldest segment, if compaction wants it gone.
+//
+// Any segment before the current one may go: appends only ever go to the
+// current one. (beanstalkd also spares the one before it.) One holding
+// live jobs goes once the directory, with those jobs moved to the head,
+// would pass twice the live data plus two segments (current and spare
+// included): counting the move keeps the peak near that bound, not just
+// the rest. It must also reclaim at least half of what it copies, or a
+// large live set alone in the oldest segment would be copied forward at
+// every rotation.
+func (c *core) compactionTarget() *segState {
+	if c.closing || len(c.order) < 3 {
+		return nil
+	}
+	oldest := c.order[0]
+	if oldest.seq >= c.cur.seq {
+		return nil
+	}
+	size := c.policy.segmentSize
+	garbage := c.disk - 2*size - c.live
+	if oldest.liveCount > 0 &&
+		(c.disk+oldest.liveBytes <= 2*c.live+2*size || 2*garbage < oldest.liveBytes) {
+		return nil
+	}
+	return oldest
+}
+
+// compact takes one step of keeping the directory near twice the live
+// data: it hands out a batch of s's live jobs to move, or, once nothing in
+// s is live and the moves are durable, its removal. After a compaction
+// step a pending batch goes first, so neither starves the other.
+func (c *core) compact(now time.Duration, s *segState) bool {
+	if s == nil || c.compacted && len(c.pending) > 0 {
+		return false
+	}
+	if s.liveCount == 0 {
+		if c.synced < c.removeAfter {
+			return false // sync wants it once the moves are written
+		}
+		if !c.removeRetry.due(now) {
+			c.wake(c.removeRetry.next)
+			return false
+		}
+		if s.open {
+			// Nothing more goes there (appends moved on); the shell closes it.
+			s.open = false
+			c.open = slices.DeleteFunc(c.open, func(o *segState) bool { return o == s })
+		}
+		if c.writing == s.seq {
+			c.writing = 0
+		}
+		c.compacted = true
+		c.emit(action{kind: actRemove, seq: s.seq})
+		return true
+	}
+	if c.onlyDeletes() {
+		// The moves would be refused, and their ids lost with them;
+		// compaction resumes once puts are taken again.
+		return false
+	}
+	if len(s.ids) == 0 {
+		// Live records the store cannot name: moving nothing would only
+		// spin. Never expected; said once.
+		if !s.stuck {
+			s.stuck = true
+			c.emit(action{kind: actReport, report: reportStuck, seq: s.seq, n: int64(s.liveCount)})
+		}
+		return false
+	}
+	// The moves cannot be refused for want of space: only the writer's own
+	// events change that, and the writer is busy moving.
+	n := min(len(s.ids), migrateBatch)
+	ids := s.ids[:n:n]
+	s.ids = s.ids[n:]
+	c.compacted = true
+	c.emit(action{kind: actMigrate, seq: s.seq, ids: ids})
+	return true
+}
+
+// stats reads the figures Stats reports, but for RecordsMigrated.
+func (c *core) stats() Stats {
+	st := Stats{
+		RecordsWritten: c.records,
+		MaxSize:        c.policy.segmentSize,
+		DiskBytes:      c.disk,
+		LiveBytes:      c.live,
+	}
+	if c.cur != nil {
+		st.CurrentIndex = c.cur.seq
+	}
+	if len(c.order) > 0 {
+		st.OldestIndex = c.order[0].seq
+	}
+	return st
+}

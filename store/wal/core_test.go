@@ -1,0 +1,829 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The writer's core, stepped event by event on a clock the test moves: no
+// files, no goroutines, no sleeps. Each step compares the exact actions
+// ready hands out, written as describe writes them.
+
+const (
+	coreSeg  = 1000 // segment size in these tests
+	fullSize = 100  // a full record as put writes it
+	delSize  = frameHeader + 9
+)
+
+func testPolicy() policy {
+	return policy{segmentSize: coreSeg, closeGrace: 10 * time.Second, maxUnsynced: 1 << 20}
+}
+
+var errIO = syscall.EIO
+
+// harness drives one core.
+type harness struct {
+	t    *testing.T
+	c    *core
+	now  time.Duration
+	locs map[uint64]Loc // live jobs' latest full records
+	last []action       // what ready last handed out
+}
+
+// newHarness starts a core with policy p, after recover (if set) has told
+// it what the directory held.
+func newHarness(t *testing.T, p policy, recover func(h *harness)) *harness {
+	t.Helper()
+	h := &harness{t: t, c: newCore(p), locs: make(map[uint64]Loc)}
+	if recover != nil {
+		recover(h)
+	}
+	h.c.start(0, h.c.nextSeq())
+	return h
+}
+
+// at moves the clock to d after the start.
+func (h *harness) at(d time.Duration) { h.now = d }
+
+// expect calls ready and checks its actions.
+func (h *harness) expect(want ...string) []action {
+	h.t.Helper()
+	h.last = slices.Clone(h.c.ready(h.now))
+	var got []string
+	for _, a := range h.last {
+		got = append(got, h.describe(a))
+	}
+	if !slices.Equal(got, want) {
+		h.t.Fatalf("at +%v ready:\n got  %q\n want %q", h.now, got, want)
+	}
+	return h.last
+}
+
+func (h *harness) describe(a action) string {
+	switch a.kind {
+	case actReport:
+		name := [...]string{reportWriteFailed: "write-failed", reportGaveUp: "gave-up", reportSyncFailed: "sync-failed",
+			reportBacklog: "backlog", reportDiskFull: "disk-full", reportSpaceBack: "space-back", reportStuck: "stuck",
+			reportRemoveFailed: "remove-failed"}[a.report]
+		switch a.report {
+		case reportBacklog:
+			return fmt.Sprintf("report %s %dB", name, a.n)
+		case reportDiskFull, reportSpaceBack:
+			return "report " + name
+		case reportStuck:
+			return fmt.Sprintf("report %s %d (%d live)", name, a.seq, a.n)
+		}
+		return fmt.Sprintf("report %s %d", name, a.seq)
+	case actObserveBatch:
+		return fmt.Sprintf("observe %dB %drec", a.n, a.records)
+	case actPublish:
+		if len(a.due) > 0 {
+			return fmt.Sprintf("publish %d +%d", a.lsn(), len(a.due))
+		}
+		return fmt.Sprintf("publish %d", a.lsn())
+	case actRetire:
+		if a.sync {
+			return fmt.Sprintf("retire %d at %d fsynced", a.seq, a.n)
+		}
+		return fmt.Sprintf("retire %d at %d", a.seq, a.n)
+	case actMakeSpare:
+		return fmt.Sprintf("spare %d", a.seq)
+	case actTimer:
+		return fmt.Sprintf("timer +%v", a.at()-h.now)
+	case actWrite:
+		var ws []string
+		for _, e := range a.writes {
+			if e.off == headerIDOffset && len(e.b) == 8 {
+				ws = append(ws, fmt.Sprintf("header %d id=%d", e.seq, getU64(e.b)))
+			} else {
+				ws = append(ws, fmt.Sprintf("write %d@%d+%d", e.seq, e.off, len(e.b)))
+			}
+		}
+		return strings.Join(ws, ", ")
+	case actSync:
+		s := fmt.Sprint("sync ", a.segs)
+		if a.sync {
+			s = "rewrite, " + s
+		}
+		return s
+	case actMigrate:
+		if len(a.ids) > 4 {
+			return fmt.Sprintf("migrate %d [%d..%d] (%d)", a.seq, a.ids[0], a.ids[len(a.ids)-1], len(a.ids))
+		}
+		return fmt.Sprint("migrate ", a.seq, " ", a.ids)
+	case actRemove:
+		return fmt.Sprintf("remove %d", a.seq)
+	case actTurn:
+		return "turn"
+	case actClosed:
+		if a.err != nil {
+			return "closed: " + a.err.Error()
+		}
+		return "closed"
+	}
+	return fmt.Sprintf("unknown action %d", a.kind)
+}
+
+func getU64(b []byte) uint64 {
+	var v uint64
+	for i := 7; i >= 0; i-- {
+		v = v<<8 | uint64(b[i])
+	}
+	return v
+}
+
+// Events, as the shell would feed them.
+
+func (h *harness) record(id uint64) *Record {
+	body := strings.Repeat("b", fullSize-FullSize(1, 0))
+	return &Record{Kind: KindFull, ID: id, Tube: "t", State: StateReady, Body: []byte(body)}
+}
+
+// put appends job id, as the store does for a put.
+func (h *harness) put(id uint64) uint64 {
+	h.t.Helper()
+	lsn, loc, err := h.c.append(h.record(id), Loc{})
+	if err != nil {
+		h.t.Fatalf("put %d: %v", id, err)
+	}
+	h.locs[id] = loc
+	return lsn
+}
+
+// tryPut appends job id and returns the error.
+func (h *harness) tryPut(id uint64) error {
+	_, loc, err := h.c.append(h.record(id), Loc{})
+	if err == nil {
+		h.locs[id] = loc
+	}
+	return err
+}
+
+// del appends job id's deletion.
+func (h *harness) del(id uint64) uint64 {
+	h.t.Helper()
+	lsn, _, err := h.c.append(&Record{Kind: KindDelete, ID: id}, h.locs[id])
+	if err != nil {
+		h.t.Fatalf("delete %d: %v", id, err)
+	}
+	delete(h.locs, id)
+	return lsn
+}
+
+// move rewrites job id at the head, as the Migrator does.
+func (h *harness) move(id uint64) {
+	h.t.Helper()
+	_, loc, err := h.c.append(h.record(id), h.locs[id])
+	if err != nil {
+		h.t.Fatalf("move %d: %v", id, err)
+	}
+	h.locs[id] = loc
+}
+
+// wrote reports the writes ready last handed out as done.
+func (h *harness) wrote() {
+	var n int64
+	for _, a := range h.last {
+		for _, e := range a.writes {
+			n += int64(len(e.b))
+		}
+	}
+	h.c.writeDone(h.now, n, nil)
+}
+
+func (h *harness) writeFailed(n int64) { h.c.writeDone(h.now, n, errIO) }
+func (h *harness) synced()             { h.c.syncDone(h.now, 0, nil) }
+func (h *harness) syncFailed(seq uint32) {
+	h.c.syncDone(h.now, seq, errIO)
+}
+func (h *harness) timer() { h.c.timerFired(h.now) }
+
+// release runs the callbacks the last publish released.
+func (h *harness) release() {
+	for _, a := range h.last {
+		for _, w := range a.due {
+			w.fn()
+		}
+	}
+}
+
+// wait holds a callback for lsn that sets *done.
+func (h *harness) wait(lsn uint64, done *bool) {
+	h.t.Helper()
+	if h.c.onDurable(lsn, func() { *done = true }) {
+		h.t.Fatalf("LSN %d durable before anything was written", lsn)
+	}
+}
+
+// ready is the first turn of a fresh log with its spare made: nothing to do.
+func (h *harness) withSpare() *harness {
+	h.t.Helper()
+	h.expect(fmt.Sprintf("spare %d", h.c.cur.seq+1))
+	h.c.spareDone(h.now, h.c.cur.seq+1, nil)
+	h.expect()
+	return h
+}
+
+// TestCoreSyncPolicy: what happens to one put under each sync policy, from
+// its append to its fsync.
+func TestCoreSyncPolicy(t *testing.T) {
+	type step struct {
+		at   time.Duration
+		do   func(h *harness)
+		want []string
+	}
+	put := func(h *harness) { h.put(1) }
+	wrote := (*harness).wrote
+	synced := (*harness).synced
+	timer := (*harness).timer
+	for _, tc := range []struct {
+		name   string
+		policy func(p *policy)
+		steps  []step
+	}{
+		{"-f 0: acknowledged once fsynced", func(p *policy) {}, []step{
+			{0, put, []string{"header 1 id=1, write 1@24+100"}},
+			{0, wrote, []string{"observe 100B 1rec", "sync [1]"}},
+			{0, synced, []string{"publish 100"}},
+			{time.Hour, nil, nil},
+		}},
+		{"-f 50ms: acknowledged once written, the idle tail fsynced by the timer", func(p *policy) { p.syncEvery = 50 * time.Millisecond }, []step{
+			{10 * time.Millisecond, put, []string{"header 1 id=1, write 1@24+100"}},
+			{10 * time.Millisecond, wrote, []string{"observe 100B 1rec", "publish 100", "timer +40ms"}},
+			{30 * time.Millisecond, nil, nil},
+			{50 * time.Millisecond, timer, []string{"sync [1]"}},
+			{50 * time.Millisecond, synced, nil},
+		}},
+		{"-f 50ms: a write long after the last fsync is fsynced at once", func(p *policy) { p.syncEvery = 50 * time.Millisecond }, []step{
+			{time.Second, put, []string{"header 1 id=1, write 1@24+100"}},
+			{time.Second, wrote, []string{"observe 100B 1rec", "publish 100", "sync [1]"}},
+			{time.Second, synced, nil},
+		}},
+		{"-F: acknowledged once written, never fsynced", func(p *policy) { p.noSync = true }, []step{
+			{0, put, []string{"header 1 id=1, write 1@24+100"}},
+			{0, wrote, []string{"observe 100B 1rec", "publish 100"}},
+			{time.Hour, nil, nil},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPolicy()
+			tc.policy(&p)
+			h := newHarness(t, p, nil).withSpare()
+			for _, s := range tc.steps {
+				h.at(s.at)
+				if s.do != nil {
+					s.do(h)
+				}
+				h.expect(s.want...)
+			}
+		})
+	}
+}
+
+// TestCoreGroupCommit: every commit waiting on one fsync is released by
+// one publish; what is appended meanwhile goes in the next batch, taken
+// once the released callbacks have run, so what they append joins it.
+func TestCoreGroupCommit(t *testing.T) {
+	h := newHarness(t, testPolicy(), nil).withSpare()
+	var done [5]bool
+	for i := range 3 {
+		h.wait(h.put(uint64(i+1)), &done[i])
+	}
+	h.expect("header 1 id=3, write 1@24+300")
+	h.wait(h.put(4), &done[3]) // while the batch is written
+	h.wrote()
+	h.expect("observe 300B 3rec", "sync [1]")
+	h.synced()
+	h.expect("publish 300 +3", "turn") // the fourth waits for the callbacks
+	h.release()
+	if done != [5]bool{true, true, true} {
+		t.Fatalf("released %v, want the first three", done)
+	}
+	if !h.c.onDurable(300, func() {}) {
+		t.Error("onDurable of a published LSN should run at once")
+	}
+	h.wait(h.put(5), &done[4]) // as a released client would
+	h.expect("write 1@324+200")
+	h.wrote()
+	h.expect("observe 200B 2rec", "sync [1]")
+	h.synced()
+	h.expect("publish 500 +2")
+	h.release()
+	if !done[3] || !done[4] {
+		t.Error("the last two commits were not released")
+	}
+}
+
+// TestCoreRotation: a segment full up goes on in the spare, whose header
+// gets the highest id issued; the old one is trimmed and closed once
+// fsynced (at once with -F, fsynced first), and a new spare is made.
+func TestCoreRotation(t *testing.T) {
+	for _, noSync := range []bool{false, true} {
+		t.Run(fmt.Sprint("noSync=", noSync), func(t *testing.T) {
+			p := testPolicy()
+			p.noSync = noSync
+			h := newHarness(t, p, nil).withSpare()
+			for id := range uint64(10) { // 24+9×100 fit in 1000; the tenth does not
+				h.put(id + 1)
+			}
+			h.expect("spare 3", "header 1 id=10, write 1@24+900, header 2 id=10, write 2@24+100")
+			h.c.spareDone(h.now, 3, nil)
+			h.wrote()
+			if noSync {
+				h.expect("observe 1000B 10rec", "publish 1000", "retire 1 at 924 fsynced")
+				return
+			}
+			h.expect("observe 1000B 10rec", "sync [1 2]")
+			h.synced()
+			h.expect("publish 1000", "retire 1 at 924")
+			if st := h.c.stats(); st.CurrentIndex != 2 || st.DiskBytes != 924+2*coreSeg {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+}
+
+// TestCoreRotationWithoutSpare: while no spare is ready, records go on in
+// the current segment past its size; once the spare is made the log moves
+// on to it at once, without waiting for another append.
+func TestCoreRotationWithoutSpare(t *testing.T) {
+	h := newHarness(t, testPolicy(), nil)
+	h.expect("spare 2")
+	for id := range uint64(11) {
+		h.put(id + 1)
+	}
+	h.expect("header 1 id=11, write 1@24+1100")
+	h.wrote()
+	h.expect("observe 1100B 11rec", "sync [1]")
+	h.synced()
+	h.expect("publish 1100")
+	h.c.spareDone(h.now, 2, nil)
+	h.expect("spare 3")
+	if h.c.cur.seq != 2 {
+		t.Fatalf("appends go to segment %d, want 2", h.c.cur.seq)
+	}
+	h.put(12)
+	h.expect("header 2 id=12, write 2@24+100")
+}
+
+// TestCoreWriteRetried: a failed write is reported and retried on a
+// backoff (10 ms doubling to 1 s) from where it stopped; nothing is
+// acknowledged or fsynced meanwhile.
+func TestCoreWriteRetried(t *testing.T) {
+	h := newHarness(t, testPolicy(), nil).withSpare()
+	var done bool
+	h.wait(h.put(1), &done)
+	h.expect("header 1 id=1, write 1@24+100")
+	h.writeFailed(8 + 40) // the header and 40 bytes of the record
+	h.expect("report write-failed 1", "timer +10ms")
+	h.at(5 * time.Millisecond)
+	h.put(2)
+	h.expect() // the timer is armed; the new record waits behind the failed one
+	elapsed := 10 * time.Millisecond
+	for _, backoff := range []time.Duration{20, 40, 80, 160, 320, 640, 1000, 1000} {
+		h.at(elapsed)
+		h.timer()
+		h.expect("write 1@64+60")
+		h.writeFailed(0)
+		h.expect("report write-failed 1", fmt.Sprintf("timer +%v", backoff*time.Millisecond))
+		elapsed += backoff * time.Millisecond
+	}
+	h.at(elapsed)
+	h.timer()
+	h.expect("write 1@64+60")
+	h.wrote()
+	h.expect("observe 100B 1rec", "sync [1]")
+	if done {
+		t.Fatal("acknowledged before the fsync")
+	}
+	h.synced()
+	h.expect("publish 100 +1", "turn")
+	h.expect("write 1@124+100")
+	// The backoff starts over after a write that worked.
+	h.writeFailed(0)
+	h.expect("report write-failed 1", "timer +10ms")
+}
+
+// TestCoreSyncRetried: a failed fsync is retried on its backoff timer,
+// not on every append, after writing again everything since the last good
+// fsync; nothing waiting on it is acknowledged meanwhile, and new records
+// are still written.
+func TestCoreSyncRetried(t *testing.T) {
+	h := newHarness(t, testPolicy(), nil).withSpare()
+	var first, second bool
+	h.wait(h.put(1), &first)
+	h.expect("header 1 id=1, write 1@24+100")
+	h.wrote()
+	h.expect("observe 100B 1rec", "sync [1]")
+	h.syncFailed(1)
+	h.expect("report sync-failed 1", "timer +10ms")
+	h.at(time.Millisecond)
+	h.wait(h.put(2), &second)
+	h.expect("write 1@124+100")
+	h.wrote()
+	h.expect("observe 100B 1rec") // no fsync before the timer
+	h.at(10 * time.Millisecond)
+	h.timer()
+	h.expect("rewrite, sync [1]")
+	h.syncFailed(1)
+	h.expect("report sync-failed 1", "timer +20ms")
+	h.at(30 * time.Millisecond)
+	h.timer()
+	h.expect("rewrite, sync [1]")
+	if first || second {
+		t.Fatal("acknowledged before an fsync worked")
+	}
+	h.synced()
+	h.expect("publish 200 +2")
+	h.release()
+	if !first || !second {
+		t.Fatal("not acknowledged once the fsync worked")
+	}
+	h.put(3)
+	h.expect("write 1@224+100")
+	h.wrote()
+	h.expect("observe 100B 1rec", "sync [1]") // no rewrite after one that worked
+}
+
+// TestCoreBacklog: past maxUnsynced bytes waiting for an fsync that keeps
+// failing, puts are refused as on a full disk (said once); deletes are
+// still taken; an fsync that works lets puts in again.
+func TestCoreBacklog(t *testing.T) {
+	p := testPolicy()
+	p.syncEvery = time.Hour
+	p.maxUnsynced = 250
+	h := newHarness(t, p, nil).withSpare()
+	h.at(2 * time.Hour) // the first write is fsynced at once
+	h.put(1)
+	h.expect("header 1 id=1, write 1@24+100")
+	h.wrote()
+	h.expect("observe 100B 1rec", "publish 100", "sync [1]")
+	h.syncFailed(1)
+	h.expect("report sync-failed 1", "timer +10ms")
+	h.put(2)
+	h.expect("write 1@124+100")
+	h.wrote()
+	h.expect("observe 100B 1rec", "publish 200")
+	h.put(3)
+	h.expect("write 1@224+100")
+	h.wrote() // 308 bytes since the last good fsync
+	h.expect("report backlog 308B", "observe 100B 1rec", "publish 300")
+	if err := h.tryPut(4); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("put with a backlog: %v, want ErrNoSpace", err)
+	}
+	h.del(1)
+	h.expect("write 1@324+17")
+	h.wrote()
+	h.expect("observe 17B 1rec", "publish 317") // said once
+	h.at(2*time.Hour + 10*time.Millisecond)
+	h.timer()
+	h.expect("rewrite, sync [1]")
+	h.synced()
+	h.expect()
+	if err := h.tryPut(4); err != nil {
+		t.Fatalf("put once an fsync worked: %v", err)
+	}
+}
+
+// TestCoreDiskFull: when no spare can be made, puts and updates are
+// refused, deletes taken; it is said once, tried again every 250 ms, and
+// puts come back with the spare.
+func TestCoreDiskFull(t *testing.T) {
+	h := newHarness(t, testPolicy(), nil)
+	h.put(1)
+	h.expect("spare 2", "header 1 id=1, write 1@24+100")
+	h.c.spareDone(h.now, 2, syscall.ENOSPC)
+	h.wrote()
+	h.expect("report disk-full", "observe 100B 1rec", "timer +250ms", "sync [1]")
+	h.synced()
+	h.expect("publish 100")
+	if err := h.tryPut(2); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("put on a full disk: %v", err)
+	}
+	if _, _, err := h.c.append(&Record{Kind: KindUpdate, ID: 1}, Loc{}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("update on a full disk: %v", err)
+	}
+	h.del(1)
+	h.expect("write 1@124+17")
+	h.wrote()
+	h.expect("observe 17B 1rec", "sync [1]")
+	h.synced()
+	h.expect("publish 117")
+	h.at(250 * time.Millisecond)
+	h.timer()
+	h.expect("spare 2")
+	h.c.spareDone(h.now, 2, syscall.ENOSPC)
+	h.expect("timer +250ms") // said once
+	h.at(500 * time.Millisecond)
+	h.timer()
+	h.expect("spare 2")
+	h.c.spareDone(h.now, 2, nil)
+	h.expect("report space-back")
+	if err := h.tryPut(2); err != nil {
+		t.Fatalf("put once space returned: %v", err)
+	}
+}
+
+// TestCoreCloses: Close writes what is pending and fsyncs it whatever the
+// policy, retries a failed fsync once without waiting, and says what it
+// could not do.
+func TestCoreCloses(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		policy   func(p *policy)
+		failSync bool
+		closed   string
+	}{
+		{"-f 1h", func(p *policy) { p.syncEvery = time.Hour }, false, "closed"},
+		{"-F", func(p *policy) { p.noSync = true }, false, "closed"},
+		{"failing fsync", func(p *policy) { p.syncEvery = time.Hour }, true,
+			"closed: wal: closed without a final fsync: input/output error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPolicy()
+			tc.policy(&p)
+			h := newHarness(t, p, nil).withSpare()
+			h.put(1)
+			if !h.c.closeRequested(h.now) || h.c.closeRequested(h.now) {
+				t.Fatal("closeRequested should say true once")
+			}
+			if err := h.tryPut(2); !errors.Is(err, errClosed) {
+				t.Fatalf("put while closing: %v", err)
+			}
+			h.expect("header 1 id=1, write 1@24+100")
+			h.wrote()
+			h.expect("observe 100B 1rec", "publish 100", "sync [1]")
+			if !tc.failSync {
+				h.synced()
+				h.expect(tc.closed)
+				return
+			}
+			h.syncFailed(1)
+			h.expect("report sync-failed 1", "rewrite, sync [1]") // at once: the last try
+			h.syncFailed(1)
+			h.expect("report sync-failed 1", tc.closed)
+		})
+	}
+}
+
+// TestCoreCloseGivesUp: Close retries failing writes until its grace has
+// passed (the last retry comes at the deadline, not after a longer
+// backoff), then drops them, unacknowledged, and says so.
+func TestCoreCloseGivesUp(t *testing.T) {
+	p := testPolicy()
+	p.closeGrace = 100 * time.Millisecond
+	h := newHarness(t, p, nil).withSpare()
+	h.put(1)
+	h.expect("header 1 id=1, write 1@24+100")
+	h.writeFailed(0)
+	h.expect("report write-failed 1", "timer +10ms")
+	h.at(5 * time.Millisecond)
+	h.c.closeRequested(h.now) // grace ends at +105ms
+	h.expect()
+	for _, step := range []struct{ at, next time.Duration }{{10, 20}, {30, 40}, {70, 35}} {
+		h.at(step.at * time.Millisecond)
+		h.timer()
+		h.expect("header 1 id=1, write 1@24+100")
+		h.writeFailed(0)
+		h.expect("report write-failed 1", fmt.Sprintf("timer +%v", step.next*time.Millisecond))
+	}
+	h.at(105 * time.Millisecond)
+	h.timer()
+	h.expect("header 1 id=1, write 1@24+100")
+	h.writeFailed(0)
+	h.expect("report gave-up 1", "closed: wal: closed with records the disk would not take")
+	if h.c.published != 0 {
+		t.Fatalf("published %d", h.c.published)
+	}
+}
+
+// recoverJobs is a directory as Open finds it: segments of the given
+// sizes, and jobs of the given sizes live in each (ids from 1 on).
+func recoverJobs(sizes []int64, live [][]uint32) func(h *harness) {
+	return func(h *harness) {
+		id := uint64(0)
+		for i, size := range sizes {
+			seq := uint32(i + 1)
+			h.c.recoverSegment(seq, size)
+			for _, n := range live[i] {
+				id++
+				h.locs[id] = Loc{Seg: seq, Size: n}
+				h.c.sawID(id)
+				h.c.recoverJob(id, h.locs[id])
+			}
+		}
+	}
+}
+
+// TestCoreCompactionRule: the oldest segment goes when nothing in it is
+// live, or when the directory with its live jobs moved would pass twice
+// the live data plus two segments and the move reclaims at least half of
+// what it copies; never the current one, never with fewer than three.
+func TestCoreCompactionRule(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		sizes []int64    // segments before the current one
+		live  [][]uint32 // live jobs' sizes in each
+		want  bool
+	}{
+		{"nothing live in the oldest", []int64{coreSeg, coreSeg}, [][]uint32{nil, {900}}, true},
+		{"past the bound, reclaiming more than it copies", []int64{coreSeg, coreSeg}, [][]uint32{{100}, nil}, true},
+		{"within twice the live data plus two segments", []int64{coreSeg, coreSeg}, [][]uint32{{600}, {400}}, false},
+		{"past the bound but reclaiming less than half", []int64{3 * coreSeg, coreSeg}, [][]uint32{{2900}, nil}, false},
+		{"only the current segment after it", []int64{coreSeg}, [][]uint32{nil}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, testPolicy(), recoverJobs(tc.sizes, tc.live))
+			if got := h.c.compactionTarget() != nil; got != tc.want {
+				t.Errorf("compacts: %v, want %v (stats %+v)", got, tc.want, h.c.stats())
+			}
+		})
+	}
+}
+
+// TestCoreCompaction: the oldest segment's live jobs are moved in batches
+// of migrateBatch, alternating with the batches appended meanwhile; once
+// the moves are durable the segment is removed, with an fsync asked for
+// if the policy would not make one yet (or ever, with -F).
+func TestCoreCompaction(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		policy func(p *policy)
+		first  []string // after the first batch of moves is written, but with -f 0
+		sync   []string // after the last is
+	}{
+		{"-f 0", func(p *policy) {}, nil, []string{"observe 3000B 30rec", "sync [3]"}},
+		{"-f 1h", func(p *policy) { p.syncEvery = time.Hour },
+			[]string{"observe 25700B 257rec", "publish 25700", "timer +1h0m0s", "migrate 1 [257..286] (30)"},
+			[]string{"observe 3000B 30rec", "publish 28700", "sync [3]"}},
+		{"-F", func(p *policy) { p.noSync = true },
+			[]string{"observe 25700B 257rec", "publish 25700", "migrate 1 [257..286] (30)"},
+			[]string{"observe 3000B 30rec", "publish 28700", "sync [3]"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPolicy()
+			p.segmentSize = 1 << 20 // the moves fit in one
+			tc.policy(&p)
+			live := make([]uint32, migrateBatch+30) // 286 jobs of 3 bytes in segment 1
+			for i := range live {
+				live[i] = 3
+			}
+			h := newHarness(t, p, recoverJobs([]int64{1 << 20, 5 << 20}, [][]uint32{live, nil}))
+			h.expect("spare 4", "migrate 1 [1..256] (256)")
+			h.c.spareDone(h.now, 4, nil)
+			h.put(1000) // a client's put, while the Migrator runs
+			for id := range uint64(migrateBatch) {
+				h.move(id + 1)
+			}
+			h.expect("header 3 id=1000, write 3@24+25700")
+			h.wrote()
+			if p.acknowledgeOnSync() {
+				h.expect("observe 25700B 257rec", "sync [3]")
+				h.synced()
+				h.expect("publish 25700", "migrate 1 [257..286] (30)")
+			} else {
+				h.expect(tc.first...)
+			}
+			for id := range uint64(30) {
+				h.move(migrateBatch + id + 1)
+			}
+			h.at(time.Second)
+			h.expect("write 3@25724+3000")
+			h.wrote()
+			h.expect(tc.sync...)
+			h.synced()
+			want := []string{"remove 1"}
+			if p.acknowledgeOnSync() {
+				want = []string{"publish 28700", "remove 1"}
+			}
+			h.expect(want...)
+			h.c.removeDone(h.now, nil)
+			h.expect("remove 2") // nothing live in it either
+			h.c.removeDone(h.now, nil)
+			h.expect()
+			if st := h.c.stats(); st.OldestIndex != 3 || st.LiveBytes != 287*fullSize {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+}
+
+// TestCoreCompactionWaitsForFsync: a segment whose jobs moved is not
+// removed until the moves are fsynced; while the fsync fails the writer
+// waits for the retry timer and does not spin.
+func TestCoreCompactionWaitsForFsync(t *testing.T) {
+	h := newHarness(t, testPolicy(), recoverJobs([]int64{coreSeg, coreSeg}, [][]uint32{{100}, nil}))
+	h.expect("spare 4", "migrate 1 [1]")
+	h.c.spareDone(h.now, 4, nil)
+	h.move(1)
+	h.expect("header 3 id=1, write 3@24+100")
+	h.wrote()
+	h.expect("observe 100B 1rec", "sync [3]")
+	h.syncFailed(3)
+	h.expect("report sync-failed 3", "timer +10ms")
+	for range 3 {
+		h.expect() // asked again before the timer: nothing to do
+	}
+	h.at(10 * time.Millisecond)
+	h.timer()
+	h.expect("rewrite, sync [3]")
+	h.synced()
+	h.expect("publish 100", "remove 1")
+}
+
+// TestCoreCompactionWhileFull: compaction moves no jobs while puts are
+// refused (the moves would be refused too), and resumes when space
+// returns; a segment with nothing live goes meanwhile, and the room it
+// frees is tried for a spare at once.
+func TestCoreCompactionWhileFull(t *testing.T) {
+	h := newHarness(t, testPolicy(), recoverJobs([]int64{coreSeg, coreSeg, coreSeg}, [][]uint32{nil, {100}, {900}}))
+	h.expect("spare 5", "remove 1")
+	h.c.spareDone(h.now, 5, syscall.ENOSPC)
+	h.c.removeDone(h.now, nil)
+	h.expect("report disk-full", "spare 5")
+	h.c.spareDone(h.now, 5, syscall.ENOSPC)
+	h.expect("timer +250ms")
+	h.del(2) // leaves job 1 as the only live data: segment 2 wants moving
+	h.expect("header 4 id=2, write 4@24+17")
+	h.wrote()
+	h.expect("observe 17B 1rec", "sync [4]")
+	h.synced()
+	h.expect("publish 17") // no migrate on a full disk
+	h.at(250 * time.Millisecond)
+	h.timer()
+	h.expect("spare 5")
+	h.c.spareDone(h.now, 5, nil)
+	h.expect("report space-back", "migrate 2 [1]")
+}
+
+// TestCoreCompactionStuck: live records in a segment but no jobs left to
+// move (never expected) stop compaction, and are said once.
+func TestCoreCompactionStuck(t *testing.T) {
+	h := newHarness(t, testPolicy(), recoverJobs([]int64{coreSeg, coreSeg}, [][]uint32{{100}, nil}))
+	h.expect("spare 4", "migrate 1 [1]")
+	h.c.spareDone(h.now, 4, nil)
+	// The Migrator finds job 1 elsewhere and moves nothing.
+	h.expect("report stuck 1 (1 live)")
+	h.expect()
+}
+
+// TestCoreRemoveRetried: a segment that cannot be removed is said once and
+// tried again every second.
+func TestCoreRemoveRetried(t *testing.T) {
+	h := newHarness(t, testPolicy(), recoverJobs([]int64{coreSeg, coreSeg}, [][]uint32{nil, nil}))
+	h.expect("spare 4", "remove 1")
+	h.c.spareDone(h.now, 4, nil)
+	h.c.removeDone(h.now, syscall.EACCES)
+	h.expect("report remove-failed 1", "timer +1s")
+	h.at(time.Second)
+	h.timer()
+	h.expect("remove 1")
+	h.c.removeDone(h.now, syscall.EACCES)
+	h.expect("timer +1s")
+	h.at(2 * time.Second)
+	h.timer()
+	h.expect("remove 1")
+	h.c.removeDone(h.now, nil)
+	h.expect("remove 2")
+}
+
+// TestCoreAllocs: a turn of the writer, from appends to their publish,
+// allocates nothing once its buffers have grown (ids a segment keeps for
+// compaction grow now and then, which AllocsPerRun averages away).
+func TestCoreAllocs(t *testing.T) {
+	p := testPolicy()
+	p.segmentSize = 1 << 40
+	h := newHarness(t, p, nil).withSpare()
+	r := h.record(1)
+	released := func() {}
+	turn := func() {
+		for range 100 {
+			r.ID++
+			lsn, _, err := h.c.append(r, Loc{})
+			if err != nil || h.c.onDurable(lsn, released) {
+				t.Fatal(err)
+			}
+		}
+		var n int64
+		for _, a := range h.c.ready(h.now) {
+			for _, e := range a.writes {
+				n += int64(len(e.b))
+			}
+		}
+		h.c.writeDone(h.now, n, nil)
+		h.c.ready(h.now)
+		h.synced()
+		if acts := h.c.ready(h.now); len(acts) != 1 || len(acts[0].due) != 100 {
+			t.Fatalf("%d actions after the fsync", len(acts))
+		}
+	}
+	turn()
+	if n := testing.AllocsPerRun(100, turn); n > 0 {
+		t.Errorf("%v allocations per turn of 100 appends", n)
+	}
+}

@@ -1,0 +1,316 @@
+package wal
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// This file is the shell's writer goroutine: it carries out the core's
+// actions and reports their outcomes back as events.
+
+// outcome is the event the writer goroutine feeds the core next: how its
+// last I/O went, or what woke it.
+type outcome struct {
+	kind outcomeKind
+	n    int64  // wrote: bytes written
+	seq  uint32 // synced: the segment that failed; spare: the segment made
+	err  error
+}
+
+type outcomeKind uint8
+
+const (
+	noOutcome outcomeKind = iota // nothing to report: wait for an event
+	wrote
+	synced
+	migrated // nothing to report, but the writer turns again at once
+	turn     // the same, right after cheap callbacks
+	removed
+	timerFired
+	spareMade
+)
+
+// feed reports o to c.
+func (o *outcome) feed(c *core, now time.Duration) {
+	switch o.kind {
+	case wrote:
+		c.writeDone(now, o.n, o.err)
+	case synced:
+		c.syncDone(now, o.seq, o.err)
+	case removed:
+		c.removeDone(now, o.err)
+	case timerFired:
+		c.timerFired(now)
+	case spareMade:
+		c.spareDone(now, o.seq, o.err)
+	}
+}
+
+// spareResult is what the spare maker hands the writer.
+type spareResult struct {
+	seq uint32
+	f   *os.File
+	err error
+}
+
+// run is the writer goroutine: feed the last outcome, take the actions
+// that follow under one hold of mu, carry them out without it, and wait
+// for an event when none of them was I/O to report on.
+func (l *Log) run() {
+	defer close(l.done)
+	l.timer = time.NewTimer(time.Hour)
+	l.timer.Stop()
+	defer l.timer.Stop()
+	var o outcome
+	var now time.Duration
+	for {
+		if o.kind != turn && (o.kind != wrote || o.err != nil) {
+			// Writes that worked, and callbacks, take microseconds: the
+			// time they began serves the core's millisecond deadlines, and
+			// saves a clock read per batch.
+			now = time.Since(l.origin)
+		}
+		l.mu.Lock()
+		o.feed(l.core, now)
+		acts := l.core.ready(now)
+		l.mu.Unlock()
+		var stop bool
+		if o, stop = l.carryOut(acts); stop {
+			return // Close closes the files once the spare maker is done too
+		}
+		if o.kind != noOutcome {
+			continue
+		}
+		select {
+		case <-l.kick:
+		case <-l.timerC:
+			l.timerC = nil
+			o.kind = timerFired
+		case s := <-l.spares:
+			o = outcome{kind: spareMade, seq: s.seq, err: s.err}
+			if s.err == nil {
+				l.files[s.seq] = s.f
+			}
+		}
+	}
+}
+
+// carryOut does what acts say, in order, and returns the outcome of the
+// writer's own I/O among them, if any; stop once Close's work is done.
+func (l *Log) carryOut(acts []action) (o outcome, stop bool) {
+	for i := range acts {
+		a := &acts[i]
+		switch a.kind {
+		case actReport:
+			l.report(a)
+		case actObserveBatch:
+			if ob := l.opts.Observer; ob != nil {
+				ob.ObserveBatch(int(a.n), int(a.records))
+			}
+		case actPublish:
+			l.durable.Store(a.lsn())
+			for _, w := range a.due {
+				w.fn()
+			}
+		case actRetire:
+			f := l.files[a.seq]
+			if a.sync {
+				_ = f.Sync()
+			}
+			_ = f.Truncate(a.n)
+			_ = f.Close()
+			delete(l.files, a.seq)
+		case actMakeSpare:
+			l.spareWG.Add(1)
+			go l.makeSpare(a.seq, a.lastID())
+		case actTimer:
+			l.timer.Reset(a.at() - time.Since(l.origin))
+			l.timerC = l.timer.C
+		case actWrite:
+			o = outcome{kind: wrote}
+			for _, e := range a.writes {
+				n, err := l.writeAt(l.files[e.seq], e.b, e.off)
+				if a.keep {
+					l.keepUnsynced(e.seq, e.off, e.b[:n])
+				}
+				if o.n += n; err != nil {
+					o.err = err
+					break
+				}
+			}
+		case actSync:
+			o = l.sync(a)
+		case actMigrate:
+			l.migrator.Migrate(a.seq, a.ids)
+			o = outcome{kind: migrated}
+		case actTurn:
+			o = outcome{kind: turn}
+		case actRemove:
+			if f := l.files[a.seq]; f != nil {
+				_ = f.Close()
+				delete(l.files, a.seq)
+			}
+			o = outcome{kind: removed, err: os.Remove(l.segPath(a.seq))}
+		case actClosed:
+			l.closeErr = a.err
+			return o, true
+		}
+	}
+	return o, false
+}
+
+// writeAt writes all of b at off in f; it stops at the first error and
+// returns what it wrote.
+func (l *Log) writeAt(f *os.File, b []byte, off int64) (int64, error) {
+	var done int64
+	for len(b) > 0 {
+		n, err := l.opts.writeAt(f, b, off)
+		done += int64(n)
+		b, off = b[n:], off+int64(n)
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// unsyncedSpan is a copy of bytes written to a segment from off on and not
+// yet fsynced. Writes since a sync are contiguous within each segment (a
+// new segment's header ends where its records begin), so there is one
+// span per segment written to.
+type unsyncedSpan struct {
+	seq uint32
+	off int64
+	b   []byte
+}
+
+// keepUnsynced copies bytes just written at off in seq until they are
+// fsynced, to write them again if the fsync fails.
+func (l *Log) keepUnsynced(seq uint32, off int64, b []byte) {
+	n := len(l.unsynced)
+	if n == 0 || l.unsynced[n-1].seq != seq || l.unsynced[n-1].off+int64(len(l.unsynced[n-1].b)) != off {
+		// A new span, in the buffer an earlier one left behind if any.
+		if n < cap(l.unsynced) {
+			l.unsynced = l.unsynced[:n+1]
+		} else {
+			l.unsynced = append(l.unsynced, unsyncedSpan{})
+		}
+		sp := &l.unsynced[n]
+		sp.seq, sp.off, sp.b = seq, off, sp.b[:0]
+		n++
+	}
+	sp := &l.unsynced[n-1]
+	sp.b = append(sp.b, b...)
+}
+
+// sync carries out an actSync: the rewrite it may ask for, then the
+// fsyncs. Once they work, the copies kept for a rewrite are dropped.
+func (l *Log) sync(a *action) outcome {
+	if a.sync {
+		for _, u := range l.unsynced {
+			if _, err := l.writeAt(l.files[u.seq], u.b, u.off); err != nil {
+				return outcome{kind: synced, seq: u.seq, err: fmt.Errorf("writing again before the fsync: %w", err)}
+			}
+		}
+	}
+	start := time.Now()
+	for _, q := range a.segs {
+		if err := l.opts.fdatasync(l.files[q]); err != nil {
+			return outcome{kind: synced, seq: q, err: err}
+		}
+	}
+	if ob := l.opts.Observer; ob != nil && len(a.segs) > 0 {
+		ob.ObserveSync(time.Since(start))
+	}
+	for i := range l.unsynced {
+		sp := &l.unsynced[i]
+		sp.b = sp.b[:0] // the buffer is kept for the next span
+		if cap(sp.b) > maxReusedBuf {
+			sp.b = nil
+		}
+	}
+	l.unsynced = l.unsynced[:0]
+	return outcome{kind: synced}
+}
+
+// report logs what a report action says, with the segment's file.
+func (l *Log) report(a *action) {
+	file := l.segPath(a.seq)
+	switch a.report {
+	case reportWriteFailed:
+		l.log.Error().Err(a.err).Str("file", file).Msg("wal: write failed; retrying")
+	case reportGaveUp:
+		l.log.Error().Err(a.err).Str("file", file).Msg("wal: write failed; giving up at close")
+	case reportSyncFailed:
+		l.log.Error().Err(a.err).Str("file", file).Msg("wal: fsync failed; will write again and retry")
+	case reportBacklog:
+		l.log.Warn().Int64("unsynced_bytes", a.n).Msg("wal: fsync keeps failing; refusing puts until one works")
+	case reportDiskFull:
+		l.log.Warn().Err(a.err).Msg("wal: disk full; refusing puts until space returns")
+	case reportSpaceBack:
+		l.log.Info().Msg("wal: space available again; accepting puts")
+	case reportStuck:
+		l.log.Error().Str("file", file).Int64("live", a.n).
+			Msg("wal: segment has live records but no jobs to move; compaction stopped")
+	case reportRemoveFailed:
+		l.log.Warn().Err(a.err).Str("file", file).Msg("wal: cannot remove segment; will retry")
+	}
+}
+
+// makeSpare is the spare maker: it makes segment seq on its own goroutine
+// (preallocating writes a segment's worth of zeros), so commits never wait
+// for it, and hands the outcome to the writer.
+func (l *Log) makeSpare(seq uint32, lastID uint64) {
+	defer l.spareWG.Done()
+	f, err := l.openSegment(seq, lastID)
+	l.spares <- spareResult{seq: seq, f: f, err: err}
+}
+
+const (
+	headerSize = 24
+	magic      = "SPROUTWL"
+	version    = 1
+)
+
+func segmentName(seq uint32) string { return fmt.Sprintf("sprout.%08d.wal", seq) }
+
+func (l *Log) segPath(seq uint32) string { return filepath.Join(l.dir, segmentName(seq)) }
+
+// openSegment creates and preallocates segment seq, its header naming
+// lastID as the highest id issued.
+func (l *Log) openSegment(seq uint32, lastID uint64) (*os.File, error) {
+	path := l.segPath(seq)
+	l.reserve.fill()
+	f, err := l.reserve.open(func() (*os.File, error) {
+		return os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	})
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*os.File, error) {
+		_ = f.Close()
+		_ = os.Remove(path)
+		return nil, err
+	}
+	if err := l.opts.allocate(f, l.opts.SegmentSize); err != nil {
+		return fail(err)
+	}
+	hdr := make([]byte, headerSize)
+	copy(hdr, magic)
+	putU32(hdr[8:], version)
+	putU64(hdr[headerIDOffset:], lastID)
+	if _, err := f.WriteAt(hdr, 0); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	l.syncDir()
+	return f, nil
+}
+
+// syncDir makes the directory's entries (a new, renamed or removed file)
+// durable.
+func (l *Log) syncDir() { _ = l.dirFile.Sync() }
