@@ -12,8 +12,9 @@ import (
 const envPrefix = "SPROUT_"
 
 // notServerVariables are the SPROUT_ variables that are not the server's:
-// the project's tests and benchmarks read them, and every server they
-// start inherits them, so they are ignored without a word. Any other
+// the project's tests, benchmarks and sproutctl read them, and a server
+// started where they are set inherits them, so they are ignored without
+// a word. Any other
 // SPROUT_ variable the table does not know is warned about: it is most
 // likely a mistyped setting. TestProjectVariablesAreKnown keeps this list
 // in step with the code that reads them.
@@ -22,6 +23,8 @@ var notServerVariables = []string{
 	"SPROUT_CONFORMANCE_SELFTEST", // internal/conformance: diff beanstalkd against itself
 	"SPROUT_SOAK",                 // internal/storm: how long the soak runs
 	"SPROUT_STORM_GOALS",          // internal/storm: assert the goals
+	"SPROUT_SERVER",               // sproutctl: the server it talks to
+	"SPROUT_API",                  // sproutctl: the admin API it talks to
 }
 
 // envSettings reads environ's SPROUT_ variables, in name order, as
