@@ -22,6 +22,9 @@ var notServerVariables = []string{
 	"SPROUT_CONFORMANCE_SELFTEST", // internal/conformance: diff beanstalkd against itself
 	"SPROUT_SOAK",                 // internal/storm: how long the soak runs
 	"SPROUT_STORM_GOALS",          // internal/storm: assert the goals
+	"SPROUT_REQUIRE_BROWSER",      // internal/console: fail, not skip, without chromium
+	"SPROUT_SERVER",               // cmd/sproutctl: the server's protocol address
+	"SPROUT_API",                  // cmd/sproutctl: the server's side port, for the admin API
 }
 
 // envSettings reads environ's SPROUT_ variables, in name order, as
