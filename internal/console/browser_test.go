@@ -397,3 +397,65 @@ func TestLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestPageWeight measures what a first visit to the overview costs, with
+// an empty cache (a browser context of its own): the bytes sent, the page's
+// own and the API's, and how long until the page shows the figures. It
+// fails over a budget, so that the console does not grow unseen.
+func TestPageWeight(t *testing.T) {
+	s := startServer(t) // read-only: no login page in between
+	c := s.conn()
+	for _, name := range []string{"emails", "thumbnails", "reports", "webhooks"} {
+		s.put(c, name, 10, 1024, 0, text("job %d"))
+	}
+	b := newTab(t, s.base)
+	b.open("/")
+	b.waitFor(`performance.getEntriesByName("console:shown").length > 0 && document.querySelectorAll(".plot canvas").length === 2`)
+	var m struct {
+		Page      resource
+		Resources []resource
+		DOMReady  float64 // ms from the start of the navigation
+		Load      float64
+		Shown     float64 // the first figures from the API are on the page
+	}
+	raw := eval[string](b, `JSON.stringify({
+		Page: (e => ({Name: e.name, Transfer: e.transferSize, Body: e.decodedBodySize}))(performance.getEntriesByType("navigation")[0]),
+		Resources: performance.getEntriesByType("resource").map(e => ({Name: e.name, Transfer: e.transferSize, Body: e.decodedBodySize})),
+		DOMReady: performance.getEntriesByType("navigation")[0].domContentLoadedEventEnd,
+		Load: performance.getEntriesByType("navigation")[0].loadEventEnd,
+		Shown: performance.getEntriesByName("console:shown")[0].startTime})`)
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		t.Fatal(err)
+	}
+	static, api := m.Page, resource{}
+	for _, r := range m.Resources {
+		t.Logf("%6d bytes sent, %6d bytes unpacked: %s", r.Transfer, r.Body, strings.TrimPrefix(r.Name, s.base))
+		if strings.Contains(r.Name, "/api/") {
+			api.Transfer += r.Transfer
+			api.Body += r.Body
+		} else {
+			static.Transfer += r.Transfer
+			static.Body += r.Body
+		}
+	}
+	t.Logf("the page and its files: %d bytes sent (%d unpacked); the API's first answers: %d bytes", static.Transfer, static.Body, api.Transfer)
+	t.Logf("DOMContentLoaded %.0f ms, load %.0f ms, figures shown %.0f ms after the navigation began", m.DOMReady, m.Load, m.Shown)
+	if static.Transfer > 64<<10 {
+		t.Errorf("the overview's files weigh %d bytes sent, over the 64 KiB budget", static.Transfer)
+	}
+	// A second visit sends no static file: they are cached by hash.
+	b.open("/")
+	b.waitFor(`performance.getEntriesByName("console:shown").length > 0`)
+	again := eval[int](b, `performance.getEntriesByType("resource").filter(e => !e.name.includes("/api/") && e.transferSize > 0).length`)
+	if again != 0 {
+		t.Errorf("a second visit fetched %d static files again", again)
+	}
+	t.Logf("again, cached: DOMContentLoaded %.0f ms, figures shown %.0f ms",
+		eval[float64](b, `performance.getEntriesByType("navigation")[0].domContentLoadedEventEnd`),
+		eval[float64](b, `performance.getEntriesByName("console:shown")[0].startTime`))
+}
+
+type resource struct {
+	Name           string
+	Transfer, Body int
+}

@@ -33,6 +33,13 @@ func handler(t *testing.T, token string) http.Handler {
 	st := store.New(store.Options{})
 	api := admin.New(admin.Config{Store: st, Engine: idleEngine{}, MaxJobSize: 1 << 16, Token: token})
 	t.Cleanup(func() { api.Close(); st.Close() })
+	return mount(t, api)
+}
+
+// mount serves api under /api/ and its console at /, as the side port
+// does.
+func mount(t *testing.T, api *admin.API) http.Handler {
+	t.Helper()
 	c, err := console.New(console.Config{Auth: api.Auth(), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
