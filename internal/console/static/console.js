@@ -63,7 +63,14 @@
 
   const statusEl = $('status');
   let statusTimer = 0;
+  // A fetch cut short by leaving the page is no error worth a word.
+  let leaving = false;
+  window.addEventListener('pagehide', () => { leaving = true; });
   function say(message, bad) {
+    if (leaving) return;
+    // An error goes to the browser's console as well, for whoever debugs
+    // (and the browser tests, which fail on one they did not expect).
+    if (bad) console.error('sprout console: ' + message);
     clearTimeout(statusTimer);
     statusEl.textContent = '';
     statusEl.classList.toggle('bad', !!bad);
@@ -120,9 +127,9 @@
     return data;
   }
 
-  // shown marks, once, when the page first shows the API's figures: what
-  // a user waits for, to be read with performance.getEntriesByName.
-  function shown() {
+  // markShown marks, once, when the page first shows the API's figures:
+  // what a user waits for, to be read with performance.getEntriesByName.
+  function markShown() {
     if (performance.getEntriesByName('console:shown').length === 0) performance.mark('console:shown');
   }
 
@@ -467,7 +474,7 @@
       tubes = list.tubes;
       renderServer(stats);
       renderTubes();
-      shown();
+      markShown();
     });
     every(5000, () => chart.refresh());
   }
@@ -493,7 +500,7 @@
     let state = 'ready';
     let cursors = [null]; // the cursor of each page so far; the last is shown
     let next = null;
-    let shown = 0;
+    let listed = 0;
 
     if (!canChange) {
       for (const c of document.querySelectorAll('.actions button, .actions input, .actions select, .actions textarea')) {
@@ -535,16 +542,16 @@
       paused.textContent = 'paused, ' + dur(t['pause-time-left']) + ' left';
       for (const b of tabs) b.querySelector('.count').textContent = num(counts[b.dataset.state]);
       pageInfo();
-      shown();
+      markShown();
     }
 
     function pageInfo() {
       const limit = Number(limitSelect.value);
       const first = (cursors.length - 1) * limit + 1;
       const total = counts[state];
-      $('page-info').textContent = shown === 0
+      $('page-info').textContent = listed === 0
         ? (cursors.length > 1 ? 'No more ' + state + ' jobs' : '')
-        : 'Jobs ' + num(first) + '–' + num(first + shown - 1) + (total != null ? ' of ' + num(Math.max(total, first + shown - 1)) : '');
+        : 'Jobs ' + num(first) + '–' + num(first + listed - 1) + (total != null ? ' of ' + num(Math.max(total, first + listed - 1)) : '');
       $('page-prev').disabled = cursors.length === 1;
       $('page-next').disabled = !next;
     }
@@ -602,10 +609,10 @@
       const hadFocus = tbody.contains(document.activeElement);
       tbody.replaceChildren(...d.jobs.map(jobRow));
       next = d.next;
-      shown = d.jobs.length;
+      listed = d.jobs.length;
       $('time-left-h').textContent = state === 'reserved' ? 'TTR left' : state === 'delayed' ? 'Ready in' : 'Time left';
       const empty = $('jobs-empty');
-      empty.hidden = shown > 0;
+      empty.hidden = listed > 0;
       empty.textContent = cursors.length > 1 ? 'No more ' + state + ' jobs.' : 'No ' + state + ' jobs.';
       if (hadFocus) $('jobs').parentElement.focus();
       pageInfo();
@@ -623,7 +630,7 @@
       }
       await refreshTube().catch(() => {});
       await loadJobs().catch(() => {});
-      if (shown === 0 && cursors.length > 1) {
+      if (listed === 0 && cursors.length > 1) {
         cursors.pop();
         await listJobs();
       }
