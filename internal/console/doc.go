@@ -52,10 +52,12 @@
 //     its actions rather than offer buttons that would be refused.
 //   - With a token, a page request is checked (Auth.Check) before the page
 //     is rendered; without a valid session it is answered the login form
-//     instead, at the same address. The form posts the token to POST
-//     /api/v1/session, which sets the session's HttpOnly, SameSite=Strict
-//     cookie; the page then reloads. The token itself is never kept by the
-//     console: not in storage, not in the page.
+//     instead, at the same address (status 401). The form posts the token
+//     to POST /api/v1/session, which sets the session's HttpOnly,
+//     SameSite=Strict cookie; the page then reloads. The form posts there
+//     even without the script, so a token never lands in an address. The
+//     token itself is never kept by the console: not in storage, not in
+//     the page.
 //   - The script learns the session's CSRF token from GET /api/v1/session
 //     (the cookie is HttpOnly, so it cannot read it) and sends it as
 //     X-CSRF-Token with every change. A 401 from the API (the session

@@ -293,9 +293,12 @@ type server struct {
 	base string // the side port: http://127.0.0.1:PORT
 }
 
-// startServer runs the sprout binary with --http on a free port, and args.
+// startServer runs the sprout binary with --http on a free port, and args,
+// for a browser test: without a browser to drive, the test skips (or
+// fails) here, before anything is built or started.
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
+	chromiumPath(t)
 	port, err := testproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
