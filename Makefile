@@ -22,6 +22,9 @@ run: build
 # with apt-get) or says what is missing; it prints the reference beanstalkd
 # the differential tests compare with: the 1.13 release built from shared/
 # beside the clone, else Debian's 1.12 (internal/testproc.Reference).
+# Where the setup can install chromium (root with apt-get, as in CI), the
+# console's browser tests require it (SPROUT_REQUIRE_BROWSER=1) rather than
+# skip without it.
 # The short FuzzEngine run goes without -race, for speed; its seeds have just
 # run under -race. A new input is minimized for at most 5s: the engine's
 # coverage varies with scheduling, so the fuzzer keeps finding "new" inputs,
@@ -30,7 +33,8 @@ test:
 	@ref=$$(bash .ci/test-setup) && \
 	echo "$(GO) vet ./..." && $(GO) vet ./... && \
 	echo "$(GO) test -race -count=1 -timeout 15m ./..." && \
-	SPROUT_REF_BEANSTALKD="$$ref" $(GO) test -race -count=1 -timeout 15m ./... && \
+	browser=$$( [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && echo 1 || echo 0 ) && \
+	SPROUT_REF_BEANSTALKD="$$ref" SPROUT_REQUIRE_BROWSER=$$browser $(GO) test -race -count=1 -timeout 15m ./... && \
 	echo "$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 15s -fuzzminimizetime 5s ./engine/" && \
 	SPROUT_REF_BEANSTALKD="$$ref" $(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 15s -fuzzminimizetime 5s ./engine/ && \
 	$(MAKE) --no-print-directory test-deploy

@@ -14,17 +14,17 @@ const envPrefix = "SPROUT_"
 // notServerVariables are the SPROUT_ variables that are not the server's:
 // the project's tests, benchmarks and sproutctl read them, and a server
 // started where they are set inherits them, so they are ignored without
-// a word. Any other
-// SPROUT_ variable the table does not know is warned about: it is most
-// likely a mistyped setting. TestProjectVariablesAreKnown keeps this list
+// a word. Any other SPROUT_ variable the table does not know is warned
+// about: it is most likely a mistyped setting. TestProjectVariablesAreKnown keeps this list
 // in step with the code that reads them.
 var notServerVariables = []string{
 	"SPROUT_REF_BEANSTALKD",       // internal/testproc: the reference beanstalkd
 	"SPROUT_CONFORMANCE_SELFTEST", // internal/conformance: diff beanstalkd against itself
 	"SPROUT_SOAK",                 // internal/storm: how long the soak runs
 	"SPROUT_STORM_GOALS",          // internal/storm: assert the goals
-	"SPROUT_SERVER",               // sproutctl: the server it talks to
-	"SPROUT_API",                  // sproutctl: the admin API it talks to
+	"SPROUT_REQUIRE_BROWSER",      // internal/console: fail, not skip, without chromium
+	"SPROUT_SERVER",               // cmd/sproutctl: the server's protocol address
+	"SPROUT_API",                  // cmd/sproutctl: the server's side port, for the admin API
 }
 
 // envSettings reads environ's SPROUT_ variables, in name order, as

@@ -338,7 +338,7 @@ var flagTable = []*flag{
 		help: "write a pprof CPU profile to PATH until shutdown",
 		set:  stringSetter(func(o *options) *string { return &o.cpuProfile }, "", nil)},
 	{long: "http", arg: "HOST:PORT", group: groupSprout, emptyMeans: "no side port",
-		help: "serve /metrics, /healthz and /readyz over HTTP on HOST:PORT (default: off)",
+		help: "serve /metrics, /healthz, /readyz, the admin API (/api/v1) and the web console (/) over HTTP on HOST:PORT (default: off)",
 		set: stringSetter(func(o *options) *string { return &o.httpAddr }, "HOST:PORT, as in 127.0.0.1:8080",
 			func(v string) bool { _, _, err := net.SplitHostPort(v); return err == nil || v == "" })},
 	{long: "pprof", arg: "BOOL", group: groupSprout,

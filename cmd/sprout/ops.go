@@ -8,6 +8,7 @@ import (
 
 	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/internal/admin"
+	"github.com/sproutmq/sprout/internal/console"
 	"github.com/sproutmq/sprout/internal/ops"
 	"github.com/sproutmq/sprout/store"
 )
@@ -16,8 +17,8 @@ import (
 // requests in flight (a scrape, a profile).
 const opsShutdownGrace = 5 * time.Second
 
-// opsPort is the HTTP side port (--http): metrics, probes, pprof and the
-// admin API. A nil *opsPort, without --http, does nothing.
+// opsPort is the HTTP side port (--http): metrics, probes, pprof, the
+// admin API and the web console. A nil *opsPort, without --http, does nothing.
 type opsPort struct {
 	addr       string       // immutable: --http
 	pprof      bool         // immutable
@@ -52,6 +53,11 @@ func (p *opsPort) start(srv *engine.Server, st *store.Store, log zerolog.Logger)
 		Token:      p.adminToken,
 		Logger:     log,
 	})
+	con, err := console.New(console.Config{Auth: p.api.Auth(), Logger: log})
+	if err != nil {
+		p.api.Close()
+		return err
+	}
 	s, err := ops.Start(ops.Config{
 		Addr:       p.addr,
 		Pprof:      p.pprof,
@@ -60,6 +66,7 @@ func (p *opsPort) start(srv *engine.Server, st *store.Store, log zerolog.Logger)
 		Store:      st,
 		Metrics:    p.metrics,
 		API:        p.api,
+		Console:    con,
 		Logger:     log,
 	})
 	if err != nil {
