@@ -12,8 +12,8 @@ const (
 	// KindDelete says the job is gone.
 	KindDelete Kind = 3
 	// KindIDs says ids up to ID may have been issued: written ahead of the
-	// id counter, so an id taken before its put was durable (stats-job can
-	// show it) is never issued again after a crash.
+	// id counter, so an id taken before its put was durable is never
+	// issued again after a crash.
 	KindIDs Kind = 4
 )
 
