@@ -30,7 +30,7 @@ const DeadlineMargin = time.Second
 type Store struct {
 	now      func() int64 // monotonic nanoseconds; immutable
 	wallBase int64        // immutable: wall-clock ns at monotonic 0
-	log      *wal.Log     // immutable; nil keeps everything in memory
+	log      journal      // immutable; nil keeps everything in memory
 	acks     AckSource    // immutable; nil with no log
 	timers   *timers
 	stop     chan struct{}
@@ -83,6 +83,14 @@ type Options struct {
 
 // New returns a running store; call Close to stop its timer goroutine.
 func New(opts Options) *Store {
+	if opts.Log != nil { // a nil *wal.Log is no nil journal
+		return newStore(opts, opts.Log)
+	}
+	return newStore(opts, nil)
+}
+
+// newStore is New with the log given as a journal (nil: in memory).
+func newStore(opts Options, log journal) *Store {
 	now := opts.Now
 	if now == nil {
 		start := time.Now()
@@ -95,7 +103,7 @@ func New(opts Options) *Store {
 		tubes: make(map[string]*Tube),
 	}
 	s.wallBase = time.Now().UnixNano() - now()
-	s.log = opts.Log
+	s.log = log
 	if s.log != nil {
 		s.acks = opts.Acks
 		if s.acks == nil {
