@@ -84,9 +84,11 @@ type AckSource interface {
 	OnAcked(pos uint64, fn func())
 }
 
-// journal is what the store needs of its write-ahead log: *wal.Log, or a
-// test's recorder.
-type journal interface {
+// Journal is what the store needs of its write-ahead log: *wal.Log on a
+// single node; in a cluster, the log as Raft's proposer wraps it
+// (internal/replication); a test's recorder. Append is called under the
+// job's tube lock and must not block.
+type Journal interface {
 	Append(r *wal.Record, prev wal.Loc) (lsn uint64, loc wal.Loc, err error)
 	NoteMigrated()
 	Recovered() []wal.Recovered
@@ -97,7 +99,7 @@ type journal interface {
 }
 
 // logAcks makes the log's durable position the acknowledged one.
-type logAcks struct{ log journal }
+type logAcks struct{ log Journal }
 
 func (a logAcks) Acked() uint64                 { return a.log.Durable() }
 func (a logAcks) OnAcked(pos uint64, fn func()) { a.log.OnDurable(pos, fn) }
