@@ -109,6 +109,14 @@ func NewCore(cfg Config) (*Core, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = &raft.DefaultLogger{Logger: log.New(io.Discard, "", 0)}
 	}
+	// raft panics on a bad configuration: refuse it first.
+	if cfg.ID == 0 || raft.IsLocalMsgTarget(cfg.ID) {
+		return nil, fmt.Errorf("replication: %d is not a member id", cfg.ID)
+	}
+	if cfg.ElectionTick <= cfg.HeartbeatTick || cfg.HeartbeatTick <= 0 {
+		return nil, fmt.Errorf("replication: election tick %d must be above heartbeat tick %d, above 0",
+			cfg.ElectionTick, cfg.HeartbeatTick)
+	}
 	head, err := wal.DecodeFrames(nil, cfg.Log.Head())
 	if err != nil {
 		return nil, fmt.Errorf("replication: the log's head: %w", err)

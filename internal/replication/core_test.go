@@ -7,9 +7,13 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // TestElection: three members, left to their election timeouts, elect one
@@ -17,7 +21,7 @@ import (
 // follow it.
 func TestElection(t *testing.T) {
 	c := newCluster(t, 3, 100)
-	for range 4 * testElectionTick {
+	for range electionRounds * testElectionTick {
 		if c.leader() != nil {
 			break
 		}
@@ -25,7 +29,7 @@ func TestElection(t *testing.T) {
 	}
 	l := c.leader()
 	if l == nil {
-		t.Fatal("no leader after four election timeouts")
+		t.Fatalf("no leader after %d election timeouts", electionRounds)
 	}
 	if got := c.leaders(); len(got) != 1 {
 		t.Fatalf("leaders %v", got)
@@ -334,4 +338,198 @@ func TestSnapshotCatchUp(t *testing.T) {
 		t.Fatalf("the new leader holds %d jobs", len(want))
 	}
 	c.converged(want)
+}
+
+// TestFiveMembers: five members commit with two of them down, and not
+// with three.
+func TestFiveMembers(t *testing.T) {
+	c := newCluster(t, 5, 100)
+	l := c.elect(1)
+	p := c.producer(l, "t")
+	c.crash(c.members[4])
+	c.crash(c.members[5])
+	p.put(0, "with three")
+	c.run(l)
+	c.stabilize()
+	if !p.acked() {
+		t.Fatal("three members of five did not commit")
+	}
+
+	c.crash(c.members[3])
+	p.put(0, "with two")
+	c.run(l)
+	for range testElectionTick / 2 {
+		c.tick()
+	}
+	if p.acked() {
+		t.Fatal("two members of five committed")
+	}
+	if !l.serving() {
+		t.Fatal("the leader stopped serving within half an election timeout")
+	}
+	c.start(c.members[3])
+	c.tick()
+	if !p.acked() {
+		t.Fatal("not committed once a third member was back")
+	}
+	c.converged(viewOf(l.store))
+}
+
+// TestNewLeaderServesAfterItsFirstEntry: a new leader does not serve until
+// the empty entry it appends first is committed and durable on it, and by
+// then its store holds every entry of its log, among them entries a lost
+// leader replicated but never knew committed.
+func TestNewLeaderServesAfterItsFirstEntry(t *testing.T) {
+	c := newCluster(t, 3, 100)
+	l := c.elect(1)
+	p := c.producer(l, "t")
+	id := p.put(0, "unconfirmed")
+	c.run(l)
+	c.deliver() // the followers write the entry...
+	c.fsync(c.members[2])
+	c.fsync(c.members[3])
+	c.crash(l) // ...and their answers are lost with the leader
+	c.deliver()
+	if p.acked() {
+		t.Fatal("acknowledged without the leader's own copy")
+	}
+
+	// Members 2 and 3 elect one of them; the election's writes are made
+	// durable, but not the new leader's first entry.
+	var nl, f *member
+	for i := 0; nl == nil; i++ {
+		if i == electionRounds*testElectionTick {
+			t.Fatalf("no leader after %d election timeouts", electionRounds)
+		}
+		for _, id := range []uint64{2, 3} {
+			c.members[id].core.Tick()
+			c.run(c.members[id])
+		}
+		for nl == nil {
+			for _, pair := range [][2]uint64{{2, 3}, {3, 2}} {
+				if c.members[pair[0]].core.Status().RaftState == raft.StateLeader {
+					nl, f = c.members[pair[0]], c.members[pair[1]]
+				}
+			}
+			if nl == nil && c.deliver() == 0 {
+				c.fsync(c.members[2])
+				c.fsync(c.members[3])
+				if len(c.net) == 0 {
+					break
+				}
+			}
+		}
+	}
+	if nl.serving() {
+		t.Fatal("serves as soon as it is elected")
+	}
+	c.fsync(nl)
+	c.deliver()
+	if nl.serving() {
+		t.Fatal("serves with its first entry durable on itself only")
+	}
+	c.fsync(f)
+	c.deliver()
+	if !nl.serving() {
+		t.Fatalf("does not serve with its first entry committed: %+v", nl.core.Status())
+	}
+	if _, ok := nl.atServe[id]; !ok {
+		t.Errorf("job %d, committed with the new leader's first entry, was not in its store when it began to serve", id)
+	}
+	c.stabilize()
+	c.converged(viewOf(nl.store))
+}
+
+// TestDeadlineSurvivesFailover: a delayed job's deadline is the leader's
+// wall clock, recorded; a follower that becomes leader later holds the
+// job due at that wall-clock time, not its own time plus the delay.
+func TestDeadlineSurvivesFailover(t *testing.T) {
+	c := newCluster(t, 3, 100)
+	l := c.elect(1)
+	p := c.producer(l, "t")
+	put := p.put(100, "put delayed")
+	released := p.put(0, "released with a delay")
+	if j, _ := p.client.Reserve(0); j == nil || j.ID() != released {
+		t.Fatal("could not reserve the ready job")
+	}
+	c.clock.Add(int64(7 * time.Second))
+	if err := p.client.Release(released, 1, 50); err != nil {
+		t.Fatal(err)
+	}
+	c.run(l)
+	// The followers apply the records 30 s after they were made: their own
+	// now plus the delay would show.
+	c.clock.Add(int64(30 * time.Second))
+	c.stabilize()
+
+	// What the leader recorded: each job's creation and latest deadline.
+	type times struct{ created, deadline int64 }
+	recorded := map[uint64]times{}
+	ents, _ := l.disk.Entries(l.disk.prevIndex+1, l.disk.lastLocked()+1, math.MaxUint64)
+	for _, e := range ents {
+		records, err := wal.DecodeFrames(nil, e.GetData())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range records {
+			if r.Kind == wal.KindFull {
+				recorded[r.ID] = times{r.CreatedAt, r.Deadline}
+			} else if r.Kind == wal.KindUpdate {
+				recorded[r.ID] = times{recorded[r.ID].created, r.Deadline}
+			}
+		}
+	}
+
+	l.core.TransferLeadership(2)
+	c.run(l)
+	c.stabilize()
+	nl := c.members[2]
+	if !nl.serving() {
+		t.Fatal("member 2 does not serve after the transfer")
+	}
+	cl := nl.store.NewClient(nil)
+	defer cl.Close()
+	for _, id := range []uint64{put, released} {
+		st, ok := cl.JobStats(id)
+		if !ok || st.State != store.StateDelayed {
+			t.Fatalf("job %d on the new leader: %+v", id, st)
+		}
+		// Age and time left are in the new leader's clock; their sum is
+		// the recorded deadline less the recorded creation, whatever the
+		// two machines' clocks.
+		rec := recorded[id]
+		if got, want := st.Age+st.TimeLeft, time.Duration(rec.deadline-rec.created); got != want {
+			t.Errorf("job %d: due %v after its creation on the new leader, recorded %v", id, got, want)
+		}
+	}
+}
+
+// TestRestart: members that all stop at once and start again from their
+// disks rebuild their stores from the committed log.
+func TestRestart(t *testing.T) {
+	c := newCluster(t, 3, 8)
+	l := c.elect(1)
+	rng := rand.New(rand.NewPCG(7, 8))
+	p := c.producer(l, "work")
+	var ids []uint64
+	for range 10 {
+		p.workload(rng, &ids, 20)
+		c.run(l)
+		c.stabilize()
+	}
+	l.store.Migrate(1, slices.Clone(ids))
+	c.run(l)
+	c.stabilize()
+	want := viewOf(l.store)
+	for _, m := range c.up() {
+		c.crash(m)
+	}
+	for _, id := range c.ids {
+		c.start(c.members[id])
+	}
+	c.converged(want)
+	nl := c.awaitLeader(c.ids...)
+	if n := c.producer(nl, "work").put(0, "after"); n <= slices.Max(ids) {
+		t.Errorf("after the restart, id %d was issued again", n)
+	}
 }

@@ -42,9 +42,16 @@
 //     the effects of its proposals in flight. It does not apply its own
 //     entries again when they commit. A member that becomes leader first
 //     applies every entry in its log (Raft guarantees they will all
-//     commit with its first entry of the new term), and serves clients
-//     only once that first entry has committed, so its store holds every
-//     committed change before any command runs on it.
+//     commit with its first entry of the new term, and hands them out in
+//     order before it), and serves clients only once that first entry has
+//     committed and is durable here, so its store holds every committed
+//     change before any command runs on it.
+//   - The leader proposes the batch gathered so far when its own earlier
+//     writes are durable, or at once when the batch passes a size
+//     (Config.MaxBatch): while its disk is busy the batch grows, as a
+//     group commit does. Each proposal's end position is remembered in
+//     order; as the leader's own entries come out committed and durable
+//     here, their ends are published, in the order proposed.
 //
 // # Losing leadership
 //
@@ -59,9 +66,18 @@
 // restart already takes (logged once, at warn, with the terms). A node
 // partitioned from the majority therefore stops acknowledging (nothing it
 // proposes commits) at once, and stops handing out jobs within one
-// election timeout (CheckQuorum). Clients' replies that were held when it
-// stepped down were never sent: what they asked may or may not have been
-// done by the new leader, as with any server that goes away.
+// election timeout. Raft's CheckQuorum alone is not enough for that: it
+// checks once per election timeout for the followers heard since the last
+// check, so a leader cut off just after a check steps down nearly two
+// timeouts later (17 ticks of 10 in the tests), while the majority may
+// elect another after one. The core keeps a lease of its own: a serving
+// leader that has not heard from a majority of the voters within the last
+// election timeout is rebuilt at once (CheckQuorum stays on: it is also
+// what makes followers ignore a disruptive candidate while their leader
+// is alive). Clients' replies that were held when it stepped down were
+// never sent: what they asked may or may not have been done by the new
+// leader, as with any server that goes away. A leader that never served
+// has applied only committed entries, and simply follows.
 //
 // # Time
 //
@@ -104,11 +120,32 @@
 // are committed and applied, so each directory stays within the single
 // node's bound (twice the live data plus a few segments). Raft's log then
 // begins at the first entry still on disk (Storage.FirstIndex), and a
-// member that needs older entries (down for long, or a new or emptied
-// disk) gets a snapshot instead: the live jobs as of a committed index,
-// built by the leader from its log (replaying its segments up to that
-// index), sent as a stream of full records beside the Raft message that
-// announces it, and installed by the receiver as a fresh log and store.
+// member that needs older entries (down for long, or a new member) gets a
+// snapshot instead: the live jobs as of a committed index, built by the
+// leader from its log (replaying its segments up to that index), sent as
+// a stream of full records beside the Raft message that announces it, and
+// installed by the receiver as a fresh log and store.
+//
+// Precisely (Log, and MemoryLog as its reference): a log holds a head and
+// the entries from FirstIndex on. The head is an installed snapshot's
+// records, kept while some job is live only there, and the highest id any
+// dropped record named (as a segment header keeps it). Replaying the head
+// and then the committed entries, with wal.Fold (an update of a job not
+// yet seen is skipped: its full record was dropped, and a later rewrite
+// carries it), gives the live jobs as of any commit index at or after the
+// last compaction; that is how a member's store is rebuilt at start and
+// how a snapshot is built, at the commit index, with the id watermark as
+// its last record. A log drops entries only through what was applied and
+// committed, and only those that hold no live job's latest full record.
+// The snapshot is built once and kept until the log is compacted past
+// it; in this first version its records ride in the snapshot message's
+// Data, as wal frames, and a malformed one is refused when it arrives.
+//
+// A member whose disk was emptied does not come back under its Raft id:
+// the leader holds a match index for it that its empty log contradicts
+// (raft panics on the first heartbeat that says so), and it could vote a
+// second time in a term it voted in before. It comes back as a new member
+// (Members and their traffic), and the snapshot fills it.
 //
 // # Any node serves
 //
@@ -127,7 +164,8 @@
 //
 // --node NAME, --cluster-listen HOST:PORT and --cluster-peers
 // NAME=HOST:PORT,... (the initial members, itself included) start a
-// member; -b is required. A member's Raft id is derived from its name, and
+// member; -b is required. A member's Raft id is derived from its name and
+// its directory's first start (an emptied directory is a new member), and
 // the cluster's id from the initial members and the first member's
 // directory: each connection between members starts with a hello naming
 // both, and a peer naming another cluster, or a name that is not a member,
@@ -163,4 +201,29 @@
 // step by step through a simulated network and disks: elections,
 // replication, acknowledgement, leadership loss with uncommitted changes,
 // and catching up by snapshot, with no sleeps.
+//
+// The core (core.go, action.go) runs raft with AsyncStorageWrites, so all
+// of a raft.Ready is in its messages. Events (Core methods): Tick; Step (a
+// peer's message; one whose records do not decode is refused); Durable
+// (every write through a number is durable); SnapshotSent (a snapshot
+// reached a peer, or not); Unreachable; Campaign and TransferLeadership
+// (the operator's, and the tests'). Actions (Ready's result, in the order
+// to carry them out): restore (a fresh store from records: the log's
+// head at start, a snapshot's records when one is installed); send; write
+// (a snapshot, entries, a hard state; then report Durable); apply
+// (committed records, to the store); compact (the log may drop what was
+// applied); publish (the acknowledged position, to the Journal); serve;
+// rebuild (the last action: the core takes no more events).
+//
+// What the shell provides: the Log (raft.Storage, plus the writes the
+// actions ask for and OnDurable), the transport (raft's messages, and the
+// fate of each snapshot sent), a ticker, and the store, made with the
+// member's Journal as both its Journal and its AckSource. Only the raft
+// library's reads of the Log happen inside the core's calls.
+//
+// Not yet: membership changes (a conf change entry stops the core), the
+// wal-backed log (MemoryLog stands in, and the Journal offers the store
+// one segment, so Store.Migrate(1, ids) moves the jobs its store put; a
+// job a member applied is in no segment, so a new leader cannot move it
+// yet), and the new leader's wall clock (Time) is still the machine's.
 package replication

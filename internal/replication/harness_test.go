@@ -24,6 +24,13 @@ import (
 
 const testElectionTick = 10
 
+// electionRounds is how many election timeouts the tests wait for a
+// leader. Members tick in step and every message arrives within the tick,
+// so two members whose randomized timeouts end on the same tick split the
+// vote (one time in ten); waiting for four timeouts failed about once in
+// a thousand runs.
+const electionRounds = 12
+
 // simDisk is a Log whose writes are visible at once but durable only when
 // the test syncs it; a crash keeps what was durable.
 type simDisk struct {
@@ -93,10 +100,11 @@ type member struct {
 	store   *store.Store
 	up      bool
 
-	served   []uint64 // the terms it served (ActServe)
-	rebuilds []uint64 // the terms it lost (ActRebuild)
-	restores int      // ActRestore: starts and snapshots installed
-	applied  int      // records it applied from entries
+	served   []uint64           // the terms it served (ActServe)
+	atServe  map[uint64]jobView // its store's jobs when it last began to serve
+	rebuilds []uint64           // the terms it lost (ActRebuild)
+	restores int                // ActRestore: starts and snapshots installed
+	applied  int                // records it applied from entries
 }
 
 func (m *member) serving() bool { return m.up && m.core.Serving() }
@@ -216,6 +224,7 @@ func (c *cluster) do(m *member, a Action) bool {
 		m.journal.Publish(a.Pos)
 	case ActServe:
 		m.served = append(m.served, a.Term)
+		m.atServe = viewOf(m.store)
 	case ActRebuild:
 		m.rebuilds = append(m.rebuilds, a.Term)
 		c.restart(m)
@@ -330,10 +339,10 @@ func (c *cluster) tick(ids ...uint64) {
 }
 
 // awaitLeader ticks the members of ids until one of them serves, for at
-// most four election timeouts, and returns it.
+// most electionRounds election timeouts, and returns it.
 func (c *cluster) awaitLeader(ids ...uint64) *member {
 	c.t.Helper()
-	for range 4 * testElectionTick {
+	for range electionRounds * testElectionTick {
 		c.tick(ids...)
 		for _, id := range ids {
 			if m := c.members[id]; m.serving() {
@@ -341,7 +350,12 @@ func (c *cluster) awaitLeader(ids ...uint64) *member {
 			}
 		}
 	}
-	c.t.Fatalf("none of %v leads after four election timeouts", ids)
+	var st []string
+	for _, id := range ids {
+		m := c.members[id]
+		st = append(st, fmt.Sprintf("%d: %+v serving %v", id, m.core.Status(), m.core.Serving()))
+	}
+	c.t.Fatalf("none of %v leads after %d election timeouts:\n%s", ids, electionRounds, strings.Join(st, "\n"))
 	return nil
 }
 
