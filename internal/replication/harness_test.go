@@ -273,13 +273,20 @@ func (c *cluster) heal() { clear(c.cut) }
 
 // deliver hands every message in flight to its member, dropping those on
 // a cut link or to a member that is down, and reports how many arrived.
-func (c *cluster) deliver() int {
+func (c *cluster) deliver() int { return c.deliverLossy(nil, 0) }
+
+// deliverLossy is deliver that also drops each message with probability
+// loss, and delivers them in an order shuffled by rng (nil: in order).
+func (c *cluster) deliverLossy(rng *rand.Rand, loss float64) int {
 	msgs := c.net
 	c.net = nil
+	if rng != nil {
+		rng.Shuffle(len(msgs), func(i, k int) { msgs[i], msgs[k] = msgs[k], msgs[i] })
+	}
 	n := 0
 	for _, msg := range msgs {
 		from, to := c.members[msg.GetFrom()], c.members[msg.GetTo()]
-		arrives := to.up && !c.cut[[2]uint64{from.id, to.id}]
+		arrives := to.up && !c.cut[[2]uint64{from.id, to.id}] && (rng == nil || rng.Float64() >= loss)
 		if arrives {
 			if err := to.core.Step(msg); err != nil {
 				c.t.Fatalf("member %d: step %v: %v", to.id, msg.GetType(), err)
@@ -494,6 +501,7 @@ func diffViews(want, got map[uint64]jobView) string {
 // producer puts jobs on a member's store, as a client connection would.
 type producer struct {
 	m      *member
+	store  *store.Store // the member's when the producer was made
 	client *store.Client
 }
 
@@ -501,7 +509,7 @@ func (c *cluster) producer(m *member, tube string) *producer {
 	cl := m.store.NewClient(nil)
 	cl.Use([]byte(tube))
 	cl.Watch([]byte(tube))
-	return &producer{m: m, client: cl}
+	return &producer{m: m, store: m.store, client: cl}
 }
 
 // put stores a job and returns its id.
