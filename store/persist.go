@@ -84,8 +84,22 @@ type AckSource interface {
 	OnAcked(pos uint64, fn func())
 }
 
+// Journal is what the store needs of its write-ahead log: *wal.Log on a
+// single node; in a cluster, the log as Raft's proposer wraps it
+// (internal/replication); a test's recorder. Append is called under the
+// job's tube lock and must not block.
+type Journal interface {
+	Append(r *wal.Record, prev wal.Loc) (lsn uint64, loc wal.Loc, err error)
+	NoteMigrated()
+	Recovered() []wal.Recovered
+	LastID() uint64
+	Stats() wal.Stats
+	Durable() uint64
+	OnDurable(lsn uint64, fn func())
+}
+
 // logAcks makes the log's durable position the acknowledged one.
-type logAcks struct{ log *wal.Log }
+type logAcks struct{ log Journal }
 
 func (a logAcks) Acked() uint64                 { return a.log.Durable() }
 func (a logAcks) OnAcked(pos uint64, fn func()) { a.log.OnDurable(pos, fn) }
@@ -105,14 +119,7 @@ func (c *Client) PendingAck() uint64 { return c.pendingAck.Load() }
 // raisePendingAck makes the client's replies wait for pos too. The client's
 // own changes raise it on its goroutine; a job handed to its blocked
 // reserve raises it from the goroutine that freed the job, hence atomic.
-func (c *Client) raisePendingAck(pos uint64) {
-	for {
-		cur := c.pendingAck.Load()
-		if pos <= cur || c.pendingAck.CompareAndSwap(cur, pos) {
-			return
-		}
-	}
-}
+func (c *Client) raisePendingAck(pos uint64) { raise(&c.pendingAck, pos) }
 
 // showLocked notes that j is about to be shown to c, so c's reply must wait
 // until j's put may be acknowledged: otherwise a consumer could work on a
@@ -129,33 +136,12 @@ func (c *Client) showLocked(j *Job) {
 // the id counter after the highest id ever issued.
 func (s *Store) recover() {
 	now := s.now()
-	for _, r := range s.log.Recovered() {
-		t := s.acquireTube([]byte(r.Tube))
-		j := newJob(r.Body)
-		j.id, j.tube, j.createdAt = r.ID, t, s.mono(r.CreatedAt)
-		j.pri, j.delay, j.ttr = r.Pri, seconds(r.Delay), seconds(max(r.TTR, int64(MinTTR)))
-		j.slot, j.seg = -1, r.Loc.Seg
-		j.counts = jobCounts{
-			reserves: r.Reserves, timeouts: r.Timeouts, releases: r.Releases,
-			buries: r.Buries, kicks: r.Kicks,
-		}
-		t.mu.Lock()
-		s.insertJobLocked(j)
-		switch r.State {
-		case wal.StateBuried:
-			t.buryLocked(j)
-			j.counts.buries = r.Buries // beanstalkd bumps it on every restart; Sprout does not
-		case wal.StateDelayed:
-			// A deadline that passed while the server was down is due now.
-			t.enqueueLocked(j, max(s.mono(r.Deadline)-now, 1), now)
-		default:
-			t.enqueueLocked(j, 0, now)
-		}
-		t.mu.Unlock()
+	recovered := s.log.Recovered()
+	for i := range recovered {
+		r := &recovered[i]
+		s.restore(&r.Record, r.Body, r.Loc.Seg, now)
 	}
-	if id := s.log.LastID(); id > s.lastID.Load() {
-		s.lastID.Store(id)
-	}
+	s.raiseID(s.log.LastID())
 }
 
 // Migrate implements wal.Migrator: each job whose full record is still in

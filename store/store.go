@@ -30,7 +30,7 @@ const DeadlineMargin = time.Second
 type Store struct {
 	now      func() int64 // monotonic nanoseconds; immutable
 	wallBase int64        // immutable: wall-clock ns at monotonic 0
-	log      *wal.Log     // immutable; nil keeps everything in memory
+	log      Journal      // immutable; nil keeps everything in memory
 	acks     AckSource    // immutable; nil with no log
 	timers   *timers
 	stop     chan struct{}
@@ -75,14 +75,27 @@ type Options struct {
 	// recovered are loaded by New, and the caller then starts it with
 	// Log.Start(store) so compaction can move jobs.
 	Log *wal.Log
-	// Acks, with a Log, publishes how far changes may be acknowledged in
-	// place of the log's durable position: a cluster's commit position, or
-	// a test's gate. Nil means the log.
+	// Journal, if set instead of Log, is where changes are written: a
+	// cluster's replicated log, or a test's. It is recovered from as Log
+	// is.
+	Journal Journal
+	// Acks, with a Log or Journal, publishes how far changes may be
+	// acknowledged in place of the log's durable position: a cluster's
+	// commit position, or a test's gate. Nil means the log's.
 	Acks AckSource
 }
 
 // New returns a running store; call Close to stop its timer goroutine.
 func New(opts Options) *Store {
+	log := opts.Journal
+	if opts.Log != nil { // a nil *wal.Log is no nil Journal
+		log = opts.Log
+	}
+	return newStore(opts, log)
+}
+
+// newStore is New with the log given as a Journal (nil: in memory).
+func newStore(opts Options, log Journal) *Store {
 	now := opts.Now
 	if now == nil {
 		start := time.Now()
@@ -95,7 +108,7 @@ func New(opts Options) *Store {
 		tubes: make(map[string]*Tube),
 	}
 	s.wallBase = time.Now().UnixNano() - now()
-	s.log = opts.Log
+	s.log = log
 	if s.log != nil {
 		s.acks = opts.Acks
 		if s.acks == nil {

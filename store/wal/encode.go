@@ -144,3 +144,34 @@ func decodePayload(p []byte, r *Record) error {
 	r.Body = p
 	return nil
 }
+
+// AppendFrame appends r's frame to dst, as a segment holds it. A cluster
+// (internal/replication) carries a batch of records as their frames, one
+// after another, in a Raft entry and in a snapshot.
+func AppendFrame(dst []byte, r *Record) []byte { return appendFrame(dst, r) }
+
+// DecodeFrames appends to dst the records of the frames in b, which must
+// hold whole frames and nothing else, each checked against its CRC. The
+// records' bodies alias b.
+func DecodeFrames(dst []Record, b []byte) ([]Record, error) {
+	for len(b) > 0 {
+		if len(b) < frameHeader {
+			return dst, errCorrupt
+		}
+		n := int(binary.LittleEndian.Uint32(b))
+		if n == 0 || n > maxPayload || frameHeader+n > len(b) {
+			return dst, errCorrupt
+		}
+		payload := b[frameHeader : frameHeader+n]
+		if binary.LittleEndian.Uint32(b[4:]) != crc32Update(payload) {
+			return dst, errCorrupt
+		}
+		var r Record
+		if err := decodePayload(payload, &r); err != nil {
+			return dst, err
+		}
+		dst = append(dst, r)
+		b = b[frameHeader+n:]
+	}
+	return dst, nil
+}

@@ -168,10 +168,23 @@ func frameTail(data []byte, off int) bool {
 
 func (l *Log) apply(r *Record, loc Loc, live map[uint64]*Recovered) {
 	l.core.sawID(r.ID)
+	if r.Kind == KindFull {
+		r.Body = append([]byte(nil), r.Body...) // r.Body is the segment's bytes
+	}
+	Fold(live, r, loc)
+}
+
+// Fold makes live, the latest state of each job by id, what it is after
+// r, as replay does: a full record sets the job (keeping r's body, not a
+// copy), an update changes it, a delete drops it. A reserved job counts
+// as ready (reservations do not survive), and an update of a job not in
+// live is skipped: its full record was in a segment already removed, so
+// it died or was written again later. A cluster's snapshot is this
+// fold of the log up to an index (internal/replication).
+func Fold(live map[uint64]*Recovered, r *Record, loc Loc) {
 	switch r.Kind {
 	case KindFull:
 		rec := *r
-		rec.Body = append([]byte(nil), r.Body...)
 		if rec.State == StateReserved {
 			rec.State = StateReady
 		}
@@ -179,7 +192,7 @@ func (l *Log) apply(r *Record, loc Loc, live map[uint64]*Recovered) {
 	case KindUpdate:
 		j := live[r.ID]
 		if j == nil {
-			return // its full record was in a segment already removed: it died
+			return
 		}
 		j.State, j.Pri, j.Delay, j.TTR = r.State, r.Pri, r.Delay, r.TTR
 		j.CreatedAt, j.Deadline = r.CreatedAt, r.Deadline

@@ -1,0 +1,87 @@
+package replication
+
+import (
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// Action is one thing the core asks the shell to do (see doc.go). Ready
+// hands them out in the order to carry them out; which fields count
+// depends on Kind. Entries, messages, snapshots and records are shared
+// with raft and the log: nobody writes into them.
+type Action struct {
+	Kind ActionKind
+	// Seq (ActWrite) numbers the write; once it and every write before it
+	// are durable (Log.OnDurable), the shell reports Core.Durable(Seq).
+	Seq uint64
+	// ActWrite: what to write, in this order: the snapshot (nil: none),
+	// the entries, the hard state (nil: unchanged).
+	Snapshot  *pb.Snapshot
+	Entries   []*pb.Entry
+	HardState *pb.HardState
+	// Messages (ActSend) go to the peers they name.
+	Messages []*pb.Message
+	// Records (ActApply, ActRestore) are for the store. Their bodies alias
+	// the log's entries: Store.Apply copies what it keeps.
+	Records []wal.Record
+	// Index is ActApply's and ActRestore's last entry applied, and
+	// ActCompact's applied index.
+	Index uint64
+	// Pos (ActPublish) is the position replies may now be sent up to.
+	Pos uint64
+	// Term (ActServe, ActRebuild) is the term this member leads or led.
+	Term uint64
+}
+
+// ActionKind says what an Action asks.
+type ActionKind uint8
+
+const (
+	// ActRestore: replace the store with a fresh one and apply Records to
+	// it (Store.Apply): at start, the log's head; when a snapshot was
+	// installed, its records. The entries after Index follow as ActApply.
+	ActRestore ActionKind = iota + 1
+	// ActSend: send Messages. A MsgSnap's fate is reported back
+	// (Core.SnapshotSent); other messages may be dropped silently.
+	ActSend
+	// ActWrite: write Snapshot, Entries and HardState to the log, then
+	// report Core.Durable(Seq) once they are durable.
+	ActWrite
+	// ActApply: Store.Apply(Records): committed entries through Index.
+	ActApply
+	// ActCompact: Log.Compact(Index), after the ActApply before it.
+	ActCompact
+	// ActPublish: Journal.Publish(Pos), releasing the replies waiting.
+	ActPublish
+	// ActServe: this member leads Term and its store holds every
+	// committed change: take clients' commands.
+	ActServe
+	// ActRebuild: this member led Term and lost it; its store may hold
+	// changes that never commit. Close every client, drop the store and
+	// start again from the log (re-execute); the core takes no more
+	// events. It is the last action handed out.
+	ActRebuild
+)
+
+func (k ActionKind) String() string {
+	switch k {
+	case ActRestore:
+		return "restore"
+	case ActSend:
+		return "send"
+	case ActWrite:
+		return "write"
+	case ActApply:
+		return "apply"
+	case ActCompact:
+		return "compact"
+	case ActPublish:
+		return "publish"
+	case ActServe:
+		return "serve"
+	case ActRebuild:
+		return "rebuild"
+	}
+	return "unknown"
+}

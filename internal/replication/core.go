@@ -1,0 +1,460 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// ErrBadRecords refuses a peer's message whose records do not decode.
+var ErrBadRecords = errors.New("replication: a message's records are damaged")
+
+// Defaults for Config.
+const (
+	// DefaultElectionTick and DefaultHeartbeatTick are in ticks; the shell
+	// picks the tick (100 ms makes an election timeout of 1 to 2 s).
+	DefaultElectionTick  = 10
+	DefaultHeartbeatTick = 1
+	// DefaultMaxBatch is the batch size past which the leader proposes
+	// without waiting for its last proposal's write.
+	DefaultMaxBatch = 1 << 20
+	// maxMsgSize bounds the entries of one append message (raft sends at
+	// least one entry whatever its size).
+	maxMsgSize = 1 << 20
+	// maxInflight bounds the append messages in flight to one follower.
+	maxInflight = 256
+)
+
+// Config configures a Core.
+type Config struct {
+	// ID is the member's Raft id, never 0.
+	ID uint64
+	// Log is the member's log; raft reads it, the shell writes it.
+	Log Log
+	// Journal is the member's store's journal.
+	Journal *Journal
+	// ElectionTick and HeartbeatTick are raft's, in ticks; 0 means the
+	// defaults.
+	ElectionTick, HeartbeatTick int
+	// MaxBatch is DefaultMaxBatch when 0.
+	MaxBatch int
+	// Logger is raft's; nil discards its lines.
+	Logger raft.Logger
+}
+
+// Core is a member's replication decisions, apart from its I/O (see
+// doc.go): it owns the raft.RawNode and decides what to propose, what to
+// write, what the store applies, what may be acknowledged, when to serve
+// and when to start again. Events go in as method calls, Ready hands out
+// the actions that follow. It has no goroutines and no clock (ticks are
+// events); its only I/O is raft's reads of the Log. It is not safe for
+// concurrent use: the shell steps it from one goroutine, or under a lock.
+type Core struct {
+	id           uint64 // immutable
+	rn           *raft.RawNode
+	journal      *Journal // immutable
+	maxBatch     int      // immutable
+	electionTick int      // immutable
+
+	// Leadership.
+	leading  uint64   // the term this member leads; 0 when it does not
+	serving  bool     // the first entry of that term is applied
+	proposed []uint64 // end positions of this term's proposals not yet applied, oldest first
+	stopped  bool     // ActRebuild was handed out: events are ignored
+
+	// The leader's lease: ticks counts Tick events, heard is the tick at
+	// which each other voter was last heard from in the term it leads.
+	ticks uint64
+	heard map[uint64]uint64
+
+	// Writes handed out and not yet durable, oldest first, and the last
+	// write's number.
+	writes []pendingWrite
+	seq    uint64
+
+	applied uint64        // the last entry handed to the store (or skipped)
+	scratch []wal.Record  // for checking peers' records
+	out     []Action      // the actions for the next Ready
+	sends   []*pb.Message // messages made sendable since the last Ready
+}
+
+// pendingWrite is an ActWrite not yet durable: raft's messages to deliver
+// once it is, and the snapshot it installs.
+type pendingWrite struct {
+	seq       uint64
+	responses []*pb.Message
+	snapshot  *pb.Snapshot
+}
+
+// NewCore returns the core of a member whose log is cfg.Log. Its first
+// Ready restores the store from the log's head; the committed entries
+// after it follow as ActApply.
+func NewCore(cfg Config) (*Core, error) {
+	if cfg.ElectionTick == 0 {
+		cfg.ElectionTick = DefaultElectionTick
+	}
+	if cfg.HeartbeatTick == 0 {
+		cfg.HeartbeatTick = DefaultHeartbeatTick
+	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = &raft.DefaultLogger{Logger: log.New(io.Discard, "", 0)}
+	}
+	// raft panics on a bad configuration: refuse it first.
+	if cfg.ID == 0 || raft.IsLocalMsgTarget(cfg.ID) {
+		return nil, fmt.Errorf("replication: %d is not a member id", cfg.ID)
+	}
+	if cfg.ElectionTick <= cfg.HeartbeatTick || cfg.HeartbeatTick <= 0 {
+		return nil, fmt.Errorf("replication: election tick %d must be above heartbeat tick %d, above 0",
+			cfg.ElectionTick, cfg.HeartbeatTick)
+	}
+	head, err := wal.DecodeFrames(nil, cfg.Log.Head())
+	if err != nil {
+		return nil, fmt.Errorf("replication: the log's head: %w", err)
+	}
+	first, err := cfg.Log.FirstIndex()
+	if err != nil {
+		return nil, err
+	}
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID:                 cfg.ID,
+		ElectionTick:       cfg.ElectionTick,
+		HeartbeatTick:      cfg.HeartbeatTick,
+		Storage:            cfg.Log,
+		AsyncStorageWrites: true,
+		CheckQuorum:        true,
+		PreVote:            true,
+		MaxSizePerMsg:      maxMsgSize,
+		MaxInflightMsgs:    maxInflight,
+		Logger:             cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := &Core{id: cfg.ID, rn: rn, journal: cfg.Journal, maxBatch: cfg.MaxBatch,
+		electionTick: cfg.ElectionTick, applied: first - 1, heard: make(map[uint64]uint64)}
+	c.out = append(c.out, Action{Kind: ActRestore, Records: head, Index: first - 1})
+	return c, nil
+}
+
+// Events.
+
+// Tick advances raft's clock by one tick. A serving leader that has not
+// heard from a majority of the voters (itself included) for an election
+// timeout stops serving: it is rebuilt (ActRebuild).
+//
+// Raft's CheckQuorum alone steps a leader down between one and two
+// election timeouts after it was cut off (it checks at the end of each
+// timeout for messages heard since the last check), while the majority
+// may elect another leader after one: the lease closes that gap, so a
+// deposed leader stops handing out jobs by the time another can start.
+func (c *Core) Tick() {
+	if c.stopped {
+		return
+	}
+	c.ticks++
+	c.rn.Tick()
+	if c.serving && !c.quorumHeard() {
+		c.lose()
+	}
+}
+
+// quorumHeard reports whether a majority of the voters, this member
+// included, was heard from within the last election timeout.
+func (c *Core) quorumHeard() bool {
+	n := 1
+	for _, at := range c.heard {
+		if c.ticks-at < uint64(c.electionTick) {
+			n++
+		}
+	}
+	return n > (len(c.heard)+1)/2
+}
+
+// Step takes a message from a peer. A message whose records do not
+// decode is refused (ErrBadRecords) and changes nothing.
+func (c *Core) Step(m *pb.Message) error {
+	if c.stopped {
+		return nil
+	}
+	if m.GetTo() != c.id {
+		return fmt.Errorf("replication: a message for %d reached %d", m.GetTo(), c.id)
+	}
+	if err := c.check(m); err != nil {
+		return err
+	}
+	if _, voter := c.heard[m.GetFrom()]; voter && c.leading != 0 && m.GetTerm() == c.leading {
+		c.heard[m.GetFrom()] = c.ticks
+	}
+	return c.rn.Step(m)
+}
+
+// check decodes the records a peer's message carries.
+func (c *Core) check(m *pb.Message) error {
+	var err error
+	for _, e := range m.GetEntries() {
+		if e.GetType() == pb.EntryNormal {
+			c.scratch, err = wal.DecodeFrames(c.scratch[:0], e.GetData())
+			if err != nil {
+				return fmt.Errorf("%w: entry %d from %d: %v", ErrBadRecords, e.GetIndex(), m.GetFrom(), err)
+			}
+		}
+	}
+	if snap := m.GetSnapshot(); snap != nil {
+		c.scratch, err = wal.DecodeFrames(c.scratch[:0], snap.GetData())
+		if err != nil {
+			return fmt.Errorf("%w: snapshot %d from %d: %v", ErrBadRecords, snap.GetMetadata().GetIndex(), m.GetFrom(), err)
+		}
+	}
+	clear(c.scratch) // keep no bodies
+	return nil
+}
+
+// Durable says that every write through seq (ActWrite) is durable.
+func (c *Core) Durable(seq uint64) {
+	n := 0
+	for n < len(c.writes) && c.writes[n].seq <= seq {
+		n++
+	}
+	done := c.writes[:n]
+	c.writes = c.writes[n:]
+	for _, w := range done {
+		if c.stopped {
+			return
+		}
+		if w.snapshot != nil {
+			// Checked by Step when it came in.
+			records, _ := wal.DecodeFrames(nil, w.snapshot.GetData())
+			index := w.snapshot.GetMetadata().GetIndex()
+			c.out = append(c.out, Action{Kind: ActRestore, Records: records, Index: index})
+			c.applied = index
+		}
+		for _, m := range w.responses {
+			if m.GetTo() == c.id {
+				_ = c.rn.Step(m) // raft's own answers: errors only for stale ones
+			} else {
+				c.sends = append(c.sends, m)
+			}
+		}
+	}
+}
+
+// SnapshotSent reports whether a snapshot (a MsgSnap handed out in
+// ActSend) reached peer to.
+func (c *Core) SnapshotSent(to uint64, ok bool) {
+	if c.stopped {
+		return
+	}
+	status := raft.SnapshotFinish
+	if !ok {
+		status = raft.SnapshotFailure
+	}
+	c.rn.ReportSnapshot(to, status)
+}
+
+// Unreachable reports that a message to peer id could not be sent.
+func (c *Core) Unreachable(id uint64) {
+	if !c.stopped {
+		c.rn.ReportUnreachable(id)
+	}
+}
+
+// Campaign starts an election now rather than at the election timeout:
+// for a member the operator wants to lead, and for tests.
+func (c *Core) Campaign() error {
+	if c.stopped {
+		return nil
+	}
+	return c.rn.Campaign()
+}
+
+// TransferLeadership asks the leader to hand leadership to member to,
+// once to has caught up; the leader is then rebuilt as any leader that
+// loses leadership is.
+func (c *Core) TransferLeadership(to uint64) {
+	if !c.stopped {
+		c.rn.TransferLeader(to)
+	}
+}
+
+// Status is what the core knows of raft's state.
+func (c *Core) Status() raft.BasicStatus { return c.rn.BasicStatus() }
+
+// Serving reports whether this member leads and takes commands.
+func (c *Core) Serving() bool { return c.serving && !c.stopped }
+
+// Ready hands out the actions that follow from everything the core has
+// been told, in the order to carry them out. The shell carries them out
+// before it feeds the next event.
+func (c *Core) Ready() []Action {
+	for !c.stopped {
+		if len(c.sends) > 0 {
+			c.out = append(c.out, Action{Kind: ActSend, Messages: c.sends})
+			c.sends = nil
+		}
+		if c.rn.HasReady() {
+			c.handle(c.rn.Ready())
+			continue
+		}
+		if !c.propose() {
+			break
+		}
+	}
+	out := c.out
+	c.out = nil
+	return out
+}
+
+// handle turns one raft.Ready into actions. With AsyncStorageWrites all
+// of it is in its messages: to peers, to the log (MsgStorageAppend) and
+// to the store (MsgStorageApply).
+func (c *Core) handle(rd raft.Ready) {
+	start := len(c.out)
+	if rd.SoftState != nil {
+		c.leadership(rd.SoftState.RaftState)
+		if c.stopped {
+			return
+		}
+	}
+	var sends []*pb.Message
+	for _, m := range rd.Messages {
+		switch m.GetTo() {
+		case raft.LocalAppendThread:
+			c.write(m)
+		case raft.LocalApplyThread:
+			c.apply(m)
+		default:
+			sends = append(sends, m)
+		}
+	}
+	if len(sends) > 0 {
+		// Ahead of this Ready's write: an append to followers need not
+		// wait for the leader's own disk.
+		c.out = slices.Insert(c.out, start, Action{Kind: ActSend, Messages: sends})
+	}
+}
+
+// leadership follows raft's state: a member that becomes leader serves
+// once its term's first entry is applied; one that stops leading after it
+// served is rebuilt.
+func (c *Core) leadership(state raft.StateType) {
+	switch {
+	case state == raft.StateLeader && c.leading == 0:
+		st := c.rn.Status()
+		c.leading = st.GetTerm()
+		c.serving = false
+		c.proposed = c.proposed[:0]
+		clear(c.heard)
+		for id, pr := range st.Progress {
+			if id != c.id && !pr.IsLearner {
+				c.heard[id] = c.ticks // a lease starts with the leadership
+			}
+		}
+	case state != raft.StateLeader && c.leading != 0:
+		if c.serving {
+			c.lose()
+			return
+		}
+		c.leading = 0
+	}
+}
+
+// lose ends the leadership of a member that served: its store may hold
+// changes that never commit, so it is rebuilt, and the core stops.
+func (c *Core) lose() {
+	c.out = append(c.out, Action{Kind: ActRebuild, Term: c.leading})
+	c.stopped, c.serving = true, false
+}
+
+// write hands out a MsgStorageAppend as an ActWrite and keeps its
+// responses until it is durable.
+func (c *Core) write(m *pb.Message) {
+	c.seq++
+	a := Action{Kind: ActWrite, Seq: c.seq, Snapshot: m.GetSnapshot(), Entries: m.GetEntries()}
+	if m.Vote != nil {
+		a.HardState = &pb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+	}
+	c.out = append(c.out, a)
+	c.writes = append(c.writes, pendingWrite{seq: c.seq, responses: m.GetResponses(), snapshot: m.GetSnapshot()})
+}
+
+// apply takes a MsgStorageApply: committed entries, durable here. A
+// follower applies their records; the leader applies those of earlier
+// terms (they are not in its store yet), skips its own (they are), and
+// publishes their end; its term's first entry makes it serve.
+func (c *Core) apply(m *pb.Message) {
+	var records []wal.Record
+	var ack uint64
+	serve := false
+	for _, e := range m.GetEntries() {
+		if e.GetType() != pb.EntryNormal {
+			// Nothing proposes them yet (membership changes come later);
+			// applying one wrongly would split the cluster.
+			panic(fmt.Sprintf("replication: entry %d: %v entries are not supported", e.GetIndex(), e.GetType()))
+		}
+		own := c.leading != 0 && e.GetTerm() == c.leading
+		switch {
+		case own && !c.serving:
+			// The empty entry a leader appends first: everything before it
+			// is committed and applied now.
+			c.serving, serve = true, true
+		case own && len(e.GetData()) > 0:
+			ack = c.proposed[0]
+			c.proposed = c.proposed[1:]
+		case !own && len(e.GetData()) > 0:
+			var err error
+			if records, err = wal.DecodeFrames(records, e.GetData()); err != nil {
+				// Checked when it came in, or written by this member: the
+				// log is damaged, and the store must not go on without it.
+				panic(fmt.Sprintf("replication: committed entry %d: %v", e.GetIndex(), err))
+			}
+		}
+		c.applied = e.GetIndex()
+	}
+	if len(records) > 0 {
+		c.out = append(c.out, Action{Kind: ActApply, Records: records, Index: c.applied})
+	}
+	if ack > 0 {
+		c.out = append(c.out, Action{Kind: ActPublish, Pos: ack})
+	}
+	if serve {
+		c.out = append(c.out, Action{Kind: ActServe, Term: c.leading})
+	}
+	c.out = append(c.out, Action{Kind: ActCompact, Index: c.applied})
+	// The store applies in the order of the actions, before any later
+	// event: raft may count these entries applied now.
+	for _, r := range m.GetResponses() {
+		_ = c.rn.Step(r)
+	}
+}
+
+// propose hands the journal's batch to raft as one entry, if this member
+// serves and either its last writes are durable (so batches grow while
+// the disk is busy, as a group commit does) or the batch is large. It
+// reports whether it proposed.
+func (c *Core) propose() bool {
+	if !c.serving || c.journal == nil {
+		return false
+	}
+	n := c.journal.pending()
+	if n == 0 || len(c.writes) > 0 && n < c.maxBatch {
+		return false
+	}
+	data, end := c.journal.take()
+	if err := c.rn.Propose(data); err != nil {
+		// Raft drops proposals only while leadership moves: keep the batch.
+		c.journal.untake(data)
+		return false
+	}
+	c.proposed = append(c.proposed, end)
+	return true
+}

@@ -1,0 +1,229 @@
+// Package replication makes three or five Sprout processes one queue: the
+// changes a single node writes to its write-ahead log are replicated
+// through Raft (go.etcd.io/raft/v3), and a change is acknowledged to its
+// client only once a majority of the members has written and fsynced it.
+// This comment is the design; the code follows it, and where they differ
+// the code is wrong.
+//
+// # What is replicated
+//
+// Exactly what a single node logs: the store's wal.Records (put, delete,
+// bury, kick, kick-job, release, the id watermark, and compaction's
+// rewrites of live jobs), in the order the store appends them. The leader
+// gathers the records appended since its last proposal into one batch,
+// as the log writer gathers a group commit, and proposes the batch as one
+// Raft entry: the entry's data is the records' frames (wal's encoding,
+// checksums included), so one proposal, one append to every member's log
+// and one fsync carry every command that arrived meanwhile. Reservations,
+// touches, TTR expiries and reserve timeouts are not logged today and are
+// not replicated: they live on the leader only (see Time).
+//
+// # Who applies what, and when
+//
+// Every member keeps a store (package store) that is the state machine.
+//
+//   - The leader executes commands on its store at once, as a single node
+//     does: a put is in the ready heap before any member has it, and the
+//     store appends its records to its write-ahead log as it always does.
+//     In cluster mode the log's writer hands each batch it takes to Raft
+//     as one proposal and writes it as that entry when Raft says to. The
+//     client's PendingAck is still its last record's log position; the
+//     AckSource the engine waits on (store.Options.Acks) is this package,
+//     publishing the end of the last entry that is both committed (a
+//     majority has it) and durable here.
+//     So nothing is acknowledged, and no job shown (a RESERVED or FOUND
+//     waits for the job's put), before it is committed: the store's rule
+//     does not change, only who publishes the position (store/doc.go).
+//   - A follower applies committed entries, in index order, to its store
+//     (store.Apply): records carry whole states, so applying is the
+//     recovery path's replay, not a re-execution of commands. A follower
+//     serves no command itself (see Any node serves).
+//   - The leader's store is therefore ahead of what is committed: it holds
+//     the effects of its proposals in flight. It does not apply its own
+//     entries again when they commit. A member that becomes leader first
+//     applies every entry in its log (Raft guarantees they will all
+//     commit with its first entry of the new term, and hands them out in
+//     order before it), and serves clients only once that first entry has
+//     committed and is durable here, so its store holds every committed
+//     change before any command runs on it.
+//   - The leader proposes the batch gathered so far when its own earlier
+//     writes are durable, or at once when the batch passes a size
+//     (Config.MaxBatch): while its disk is busy the batch grows, as a
+//     group commit does. Each proposal's end position is remembered in
+//     order; as the leader's own entries come out committed and durable
+//     here, their ends are published, in the order proposed.
+//
+// # Losing leadership
+//
+// A leader that loses leadership (a higher term, or CheckQuorum finding
+// no majority within an election timeout) may hold uncommitted changes in
+// its store, which the next leader may never have. It drops them by
+// dropping its store: every client connection is closed (their reserved
+// jobs come back ready, as on any close), and the store is rebuilt from
+// the member's own log, applying only entries known committed, the rest
+// following as the new leader commits them. The first version does this
+// crash-only: the process re-executes itself, and recovery is the path a
+// restart already takes (logged once, at warn, with the terms). A node
+// partitioned from the majority therefore stops acknowledging (nothing it
+// proposes commits) at once, and stops handing out jobs within one
+// election timeout. Raft's CheckQuorum alone is not enough for that: it
+// checks once per election timeout for the followers heard since the last
+// check, so a leader cut off just after a check steps down nearly two
+// timeouts later (17 ticks of 10 in the tests), while the majority may
+// elect another after one. The core keeps a lease of its own: a serving
+// leader that has not heard from a majority of the voters within the last
+// election timeout is rebuilt at once (CheckQuorum stays on: it is also
+// what makes followers ignore a disruptive candidate while their leader
+// is alive). Clients' replies that were held when it stepped down were
+// never sent: what they asked may or may not have been done by the new
+// leader, as with any server that goes away. A leader that never served
+// has applied only committed entries, and simply follows.
+//
+// # Time
+//
+// Deadlines in records are the leader's wall clock (store.Store.wall), as
+// they are in a single node's log; a follower converts them to its own
+// monotonic clock when it applies them, and never writes a time of its own
+// into an entry. A new leader takes as its wall clock the larger of its own
+// and the latest deadline base it applied, so time does not run backwards
+// across a failover for the delays it will fire. Reservations, their TTRs
+// and blocked reserves exist on the leader only: when the leader is lost,
+// the jobs it had handed out are ready on the new leader (their reserves
+// were never logged), their clients' connections end, and the workers
+// that reconnect may get them again. That is the one way a job is
+// delivered twice, and only across a failover (README, "Cluster").
+//
+// # The log on disk
+//
+// Each member's -b directory is its Raft log, in the wal's segments: in
+// cluster mode a frame holds one Raft entry (index, term, type, the batch
+// of records) or a Raft state record (HardState: term, vote, commit;
+// the ConfState with each membership change; a snapshot's metadata). The
+// raft.Storage the library reads is an index from entry to segment and
+// offset over those files, with the newest entries cached in memory, so
+// the log is never held in memory twice. Raft's appends go through the
+// wal's writer with -f 0 semantics whatever -f says (AsyncStorageWrites:
+// a MsgStorageAppend is answered from the writer's OnDurable), so the
+// group commit of a single node is the batching of a member, and "a
+// majority has it" means written and fsynced by a majority. Entries the
+// leader of a later term replaces (a deposed leader's uncommitted tail)
+// are superseded by appending the new ones: replay keeps, for each index,
+// the last entry written for it.
+//
+// # Snapshots and a bounded log
+//
+// The log is kept small the way a single node keeps it small: the leader's
+// compaction rewrites the live jobs of its oldest segment at the head
+// (wal.Migrator), and those rewrites are records like any other, so they
+// are proposed, committed and written by every member. A member deletes a
+// segment once nothing live is only there and the entries that moved it
+// are committed and applied, so each directory stays within the single
+// node's bound (twice the live data plus a few segments). Raft's log then
+// begins at the first entry still on disk (Storage.FirstIndex), and a
+// member that needs older entries (down for long, or a new member) gets a
+// snapshot instead: the live jobs as of a committed index, built by the
+// leader from its log (replaying its segments up to that index), sent as
+// a stream of full records beside the Raft message that announces it, and
+// installed by the receiver as a fresh log and store.
+//
+// Precisely (Log, and MemoryLog as its reference): a log holds a head and
+// the entries from FirstIndex on. The head is an installed snapshot's
+// records, kept while some job is live only there, and the highest id any
+// dropped record named (as a segment header keeps it). Replaying the head
+// and then the committed entries, with wal.Fold (an update of a job not
+// yet seen is skipped: its full record was dropped, and a later rewrite
+// carries it), gives the live jobs as of any commit index at or after the
+// last compaction; that is how a member's store is rebuilt at start and
+// how a snapshot is built, at the commit index, with the id watermark as
+// its last record. A log drops entries only through what was applied and
+// committed, and only those that hold no live job's latest full record.
+// The snapshot is built once and kept until the log is compacted past
+// it; in this first version its records ride in the snapshot message's
+// Data, as wal frames, and a malformed one is refused when it arrives.
+//
+// A member whose disk was emptied does not come back under its Raft id:
+// the leader holds a match index for it that its empty log contradicts
+// (raft panics on the first heartbeat that says so), and it could vote a
+// second time in a term it voted in before. It comes back as a new member
+// (Members and their traffic), and the snapshot fills it.
+//
+// # Any node serves
+//
+// Clients may connect to any member. A member that is not the serving
+// leader hands each accepted connection (engine.Config.Route) to a proxy
+// that dials the leader's client address (members tell each other theirs
+// when they connect) and copies bytes both ways, so a client sees one
+// queue wherever it connects, its pipelined commands run in order, and
+// each reply comes from the leader's store. When the leader changes, every
+// proxied connection to the old one is closed, and the old leader closes
+// its own clients (Losing leadership): a client reconnects and is never
+// answered wrongly. With no leader known, a new connection waits for one
+// up to an election timeout, then is closed.
+//
+// # Members and their traffic
+//
+// --node NAME, --cluster-listen HOST:PORT and --cluster-peers
+// NAME=HOST:PORT,... (the initial members, itself included) start a
+// member; -b is required. A member's Raft id is derived from its name and
+// its directory's first start (an emptied directory is a new member), and
+// the cluster's id from the initial members and the first member's
+// directory: each connection between members starts with a hello naming
+// both, and a peer naming another cluster, or a name that is not a member,
+// is refused, counted and logged once. With --cluster-tls-cert,
+// --cluster-tls-key and --cluster-tls-ca every member connection is mutual
+// TLS (TLS 1.3; a peer without a certificate from the CA is refused);
+// without them traffic is plaintext, with a warning unless every address
+// is loopback. Messages are Raft's protobufs, length-prefixed, on one
+// connection per peer and direction; a full send queue drops messages, as
+// Raft expects of a network. Membership changes while serving go through
+// Raft's ConfChangeV2 (a new member joins as a learner and is promoted
+// once it has caught up), from the admin API (POST /cluster/members,
+// guarded like every change) and sproutctl. A single node's -b directory,
+// or an imported beanstalkd binlog, becomes the first member of a new
+// cluster with every job kept: its jobs are the first snapshot.
+//
+// # Observability
+//
+// GET /cluster on --http: node, leader, term, members (name, address, and
+// on the leader each one's match index), commit and applied. /readyz is
+// 200 on a member that knows a leader and has applied what it knew
+// committed at start. /metrics adds the term, leader changes, commit and
+// applied indexes, follower lag, proposals and their batch sizes,
+// snapshots sent and membership changes.
+//
+// # Structure
+//
+// As the log writer is split (store/wal/doc.go), so is replication: a
+// deterministic core (the raft.RawNode and this package's decisions about
+// proposals, acknowledgement, application and leadership) driven by
+// events with no I/O, goroutines or clock of its own, and a shell that
+// owns the network, the wal and the timers. Tests drive several cores
+// step by step through a simulated network and disks: elections,
+// replication, acknowledgement, leadership loss with uncommitted changes,
+// and catching up by snapshot, with no sleeps.
+//
+// The core (core.go, action.go) runs raft with AsyncStorageWrites, so all
+// of a raft.Ready is in its messages. Events (Core methods): Tick; Step (a
+// peer's message; one whose records do not decode is refused); Durable
+// (every write through a number is durable); SnapshotSent (a snapshot
+// reached a peer, or not); Unreachable; Campaign and TransferLeadership
+// (the operator's, and the tests'). Actions (Ready's result, in the order
+// to carry them out): restore (a fresh store from records: the log's
+// head at start, a snapshot's records when one is installed); send; write
+// (a snapshot, entries, a hard state; then report Durable); apply
+// (committed records, to the store); compact (the log may drop what was
+// applied); publish (the acknowledged position, to the Journal); serve;
+// rebuild (the last action: the core takes no more events).
+//
+// What the shell provides: the Log (raft.Storage, plus the writes the
+// actions ask for and OnDurable), the transport (raft's messages, and the
+// fate of each snapshot sent), a ticker, and the store, made with the
+// member's Journal as both its Journal and its AckSource. Only the raft
+// library's reads of the Log happen inside the core's calls.
+//
+// Not yet: membership changes (a conf change entry stops the core), the
+// wal-backed log (MemoryLog stands in, and the Journal offers the store
+// one segment, so Store.Migrate(1, ids) moves the jobs its store put; a
+// job a member applied is in no segment, so a new leader cannot move it
+// yet), and the new leader's wall clock (Time) is still the machine's.
+package replication

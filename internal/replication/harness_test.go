@@ -1,0 +1,563 @@
+package replication
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sproutmq/sprout/store"
+)
+
+// The harness is the shell the tests play: members, each a core with its
+// store and a simulated disk, on a simulated network. Nothing runs unless
+// a test says so: a write is durable when the test syncs that member's
+// disk, a message arrives when the test delivers it, time passes when it
+// ticks. Everything runs on the test's goroutine.
+
+const testElectionTick = 10
+
+// electionRounds is how many election timeouts the tests wait for a
+// leader. Members tick in step and every message arrives within the tick,
+// so two members whose randomized timeouts end on the same tick split the
+// vote (one time in ten); waiting for four timeouts failed about once in
+// a thousand runs.
+const electionRounds = 12
+
+// simDisk is a Log whose writes are visible at once but durable only when
+// the test syncs it; a crash keeps what was durable.
+type simDisk struct {
+	*MemoryLog // what has been written
+
+	voters  []uint64
+	retain  int
+	ops     []func(*MemoryLog) // every write, in order
+	durable int                // ops[:durable] survive a crash
+	waiting []func()           // OnDurable callbacks
+}
+
+func newSimDisk(voters []uint64, retain int) *simDisk {
+	return &simDisk{MemoryLog: NewMemoryLog(voters, retain), voters: voters, retain: retain}
+}
+
+func (d *simDisk) do(op func(*MemoryLog)) {
+	d.ops = append(d.ops, op)
+	op(d.MemoryLog)
+}
+
+func (d *simDisk) Append(ents []*pb.Entry) { d.do(func(l *MemoryLog) { l.Append(ents) }) }
+func (d *simDisk) SetHardState(hs *pb.HardState) {
+	d.do(func(l *MemoryLog) { l.SetHardState(hs) })
+}
+func (d *simDisk) InstallSnapshot(s *pb.Snapshot) {
+	d.do(func(l *MemoryLog) { l.InstallSnapshot(s) })
+}
+func (d *simDisk) Compact(applied uint64) { d.do(func(l *MemoryLog) { l.Compact(applied) }) }
+
+func (d *simDisk) OnDurable(fn func()) {
+	if d.durable == len(d.ops) {
+		fn()
+		return
+	}
+	d.waiting = append(d.waiting, fn)
+}
+
+// unsynced reports whether a write waits for an fsync.
+func (d *simDisk) unsynced() bool { return d.durable < len(d.ops) }
+
+// sync makes every write durable and runs the callbacks waiting for it.
+func (d *simDisk) sync() {
+	d.durable = len(d.ops)
+	waiting := d.waiting
+	d.waiting = nil
+	for _, fn := range waiting {
+		fn()
+	}
+}
+
+// crash loses every write not yet durable: the log is what replaying the
+// durable ones makes.
+func (d *simDisk) crash() {
+	d.ops, d.waiting = d.ops[:d.durable], nil
+	d.MemoryLog = NewMemoryLog(d.voters, d.retain)
+	for _, op := range d.ops {
+		op(d.MemoryLog)
+	}
+}
+
+type member struct {
+	id      uint64
+	disk    *simDisk
+	core    *Core
+	journal *Journal
+	store   *store.Store
+	up      bool
+
+	served   []uint64           // the terms it served (ActServe)
+	atServe  map[uint64]jobView // its store's jobs when it last began to serve
+	rebuilds []uint64           // the terms it lost (ActRebuild)
+	restores int                // ActRestore: starts and snapshots installed
+	applied  int                // records it applied from entries
+}
+
+func (m *member) serving() bool { return m.up && m.core.Serving() }
+
+type cluster struct {
+	t       testing.TB
+	ids     []uint64
+	members map[uint64]*member
+	retain  int
+	clock   atomic.Int64 // the stores' monotonic time; the timer goroutines read it
+
+	net       []*pb.Message          // sent, not yet delivered
+	cut       map[[2]uint64]bool     // links that drop everything, from→to
+	sent      map[pb.MessageType]int // messages sent, by type
+	snapshots int                    // snapshots delivered
+}
+
+// newCluster starts n members whose logs keep retain entries below the
+// applied index.
+func newCluster(t testing.TB, n, retain int) *cluster {
+	c := &cluster{t: t, members: map[uint64]*member{}, retain: retain,
+		cut: map[[2]uint64]bool{}, sent: map[pb.MessageType]int{}}
+	c.clock.Store(int64(time.Hour))
+	for i := 1; i <= n; i++ {
+		c.ids = append(c.ids, uint64(i))
+	}
+	for _, id := range c.ids {
+		m := &member{id: id, disk: newSimDisk(c.ids, retain)}
+		c.members[id] = m
+		c.start(m)
+	}
+	t.Cleanup(func() {
+		for _, m := range c.members {
+			if m.store != nil {
+				m.store.Close()
+			}
+		}
+	})
+	return c
+}
+
+func (c *cluster) now() int64 { return c.clock.Load() }
+
+// start makes a member's core from its disk and runs it: its store is
+// made by the first action, from the log's head.
+func (c *cluster) start(m *member) {
+	m.journal = NewJournal(nil)
+	core, err := NewCore(Config{ID: m.id, Log: m.disk, Journal: m.journal, ElectionTick: testElectionTick})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	m.core, m.up = core, true
+	c.run(m)
+}
+
+// run carries out a member's actions until it has none.
+func (c *cluster) run(m *member) {
+	for m.up {
+		acts := m.core.Ready()
+		if len(acts) == 0 {
+			return
+		}
+		for _, a := range acts {
+			if c.do(m, a) {
+				break // restarted: the new core's actions follow
+			}
+		}
+	}
+}
+
+// do carries out one action; it reports whether the member restarted.
+func (c *cluster) do(m *member, a Action) bool {
+	switch a.Kind {
+	case ActRestore:
+		if m.store != nil {
+			m.store.Close()
+		}
+		m.store = store.New(store.Options{Now: c.now, Journal: m.journal, Acks: m.journal})
+		m.store.Apply(a.Records)
+		m.restores++
+	case ActSend:
+		for _, msg := range a.Messages {
+			// Through the wire's encoding, as a transport sends it.
+			b, err := proto.Marshal(msg)
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			var got pb.Message
+			if err := proto.Unmarshal(b, &got); err != nil {
+				c.t.Fatal(err)
+			}
+			c.net = append(c.net, &got)
+			c.sent[got.GetType()]++
+		}
+	case ActWrite:
+		if a.Snapshot != nil {
+			m.disk.InstallSnapshot(a.Snapshot)
+		}
+		if len(a.Entries) > 0 {
+			m.disk.Append(a.Entries)
+		}
+		if a.HardState != nil {
+			m.disk.SetHardState(a.HardState)
+		}
+		core, seq := m.core, a.Seq
+		m.disk.OnDurable(func() {
+			if m.core == core {
+				core.Durable(seq)
+			}
+		})
+	case ActApply:
+		m.store.Apply(a.Records)
+		m.applied += len(a.Records)
+	case ActCompact:
+		m.disk.Compact(a.Index)
+	case ActPublish:
+		m.journal.Publish(a.Pos)
+	case ActServe:
+		m.served = append(m.served, a.Term)
+		m.atServe = viewOf(m.store)
+	case ActRebuild:
+		m.rebuilds = append(m.rebuilds, a.Term)
+		c.restart(m)
+		return true
+	default:
+		c.t.Fatalf("member %d: unknown action %v", m.id, a.Kind)
+	}
+	return false
+}
+
+// restart is what a member's re-execution does: the log finishes the
+// writes it was given, and the member starts again from it.
+func (c *cluster) restart(m *member) {
+	m.disk.sync()
+	c.start(m)
+}
+
+// crash stops a member at once: what its disk had not made durable is
+// lost, and so are its store and the messages to it.
+func (c *cluster) crash(m *member) {
+	m.up = false
+	m.core = nil
+	m.store.Close()
+	m.store = nil
+	m.disk.crash()
+}
+
+// fsync makes a member's writes durable and runs it.
+func (c *cluster) fsync(m *member) {
+	if m.up {
+		m.disk.sync()
+		c.run(m)
+	}
+}
+
+// partition cuts every link between the two groups, both ways.
+func (c *cluster) partition(a, b []uint64) {
+	for _, x := range a {
+		for _, y := range b {
+			c.cut[[2]uint64{x, y}], c.cut[[2]uint64{y, x}] = true, true
+		}
+	}
+}
+
+func (c *cluster) heal() { clear(c.cut) }
+
+// deliver hands every message in flight to its member, dropping those on
+// a cut link or to a member that is down, and reports how many arrived.
+func (c *cluster) deliver() int { return c.deliverLossy(nil, 0) }
+
+// deliverLossy is deliver that also drops each message with probability
+// loss, and delivers them in an order shuffled by rng (nil: in order).
+func (c *cluster) deliverLossy(rng *rand.Rand, loss float64) int {
+	msgs := c.net
+	c.net = nil
+	if rng != nil {
+		rng.Shuffle(len(msgs), func(i, k int) { msgs[i], msgs[k] = msgs[k], msgs[i] })
+	}
+	n := 0
+	for _, msg := range msgs {
+		from, to := c.members[msg.GetFrom()], c.members[msg.GetTo()]
+		arrives := to.up && !c.cut[[2]uint64{from.id, to.id}] && (rng == nil || rng.Float64() >= loss)
+		if arrives {
+			if err := to.core.Step(msg); err != nil {
+				c.t.Fatalf("member %d: step %v: %v", to.id, msg.GetType(), err)
+			}
+			n++
+			c.run(to)
+		}
+		if msg.GetType() == pb.MsgSnap {
+			if arrives {
+				c.snapshots++
+			}
+			if from.up {
+				from.core.SnapshotSent(to.id, arrives)
+				c.run(from)
+			}
+		}
+	}
+	return n
+}
+
+// stabilize syncs every disk and delivers every message, over and over,
+// until nothing is left to do.
+func (c *cluster) stabilize() {
+	for range 1000 {
+		for _, id := range c.ids {
+			c.fsync(c.members[id])
+		}
+		if c.deliver() == 0 && !c.unsynced() {
+			return
+		}
+	}
+	c.t.Fatal("the cluster did not settle")
+}
+
+func (c *cluster) unsynced() bool {
+	for _, m := range c.members {
+		if m.up && m.disk.unsynced() {
+			return true
+		}
+	}
+	return false
+}
+
+// tick moves every member's clock on by one tick (only those of ids,
+// if any are named: the others are paused) and settles the cluster.
+func (c *cluster) tick(ids ...uint64) {
+	if len(ids) == 0 {
+		ids = c.ids
+	}
+	for _, id := range ids {
+		if m := c.members[id]; m.up {
+			m.core.Tick()
+			c.run(m)
+		}
+	}
+	c.stabilize()
+}
+
+// awaitLeader ticks the members of ids until one of them serves, for at
+// most electionRounds election timeouts, and returns it.
+func (c *cluster) awaitLeader(ids ...uint64) *member {
+	c.t.Helper()
+	for range electionRounds * testElectionTick {
+		c.tick(ids...)
+		for _, id := range ids {
+			if m := c.members[id]; m.serving() {
+				return m
+			}
+		}
+	}
+	var st []string
+	for _, id := range ids {
+		m := c.members[id]
+		st = append(st, fmt.Sprintf("%d: %+v serving %v", id, m.core.Status(), m.core.Serving()))
+	}
+	c.t.Fatalf("none of %v leads after %d election timeouts:\n%s", ids, electionRounds, strings.Join(st, "\n"))
+	return nil
+}
+
+// elect makes id campaign, settles the cluster and checks that id serves.
+func (c *cluster) elect(id uint64) *member {
+	c.t.Helper()
+	m := c.members[id]
+	if err := m.core.Campaign(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.run(m)
+	c.stabilize()
+	if !m.serving() {
+		c.t.Fatalf("member %d campaigned but does not serve: %+v", id, m.core.Status())
+	}
+	return m
+}
+
+// leader returns the member that serves, with the highest term; nil if
+// none does.
+func (c *cluster) leader() *member {
+	var best *member
+	for _, id := range c.ids {
+		m := c.members[id]
+		if m.serving() && (best == nil || m.core.Status().GetTerm() > best.core.Status().GetTerm()) {
+			best = m
+		}
+	}
+	return best
+}
+
+// leaders lists the members raft says lead, served or not.
+func (c *cluster) leaders() []uint64 {
+	var ids []uint64
+	for _, id := range c.ids {
+		if m := c.members[id]; m.up && m.core.Status().RaftState == raft.StateLeader {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// up lists the members that are up.
+func (c *cluster) up() []*member {
+	var ms []*member
+	for _, id := range c.ids {
+		if m := c.members[id]; m.up {
+			ms = append(ms, m)
+		}
+	}
+	return ms
+}
+
+// jobView is what members must agree on about a job. A job the leader
+// has reserved is ready everywhere else, and reserve and timeout counts
+// are not logged when they change: both are left out.
+type jobView struct {
+	tube                    string
+	state                   store.State
+	pri                     uint32
+	delay, ttr              time.Duration
+	releases, buries, kicks uint32
+	body                    string
+}
+
+// viewOf lists a store's jobs through its admin listing.
+func viewOf(s *store.Store) map[uint64]jobView {
+	cl := s.NewClient(nil)
+	defer cl.Close()
+	out := map[uint64]jobView{}
+	for _, tube := range s.TubeNames() {
+		for _, st := range []store.State{store.StateReady, store.StateReserved, store.StateDelayed, store.StateBuried} {
+			var after *store.ListCursor
+			for {
+				page, next, ok := cl.ListJobs([]byte(tube), st, after, store.MaxListPage)
+				if !ok {
+					break
+				}
+				for _, j := range page {
+					state := j.State
+					if state == store.StateReserved {
+						state = store.StateReady
+					}
+					out[j.ID] = jobView{tube: j.Tube, state: state, pri: j.Pri, delay: j.Delay, ttr: j.TTR,
+						releases: j.Releases, buries: j.Buries, kicks: j.Kicks, body: string(j.Body)}
+				}
+				if next == nil {
+					break
+				}
+				after = next
+			}
+		}
+	}
+	return out
+}
+
+// converged checks that every member that is up holds the jobs want.
+func (c *cluster) converged(want map[uint64]jobView) {
+	c.t.Helper()
+	for _, m := range c.up() {
+		got := viewOf(m.store)
+		if diff := diffViews(want, got); diff != "" {
+			c.t.Errorf("member %d:\n%s", m.id, diff)
+		}
+	}
+}
+
+// diffViews says how got differs from want, in id order; "" if not.
+func diffViews(want, got map[uint64]jobView) string {
+	var ids []uint64
+	for id := range want {
+		ids = append(ids, id)
+	}
+	for id := range got {
+		if _, ok := want[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	out := ""
+	for _, id := range ids {
+		w, inWant := want[id]
+		g, inGot := got[id]
+		switch {
+		case !inGot:
+			out += fmt.Sprintf("  job %d missing (want %+v)\n", id, w)
+		case !inWant:
+			out += fmt.Sprintf("  job %d should not be there (%+v)\n", id, g)
+		case w != g:
+			out += fmt.Sprintf("  job %d:\n    want %+v\n    got  %+v\n", id, w, g)
+		}
+	}
+	return out
+}
+
+// producer puts jobs on a member's store, as a client connection would.
+type producer struct {
+	m      *member
+	store  *store.Store // the member's when the producer was made
+	client *store.Client
+}
+
+func (c *cluster) producer(m *member, tube string) *producer {
+	cl := m.store.NewClient(nil)
+	cl.Use([]byte(tube))
+	cl.Watch([]byte(tube))
+	return &producer{m: m, store: m.store, client: cl}
+}
+
+// put stores a job and returns its id.
+func (p *producer) put(delay uint32, body string) uint64 {
+	id := p.m.store.NextID()
+	if _, err := p.client.Put(id, 100, delay, 60, []byte(body+"\r\n")); err != nil {
+		panic(err)
+	}
+	return id
+}
+
+// acked reports whether every reply the client was given may be sent.
+func (p *producer) acked() bool { return p.client.PendingAck() <= p.m.journal.Acked() }
+
+// workload runs n random commands on the producer's store, the kinds a
+// store logs (put, delete, release, bury, kick, kick-job) and reserves
+// to make releases and burials possible; ids is the jobs put so far.
+func (p *producer) workload(rng *rand.Rand, ids *[]uint64, n int) {
+	pick := func() uint64 {
+		if len(*ids) == 0 {
+			return 0
+		}
+		return (*ids)[rng.IntN(len(*ids))]
+	}
+	cl := p.client
+	for range n {
+		switch op := rng.IntN(10); {
+		case op < 4:
+			id := p.m.store.NextID()
+			body := strings.Repeat(string(rune('a'+rng.IntN(26))), rng.IntN(3000))
+			if _, err := cl.Put(id, rng.Uint32N(2000), rng.Uint32N(2)*300, 1+rng.Uint32N(100), []byte(body+"\r\n")); err != nil {
+				panic(err)
+			}
+			*ids = append(*ids, id)
+		case op == 4:
+			cl.Reserve(0)
+		case op == 5:
+			_ = cl.Release(pick(), rng.Uint32N(2000), rng.Uint32N(2)*500)
+		case op == 6:
+			_ = cl.Bury(pick(), rng.Uint32N(2000))
+		case op == 7:
+			if rng.IntN(2) == 0 {
+				cl.Kick(uint32(rng.IntN(5)))
+			} else {
+				_ = cl.KickJob(pick())
+			}
+		default:
+			cl.Delete(pick())
+		}
+	}
+}

@@ -1,0 +1,179 @@
+package replication
+
+import (
+	"container/heap"
+	"sync"
+
+	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// Journal is a member's store.Journal and store.AckSource
+// (store.Options.Journal and Acks): the store appends its records here
+// instead of to a write-ahead log, and its replies wait here for their
+// changes to be committed.
+//
+// Append only encodes the record into the batch the core will propose
+// next, and gives it its position: the count of bytes of records
+// appended before it and with it, so a client's PendingAck is the end of
+// its last record. The core takes the whole batch as one proposal (take)
+// and, when the entry is committed and durable here, the shell publishes
+// the entry's end (Publish), releasing every reply that waited for it or
+// less.
+//
+// Only the leader's store appends: a follower's store is changed only by
+// Store.Apply, which logs nothing. A batch appended while the member does
+// not serve is never proposed, so it is never acknowledged.
+type Journal struct {
+	// notify, if set, is called when a record is appended to an empty
+	// batch, so the shell asks the core for its next actions. It is called
+	// under a tube lock and must not block. Immutable.
+	notify func()
+
+	mu       sync.Mutex
+	batch    []byte  // guarded by mu: the frames appended since the last take
+	appended uint64  // guarded by mu: the position after the last record
+	records  int64   // guarded by mu: records appended, ever
+	migrated int64   // guarded by mu: compaction's rewrites among them
+	acked    uint64  // guarded by mu: the position published
+	waiting  waiters // guarded by mu: OnAcked callbacks for positions beyond acked
+}
+
+// NewJournal returns an empty journal; notify may be nil.
+func NewJournal(notify func()) *Journal { return &Journal{notify: notify} }
+
+var _ store.Journal = (*Journal)(nil)
+var _ store.AckSource = (*Journal)(nil)
+
+// Append implements store.Journal. It never fails and never blocks on
+// anything but the journal's mutex. A full record's Loc names segment 1:
+// the member's log has no segments of its own to offer the store yet, so
+// Store.Migrate(1, ids) rewrites any of the jobs this store put.
+func (j *Journal) Append(r *wal.Record, _ wal.Loc) (uint64, wal.Loc, error) {
+	j.mu.Lock()
+	before := len(j.batch)
+	j.batch = wal.AppendFrame(j.batch, r)
+	size := len(j.batch) - before
+	j.appended += uint64(size)
+	j.records++
+	pos := j.appended
+	j.mu.Unlock()
+	if before == 0 && j.notify != nil {
+		j.notify()
+	}
+	loc := wal.Loc{}
+	if r.Kind == wal.KindFull {
+		loc = wal.Loc{Seg: 1, Size: uint32(size)}
+	}
+	return pos, loc, nil
+}
+
+// take hands the batch over to be proposed, with its end position; nil
+// when nothing was appended since the last take.
+func (j *Journal) take() ([]byte, uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	b := j.batch
+	j.batch = nil
+	return b, j.appended
+}
+
+// pending is the size of the batch not yet taken.
+func (j *Journal) pending() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.batch)
+}
+
+// untake puts back a batch that could not be proposed, ahead of what was
+// appended since: it goes out first, with the next proposal.
+func (j *Journal) untake(b []byte) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.batch = append(b, j.batch...)
+}
+
+// NoteMigrated implements store.Journal.
+func (j *Journal) NoteMigrated() {
+	j.mu.Lock()
+	j.migrated++
+	j.mu.Unlock()
+}
+
+// Recovered implements store.Journal: a member's store is filled by
+// Store.Apply from the log, not recovered through its journal.
+func (j *Journal) Recovered() []wal.Recovered { return nil }
+
+// LastID implements store.Journal: ids are raised by the records applied.
+func (j *Journal) LastID() uint64 { return 0 }
+
+// Stats implements store.Journal with the figures a journal has: records
+// appended and migrated. The log's own figures are the log's.
+func (j *Journal) Stats() wal.Stats {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return wal.Stats{RecordsWritten: j.records, RecordsMigrated: j.migrated}
+}
+
+// Durable implements store.Journal: in a cluster, what is durable for
+// the store is what may be acknowledged.
+func (j *Journal) Durable() uint64 { return j.Acked() }
+
+// OnDurable implements store.Journal, as OnAcked.
+func (j *Journal) OnDurable(pos uint64, fn func()) { j.OnAcked(pos, fn) }
+
+// Acked implements store.AckSource: the end of the last entry of this
+// leader's that is committed and durable here.
+func (j *Journal) Acked() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.acked
+}
+
+// OnAcked implements store.AckSource.
+func (j *Journal) OnAcked(pos uint64, fn func()) {
+	j.mu.Lock()
+	if pos <= j.acked {
+		j.mu.Unlock()
+		fn()
+		return
+	}
+	heap.Push(&j.waiting, waiter{pos, fn})
+	j.mu.Unlock()
+}
+
+// Publish makes pos acknowledged and runs, on this goroutine, every
+// callback that waited for it or less. The shell calls it for ActPublish.
+func (j *Journal) Publish(pos uint64) {
+	var due []func()
+	j.mu.Lock()
+	j.acked = max(j.acked, pos)
+	for len(j.waiting) > 0 && j.waiting[0].pos <= j.acked {
+		due = append(due, heap.Pop(&j.waiting).(waiter).fn)
+	}
+	j.mu.Unlock()
+	for _, fn := range due {
+		fn()
+	}
+}
+
+// waiter is an OnAcked callback and the position it waits for.
+type waiter struct {
+	pos uint64
+	fn  func()
+}
+
+// waiters is a min-heap of waiters by position.
+type waiters []waiter
+
+func (w waiters) Len() int           { return len(w) }
+func (w waiters) Less(a, b int) bool { return w[a].pos < w[b].pos }
+func (w waiters) Swap(a, b int)      { w[a], w[b] = w[b], w[a] }
+func (w *waiters) Push(x any)        { *w = append(*w, x.(waiter)) }
+func (w *waiters) Pop() any {
+	old := *w
+	x := old[len(old)-1]
+	old[len(old)-1] = waiter{}
+	*w = old[:len(old)-1]
+	return x
+}

@@ -1,0 +1,74 @@
+package replication
+
+import (
+	"slices"
+	"testing"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// TestJournal: positions count the bytes of the records appended; a
+// callback for a position already published runs at once, the others when
+// a position at least theirs is published, in position order.
+func TestJournal(t *testing.T) {
+	notified := 0
+	j := NewJournal(func() { notified++ })
+	r := full(1, 1)
+	p1, loc, _ := j.Append(&r, wal.Loc{})
+	size := uint64(len(wal.AppendFrame(nil, &r)))
+	if p1 != size || loc.Size != uint32(size) || loc.Seg == 0 {
+		t.Fatalf("first record at %d (%+v), want %d", p1, loc, size)
+	}
+	p2, _, _ := j.Append(&wal.Record{Kind: wal.KindDelete, ID: 1}, wal.Loc{})
+	if notified != 1 {
+		t.Errorf("notified %d times for one batch", notified)
+	}
+	batch, end := j.take()
+	if end != p2 || uint64(len(batch)) != p2 {
+		t.Errorf("took %d bytes ending at %d, want %d", len(batch), end, p2)
+	}
+
+	var ran []uint64
+	for _, pos := range []uint64{p2, 0, p1} {
+		j.OnAcked(pos, func() { ran = append(ran, pos) })
+	}
+	if !slices.Equal(ran, []uint64{0}) {
+		t.Fatalf("before any publish, ran %v", ran)
+	}
+	j.Publish(p1)
+	j.Publish(p1 - 1) // never backwards
+	if j.Acked() != p1 || !slices.Equal(ran, []uint64{0, p1}) {
+		t.Errorf("acked %d, ran %v", j.Acked(), ran)
+	}
+	j.Publish(p2)
+	if !slices.Equal(ran, []uint64{0, p1, p2}) {
+		t.Errorf("ran %v", ran)
+	}
+}
+
+// TestStepRefusesDamagedRecords: an append or a snapshot whose records do
+// not decode is refused before raft sees it.
+func TestStepRefusesDamagedRecords(t *testing.T) {
+	c := newCluster(t, 3, 100)
+	c.elect(1)
+	f := c.members[2]
+	e := entry(10, 2, full(9, 1))
+	e.Data[len(e.Data)-3] ^= 1
+	bad := []*pb.Message{
+		{Type: pb.MsgApp.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(uint64(2)),
+			Index: new(uint64(9)), LogTerm: new(uint64(2)), Entries: []*pb.Entry{e}},
+		{Type: pb.MsgSnap.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(uint64(2)),
+			Snapshot: &pb.Snapshot{Data: e.Data, Metadata: &pb.SnapshotMetadata{Index: new(uint64(10)), Term: new(uint64(2))}}},
+	}
+	before := f.core.Status()
+	for _, m := range bad {
+		if err := f.core.Step(m); err == nil {
+			t.Errorf("%v with damaged records was taken", m.GetType())
+		}
+	}
+	if after := f.core.Status(); after.GetCommit() != before.GetCommit() || after.Applied != before.Applied {
+		t.Errorf("status changed: %+v, then %+v", before, after)
+	}
+}

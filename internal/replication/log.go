@@ -1,0 +1,357 @@
+package replication
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sync"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// Log is a member's Raft log: what raft reads (raft.Storage), and what
+// the shell writes when the core says so (ActWrite, ActCompact). The
+// wal-backed log implements it next; MemoryLog is its reference, in
+// memory.
+//
+// Writes are taken in order and never block: each is visible to the
+// reads at once, and durable once a later OnDurable callback runs. A
+// write is never refused: a log that cannot write (a full disk) keeps
+// trying, and nothing after it becomes durable meanwhile, so nothing
+// after it is acknowledged.
+//
+// The log holds, in order: the head (the records of an installed
+// snapshot, while some job is live only there, and the highest id named
+// by anything no longer held) and the entries from FirstIndex on.
+// Replaying the head and then every committed entry, folding the records
+// (wal.Fold), gives the live jobs as of the commit index: that is how a
+// fresh store is filled (ActRestore, then ActApply) and how a snapshot
+// is built.
+type Log interface {
+	raft.Storage
+
+	// Append writes ents (consecutive indexes), superseding every entry
+	// held at or after ents[0]'s index: a deposed leader's uncommitted
+	// tail is replaced by the new leader's entries.
+	Append(ents []*pb.Entry)
+	// SetHardState writes raft's term, vote and commit index.
+	SetHardState(hs *pb.HardState)
+	// InstallSnapshot makes the log what snap says: its records (in
+	// snap.Data, as wal frames) become the head, and no entry is held;
+	// FirstIndex is then the snapshot's index plus one.
+	InstallSnapshot(snap *pb.Snapshot)
+	// Compact says that entries through applied were applied: the log
+	// may drop every entry that holds no live job's latest full record,
+	// and the head once no live job's record is only there (as the wal
+	// deletes a segment once compaction moved its live jobs), keeping the
+	// id watermark of what it drops. Raft reads no entry at or below
+	// applied again, but for a snapshot, which the log builds itself.
+	Compact(applied uint64)
+	// OnDurable calls fn once every write made before it is durable:
+	// from any goroutine, or at once when it already is.
+	OnDurable(fn func())
+	// Head returns the head's records as wal frames: what a fresh store
+	// applies before the entries from FirstIndex.
+	Head() []byte
+}
+
+// MemoryLog is a Log in memory: everything written is durable at once
+// (tests wrap it to decide when a write is durable), and Compact keeps at
+// least Retain entries past what it may drop, so a follower a little
+// behind gets entries rather than a snapshot. It is safe for concurrent
+// use.
+type MemoryLog struct {
+	retain uint64 // immutable: entries kept below the applied index
+
+	mu sync.Mutex
+	hs *pb.HardState // guarded by mu
+	cs *pb.ConfState // guarded by mu
+
+	// The head, guarded by mu: the installed snapshot's records (nil once
+	// nothing live is only there) at baseIndex, and the highest id named
+	// by records dropped.
+	base      []byte
+	baseIndex uint64
+	idFloor   uint64
+
+	// The entries, guarded by mu: ents[0] is at prevIndex+1, and the
+	// entry before it (compacted, or the snapshot's) had prevTerm.
+	prevIndex, prevTerm uint64
+	ents                []*pb.Entry
+
+	// What compaction knows, guarded by mu: entries through folded are
+	// folded into latestFull, each live job's latest full record's index
+	// (baseIndex for the base).
+	folded     uint64
+	latestFull map[uint64]uint64
+
+	snap *pb.Snapshot // guarded by mu: the last snapshot built
+}
+
+// NewMemoryLog returns the log a new member starts with: no entries, the
+// first index 2, and the initial members as voters. Every member of a new
+// cluster starts from the same state, index 1 at term 1, so none needs a
+// snapshot to join it (raft's Bootstrap would log the members as conf
+// changes instead; the library recommends this).
+func NewMemoryLog(voters []uint64, retain int) *MemoryLog {
+	return &MemoryLog{
+		retain:     uint64(max(retain, 0)),
+		hs:         &pb.HardState{Term: new(uint64(1)), Vote: new(uint64(0)), Commit: new(uint64(1))},
+		cs:         &pb.ConfState{Voters: slices.Clone(voters)},
+		prevIndex:  1,
+		prevTerm:   1,
+		folded:     1,
+		latestFull: make(map[uint64]uint64),
+	}
+}
+
+// InitialState implements raft.Storage.
+func (l *MemoryLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return proto.Clone(l.hs).(*pb.HardState), proto.Clone(l.cs).(*pb.ConfState), nil
+}
+
+// Entries implements raft.Storage.
+func (l *MemoryLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lo <= l.prevIndex {
+		return nil, raft.ErrCompacted
+	}
+	if hi > l.lastLocked()+1 || lo >= hi {
+		return nil, raft.ErrUnavailable
+	}
+	ents := l.ents[lo-l.prevIndex-1 : hi-l.prevIndex-1]
+	size, n := uint64(0), 0
+	for n < len(ents) {
+		size += uint64(proto.Size(ents[n]))
+		if n > 0 && size > maxSize {
+			break
+		}
+		n++
+	}
+	return ents[:n:n], nil // the caller may append: it must not write into ents
+}
+
+// Term implements raft.Storage.
+func (l *MemoryLog) Term(i uint64) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case i < l.prevIndex:
+		return 0, raft.ErrCompacted
+	case i == l.prevIndex:
+		return l.prevTerm, nil
+	case i > l.lastLocked():
+		return 0, raft.ErrUnavailable
+	}
+	return l.ents[i-l.prevIndex-1].GetTerm(), nil
+}
+
+// LastIndex implements raft.Storage.
+func (l *MemoryLog) LastIndex() (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastLocked(), nil
+}
+
+func (l *MemoryLog) lastLocked() uint64 { return l.prevIndex + uint64(len(l.ents)) }
+
+// FirstIndex implements raft.Storage.
+func (l *MemoryLog) FirstIndex() (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.prevIndex + 1, nil
+}
+
+// Snapshot implements raft.Storage: the live jobs as of the commit index,
+// built by folding the head and the entries up to it, and kept until the
+// log is compacted past it.
+func (l *MemoryLog) Snapshot() (*pb.Snapshot, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.snap == nil || l.snap.GetMetadata().GetIndex() < l.prevIndex {
+		index := min(l.hs.GetCommit(), l.lastLocked())
+		if index < l.prevIndex {
+			// Never so: nothing past the commit index is compacted.
+			return nil, raft.ErrSnapshotTemporarilyUnavailable
+		}
+		term := l.prevTerm
+		if index > l.prevIndex {
+			term = l.ents[index-l.prevIndex-1].GetTerm()
+		}
+		data, err := buildSnapshot(l.headLocked(), l.ents[:index-l.prevIndex])
+		if err != nil {
+			return nil, err
+		}
+		l.snap = &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{
+			Index: new(index), Term: new(term), ConfState: proto.Clone(l.cs).(*pb.ConfState),
+		}}
+	}
+	// A copy of the message, not of the records: nobody writes into them.
+	return &pb.Snapshot{Data: l.snap.Data, Metadata: proto.Clone(l.snap.GetMetadata()).(*pb.SnapshotMetadata)}, nil
+}
+
+// Append implements Log.
+func (l *MemoryLog) Append(ents []*pb.Entry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(ents) > 0 && ents[0].GetIndex() <= l.prevIndex {
+		ents = ents[min(l.prevIndex+1-ents[0].GetIndex(), uint64(len(ents))):]
+	}
+	if len(ents) == 0 {
+		return
+	}
+	first := ents[0].GetIndex()
+	if first > l.lastLocked()+1 {
+		panic(fmt.Sprintf("replication: appending entry %d after %d", first, l.lastLocked()))
+	}
+	if first <= l.folded {
+		panic(fmt.Sprintf("replication: entry %d, applied already, superseded", first))
+	}
+	keep := first - l.prevIndex - 1
+	// A new array where entries are superseded: slices handed out by
+	// Entries still point into the old one.
+	l.ents = append(l.ents[:keep:keep], ents...)
+}
+
+// SetHardState implements Log.
+func (l *MemoryLog) SetHardState(hs *pb.HardState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hs = proto.Clone(hs).(*pb.HardState)
+}
+
+// InstallSnapshot implements Log.
+func (l *MemoryLog) InstallSnapshot(snap *pb.Snapshot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	md := snap.GetMetadata()
+	l.base, l.baseIndex, l.idFloor = snap.GetData(), md.GetIndex(), 0
+	l.prevIndex, l.prevTerm, l.ents = md.GetIndex(), md.GetTerm(), nil
+	l.cs = proto.Clone(md.GetConfState()).(*pb.ConfState)
+	l.folded = md.GetIndex()
+	clear(l.latestFull)
+	// The core checked the records when the snapshot came in (Step).
+	records, _ := wal.DecodeFrames(nil, l.base)
+	for i := range records {
+		if records[i].Kind == wal.KindFull {
+			l.latestFull[records[i].ID] = l.baseIndex
+		}
+	}
+	l.snap = &pb.Snapshot{Data: snap.GetData(), Metadata: proto.Clone(md).(*pb.SnapshotMetadata)}
+}
+
+// Compact implements Log.
+func (l *MemoryLog) Compact(applied uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	applied = min(applied, l.lastLocked(), l.hs.GetCommit())
+	for i := max(l.folded, l.prevIndex) + 1; i <= applied; i++ {
+		records, err := wal.DecodeFrames(nil, l.ents[i-l.prevIndex-1].GetData())
+		if err != nil {
+			return // the core refused this entry already (ActApply): keep everything
+		}
+		for _, r := range records {
+			switch r.Kind {
+			case wal.KindFull:
+				l.latestFull[r.ID] = i
+			case wal.KindDelete:
+				delete(l.latestFull, r.ID)
+			}
+		}
+	}
+	l.folded = max(l.folded, applied)
+
+	keep := uint64(0) // entries from keep on stay
+	if applied+1 > l.retain {
+		keep = applied + 1 - l.retain
+	}
+	for _, i := range l.latestFull {
+		keep = min(keep, i)
+	}
+	if l.base != nil && keep > l.baseIndex {
+		l.idFloor = max(l.idFloor, maxID(l.base))
+		l.base = nil
+	}
+	if l.base != nil || keep <= l.prevIndex+1 {
+		return
+	}
+	n := keep - l.prevIndex - 1
+	for _, e := range l.ents[:n] {
+		l.idFloor = max(l.idFloor, maxID(e.GetData()))
+	}
+	l.prevIndex, l.prevTerm = keep-1, l.ents[n-1].GetTerm()
+	l.ents = slices.Clone(l.ents[n:])
+}
+
+// OnDurable implements Log: everything in memory is as durable as it gets.
+func (l *MemoryLog) OnDurable(fn func()) { fn() }
+
+// Head implements Log.
+func (l *MemoryLog) Head() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.headLocked()
+}
+
+func (l *MemoryLog) headLocked() []byte {
+	head := slices.Clip(l.base)
+	if l.idFloor > 0 {
+		head = wal.AppendFrame(head, &wal.Record{Kind: wal.KindIDs, ID: l.idFloor})
+	}
+	return head
+}
+
+// maxID is the highest id the frames in b name; 0 if they cannot be read.
+func maxID(b []byte) uint64 {
+	records, _ := wal.DecodeFrames(nil, b)
+	id := uint64(0)
+	for _, r := range records {
+		id = max(id, r.ID)
+	}
+	return id
+}
+
+// buildSnapshot folds the head's records and then the entries' into the
+// live jobs (wal.Fold) and returns them as frames: each live job's full
+// record, in id order, then the highest id any record named, so a store
+// that applies the snapshot never issues an id again.
+func buildSnapshot(head []byte, ents []*pb.Entry) ([]byte, error) {
+	live := make(map[uint64]*wal.Recovered)
+	lastID := uint64(0)
+	fold := func(b []byte) error {
+		records, err := wal.DecodeFrames(nil, b)
+		for i := range records {
+			wal.Fold(live, &records[i], wal.Loc{})
+			lastID = max(lastID, records[i].ID)
+		}
+		return err
+	}
+	if err := fold(head); err != nil {
+		return nil, fmt.Errorf("replication: the log's head: %w", err)
+	}
+	for _, e := range ents {
+		if err := fold(e.GetData()); err != nil {
+			return nil, fmt.Errorf("replication: entry %d: %w", e.GetIndex(), err)
+		}
+	}
+	jobs := make([]*wal.Recovered, 0, len(live))
+	for _, j := range live {
+		jobs = append(jobs, j)
+	}
+	slices.SortFunc(jobs, func(a, b *wal.Recovered) int { return cmp.Compare(a.ID, b.ID) })
+	var data []byte
+	for _, j := range jobs {
+		data = wal.AppendFrame(data, &j.Record)
+	}
+	if lastID > 0 {
+		data = wal.AppendFrame(data, &wal.Record{Kind: wal.KindIDs, ID: lastID})
+	}
+	return data, nil
+}

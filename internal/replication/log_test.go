@@ -1,0 +1,111 @@
+package replication
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"testing"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+func entry(index, term uint64, records ...wal.Record) *pb.Entry {
+	var data []byte
+	for i := range records {
+		data = wal.AppendFrame(data, &records[i])
+	}
+	return &pb.Entry{Index: new(index), Term: new(term), Type: pb.EntryNormal.Enum(), Data: data}
+}
+
+func full(id uint64, pri uint32) wal.Record {
+	return wal.Record{Kind: wal.KindFull, ID: id, Tube: "t", State: wal.StateReady, Pri: pri, Body: []byte("b\r\n")}
+}
+
+func commit(l *MemoryLog, index uint64) {
+	l.SetHardState(&pb.HardState{Term: new(uint64(2)), Vote: new(uint64(1)), Commit: new(index)})
+}
+
+// TestMemoryLog: entries are superseded from the first index written
+// again; compaction drops only entries that hold no live job's latest full
+// record, keeps the id watermark of what it drops, and never goes past
+// the commit index; a snapshot is the fold of what is held, and is the
+// same whether the log was compacted or not.
+func TestMemoryLog(t *testing.T) {
+	ents := []*pb.Entry{
+		entry(2, 2, full(1, 10), full(2, 20)),
+		entry(3, 2, full(3, 30), wal.Record{Kind: wal.KindDelete, ID: 2}),
+		entry(4, 2, wal.Record{Kind: wal.KindUpdate, ID: 1, State: wal.StateBuried, Pri: 11}),
+		entry(5, 2, wal.Record{Kind: wal.KindIDs, ID: 100}),
+		entry(6, 2, full(4, 40)),
+		entry(7, 2, full(1, 12), full(3, 31)), // compaction's rewrites
+	}
+	l := NewMemoryLog([]uint64{1}, 0)
+	whole := NewMemoryLog([]uint64{1}, 0)
+	for _, x := range []*MemoryLog{l, whole} {
+		x.Append(ents)
+		commit(x, 7)
+	}
+
+	l.Compact(4)
+	if first, _ := l.FirstIndex(); first != 2 {
+		t.Fatalf("compacted to %d with jobs 1 and 3 live only in entries 2 and 3", first)
+	}
+	l.Compact(7)
+	if first, _ := l.FirstIndex(); first != 6 {
+		t.Fatalf("first index %d after compaction, want 6 (job 4's put)", first)
+	}
+	if term, err := l.Term(5); term != 2 || err != nil {
+		t.Errorf("term of the entry before the first: %d, %v", term, err)
+	}
+	if _, err := l.Entries(5, 7, math.MaxUint64); !errors.Is(err, raft.ErrCompacted) {
+		t.Errorf("reading a compacted entry: %v", err)
+	}
+	head, err := wal.DecodeFrames(nil, l.Head())
+	if err != nil || !reflect.DeepEqual(head, []wal.Record{{Kind: wal.KindIDs, ID: 100}}) {
+		t.Errorf("head %+v, %v: want the id watermark of what was dropped", head, err)
+	}
+
+	snap, err := l.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := whole.Snapshot()
+	if snap.GetMetadata().GetIndex() != 7 || !reflect.DeepEqual(snap.GetData(), ref.GetData()) {
+		t.Errorf("the compacted log's snapshot (index %d) differs from the whole log's", snap.GetMetadata().GetIndex())
+	}
+	records, _ := wal.DecodeFrames(nil, snap.GetData())
+	var got []uint64
+	for _, r := range records {
+		got = append(got, r.ID)
+	}
+	if want := []uint64{1, 3, 4, 100}; !reflect.DeepEqual(got, want) {
+		t.Errorf("snapshot records %v, want jobs 1, 3, 4 and the watermark 100", got)
+	}
+
+	// A new leader's entries supersede an uncommitted tail.
+	l.Append([]*pb.Entry{entry(8, 2, full(5, 1)), entry(9, 2, full(6, 1))})
+	l.Append([]*pb.Entry{entry(8, 3, full(7, 1))})
+	if last, _ := l.LastIndex(); last != 8 {
+		t.Errorf("last index %d after superseding 8 and 9 with 8", last)
+	}
+	if term, _ := l.Term(8); term != 3 {
+		t.Errorf("entry 8 has term %d, want the new leader's 3", term)
+	}
+	l.Compact(9) // past the commit index: only what is committed counts
+	if first, _ := l.FirstIndex(); first != 6 {
+		t.Errorf("compacted past the commit index, to %d", first)
+	}
+
+	// A log that installs the snapshot holds its records as its head.
+	fresh := NewMemoryLog([]uint64{1}, 0)
+	fresh.InstallSnapshot(snap)
+	if first, _ := fresh.FirstIndex(); first != 8 {
+		t.Errorf("first index %d after installing snapshot 7", first)
+	}
+	if !reflect.DeepEqual(fresh.Head(), snap.GetData()) {
+		t.Error("the installed snapshot's records are not the head")
+	}
+}

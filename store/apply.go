@@ -1,0 +1,144 @@
+package store
+
+import (
+	"bytes"
+	"sync/atomic"
+
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// Apply makes the records' changes, in order, as a replica does: records
+// that a cluster's leader logged and a majority committed
+// (internal/replication). Records carry whole states, so applying one is
+// what recovery does with it, not a command run again: a full record
+// makes the job as it says (replacing the job of that id, if any), an
+// update moves it and sets its fields, a delete drops it, and an id
+// watermark raises the id counter. Apply logs nothing and raises no
+// client's PendingAck: the records are already in this member's log, and
+// no client is shown anything.
+//
+// Jobs are placed as recovery places them: a job recorded as reserved is
+// ready (reservations live on the leader only), a delayed one becomes
+// ready at its logged deadline, which is the leader's wall clock. An
+// update or delete of a job this store does not hold is skipped.
+func (s *Store) Apply(records []wal.Record) {
+	now := s.now()
+	for i := range records {
+		r := &records[i]
+		switch r.Kind {
+		case wal.KindFull:
+			if s.lookup(r.ID) != nil {
+				// Compaction's rewrite of a live job: the job (its tube
+				// and body never change) takes the recorded state.
+				s.applyUpdate(r, now)
+				continue
+			}
+			body := r.Body
+			if len(body) > MaxCopiedBody {
+				body = bytes.Clone(body) // r.Body is the entry's: do not keep it
+			}
+			j := s.restore(r, body, 0, now)
+			j.tube.mu.Lock()
+			j.tube.totalJobs++
+			j.tube.mu.Unlock()
+			s.counts.totalJobs.Add(1)
+			s.raiseID(r.ID)
+		case wal.KindUpdate:
+			s.applyUpdate(r, now)
+		case wal.KindDelete:
+			s.applyDelete(r.ID)
+		case wal.KindIDs:
+			// As after a restart, ids go on above the logged watermark.
+			s.raiseID(r.ID)
+			raise(&s.idMark, r.ID)
+		}
+	}
+}
+
+// restore makes the job r records, with body, in the state r says, as
+// recovery and Apply make jobs: reserved counts as ready, a delayed job's
+// deadline is r's wall-clock deadline (one that has passed is due now).
+// seg is where r is logged (0: nowhere known).
+func (s *Store) restore(r *wal.Record, body []byte, seg uint32, now int64) *Job {
+	t := s.acquireTube([]byte(r.Tube))
+	j := newJob(body)
+	j.id, j.tube, j.createdAt = r.ID, t, s.mono(r.CreatedAt)
+	j.slot, j.seg = -1, seg
+	t.mu.Lock()
+	s.insertJobLocked(j)
+	s.placeLocked(j, r, now)
+	t.mu.Unlock()
+	return j
+}
+
+// placeLocked sets j's fields from r and puts it where r's state says;
+// j is in no heap or FIFO. j's tube lock must be held.
+func (s *Store) placeLocked(j *Job, r *wal.Record, now int64) {
+	t := j.tube
+	j.pri, j.delay, j.ttr = r.Pri, seconds(r.Delay), seconds(max(r.TTR, int64(MinTTR)))
+	j.counts = jobCounts{
+		reserves: r.Reserves, timeouts: r.Timeouts, releases: r.Releases,
+		buries: r.Buries, kicks: r.Kicks,
+	}
+	switch r.State {
+	case wal.StateBuried:
+		t.buryLocked(j)
+		j.counts.buries = r.Buries // buryLocked counts a burial; this one is logged already
+	case wal.StateDelayed:
+		t.enqueueLocked(j, max(s.mono(r.Deadline)-now, 1), now)
+	default:
+		t.enqueueLocked(j, 0, now)
+	}
+}
+
+// applyUpdate moves a job to the state an update record gives it.
+func (s *Store) applyUpdate(r *wal.Record, now int64) {
+	s.withLiveJob(r.ID, func(t *Tube, j *Job) {
+		t.detachLocked(j)
+		s.placeLocked(j, r, now)
+		hs := t.dispatchLocked(now, nil)
+		t.mu.Unlock()
+		s.complete(hs)
+	})
+}
+
+// applyDelete drops a job and counts a delete.
+func (s *Store) applyDelete(id uint64) {
+	s.withLiveJob(id, func(t *Tube, j *Job) {
+		t.detachLocked(j)
+		j.state = StateInvalid
+		s.forgetJobLocked(j)
+		t.cmdDelete++
+		t.mu.Unlock()
+		s.releaseTube(t)
+	})
+}
+
+// withLiveJob calls f with the job of id and its tube, locked, if the job
+// is live; f unlocks the tube.
+func (s *Store) withLiveJob(id uint64, f func(t *Tube, j *Job)) {
+	j := s.lookup(id)
+	if j == nil {
+		return
+	}
+	t := j.tube
+	t.mu.Lock()
+	if j.state == StateInvalid {
+		t.mu.Unlock()
+		return
+	}
+	f(t, j)
+}
+
+// raiseID makes sure ids up to id are never issued again here.
+func (s *Store) raiseID(id uint64) { raise(&s.lastID, id) }
+
+// raise sets v to x unless it is already at least x.
+func raise(v *atomic.Uint64, x uint64) {
+	for {
+		cur := v.Load()
+		if x <= cur || v.CompareAndSwap(cur, x) {
+			return
+		}
+	}
+}

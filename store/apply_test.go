@@ -1,0 +1,209 @@
+package store
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// recordingJournal is a journal that keeps every record appended, in
+// order, as a leader's log would hand them to Raft; everything is durable
+// at once.
+type recordingJournal struct {
+	mu      sync.Mutex
+	records []wal.Record
+}
+
+func (r *recordingJournal) Append(rec *wal.Record, prev wal.Loc) (uint64, wal.Loc, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := *rec
+	c.Body = bytes.Clone(rec.Body)
+	r.records = append(r.records, c)
+	loc := wal.Loc{}
+	if rec.Kind == wal.KindFull {
+		loc = wal.Loc{Seg: 1, Size: 1}
+	}
+	return uint64(len(r.records)), loc, nil
+}
+
+func (r *recordingJournal) NoteMigrated()                 {}
+func (r *recordingJournal) Recovered() []wal.Recovered    { return nil }
+func (r *recordingJournal) LastID() uint64                { return 0 }
+func (r *recordingJournal) Stats() wal.Stats              { return wal.Stats{} }
+func (r *recordingJournal) Durable() uint64               { return ^uint64(0) }
+func (r *recordingJournal) OnDurable(_ uint64, fn func()) { fn() }
+
+// take hands over the records appended since the last take.
+func (r *recordingJournal) take() []wal.Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.records
+	r.records = nil
+	return out
+}
+
+// replicaView is what a replica must agree on with its leader about a job.
+// A job the leader has reserved is ready on a replica, and its reserve and
+// timeout counts are the ones last logged: reservations are not.
+type replicaView struct {
+	tube                 string
+	state                State
+	pri, delay, ttr      uint32
+	buries, kicks, relea uint32
+	reserves, timeouts   uint32
+	deadlineWall         int64 // delayed jobs only
+	body                 string
+}
+
+func viewOf(s *Store) map[uint64]replicaView {
+	out := map[uint64]replicaView{}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.RLock()
+		var jobs []*Job
+		sh.eachLocked(func(j *Job) { jobs = append(jobs, j) })
+		sh.mu.RUnlock()
+		for _, j := range jobs {
+			j.tube.mu.Lock()
+			v := replicaView{
+				tube: j.tube.name, state: j.state, pri: j.pri, delay: j.delay, ttr: j.ttr,
+				buries: j.counts.buries, kicks: j.counts.kicks, relea: j.counts.releases,
+				reserves: j.counts.reserves, timeouts: j.counts.timeouts, body: string(j.Body()),
+			}
+			if j.state == StateDelayed {
+				v.deadlineWall = s.wall(j.deadline)
+			}
+			j.tube.mu.Unlock()
+			out[j.id] = v
+		}
+	}
+	return out
+}
+
+// TestApplyMakesAReplica: a replica that applies, batch by batch, the
+// records a leader's commands logged (compaction's rewrites among them)
+// holds the leader's jobs, each in its state with its fields and body, but
+// for what is not logged: the leader's reservations.
+func TestApplyMakesAReplica(t *testing.T) {
+	var clock atomic.Int64 // the timer goroutines read it
+	clock.Store(int64(time.Second))
+	now := clock.Load
+	rec := &recordingJournal{}
+	leader := newStore(Options{Now: now}, rec)
+	defer leader.Close()
+	replica := New(Options{Now: now})
+	defer replica.Close()
+
+	rng := rand.New(rand.NewPCG(5, 6))
+	clients := make([]*Client, 4)
+	for i := range clients {
+		clients[i] = leader.NewClient(nil)
+		clients[i].Use([]byte(fmt.Sprintf("tube-%d", i%3)))
+	}
+	var ids []uint64
+	for step := range 3000 {
+		c := clients[rng.IntN(len(clients))]
+		pick := func() uint64 {
+			if len(ids) == 0 {
+				return 0
+			}
+			return ids[rng.IntN(len(ids))]
+		}
+		switch op := rng.IntN(10); {
+		case op < 3:
+			id := leader.NextID()
+			body := bytes.Repeat([]byte{byte(step)}, rng.IntN(MaxCopiedBody*2))
+			if _, err := c.Put(id, rng.Uint32N(2000), rng.Uint32N(3)*100, 1+rng.Uint32N(100), append(body, '\r', '\n')); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		case op == 3:
+			c.Reserve(0)
+		case op == 4:
+			_, _ = c.ReserveJob(pick())
+		case op == 5:
+			_ = c.Release(pick(), rng.Uint32N(2000), rng.Uint32N(2)*50)
+		case op == 6:
+			_ = c.Bury(pick(), rng.Uint32N(2000))
+		case op == 7:
+			if rng.IntN(2) == 0 {
+				c.Kick(uint32(rng.IntN(5)))
+			} else {
+				_ = c.KickJob(pick())
+			}
+		case op == 8:
+			c.Delete(pick())
+		default:
+			leader.Migrate(1, slices.Clone(ids)) // compaction rewrites every live job
+		}
+		if step%37 == 0 {
+			replica.Apply(rec.take()) // a committed entry
+			clock.Add(int64(time.Millisecond))
+		}
+	}
+	replica.Apply(rec.take())
+
+	want := viewOf(leader)
+	for id, v := range want {
+		if v.state == StateReserved {
+			v.state = StateReady
+			want[id] = v
+		}
+	}
+	got := viewOf(replica)
+	for id, v := range want {
+		g, ok := got[id]
+		if !ok {
+			t.Errorf("job %d: on the leader (%+v), not on the replica", id, v)
+			continue
+		}
+		if v.state == StateReady && leaderReserved(leader, id) {
+			// The last logged counts, not the leader's reservations.
+			g.reserves, g.timeouts = v.reserves, v.timeouts
+		}
+		if g != v {
+			t.Errorf("job %d:\nleader  %+v\nreplica %+v", id, v, g)
+		}
+	}
+	for id := range got {
+		if _, ok := want[id]; !ok {
+			t.Errorf("job %d: on the replica, not on the leader", id)
+		}
+	}
+	if len(want) == 0 {
+		t.Fatal("the workload left no jobs to compare")
+	}
+	ls, rs := leader.Stats(), replica.Stats()
+	if ls.Ready+ls.Reserved != rs.Ready || ls.Delayed != rs.Delayed || ls.Buried != rs.Buried || rs.Reserved != 0 {
+		t.Errorf("counts: leader %+v, replica %+v", ls, rs)
+	}
+	if rs.TotalJobs != ls.TotalJobs {
+		t.Errorf("total-jobs: leader %d, replica %d", ls.TotalJobs, rs.TotalJobs)
+	}
+	if err := replica.CheckInvariants(); err != nil {
+		t.Errorf("replica invariants:\n%v", err)
+	}
+	// A replica promoted to leader never issues an id the leader may have
+	// taken: it goes on above the logged watermark, as after a restart.
+	if next, mark := replica.NextID(), leader.idMark.Load(); mark == 0 || next <= mark {
+		t.Errorf("the replica's next id %d is not above the leader's watermark, %d", next, mark)
+	}
+}
+
+func leaderReserved(s *Store, id uint64) bool {
+	j := s.lookup(id)
+	if j == nil {
+		return false
+	}
+	j.tube.mu.Lock()
+	defer j.tube.mu.Unlock()
+	return j.state == StateReserved
+}
