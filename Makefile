@@ -17,6 +17,8 @@ run: build
 # with apt-get) or says what is missing; it prints the reference beanstalkd
 # the differential tests compare with: the 1.13 release built from shared/
 # beside the clone, else Debian's 1.12 (internal/testproc.Reference).
+# third_party/gnet is a module of its own, out of reach of ./...: its
+# patches' tests (third_party/gnet/PATCHES.md) run on their own line.
 # The short FuzzEngine run goes without -race, for speed; its seeds have just
 # run under -race. A new input is minimized for at most 5s: the engine's
 # coverage varies with scheduling, so the fuzzer keeps finding "new" inputs,
@@ -26,6 +28,8 @@ test:
 	echo "$(GO) vet ./..." && $(GO) vet ./... && \
 	echo "$(GO) test -race -count=1 -timeout 15m ./..." && \
 	SPROUT_REF_BEANSTALKD="$$ref" $(GO) test -race -count=1 -timeout 15m ./... && \
+	echo "cd third_party/gnet && $(GO) vet ./... && $(GO) test -race -count=1 -run Patch ./..." && \
+	(cd third_party/gnet && $(GO) vet ./... && $(GO) test -race -count=1 -run Patch ./...) && \
 	echo "$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 15s -fuzzminimizetime 5s ./engine/" && \
 	SPROUT_REF_BEANSTALKD="$$ref" $(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 15s -fuzzminimizetime 5s ./engine/ && \
 	$(MAKE) --no-print-directory test-deploy

@@ -20,7 +20,6 @@ package netpoll
 import (
 	"errors"
 	"os"
-	"runtime"
 	"sync/atomic"
 	"unsafe"
 
@@ -121,7 +120,7 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 		n, err := unix.EpollWait(p.fd, el.events, msec)
 		if n == 0 || (n < 0 && err == unix.EINTR) {
 			msec = -1
-			runtime.Gosched()
+			yieldBeforeBlocking()
 			continue
 		} else if err != nil {
 			logging.Errorf("error occurs in epoll: %v", os.NewSyscallError("epoll_wait", err))

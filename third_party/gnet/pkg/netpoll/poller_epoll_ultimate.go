@@ -19,7 +19,6 @@ package netpoll
 import (
 	"errors"
 	"os"
-	"runtime"
 	"sync/atomic"
 	"unsafe"
 
@@ -122,7 +121,7 @@ func (p *Poller) Polling() error {
 		n, err := epollWait(p.fd, el.events, msec)
 		if n == 0 || (n < 0 && err == unix.EINTR) {
 			msec = -1
-			runtime.Gosched()
+			yieldBeforeBlocking()
 			continue
 		} else if err != nil {
 			logging.Errorf("error occurs in epoll: %v", os.NewSyscallError("epoll_wait", err))

@@ -19,7 +19,6 @@ package netpoll
 import (
 	"errors"
 	"os"
-	"runtime"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -104,7 +103,7 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 		n, err := unix.Kevent(p.fd, nil, el.events, tsp)
 		if n == 0 || (n < 0 && err == unix.EINTR) {
 			tsp = nil
-			runtime.Gosched()
+			yieldBeforeBlocking()
 			continue
 		} else if err != nil {
 			logging.Errorf("error occurs in kqueue: %v", os.NewSyscallError("kevent wait", err))
