@@ -20,11 +20,9 @@ package socket
 
 import (
 	"net"
+	"strconv"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/panjf2000/gnet/v2/pkg/bs"
-	bsPool "github.com/panjf2000/gnet/v2/pkg/pool/byteslice"
 )
 
 // NetAddrToSockaddr converts a net.Addr to a Sockaddr.
@@ -160,19 +158,11 @@ func ip6ZoneToString(zone uint32) string {
 	return itod(uint(zone))
 }
 
-// itod converts uint to a decimal string.
+// itod converts uint to a decimal string. The string is an ordinary
+// allocation: the address that holds it may be kept by anyone, so its
+// bytes must never go back to a pool.
 func itod(v uint) string {
-	if v == 0 { // avoid string allocation
-		return "0"
-	}
-	// Assemble decimal in reverse order.
-	buf := bsPool.Get(32)
-	i := len(buf) - 1
-	for ; v > 0; v /= 10 {
-		buf[i] = byte(v%10 + '0')
-		i--
-	}
-	return bs.BytesToString(buf[i:])
+	return strconv.FormatUint(uint64(v), 10)
 }
 
 // Bigger than we need, not too big to worry about overflow.
