@@ -55,3 +55,21 @@ func (c *conn) processIO(_ int, filter netpoll.IOEvent, flags netpoll.IOFlags) (
 	}
 	return
 }
+
+// watchWritable has the poller report c writable; kqueue's filters are
+// separate, so the read filter, or its absence, is left as it is.
+func (c *conn) watchWritable(isET bool) error {
+	return c.loop.poller.ModReadWrite(&c.pollAttachment, isET)
+}
+
+// unwatchWritable stops the poller reporting c writable, in level-triggered
+// mode once its pending writes are sent.
+func (c *conn) unwatchWritable() error {
+	return c.loop.poller.ModRead(&c.pollAttachment, false)
+}
+
+// stopReading removes c's read filter once its remote has shut down its
+// writing side, or kqueue would report the end of file at every poll.
+func (c *conn) stopReading() error {
+	return c.loop.poller.DelRead(&c.pollAttachment)
+}

@@ -29,7 +29,9 @@ func (c *conn) processIO(_ int, ev netpoll.IOEvent, _ netpoll.IOFlags) error {
 	el := c.loop
 	// First check for any unexpected non-IO events.
 	// For these events we just close the connection directly.
-	if ev&(netpoll.ErrEvents|unix.EPOLLRDHUP) != 0 && ev&netpoll.ReadWriteEvents == 0 {
+	// The remote's half-close alone is not one for a HalfCloseHandler.
+	if ev&netpoll.ReadWriteEvents == 0 &&
+		(ev&netpoll.ErrEvents != 0 || ev&unix.EPOLLRDHUP != 0 && el.halfCloser() == nil) {
 		c.outboundBuffer.Release() // don't bother to write to a connection that is already broken
 		return el.close(c, io.EOF)
 	}
@@ -57,8 +59,11 @@ func (c *conn) processIO(_ int, ev netpoll.IOEvent, _ netpoll.IOFlags) error {
 	}
 	// Ultimately, check for EPOLLRDHUP, this event indicates that the remote has
 	// either closed connection or shut down the writing half of the connection.
-	if ev&unix.EPOLLRDHUP != 0 && c.opened {
+	if ev&unix.EPOLLRDHUP != 0 && c.opened && !c.readClosed {
 		if ev&unix.EPOLLIN == 0 { // unreadable EPOLLRDHUP, close the connection directly
+			if h := el.halfCloser(); h != nil {
+				return el.halfClose(c, h)
+			}
 			return el.close(c, io.EOF)
 		}
 		// Received the event of EPOLLIN|EPOLLRDHUP, but the previous eventloop.read
@@ -67,4 +72,35 @@ func (c *conn) processIO(_ int, ev netpoll.IOEvent, _ netpoll.IOFlags) error {
 		return el.read(c)
 	}
 	return nil
+}
+
+// watchWritable has the poller report c writable, and readable too unless
+// c no longer reads (HalfCloseHandler).
+func (c *conn) watchWritable(isET bool) error {
+	if c.readClosed && !isET {
+		return c.loop.poller.ModWrite(&c.pollAttachment)
+	}
+	return c.loop.poller.ModReadWrite(&c.pollAttachment, isET)
+}
+
+// unwatchWritable stops the poller reporting c writable, in level-triggered
+// mode once its pending writes are sent.
+func (c *conn) unwatchWritable() error {
+	if c.readClosed {
+		return c.loop.poller.ModNone(&c.pollAttachment)
+	}
+	return c.loop.poller.ModRead(&c.pollAttachment, false)
+}
+
+// stopReading has the poller stop reporting c readable once its remote has
+// shut down its writing side: level-triggered, the end of file would be
+// reported at every poll. Edge-triggered, no new edge comes.
+func (c *conn) stopReading() error {
+	if c.loop.engine.opts.EdgeTriggeredIO {
+		return nil
+	}
+	if c.outboundBuffer.IsEmpty() {
+		return c.loop.poller.ModNone(&c.pollAttachment)
+	}
+	return c.loop.poller.ModWrite(&c.pollAttachment)
 }

@@ -53,6 +53,7 @@ type conn struct {
 	isDatagram     bool                   // UDP protocol
 	opened         bool                   // connection opened event fired
 	isEOF          bool                   // whether the connection has reached EOF
+	readClosed     bool                   // the remote shut down its writing side and a HalfCloseHandler serves on: nothing more is read
 }
 
 func newStreamConn(proto string, fd int, el *eventloop, sa unix.Sockaddr, localAddr, remoteAddr net.Addr) (c *conn) {
@@ -91,6 +92,7 @@ func newUDPConn(fd int, el *eventloop, localAddr net.Addr, sa unix.Sockaddr, con
 func (c *conn) release() {
 	c.opened = false
 	c.isEOF = false
+	c.readClosed = false
 	c.ctx = nil
 	c.safeCtx.Store(nil)
 	c.buffer = nil
@@ -156,7 +158,7 @@ loop:
 		if err == unix.EAGAIN {
 			_, err = c.outboundBuffer.Write(data)
 			if !isET {
-				err = c.loop.poller.ModReadWrite(&c.pollAttachment, isET)
+				err = c.watchWritable(isET)
 			}
 			return
 		}
@@ -169,7 +171,7 @@ loop:
 	// Failed to send all data back to the remote, buffer the leftover data for the next round.
 	if len(data) > 0 {
 		_, _ = c.outboundBuffer.Write(data)
-		err = c.loop.poller.ModReadWrite(&c.pollAttachment, isET)
+		err = c.watchWritable(isET)
 	}
 
 	return
@@ -206,7 +208,7 @@ loop:
 		if err == unix.EAGAIN {
 			_, err = c.outboundBuffer.Writev(bs)
 			if !isET {
-				err = c.loop.poller.ModReadWrite(&c.pollAttachment, isET)
+				err = c.watchWritable(isET)
 			}
 			return
 		}
@@ -232,7 +234,7 @@ loop:
 	// Failed to send all data back to the remote, buffer the leftover data for the next round.
 	if remaining > 0 {
 		_, _ = c.outboundBuffer.Writev(bs)
-		err = c.loop.poller.ModReadWrite(&c.pollAttachment, isET)
+		err = c.watchWritable(isET)
 	}
 
 	return

@@ -240,7 +240,7 @@ func (el *eventloop) open(c *conn) error {
 	}
 
 	if !c.outboundBuffer.IsEmpty() && !el.engine.opts.EdgeTriggeredIO {
-		if err := el.poller.ModReadWrite(&c.pollAttachment, false); err != nil {
+		if err := c.watchWritable(false); err != nil {
 			return err
 		}
 	}
@@ -253,7 +253,7 @@ func (el *eventloop) read0(a any) error {
 }
 
 func (el *eventloop) read(c *conn) error {
-	if !c.opened {
+	if !c.opened || c.readClosed {
 		return nil
 	}
 
@@ -266,7 +266,10 @@ loop:
 		if err == unix.EAGAIN {
 			return nil
 		}
-		if n == 0 {
+		if n == 0 && err == nil {
+			if h := el.halfCloser(); h != nil {
+				return el.halfClose(c, h)
+			}
 			err = io.EOF
 		}
 		return el.close(c, os.NewSyscallError("read", err))
@@ -298,6 +301,24 @@ loop:
 	}
 
 	return nil
+}
+
+// halfCloser returns the event handler as a HalfCloseHandler, or nil if it
+// has connections closed at end of file.
+func (el *eventloop) halfCloser() HalfCloseHandler {
+	h, _ := el.eventHandler.(HalfCloseHandler)
+	return h
+}
+
+// halfClose serves on a connection whose remote has shut down its writing
+// side, for a HalfCloseHandler: c is no longer read, and stays open until
+// the handler closes it.
+func (el *eventloop) halfClose(c *conn, h HalfCloseHandler) error {
+	c.readClosed = true
+	if err := c.stopReading(); err != nil {
+		return el.close(c, err)
+	}
+	return el.handleAction(c, h.OnHalfClose(c))
 }
 
 func (el *eventloop) write0(a any) error {
@@ -346,7 +367,7 @@ loop:
 	// All data have been sent, it's no need to monitor the writable events for LT mode,
 	// remove the writable event from poller to help the future event-loops if necessary.
 	if !isET && c.outboundBuffer.IsEmpty() {
-		return el.poller.ModRead(&c.pollAttachment, false)
+		return c.unwatchWritable()
 	}
 
 	// To prevent infinite writing in ET mode and starving other events,

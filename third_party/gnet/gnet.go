@@ -513,6 +513,32 @@ type (
 		OnTick() (delay time.Duration, action Action)
 	}
 
+	// HalfCloseHandler is an EventHandler that keeps serving a stream
+	// connection after its remote has shut down its writing side (a TCP
+	// half-close, shutdown(SHUT_WR): the client has sent all it will send
+	// and waits for the replies). Implementing it is the opt-in.
+	//
+	// Without it, a read that returns end of file closes the connection as
+	// before: OnClose fires with io.EOF, and what the socket does not take
+	// at once of the pending writes is dropped.
+	//
+	// Unix only; on Windows the connection is closed as before.
+	HalfCloseHandler interface {
+		EventHandler
+
+		// OnHalfClose fires once, on the connection's event loop, when a
+		// read of c returns end of file. gnet then stops reading c, which
+		// stays open: the bytes read before the end of file that the
+		// handler has not consumed are still in c (InboundBuffered, Peek,
+		// Next), and writes, Flush, AsyncWrite and Wake work as before,
+		// pending writes being sent as the socket takes them. c closes when
+		// the handler closes it (by returning Close here or from a later
+		// event, or with Conn.Close) or when the connection fails. gnet has
+		// no event for "pending writes sent": a handler that closes once
+		// they are checks OutboundBuffered, for example after a Wake.
+		OnHalfClose(c Conn) (action Action)
+	}
+
 	// BuiltinEventEngine is a built-in implementation of EventHandler which feeds
 	// each method with an empty implementation, you can embed it within your custom
 	// struct when you don't intend to implement the entire EventHandler.

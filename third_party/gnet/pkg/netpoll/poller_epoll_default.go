@@ -234,6 +234,22 @@ func (p *Poller) ModReadWrite(pa *PollAttachment, edgeTriggered bool) error {
 		unix.EpollCtl(p.fd, unix.EPOLL_CTL_MOD, pa.FD, &unix.EpollEvent{Fd: int32(pa.FD), Events: ev}))
 }
 
+// ModWrite modifies the given file descriptor with only the writable event
+// (level-triggered) in the poller: a connection that no longer reads but has
+// data to write.
+func (p *Poller) ModWrite(pa *PollAttachment) error {
+	return os.NewSyscallError("epoll_ctl mod",
+		unix.EpollCtl(p.fd, unix.EPOLL_CTL_MOD, pa.FD, &unix.EpollEvent{Fd: int32(pa.FD), Events: WriteEvents}))
+}
+
+// ModNone modifies the given file descriptor with neither readable nor
+// writable events in the poller, which then reports only its errors and
+// hang-ups: a connection that no longer reads and has nothing to write.
+func (p *Poller) ModNone(pa *PollAttachment) error {
+	return os.NewSyscallError("epoll_ctl mod",
+		unix.EpollCtl(p.fd, unix.EPOLL_CTL_MOD, pa.FD, &unix.EpollEvent{Fd: int32(pa.FD)}))
+}
+
 // Delete removes the given file descriptor from the poller.
 func (p *Poller) Delete(fd int) error {
 	return os.NewSyscallError("epoll_ctl del", unix.EpollCtl(p.fd, unix.EPOLL_CTL_DEL, fd, nil))

@@ -241,6 +241,25 @@ func (p *Poller) ModReadWrite(pa *PollAttachment, edgeTriggered bool) error {
 	return os.NewSyscallError("epoll_ctl mod", epollCtl(p.fd, unix.EPOLL_CTL_MOD, pa.FD, &ev))
 }
 
+// ModWrite modifies the given file descriptor with only the writable event
+// (level-triggered) in the poller: a connection that no longer reads but has
+// data to write.
+func (p *Poller) ModWrite(pa *PollAttachment) error {
+	var ev epollevent
+	ev.events = WriteEvents
+	convertPollAttachment(unsafe.Pointer(&ev.data), pa)
+	return os.NewSyscallError("epoll_ctl mod", epollCtl(p.fd, unix.EPOLL_CTL_MOD, pa.FD, &ev))
+}
+
+// ModNone modifies the given file descriptor with neither readable nor
+// writable events in the poller, which then reports only its errors and
+// hang-ups: a connection that no longer reads and has nothing to write.
+func (p *Poller) ModNone(pa *PollAttachment) error {
+	var ev epollevent
+	convertPollAttachment(unsafe.Pointer(&ev.data), pa)
+	return os.NewSyscallError("epoll_ctl mod", epollCtl(p.fd, unix.EPOLL_CTL_MOD, pa.FD, &ev))
+}
+
 // Delete removes the given file descriptor from the poller.
 func (p *Poller) Delete(fd int) error {
 	return os.NewSyscallError("epoll_ctl del", epollCtl(p.fd, unix.EPOLL_CTL_DEL, fd, nil))

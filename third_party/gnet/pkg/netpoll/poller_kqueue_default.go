@@ -217,6 +217,15 @@ func (p *Poller) ModReadWrite(pa *PollAttachment, edgeTriggered bool) error {
 	return os.NewSyscallError("kevent add", err)
 }
 
+// DelRead removes the readable event of the given file descriptor from the
+// poller: a connection that no longer reads. Its writable event, if any, stays.
+func (p *Poller) DelRead(pa *PollAttachment) error {
+	_, err := unix.Kevent(p.fd, []unix.Kevent_t{
+		{Ident: keventIdent(pa.FD), Flags: unix.EV_DELETE, Filter: unix.EVFILT_READ},
+	}, nil, nil)
+	return os.NewSyscallError("kevent delete", err)
+}
+
 // Delete removes the given file descriptor from the poller.
 func (*Poller) Delete(_ int) error {
 	return nil

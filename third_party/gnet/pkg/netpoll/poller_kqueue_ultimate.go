@@ -230,6 +230,17 @@ func (p *Poller) ModReadWrite(pa *PollAttachment, edgeTriggered bool) error {
 	return os.NewSyscallError("kevent add", err)
 }
 
+// DelRead removes the readable event of the given file descriptor from the
+// poller: a connection that no longer reads. Its writable event, if any, stays.
+func (p *Poller) DelRead(pa *PollAttachment) error {
+	var evs [1]unix.Kevent_t
+	evs[0].Ident = keventIdent(pa.FD)
+	evs[0].Filter = unix.EVFILT_READ
+	evs[0].Flags = unix.EV_DELETE
+	_, err := unix.Kevent(p.fd, evs[:], nil, nil)
+	return os.NewSyscallError("kevent delete", err)
+}
+
 // Delete removes the given file descriptor from the poller.
 func (p *Poller) Delete(_ int) error {
 	return nil
