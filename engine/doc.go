@@ -43,6 +43,24 @@
 // to the owning loop with EventLoop().Execute, which writes it, clears
 // blocked and serves the input that queued up meanwhile.
 //
+// # A client's half-close
+//
+// A client that pipelines commands and then shuts down its writing side
+// (nc -N, a batch script) is served as beanstalkd serves it: every command
+// received before the end of file runs and every reply is delivered, then
+// the connection closes. gnet itself would close at the end of file and
+// drop what the socket did not take at once; the handler is a
+// gnet.HalfCloseHandler (patch 0003 of third_party/gnet), so gnet stops
+// reading and leaves the connection to the session (halfClose). The
+// session serves what is buffered under the output cap and the buffer
+// budget, as any other, so a client that never reads is still cut off. A
+// reserve that waits, or would wait, ends in TIMED_OUT at once, as in
+// beanstalkd: nothing the client sends can follow it; the commands after
+// it run. What is left when no whole command remains (a line or a body cut
+// short) is dropped. The session closes the connection once no reply is
+// held for the log and gnet holds no unread one (finished; gnet reports no
+// "sent", so OnTick polls, as for the budget).
+//
 // # Durability
 //
 // With a write-ahead log, the store leaves the client's PendingAck ahead of
