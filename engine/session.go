@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/sproutmq/sprout/codec"
 	"github.com/sproutmq/sprout/store"
@@ -136,6 +137,9 @@ func (ss *session) serveInput() gnet.Action {
 	// idle connection its 88 bytes.
 	var cmd codec.Command
 	action := gnet.None
+	// waiting is what the socket holds beyond gnet's buffer, once asked
+	// for a large body (bodyAhead); -1 until then.
+	waiting := -1
 	for {
 		if out.size() >= maxOut {
 			// Hand a large batch to the socket now: what the kernel takes
@@ -149,8 +153,15 @@ func (ss *session) serveInput() gnet.Action {
 			ss.throttled = true
 			break
 		}
+		if waiting < 0 {
+			waiting = ss.bodyAhead(len(in) - consumed)
+		}
 		n, ok := ss.parser.Parse(in[consumed:], &cmd)
 		consumed += n
+		if !ok && consumed == len(in) && waiting > 0 {
+			ok = ss.readBody(&cmd, waiting)
+			waiting = -1
+		}
 		if !ok {
 			// With the client's writing side shut, no byte can come to
 			// complete what is left: drop it, as beanstalkd does.
@@ -199,6 +210,52 @@ func (ss *session) serveInput() gnet.Action {
 	}
 	return ss.checkInput()
 }
+
+// A large put body is read where the job keeps it, as beanstalkd reads
+// one. gnet reads at most readBufferCap bytes per event into its loop's
+// buffer, from which Parse copies; the rest of a body that goes on past
+// them is read by readBody from the socket straight into the job's buffer,
+// once everything gnet had read is consumed. The loop owns the descriptor,
+// and reads exactly what the body lacks, so no byte of the next command is
+// taken from gnet. bodyAhead asks the socket how much has arrived
+// (FIONREAD) before Parse copies gnet's part, so that the body is
+// allocated once, and only for bytes the client has sent, as in Parse.
+
+// bodyAhead, when the parser waits for a body that goes on past the
+// buffered bytes gnet holds by at least directBodyMin, returns how many
+// bytes wait in the socket and sizes the body for all of them; else -1.
+func (ss *session) bodyAhead(buffered int) int {
+	if ss.parser.BodyNeed()-buffered < directBodyMin || ss.end != endNone {
+		return -1
+	}
+	waiting, err := unix.IoctlGetInt(ss.conn.Fd(), ioctlReadable)
+	if err != nil || waiting <= 0 {
+		return 0
+	}
+	ss.parser.BodySpace(buffered + waiting)
+	return waiting
+}
+
+// readBody reads the rest of the body the parser waits for from the
+// socket, which holds waiting bytes (bodyAhead), and reports whether that
+// completed it (then *cmd is its OpPutBody). End of file or an error ends
+// it quietly: gnet's next read of the socket sees the same and handles it
+// (OnHalfClose, OnClose).
+func (ss *session) readBody(cmd *codec.Command, waiting int) bool {
+	n, err := unix.Read(ss.conn.Fd(), ss.parser.BodySpace(waiting))
+	if err != nil || n <= 0 {
+		return false
+	}
+	ss.loop.srv.bytesIn.Add(uint64(n))
+	ss.loop.srv.bodyBytesRead.Add(uint64(n))
+	return ss.parser.BodyFilled(n, cmd)
+}
+
+// directBodyMin is the least body left to come past gnet's buffer that is
+// read straight into the job: below it, gnet's next read takes the rest
+// with the next command, and two system calls would cost more than the
+// copy.
+const directBodyMin = 4 << 10
 
 // send writes r's replies up to byte end of its buffer (see writeTo) and
 // counts them.
