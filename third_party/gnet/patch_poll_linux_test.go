@@ -61,7 +61,8 @@ func (r *threadRecorder) OnTraffic(c Conn) Action {
 // on the global run queue and wakes another M (golang/go#13527), and the
 // loop goes on on whichever thread takes it. Measured on 2 CPUs: 2,000
 // requests served on 5 threads with 214 to 276 switches unpatched (658 to
-// 675 with -race), on one or two threads with at most 3 switches patched.
+// 675 with -race); patched, 2 to 14 switches, those of the yield every
+// yieldEvery.
 func TestPatchPollLoopKeepsItsThread(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	rec := &threadRecorder{wake: make(chan struct{}, 1), tids: make([]int, 0, 4096)}
@@ -100,10 +101,11 @@ func TestPatchPollLoopKeepsItsThread(t *testing.T) {
 	}
 	t.Logf("%d requests served on %d threads, %d thread switches between consecutive requests",
 		len(rec.tids), len(threads), switches)
-	// Without the yield the loop goroutine leaves its thread only when
-	// the runtime takes the P away from a long epoll_wait (sysmon), which
-	// a request every few microseconds seldom leaves time for.
-	const most = 20
+	// Patched, the loop goroutine leaves its thread only at its yield
+	// every yieldEvery (some 30 in this test) or when the runtime takes
+	// the P from a long epoll_wait, which a request every few
+	// microseconds seldom leaves time for.
+	const most = 50
 	if switches > most {
 		t.Errorf("%d thread switches in %d requests; want at most %d", switches, len(rec.tids), most)
 	}

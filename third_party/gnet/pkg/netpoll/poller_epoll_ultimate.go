@@ -20,6 +20,7 @@ import (
 	"errors"
 	"os"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -114,6 +115,7 @@ func (p *Poller) Trigger(priority queue.EventPriority, fn queue.Func, param any)
 // When I/O occurs on any of the file descriptors, the provided callback function is invoked.
 func (p *Poller) Polling() error {
 	el := newEventList(InitPollEventsCap)
+	var lastYield time.Time // see yieldBeforeBlocking
 	var doChores bool
 
 	msec := -1
@@ -121,7 +123,7 @@ func (p *Poller) Polling() error {
 		n, err := epollWait(p.fd, el.events, msec)
 		if n == 0 || (n < 0 && err == unix.EINTR) {
 			msec = -1
-			yieldBeforeBlocking()
+			yieldBeforeBlocking(&lastYield)
 			continue
 		} else if err != nil {
 			logging.Errorf("error occurs in epoll: %v", os.NewSyscallError("epoll_wait", err))

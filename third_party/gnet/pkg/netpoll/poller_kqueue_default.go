@@ -20,6 +20,7 @@ import (
 	"errors"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -93,6 +94,7 @@ func (p *Poller) Trigger(priority queue.EventPriority, fn queue.Func, param any)
 // When I/O occurs on any of the file descriptors, the provided callback function is invoked.
 func (p *Poller) Polling(callback PollEventHandler) error {
 	el := newEventList(InitPollEventsCap)
+	var lastYield time.Time // see yieldBeforeBlocking
 
 	var (
 		ts       unix.Timespec
@@ -103,7 +105,7 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 		n, err := unix.Kevent(p.fd, nil, el.events, tsp)
 		if n == 0 || (n < 0 && err == unix.EINTR) {
 			tsp = nil
-			yieldBeforeBlocking()
+			yieldBeforeBlocking(&lastYield)
 			continue
 		} else if err != nil {
 			logging.Errorf("error occurs in kqueue: %v", os.NewSyscallError("kevent wait", err))

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"os"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -94,6 +95,7 @@ func (p *Poller) Trigger(priority queue.EventPriority, fn queue.Func, param any)
 // When I/O occurs on any of the file descriptors, the provided callback function is invoked.
 func (p *Poller) Polling() error {
 	el := newEventList(InitPollEventsCap)
+	var lastYield time.Time // see yieldBeforeBlocking
 
 	var (
 		ts       unix.Timespec
@@ -104,7 +106,7 @@ func (p *Poller) Polling() error {
 		n, err := unix.Kevent(p.fd, nil, el.events, tsp)
 		if n == 0 || (n < 0 && err == unix.EINTR) {
 			tsp = nil
-			yieldBeforeBlocking()
+			yieldBeforeBlocking(&lastYield)
 			continue
 		} else if err != nil {
 			logging.Errorf("error occurs in kqueue: %v", os.NewSyscallError("kevent wait", err))
