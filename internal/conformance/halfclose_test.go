@@ -87,6 +87,9 @@ func TestHalfClose(t *testing.T) {
 		{name: "a reserve waiting at the end of file, commands queued behind it", settle: 200 * time.Millisecond,
 			pieces: []string{"use empty3\r\nwatch empty3\r\nignore default\r\nreserve\r\nput 0 0 60 1\r\ny\r\nreserve\r\n"}}, // job 5
 		inOne("a body cut short", "list-tube-used\r\nput 0 0 60 10\r\nabc"),
+		// Sprout reads most of a large body from the socket itself.
+		inOne("a large body cut short", "list-tube-used\r\nput 0 0 60 800000\r\n"+strings.Repeat("c", 300_000)),
+		inOne("a large put, then a peek of it", "use big\r\nput 0 0 60 300000\r\n"+strings.Repeat("d", 300_000)+"\r\npeek-ready\r\n"),
 		inOne("a line cut short", "list-tube-used\r\nstats"),
 		inOne("a too-big body cut short", "list-tube-used\r\nput 0 0 60 99999999\r\nabc"),
 		inOne("an over-long line cut short", "list-tube-used\r\n"+strings.Repeat("x", 300)),
