@@ -225,7 +225,7 @@ func (ss *session) serveInput() gnet.Action {
 // buffered bytes gnet holds by at least directBodyMin, returns how many
 // bytes wait in the socket and sizes the body for all of them; else -1.
 func (ss *session) bodyAhead(buffered int) int {
-	if ss.parser.BodyNeed()-buffered < directBodyMin || ss.end != endNone {
+	if ss.parser.BodyNeed()-buffered < directBodyMin || ss.end != endNone || ss.closed {
 		return -1
 	}
 	waiting, err := unix.IoctlGetInt(ss.conn.Fd(), ioctlReadable)

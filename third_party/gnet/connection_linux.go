@@ -31,7 +31,7 @@ func (c *conn) processIO(_ int, ev netpoll.IOEvent, _ netpoll.IOFlags) error {
 	// For these events we just close the connection directly.
 	// The remote's half-close alone is not one for a HalfCloseHandler.
 	if ev&netpoll.ReadWriteEvents == 0 &&
-		(ev&netpoll.ErrEvents != 0 || ev&unix.EPOLLRDHUP != 0 && el.halfCloser() == nil) {
+		(ev&netpoll.ErrEvents != 0 || (ev&unix.EPOLLRDHUP != 0 && el.halfCloser() == nil)) {
 		c.outboundBuffer.Release() // don't bother to write to a connection that is already broken
 		return el.close(c, io.EOF)
 	}
