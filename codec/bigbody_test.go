@@ -52,3 +52,64 @@ func TestLargeBodyGrowsAsItArrives(t *testing.T) {
 		t.Errorf("body capacity %d, want exactly %d", cap(cmd.Body), size+2)
 	}
 }
+
+// TestBodySpace fills a body through BodySpace and BodyFilled, as the
+// engine does when it reads a large body from the socket itself: the body
+// is allocated once, for what has arrived, and comes out as Parse would
+// give it.
+func TestBodySpace(t *testing.T) {
+	const size = 64 << 10
+	body := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+	in := append([]byte("put 1 2 3 65536\r\n"), body[:1000]...)
+	p := codec.NewParser(1 << 20)
+	var cmd codec.Command
+	n, ok := p.Parse(in, &cmd)
+	if !ok || cmd.Op != codec.OpPut || cmd.Status != codec.OK {
+		t.Fatalf("header: %+v", cmd)
+	}
+	if need := p.BodyNeed(); need != size+2 {
+		t.Fatalf("BodyNeed %d before the body, want %d", need, size+2)
+	}
+	// The rest has arrived where the caller reads it: size the body for
+	// all of it before Parse copies the first part.
+	if space := p.BodySpace(len(in) - n + size + 2 - 1000); len(space) != size+2 {
+		t.Fatalf("space %d, want the whole body", len(space))
+	}
+	if held := p.BodyHeld(); held != size+2 {
+		t.Fatalf("body holds %d, want %d", held, size+2)
+	}
+	if m, ok := p.Parse(in[n:], &cmd); ok || m != 1000 {
+		t.Fatalf("first part: %d consumed, ok %v", m, ok)
+	}
+	rest := append(append([]byte{}, body[1000:]...), "\r\n"...)
+	for len(rest) > 0 {
+		space := p.BodySpace(len(rest))
+		k := copy(space, rest[:min(len(rest), 20000)])
+		rest = rest[k:]
+		if ok := p.BodyFilled(k, &cmd); ok != (len(rest) == 0) {
+			t.Fatalf("BodyFilled: ok %v with %d left", ok, len(rest))
+		}
+	}
+	if cmd.Op != codec.OpPutBody || cmd.Status != codec.OK || cmd.BodyAliased || cap(cmd.Body) != size+2 {
+		t.Fatalf("body: op %v status %v aliased %v cap %d", cmd.Op, cmd.Status, cmd.BodyAliased, cap(cmd.Body))
+	}
+	if !bytes.Equal(cmd.Body[:size], body) || cmd.Pri != 1 || cmd.Delay != 2 || cmd.TTR != 3 {
+		t.Fatal("body or header fields corrupted")
+	}
+	if p.BodyNeed() != 0 || p.BodySpace(100) != nil {
+		t.Fatal("space outside a body")
+	}
+
+	// A body filled this way allocates once: its buffer.
+	header := []byte("put 0 0 0 65536\r\n")
+	allocs := testing.AllocsPerRun(20, func() {
+		p.Parse(header, &cmd)
+		for done := false; !done; {
+			space := p.BodySpace(size + 2)
+			done = p.BodyFilled(len(space), &cmd)
+		}
+	})
+	if allocs != 1 {
+		t.Errorf("%v allocations per body filled in place, want 1", allocs)
+	}
+}

@@ -28,7 +28,10 @@
 // body (bytes+2 of them, whatever they contain), which it hands over in
 // place if it is all in the input, else copies into the one buffer it ever
 // allocates as its parts come, or, for a body over the size limit, throws
-// away before reporting JOB_TOO_BIG. What a put needs between its header and
+// away before reporting JOB_TOO_BIG. A caller that can put a body's bytes
+// into that buffer itself (the engine reads the socket there) asks for the
+// space with BodySpace and reports what it wrote with BodyFilled. The
+// buffer is not zeroed: every byte is written before the body is complete. What a put needs between its header and
 // its body is made at a connection's first put, so idle connections, which
 // every server has many of, carry only a few bytes of parse state.
 //

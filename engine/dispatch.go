@@ -163,6 +163,12 @@ func (ss *session) putBody(cmd *codec.Command, out []byte) []byte {
 
 func (ss *session) reserve(out *replies, timeout time.Duration) {
 	ss.markWorker()
+	if ss.end == endHalfClosed {
+		// beanstalkd ends a reserve that waits on a half-closed
+		// connection at once (TIMED_OUT): the client can send nothing
+		// that a wait would let through.
+		timeout = 0
+	}
 	j, r := ss.client.Reserve(timeout)
 	switch r {
 	case store.Reserved:

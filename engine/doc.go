@@ -26,12 +26,28 @@
 //
 // gnet calls OnTraffic on the connection's event loop. serve peeks at
 // everything buffered, lets the parser consume whole command lines (a
-// partial line stays in gnet's buffer) and put bodies (copied once, into
-// the job's own slice), dispatches each command and appends its reply to
-// the loop's batch (replies): small replies are copied into one buffer,
-// a large job body is referenced where the job keeps it, and the batch
-// goes out in one write or writev. gnet copies only what the socket does
-// not take at once into its outbound buffer, which the output cap bounds.
+// partial line stays in gnet's buffer) and put bodies, dispatches each
+// command and appends its reply to the loop's batch (replies): small
+// replies are copied into one buffer, a large job body is referenced where
+// the job keeps it, and the batch goes out in one write or writev. gnet
+// copies only what the socket does not take at once into its outbound
+// buffer, which the output cap bounds.
+//
+// # Put bodies
+//
+// A body that arrives whole with its header is handed to the store where
+// it lies in gnet's buffer, and the store copies it once (into the job's
+// own allocation when small). gnet reads at most readBufferCap (16 KiB)
+// per event; a body that goes on past what gnet has read is allocated once,
+// at its size, for the bytes the socket says have arrived (FIONREAD), gets
+// gnet's part copied, and its rest read from the socket straight into it
+// (readBody), as beanstalkd reads a body: the loop owns the descriptor,
+// and the read takes exactly what the body lacks, so the next command
+// stays for gnet. The body's memory is not zeroed first
+// (codec.Parser.BodySpace): all of it is written before anything reads it.
+// A 64 KiB body is now copied out of the kernel once and 16 KiB of it once
+// more; it used to be zeroed, then copied whole twice (out of the kernel,
+// then out of gnet's buffer).
 //
 // # Blocking reserves and other loops
 //
@@ -42,6 +58,24 @@
 // The Notifier never touches the connection directly: it hands the reply
 // to the owning loop with EventLoop().Execute, which writes it, clears
 // blocked and serves the input that queued up meanwhile.
+//
+// # A client's half-close
+//
+// A client that pipelines commands and then shuts down its writing side
+// (nc -N, a batch script) is served as beanstalkd serves it: every command
+// received before the end of file runs and every reply is delivered, then
+// the connection closes. gnet itself would close at the end of file and
+// drop what the socket did not take at once; the handler is a
+// gnet.HalfCloseHandler (patch 0003 of third_party/gnet), so gnet stops
+// reading and leaves the connection to the session (halfClose). The
+// session serves what is buffered under the output cap and the buffer
+// budget, as any other, so a client that never reads is still cut off. A
+// reserve that waits, or would wait, ends in TIMED_OUT at once, as in
+// beanstalkd: nothing the client sends can follow it; the commands after
+// it run. What is left when no whole command remains (a line or a body cut
+// short) is dropped. The session closes the connection once no reply is
+// held for the log and gnet holds no unread one (finished; gnet reports no
+// "sent", so OnTick polls, as for the budget).
 //
 // # Durability
 //
@@ -99,7 +133,10 @@
 //     each answers.
 //   - loopstate.go: what one event loop's sessions share.
 //   - handler.go: gnet's callbacks.
-//   - session.go: one connection: parsing, serving and closing.
+//   - session.go: one connection: parsing, serving, reading large bodies,
+//     the half-close and closing.
+//   - socket_linux.go, socket_bsd.go: the ioctl that asks a socket how
+//     much has arrived.
 //   - dispatch.go: each command, executed on the store.
 //   - replies.go: replies batched per loop and written in one writev.
 //   - held.go: replies held until the store's AckSource acknowledges

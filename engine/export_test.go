@@ -36,6 +36,13 @@ func (s *Server) ThrottledCount() int {
 	return n
 }
 
+// BodyBytesRead is how many bytes of put bodies were read from the socket
+// straight into jobs.
+func (s *Server) BodyBytesRead() uint64 { return s.bodyBytesRead.Load() }
+
+// ReadBufferCap is the most gnet reads from a socket per event.
+const ReadBufferCap = readBufferCap
+
 // EventLoopCount is how many event loops Ping reaches.
 func (s *Server) EventLoopCount() int { return len(s.eventLoops) }
 

@@ -44,9 +44,10 @@ import (
 // after it happens after what came before, whatever the event loops'
 // timing: that keeps inputs reproducible and makes orders like "a reserve
 // blocks, then another connection puts" reachable. After the last step
-// every connection is half-closed; the server must answer what it parsed
-// and close within fuzzSettle. A reserve still waiting then ends in
-// TIMED_OUT, so blocking commands cost no time.
+// every connection is half-closed; the server must answer every command
+// sent and close within fuzzSettle. A reserve still waiting then ends in
+// TIMED_OUT, and what was queued behind it runs, so blocking commands cost
+// no time.
 //
 // The checks, beyond "nothing panics": each connection's replies parse
 // (nextReply), one by one, as answers of the commands a codec.Parser finds
@@ -726,8 +727,6 @@ func (fc *fuzzConn) check(inserted map[uint64][]byte, shown *[]fuzzShown) error 
 		return fmt.Errorf("read: %v", fc.readErr)
 	}
 	next := 0 // the next command that may be answered
-	var last *fuzzCmd
-	var lastReply replyKind
 	for b := fc.recv; len(b) > 0; {
 		at := len(fc.recv) - len(b)
 		r, n, err := nextReply(b)
@@ -755,7 +754,6 @@ func (fc *fuzzConn) check(inserted map[uint64][]byte, shown *[]fuzzShown) error 
 		case replyReserved, replyFound:
 			*shown = append(*shown, fuzzShown{conn: fc.index, id: r.n, body: r.body, reply: r.line})
 		}
-		last, lastReply = cmd, r.kind
 	}
 	for next < len(fc.cmds) && !fc.cmds[next].answered() {
 		next++
@@ -763,12 +761,9 @@ func (fc *fuzzConn) check(inserted map[uint64][]byte, shown *[]fuzzShown) error 
 	if next == len(fc.cmds) {
 		return nil
 	}
-	// Input queued behind a reserve that was still waiting at the
-	// half-close is dropped with the connection. The reserve itself gets
-	// TIMED_OUT, or nothing if a job was being handed to it just then.
-	if fc.cmds[next].blocks() || (last != nil && last.blocks() && lastReply == replyTimedOut) {
-		return nil
-	}
+	// Every command sent before the half-close is answered, as by
+	// beanstalkd: a reserve still waiting then ends (TIMED_OUT, or the job
+	// being handed to it just then), and what was queued behind it runs.
 	return fmt.Errorf("no reply to %q (or %d commands after it) before EOF", fc.cmds[next].text, len(fc.cmds)-next-1)
 }
 

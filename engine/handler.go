@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"errors"
-	"io"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -42,14 +40,6 @@ func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
 	if ss == nil {
 		return gnet.None
 	}
-	// gnet closes on a half-close (read of 0 bytes) but still flushes what
-	// is written here; beanstalkd answers a reserve waiting on a half-closed
-	// connection with TIMED_OUT before closing it.
-	// With replies still held for the log, TIMED_OUT would overtake them,
-	// and they are dropped with the connection, so it is dropped too.
-	if ss.blocked && errors.Is(err, io.EOF) && ss.client.CancelWait() && !ss.held.waiting() {
-		_, _ = c.Write([]byte(codec.ReplyTimedOut))
-	}
 	ss.close()
 	if e := h.srv.log.Debug(); e.Enabled() {
 		e.Err(err).Msg("close")
@@ -59,6 +49,17 @@ func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
 
 func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
 	return c.Context().(*session).serve()
+}
+
+// OnHalfClose makes handler a gnet.HalfCloseHandler: when a client shuts
+// down its writing side, gnet stops reading and leaves the connection to
+// the session, which answers what it has received and closes once its
+// replies are sent (see session.halfClose).
+func (h *handler) OnHalfClose(c gnet.Conn) gnet.Action {
+	if ss, _ := c.Context().(*session); ss != nil {
+		return ss.halfClose()
+	}
+	return gnet.Close
 }
 
 // OnTick re-checks sessions with unread replies in gnet: gnet has no

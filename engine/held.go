@@ -134,7 +134,7 @@ func (f *loopFlusher) flush(context.Context) error {
 		if !ss.closed {
 			ss.flushDurable()
 			ss.account()
-			if ss.quitting && !ss.held.waiting() {
+			if ss.end == endQuitting && !ss.held.waiting() || ss.finished() {
 				_ = ss.conn.Close()
 			}
 		}

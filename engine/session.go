@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/sproutmq/sprout/codec"
 	"github.com/sproutmq/sprout/store"
@@ -32,15 +33,31 @@ type session struct {
 	// exactly while the session is in loop.holding.
 	holding atomic.Int64
 
-	queued    bool // in the loop flusher's waiting list
-	watched   bool // in srv.watched: gnet holds unread replies
-	blocked   bool // a reserve is waiting; input stays buffered until it ends
-	quitting  bool // quit came while replies were held: close once they are sent
-	throttled bool // the client is not reading its replies
+	end       ending // how the connection is on its way out, if it is
+	queued    bool   // in the loop flusher's waiting list
+	watched   bool   // in srv.watched: gnet holds unread replies
+	blocked   bool   // a reserve is waiting; input stays buffered until it ends
+	throttled bool   // the client is not reading its replies
 	closed    bool
 	producer  bool // has put (stats current-producers)
 	worker    bool // has reserved (stats current-workers)
 }
+
+// ending is how a connection is on its way out. One field rather than a
+// flag each keeps the session, which every idle connection has, in its
+// size class (TestSessionSizeClass).
+type ending uint8
+
+const (
+	endNone ending = iota
+	// endHalfClosed: the client has shut down its writing side. What it
+	// sent runs and every reply is sent, then the connection closes
+	// (session.finished).
+	endHalfClosed
+	// endQuitting: quit came while replies were held; the connection
+	// closes once they are sent, and later input is dropped.
+	endQuitting
+)
 
 // serve sends the held replies that may go, parses and answers as much
 // buffered input as it may, and accounts for what the connection holds.
@@ -49,7 +66,7 @@ func (ss *session) serve() gnet.Action {
 		return gnet.None
 	}
 	ss.flushDurable()
-	if ss.quitting {
+	if ss.end == endQuitting {
 		if !ss.held.waiting() {
 			return gnet.Close
 		}
@@ -64,7 +81,39 @@ func (ss *session) serve() gnet.Action {
 	action := ss.serveInput()
 	ss.awaitDurable()
 	ss.account()
+	if action == gnet.None && ss.finished() {
+		return gnet.Close
+	}
 	return action
+}
+
+// halfClose is the client's shutting down of its writing side. As in
+// beanstalkd, every command already received runs and every reply is sent
+// before the connection closes; the output cap and the buffer budget still
+// apply meanwhile. A reserve that waits, or would wait, ends in TIMED_OUT
+// at once, since nothing the client sends can follow it, and the commands
+// after it run.
+func (ss *session) halfClose() gnet.Action {
+	if ss.closed {
+		return gnet.None
+	}
+	if ss.end == endNone {
+		ss.end = endHalfClosed
+	}
+	if ss.blocked && ss.client.CancelWait() {
+		ss.endWait(func(out *replies) { out.add(codec.ReplyTimedOut) })
+	}
+	return ss.serve()
+}
+
+// finished reports whether a half-closed connection is done: every whole
+// command has run (serveInput drops what is left, a command cut short,
+// which can never complete), and every reply has been sent and taken by
+// the socket. gnet reports no "sent", so a session with unread replies is
+// polled from OnTick (account).
+func (ss *session) finished() bool {
+	return ss.end == endHalfClosed && !ss.blocked && ss.conn.InboundBuffered() == 0 &&
+		!ss.held.waiting() && ss.conn.OutboundBuffered() == 0
 }
 
 // serveInput answers buffered commands: all of them, unless a reserve
@@ -88,6 +137,9 @@ func (ss *session) serveInput() gnet.Action {
 	// idle connection its 88 bytes.
 	var cmd codec.Command
 	action := gnet.None
+	// waiting is what the socket holds beyond gnet's buffer, once asked
+	// for a large body (bodyAhead); -1 until then.
+	waiting := -1
 	for {
 		if out.size() >= maxOut {
 			// Hand a large batch to the socket now: what the kernel takes
@@ -101,9 +153,21 @@ func (ss *session) serveInput() gnet.Action {
 			ss.throttled = true
 			break
 		}
+		if waiting < 0 {
+			waiting = ss.bodyAhead(len(in) - consumed)
+		}
 		n, ok := ss.parser.Parse(in[consumed:], &cmd)
 		consumed += n
+		if !ok && consumed == len(in) && waiting > 0 {
+			ok = ss.readBody(&cmd, waiting)
+			waiting = -1
+		}
 		if !ok {
+			// With the client's writing side shut, no byte can come to
+			// complete what is left: drop it, as beanstalkd does.
+			if ss.end == endHalfClosed {
+				consumed = len(in)
+			}
 			break
 		}
 		before := len(out.buf)
@@ -123,7 +187,7 @@ func (ss *session) serveInput() gnet.Action {
 			// that pipelines "put ... quit" hears INSERTED, as from
 			// beanstalkd.
 			if ss.held.waiting() {
-				ss.quitting = true
+				ss.end = endQuitting
 			} else {
 				action = gnet.Close
 			}
@@ -146,6 +210,52 @@ func (ss *session) serveInput() gnet.Action {
 	}
 	return ss.checkInput()
 }
+
+// A large put body is read where the job keeps it, as beanstalkd reads
+// one. gnet reads at most readBufferCap bytes per event into its loop's
+// buffer, from which Parse copies; the rest of a body that goes on past
+// them is read by readBody from the socket straight into the job's buffer,
+// once everything gnet had read is consumed. The loop owns the descriptor,
+// and reads exactly what the body lacks, so no byte of the next command is
+// taken from gnet. bodyAhead asks the socket how much has arrived
+// (FIONREAD) before Parse copies gnet's part, so that the body is
+// allocated once, and only for bytes the client has sent, as in Parse.
+
+// bodyAhead, when the parser waits for a body that goes on past the
+// buffered bytes gnet holds by at least directBodyMin, returns how many
+// bytes wait in the socket and sizes the body for all of them; else -1.
+func (ss *session) bodyAhead(buffered int) int {
+	if ss.parser.BodyNeed()-buffered < directBodyMin || ss.end != endNone || ss.closed {
+		return -1
+	}
+	waiting, err := unix.IoctlGetInt(ss.conn.Fd(), ioctlReadable)
+	if err != nil || waiting <= 0 {
+		return 0
+	}
+	ss.parser.BodySpace(buffered + waiting)
+	return waiting
+}
+
+// readBody reads the rest of the body the parser waits for from the
+// socket, which holds waiting bytes (bodyAhead), and reports whether that
+// completed it (then *cmd is its OpPutBody). End of file or an error ends
+// it quietly: gnet's next read of the socket sees the same and handles it
+// (OnHalfClose, OnClose).
+func (ss *session) readBody(cmd *codec.Command, waiting int) bool {
+	n, err := unix.Read(ss.conn.Fd(), ss.parser.BodySpace(waiting))
+	if err != nil || n <= 0 {
+		return false
+	}
+	ss.loop.srv.bytesIn.Add(uint64(n))
+	ss.loop.srv.bodyBytesRead.Add(uint64(n))
+	return ss.parser.BodyFilled(n, cmd)
+}
+
+// directBodyMin is the least body left to come past gnet's buffer that is
+// read straight into the job: below it, gnet's next read takes the rest
+// with the next command, and two system calls would cost more than the
+// copy.
+const directBodyMin = 4 << 10
 
 // send writes r's replies up to byte end of its buffer (see writeTo) and
 // counts them.
@@ -176,14 +286,6 @@ func (ss *session) checkInput() gnet.Action {
 		return gnet.Close
 	}
 	return gnet.None
-}
-
-// resume continues after a blocked reserve has been answered.
-func (ss *session) resume() {
-	ss.blocked = false
-	if ss.serve() == gnet.Close {
-		_ = ss.conn.Close()
-	}
 }
 
 func (ss *session) close() {
@@ -219,22 +321,32 @@ func (ss *session) WaitEnded(r store.ReserveResult) {
 	ss.onLoop(func(out *replies) { out.buf = append(out.buf, reply...) })
 }
 
-// onLoop answers the blocked reserve on the connection's loop, behind any
-// held replies, then serves the input that queued up behind it. If the
-// connection has closed meanwhile, OnClose has already put the job back.
+// onLoop answers the blocked reserve on the connection's loop, then serves
+// the input that queued up behind it. If the connection has closed
+// meanwhile, OnClose has already put the job back.
 func (ss *session) onLoop(reply func(*replies)) {
 	_ = ss.conn.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
 		if ss.closed {
 			return nil
 		}
-		out := &ss.loop.batch
-		reply(out)
-		if ss.mustHold() {
-			ss.hold(out, 0)
-		} else {
-			ss.send(out, len(out.buf))
+		ss.endWait(reply)
+		if ss.serve() == gnet.Close {
+			_ = ss.conn.Close()
 		}
-		ss.resume()
 		return nil
 	}))
+}
+
+// endWait answers the reserve that was waiting with reply, behind any
+// replies held for the log. The loop's batch is empty here: the wait ends
+// outside serve.
+func (ss *session) endWait(reply func(*replies)) {
+	out := &ss.loop.batch
+	reply(out)
+	if ss.mustHold() {
+		ss.hold(out, 0)
+	} else {
+		ss.send(out, len(out.buf))
+	}
+	ss.blocked = false
 }

@@ -21,6 +21,11 @@
 //   - TestRandom: a seeded, weighted grammar of valid and malformed commands
 //     over a few tubes and the job ids seen so far, on four connections,
 //     including reserves that wait and commands pipelined behind them.
+//   - TestHalfClose and TestHalfCloseDurable: clients that pipeline, then
+//     shut down their writing side (nc -N, a batch script), one byte at a
+//     time or all at once, with replies large and small, read as they come
+//     or only after the end of file; everything each server sends until it
+//     closes the connection is compared byte for byte.
 //
 // Only normalizeReply stands between "byte for byte" and the comparison: it
 // masks the stats values that belong to the process (pid, uptime, rusage,

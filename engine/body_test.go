@@ -1,0 +1,84 @@
+package engine_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/engine"
+)
+
+// TestBodyReadIntoJob pins the copies on a large put body's way in: what
+// gnet reads with the header (at most engine.ReadBufferCap bytes) is
+// copied into the job once, and the rest is read from the socket straight
+// into it. The event loop is held while the client sends, so the whole put
+// waits in the socket when the loop reads it; the sizes fit the socket's
+// receive buffer.
+func TestBodyReadIntoJob(t *testing.T) {
+	for _, size := range []int{20 << 10, 64 << 10} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			srv, _, addr := startServer(t, engine.Config{MaxJobSize: 1 << 20, Loops: 1})
+			c := dialRaw(t, "tcp", addr)
+			body := strings.Repeat("0123456789abcdef", size/16)
+			header := fmt.Sprintf("put 0 0 60 %d\r\n", size)
+
+			c.send("list-tube-used\r\n") // the connection is open on the loop
+			c.expect("USING default\r\n")
+			before := srv.BodyBytesRead()
+			release := srv.BlockLoop(0)
+			c.send(header + body + "\r\n")
+			time.Sleep(50 * time.Millisecond) // every byte has reached the server's socket
+			release()
+			c.expect("INSERTED 1\r\n")
+
+			copied := engine.ReadBufferCap - len(header)
+			if got, want := srv.BodyBytesRead()-before, uint64(size+2-copied); got != want {
+				t.Errorf("%d body bytes read straight into the job, want %d (the %d that came with the header are copied)", got, want, copied)
+			}
+			c.send("peek 1\r\n")
+			c.expect(fmt.Sprintf("FOUND 1 %d\r\n%s\r\n", size, body))
+		})
+	}
+}
+
+// TestBodyReadInPieces: a body that trickles in, so that each read finds
+// only part of what the body lacks, arrives intact, and so does the
+// command pipelined after it.
+func TestBodyReadInPieces(t *testing.T) {
+	_, _, addr := startServer(t, engine.Config{MaxJobSize: 1 << 20, Loops: 1})
+	c := dialRaw(t, "tcp", addr)
+	const size = 300 << 10
+	body := strings.Repeat("abcdefghijklmnopqrstuvwxyz012345", size/32)
+	c.send(fmt.Sprintf("put 0 0 60 %d\r\n", size))
+	for rest := body; len(rest) > 0; {
+		piece := rest[:min(len(rest), 7000)]
+		c.send(piece)
+		rest = rest[len(piece):]
+		time.Sleep(time.Millisecond)
+	}
+	c.send("\r\nlist-tube-used\r\n")
+	c.expect("INSERTED 1\r\n")
+	c.expect("USING default\r\n")
+	c.send("peek 1\r\n")
+	c.expect(fmt.Sprintf("FOUND 1 %d\r\n%s\r\n", size, body))
+}
+
+// TestBodyCutShort: a client that goes away half way through a large body
+// is closed without an answer, and the server serves on.
+func TestBodyCutShort(t *testing.T) {
+	_, _, addr := startServer(t, engine.Config{MaxJobSize: 1 << 20, Loops: 1})
+	c := dialRaw(t, "tcp", addr)
+	c.send("put 0 0 60 100000\r\n" + strings.Repeat("x", 60000))
+	time.Sleep(20 * time.Millisecond)
+	_ = c.c.Close()
+
+	d := dialRaw(t, "tcp", addr)
+	d.send("put 0 0 60 3\r\nabc\r\n")
+	d.expect("INSERTED 2\r\n")
+	d.send("stats-tube default\r\n")
+	got, err := d.reply(5 * time.Second)
+	if err != nil || !strings.Contains(got, "total-jobs: 1\n") {
+		t.Fatalf("stats-tube: %q, %v; want one job in the tube", got, err)
+	}
+}
