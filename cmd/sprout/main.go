@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"syscall"
@@ -77,6 +78,11 @@ func run(cfg config) int {
 	logConfig(log, cfg)
 	debug.SetMemoryLimit(cfg.goMemoryLimit)
 	defer startGCTuner(cfg)()
+	if !cfg.pprof {
+		// Nothing reads the heap profile without /debug/pprof, and its
+		// sampling cost 1.2% of the CPU with 64 KiB bodies.
+		runtime.MemProfileRate = 0
+	}
 	side := newOpsPort(cfg)
 	if side != nil {
 		cfg.engine.Metrics = side.metrics
