@@ -189,7 +189,8 @@
 // at warn once per peer (the name claimed, and the remote host) per
 // minute; a malformed hello, a message not from the sender to the
 // receiver, a snapshot among messages, or a frame past its limit is
-// refused the same way. After the hellos a messages connection carries
+// counted and logged the same way, and the connection closed with no
+// answer. After the hellos a messages connection carries
 // frames, length (u32) and raftpb.Message, at most 64 MiB each (raft's
 // appends are about 1 MiB; a larger length is refused before anything is
 // allocated for it). Sending never blocks the core: each peer has a

@@ -419,3 +419,41 @@ func TestTransportNeverBlocks(t *testing.T) {
 	t.Logf("sends of 64 KiB, the slowest %v: %d written (%d MiB) before the connection filled, %d dropped; closed in %v",
 		slowest, st.MessagesSent, st.MessagesSent>>4, st.MessagesDropped, time.Since(start))
 }
+
+// TestLoadTLSErrors: a TLS file that cannot be used stops the start in
+// one line naming its flag.
+func TestLoadTLSErrors(t *testing.T) {
+	ca := newTestCA(t, "sprout members")
+	dir := t.TempDir()
+	certPEM, keyPEM := ca.issue(t, net.ParseIP("127.0.0.1"))
+	write := func(name string, b []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	cert, key, caFile := write("cert.pem", certPEM), write("key.pem", keyPEM), write("ca.pem", ca.pem)
+	junk := write("junk.pem", []byte("not PEM"))
+	missing := filepath.Join(dir, "missing.pem")
+	for _, tc := range []struct {
+		name          string
+		cert, key, ca string
+		want          string
+	}{
+		{"missing cert", missing, key, caFile, "--cluster-tls-cert and --cluster-tls-key"},
+		{"key of junk", cert, junk, caFile, "--cluster-tls-cert and --cluster-tls-key"},
+		{"missing CA", cert, key, missing, "--cluster-tls-ca"},
+		{"CA of junk", cert, key, junk, "--cluster-tls-ca: " + junk + " holds no PEM certificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadTLS(tc.cert, tc.key, tc.ca)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("got %v, want one line with %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := loadTLS(cert, key, caFile); err != nil {
+		t.Error(err)
+	}
+}
