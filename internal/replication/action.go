@@ -34,6 +34,19 @@ type Action struct {
 	Term uint64
 }
 
+// write makes an ActWrite's writes to l, in the order it gives them.
+func (a *Action) write(l Log) {
+	if a.Snapshot != nil {
+		l.InstallSnapshot(a.Snapshot)
+	}
+	if len(a.Entries) > 0 {
+		l.Append(a.Entries)
+	}
+	if a.HardState != nil {
+		l.SetHardState(a.HardState)
+	}
+}
+
 // ActionKind says what an Action asks.
 type ActionKind uint8
 

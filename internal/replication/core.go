@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/sproutmq/sprout/store/wal"
 )
@@ -47,6 +48,16 @@ type Config struct {
 	MaxBatch int
 	// Logger is raft's; nil discards its lines.
 	Logger raft.Logger
+	// Observer, if set, is told of each proposal, from the core's calls.
+	Observer Observer
+}
+
+// Observer receives figures that cannot be read afterwards, for metrics.
+// Its methods run inside the core's calls, on the shell's goroutine: they
+// must be cheap and never block.
+type Observer interface {
+	// ObserveProposal reports one batch proposed: its bytes and records.
+	ObserveProposal(bytes, records int)
 }
 
 // Core is a member's replication decisions, apart from its I/O (see
@@ -62,6 +73,7 @@ type Core struct {
 	journal      *Journal // immutable
 	maxBatch     int      // immutable
 	electionTick int      // immutable
+	observer     Observer // immutable; may be nil
 
 	// Leadership.
 	leading  uint64   // the term this member leads; 0 when it does not
@@ -83,6 +95,9 @@ type Core struct {
 	scratch []wal.Record  // for checking peers' records
 	out     []Action      // the actions for the next Ready
 	sends   []*pb.Message // messages made sendable since the last Ready
+
+	// Proposals made, ever, and their bytes.
+	proposals, proposedBytes uint64
 }
 
 // pendingWrite is an ActWrite not yet durable: raft's messages to deliver
@@ -141,7 +156,8 @@ func NewCore(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	c := &Core{id: cfg.ID, rn: rn, journal: cfg.Journal, maxBatch: cfg.MaxBatch,
-		electionTick: cfg.ElectionTick, applied: first - 1, heard: make(map[uint64]uint64)}
+		electionTick: cfg.ElectionTick, observer: cfg.Observer, applied: first - 1,
+		heard: make(map[uint64]uint64)}
 	c.out = append(c.out, Action{Kind: ActRestore, Records: head, Index: first - 1})
 	return c, nil
 }
@@ -291,6 +307,26 @@ func (c *Core) Status() raft.BasicStatus { return c.rn.BasicStatus() }
 
 // Serving reports whether this member leads and takes commands.
 func (c *Core) Serving() bool { return c.serving && !c.stopped }
+
+// Applied is the last entry handed to the store (or skipped, the
+// leader's own).
+func (c *Core) Applied() uint64 { return c.applied }
+
+// Proposed counts the proposals this member made and their bytes.
+func (c *Core) Proposed() (proposals, bytes uint64) { return c.proposals, c.proposedBytes }
+
+// Matches calls fn with each other member's match index (the last entry
+// it is known to hold), if this member leads; else not at all.
+func (c *Core) Matches(fn func(id, match uint64)) {
+	if c.leading == 0 || c.stopped {
+		return
+	}
+	c.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if id != c.id {
+			fn(id, pr.Match)
+		}
+	})
+}
 
 // Ready hands out the actions that follow from everything the core has
 // been told, in the order to carry them out. The shell carries them out
@@ -449,12 +485,17 @@ func (c *Core) propose() bool {
 	if n == 0 || len(c.writes) > 0 && n < c.maxBatch {
 		return false
 	}
-	data, end := c.journal.take()
+	data, end, records := c.journal.take()
 	if err := c.rn.Propose(data); err != nil {
 		// Raft drops proposals only while leadership moves: keep the batch.
-		c.journal.untake(data)
+		c.journal.untake(data, records)
 		return false
 	}
 	c.proposed = append(c.proposed, end)
+	c.proposals++
+	c.proposedBytes += uint64(len(data))
+	if c.observer != nil {
+		c.observer.ObserveProposal(len(data), records)
+	}
 	return true
 }

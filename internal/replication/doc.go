@@ -164,32 +164,90 @@
 //
 // --node NAME, --cluster-listen HOST:PORT and --cluster-peers
 // NAME=HOST:PORT,... (the initial members, itself included) start a
-// member; -b is required. A member's Raft id is derived from its name and
-// its directory's first start (an emptied directory is a new member), and
-// the cluster's id from the initial members and the first member's
-// directory: each connection between members starts with a hello naming
-// both, and a peer naming another cluster, or a name that is not a member,
-// is refused, counted and logged once. With --cluster-tls-cert,
-// --cluster-tls-key and --cluster-tls-ca every member connection is mutual
-// TLS (TLS 1.3; a peer without a certificate from the CA is refused);
-// without them traffic is plaintext, with a warning unless every address
-// is loopback. Messages are Raft's protobufs, length-prefixed, on one
-// connection per peer and direction; a full send queue drops messages, as
-// Raft expects of a network. Membership changes while serving go through
-// Raft's ConfChangeV2 (a new member joins as a learner and is promoted
-// once it has caught up), from the admin API (POST /cluster/members,
-// guarded like every change) and sproutctl. A single node's -b directory,
-// or an imported beanstalkd binlog, becomes the first member of a new
-// cluster with every job kept: its jobs are the first snapshot.
+// member; -b is required. Names hold letters, digits, '-', '_' and '.'.
+// An initial member's Raft id is FNV-1a of its name (MemberID), so every
+// member knows every other's from --cluster-peers alone; a member that
+// joins later, or comes back on an emptied directory, gets a new id
+// through a membership change. The cluster's id is FNV-1a of the initial
+// members' sorted names (ClusterID): names and not addresses, so members
+// that spell an address differently agree; the wal-backed log will keep
+// it in the directory, so that a directory from another cluster is
+// refused. A list without --node, a name or an address twice, a
+// malformed entry, or one or two of the TLS files: each is refused at
+// start in one line naming the flag (NodeConfig.Validate).
+//
+// Transport (transport.go, wire.go). Each member dials every peer and
+// writes only on that connection; it reads only on the connection each
+// peer dialled to it: one connection per peer and direction. Each
+// connection starts with a hello each way, the dialer's first: protocol
+// version, stream kind (messages or one snapshot), the cluster's id, the
+// sender's Raft id and name, the receiver's name, and the sender's client
+// address (-l/-p, for the proxy). The listener answers with its own
+// hello, which may carry a refusal: another protocol version or cluster,
+// a receiver that is not it, a sender that is not a member or has another
+// id. Refusals are counted, answered with the reason, closed, and logged
+// at warn once per peer (the name claimed, and the remote host) per
+// minute; a malformed hello, a message not from the sender to the
+// receiver, a snapshot among messages, or a frame past its limit is
+// counted and logged the same way, and the connection closed with no
+// answer. After the hellos a messages connection carries
+// frames, length (u32) and raftpb.Message, at most 64 MiB each (raft's
+// appends are about 1 MiB; a larger length is refused before anything is
+// allocated for it). Sending never blocks the core: each peer has a
+// bounded queue (DefaultSendQueue, twice raft's window of appends in
+// flight); a message that finds it full is dropped, counted, and the peer
+// is reported unreachable to the core (raft then probes it rather than
+// streaming). A connection that takes no message for five seconds is
+// dropped; a broken connection is dialled again with
+// backoff (50 ms doubling to 1 s, jittered), and what is queued meanwhile
+// is dropped: raft sends again what matters.
+//
+// A MsgSnap (the snapshot's records ride in its Data) goes on a
+// connection of its own, so heartbeats and appends do not wait behind
+// it: the message without its data as a frame, then the data, length
+// (u64) and bytes, written from the log's own copy in 1 MiB chunks each
+// within its deadline; the receiver steps it into its core and answers
+// one byte, taken or refused, which the sender reports to its core
+// (SnapshotSent). Memory is bounded: raft sends one snapshot to a peer at
+// a time and the transport takes one per peer (another fails at once); a
+// receiver takes one at a time, refuses one past NodeConfig.MaxSnapshot
+// (DefaultMaxSnapshot, 4 GiB), and allocates the length announced only
+// once the first megabyte has come, so a snapshot costs the receiver its
+// size once.
+//
+// With --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca every
+// connection is mutual TLS 1.3 (tls.RequireAndVerifyClientCert). A
+// member's certificate is checked against the host of its address in
+// --cluster-peers, not its name: the dialer sets that host as the server
+// name, as any TLS client does, and the listener, once the hello names
+// the member, checks the client certificate for the same host. So
+// certificates are issued as for any server (a DNS name, a wildcard for
+// a headless Service, an IP address), with both server and client
+// authentication, and one certificate may serve every member. A peer
+// without a certificate from the CA, or with one not for the member it
+// claims to be, is refused and counted apart (TLS refusals). Without the
+// files traffic is plaintext, with one warning at start unless every
+// address, and the listening one, is loopback.
+//
+// Membership changes while serving will go through Raft's ConfChangeV2
+// (a new member joins as a learner and is promoted once it has caught
+// up), from the admin API (POST /cluster/members, guarded like every
+// change) and sproutctl. A single node's -b directory, or an imported
+// beanstalkd binlog, becomes the first member of a new cluster with
+// every job kept: its jobs are the first snapshot.
 //
 // # Observability
 //
 // GET /cluster on --http: node, leader, term, members (name, address, and
-// on the leader each one's match index), commit and applied. /readyz is
-// 200 on a member that knows a leader and has applied what it knew
-// committed at start. /metrics adds the term, leader changes, commit and
+// on the leader each one's match index), commit and applied
+// (Node.Status, whose JSON is that body; match indexes are read at the
+// leader's ticks). /readyz is 200 on a member that knows a leader (itself
+// once it serves) and has applied what its log said was committed at
+// start (Node.Ready). /metrics adds the term, leader changes, commit and
 // applied indexes, follower lag, proposals and their batch sizes,
-// snapshots sent and membership changes.
+// snapshots sent and membership changes: Node.Stats is read at scrape
+// time, and the sizes of proposals, which cannot be read afterwards, go
+// to an Observer as they are made. This package registers no collector.
 //
 // # Structure
 //
@@ -221,9 +279,42 @@
 // member's Journal as both its Journal and its AckSource. Only the raft
 // library's reads of the Log happen inside the core's calls.
 //
-// Not yet: membership changes (a conf change entry stops the core), the
-// wal-backed log (MemoryLog stands in, and the Journal offers the store
-// one segment, so Store.Migrate(1, ids) moves the jobs its store put; a
-// job a member applied is in no segment, so a new leader cannot move it
-// yet), and the new leader's wall clock (Time) is still the machine's.
+// The shell (node.go, StartNode) is one goroutine that owns the Core. It
+// waits for an event: a tick (DefaultTick, 100 ms: heartbeats every tick,
+// an election timeout of 10 to 20 ticks, so a new leader within about
+// 1.4 s of the old one's loss, and a stalled member taken for dead only
+// after a second); a peer's message (with any others already arrived, so
+// one round of actions covers them all); a peer's snapshot (whose
+// verdict goes back to its sender); or a wake-up from its mailbox, where
+// other goroutines leave news without blocking: the Log's OnDurable (the
+// highest write number durable), the transport's unreachable peers and
+// snapshot outcomes, the Journal's first record of a batch. After each
+// event it gives the core that news and carries out Ready's actions in
+// order until there are none: restore (a new store, Records applied; the
+// old one closed), send (to the transport, never waiting), write (to the
+// Log; its OnDurable leaves the number in the mailbox), apply, compact,
+// publish, serve (logged), and rebuild: NodeConfig.Rebuild, after which
+// the member takes no more events and stops its transport. A tick after
+// a stall gives the core every tick missed, up to an election timeout's,
+// so the leader's lease counts the time that passed. At the end of each
+// round it publishes, under one mutex, what Status, Ready, Leader (with
+// a channel closed on every change, for the proxy) and Stats read, so
+// none of them waits for the node goroutine; on the leader's ticks, the
+// match indexes too. Close stops the goroutine, then the transport, then
+// the store.
+//
+// The network tests start members in one process over loopback TCP, each
+// with its own store and a MemoryLog that outlives its node (its disk):
+// elections, acknowledgement only once a majority is durable, failover
+// with the default timing, a cut-off leader's rebuild, catching up by
+// snapshot, refused hellos and certificates, and a full send queue.
+//
+// Not yet: the node is not started by cmd/sprout (flags, the engine's
+// Route and proxy, the re-execution on Rebuild, /cluster, /readyz and
+// /metrics are the wiring's); membership changes (a conf change entry
+// stops the core); the wal-backed log (MemoryLog stands in, and the
+// Journal offers the store one segment, so Store.Migrate(1, ids) moves
+// the jobs its store put; a job a member applied is in no segment, so a
+// new leader cannot move it yet); certificates are read once at start;
+// and the new leader's wall clock (Time) is still the machine's.
 package replication

@@ -200,15 +200,7 @@ func (c *cluster) do(m *member, a Action) bool {
 			c.sent[got.GetType()]++
 		}
 	case ActWrite:
-		if a.Snapshot != nil {
-			m.disk.InstallSnapshot(a.Snapshot)
-		}
-		if len(a.Entries) > 0 {
-			m.disk.Append(a.Entries)
-		}
-		if a.HardState != nil {
-			m.disk.SetHardState(a.HardState)
-		}
+		a.write(m.disk)
 		core, seq := m.core, a.Seq
 		m.disk.OnDurable(func() {
 			if m.core == core {

@@ -32,6 +32,7 @@ type Journal struct {
 
 	mu       sync.Mutex
 	batch    []byte  // guarded by mu: the frames appended since the last take
+	batched  int     // guarded by mu: the records in batch
 	appended uint64  // guarded by mu: the position after the last record
 	records  int64   // guarded by mu: records appended, ever
 	migrated int64   // guarded by mu: compaction's rewrites among them
@@ -53,6 +54,7 @@ func (j *Journal) Append(r *wal.Record, _ wal.Loc) (uint64, wal.Loc, error) {
 	j.mu.Lock()
 	before := len(j.batch)
 	j.batch = wal.AppendFrame(j.batch, r)
+	j.batched++
 	size := len(j.batch) - before
 	j.appended += uint64(size)
 	j.records++
@@ -68,14 +70,15 @@ func (j *Journal) Append(r *wal.Record, _ wal.Loc) (uint64, wal.Loc, error) {
 	return pos, loc, nil
 }
 
-// take hands the batch over to be proposed, with its end position; nil
-// when nothing was appended since the last take.
-func (j *Journal) take() ([]byte, uint64) {
+// take hands the batch over to be proposed, with its end position and
+// its count of records; nil when nothing was appended since the last
+// take.
+func (j *Journal) take() (batch []byte, end uint64, records int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	b := j.batch
-	j.batch = nil
-	return b, j.appended
+	b, n := j.batch, j.batched
+	j.batch, j.batched = nil, 0
+	return b, j.appended, n
 }
 
 // pending is the size of the batch not yet taken.
@@ -87,10 +90,11 @@ func (j *Journal) pending() int {
 
 // untake puts back a batch that could not be proposed, ahead of what was
 // appended since: it goes out first, with the next proposal.
-func (j *Journal) untake(b []byte) {
+func (j *Journal) untake(b []byte, records int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.batch = append(b, j.batch...)
+	j.batched += records
 }
 
 // NoteMigrated implements store.Journal.

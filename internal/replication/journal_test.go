@@ -25,9 +25,9 @@ func TestJournal(t *testing.T) {
 	if notified != 1 {
 		t.Errorf("notified %d times for one batch", notified)
 	}
-	batch, end := j.take()
-	if end != p2 || uint64(len(batch)) != p2 {
-		t.Errorf("took %d bytes ending at %d, want %d", len(batch), end, p2)
+	batch, end, records := j.take()
+	if end != p2 || uint64(len(batch)) != p2 || records != 2 {
+		t.Errorf("took %d bytes (%d records) ending at %d, want %d (2)", len(batch), records, end, p2)
 	}
 
 	var ran []uint64

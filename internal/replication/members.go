@@ -1,0 +1,152 @@
+package replication
+
+import (
+	"fmt"
+	"hash/fnv"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.etcd.io/raft/v3"
+)
+
+// Member is one member of the cluster as the operator names it: its name
+// (--node) and the address the other members dial (its entry in
+// --cluster-peers), with the Raft id derived from the name.
+type Member struct {
+	Name string
+	Addr string
+	ID   uint64
+}
+
+// maxNameLen bounds a member's name: names travel in every hello and
+// label metrics, and a pod's name is at most 63 characters.
+const maxNameLen = 128
+
+// ParsePeers parses --cluster-peers: NAME=HOST:PORT entries separated by
+// commas, in the operator's order. Each entry must be well formed; a
+// duplicate is Validate's to refuse, so that the message can say which.
+func ParsePeers(s string) ([]Member, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, fmt.Errorf("replication: --cluster-peers is empty: want NAME=HOST:PORT,...")
+	}
+	var members []Member
+	for entry := range strings.SplitSeq(s, ",") {
+		entry = strings.TrimSpace(entry)
+		name, addr, ok := strings.Cut(entry, "=")
+		if !ok {
+			return nil, fmt.Errorf("replication: --cluster-peers: %q is not NAME=HOST:PORT", entry)
+		}
+		if err := checkName(name); err != nil {
+			return nil, fmt.Errorf("replication: --cluster-peers: %q: %v", entry, err)
+		}
+		if err := checkAddr(addr, false); err != nil {
+			return nil, fmt.Errorf("replication: --cluster-peers: %q: %v", entry, err)
+		}
+		members = append(members, Member{Name: name, Addr: addr, ID: MemberID(name)})
+	}
+	return members, nil
+}
+
+// checkName refuses a name that could not travel in a hello, a log line
+// or a metric label unchanged.
+func checkName(name string) error {
+	if name == "" || len(name) > maxNameLen {
+		return fmt.Errorf("a member's name has 1 to %d characters", maxNameLen)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return fmt.Errorf("a member's name holds only letters, digits, '-', '_' and '.', not %q", r)
+		}
+	}
+	return nil
+}
+
+// checkAddr refuses what is not HOST:PORT with a numeric port; anyHost
+// allows an empty host (listening on every interface).
+func checkAddr(addr string, anyHost bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not HOST:PORT", addr)
+	}
+	if host == "" && !anyHost {
+		return fmt.Errorf("%q has no host", addr)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("%q: the port is a number from 1 to 65535", addr)
+	}
+	return nil
+}
+
+// MemberID is the Raft id of the initial member named name: FNV-1a of the
+// name, so every member derives every other's id from --cluster-peers
+// alone. (A member that joins later, or comes back on an empty directory,
+// gets a new id through a membership change.)
+func MemberID(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	id := h.Sum64()
+	if id == 0 || raft.IsLocalMsgTarget(id) {
+		id ^= 1 << 32 // never so for a real name; raft would panic on these
+	}
+	return id
+}
+
+// ClusterID is the id of the cluster whose initial members are named
+// names: FNV-1a of the sorted names. Names, not addresses: members that
+// spell one address differently (an IP, a DNS name) still agree.
+func ClusterID(names []string) uint64 {
+	sorted := slices.Sorted(slices.Values(names))
+	h := fnv.New64a()
+	h.Write([]byte("sprout cluster"))
+	for _, n := range sorted {
+		h.Write([]byte{0})
+		h.Write([]byte(n))
+	}
+	return max(h.Sum64(), 1)
+}
+
+// validateMembers refuses a member list the cluster cannot run with:
+// duplicate names, addresses or ids, or one that leaves out self.
+func validateMembers(self string, members []Member) error {
+	names := make(map[string]bool, len(members))
+	addrs := make(map[string]string, len(members))
+	ids := make(map[uint64]string, len(members))
+	for _, m := range members {
+		if names[m.Name] {
+			return fmt.Errorf("replication: --cluster-peers names %s twice", m.Name)
+		}
+		names[m.Name] = true
+		key := strings.ToLower(m.Addr)
+		if other, ok := addrs[key]; ok {
+			return fmt.Errorf("replication: --cluster-peers gives %s and %s the same address %s", other, m.Name, m.Addr)
+		}
+		addrs[key] = m.Name
+		if m.ID == 0 || raft.IsLocalMsgTarget(m.ID) {
+			return fmt.Errorf("replication: member %s has no usable Raft id", m.Name)
+		}
+		if other, ok := ids[m.ID]; ok {
+			return fmt.Errorf("replication: members %s and %s have the same Raft id %x: rename one", other, m.Name, m.ID)
+		}
+		ids[m.ID] = m.Name
+	}
+	if !names[self] {
+		return fmt.Errorf("replication: --cluster-peers does not include --node %s", self)
+	}
+	return nil
+}
+
+// isLoopback reports whether addr's host is a loopback address or
+// "localhost": traffic to it never leaves the machine.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

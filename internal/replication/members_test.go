@@ -1,0 +1,119 @@
+package replication
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestParsePeers: well-formed entries parse in order with their ids;
+// each malformed one is refused in one line that quotes it.
+func TestParsePeers(t *testing.T) {
+	got, err := ParsePeers("a=127.0.0.1:7001, b=node-b.sprout.svc:7002,c_3=[::1]:7003")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Member{
+		{"a", "127.0.0.1:7001", MemberID("a")},
+		{"b", "node-b.sprout.svc:7002", MemberID("b")},
+		{"c_3", "[::1]:7003", MemberID("c_3")},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("entry %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+
+	for _, tc := range []struct{ in, want string }{
+		{"", "is empty"},
+		{"a", `"a" is not NAME=HOST:PORT`},
+		{"a=127.0.0.1:1,b", `"b" is not NAME=HOST:PORT`},
+		{"=127.0.0.1:1", "1 to 128 characters"},
+		{"a b=127.0.0.1:1", `not ' '`},
+		{"a=127.0.0.1", "is not HOST:PORT"},
+		{"a=:7000", "has no host"},
+		{"a=h:0", "the port is a number from 1 to 65535"},
+		{"a=h:http", "the port is a number"},
+		{"a=h:70000", "the port is a number"},
+	} {
+		_, err := ParsePeers(tc.in)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("ParsePeers(%q): %v, want one line with %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+// TestValidate: each configuration a member cannot start with is refused
+// in one line that names the flag at fault.
+func TestValidate(t *testing.T) {
+	peers := func(s string) []Member {
+		m, err := ParsePeers(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	good := func() NodeConfig {
+		return NodeConfig{Node: "a", Listen: ":7001", Peers: peers("a=h1:7001,b=h2:7001,c=h3:7001")}
+	}
+	if cfg := good(); cfg.Validate() != nil {
+		t.Fatal(cfg.Validate())
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*NodeConfig)
+		want   string
+	}{
+		{"no node", func(c *NodeConfig) { c.Node = "" }, "--node"},
+		{"node not a peer", func(c *NodeConfig) { c.Node = "d" }, "--cluster-peers does not include --node d"},
+		{"bad listen", func(c *NodeConfig) { c.Listen = "7001" }, "--cluster-listen"},
+		{"no peers", func(c *NodeConfig) { c.Peers = nil }, "--cluster-peers is empty"},
+		{"duplicate name", func(c *NodeConfig) { c.Peers = peers("a=h1:1,b=h2:1,a=h3:1") }, "names a twice"},
+		{"duplicate address", func(c *NodeConfig) { c.Peers = peers("a=h1:1,b=H1:1") }, "the same address"},
+		{"colliding ids", func(c *NodeConfig) { c.Peers[1].ID = c.Peers[0].ID }, "the same Raft id"},
+		{"cert alone", func(c *NodeConfig) { c.TLSCert = "c.pem" }, "--cluster-tls-key is missing"},
+		{"no ca", func(c *NodeConfig) { c.TLSCert, c.TLSKey = "c.pem", "k.pem" }, "--cluster-tls-ca is missing"},
+		{"no cert", func(c *NodeConfig) { c.TLSKey, c.TLSCA = "k.pem", "ca.pem" }, "--cluster-tls-cert is missing"},
+		{"negative tick", func(c *NodeConfig) { c.Tick = -1 }, "cannot be negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := good()
+			tc.change(&cfg)
+			err := cfg.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("got %v, want one line with %q", err, tc.want)
+			}
+			if _, serr := StartNode(cfg); serr == nil || serr.Error() != err.Error() {
+				t.Errorf("StartNode: %v, want Validate's %v", serr, err)
+			}
+		})
+	}
+}
+
+// TestClusterID: the order of the names does not matter, the names do.
+func TestClusterID(t *testing.T) {
+	a := ClusterID([]string{"a", "b", "c"})
+	if b := ClusterID([]string{"c", "a", "b"}); a != b {
+		t.Errorf("order changed the id: %x, %x", a, b)
+	}
+	if b := ClusterID([]string{"a", "b", "d"}); a == b {
+		t.Errorf("other names, same id %x", a)
+	}
+	if b := ClusterID([]string{"ab", "c"}); b == ClusterID([]string{"a", "bc"}) {
+		t.Errorf("names run together: %x", b)
+	}
+}
+
+// TestLoopback: what counts as staying on this machine.
+func TestLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:1": true, "127.0.0.3:1": true, "[::1]:1": true, "localhost:1": true,
+		":1": false, "0.0.0.0:1": false, "10.0.0.1:1": false, "node-a:1": false,
+	} {
+		if got := isLoopback(addr); got != want {
+			t.Errorf("isLoopback(%q) = %v", addr, got)
+		}
+	}
+}

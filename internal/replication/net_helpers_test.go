@@ -1,0 +1,286 @@
+package replication
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sproutmq/sprout/store"
+)
+
+// The network tests run members in this process over real loopback TCP,
+// each with its own store and a MemoryLog that outlives the node (its
+// disk): closing a node is a kill, starting one again on the same log a
+// restart. Time is real; waits are bounded by deadlines.
+
+// testTick makes an election timeout of 250 to 500 ms: fast, and still
+// ten heartbeats, so a member stalled by the race detector on a busy
+// machine is not taken for dead.
+const testTick = 25 * time.Millisecond
+
+// gatedLog is a MemoryLog whose writes become durable only while the
+// test does not hold it.
+type gatedLog struct {
+	*MemoryLog
+	mu      sync.Mutex
+	held    bool     // guarded by mu
+	waiting []func() // guarded by mu: OnDurable callbacks held back
+}
+
+func (g *gatedLog) OnDurable(fn func()) {
+	g.mu.Lock()
+	if g.held {
+		g.waiting = append(g.waiting, fn)
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Unlock()
+	fn()
+}
+
+func (g *gatedLog) hold() {
+	g.mu.Lock()
+	g.held = true
+	g.mu.Unlock()
+}
+
+// release makes every write durable and runs the callbacks held back.
+func (g *gatedLog) release() {
+	g.mu.Lock()
+	g.held = false
+	waiting := g.waiting
+	g.waiting = nil
+	g.mu.Unlock()
+	for _, fn := range waiting {
+		fn()
+	}
+}
+
+// syncBuffer is a log destination the nodes' goroutines write to.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type netCluster struct {
+	t      *testing.T
+	peers  []Member
+	tweak  func(*NodeConfig) // each test's changes to the configuration
+	logs   map[string]*gatedLog
+	nodes  map[string]*Node
+	output *syncBuffer // every member's log lines
+
+	mu      sync.Mutex
+	rebuilt map[string][]uint64 // guarded by mu: the terms each member lost
+	rebuild chan string         // a member's name, as its Rebuild runs
+}
+
+// newNetCluster starts n members, m1 to mn, on 127.0.0.1, with logs that
+// keep retain entries below the applied index.
+func newNetCluster(t *testing.T, n, retain int, tweak func(*NodeConfig)) *netCluster {
+	c := &netCluster{t: t, tweak: tweak, logs: map[string]*gatedLog{}, nodes: map[string]*Node{},
+		output: &syncBuffer{}, rebuilt: map[string][]uint64{}, rebuild: make(chan string, 16)}
+	var lns []net.Listener
+	for i := 1; i <= n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		name := fmt.Sprintf("m%d", i)
+		c.peers = append(c.peers, Member{Name: name, Addr: ln.Addr().String(), ID: MemberID(name)})
+	}
+	var ids []uint64
+	for _, m := range c.peers {
+		ids = append(ids, m.ID)
+	}
+	for i, m := range c.peers {
+		c.logs[m.Name] = &gatedLog{MemoryLog: NewMemoryLog(ids, retain)}
+		c.start(m.Name, lns[i])
+	}
+	t.Cleanup(func() {
+		for _, n := range c.nodes {
+			n.Close()
+		}
+		if t.Failed() {
+			t.Logf("the members' log:\n%s", c.output)
+		}
+	})
+	return c
+}
+
+// config is member name's configuration, the test's changes made.
+func (c *netCluster) config(name string) NodeConfig {
+	i := slices.IndexFunc(c.peers, func(m Member) bool { return m.Name == name })
+	cfg := NodeConfig{
+		Node: name, Listen: c.peers[i].Addr, Peers: c.peers,
+		ClientAddr: fmt.Sprintf("127.0.0.1:%d", 11300+i),
+		Tick:       testTick, Log: c.logs[name],
+		Logger: zerolog.New(c.output).Level(zerolog.InfoLevel).With().Timestamp().Logger(),
+		Rebuild: func(term uint64) {
+			c.mu.Lock()
+			c.rebuilt[name] = append(c.rebuilt[name], term)
+			c.mu.Unlock()
+			c.rebuild <- name
+		},
+	}
+	if c.tweak != nil {
+		c.tweak(&cfg)
+	}
+	return cfg
+}
+
+// start starts member name on its log, on ln or (a restart) on its
+// address again.
+func (c *netCluster) start(name string, ln net.Listener) *Node {
+	c.t.Helper()
+	cfg := c.config(name)
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	cfg.listener = ln
+	n, err := StartNode(cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.nodes[name] = n
+	return n
+}
+
+// kill stops a member at once; its log stays, as a disk does.
+func (c *netCluster) kill(name string) {
+	c.nodes[name].Close()
+	delete(c.nodes, name)
+}
+
+// restart starts a member that was killed or rebuilt, on its log.
+func (c *netCluster) restart(name string) *Node {
+	if n := c.nodes[name]; n != nil {
+		n.Close()
+	}
+	return c.start(name, nil)
+}
+
+// up lists the members running, by name.
+func (c *netCluster) up() []*Node {
+	var ns []*Node
+	for _, m := range c.peers {
+		if n := c.nodes[m.Name]; n != nil {
+			ns = append(ns, n)
+		}
+	}
+	return ns
+}
+
+// awaitServing waits for one of nodes (every member up, if none is
+// named) to serve, and returns it.
+func (c *netCluster) awaitServing(timeout time.Duration, nodes ...*Node) *Node {
+	c.t.Helper()
+	if len(nodes) == 0 {
+		nodes = c.up()
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(deadline.C)}}
+		for _, n := range nodes {
+			info, changed := n.Leader()
+			if info.Serving {
+				return n
+			}
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(changed)})
+		}
+		if i, _, _ := reflect.Select(cases); i == 0 {
+			var st []string
+			for _, n := range nodes {
+				st = append(st, fmt.Sprintf("%+v", n.Status()))
+			}
+			c.t.Fatalf("no member serves within %v:\n%s", timeout, strings.Join(st, "\n"))
+		}
+	}
+}
+
+// waitUntil polls cond, for states nothing announces (a store's jobs, a
+// counter), until it holds or timeout passes.
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// awaitAck waits until pos may be acknowledged on j.
+func awaitAck(t testing.TB, j *Journal, pos uint64, timeout time.Duration) {
+	t.Helper()
+	acked := make(chan struct{})
+	j.OnAcked(pos, func() { close(acked) })
+	select {
+	case <-acked:
+	case <-time.After(timeout):
+		t.Fatalf("position %d not acknowledged within %v (acknowledged: %d)", pos, timeout, j.Acked())
+	}
+}
+
+// netClient puts jobs on a member's store, as a connection on it would.
+type netClient struct {
+	node   *Node
+	store  *store.Store
+	client *store.Client
+}
+
+func newNetClient(n *Node, tube string) *netClient {
+	s := n.Store()
+	cl := s.NewClient(nil)
+	cl.Use([]byte(tube))
+	return &netClient{node: n, store: s, client: cl}
+}
+
+// put stores a job and returns its id and the position its INSERTED
+// waits for.
+func (c *netClient) put(body string) (uint64, uint64) {
+	id := c.store.NextID()
+	if _, err := c.client.Put(id, 100, 0, 60, []byte(body+"\r\n")); err != nil {
+		panic(err)
+	}
+	return id, c.client.PendingAck()
+}
+
+// converged waits until every member up holds the jobs the serving
+// member holds, and returns them.
+func (c *netCluster) converged(leader *Node, timeout time.Duration) map[uint64]jobView {
+	c.t.Helper()
+	want := viewOf(leader.Store())
+	for _, n := range c.up() {
+		waitUntil(c.t, timeout, n.self.Name+"'s store converging", func() bool {
+			return diffViews(want, viewOf(n.Store())) == ""
+		})
+	}
+	return want
+}

@@ -1,0 +1,801 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/sproutmq/sprout/store"
+)
+
+// DefaultTick is the node's tick. With DefaultElectionTick (10) and
+// DefaultHeartbeatTick (1): the leader sends heartbeats every 100 ms, and
+// a follower that has heard nothing for its randomized election timeout,
+// 1 to 2 s, campaigns; the first of two followers to do so does it after
+// 1.33 s on average, so a new leader serves about 1.4 s after the old one
+// is lost (median) and within 2.2 s at worst (both timeouts near 2 s, a
+// tick late, and a round trip of votes and the first entry), inside the
+// issue's 3 s and its 1.5 s median. Shorter ticks would fail over faster
+// but elect spuriously when a loaded two-core machine stalls a member for
+// half a second, and each spurious election re-executes the old leader.
+const DefaultTick = 100 * time.Millisecond
+
+// NodeConfig configures a member (StartNode). The names in its errors are
+// the flags that set it.
+type NodeConfig struct {
+	// Node is this member's name (--node); it must be among Peers.
+	Node string
+	// Listen is where the other members connect (--cluster-listen).
+	Listen string
+	// Peers are the initial members, this one included (--cluster-peers,
+	// ParsePeers).
+	Peers []Member
+	// ClientAddr is where clients reach this member (-l and -p): members
+	// tell each other theirs in their hellos, for the proxy.
+	ClientAddr string
+	// TLSCert, TLSKey and TLSCA are PEM files (--cluster-tls-cert, -key,
+	// -ca): all three for mutual TLS, or none for plaintext.
+	TLSCert, TLSKey, TLSCA string
+	// ClusterID is 0 to derive it from the initial members' names
+	// (ClusterID); the wal-backed log will keep it in the directory.
+	ClusterID uint64
+
+	// Tick is DefaultTick when 0; ElectionTick and HeartbeatTick are in
+	// ticks, the core's defaults when 0.
+	Tick                        time.Duration
+	ElectionTick, HeartbeatTick int
+	// MaxBatch is the core's (DefaultMaxBatch when 0).
+	MaxBatch int
+	// SendQueue is each peer's queue of messages (DefaultSendQueue when
+	// 0); MaxSnapshot bounds a snapshot received (DefaultMaxSnapshot).
+	SendQueue   int
+	MaxSnapshot int64
+
+	// Log is the member's log; nil makes a MemoryLog of the initial
+	// members that keeps Retain entries below the applied index.
+	Log    Log
+	Retain int
+	// Rebuild is called, on the node's goroutine, when this member lost a
+	// leadership it served (ActRebuild): the process closes its clients
+	// and re-executes itself, starting again from its log. The node takes
+	// no more events from then on; if Rebuild returns, the node stops its
+	// transport and Done is closed. Nil: the node just stops.
+	Rebuild func(term uint64)
+	// Observer, if set, is told of each proposal (on the node's goroutine).
+	Observer Observer
+	Logger   zerolog.Logger
+
+	// listener, if set, is the transport's instead of listening on
+	// Listen: tests bind their ports first.
+	listener net.Listener
+}
+
+// Validate checks cfg as StartNode does before it touches anything: each
+// error is one line, naming the flag at fault.
+func (cfg *NodeConfig) Validate() error {
+	if err := checkName(cfg.Node); err != nil {
+		return fmt.Errorf("replication: --node %q: %v", cfg.Node, err)
+	}
+	if err := checkAddr(cfg.Listen, true); err != nil {
+		return fmt.Errorf("replication: --cluster-listen: %v", err)
+	}
+	if len(cfg.Peers) == 0 {
+		return errors.New("replication: --cluster-peers is empty: want NAME=HOST:PORT,...")
+	}
+	if err := validateMembers(cfg.Node, cfg.Peers); err != nil {
+		return err
+	}
+	files := []struct{ flag, path string }{
+		{"--cluster-tls-cert", cfg.TLSCert}, {"--cluster-tls-key", cfg.TLSKey}, {"--cluster-tls-ca", cfg.TLSCA},
+	}
+	set := 0
+	for _, f := range files {
+		if f.path != "" {
+			set++
+		}
+	}
+	if set > 0 && set < len(files) {
+		for _, f := range files {
+			if f.path == "" {
+				return fmt.Errorf("replication: %s is missing: --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca go together", f.flag)
+			}
+		}
+	}
+	if cfg.Tick < 0 || cfg.ElectionTick < 0 || cfg.HeartbeatTick < 0 || cfg.SendQueue < 0 || cfg.MaxSnapshot < 0 {
+		return errors.New("replication: the tick, its counts, the send queue and the snapshot limit cannot be negative")
+	}
+	return nil
+}
+
+// Node is a running member: the goroutine that owns its Core, carries out
+// the core's actions (doc.go) on the Log, the transport and the store, and
+// feeds it ticks and peers' messages; and what operations read of it.
+type Node struct {
+	cfg       NodeConfig        // immutable after StartNode, defaults filled in
+	self      Member            // immutable
+	byID      map[uint64]Member // immutable: the initial members
+	log       Log               // immutable; written on the node goroutine
+	journal   *Journal          // immutable
+	transport *transport        // immutable after StartNode
+	logger    zerolog.Logger    // immutable
+	// startCommit is the commit index the log held at start: Ready waits
+	// until it is applied. Immutable.
+	startCommit uint64
+
+	inbox  chan *pb.Message // peers' messages, to the node goroutine
+	snapIn chan snapshotIn  // peers' snapshots, each with its verdict
+	wake   chan struct{}    // the mailbox or the journal has news; capacity 1
+	stop   chan struct{}    // closed by Close
+	halted chan struct{}    // closed when the node goroutine takes no more events
+	done   chan struct{}    // closed when it has also stopped the transport
+
+	closeOnce sync.Once
+
+	// The mailbox: news from other goroutines for the node goroutine.
+	durable     atomic.Uint64       // every write through this number is durable
+	mailMu      sync.Mutex          // guards the two below
+	unreachable map[uint64]struct{} // guarded by mailMu
+	snapReports []snapshotReport    // guarded by mailMu
+
+	// Node goroutine only.
+	core        *Core
+	toldDurable uint64    // the last number given to Core.Durable
+	lastTick    time.Time // when the last tick was taken
+	stopped     bool      // the core handed out ActRebuild
+	lead        uint64    // the leader last published
+	serving     bool      // whether this member served at the last publish
+
+	refusedSteps atomic.Uint64 // peers' messages the core refused
+
+	// What the node goroutine publishes, for Status, Ready, Leader and
+	// Stats on any goroutine.
+	mu             sync.Mutex
+	store          *store.Store      // guarded by mu
+	pub            published         // guarded by mu
+	matches        map[uint64]uint64 // guarded by mu: on the leader, as of the last tick; nil otherwise
+	lastIndex      uint64            // guarded by mu: the leader's last index as of the last tick
+	leaderInfo     LeaderInfo        // guarded by mu
+	leaderChanged  chan struct{}     // guarded by mu: closed, and replaced, when leaderInfo changes
+	leaderChanges  uint64            // guarded by mu
+	membersChanged uint64            // guarded by mu: none yet (doc.go, Not yet)
+}
+
+// published is the node goroutine's view after its last round.
+type published struct {
+	term, commit, applied uint64
+	lead                  uint64
+	state                 raft.StateType
+	serving, stopped      bool
+	proposals, bytes      uint64
+}
+
+type snapshotIn struct {
+	m       *pb.Message
+	verdict chan error
+}
+
+type snapshotReport struct {
+	to uint64
+	ok bool
+}
+
+// errStopped answers a peer's snapshot that arrived as the node stopped.
+var errStopped = errors.New("replication: the node stopped")
+
+// StartNode validates cfg, listens on cfg.Listen, restores the store from
+// the log and starts the member: its goroutine, its ticker and its
+// connections to the peers. A validation error is one line naming the
+// flag at fault.
+func StartNode(cfg NodeConfig) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = DefaultTick
+	}
+	if cfg.ElectionTick == 0 {
+		cfg.ElectionTick = DefaultElectionTick // the core's default, which tick needs too
+	}
+	if cfg.SendQueue == 0 {
+		cfg.SendQueue = DefaultSendQueue
+	}
+	if cfg.MaxSnapshot == 0 {
+		cfg.MaxSnapshot = DefaultMaxSnapshot
+	}
+	var names []string
+	var ids []uint64
+	for _, m := range cfg.Peers {
+		names, ids = append(names, m.Name), append(ids, m.ID)
+	}
+	if cfg.ClusterID == 0 {
+		cfg.ClusterID = ClusterID(names)
+	}
+	var mtls *memberTLS
+	if cfg.TLSCert != "" {
+		var err error
+		if mtls, err = loadTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSCA); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Log == nil {
+		cfg.Log = NewMemoryLog(ids, cfg.Retain)
+	}
+	hs, _, err := cfg.Log.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("replication: the log's state: %w", err)
+	}
+
+	n := &Node{
+		cfg:           cfg,
+		byID:          make(map[uint64]Member, len(cfg.Peers)),
+		log:           cfg.Log,
+		logger:        cfg.Logger.With().Str("node", cfg.Node).Logger(),
+		startCommit:   hs.GetCommit(),
+		inbox:         make(chan *pb.Message, 256),
+		snapIn:        make(chan snapshotIn),
+		wake:          make(chan struct{}, 1),
+		stop:          make(chan struct{}),
+		halted:        make(chan struct{}),
+		done:          make(chan struct{}),
+		unreachable:   make(map[uint64]struct{}),
+		leaderChanged: make(chan struct{}),
+	}
+	for _, m := range cfg.Peers {
+		n.byID[m.ID] = m
+		if m.Name == cfg.Node {
+			n.self = m
+		}
+	}
+	n.journal = NewJournal(n.signal)
+	n.core, err = NewCore(Config{
+		ID: n.self.ID, Log: cfg.Log, Journal: n.journal,
+		ElectionTick: cfg.ElectionTick, HeartbeatTick: cfg.HeartbeatTick, MaxBatch: cfg.MaxBatch,
+		Logger: raftLogger{n.logger}, Observer: cfg.Observer,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.transport, err = newTransport(transportConfig{
+		self: n.self, members: cfg.Peers, cluster: cfg.ClusterID,
+		listen: cfg.Listen, listener: cfg.listener, client: cfg.ClientAddr,
+		tls: mtls, queue: cfg.SendQueue, maxSnap: cfg.MaxSnapshot, log: n.logger,
+		deliver: n.deliver, deliverSnapshot: n.deliverSnapshot,
+		unreachable: n.noteUnreachable, snapshotSent: n.noteSnapshotSent,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if mtls == nil && !allLoopback(cfg.Listen, cfg.Peers) {
+		n.logger.Warn().Str("listen", cfg.Listen).
+			Msg("members talk in plaintext: give --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca for mutual TLS")
+	}
+	// The first round restores the store from the log (ActRestore), so
+	// Store has one when StartNode returns. (It cannot rebuild: this
+	// member has served nothing yet.)
+	n.process()
+	n.publish(true)
+	n.lastTick = time.Now()
+	n.transport.start()
+	go n.run()
+	n.logger.Info().Str("listen", n.transport.addr().String()).Str("client", cfg.ClientAddr).
+		Str("id", fmt.Sprintf("%x", n.self.ID)).Str("cluster", fmt.Sprintf("%x", cfg.ClusterID)).Int("members", len(cfg.Peers)).
+		Bool("tls", mtls != nil).Dur("tick", cfg.Tick).Int("election_ticks", cfg.ElectionTick).
+		Msg("cluster member started")
+	return n, nil
+}
+
+// allLoopback reports whether every member address, and the listening
+// one, stays on this machine.
+func allLoopback(listen string, members []Member) bool {
+	if !isLoopback(listen) {
+		return false
+	}
+	for _, m := range members {
+		if !isLoopback(m.Addr) {
+			return false
+		}
+	}
+	return true
+}
+
+// Close stops the member:
+//  1. the node goroutine takes no more events (a write the log was given
+//     still becomes durable, as the log decides);
+//  2. the transport stops: connections close, peers see the member gone;
+//  3. the store closes.
+func (n *Node) Close() {
+	n.closeOnce.Do(func() {
+		close(n.stop)
+		<-n.done
+		n.mu.Lock()
+		s := n.store
+		n.mu.Unlock()
+		if s != nil {
+			s.Close()
+		}
+	})
+}
+
+// Done is closed once the member has stopped: after Close, or after a
+// Rebuild returned.
+func (n *Node) Done() <-chan struct{} { return n.done }
+
+// Addr is the address the member listens on for its peers.
+func (n *Node) Addr() string { return n.transport.addr().String() }
+
+// Store is the member's current store: the one clients use on the
+// serving leader. A restore (a snapshot installed) replaces it.
+func (n *Node) Store() *store.Store {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.store
+}
+
+// Journal is the member's journal: its store's store.Journal and
+// store.AckSource.
+func (n *Node) Journal() *Journal { return n.journal }
+
+// The node goroutine.
+
+// run takes events until Close or a rebuild: ticks, peers' messages and
+// snapshots, and the mailbox; after each it carries out the core's
+// actions.
+func (n *Node) run() {
+	defer close(n.done)
+	defer n.transport.close()
+	defer close(n.halted)
+	ticker := time.NewTicker(n.cfg.Tick)
+	defer ticker.Stop()
+	for {
+		tick := false
+		select {
+		case <-n.stop:
+			return
+		case <-ticker.C:
+			// Now, not the tick's time: a tick waiting in the channel
+			// through a stall says when it fired.
+			n.tick(time.Now())
+			tick = true
+		case m := <-n.inbox:
+			n.step(m)
+			// Take what else has come, so one round of actions covers it.
+		more:
+			for range cap(n.inbox) {
+				select {
+				case m = <-n.inbox:
+					n.step(m)
+				default:
+					break more
+				}
+			}
+		case in := <-n.snapIn:
+			in.verdict <- n.step(in.m)
+		case <-n.wake:
+		}
+		stopped := n.process()
+		n.publish(tick)
+		if stopped {
+			return
+		}
+	}
+}
+
+// tick gives the core the ticks due since the last: one, or more after a
+// stall (up to an election timeout's), so that the leader's lease counts
+// time that passed, not ticks that were taken.
+func (n *Node) tick(now time.Time) {
+	due := int(now.Sub(n.lastTick) / n.cfg.Tick)
+	due = min(max(due, 1), n.cfg.ElectionTick)
+	n.lastTick = n.lastTick.Add(time.Duration(due) * n.cfg.Tick)
+	if now.Sub(n.lastTick) > n.cfg.Tick {
+		n.lastTick = now // more were missed than are given: start afresh
+	}
+	for range due {
+		n.core.Tick()
+	}
+}
+
+// step gives the core a peer's message; one it refuses is logged.
+func (n *Node) step(m *pb.Message) error {
+	err := n.core.Step(m)
+	if errors.Is(err, ErrBadRecords) {
+		n.refusedSteps.Add(1)
+		n.transport.logOnce("records "+n.byID[m.GetFrom()].Name, func(e *zerolog.Event) *zerolog.Event {
+			return e.Str("peer", n.byID[m.GetFrom()].Name).Err(err)
+		}, zerolog.ErrorLevel, "refused a member's message")
+	}
+	return err
+}
+
+// process carries out the core's actions, in order, until it has none;
+// it reports whether the member stopped (ActRebuild).
+func (n *Node) process() bool {
+	for {
+		n.readMail()
+		acts := n.core.Ready()
+		if len(acts) == 0 {
+			if n.durable.Load() > n.toldDurable {
+				continue // made durable while the actions were carried out
+			}
+			return false
+		}
+		for _, a := range acts {
+			if n.do(a) {
+				return true
+			}
+		}
+	}
+}
+
+// readMail gives the core the news other goroutines left.
+func (n *Node) readMail() {
+	if d := n.durable.Load(); d > n.toldDurable {
+		n.toldDurable = d
+		n.core.Durable(d)
+	}
+	n.mailMu.Lock()
+	if len(n.unreachable) == 0 && len(n.snapReports) == 0 {
+		n.mailMu.Unlock()
+		return
+	}
+	unreachable := n.unreachable
+	n.unreachable = make(map[uint64]struct{})
+	reports := n.snapReports
+	n.snapReports = nil
+	n.mailMu.Unlock()
+	for id := range unreachable {
+		n.core.Unreachable(id)
+	}
+	for _, r := range reports {
+		n.core.SnapshotSent(r.to, r.ok)
+	}
+}
+
+// do carries out one action; it reports whether the member stopped.
+func (n *Node) do(a Action) bool {
+	switch a.Kind {
+	case ActRestore:
+		s := store.New(store.Options{Journal: n.journal, Acks: n.journal})
+		s.Apply(a.Records)
+		n.mu.Lock()
+		old := n.store
+		n.store = s
+		n.mu.Unlock()
+		if old != nil {
+			old.Close()
+			n.logger.Info().Uint64("index", a.Index).Int("records", len(a.Records)).Msg("installed a snapshot")
+		}
+	case ActSend:
+		n.transport.send(a.Messages)
+	case ActWrite:
+		a.write(n.log)
+		seq := a.Seq
+		n.log.OnDurable(func() {
+			raiseTo(&n.durable, seq)
+			n.signal()
+		})
+	case ActApply:
+		n.Store().Apply(a.Records)
+	case ActCompact:
+		n.log.Compact(a.Index)
+	case ActPublish:
+		n.journal.Publish(a.Pos)
+	case ActServe:
+		n.logger.Info().Uint64("term", a.Term).Msg("leading: serving clients")
+	case ActRebuild:
+		n.logger.Warn().Uint64("term", a.Term).
+			Msg("lost the leadership it served: its store may hold changes that never commit; starting again from the log")
+		n.stopped = true
+		n.publish(false)
+		if n.cfg.Rebuild != nil {
+			n.cfg.Rebuild(a.Term)
+		}
+		return true
+	}
+	return false
+}
+
+// publish makes the round's outcome visible to other goroutines; on a
+// tick, the leader's view of its followers too.
+func (n *Node) publish(tick bool) {
+	bs := n.core.Status()
+	proposals, bytes := n.core.Proposed()
+	serving := n.core.Serving()
+	lead := bs.Lead
+	if n.stopped {
+		lead = 0
+	}
+	var matches map[uint64]uint64
+	var last uint64
+	if tick && bs.RaftState == raft.StateLeader {
+		matches = make(map[uint64]uint64, len(n.byID))
+		n.core.Matches(func(id, match uint64) { matches[id] = match })
+		last, _ = n.log.LastIndex()
+	}
+
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.pub = published{term: bs.GetTerm(), commit: bs.GetCommit(), applied: n.core.Applied(), lead: lead,
+		state: bs.RaftState, serving: serving, stopped: n.stopped, proposals: proposals, bytes: bytes}
+	if tick {
+		n.matches, n.lastIndex = matches, last
+	}
+	if lead == n.lead && serving == n.serving {
+		return
+	}
+	if lead != 0 && lead != n.lead {
+		n.leaderChanges++
+		n.logger.Info().Str("leader", n.byID[lead].Name).Uint64("term", bs.GetTerm()).Msg("a new leader")
+	}
+	n.lead, n.serving = lead, serving
+	n.leaderInfo = LeaderInfo{Term: bs.GetTerm(), Serving: serving}
+	if m, ok := n.byID[lead]; ok {
+		n.leaderInfo.Name = m.Name
+		if lead == n.self.ID {
+			n.leaderInfo.Client = n.cfg.ClientAddr
+		} else if c := n.transport.peers[lead].client.Load(); c != nil {
+			n.leaderInfo.Client = *c
+		}
+	}
+	close(n.leaderChanged)
+	n.leaderChanged = make(chan struct{})
+}
+
+// The transport's side, on its goroutines.
+
+// deliver hands a peer's message to the node goroutine, waiting while
+// its inbox is full; false once the node takes no more.
+func (n *Node) deliver(m *pb.Message) bool {
+	select {
+	case n.inbox <- m:
+		return true
+	case <-n.halted:
+		return false
+	}
+}
+
+// deliverSnapshot hands a peer's snapshot to the node goroutine and
+// returns the core's verdict on it.
+func (n *Node) deliverSnapshot(m *pb.Message) error {
+	in := snapshotIn{m: m, verdict: make(chan error, 1)}
+	select {
+	case n.snapIn <- in:
+	case <-n.halted:
+		return errStopped
+	}
+	select {
+	case err := <-in.verdict:
+		return err
+	case <-n.halted:
+		return errStopped
+	}
+}
+
+func (n *Node) noteUnreachable(id uint64) {
+	n.mailMu.Lock()
+	n.unreachable[id] = struct{}{}
+	n.mailMu.Unlock()
+	n.signal()
+}
+
+func (n *Node) noteSnapshotSent(id uint64, ok bool) {
+	n.mailMu.Lock()
+	n.snapReports = append(n.snapReports, snapshotReport{id, ok})
+	n.mailMu.Unlock()
+	n.signal()
+}
+
+// signal wakes the node goroutine; it never blocks (the journal calls it
+// under a tube lock).
+func (n *Node) signal() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// raiseTo makes v at least x.
+func raiseTo(v *atomic.Uint64, x uint64) {
+	for {
+		old := v.Load()
+		if old >= x || v.CompareAndSwap(old, x) {
+			return
+		}
+	}
+}
+
+// What operations read.
+
+// Status is what GET /cluster shows.
+type Status struct {
+	Node    string `json:"node"`
+	Leader  string `json:"leader"` // a member's name, or "" when none is known
+	Term    uint64 `json:"term"`
+	State   string `json:"state"`   // leader, follower, candidate, pre-candidate, stopped
+	Serving bool   `json:"serving"` // this member leads and takes commands
+	Commit  uint64 `json:"commit"`
+	Applied uint64 `json:"applied"`
+	// Members are the initial members, in --cluster-peers order.
+	Members []MemberStatus `json:"members"`
+}
+
+// MemberStatus is one member as this one sees it.
+type MemberStatus struct {
+	Name    string `json:"name"`
+	ID      string `json:"id"`      // the Raft id, in hex
+	Address string `json:"address"` // where members reach it
+	// Client is its client address (-l/-p), as it told this member.
+	Client string `json:"client,omitempty"`
+	// Connected: this member's connection to it is open (always true for
+	// this member itself).
+	Connected bool `json:"connected"`
+	// Match is, on the leader only, the last entry the member is known to
+	// hold (the leader's own last entry for itself), as of the last tick.
+	Match *uint64 `json:"match,omitempty"`
+}
+
+// Status reports the member's view of the cluster. It never waits for
+// the node goroutine.
+func (n *Node) Status() Status {
+	n.mu.Lock()
+	pub, matches, last := n.pub, n.matches, n.lastIndex
+	n.mu.Unlock()
+	st := Status{Node: n.self.Name, Term: pub.term, State: stateName(pub.state), Serving: pub.serving,
+		Commit: pub.commit, Applied: pub.applied}
+	if pub.stopped {
+		st.State = "stopped"
+	}
+	if m, ok := n.byID[pub.lead]; ok {
+		st.Leader = m.Name
+	}
+	for _, m := range n.cfg.Peers {
+		ms := MemberStatus{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), Address: m.Addr}
+		if m.ID == n.self.ID {
+			ms.Client, ms.Connected = n.cfg.ClientAddr, true
+			if matches != nil {
+				ms.Match = &last
+			}
+		} else {
+			p := n.transport.peers[m.ID]
+			if c := p.client.Load(); c != nil {
+				ms.Client = *c
+			}
+			ms.Connected = p.up.Load()
+			if match, ok := matches[m.ID]; ok {
+				ms.Match = &match
+			}
+		}
+		st.Members = append(st.Members, ms)
+	}
+	return st
+}
+
+func stateName(s raft.StateType) string {
+	switch s {
+	case raft.StateLeader:
+		return "leader"
+	case raft.StateFollower:
+		return "follower"
+	case raft.StateCandidate:
+		return "candidate"
+	case raft.StatePreCandidate:
+		return "pre-candidate"
+	}
+	return s.String()
+}
+
+// Ready reports what /readyz says: the member knows a leader (itself,
+// once it serves), and has applied what its log said was committed when
+// it started.
+func (n *Node) Ready() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := n.pub
+	return !p.stopped && p.lead != 0 && p.applied >= n.startCommit && (p.lead != n.self.ID || p.serving)
+}
+
+// LeaderInfo is the leader as this member knows it.
+type LeaderInfo struct {
+	// Name is the leader's name; "" when none is known.
+	Name string
+	// Client is its client address, as it told this member: where a
+	// proxy dials.
+	Client string
+	Term   uint64
+	// Serving: this member is the leader and takes commands.
+	Serving bool
+}
+
+// Leader returns the leader as this member knows it, and a channel
+// closed when that changes (a new leader, none, this member starting or
+// stopping to serve): what a proxy watches to close its connections to a
+// leader that is no more.
+func (n *Node) Leader() (LeaderInfo, <-chan struct{}) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.leaderInfo, n.leaderChanged
+}
+
+// Stats are the member's figures for /metrics, read at scrape time.
+type Stats struct {
+	Term, Commit, Applied uint64
+	// Serving: this member leads and takes commands.
+	Serving bool
+	// LeaderChanges counts the times this member learned of a new leader.
+	LeaderChanges uint64
+	// Proposals this member made as leader, and their bytes; their sizes
+	// go to the Observer as they happen.
+	Proposals, ProposedBytes uint64
+	// FollowerLag is, on the leader, how many entries each other member
+	// is behind its log, by name, as of the last tick; nil elsewhere.
+	FollowerLag map[string]uint64
+	// MessagesRefused counts peers' messages whose records did not decode.
+	MessagesRefused uint64
+	// MembershipChanges counts membership changes applied: none until
+	// they are supported (doc.go, Not yet).
+	MembershipChanges uint64
+	Transport         TransportStats
+}
+
+// Stats reads the member's figures.
+func (n *Node) Stats() Stats {
+	n.mu.Lock()
+	s := Stats{Term: n.pub.term, Commit: n.pub.commit, Applied: n.pub.applied, Serving: n.pub.serving,
+		LeaderChanges: n.leaderChanges, Proposals: n.pub.proposals, ProposedBytes: n.pub.bytes,
+		MembershipChanges: n.membersChanged}
+	if n.matches != nil {
+		s.FollowerLag = make(map[string]uint64, len(n.matches))
+		for id, match := range n.matches {
+			s.FollowerLag[n.byID[id].Name] = n.lastIndex - min(match, n.lastIndex)
+		}
+	}
+	n.mu.Unlock()
+	s.MessagesRefused = n.refusedSteps.Load()
+	s.Transport = n.transport.stats()
+	return s
+}
+
+// raftLogger writes raft's lines to the member's log: its info (its own
+// steps, which the node reports itself) at debug.
+type raftLogger struct{ log zerolog.Logger }
+
+func (l raftLogger) line(e *zerolog.Event, v ...any) {
+	if e != nil {
+		e.Str("from", "raft").Msg(fmt.Sprint(v...))
+	}
+}
+
+func (l raftLogger) linef(e *zerolog.Event, format string, v ...any) {
+	if e != nil {
+		e.Str("from", "raft").Msg(fmt.Sprintf(format, v...))
+	}
+}
+
+func (l raftLogger) Debug(v ...any)                   { l.line(l.log.Debug(), v...) }
+func (l raftLogger) Debugf(format string, v ...any)   { l.linef(l.log.Debug(), format, v...) }
+func (l raftLogger) Info(v ...any)                    { l.line(l.log.Debug(), v...) }
+func (l raftLogger) Infof(format string, v ...any)    { l.linef(l.log.Debug(), format, v...) }
+func (l raftLogger) Warning(v ...any)                 { l.line(l.log.Warn(), v...) }
+func (l raftLogger) Warningf(format string, v ...any) { l.linef(l.log.Warn(), format, v...) }
+func (l raftLogger) Error(v ...any)                   { l.line(l.log.Error(), v...) }
+func (l raftLogger) Errorf(format string, v ...any)   { l.linef(l.log.Error(), format, v...) }
+
+// Fatal and Panic stop the process by panicking, as raft's own logger's
+// Panic does: raft calls them on a broken invariant.
+func (l raftLogger) Fatal(v ...any)                 { l.Panic(v...) }
+func (l raftLogger) Fatalf(format string, v ...any) { l.Panicf(format, v...) }
+func (l raftLogger) Panic(v ...any) {
+	l.line(l.log.Error(), v...)
+	panic(fmt.Sprint(v...))
+}
+func (l raftLogger) Panicf(format string, v ...any) {
+	l.linef(l.log.Error(), format, v...)
+	panic(fmt.Sprintf(format, v...))
+}

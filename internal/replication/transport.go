@@ -1,0 +1,908 @@
+package replication
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// Transport timing and bounds; see doc.go (Members and their traffic).
+const (
+	// DefaultSendQueue is each peer's queue of messages to send: twice
+	// raft's window of appends in flight (maxInflight), so a full window
+	// and the heartbeats beside it fit. The queued messages share their
+	// entries with the log; nothing is copied until it is written.
+	DefaultSendQueue = 2 * maxInflight
+	// DefaultMaxSnapshot bounds a snapshot received: the receiver holds
+	// it in memory until the core has it, one at a time.
+	DefaultMaxSnapshot = 4 << 30
+
+	dialTimeout      = 2 * time.Second
+	handshakeTimeout = 5 * time.Second
+	// writeTimeout is how long a connection may take to take one
+	// message before it is dropped and dialled again: a peer that
+	// stopped reading, or a network that drops everything, does not hold
+	// its queue for longer.
+	writeTimeout = 5 * time.Second
+	// snapshotIdle is how long a snapshot's receiver waits for its next
+	// chunk, and its sender for the verdict.
+	snapshotIdle = 10 * time.Second
+	keepAlive    = 5 * time.Second
+
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = time.Second
+
+	// refusalInterval is how often the same refusal, or the same peer's
+	// loss, is logged: the counters count every one.
+	refusalInterval = time.Minute
+)
+
+// TransportStats are the transport's counters, ever since it started.
+type TransportStats struct {
+	// MessagesSent were written to a peer's connection; MessagesDropped
+	// were not (a full queue, no connection, too large); raft sends
+	// again what matters.
+	MessagesSent, MessagesReceived, MessagesDropped uint64
+	// Connects counts connections this member made to peers that
+	// answered its hello.
+	Connects uint64
+	// Refused counts connections refused at the hello: another cluster,
+	// a name that is not a member, another protocol, a malformed hello
+	// or message.
+	Refused uint64
+	// TLSRefused counts connections refused in TLS: no certificate from
+	// the CA, or one not for the member the hello names.
+	TLSRefused uint64
+	// Snapshots sent (the peer took them), failed, and received.
+	SnapshotsSent, SnapshotsFailed, SnapshotsReceived uint64
+}
+
+// transportConfig is what the node gives its transport.
+type transportConfig struct {
+	self    Member
+	members []Member // every member, self included
+	cluster uint64
+	listen  string
+	// listener, if set, is listened on instead of listen: the tests bind
+	// their ports before they know every member's address.
+	listener net.Listener
+	client   string // this member's client address, told to peers
+	tls      *memberTLS
+	queue    int
+	maxSnap  int64
+	log      zerolog.Logger
+
+	// The node's side, called from the transport's goroutines. deliver
+	// blocks until the node takes m (false once it stopped);
+	// deliverSnapshot until the core has stepped it, with its verdict.
+	// unreachable and snapshotSent must not block.
+	deliver         func(m *pb.Message) bool
+	deliverSnapshot func(m *pb.Message) error
+	unreachable     func(id uint64)
+	snapshotSent    func(id uint64, ok bool)
+}
+
+// transport carries raft's messages between members: one connection per
+// peer and direction (this member dials each peer and writes only; each
+// peer's connection to it is read only), and a connection of its own for
+// each snapshot. Send never blocks.
+type transport struct {
+	cfg    transportConfig  // immutable
+	ln     net.Listener     // immutable after newTransport
+	peers  map[uint64]*peer // immutable after newTransport: every member but self
+	byName map[string]*peer // immutable after newTransport
+	ctx    context.Context  // immutable; cancelled by close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the transport's goroutines
+	// receiving holds a token while a snapshot is received: one at a
+	// time, so at most one snapshot's bytes are held (maxSnap).
+	receiving chan struct{}
+
+	mu      sync.Mutex
+	closed  bool                  // guarded by mu
+	conns   map[net.Conn]struct{} // guarded by mu: every open connection, closed by close
+	inbound map[string]net.Conn   // guarded by mu: each peer's messages connection to this member
+
+	logged rateLog
+
+	sent, received, dropped        atomic.Uint64
+	connects, refused, tlsRefused  atomic.Uint64
+	snapSent, snapFailed, snapRecv atomic.Uint64
+}
+
+// peer is another member as the transport sees it.
+type peer struct {
+	Member                        // immutable
+	queue  chan *pb.Message       // messages to send, bounded: Send drops when full
+	snap   chan *pb.Message       // the snapshot to send, one at a time
+	client atomic.Pointer[string] // its client address, from its hellos
+	up     atomic.Bool            // a messages connection to it is open
+	everUp atomic.Bool            // one was, once
+	// cut drops every message to and from it: the tests' partition.
+	cut atomic.Bool
+}
+
+// newTransport listens on cfg.listen; start dials the peers.
+func newTransport(cfg transportConfig) (*transport, error) {
+	ln := cfg.listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.listen); err != nil {
+			return nil, fmt.Errorf("replication: --cluster-listen: %w", err)
+		}
+	}
+	t := &transport{
+		cfg:       cfg,
+		ln:        ln,
+		peers:     make(map[uint64]*peer),
+		byName:    make(map[string]*peer),
+		receiving: make(chan struct{}, 1),
+		conns:     make(map[net.Conn]struct{}),
+		inbound:   make(map[string]net.Conn),
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	for _, m := range cfg.members {
+		if m.ID == cfg.self.ID {
+			continue
+		}
+		p := &peer{Member: m, queue: make(chan *pb.Message, cfg.queue), snap: make(chan *pb.Message, 1)}
+		t.peers[m.ID], t.byName[m.Name] = p, p
+	}
+	return t, nil
+}
+
+// start accepts peers' connections and dials each peer.
+func (t *transport) start() {
+	t.wg.Add(1)
+	go t.accept()
+	for _, p := range t.peers {
+		t.wg.Add(2)
+		go t.runPeer(p)
+		go t.runSnapshots(p)
+	}
+}
+
+// addr is the address the transport listens on.
+func (t *transport) addr() net.Addr { return t.ln.Addr() }
+
+// close stops the transport:
+//  1. no connection is accepted or dialled any more;
+//  2. every open connection is closed, so reads and writes in progress
+//     return;
+//  3. its goroutines are waited for. Messages still queued are dropped.
+func (t *transport) close() {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.closed = true
+	conns := t.conns
+	t.conns = nil
+	t.mu.Unlock()
+	t.cancel()
+	_ = t.ln.Close()
+	for c := range conns {
+		_ = c.Close()
+	}
+	t.wg.Wait()
+}
+
+// track notes an open connection so close can close it; false (and the
+// connection closed) if the transport is closed already.
+func (t *transport) track(c net.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		_ = c.Close()
+		return false
+	}
+	t.conns[c] = struct{}{}
+	return true
+}
+
+// drop closes a tracked connection.
+func (t *transport) drop(c net.Conn) {
+	t.mu.Lock()
+	delete(t.conns, c)
+	t.mu.Unlock()
+	_ = c.Close()
+}
+
+func (t *transport) isClosed() bool {
+	select {
+	case <-t.ctx.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// send queues msgs for their peers and returns at once: a message that
+// finds its peer's queue full is dropped and counted, and the peer is
+// reported unreachable (raft then probes it rather than streaming). A
+// MsgSnap goes to the peer's snapshot sender; if one is still being
+// sent, it fails at once.
+func (t *transport) send(msgs []*pb.Message) {
+	for _, m := range msgs {
+		p := t.peers[m.GetTo()]
+		switch {
+		case p == nil:
+			t.dropped.Add(1) // a member this transport does not know yet
+		case m.GetType() == pb.MsgSnap:
+			select {
+			case p.snap <- m:
+			default:
+				t.snapFailed.Add(1)
+				t.cfg.snapshotSent(p.ID, false)
+			}
+		default:
+			select {
+			case p.queue <- m:
+			default:
+				t.dropped.Add(1)
+				t.cfg.unreachable(p.ID)
+			}
+		}
+	}
+}
+
+// stats reads the counters.
+func (t *transport) stats() TransportStats {
+	return TransportStats{
+		MessagesSent: t.sent.Load(), MessagesReceived: t.received.Load(), MessagesDropped: t.dropped.Load(),
+		Connects: t.connects.Load(), Refused: t.refused.Load(), TLSRefused: t.tlsRefused.Load(),
+		SnapshotsSent: t.snapSent.Load(), SnapshotsFailed: t.snapFailed.Load(), SnapshotsReceived: t.snapRecv.Load(),
+	}
+}
+
+// The dialling side.
+
+// runPeer keeps a messages connection to p open and writes p's queue to
+// it, dialling again with backoff when it breaks; while there is none,
+// what is queued is dropped (and counted).
+func (t *transport) runPeer(p *peer) {
+	defer t.wg.Done()
+	wait := time.Duration(0)
+	for {
+		if wait > 0 && !t.idle(p, wait) {
+			return
+		}
+		raw, conn, err := t.dial(p, streamMessages)
+		if err != nil {
+			if t.isClosed() {
+				return
+			}
+			t.cfg.unreachable(p.ID)
+			t.noteDown(p, err)
+			wait = backoff(wait)
+			continue
+		}
+		p.up.Store(true)
+		p.everUp.Store(true)
+		t.noteUp(p)
+		err = t.writeMessages(p, raw, conn)
+		p.up.Store(false)
+		t.drop(raw)
+		if t.isClosed() {
+			return
+		}
+		t.cfg.unreachable(p.ID)
+		t.noteDown(p, err)
+		wait = minBackoff
+	}
+}
+
+// backoff is the wait after wait before dialling again, doubled up to
+// maxBackoff, give or take a fifth so that members do not dial in step.
+func backoff(wait time.Duration) time.Duration {
+	wait = min(max(2*wait, minBackoff), maxBackoff)
+	return wait - wait/10 + rand.N(wait/5+1)
+}
+
+// idle waits for d, dropping what is queued for p meanwhile; false if the
+// transport closed.
+func (t *transport) idle(p *peer, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case <-p.queue:
+			t.dropped.Add(1)
+		case <-timer.C:
+			return true
+		case <-t.ctx.Done():
+			return false
+		}
+	}
+}
+
+// writeMessages writes p's queue to conn (over raw) until a write fails
+// or the connection breaks; it returns with raw closed. Each message must
+// be taken within writeTimeout, and a batch (what is queued, taken at
+// once) is flushed when the queue is empty.
+func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
+	// The peer sends nothing after its hello: a read returns only when
+	// the connection ends, and then the writer learns it at once rather
+	// than at its next write.
+	broken := make(chan struct{})
+	go func() {
+		var b [1]byte
+		_, _ = conn.Read(b[:])
+		close(broken)
+	}()
+	defer func() {
+		_ = raw.Close()
+		<-broken
+	}()
+	w := bufio.NewWriterSize(conn, 64<<10)
+	var buf []byte
+	for {
+		var m *pb.Message
+		select {
+		case m = <-p.queue:
+		case <-broken:
+			return errors.New("replication: the peer closed the connection")
+		case <-t.ctx.Done():
+			return nil
+		}
+		for m != nil {
+			if err := conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
+				return err
+			}
+			if p.cut.Load() {
+				t.dropped.Add(1)
+			} else {
+				var err error
+				buf, err = appendFrame(buf[:0], m)
+				if err != nil {
+					// Raft would send it again and again: say so.
+					t.dropped.Add(1)
+					t.logOnce("too large "+p.Name, func(e *zerolog.Event) *zerolog.Event {
+						return e.Str("peer", p.Name).Err(err)
+					}, zerolog.ErrorLevel, "a message to a member cannot be sent")
+				} else if _, err := w.Write(buf); err != nil {
+					return err
+				} else {
+					t.sent.Add(1)
+				}
+			}
+			select {
+			case m = <-p.queue:
+			default:
+				m = nil
+			}
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		if cap(buf) > 1<<20 {
+			buf = nil
+		}
+	}
+}
+
+// runSnapshots sends p's snapshots, one at a time, each on a connection
+// of its own, and reports each one's fate.
+func (t *transport) runSnapshots(p *peer) {
+	defer t.wg.Done()
+	for {
+		select {
+		case m := <-p.snap:
+			err := t.sendSnapshot(p, m)
+			if err != nil {
+				t.snapFailed.Add(1)
+				if !t.isClosed() {
+					t.logOnce("snapshot to "+p.Name, func(e *zerolog.Event) *zerolog.Event {
+						return e.Str("peer", p.Name).Uint64("index", m.GetSnapshot().GetMetadata().GetIndex()).Err(err)
+					}, zerolog.WarnLevel, "a snapshot did not reach a member; raft will send another")
+				}
+			} else {
+				t.snapSent.Add(1)
+			}
+			t.cfg.snapshotSent(p.ID, err == nil)
+		case <-t.ctx.Done():
+			return
+		}
+	}
+}
+
+// sendSnapshot dials p, writes m, and waits for p's verdict.
+func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
+	if p.cut.Load() {
+		return errors.New("replication: cut off")
+	}
+	raw, conn, err := t.dial(p, streamSnapshot)
+	if err != nil {
+		return err
+	}
+	defer t.drop(raw)
+	dc := idleConn{Conn: conn, idle: snapshotIdle}
+	w := bufio.NewWriterSize(dc, 64<<10)
+	if err := writeSnapshot(w, m); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	var verdict [1]byte
+	if _, err := io.ReadFull(dc, verdict[:]); err != nil {
+		return fmt.Errorf("replication: no verdict: %w", err)
+	}
+	if verdict[0] != snapshotTaken {
+		return errors.New("replication: the member refused the snapshot")
+	}
+	return nil
+}
+
+// dial opens a connection of kind to p and exchanges hellos. It returns
+// the TCP connection, which closes it (at once, with no TLS alert that
+// could wait on a peer that does not read), and the connection to read
+// and write: the same, or TLS over it.
+func (t *transport) dial(p *peer, kind streamKind) (raw, conn net.Conn, err error) {
+	ctx, cancel := context.WithTimeout(t.ctx, dialTimeout)
+	defer cancel()
+	d := net.Dialer{KeepAlive: keepAlive}
+	raw, err = d.DialContext(ctx, "tcp", p.Addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !t.track(raw) {
+		return nil, nil, net.ErrClosed
+	}
+	conn, err = t.handshake(p, kind, raw)
+	if err != nil {
+		t.drop(raw)
+		return nil, nil, err
+	}
+	return raw, conn, nil
+}
+
+// handshake makes conn TLS if members use it and exchanges hellos: the
+// answer must come from p, in this cluster, and accept.
+func (t *transport) handshake(p *peer, kind streamKind, conn net.Conn) (net.Conn, error) {
+	if err := conn.SetDeadline(time.Now().Add(handshakeTimeout)); err != nil {
+		return nil, err
+	}
+	if t.cfg.tls != nil {
+		tc := tls.Client(conn, t.cfg.tls.clientFor(p.Addr))
+		if err := tc.HandshakeContext(t.ctx); err != nil {
+			return nil, fmt.Errorf("replication: TLS with %s: %w", p.Addr, err)
+		}
+		conn = tc
+	}
+	out := hello{Version: protocolVersion, Kind: kind, Cluster: t.cfg.cluster, FromID: t.cfg.self.ID,
+		From: t.cfg.self.Name, To: p.Name, Client: t.cfg.client}
+	if _, err := conn.Write(appendHello(nil, &out)); err != nil {
+		return nil, err
+	}
+	in, err := readHello(conn)
+	if err != nil {
+		return nil, fmt.Errorf("replication: the answer from %s: %w", p.Addr, err)
+	}
+	switch {
+	case in.Refusal != "":
+		return nil, fmt.Errorf("replication: %s refused this member: %s", p.Addr, in.Refusal)
+	case in.Version != protocolVersion || in.Cluster != t.cfg.cluster || in.From != p.Name || in.FromID != p.ID:
+		t.refused.Add(1)
+		return nil, fmt.Errorf("replication: %s answered as %s (id %x) of cluster %x, protocol %d; want %s (id %x) of %x, protocol %d",
+			p.Addr, in.From, in.FromID, in.Cluster, in.Version, p.Name, p.ID, t.cfg.cluster, protocolVersion)
+	}
+	p.client.Store(&in.Client)
+	if err := conn.SetDeadline(time.Time{}); err != nil {
+		return nil, err
+	}
+	if kind == streamMessages {
+		t.connects.Add(1)
+	}
+	return conn, nil
+}
+
+// noteUp logs a peer's connection when it follows an outage.
+func (t *transport) noteUp(p *peer) {
+	if t.logged.forget("down " + p.Name) {
+		t.cfg.log.Info().Str("peer", p.Name).Str("address", p.Addr).Msg("connected to a member")
+	}
+}
+
+// noteDown logs a peer's loss or a failed dial, once per outage and
+// interval: at info while it was never reached (members start in any
+// order), at warn once it was.
+func (t *transport) noteDown(p *peer, err error) {
+	level := zerolog.InfoLevel
+	if p.everUp.Load() {
+		level = zerolog.WarnLevel
+	}
+	t.logOnce("down "+p.Name, func(e *zerolog.Event) *zerolog.Event {
+		return e.Str("peer", p.Name).Str("address", p.Addr).Err(err)
+	}, level, "cannot reach a member; dialling again")
+}
+
+// logOnce logs at most once per refusalInterval under key, with how
+// many were not logged since.
+func (t *transport) logOnce(key string, fields func(*zerolog.Event) *zerolog.Event, level zerolog.Level, msg string) {
+	ok, suppressed := t.logged.allow(key, time.Now())
+	if !ok {
+		return
+	}
+	e := t.cfg.log.WithLevel(level)
+	if e == nil {
+		return
+	}
+	if suppressed > 0 {
+		e = e.Int("not_logged", suppressed)
+	}
+	fields(e).Msg(msg)
+}
+
+// The listening side.
+
+// accept takes peers' connections until the transport closes.
+func (t *transport) accept() {
+	defer t.wg.Done()
+	for {
+		conn, err := t.ln.Accept()
+		if err != nil {
+			if t.isClosed() {
+				return
+			}
+			// Out of descriptors, most likely: say so and breathe.
+			t.logOnce("accept", func(e *zerolog.Event) *zerolog.Event { return e.Err(err) },
+				zerolog.ErrorLevel, "cannot accept a member's connection")
+			select {
+			case <-time.After(minBackoff):
+			case <-t.ctx.Done():
+				return
+			}
+			continue
+		}
+		if !t.track(conn) {
+			return
+		}
+		t.wg.Add(1)
+		go t.serve(conn)
+	}
+}
+
+// serve takes one peer's connection: TLS, the hellos, then its messages
+// or its snapshot.
+func (t *transport) serve(raw net.Conn) {
+	defer t.wg.Done()
+	defer t.drop(raw)
+	conn := raw
+	remote := conn.RemoteAddr().String()
+	host, _, _ := net.SplitHostPort(remote)
+	if err := conn.SetDeadline(time.Now().Add(handshakeTimeout)); err != nil {
+		return
+	}
+	var state *tls.ConnectionState
+	if t.cfg.tls != nil {
+		tc := tls.Server(conn, t.cfg.tls.server)
+		if err := tc.HandshakeContext(t.ctx); err != nil {
+			if !t.isClosed() {
+				t.tlsRefused.Add(1)
+				t.logRefusal(host, remote, "", fmt.Sprintf("TLS: %v", err))
+			}
+			return
+		}
+		st := tc.ConnectionState()
+		state = &st
+		conn = tc
+	}
+	r := bufio.NewReaderSize(conn, 64<<10)
+	in, err := readHello(r)
+	if err != nil {
+		if !t.isClosed() {
+			t.refused.Add(1)
+			t.logRefusal(host, remote, "", fmt.Sprintf("not a member's hello: %v", err))
+		}
+		return
+	}
+	p, refusal, tlsRefusal := t.check(in, state)
+	answer := hello{Version: protocolVersion, Kind: in.Kind, Cluster: t.cfg.cluster, FromID: t.cfg.self.ID,
+		From: t.cfg.self.Name, To: in.From, Client: t.cfg.client, Refusal: refusal}
+	_, werr := conn.Write(appendHello(nil, &answer))
+	if refusal != "" {
+		if tlsRefusal {
+			t.tlsRefused.Add(1)
+		} else {
+			t.refused.Add(1)
+		}
+		t.logRefusal(in.From+" "+host, remote, in.From, refusal)
+		return
+	}
+	if werr != nil || conn.SetDeadline(time.Time{}) != nil {
+		return
+	}
+	p.client.Store(&in.Client)
+	if in.Kind == streamSnapshot {
+		t.receiveSnapshot(p, conn, r)
+	} else {
+		t.receiveMessages(p, raw, r)
+	}
+}
+
+// check says why a hello is refused ("" if it is not), and whether the
+// reason is the peer's certificate.
+func (t *transport) check(in *hello, state *tls.ConnectionState) (p *peer, refusal string, tlsRefusal bool) {
+	if in.Version != protocolVersion {
+		return nil, fmt.Sprintf("protocol version %d; this member speaks %d", in.Version, protocolVersion), false
+	}
+	if in.Cluster != t.cfg.cluster {
+		return nil, fmt.Sprintf("cluster %x; this member is in cluster %x", in.Cluster, t.cfg.cluster), false
+	}
+	if in.To != t.cfg.self.Name {
+		return nil, fmt.Sprintf("this member is %s, not %s", t.cfg.self.Name, in.To), false
+	}
+	p = t.byName[in.From]
+	if p == nil {
+		return nil, fmt.Sprintf("%q is not a member", in.From), false
+	}
+	if in.FromID != p.ID {
+		return nil, fmt.Sprintf("member %s has Raft id %x, not %x", p.Name, p.ID, in.FromID), false
+	}
+	if in.Kind != streamMessages && in.Kind != streamSnapshot {
+		return nil, fmt.Sprintf("unknown stream kind %d", in.Kind), false
+	}
+	if state != nil {
+		if err := t.cfg.tls.verifyMember(state, p.Addr); err != nil {
+			return nil, err.Error(), true
+		}
+	}
+	return p, "", false
+}
+
+// logRefusal logs a refused connection, once per key and interval.
+func (t *transport) logRefusal(key, remote, claimed, reason string) {
+	t.logOnce("refused "+key, func(e *zerolog.Event) *zerolog.Event {
+		e = e.Str("remote", remote).Str("reason", reason)
+		if claimed != "" {
+			e = e.Str("peer", claimed)
+		}
+		return e
+	}, zerolog.WarnLevel, "refused a member connection")
+}
+
+// receiveMessages hands p's messages, read from r, to the node until the
+// connection (raw, under r) ends. A newer connection from p replaces this
+// one. A message that is not from p to this member, or a snapshot (they
+// have connections of their own), ends it.
+func (t *transport) receiveMessages(p *peer, conn net.Conn, r *bufio.Reader) {
+	t.mu.Lock()
+	old := t.inbound[p.Name]
+	t.inbound[p.Name] = conn
+	t.mu.Unlock()
+	if old != nil {
+		_ = old.Close()
+	}
+	defer func() {
+		t.mu.Lock()
+		if t.inbound[p.Name] == conn {
+			delete(t.inbound, p.Name)
+		}
+		t.mu.Unlock()
+	}()
+	f := frameReader{r: r}
+	for {
+		m, err := f.read()
+		if err != nil {
+			if errors.Is(err, errTooLarge) || !isEOF(err) && !t.isClosed() && !errors.Is(err, net.ErrClosed) {
+				t.refused.Add(1)
+				t.logRefusal(p.Name, conn.RemoteAddr().String(), p.Name, err.Error())
+			}
+			return
+		}
+		if m.GetFrom() != p.ID || m.GetTo() != t.cfg.self.ID || m.GetType() == pb.MsgSnap {
+			t.refused.Add(1)
+			t.logRefusal(p.Name, conn.RemoteAddr().String(), p.Name,
+				fmt.Sprintf("a %v from %x to %x on %s's connection", m.GetType(), m.GetFrom(), m.GetTo(), p.Name))
+			return
+		}
+		if p.cut.Load() {
+			continue
+		}
+		t.received.Add(1)
+		if !t.cfg.deliver(m) {
+			return
+		}
+	}
+}
+
+func isEOF(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// receiveSnapshot reads p's snapshot, hands it to the core, and answers
+// with the verdict. One is received at a time: another peer's waits.
+func (t *transport) receiveSnapshot(p *peer, conn net.Conn, r *bufio.Reader) {
+	select {
+	case t.receiving <- struct{}{}:
+		defer func() { <-t.receiving }()
+	case <-t.ctx.Done():
+		return
+	}
+	dc := idleConn{Conn: conn, idle: snapshotIdle}
+	r.Reset(dc)
+	m, err := readSnapshot(r, t.cfg.maxSnap)
+	if err == nil && (m.GetFrom() != p.ID || m.GetTo() != t.cfg.self.ID) {
+		err = fmt.Errorf("replication: a snapshot from %x to %x", m.GetFrom(), m.GetTo())
+	}
+	if err == nil && !p.cut.Load() {
+		err = t.cfg.deliverSnapshot(m)
+	}
+	verdict := snapshotTaken
+	if err != nil || p.cut.Load() {
+		verdict = snapshotRefused
+		if err != nil && !t.isClosed() {
+			t.logRefusal("snapshot "+p.Name, conn.RemoteAddr().String(), p.Name, err.Error())
+		}
+	} else {
+		t.snapRecv.Add(1)
+	}
+	_, _ = dc.Write([]byte{verdict})
+}
+
+// idleConn refreshes its deadline before each read and write, so a
+// snapshot may take as long as it needs while its bytes keep coming.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func (c idleConn) Read(b []byte) (int, error) {
+	if err := c.Conn.SetReadDeadline(time.Now().Add(c.idle)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(b)
+}
+
+func (c idleConn) Write(b []byte) (int, error) {
+	written := 0
+	for written < len(b) {
+		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.idle)); err != nil {
+			return written, err
+		}
+		n, err := c.Conn.Write(b[written:min(len(b), written+snapshotChunk)])
+		written += n
+		if err != nil {
+			return written, err
+		}
+	}
+	return written, nil
+}
+
+// TLS between members.
+
+// memberTLS is mutual TLS 1.3 from one certificate, key and CA. Each side
+// checks that the other's certificate is from the CA and is valid for the
+// host of the other member's address in --cluster-peers: the dialer as
+// any TLS client checks its server (the server name is the host of the
+// address it dials), the listener once the hello names the member. So a
+// member's certificate carries its address's host (a DNS name, a
+// wildcard for the headless Service, or an IP), for both server and
+// client authentication, and one certificate for all members works.
+type memberTLS struct {
+	server *tls.Config // immutable
+	client *tls.Config // immutable; clientFor sets the server name
+}
+
+// loadTLS reads the three files; each error names the flag.
+func loadTLS(certFile, keyFile, caFile string) (*memberTLS, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("replication: --cluster-tls-cert and --cluster-tls-key: %w", err)
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("replication: --cluster-tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("replication: --cluster-tls-ca: %s holds no PEM certificate", caFile)
+	}
+	return newMemberTLS(cert, pool), nil
+}
+
+func newMemberTLS(cert tls.Certificate, ca *x509.CertPool) *memberTLS {
+	return &memberTLS{
+		server: &tls.Config{
+			MinVersion:   tls.VersionTLS13,
+			Certificates: []tls.Certificate{cert},
+			ClientCAs:    ca,
+			ClientAuth:   tls.RequireAndVerifyClientCert,
+		},
+		client: &tls.Config{
+			MinVersion:   tls.VersionTLS13,
+			Certificates: []tls.Certificate{cert},
+			RootCAs:      ca,
+		},
+	}
+}
+
+// clientFor is the client's configuration for dialling addr.
+func (m *memberTLS) clientFor(addr string) *tls.Config {
+	c := m.client.Clone()
+	c.ServerName, _, _ = net.SplitHostPort(addr)
+	return c
+}
+
+// verifyMember checks that the peer's certificate (verified against the
+// CA already) is valid for the host of addr, the member it claims to be.
+func (m *memberTLS) verifyMember(state *tls.ConnectionState, addr string) error {
+	host, _, _ := net.SplitHostPort(addr)
+	if len(state.PeerCertificates) == 0 {
+		return errors.New("no certificate")
+	}
+	if err := state.PeerCertificates[0].VerifyHostname(host); err != nil {
+		return fmt.Errorf("the certificate is not for member address %s: %v", host, err)
+	}
+	return nil
+}
+
+// maxRateKeys is how many keys a rateLog holds before it forgets those
+// past their interval.
+const maxRateKeys = 1024
+
+// rateLog remembers when each key was last logged.
+type rateLog struct {
+	mu   sync.Mutex
+	last map[string]*rateEntry // guarded by mu
+}
+
+type rateEntry struct {
+	at         time.Time
+	suppressed int
+}
+
+// allow reports whether key may be logged now, and how many times it was
+// not since it last was.
+func (r *rateLog) allow(key string, now time.Time) (bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.last = make(map[string]*rateEntry)
+	}
+	if len(r.last) > maxRateKeys {
+		// Keys name remote hosts: a scan from many hosts must not grow
+		// the map for good.
+		for k, e := range r.last {
+			if now.Sub(e.at) >= refusalInterval {
+				delete(r.last, k)
+			}
+		}
+	}
+	e := r.last[key]
+	if e == nil {
+		r.last[key] = &rateEntry{at: now}
+		return true, 0
+	}
+	if now.Sub(e.at) < refusalInterval {
+		e.suppressed++
+		return false, 0
+	}
+	n := e.suppressed
+	*e = rateEntry{at: now}
+	return true, n
+}
+
+// forget drops key, reporting whether it was there.
+func (r *rateLog) forget(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.last[key]
+	delete(r.last, key)
+	return ok
+}

@@ -1,0 +1,459 @@
+package replication
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/binary"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// startLone starts m1 of a three-member cluster whose other members are
+// not running, for tests that speak to it by hand.
+func startLone(t *testing.T, tweak func(*NodeConfig)) (*Node, *syncBuffer) {
+	var peers []Member
+	var ln net.Listener
+	for i := 1; i <= 3; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := "m" + string(rune('0'+i))
+		peers = append(peers, Member{Name: name, Addr: l.Addr().String(), ID: MemberID(name)})
+		if i == 1 {
+			ln = l
+		} else {
+			l.Close() // nobody listens there: dials to it fail at once
+		}
+	}
+	out := &syncBuffer{}
+	cfg := NodeConfig{Node: "m1", Listen: peers[0].Addr, Peers: peers, ClientAddr: "127.0.0.1:11300",
+		Tick: testTick, Logger: zerolog.New(out), listener: ln}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	n, err := StartNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n.Close()
+		if t.Failed() {
+			t.Logf("m1's log:\n%s", out)
+		}
+	})
+	return n, out
+}
+
+// helloAs is a hello from member name of n's cluster, to n.
+func helloAs(n *Node, name string) hello {
+	return hello{Version: protocolVersion, Kind: streamMessages, Cluster: n.cfg.ClusterID,
+		FromID: MemberID(name), From: name, To: n.self.Name, Client: "127.0.0.1:1"}
+}
+
+// exchange writes h on conn and reads the answer.
+func exchange(t *testing.T, conn net.Conn, h hello) (*hello, error) {
+	t.Helper()
+	if err := conn.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(appendHello(nil, &h)); err != nil {
+		return nil, err
+	}
+	return readHello(conn)
+}
+
+// closedByPeer reports whether the peer closes conn (without sending
+// anything more) within a few seconds.
+func closedByPeer(conn net.Conn) bool {
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var b [1]byte
+	_, err := conn.Read(b[:])
+	return err != nil && !os.IsTimeout(err)
+}
+
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// TestHelloRefused: a peer naming another cluster, a name that is not a
+// member, another receiver, a wrong id or another protocol is answered
+// with the reason and closed; garbage, a message not from the sender and
+// a frame past the limit end the connection too; each is counted, and the
+// same peer's refusals are logged once per interval.
+func TestHelloRefused(t *testing.T) {
+	n, out := startLone(t, nil)
+	refused := func() uint64 { return n.Stats().Transport.Refused }
+
+	for _, tc := range []struct {
+		name   string
+		change func(h *hello)
+		want   string
+	}{
+		{"another cluster", func(h *hello) { h.Cluster++ }, "this member is in cluster"},
+		{"not a member", func(h *hello) { h.From, h.FromID = "mallory", MemberID("mallory") }, `"mallory" is not a member`},
+		{"not a member again", func(h *hello) { h.From, h.FromID = "mallory", MemberID("mallory") }, `"mallory" is not a member`},
+		{"another receiver", func(h *hello) { h.To = "m3" }, "this member is m1, not m3"},
+		{"another id", func(h *hello) { h.FromID = 7 }, "member m2 has Raft id"},
+		{"another protocol", func(h *hello) { h.Version = 9 }, "protocol version 9"},
+		{"another stream", func(h *hello) { h.Kind = 7 }, "unknown stream kind 7"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := refused()
+			h := helloAs(n, "m2")
+			tc.change(&h)
+			conn := dial(t, n.Addr())
+			answer, err := exchange(t, conn, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(answer.Refusal, tc.want) || answer.From != "m1" {
+				t.Errorf("answer %+v, want a refusal with %q", answer, tc.want)
+			}
+			if !closedByPeer(conn) {
+				t.Error("the connection stays open")
+			}
+			waitUntil(t, 5*time.Second, "the refusal counted", func() bool { return refused() == before+1 })
+		})
+	}
+	if got := strings.Count(out.String(), `"peer":"mallory"`); got != 1 {
+		t.Errorf("mallory's two refusals logged %d times:\n%s", got, out)
+	}
+
+	t.Run("garbage", func(t *testing.T) {
+		before := refused()
+		conn := dial(t, n.Addr())
+		if _, err := conn.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		if !closedByPeer(conn) {
+			t.Error("the connection stays open")
+		}
+		waitUntil(t, 5*time.Second, "the refusal counted", func() bool { return refused() == before+1 })
+	})
+	frames := map[string]func() []byte{
+		"a message from another member": func() []byte {
+			b, _ := appendFrame(nil, &pb.Message{Type: pb.MsgHeartbeat.Enum(), From: new(MemberID("m3")),
+				To: new(n.self.ID), Term: new(uint64(1))})
+			return b
+		},
+		"a frame past the limit": func() []byte { return binary.BigEndian.AppendUint32(nil, maxFrame+1) },
+		"a snapshot among messages": func() []byte {
+			b, _ := appendFrame(nil, &pb.Message{Type: pb.MsgSnap.Enum(), From: new(MemberID("m2")),
+				To: new(n.self.ID), Snapshot: &pb.Snapshot{}})
+			return b
+		},
+	}
+	for name, frame := range frames {
+		t.Run(name, func(t *testing.T) {
+			before := refused()
+			conn := dial(t, n.Addr())
+			answer, err := exchange(t, conn, helloAs(n, "m2"))
+			if err != nil || answer.Refusal != "" {
+				t.Fatalf("a member's hello: %+v, %v", answer, err)
+			}
+			if _, err := conn.Write(frame()); err != nil {
+				t.Fatal(err)
+			}
+			if !closedByPeer(conn) {
+				t.Error("the connection stays open")
+			}
+			waitUntil(t, 5*time.Second, "the refusal counted", func() bool { return refused() == before+1 })
+		})
+	}
+	if st := n.Status(); st.Term > 1 || st.Leader != "" {
+		t.Errorf("refused peers changed the member: %+v", st)
+	}
+}
+
+// testCA is a certificate authority made for a test.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pool *x509.CertPool
+	pem  []byte
+}
+
+var serial atomic.Int64
+
+func newTestCA(t *testing.T, name string) *testCA {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &testCA{cert: cert, key: key, pool: pool, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue makes a member's certificate for ips, for both ends of TLS.
+func (ca *testCA) issue(t *testing.T, ips ...net.IP) (certPEM, keyPEM []byte) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: "member"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses: ips,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+func (ca *testCA) tlsCert(t *testing.T, ips ...net.IP) tls.Certificate {
+	c, k := ca.issue(t, ips...)
+	cert, err := tls.X509KeyPair(c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+// TestMutualTLS: three members with one certificate from a test CA (for
+// 127.0.0.1) elect, replicate and acknowledge over TLS 1.3. A peer with a
+// certificate from another CA, with none, speaking plaintext, or with a
+// certificate from the CA that is not for the member it claims to be,
+// is refused and counted.
+func TestMutualTLS(t *testing.T) {
+	ca := newTestCA(t, "sprout members")
+	dir := t.TempDir()
+	certPEM, keyPEM := ca.issue(t, net.ParseIP("127.0.0.1"))
+	files := map[string][]byte{"member.pem": certPEM, "member-key.pem": keyPEM, "ca.pem": ca.pem}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newNetCluster(t, 3, 100, func(cfg *NodeConfig) {
+		cfg.TLSCert, cfg.TLSKey, cfg.TLSCA = filepath.Join(dir, "member.pem"), filepath.Join(dir, "member-key.pem"),
+			filepath.Join(dir, "ca.pem")
+	})
+	l := c.awaitServing(10 * time.Second)
+	cl := newNetClient(l, "work")
+	_, pos := cl.put("over TLS")
+	awaitAck(t, l.Journal(), pos, 5*time.Second)
+	c.converged(l, 5*time.Second)
+	if !strings.Contains(c.output.String(), `"tls":true`) || strings.Contains(c.output.String(), "plaintext") {
+		t.Error("the members do not say they use TLS")
+	}
+
+	target := c.nodes["m1"]
+	tlsRefused := func() uint64 { return target.Stats().Transport.TLSRefused }
+	localhost := net.ParseIP("127.0.0.1")
+	for _, tc := range []struct {
+		name string
+		cfg  *tls.Config // nil: plaintext
+		// refusal is the hello's answer, for a peer TLS lets through.
+		refusal string
+	}{
+		{"another CA", &tls.Config{InsecureSkipVerify: true,
+			Certificates: []tls.Certificate{newTestCA(t, "other").tlsCert(t, localhost)}}, ""},
+		{"no certificate", &tls.Config{InsecureSkipVerify: true}, ""},
+		{"plaintext", nil, ""},
+		{"not the member's certificate", &tls.Config{RootCAs: ca.pool, ServerName: "127.0.0.1",
+			Certificates: []tls.Certificate{ca.tlsCert(t, net.ParseIP("127.0.0.9"))}}, "certificate is not for member address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tlsRefused()
+			conn := dial(t, target.Addr())
+			if tc.cfg != nil {
+				tc.cfg.MinVersion = tls.VersionTLS13
+				conn = tls.Client(conn, tc.cfg)
+			}
+			answer, err := exchange(t, conn, helloAs(target, "m2"))
+			switch {
+			case tc.refusal != "" && (err != nil || !strings.Contains(answer.Refusal, tc.refusal)):
+				t.Errorf("answer %+v, %v; want a refusal with %q", answer, err, tc.refusal)
+			case tc.refusal == "" && err == nil:
+				t.Errorf("answered %+v", answer)
+			}
+			waitUntil(t, 5*time.Second, "the refusal counted", func() bool { return tlsRefused() == before+1 })
+		})
+	}
+	if got := target.Stats().Transport.Refused; got != 0 {
+		t.Errorf("%d refusals counted as hello refusals", got)
+	}
+}
+
+// TestPlaintextWarning: members that talk in plaintext off loopback say
+// so once at start; on loopback they do not.
+func TestPlaintextWarning(t *testing.T) {
+	_, out := startLone(t, nil)
+	if strings.Contains(out.String(), "plaintext") {
+		t.Errorf("a warning on loopback:\n%s", out)
+	}
+	// The listener stays the test's; the address is what the warning reads.
+	_, out = startLone(t, func(cfg *NodeConfig) { cfg.Listen = "0.0.0.0:7000" })
+	if got := strings.Count(out.String(), "members talk in plaintext"); got != 1 {
+		t.Errorf("%d warnings listening on every interface:\n%s", got, out)
+	}
+}
+
+// TestTransportNeverBlocks: a peer that takes the hello and then reads
+// nothing fills the connection, then the queue: sends still return at
+// once, the rest is dropped and counted, the peer is reported
+// unreachable, and closing the transport does not wait for the stuck
+// write.
+func TestTransportNeverBlocks(t *testing.T) {
+	self := Member{Name: "m1", ID: MemberID("m1")}
+	hole := Member{Name: "hole", ID: MemberID("hole")}
+	const cluster = 7
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	hole.Addr = ln.Addr().String()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			if _, err := readHello(bufio.NewReader(conn)); err != nil {
+				return
+			}
+			answer := hello{Version: protocolVersion, Kind: streamMessages, Cluster: cluster, FromID: hole.ID,
+				From: hole.Name, To: self.Name}
+			_, _ = conn.Write(appendHello(nil, &answer))
+			// and never reads again
+		}
+	}()
+
+	var unreachable atomic.Int64
+	tr, err := newTransport(transportConfig{
+		self: self, members: []Member{self, hole}, cluster: cluster, listen: "127.0.0.1:0",
+		queue: 16, maxSnap: 1 << 20, log: zerolog.Nop(),
+		deliver:         func(*pb.Message) bool { return true },
+		deliverSnapshot: func(*pb.Message) error { return nil },
+		unreachable:     func(uint64) { unreachable.Add(1) },
+		snapshotSent:    func(uint64, bool) {},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.start()
+	waitUntil(t, 5*time.Second, "connected to the hole", tr.peers[hole.ID].up.Load)
+
+	entry := &pb.Entry{Index: new(uint64(2)), Term: new(uint64(1)), Data: make([]byte, 64<<10)}
+	var slowest time.Duration
+	send := func(n int) {
+		for range n {
+			start := time.Now()
+			tr.send([]*pb.Message{{Type: pb.MsgApp.Enum(), To: new(hole.ID), From: new(self.ID), Entries: []*pb.Entry{entry}}})
+			slowest = max(slowest, time.Since(start))
+		}
+	}
+	send(2000)
+	if st := tr.stats(); st.MessagesDropped == 0 || unreachable.Load() == 0 {
+		t.Errorf("stats %+v, reported unreachable %d times", st, unreachable.Load())
+	}
+	// Fill the connection: while the writer empties the queue it is not
+	// stuck yet; once the queue stays full, its write is.
+	p := tr.peers[hole.ID]
+	for round := 0; ; round++ {
+		send(2 * cap(p.queue))
+		waiting := time.Now().Add(300 * time.Millisecond)
+		for len(p.queue) > 0 && time.Now().Before(waiting) {
+			time.Sleep(time.Millisecond)
+		}
+		if len(p.queue) > 0 {
+			break
+		}
+		if round == 1000 {
+			t.Fatalf("the peer's connection never filled: %+v", tr.stats())
+		}
+	}
+	if slowest > 100*time.Millisecond {
+		t.Errorf("a send took %v", slowest)
+	}
+	st := tr.stats()
+	start := time.Now()
+	tr.close()
+	if took := time.Since(start); took > writeTimeout/2 {
+		t.Errorf("close took %v with a write stuck", took)
+	}
+	t.Logf("sends of 64 KiB, the slowest %v: %d written (%d MiB) before the connection filled, %d dropped; closed in %v",
+		slowest, st.MessagesSent, st.MessagesSent>>4, st.MessagesDropped, time.Since(start))
+}
+
+// TestLoadTLSErrors: a TLS file that cannot be used stops the start in
+// one line naming its flag.
+func TestLoadTLSErrors(t *testing.T) {
+	ca := newTestCA(t, "sprout members")
+	dir := t.TempDir()
+	certPEM, keyPEM := ca.issue(t, net.ParseIP("127.0.0.1"))
+	write := func(name string, b []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	cert, key, caFile := write("cert.pem", certPEM), write("key.pem", keyPEM), write("ca.pem", ca.pem)
+	junk := write("junk.pem", []byte("not PEM"))
+	missing := filepath.Join(dir, "missing.pem")
+	for _, tc := range []struct {
+		name          string
+		cert, key, ca string
+		want          string
+	}{
+		{"missing cert", missing, key, caFile, "--cluster-tls-cert and --cluster-tls-key"},
+		{"key of junk", cert, junk, caFile, "--cluster-tls-cert and --cluster-tls-key"},
+		{"missing CA", cert, key, missing, "--cluster-tls-ca"},
+		{"CA of junk", cert, key, junk, "--cluster-tls-ca: " + junk + " holds no PEM certificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadTLS(tc.cert, tc.key, tc.ca)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("got %v, want one line with %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := loadTLS(cert, key, caFile); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,131 @@
+package replication
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"runtime"
+	"testing"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// TestHello: a hello reads back as written, whole or split anywhere; a
+// truncated or foreign one is refused; another version comes back with
+// its version only, for the listener to refuse by name.
+func TestHello(t *testing.T) {
+	h := hello{Version: protocolVersion, Kind: streamSnapshot, Cluster: 0xabc, FromID: 42,
+		From: "a", To: "b", Client: "127.0.0.1:11300", Refusal: "no"}
+	b := appendHello(nil, &h)
+	for split := range len(b) + 1 {
+		r := io.MultiReader(bytes.NewReader(b[:split]), bytes.NewReader(b[split:]))
+		got, err := readHello(r)
+		if err != nil || *got != h {
+			t.Fatalf("split at %d: %+v, %v", split, got, err)
+		}
+	}
+	for n := range len(b) {
+		if _, err := readHello(bytes.NewReader(b[:n])); err == nil {
+			t.Fatalf("a hello cut to %d bytes was read", n)
+		}
+	}
+	if _, err := readHello(bytes.NewReader([]byte("GET / HTTP/1.1\r\n"))); !errors.Is(err, errNotHello) {
+		t.Errorf("HTTP read as a hello: %v", err)
+	}
+	big := append([]byte(helloMagic), 0, 1, 0xff, 0xff)
+	if _, err := readHello(bytes.NewReader(big)); !errors.Is(err, errTooLarge) {
+		t.Errorf("a hello of 64 KiB: %v", err)
+	}
+	// A string whose length runs past the payload.
+	bad := slicesClone(b)
+	binary.BigEndian.PutUint16(bad[8+17:], 500)
+	if _, err := readHello(bytes.NewReader(bad)); !errors.Is(err, errNotHello) {
+		t.Errorf("a name past the payload: %v", err)
+	}
+	other := slicesClone(b)
+	binary.BigEndian.PutUint16(other[4:], protocolVersion+1)
+	got, err := readHello(bytes.NewReader(other))
+	if err != nil || got.Version != protocolVersion+1 || got.From != "" {
+		t.Errorf("another version: %+v, %v", got, err)
+	}
+}
+
+func slicesClone(b []byte) []byte { return append([]byte(nil), b...) }
+
+// TestFrames: messages read back as written; a length past maxFrame is
+// refused before anything is allocated for it; garbage is refused.
+func TestFrames(t *testing.T) {
+	msgs := []*pb.Message{
+		{Type: pb.MsgHeartbeat.Enum(), To: new(uint64(2)), From: new(uint64(1)), Term: new(uint64(3))},
+		{Type: pb.MsgApp.Enum(), To: new(uint64(2)), From: new(uint64(1)),
+			Entries: []*pb.Entry{{Index: new(uint64(5)), Term: new(uint64(3)), Data: bytes.Repeat([]byte("x"), 3000)}}},
+	}
+	var b []byte
+	for _, m := range msgs {
+		var err error
+		if b, err = appendFrame(b, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := frameReader{r: bufio.NewReader(bytes.NewReader(b))}
+	for i, want := range msgs {
+		got, err := f.read()
+		if err != nil || !proto.Equal(got, want) {
+			t.Fatalf("message %d: %v, %v", i, got, err)
+		}
+	}
+	if _, err := f.read(); err != io.EOF {
+		t.Errorf("after the last frame: %v", err)
+	}
+
+	huge := binary.BigEndian.AppendUint32(nil, maxFrame+1)
+	f = frameReader{r: bufio.NewReader(bytes.NewReader(huge))}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, err := f.read(); !errors.Is(err, errTooLarge) {
+		t.Errorf("a frame past the limit: %v", err)
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+		t.Errorf("refusing a huge frame allocated %d bytes", n)
+	}
+
+	junk := append(binary.BigEndian.AppendUint32(nil, 3), 0xff, 0xff, 0xff)
+	f = frameReader{r: bufio.NewReader(bytes.NewReader(junk))}
+	if _, err := f.read(); err == nil {
+		t.Error("garbage read as a message")
+	}
+}
+
+// TestSnapshotStream: a snapshot reads back as written, its data beside
+// the message; one past the receiver's limit is refused.
+func TestSnapshotStream(t *testing.T) {
+	data := bytes.Repeat([]byte("snapshot"), snapshotChunk/4) // two chunks
+	m := &pb.Message{Type: pb.MsgSnap.Enum(), To: new(uint64(2)), From: new(uint64(1)), Term: new(uint64(4)),
+		Snapshot: &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{Index: new(uint64(9)), Term: new(uint64(4)),
+			ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}
+	var buf bytes.Buffer
+	if err := writeSnapshot(&buf, m); err != nil {
+		t.Fatal(err)
+	}
+	if m.GetSnapshot().GetData() == nil {
+		t.Fatal("writing the snapshot changed the message")
+	}
+	if n := buf.Len(); n > len(data)+200 {
+		t.Errorf("%d bytes on the wire for %d of data", n, len(data))
+	}
+	wire := buf.Bytes()
+	got, err := readSnapshot(bufio.NewReader(bytes.NewReader(wire)), int64(len(data)))
+	if err != nil || !proto.Equal(got, m) {
+		t.Fatalf("read back %v, %v", got.GetSnapshot().GetMetadata(), err)
+	}
+	if _, err := readSnapshot(bufio.NewReader(bytes.NewReader(wire)), int64(len(data)-1)); !errors.Is(err, errTooLarge) {
+		t.Errorf("past the limit: %v", err)
+	}
+	if _, err := readSnapshot(bufio.NewReader(bytes.NewReader(wire[:len(wire)-1])), int64(len(data))); err == nil {
+		t.Error("a snapshot cut short was read")
+	}
+}
