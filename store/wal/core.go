@@ -38,6 +38,7 @@ type policy struct {
 	noSync      bool
 	closeGrace  time.Duration
 	maxUnsynced int64
+	pipelineMin int64
 }
 
 func (o Options) policy() policy {
@@ -47,6 +48,7 @@ func (o Options) policy() policy {
 		noSync:      o.NoSync,
 		closeGrace:  defaultCloseGrace,
 		maxUnsynced: o.maxUnsynced,
+		pipelineMin: o.pipelineMin,
 	}
 }
 
@@ -132,6 +134,7 @@ type core struct {
 	lastID   uint64    // highest id in any header or record
 	pending  []chunk   // appended, not yet handed to the writer
 	appended uint64    // LSN of the last appended byte
+	taken    uint64    // LSN of the last byte handed to the writer (or given up)
 	records  int64     // records appended
 	// spareBufs are written chunks' buffers, for append to reuse.
 	spareBufs [][]byte
@@ -140,6 +143,10 @@ type core struct {
 	// made (the disk is full), or unsyncedBytes passed maxUnsynced.
 	noSpace bool
 	backlog bool
+	// batchesWait: under -f 0 an fsync is in flight, and new records wait
+	// for it until they come to pipelineMin bytes (batchWaits), so until
+	// then an append has nothing for the writer to do.
+	batchesWait bool
 
 	published uint64 // the durable LSN last published
 	waiters   []durableWaiter
@@ -403,6 +410,7 @@ func (c *core) giveUp(seq uint32, err error) {
 	c.emit(action{kind: actReport, report: reportGaveUp, seq: seq, err: err})
 	c.batch = c.recycle(c.batch)
 	c.pending = c.recycle(c.pending)
+	c.taken = c.appended
 	c.writes, c.head = c.writes[:0], 0
 }
 
@@ -425,7 +433,7 @@ func (c *core) recycle(chunks []chunk) []chunk {
 // nothing about them: everything written since the last good fsync is
 // written again (rewriteDone) before the next one is handed out.
 func (c *core) syncDone(now time.Duration, seq uint32, err error) {
-	c.syncInFlight = false
+	c.syncInFlight, c.batchesWait = false, false
 	for _, s := range c.open {
 		if s.syncing {
 			s.syncing = false
@@ -534,7 +542,7 @@ func (c *core) ready(now time.Duration) []action {
 	turned := c.turned
 	syncNow := c.syncNow(now)
 	at := len(c.out)
-	c.step(now, syncNow, released, target)
+	c.step(now, syncNow, released, turned, target)
 	c.turned = len(c.out) > at && c.out[len(c.out)-1].kind == actTurn
 	if c.wakeAt < c.timerAt {
 		c.timerAt = c.wakeAt
@@ -550,18 +558,42 @@ func (c *core) ready(now time.Duration) []action {
 
 // step hands out the writer's own next step, if any, by priority (see
 // doc.go). syncNow says an fsync may go now: the rewrite a failed one
-// left, or the fsync itself, which ready hands out beside the step.
-func (c *core) step(now time.Duration, syncNow, released bool, target *segState) {
+// left, or the fsync itself, which ready hands out beside the step unless
+// it waits for the batch a turn found (turned; holdSync).
+func (c *core) step(now time.Duration, syncNow, released, turned bool, target *segState) {
 	switch {
 	case c.writeBatch(now):
 	case syncNow && c.resync:
 		c.emit(action{kind: actRewrite})
 	case c.closing:
-		_ = c.takeBatch(false) || c.finish(syncNow)
+		_ = c.takeBatch() || c.finish(syncNow)
 	case c.compact(now, target):
+	case c.turn(released):
+	case !turned && c.batchWaits(syncNow):
 	default:
-		c.takeBatch(released)
+		c.takeBatch()
 	}
+}
+
+// batchWaits: under -f 0 new records wait for the fsync in flight, or the
+// one ready is about to hand out, until they come to pipelineMin bytes.
+// Written while it runs they would be acknowledged no sooner: they gain
+// the few microseconds a small write takes off the path between two
+// fsyncs, and cost a wake-up and a system call each, taken from the event
+// loops, many times per fsync. A large batch (a bulk delete, compaction's
+// moves) is worth writing ahead. The callbacks a publish released are
+// still run first (a turn), and what they append is written at once: the
+// fsync waits for it.
+func (c *core) batchWaits(syncNow bool) bool {
+	return c.policy.acknowledgeOnSync() && (c.syncInFlight || syncNow && !c.resync) &&
+		int64(c.appended-c.taken) < c.policy.pipelineMin
+}
+
+// kickWanted reports whether an append gives the writer something to do,
+// so it is worth waking: not while new records wait for an fsync
+// (batchWaits). The writer looks again when the fsync reports back.
+func (c *core) kickWanted() bool {
+	return !c.batchesWait || int64(c.appended-c.taken) >= c.policy.pipelineMin
 }
 
 func (c *core) startOut() {
@@ -667,22 +699,27 @@ func (c *core) writeBatch(now time.Duration) bool {
 	return true
 }
 
-// takeBatch hands out everything pending as the next batch. When a
-// publish has just released callbacks, it asks for a turn instead: they
-// run first, so the commits they release can join the batch (group
-// commit). With -f 0 it turns even with nothing pending: the next fsync
-// waits for what the callbacks append (holdSync). A segment's header is
-// rewritten with the highest id issued so far when the writer first
-// writes to it: it may have been preallocated long before.
-func (c *core) takeBatch(released bool) bool {
-	if released && (len(c.pending) > 0 || c.policy.acknowledgeOnSync()) {
-		c.emit(action{kind: actTurn})
-		return true
+// turn: when a publish has just released callbacks, the writer runs them
+// before it takes the next batch, so the commits they release can join it
+// (group commit). With -f 0 it turns even with nothing pending: the next
+// fsync waits for what the callbacks append (holdSync).
+func (c *core) turn(released bool) bool {
+	if !released || len(c.pending) == 0 && !c.policy.acknowledgeOnSync() {
+		return false
 	}
+	c.emit(action{kind: actTurn})
+	return true
+}
+
+// takeBatch hands out everything pending as the next batch. A segment's
+// header is rewritten with the highest id issued so far when the writer
+// first writes to it: it may have been preallocated long before.
+func (c *core) takeBatch() bool {
 	if len(c.pending) == 0 {
 		return false
 	}
 	c.batch, c.pending = c.pending, c.batch
+	c.taken = c.appended
 	c.compacted = false
 	// Room for a header per chunk, so the ids appended below never move.
 	c.headers = slices.Grow(c.headers[:0], 8*len(c.batch))
@@ -781,6 +818,7 @@ func (c *core) handOutSync() action {
 	}
 	c.syncSegs = segs
 	c.syncInFlight = true
+	c.batchesWait = c.policy.acknowledgeOnSync()
 	c.syncing, c.syncingBytes = c.written, c.unsyncedBytes
 	return action{kind: actSync, segs: segs}
 }

@@ -20,8 +20,10 @@ const (
 	delSize  = frameHeader + 9
 )
 
+// testPolicy is -f 0; under it, while an fsync runs, a batch of three
+// records is written ahead and one of two waits.
 func testPolicy() policy {
-	return policy{segmentSize: coreSeg, closeGrace: 10 * time.Second, maxUnsynced: 1 << 20}
+	return policy{segmentSize: coreSeg, closeGrace: 10 * time.Second, maxUnsynced: 1 << 20, pipelineMin: 250}
 }
 
 var errIO = syscall.EIO
@@ -219,6 +221,16 @@ func (h *harness) wait(lsn uint64, done *bool) {
 	}
 }
 
+// firstSyncing puts job 1, waited on by done, writes it and leaves its
+// fsync (-f 0) in flight.
+func (h *harness) firstSyncing(done *bool) {
+	h.t.Helper()
+	h.wait(h.put(1), done)
+	h.expect("header 1 id=1, write 1@24+100")
+	h.wrote()
+	h.expect("observe 100B 1rec", "sync [1]")
+}
+
 // ready is the first turn of a fresh log with its spare made: nothing to do.
 func (h *harness) withSpare() *harness {
 	h.t.Helper()
@@ -285,9 +297,10 @@ func TestCoreSyncPolicy(t *testing.T) {
 }
 
 // TestCoreGroupCommit: every commit waiting on one fsync is released by
-// one publish. What is appended while it runs is written meanwhile; its
-// fsync waits until the released callbacks have run and what they append
-// is written too, so that joins it.
+// one publish. A few records appended while it runs wait for it, without
+// waking the writer; then they go in the next batch, once the released
+// callbacks have run, so what they append joins it, and the next fsync
+// waits for that batch.
 func TestCoreGroupCommit(t *testing.T) {
 	h := newHarness(t, testPolicy(), nil).withSpare()
 	var done [6]bool
@@ -297,15 +310,14 @@ func TestCoreGroupCommit(t *testing.T) {
 	h.expect("header 1 id=3, write 1@24+300")
 	h.wait(h.put(4), &done[3]) // while the batch is written
 	h.wrote()
-	h.expect("observe 300B 3rec", "sync [1]", "write 1@324+100")
-	h.wrote()
-	h.expect("observe 100B 1rec") // written, not fsynced: one fsync at a time
-	h.wait(h.put(5), &done[4])
-	h.expect("write 1@424+100")
-	h.wrote()
-	h.expect("observe 100B 1rec")
+	h.expect("observe 300B 3rec", "sync [1]") // the fourth waits for it
+	h.wait(h.put(5), &done[4])                // while the fsync runs
+	if h.c.kickWanted() {
+		t.Error("an append wakes the writer for records that wait for the fsync")
+	}
+	h.expect()
 	h.synced()
-	h.expect("publish 300 +3", "turn") // the next fsync waits for the callbacks
+	h.expect("publish 300 +3", "turn")
 	h.release()
 	if done != [6]bool{true, true, true} {
 		t.Fatalf("released %v, want the first three", done)
@@ -314,9 +326,9 @@ func TestCoreGroupCommit(t *testing.T) {
 		t.Error("onDurable of a published LSN should run at once")
 	}
 	h.wait(h.put(6), &done[5]) // as a released client would
-	h.expect("write 1@524+100")
+	h.expect("write 1@324+300")
 	h.wrote()
-	h.expect("observe 100B 1rec", "sync [1]")
+	h.expect("observe 300B 3rec", "sync [1]")
 	h.synced()
 	h.expect("publish 600 +3", "turn")
 	h.release()
@@ -404,18 +416,44 @@ func TestCoreWriteRetried(t *testing.T) {
 	h.timer()
 	h.expect("write 1@64+60")
 	h.wrote()
-	h.expect("observe 100B 1rec", "sync [1]", "write 1@124+100")
+	h.expect("observe 100B 1rec", "sync [1]")
 	if done {
 		t.Fatal("acknowledged before the fsync")
 	}
+	h.synced()
+	h.expect("publish 100 +1", "turn")
+	h.expect("write 1@124+100")
 	// The backoff starts over after a write that worked.
 	h.writeFailed(0)
 	h.expect("report write-failed 1", "timer +10ms")
-	h.synced() // a write waiting for its retry does not hold back an fsync
-	h.expect("publish 100 +1")
+}
+
+// TestCoreSyncBesideWriteRetry: a batch that waits for its write's retry
+// does not hold back the fsync of what was written before it.
+func TestCoreSyncBesideWriteRetry(t *testing.T) {
+	h := newHarness(t, testPolicy(), nil).withSpare()
+	var first, second bool
+	h.firstSyncing(&first)
+	h.wait(h.put(2), &second)
+	h.put(3)
+	h.put(4)
+	h.expect("write 1@124+300") // written ahead, while the fsync runs
+	h.wrote()
+	h.expect("observe 300B 3rec")
+	for id := range uint64(3) {
+		h.put(id + 5)
+	}
+	h.expect("write 1@424+300")
+	h.writeFailed(0)
+	h.expect("report write-failed 1", "timer +10ms")
+	h.synced()
+	h.expect("publish 100 +1", "sync [1]") // the three written ahead
 	h.release()
-	if !done {
-		t.Fatal("not acknowledged once fsynced")
+	h.synced()
+	h.expect("publish 400 +1")
+	h.release()
+	if !first || !second {
+		t.Fatalf("released %v %v; want both", first, second)
 	}
 }
 
@@ -426,10 +464,7 @@ func TestCoreWriteRetried(t *testing.T) {
 func TestCoreSyncRetried(t *testing.T) {
 	h := newHarness(t, testPolicy(), nil).withSpare()
 	var first, second bool
-	h.wait(h.put(1), &first)
-	h.expect("header 1 id=1, write 1@24+100")
-	h.wrote()
-	h.expect("observe 100B 1rec", "sync [1]")
+	h.firstSyncing(&first)
 	h.syncFailed(1)
 	h.expect("report sync-failed 1", "timer +10ms")
 	h.at(time.Millisecond)
@@ -869,24 +904,27 @@ func TestCoreWritesWhileSyncing(t *testing.T) {
 	}
 }
 
-// TestCorePipelinedSync: with -f 0, batch N+1 is written while batch N's
-// fsync runs, and its fsync goes the moment N's ends; each publish
-// acknowledges only what a finished fsync covered.
+// TestCorePipelinedSync: with -f 0, a batch of pipelineMin bytes or more
+// is written while the last one's fsync runs, and its fsync goes the
+// moment that one ends; fewer bytes wait for it, and do not wake the
+// writer. Each publish acknowledges only what a finished fsync covered.
 func TestCorePipelinedSync(t *testing.T) {
 	h := newHarness(t, testPolicy(), nil).withSpare()
 	var first, second, third bool
-	h.wait(h.put(1), &first)
-	h.expect("header 1 id=1, write 1@24+100")
-	h.wrote()
-	h.expect("observe 100B 1rec", "sync [1]")
+	h.firstSyncing(&first)
 	h.wait(h.put(2), &second)
-	h.expect("write 1@124+100")
+	if h.c.kickWanted() {
+		t.Error("an append of 100 bytes wakes the writer while an fsync runs")
+	}
+	h.expect()
+	h.put(3)
+	h.wait(h.put(4), &third)
+	if !h.c.kickWanted() {
+		t.Error("300 bytes appended do not wake the writer")
+	}
+	h.expect("write 1@124+300")
 	h.wrote()
-	h.expect("observe 100B 1rec")
-	h.wait(h.put(3), &third)
-	h.expect("write 1@224+100")
-	h.wrote()
-	h.expect("observe 100B 1rec")
+	h.expect("observe 300B 3rec")
 	if h.c.published != 0 || first {
 		t.Fatalf("published %d before any fsync finished", h.c.published)
 	}
@@ -898,7 +936,7 @@ func TestCorePipelinedSync(t *testing.T) {
 		t.Fatalf("released %v %v %v; want only the first, which the fsync covered", first, second, third)
 	}
 	h.synced()
-	h.expect("publish 300 +2", "turn")
+	h.expect("publish 400 +2", "turn")
 	h.release()
 	if !second || !third {
 		t.Fatal("the commits written during the first fsync were not released by the second")
@@ -913,12 +951,10 @@ func TestCorePipelinedSync(t *testing.T) {
 func TestCoreSyncFailsWhileWriting(t *testing.T) {
 	p := testPolicy()
 	p.maxUnsynced = 350
+	p.pipelineMin = 1 // every batch is written while an fsync runs
 	h := newHarness(t, p, nil).withSpare()
 	var first, second bool
-	h.wait(h.put(1), &first)
-	h.expect("header 1 id=1, write 1@24+100")
-	h.wrote()
-	h.expect("observe 100B 1rec", "sync [1]")
+	h.firstSyncing(&first)
 	h.wait(h.put(2), &second)
 	h.expect("write 1@124+100") // while the fsync runs
 	h.wrote()

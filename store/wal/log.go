@@ -199,8 +199,9 @@ func (l *Log) Start(m Migrator) error {
 func (l *Log) Append(r *Record, prev Loc) (lsn uint64, loc Loc, err error) {
 	l.mu.Lock()
 	lsn, loc, err = l.core.append(r, prev)
+	kick := err == nil && l.core.kickWanted()
 	l.mu.Unlock()
-	if err == nil {
+	if kick {
 		l.poke()
 	}
 	return lsn, loc, err

@@ -18,10 +18,13 @@ import (
 
 // heldSyncs is an fdatasync hook the test steers: each fsync waits until
 // the test says how it ends (nil: do it; an error: fail with it). Once
-// free is set they all just run.
+// free is set they all just run; so they do once the test is over, even
+// one it failed while holding, so that Close can finish.
 type heldSyncs struct {
-	calls chan heldSync
-	free  atomic.Bool
+	calls   chan heldSync
+	free    atomic.Bool
+	over    chan struct{} // closed when the test ends
+	cleanup sync.Once
 }
 
 type heldSync struct {
@@ -30,7 +33,7 @@ type heldSync struct {
 }
 
 func newHeldSyncs(o *wal.Options) *heldSyncs {
-	h := &heldSyncs{calls: make(chan heldSync)}
+	h := &heldSyncs{calls: make(chan heldSync), over: make(chan struct{})}
 	wal.SetFdatasync(o, h.fdatasync)
 	return h
 }
@@ -39,10 +42,18 @@ func (h *heldSyncs) fdatasync(next func(*os.File) error, f *os.File) error {
 	if h.free.Load() {
 		return next(f)
 	}
-	s := heldSync{f: f, end: make(chan error)}
-	h.calls <- s
-	if err := <-s.end; err != nil {
-		return err
+	s := heldSync{f: f, end: make(chan error, 1)}
+	select {
+	case h.calls <- s:
+	case <-h.over:
+		return next(f)
+	}
+	select {
+	case err := <-s.end:
+		if err != nil {
+			return err
+		}
+	case <-h.over:
 	}
 	return next(f)
 }
@@ -50,6 +61,8 @@ func (h *heldSyncs) fdatasync(next func(*os.File) error, f *os.File) error {
 // next waits for the next fsync to begin and returns it, held.
 func (h *heldSyncs) next(t *testing.T) heldSync {
 	t.Helper()
+	// Registered after open's, so it runs before Close.
+	h.cleanup.Do(func() { t.Cleanup(func() { close(h.over) }) })
 	select {
 	case s := <-h.calls:
 		return s
@@ -140,8 +153,9 @@ func testWritesGoOnWhileFsyncRuns(t *testing.T) {
 }
 
 // TestPipelinedFsync: with SyncEvery 0, a commit appended while an fsync
-// runs is written meanwhile, and acknowledged only once an fsync that
-// began after its write has finished.
+// runs is acknowledged only once an fsync that began after its write has
+// finished. A small one waits for the running fsync to be written; records
+// past 64 KiB are written meanwhile.
 func TestPipelinedFsync(t *testing.T) { synctest.Test(t, testPipelinedFsync) }
 
 func testPipelinedFsync(t *testing.T) {
@@ -172,22 +186,27 @@ func testPipelinedFsync(t *testing.T) {
 	first := syncs.next(t)
 	b, bDone := commit("b")
 	synctest.Wait()
-	if l.Written() < b {
-		t.Fatalf("written %d, want %d: the writer waited for the fsync", l.Written(), b)
+	if l.Written() >= b {
+		t.Fatalf("written %d: a small commit was written while the fsync ran", l.Written())
 	}
-	if isDone(a) || isDone(bDone) {
+	c, cDone := commit(strings.Repeat("c", 64<<10))
+	synctest.Wait()
+	if l.Written() < c {
+		t.Fatalf("written %d, want %d: 64 KiB waited for the fsync", l.Written(), c)
+	}
+	if isDone(a) || isDone(bDone) || isDone(cDone) {
 		t.Fatal("acknowledged before an fsync finished")
 	}
 	first.end <- nil
-	second := syncs.next(t) // at once, for b
+	second := syncs.next(t) // at once, for b and c
 	synctest.Wait()
-	if !isDone(a) || isDone(bDone) {
-		t.Fatalf("after the first fsync: a released %v, b %v; want only a", isDone(a), isDone(bDone))
+	if !isDone(a) || isDone(bDone) || isDone(cDone) {
+		t.Fatalf("after the first fsync: released a %v, b %v, c %v; want only a", isDone(a), isDone(bDone), isDone(cDone))
 	}
 	second.end <- nil
 	synctest.Wait()
-	if !isDone(bDone) {
-		t.Fatal("b not released by the fsync that covered it")
+	if !isDone(bDone) || !isDone(cDone) {
+		t.Fatal("b and c not released by the fsync that covered them")
 	}
 	if n := early.Load(); n > 0 {
 		t.Fatalf("%d commits released before their record was fsynced", n)
@@ -205,6 +224,7 @@ func TestFailedFsyncRewritesWhatWasWrittenMeanwhile(t *testing.T) {
 
 func testFailedFsyncRewritesWhatWasWrittenMeanwhile(t *testing.T) {
 	var opts wal.Options
+	wal.SetPipelineMin(&opts, 1) // every record is written while an fsync runs
 	syncs := newHeldSyncs(&opts)
 	var writes writeLog
 	wal.SetWriteAt(&opts, writes.writeAt)
