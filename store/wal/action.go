@@ -9,7 +9,7 @@ type action struct {
 	kind   actionKind
 	report report // actReport
 	keep   bool   // actWrite: keep a copy, to write again after a failed fsync
-	sync   bool   // actRetire: fsync first; actSync: write the copies again first
+	sync   bool   // actRetire: fsync first
 	seq    uint32 // the segment
 	// n is the action's one figure: actRetire: the size to trim to;
 	// actObserveBatch: bytes; actReport: a figure; and, read through the
@@ -47,6 +47,12 @@ const (
 	// actMakeSpare: make and preallocate segment seq on another goroutine,
 	// then report spareDone.
 	actMakeSpare
+	// actSync: fdatasync segs on another goroutine, then report syncDone.
+	// The copies kept since the last good fsync that are there now are
+	// what it covers: it drops them if it works. At most one is in flight,
+	// and until it reports back none of its segments is retired or
+	// removed.
+	actSync
 	// actTimer: call timerFired at `at` (re-arming the one timer).
 	actTimer
 
@@ -57,9 +63,9 @@ const (
 	// up to the first that fails; then writeDone with the bytes written in
 	// all.
 	actWrite
-	// actSync: if sync, write again every copy kept since the last fsync
-	// that worked; then fdatasync segs; then syncDone.
-	actSync
+	// actRewrite: write again every copy kept since the last fsync that
+	// worked, up to the first that fails; then rewriteDone.
+	actRewrite
 	// actMigrate: Migrator.Migrate(seq, ids); its appends are its outcome.
 	actMigrate
 	// actRemove: close segment seq if open and delete it, then removeDone.
@@ -83,8 +89,9 @@ const (
 	reportWriteFailed report = iota + 1
 	// reportGaveUp: closing, writes to seq kept failing past the grace.
 	reportGaveUp
-	// reportSyncFailed: an fsync failed on seq (err); everything written
-	// since the last good one is written again and the fsync retried.
+	// reportSyncFailed: an fsync failed on seq (err), or writing again
+	// before it; everything written since the last good one is written
+	// again and the fsync retried.
 	reportSyncFailed
 	// reportBacklog: n bytes wait for an fsync that keeps failing; puts
 	// are refused until one works.

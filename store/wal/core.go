@@ -38,6 +38,7 @@ type policy struct {
 	noSync      bool
 	closeGrace  time.Duration
 	maxUnsynced int64
+	pipelineMin int64
 }
 
 func (o Options) policy() policy {
@@ -47,6 +48,7 @@ func (o Options) policy() policy {
 		noSync:      o.NoSync,
 		closeGrace:  defaultCloseGrace,
 		maxUnsynced: o.maxUnsynced,
+		pipelineMin: o.pipelineMin,
 	}
 }
 
@@ -82,15 +84,19 @@ type core struct {
 	written    uint64 // LSN written
 	writeRetry backoff
 
-	// Syncing.
-	synced        uint64        // LSN fsynced
-	syncing       uint64        // what the fsync handed out covers
+	// Syncing. At most one fsync is in flight, on the shell's goroutine,
+	// while the writer goes on writing (see doc.go).
+	synced        uint64        // LSN covered by the last fsync that worked
+	syncInFlight  bool          // an fsync was handed out and has not reported back
+	syncing       uint64        // the LSN written when it was handed out: what it covers
+	syncingBytes  int64         // unsyncedBytes then: the copies it covers
 	syncSegs      []uint32      // the segments it syncs
 	lastSync      time.Duration // when the last fsync that worked ended
 	unsyncedBytes int64         // written since that fsync, kept to write again
-	resync        bool          // an fsync failed since: write it all again first
+	resync        bool          // an fsync failed since: write it all again before the next
 	syncRetry     backoff
 	syncErr       error // why the last fsync failed, until one works
+	turned        bool  // the last step handed out was a turn
 
 	due []durableWaiter // the waiters the last publish released
 
@@ -128,6 +134,7 @@ type core struct {
 	lastID   uint64    // highest id in any header or record
 	pending  []chunk   // appended, not yet handed to the writer
 	appended uint64    // LSN of the last appended byte
+	taken    uint64    // LSN of the last byte handed to the writer (or given up)
 	records  int64     // records appended
 	// spareBufs are written chunks' buffers, for append to reuse.
 	spareBufs [][]byte
@@ -136,6 +143,10 @@ type core struct {
 	// made (the disk is full), or unsyncedBytes passed maxUnsynced.
 	noSpace bool
 	backlog bool
+	// batchesWait: under -f 0 an fsync is in flight, and new records wait
+	// for it until they come to pipelineMin bytes (batchWaits), so until
+	// then an append has nothing for the writer to do.
+	batchesWait bool
 
 	published uint64 // the durable LSN last published
 	waiters   []durableWaiter
@@ -154,7 +165,11 @@ type segState struct {
 	onDisk    int64    // bytes the file takes on disk
 	written   int64    // bytes written, header included: where the next write goes
 	open      bool     // made by this run and not yet retired or removed
-	dirty     bool     // written since the last fsync that worked
+	// dirty: written since the last fsync handed out that covered it, or
+	// that fsync failed. syncing: in the fsync in flight, so its file may
+	// be neither trimmed nor closed.
+	dirty   bool
+	syncing bool
 }
 
 // chunk is records appended to one segment, encoded.
@@ -395,6 +410,7 @@ func (c *core) giveUp(seq uint32, err error) {
 	c.emit(action{kind: actReport, report: reportGaveUp, seq: seq, err: err})
 	c.batch = c.recycle(c.batch)
 	c.pending = c.recycle(c.pending)
+	c.taken = c.appended
 	c.writes, c.head = c.writes[:0], 0
 }
 
@@ -410,27 +426,51 @@ func (c *core) recycle(chunks []chunk) []chunk {
 	return chunks[:0]
 }
 
-// syncDone: the fsync handed out worked, or failed on segment seq. After a
-// failed fdatasync the kernel may have dropped the dirty pages while
-// reporting the error once, so a later one that works would prove nothing
-// about them: everything written since the last good fsync is written
-// again before the next one counts.
+// syncDone: the fsync in flight worked, or failed on segment seq. After a
+// failed fdatasync the kernel may have dropped the dirty pages of any write
+// made before it reported the error, those made while it ran included,
+// while reporting the error once, so a later one that works would prove
+// nothing about them: everything written since the last good fsync is
+// written again (rewriteDone) before the next one is handed out.
 func (c *core) syncDone(now time.Duration, seq uint32, err error) {
+	c.syncInFlight, c.batchesWait = false, false
+	for _, s := range c.open {
+		if s.syncing {
+			s.syncing = false
+			s.dirty = s.dirty || err != nil
+		}
+	}
 	if err != nil {
-		c.resync = true
-		c.syncErr = err
-		c.syncRetry.failed(now)
-		c.emit(action{kind: actReport, report: reportSyncFailed, seq: seq, err: err})
+		c.syncFailed(now, seq, err)
 		return
 	}
+	// Writes made while it ran stay dirty and unsynced, for the next.
 	c.synced = c.syncing
 	c.lastSync = now
 	c.syncRetry.reset()
-	c.resync, c.syncErr = false, nil
-	c.unsyncedBytes, c.backlog = 0, false
-	for _, s := range c.open {
-		s.dirty = false
+	c.syncErr = nil
+	c.unsyncedBytes -= c.syncingBytes
+	if c.backlog && c.unsyncedBytes <= c.policy.maxUnsynced {
+		c.backlog = false
 	}
+}
+
+// rewriteDone: every copy kept since the last good fsync was written
+// again, or writing one to seq failed. The next fsync may count once they
+// all are.
+func (c *core) rewriteDone(now time.Duration, seq uint32, err error) {
+	if err != nil {
+		c.syncFailed(now, seq, err)
+		return
+	}
+	c.resync = false
+}
+
+func (c *core) syncFailed(now time.Duration, seq uint32, err error) {
+	c.resync = true
+	c.syncErr = err
+	c.syncRetry.failed(now)
+	c.emit(action{kind: actReport, report: reportSyncFailed, seq: seq, err: err})
 }
 
 // removeDone: the oldest segment was removed, or could not be.
@@ -499,16 +539,61 @@ func (c *core) ready(now time.Duration) []action {
 		// appended by now: once they are durable it may go.
 		c.removeSeq, c.removeAfter = target.seq, c.appended
 	}
-	step := len(c.out)
-	_ = c.writeBatch(now) || c.sync(now) ||
-		c.closing && (c.takeBatch(false) || c.finish()) ||
-		c.compact(now, target) || c.takeBatch(released)
+	turned := c.turned
+	syncNow := c.syncNow(now)
+	at := len(c.out)
+	c.step(now, syncNow, released, turned, target)
+	c.turned = len(c.out) > at && c.out[len(c.out)-1].kind == actTurn
 	if c.wakeAt < c.timerAt {
 		c.timerAt = c.wakeAt
-		c.out = slices.Insert(c.out, step, action{kind: actTimer, n: int64(c.wakeAt)})
+		c.out = slices.Insert(c.out, at, action{kind: actTimer, n: int64(c.wakeAt)})
+	}
+	if syncNow && !c.resync && !c.holdSync(turned, at) {
+		// Before the step, so the fsync runs while the writer writes.
+		c.out = slices.Insert(c.out, at, c.handOutSync())
 	}
 	c.outTaken = true
 	return c.out
+}
+
+// step hands out the writer's own next step, if any, by priority (see
+// doc.go). syncNow says an fsync may go now: the rewrite a failed one
+// left, or the fsync itself, which ready hands out beside the step unless
+// it waits for the batch a turn found (turned; holdSync).
+func (c *core) step(now time.Duration, syncNow, released, turned bool, target *segState) {
+	switch {
+	case c.writeBatch(now):
+	case syncNow && c.resync:
+		c.emit(action{kind: actRewrite})
+	case c.closing:
+		_ = c.takeBatch() || c.finish(syncNow)
+	case c.compact(now, target):
+	case c.turn(released):
+	case !turned && c.batchWaits(syncNow):
+	default:
+		c.takeBatch()
+	}
+}
+
+// batchWaits: under -f 0 new records wait for the fsync in flight, or the
+// one ready is about to hand out, until they come to pipelineMin bytes.
+// Written while it runs they would be acknowledged no sooner: they gain
+// the few microseconds a small write takes off the path between two
+// fsyncs, and cost a wake-up and a system call each, taken from the event
+// loops, many times per fsync. A large batch (a bulk delete, compaction's
+// moves) is worth writing ahead. The callbacks a publish released are
+// still run first (a turn), and what they append is written at once: the
+// fsync waits for it.
+func (c *core) batchWaits(syncNow bool) bool {
+	return c.policy.acknowledgeOnSync() && (c.syncInFlight || syncNow && !c.resync) &&
+		int64(c.appended-c.taken) < c.policy.pipelineMin
+}
+
+// kickWanted reports whether an append gives the writer something to do,
+// so it is worth waking: not while new records wait for an fsync
+// (batchWaits). The writer looks again when the fsync reports back.
+func (c *core) kickWanted() bool {
+	return !c.batchesWait || int64(c.appended-c.taken) >= c.policy.pipelineMin
 }
 
 func (c *core) startOut() {
@@ -554,15 +639,18 @@ func (c *core) publish() bool {
 }
 
 // retire trims and closes the segments before the one being written once
-// no fsync needs them: after the fsync that covers them, or at once with
-// -F (fsynced first, as beanstalkd does).
+// no fsync needs them: after an fsync that covers them has finished, or at
+// once with -F (fsynced first, as beanstalkd does), but never while the
+// fsync in flight uses the file. Nothing writes to them again: appends
+// went on to a later segment, and only a dirty segment has copies to
+// write again.
 func (c *core) retire() {
 	if len(c.open) == 0 || c.open[0].seq >= c.writing {
 		return // the usual case: only the current segment and the spare
 	}
 	keep := c.open[:0]
 	for _, s := range c.open {
-		if s.seq >= c.writing || s.dirty && !c.policy.noSync {
+		if s.seq >= c.writing || s.syncing || s.dirty && !c.policy.noSync {
 			keep = append(keep, s)
 			continue
 		}
@@ -593,7 +681,8 @@ func (c *core) makeSpare(now time.Duration) {
 
 // writeBatch hands out what is left of the batch being written, once a
 // failed write's backoff has passed (or Close's grace, whichever comes
-// first). Nothing else is written or fsynced meanwhile.
+// first). Nothing else is written meanwhile; what is already written may
+// still be fsynced.
 func (c *core) writeBatch(now time.Duration) bool {
 	if c.head == len(c.writes) {
 		return false
@@ -610,21 +699,27 @@ func (c *core) writeBatch(now time.Duration) bool {
 	return true
 }
 
-// takeBatch hands out everything pending as the next batch. When a
-// publish has just released callbacks, it asks for a turn instead: they
-// run first, so the commits they release can join the batch (group
-// commit). A segment's header is rewritten with the highest id issued so
-// far when the writer first writes to it: it may have been preallocated
-// long before.
-func (c *core) takeBatch(released bool) bool {
+// turn: when a publish has just released callbacks, the writer runs them
+// before it takes the next batch, so the commits they release can join it
+// (group commit). With -f 0 it turns even with nothing pending: the next
+// fsync waits for what the callbacks append (holdSync).
+func (c *core) turn(released bool) bool {
+	if !released || len(c.pending) == 0 && !c.policy.acknowledgeOnSync() {
+		return false
+	}
+	c.emit(action{kind: actTurn})
+	return true
+}
+
+// takeBatch hands out everything pending as the next batch. A segment's
+// header is rewritten with the highest id issued so far when the writer
+// first writes to it: it may have been preallocated long before.
+func (c *core) takeBatch() bool {
 	if len(c.pending) == 0 {
 		return false
 	}
-	if released {
-		c.emit(action{kind: actTurn})
-		return true
-	}
 	c.batch, c.pending = c.pending, c.batch
+	c.taken = c.appended
 	c.compacted = false
 	// Room for a header per chunk, so the ids appended below never move.
 	c.headers = slices.Grow(c.headers[:0], 8*len(c.batch))
@@ -646,23 +741,49 @@ func (c *core) emitWrites() {
 	c.emit(action{kind: actWrite, writes: c.writes[c.head:], keep: !c.policy.noSync})
 }
 
-// sync hands out an fsync of every segment written since the last one
-// that worked, when the policy wants it (every commit with -f 0, after
+// syncNow reports whether an fsync may go now (after the rewrite a failed
+// one requires, if any): none is in flight, something written is not yet
+// fsynced, and the policy wants it (every commit with -f 0, after
 // SyncEvery otherwise, never with -F), or compaction or Close waits for
 // it. A failed fsync is tried again on its backoff timer, not on every
-// append.
-func (c *core) sync(now time.Duration) bool {
-	if c.synced >= c.written || !c.syncWanted(now) {
+// append; but once everything is written, Close tries once more without
+// waiting for it (under -f 0 what fails was never acknowledged).
+func (c *core) syncNow(now time.Duration) bool {
+	if c.syncInFlight || c.synced >= c.written || !c.syncWanted(now) {
 		return false
 	}
-	if !c.syncRetry.due(now) {
-		if !c.closing { // Close tries once more at the end anyway (finish)
-			c.wake(c.syncRetry.next)
-		}
+	if c.syncRetry.due(now) {
+		return true
+	}
+	if !c.closing {
+		c.wake(c.syncRetry.next)
 		return false
 	}
-	c.emitSync()
+	if c.finalSync || c.head < len(c.writes) || len(c.pending) > 0 {
+		return false
+	}
+	c.finalSync = true
+	c.syncRetry.next = now
 	return true
+}
+
+// holdSync: with -f 0 an fsync waits while the step handed out at out[at]
+// is a turn that runs the callbacks a publish released, or the batch the
+// turn found, so the commits they append join it (group commit). It waits
+// microseconds, once per fsync: under -f 0 only an fsync releases
+// anything. Under -f MS every write publishes, and the fsync does not
+// wait.
+func (c *core) holdSync(turned bool, at int) bool {
+	if !c.policy.acknowledgeOnSync() || c.closing || len(c.out) <= at {
+		return false
+	}
+	switch c.out[len(c.out)-1].kind {
+	case actTurn:
+		return true
+	case actWrite:
+		return turned
+	}
+	return false
 }
 
 func (c *core) syncWanted(now time.Duration) bool {
@@ -685,30 +806,32 @@ func (c *core) syncWanted(now time.Duration) bool {
 	return true
 }
 
-func (c *core) emitSync() {
+// handOutSync marks the fsync in flight: it covers what is written now,
+// in every dirty segment.
+func (c *core) handOutSync() action {
 	segs := c.syncSegs[:0]
 	for _, s := range c.open {
 		if s.dirty {
+			s.dirty, s.syncing = false, true
 			segs = append(segs, s.seq)
 		}
 	}
 	c.syncSegs = segs
-	c.syncing = c.written
-	c.emit(action{kind: actSync, segs: segs, sync: c.resync})
+	c.syncInFlight = true
+	c.batchesWait = c.policy.acknowledgeOnSync()
+	c.syncing, c.syncingBytes = c.written, c.unsyncedBytes
+	return action{kind: actSync, segs: segs}
 }
 
-// finish ends Close once everything is written and sync has had its
-// turn: if that fsync failed, one more try without waiting for its
-// backoff (under -f 0 what fails was never acknowledged), then the result.
-func (c *core) finish() bool {
-	dirty := c.synced < c.written
-	if dirty && !c.finalSync {
-		c.finalSync = true
-		c.emitSync()
-		return true
+// finish ends Close once everything is written and no fsync is in flight
+// or about to be (syncNow): the result, with the last fsync's failure if
+// even Close's extra try failed.
+func (c *core) finish(syncNow bool) bool {
+	if c.syncInFlight || syncNow {
+		return false // its outcome first: no fsync may outlive the files
 	}
 	err := c.closeErr
-	if dirty {
+	if c.synced < c.written {
 		err = errors.Join(err, fmt.Errorf("wal: closed without a final fsync: %w", c.syncErr))
 	}
 	c.emit(action{kind: actClosed, err: err})
@@ -751,8 +874,8 @@ func (c *core) compact(now time.Duration, s *segState) bool {
 		return false
 	}
 	if s.liveCount == 0 {
-		if c.synced < c.removeAfter {
-			return false // sync wants it once the moves are written
+		if c.synced < c.removeAfter || s.syncing {
+			return false // syncWanted asks for an fsync once the moves are written
 		}
 		if !c.removeRetry.due(now) {
 			c.wake(c.removeRetry.next)

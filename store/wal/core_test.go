@@ -20,8 +20,10 @@ const (
 	delSize  = frameHeader + 9
 )
 
+// testPolicy is -f 0; under it, while an fsync runs, a batch of three
+// records is written ahead and one of two waits.
 func testPolicy() policy {
-	return policy{segmentSize: coreSeg, closeGrace: 10 * time.Second, maxUnsynced: 1 << 20}
+	return policy{segmentSize: coreSeg, closeGrace: 10 * time.Second, maxUnsynced: 1 << 20, pipelineMin: 250}
 }
 
 var errIO = syscall.EIO
@@ -106,11 +108,9 @@ func (h *harness) describe(a action) string {
 		}
 		return strings.Join(ws, ", ")
 	case actSync:
-		s := fmt.Sprint("sync ", a.segs)
-		if a.sync {
-			s = "rewrite, " + s
-		}
-		return s
+		return fmt.Sprint("sync ", a.segs)
+	case actRewrite:
+		return "rewrite"
 	case actMigrate:
 		if len(a.ids) > 4 {
 			return fmt.Sprintf("migrate %d [%d..%d] (%d)", a.seq, a.ids[0], a.ids[len(a.ids)-1], len(a.ids))
@@ -201,7 +201,8 @@ func (h *harness) synced()             { h.c.syncDone(h.now, 0, nil) }
 func (h *harness) syncFailed(seq uint32) {
 	h.c.syncDone(h.now, seq, errIO)
 }
-func (h *harness) timer() { h.c.timerFired(h.now) }
+func (h *harness) rewrote() { h.c.rewriteDone(h.now, 0, nil) }
+func (h *harness) timer()   { h.c.timerFired(h.now) }
 
 // release runs the callbacks the last publish released.
 func (h *harness) release() {
@@ -218,6 +219,16 @@ func (h *harness) wait(lsn uint64, done *bool) {
 	if h.c.onDurable(lsn, func() { *done = true }) {
 		h.t.Fatalf("LSN %d durable before anything was written", lsn)
 	}
+}
+
+// firstSyncing puts job 1, waited on by done, writes it and leaves its
+// fsync (-f 0) in flight.
+func (h *harness) firstSyncing(done *bool) {
+	h.t.Helper()
+	h.wait(h.put(1), done)
+	h.expect("header 1 id=1, write 1@24+100")
+	h.wrote()
+	h.expect("observe 100B 1rec", "sync [1]")
 }
 
 // ready is the first turn of a fresh log with its spare made: nothing to do.
@@ -286,37 +297,45 @@ func TestCoreSyncPolicy(t *testing.T) {
 }
 
 // TestCoreGroupCommit: every commit waiting on one fsync is released by
-// one publish; what is appended meanwhile goes in the next batch, taken
-// once the released callbacks have run, so what they append joins it.
+// one publish. A few records appended while it runs wait for it, without
+// waking the writer; then they go in the next batch, once the released
+// callbacks have run, so what they append joins it, and the next fsync
+// waits for that batch.
 func TestCoreGroupCommit(t *testing.T) {
 	h := newHarness(t, testPolicy(), nil).withSpare()
-	var done [5]bool
+	var done [6]bool
 	for i := range 3 {
 		h.wait(h.put(uint64(i+1)), &done[i])
 	}
 	h.expect("header 1 id=3, write 1@24+300")
 	h.wait(h.put(4), &done[3]) // while the batch is written
 	h.wrote()
-	h.expect("observe 300B 3rec", "sync [1]")
+	h.expect("observe 300B 3rec", "sync [1]") // the fourth waits for it
+	h.wait(h.put(5), &done[4])                // while the fsync runs
+	if h.c.kickWanted() {
+		t.Error("an append wakes the writer for records that wait for the fsync")
+	}
+	h.expect()
 	h.synced()
-	h.expect("publish 300 +3", "turn") // the fourth waits for the callbacks
+	h.expect("publish 300 +3", "turn")
 	h.release()
-	if done != [5]bool{true, true, true} {
+	if done != [6]bool{true, true, true} {
 		t.Fatalf("released %v, want the first three", done)
 	}
 	if !h.c.onDurable(300, func() {}) {
 		t.Error("onDurable of a published LSN should run at once")
 	}
-	h.wait(h.put(5), &done[4]) // as a released client would
-	h.expect("write 1@324+200")
+	h.wait(h.put(6), &done[5]) // as a released client would
+	h.expect("write 1@324+300")
 	h.wrote()
-	h.expect("observe 200B 2rec", "sync [1]")
+	h.expect("observe 300B 3rec", "sync [1]")
 	h.synced()
-	h.expect("publish 500 +2")
+	h.expect("publish 600 +3", "turn")
 	h.release()
-	if !done[3] || !done[4] {
-		t.Error("the last two commits were not released")
+	if done != [6]bool{true, true, true, true, true, true} {
+		t.Errorf("released %v, want all", done)
 	}
+	h.expect() // the turn found nothing to write, and nothing to fsync
 }
 
 // TestCoreRotation: a segment full up goes on in the spare, whose header
@@ -409,6 +428,35 @@ func TestCoreWriteRetried(t *testing.T) {
 	h.expect("report write-failed 1", "timer +10ms")
 }
 
+// TestCoreSyncBesideWriteRetry: a batch that waits for its write's retry
+// does not hold back the fsync of what was written before it.
+func TestCoreSyncBesideWriteRetry(t *testing.T) {
+	h := newHarness(t, testPolicy(), nil).withSpare()
+	var first, second bool
+	h.firstSyncing(&first)
+	h.wait(h.put(2), &second)
+	h.put(3)
+	h.put(4)
+	h.expect("write 1@124+300") // written ahead, while the fsync runs
+	h.wrote()
+	h.expect("observe 300B 3rec")
+	for id := range uint64(3) {
+		h.put(id + 5)
+	}
+	h.expect("write 1@424+300")
+	h.writeFailed(0)
+	h.expect("report write-failed 1", "timer +10ms")
+	h.synced()
+	h.expect("publish 100 +1", "sync [1]") // the three written ahead
+	h.release()
+	h.synced()
+	h.expect("publish 400 +1")
+	h.release()
+	if !first || !second {
+		t.Fatalf("released %v %v; want both", first, second)
+	}
+}
+
 // TestCoreSyncRetried: a failed fsync is retried on its backoff timer,
 // not on every append, after writing again everything since the last good
 // fsync; nothing waiting on it is acknowledged meanwhile, and new records
@@ -416,10 +464,7 @@ func TestCoreWriteRetried(t *testing.T) {
 func TestCoreSyncRetried(t *testing.T) {
 	h := newHarness(t, testPolicy(), nil).withSpare()
 	var first, second bool
-	h.wait(h.put(1), &first)
-	h.expect("header 1 id=1, write 1@24+100")
-	h.wrote()
-	h.expect("observe 100B 1rec", "sync [1]")
+	h.firstSyncing(&first)
 	h.syncFailed(1)
 	h.expect("report sync-failed 1", "timer +10ms")
 	h.at(time.Millisecond)
@@ -429,17 +474,26 @@ func TestCoreSyncRetried(t *testing.T) {
 	h.expect("observe 100B 1rec") // no fsync before the timer
 	h.at(10 * time.Millisecond)
 	h.timer()
-	h.expect("rewrite, sync [1]")
+	h.expect("rewrite")
+	h.rewrote()
+	h.expect("sync [1]")
 	h.syncFailed(1)
 	h.expect("report sync-failed 1", "timer +20ms")
 	h.at(30 * time.Millisecond)
 	h.timer()
-	h.expect("rewrite, sync [1]")
+	h.expect("rewrite")
+	h.c.rewriteDone(h.now, 1, errIO) // writing again fails too: the same backoff
+	h.expect("report sync-failed 1", "timer +40ms")
+	h.at(70 * time.Millisecond)
+	h.timer()
+	h.expect("rewrite")
+	h.rewrote()
+	h.expect("sync [1]")
 	if first || second {
 		t.Fatal("acknowledged before an fsync worked")
 	}
 	h.synced()
-	h.expect("publish 200 +2")
+	h.expect("publish 200 +2", "turn")
 	h.release()
 	if !first || !second {
 		t.Fatal("not acknowledged once the fsync worked")
@@ -482,7 +536,9 @@ func TestCoreBacklog(t *testing.T) {
 	h.expect("observe 17B 1rec", "publish 317") // said once
 	h.at(2*time.Hour + 10*time.Millisecond)
 	h.timer()
-	h.expect("rewrite, sync [1]")
+	h.expect("rewrite")
+	h.rewrote()
+	h.expect("sync [1]")
 	h.synced()
 	h.expect()
 	if err := h.tryPut(4); err != nil {
@@ -499,7 +555,7 @@ func TestCoreDiskFull(t *testing.T) {
 	h.expect("spare 2", "header 1 id=1, write 1@24+100")
 	h.c.spareDone(h.now, 2, syscall.ENOSPC)
 	h.wrote()
-	h.expect("report disk-full", "observe 100B 1rec", "timer +250ms", "sync [1]")
+	h.expect("report disk-full", "observe 100B 1rec", "sync [1]", "timer +250ms")
 	h.synced()
 	h.expect("publish 100")
 	if err := h.tryPut(2); !errors.Is(err, ErrNoSpace) {
@@ -564,7 +620,9 @@ func TestCoreCloses(t *testing.T) {
 				return
 			}
 			h.syncFailed(1)
-			h.expect("report sync-failed 1", "rewrite, sync [1]") // at once: the last try
+			h.expect("report sync-failed 1", "rewrite") // at once: the last try
+			h.rewrote()
+			h.expect("sync [1]")
 			h.syncFailed(1)
 			h.expect("report sync-failed 1", tc.closed)
 		})
@@ -649,21 +707,34 @@ func TestCoreCompactionRule(t *testing.T) {
 // TestCoreCompaction: the oldest segment's live jobs are moved in batches
 // of migrateBatch, alternating with the batches appended meanwhile; once
 // the moves are durable the segment is removed, with an fsync asked for
-// if the policy would not make one yet (or ever, with -F).
+// if the policy would not make one yet (or ever, with -F). An fsync that
+// was already running when the last moves were written does not count:
+// another follows it.
 func TestCoreCompaction(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		policy func(p *policy)
-		first  []string // after the first batch of moves is written, but with -f 0
-		sync   []string // after the last is
+		name    string
+		policy  func(p *policy)
+		start   time.Duration
+		first   []string // after the first batch of moves is written
+		sync    []string // after the last is
+		between []string // after an fsync already running when it was
 	}{
-		{"-f 0", func(p *policy) {}, nil, []string{"observe 3000B 30rec", "sync [3]"}},
-		{"-f 1h", func(p *policy) { p.syncEvery = time.Hour },
+		// The second batch of moves is taken while the first's fsync
+		// runs; its own fsync waits for that one.
+		{"-f 0", func(p *policy) {}, 0,
+			[]string{"observe 25700B 257rec", "sync [3]", "migrate 1 [257..286] (30)"},
+			[]string{"observe 3000B 30rec"},
+			[]string{"publish 25700", "sync [3]"}},
+		{"-f 1h", func(p *policy) { p.syncEvery = time.Hour }, 0,
 			[]string{"observe 25700B 257rec", "publish 25700", "timer +1h0m0s", "migrate 1 [257..286] (30)"},
-			[]string{"observe 3000B 30rec", "publish 28700", "sync [3]"}},
-		{"-F", func(p *policy) { p.noSync = true },
+			[]string{"observe 3000B 30rec", "publish 28700", "sync [3]"}, nil},
+		{"-f 1h, due while the moves go on", func(p *policy) { p.syncEvery = time.Hour }, 2 * time.Hour,
+			[]string{"observe 25700B 257rec", "publish 25700", "sync [3]", "migrate 1 [257..286] (30)"},
+			[]string{"observe 3000B 30rec", "publish 28700"},
+			[]string{"sync [3]"}},
+		{"-F", func(p *policy) { p.noSync = true }, 0,
 			[]string{"observe 25700B 257rec", "publish 25700", "migrate 1 [257..286] (30)"},
-			[]string{"observe 3000B 30rec", "publish 28700", "sync [3]"}},
+			[]string{"observe 3000B 30rec", "publish 28700", "sync [3]"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPolicy()
@@ -674,6 +745,7 @@ func TestCoreCompaction(t *testing.T) {
 				live[i] = 3
 			}
 			h := newHarness(t, p, recoverJobs([]int64{1 << 20, 5 << 20}, [][]uint32{live, nil}))
+			h.at(tc.start)
 			h.expect("spare 4", "migrate 1 [1..256] (256)")
 			h.c.spareDone(h.now, 4, nil)
 			h.put(1000) // a client's put, while the Migrator runs
@@ -682,20 +754,18 @@ func TestCoreCompaction(t *testing.T) {
 			}
 			h.expect("header 3 id=1000, write 3@24+25700")
 			h.wrote()
-			if p.acknowledgeOnSync() {
-				h.expect("observe 25700B 257rec", "sync [3]")
-				h.synced()
-				h.expect("publish 25700", "migrate 1 [257..286] (30)")
-			} else {
-				h.expect(tc.first...)
-			}
+			h.expect(tc.first...)
 			for id := range uint64(30) {
 				h.move(migrateBatch + id + 1)
 			}
-			h.at(time.Second)
+			h.at(tc.start + time.Second)
 			h.expect("write 3@25724+3000")
 			h.wrote()
 			h.expect(tc.sync...)
+			if tc.between != nil {
+				h.synced()
+				h.expect(tc.between...)
+			}
 			h.synced()
 			want := []string{"remove 1"}
 			if p.acknowledgeOnSync() {
@@ -731,7 +801,9 @@ func TestCoreCompactionWaitsForFsync(t *testing.T) {
 	}
 	h.at(10 * time.Millisecond)
 	h.timer()
-	h.expect("rewrite, sync [3]")
+	h.expect("rewrite")
+	h.rewrote()
+	h.expect("sync [3]")
 	h.synced()
 	h.expect("publish 100", "remove 1")
 }
@@ -792,6 +864,270 @@ func TestCoreRemoveRetried(t *testing.T) {
 	h.expect("remove 2")
 }
 
+// TestCoreWritesWhileSyncing: with -f MS a batch is written, and
+// acknowledged, while an fsync runs; a second fsync is not handed out
+// while one is in flight, however late it gets; what the first covered is
+// what was written when it was handed out, and what was written meanwhile
+// goes in the next.
+func TestCoreWritesWhileSyncing(t *testing.T) {
+	p := testPolicy()
+	p.syncEvery = 50 * time.Millisecond
+	h := newHarness(t, p, nil).withSpare()
+	h.at(50 * time.Millisecond)
+	h.put(1)
+	h.expect("header 1 id=1, write 1@24+100")
+	h.wrote()
+	h.expect("observe 100B 1rec", "publish 100", "sync [1]")
+	var done bool
+	h.wait(h.put(2), &done)
+	h.expect("write 1@124+100") // while the fsync runs
+	h.wrote()
+	h.expect("observe 100B 1rec", "publish 200 +1")
+	h.release()
+	if !done {
+		t.Fatal("a commit written while an fsync ran was not acknowledged")
+	}
+	h.at(200 * time.Millisecond)
+	h.expect() // due again long since, but one is in flight
+	h.synced()
+	if h.c.synced != 100 {
+		t.Fatalf("synced %d, want 100: what was written when the fsync was handed out", h.c.synced)
+	}
+	h.expect("timer +50ms")
+	h.at(250 * time.Millisecond)
+	h.timer()
+	h.expect("sync [1]") // the write made while the first ran
+	h.synced()
+	h.expect()
+	if h.c.synced != 200 {
+		t.Fatalf("synced %d, want 200", h.c.synced)
+	}
+}
+
+// TestCorePipelinedSync: with -f 0, a batch of pipelineMin bytes or more
+// is written while the last one's fsync runs, and its fsync goes the
+// moment that one ends; fewer bytes wait for it, and do not wake the
+// writer. Each publish acknowledges only what a finished fsync covered.
+func TestCorePipelinedSync(t *testing.T) {
+	h := newHarness(t, testPolicy(), nil).withSpare()
+	var first, second, third bool
+	h.firstSyncing(&first)
+	h.wait(h.put(2), &second)
+	if h.c.kickWanted() {
+		t.Error("an append of 100 bytes wakes the writer while an fsync runs")
+	}
+	h.expect()
+	h.put(3)
+	h.wait(h.put(4), &third)
+	if !h.c.kickWanted() {
+		t.Error("300 bytes appended do not wake the writer")
+	}
+	h.expect("write 1@124+300")
+	h.wrote()
+	h.expect("observe 300B 3rec")
+	if h.c.published != 0 || first {
+		t.Fatalf("published %d before any fsync finished", h.c.published)
+	}
+	h.synced()
+	h.expect("publish 100 +1", "turn")
+	h.release()
+	h.expect("sync [1]") // nothing pending after the turn: it goes at once
+	if !first || second || third {
+		t.Fatalf("released %v %v %v; want only the first, which the fsync covered", first, second, third)
+	}
+	h.synced()
+	h.expect("publish 400 +2", "turn")
+	h.release()
+	if !second || !third {
+		t.Fatal("the commits written during the first fsync were not released by the second")
+	}
+}
+
+// TestCoreSyncFailsWhileWriting: an fsync fails while writes go on. Those
+// writes count as unsynced (Linux may drop them too), against the backlog
+// bound; the retry writes everything since the last good fsync again
+// first; an fsync that works then releases what it covered, and only that
+// leaves the backlog.
+func TestCoreSyncFailsWhileWriting(t *testing.T) {
+	p := testPolicy()
+	p.maxUnsynced = 350
+	p.pipelineMin = 1 // every batch is written while an fsync runs
+	h := newHarness(t, p, nil).withSpare()
+	var first, second bool
+	h.firstSyncing(&first)
+	h.wait(h.put(2), &second)
+	h.expect("write 1@124+100") // while the fsync runs
+	h.wrote()
+	h.expect("observe 100B 1rec")
+	h.syncFailed(1)
+	h.expect("report sync-failed 1", "timer +10ms")
+	h.put(3)
+	h.expect("write 1@224+100") // writes go on while the retry waits
+	h.wrote()
+	h.expect("observe 100B 1rec")
+	h.put(4)
+	h.expect("write 1@324+100")
+	h.wrote() // 408 bytes since the last good fsync
+	h.expect("report backlog 408B", "observe 100B 1rec")
+	if err := h.tryPut(5); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("put past the backlog: %v, want ErrNoSpace", err)
+	}
+	h.at(10 * time.Millisecond)
+	h.timer()
+	h.expect("rewrite") // before any fsync counts
+	h.rewrote()
+	h.expect("sync [1]")
+	h.del(3)
+	h.expect("write 1@424+17") // during the retry
+	h.wrote()
+	h.expect("observe 17B 1rec")
+	if first || second {
+		t.Fatal("acknowledged before an fsync worked")
+	}
+	h.synced()
+	h.expect("publish 400 +2", "turn")
+	h.release()
+	if !first || !second {
+		t.Fatal("not acknowledged once an fsync covered them")
+	}
+	if h.c.unsyncedBytes != 17 || h.c.backlog {
+		t.Fatalf("%d bytes unsynced (backlog %v); want the delete's 17, under the bound", h.c.unsyncedBytes, h.c.backlog)
+	}
+	h.expect("sync [1]") // the delete; no rewrite after one that worked
+	h.synced()
+	h.expect("publish 417")
+	if err := h.tryPut(5); err != nil {
+		t.Fatalf("put once an fsync worked: %v", err)
+	}
+}
+
+// TestCoreRetireWaitsForSync: a segment the writer has moved on from is
+// trimmed and closed only once an fsync that covers it has finished: not
+// while one that syncs it runs, nor when that one ends if the segment was
+// written to meanwhile.
+func TestCoreRetireWaitsForSync(t *testing.T) {
+	start := func(t *testing.T, puts int) *harness {
+		p := testPolicy()
+		p.syncEvery = time.Hour
+		h := newHarness(t, p, nil).withSpare()
+		h.at(2 * time.Hour)
+		for id := range uint64(puts) {
+			h.put(id + 1)
+		}
+		h.expect(fmt.Sprintf("header 1 id=%d, write 1@24+%d", puts, 100*puts))
+		h.wrote()
+		h.expect(fmt.Sprintf("observe %dB %drec", 100*puts, puts), fmt.Sprintf("publish %d", 100*puts), "sync [1]")
+		return h
+	}
+	t.Run("full before the fsync", func(t *testing.T) {
+		h := start(t, 9)
+		h.put(10) // goes on in segment 2
+		h.expect("spare 3", "header 2 id=10, write 2@24+100")
+		h.c.spareDone(h.now, 3, nil)
+		h.wrote()
+		h.expect("observe 100B 1rec", "publish 1000") // segment 1 is syncing
+		h.synced()
+		h.expect("retire 1 at 924", "timer +1h0m0s")
+	})
+	t.Run("written while it runs", func(t *testing.T) {
+		h := start(t, 5)
+		for id := range uint64(5) {
+			h.put(id + 6) // four fill segment 1, the fifth goes on in 2
+		}
+		h.expect("spare 3", "write 1@524+400, header 2 id=10, write 2@24+100")
+		h.c.spareDone(h.now, 3, nil)
+		h.wrote()
+		h.expect("observe 500B 5rec", "publish 1000")
+		h.synced()
+		h.expect("timer +1h0m0s") // not covered by the fsync that ended
+		h.at(3 * time.Hour)
+		h.timer()
+		h.expect("sync [1 2]")
+		h.synced()
+		h.expect("retire 1 at 924")
+	})
+}
+
+// TestCoreRetireWaitsForSyncNoSync: with -F a segment is retired as soon
+// as appends move on, fsynced first, but not while the fsync compaction
+// asked for uses it.
+func TestCoreRetireWaitsForSyncNoSync(t *testing.T) {
+	p := testPolicy()
+	p.noSync = true
+	h := newHarness(t, p, recoverJobs([]int64{coreSeg, coreSeg}, [][]uint32{{100}, nil}))
+	h.expect("spare 4", "migrate 1 [1]")
+	h.c.spareDone(h.now, 4, nil)
+	h.move(1)
+	h.expect("header 3 id=1, write 3@24+100")
+	h.wrote()
+	h.expect("observe 100B 1rec", "publish 100", "sync [3]") // for the removal
+	for id := range uint64(9) {
+		h.put(id + 2) // eight fill segment 3, the ninth goes on in 4
+	}
+	h.expect("spare 5", "write 3@124+800, header 4 id=10, write 4@24+100")
+	h.c.spareDone(h.now, 5, nil)
+	h.wrote()
+	h.expect("observe 900B 9rec", "publish 1000") // not retired: syncing
+	h.synced()
+	h.expect("retire 3 at 924 fsynced", "remove 1")
+}
+
+// TestCoreCloseWhileSyncing: Close writes what is pending while an fsync
+// runs, waits for it, fsyncs the rest and only then says it is done, so
+// no fsync outlives the files. If the fsync in flight fails, Close
+// writes everything again and tries once more at once; if writes keep
+// failing past its grace, it gives them up, but still waits for the fsync.
+func TestCoreCloseWhileSyncing(t *testing.T) {
+	start := func(t *testing.T, p policy) *harness {
+		p.syncEvery = time.Hour
+		h := newHarness(t, p, nil).withSpare()
+		h.at(2 * time.Hour)
+		h.put(1)
+		h.expect("header 1 id=1, write 1@24+100")
+		h.wrote()
+		h.expect("observe 100B 1rec", "publish 100", "sync [1]")
+		h.put(2)
+		h.c.closeRequested(h.now)
+		h.expect("write 1@124+100")
+		return h
+	}
+	t.Run("the fsync works", func(t *testing.T) {
+		h := start(t, testPolicy())
+		h.wrote()
+		h.expect("observe 100B 1rec", "publish 200") // no closed: an fsync runs
+		h.expect()
+		h.synced()
+		h.expect("sync [1]")
+		h.synced()
+		h.expect("closed")
+	})
+	t.Run("the fsync fails", func(t *testing.T) {
+		h := start(t, testPolicy())
+		h.wrote()
+		h.expect("observe 100B 1rec", "publish 200")
+		h.syncFailed(1)
+		h.expect("report sync-failed 1", "rewrite") // at once: Close's last try
+		h.rewrote()
+		h.expect("sync [1]")
+		h.syncFailed(1)
+		h.expect("report sync-failed 1", "closed: wal: closed without a final fsync: input/output error")
+	})
+	t.Run("writes fail past the grace", func(t *testing.T) {
+		p := testPolicy()
+		p.closeGrace = 10 * time.Millisecond
+		h := start(t, p)
+		h.writeFailed(0)
+		h.expect("report write-failed 1", "timer +10ms")
+		h.at(2*time.Hour + 10*time.Millisecond)
+		h.timer()
+		h.expect("write 1@124+100")
+		h.writeFailed(0)
+		h.expect("report gave-up 1") // no closed: an fsync runs
+		h.synced()
+		h.expect("closed: wal: closed with records the disk would not take")
+	})
+}
+
 // TestCoreAllocs: a turn of the writer, from appends to their publish,
 // allocates nothing once its buffers have grown (ids a segment keeps for
 // compaction grow now and then, which AllocsPerRun averages away).
@@ -818,9 +1154,10 @@ func TestCoreAllocs(t *testing.T) {
 		h.c.writeDone(h.now, n, nil)
 		h.c.ready(h.now)
 		h.synced()
-		if acts := h.c.ready(h.now); len(acts) != 1 || len(acts[0].due) != 100 {
+		if acts := h.c.ready(h.now); len(acts) != 2 || len(acts[0].due) != 100 || acts[1].kind != actTurn {
 			t.Fatalf("%d actions after the fsync", len(acts))
 		}
+		h.c.ready(h.now) // the turn
 	}
 	turn()
 	if n := testing.AllocsPerRun(100, turn); n > 0 {

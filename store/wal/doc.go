@@ -6,9 +6,11 @@
 // The store appends a Record for each change a restart must see (Append),
 // from any goroutine and under the job's tube lock, and gets back the
 // change's log position (LSN). Appending only encodes the record into an
-// in-memory batch. One writer goroutine takes whole batches, writes them to
-// the current segment and, per the sync policy (Options.SyncEvery, NoSync),
-// fsyncs; then it publishes the new durable position and runs the OnDurable
+// in-memory batch. One writer goroutine takes whole batches and writes
+// them to the current segment; per the sync policy (Options.SyncEvery,
+// NoSync) it hands an fsync of what it has written to a goroutine of its
+// own and goes on writing while it runs. It publishes the new durable
+// position (written, or with -f 0 fsynced) and runs the OnDurable
 // callbacks, so every commit that waited on one fsync is released together
 // (group commit) and no caller ever waits on the disk.
 //
@@ -26,42 +28,99 @@
 // events one by one and compare the exact actions; none of them sleeps.
 //
 // The shell (log.go, writer.go) is the Log the store sees: files, the
-// writer goroutine, one timer, the spare-making goroutine, the OnDurable
-// callbacks and the log lines. It does what the actions say and reports
-// each outcome back as an event. Log.mu guards the core: Append and
-// OnDurable step it from any goroutine, the writer goroutine between its
-// I/O. Stepping the core is cheap, and nothing slow happens under mu.
+// writer goroutine, one timer, the spare-making goroutine, the fsync
+// goroutine, the OnDurable callbacks and the log lines. It does what the
+// actions say and reports each outcome back as an event. Log.mu guards the
+// core: Append and OnDurable step it from any goroutine, the writer
+// goroutine between its I/O. Stepping the core is cheap, and nothing slow
+// happens under mu.
 //
 // Events (core methods): start (Start made this run's first segment);
 // append and onDurable (a record appended, a callback to hold);
 // closeRequested; timerFired; writeDone (bytes written, up to the first
-// write that failed); syncDone; removeDone; spareDone (the spare segment
-// made, or not: the disk is full). Close's grace running out is no event
-// of its own: like a retry's backoff, it is a deadline the core arms the
-// timer for.
+// write that failed); rewriteDone (what a failed fsync left in doubt was
+// written again, or not); syncDone (the fsync in flight worked, or not);
+// removeDone; spareDone (the spare segment made, or not: the disk is
+// full). Close's grace running out is no event of its own: like a retry's
+// backoff, it is a deadline the core arms the timer for.
 //
 // Actions (ready's result, in the order to carry them out): report (a line
 // for the operator: each failed write or fsync, one per backoff at most; a
 // change of state, such as a full disk, once) and the Observer's figures;
 // publish a durable LSN with the callbacks it releases; retire (trim and
-// close) segments no fsync needs any more; make a spare segment (on its
-// own goroutine: its outcome comes back later); arm the timer; then at
-// most one step of the writer's own, whose outcome the shell reports
-// before asking again: write these extents (a new segment's header, then
-// batches of records, stopping at the first failure), or fsync these
-// segments (after writing again what Linux may have dropped), or migrate
-// these ids out of a segment, or remove a segment, or turn (ask again once
-// the callbacks just released have run, so the commits they release join
-// the next batch), or report the result of Close.
+// close) segments no write or fsync needs any more; make a spare segment;
+// fsync these segments (each of those two on a goroutine of its own: its
+// outcome comes back later, as an event); arm the timer; then at most one
+// step of the writer's own, whose outcome the shell reports before asking
+// again: write these extents (a new segment's header, then batches of
+// records, stopping at the first failure), or write again every copy kept
+// since the last good fsync, or migrate these ids out of a segment, or
+// remove a segment, or turn (ask again once the callbacks just released
+// have run, so the commits they release join the next batch), or report
+// the result of Close.
 //
 // The core chooses that step by a fixed priority, so one look at ready
 // says what the writer does next: finish (or retry) the batch being
-// written; fsync when the policy, compaction or Close wants it; while
-// closing, write what is left, fsync and stop; otherwise take one
-// compaction step, alternating with writing new batches so neither
-// starves the other. What is acknowledged is decided in one place,
-// publish: a second source of durability (a majority's commit, in a
-// cluster) would be one more event and one more term there.
+// written; write again what a failed fsync left in doubt, when the next
+// fsync may go; while closing, write what is left, wait for the fsync and
+// stop; otherwise take one compaction step, alternating with writing new
+// batches so neither starves the other. An fsync is handed out beside that
+// step when the policy, compaction or Close wants one and none is in
+// flight. What is acknowledged is decided in one place, publish: a second
+// source of durability (a majority's commit, in a cluster) would be one
+// more event and one more term there.
+//
+// # Writing while an fsync runs
+//
+// An fdatasync takes from half a millisecond to tens of them. The writer
+// does not wait for it: under -f MS, where a commit is acknowledged once
+// written, commits never queue behind an fsync, and under -f 0 a large
+// batch N+1 (pipelineMin, 64 KiB, or more: a bulk delete, compaction's
+// moves) is written while batch N's fsync runs, so that N+1's fsync starts
+// the moment N's ends (pipelined group commit). pwrite and fdatasync on
+// one descriptor from two threads are safe on Linux; what the core
+// guarantees besides is this.
+//
+//   - At most one fsync is in flight. It covers the LSN written when it was
+//     handed out, and the segments written since the fsync that last
+//     covered them (marked syncing). A write made while it runs may or may
+//     not reach the disk with it, so it counts for nothing: its segment
+//     stays dirty, for the next fsync. Under -f 0, publish acknowledges
+//     only what a finished fsync covers.
+//   - No file is trimmed, closed or removed while the fsync uses it:
+//     retiring skips a segment that is syncing, and so does compaction's
+//     removal (which waits anyway until an fsync that covers the moves has
+//     finished). Every write, trim, close and removal is still the writer
+//     goroutine's, one at a time; a segment is retired once an fsync that
+//     covers it has finished and the writer has moved on from it, so
+//     neither a write nor an fsync needs it again.
+//   - A failed fsync proves nothing about what was written before it
+//     reported the error, including what was written while it ran: Linux
+//     may have dropped those dirty pages. Its segments are dirty again,
+//     nothing it covered is acknowledged, and the shell keeps its copy of
+//     every byte written since the last good fsync (a good one drops the
+//     copies made before it was handed out, and only those). After the
+//     retry's backoff the writer first writes all the copies again, as a
+//     step of its own, and only then is an fsync handed out; what is
+//     written after that rewrite needs no more care than any write. Those
+//     bytes count against maxUnsynced (64 MiB) as before, whether or not
+//     an fsync is running.
+//   - Under -f 0, a smaller batch waits for the fsync in flight, and its
+//     appends do not wake the writer: written meanwhile it would be
+//     acknowledged no sooner, and each write would cost a wake-up and a
+//     system call on the cores the event loops need (measured: a write
+//     per record at 16 appenders instead of one per eight). And an fsync
+//     waits for the callbacks a publish released and for the batch they
+//     append (the turn): that is what group commit gathers, and it costs
+//     microseconds against the fsync's milliseconds. Under -f MS every
+//     batch is written at once and the fsync goes as soon as it is due.
+//   - Close writes what is left while an fsync runs, waits for that fsync,
+//     hands out one more covering everything, and reports only once none
+//     is in flight, so no fsync outlives the files. Its 10 s grace bounds
+//     writes that keep failing, as before; an fsync that hangs holds Close
+//     as it always did.
+//   - -F never fsyncs but for compaction's removal and Close, and a
+//     segment it retires is fsynced first, by the writer itself, as before.
 //
 // # Errors
 //
@@ -69,8 +128,8 @@
 // is acknowledged meanwhile. A failed fsync is retried on a backoff timer,
 // and because Linux may drop the dirty pages when it reports the error,
 // the writer keeps every byte written since the last good fsync and writes
-// it all again before the next fsync counts; past maxUnsynced such bytes,
-// new jobs are refused as on a full disk. Close gives up on writes that
+// it all again before the next fsync counts (see above); past maxUnsynced
+// such bytes, new jobs are refused as on a full disk. Close gives up on writes that
 // keep failing once its grace period has passed (what it abandons was
 // never acknowledged) and says so.
 //

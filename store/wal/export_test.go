@@ -64,3 +64,7 @@ func SetFdatasync(o *Options, f func(next func(*os.File) error, file *os.File) e
 // SetMaxUnsynced lowers how many unsynced bytes the log keeps before it
 // refuses new jobs.
 func SetMaxUnsynced(o *Options, n int64) { o.maxUnsynced = n }
+
+// SetPipelineMin sets how many bytes of new records the writer writes
+// while an fsync runs under SyncEvery 0, rather than after it.
+func SetPipelineMin(o *Options, n int64) { o.pipelineMin = n }

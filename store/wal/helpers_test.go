@@ -208,6 +208,19 @@ func recoverDir(t testing.TB, dir string, opts wal.Options) (map[uint64]wal.Reco
 	return got, l.LastID()
 }
 
+// closeAndRecover closes l, reopens dir and checks that it recovers the
+// jobs m holds, exactly; it returns what it recovered and the last id.
+func closeAndRecover(t testing.TB, l *wal.Log, m *model, dir string, opts wal.Options) (map[uint64]wal.Recovered, uint64) {
+	t.Helper()
+	want := m.want()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, last := recoverDir(t, dir, opts)
+	sameJobs(t, got, want)
+	return got, last
+}
+
 // closeUnstarted closes a log that was opened but never started.
 func closeUnstarted(t testing.TB, l *wal.Log) {
 	t.Helper()

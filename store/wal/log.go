@@ -56,8 +56,9 @@ type Recovered struct {
 
 // Log is a segmented, checksummed write-ahead log with group commit. Any
 // goroutine appends records (Append) and asks to be told when they are
-// durable (OnDurable); one writer goroutine writes and fsyncs them in
-// batches, so every commit waiting on one fsync is released together.
+// durable (OnDurable); one writer goroutine writes them in batches, and
+// fsyncs them on a goroutine of its own while it writes the next, so every
+// commit waiting on one fsync is released together.
 //
 // Log is the shell around the writer's core (see doc.go): its decisions
 // are the core's, its files, goroutines and timer are the Log's.
@@ -84,7 +85,13 @@ type Log struct {
 	// writer goroutine only (and Start before it runs, Close after it ends)
 	files    map[uint32]*os.File // segments this run made and has not closed
 	unsynced []unsyncedSpan      // copies of what was written since the last good fsync
-	timer    *time.Timer
+	syncMark unsyncedMark        // the copies the fsync in flight covers
+	// syncFiles is the fsync in flight's: the writer fills it when it
+	// hands the fsync out and leaves it alone until the outcome comes.
+	syncFiles []syncTarget
+	// syncC is syncs while an fsync is in flight, else nil.
+	syncC <-chan syncResult
+	timer *time.Timer
 	// timerC is timer.C while the timer is armed, else nil: a select on a
 	// timer's channel costs a clock read even while it is stopped.
 	timerC   <-chan time.Time
@@ -93,6 +100,8 @@ type Log struct {
 	kick    chan struct{}    // an append or Close for the writer
 	spares  chan spareResult // the spare maker's outcome; one at a time
 	spareWG sync.WaitGroup   // the spare maker
+	syncs   chan syncResult  // the fsync goroutine's outcome; one at a time
+	syncWG  sync.WaitGroup   // the fsync goroutine
 	done    chan struct{}    // closed when the writer goroutine ends
 }
 
@@ -113,6 +122,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		files:  make(map[uint32]*os.File),
 		kick:   make(chan struct{}, 1),
 		spares: make(chan spareResult, 1),
+		syncs:  make(chan syncResult, 1),
 		done:   make(chan struct{}),
 	}
 	lock, err := lockDir(dir)
@@ -189,8 +199,9 @@ func (l *Log) Start(m Migrator) error {
 func (l *Log) Append(r *Record, prev Loc) (lsn uint64, loc Loc, err error) {
 	l.mu.Lock()
 	lsn, loc, err = l.core.append(r, prev)
+	kick := err == nil && l.core.kickWanted()
 	l.mu.Unlock()
-	if err == nil {
+	if kick {
 		l.poke()
 	}
 	return lsn, loc, err
@@ -238,11 +249,14 @@ func (l *Log) NoteMigrated() { l.migrated.Add(1) }
 //
 // Shutdown order:
 //  1. no more appends are accepted;
-//  2. the writer writes what is pending and fsyncs, whatever the policy;
-//     writes that still fail after a grace of 10 s are given up (nothing
-//     they held was acknowledged) and Close says so;
-//  3. what became durable is acknowledged, the spare maker is waited for,
-//     files are closed and the directory lock dropped.
+//  2. the writer writes what is pending (while an fsync in flight
+//     finishes), then fsyncs everything, whatever the policy; writes that
+//     still fail after a grace of 10 s are given up (nothing they held was
+//     acknowledged) and Close says so; an fsync in flight is always waited
+//     for;
+//  3. what became durable is acknowledged, the writer stops once no fsync
+//     is in flight, the spare maker and the fsync goroutine are waited
+//     for, files are closed and the directory lock dropped.
 //
 // A log that was never started just drops its lock.
 func (l *Log) Close() error {
@@ -260,6 +274,7 @@ func (l *Log) Close() error {
 		err = l.closeErr
 	}
 	l.spareWG.Wait()
+	l.syncWG.Wait() // the writer stops with none in flight; this makes sure
 	select {
 	case s := <-l.spares: // made after the writer stopped
 		if s.f != nil {

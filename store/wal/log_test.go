@@ -118,12 +118,7 @@ func testCompaction(t *testing.T) {
 	}
 	m.mu.Unlock()
 
-	want := m.want()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got, _ := recoverDir(t, dir, wal.Options{SegmentSize: segSize})
-	sameJobs(t, got, want)
+	got, _ := closeAndRecover(t, l, m, dir, wal.Options{SegmentSize: segSize})
 	if len(got) != len(keepers) {
 		t.Errorf("recovered %d jobs, want the %d keepers", len(got), len(keepers))
 	}
@@ -150,12 +145,7 @@ func TestCompactionLeavesLargeLiveSetAlone(t *testing.T) {
 	if rotations := int64(st.CurrentIndex); 3*st.RecordsMigrated > rotations {
 		t.Errorf("the big job was moved %d times in %d segments", st.RecordsMigrated, rotations)
 	}
-	want := m.want()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got, _ := recoverDir(t, dir, wal.Options{SegmentSize: segSize})
-	sameJobs(t, got, want)
+	closeAndRecover(t, l, m, dir, wal.Options{SegmentSize: segSize})
 }
 
 // TestIDsNeverReused: after every job is deleted (and compaction has removed
@@ -278,12 +268,7 @@ func testDiskFull(t *testing.T) {
 		t.Fatalf("put 250 ms after space returned: %v", err)
 	}
 	waitDurable(t, l, lsn)
-	want := m.want()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got, _ := recoverDir(t, dir, opts)
-	sameJobs(t, got, want)
+	closeAndRecover(t, l, m, dir, opts)
 }
 
 // failingWrites is a writeAt hook that fails while on is set and counts
@@ -348,12 +333,7 @@ func testWriteErrorRetried(t *testing.T) {
 	}
 	_, lsn = m.put(t, "default", "after the error", wal.StateReady, 0)
 	waitDurable(t, l, lsn)
-	want := m.want()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got, _ := recoverDir(t, dir, wal.Options{})
-	sameJobs(t, got, want)
+	closeAndRecover(t, l, m, dir, wal.Options{})
 }
 
 // TestSyncErrorRewrittenAndRetried: after a failed fsync nothing is
@@ -423,12 +403,7 @@ func testSyncErrorRewrittenAndRetried(t *testing.T) {
 	if !rewritten {
 		t.Errorf("the record was not written again before each retry: writes by offset %v", writes)
 	}
-	want := m.want()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got, _ := recoverDir(t, dir, wal.Options{})
-	sameJobs(t, got, want)
+	closeAndRecover(t, l, m, dir, wal.Options{})
 }
 
 // TestCompactionWaitsForFsync: while fsync fails, compaction may move a
@@ -473,12 +448,7 @@ func testCompactionWaitsForFsync(t *testing.T) {
 	if st := l.Stats(); st.OldestIndex <= 1 {
 		t.Fatalf("compaction did not finish once fsync worked: %+v", st)
 	}
-	want := m.want()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got, _ := recoverDir(t, dir, wal.Options{SegmentSize: segSize})
-	sameJobs(t, got, want)
+	got, _ := closeAndRecover(t, l, m, dir, wal.Options{SegmentSize: segSize})
 	if _, ok := got[keeper]; !ok {
 		t.Fatal("the keeper was lost")
 	}
@@ -816,12 +786,7 @@ func testCompactionAfterDiskFull(t *testing.T) {
 		seqs, sizes := segments(t, dir)
 		t.Fatalf("segment 1 not compacted away once space returned: %v %v %+v", seqs, sizes, st)
 	}
-	want := m.want()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got, _ := recoverDir(t, dir, opts)
-	sameJobs(t, got, want)
+	got, _ := closeAndRecover(t, l, m, dir, opts)
 	if _, ok := got[keeper]; !ok {
 		t.Fatal("the keeper was lost")
 	}

@@ -18,6 +18,9 @@ const (
 	// again after a failed fsync; past it, new jobs are refused as on a
 	// full disk until an fsync works again.
 	maxUnsynced = 64 << 20
+	// pipelineMin is how many bytes of new records, under -f 0, the writer
+	// writes while an fsync runs rather than after it (core.batchWaits).
+	pipelineMin = 64 << 10
 )
 
 // Options configure a Log.
@@ -51,6 +54,8 @@ type Options struct {
 	fdatasync func(f *os.File) error
 	// maxUnsynced overrides the const of that name in tests; 0 means it.
 	maxUnsynced int64
+	// pipelineMin overrides the const of that name in tests; 0 means it.
+	pipelineMin int64
 }
 
 // withDefaults fills in what o leaves unset. It is the one place a
@@ -71,6 +76,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.maxUnsynced <= 0 {
 		o.maxUnsynced = maxUnsynced
+	}
+	if o.pipelineMin <= 0 {
+		o.pipelineMin = pipelineMin
 	}
 	return o
 }

@@ -35,12 +35,7 @@ func TestRecoverEveryState(t *testing.T) {
 	})
 	kicked, _ := m.put(t, "default", "kicked", wal.StateDelayed, 11)
 	m.update(t, kicked, func(r *wal.Record) { r.State, r.Deadline, r.Kicks = wal.StateReady, 0, 1 })
-	want := m.want()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got, last := recoverDir(t, dir, wal.Options{})
-	sameJobs(t, got, want)
+	got, last := closeAndRecover(t, l, m, dir, wal.Options{})
 	if last != kicked {
 		t.Errorf("LastID = %d, want %d", last, kicked)
 	}

@@ -8,14 +8,16 @@ import (
 )
 
 // This file is the shell's writer goroutine: it carries out the core's
-// actions and reports their outcomes back as events.
+// actions and reports their outcomes back as events. An fsync runs on a
+// goroutine of its own meanwhile (fsync), and its outcome joins the next
+// event the writer feeds.
 
 // outcome is the event the writer goroutine feeds the core next: how its
 // last I/O went, or what woke it.
 type outcome struct {
 	kind outcomeKind
 	n    int64  // wrote: bytes written
-	seq  uint32 // synced: the segment that failed; spare: the segment made
+	seq  uint32 // rewrote: the segment that failed; spare: the segment made
 	err  error
 }
 
@@ -24,7 +26,7 @@ type outcomeKind uint8
 const (
 	noOutcome outcomeKind = iota // nothing to report: wait for an event
 	wrote
-	synced
+	rewrote
 	migrated // nothing to report, but the writer turns again at once
 	turn     // the same, right after cheap callbacks
 	removed
@@ -37,8 +39,8 @@ func (o *outcome) feed(c *core, now time.Duration) {
 	switch o.kind {
 	case wrote:
 		c.writeDone(now, o.n, o.err)
-	case synced:
-		c.syncDone(now, o.seq, o.err)
+	case rewrote:
+		c.rewriteDone(now, o.seq, o.err)
 	case removed:
 		c.removeDone(now, o.err)
 	case timerFired:
@@ -55,9 +57,25 @@ type spareResult struct {
 	err error
 }
 
-// run is the writer goroutine: feed the last outcome, take the actions
-// that follow under one hold of mu, carry them out without it, and wait
-// for an event when none of them was I/O to report on.
+// syncResult is what the fsync goroutine hands the writer: it worked,
+// taking took for segs segments, or it failed on seq.
+type syncResult struct {
+	seq  uint32
+	err  error
+	segs int
+	took time.Duration
+}
+
+// syncTarget is a segment an fsync in flight syncs, and its file.
+type syncTarget struct {
+	seq uint32
+	f   *os.File
+}
+
+// run is the writer goroutine: feed the last outcome (and the fsync's, if
+// it has come), take the actions that follow under one hold of mu, carry
+// them out without it, and wait for an event when none of them was I/O to
+// report on.
 func (l *Log) run() {
 	defer close(l.done)
 	l.timer = time.NewTimer(time.Hour)
@@ -65,17 +83,36 @@ func (l *Log) run() {
 	defer l.timer.Stop()
 	var o outcome
 	var now time.Duration
+	var sr syncResult
+	var synced bool // sr is an fsync's outcome to feed
 	for {
-		if o.kind != turn && (o.kind != wrote || o.err != nil) {
+		if !synced {
+			// A writer with work never waits in the select below, so it
+			// looks for the fsync's outcome at every turn. With none in
+			// flight, syncC is nil and this costs next to nothing.
+			select {
+			case sr = <-l.syncC:
+				synced = true
+			default:
+			}
+		}
+		if synced || o.kind != turn && (o.kind != wrote || o.err != nil) {
 			// Writes that worked, and callbacks, take microseconds: the
 			// time they began serves the core's millisecond deadlines, and
 			// saves a clock read per batch.
 			now = time.Since(l.origin)
 		}
+		if synced {
+			l.syncDone(&sr)
+		}
 		l.mu.Lock()
 		o.feed(l.core, now)
+		if synced {
+			l.core.syncDone(now, sr.seq, sr.err)
+		}
 		acts := l.core.ready(now)
 		l.mu.Unlock()
+		synced = false
 		var stop bool
 		if o, stop = l.carryOut(acts); stop {
 			return // Close closes the files once the spare maker is done too
@@ -93,6 +130,8 @@ func (l *Log) run() {
 			if s.err == nil {
 				l.files[s.seq] = s.f
 			}
+		case sr = <-l.syncC:
+			synced = true
 		}
 	}
 }
@@ -141,7 +180,9 @@ func (l *Log) carryOut(acts []action) (o outcome, stop bool) {
 				}
 			}
 		case actSync:
-			o = l.sync(a)
+			l.handOutSync(a)
+		case actRewrite:
+			o = l.rewrite()
 		case actMigrate:
 			l.migrator.Migrate(a.seq, a.ids)
 			o = outcome{kind: migrated}
@@ -205,34 +246,94 @@ func (l *Log) keepUnsynced(seq uint32, off int64, b []byte) {
 	sp.b = append(sp.b, b...)
 }
 
-// sync carries out an actSync: the rewrite it may ask for, then the
-// fsyncs. Once they work, the copies kept for a rewrite are dropped.
-func (l *Log) sync(a *action) outcome {
-	if a.sync {
-		for _, u := range l.unsynced {
-			if _, err := l.writeAt(l.files[u.seq], u.b, u.off); err != nil {
-				return outcome{kind: synced, seq: u.seq, err: fmt.Errorf("writing again before the fsync: %w", err)}
-			}
-		}
-	}
-	start := time.Now()
+// unsyncedMark is how much of the copies an fsync covers: those made
+// before it was handed out, the first spans, the last of them up to n
+// bytes (a write made since may have grown it).
+type unsyncedMark struct{ spans, n int }
+
+// handOutSync carries out an actSync: it notes which copies the fsync
+// covers and starts it on a goroutine of its own. The writer does not
+// touch syncFiles again until the outcome comes back.
+func (l *Log) handOutSync(a *action) {
+	l.syncFiles = l.syncFiles[:0]
 	for _, q := range a.segs {
-		if err := l.opts.fdatasync(l.files[q]); err != nil {
-			return outcome{kind: synced, seq: q, err: err}
+		l.syncFiles = append(l.syncFiles, syncTarget{seq: q, f: l.files[q]})
+	}
+	l.syncMark = unsyncedMark{spans: len(l.unsynced)}
+	if k := len(l.unsynced); k > 0 {
+		l.syncMark.n = len(l.unsynced[k-1].b)
+	}
+	l.syncC = l.syncs
+	l.syncWG.Add(1)
+	go l.fsync(l.syncFiles)
+}
+
+// fsync is the fsync goroutine: it syncs the segments an actSync named,
+// while the writer goes on writing, and hands the outcome to the writer.
+func (l *Log) fsync(targets []syncTarget) {
+	defer l.syncWG.Done()
+	start := time.Now()
+	for _, t := range targets {
+		if err := l.opts.fdatasync(t.f); err != nil {
+			l.syncs <- syncResult{seq: t.seq, err: err}
+			return
 		}
 	}
-	if ob := l.opts.Observer; ob != nil && len(a.segs) > 0 {
-		ob.ObserveSync(time.Since(start))
+	l.syncs <- syncResult{segs: len(targets), took: time.Since(start)}
+}
+
+// syncDone takes in the fsync's outcome, before the core does: if it
+// worked, the copies it covers are dropped (and its figure observed); if
+// not, every copy is kept, to be written again.
+func (l *Log) syncDone(r *syncResult) {
+	l.syncC = nil
+	if r.err != nil {
+		return
 	}
-	for i := range l.unsynced {
+	if ob := l.opts.Observer; ob != nil && r.segs > 0 {
+		ob.ObserveSync(r.took)
+	}
+	l.dropUnsynced(l.syncMark)
+}
+
+// dropUnsynced drops the copies up to m. Those made after it move to the
+// front; the buffers of those dropped are kept behind them for new spans.
+func (l *Log) dropUnsynced(m unsyncedMark) {
+	k := m.spans
+	if k == 0 {
+		return
+	}
+	if last := &l.unsynced[k-1]; m.n < len(last.b) {
+		// Grown since the mark: keep what was written after it.
+		n := copy(last.b, last.b[m.n:])
+		last.off += int64(m.n)
+		last.b = last.b[:n]
+		k--
+	}
+	kept := len(l.unsynced) - k
+	for i := range kept {
+		l.unsynced[i], l.unsynced[k+i] = l.unsynced[k+i], l.unsynced[i]
+	}
+	for i := kept; i < len(l.unsynced); i++ {
 		sp := &l.unsynced[i]
 		sp.b = sp.b[:0] // the buffer is kept for the next span
 		if cap(sp.b) > maxReusedBuf {
 			sp.b = nil
 		}
 	}
-	l.unsynced = l.unsynced[:0]
-	return outcome{kind: synced}
+	l.unsynced = l.unsynced[:kept]
+}
+
+// rewrite carries out an actRewrite: after a failed fsync, it writes every
+// copy kept since the last good one again, so that the next fsync proves
+// them durable.
+func (l *Log) rewrite() outcome {
+	for _, u := range l.unsynced {
+		if _, err := l.writeAt(l.files[u.seq], u.b, u.off); err != nil {
+			return outcome{kind: rewrote, seq: u.seq, err: fmt.Errorf("writing again before the fsync: %w", err)}
+		}
+	}
+	return outcome{kind: rewrote}
 }
 
 // report logs what a report action says, with the segment's file.
