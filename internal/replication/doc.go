@@ -147,7 +147,7 @@
 // back as a new member (Members and their traffic), and the snapshot
 // fills it. Raft would panic on the first heartbeat that commits past the
 // member's last entry; the node refuses that heartbeat instead and stops
-// (ErrLogLost, logged at error, Node.Err). A leader
+// (ErrLogLost, logged at error, Node.Err), and cmd/sprout exits. A leader
 // elected while the member was away holds no match index for it, so
 // nothing contradicts it and raft fills it again: that works, but only the
 // second vote's hazard says it should not.
@@ -325,12 +325,18 @@
 // with the default timing, a cut-off leader's rebuild, catching up by
 // snapshot, refused hellos and certificates, and a full send queue.
 //
-// Not yet: the node is not started by cmd/sprout (flags, wiring the
-// engine's Route to the proxy, the re-execution on Rebuild, /cluster,
-// /readyz and /metrics are the wiring's); membership changes (a conf
-// change entry stops the core); the wal-backed log (MemoryLog stands in,
-// and the Journal offers the store one segment, so Store.Migrate(1, ids)
-// moves the jobs its store put; a job a member applied is in no segment,
-// so a new leader cannot move it yet); certificates are read once at
-// start; and the new leader's wall clock (Time) is still the machine's.
+// cmd/sprout runs a member (--node): it makes the store from the node,
+// the proxy the engine's Route, serves /cluster, /readyz and /metrics,
+// and its Rebuild closes every client (engine.Server.CloseClients), waits
+// for the log to make what it was given durable, and re-executes the
+// process (same pid, every descriptor but stdio close-on-exec).
+//
+// Not yet: membership changes (a conf change entry stops the core); the
+// wal-backed log (MemoryLog stands in, behind cmd/sprout's
+// newClusterLog, so a member that restarts or re-executes comes back
+// empty, and rejoins only where nothing contradicts it; and the Journal
+// offers the store one segment, so Store.Migrate(1, ids) moves the jobs
+// its store put; a job a member applied is in no segment, so a new leader
+// cannot move it yet); certificates are read once at start; and the new
+// leader's wall clock (Time) is still the machine's.
 package replication
