@@ -95,36 +95,90 @@
 //
 // # The log on disk
 //
-// Each member's -b directory is its Raft log, in the wal's segments: in
-// cluster mode a frame holds one Raft entry (index, term, type, the batch
-// of records) or a Raft state record (HardState: term, vote, commit;
-// the ConfState with each membership change; a snapshot's metadata). The
-// raft.Storage the library reads is an index from entry to segment and
-// offset over those files, with the newest entries cached in memory, so
-// the log is never held in memory twice. Raft's appends go through the
-// wal's writer with -f 0 semantics whatever -f says (AsyncStorageWrites:
-// a MsgStorageAppend is answered from the writer's OnDurable), so the
-// group commit of a single node is the batching of a member, and "a
-// majority has it" means written and fsynced by a majority. Entries the
-// leader of a later term replaces (a deposed leader's uncommitted tail)
-// are superseded by appending the new ones: replay keeps, for each index,
-// the last entry written for it.
+// Each member's -b directory is its Raft log, in the wal's segments
+// (WALLog, wallog.go; store/wal/doc.go, "Cluster mode"): a segment's
+// header has version 2, and each frame's payload begins with its kind
+// (integers little-endian, each frame checked by its CRC-32C):
+//
+//   - checkpoint (16): the cluster's id, the member's Raft id and name,
+//     the hard state (term, vote, commit) and the membership (raft's
+//     ConfState, as protobuf). The first frame of every segment, so any
+//     prefix of segments can be removed without losing what it says.
+//   - entry (17): index, term, the term of the entry before it, type, and
+//     the data: for a normal entry the batch of records, as wal frames.
+//     One Append is one group of entry frames, in one segment.
+//   - hard state (18): term, vote, commit, with each change.
+//   - head (19): a snapshot's index, then up to 1 MiB of its records as
+//     wal frames: an installed snapshot's records, in as many frames as
+//     they take.
+//   - snapshot (20): its index, term and membership, after its head
+//     frames and in the same group: a snapshot whose write was torn is
+//     not taken for installed.
+//
+// Replay takes the frames in order. The last checkpoint or hard state
+// is the state. A snapshot makes its head frames the head and drops every
+// entry. An entry whose index follows the last one held is appended; one
+// whose index is held replaces it and every entry after it (a deposed
+// leader's uncommitted tail is superseded by appending the new leader's
+// entries: the last entry written for an index wins); one with any other
+// index, the first of the oldest segment left (the entries before it were
+// compacted and their segments removed), starts the log there, its
+// recorded previous term being Term(FirstIndex-1). The first segment's
+// header id is the id floor: every id the removed segments named is at
+// most it. A directory whose checkpoint names another cluster, or another
+// member, is refused in one line, and so is a single node's directory
+// (but below).
+//
+// Every write goes through the wal's writer with -f 0 semantics whatever
+// -f says (AsyncStorageWrites: a MsgStorageAppend is answered from the
+// log's OnDurable), so the group commit of a single node is the batching
+// of a member, and "a majority has it" means written and fsynced by a
+// majority. A write is never refused: on a full disk the log keeps trying
+// and nothing after the write becomes durable meanwhile (so nothing is
+// acknowledged), and the leader's journal refuses every record but
+// deletes, as a single node does, while the log says it is full. The
+// raft.Storage the library reads is an index of the entries held (term,
+// segment, offset, size) over those files, with the newest entries in
+// memory (every one not yet durable, and 8 MiB more): the log is never
+// held in memory twice, and an older entry is read back from its segment
+// (pread) and checked.
 //
 // # Snapshots and a bounded log
 //
 // The log is kept small the way a single node keeps it small: the leader's
 // compaction rewrites the live jobs of its oldest segment at the head
-// (wal.Migrator), and those rewrites are records like any other, so they
-// are proposed, committed and written by every member. A member deletes a
-// segment once nothing live is only there and the entries that moved it
-// are committed and applied, so each directory stays within the single
-// node's bound (twice the live data plus a few segments). Raft's log then
-// begins at the first entry still on disk (Storage.FirstIndex), and a
-// member that needs older entries (down for long, or a new member) gets a
-// snapshot instead: the live jobs as of a committed index, built by the
-// leader from its log (replaying its segments up to that index), sent as
-// a stream of full records beside the Raft message that announces it, and
-// installed by the receiver as a fresh log and store.
+// (wal.Migrator, set on the leader's log once it serves), and those
+// rewrites are records like any other, so they are proposed, committed
+// and written by every member. For that the store must know, on every
+// member, which segment holds each job's latest full record: ActApply and
+// ActRestore give each record its place in this member's log (Log.Locate:
+// the segment its entry or snapshot was written to), and the leader's own
+// entries, which it does not apply, are located once committed
+// (ActLocate), so whichever member leads can move any job. The log knows
+// the same from the entries it folds as they are applied (Compact) and
+// tells the wal which segments hold live records (wal.Log.Moved), and
+// from which segment on it still holds anything (wal.Log.Hold). A segment
+// before that one, with nothing live in it, is deleted once the fsync
+// that covers the hard state whose commit includes the entries that moved
+// its jobs has finished. A follower never migrates: its segments go as
+// the leader's rewrites, applied, leave them with nothing live. So each
+// directory stays within the single node's bound (twice the live data
+// plus a few segments). Raft's log then begins at the first entry still
+// held (Storage.FirstIndex), and a member that needs older entries (down
+// for long, or a new member) gets a snapshot instead: the live jobs as of
+// a committed index, built by the leader from its log (replaying its
+// segments up to that index), sent as a stream of full records beside the
+// Raft message that announces it, and installed by the receiver as its
+// head, its entries dropped.
+//
+// A single node's -b directory, or a beanstalkd binlog, becomes the first
+// member of a new cluster with every job kept: the jobs it holds become
+// the head of a snapshot at index 1, term 1, the state every initial
+// member starts from, written as a new segment before the single node's
+// segments are removed (wal.Cluster.Convert). Only a cluster whose
+// initial members are this one alone takes it over (others would start
+// from an empty index 1 and never ask for the jobs): members join it
+// later, as the membership changes are built.
 //
 // Precisely (Log, and MemoryLog as its reference): a log holds a head and
 // the entries from FirstIndex on. The head is an installed snapshot's
@@ -137,7 +191,10 @@
 // how a snapshot is built, at the commit index, with the id watermark as
 // its last record. A log drops entries only through what was applied and
 // committed, and only those that hold no live job's latest full record.
-// The snapshot is built once and kept until the log is compacted past
+// WALLog drops them from its index as MemoryLog does, and frees their
+// disk a segment at a time; restarted, it holds again every entry its
+// segments still have, from the first on: more than it must, which a log
+// may always do. The snapshot is built once and kept until the log is compacted past
 // it; in this first version its records ride in the snapshot message's
 // Data, as wal frames, and a malformed one is refused when it arrives.
 //
