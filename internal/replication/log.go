@@ -57,6 +57,11 @@ type Log interface {
 	// Head returns the head's records as wal frames: what a fresh store
 	// applies before the entries from FirstIndex.
 	Head() []byte
+	// Locate returns the segment that holds entry index's records, or
+	// the head's when index is the head's snapshot: where the store finds
+	// a job's latest full record for compaction (Store.Migrate). 0 when
+	// index is not held.
+	Locate(index uint64) uint32
 }
 
 // MemoryLog is a Log in memory: everything written is durable at once
@@ -289,6 +294,9 @@ func (l *MemoryLog) Compact(applied uint64) {
 	l.prevIndex, l.prevTerm = keep-1, l.ents[n-1].GetTerm()
 	l.ents = slices.Clone(l.ents[n:])
 }
+
+// Locate implements Log: a MemoryLog is one segment, 1.
+func (l *MemoryLog) Locate(uint64) uint32 { return 1 }
 
 // OnDurable implements Log: everything in memory is as durable as it gets.
 func (l *MemoryLog) OnDurable(fn func()) { fn() }
