@@ -24,9 +24,10 @@
 //
 //   - The leader executes commands on its store at once, as a single node
 //     does: a put is in the ready heap before any member has it, and the
-//     store appends its records to its write-ahead log as it always does.
-//     In cluster mode the log's writer hands each batch it takes to Raft
-//     as one proposal and writes it as that entry when Raft says to. The
+//     store appends its records as it always does, to the member's
+//     Journal, which gathers them as a group commit gathers a batch; the
+//     core proposes each batch to Raft as one entry, and every member
+//     writes it to its log (The log on disk) when Raft says to. The
 //     client's PendingAck is still its last record's log position; the
 //     AckSource the engine waits on (store.Options.Acks) is this package,
 //     publishing the end of the last entry that is both committed (a
@@ -326,15 +327,19 @@
 // to carry them out): restore (a fresh store from records: the log's
 // head at start, a snapshot's records when one is installed); send; write
 // (a snapshot, entries, a hard state; then report Durable); apply
-// (committed records, to the store); compact (the log may drop what was
-// applied); publish (the acknowledged position, to the Journal); serve;
-// rebuild (the last action: the core takes no more events).
+// (committed records, to the store, each with its place in the log);
+// locate (where the leader's own committed full records are in its log,
+// to the store); compact (the log may drop what was applied); publish
+// (the acknowledged position, to the Journal); serve; rebuild (the last
+// action: the core takes no more events).
 //
 // What the shell provides: the Log (raft.Storage, plus the writes the
 // actions ask for and OnDurable), the transport (raft's messages, and the
 // fate of each snapshot sent), a ticker, and the store, made with the
-// member's Journal as both its Journal and its AckSource. Only the raft
-// library's reads of the Log happen inside the core's calls.
+// member's Journal as both its Journal and its AckSource (which refuses
+// every record but deletes while a log that can fill, WALLog, says it is
+// full). Only the raft library's reads of the Log, and Locate, happen
+// inside the core's calls.
 //
 // The shell (node.go, StartNode) is one goroutine that owns the Core. It
 // waits for an event: a tick (DefaultTick, 100 ms: heartbeats every tick,
@@ -349,8 +354,10 @@
 // event it gives the core that news and carries out Ready's actions in
 // order until there are none: restore (a new store, Records applied; the
 // old one closed), send (to the transport, never waiting), write (to the
-// Log; its OnDurable leaves the number in the mailbox), apply, compact,
-// publish, serve (logged), and rebuild: NodeConfig.Rebuild, after which
+// Log; its OnDurable leaves the number in the mailbox), apply and locate
+// (to the store), compact, publish, serve (logged; a log that migrates,
+// WALLog, is given the store as its Migrator), and rebuild:
+// NodeConfig.Rebuild, after which
 // the member takes no more events and stops its transport. A tick after
 // a stall gives the core every tick missed, up to an election timeout's,
 // so the leader's lease counts the time that passed. At the end of each
@@ -364,14 +371,27 @@
 // with its own store and a MemoryLog that outlives its node (its disk):
 // elections, acknowledgement only once a majority is durable, failover
 // with the default timing, a cut-off leader's rebuild, catching up by
-// snapshot, refused hellos and certificates, and a full send queue.
+// snapshot, refused hellos and certificates, and a full send queue. Run
+// on WALLogs in directories of their own, where a crash is a copy of the
+// directory taken while the member runs (newest segment first, so it is
+// what a crash could leave), they keep every member's directory within
+// its bound under churn, through a failover, and lose no acknowledged
+// change when members crash one at a time or all at once. The Log tests
+// run against both logs.
 //
 // Not yet: the node is not started by cmd/sprout (flags, the engine's
 // Route and proxy, the re-execution on Rebuild, /cluster, /readyz and
-// /metrics are the wiring's); membership changes (a conf change entry
-// stops the core); the wal-backed log (MemoryLog stands in, and the
-// Journal offers the store one segment, so Store.Migrate(1, ids) moves
-// the jobs its store put; a job a member applied is in no segment, so a
-// new leader cannot move it yet); certificates are read once at start;
-// and the new leader's wall clock (Time) is still the machine's.
+// /metrics are the wiring's: WALConfig gives a member's log its identity
+// from a NodeConfig); membership changes (a conf change entry stops the
+// core), so a single node's directory becomes a cluster of one that
+// cannot grow yet; certificates are read once at start; and the new
+// leader's wall clock (Time) is still the machine's. Of the log: a
+// snapshot is built whole in memory and its records ride in the
+// message's Data; an installed snapshot's records are kept in memory
+// while they are the head; the leader hands each live job of a segment to
+// its store once per leadership, so a move the store could not make (none
+// is expected) keeps that segment until the member restarts; an entry
+// larger than the transport's 64 MiB frames (a batch holding a body near
+// beanstalkd's largest) is written but cannot be sent; and replay reads
+// every segment whole, as a single node's does.
 package replication

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -71,5 +72,27 @@ func TestStepRefusesDamagedRecords(t *testing.T) {
 	}
 	if after := f.core.Status(); after.GetCommit() != before.GetCommit() || after.Applied != before.Applied {
 		t.Errorf("status changed: %+v, then %+v", before, after)
+	}
+}
+
+// TestJournalFull: while the member's log says its disk is full, the
+// journal refuses every record but deletes, as a single node's log does;
+// once it has room, it takes them again.
+func TestJournalFull(t *testing.T) {
+	j := NewJournal(nil)
+	noRoom := true
+	j.full = func() bool { return noRoom }
+	for _, r := range []wal.Record{full(1, 1), {Kind: wal.KindUpdate, ID: 1, State: wal.StateBuried}, {Kind: wal.KindIDs, ID: 9}} {
+		if _, _, err := j.Append(&r, wal.Loc{}); !errors.Is(err, wal.ErrNoSpace) {
+			t.Errorf("%v appended on a full disk: %v", r.Kind, err)
+		}
+	}
+	if _, _, err := j.Append(&wal.Record{Kind: wal.KindDelete, ID: 1}, wal.Loc{}); err != nil {
+		t.Errorf("a delete refused on a full disk: %v", err)
+	}
+	noRoom = false
+	r := full(2, 1)
+	if _, _, err := j.Append(&r, wal.Loc{}); err != nil {
+		t.Errorf("a put refused once the disk has room: %v", err)
 	}
 }

@@ -523,3 +523,60 @@ func diffJobs(got, want []byte) string {
 	slices.Sort(out)
 	return strings.Join(out, "\n")
 }
+
+// syncCounter counts a wal's fsyncs and batches.
+type syncCounter struct {
+	mu             sync.Mutex
+	syncs, batches int
+}
+
+func (o *syncCounter) ObserveBatch(int, int) { o.mu.Lock(); o.batches++; o.mu.Unlock() }
+func (o *syncCounter) ObserveSync(time.Duration) {
+	o.mu.Lock()
+	o.syncs++
+	o.mu.Unlock()
+}
+
+func (o *syncCounter) counts() (syncs, batches int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.syncs, o.batches
+}
+
+// TestWALLogGroupCommit: a member's writes are durable only once fsynced,
+// whatever the single node's sync policy says (-F here), and the writes
+// made while an fsync runs share the next one: many appends, few fsyncs.
+func TestWALLogGroupCommit(t *testing.T) {
+	cfg := testWALConfig(t.TempDir(), []uint64{1}, 0)
+	obs := &syncCounter{}
+	cfg.Wal.NoSync, cfg.Wal.SyncEvery, cfg.Wal.Observer = true, time.Hour, obs
+	l := openWAL(t, cfg)
+	const n = 300
+	durable := make(chan int, n)
+	for i := range n {
+		index := uint64(i + 2)
+		l.Append([]*pb.Entry{entry(index, 1, full(index, 1))})
+		l.SetHardState(&pb.HardState{Term: new(uint64(1)), Vote: new(uint64(1)), Commit: new(index)})
+		l.OnDurable(func() {
+			if syncs, _ := obs.counts(); syncs == 0 {
+				t.Errorf("write %d durable before any fsync", i)
+			}
+			durable <- i
+		})
+	}
+	for i := range n {
+		select {
+		case got := <-durable:
+			if got != i {
+				t.Fatalf("write %d reported durable before write %d", got, i)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("write %d not durable within 10 s", i)
+		}
+	}
+	syncs, batches := obs.counts()
+	t.Logf("%d appends and hard states: %d batches written, %d fsyncs", n, batches, syncs)
+	if syncs > n/3 {
+		t.Errorf("%d fsyncs for %d appends: they did not share fsyncs", syncs, n)
+	}
+}
