@@ -88,14 +88,14 @@ func (cfg *NodeConfig) WALConfig(dir string) WALConfig {
 // Lock order: mu, then the wal's mutex. The wal's goroutines never take
 // mu: its OnDurable callbacks and the Migrator run without it.
 type WALLog struct {
-	wal        *wal.Log // immutable after OpenWALLog
-	dir        string   // immutable
-	cluster    uint64   // immutable
-	id         uint64   // immutable
-	name       string   // immutable
-	retain     uint64   // immutable
-	cacheBytes int      // immutable
-	logger     zerolog.Logger
+	wal        *wal.Log       // immutable after OpenWALLog
+	dir        string         // immutable
+	cluster    uint64         // immutable
+	id         uint64         // immutable
+	name       string         // immutable
+	retain     uint64         // immutable
+	cacheBytes int            // immutable
+	logger     zerolog.Logger // immutable
 
 	mu       sync.Mutex
 	logState             // guarded by mu
@@ -119,9 +119,11 @@ type WALLog struct {
 	cached    int
 
 	// Replay only: the records of a snapshot whose metadata frame has not
-	// come yet (its write may have been torn), and its index.
+	// come yet (its write may have been torn), and its index; the highest
+	// id any frame named.
 	pending      []byte
 	pendingIndex uint64
+	replayedID   uint64
 
 	lastLSN uint64       // guarded by mu: the LSN of the last write
 	held    uint32       // guarded by mu: the segment last given to wal.Hold
@@ -189,10 +191,7 @@ func OpenWALLog(cfg WALConfig) (*WALLog, error) {
 		return nil, err
 	}
 	l.wal = w
-	if err := l.recovered(); err != nil {
-		_ = w.Close()
-		return nil, err
-	}
+	l.recovered()
 	if err := w.Start(nil); err != nil {
 		_ = w.Close()
 		return nil, err
@@ -229,8 +228,8 @@ func (l *WALLog) replay(f wal.Frame) error {
 	case kindEntry:
 		index, term, prevTerm, typ := d.u64(), d.u64(), d.u64(), d.u8()
 		data := d.rest()
-		if d.err != nil {
-			return fmt.Errorf("%w: %s: an entry: %v", errMalformed, l.dir, d.err)
+		if _, known := pb.EntryType_name[int32(typ)]; d.err != nil || !known {
+			return fmt.Errorf("%w: %s: an entry (type %d): %v", errMalformed, l.dir, typ, d.err)
 		}
 		m := entryMeta{term: term, seg: f.Seg, off: f.Off, size: f.Size}
 		e := pb.Entry{Index: &index, Term: &term, Type: pb.EntryType(typ).Enum(), Data: data}
@@ -238,6 +237,7 @@ func (l *WALLog) replay(f wal.Frame) error {
 		m.recs, _ = summarize(nil, &e)
 		m.summarized = true
 		m.maxID = maxID(data)
+		l.replayedID = max(l.replayedID, m.maxID)
 		l.replayEntry(index, prevTerm, m)
 	case kindHead:
 		index := d.u64()
@@ -249,6 +249,7 @@ func (l *WALLog) replay(f wal.Frame) error {
 			l.pending, l.pendingIndex = nil, index // a snapshot's first records
 		}
 		l.pending = append(l.pending, records...)
+		l.replayedID = max(l.replayedID, maxID(records))
 	case kindSnapshot:
 		index, term, cs := d.u64(), d.u64(), d.confState()
 		if d.err != nil {
@@ -289,7 +290,7 @@ func (l *WALLog) replayEntry(index, prevTerm uint64, m entryMeta) {
 // holds: the commit index within the entries held, the id floor, what is
 // live (folding the head and the committed entries), what it holds, and
 // the checkpoint for the segments to come.
-func (l *WALLog) recovered() error {
+func (l *WALLog) recovered() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.pending = nil // records of a snapshot whose write was torn
@@ -300,9 +301,13 @@ func (l *WALLog) recovered() error {
 		l.hs.Commit = new(last)
 	}
 	if c := l.hs.GetCommit(); c < l.prevIndex {
-		return fmt.Errorf("replication: %s: the log begins after entry %d but its commit index is %d: start with the skip-damaged flag only if entries were lost", l.dir, l.prevIndex, c)
+		// A snapshot installed, and the hard state written after it torn
+		// off: a snapshot is of committed entries, and so is every entry
+		// compaction dropped.
+		l.hs.Commit = new(l.prevIndex)
 	}
 	l.idFloor = max(l.idFloor, l.wal.FloorID())
+	l.wal.RaiseID(l.replayedID)
 	l.folded, l.liveFrom, l.cacheFrom = l.prevIndex, l.prevIndex+1, last+1
 	l.wal.ResetLive()
 	if l.base != nil {
@@ -314,7 +319,6 @@ func (l *WALLog) recovered() error {
 	}
 	l.holdLocked()
 	l.checkpointLocked()
-	return nil
 }
 
 // convert makes the frames of a new cluster's first segment from a
@@ -644,7 +648,8 @@ func (l *WALLog) Compact(applied uint64) {
 			}
 		}
 		l.prevIndex, l.prevTerm = keep-1, l.ents[n-1].term
-		l.ents = slices.Clone(l.ents[n:])
+		clear(l.ents[:n]) // appends reallocate the rest in time
+		l.ents = l.ents[n:]
 	}
 	l.holdLocked()
 }

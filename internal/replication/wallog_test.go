@@ -119,6 +119,7 @@ type logSim struct {
 	whole  *MemoryLog
 	jobs   map[uint64]wal.Record // as of the last entry
 	nextID uint64
+	idMark uint64 // the id watermark of the last entry
 	term   uint64
 	commit uint64
 
@@ -163,6 +164,12 @@ func (s *logSim) entries(index uint64, n int) []*pb.Entry {
 			slices.Sort(ids)
 			switch op := s.rng.IntN(10); {
 			case op < 5 || len(ids) < 20:
+				if s.nextID == s.idMark {
+					// Ids run behind a watermark logged ahead of them, as
+					// a store's do (NextID).
+					s.idMark += 64
+					recs = append(recs, wal.Record{Kind: wal.KindIDs, ID: s.idMark})
+				}
 				s.nextID++
 				r := wal.Record{Kind: wal.KindFull, ID: s.nextID, Tube: "t", State: wal.StateReady, Pri: s.rng.Uint32N(100),
 					TTR: int64(time.Minute), Body: []byte(strings.Repeat("b", s.rng.IntN(600)) + "\r\n")}
@@ -255,9 +262,9 @@ func mustEntries(t testing.TB, l Log, lo, hi uint64) []*pb.Entry {
 }
 
 // check compares a log opened on the directory (or a crash's copy of it)
-// with what was durable then: its hard state is at least that one, and
+// with what was durable then: its hard state is at least that one,
 // folding its head and committed entries gives the jobs the whole log's
-// entries give at its commit index.
+// entries give at its commit index, and it names every id they did.
 func (s *logSim) check(l *WALLog, durable *pb.HardState) {
 	s.t.Helper()
 	hs, _, _ := l.InitialState()
@@ -277,6 +284,19 @@ func (s *logSim) check(l *WALLog, durable *pb.HardState) {
 	if got, want := jobsAt(s.t, l, c), jobsAt(s.t, s.whole, c); !bytes.Equal(got, want) {
 		s.t.Fatalf("the jobs at commit %d differ after reopening (log from %d):\n%s", c, first, diffJobs(got, want))
 	}
+	// No id named by a committed entry is issued again: the head's
+	// watermark covers what was dropped.
+	top, want := maxID(l.Head()), uint64(0)
+	last, _ := l.LastIndex()
+	for _, e := range mustEntries(s.t, l, first, last+1) {
+		top = max(top, maxID(e.GetData()))
+	}
+	for _, e := range mustEntries(s.t, s.whole, 2, c+1) {
+		want = max(want, maxID(e.GetData()))
+	}
+	if top < want {
+		s.t.Fatalf("reopened, the log names ids up to %d; its committed entries named %d", top, want)
+	}
 }
 
 // TestWALLogCrash: a member's log is copied while its writer is busy, as
@@ -284,7 +304,8 @@ func (s *logSim) check(l *WALLog, durable *pb.HardState) {
 // that was durable before (its hard state, and the jobs of its committed
 // entries, whatever was superseded, installed or compacted since), and
 // the log's own directory after Close with everything. Small segments
-// make compaction migrate and remove segments throughout.
+// make compaction migrate and remove segments throughout, and the log
+// restarts on its directory now and then, and goes on.
 func TestWALLogCrash(t *testing.T) {
 	for seed := range uint64(3) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
@@ -312,6 +333,14 @@ func TestWALLogCrash(t *testing.T) {
 				s.check(l, durable)
 				if err := l.Close(); err != nil {
 					t.Fatalf("round %d: %v", round, err)
+				}
+				if round%3 == 2 {
+					// The member restarts on its directory and goes on.
+					if err := s.l.Close(); err != nil {
+						t.Fatal(err)
+					}
+					s.l = openWAL(t, cfg)
+					s.l.SetMigrator(s)
 				}
 			}
 			final, _, _ := s.l.InitialState()
@@ -578,5 +607,114 @@ func TestWALLogGroupCommit(t *testing.T) {
 	t.Logf("%d appends and hard states: %d batches written, %d fsyncs", n, batches, syncs)
 	if syncs > n/3 {
 		t.Errorf("%d fsyncs for %d appends: they did not share fsyncs", syncs, n)
+	}
+}
+
+// framesOf lists the frames of the log in dir, as replay finds them.
+func framesOf(t testing.TB, dir string) []wal.Frame {
+	t.Helper()
+	var frames []wal.Frame
+	w, err := wal.OpenCluster(dir, wal.Options{}, wal.Cluster{Replay: func(f wal.Frame) error {
+		f.Payload = slices.Clone(f.Payload[:1])
+		frames = append(frames, f)
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return frames
+}
+
+// TestWALLogTornSnapshot: a crash that tore the hard state written after
+// an installed snapshot leaves the snapshot installed and committed; one
+// that tore the snapshot's own frames leaves the log as it was before.
+func TestWALLogTornSnapshot(t *testing.T) {
+	write := func(t *testing.T) (string, *pb.Snapshot) {
+		dir := t.TempDir()
+		l := openWAL(t, testWALConfig(dir, []uint64{1}, 0))
+		l.Append([]*pb.Entry{entry(2, 1, full(1, 1)), entry(3, 1, full(2, 2))})
+		commit(l, 3)
+		awaitDurable(t, l)
+		data, _ := buildSnapshot(nil, []*pb.Entry{entry(2, 1, full(7, 7)), entry(9, 2, full(8, 8))})
+		snap := &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{
+			Index: new(uint64(9)), Term: new(uint64(2)), ConfState: &pb.ConfState{Voters: []uint64{1}}}}
+		l.InstallSnapshot(snap)
+		l.SetHardState(&pb.HardState{Term: new(uint64(2)), Vote: new(uint64(0)), Commit: new(uint64(9))})
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return dir, snap
+	}
+	cut := func(t *testing.T, dir string, f wal.Frame, at int64) {
+		if err := os.Truncate(filepath.Join(dir, fmt.Sprintf("sprout.%08d.wal", f.Seg)), f.Off+at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := func(frames []wal.Frame, kind wal.Kind) wal.Frame {
+		for i := len(frames) - 1; i >= 0; i-- {
+			if wal.Kind(frames[i].Payload[0]) == kind {
+				return frames[i]
+			}
+		}
+		t.Fatalf("no frame of kind %d", kind)
+		return wal.Frame{}
+	}
+
+	t.Run("hard state torn", func(t *testing.T) {
+		dir, snap := write(t)
+		cut(t, dir, last(framesOf(t, dir), kindHardState), 5)
+		l := openWAL(t, testWALConfig(dir, []uint64{1}, 0))
+		hs, _, _ := l.InitialState()
+		first, _ := l.FirstIndex()
+		if hs.GetCommit() != 9 || first != 10 || !bytes.Equal(l.Head(), snap.GetData()) {
+			t.Errorf("commit %d, first index %d, head of %d bytes: want the snapshot at 9 installed", hs.GetCommit(), first, len(l.Head()))
+		}
+	})
+	t.Run("snapshot torn", func(t *testing.T) {
+		dir, _ := write(t)
+		cut(t, dir, last(framesOf(t, dir), kindSnapshot), 5)
+		l := openWAL(t, testWALConfig(dir, []uint64{1}, 0))
+		hs, _, _ := l.InitialState()
+		first, _ := l.FirstIndex()
+		last, _ := l.LastIndex()
+		if hs.GetCommit() != 3 || first != 2 || last != 3 || len(l.Head()) != 0 {
+			t.Errorf("commit %d, entries %d to %d, head of %d bytes: want the log before the snapshot", hs.GetCommit(), first, last, len(l.Head()))
+		}
+	})
+}
+
+// TestWALLogIDFloorSurvivesRestarts: an id watermark whose entry was
+// compacted and whose segment was removed after a restart still holds
+// after the next one: the header of a segment begun after a restart
+// covers the ids its predecessors named.
+func TestWALLogIDFloorSurvivesRestarts(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testWALConfig(dir, []uint64{1}, 0)
+	l := openWAL(t, cfg)
+	l.Append([]*pb.Entry{entry(2, 1, wal.Record{Kind: wal.KindIDs, ID: 1000}, full(1, 1))})
+	commit(l, 2)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l = openWAL(t, cfg)
+	l.Append([]*pb.Entry{entry(3, 1, full(1, 2))}) // job 1 rewritten: entry 2 holds nothing live
+	commit(l, 3)
+	l.Compact(3)
+	awaitDurable(t, l)
+	waitUntil(t, 10*time.Second, "the first segment removed", func() bool { return l.Stats().OldestIndex > 1 })
+	if got := maxID(l.Head()); got != 1000 {
+		t.Fatalf("the head's watermark is %d once entry 2 is dropped, want 1000", got)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l = openWAL(t, cfg)
+	if got := maxID(l.Head()); got < 1000 {
+		t.Errorf("after the second restart the head's watermark is %d: ids up to 1000 may be issued again", got)
 	}
 }

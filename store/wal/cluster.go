@@ -93,6 +93,21 @@ func (l *Log) loadCluster(cl Cluster) error {
 		}
 		l.syncDir()
 	}
+	// A spare an earlier run made and never wrote to holds nothing, and
+	// its header's id is older than what was written after it was made:
+	// it goes, so that the oldest segment's header always covers the ids
+	// named before it (FloorID).
+	used := cluster[:0]
+	for _, seq := range cluster {
+		if segmentEmpty(l.segPath(seq)) {
+			if err := os.Remove(l.segPath(seq)); err != nil {
+				return err
+			}
+			continue
+		}
+		used = append(used, seq)
+	}
+	cluster = used
 	// A torn write is cut off at the end of the last segment holding more
 	// than its checkpoint: one that holds no more was begun after the
 	// write, as appends moved on, and neither was durable.
@@ -311,6 +326,15 @@ func (l *Log) Full() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.core.onlyDeletes()
+}
+
+// RaiseID says that frames replayed named ids up to id: the wal sees no
+// record of a cluster's, and the header of each segment it begins holds
+// the highest id named before it (FloorID, after a restart).
+func (l *Log) RaiseID(id uint64) {
+	l.mu.Lock()
+	l.core.sawID(id)
+	l.mu.Unlock()
 }
 
 // FloorID is the id in the oldest segment's header when the log was

@@ -174,8 +174,12 @@ type core struct {
 
 // segState is what the core knows of one segment file.
 type segState struct {
-	seq       uint32
-	headerID  uint64   // the id its header held when it was found at start
+	seq uint32
+	// headerID is the id its header holds: as found at start; for a
+	// cluster's segment made by this run, the highest id named before
+	// appends moved to it (a single node's header gets the highest id
+	// issued when it is first written).
+	headerID  uint64
 	liveCount int      // full records here that are their job's latest
 	liveBytes int64    // their bytes
 	ids       []uint64 // jobs whose full record was written here (some since moved or deleted)
@@ -294,6 +298,7 @@ func (c *core) start(now time.Duration, seq uint32) {
 	c.cur = &segState{seq: seq, onDisk: c.policy.segmentSize, written: headerSize, open: true}
 	c.addSegment(c.cur)
 	c.curSize, c.curBase = headerSize, headerSize
+	c.cur.headerID = c.lastID
 	c.putCheckpoint()
 	c.lastSync = now
 }
@@ -723,6 +728,7 @@ func (c *core) wake(at time.Duration) { c.wakeAt = min(c.wakeAt, at) }
 
 func (c *core) useSpare() {
 	c.cur, c.curSize, c.curBase, c.spare = c.spare, headerSize, headerSize, nil
+	c.cur.headerID = c.lastID
 	c.putCheckpoint()
 }
 
@@ -841,7 +847,11 @@ func (c *core) takeBatch() bool {
 		ch := &c.batch[i]
 		if s := ch.seg; s.seq != c.writing {
 			n := len(c.headers)
-			c.headers = binary.LittleEndian.AppendUint64(c.headers, c.lastID)
+			id := c.lastID
+			if c.policy.cluster {
+				id = s.headerID
+			}
+			c.headers = binary.LittleEndian.AppendUint64(c.headers, id)
 			c.writes = append(c.writes, extent{seq: s.seq, off: headerIDOffset, b: c.headers[n : n+8 : n+8], seg: s, chunk: -1})
 			c.writing = s.seq
 		}

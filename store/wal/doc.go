@@ -213,11 +213,17 @@
 //     segments as the leader's rewrites, applied, leave them with nothing
 //     live.
 //   - Recovery. OpenCluster replays every frame in order to the cluster
-//     log (a torn write at the end of the last segment holding frames is
-//     cut off; other damage stops the start unless Options.SkipDamaged),
-//     with each frame's segment and offset, and the header id of the first
-//     segment: every id named by a frame of a segment removed is at most
-//     it. Recovered is empty: the store is filled from the cluster log.
+//     log (a torn write at the end of the last segment holding more than
+//     its checkpoint is cut off; other damage stops the start unless
+//     Options.SkipDamaged), with each frame's segment and offset, and
+//     the header id of the first segment (FloorID): every id named by a
+//     frame of a segment removed is at most it. For that, a cluster
+//     segment's header holds the highest id named before appends moved
+//     to it (the wal sees no record, so the cluster log tells it the ids
+//     it replayed, RaiseID, and the ids of each group it appends), and a
+//     spare an earlier run never wrote to, whose header is older, is
+//     removed at open. Recovered is empty: the store is filled from the
+//     cluster log.
 //   - Conversion. A directory of a single node's segments, or of a
 //     beanstalkd binlog (imported first, as above), is read as a single
 //     node reads it and handed to Cluster.Convert as its live jobs and
