@@ -166,9 +166,14 @@ func TestNodeWALChurn(t *testing.T) {
 		}
 	}
 
-	// The crashed member comes back on its directory, under its id.
+	// The crashed member comes back on its directory, under its id; the
+	// leader compacted past its log meanwhile, so a snapshot of the
+	// leader's (read back from its segments) fills it.
 	back := c.restart(crashed)
 	ch.check(nl)
+	if got := back.Stats().Transport.SnapshotsReceived; got == 0 {
+		t.Errorf("%s caught up without a snapshot", crashed)
+	}
 	waitUntil(t, 10*time.Second, crashed+" following", func() bool {
 		for _, m := range nl.Status().Members {
 			if m.Name == crashed && m.Connected && m.Match != nil && *m.Match > 0 {

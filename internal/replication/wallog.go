@@ -126,6 +126,7 @@ type WALLog struct {
 	replayedID   uint64
 
 	lastLSN uint64       // guarded by mu: the LSN of the last write
+	lastSeg uint32       // guarded by mu: the segment of the last write (or frame replayed)
 	held    uint32       // guarded by mu: the segment last given to wal.Hold
 	moves   []wal.Move   // guarded by mu: scratch for Compact
 	recs    []recSummary // guarded by mu: scratch for Compact
@@ -208,6 +209,7 @@ func (l *WALLog) Close() error { return l.wal.Close() }
 
 // replay takes one frame of the directory.
 func (l *WALLog) replay(f wal.Frame) error {
+	l.lastSeg = f.Seg
 	d := decoder{b: f.Payload[1:]}
 	switch wal.Kind(f.Payload[0]) {
 	case kindCheckpoint:
@@ -493,6 +495,7 @@ func (l *WALLog) Append(ents []*pb.Entry) {
 	if err != nil {
 		panic(fmt.Sprintf("replication: appending entries %d to %d: %v", first, first+uint64(len(ents))-1, err))
 	}
+	l.lastSeg = seg
 	for i := range metas {
 		m := &metas[i]
 		m.seg, m.off, m.lsn = seg, off, lsn
@@ -602,7 +605,7 @@ func (l *WALLog) appendFrameLocked(frames []byte, maxID uint64) uint32 {
 	if err != nil {
 		panic(fmt.Sprintf("replication: writing to the log: %v", err))
 	}
-	l.lastLSN = lsn
+	l.lastLSN, l.lastSeg = lsn, seg
 	return seg
 }
 
@@ -725,9 +728,10 @@ func (l *WALLog) unliveLocked(p placed) {
 
 // holdLocked tells the wal the first segment the log needs: its head's,
 // or its first entry's (each entry is in a segment no older than the one
-// before it); none when it holds neither.
+// before it), or when it holds neither the one it last wrote to, so that
+// its next write lands in a segment held already.
 func (l *WALLog) holdLocked() {
-	seg := uint32(0)
+	seg := l.lastSeg
 	switch {
 	case l.base != nil:
 		seg = l.baseSeg
