@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // dirBytes is what the segment files in dir take, preallocated ones
@@ -212,4 +215,54 @@ func TestNodeWALRestartsOneAtATime(t *testing.T) {
 		c.restart(victim)
 	}
 	ch.check(c.awaitServing(10 * time.Second))
+}
+
+// TestNodeWALTakesOverASingleNode: a single node's -b directory started
+// as a cluster of one keeps every job, and ids go on above its own.
+func TestNodeWALTakesOverASingleNode(t *testing.T) {
+	dir := t.TempDir()
+	single, err := wal.Open(dir, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := store.New(store.Options{Log: single})
+	if err := single.Start(s); err != nil {
+		t.Fatal(err)
+	}
+	cl := s.NewClient(nil)
+	cl.Use([]byte("old"))
+	var ids []uint64
+	for i := range 5 {
+		id := s.NextID()
+		if _, err := cl.Put(id, 7, 0, 60, []byte(fmt.Sprintf("job %d\r\n", i))); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	cl.Delete(ids[0])
+	cl.Close()
+	s.Close()
+	if err := single.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	c, lns := makeNetCluster(t, 1, nil)
+	c.dirs, c.wals, c.segSize = map[string]string{"m1": dir}, map[string]*WALLog{}, 64<<10
+	c.startAll(lns)
+	l := c.awaitServing(10 * time.Second)
+	got := viewOf(l.Store())
+	for _, id := range ids[1:] {
+		if j, ok := got[id]; !ok || j.tube != "old" || j.pri != 7 {
+			t.Errorf("job %d after the takeover: %+v, %v", id, j, ok)
+		}
+	}
+	if _, ok := got[ids[0]]; ok || len(got) != 4 {
+		t.Errorf("%d jobs after the takeover, want the 4 not deleted", len(got))
+	}
+	nc := newNetClient(l, "new")
+	if id, pos := nc.put("new"); id <= ids[4] {
+		t.Errorf("the cluster issued id %d, not above the single node's %d", id, ids[4])
+	} else {
+		awaitAck(t, l.Journal(), pos, 5*time.Second)
+	}
 }

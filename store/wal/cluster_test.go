@@ -493,3 +493,56 @@ func TestScanFrames(t *testing.T) {
 		t.Error("a cut frame scanned")
 	}
 }
+
+// fakeBinlog is an Importer of a foreign log made of one file.
+type fakeBinlog struct{ jobs []wal.Record }
+
+func (b fakeBinlog) Files(dir string) ([]string, error) {
+	path := dir + "/binlog.1"
+	if _, err := os.Stat(path); err != nil {
+		return nil, nil
+	}
+	return []string{path}, nil
+}
+
+func (b fakeBinlog) Read(string, int) ([]wal.Record, uint64, error) { return b.jobs, 50, nil }
+
+// TestClusterConvertsABinlog: a beanstalkd binlog is imported, as a
+// single node imports it, and handed to Convert: its jobs and highest id
+// become the cluster's first segment, and the binlog is gone.
+func TestClusterConvertsABinlog(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(dir+"/binlog.1", []byte("beanstalkd"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	imp := fakeBinlog{jobs: []wal.Record{
+		{ID: 7, Tube: "t", State: wal.StateReady, Body: []byte("seven\r\n")},
+		{ID: 9, Tube: "t", State: wal.StateBuried, Body: []byte("nine\r\n")},
+	}}
+	var got []uint64
+	var lastID uint64
+	l, err := wal.OpenCluster(dir, wal.Options{Importer: imp}, wal.Cluster{
+		Replay: func(wal.Frame) error { return nil },
+		Convert: func(jobs []wal.Recovered, last uint64) ([]byte, error) {
+			for _, j := range jobs {
+				got = append(got, j.ID)
+			}
+			lastID = last
+			return clusterFrame(nil, kindCheckpoint, "converted"), nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeUnstarted(t, l)
+	if !slices.Equal(got, []uint64{7, 9}) || lastID < 50 {
+		t.Errorf("converted %v, last id %d; want jobs 7 and 9 and at least 50", got, lastID)
+	}
+	if _, err := os.Stat(dir + "/binlog.1"); !os.IsNotExist(err) {
+		t.Errorf("the binlog is still there: %v", err)
+	}
+	segs, _ := segments(t, dir)
+	if len(segs) != 1 {
+		t.Errorf("segments %v after the conversion, want the cluster's one", segs)
+	}
+}
