@@ -53,6 +53,14 @@ type Config struct {
 	// sprout_build_info): cmd/sprout passes the build's, the one -v
 	// prints. "" means "unknown".
 	Version string
+	// Route, if set, is shown each accepted connection before it is
+	// enrolled in an event loop; true means it was taken elsewhere (a
+	// cluster member that does not lead hands its clients to a proxy),
+	// and the server forgets it. It runs on the accept loop's goroutine,
+	// so it must not block. A server with a Route also keeps track of its
+	// sessions, so that CloseClients can end them; without one, nothing
+	// is added per connection.
+	Route func(nc net.Conn) bool
 
 	// resolved is set by Resolve: New uses such a Config as it is.
 	resolved bool

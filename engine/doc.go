@@ -12,6 +12,15 @@
 // one to accept and close the waiting connection, so the open ones are
 // served on and accepting resumes when descriptors are freed.
 //
+// A cluster member routes connections (Config.Route): each accepted one is
+// shown to the Route first, which may take it elsewhere (to a proxy to the
+// leader), and Serve takes back one it gave away. Such a server also keeps
+// each loop's sessions in a set, so that CloseClients can end them all
+// when the member stops leading; without a Route nothing is kept, and the
+// accept loop pays one nil check per connection. SetStore replaces the
+// store while no session is open (a follower's, when a snapshot is
+// installed).
+//
 // An idle connection's memory is mostly gnet's: its conn and the two
 // addresses it keeps from Go's accepted net.Conn (gnet enrolls only a
 // *net.TCPConn or *net.UnixConn, so the accept goes through net.Listener).
@@ -128,7 +137,8 @@
 //
 //   - config.go: Config, its defaults and Resolve.
 //   - server.go: the Server, New and Run.
-//   - listener.go: the listening socket and the accept loop.
+//   - listener.go: the listening socket, the accept loop and Serve.
+//   - clients.go: CloseClients and SetStore, for cluster mode.
 //   - eventloops.go: finding the event loops, and Ping, which checks that
 //     each answers.
 //   - loopstate.go: what one event loop's sessions share.

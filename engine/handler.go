@@ -25,8 +25,11 @@ func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		conn:   c,
 		parser: *codec.NewParser(s.cfg.MaxJobSize),
 	}
-	s.store.InitClient(&ss.client, ss)
+	s.store.Load().InitClient(&ss.client, ss)
 	c.SetContext(ss)
+	if ss.loop.sessions != nil {
+		ss.loop.sessions[ss] = struct{}{}
+	}
 	s.conns.current.Add(1)
 	s.conns.total.Add(1)
 	if e := s.log.Debug(); e.Enabled() {

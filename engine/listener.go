@@ -113,6 +113,9 @@ func (a *acceptor) run() {
 			}
 			continue
 		}
+		if s.cfg.Route != nil && s.cfg.Route(nc) {
+			continue
+		}
 		a.ips.shareAddrs(nc)
 		// gnet takes its own descriptor (a dup) and closes nc, whatever
 		// the outcome.
@@ -123,6 +126,30 @@ func (a *acceptor) run() {
 			} else if e := s.log.Debug(); e.Enabled() {
 				e.Err(err).Msg("accept: cannot register the connection")
 			}
+		}
+	}
+}
+
+// Serve serves nc as the accept loop serves a connection Route leaves
+// to it: for a connection Route took and then gave back (a proxy that
+// waited for a leader and found that this server now leads). The
+// connection limit applies as at accept; nc is closed on any failure.
+// Safe from any goroutine once Ready is closed.
+func (s *Server) Serve(nc net.Conn) {
+	select {
+	case <-s.stopping:
+		_ = nc.Close()
+		return
+	default:
+	}
+	if s.conns.current.Load() >= int64(s.cfg.MaxConnections) {
+		s.conns.refused.Add(1)
+		_ = nc.Close()
+		return
+	}
+	if _, err := s.client.EnrollContext(nc, nil); err != nil {
+		if e := s.log.Debug(); e.Enabled() {
+			e.Err(err).Msg("serve: cannot register the connection")
 		}
 	}
 }

@@ -15,6 +15,11 @@ type loopState struct {
 	// goroutine touches it, and serve is never re-entered on a loop.
 	batch replies
 
+	// sessions are the loop's open sessions, for CloseClients; only the
+	// loop's goroutine touches it. Nil, and nothing tracked, unless the
+	// server has a Route (Config.Route).
+	sessions map[*session]struct{}
+
 	mu      sync.Mutex
 	holding map[*session]struct{} // guarded by mu: sessions holding buffer bytes
 }
@@ -26,6 +31,9 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 	ls := s.loops[el]
 	if ls == nil {
 		ls = &loopState{srv: s, batch: replies{keep: keepBatch}, holding: make(map[*session]struct{})}
+		if s.cfg.Route != nil {
+			ls.sessions = make(map[*session]struct{})
+		}
 		if s.acks != nil {
 			ls.flusher = newLoopFlusher(el, s.acks, &s.heldSessions)
 		}

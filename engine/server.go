@@ -20,8 +20,10 @@ import (
 // Server joins gnet to the store: it owns the listener and its accept
 // loop, the per-connection sessions and the server-wide counters.
 type Server struct {
-	cfg   Config          // immutable after New
-	store *store.Store    // immutable
+	cfg Config // immutable after New
+	// store is the store sessions use; SetStore replaces it, only while
+	// no session is open.
+	store atomic.Pointer[store.Store]
 	acks  store.AckSource // immutable: what held replies wait for; nil in memory
 	log   zerolog.Logger  // immutable
 	id    string          // immutable: stats "id"
@@ -78,9 +80,8 @@ func New(cfg Config, st *store.Store) *Server {
 	}
 	var raw [8]byte
 	_, _ = rand.Read(raw[:])
-	return &Server{
+	s := &Server{
 		cfg:        cfg,
-		store:      st,
 		acks:       st.Acks(),
 		log:        cfg.Logger,
 		id:         hex.EncodeToString(raw[:]),
@@ -93,6 +94,8 @@ func New(cfg Config, st *store.Store) *Server {
 		watched:    make(map[*session]struct{}),
 		loops:      make(map[gnet.EventLoop]*loopState),
 	}
+	s.store.Store(st)
+	return s
 }
 
 // Ready is closed once the server accepts connections.

@@ -293,6 +293,9 @@ func (ss *session) close() {
 		return
 	}
 	ss.closed = true
+	if ss.loop.sessions != nil {
+		delete(ss.loop.sessions, ss)
+	}
 	ss.loop.srv.account(ss, 0, false)
 	ss.held = nil
 	ss.client.Close()

@@ -39,7 +39,8 @@ func (s *Server) appendStats(dst []byte) []byte {
 
 // Stats is what the stats command reports. Safe from any goroutine.
 func (s *Server) Stats() codec.ServerStats {
-	g := s.store.Stats()
+	jobs := s.store.Load()
+	g := jobs.Stats()
 	st := codec.ServerStats{
 		CurrentJobsUrgent:   uint64(g.Urgent),
 		CurrentJobsReady:    uint64(g.Ready),
@@ -65,7 +66,7 @@ func (s *Server) Stats() codec.ServerStats {
 		OS:                  s.uname.os,
 		Platform:            s.uname.platform,
 	}
-	if ls, ok := s.store.LogStats(); ok {
+	if ls, ok := jobs.LogStats(); ok {
 		st.BinlogOldestIndex = int64(ls.OldestIndex)
 		st.BinlogCurrentIndex = int64(ls.CurrentIndex)
 		st.BinlogRecordsMigrated = ls.RecordsMigrated

@@ -30,6 +30,23 @@
 // them; then the side port's metrics, the listener and -u, the log, the
 // store and the engine, which uses the resolved engine.Config as it is.
 //
+// # Cluster mode
+//
+// With --node (cluster.go) parseArgs also checks the cluster's flags
+// together (checkCluster: replication.NodeConfig.Validate's lines and the
+// ones only the command line knows: -b is required, -l unix: is refused).
+// run opens the clients' socket first, so that the client address the
+// member tells the others has its port; then startMember opens the
+// member's Raft log (newClusterLog: today an in-memory stand-in, the one
+// line where the wal-backed log will plug in), starts the node, whose
+// store the engine serves, and the proxy, which becomes the engine's
+// Route. The side port serves /cluster and the cluster's metrics; the
+// admin API and the console are not served yet. When the node stops on
+// its own (its log lost) the engine stops and run exits 1; when it loses
+// a leadership it served, member.rebuild closes every client and
+// re-executes the process (systemd socket activation is refused in
+// cluster mode: the socket could not be handed over again).
+//
 // One version is reported everywhere (-v, stats' version,
 // sprout_build_info): the one linked in as main.version, else the build
 // info's (buildVersion), passed to the engine in its Config.

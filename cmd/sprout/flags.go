@@ -70,6 +70,14 @@ type options struct {
 	// adminToken is --admin-token, or what --admin-token-file holds; the
 	// last of the two given wins. "" makes the admin API read-only.
 	adminToken string
+
+	// Cluster mode, as written; checkCluster checks them together.
+	node           string // --node: "" is a single node
+	clusterListen  string // --cluster-listen
+	clusterPeers   string // --cluster-peers, as replication.ParsePeers reads it
+	clusterTLSCert string // --cluster-tls-cert
+	clusterTLSKey  string // --cluster-tls-key
+	clusterTLSCA   string // --cluster-tls-ca
 }
 
 // optional is a setting whose zero value is a setting of its own, with
@@ -106,6 +114,7 @@ const (
 	groupBeanstalkd group = iota
 	groupWAL
 	groupSprout
+	groupCluster
 )
 
 // flag is one row of flagTable, from which the command line's syntax, the
@@ -380,7 +389,30 @@ var flagTable = []*flag{
 			o.adminToken = token
 			return weakToken(token)
 		}},
+
+	{long: "node", arg: "NAME", group: groupCluster,
+		help: "run as the cluster member NAME (letters, digits, '-', '_' and '.'), one of --cluster-peers; " +
+			"needs -b, --cluster-listen and --cluster-peers. Without it Sprout is a single node",
+		set: stringSetter(func(o *options) *string { return &o.node }, "a member's name", nonEmpty)},
+	{long: "cluster-listen", arg: "HOST:PORT", group: groupCluster,
+		help: "where the other members connect to this one",
+		set:  stringSetter(func(o *options) *string { return &o.clusterListen }, "HOST:PORT", nonEmpty)},
+	{long: "cluster-peers", arg: "NAME=HOST:PORT,...", group: groupCluster,
+		help: "the initial members, this one included: each one's name and the address of its --cluster-listen",
+		set:  stringSetter(func(o *options) *string { return &o.clusterPeers }, "NAME=HOST:PORT,...", nonEmpty)},
+	{long: "cluster-tls-cert", arg: "PATH", group: groupCluster,
+		help: "this member's certificate (PEM), for mutual TLS between members; with --cluster-tls-key and " +
+			"--cluster-tls-ca, or none of the three for plaintext",
+		set: stringSetter(func(o *options) *string { return &o.clusterTLSCert }, "a PEM file", nonEmpty)},
+	{long: "cluster-tls-key", arg: "PATH", group: groupCluster,
+		help: "the private key (PEM) of --cluster-tls-cert",
+		set:  stringSetter(func(o *options) *string { return &o.clusterTLSKey }, "a PEM file", nonEmpty)},
+	{long: "cluster-tls-ca", arg: "PATH", group: groupCluster,
+		help: "the certificate authority (PEM) members' certificates must come from",
+		set:  stringSetter(func(o *options) *string { return &o.clusterTLSCA }, "a PEM file", nonEmpty)},
 }
+
+func nonEmpty(v string) bool { return v != "" }
 
 // minTokenLength is the shortest admin token taken without a warning.
 const minTokenLength = 16

@@ -19,6 +19,7 @@ import (
 	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/internal/gctune"
 	"github.com/sproutmq/sprout/internal/hostinfo"
+	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
 	"github.com/sproutmq/sprout/store/wal/cbinlog"
@@ -65,13 +66,18 @@ func thisProcess() process {
 // collector's headroom are set, before the log's recovery allocates; the
 // side port's histograms are made; -u's socket is opened and privileges
 // dropped; the log is opened and recovered. run fills in cfg's wiring
-// (logger, metrics, listener, log) as it goes.
+// (logger, metrics, listener, log) as it goes. In cluster mode (--node)
+// the clients' socket is opened, then the member starts (startMember: its
+// Raft log, its node, whose store the engine serves, and its proxy to the
+// leader, which becomes the engine's Route).
 //
 // Shutdown order: the engine stops accepting and handing jobs out, waits
 // for workers to finish theirs, sends the replies held for the log and
 // closes connections (their reserved jobs go back to ready); then the HTTP
 // side port stops, then the log writes and fsyncs everything appended,
-// then the store's timers stop.
+// then the store's timers stop. A cluster member, once its side port has
+// stopped, closes its proxied connections, then stops its node (its
+// connections to the other members, then its store).
 func run(cfg config) int {
 	log := newLogger(cfg)
 	cfg.engine.Logger = log
@@ -96,6 +102,11 @@ func run(cfg config) int {
 		}
 		defer stop()
 	}
+	if cfg.cluster != nil && systemdHandedOver() {
+		// A re-execution could not hand the socket over again.
+		log.Error().Msg("a socket systemd hands over (LISTEN_FDS) is not supported in cluster mode; use -l and -p")
+		return exitUsage
+	}
 	// Before the log: -u drops privileges once the socket is bound.
 	ln, code := prepareListener(cfg, log)
 	if code != exitOK {
@@ -107,41 +118,30 @@ func run(cfg config) int {
 		cfg.engine.Network, cfg.engine.Address = ln.Addr().Network(), ln.Addr().String()
 	}
 
-	var wl *wal.Log
-	opened := time.Now()
-	if cfg.walDir != "" {
-		cfg.wal.Logger = log
-		cfg.wal.Importer = cbinlog.Importer{}
-		var err error
-		if wl, err = wal.Open(cfg.walDir, cfg.wal); err != nil {
-			log.Error().Err(err).Str("dir", cfg.walDir).Msg("cannot open the write-ahead log")
-			if errors.Is(err, wal.ErrLocked) {
-				return exitWALLock
-			}
-			return exitReplay
+	var st *store.Store
+	var m *member
+	if cfg.cluster != nil {
+		var observer replication.Observer
+		if side != nil {
+			observer = side.metrics
 		}
-	}
-	st := store.New(store.Options{Log: wl})
-	defer st.Close()
-	if wl != nil {
-		if err := wl.Start(st); err != nil {
-			log.Error().Err(err).Str("dir", cfg.walDir).Msg("cannot start the write-ahead log")
-			return exitReplay
+		if m, code = startMember(&cfg, ln, observer, log); code != exitOK {
+			return code
 		}
-		g := st.Stats()
-		ls := wl.Stats()
-		log.Info().Str("dir", cfg.walDir).Str("took", time.Since(opened).Round(time.Millisecond).String()).
-			Int64("ready", g.Ready).Int64("delayed", g.Delayed).Int64("buried", g.Buried).
-			Uint32("oldest_segment", ls.OldestIndex).Uint32("current_segment", ls.CurrentIndex).
-			Int64("disk_bytes", ls.DiskBytes).Msg("write-ahead log recovered")
-		defer func() {
-			if err := wl.Close(); err != nil {
-				log.Error().Err(err).Msg("closing the write-ahead log")
-			}
-		}()
+		defer m.close()
+		st = m.node.Store()
+	} else {
+		var closeStore func()
+		if st, closeStore, code = openStore(cfg, log); code != exitOK {
+			return code
+		}
+		defer closeStore()
 	}
 	srv := engine.New(cfg.engine, st)
-	if err := side.start(srv, st, log); err != nil {
+	if m != nil {
+		m.attach(srv, st)
+	}
+	if err := side.start(srv, st, m, log); err != nil {
 		log.Error().Err(err).Str("address", cfg.httpAddr).Msg("cannot serve the operations endpoint")
 		return exitSocket
 	}
@@ -157,8 +157,57 @@ func run(cfg config) int {
 		log.Error().Err(err).Str("address", cfg.engine.Address).Msg("cannot serve")
 		return exitSocket
 	}
+	if m != nil {
+		if code := int(m.exit.Load()); code != exitOK {
+			return code
+		}
+	}
 	log.Info().Str("served_for", time.Since(start).Round(time.Millisecond).String()).Msg("connections closed; flushing the log")
 	return 0
+}
+
+// openStore opens and recovers the write-ahead log, if -b says to, and
+// returns the store on it (in memory without -b) and what closes them
+// once the engine has stopped: the log, which writes and fsyncs
+// everything appended, then the store's timers. It returns the exit code
+// on failure, exitOK otherwise.
+func openStore(cfg config, log zerolog.Logger) (*store.Store, func(), int) {
+	var wl *wal.Log
+	opened := time.Now()
+	if cfg.walDir != "" {
+		cfg.wal.Logger = log
+		cfg.wal.Importer = cbinlog.Importer{}
+		var err error
+		if wl, err = wal.Open(cfg.walDir, cfg.wal); err != nil {
+			log.Error().Err(err).Str("dir", cfg.walDir).Msg("cannot open the write-ahead log")
+			if errors.Is(err, wal.ErrLocked) {
+				return nil, nil, exitWALLock
+			}
+			return nil, nil, exitReplay
+		}
+	}
+	st := store.New(store.Options{Log: wl})
+	if wl != nil {
+		if err := wl.Start(st); err != nil {
+			log.Error().Err(err).Str("dir", cfg.walDir).Msg("cannot start the write-ahead log")
+			st.Close()
+			return nil, nil, exitReplay
+		}
+		g := st.Stats()
+		ls := wl.Stats()
+		log.Info().Str("dir", cfg.walDir).Str("took", time.Since(opened).Round(time.Millisecond).String()).
+			Int64("ready", g.Ready).Int64("delayed", g.Delayed).Int64("buried", g.Buried).
+			Uint32("oldest_segment", ls.OldestIndex).Uint32("current_segment", ls.CurrentIndex).
+			Int64("disk_bytes", ls.DiskBytes).Msg("write-ahead log recovered")
+	}
+	return st, func() {
+		if wl != nil {
+			if err := wl.Close(); err != nil {
+				log.Error().Err(err).Msg("closing the write-ahead log")
+			}
+		}
+		st.Close()
+	}, exitOK
 }
 
 // handleSignals runs the server's signals:

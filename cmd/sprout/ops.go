@@ -41,10 +41,14 @@ func newOpsPort(cfg config) *opsPort {
 		maxJobSize: cfg.engine.MaxJobSize, metrics: ops.NewMetrics()}
 }
 
-// start serves the side port for srv and st until stop.
-func (p *opsPort) start(srv *engine.Server, st *store.Store, log zerolog.Logger) error {
+// start serves the side port for srv and st until stop; for a cluster
+// member m, its /cluster and figures too.
+func (p *opsPort) start(srv *engine.Server, st *store.Store, m *member, log zerolog.Logger) error {
 	if p == nil {
 		return nil
+	}
+	if m != nil {
+		return p.startMember(srv, m, log)
 	}
 	p.api = admin.New(admin.Config{
 		Store:      st,
@@ -77,6 +81,32 @@ func (p *opsPort) start(srv *engine.Server, st *store.Store, log zerolog.Logger)
 	return nil
 }
 
+// startMember serves a cluster member's side port: metrics, probes and
+// /cluster. The admin API and the console are not served yet: their
+// changes would have to reach the leader's store, and they read a store
+// a snapshot may replace.
+func (p *opsPort) startMember(srv *engine.Server, m *member, log zerolog.Logger) error {
+	if p.adminToken != "" {
+		log.Warn().Msg("the admin API and the web console are not served in cluster mode yet; --admin-token is not used")
+	}
+	s, err := ops.Start(ops.Config{
+		Addr:       p.addr,
+		Pprof:      p.pprof,
+		TubeSeries: p.tubes,
+		Engine:     srv,
+		Store:      memberStore{m.node},
+		Metrics:    p.metrics,
+		Cluster:    m.node,
+		Proxy:      m.proxy,
+		Logger:     log,
+	})
+	if err != nil {
+		return err
+	}
+	p.server = s
+	return nil
+}
+
 // stop shuts the side port down, after the engine: probes and scrapes are
 // answered until then. The admin API's history stops with it.
 func (p *opsPort) stop(ctx context.Context, log zerolog.Logger) {
@@ -88,5 +118,7 @@ func (p *opsPort) stop(ctx context.Context, log zerolog.Logger) {
 	if err := p.server.Shutdown(ctx); err != nil {
 		log.Error().Err(err).Msg("stopping the operations endpoint")
 	}
-	p.api.Close()
+	if p.api != nil {
+		p.api.Close()
+	}
 }

@@ -94,6 +94,9 @@ func parseArgs(args, environ []string, stderr io.Writer) (options, action, int) 
 	for _, s := range cmdline {
 		_ = s.apply(&o) // checked, and its warnings printed, by scan
 	}
+	if err := checkCluster(o); err != nil {
+		return fail(err)
+	}
 	return o, actionRun, exitOK
 }
 

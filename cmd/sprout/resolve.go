@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/internal/hostinfo"
 	"github.com/sproutmq/sprout/internal/ops"
+	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -73,6 +75,10 @@ type config struct {
 	goMemoryLimitFrom string
 	// host is the probe everything was resolved from.
 	host hostinfo.Host
+	// cluster is the member to run (--node and the --cluster-* flags,
+	// checked by parseArgs); nil for a single node. run fills in the
+	// rest: the client address, the log, the hooks.
+	cluster *replication.NodeConfig
 }
 
 // process is what resolve needs of the running process besides the probe
@@ -167,6 +173,9 @@ func resolve(o options, h hostinfo.Host, p process) config {
 	if c.wal.SegmentSize == 0 {
 		c.wal.SegmentSize = wal.DefaultSegmentSize
 	}
+	if o.node != "" {
+		c.cluster, _ = nodeConfig(o) // parseArgs checked it
+	}
 	return c
 }
 
@@ -250,7 +259,15 @@ func logConfig(log zerolog.Logger, c config) {
 			Bool("no_fsync", c.wal.NoSync).Int64("segment_size", c.wal.SegmentSize).
 			Bool("skip_damaged", c.wal.SkipDamaged)
 	}
-	e.Msg("configuration")
+	if n := c.cluster; n != nil {
+		var peers []string
+		for _, p := range n.Peers {
+			peers = append(peers, p.Name+"="+p.Addr)
+		}
+		e = e.Str("node", n.Node).Str("cluster_listen", n.Listen).Strs("cluster_peers", peers).
+			Bool("cluster_tls", n.TLSCert != "")
+	}
+	e.Int("pid", os.Getpid()).Msg("configuration")
 }
 
 // buildVersion is the one version Sprout reports, in -v, stats and

@@ -20,6 +20,8 @@ var groupHeadings = map[group]string{
 		"of beanstalkd binlog files is imported on first start):",
 	groupSprout: "Sprout's own options. The one-dash spelling (-loops 4) is accepted too " +
 		"and wins over beanstalkd's combined reading (-l oops):",
+	groupCluster: "Cluster mode (experimental: see the README), three or five members " +
+		"replicating one queue through Raft; clients may connect to any member:",
 }
 
 // writeUsage prints the help text, laid out like beanstalkd's, from
@@ -27,7 +29,7 @@ var groupHeadings = map[group]string{
 func writeUsage(w io.Writer) {
 	var b strings.Builder
 	b.WriteString("Use: sprout [OPTIONS]\n")
-	for _, g := range []group{groupBeanstalkd, groupWAL, groupSprout} {
+	for _, g := range []group{groupBeanstalkd, groupWAL, groupSprout, groupCluster} {
 		b.WriteString("\n")
 		wrap(&b, groupHeadings[g], 0, 0)
 		for _, f := range flagTable {

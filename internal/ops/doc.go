@@ -30,4 +30,16 @@
 // ping timeout (engine.Server.Ping) and 503 otherwise. /readyz is 200 once
 // the engine listens with the log recovered (Ready) and 503 before that
 // and while it drains or shuts down (Draining).
+//
+// # Cluster mode
+//
+// With Config.Cluster (a replication.Node), GET /cluster is the member's
+// Status as JSON, /readyz is also 503 until the member knows a leader and
+// has applied what was committed when it started (Node.Ready), and
+// /metrics adds the sprout_cluster_* figures: the term, leader changes,
+// commit and applied indexes, follower lag, proposals, snapshots,
+// membership changes and the transport's counters, read from Node.Stats at
+// scrape time (clusterCollector, cluster.go), the proxy's connections from
+// Proxy.Stats, and the sizes of proposals, observed as the leader makes
+// them (Metrics implements replication.Observer).
 package ops

@@ -22,9 +22,11 @@ var (
 )
 
 // Metrics holds the histograms fed as things happen: command latencies
-// from the event loops (engine.Metrics) and the write-ahead log's batches
-// and fsyncs from its writer goroutine (wal.Observer). Start registers
-// them, the log's only when the store has a log. Every method is safe for
+// from the event loops (engine.Metrics), the write-ahead log's batches
+// and fsyncs from its writer goroutine (wal.Observer), and a cluster
+// leader's proposals from its node goroutine (replication.Observer).
+// Start registers them, the log's only when the store has a log, the
+// proposals' only in cluster mode. Every method is safe for
 // concurrent use and lock-free.
 type Metrics struct {
 	commandVec *prometheus.HistogramVec // immutable after NewMetrics
@@ -36,6 +38,9 @@ type Metrics struct {
 	fsync        prometheus.Histogram // immutable
 	batchBytes   prometheus.Histogram // immutable
 	batchRecords prometheus.Histogram // immutable
+
+	proposalBytes   prometheus.Histogram // immutable
+	proposalRecords prometheus.Histogram // immutable
 }
 
 // NewMetrics returns the histograms, with a series for every command.
@@ -62,6 +67,16 @@ func NewMetrics() *Metrics {
 			Help:    "Records the write-ahead log wrote in one batch (group commit).",
 			Buckets: batchRecordBuckets,
 		}),
+		proposalBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sprout_cluster_proposal_bytes",
+			Help:    "Bytes of records the leader proposed in one Raft entry.",
+			Buckets: batchByteBuckets,
+		}),
+		proposalRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sprout_cluster_proposal_records",
+			Help:    "Records the leader proposed in one Raft entry.",
+			Buckets: batchRecordBuckets,
+		}),
 	}
 	for op := range len(m.commands) {
 		if name := codec.Op(op).String(); name != "" {
@@ -82,6 +97,13 @@ func (m *Metrics) ObserveCommand(op codec.Op, d time.Duration) {
 func (m *Metrics) ObserveBatch(bytes, records int) {
 	m.batchBytes.Observe(float64(bytes))
 	m.batchRecords.Observe(float64(records))
+}
+
+// ObserveProposal implements replication.Observer: it runs on the
+// member's node goroutine.
+func (m *Metrics) ObserveProposal(bytes, records int) {
+	m.proposalBytes.Observe(float64(bytes))
+	m.proposalRecords.Observe(float64(records))
 }
 
 // ObserveSync implements wal.Observer.

@@ -49,6 +49,12 @@ type Config struct {
 	// Console, if set, serves every path no other handler here serves
 	// (the web console, at /).
 	Console http.Handler
+	// Cluster, if set, is this server's cluster member: GET /cluster
+	// shows its view, /readyz also waits for its Ready, and /metrics adds
+	// its figures (and Metrics' proposal sizes). Proxy, if set, is its
+	// proxy to the leader, whose connections /metrics counts.
+	Cluster Cluster
+	Proxy   Proxy
 	Logger  zerolog.Logger
 }
 
@@ -132,6 +138,12 @@ func newMux(cfg Config) (*http.ServeMux, error) {
 		if _, ok := cfg.Store.LogStats(); ok {
 			cs = append(cs, m.fsync, m.batchBytes, m.batchRecords)
 		}
+		if cfg.Cluster != nil {
+			cs = append(cs, m.proposalBytes, m.proposalRecords)
+		}
+	}
+	if cfg.Cluster != nil {
+		cs = append(cs, newClusterCollector(cfg.Cluster, cfg.Proxy))
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -172,8 +184,15 @@ func newMux(cfg Config) (*http.ServeMux, error) {
 			http.Error(w, "draining", http.StatusServiceUnavailable)
 			return
 		}
+		if cfg.Cluster != nil && !cfg.Cluster.Ready() {
+			http.Error(w, "no leader known, or not caught up", http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
+	if cfg.Cluster != nil {
+		mux.HandleFunc("GET /cluster", serveCluster(cfg.Cluster))
+	}
 	if cfg.API != nil {
 		mux.Handle("/api/", cfg.API)
 	}

@@ -200,23 +200,36 @@
 // Data, as wal frames, and a malformed one is refused when it arrives.
 //
 // A member whose disk was emptied does not come back under its Raft id:
-// the leader holds a match index for it that its empty log contradicts
-// (raft panics on the first heartbeat that says so), and it could vote a
-// second time in a term it voted in before. It comes back as a new member
-// (Members and their traffic), and the snapshot fills it.
+// the leader holds a match index for it that its empty log contradicts,
+// and it could vote a second time in a term it voted in before. It comes
+// back as a new member (Members and their traffic), and the snapshot
+// fills it. Raft would panic on the first heartbeat that commits past the
+// member's last entry; the node refuses that heartbeat instead and stops
+// (ErrLogLost, logged at error, Node.Err), and cmd/sprout exits. A leader
+// elected while the member was away holds no match index for it, so
+// nothing contradicts it and raft fills it again: that works, but only the
+// second vote's hazard says it should not.
 //
 // # Any node serves
 //
 // Clients may connect to any member. A member that is not the serving
-// leader hands each accepted connection (engine.Config.Route) to a proxy
-// that dials the leader's client address (members tell each other theirs
-// when they connect) and copies bytes both ways, so a client sees one
+// leader hands each accepted connection (engine.Config.Route, before the
+// engine enrolls it) to a proxy (proxy.go) that dials the leader's client
+// address (members tell each other theirs when they connect) and copies
+// bytes both ways, two goroutines per connection, so a client sees one
 // queue wherever it connects, its pipelined commands run in order, and
-// each reply comes from the leader's store. When the leader changes, every
-// proxied connection to the old one is closed, and the old leader closes
-// its own clients (Losing leadership): a client reconnects and is never
-// answered wrongly. With no leader known, a new connection waits for one
-// up to an election timeout, then is closed.
+// each reply comes from the leader's store; a client's end of file is
+// passed on as a half-close, so the leader answers what came before it.
+// The leader takes the proxies' connections as any client's. When the
+// leader changes, every proxied connection to another member than the
+// new leader is closed (to every member, while none is known), and the
+// old leader closes its own clients (Losing leadership): a client
+// reconnects and is never answered wrongly. With no leader known, or the
+// leader's client port not answering, a new connection waits for one up
+// to an election timeout (Node.ElectionTimeout, the longest raft draws),
+// then is closed; one that finds this member serving meanwhile goes back
+// to the engine (engine.Server.Serve). The proxy counts its connections
+// (Proxy.Stats).
 //
 // # Members and their traffic
 //
@@ -303,9 +316,11 @@
 // once it serves) and has applied what its log said was committed at
 // start (Node.Ready). /metrics adds the term, leader changes, commit and
 // applied indexes, follower lag, proposals and their batch sizes,
-// snapshots sent and membership changes: Node.Stats is read at scrape
+// snapshots sent, membership changes, the transport's counters and the
+// proxy's connections: Node.Stats and Proxy.Stats are read at scrape
 // time, and the sizes of proposals, which cannot be read afterwards, go
-// to an Observer as they are made. This package registers no collector.
+// to an Observer as they are made. This package registers no collector
+// (internal/ops does).
 //
 // # Structure
 //
@@ -352,12 +367,13 @@
 // highest write number durable), the transport's unreachable peers and
 // snapshot outcomes, the Journal's first record of a batch. After each
 // event it gives the core that news and carries out Ready's actions in
-// order until there are none: restore (a new store, Records applied; the
-// old one closed), send (to the transport, never waiting), write (to the
-// Log; its OnDurable leaves the number in the mailbox), apply and locate
-// (to the store), compact, publish, serve (logged; a log that migrates,
-// WALLog, is given the store as its Migrator), and rebuild:
-// NodeConfig.Rebuild, after which
+// order until there are none: restore (a new store, Records applied;
+// NodeConfig.Restored told of it, so the engine serves it; the old one
+// closed), send (to the transport, never waiting), write (to the Log; its
+// OnDurable leaves the number in the mailbox), apply and locate (to the
+// store), compact, publish, serve (logged; a log that migrates, WALLog,
+// is given the store as its Migrator), and rebuild: NodeConfig.Rebuild,
+// after which
 // the member takes no more events and stops its transport. A tick after
 // a stall gives the core every tick missed, up to an election timeout's,
 // so the leader's lease counts the time that passed. At the end of each
@@ -379,19 +395,25 @@
 // change when members crash one at a time or all at once. The Log tests
 // run against both logs.
 //
-// Not yet: the node is not started by cmd/sprout (flags, the engine's
-// Route and proxy, the re-execution on Rebuild, /cluster, /readyz and
-// /metrics are the wiring's: WALConfig gives a member's log its identity
-// from a NodeConfig); membership changes (a conf change entry stops the
-// core), so a single node's directory becomes a cluster of one that
-// cannot grow yet; certificates are read once at start; and the new
-// leader's wall clock (Time) is still the machine's. Of the log: a
-// snapshot is built whole in memory and its records ride in the
-// message's Data; an installed snapshot's records are kept in memory
-// while they are the head; the leader hands each live job of a segment to
-// its store once per leadership, so a move the store could not make (none
-// is expected) keeps that segment until the member restarts; an entry
-// larger than the transport's 64 MiB frames (a batch holding a body near
-// beanstalkd's largest) is written but cannot be sent; and replay reads
-// every segment whole, as a single node's does.
+// cmd/sprout runs a member (--node): it makes the store from the node,
+// the proxy the engine's Route, serves /cluster, /readyz and /metrics,
+// and its Rebuild closes every client (engine.Server.CloseClients), waits
+// for the log to make what it was given durable, and re-executes the
+// process (same pid, every descriptor but stdio close-on-exec).
+//
+// Not yet: cmd/sprout's newClusterLog still makes a MemoryLog, so a
+// member that restarts or re-executes comes back empty: WALLog is the
+// one line that replaces it (OpenWALLog(cfg.WALConfig(dir)), closed after
+// the node); membership changes (a conf change entry stops the core), so
+// a single node's directory becomes a cluster of one that cannot grow
+// yet; certificates are read once at start; and the new leader's wall
+// clock (Time) is still the machine's. Of the log: a snapshot is built
+// whole in memory and its records ride in the message's Data; an
+// installed snapshot's records are kept in memory while they are the
+// head; the leader hands each live job of a segment to its store once per
+// leadership, so a move the store could not make (none is expected) keeps
+// that segment until the member restarts; an entry larger than the
+// transport's 64 MiB frames (a batch holding a body near beanstalkd's
+// largest) is written but cannot be sent; and replay reads every segment
+// whole, as a single node's does.
 package replication

@@ -63,6 +63,12 @@ type NodeConfig struct {
 	// members that keeps Retain entries below the applied index.
 	Log    Log
 	Retain int
+	// Restored, if set, is called on the node's goroutine when an
+	// installed snapshot replaced the member's store (not for the store
+	// made at start), before the old one is closed: what serves clients
+	// must use the new one (engine.Server.SetStore). A follower serves
+	// none itself, so nothing else holds the old store's clients.
+	Restored func(*store.Store)
 	// Rebuild is called, on the node's goroutine, when this member lost a
 	// leadership it served (ActRebuild): the process closes its clients
 	// and re-executes itself, starting again from its log. The node takes
@@ -149,7 +155,8 @@ type Node struct {
 	core        *Core
 	toldDurable uint64    // the last number given to Core.Durable
 	lastTick    time.Time // when the last tick was taken
-	stopped     bool      // the core handed out ActRebuild
+	stopped     bool      // the core handed out ActRebuild, or the log was found lost
+	lost        error     // ErrLogLost, with the indexes, once found
 	lead        uint64    // the leader last published
 	serving     bool      // whether this member served at the last publish
 
@@ -165,6 +172,7 @@ type Node struct {
 	leaderInfo     LeaderInfo        // guarded by mu
 	leaderChanged  chan struct{}     // guarded by mu: closed, and replaced, when leaderInfo changes
 	leaderChanges  uint64            // guarded by mu
+	err            error             // guarded by mu: why the node stopped on its own, if it did (Err)
 	membersChanged uint64            // guarded by mu: none yet (doc.go, Not yet)
 }
 
@@ -199,6 +207,13 @@ type fullLog interface{ Full() bool }
 
 // errStopped answers a peer's snapshot that arrived as the node stopped.
 var errStopped = errors.New("replication: the node stopped")
+
+// ErrLogLost is why a member stops when the leader knows it wrote entries
+// its log does not hold: its directory was emptied or replaced (or, while
+// MemoryLog stands in for the wal-backed log, the process started again).
+// It cannot rejoin under its Raft id (doc.go, "Snapshots and a bounded
+// log"); raft itself would panic on the heartbeat that shows it.
+var ErrLogLost = errors.New("replication: this member's log lost entries the cluster knows it wrote")
 
 // StartNode validates cfg, listens on cfg.Listen, restores the store from
 // the log and starts the member: its goroutine, its ticker and its
@@ -337,9 +352,27 @@ func (n *Node) Close() {
 	})
 }
 
-// Done is closed once the member has stopped: after Close, or after a
-// Rebuild returned.
+// Done is closed once the member has stopped: after Close, after a
+// Rebuild returned, or when it found its log lost (Err).
 func (n *Node) Done() <-chan struct{} { return n.done }
+
+// Err is why the member stopped on its own: an ErrLogLost; nil while it
+// runs, and after Close or a Rebuild.
+func (n *Node) Err() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.err
+}
+
+// Name is the member's name (--node).
+func (n *Node) Name() string { return n.self.Name }
+
+// ElectionTimeout is the longest a follower waits for its leader before it
+// campaigns (raft draws each timeout between ElectionTick and twice that,
+// in ticks): how long a new connection may wait for a leader to be known.
+func (n *Node) ElectionTimeout() time.Duration {
+	return 2 * time.Duration(n.cfg.ElectionTick) * n.cfg.Tick
+}
 
 // Addr is the address the member listens on for its peers.
 func (n *Node) Addr() string { return n.transport.addr().String() }
@@ -393,7 +426,7 @@ func (n *Node) run() {
 			in.verdict <- n.step(in.m)
 		case <-n.wake:
 		}
-		stopped := n.process()
+		stopped := n.lost != nil || n.process()
 		n.publish(tick)
 		if stopped {
 			return
@@ -416,8 +449,27 @@ func (n *Node) tick(now time.Time) {
 	}
 }
 
-// step gives the core a peer's message; one it refuses is logged.
+// step gives the core a peer's message; one it refuses is logged. A
+// heartbeat that commits past this member's last entry says the leader
+// knows it wrote entries it no longer has: the member stops (ErrLogLost)
+// rather than let raft panic on it.
 func (n *Node) step(m *pb.Message) error {
+	if n.lost != nil {
+		return errStopped
+	}
+	if m.GetType() == pb.MsgHeartbeat {
+		if last, err := n.log.LastIndex(); err == nil && m.GetCommit() > last {
+			n.lost = fmt.Errorf("%w: the leader, %s, commits through entry %d, and its log ends at %d",
+				ErrLogLost, n.byID[m.GetFrom()].Name, m.GetCommit(), last)
+			n.stopped = true
+			n.mu.Lock()
+			n.err = n.lost
+			n.mu.Unlock()
+			n.logger.Error().Err(n.lost).
+				Msg("cannot rejoin under this member's id: its log is not the one the cluster knows; stopping")
+			return n.lost
+		}
+	}
 	err := n.core.Step(m)
 	if errors.Is(err, ErrBadRecords) {
 		n.refusedSteps.Add(1)
@@ -483,6 +535,9 @@ func (n *Node) do(a Action) bool {
 		n.store = s
 		n.mu.Unlock()
 		if old != nil {
+			if n.cfg.Restored != nil {
+				n.cfg.Restored(s)
+			}
 			old.Close()
 			n.logger.Info().Uint64("index", a.Index).Int("records", len(a.Records)).Msg("installed a snapshot")
 		}
@@ -511,7 +566,7 @@ func (n *Node) do(a Action) bool {
 			l.SetMigrator(n.Store())
 		}
 	case ActRebuild:
-		n.logger.Warn().Uint64("term", a.Term).
+		n.logger.Warn().Uint64("led_term", a.Term).Uint64("term", n.core.Status().GetTerm()).
 			Msg("lost the leadership it served: its store may hold changes that never commit; starting again from the log")
 		n.stopped = true
 		n.publish(false)
@@ -549,6 +604,15 @@ func (n *Node) publish(tick bool) {
 		n.matches, n.lastIndex = matches, last
 	}
 	if lead == n.lead && serving == n.serving {
+		// A leader whose client address was not known yet (its hello
+		// not read) gets it as soon as it is.
+		if n.leaderInfo.Name != "" && n.leaderInfo.Client == "" && lead != n.self.ID {
+			if c := n.transport.peers[lead].client.Load(); c != nil {
+				n.leaderInfo.Client = *c
+				close(n.leaderChanged)
+				n.leaderChanged = make(chan struct{})
+			}
+		}
 		return
 	}
 	if lead != 0 && lead != n.lead {

@@ -2,12 +2,15 @@ package replication
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sproutmq/sprout/store"
 )
 
 // TestNodeReplicates: three members over TCP elect a leader; a put on
@@ -264,9 +267,18 @@ func TestNodeQueueFull(t *testing.T) {
 
 // TestNodeSnapshot: a member that was down while the log moved past what
 // it holds catches up through a snapshot, streamed on a connection of
-// its own, and reported sent.
+// its own, and reported sent; its Restored hook is told of the new store.
 func TestNodeSnapshot(t *testing.T) {
-	c := newNetCluster(t, 3, 2, nil)
+	var mu sync.Mutex
+	restored := map[string]*store.Store{}
+	c := newNetCluster(t, 3, 2, func(cfg *NodeConfig) {
+		name := cfg.Node
+		cfg.Restored = func(s *store.Store) {
+			mu.Lock()
+			restored[name] = s
+			mu.Unlock()
+		}
+	})
 	l := c.awaitServing(10 * time.Second)
 	var down string
 	for _, m := range c.peers {
@@ -308,4 +320,58 @@ func TestNodeSnapshot(t *testing.T) {
 	if n := back.Stats().Transport.SnapshotsReceived; n == 0 {
 		t.Error("the member that came back received no snapshot")
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := restored[down]; got == nil || got != back.Store() {
+		t.Errorf("Restored gave %p; the member's store is %p", got, back.Store())
+	}
+	if len(restored) != 1 {
+		t.Errorf("Restored called for %d members, want only %s", len(restored), down)
+	}
+}
+
+// TestNodeLostLog: a member that comes back on an empty log under its old
+// name is told by the leader's first heartbeat that it lost entries it
+// wrote; it stops with ErrLogLost instead of letting raft panic, and the
+// others serve on.
+func TestNodeLostLog(t *testing.T) {
+	c := newNetCluster(t, 3, 100, nil)
+	l := c.awaitServing(10 * time.Second)
+	cl := newNetClient(l, "work")
+	_, pos := cl.put("kept")
+	awaitAck(t, l.Journal(), pos, 5*time.Second)
+	var down string
+	for _, m := range c.peers {
+		if m.Name != l.self.Name {
+			down = m.Name
+			break
+		}
+	}
+	waitUntil(t, 5*time.Second, down+" holding the put", func() bool {
+		return c.nodes[down].Status().Applied >= l.Status().Commit
+	})
+	c.kill(down)
+	var ids []uint64
+	for _, m := range c.peers {
+		ids = append(ids, m.ID)
+	}
+	c.logs[down] = &gatedLog{MemoryLog: NewMemoryLog(ids, 100)} // an emptied disk
+	back := c.start(down, nil)
+	select {
+	case <-back.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s still runs on an emptied log: %+v", down, back.Status())
+	}
+	if err := back.Err(); !errors.Is(err, ErrLogLost) {
+		t.Fatalf("Err() = %v, want ErrLogLost", err)
+	}
+	if st := back.Status(); st.State != "stopped" || back.Ready() {
+		t.Errorf("status %+v, ready %v: want stopped and not ready", st, back.Ready())
+	}
+	if !strings.Contains(c.output.String(), "cannot rejoin under this member's id") {
+		t.Errorf("no line says why %s stopped", down)
+	}
+	delete(c.nodes, down)
+	_, pos = cl.put("after")
+	awaitAck(t, l.Journal(), pos, 5*time.Second)
 }

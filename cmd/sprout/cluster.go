@@ -1,0 +1,372 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// clusterLogRetain is how many applied entries the in-memory stand-in log
+// keeps beyond what it may drop, so that a follower a little behind gets
+// entries rather than a snapshot.
+const clusterLogRetain = 1024
+
+// rebuildGrace bounds each step of a re-execution: closing the clients,
+// and waiting for the log to make what it was given durable.
+const rebuildGrace = 2 * time.Second
+
+// failGrace bounds how long a member that stopped on its own waits for
+// the engine to stop before it exits.
+const failGrace = 5 * time.Second
+
+// newClusterLog is the member's Raft log: the one line where the
+// wal-backed log (in -b's segments; internal/replication/doc.go, "The log
+// on disk") will plug in, built against the same replication.Log
+// interface. Until it does, the log is a MemoryLog: nothing survives the
+// process, so a member that restarts or re-executes comes back empty and
+// cannot rejoin under its name (replication.ErrLogLost), and the
+// directory is not written.
+func newClusterLog(dir string, voters []uint64, log zerolog.Logger) (replication.Log, error) {
+	log.Warn().Str("dir", dir).Msg("cluster log is in memory: not durable across restarts (build in progress)")
+	return replication.NewMemoryLog(voters, clusterLogRetain), nil
+}
+
+// clusterFlags are the flags that mean nothing without --node.
+var clusterFlags = []struct {
+	name  string
+	value func(o *options) string
+}{
+	{"--cluster-listen", func(o *options) string { return o.clusterListen }},
+	{"--cluster-peers", func(o *options) string { return o.clusterPeers }},
+	{"--cluster-tls-cert", func(o *options) string { return o.clusterTLSCert }},
+	{"--cluster-tls-key", func(o *options) string { return o.clusterTLSKey }},
+	{"--cluster-tls-ca", func(o *options) string { return o.clusterTLSCA }},
+}
+
+// checkCluster refuses a cluster configuration that cannot run, in one
+// line naming the flag at fault (replication.NodeConfig.Validate's lines,
+// and the ones only the command line knows): a cluster flag without
+// --node, cluster mode without -b or on a unix socket.
+func checkCluster(o options) error {
+	if o.node == "" {
+		for _, f := range clusterFlags {
+			if f.value(&o) != "" {
+				return fmt.Errorf("%s needs --node: it is for cluster mode", f.name)
+			}
+		}
+		return nil
+	}
+	switch {
+	case o.walDir == "":
+		return errors.New("-b is required in cluster mode (--node): each member keeps its Raft log in its own directory")
+	case strings.HasPrefix(o.host, "unix:"):
+		return errors.New("-l unix:PATH is not supported in cluster mode: members proxy clients to the leader's TCP address")
+	case o.clusterListen == "":
+		return errors.New("--cluster-listen is required in cluster mode: HOST:PORT where the other members connect")
+	case o.clusterPeers == "":
+		return errors.New("--cluster-peers is required in cluster mode: NAME=HOST:PORT,... for every initial member, this one included")
+	}
+	cfg, err := nodeConfig(o)
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "replication: "))
+	}
+	return nil
+}
+
+// nodeConfig is what the options say of the member; run adds the wiring.
+func nodeConfig(o options) (*replication.NodeConfig, error) {
+	peers, err := replication.ParsePeers(o.clusterPeers)
+	if err != nil {
+		return nil, err
+	}
+	return &replication.NodeConfig{
+		Node: o.node, Listen: o.clusterListen, Peers: peers,
+		TLSCert: o.clusterTLSCert, TLSKey: o.clusterTLSKey, TLSCA: o.clusterTLSCA,
+	}, nil
+}
+
+// systemdHandedOver reports whether systemd passed this process a socket
+// (LISTEN_PID and LISTEN_FDS, as inheritedListener reads them).
+func systemdHandedOver() bool {
+	_, fds := os.LookupEnv("LISTEN_FDS")
+	return fds && os.Getenv("LISTEN_PID") == strconv.Itoa(os.Getpid())
+}
+
+// clientAddress is where the other members' proxies reach this one's
+// clients' port: the address it listens on, or, listening on every
+// interface, the host of its own --cluster-peers entry with that port.
+func clientAddress(ln net.Addr, self replication.Member) string {
+	tcp, ok := ln.(*net.TCPAddr)
+	if !ok {
+		return ln.String()
+	}
+	port := strconv.Itoa(tcp.Port)
+	if tcp.IP == nil || tcp.IP.IsUnspecified() {
+		host, _, _ := net.SplitHostPort(self.Addr)
+		return net.JoinHostPort(host, port)
+	}
+	return net.JoinHostPort(tcp.IP.String(), port)
+}
+
+// member is this process as a cluster member: its node, its proxy to the
+// leader, and what it does when the node says to start again.
+type member struct {
+	node   *replication.Node  // immutable after startMember
+	proxy  *replication.Proxy // immutable after startMember
+	log    replication.Log    // immutable
+	logger zerolog.Logger     // immutable
+	// exit is the exit status run returns once the engine stopped because
+	// the member could not go on (its log lost, or a failed re-execution);
+	// 0 otherwise.
+	exit atomic.Int32
+
+	mu  sync.Mutex
+	srv *engine.Server // guarded by mu: set by attach, once the engine is made
+	// attached is closed by attach.
+	attached chan struct{}
+}
+
+// startMember starts the member cfg.cluster describes: it opens the
+// clients' listener (if prepareListener did not) so that the client
+// address, which the member tells the others, has its port; the log; the
+// node, whose store the engine will serve; and the proxy, which becomes
+// the engine's Route. It returns the exit code on failure, exitOK
+// otherwise.
+func startMember(cfg *config, ln net.Listener, metrics replication.Observer, log zerolog.Logger) (*member, int) {
+	if ln == nil {
+		var err error
+		if ln, err = engine.Listen(cfg.engine.Network, cfg.engine.Address); err != nil {
+			log.Error().Err(err).Str("address", cfg.engine.Address).Msg("cannot listen")
+			return nil, exitSocket
+		}
+		cfg.engine.Listener = ln
+		cfg.engine.Network, cfg.engine.Address = ln.Addr().Network(), ln.Addr().String()
+	}
+	nc := *cfg.cluster
+	var voters []uint64
+	for _, p := range nc.Peers {
+		voters = append(voters, p.ID)
+		if p.Name == nc.Node {
+			nc.ClientAddr = clientAddress(ln.Addr(), p)
+		}
+	}
+	clog, err := newClusterLog(cfg.walDir, voters, log)
+	if err != nil {
+		_ = ln.Close()
+		log.Error().Err(err).Str("dir", cfg.walDir).Msg("cannot open the cluster log")
+		return nil, exitReplay
+	}
+	m := &member{log: clog, logger: log, attached: make(chan struct{})}
+	nc.Log, nc.Logger = clog, log
+	nc.Observer = metrics
+	nc.Rebuild, nc.Restored = m.rebuild, m.restored
+	if m.node, err = replication.StartNode(nc); err != nil {
+		_ = ln.Close()
+		log.Error().Err(err).Msg("cannot start the cluster member")
+		var opErr *net.OpError
+		if errors.As(err, &opErr) {
+			return nil, exitSocket
+		}
+		return nil, exitUsage // a TLS file that cannot be used, named in err
+	}
+	m.proxy = replication.NewProxy(replication.ProxyConfig{
+		Leader: m.node.Leader, Self: m.node.Name(), Local: m.serveLocal,
+		Wait: m.node.ElectionTimeout(), Logger: log,
+	})
+	cfg.engine.Route = m.proxy.Route
+	go m.watch()
+	return m, exitOK
+}
+
+// attach is told of the engine serving st, the node's store when the
+// engine was made; a snapshot installed since replaced it.
+func (m *member) attach(srv *engine.Server, st *store.Store) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.srv = srv
+	close(m.attached)
+	if now := m.node.Store(); now != st {
+		m.setStoreLocked(now)
+	}
+}
+
+// restored is the node's Restored: the engine serves the new store.
+func (m *member) restored(st *store.Store) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.srv != nil {
+		m.setStoreLocked(st)
+	}
+}
+
+// setStoreLocked has the engine serve st. A follower serves no session of
+// its own, so it cannot fail unless something is badly wrong; then the
+// member starts again, as it would on losing the leadership. m.mu must be
+// held.
+func (m *member) setStoreLocked(st *store.Store) {
+	if err := m.srv.SetStore(st); err != nil {
+		m.logger.Error().Err(err).Msg("cannot serve the store a snapshot installed; starting again")
+		go m.rebuild(0)
+	}
+}
+
+// serveLocal is the proxy's Local: a connection that waited for a leader
+// and found this member serving goes to the engine.
+func (m *member) serveLocal(nc net.Conn) {
+	m.mu.Lock()
+	srv := m.srv
+	m.mu.Unlock()
+	if srv == nil {
+		_ = nc.Close()
+		return
+	}
+	srv.Serve(nc)
+}
+
+// engine is the engine, once attached.
+func (m *member) engine() *engine.Server {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.srv
+}
+
+// watch stops the engine when the node stopped on its own: its log is not
+// the one the cluster knows (replication.ErrLogLost), so it cannot serve,
+// nor rejoin under its name.
+func (m *member) watch() {
+	<-m.node.Done()
+	if m.node.Err() != nil {
+		m.fail(exitReplay)
+	}
+}
+
+// fail makes run return code once the engine has stopped, and stops it.
+func (m *member) fail(code int) {
+	if !m.exit.CompareAndSwap(0, int32(code)) {
+		return
+	}
+	go func() {
+		<-m.attached
+		ctx, cancel := context.WithTimeout(context.Background(), failGrace)
+		defer cancel()
+		_ = m.engine().Stop(ctx)
+	}()
+}
+
+// rebuild is the node's Rebuild, called on its goroutine when this member
+// lost a leadership it served (the node has logged it, with the terms):
+// its store may hold changes that never commit, so the process starts
+// again from the log, crash-only (internal/replication/doc.go, "Losing
+// leadership"):
+//  1. the proxy closes, and with it the connections waiting for a leader;
+//  2. every client connection closes (engine.Server.CloseClients): none is
+//     answered from this store again;
+//  3. the log makes durable what it was given;
+//  4. every descriptor but stdin, stdout and stderr is marked
+//     close-on-exec (they all are already; this makes sure);
+//  5. the process executes its own binary again, with its arguments and
+//     environment: same pid, a fresh image, recovery as at start.
+//
+// If the execution fails, the member exits instead (exitReplay).
+func (m *member) rebuild(uint64) {
+	start := time.Now()
+	m.proxy.Close()
+	closed := uint64(0)
+	if srv := m.engine(); srv != nil {
+		before := srv.Stats().CurrentConnections
+		ctx, cancel := context.WithTimeout(context.Background(), rebuildGrace)
+		if err := srv.CloseClients(ctx); err != nil {
+			m.logger.Warn().Err(err).Msg("not every client connection closed before re-executing")
+		}
+		cancel()
+		if after := srv.Stats().CurrentConnections; after < before {
+			closed = before - after
+		}
+	}
+	if !waitDurable(m.log, rebuildGrace) {
+		m.logger.Warn().Dur("waited", rebuildGrace).Msg("the cluster log did not make everything durable before re-executing")
+	}
+	closeOnExecAll()
+	exe, err := executable()
+	if err == nil {
+		m.logger.Info().Int("pid", os.Getpid()).Str("exe", exe).Uint64("clients_closed", closed).
+			Dur("took", time.Since(start)).Msg("re-executing: starting again from the cluster log")
+		err = syscall.Exec(exe, os.Args, os.Environ())
+	}
+	m.logger.Error().Err(err).Msg("cannot re-execute; exiting")
+	m.fail(exitReplay)
+}
+
+// executable is this process's own binary: /proc/self/exe where there is
+// one (the file that was executed, even if it has been replaced since),
+// else what os.Executable finds.
+func executable() (string, error) {
+	const self = "/proc/self/exe"
+	if _, err := os.Stat(self); err == nil {
+		return self, nil
+	}
+	return os.Executable()
+}
+
+// waitDurable waits until everything given to l is durable, for at most d.
+func waitDurable(l replication.Log, d time.Duration) bool {
+	done := make(chan struct{})
+	l.OnDurable(func() { close(done) })
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// closeOnExecAll marks every open descriptor past stderr close-on-exec,
+// so that none leaks into the image a re-execution starts. Go opens its
+// files and sockets close-on-exec, and so do gnet (its epoll, its eventfd,
+// its duplicates of the connections) and the log; this is the guarantee
+// against anything that did not (a descriptor handed over at start, a
+// library's). Where /proc/self/fd cannot be read it does nothing.
+func closeOnExecAll() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.CloseOnExec(fd)
+		}
+	}
+}
+
+// close stops the member after the engine: the proxied connections close,
+// then the node (its transport, then its store).
+func (m *member) close() {
+	m.proxy.Close()
+	m.node.Close()
+}
+
+// memberStore is what the side port reads of the store in cluster mode:
+// the node's current one, which an installed snapshot replaces.
+type memberStore struct{ node *replication.Node }
+
+func (s memberStore) EachTube(fn func(st *store.TubeStats)) { s.node.Store().EachTube(fn) }
+func (s memberStore) LogStats() (wal.Stats, bool)           { return s.node.Store().LogStats() }

@@ -1,0 +1,594 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/internal/testproc"
+)
+
+// The cluster tests run three real sprout processes (race-built under
+// -race, as testproc builds them) on 127.0.0.1, each with its side port,
+// and talk to them as clients do. Waits are bounded by deadlines.
+
+// failoverBound is the issue's bound: from the leader's loss to the first
+// put acknowledged through a surviving member.
+const failoverBound = 3 * time.Second
+
+type testMember struct {
+	name     string
+	peerAddr string // --cluster-listen
+	httpAddr string // --http
+	dir      string // -b
+	proc     *testproc.Process
+}
+
+type testCluster struct {
+	t       *testing.T
+	members []*testMember
+	peers   string // --cluster-peers
+}
+
+// startCluster starts members m1, m2 and m3 and waits for one to serve.
+func startCluster(t *testing.T) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t}
+	var peers []string
+	for i := 1; i <= 3; i++ {
+		m := &testMember{name: fmt.Sprintf("m%d", i), dir: t.TempDir()}
+		for _, addr := range []*string{&m.peerAddr, &m.httpAddr} {
+			port, err := testproc.FreePort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			*addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		}
+		c.members = append(c.members, m)
+		peers = append(peers, m.name+"="+m.peerAddr)
+	}
+	c.peers = strings.Join(peers, ",")
+	for _, m := range c.members {
+		if err := c.start(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// start starts m (again), on a new client port; it waits only until m
+// accepts connections, which its proxy holds until a leader is known.
+func (c *testCluster) start(m *testMember) error {
+	p, err := testproc.Launch(testproc.Config{
+		Binary: testproc.SproutBinary(c.t),
+		Args: []string{"--http", m.httpAddr, "-b", m.dir, "--node", m.name, "--cluster-listen", m.peerAddr,
+			"--cluster-peers", c.peers, "--log-format", "json"},
+	})
+	var se *testproc.StartError
+	if errors.As(err, &se) {
+		p = se.Process
+	} else if err != nil {
+		return err
+	}
+	m.proc = p
+	c.t.Cleanup(func() {
+		p.Kill()
+		if report := p.RaceReport(); report != "" {
+			c.t.Errorf("%s reported a data race:\n%s", m.name, report)
+		}
+		if c.t.Failed() {
+			c.t.Logf("%s's output:\n%s", m.name, p.Output())
+		}
+	})
+	return err
+}
+
+// up lists the members running.
+func (c *testCluster) up() []*testMember {
+	var up []*testMember
+	for _, m := range c.members {
+		if m.proc != nil && !m.proc.Exited() {
+			up = append(up, m)
+		}
+	}
+	return up
+}
+
+var httpClient = &http.Client{Timeout: 2 * time.Second}
+
+// status is m's GET /cluster.
+func (m *testMember) status() (replication.Status, error) {
+	var st replication.Status
+	resp, err := httpClient.Get("http://" + m.httpAddr + "/cluster")
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("/cluster: %s", resp.Status)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// ready is m's /readyz status code; 0 if it does not answer.
+func (m *testMember) ready() int {
+	resp, err := httpClient.Get("http://" + m.httpAddr + "/readyz")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// readyJobs is the ready jobs in m's own store, from its /metrics (a
+// follower's replica, not the leader's figure a proxied stats shows).
+func (m *testMember) readyJobs() (int, error) {
+	resp, err := httpClient.Get("http://" + m.httpAddr + "/metrics?name[]=sprout_current_jobs")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), `sprout_current_jobs{state="ready"} `); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, fmt.Errorf("no sprout_current_jobs{state=\"ready\"} in %s's metrics", m.name)
+}
+
+// awaitServing waits until one of members (every member up, if none is
+// named) serves and every one of them names it leader.
+func (c *testCluster) awaitServing(timeout time.Duration, members ...*testMember) *testMember {
+	c.t.Helper()
+	if len(members) == 0 {
+		members = c.up()
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		var leader *testMember
+		agreed := true
+		var views []string
+		for _, m := range members {
+			st, err := m.status()
+			views = append(views, fmt.Sprintf("%s: %+v %v", m.name, st, err))
+			if err != nil {
+				agreed = false
+				continue
+			}
+			if st.Serving {
+				leader = m
+			}
+			if leader != nil && st.Leader != leader.name || st.Leader == "" {
+				agreed = false
+			}
+		}
+		if leader != nil && agreed {
+			for _, m := range members { // the first view may predate the leader
+				if st, err := m.status(); err != nil || st.Leader != leader.name {
+					agreed = false
+				}
+			}
+			if agreed {
+				return leader
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no leader all agree on within %v:\n%s", timeout, strings.Join(views, "\n"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// others are the members up but m.
+func (c *testCluster) others(m *testMember) []*testMember {
+	var out []*testMember
+	for _, o := range c.up() {
+		if o != m {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func dialMember(t *testing.T, m *testMember) *testproc.Conn {
+	t.Helper()
+	return testproc.DialTest(t, m.proc.Addr(), 5*time.Second)
+}
+
+// putThrough puts body through members, one after the other, on a new
+// connection each time, until one acknowledges it; it returns the id and
+// when that happened.
+func putThrough(t *testing.T, timeout time.Duration, body string, members ...*testMember) (uint64, time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last error
+	for i := 0; time.Now().Before(deadline); i++ {
+		m := members[i%len(members)]
+		c, err := testproc.Dial(m.proc.Addr(), time.Second)
+		if err == nil {
+			var id uint64
+			id, err = c.Put(0, 0, 60, []byte(body))
+			c.Close()
+			if err == nil {
+				return id, time.Now()
+			}
+		}
+		last = err
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no member acknowledged a put within %v: %v", timeout, last)
+	return 0, time.Time{}
+}
+
+// measureFailover puts through members until one acknowledges, logs the
+// time since the leader was lost (how, says what) and holds it to
+// failoverBound.
+func measureFailover(t *testing.T, what string, lost time.Time, members ...*testMember) {
+	t.Helper()
+	_, acked := putThrough(t, 10*time.Second, "after the leader's loss", members...)
+	failover := acked.Sub(lost)
+	t.Logf("failover (%s of the leader to the first put acknowledged through another member): %v",
+		what, failover.Round(time.Millisecond))
+	if failover > failoverBound {
+		t.Errorf("failover after %s took %v, over %v", what, failover, failoverBound)
+	}
+}
+
+// expectClosed checks that the server closed c: a read ends in end of
+// file or a reset, not in a timeout.
+func expectClosed(t *testing.T, what string, c *testproc.Conn, within time.Duration) {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(within))
+	rep, err := c.ReadReply(false)
+	var ne net.Error
+	switch {
+	case err == nil:
+		t.Errorf("%s: got %q, want the connection closed", what, rep.Line)
+	case errors.As(err, &ne) && ne.Timeout():
+		t.Errorf("%s: still open after %v", what, within)
+	}
+}
+
+// waitFor polls cond until it holds, or fails the test after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestClusterServes: three members serve one queue wherever a client
+// connects; /cluster, /readyz and every member's own store agree. Then
+// the leader is killed (-9): a surviving member acknowledges a put within
+// failoverBound, the old leader's proxied clients are closed, nothing
+// acknowledged is lost, and the killed member and a follower are
+// restarted.
+func TestClusterServes(t *testing.T) {
+	c := startCluster(t)
+	started := time.Now()
+	l := c.awaitServing(20 * time.Second)
+	t.Logf("%s leads, %v after the members started", l.name, time.Since(started).Round(time.Millisecond))
+	f := c.others(l)
+
+	// Puts through one follower, reserves through the other.
+	producer := dialMember(t, f[0])
+	var ids []uint64
+	for i := range 10 {
+		id, err := producer.Put(0, 0, 60, fmt.Appendf(nil, "job-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if _, err := dialMember(t, l).Put(0, 0, 60, []byte("direct")); err != nil {
+		t.Fatal(err)
+	}
+	worker := dialMember(t, f[1])
+	r, err := worker.Do("reserve-with-timeout 5", nil)
+	if err != nil || r.Kind != testproc.ReplyReserved || r.N != ids[0] || string(r.Body) != "job-0" {
+		t.Fatalf("reserve through %s: %+v %v; want job %d, job-0", f[1].name, r, err, ids[0])
+	}
+	if err := worker.ExpectLine(fmt.Sprint("delete ", ids[0]), "DELETED"); err != nil {
+		t.Fatal(err)
+	}
+	const ready = 10 // 11 put, 1 deleted
+	for _, m := range c.members {
+		got, err := dialMember(t, m).StatsInt("stats", "current-jobs-ready")
+		if err != nil || got[0] != ready {
+			t.Errorf("stats through %s: current-jobs-ready %v %v, want %d", m.name, got, err, ready)
+		}
+		waitFor(t, 5*time.Second, m.name+"'s own store holding the jobs", func() bool {
+			n, err := m.readyJobs()
+			return err == nil && n == ready
+		})
+	}
+
+	// What operations see: /cluster and /readyz on every member.
+	lst, err := l.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.members {
+		// Applied catches up with commit; the leader's match indexes are
+		// read at its ticks.
+		waitFor(t, 5*time.Second, m.name+" applying the leader's commit", func() bool {
+			st, err := m.status()
+			return err == nil && st.Applied >= lst.Commit && (m != l || st.Members[0].Match != nil)
+		})
+		st, err := m.status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Node != m.name || st.Leader != l.name || st.Term != lst.Term || st.Commit < lst.Commit || len(st.Members) != 3 {
+			t.Errorf("%s's /cluster: %+v", m.name, st)
+		}
+		for _, ms := range st.Members {
+			if (ms.Match != nil) != (m == l) || ms.Address == "" || ms.Client == "" {
+				t.Errorf("%s's /cluster, member %+v: a match index only on the leader, and both addresses", m.name, ms)
+			}
+		}
+		if code := m.ready(); code != http.StatusOK {
+			t.Errorf("%s's /readyz: %d", m.name, code)
+		}
+	}
+
+	// Kill the leader: its clients through the followers are closed, and
+	// a survivor acknowledges within failoverBound.
+	proxied := dialMember(t, f[0])
+	if err := proxied.ExpectLine("use failover", "USING failover"); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	l.proc.Kill()
+	measureFailover(t, "kill -9", killed, f...)
+	expectClosed(t, "a client proxied to the killed leader", proxied, 5*time.Second)
+	nl := c.awaitServing(10*time.Second, f...)
+	survivor := dialMember(t, f[0])
+	for _, id := range ids[1:] {
+		st, err := survivor.Stats(fmt.Sprint("stats-job ", id))
+		if err != nil || st == nil || st["state"] != "ready" {
+			t.Errorf("acknowledged job %d after the failover: %v %v", id, st, err)
+		}
+	}
+	if st, _ := survivor.Stats(fmt.Sprint("stats-job ", ids[0])); st != nil {
+		t.Errorf("deleted job %d came back: %v", ids[0], st)
+	}
+
+	t.Run("restart the killed leader", func(t *testing.T) {
+		// Its log was in memory: it comes back empty. The new leader was
+		// elected without it and holds no match index for it, so raft
+		// fills it again from the log (a follower cannot do this: below).
+		if err := c.start(l); err != nil && !l.proc.Exited() {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, l.name+" back: ready, or refusing", func() bool {
+			return l.proc.Exited() || l.ready() == http.StatusOK
+		})
+		if l.proc.Exited() {
+			t.Skipf("%s did not rejoin (%s); a restarted member rejoining needs the wal-backed Raft log",
+				l.name, lastLine(l.proc.Output()))
+		}
+		// A put the failover cut short may have been done all the same:
+		// the leader's count is the one to reach.
+		waitFor(t, 10*time.Second, l.name+"'s store filled again", func() bool {
+			want, err := nl.readyJobs()
+			got, err2 := l.readyJobs()
+			return err == nil && err2 == nil && got == want && got >= ready+1
+		})
+		if _, err := dialMember(t, l).Put(0, 0, 60, []byte("through the restarted member")); err != nil {
+			t.Error(err)
+		}
+	})
+
+	t.Run("restart a follower", func(t *testing.T) {
+		var follower *testMember
+		for _, m := range c.others(nl) {
+			follower = m
+		}
+		follower.proc.Kill()
+		_ = c.start(follower) // it may exit before it is seen accepting
+		if !follower.proc.Wait(10 * time.Second) {
+			t.Fatalf("%s restarted on an empty log still runs", follower.name)
+		}
+		out := follower.proc.Output()
+		if code := follower.proc.ExitCode(); code != exitReplay || !strings.Contains(out, "cannot rejoin under this member's id") {
+			t.Fatalf("%s: exit %d, %s; want exit %d saying it cannot rejoin", follower.name, code, lastLine(out), exitReplay)
+		}
+		putThrough(t, 5*time.Second, "with one member refused", nl)
+		t.Skip("the follower refused to rejoin, as it must with its log lost: " +
+			"rejoining after a restart needs the wal-backed Raft log (newClusterLog)")
+	})
+}
+
+// TestClusterPausedLeader: a leader stopped (SIGSTOP) past an election
+// timeout is replaced; when it runs again (SIGCONT) it re-executes itself,
+// keeping its pid and leaking no descriptor, and every client it had,
+// direct or proxied, is closed; the job it had handed out is ready on the
+// new leader.
+func TestClusterPausedLeader(t *testing.T) {
+	c := startCluster(t)
+	l := c.awaitServing(20 * time.Second)
+	f := c.others(l)
+	direct := dialMember(t, l)
+	id, err := direct.Put(0, 0, 60, []byte("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := direct.Do("reserve-with-timeout 5", nil); err != nil || r.N != id {
+		t.Fatalf("reserve on the leader: %+v %v", r, err)
+	}
+	proxied := dialMember(t, f[0])
+	if err := proxied.ExpectLine("use paused", "USING paused"); err != nil {
+		t.Fatal(err)
+	}
+
+	pid := l.proc.PID()
+	if err := l.proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	measureFailover(t, "SIGSTOP", time.Now(), f...)
+	expectClosed(t, "a client proxied to the paused leader", proxied, 5*time.Second)
+	nl := c.awaitServing(10*time.Second, f...)
+
+	if err := l.proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, l.name+" re-executing", func() bool {
+		return strings.Contains(l.proc.Output(), "re-executing: starting again from the cluster log")
+	})
+	expectClosed(t, "a client of the paused leader", direct, 5*time.Second)
+	waitFor(t, 10*time.Second, l.name+"'s new image configured", func() bool {
+		return len(configLines(l.proc.Output())) == 2
+	})
+	lines := configLines(l.proc.Output())
+	for i, line := range lines {
+		if line.PID != pid {
+			t.Errorf("configuration line %d of %s: pid %d, want %d: a re-execution keeps it", i+1, l.name, line.PID, pid)
+		}
+	}
+	// The first image may have inherited descriptors from the test's own
+	// parent; the new one has only what a clean start opens.
+	t.Logf("descriptors open at the start of each image: %d, then %d", lines[0].OpenDescriptors, lines[1].OpenDescriptors)
+	if lines[1].OpenDescriptors > lines[0].OpenDescriptors {
+		t.Errorf("%s had %d descriptors open at start, %d once re-executed: some leaked into the new image",
+			l.name, lines[0].OpenDescriptors, lines[1].OpenDescriptors)
+	}
+	if !strings.Contains(l.proc.Output(), "lost the leadership it served") {
+		t.Errorf("%s's log does not say why it re-executed", l.name)
+	}
+
+	// The job the paused leader had handed out is ready on the new one.
+	r, err := dialMember(t, nl).Do("reserve-with-timeout 5", nil)
+	if err != nil || r.Kind != testproc.ReplyReserved || r.N != id || string(r.Body) != "held" {
+		t.Errorf("reserve on the new leader: %+v %v; want job %d, held", r, err, id)
+	}
+
+	// The re-executed member came back on an empty in-memory log; elected
+	// without it, the new leader fills it again.
+	waitFor(t, 10*time.Second, l.name+" back after re-executing: ready, or refusing", func() bool {
+		return l.proc.Exited() || l.ready() == http.StatusOK
+	})
+	if l.proc.Exited() {
+		t.Skipf("%s did not rejoin after re-executing (%s): that needs the wal-backed Raft log",
+			l.name, lastLine(l.proc.Output()))
+	}
+}
+
+// configLine is what the tests read of the "configuration" log line.
+type configLine struct {
+	PID             int `json:"pid"`
+	OpenDescriptors int `json:"open_descriptors"`
+}
+
+// configLines are the configuration lines in a server's output: one per
+// image the process ran.
+func configLines(output string) []configLine {
+	var out []configLine
+	for line := range strings.SplitSeq(output, "\n") {
+		if !strings.Contains(line, `"message":"configuration"`) {
+			continue
+		}
+		var cl configLine
+		if json.Unmarshal([]byte(line), &cl) == nil {
+			out = append(out, cl)
+		}
+	}
+	return out
+}
+
+// lastLine is the last line of output at error level, or the last line.
+func lastLine(output string) string {
+	lines := strings.Split(strings.TrimSpace(output), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], `"level":"error"`) {
+			return lines[i]
+		}
+	}
+	return lines[len(lines)-1]
+}
+
+// TestParseArgsCluster: cluster mode's flags, from the command line and
+// the environment, and each refusal in one line naming the flag.
+func TestParseArgsCluster(t *testing.T) {
+	const peers = "a=127.0.0.1:7001,b=127.0.0.1:7002,c=127.0.0.1:7003"
+	member := []string{"-b", "/var/lib/sprout", "--node", "a", "--cluster-listen", "127.0.0.1:7001", "--cluster-peers", peers}
+	with := func(extra ...string) []string { return append(append([]string{}, member...), extra...) }
+	refused := func(name string, args []string, line string) parseCase {
+		return parseCase{name: name, args: args, wantAction: actionFail, wantCode: exitUsage, wantStderr: "sprout: " + line + "\n"}
+	}
+	runParseCases(t, []parseCase{
+		{name: "a member", args: member, want: func(o *options) {
+			o.walDir, o.node, o.clusterListen, o.clusterPeers = "/var/lib/sprout", "a", "127.0.0.1:7001", peers
+		}},
+		{name: "from the environment", args: []string{"-b", "d"},
+			env: []string{"SPROUT_NODE=a", "SPROUT_CLUSTER_LISTEN=:7001", "SPROUT_CLUSTER_PEERS=" + peers,
+				"SPROUT_CLUSTER_TLS_CERT=c.pem", "SPROUT_CLUSTER_TLS_KEY=k.pem", "SPROUT_CLUSTER_TLS_CA=ca.pem"},
+			want: func(o *options) {
+				o.walDir, o.node, o.clusterListen, o.clusterPeers = "d", "a", ":7001", peers
+				o.clusterTLSCert, o.clusterTLSKey, o.clusterTLSCA = "c.pem", "k.pem", "ca.pem"
+			}},
+		refused("no -b", []string{"--node", "a", "--cluster-listen", ":7001", "--cluster-peers", peers},
+			"-b is required in cluster mode (--node): each member keeps its Raft log in its own directory"),
+		refused("no --node", []string{"--cluster-peers", peers}, "--cluster-peers needs --node: it is for cluster mode"),
+		refused("no --cluster-listen", []string{"-b", "d", "--node", "a", "--cluster-peers", peers},
+			"--cluster-listen is required in cluster mode: HOST:PORT where the other members connect"),
+		refused("a unix socket", with("-l", "unix:/run/sprout.sock"),
+			"-l unix:PATH is not supported in cluster mode: members proxy clients to the leader's TCP address"),
+		refused("not among the peers", with("--node", "d"), "--cluster-peers does not include --node d"),
+		refused("a bad name", with("--node", "a b"), `--node "a b": a member's name holds only letters, digits, '-', '_' and '.', not ' '`),
+		refused("a bad peer", with("--cluster-peers", "a=127.0.0.1:7001,b"), `--cluster-peers: "b" is not NAME=HOST:PORT`),
+		refused("a name twice", with("--cluster-peers", "a=127.0.0.1:7001,a=127.0.0.1:7002"), "--cluster-peers names a twice"),
+		refused("a bad listen address", with("--cluster-listen", "7001"), `--cluster-listen: "7001" is not HOST:PORT`),
+		refused("half the TLS files", with("--cluster-tls-cert", "c.pem"),
+			"--cluster-tls-key is missing: --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca go together"),
+		refused("an empty --node", []string{"--node", ""}, `invalid --node: "" (want a member's name)`),
+	})
+}
+
+// TestClusterRefusals: the binary refuses a configuration that cannot run
+// in one line on stderr, with exit status 5, before it serves; a socket
+// handed over by systemd too.
+func TestClusterRefusals(t *testing.T) {
+	bin := testproc.SproutBinary(t)
+	run := func(cmd *exec.Cmd) (string, int) {
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	out, code := run(exec.Command(bin, "--node", "a", "--cluster-listen", "127.0.0.1:7001", "--cluster-peers", "a=127.0.0.1:7001"))
+	if code != exitUsage || strings.Count(out, "\n") != 1 || !strings.Contains(out, "-b is required in cluster mode") {
+		t.Errorf("without -b: exit %d, %q", code, out)
+	}
+
+	port, err := testproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The shell's pid is the server's once it execs it.
+	cmd := exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"`, bin,
+		"-b", t.TempDir(), "--node", "a", "--cluster-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		"--cluster-peers", "a=127.0.0.1:"+strconv.Itoa(port), "--log-format", "json")
+	out, code = run(cmd)
+	if code != exitUsage || !regexp.MustCompile(`LISTEN_FDS\) is not supported in cluster mode`).MatchString(out) {
+		t.Errorf("with a socket handed over: exit %d, %q", code, out)
+	}
+}

@@ -1,0 +1,158 @@
+package engine_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// router is a Route that takes the connections its decide says to, and
+// keeps them for the test.
+type router struct {
+	mu     sync.Mutex
+	take   bool       // guarded by mu
+	taken  []net.Conn // guarded by mu
+	gotOne chan struct{}
+}
+
+func newRouter() *router { return &router{gotOne: make(chan struct{}, 16)} }
+
+func (r *router) route(nc net.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.take {
+		return false
+	}
+	r.taken = append(r.taken, nc)
+	r.gotOne <- struct{}{}
+	return true
+}
+
+func (r *router) setTake(take bool) {
+	r.mu.Lock()
+	r.take = take
+	r.mu.Unlock()
+}
+
+// A connection Route takes is not served, nor counted; one it leaves is;
+// one it took and gives back with Serve is served as any other.
+func TestRouteTakesConnections(t *testing.T) {
+	r := newRouter()
+	srv, network, addr := startServer(t, engine.Config{Route: r.route})
+
+	local := dialRaw(t, network, addr)
+	local.send("put 0 0 60 1\r\na\r\n")
+	local.expect("INSERTED 1\r\n")
+
+	r.setTake(true)
+	taken := dialRaw(t, network, addr)
+	<-r.gotOne
+	taken.send("stats-job 1\r\n")
+	taken.expectSilence(100 * time.Millisecond)
+	if n := srv.Stats().CurrentConnections; n != 1 {
+		t.Errorf("current-connections %d with one served and one taken, want 1", n)
+	}
+
+	r.mu.Lock()
+	back := r.taken[0]
+	r.mu.Unlock()
+	srv.Serve(back)
+	// What the client sent while the connection was elsewhere was left
+	// in the socket: it is served now.
+	if got, err := taken.reply(5 * time.Second); err != nil || !strings.HasPrefix(got, "OK ") {
+		t.Fatalf("stats-job through the connection given back: %q, %v", got, err)
+	}
+	if n := srv.Stats().CurrentConnections; n != 2 {
+		t.Errorf("current-connections %d, want 2", n)
+	}
+}
+
+// CloseClients ends every session: a reserved job goes back to ready,
+// and the server still accepts.
+func TestCloseClients(t *testing.T) {
+	st := store.New(store.Options{})
+	srv, network, addr := startServerOn(t, engine.Config{Route: newRouter().route}, st)
+
+	worker := dialRaw(t, network, addr)
+	producer := dialRaw(t, network, addr)
+	producer.send("put 0 0 60 1\r\na\r\n")
+	producer.expect("INSERTED 1\r\n")
+	worker.send("reserve\r\n")
+	worker.expect("RESERVED 1 1\r\na\r\n")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.CloseClients(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*rawConn{worker, producer} {
+		if got, err := c.reply(5 * time.Second); err != io.EOF {
+			t.Errorf("after CloseClients: %q, %v; want EOF", got, err)
+		}
+	}
+	if g := st.Stats(); g.Reserved != 0 || g.Ready != 1 {
+		t.Errorf("after CloseClients: %d reserved, %d ready; want 0 and 1", g.Reserved, g.Ready)
+	}
+	if n := srv.Stats().CurrentConnections; n != 0 {
+		t.Errorf("current-connections %d after CloseClients", n)
+	}
+	again := dialRaw(t, network, addr)
+	again.send("stats-job 1\r\n")
+	if got, err := again.reply(5 * time.Second); err != nil || !strings.Contains(got, "state: ready") {
+		t.Errorf("a new connection after CloseClients: %q, %v", got, err)
+	}
+}
+
+// Without a Route nothing is tracked, and CloseClients says so.
+func TestCloseClientsNeedsRoute(t *testing.T) {
+	srv, _, _ := startServer(t, engine.Config{})
+	if err := srv.CloseClients(context.Background()); err != engine.ErrNoRoute {
+		t.Errorf("CloseClients without a Route: %v, want ErrNoRoute", err)
+	}
+}
+
+// SetStore replaces the store only while no session is open, and only
+// with a store that acknowledges through the same source.
+func TestSetStore(t *testing.T) {
+	first, second := store.New(store.Options{}), store.New(store.Options{})
+	t.Cleanup(second.Close) // after the server stops: cleanups run last first
+	srv, network, addr := startServerOn(t, engine.Config{Route: newRouter().route}, first)
+	c := dialRaw(t, network, addr)
+	c.send("list-tube-used\r\n")
+	c.expect("USING default\r\n")
+
+	if err := srv.SetStore(second); err == nil {
+		t.Fatal("SetStore with a session open: no error")
+	}
+	_ = c.c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.Stats().CurrentConnections != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	wl, err := wal.Open(t.TempDir(), wal.Options{SegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	durable := store.New(store.Options{Log: wl})
+	defer func() { durable.Close(); _ = wl.Close() }()
+	if err := srv.SetStore(durable); err == nil {
+		t.Fatal("SetStore with another AckSource: no error")
+	}
+	if err := srv.SetStore(second); err != nil {
+		t.Fatal(err)
+	}
+	c = dialRaw(t, network, addr)
+	c.send("put 0 0 60 1\r\na\r\n")
+	c.expect("INSERTED 1\r\n")
+	if second.Stats().Ready != 1 || first.Stats().Ready != 0 {
+		t.Errorf("the put went to the old store")
+	}
+}

@@ -1,0 +1,149 @@
+package ops
+
+import (
+	"encoding/json"
+	"maps"
+	"net/http"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sproutmq/sprout/internal/replication"
+)
+
+// Cluster is what the side port reads of a cluster member;
+// *replication.Node has it.
+type Cluster interface {
+	// Status is GET /cluster's body.
+	Status() replication.Status
+	// Ready is what /readyz adds in cluster mode: a leader is known and
+	// what was committed at start is applied.
+	Ready() bool
+	Stats() replication.Stats
+}
+
+// Proxy is what the side port reads of the member's proxy to the leader;
+// *replication.Proxy has it.
+type Proxy interface {
+	Stats() replication.ProxyStats
+}
+
+// serveCluster answers GET /cluster: the member's view, as JSON.
+func serveCluster(c Cluster) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(c.Status())
+	}
+}
+
+// clusterCollector reads a member's figures at scrape time (Node.Stats,
+// Proxy.Stats); the sizes of proposals, which cannot be read afterwards,
+// are Metrics' histograms. Immutable after newClusterCollector.
+type clusterCollector struct {
+	cluster Cluster
+	proxy   Proxy // may be nil
+
+	stats                 []scalar[replication.Stats]
+	proxies               []scalar[replication.ProxyStats]
+	followerLag, memberUp *prometheus.Desc
+}
+
+func newClusterCollector(c Cluster, p Proxy) *clusterCollector {
+	const (
+		counter = prometheus.CounterValue
+		gauge   = prometheus.GaugeValue
+	)
+	type stats = replication.Stats
+	type proxy = replication.ProxyStats
+	cc := &clusterCollector{
+		cluster: c,
+		proxy:   p,
+		followerLag: prometheus.NewDesc("sprout_cluster_follower_lag_entries",
+			"On the leader, how many entries each other member is behind its log (as of the last tick).", []string{"member"}, nil),
+		memberUp: prometheus.NewDesc("sprout_cluster_member_connected",
+			"1 while this member's connection to the member is open (always 1 for itself).", []string{"member"}, nil),
+	}
+	cc.stats = []scalar[stats]{
+		newScalar("sprout_cluster_term", "The Raft term this member is in.",
+			gauge, func(s *stats) float64 { return float64(s.Term) }),
+		newScalar("sprout_cluster_serving", "1 on the leader while it takes commands.",
+			gauge, func(s *stats) float64 { return bit(s.Serving) }),
+		newScalar("sprout_cluster_leader_changes_total", "Times this member learned of a new leader.",
+			counter, func(s *stats) float64 { return float64(s.LeaderChanges) }),
+		newScalar("sprout_cluster_commit_index", "The last entry this member knows committed by a majority.",
+			gauge, func(s *stats) float64 { return float64(s.Commit) }),
+		newScalar("sprout_cluster_applied_index", "The last entry this member's store has applied.",
+			gauge, func(s *stats) float64 { return float64(s.Applied) }),
+		newScalar("sprout_cluster_proposals_total", "Batches of records this member proposed as leader, one Raft entry each.",
+			counter, func(s *stats) float64 { return float64(s.Proposals) }),
+		newScalar("sprout_cluster_proposed_bytes_total", "Bytes of records this member proposed as leader.",
+			counter, func(s *stats) float64 { return float64(s.ProposedBytes) }),
+		newScalar("sprout_cluster_membership_changes_total", "Membership changes applied.",
+			counter, func(s *stats) float64 { return float64(s.MembershipChanges) }),
+		newScalar("sprout_cluster_messages_refused_total", "Members' messages whose records did not decode.",
+			counter, func(s *stats) float64 { return float64(s.MessagesRefused) }),
+		newScalar("sprout_cluster_messages_sent_total", "Raft messages written to members' connections.",
+			counter, func(s *stats) float64 { return float64(s.Transport.MessagesSent) }),
+		newScalar("sprout_cluster_messages_received_total", "Raft messages read from members' connections.",
+			counter, func(s *stats) float64 { return float64(s.Transport.MessagesReceived) }),
+		newScalar("sprout_cluster_messages_dropped_total", "Raft messages not sent: a full queue, no connection, too large (Raft sends again what matters).",
+			counter, func(s *stats) float64 { return float64(s.Transport.MessagesDropped) }),
+		newScalar("sprout_cluster_peer_connects_total", "Connections this member made to members that answered its hello.",
+			counter, func(s *stats) float64 { return float64(s.Transport.Connects) }),
+		newScalar("sprout_cluster_peer_refused_total", "Members' connections refused at the hello: another cluster, a name not a member, a malformed hello or message.",
+			counter, func(s *stats) float64 { return float64(s.Transport.Refused) }),
+		newScalar("sprout_cluster_peer_tls_refused_total", "Members' connections refused in TLS: no certificate from the CA, or one not for the member named.",
+			counter, func(s *stats) float64 { return float64(s.Transport.TLSRefused) }),
+		newScalar("sprout_cluster_snapshots_sent_total", "Snapshots a member took from this one.",
+			counter, func(s *stats) float64 { return float64(s.Transport.SnapshotsSent) }),
+		newScalar("sprout_cluster_snapshots_failed_total", "Snapshots this member failed to send.",
+			counter, func(s *stats) float64 { return float64(s.Transport.SnapshotsFailed) }),
+		newScalar("sprout_cluster_snapshots_received_total", "Snapshots this member received.",
+			counter, func(s *stats) float64 { return float64(s.Transport.SnapshotsReceived) }),
+	}
+	cc.proxies = []scalar[proxy]{
+		newScalar("sprout_cluster_proxied_connections", "Client connections copied to the leader now.",
+			gauge, func(s *proxy) float64 { return float64(s.Current) }),
+		newScalar("sprout_cluster_proxied_connections_total", "Client connections copied to the leader.",
+			counter, func(s *proxy) float64 { return float64(s.Total) }),
+		newScalar("sprout_cluster_proxy_dial_failures_total", "Dials of the leader's client address that failed.",
+			counter, func(s *proxy) float64 { return float64(s.DialFailures) }),
+		newScalar("sprout_cluster_proxy_no_leader_total", "Client connections closed for want of a leader within an election timeout.",
+			counter, func(s *proxy) float64 { return float64(s.NoLeader) }),
+		newScalar("sprout_cluster_proxy_leader_changed_total", "Proxied client connections closed because the leader they reached is no longer the leader.",
+			counter, func(s *proxy) float64 { return float64(s.LeaderChanged) }),
+	}
+	return cc
+}
+
+// Describe implements prometheus.Collector.
+func (cc *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- cc.followerLag
+	ch <- cc.memberUp
+	for _, s := range cc.stats {
+		ch <- s.desc
+	}
+	if cc.proxy != nil {
+		for _, s := range cc.proxies {
+			ch <- s.desc
+		}
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (cc *clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	st := cc.cluster.Stats()
+	collectScalars(ch, cc.stats, &st)
+	for _, name := range slices.Sorted(maps.Keys(st.FollowerLag)) {
+		ch <- prometheus.MustNewConstMetric(cc.followerLag, prometheus.GaugeValue, float64(st.FollowerLag[name]), name)
+	}
+	for _, m := range cc.cluster.Status().Members {
+		ch <- prometheus.MustNewConstMetric(cc.memberUp, prometheus.GaugeValue, bit(m.Connected), m.Name)
+	}
+	if cc.proxy != nil {
+		ps := cc.proxy.Stats()
+		collectScalars(ch, cc.proxies, &ps)
+	}
+}

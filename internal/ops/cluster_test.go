@@ -1,0 +1,119 @@
+package ops_test
+
+import (
+	"encoding/json"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sproutmq/sprout/internal/ops"
+	"github.com/sproutmq/sprout/internal/replication"
+)
+
+// fakeCluster stands in for *replication.Node.
+type fakeCluster struct {
+	ready  atomic.Bool
+	status replication.Status
+	stats  replication.Stats
+}
+
+func (c *fakeCluster) Status() replication.Status { return c.status }
+func (c *fakeCluster) Ready() bool                { return c.ready.Load() }
+func (c *fakeCluster) Stats() replication.Stats   { return c.stats }
+
+type fakeProxy struct{ stats replication.ProxyStats }
+
+func (p *fakeProxy) Stats() replication.ProxyStats { return p.stats }
+
+// TestCluster: GET /cluster is the member's Status; /readyz waits for
+// the member's Ready; /metrics has the member's and the proxy's figures
+// and the sizes of proposals.
+func TestCluster(t *testing.T) {
+	match := uint64(41)
+	c := &fakeCluster{
+		status: replication.Status{Node: "a", Leader: "b", Term: 7, State: "follower", Commit: 40, Applied: 39,
+			Members: []replication.MemberStatus{
+				{Name: "a", Address: "10.0.0.1:7000", Connected: true},
+				{Name: "b", Address: "10.0.0.2:7000", Connected: true, Match: &match},
+				{Name: "c", Address: "10.0.0.3:7000"},
+			}},
+		stats: replication.Stats{Term: 7, Commit: 40, Applied: 39, LeaderChanges: 3, Proposals: 5, ProposedBytes: 900,
+			FollowerLag: map[string]uint64{"b": 0, "c": 12},
+			Transport:   replication.TransportStats{MessagesSent: 100, SnapshotsSent: 1, TLSRefused: 2}},
+	}
+	p := &fakeProxy{stats: replication.ProxyStats{Current: 4, Total: 9, LeaderChanged: 2}}
+	m := ops.NewMetrics()
+	m.ObserveProposal(300, 3)
+	base := startOps(t, ops.Config{Engine: newFakeEngine(), Store: &fakeStore{}, Metrics: m, Cluster: c, Proxy: p})
+
+	code, body := get(t, base+"/cluster")
+	if code != 200 {
+		t.Fatalf("/cluster: %d %s", code, body)
+	}
+	var got struct {
+		Node, Leader    string
+		Term            uint64
+		Commit, Applied uint64
+		Members         []struct {
+			Name, Address string
+			Match         *uint64
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatalf("/cluster: %v\n%s", err, body)
+	}
+	if got.Node != "a" || got.Leader != "b" || got.Term != 7 || got.Commit != 40 || got.Applied != 39 ||
+		len(got.Members) != 3 || got.Members[1].Match == nil || *got.Members[1].Match != 41 || got.Members[0].Match != nil {
+		t.Errorf("/cluster: %s", body)
+	}
+
+	if code, body := get(t, base+"/readyz"); code != 503 {
+		t.Errorf("/readyz with the member not ready: %d %q", code, body)
+	}
+	c.ready.Store(true)
+	if code, body := get(t, base+"/readyz"); code != 200 {
+		t.Errorf("/readyz with the member ready: %d %q", code, body)
+	}
+
+	f := scrape(t, base, acceptText)
+	for _, want := range []struct {
+		name, labels string
+		value        float64
+	}{
+		{"sprout_cluster_term", "", 7},
+		{"sprout_cluster_leader_changes_total", "", 3},
+		{"sprout_cluster_commit_index", "", 40},
+		{"sprout_cluster_applied_index", "", 39},
+		{"sprout_cluster_follower_lag_entries", "member=c", 12},
+		{"sprout_cluster_member_connected", "member=c", 0},
+		{"sprout_cluster_member_connected", "member=b", 1},
+		{"sprout_cluster_proposals_total", "", 5},
+		{"sprout_cluster_proposal_bytes", "", 1},
+		{"sprout_cluster_proposal_records", "", 1},
+		{"sprout_cluster_snapshots_sent_total", "", 1},
+		{"sprout_cluster_membership_changes_total", "", 0},
+		{"sprout_cluster_messages_sent_total", "", 100},
+		{"sprout_cluster_peer_tls_refused_total", "", 2},
+		{"sprout_cluster_proxied_connections", "", 4},
+		{"sprout_cluster_proxied_connections_total", "", 9},
+		{"sprout_cluster_proxy_leader_changed_total", "", 2},
+		{"sprout_build_info", "version=" + testVersion, 1},
+	} {
+		if v, ok := f.value(want.name, want.labels); !ok || v != want.value {
+			t.Errorf("%s{%s} = %v (present %v), want %v", want.name, want.labels, v, ok, want.value)
+		}
+	}
+}
+
+// Without a cluster there is no /cluster and no cluster metric.
+func TestNoCluster(t *testing.T) {
+	base := startOps(t, ops.Config{Engine: newFakeEngine(), Store: &fakeStore{}, Metrics: ops.NewMetrics()})
+	if code, _ := get(t, base+"/cluster"); code != 404 {
+		t.Errorf("/cluster without a cluster: %d", code)
+	}
+	for name := range scrape(t, base, acceptText) {
+		if strings.HasPrefix(name, "sprout_cluster") {
+			t.Errorf("%s without a cluster", name)
+		}
+	}
+}
