@@ -21,30 +21,38 @@ import (
 // ready (reservations live on the leader only), a delayed one becomes
 // ready at its logged deadline, which is the leader's wall clock. An
 // update or delete of a job this store does not hold is skipped.
-func (s *Store) Apply(records []wal.Record) {
+//
+// locs, if not nil, says where each record is in this member's log (a
+// full record's segment; zero: nowhere known), as recovery's Loc does:
+// the job's latest full record is there, which is what Migrate moves.
+func (s *Store) Apply(records []wal.Record, locs []wal.Loc) {
 	now := s.now()
 	for i := range records {
 		r := &records[i]
+		var seg uint32
+		if locs != nil {
+			seg = locs[i].Seg
+		}
 		switch r.Kind {
 		case wal.KindFull:
 			if s.lookup(r.ID) != nil {
 				// Compaction's rewrite of a live job: the job (its tube
 				// and body never change) takes the recorded state.
-				s.applyUpdate(r, now)
+				s.applyUpdate(r, seg, now)
 				continue
 			}
 			body := r.Body
 			if len(body) > MaxCopiedBody {
 				body = bytes.Clone(body) // r.Body is the entry's: do not keep it
 			}
-			j := s.restore(r, body, 0, now)
+			j := s.restore(r, body, seg, now)
 			j.tube.mu.Lock()
 			j.tube.totalJobs++
 			j.tube.mu.Unlock()
 			s.counts.totalJobs.Add(1)
 			s.raiseID(r.ID)
 		case wal.KindUpdate:
-			s.applyUpdate(r, now)
+			s.applyUpdate(r, 0, now)
 		case wal.KindDelete:
 			s.applyDelete(r.ID)
 		case wal.KindIDs:
@@ -91,9 +99,29 @@ func (s *Store) placeLocked(j *Job, r *wal.Record, now int64) {
 	}
 }
 
-// applyUpdate moves a job to the state an update record gives it.
-func (s *Store) applyUpdate(r *wal.Record, now int64) {
+// Located says where records this store logged itself (a cluster's
+// leader's, which it does not Apply) are in this member's log, once they
+// are committed: a full record's job, if it is still live, has its latest
+// full record in locs[i]'s segment, and Migrate finds it there.
+func (s *Store) Located(records []wal.Record, locs []wal.Loc) {
+	for i := range records {
+		if records[i].Kind != wal.KindFull || locs[i].Seg == 0 {
+			continue
+		}
+		s.withLiveJob(records[i].ID, func(t *Tube, j *Job) {
+			j.seg = locs[i].Seg
+			t.mu.Unlock()
+		})
+	}
+}
+
+// applyUpdate moves a job to the state an update record gives it, and
+// for a full record logged in segment seg (non-zero) notes it there.
+func (s *Store) applyUpdate(r *wal.Record, seg uint32, now int64) {
 	s.withLiveJob(r.ID, func(t *Tube, j *Job) {
+		if seg != 0 {
+			j.seg = seg
+		}
 		t.detachLocked(j)
 		s.placeLocked(j, r, now)
 		hs := t.dispatchLocked(now, nil)

@@ -145,11 +145,11 @@ func TestApplyMakesAReplica(t *testing.T) {
 			leader.Migrate(1, slices.Clone(ids)) // compaction rewrites every live job
 		}
 		if step%37 == 0 {
-			replica.Apply(rec.take()) // a committed entry
+			replica.Apply(rec.take(), nil) // a committed entry
 			clock.Add(int64(time.Millisecond))
 		}
 	}
-	replica.Apply(rec.take())
+	replica.Apply(rec.take(), nil)
 
 	want := viewOf(leader)
 	for id, v := range want {
@@ -206,4 +206,64 @@ func leaderReserved(s *Store, id uint64) bool {
 	j.tube.mu.Lock()
 	defer j.tube.mu.Unlock()
 	return j.state == StateReserved
+}
+
+// unplacedJournal is a recordingJournal that, as a cluster's leader's
+// journal, knows no record's place when it is appended: the member's log
+// says where it went once it is committed (Located).
+type unplacedJournal struct{ recordingJournal }
+
+func (r *unplacedJournal) Append(rec *wal.Record, prev wal.Loc) (uint64, wal.Loc, error) {
+	lsn, _, err := r.recordingJournal.Append(rec, prev)
+	return lsn, wal.Loc{}, err
+}
+
+// TestApplyLocations: a replica notes where each applied full record is
+// in its log, so once it leads, compaction's Migrate finds the jobs it
+// applied; a leader's own records are placed once committed (Located),
+// and a job deleted meanwhile stays gone.
+func TestApplyLocations(t *testing.T) {
+	journal := &unplacedJournal{}
+	s := newStore(Options{}, journal)
+	defer s.Close()
+	put := func(id uint64) wal.Record {
+		return wal.Record{Kind: wal.KindFull, ID: id, Tube: "t", State: wal.StateReady, TTR: int64(time.Minute), Body: []byte("x\r\n")}
+	}
+	s.Apply([]wal.Record{put(1), put(2), {Kind: wal.KindUpdate, ID: 1, State: wal.StateBuried, TTR: int64(time.Minute)}},
+		[]wal.Loc{{Seg: 3, Size: 10}, {Seg: 3, Size: 10}, {}})
+	s.Apply([]wal.Record{put(2)}, []wal.Loc{{Seg: 5, Size: 10}}) // compaction's rewrite of job 2
+	if f1, f2 := s.lookup(1).file(), s.lookup(2).file(); f1 != 3 || f2 != 5 {
+		t.Fatalf("applied jobs' files %d and %d, want 3 and 5", f1, f2)
+	}
+	s.Migrate(3, []uint64{1, 2})
+	if recs := journal.take(); len(recs) != 1 || recs[0].ID != 1 || recs[0].State != wal.StateBuried {
+		t.Fatalf("migrating segment 3 logged %+v, want job 1 alone, buried", recs)
+	}
+
+	c := s.NewClient(nil)
+	defer c.Close()
+	own, gone := s.NextID(), uint64(0)
+	if _, err := c.Put(own, 1, 0, 60, []byte("own\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	gone = s.NextID()
+	if _, err := c.Put(gone, 1, 0, 60, []byte("gone\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	c.Delete(gone)
+	if f := s.lookup(own).file(); f != 0 {
+		t.Fatalf("a put not yet committed is in segment %d", f)
+	}
+	s.Located([]wal.Record{put(own), put(gone)}, []wal.Loc{{Seg: 7, Size: 10}, {Seg: 7, Size: 10}})
+	if f := s.lookup(own).file(); f != 7 {
+		t.Fatalf("the leader's own job is in segment %d once located, want 7", f)
+	}
+	if s.lookup(gone) != nil {
+		t.Fatal("locating a deleted job brought it back")
+	}
+	journal.take()
+	s.Migrate(7, []uint64{own, gone})
+	if recs := journal.take(); len(recs) != 1 || recs[0].ID != own {
+		t.Fatalf("migrating segment 7 logged %+v, want the leader's own job", recs)
+	}
 }

@@ -37,8 +37,12 @@
 // lock, before the change is applied, so the log's order is the order of
 // changes to each job and a refused append (full disk) changes nothing.
 // The store loads what the log recovered in New, and moves live jobs
-// forward for the log's compaction (Migrate). Job ids run behind a
-// watermark the log records ahead of them (NextID).
+// forward for the log's compaction (Migrate), which finds each job by the
+// segment of its latest full record. A cluster member's store is filled
+// by Apply, each record with its place in the member's log, and a
+// leader's store is told where its own records landed once they are
+// committed (Located), so whichever member leads can move every job. Job
+// ids run behind a watermark the log records ahead of them (NextID).
 //
 // # Acknowledgement
 //

@@ -22,10 +22,13 @@ type Action struct {
 	HardState *pb.HardState
 	// Messages (ActSend) go to the peers they name.
 	Messages []*pb.Message
-	// Records (ActApply, ActRestore) are for the store. Their bodies alias
-	// the log's entries: Store.Apply copies what it keeps.
+	// Records (ActApply, ActRestore, ActLocate) are for the store. Their
+	// bodies alias the log's entries: Store.Apply copies what it keeps.
 	Records []wal.Record
-	// Index is ActApply's and ActRestore's last entry applied, and
+	// Locs (ActApply, ActRestore, ActLocate) say where each of Records is
+	// in this member's log (Log.Locate): a full record's segment and size.
+	Locs []wal.Loc
+	// Index is ActApply's, ActLocate's and ActRestore's last entry, and
 	// ActCompact's applied index.
 	Index uint64
 	// Pos (ActPublish) is the position replies may now be sent up to.
@@ -61,8 +64,13 @@ const (
 	// ActWrite: write Snapshot, Entries and HardState to the log, then
 	// report Core.Durable(Seq) once they are durable.
 	ActWrite
-	// ActApply: Store.Apply(Records): committed entries through Index.
+	// ActApply: Store.Apply(Records, Locs): committed entries through
+	// Index.
 	ActApply
+	// ActLocate: Store.Located(Records, Locs): the leader's own committed
+	// full records (Kind and ID only), which its store holds already, and
+	// where they are in its log, so compaction can move them.
+	ActLocate
 	// ActCompact: Log.Compact(Index), after the ActApply before it.
 	ActCompact
 	// ActPublish: Journal.Publish(Pos), releasing the replies waiting.
@@ -87,6 +95,8 @@ func (k ActionKind) String() string {
 		return "write"
 	case ActApply:
 		return "apply"
+	case ActLocate:
+		return "locate"
 	case ActCompact:
 		return "compact"
 	case ActPublish:

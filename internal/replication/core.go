@@ -70,6 +70,7 @@ type Observer interface {
 type Core struct {
 	id           uint64 // immutable
 	rn           *raft.RawNode
+	log          Log      // immutable: raft reads it, and the core asks where entries are
 	journal      *Journal // immutable
 	maxBatch     int      // immutable
 	electionTick int      // immutable
@@ -155,10 +156,11 @@ func NewCore(cfg Config) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Core{id: cfg.ID, rn: rn, journal: cfg.Journal, maxBatch: cfg.MaxBatch,
+	c := &Core{id: cfg.ID, rn: rn, log: cfg.Log, journal: cfg.Journal, maxBatch: cfg.MaxBatch,
 		electionTick: cfg.ElectionTick, observer: cfg.Observer, applied: first - 1,
 		heard: make(map[uint64]uint64)}
-	c.out = append(c.out, Action{Kind: ActRestore, Records: head, Index: first - 1})
+	c.out = append(c.out, Action{Kind: ActRestore, Records: head, Index: first - 1,
+		Locs: appendLocs(nil, head, cfg.Log.Locate(first-1))})
 	return c, nil
 }
 
@@ -251,7 +253,8 @@ func (c *Core) Durable(seq uint64) {
 			// Checked by Step when it came in.
 			records, _ := wal.DecodeFrames(nil, w.snapshot.GetData())
 			index := w.snapshot.GetMetadata().GetIndex()
-			c.out = append(c.out, Action{Kind: ActRestore, Records: records, Index: index})
+			c.out = append(c.out, Action{Kind: ActRestore, Records: records, Index: index,
+				Locs: appendLocs(nil, records, c.log.Locate(index))})
 			c.applied = index
 		}
 		for _, m := range w.responses {
@@ -425,10 +428,12 @@ func (c *Core) write(m *pb.Message) {
 
 // apply takes a MsgStorageApply: committed entries, durable here. A
 // follower applies their records; the leader applies those of earlier
-// terms (they are not in its store yet), skips its own (they are), and
-// publishes their end; its term's first entry makes it serve.
+// terms (they are not in its store yet), skips its own (they are) but for
+// where their full records are (ActLocate), and publishes their end; its
+// term's first entry makes it serve.
 func (c *Core) apply(m *pb.Message) {
-	var records []wal.Record
+	var records, mine []wal.Record
+	var locs, mineLocs []wal.Loc
 	var ack uint64
 	serve := false
 	for _, e := range m.GetEntries() {
@@ -446,18 +451,31 @@ func (c *Core) apply(m *pb.Message) {
 		case own && len(e.GetData()) > 0:
 			ack = c.proposed[0]
 			c.proposed = c.proposed[1:]
+			seg := c.log.Locate(e.GetIndex())
+			// Written by this member: scanned, not checked again.
+			_ = wal.ScanFrames(e.GetData(), func(kind wal.Kind, id uint64, size int) {
+				if kind == wal.KindFull {
+					mine = append(mine, wal.Record{Kind: kind, ID: id})
+					mineLocs = append(mineLocs, wal.Loc{Seg: seg, Size: uint32(size)})
+				}
+			})
 		case !own && len(e.GetData()) > 0:
+			n := len(records)
 			var err error
 			if records, err = wal.DecodeFrames(records, e.GetData()); err != nil {
 				// Checked when it came in, or written by this member: the
 				// log is damaged, and the store must not go on without it.
 				panic(fmt.Sprintf("replication: committed entry %d: %v", e.GetIndex(), err))
 			}
+			locs = appendLocs(locs, records[n:], c.log.Locate(e.GetIndex()))
 		}
 		c.applied = e.GetIndex()
 	}
 	if len(records) > 0 {
-		c.out = append(c.out, Action{Kind: ActApply, Records: records, Index: c.applied})
+		c.out = append(c.out, Action{Kind: ActApply, Records: records, Locs: locs, Index: c.applied})
+	}
+	if len(mine) > 0 {
+		c.out = append(c.out, Action{Kind: ActLocate, Records: mine, Locs: mineLocs, Index: c.applied})
 	}
 	if ack > 0 {
 		c.out = append(c.out, Action{Kind: ActPublish, Pos: ack})
@@ -498,4 +516,17 @@ func (c *Core) propose() bool {
 		c.observer.ObserveProposal(len(data), records)
 	}
 	return true
+}
+
+// appendLocs appends to locs where each of records is, written in segment
+// seg: a full record's segment and size, nothing for the others.
+func appendLocs(locs []wal.Loc, records []wal.Record, seg uint32) []wal.Loc {
+	for i := range records {
+		loc := wal.Loc{}
+		if r := &records[i]; r.Kind == wal.KindFull {
+			loc = wal.Loc{Seg: seg, Size: uint32(wal.FullSize(len(r.Tube), len(r.Body)))}
+		}
+		locs = append(locs, loc)
+	}
+	return locs
 }

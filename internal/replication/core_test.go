@@ -50,8 +50,8 @@ func TestElection(t *testing.T) {
 
 // TestReplication: what the leader's commands change is proposed,
 // committed and applied by the followers, batch after batch, and every
-// store ends up holding the same jobs; compaction's rewrites (Migrate)
-// replicate like any change.
+// store ends up holding the same jobs, each knowing where its jobs are in
+// its log; compaction's rewrites (Migrate) replicate like any change.
 func TestReplication(t *testing.T) {
 	c := newCluster(t, 3, 100)
 	l := c.elect(1)
@@ -74,6 +74,18 @@ func TestReplication(t *testing.T) {
 		t.Fatal("the workload left no jobs")
 	}
 	c.converged(want)
+	// Every member knows which segment of its log holds each job's latest
+	// full record (a MemoryLog's one, 1), the leader for its own jobs too
+	// (ActLocate), so whichever member leads next can move any of them.
+	for _, m := range c.up() {
+		cl := m.store.NewClient(nil)
+		for id := range want {
+			if st, ok := cl.JobStats(id); !ok || st.File != 1 {
+				t.Errorf("member %d: job %d in file %d", m.id, id, st.File)
+			}
+		}
+		cl.Close()
+	}
 	t.Logf("%d jobs; followers applied %d and %d records; messages %v", len(want), c.members[2].applied, c.members[3].applied, c.sent)
 	for _, id := range []uint64{2, 3} {
 		if m := c.members[id]; m.applied == 0 {

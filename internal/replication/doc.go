@@ -24,9 +24,10 @@
 //
 //   - The leader executes commands on its store at once, as a single node
 //     does: a put is in the ready heap before any member has it, and the
-//     store appends its records to its write-ahead log as it always does.
-//     In cluster mode the log's writer hands each batch it takes to Raft
-//     as one proposal and writes it as that entry when Raft says to. The
+//     store appends its records as it always does, to the member's
+//     Journal, which gathers them as a group commit gathers a batch; the
+//     core proposes each batch to Raft as one entry, and every member
+//     writes it to its log (The log on disk) when Raft says to. The
 //     client's PendingAck is still its last record's log position; the
 //     AckSource the engine waits on (store.Options.Acks) is this package,
 //     publishing the end of the last entry that is both committed (a
@@ -95,36 +96,90 @@
 //
 // # The log on disk
 //
-// Each member's -b directory is its Raft log, in the wal's segments: in
-// cluster mode a frame holds one Raft entry (index, term, type, the batch
-// of records) or a Raft state record (HardState: term, vote, commit;
-// the ConfState with each membership change; a snapshot's metadata). The
-// raft.Storage the library reads is an index from entry to segment and
-// offset over those files, with the newest entries cached in memory, so
-// the log is never held in memory twice. Raft's appends go through the
-// wal's writer with -f 0 semantics whatever -f says (AsyncStorageWrites:
-// a MsgStorageAppend is answered from the writer's OnDurable), so the
-// group commit of a single node is the batching of a member, and "a
-// majority has it" means written and fsynced by a majority. Entries the
-// leader of a later term replaces (a deposed leader's uncommitted tail)
-// are superseded by appending the new ones: replay keeps, for each index,
-// the last entry written for it.
+// Each member's -b directory is its Raft log, in the wal's segments
+// (WALLog, wallog.go; store/wal/doc.go, "Cluster mode"): a segment's
+// header has version 2, and each frame's payload begins with its kind
+// (integers little-endian, each frame checked by its CRC-32C):
+//
+//   - checkpoint (16): the cluster's id, the member's Raft id and name,
+//     the hard state (term, vote, commit) and the membership (raft's
+//     ConfState, as protobuf). The first frame of every segment, so any
+//     prefix of segments can be removed without losing what it says.
+//   - entry (17): index, term, the term of the entry before it, type, and
+//     the data: for a normal entry the batch of records, as wal frames.
+//     One Append is one group of entry frames, in one segment.
+//   - hard state (18): term, vote, commit, with each change.
+//   - head (19): a snapshot's index, then up to 1 MiB of its records as
+//     wal frames: an installed snapshot's records, in as many frames as
+//     they take.
+//   - snapshot (20): its index, term and membership, after its head
+//     frames and in the same group: a snapshot whose write was torn is
+//     not taken for installed.
+//
+// Replay takes the frames in order. The last checkpoint or hard state
+// is the state. A snapshot makes its head frames the head and drops every
+// entry. An entry whose index follows the last one held is appended; one
+// whose index is held replaces it and every entry after it (a deposed
+// leader's uncommitted tail is superseded by appending the new leader's
+// entries: the last entry written for an index wins); one with any other
+// index, the first of the oldest segment left (the entries before it were
+// compacted and their segments removed), starts the log there, its
+// recorded previous term being Term(FirstIndex-1). The first segment's
+// header id is the id floor: every id the removed segments named is at
+// most it. A directory whose checkpoint names another cluster, or another
+// member, is refused in one line, and so is a single node's directory
+// (but below).
+//
+// Every write goes through the wal's writer with -f 0 semantics whatever
+// -f says (AsyncStorageWrites: a MsgStorageAppend is answered from the
+// log's OnDurable), so the group commit of a single node is the batching
+// of a member, and "a majority has it" means written and fsynced by a
+// majority. A write is never refused: on a full disk the log keeps trying
+// and nothing after the write becomes durable meanwhile (so nothing is
+// acknowledged), and the leader's journal refuses every record but
+// deletes, as a single node does, while the log says it is full. The
+// raft.Storage the library reads is an index of the entries held (term,
+// segment, offset, size) over those files, with the newest entries in
+// memory (every one not yet durable, and 8 MiB more): the log is never
+// held in memory twice, and an older entry is read back from its segment
+// (pread) and checked.
 //
 // # Snapshots and a bounded log
 //
 // The log is kept small the way a single node keeps it small: the leader's
 // compaction rewrites the live jobs of its oldest segment at the head
-// (wal.Migrator), and those rewrites are records like any other, so they
-// are proposed, committed and written by every member. A member deletes a
-// segment once nothing live is only there and the entries that moved it
-// are committed and applied, so each directory stays within the single
-// node's bound (twice the live data plus a few segments). Raft's log then
-// begins at the first entry still on disk (Storage.FirstIndex), and a
-// member that needs older entries (down for long, or a new member) gets a
-// snapshot instead: the live jobs as of a committed index, built by the
-// leader from its log (replaying its segments up to that index), sent as
-// a stream of full records beside the Raft message that announces it, and
-// installed by the receiver as a fresh log and store.
+// (wal.Migrator, set on the leader's log once it serves), and those
+// rewrites are records like any other, so they are proposed, committed
+// and written by every member. For that the store must know, on every
+// member, which segment holds each job's latest full record: ActApply and
+// ActRestore give each record its place in this member's log (Log.Locate:
+// the segment its entry or snapshot was written to), and the leader's own
+// entries, which it does not apply, are located once committed
+// (ActLocate), so whichever member leads can move any job. The log knows
+// the same from the entries it folds as they are applied (Compact) and
+// tells the wal which segments hold live records (wal.Log.Moved), and
+// from which segment on it still holds anything (wal.Log.Hold). A segment
+// before that one, with nothing live in it, is deleted once the fsync
+// that covers the hard state whose commit includes the entries that moved
+// its jobs has finished. A follower never migrates: its segments go as
+// the leader's rewrites, applied, leave them with nothing live. So each
+// directory stays within the single node's bound (twice the live data
+// plus a few segments). Raft's log then begins at the first entry still
+// held (Storage.FirstIndex), and a member that needs older entries (down
+// for long, or a new member) gets a snapshot instead: the live jobs as of
+// a committed index, built by the leader from its log (replaying its
+// segments up to that index), sent as a stream of full records beside the
+// Raft message that announces it, and installed by the receiver as its
+// head, its entries dropped.
+//
+// A single node's -b directory, or a beanstalkd binlog, becomes the first
+// member of a new cluster with every job kept: the jobs it holds become
+// the head of a snapshot at index 1, term 1, the state every initial
+// member starts from, written as a new segment before the single node's
+// segments are removed (wal.Cluster.Convert). Only a cluster whose
+// initial members are this one alone takes it over (others would start
+// from an empty index 1 and never ask for the jobs): members join it
+// later, as the membership changes are built.
 //
 // Precisely (Log, and MemoryLog as its reference): a log holds a head and
 // the entries from FirstIndex on. The head is an installed snapshot's
@@ -137,7 +192,10 @@
 // how a snapshot is built, at the commit index, with the id watermark as
 // its last record. A log drops entries only through what was applied and
 // committed, and only those that hold no live job's latest full record.
-// The snapshot is built once and kept until the log is compacted past
+// WALLog drops them from its index as MemoryLog does, and frees their
+// disk a segment at a time; restarted, it holds again every entry its
+// segments still have, from the first on: more than it must, which a log
+// may always do. The snapshot is built once and kept until the log is compacted past
 // it; in this first version its records ride in the snapshot message's
 // Data, as wal frames, and a malformed one is refused when it arrives.
 //
@@ -284,15 +342,19 @@
 // to carry them out): restore (a fresh store from records: the log's
 // head at start, a snapshot's records when one is installed); send; write
 // (a snapshot, entries, a hard state; then report Durable); apply
-// (committed records, to the store); compact (the log may drop what was
-// applied); publish (the acknowledged position, to the Journal); serve;
-// rebuild (the last action: the core takes no more events).
+// (committed records, to the store, each with its place in the log);
+// locate (where the leader's own committed full records are in its log,
+// to the store); compact (the log may drop what was applied); publish
+// (the acknowledged position, to the Journal); serve; rebuild (the last
+// action: the core takes no more events).
 //
 // What the shell provides: the Log (raft.Storage, plus the writes the
 // actions ask for and OnDurable), the transport (raft's messages, and the
 // fate of each snapshot sent), a ticker, and the store, made with the
-// member's Journal as both its Journal and its AckSource. Only the raft
-// library's reads of the Log happen inside the core's calls.
+// member's Journal as both its Journal and its AckSource (which refuses
+// every record but deletes while a log that can fill, WALLog, says it is
+// full). Only the raft library's reads of the Log, and Locate, happen
+// inside the core's calls.
 //
 // The shell (node.go, StartNode) is one goroutine that owns the Core. It
 // waits for an event: a tick (DefaultTick, 100 ms: heartbeats every tick,
@@ -307,9 +369,11 @@
 // event it gives the core that news and carries out Ready's actions in
 // order until there are none: restore (a new store, Records applied;
 // NodeConfig.Restored told of it, so the engine serves it; the old one
-// closed), send (to the transport, never waiting), write (to the
-// Log; its OnDurable leaves the number in the mailbox), apply, compact,
-// publish, serve (logged), and rebuild: NodeConfig.Rebuild, after which
+// closed), send (to the transport, never waiting), write (to the Log; its
+// OnDurable leaves the number in the mailbox), apply and locate (to the
+// store), compact, publish, serve (logged; a log that migrates, WALLog,
+// is given the store as its Migrator), and rebuild: NodeConfig.Rebuild,
+// after which
 // the member takes no more events and stops its transport. A tick after
 // a stall gives the core every tick missed, up to an election timeout's,
 // so the leader's lease counts the time that passed. At the end of each
@@ -323,7 +387,13 @@
 // with its own store and a MemoryLog that outlives its node (its disk):
 // elections, acknowledgement only once a majority is durable, failover
 // with the default timing, a cut-off leader's rebuild, catching up by
-// snapshot, refused hellos and certificates, and a full send queue.
+// snapshot, refused hellos and certificates, and a full send queue. Run
+// on WALLogs in directories of their own, where a crash is a copy of the
+// directory taken while the member runs (newest segment first, so it is
+// what a crash could leave), they keep every member's directory within
+// its bound under churn, through a failover, and lose no acknowledged
+// change when members crash one at a time or all at once. The Log tests
+// run against both logs.
 //
 // cmd/sprout runs a member (--node): it makes the store from the node,
 // the proxy the engine's Route, serves /cluster, /readyz and /metrics,
@@ -331,12 +401,19 @@
 // for the log to make what it was given durable, and re-executes the
 // process (same pid, every descriptor but stdio close-on-exec).
 //
-// Not yet: membership changes (a conf change entry stops the core); the
-// wal-backed log (MemoryLog stands in, behind cmd/sprout's
-// newClusterLog, so a member that restarts or re-executes comes back
-// empty, and rejoins only where nothing contradicts it; and the Journal
-// offers the store one segment, so Store.Migrate(1, ids) moves the jobs
-// its store put; a job a member applied is in no segment, so a new leader
-// cannot move it yet); certificates are read once at start; and the new
-// leader's wall clock (Time) is still the machine's.
+// Not yet: cmd/sprout's newClusterLog still makes a MemoryLog, so a
+// member that restarts or re-executes comes back empty: WALLog is the
+// one line that replaces it (OpenWALLog(cfg.WALConfig(dir)), closed after
+// the node); membership changes (a conf change entry stops the core), so
+// a single node's directory becomes a cluster of one that cannot grow
+// yet; certificates are read once at start; and the new leader's wall
+// clock (Time) is still the machine's. Of the log: a snapshot is built
+// whole in memory and its records ride in the message's Data; an
+// installed snapshot's records are kept in memory while they are the
+// head; the leader hands each live job of a segment to its store once per
+// leadership, so a move the store could not make (none is expected) keeps
+// that segment until the member restarts; an entry larger than the
+// transport's 64 MiB frames (a batch holding a body near beanstalkd's
+// largest) is written but cannot be sent; and replay reads every segment
+// whole, as a single node's does.
 package replication

@@ -183,7 +183,7 @@ func (c *cluster) do(m *member, a Action) bool {
 			m.store.Close()
 		}
 		m.store = store.New(store.Options{Now: c.now, Journal: m.journal, Acks: m.journal})
-		m.store.Apply(a.Records)
+		m.store.Apply(a.Records, a.Locs)
 		m.restores++
 	case ActSend:
 		for _, msg := range a.Messages {
@@ -208,8 +208,10 @@ func (c *cluster) do(m *member, a Action) bool {
 			}
 		})
 	case ActApply:
-		m.store.Apply(a.Records)
+		m.store.Apply(a.Records, a.Locs)
 		m.applied += len(a.Records)
+	case ActLocate:
+		m.store.Located(a.Records, a.Locs)
 	case ActCompact:
 		m.disk.Compact(a.Index)
 	case ActPublish:

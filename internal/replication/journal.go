@@ -29,6 +29,10 @@ type Journal struct {
 	// batch, so the shell asks the core for its next actions. It is called
 	// under a tube lock and must not block. Immutable.
 	notify func()
+	// full, if set, reports that the member's log is out of disk: every
+	// record but a delete is refused (wal.ErrNoSpace), as a single node's
+	// log refuses it. Set once, before the store appends.
+	full func() bool
 
 	mu       sync.Mutex
 	batch    []byte  // guarded by mu: the frames appended since the last take
@@ -46,11 +50,15 @@ func NewJournal(notify func()) *Journal { return &Journal{notify: notify} }
 var _ store.Journal = (*Journal)(nil)
 var _ store.AckSource = (*Journal)(nil)
 
-// Append implements store.Journal. It never fails and never blocks on
-// anything but the journal's mutex. A full record's Loc names segment 1:
-// the member's log has no segments of its own to offer the store yet, so
-// Store.Migrate(1, ids) rewrites any of the jobs this store put.
+// Append implements store.Journal. It never blocks on anything but the
+// journal's mutex, and fails only while the member's log is out of disk,
+// for every record but a delete. The Loc it returns is none: a record's
+// place is known once its entry is written and committed, when the store
+// is told (Store.Located).
 func (j *Journal) Append(r *wal.Record, _ wal.Loc) (uint64, wal.Loc, error) {
+	if j.full != nil && r.Kind != wal.KindDelete && j.full() {
+		return 0, wal.Loc{}, wal.ErrNoSpace
+	}
 	j.mu.Lock()
 	before := len(j.batch)
 	j.batch = wal.AppendFrame(j.batch, r)
@@ -63,11 +71,7 @@ func (j *Journal) Append(r *wal.Record, _ wal.Loc) (uint64, wal.Loc, error) {
 	if before == 0 && j.notify != nil {
 		j.notify()
 	}
-	loc := wal.Loc{}
-	if r.Kind == wal.KindFull {
-		loc = wal.Loc{Seg: 1, Size: uint32(size)}
-	}
-	return pos, loc, nil
+	return pos, wal.Loc{}, nil
 }
 
 // take hands the batch over to be proposed, with its end position and

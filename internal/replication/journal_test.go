@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -9,7 +10,8 @@ import (
 	"github.com/sproutmq/sprout/store/wal"
 )
 
-// TestJournal: positions count the bytes of the records appended; a
+// TestJournal: positions count the bytes of the records appended, and no
+// record has a place in the log before it is committed (ActLocate); a
 // callback for a position already published runs at once, the others when
 // a position at least theirs is published, in position order.
 func TestJournal(t *testing.T) {
@@ -18,8 +20,8 @@ func TestJournal(t *testing.T) {
 	r := full(1, 1)
 	p1, loc, _ := j.Append(&r, wal.Loc{})
 	size := uint64(len(wal.AppendFrame(nil, &r)))
-	if p1 != size || loc.Size != uint32(size) || loc.Seg == 0 {
-		t.Fatalf("first record at %d (%+v), want %d", p1, loc, size)
+	if p1 != size || loc != (wal.Loc{}) {
+		t.Fatalf("first record at %d (%+v), want %d, placed nowhere yet", p1, loc, size)
 	}
 	p2, _, _ := j.Append(&wal.Record{Kind: wal.KindDelete, ID: 1}, wal.Loc{})
 	if notified != 1 {
@@ -70,5 +72,27 @@ func TestStepRefusesDamagedRecords(t *testing.T) {
 	}
 	if after := f.core.Status(); after.GetCommit() != before.GetCommit() || after.Applied != before.Applied {
 		t.Errorf("status changed: %+v, then %+v", before, after)
+	}
+}
+
+// TestJournalFull: while the member's log says its disk is full, the
+// journal refuses every record but deletes, as a single node's log does;
+// once it has room, it takes them again.
+func TestJournalFull(t *testing.T) {
+	j := NewJournal(nil)
+	noRoom := true
+	j.full = func() bool { return noRoom }
+	for _, r := range []wal.Record{full(1, 1), {Kind: wal.KindUpdate, ID: 1, State: wal.StateBuried}, {Kind: wal.KindIDs, ID: 9}} {
+		if _, _, err := j.Append(&r, wal.Loc{}); !errors.Is(err, wal.ErrNoSpace) {
+			t.Errorf("%v appended on a full disk: %v", r.Kind, err)
+		}
+	}
+	if _, _, err := j.Append(&wal.Record{Kind: wal.KindDelete, ID: 1}, wal.Loc{}); err != nil {
+		t.Errorf("a delete refused on a full disk: %v", err)
+	}
+	noRoom = false
+	r := full(2, 1)
+	if _, _, err := j.Append(&r, wal.Loc{}); err != nil {
+		t.Errorf("a put refused once the disk has room: %v", err)
 	}
 }

@@ -57,6 +57,11 @@ type Log interface {
 	// Head returns the head's records as wal frames: what a fresh store
 	// applies before the entries from FirstIndex.
 	Head() []byte
+	// Locate returns the segment that holds entry index's records, or
+	// the head's when index is the head's snapshot: where the store finds
+	// a job's latest full record for compaction (Store.Migrate). 0 when
+	// index is not held.
+	Locate(index uint64) uint32
 }
 
 // MemoryLog is a Log in memory: everything written is durable at once
@@ -67,29 +72,88 @@ type Log interface {
 type MemoryLog struct {
 	retain uint64 // immutable: entries kept below the applied index
 
-	mu sync.Mutex
-	hs *pb.HardState // guarded by mu
-	cs *pb.ConfState // guarded by mu
-
-	// The head, guarded by mu: the installed snapshot's records (nil once
-	// nothing live is only there) at baseIndex, and the highest id named
-	// by records dropped.
-	base      []byte
-	baseIndex uint64
-	idFloor   uint64
-
-	// The entries, guarded by mu: ents[0] is at prevIndex+1, and the
-	// entry before it (compacted, or the snapshot's) had prevTerm.
-	prevIndex, prevTerm uint64
-	ents                []*pb.Entry
+	mu       sync.Mutex
+	logState             // guarded by mu
+	ents     []*pb.Entry // guarded by mu: ents[0] is at prevIndex+1
 
 	// What compaction knows, guarded by mu: entries through folded are
 	// folded into latestFull, each live job's latest full record's index
 	// (baseIndex for the base).
 	folded     uint64
 	latestFull map[uint64]uint64
+}
 
-	snap *pb.Snapshot // guarded by mu: the last snapshot built
+// logState is what every Log keeps alike, guarded by its mutex: raft's
+// state, the head, where the entries begin, and the last snapshot built.
+type logState struct {
+	hs *pb.HardState
+	cs *pb.ConfState
+
+	// The head: the installed snapshot's records (nil once nothing live
+	// is only there) at baseIndex, and the highest id named by records
+	// dropped.
+	base      []byte
+	baseIndex uint64
+	idFloor   uint64
+
+	// The entries begin at prevIndex+1; the entry before them
+	// (compacted, or the snapshot's) had prevTerm.
+	prevIndex, prevTerm uint64
+
+	snap *pb.Snapshot // the last snapshot built
+}
+
+// newLogState is a new member's: entry 1 at term 1, committed, and the
+// initial members as voters.
+func newLogState(voters []uint64) logState {
+	return logState{
+		hs:        &pb.HardState{Term: new(uint64(1)), Vote: new(uint64(0)), Commit: new(uint64(1))},
+		cs:        &pb.ConfState{Voters: slices.Clone(voters)},
+		prevIndex: 1,
+		prevTerm:  1,
+	}
+}
+
+// initialState is raft.Storage's InitialState, copied.
+func (s *logState) initialState() (*pb.HardState, *pb.ConfState, error) {
+	return proto.Clone(s.hs).(*pb.HardState), proto.Clone(s.cs).(*pb.ConfState), nil
+}
+
+// headLocked is Log's Head.
+func (s *logState) headLocked() []byte {
+	head := slices.Clip(s.base)
+	if s.idFloor > 0 {
+		head = wal.AppendFrame(head, &wal.Record{Kind: wal.KindIDs, ID: s.idFloor})
+	}
+	return head
+}
+
+// snapshotLocked is raft.Storage's Snapshot: the live jobs as of the
+// commit index, built by folding the head and the entries up to it, and
+// kept until the log is compacted past it. last is the log's last index;
+// term and entries (those from prevIndex+1 through index) read it.
+func (s *logState) snapshotLocked(last uint64, term func(i uint64) uint64,
+	entries func(index uint64) ([]*pb.Entry, error)) (*pb.Snapshot, error) {
+	if s.snap == nil || s.snap.GetMetadata().GetIndex() < s.prevIndex {
+		index := min(s.hs.GetCommit(), last)
+		if index < s.prevIndex {
+			// Never so: nothing past the commit index is compacted.
+			return nil, raft.ErrSnapshotTemporarilyUnavailable
+		}
+		ents, err := entries(index)
+		if err != nil {
+			return nil, err
+		}
+		data, err := buildSnapshot(s.headLocked(), ents)
+		if err != nil {
+			return nil, err
+		}
+		s.snap = &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{
+			Index: new(index), Term: new(term(index)), ConfState: proto.Clone(s.cs).(*pb.ConfState),
+		}}
+	}
+	// A copy of the message, not of the records: nobody writes into them.
+	return &pb.Snapshot{Data: s.snap.Data, Metadata: proto.Clone(s.snap.GetMetadata()).(*pb.SnapshotMetadata)}, nil
 }
 
 // NewMemoryLog returns the log a new member starts with: no entries, the
@@ -100,10 +164,7 @@ type MemoryLog struct {
 func NewMemoryLog(voters []uint64, retain int) *MemoryLog {
 	return &MemoryLog{
 		retain:     uint64(max(retain, 0)),
-		hs:         &pb.HardState{Term: new(uint64(1)), Vote: new(uint64(0)), Commit: new(uint64(1))},
-		cs:         &pb.ConfState{Voters: slices.Clone(voters)},
-		prevIndex:  1,
-		prevTerm:   1,
+		logState:   newLogState(voters),
 		folded:     1,
 		latestFull: make(map[uint64]uint64),
 	}
@@ -113,7 +174,7 @@ func NewMemoryLog(voters []uint64, retain int) *MemoryLog {
 func (l *MemoryLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return proto.Clone(l.hs).(*pb.HardState), proto.Clone(l.cs).(*pb.ConfState), nil
+	return l.initialState()
 }
 
 // Entries implements raft.Storage.
@@ -169,32 +230,16 @@ func (l *MemoryLog) FirstIndex() (uint64, error) {
 	return l.prevIndex + 1, nil
 }
 
-// Snapshot implements raft.Storage: the live jobs as of the commit index,
-// built by folding the head and the entries up to it, and kept until the
-// log is compacted past it.
+// Snapshot implements raft.Storage.
 func (l *MemoryLog) Snapshot() (*pb.Snapshot, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.snap == nil || l.snap.GetMetadata().GetIndex() < l.prevIndex {
-		index := min(l.hs.GetCommit(), l.lastLocked())
-		if index < l.prevIndex {
-			// Never so: nothing past the commit index is compacted.
-			return nil, raft.ErrSnapshotTemporarilyUnavailable
+	return l.snapshotLocked(l.lastLocked(), func(i uint64) uint64 {
+		if i == l.prevIndex {
+			return l.prevTerm
 		}
-		term := l.prevTerm
-		if index > l.prevIndex {
-			term = l.ents[index-l.prevIndex-1].GetTerm()
-		}
-		data, err := buildSnapshot(l.headLocked(), l.ents[:index-l.prevIndex])
-		if err != nil {
-			return nil, err
-		}
-		l.snap = &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{
-			Index: new(index), Term: new(term), ConfState: proto.Clone(l.cs).(*pb.ConfState),
-		}}
-	}
-	// A copy of the message, not of the records: nobody writes into them.
-	return &pb.Snapshot{Data: l.snap.Data, Metadata: proto.Clone(l.snap.GetMetadata()).(*pb.SnapshotMetadata)}, nil
+		return l.ents[i-l.prevIndex-1].GetTerm()
+	}, func(index uint64) ([]*pb.Entry, error) { return l.ents[:index-l.prevIndex], nil })
 }
 
 // Append implements Log.
@@ -290,6 +335,9 @@ func (l *MemoryLog) Compact(applied uint64) {
 	l.ents = slices.Clone(l.ents[n:])
 }
 
+// Locate implements Log: a MemoryLog is one segment, 1.
+func (l *MemoryLog) Locate(uint64) uint32 { return 1 }
+
 // OnDurable implements Log: everything in memory is as durable as it gets.
 func (l *MemoryLog) OnDurable(fn func()) { fn() }
 
@@ -300,21 +348,11 @@ func (l *MemoryLog) Head() []byte {
 	return l.headLocked()
 }
 
-func (l *MemoryLog) headLocked() []byte {
-	head := slices.Clip(l.base)
-	if l.idFloor > 0 {
-		head = wal.AppendFrame(head, &wal.Record{Kind: wal.KindIDs, ID: l.idFloor})
-	}
-	return head
-}
-
-// maxID is the highest id the frames in b name; 0 if they cannot be read.
+// maxID is the highest id the frames in b name, checked already: up to
+// the first that cannot be read.
 func maxID(b []byte) uint64 {
-	records, _ := wal.DecodeFrames(nil, b)
 	id := uint64(0)
-	for _, r := range records {
-		id = max(id, r.ID)
-	}
+	_ = wal.ScanFrames(b, func(_ wal.Kind, i uint64, _ int) { id = max(id, i) })
 	return id
 }
 

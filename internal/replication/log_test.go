@@ -2,6 +2,7 @@ package replication
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
@@ -24,16 +25,55 @@ func full(id uint64, pri uint32) wal.Record {
 	return wal.Record{Kind: wal.KindFull, ID: id, Tube: "t", State: wal.StateReady, Pri: pri, Body: []byte("b\r\n")}
 }
 
-func commit(l *MemoryLog, index uint64) {
+func commit(l Log, index uint64) {
 	l.SetHardState(&pb.HardState{Term: new(uint64(2)), Vote: new(uint64(1)), Commit: new(index)})
 }
 
-// TestMemoryLog: entries are superseded from the first index written
-// again; compaction drops only entries that hold no live job's latest full
+// logKinds are the Logs the Log tests run against: MemoryLog, the
+// reference, and WALLog, in a directory of the test's.
+var logKinds = []struct {
+	name string
+	open func(t testing.TB, voters []uint64, retain int) Log
+}{
+	{"memory", func(_ testing.TB, voters []uint64, retain int) Log { return NewMemoryLog(voters, retain) }},
+	{"wal", func(t testing.TB, voters []uint64, retain int) Log {
+		return openWAL(t, testWALConfig(t.TempDir(), voters, retain))
+	}},
+}
+
+// testWALConfig is member voters[0]'s log in dir, in a cluster of
+// voters, with small segments.
+func testWALConfig(dir string, voters []uint64, retain int) WALConfig {
+	return WALConfig{Dir: dir, ClusterID: 0xc1, ID: voters[0], Name: fmt.Sprint("m", voters[0]), Voters: voters,
+		Retain: retain, Wal: wal.Options{SegmentSize: 16 << 10}}
+}
+
+// openWAL opens a WALLog, closed when the test ends.
+func openWAL(t testing.TB, cfg WALConfig) *WALLog {
+	t.Helper()
+	l, err := OpenWALLog(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// TestLog: entries are superseded from the first index written again;
+// compaction drops only entries that hold no live job's latest full
 // record, keeps the id watermark of what it drops, and never goes past
 // the commit index; a snapshot is the fold of what is held, and is the
-// same whether the log was compacted or not.
-func TestMemoryLog(t *testing.T) {
+// same whether the log was compacted or not; an installed snapshot's
+// records are the head.
+func TestLog(t *testing.T) {
+	for _, kind := range logKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			testLog(t, func(voters []uint64, retain int) Log { return kind.open(t, voters, retain) })
+		})
+	}
+}
+
+func testLog(t *testing.T, open func(voters []uint64, retain int) Log) {
 	ents := []*pb.Entry{
 		entry(2, 2, full(1, 10), full(2, 20)),
 		entry(3, 2, full(3, 30), wal.Record{Kind: wal.KindDelete, ID: 2}),
@@ -42,9 +82,9 @@ func TestMemoryLog(t *testing.T) {
 		entry(6, 2, full(4, 40)),
 		entry(7, 2, full(1, 12), full(3, 31)), // compaction's rewrites
 	}
-	l := NewMemoryLog([]uint64{1}, 0)
-	whole := NewMemoryLog([]uint64{1}, 0)
-	for _, x := range []*MemoryLog{l, whole} {
+	l := open([]uint64{1}, 0)
+	whole := open([]uint64{1}, 0)
+	for _, x := range []Log{l, whole} {
 		x.Append(ents)
 		commit(x, 7)
 	}
@@ -100,7 +140,7 @@ func TestMemoryLog(t *testing.T) {
 	}
 
 	// A log that installs the snapshot holds its records as its head.
-	fresh := NewMemoryLog([]uint64{1}, 0)
+	fresh := open([]uint64{1}, 0)
 	fresh.InstallSnapshot(snap)
 	if first, _ := fresh.FirstIndex(); first != 8 {
 		t.Errorf("first index %d after installing snapshot 7", first)

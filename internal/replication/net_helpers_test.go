@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // The network tests run members in this process over real loopback TCP,
@@ -90,6 +91,12 @@ type netCluster struct {
 	nodes  map[string]*Node
 	output *syncBuffer // every member's log lines
 
+	// Members on directories (newWALCluster) rather than MemoryLogs: each
+	// one's directory, and its log while the member runs.
+	dirs    map[string]string
+	wals    map[string]*WALLog
+	segSize int64
+
 	mu      sync.Mutex
 	rebuilt map[string][]uint64 // guarded by mu: the terms each member lost
 	rebuild chan string         // a member's name, as its Rebuild runs
@@ -98,6 +105,32 @@ type netCluster struct {
 // newNetCluster starts n members, m1 to mn, on 127.0.0.1, with logs that
 // keep retain entries below the applied index.
 func newNetCluster(t *testing.T, n, retain int, tweak func(*NodeConfig)) *netCluster {
+	c, lns := makeNetCluster(t, n, tweak)
+	var ids []uint64
+	for _, m := range c.peers {
+		ids = append(ids, m.ID)
+	}
+	for _, m := range c.peers {
+		c.logs[m.Name] = &gatedLog{MemoryLog: NewMemoryLog(ids, retain)}
+	}
+	c.startAll(lns)
+	return c
+}
+
+// newWALCluster starts n members, m1 to mn, on 127.0.0.1, each with its
+// log in a directory of its own (WALLog), in segments of segSize bytes.
+func newWALCluster(t *testing.T, n int, segSize int64, tweak func(*NodeConfig)) *netCluster {
+	c, lns := makeNetCluster(t, n, tweak)
+	c.dirs, c.wals, c.segSize = map[string]string{}, map[string]*WALLog{}, segSize
+	for _, m := range c.peers {
+		c.dirs[m.Name] = t.TempDir()
+	}
+	c.startAll(lns)
+	return c
+}
+
+// makeNetCluster makes the members' listeners and names.
+func makeNetCluster(t *testing.T, n int, tweak func(*NodeConfig)) (*netCluster, []net.Listener) {
 	c := &netCluster{t: t, tweak: tweak, logs: map[string]*gatedLog{}, nodes: map[string]*Node{},
 		output: &syncBuffer{}, rebuilt: map[string][]uint64{}, rebuild: make(chan string, 16)}
 	var lns []net.Listener
@@ -110,23 +143,22 @@ func newNetCluster(t *testing.T, n, retain int, tweak func(*NodeConfig)) *netClu
 		name := fmt.Sprintf("m%d", i)
 		c.peers = append(c.peers, Member{Name: name, Addr: ln.Addr().String(), ID: MemberID(name)})
 	}
-	var ids []uint64
-	for _, m := range c.peers {
-		ids = append(ids, m.ID)
-	}
+	return c, lns
+}
+
+// startAll starts every member, member i on lns[i].
+func (c *netCluster) startAll(lns []net.Listener) {
 	for i, m := range c.peers {
-		c.logs[m.Name] = &gatedLog{MemoryLog: NewMemoryLog(ids, retain)}
 		c.start(m.Name, lns[i])
 	}
-	t.Cleanup(func() {
-		for _, n := range c.nodes {
-			n.Close()
+	c.t.Cleanup(func() {
+		for name := range c.nodes {
+			c.kill(name)
 		}
-		if t.Failed() {
-			t.Logf("the members' log:\n%s", c.output)
+		if c.t.Failed() {
+			c.t.Logf("the members' log:\n%s", c.output)
 		}
 	})
-	return c
 }
 
 // config is member name's configuration, the test's changes made.
@@ -135,8 +167,8 @@ func (c *netCluster) config(name string) NodeConfig {
 	cfg := NodeConfig{
 		Node: name, Listen: c.peers[i].Addr, Peers: c.peers,
 		ClientAddr: fmt.Sprintf("127.0.0.1:%d", 11300+i),
-		Tick:       testTick, Log: c.logs[name],
-		Logger: zerolog.New(c.output).Level(zerolog.InfoLevel).With().Timestamp().Logger(),
+		Tick:       testTick,
+		Logger:     zerolog.New(c.output).Level(zerolog.InfoLevel).With().Timestamp().Logger(),
 		Rebuild: func(term uint64) {
 			c.mu.Lock()
 			c.rebuilt[name] = append(c.rebuilt[name], term)
@@ -147,6 +179,20 @@ func (c *netCluster) config(name string) NodeConfig {
 	if c.tweak != nil {
 		c.tweak(&cfg)
 	}
+	if c.dirs == nil {
+		cfg.Log = c.logs[name]
+		return cfg
+	}
+	if c.wals[name] == nil {
+		wcfg := cfg.WALConfig(c.dirs[name])
+		wcfg.Wal = wal.Options{SegmentSize: c.segSize, Logger: cfg.Logger}
+		l, err := OpenWALLog(wcfg)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.wals[name] = l
+	}
+	cfg.Log = c.wals[name]
 	return cfg
 }
 
@@ -170,17 +216,34 @@ func (c *netCluster) start(name string, ln net.Listener) *Node {
 	return n
 }
 
-// kill stops a member at once; its log stays, as a disk does.
+// kill stops a member; its log stays, as a disk does (a directory's
+// log is closed: what it was given is written).
 func (c *netCluster) kill(name string) {
-	c.nodes[name].Close()
-	delete(c.nodes, name)
-}
-
-// restart starts a member that was killed or rebuilt, on its log.
-func (c *netCluster) restart(name string) *Node {
 	if n := c.nodes[name]; n != nil {
 		n.Close()
 	}
+	delete(c.nodes, name)
+	if l := c.wals[name]; l != nil {
+		if err := l.Close(); err != nil {
+			c.t.Errorf("closing %s's log: %v", name, err)
+		}
+		delete(c.wals, name)
+	}
+}
+
+// crash stops a member on a directory as a crash would: what its
+// directory holds while it runs is what it finds when it restarts
+// (copyLog), whatever its log had not made durable.
+func (c *netCluster) crash(name string) {
+	image := copyLog(c.t, c.dirs[name])
+	c.kill(name)
+	c.dirs[name] = image
+}
+
+// restart starts a member that was killed, crashed or rebuilt, on its
+// log: a directory's is opened again, as a re-executed process does.
+func (c *netCluster) restart(name string) *Node {
+	c.kill(name)
 	return c.start(name, nil)
 }
 

@@ -13,6 +13,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // DefaultTick is the node's tick. With DefaultElectionTick (10) and
@@ -194,6 +195,16 @@ type snapshotReport struct {
 	ok bool
 }
 
+// migratingLog is a Log that compacts itself by moving live jobs
+// (WALLog): the serving leader gives it its store, whose rewrites it
+// proposes (doc.go, "Snapshots and a bounded log").
+type migratingLog interface{ SetMigrator(wal.Migrator) }
+
+// fullLog is a Log that can run out of disk (WALLog): while it is full,
+// the journal refuses every record but deletes, as a single node's log
+// does.
+type fullLog interface{ Full() bool }
+
 // errStopped answers a peer's snapshot that arrived as the node stopped.
 var errStopped = errors.New("replication: the node stopped")
 
@@ -269,6 +280,9 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		}
 	}
 	n.journal = NewJournal(n.signal)
+	if l, ok := cfg.Log.(fullLog); ok {
+		n.journal.full = l.Full
+	}
 	n.core, err = NewCore(Config{
 		ID: n.self.ID, Log: cfg.Log, Journal: n.journal,
 		ElectionTick: cfg.ElectionTick, HeartbeatTick: cfg.HeartbeatTick, MaxBatch: cfg.MaxBatch,
@@ -515,7 +529,7 @@ func (n *Node) do(a Action) bool {
 	switch a.Kind {
 	case ActRestore:
 		s := store.New(store.Options{Journal: n.journal, Acks: n.journal})
-		s.Apply(a.Records)
+		s.Apply(a.Records, a.Locs)
 		n.mu.Lock()
 		old := n.store
 		n.store = s
@@ -537,13 +551,20 @@ func (n *Node) do(a Action) bool {
 			n.signal()
 		})
 	case ActApply:
-		n.Store().Apply(a.Records)
+		n.Store().Apply(a.Records, a.Locs)
+	case ActLocate:
+		n.Store().Located(a.Records, a.Locs)
 	case ActCompact:
 		n.log.Compact(a.Index)
 	case ActPublish:
 		n.journal.Publish(a.Pos)
 	case ActServe:
 		n.logger.Info().Uint64("term", a.Term).Msg("leading: serving clients")
+		if l, ok := n.log.(migratingLog); ok {
+			// The serving leader's store moves live jobs for the log's
+			// compaction; the core serves at most once, so nothing unsets it.
+			l.SetMigrator(n.Store())
+		}
 	case ActRebuild:
 		n.logger.Warn().Uint64("led_term", a.Term).Uint64("term", n.core.Status().GetTerm()).
 			Msg("lost the leadership it served: its store may hold changes that never commit; starting again from the log")

@@ -39,6 +39,8 @@ type policy struct {
 	closeGrace  time.Duration
 	maxUnsynced int64
 	pipelineMin int64
+	// cluster: the log is a cluster member's (doc.go, "Cluster mode").
+	cluster bool
 }
 
 func (o Options) policy() policy {
@@ -49,8 +51,13 @@ func (o Options) policy() policy {
 		closeGrace:  defaultCloseGrace,
 		maxUnsynced: o.maxUnsynced,
 		pipelineMin: o.pipelineMin,
+		cluster:     o.cluster,
 	}
 }
+
+// noneHeld is heldFrom when a cluster log needs no segment (and always
+// on a single node): only live records keep a segment.
+const noneHeld = math.MaxUint32
 
 // acknowledgeOnSync reports whether a commit waits for its fsync (-f 0)
 // rather than only its write.
@@ -129,6 +136,7 @@ type core struct {
 	segs     map[uint32]*segState
 	cur      *segState // the segment new records go to; nil before start
 	curSize  int64     // its size, pending records included
+	curBase  int64     // its size before any record: its header, and a cluster's checkpoint
 	spare    *segState // a preallocated next segment, or nil
 	live     int64     // bytes of live full records
 	lastID   uint64    // highest id in any header or record
@@ -151,13 +159,27 @@ type core struct {
 	published uint64 // the durable LSN last published
 	waiters   []durableWaiter
 
+	// A cluster log's: the frame it writes first in every segment
+	// (SetCheckpoint; nil on a single node); every segment from heldFrom
+	// on holds what it needs (Hold; noneHeld on a single node); its
+	// Migrator is set (the serving leader's store; a single node's always
+	// is).
+	checkpoint []byte
+	heldFrom   uint32
+	migrating  bool
+
 	closing bool
 	closeAt time.Duration // Close's grace runs out
 }
 
 // segState is what the core knows of one segment file.
 type segState struct {
-	seq       uint32
+	seq uint32
+	// headerID is the id its header holds: as found at start; for a
+	// cluster's segment made by this run, the highest id named before
+	// appends moved to it (a single node's header gets the highest id
+	// issued when it is first written).
+	headerID  uint64
 	liveCount int      // full records here that are their job's latest
 	liveBytes int64    // their bytes
 	ids       []uint64 // jobs whose full record was written here (some since moved or deleted)
@@ -212,8 +234,14 @@ func (b *backoff) reset() { b.wait = 0 }
 func (b *backoff) due(now time.Duration) bool { return b.wait == 0 || now >= b.next }
 
 func newCore(p policy) *core {
+	held := uint32(noneHeld)
+	if p.cluster {
+		held = 1 // nothing goes before the cluster log says what it holds
+	}
 	return &core{
 		policy:      p,
+		heldFrom:    held,
+		migrating:   !p.cluster,
 		timerAt:     never,
 		segs:        make(map[uint32]*segState),
 		writeRetry:  backoff{min: 10 * time.Millisecond, max: time.Second},
@@ -225,9 +253,10 @@ func newCore(p policy) *core {
 
 // Recovery: Open tells the core what the directory holds, before start.
 
-// recoverSegment adds a segment found on disk, size bytes long.
-func (c *core) recoverSegment(seq uint32, size int64) {
-	c.addSegment(&segState{seq: seq, onDisk: size, written: size})
+// recoverSegment adds a segment found on disk, size bytes long, whose
+// header held headerID.
+func (c *core) recoverSegment(seq uint32, size int64, headerID uint64) {
+	c.addSegment(&segState{seq: seq, onDisk: size, written: size, headerID: headerID})
 }
 
 // recoverJob counts a job whose latest full record is at loc as live.
@@ -268,7 +297,9 @@ func (c *core) nextSeq() uint32 {
 func (c *core) start(now time.Duration, seq uint32) {
 	c.cur = &segState{seq: seq, onDisk: c.policy.segmentSize, written: headerSize, open: true}
 	c.addSegment(c.cur)
-	c.curSize = headerSize
+	c.curSize, c.curBase = headerSize, headerSize
+	c.cur.headerID = c.lastID
+	c.putCheckpoint()
 	c.lastSync = now
 }
 
@@ -286,20 +317,8 @@ func (c *core) append(r *Record, prev Loc) (lsn uint64, loc Loc, err error) {
 		return 0, Loc{}, ErrNoSpace
 	}
 	size := int64(payloadSize(r) + frameHeader)
-	if c.curSize+size > c.policy.segmentSize && c.curSize > headerSize && c.spare != nil {
-		c.useSpare()
-	}
-	n := len(c.pending)
-	if n == 0 || c.pending[n-1].seg != c.cur {
-		var b []byte
-		if k := len(c.spareBufs); k > 0 {
-			b = c.spareBufs[k-1]
-			c.spareBufs = c.spareBufs[:k-1]
-		}
-		c.pending = append(c.pending, chunk{seg: c.cur, b: b})
-		n++
-	}
-	ch := &c.pending[n-1]
+	c.rotateFor(size)
+	ch := c.chunk()
 	ch.b = appendFrame(ch.b, r)
 	ch.records++
 	c.curSize += size
@@ -324,6 +343,103 @@ func (c *core) append(r *Record, prev Loc) (lsn uint64, loc Loc, err error) {
 	}
 	return c.appended, loc, nil
 }
+
+// rotateFor moves appends to the spare if a frame of size bytes would
+// take the current segment past its size, and it holds a record already:
+// a single frame, or a group, larger than a segment is written whole.
+func (c *core) rotateFor(size int64) {
+	if c.curSize+size > c.policy.segmentSize && c.curSize > c.curBase && c.spare != nil {
+		c.useSpare()
+	}
+}
+
+// chunk is the pending chunk of the current segment, begun if need be.
+func (c *core) chunk() *chunk {
+	n := len(c.pending)
+	if n == 0 || c.pending[n-1].seg != c.cur {
+		var b []byte
+		if k := len(c.spareBufs); k > 0 {
+			b = c.spareBufs[k-1]
+			c.spareBufs = c.spareBufs[:k-1]
+		}
+		c.pending = append(c.pending, chunk{seg: c.cur, b: b})
+		n++
+	}
+	return &c.pending[n-1]
+}
+
+// appendGroup appends a cluster log's frames, size bytes that encode
+// appends to a buffer, to one segment, and returns their LSN, segment and
+// offset there; maxID is the highest job id they name. It is never
+// refused but after Close (doc.go, "Cluster mode").
+func (c *core) appendGroup(size int64, encode func([]byte) []byte, maxID uint64) (lsn uint64, seq uint32, off int64, err error) {
+	if c.closing {
+		return 0, 0, 0, errClosed
+	}
+	c.rotateFor(size)
+	off = c.curSize
+	ch := c.chunk()
+	n := len(ch.b)
+	ch.b = encode(ch.b)
+	if int64(len(ch.b)-n) != size {
+		panic(fmt.Sprintf("wal: a group of %d bytes encoded as %d", size, len(ch.b)-n))
+	}
+	ch.records++
+	c.curSize += size
+	c.appended += uint64(size)
+	ch.end = c.appended
+	c.records++
+	c.sawID(maxID)
+	return c.appended, c.cur.seq, off, nil
+}
+
+// putCheckpoint writes a cluster log's checkpoint as the first frame of
+// the segment appends just moved to.
+func (c *core) putCheckpoint() {
+	if len(c.checkpoint) == 0 {
+		return
+	}
+	ch := c.chunk()
+	ch.b = append(ch.b, c.checkpoint...)
+	size := int64(len(c.checkpoint))
+	c.curSize += size
+	c.curBase = c.curSize
+	c.appended += uint64(size)
+	ch.end = c.appended
+}
+
+// moved: a cluster log's job's latest full record moved from one
+// segment to another (From zero: a new job; To zero: deleted).
+func (c *core) moved(m Move) {
+	if m.From.Seg != 0 {
+		if s := c.segs[m.From.Seg]; s != nil {
+			s.liveCount--
+			s.liveBytes -= int64(m.From.Size)
+		}
+		c.live -= int64(m.From.Size)
+	}
+	if m.To.Seg != 0 {
+		if s := c.segs[m.To.Seg]; s != nil {
+			s.liveCount++
+			s.liveBytes += int64(m.To.Size)
+			s.ids = append(s.ids, m.ID)
+		}
+		c.live += int64(m.To.Size)
+	}
+}
+
+// resetLive: a cluster log installed a snapshot; nothing it held before
+// is live.
+func (c *core) resetLive() {
+	for _, s := range c.order {
+		s.liveCount, s.liveBytes, s.ids, s.stuck = 0, 0, nil, false
+	}
+	c.live = 0
+}
+
+// free reports whether nothing in s is needed: no live record, and for a
+// cluster log nothing it still holds.
+func (c *core) free(s *segState) bool { return s.liveCount == 0 && s.seq < c.heldFrom }
 
 // onlyDeletes reports whether the log takes deletes alone: the disk is
 // full, or too much waits for an fsync that keeps failing.
@@ -534,7 +650,7 @@ func (c *core) ready(now time.Duration) []action {
 	}
 	c.makeSpare(now)
 	target := c.compactionTarget()
-	if target != nil && target.liveCount == 0 && c.removeSeq != target.seq {
+	if target != nil && c.free(target) && c.removeSeq != target.seq {
 		// Every record that moved a job out of it, or deleted one, is
 		// appended by now: once they are durable it may go.
 		c.removeSeq, c.removeAfter = target.seq, c.appended
@@ -610,7 +726,11 @@ func (c *core) emit(a action) {
 // wake asks for the timer at `at`, if nothing asks for it earlier.
 func (c *core) wake(at time.Duration) { c.wakeAt = min(c.wakeAt, at) }
 
-func (c *core) useSpare() { c.cur, c.curSize, c.spare = c.spare, headerSize, nil }
+func (c *core) useSpare() {
+	c.cur, c.curSize, c.curBase, c.spare = c.spare, headerSize, headerSize, nil
+	c.cur.headerID = c.lastID
+	c.putCheckpoint()
+}
 
 // publish acknowledges what the policy lets it: what is written, or with
 // -f 0 what is fsynced. It reports whether that releases callbacks.
@@ -727,7 +847,11 @@ func (c *core) takeBatch() bool {
 		ch := &c.batch[i]
 		if s := ch.seg; s.seq != c.writing {
 			n := len(c.headers)
-			c.headers = binary.LittleEndian.AppendUint64(c.headers, c.lastID)
+			id := c.lastID
+			if c.policy.cluster {
+				id = s.headerID
+			}
+			c.headers = binary.LittleEndian.AppendUint64(c.headers, id)
 			c.writes = append(c.writes, extent{seq: s.seq, off: headerIDOffset, b: c.headers[n : n+8 : n+8], seg: s, chunk: -1})
 			c.writing = s.seq
 		}
@@ -874,6 +998,9 @@ func (c *core) compact(now time.Duration, s *segState) bool {
 		return false
 	}
 	if s.liveCount == 0 {
+		if !c.free(s) {
+			return false // a cluster log still holds entries there
+		}
 		if c.synced < c.removeAfter || s.syncing {
 			return false // syncWanted asks for an fsync once the moves are written
 		}
@@ -893,9 +1020,15 @@ func (c *core) compact(now time.Duration, s *segState) bool {
 		c.emit(action{kind: actRemove, seq: s.seq})
 		return true
 	}
-	if c.onlyDeletes() {
+	if c.onlyDeletes() || !c.migrating {
 		// The moves would be refused, and their ids lost with them;
-		// compaction resumes once puts are taken again.
+		// compaction resumes once puts are taken again. A cluster member
+		// that does not lead leaves the moves to the leader.
+		return false
+	}
+	if len(s.ids) == 0 && c.policy.cluster {
+		// Every live job here was handed out: the moves take effect as
+		// their entries are applied (moved).
 		return false
 	}
 	if len(s.ids) == 0 {

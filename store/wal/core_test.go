@@ -667,7 +667,7 @@ func recoverJobs(sizes []int64, live [][]uint32) func(h *harness) {
 		id := uint64(0)
 		for i, size := range sizes {
 			seq := uint32(i + 1)
-			h.c.recoverSegment(seq, size)
+			h.c.recoverSegment(seq, size, 0)
 			for _, n := range live[i] {
 				id++
 				h.locs[id] = Loc{Seg: seq, Size: n}

@@ -156,4 +156,80 @@
 // least half of what it copies, the writer asks the Migrator to rewrite
 // those jobs at the head and then deletes the segment, once the rewrites
 // are durable. An oldest segment without live jobs goes at once.
+//
+// # Cluster mode
+//
+// A cluster member's -b directory is its Raft log (internal/replication,
+// "The log on disk"), kept in the same segments by the same writer:
+// OpenCluster opens it, and everything above about group commit, writing
+// while an fsync runs, failed writes and fsyncs, spares and retiring holds
+// as it is. What differs:
+//
+//   - Segments. The header's version is 2 (a single node's is 1), so
+//     neither mode opens the other's directory by mistake: Open refuses a
+//     cluster's directory and OpenCluster a single node's, each in one line
+//     (OpenCluster converts one instead when told how: below). Each frame's
+//     payload begins with a kind of 16 or more (a job's record is 1 to 4):
+//     a member's identity and Raft state (a checkpoint), a Raft entry, a
+//     hard state, a snapshot's records and its metadata. The wal frames
+//     and checks them (length, CRC-32C) and hands the payloads to the
+//     cluster log, which defines them; job records appear only inside
+//     entries and snapshots, so DecodeFrames, which a peer's records go
+//     through, never takes a cluster frame for one.
+//   - Appends. The cluster log appends whole frames it encoded
+//     (AppendGroup): one group (an append of entries, a hard state, a
+//     snapshot) always lands in one segment, which reports where it went
+//     (segment and offset), so the cluster log can index each entry and
+//     read it back later (ReadFrame). A group is never refused: a member
+//     that cannot write keeps trying (the writer's retries), and nothing
+//     after it becomes durable meanwhile. Durable means written and
+//     fsynced, whatever -f says (OnDurable is -f 0's).
+//   - Checkpoints. Every segment begins with the checkpoint frame the
+//     cluster log last gave (SetCheckpoint: the member's identity, its
+//     hard state and membership), written as the segment's first frame
+//     when appends move to it. So any prefix of segments can go without
+//     losing the member's state: the oldest segment left says it.
+//   - Full disk. With no spare segment (the disk is full) or too much
+//     waiting for an fsync that keeps failing, a single node refuses every
+//     record but deletes. A cluster log cannot refuse Raft's writes, so it
+//     takes them all, into the current segment's preallocated room and
+//     past it, where a write may fail and is retried; Full reports the
+//     condition, and the leader's journal refuses every record but deletes
+//     while it holds, as a single node's log does. Deletes are what the
+//     room kept in the current segment is for.
+//   - Live data. The cluster log says what is live, from the entries it
+//     knows committed and applied (Moved: a job's latest full record
+//     moved from one segment to another, or was deleted), and which
+//     segments hold what it still needs (Hold: every segment from this one
+//     on). The single node's bound is unchanged: a segment below the one
+//     held, with nothing live in it, is removed once everything appended
+//     when that became true is fsynced, among them the hard state whose
+//     commit covers the entries that moved its jobs; and when the
+//     directory passes twice the live data plus two segments, the oldest
+//     segment's live jobs are handed to the Migrator, but only while one
+//     is set (SetMigrator: the serving leader's store). Its rewrites go
+//     to Raft as records of the next proposal, so every member writes
+//     them; a member that only follows never migrates, and removes its
+//     segments as the leader's rewrites, applied, leave them with nothing
+//     live.
+//   - Recovery. OpenCluster replays every frame in order to the cluster
+//     log (a torn write at the end of the last segment holding more than
+//     its checkpoint is cut off; other damage stops the start unless
+//     Options.SkipDamaged), with each frame's segment and offset, and
+//     the header id of the first segment (FloorID): every id named by a
+//     frame of a segment removed is at most it. For that, a cluster
+//     segment's header holds the highest id named before appends moved
+//     to it (the wal sees no record, so the cluster log tells it the ids
+//     it replayed, RaiseID, and the ids of each group it appends), and a
+//     spare an earlier run never wrote to, whose header is older, is
+//     removed at open. Recovered is empty: the store is filled from the
+//     cluster log.
+//   - Conversion. A directory of a single node's segments, or of a
+//     beanstalkd binlog (imported first, as above), is read as a single
+//     node reads it and handed to Cluster.Convert as its live jobs and
+//     highest id; the frames it returns are written to a new version 2
+//     segment after the last, made durable and renamed into place before
+//     the old segments are removed, so a crash at any point leaves one
+//     complete copy (old segments found beside a version 2 one are the
+//     leftovers of a conversion, and are removed).
 package wal

@@ -74,7 +74,9 @@ type Log struct {
 	reserve descriptorReserve
 
 	recovered []Recovered // set by Open, handed over once
-	migrator  Migrator    // set by Start, before the writer runs
+	// migrator holds a migratorBox: set by Start before the writer runs,
+	// and by SetMigrator (cluster mode) at any time.
+	migrator atomic.Value
 
 	mu   sync.Mutex
 	core *core // guarded by mu
@@ -103,12 +105,27 @@ type Log struct {
 	syncs   chan syncResult  // the fsync goroutine's outcome; one at a time
 	syncWG  sync.WaitGroup   // the fsync goroutine
 	done    chan struct{}    // closed when the writer goroutine ends
+
+	// Cluster mode: descriptors for reading frames back (ReadFrame), by
+	// segment, guarded by readMu; the writer closes a segment's before it
+	// removes the file.
+	readMu  sync.Mutex
+	readers map[uint32]*os.File
 }
+
+// migratorBox lets a nil Migrator sit in an atomic.Value.
+type migratorBox struct{ m Migrator }
 
 // Open locks dir, replays it and returns the log, not yet writing. Jobs
 // found are available from Recovered; call Start to begin appending. A
 // directory holding only beanstalkd binlog files is imported first.
 func Open(dir string, opts Options) (*Log, error) {
+	opts.cluster = false
+	return open(dir, opts, (*Log).load)
+}
+
+// open locks dir and loads it with load.
+func open(dir string, opts Options, load func(*Log) error) (*Log, error) {
 	opts = opts.withDefaults()
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
@@ -125,6 +142,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		syncs:  make(chan syncResult, 1),
 		done:   make(chan struct{}),
 	}
+	l.migrator.Store(migratorBox{})
 	lock, err := lockDir(dir)
 	if err != nil {
 		return nil, err
@@ -134,7 +152,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		_ = lock.Close()
 		return nil, err
 	}
-	if err := l.load(); err != nil {
+	if err := load(l); err != nil {
 		_ = l.dirFile.Close()
 		_ = lock.Close()
 		return nil, err
@@ -177,7 +195,7 @@ func (l *Log) LastID() uint64 {
 // segments earlier runs left with nothing live in them (a server that
 // restarts with no traffic would otherwise keep one more each time).
 func (l *Log) Start(m Migrator) error {
-	l.migrator = m
+	l.migrator.Store(migratorBox{m})
 	l.mu.Lock()
 	seq, last := l.core.nextSeq(), l.core.lastID
 	l.mu.Unlock()
@@ -285,6 +303,12 @@ func (l *Log) Close() error {
 	for _, f := range l.files {
 		_ = f.Close()
 	}
+	l.readMu.Lock()
+	for seq, f := range l.readers {
+		_ = f.Close()
+		delete(l.readers, seq)
+	}
+	l.readMu.Unlock()
 	l.reserve.close()
 	_ = l.dirFile.Close()
 	return errors.Join(err, l.lock.Close())

@@ -56,6 +56,8 @@ type Options struct {
 	maxUnsynced int64
 	// pipelineMin overrides the const of that name in tests; 0 means it.
 	pipelineMin int64
+	// cluster is set by OpenCluster.
+	cluster bool
 }
 
 // withDefaults fills in what o leaves unset. It is the one place a

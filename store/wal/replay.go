@@ -81,6 +81,30 @@ func listSegments(dir string) ([]uint32, error) {
 // off with a warning. Damage anywhere else stops the start, unless
 // SkipDamaged is set.
 func (l *Log) replaySegment(seq uint32, last bool, live map[uint64]*Recovered) error {
+	var rec Record
+	return l.walkSegment(seq, last, func(data []byte, off int) (int, error) {
+		size, err := l.readFrame(data, off, &rec)
+		if err == nil {
+			l.apply(&rec, Loc{Seg: seq, Size: uint32(size)}, live)
+		}
+		return size, err
+	})
+}
+
+// replayStopped is a frame's error that stops the start whatever
+// SkipDamaged says: a cluster log's refusal of what it read.
+type replayStopped struct{ err error }
+
+func (e replayStopped) Error() string { return e.err.Error() }
+
+// walkSegment checks segment seq's header against the log's mode and
+// calls frame with the offset of each frame, in order; frame returns the
+// frame's size (negative when its length cannot be trusted) and an error
+// if the frame is damaged. A damaged frame at the very end of the last
+// segment (last) is a write torn by a crash: it is cut off with a
+// warning. Damage anywhere else stops the start, unless SkipDamaged is
+// set. A segment of zeros (its preallocation cut short) is removed.
+func (l *Log) walkSegment(seq uint32, last bool, frame func(data []byte, off int) (int, error)) error {
 	path := filepath.Join(l.dir, segmentName(seq))
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -95,23 +119,31 @@ func (l *Log) replaySegment(seq uint32, last bool, live map[uint64]*Recovered) e
 	if len(data) < headerSize || string(data[:8]) != magic {
 		return fmt.Errorf("wal: %s: not a Sprout segment", path)
 	}
-	if v := binary.LittleEndian.Uint32(data[8:]); v != version {
+	switch v := binary.LittleEndian.Uint32(data[8:]); {
+	case v == l.version():
+	case v == clusterVersion:
+		return fmt.Errorf("wal: %s is a cluster member's log: start it as that member (--node), or on another directory", l.dir)
+	case v == version:
+		return fmt.Errorf("wal: %s is a single node's log: it becomes a cluster's first member only if that member is the cluster's only one (--cluster-peers)", l.dir)
+	default:
 		return fmt.Errorf("wal: %s: unknown version %d", path, v)
 	}
-	l.core.sawID(binary.LittleEndian.Uint64(data[headerIDOffset:]))
+	headerID := binary.LittleEndian.Uint64(data[headerIDOffset:])
+	l.core.sawID(headerID)
 	fileSize := len(data)
 
 	off := headerSize
-	var rec Record
 	for off < len(data) {
 		if allZero(data[off:]) {
 			break // preallocated space never written
 		}
-		size, err := l.readFrame(data, off, &rec)
+		size, err := frame(data, off)
 		if err == nil {
-			l.apply(&rec, Loc{Seg: seq, Size: uint32(size)}, live)
 			off += size
 			continue
+		}
+		if stop, ok := err.(replayStopped); ok {
+			return stop.err
 		}
 		if last && frameTail(data, off) {
 			l.log.Warn().Str("file", path).Int("offset", off).Msg("wal: cutting off a torn record at the end of the log")
@@ -130,28 +162,36 @@ func (l *Log) replaySegment(seq uint32, last bool, live map[uint64]*Recovered) e
 		}
 		off += size
 	}
-	l.core.recoverSegment(seq, int64(fileSize))
+	l.core.recoverSegment(seq, int64(fileSize), headerID)
 	return nil
 }
 
 // readFrame checks and decodes the frame at off. It returns the frame's
 // size, or a negative size when its length field cannot be trusted.
 func (l *Log) readFrame(data []byte, off int, r *Record) (int, error) {
+	payload, size, err := checkFrame(data, off, maxPayload)
+	if err != nil {
+		return size, err
+	}
+	return size, decodePayload(payload, r)
+}
+
+// checkFrame checks the frame at off, of at most limit bytes of payload,
+// against its length and CRC, and returns its payload and size; a
+// negative size when its length field cannot be trusted.
+func checkFrame(data []byte, off, limit int) (payload []byte, size int, err error) {
 	if len(data)-off < frameHeader {
-		return -1, errCorrupt
+		return nil, -1, errCorrupt
 	}
 	n := int(binary.LittleEndian.Uint32(data[off:]))
-	if n == 0 || n > maxPayload || off+frameHeader+n > len(data) {
-		return -1, errCorrupt
+	if n == 0 || n > limit || off+frameHeader+n > len(data) {
+		return nil, -1, errCorrupt
 	}
-	payload := data[off+frameHeader : off+frameHeader+n]
+	payload = data[off+frameHeader : off+frameHeader+n]
 	if binary.LittleEndian.Uint32(data[off+4:]) != crc32Update(payload) {
-		return frameHeader + n, errCorrupt
+		return nil, frameHeader + n, errCorrupt
 	}
-	if err := decodePayload(payload, r); err != nil {
-		return frameHeader + n, err
-	}
-	return frameHeader + n, nil
+	return payload, frameHeader + n, nil
 }
 
 // frameTail reports whether a bad frame at off is the last thing written:
@@ -228,16 +268,7 @@ func (l *Log) importForeign() ([]uint32, error) {
 	}
 	final := filepath.Join(l.dir, segmentName(1))
 	tmp := final + ".import"
-	if err := os.WriteFile(tmp, buf, 0o600); err != nil {
-		return nil, err
-	}
-	f, err := os.Open(tmp)
-	if err != nil {
-		return nil, err
-	}
-	err = f.Sync()
-	_ = f.Close()
-	if err != nil {
+	if err := writeDurably(tmp, buf); err != nil {
 		return nil, err
 	}
 	if err := os.Rename(tmp, final); err != nil {

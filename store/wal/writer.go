@@ -184,7 +184,9 @@ func (l *Log) carryOut(acts []action) (o outcome, stop bool) {
 		case actRewrite:
 			o = l.rewrite()
 		case actMigrate:
-			l.migrator.Migrate(a.seq, a.ids)
+			if m := l.migrator.Load().(migratorBox).m; m != nil {
+				m.Migrate(a.seq, a.ids)
+			}
 			o = outcome{kind: migrated}
 		case actTurn:
 			o = outcome{kind: turn}
@@ -193,6 +195,7 @@ func (l *Log) carryOut(acts []action) (o outcome, stop bool) {
 				_ = f.Close()
 				delete(l.files, a.seq)
 			}
+			l.closeReader(a.seq)
 			o = outcome{kind: removed, err: os.Remove(l.segPath(a.seq))}
 		case actClosed:
 			l.closeErr = a.err
@@ -372,8 +375,19 @@ func (l *Log) makeSpare(seq uint32, lastID uint64) {
 const (
 	headerSize = 24
 	magic      = "SPROUTWL"
-	version    = 1
+	// version is a single node's segments'; clusterVersion a cluster
+	// member's (doc.go, "Cluster mode").
+	version        = 1
+	clusterVersion = 2
 )
+
+// version is what this log's segment headers say.
+func (l *Log) version() uint32 {
+	if l.opts.cluster {
+		return clusterVersion
+	}
+	return version
+}
 
 func segmentName(seq uint32) string { return fmt.Sprintf("sprout.%08d.wal", seq) }
 
@@ -400,7 +414,7 @@ func (l *Log) openSegment(seq uint32, lastID uint64) (*os.File, error) {
 	}
 	hdr := make([]byte, headerSize)
 	copy(hdr, magic)
-	putU32(hdr[8:], version)
+	putU32(hdr[8:], l.version())
 	putU64(hdr[headerIDOffset:], lastID)
 	if _, err := f.WriteAt(hdr, 0); err != nil {
 		return fail(err)

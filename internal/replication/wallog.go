@@ -1,0 +1,942 @@
+package replication
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/rs/zerolog"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// The kinds of a member's frames in its wal (doc.go, "The log on disk").
+const (
+	kindCheckpoint = wal.ClusterKinds + iota
+	kindEntry
+	kindHardState
+	kindHead
+	kindSnapshot
+)
+
+const (
+	// DefaultCacheBytes is how many bytes of the newest entries a WALLog
+	// keeps in memory besides those not yet durable: what raft reads
+	// back to send to followers and to apply, without a pread.
+	DefaultCacheBytes = 8 << 20
+	// headChunk bounds the records of one head frame.
+	headChunk = 1 << 20
+)
+
+// errMalformed is a frame whose CRC is right but whose payload is not
+// what this version writes.
+var errMalformed = errors.New("replication: a malformed frame in the log")
+
+// WALConfig configures a WALLog. The identity is the member's: a
+// directory that holds another cluster's, or another member's, log is
+// refused.
+type WALConfig struct {
+	// Dir is the member's -b directory.
+	Dir string
+	// ClusterID, ID and Name are the member's (ClusterID, MemberID).
+	ClusterID, ID uint64
+	Name          string
+	// Voters are the initial members' ids: a new directory's membership.
+	Voters []uint64
+	// Retain is how many entries compaction keeps below the applied
+	// index, so a follower a little behind gets entries, not a snapshot.
+	Retain int
+	// CacheBytes is DefaultCacheBytes when 0.
+	CacheBytes int
+	// Wal's options: segment size, SkipDamaged, Importer and MaxJobSize
+	// (a beanstalkd binlog to take over), Logger. Its sync policy is
+	// ignored: a member's writes are durable when fsynced.
+	Wal wal.Options
+}
+
+// WALConfig returns the configuration of this member's log in dir: its
+// identity, as StartNode derives it.
+func (cfg *NodeConfig) WALConfig(dir string) WALConfig {
+	var names []string
+	var ids []uint64
+	w := WALConfig{Dir: dir, ClusterID: cfg.ClusterID, Name: cfg.Node, Retain: cfg.Retain}
+	for _, m := range cfg.Peers {
+		names, ids = append(names, m.Name), append(ids, m.ID)
+		if m.Name == cfg.Node {
+			w.ID = m.ID
+		}
+	}
+	if w.ClusterID == 0 {
+		w.ClusterID = ClusterID(names)
+	}
+	w.Voters = ids
+	return w
+}
+
+// WALLog is a member's Raft log in its -b directory, in the wal's
+// segments (doc.go, "The log on disk"; store/wal/doc.go, "Cluster
+// mode"). It is a Log with MemoryLog's semantics, durable: what
+// OnDurable reported is there after a crash. Raft's reads come from an
+// index of the entries held, the newest in memory, the others read back
+// from their segment. It is safe for concurrent use.
+//
+// Lock order: mu, then the wal's mutex. The wal's goroutines never take
+// mu: its OnDurable callbacks and the Migrator run without it.
+type WALLog struct {
+	wal        *wal.Log       // immutable after OpenWALLog
+	dir        string         // immutable
+	cluster    uint64         // immutable
+	id         uint64         // immutable
+	name       string         // immutable
+	retain     uint64         // immutable
+	cacheBytes int            // immutable
+	logger     zerolog.Logger // immutable
+
+	mu       sync.Mutex
+	logState             // guarded by mu
+	ents     []entryMeta // guarded by mu: ents[0] is at prevIndex+1
+
+	// The head's place, guarded by mu: the segment its snapshot was
+	// written in, and how many live jobs' latest full records are there.
+	baseSeg  uint32
+	baseLive int
+
+	// What compaction knows, guarded by mu: entries through folded are
+	// folded into latest; no entry from prevIndex+1 to below liveFrom
+	// (and at most folded) holds a live job's latest full record.
+	folded   uint64
+	latest   map[uint64]placed
+	liveFrom uint64
+
+	// The cache, guarded by mu: the entries from cacheFrom on are in
+	// memory (entryMeta.ent), cached bytes of data in all.
+	cacheFrom uint64
+	cached    int
+
+	// Replay only: the records of a snapshot whose metadata frame has not
+	// come yet (its write may have been torn), and its index; the highest
+	// id any frame named.
+	pending      []byte
+	pendingIndex uint64
+	replayedID   uint64
+
+	lastLSN uint64       // guarded by mu: the LSN of the last write
+	lastSeg uint32       // guarded by mu: the segment of the last write (or frame replayed)
+	held    uint32       // guarded by mu: the segment last given to wal.Hold
+	moves   []wal.Move   // guarded by mu: scratch for Compact
+	recs    []recSummary // guarded by mu: scratch for Compact
+	frame   []byte       // guarded by mu: scratch for small frames
+}
+
+// entryMeta is what the log knows of an entry it holds.
+type entryMeta struct {
+	term      uint64
+	seg       uint32
+	off       int64
+	size      int // the frame's, header included
+	protoSize int // the entry's, as raft counts it (Entries' maxSize)
+	maxID     uint64
+	lsn       uint64    // durable once the wal's durable LSN reaches it
+	live      int32     // live jobs whose latest full record it holds
+	ent       *pb.Entry // the entry, while it is cached
+	// recs are its full records' and deletes' kinds, ids and sizes, from
+	// replay to the fold that follows it (summarized says they are).
+	recs       []recSummary
+	summarized bool
+}
+
+type recSummary struct {
+	kind wal.Kind
+	id   uint64
+	size uint32
+}
+
+// placed is a live job's latest full record: the entry holding it (the
+// base's index for the base) and its place on disk.
+type placed struct {
+	index uint64
+	loc   wal.Loc
+}
+
+var _ Log = (*WALLog)(nil)
+
+// OpenWALLog opens (or creates) the member's log in cfg.Dir: it replays
+// the directory, checks that it is this member's, and starts the wal's
+// writer. A single node's directory (or a beanstalkd binlog) becomes the
+// log of a cluster whose only initial member is this one, its jobs the
+// head of a snapshot at index 1 (doc.go, "Snapshots and a bounded
+// log"). Each refusal is one line.
+func OpenWALLog(cfg WALConfig) (*WALLog, error) {
+	if cfg.CacheBytes == 0 {
+		cfg.CacheBytes = DefaultCacheBytes
+	}
+	l := &WALLog{
+		dir: cfg.Dir, cluster: cfg.ClusterID, id: cfg.ID, name: cfg.Name,
+		retain: uint64(max(cfg.Retain, 0)), cacheBytes: cfg.CacheBytes, logger: cfg.Wal.Logger,
+		logState: newLogState(cfg.Voters),
+		folded:   1,
+		latest:   make(map[uint64]placed),
+		held:     ^uint32(0), // no segment: the first holdLocked tells the wal
+	}
+	cl := wal.Cluster{Replay: l.replay}
+	if len(cfg.Voters) == 1 && cfg.Voters[0] == cfg.ID {
+		cl.Convert = l.convert
+	}
+	w, err := wal.OpenCluster(cfg.Dir, cfg.Wal, cl)
+	if err != nil {
+		return nil, err
+	}
+	l.wal = w
+	l.recovered()
+	if err := w.Start(nil); err != nil {
+		_ = w.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Close writes and fsyncs what was written, then stops the wal. The log
+// must not be used afterwards.
+func (l *WALLog) Close() error { return l.wal.Close() }
+
+// Replay: frames in the order they were written (doc.go, "The log on
+// disk"), on OpenWALLog's goroutine.
+
+// replay takes one frame of the directory.
+func (l *WALLog) replay(f wal.Frame) error {
+	l.lastSeg = f.Seg
+	d := decoder{b: f.Payload[1:]}
+	switch wal.Kind(f.Payload[0]) {
+	case kindCheckpoint:
+		cluster, id, name := d.u64(), d.u64(), d.str()
+		hs, cs := d.hardState(), d.confState()
+		if d.err != nil {
+			return fmt.Errorf("%w: %s: a checkpoint: %v", errMalformed, l.dir, d.err)
+		}
+		if cluster != l.cluster {
+			return fmt.Errorf("replication: %s is the log of a member of cluster %x, not of this one (%x): start on another directory", l.dir, cluster, l.cluster)
+		}
+		if id != l.id || name != l.name {
+			return fmt.Errorf("replication: %s is the log of member %s (%x), not of %s (%x): start on another directory", l.dir, name, id, l.name, l.id)
+		}
+		l.hs, l.cs = hs, cs
+	case kindHardState:
+		l.hs = d.hardState()
+	case kindEntry:
+		index, term, prevTerm, typ := d.u64(), d.u64(), d.u64(), d.u8()
+		data := d.rest()
+		if _, known := pb.EntryType_name[int32(typ)]; d.err != nil || !known {
+			return fmt.Errorf("%w: %s: an entry (type %d): %v", errMalformed, l.dir, typ, d.err)
+		}
+		m := entryMeta{term: term, seg: f.Seg, off: f.Off, size: f.Size}
+		e := pb.Entry{Index: &index, Term: &term, Type: pb.EntryType(typ).Enum(), Data: data}
+		m.protoSize = proto.Size(&e)
+		m.recs, _ = summarize(nil, &e)
+		m.summarized = true
+		m.maxID = maxID(data)
+		l.replayedID = max(l.replayedID, m.maxID)
+		l.replayEntry(index, prevTerm, m)
+	case kindHead:
+		index := d.u64()
+		records := d.rest()
+		if d.err != nil {
+			return fmt.Errorf("%w: %s: a snapshot's records: %v", errMalformed, l.dir, d.err)
+		}
+		if l.pendingIndex != index {
+			l.pending, l.pendingIndex = nil, index // a snapshot's first records
+		}
+		l.pending = append(l.pending, records...)
+		l.replayedID = max(l.replayedID, maxID(records))
+	case kindSnapshot:
+		index, term, cs := d.u64(), d.u64(), d.confState()
+		if d.err != nil {
+			return fmt.Errorf("%w: %s: a snapshot: %v", errMalformed, l.dir, d.err)
+		}
+		l.base = nil // a snapshot with no records
+		if l.pendingIndex == index {
+			l.base = slices.Clip(l.pending)
+		}
+		l.pending, l.pendingIndex = nil, 0
+		l.baseIndex, l.baseSeg, l.idFloor = index, f.Seg, 0
+		l.prevIndex, l.prevTerm, l.ents = index, term, nil
+		l.cs = cs
+	default:
+		return fmt.Errorf("%w: %s: kind %d", errMalformed, l.dir, f.Payload[0])
+	}
+	if d.err != nil {
+		return fmt.Errorf("%w: %s: %v", errMalformed, l.dir, d.err)
+	}
+	return nil
+}
+
+// replayEntry takes an entry found at replay: appended after the last,
+// replacing the one of its index and those after, or, when its
+// predecessors are not held (compacted, their segments removed),
+// starting the log.
+func (l *WALLog) replayEntry(index, prevTerm uint64, m entryMeta) {
+	last := l.lastLocked()
+	if index > l.prevIndex && index <= last+1 {
+		l.ents = append(l.ents[:index-l.prevIndex-1], m)
+		return
+	}
+	l.base = nil // a head only comes before its own entries
+	l.prevIndex, l.prevTerm, l.ents = index-1, prevTerm, []entryMeta{m}
+}
+
+// recovered makes the replayed log consistent and tells the wal what it
+// holds: the commit index within the entries held, the id floor, what is
+// live (folding the head and the committed entries), what it holds, and
+// the checkpoint for the segments to come.
+func (l *WALLog) recovered() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending = nil // records of a snapshot whose write was torn
+	last := l.lastLocked()
+	if c := l.hs.GetCommit(); c > last {
+		// A hard state written after entries a crash tore off: neither
+		// was durable. The leader tells the commit again.
+		l.hs.Commit = new(last)
+	}
+	if c := l.hs.GetCommit(); c < l.prevIndex {
+		// A snapshot installed, and the hard state written after it torn
+		// off: a snapshot is of committed entries, and so is every entry
+		// compaction dropped.
+		l.hs.Commit = new(l.prevIndex)
+	}
+	l.idFloor = max(l.idFloor, l.wal.FloorID())
+	l.wal.RaiseID(l.replayedID)
+	l.folded, l.liveFrom, l.cacheFrom = l.prevIndex, l.prevIndex+1, last+1
+	l.wal.ResetLive()
+	if l.base != nil {
+		l.placeBaseLocked()
+	}
+	l.foldLocked(l.hs.GetCommit())
+	for i := range l.ents {
+		l.ents[i].recs, l.ents[i].summarized = nil, false
+	}
+	l.holdLocked()
+	l.checkpointLocked()
+}
+
+// convert makes the frames of a new cluster's first segment from a
+// single node's jobs: the initial state, and a snapshot at index 1 whose
+// head is the jobs and the highest id issued (wal.Cluster.Convert).
+func (l *WALLog) convert(jobs []wal.Recovered, lastID uint64) ([]byte, error) {
+	var data []byte
+	for i := range jobs {
+		data = wal.AppendFrame(data, &jobs[i].Record)
+	}
+	if lastID > 0 {
+		data = wal.AppendFrame(data, &wal.Record{Kind: wal.KindIDs, ID: lastID})
+	}
+	b := l.appendCheckpoint(nil)
+	b = appendSnapshot(b, 1, 1, l.cs, data)
+	l.logger.Info().Int("jobs", len(jobs)).Str("dir", l.dir).
+		Msg("a single node's jobs become the head of the cluster's log")
+	return b, nil
+}
+
+// raft.Storage.
+
+// InitialState implements raft.Storage.
+func (l *WALLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.initialState()
+}
+
+// Entries implements raft.Storage: the cached entries from memory, the
+// others read back from their segments.
+func (l *WALLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lo <= l.prevIndex {
+		return nil, raft.ErrCompacted
+	}
+	if hi > l.lastLocked()+1 || lo >= hi {
+		return nil, raft.ErrUnavailable
+	}
+	var ents []*pb.Entry
+	size := uint64(0)
+	for i := lo; i < hi; i++ {
+		size += uint64(l.ents[i-l.prevIndex-1].protoSize)
+		if i > lo && size > maxSize {
+			break
+		}
+		e, err := l.entryLocked(i)
+		if err != nil {
+			return nil, err
+		}
+		ents = append(ents, e)
+	}
+	return ents, nil
+}
+
+// entryLocked returns held entry i, from the cache or its segment.
+func (l *WALLog) entryLocked(i uint64) (*pb.Entry, error) {
+	m := &l.ents[i-l.prevIndex-1]
+	if m.ent != nil {
+		return m.ent, nil
+	}
+	payload, err := l.wal.ReadFrame(m.seg, m.off, m.size)
+	if err != nil {
+		return nil, err
+	}
+	d := decoder{b: payload[1:]}
+	index, term, _, typ := d.u64(), d.u64(), d.u64(), d.u8()
+	e := &pb.Entry{Index: &index, Term: &term, Type: pb.EntryType(typ).Enum(), Data: d.rest()}
+	if wal.Kind(payload[0]) != kindEntry || d.err != nil || index != i || term != m.term {
+		return nil, fmt.Errorf("%w: %s: entry %d at %d in segment %d", errMalformed, l.dir, i, m.off, m.seg)
+	}
+	return e, nil
+}
+
+// Term implements raft.Storage.
+func (l *WALLog) Term(i uint64) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case i < l.prevIndex:
+		return 0, raft.ErrCompacted
+	case i > l.lastLocked():
+		return 0, raft.ErrUnavailable
+	}
+	return l.termLocked(i), nil
+}
+
+// termLocked is the term of entry i, held or the one before the first.
+func (l *WALLog) termLocked(i uint64) uint64 {
+	if i == l.prevIndex {
+		return l.prevTerm
+	}
+	return l.ents[i-l.prevIndex-1].term
+}
+
+// LastIndex implements raft.Storage.
+func (l *WALLog) LastIndex() (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastLocked(), nil
+}
+
+func (l *WALLog) lastLocked() uint64 { return l.prevIndex + uint64(len(l.ents)) }
+
+// FirstIndex implements raft.Storage.
+func (l *WALLog) FirstIndex() (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.prevIndex + 1, nil
+}
+
+// Snapshot implements raft.Storage: entries the cache no longer holds are
+// read back from their segments to build it.
+func (l *WALLog) Snapshot() (*pb.Snapshot, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.snapshotLocked(l.lastLocked(), l.termLocked, func(index uint64) ([]*pb.Entry, error) {
+		ents := make([]*pb.Entry, 0, index-l.prevIndex)
+		for i := l.prevIndex + 1; i <= index; i++ {
+			e, err := l.entryLocked(i)
+			if err != nil {
+				return nil, err
+			}
+			ents = append(ents, e)
+		}
+		return ents, nil
+	})
+}
+
+// Writes.
+
+// Append implements Log: the entries are one group of frames, in one
+// segment, superseding the entries held from the first one's index on.
+func (l *WALLog) Append(ents []*pb.Entry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(ents) > 0 && ents[0].GetIndex() <= l.prevIndex {
+		ents = ents[min(l.prevIndex+1-ents[0].GetIndex(), uint64(len(ents))):]
+	}
+	if len(ents) == 0 {
+		return
+	}
+	first := ents[0].GetIndex()
+	if first > l.lastLocked()+1 {
+		panic(fmt.Sprintf("replication: appending entry %d after %d", first, l.lastLocked()))
+	}
+	if first <= l.folded {
+		panic(fmt.Sprintf("replication: entry %d, applied already, superseded", first))
+	}
+	l.truncateLocked(first)
+	prevTerm := l.termLocked(first - 1)
+	metas := make([]entryMeta, len(ents))
+	size, top := 0, uint64(0)
+	for i, e := range ents {
+		m := &metas[i]
+		m.term, m.ent, m.protoSize = e.GetTerm(), e, proto.Size(e)
+		m.size = entryFrameSize(e)
+		if e.GetType() == pb.EntryNormal {
+			m.maxID = maxID(e.GetData())
+		}
+		size += m.size
+		top = max(top, m.maxID)
+	}
+	lsn, seg, off, err := l.wal.AppendGroup(size, func(b []byte) []byte {
+		for _, e := range ents {
+			b = appendEntry(b, e, prevTerm)
+			prevTerm = e.GetTerm()
+		}
+		return b
+	}, top)
+	if err != nil {
+		panic(fmt.Sprintf("replication: appending entries %d to %d: %v", first, first+uint64(len(ents))-1, err))
+	}
+	l.lastSeg = seg
+	for i := range metas {
+		m := &metas[i]
+		m.seg, m.off, m.lsn = seg, off, lsn
+		off += int64(m.size)
+		l.cached += len(ents[i].GetData())
+	}
+	l.ents = append(l.ents, metas...)
+	l.lastLSN = lsn
+	l.evictLocked()
+	l.holdLocked()
+}
+
+// truncateLocked drops the entries from index first on.
+func (l *WALLog) truncateLocked(first uint64) {
+	keep := first - l.prevIndex - 1
+	for i := keep; i < uint64(len(l.ents)); i++ {
+		if e := l.ents[i].ent; e != nil {
+			l.cached -= len(e.GetData())
+		}
+	}
+	// Entries handed out by Entries are their own pointers: the metas
+	// may be written over.
+	clear(l.ents[keep:])
+	l.ents = l.ents[:keep]
+	l.cacheFrom = min(l.cacheFrom, first)
+	l.liveFrom = min(l.liveFrom, first)
+}
+
+// evictLocked drops the oldest cached entries that are durable while the
+// cache holds more than its bytes.
+func (l *WALLog) evictLocked() {
+	if l.cached <= l.cacheBytes {
+		return
+	}
+	durable := l.wal.Durable()
+	l.cacheFrom = max(l.cacheFrom, l.prevIndex+1)
+	for l.cached > l.cacheBytes && l.cacheFrom <= l.lastLocked() {
+		m := &l.ents[l.cacheFrom-l.prevIndex-1]
+		if m.lsn > durable {
+			return
+		}
+		if m.ent != nil {
+			l.cached -= len(m.ent.GetData())
+			m.ent = nil
+		}
+		l.cacheFrom++
+	}
+}
+
+// SetHardState implements Log.
+func (l *WALLog) SetHardState(hs *pb.HardState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hs = proto.Clone(hs).(*pb.HardState)
+	l.frame = appendHardState(l.frame[:0], l.hs)
+	l.appendFrameLocked(l.frame, 0)
+	l.checkpointLocked()
+}
+
+// InstallSnapshot implements Log: the snapshot's records, then its
+// metadata, as one group in one segment; its records are the head, and
+// no entry is held.
+func (l *WALLog) InstallSnapshot(snap *pb.Snapshot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	md := snap.GetMetadata()
+	index := md.GetIndex()
+	data := snap.GetData()
+	l.cs = proto.Clone(md.GetConfState()).(*pb.ConfState)
+	frames := appendSnapshot(nil, index, md.GetTerm(), l.cs, data)
+	seg := l.appendFrameLocked(frames, maxID(data))
+	l.truncateLocked(l.prevIndex + 1)
+	l.base, l.baseIndex, l.baseSeg, l.idFloor = data, index, seg, 0
+	l.prevIndex, l.prevTerm, l.ents = index, md.GetTerm(), nil
+	l.folded, l.liveFrom, l.cacheFrom = index, index+1, index+1
+	clear(l.latest)
+	l.wal.ResetLive()
+	l.placeBaseLocked()
+	l.snap = &pb.Snapshot{Data: data, Metadata: proto.Clone(md).(*pb.SnapshotMetadata)}
+	l.holdLocked()
+	l.checkpointLocked()
+}
+
+// placeBaseLocked counts the base's full records live, in baseSeg.
+func (l *WALLog) placeBaseLocked() {
+	l.moves = l.moves[:0]
+	l.baseLive = 0
+	_ = wal.ScanFrames(l.base, func(kind wal.Kind, id uint64, size int) {
+		if kind != wal.KindFull {
+			return
+		}
+		to := wal.Loc{Seg: l.baseSeg, Size: uint32(size)}
+		if old, ok := l.latest[id]; ok {
+			l.moves = append(l.moves, wal.Move{ID: id, From: old.loc})
+		} else {
+			l.baseLive++
+		}
+		l.latest[id] = placed{index: l.baseIndex, loc: to}
+		l.moves = append(l.moves, wal.Move{ID: id, To: to})
+	})
+	l.wal.Moved(l.moves)
+}
+
+// appendFrameLocked appends frames as one group and returns its segment.
+func (l *WALLog) appendFrameLocked(frames []byte, maxID uint64) uint32 {
+	lsn, seg, _, err := l.wal.AppendGroup(len(frames), func(b []byte) []byte { return append(b, frames...) }, maxID)
+	if err != nil {
+		panic(fmt.Sprintf("replication: writing to the log: %v", err))
+	}
+	l.lastLSN, l.lastSeg = lsn, seg
+	return seg
+}
+
+// checkpointLocked gives the wal the checkpoint for its next segments.
+func (l *WALLog) checkpointLocked() {
+	l.frame = l.appendCheckpoint(l.frame[:0])
+	l.wal.SetCheckpoint(l.frame)
+}
+
+// Compact implements Log, as MemoryLog does: entries are dropped from the
+// index at once, and their segments go once nothing in them is held or
+// live (wal.Log.Hold, Moved).
+func (l *WALLog) Compact(applied uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	applied = min(applied, l.lastLocked(), l.hs.GetCommit())
+	if !l.foldLocked(applied) {
+		return // the core refused this entry already (ActApply): keep everything
+	}
+	keep := uint64(0) // entries from keep on stay
+	if applied+1 > l.retain {
+		keep = applied + 1 - l.retain
+	}
+	l.liveFrom = max(l.liveFrom, l.prevIndex+1)
+	for l.liveFrom <= l.folded && l.ents[l.liveFrom-l.prevIndex-1].live == 0 {
+		l.liveFrom++
+	}
+	keep = min(keep, l.liveFrom)
+	if l.baseLive > 0 {
+		keep = min(keep, l.baseIndex)
+	}
+	if l.base != nil && keep > l.baseIndex {
+		l.idFloor = max(l.idFloor, maxID(l.base))
+		l.base = nil
+	}
+	if l.base == nil && keep > l.prevIndex+1 {
+		n := keep - l.prevIndex - 1
+		for i := range n {
+			m := &l.ents[i]
+			l.idFloor = max(l.idFloor, m.maxID)
+			if m.ent != nil {
+				l.cached -= len(m.ent.GetData())
+			}
+		}
+		l.prevIndex, l.prevTerm = keep-1, l.ents[n-1].term
+		clear(l.ents[:n]) // appends reallocate the rest in time
+		l.ents = l.ents[n:]
+	}
+	l.holdLocked()
+}
+
+// foldLocked folds the entries after folded through applied into latest,
+// and tells the wal where live records moved; false if an entry's
+// records cannot be read.
+func (l *WALLog) foldLocked(applied uint64) bool {
+	l.moves = l.moves[:0]
+	defer func() { l.wal.Moved(l.moves) }()
+	for i := max(l.folded, l.prevIndex) + 1; i <= applied; i++ {
+		m := &l.ents[i-l.prevIndex-1]
+		place := func(kind wal.Kind, id uint64, size uint32) {
+			old, had := l.latest[id]
+			if had {
+				l.unliveLocked(old)
+			}
+			switch kind {
+			case wal.KindFull:
+				to := wal.Loc{Seg: m.seg, Size: size}
+				l.latest[id] = placed{index: i, loc: to}
+				m.live++
+				l.moves = append(l.moves, wal.Move{ID: id, From: old.loc, To: to})
+			case wal.KindDelete:
+				if had {
+					delete(l.latest, id)
+					l.moves = append(l.moves, wal.Move{ID: id, From: old.loc})
+				}
+			}
+		}
+		recs := m.recs
+		if !m.summarized {
+			e, err := l.entryLocked(i)
+			if err != nil {
+				return false
+			}
+			if recs, err = summarize(l.recs[:0], e); err != nil {
+				return false // before any is placed: the next Compact starts here again
+			}
+			l.recs = recs
+		}
+		for _, r := range recs {
+			place(r.kind, r.id, r.size)
+		}
+		l.folded = i
+	}
+	return true
+}
+
+// summarize appends to recs the full records and deletes of e.
+func summarize(recs []recSummary, e *pb.Entry) ([]recSummary, error) {
+	if e.GetType() != pb.EntryNormal {
+		return recs, nil
+	}
+	err := wal.ScanFrames(e.GetData(), func(kind wal.Kind, id uint64, size int) {
+		if kind == wal.KindFull || kind == wal.KindDelete {
+			recs = append(recs, recSummary{kind, id, uint32(size)})
+		}
+	})
+	return recs, err
+}
+
+// unliveLocked: the record at p is no longer a live job's latest.
+func (l *WALLog) unliveLocked(p placed) {
+	if l.base != nil && p.index == l.baseIndex {
+		l.baseLive--
+		return
+	}
+	if p.index > l.prevIndex && p.index <= l.lastLocked() {
+		l.ents[p.index-l.prevIndex-1].live--
+	}
+}
+
+// holdLocked tells the wal the first segment the log needs: its head's,
+// or its first entry's (each entry is in a segment no older than the one
+// before it), or when it holds neither the one it last wrote to, so that
+// its next write lands in a segment held already.
+func (l *WALLog) holdLocked() {
+	seg := l.lastSeg
+	switch {
+	case l.base != nil:
+		seg = l.baseSeg
+	case len(l.ents) > 0:
+		seg = l.ents[0].seg
+	}
+	if seg != l.held {
+		l.held = seg
+		l.wal.Hold(seg)
+	}
+}
+
+// OnDurable implements Log.
+func (l *WALLog) OnDurable(fn func()) {
+	l.mu.Lock()
+	lsn := l.lastLSN
+	l.mu.Unlock()
+	l.wal.OnDurable(lsn, fn)
+}
+
+// Head implements Log.
+func (l *WALLog) Head() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.headLocked()
+}
+
+// Locate implements Log.
+func (l *WALLog) Locate(index uint64) uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.base != nil && index == l.baseIndex:
+		return l.baseSeg
+	case index > l.prevIndex && index <= l.lastLocked():
+		return l.ents[index-l.prevIndex-1].seg
+	}
+	return 0
+}
+
+// SetMigrator gives the log the serving leader's store, which moves the
+// live jobs of its oldest segment when the directory passes its bound
+// (node.go, ActServe).
+func (l *WALLog) SetMigrator(m wal.Migrator) { l.wal.SetMigrator(m) }
+
+// Full reports that the disk is full, or fsyncs keep failing: the
+// leader's journal refuses every record but deletes meanwhile.
+func (l *WALLog) Full() bool { return l.wal.Full() }
+
+// Stats are the wal's figures: its segments, the disk they take and the
+// live data.
+func (l *WALLog) Stats() wal.Stats { return l.wal.Stats() }
+
+// Frames (doc.go, "The log on disk"). Integers are little-endian.
+
+// appendCheckpoint appends the checkpoint frame: identity, hard state,
+// membership.
+func (l *WALLog) appendCheckpoint(b []byte) []byte {
+	start := len(b)
+	b = wal.BeginFrame(b)
+	b = append(b, byte(kindCheckpoint))
+	b = binary.LittleEndian.AppendUint64(b, l.cluster)
+	b = binary.LittleEndian.AppendUint64(b, l.id)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(l.name)))
+	b = append(b, l.name...)
+	b = appendHardStateFields(b, l.hs)
+	b = appendConfState(b, l.cs)
+	return wal.EndFrame(b, start)
+}
+
+func appendHardState(b []byte, hs *pb.HardState) []byte {
+	start := len(b)
+	b = wal.BeginFrame(b)
+	b = append(b, byte(kindHardState))
+	b = appendHardStateFields(b, hs)
+	return wal.EndFrame(b, start)
+}
+
+func appendHardStateFields(b []byte, hs *pb.HardState) []byte {
+	b = binary.LittleEndian.AppendUint64(b, hs.GetTerm())
+	b = binary.LittleEndian.AppendUint64(b, hs.GetVote())
+	return binary.LittleEndian.AppendUint64(b, hs.GetCommit())
+}
+
+// appendConfState appends the membership as u32 length and protobuf.
+func appendConfState(b []byte, cs *pb.ConfState) []byte {
+	n := len(b)
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, cs)
+	if err != nil {
+		panic(fmt.Sprintf("replication: encoding a membership: %v", err)) // never: a ConfState always encodes
+	}
+	binary.LittleEndian.PutUint32(b[n:], uint32(len(b)-n-4))
+	return b
+}
+
+// entryFrameSize is the size of e's frame.
+func entryFrameSize(e *pb.Entry) int { return wal.FrameHeader + 1 + 8 + 8 + 8 + 1 + len(e.GetData()) }
+
+func appendEntry(b []byte, e *pb.Entry, prevTerm uint64) []byte {
+	start := len(b)
+	b = wal.BeginFrame(b)
+	b = append(b, byte(kindEntry))
+	b = binary.LittleEndian.AppendUint64(b, e.GetIndex())
+	b = binary.LittleEndian.AppendUint64(b, e.GetTerm())
+	b = binary.LittleEndian.AppendUint64(b, prevTerm)
+	b = append(b, byte(e.GetType()))
+	b = append(b, e.GetData()...)
+	return wal.EndFrame(b, start)
+}
+
+// appendSnapshot appends a snapshot's frames: its records in head frames
+// of up to headChunk bytes, cut between records, then its metadata.
+func appendSnapshot(b []byte, index, term uint64, cs *pb.ConfState, data []byte) []byte {
+	for len(data) > 0 {
+		n, full := 0, false
+		_ = wal.ScanFrames(data, func(_ wal.Kind, _ uint64, size int) {
+			if full = full || n > 0 && n+size > headChunk; !full {
+				n += size
+			}
+		})
+		if n == 0 {
+			n = len(data) // not frames: never so, the core checked them
+		}
+		start := len(b)
+		b = wal.BeginFrame(b)
+		b = append(b, byte(kindHead))
+		b = binary.LittleEndian.AppendUint64(b, index)
+		b = append(b, data[:n]...)
+		b = wal.EndFrame(b, start)
+		data = data[n:]
+	}
+	start := len(b)
+	b = wal.BeginFrame(b)
+	b = append(b, byte(kindSnapshot))
+	b = binary.LittleEndian.AppendUint64(b, index)
+	b = binary.LittleEndian.AppendUint64(b, term)
+	b = appendConfState(b, cs)
+	return wal.EndFrame(b, start)
+}
+
+// decoder reads a frame's fields; the first that does not fit sets err,
+// and every read after it returns zero.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) take(n int) []byte {
+	if d.err != nil || n < 0 || n > len(d.b) {
+		if d.err == nil {
+			d.err = errors.New("cut short")
+		}
+		return nil
+	}
+	b := d.b[:n:n]
+	d.b = d.b[n:]
+	return b
+}
+
+func (d *decoder) u8() uint8 {
+	if b := d.take(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if b := d.take(8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+func (d *decoder) str() string {
+	n := 0
+	if b := d.take(2); b != nil {
+		n = int(binary.LittleEndian.Uint16(b))
+	}
+	return string(d.take(n))
+}
+
+func (d *decoder) rest() []byte {
+	if len(d.b) == 0 {
+		return nil
+	}
+	return d.take(len(d.b))
+}
+
+func (d *decoder) hardState() *pb.HardState {
+	term, vote, commit := d.u64(), d.u64(), d.u64()
+	return &pb.HardState{Term: &term, Vote: &vote, Commit: &commit}
+}
+
+func (d *decoder) confState() *pb.ConfState {
+	n := 0
+	if b := d.take(4); b != nil {
+		n = int(binary.LittleEndian.Uint32(b))
+	}
+	b := d.take(n)
+	cs := &pb.ConfState{}
+	if d.err == nil {
+		if err := proto.Unmarshal(b, cs); err != nil {
+			d.err = err
+		}
+	}
+	return cs
+}

@@ -1,0 +1,56 @@
+package replication
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// BenchmarkWALLogAppend measures a member's log as raft drives it: each
+// op is one entry (a batch of 16 puts of 200 bytes) and a hard state;
+// inflight is how many such writes wait for durability at once (1: each
+// waits for the last, as a follower with one append in flight).
+// Reported: entries per second and fsyncs per entry.
+func BenchmarkWALLogAppend(b *testing.B) {
+	for _, inflight := range []int{1, 16} {
+		b.Run(fmt.Sprint("inflight=", inflight), func(b *testing.B) {
+			cfg := testWALConfig(b.TempDir(), []uint64{1}, 0)
+			obs := &syncCounter{}
+			cfg.Wal.Observer = obs
+			l, err := OpenWALLog(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			var recs []wal.Record
+			for i := range 16 {
+				r := full(uint64(i+1), 1)
+				r.Body = []byte(strings.Repeat("x", 198) + "\r\n")
+				recs = append(recs, r)
+			}
+			done := make(chan struct{}, inflight)
+			b.ResetTimer()
+			for i := range b.N {
+				if i >= inflight {
+					<-done
+				}
+				index := uint64(i + 2)
+				l.Append([]*pb.Entry{entry(index, 1, recs...)})
+				l.SetHardState(&pb.HardState{Term: new(uint64(1)), Vote: new(uint64(1)), Commit: new(index)})
+				l.Compact(index)
+				l.OnDurable(func() { done <- struct{}{} })
+			}
+			for range min(inflight, b.N) {
+				<-done
+			}
+			b.StopTimer()
+			syncs, _ := obs.counts()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "entries/s")
+			b.ReportMetric(float64(syncs)/float64(b.N), "fsyncs/entry")
+		})
+	}
+}

@@ -1,0 +1,720 @@
+package replication
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// awaitDurable waits for everything written to l so far to be durable.
+func awaitDurable(t testing.TB, l Log) {
+	t.Helper()
+	done := make(chan struct{})
+	l.OnDurable(func() { close(done) })
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the log's writes not durable within 10 s")
+	}
+}
+
+// copyLog copies a log directory's segments as a crash may leave them
+// while the writer is busy: newest first, so each older segment holds at
+// least everything written before what the newer ones hold (a write
+// under way is torn, at the end). A segment that compaction removes
+// meanwhile was removed for what was written after the newer ones were
+// read, which no crash could lose: the copy starts again.
+func copyLog(t testing.TB, src string) string {
+	t.Helper()
+	for range 100 {
+		dst := t.TempDir()
+		if copySegments(t, src, dst) {
+			return dst
+		}
+	}
+	t.Fatal("segments vanished under every copy")
+	return ""
+}
+
+// copySegments copies src's segments to dst, newest first; false if one
+// vanished meanwhile.
+func copySegments(t testing.TB, src, dst string) bool {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".wal") {
+			names = append(names, e.Name())
+		}
+	}
+	slices.Sort(names)
+	slices.Reverse(names)
+	for _, name := range names {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if errors.Is(err, os.ErrNotExist) {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return true
+}
+
+// jobsAt is the live jobs (without the id watermark) that folding l's
+// head and its entries through index gives.
+func jobsAt(t testing.TB, l Log, index uint64) []byte {
+	t.Helper()
+	first, _ := l.FirstIndex()
+	var ents []*pb.Entry
+	if index >= first {
+		var err error
+		if ents, err = l.Entries(first, index+1, math.MaxUint64); err != nil {
+			t.Fatalf("entries %d to %d: %v", first, index, err)
+		}
+	}
+	data, err := buildSnapshot(l.Head(), ents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records, _ := wal.DecodeFrames(nil, data)
+	var out []byte
+	for i := range records {
+		if records[i].Kind != wal.KindIDs {
+			out = wal.AppendFrame(out, &records[i])
+		}
+	}
+	return out
+}
+
+// logSim plays raft and a leader's store against a WALLog: entries of
+// puts, updates and deletes, hard states, a new leader's entries
+// superseding an uncommitted tail, snapshots installed, compaction, and
+// the migration of the jobs the log hands over, which go into the next
+// entry as a leader's rewrites do. whole is every entry, never compacted.
+type logSim struct {
+	t      testing.TB
+	rng    *rand.Rand
+	l      *WALLog
+	whole  *MemoryLog
+	jobs   map[uint64]wal.Record // as of the last entry
+	nextID uint64
+	idMark uint64 // the id watermark of the last entry
+	term   uint64
+	commit uint64
+
+	mu     sync.Mutex
+	toMove []uint64 // guarded by mu: handed over by the log's Migrate
+}
+
+func newLogSim(t testing.TB, seed uint64, l *WALLog) *logSim {
+	s := &logSim{t: t, rng: rand.New(rand.NewPCG(seed, 1)), l: l, whole: NewMemoryLog([]uint64{1}, math.MaxInt),
+		jobs: map[uint64]wal.Record{}, term: 1, commit: 1}
+	l.SetMigrator(s)
+	return s
+}
+
+func (s *logSim) Migrate(_ uint32, ids []uint64) {
+	s.mu.Lock()
+	s.toMove = append(s.toMove, ids...)
+	s.mu.Unlock()
+}
+
+func (s *logSim) last() uint64 { last, _ := s.whole.LastIndex(); return last }
+
+// entries makes n entries from index on, changing jobs.
+func (s *logSim) entries(index uint64, n int) []*pb.Entry {
+	var ents []*pb.Entry
+	for k := range n {
+		var recs []wal.Record
+		s.mu.Lock()
+		moves := s.toMove
+		s.toMove = nil
+		s.mu.Unlock()
+		for _, id := range moves {
+			if r, ok := s.jobs[id]; ok {
+				recs = append(recs, r)
+			}
+		}
+		for range 1 + s.rng.IntN(4) {
+			var ids []uint64
+			for id := range s.jobs {
+				ids = append(ids, id)
+			}
+			slices.Sort(ids)
+			switch op := s.rng.IntN(10); {
+			case op < 5 || len(ids) < 20:
+				if s.nextID == s.idMark {
+					// Ids run behind a watermark logged ahead of them, as
+					// a store's do (NextID).
+					s.idMark += 64
+					recs = append(recs, wal.Record{Kind: wal.KindIDs, ID: s.idMark})
+				}
+				s.nextID++
+				r := wal.Record{Kind: wal.KindFull, ID: s.nextID, Tube: "t", State: wal.StateReady, Pri: s.rng.Uint32N(100),
+					TTR: int64(time.Minute), Body: []byte(strings.Repeat("b", s.rng.IntN(600)) + "\r\n")}
+				s.jobs[r.ID] = r
+				recs = append(recs, r)
+			case op < 8:
+				id := ids[s.rng.IntN(len(ids))]
+				delete(s.jobs, id)
+				recs = append(recs, wal.Record{Kind: wal.KindDelete, ID: id})
+			default:
+				r := s.jobs[ids[s.rng.IntN(len(ids))]]
+				r.Pri++
+				s.jobs[r.ID] = r
+				u := r
+				u.Kind, u.Tube, u.Body = wal.KindUpdate, "", nil
+				recs = append(recs, u)
+			}
+		}
+		ents = append(ents, entry(index+uint64(k), s.term, recs...))
+	}
+	return ents
+}
+
+// rebuildJobs makes jobs what the entries through index make.
+func (s *logSim) rebuildJobs(index uint64) {
+	s.jobs = map[uint64]wal.Record{}
+	records, _ := wal.DecodeFrames(nil, jobsAt(s.t, s.whole, index))
+	for _, r := range records {
+		s.jobs[r.ID] = r
+	}
+}
+
+func (s *logSim) setHardState() {
+	hs := &pb.HardState{Term: new(s.term), Vote: new(uint64(1)), Commit: new(s.commit)}
+	s.whole.SetHardState(hs)
+	s.l.SetHardState(hs)
+}
+
+// step takes one random step.
+func (s *logSim) step() {
+	switch op := s.rng.IntN(20); {
+	case op < 12:
+		ents := s.entries(s.last()+1, 1+s.rng.IntN(3))
+		s.whole.Append(ents)
+		s.l.Append(ents)
+	case op < 17:
+		s.commit += uint64(s.rng.IntN(int(s.last()-s.commit) + 1))
+		s.setHardState()
+		s.l.Compact(s.commit)
+	case op < 19 && s.last() > s.commit:
+		// A new leader: its entries replace the uncommitted tail.
+		from := s.commit + 1 + uint64(s.rng.IntN(int(s.last()-s.commit)))
+		s.term++
+		s.setHardState()
+		s.rebuildJobs(from - 1)
+		ents := s.entries(from, 1+s.rng.IntN(3))
+		s.whole.Append(ents)
+		s.l.Append(ents)
+	default:
+		// A snapshot at the commit index from the leader: this log drops
+		// its entries, the whole keeps them.
+		data, err := buildSnapshot(nil, mustEntries(s.t, s.whole, 2, s.commit+1))
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		term, _ := s.whole.Term(s.commit)
+		s.l.InstallSnapshot(&pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{
+			Index: new(s.commit), Term: new(term), ConfState: &pb.ConfState{Voters: []uint64{1}}}})
+		s.whole.Append(nil)
+		s.rebuildJobs(s.commit)
+		if s.last() > s.commit {
+			s.term++ // what followed the snapshot comes again, from a leader
+			ents := s.entries(s.commit+1, 1)
+			s.whole.Append(ents)
+			s.l.Append(ents)
+		}
+	}
+}
+
+func mustEntries(t testing.TB, l Log, lo, hi uint64) []*pb.Entry {
+	t.Helper()
+	if lo >= hi {
+		return nil
+	}
+	ents, err := l.Entries(lo, hi, math.MaxUint64)
+	if err != nil {
+		t.Fatalf("entries %d to %d: %v", lo, hi, err)
+	}
+	return ents
+}
+
+// check compares a log opened on the directory (or a crash's copy of it)
+// with what was durable then: its hard state is at least that one,
+// folding its head and committed entries gives the jobs the whole log's
+// entries give at its commit index, and it names every id they did.
+func (s *logSim) check(l *WALLog, durable *pb.HardState) {
+	s.t.Helper()
+	hs, _, _ := l.InitialState()
+	if hs.GetCommit() < durable.GetCommit() || hs.GetTerm() < durable.GetTerm() ||
+		hs.GetTerm() == durable.GetTerm() && hs.GetVote() != durable.GetVote() {
+		s.t.Fatalf("reopened with hard state %v; %v was durable", hs, durable)
+	}
+	c := hs.GetCommit()
+	first, _ := l.FirstIndex()
+	for i := first - 1; i <= c; i++ {
+		got, err := l.Term(i)
+		want, _ := s.whole.Term(i)
+		if err != nil || got != want {
+			s.t.Fatalf("entry %d (of %d to %d committed) has term %d (%v), want %d", i, first, c, got, err, want)
+		}
+	}
+	if got, want := jobsAt(s.t, l, c), jobsAt(s.t, s.whole, c); !bytes.Equal(got, want) {
+		s.t.Fatalf("the jobs at commit %d differ after reopening (log from %d):\n%s", c, first, diffJobs(got, want))
+	}
+	// No id named by a committed entry is issued again: the head's
+	// watermark covers what was dropped.
+	top, want := maxID(l.Head()), uint64(0)
+	last, _ := l.LastIndex()
+	for _, e := range mustEntries(s.t, l, first, last+1) {
+		top = max(top, maxID(e.GetData()))
+	}
+	for _, e := range mustEntries(s.t, s.whole, 2, c+1) {
+		want = max(want, maxID(e.GetData()))
+	}
+	if top < want {
+		s.t.Fatalf("reopened, the log names ids up to %d; its committed entries named %d", top, want)
+	}
+}
+
+// TestWALLogCrash: a member's log is copied while its writer is busy, as
+// a crash leaves it, time after time; each copy opens with everything
+// that was durable before (its hard state, and the jobs of its committed
+// entries, whatever was superseded, installed or compacted since), and
+// the log's own directory after Close with everything. Small segments
+// make compaction migrate and remove segments throughout, and the log
+// restarts on its directory now and then, and goes on.
+func TestWALLogCrash(t *testing.T) {
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := testWALConfig(dir, []uint64{1}, 0)
+			cfg.Wal.SegmentSize = 8 << 10
+			s := newLogSim(t, seed, openWAL(t, cfg))
+			for round := range 12 {
+				for step := range 40 {
+					s.step()
+					if step%8 != 7 {
+						continue
+					}
+					if got, want := jobsAt(t, s.l, s.commit), jobsAt(t, s.whole, s.commit); !bytes.Equal(got, want) {
+						t.Fatalf("the log's jobs at commit %d differ from its entries':\n%s", s.commit, diffJobs(got, want))
+					}
+				}
+				awaitDurable(t, s.l)
+				durable, _, _ := s.l.InitialState()
+				for range 1 + s.rng.IntN(20) {
+					s.step()
+				}
+				crashed := copyLog(t, dir)
+				l := openWAL(t, testWALConfig(crashed, []uint64{1}, 0))
+				s.check(l, durable)
+				if err := l.Close(); err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				if round%3 == 2 {
+					// The member restarts on its directory and goes on.
+					if err := s.l.Close(); err != nil {
+						t.Fatal(err)
+					}
+					s.l = openWAL(t, cfg)
+					s.l.SetMigrator(s)
+				}
+			}
+			final, _, _ := s.l.InitialState()
+			if err := s.l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			l := openWAL(t, cfg)
+			s.check(l, final)
+			st := l.Stats()
+			if st.OldestIndex < 3 {
+				t.Errorf("the oldest segment is %d: compaction removed none", st.OldestIndex)
+			}
+			t.Logf("last index %d, commit %d; segments %d to %d, %d bytes on disk, %d live",
+				s.last(), s.commit, st.OldestIndex, st.CurrentIndex, st.DiskBytes, st.LiveBytes)
+		})
+	}
+}
+
+// TestWALLogRestart: a log reopened on its directory holds what it held:
+// its state, its membership, every entry from its first on with its
+// term, its head; entries superseded in a segment before the one their
+// successors are in stay superseded; and it goes on appending.
+func TestWALLogRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testWALConfig(dir, []uint64{1, 2, 3}, 0)
+	cfg.Wal.SegmentSize = 4 << 10
+	l := openWAL(t, cfg)
+	body := strings.Repeat("x", 300)
+	for i := uint64(2); i <= 40; i++ {
+		l.Append([]*pb.Entry{entry(i, 1, full(i, 1), wal.Record{Kind: wal.KindIDs, ID: 1000 + i})})
+		awaitDurable(t, l) // appends move to a new segment once its spare is made
+		_ = body
+	}
+	commit(l, 20)
+	// A new leader's entries from 25 on, in a later segment than 25 to 40.
+	for i := uint64(25); i <= 30; i++ {
+		l.Append([]*pb.Entry{entry(i, 2, full(100+i, 2))})
+		awaitDurable(t, l)
+	}
+	before := l.Locate(24)
+	if after := l.Locate(25); after <= before {
+		t.Fatalf("entry 25 superseded in segment %d, entry 24 is in %d: the test meant a later one", after, before)
+	}
+	l.Compact(10)
+	want := struct {
+		first, last uint64
+		head        []byte
+		jobs        []byte
+	}{}
+	want.first, _ = l.FirstIndex()
+	want.last, _ = l.LastIndex()
+	want.jobs = jobsAt(t, l, 20)
+	hs, cs, _ := l.InitialState()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l = openWAL(t, cfg)
+	gotHS, gotCS, _ := l.InitialState()
+	if !proto.Equal(gotHS, hs) || !proto.Equal(gotCS, cs) {
+		t.Errorf("reopened with %v %v, closed with %v %v", gotHS, gotCS, hs, cs)
+	}
+	first, _ := l.FirstIndex()
+	last, _ := l.LastIndex()
+	if first > want.first || last != 30 {
+		t.Errorf("reopened holding %d to %d; held %d to %d", first, last, want.first, want.last)
+	}
+	for i := first; i <= last; i++ {
+		term, _ := l.Term(i)
+		if wantTerm := uint64(1); i >= 25 && term != 2 || i < 25 && term != wantTerm {
+			t.Errorf("entry %d has term %d", i, term)
+		}
+	}
+	if got := jobsAt(t, l, 20); !bytes.Equal(got, want.jobs) {
+		t.Error("the jobs at the commit index differ after reopening")
+	}
+	l.Append([]*pb.Entry{entry(31, 2, full(500, 1))})
+	awaitDurable(t, l)
+	if e := mustEntries(t, l, 31, 32); len(e) != 1 || e[0].GetTerm() != 2 {
+		t.Errorf("appended after reopening: %v", e)
+	}
+}
+
+// TestWALLogEntriesReadBack: entries the cache no longer holds are read
+// back from their segments, with raft's size limits; a damaged one is an
+// error, not another entry.
+func TestWALLogEntriesReadBack(t *testing.T) {
+	cfg := testWALConfig(t.TempDir(), []uint64{1}, 0)
+	cfg.CacheBytes = 1 // nothing stays once durable
+	l := openWAL(t, cfg)
+	var sizes []uint64
+	for i := uint64(2); i <= 20; i++ {
+		e := entry(i, 1, full(i, uint32(i)))
+		sizes = append(sizes, uint64(proto.Size(e)))
+		l.Append([]*pb.Entry{e})
+		awaitDurable(t, l)
+	}
+	l.Append(nil) // evicts what is durable
+	got, err := l.Entries(2, 21, sizes[0]+sizes[1])
+	if err != nil || len(got) != 2 || got[1].GetIndex() != 3 {
+		t.Fatalf("entries within two entries' size: %d, %v", len(got), err)
+	}
+	got, err = l.Entries(5, 6, 0)
+	records, _ := wal.DecodeFrames(nil, got[0].GetData())
+	if err != nil || len(got) != 1 || len(records) != 1 || records[0].Pri != 5 {
+		t.Fatalf("entry 5 read back: %v, %v", got, err)
+	}
+	if _, err := l.Entries(21, 22, math.MaxUint64); !errors.Is(err, raft.ErrUnavailable) {
+		t.Errorf("an entry past the last: %v", err)
+	}
+}
+
+// TestWALLogIdentity: a directory is one member's of one cluster: opened
+// as another member, or by another cluster, it is refused in one line.
+func TestWALLogIdentity(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testWALConfig(dir, []uint64{1, 2, 3}, 0)
+	l := openWAL(t, cfg)
+	commit(l, 1)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	other := cfg
+	other.ClusterID = 0xc2
+	if _, err := OpenWALLog(other); err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "cluster c1") {
+		t.Errorf("another cluster's member on the directory: %v", err)
+	}
+	other = testWALConfig(dir, []uint64{2, 1, 3}, 0)
+	other.ClusterID = cfg.ClusterID
+	if _, err := OpenWALLog(other); err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "member m1") {
+		t.Errorf("another member on the directory: %v", err)
+	}
+	openWAL(t, cfg) // and its own member still opens it
+}
+
+// TestWALLogTakesOverASingleNode: a single node's directory becomes the
+// log of a cluster of one, its jobs the head of a snapshot at index 1,
+// and ids go on above the highest it issued; a cluster of three refuses
+// it, in one line.
+func TestWALLogTakesOverASingleNode(t *testing.T) {
+	dir := t.TempDir()
+	single, err := wal.Open(dir, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := single.Start(nil); err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		r := full(id, uint32(id))
+		if _, _, err := single.Append(&r, wal.Loc{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := single.Append(&wal.Record{Kind: wal.KindDelete, ID: 2}, wal.Loc{Seg: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := single.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := OpenWALLog(testWALConfig(dir, []uint64{1, 2, 3}, 0)); err == nil || strings.Contains(err.Error(), "\n") ||
+		!strings.Contains(err.Error(), "single node") {
+		t.Fatalf("a cluster of three on a single node's directory: %v", err)
+	}
+	l := openWAL(t, testWALConfig(dir, []uint64{1}, 0))
+	if first, _ := l.FirstIndex(); first != 2 {
+		t.Errorf("first index %d, want 2 as every initial member", first)
+	}
+	records, err := wal.DecodeFrames(nil, l.Head())
+	var ids []uint64
+	for _, r := range records {
+		if r.Kind == wal.KindFull {
+			ids = append(ids, r.ID)
+		}
+	}
+	if err != nil || !slices.Equal(ids, []uint64{1, 3}) || maxID(l.Head()) < 3 {
+		t.Errorf("head %+v, %v: want jobs 1 and 3 and the id watermark", records, err)
+	}
+	if seg := l.Locate(1); seg == 0 {
+		t.Error("the head's jobs are in no segment")
+	}
+}
+
+// diffJobs says how the jobs in got's frames differ from want's.
+func diffJobs(got, want []byte) string {
+	g, _ := wal.DecodeFrames(nil, got)
+	w, _ := wal.DecodeFrames(nil, want)
+	gm, wm := map[uint64]wal.Record{}, map[uint64]wal.Record{}
+	for _, r := range g {
+		gm[r.ID] = r
+	}
+	for _, r := range w {
+		wm[r.ID] = r
+	}
+	var out []string
+	for id, r := range wm {
+		if x, ok := gm[id]; !ok {
+			out = append(out, fmt.Sprintf("job %d missing", id))
+		} else if x.Pri != r.Pri || x.State != r.State {
+			out = append(out, fmt.Sprintf("job %d: pri %d, want %d", id, x.Pri, r.Pri))
+		}
+	}
+	for id := range gm {
+		if _, ok := wm[id]; !ok {
+			out = append(out, fmt.Sprintf("job %d should be gone", id))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "\n")
+}
+
+// syncCounter counts a wal's fsyncs and batches.
+type syncCounter struct {
+	mu             sync.Mutex
+	syncs, batches int
+}
+
+func (o *syncCounter) ObserveBatch(int, int) { o.mu.Lock(); o.batches++; o.mu.Unlock() }
+func (o *syncCounter) ObserveSync(time.Duration) {
+	o.mu.Lock()
+	o.syncs++
+	o.mu.Unlock()
+}
+
+func (o *syncCounter) counts() (syncs, batches int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.syncs, o.batches
+}
+
+// TestWALLogGroupCommit: a member's writes are durable only once fsynced,
+// whatever the single node's sync policy says (-F here), and the writes
+// made while an fsync runs share the next one: many appends, few fsyncs.
+func TestWALLogGroupCommit(t *testing.T) {
+	cfg := testWALConfig(t.TempDir(), []uint64{1}, 0)
+	obs := &syncCounter{}
+	cfg.Wal.NoSync, cfg.Wal.SyncEvery, cfg.Wal.Observer = true, time.Hour, obs
+	l := openWAL(t, cfg)
+	const n = 300
+	durable := make(chan int, n)
+	for i := range n {
+		index := uint64(i + 2)
+		l.Append([]*pb.Entry{entry(index, 1, full(index, 1))})
+		l.SetHardState(&pb.HardState{Term: new(uint64(1)), Vote: new(uint64(1)), Commit: new(index)})
+		l.OnDurable(func() {
+			if syncs, _ := obs.counts(); syncs == 0 {
+				t.Errorf("write %d durable before any fsync", i)
+			}
+			durable <- i
+		})
+	}
+	for i := range n {
+		select {
+		case got := <-durable:
+			if got != i {
+				t.Fatalf("write %d reported durable before write %d", got, i)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("write %d not durable within 10 s", i)
+		}
+	}
+	syncs, batches := obs.counts()
+	t.Logf("%d appends and hard states: %d batches written, %d fsyncs", n, batches, syncs)
+	if syncs > n/3 {
+		t.Errorf("%d fsyncs for %d appends: they did not share fsyncs", syncs, n)
+	}
+}
+
+// framesOf lists the frames of the log in dir, as replay finds them.
+func framesOf(t testing.TB, dir string) []wal.Frame {
+	t.Helper()
+	var frames []wal.Frame
+	w, err := wal.OpenCluster(dir, wal.Options{}, wal.Cluster{Replay: func(f wal.Frame) error {
+		f.Payload = slices.Clone(f.Payload[:1])
+		frames = append(frames, f)
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return frames
+}
+
+// TestWALLogTornSnapshot: a crash that tore the hard state written after
+// an installed snapshot leaves the snapshot installed and committed; one
+// that tore the snapshot's own frames leaves the log as it was before.
+func TestWALLogTornSnapshot(t *testing.T) {
+	write := func(t *testing.T) (string, *pb.Snapshot) {
+		dir := t.TempDir()
+		l := openWAL(t, testWALConfig(dir, []uint64{1}, 0))
+		l.Append([]*pb.Entry{entry(2, 1, full(1, 1)), entry(3, 1, full(2, 2))})
+		commit(l, 3)
+		awaitDurable(t, l)
+		data, _ := buildSnapshot(nil, []*pb.Entry{entry(2, 1, full(7, 7)), entry(9, 2, full(8, 8))})
+		snap := &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{
+			Index: new(uint64(9)), Term: new(uint64(2)), ConfState: &pb.ConfState{Voters: []uint64{1}}}}
+		l.InstallSnapshot(snap)
+		l.SetHardState(&pb.HardState{Term: new(uint64(2)), Vote: new(uint64(0)), Commit: new(uint64(9))})
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return dir, snap
+	}
+	cut := func(t *testing.T, dir string, f wal.Frame, at int64) {
+		if err := os.Truncate(filepath.Join(dir, fmt.Sprintf("sprout.%08d.wal", f.Seg)), f.Off+at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := func(frames []wal.Frame, kind wal.Kind) wal.Frame {
+		for i := len(frames) - 1; i >= 0; i-- {
+			if wal.Kind(frames[i].Payload[0]) == kind {
+				return frames[i]
+			}
+		}
+		t.Fatalf("no frame of kind %d", kind)
+		return wal.Frame{}
+	}
+
+	t.Run("hard state torn", func(t *testing.T) {
+		dir, snap := write(t)
+		cut(t, dir, last(framesOf(t, dir), kindHardState), 5)
+		l := openWAL(t, testWALConfig(dir, []uint64{1}, 0))
+		hs, _, _ := l.InitialState()
+		first, _ := l.FirstIndex()
+		if hs.GetCommit() != 9 || first != 10 || !bytes.Equal(l.Head(), snap.GetData()) {
+			t.Errorf("commit %d, first index %d, head of %d bytes: want the snapshot at 9 installed", hs.GetCommit(), first, len(l.Head()))
+		}
+	})
+	t.Run("snapshot torn", func(t *testing.T) {
+		dir, _ := write(t)
+		cut(t, dir, last(framesOf(t, dir), kindSnapshot), 5)
+		l := openWAL(t, testWALConfig(dir, []uint64{1}, 0))
+		hs, _, _ := l.InitialState()
+		first, _ := l.FirstIndex()
+		last, _ := l.LastIndex()
+		if hs.GetCommit() != 3 || first != 2 || last != 3 || len(l.Head()) != 0 {
+			t.Errorf("commit %d, entries %d to %d, head of %d bytes: want the log before the snapshot", hs.GetCommit(), first, last, len(l.Head()))
+		}
+	})
+}
+
+// TestWALLogIDFloorSurvivesRestarts: an id watermark whose entry was
+// compacted and whose segment was removed after a restart still holds
+// after the next one: the header of a segment begun after a restart
+// covers the ids its predecessors named.
+func TestWALLogIDFloorSurvivesRestarts(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testWALConfig(dir, []uint64{1}, 0)
+	l := openWAL(t, cfg)
+	l.Append([]*pb.Entry{entry(2, 1, wal.Record{Kind: wal.KindIDs, ID: 1000}, full(1, 1))})
+	commit(l, 2)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l = openWAL(t, cfg)
+	l.Append([]*pb.Entry{entry(3, 1, full(1, 2))}) // job 1 rewritten: entry 2 holds nothing live
+	commit(l, 3)
+	l.Compact(3)
+	awaitDurable(t, l)
+	waitUntil(t, 10*time.Second, "the first segment removed", func() bool { return l.Stats().OldestIndex > 1 })
+	if got := maxID(l.Head()); got != 1000 {
+		t.Fatalf("the head's watermark is %d once entry 2 is dropped, want 1000", got)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l = openWAL(t, cfg)
+	if got := maxID(l.Head()); got < 1000 {
+		t.Errorf("after the second restart the head's watermark is %d: ids up to 1000 may be issued again", got)
+	}
+}
