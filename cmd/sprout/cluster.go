@@ -20,11 +20,12 @@ import (
 	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
+	"github.com/sproutmq/sprout/store/wal/cbinlog"
 )
 
-// clusterLogRetain is how many applied entries the in-memory stand-in log
-// keeps beyond what it may drop, so that a follower a little behind gets
-// entries rather than a snapshot.
+// clusterLogRetain is how many applied entries the member's log keeps
+// below what it may drop, so that a follower a little behind gets entries
+// rather than a snapshot.
 const clusterLogRetain = 1024
 
 // rebuildGrace bounds each step of a re-execution: closing the clients,
@@ -35,16 +36,17 @@ const rebuildGrace = 2 * time.Second
 // the engine to stop before it exits.
 const failGrace = 5 * time.Second
 
-// newClusterLog is the member's Raft log: the one line where the
-// wal-backed log (in -b's segments; internal/replication/doc.go, "The log
-// on disk") will plug in, built against the same replication.Log
-// interface. Until it does, the log is a MemoryLog: nothing survives the
-// process, so a member that restarts or re-executes comes back empty and
-// cannot rejoin under its name (replication.ErrLogLost), and the
-// directory is not written.
-func newClusterLog(dir string, voters []uint64, log zerolog.Logger) (replication.Log, error) {
-	log.Warn().Str("dir", dir).Msg("cluster log is in memory: not durable across restarts (build in progress)")
-	return replication.NewMemoryLog(voters, clusterLogRetain), nil
+// newClusterLog opens the member's Raft log in its -b directory
+// (replication.WALLog; internal/replication/doc.go, "The log on disk"):
+// the same segments, writer and import of a beanstalkd binlog as a single
+// node's log. A directory another cluster or member wrote is refused.
+func newClusterLog(cfg *config, nc *replication.NodeConfig, log zerolog.Logger) (*replication.WALLog, error) {
+	nc.Retain = clusterLogRetain
+	wc := nc.WALConfig(cfg.walDir)
+	wc.Wal = cfg.wal
+	wc.Wal.Logger = log
+	wc.Wal.Importer = cbinlog.Importer{}
+	return replication.OpenWALLog(wc)
 }
 
 // clusterFlags are the flags that mean nothing without --node.
@@ -130,10 +132,10 @@ func clientAddress(ln net.Addr, self replication.Member) string {
 // member is this process as a cluster member: its node, its proxy to the
 // leader, and what it does when the node says to start again.
 type member struct {
-	node   *replication.Node  // immutable after startMember
-	proxy  *replication.Proxy // immutable after startMember
-	log    replication.Log    // immutable
-	logger zerolog.Logger     // immutable
+	node   *replication.Node   // immutable after startMember
+	proxy  *replication.Proxy  // immutable after startMember
+	log    *replication.WALLog // immutable
+	logger zerolog.Logger      // immutable
 	// exit is the exit status run returns once the engine stopped because
 	// the member could not go on (its log lost, or a failed re-execution);
 	// 0 otherwise.
@@ -162,17 +164,18 @@ func startMember(cfg *config, ln net.Listener, metrics replication.Observer, log
 		cfg.engine.Network, cfg.engine.Address = ln.Addr().Network(), ln.Addr().String()
 	}
 	nc := *cfg.cluster
-	var voters []uint64
 	for _, p := range nc.Peers {
-		voters = append(voters, p.ID)
 		if p.Name == nc.Node {
 			nc.ClientAddr = clientAddress(ln.Addr(), p)
 		}
 	}
-	clog, err := newClusterLog(cfg.walDir, voters, log)
+	clog, err := newClusterLog(cfg, &nc, log)
 	if err != nil {
 		_ = ln.Close()
 		log.Error().Err(err).Str("dir", cfg.walDir).Msg("cannot open the cluster log")
+		if errors.Is(err, wal.ErrLocked) {
+			return nil, exitWALLock
+		}
 		return nil, exitReplay
 	}
 	m := &member{log: clog, logger: log, attached: make(chan struct{})}
@@ -181,6 +184,7 @@ func startMember(cfg *config, ln net.Listener, metrics replication.Observer, log
 	nc.Rebuild, nc.Restored = m.rebuild, m.restored
 	if m.node, err = replication.StartNode(nc); err != nil {
 		_ = ln.Close()
+		_ = clog.Close()
 		log.Error().Err(err).Msg("cannot start the cluster member")
 		var opErr *net.OpError
 		if errors.As(err, &opErr) {
@@ -358,10 +362,14 @@ func closeOnExecAll() {
 }
 
 // close stops the member after the engine: the proxied connections close,
-// then the node (its transport, then its store).
+// then the node (its transport, then its store), then the log, which
+// writes and fsyncs what it was given.
 func (m *member) close() {
 	m.proxy.Close()
 	m.node.Close()
+	if err := m.log.Close(); err != nil {
+		m.logger.Error().Err(err).Msg("closing the cluster log")
+	}
 }
 
 // memberStore is what the side port reads of the store in cluster mode:

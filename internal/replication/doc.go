@@ -399,12 +399,11 @@
 // the proxy the engine's Route, serves /cluster, /readyz and /metrics,
 // and its Rebuild closes every client (engine.Server.CloseClients), waits
 // for the log to make what it was given durable, and re-executes the
-// process (same pid, every descriptor but stdio close-on-exec).
+// process (same pid, every descriptor but stdio close-on-exec). Its log
+// is a WALLog in -b (newClusterLog), closed after the node, so a member
+// that restarts or re-executes comes back with what it had made durable.
 //
-// Not yet: cmd/sprout's newClusterLog still makes a MemoryLog, so a
-// member that restarts or re-executes comes back empty: WALLog is the
-// one line that replaces it (OpenWALLog(cfg.WALConfig(dir)), closed after
-// the node); membership changes (a conf change entry stops the core), so
+// Not yet: membership changes (a conf change entry stops the core), so
 // a single node's directory becomes a cluster of one that cannot grow
 // yet; certificates are read once at start; and the new leader's wall
 // clock (Time) is still the machine's. Of the log: a snapshot is built
