@@ -123,13 +123,13 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 				continue
 			}
 			for _, d := range r.Failovers {
-				each = append(each, FormatLatency(d))
+				each = append(each, FormatSeconds(d))
 				n++
 			}
 		}
 		p("From `kill -9` of the serving leader to the first put acknowledged through a surviving member, over %d kills "+
 			"(the killed member restarted on its directory, and the three settled on a leader, before the next): "+
-			"median %s, worst %s. Each, in order: %s.\n", n, FormatLatency(s.FailoverMedian), FormatLatency(s.FailoverMax), strings.Join(each, ", "))
+			"median %s, worst %s. Each, in order: %s.\n", n, FormatSeconds(s.FailoverMedian), FormatSeconds(s.FailoverMax), strings.Join(each, ", "))
 	}
 }
 
@@ -139,7 +139,7 @@ func clusterNote(r Result) string {
 	if len(r.Failovers) > 0 {
 		each := make([]string, len(r.Failovers))
 		for i, d := range r.Failovers {
-			each[i] = FormatLatency(d)
+			each[i] = FormatSeconds(d)
 		}
 		return "failovers: " + strings.Join(each, ", ")
 	}

@@ -47,8 +47,10 @@ func (m Metric) format(v float64) string {
 	switch m {
 	case MetricJobsPerSec:
 		return FormatThousands(v) + "/s"
-	case MetricP99, MetricP999, MetricFailoverMedian, MetricFailoverMax:
+	case MetricP99, MetricP999:
 		return FormatLatency(time.Duration(v))
+	case MetricFailoverMedian, MetricFailoverMax:
+		return FormatSeconds(time.Duration(v))
 	case MetricCPU:
 		return strconv.FormatFloat(v, 'g', 3, 64) + " s/100k"
 	case MetricPerItem:

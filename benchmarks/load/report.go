@@ -306,7 +306,7 @@ func WriteRatioTable(w io.Writer, outs []Outcome, base, cand string) {
 		m, f, unit := MetricJobsPerSec, fmtJobs, " jobs/s"
 		switch {
 		case o.Scenario.Kind == KindFailover:
-			m, f, unit = MetricFailoverMedian, func(s Summary) string { return FormatLatency(s.FailoverMedian) }, " failover median"
+			m, f, unit = MetricFailoverMedian, func(s Summary) string { return FormatSeconds(s.FailoverMedian) }, " failover median"
 		case !o.Scenario.timed():
 			m, f, unit = MetricPerItem, func(s Summary) string { return FormatThousands(s.PerItem) }, " B/item"
 		}

@@ -251,7 +251,7 @@ func (p Plan) oneLine(out Outcome) string {
 			parts = append(parts, fmt.Sprintf("%s %s/s", spec.Name, FormatCount(sum.JobsPerSec)))
 		case out.Scenario.Kind == KindFailover:
 			parts = append(parts, fmt.Sprintf("%s failover median %s, max %s", spec.Name,
-				FormatLatency(sum.FailoverMedian), FormatLatency(sum.FailoverMax)))
+				FormatSeconds(sum.FailoverMedian), FormatSeconds(sum.FailoverMax)))
 		default:
 			parts = append(parts, fmt.Sprintf("%s %s/item", spec.Name, FormatBytes(int(sum.PerItem))))
 		}
