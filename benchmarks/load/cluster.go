@@ -347,12 +347,7 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 			err = fmt.Errorf("load: %s member %s reported a data race:\n%s", spec.Name, m.name, report)
 		}
 	}
-	if err != nil && ctx.Err() == nil {
-		r.Errors++
-		if r.FirstError == "" {
-			r.FirstError = err.Error()
-		}
-	}
+	r.addError(ctx, err)
 	r.Server = spec.Name
 	return r
 }

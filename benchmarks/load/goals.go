@@ -193,20 +193,16 @@ func EvaluateGoals(outs []Outcome, base, cand string) []GoalRow {
 		switch {
 		case g.Absolute:
 			b = Summary{OK: true} // nothing to compare with
-		case g.Against != "" && g.AgainstBase:
-			a, ok := byName[g.Against]
-			if !ok {
-				row.Met = "not run (needs " + g.Against + ")"
-				rows = append(rows, row)
-				continue
-			}
-			b = Summarize(a.Runs[base])
 		case g.Against != "":
 			a, ok := byName[g.Against]
 			if !ok {
 				row.Met = "not run (needs " + g.Against + ")"
 				rows = append(rows, row)
 				continue
+			}
+			if g.AgainstBase {
+				b = Summarize(a.Runs[base])
+				break
 			}
 			b = Summarize(a.Runs[cand])
 			bo, ba := Summarize(o.Runs[base]), Summarize(a.Runs[base])

@@ -302,14 +302,21 @@ func (p Plan) runOne(ctx context.Context, s Scenario, spec ServerSpec) Result {
 	if report := srv.RaceReport(); report != "" && err == nil {
 		err = fmt.Errorf("load: %s reported a data race:\n%s", spec.Name, report)
 	}
-	if err != nil && ctx.Err() == nil {
-		r.Errors++
-		if r.FirstError == "" {
-			r.FirstError = err.Error()
-		}
-	}
+	r.addError(ctx, err)
 	r.Server = spec.Name
 	return r
+}
+
+// addError counts err against the run, unless it is nil or the run was
+// interrupted (ctx ended), and keeps it as the first error if none is.
+func (r *Result) addError(ctx context.Context, err error) {
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	r.Errors++
+	if r.FirstError == "" {
+		r.FirstError = err.Error()
+	}
 }
 
 // flagNames picks the flags out of args ("-b", "{dir}", "-f", "0" gives
