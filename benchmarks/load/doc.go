@@ -42,7 +42,8 @@
 // agree on a leader and have applied what it committed before the next
 // kill. Result.Failovers holds the times, and the goals take their median
 // and maximum as absolute bounds (Goal.Absolute). It runs in the first
-// repetition only (Scenario.Reps), since ten kills take half a minute.
+// repetition only (Scenario.Reps), since ten kills take some twenty
+// seconds.
 //
 // Every member is stopped by its PID at the end of the run (SIGTERM, then
 // SIGKILL after stopGrace) and the temporary directory removed.
