@@ -78,7 +78,7 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 			"with each other and with the load generator. A follower copies its clients' bytes to the leader. "+
 			"CPU is the members' user+system time summed, per 100,000 jobs and per command "+
 			"(a producer/consumer job is three: put, reserve, delete; a put-only job is one); "+
-			"RSS is each member's at the end of the run. Medians over the repetitions.\n\n", cand)
+			"RSS is each member's at the end of the run (the tables above give the members' sums). Medians over the repetitions.\n\n", cand)
 		p("| scenario | jobs/s | p99 | CPU s/100k, all members | CPU per command | leader's share of CPU | RSS leader | RSS followers |\n")
 		p("|---|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, o := range timed {
