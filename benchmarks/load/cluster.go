@@ -239,12 +239,18 @@ func (c *Cluster) settled(ctx context.Context) (*member, string) {
 	return leader, ""
 }
 
-// leaderNow is the member serving now, as its own /cluster says, or nil.
+// leaderNow is the member serving now, as its own /cluster says, or nil
+// if none says so within clusterSettleTimeout (a loaded member may be slow
+// to answer, and an election takes a second or two).
 func (c *Cluster) leaderNow(ctx context.Context) *member {
-	for _, m := range c.up() {
-		if st, err := c.status(ctx, m); err == nil && st.Serving {
-			return m
+	deadline := time.Now().Add(clusterSettleTimeout)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		for _, m := range c.up() {
+			if st, err := c.status(ctx, m); err == nil && st.Serving {
+				return m
+			}
 		}
+		sleepCtx(ctx, 20*time.Millisecond, nil)
 	}
 	return nil
 }
@@ -313,12 +319,12 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 	if s.Kind == KindFailover {
 		r, err = s.runFailover(ctx, c, p.Progress)
 	} else {
-		through := leader
-		if s.Through == ThroughFollower {
-			through = c.others(leader)[0]
-		}
 		// The leader first in the report, then the followers.
 		order := append([]*member{leader}, c.others(leader)...)
+		through := leader
+		if s.Through == ThroughFollower && len(order) > 1 {
+			through = order[1]
+		}
 		r, err = s.Run(ctx, c.server(through, order), p.Run, p.Progress)
 		for i := range r.Members {
 			r.Members[i].Role, r.Members[i].Clients = ThroughFollower, order[i] == through

@@ -79,15 +79,16 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 			"CPU is the members' user+system time summed, per 100,000 jobs and per command "+
 			"(a producer/consumer job is three: put, reserve, delete; a put-only job is one); "+
 			"RSS is each member's at the end of the run (the tables above give the members' sums). Medians over the repetitions.\n\n", cand)
-		p("| scenario | jobs/s | p99 | CPU s/100k, all members | CPU per command | leader's share of CPU | RSS leader | RSS followers |\n")
-		p("|---|--:|--:|--:|--:|--:|--:|--:|\n")
+		p("| scenario | jobs/s | p99 | CPU s/100k, all members | CPU per job | CPU per command | leader's share of CPU | RSS leader | RSS followers |\n")
+		p("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, o := range timed {
 			s := Summarize(o.Runs[cand])
 			if !s.OK {
-				p("| %s | %s | | | | | | |\n", o.Scenario.Name, cell(s, nil))
+				p("| %s | %s | | | | | | | |\n", o.Scenario.Name, cell(s, nil))
 				continue
 			}
-			perCommand := time.Duration(s.CPUPer100k / 100_000 / float64(o.Scenario.commandsPerJob()) * float64(time.Second))
+			perJob := time.Duration(s.CPUPer100k / 100_000 * float64(time.Second))
+			perCommand := perJob / time.Duration(o.Scenario.commandsPerJob())
 			ms := memberMedians(o.Runs[cand])
 			share, leaderRSS, followers := "—", "—", []string{}
 			var total time.Duration
@@ -104,10 +105,10 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 				}
 				followers = append(followers, FormatBytes(int(m.RSS)))
 			}
-			p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", o.Scenario.Name, fmtJobs(s), FormatLatency(s.P99), fmtCPU(s),
-				FormatLatency(perCommand), share, leaderRSS, strings.Join(followers, ", "))
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", o.Scenario.Name, fmtJobs(s), FormatLatency(s.P99), fmtCPU(s),
+				FormatLatency(perJob), FormatLatency(perCommand), share, leaderRSS, strings.Join(followers, ", "))
 		}
-		p("\nFor comparison, %s; the CPU per command above is ours, on this machine's two cores shared with the generator.\n", beanstalkdRSQuote)
+		p("\nFor comparison, %s; the CPU per command above is ours (per job divided by its commands), on this machine's two cores shared with the generator.\n", beanstalkdRSQuote)
 	}
 	for _, o := range failover {
 		s := Summarize(o.Runs[cand])
