@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -300,6 +301,12 @@ type MemberUsage struct {
 // KindFailover), and stops every member.
 func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Result {
 	res := Result{Server: spec.Name}
+	if runtime.GOOS != "linux" {
+		// The members' CPU and memory, summed, are the point, and they
+		// come from /proc.
+		res.Skipped = "skipped: cluster runs need Linux"
+		return res
+	}
 	c, err := StartCluster(spec, s.Members, s.argsFor(""))
 	if errors.Is(err, ErrFlagsRefused) {
 		res.Skipped = "skipped: no cluster mode"
