@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sproutmq/sprout/internal/replication"
@@ -371,20 +372,24 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 // directory, and the cluster settles again, before the next kill.
 func (s Scenario) runFailover(ctx context.Context, c *Cluster, prog *Progress) (Result, error) {
 	res := Result{Server: c.spec.Name}
-	prog.Begin(time.Duration(s.Kills)*4*time.Second, func() int64 { return int64(len(res.Failovers)) })
+	var done atomic.Int64 // failovers timed, for the progress display's goroutine
+	prog.Begin(time.Duration(s.Kills)*4*time.Second, done.Load)
 	defer prog.End()
 	for range s.Kills {
 		leader, err := c.awaitSettled(ctx, clusterSettleTimeout)
 		if err != nil {
 			return res, err
 		}
-		leader.proc.Kill()
+		// From the signal on, as cmd/sprout's tests time it: Kill waits
+		// until the process is gone.
 		lost := time.Now()
+		leader.proc.Kill()
 		acked, err := putThrough(ctx, c.others(leader), lost.Add(failoverTimeout))
 		if err != nil {
 			return res, fmt.Errorf("load: after killing leader %s: %w", leader.name, err)
 		}
 		res.Failovers = append(res.Failovers, acked.Sub(lost))
+		done.Add(1)
 		res.Sent++
 		res.Acked++
 		if err := c.start(leader); err != nil {
