@@ -14,6 +14,40 @@
 // repetitions; WriteMarkdown, RatioSVG, LatencySVG and ResourcesSVG turn the
 // outcomes into the report, and EvaluateGoals checks issue 4's targets.
 //
+// # Cluster scenarios
+//
+// A scenario with Members > 0 runs against a cluster (cluster.go): that
+// many Sprout processes on this machine, each with its own -b directory
+// under one temporary directory, --node m1, m2, …, --cluster-listen and
+// --http on free loopback ports, and the scenario's flags (-f 0). The run
+// waits (StartCluster, then Cluster.awaitSettled) until one member serves
+// and every member names it leader, then drives the same traffic as a
+// single server's scenario through the leader's client port or, with
+// Through set to ThroughFollower, through a follower's, which copies the
+// bytes to the leader. CPU is summed over the members (Server.Usage adds
+// their /proc figures), so CPU per job is what the whole cluster spent; RSS
+// is their sum too, and Result.Members keeps each member's. If the leader
+// changed during the run, the run failed: its figures are not "through the
+// leader". A server that refuses the members' flags (beanstalkd exits
+// with status 5 at --http) is skipped for the scenario, so the report's
+// beanstalkd column says it has no cluster mode, and the goals set the
+// cluster against beanstalkd's and single-node Sprout's durable -f 0
+// scenarios of the same run (Goal.Against, Goal.AgainstBase).
+//
+// KindFailover kills the serving leader with SIGKILL Kills times. Each
+// time it measures from the kill to the first put acknowledged through a
+// surviving member, putting on a new connection to each survivor in turn
+// (as cmd/sprout's cluster tests do), then restarts the killed member
+// on its own directory (it rejoins from its log) and waits until the three
+// agree on a leader and have applied what it committed before the next
+// kill. Result.Failovers holds the times, and the goals take their median
+// and maximum as absolute bounds (Goal.Absolute). It runs in the first
+// repetition only (Scenario.Reps), since ten kills take some twenty
+// seconds.
+//
+// Every member is stopped by its PID at the end of the run (SIGTERM, then
+// SIGKILL after stopGrace) and the temporary directory removed.
+//
 // Traffic goes only to 127.0.0.0/8, and every run is bounded in time (each
 // connection has a deadline) and in count (RunConfig.MaxPuts).
 package load

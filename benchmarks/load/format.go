@@ -78,6 +78,14 @@ func FormatLatency(d time.Duration) string {
 	return strconv.FormatFloat(us, 'f', 1, 64) + " µs"
 }
 
+// FormatSeconds writes d in seconds to two decimals: 1.33 s.
+func FormatSeconds(d time.Duration) string {
+	if d <= 0 {
+		return "—"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + " s"
+}
+
 // FormatRatio writes r as 1.53×.
 func FormatRatio(r float64) string {
 	if math.IsNaN(r) || math.IsInf(r, 0) {

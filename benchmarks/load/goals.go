@@ -16,6 +16,8 @@ const (
 	MetricP999
 	MetricCPU
 	MetricPerItem
+	MetricFailoverMedian
+	MetricFailoverMax
 )
 
 func (m Metric) of(s Summary) float64 {
@@ -30,6 +32,10 @@ func (m Metric) of(s Summary) float64 {
 		return s.CPUPer100k
 	case MetricPerItem:
 		return s.PerItem
+	case MetricFailoverMedian:
+		return float64(s.FailoverMedian)
+	case MetricFailoverMax:
+		return float64(s.FailoverMax)
 	}
 	return math.NaN()
 }
@@ -43,6 +49,8 @@ func (m Metric) format(v float64) string {
 		return FormatThousands(v) + "/s"
 	case MetricP99, MetricP999:
 		return FormatLatency(time.Duration(v))
+	case MetricFailoverMedian, MetricFailoverMax:
+		return FormatSeconds(time.Duration(v))
 	case MetricCPU:
 		return strconv.FormatFloat(v, 'g', 3, 64) + " s/100k"
 	case MetricPerItem:
@@ -62,6 +70,12 @@ type Goal struct {
 	// Against, when set, compares Sprout's figure with Sprout's own on
 	// this other scenario instead of with beanstalkd's on the same one.
 	Against string
+	// AgainstBase compares with beanstalkd's figure on Against instead
+	// (a cluster against beanstalkd's single durable node).
+	AgainstBase bool
+	// Absolute sets Target in the metric's own units (nanoseconds for a
+	// time), compared with Sprout's figure alone.
+	Absolute bool
 }
 
 // Goals are issues 3's, 4's, 11's and 18's targets, as ratios of Sprout to beanstalkd in the
@@ -105,6 +119,18 @@ var Goals = []Goal{
 	{Text: "durable -b -f 50 vs Sprout in memory, 100 conns: jobs/s", Scenario: "durable-f50-c100", Against: "prodcons-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.85},
 	{Text: "durable -b -f 0, puts only, 100 conns: puts/s", Scenario: "durable-put-f0-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 10},
 	{Text: "durable -b -f 50 vs Sprout in memory, puts only, 100 conns: puts/s", Scenario: "durable-put-f50-c100", Against: "put-only-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.85},
+	// Issue 16: three members on this machine (each -b DIR -f 0), against
+	// beanstalkd -b -f 0 and single-node Sprout -b -f 0 in the same run.
+	{Text: "cluster of 3 via the leader vs beanstalkd -b -f 0, producer/consumer 100 conns: jobs/s", Scenario: "cluster-prodcons-c100-leader", Against: "durable-f0-c100", AgainstBase: true, Metric: MetricJobsPerSec, AtLeast: true, Target: 3},
+	{Text: "cluster of 3 via the leader vs one node -b -f 0, producer/consumer 100 conns: jobs/s", Scenario: "cluster-prodcons-c100-leader", Against: "durable-f0-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.5},
+	{Text: "cluster of 3 via the leader vs beanstalkd -b -f 0, puts only, 100 conns: puts/s", Scenario: "cluster-put-only-c100-leader", Against: "durable-put-f0-c100", AgainstBase: true, Metric: MetricJobsPerSec, AtLeast: true, Target: 3},
+	{Text: "cluster of 3 via the leader vs one node -b -f 0, puts only, 100 conns: puts/s", Scenario: "cluster-put-only-c100-leader", Against: "durable-put-f0-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.5},
+	{Text: "cluster via a follower vs via the leader, producer/consumer 100 conns: jobs/s", Scenario: "cluster-prodcons-c100-follower", Against: "cluster-prodcons-c100-leader", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.5},
+	{Text: "cluster via a follower vs via the leader, puts only, 100 conns: puts/s", Scenario: "cluster-put-only-c100-follower", Against: "cluster-put-only-c100-leader", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.5},
+	{Text: "cluster CPU per job, summed over 3 members, vs one node -b -f 0, producer/consumer 100 conns", Scenario: "cluster-prodcons-c100-leader", Against: "durable-f0-c100", Metric: MetricCPU, Target: 3},
+	{Text: "cluster CPU per put, summed over 3 members, vs one node -b -f 0, puts only, 100 conns", Scenario: "cluster-put-only-c100-leader", Against: "durable-put-f0-c100", Metric: MetricCPU, Target: 3},
+	{Text: "cluster failover, kill -9 of the leader to a put acknowledged: median", Scenario: "cluster-failover", Metric: MetricFailoverMedian, Absolute: true, Target: float64(1500 * time.Millisecond)},
+	{Text: "cluster failover, kill -9 of the leader to a put acknowledged: worst", Scenario: "cluster-failover", Metric: MetricFailoverMax, Absolute: true, Target: float64(3 * time.Second)},
 }
 
 // tailGoals are issue 18's p99 ≤ 1× and p99.9 ≤ 2× on the in-memory
@@ -164,12 +190,19 @@ func EvaluateGoals(outs []Outcome, base, cand string) []GoalRow {
 		}
 		c := Summarize(o.Runs[cand])
 		var b Summary
-		if g.Against != "" {
+		switch {
+		case g.Absolute:
+			b = Summary{OK: true} // nothing to compare with
+		case g.Against != "":
 			a, ok := byName[g.Against]
 			if !ok {
 				row.Met = "not run (needs " + g.Against + ")"
 				rows = append(rows, row)
 				continue
+			}
+			if g.AgainstBase {
+				b = Summarize(a.Runs[base])
+				break
 			}
 			b = Summarize(a.Runs[cand])
 			bo, ba := Summarize(o.Runs[base]), Summarize(a.Runs[base])
@@ -177,7 +210,7 @@ func EvaluateGoals(outs []Outcome, base, cand string) []GoalRow {
 				row.BaseOwn, row.BaseAgainst = g.Metric.format(g.Metric.of(bo)), g.Metric.format(g.Metric.of(ba))
 				row.BaseRatio = ratio(g.Metric.of(bo), g.Metric.of(ba))
 			}
-		} else {
+		default:
 			b = Summarize(o.Runs[base])
 		}
 		switch {
@@ -189,15 +222,25 @@ func EvaluateGoals(outs []Outcome, base, cand string) []GoalRow {
 		if c.OK {
 			row.Sprout = g.Metric.format(g.Metric.of(c))
 		}
-		if b.OK {
+		if b.OK && !g.Absolute {
 			row.Base = g.Metric.format(g.Metric.of(b))
 		}
 		if row.Met == "" {
-			row.Ratio = ratio(g.Metric.of(c), g.Metric.of(b))
+			// What is held to the target: the ratio, or for an absolute
+			// goal Sprout's own figure (the row then has no ratio).
+			judged := ratio(g.Metric.of(c), g.Metric.of(b))
+			if g.Absolute {
+				judged = g.Metric.of(c)
+				if judged <= 0 {
+					judged = math.NaN()
+				}
+			} else {
+				row.Ratio = judged
+			}
 			switch {
-			case math.IsNaN(row.Ratio):
+			case math.IsNaN(judged):
 				row.Met = "no figure"
-			case g.AtLeast && row.Ratio >= g.Target, !g.AtLeast && row.Ratio <= g.Target:
+			case g.AtLeast && judged >= g.Target, !g.AtLeast && judged <= g.Target:
 				row.Met = "yes"
 			default:
 				row.Met = "no"
@@ -210,7 +253,11 @@ func EvaluateGoals(outs []Outcome, base, cand string) []GoalRow {
 
 // RatioText writes the goal row's ratio, with a third decimal when two would
 // round it onto the target and hide which side it falls.
+// An absolute goal has no ratio.
 func (g GoalRow) RatioText() string {
+	if g.Absolute {
+		return "—"
+	}
 	if math.Abs(g.Ratio-g.Target) < 0.005 && g.Ratio != g.Target {
 		return strconv.FormatFloat(g.Ratio, 'f', 3, 64) + "×"
 	}
@@ -222,6 +269,9 @@ func (g Goal) TargetText() string {
 	op := "≤ "
 	if g.AtLeast {
 		op = "≥ "
+	}
+	if g.Absolute {
+		return op + g.Metric.format(g.Target)
 	}
 	return op + FormatRatio(g.Target)
 }

@@ -92,14 +92,19 @@ func WriteMarkdown(w io.Writer, meta Meta, outs []Outcome, charts ChartNames) er
 	goals := EvaluateGoals(outs, b, c)
 	var selfGoals []GoalRow
 	for _, g := range goals {
-		with := b
-		if g.Against != "" {
-			with = c + " on " + g.Against
+		with := " (" + b + ")"
+		switch {
+		case g.Absolute:
+			with = ""
+		case g.AgainstBase:
+			with = " (" + b + " on " + g.Against + ")"
+		case g.Against != "":
+			with = " (" + c + " on " + g.Against + ")"
 			if g.BaseOwn != "" {
 				selfGoals = append(selfGoals, g)
 			}
 		}
-		p("| %s | %s | %s (%s) | %s | %s | %s |\n", g.Text, g.Sprout, g.Base, with, g.RatioText(), g.TargetText(), g.Met)
+		p("| %s | %s | %s%s | %s | %s | %s |\n", g.Text, g.Sprout, g.Base, with, g.RatioText(), g.TargetText(), g.Met)
 	}
 	if len(selfGoals) > 0 {
 		p("\nThe goals that set Sprout against itself, with %s's figures on the same two scenarios (no target):\n\n", b)
@@ -159,6 +164,7 @@ func WriteMarkdown(w io.Writer, meta Meta, outs []Outcome, charts ChartNames) er
 			}
 		}
 	}
+	writeCluster(p, outs, c)
 
 	p("\n## Scenarios\n\n")
 	for _, o := range outs {
@@ -188,6 +194,9 @@ func WriteMarkdown(w io.Writer, meta Meta, outs []Outcome, charts ChartNames) er
 				per := "—"
 				if r.Items > 0 && !o.Scenario.timed() {
 					per = FormatThousands(r.PerItem) + " B"
+				}
+				if note == "" {
+					note = clusterNote(r)
 				}
 				if note == "" && o.Scenario.Idle > 0 && r.Items < int64(o.Scenario.Idle) {
 					note = fmt.Sprintf("%s idle connections, not %s (open-file limit %d)",
@@ -230,9 +239,10 @@ func otherLoad(outs []Outcome) (med, hi float64) {
 
 func splitOutcomes(outs []Outcome) (timed, memory []Outcome) {
 	for _, o := range outs {
-		if o.Scenario.timed() {
+		switch {
+		case o.Scenario.timed():
 			timed = append(timed, o)
-		} else {
+		case o.Scenario.Kind == KindIdle, o.Scenario.Kind == KindJobMemory:
 			memory = append(memory, o)
 		}
 	}
@@ -294,7 +304,10 @@ func WriteRatioTable(w io.Writer, outs []Outcome, base, cand string) {
 	for _, o := range outs {
 		sb, sc := Summarize(o.Runs[base]), Summarize(o.Runs[cand])
 		m, f, unit := MetricJobsPerSec, fmtJobs, " jobs/s"
-		if !o.Scenario.timed() {
+		switch {
+		case o.Scenario.Kind == KindFailover:
+			m, f, unit = MetricFailoverMedian, func(s Summary) string { return FormatSeconds(s.FailoverMedian) }, " failover median"
+		case !o.Scenario.timed():
 			m, f, unit = MetricPerItem, func(s Summary) string { return FormatThousands(s.PerItem) }, " B/item"
 		}
 		r := "—"

@@ -67,6 +67,16 @@ func Catalogue(sz Sizes) []Scenario {
 		}
 		return s
 	}
+	// Issue 16: three members on this machine, each -b DIR -f 0, at 100
+	// connections through the leader and through a follower, set against
+	// durable-f0-c100 and durable-put-f0-c100 (beanstalkd and one node).
+	cluster := func(s Scenario, through Through) Scenario {
+		s.Name = fmt.Sprintf("cluster-%s-%s", s.Name, through)
+		s.Title += fmt.Sprintf(", cluster of %d (-b DIR -f 0 each), through %s", clusterMembers, map[Through]string{ThroughLeader: "the leader", ThroughFollower: "a follower"}[through])
+		s.ServerArgs = []string{"-f", "0"}
+		s.Members, s.Through = clusterMembers, through
+		return s
+	}
 	c1000 := pc(1000, 64)
 	c1000.Full = true
 	// The cost of the work a server holds: prodcons-c10's traffic beside
@@ -104,11 +114,24 @@ func Catalogue(sz Sizes) []Scenario {
 		// shares each fsync among everything pending.
 		{Name: "durable-pipe-f0-c100-d10", Title: "pipelined puts, 100 conns, depth 10, 64 B, -b DIR -f 0",
 			Kind: KindPipelined, Conns: 100, Depth: 10, Body: 64, ServerArgs: []string{"-b", "{dir}", "-f", "0"}},
+		cluster(pc(100, 64), ThroughLeader), cluster(pc(100, 64), ThroughFollower),
+		cluster(putOnly(100, nil), ThroughLeader), cluster(putOnly(100, nil), ThroughFollower),
+		{Name: "cluster-failover", Kind: KindFailover, Members: clusterMembers, Kills: failoverKills, Reps: 1, ServerArgs: []string{"-f", "0"},
+			Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each): the serving leader killed (-9) %d times, restarted on its directory after each; first repetition only",
+				clusterMembers, failoverKills)},
 		{Name: "idle-conns", Title: idleTitle, Kind: KindIdle, Conns: idleConns, Full: true},
 		{Name: "jobs-memory", Title: fmt.Sprintf("%s stored jobs of 64 B (pipelined puts, 10 conns)", FormatThousands(float64(jobs))),
 			Kind: KindJobMemory, Conns: 10, Body: 64, Jobs: jobs, Full: true},
 	}
 }
+
+const (
+	// clusterMembers is the cluster scenarios' size, the smallest that
+	// survives the loss of a member.
+	clusterMembers = 3
+	// failoverKills is issue 16's number of leaders killed.
+	failoverKills = 10
+)
 
 // Plan is a whole benchmark: every scenario against every server, Reps times.
 type Plan struct {
@@ -148,18 +171,24 @@ func (p Plan) Execute(ctx context.Context) ([]Outcome, error) {
 		outs[i] = Outcome{Scenario: s, Runs: map[string][]Result{}}
 		skipped[i] = map[string]string{}
 	}
-	total := len(p.Scenarios) * p.Reps * len(p.Servers)
+	total := 0
+	for _, s := range p.Scenarios {
+		total += s.repsOf(p.Reps) * len(p.Servers)
+	}
 	n := 0
 	for rep := range p.Reps {
 		for i, s := range p.Scenarios {
 			out := &outs[i]
+			if rep >= s.repsOf(p.Reps) {
+				continue
+			}
 			for _, spec := range p.Servers {
 				n++
 				if why, ok := skipped[i][spec.Name]; ok {
 					out.Runs[spec.Name] = append(out.Runs[spec.Name], Result{Server: spec.Name, Skipped: why})
 					continue
 				}
-				p.Progress.SetLabel(fmt.Sprintf("[%d/%d] %s  %s  rep %d/%d", n, total, s.Name, spec.Name, rep+1, p.Reps))
+				p.Progress.SetLabel(fmt.Sprintf("[%d/%d] %s  %s  rep %d/%d", n, total, s.Name, spec.Name, rep+1, s.repsOf(p.Reps)))
 				if p.Quiet > 0 {
 					p.waitQuiet(ctx)
 				}
@@ -172,7 +201,7 @@ func (p Plan) Execute(ctx context.Context) ([]Outcome, error) {
 					return outs, ctx.Err()
 				}
 			}
-			if rep == p.Reps-1 {
+			if rep == s.repsOf(p.Reps)-1 {
 				p.Progress.Printf("%-20s %s", s.Name, p.oneLine(*out))
 			}
 		}
@@ -220,6 +249,9 @@ func (p Plan) oneLine(out Outcome) string {
 			parts = append(parts, spec.Name+": failed")
 		case out.Scenario.timed():
 			parts = append(parts, fmt.Sprintf("%s %s/s", spec.Name, FormatCount(sum.JobsPerSec)))
+		case out.Scenario.Kind == KindFailover:
+			parts = append(parts, fmt.Sprintf("%s failover median %s, max %s", spec.Name,
+				FormatSeconds(sum.FailoverMedian), FormatSeconds(sum.FailoverMax)))
 		default:
 			parts = append(parts, fmt.Sprintf("%s %s/item", spec.Name, FormatBytes(int(sum.PerItem))))
 		}
@@ -227,8 +259,19 @@ func (p Plan) oneLine(out Outcome) string {
 	return strings.Join(parts, "   ")
 }
 
+// repsOf is how many of the plan's reps repetitions run s.
+func (s Scenario) repsOf(reps int) int {
+	if s.Reps > 0 {
+		return min(s.Reps, reps)
+	}
+	return reps
+}
+
 // runOne starts spec fresh, runs s against it and kills it.
 func (p Plan) runOne(ctx context.Context, s Scenario, spec ServerSpec) Result {
+	if s.Members > 0 {
+		return p.runCluster(ctx, s, spec)
+	}
 	res := Result{Server: spec.Name}
 	var dir string
 	if s.needsDir() {
@@ -259,14 +302,21 @@ func (p Plan) runOne(ctx context.Context, s Scenario, spec ServerSpec) Result {
 	if report := srv.RaceReport(); report != "" && err == nil {
 		err = fmt.Errorf("load: %s reported a data race:\n%s", spec.Name, report)
 	}
-	if err != nil && ctx.Err() == nil {
-		r.Errors++
-		if r.FirstError == "" {
-			r.FirstError = err.Error()
-		}
-	}
+	r.addError(ctx, err)
 	r.Server = spec.Name
 	return r
+}
+
+// addError counts err against the run, unless it is nil or the run was
+// interrupted (ctx ended), and keeps it as the first error if none is.
+func (r *Result) addError(ctx context.Context, err error) {
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	r.Errors++
+	if r.FirstError == "" {
+		r.FirstError = err.Error()
+	}
 }
 
 // flagNames picks the flags out of args ("-b", "{dir}", "-f", "0" gives
@@ -298,13 +348,16 @@ type Summary struct {
 	RSS            float64 // bytes
 	PerItem        float64 // bytes
 	Items          float64
+	// FailoverMedian and FailoverMax are over every failover of the usable
+	// runs together.
+	FailoverMedian, FailoverMax time.Duration
 }
 
 // Summarize takes the median of each figure over the runs that were neither
 // skipped nor failed.
 func Summarize(rs []Result) Summary {
 	var s Summary
-	var jobs, p50, p99, p999, cpu, rss, per, items []float64
+	var jobs, p50, p99, p999, cpu, rss, per, items, failovers []float64
 	skips := 0
 	for _, r := range rs {
 		switch {
@@ -328,6 +381,9 @@ func Summarize(rs []Result) Summary {
 		rss = append(rss, float64(r.RSS))
 		per = append(per, r.PerItem)
 		items = append(items, float64(r.Items))
+		for _, d := range r.Failovers {
+			failovers = append(failovers, float64(d))
+		}
 	}
 	if skips < len(rs) {
 		s.Skipped = ""
@@ -336,6 +392,10 @@ func Summarize(rs []Result) Summary {
 	s.JobsPerSec, s.CPUPer100k, s.RSS = median(jobs), median(cpu), median(rss)
 	s.P50, s.P99, s.P999 = time.Duration(median(p50)), time.Duration(median(p99)), time.Duration(median(p999))
 	s.PerItem, s.Items = median(per), median(items)
+	s.FailoverMedian = time.Duration(median(failovers))
+	if len(failovers) > 0 {
+		s.FailoverMax = time.Duration(slices.Max(failovers))
+	}
 	return s
 }
 

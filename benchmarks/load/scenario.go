@@ -43,6 +43,9 @@ const (
 	// KindJobMemory puts Jobs jobs of Body bytes with pipelined puts and
 	// measures the server's resident memory per stored job.
 	KindJobMemory
+	// KindFailover kills a cluster's serving leader Kills times and
+	// measures each failover (runFailover); it needs Members.
+	KindFailover
 )
 
 // backlogPerConn bounds KindProdCons's outstanding jobs per producer.
@@ -74,6 +77,16 @@ type Scenario struct {
 	// ServerArgs are extra server flags; "{dir}" becomes a fresh empty
 	// directory for the run.
 	ServerArgs []string
+	// Members, when positive, runs the scenario against a cluster of that
+	// many members of the server, each with its own -b directory (see
+	// Cluster), and Through says whose client port the traffic uses.
+	Members int
+	Through Through `json:",omitempty"`
+	// Kills is KindFailover's number of leaders killed.
+	Kills int `json:",omitempty"`
+	// Reps, when positive, runs the scenario in the first Reps
+	// repetitions only.
+	Reps int `json:",omitempty"`
 	// Full marks scenarios that only the long run (-full) includes.
 	Full bool
 }
@@ -94,13 +107,17 @@ func (s Scenario) Timed() string {
 		return "each put, from flushing its batch to reading its reply"
 	case KindRoundTrip:
 		return "put → reserve → delete, the whole round trip"
+	case KindFailover:
+		return "from kill -9 of the leader to the first put acknowledged through another member"
 	}
 	return "—"
 }
 
 // Timed reports whether the scenario runs for a duration and yields jobs/s
-// and latency; the memory scenarios do not.
-func (s Scenario) timed() bool { return s.Kind != KindIdle && s.Kind != KindJobMemory }
+// and latency; the memory and failover scenarios do not.
+func (s Scenario) timed() bool {
+	return s.Kind != KindIdle && s.Kind != KindJobMemory && s.Kind != KindFailover
+}
 
 // RunConfig bounds one run.
 type RunConfig struct {
@@ -135,6 +152,13 @@ type Result struct {
 	// jobs, and the server's resident memory growth per item in bytes.
 	Items   int64
 	PerItem float64
+
+	// Members are a cluster's members, the leader first: what each spent
+	// (CPU and RSS above are their sums).
+	Members []MemberUsage `json:",omitempty"`
+	// Failovers are KindFailover's times from each kill of the leader to
+	// the first put acknowledged through another member.
+	Failovers []time.Duration `json:",omitempty"`
 
 	Sent, Acked int64 // puts written and puts answered INSERTED
 	Errors      int64 // protocol errors and unexpected I/O failures
@@ -178,6 +202,8 @@ func (s Scenario) Run(ctx context.Context, srv *Server, rc RunConfig, prog *Prog
 		return s.runIdle(ctx, srv, rc, prog)
 	case KindJobMemory:
 		return s.runJobMemory(ctx, srv, rc, prog)
+	case KindFailover:
+		return Result{Server: srv.Spec.Name}, fmt.Errorf("load: scenario %s needs a cluster (Members)", s.Name)
 	}
 	return s.runTimed(ctx, srv, rc, prog)
 }
@@ -265,6 +291,10 @@ func (s Scenario) runTimed(ctx context.Context, srv *Server, rc RunConfig, prog 
 		res.RSS = s1.server.RSS
 		res.GenCPU = s1.self - s0.self
 		res.OtherCPU = max(0, s1.machine-s0.machine-res.CPU-res.GenCPU)
+		for i, m := range srv.members {
+			res.Members = append(res.Members, MemberUsage{Name: m.name,
+				CPU: s1.members[i].CPU - s0.members[i].CPU, RSS: s1.members[i].RSS})
+		}
 	}
 	res.Sent, res.Acked = m.sent.Load(), m.acked.Load()
 	res.Errors, res.FirstError = m.errs.Load(), m.firstError()
@@ -274,10 +304,11 @@ func (s Scenario) runTimed(ctx context.Context, srv *Server, rc RunConfig, prog 
 	return res, besideErr
 }
 
-// sample is a reading of the CPU time spent by the server, by this process
-// and by the whole machine.
+// sample is a reading of the CPU time spent by the server (and by each of
+// a cluster's members), by this process and by the whole machine.
 type sample struct {
 	server  procstat.Usage
+	members []procstat.Usage
 	self    time.Duration
 	machine time.Duration
 }
@@ -285,7 +316,12 @@ type sample struct {
 func takeSample(srv *Server) (sample, error) {
 	var s sample
 	var err error
-	if s.server, err = srv.Usage(); err != nil {
+	if len(srv.members) > 0 {
+		if s.members, err = memberUsage(srv.members); err != nil {
+			return s, err
+		}
+		s.server = sumUsage(s.members)
+	} else if s.server, err = srv.Usage(); err != nil {
 		return s, err
 	}
 	self, err := procstat.Read(os.Getpid())

@@ -42,7 +42,11 @@ type Server struct {
 	Addr string // 127.0.0.1:port
 	PID  int
 
-	proc *testproc.Process
+	proc *testproc.Process // nil for a cluster, whose runCluster owns the processes
+	// members, for a cluster, are the processes whose CPU and memory are
+	// the server's; Addr and PID are then those of the member the clients
+	// connect to.
+	members []*member
 }
 
 // StartServer starts spec on a free loopback port with extra arguments after
@@ -123,8 +127,18 @@ func outputTail(p *testproc.Process) string {
 	return strings.TrimSpace(b)
 }
 
-// Usage reads the server's CPU time and resident memory from /proc.
-func (s *Server) Usage() (procstat.Usage, error) { return procstat.Read(s.PID) }
+// Usage reads the server's CPU time and resident memory from /proc; for a
+// cluster, their sums over the members.
+func (s *Server) Usage() (procstat.Usage, error) {
+	if len(s.members) == 0 {
+		return procstat.Read(s.PID)
+	}
+	us, err := memberUsage(s.members)
+	if err != nil {
+		return procstat.Usage{}, err
+	}
+	return sumUsage(us), nil
+}
 
 // ModuleRoot returns the directory of the go.mod that governs the working
 // directory.

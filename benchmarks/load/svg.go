@@ -39,7 +39,9 @@ func RatioSVG(outs []Outcome, base, cand string) string {
 	targets := goalTargets(MetricJobsPerSec)
 	var rows []barRow
 	for _, o := range outs {
-		if !o.Scenario.timed() {
+		// A cluster has no beanstalkd counterpart: its goals set it
+		// against other scenarios, in the report's tables.
+		if !o.Scenario.timed() || o.Scenario.Members > 0 {
 			continue
 		}
 		rows = append(rows, ratioRow(o.Scenario.Name, Summarize(o.Runs[cand]), Summarize(o.Runs[base]), MetricJobsPerSec, targets[o.Scenario.Name]))
@@ -55,7 +57,7 @@ func ResourcesSVG(outs []Outcome, base, cand string) string {
 	var rows []barRow
 	for _, o := range outs {
 		sc, sb := Summarize(o.Runs[cand]), Summarize(o.Runs[base])
-		if o.Scenario.timed() {
+		if o.Scenario.timed() && o.Scenario.Members == 0 {
 			rows = append(rows, ratioRow("CPU/job "+o.Scenario.Name, sc, sb, MetricCPU, cpuTargets[o.Scenario.Name]))
 		}
 	}
@@ -92,7 +94,7 @@ func ratioRow(label string, cand, base Summary, m Metric, target float64) barRow
 func goalTargets(m Metric) map[string]float64 {
 	t := map[string]float64{}
 	for _, g := range Goals {
-		if g.Metric == m && g.Against == "" {
+		if g.Metric == m && g.Against == "" && !g.Absolute {
 			t[g.Scenario] = g.Target
 		}
 	}

@@ -51,7 +51,7 @@ func main() {
 	flag.StringVar(&o.sprout, "sprout", "", "Sprout executable; default: go build ./cmd/sprout into a temporary directory")
 	flag.StringVar(&o.beanstalkd, "beanstalkd", "", "beanstalkd executable; default: $SPROUT_REF_BEANSTALKD, else the 1.13 release built by ../shared/tools/build-beanstalkd-1.13.sh, else beanstalkd on PATH")
 	flag.StringVar(&o.baseName, "base-name", "beanstalkd", "what to call the -beanstalkd server in the report (for example nullqueue, see make bench-ceiling)")
-	flag.StringVar(&o.sproutArgs, "sprout-args", "", "extra flags for Sprout, space-separated (for example \"--loops 1\")")
+	flag.StringVar(&o.sproutArgs, "sprout-args", "", "extra flags for Sprout, space-separated (for example \"--loops 1\"); for a cluster's members, {node} becomes each one's name")
 	flag.BoolVar(&o.full, "full", false, "every scenario (1,000 connections, idle connections, 1M jobs) and longer runs")
 	flag.IntVar(&o.reps, "reps", 0, "repetitions per server and scenario; default 3, or 5 with -full")
 	flag.DurationVar(&o.duration, "duration", 0, "measured time per run; default 2s, or 5s with -full")

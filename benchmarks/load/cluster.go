@@ -1,0 +1,428 @@
+package load
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/internal/testproc/procstat"
+)
+
+// Through names the member whose client port a cluster scenario's
+// connections use.
+type Through string
+
+// The members a cluster scenario's clients may connect to.
+const (
+	ThroughLeader   Through = "leader"
+	ThroughFollower Through = "follower"
+)
+
+const (
+	// clusterSettleTimeout bounds the wait for fresh members to elect a
+	// leader that serves and all agree on (an election timeout is 1 to 2 s;
+	// a loaded machine stretches the start), and for a restarted member to
+	// catch up.
+	clusterSettleTimeout = 20 * time.Second
+	// failoverTimeout bounds one failover: past it the run fails. The
+	// issue's bound on the worst is 3 s.
+	failoverTimeout = 10 * time.Second
+	// failoverTry bounds each put of the failover probe: a member's proxy
+	// holds a connection up to an election timeout while it knows no
+	// leader, and a put to a member that has one is answered at once.
+	failoverTry = time.Second
+	// statusTimeout bounds one GET /cluster.
+	statusTimeout = 2 * time.Second
+)
+
+// NodePlaceholder in a server's flags (ServerSpec.Args, from -sprout-args)
+// becomes each member's name, so that, for example, each writes its own
+// --cpu-profile.
+const NodePlaceholder = "{node}"
+
+// member is one process of a Cluster. Only the run's goroutine touches it.
+type member struct {
+	name     string
+	peerAddr string // --cluster-listen
+	httpAddr string // --http
+	dir      string // -b, kept across restarts
+	proc     *testproc.Process
+}
+
+// Cluster is a few Sprout members on loopback, started fresh for one run.
+// Only the run's goroutine uses it.
+type Cluster struct {
+	spec    ServerSpec
+	extra   []string // the scenario's flags, after each member's own
+	peers   string   // --cluster-peers
+	root    string   // holds every member's -b directory; removed by Stop
+	members []*member
+	http    *http.Client
+}
+
+// StartCluster starts n members of spec with extra flags after their own
+// and returns once each accepts connections (its proxy holds them until a
+// leader is known: see awaitSettled). A server that exits with status 5
+// at start yields ErrFlagsRefused.
+func StartCluster(spec ServerSpec, n int, extra []string) (*Cluster, error) {
+	root, err := os.MkdirTemp("", "sproutbench-"+spec.Name+"-cluster-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{spec: spec, extra: extra, root: root, http: &http.Client{Timeout: statusTimeout}}
+	var peers []string
+	for i := 1; i <= n; i++ {
+		m := &member{name: fmt.Sprintf("m%d", i), dir: filepath.Join(root, fmt.Sprintf("m%d", i))}
+		if err := os.Mkdir(m.dir, 0o700); err != nil {
+			c.Stop()
+			return nil, err
+		}
+		for _, addr := range []*string{&m.peerAddr, &m.httpAddr} {
+			port, err := testproc.FreePort()
+			if err != nil {
+				c.Stop()
+				return nil, err
+			}
+			*addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		}
+		c.members = append(c.members, m)
+		peers = append(peers, m.name+"="+m.peerAddr)
+	}
+	c.peers = strings.Join(peers, ",")
+	for _, m := range c.members {
+		if err := c.start(m); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// start starts m, again if it ran before, on a new client port and the
+// same directory and member addresses.
+func (c *Cluster) start(m *member) error {
+	var args []string
+	for _, a := range c.spec.Args {
+		args = append(args, strings.ReplaceAll(a, NodePlaceholder, m.name))
+	}
+	args = append(args, "--http", m.httpAddr, "-b", m.dir, "--node", m.name,
+		"--cluster-listen", m.peerAddr, "--cluster-peers", c.peers)
+	args = append(args, c.extra...)
+	p, err := testproc.Launch(testproc.Config{
+		Binary:       c.spec.Path,
+		Args:         args,
+		StartTimeout: startTimeout,
+		OutputLimit:  1 << 20,
+	})
+	var se *testproc.StartError
+	switch {
+	case err == nil:
+	case !errors.As(err, &se):
+		return fmt.Errorf("load: start %s member %s: %w", c.spec.Name, m.name, err)
+	case se.Exited && se.Process.ExitCode() == 5:
+		return fmt.Errorf("%w: %s %s: %s", ErrFlagsRefused, c.spec.Name, se.Process, outputTail(se.Process))
+	default:
+		return fmt.Errorf("load: %s member %s did not start: %w", c.spec.Name, m.name, err)
+	}
+	m.proc = p
+	if len(c.spec.CPUs) > 0 {
+		return PinProcess(p.PID(), c.spec.CPUs)
+	}
+	return nil
+}
+
+// Stop ends every member by its PID (SIGTERM, then SIGKILL after
+// stopGrace; all at once) and removes their directories.
+func (c *Cluster) Stop() {
+	var wg sync.WaitGroup
+	for _, m := range c.members {
+		if m.proc != nil {
+			wg.Go(func() { m.proc.Stop(stopGrace) })
+		}
+	}
+	wg.Wait()
+	_ = os.RemoveAll(c.root)
+}
+
+// status is m's GET /cluster.
+func (c *Cluster) status(ctx context.Context, m *member) (replication.Status, error) {
+	var st replication.Status
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.httpAddr+"/cluster", nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("%s's /cluster: %s", m.name, resp.Status)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// up lists the members running.
+func (c *Cluster) up() []*member {
+	var up []*member
+	for _, m := range c.members {
+		if m.proc != nil && !m.proc.Exited() {
+			up = append(up, m)
+		}
+	}
+	return up
+}
+
+// others are the members running but m.
+func (c *Cluster) others(m *member) []*member {
+	return slices.DeleteFunc(c.up(), func(o *member) bool { return o == m })
+}
+
+// awaitSettled waits until every member runs, one serves, every member
+// names it leader, and each has applied what the leader had committed when
+// asked; it returns the leader.
+func (c *Cluster) awaitSettled(ctx context.Context, timeout time.Duration) (*member, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		leader, why := c.settled(ctx)
+		if leader != nil {
+			return leader, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("load: the cluster did not settle on a leader within %v: %s", timeout, why)
+		}
+		sleepCtx(ctx, 20*time.Millisecond, nil)
+	}
+}
+
+// settled is one round of awaitSettled's checks: the leader, or why not.
+func (c *Cluster) settled(ctx context.Context) (*member, string) {
+	if up := c.up(); len(up) < len(c.members) {
+		return nil, fmt.Sprintf("%d of %d members running", len(up), len(c.members))
+	}
+	sts := make([]replication.Status, len(c.members))
+	var leader *member
+	var commit uint64
+	for i, m := range c.members {
+		st, err := c.status(ctx, m)
+		if err != nil {
+			return nil, err.Error()
+		}
+		sts[i] = st
+		if st.Serving {
+			leader, commit = m, st.Commit
+		}
+	}
+	if leader == nil {
+		return nil, "no member serves"
+	}
+	for i, st := range sts {
+		if st.Leader != leader.name || st.Applied < commit {
+			return nil, fmt.Sprintf("%s names leader %q and has applied %d of %d", c.members[i].name, st.Leader, st.Applied, commit)
+		}
+	}
+	return leader, ""
+}
+
+// leaderNow is the member serving now, as its own /cluster says, or nil
+// if none says so within clusterSettleTimeout (a loaded member may be slow
+// to answer, and an election takes a second or two).
+func (c *Cluster) leaderNow(ctx context.Context) *member {
+	deadline := time.Now().Add(clusterSettleTimeout)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		for _, m := range c.up() {
+			if st, err := c.status(ctx, m); err == nil && st.Serving {
+				return m
+			}
+		}
+		sleepCtx(ctx, 20*time.Millisecond, nil)
+	}
+	return nil
+}
+
+// server is the cluster seen as one server whose clients connect to
+// through: its CPU and memory are those of members, in that order.
+func (c *Cluster) server(through *member, members []*member) *Server {
+	return &Server{Spec: c.spec, Addr: through.proc.Addr(), PID: through.proc.PID(), members: members}
+}
+
+// memberUsage reads each member's /proc figures, in c.members order.
+func memberUsage(members []*member) ([]procstat.Usage, error) {
+	us := make([]procstat.Usage, len(members))
+	for i, m := range members {
+		u, err := procstat.Read(m.proc.PID())
+		if err != nil {
+			return nil, fmt.Errorf("load: member %s: %w", m.name, err)
+		}
+		us[i] = u
+	}
+	return us, nil
+}
+
+// sumUsage adds up the members' figures.
+func sumUsage(us []procstat.Usage) procstat.Usage {
+	var sum procstat.Usage
+	for _, u := range us {
+		sum.CPU += u.CPU
+		sum.RSS += u.RSS
+		sum.PeakRSS += u.PeakRSS
+		sum.Threads += u.Threads
+	}
+	return sum
+}
+
+// MemberUsage is what one member of a cluster spent during a run.
+type MemberUsage struct {
+	Name    string
+	Role    Through       // at the start of the run
+	Clients bool          `json:",omitempty"` // the run's connections went to this member
+	CPU     time.Duration // user+system CPU while measuring
+	RSS     int64         // at the end of the run, bytes
+}
+
+// runCluster starts a cluster of s.Members fresh for s, waits for it to
+// settle, runs s through the leader or a follower (or kills leaders, for
+// KindFailover), and stops every member.
+func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Result {
+	res := Result{Server: spec.Name}
+	if runtime.GOOS != "linux" {
+		// The members' CPU and memory, summed, are the point, and they
+		// come from /proc.
+		res.Skipped = "skipped: cluster runs need Linux"
+		return res
+	}
+	c, err := StartCluster(spec, s.Members, s.argsFor(""))
+	if errors.Is(err, ErrFlagsRefused) {
+		res.Skipped = "skipped: no cluster mode"
+		return res
+	}
+	if err != nil {
+		res.Errors, res.FirstError = 1, err.Error()
+		return res
+	}
+	defer c.Stop()
+	leader, err := c.awaitSettled(ctx, clusterSettleTimeout)
+	if err != nil {
+		res.Errors, res.FirstError = 1, err.Error()
+		return res
+	}
+	var r Result
+	if s.Kind == KindFailover {
+		r, err = s.runFailover(ctx, c, p.Progress)
+	} else {
+		// The leader first in the report, then the followers.
+		order := append([]*member{leader}, c.others(leader)...)
+		through := leader
+		if s.Through == ThroughFollower && len(order) > 1 {
+			through = order[1]
+		}
+		r, err = s.Run(ctx, c.server(through, order), p.Run, p.Progress)
+		for i := range r.Members {
+			r.Members[i].Role, r.Members[i].Clients = ThroughFollower, order[i] == through
+		}
+		if len(r.Members) > 0 {
+			r.Members[0].Role = ThroughLeader
+		}
+		if err == nil && ctx.Err() == nil {
+			if now := c.leaderNow(ctx); now != leader {
+				name := "none"
+				if now != nil {
+					name = now.name
+				}
+				err = fmt.Errorf("load: the leadership moved during the run, from %s to %s", leader.name, name)
+			}
+		}
+	}
+	for _, m := range c.members {
+		if m.proc == nil {
+			continue
+		}
+		if m.proc.Exited() && err == nil && ctx.Err() == nil {
+			err = fmt.Errorf("load: %s member %s exited during the run (%v): %s", spec.Name, m.name, m.proc.Err(), outputTail(m.proc))
+		}
+		if report := m.proc.RaceReport(); report != "" && err == nil {
+			err = fmt.Errorf("load: %s member %s reported a data race:\n%s", spec.Name, m.name, report)
+		}
+	}
+	r.addError(ctx, err)
+	r.Server = spec.Name
+	return r
+}
+
+// runFailover kills the serving leader s.Kills times (SIGKILL, by PID)
+// and times each failover: from the kill to the first put acknowledged
+// through a surviving member. The killed member is restarted on its
+// directory, and the cluster settles again, before the next kill.
+func (s Scenario) runFailover(ctx context.Context, c *Cluster, prog *Progress) (Result, error) {
+	res := Result{Server: c.spec.Name}
+	var done atomic.Int64 // failovers timed, for the progress display's goroutine
+	prog.Begin(time.Duration(s.Kills)*4*time.Second, done.Load)
+	defer prog.End()
+	for range s.Kills {
+		leader, err := c.awaitSettled(ctx, clusterSettleTimeout)
+		if err != nil {
+			return res, err
+		}
+		// From the signal on, as cmd/sprout's tests time it: Kill waits
+		// until the process is gone.
+		lost := time.Now()
+		leader.proc.Kill()
+		acked, err := putThrough(ctx, c.others(leader), lost.Add(failoverTimeout))
+		if err != nil {
+			return res, fmt.Errorf("load: after killing leader %s: %w", leader.name, err)
+		}
+		res.Failovers = append(res.Failovers, acked.Sub(lost))
+		done.Add(1)
+		res.Sent++
+		res.Acked++
+		if err := c.start(leader); err != nil {
+			return res, err
+		}
+	}
+	_, err := c.awaitSettled(ctx, clusterSettleTimeout)
+	return res, err
+}
+
+// putThrough puts a job through members in turn, each time on a new
+// connection, until one acknowledges it or deadline passes; it returns
+// when the acknowledgement came.
+func putThrough(ctx context.Context, members []*member, deadline time.Time) (time.Time, error) {
+	if len(members) == 0 {
+		return time.Time{}, errors.New("no member running")
+	}
+	var last error
+	for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+		m := members[i%len(members)]
+		conn, err := testproc.Dial(m.proc.Addr(), min(failoverTry, time.Until(deadline)))
+		if err == nil {
+			_, err = conn.Put(0, 0, 60, []byte("failover"))
+			conn.Close()
+			if err == nil {
+				return time.Now(), nil
+			}
+		}
+		last = err
+		sleepCtx(ctx, 10*time.Millisecond, nil)
+	}
+	if ctx.Err() != nil {
+		return time.Time{}, ctx.Err()
+	}
+	return time.Time{}, fmt.Errorf("no surviving member acknowledged a put within %v: %v", failoverTimeout, last)
+}

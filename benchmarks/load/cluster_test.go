@@ -1,0 +1,251 @@
+package load_test
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/benchmarks/load"
+	"github.com/sproutmq/sprout/internal/testproc"
+)
+
+// TestClusterScenarios runs small cluster scenarios against real sprout
+// members: traffic through the leader and through a follower, and two
+// failovers. It checks the figures are there and sane (CPU and RSS summed
+// over the members, the roles, one failover time per kill), that beanstalkd is skipped, and that nothing is left behind in
+// the temporary directory. It sets no throughput thresholds.
+func TestClusterScenarios(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the generator reads the members' CPU and memory from /proc")
+	}
+	spec := sproutSpec(t)
+	base := load.ServerSpec{Name: "beanstalkd", Path: testproc.Beanstalkd(t)}
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp) // where the members' directories go, to check they are removed
+	limit, err := load.RaiseFileLimit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := load.RunConfig{Warmup: 100 * time.Millisecond, Duration: 400 * time.Millisecond, FileLimit: limit}
+	flags := []string{"-f", "0"}
+	cases := []load.Scenario{
+		{Name: "leader", Kind: load.KindProdCons, Conns: 3, Body: 64, ServerArgs: flags, Members: 3, Through: load.ThroughLeader},
+		{Name: "follower", Kind: load.KindPutOnly, Conns: 3, Body: 64, ServerArgs: flags, Members: 3, Through: load.ThroughFollower},
+		{Name: "failover", Kind: load.KindFailover, ServerArgs: flags, Members: 3, Kills: 2, Reps: 1},
+	}
+	for _, s := range cases {
+		t.Run(s.Name, func(t *testing.T) {
+			plan := load.Plan{Servers: []load.ServerSpec{base, spec}, Scenarios: []load.Scenario{s}, Reps: 2, Run: rc}
+			outs, err := plan.Execute(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range outs[0].Runs[base.Name] {
+				if r.Skipped != "skipped: no cluster mode" {
+					t.Errorf("beanstalkd: skipped %q, errors %q; want it skipped", r.Skipped, r.FirstError)
+				}
+			}
+			runs := outs[0].Runs[spec.Name]
+			wantRuns := plan.Reps
+			if s.Reps > 0 {
+				wantRuns = s.Reps // the failover runs in the first repetition only
+			}
+			if len(runs) != wantRuns {
+				t.Fatalf("%d runs of sprout, want %d", len(runs), wantRuns)
+			}
+			for i, r := range runs {
+				if r.Skipped != "" || r.Errors > 0 {
+					t.Fatalf("run %d: skipped %q, %d errors, the first: %s", i+1, r.Skipped, r.Errors, r.FirstError)
+				}
+				if r.Sent != r.Acked {
+					t.Errorf("run %d: %d puts sent, %d acknowledged", i+1, r.Sent, r.Acked)
+				}
+				if s.Kind == load.KindFailover {
+					checkFailovers(t, r, s.Kills)
+					continue
+				}
+				checkMembers(t, r, s)
+			}
+		})
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		var names []string
+		for _, e := range left {
+			names = append(names, e.Name())
+		}
+		t.Errorf("left in the temporary directory: %v", names)
+	}
+}
+
+// checkMembers checks a timed cluster run: jobs and latency, the leader
+// first among the members, the clients on the member s asks for, and the
+// members' CPU and RSS adding up to the run's.
+func checkMembers(t *testing.T, r load.Result, s load.Scenario) {
+	t.Helper()
+	if r.Jobs <= 0 || r.Samples <= 0 || r.P50 <= 0 || r.P99 < r.P50 {
+		t.Errorf("%d jobs, %d samples, p50 %v, p99 %v", r.Jobs, r.Samples, r.P50, r.P99)
+	}
+	if len(r.Members) != s.Members {
+		t.Fatalf("%d members reported, want %d: %+v", len(r.Members), s.Members, r.Members)
+	}
+	var cpu time.Duration
+	var rss int64
+	names := map[string]bool{}
+	clientsAt := 0 // the leader
+	if s.Through == load.ThroughFollower {
+		clientsAt = 1 // the first follower
+	}
+	for i, m := range r.Members {
+		wantRole := load.ThroughFollower
+		if i == 0 {
+			wantRole = load.ThroughLeader
+		}
+		if m.Role != wantRole || m.Name == "" || names[m.Name] || m.RSS <= 0 {
+			t.Errorf("member %d: %+v; want role %s, a name of its own and its RSS", i, m, wantRole)
+		}
+		names[m.Name] = true
+		if m.Clients != (i == clientsAt) {
+			t.Errorf("member %d (%s): clients %v, want them on member %d only", i, m.Role, m.Clients, clientsAt)
+		}
+		cpu += m.CPU
+		rss += m.RSS
+	}
+	if cpu != r.CPU || rss != r.RSS || cpu <= 0 {
+		t.Errorf("members' CPU %v and RSS %d, run's %v and %d: want the sums, CPU above zero", cpu, rss, r.CPU, r.RSS)
+	}
+}
+
+// checkFailovers checks a failover run's times: one per kill, each
+// measured and below the run's own limit (cmd/sprout's cluster tests hold
+// failover to the issue's bound; this checks the tool).
+func checkFailovers(t *testing.T, r load.Result, kills int) {
+	t.Helper()
+	const bound = 10 * time.Second // failoverTimeout
+	if len(r.Failovers) != kills || r.Acked != int64(kills) {
+		t.Fatalf("%d failovers timed, %d puts acknowledged; want %d", len(r.Failovers), r.Acked, kills)
+	}
+	t.Logf("failovers: %v", r.Failovers)
+	for i, d := range r.Failovers {
+		if d <= 0 || d > bound {
+			t.Errorf("failover %d took %v; want (0, %v]", i+1, d, bound)
+		}
+	}
+}
+
+// TestClusterGoals judges issue 16's goals on made-up outcomes: the
+// cluster against beanstalkd's and one node's figures on the durable
+// scenarios, a follower against the leader, CPU per job, and the
+// failovers' median and worst as absolute bounds; and the report's cluster
+// section quotes beanstalkd-rs beside the CPU per command.
+func TestClusterGoals(t *testing.T) {
+	timed := func(server string, jobsPerSec float64, cpu time.Duration) load.Result {
+		return load.Result{Server: server, Jobs: int64(jobsPerSec), Elapsed: time.Second, Samples: 1,
+			P50: time.Millisecond, P99: 2 * time.Millisecond, P999: 3 * time.Millisecond, CPU: cpu, Sent: 1, Acked: 1}
+	}
+	member := func(r load.Result, through load.Through) load.Result {
+		third := r.CPU / 3
+		r.Members = []load.MemberUsage{
+			{Name: "m2", Role: load.ThroughLeader, Clients: through == load.ThroughLeader, CPU: r.CPU - 2*third, RSS: 40 << 20},
+			{Name: "m1", Role: load.ThroughFollower, Clients: through == load.ThroughFollower, CPU: third, RSS: 30 << 20},
+			{Name: "m3", Role: load.ThroughFollower, CPU: third, RSS: 30 << 20},
+		}
+		return r
+	}
+	skipped := []load.Result{{Server: "beanstalkd", Skipped: "skipped: no cluster mode"}}
+	byName := map[string]load.Scenario{}
+	for _, s := range load.Catalogue(load.Sizes{Jobs: 1_000_000, DrainJobs: 300_000}) {
+		byName[s.Name] = s
+	}
+	var fails []time.Duration
+	for i := range 10 {
+		fails = append(fails, time.Second+time.Duration(i)*200*time.Millisecond) // 1 s … 2.8 s
+	}
+	outs := []load.Outcome{
+		{Scenario: byName["durable-f0-c100"], Runs: map[string][]load.Result{
+			"beanstalkd": {timed("beanstalkd", 2000, 100*time.Millisecond)},
+			"sprout":     {timed("sprout", 10000, 300*time.Millisecond)}}},
+		{Scenario: byName["cluster-prodcons-c100-leader"], Runs: map[string][]load.Result{
+			"beanstalkd": skipped,
+			"sprout":     {member(timed("sprout", 7000, 600*time.Millisecond), load.ThroughLeader)}}},
+		{Scenario: byName["cluster-prodcons-c100-follower"], Runs: map[string][]load.Result{
+			"beanstalkd": skipped,
+			"sprout":     {member(timed("sprout", 3000, 600*time.Millisecond), load.ThroughFollower)}}},
+		{Scenario: byName["cluster-failover"], Runs: map[string][]load.Result{
+			"beanstalkd": skipped,
+			"sprout":     {{Server: "sprout", Failovers: fails, Sent: 10, Acked: 10}}}},
+	}
+	want := map[string]struct {
+		ratio float64 // NaN: none
+		met   string
+		base  string
+	}{
+		"cluster of 3 via the leader vs beanstalkd -b -f 0, producer/consumer 100 conns: jobs/s": {3.5, "yes", "2,000/s"},
+		"cluster of 3 via the leader vs one node -b -f 0, producer/consumer 100 conns: jobs/s":   {0.7, "yes", "10,000/s"},
+		"cluster via a follower vs via the leader, producer/consumer 100 conns: jobs/s":          {3.0 / 7, "no", "7,000/s"},
+		// 8.57 s/100k against 3 s/100k: 2.86×.
+		"cluster CPU per job, summed over 3 members, vs one node -b -f 0, producer/consumer 100 conns": {(0.6 / 7000) / (0.3 / 10000), "yes", "3 s/100k"},
+		"cluster of 3 via the leader vs beanstalkd -b -f 0, puts only, 100 conns: puts/s":              {math.NaN(), "not run", "—"},
+		// The median of 1 s … 2.8 s by 0.2 s is 1.9 s; the worst 2.8 s.
+		"cluster failover, kill -9 of the leader to a put acknowledged: median": {math.NaN(), "no", "—"},
+		"cluster failover, kill -9 of the leader to a put acknowledged: worst":  {math.NaN(), "yes", "—"},
+	}
+	seen := 0
+	for _, g := range load.EvaluateGoals(outs, "beanstalkd", "sprout") {
+		w, ok := want[g.Text]
+		if !ok {
+			continue
+		}
+		seen++
+		if g.Met != w.met || g.Base != w.base || math.IsNaN(w.ratio) != math.IsNaN(g.Ratio) ||
+			!math.IsNaN(w.ratio) && math.Abs(g.Ratio-w.ratio) > 1e-9 {
+			t.Errorf("%s: ratio %v, met %q, compared with %q; want %v, %q, %q", g.Text, g.Ratio, g.Met, g.Base, w.ratio, w.met, w.base)
+		}
+		if strings.HasPrefix(g.Text, "cluster failover") {
+			wantSprout, wantTarget := "1.90 s", "≤ 1.50 s"
+			if strings.HasSuffix(g.Text, "worst") {
+				wantSprout, wantTarget = "2.80 s", "≤ 3.00 s"
+			}
+			if g.Sprout != wantSprout || g.TargetText() != wantTarget || g.RatioText() != "—" {
+				t.Errorf("%s: %q, target %q, ratio %q; want %q, %q, —", g.Text, g.Sprout, g.TargetText(), g.RatioText(), wantSprout, wantTarget)
+			}
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("found %d of the %d goals", seen, len(want))
+	}
+
+	// Failovers met: within both bounds. Then the report reads these.
+	outs[3].Runs["sprout"][0].Failovers = []time.Duration{time.Second, 1400 * time.Millisecond, 2900 * time.Millisecond}
+	for _, g := range load.EvaluateGoals(outs, "beanstalkd", "sprout") {
+		if strings.HasPrefix(g.Text, "cluster failover") && g.Met != "yes" {
+			t.Errorf("%s: %q (%s), want yes", g.Text, g.Met, g.Sprout)
+		}
+	}
+
+	var md bytes.Buffer
+	meta := load.Meta{Started: time.Unix(0, 0), Command: "test", Host: "test host", GoVersion: runtime.Version(),
+		Base: load.ServerSpec{Name: "beanstalkd"}, Cand: load.ServerSpec{Name: "sprout"}, Reps: 1}
+	if err := load.WriteMarkdown(&md, meta, outs, load.ChartNames{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		// 0.6 s over 7,000 jobs of three commands each: 85.7 µs a job, 28.6 µs a command.
+		"| cluster-prodcons-c100-leader | 7,000 | 2.0 ms | 8.571 | 85.7 µs | 28.6 µs | 33% | 40 MiB | 30 MiB, 30 MiB |",
+		"beanstalkd-rs reports about 16 µs of CPU per operation",
+		"over 3 kills (the killed member restarted on its directory, and the three settled on a leader, before the next): median 1.40 s, worst 2.90 s. Each, in order: 1.00 s, 1.40 s, 2.90 s.",
+		"| cluster of 3 via the leader vs beanstalkd -b -f 0, producer/consumer 100 conns: jobs/s | 7,000/s | 2,000/s (beanstalkd on durable-f0-c100) | 3.50× | ≥ 3.00× | yes |",
+		"leader m2, clients on m1",
+	} {
+		if !strings.Contains(md.String(), line) {
+			t.Errorf("report lacks %q", line)
+		}
+	}
+	if t.Failed() {
+		t.Log(md.String())
+	}
+}

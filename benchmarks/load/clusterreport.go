@@ -1,0 +1,160 @@
+package load
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// beanstalkdRSQuote is the published figure issue 16 asks to quote beside
+// the cluster's CPU per command (shared/reference/cluster-notes.md).
+const beanstalkdRSQuote = "beanstalkd-rs reports about 16 µs of CPU per operation summed over its three nodes " +
+	"at 100 connections, on a 12-core laptop (its design notes)"
+
+// commandsPerJob is how many commands one job of s takes: what a
+// per-operation CPU figure divides a job's by.
+func (s Scenario) commandsPerJob() int {
+	switch s.Kind {
+	case KindProdCons:
+		if s.Tubes > 0 {
+			return 4 // use, put, reserve, delete
+		}
+		return 3 // put, reserve, delete
+	case KindDrain:
+		return 2 // reserve-with-timeout, delete
+	case KindRoundTrip:
+		return 3
+	}
+	return 1
+}
+
+// memberMedians is, for each place in Result.Members (the leader, then
+// the followers), the median of its CPU and RSS over the usable runs.
+func memberMedians(rs []Result) []MemberUsage {
+	var cpu, rss [][]float64
+	for _, r := range rs {
+		if r.Skipped != "" || r.Errors > 0 {
+			continue
+		}
+		for i, m := range r.Members {
+			if i == len(cpu) {
+				cpu, rss = append(cpu, nil), append(rss, nil)
+			}
+			cpu[i] = append(cpu[i], float64(m.CPU))
+			rss[i] = append(rss[i], float64(m.RSS))
+		}
+	}
+	out := make([]MemberUsage, len(cpu))
+	for i := range out {
+		out[i] = MemberUsage{Role: ThroughFollower, CPU: time.Duration(median(cpu[i])), RSS: int64(median(rss[i]))}
+	}
+	if len(out) > 0 {
+		out[0].Role = ThroughLeader
+	}
+	return out
+}
+
+// writeCluster writes the report's cluster section: each cluster
+// scenario's figures with CPU per command beside beanstalkd-rs's, each
+// member's share, and the failovers. It writes nothing when no cluster
+// scenario ran.
+func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
+	var timed, failover []Outcome
+	for _, o := range outs {
+		switch {
+		case o.Scenario.Members == 0:
+		case o.Scenario.Kind == KindFailover:
+			failover = append(failover, o)
+		default:
+			timed = append(timed, o)
+		}
+	}
+	if len(timed)+len(failover) == 0 {
+		return
+	}
+	p("\n## Cluster\n\n")
+	if len(timed) > 0 {
+		p("Three %s members on this machine, each with its own `-b` directory and `-f 0`, on loopback, sharing the machine's cores "+
+			"with each other and with the load generator. A follower copies its clients' bytes to the leader. "+
+			"CPU is the members' user+system time summed, per 100,000 jobs and per command "+
+			"(a producer/consumer job is three: put, reserve, delete; a put-only job is one); "+
+			"RSS is each member's at the end of the run (the tables above give the members' sums). Medians over the repetitions.\n\n", cand)
+		p("| scenario | jobs/s | p99 | CPU s/100k, all members | CPU per job | CPU per command | leader's share of CPU | RSS leader | RSS followers |\n")
+		p("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, o := range timed {
+			s := Summarize(o.Runs[cand])
+			if !s.OK {
+				p("| %s | %s | | | | | | | |\n", o.Scenario.Name, cell(s, nil))
+				continue
+			}
+			perJob := time.Duration(s.CPUPer100k / 100_000 * float64(time.Second))
+			perCommand := perJob / time.Duration(o.Scenario.commandsPerJob())
+			ms := memberMedians(o.Runs[cand])
+			share, leaderRSS, followers := "—", "—", []string{}
+			var total time.Duration
+			for _, m := range ms {
+				total += m.CPU
+			}
+			for i, m := range ms {
+				if i == 0 {
+					leaderRSS = FormatBytes(int(m.RSS))
+					if total > 0 {
+						share = fmt.Sprintf("%.0f%%", 100*m.CPU.Seconds()/total.Seconds())
+					}
+					continue
+				}
+				followers = append(followers, FormatBytes(int(m.RSS)))
+			}
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", o.Scenario.Name, fmtJobs(s), FormatLatency(s.P99), fmtCPU(s),
+				FormatLatency(perJob), FormatLatency(perCommand), share, leaderRSS, strings.Join(followers, ", "))
+		}
+		p("\nFor comparison, %s; the CPU per command above is ours (per job divided by its commands), on this machine's two cores shared with the generator.\n", beanstalkdRSQuote)
+	}
+	for _, o := range failover {
+		s := Summarize(o.Runs[cand])
+		p("\n### Failover (`%s`)\n\n", o.Scenario.Name)
+		if !s.OK {
+			p("%s.\n", cell(s, nil))
+			continue
+		}
+		var each []string
+		n := 0
+		for _, r := range o.Runs[cand] {
+			if r.Skipped != "" || r.Errors > 0 {
+				continue
+			}
+			for _, d := range r.Failovers {
+				each = append(each, FormatSeconds(d))
+				n++
+			}
+		}
+		p("From `kill -9` of the serving leader to the first put acknowledged through a surviving member, over %d kills "+
+			"(the killed member restarted on its directory, and the three settled on a leader, before the next): "+
+			"median %s, worst %s. Each, in order: %s.\n", n, FormatSeconds(s.FailoverMedian), FormatSeconds(s.FailoverMax), strings.Join(each, ", "))
+	}
+}
+
+// clusterNote sums up a cluster run for the table of every run: who led
+// and where the clients were, or the failovers.
+func clusterNote(r Result) string {
+	if len(r.Failovers) > 0 {
+		each := make([]string, len(r.Failovers))
+		for i, d := range r.Failovers {
+			each[i] = FormatSeconds(d)
+		}
+		return "failovers: " + strings.Join(each, ", ")
+	}
+	var leader, clients string
+	for _, m := range r.Members {
+		if m.Role == ThroughLeader {
+			leader = m.Name
+		}
+		if m.Clients {
+			clients = m.Name
+		}
+	}
+	if leader == "" {
+		return ""
+	}
+	return fmt.Sprintf("leader %s, clients on %s", leader, clients)
+}
