@@ -170,7 +170,7 @@ func (c *cluster) start(m *member) {
 			"-l", m.ip(), "-p", strconv.Itoa(clientPort), "-b", m.dir,
 			"--http", strings.TrimPrefix(m.httpBase(), "http://"),
 			"--node", m.name, "--cluster-listen", net.JoinHostPort(m.ip(), strconv.Itoa(clusterPort)),
-			"--cluster-peers", c.peers, "--log-format", "json"},
+			"--cluster-peers", c.peers, "--log-format", "json", "--log-level", *memberLogLevel},
 		OutputLimit: outputLimit,
 	})
 	if err != nil {

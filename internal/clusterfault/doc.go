@@ -37,9 +37,12 @@
 //     starting on its own member and reconnecting to any member on error.
 //     A producer puts bodies of random bytes (line ends included) that
 //     begin with a token it notes, with the body's SHA-256, before it
-//     sends the put; an INSERTED id is an acknowledged put. A consumer
-//     reserves, checks the body byte for byte against what was put, and
-//     deletes; DELETED is an acknowledged delete.
+//     sends the put (one in eight delayed a second); an INSERTED id is
+//     an acknowledged put. A consumer reserves, checks the body byte for
+//     byte against what was put, and mostly deletes (DELETED is an
+//     acknowledged delete); some jobs it releases or buries, and now and
+//     then it kicks, so every kind of record is replicated and the
+//     digest's buried and delay are compared.
 //  2. The fault, on the leader of the moment or a follower: kill -9 of
 //     the leader; SIGSTOP of the leader past an election timeout, then
 //     SIGCONT; a partition of the leader from both other members (its
@@ -73,9 +76,14 @@
 //   - Not converged (must not happen): members whose stores differ once
 //     the cluster is at rest; a follower serves reads after a failover.
 //   - Double deliveries are counted, not failed: a job reserved a second
-//     time. Reservations live on the leader only, so a failover hands the
-//     old leader's reserved jobs out again; any other double delivery of
-//     a job whose delete was acknowledged is counted as resurrected.
+//     time without its consumer having released or buried it.
+//     Reservations live on the leader only, so a failover hands the old
+//     leader's reserved jobs out again; a job whose delete was
+//     acknowledged and is reserved again is counted as resurrected.
+//   - Reservations lost (reported): a delete, release or bury answered
+//     NOT_FOUND on the connection that reserved the job. A failover
+//     closes the connections whose sessions it ends, so this would be a
+//     reply answered wrongly.
 //
 // Puts and deletes whose reply never came (the connection broke) are
 // neither: such a put may exist, its id unknown (its token identifies it
@@ -89,5 +97,7 @@
 // the -rounds flag of the test) without the race detector and prints the
 // summary table: rounds per fault, acknowledged puts and deletes, lost,
 // resurrected, byte mismatches, double deliveries, failover and
-// convergence times.
+// convergence times. The test's -faults flag (a regular expression)
+// picks faults, and -member-log-level=debug shows raft's elections in
+// the members' output, which a failed run prints.
 package clusterfault

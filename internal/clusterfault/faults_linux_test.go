@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,15 +79,27 @@ func runRounds(t *testing.T, bin string, n int) {
 	t.Logf("three members serve, %v after they started", time.Since(started).Round(time.Millisecond))
 	r := &round{t: t, c: c, l: newLedger(), seq: new(atomic.Uint64)}
 	byKind := map[string]*results{}
+	chosen, err := regexp.Compile(*faultFilter)
+	if err != nil {
+		t.Fatalf("-faults: %v", err)
+	}
 	for _, f := range faults {
 		byKind[f.name] = &results{}
+		if !chosen.MatchString(f.name) {
+			byKind[f.name].skipped = 1
+			byKind[f.name].skipReason = "not chosen by -faults"
+		}
 	}
-	for i, done := 0, 0; done < n; i++ {
+	for i, done, idle := 0, 0, 0; done < n; i++ {
 		f := faults[i%len(faults)]
 		res := byKind[f.name]
 		if res.skipped > 0 {
+			if idle++; idle > len(faults) {
+				t.Fatalf("no fault can run:\n%s", summary(byKind))
+			}
 			continue // a fault that cannot run here is tried once
 		}
+		idle = 0
 		w := startWorkload(c, r.l, r.seq)
 		r.awaitAcks(warmAcks)
 		leader := c.awaitLeader(leaderWait)
@@ -118,9 +131,9 @@ func runRounds(t *testing.T, bin string, n int) {
 		}
 		res.converge = append(res.converge, converged)
 		t.Logf("round %d, %s (leader %s): %d puts, %d deletes acknowledged; lost %d, resurrected %d, mismatched %d, "+
-			"double deliveries %d, deletes NOT_FOUND %d; failover %v, step-down %v, converged %v; %d connection errors",
+			"double deliveries %d, reservations lost %d; failover %v, step-down %v, converged %v; %d connection errors",
 			done, f.name, leader.name, cnt.puts, cnt.deletes, cnt.lost, cnt.resurrected, cnt.mismatches, cnt.doubles,
-			cnt.deleteNotFound, failover.Round(time.Millisecond), stepDown.Round(time.Millisecond),
+			cnt.reservationLost, failover.Round(time.Millisecond), stepDown.Round(time.Millisecond),
 			converged.Round(time.Millisecond), w.errors.Load())
 		if cnt.lost+cnt.resurrected+cnt.mismatches > 0 {
 			t.Errorf("round %d (%s): lost %d, resurrected %d, mismatched %d: all must be 0",
@@ -404,12 +417,10 @@ func (r *round) verify() {
 		slices.Sort(lost)
 		r.t.Errorf("acknowledged puts lost: %v", lost[:min(len(lost), 20)])
 	}
+	r.l.deleting(fence)
 	if err := conn.ExpectLine(fmt.Sprint("delete ", fence), "DELETED"); err != nil {
 		r.t.Fatal(err)
 	}
-	r.l.mu.Lock()
-	r.l.deleteSent[fence] = true
-	r.l.mu.Unlock()
 	r.l.deleteAcked(fence)
 }
 
@@ -443,7 +454,7 @@ func summary(byKind map[string]*results) string {
 		"", maxOnly(total.stepDown), medMax(total.converge))
 	fmt.Fprintf(&b, "(failover: fault to the first put acknowledged through another member; for a follower, the gap seen;\n"+
 		" step-down: partition to the cut-off leader no longer serving; converge: workload stopped to equal digests;\n"+
-		" deletes NOT_FOUND on a live connection: %d)\n", total.counts.deleteNotFound)
+		" reservations lost on a live connection (delete, release or bury NOT_FOUND): %d)\n", total.counts.reservationLost)
 	return b.String()
 }
 

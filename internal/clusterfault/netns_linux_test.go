@@ -21,7 +21,11 @@ import (
 const innerEnv = "SPROUT_CLUSTERFAULT_BINARY"
 
 // rounds defaults to one of each fault: the short run of make test.
-var rounds = flag.Int("rounds", len(faults), "fault rounds to run (make chaos sets CHAOS_ROUNDS)")
+var (
+	rounds         = flag.Int("rounds", len(faults), "fault rounds to run (make chaos sets CHAOS_ROUNDS)")
+	faultFilter    = flag.String("faults", "", "run only the faults whose names match this regular expression")
+	memberLogLevel = flag.String("member-log-level", "info", "the members' --log-level (debug shows raft's elections)")
+)
 
 func TestMain(m *testing.M) { testproc.Main(m) }
 
@@ -37,7 +41,7 @@ func TestClusterFaults(t *testing.T) {
 	}
 	bin := testproc.SproutBinary(t)
 	args := []string{"--net", "--pid", "--fork", "--kill-child", "--mount-proc", os.Args[0],
-		"-test.run=^TestClusterFaults$", "-test.count=1", fmt.Sprintf("-rounds=%d", *rounds)}
+		"-test.run=^TestClusterFaults$", "-test.count=1", fmt.Sprintf("-rounds=%d", *rounds), "-faults=" + *faultFilter, "-member-log-level=" + *memberLogLevel}
 	if testing.Verbose() {
 		args = append(args, "-test.v")
 	}

@@ -29,6 +29,9 @@ const replyTimeout = 3 * time.Second
 // by a few thousand jobs a round, not by what the machine can take.
 const putInterval = 10 * time.Millisecond
 
+// delayedOneIn: one put in so many is delayed by a second.
+const delayedOneIn = 8
+
 // ledger is what the clients were told, and what they saw.
 type ledger struct {
 	mu sync.Mutex
@@ -47,7 +50,7 @@ type ledger struct {
 
 // counts are the figures of a round, or of all of them.
 type counts struct {
-	puts, deletes, lost, resurrected, mismatches, doubles, deleteNotFound int
+	puts, deletes, lost, resurrected, mismatches, doubles, reservationLost int
 }
 
 func (a *counts) add(b counts) {
@@ -57,7 +60,7 @@ func (a *counts) add(b counts) {
 	a.resurrected += b.resurrected
 	a.mismatches += b.mismatches
 	a.doubles += b.doubles
-	a.deleteNotFound += b.deleteNotFound
+	a.reservationLost += b.reservationLost
 }
 
 func newLedger() *ledger {
@@ -132,7 +135,14 @@ func (l *ledger) reservedJob(id uint64, body []byte) {
 	if l.reserved[id] > 1 {
 		l.counts.doubles++
 	}
+}
+
+// deleting notes a delete about to be sent: from then on the job may be
+// gone without an acknowledgement.
+func (l *ledger) deleting(id uint64) {
+	l.mu.Lock()
 	l.deleteSent[id] = true
+	l.mu.Unlock()
 }
 
 func (l *ledger) deleteAcked(id uint64) {
@@ -142,9 +152,21 @@ func (l *ledger) deleteAcked(id uint64) {
 	l.mu.Unlock()
 }
 
-func (l *ledger) deleteNotFound() {
+// handingBack notes a job its consumer is about to release or bury:
+// reserving it again is no double delivery. It is noted before the
+// command is sent, because the leader hands the job out again at once,
+// before the reply (held until the change commits) reaches the consumer;
+// and if the reply never comes, the consumer's connection is gone, which
+// hands the job back all the same.
+func (l *ledger) handingBack(id uint64) {
 	l.mu.Lock()
-	l.counts.deleteNotFound++
+	l.reserved[id]--
+	l.mu.Unlock()
+}
+
+func (l *ledger) reservationLost() {
+	l.mu.Lock()
+	l.counts.reservationLost++
 	l.mu.Unlock()
 }
 
@@ -255,7 +277,11 @@ func (w *workload) produce(i int) {
 		token := strconv.FormatUint(w.seq.Add(1), 10)
 		body := cl.body(token)
 		w.l.sending(token, body)
-		id, err := conn.Put(uint32(cl.rng.IntN(3)), 0, 60, body)
+		delay := 0
+		if cl.rng.IntN(delayedOneIn) == 0 {
+			delay = 1
+		}
+		id, err := conn.Put(uint32(cl.rng.IntN(3)), delay, 60, body)
 		if err != nil {
 			cl.fail() // the put may or may not have been done
 			continue
@@ -264,14 +290,30 @@ func (w *workload) produce(i int) {
 	}
 }
 
+// What a consumer does with a job it reserved, out of every hundred:
+// most are deleted; some released (now or after a second) or buried, and
+// the buried kicked back now and then, so that every record the cluster
+// replicates, and the digest's buried and delay, see some traffic.
+const (
+	releasePercent = 8
+	buryPercent    = 4
+	kickEvery      = 50 // reserves between two kicks
+)
+
 func (w *workload) consume(i int) {
 	defer w.wg.Done()
-	cl := w.newClient(110+i, i, "watch "+tube, "WATCHING 2", "ignore default", "WATCHING 1")
+	cl := w.newClient(110+i, i, "use "+tube, "USING "+tube, "watch "+tube, "WATCHING 2", "ignore default", "WATCHING 1")
 	defer cl.close()
-	for !w.stop.Load() {
+	for n := 1; !w.stop.Load(); n++ {
 		conn := cl.connect()
 		if conn == nil {
 			return
+		}
+		if n%kickEvery == 0 {
+			if r, err := conn.Do("kick 1000", nil); err != nil || !strings.HasPrefix(string(r.Line), "KICKED ") {
+				cl.fail()
+				continue
+			}
 		}
 		r, err := conn.Do("reserve-with-timeout 1", nil)
 		if err != nil {
@@ -287,14 +329,27 @@ func (w *workload) consume(i int) {
 			continue
 		}
 		w.l.reservedJob(r.N, r.Body)
-		err = conn.ExpectLine(fmt.Sprint("delete ", r.N), "DELETED")
+		switch roll := cl.rng.IntN(100); {
+		case roll < releasePercent:
+			w.l.handingBack(r.N)
+			err = conn.ExpectLine(fmt.Sprintf("release %d %d %d", r.N, cl.rng.IntN(3), cl.rng.IntN(2)), "RELEASED")
+		case roll < releasePercent+buryPercent:
+			w.l.handingBack(r.N)
+			err = conn.ExpectLine(fmt.Sprintf("bury %d %d", r.N, cl.rng.IntN(3)), "BURIED")
+		default:
+			w.l.deleting(r.N)
+			err = conn.ExpectLine(fmt.Sprint("delete ", r.N), "DELETED")
+			if err == nil {
+				w.l.deleteAcked(r.N)
+			}
+		}
 		switch {
 		case err == nil:
-			w.l.deleteAcked(r.N)
 		case strings.Contains(err.Error(), `"NOT_FOUND`):
-			// The reservation is gone while the connection lives: only a
-			// failover (the session's leader lost) should do that.
-			w.l.deleteNotFound()
+			// The reservation is gone while the connection lives: a
+			// failover closes the connections whose sessions it ends, so
+			// this is a reply answered wrongly.
+			w.l.reservationLost()
 			cl.fail()
 		default:
 			cl.fail()
