@@ -29,8 +29,6 @@ const (
 	httpPort    = 8000
 	// uidBase+i is member i's user: rules tell members apart by it (doc.go).
 	uidBase = 64000
-	// unboundSource is the source of connections not bound to an address.
-	unboundSource = "127.0.0.254"
 	// outputLimit is how much of a member's output is kept, per start.
 	outputLimit = 4 << 20
 )
@@ -66,18 +64,8 @@ type cluster struct {
 // newCluster brings the namespace's loopback up and starts three members.
 func newCluster(t *testing.T, built string) *cluster {
 	t.Helper()
-	// Connections nobody bound take their source from the local route:
-	// 127.0.0.1 by default, a member's own address, which would put every
-	// member's replies on the wrong side of a partition of m1 (doc.go).
-	for _, args := range [][]string{
-		{"link", "set", "lo", "up"},
-		{"addr", "add", unboundSource + "/32", "dev", "lo"},
-		{"route", "replace", "local", "127.0.0.0/8", "dev", "lo", "table", "local", "proto", "kernel",
-			"scope", "host", "src", unboundSource},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
+	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("ip link set lo up: %v\n%s", err, out)
 	}
 	// The members run as other users: their binary and directories must
 	// be theirs to reach, which t.TempDir's are not.
@@ -103,6 +91,13 @@ func newCluster(t *testing.T, built string) *cluster {
 		peers = append(peers, m.name+"="+net.JoinHostPort(m.ip(), strconv.Itoa(clusterPort)))
 	}
 	c.peers = strings.Join(peers, ",")
+	for _, m := range c.members {
+		// Each connection a member opens is marked with its user, for
+		// as long as the connection lasts (doc.go).
+		uid := strconv.Itoa(m.uid())
+		iptables(t, "-t", "mangle", "-A", "OUTPUT", "-m", "owner", "--uid-owner", uid,
+			"-m", "conntrack", "--ctstate", "NEW", "-j", "CONNMARK", "--set-mark", uid)
+	}
 	for _, m := range c.members {
 		c.start(m)
 	}
@@ -308,16 +303,20 @@ func (c *cluster) awaitConverged(timeout time.Duration) int {
 	}
 }
 
-// partition cuts l off from every other member, both ways (doc.go).
+// partition cuts l off from every other member, both ways (doc.go):
+// every packet of a connection l opened to another member, or another
+// member opened to l, is dropped.
 func (c *cluster) partition(l *member) {
 	c.t.Helper()
 	for _, o := range c.others(l) {
-		iptables(c.t, "-A", "OUTPUT", "-m", "owner", "--uid-owner", strconv.Itoa(l.uid()), "-d", o.ip(), "-j", "DROP")
-		iptables(c.t, "-A", "OUTPUT", "-m", "owner", "--uid-owner", strconv.Itoa(o.uid()), "-d", l.ip(), "-j", "DROP")
+		for _, way := range [][2]*member{{l, o}, {o, l}} {
+			iptables(c.t, "-A", "OUTPUT", "-m", "connmark", "--mark", strconv.Itoa(way[0].uid()),
+				"-m", "conntrack", "--ctorigdst", way[1].ip(), "-j", "DROP")
+		}
 	}
 }
 
-// heal removes every partition: the namespace holds no other rule.
+// heal removes every partition: the filter table holds no other rule.
 func (c *cluster) heal() { iptables(c.t, "-F", "OUTPUT") }
 
 func iptables(t *testing.T, args ...string) {

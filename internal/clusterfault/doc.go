@@ -17,18 +17,21 @@
 // iptables where it is missing).
 //
 // Members do not bind their outgoing connections (peers' and the proxy's)
-// to their own address, so the kernel gives every one of them the same
-// source, and rules on addresses cannot tell members apart. Each member
-// therefore runs as a user of its own (setpriv), and a partition of
-// member L from member O is two rules in OUTPUT: L's packets to O's
-// address, and O's packets to L's, dropped. Every connection between the
-// two is dialled by one of them to the other's address, so each loses one
-// direction entirely, and times out as across a real network fault,
-// while clients' connections to L are untouched. That common source is
-// moved from 127.0.0.1 (m1's address) to 127.0.0.254 by the namespace's
-// local route: otherwise, with m1 cut off, the others' replies to each
-// other, addressed to 127.0.0.1, would be dropped as well.
-//
+// to their own address, so the kernel gives them all the same source,
+// and rules on addresses cannot tell members apart. Each member therefore
+// runs as a user of its own (setpriv), and every connection it opens is
+// marked with its user (CONNMARK, on the connection's first packet). A
+// partition of member L from member O drops, in OUTPUT, every packet of a
+// connection marked L whose original destination is O's address, and of
+// one marked O to L's: both directions of every connection between them,
+// which then time out as across a real network fault, while clients'
+// connections to L are untouched. The mark, not the owner match alone:
+// a socket its process closed (a member re-executing after losing the
+// leadership) goes on retransmitting what it had queued, and the owner
+// match does not see such orphans; the first version of this test let
+// them through, and the old leader's last heartbeats, arriving a second
+// later, held the next election back by an election timeout.
+
 // # A round
 //
 // A round is one fault under load, then the checks:
