@@ -76,5 +76,9 @@ func cannotIsolate() string {
 		return "the cluster fault test needs " + strings.Join(missing, ", ") +
 			" (Debian: apt-get install util-linux iproute2 iptables)"
 	}
+	// Root in a container may still be refused namespaces.
+	if out, err := exec.Command("unshare", "--net", "--pid", "--fork", "--mount-proc", "true").CombinedOutput(); err != nil {
+		return fmt.Sprintf("the cluster fault test cannot make a network and pid namespace here: %v: %s", err, strings.TrimSpace(string(out)))
+	}
 	return ""
 }
