@@ -29,6 +29,8 @@ const (
 	httpPort    = 8000
 	// uidBase+i is member i's user: rules tell members apart by it (doc.go).
 	uidBase = 64000
+	// adminToken guards the members' membership changes.
+	adminToken = "clusterfault"
 	// outputLimit is how much of a member's output is kept, per start.
 	outputLimit = 4 << 20
 )
@@ -41,7 +43,10 @@ type member struct {
 	index int // 1, 2, 3: the address 127.0.0.index and the user uidBase+index
 	name  string
 	dir   string // -b
-	proc  *testproc.Process
+	// join is --cluster-join, once the member was added again as a new
+	// member; it keeps it for every later start.
+	join string
+	proc *testproc.Process
 	// outputs keeps the output of earlier starts, for a failure's report.
 	outputs []string
 }
@@ -158,16 +163,15 @@ func (c *cluster) start(m *member) {
 		m.outputs = append(m.outputs, m.proc.Output())
 	}
 	uid := strconv.Itoa(m.uid())
-	p, err := testproc.Launch(testproc.Config{
-		Binary:   "setpriv",
-		NoListen: true,
-		Args: []string{"--reuid=" + uid, "--regid=" + uid, "--clear-groups", c.bin,
-			"-l", m.ip(), "-p", strconv.Itoa(clientPort), "-b", m.dir,
-			"--http", strings.TrimPrefix(m.httpBase(), "http://"),
-			"--node", m.name, "--cluster-listen", net.JoinHostPort(m.ip(), strconv.Itoa(clusterPort)),
-			"--cluster-peers", c.peers, "--log-format", "json", "--log-level", *memberLogLevel},
-		OutputLimit: outputLimit,
-	})
+	args := []string{"--reuid=" + uid, "--regid=" + uid, "--clear-groups", c.bin,
+		"-l", m.ip(), "-p", strconv.Itoa(clientPort), "-b", m.dir,
+		"--http", strings.TrimPrefix(m.httpBase(), "http://"), "--admin-token", adminToken,
+		"--node", m.name, "--cluster-listen", net.JoinHostPort(m.ip(), strconv.Itoa(clusterPort)),
+		"--cluster-peers", c.peers, "--log-format", "json", "--log-level", *memberLogLevel}
+	if m.join != "" {
+		args = append(args, "--cluster-join", m.join)
+	}
+	p, err := testproc.Launch(testproc.Config{Binary: "setpriv", NoListen: true, Args: args, OutputLimit: outputLimit})
 	if err != nil {
 		c.t.Fatalf("starting %s: %v", m.name, err)
 	}

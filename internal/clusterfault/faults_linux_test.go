@@ -4,8 +4,11 @@ package clusterfault
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"slices"
@@ -294,27 +297,32 @@ func killFollower(r *round, l *member) (time.Duration, time.Duration, error) {
 }
 
 // emptyDirectory restarts a follower on an empty directory, as a new
-// member. The procedure, in one place for when membership changes are
-// served (POST /cluster/members on the leader's side port,
-// internal/replication/doc.go "Members and their traffic"):
+// member. The procedure, in one place, as membership changes are served
+// (README "Membership", internal/replication/doc.go "Replacing a member
+// whose directory was emptied"):
 //
 //  1. kill the member (-9) and empty its directory;
-//  2. remove it from the cluster: DELETE /cluster/members/NAME on the
-//     leader, which the remaining majority commits;
-//  3. add it back as a new member (a new Raft id): POST /cluster/members
-//     with its name and peer address;
-//  4. start it on the empty directory; the leader's snapshot fills it,
-//     and the round's convergence check holds its store to the others'.
+//  2. remove it: DELETE /cluster/members/NAME on the leader's side port,
+//     with the admin token; the remaining two commit it;
+//  3. add it again under its name (a new Raft id): POST /cluster/members
+//     {"name","address"}, whose answer holds the join string;
+//  4. start it on the empty directory with --cluster-join (kept for its
+//     later starts: a member keeps its command line); a snapshot fills it;
+//  5. wait until the leader has promoted it (GET /cluster/members: role
+//     voter): until then the cluster has two voters, and the next round's
+//     fault would leave it without a majority.
 //
 // Until the leader's side port serves /cluster/members (any answer but
 // 404), the fault is skipped.
 func emptyDirectory(r *round, l *member) (time.Duration, time.Duration, error) {
-	resp, err := httpClient.Get(l.httpBase() + "/cluster/members")
+	var list struct {
+		Members []struct{ Name, Role string }
+	}
+	code, err := r.c.admin(l, http.MethodGet, "/cluster/members", "", &list)
 	if err != nil {
 		return 0, 0, err
 	}
-	resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
+	if code == http.StatusNotFound {
 		return 0, 0, fmt.Errorf("%w: the side port has no /cluster/members (membership changes are not served yet)", errSkipped)
 	}
 	f := r.c.others(l)[0]
@@ -323,34 +331,61 @@ func emptyDirectory(r *round, l *member) (time.Duration, time.Duration, error) {
 	if err := f.emptyDir(); err != nil {
 		return 0, 0, err
 	}
-	if err := membershipRequest(l, http.MethodDelete, "/cluster/members/"+f.name, ""); err != nil {
+	if _, err := r.c.admin(l, http.MethodDelete, "/cluster/members/"+f.name, "", nil); err != nil {
 		return 0, 0, err
 	}
 	gap := r.probe(at, r.c.others(f))
-	add := fmt.Sprintf(`{"name":%q,"address":"%s:%d"}`, f.name, f.ip(), clusterPort)
-	if err := membershipRequest(l, http.MethodPost, "/cluster/members", add); err != nil {
+	var added struct{ Join string }
+	body := fmt.Sprintf(`{"name":%q,"address":%q}`, f.name, net.JoinHostPort(f.ip(), strconv.Itoa(clusterPort)))
+	if _, err := r.c.admin(l, http.MethodPost, "/cluster/members", body, &added); err != nil {
 		return 0, 0, err
 	}
+	if added.Join == "" {
+		return 0, 0, errors.New("POST /cluster/members answered no join string")
+	}
+	f.join = added.Join
 	r.c.start(f)
-	return gap, 0, nil
+	deadline := time.Now().Add(convergeWait)
+	for {
+		_, err := r.c.admin(l, http.MethodGet, "/cluster/members", "", &list)
+		for _, m := range list.Members {
+			if err == nil && m.Name == f.name && m.Role == "voter" {
+				return gap, 0, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("%s not promoted to voter within %v: %+v (%v)", f.name, convergeWait, list, err)
+		}
+		r.c.checkAlive()
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
-// membershipRequest sends a membership change to the leader's side port.
-func membershipRequest(l *member, method, path, body string) error {
-	req, err := http.NewRequest(method, l.httpBase()+path, strings.NewReader(body))
+// admin sends a request to m's side port with the admin token, decodes a
+// 2xx answer's JSON into out (unless nil) and returns the status; any
+// other answer but 404 is an error.
+func (c *cluster) admin(m *member, method, path, body string, out any) (int, error) {
+	req, err := http.NewRequest(method, m.httpBase()+path, strings.NewReader(body))
 	if err != nil {
-		return err
+		return 0, err
 	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := httpClient.Do(req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
+	switch {
+	case resp.StatusCode == http.StatusNotFound && method == http.MethodGet:
+		return resp.StatusCode, nil
+	case resp.StatusCode/100 != 2:
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return resp.StatusCode, fmt.Errorf("%s %s on %s: %s %s", method, path, m.name, resp.Status, msg)
+	case out != nil:
+		return resp.StatusCode, json.NewDecoder(resp.Body).Decode(out)
 	}
-	return nil
+	return resp.StatusCode, nil
 }
 
 // verifyBatch is how many peeks go in one pipeline.
