@@ -76,9 +76,14 @@ func cannotIsolate() string {
 		return "the cluster fault test needs " + strings.Join(missing, ", ") +
 			" (Debian: apt-get install util-linux iproute2 iptables)"
 	}
-	// Root in a container may still be refused namespaces.
-	if out, err := exec.Command("unshare", "--net", "--pid", "--fork", "--mount-proc", "true").CombinedOutput(); err != nil {
-		return fmt.Sprintf("the cluster fault test cannot make a network and pid namespace here: %v: %s", err, strings.TrimSpace(string(out)))
+	// Root in a container may still be refused namespaces, and a kernel
+	// may lack the matches a partition needs: try both, in a namespace
+	// thrown away at once.
+	probe := "iptables -t mangle -A OUTPUT -m owner --uid-owner 1 -m conntrack --ctstate NEW -j CONNMARK --set-mark 1 && " +
+		"iptables -A OUTPUT -m connmark --mark 1 -m conntrack --ctorigdst 127.0.0.1 -j DROP"
+	if out, err := exec.Command("unshare", "--net", "--pid", "--fork", "--mount-proc", "sh", "-c", probe).CombinedOutput(); err != nil {
+		return fmt.Sprintf("the cluster fault test cannot make a namespace with its iptables rules here: %v: %s",
+			err, strings.TrimSpace(string(out)))
 	}
 	return ""
 }
