@@ -25,6 +25,7 @@ var notServerVariables = []string{
 	"SPROUT_REQUIRE_BROWSER",      // internal/console: fail, not skip, without chromium
 	"SPROUT_SERVER",               // cmd/sproutctl: the server's protocol address
 	"SPROUT_API",                  // cmd/sproutctl: the server's side port, for the admin API
+	"SPROUT_CLUSTERFAULT_BINARY",  // internal/clusterfault: the sprout its namespaced rounds run
 }
 
 // envSettings reads environ's SPROUT_ variables, in name order, as

@@ -28,13 +28,23 @@ type Proxy interface {
 	Stats() replication.ProxyStats
 }
 
-// serveCluster answers GET /cluster: the member's view, as JSON.
+// digester is a Cluster that sums its own store (replication.Node.Digest).
+type digester interface {
+	Digest() (jobs int, sum string)
+}
+
+// serveCluster answers GET /cluster: the member's view, as JSON, with
+// the digest of its store when it has one.
 func serveCluster(c Cluster) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		st := c.Status()
+		if d, ok := c.(digester); ok {
+			st.Jobs, st.Digest = d.Digest()
+		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(c.Status())
+		_ = enc.Encode(st)
 	}
 }
 

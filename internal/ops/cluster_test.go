@@ -20,6 +20,7 @@ type fakeCluster struct {
 func (c *fakeCluster) Status() replication.Status { return c.status }
 func (c *fakeCluster) Ready() bool                { return c.ready.Load() }
 func (c *fakeCluster) Stats() replication.Stats   { return c.stats }
+func (c *fakeCluster) Digest() (int, string)      { return 2, "d1ge57" }
 
 type fakeProxy struct{ stats replication.ProxyStats }
 
@@ -54,6 +55,8 @@ func TestCluster(t *testing.T) {
 		Node, Leader    string
 		Term            uint64
 		Commit, Applied uint64
+		Jobs            int
+		Digest          string
 		Members         []struct {
 			Name, Address string
 			Match         *uint64
@@ -63,7 +66,8 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("/cluster: %v\n%s", err, body)
 	}
 	if got.Node != "a" || got.Leader != "b" || got.Term != 7 || got.Commit != 40 || got.Applied != 39 ||
-		len(got.Members) != 3 || got.Members[1].Match == nil || *got.Members[1].Match != 41 || got.Members[0].Match != nil {
+		len(got.Members) != 3 || got.Members[1].Match == nil || *got.Members[1].Match != 41 || got.Members[0].Match != nil ||
+		got.Jobs != 2 || got.Digest != "d1ge57" {
 		t.Errorf("/cluster: %s", body)
 	}
 

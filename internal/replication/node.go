@@ -709,6 +709,11 @@ type Status struct {
 	Applied uint64 `json:"applied"`
 	// Members are the initial members, in --cluster-peers order.
 	Members []MemberStatus `json:"members"`
+	// Jobs and Digest summarise this member's own store (Node.Digest);
+	// GET /cluster fills them, Status does not: they cost a walk of the
+	// store, which a scrape should not pay.
+	Jobs   int    `json:"jobs"`
+	Digest string `json:"digest,omitempty"`
 }
 
 // MemberStatus is one member as this one sees it.
