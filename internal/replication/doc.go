@@ -179,7 +179,7 @@
 // segments are removed (wal.Cluster.Convert). Only a cluster whose
 // initial members are this one alone takes it over (others would start
 // from an empty index 1 and never ask for the jobs): members join it
-// later, as the membership changes are built.
+// later (Membership changes).
 //
 // Precisely (Log, and MemoryLog as its reference): a log holds a head and
 // the entries from FirstIndex on. The head is an installed snapshot's
@@ -300,17 +300,86 @@
 // files traffic is plaintext, with one warning at start unless every
 // address, and the listening one, is loopback.
 //
-// Membership changes while serving will go through Raft's ConfChangeV2
-// (a new member joins as a learner and is promoted once it has caught
-// up), from the admin API (POST /cluster/members, guarded like every
-// change) and sproutctl. A single node's -b directory, or an imported
-// beanstalkd binlog, becomes the first member of a new cluster with
-// every job kept: its jobs are the first snapshot.
+// # Membership changes
+//
+// Members are added and removed while the cluster serves, through raft's
+// ConfChangeV2, one simple change at a time (no joint consensus: one
+// voter more or less keeps every majority of the old and the new
+// membership overlapping); nothing here decides membership but raft.
+//
+// The address book. Raft's membership (its ConfState) holds ids only.
+// Beside it every member keeps the book: each member's name, address and
+// Raft id, the ids removed, and the index of the last change it reflects
+// (Book). A change's entry carries the member it is about in its
+// Context (JSON: name, address, id), so every member that applies it
+// updates its book as it updates raft's ConfState. Both are written to
+// the log when the change is applied (Log.SetMembership: WALLog writes a
+// checkpoint frame, which carries the book after the ConfState), and a
+// member that starts again takes its peers from the book, not from
+// --cluster-peers, which may be stale: the changes through the book's
+// index are not applied again at start (their effect is what raft reads
+// from InitialState). A snapshot carries the membership as of its index
+// in its metadata, and the leader's book in the MsgSnap's Context, as
+// its records ride in its Data: the receiver merges that book into its
+// own (a book only grows, but for the ids it removes) and keeps it with
+// the snapshot. A snapshot is built at the index the log has seen
+// applied, so its ConfState is the one as of its index.
+//
+// Adding (POST /cluster/members {"name","address"} on --http, or
+// sproutctl members add NAME ADDR). The member that takes the request
+// picks the new member's Raft id: random (crypto/rand), never 0, never
+// one in use or in the book's removed ids, so a name reused after its
+// disk was emptied never reuses an old id (doc above, "Snapshots"), and
+// proposes ConfChangeAddLearnerNode (raft forwards a follower's proposal
+// to the leader). Every member that applies it adds the learner to its
+// book and to its transport. The answer gives the join string,
+// CLUSTER:ID in hex; the operator then starts the new member with
+// --cluster-join CLUSTER:ID, its --node and --cluster-listen, and
+// --cluster-peers naming itself and the members it can reach (their
+// names and addresses: their ids it learns from their hellos, and the
+// book from its first snapshot). Its directory must be empty, or its own
+// log from an earlier start with the same join string; a directory of
+// another cluster or member is refused in one line, as always. Its log
+// starts empty (no entry, no membership): it cannot campaign, and the
+// leader, whose log begins after index 1, fills it with a snapshot. The
+// leader promotes a learner (ConfChangeAddNode) once its match index has
+// reached the leader's commit index as of the tick it looks, and no
+// other change is in flight. The request is answered once the new member
+// is a voter in this member's applied membership (201), or when it is
+// known not to be: another change was applied meanwhile (409), no leader
+// (503), or the time runs out (503 with what is known: the learner may
+// still be catching up). A request that finds a change of its own still
+// waiting on this member, or a learner not yet promoted in the book, is
+// refused with 409: one change at a time.
+//
+// Removing (DELETE /cluster/members/NAME, sproutctl members remove NAME):
+// ConfChangeRemoveNode for the book's id of that name (404 when none),
+// answered once applied here. Every member that applies it drops the
+// member from its transport and puts its id among the removed; a removed
+// member's hello is refused with the reason "removed", and a member told
+// so stops (ErrRemoved), as does one that applies its own removal or
+// starts on a log whose membership no longer holds it: cmd/sprout exits
+// with one line. The leader removing itself keeps leading until the
+// change applies, then steps down (raft's StepDownOnRemoval) and is
+// rebuilt as any leader that loses its leadership: the others elect a
+// leader within an election timeout, as after a failure, and clients
+// reconnect. (Transferring the leadership first would spare that
+// timeout: not yet.)
+//
+// Replacing a member whose directory was emptied: remove it, then add it
+// again under the same name (a new id) and start it with the join string
+// on its empty directory; the snapshot fills it.
+//
+// A single node's -b directory, or an imported beanstalkd binlog,
+// becomes the first member of a new cluster with every job kept: its
+// jobs are the first snapshot's head (The log on disk), and the members
+// added to that cluster of one get them through a snapshot.
 //
 // # Observability
 //
 // GET /cluster on --http: node, leader, term, members (name, address, and
-// on the leader each one's match index), commit and applied
+// on the leader each one's match index; each one's role, voter or
+// learner), commit and applied
 // (Node.Status, whose JSON is that body; match indexes are read at the
 // leader's ticks). /readyz is 200 on a member that knows a leader (itself
 // once it serves) and has applied what its log said was committed at
@@ -403,9 +472,7 @@
 // is a WALLog in -b (newClusterLog), closed after the node, so a member
 // that restarts or re-executes comes back with what it had made durable.
 //
-// Not yet: membership changes (a conf change entry stops the core), so
-// a single node's directory becomes a cluster of one that cannot grow
-// yet; certificates are read once at start; and the new leader's wall
+// Not yet: certificates are read once at start; and the new leader's wall
 // clock (Time) is still the machine's. Of the log: a snapshot is built
 // whole in memory and its records ride in the message's Data; an
 // installed snapshot's records are kept in memory while they are the
