@@ -60,6 +60,9 @@ func (d *simDisk) InstallSnapshot(s *pb.Snapshot) {
 	d.do(func(l *MemoryLog) { l.InstallSnapshot(s) })
 }
 func (d *simDisk) Compact(applied uint64) { d.do(func(l *MemoryLog) { l.Compact(applied) }) }
+func (d *simDisk) SetMembership(cs *pb.ConfState, b Book) {
+	d.do(func(l *MemoryLog) { l.SetMembership(cs, b) })
+}
 
 func (d *simDisk) OnDurable(fn func()) {
 	if d.durable == len(d.ops) {
@@ -105,6 +108,8 @@ type member struct {
 	rebuilds []uint64           // the terms it lost (ActRebuild)
 	restores int                // ActRestore: starts and snapshots installed
 	applied  int                // records it applied from entries
+	// memberships are the ActMemberships it carried out.
+	memberships []Action
 }
 
 func (m *member) serving() bool { return m.up && m.core.Serving() }
@@ -219,6 +224,9 @@ func (c *cluster) do(m *member, a Action) bool {
 	case ActServe:
 		m.served = append(m.served, a.Term)
 		m.atServe = viewOf(m.store)
+	case ActMembership:
+		m.disk.SetMembership(a.ConfState, a.Book)
+		m.memberships = append(m.memberships, a)
 	case ActRebuild:
 		m.rebuilds = append(m.rebuilds, a.Term)
 		c.restart(m)
