@@ -284,7 +284,10 @@ func (c *Core) Step(m *pb.Message) error {
 	if _, voter := c.heard[m.GetFrom()]; voter && c.leading != 0 && m.GetTerm() == c.leading {
 		c.heard[m.GetFrom()] = c.ticks
 	}
-	return c.rn.Step(m)
+	if err := c.rn.Step(m); !errors.Is(err, raft.ErrStepPeerNotFound) {
+		return err
+	}
+	return nil // an answer from a member removed, or not yet known here: dropped
 }
 
 // check decodes the records a peer's message carries.

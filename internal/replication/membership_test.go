@@ -1,0 +1,177 @@
+package replication
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// testMember is the harness's member id as the book has it.
+func testMember(id uint64) Member {
+	return Member{Name: fmt.Sprintf("m%d", id), Addr: fmt.Sprintf("127.0.0.1:%d", 7000+id), ID: id}
+}
+
+// join starts member id on an empty log, as --cluster-join does, after
+// its addition was proposed; the harness then ticks it with the others.
+func (c *cluster) join(id uint64) *member {
+	m := &member{id: id, disk: &simDisk{MemoryLog: NewJoinMemoryLog(c.retain), join: true, retain: c.retain}}
+	c.members[id] = m
+	c.ids = append(c.ids, id)
+	c.start(m)
+	return m
+}
+
+// conf is the membership member m applied last (its log's, at start).
+func conf(m *member) *pb.ConfState {
+	if n := len(m.memberships); n > 0 {
+		return m.memberships[n-1].ConfState
+	}
+	_, cs, _ := m.disk.InitialState()
+	return cs
+}
+
+// propose proposes a change on member m and settles the cluster.
+func (c *cluster) propose(m *member, typ pb.ConfChangeType, who Member) {
+	c.t.Helper()
+	if err := m.core.ProposeChange(typ, who); err != nil {
+		c.t.Fatalf("member %d proposing %v of %s: %v", m.id, typ, who.Name, err)
+	}
+	c.run(m)
+	c.stabilize()
+}
+
+// awaitConf ticks the cluster until every member of ids that is up has
+// applied a membership with exactly voters and learners.
+func (c *cluster) awaitConf(ids []uint64, voters, learners []uint64) {
+	c.t.Helper()
+	same := func(a, b []uint64) bool {
+		return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+	}
+	for range electionRounds * testElectionTick {
+		done := true
+		for _, id := range ids {
+			cs := conf(c.members[id])
+			done = done && same(cs.GetVoters(), voters) && same(cs.GetLearners(), learners)
+		}
+		if done {
+			return
+		}
+		c.tick()
+	}
+	for _, id := range ids {
+		c.t.Logf("member %d: %v", id, conf(c.members[id]))
+	}
+	c.t.Fatalf("members %v did not reach voters %v, learners %v", ids, voters, learners)
+}
+
+// A member added as a learner catches up through a snapshot, and the
+// leader promotes it; a follower's proposal to remove another goes
+// through the leader; the leader removing itself steps down, and the
+// others elect a leader and serve every job.
+func TestMembershipChanges(t *testing.T) {
+	c := newCluster(t, 3, 2)
+	leader := c.awaitLeader(1, 2, 3)
+	p := c.producer(leader, "grow")
+	for i := range 20 {
+		p.put(0, fmt.Sprintf("job %d", i))
+	}
+	c.stabilize()
+	if !p.acked() {
+		t.Fatal("the puts were not acknowledged")
+	}
+	want := viewOf(leader.store)
+
+	// Added as a learner: every member applies it, with its name and
+	// address in the book, before the member even starts.
+	c.propose(leader, pb.ConfChangeAddLearnerNode, testMember(4))
+	c.awaitConf([]uint64{1, 2, 3}, []uint64{1, 2, 3}, []uint64{4})
+	for _, id := range []uint64{1, 2, 3} {
+		if b := c.members[id].core.Book(); !slices.Contains(b.Members, testMember(4)) {
+			t.Errorf("member %d's book %+v lacks m4", id, b)
+		}
+	}
+	snapshots := c.snapshots
+	c.join(4)
+	c.awaitConf([]uint64{1, 2, 3, 4}, []uint64{1, 2, 3, 4}, nil)
+	if c.snapshots == snapshots {
+		t.Error("the new member caught up without a snapshot")
+	}
+	if b := c.members[4].core.Book(); len(b.Members) != 4 {
+		t.Errorf("the new member's book %+v: want the four members, from the snapshot and the changes", b)
+	}
+	c.converged(want)
+
+	// A follower proposes a removal: raft forwards it to the leader.
+	var follower *member
+	for _, id := range []uint64{1, 2, 3} {
+		if id != leader.id {
+			follower = c.members[id]
+			break
+		}
+	}
+	var gone uint64
+	for _, id := range []uint64{1, 2, 3} {
+		if id != leader.id && id != follower.id {
+			gone = id
+		}
+	}
+	c.propose(follower, pb.ConfChangeRemoveNode, testMember(gone))
+	rest := slices.DeleteFunc([]uint64{1, 2, 3, 4}, func(id uint64) bool { return id == gone })
+	c.awaitConf(rest, rest, nil)
+	if b := leader.core.Book(); !b.removed(gone) {
+		t.Errorf("the leader's book %+v does not have m%d removed", b, gone)
+	}
+	c.crash(c.members[gone])
+
+	// The leader removes itself: it steps down once the change applies
+	// (its store rebuilt, as any leader that loses its leadership), and
+	// the two left elect a leader that serves every job.
+	old := leader.id
+	c.propose(leader, pb.ConfChangeRemoveNode, testMember(old))
+	if len(leader.rebuilds) == 0 {
+		t.Error("the removed leader was not rebuilt")
+	}
+	rest = slices.DeleteFunc(rest, func(id uint64) bool { return id == old })
+	c.members[old].up = false
+	next := c.awaitLeader(rest...)
+	c.awaitConf(rest, rest, nil)
+	p = c.producer(next, "grow")
+	p.put(0, "after")
+	c.stabilize()
+	if !p.acked() {
+		t.Error("the two members left do not acknowledge")
+	}
+	want = viewOf(next.store)
+	if len(want) != 21 {
+		t.Errorf("the new leader holds %d jobs, want 21", len(want))
+	}
+	c.converged(want)
+}
+
+// A membership the log holds already is not applied again at start, and
+// a restarted member comes back with the book and the membership.
+func TestMembershipRestart(t *testing.T) {
+	c := newCluster(t, 3, 2)
+	leader := c.awaitLeader(1, 2, 3)
+	c.propose(leader, pb.ConfChangeAddLearnerNode, testMember(4))
+	c.join(4)
+	c.awaitConf([]uint64{1, 2, 3, 4}, []uint64{1, 2, 3, 4}, nil)
+	for _, id := range []uint64{1, 4} {
+		m := c.members[id]
+		before := len(m.memberships)
+		c.crash(m)
+		c.start(m)
+		if len(m.memberships) != before {
+			t.Errorf("member %d applied a change again at start", id)
+		}
+		if b := m.core.Book(); len(b.Members) != 4 {
+			t.Errorf("member %d restarted with the book %+v", id, b)
+		}
+		if cs := conf(m); len(cs.GetVoters()) != 4 {
+			t.Errorf("member %d restarted with the membership %v", id, cs)
+		}
+	}
+	c.awaitLeader(1, 2, 3, 4)
+}
