@@ -1,9 +1,13 @@
 package replication
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 )
@@ -174,4 +178,96 @@ func TestMembershipRestart(t *testing.T) {
 		}
 	}
 	c.awaitLeader(1, 2, 3, 4)
+}
+
+// Over the network: a member added through a follower starts with
+// --cluster-join's identity on an empty log, is filled by a snapshot and
+// promoted; a removed member stops with ErrRemoved; the changes are
+// counted.
+func TestNodeMembership(t *testing.T) {
+	c := newNetCluster(t, 3, 2, nil)
+	leader := c.awaitServing(10 * time.Second)
+	cl := newNetClient(leader, "members")
+	var pos uint64
+	for i := range 10 {
+		_, pos = cl.put(fmt.Sprintf("job %d", i))
+	}
+	awaitAck(t, leader.Journal(), pos, 10*time.Second)
+	var follower *Node
+	for _, n := range c.up() {
+		if n != leader {
+			follower = n
+		}
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := follower.AddMember(ctx, "m4", "not an address"); !errors.Is(err, ErrBadMember) {
+		t.Errorf("adding a member with a bad address: %v, want ErrBadMember", err)
+	}
+	if _, err := follower.AddMember(ctx, "m1", "127.0.0.1:1"); !errors.Is(err, ErrMemberExists) {
+		t.Errorf("adding m1 again: %v, want ErrMemberExists", err)
+	}
+	added, err := follower.AddMember(ctx, "m4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leader.AddMember(ctx, "m5", "127.0.0.1:2"); !errors.Is(err, ErrChangeInProgress) {
+		t.Errorf("adding m5 while m4 is a learner: %v, want ErrChangeInProgress", err)
+	}
+	cluster, id, err := ParseJoin(follower.JoinString(added.ID))
+	if err != nil || id != added.ID || cluster != leader.cfg.ClusterID {
+		t.Fatalf("the join string %q reads as %x:%x, %v", follower.JoinString(added.ID), cluster, id, err)
+	}
+	c.peers = append(c.peers, Member{Name: "m4", Addr: ln.Addr().String(), ID: MemberID("m4")})
+	c.logs["m4"] = &gatedLog{MemoryLog: NewJoinMemoryLog(2)}
+	c.tweak = func(cfg *NodeConfig) {
+		if cfg.Node == "m4" {
+			cfg.ClusterID, cfg.JoinID = cluster, id
+		}
+	}
+	joined := c.start("m4", ln)
+	waitUntil(t, 20*time.Second, "m4 promoted", func() bool {
+		for _, m := range leader.Status().Members {
+			if m.Name == "m4" {
+				return m.Role == "voter"
+			}
+		}
+		return false
+	})
+	c.converged(leader, 10*time.Second)
+	if st := joined.Status(); st.Leader != leader.Name() || len(st.Members) != 4 {
+		t.Errorf("the new member's view: %+v", st)
+	}
+
+	// Remove a follower other than the one that took the addition.
+	var gone *Node
+	for _, n := range c.up() {
+		if n != leader && n != follower && n != joined {
+			gone = n
+		}
+	}
+	if _, err := leader.RemoveMember(ctx, "nobody"); !errors.Is(err, ErrUnknownMember) {
+		t.Errorf("removing a member that is not one: %v, want ErrUnknownMember", err)
+	}
+	if _, err := leader.RemoveMember(ctx, gone.Name()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gone.Done():
+		if !errors.Is(gone.Err(), ErrRemoved) {
+			t.Errorf("the removed member stopped with %v, want ErrRemoved", gone.Err())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the removed member did not stop")
+	}
+	if n := leader.Stats().MembershipChanges; n != 3 {
+		t.Errorf("the leader counted %d membership changes, want 3 (add, promote, remove)", n)
+	}
+	_, pos = cl.put("after")
+	awaitAck(t, leader.Journal(), pos, 10*time.Second)
 }
