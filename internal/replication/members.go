@@ -216,3 +216,6 @@ func isLoopback(addr string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// FormatID is a Raft id as the status and the join string show it: hex.
+func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }

@@ -71,7 +71,7 @@ func (n *Node) RemoveMember(ctx context.Context, name string) (Member, error) {
 
 // JoinString is what a member added with id starts with: --cluster-join
 // CLUSTER:ID, both in hex.
-func (n *Node) JoinString(id uint64) string { return fmt.Sprintf("%x:%x", n.cfg.ClusterID, id) }
+func (n *Node) JoinString(id uint64) string { return FormatID(n.cfg.ClusterID) + ":" + FormatID(id) }
 
 // ParseJoin reads --cluster-join CLUSTER:ID.
 func ParseJoin(s string) (cluster, id uint64, err error) {

@@ -136,13 +136,13 @@ type Node struct {
 	self Member     // immutable
 	// byID are the members in the book, and conf raft's membership:
 	// written on the node goroutine under mu, so it reads them without.
-	byID    map[uint64]Member
-	conf    *pb.ConfState
-	removed []uint64 // the ids removed, as byID
-	log       Log               // immutable; written on the node goroutine
-	journal   *Journal          // immutable
-	transport *transport        // immutable after StartNode
-	logger    zerolog.Logger    // immutable
+	byID      map[uint64]Member
+	conf      *pb.ConfState
+	removed   []uint64       // the ids removed, as byID
+	log       Log            // immutable; written on the node goroutine
+	journal   *Journal       // immutable
+	transport *transport     // immutable after StartNode
+	logger    zerolog.Logger // immutable
 	// startCommit is the commit index the log held at start: Ready waits
 	// until it is applied. Immutable.
 	startCommit uint64
