@@ -33,28 +33,27 @@ type testMember struct {
 	httpAddr string // --http
 	dir      string // -b
 	proc     *testproc.Process
+	// peers is its --cluster-peers, when not the cluster's; args are
+	// added to its command line (--cluster-join).
+	peers string
+	args  []string
 }
 
 type testCluster struct {
 	t       *testing.T
 	members []*testMember
-	peers   string // --cluster-peers
+	peers   string   // --cluster-peers
+	args    []string // added to every member's command line
 }
 
-// startCluster starts members m1, m2 and m3 and waits for one to serve.
-func startCluster(t *testing.T) *testCluster {
+// startCluster starts members m1, m2 and m3, with args added to their
+// command lines.
+func startCluster(t *testing.T, args ...string) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t}
+	c := &testCluster{t: t, args: args}
 	var peers []string
 	for i := 1; i <= 3; i++ {
-		m := &testMember{name: fmt.Sprintf("m%d", i), dir: t.TempDir()}
-		for _, addr := range []*string{&m.peerAddr, &m.httpAddr} {
-			port, err := testproc.FreePort()
-			if err != nil {
-				t.Fatal(err)
-			}
-			*addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		}
+		m := c.newMember(fmt.Sprintf("m%d", i))
 		c.members = append(c.members, m)
 		peers = append(peers, m.name+"="+m.peerAddr)
 	}
@@ -67,13 +66,31 @@ func startCluster(t *testing.T) *testCluster {
 	return c
 }
 
+// newMember makes member name's directory and addresses.
+func (c *testCluster) newMember(name string) *testMember {
+	m := &testMember{name: name, dir: c.t.TempDir()}
+	for _, addr := range []*string{&m.peerAddr, &m.httpAddr} {
+		port, err := testproc.FreePort()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		*addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	}
+	return m
+}
+
 // start starts m (again), on a new client port; it waits only until m
 // accepts connections, which its proxy holds until a leader is known.
 func (c *testCluster) start(m *testMember) error {
+	peers := m.peers
+	if peers == "" {
+		peers = c.peers
+	}
+	args := []string{"--http", m.httpAddr, "-b", m.dir, "--node", m.name, "--cluster-listen", m.peerAddr,
+		"--cluster-peers", peers, "--log-format", "json"}
 	p, err := testproc.Launch(testproc.Config{
 		Binary: testproc.SproutBinary(c.t),
-		Args: []string{"--http", m.httpAddr, "-b", m.dir, "--node", m.name, "--cluster-listen", m.peerAddr,
-			"--cluster-peers", c.peers, "--log-format", "json"},
+		Args:   append(append(args, c.args...), m.args...),
 	})
 	var se *testproc.StartError
 	if errors.As(err, &se) {

@@ -151,7 +151,9 @@ func (s *logState) headLocked() []byte {
 // term and entries (those from prevIndex+1 through index) read it.
 func (s *logState) snapshotLocked(last uint64, term func(i uint64) uint64,
 	entries func(index uint64) ([]*pb.Entry, error)) (*pb.Snapshot, error) {
-	if s.snap == nil || s.snap.GetMetadata().GetIndex() < s.prevIndex {
+	// Built again once the log is compacted past it, or the membership
+	// changed since: a member added later must find itself in it.
+	if s.snap == nil || s.snap.GetMetadata().GetIndex() < max(s.prevIndex, s.book.Index) {
 		index := min(s.hs.GetCommit(), last)
 		if index < s.prevIndex {
 			// Never so: nothing past the commit index is compacted.

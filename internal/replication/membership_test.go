@@ -271,3 +271,18 @@ func TestNodeMembership(t *testing.T) {
 	_, pos = cl.put("after")
 	awaitAck(t, leader.Journal(), pos, 10*time.Second)
 }
+
+// Three members grow to five, the second addition proposed by a
+// follower: the snapshot the first new member got is built again for the
+// second, whose membership must hold it.
+func TestMembershipGrowsTwice(t *testing.T) {
+	c := newCluster(t, 3, 2)
+	leader := c.awaitLeader(1, 2, 3)
+	c.propose(leader, pb.ConfChangeAddLearnerNode, testMember(4))
+	c.join(4)
+	c.awaitConf([]uint64{1, 2, 3, 4}, []uint64{1, 2, 3, 4}, nil)
+	follower := c.members[leader.id%3+1]
+	c.propose(follower, pb.ConfChangeAddLearnerNode, testMember(5))
+	c.join(5)
+	c.awaitConf([]uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3, 4, 5}, nil)
+}
