@@ -120,6 +120,10 @@ func (n *Node) startChange(req *changeReq) {
 	}
 	book := n.core.Book()
 	target, known := book.byName(req.name)
+	if !req.add && !known {
+		answer(Member{}, fmt.Errorf("%w: %q", ErrUnknownMember, req.name))
+		return
+	}
 	for _, id := range n.conf.GetLearners() {
 		if !req.add && known && target.ID == id {
 			continue
@@ -147,10 +151,6 @@ func (n *Node) startChange(req *changeReq) {
 		target = Member{Name: req.name, Addr: req.addr, ID: newMemberID(book)}
 		typ = pb.ConfChangeAddLearnerNode
 	} else {
-		if !known {
-			answer(Member{}, fmt.Errorf("%w: %q", ErrUnknownMember, req.name))
-			return
-		}
 		if voters := n.conf.GetVoters(); len(voters) == 1 && voters[0] == target.ID {
 			answer(Member{}, fmt.Errorf("%w: %s is the only voter", ErrBadMember, target.Name))
 			return
