@@ -286,3 +286,34 @@ func TestMembershipGrowsTwice(t *testing.T) {
 	c.join(5)
 	c.awaitConf([]uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3, 4, 5}, nil)
 }
+
+// A WALLog keeps the membership and the book across a restart, and its
+// checkpoints carry them into every segment; a joining member's new
+// directory starts with no membership.
+func TestWALLogMembership(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testWALConfig(dir, []uint64{1, 2, 3}, 0)
+	l := openWAL(t, cfg)
+	cs := &pb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{9}}
+	book := Book{Index: 5, Members: []Member{testMember(1), testMember(2), testMember(3), testMember(9)}, Removed: []uint64{4}}
+	l.SetMembership(cs, book)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openWAL(t, cfg)
+	_, got, _ := l.InitialState()
+	if !slices.Equal(got.GetVoters(), cs.GetVoters()) || !slices.Equal(got.GetLearners(), cs.GetLearners()) {
+		t.Errorf("membership after a restart: %v, want %v", got, cs)
+	}
+	if b := l.Membership(); b.Index != 5 || !slices.Equal(b.Members, book.Members) || !slices.Equal(b.Removed, book.Removed) {
+		t.Errorf("book after a restart: %+v, want %+v", b, book)
+	}
+
+	join := testWALConfig(t.TempDir(), []uint64{9}, 0)
+	join.Join = true
+	j := openWAL(t, join)
+	_, got, _ = j.InitialState()
+	if first, _ := j.FirstIndex(); len(got.GetVoters())+len(got.GetLearners()) != 0 || first != 1 {
+		t.Errorf("a joining member's new log: membership %v, first index %d; want none, 1", got, first)
+	}
+}
