@@ -239,11 +239,13 @@
 // An initial member's Raft id is FNV-1a of its name (MemberID), so every
 // member knows every other's from --cluster-peers alone; a member that
 // joins later, or comes back on an emptied directory, gets a new id
-// through a membership change. The cluster's id is FNV-1a of the initial
-// members' sorted names (ClusterID): names and not addresses, so members
-// that spell an address differently agree; the wal-backed log will keep
-// it in the directory, so that a directory from another cluster is
-// refused. A list without --node, a name or an address twice, a
+// through a membership change (--cluster-join CLUSTER:ID). The cluster's
+// id is FNV-1a of the initial members' sorted names (ClusterID): names
+// and not addresses, so members that spell an address differently agree;
+// the log keeps it in the directory, so that a directory from another
+// cluster is refused. An initial member therefore keeps the
+// --cluster-peers it started with; the members added since it knows from
+// its log's book (Membership changes). A list without --node, a name or an address twice, a
 // malformed entry, or one or two of the TLS files: each is refused at
 // start in one line naming the flag (NodeConfig.Validate).
 //
@@ -344,12 +346,14 @@
 // leader, whose log begins after index 1, fills it with a snapshot. The
 // leader promotes a learner (ConfChangeAddNode) once its match index has
 // reached the leader's commit index as of the tick it looks, and no
-// other change is in flight. The request is answered once the new member
-// is a voter in this member's applied membership (201), or when it is
-// known not to be: another change was applied meanwhile (409), no leader
-// (503), or the time runs out (503 with what is known: the learner may
-// still be catching up). A request that finds a change of its own still
-// waiting on this member, or a learner not yet promoted in the book, is
+// other change is in flight. The request is answered once the learner's
+// addition is applied on the member that took it (201, with the join
+// string: the operator needs it to start the learner, so the answer
+// cannot wait for the promotion; GET /cluster/members shows the role),
+// or when it is known not to be: another change was applied first, raft
+// having dropped this one (409), no leader (503), or ChangeTimeout runs
+// out (503: it may still apply). A request that finds a change of its own
+// still waiting on this member, or a learner not yet promoted, is
 // refused with 409: one change at a time.
 //
 // Removing (DELETE /cluster/members/NAME, sproutctl members remove NAME):
