@@ -258,7 +258,7 @@
 // address (-l/-p, for the proxy). The listener answers with its own
 // hello, which may carry a refusal: another protocol version or cluster,
 // a receiver that is not it, a sender that is not a member or has another
-// id. Refusals are counted, answered with the reason, closed, and logged
+// id, or one removed (told so: it stops, ErrRemoved). Refusals are counted, answered with the reason, closed, and logged
 // at warn once per peer (the name claimed, and the remote host) per
 // minute; a malformed hello, a message not from the sender to the
 // receiver, a snapshot among messages, or a frame past its limit is
@@ -410,7 +410,8 @@
 // of a raft.Ready is in its messages. Events (Core methods): Tick; Step (a
 // peer's message; one whose records do not decode is refused); Durable
 // (every write through a number is durable); SnapshotSent (a snapshot
-// reached a peer, or not); Unreachable; Campaign and TransferLeadership
+// reached a peer, or not); Unreachable; Campaign, TransferLeadership and
+// ProposeChange
 // (the operator's, and the tests'). Actions (Ready's result, in the order
 // to carry them out): restore (a fresh store from records: the log's
 // head at start, a snapshot's records when one is installed); send; write
@@ -418,8 +419,10 @@
 // (committed records, to the store, each with its place in the log);
 // locate (where the leader's own committed full records are in its log,
 // to the store); compact (the log may drop what was applied); publish
-// (the acknowledged position, to the Journal); serve; rebuild (the last
-// action: the core takes no more events).
+// (the acknowledged position, to the Journal); membership (a change
+// applied, or a snapshot's membership installed: the ConfState and the
+// book, to the log and the transport); serve; rebuild (the last action:
+// the core takes no more events).
 //
 // What the shell provides: the Log (raft.Storage, plus the writes the
 // actions ask for and OnDurable), the transport (raft's messages, and the

@@ -46,6 +46,21 @@ func (c *cluster) propose(m *member, typ pb.ConfChangeType, who Member) {
 	c.stabilize()
 }
 
+// add proposes id's addition on via, starts it, and waits until every
+// member has it for a voter.
+func (c *cluster) add(via *member, id uint64) {
+	c.t.Helper()
+	c.propose(via, pb.ConfChangeAddLearnerNode, testMember(id))
+	c.join(id)
+	var all []uint64
+	for _, o := range c.ids {
+		if c.members[o].up {
+			all = append(all, o)
+		}
+	}
+	c.awaitConf(all, all, nil)
+}
+
 // awaitConf ticks the cluster until every member of ids that is up has
 // applied a membership with exactly voters and learners.
 func (c *cluster) awaitConf(ids []uint64, voters, learners []uint64) {
@@ -158,10 +173,7 @@ func TestMembershipChanges(t *testing.T) {
 // a restarted member comes back with the book and the membership.
 func TestMembershipRestart(t *testing.T) {
 	c := newCluster(t, 3, 2)
-	leader := c.awaitLeader(1, 2, 3)
-	c.propose(leader, pb.ConfChangeAddLearnerNode, testMember(4))
-	c.join(4)
-	c.awaitConf([]uint64{1, 2, 3, 4}, []uint64{1, 2, 3, 4}, nil)
+	c.add(c.awaitLeader(1, 2, 3), 4)
 	for _, id := range []uint64{1, 4} {
 		m := c.members[id]
 		before := len(m.memberships)
@@ -278,13 +290,8 @@ func TestNodeMembership(t *testing.T) {
 func TestMembershipGrowsTwice(t *testing.T) {
 	c := newCluster(t, 3, 2)
 	leader := c.awaitLeader(1, 2, 3)
-	c.propose(leader, pb.ConfChangeAddLearnerNode, testMember(4))
-	c.join(4)
-	c.awaitConf([]uint64{1, 2, 3, 4}, []uint64{1, 2, 3, 4}, nil)
-	follower := c.members[leader.id%3+1]
-	c.propose(follower, pb.ConfChangeAddLearnerNode, testMember(5))
-	c.join(5)
-	c.awaitConf([]uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3, 4, 5}, nil)
+	c.add(leader, 4)
+	c.add(c.members[leader.id%3+1], 5)
 }
 
 // A WALLog keeps the membership and the book across a restart, and its
