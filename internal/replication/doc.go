@@ -411,8 +411,7 @@
 // peer's message; one whose records do not decode is refused); Durable
 // (every write through a number is durable); SnapshotSent (a snapshot
 // reached a peer, or not); Unreachable; Campaign, TransferLeadership and
-// ProposeChange
-// (the operator's, and the tests'). Actions (Ready's result, in the order
+// ProposeChange (the operator's, and the tests'). Actions (Ready's result, in the order
 // to carry them out): restore (a fresh store from records: the log's
 // head at start, a snapshot's records when one is installed); send; write
 // (a snapshot, entries, a hard state; then report Durable); apply
