@@ -34,6 +34,10 @@ const (
 	maxMsgSize = 1 << 20
 	// maxInflight bounds the append messages in flight to one follower.
 	maxInflight = 256
+	// promoteSlack is how far behind the commit index a learner may be
+	// and be caught up: under a steady load its match index trails by the
+	// entries in flight to it, and the leader's log holds them.
+	promoteSlack = maxInflight
 )
 
 // Config configures a Core.
@@ -206,9 +210,9 @@ func (c *Core) Tick() {
 	}
 }
 
-// promote proposes a learner that has caught up (its match index at the
-// commit index) as a voter: one at a time, and again only after an
-// election timeout if raft dropped it.
+// promote proposes a learner that has caught up (its match index within
+// promoteSlack of the commit index) as a voter: one at a time, and again
+// only after an election timeout if raft dropped it.
 func (c *Core) promote() {
 	if c.promoting != 0 && c.ticks-c.promoting < uint64(c.electionTick) {
 		return
@@ -216,7 +220,8 @@ func (c *Core) promote() {
 	commit := c.rn.BasicStatus().GetCommit()
 	var ready uint64
 	c.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
-		if pr.IsLearner && pr.Match >= commit && ready == 0 {
+		// Match is 0 until the learner has taken a snapshot or entries.
+		if pr.IsLearner && pr.RecentActive && pr.Match > 0 && pr.Match+promoteSlack >= commit && ready == 0 {
 			ready = id
 		}
 	})

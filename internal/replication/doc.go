@@ -344,9 +344,10 @@
 // another cluster or member is refused in one line, as always. Its log
 // starts empty (no entry, no membership): it cannot campaign, and the
 // leader, whose log begins after index 1, fills it with a snapshot. The
-// leader promotes a learner (ConfChangeAddNode) once its match index has
-// reached the leader's commit index as of the tick it looks, and no
-// other change is in flight. The request is answered once the learner's
+// leader promotes a learner (ConfChangeAddNode) once its match index is
+// within a window of appends in flight (256 entries) of the leader's
+// commit index as of the tick it looks, and no other change is in
+// flight. The request is answered once the learner's
 // addition is applied on the member that took it (201, with the join
 // string: the operator needs it to start the learner, so the answer
 // cannot wait for the promotion; GET /cluster/members shows the role),

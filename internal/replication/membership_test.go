@@ -111,6 +111,12 @@ func TestMembershipChanges(t *testing.T) {
 			t.Errorf("member %d's book %+v lacks m4", id, b)
 		}
 	}
+	for range 3 * testElectionTick {
+		c.tick()
+	}
+	if cs := conf(leader); !slices.Contains(cs.GetLearners(), 4) {
+		t.Fatalf("a learner that never started was promoted: %v", cs)
+	}
 	snapshots := c.snapshots
 	c.join(4)
 	c.awaitConf([]uint64{1, 2, 3, 4}, []uint64{1, 2, 3, 4}, nil)
