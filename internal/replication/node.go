@@ -774,8 +774,7 @@ type Status struct {
 	Serving bool   `json:"serving"` // this member leads and takes commands
 	Commit  uint64 `json:"commit"`
 	Applied uint64 `json:"applied"`
-	// Members are the members in the address book, in the order they
-	// were added.
+	// Members are the members in the address book, by name.
 	Members []MemberStatus `json:"members"`
 }
 
