@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -267,6 +268,42 @@ func TestClusterMembershipChanges(t *testing.T) {
 		left = append(left, m.name)
 	}
 	c.awaitVoters(10*time.Second, next, left...)
+
+	// An initial member restarted with --cluster-peers rewritten (every
+	// member listed) is refused, with the flag that starts it; with it, it
+	// comes back.
+	var initial *testMember
+	for _, m := range c.up() {
+		if m != f && !slices.Contains([]string{"m4", "m5"}, m.name) {
+			initial = m // m1, m2 or m3 as it first started (l and f are not)
+		}
+	}
+	if initial == nil {
+		t.Fatalf("no initial member left among %v", c.up())
+	}
+	if !initial.proc.Stop(10 * time.Second) {
+		t.Fatalf("%s did not stop", initial.name)
+	}
+	var all []string
+	for _, m := range c.members {
+		all = append(all, m.name+"="+m.peerAddr)
+	}
+	initial.peers = strings.Join(all, ",")
+	_ = c.start(initial)
+	if !initial.proc.Wait(10*time.Second) || initial.proc.ExitCode() != exitReplay {
+		t.Fatalf("%s with --cluster-peers rewritten: not refused (exit %d)", initial.name, initial.proc.ExitCode())
+	}
+	flag := regexp.MustCompile(`--cluster-join ([0-9a-f]+:[0-9a-f]+)`).FindStringSubmatch(initial.proc.Output())
+	if flag == nil {
+		t.Fatalf("the refusal does not name --cluster-join:\n%s", initial.proc.Output())
+	}
+	t.Logf("%s refused with --cluster-peers rewritten; starting it with --cluster-join %s", initial.name, flag[1])
+	initial.args = []string{"--cluster-join", flag[1]}
+	if err := c.start(initial); err != nil {
+		t.Fatal(err)
+	}
+	c.awaitServing(20 * time.Second)
+	c.awaitVoters(10*time.Second, initial, left...)
 }
 
 // fakeChanger is a member whose changes the handler test sees.

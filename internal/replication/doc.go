@@ -245,7 +245,9 @@
 // the log keeps it in the directory, so that a directory from another
 // cluster is refused. An initial member therefore keeps the
 // --cluster-peers it started with; the members added since it knows from
-// its log's book (Membership changes). A list without --node, a name or an address twice, a
+// its log's book (Membership changes). Started on its directory with
+// --cluster-peers rewritten, it is refused with the --cluster-join
+// CLUSTER:ID (the directory's) that starts it as it is. A list without --node, a name or an address twice, a
 // malformed entry, or one or two of the TLS files: each is refused at
 // start in one line naming the flag (NodeConfig.Validate).
 //

@@ -230,6 +230,12 @@ func (l *WALLog) replay(f wal.Frame) error {
 		if d.err != nil {
 			return fmt.Errorf("%w: %s: a checkpoint: %v", errMalformed, l.dir, d.err)
 		}
+		if cluster != l.cluster && name == l.name {
+			// Most likely the same member with --cluster-peers rewritten
+			// since (its names make the cluster's id): say how to start it.
+			return fmt.Errorf("replication: %s is the log of member %s of cluster %x, not of this one (%x): start it with the --cluster-peers it first started with, or with --cluster-join %s:%s, or on another directory",
+				l.dir, name, cluster, l.cluster, FormatID(cluster), FormatID(id))
+		}
 		if cluster != l.cluster {
 			return fmt.Errorf("replication: %s is the log of a member of cluster %x, not of this one (%x): start on another directory", l.dir, cluster, l.cluster)
 		}
