@@ -174,6 +174,10 @@ func TestClusterGrowFromSingleNode(t *testing.T) {
 	c.join(b, d) // through a follower
 	c.awaitVoters(30*time.Second, a, "a", "b", "c")
 	c.awaitJobs(20*time.Second, jobs)
+	// Two additions and two promotions, as a applied them.
+	if n, err := a.metric("sprout_cluster_membership_changes_total", "sprout_cluster_membership_changes_total"); err != nil || n != 4 {
+		t.Errorf("a counted %v membership changes (%v), want 4", n, err)
+	}
 
 	// Served through the newest member: the oldest job first.
 	through := dialMember(t, d)

@@ -151,18 +151,25 @@ func (m *testMember) ready() int {
 // readyJobs is the ready jobs in m's own store, from its /metrics (a
 // follower's replica, not the leader's figure a proxied stats shows).
 func (m *testMember) readyJobs() (int, error) {
-	resp, err := httpClient.Get("http://" + m.httpAddr + "/metrics?name[]=sprout_current_jobs")
+	v, err := m.metric("sprout_current_jobs", `sprout_current_jobs{state="ready"}`)
+	return int(v), err
+}
+
+// metric is the value of m's /metrics series (its name and labels as
+// written), in the family name.
+func (m *testMember) metric(name, series string) (float64, error) {
+	resp, err := httpClient.Get("http://" + m.httpAddr + "/metrics?name[]=" + name)
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), `sprout_current_jobs{state="ready"} `); ok {
-			return strconv.Atoi(v)
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			return strconv.ParseFloat(v, 64)
 		}
 	}
-	return 0, fmt.Errorf("no sprout_current_jobs{state=\"ready\"} in %s's metrics", m.name)
+	return 0, fmt.Errorf("no %s in %s's metrics", series, m.name)
 }
 
 // awaitServing waits until one of members (every member up, if none is
