@@ -244,8 +244,11 @@ func TestNodeMembership(t *testing.T) {
 	c.peers = append(c.peers, Member{Name: "m4", Addr: ln.Addr().String(), ID: MemberID("m4")})
 	c.logs["m4"] = &gatedLog{MemoryLog: NewJoinMemoryLog(2)}
 	c.tweak = func(cfg *NodeConfig) {
+		// The cluster's id as the initial members' names made it: c.peers
+		// now names m4 too.
+		cfg.ClusterID = cluster
 		if cfg.Node == "m4" {
-			cfg.ClusterID, cfg.JoinID = cluster, id
+			cfg.JoinID = id
 		}
 	}
 	joined := c.start("m4", ln)
@@ -287,6 +290,25 @@ func TestNodeMembership(t *testing.T) {
 		t.Errorf("the leader counted %d membership changes, want 3 (add, promote, remove)", n)
 	}
 	_, pos = cl.put("after")
+	awaitAck(t, leader.Journal(), pos, 10*time.Second)
+
+	// A member removed while it was down learns it from the others'
+	// refusals when it comes back, and stops.
+	name := follower.Name()
+	c.kill(name)
+	if _, err := leader.RemoveMember(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	back := c.start(name, nil)
+	select {
+	case <-back.Done():
+		if !errors.Is(back.Err(), ErrRemoved) {
+			t.Errorf("%s, removed while down, stopped with %v, want ErrRemoved", name, back.Err())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s, removed while down, still runs", name)
+	}
+	_, pos = cl.put("after the removals")
 	awaitAck(t, leader.Journal(), pos, 10*time.Second)
 }
 
