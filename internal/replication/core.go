@@ -301,9 +301,11 @@ func (c *Core) check(m *pb.Message) error {
 	for _, e := range m.GetEntries() {
 		if e.GetType() == pb.EntryNormal {
 			c.scratch, err = wal.DecodeFrames(c.scratch[:0], e.GetData())
-			if err != nil {
-				return fmt.Errorf("%w: entry %d from %d: %v", ErrBadRecords, e.GetIndex(), m.GetFrom(), err)
-			}
+		} else {
+			_, _, err = decodeChange(e)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: entry %d from %d: %v", ErrBadRecords, e.GetIndex(), m.GetFrom(), err)
 		}
 	}
 	if snap := m.GetSnapshot(); snap != nil {
@@ -596,30 +598,13 @@ func (c *Core) applyChange(e *pb.Entry) (Action, bool) {
 	if e.GetIndex() <= c.book.Index {
 		return Action{}, false
 	}
-	var cc pb.ConfChangeI
-	switch e.GetType() {
-	case pb.EntryConfChangeV2:
-		v2 := &pb.ConfChangeV2{}
-		if err := proto.Unmarshal(e.GetData(), v2); err != nil {
-			panic(fmt.Sprintf("replication: committed entry %d: a membership change: %v", e.GetIndex(), err))
-		}
-		cc = v2
-	case pb.EntryConfChange:
-		v1 := &pb.ConfChange{}
-		if err := proto.Unmarshal(e.GetData(), v1); err != nil {
-			panic(fmt.Sprintf("replication: committed entry %d: a membership change: %v", e.GetIndex(), err))
-		}
-		cc = v1
-	default:
-		panic(fmt.Sprintf("replication: entry %d: %v entries are not supported", e.GetIndex(), e.GetType()))
+	cc, who, err := decodeChange(e)
+	if err != nil {
+		// Checked when it came in, or proposed by a member: the log is
+		// damaged, and the store must not go on without it.
+		panic(fmt.Sprintf("replication: committed entry %d: %v", e.GetIndex(), err))
 	}
 	v2 := cc.AsV2()
-	var who Member
-	if len(v2.GetContext()) > 0 {
-		if err := json.Unmarshal(v2.GetContext(), &who); err != nil {
-			panic(fmt.Sprintf("replication: committed entry %d: a membership change's member: %v", e.GetIndex(), err))
-		}
-	}
 	cs := c.rn.ApplyConfChange(cc)
 	for _, ch := range v2.GetChanges() {
 		id := ch.GetNodeId()
@@ -647,6 +632,35 @@ func (c *Core) applyChange(e *pb.Entry) (Action, bool) {
 		}
 	}
 	return Action{Kind: ActMembership, ConfState: cs, Book: c.book.clone(), Index: e.GetIndex()}, true
+}
+
+// decodeChange reads a membership change's entry: the change, and the
+// member its Context names.
+func decodeChange(e *pb.Entry) (pb.ConfChangeI, Member, error) {
+	var cc pb.ConfChangeI
+	switch e.GetType() {
+	case pb.EntryConfChangeV2:
+		v2 := &pb.ConfChangeV2{}
+		if err := proto.Unmarshal(e.GetData(), v2); err != nil {
+			return nil, Member{}, fmt.Errorf("a membership change: %v", err)
+		}
+		cc = v2
+	case pb.EntryConfChange:
+		v1 := &pb.ConfChange{}
+		if err := proto.Unmarshal(e.GetData(), v1); err != nil {
+			return nil, Member{}, fmt.Errorf("a membership change: %v", err)
+		}
+		cc = v1
+	default:
+		return nil, Member{}, fmt.Errorf("%v entries are not supported", e.GetType())
+	}
+	var who Member
+	if ctx := cc.AsV2().GetContext(); len(ctx) > 0 {
+		if err := json.Unmarshal(ctx, &who); err != nil {
+			return nil, Member{}, fmt.Errorf("a membership change's member: %v", err)
+		}
+	}
+	return cc, who, nil
 }
 
 // propose hands the journal's batch to raft as one entry, if this member

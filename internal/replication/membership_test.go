@@ -10,6 +10,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // testMember is the harness's member id as the book has it.
@@ -351,4 +352,29 @@ func TestWALLogMembership(t *testing.T) {
 	if first, _ := j.FirstIndex(); len(got.GetVoters())+len(got.GetLearners()) != 0 || first != 1 {
 		t.Errorf("a joining member's new log: membership %v, first index %d; want none, 1", got, first)
 	}
+}
+
+// A peer's membership change that does not decode is refused when it
+// comes in, as damaged records are, rather than stopping the member when
+// it applies.
+func TestMembershipChangeDamaged(t *testing.T) {
+	c := newCluster(t, 3, 2)
+	leader := c.awaitLeader(1, 2, 3)
+	to := c.members[leader.id%3+1]
+	for _, data := range [][]byte{{0xff, 0xff}, mustMarshal(t, &pb.ConfChangeV2{Context: []byte("{not json")})} {
+		m := &pb.Message{Type: pb.MsgApp.Enum(), From: new(leader.id), To: new(to.id), Term: new(leader.core.Status().GetTerm()),
+			Entries: []*pb.Entry{{Type: pb.EntryConfChangeV2.Enum(), Index: new(uint64(100)), Term: new(uint64(1)), Data: data}}}
+		if err := to.core.Step(m); !errors.Is(err, ErrBadRecords) {
+			t.Errorf("a damaged change (%q): %v, want ErrBadRecords", data, err)
+		}
+	}
+}
+
+func mustMarshal(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
