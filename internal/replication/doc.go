@@ -326,8 +326,11 @@
 // in its metadata, and the leader's book in the MsgSnap's Context, as
 // its records ride in its Data: the receiver merges that book into its
 // own (a book only grows, but for the ids it removes) and keeps it with
-// the snapshot. A snapshot is built at the index the log has seen
-// applied, so its ConfState is the one as of its index.
+// the snapshot. A snapshot is built no further than the first change
+// after the book's index, and built again after each change, so its
+// ConfState is the one as of its index and a member added since finds
+// itself in it. A peer's change that does not decode is refused when it
+// comes in, as damaged records are.
 //
 // Adding (POST /cluster/members {"name","address"} on --http, or
 // sproutctl members add NAME ADDR). The member that takes the request
@@ -346,13 +349,14 @@
 // another cluster or member is refused in one line, as always. Its log
 // starts empty (no entry, no membership): it cannot campaign, and the
 // leader, whose log begins after index 1, fills it with a snapshot. The
-// leader promotes a learner (ConfChangeAddNode) once its match index is
-// within a window of appends in flight (256 entries) of the leader's
-// commit index as of the tick it looks, and no other change is in
-// flight. The request is answered once the learner's
-// addition is applied on the member that took it (201, with the join
-// string: the operator needs it to start the learner, so the answer
-// cannot wait for the promotion; GET /cluster/members shows the role),
+// leader promotes a learner (ConfChangeAddNode) once it has taken
+// something (its match index above 0), is active, and is within a window
+// of appends in flight (256 entries) of the leader's commit index as of
+// the tick it looks, and no other change is in flight. The request is
+// answered once the learner's addition is applied on the member that took
+// it (201, with the join string: the operator needs it to start the
+// learner, so the answer cannot wait for the promotion; GET
+// /cluster/members shows the role),
 // or when it is known not to be: another change was applied first, raft
 // having dropped this one (409), no leader (503), or ChangeTimeout runs
 // out (503: it may still apply). A request that finds a change of its own
@@ -366,12 +370,12 @@
 // member's hello is refused with the reason "removed", and a member told
 // so stops (ErrRemoved), as does one that applies its own removal or
 // starts on a log whose membership no longer holds it: cmd/sprout exits
-// with one line. The leader removing itself keeps leading until the
-// change applies, then steps down (raft's StepDownOnRemoval) and is
-// rebuilt as any leader that loses its leadership: the others elect a
-// leader within an election timeout, as after a failure, and clients
-// reconnect. (Transferring the leadership first would spare that
-// timeout: not yet.)
+// with one line (status 12). The leader removing itself keeps leading
+// until the change applies, then steps down (raft's StepDownOnRemoval)
+// and stops as any removed member does, its clients' connections closed:
+// the others elect a leader within an election timeout, as after a
+// failure, and clients reconnect. (Transferring the leadership first
+// would spare that timeout: not yet.)
 //
 // Replacing a member whose directory was emptied: remove it, then add it
 // again under the same name (a new id) and start it with the join string
