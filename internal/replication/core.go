@@ -107,6 +107,10 @@ type Core struct {
 	// a time; raft drops a second as an empty entry).
 	book      Book
 	promoting uint64
+	// confPending is the index of the last membership change written to
+	// the log: raft takes no other change until it is applied (it would
+	// drop it as an empty entry), so the leader promotes none before.
+	confPending uint64
 	// snapBook is the book that came with the last snapshot stepped in
 	// (its MsgSnap's Context), taken when the snapshot is installed.
 	snapBook *Book
@@ -214,7 +218,7 @@ func (c *Core) Tick() {
 // promoteSlack of the commit index) as a voter: one at a time, and again
 // only after an election timeout if raft dropped it.
 func (c *Core) promote() {
-	if c.promoting != 0 && c.ticks-c.promoting < uint64(c.electionTick) {
+	if c.applied < c.confPending || c.promoting != 0 && c.ticks-c.promoting < uint64(c.electionTick) {
 		return
 	}
 	commit := c.rn.BasicStatus().GetCommit()
@@ -518,6 +522,11 @@ func (c *Core) write(m *pb.Message) {
 	}
 	c.out = append(c.out, a)
 	c.writes = append(c.writes, pendingWrite{seq: c.seq, responses: m.GetResponses(), snapshot: m.GetSnapshot()})
+	for _, e := range a.Entries {
+		if e.GetType() != pb.EntryNormal {
+			c.confPending = max(c.confPending, e.GetIndex())
+		}
+	}
 }
 
 // apply takes a MsgStorageApply: committed entries, durable here. A

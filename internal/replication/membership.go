@@ -214,7 +214,7 @@ func (n *Node) membership(a Action) bool {
 		case w.add && there, !w.add && a.Book.removed(w.member.ID):
 			n.waiting = nil
 			w.done <- changeResult{member: w.member}
-		case !there && !a.Book.removed(w.member.ID):
+		case changed && !there && !a.Book.removed(w.member.ID):
 			// Another change was applied first: raft dropped this one.
 			n.waiting = nil
 			w.done <- changeResult{member: w.member, err: fmt.Errorf("%w: another change was applied first", ErrChangeInProgress)}
