@@ -32,6 +32,10 @@ const clusterLogRetain = 1024
 // and waiting for the log to make what it was given durable.
 const rebuildGrace = 2 * time.Second
 
+// exitRemoved is the exit status of a member removed from the cluster:
+// it stops serving, and refuses to start again on its directory.
+const exitRemoved = 12
+
 // failGrace bounds how long a member that stopped on its own waits for
 // the engine to stop before it exits.
 const failGrace = 5 * time.Second
@@ -56,6 +60,7 @@ var clusterFlags = []struct {
 }{
 	{"--cluster-listen", func(o *options) string { return o.clusterListen }},
 	{"--cluster-peers", func(o *options) string { return o.clusterPeers }},
+	{"--cluster-join", func(o *options) string { return o.clusterJoin }},
 	{"--cluster-tls-cert", func(o *options) string { return o.clusterTLSCert }},
 	{"--cluster-tls-key", func(o *options) string { return o.clusterTLSKey }},
 	{"--cluster-tls-ca", func(o *options) string { return o.clusterTLSCA }},
@@ -100,10 +105,16 @@ func nodeConfig(o options) (*replication.NodeConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &replication.NodeConfig{
+	nc := &replication.NodeConfig{
 		Node: o.node, Listen: o.clusterListen, Peers: peers,
 		TLSCert: o.clusterTLSCert, TLSKey: o.clusterTLSKey, TLSCA: o.clusterTLSCA,
-	}, nil
+	}
+	if o.clusterJoin != "" {
+		if nc.ClusterID, nc.JoinID, err = replication.ParseJoin(o.clusterJoin); err != nil {
+			return nil, err
+		}
+	}
+	return nc, nil
 }
 
 // systemdHandedOver reports whether systemd passed this process a socket
@@ -186,6 +197,9 @@ func startMember(cfg *config, ln net.Listener, metrics replication.Observer, log
 		_ = ln.Close()
 		_ = clog.Close()
 		log.Error().Err(err).Msg("cannot start the cluster member")
+		if errors.Is(err, replication.ErrRemoved) {
+			return nil, exitRemoved
+		}
 		var opErr *net.OpError
 		if errors.As(err, &opErr) {
 			return nil, exitSocket
@@ -255,10 +269,14 @@ func (m *member) engine() *engine.Server {
 
 // watch stops the engine when the node stopped on its own: its log is not
 // the one the cluster knows (replication.ErrLogLost), so it cannot serve,
-// nor rejoin under its name.
+// nor rejoin under its name; or it was removed from the cluster
+// (replication.ErrRemoved).
 func (m *member) watch() {
 	<-m.node.Done()
-	if m.node.Err() != nil {
+	switch err := m.node.Err(); {
+	case errors.Is(err, replication.ErrRemoved):
+		m.fail(exitRemoved)
+	case err != nil:
 		m.fail(exitReplay)
 	}
 }

@@ -33,28 +33,27 @@ type testMember struct {
 	httpAddr string // --http
 	dir      string // -b
 	proc     *testproc.Process
+	// peers is its --cluster-peers, when not the cluster's; args are
+	// added to its command line (--cluster-join).
+	peers string
+	args  []string
 }
 
 type testCluster struct {
 	t       *testing.T
 	members []*testMember
-	peers   string // --cluster-peers
+	peers   string   // --cluster-peers
+	args    []string // added to every member's command line
 }
 
-// startCluster starts members m1, m2 and m3 and waits for one to serve.
-func startCluster(t *testing.T) *testCluster {
+// startCluster starts members m1, m2 and m3, with args added to their
+// command lines.
+func startCluster(t *testing.T, args ...string) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t}
+	c := &testCluster{t: t, args: args}
 	var peers []string
 	for i := 1; i <= 3; i++ {
-		m := &testMember{name: fmt.Sprintf("m%d", i), dir: t.TempDir()}
-		for _, addr := range []*string{&m.peerAddr, &m.httpAddr} {
-			port, err := testproc.FreePort()
-			if err != nil {
-				t.Fatal(err)
-			}
-			*addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		}
+		m := c.newMember(fmt.Sprintf("m%d", i))
 		c.members = append(c.members, m)
 		peers = append(peers, m.name+"="+m.peerAddr)
 	}
@@ -67,13 +66,31 @@ func startCluster(t *testing.T) *testCluster {
 	return c
 }
 
+// newMember makes member name's directory and addresses.
+func (c *testCluster) newMember(name string) *testMember {
+	m := &testMember{name: name, dir: c.t.TempDir()}
+	for _, addr := range []*string{&m.peerAddr, &m.httpAddr} {
+		port, err := testproc.FreePort()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		*addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	}
+	return m
+}
+
 // start starts m (again), on a new client port; it waits only until m
 // accepts connections, which its proxy holds until a leader is known.
 func (c *testCluster) start(m *testMember) error {
+	peers := m.peers
+	if peers == "" {
+		peers = c.peers
+	}
+	args := []string{"--http", m.httpAddr, "-b", m.dir, "--node", m.name, "--cluster-listen", m.peerAddr,
+		"--cluster-peers", peers, "--log-format", "json"}
 	p, err := testproc.Launch(testproc.Config{
 		Binary: testproc.SproutBinary(c.t),
-		Args: []string{"--http", m.httpAddr, "-b", m.dir, "--node", m.name, "--cluster-listen", m.peerAddr,
-			"--cluster-peers", c.peers, "--log-format", "json"},
+		Args:   append(append(args, c.args...), m.args...),
 	})
 	var se *testproc.StartError
 	if errors.As(err, &se) {
@@ -134,18 +151,25 @@ func (m *testMember) ready() int {
 // readyJobs is the ready jobs in m's own store, from its /metrics (a
 // follower's replica, not the leader's figure a proxied stats shows).
 func (m *testMember) readyJobs() (int, error) {
-	resp, err := httpClient.Get("http://" + m.httpAddr + "/metrics?name[]=sprout_current_jobs")
+	v, err := m.metric("sprout_current_jobs", `sprout_current_jobs{state="ready"}`)
+	return int(v), err
+}
+
+// metric is the value of m's /metrics series (its name and labels as
+// written), in the family name.
+func (m *testMember) metric(name, series string) (float64, error) {
+	resp, err := httpClient.Get("http://" + m.httpAddr + "/metrics?name[]=" + name)
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), `sprout_current_jobs{state="ready"} `); ok {
-			return strconv.Atoi(v)
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			return strconv.ParseFloat(v, 64)
 		}
 	}
-	return 0, fmt.Errorf("no sprout_current_jobs{state=\"ready\"} in %s's metrics", m.name)
+	return 0, fmt.Errorf("no %s in %s's metrics", series, m.name)
 }
 
 // awaitServing waits until one of members (every member up, if none is

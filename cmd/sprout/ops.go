@@ -87,7 +87,7 @@ func (p *opsPort) start(srv *engine.Server, st *store.Store, m *member, log zero
 // a snapshot may replace.
 func (p *opsPort) startMember(srv *engine.Server, m *member, log zerolog.Logger) error {
 	if p.adminToken != "" {
-		log.Warn().Msg("the admin API and the web console are not served in cluster mode yet; --admin-token is not used")
+		log.Warn().Msg("the admin API and the web console are not served in cluster mode yet; --admin-token guards membership changes only")
 	}
 	s, err := ops.Start(ops.Config{
 		Addr:       p.addr,
@@ -98,7 +98,9 @@ func (p *opsPort) startMember(srv *engine.Server, m *member, log zerolog.Logger)
 		Metrics:    p.metrics,
 		Cluster:    m.node,
 		Proxy:      m.proxy,
-		Logger:     log,
+		// Membership changes (cluster_members.go); everything else 404.
+		Console: membersHandler(m.node, admin.NewAuth(p.adminToken, log).Middleware, nil, log),
+		Logger:  log,
 	})
 	if err != nil {
 		return err

@@ -18,6 +18,8 @@
 //	clear TUBE --state STATE    delete the ready, delayed, buried or all jobs of a tube
 //	jobs TUBE [--state STATE]   list a tube's jobs; admin API only
 //	move --from A --to B TUBE…  carry the ready jobs of tubes from server A to server B
+//	members [list|add|remove]   a cluster's members: list, add NAME ADDR, remove NAME;
+//	                            the membership endpoint on a member's --http (--api)
 //
 // # Protocol or admin API
 //

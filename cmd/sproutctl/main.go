@@ -202,7 +202,7 @@ func newRoot(o *options) *cobra.Command {
 	root.AddCommand(
 		newStatsCmd(o), newTubesCmd(o), newTopCmd(o),
 		newPeekCmd(o), newPutCmd(o), newDeleteCmd(o), newKickCmd(o), newPauseCmd(o),
-		newClearCmd(o), newJobsCmd(o), newMoveCmd(o),
+		newClearCmd(o), newJobsCmd(o), newMoveCmd(o), newMembersCmd(o),
 	)
 	return root
 }

@@ -95,6 +95,13 @@ type session struct {
 	expires time.Time // immutable
 }
 
+// NewAuth returns the rules for token ("" for none: read-only) alone,
+// for a side port's handlers outside the API (a cluster member's
+// membership changes) to be guarded as the API's changes are.
+func NewAuth(token string, log zerolog.Logger) *Auth {
+	return newAuth(token, DefaultSessionTTL, time.Now, log)
+}
+
 // newAuth returns the rules for token ("" for none: read-only).
 func newAuth(token string, ttl time.Duration, now func() time.Time, log zerolog.Logger) *Auth {
 	a := &Auth{

@@ -35,6 +35,10 @@ type Action struct {
 	Pos uint64
 	// Term (ActServe, ActRebuild) is the term this member leads or led.
 	Term uint64
+	// ConfState and Book (ActMembership) are the membership after the
+	// change at Index, and the address book.
+	ConfState *pb.ConfState
+	Book      Book
 }
 
 // write makes an ActWrite's writes to l, in the order it gives them.
@@ -78,6 +82,11 @@ const (
 	// ActServe: this member leads Term and its store holds every
 	// committed change: take clients' commands.
 	ActServe
+	// ActMembership: a membership change at Index was applied: write
+	// ConfState and Book to the log (Log.SetMembership), and follow the
+	// book (the transport's peers; a member no longer in ConfState
+	// stops). Before the ActCompact of the same entries.
+	ActMembership
 	// ActRebuild: this member led Term and lost it; its store may hold
 	// changes that never commit. Close every client, drop the store and
 	// start again from the log (re-execute); the core takes no more
@@ -103,6 +112,8 @@ func (k ActionKind) String() string {
 		return "publish"
 	case ActServe:
 		return "serve"
+	case ActMembership:
+		return "membership"
 	case ActRebuild:
 		return "rebuild"
 	}

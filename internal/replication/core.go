@@ -1,15 +1,18 @@
 package replication
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"slices"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sproutmq/sprout/store/wal"
 )
@@ -31,6 +34,10 @@ const (
 	maxMsgSize = 1 << 20
 	// maxInflight bounds the append messages in flight to one follower.
 	maxInflight = 256
+	// promoteSlack is how far behind the commit index a learner may be
+	// and be caught up: under a steady load its match index trails by the
+	// entries in flight to it, and the leader's log holds them.
+	promoteSlack = maxInflight
 )
 
 // Config configures a Core.
@@ -50,6 +57,9 @@ type Config struct {
 	Logger raft.Logger
 	// Observer, if set, is told of each proposal, from the core's calls.
 	Observer Observer
+	// Book is the address book as of the log's membership (its Index:
+	// the changes through it are not applied again).
+	Book Book
 }
 
 // Observer receives figures that cannot be read afterwards, for metrics.
@@ -91,6 +101,19 @@ type Core struct {
 	// write's number.
 	writes []pendingWrite
 	seq    uint64
+
+	// Membership: the address book as of the last change applied, and
+	// the tick of the leader's last promotion proposed (one in flight at
+	// a time; raft drops a second as an empty entry).
+	book      Book
+	promoting uint64
+	// confPending is the index of the last membership change written to
+	// the log: raft takes no other change until it is applied (it would
+	// drop it as an empty entry), so the leader promotes none before.
+	confPending uint64
+	// snapBook is the book that came with the last snapshot stepped in
+	// (its MsgSnap's Context), taken when the snapshot is installed.
+	snapBook *Book
 
 	applied uint64        // the last entry handed to the store (or skipped)
 	scratch []wal.Record  // for checking peers' records
@@ -149,6 +172,7 @@ func NewCore(cfg Config) (*Core, error) {
 		AsyncStorageWrites: true,
 		CheckQuorum:        true,
 		PreVote:            true,
+		StepDownOnRemoval:  true,
 		MaxSizePerMsg:      maxMsgSize,
 		MaxInflightMsgs:    maxInflight,
 		Logger:             cfg.Logger,
@@ -158,7 +182,7 @@ func NewCore(cfg Config) (*Core, error) {
 	}
 	c := &Core{id: cfg.ID, rn: rn, log: cfg.Log, journal: cfg.Journal, maxBatch: cfg.MaxBatch,
 		electionTick: cfg.ElectionTick, observer: cfg.Observer, applied: first - 1,
-		heard: make(map[uint64]uint64)}
+		heard: make(map[uint64]uint64), book: cfg.Book.clone()}
 	c.out = append(c.out, Action{Kind: ActRestore, Records: head, Index: first - 1,
 		Locs: appendLocs(nil, head, cfg.Log.Locate(first-1))})
 	return c, nil
@@ -183,8 +207,57 @@ func (c *Core) Tick() {
 	c.rn.Tick()
 	if c.serving && !c.quorumHeard() {
 		c.lose()
+		return
+	}
+	if c.serving {
+		c.promote()
 	}
 }
+
+// promote proposes a learner that has caught up (its match index within
+// promoteSlack of the commit index) as a voter: one at a time, and again
+// only after an election timeout if raft dropped it.
+func (c *Core) promote() {
+	if c.applied < c.confPending || c.promoting != 0 && c.ticks-c.promoting < uint64(c.electionTick) {
+		return
+	}
+	commit := c.rn.BasicStatus().GetCommit()
+	var ready uint64
+	c.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		// Match is 0 until the learner has taken a snapshot or entries.
+		if pr.IsLearner && pr.RecentActive && pr.Match > 0 && pr.Match+promoteSlack >= commit && ready == 0 {
+			ready = id
+		}
+	})
+	m, known := c.book.byID(ready)
+	if ready == 0 || !known {
+		return
+	}
+	if err := c.ProposeChange(pb.ConfChangeAddNode, m); err == nil {
+		c.promoting = c.ticks
+	}
+}
+
+// ProposeChange proposes one membership change about m (its ID is the
+// Raft id changed), m riding in the change's Context so that every member
+// learns its name and address. A follower's proposal goes to the leader;
+// with none known, raft refuses it (raft.ErrProposalDropped).
+func (c *Core) ProposeChange(typ pb.ConfChangeType, m Member) error {
+	if c.stopped {
+		return raft.ErrProposalDropped
+	}
+	ctx, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return c.rn.ProposeConfChange(&pb.ConfChangeV2{
+		Changes: []*pb.ConfChangeSingle{{Type: typ.Enum(), NodeId: new(m.ID)}},
+		Context: ctx,
+	})
+}
+
+// Book is the address book as of the last membership change applied.
+func (c *Core) Book() Book { return c.book.clone() }
 
 // quorumHeard reports whether a majority of the voters, this member
 // included, was heard from within the last election timeout.
@@ -210,10 +283,20 @@ func (c *Core) Step(m *pb.Message) error {
 	if err := c.check(m); err != nil {
 		return err
 	}
+	if m.GetType() == pb.MsgSnap && len(m.GetContext()) > 0 {
+		var b Book
+		if err := json.Unmarshal(m.GetContext(), &b); err != nil {
+			return fmt.Errorf("%w: snapshot %d from %d: its address book: %v", ErrBadRecords, m.GetSnapshot().GetMetadata().GetIndex(), m.GetFrom(), err)
+		}
+		c.snapBook = &b
+	}
 	if _, voter := c.heard[m.GetFrom()]; voter && c.leading != 0 && m.GetTerm() == c.leading {
 		c.heard[m.GetFrom()] = c.ticks
 	}
-	return c.rn.Step(m)
+	if err := c.rn.Step(m); !errors.Is(err, raft.ErrStepPeerNotFound) {
+		return err
+	}
+	return nil // an answer from a member removed, or not yet known here: dropped
 }
 
 // check decodes the records a peer's message carries.
@@ -222,9 +305,11 @@ func (c *Core) check(m *pb.Message) error {
 	for _, e := range m.GetEntries() {
 		if e.GetType() == pb.EntryNormal {
 			c.scratch, err = wal.DecodeFrames(c.scratch[:0], e.GetData())
-			if err != nil {
-				return fmt.Errorf("%w: entry %d from %d: %v", ErrBadRecords, e.GetIndex(), m.GetFrom(), err)
-			}
+		} else {
+			_, _, err = decodeChange(e)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: entry %d from %d: %v", ErrBadRecords, e.GetIndex(), m.GetFrom(), err)
 		}
 	}
 	if snap := m.GetSnapshot(); snap != nil {
@@ -256,6 +341,14 @@ func (c *Core) Durable(seq uint64) {
 			c.out = append(c.out, Action{Kind: ActRestore, Records: records, Index: index,
 				Locs: appendLocs(nil, records, c.log.Locate(index))})
 			c.applied = index
+			// The membership as of the snapshot, and who its members are.
+			if c.snapBook != nil {
+				c.book.merge(*c.snapBook)
+				c.snapBook = nil
+			}
+			c.book.Index = index
+			c.out = append(c.out, Action{Kind: ActMembership, ConfState: w.snapshot.GetMetadata().GetConfState(),
+				Book: c.book.clone(), Index: index})
 		}
 		for _, m := range w.responses {
 			if m.GetTo() == c.id {
@@ -372,6 +465,11 @@ func (c *Core) handle(rd raft.Ready) {
 		case raft.LocalApplyThread:
 			c.apply(m)
 		default:
+			if m.GetType() == pb.MsgSnap {
+				// Who the snapshot's members are (doc.go, "Membership
+				// changes"): raft's ConfState holds only their ids.
+				m.Context, _ = json.Marshal(c.book)
+			}
 			sends = append(sends, m)
 		}
 	}
@@ -424,6 +522,11 @@ func (c *Core) write(m *pb.Message) {
 	}
 	c.out = append(c.out, a)
 	c.writes = append(c.writes, pendingWrite{seq: c.seq, responses: m.GetResponses(), snapshot: m.GetSnapshot()})
+	for _, e := range a.Entries {
+		if e.GetType() != pb.EntryNormal {
+			c.confPending = max(c.confPending, e.GetIndex())
+		}
+	}
 }
 
 // apply takes a MsgStorageApply: committed entries, durable here. A
@@ -436,11 +539,14 @@ func (c *Core) apply(m *pb.Message) {
 	var locs, mineLocs []wal.Loc
 	var ack uint64
 	serve := false
+	var confs []Action
 	for _, e := range m.GetEntries() {
 		if e.GetType() != pb.EntryNormal {
-			// Nothing proposes them yet (membership changes come later);
-			// applying one wrongly would split the cluster.
-			panic(fmt.Sprintf("replication: entry %d: %v entries are not supported", e.GetIndex(), e.GetType()))
+			if a, ok := c.applyChange(e); ok {
+				confs = append(confs, a)
+			}
+			c.applied = e.GetIndex()
+			continue
 		}
 		own := c.leading != 0 && e.GetTerm() == c.leading
 		switch {
@@ -480,6 +586,7 @@ func (c *Core) apply(m *pb.Message) {
 	if ack > 0 {
 		c.out = append(c.out, Action{Kind: ActPublish, Pos: ack})
 	}
+	c.out = append(c.out, confs...)
 	if serve {
 		c.out = append(c.out, Action{Kind: ActServe, Term: c.leading})
 	}
@@ -489,6 +596,80 @@ func (c *Core) apply(m *pb.Message) {
 	for _, r := range m.GetResponses() {
 		_ = c.rn.Step(r)
 	}
+}
+
+// applyChange applies a committed membership change to raft and to the
+// book, and returns the ActMembership that says so; none for a change the
+// log's membership holds already (at or before the book's index, at
+// start). A change that does not decode means a damaged log: the store
+// must not go on without it.
+func (c *Core) applyChange(e *pb.Entry) (Action, bool) {
+	if e.GetIndex() <= c.book.Index {
+		return Action{}, false
+	}
+	cc, who, err := decodeChange(e)
+	if err != nil {
+		// Checked when it came in, or proposed by a member: the log is
+		// damaged, and the store must not go on without it.
+		panic(fmt.Sprintf("replication: committed entry %d: %v", e.GetIndex(), err))
+	}
+	v2 := cc.AsV2()
+	cs := c.rn.ApplyConfChange(cc)
+	for _, ch := range v2.GetChanges() {
+		id := ch.GetNodeId()
+		switch ch.GetType() {
+		case pb.ConfChangeRemoveNode:
+			c.book.remove(id)
+		default:
+			who.ID = id
+			c.book.add(who)
+		}
+	}
+	c.book.Index = e.GetIndex()
+	c.promoting = 0
+	// The lease counts the voters there are now.
+	voters := make(map[uint64]bool)
+	for _, id := range cs.GetVoters() {
+		voters[id] = true
+	}
+	maps.DeleteFunc(c.heard, func(id, _ uint64) bool { return !voters[id] })
+	if c.leading != 0 {
+		for id := range voters {
+			if _, ok := c.heard[id]; !ok && id != c.id {
+				c.heard[id] = c.ticks
+			}
+		}
+	}
+	return Action{Kind: ActMembership, ConfState: cs, Book: c.book.clone(), Index: e.GetIndex()}, true
+}
+
+// decodeChange reads a membership change's entry: the change, and the
+// member its Context names.
+func decodeChange(e *pb.Entry) (pb.ConfChangeI, Member, error) {
+	var cc pb.ConfChangeI
+	switch e.GetType() {
+	case pb.EntryConfChangeV2:
+		v2 := &pb.ConfChangeV2{}
+		if err := proto.Unmarshal(e.GetData(), v2); err != nil {
+			return nil, Member{}, fmt.Errorf("a membership change: %v", err)
+		}
+		cc = v2
+	case pb.EntryConfChange:
+		v1 := &pb.ConfChange{}
+		if err := proto.Unmarshal(e.GetData(), v1); err != nil {
+			return nil, Member{}, fmt.Errorf("a membership change: %v", err)
+		}
+		cc = v1
+	default:
+		return nil, Member{}, fmt.Errorf("%v entries are not supported", e.GetType())
+	}
+	var who Member
+	if ctx := cc.AsV2().GetContext(); len(ctx) > 0 {
+		if err := json.Unmarshal(ctx, &who); err != nil {
+			return nil, Member{}, fmt.Errorf("a membership change's member: %v", err)
+		}
+	}
+	return cc, who, nil
 }
 
 // propose hands the journal's batch to raft as one entry, if this member

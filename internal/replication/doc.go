@@ -179,7 +179,7 @@
 // segments are removed (wal.Cluster.Convert). Only a cluster whose
 // initial members are this one alone takes it over (others would start
 // from an empty index 1 and never ask for the jobs): members join it
-// later, as the membership changes are built.
+// later (Membership changes).
 //
 // Precisely (Log, and MemoryLog as its reference): a log holds a head and
 // the entries from FirstIndex on. The head is an installed snapshot's
@@ -239,11 +239,15 @@
 // An initial member's Raft id is FNV-1a of its name (MemberID), so every
 // member knows every other's from --cluster-peers alone; a member that
 // joins later, or comes back on an emptied directory, gets a new id
-// through a membership change. The cluster's id is FNV-1a of the initial
-// members' sorted names (ClusterID): names and not addresses, so members
-// that spell an address differently agree; the wal-backed log will keep
-// it in the directory, so that a directory from another cluster is
-// refused. A list without --node, a name or an address twice, a
+// through a membership change (--cluster-join CLUSTER:ID). The cluster's
+// id is FNV-1a of the initial members' sorted names (ClusterID): names
+// and not addresses, so members that spell an address differently agree;
+// the log keeps it in the directory, so that a directory from another
+// cluster is refused. An initial member therefore keeps the
+// --cluster-peers it started with; the members added since it knows from
+// its log's book (Membership changes). Started on its directory with
+// --cluster-peers rewritten, it is refused with the --cluster-join
+// CLUSTER:ID (the directory's) that starts it as it is. A list without --node, a name or an address twice, a
 // malformed entry, or one or two of the TLS files: each is refused at
 // start in one line naming the flag (NodeConfig.Validate).
 //
@@ -256,7 +260,7 @@
 // address (-l/-p, for the proxy). The listener answers with its own
 // hello, which may carry a refusal: another protocol version or cluster,
 // a receiver that is not it, a sender that is not a member or has another
-// id. Refusals are counted, answered with the reason, closed, and logged
+// id, or one removed (told so: it stops, ErrRemoved). Refusals are counted, answered with the reason, closed, and logged
 // at warn once per peer (the name claimed, and the remote host) per
 // minute; a malformed hello, a message not from the sender to the
 // receiver, a snapshot among messages, or a frame past its limit is
@@ -300,17 +304,93 @@
 // files traffic is plaintext, with one warning at start unless every
 // address, and the listening one, is loopback.
 //
-// Membership changes while serving will go through Raft's ConfChangeV2
-// (a new member joins as a learner and is promoted once it has caught
-// up), from the admin API (POST /cluster/members, guarded like every
-// change) and sproutctl. A single node's -b directory, or an imported
-// beanstalkd binlog, becomes the first member of a new cluster with
-// every job kept: its jobs are the first snapshot.
+// # Membership changes
+//
+// Members are added and removed while the cluster serves, through raft's
+// ConfChangeV2, one simple change at a time (no joint consensus: one
+// voter more or less keeps every majority of the old and the new
+// membership overlapping); nothing here decides membership but raft.
+//
+// The address book. Raft's membership (its ConfState) holds ids only.
+// Beside it every member keeps the book: each member's name, address and
+// Raft id, the ids removed, and the index of the last change it reflects
+// (Book). A change's entry carries the member it is about in its
+// Context (JSON: name, address, id), so every member that applies it
+// updates its book as it updates raft's ConfState. Both are written to
+// the log when the change is applied (Log.SetMembership: WALLog writes a
+// checkpoint frame, which carries the book after the ConfState), and a
+// member that starts again takes its peers from the book, not from
+// --cluster-peers, which may be stale: the changes through the book's
+// index are not applied again at start (their effect is what raft reads
+// from InitialState). A snapshot carries the membership as of its index
+// in its metadata, and the leader's book in the MsgSnap's Context, as
+// its records ride in its Data: the receiver merges that book into its
+// own (a book only grows, but for the ids it removes) and keeps it with
+// the snapshot. A snapshot is built no further than the first change
+// after the book's index, and built again after each change, so its
+// ConfState is the one as of its index and a member added since finds
+// itself in it. A peer's change that does not decode is refused when it
+// comes in, as damaged records are.
+//
+// Adding (POST /cluster/members {"name","address"} on --http, or
+// sproutctl members add NAME ADDR). The member that takes the request
+// picks the new member's Raft id: random (crypto/rand), never 0, never
+// one in use or in the book's removed ids, so a name reused after its
+// disk was emptied never reuses an old id (doc above, "Snapshots"), and
+// proposes ConfChangeAddLearnerNode (raft forwards a follower's proposal
+// to the leader). Every member that applies it adds the learner to its
+// book and to its transport. The answer gives the join string,
+// CLUSTER:ID in hex; the operator then starts the new member with
+// --cluster-join CLUSTER:ID, its --node and --cluster-listen, and
+// --cluster-peers naming itself and the members it can reach (their
+// names and addresses: their ids it learns from their hellos, and the
+// book from its first snapshot). Its directory must be empty, or its own
+// log from an earlier start with the same join string; a directory of
+// another cluster or member is refused in one line, as always. Its log
+// starts empty (no entry, no membership): it cannot campaign, and the
+// leader, whose log begins after index 1, fills it with a snapshot. The
+// leader promotes a learner (ConfChangeAddNode) once it has taken
+// something (its match index above 0), is active, and is within a window
+// of appends in flight (256 entries) of the leader's commit index as of
+// the tick it looks, and no other change is in flight. The request is
+// answered once the learner's addition is applied on the member that took
+// it (201, with the join string: the operator needs it to start the
+// learner, so the answer cannot wait for the promotion; GET
+// /cluster/members shows the role),
+// or when it is known not to be: another change was applied first, raft
+// having dropped this one (409), no leader (503), or ChangeTimeout runs
+// out (503: it may still apply). A request that finds a change of its own
+// still waiting on this member, or a learner not yet promoted, is
+// refused with 409: one change at a time.
+//
+// Removing (DELETE /cluster/members/NAME, sproutctl members remove NAME):
+// ConfChangeRemoveNode for the book's id of that name (404 when none),
+// answered once applied here. Every member that applies it drops the
+// member from its transport and puts its id among the removed; a removed
+// member's hello is refused with the reason "removed", and a member told
+// so stops (ErrRemoved), as does one that applies its own removal or
+// starts on a log whose membership no longer holds it: cmd/sprout exits
+// with one line (status 12). The leader removing itself keeps leading
+// until the change applies, then steps down (raft's StepDownOnRemoval)
+// and stops as any removed member does, its clients' connections closed:
+// the others elect a leader within an election timeout, as after a
+// failure, and clients reconnect. (Transferring the leadership first
+// would spare that timeout: not yet.)
+//
+// Replacing a member whose directory was emptied: remove it, then add it
+// again under the same name (a new id) and start it with the join string
+// on its empty directory; the snapshot fills it.
+//
+// A single node's -b directory, or an imported beanstalkd binlog,
+// becomes the first member of a new cluster with every job kept: its
+// jobs are the first snapshot's head (The log on disk), and the members
+// added to that cluster of one get them through a snapshot.
 //
 // # Observability
 //
 // GET /cluster on --http: node, leader, term, members (name, address, and
-// on the leader each one's match index), commit and applied
+// on the leader each one's match index; each one's role, voter or
+// learner), commit and applied
 // (Node.Status, whose JSON is that body; match indexes are read at the
 // leader's ticks), and jobs and digest: a summary of the member's own
 // store that members at rest agree on (Node.Digest, digest.go), which
@@ -339,16 +419,18 @@
 // of a raft.Ready is in its messages. Events (Core methods): Tick; Step (a
 // peer's message; one whose records do not decode is refused); Durable
 // (every write through a number is durable); SnapshotSent (a snapshot
-// reached a peer, or not); Unreachable; Campaign and TransferLeadership
-// (the operator's, and the tests'). Actions (Ready's result, in the order
+// reached a peer, or not); Unreachable; Campaign, TransferLeadership and
+// ProposeChange (the operator's, and the tests'). Actions (Ready's result, in the order
 // to carry them out): restore (a fresh store from records: the log's
 // head at start, a snapshot's records when one is installed); send; write
 // (a snapshot, entries, a hard state; then report Durable); apply
 // (committed records, to the store, each with its place in the log);
 // locate (where the leader's own committed full records are in its log,
 // to the store); compact (the log may drop what was applied); publish
-// (the acknowledged position, to the Journal); serve; rebuild (the last
-// action: the core takes no more events).
+// (the acknowledged position, to the Journal); membership (a change
+// applied, or a snapshot's membership installed: the ConfState and the
+// book, to the log and the transport); serve; rebuild (the last action:
+// the core takes no more events).
 //
 // What the shell provides: the Log (raft.Storage, plus the writes the
 // actions ask for and OnDurable), the transport (raft's messages, and the
@@ -405,9 +487,7 @@
 // is a WALLog in -b (newClusterLog), closed after the node, so a member
 // that restarts or re-executes comes back with what it had made durable.
 //
-// Not yet: membership changes (a conf change entry stops the core), so
-// a single node's directory becomes a cluster of one that cannot grow
-// yet; certificates are read once at start; and the new leader's wall
+// Not yet: certificates are read once at start; and the new leader's wall
 // clock (Time) is still the machine's. Of the log: a snapshot is built
 // whole in memory and its records ride in the message's Data; an
 // installed snapshot's records are kept in memory while they are the

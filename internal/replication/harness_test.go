@@ -37,6 +37,7 @@ type simDisk struct {
 	*MemoryLog // what has been written
 
 	voters  []uint64
+	join    bool // a joining member's: empty, no membership
 	retain  int
 	ops     []func(*MemoryLog) // every write, in order
 	durable int                // ops[:durable] survive a crash
@@ -60,6 +61,9 @@ func (d *simDisk) InstallSnapshot(s *pb.Snapshot) {
 	d.do(func(l *MemoryLog) { l.InstallSnapshot(s) })
 }
 func (d *simDisk) Compact(applied uint64) { d.do(func(l *MemoryLog) { l.Compact(applied) }) }
+func (d *simDisk) SetMembership(cs *pb.ConfState, b Book) {
+	d.do(func(l *MemoryLog) { l.SetMembership(cs, b) })
+}
 
 func (d *simDisk) OnDurable(fn func()) {
 	if d.durable == len(d.ops) {
@@ -87,6 +91,9 @@ func (d *simDisk) sync() {
 func (d *simDisk) crash() {
 	d.ops, d.waiting = d.ops[:d.durable], nil
 	d.MemoryLog = NewMemoryLog(d.voters, d.retain)
+	if d.join {
+		d.MemoryLog = NewJoinMemoryLog(d.retain)
+	}
 	for _, op := range d.ops {
 		op(d.MemoryLog)
 	}
@@ -105,6 +112,8 @@ type member struct {
 	rebuilds []uint64           // the terms it lost (ActRebuild)
 	restores int                // ActRestore: starts and snapshots installed
 	applied  int                // records it applied from entries
+	// memberships are the ActMemberships it carried out.
+	memberships []Action
 }
 
 func (m *member) serving() bool { return m.up && m.core.Serving() }
@@ -152,7 +161,15 @@ func (c *cluster) now() int64 { return c.clock.Load() }
 // made by the first action, from the log's head.
 func (c *cluster) start(m *member) {
 	m.journal = NewJournal(nil)
-	core, err := NewCore(Config{ID: m.id, Log: m.disk, Journal: m.journal, ElectionTick: testElectionTick})
+	book := m.disk.Membership()
+	if len(book.Members) == 0 {
+		for _, id := range c.ids {
+			if !m.disk.join || id == m.id {
+				book.Members = append(book.Members, testMember(id))
+			}
+		}
+	}
+	core, err := NewCore(Config{ID: m.id, Log: m.disk, Journal: m.journal, ElectionTick: testElectionTick, Book: book})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -219,6 +236,9 @@ func (c *cluster) do(m *member, a Action) bool {
 	case ActServe:
 		m.served = append(m.served, a.Term)
 		m.atServe = viewOf(m.store)
+	case ActMembership:
+		m.disk.SetMembership(a.ConfState, a.Book)
+		m.memberships = append(m.memberships, a)
 	case ActRebuild:
 		m.rebuilds = append(m.rebuilds, a.Term)
 		c.restart(m)
@@ -280,7 +300,7 @@ func (c *cluster) deliverLossy(rng *rand.Rand, loss float64) int {
 	n := 0
 	for _, msg := range msgs {
 		from, to := c.members[msg.GetFrom()], c.members[msg.GetTo()]
-		arrives := to.up && !c.cut[[2]uint64{from.id, to.id}] && (rng == nil || rng.Float64() >= loss)
+		arrives := to != nil && to.up && !c.cut[[2]uint64{from.id, to.id}] && (rng == nil || rng.Float64() >= loss)
 		if arrives {
 			if err := to.core.Step(msg); err != nil {
 				c.t.Fatalf("member %d: step %v: %v", to.id, msg.GetType(), err)
@@ -293,7 +313,7 @@ func (c *cluster) deliverLossy(rng *rand.Rand, loss float64) int {
 				c.snapshots++
 			}
 			if from.up {
-				from.core.SnapshotSent(to.id, arrives)
+				from.core.SnapshotSent(msg.GetTo(), arrives)
 				c.run(from)
 			}
 		}

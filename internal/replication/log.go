@@ -57,6 +57,13 @@ type Log interface {
 	// Head returns the head's records as wal frames: what a fresh store
 	// applies before the entries from FirstIndex.
 	Head() []byte
+	// SetMembership writes the membership raft applied through b.Index:
+	// its ConfState (what InitialState returns from now on) and the
+	// address book. Snapshots built from then on carry cs.
+	SetMembership(cs *pb.ConfState, b Book)
+	// Membership is the book last written, or installed with a snapshot
+	// (its index then the snapshot's).
+	Membership() Book
 	// Locate returns the segment that holds entry index's records, or
 	// the head's when index is the head's snapshot: where the store finds
 	// a job's latest full record for compaction (Store.Migrate). 0 when
@@ -88,6 +95,10 @@ type MemoryLog struct {
 type logState struct {
 	hs *pb.HardState
 	cs *pb.ConfState
+	// book is the address book as of the membership cs (book.Index): a
+	// snapshot is built no further than the first membership change
+	// after it, so that cs is its membership.
+	book Book
 
 	// The head: the installed snapshot's records (nil once nothing live
 	// is only there) at baseIndex, and the highest id named by records
@@ -114,6 +125,12 @@ func newLogState(voters []uint64) logState {
 	}
 }
 
+// joinLogState is a joining member's: nothing, not even a membership,
+// until the leader's snapshot.
+func joinLogState() logState {
+	return logState{hs: &pb.HardState{}, cs: &pb.ConfState{}}
+}
+
 // initialState is raft.Storage's InitialState, copied.
 func (s *logState) initialState() (*pb.HardState, *pb.ConfState, error) {
 	return proto.Clone(s.hs).(*pb.HardState), proto.Clone(s.cs).(*pb.ConfState), nil
@@ -134,7 +151,9 @@ func (s *logState) headLocked() []byte {
 // term and entries (those from prevIndex+1 through index) read it.
 func (s *logState) snapshotLocked(last uint64, term func(i uint64) uint64,
 	entries func(index uint64) ([]*pb.Entry, error)) (*pb.Snapshot, error) {
-	if s.snap == nil || s.snap.GetMetadata().GetIndex() < s.prevIndex {
+	// Built again once the log is compacted past it, or the membership
+	// changed since: a member added later must find itself in it.
+	if s.snap == nil || s.snap.GetMetadata().GetIndex() < max(s.prevIndex, s.book.Index) {
 		index := min(s.hs.GetCommit(), last)
 		if index < s.prevIndex {
 			// Never so: nothing past the commit index is compacted.
@@ -143,6 +162,13 @@ func (s *logState) snapshotLocked(last uint64, term func(i uint64) uint64,
 		ents, err := entries(index)
 		if err != nil {
 			return nil, err
+		}
+		for i, e := range ents {
+			if e.GetType() != pb.EntryNormal && e.GetIndex() > s.book.Index {
+				// A change cs does not hold yet: the snapshot stops before it.
+				index, ents = e.GetIndex()-1, ents[:i]
+				break
+			}
 		}
 		data, err := buildSnapshot(s.headLocked(), ents)
 		if err != nil {
@@ -154,6 +180,25 @@ func (s *logState) snapshotLocked(last uint64, term func(i uint64) uint64,
 	}
 	// A copy of the message, not of the records: nobody writes into them.
 	return &pb.Snapshot{Data: s.snap.Data, Metadata: proto.Clone(s.snap.GetMetadata()).(*pb.SnapshotMetadata)}, nil
+}
+
+// setMembershipLocked is Log's SetMembership.
+func (s *logState) setMembershipLocked(cs *pb.ConfState, b Book) {
+	s.cs = proto.Clone(cs).(*pb.ConfState)
+	s.book = b.clone()
+}
+
+// installedLocked keeps an installed snapshot's membership: its
+// ConfState, and the book as of its index.
+func (s *logState) installedLocked(md *pb.SnapshotMetadata) {
+	s.cs = proto.Clone(md.GetConfState()).(*pb.ConfState)
+	s.book.Index = md.GetIndex()
+}
+
+// NewJoinMemoryLog returns the log of a member that joins a running
+// cluster: empty, with no membership, until the leader's snapshot.
+func NewJoinMemoryLog(retain int) *MemoryLog {
+	return &MemoryLog{retain: uint64(max(retain, 0)), logState: joinLogState(), latestFull: make(map[uint64]uint64)}
 }
 
 // NewMemoryLog returns the log a new member starts with: no entries, the
@@ -279,7 +324,7 @@ func (l *MemoryLog) InstallSnapshot(snap *pb.Snapshot) {
 	md := snap.GetMetadata()
 	l.base, l.baseIndex, l.idFloor = snap.GetData(), md.GetIndex(), 0
 	l.prevIndex, l.prevTerm, l.ents = md.GetIndex(), md.GetTerm(), nil
-	l.cs = proto.Clone(md.GetConfState()).(*pb.ConfState)
+	l.installedLocked(md)
 	l.folded = md.GetIndex()
 	clear(l.latestFull)
 	// The core checked the records when the snapshot came in (Step).
@@ -298,7 +343,7 @@ func (l *MemoryLog) Compact(applied uint64) {
 	defer l.mu.Unlock()
 	applied = min(applied, l.lastLocked(), l.hs.GetCommit())
 	for i := max(l.folded, l.prevIndex) + 1; i <= applied; i++ {
-		records, err := wal.DecodeFrames(nil, l.ents[i-l.prevIndex-1].GetData())
+		records, err := wal.DecodeFrames(nil, recordsOf(l.ents[i-l.prevIndex-1]))
 		if err != nil {
 			return // the core refused this entry already (ActApply): keep everything
 		}
@@ -329,7 +374,7 @@ func (l *MemoryLog) Compact(applied uint64) {
 	}
 	n := keep - l.prevIndex - 1
 	for _, e := range l.ents[:n] {
-		l.idFloor = max(l.idFloor, maxID(e.GetData()))
+		l.idFloor = max(l.idFloor, maxID(recordsOf(e)))
 	}
 	l.prevIndex, l.prevTerm = keep-1, l.ents[n-1].GetTerm()
 	l.ents = slices.Clone(l.ents[n:])
@@ -341,6 +386,20 @@ func (l *MemoryLog) Locate(uint64) uint32 { return 1 }
 // OnDurable implements Log: everything in memory is as durable as it gets.
 func (l *MemoryLog) OnDurable(fn func()) { fn() }
 
+// SetMembership implements Log.
+func (l *MemoryLog) SetMembership(cs *pb.ConfState, b Book) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.setMembershipLocked(cs, b)
+}
+
+// Membership implements Log.
+func (l *MemoryLog) Membership() Book {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.book.clone()
+}
+
 // Head implements Log.
 func (l *MemoryLog) Head() []byte {
 	l.mu.Lock()
@@ -350,6 +409,15 @@ func (l *MemoryLog) Head() []byte {
 
 // maxID is the highest id the frames in b name, checked already: up to
 // the first that cannot be read.
+// recordsOf is e's records, as wal frames: its data for a normal entry,
+// none for a membership change.
+func recordsOf(e *pb.Entry) []byte {
+	if e.GetType() != pb.EntryNormal {
+		return nil
+	}
+	return e.GetData()
+}
+
 func maxID(b []byte) uint64 {
 	id := uint64(0)
 	_ = wal.ScanFrames(b, func(_ wal.Kind, i uint64, _ int) { id = max(id, i) })
@@ -375,7 +443,7 @@ func buildSnapshot(head []byte, ents []*pb.Entry) ([]byte, error) {
 		return nil, fmt.Errorf("replication: the log's head: %w", err)
 	}
 	for _, e := range ents {
-		if err := fold(e.GetData()); err != nil {
+		if err := fold(recordsOf(e)); err != nil {
 			return nil, fmt.Errorf("replication: entry %d: %w", e.GetIndex(), err)
 		}
 	}

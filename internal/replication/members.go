@@ -15,9 +15,75 @@ import (
 // (--node) and the address the other members dial (its entry in
 // --cluster-peers), with the Raft id derived from the name.
 type Member struct {
-	Name string
-	Addr string
-	ID   uint64
+	Name string `json:"name"`
+	Addr string `json:"address"`
+	ID   uint64 `json:"id"`
+}
+
+// Book is the address book (doc.go, "Membership changes"): every member's
+// name, address and Raft id, the ids removed, and the index of the last
+// membership change it reflects. Raft's ConfState says which ids vote;
+// the book says who they are and where.
+type Book struct {
+	Index   uint64   `json:"index"`
+	Members []Member `json:"members"`
+	Removed []uint64 `json:"removed,omitempty"`
+}
+
+// clone returns a copy that shares nothing with b.
+func (b Book) clone() Book {
+	return Book{Index: b.Index, Members: slices.Clone(b.Members), Removed: slices.Clone(b.Removed)}
+}
+
+// byName returns the member named name.
+func (b Book) byName(name string) (Member, bool) {
+	for _, m := range b.Members {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+// byID returns the member whose Raft id is id.
+func (b Book) byID(id uint64) (Member, bool) {
+	for _, m := range b.Members {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+// removed reports whether id was a member and was removed.
+func (b Book) removed(id uint64) bool { return slices.Contains(b.Removed, id) }
+
+// add puts m in the book, replacing the entry of its id, or of its name
+// (a member removed and added again under its name has a new id).
+func (b *Book) add(m Member) {
+	b.Members = slices.DeleteFunc(b.Members, func(o Member) bool { return o.ID == m.ID || o.Name == m.Name })
+	b.Members = append(b.Members, m)
+}
+
+// remove takes id out of the book and remembers it removed.
+func (b *Book) remove(id uint64) {
+	b.Members = slices.DeleteFunc(b.Members, func(o Member) bool { return o.ID == id })
+	if !b.removed(id) {
+		b.Removed = append(b.Removed, id)
+	}
+}
+
+// merge takes into b what o knows: its members (o's entry wins) and its
+// removed ids; b's index stays.
+func (b *Book) merge(o Book) {
+	for _, id := range o.Removed {
+		b.remove(id)
+	}
+	for _, m := range o.Members {
+		if !b.removed(m.ID) {
+			b.add(m)
+		}
+	}
 }
 
 // maxNameLen bounds a member's name: names travel in every hello and
@@ -150,3 +216,6 @@ func isLoopback(addr string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// FormatID is a Raft id as the status and the join string show it: hex.
+func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }

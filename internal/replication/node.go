@@ -45,8 +45,12 @@ type NodeConfig struct {
 	// -ca): all three for mutual TLS, or none for plaintext.
 	TLSCert, TLSKey, TLSCA string
 	// ClusterID is 0 to derive it from the initial members' names
-	// (ClusterID); the wal-backed log will keep it in the directory.
+	// (ClusterID); the wal-backed log keeps it in the directory.
 	ClusterID uint64
+	// JoinID, for a member that joins a running cluster (--cluster-join
+	// CLUSTER:ID), is its Raft id, chosen when it was added; ClusterID is
+	// then the cluster's. Peers then name the members it can reach first.
+	JoinID uint64
 
 	// Tick is DefaultTick when 0; ElectionTick and HeartbeatTick are in
 	// ticks, the core's defaults when 0.
@@ -115,6 +119,9 @@ func (cfg *NodeConfig) Validate() error {
 			}
 		}
 	}
+	if cfg.JoinID != 0 && cfg.ClusterID == 0 {
+		return errors.New("replication: --cluster-join needs the cluster's id: CLUSTER:ID, as the member's addition printed it")
+	}
 	if cfg.Tick < 0 || cfg.ElectionTick < 0 || cfg.HeartbeatTick < 0 || cfg.SendQueue < 0 || cfg.MaxSnapshot < 0 {
 		return errors.New("replication: the tick, its counts, the send queue and the snapshot limit cannot be negative")
 	}
@@ -125,13 +132,17 @@ func (cfg *NodeConfig) Validate() error {
 // the core's actions (doc.go) on the Log, the transport and the store, and
 // feeds it ticks and peers' messages; and what operations read of it.
 type Node struct {
-	cfg       NodeConfig        // immutable after StartNode, defaults filled in
-	self      Member            // immutable
-	byID      map[uint64]Member // immutable: the initial members
-	log       Log               // immutable; written on the node goroutine
-	journal   *Journal          // immutable
-	transport *transport        // immutable after StartNode
-	logger    zerolog.Logger    // immutable
+	cfg  NodeConfig // immutable after StartNode, defaults filled in
+	self Member     // immutable
+	// byID are the members in the book, and conf raft's membership:
+	// written on the node goroutine under mu, so it reads them without.
+	byID      map[uint64]Member
+	conf      *pb.ConfState
+	removed   []uint64       // the ids removed, as byID
+	log       Log            // immutable; written on the node goroutine
+	journal   *Journal       // immutable
+	transport *transport     // immutable after StartNode
+	logger    zerolog.Logger // immutable
 	// startCommit is the commit index the log held at start: Ready waits
 	// until it is applied. Immutable.
 	startCommit uint64
@@ -173,7 +184,14 @@ type Node struct {
 	leaderChanged  chan struct{}     // guarded by mu: closed, and replaced, when leaderInfo changes
 	leaderChanges  uint64            // guarded by mu
 	err            error             // guarded by mu: why the node stopped on its own, if it did (Err)
-	membersChanged uint64            // guarded by mu: none yet (doc.go, Not yet)
+	membersChanged uint64            // guarded by mu: membership changes applied
+
+	// Membership change requests (AddMember, RemoveMember), to the node
+	// goroutine; removedBy is set by the transport when a peer refused
+	// this member as removed.
+	changes   chan *changeReq
+	removedBy atomic.Pointer[string]
+	waiting   *changeReq // node goroutine only: the request waiting for its change
 }
 
 // published is the node goroutine's view after its last round.
@@ -251,16 +269,57 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		}
 	}
 	if cfg.Log == nil {
-		cfg.Log = NewMemoryLog(ids, cfg.Retain)
+		if cfg.JoinID != 0 {
+			cfg.Log = NewJoinMemoryLog(cfg.Retain)
+		} else {
+			cfg.Log = NewMemoryLog(ids, cfg.Retain)
+		}
 	}
-	hs, _, err := cfg.Log.InitialState()
+	hs, cs, err := cfg.Log.InitialState()
 	if err != nil {
 		return nil, fmt.Errorf("replication: the log's state: %w", err)
+	}
+	// Who the members are: the log's book once a change was applied (or
+	// a snapshot installed), else --cluster-peers. A joining member knows
+	// only itself until its first snapshot; its peers' ids it learns from
+	// their hellos (hints).
+	self := Member{Name: cfg.Node, ID: MemberID(cfg.Node)}
+	if cfg.JoinID != 0 {
+		self.ID = cfg.JoinID
+	}
+	var hints map[string]string
+	book := cfg.Log.Membership()
+	for _, m := range cfg.Peers {
+		if m.Name == cfg.Node {
+			self.Addr = m.Addr
+		}
+	}
+	if len(book.Members) == 0 {
+		book.Members = nil
+		for _, m := range cfg.Peers {
+			switch {
+			case m.Name == cfg.Node:
+				book.Members = append(book.Members, self)
+			case cfg.JoinID == 0:
+				book.Members = append(book.Members, m)
+			default:
+				if hints == nil {
+					hints = make(map[string]string)
+				}
+				hints[m.Name] = m.Addr
+			}
+		}
+	}
+	if book.removed(self.ID) || len(cs.GetVoters())+len(cs.GetLearners()) > 0 && !inConf(cs, self.ID) {
+		return nil, fmt.Errorf("%w: %s (%x) is not in the membership its log holds: start it on an empty directory after adding it again", ErrRemoved, cfg.Node, self.ID)
 	}
 
 	n := &Node{
 		cfg:           cfg,
-		byID:          make(map[uint64]Member, len(cfg.Peers)),
+		self:          self,
+		conf:          cs,
+		removed:       book.Removed,
+		changes:       make(chan *changeReq),
 		log:           cfg.Log,
 		logger:        cfg.Logger.With().Str("node", cfg.Node).Logger(),
 		startCommit:   hs.GetCommit(),
@@ -273,12 +332,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		unreachable:   make(map[uint64]struct{}),
 		leaderChanged: make(chan struct{}),
 	}
-	for _, m := range cfg.Peers {
-		n.byID[m.ID] = m
-		if m.Name == cfg.Node {
-			n.self = m
-		}
-	}
+	n.byID = bookIndex(book)
 	n.journal = NewJournal(n.signal)
 	if l, ok := cfg.Log.(fullLog); ok {
 		n.journal.full = l.Full
@@ -286,13 +340,14 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	n.core, err = NewCore(Config{
 		ID: n.self.ID, Log: cfg.Log, Journal: n.journal,
 		ElectionTick: cfg.ElectionTick, HeartbeatTick: cfg.HeartbeatTick, MaxBatch: cfg.MaxBatch,
-		Logger: raftLogger{n.logger}, Observer: cfg.Observer,
+		Logger: raftLogger{n.logger}, Observer: cfg.Observer, Book: book,
 	})
 	if err != nil {
 		return nil, err
 	}
 	n.transport, err = newTransport(transportConfig{
-		self: n.self, members: cfg.Peers, cluster: cfg.ClusterID,
+		self: n.self, members: book.Members, cluster: cfg.ClusterID, hints: hints,
+		removed: n.isRemoved, removedSelf: n.noteRemoved,
 		listen: cfg.Listen, listener: cfg.listener, client: cfg.ClientAddr,
 		tls: mtls, queue: cfg.SendQueue, maxSnap: cfg.MaxSnapshot, log: n.logger,
 		deliver: n.deliver, deliverSnapshot: n.deliverSnapshot,
@@ -314,7 +369,8 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	n.transport.start()
 	go n.run()
 	n.logger.Info().Str("listen", n.transport.addr().String()).Str("client", cfg.ClientAddr).
-		Str("id", fmt.Sprintf("%x", n.self.ID)).Str("cluster", fmt.Sprintf("%x", cfg.ClusterID)).Int("members", len(cfg.Peers)).
+		Str("id", fmt.Sprintf("%x", n.self.ID)).Str("cluster", fmt.Sprintf("%x", cfg.ClusterID)).Int("members", len(book.Members)).
+		Bool("joining", cfg.JoinID != 0 && cs.GetVoters() == nil && cs.GetLearners() == nil).
 		Bool("tls", mtls != nil).Dur("tick", cfg.Tick).Int("election_ticks", cfg.ElectionTick).
 		Msg("cluster member started")
 	return n, nil
@@ -424,7 +480,12 @@ func (n *Node) run() {
 			}
 		case in := <-n.snapIn:
 			in.verdict <- n.step(in.m)
+		case req := <-n.changes:
+			n.startChange(req)
 		case <-n.wake:
+		}
+		if by := n.removedBy.Load(); by != nil && n.lost == nil {
+			n.stopRemoved(fmt.Sprintf("%s refused it as removed", *by))
 		}
 		stopped := n.lost != nil || n.process()
 		n.publish(tick)
@@ -446,6 +507,10 @@ func (n *Node) tick(now time.Time) {
 	}
 	for range due {
 		n.core.Tick()
+	}
+	if w := n.waiting; w != nil && now.After(w.deadline) {
+		n.waiting = nil
+		w.done <- changeResult{member: w.member, err: ErrChangeTimeout}
 	}
 }
 
@@ -565,6 +630,8 @@ func (n *Node) do(a Action) bool {
 			// compaction; the core serves at most once, so nothing unsets it.
 			l.SetMigrator(n.Store())
 		}
+	case ActMembership:
+		return n.membership(a)
 	case ActRebuild:
 		n.logger.Warn().Uint64("led_term", a.Term).Uint64("term", n.core.Status().GetTerm()).
 			Msg("lost the leadership it served: its store may hold changes that never commit; starting again from the log")
@@ -607,7 +674,7 @@ func (n *Node) publish(tick bool) {
 		// A leader whose client address was not known yet (its hello
 		// not read) gets it as soon as it is.
 		if n.leaderInfo.Name != "" && n.leaderInfo.Client == "" && lead != n.self.ID {
-			if c := n.transport.peers[lead].client.Load(); c != nil {
+			if c := n.peerClient(lead); c != nil {
 				n.leaderInfo.Client = *c
 				close(n.leaderChanged)
 				n.leaderChanged = make(chan struct{})
@@ -617,15 +684,15 @@ func (n *Node) publish(tick bool) {
 	}
 	if lead != 0 && lead != n.lead {
 		n.leaderChanges++
-		n.logger.Info().Str("leader", n.byID[lead].Name).Uint64("term", bs.GetTerm()).Msg("a new leader")
+		n.logger.Info().Str("leader", n.nameOf(lead)).Uint64("term", bs.GetTerm()).Msg("a new leader")
 	}
 	n.lead, n.serving = lead, serving
 	n.leaderInfo = LeaderInfo{Term: bs.GetTerm(), Serving: serving}
-	if m, ok := n.byID[lead]; ok {
-		n.leaderInfo.Name = m.Name
+	if name := n.nameOf(lead); name != "" {
+		n.leaderInfo.Name = name
 		if lead == n.self.ID {
 			n.leaderInfo.Client = n.cfg.ClientAddr
-		} else if c := n.transport.peers[lead].client.Load(); c != nil {
+		} else if c := n.peerClient(lead); c != nil {
 			n.leaderInfo.Client = *c
 		}
 	}
@@ -707,7 +774,7 @@ type Status struct {
 	Serving bool   `json:"serving"` // this member leads and takes commands
 	Commit  uint64 `json:"commit"`
 	Applied uint64 `json:"applied"`
-	// Members are the initial members, in --cluster-peers order.
+	// Members are the members in the address book, by name.
 	Members []MemberStatus `json:"members"`
 	// Jobs and Digest summarise this member's own store (Node.Digest);
 	// GET /cluster fills them, Status does not: they cost a walk of the
@@ -721,6 +788,9 @@ type MemberStatus struct {
 	Name    string `json:"name"`
 	ID      string `json:"id"`      // the Raft id, in hex
 	Address string `json:"address"` // where members reach it
+	// Role is voter or learner (a member added, not yet promoted); "" for
+	// one this member's membership does not hold yet.
+	Role string `json:"role"`
 	// Client is its client address (-l/-p), as it told this member.
 	Client string `json:"client,omitempty"`
 	// Connected: this member's connection to it is open (always true for
@@ -736,24 +806,25 @@ type MemberStatus struct {
 func (n *Node) Status() Status {
 	n.mu.Lock()
 	pub, matches, last := n.pub, n.matches, n.lastIndex
+	byID, conf := n.byID, n.conf
+	book := n.bookLocked()
 	n.mu.Unlock()
 	st := Status{Node: n.self.Name, Term: pub.term, State: stateName(pub.state), Serving: pub.serving,
 		Commit: pub.commit, Applied: pub.applied}
 	if pub.stopped {
 		st.State = "stopped"
 	}
-	if m, ok := n.byID[pub.lead]; ok {
+	if m, ok := byID[pub.lead]; ok {
 		st.Leader = m.Name
 	}
-	for _, m := range n.cfg.Peers {
-		ms := MemberStatus{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), Address: m.Addr}
+	for _, m := range book {
+		ms := MemberStatus{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), Address: m.Addr, Role: role(conf, m.ID)}
 		if m.ID == n.self.ID {
 			ms.Client, ms.Connected = n.cfg.ClientAddr, true
 			if matches != nil {
 				ms.Match = &last
 			}
-		} else {
-			p := n.transport.peers[m.ID]
+		} else if p := n.transport.peer(m.ID); p != nil {
 			if c := p.client.Load(); c != nil {
 				ms.Client = *c
 			}
@@ -828,8 +899,8 @@ type Stats struct {
 	FollowerLag map[string]uint64
 	// MessagesRefused counts peers' messages whose records did not decode.
 	MessagesRefused uint64
-	// MembershipChanges counts membership changes applied: none until
-	// they are supported (doc.go, Not yet).
+	// MembershipChanges counts membership changes applied (each
+	// addition, promotion and removal; not those a restart finds applied).
 	MembershipChanges uint64
 	Transport         TransportStats
 }

@@ -93,7 +93,18 @@ type transportConfig struct {
 	deliverSnapshot func(m *pb.Message) error
 	unreachable     func(id uint64)
 	snapshotSent    func(id uint64, ok bool)
+	// removed says whether id was removed from the cluster (its hello is
+	// refused, with refusedRemoved); removedSelf is told when a peer
+	// refused this member so. Both must not block.
+	removed     func(id uint64) bool
+	removedSelf func(by string)
+	// hints are a joining member's peers by name (--cluster-peers): their
+	// ids it learns from their hellos, until the book says who they are.
+	hints map[string]string
 }
+
+// refusedRemoved is the refusal a removed member's hello gets.
+const refusedRemoved = "removed from the cluster"
 
 // transport carries raft's messages between members: one connection per
 // peer and direction (this member dials each peer and writes only; each
@@ -102,8 +113,8 @@ type transportConfig struct {
 type transport struct {
 	cfg    transportConfig  // immutable
 	ln     net.Listener     // immutable after newTransport
-	peers  map[uint64]*peer // immutable after newTransport: every member but self
-	byName map[string]*peer // immutable after newTransport
+	peers  map[uint64]*peer // guarded by mu: every member but self
+	byName map[string]*peer // guarded by mu
 	ctx    context.Context  // immutable; cancelled by close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the transport's goroutines
@@ -112,6 +123,7 @@ type transport struct {
 	receiving chan struct{}
 
 	mu      sync.Mutex
+	started bool                  // guarded by mu: peers added from now on start at once
 	closed  bool                  // guarded by mu
 	conns   map[net.Conn]struct{} // guarded by mu: every open connection, closed by close
 	inbound map[string]net.Conn   // guarded by mu: each peer's messages connection to this member
@@ -133,6 +145,10 @@ type peer struct {
 	everUp atomic.Bool            // one was, once
 	// cut drops every message to and from it: the tests' partition.
 	cut atomic.Bool
+	// ctx ends its goroutines: cancelled when it is removed, or the
+	// transport closes. Immutable.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // newTransport listens on cfg.listen; start dials the peers.
@@ -155,11 +171,7 @@ func newTransport(cfg transportConfig) (*transport, error) {
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for _, m := range cfg.members {
-		if m.ID == cfg.self.ID {
-			continue
-		}
-		p := &peer{Member: m, queue: make(chan *pb.Message, cfg.queue), snap: make(chan *pb.Message, 1)}
-		t.peers[m.ID], t.byName[m.Name] = p, p
+		t.addPeer(m)
 	}
 	return t, nil
 }
@@ -168,11 +180,75 @@ func newTransport(cfg transportConfig) (*transport, error) {
 func (t *transport) start() {
 	t.wg.Add(1)
 	go t.accept()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.started = true
 	for _, p := range t.peers {
-		t.wg.Add(2)
-		go t.runPeer(p)
-		go t.runSnapshots(p)
+		t.runLocked(p)
 	}
+}
+
+// runLocked starts p's goroutines. t.mu must be held.
+func (t *transport) runLocked(p *peer) {
+	t.wg.Add(2)
+	go t.runPeer(p)
+	go t.runSnapshots(p)
+}
+
+// addPeer makes m a peer, dialled at once if the transport has started;
+// a peer of m's name with another id (removed, and added again) goes. It
+// returns the peer.
+func (t *transport) addPeer(m Member) *peer {
+	if m.ID == t.cfg.self.ID || m.ID == 0 {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.peers[m.ID]; p != nil {
+		return p
+	}
+	if t.closed {
+		return nil
+	}
+	if old := t.byName[m.Name]; old != nil {
+		t.removeLocked(old)
+	}
+	p := &peer{Member: m, queue: make(chan *pb.Message, t.cfg.queue), snap: make(chan *pb.Message, 1)}
+	p.ctx, p.cancel = context.WithCancel(t.ctx)
+	t.peers[m.ID], t.byName[m.Name] = p, p
+	if t.started {
+		t.runLocked(p)
+	}
+	return p
+}
+
+// removePeer stops sending to id and taking its connections.
+func (t *transport) removePeer(id uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.peers[id]; p != nil {
+		t.removeLocked(p)
+	}
+}
+
+// removeLocked drops p: its goroutines end, its inbound connection
+// closes. t.mu must be held.
+func (t *transport) removeLocked(p *peer) {
+	delete(t.peers, p.ID)
+	if t.byName[p.Name] == p {
+		delete(t.byName, p.Name)
+	}
+	p.cancel()
+	if c := t.inbound[p.Name]; c != nil {
+		_ = c.Close()
+	}
+}
+
+// peer returns the peer whose id is id, or nil.
+func (t *transport) peer(id uint64) *peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.peers[id]
 }
 
 // addr is the address the transport listens on.
@@ -238,7 +314,7 @@ func (t *transport) isClosed() bool {
 // sent, it fails at once.
 func (t *transport) send(msgs []*pb.Message) {
 	for _, m := range msgs {
-		p := t.peers[m.GetTo()]
+		p := t.peer(m.GetTo())
 		switch {
 		case p == nil:
 			t.dropped.Add(1) // a member this transport does not know yet
@@ -283,7 +359,7 @@ func (t *transport) runPeer(p *peer) {
 		}
 		raw, conn, err := t.dial(p, streamMessages)
 		if err != nil {
-			if t.isClosed() {
+			if p.ctx.Err() != nil {
 				return
 			}
 			t.cfg.unreachable(p.ID)
@@ -297,7 +373,7 @@ func (t *transport) runPeer(p *peer) {
 		err = t.writeMessages(p, raw, conn)
 		p.up.Store(false)
 		t.drop(raw)
-		if t.isClosed() {
+		if p.ctx.Err() != nil {
 			return
 		}
 		t.cfg.unreachable(p.ID)
@@ -324,7 +400,7 @@ func (t *transport) idle(p *peer, d time.Duration) bool {
 			t.dropped.Add(1)
 		case <-timer.C:
 			return true
-		case <-t.ctx.Done():
+		case <-p.ctx.Done():
 			return false
 		}
 	}
@@ -356,7 +432,7 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 		case m = <-p.queue:
 		case <-broken:
 			return errors.New("replication: the peer closed the connection")
-		case <-t.ctx.Done():
+		case <-p.ctx.Done():
 			return nil
 		}
 		for m != nil {
@@ -414,7 +490,7 @@ func (t *transport) runSnapshots(p *peer) {
 				t.snapSent.Add(1)
 			}
 			t.cfg.snapshotSent(p.ID, err == nil)
-		case <-t.ctx.Done():
+		case <-p.ctx.Done():
 			return
 		}
 	}
@@ -453,7 +529,7 @@ func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
 // could wait on a peer that does not read), and the connection to read
 // and write: the same, or TLS over it.
 func (t *transport) dial(p *peer, kind streamKind) (raw, conn net.Conn, err error) {
-	ctx, cancel := context.WithTimeout(t.ctx, dialTimeout)
+	ctx, cancel := context.WithTimeout(p.ctx, dialTimeout)
 	defer cancel()
 	d := net.Dialer{KeepAlive: keepAlive}
 	raw, err = d.DialContext(ctx, "tcp", p.Addr)
@@ -495,6 +571,9 @@ func (t *transport) handshake(p *peer, kind streamKind, conn net.Conn) (net.Conn
 	}
 	switch {
 	case in.Refusal != "":
+		if in.Refusal == refusedRemoved && t.cfg.removedSelf != nil {
+			t.cfg.removedSelf(p.Name)
+		}
 		return nil, fmt.Errorf("replication: %s refused this member: %s", p.Addr, in.Refusal)
 	case in.Version != protocolVersion || in.Cluster != t.cfg.cluster || in.From != p.Name || in.FromID != p.ID:
 		t.refused.Add(1)
@@ -647,7 +726,16 @@ func (t *transport) check(in *hello, state *tls.ConnectionState) (p *peer, refus
 	if in.To != t.cfg.self.Name {
 		return nil, fmt.Sprintf("this member is %s, not %s", t.cfg.self.Name, in.To), false
 	}
+	if t.cfg.removed != nil && t.cfg.removed(in.FromID) {
+		return nil, refusedRemoved, false
+	}
+	t.mu.Lock()
 	p = t.byName[in.From]
+	t.mu.Unlock()
+	if addr, ok := t.cfg.hints[in.From]; ok && p == nil && in.FromID != 0 {
+		// A joining member learns who its peers are from their hellos.
+		p = t.addPeer(Member{Name: in.From, Addr: addr, ID: in.FromID})
+	}
 	if p == nil {
 		return nil, fmt.Sprintf("%q is not a member", in.From), false
 	}

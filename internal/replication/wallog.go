@@ -2,6 +2,7 @@ package replication
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -48,6 +49,10 @@ type WALConfig struct {
 	Name          string
 	// Voters are the initial members' ids: a new directory's membership.
 	Voters []uint64
+	// Join: this member joins a running cluster (--cluster-join), so a
+	// new directory's log is empty, with no membership: the leader's
+	// first snapshot fills it.
+	Join bool
 	// Retain is how many entries compaction keeps below the applied
 	// index, so a follower a little behind gets entries, not a snapshot.
 	Retain int
@@ -75,6 +80,9 @@ func (cfg *NodeConfig) WALConfig(dir string) WALConfig {
 		w.ClusterID = ClusterID(names)
 	}
 	w.Voters = ids
+	if cfg.JoinID != 0 {
+		w.ID, w.Join, w.Voters = cfg.JoinID, true, nil
+	}
 	return w
 }
 
@@ -183,8 +191,11 @@ func OpenWALLog(cfg WALConfig) (*WALLog, error) {
 		latest:   make(map[uint64]placed),
 		held:     ^uint32(0), // no segment: the first holdLocked tells the wal
 	}
+	if cfg.Join {
+		l.logState, l.folded = joinLogState(), 0
+	}
 	cl := wal.Cluster{Replay: l.replay}
-	if len(cfg.Voters) == 1 && cfg.Voters[0] == cfg.ID {
+	if !cfg.Join && len(cfg.Voters) == 1 && cfg.Voters[0] == cfg.ID {
 		cl.Convert = l.convert
 	}
 	w, err := wal.OpenCluster(cfg.Dir, cfg.Wal, cl)
@@ -215,8 +226,15 @@ func (l *WALLog) replay(f wal.Frame) error {
 	case kindCheckpoint:
 		cluster, id, name := d.u64(), d.u64(), d.str()
 		hs, cs := d.hardState(), d.confState()
+		book := d.book()
 		if d.err != nil {
 			return fmt.Errorf("%w: %s: a checkpoint: %v", errMalformed, l.dir, d.err)
+		}
+		if cluster != l.cluster && name == l.name {
+			// Most likely the same member with --cluster-peers rewritten
+			// since (its names make the cluster's id): say how to start it.
+			return fmt.Errorf("replication: %s is the log of member %s of cluster %x, not of this one (%x): start it with the --cluster-peers it first started with, or with --cluster-join %s:%s, or on another directory",
+				l.dir, name, cluster, l.cluster, FormatID(cluster), FormatID(id))
 		}
 		if cluster != l.cluster {
 			return fmt.Errorf("replication: %s is the log of a member of cluster %x, not of this one (%x): start on another directory", l.dir, cluster, l.cluster)
@@ -224,7 +242,7 @@ func (l *WALLog) replay(f wal.Frame) error {
 		if id != l.id || name != l.name {
 			return fmt.Errorf("replication: %s is the log of member %s (%x), not of %s (%x): start on another directory", l.dir, name, id, l.name, l.id)
 		}
-		l.hs, l.cs = hs, cs
+		l.hs, l.cs, l.book = hs, cs, book
 	case kindHardState:
 		l.hs = d.hardState()
 	case kindEntry:
@@ -238,7 +256,7 @@ func (l *WALLog) replay(f wal.Frame) error {
 		m.protoSize = proto.Size(&e)
 		m.recs, _ = summarize(nil, &e)
 		m.summarized = true
-		m.maxID = maxID(data)
+		m.maxID = maxID(recordsOf(&e))
 		l.replayedID = max(l.replayedID, m.maxID)
 		l.replayEntry(index, prevTerm, m)
 	case kindHead:
@@ -264,7 +282,7 @@ func (l *WALLog) replay(f wal.Frame) error {
 		l.pending, l.pendingIndex = nil, 0
 		l.baseIndex, l.baseSeg, l.idFloor = index, f.Seg, 0
 		l.prevIndex, l.prevTerm, l.ents = index, term, nil
-		l.cs = cs
+		l.cs, l.book.Index = cs, index
 	default:
 		return fmt.Errorf("%w: %s: kind %d", errMalformed, l.dir, f.Payload[0])
 	}
@@ -564,7 +582,7 @@ func (l *WALLog) InstallSnapshot(snap *pb.Snapshot) {
 	md := snap.GetMetadata()
 	index := md.GetIndex()
 	data := snap.GetData()
-	l.cs = proto.Clone(md.GetConfState()).(*pb.ConfState)
+	l.installedLocked(md)
 	frames := appendSnapshot(nil, index, md.GetTerm(), l.cs, data)
 	seg := l.appendFrameLocked(frames, maxID(data))
 	l.truncateLocked(l.prevIndex + 1)
@@ -772,6 +790,24 @@ func (l *WALLog) Locate(index uint64) uint32 {
 	return 0
 }
 
+// SetMembership implements Log: a checkpoint frame says it, and starts
+// every segment after it.
+func (l *WALLog) SetMembership(cs *pb.ConfState, b Book) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.setMembershipLocked(cs, b)
+	l.frame = l.appendCheckpoint(l.frame[:0])
+	l.appendFrameLocked(l.frame, 0)
+	l.wal.SetCheckpoint(l.frame)
+}
+
+// Membership implements Log.
+func (l *WALLog) Membership() Book {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.book.clone()
+}
+
 // SetMigrator gives the log the serving leader's store, which moves the
 // live jobs of its oldest segment when the directory passes its bound
 // (node.go, ActServe).
@@ -799,7 +835,19 @@ func (l *WALLog) appendCheckpoint(b []byte) []byte {
 	b = append(b, l.name...)
 	b = appendHardStateFields(b, l.hs)
 	b = appendConfState(b, l.cs)
+	b = appendBook(b, l.book)
 	return wal.EndFrame(b, start)
+}
+
+// appendBook appends the address book as u32 length and JSON (a
+// checkpoint written before membership changes has none).
+func appendBook(b []byte, book Book) []byte {
+	data, err := json.Marshal(book)
+	if err != nil {
+		panic(fmt.Sprintf("replication: encoding the address book: %v", err)) // never: plain fields
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(data)))
+	return append(b, data...)
 }
 
 func appendHardState(b []byte, hs *pb.HardState) []byte {
@@ -924,6 +972,24 @@ func (d *decoder) rest() []byte {
 func (d *decoder) hardState() *pb.HardState {
 	term, vote, commit := d.u64(), d.u64(), d.u64()
 	return &pb.HardState{Term: &term, Vote: &vote, Commit: &commit}
+}
+
+// book reads the address book, if the frame has one.
+func (d *decoder) book() Book {
+	var book Book
+	if d.err != nil || len(d.b) == 0 {
+		return book
+	}
+	n := 0
+	if b := d.take(4); b != nil {
+		n = int(binary.LittleEndian.Uint32(b))
+	}
+	if b := d.take(n); b != nil {
+		if err := json.Unmarshal(b, &book); err != nil {
+			d.err = err
+		}
+	}
+	return book
 }
 
 func (d *decoder) confState() *pb.ConfState {

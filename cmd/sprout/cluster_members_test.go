@@ -1,0 +1,356 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sproutmq/sprout/internal/admin"
+	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/internal/testproc"
+)
+
+// The membership tests change a running cluster of real sprout processes
+// through the endpoint on --http: grow a single node into three, three
+// into five, replace a member whose directory was emptied, remove a
+// member and the leader.
+
+const testAdminToken = "membership-test-token-0123456789"
+
+// memberReq sends a request to m's membership endpoint with token ("" for
+// none) and returns the status and the JSON answer.
+func memberReq(t *testing.T, m *testMember, method, path, token string, body any) (int, map[string]any) {
+	t.Helper()
+	var in bytes.Buffer
+	if body != nil {
+		_ = json.NewEncoder(&in).Encode(body)
+	}
+	req, err := http.NewRequest(method, "http://"+m.httpAddr+path, &in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s on %s: %v", method, path, m.name, err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// join adds m through via (as a learner) and starts it with the join
+// string the answer gives, and every member as --cluster-peers.
+func (c *testCluster) join(via, m *testMember) {
+	c.t.Helper()
+	status, out := memberReq(c.t, via, http.MethodPost, "/cluster/members", testAdminToken,
+		map[string]string{"name": m.name, "address": m.peerAddr})
+	if status != http.StatusCreated || out["role"] != "learner" {
+		c.t.Fatalf("adding %s through %s: %d %v", m.name, via.name, status, out)
+	}
+	var peers []string
+	for _, o := range c.up() {
+		if o != m {
+			peers = append(peers, o.name+"="+o.peerAddr)
+		}
+	}
+	m.peers = strings.Join(append(peers, m.name+"="+m.peerAddr), ",")
+	m.args = []string{"--cluster-join", out["join"].(string)}
+	if !slices.Contains(c.members, m) {
+		c.members = append(c.members, m)
+	}
+	if err := c.start(m); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// awaitVoters waits until via's /cluster shows exactly names, each a
+// voter.
+func (c *testCluster) awaitVoters(timeout time.Duration, via *testMember, names ...string) {
+	c.t.Helper()
+	var last string
+	defer func() {
+		if c.t.Failed() {
+			c.t.Logf("%s's last view of the members: %s", via.name, last)
+		}
+	}()
+	waitFor(c.t, timeout, fmt.Sprintf("%v voters on %s", names, via.name), func() bool {
+		st, err := via.status()
+		if err != nil {
+			return false
+		}
+		var voters []string
+		for _, m := range st.Members {
+			if m.Role == "voter" {
+				voters = append(voters, m.Name)
+			}
+		}
+		last = fmt.Sprintf("%+v", st.Members)
+		return len(st.Members) == len(names) && slices.Equal(slices.Sorted(slices.Values(voters)), slices.Sorted(slices.Values(names)))
+	})
+}
+
+// awaitJobs waits until every member up holds want ready jobs in its own
+// store.
+func (c *testCluster) awaitJobs(timeout time.Duration, want int) {
+	c.t.Helper()
+	for _, m := range c.up() {
+		waitFor(c.t, timeout, fmt.Sprintf("%d ready jobs in %s's store", want, m.name), func() bool {
+			n, err := m.readyJobs()
+			return err == nil && n == want
+		})
+	}
+}
+
+// awaitExit waits for m to exit and checks its status.
+func awaitExit(t *testing.T, m *testMember, code int, timeout time.Duration) {
+	t.Helper()
+	if !m.proc.Wait(timeout) {
+		t.Fatalf("%s still runs %v after its removal", m.name, timeout)
+	}
+	if got := m.proc.ExitCode(); got != code {
+		t.Errorf("%s exited %d, want %d (removed)", m.name, got, code)
+	}
+}
+
+// TestClusterGrowFromSingleNode: a single node's -b directory holding jobs
+// becomes the first member of a cluster, which grows to three while it
+// serves; every job is on all three, and a new member serves them.
+func TestClusterGrowFromSingleNode(t *testing.T) {
+	dir := t.TempDir()
+	single, err := testproc.Launch(testproc.Config{Binary: testproc.SproutBinary(t), Args: []string{"-b", dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := testproc.DialTest(t, single.Addr(), 5*time.Second)
+	const jobs = 20
+	for i := range jobs {
+		if _, err := conn.Put(0, 0, 60, fmt.Appendf(nil, "job-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.Close()
+	if !single.Stop(10 * time.Second) {
+		t.Fatalf("the single node did not stop:\n%s", single.Output())
+	}
+
+	c := &testCluster{t: t, args: []string{"--admin-token", testAdminToken}}
+	a := c.newMember("a")
+	a.dir = dir
+	c.members, c.peers = []*testMember{a}, "a="+a.peerAddr
+	if err := c.start(a); err != nil {
+		t.Fatal(err)
+	}
+	c.awaitServing(20 * time.Second)
+	c.awaitJobs(10*time.Second, jobs)
+
+	// Guarded as the admin API's changes are.
+	if status, out := memberReq(t, a, http.MethodPost, "/cluster/members", "", map[string]string{"name": "b", "address": "127.0.0.1:1"}); status != http.StatusUnauthorized {
+		t.Errorf("an addition without the token: %d %v, want 401", status, out)
+	}
+	if status, out := memberReq(t, a, http.MethodPost, "/cluster/members", testAdminToken, map[string]string{"name": "b c", "address": "x"}); status != http.StatusBadRequest {
+		t.Errorf("an addition of a bad name: %d %v, want 400", status, out)
+	}
+
+	b := c.newMember("b")
+	c.join(a, b)
+	c.awaitVoters(30*time.Second, a, "a", "b")
+	d := c.newMember("c")
+	c.join(b, d) // through a follower
+	c.awaitVoters(30*time.Second, a, "a", "b", "c")
+	c.awaitJobs(20*time.Second, jobs)
+	// Two additions and two promotions, as a applied them.
+	if n, err := a.metric("sprout_cluster_membership_changes_total", "sprout_cluster_membership_changes_total"); err != nil || n != 4 {
+		t.Errorf("a counted %v membership changes (%v), want 4", n, err)
+	}
+
+	// Served through the newest member: the oldest job first.
+	through := dialMember(t, d)
+	reply, err := through.Do("reserve-with-timeout 5", nil)
+	if err != nil || reply.Kind != testproc.ReplyReserved || !bytes.Equal(reply.Body, []byte("job-0")) {
+		t.Errorf("reserve through c: %v %q %v, want job-0", reply.Kind, reply.Body, err)
+	}
+	if st, err := d.status(); err != nil || len(st.Members) != 3 {
+		t.Errorf("c's view: %+v %v", st, err)
+	}
+}
+
+// TestClusterMembershipChanges: three members grow to five; one change
+// at a time; a follower whose directory was emptied is replaced under its
+// name and caught up by a snapshot; a removed member, and a removed
+// leader, stop serving and exit 12 while the others serve on.
+func TestClusterMembershipChanges(t *testing.T) {
+	c := startCluster(t, "--admin-token", testAdminToken)
+	l := c.awaitServing(20 * time.Second)
+	conn := dialMember(t, l)
+	const jobs = 10
+	for i := range jobs {
+		if _, err := conn.Put(0, 0, 60, fmt.Appendf(nil, "job-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.Close()
+
+	m4, m5 := c.newMember("m4"), c.newMember("m5")
+	c.join(l, m4)
+	c.awaitVoters(30*time.Second, l, "m1", "m2", "m3", "m4")
+	c.join(c.others(l)[0], m5)
+	c.awaitVoters(30*time.Second, l, "m1", "m2", "m3", "m4", "m5")
+	c.awaitJobs(20*time.Second, jobs)
+
+	// One change at a time: a learner not started holds the next change.
+	if status, out := memberReq(t, l, http.MethodPost, "/cluster/members", testAdminToken, map[string]string{"name": "m6", "address": "127.0.0.1:1"}); status != http.StatusCreated {
+		t.Fatalf("adding m6: %d %v", status, out)
+	}
+	if status, out := memberReq(t, l, http.MethodPost, "/cluster/members", testAdminToken, map[string]string{"name": "m7", "address": "127.0.0.1:2"}); status != http.StatusConflict {
+		t.Errorf("adding m7 while m6 is a learner: %d %v, want 409", status, out)
+	}
+	if status, out := memberReq(t, l, http.MethodDelete, "/cluster/members/m6", testAdminToken, nil); status != http.StatusOK {
+		t.Fatalf("removing the learner m6: %d %v", status, out)
+	}
+	if status, out := memberReq(t, l, http.MethodDelete, "/cluster/members/nobody", testAdminToken, nil); status != http.StatusNotFound {
+		t.Errorf("removing no member: %d %v, want 404", status, out)
+	}
+
+	// Replace a follower whose directory was emptied: removed, added
+	// again under its name (a new Raft id), filled by a snapshot.
+	f := c.others(l)[0]
+	f.proc.Kill()
+	if err := os.RemoveAll(f.dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(f.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if status, out := memberReq(t, l, http.MethodDelete, "/cluster/members/"+f.name, testAdminToken, nil); status != http.StatusOK {
+		t.Fatalf("removing %s: %d %v", f.name, status, out)
+	}
+	c.join(l, f)
+	c.awaitVoters(30*time.Second, l, "m1", "m2", "m3", "m4", "m5")
+	c.awaitJobs(20*time.Second, jobs)
+	if !strings.Contains(f.proc.Output(), "installed a snapshot") {
+		t.Errorf("%s caught up without a snapshot", f.name)
+	}
+
+	// A removed follower stops serving and exits.
+	var gone *testMember
+	for _, m := range c.others(l) {
+		if m != f {
+			gone = m
+		}
+	}
+	if status, out := memberReq(t, f, http.MethodDelete, "/cluster/members/"+gone.name, testAdminToken, nil); status != http.StatusOK {
+		t.Fatalf("removing %s through %s: %d %v", gone.name, f.name, status, out)
+	}
+	awaitExit(t, gone, exitRemoved, 10*time.Second)
+
+	// The leader removes itself: it exits, the others elect a leader.
+	if status, out := memberReq(t, l, http.MethodDelete, "/cluster/members/"+l.name, testAdminToken, nil); status != http.StatusOK {
+		t.Fatalf("the leader %s removing itself: %d %v", l.name, status, out)
+	}
+	awaitExit(t, l, exitRemoved, 10*time.Second)
+	next := c.awaitServing(20 * time.Second)
+	putThrough(t, 10*time.Second, "after the leader left", c.up()...)
+	c.awaitJobs(20*time.Second, jobs+1)
+	var left []string
+	for _, m := range c.up() {
+		left = append(left, m.name)
+	}
+	c.awaitVoters(10*time.Second, next, left...)
+
+	// An initial member restarted with --cluster-peers rewritten (every
+	// member listed) is refused, with the flag that starts it; with it, it
+	// comes back.
+	var initial *testMember
+	for _, m := range c.up() {
+		if m != f && !slices.Contains([]string{"m4", "m5"}, m.name) {
+			initial = m // m1, m2 or m3 as it first started (l and f are not)
+		}
+	}
+	if initial == nil {
+		t.Fatalf("no initial member left among %v", c.up())
+	}
+	initial.proc.Kill()
+	var all []string
+	for _, m := range c.members {
+		all = append(all, m.name+"="+m.peerAddr)
+	}
+	initial.peers = strings.Join(all, ",")
+	_ = c.start(initial)
+	if !initial.proc.Wait(10*time.Second) || initial.proc.ExitCode() != exitReplay {
+		t.Fatalf("%s with --cluster-peers rewritten: not refused (exit %d)", initial.name, initial.proc.ExitCode())
+	}
+	flag := regexp.MustCompile(`--cluster-join ([0-9a-f]+:[0-9a-f]+)`).FindStringSubmatch(initial.proc.Output())
+	if flag == nil {
+		t.Fatalf("the refusal does not name --cluster-join:\n%s", initial.proc.Output())
+	}
+	t.Logf("%s refused with --cluster-peers rewritten; starting it with --cluster-join %s", initial.name, flag[1])
+	initial.args = []string{"--cluster-join", flag[1]}
+	if err := c.start(initial); err != nil {
+		t.Fatal(err)
+	}
+	c.awaitServing(20 * time.Second)
+	c.awaitVoters(10*time.Second, initial, left...)
+}
+
+// fakeChanger is a member whose changes the handler test sees.
+type fakeChanger struct{ calls []string }
+
+func (f *fakeChanger) Status() replication.Status { return replication.Status{} }
+func (f *fakeChanger) AddMember(_ context.Context, name, addr string) (replication.Member, error) {
+	f.calls = append(f.calls, "add "+name)
+	return replication.Member{Name: name, Addr: addr, ID: 1}, nil
+}
+func (f *fakeChanger) RemoveMember(_ context.Context, name string) (replication.Member, error) {
+	f.calls = append(f.calls, "remove "+name)
+	return replication.Member{}, fmt.Errorf("%w: %s", replication.ErrUnknownMember, name)
+}
+func (f *fakeChanger) JoinString(id uint64) string { return "c:1" }
+
+// Without --admin-token the endpoint reads but changes nothing (403), as
+// the admin API; paths it does not serve are 404.
+func TestMembersHandlerReadOnly(t *testing.T) {
+	f := &fakeChanger{}
+	h := membersHandler(f, admin.NewAuth("", zerolog.Nop()).Middleware, nil, zerolog.Nop())
+	for _, tc := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{http.MethodGet, "/cluster/members", "", http.StatusOK},
+		{http.MethodPost, "/cluster/members", `{"name":"b","address":"127.0.0.1:1"}`, http.StatusForbidden},
+		{http.MethodDelete, "/cluster/members/b", "", http.StatusForbidden},
+		{http.MethodGet, "/elsewhere", "", http.StatusNotFound},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
+		if rec.Code != tc.want {
+			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, rec.Code, rec.Body, tc.want)
+		}
+	}
+	if len(f.calls) != 0 {
+		t.Errorf("changes reached the member: %v", f.calls)
+	}
+	h = membersHandler(f, admin.NewAuth(testAdminToken, zerolog.Nop()).Middleware, nil, zerolog.Nop())
+	req := httptest.NewRequest(http.MethodDelete, "/cluster/members/b", nil)
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusNotFound || !strings.Contains(rec.Body.String(), `"error"`) {
+		t.Errorf("removing an unknown member: %d %s, want 404 with a JSON error", rec.Code, rec.Body)
+	}
+}

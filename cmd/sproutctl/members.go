@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+const membersHelp = `List, add and remove the members of a Sprout cluster, through the
+membership endpoint on the --http port of any member (--api), with the
+admin token for changes.
+
+  members [list]          each member: name, role (voter or learner), address
+  members add NAME ADDR   add NAME, whose --cluster-listen is ADDR, as a
+                          learner; prints how to start it (--cluster-join).
+                          Once started it catches up, and the leader makes it a
+                          voter: list shows when.
+  members remove NAME     remove NAME; it stops serving and exits (status 12).
+
+One change at a time: a change while another is in flight, or while a
+learner is not yet promoted, is refused (exit 1); start the learner, or
+remove it. Exits 3 when remove names no member, 4 when --api cannot be
+reached.`
+
+// memberChangeTimeout bounds a change: the member answers once it has
+// applied it, or after its own bound (10 s) with why not.
+const memberChangeTimeout = 20 * time.Second
+
+// apiMember is a member as GET /cluster/members lists it.
+type apiMember struct {
+	Name      string `json:"name"`
+	ID        string `json:"id"`
+	Address   string `json:"address"`
+	Role      string `json:"role"`
+	Client    string `json:"client"`
+	Connected bool   `json:"connected"`
+}
+
+func newMembersCmd(o *options) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "members [list | add NAME HOST:PORT | remove NAME]",
+		Short: "List, add and remove a cluster's members",
+		Long:  membersHelp,
+		RunE: func(_ *cobra.Command, args []string) error {
+			verb := "list"
+			if len(args) > 0 {
+				verb, args = args[0], args[1:]
+			}
+			want := map[string]int{"list": 0, "add": 2, "remove": 1}
+			n, known := want[verb]
+			switch {
+			case !known:
+				return usagef("members %s: want list, add NAME HOST:PORT or remove NAME", verb)
+			case len(args) != n:
+				return usagef("members %s takes %d argument(s), not %d", verb, n, len(args))
+			}
+			api, err := o.adminAPI("members")
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(o.ctx, memberChangeTimeout)
+			defer cancel()
+			switch verb {
+			case "add":
+				return o.addMember(ctx, api, args[0], args[1])
+			case "remove":
+				var out apiMember
+				if err := api.do(ctx, "DELETE", "/cluster/members/"+url.PathEscape(args[0]), nil, nil, &out); err != nil {
+					return err
+				}
+				_, err := fmt.Fprintf(o.stdout, "removed %s (id %s, %s)\n", out.Name, out.ID, out.Address)
+				return err
+			}
+			members, err := listMembers(ctx, api)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(o.stdout, map[string]any{"members": members})
+			}
+			var rows [][]string
+			for _, m := range members {
+				rows = append(rows, []string{m.Name, m.Role, m.Address, m.Client, m.ID})
+			}
+			return writeTable(o.stdout, []string{"NAME", "ROLE", "ADDRESS", "CLIENT", "ID"}, rows)
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, `list: write {"members": [...]} as the endpoint has them`)
+	return c
+}
+
+func listMembers(ctx context.Context, api *apiClient) ([]apiMember, error) {
+	var out struct {
+		Members []apiMember `json:"members"`
+	}
+	err := api.do(ctx, "GET", "/cluster/members", nil, nil, &out)
+	return out.Members, err
+}
+
+// addMember adds a learner and prints the flags to start it with: its
+// join string, and every member as --cluster-peers.
+func (o *options) addMember(ctx context.Context, api *apiClient, name, addr string) error {
+	var out struct {
+		apiMember
+		Join string `json:"join"`
+	}
+	in := map[string]string{"name": name, "address": addr}
+	if err := api.do(ctx, "POST", "/cluster/members", nil, in, &out); err != nil {
+		return err
+	}
+	peers := []string{}
+	if members, err := listMembers(ctx, api); err == nil {
+		for _, m := range members {
+			peers = append(peers, m.Name+"="+m.Address)
+		}
+	}
+	_, err := fmt.Fprintf(o.stdout, "added %s (id %s) as a learner; start it, on an empty -b directory, with:\n"+
+		"  --node %s --cluster-listen %s --cluster-join %s --cluster-peers %s\n"+
+		"the leader makes it a voter once it has caught up (sproutctl members list)\n",
+		out.Name, out.ID, out.Name, out.Address, out.Join, strings.Join(peers, ","))
+	return err
+}

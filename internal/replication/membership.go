@@ -1,0 +1,327 @@
+package replication
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// Why a membership change was refused or not seen through (doc.go,
+// "Membership changes"); cmd/sprout answers each with its HTTP status.
+var (
+	// ErrChangeInProgress: another change is not finished (409).
+	ErrChangeInProgress = errors.New("replication: a membership change is in progress")
+	// ErrMemberExists: the name or the address is a member's (409).
+	ErrMemberExists = errors.New("replication: already a member")
+	// ErrUnknownMember: no member has that name (404).
+	ErrUnknownMember = errors.New("replication: no such member")
+	// ErrBadMember: a name or address that cannot be a member's (400).
+	ErrBadMember = errors.New("replication: not a member's name and address")
+	// ErrNoLeader: no leader is known to take the change (503).
+	ErrNoLeader = errors.New("replication: no leader is known")
+	// ErrChangeTimeout: the change was not applied here in time (503); it
+	// may still be.
+	ErrChangeTimeout = errors.New("replication: the membership change was not applied in time")
+	// ErrRemoved is why a member removed from the cluster stops, or
+	// refuses to start.
+	ErrRemoved = errors.New("replication: this member was removed from the cluster")
+)
+
+// ChangeTimeout bounds how long a membership change request waits to
+// be applied on the member that took it.
+const ChangeTimeout = 10 * time.Second
+
+// changeReq is an operator's membership change, on its way to the node
+// goroutine and waiting there for its change to be applied.
+type changeReq struct {
+	add        bool
+	name, addr string
+	done       chan changeResult // capacity 1
+	// Set by the node goroutine.
+	member   Member
+	deadline time.Time
+}
+
+type changeResult struct {
+	member Member
+	err    error
+}
+
+// AddMember adds a member as a learner (a new Raft id, chosen here) and
+// returns it once the addition is applied on this member: the new member
+// can then be started (--cluster-join, JoinString), and the leader
+// promotes it once it has caught up.
+func (n *Node) AddMember(ctx context.Context, name, addr string) (Member, error) {
+	return n.change(ctx, &changeReq{add: true, name: name, addr: addr})
+}
+
+// RemoveMember removes the member named name and returns it once the
+// removal is applied on this member.
+func (n *Node) RemoveMember(ctx context.Context, name string) (Member, error) {
+	return n.change(ctx, &changeReq{name: name})
+}
+
+// JoinString is what a member added with id starts with: --cluster-join
+// CLUSTER:ID, both in hex.
+func (n *Node) JoinString(id uint64) string { return FormatID(n.cfg.ClusterID) + ":" + FormatID(id) }
+
+// ParseJoin reads --cluster-join CLUSTER:ID.
+func ParseJoin(s string) (cluster, id uint64, err error) {
+	c, i, ok := strings.Cut(s, ":")
+	if ok {
+		_, err = fmt.Sscanf(c+" "+i, "%x %x", &cluster, &id)
+	}
+	if !ok || err != nil || cluster == 0 || id == 0 || raft.IsLocalMsgTarget(id) {
+		return 0, 0, fmt.Errorf("replication: --cluster-join %q is not CLUSTER:ID in hex, as the member's addition printed it", s)
+	}
+	return cluster, id, nil
+}
+
+func (n *Node) change(ctx context.Context, req *changeReq) (Member, error) {
+	req.done = make(chan changeResult, 1)
+	select {
+	case n.changes <- req:
+	case <-n.halted:
+		return Member{}, errStopped
+	case <-ctx.Done():
+		return Member{}, ctx.Err()
+	}
+	select {
+	case r := <-req.done:
+		return r.member, r.err
+	case <-n.halted:
+		return Member{}, errStopped
+	case <-ctx.Done():
+		return Member{}, ctx.Err()
+	}
+}
+
+// startChange checks an operator's request against the membership and
+// proposes it, or answers it at once; on the node goroutine. One change
+// at a time: none while this member waits for one, or a learner is not
+// yet promoted (but its own removal).
+func (n *Node) startChange(req *changeReq) {
+	answer := func(m Member, err error) { req.done <- changeResult{member: m, err: err} }
+	if n.stopped || n.lost != nil {
+		answer(Member{}, errStopped)
+		return
+	}
+	if n.waiting != nil {
+		answer(Member{}, fmt.Errorf("%w: %s of %s", ErrChangeInProgress, n.waiting.verb(), n.waiting.name))
+		return
+	}
+	book := n.core.Book()
+	target, known := book.byName(req.name)
+	if !req.add && !known {
+		answer(Member{}, fmt.Errorf("%w: %q", ErrUnknownMember, req.name))
+		return
+	}
+	for _, id := range n.conf.GetLearners() {
+		if !req.add && known && target.ID == id {
+			continue
+		}
+		m, _ := book.byID(id)
+		answer(Member{}, fmt.Errorf("%w: %s is a learner, not yet promoted (start it, or remove it)", ErrChangeInProgress, m.Name))
+		return
+	}
+	typ := pb.ConfChangeRemoveNode
+	if req.add {
+		if err := checkName(req.name); err != nil {
+			answer(Member{}, fmt.Errorf("%w: %v", ErrBadMember, err))
+			return
+		}
+		if err := checkAddr(req.addr, false); err != nil {
+			answer(Member{}, fmt.Errorf("%w: %v", ErrBadMember, err))
+			return
+		}
+		for _, m := range book.Members {
+			if m.Name == req.name || strings.EqualFold(m.Addr, req.addr) {
+				answer(Member{}, fmt.Errorf("%w: %s at %s", ErrMemberExists, m.Name, m.Addr))
+				return
+			}
+		}
+		target = Member{Name: req.name, Addr: req.addr, ID: newMemberID(book)}
+		typ = pb.ConfChangeAddLearnerNode
+	} else {
+		if voters := n.conf.GetVoters(); len(voters) == 1 && voters[0] == target.ID {
+			answer(Member{}, fmt.Errorf("%w: %s is the only voter", ErrBadMember, target.Name))
+			return
+		}
+	}
+	if err := n.core.ProposeChange(typ, target); err != nil {
+		answer(Member{}, fmt.Errorf("%w: %v", ErrNoLeader, err))
+		return
+	}
+	req.member, req.deadline = target, time.Now().Add(ChangeTimeout)
+	n.waiting = req
+	n.logger.Info().Str("change", req.verb()).Str("member", target.Name).Str("address", target.Addr).
+		Str("id", fmt.Sprintf("%x", target.ID)).Msg("proposed a membership change")
+}
+
+func (r *changeReq) verb() string {
+	if r.add {
+		return "addition"
+	}
+	return "removal"
+}
+
+// newMemberID is a random Raft id no member has, nor had: a name reused
+// after its disk was emptied never gets an id the cluster knew.
+func newMemberID(book Book) uint64 {
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+		id := binary.LittleEndian.Uint64(b[:])
+		if _, used := book.byID(id); !used && id != 0 && !raft.IsLocalMsgTarget(id) && !book.removed(id) {
+			return id
+		}
+	}
+}
+
+// membership carries out an ActMembership: the log keeps it, the
+// transport follows the book, the request waiting for it is answered; a
+// member no longer in the membership stops. It reports whether the node
+// stopped.
+func (n *Node) membership(a Action) bool {
+	n.log.SetMembership(a.ConfState, a.Book)
+	for _, id := range a.Book.Removed {
+		n.transport.removePeer(id)
+	}
+	for _, m := range a.Book.Members {
+		n.transport.addPeer(m)
+	}
+	n.mu.Lock()
+	changed := !slices.Equal(n.conf.GetVoters(), a.ConfState.GetVoters()) ||
+		!slices.Equal(n.conf.GetLearners(), a.ConfState.GetLearners()) || len(n.byID) != len(a.Book.Members)
+	n.byID, n.conf, n.removed = bookIndex(a.Book), a.ConfState, slices.Clone(a.Book.Removed)
+	if changed {
+		n.membersChanged++
+	}
+	n.mu.Unlock()
+	n.logger.Info().Uint64("index", a.Index).Strs("voters", n.names(a.ConfState.GetVoters())).
+		Strs("learners", n.names(a.ConfState.GetLearners())).Msg("membership")
+	if w := n.waiting; w != nil {
+		_, there := a.Book.byID(w.member.ID)
+		switch {
+		case w.add && there, !w.add && a.Book.removed(w.member.ID):
+			n.waiting = nil
+			w.done <- changeResult{member: w.member}
+		case changed && !there && !a.Book.removed(w.member.ID):
+			// Another change was applied first: raft dropped this one.
+			n.waiting = nil
+			w.done <- changeResult{member: w.member, err: fmt.Errorf("%w: another change was applied first", ErrChangeInProgress)}
+		}
+	}
+	if !inConf(a.ConfState, n.self.ID) {
+		n.stopRemoved(fmt.Sprintf("its removal was applied at index %d", a.Index))
+		return true
+	}
+	return false
+}
+
+// stopRemoved stops a member removed from the cluster (ErrRemoved).
+func (n *Node) stopRemoved(why string) {
+	n.lost = fmt.Errorf("%w: %s", ErrRemoved, why)
+	n.stopped = true
+	n.mu.Lock()
+	n.err = n.lost
+	n.mu.Unlock()
+	n.logger.Error().Err(n.lost).Msg("removed from the cluster: stopping")
+}
+
+// noteRemoved is the transport's: a peer refused this member as removed.
+func (n *Node) noteRemoved(by string) {
+	n.removedBy.CompareAndSwap(nil, &by)
+	n.signal()
+}
+
+// isRemoved is the transport's: id was removed from the cluster.
+func (n *Node) isRemoved(id uint64) bool { return n.Book().removed(id) }
+
+// Book is the member's address book as of the last change it applied.
+func (n *Node) Book() Book {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	b := Book{Members: n.bookLocked()}
+	b.Removed = n.removedLocked()
+	return b
+}
+
+// bookLocked lists the members, in the order of the book. n.mu must be
+// held.
+func (n *Node) bookLocked() []Member {
+	members := make([]Member, 0, len(n.byID))
+	for _, m := range n.byID {
+		members = append(members, m)
+	}
+	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return members
+}
+
+// removedLocked are the ids removed. n.mu must be held.
+func (n *Node) removedLocked() []uint64 { return slices.Clone(n.removed) }
+
+// bookIndex indexes the book's members by id.
+func bookIndex(b Book) map[uint64]Member {
+	m := make(map[uint64]Member, len(b.Members))
+	for _, mem := range b.Members {
+		m[mem.ID] = mem
+	}
+	return m
+}
+
+// nameOf is the name of member id: from the book, or the transport for a
+// peer a joining member knows only from its hello. On the node goroutine.
+func (n *Node) nameOf(id uint64) string {
+	if m, ok := n.byID[id]; ok {
+		return m.Name
+	}
+	if p := n.transport.peer(id); p != nil {
+		return p.Name
+	}
+	return ""
+}
+
+func (n *Node) names(ids []uint64) []string {
+	names := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if name := n.nameOf(id); name != "" {
+			names = append(names, name)
+		} else {
+			names = append(names, fmt.Sprintf("%x", id))
+		}
+	}
+	return names
+}
+
+// peerClient is peer id's client address, as its hello said.
+func (n *Node) peerClient(id uint64) *string {
+	if p := n.transport.peer(id); p != nil {
+		return p.client.Load()
+	}
+	return nil
+}
+
+// inConf reports whether id is a voter or a learner in cs.
+func inConf(cs *pb.ConfState, id uint64) bool {
+	return slices.Contains(cs.GetVoters(), id) || slices.Contains(cs.GetLearners(), id)
+}
+
+// role is id's role in cs: voter, learner, or "".
+func role(cs *pb.ConfState, id uint64) string {
+	switch {
+	case slices.Contains(cs.GetVoters(), id):
+		return "voter"
+	case slices.Contains(cs.GetLearners(), id):
+		return "learner"
+	}
+	return ""
+}

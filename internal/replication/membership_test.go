@@ -1,0 +1,380 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// testMember is the harness's member id as the book has it.
+func testMember(id uint64) Member {
+	return Member{Name: fmt.Sprintf("m%d", id), Addr: fmt.Sprintf("127.0.0.1:%d", 7000+id), ID: id}
+}
+
+// join starts member id on an empty log, as --cluster-join does, after
+// its addition was proposed; the harness then ticks it with the others.
+func (c *cluster) join(id uint64) *member {
+	m := &member{id: id, disk: &simDisk{MemoryLog: NewJoinMemoryLog(c.retain), join: true, retain: c.retain}}
+	c.members[id] = m
+	c.ids = append(c.ids, id)
+	c.start(m)
+	return m
+}
+
+// conf is the membership member m applied last (its log's, at start).
+func conf(m *member) *pb.ConfState {
+	if n := len(m.memberships); n > 0 {
+		return m.memberships[n-1].ConfState
+	}
+	_, cs, _ := m.disk.InitialState()
+	return cs
+}
+
+// propose proposes a change on member m and settles the cluster.
+func (c *cluster) propose(m *member, typ pb.ConfChangeType, who Member) {
+	c.t.Helper()
+	if err := m.core.ProposeChange(typ, who); err != nil {
+		c.t.Fatalf("member %d proposing %v of %s: %v", m.id, typ, who.Name, err)
+	}
+	c.run(m)
+	c.stabilize()
+}
+
+// add proposes id's addition on via, starts it, and waits until every
+// member has it for a voter.
+func (c *cluster) add(via *member, id uint64) {
+	c.t.Helper()
+	c.propose(via, pb.ConfChangeAddLearnerNode, testMember(id))
+	c.join(id)
+	var all []uint64
+	for _, o := range c.ids {
+		if c.members[o].up {
+			all = append(all, o)
+		}
+	}
+	c.awaitConf(all, all, nil)
+}
+
+// awaitConf ticks the cluster until every member of ids that is up has
+// applied a membership with exactly voters and learners.
+func (c *cluster) awaitConf(ids []uint64, voters, learners []uint64) {
+	c.t.Helper()
+	same := func(a, b []uint64) bool {
+		return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+	}
+	for range electionRounds * testElectionTick {
+		done := true
+		for _, id := range ids {
+			cs := conf(c.members[id])
+			done = done && same(cs.GetVoters(), voters) && same(cs.GetLearners(), learners)
+		}
+		if done {
+			return
+		}
+		c.tick()
+	}
+	for _, id := range ids {
+		c.t.Logf("member %d: %v", id, conf(c.members[id]))
+	}
+	c.t.Fatalf("members %v did not reach voters %v, learners %v", ids, voters, learners)
+}
+
+// A member added as a learner catches up through a snapshot, and the
+// leader promotes it; a follower's proposal to remove another goes
+// through the leader; the leader removing itself steps down, and the
+// others elect a leader and serve every job.
+func TestMembershipChanges(t *testing.T) {
+	c := newCluster(t, 3, 2)
+	leader := c.awaitLeader(1, 2, 3)
+	p := c.producer(leader, "grow")
+	for i := range 20 {
+		p.put(0, fmt.Sprintf("job %d", i))
+	}
+	c.stabilize()
+	if !p.acked() {
+		t.Fatal("the puts were not acknowledged")
+	}
+	want := viewOf(leader.store)
+
+	// Added as a learner: every member applies it, with its name and
+	// address in the book, before the member even starts.
+	c.propose(leader, pb.ConfChangeAddLearnerNode, testMember(4))
+	c.awaitConf([]uint64{1, 2, 3}, []uint64{1, 2, 3}, []uint64{4})
+	for _, id := range []uint64{1, 2, 3} {
+		if b := c.members[id].core.Book(); !slices.Contains(b.Members, testMember(4)) {
+			t.Errorf("member %d's book %+v lacks m4", id, b)
+		}
+	}
+	for range 3 * testElectionTick {
+		c.tick()
+	}
+	if cs := conf(leader); !slices.Contains(cs.GetLearners(), 4) {
+		t.Fatalf("a learner that never started was promoted: %v", cs)
+	}
+	snapshots := c.snapshots
+	c.join(4)
+	c.awaitConf([]uint64{1, 2, 3, 4}, []uint64{1, 2, 3, 4}, nil)
+	if c.snapshots == snapshots {
+		t.Error("the new member caught up without a snapshot")
+	}
+	if b := c.members[4].core.Book(); len(b.Members) != 4 {
+		t.Errorf("the new member's book %+v: want the four members, from the snapshot and the changes", b)
+	}
+	c.converged(want)
+
+	// A follower proposes a removal: raft forwards it to the leader.
+	var follower *member
+	for _, id := range []uint64{1, 2, 3} {
+		if id != leader.id {
+			follower = c.members[id]
+			break
+		}
+	}
+	var gone uint64
+	for _, id := range []uint64{1, 2, 3} {
+		if id != leader.id && id != follower.id {
+			gone = id
+		}
+	}
+	c.propose(follower, pb.ConfChangeRemoveNode, testMember(gone))
+	rest := slices.DeleteFunc([]uint64{1, 2, 3, 4}, func(id uint64) bool { return id == gone })
+	c.awaitConf(rest, rest, nil)
+	if b := leader.core.Book(); !b.removed(gone) {
+		t.Errorf("the leader's book %+v does not have m%d removed", b, gone)
+	}
+	c.crash(c.members[gone])
+
+	// The leader removes itself: it steps down once the change applies
+	// (its store rebuilt, as any leader that loses its leadership), and
+	// the two left elect a leader that serves every job.
+	old := leader.id
+	c.propose(leader, pb.ConfChangeRemoveNode, testMember(old))
+	if len(leader.rebuilds) == 0 {
+		t.Error("the removed leader was not rebuilt")
+	}
+	rest = slices.DeleteFunc(rest, func(id uint64) bool { return id == old })
+	c.members[old].up = false
+	next := c.awaitLeader(rest...)
+	c.awaitConf(rest, rest, nil)
+	p = c.producer(next, "grow")
+	p.put(0, "after")
+	c.stabilize()
+	if !p.acked() {
+		t.Error("the two members left do not acknowledge")
+	}
+	want = viewOf(next.store)
+	if len(want) != 21 {
+		t.Errorf("the new leader holds %d jobs, want 21", len(want))
+	}
+	c.converged(want)
+}
+
+// A membership the log holds already is not applied again at start, and
+// a restarted member comes back with the book and the membership.
+func TestMembershipRestart(t *testing.T) {
+	c := newCluster(t, 3, 2)
+	c.add(c.awaitLeader(1, 2, 3), 4)
+	for _, id := range []uint64{1, 4} {
+		m := c.members[id]
+		before := len(m.memberships)
+		c.crash(m)
+		c.start(m)
+		if len(m.memberships) != before {
+			t.Errorf("member %d applied a change again at start", id)
+		}
+		if b := m.core.Book(); len(b.Members) != 4 {
+			t.Errorf("member %d restarted with the book %+v", id, b)
+		}
+		if cs := conf(m); len(cs.GetVoters()) != 4 {
+			t.Errorf("member %d restarted with the membership %v", id, cs)
+		}
+	}
+	c.awaitLeader(1, 2, 3, 4)
+}
+
+// Over the network: a member added through a follower starts with
+// --cluster-join's identity on an empty log, is filled by a snapshot and
+// promoted; a removed member stops with ErrRemoved; the changes are
+// counted.
+func TestNodeMembership(t *testing.T) {
+	c := newNetCluster(t, 3, 2, nil)
+	leader := c.awaitServing(10 * time.Second)
+	cl := newNetClient(leader, "members")
+	var pos uint64
+	for i := range 10 {
+		_, pos = cl.put(fmt.Sprintf("job %d", i))
+	}
+	awaitAck(t, leader.Journal(), pos, 10*time.Second)
+	var follower *Node
+	for _, n := range c.up() {
+		if n != leader {
+			follower = n
+		}
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := follower.AddMember(ctx, "m4", "not an address"); !errors.Is(err, ErrBadMember) {
+		t.Errorf("adding a member with a bad address: %v, want ErrBadMember", err)
+	}
+	if _, err := follower.AddMember(ctx, "m1", "127.0.0.1:1"); !errors.Is(err, ErrMemberExists) {
+		t.Errorf("adding m1 again: %v, want ErrMemberExists", err)
+	}
+	added, err := follower.AddMember(ctx, "m4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leader.AddMember(ctx, "m5", "127.0.0.1:2"); !errors.Is(err, ErrChangeInProgress) {
+		t.Errorf("adding m5 while m4 is a learner: %v, want ErrChangeInProgress", err)
+	}
+	cluster, id, err := ParseJoin(follower.JoinString(added.ID))
+	if err != nil || id != added.ID || cluster != leader.cfg.ClusterID {
+		t.Fatalf("the join string %q reads as %x:%x, %v", follower.JoinString(added.ID), cluster, id, err)
+	}
+	c.peers = append(c.peers, Member{Name: "m4", Addr: ln.Addr().String(), ID: MemberID("m4")})
+	c.logs["m4"] = &gatedLog{MemoryLog: NewJoinMemoryLog(2)}
+	c.tweak = func(cfg *NodeConfig) {
+		// The cluster's id as the initial members' names made it: c.peers
+		// now names m4 too.
+		cfg.ClusterID = cluster
+		if cfg.Node == "m4" {
+			cfg.JoinID = id
+		}
+	}
+	joined := c.start("m4", ln)
+	waitUntil(t, 20*time.Second, "m4 promoted", func() bool {
+		for _, m := range leader.Status().Members {
+			if m.Name == "m4" {
+				return m.Role == "voter"
+			}
+		}
+		return false
+	})
+	c.converged(leader, 10*time.Second)
+	if st := joined.Status(); st.Leader != leader.Name() || len(st.Members) != 4 {
+		t.Errorf("the new member's view: %+v", st)
+	}
+
+	// Remove a follower other than the one that took the addition.
+	var gone *Node
+	for _, n := range c.up() {
+		if n != leader && n != follower && n != joined {
+			gone = n
+		}
+	}
+	if _, err := leader.RemoveMember(ctx, "nobody"); !errors.Is(err, ErrUnknownMember) {
+		t.Errorf("removing a member that is not one: %v, want ErrUnknownMember", err)
+	}
+	if _, err := leader.RemoveMember(ctx, gone.Name()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gone.Done():
+		if !errors.Is(gone.Err(), ErrRemoved) {
+			t.Errorf("the removed member stopped with %v, want ErrRemoved", gone.Err())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the removed member did not stop")
+	}
+	if n := leader.Stats().MembershipChanges; n != 3 {
+		t.Errorf("the leader counted %d membership changes, want 3 (add, promote, remove)", n)
+	}
+	_, pos = cl.put("after")
+	awaitAck(t, leader.Journal(), pos, 10*time.Second)
+
+	// A member removed while it was down learns it from the others'
+	// refusals when it comes back, and stops.
+	name := follower.Name()
+	c.kill(name)
+	if _, err := leader.RemoveMember(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	back := c.start(name, nil)
+	select {
+	case <-back.Done():
+		if !errors.Is(back.Err(), ErrRemoved) {
+			t.Errorf("%s, removed while down, stopped with %v, want ErrRemoved", name, back.Err())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s, removed while down, still runs", name)
+	}
+	_, pos = cl.put("after the removals")
+	awaitAck(t, leader.Journal(), pos, 10*time.Second)
+}
+
+// Three members grow to five, the second addition proposed by a
+// follower: the snapshot the first new member got is built again for the
+// second, whose membership must hold it.
+func TestMembershipGrowsTwice(t *testing.T) {
+	c := newCluster(t, 3, 2)
+	leader := c.awaitLeader(1, 2, 3)
+	c.add(leader, 4)
+	c.add(c.members[leader.id%3+1], 5)
+}
+
+// A WALLog keeps the membership and the book across a restart, and its
+// checkpoints carry them into every segment; a joining member's new
+// directory starts with no membership.
+func TestWALLogMembership(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testWALConfig(dir, []uint64{1, 2, 3}, 0)
+	l := openWAL(t, cfg)
+	cs := &pb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{9}}
+	book := Book{Index: 5, Members: []Member{testMember(1), testMember(2), testMember(3), testMember(9)}, Removed: []uint64{4}}
+	l.SetMembership(cs, book)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openWAL(t, cfg)
+	_, got, _ := l.InitialState()
+	if !slices.Equal(got.GetVoters(), cs.GetVoters()) || !slices.Equal(got.GetLearners(), cs.GetLearners()) {
+		t.Errorf("membership after a restart: %v, want %v", got, cs)
+	}
+	if b := l.Membership(); b.Index != 5 || !slices.Equal(b.Members, book.Members) || !slices.Equal(b.Removed, book.Removed) {
+		t.Errorf("book after a restart: %+v, want %+v", b, book)
+	}
+
+	join := testWALConfig(t.TempDir(), []uint64{9}, 0)
+	join.Join = true
+	j := openWAL(t, join)
+	_, got, _ = j.InitialState()
+	if first, _ := j.FirstIndex(); len(got.GetVoters())+len(got.GetLearners()) != 0 || first != 1 {
+		t.Errorf("a joining member's new log: membership %v, first index %d; want none, 1", got, first)
+	}
+}
+
+// A peer's membership change that does not decode is refused when it
+// comes in, as damaged records are, rather than stopping the member when
+// it applies.
+func TestMembershipChangeDamaged(t *testing.T) {
+	c := newCluster(t, 3, 2)
+	leader := c.awaitLeader(1, 2, 3)
+	to := c.members[leader.id%3+1]
+	for _, data := range [][]byte{{0xff, 0xff}, mustMarshal(t, &pb.ConfChangeV2{Context: []byte("{not json")})} {
+		m := &pb.Message{Type: pb.MsgApp.Enum(), From: new(leader.id), To: new(to.id), Term: new(leader.core.Status().GetTerm()),
+			Entries: []*pb.Entry{{Type: pb.EntryConfChangeV2.Enum(), Index: new(uint64(100)), Term: new(uint64(1)), Data: data}}}
+		if err := to.core.Step(m); !errors.Is(err, ErrBadRecords) {
+			t.Errorf("a damaged change (%q): %v, want ErrBadRecords", data, err)
+		}
+	}
+}
+
+func mustMarshal(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
