@@ -22,10 +22,12 @@ import (
 // disk): closing a node is a kill, starting one again on the same log a
 // restart. Time is real; waits are bounded by deadlines.
 
-// testTick makes an election timeout of 250 to 500 ms: fast, and still
-// ten heartbeats, so a member stalled by the race detector on a busy
-// machine is not taken for dead.
-const testTick = 25 * time.Millisecond
+// testTick makes an election timeout of 500 ms to 1 s: faster than
+// cmd/sprout's 1 to 2 s, and still long enough that a leader stalled by
+// the race detector on a busy machine (make test runs packages side by
+// side on two cores) keeps its lease; at 25 ms one in four loaded runs of
+// TestNodeWALChurn lost its leader.
+const testTick = 50 * time.Millisecond
 
 // gatedLog is a MemoryLog whose writes become durable only while the
 // test does not hold it.

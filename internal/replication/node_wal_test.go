@@ -96,14 +96,27 @@ func (ch *churn) run(l *Node, rounds, batch, live int) {
 }
 
 // measure notes how far past twice its live data each member's
-// directory is.
+// directory is, once its compaction has caught up with the round just
+// acknowledged: removing a segment follows its rewrite, which the log
+// does behind the writes, so on a loaded machine the peak right after a
+// round is a matter of scheduling. A member that does not get back under
+// boundSegments within a second keeps the figure it reached, and fails.
 func (ch *churn) measure() {
 	for name, w := range ch.c.wals {
-		st := w.Stats()
-		over := float64(dirBytes(ch.t, ch.c.dirs[name])-2*st.LiveBytes) / float64(ch.c.segSize)
-		ch.over[name] = max(ch.over[name], over)
+		over := func() float64 {
+			return float64(dirBytes(ch.t, ch.c.dirs[name])-2*w.Stats().LiveBytes) / float64(ch.c.segSize)
+		}
+		now := over()
+		for deadline := time.Now().Add(time.Second); now > boundSegments && time.Now().Before(deadline); now = over() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		ch.over[name] = max(ch.over[name], now)
 	}
 }
+
+// boundSegments is how many segments past twice its live data a member's
+// directory may hold: the single node's bound, a few segments.
+const boundSegments = 6
 
 // check makes sure every acknowledged put not deleted is on every
 // member's store and no acknowledged delete came back, once they agree.
@@ -142,7 +155,7 @@ func TestNodeWALChurn(t *testing.T) {
 	for name, over := range ch.over {
 		t.Logf("%s: at most %.1f segments past twice its live data; now %d bytes, %d live",
 			name, over, dirBytes(t, c.dirs[name]), c.wals[name].Stats().LiveBytes)
-		if over > 6 {
+		if over > boundSegments {
 			t.Errorf("%s's directory grew to %.1f segments past twice its live data", name, over)
 		}
 	}
@@ -164,7 +177,7 @@ func TestNodeWALChurn(t *testing.T) {
 	}
 	for name, over := range ch.over {
 		t.Logf("after the failover, %s: at most %.1f segments past twice its live data", name, over)
-		if over > 6 {
+		if over > boundSegments {
 			t.Errorf("after the failover %s's directory grew to %.1f segments past twice its live data", name, over)
 		}
 	}
