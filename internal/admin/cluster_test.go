@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -219,5 +220,34 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 			t.Fatalf("%s: not within %v", what, timeout)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestClusterHistory: a member samples its history only while it serves:
+// a new leader's history starts at its election.
+func TestClusterHistory(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Unix())
+	c := newFakeCluster("m1", admin.Leader{Name: "m2", HTTP: "127.0.0.1:1"})
+	m := &clusterMember{cluster: c}
+	_, _, m.url = inProcessWith(t, func(cfg *admin.Config) {
+		cfg.Cluster = c
+		cfg.History = admin.HistoryConfig{Interval: 5 * time.Millisecond, Window: time.Second}
+		cfg.Now = func() time.Time { return time.Unix(clock.Load(), 0) }
+	}, nil)
+	// Some intervals pass while it follows; none is sampled.
+	time.Sleep(50 * time.Millisecond)
+	elected := clock.Add(3600)
+	c.set(admin.Leader{Serving: true, Name: "m1"})
+	api := &client{t: t, base: m.url, bearer: testToken}
+	var stamps []any
+	waitUntil(t, 5*time.Second, "a sample once serving", func() bool {
+		stamps, _ = api.ok(http.StatusOK, "GET", "/api/v1/history", nil)["timestamps"].([]any)
+		return len(stamps) > 0
+	})
+	for _, s := range stamps {
+		if at, err := s.(json.Number).Int64(); err != nil || at < elected {
+			t.Fatalf("a sample at %v, before the member served at %d: %v", s, elected, stamps)
+		}
 	}
 }
