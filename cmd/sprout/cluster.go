@@ -167,6 +167,7 @@ func startMember(cfg *config, ln net.Listener, metrics replication.Observer, log
 	for _, p := range nc.Peers {
 		if p.Name == nc.Node {
 			nc.ClientAddr = clientAddress(ln.Addr(), p)
+			nc.HTTPAddr = httpAddress(cfg.httpAddr, p)
 		}
 	}
 	clog, err := newClusterLog(cfg, &nc, log)

@@ -38,13 +38,15 @@ type testMember struct {
 type testCluster struct {
 	t       *testing.T
 	members []*testMember
-	peers   string // --cluster-peers
+	peers   string   // --cluster-peers
+	args    []string // every member's other arguments
 }
 
-// startCluster starts members m1, m2 and m3 and waits for one to serve.
-func startCluster(t *testing.T) *testCluster {
+// startCluster starts members m1, m2 and m3, each with args besides its
+// own; it does not wait for a leader (awaitServing does).
+func startCluster(t *testing.T, args ...string) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t}
+	c := &testCluster{t: t, args: args}
 	var peers []string
 	for i := 1; i <= 3; i++ {
 		m := &testMember{name: fmt.Sprintf("m%d", i), dir: t.TempDir()}
@@ -72,8 +74,8 @@ func startCluster(t *testing.T) *testCluster {
 func (c *testCluster) start(m *testMember) error {
 	p, err := testproc.Launch(testproc.Config{
 		Binary: testproc.SproutBinary(c.t),
-		Args: []string{"--http", m.httpAddr, "-b", m.dir, "--node", m.name, "--cluster-listen", m.peerAddr,
-			"--cluster-peers", c.peers, "--log-format", "json"},
+		Args: append([]string{"--http", m.httpAddr, "-b", m.dir, "--node", m.name, "--cluster-listen", m.peerAddr,
+			"--cluster-peers", c.peers, "--log-format", "json"}, c.args...),
 	})
 	var se *testproc.StartError
 	if errors.As(err, &se) {
@@ -133,7 +135,10 @@ func (m *testMember) ready() int {
 
 // readyJobs is the ready jobs in m's own store, from its /metrics (a
 // follower's replica, not the leader's figure a proxied stats shows).
-func (m *testMember) readyJobs() (int, error) {
+func (m *testMember) readyJobs() (int, error) { return m.currentJobs("ready") }
+
+// currentJobs is the jobs in state in m's own store, from its /metrics.
+func (m *testMember) currentJobs(state string) (int, error) {
 	resp, err := httpClient.Get("http://" + m.httpAddr + "/metrics?name[]=sprout_current_jobs")
 	if err != nil {
 		return 0, err
@@ -141,11 +146,11 @@ func (m *testMember) readyJobs() (int, error) {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), `sprout_current_jobs{state="ready"} `); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), `sprout_current_jobs{state="`+state+`"} `); ok {
 			return strconv.Atoi(v)
 		}
 	}
-	return 0, fmt.Errorf("no sprout_current_jobs{state=\"ready\"} in %s's metrics", m.name)
+	return 0, fmt.Errorf("no sprout_current_jobs{state=%q} in %s's metrics", state, m.name)
 }
 
 // awaitServing waits until one of members (every member up, if none is
