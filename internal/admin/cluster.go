@@ -27,9 +27,15 @@ const (
 	DefaultLeaderWait = 2 * time.Second
 )
 
-// errLeadershipLost is the cause a request's context is cancelled with
-// when its member stops serving while it runs.
-var errLeadershipLost = errors.New("admin: this member lost the leadership")
+var (
+	// errLeadershipLost is the cause a request's context is cancelled
+	// with when its member stops serving while it runs.
+	errLeadershipLost = errors.New("admin: this member lost the leadership")
+	// errLeaderChanged is the cause a forwarded request is cancelled with
+	// when the member it went to is no longer the leader, as this member
+	// sees it: a paused or cut-off leader would otherwise hold it.
+	errLeaderChanged = errors.New("admin: the leader changed")
+)
 
 // Cluster is what the API needs of a cluster member;
 // cmd/sprout adapts *replication.Node to it.
@@ -99,7 +105,7 @@ func (c *clusterRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			c.serveHere(w, r, changed)
 			return
 		case l.HTTP != "" && !forwarded:
-			c.forward(w, r, l)
+			c.forward(w, r, l, changed)
 			return
 		}
 		select {
@@ -156,13 +162,31 @@ func (c *clusterRoute) serveHere(w http.ResponseWriter, r *http.Request, changed
 }
 
 // forward checks r's credentials by this member's rules, then sends it
-// to the leader with the admin token in their place.
-func (c *clusterRoute) forward(w http.ResponseWriter, r *http.Request, l Leader) {
+// to the leader with the admin token in their place. If another member
+// becomes the leader, or none is known, before the leader answers, the
+// request is given up (503).
+func (c *clusterRoute) forward(w http.ResponseWriter, r *http.Request, l Leader, changed <-chan struct{}) {
 	if _, err := c.api.auth.Check(r); err != nil {
 		writeError(w, err)
 		return
 	}
-	c.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardTo{}, l)))
+	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), forwardTo{}, l))
+	defer cancel(nil)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			var now Leader
+			if now, changed = c.cluster.Leader(); now.Serving || now.Name != l.Name || now.HTTP != l.HTTP {
+				cancel(errLeaderChanged)
+				return
+			}
+		}
+	}()
+	c.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // rewrite is the proxy's: the request goes to the leader with the admin
@@ -193,8 +217,15 @@ func (c *clusterRoute) rewrite(pr *httputil.ProxyRequest) {
 // after the request was sent), as with any server that goes away.
 func (c *clusterRoute) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	l, _ := r.Context().Value(forwardTo{}).(Leader)
-	if errors.Is(err, context.Canceled) {
+	if errors.Is(context.Cause(r.Context()), errLeaderChanged) {
+		e := errorf(http.StatusServiceUnavailable,
+			"the leader, %s, changed before it answered: a change may or may not have been made: look before trying again", l.Name)
+		e.RetryAfter = time.Second
+		writeError(w, e)
 		return
+	}
+	if errors.Is(err, context.Canceled) {
+		return // the client went away
 	}
 	c.log.Debug().Err(err).Str("leader", l.Name).Str("http", l.HTTP).Str("path", r.URL.Path).
 		Msg("admin: the leader did not answer a forwarded request")

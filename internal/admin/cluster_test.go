@@ -2,6 +2,8 @@ package admin_test
 
 import (
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -249,5 +251,45 @@ func TestClusterHistory(t *testing.T) {
 		if at, err := s.(json.Number).Int64(); err != nil || at < elected {
 			t.Fatalf("a sample at %v, before the member served at %d: %v", s, elected, stamps)
 		}
+	}
+}
+
+// TestClusterLeaderChangesWhileForwarded: a request forwarded to a
+// leader that does not answer (paused, cut off) is given up with 503 as
+// soon as the follower sees another leader, or none.
+func TestClusterLeaderChangesWhileForwarded(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() { // accepts, reads, never answers
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = nc.Close() })
+			go func() { _, _ = io.Copy(io.Discard, nc) }()
+		}
+	}()
+	follower := startClusterMember(t, newFakeCluster("m2", admin.Leader{Name: "m1", HTTP: ln.Addr().String()}))
+	answer := make(chan reply, 1)
+	go func() {
+		answer <- (&client{t: t, base: follower.url, bearer: testToken}).do("POST", "/api/v1/tubes/x/jobs", map[string]any{"body": "x"})
+	}()
+	select {
+	case r := <-answer:
+		t.Fatalf("answered while the leader is silent: %d %s", r.status, r.body)
+	case <-time.After(100 * time.Millisecond):
+	}
+	follower.cluster.set(admin.Leader{})
+	select {
+	case r := <-answer:
+		if r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "changed before it answered") {
+			t.Fatalf("once the leader changed: %d %s", r.status, r.body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("still waiting for a leader that changed")
 	}
 }

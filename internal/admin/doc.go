@@ -128,7 +128,12 @@
 //     same on every member (with none on any, every member is read-only).
 //     A forwarded request carries ForwardedHeader and is never forwarded
 //     again: a member that gets one while it does not serve waits as
-//     below, so two members with stale views cannot bounce a request.
+//     below, so two members with stale views cannot bounce a request. A
+//     forwarded request the leader has not answered when this member
+//     sees another leader, or none, is given up with 503 (a paused or
+//     cut-off leader would hold it otherwise), as is one the leader does
+//     not answer at all: either may have been done, as with any server
+//     that goes away.
 //   - held while no leader is known (an election), or its --http address
 //     is not (its hello not read yet, or it serves no --http), for up to
 //     Config.LeaderWait, then answered 503 naming what is missing.
