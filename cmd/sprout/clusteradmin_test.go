@@ -124,7 +124,7 @@ func (c *testCluster) agree(state string, want int) {
 
 // TestClusterAdmin: the admin API, the console and sproutctl on three
 // real members. Puts, a kick, a listing, a delete and a clear go through
-// the leader and through followers and reach every member's store; what
+// the leader and through a follower and reach every member's store; what
 // a listing shows is the leader's (a job reserved there is reserved,
 // where a follower's own store holds it ready); the rules of access are
 // each member's, and a console session opened on a follower works
@@ -150,35 +150,44 @@ func TestClusterAdmin(t *testing.T) {
 	})
 	api := apiClient{t: t, bearer: clusterToken}
 
-	// Puts through the leader and a follower; a delayed one kicked
-	// through the other follower.
-	ids := map[string]int{}
-	for _, m := range []*testMember{l, f[0]} {
-		ids[m.name] = number(t, api.ok(m, http.StatusCreated, "POST", "/api/v1/tubes/adm/jobs",
-			map[string]any{"body": "via " + m.name}), "id")
-	}
-	c.agree("ready", 2)
-	api.ok(f[1], http.StatusCreated, "POST", "/api/v1/tubes/adm/jobs", map[string]any{"body": "later", "delay": 3600})
-	c.agree("delayed", 1)
-	if k := number(t, api.ok(f[1], http.StatusOK, "POST", "/api/v1/tubes/adm/kick", map[string]any{"bound": 10}), "kicked"); k != 1 {
-		t.Fatalf("kick through %s: %d", f[1].name, k)
-	}
-	c.agree("ready", 3)
-	c.agree("delayed", 0)
-
-	// A listing through a follower, with bodies.
-	list := api.ok(f[0], http.StatusOK, "GET", "/api/v1/tubes/adm/jobs?state=ready", nil)
-	jobs, _ := list["jobs"].([]any)
-	var bodies []string
-	for _, j := range jobs {
-		bodies = append(bodies, fmt.Sprint(j.(map[string]any)["body"]))
-	}
-	if got := strings.Join(bodies, ","); got != "via "+l.name+",via "+f[0].name+",later" {
-		t.Fatalf("ready jobs listed through %s: %s", f[0].name, got)
+	// Each change through the leader, then through a follower, reaches
+	// every member's store.
+	for _, via := range []*testMember{l, f[0]} {
+		id := number(t, api.ok(via, http.StatusCreated, "POST", "/api/v1/tubes/adm/jobs",
+			map[string]any{"body": "now via " + via.name}), "id")
+		api.ok(via, http.StatusCreated, "POST", "/api/v1/tubes/adm/jobs", map[string]any{"body": "later via " + via.name, "delay": 3600})
+		c.agree("ready", 1)
+		c.agree("delayed", 1)
+		if k := number(t, api.ok(via, http.StatusOK, "POST", "/api/v1/tubes/adm/kick", map[string]any{"bound": 10}), "kicked"); k != 1 {
+			t.Fatalf("kick through %s: %d", via.name, k)
+		}
+		c.agree("ready", 2)
+		c.agree("delayed", 0)
+		list := api.ok(via, http.StatusOK, "GET", "/api/v1/tubes/adm/jobs?state=ready", nil)
+		jobs, _ := list["jobs"].([]any)
+		var bodies []string
+		for _, j := range jobs {
+			bodies = append(bodies, fmt.Sprint(j.(map[string]any)["body"]))
+		}
+		if got, want := strings.Join(bodies, ","), "now via "+via.name+",later via "+via.name; got != want {
+			t.Fatalf("ready jobs listed through %s: %s, want %s", via.name, got, want)
+		}
+		if d := number(t, api.ok(via, http.StatusOK, "DELETE", fmt.Sprintf("/api/v1/jobs/%d", id), nil), "deleted"); d != 1 {
+			t.Fatalf("delete through %s: %d", via.name, d)
+		}
+		c.agree("ready", 1)
+		if d := number(t, api.ok(via, http.StatusOK, "POST", "/api/v1/tubes/adm/clear", map[string]any{"state": "all"}), "deleted"); d != 1 {
+			t.Fatalf("clear through %s: %d", via.name, d)
+		}
+		c.agree("ready", 0)
 	}
 
 	// What a listing shows is the leader's: a job reserved there (by a
 	// client proxied through a follower) is listed reserved.
+	for _, body := range []string{"one", "two", "three"} {
+		api.ok(f[1], http.StatusCreated, "POST", "/api/v1/tubes/adm/jobs", map[string]any{"body": body})
+	}
+	c.agree("ready", 3)
 	worker := dialMember(t, f[1])
 	if err := worker.ExpectLine("watch adm", "WATCHING 2"); err != nil {
 		t.Fatal(err)
@@ -199,15 +208,7 @@ func TestClusterAdmin(t *testing.T) {
 		t.Errorf("%s's own store holds %d reserved jobs (%v): reservations should live on the leader only", f[0].name, n, err)
 	}
 	worker.Close() // the job is ready again, on the leader
-
-	// A delete through a follower, and a clear through the other.
-	if d := number(t, api.ok(f[0], http.StatusOK, "DELETE", fmt.Sprintf("/api/v1/jobs/%d", ids[l.name]), nil), "deleted"); d != 1 {
-		t.Fatalf("delete through %s: %d", f[0].name, d)
-	}
-	c.agree("ready", 2)
-	if d := number(t, api.ok(f[1], http.StatusOK, "POST", "/api/v1/tubes/adm/clear", map[string]any{"state": "all"}), "deleted"); d != 2 {
-		t.Fatalf("clear through %s: %d", f[1].name, d)
-	}
+	api.ok(f[1], http.StatusOK, "POST", "/api/v1/tubes/adm/clear", map[string]any{"state": "all"})
 	c.agree("ready", 0)
 
 	checkClusterAccess(t, l, f[0])
