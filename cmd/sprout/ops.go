@@ -82,6 +82,13 @@ func (p *opsPort) start(srv *engine.Server, st *store.Store, m *member, log zero
 		return err
 	}
 	p.server = s
+	if m != nil {
+		m.setStopSide(func(ctx context.Context) {
+			if err := s.Shutdown(ctx); err != nil {
+				log.Warn().Err(err).Msg("not every request to the operations endpoint was answered before re-executing")
+			}
+		})
+	}
 	return nil
 }
 
