@@ -67,7 +67,7 @@ func (p *opsPort) start(srv *engine.Server, st *store.Store, m *member, log zero
 		Logger:     log,
 	}
 	if m != nil {
-		p.startMember(&side, &api, m)
+		configureMember(&side, &api, m)
 	}
 	p.api = admin.New(api)
 	con, err := console.New(console.Config{Auth: p.api.Auth(), Cluster: m != nil, Logger: log})
@@ -92,12 +92,12 @@ func (p *opsPort) start(srv *engine.Server, st *store.Store, m *member, log zero
 	return nil
 }
 
-// startMember configures a cluster member's side port: /cluster, /readyz
+// configureMember configures a cluster member's side port: /cluster, /readyz
 // and the figures from its node and proxy, and the admin API on the
 // node's current store, which an installed snapshot replaces, served
 // there while the member leads and forwarded to the leader otherwise
 // (internal/admin/doc.go, Cluster mode).
-func (p *opsPort) startMember(side *ops.Config, api *admin.Config, m *member) {
+func configureMember(side *ops.Config, api *admin.Config, m *member) {
 	side.Store = memberStore{m.node}
 	side.Cluster, side.Proxy = m.node, m.proxy
 	api.Store, api.Stores = nil, m.node.Store
