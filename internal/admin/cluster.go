@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -229,9 +230,15 @@ func (c *clusterRoute) proxyError(w http.ResponseWriter, r *http.Request, err er
 	}
 	c.log.Debug().Err(err).Str("leader", l.Name).Str("http", l.HTTP).Str("path", r.URL.Path).
 		Msg("admin: the leader did not answer a forwarded request")
-	e := errorf(http.StatusServiceUnavailable,
-		"the leader, %s (%s), did not answer: %v; a change may or may not have been made: look before trying again",
-		l.Name, l.HTTP, errText(err))
+	var e *Error
+	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+		e = errorf(http.StatusServiceUnavailable, "the leader, %s (%s), cannot be reached: %v; nothing was sent: try again",
+			l.Name, l.HTTP, errText(err))
+	} else {
+		e = errorf(http.StatusServiceUnavailable,
+			"the leader, %s (%s), did not answer: %v; a change may or may not have been made: look before trying again",
+			l.Name, l.HTTP, errText(err))
+	}
 	e.RetryAfter = time.Second
 	writeError(w, e)
 }

@@ -293,3 +293,19 @@ func TestClusterLeaderChangesWhileForwarded(t *testing.T) {
 		t.Fatal("still waiting for a leader that changed")
 	}
 }
+
+// TestClusterLeaderUnreachable: a leader whose --http refuses the
+// connection is 503, saying nothing was sent.
+func TestClusterLeaderUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	follower := startClusterMember(t, newFakeCluster("m2", admin.Leader{Name: "m1", HTTP: addr}))
+	c := &client{t: t, base: follower.url, bearer: testToken}
+	if msg := c.fails(http.StatusServiceUnavailable, "POST", "/api/v1/tubes/x/jobs", map[string]any{"body": "x"}); !strings.Contains(msg, "nothing was sent") {
+		t.Errorf("503 says %q", msg)
+	}
+}
