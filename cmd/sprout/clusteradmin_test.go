@@ -206,8 +206,12 @@ func TestClusterAdmin(t *testing.T) {
 	if n, err := f[0].currentJobs("reserved"); err != nil || n != 0 {
 		t.Errorf("%s's own store holds %d reserved jobs (%v): reservations should live on the leader only", f[0].name, n, err)
 	}
-	worker.Close() // the job is ready again, on the leader
-	api.ok(f[1], http.StatusOK, "POST", "/api/v1/tubes/adm/clear", map[string]any{"state": "all"})
+	if err := worker.ExpectLine(fmt.Sprint("delete ", r.N), "DELETED"); err != nil {
+		t.Fatal(err)
+	}
+	if d := number(t, api.ok(f[1], http.StatusOK, "POST", "/api/v1/tubes/adm/clear", map[string]any{"state": "all"}), "deleted"); d != 2 {
+		t.Fatalf("clear through %s: %d, want the 2 jobs left", f[1].name, d)
+	}
 	c.agree("ready", 0)
 
 	checkClusterAccess(t, l, f[0])
@@ -349,6 +353,8 @@ func checkNeverAckedUncommitted(t *testing.T, c *testCluster, l *testMember) {
 		t.Logf("a put on the leader with its followers paused: %d after %v: %s", resp.StatusCode, took.Round(time.Millisecond), b)
 		if resp.StatusCode != http.StatusServiceUnavailable {
 			t.Errorf("a put that cannot commit was answered %d %s, want 503", resp.StatusCode, b)
+			st, err := l.status() // the followers are still paused
+			t.Logf("the leader %s's view then: %+v %v", l.name, st, err)
 		}
 	}
 	resume()
