@@ -114,9 +114,10 @@
 //     majority has the change. If this member stops serving while a
 //     request waits (the leadership lost: the member then starts again
 //     from its log), the wait ends at once with 503 saying the change may
-//     or may not be kept by the new leader; never with a success. If the
-//     process re-executes before the answer is written, the connection
-//     closes unanswered, which says the same.
+//     or may not be kept by the new leader; never with a success. The
+//     member stops its side port, answering what is in flight, before it
+//     re-executes (cmd/sprout, member.rebuild); past that bound the
+//     connection closes unanswered, which says the same.
 //   - forwarded to the leader's --http (a reverse proxy,
 //     net/http/httputil) when another member leads: members learn each
 //     other's --http address from their hellos. The credentials are
@@ -133,7 +134,8 @@
 //     sees another leader, or none, is given up with 503 (a paused or
 //     cut-off leader would hold it otherwise), as is one the leader does
 //     not answer at all: either may have been done, as with any server
-//     that goes away.
+//     that goes away. A leader that refuses the connection (just lost)
+//     is 503 too, saying nothing was sent. Each 503 carries Retry-After.
 //   - held while no leader is known (an election), or its --http address
 //     is not (its hello not read yet, or it serves no --http), for up to
 //     Config.LeaderWait, then answered 503 naming what is missing.
