@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -323,9 +324,7 @@ func checkSproutctl(t *testing.T, c *testCluster, f *testMember) {
 func checkNeverAckedUncommitted(t *testing.T, c *testCluster, l *testMember) {
 	f := c.others(l)
 	for _, m := range f {
-		if err := m.proc.Signal(syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
+		pause(t, m)
 	}
 	resumed := false
 	resume := func() {
@@ -403,4 +402,46 @@ func TestHTTPAddress(t *testing.T) {
 			t.Errorf("--http %q: %q, want %q", tc.flag, got, tc.want)
 		}
 	}
+}
+
+// pause stops m with SIGSTOP and waits until every one of its threads is
+// stopped (/proc/PID/task/*/stat): kill returns before they are, and a
+// stop that arrives while a process executes itself again can be lost,
+// so it is sent again until it holds.
+func pause(t *testing.T, m *testMember) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := m.proc.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		for settle := time.Now().Add(200 * time.Millisecond); time.Now().Before(settle); time.Sleep(5 * time.Millisecond) {
+			if allStopped(m.proc.PID()) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (pid %d) does not stop", m.name, m.proc.PID())
+		}
+	}
+}
+
+// allStopped reports whether every thread of pid is stopped.
+func allStopped(pid int) bool {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(task)
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
