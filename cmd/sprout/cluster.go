@@ -154,6 +154,10 @@ type member struct {
 
 	mu  sync.Mutex
 	srv *engine.Server // guarded by mu: set by attach, once the engine is made
+	// stopSide stops the side port (--http), answering the requests in
+	// flight until ctx ends. Guarded by mu: set by the side port once it
+	// serves; nil without one.
+	stopSide func(ctx context.Context)
 	// attached is closed by attach.
 	attached chan struct{}
 }
@@ -178,6 +182,7 @@ func startMember(cfg *config, ln net.Listener, metrics replication.Observer, log
 	for _, p := range nc.Peers {
 		if p.Name == nc.Node {
 			nc.ClientAddr = clientAddress(ln.Addr(), p)
+			nc.HTTPAddr = httpAddress(cfg.httpAddr, p)
 		}
 	}
 	clog, err := newClusterLog(cfg, &nc, log)
@@ -260,6 +265,13 @@ func (m *member) serveLocal(nc net.Conn) {
 	srv.Serve(nc)
 }
 
+// setStopSide is told how to stop the side port before re-executing.
+func (m *member) setStopSide(stop func(ctx context.Context)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stopSide = stop
+}
+
 // engine is the engine, once attached.
 func (m *member) engine() *engine.Server {
 	m.mu.Lock()
@@ -302,10 +314,13 @@ func (m *member) fail(code int) {
 //  1. the proxy closes, and with it the connections waiting for a leader;
 //  2. every client connection closes (engine.Server.CloseClients): none is
 //     answered from this store again;
-//  3. the log makes durable what it was given;
-//  4. every descriptor but stdin, stdout and stderr is marked
+//  3. the side port stops, answering the requests in flight: an admin API
+//     request waiting for its change to commit is answered 503 (it saw the
+//     leadership go), not cut off by the execution;
+//  4. the log makes durable what it was given;
+//  5. every descriptor but stdin, stdout and stderr is marked
 //     close-on-exec (they all are already; this makes sure);
-//  5. the process executes its own binary again, with its arguments and
+//  6. the process executes its own binary again, with its arguments and
 //     environment: same pid, a fresh image, recovery as at start.
 //
 // If the execution fails, the member exits instead (exitReplay).
@@ -323,6 +338,14 @@ func (m *member) rebuild(uint64) {
 		if after := srv.Stats().CurrentConnections; after < before {
 			closed = before - after
 		}
+	}
+	m.mu.Lock()
+	stopSide := m.stopSide
+	m.mu.Unlock()
+	if stopSide != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), rebuildGrace)
+		stopSide(ctx)
+		cancel()
 	}
 	if !waitDurable(m.log, rebuildGrace) {
 		m.logger.Warn().Dur("waited", rebuildGrace).Msg("the cluster log did not make everything durable before re-executing")

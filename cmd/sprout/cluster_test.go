@@ -47,7 +47,7 @@ type testCluster struct {
 }
 
 // startCluster starts members m1, m2 and m3, with args added to their
-// command lines.
+// command lines; it does not wait for a leader (awaitServing does).
 func startCluster(t *testing.T, args ...string) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, args: args}
@@ -150,8 +150,11 @@ func (m *testMember) ready() int {
 
 // readyJobs is the ready jobs in m's own store, from its /metrics (a
 // follower's replica, not the leader's figure a proxied stats shows).
-func (m *testMember) readyJobs() (int, error) {
-	v, err := m.metric("sprout_current_jobs", `sprout_current_jobs{state="ready"}`)
+func (m *testMember) readyJobs() (int, error) { return m.currentJobs("ready") }
+
+// currentJobs is the jobs in state in m's own store, from its /metrics.
+func (m *testMember) currentJobs(state string) (int, error) {
+	v, err := m.metric("sprout_current_jobs", `sprout_current_jobs{state="`+state+`"}`)
 	return int(v), err
 }
 

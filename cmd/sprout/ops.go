@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -10,6 +11,7 @@ import (
 	"github.com/sproutmq/sprout/internal/admin"
 	"github.com/sproutmq/sprout/internal/console"
 	"github.com/sproutmq/sprout/internal/ops"
+	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/store"
 )
 
@@ -42,71 +44,103 @@ func newOpsPort(cfg config) *opsPort {
 }
 
 // start serves the side port for srv and st until stop; for a cluster
-// member m, its /cluster and figures too.
+// member m, its /cluster and figures too, and the admin API and console
+// on its node's current store (or forwarded to the leader).
 func (p *opsPort) start(srv *engine.Server, st *store.Store, m *member, log zerolog.Logger) error {
 	if p == nil {
 		return nil
 	}
-	if m != nil {
-		return p.startMember(srv, m, log)
-	}
-	p.api = admin.New(admin.Config{
+	api := admin.Config{
 		Store:      st,
 		Engine:     srv,
 		MaxJobSize: p.maxJobSize,
 		Token:      p.adminToken,
 		Logger:     log,
-	})
-	con, err := console.New(console.Config{Auth: p.api.Auth(), Logger: log})
-	if err != nil {
-		p.api.Close()
-		return err
 	}
-	s, err := ops.Start(ops.Config{
+	side := ops.Config{
 		Addr:       p.addr,
 		Pprof:      p.pprof,
 		TubeSeries: p.tubes,
 		Engine:     srv,
 		Store:      st,
 		Metrics:    p.metrics,
-		API:        p.api,
-		Console:    con,
 		Logger:     log,
-	})
+	}
+	if m != nil {
+		configureMember(&side, &api, m)
+	}
+	p.api = admin.New(api)
+	con, err := console.New(console.Config{Auth: p.api.Auth(), Cluster: m != nil, Logger: log})
+	if err != nil {
+		p.api.Close()
+		return err
+	}
+	side.API, side.Console = p.api, con
+	if m != nil {
+		// Membership changes (cluster_members.go), guarded as the API's
+		// changes are; the console behind them.
+		side.Console = membersHandler(m.node, p.api.Auth().Middleware, con, log)
+	}
+	s, err := ops.Start(side)
 	if err != nil {
 		p.api.Close()
 		return err
 	}
 	p.server = s
+	if m != nil {
+		m.setStopSide(func(ctx context.Context) {
+			if err := s.Shutdown(ctx); err != nil {
+				log.Warn().Err(err).Msg("not every request to the operations endpoint was answered before re-executing")
+			}
+		})
+	}
 	return nil
 }
 
-// startMember serves a cluster member's side port: metrics, probes and
-// /cluster. The admin API and the console are not served yet: their
-// changes would have to reach the leader's store, and they read a store
-// a snapshot may replace.
-func (p *opsPort) startMember(srv *engine.Server, m *member, log zerolog.Logger) error {
-	if p.adminToken != "" {
-		log.Warn().Msg("the admin API and the web console are not served in cluster mode yet; --admin-token guards membership changes only")
+// configureMember configures a cluster member's side port: /cluster, /readyz
+// and the figures from its node and proxy, and the admin API on the
+// node's current store, which an installed snapshot replaces, served
+// there while the member leads and forwarded to the leader otherwise
+// (internal/admin/doc.go, Cluster mode).
+func configureMember(side *ops.Config, api *admin.Config, m *member) {
+	side.Store = memberStore{m.node}
+	side.Cluster, side.Proxy = m.node, m.proxy
+	api.Store, api.Stores = nil, m.node.Store
+	api.Cluster, api.LeaderWait = adminCluster{m.node}, m.node.ElectionTimeout()
+}
+
+// adminCluster is the node as the admin API sees it: who serves, and
+// where another leader's --http is.
+type adminCluster struct{ node *replication.Node }
+
+func (c adminCluster) Name() string { return c.node.Name() }
+
+func (c adminCluster) Leader() (admin.Leader, <-chan struct{}) {
+	info, changed := c.node.Leader()
+	l := admin.Leader{Serving: info.Serving, Name: info.Name}
+	if info.Name != "" && info.Name != c.node.Name() {
+		for _, ms := range c.node.Status().Members {
+			if ms.Name == info.Name {
+				l.HTTP = ms.HTTP
+			}
+		}
 	}
-	s, err := ops.Start(ops.Config{
-		Addr:       p.addr,
-		Pprof:      p.pprof,
-		TubeSeries: p.tubes,
-		Engine:     srv,
-		Store:      memberStore{m.node},
-		Metrics:    p.metrics,
-		Cluster:    m.node,
-		Proxy:      m.proxy,
-		// Membership changes (cluster_members.go); everything else 404.
-		Console: membersHandler(m.node, admin.NewAuth(p.adminToken, log).Middleware, nil, log),
-		Logger:  log,
-	})
+	return l, changed
+}
+
+// httpAddress is where the other members forward the admin API to this
+// one: --http, or, listening on every interface, the host of its own
+// --cluster-peers entry with that port; "" without --http.
+func httpAddress(addr string, self replication.Member) string {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return err
+		return ""
 	}
-	p.server = s
-	return nil
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host, _, _ = net.SplitHostPort(self.Addr)
+		return net.JoinHostPort(host, port)
+	}
+	return addr
 }
 
 // stop shuts the side port down, after the engine: probes and scrapes are

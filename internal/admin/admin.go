@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -29,7 +30,11 @@ type Engine interface {
 
 // Config is what New needs.
 type Config struct {
+	// Store is the store the API serves; Stores, if set, is read instead,
+	// for each request and each history sample: a cluster member's
+	// current store, which an installed snapshot replaces.
 	Store  *store.Store
+	Stores func() *store.Store
 	Engine Engine
 	// MaxJobSize is the server's -z: a longer body is refused with 413.
 	MaxJobSize int
@@ -43,7 +48,13 @@ type Config struct {
 	AckTimeout time.Duration
 	// History configures the charts' history.
 	History HistoryConfig
-	Logger  zerolog.Logger
+	// Cluster, if set, is this server's cluster member: the API is served
+	// here while it leads, and forwarded to the leader otherwise (doc.go,
+	// Cluster mode). LeaderWait bounds how long a request waits for a
+	// leader; 0 means DefaultLeaderWait.
+	Cluster    Cluster
+	LeaderWait time.Duration
+	Logger     zerolog.Logger
 	// Now is the wall clock of sessions, rate limits and history; nil
 	// means time.Now.
 	Now func() time.Time
@@ -52,13 +63,14 @@ type Config struct {
 // API is the admin API's handler, for paths under /api/. Close stops its
 // history sampler.
 type API struct {
-	store      *store.Store  // immutable
-	engine     Engine        // immutable
-	maxJobSize int           // immutable
-	ackTimeout time.Duration // immutable
-	auth       *Auth         // immutable
-	history    *History      // immutable
+	stores     func() *store.Store // immutable
+	engine     Engine              // immutable
+	maxJobSize int                 // immutable
+	ackTimeout time.Duration       // immutable
+	auth       *Auth               // immutable
+	history    *History            // immutable
 	mux        *http.ServeMux
+	cluster    *clusterRoute // immutable; nil on a single node
 }
 
 // New makes the API and starts sampling its history.
@@ -72,14 +84,22 @@ func New(cfg Config) *API {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Stores == nil {
+		st := cfg.Store
+		cfg.Stores = func() *store.Store { return st }
+	}
 	a := &API{
-		store:      cfg.Store,
+		stores:     cfg.Stores,
 		engine:     cfg.Engine,
 		maxJobSize: cfg.MaxJobSize,
 		ackTimeout: cfg.AckTimeout,
 		auth:       newAuth(cfg.Token, cfg.SessionTTL, cfg.Now, cfg.Logger),
-		history:    newHistory(cfg.History, cfg.Store, cfg.Engine, cfg.Now),
+		history:    newHistory(cfg.History, cfg.Stores, cfg.Engine, cfg.Now),
 		mux:        http.NewServeMux(),
+	}
+	if cfg.Cluster != nil {
+		a.cluster = newClusterRoute(cfg, a)
+		a.history.active = a.cluster.serving
 	}
 	a.routes()
 	a.history.start()
@@ -95,8 +115,18 @@ func (a *API) History() *History { return a.history }
 // Close stops the history sampler.
 func (a *API) Close() { a.history.stop() }
 
-// ServeHTTP answers a request under /api/.
-func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+// ServeHTTP answers a request under /api/: here, or, in a cluster, where
+// the leader is (doc.go, Cluster mode).
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if a.cluster == nil || r.URL.Path == sessionPath {
+		a.mux.ServeHTTP(w, r)
+		return
+	}
+	a.cluster.ServeHTTP(w, r)
+}
+
+// store is the store this request is served from.
+func (a *API) store() *store.Store { return a.stores() }
 
 // handler answers one endpoint's request with the access Auth gave it; it
 // returns an *Error instead of answering when it fails.
@@ -142,7 +172,7 @@ func (a *API) routes() {
 		a.mux.Handle(path, methods{a: a, handlers: hs, open: open})
 	}
 	const v1 = "/api/v1"
-	handle(v1+"/session", true, map[string]handler{
+	handle(sessionPath, true, map[string]handler{
 		http.MethodGet: a.getSession, http.MethodPost: a.login, http.MethodDelete: a.logout})
 	handle(v1+"/stats", false, map[string]handler{http.MethodGet: a.getStats})
 	handle(v1+"/history", false, map[string]handler{http.MethodGet: a.getServerHistory})
@@ -165,7 +195,7 @@ func (a *API) routes() {
 // client is a store client of its own for one request; the caller closes
 // it. Like a connection, it uses and watches "default" until told
 // otherwise, which stats-tube shows while the request runs.
-func (a *API) client() *store.Client { return a.store.NewClient(nobody{}) }
+func (a *API) client() *store.Client { return a.store().NewClient(nobody{}) }
 
 // nobody is the Notifier of the API's clients, which never block in a
 // reserve.
@@ -178,8 +208,9 @@ func (nobody) WaitEnded(store.ReserveResult) {}
 // (store.AckSource): at once in memory; with a log, once it is durable (or
 // committed, in a cluster). It gives up when ctx ends or after the ack
 // timeout, with 503: the change was made, and may still become durable.
+// In a cluster, a leadership lost meanwhile ends it with 503 too.
 func (a *API) acknowledged(ctx context.Context, c *store.Client) error {
-	acks := a.store.Acks()
+	acks := a.store().Acks()
 	pos := c.PendingAck()
 	if acks == nil || pos == 0 || acks.Acked() >= pos {
 		return nil
@@ -195,6 +226,10 @@ func (a *API) acknowledged(ctx context.Context, c *store.Client) error {
 		return errorf(http.StatusServiceUnavailable,
 			"not acknowledged within %v: the change was made, but the log has not yet made it durable", a.ackTimeout)
 	case <-ctx.Done():
+		if errors.Is(context.Cause(ctx), errLeadershipLost) {
+			return errorf(http.StatusServiceUnavailable,
+				"this member lost the leadership before its change was committed: the new leader may or may not have it; look before trying again")
+		}
 		return errorf(http.StatusServiceUnavailable, "the request ended before the log made its change durable: %v", ctx.Err())
 	}
 }

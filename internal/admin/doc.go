@@ -99,6 +99,54 @@
 // session endpoints answer with or without credentials. /metrics,
 // /healthz and /readyz (internal/ops) are open either way.
 //
+// # Cluster mode
+//
+// In a cluster (Config.Cluster) every member serves the API, and every
+// answer about jobs comes from the leader: reservations live on the
+// leader only (internal/replication/doc.go, Time), so a follower's own
+// store would show a reserved job as ready, and its changes would never
+// be replicated. A request under /api/v1 (but the session endpoints) is
+//
+//   - served here when this member is the serving leader, on the node's
+//     current store (Config.Stores, read per request: a snapshot installed
+//     on a follower replaces its store). Its acknowledgement is the
+//     member's journal's (replication.Journal, the store's AckSource): a
+//     majority has the change. If this member stops serving while a
+//     request waits (the leadership lost: the member then starts again
+//     from its log), the wait ends at once with 503 saying the change may
+//     or may not be kept by the new leader; never with a success. The
+//     member stops its side port, answering what is in flight, before it
+//     re-executes (cmd/sprout, member.rebuild); past that bound the
+//     connection closes unanswered, which says the same.
+//   - forwarded to the leader's --http (a reverse proxy,
+//     net/http/httputil) when another member leads: members learn each
+//     other's --http address from their hellos. The credentials are
+//     checked here first, with this member's rules (Auth: 401, 403, CSRF
+//     and the rate limit as on a single node), and the request then goes
+//     to the leader with the admin token as a bearer token instead of the
+//     cookie, so that a console session opened on any member keeps
+//     working whichever member leads. The token must therefore be the
+//     same on every member (with none on any, every member is read-only).
+//     A forwarded request carries ForwardedHeader and is never forwarded
+//     again: a member that gets one while it does not serve waits as
+//     below, so two members with stale views cannot bounce a request. A
+//     forwarded request the leader has not answered when this member
+//     sees another leader, or none, is given up with 503 (a paused or
+//     cut-off leader would hold it otherwise), as is one the leader does
+//     not answer at all: either may have been done, as with any server
+//     that goes away. A leader that refuses the connection (just lost)
+//     is 503 too, saying nothing was sent. Each 503 carries Retry-After.
+//   - held while no leader is known (an election), or its --http address
+//     is not (its hello not read yet, or it serves no --http), for up to
+//     Config.LeaderWait, then answered 503 naming what is missing.
+//
+// The session endpoints are always this member's: sessions live in the
+// memory of the member that opened them, like its console's pages, which
+// every member serves itself (internal/console). The history (below) is
+// sampled only while this member serves: a follower keeps none, and a
+// new leader's history starts empty at its election, as it does on a
+// restart.
+//
 // # History
 //
 // History samples, on its own goroutine, every HistoryConfig.Interval (5

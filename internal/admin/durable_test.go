@@ -70,6 +70,13 @@ func (g *gate) open() {
 // counters work without the event loops).
 func inProcess(t *testing.T, ackTimeout time.Duration) (*gate, *store.Store, string) {
 	t.Helper()
+	return inProcessWith(t, func(cfg *admin.Config) { cfg.AckTimeout = ackTimeout }, nil)
+}
+
+// inProcessWith is inProcess with the API's Config changed by configure,
+// and served wrapped in wrap, if set.
+func inProcessWith(t *testing.T, configure func(*admin.Config), wrap func(http.Handler) http.Handler) (*gate, *store.Store, string) {
+	t.Helper()
 	wl, err := wal.Open(t.TempDir(), wal.Options{SegmentSize: 1 << 20, SyncEvery: 0})
 	if err != nil {
 		t.Fatal(err)
@@ -80,9 +87,14 @@ func inProcess(t *testing.T, ackTimeout time.Duration) (*gate, *store.Store, str
 		t.Fatal(err)
 	}
 	srv := engine.New(engine.Config{Loops: 1, Version: "test"}, st)
-	api := admin.New(admin.Config{Store: st, Engine: srv, MaxJobSize: 1000, Token: testToken,
-		AckTimeout: ackTimeout, Logger: zerolog.Nop()})
-	hs := httptest.NewServer(api)
+	cfg := admin.Config{Store: st, Engine: srv, MaxJobSize: 1000, Token: testToken, Logger: zerolog.Nop()}
+	configure(&cfg)
+	api := admin.New(cfg)
+	var h http.Handler = api
+	if wrap != nil {
+		h = wrap(api)
+	}
+	hs := httptest.NewServer(h)
 	t.Cleanup(func() {
 		g.open()
 		hs.Close()

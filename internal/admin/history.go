@@ -125,14 +125,17 @@ type tubeSeries struct {
 // bounded by (MaxTubes + 2) series of Window/Interval points, 24 bytes a
 // point.
 type History struct {
-	interval time.Duration    // immutable
-	size     int              // immutable: points kept
-	maxTubes int              // immutable
-	store    *store.Store     // immutable
-	engine   Engine           // immutable
-	now      func() time.Time // immutable
-	quit     chan struct{}
-	done     chan struct{}
+	interval time.Duration       // immutable
+	size     int                 // immutable: points kept
+	maxTubes int                 // immutable
+	stores   func() *store.Store // immutable: the store now
+	// active, if set, says whether to sample now: a cluster member
+	// samples only while it serves. Set before start.
+	active func() bool
+	engine Engine           // immutable
+	now    func() time.Time // immutable
+	quit   chan struct{}
+	done   chan struct{}
 
 	// Only the sampler touches these.
 	prevAt      time.Time
@@ -149,7 +152,7 @@ type History struct {
 	tubes  map[string]*tubeSeries // guarded by mu
 }
 
-func newHistory(cfg HistoryConfig, st *store.Store, e Engine, now func() time.Time) *History {
+func newHistory(cfg HistoryConfig, stores func() *store.Store, e Engine, now func() time.Time) *History {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultHistoryInterval
 	}
@@ -164,7 +167,7 @@ func newHistory(cfg HistoryConfig, st *store.Store, e Engine, now func() time.Ti
 		interval:  cfg.Interval,
 		size:      size,
 		maxTubes:  cfg.MaxTubes,
-		store:     st,
+		stores:    stores,
 		engine:    e,
 		now:       now,
 		quit:      make(chan struct{}),
@@ -203,9 +206,12 @@ func (h *History) stop() {
 // sample reads the figures now: the server's from the engine's stats, each
 // tube's through store.EachTube, which holds one tube's lock at a time.
 func (h *History) sample() {
+	if h.active != nil && !h.active() {
+		return
+	}
 	st := h.engine.Stats()
 	h.scratch = h.scratch[:0]
-	h.store.EachTube(func(t *store.TubeStats) { h.scratch = append(h.scratch, *t) })
+	h.stores().EachTube(func(t *store.TubeStats) { h.scratch = append(h.scratch, *t) })
 	h.record(h.now(), &st, h.scratch)
 }
 
@@ -396,7 +402,7 @@ func (a *API) getTubeHistory(w http.ResponseWriter, r *http.Request, _ Access) e
 	} else if name != OtherTubes {
 		full := len(h.tubes) >= h.maxTubes
 		h.mu.Unlock()
-		switch _, ok := a.store.TubeStats([]byte(name)); {
+		switch _, ok := a.store().TubeStats([]byte(name)); {
 		case !ok:
 			return errNoTube([]byte(name))
 		case full:

@@ -35,7 +35,7 @@ func (a *API) getStats(w http.ResponseWriter, r *http.Request, _ Access) error {
 func (a *API) getTubes(w http.ResponseWriter, r *http.Request, _ Access) error {
 	b := []byte(`{"tubes":[`)
 	first := true
-	a.store.EachTube(func(st *store.TubeStats) {
+	a.store().EachTube(func(st *store.TubeStats) {
 		if !first {
 			b = append(b, ',')
 		}
@@ -51,7 +51,7 @@ func (a *API) getTube(w http.ResponseWriter, r *http.Request, _ Access) error {
 	if err != nil {
 		return err
 	}
-	st, ok := a.store.TubeStats(name)
+	st, ok := a.store().TubeStats(name)
 	if !ok {
 		return errNoTube(name)
 	}
@@ -121,7 +121,7 @@ func (a *API) putJob(w http.ResponseWriter, r *http.Request, _ Access) error {
 	c := a.client()
 	defer c.Close()
 	c.Use(name)
-	j, err := putJob(c, a.store.NextID(), pri, delay, ttr, append(body, '\r', '\n'))
+	j, err := putJob(c, a.store().NextID(), pri, delay, ttr, append(body, '\r', '\n'))
 	switch {
 	case errors.Is(err, store.ErrNoSpace):
 		return errorf(http.StatusInsufficientStorage, "the write-ahead log's disk is full: the job was not stored")
@@ -210,7 +210,7 @@ func (a *API) pauseTube(w http.ResponseWriter, r *http.Request, _ Access) error 
 		return err
 	}
 	a.engine.CountCommand(codec.CmdPauseTube, 1)
-	if !a.store.PauseTube(name, time.Duration(delay)*time.Second) {
+	if !a.store().PauseTube(name, time.Duration(delay)*time.Second) {
 		return errNoTube(name)
 	}
 	writeValue(w, http.StatusOK, map[string]uint32{"paused": delay})

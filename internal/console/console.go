@@ -21,18 +21,22 @@ var templateFS embed.FS
 type Config struct {
 	// Auth is the admin API's rules of access (admin.API.Auth): the
 	// console shows a page only to a request the API would answer.
-	Auth   *admin.Auth
-	Logger zerolog.Logger
+	Auth *admin.Auth
+	// Cluster: the server is a cluster member, whose pages show which
+	// member they come from and which one leads (from GET /cluster).
+	Cluster bool
+	Logger  zerolog.Logger
 }
 
 // Console is the web console's handler, for every path of the side port
 // that nothing else serves (see doc.go).
 type Console struct {
-	auth   *admin.Auth                   // immutable
-	log    zerolog.Logger                // immutable
-	pages  map[string]*template.Template // immutable: by page name
-	static *assets                       // immutable
-	mux    *http.ServeMux                // immutable
+	auth    *admin.Auth                   // immutable
+	cluster bool                          // immutable
+	log     zerolog.Logger                // immutable
+	pages   map[string]*template.Template // immutable: by page name
+	static  *assets                       // immutable
+	mux     *http.ServeMux                // immutable
 }
 
 // Page names: each has templates/NAME.html, rendered inside layout.html.
@@ -51,7 +55,7 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{auth: cfg.Auth, log: cfg.Logger, static: static, pages: make(map[string]*template.Template)}
+	c := &Console{auth: cfg.Auth, cluster: cfg.Cluster, log: cfg.Logger, static: static, pages: make(map[string]*template.Template)}
 	funcs := template.FuncMap{"asset": static.url}
 	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
 	if err != nil {
@@ -107,8 +111,10 @@ type view struct {
 	Mode string
 	// Charts: the page loads uPlot.
 	Charts bool
-	Tube   string
-	JobID  uint64
+	// Cluster: the page shows the member and the leader.
+	Cluster bool
+	Tube    string
+	JobID   uint64
 	// Status and Message are an error page's.
 	Status  int
 	Message string
@@ -166,6 +172,7 @@ func (c *Console) renderError(w http.ResponseWriter, status int, msg string) {
 // write renders v into a buffer first, so that a template error is a 500
 // and not half a page.
 func (c *Console) write(w http.ResponseWriter, status int, v view) {
+	v.Cluster = c.cluster
 	var buf bytes.Buffer
 	if err := c.pages[v.Page].ExecuteTemplate(&buf, "layout.html", v); err != nil {
 		c.log.Error().Err(err).Str("page", v.Page).Msg("console: rendering a page")

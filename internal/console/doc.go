@@ -43,6 +43,16 @@
 // (?v=HASH) and cached for a year when it matches, and gzipped once, at
 // start, for clients that take gzip. Pages are answered no-store.
 //
+// # In a cluster
+//
+// Every member serves the console itself (Config.Cluster): its pages and
+// static files are the same everywhere, and its fetches go to the
+// member's own /api/v1, which forwards them to the leader
+// (internal/admin/doc.go, Cluster mode), so the console works whichever
+// member the browser opened, with a session opened on that member. The
+// header shows the member and the leader, from GET /cluster (open, like
+// /metrics), polled every 5 s.
+//
 // # Access from the browser
 //
 // The API's rules (admin.Auth) decide, here as there:

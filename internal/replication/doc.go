@@ -257,7 +257,8 @@
 // connection starts with a hello each way, the dialer's first: protocol
 // version, stream kind (messages or one snapshot), the cluster's id, the
 // sender's Raft id and name, the receiver's name, and the sender's client
-// address (-l/-p, for the proxy). The listener answers with its own
+// address (-l/-p, for the proxy) and --http address (for the admin API,
+// which a follower forwards to the leader). The listener answers with its own
 // hello, which may carry a refusal: another protocol version or cluster,
 // a receiver that is not it, a sender that is not a member or has another
 // id, or one removed (told so: it stops, ErrRemoved). Refusals are counted, answered with the reason, closed, and logged

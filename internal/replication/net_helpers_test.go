@@ -169,6 +169,7 @@ func (c *netCluster) config(name string) NodeConfig {
 	cfg := NodeConfig{
 		Node: name, Listen: c.peers[i].Addr, Peers: c.peers,
 		ClientAddr: fmt.Sprintf("127.0.0.1:%d", 11300+i),
+		HTTPAddr:   fmt.Sprintf("127.0.0.1:%d", 8080+i),
 		Tick:       testTick,
 		Logger:     zerolog.New(c.output).Level(zerolog.InfoLevel).With().Timestamp().Logger(),
 		Rebuild: func(term uint64) {

@@ -41,6 +41,10 @@ type NodeConfig struct {
 	// ClientAddr is where clients reach this member (-l and -p): members
 	// tell each other theirs in their hellos, for the proxy.
 	ClientAddr string
+	// HTTPAddr is where this member serves --http, "" without it: members
+	// tell each other theirs, so that a follower forwards the admin API
+	// to the leader.
+	HTTPAddr string
 	// TLSCert, TLSKey and TLSCA are PEM files (--cluster-tls-cert, -key,
 	// -ca): all three for mutual TLS, or none for plaintext.
 	TLSCert, TLSKey, TLSCA string
@@ -348,7 +352,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	n.transport, err = newTransport(transportConfig{
 		self: n.self, members: book.Members, cluster: cfg.ClusterID, hints: hints,
 		removed: n.isRemoved, removedSelf: n.noteRemoved,
-		listen: cfg.Listen, listener: cfg.listener, client: cfg.ClientAddr,
+		listen: cfg.Listen, listener: cfg.listener, client: cfg.ClientAddr, http: cfg.HTTPAddr,
 		tls: mtls, queue: cfg.SendQueue, maxSnap: cfg.MaxSnapshot, log: n.logger,
 		deliver: n.deliver, deliverSnapshot: n.deliverSnapshot,
 		unreachable: n.noteUnreachable, snapshotSent: n.noteSnapshotSent,
@@ -793,6 +797,8 @@ type MemberStatus struct {
 	Role string `json:"role"`
 	// Client is its client address (-l/-p), as it told this member.
 	Client string `json:"client,omitempty"`
+	// HTTP is its --http address, as it told this member.
+	HTTP string `json:"http,omitempty"`
 	// Connected: this member's connection to it is open (always true for
 	// this member itself).
 	Connected bool `json:"connected"`
@@ -820,13 +826,16 @@ func (n *Node) Status() Status {
 	for _, m := range book {
 		ms := MemberStatus{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), Address: m.Addr, Role: role(conf, m.ID)}
 		if m.ID == n.self.ID {
-			ms.Client, ms.Connected = n.cfg.ClientAddr, true
+			ms.Client, ms.HTTP, ms.Connected = n.cfg.ClientAddr, n.cfg.HTTPAddr, true
 			if matches != nil {
 				ms.Match = &last
 			}
 		} else if p := n.transport.peer(m.ID); p != nil {
 			if c := p.client.Load(); c != nil {
 				ms.Client = *c
+			}
+			if h := p.http.Load(); h != nil {
+				ms.HTTP = *h
 			}
 			ms.Connected = p.up.Load()
 			if match, ok := matches[m.ID]; ok {

@@ -95,7 +95,7 @@ func TestNodeReplicates(t *testing.T) {
 		t.Errorf("leader's status %+v", st)
 	}
 	for _, m := range st.Members {
-		if !m.Connected || m.Client == "" || m.Address == "" {
+		if !m.Connected || m.Client == "" || m.HTTP == "" || m.Address == "" {
 			t.Errorf("leader's view of %+v", m)
 		}
 	}

@@ -80,6 +80,7 @@ type transportConfig struct {
 	// their ports before they know every member's address.
 	listener net.Listener
 	client   string // this member's client address, told to peers
+	http     string // this member's --http address, told to peers
 	tls      *memberTLS
 	queue    int
 	maxSnap  int64
@@ -141,6 +142,7 @@ type peer struct {
 	queue  chan *pb.Message       // messages to send, bounded: Send drops when full
 	snap   chan *pb.Message       // the snapshot to send, one at a time
 	client atomic.Pointer[string] // its client address, from its hellos
+	http   atomic.Pointer[string] // its --http address, from its hellos
 	up     atomic.Bool            // a messages connection to it is open
 	everUp atomic.Bool            // one was, once
 	// cut drops every message to and from it: the tests' partition.
@@ -561,7 +563,7 @@ func (t *transport) handshake(p *peer, kind streamKind, conn net.Conn) (net.Conn
 		conn = tc
 	}
 	out := hello{Version: protocolVersion, Kind: kind, Cluster: t.cfg.cluster, FromID: t.cfg.self.ID,
-		From: t.cfg.self.Name, To: p.Name, Client: t.cfg.client}
+		From: t.cfg.self.Name, To: p.Name, Client: t.cfg.client, HTTP: t.cfg.http}
 	if _, err := conn.Write(appendHello(nil, &out)); err != nil {
 		return nil, err
 	}
@@ -580,6 +582,7 @@ func (t *transport) handshake(p *peer, kind streamKind, conn net.Conn) (net.Conn
 		return nil, fmt.Errorf("replication: %s answered as %s (id %x) of cluster %x, protocol %d; want %s (id %x) of %x, protocol %d",
 			p.Addr, in.From, in.FromID, in.Cluster, in.Version, p.Name, p.ID, t.cfg.cluster, protocolVersion)
 	}
+	p.http.Store(&in.HTTP) // before the client address, which the node watches for
 	p.client.Store(&in.Client)
 	if err := conn.SetDeadline(time.Time{}); err != nil {
 		return nil, err
@@ -692,7 +695,7 @@ func (t *transport) serve(raw net.Conn) {
 	}
 	p, refusal, tlsRefusal := t.check(in, state)
 	answer := hello{Version: protocolVersion, Kind: in.Kind, Cluster: t.cfg.cluster, FromID: t.cfg.self.ID,
-		From: t.cfg.self.Name, To: in.From, Client: t.cfg.client, Refusal: refusal}
+		From: t.cfg.self.Name, To: in.From, Client: t.cfg.client, Refusal: refusal, HTTP: t.cfg.http}
 	_, werr := conn.Write(appendHello(nil, &answer))
 	if refusal != "" {
 		if tlsRefusal {
@@ -706,6 +709,7 @@ func (t *transport) serve(raw net.Conn) {
 	if werr != nil || conn.SetDeadline(time.Time{}) != nil {
 		return
 	}
+	p.http.Store(&in.HTTP) // before the client address, which the node watches for
 	p.client.Store(&in.Client)
 	if in.Kind == streamSnapshot {
 		t.receiveSnapshot(p, conn, r)

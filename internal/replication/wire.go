@@ -17,8 +17,14 @@ import (
 //
 //	"SPRT" | version u16 | length u16 | payload (length bytes, at most maxHello)
 //	payload: kind u8 | cluster u64 | sender's id u64 |
-//	         sender's name | receiver's name | sender's client address | refusal
+//	         sender's name | receiver's name | sender's client address | refusal |
+//	         sender's HTTP address
 //	(each string: length u16, bytes)
+//
+// The HTTP address (--http, where a follower forwards the admin API to
+// the leader) came last, within version 1: a hello that ends after the
+// refusal is read with none, and a reader that knows only four strings
+// ignores the fifth.
 //
 // An answer with a refusal says why the listener closes the connection;
 // a hello from another protocol version is answered with the listener's
@@ -66,6 +72,7 @@ type hello struct {
 	To      string
 	Client  string // the sender's client address (-l/-p), for the proxy
 	Refusal string // in an answer: why the connection is refused
+	HTTP    string // the sender's --http address, for the admin API; "" without one
 }
 
 var (
@@ -82,7 +89,7 @@ func appendHello(b []byte, h *hello) []byte {
 	b = append(b, byte(h.Kind))
 	b = binary.BigEndian.AppendUint64(b, h.Cluster)
 	b = binary.BigEndian.AppendUint64(b, h.FromID)
-	for _, s := range []string{h.From, h.To, h.Client, h.Refusal} {
+	for _, s := range []string{h.From, h.To, h.Client, h.Refusal, h.HTTP} {
 		s = s[:min(len(s), 1000)]
 		b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
 		b = append(b, s...)
@@ -120,7 +127,10 @@ func readHello(r io.Reader) (*hello, error) {
 	h.Cluster = binary.BigEndian.Uint64(payload[1:])
 	h.FromID = binary.BigEndian.Uint64(payload[9:])
 	rest := payload[17:]
-	for _, s := range []*string{&h.From, &h.To, &h.Client, &h.Refusal} {
+	for i, s := range []*string{&h.From, &h.To, &h.Client, &h.Refusal, &h.HTTP} {
+		if i == 4 && len(rest) == 0 {
+			break // a hello from before the HTTP address
+		}
 		if len(rest) < 2 || len(rest) < 2+int(binary.BigEndian.Uint16(rest)) {
 			return nil, errNotHello
 		}

@@ -18,7 +18,7 @@ import (
 // its version only, for the listener to refuse by name.
 func TestHello(t *testing.T) {
 	h := hello{Version: protocolVersion, Kind: streamSnapshot, Cluster: 0xabc, FromID: 42,
-		From: "a", To: "b", Client: "127.0.0.1:11300", Refusal: "no"}
+		From: "a", To: "b", Client: "127.0.0.1:11300", Refusal: "no", HTTP: "127.0.0.1:8080"}
 	b := appendHello(nil, &h)
 	for split := range len(b) + 1 {
 		r := io.MultiReader(bytes.NewReader(b[:split]), bytes.NewReader(b[split:]))
@@ -50,6 +50,28 @@ func TestHello(t *testing.T) {
 	got, err := readHello(bytes.NewReader(other))
 	if err != nil || got.Version != protocolVersion+1 || got.From != "" {
 		t.Errorf("another version: %+v, %v", got, err)
+	}
+}
+
+// TestHelloWithoutHTTP: a hello from a member that does not send its
+// HTTP address (it ends after the refusal) reads with none, and a hello
+// with one reads, as a member that knows only four strings reads it, with
+// the same first four.
+func TestHelloWithoutHTTP(t *testing.T) {
+	h := hello{Version: protocolVersion, Kind: streamMessages, Cluster: 7, FromID: 1,
+		From: "a", To: "b", Client: "127.0.0.1:11300", HTTP: "127.0.0.1:8080"}
+	b := appendHello(nil, &h)
+	// Drop the last string (u16 length and bytes) and fix the payload's length.
+	old := slicesClone(b[:len(b)-2-len(h.HTTP)])
+	binary.BigEndian.PutUint16(old[6:], uint16(len(old)-8))
+	got, err := readHello(bytes.NewReader(old))
+	want := h
+	want.HTTP = ""
+	if err != nil || *got != want {
+		t.Fatalf("a hello without the HTTP address: %+v, %v", got, err)
+	}
+	if got, err := readHello(bytes.NewReader(b)); err != nil || *got != h {
+		t.Fatalf("a hello with it: %+v, %v", got, err)
 	}
 }
 

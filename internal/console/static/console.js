@@ -890,6 +890,35 @@
     });
   }
 
+  // ---- Cluster ---------------------------------------------------------
+
+  // memberBadge shows, on a cluster member's pages, which member they come
+  // from and which one leads (GET /cluster, open like /metrics). The API
+  // forwards to the leader, so every figure is the leader's wherever the
+  // page was opened.
+  function memberBadge() {
+    const pill = $('member');
+    if (!pill) return;
+    every(5000, async () => {
+      let st;
+      try {
+        const res = await fetch('/cluster', { cache: 'no-store' });
+        st = await res.json();
+      } catch (e) {
+        pill.textContent = 'member: no answer';
+        pill.className = 'pill pill-warn';
+        return;
+      }
+      let text = 'member ' + st.node;
+      if (st.serving) text += ' · leader';
+      else if (st.leader) text += ' · leader ' + st.leader;
+      else text += ' · no leader (election)';
+      pill.textContent = text;
+      pill.className = st.leader ? 'pill' : 'pill pill-warn';
+    });
+  }
+  memberBadge();
+
   if (page === 'overview') overview();
   else if (page === 'tube') tubePage();
   else if (page === 'job') jobPage();

@@ -1,0 +1,253 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+const (
+	// sessionPath is the session endpoints' path, which every member
+	// serves itself.
+	sessionPath = "/api/v1/session"
+	// ForwardedHeader marks a request a member forwarded to the leader,
+	// with the forwarding member's name: it is never forwarded again.
+	ForwardedHeader = "X-Sprout-Forwarded-By"
+	// DefaultLeaderWait bounds how long a request waits for a leader when
+	// Config.LeaderWait is 0: about an election.
+	DefaultLeaderWait = 2 * time.Second
+)
+
+var (
+	// errLeadershipLost is the cause a request's context is cancelled
+	// with when its member stops serving while it runs.
+	errLeadershipLost = errors.New("admin: this member lost the leadership")
+	// errLeaderChanged is the cause a forwarded request is cancelled with
+	// when the member it went to is no longer the leader, as this member
+	// sees it: a paused or cut-off leader would otherwise hold it.
+	errLeaderChanged = errors.New("admin: the leader changed")
+)
+
+// Cluster is what the API needs of a cluster member;
+// cmd/sprout adapts *replication.Node to it.
+type Cluster interface {
+	// Name is this member's name.
+	Name() string
+	// Leader is the leader as this member knows it, and a channel
+	// closed when that changes.
+	Leader() (Leader, <-chan struct{})
+}
+
+// Leader is where a request is served.
+type Leader struct {
+	// Serving: this member leads and serves; the request is served here.
+	Serving bool
+	// Name is the leader's name, "" while none is known.
+	Name string
+	// HTTP is the leader's --http address when another member leads and
+	// has told it; "" otherwise.
+	HTTP string
+}
+
+// clusterRoute serves a cluster member's API requests: here while it
+// serves, forwarded to the leader otherwise (doc.go, Cluster mode).
+type clusterRoute struct {
+	api     *API           // immutable
+	cluster Cluster        // immutable
+	wait    time.Duration  // immutable: LeaderWait
+	token   string         // immutable: the admin token, sent to the leader
+	log     zerolog.Logger // immutable
+	proxy   *httputil.ReverseProxy
+}
+
+// forwardTo is the leader's --http address in a forwarded request's
+// context, for the proxy's Rewrite.
+type forwardTo struct{}
+
+func newClusterRoute(cfg Config, a *API) *clusterRoute {
+	c := &clusterRoute{api: a, cluster: cfg.Cluster, wait: cfg.LeaderWait, token: cfg.Token, log: cfg.Logger}
+	if c.wait <= 0 {
+		c.wait = DefaultLeaderWait
+	}
+	c.proxy = &httputil.ReverseProxy{
+		Rewrite:      c.rewrite,
+		ErrorHandler: c.proxyError,
+	}
+	return c
+}
+
+// serving reports whether this member serves now: the history samples
+// only then.
+func (c *clusterRoute) serving() bool {
+	l, _ := c.cluster.Leader()
+	return l.Serving
+}
+
+// ServeHTTP serves r here, forwards it, or waits for a leader to do
+// either, up to c.wait.
+func (c *clusterRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	forwarded := r.Header.Get(ForwardedHeader) != ""
+	timer := time.NewTimer(c.wait)
+	defer timer.Stop()
+	for {
+		l, changed := c.cluster.Leader()
+		switch {
+		case l.Serving:
+			c.serveHere(w, r, changed)
+			return
+		case l.HTTP != "" && !forwarded:
+			c.forward(w, r, l, changed)
+			return
+		}
+		select {
+		case <-changed:
+		case <-r.Context().Done():
+			return
+		case <-timer.C:
+			writeError(w, c.unavailable(l, forwarded))
+			return
+		}
+	}
+}
+
+// unavailable says why no member could take a request within c.wait.
+func (c *clusterRoute) unavailable(l Leader, forwarded bool) *Error {
+	var err *Error
+	switch {
+	case forwarded:
+		err = errorf(http.StatusServiceUnavailable,
+			"%s was forwarded this request as the leader, and does not serve (an election, or a stale view): try again", c.cluster.Name())
+	case l.Name == "":
+		err = errorf(http.StatusServiceUnavailable, "no leader is known to %s (an election): try again", c.cluster.Name())
+	case l.Name == c.cluster.Name():
+		err = errorf(http.StatusServiceUnavailable, "%s leads but does not serve yet: try again", l.Name)
+	default:
+		err = errorf(http.StatusServiceUnavailable,
+			"the leader, %s, has not told %s its --http address: every member must serve --http for the admin API", l.Name, c.cluster.Name())
+	}
+	err.RetryAfter = time.Second
+	return err
+}
+
+// serveHere serves r on this member, which leads: if it stops serving
+// before the answer, the request's context ends with errLeadershipLost,
+// which an acknowledgement's wait answers 503.
+func (c *clusterRoute) serveHere(w http.ResponseWriter, r *http.Request, changed <-chan struct{}) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			var l Leader
+			if l, changed = c.cluster.Leader(); !l.Serving {
+				cancel(errLeadershipLost)
+				return
+			}
+		}
+	}()
+	c.api.mux.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// forward checks r's credentials by this member's rules, then sends it
+// to the leader with the admin token in their place. If another member
+// becomes the leader, or none is known, before the leader answers, the
+// request is given up (503).
+func (c *clusterRoute) forward(w http.ResponseWriter, r *http.Request, l Leader, changed <-chan struct{}) {
+	if _, err := c.api.auth.Check(r); err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), forwardTo{}, l))
+	defer cancel(nil)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			var now Leader
+			if now, changed = c.cluster.Leader(); now.Serving || now.Name != l.Name || now.HTTP != l.HTTP {
+				cancel(errLeaderChanged)
+				return
+			}
+		}
+	}()
+	c.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// rewrite is the proxy's: the request goes to the leader with the admin
+// token as its only credential, marked forwarded.
+func (c *clusterRoute) rewrite(pr *httputil.ProxyRequest) {
+	l := pr.In.Context().Value(forwardTo{}).(Leader)
+	pr.SetURL(&url.URL{Scheme: "http", Host: l.HTTP})
+	pr.Out.Host = l.HTTP
+	h := pr.Out.Header
+	h.Del("Cookie")
+	h.Del("Authorization")
+	h.Del(CSRFHeader)
+	if c.token != "" {
+		h.Set("Authorization", "Bearer "+c.token)
+	}
+	h.Set(ForwardedHeader, c.cluster.Name())
+	if pr.In.PostForm != nil {
+		// The CSRF check read a form's body: send what it read.
+		body := pr.In.PostForm.Encode()
+		pr.Out.Body = io.NopCloser(strings.NewReader(body))
+		pr.Out.ContentLength = int64(len(body))
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+	}
+}
+
+// proxyError answers a request the leader did not: 503, naming it. The
+// leader may have made the change (it went away, or lost the leadership,
+// after the request was sent), as with any server that goes away.
+func (c *clusterRoute) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	l, _ := r.Context().Value(forwardTo{}).(Leader)
+	if errors.Is(context.Cause(r.Context()), errLeaderChanged) {
+		e := errorf(http.StatusServiceUnavailable,
+			"the leader, %s, changed before it answered: a change may or may not have been made: look before trying again", l.Name)
+		e.RetryAfter = time.Second
+		writeError(w, e)
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		return // the client went away
+	}
+	c.log.Debug().Err(err).Str("leader", l.Name).Str("http", l.HTTP).Str("path", r.URL.Path).
+		Msg("admin: the leader did not answer a forwarded request")
+	var e *Error
+	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+		e = errorf(http.StatusServiceUnavailable, "the leader, %s (%s), cannot be reached: %v; nothing was sent: try again",
+			l.Name, l.HTTP, errText(err))
+	} else {
+		e = errorf(http.StatusServiceUnavailable,
+			"the leader, %s (%s), did not answer: %v; a change may or may not have been made: look before trying again",
+			l.Name, l.HTTP, errText(err))
+	}
+	e.RetryAfter = time.Second
+	writeError(w, e)
+}
+
+// errText is err's message without the proxy's repetition of the URL.
+func errText(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Sprint(ue.Err)
+	}
+	return err.Error()
+}
