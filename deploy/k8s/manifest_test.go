@@ -413,22 +413,12 @@ func TestProbesAnswer(t *testing.T) {
 // the Service's http port at /metrics. Its type is the Prometheus
 // Operator's; the fields used are mirrored here, so a misspelt one fails.
 func TestServiceMonitorComponent(t *testing.T) {
-	here, err := filepath.Abs(".")
+	docs, err := render.Overlay(".", "components/servicemonitor")
 	if err != nil {
-		t.Fatal(err)
-	}
-	overlay := t.TempDir()
-	rel, err := filepath.Rel(overlay, here)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kust := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n",
-		rel, filepath.Join(rel, "components", "servicemonitor"))
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var smDocs, rest [][]byte
-	for _, doc := range renderDir(t, overlay) {
+	for _, doc := range docs {
 		if bytes.Contains(doc, []byte("kind: ServiceMonitor")) {
 			smDocs = append(smDocs, doc)
 		} else {
