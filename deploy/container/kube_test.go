@@ -3,6 +3,7 @@ package container
 import (
 	"fmt"
 	"hash/fnv"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/beanstalkd/go-beanstalk"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,38 +23,68 @@ import (
 
 // shard is one pod played from the StatefulSet's template.
 type shard struct {
-	pod, container string
+	member         string // the pod's name under Kubernetes: NAME-ordinal
+	pod, container string // podman's names, unique to this run
 	queue, ops     string // 127.0.0.1:port of the beanstalk and http ports
 }
 
-// playStatefulSet runs n pods built from deploy/k8s's StatefulSet, as the
-// StatefulSet controller would (pods NAME-0 ... with a claim each), with
-// `podman kube play` on a network of their own: podman cannot play a
-// StatefulSet itself. Their ports are published on 127.0.0.1. Pods,
-// volumes and the network are removed when the test ends.
-func playStatefulSet(t *testing.T, n int) []shard {
+// playStatefulSet runs n pods built from sts, as the StatefulSet
+// controller would (pods NAME-0 ... with a claim each), with `podman kube
+// play` on a network of their own: podman cannot play a StatefulSet
+// itself. Podman's names are unique to this run; what Kubernetes would
+// give each pod is given here instead: its hostname NAME-i, its name
+// through the downward API (metadata.name is NAME-i), and the headless
+// Service's DNS name NAME-i.SERVICE of every pod, as hostAliases to static
+// addresses, since podman's CNI networks here have no DNS. Their ports
+// are published on 127.0.0.1. Pods, volumes and the network are removed
+// when the test ends.
+func playStatefulSet(t *testing.T, sts *appsv1.StatefulSet, n int) []shard {
 	t.Helper()
-	sts, err := render.StatefulSet("../k8s")
-	if err != nil {
-		t.Fatal(err)
-	}
 	network := name("net")
 	must(t, "network", "create", network)
 	t.Cleanup(func() { run(nil, "network", "rm", "-f", network) })
+	subnet, err := netip.ParsePrefix(must(t, "network", "inspect", "-f", "{{range .Subnets}}{{.Subnet}}{{end}}", network))
+	if err != nil {
+		t.Fatalf("network %s: %v", network, err)
+	}
+	ips := make([]string, n)
+	aliases := make([]corev1.HostAlias, n)
+	for i := range n {
+		ip := subnet.Addr()
+		for range 10 + i { // past the gateway and whatever podman hands out first
+			ip = ip.Next()
+		}
+		ips[i] = ip.String()
+		aliases[i] = corev1.HostAlias{IP: ips[i], Hostnames: []string{fmt.Sprintf("%s-%d.%s", sts.Name, i, sts.Spec.ServiceName)}}
+	}
 
 	var docs []string
 	var shards []shard
 	for i := range n {
-		podName := fmt.Sprintf("%s-%s-%d", name("pod"), sts.Name, i)
+		member := fmt.Sprintf("%s-%d", sts.Name, i)
+		podName := name("pod-" + member)
 		spec := *sts.Spec.Template.Spec.DeepCopy()
-		spec.Hostname = fmt.Sprintf("%s-%d", sts.Name, i)
-		sh := shard{pod: podName}
+		spec.Hostname, spec.Subdomain = member, sts.Spec.ServiceName
+		spec.HostAliases = append(spec.HostAliases, aliases...)
+		sh := shard{member: member, pod: podName}
 		for ci := range spec.Containers {
 			c := &spec.Containers[ci]
 			c.Image = image
 			if c.Name == "sprout" {
 				sh.container = podName + "-" + c.Name
 			}
+			for ei := range c.Env {
+				e := &c.Env[ei]
+				if e.ValueFrom == nil {
+					continue
+				}
+				if e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.name" {
+					t.Fatalf("env %s: valueFrom %+v; this test plays only fieldRef metadata.name", e.Name, e.ValueFrom)
+				}
+				e.Value, e.ValueFrom = member, nil
+			}
+			// Every port on loopback: podman would publish one without
+			// a hostPort on every interface, at its own number.
 			for pi := range c.Ports {
 				p := &c.Ports[pi]
 				p.HostIP, p.HostPort = "127.0.0.1", int32(freePort(t))
@@ -100,8 +132,22 @@ func playStatefulSet(t *testing.T, n int) []shard {
 			run(nil, "pod", "rm", "-f", "-t", "0", sh.pod)
 		}
 	})
-	must(t, "kube", "play", "--network", network, file)
+	args := []string{"kube", "play", "--network", network}
+	for _, ip := range ips {
+		args = append(args, "--ip", ip) // one per pod, in order
+	}
+	must(t, append(args, file)...)
 	return shards
+}
+
+// baseStatefulSet is deploy/k8s's StatefulSet, strictly decoded.
+func baseStatefulSet(t *testing.T) *appsv1.StatefulSet {
+	t.Helper()
+	sts, err := render.StatefulSet("../k8s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sts
 }
 
 func marshal(t *testing.T, v any) []byte {
@@ -118,12 +164,9 @@ func marshal(t *testing.T, v any) []byte {
 // that the pod runs as the manifest says.
 func TestStatefulSetPod(t *testing.T) {
 	needPodman(t)
-	sts, err := render.StatefulSet("../k8s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sts := baseStatefulSet(t)
 	t0 := time.Now()
-	sh := playStatefulSet(t, 1)[0]
+	sh := playStatefulSet(t, sts, 1)[0]
 	ready := waitReady(t, sh.ops, 30*time.Second)
 	t.Logf("pod played and ready in %v (/readyz 200 %v after kube play returned)", time.Since(t0).Round(time.Millisecond), ready.Round(time.Millisecond))
 	c := sts.Spec.Template.Spec.Containers[0]
@@ -164,7 +207,7 @@ func shardFor(tube string, n int) int {
 // across a restart of that shard.
 func TestShards(t *testing.T) {
 	needPodman(t)
-	shards := playStatefulSet(t, 3)
+	shards := playStatefulSet(t, baseStatefulSet(t), 3)
 	conns := make([]*beanstalk.Conn, len(shards))
 	for i, sh := range shards {
 		waitReady(t, sh.ops, 30*time.Second)
