@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/beanstalkd/go-beanstalk"
+	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/sproutmq/sprout/deploy/internal/render"
 	"github.com/sproutmq/sprout/internal/replication"
@@ -72,13 +73,14 @@ func waitLeader(t *testing.T, members []shard, timeout time.Duration) int {
 	return -1
 }
 
-// producer puts jobs through one member until stopped, reconnecting when
-// its connection is closed (as it is when the leader changes), and keeps
-// every acknowledged job's id and body.
+// producer puts jobs through a member until stopped, reconnecting when
+// its connection is closed or a put fails (as when the leader changes or
+// drains), to the next of addrs as a Service would pick another ready
+// pod, and keeps every acknowledged job's id and body.
 type producer struct {
-	addr string
-	stop chan struct{}
-	done chan struct{}
+	addrs []string
+	stop  chan struct{}
+	done  chan struct{}
 
 	mu    sync.Mutex
 	acked map[uint64]string // guarded by mu
@@ -86,8 +88,8 @@ type producer struct {
 	errs  int               // guarded by mu: puts that failed (not acknowledged)
 }
 
-func startProducer(addr string) *producer {
-	p := &producer{addr: addr, stop: make(chan struct{}), done: make(chan struct{}), acked: make(map[uint64]string)}
+func startProducer(addrs ...string) *producer {
+	p := &producer{addrs: addrs, stop: make(chan struct{}), done: make(chan struct{}), acked: make(map[uint64]string)}
 	go p.run()
 	return p
 }
@@ -100,6 +102,7 @@ func (p *producer) run() {
 			conn.Close()
 		}
 	}()
+	next := 0
 	for n := 0; ; n++ {
 		select {
 		case <-p.stop:
@@ -107,7 +110,8 @@ func (p *producer) run() {
 		default:
 		}
 		if conn == nil {
-			c, err := beanstalk.Dial("tcp", p.addr)
+			c, err := beanstalk.Dial("tcp", p.addrs[next%len(p.addrs)])
+			next++
 			if err != nil {
 				time.Sleep(50 * time.Millisecond)
 				continue
@@ -171,14 +175,7 @@ func (p *producer) finish() (map[uint64]string, int) {
 // again on its claim and must rejoin: ready, following the new leader.
 func TestClusterFailover(t *testing.T) {
 	needPodman(t)
-	docs, err := render.Overlay("../k8s", "../k8s/components/cluster")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sts, err := render.StatefulSetOf(docs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sts := clusterStatefulSet(t)
 	t0 := time.Now()
 	members := playStatefulSet(t, sts, int(*sts.Spec.Replicas))
 	lead := waitLeader(t, members, 60*time.Second)
@@ -271,4 +268,83 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// maxGap is the longest time between two acknowledged puts sent after t.
+func (p *producer) maxGap(t time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var gap time.Duration
+	last := t
+	for _, put := range p.puts {
+		if put.sent.After(t) {
+			gap = max(gap, put.acked.Sub(last))
+			last = put.acked
+		}
+	}
+	return gap
+}
+
+// TestClusterRollout replaces the members one at a time, as a
+// StatefulSet's rolling update does (highest ordinal first, the next once
+// the last is ready again): each pod is stopped with SIGTERM and the
+// StatefulSet's grace period, must exit 0, and is started again on its
+// claim. A producer puts through whichever member answers, as through the
+// Service; every acknowledged job must survive the rollout, and the
+// longest pause between acknowledged puts is logged.
+func TestClusterRollout(t *testing.T) {
+	needPodman(t)
+	sts := clusterStatefulSet(t)
+	members := playStatefulSet(t, sts, int(*sts.Spec.Replicas))
+	waitLeader(t, members, 60*time.Second)
+
+	var addrs []string
+	for _, m := range members {
+		addrs = append(addrs, m.queue)
+	}
+	t0 := time.Now()
+	p := startProducer(addrs...)
+	grace := strconv.Itoa(int(*sts.Spec.Template.Spec.TerminationGracePeriodSeconds))
+	for i := len(members) - 1; i >= 0; i-- {
+		m := members[i]
+		before, _ := p.sentSince(t0)
+		st, err := clusterStatus(m.ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t1 := time.Now()
+		must(t, "pod", "stop", "-t", grace, m.pod)
+		stopped := time.Since(t1)
+		if code := must(t, "inspect", "-f", "{{.State.ExitCode}}", m.container); code != "0" {
+			t.Errorf("%s exited %s on SIGTERM; want 0", m.member, code)
+		}
+		must(t, "pod", "start", m.pod)
+		waitLeader(t, members, 60*time.Second)
+		waitFor(t, 30*time.Second, "puts after "+m.member+" was replaced", func() bool {
+			n, _ := p.sentSince(t0)
+			return n >= before+20
+		})
+		t.Logf("%s (%s) stopped in %v, replaced and ready %v after the stop began",
+			m.member, st.State, stopped.Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
+	}
+	gap := p.maxGap(t0)
+	acked, failed := p.finish()
+	t.Logf("rollout of %d members: %d puts acknowledged, %d not (retried); longest pause between acknowledged puts %v",
+		len(members), len(acked), failed, gap.Round(time.Millisecond))
+	checkJobs(t, members[0].queue, acked)
+}
+
+// clusterStatefulSet is deploy/k8s with components/cluster's StatefulSet,
+// rendered as a user's overlay would and strictly decoded.
+func clusterStatefulSet(t *testing.T) *appsv1.StatefulSet {
+	t.Helper()
+	docs, err := render.Overlay("../k8s", "../k8s/components/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts, err := render.StatefulSetOf(docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sts
 }
