@@ -458,8 +458,9 @@ func TestServiceMonitorComponent(t *testing.T) {
 	}
 }
 
-// TestKubectlKustomize renders the base with kubectl where it is installed:
-// what the README tells users to run must work, not only the library.
+// TestKubectlKustomize renders the base, and an overlay with the cluster,
+// with kubectl where it is installed: what the README tells users to run
+// must work, not only the library.
 func TestKubectlKustomize(t *testing.T) {
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
@@ -472,6 +473,19 @@ func TestKubectlKustomize(t *testing.T) {
 		t.Fatalf("kubectl kustomize: %v\n%s", err, out)
 	}
 	decode(t, render.Split(out))
+
+	// The cluster as deploy/README.md has users write its overlay.
+	overlay := t.TempDir()
+	if err := render.WriteOverlay(overlay, ".", "components/cluster"); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.CommandContext(ctx, kubectl, "kustomize", overlay).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl kustomize an overlay with components/cluster: %v\n%s", err, out)
+	}
+	if b := decode(t, render.Split(out)); *b.sts.Spec.Replicas != 3 {
+		t.Errorf("kubectl's render of the cluster has %d replicas", *b.sts.Spec.Replicas)
+	}
 }
 
 func ptrOr(p *int64) int64 {

@@ -45,13 +45,22 @@ func Split(out []byte) [][]byte {
 
 // Overlay renders base with components, as an overlay of a user's would
 // that names only them, from a kustomization written in a temporary
-// directory (kustomize takes paths relative to it).
+// directory.
 func Overlay(base string, components ...string) ([][]byte, error) {
 	dir, err := os.MkdirTemp("", "sprout-overlay-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	if err := WriteOverlay(dir, base, components...); err != nil {
+		return nil, err
+	}
+	return Docs(dir)
+}
+
+// WriteOverlay writes dir/kustomization.yaml naming base as its resource
+// and components, by paths relative to dir, as kustomize takes them.
+func WriteOverlay(dir, base string, components ...string) error {
 	rel := func(p string) (string, error) {
 		abs, err := filepath.Abs(p)
 		if err != nil {
@@ -61,7 +70,7 @@ func Overlay(base string, components ...string) ([][]byte, error) {
 	}
 	b, err := rel(base)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	kust := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\n", b)
 	if len(components) > 0 {
@@ -70,14 +79,11 @@ func Overlay(base string, components ...string) ([][]byte, error) {
 	for _, c := range components {
 		r, err := rel(c)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		kust += "  - " + r + "\n"
 	}
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
-		return nil, err
-	}
-	return Docs(dir)
+	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kust), 0o644)
 }
 
 // StatefulSet renders dir and strictly decodes its one StatefulSet.
