@@ -47,14 +47,19 @@ func playStatefulSet(t *testing.T, sts *appsv1.StatefulSet, n int) []shard {
 	if err != nil {
 		t.Fatalf("network %s: %v", network, err)
 	}
-	ips := make([]string, n)
+	// Static MAC addresses too: a pod started again with a new one would
+	// find the host's neighbour entry for its address stale, and the
+	// published ports unreachable for tens of seconds.
+	var ips, macs []string
 	aliases := make([]corev1.HostAlias, n)
 	for i := range n {
 		ip := subnet.Addr()
 		for range 10 + i { // past the gateway and whatever podman hands out first
 			ip = ip.Next()
 		}
-		ips[i] = ip.String()
+		b := ip.As4()
+		ips = append(ips, ip.String())
+		macs = append(macs, fmt.Sprintf("02:00:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3]))
 		aliases[i] = corev1.HostAlias{IP: ips[i], Hostnames: []string{fmt.Sprintf("%s-%d.%s", sts.Name, i, sts.Spec.ServiceName)}}
 	}
 
@@ -132,9 +137,20 @@ func playStatefulSet(t *testing.T, sts *appsv1.StatefulSet, n int) []shard {
 			run(nil, "pod", "rm", "-f", "-t", "0", sh.pod)
 		}
 	})
+	// Before the pods are removed: what a failed test's pods said.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, sh := range shards {
+			state, _ := run(nil, "inspect", "-f", "{{.State.Status}} exit {{.State.ExitCode}}", sh.container)
+			logs, _ := run(nil, "logs", "--tail", "20", sh.container)
+			t.Logf("%s (%s, %s), last lines:\n%s", sh.member, sh.container, state, logs)
+		}
+	})
 	args := []string{"kube", "play", "--network", network}
-	for _, ip := range ips {
-		args = append(args, "--ip", ip) // one per pod, in order
+	for i := range n { // one of each per pod, in order
+		args = append(args, "--ip", ips[i], "--mac-address", macs[i])
 	}
 	must(t, append(args, file)...)
 	return shards
