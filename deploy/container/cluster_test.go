@@ -177,7 +177,7 @@ func TestClusterFailover(t *testing.T) {
 	needPodman(t)
 	sts := clusterStatefulSet(t)
 	t0 := time.Now()
-	members := playStatefulSet(t, sts, int(*sts.Spec.Replicas))
+	members := playStatefulSet(t, sts, int(*sts.Spec.Replicas), nil)
 	lead := waitLeader(t, members, 60*time.Second)
 	t.Logf("%d pods played, %s leads, all ready in %v", len(members), members[lead].member, time.Since(t0).Round(time.Millisecond))
 
@@ -295,7 +295,7 @@ func (p *producer) maxGap(t time.Time) time.Duration {
 func TestClusterRollout(t *testing.T) {
 	needPodman(t)
 	sts := clusterStatefulSet(t)
-	members := playStatefulSet(t, sts, int(*sts.Spec.Replicas))
+	members := playStatefulSet(t, sts, int(*sts.Spec.Replicas), nil)
 	waitLeader(t, members, 60*time.Second)
 
 	var addrs []string
@@ -334,11 +334,12 @@ func TestClusterRollout(t *testing.T) {
 	checkJobs(t, members[0].queue, acked)
 }
 
-// clusterStatefulSet is deploy/k8s with components/cluster's StatefulSet,
-// rendered as a user's overlay would and strictly decoded.
-func clusterStatefulSet(t *testing.T) *appsv1.StatefulSet {
+// clusterStatefulSet is deploy/k8s with components/cluster's StatefulSet
+// (and other components', paths relative to deploy/container), rendered as
+// a user's overlay would and strictly decoded.
+func clusterStatefulSet(t *testing.T, components ...string) *appsv1.StatefulSet {
 	t.Helper()
-	docs, err := render.Overlay("../k8s", "../k8s/components/cluster")
+	docs, err := render.Overlay("../k8s", append([]string{"../k8s/components/cluster"}, components...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,11 @@ type shard struct {
 // addresses, since podman's CNI networks here have no DNS. Their ports
 // are published on 127.0.0.1. Pods, volumes and the network are removed
 // when the test ends.
-func playStatefulSet(t *testing.T, sts *appsv1.StatefulSet, n int) []shard {
+//
+// secrets maps a Secret's name to a directory holding its keys as files,
+// which the pods mount where the Secret would be (podman's secrets are not
+// Kubernetes'); a Secret volume not in it fails the test.
+func playStatefulSet(t *testing.T, sts *appsv1.StatefulSet, n int, secrets map[string]string) []shard {
 	t.Helper()
 	network := name("net")
 	must(t, "network", "create", network)
@@ -71,6 +75,17 @@ func playStatefulSet(t *testing.T, sts *appsv1.StatefulSet, n int) []shard {
 		spec := *sts.Spec.Template.Spec.DeepCopy()
 		spec.Hostname, spec.Subdomain = member, sts.Spec.ServiceName
 		spec.HostAliases = append(spec.HostAliases, aliases...)
+		for vi := range spec.Volumes {
+			v := &spec.Volumes[vi]
+			if v.Secret == nil {
+				continue
+			}
+			dir, ok := secrets[v.Secret.SecretName]
+			if !ok {
+				t.Fatalf("volume %s: Secret %s not given", v.Name, v.Secret.SecretName)
+			}
+			v.VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}}
+		}
 		sh := shard{member: member, pod: podName}
 		for ci := range spec.Containers {
 			c := &spec.Containers[ci]
@@ -182,7 +197,7 @@ func TestStatefulSetPod(t *testing.T) {
 	needPodman(t)
 	sts := baseStatefulSet(t)
 	t0 := time.Now()
-	sh := playStatefulSet(t, sts, 1)[0]
+	sh := playStatefulSet(t, sts, 1, nil)[0]
 	ready := waitReady(t, sh.ops, 30*time.Second)
 	t.Logf("pod played and ready in %v (/readyz 200 %v after kube play returned)", time.Since(t0).Round(time.Millisecond), ready.Round(time.Millisecond))
 	c := sts.Spec.Template.Spec.Containers[0]
@@ -223,7 +238,7 @@ func shardFor(tube string, n int) int {
 // across a restart of that shard.
 func TestShards(t *testing.T) {
 	needPodman(t)
-	shards := playStatefulSet(t, baseStatefulSet(t), 3)
+	shards := playStatefulSet(t, baseStatefulSet(t), 3, nil)
 	conns := make([]*beanstalk.Conn, len(shards))
 	for i, sh := range shards {
 		waitReady(t, sh.ops, 30*time.Second)

@@ -203,3 +203,39 @@ func TestClusterPolicies(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterTLSComponent renders the cluster with components/cluster-tls
+// and checks that the three files the server reads (--cluster-tls-cert,
+// -key, -ca) are the keys cert-manager writes into the Secret, where the
+// Secret is mounted read-only.
+func TestClusterTLSComponent(t *testing.T) {
+	docs, err := render.Overlay(".", "components/cluster", "components/cluster-tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := decode(t, docs)
+	c := b.sprout(t)
+	e := clusterEnv(t, c)
+	secrets := make(map[string]*corev1.SecretVolumeSource)
+	for _, v := range b.sts.Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			secrets[v.Name] = v.Secret
+		}
+	}
+	for env, key := range map[string]string{
+		"SPROUT_CLUSTER_TLS_CERT": corev1.TLSCertKey, "SPROUT_CLUSTER_TLS_KEY": corev1.TLSPrivateKeyKey, "SPROUT_CLUSTER_TLS_CA": "ca.crt",
+	} {
+		path, found := e[env], false
+		for _, m := range c.VolumeMounts {
+			if s := secrets[m.Name]; s != nil && path == m.MountPath+"/"+key && m.ReadOnly && len(s.Items) == 0 {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s = %q; want the key %s of a Secret mounted read-only (mounts %+v)", env, path, key, c.VolumeMounts)
+		}
+	}
+	if *b.sts.Spec.Replicas != 3 || e["SPROUT_CLUSTER_PEERS"] == "" {
+		t.Error("components/cluster-tls undid components/cluster")
+	}
+}

@@ -19,9 +19,10 @@
 // server's own parser of --cluster-peers; deploy/container plays the three
 // pods with podman and kills the leader's.
 //
-// Mutual TLS between members (deploy/README.md, "Cluster") is a patch of
-// the user's: a Secret mounted in the pod and SPROUT_CLUSTER_TLS_CERT,
-// _KEY and _CA naming its files. A member checks a peer's certificate
-// against the host in --cluster-peers, so one certificate for
-// *.sprout-headless (server and client authentication) serves every member.
+// components/cluster-tls adds mutual TLS between members: the Secret
+// sprout-cluster-tls mounted read-only and SPROUT_CLUSTER_TLS_CERT, _KEY
+// and _CA naming its keys (as cert-manager writes them). A member checks a
+// peer's certificate against the host in --cluster-peers, so one
+// certificate for *.sprout-headless (server and client authentication)
+// serves every member.
 package k8s
