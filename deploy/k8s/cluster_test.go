@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +16,10 @@ import (
 	"github.com/sproutmq/sprout/deploy/internal/render"
 	"github.com/sproutmq/sprout/internal/replication"
 )
+
+// electionTimeout is the longest a member waits before it campaigns (raft
+// draws it between the election ticks and twice that), as the server runs.
+const electionTimeout = 2 * replication.DefaultElectionTick * replication.DefaultTick
 
 // renderCluster renders the base with the cluster component, as the
 // overlay deploy/README.md shows, every object strictly decoded.
@@ -193,6 +198,12 @@ func TestClusterPolicies(t *testing.T) {
 		}
 	}
 
+	// Every member fails /readyz while none knows a leader: one failed
+	// probe during an election must not take them all out of the Service.
+	if r := c.ReadinessProbe; r != nil && time.Duration(r.FailureThreshold-1)*time.Duration(r.PeriodSeconds)*time.Second < electionTimeout {
+		t.Errorf("readiness probe: %d failures %d s apart take a member out of the Service during an election (up to %v)",
+			r.FailureThreshold, r.PeriodSeconds, electionTimeout)
+	}
 	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe, "startup": c.StartupProbe} {
 		want := "/readyz"
 		if name == "liveness" {
