@@ -1,10 +1,12 @@
 package container
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -159,8 +161,7 @@ func playStatefulSet(t *testing.T, sts *appsv1.StatefulSet, n int, secrets map[s
 		}
 		for _, sh := range shards {
 			state, _ := run(nil, "inspect", "-f", "{{.State.Status}} exit {{.State.ExitCode}}", sh.container)
-			logs, _ := run(nil, "logs", "--tail", "20", sh.container)
-			t.Logf("%s (%s, %s), last lines:\n%s", sh.member, sh.container, state, logs)
+			t.Logf("%s (%s, %s), last lines:\n%s", sh.member, sh.container, state, containerLogs(sh.container, 40))
 		}
 	})
 	args := []string{"kube", "play", "--network", network}
@@ -297,4 +298,18 @@ func TestShards(t *testing.T) {
 	}
 	conns[restarted] = c
 	check("after restarting shard 1")
+}
+
+// containerLogs is the last lines a container wrote, stdout and stderr
+// (where the server logs) together.
+func containerLogs(container string, lines int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, engine, "logs", "--tail", strconv.Itoa(lines), container)
+	cmd.Env = append(os.Environ(), engineEnv...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("%s logs: %v\n%s", engine, err, out)
+	}
+	return string(out)
 }

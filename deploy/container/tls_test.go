@@ -77,7 +77,8 @@ func clusterSecret(t *testing.T, dnsName string) string {
 // TestClusterTLS plays the cluster with components/cluster-tls, its Secret
 // holding one certificate for the headless Service's wildcard name, as
 // deploy/README.md says to issue it: the members must elect a leader and
-// replicate over mutual TLS (none warns of plaintext), and a job put
+// replicate over mutual TLS (each logs it started with TLS, none warns of
+// plaintext), and a job put
 // through one member must be read through another.
 func TestClusterTLS(t *testing.T) {
 	needPodman(t)
@@ -113,8 +114,9 @@ func TestClusterTLS(t *testing.T) {
 		t.Errorf("peek %d through %s = %q, %v", id, out.member, body, err)
 	}
 	for _, m := range members {
-		if logs := must(t, "logs", m.container); strings.Contains(logs, "plaintext") {
-			t.Errorf("%s talks to the others in plaintext", m.member)
+		logs := containerLogs(m.container, -1)
+		if strings.Contains(logs, "plaintext") || !strings.Contains(logs, `"tls":true`) {
+			t.Errorf("%s does not talk to the others over TLS; its log:\n%s", m.member, logs)
 		}
 		waitFor(t, 10*time.Second, m.member+" connected to every member", func() bool {
 			st, err := clusterStatus(m.ops)
