@@ -74,8 +74,14 @@ func TestClusterMembers(t *testing.T) {
 	if e["SPROUT_NODE"] != "fieldRef:metadata.name" {
 		t.Errorf("SPROUT_NODE = %q; want the pod's name from the downward API (fieldRef metadata.name)", e["SPROUT_NODE"])
 	}
-	if e["SPROUT_WAL_DIR"] == "" {
-		t.Error("SPROUT_WAL_DIR is not set: a member needs -b")
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		for _, vct := range sts.Spec.VolumeClaimTemplates {
+			mounted = mounted || m.Name == vct.Name && m.MountPath == e["SPROUT_WAL_DIR"] && !m.ReadOnly
+		}
+	}
+	if !mounted {
+		t.Errorf("SPROUT_WAL_DIR %q is not a claim of the pod's own: a member needs -b on a volume that follows it", e["SPROUT_WAL_DIR"])
 	}
 	if e["SPROUT_LISTEN"] != "0.0.0.0" {
 		t.Errorf("SPROUT_LISTEN = %q; want a wildcard, so a member's client address is its peers-list host", e["SPROUT_LISTEN"])
