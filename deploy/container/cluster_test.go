@@ -188,6 +188,7 @@ func TestClusterFailover(t *testing.T) {
 		return n >= 50
 	})
 
+	ids := podContainers(t, members[lead])
 	kill := time.Now()
 	must(t, "pod", "kill", members[lead].pod)
 	killed := time.Now() // a put sent from now on needs a new leader
@@ -218,7 +219,7 @@ func TestClusterFailover(t *testing.T) {
 	// everything committed so far.
 	back := members[lead]
 	t1 := time.Now()
-	must(t, "pod", "start", back.pod)
+	startStopped(t, back, ids)
 	waitLeader(t, members, 60*time.Second)
 	waitFor(t, 30*time.Second, back.member+" applying the commit index "+strconv.FormatUint(st.Commit, 10), func() bool {
 		mine, err := clusterStatus(back.ops)
@@ -312,13 +313,14 @@ func TestClusterRollout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		ids := podContainers(t, m)
 		t1 := time.Now()
 		must(t, "pod", "stop", "-t", grace, m.pod)
 		stopped := time.Since(t1)
 		if code := must(t, "inspect", "-f", "{{.State.ExitCode}}", m.container); code != "0" {
 			t.Errorf("%s exited %s on SIGTERM; want 0", m.member, code)
 		}
-		must(t, "pod", "start", m.pod)
+		startStopped(t, m, ids)
 		waitLeader(t, members, 60*time.Second)
 		waitFor(t, 30*time.Second, "puts after "+m.member+" was replaced", func() bool {
 			n, _ := p.sentSince(t0)

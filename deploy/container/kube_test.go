@@ -286,11 +286,12 @@ func TestShards(t *testing.T) {
 	// Restart shard 1: same pod, same claim, same ports.
 	const restarted = 1
 	conns[restarted].Close()
+	ids := podContainers(t, shards[restarted])
 	must(t, "pod", "stop", "-t", strconv.Itoa(stopGrace), shards[restarted].pod)
 	if code := must(t, "inspect", "-f", "{{.State.ExitCode}}", shards[restarted].container); code != "0" {
 		t.Errorf("shard %d exited %s on stop; want 0", restarted, code)
 	}
-	must(t, "pod", "start", shards[restarted].pod)
+	startStopped(t, shards[restarted], ids)
 	waitReady(t, shards[restarted].ops, 30*time.Second)
 	c, err := beanstalk.Dial("tcp", shards[restarted].queue)
 	if err != nil {
@@ -312,4 +313,51 @@ func containerLogs(container string, lines int) string {
 		return fmt.Sprintf("%s logs: %v\n%s", engine, err, out)
 	}
 	return string(out)
+}
+
+// podContainers is the ids of a played pod's containers, its infra's too.
+func podContainers(t *testing.T, sh shard) []string {
+	t.Helper()
+	return []string{
+		must(t, "inspect", "-f", "{{.Id}}", sh.container),
+		must(t, "pod", "inspect", "-f", "{{.InfraContainerID}}", sh.pod),
+	}
+}
+
+// startStopped starts a played pod that was stopped or killed, once podman
+// has finished with its containers' exits (ids, from podContainers).
+// Podman 4.3 plays pods with the exit policy "stop": the cleanup process
+// conmon starts when a pod's last container exits stops the pod, and one
+// that runs late stops it again right after `pod start` (seen: the
+// restarted member died 0.5 s later, exit 2). So it waits until neither
+// conmon nor that process is left for the pod's containers.
+func startStopped(t *testing.T, sh shard, ids []string) {
+	t.Helper()
+	deadline := time.Now().Add(commandTimeout)
+	for cleanupRunning(ids) {
+		if time.Now().After(deadline) {
+			t.Fatalf("podman's cleanup of %s still running after %v", sh.pod, commandTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	must(t, "pod", "start", sh.pod)
+}
+
+// cleanupRunning reports whether a process on this machine is podman's
+// `container cleanup` of one of the containers ids, or the conmon that
+// will start it (its command line holds the cleanup command's).
+func cleanupRunning(ids []string) bool {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), "cleanup") {
+			continue
+		}
+		for _, id := range ids {
+			if strings.Contains(string(b), id) {
+				return true
+			}
+		}
+	}
+	return false
 }
