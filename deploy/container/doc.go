@@ -4,6 +4,15 @@
 // is installed: the choice deploy/engine.sh makes for the Makefile). They
 // skip, saying why, where no engine works.
 //
+// `podman kube play` cannot play a StatefulSet, so playStatefulSet makes
+// its pods as the controller would, and gives each what Kubernetes would:
+// its name through the downward API, its hostname, and every pod's
+// headless Service name (hostAliases to static addresses, as podman's CNI
+// networks have no DNS here). The shards' tests play deploy/k8s; the
+// cluster's (cluster_test.go, tls_test.go) play it with
+// components/cluster, kill the leader's pod, replace every member in turn,
+// and run the members over mutual TLS.
+//
 // Everything they create (image, containers, pods, volumes, networks) is
 // named sprout-test-<random> and removed when they end, failed or not;
 // ports are published on 127.0.0.1 only.

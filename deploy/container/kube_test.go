@@ -1,9 +1,12 @@
 package container
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
+	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"github.com/beanstalkd/go-beanstalk"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,38 +25,88 @@ import (
 
 // shard is one pod played from the StatefulSet's template.
 type shard struct {
-	pod, container string
+	member         string // the pod's name under Kubernetes: NAME-ordinal
+	pod, container string // podman's names, unique to this run
 	queue, ops     string // 127.0.0.1:port of the beanstalk and http ports
 }
 
-// playStatefulSet runs n pods built from deploy/k8s's StatefulSet, as the
-// StatefulSet controller would (pods NAME-0 ... with a claim each), with
-// `podman kube play` on a network of their own: podman cannot play a
-// StatefulSet itself. Their ports are published on 127.0.0.1. Pods,
-// volumes and the network are removed when the test ends.
-func playStatefulSet(t *testing.T, n int) []shard {
+// playStatefulSet runs n pods built from sts, as the StatefulSet
+// controller would (pods NAME-0 ... with a claim each), with `podman kube
+// play` on a network of their own: podman cannot play a StatefulSet
+// itself. Podman's names are unique to this run; what Kubernetes would
+// give each pod is given here instead: its hostname NAME-i, its name
+// through the downward API (metadata.name is NAME-i), and the headless
+// Service's DNS name NAME-i.SERVICE of every pod, as hostAliases to static
+// addresses, since podman's CNI networks here have no DNS. Their ports
+// are published on 127.0.0.1. Pods, volumes and the network are removed
+// when the test ends.
+//
+// secrets maps a Secret's name to a directory holding its keys as files,
+// which the pods mount where the Secret would be (podman's secrets are not
+// Kubernetes'); a Secret volume not in it fails the test.
+func playStatefulSet(t *testing.T, sts *appsv1.StatefulSet, n int, secrets map[string]string) []shard {
 	t.Helper()
-	sts, err := render.StatefulSet("../k8s")
-	if err != nil {
-		t.Fatal(err)
-	}
 	network := name("net")
 	must(t, "network", "create", network)
 	t.Cleanup(func() { run(nil, "network", "rm", "-f", network) })
+	subnet, err := netip.ParsePrefix(must(t, "network", "inspect", "-f", "{{range .Subnets}}{{.Subnet}}{{end}}", network))
+	if err != nil {
+		t.Fatalf("network %s: %v", network, err)
+	}
+	// Static MAC addresses too: a pod started again with a new one would
+	// find the host's neighbour entry for its address stale, and the
+	// published ports unreachable for tens of seconds.
+	var ips, macs []string
+	aliases := make([]corev1.HostAlias, n)
+	for i := range n {
+		ip := subnet.Addr()
+		for range 10 + i { // past the gateway and whatever podman hands out first
+			ip = ip.Next()
+		}
+		b := ip.As4()
+		ips = append(ips, ip.String())
+		macs = append(macs, fmt.Sprintf("02:00:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3]))
+		aliases[i] = corev1.HostAlias{IP: ips[i], Hostnames: []string{fmt.Sprintf("%s-%d.%s", sts.Name, i, sts.Spec.ServiceName)}}
+	}
 
 	var docs []string
 	var shards []shard
 	for i := range n {
-		podName := fmt.Sprintf("%s-%s-%d", name("pod"), sts.Name, i)
+		member := fmt.Sprintf("%s-%d", sts.Name, i)
+		podName := name("pod-" + member)
 		spec := *sts.Spec.Template.Spec.DeepCopy()
-		spec.Hostname = fmt.Sprintf("%s-%d", sts.Name, i)
-		sh := shard{pod: podName}
+		spec.Hostname, spec.Subdomain = member, sts.Spec.ServiceName
+		spec.HostAliases = append(spec.HostAliases, aliases...)
+		for vi := range spec.Volumes {
+			v := &spec.Volumes[vi]
+			if v.Secret == nil {
+				continue
+			}
+			dir, ok := secrets[v.Secret.SecretName]
+			if !ok {
+				t.Fatalf("volume %s: Secret %s not given", v.Name, v.Secret.SecretName)
+			}
+			v.VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}}
+		}
+		sh := shard{member: member, pod: podName}
 		for ci := range spec.Containers {
 			c := &spec.Containers[ci]
 			c.Image = image
 			if c.Name == "sprout" {
 				sh.container = podName + "-" + c.Name
 			}
+			for ei := range c.Env {
+				e := &c.Env[ei]
+				if e.ValueFrom == nil {
+					continue
+				}
+				if e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.name" {
+					t.Fatalf("env %s: valueFrom %+v; this test plays only fieldRef metadata.name", e.Name, e.ValueFrom)
+				}
+				e.Value, e.ValueFrom = member, nil
+			}
+			// Every port on loopback: podman would publish one without
+			// a hostPort on every interface, at its own number.
 			for pi := range c.Ports {
 				p := &c.Ports[pi]
 				p.HostIP, p.HostPort = "127.0.0.1", int32(freePort(t))
@@ -100,8 +154,32 @@ func playStatefulSet(t *testing.T, n int) []shard {
 			run(nil, "pod", "rm", "-f", "-t", "0", sh.pod)
 		}
 	})
-	must(t, "kube", "play", "--network", network, file)
+	// Before the pods are removed: what a failed test's pods said.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, sh := range shards {
+			state, _ := run(nil, "inspect", "-f", "{{.State.Status}} exit {{.State.ExitCode}}", sh.container)
+			t.Logf("%s (%s, %s), last lines:\n%s", sh.member, sh.container, state, containerLogs(sh.container, 40))
+		}
+	})
+	args := []string{"kube", "play", "--network", network}
+	for i := range n { // one of each per pod, in order
+		args = append(args, "--ip", ips[i], "--mac-address", macs[i])
+	}
+	must(t, append(args, file)...)
 	return shards
+}
+
+// baseStatefulSet is deploy/k8s's StatefulSet, strictly decoded.
+func baseStatefulSet(t *testing.T) *appsv1.StatefulSet {
+	t.Helper()
+	sts, err := render.StatefulSet("../k8s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sts
 }
 
 func marshal(t *testing.T, v any) []byte {
@@ -118,12 +196,9 @@ func marshal(t *testing.T, v any) []byte {
 // that the pod runs as the manifest says.
 func TestStatefulSetPod(t *testing.T) {
 	needPodman(t)
-	sts, err := render.StatefulSet("../k8s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sts := baseStatefulSet(t)
 	t0 := time.Now()
-	sh := playStatefulSet(t, 1)[0]
+	sh := playStatefulSet(t, sts, 1, nil)[0]
 	ready := waitReady(t, sh.ops, 30*time.Second)
 	t.Logf("pod played and ready in %v (/readyz 200 %v after kube play returned)", time.Since(t0).Round(time.Millisecond), ready.Round(time.Millisecond))
 	c := sts.Spec.Template.Spec.Containers[0]
@@ -164,7 +239,7 @@ func shardFor(tube string, n int) int {
 // across a restart of that shard.
 func TestShards(t *testing.T) {
 	needPodman(t)
-	shards := playStatefulSet(t, 3)
+	shards := playStatefulSet(t, baseStatefulSet(t), 3, nil)
 	conns := make([]*beanstalk.Conn, len(shards))
 	for i, sh := range shards {
 		waitReady(t, sh.ops, 30*time.Second)
@@ -211,11 +286,12 @@ func TestShards(t *testing.T) {
 	// Restart shard 1: same pod, same claim, same ports.
 	const restarted = 1
 	conns[restarted].Close()
+	ids := podContainers(t, shards[restarted])
 	must(t, "pod", "stop", "-t", strconv.Itoa(stopGrace), shards[restarted].pod)
 	if code := must(t, "inspect", "-f", "{{.State.ExitCode}}", shards[restarted].container); code != "0" {
 		t.Errorf("shard %d exited %s on stop; want 0", restarted, code)
 	}
-	must(t, "pod", "start", shards[restarted].pod)
+	startStopped(t, shards[restarted], ids)
 	waitReady(t, shards[restarted].ops, 30*time.Second)
 	c, err := beanstalk.Dial("tcp", shards[restarted].queue)
 	if err != nil {
@@ -223,4 +299,65 @@ func TestShards(t *testing.T) {
 	}
 	conns[restarted] = c
 	check("after restarting shard 1")
+}
+
+// containerLogs is the last lines a container wrote, stdout and stderr
+// (where the server logs) together.
+func containerLogs(container string, lines int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, engine, "logs", "--tail", strconv.Itoa(lines), container)
+	cmd.Env = append(os.Environ(), engineEnv...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("%s logs: %v\n%s", engine, err, out)
+	}
+	return string(out)
+}
+
+// podContainers is the ids of a played pod's containers, its infra's too.
+func podContainers(t *testing.T, sh shard) []string {
+	t.Helper()
+	return []string{
+		must(t, "inspect", "-f", "{{.Id}}", sh.container),
+		must(t, "pod", "inspect", "-f", "{{.InfraContainerID}}", sh.pod),
+	}
+}
+
+// startStopped starts a played pod that was stopped or killed, once podman
+// has finished with its containers' exits (ids, from podContainers).
+// Podman 4.3 plays pods with the exit policy "stop": the cleanup process
+// conmon starts when a pod's last container exits stops the pod, and one
+// that runs late stops it again right after `pod start` (seen: the
+// restarted member died 0.5 s later, exit 2). So it waits until neither
+// conmon nor that process is left for the pod's containers.
+func startStopped(t *testing.T, sh shard, ids []string) {
+	t.Helper()
+	deadline := time.Now().Add(commandTimeout)
+	for cleanupRunning(ids) {
+		if time.Now().After(deadline) {
+			t.Fatalf("podman's cleanup of %s still running after %v", sh.pod, commandTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	must(t, "pod", "start", sh.pod)
+}
+
+// cleanupRunning reports whether a process on this machine is podman's
+// `container cleanup` of one of the containers ids, or the conmon that
+// will start it (its command line holds the cleanup command's).
+func cleanupRunning(ids []string) bool {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), "cleanup") {
+			continue
+		}
+		for _, id := range ids {
+			if strings.Contains(string(b), id) {
+				return true
+			}
+		}
+	}
+	return false
 }

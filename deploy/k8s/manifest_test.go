@@ -413,22 +413,12 @@ func TestProbesAnswer(t *testing.T) {
 // the Service's http port at /metrics. Its type is the Prometheus
 // Operator's; the fields used are mirrored here, so a misspelt one fails.
 func TestServiceMonitorComponent(t *testing.T) {
-	here, err := filepath.Abs(".")
+	docs, err := render.Overlay(".", "components/servicemonitor")
 	if err != nil {
-		t.Fatal(err)
-	}
-	overlay := t.TempDir()
-	rel, err := filepath.Rel(overlay, here)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kust := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n",
-		rel, filepath.Join(rel, "components", "servicemonitor"))
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var smDocs, rest [][]byte
-	for _, doc := range renderDir(t, overlay) {
+	for _, doc := range docs {
 		if bytes.Contains(doc, []byte("kind: ServiceMonitor")) {
 			smDocs = append(smDocs, doc)
 		} else {
@@ -468,8 +458,9 @@ func TestServiceMonitorComponent(t *testing.T) {
 	}
 }
 
-// TestKubectlKustomize renders the base with kubectl where it is installed:
-// what the README tells users to run must work, not only the library.
+// TestKubectlKustomize renders the base, and an overlay with the cluster,
+// with kubectl where it is installed: what the README tells users to run
+// must work, not only the library.
 func TestKubectlKustomize(t *testing.T) {
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
@@ -482,6 +473,19 @@ func TestKubectlKustomize(t *testing.T) {
 		t.Fatalf("kubectl kustomize: %v\n%s", err, out)
 	}
 	decode(t, render.Split(out))
+
+	// The cluster as deploy/README.md has users write its overlay.
+	overlay := t.TempDir()
+	if err := render.WriteOverlay(overlay, ".", "components/cluster"); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.CommandContext(ctx, kubectl, "kustomize", overlay).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl kustomize an overlay with components/cluster: %v\n%s", err, out)
+	}
+	if b := decode(t, render.Split(out)); *b.sts.Spec.Replicas != 3 {
+		t.Errorf("kubectl's render of the cluster has %d replicas", *b.sts.Spec.Replicas)
+	}
 }
 
 func ptrOr(p *int64) int64 {

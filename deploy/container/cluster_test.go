@@ -1,0 +1,353 @@
+package container
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/beanstalkd/go-beanstalk"
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/sproutmq/sprout/deploy/internal/render"
+	"github.com/sproutmq/sprout/internal/replication"
+)
+
+// failoverBound is how soon after the leader's pod is killed a put must
+// be acknowledged again through a member that survived: "within a few
+// seconds" (issue 16). An election takes 1 to 2 s; the rest is room for
+// a loaded machine.
+const failoverBound = 10 * time.Second
+
+// clusterStatus is GET /cluster on a member's http port.
+func clusterStatus(ops string) (replication.Status, error) {
+	var st replication.Status
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + ops + "/cluster")
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("GET /cluster: %s", resp.Status)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// waitLeader polls /cluster on the members until every one of them names
+// the same leader, one of them, and passes /readyz; it returns the
+// leader's index in members.
+func waitLeader(t *testing.T, members []shard, timeout time.Duration) int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		leader, agreed := "", true
+		for _, m := range members {
+			st, err := clusterStatus(m.ops)
+			switch {
+			case err != nil:
+				last, agreed = fmt.Sprintf("%s: %v", m.member, err), false
+			case st.Leader == "" || leader != "" && st.Leader != leader:
+				last, agreed = fmt.Sprintf("%s sees leader %q (term %d)", m.member, st.Leader, st.Term), false
+			case status(m.ops, "/readyz") != http.StatusOK:
+				last, agreed = m.member+": /readyz not 200", false
+			default:
+				leader = st.Leader
+			}
+		}
+		if agreed {
+			for i, m := range members {
+				if m.member == leader {
+					return i
+				}
+			}
+			t.Fatalf("the members agree on leader %q, none of them", leader)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no leader all of %d members agree on and ready within %v: %s", len(members), timeout, last)
+	return -1
+}
+
+// producer puts jobs through a member until stopped, reconnecting when
+// its connection is closed or a put fails (as when the leader changes or
+// drains), to the next of addrs as a Service would pick another ready
+// pod, and keeps every acknowledged job's id and body.
+type producer struct {
+	addrs []string
+	stop  chan struct{}
+	done  chan struct{}
+
+	mu    sync.Mutex
+	acked map[uint64]string // guarded by mu
+	puts  []put             // guarded by mu: the acknowledged puts, in order
+	errs  int               // guarded by mu: puts that failed (not acknowledged)
+}
+
+func startProducer(addrs ...string) *producer {
+	p := &producer{addrs: addrs, stop: make(chan struct{}), done: make(chan struct{}), acked: make(map[uint64]string)}
+	go p.run()
+	return p
+}
+
+func (p *producer) run() {
+	defer close(p.done)
+	var conn *beanstalk.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	next := 0
+	for n := 0; ; n++ {
+		select {
+		case <-p.stop:
+			return
+		default:
+		}
+		if conn == nil {
+			c, err := beanstalk.Dial("tcp", p.addrs[next%len(p.addrs)])
+			next++
+			if err != nil {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			conn = c
+		}
+		body := fmt.Sprintf("job %d", n)
+		sent := time.Now()
+		id, err := conn.Put([]byte(body), 100, 0, time.Minute)
+		p.mu.Lock()
+		if err != nil {
+			p.errs++
+		} else {
+			p.acked[id] = body
+			p.puts = append(p.puts, put{sent: sent, acked: time.Now()})
+		}
+		p.mu.Unlock()
+		if err != nil {
+			conn.Close()
+			conn = nil
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// put is when an acknowledged put was sent, and acknowledged.
+type put struct{ sent, acked time.Time }
+
+// sentSince is how many puts sent after t were acknowledged, and when the
+// first was.
+func (p *producer) sentSince(t time.Time) (int, time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, first := 0, time.Time{}
+	for _, put := range p.puts {
+		if put.sent.After(t) {
+			if n == 0 {
+				first = put.acked
+			}
+			n++
+		}
+	}
+	return n, first
+}
+
+func (p *producer) finish() (map[uint64]string, int) {
+	close(p.stop)
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.acked, p.errs
+}
+
+// TestClusterFailover plays deploy/k8s with components/cluster as the
+// StatefulSet controller would make its three pods, waits until the
+// members agree on a leader, puts jobs through a member that does not
+// lead (its proxy carries them to the leader), kills the leader's pod
+// with SIGKILL while the puts go on, and requires a put acknowledged
+// again through the surviving member within failoverBound and every
+// acknowledged job on the new leader. The killed pod is then started
+// again on its claim and must rejoin: ready, following the new leader.
+func TestClusterFailover(t *testing.T) {
+	needPodman(t)
+	sts := clusterStatefulSet(t)
+	t0 := time.Now()
+	members := playStatefulSet(t, sts, int(*sts.Spec.Replicas), nil)
+	lead := waitLeader(t, members, 60*time.Second)
+	t.Logf("%d pods played, %s leads, all ready in %v", len(members), members[lead].member, time.Since(t0).Round(time.Millisecond))
+
+	via := members[(lead+1)%len(members)] // survives the kill
+	p := startProducer(via.queue)
+	waitFor(t, 30*time.Second, "puts acknowledged through "+via.member, func() bool {
+		n, _ := p.sentSince(t0)
+		return n >= 50
+	})
+
+	ids := podContainers(t, members[lead])
+	kill := time.Now()
+	must(t, "pod", "kill", members[lead].pod)
+	killed := time.Now() // a put sent from now on needs a new leader
+	var first time.Time
+	waitFor(t, failoverBound, "a put acknowledged through "+via.member+" after the leader's pod was killed", func() bool {
+		var n int
+		n, first = p.sentSince(killed)
+		return n > 0
+	})
+	waitFor(t, 30*time.Second, "more puts after the failover", func() bool {
+		n, _ := p.sentSince(killed)
+		return n >= 20
+	})
+	acked, failed := p.finish()
+	t.Logf("leader's pod killed (podman pod kill took %v); the first put sent after it was acknowledged through %s %v after the kill began; %d puts acknowledged, %d not (retried)",
+		killed.Sub(kill).Round(time.Millisecond), via.member, first.Sub(kill).Round(time.Millisecond), len(acked), failed)
+
+	survivors := append(append([]shard{}, members[:lead]...), members[lead+1:]...)
+	newLead := survivors[waitLeader(t, survivors, 30*time.Second)]
+	t.Logf("%s leads now", newLead.member)
+	checkJobs(t, newLead.queue, acked)
+	st, err := clusterStatus(newLead.ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The killed pod comes back on its claim and catches up: it applies
+	// everything committed so far.
+	back := members[lead]
+	t1 := time.Now()
+	startStopped(t, back, ids)
+	waitLeader(t, members, 60*time.Second)
+	waitFor(t, 30*time.Second, back.member+" applying the commit index "+strconv.FormatUint(st.Commit, 10), func() bool {
+		mine, err := clusterStatus(back.ops)
+		return err == nil && mine.Applied >= st.Commit
+	})
+	t.Logf("%s restarted, ready and caught up in %v", back.member, time.Since(t1).Round(time.Millisecond))
+	checkJobs(t, back.queue, acked)
+}
+
+// checkJobs peeks every acknowledged job through addr, a member's client
+// port, and compares its body.
+func checkJobs(t *testing.T, addr string, acked map[uint64]string) {
+	t.Helper()
+	conn, err := beanstalk.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	lost := 0
+	for id, want := range acked {
+		body, err := conn.Peek(id)
+		if err != nil || string(body) != want {
+			if lost++; lost <= 5 {
+				t.Errorf("acknowledged job %d (%q): peek through %s = %q, %v", id, want, addr, body, err)
+			}
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d acknowledged jobs lost", lost, len(acked))
+	}
+	stats, err := conn.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := strconv.Atoi(stats["current-jobs-ready"]); n < len(acked) {
+		t.Errorf("current-jobs-ready = %d; %d jobs were acknowledged", n, len(acked))
+	}
+}
+
+// waitFor polls cond until it holds, failing t after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(errors.New("no " + what + " within " + timeout.String()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// maxGap is the longest time between two acknowledged puts sent after t.
+func (p *producer) maxGap(t time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var gap time.Duration
+	last := t
+	for _, put := range p.puts {
+		if put.sent.After(t) {
+			gap = max(gap, put.acked.Sub(last))
+			last = put.acked
+		}
+	}
+	return gap
+}
+
+// TestClusterRollout replaces the members one at a time, as a
+// StatefulSet's rolling update does (highest ordinal first, the next once
+// the last is ready again): each pod is stopped with SIGTERM and the
+// StatefulSet's grace period, must exit 0, and is started again on its
+// claim. A producer puts through whichever member answers, as through the
+// Service; every acknowledged job must survive the rollout, and the
+// longest pause between acknowledged puts is logged.
+func TestClusterRollout(t *testing.T) {
+	needPodman(t)
+	sts := clusterStatefulSet(t)
+	members := playStatefulSet(t, sts, int(*sts.Spec.Replicas), nil)
+	waitLeader(t, members, 60*time.Second)
+
+	var addrs []string
+	for _, m := range members {
+		addrs = append(addrs, m.queue)
+	}
+	t0 := time.Now()
+	p := startProducer(addrs...)
+	grace := strconv.Itoa(int(*sts.Spec.Template.Spec.TerminationGracePeriodSeconds))
+	for i := len(members) - 1; i >= 0; i-- {
+		m := members[i]
+		before, _ := p.sentSince(t0)
+		st, err := clusterStatus(m.ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := podContainers(t, m)
+		t1 := time.Now()
+		must(t, "pod", "stop", "-t", grace, m.pod)
+		stopped := time.Since(t1)
+		if code := must(t, "inspect", "-f", "{{.State.ExitCode}}", m.container); code != "0" {
+			t.Errorf("%s exited %s on SIGTERM; want 0", m.member, code)
+		}
+		startStopped(t, m, ids)
+		waitLeader(t, members, 60*time.Second)
+		waitFor(t, 30*time.Second, "puts after "+m.member+" was replaced", func() bool {
+			n, _ := p.sentSince(t0)
+			return n >= before+20
+		})
+		t.Logf("%s (%s) stopped in %v, replaced and ready %v after the stop began",
+			m.member, st.State, stopped.Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
+	}
+	gap := p.maxGap(t0)
+	acked, failed := p.finish()
+	t.Logf("rollout of %d members: %d puts acknowledged, %d not (retried); longest pause between acknowledged puts %v",
+		len(members), len(acked), failed, gap.Round(time.Millisecond))
+	checkJobs(t, members[0].queue, acked)
+}
+
+// clusterStatefulSet is deploy/k8s with components/cluster's StatefulSet
+// (and other components', paths relative to deploy/container), rendered as
+// a user's overlay would and strictly decoded.
+func clusterStatefulSet(t *testing.T, components ...string) *appsv1.StatefulSet {
+	t.Helper()
+	docs, err := render.Overlay("../k8s", append([]string{"../k8s/components/cluster"}, components...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts, err := render.StatefulSetOf(docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sts
+}
