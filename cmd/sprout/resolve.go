@@ -5,13 +5,13 @@ import (
 	"math"
 	"net"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/buildinfo"
 	"github.com/sproutmq/sprout/internal/hostinfo"
 	"github.com/sproutmq/sprout/internal/ops"
 	"github.com/sproutmq/sprout/internal/replication"
@@ -271,17 +271,8 @@ func logConfig(log zerolog.Logger, c config) {
 }
 
 // buildVersion is the one version Sprout reports, in -v, stats and
-// sprout_build_info: the link-time main.version, else the module's
-// version in the build info, else "dev".
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
-		return info.Main.Version
-	}
-	return "dev"
-}
+// sprout_build_info (buildinfo.Version of the link-time main.version).
+func buildVersion() string { return buildinfo.Version(version) }
 
 // versionLine is what -v prints.
 func versionLine() string {

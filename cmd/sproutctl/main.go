@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -17,6 +16,8 @@ import (
 	"github.com/beanstalkd/go-beanstalk"
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
+
+	"github.com/sproutmq/sprout/internal/buildinfo"
 )
 
 // The exit statuses, as doc.go and the usage text describe them.
@@ -34,17 +35,8 @@ const defaultServer = "127.0.0.1:11300"
 // version is set at link time (make build: -X main.version=...).
 var version string
 
-// buildVersion is what --version prints: the link-time version, else the
-// module's version in the build info, else "dev", as cmd/sprout does.
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
-		return info.Main.Version
-	}
-	return "dev"
-}
+// buildVersion is what --version prints, as cmd/sprout finds its own.
+func buildVersion() string { return buildinfo.Version(version) }
 
 // errNotFound marks what exits with exitNotFound: a job, tube or job state
 // that is not there, or nothing to act on. errors.Is finds it in a
