@@ -170,6 +170,9 @@ func TestClusterGrowFromSingleNode(t *testing.T) {
 	b := c.newMember("b")
 	c.join(a, b)
 	c.awaitVoters(30*time.Second, a, "a", "b")
+	// b answers from its own view of the membership: until it applies b's
+	// promotion, it says a change is in progress (409).
+	c.awaitVoters(30*time.Second, b, "a", "b")
 	d := c.newMember("c")
 	c.join(b, d) // through a follower
 	c.awaitVoters(30*time.Second, a, "a", "b", "c")
@@ -208,8 +211,9 @@ func TestClusterMembershipChanges(t *testing.T) {
 
 	m4, m5 := c.newMember("m4"), c.newMember("m5")
 	c.join(l, m4)
-	c.awaitVoters(30*time.Second, l, "m1", "m2", "m3", "m4")
-	c.join(c.others(l)[0], m5)
+	via := c.others(l)[0]
+	c.awaitVoters(30*time.Second, via, "m1", "m2", "m3", "m4") // as for b above
+	c.join(via, m5)
 	c.awaitVoters(30*time.Second, l, "m1", "m2", "m3", "m4", "m5")
 	c.awaitJobs(20*time.Second, jobs)
 
