@@ -128,6 +128,22 @@ func awaitExit(t *testing.T, m *testMember, code int, timeout time.Duration) {
 	}
 }
 
+// startClusterWithJobs starts three members that take membership
+// changes, and puts jobs through the leader, which it returns.
+func startClusterWithJobs(t *testing.T, jobs int) (*testCluster, *testMember) {
+	t.Helper()
+	c := startCluster(t, "--admin-token", testAdminToken)
+	l := c.awaitServing(20 * time.Second)
+	conn := dialMember(t, l)
+	defer conn.Close()
+	for i := range jobs {
+		if _, err := conn.Put(0, 0, 60, fmt.Appendf(nil, "job-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, l
+}
+
 // TestClusterGrowFromSingleNode: a single node's -b directory holding jobs
 // becomes the first member of a cluster, which grows to three while it
 // serves; every job is on all three, and a new member serves them.
@@ -195,16 +211,8 @@ func TestClusterGrowFromSingleNode(t *testing.T) {
 // name and caught up by a snapshot; a removed member, and a removed
 // leader, stop serving and exit 12 while the others serve on.
 func TestClusterMembershipChanges(t *testing.T) {
-	c := startCluster(t, "--admin-token", testAdminToken)
-	l := c.awaitServing(20 * time.Second)
-	conn := dialMember(t, l)
 	const jobs = 10
-	for i := range jobs {
-		if _, err := conn.Put(0, 0, 60, fmt.Appendf(nil, "job-%d", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	conn.Close()
+	c, l := startClusterWithJobs(t, jobs)
 
 	m4, m5 := c.newMember("m4"), c.newMember("m5")
 	c.join(l, m4)
@@ -363,16 +371,8 @@ func TestMembersHandlerReadOnly(t *testing.T) {
 // recorded, and it serves. An initial member and the new one restarted
 // with the same list in their environment come back and serve.
 func TestClusterGrowWithJoinList(t *testing.T) {
-	c := startCluster(t, "--admin-token", testAdminToken)
-	l := c.awaitServing(20 * time.Second)
-	conn := dialMember(t, l)
 	const jobs = 5
-	for i := range jobs {
-		if _, err := conn.Put(0, 0, 60, fmt.Appendf(nil, "job-%d", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	conn.Close()
+	c, l := startClusterWithJobs(t, jobs)
 
 	m4 := c.newMember("m4")
 	status, out := memberReq(t, l, http.MethodPost, "/cluster/members", testAdminToken,
