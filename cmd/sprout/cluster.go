@@ -87,7 +87,7 @@ func checkCluster(o options) error {
 	case o.clusterListen == "":
 		return errors.New("--cluster-listen is required in cluster mode: HOST:PORT where the other members connect")
 	case o.clusterPeers == "":
-		return errors.New("--cluster-peers is required in cluster mode: NAME=HOST:PORT,... for every initial member, this one included")
+		return errors.New("--cluster-peers is required in cluster mode: NAME=HOST:PORT,... for every initial member, this one included (a joining member: those it reaches first)")
 	}
 	cfg, err := nodeConfig(o)
 	if err == nil {
@@ -110,7 +110,8 @@ func nodeConfig(o options) (*replication.NodeConfig, error) {
 		TLSCert: o.clusterTLSCert, TLSKey: o.clusterTLSKey, TLSCA: o.clusterTLSCA,
 	}
 	if o.clusterJoin != "" {
-		if nc.ClusterID, nc.JoinID, err = replication.ParseJoin(o.clusterJoin); err != nil {
+		// Without an entry for this member in a list, it is an initial one.
+		if nc.ClusterID, nc.JoinID, _, err = replication.SelectJoin(o.clusterJoin, o.node); err != nil {
 			return nil, err
 		}
 	}
@@ -126,7 +127,8 @@ func systemdHandedOver() bool {
 
 // clientAddress is where the other members' proxies reach this one's
 // clients' port: the address it listens on, or, listening on every
-// interface, the host of its own --cluster-peers entry with that port.
+// interface, the host of its own --cluster-peers entry (a joining
+// member's --cluster-listen without one) with that port.
 func clientAddress(ln net.Addr, self replication.Member) string {
 	tcp, ok := ln.(*net.TCPAddr)
 	if !ok {
@@ -179,12 +181,9 @@ func startMember(cfg *config, ln net.Listener, metrics replication.Observer, log
 		cfg.engine.Network, cfg.engine.Address = ln.Addr().Network(), ln.Addr().String()
 	}
 	nc := *cfg.cluster
-	for _, p := range nc.Peers {
-		if p.Name == nc.Node {
-			nc.ClientAddr = clientAddress(ln.Addr(), p)
-			nc.HTTPAddr = httpAddress(cfg.httpAddr, p)
-		}
-	}
+	self := replication.Member{Name: nc.Node, Addr: nc.SelfAddr()}
+	nc.ClientAddr = clientAddress(ln.Addr(), self)
+	nc.HTTPAddr = httpAddress(cfg.httpAddr, self)
 	clog, err := newClusterLog(cfg, &nc, log)
 	if err != nil {
 		_ = ln.Close()

@@ -128,6 +128,22 @@ func awaitExit(t *testing.T, m *testMember, code int, timeout time.Duration) {
 	}
 }
 
+// startClusterWithJobs starts three members that take membership
+// changes, and puts jobs through the leader, which it returns.
+func startClusterWithJobs(t *testing.T, jobs int) (*testCluster, *testMember) {
+	t.Helper()
+	c := startCluster(t, "--admin-token", testAdminToken)
+	l := c.awaitServing(20 * time.Second)
+	conn := dialMember(t, l)
+	defer conn.Close()
+	for i := range jobs {
+		if _, err := conn.Put(0, 0, 60, fmt.Appendf(nil, "job-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, l
+}
+
 // TestClusterGrowFromSingleNode: a single node's -b directory holding jobs
 // becomes the first member of a cluster, which grows to three while it
 // serves; every job is on all three, and a new member serves them.
@@ -198,16 +214,8 @@ func TestClusterGrowFromSingleNode(t *testing.T) {
 // name and caught up by a snapshot; a removed member, and a removed
 // leader, stop serving and exit 12 while the others serve on.
 func TestClusterMembershipChanges(t *testing.T) {
-	c := startCluster(t, "--admin-token", testAdminToken)
-	l := c.awaitServing(20 * time.Second)
-	conn := dialMember(t, l)
 	const jobs = 10
-	for i := range jobs {
-		if _, err := conn.Put(0, 0, 60, fmt.Appendf(nil, "job-%d", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	conn.Close()
+	c, l := startClusterWithJobs(t, jobs)
 
 	m4, m5 := c.newMember("m4"), c.newMember("m5")
 	c.join(l, m4)
@@ -357,4 +365,75 @@ func TestMembersHandlerReadOnly(t *testing.T) {
 	if rec.Code != http.StatusNotFound || !strings.Contains(rec.Body.String(), `"error"`) {
 		t.Errorf("removing an unknown member: %d %s, want 404 with a JSON error", rec.Code, rec.Body)
 	}
+}
+
+// TestClusterGrowWithJoinList: the StatefulSet's way to grow (issue 16).
+// A fourth member is added and started with the list form of
+// --cluster-join that every member shares, a --cluster-peers naming only
+// the three initial members, and wildcard addresses: it is promoted, its
+// peers reach its client and --http ports at the host its addition
+// recorded, and it serves. An initial member and the new one restarted
+// with the same list in their environment come back and serve.
+func TestClusterGrowWithJoinList(t *testing.T) {
+	const jobs = 5
+	c, l := startClusterWithJobs(t, jobs)
+
+	m4 := c.newMember("m4")
+	status, out := memberReq(t, l, http.MethodPost, "/cluster/members", testAdminToken,
+		map[string]string{"name": m4.name, "address": m4.peerAddr})
+	if status != http.StatusCreated {
+		t.Fatalf("adding m4: %d %v", status, out)
+	}
+	list := "m9=" + out["join"].(string) + "," + m4.name + "=" + out["join"].(string)
+	_, peerPort, _ := strings.Cut(m4.peerAddr, ":")
+	_, httpPort, _ := strings.Cut(m4.httpAddr, ":")
+	m4.peers = c.peers // without m4
+	m4.args = []string{"-l", "0.0.0.0", "--cluster-listen", "0.0.0.0:" + peerPort, "--http", "0.0.0.0:" + httpPort}
+	m4.env = []string{"SPROUT_CLUSTER_JOIN=" + list}
+	c.members = append(c.members, m4)
+	if err := c.start(m4); err != nil {
+		t.Fatal(err)
+	}
+	c.awaitVoters(30*time.Second, l, "m1", "m2", "m3", "m4")
+	c.awaitJobs(20*time.Second, jobs)
+
+	// Its peers dial it where its addition said, not at 0.0.0.0.
+	_, clientPort, _ := strings.Cut(m4.proc.Addr(), ":")
+	waitFor(t, 10*time.Second, "m4's client and --http addresses on the others, at its recorded host", func() bool {
+		for _, o := range c.others(m4) {
+			st, err := o.status()
+			if err != nil {
+				return false
+			}
+			i := slices.IndexFunc(st.Members, func(m replication.MemberStatus) bool { return m.Name == "m4" })
+			if i < 0 || st.Members[i].Client != "127.0.0.1:"+clientPort || st.Members[i].HTTP != "127.0.0.1:"+httpPort {
+				return false
+			}
+		}
+		return true
+	})
+	putThrough(t, 10*time.Second, "through m4", m4)
+	c.awaitJobs(20*time.Second, jobs+1)
+
+	// Restarted with the shared list: an initial member (no entry for it)
+	// and m4 (its entry, on its log) come back as they were.
+	var initial *testMember
+	for _, m := range c.others(l) {
+		if m != m4 {
+			initial = m
+		}
+	}
+	for _, m := range []*testMember{initial, m4} {
+		if !m.proc.Stop(10 * time.Second) {
+			t.Fatalf("%s did not stop:\n%s", m.name, m.proc.Output())
+		}
+		m.env = []string{"SPROUT_CLUSTER_JOIN=" + list}
+		if err := c.start(m); err != nil {
+			t.Fatal(err)
+		}
+		c.awaitServing(20 * time.Second)
+		c.awaitVoters(20*time.Second, m, "m1", "m2", "m3", "m4")
+	}
+	putThrough(t, 10*time.Second, "after the restarts", initial, m4)
+	c.awaitJobs(20*time.Second, jobs+2)
 }

@@ -34,9 +34,10 @@ type testMember struct {
 	dir      string // -b
 	proc     *testproc.Process
 	// peers is its --cluster-peers, when not the cluster's; args are
-	// added to its command line (--cluster-join).
+	// added to its command line (--cluster-join), env to its environment.
 	peers string
 	args  []string
+	env   []string
 }
 
 type testCluster struct {
@@ -91,6 +92,7 @@ func (c *testCluster) start(m *testMember) error {
 	p, err := testproc.Launch(testproc.Config{
 		Binary: testproc.SproutBinary(c.t),
 		Args:   append(append(args, c.args...), m.args...),
+		Env:    m.env,
 	})
 	var se *testproc.StartError
 	if errors.As(err, &se) {
@@ -604,6 +606,24 @@ func TestParseArgsCluster(t *testing.T) {
 		refused("half the TLS files", with("--cluster-tls-cert", "c.pem"),
 			"--cluster-tls-key is missing: --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca go together"),
 		refused("an empty --node", []string{"--node", ""}, `invalid --node: "" (want a member's name)`),
+		// A shared list of join strings: the member with an entry joins, and
+		// need not be among the peers; the one without starts as an initial
+		// member; a malformed list is refused by every member.
+		{name: "a join list, with an entry", args: with("--node", "d", "--cluster-join", "a=c0ffee:1,d=c0ffee:2"),
+			want: func(o *options) {
+				o.walDir, o.node, o.clusterListen, o.clusterPeers = "/var/lib/sprout", "d", "127.0.0.1:7001", peers
+				o.clusterJoin = "a=c0ffee:1,d=c0ffee:2"
+			}},
+		{name: "a join list from the environment, without an entry", args: member,
+			env: []string{"SPROUT_CLUSTER_JOIN=d=c0ffee:2"},
+			want: func(o *options) {
+				o.walDir, o.node, o.clusterListen, o.clusterPeers = "/var/lib/sprout", "a", "127.0.0.1:7001", peers
+				o.clusterJoin = "d=c0ffee:2"
+			}},
+		refused("a join list, no entry, not among the peers", with("--node", "e", "--cluster-join", "d=c0ffee:2"),
+			"--cluster-peers does not include --node e"),
+		refused("a malformed join list", with("--cluster-join", "d=c0ffee:2,e"), `--cluster-join: "e" is not NAME=CLUSTER:ID`),
+		refused("a join list naming one twice", with("--cluster-join", "d=c0ffee:2,d=c0ffee:3"), "--cluster-join names d twice"),
 	})
 }
 

@@ -75,7 +75,7 @@ type options struct {
 	node           string // --node: "" is a single node
 	clusterListen  string // --cluster-listen
 	clusterPeers   string // --cluster-peers, as replication.ParsePeers reads it
-	clusterJoin    string // --cluster-join CLUSTER:ID, as replication.ParseJoin reads it
+	clusterJoin    string // --cluster-join CLUSTER:ID or NAME=CLUSTER:ID,..., as replication.SelectJoin reads it
 	clusterTLSCert string // --cluster-tls-cert
 	clusterTLSKey  string // --cluster-tls-key
 	clusterTLSCA   string // --cluster-tls-ca
@@ -403,8 +403,9 @@ var flagTable = []*flag{
 		set:  stringSetter(func(o *options) *string { return &o.clusterPeers }, "NAME=HOST:PORT,...", nonEmpty)},
 	{long: "cluster-join", arg: "CLUSTER:ID", group: groupCluster,
 		help: "join a running cluster as the member its addition made (sproutctl members add prints CLUSTER:ID); " +
-			"--cluster-peers then names this member and the members it can reach first",
-		set: stringSetter(func(o *options) *string { return &o.clusterJoin }, "CLUSTER:ID", nonEmpty)},
+			"--cluster-peers then names the members it can reach first. Or a list NAME=CLUSTER:ID,... shared by " +
+			"every member: this one takes its --node's entry, and starts as an initial member without one",
+		set: stringSetter(func(o *options) *string { return &o.clusterJoin }, "CLUSTER:ID or NAME=CLUSTER:ID,...", nonEmpty)},
 	{long: "cluster-tls-cert", arg: "PATH", group: groupCluster,
 		help: "this member's certificate (PEM), for mutual TLS between members; with --cluster-tls-key and " +
 			"--cluster-tls-ca, or none of the three for plaintext",

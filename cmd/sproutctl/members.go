@@ -103,7 +103,8 @@ func listMembers(ctx context.Context, api *apiClient) ([]apiMember, error) {
 }
 
 // addMember adds a learner and prints the flags to start it with: its
-// join string, and every member as --cluster-peers.
+// join string, and every member as --cluster-peers; and its entry for a
+// join list shared by every member (a StatefulSet's).
 func (o *options) addMember(ctx context.Context, api *apiClient, name, addr string) error {
 	var out struct {
 		apiMember
@@ -121,7 +122,9 @@ func (o *options) addMember(ctx context.Context, api *apiClient, name, addr stri
 	}
 	_, err := fmt.Fprintf(o.stdout, "added %s (id %s) as a learner; start it, on an empty -b directory, with:\n"+
 		"  --node %s --cluster-listen %s --cluster-join %s --cluster-peers %s\n"+
+		"or, where the members share one --cluster-join list (deploy/k8s's ConfigMap), append its entry:\n"+
+		"  %s=%s\n"+
 		"the leader makes it a voter once it has caught up (sproutctl members list)\n",
-		out.Name, out.ID, out.Name, out.Address, out.Join, strings.Join(peers, ","))
+		out.Name, out.ID, out.Name, out.Address, out.Join, strings.Join(peers, ","), out.Name, out.Join)
 	return err
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,6 +41,11 @@ func TestMembers(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("add printed %q, without %q", r.stdout, want)
 		}
+	}
+	// The entry for a shared join list is b's join string under its name.
+	join := regexp.MustCompile(`--cluster-join (\S+)`).FindStringSubmatch(r.stdout)
+	if join == nil || !strings.Contains(r.stdout, "\n  b="+join[1]+"\n") {
+		t.Errorf("add printed %q, without the list entry b=%v", r.stdout, join)
 	}
 	if r := members(exitOK, "list"); !strings.Contains(r.stdout, "learner") {
 		t.Errorf("list after add: %q, want b as a learner", r.stdout)

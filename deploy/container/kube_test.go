@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -95,13 +96,19 @@ func playStatefulSet(t *testing.T, sts *appsv1.StatefulSet, n int, secrets map[s
 			if c.Name == "sprout" {
 				sh.container = podName + "-" + c.Name
 			}
+			// An optional ConfigMap key (components/cluster's join list)
+			// is unset, as with the ConfigMap shipped without it.
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool {
+				ref := e.ValueFrom
+				return ref != nil && ref.ConfigMapKeyRef != nil && ref.ConfigMapKeyRef.Optional != nil && *ref.ConfigMapKeyRef.Optional
+			})
 			for ei := range c.Env {
 				e := &c.Env[ei]
 				if e.ValueFrom == nil {
 					continue
 				}
 				if e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.name" {
-					t.Fatalf("env %s: valueFrom %+v; this test plays only fieldRef metadata.name", e.Name, e.ValueFrom)
+					t.Fatalf("env %s: valueFrom %+v; this test plays only fieldRef metadata.name and optional ConfigMap keys", e.Name, e.ValueFrom)
 				}
 				e.Value, e.ValueFrom = member, nil
 			}

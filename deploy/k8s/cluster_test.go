@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,8 +33,9 @@ func renderCluster(t *testing.T) base {
 	return decode(t, docs)
 }
 
-// clusterEnv is the container's environment: plain values, and the
-// downward API's field paths as "fieldRef:PATH".
+// clusterEnv is the container's environment: plain values, the downward
+// API's field paths as "fieldRef:PATH", and an optional ConfigMap key as
+// "configMapKeyRef:NAME/KEY".
 func clusterEnv(t *testing.T, c corev1.Container) map[string]string {
 	t.Helper()
 	m := make(map[string]string)
@@ -43,11 +45,53 @@ func clusterEnv(t *testing.T, c corev1.Container) map[string]string {
 			m[e.Name] = e.Value
 		case e.ValueFrom.FieldRef != nil:
 			m[e.Name] = "fieldRef:" + e.ValueFrom.FieldRef.FieldPath
+		case e.ValueFrom.ConfigMapKeyRef != nil:
+			ref := e.ValueFrom.ConfigMapKeyRef
+			if ref.Optional == nil || !*ref.Optional {
+				t.Errorf("env %s: ConfigMap key %s/%s not optional: no pod starts while it is missing", e.Name, ref.Name, ref.Key)
+			}
+			m[e.Name] = "configMapKeyRef:" + ref.Name + "/" + ref.Key
 		default:
-			t.Errorf("env %s: a valueFrom other than fieldRef", e.Name)
+			t.Errorf("env %s: a valueFrom other than fieldRef and configMapKeyRef", e.Name)
 		}
 	}
 	return m
+}
+
+// TestClusterJoinList checks the wiring that lets the StatefulSet grow
+// (deploy/README.md, "Scaling 3 to 5"): every pod reads
+// SPROUT_CLUSTER_JOIN from an optional key of a ConfigMap the component
+// ships, without that key, so the initial members start as ever; and the
+// list the operator writes there gives a new pod its own entry and the
+// others none.
+func TestClusterJoinList(t *testing.T) {
+	b := renderCluster(t)
+	e := clusterEnv(t, b.sprout(t))
+	ref, ok := strings.CutPrefix(e["SPROUT_CLUSTER_JOIN"], "configMapKeyRef:")
+	if !ok {
+		t.Fatalf("SPROUT_CLUSTER_JOIN = %q; want it from a ConfigMap's key", e["SPROUT_CLUSTER_JOIN"])
+	}
+	name, key, _ := strings.Cut(ref, "/")
+	cm := b.configMaps[name]
+	if cm == nil {
+		t.Fatalf("SPROUT_CLUSTER_JOIN reads ConfigMap %s, which components/cluster does not ship (it ships %v)", name, slices.Collect(mapKeys(b.configMaps)))
+	}
+	if v, set := cm.Data[key]; set {
+		t.Errorf("ConfigMap %s ships the key %s = %q; want none until a member is added", name, key, v)
+	}
+	if len(b.configMaps) != 1 {
+		t.Errorf("components/cluster ships %d ConfigMaps; want 1", len(b.configMaps))
+	}
+
+	// What the operator appends, as deploy/README.md says: the new pod
+	// takes its entry, the initial ones none.
+	list := fmt.Sprintf("%s-3=c0ffee:3a,%s-4=c0ffee:4b", b.sts.Name, b.sts.Name)
+	for pod, want := range map[string]uint64{b.sts.Name + "-0": 0, b.sts.Name + "-3": 0x3a, b.sts.Name + "-4": 0x4b} {
+		_, id, found, err := replication.SelectJoin(list, pod)
+		if err != nil || id != want || found != (want != 0) {
+			t.Errorf("pod %s reads %q as id %x (found %v, %v); want %x", pod, list, id, found, err, want)
+		}
+	}
 }
 
 // TestClusterMembers checks that the pods the StatefulSet makes are the

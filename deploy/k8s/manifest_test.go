@@ -66,7 +66,8 @@ type base struct {
 	services   map[string]*corev1.Service
 	pdb        *policyv1.PodDisruptionBudget
 	netpol     *networkingv1.NetworkPolicy
-	extraKinds []string // kinds this test has no type for
+	configMaps map[string]*corev1.ConfigMap // components/cluster's
+	extraKinds []string                     // kinds this test has no type for
 }
 
 // strict decodes doc into v, failing on a field the type does not have.
@@ -79,7 +80,7 @@ func strict(t *testing.T, doc []byte, v any) {
 
 func decode(t *testing.T, docs [][]byte) base {
 	t.Helper()
-	b := base{services: make(map[string]*corev1.Service)}
+	b := base{services: make(map[string]*corev1.Service), configMaps: make(map[string]*corev1.ConfigMap)}
 	for _, doc := range docs {
 		var tm metav1.TypeMeta
 		if err := yaml.Unmarshal(doc, &tm); err != nil {
@@ -102,6 +103,10 @@ func decode(t *testing.T, docs [][]byte) base {
 		case "networking.k8s.io/v1 NetworkPolicy":
 			b.netpol = new(networkingv1.NetworkPolicy)
 			strict(t, doc, b.netpol)
+		case "v1 ConfigMap":
+			cm := new(corev1.ConfigMap)
+			strict(t, doc, cm)
+			b.configMaps[cm.Name] = cm
 		default:
 			b.extraKinds = append(b.extraKinds, gvk)
 		}

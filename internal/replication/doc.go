@@ -343,9 +343,18 @@
 // book and to its transport. The answer gives the join string,
 // CLUSTER:ID in hex; the operator then starts the new member with
 // --cluster-join CLUSTER:ID, its --node and --cluster-listen, and
-// --cluster-peers naming itself and the members it can reach (their
-// names and addresses: their ids it learns from their hellos, and the
-// book from its first snapshot). Its directory must be empty, or its own
+// --cluster-peers naming the members it can reach (their names and
+// addresses: their ids it learns from their hellos, and the book from its
+// first snapshot), itself included or not: a joining member's own entry
+// is only where it tells its client and --http ports to be reached, and
+// without one that is its --cluster-listen's host. A wildcard host there
+// is filled by each peer, on reading a hello, with the host of the
+// sender's address in its book, the one the addition recorded (also for
+// any member whose --cluster-peers host is a wildcard). --cluster-join
+// also takes a list, NAME=CLUSTER:ID,... (SelectJoin): each member takes
+// its own name's entry and, without one, starts as an initial member, so
+// that one setting shared by every member (a StatefulSet's pod template)
+// carries every addition's join string. Its directory must be empty, or its own
 // log from an earlier start with the same join string; a directory of
 // another cluster or member is refused in one line, as always. Its log
 // starts empty (no entry, no membership): it cannot campaign, and the

@@ -174,8 +174,9 @@ func ClusterID(names []string) uint64 {
 }
 
 // validateMembers refuses a member list the cluster cannot run with:
-// duplicate names, addresses or ids, or one that leaves out self.
-func validateMembers(self string, members []Member) error {
+// duplicate names, addresses or ids, or one that leaves out self (but
+// for a joining member's, which names only the members it reaches first).
+func validateMembers(self string, members []Member, joining bool) error {
 	names := make(map[string]bool, len(members))
 	addrs := make(map[string]string, len(members))
 	ids := make(map[uint64]string, len(members))
@@ -197,7 +198,7 @@ func validateMembers(self string, members []Member) error {
 		}
 		ids[m.ID] = m.Name
 	}
-	if !names[self] {
+	if !names[self] && !joining {
 		return fmt.Errorf("replication: --cluster-peers does not include --node %s", self)
 	}
 	return nil

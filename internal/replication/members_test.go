@@ -77,6 +77,7 @@ func TestValidate(t *testing.T) {
 		{"no ca", func(c *NodeConfig) { c.TLSCert, c.TLSKey = "c.pem", "k.pem" }, "--cluster-tls-ca is missing"},
 		{"no cert", func(c *NodeConfig) { c.TLSKey, c.TLSCA = "k.pem", "ca.pem" }, "--cluster-tls-cert is missing"},
 		{"negative tick", func(c *NodeConfig) { c.Tick = -1 }, "cannot be negative"},
+		{"joining, no cluster", func(c *NodeConfig) { c.Node, c.JoinID = "d", 7 }, "--cluster-join needs the cluster's id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := good()
@@ -89,6 +90,88 @@ func TestValidate(t *testing.T) {
 				t.Errorf("StartNode: %v, want Validate's %v", serr, err)
 			}
 		})
+	}
+}
+
+// TestValidateJoining: a joining member need not be in --cluster-peers,
+// and then reaches the others at its --cluster-listen; an initial member
+// must be there.
+func TestValidateJoining(t *testing.T) {
+	peers, err := ParsePeers("a=h1:7001,b=h2:7001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := NodeConfig{Node: "d", Listen: "0.0.0.0:7001", Peers: peers, ClusterID: 3, JoinID: 7}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("a joining member not in its peers: %v", err)
+	}
+	if got := cfg.SelfAddr(); got != "0.0.0.0:7001" {
+		t.Errorf("its address: %q, want its --cluster-listen", got)
+	}
+	cfg.Peers = append(cfg.Peers, Member{Name: "d", Addr: "h4:7001", ID: MemberID("d")})
+	if got := cfg.SelfAddr(); got != "h4:7001" {
+		t.Errorf("its address, named in its peers: %q, want its entry's", got)
+	}
+	cfg.Peers, cfg.ClusterID, cfg.JoinID = peers, 0, 0
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--cluster-peers does not include --node d") {
+		t.Errorf("an initial member not in its peers: %v", err)
+	}
+}
+
+// TestSelectJoin: the plain CLUSTER:ID is every member's; a list gives
+// each member its entry, or none; a malformed list is refused whoever
+// reads it, in one line naming the flag.
+func TestSelectJoin(t *testing.T) {
+	for _, tc := range []struct {
+		in, node    string
+		cluster, id uint64
+		found       bool
+	}{
+		{"c0ffee:12ab", "any", 0xc0ffee, 0x12ab, true},
+		{"sprout-3=c0ffee:12ab", "sprout-3", 0xc0ffee, 0x12ab, true},
+		{"sprout-3=c0ffee:12ab, sprout-4=c0ffee:9", "sprout-4", 0xc0ffee, 9, true},
+		{"sprout-3=c0ffee:12ab,sprout-4=c0ffee:9", "sprout-0", 0, 0, false},
+	} {
+		cluster, id, found, err := SelectJoin(tc.in, tc.node)
+		if err != nil || cluster != tc.cluster || id != tc.id || found != tc.found {
+			t.Errorf("SelectJoin(%q, %s) = %x, %x, %v, %v; want %x, %x, %v", tc.in, tc.node,
+				cluster, id, found, err, tc.cluster, tc.id, tc.found)
+		}
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"c0ffee", "is not CLUSTER:ID"},
+		{"a=c0ffee:1,b", `"b" is not NAME=CLUSTER:ID`},
+		{"a=c0ffee:1,", `"" is not NAME=CLUSTER:ID`},
+		{"a b=c0ffee:1", "not ' '"},
+		{"a=c0ffee", `"a=c0ffee" is not NAME=CLUSTER:ID in hex`},
+		{"a=c0ffee:0", "is not NAME=CLUSTER:ID in hex"},
+		{"a=c0ffee:1,a=c0ffee:2", "names a twice"},
+		{"a=c0ffee:1,b=beef:2", "of cluster beef"},
+	} {
+		for _, node := range []string{"a", "z"} {
+			_, _, _, err := SelectJoin(tc.in, node)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--cluster-join") ||
+				strings.Contains(err.Error(), "\n") {
+				t.Errorf("SelectJoin(%q, %s): %v, want one line with --cluster-join and %q", tc.in, node, err, tc.want)
+			}
+		}
+	}
+}
+
+// TestWithHost: a wildcard host in a hello's address is the book's.
+func TestWithHost(t *testing.T) {
+	for _, tc := range []struct{ addr, via, want string }{
+		{":11300", "sprout-3.sprout-headless:11390", "sprout-3.sprout-headless:11300"},
+		{"0.0.0.0:11300", "sprout-3.sprout-headless:11390", "sprout-3.sprout-headless:11300"},
+		{"[::]:11380", "10.0.0.4:11390", "10.0.0.4:11380"},
+		{"10.0.0.5:11300", "10.0.0.4:11390", "10.0.0.5:11300"},
+		{"host:11300", "10.0.0.4:11390", "host:11300"},
+		{"", "10.0.0.4:11390", ""},
+		{":11300", "", ":11300"},
+	} {
+		if got := withHost(tc.addr, tc.via); got != tc.want {
+			t.Errorf("withHost(%q, %q) = %q, want %q", tc.addr, tc.via, got, tc.want)
+		}
 	}
 }
 

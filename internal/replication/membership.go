@@ -85,6 +85,47 @@ func ParseJoin(s string) (cluster, id uint64, err error) {
 	return cluster, id, nil
 }
 
+// SelectJoin reads --cluster-join for the member named node: the plain
+// CLUSTER:ID, or a list NAME=CLUSTER:ID,... shared by every member, of
+// which node takes its own entry. found is false when the list has no
+// entry for node: it starts as an initial member. A malformed list, a
+// name twice, or entries of two clusters are refused whoever reads it.
+func SelectJoin(s, node string) (cluster, id uint64, found bool, err error) {
+	if !strings.Contains(s, "=") {
+		cluster, id, err = ParseJoin(s)
+		return cluster, id, err == nil, err
+	}
+	seen := make(map[string]bool)
+	var first uint64
+	for entry := range strings.SplitSeq(s, ",") {
+		entry = strings.TrimSpace(entry)
+		name, join, ok := strings.Cut(entry, "=")
+		if !ok {
+			return 0, 0, false, fmt.Errorf("replication: --cluster-join: %q is not NAME=CLUSTER:ID", entry)
+		}
+		if err := checkName(name); err != nil {
+			return 0, 0, false, fmt.Errorf("replication: --cluster-join: %q: %v", entry, err)
+		}
+		if seen[name] {
+			return 0, 0, false, fmt.Errorf("replication: --cluster-join names %s twice", name)
+		}
+		seen[name] = true
+		c, i, err := ParseJoin(join)
+		if err != nil {
+			return 0, 0, false, fmt.Errorf("replication: --cluster-join: %q is not NAME=CLUSTER:ID in hex, as the member's addition printed it", entry)
+		}
+		if first == 0 {
+			first = c
+		} else if c != first {
+			return 0, 0, false, fmt.Errorf("replication: --cluster-join: %q is of cluster %x, the entries before of %x", entry, c, first)
+		}
+		if name == node {
+			cluster, id, found = c, i, true
+		}
+	}
+	return cluster, id, found, nil
+}
+
 func (n *Node) change(ctx context.Context, req *changeReq) (Member, error) {
 	req.done = make(chan changeResult, 1)
 	select {

@@ -31,7 +31,8 @@ const DefaultTick = 100 * time.Millisecond
 // NodeConfig configures a member (StartNode). The names in its errors are
 // the flags that set it.
 type NodeConfig struct {
-	// Node is this member's name (--node); it must be among Peers.
+	// Node is this member's name (--node); it must be among Peers, but
+	// for a joining member's (JoinID), whose address is then Listen's.
 	Node string
 	// Listen is where the other members connect (--cluster-listen).
 	Listen string
@@ -104,7 +105,7 @@ func (cfg *NodeConfig) Validate() error {
 	if len(cfg.Peers) == 0 {
 		return errors.New("replication: --cluster-peers is empty: want NAME=HOST:PORT,...")
 	}
-	if err := validateMembers(cfg.Node, cfg.Peers); err != nil {
+	if err := validateMembers(cfg.Node, cfg.Peers, cfg.JoinID != 0); err != nil {
 		return err
 	}
 	files := []struct{ flag, path string }{
@@ -130,6 +131,19 @@ func (cfg *NodeConfig) Validate() error {
 		return errors.New("replication: the tick, its counts, the send queue and the snapshot limit cannot be negative")
 	}
 	return nil
+}
+
+// SelfAddr is where the other members reach this one, as it knows at
+// start: its --cluster-peers entry's address, or, for a joining member
+// not named there, its --cluster-listen (a wildcard host there is filled
+// by each peer from its book: doc.go, "Membership changes").
+func (cfg *NodeConfig) SelfAddr() string {
+	for _, m := range cfg.Peers {
+		if m.Name == cfg.Node {
+			return m.Addr
+		}
+	}
+	return cfg.Listen
 }
 
 // Node is a running member: the goroutine that owns its Core, carries out
@@ -293,17 +307,18 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	}
 	var hints map[string]string
 	book := cfg.Log.Membership()
-	for _, m := range cfg.Peers {
-		if m.Name == cfg.Node {
-			self.Addr = m.Addr
-		}
-	}
+	self.Addr = cfg.SelfAddr()
 	if len(book.Members) == 0 {
 		book.Members = nil
+		if cfg.JoinID != 0 {
+			book.Members = []Member{self}
+		}
 		for _, m := range cfg.Peers {
 			switch {
 			case m.Name == cfg.Node:
-				book.Members = append(book.Members, self)
+				if cfg.JoinID == 0 {
+					book.Members = append(book.Members, self)
+				}
 			case cfg.JoinID == 0:
 				book.Members = append(book.Members, m)
 			default:

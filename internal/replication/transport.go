@@ -582,8 +582,7 @@ func (t *transport) handshake(p *peer, kind streamKind, conn net.Conn) (net.Conn
 		return nil, fmt.Errorf("replication: %s answered as %s (id %x) of cluster %x, protocol %d; want %s (id %x) of %x, protocol %d",
 			p.Addr, in.From, in.FromID, in.Cluster, in.Version, p.Name, p.ID, t.cfg.cluster, protocolVersion)
 	}
-	p.http.Store(&in.HTTP) // before the client address, which the node watches for
-	p.client.Store(&in.Client)
+	p.noteAddrs(in)
 	if err := conn.SetDeadline(time.Time{}); err != nil {
 		return nil, err
 	}
@@ -709,8 +708,7 @@ func (t *transport) serve(raw net.Conn) {
 	if werr != nil || conn.SetDeadline(time.Time{}) != nil {
 		return
 	}
-	p.http.Store(&in.HTTP) // before the client address, which the node watches for
-	p.client.Store(&in.Client)
+	p.noteAddrs(in)
 	if in.Kind == streamSnapshot {
 		t.receiveSnapshot(p, conn, r)
 	} else {
@@ -922,6 +920,34 @@ func newMemberTLS(cert tls.Certificate, ca *x509.CertPool) *memberTLS {
 			RootCAs:      ca,
 		},
 	}
+}
+
+// noteAddrs keeps the client and --http addresses p's hello told; a
+// wildcard host in them (a member listening on every interface, whose
+// --cluster-peers does not name it) is taken from p's address in the
+// book, the one its addition recorded.
+func (p *peer) noteAddrs(in *hello) {
+	httpAddr, client := withHost(in.HTTP, p.Addr), withHost(in.Client, p.Addr)
+	p.http.Store(&httpAddr) // before the client address, which the node watches for
+	p.client.Store(&client)
+}
+
+// withHost is addr with the host of via when addr's host is empty or
+// unspecified (0.0.0.0, ::); addr unchanged otherwise, or if either does
+// not parse.
+func withHost(addr, via string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return addr
+	}
+	viaHost, _, err := net.SplitHostPort(via)
+	if err != nil || viaHost == "" {
+		return addr
+	}
+	return net.JoinHostPort(viaHost, port)
 }
 
 // clientFor is the client's configuration for dialling addr.
