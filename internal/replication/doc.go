@@ -85,9 +85,11 @@
 // Deadlines in records are the leader's wall clock (store.Store.wall), as
 // they are in a single node's log; a follower converts them to its own
 // monotonic clock when it applies them, and never writes a time of its own
-// into an entry. A new leader takes as its wall clock the larger of its own
-// and the latest deadline base it applied, so time does not run backwards
-// across a failover for the delays it will fire. Reservations, their TTRs
+// into an entry. A new leader fires the delays it applied by its own
+// wall clock, so members' clocks must agree (NTP) as they must for any
+// deadline; taking the larger of its own clock and the last leader's, so
+// that time never runs backwards across a failover, needs each entry to
+// carry the leader's time, and is not built yet. Reservations, their TTRs
 // and blocked reserves exist on the leader only: when the leader is lost,
 // the jobs it had handed out are ready on the new leader (their reserves
 // were never logged), their clients' connections end, and the workers
@@ -498,7 +500,7 @@
 // that restarts or re-executes comes back with what it had made durable.
 //
 // Not yet: certificates are read once at start; and the new leader's wall
-// clock (Time) is still the machine's. Of the log: a snapshot is built
+// clock is its machine's (Time). Of the log: a snapshot is built
 // whole in memory and its records ride in the message's Data; an
 // installed snapshot's records are kept in memory while they are the
 // head; the leader hands each live job of a segment to its store once per
