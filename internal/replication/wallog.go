@@ -139,6 +139,7 @@ type WALLog struct {
 	moves   []wal.Move   // guarded by mu: scratch for Compact
 	recs    []recSummary // guarded by mu: scratch for Compact
 	frame   []byte       // guarded by mu: scratch for small frames
+	cp      []byte       // guarded by mu: scratch for the checkpoint
 }
 
 // entryMeta is what the log knows of an entry it holds.
@@ -569,8 +570,7 @@ func (l *WALLog) SetHardState(hs *pb.HardState) {
 	defer l.mu.Unlock()
 	l.hs = proto.Clone(hs).(*pb.HardState)
 	l.frame = appendHardState(l.frame[:0], l.hs)
-	l.appendFrameLocked(l.frame, 0)
-	l.checkpointLocked()
+	l.appendStateLocked(l.frame, 0)
 }
 
 // InstallSnapshot implements Log: the snapshot's records, then its
@@ -584,7 +584,7 @@ func (l *WALLog) InstallSnapshot(snap *pb.Snapshot) {
 	data := snap.GetData()
 	l.installedLocked(md)
 	frames := appendSnapshot(nil, index, md.GetTerm(), l.cs, data)
-	seg := l.appendFrameLocked(frames, maxID(data))
+	seg := l.appendStateLocked(frames, maxID(data))
 	l.truncateLocked(l.prevIndex + 1)
 	l.base, l.baseIndex, l.baseSeg, l.idFloor = data, index, seg, 0
 	l.prevIndex, l.prevTerm, l.ents = index, md.GetTerm(), nil
@@ -594,7 +594,6 @@ func (l *WALLog) InstallSnapshot(snap *pb.Snapshot) {
 	l.placeBaseLocked()
 	l.snap = &pb.Snapshot{Data: data, Metadata: proto.Clone(md).(*pb.SnapshotMetadata)}
 	l.holdLocked()
-	l.checkpointLocked()
 }
 
 // placeBaseLocked counts the base's full records live, in baseSeg.
@@ -617,9 +616,16 @@ func (l *WALLog) placeBaseLocked() {
 	l.wal.Moved(l.moves)
 }
 
-// appendFrameLocked appends frames as one group and returns its segment.
-func (l *WALLog) appendFrameLocked(frames []byte, maxID uint64) uint32 {
-	lsn, seg, _, err := l.wal.AppendGroup(len(frames), func(b []byte) []byte { return append(b, frames...) }, maxID)
+// appendStateLocked appends frames that change the state a checkpoint
+// holds (hard state, membership; l's, changed already) as one group, with
+// the checkpoint of that state for the segments begun after it, and
+// returns its segment. The two go in one call: the wal's writer may move
+// to a new segment at any time (wal.Log.AppendGroupCheckpoint), and one
+// begun after the group with the checkpoint before it would end a replay
+// with the older state: a term or vote gone back.
+func (l *WALLog) appendStateLocked(frames []byte, maxID uint64) uint32 {
+	l.cp = l.appendCheckpoint(l.cp[:0])
+	lsn, seg, _, err := l.wal.AppendGroupCheckpoint(len(frames), func(b []byte) []byte { return append(b, frames...) }, maxID, l.cp)
 	if err != nil {
 		panic(fmt.Sprintf("replication: writing to the log: %v", err))
 	}
@@ -627,7 +633,8 @@ func (l *WALLog) appendFrameLocked(frames []byte, maxID uint64) uint32 {
 	return seg
 }
 
-// checkpointLocked gives the wal the checkpoint for its next segments.
+// checkpointLocked gives the wal the checkpoint for its first segment,
+// before it starts (after, appendStateLocked does).
 func (l *WALLog) checkpointLocked() {
 	l.frame = l.appendCheckpoint(l.frame[:0])
 	l.wal.SetCheckpoint(l.frame)
@@ -797,8 +804,7 @@ func (l *WALLog) SetMembership(cs *pb.ConfState, b Book) {
 	defer l.mu.Unlock()
 	l.setMembershipLocked(cs, b)
 	l.frame = l.appendCheckpoint(l.frame[:0])
-	l.appendFrameLocked(l.frame, 0)
-	l.wal.SetCheckpoint(l.frame)
+	l.appendStateLocked(l.frame, 0)
 }
 
 // Membership implements Log.

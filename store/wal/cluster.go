@@ -257,8 +257,25 @@ func writeDurably(path string, b []byte) error {
 // durable meanwhile (doc.go, "Cluster mode"). encode runs under the log's
 // mutex.
 func (l *Log) AppendGroup(size int, encode func([]byte) []byte, maxID uint64) (lsn uint64, seg uint32, off int64, err error) {
+	return l.AppendGroupCheckpoint(size, encode, maxID, nil)
+}
+
+// AppendGroupCheckpoint is AppendGroup, and when checkpoint is not nil it
+// is SetCheckpoint too, in one step: every segment begun after the group
+// begins with checkpoint, every one begun before it (the group's own, if
+// appends move on for it) with the one before. A group that changes the
+// state the checkpoint holds (a hard state, a membership, a snapshot)
+// must come this way: the writer moves to the spare on its own once the
+// current segment outgrew its size (core.ready), so between AppendGroup
+// and SetCheckpoint it may begin a segment with the older checkpoint,
+// after the group, and a replay of that segment would end with the older
+// state.
+func (l *Log) AppendGroupCheckpoint(size int, encode func([]byte) []byte, maxID uint64, checkpoint []byte) (lsn uint64, seg uint32, off int64, err error) {
 	l.mu.Lock()
 	lsn, seg, off, err = l.core.appendGroup(int64(size), encode, maxID)
+	if err == nil && checkpoint != nil {
+		l.core.checkpoint = append(l.core.checkpoint[:0], checkpoint...)
+	}
 	kick := err == nil && l.core.kickWanted()
 	l.mu.Unlock()
 	if kick {
@@ -269,7 +286,9 @@ func (l *Log) AppendGroup(size int, encode func([]byte) []byte, maxID uint64) (l
 
 // SetCheckpoint sets the frame written first in every segment from the
 // next one on: what a cluster log needs to start from the segments left
-// after older ones are removed.
+// after older ones are removed. Before Start it is the first segment's;
+// after, a checkpoint that a group changes goes with the group
+// (AppendGroupCheckpoint).
 func (l *Log) SetCheckpoint(frame []byte) {
 	l.mu.Lock()
 	l.core.checkpoint = append(l.core.checkpoint[:0], frame...)

@@ -546,3 +546,73 @@ func TestClusterConvertsABinlog(t *testing.T) {
 		t.Errorf("segments %v after the conversion, want the cluster's one", segs)
 	}
 }
+
+// TestClusterCheckpointWithGroup: a group appended with a new checkpoint
+// (a member's hard state, its membership) is never followed at replay by
+// the checkpoint before it, even when the writer itself, not an append,
+// moves to a new segment right after the group (the current one outgrew
+// its size while the spare was made): a crash then would take the older
+// state for the last, and a member could vote twice in a term.
+func TestClusterCheckpointWithGroup(t *testing.T) {
+	testCheckpointWithGroup(t, func(l *wal.Log, f, checkpoint []byte, rotated func()) {
+		if _, _, _, err := l.AppendGroupCheckpoint(len(f), func(b []byte) []byte { return append(b, f...) }, 0, checkpoint); err != nil {
+			t.Fatal(err)
+		}
+		rotated()
+	})
+}
+
+// testCheckpointWithGroup holds the spare until the current segment
+// outgrew its size, appends a state group and its checkpoint with
+// appendState (which lets the spare go and waits for the writer to move
+// to it, rotated), and checks that the last state replayed is the new
+// one.
+func testCheckpointWithGroup(t *testing.T, appendState func(l *wal.Log, f, checkpoint []byte, rotated func())) {
+	const segSize = 4096
+	gate := make(chan struct{})
+	var made atomic.Int32
+	opts := wal.Options{SegmentSize: segSize}
+	wal.SetAllocate(&opts, func(next func(*os.File, int64) error, f *os.File, size int64) error {
+		if made.Add(1) > 1 { // Start's segment is made at once, the spares wait
+			<-gate
+		}
+		return next(f, size)
+	})
+	dir := t.TempDir()
+	l, _ := openCluster(t, dir, opts)
+	startCluster(t, l, "state 1")
+	var last written
+	for size := 0; size <= segSize; size += len(last.frame) {
+		last = appendGroup(t, l, fmt.Sprintf("entry %s", strings.Repeat("x", 300)))
+	}
+	waitDurable(t, l, last.lsn)
+	if st := l.Stats(); st.CurrentIndex != last.seg {
+		t.Fatalf("appends moved to segment %d with no spare made", st.CurrentIndex)
+	}
+	state := clusterFrame(nil, kindCheckpoint, "state 2")
+	appendState(l, state, state, func() {
+		close(gate)
+		deadline := time.Now().Add(10 * time.Second)
+		for l.Stats().CurrentIndex == last.seg {
+			if time.Now().After(deadline) {
+				t.Fatal("the writer did not move to the spare within 10 s")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l, frames := openCluster(t, dir, opts)
+	defer closeUnstarted(t, l)
+	var states []string
+	for _, f := range frames {
+		if wal.Kind(f.Payload[0]) == kindCheckpoint {
+			states = append(states, fmt.Sprintf("%q in segment %d", f.Payload[1:], f.Seg))
+		}
+	}
+	if n := len(states); n < 3 || !strings.HasPrefix(states[n-1], `"state 2"`) {
+		t.Fatalf("replayed states %v: the last is not the newest, and not in the segment after the group's", states)
+	}
+}

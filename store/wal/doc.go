@@ -188,7 +188,13 @@
 //     cluster log last gave (SetCheckpoint: the member's identity, its
 //     hard state and membership), written as the segment's first frame
 //     when appends move to it. So any prefix of segments can go without
-//     losing the member's state: the oldest segment left says it.
+//     losing the member's state: the oldest segment left says it. A group
+//     that changes that state gives its checkpoint with it
+//     (AppendGroupCheckpoint), in one step: the writer moves to the spare
+//     on its own once the current segment outgrew its size, and a segment
+//     begun between the group and a later SetCheckpoint would start with
+//     the older state after the group, which replay would take for the
+//     last.
 //   - Full disk. With no spare segment (the disk is full) or too much
 //     waiting for an fsync that keeps failing, a single node refuses every
 //     record but deletes. A cluster log cannot refuse Raft's writes, so it
