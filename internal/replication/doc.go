@@ -119,7 +119,9 @@
 //     not taken for installed.
 //
 // Replay takes the frames in order. The last checkpoint or hard state
-// is the state. A snapshot makes its head frames the head and drops every
+// is the state: a new state and the checkpoint that carries it go to the
+// wal under one lock (wal.Log.AppendGroupCheckpoint), so a segment the
+// writer starts after the state never opens with the one before. A snapshot makes its head frames the head and drops every
 // entry. An entry whose index follows the last one held is appended; one
 // whose index is held replaces it and every entry after it (a deposed
 // leader's uncommitted tail is superseded by appending the new leader's
