@@ -89,7 +89,7 @@ func (c *testCluster) awaitVoters(timeout time.Duration, via *testMember, names 
 			c.t.Logf("%s's last view of the members: %s", via.name, last)
 		}
 	}()
-	waitFor(c.t, timeout, fmt.Sprintf("%v voters on %s", names, via.name), func() bool {
+	testproc.WaitFor(c.t, timeout, fmt.Sprintf("%v voters on %s", names, via.name), func() bool {
 		st, err := via.status()
 		if err != nil {
 			return false
@@ -110,7 +110,7 @@ func (c *testCluster) awaitVoters(timeout time.Duration, via *testMember, names 
 func (c *testCluster) awaitJobs(timeout time.Duration, want int) {
 	c.t.Helper()
 	for _, m := range c.up() {
-		waitFor(c.t, timeout, fmt.Sprintf("%d ready jobs in %s's store", want, m.name), func() bool {
+		testproc.WaitFor(c.t, timeout, fmt.Sprintf("%d ready jobs in %s's store", want, m.name), func() bool {
 			n, err := m.readyJobs()
 			return err == nil && n == want
 		})
@@ -399,7 +399,7 @@ func TestClusterGrowWithJoinList(t *testing.T) {
 
 	// Its peers dial it where its addition said, not at 0.0.0.0.
 	_, clientPort, _ := strings.Cut(m4.proc.Addr(), ":")
-	waitFor(t, 10*time.Second, "m4's client and --http addresses on the others, at its recorded host", func() bool {
+	testproc.WaitFor(t, 10*time.Second, "m4's client and --http addresses on the others, at its recorded host", func() bool {
 		for _, o := range c.others(m4) {
 			st, err := o.status()
 			if err != nil {

@@ -290,18 +290,6 @@ func expectClosed(t *testing.T, what string, c *testproc.Conn, within time.Durat
 	}
 }
 
-// waitFor polls cond until it holds, or fails the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestClusterServes: three members serve one queue wherever a client
 // connects; /cluster, /readyz and every member's own store agree. Then
 // the leader is killed (-9): a surviving member acknowledges a put within
@@ -342,7 +330,7 @@ func TestClusterServes(t *testing.T) {
 		if err != nil || got[0] != ready {
 			t.Errorf("stats through %s: current-jobs-ready %v %v, want %d", m.name, got, err, ready)
 		}
-		waitFor(t, 5*time.Second, m.name+"'s own store holding the jobs", func() bool {
+		testproc.WaitFor(t, 5*time.Second, m.name+"'s own store holding the jobs", func() bool {
 			n, err := m.readyJobs()
 			return err == nil && n == ready
 		})
@@ -356,7 +344,7 @@ func TestClusterServes(t *testing.T) {
 	for _, m := range c.members {
 		// Applied catches up with commit; the leader's match indexes are
 		// read at its ticks.
-		waitFor(t, 5*time.Second, m.name+" applying the leader's commit", func() bool {
+		testproc.WaitFor(t, 5*time.Second, m.name+" applying the leader's commit", func() bool {
 			st, err := m.status()
 			return err == nil && st.Applied >= lst.Commit && (m != l || st.Members[0].Match != nil)
 		})
@@ -405,12 +393,12 @@ func TestClusterServes(t *testing.T) {
 		if err := c.start(l); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, l.name+" back and ready", func() bool {
+		testproc.WaitFor(t, 10*time.Second, l.name+" back and ready", func() bool {
 			return !l.proc.Exited() && l.ready() == http.StatusOK
 		})
 		// A put the failover cut short may have been done all the same:
 		// the leader's count is the one to reach.
-		waitFor(t, 10*time.Second, l.name+"'s store caught up", func() bool {
+		testproc.WaitFor(t, 10*time.Second, l.name+"'s store caught up", func() bool {
 			want, err := nl.readyJobs()
 			got, err2 := l.readyJobs()
 			return err == nil && err2 == nil && got == want && got >= ready+1
@@ -439,10 +427,10 @@ func TestClusterServes(t *testing.T) {
 		if err := c.start(follower); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, follower.name+" back and ready", func() bool {
+		testproc.WaitFor(t, 10*time.Second, follower.name+" back and ready", func() bool {
 			return !follower.proc.Exited() && follower.ready() == http.StatusOK
 		})
-		waitFor(t, 10*time.Second, follower.name+"'s store caught up", func() bool {
+		testproc.WaitFor(t, 10*time.Second, follower.name+"'s store caught up", func() bool {
 			want, err := nl.readyJobs()
 			got, err2 := follower.readyJobs()
 			return err == nil && err2 == nil && got == want
@@ -490,11 +478,11 @@ func TestClusterPausedLeader(t *testing.T) {
 	if err := l.proc.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, l.name+" re-executing", func() bool {
+	testproc.WaitFor(t, 10*time.Second, l.name+" re-executing", func() bool {
 		return strings.Contains(l.proc.Output(), "re-executing: starting again from the cluster log")
 	})
 	expectClosed(t, "a client of the paused leader", direct, 5*time.Second)
-	waitFor(t, 10*time.Second, l.name+"'s new image configured", func() bool {
+	testproc.WaitFor(t, 10*time.Second, l.name+"'s new image configured", func() bool {
 		return len(configLines(l.proc.Output())) == 2
 	})
 	lines := configLines(l.proc.Output())
@@ -528,10 +516,10 @@ func TestClusterPausedLeader(t *testing.T) {
 
 	// The re-executed member came back from its log and rejoins as a
 	// follower, with the job it had handed out ready.
-	waitFor(t, 10*time.Second, l.name+" back and ready after re-executing", func() bool {
+	testproc.WaitFor(t, 10*time.Second, l.name+" back and ready after re-executing", func() bool {
 		return !l.proc.Exited() && l.ready() == http.StatusOK
 	})
-	waitFor(t, 10*time.Second, l.name+"'s store caught up", func() bool {
+	testproc.WaitFor(t, 10*time.Second, l.name+"'s store caught up", func() bool {
 		want, err := nl.readyJobs()
 		got, err2 := l.readyJobs()
 		return err == nil && err2 == nil && got == want

@@ -113,7 +113,7 @@ func number(t *testing.T, m map[string]any, key string) int {
 // store (its /metrics): the change reached every replica.
 func (c *testCluster) agree(state string, want int) {
 	c.t.Helper()
-	waitFor(c.t, 10*time.Second, fmt.Sprintf("every member's store with %d %s jobs", want, state), func() bool {
+	testproc.WaitFor(c.t, 10*time.Second, fmt.Sprintf("every member's store with %d %s jobs", want, state), func() bool {
 		for _, m := range c.up() {
 			if n, err := m.currentJobs(state); err != nil || n != want {
 				return false
@@ -137,7 +137,7 @@ func TestClusterAdmin(t *testing.T) {
 	c := startCluster(t, "--admin-token", clusterToken)
 	l := c.awaitServing(20 * time.Second)
 	f := c.others(l)
-	waitFor(t, 10*time.Second, "every member knowing the leader's --http address", func() bool {
+	testproc.WaitFor(t, 10*time.Second, "every member knowing the leader's --http address", func() bool {
 		for _, m := range c.up() {
 			st, err := m.status()
 			if err != nil || !slices.ContainsFunc(st.Members, func(ms replication.MemberStatus) bool {
@@ -359,7 +359,7 @@ func checkNeverAckedUncommitted(t *testing.T, c *testCluster, l *testMember) {
 	resume()
 	nl := c.awaitServing(30 * time.Second)
 	api := apiClient{t: t, bearer: clusterToken}
-	waitFor(t, 20*time.Second, "every member serving the API again", func() bool {
+	testproc.WaitFor(t, 20*time.Second, "every member serving the API again", func() bool {
 		for _, m := range c.up() {
 			if r := api.do(m, "GET", "/api/v1/stats", nil); r.status != http.StatusOK {
 				return false
@@ -372,7 +372,7 @@ func checkNeverAckedUncommitted(t *testing.T, c *testCluster, l *testMember) {
 	}
 	// The put that could not commit may or may not be kept by the new
 	// leader; every member agrees either way.
-	waitFor(t, 10*time.Second, "every member's store agreeing with the new leader's", func() bool {
+	testproc.WaitFor(t, 10*time.Second, "every member's store agreeing with the new leader's", func() bool {
 		want, err := nl.readyJobs()
 		if err != nil || want < 2 {
 			return false

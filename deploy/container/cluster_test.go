@@ -2,7 +2,6 @@ package container
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/sproutmq/sprout/deploy/internal/render"
 	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 // failoverBound is how soon after the leader's pod is killed a put must
@@ -183,7 +183,7 @@ func TestClusterFailover(t *testing.T) {
 
 	via := members[(lead+1)%len(members)] // survives the kill
 	p := startProducer(via.queue)
-	waitFor(t, 30*time.Second, "puts acknowledged through "+via.member, func() bool {
+	testproc.WaitFor(t, 30*time.Second, "puts acknowledged through "+via.member, func() bool {
 		n, _ := p.sentSince(t0)
 		return n >= 50
 	})
@@ -193,12 +193,12 @@ func TestClusterFailover(t *testing.T) {
 	must(t, "pod", "kill", members[lead].pod)
 	killed := time.Now() // a put sent from now on needs a new leader
 	var first time.Time
-	waitFor(t, failoverBound, "a put acknowledged through "+via.member+" after the leader's pod was killed", func() bool {
+	testproc.WaitFor(t, failoverBound, "a put acknowledged through "+via.member+" after the leader's pod was killed", func() bool {
 		var n int
 		n, first = p.sentSince(killed)
 		return n > 0
 	})
-	waitFor(t, 30*time.Second, "more puts after the failover", func() bool {
+	testproc.WaitFor(t, 30*time.Second, "more puts after the failover", func() bool {
 		n, _ := p.sentSince(killed)
 		return n >= 20
 	})
@@ -221,7 +221,7 @@ func TestClusterFailover(t *testing.T) {
 	t1 := time.Now()
 	startStopped(t, back, ids)
 	waitLeader(t, members, 60*time.Second)
-	waitFor(t, 30*time.Second, back.member+" applying the commit index "+strconv.FormatUint(st.Commit, 10), func() bool {
+	testproc.WaitFor(t, 30*time.Second, back.member+" applying the commit index "+strconv.FormatUint(st.Commit, 10), func() bool {
 		mine, err := clusterStatus(back.ops)
 		return err == nil && mine.Applied >= st.Commit
 	})
@@ -256,18 +256,6 @@ func checkJobs(t *testing.T, addr string, acked map[uint64]string) {
 	}
 	if n, _ := strconv.Atoi(stats["current-jobs-ready"]); n < len(acked) {
 		t.Errorf("current-jobs-ready = %d; %d jobs were acknowledged", n, len(acked))
-	}
-}
-
-// waitFor polls cond until it holds, failing t after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(errors.New("no " + what + " within " + timeout.String()))
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -322,7 +310,7 @@ func TestClusterRollout(t *testing.T) {
 		}
 		startStopped(t, m, ids)
 		waitLeader(t, members, 60*time.Second)
-		waitFor(t, 30*time.Second, "puts after "+m.member+" was replaced", func() bool {
+		testproc.WaitFor(t, 30*time.Second, "puts after "+m.member+" was replaced", func() bool {
 			n, _ := p.sentSince(t0)
 			return n >= before+20
 		})

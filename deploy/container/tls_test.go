@@ -16,6 +16,8 @@ import (
 
 	"github.com/beanstalkd/go-beanstalk"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 // clusterSecret writes what cert-manager would put in the cluster's TLS
@@ -118,7 +120,7 @@ func TestClusterTLS(t *testing.T) {
 		if strings.Contains(logs, "plaintext") || !strings.Contains(logs, `"tls":true`) {
 			t.Errorf("%s does not talk to the others over TLS; its log:\n%s", m.member, logs)
 		}
-		waitFor(t, 10*time.Second, m.member+" connected to every member", func() bool {
+		testproc.WaitFor(t, 10*time.Second, m.member+" connected to every member", func() bool {
 			st, err := clusterStatus(m.ops)
 			if err != nil {
 				return false

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/internal/admin"
+	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store"
 )
 
@@ -191,7 +192,7 @@ func TestClusterLeadershipLost(t *testing.T) {
 			go func() {
 				answer <- (&client{t: t, base: base, bearer: testToken}).do("POST", "/api/v1/tubes/lost/jobs", map[string]any{"body": "x"})
 			}()
-			waitUntil(t, 5*time.Second, "the put made on the leader", func() bool {
+			testproc.WaitFor(t, 5*time.Second, "the put made on the leader", func() bool {
 				ts, ok := leader.store.TubeStats([]byte("lost"))
 				return ok && ts.Ready == 1
 			})
@@ -213,18 +214,6 @@ func TestClusterLeadershipLost(t *testing.T) {
 	}
 }
 
-// waitUntil polls cond until it holds, or fails the test after timeout.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestClusterHistory: a member samples its history only while it serves:
 // a new leader's history starts at its election.
 func TestClusterHistory(t *testing.T) {
@@ -243,7 +232,7 @@ func TestClusterHistory(t *testing.T) {
 	c.set(admin.Leader{Serving: true, Name: "m1"})
 	api := &client{t: t, base: m.url, bearer: testToken}
 	var stamps []any
-	waitUntil(t, 5*time.Second, "a sample once serving", func() bool {
+	testproc.WaitFor(t, 5*time.Second, "a sample once serving", func() bool {
 		stamps, _ = api.ok(http.StatusOK, "GET", "/api/v1/history", nil)["timestamps"].([]any)
 		return len(stamps) > 0
 	})

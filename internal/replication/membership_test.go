@@ -11,6 +11,8 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 // testMember is the harness's member id as the book has it.
@@ -253,7 +255,7 @@ func TestNodeMembership(t *testing.T) {
 		}
 	}
 	joined := c.start("m4", ln)
-	waitUntil(t, 20*time.Second, "m4 promoted", func() bool {
+	testproc.WaitFor(t, 20*time.Second, "m4 promoted", func() bool {
 		for _, m := range leader.Status().Members {
 			if m.Name == "m4" {
 				return m.Role == "voter"

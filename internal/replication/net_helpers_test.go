@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
 )
@@ -289,19 +290,6 @@ func (c *netCluster) awaitServing(timeout time.Duration, nodes ...*Node) *Node {
 	}
 }
 
-// waitUntil polls cond, for states nothing announces (a store's jobs, a
-// counter), until it holds or timeout passes.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // awaitAck waits until pos may be acknowledged on j.
 func awaitAck(t testing.TB, j *Journal, pos uint64, timeout time.Duration) {
 	t.Helper()
@@ -344,7 +332,7 @@ func (c *netCluster) converged(leader *Node, timeout time.Duration) map[uint64]j
 	c.t.Helper()
 	want := viewOf(leader.Store())
 	for _, n := range c.up() {
-		waitUntil(c.t, timeout, n.self.Name+"'s store converging", func() bool {
+		testproc.WaitFor(c.t, timeout, n.self.Name+"'s store converging", func() bool {
 			return diffViews(want, viewOf(n.Store())) == ""
 		})
 	}

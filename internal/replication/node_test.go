@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store"
 )
 
@@ -28,7 +29,7 @@ func TestNodeReplicates(t *testing.T) {
 		}
 	}
 	for _, n := range c.up() {
-		waitUntil(t, 5*time.Second, n.self.Name+" ready", n.Ready)
+		testproc.WaitFor(t, 5*time.Second, n.self.Name+" ready", n.Ready)
 	}
 
 	for _, f := range followers {
@@ -38,12 +39,12 @@ func TestNodeReplicates(t *testing.T) {
 	before, _ := l.log.LastIndex()
 	id, pos := cl.put("first")
 	var last uint64
-	waitUntil(t, 5*time.Second, "the put proposed", func() bool {
+	testproc.WaitFor(t, 5*time.Second, "the put proposed", func() bool {
 		last, _ = l.log.LastIndex()
 		return last > before
 	})
 	for _, f := range followers {
-		waitUntil(t, 5*time.Second, f.self.Name+" holding the entry", func() bool {
+		testproc.WaitFor(t, 5*time.Second, f.self.Name+" holding the entry", func() bool {
 			got, _ := f.log.LastIndex()
 			return got >= last
 		})
@@ -81,7 +82,7 @@ func TestNodeReplicates(t *testing.T) {
 
 	// What operations read. Match indexes are taken at the leader's ticks.
 	last, _ = l.log.LastIndex()
-	waitUntil(t, 5*time.Second, "match indexes", func() bool {
+	testproc.WaitFor(t, 5*time.Second, "match indexes", func() bool {
 		for _, m := range l.Status().Members {
 			if m.Match == nil || *m.Match < last {
 				return false
@@ -114,7 +115,7 @@ func TestNodeReplicates(t *testing.T) {
 		if info.Name != l.self.Name || info.Client != l.cfg.ClientAddr || info.Serving {
 			t.Errorf("%s's leader %+v", f.self.Name, info)
 		}
-		waitUntil(t, 5*time.Second, f.self.Name+" applied", func() bool { return f.Status().Applied >= last })
+		testproc.WaitFor(t, 5*time.Second, f.self.Name+" applied", func() bool { return f.Status().Applied >= last })
 	}
 	ls := l.Stats()
 	if ls.Proposals == 0 || ls.Proposals > 1+clients*puts || ls.ProposedBytes == 0 || ls.LeaderChanges == 0 ||
@@ -158,7 +159,7 @@ func TestNodeFailover(t *testing.T) {
 			round, old, l.self.Name, took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 
 		back := c.restart(old)
-		waitUntil(t, 5*time.Second, old+" back and ready", back.Ready)
+		testproc.WaitFor(t, 5*time.Second, old+" back and ready", back.Ready)
 		c.converged(l, 5*time.Second)
 	}
 	slices.Sort(times)
@@ -216,7 +217,7 @@ func TestNodePartitionedLeaderRebuilds(t *testing.T) {
 		time.Since(start).Round(time.Millisecond))
 
 	back := c.restart(name)
-	waitUntil(t, 5*time.Second, name+" back and ready", back.Ready)
+	testproc.WaitFor(t, 5*time.Second, name+" back and ready", back.Ready)
 	got := c.converged(nl, 5*time.Second)
 	if _, ok := got[kept]; !ok {
 		t.Errorf("the acknowledged put %d is gone", kept)
@@ -310,11 +311,11 @@ func TestNodeSnapshot(t *testing.T) {
 		t.Fatalf("the leader's log begins at %d; the member down holds through %d: no snapshot needed", first, held)
 	}
 	back := c.restart(down)
-	waitUntil(t, 10*time.Second, down+" back and ready", back.Ready)
+	testproc.WaitFor(t, 10*time.Second, down+" back and ready", back.Ready)
 	if got := c.converged(l, 10*time.Second); len(got) != len(live)+1 {
 		t.Errorf("%d jobs, want %d", len(got), len(live)+1)
 	}
-	waitUntil(t, 5*time.Second, "the snapshot reported", func() bool {
+	testproc.WaitFor(t, 5*time.Second, "the snapshot reported", func() bool {
 		return l.Stats().Transport.SnapshotsSent > 0
 	})
 	if n := back.Stats().Transport.SnapshotsReceived; n == 0 {
@@ -347,7 +348,7 @@ func TestNodeLostLog(t *testing.T) {
 			break
 		}
 	}
-	waitUntil(t, 5*time.Second, down+" holding the put", func() bool {
+	testproc.WaitFor(t, 5*time.Second, down+" holding the put", func() bool {
 		return c.nodes[down].Status().Applied >= l.Status().Commit
 	})
 	c.kill(down)

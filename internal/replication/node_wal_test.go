@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
 )
@@ -190,7 +191,7 @@ func TestNodeWALChurn(t *testing.T) {
 	if got := back.Stats().Transport.SnapshotsReceived; got == 0 {
 		t.Errorf("%s caught up without a snapshot", crashed)
 	}
-	waitUntil(t, 10*time.Second, crashed+" following", func() bool {
+	testproc.WaitFor(t, 10*time.Second, crashed+" following", func() bool {
 		for _, m := range nl.Status().Members {
 			if m.Name == crashed && m.Connected && m.Match != nil && *m.Match > 0 {
 				return back.Status().Leader == nl.self.Name

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 // fakeLeader is a Proxy's view of the leader, set by the test.
@@ -198,7 +200,7 @@ func TestProxyCopiesAndHalfCloses(t *testing.T) {
 	c.expect("a: three\n")
 	c.expect("a: bye\n")
 	c.expectEOF()
-	waitUntil(t, 5*time.Second, "the proxied connection forgotten", func() bool { return p.Stats().Current == 0 })
+	testproc.WaitFor(t, 5*time.Second, "the proxied connection forgotten", func() bool { return p.Stats().Current == 0 })
 	if st := p.Stats(); st.Total != 1 {
 		t.Errorf("stats %+v, want one connection in all", st)
 	}
@@ -218,7 +220,7 @@ func TestProxyClosesOnLeaderChange(t *testing.T) {
 	c := front.dial(t)
 	c.send("hi\n")
 	c.expect("b: hi\n")
-	waitUntil(t, 5*time.Second, "one connection open", func() bool { return p.Stats().Current == 1 })
+	testproc.WaitFor(t, 5*time.Second, "one connection open", func() bool { return p.Stats().Current == 1 })
 	if st := p.Stats(); st.LeaderChanged != 1 || st.Total != 2 {
 		t.Errorf("stats %+v, want one closed for the change and one open", st)
 	}
@@ -264,7 +266,7 @@ func TestProxyUnreachableAndSelf(t *testing.T) {
 
 	c := front.dial(t)
 	c.send("hi\n")
-	waitUntil(t, 5*time.Second, "a failed dial", func() bool { return p.Stats().DialFailures > 0 })
+	testproc.WaitFor(t, 5*time.Second, "a failed dial", func() bool { return p.Stats().DialFailures > 0 })
 	leader.set(LeaderInfo{Name: "b", Client: b.addr(), Term: 3})
 	c.expect("b: hi\n")
 

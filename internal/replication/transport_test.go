@@ -21,6 +21,8 @@ import (
 
 	"github.com/rs/zerolog"
 	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 // startLone starts m1 of a three-member cluster whose other members are
@@ -134,7 +136,7 @@ func TestHelloRefused(t *testing.T) {
 			if !closedByPeer(conn) {
 				t.Error("the connection stays open")
 			}
-			waitUntil(t, 5*time.Second, "the refusal counted", func() bool { return refused() == before+1 })
+			testproc.WaitFor(t, 5*time.Second, "the refusal counted", func() bool { return refused() == before+1 })
 		})
 	}
 	if got := strings.Count(out.String(), `"peer":"mallory"`); got != 1 {
@@ -150,7 +152,7 @@ func TestHelloRefused(t *testing.T) {
 		if !closedByPeer(conn) {
 			t.Error("the connection stays open")
 		}
-		waitUntil(t, 5*time.Second, "the refusal counted", func() bool { return refused() == before+1 })
+		testproc.WaitFor(t, 5*time.Second, "the refusal counted", func() bool { return refused() == before+1 })
 	})
 	frames := map[string]func() []byte{
 		"a message from another member": func() []byte {
@@ -179,7 +181,7 @@ func TestHelloRefused(t *testing.T) {
 			if !closedByPeer(conn) {
 				t.Error("the connection stays open")
 			}
-			waitUntil(t, 5*time.Second, "the refusal counted", func() bool { return refused() == before+1 })
+			testproc.WaitFor(t, 5*time.Second, "the refusal counted", func() bool { return refused() == before+1 })
 		})
 	}
 	if st := n.Status(); st.Term > 1 || st.Leader != "" {
@@ -309,7 +311,7 @@ func TestMutualTLS(t *testing.T) {
 			case tc.refusal == "" && err == nil:
 				t.Errorf("answered %+v", answer)
 			}
-			waitUntil(t, 5*time.Second, "the refusal counted", func() bool { return tlsRefused() == before+1 })
+			testproc.WaitFor(t, 5*time.Second, "the refusal counted", func() bool { return tlsRefused() == before+1 })
 		})
 	}
 	if got := target.Stats().Transport.Refused; got != 0 {
@@ -376,7 +378,7 @@ func TestTransportNeverBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr.start()
-	waitUntil(t, 5*time.Second, "connected to the hole", tr.peers[hole.ID].up.Load)
+	testproc.WaitFor(t, 5*time.Second, "connected to the hole", tr.peers[hole.ID].up.Load)
 
 	entry := &pb.Entry{Index: new(uint64(2)), Term: new(uint64(1)), Data: make([]byte, 64<<10)}
 	var slowest time.Duration

@@ -18,6 +18,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -705,7 +706,7 @@ func TestWALLogIDFloorSurvivesRestarts(t *testing.T) {
 	commit(l, 3)
 	l.Compact(3)
 	awaitDurable(t, l)
-	waitUntil(t, 10*time.Second, "the first segment removed", func() bool { return l.Stats().OldestIndex > 1 })
+	testproc.WaitFor(t, 10*time.Second, "the first segment removed", func() bool { return l.Stats().OldestIndex > 1 })
 	if got := maxID(l.Head()); got != 1000 {
 		t.Fatalf("the head's watermark is %d once entry 2 is dropped, want 1000", got)
 	}

@@ -29,5 +29,6 @@
 // byte for byte (ReadFrame), which the differential test needs. Do, Put,
 // ExpectLine, Stats, StatsInt and Pipeline are whole exchanges, bounded by
 // Dialer.ReplyTimeout, for tests. ParseYAML reads the YAML documents of
-// stats and list replies. Package procstat, beside it, reads /proc.
+// stats and list replies. WaitFor polls for a state nothing announces.
+// Package procstat, beside it, reads /proc.
 package testproc
