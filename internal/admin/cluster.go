@@ -145,21 +145,26 @@ func (c *clusterRoute) unavailable(l Leader, forwarded bool) *Error {
 func (c *clusterRoute) serveHere(w http.ResponseWriter, r *http.Request, changed <-chan struct{}) {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-			}
-			var l Leader
-			if l, changed = c.cluster.Leader(); !l.Serving {
-				cancel(errLeadershipLost)
-				return
-			}
-		}
-	}()
+	go c.watchLeader(ctx, cancel, changed, errLeadershipLost, func(l Leader) bool { return l.Serving })
 	c.api.mux.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// watchLeader cancels ctx with cause once the leader, as told at each
+// change, no longer satisfies holds; it returns when ctx ends.
+func (c *clusterRoute) watchLeader(ctx context.Context, cancel context.CancelCauseFunc,
+	changed <-chan struct{}, cause error, holds func(Leader) bool) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		var l Leader
+		if l, changed = c.cluster.Leader(); !holds(l) {
+			cancel(cause)
+			return
+		}
+	}
 }
 
 // forward checks r's credentials by this member's rules, then sends it
@@ -173,20 +178,9 @@ func (c *clusterRoute) forward(w http.ResponseWriter, r *http.Request, l Leader,
 	}
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), forwardTo{}, l))
 	defer cancel(nil)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-			}
-			var now Leader
-			if now, changed = c.cluster.Leader(); now.Serving || now.Name != l.Name || now.HTTP != l.HTTP {
-				cancel(errLeaderChanged)
-				return
-			}
-		}
-	}()
+	go c.watchLeader(ctx, cancel, changed, errLeaderChanged, func(now Leader) bool {
+		return !now.Serving && now.Name == l.Name && now.HTTP == l.HTTP
+	})
 	c.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
