@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sproutmq/sprout/internal/admin"
 	"github.com/sproutmq/sprout/internal/replication"
 )
 
@@ -39,7 +40,7 @@ type memberChanger interface {
 func membersHandler(node memberChanger, guard func(http.Handler) http.Handler, next http.Handler, log zerolog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /cluster/members", func(w http.ResponseWriter, r *http.Request) {
-		writeMembersJSON(w, http.StatusOK, map[string]any{"members": node.Status().Members})
+		admin.WriteValue(w, http.StatusOK, map[string]any{"members": node.Status().Members})
 	})
 	mux.HandleFunc("POST /cluster/members", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
@@ -49,7 +50,7 @@ func membersHandler(node memberChanger, guard func(http.Handler) http.Handler, n
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxMemberRequest))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			writeMembersError(w, http.StatusBadRequest, "want {\"name\": NAME, \"address\": HOST:PORT}: "+err.Error())
+			admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: "want {\"name\": NAME, \"address\": HOST:PORT}: " + err.Error()})
 			return
 		}
 		m, err := node.AddMember(r.Context(), req.Name, req.Address)
@@ -58,8 +59,8 @@ func membersHandler(node memberChanger, guard func(http.Handler) http.Handler, n
 			return
 		}
 		log.Info().Str("member", m.Name).Str("address", m.Addr).Str("remote", r.RemoteAddr).Msg("member added as a learner")
-		writeMembersJSON(w, http.StatusCreated, map[string]any{
-			"name": m.Name, "address": m.Addr, "id": idHex(m.ID), "role": "learner", "join": node.JoinString(m.ID),
+		admin.WriteValue(w, http.StatusCreated, map[string]any{
+			"name": m.Name, "address": m.Addr, "id": replication.FormatID(m.ID), "role": "learner", "join": node.JoinString(m.ID),
 		})
 	})
 	mux.HandleFunc("DELETE /cluster/members/{name}", func(w http.ResponseWriter, r *http.Request) {
@@ -69,7 +70,7 @@ func membersHandler(node memberChanger, guard func(http.Handler) http.Handler, n
 			return
 		}
 		log.Info().Str("member", m.Name).Str("remote", r.RemoteAddr).Msg("member removed")
-		writeMembersJSON(w, http.StatusOK, map[string]any{"name": m.Name, "address": m.Addr, "id": idHex(m.ID), "removed": true})
+		admin.WriteValue(w, http.StatusOK, map[string]any{"name": m.Name, "address": m.Addr, "id": replication.FormatID(m.ID), "removed": true})
 	})
 	guarded := guard(mux)
 	if next == nil {
@@ -100,19 +101,5 @@ func writeChangeError(w http.ResponseWriter, err error) {
 	case errors.Is(err, context.Canceled):
 		return // the client went away
 	}
-	writeMembersError(w, status, err.Error())
+	admin.WriteError(w, &admin.Error{Status: status, Message: err.Error()})
 }
-
-func writeMembersError(w http.ResponseWriter, status int, msg string) {
-	writeMembersJSON(w, status, map[string]string{"error": msg})
-}
-
-func writeMembersJSON(w http.ResponseWriter, status int, v any) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func idHex(id uint64) string { return replication.FormatID(id) }

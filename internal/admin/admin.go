@@ -150,19 +150,19 @@ func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		slices.Sort(allow)
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeError(w, errorf(http.StatusMethodNotAllowed, "%s is not allowed here; use %s", r.Method, strings.Join(allow, " or ")))
+		WriteError(w, errorf(http.StatusMethodNotAllowed, "%s is not allowed here; use %s", r.Method, strings.Join(allow, " or ")))
 		return
 	}
 	var acc Access
 	if !m.open {
 		var err *Error
 		if acc, err = m.a.auth.Check(r); err != nil {
-			writeError(w, err)
+			WriteError(w, err)
 			return
 		}
 	}
 	if err := h(w, r, acc); err != nil {
-		writeError(w, err)
+		WriteError(w, err)
 	}
 }
 
@@ -188,7 +188,7 @@ func (a *API) routes() {
 		http.MethodGet: a.getJob, http.MethodDelete: a.deleteJob})
 	handle(v1+"/jobs/{id}/kick", false, map[string]handler{http.MethodPost: a.kickJob})
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, errorf(http.StatusNotFound, "no such endpoint: %s", r.URL.Path))
+		WriteError(w, errorf(http.StatusNotFound, "no such endpoint: %s", r.URL.Path))
 	})
 }
 

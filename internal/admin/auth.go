@@ -159,7 +159,7 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		acc, err := a.Check(r)
 		if err != nil {
-			writeError(w, err)
+			WriteError(w, err)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), accessKey{}, acc)))

@@ -114,7 +114,7 @@ func (c *clusterRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-timer.C:
-			writeError(w, c.unavailable(l, forwarded))
+			WriteError(w, c.unavailable(l, forwarded))
 			return
 		}
 	}
@@ -173,7 +173,7 @@ func (c *clusterRoute) watchLeader(ctx context.Context, cancel context.CancelCau
 // request is given up (503).
 func (c *clusterRoute) forward(w http.ResponseWriter, r *http.Request, l Leader, changed <-chan struct{}) {
 	if _, err := c.api.auth.Check(r); err != nil {
-		writeError(w, err)
+		WriteError(w, err)
 		return
 	}
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), forwardTo{}, l))
@@ -216,7 +216,7 @@ func (c *clusterRoute) proxyError(w http.ResponseWriter, r *http.Request, err er
 		e := errorf(http.StatusServiceUnavailable,
 			"the leader, %s, changed before it answered: a change may or may not have been made: look before trying again", l.Name)
 		e.RetryAfter = time.Second
-		writeError(w, e)
+		WriteError(w, e)
 		return
 	}
 	if errors.Is(err, context.Canceled) {
@@ -234,7 +234,7 @@ func (c *clusterRoute) proxyError(w http.ResponseWriter, r *http.Request, err er
 			l.Name, l.HTTP, errText(err))
 	}
 	e.RetryAfter = time.Second
-	writeError(w, e)
+	WriteError(w, e)
 }
 
 // errText is err's message without the proxy's repetition of the URL.

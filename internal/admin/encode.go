@@ -36,7 +36,7 @@ func errorf(status int, format string, args ...any) *Error {
 }
 
 // writeError answers err: an *Error as it says, anything else as 500.
-func writeError(w http.ResponseWriter, err error) {
+func WriteError(w http.ResponseWriter, err error) {
 	var e *Error
 	if !errors.As(err, &e) {
 		e = &Error{Status: http.StatusInternalServerError, Message: "admin: " + err.Error()}
@@ -63,10 +63,10 @@ func writeJSON(w http.ResponseWriter, status int, b []byte) {
 
 // writeValue sends v as JSON with encoding/json, for the small answers
 // whose keys are the API's own ({"kicked": 3}).
-func writeValue(w http.ResponseWriter, status int, v any) {
+func WriteValue(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		writeError(w, err)
+		WriteError(w, err)
 		return
 	}
 	writeJSON(w, status, append(b, '\n'))

@@ -194,7 +194,7 @@ func (a *API) deleteJob(w http.ResponseWriter, r *http.Request, _ Access) error 
 	if err := a.acknowledged(r.Context(), c); err != nil {
 		return err
 	}
-	writeValue(w, http.StatusOK, map[string]int{"deleted": 1})
+	WriteValue(w, http.StatusOK, map[string]int{"deleted": 1})
 	return nil
 }
 
@@ -218,7 +218,7 @@ func (a *API) kickJob(w http.ResponseWriter, r *http.Request, _ Access) error {
 	if err := a.acknowledged(r.Context(), c); err != nil {
 		return err
 	}
-	writeValue(w, http.StatusOK, map[string]int{"kicked": 1})
+	WriteValue(w, http.StatusOK, map[string]int{"kicked": 1})
 	return nil
 }
 

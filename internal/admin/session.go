@@ -40,7 +40,7 @@ func (a *API) getSession(w http.ResponseWriter, r *http.Request, _ Access) error
 	if err != nil {
 		clearSessionCookie(w, r)
 	}
-	writeValue(w, http.StatusOK, a.auth.state(acc, s))
+	WriteValue(w, http.StatusOK, a.auth.state(acc, s))
 	return nil
 }
 
@@ -92,7 +92,7 @@ func (a *API) login(w http.ResponseWriter, r *http.Request, _ Access) error {
 		SameSite: http.SameSiteStrictMode,
 		Secure:   r.TLS != nil,
 	})
-	writeValue(w, http.StatusOK, a.auth.state(Access{Authenticated: true, Session: true, Changes: true, Bodies: true}, s))
+	WriteValue(w, http.StatusOK, a.auth.state(Access{Authenticated: true, Session: true, Changes: true, Bodies: true}, s))
 	return nil
 }
 

@@ -132,7 +132,7 @@ func (a *API) putJob(w http.ResponseWriter, r *http.Request, _ Access) error {
 		return err
 	}
 	w.Header().Set("Location", fmt.Sprintf("/api/v1/jobs/%d", j.ID()))
-	writeValue(w, http.StatusCreated, map[string]uint64{"id": j.ID()})
+	WriteValue(w, http.StatusCreated, map[string]uint64{"id": j.ID()})
 	return nil
 }
 
@@ -193,7 +193,7 @@ func (a *API) kickTube(w http.ResponseWriter, r *http.Request, _ Access) error {
 	if err := a.acknowledged(r.Context(), c); err != nil {
 		return err
 	}
-	writeValue(w, http.StatusOK, map[string]int{"kicked": kicked})
+	WriteValue(w, http.StatusOK, map[string]int{"kicked": kicked})
 	return nil
 }
 
@@ -213,7 +213,7 @@ func (a *API) pauseTube(w http.ResponseWriter, r *http.Request, _ Access) error 
 	if !a.store().PauseTube(name, time.Duration(delay)*time.Second) {
 		return errNoTube(name)
 	}
-	writeValue(w, http.StatusOK, map[string]uint32{"paused": delay})
+	WriteValue(w, http.StatusOK, map[string]uint32{"paused": delay})
 	return nil
 }
 
@@ -263,6 +263,6 @@ func (a *API) clearTube(w http.ResponseWriter, r *http.Request, _ Access) error 
 	if err := a.acknowledged(r.Context(), c); err != nil {
 		return err
 	}
-	writeValue(w, http.StatusOK, map[string]int{"deleted": deleted})
+	WriteValue(w, http.StatusOK, map[string]int{"deleted": deleted})
 	return nil
 }
