@@ -125,23 +125,6 @@ func systemdHandedOver() bool {
 	return fds && os.Getenv("LISTEN_PID") == strconv.Itoa(os.Getpid())
 }
 
-// clientAddress is where the other members' proxies reach this one's
-// clients' port: the address it listens on, or, listening on every
-// interface, the host of its own --cluster-peers entry (a joining
-// member's --cluster-listen without one) with that port.
-func clientAddress(ln net.Addr, self replication.Member) string {
-	tcp, ok := ln.(*net.TCPAddr)
-	if !ok {
-		return ln.String()
-	}
-	port := strconv.Itoa(tcp.Port)
-	if tcp.IP == nil || tcp.IP.IsUnspecified() {
-		host, _, _ := net.SplitHostPort(self.Addr)
-		return net.JoinHostPort(host, port)
-	}
-	return net.JoinHostPort(tcp.IP.String(), port)
-}
-
 // member is this process as a cluster member: its node, its proxy to the
 // leader, and what it does when the node says to start again.
 type member struct {
@@ -182,8 +165,12 @@ func startMember(cfg *config, ln net.Listener, metrics replication.Observer, log
 	}
 	nc := *cfg.cluster
 	self := replication.Member{Name: nc.Node, Addr: nc.SelfAddr()}
-	nc.ClientAddr = clientAddress(ln.Addr(), self)
-	nc.HTTPAddr = httpAddress(cfg.httpAddr, self)
+	// Where the other members reach this one's clients' port and --http:
+	// as they listen, or, listening on every interface, at the host of
+	// its own --cluster-peers entry (a joining member's --cluster-listen
+	// without one); "" without --http.
+	nc.ClientAddr = replication.WithHost(ln.Addr().String(), self.Addr)
+	nc.HTTPAddr = replication.WithHost(cfg.httpAddr, self.Addr)
 	clog, err := newClusterLog(cfg, &nc, log)
 	if err != nil {
 		_ = ln.Close()

@@ -398,7 +398,7 @@ func TestHTTPAddress(t *testing.T) {
 		{"0.0.0.0:8080", "sprout-0.sprout:8080"},
 		{"[::]:8080", "sprout-0.sprout:8080"},
 	} {
-		if got := httpAddress(tc.flag, self); got != tc.want {
+		if got := replication.WithHost(tc.flag, self.Addr); got != tc.want {
 			t.Errorf("--http %q: %q, want %q", tc.flag, got, tc.want)
 		}
 	}

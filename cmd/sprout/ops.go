@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -126,21 +125,6 @@ func (c adminCluster) Leader() (admin.Leader, <-chan struct{}) {
 		}
 	}
 	return l, changed
-}
-
-// httpAddress is where the other members forward the admin API to this
-// one: --http, or, listening on every interface, the host of its own
-// --cluster-peers entry with that port; "" without --http.
-func httpAddress(addr string, self replication.Member) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return ""
-	}
-	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-		host, _, _ = net.SplitHostPort(self.Addr)
-		return net.JoinHostPort(host, port)
-	}
-	return addr
 }
 
 // stop shuts the side port down, after the engine: probes and scrapes are

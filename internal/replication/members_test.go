@@ -169,8 +169,8 @@ func TestWithHost(t *testing.T) {
 		{"", "10.0.0.4:11390", ""},
 		{":11300", "", ":11300"},
 	} {
-		if got := withHost(tc.addr, tc.via); got != tc.want {
-			t.Errorf("withHost(%q, %q) = %q, want %q", tc.addr, tc.via, got, tc.want)
+		if got := WithHost(tc.addr, tc.via); got != tc.want {
+			t.Errorf("WithHost(%q, %q) = %q, want %q", tc.addr, tc.via, got, tc.want)
 		}
 	}
 }

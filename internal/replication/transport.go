@@ -927,15 +927,15 @@ func newMemberTLS(cert tls.Certificate, ca *x509.CertPool) *memberTLS {
 // --cluster-peers does not name it) is taken from p's address in the
 // book, the one its addition recorded.
 func (p *peer) noteAddrs(in *hello) {
-	httpAddr, client := withHost(in.HTTP, p.Addr), withHost(in.Client, p.Addr)
+	httpAddr, client := WithHost(in.HTTP, p.Addr), WithHost(in.Client, p.Addr)
 	p.http.Store(&httpAddr) // before the client address, which the node watches for
 	p.client.Store(&client)
 }
 
-// withHost is addr with the host of via when addr's host is empty or
+// WithHost is addr with the host of via when addr's host is empty or
 // unspecified (0.0.0.0, ::); addr unchanged otherwise, or if either does
-// not parse.
-func withHost(addr, via string) string {
+// not parse. cmd/sprout gives its own client and --http addresses so.
+func WithHost(addr, via string) string {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return addr
