@@ -138,7 +138,11 @@
 // -f says (AsyncStorageWrites: a MsgStorageAppend is answered from the
 // log's OnDurable), so the group commit of a single node is the batching
 // of a member, and "a majority has it" means written and fsynced by a
-// majority. A write is never refused: on a full disk the log keeps trying
+// majority. A hard state that only raises the commit index is the one
+// write that asks for no fsync of its own (raft.MustSync: a member that
+// loses it learns the commit index again from the leader): it is written
+// unsynced (wal.Log.AppendGroupUnsynced) and the next fsync covers it, so
+// commit updates do not put a second fsync between a member's appends. A write is never refused: on a full disk the log keeps trying
 // and nothing after the write becomes durable meanwhile (so nothing is
 // acknowledged), and the leader's journal refuses every record but
 // deletes, as a single node does, while the log says it is full. The

@@ -564,13 +564,19 @@ func (l *WALLog) evictLocked() {
 	}
 }
 
-// SetHardState implements Log.
+// SetHardState implements Log. A hard state that keeps the term and vote
+// and only raises the commit index asks for no fsync of its own (raft's
+// MustSync): a crash may lose it, and the member then learns the commit
+// index again from the leader. OnDurable does not wait for it, so a
+// member's commit updates do not queue another fsync between two of its
+// appends.
 func (l *WALLog) SetHardState(hs *pb.HardState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	lazy := !raft.MustSync(hs, l.hs, 0)
 	l.hs = proto.Clone(hs).(*pb.HardState)
 	l.frame = appendHardState(l.frame[:0], l.hs)
-	l.appendStateLocked(l.frame, 0)
+	l.appendStateLazyLocked(l.frame, 0, lazy)
 }
 
 // InstallSnapshot implements Log: the snapshot's records, then its
@@ -624,12 +630,25 @@ func (l *WALLog) placeBaseLocked() {
 // begun after the group with the checkpoint before it would end a replay
 // with the older state: a term or vote gone back.
 func (l *WALLog) appendStateLocked(frames []byte, maxID uint64) uint32 {
+	return l.appendStateLazyLocked(frames, maxID, false)
+}
+
+// appendStateLazyLocked is appendStateLocked; a lazy group asks for no
+// fsync (wal.Log.AppendGroupUnsynced), and OnDurable does not wait for it.
+func (l *WALLog) appendStateLazyLocked(frames []byte, maxID uint64, lazy bool) uint32 {
 	l.cp = l.appendCheckpoint(l.cp[:0])
-	lsn, seg, _, err := l.wal.AppendGroupCheckpoint(len(frames), func(b []byte) []byte { return append(b, frames...) }, maxID, l.cp)
+	appendGroup := l.wal.AppendGroupCheckpoint
+	if lazy {
+		appendGroup = l.wal.AppendGroupUnsynced
+	}
+	lsn, seg, _, err := appendGroup(len(frames), func(b []byte) []byte { return append(b, frames...) }, maxID, l.cp)
 	if err != nil {
 		panic(fmt.Sprintf("replication: writing to the log: %v", err))
 	}
-	l.lastLSN, l.lastSeg = lsn, seg
+	if !lazy {
+		l.lastLSN = lsn
+	}
+	l.lastSeg = seg
 	return seg
 }
 

@@ -611,6 +611,55 @@ func TestWALLogGroupCommit(t *testing.T) {
 	}
 }
 
+// TestWALLogCommitNeedsNoFsync: a hard state that only raises the commit
+// index (raft.MustSync) is written without an fsync of its own: OnDurable
+// after it waits for nothing more, and the next append's fsync covers
+// it; a new term is fsynced. Close leaves the last commit on disk.
+func TestWALLogCommitNeedsNoFsync(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testWALConfig(dir, []uint64{1}, 0)
+	obs := &syncCounter{}
+	cfg.Wal.Observer = obs
+	l := openWAL(t, cfg)
+	// durable waits for OnDurable, then for the writer to have counted
+	// the fsyncs it made (it reports one after releasing its waiters),
+	// and returns them.
+	durable := func() int {
+		t.Helper()
+		awaitDurable(t, l)
+		time.Sleep(100 * time.Millisecond)
+		syncs, _ := obs.counts()
+		return syncs
+	}
+	l.SetHardState(&pb.HardState{Term: new(uint64(1)), Vote: new(uint64(1)), Commit: new(uint64(1))})
+	l.Append([]*pb.Entry{entry(2, 1, full(1, 1))})
+	base := durable()
+	l.SetHardState(&pb.HardState{Term: new(uint64(1)), Vote: new(uint64(1)), Commit: new(uint64(2))})
+	if got := durable(); got != base {
+		t.Errorf("a commit-only hard state took %d fsyncs, want none", got-base)
+	}
+	l.Append([]*pb.Entry{entry(3, 1, full(2, 2))})
+	if got := durable(); got != base+1 {
+		t.Errorf("the next append took %d fsyncs, want 1", got-base)
+	}
+	l.SetHardState(&pb.HardState{Term: new(uint64(2)), Vote: new(uint64(0)), Commit: new(uint64(3))})
+	if got := durable(); got != base+2 {
+		t.Errorf("a new term took %d fsyncs, want 1", got-base-1)
+	}
+	l.SetHardState(&pb.HardState{Term: new(uint64(2)), Vote: new(uint64(0)), Commit: new(uint64(3))})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openWAL(t, testWALConfig(dir, []uint64{1}, 0))
+	hs, _, err := l.InitialState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs.GetTerm() != 2 || hs.GetCommit() != 3 {
+		t.Errorf("after Close: term %d commit %d, want 2 and 3", hs.GetTerm(), hs.GetCommit())
+	}
+}
+
 // framesOf lists the frames of the log in dir, as replay finds them.
 func framesOf(t testing.TB, dir string) []wal.Frame {
 	t.Helper()

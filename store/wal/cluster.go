@@ -271,8 +271,22 @@ func (l *Log) AppendGroup(size int, encode func([]byte) []byte, maxID uint64) (l
 // after the group, and a replay of that segment would end with the older
 // state.
 func (l *Log) AppendGroupCheckpoint(size int, encode func([]byte) []byte, maxID uint64, checkpoint []byte) (lsn uint64, seg uint32, off int64, err error) {
+	return l.appendGroup(size, encode, maxID, checkpoint, false)
+}
+
+// AppendGroupUnsynced is AppendGroupCheckpoint for a group that asks for
+// no fsync of its own: it is written with the others, and durable once an
+// fsync something else asks for covers it (a later group's, compaction's,
+// Close's). For what a crash may lose without harm, such as a hard state
+// that only raises the commit index; an idle log may hold it unsynced
+// until Close.
+func (l *Log) AppendGroupUnsynced(size int, encode func([]byte) []byte, maxID uint64, checkpoint []byte) (lsn uint64, seg uint32, off int64, err error) {
+	return l.appendGroup(size, encode, maxID, checkpoint, true)
+}
+
+func (l *Log) appendGroup(size int, encode func([]byte) []byte, maxID uint64, checkpoint []byte, lazy bool) (lsn uint64, seg uint32, off int64, err error) {
 	l.mu.Lock()
-	lsn, seg, off, err = l.core.appendGroup(int64(size), encode, maxID)
+	lsn, seg, off, err = l.core.appendGroup(int64(size), encode, maxID, lazy)
 	if err == nil && checkpoint != nil {
 		l.core.checkpoint = append(l.core.checkpoint[:0], checkpoint...)
 	}

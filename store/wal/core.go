@@ -83,13 +83,18 @@ type core struct {
 	disk  int64 // bytes the segments take on disk
 
 	// Writing: the batch taken from pending, as the extents still to write.
-	batch      []chunk
-	writes     []extent
-	head       int    // writes before it are done
-	headers    []byte // the header ids the writes point into
-	writing    uint32 // the segment last handed out to write to
-	written    uint64 // LSN written
-	writeRetry backoff
+	batch   []chunk
+	writes  []extent
+	head    int    // writes before it are done
+	headers []byte // the header ids the writes point into
+	writing uint32 // the segment last handed out to write to
+	written uint64 // LSN written
+	// writtenEager is the LSN after the last byte written that asks for
+	// an fsync: every append's but a cluster log's unsynced groups
+	// (appendGroup's lazy), which become durable with the next fsync
+	// something else asks for.
+	writtenEager uint64
+	writeRetry   backoff
 
 	// Syncing. At most one fsync is in flight, on the shell's goroutine,
 	// while the writer goes on writing (see doc.go).
@@ -199,6 +204,7 @@ type chunk struct {
 	seg     *segState
 	b       []byte
 	end     uint64 // LSN after this chunk
+	eager   uint64 // LSN after its last byte that asks for an fsync; 0: none
 	records int    // records in b
 }
 
@@ -323,7 +329,7 @@ func (c *core) append(r *Record, prev Loc) (lsn uint64, loc Loc, err error) {
 	ch.records++
 	c.curSize += size
 	c.appended += uint64(size)
-	ch.end = c.appended
+	ch.end, ch.eager = c.appended, c.appended
 	c.records++
 	c.sawID(r.ID)
 	if r.Kind == KindFull {
@@ -370,9 +376,10 @@ func (c *core) chunk() *chunk {
 
 // appendGroup appends a cluster log's frames, size bytes that encode
 // appends to a buffer, to one segment, and returns their LSN, segment and
-// offset there; maxID is the highest job id they name. It is never
-// refused but after Close (doc.go, "Cluster mode").
-func (c *core) appendGroup(size int64, encode func([]byte) []byte, maxID uint64) (lsn uint64, seq uint32, off int64, err error) {
+// offset there; maxID is the highest job id they name. A lazy group asks
+// for no fsync of its own. It is never refused but after Close (doc.go,
+// "Cluster mode").
+func (c *core) appendGroup(size int64, encode func([]byte) []byte, maxID uint64, lazy bool) (lsn uint64, seq uint32, off int64, err error) {
 	if c.closing {
 		return 0, 0, 0, errClosed
 	}
@@ -388,6 +395,9 @@ func (c *core) appendGroup(size int64, encode func([]byte) []byte, maxID uint64)
 	c.curSize += size
 	c.appended += uint64(size)
 	ch.end = c.appended
+	if !lazy {
+		ch.eager = c.appended
+	}
 	c.records++
 	c.sawID(maxID)
 	return c.appended, c.cur.seq, off, nil
@@ -489,7 +499,8 @@ func (c *core) writeDone(now time.Duration, n int64, err error) {
 			break
 		}
 		if e.chunk >= 0 {
-			c.written = c.batch[e.chunk].end
+			ch := &c.batch[e.chunk]
+			c.written, c.writtenEager = ch.end, max(c.writtenEager, ch.eager)
 		}
 	}
 	if c.unsyncedBytes > c.policy.maxUnsynced && !c.backlog {
@@ -918,6 +929,8 @@ func (c *core) syncWanted(now time.Duration) bool {
 		return true
 	case c.policy.noSync:
 		return false
+	case c.synced >= c.writtenEager:
+		return false // only unsynced groups written since the last fsync
 	case c.policy.syncEvery <= 0:
 		return true
 	}

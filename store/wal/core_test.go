@@ -1164,3 +1164,48 @@ func TestCoreAllocs(t *testing.T) {
 		t.Errorf("%v allocations per turn of 100 appends", n)
 	}
 }
+
+// TestCoreUnsyncedGroup: a cluster log's group that asks for no fsync
+// (a hard state raising only the commit index) is written, but hands out
+// no fsync of its own; the next group that asks for one covers it, and a
+// waiter on it is released then.
+func TestCoreUnsyncedGroup(t *testing.T) {
+	h := newHarness(t, testPolicy(), nil).withSpare()
+	group := func(lazy bool) uint64 {
+		t.Helper()
+		frame := strings.Repeat("g", 50)
+		lsn, _, _, err := h.c.appendGroup(int64(len(frame)), func(b []byte) []byte { return append(b, frame...) }, 0, lazy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lsn
+	}
+	var first, lazy, next bool
+	h.wait(group(false), &first)
+	h.expect("header 1 id=0, write 1@24+50")
+	h.wrote()
+	h.expect("observe 50B 1rec", "sync [1]")
+	h.synced()
+	h.expect("publish 50 +1", "turn")
+	h.release()
+
+	h.wait(group(true), &lazy)
+	h.expect("write 1@74+50")
+	h.wrote()
+	h.expect("observe 50B 1rec") // and no fsync
+	h.expect()
+	if lazy {
+		t.Fatal("an unsynced group was taken for durable before any fsync")
+	}
+
+	h.wait(group(false), &next)
+	h.expect("write 1@124+50")
+	h.wrote()
+	h.expect("observe 50B 1rec", "sync [1]")
+	h.synced()
+	h.expect("publish 150 +2", "turn")
+	h.release()
+	if !lazy || !next {
+		t.Errorf("released unsynced %v, next %v; want both", lazy, next)
+	}
+}

@@ -183,7 +183,11 @@
 //     read it back later (ReadFrame). A group is never refused: a member
 //     that cannot write keeps trying (the writer's retries), and nothing
 //     after it becomes durable meanwhile. Durable means written and
-//     fsynced, whatever -f says (OnDurable is -f 0's).
+//     fsynced, whatever -f says (OnDurable is -f 0's). A group the
+//     cluster log may lose in a crash (a hard state that only raises the
+//     commit index) is appended unsynced (AppendGroupUnsynced): written
+//     with the others, it asks for no fsync, and becomes durable with the
+//     next one that a synced group, compaction or Close asks for.
 //   - Checkpoints. Every segment begins with the checkpoint frame the
 //     cluster log last gave (SetCheckpoint: the member's identity, its
 //     hard state and membership), written as the segment's first frame
