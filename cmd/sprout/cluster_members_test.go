@@ -271,12 +271,17 @@ func TestClusterMembershipChanges(t *testing.T) {
 	}
 	awaitExit(t, gone, exitRemoved, 10*time.Second)
 
-	// The leader removes itself: it exits, the others elect a leader.
+	// The leader removes itself: it hands the leadership over to a member
+	// with its whole log as it leaves, and exits.
 	if status, out := memberReq(t, l, http.MethodDelete, "/cluster/members/"+l.name, testAdminToken, nil); status != http.StatusOK {
 		t.Fatalf("the leader %s removing itself: %d %v", l.name, status, out)
 	}
 	awaitExit(t, l, exitRemoved, 10*time.Second)
 	next := c.awaitServing(20 * time.Second)
+	handed := regexp.MustCompile(`"to":"([^"]+)".*handed the leadership over`).FindStringSubmatch(l.proc.Output())
+	if handed == nil || handed[1] != next.name {
+		t.Errorf("the removed leader did not hand the leadership to %s, which serves (%q):\n%s", next.name, handed, l.proc.Output())
+	}
 	putThrough(t, 10*time.Second, "after the leader left", c.up()...)
 	c.awaitJobs(20*time.Second, jobs+1)
 	var left []string

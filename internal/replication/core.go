@@ -114,6 +114,9 @@ type Core struct {
 	// snapBook is the book that came with the last snapshot stepped in
 	// (its MsgSnap's Context), taken when the snapshot is installed.
 	snapBook *Book
+	// timeoutNow is a MsgTimeoutNow stepped in, held until the entries
+	// that came before it are applied (Step).
+	timeoutNow *pb.Message
 
 	applied uint64        // the last entry handed to the store (or skipped)
 	scratch []wal.Record  // for checking peers' records
@@ -293,6 +296,14 @@ func (c *Core) Step(m *pb.Message) error {
 	if _, voter := c.heard[m.GetFrom()]; voter && c.leading != 0 && m.GetTerm() == c.leading {
 		c.heard[m.GetFrom()] = c.ticks
 	}
+	if m.GetType() == pb.MsgTimeoutNow {
+		// A leader handing over as it leaves (handOver) sends this with
+		// the commit of its removal, and raft does not campaign while a
+		// committed membership change is not applied: Ready steps it once
+		// the entries stepped before it are.
+		c.timeoutNow = m
+		return nil
+	}
 	if err := c.rn.Step(m); !errors.Is(err, raft.ErrStepPeerNotFound) {
 		return err
 	}
@@ -437,6 +448,11 @@ func (c *Core) Ready() []Action {
 			c.handle(c.rn.Ready())
 			continue
 		}
+		if m := c.timeoutNow; m != nil {
+			c.timeoutNow = nil
+			_ = c.rn.Step(m)
+			continue
+		}
 		if !c.propose() {
 			break
 		}
@@ -454,6 +470,18 @@ func (c *Core) handle(rd raft.Ready) {
 	if rd.SoftState != nil {
 		c.leadership(rd.SoftState.RaftState)
 		if c.stopped {
+			// Nothing more is written or applied, but raft's messages to
+			// peers still go, before the rebuild: among them a removed
+			// leader's handover (handOver).
+			var sends []*pb.Message
+			for _, m := range rd.Messages {
+				if !raft.IsLocalMsgTarget(m.GetTo()) {
+					sends = append(sends, m)
+				}
+			}
+			if len(sends) > 0 {
+				c.out = slices.Insert(c.out, len(c.out)-1, Action{Kind: ActSend, Messages: sends})
+			}
 			return
 		}
 	}
@@ -614,6 +642,7 @@ func (c *Core) applyChange(e *pb.Entry) (Action, bool) {
 		panic(fmt.Sprintf("replication: committed entry %d: %v", e.GetIndex(), err))
 	}
 	v2 := cc.AsV2()
+	c.handOver(v2)
 	cs := c.rn.ApplyConfChange(cc)
 	for _, ch := range v2.GetChanges() {
 		id := ch.GetNodeId()
@@ -641,6 +670,34 @@ func (c *Core) applyChange(e *pb.Entry) (Action, bool) {
 		}
 	}
 	return Action{Kind: ActMembership, ConfState: cs, Book: c.book.clone(), Index: e.GetIndex()}, true
+}
+
+// handOver: a leader about to apply its own removal hands leadership to
+// the voter with the most of its log, so the others need not wait an
+// election timeout to find it gone. Raft sends that voter a MsgTimeoutNow
+// at once if it has the whole log (else nothing: the election is the
+// fallback), and the message survives the step down that applying the
+// removal makes (StepDownOnRemoval); the voter campaigns on it.
+func (c *Core) handOver(cc *pb.ConfChangeV2) {
+	if c.leading == 0 {
+		return
+	}
+	removed := false
+	for _, ch := range cc.GetChanges() {
+		removed = removed || ch.GetType() == pb.ConfChangeRemoveNode && ch.GetNodeId() == c.id
+	}
+	if !removed {
+		return
+	}
+	var to, best uint64
+	for id, pr := range c.rn.Status().Progress {
+		if id != c.id && !pr.IsLearner && pr.Match >= best {
+			to, best = id, pr.Match
+		}
+	}
+	if to != 0 {
+		c.rn.TransferLeader(to)
+	}
 }
 
 // decodeChange reads a membership change's entry: the change, and the

@@ -390,10 +390,19 @@
 // starts on a log whose membership no longer holds it: cmd/sprout exits
 // with one line (status 12). The leader removing itself keeps leading
 // until the change applies, then steps down (raft's StepDownOnRemoval)
-// and stops as any removed member does, its clients' connections closed:
-// the others elect a leader within an election timeout, as after a
-// failure, and clients reconnect. (Transferring the leadership first
-// would spare that timeout: not yet.)
+// and stops as any removed member does, its clients' connections closed,
+// and clients reconnect. It hands the leadership over as it goes, so the
+// others need not wait an election timeout to find it gone: just before
+// applying its removal it asks raft to transfer leadership to the voter
+// with the most of its log (Core.handOver), and raft sends that voter a
+// MsgTimeoutNow at once if it holds the whole log. The message outlives
+// the step down and is sent before the member stops (Node.sendLast; the
+// transport is drained for a tick before it closes). The voter gets it
+// with the commit of the removal, and raft does not campaign while a
+// committed membership change is unapplied: its core holds the message
+// until the entries stepped before it are applied, then campaigns. A
+// voter without the whole log gets nothing, and the election timeout is
+// the fallback.
 //
 // Replacing a member whose directory was emptied: remove it, then add it
 // again under the same name (a new id) and start it with the join string

@@ -471,7 +471,12 @@ func (n *Node) Journal() *Journal { return n.journal }
 // actions.
 func (n *Node) run() {
 	defer close(n.done)
-	defer n.transport.close()
+	defer func() {
+		if errors.Is(n.lost, ErrRemoved) {
+			n.transport.drain(n.cfg.Tick) // sendLast's messages
+		}
+		n.transport.close()
+	}()
 	defer close(n.halted)
 	ticker := time.NewTicker(n.cfg.Tick)
 	defer ticker.Stop()
@@ -576,9 +581,32 @@ func (n *Node) process() bool {
 			}
 			return false
 		}
-		for _, a := range acts {
+		for i, a := range acts {
 			if n.do(a) {
+				n.sendLast(acts[i+1:])
 				return true
+			}
+		}
+	}
+}
+
+// sendLast sends the messages among the actions left when the member
+// stopped, if it stopped because it was removed: a removed leader hands
+// its leadership over (Core.handOver) in the round that applies its
+// removal, after the removal's ActMembership. run lets them go out
+// before it closes the transport.
+func (n *Node) sendLast(rest []Action) {
+	if !errors.Is(n.lost, ErrRemoved) {
+		return
+	}
+	for _, a := range rest {
+		if a.Kind != ActSend {
+			continue
+		}
+		n.transport.send(a.Messages)
+		for _, m := range a.Messages {
+			if m.GetType() == pb.MsgTimeoutNow {
+				n.logger.Info().Str("to", n.nameOf(m.GetTo())).Msg("removed while leading: handed the leadership over")
 			}
 		}
 	}

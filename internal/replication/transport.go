@@ -134,6 +134,9 @@ type transport struct {
 	sent, received, dropped        atomic.Uint64
 	connects, refused, tlsRefused  atomic.Uint64
 	snapSent, snapFailed, snapRecv atomic.Uint64
+	// unflushed counts the messages queued and not yet written out (or
+	// dropped): what drain waits for.
+	unflushed atomic.Int64
 }
 
 // peer is another member as the transport sees it.
@@ -279,6 +282,16 @@ func (t *transport) close() {
 	t.wg.Wait()
 }
 
+// drain waits, up to timeout, for every message queued to have been
+// written to its peer's connection: a member about to stop lets its last
+// messages go (a removed leader's handover).
+func (t *transport) drain(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for t.unflushed.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // track notes an open connection so close can close it; false (and the
 // connection closed) if the transport is closed already.
 func (t *transport) track(c net.Conn) bool {
@@ -330,6 +343,7 @@ func (t *transport) send(msgs []*pb.Message) {
 		default:
 			select {
 			case p.queue <- m:
+				t.unflushed.Add(1)
 			default:
 				t.dropped.Add(1)
 				t.cfg.unreachable(p.ID)
@@ -437,7 +451,9 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 		case <-p.ctx.Done():
 			return nil
 		}
+		taken := int64(0)
 		for m != nil {
+			taken++
 			if err := conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
 				return err
 			}
@@ -467,6 +483,7 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 		if err := w.Flush(); err != nil {
 			return err
 		}
+		t.unflushed.Add(-taken)
 		if cap(buf) > 1<<20 {
 			buf = nil
 		}
