@@ -41,6 +41,9 @@ const (
 	// chunk, and its sender for the verdict.
 	snapshotIdle = 10 * time.Second
 	keepAlive    = 5 * time.Second
+	// removedGrace is how long a removed peer's inbound connection is
+	// still read: its last messages follow the commit of its removal.
+	removedGrace = 500 * time.Millisecond
 
 	minBackoff = 50 * time.Millisecond
 	maxBackoff = time.Second
@@ -236,8 +239,10 @@ func (t *transport) removePeer(id uint64) {
 	}
 }
 
-// removeLocked drops p: its goroutines end, its inbound connection
-// closes. t.mu must be held.
+// removeLocked drops p: its goroutines end, and its inbound connection
+// closes after removedGrace, so what it sent after the removal's commit
+// still arrives (a removed leader's handover, Core.handOver). t.mu must
+// be held.
 func (t *transport) removeLocked(p *peer) {
 	delete(t.peers, p.ID)
 	if t.byName[p.Name] == p {
@@ -245,7 +250,7 @@ func (t *transport) removeLocked(p *peer) {
 	}
 	p.cancel()
 	if c := t.inbound[p.Name]; c != nil {
-		_ = c.Close()
+		time.AfterFunc(removedGrace, func() { _ = c.Close() })
 	}
 }
 
