@@ -269,6 +269,11 @@ func TestNodeMembership(t *testing.T) {
 			follower = n
 		}
 	}
+	// A follower drops a proposal while it knows no leader: this one may
+	// not have heard from it yet (the acknowledgement needed the other).
+	testproc.WaitFor(t, 10*time.Second, follower.Name()+" knowing the leader", func() bool {
+		return follower.Status().Leader == leader.Name()
+	})
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
