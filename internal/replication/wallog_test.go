@@ -594,14 +594,20 @@ func TestWALLogGroupCommit(t *testing.T) {
 			durable <- i
 		})
 	}
-	for i := range n {
+	// Each write is reported once. Not necessarily in order: a callback
+	// asked for once its write is durable runs at once, on the caller's
+	// goroutine, while the writer may still be running earlier ones that
+	// the same fsync released (the node keeps the highest reported).
+	seen := make(map[int]bool)
+	for range n {
 		select {
 		case got := <-durable:
-			if got != i {
-				t.Fatalf("write %d reported durable before write %d", got, i)
+			if seen[got] {
+				t.Fatalf("write %d reported durable twice", got)
 			}
+			seen[got] = true
 		case <-time.After(10 * time.Second):
-			t.Fatalf("write %d not durable within 10 s", i)
+			t.Fatalf("%d writes of %d not durable within 10 s", n-len(seen), n)
 		}
 	}
 	syncs, batches := obs.counts()
