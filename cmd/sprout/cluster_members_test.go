@@ -32,26 +32,11 @@ const testAdminToken = "membership-test-token-0123456789"
 // none) and returns the status and the JSON answer.
 func memberReq(t *testing.T, m *testMember, method, path, token string, body any) (int, map[string]any) {
 	t.Helper()
-	var in bytes.Buffer
-	if body != nil {
-		_ = json.NewEncoder(&in).Encode(body)
-	}
-	req, err := http.NewRequest(method, "http://"+m.httpAddr+path, &in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	client := &http.Client{Timeout: 30 * time.Second}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s on %s: %v", method, path, m.name, err)
-	}
-	defer resp.Body.Close()
+	r := testproc.DoAPI(t, testproc.APIRequest{Method: method, URL: "http://" + m.httpAddr + path, Body: body,
+		Bearer: token, Timeout: 30 * time.Second})
 	var out map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&out)
-	return resp.StatusCode, out
+	_ = json.Unmarshal(r.Body, &out)
+	return r.Status, out
 }
 
 // join adds m through via (as a learner) and starts it with the join

@@ -53,40 +53,9 @@ func (r apiReply) object(t *testing.T) map[string]any {
 // do sends method path to m's --http, body (if not nil) as JSON.
 func (c apiClient) do(m *testMember, method, path string, body any) apiReply {
 	c.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, "http://"+m.httpAddr+path, rd)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+c.bearer)
-	}
-	if c.cookie != nil {
-		req.AddCookie(c.cookie)
-	}
-	if c.csrf != "" {
-		req.Header.Set(admin.CSRFHeader, c.csrf)
-	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-	if err != nil {
-		c.t.Fatalf("%s %s on %s: %v", method, path, m.name, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return apiReply{status: resp.StatusCode, header: resp.Header, body: b}
+	r := testproc.DoAPI(c.t, testproc.APIRequest{Method: method, URL: "http://" + m.httpAddr + path, Body: body,
+		Bearer: c.bearer, Cookie: c.cookie, CSRF: c.csrf, Timeout: 10 * time.Second})
+	return apiReply{status: r.Status, header: r.Header, body: r.Body}
 }
 
 // ok sends a request that must answer want, and decodes its object.

@@ -3,7 +3,6 @@ package admin_test
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -74,47 +73,9 @@ func (r reply) object(t *testing.T) map[string]any {
 // do sends a request; body, if not nil, is sent as JSON (a string as is).
 func (c *client) do(method, path string, body any) reply {
 	c.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		raw, err := json.Marshal(b)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, c.base+path, rd)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+c.bearer)
-	}
-	if c.cookie != nil {
-		req.AddCookie(c.cookie)
-	}
-	if c.csrf != "" {
-		req.Header.Set("X-CSRF-Token", c.csrf)
-	}
-	for k, v := range c.header {
-		req.Header[k] = v
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return reply{status: resp.StatusCode, header: resp.Header, body: b}
+	r := testproc.DoAPI(c.t, testproc.APIRequest{Method: method, URL: c.base + path, Body: body,
+		Bearer: c.bearer, Cookie: c.cookie, CSRF: c.csrf, Header: c.header})
+	return reply{status: r.Status, header: r.Header, body: r.Body}
 }
 
 // ok sends a request that must answer want, and decodes its object.

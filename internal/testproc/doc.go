@@ -23,6 +23,9 @@
 // a data race fails when it ends, with the report. The benchmarks build the
 // server without it (BuildSprout), as make builds bin/sprout.
 //
+// DoAPI is the one HTTP API client of the tests: one request, JSON body,
+// bearer token, session cookie and CSRF token, the whole answer read.
+//
 // Conn is the one wire client: commands are buffered and flushed at once,
 // so callers pipeline; replies are read into Reply (a kind, a number, the
 // line and the body) without allocating, which the load generator needs, or
