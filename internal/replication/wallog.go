@@ -576,7 +576,7 @@ func (l *WALLog) SetHardState(hs *pb.HardState) {
 	lazy := !raft.MustSync(hs, l.hs, 0)
 	l.hs = proto.Clone(hs).(*pb.HardState)
 	l.frame = appendHardState(l.frame[:0], l.hs)
-	l.appendStateLazyLocked(l.frame, 0, lazy)
+	l.appendStateLocked(l.frame, 0, lazy)
 }
 
 // InstallSnapshot implements Log: the snapshot's records, then its
@@ -590,7 +590,7 @@ func (l *WALLog) InstallSnapshot(snap *pb.Snapshot) {
 	data := snap.GetData()
 	l.installedLocked(md)
 	frames := appendSnapshot(nil, index, md.GetTerm(), l.cs, data)
-	seg := l.appendStateLocked(frames, maxID(data))
+	seg := l.appendStateLocked(frames, maxID(data), false)
 	l.truncateLocked(l.prevIndex + 1)
 	l.base, l.baseIndex, l.baseSeg, l.idFloor = data, index, seg, 0
 	l.prevIndex, l.prevTerm, l.ents = index, md.GetTerm(), nil
@@ -628,14 +628,10 @@ func (l *WALLog) placeBaseLocked() {
 // returns its segment. The two go in one call: the wal's writer may move
 // to a new segment at any time (wal.Log.AppendGroupCheckpoint), and one
 // begun after the group with the checkpoint before it would end a replay
-// with the older state: a term or vote gone back.
-func (l *WALLog) appendStateLocked(frames []byte, maxID uint64) uint32 {
-	return l.appendStateLazyLocked(frames, maxID, false)
-}
-
-// appendStateLazyLocked is appendStateLocked; a lazy group asks for no
-// fsync (wal.Log.AppendGroupUnsynced), and OnDurable does not wait for it.
-func (l *WALLog) appendStateLazyLocked(frames []byte, maxID uint64, lazy bool) uint32 {
+// with the older state: a term or vote gone back. A lazy group asks for
+// no fsync (wal.Log.AppendGroupUnsynced), and OnDurable does not wait for
+// it.
+func (l *WALLog) appendStateLocked(frames []byte, maxID uint64, lazy bool) uint32 {
 	l.cp = l.appendCheckpoint(l.cp[:0])
 	appendGroup := l.wal.AppendGroupCheckpoint
 	if lazy {
@@ -823,7 +819,7 @@ func (l *WALLog) SetMembership(cs *pb.ConfState, b Book) {
 	defer l.mu.Unlock()
 	l.setMembershipLocked(cs, b)
 	l.frame = l.appendCheckpoint(l.frame[:0])
-	l.appendStateLocked(l.frame, 0)
+	l.appendStateLocked(l.frame, 0, false)
 }
 
 // Membership implements Log.
