@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,9 +139,6 @@ type transport struct {
 	sent, received, dropped        atomic.Uint64
 	connects, refused, tlsRefused  atomic.Uint64
 	snapSent, snapFailed, snapRecv atomic.Uint64
-	// unflushed counts the messages queued and not yet written out (or
-	// dropped): what drain waits for.
-	unflushed atomic.Int64
 }
 
 // peer is another member as the transport sees it.
@@ -153,6 +152,9 @@ type peer struct {
 	everUp atomic.Bool            // one was, once
 	// cut drops every message to and from it: the tests' partition.
 	cut atomic.Bool
+	// unsent counts its messages queued and not yet written out (or
+	// dropped, or lost with a broken connection): what drain waits for.
+	unsent atomic.Int64
 	// ctx ends its goroutines: cancelled when it is removed, or the
 	// transport closes. Immutable.
 	ctx    context.Context
@@ -287,13 +289,18 @@ func (t *transport) close() {
 	t.wg.Wait()
 }
 
-// drain waits, up to timeout, for every message queued to have been
-// written to its peer's connection: a member about to stop lets its last
+// drain waits, up to timeout, for every message queued to a peer to have
+// been written to its connection: a member about to stop lets its last
 // messages go (a removed leader's handover).
 func (t *transport) drain(timeout time.Duration) {
+	t.mu.Lock()
+	peers := slices.Collect(maps.Values(t.peers))
+	t.mu.Unlock()
 	deadline := time.Now().Add(timeout)
-	for t.unflushed.Load() > 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	for _, p := range peers {
+		for p.unsent.Load() > 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
 	}
 }
 
@@ -348,7 +355,7 @@ func (t *transport) send(msgs []*pb.Message) {
 		default:
 			select {
 			case p.queue <- m:
-				t.unflushed.Add(1)
+				p.unsent.Add(1)
 			default:
 				t.dropped.Add(1)
 				t.cfg.unreachable(p.ID)
@@ -447,6 +454,10 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 	}()
 	w := bufio.NewWriterSize(conn, 64<<10)
 	var buf []byte
+	// taken counts the messages taken from the queue and not yet
+	// flushed: unsent until then, and lost if the connection breaks.
+	taken := int64(0)
+	defer func() { p.unsent.Add(-taken) }()
 	for {
 		var m *pb.Message
 		select {
@@ -456,7 +467,6 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 		case <-p.ctx.Done():
 			return nil
 		}
-		taken := int64(0)
 		for m != nil {
 			taken++
 			if err := conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
@@ -488,7 +498,8 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		t.unflushed.Add(-taken)
+		p.unsent.Add(-taken)
+		taken = 0
 		if cap(buf) > 1<<20 {
 			buf = nil
 		}
