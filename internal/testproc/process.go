@@ -246,15 +246,35 @@ func Probe(addr string, timeout time.Duration) error {
 	return nil
 }
 
-// FreePort asks the kernel for an unused TCP port on 127.0.0.1.
+// FreePort asks the kernel for an unused TCP port on 127.0.0.1, and never
+// returns one it returned before in this process: the port is free only
+// until someone binds it, and a server given a port may not have bound it
+// yet (a cluster member not started, or restarting) when the kernel
+// offers the same port again. A test once saw one member's client port
+// taken by another member for its --http.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %v", err)
+	handedOut.mu.Lock()
+	defer handedOut.mu.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("finding a free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("finding a free port: the kernel offered only ports handed out before")
 }
+
+// handedOut is the ports FreePort returned.
+var handedOut = struct {
+	mu    sync.Mutex
+	ports map[int]bool
+}{ports: make(map[int]bool)}
 
 // String returns the command line, for messages.
 func (p *Process) String() string { return strings.Join(p.cmd.Args, " ") }

@@ -149,3 +149,19 @@ func TestSproutBinaryRace(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { Main(m) }
+
+// TestFreePortNeverRepeats: FreePort never hands out a port twice in one
+// process, even though the kernel may offer a closed one again.
+func TestFreePortNeverRepeats(t *testing.T) {
+	seen := make(map[int]bool)
+	for range 2000 {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[port] {
+			t.Fatalf("port %d handed out twice", port)
+		}
+		seen[port] = true
+	}
+}
