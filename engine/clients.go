@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	"github.com/panjf2000/gnet/v2"
-
-	"github.com/sproutmq/sprout/store"
 )
 
 // ErrNoRoute is what CloseClients returns on a server without a Route: it
@@ -47,23 +45,4 @@ func (s *Server) CloseClients(ctx context.Context) error {
 		}
 	}
 	return pollUntil(ctx, func() bool { return s.conns.current.Load() == 0 })
-}
-
-// SetStore makes st the store every new session uses, and the one stats,
-// draining and shutdown read. Sessions already open keep their client of
-// the old store, so it may only be called while none is open: a cluster
-// member replaces a follower's store when a snapshot is installed, and a
-// follower serves no session of its own (its connections go to the
-// leader through Route). st must have the same AckSource: the event
-// loops' flushers wait on it. Otherwise, or with sessions open, it
-// returns an error and changes nothing.
-func (s *Server) SetStore(st *store.Store) error {
-	if st.Acks() != s.acks {
-		return errors.New("engine: the new store has another AckSource")
-	}
-	if n := s.conns.current.Load(); n != 0 {
-		return fmt.Errorf("engine: cannot replace the store under %d open sessions", n)
-	}
-	s.store.Store(st)
-	return nil
 }

@@ -38,7 +38,7 @@ func (ss *session) dispatch(cmd *codec.Command, out *replies) (quit bool) {
 
 // execute runs every command but quit.
 func (ss *session) execute(cmd *codec.Command, out *replies) {
-	st := ss.loop.srv.store.Load()
+	st := ss.loop.srv.store
 	cl := &ss.client
 	switch cmd.Op {
 	case codec.OpPut:
@@ -140,7 +140,7 @@ func (ss *session) putHeader(cmd *codec.Command) {
 		return // JOB_TOO_BIG once the body has been discarded
 	}
 	ss.markProducer()
-	ss.parser.SetPutID(ss.loop.srv.store.Load().NextID())
+	ss.parser.SetPutID(ss.loop.srv.store.NextID())
 }
 
 func (ss *session) putBody(cmd *codec.Command, out []byte) []byte {

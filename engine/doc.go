@@ -17,9 +17,10 @@
 // leader), and Serve takes back one it gave away. Such a server also keeps
 // each loop's sessions in a set, so that CloseClients can end them all
 // when the member stops leading; without a Route nothing is kept, and the
-// accept loop pays one nil check per connection. SetStore replaces the
-// store while no session is open (a follower's, when a snapshot is
-// installed).
+// accept loop pays one nil check per connection. The store is the same
+// for the server's life: a member that installs a snapshot, or rebuilds
+// after losing a leadership, empties and fills it in place
+// (store.Store.Reset), once its sessions are closed.
 //
 // An idle connection's memory is mostly gnet's: its conn and the two
 // addresses it keeps from Go's accepted net.Conn (gnet enrolls only a
@@ -138,7 +139,7 @@
 //   - config.go: Config, its defaults and Resolve.
 //   - server.go: the Server, New and Run.
 //   - listener.go: the listening socket, the accept loop and Serve.
-//   - clients.go: CloseClients and SetStore, for cluster mode.
+//   - clients.go: CloseClients, for cluster mode.
 //   - eventloops.go: finding the event loops, and Ping, which checks that
 //     each answers.
 //   - loopstate.go: what one event loop's sessions share.

@@ -25,7 +25,7 @@ func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		conn:   c,
 		parser: *codec.NewParser(s.cfg.MaxJobSize),
 	}
-	s.store.Load().InitClient(&ss.client, ss)
+	s.store.InitClient(&ss.client, ss)
 	c.SetContext(ss)
 	if ss.loop.sessions != nil {
 		ss.loop.sessions[ss] = struct{}{}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/store"
-	"github.com/sproutmq/sprout/store/wal"
 )
 
 // router is a Route that takes the connections its decide says to, and
@@ -116,43 +115,5 @@ func TestCloseClientsNeedsRoute(t *testing.T) {
 	srv, _, _ := startServer(t, engine.Config{})
 	if err := srv.CloseClients(context.Background()); err != engine.ErrNoRoute {
 		t.Errorf("CloseClients without a Route: %v, want ErrNoRoute", err)
-	}
-}
-
-// SetStore replaces the store only while no session is open, and only
-// with a store that acknowledges through the same source.
-func TestSetStore(t *testing.T) {
-	first, second := store.New(store.Options{}), store.New(store.Options{})
-	t.Cleanup(second.Close) // after the server stops: cleanups run last first
-	srv, network, addr := startServerOn(t, engine.Config{Route: newRouter().route}, first)
-	c := dialRaw(t, network, addr)
-	c.send("list-tube-used\r\n")
-	c.expect("USING default\r\n")
-
-	if err := srv.SetStore(second); err == nil {
-		t.Fatal("SetStore with a session open: no error")
-	}
-	_ = c.c.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for srv.Stats().CurrentConnections != 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	wl, err := wal.Open(t.TempDir(), wal.Options{SegmentSize: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	durable := store.New(store.Options{Log: wl})
-	defer func() { durable.Close(); _ = wl.Close() }()
-	if err := srv.SetStore(durable); err == nil {
-		t.Fatal("SetStore with another AckSource: no error")
-	}
-	if err := srv.SetStore(second); err != nil {
-		t.Fatal(err)
-	}
-	c = dialRaw(t, network, addr)
-	c.send("put 0 0 60 1\r\na\r\n")
-	c.expect("INSERTED 1\r\n")
-	if second.Stats().Ready != 1 || first.Stats().Ready != 0 {
-		t.Errorf("the put went to the old store")
 	}
 }

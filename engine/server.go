@@ -20,10 +20,8 @@ import (
 // Server joins gnet to the store: it owns the listener and its accept
 // loop, the per-connection sessions and the server-wide counters.
 type Server struct {
-	cfg Config // immutable after New
-	// store is the store sessions use; SetStore replaces it, only while
-	// no session is open.
-	store atomic.Pointer[store.Store]
+	cfg   Config          // immutable after New
+	store *store.Store    // immutable: the store every session uses
 	acks  store.AckSource // immutable: what held replies wait for; nil in memory
 	log   zerolog.Logger  // immutable
 	id    string          // immutable: stats "id"
@@ -82,6 +80,7 @@ func New(cfg Config, st *store.Store) *Server {
 	_, _ = rand.Read(raw[:])
 	s := &Server{
 		cfg:        cfg,
+		store:      st,
 		acks:       st.Acks(),
 		log:        cfg.Logger,
 		id:         hex.EncodeToString(raw[:]),
@@ -94,7 +93,6 @@ func New(cfg Config, st *store.Store) *Server {
 		watched:    make(map[*session]struct{}),
 		loops:      make(map[gnet.EventLoop]*loopState),
 	}
-	s.store.Store(st)
 	return s
 }
 

@@ -22,7 +22,7 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // touch the jobs they hold. WaitIdle tells when none is held; Stop ends.
 func (s *Server) BeginShutdown() {
 	s.draining.Store(true)
-	s.store.Load().HoldJobs()
+	s.store.HoldJobs()
 	select {
 	case <-s.ready:
 		_ = s.ln.Close()
@@ -33,7 +33,7 @@ func (s *Server) BeginShutdown() {
 // WaitIdle returns once no job is reserved, or with ctx's error when ctx
 // is done first.
 func (s *Server) WaitIdle(ctx context.Context) error {
-	return pollUntil(ctx, func() bool { return s.store.Load().Stats().Reserved == 0 })
+	return pollUntil(ctx, func() bool { return s.store.Stats().Reserved == 0 })
 }
 
 // awaitHeldReplies waits until no reply waits for the log, or ctx is done.

@@ -39,7 +39,7 @@ func (s *Server) appendStats(dst []byte) []byte {
 
 // Stats is what the stats command reports. Safe from any goroutine.
 func (s *Server) Stats() codec.ServerStats {
-	jobs := s.store.Load()
+	jobs := s.store
 	g := jobs.Stats()
 	st := codec.ServerStats{
 		CurrentJobsUrgent:   uint64(g.Urgent),

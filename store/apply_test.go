@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -109,6 +110,7 @@ func TestApplyMakesAReplica(t *testing.T) {
 		clients[i].Use([]byte(fmt.Sprintf("tube-%d", i%3)))
 	}
 	var ids []uint64
+	var all []wal.Record // every record committed, for the reset below
 	for step := range 3000 {
 		c := clients[rng.IntN(len(clients))]
 		pick := func() uint64 {
@@ -145,11 +147,15 @@ func TestApplyMakesAReplica(t *testing.T) {
 			leader.Migrate(1, slices.Clone(ids)) // compaction rewrites every live job
 		}
 		if step%37 == 0 {
-			replica.Apply(rec.take(), nil) // a committed entry
+			committed := rec.take()
+			all = append(all, committed...)
+			replica.Apply(committed, nil) // a committed entry
 			clock.Add(int64(time.Millisecond))
 		}
 	}
-	replica.Apply(rec.take(), nil)
+	committed := rec.take()
+	all = append(all, committed...)
+	replica.Apply(committed, nil)
 
 	want := viewOf(leader)
 	for id, v := range want {
@@ -195,6 +201,38 @@ func TestApplyMakesAReplica(t *testing.T) {
 	// taken: it goes on above the logged watermark, as after a restart.
 	if next, mark := replica.NextID(), leader.idMark.Load(); mark == 0 || next <= mark {
 		t.Errorf("the replica's next id %d is not above the leader's watermark, %d", next, mark)
+	}
+
+	// Reset, then every record applied again, makes the same replica in
+	// the same store: how a member restores a snapshot, or rebuilds from
+	// its log after losing a leadership. A client of the replica (as the
+	// digest's, or the admin API's) keeps a valid tube.
+	watcher := replica.NewClient(nil)
+	defer watcher.Close()
+	watcher.Use([]byte("tube-1"))
+	before, beforeStats := viewOf(replica), replica.Stats()
+	if err := replica.Reset(); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	if n, st := len(viewOf(replica)), replica.Stats(); n != 0 || st.Ready+st.Delayed+st.Buried+st.TotalJobs != 0 {
+		t.Fatalf("after Reset: %d jobs, counts %+v", n, st)
+	}
+	if names := replica.TubeNames(); !slices.Equal(names, []string{"default", "tube-1"}) {
+		t.Errorf("after Reset the tubes are %q; want the default and the one a client uses", names)
+	}
+	if err := replica.CheckInvariants(); err != nil {
+		t.Errorf("invariants after Reset:\n%v", err)
+	}
+	replica.Apply(all, nil)
+	if after := viewOf(replica); !maps.Equal(after, before) {
+		t.Errorf("applied again after Reset: %d jobs, %d before; they differ", len(after), len(before))
+	}
+	if st := replica.Stats(); st.Ready != beforeStats.Ready || st.Delayed != beforeStats.Delayed ||
+		st.Buried != beforeStats.Buried || st.TotalJobs != beforeStats.TotalJobs || st.Urgent != beforeStats.Urgent {
+		t.Errorf("counts after Reset and Apply: %+v; before: %+v", st, beforeStats)
+	}
+	if err := replica.CheckInvariants(); err != nil {
+		t.Errorf("invariants after Reset and Apply:\n%v", err)
 	}
 }
 

@@ -10,15 +10,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
-	"golang.org/x/sys/unix"
 
 	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/internal/replication"
-	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
 	"github.com/sproutmq/sprout/store/wal/cbinlog"
 )
@@ -27,10 +24,6 @@ import (
 // below what it may drop, so that a follower a little behind gets entries
 // rather than a snapshot.
 const clusterLogRetain = 1024
-
-// rebuildGrace bounds each step of a re-execution: closing the clients,
-// and waiting for the log to make what it was given durable.
-const rebuildGrace = 2 * time.Second
 
 // exitRemoved is the exit status of a member removed from the cluster:
 // it stops serving, and refuses to start again on its directory.
@@ -125,24 +118,19 @@ func systemdHandedOver() bool {
 	return fds && os.Getenv("LISTEN_PID") == strconv.Itoa(os.Getpid())
 }
 
-// member is this process as a cluster member: its node, its proxy to the
-// leader, and what it does when the node says to start again.
+// member is this process as a cluster member: its node and its proxy to
+// the leader.
 type member struct {
 	node   *replication.Node   // immutable after startMember
 	proxy  *replication.Proxy  // immutable after startMember
 	log    *replication.WALLog // immutable
 	logger zerolog.Logger      // immutable
 	// exit is the exit status run returns once the engine stopped because
-	// the member could not go on (its log lost, or a failed re-execution);
-	// 0 otherwise.
+	// the member could not go on (its log lost, or removed); 0 otherwise.
 	exit atomic.Int32
 
 	mu  sync.Mutex
 	srv *engine.Server // guarded by mu: set by attach, once the engine is made
-	// stopSide stops the side port (--http), answering the requests in
-	// flight until ctx ends. Guarded by mu: set by the side port once it
-	// serves; nil without one.
-	stopSide func(ctx context.Context)
 	// attached is closed by attach.
 	attached chan struct{}
 }
@@ -183,7 +171,7 @@ func startMember(cfg *config, ln net.Listener, metrics replication.Observer, log
 	m := &member{log: clog, logger: log, attached: make(chan struct{})}
 	nc.Log, nc.Logger = clog, log
 	nc.Observer = metrics
-	nc.Rebuild, nc.Restored = m.rebuild, m.restored
+	nc.CloseClients = m.closeClients
 	if m.node, err = replication.StartNode(nc); err != nil {
 		_ = ln.Close()
 		_ = clog.Close()
@@ -206,36 +194,24 @@ func startMember(cfg *config, ln net.Listener, metrics replication.Observer, log
 	return m, exitOK
 }
 
-// attach is told of the engine serving st, the node's store when the
-// engine was made; a snapshot installed since replaced it.
-func (m *member) attach(srv *engine.Server, st *store.Store) {
+// attach is told of the engine that serves the node's store.
+func (m *member) attach(srv *engine.Server) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.srv = srv
 	close(m.attached)
-	if now := m.node.Store(); now != st {
-		m.setStoreLocked(now)
-	}
 }
 
-// restored is the node's Restored: the engine serves the new store.
-func (m *member) restored(st *store.Store) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.srv != nil {
-		m.setStoreLocked(st)
+// closeClients is the node's CloseClients, when the member lost a
+// leadership it served and rebuilds its store: every client connection
+// closes (engine.Server.CloseClients); none is answered from this store
+// again.
+func (m *member) closeClients(ctx context.Context) error {
+	srv := m.engine()
+	if srv == nil {
+		return nil // no engine, no client
 	}
-}
-
-// setStoreLocked has the engine serve st. A follower serves no session of
-// its own, so it cannot fail unless something is badly wrong; then the
-// member starts again, as it would on losing the leadership. m.mu must be
-// held.
-func (m *member) setStoreLocked(st *store.Store) {
-	if err := m.srv.SetStore(st); err != nil {
-		m.logger.Error().Err(err).Msg("cannot serve the store a snapshot installed; starting again")
-		go m.rebuild(0)
-	}
+	return srv.CloseClients(ctx)
 }
 
 // serveLocal is the proxy's Local: a connection that waited for a leader
@@ -249,13 +225,6 @@ func (m *member) serveLocal(nc net.Conn) {
 		return
 	}
 	srv.Serve(nc)
-}
-
-// setStopSide is told how to stop the side port before re-executing.
-func (m *member) setStopSide(stop func(ctx context.Context)) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.stopSide = stop
 }
 
 // engine is the engine, once attached.
@@ -292,102 +261,6 @@ func (m *member) fail(code int) {
 	}()
 }
 
-// rebuild is the node's Rebuild, called on its goroutine when this member
-// lost a leadership it served (the node has logged it, with the terms):
-// its store may hold changes that never commit, so the process starts
-// again from the log, crash-only (internal/replication/doc.go, "Losing
-// leadership"):
-//  1. the proxy closes, and with it the connections waiting for a leader;
-//  2. every client connection closes (engine.Server.CloseClients): none is
-//     answered from this store again;
-//  3. the side port stops, answering the requests in flight: an admin API
-//     request waiting for its change to commit is answered 503 (it saw the
-//     leadership go), not cut off by the execution;
-//  4. the log makes durable what it was given;
-//  5. every descriptor but stdin, stdout and stderr is marked
-//     close-on-exec (they all are already; this makes sure);
-//  6. the process executes its own binary again, with its arguments and
-//     environment: same pid, a fresh image, recovery as at start.
-//
-// If the execution fails, the member exits instead (exitReplay).
-func (m *member) rebuild(uint64) {
-	start := time.Now()
-	m.proxy.Close()
-	closed := uint64(0)
-	if srv := m.engine(); srv != nil {
-		before := srv.Stats().CurrentConnections
-		ctx, cancel := context.WithTimeout(context.Background(), rebuildGrace)
-		if err := srv.CloseClients(ctx); err != nil {
-			m.logger.Warn().Err(err).Msg("not every client connection closed before re-executing")
-		}
-		cancel()
-		if after := srv.Stats().CurrentConnections; after < before {
-			closed = before - after
-		}
-	}
-	m.mu.Lock()
-	stopSide := m.stopSide
-	m.mu.Unlock()
-	if stopSide != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), rebuildGrace)
-		stopSide(ctx)
-		cancel()
-	}
-	if !waitDurable(m.log, rebuildGrace) {
-		m.logger.Warn().Dur("waited", rebuildGrace).Msg("the cluster log did not make everything durable before re-executing")
-	}
-	closeOnExecAll()
-	exe, err := executable()
-	if err == nil {
-		m.logger.Info().Int("pid", os.Getpid()).Str("exe", exe).Uint64("clients_closed", closed).
-			Dur("took", time.Since(start)).Msg("re-executing: starting again from the cluster log")
-		err = syscall.Exec(exe, os.Args, os.Environ())
-	}
-	m.logger.Error().Err(err).Msg("cannot re-execute; exiting")
-	m.fail(exitReplay)
-}
-
-// executable is this process's own binary: /proc/self/exe where there is
-// one (the file that was executed, even if it has been replaced since),
-// else what os.Executable finds.
-func executable() (string, error) {
-	const self = "/proc/self/exe"
-	if _, err := os.Stat(self); err == nil {
-		return self, nil
-	}
-	return os.Executable()
-}
-
-// waitDurable waits until everything given to l is durable, for at most d.
-func waitDurable(l replication.Log, d time.Duration) bool {
-	done := make(chan struct{})
-	l.OnDurable(func() { close(done) })
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
-
-// closeOnExecAll marks every open descriptor past stderr close-on-exec,
-// so that none leaks into the image a re-execution starts. Go opens its
-// files and sockets close-on-exec, and so do gnet (its epoll, its eventfd,
-// its duplicates of the connections) and the log; this is the guarantee
-// against anything that did not (a descriptor handed over at start, a
-// library's). Where /proc/self/fd cannot be read it does nothing.
-func closeOnExecAll() {
-	entries, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
-			unix.CloseOnExec(fd)
-		}
-	}
-}
-
 // close stops the member after the engine: the proxied connections close,
 // then the node (its transport, then its store), then the log, which
 // writes and fsyncs what it was given.
@@ -398,10 +271,3 @@ func (m *member) close() {
 		m.logger.Error().Err(err).Msg("closing the cluster log")
 	}
 }
-
-// memberStore is what the side port reads of the store in cluster mode:
-// the node's current one, which an installed snapshot replaces.
-type memberStore struct{ node *replication.Node }
-
-func (s memberStore) EachTube(fn func(st *store.TubeStats)) { s.node.Store().EachTube(fn) }
-func (s memberStore) LogStats() (wal.Stats, bool)           { return s.node.Store().LogStats() }

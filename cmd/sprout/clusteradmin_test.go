@@ -288,7 +288,7 @@ func checkSproutctl(t *testing.T, c *testCluster, f *testMember) {
 // checkNeverAckedUncommitted: with both followers paused, nothing the
 // leader does can commit: a put through its API is never answered 201.
 // The leader loses its lease within an election timeout and answers 503
-// before it re-executes (its side port stops first); the cluster then
+// as it rebuilds its store (the leadership's loss ends the wait); the cluster then
 // elects again once the followers resume, and serves the API.
 func checkNeverAckedUncommitted(t *testing.T, c *testCluster, l *testMember) {
 	f := c.others(l)

@@ -37,18 +37,16 @@
 // ones only the command line knows: -b is required, -l unix: is refused).
 // run opens the clients' socket first, so that the client address the
 // member tells the others has its port; then startMember opens the
-// member's Raft log (newClusterLog: today an in-memory stand-in, the one
-// line where the wal-backed log will plug in), starts the node, whose
+// member's Raft log (newClusterLog: a WALLog in -b), starts the node, whose
 // store the engine serves, and the proxy, which becomes the engine's
 // Route. The side port serves /cluster and the cluster's metrics, and
 // the admin API and the console (configureMember): the API reads the
-// node's current store, serves while the member leads and forwards to
+// node's store, serves while the member leads and forwards to
 // the leader's --http otherwise (internal/admin, Cluster mode); the node
 // tells the others that address (httpAddress). When the node stops on
 // its own (its log lost) the engine stops and run exits 1; when it loses
-// a leadership it served, member.rebuild closes every client, stops the
-// side port (answering the API's waits) and re-executes the process (systemd socket activation is refused in
-// cluster mode: the socket could not be handed over again).
+// a leadership it served, the node has the engine close every client
+// (member.closeClients) and rebuilds its store in place.
 //
 // One version is reported everywhere (-v, stats' version,
 // sprout_build_info): the one linked in as main.version, else the build

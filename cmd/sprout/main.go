@@ -139,7 +139,7 @@ func run(cfg config) int {
 	}
 	srv := engine.New(cfg.engine, st)
 	if m != nil {
-		m.attach(srv, st)
+		m.attach(srv)
 	}
 	if err := side.start(srv, st, m, log); err != nil {
 		log.Error().Err(err).Str("address", cfg.httpAddr).Msg("cannot serve the operations endpoint")

@@ -86,13 +86,6 @@ func (p *opsPort) start(srv *engine.Server, st *store.Store, m *member, log zero
 		return err
 	}
 	p.server = s
-	if m != nil {
-		m.setStopSide(func(ctx context.Context) {
-			if err := s.Shutdown(ctx); err != nil {
-				log.Warn().Err(err).Msg("not every request to the operations endpoint was answered before re-executing")
-			}
-		})
-	}
 	return nil
 }
 
@@ -102,9 +95,7 @@ func (p *opsPort) start(srv *engine.Server, st *store.Store, m *member, log zero
 // there while the member leads and forwarded to the leader otherwise
 // (internal/admin/doc.go, Cluster mode).
 func configureMember(side *ops.Config, api *admin.Config, m *member) {
-	side.Store = memberStore{m.node}
 	side.Cluster, side.Proxy = m.node, m.proxy
-	api.Store, api.Stores = nil, m.node.Store
 	api.Cluster, api.LeaderWait = adminCluster{m.node}, m.node.ElectionTimeout()
 }
 

@@ -30,11 +30,10 @@ type Engine interface {
 
 // Config is what New needs.
 type Config struct {
-	// Store is the store the API serves; Stores, if set, is read instead,
-	// for each request and each history sample: a cluster member's
-	// current store, which an installed snapshot replaces.
+	// Store is the store the API serves, for the API's life (a cluster
+	// member's is emptied and filled in place when a snapshot is
+	// installed).
 	Store  *store.Store
-	Stores func() *store.Store
 	Engine Engine
 	// MaxJobSize is the server's -z: a longer body is refused with 413.
 	MaxJobSize int
@@ -63,12 +62,12 @@ type Config struct {
 // API is the admin API's handler, for paths under /api/. Close stops its
 // history sampler.
 type API struct {
-	stores     func() *store.Store // immutable
-	engine     Engine              // immutable
-	maxJobSize int                 // immutable
-	ackTimeout time.Duration       // immutable
-	auth       *Auth               // immutable
-	history    *History            // immutable
+	st         *store.Store  // immutable
+	engine     Engine        // immutable
+	maxJobSize int           // immutable
+	ackTimeout time.Duration // immutable
+	auth       *Auth         // immutable
+	history    *History      // immutable
 	mux        *http.ServeMux
 	cluster    *clusterRoute // immutable; nil on a single node
 }
@@ -84,17 +83,13 @@ func New(cfg Config) *API {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Stores == nil {
-		st := cfg.Store
-		cfg.Stores = func() *store.Store { return st }
-	}
 	a := &API{
-		stores:     cfg.Stores,
+		st:         cfg.Store,
 		engine:     cfg.Engine,
 		maxJobSize: cfg.MaxJobSize,
 		ackTimeout: cfg.AckTimeout,
 		auth:       newAuth(cfg.Token, cfg.SessionTTL, cfg.Now, cfg.Logger),
-		history:    newHistory(cfg.History, cfg.Stores, cfg.Engine, cfg.Now),
+		history:    newHistory(cfg.History, cfg.Store, cfg.Engine, cfg.Now),
 		mux:        http.NewServeMux(),
 	}
 	if cfg.Cluster != nil {
@@ -126,7 +121,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // store is the store this request is served from.
-func (a *API) store() *store.Store { return a.stores() }
+func (a *API) store() *store.Store { return a.st }
 
 // handler answers one endpoint's request with the access Auth gave it; it
 // returns an *Error instead of answering when it fails.

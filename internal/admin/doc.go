@@ -108,16 +108,14 @@
 // be replicated. A request under /api/v1 (but the session endpoints) is
 //
 //   - served here when this member is the serving leader, on the node's
-//     current store (Config.Stores, read per request: a snapshot installed
-//     on a follower replaces its store). Its acknowledgement is the
+//     store (Config.Store). Its acknowledgement is the
 //     member's journal's (replication.Journal, the store's AckSource): a
 //     majority has the change. If this member stops serving while a
 //     request waits (the leadership lost: the member then starts again
 //     from its log), the wait ends at once with 503 saying the change may
 //     or may not be kept by the new leader; never with a success. The
-//     member stops its side port, answering what is in flight, before it
-//     re-executes (cmd/sprout, member.rebuild); past that bound the
-//     connection closes unanswered, which says the same.
+//     member then rebuilds its store in place (replication, "Losing
+//     leadership"), its side port serving on.
 //   - forwarded to the leader's --http (a reverse proxy,
 //     net/http/httputil) when another member leads: members learn each
 //     other's --http address from their hellos. The credentials are

@@ -125,10 +125,10 @@ type tubeSeries struct {
 // bounded by (MaxTubes + 2) series of Window/Interval points, 24 bytes a
 // point.
 type History struct {
-	interval time.Duration       // immutable
-	size     int                 // immutable: points kept
-	maxTubes int                 // immutable
-	stores   func() *store.Store // immutable: the store now
+	interval time.Duration // immutable
+	size     int           // immutable: points kept
+	maxTubes int           // immutable
+	st       *store.Store  // immutable
 	// active, if set, says whether to sample now: a cluster member
 	// samples only while it serves. Set before start.
 	active func() bool
@@ -152,7 +152,7 @@ type History struct {
 	tubes  map[string]*tubeSeries // guarded by mu
 }
 
-func newHistory(cfg HistoryConfig, stores func() *store.Store, e Engine, now func() time.Time) *History {
+func newHistory(cfg HistoryConfig, st *store.Store, e Engine, now func() time.Time) *History {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultHistoryInterval
 	}
@@ -167,7 +167,7 @@ func newHistory(cfg HistoryConfig, stores func() *store.Store, e Engine, now fun
 		interval:  cfg.Interval,
 		size:      size,
 		maxTubes:  cfg.MaxTubes,
-		stores:    stores,
+		st:        st,
 		engine:    e,
 		now:       now,
 		quit:      make(chan struct{}),
@@ -211,7 +211,7 @@ func (h *History) sample() {
 	}
 	st := h.engine.Stats()
 	h.scratch = h.scratch[:0]
-	h.stores().EachTube(func(t *store.TubeStats) { h.scratch = append(h.scratch, *t) })
+	h.st.EachTube(func(t *store.TubeStats) { h.scratch = append(h.scratch, *t) })
 	h.record(h.now(), &st, h.scratch)
 }
 

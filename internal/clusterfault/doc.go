@@ -26,8 +26,8 @@
 // one marked O to L's: both directions of every connection between them,
 // which then time out as across a real network fault, while clients'
 // connections to L are untouched. The mark, not the owner match alone:
-// a socket its process closed (a member re-executing after losing the
-// leadership) goes on retransmitting what it had queued, and the owner
+// a socket its process closed (a member closing its connections after
+// losing the leadership) goes on retransmitting what it had queued, and the owner
 // match does not see such orphans; the first version of this test let
 // them through, and the old leader's last heartbeats, arriving a second
 // later, held the next election back by an election timeout.

@@ -251,7 +251,7 @@ func killLeader(r *round, l *member) (time.Duration, time.Duration, error) {
 }
 
 // stopLeader freezes the leader for one and a half election timeouts:
-// when it runs again it has lost the leadership, and re-executes itself.
+// when it runs again it has lost the leadership, and rebuilds its store.
 func stopLeader(r *round, l *member) (time.Duration, time.Duration, error) {
 	if err := l.signal(syscall.SIGSTOP); err != nil {
 		return 0, 0, err
@@ -264,8 +264,8 @@ func stopLeader(r *round, l *member) (time.Duration, time.Duration, error) {
 
 // partitionLeader cuts the leader off from both other members for one
 // and a half election timeouts; its clients still reach it. How long it
-// kept saying it serves is watched meanwhile (a member that re-executes
-// does not answer, and serves nothing).
+// kept saying it serves is watched meanwhile (a member that does not
+// answer serves nothing).
 func partitionLeader(r *round, l *member) (time.Duration, time.Duration, error) {
 	r.c.partition(l)
 	at := time.Now()

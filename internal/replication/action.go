@@ -89,7 +89,8 @@ const (
 	ActMembership
 	// ActRebuild: this member led Term and lost it; its store may hold
 	// changes that never commit. Close every client, drop the store and
-	// start again from the log (re-execute); the core takes no more
+	// start again from the log (Node.rebuild: in place, with a new core);
+	// this core takes no more
 	// events. It is the last action handed out.
 	ActRebuild
 )

@@ -60,6 +60,11 @@ type Config struct {
 	// Book is the address book as of the log's membership (its Index:
 	// the changes through it are not applied again).
 	Book Book
+	// Seq is the number of the last write handed out before this core:
+	// 0 at start; a core made again on a running member's log (after a
+	// lost leadership) numbers its writes after its predecessor's, whose
+	// durability reports may still arrive.
+	Seq uint64
 }
 
 // Observer receives figures that cannot be read afterwards, for metrics.
@@ -185,7 +190,7 @@ func NewCore(cfg Config) (*Core, error) {
 	}
 	c := &Core{id: cfg.ID, rn: rn, log: cfg.Log, journal: cfg.Journal, maxBatch: cfg.MaxBatch,
 		electionTick: cfg.ElectionTick, observer: cfg.Observer, applied: first - 1,
-		heard: make(map[uint64]uint64), book: cfg.Book.clone()}
+		heard: make(map[uint64]uint64), book: cfg.Book.clone(), seq: cfg.Seq}
 	c.out = append(c.out, Action{Kind: ActRestore, Records: head, Index: first - 1,
 		Locs: appendLocs(nil, head, cfg.Log.Locate(first-1))})
 	return c, nil

@@ -62,9 +62,16 @@
 // dropping its store: every client connection is closed (their reserved
 // jobs come back ready, as on any close), and the store is rebuilt from
 // the member's own log, applying only entries known committed, the rest
-// following as the new leader commits them. The first version does this
-// crash-only: the process re-executes itself, and recovery is the path a
-// restart already takes (logged once, at warn, with the terms). A node
+// following as the new leader commits them. It does so in place, in the
+// running process (Node.rebuild): the node publishes that it no longer
+// serves, has whatever serves the store close its clients
+// (NodeConfig.CloseClients), drops what its journal gathered and the
+// replies waiting on it, waits until its log has made durable what it
+// was given, and makes a new core on the log, whose first actions empty
+// the store (store.Store.Reset) and fill it again from the log's head and
+// committed entries, as at start (logged once, at warn, with the terms).
+// The store, the transport, the listeners and the side port stay: other
+// members' connections and clients proxied elsewhere never see it. A node
 // partitioned from the majority therefore stops acknowledging (nothing it
 // proposes commits) at once, and stops handing out jobs within one
 // election timeout. Raft's CheckQuorum alone is not enough for that: it
@@ -506,13 +513,11 @@
 // change when members crash one at a time or all at once. The Log tests
 // run against both logs.
 //
-// cmd/sprout runs a member (--node): it makes the store from the node,
-// the proxy the engine's Route, serves /cluster, /readyz and /metrics,
-// and its Rebuild closes every client (engine.Server.CloseClients), waits
-// for the log to make what it was given durable, and re-executes the
-// process (same pid, every descriptor but stdio close-on-exec). Its log
-// is a WALLog in -b (newClusterLog), closed after the node, so a member
-// that restarts or re-executes comes back with what it had made durable.
+// cmd/sprout runs a member (--node): the engine serves the node's store,
+// the proxy is the engine's Route, the side port serves /cluster, /readyz
+// and /metrics, and the node's CloseClients is the engine's. Its log is a
+// WALLog in -b (newClusterLog), closed after the node, so a member that
+// restarts comes back with what it had made durable.
 //
 // Not yet: certificates are read once at start; and the new leader's wall
 // clock is its machine's (Time). Of the log: a snapshot is built

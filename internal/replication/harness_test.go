@@ -249,7 +249,7 @@ func (c *cluster) do(m *member, a Action) bool {
 	return false
 }
 
-// restart is what a member's re-execution does: the log finishes the
+// restart is what a member's rebuild (or restart) does: the log finishes the
 // writes it was given, and the member starts again from it.
 func (c *cluster) restart(m *member) {
 	m.disk.sync()

@@ -101,6 +101,19 @@ func (j *Journal) untake(b []byte, records int) {
 	j.batched += records
 }
 
+// reset drops the batch not yet taken and every callback waiting for a
+// position not yet published, for a member that lost the leadership it
+// served: what it gathered is never proposed, and what waited on it is
+// never acknowledged: its clients were closed and their replies dropped,
+// and the admin API's waits end on the leadership's loss. Positions go on
+// from where they were.
+func (j *Journal) reset() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.batch, j.batched = nil, 0
+	j.waiting = nil
+}
+
 // NoteMigrated implements store.Journal.
 func (j *Journal) NoteMigrated() {
 	j.mu.Lock()

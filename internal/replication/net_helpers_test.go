@@ -2,6 +2,7 @@ package replication
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"reflect"
@@ -101,8 +102,8 @@ type netCluster struct {
 	segSize int64
 
 	mu      sync.Mutex
-	rebuilt map[string][]uint64 // guarded by mu: the terms each member lost
-	rebuild chan string         // a member's name, as its Rebuild runs
+	rebuilt map[string]int // guarded by mu: the leaderships each member lost while serving
+	rebuild chan string    // a member's name, as it rebuilds (its CloseClients)
 }
 
 // newNetCluster starts n members, m1 to mn, on 127.0.0.1, with logs that
@@ -135,7 +136,7 @@ func newWALCluster(t *testing.T, n int, segSize int64, tweak func(*NodeConfig)) 
 // makeNetCluster makes the members' listeners and names.
 func makeNetCluster(t *testing.T, n int, tweak func(*NodeConfig)) (*netCluster, []net.Listener) {
 	c := &netCluster{t: t, tweak: tweak, logs: map[string]*gatedLog{}, nodes: map[string]*Node{},
-		output: &syncBuffer{}, rebuilt: map[string][]uint64{}, rebuild: make(chan string, 16)}
+		output: &syncBuffer{}, rebuilt: map[string]int{}, rebuild: make(chan string, 16)}
 	var lns []net.Listener
 	for i := 1; i <= n; i++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -173,11 +174,12 @@ func (c *netCluster) config(name string) NodeConfig {
 		HTTPAddr:   fmt.Sprintf("127.0.0.1:%d", 8080+i),
 		Tick:       testTick,
 		Logger:     zerolog.New(c.output).Level(zerolog.InfoLevel).With().Timestamp().Logger(),
-		Rebuild: func(term uint64) {
+		CloseClients: func(context.Context) error {
 			c.mu.Lock()
-			c.rebuilt[name] = append(c.rebuilt[name], term)
+			c.rebuilt[name]++
 			c.mu.Unlock()
 			c.rebuild <- name
+			return nil
 		},
 	}
 	if c.tweak != nil {
@@ -245,7 +247,7 @@ func (c *netCluster) crash(name string) {
 }
 
 // restart starts a member that was killed, crashed or rebuilt, on its
-// log: a directory's is opened again, as a re-executed process does.
+// log: a directory's is opened again, as a restarted process does.
 func (c *netCluster) restart(name string) *Node {
 	c.kill(name)
 	return c.start(name, nil)

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -25,8 +26,12 @@ import (
 // tick late, and a round trip of votes and the first entry), inside the
 // issue's 3 s and its 1.5 s median. Shorter ticks would fail over faster
 // but elect spuriously when a loaded two-core machine stalls a member for
-// half a second, and each spurious election re-executes the old leader.
+// half a second, and each spurious election rebuilds the old leader's store.
 const DefaultTick = 100 * time.Millisecond
+
+// rebuildGrace bounds how long a member that lost its leadership waits
+// for its clients to close before it rebuilds its store (Node.rebuild).
+const rebuildGrace = 2 * time.Second
 
 // NodeConfig configures a member (StartNode). The names in its errors are
 // the flags that set it.
@@ -72,18 +77,13 @@ type NodeConfig struct {
 	// members that keeps Retain entries below the applied index.
 	Log    Log
 	Retain int
-	// Restored, if set, is called on the node's goroutine when an
-	// installed snapshot replaced the member's store (not for the store
-	// made at start), before the old one is closed: what serves clients
-	// must use the new one (engine.Server.SetStore). A follower serves
-	// none itself, so nothing else holds the old store's clients.
-	Restored func(*store.Store)
-	// Rebuild is called, on the node's goroutine, when this member lost a
-	// leadership it served (ActRebuild): the process closes its clients
-	// and re-executes itself, starting again from its log. The node takes
-	// no more events from then on; if Rebuild returns, the node stops its
-	// transport and Done is closed. Nil: the node just stops.
-	Rebuild func(term uint64)
+	// CloseClients is called on the node's goroutine when this member
+	// lost a leadership it served (ActRebuild), before its store is
+	// rebuilt from the log: whatever serves clients from the store
+	// (engine.Server.CloseClients) closes them, and returns once none is
+	// open, or with ctx's error, which stops the member. Nil: nothing but
+	// the node uses the store (tests).
+	CloseClients func(ctx context.Context) error
 	// Observer, if set, is told of each proposal (on the node's goroutine).
 	Observer Observer
 	Logger   zerolog.Logger
@@ -154,11 +154,16 @@ type Node struct {
 	self Member     // immutable
 	// byID are the members in the book, and conf raft's membership:
 	// written on the node goroutine under mu, so it reads them without.
-	byID      map[uint64]Member
-	conf      *pb.ConfState
-	removed   []uint64       // the ids removed, as byID
-	log       Log            // immutable; written on the node goroutine
-	journal   *Journal       // immutable
+	byID    map[uint64]Member
+	conf    *pb.ConfState
+	removed []uint64 // the ids removed, as byID
+	log     Log      // immutable; written on the node goroutine
+	journal *Journal // immutable
+	// store is the member's store, made by StartNode and kept for its
+	// life: a restore empties it and fills it again (Store.Reset), so
+	// whatever serves it keeps the one it was given. Immutable; changed
+	// only on the node goroutine.
+	store     *store.Store
 	transport *transport     // immutable after StartNode
 	logger    zerolog.Logger // immutable
 	// startCommit is the commit index the log held at start: Ready waits
@@ -184,9 +189,10 @@ type Node struct {
 	core        *Core
 	toldDurable uint64    // the last number given to Core.Durable
 	lastTick    time.Time // when the last tick was taken
-	stopped     bool      // the core handed out ActRebuild, or the log was found lost
+	stopped     bool      // the member stopped on its own (lost, removed) or is closing
 	lost        error     // ErrLogLost, with the indexes, once found
 	lead        uint64    // the leader last published
+	restores    int       // ActRestores carried out: the first is the start's
 	serving     bool      // whether this member served at the last publish
 
 	refusedSteps atomic.Uint64 // peers' messages the core refused
@@ -194,7 +200,6 @@ type Node struct {
 	// What the node goroutine publishes, for Status, Ready, Leader and
 	// Stats on any goroutine.
 	mu             sync.Mutex
-	store          *store.Store      // guarded by mu
 	pub            published         // guarded by mu
 	matches        map[uint64]uint64 // guarded by mu: on the leader, as of the last tick; nil otherwise
 	lastIndex      uint64            // guarded by mu: the leader's last index as of the last tick
@@ -203,6 +208,7 @@ type Node struct {
 	leaderChanges  uint64            // guarded by mu
 	err            error             // guarded by mu: why the node stopped on its own, if it did (Err)
 	membersChanged uint64            // guarded by mu: membership changes applied
+	rebuilds       uint64            // guarded by mu: rebuilds, as of the last publish
 
 	// Membership change requests (AddMember, RemoveMember), to the node
 	// goroutine; removedBy is set by the transport when a peer refused
@@ -353,14 +359,11 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	}
 	n.byID = bookIndex(book)
 	n.journal = NewJournal(n.signal)
+	n.store = store.New(store.Options{Journal: n.journal, Acks: n.journal})
 	if l, ok := cfg.Log.(fullLog); ok {
 		n.journal.full = l.Full
 	}
-	n.core, err = NewCore(Config{
-		ID: n.self.ID, Log: cfg.Log, Journal: n.journal,
-		ElectionTick: cfg.ElectionTick, HeartbeatTick: cfg.HeartbeatTick, MaxBatch: cfg.MaxBatch,
-		Logger: raftLogger{n.logger}, Observer: cfg.Observer, Book: book,
-	})
+	n.core, err = NewCore(n.coreConfig(book, 0))
 	if err != nil {
 		return nil, err
 	}
@@ -395,6 +398,17 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	return n, nil
 }
 
+// coreConfig is the Config of the member's core: at start, and when the
+// core is made again on the log after a lost leadership (rebuild), its
+// writes then numbered after seq, the last of the core before it.
+func (n *Node) coreConfig(book Book, seq uint64) Config {
+	return Config{
+		ID: n.self.ID, Log: n.log, Journal: n.journal,
+		ElectionTick: n.cfg.ElectionTick, HeartbeatTick: n.cfg.HeartbeatTick, MaxBatch: n.cfg.MaxBatch,
+		Logger: raftLogger{n.logger}, Observer: n.cfg.Observer, Book: book, Seq: seq,
+	}
+}
+
 // allLoopback reports whether every member address, and the listening
 // one, stays on this machine.
 func allLoopback(listen string, members []Member) bool {
@@ -418,12 +432,7 @@ func (n *Node) Close() {
 	n.closeOnce.Do(func() {
 		close(n.stop)
 		<-n.done
-		n.mu.Lock()
-		s := n.store
-		n.mu.Unlock()
-		if s != nil {
-			s.Close()
-		}
+		n.store.Close()
 	})
 }
 
@@ -452,13 +461,10 @@ func (n *Node) ElectionTimeout() time.Duration {
 // Addr is the address the member listens on for its peers.
 func (n *Node) Addr() string { return n.transport.addr().String() }
 
-// Store is the member's current store: the one clients use on the
-// serving leader. A restore (a snapshot installed) replaces it.
-func (n *Node) Store() *store.Store {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.store
-}
+// Store is the member's store, the same for the member's life: the one
+// clients use on the serving leader, emptied and filled again in place
+// when a snapshot is installed.
+func (n *Node) Store() *store.Store { return n.store }
 
 // Journal is the member's journal: its store's store.Journal and
 // store.AckSource.
@@ -548,14 +554,9 @@ func (n *Node) step(m *pb.Message) error {
 	}
 	if m.GetType() == pb.MsgHeartbeat {
 		if last, err := n.log.LastIndex(); err == nil && m.GetCommit() > last {
-			n.lost = fmt.Errorf("%w: the leader, %s, commits through entry %d, and its log ends at %d",
-				ErrLogLost, n.byID[m.GetFrom()].Name, m.GetCommit(), last)
-			n.stopped = true
-			n.mu.Lock()
-			n.err = n.lost
-			n.mu.Unlock()
-			n.logger.Error().Err(n.lost).
-				Msg("cannot rejoin under this member's id: its log is not the one the cluster knows; stopping")
+			n.fail(fmt.Errorf("%w: the leader, %s, commits through entry %d, and its log ends at %d",
+				ErrLogLost, n.byID[m.GetFrom()].Name, m.GetCommit(), last),
+				"cannot rejoin under this member's id: its log is not the one the cluster knows; stopping")
 			return n.lost
 		}
 	}
@@ -640,19 +641,7 @@ func (n *Node) readMail() {
 func (n *Node) do(a Action) bool {
 	switch a.Kind {
 	case ActRestore:
-		s := store.New(store.Options{Journal: n.journal, Acks: n.journal})
-		s.Apply(a.Records, a.Locs)
-		n.mu.Lock()
-		old := n.store
-		n.store = s
-		n.mu.Unlock()
-		if old != nil {
-			if n.cfg.Restored != nil {
-				n.cfg.Restored(s)
-			}
-			old.Close()
-			n.logger.Info().Uint64("index", a.Index).Int("records", len(a.Records)).Msg("installed a snapshot")
-		}
+		return n.restore(a)
 	case ActSend:
 		n.transport.send(a.Messages)
 	case ActWrite:
@@ -663,9 +652,9 @@ func (n *Node) do(a Action) bool {
 			n.signal()
 		})
 	case ActApply:
-		n.Store().Apply(a.Records, a.Locs)
+		n.store.Apply(a.Records, a.Locs)
 	case ActLocate:
-		n.Store().Located(a.Records, a.Locs)
+		n.store.Located(a.Records, a.Locs)
 	case ActCompact:
 		n.log.Compact(a.Index)
 	case ActPublish:
@@ -675,21 +664,99 @@ func (n *Node) do(a Action) bool {
 		if l, ok := n.log.(migratingLog); ok {
 			// The serving leader's store moves live jobs for the log's
 			// compaction; the core serves at most once, so nothing unsets it.
-			l.SetMigrator(n.Store())
+			l.SetMigrator(n.store)
 		}
 	case ActMembership:
 		return n.membership(a)
 	case ActRebuild:
-		n.logger.Warn().Uint64("led_term", a.Term).Uint64("term", n.core.Status().GetTerm()).
-			Msg("lost the leadership it served: its store may hold changes that never commit; starting again from the log")
-		n.stopped = true
-		n.publish(false)
-		if n.cfg.Rebuild != nil {
-			n.cfg.Rebuild(a.Term)
-		}
-		return true
+		return n.rebuild(a.Term)
 	}
 	return false
+}
+
+// rebuild carries out ActRebuild: this member led term and lost it, and
+// its store may hold changes that never commit. It drops them in place
+// (doc.go, "Losing leadership"), the node, its transport and whatever
+// else the process serves staying up:
+//  1. the node stops serving (published at once: the proxy sends new
+//     connections elsewhere, the admin API's waits answer 503);
+//  2. CloseClients closes every client of the store: their reservations
+//     go back to ready, their held replies are never sent;
+//  3. the journal drops what it gathered and the replies waiting on it;
+//  4. the log stops migrating (a follower never does) and makes durable
+//     what it was given, so that the core made next reads only what this
+//     member has written;
+//  5. a new core is made on the log, as at start: its first actions
+//     empty the store and fill it again from the log's head and committed
+//     entries (ActRestore, ActApply), and it follows.
+//
+// It reports whether the member stopped: Close came, or the clients did
+// not close (the store cannot be rebuilt under them).
+func (n *Node) rebuild(term uint64) bool {
+	start := time.Now()
+	n.logger.Warn().Uint64("led_term", term).Uint64("term", n.core.Status().GetTerm()).
+		Msg("lost the leadership it served: its store may hold changes that never commit; rebuilding it from the log")
+	n.publish(false)
+	if n.cfg.CloseClients != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), rebuildGrace)
+		err := n.cfg.CloseClients(ctx)
+		cancel()
+		if err != nil {
+			n.fail(fmt.Errorf("replication: closing the clients before a rebuild: %w", err), "the member cannot rebuild its store; stopping")
+			return true
+		}
+	}
+	n.journal.reset()
+	if l, ok := n.log.(migratingLog); ok {
+		l.SetMigrator(nil)
+	}
+	durable := make(chan struct{})
+	n.log.OnDurable(func() { close(durable) })
+	select {
+	case <-durable:
+	case <-n.stop:
+		return true
+	}
+	core, err := NewCore(n.coreConfig(n.log.Membership(), n.core.seq))
+	if err != nil {
+		n.fail(fmt.Errorf("replication: rebuilding from the log: %w", err), "the member cannot rebuild its store; stopping")
+		return true
+	}
+	n.core = core
+	n.mu.Lock()
+	n.rebuilds++
+	n.mu.Unlock()
+	n.logger.Info().Dur("took", time.Since(start)).Msg("clients closed and the log durable: the store is rebuilt from the log")
+	return false
+}
+
+// restore carries out ActRestore: the store is emptied in place and
+// given the records, the log's head at start or an installed snapshot's.
+// A store that refuses to be emptied (a client holds a reservation, which
+// a member that does not serve never has) stops the member: serving on
+// from the old jobs would be wrong. It reports whether the member
+// stopped.
+func (n *Node) restore(a Action) bool {
+	if err := n.store.Reset(); err != nil {
+		n.fail(fmt.Errorf("replication: cannot restore the store: %w", err), "the member cannot go on; stopping")
+		return true
+	}
+	n.store.Apply(a.Records, a.Locs)
+	if n.restores++; n.restores > 1 {
+		n.logger.Info().Uint64("index", a.Index).Int("records", len(a.Records)).Msg("installed a snapshot")
+	}
+	return false
+}
+
+// fail stops the member on its own with err (Err), logging msg once, at
+// error.
+func (n *Node) fail(err error, msg string) {
+	n.lost = err
+	n.stopped = true
+	n.mu.Lock()
+	n.err = err
+	n.mu.Unlock()
+	n.logger.Error().Err(err).Msg(msg)
 }
 
 // publish makes the round's outcome visible to other goroutines; on a
@@ -954,7 +1021,10 @@ type Stats struct {
 	// MembershipChanges counts membership changes applied (each
 	// addition, promotion and removal; not those a restart finds applied).
 	MembershipChanges uint64
-	Transport         TransportStats
+	// Rebuilds counts the leaderships this member lost while serving, each
+	// followed by its store rebuilt in place from its log.
+	Rebuilds  uint64
+	Transport TransportStats
 }
 
 // Stats reads the member's figures.
@@ -962,7 +1032,7 @@ func (n *Node) Stats() Stats {
 	n.mu.Lock()
 	s := Stats{Term: n.pub.term, Commit: n.pub.commit, Applied: n.pub.applied, Serving: n.pub.serving,
 		LeaderChanges: n.leaderChanges, Proposals: n.pub.proposals, ProposedBytes: n.pub.bytes,
-		MembershipChanges: n.membersChanged}
+		MembershipChanges: n.membersChanged, Rebuilds: n.rebuilds}
 	if n.matches != nil {
 		s.FollowerLag = make(map[string]uint64, len(n.matches))
 		for id, match := range n.matches {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/internal/testproc"
-	"github.com/sproutmq/sprout/store"
 )
 
 // TestNodeReplicates: three members over TCP elect a leader; a put on
@@ -168,15 +167,15 @@ func TestNodeFailover(t *testing.T) {
 }
 
 // TestNodePartitionedLeaderRebuilds: a leader cut off from the others
-// stops serving within about an election timeout (the core's lease) and
-// its Rebuild runs; what it took meanwhile is never acknowledged. The
-// others elect a leader; the old one, started again on its log as the
-// re-executed process would be, follows it, and the put it took alone is
-// nowhere.
+// stops serving within about an election timeout (the core's lease),
+// closes its clients (CloseClients) and rebuilds its store in place from
+// its log; what it took meanwhile is never acknowledged. The others elect
+// a leader; once the cut heals, the old one, the same node on the same
+// store, follows it, and the put it took alone is nowhere.
 func TestNodePartitionedLeaderRebuilds(t *testing.T) {
 	c := newNetCluster(t, 3, 100, nil)
 	l := c.awaitServing(10 * time.Second)
-	name := l.self.Name
+	name, st := l.self.Name, l.Store()
 	cl := newNetClient(l, "work")
 	kept, pos := cl.put("kept")
 	awaitAck(t, l.Journal(), pos, 5*time.Second)
@@ -195,15 +194,15 @@ func TestNodePartitionedLeaderRebuilds(t *testing.T) {
 		t.Fatalf("the cut-off leader %s did not rebuild: %+v", name, l.Status())
 	}
 	took := time.Since(start)
-	<-l.Done()
+	testproc.WaitFor(t, 5*time.Second, "the rebuild counted", func() bool { return l.Stats().Rebuilds == 1 })
 	if l.Journal().Acked() >= lostPos {
 		t.Fatal("the put the cut-off leader took was acknowledged")
 	}
-	if st := l.Status(); st.State != "stopped" || st.Serving || l.Ready() {
-		t.Errorf("the rebuilt member's status %+v", st)
+	if st := l.Status(); st.Serving || st.State == "stopped" {
+		t.Errorf("the rebuilt member's status %+v; want a member that follows", st)
 	}
-	if info, _ := l.Leader(); info.Name != "" || info.Serving {
-		t.Errorf("the rebuilt member names a leader: %+v", info)
+	if _, ok := viewOf(st)[lost]; ok {
+		t.Errorf("the rebuilt store still holds the put %d that never committed", lost)
 	}
 	var others []*Node
 	for _, n := range c.up() {
@@ -212,12 +211,17 @@ func TestNodePartitionedLeaderRebuilds(t *testing.T) {
 		}
 	}
 	nl := c.awaitServing(5*time.Second, others...)
-	t.Logf("cut off at term %v: rebuilt after %v (election timeout %v to %v); %s serves after %v",
-		c.rebuilt[name], took.Round(time.Millisecond), 10*testTick, 20*testTick, nl.self.Name,
+	t.Logf("cut off: rebuilt after %v (election timeout %v to %v); %s serves after %v",
+		took.Round(time.Millisecond), 10*testTick, 20*testTick, nl.self.Name,
 		time.Since(start).Round(time.Millisecond))
 
-	back := c.restart(name)
-	testproc.WaitFor(t, 5*time.Second, name+" back and ready", back.Ready)
+	for _, p := range l.transport.peers {
+		p.cut.Store(false)
+	}
+	testproc.WaitFor(t, 5*time.Second, name+" following "+nl.self.Name, func() bool {
+		info, _ := l.Leader()
+		return info.Name == nl.self.Name && l.Ready()
+	})
 	got := c.converged(nl, 5*time.Second)
 	if _, ok := got[kept]; !ok {
 		t.Errorf("the acknowledged put %d is gone", kept)
@@ -225,6 +229,15 @@ func TestNodePartitionedLeaderRebuilds(t *testing.T) {
 	if _, ok := got[lost]; ok {
 		t.Errorf("the put %d the cut-off leader took alone is there", lost)
 	}
+	if l.Store() != st {
+		t.Error("the rebuilt member serves another store than the one it started with")
+	}
+	if _, pos := newNetClient(nl, "work").put("after"); pos == 0 {
+		t.Fatal("no position for a put on the new leader")
+	} else {
+		awaitAck(t, nl.Journal(), pos, 5*time.Second)
+	}
+	c.converged(nl, 5*time.Second)
 }
 
 // TestNodeQueueFull: with a send queue of one message per peer, messages
@@ -268,18 +281,10 @@ func TestNodeQueueFull(t *testing.T) {
 
 // TestNodeSnapshot: a member that was down while the log moved past what
 // it holds catches up through a snapshot, streamed on a connection of
-// its own, and reported sent; its Restored hook is told of the new store.
+// its own, and reported sent; it installs it into the store it started
+// with.
 func TestNodeSnapshot(t *testing.T) {
-	var mu sync.Mutex
-	restored := map[string]*store.Store{}
-	c := newNetCluster(t, 3, 2, func(cfg *NodeConfig) {
-		name := cfg.Node
-		cfg.Restored = func(s *store.Store) {
-			mu.Lock()
-			restored[name] = s
-			mu.Unlock()
-		}
-	})
+	c := newNetCluster(t, 3, 2, nil)
 	l := c.awaitServing(10 * time.Second)
 	var down string
 	for _, m := range c.peers {
@@ -311,6 +316,7 @@ func TestNodeSnapshot(t *testing.T) {
 		t.Fatalf("the leader's log begins at %d; the member down holds through %d: no snapshot needed", first, held)
 	}
 	back := c.restart(down)
+	started := back.Store()
 	testproc.WaitFor(t, 10*time.Second, down+" back and ready", back.Ready)
 	if got := c.converged(l, 10*time.Second); len(got) != len(live)+1 {
 		t.Errorf("%d jobs, want %d", len(got), len(live)+1)
@@ -321,13 +327,11 @@ func TestNodeSnapshot(t *testing.T) {
 	if n := back.Stats().Transport.SnapshotsReceived; n == 0 {
 		t.Error("the member that came back received no snapshot")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if got := restored[down]; got == nil || got != back.Store() {
-		t.Errorf("Restored gave %p; the member's store is %p", got, back.Store())
+	if back.Store() != started {
+		t.Error("the member's store changed with the snapshot: what serves it would keep the old one")
 	}
-	if len(restored) != 1 {
-		t.Errorf("Restored called for %d members, want only %s", len(restored), down)
+	if n := len(viewOf(started)); n != len(live)+1 {
+		t.Errorf("the store the member started with holds %d jobs after the snapshot, want %d", n, len(live)+1)
 	}
 }
 

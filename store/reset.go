@@ -1,0 +1,103 @@
+package store
+
+import (
+	"errors"
+	"sync/atomic"
+)
+
+// ErrClientsHold is Reset's refusal: a client holds a reservation or
+// waits in a reserve, which belong to the jobs and tubes Reset would drop.
+var ErrClientsHold = errors.New("store: a client holds a reservation or waits to reserve")
+
+// Reset empties the store in place, leaving it as New made it before any
+// recovery: no job, every tube that only jobs kept gone, every count and
+// pause cleared, ids starting again from what is applied next. A cluster
+// member resets its store before it restores a snapshot or rebuilds from
+// its log after losing a leadership (internal/replication), so that the
+// engine, the admin API and the metrics keep the one store they were
+// given.
+//
+// Clients stay valid: a tube a client uses or watches is kept, emptied,
+// so its references hold. None may hold a reservation or wait in a
+// reserve: Reset checks every tube first and, finding one, changes
+// nothing and returns ErrClientsHold. The caller closes the clients that
+// could (a member closes its sessions before it rebuilds; a follower
+// serves none). Operations by job id racing with Reset find the job gone,
+// as after a delete: each job is marked deleted under its tube's lock.
+//
+// Lock order: registryMu for the whole reset, each tube's lock in turn,
+// the id index's shards last (store/doc.go).
+func (s *Store) Reset() error {
+	s.registryMu.Lock()
+	defer s.registryMu.Unlock()
+	for _, t := range s.tubeList {
+		t.mu.Lock()
+		busy := t.nReserved > 0 || len(t.waiters) > 0
+		t.mu.Unlock()
+		if busy {
+			return ErrClientsHold
+		}
+	}
+	kept := s.tubeList[:0]
+	for _, t := range s.tubeList {
+		t.mu.Lock()
+		jobs := t.emptyLocked()
+		t.mu.Unlock()
+		if t.refs.Add(-jobs) > 0 {
+			t.listIndex = len(kept)
+			kept = append(kept, t)
+			continue
+		}
+		delete(s.tubes, t.name)
+	}
+	clear(s.tubeList[len(kept):])
+	s.tubeList = kept
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.pages, sh.spill, sh.newest, sh.spare, sh.newestN1, sh.sparse = nil, nil, nil, nil, 0, nil
+		sh.mu.Unlock()
+	}
+	c := &s.counts
+	for _, v := range []*atomic.Int64{&c.urgent, &c.ready, &c.reserved, &c.delayed, &c.buried, &c.totalJobs, &c.timeouts} {
+		v.Store(0)
+	}
+	s.lastID.Store(0)
+	s.idMark.Store(0)
+	return nil
+}
+
+// emptyLocked drops every job of t (ready, delayed and buried: Reset
+// checked none is reserved), marking each deleted and taking the server
+// counts down with it, and clears the tube's counts, timers and pause.
+// It returns how many jobs it dropped: the references they held. t.mu
+// must be held.
+func (t *Tube) emptyLocked() int64 {
+	var n int64
+	drop := func(j *Job) {
+		j.state = StateInvalid
+		j.slot = -1
+		j.prev, j.next = nil, nil
+		n++
+	}
+	for _, j := range t.ready.all() {
+		drop(j)
+	}
+	for _, j := range t.delayed.all() {
+		drop(j)
+	}
+	for j := t.buried.head; j != nil; {
+		next := j.next
+		drop(j)
+		j = next
+	}
+	t.ready = jobHeap{less: jobLess}
+	t.delayed = jobHeap{less: delayLess}
+	t.buried = jobList{}
+	t.nBuried, t.nUrgent = 0, 0
+	t.totalJobs, t.cmdDelete, t.cmdPause, t.burySeq = 0, 0, 0, 0
+	t.pauseDur, t.pauseUntil = 0, 0
+	t.s.timers.cancel(&t.delayTimer)
+	t.s.timers.cancel(&t.pauseTimer)
+	return n
+}
