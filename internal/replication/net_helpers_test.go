@@ -88,7 +88,7 @@ func (s *syncBuffer) String() string {
 }
 
 type netCluster struct {
-	t      *testing.T
+	t      testing.TB
 	peers  []Member
 	tweak  func(*NodeConfig) // each test's changes to the configuration
 	logs   map[string]*gatedLog
@@ -108,7 +108,7 @@ type netCluster struct {
 
 // newNetCluster starts n members, m1 to mn, on 127.0.0.1, with logs that
 // keep retain entries below the applied index.
-func newNetCluster(t *testing.T, n, retain int, tweak func(*NodeConfig)) *netCluster {
+func newNetCluster(t testing.TB, n, retain int, tweak func(*NodeConfig)) *netCluster {
 	c, lns := makeNetCluster(t, n, tweak)
 	var ids []uint64
 	for _, m := range c.peers {
@@ -123,7 +123,7 @@ func newNetCluster(t *testing.T, n, retain int, tweak func(*NodeConfig)) *netClu
 
 // newWALCluster starts n members, m1 to mn, on 127.0.0.1, each with its
 // log in a directory of its own (WALLog), in segments of segSize bytes.
-func newWALCluster(t *testing.T, n int, segSize int64, tweak func(*NodeConfig)) *netCluster {
+func newWALCluster(t testing.TB, n int, segSize int64, tweak func(*NodeConfig)) *netCluster {
 	c, lns := makeNetCluster(t, n, tweak)
 	c.dirs, c.wals, c.segSize = map[string]string{}, map[string]*WALLog{}, segSize
 	for _, m := range c.peers {
@@ -134,7 +134,7 @@ func newWALCluster(t *testing.T, n int, segSize int64, tweak func(*NodeConfig)) 
 }
 
 // makeNetCluster makes the members' listeners and names.
-func makeNetCluster(t *testing.T, n int, tweak func(*NodeConfig)) (*netCluster, []net.Listener) {
+func makeNetCluster(t testing.TB, n int, tweak func(*NodeConfig)) (*netCluster, []net.Listener) {
 	c := &netCluster{t: t, tweak: tweak, logs: map[string]*gatedLog{}, nodes: map[string]*Node{},
 		output: &syncBuffer{}, rebuilt: map[string]int{}, rebuild: make(chan string, 16)}
 	var lns []net.Listener

@@ -193,7 +193,12 @@ type Node struct {
 	lost        error     // ErrLogLost, with the indexes, once found
 	lead        uint64    // the leader last published
 	restores    int       // ActRestores carried out: the first is the start's
-	serving     bool      // whether this member served at the last publish
+	// A rebuild under way (Node.rebuild): when the leadership was lost,
+	// and the commit index the store must apply to follow again; zero
+	// when none is.
+	rebuilding    time.Time
+	rebuildTarget uint64
+	serving       bool // whether this member served at the last publish
 
 	refusedSteps atomic.Uint64 // peers' messages the core refused
 
@@ -208,7 +213,8 @@ type Node struct {
 	leaderChanges  uint64            // guarded by mu
 	err            error             // guarded by mu: why the node stopped on its own, if it did (Err)
 	membersChanged uint64            // guarded by mu: membership changes applied
-	rebuilds       uint64            // guarded by mu: rebuilds, as of the last publish
+	rebuilds       uint64            // guarded by mu: leaderships lost while serving, each a rebuild
+	lastRebuild    time.Duration     // guarded by mu: the last rebuild's time from the loss to following
 
 	// Membership change requests (AddMember, RemoveMember), to the node
 	// goroutine; removedBy is set by the transport when a peer refused
@@ -518,6 +524,7 @@ func (n *Node) run() {
 			n.stopRemoved(fmt.Sprintf("%s refused it as removed", *by))
 		}
 		stopped := n.lost != nil || n.process()
+		n.rebuilt()
 		n.publish(tick)
 		if stopped {
 			return
@@ -726,8 +733,27 @@ func (n *Node) rebuild(term uint64) bool {
 	n.mu.Lock()
 	n.rebuilds++
 	n.mu.Unlock()
-	n.logger.Info().Dur("took", time.Since(start)).Msg("clients closed and the log durable: the store is rebuilt from the log")
+	n.rebuildTarget = core.Status().GetCommit()
+	n.rebuilding = start
+	n.logger.Info().Dur("took", time.Since(start)).Uint64("commit", n.rebuildTarget).
+		Msg("clients closed and the log durable: the store is rebuilt from the log")
 	return false
+}
+
+// rebuilt notes, once the store rebuilt after a lost leadership has
+// applied everything the log held committed, that the member follows
+// again: logged, with how long it took since the loss (Stats.LastRebuild).
+func (n *Node) rebuilt() {
+	if n.rebuilding.IsZero() || n.core.Applied() < n.rebuildTarget {
+		return
+	}
+	took := time.Since(n.rebuilding)
+	n.rebuilding = time.Time{}
+	n.mu.Lock()
+	n.lastRebuild = took
+	n.mu.Unlock()
+	n.logger.Info().Dur("took", took).Uint64("applied", n.core.Applied()).
+		Msg("rebuilt from the log: following again")
 }
 
 // restore carries out ActRestore: the store is emptied in place and
@@ -1022,9 +1048,12 @@ type Stats struct {
 	// addition, promotion and removal; not those a restart finds applied).
 	MembershipChanges uint64
 	// Rebuilds counts the leaderships this member lost while serving, each
-	// followed by its store rebuilt in place from its log.
-	Rebuilds  uint64
-	Transport TransportStats
+	// followed by its store rebuilt in place from its log; LastRebuild is
+	// how long the last took, from the loss to applying what the log held
+	// committed (0 while one is under way, or before the first).
+	Rebuilds    uint64
+	LastRebuild time.Duration
+	Transport   TransportStats
 }
 
 // Stats reads the member's figures.
@@ -1032,7 +1061,7 @@ func (n *Node) Stats() Stats {
 	n.mu.Lock()
 	s := Stats{Term: n.pub.term, Commit: n.pub.commit, Applied: n.pub.applied, Serving: n.pub.serving,
 		LeaderChanges: n.leaderChanges, Proposals: n.pub.proposals, ProposedBytes: n.pub.bytes,
-		MembershipChanges: n.membersChanged, Rebuilds: n.rebuilds}
+		MembershipChanges: n.membersChanged, Rebuilds: n.rebuilds, LastRebuild: n.lastRebuild}
 	if n.matches != nil {
 		s.FollowerLag = make(map[string]uint64, len(n.matches))
 		for id, match := range n.matches {
