@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sproutmq/sprout/internal/ops"
 	"github.com/sproutmq/sprout/internal/replication"
@@ -39,6 +40,7 @@ func TestCluster(t *testing.T) {
 				{Name: "c", Address: "10.0.0.3:7000"},
 			}},
 		stats: replication.Stats{Term: 7, Commit: 40, Applied: 39, LeaderChanges: 3, Proposals: 5, ProposedBytes: 900,
+			Rebuilds: 2, LastRebuild: 1500 * time.Millisecond,
 			FollowerLag: map[string]uint64{"b": 0, "c": 12},
 			Transport:   replication.TransportStats{MessagesSent: 100, SnapshotsSent: 1, TLSRefused: 2}},
 	}
@@ -96,6 +98,8 @@ func TestCluster(t *testing.T) {
 		{"sprout_cluster_proposal_records", "", 1},
 		{"sprout_cluster_snapshots_sent_total", "", 1},
 		{"sprout_cluster_membership_changes_total", "", 0},
+		{"sprout_cluster_rebuilds_total", "", 2},
+		{"sprout_cluster_last_rebuild_seconds", "", 1.5},
 		{"sprout_cluster_messages_sent_total", "", 100},
 		{"sprout_cluster_peer_tls_refused_total", "", 2},
 		{"sprout_cluster_proxied_connections", "", 4},
