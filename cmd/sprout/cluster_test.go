@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -624,16 +623,37 @@ func TestClusterRefusals(t *testing.T) {
 		t.Errorf("without -b: exit %d, %q", code, out)
 	}
 
+	// A unix socket systemd hands over cannot be proxied to.
 	port, err := testproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The shell's pid is the server's once it execs it.
-	cmd := exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"`, bin,
-		"-b", t.TempDir(), "--node", "a", "--cluster-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+	files, _ := unixListener(t)
+	srv := startActivated(t, files, "-b", t.TempDir(), "--node", "a",
+		"--cluster-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		"--cluster-peers", "a=127.0.0.1:"+strconv.Itoa(port), "--log-format", "json")
-	out, code = run(cmd)
-	if code != exitUsage || !regexp.MustCompile(`LISTEN_FDS\) is not supported in cluster mode`).MatchString(out) {
-		t.Errorf("with a socket handed over: exit %d, %q", code, out)
+	if code, out := srv.wait(t); code != exitUsage || !strings.Contains(out, "a unix socket is not supported in cluster mode") {
+		t.Errorf("with a unix socket handed over: exit %d, %q", code, out)
+	}
+}
+
+// TestClusterSocketActivation: a member serves the TCP socket systemd
+// hands over (it rebuilds in place, so nothing needs the socket again),
+// and tells the others its port.
+func TestClusterSocketActivation(t *testing.T) {
+	port, err := testproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, addrs := tcpListeners(1)(t)
+	srv := startActivated(t, files, "-b", t.TempDir(), "--node", "a",
+		"--cluster-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		"--cluster-peers", "a=127.0.0.1:"+strconv.Itoa(port), "--log-format", "json")
+	c := dial(t, addrs[0])
+	// The one member leads once it has applied its first entry: until
+	// then its proxy holds the connection, and the put waits.
+	c.expect("put 0 0 60 2\r\nhi\r\n", "INSERTED 1")
+	if out := srv.stop(t); !strings.Contains(out, `"serving the socket systemd handed over"`) {
+		t.Errorf("the member's log does not say it serves the socket handed over:\n%s", out)
 	}
 }

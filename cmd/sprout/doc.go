@@ -25,28 +25,22 @@
 //  4. Log (logConfig): the config is logged once, as it will be used; no
 //     zero stands for "the default".
 //
-// run then applies it: the Go memory limit and the collector's headroom
-// (internal/gctune) first, so that the log's recovery already runs under
-// them; then the side port's metrics, the listener and -u, the log, the
-// store and the engine, which uses the resolved engine.Config as it is.
+// run then applies it: what concerns the process first (the Go memory
+// limit and the collector's headroom, so that the log's recovery already
+// runs under them; the CPU profile; -u's socket and the privileges
+// dropped, or the socket systemd handed over), then the member
+// (internal/member), which owns the log, the store, the cluster node, the
+// engine and the side port, and the order they start and stop in. run
+// waits for the member to stop: SIGTERM and SIGINT shut it down, a second
+// one at once; SIGUSR1 drains it. A member that stops on its own (its
+// cluster log lost: exit 1; removed from the cluster: exit 12) says why.
 //
 // # Cluster mode
 //
 // With --node (cluster.go) parseArgs also checks the cluster's flags
 // together (checkCluster: replication.NodeConfig.Validate's lines and the
-// ones only the command line knows: -b is required, -l unix: is refused).
-// run opens the clients' socket first, so that the client address the
-// member tells the others has its port; then startMember opens the
-// member's Raft log (newClusterLog: a WALLog in -b), starts the node, whose
-// store the engine serves, and the proxy, which becomes the engine's
-// Route. The side port serves /cluster and the cluster's metrics, and
-// the admin API and the console (configureMember): the API reads the
-// node's store, serves while the member leads and forwards to
-// the leader's --http otherwise (internal/admin, Cluster mode); the node
-// tells the others that address (httpAddress). When the node stops on
-// its own (its log lost) the engine stops and run exits 1; when it loses
-// a leadership it served, the node has the engine close every client
-// (member.closeClients) and rebuilds its store in place.
+// ones only the command line knows: -b is required, -l unix: is refused),
+// and the member runs as a cluster member (internal/member, cluster.go).
 //
 // One version is reported everywhere (-v, stats' version,
 // sprout_build_info): the one linked in as main.version, else the build

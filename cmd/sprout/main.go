@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -16,18 +17,12 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
-	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/internal/gctune"
 	"github.com/sproutmq/sprout/internal/hostinfo"
+	"github.com/sproutmq/sprout/internal/member"
 	"github.com/sproutmq/sprout/internal/replication"
-	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
-	"github.com/sproutmq/sprout/store/wal/cbinlog"
 )
-
-// heldRepliesGrace bounds how long the last step of a shutdown waits for
-// the log to make held replies durable before connections close.
-const heldRepliesGrace = 5 * time.Second
 
 // Exit codes beyond parseArgs's, as beanstalkd uses them.
 const (
@@ -62,22 +57,14 @@ func thisProcess() process {
 // run serves until SIGTERM or SIGINT (see handleSignals); SIGUSR1 enters
 // drain mode, as in beanstalkd.
 //
-// Before serving: the configuration is logged; the Go memory limit and the
-// collector's headroom are set, before the log's recovery allocates; the
-// side port's histograms are made; -u's socket is opened and privileges
-// dropped; the log is opened and recovered. run fills in cfg's wiring
-// (logger, metrics, listener, log) as it goes. In cluster mode (--node)
-// the clients' socket is opened, then the member starts (startMember: its
-// Raft log, its node, whose store the engine serves, and its proxy to the
-// leader, which becomes the engine's Route).
-//
-// Shutdown order: the engine stops accepting and handing jobs out, waits
-// for workers to finish theirs, sends the replies held for the log and
-// closes connections (their reserved jobs go back to ready); then the HTTP
-// side port stops, then the log writes and fsyncs everything appended,
-// then the store's timers stop. A cluster member, once its side port has
-// stopped, closes its proxied connections, then stops its node (its
-// connections to the other members, then its store).
+// What concerns the process comes first: the configuration is logged;
+// the Go memory limit and the collector's headroom are set, before the
+// log's recovery allocates; the CPU profile starts; -u's socket is opened
+// and privileges dropped (prepareListener). Then the member starts
+// (internal/member: its log, store, cluster node, engine and side port,
+// in its documented order), and run waits for it to stop: after a
+// signal's Shutdown, or on its own (a cluster member whose log was lost,
+// or that was removed), whose reason is the exit status.
 func run(cfg config) int {
 	log := newLogger(cfg)
 	cfg.engine.Logger = log
@@ -89,11 +76,6 @@ func run(cfg config) int {
 		// sampling cost 1.2% of the CPU with 64 KiB bodies.
 		runtime.MemProfileRate = 0
 	}
-	side := newOpsPort(cfg)
-	if side != nil {
-		cfg.engine.Metrics = side.metrics
-		cfg.wal.Observer = side.metrics
-	}
 	if cfg.cpuProfile != "" {
 		stop, err := startCPUProfile(cfg.cpuProfile)
 		if err != nil {
@@ -102,160 +84,114 @@ func run(cfg config) int {
 		}
 		defer stop()
 	}
-	if cfg.cluster != nil && systemdHandedOver() {
-		// A re-execution could not hand the socket over again.
-		log.Error().Msg("a socket systemd hands over (LISTEN_FDS) is not supported in cluster mode; use -l and -p")
-		return exitUsage
-	}
 	// Before the log: -u drops privileges once the socket is bound.
 	ln, code := prepareListener(cfg, log)
 	if code != exitOK {
 		return code
 	}
 	if ln != nil {
+		if cfg.cluster != nil && ln.Addr().Network() != "tcp" {
+			_ = ln.Close()
+			log.Error().Str("address", ln.Addr().String()).
+				Msg("a unix socket is not supported in cluster mode: members proxy clients to the leader's TCP address")
+			return exitUsage
+		}
 		// The engine logs Network and Address; make them say what is served.
 		cfg.engine.Listener = ln
 		cfg.engine.Network, cfg.engine.Address = ln.Addr().Network(), ln.Addr().String()
 	}
-
-	var st *store.Store
-	var m *member
-	if cfg.cluster != nil {
-		var observer replication.Observer
-		if side != nil {
-			observer = side.metrics
-		}
-		if m, code = startMember(&cfg, ln, observer, log); code != exitOK {
-			return code
-		}
-		defer m.close()
-		st = m.node.Store()
-	} else {
-		var closeStore func()
-		if st, closeStore, code = openStore(cfg, log); code != exitOK {
-			return code
-		}
-		defer closeStore()
-	}
-	srv := engine.New(cfg.engine, st)
-	if m != nil {
-		m.attach(srv)
-	}
-	if err := side.start(srv, st, m, log); err != nil {
-		log.Error().Err(err).Str("address", cfg.httpAddr).Msg("cannot serve the operations endpoint")
-		return exitSocket
-	}
-	defer side.stop(context.Background(), log)
-
+	// Signals that come while the member starts (a long recovery) wait
+	// in the channel, and are handled once it serves.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
 	signal.Ignore(syscall.SIGPIPE)
-	go handleSignals(sigs, srv, log, cfg.shutdownTimeout)
+	m, err := member.Start(memberConfig(cfg, log))
+	if err != nil {
+		return startFailed(err, cfg, log)
+	}
+	go handleSignals(sigs, m, log)
 
 	start := time.Now()
-	if err := srv.Run(); err != nil {
-		log.Error().Err(err).Str("address", cfg.engine.Address).Msg("cannot serve")
-		return exitSocket
+	<-m.Done()
+	switch err := m.Err(); {
+	case errors.Is(err, replication.ErrRemoved):
+		return exitRemoved
+	case err != nil:
+		return exitReplay
 	}
-	if m != nil {
-		if code := int(m.exit.Load()); code != exitOK {
-			return code
-		}
-	}
-	log.Info().Str("served_for", time.Since(start).Round(time.Millisecond).String()).Msg("connections closed; flushing the log")
+	log.Info().Str("served_for", time.Since(start).Round(time.Millisecond).String()).Msg("stopped")
 	return 0
 }
 
-// openStore opens and recovers the write-ahead log, if -b says to, and
-// returns the store on it (in memory without -b) and what closes them
-// once the engine has stopped: the log, which writes and fsyncs
-// everything appended, then the store's timers. It returns the exit code
-// on failure, exitOK otherwise.
-func openStore(cfg config, log zerolog.Logger) (*store.Store, func(), int) {
-	var wl *wal.Log
-	opened := time.Now()
-	if cfg.walDir != "" {
-		cfg.wal.Logger = log
-		cfg.wal.Importer = cbinlog.Importer{}
-		var err error
-		if wl, err = wal.Open(cfg.walDir, cfg.wal); err != nil {
-			log.Error().Err(err).Str("dir", cfg.walDir).Msg("cannot open the write-ahead log")
-			if errors.Is(err, wal.ErrLocked) {
-				return nil, nil, exitWALLock
-			}
-			return nil, nil, exitReplay
-		}
+// memberConfig is what the member needs of cfg.
+func memberConfig(cfg config, log zerolog.Logger) member.Config {
+	return member.Config{
+		Engine: cfg.engine, WALDir: cfg.walDir, WAL: cfg.wal,
+		HTTP: member.HTTPConfig{Addr: cfg.httpAddr, Pprof: cfg.pprof, MetricsTubes: cfg.metricsTubes,
+			AdminToken: cfg.adminToken},
+		Cluster: cfg.cluster, ShutdownTimeout: cfg.shutdownTimeout, Logger: log,
 	}
-	st := store.New(store.Options{Log: wl})
-	if wl != nil {
-		if err := wl.Start(st); err != nil {
-			log.Error().Err(err).Str("dir", cfg.walDir).Msg("cannot start the write-ahead log")
-			st.Close()
-			return nil, nil, exitReplay
-		}
-		g := st.Stats()
-		ls := wl.Stats()
-		log.Info().Str("dir", cfg.walDir).Str("took", time.Since(opened).Round(time.Millisecond).String()).
-			Int64("ready", g.Ready).Int64("delayed", g.Delayed).Int64("buried", g.Buried).
-			Uint32("oldest_segment", ls.OldestIndex).Uint32("current_segment", ls.CurrentIndex).
-			Int64("disk_bytes", ls.DiskBytes).Msg("write-ahead log recovered")
+}
+
+// startFailed logs why the member could not start, once, and returns the
+// exit status beanstalkd would: 10 for a log directory another server
+// holds, 1 for a log that cannot be read, 12 for a member removed from
+// its cluster, 111 for a socket that cannot be served, 5 for a cluster
+// member's TLS files that cannot be used (named in the error).
+func startFailed(err error, cfg config, log zerolog.Logger) int {
+	var se *member.StartError
+	if !errors.As(err, &se) {
+		log.Error().Err(err).Msg("cannot start")
+		return exitReplay
 	}
-	return st, func() {
-		if wl != nil {
-			if err := wl.Close(); err != nil {
-				log.Error().Err(err).Msg("closing the write-ahead log")
-			}
+	e := log.Error().Err(se.Err)
+	switch se.Step {
+	case member.StepHTTP:
+		e.Str("address", cfg.httpAddr).Msg("cannot serve the operations endpoint")
+		return exitSocket
+	case member.StepListen, member.StepEngine:
+		e.Str("address", cfg.engine.Address).Msg("cannot serve")
+		return exitSocket
+	case member.StepLog:
+		e.Str("dir", cfg.walDir).Msg("cannot open the write-ahead log")
+		if errors.Is(se.Err, wal.ErrLocked) {
+			return exitWALLock
 		}
-		st.Close()
-	}, exitOK
+		return exitReplay
+	}
+	e.Msg("cannot start the cluster member")
+	var opErr *net.OpError
+	switch {
+	case errors.Is(se.Err, replication.ErrRemoved):
+		return exitRemoved
+	case errors.As(se.Err, &opErr):
+		return exitSocket
+	}
+	return exitUsage // a TLS file that cannot be used, named in the error
 }
 
 // handleSignals runs the server's signals:
 //   - SIGUSR1: drain, as beanstalkd: put answers DRAINING, the rest goes on.
-//   - SIGTERM or SIGINT: a graceful shutdown (engine.BeginShutdown): no new
-//     connection, put answers DRAINING, no job is handed out; once no job is
-//     reserved, or after timeout, the server stops.
+//   - SIGTERM or SIGINT: a graceful shutdown (member.Member.Shutdown): no
+//     new connection, put answers DRAINING, no job is handed out; once no
+//     job is reserved, or after --shutdown-timeout, the server stops.
 //   - a second SIGTERM or SIGINT: stop at once (the log is still flushed).
-func handleSignals(sigs <-chan os.Signal, srv *engine.Server, log zerolog.Logger, timeout time.Duration) {
+func handleSignals(sigs <-chan os.Signal, m *member.Member, log zerolog.Logger) {
 	ctx, now := context.WithCancel(context.Background())
 	defer now()
 	shuttingDown := false
 	for sig := range sigs {
 		switch {
 		case sig == syscall.SIGUSR1:
-			log.Info().Msg("draining: puts are refused")
-			srv.SetDraining()
+			m.Drain()
 		case !shuttingDown:
 			shuttingDown = true
-			go shutdown(ctx, srv, log, sig, timeout)
+			log.Info().Str("signal", sig.String()).Msg("shutting down")
+			go m.Shutdown(ctx)
 		default:
 			log.Warn().Str("signal", sig.String()).Msg("second signal: stopping now")
 			now()
 		}
-	}
-}
-
-// shutdown is the graceful shutdown of handleSignals; cancelling ctx cuts
-// every wait short.
-func shutdown(ctx context.Context, srv *engine.Server, log zerolog.Logger, sig os.Signal, timeout time.Duration) {
-	srv.BeginShutdown()
-	log.Info().Str("signal", sig.String()).Str("timeout", timeout.String()).
-		Uint64("reserved_jobs", srv.Stats().CurrentJobsReserved).
-		Msg("shutting down: no new connections or jobs; waiting for workers to finish theirs")
-	idle, cancel := context.WithTimeout(ctx, timeout)
-	err := srv.WaitIdle(idle)
-	cancel()
-	switch {
-	case err == nil:
-		log.Info().Msg("no job is reserved; stopping")
-	case ctx.Err() == nil:
-		log.Warn().Uint64("reserved_jobs", srv.Stats().CurrentJobsReserved).
-			Msg("shutdown timeout: stopping; reserved jobs go back to ready")
-	}
-	stop, cancel := context.WithTimeout(ctx, heldRepliesGrace)
-	defer cancel()
-	if err := srv.Stop(stop); err != nil && ctx.Err() == nil {
-		log.Error().Err(err).Msg("shutdown")
 	}
 }
 

@@ -3,10 +3,11 @@
 // asked for, the Go profiler (/debug/pprof/). It runs its own small
 // net/http server on its own goroutines and never on the event loops.
 //
-// It also mounts what other packages serve there: the admin API
-// (Config.API, internal/admin) at /api/, and the web console
-// (Config.Console) at /, for every path not served otherwise. Those apply
-// their own rules of access; the paths above stay open.
+// Register adds those routes to the side port's one router, which
+// internal/member builds with the admin API (internal/admin) at /api/,
+// the membership endpoint at /cluster/members and the web console at /
+// beside them; Serve serves it on its listener. Those apply their own
+// rules of access; the paths above stay open.
 //
 // # How figures get here
 //

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rs/zerolog"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -103,11 +105,15 @@ func (s *fakeStore) LogStats() (wal.Stats, bool) {
 // and returns its base URL.
 func startOps(t testing.TB, cfg ops.Config) string {
 	t.Helper()
-	cfg.Addr = "127.0.0.1:0"
-	srv, err := ops.Start(cfg)
+	mux := http.NewServeMux()
+	if err := ops.Register(mux, cfg); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := ops.Serve(ln, mux, zerolog.Nop())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

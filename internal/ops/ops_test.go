@@ -456,43 +456,6 @@ func TestRoutes(t *testing.T) {
 	}
 }
 
-// TestMounts: the admin API serves every path under /api/ and the console
-// every path nothing else serves; the metrics and probes stay where they
-// are, whatever those two would say.
-func TestMounts(t *testing.T) {
-	named := func(name string) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.WriteHeader(http.StatusTeapot)
-			_, _ = w.Write([]byte(name))
-		})
-	}
-	base := startOps(t, ops.Config{Engine: newFakeEngine(), Store: &fakeStore{}, API: named("api"), Console: named("console")})
-	for path, want := range map[string]string{
-		"/api/v1/stats": "api", "/api/": "api", "/api": "api", "/": "console", "/tubes/x": "console",
-	} {
-		if code, body := get(t, base+path); code != http.StatusTeapot || body != want {
-			t.Errorf("GET %s = %d %q, want %s's", path, code, body, want)
-		}
-	}
-	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
-		if code, _ := get(t, base+path); code != http.StatusOK {
-			t.Errorf("GET %s = %d with the API and the console mounted", path, code)
-		}
-	}
-}
-
-// TestStartFailsOnBusyAddress: a listen error comes back from Start.
-func TestStartFailsOnBusyAddress(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	if _, err := ops.Start(ops.Config{Addr: ln.Addr().String(), Engine: newFakeEngine(), Store: &fakeStore{}}); err == nil {
-		t.Fatal("Start on a busy address succeeded")
-	}
-}
-
 // TestObserveCommandDoesNotAllocate pins the event loops' cost.
 func TestObserveCommandDoesNotAllocate(t *testing.T) {
 	m := ops.NewMetrics()

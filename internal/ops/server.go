@@ -27,10 +27,8 @@ const (
 	maxScrapes = 4
 )
 
-// Config is what Start needs.
+// Config is what Register needs.
 type Config struct {
-	// Addr is the host:port to listen on.
-	Addr string
 	// Pprof mounts net/http/pprof at /debug/pprof/.
 	Pprof bool
 	// TubeSeries is how many tubes get their own series; 0 means
@@ -43,12 +41,6 @@ type Config struct {
 	Store       Store
 	// Metrics, if set, are the histograms the engine and the log report to.
 	Metrics *Metrics
-	// API, if set, serves every path under /api/ (internal/admin): it
-	// applies its own rules of access.
-	API http.Handler
-	// Console, if set, serves every path no other handler here serves
-	// (the web console, at /).
-	Console http.Handler
 	// Cluster, if set, is this server's cluster member: GET /cluster
 	// shows its view, /readyz also waits for its Ready, and /metrics adds
 	// its figures (and Metrics' proposal sizes). Proxy, if set, is its
@@ -60,39 +52,24 @@ type Config struct {
 
 // Server is the running side port.
 type Server struct {
-	cfg  Config         // immutable after Start
 	log  zerolog.Logger // immutable
 	http *http.Server   // immutable
 	ln   net.Listener   // immutable
 	done chan struct{}  // closed once Serve has returned
 }
 
-// Start listens on cfg.Addr and serves on a goroutine of its own until
-// Shutdown. A listen error is returned at once.
-func Start(cfg Config) (*Server, error) {
-	if cfg.TubeSeries <= 0 {
-		cfg.TubeSeries = DefaultTubeSeries
-	}
-	if cfg.PingTimeout <= 0 {
-		cfg.PingTimeout = DefaultPingTimeout
-	}
-	mux, err := newMux(cfg)
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("ops: %w", err)
-	}
+// Serve serves h on ln, on a goroutine of its own, until Shutdown: the
+// side port's one router, which Register's routes are part of
+// (internal/member builds it).
+func Serve(ln net.Listener, h http.Handler, logger zerolog.Logger) *Server {
 	s := &Server{
-		cfg: cfg,
-		log: cfg.Logger,
+		log: logger,
 		http: &http.Server{
-			Handler:           mux,
+			Handler:           h,
 			ReadHeaderTimeout: 5 * time.Second,
 			IdleTimeout:       time.Minute,
 			// Malformed requests and the like are the client's business.
-			ErrorLog: log.New(levelWriter{cfg.Logger, zerolog.DebugLevel}, "", 0),
+			ErrorLog: log.New(levelWriter{logger, zerolog.DebugLevel}, "", 0),
 		},
 		ln:   ln,
 		done: make(chan struct{}),
@@ -103,10 +80,7 @@ func Start(cfg Config) (*Server, error) {
 			s.log.Error().Err(err).Str("address", ln.Addr().String()).Msg("operations endpoint stopped")
 		}
 	}()
-	s.log.Info().Str("address", ln.Addr().String()).Bool("pprof", cfg.Pprof).
-		Int("metrics_tubes", cfg.TubeSeries).Bool("api", cfg.API != nil).Bool("console", cfg.Console != nil).
-		Msg("operations endpoint listening")
-	return s, nil
+	return s
 }
 
 // Addr is the address the side port listens on.
@@ -126,8 +100,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// newMux routes the side port's paths.
-func newMux(cfg Config) (*http.ServeMux, error) {
+// Register adds the side port's own routes to mux: GET /metrics,
+// /healthz, /readyz, in cluster mode /cluster, and with Pprof
+// /debug/pprof/.
+func Register(mux *http.ServeMux, cfg Config) error {
+	if cfg.TubeSeries <= 0 {
+		cfg.TubeSeries = DefaultTubeSeries
+	}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = DefaultPingTimeout
+	}
 	reg := prometheus.NewRegistry()
 	cs := []prometheus.Collector{
 		newCollector(cfg.Engine, cfg.Store, cfg.TubeSeries),
@@ -147,14 +129,13 @@ func newMux(cfg Config) (*http.ServeMux, error) {
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("ops: registering metrics: %w", err)
+			return fmt.Errorf("ops: registering metrics: %w", err)
 		}
 	}
 	goRuntime, err := goRuntimeGatherer()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	mux := http.NewServeMux()
 	gatherers := prometheus.Gatherers{reg, goRuntime}
 	mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{
 		// A metric the collector cannot make is a bug the operator
@@ -193,12 +174,6 @@ func newMux(cfg Config) (*http.ServeMux, error) {
 	if cfg.Cluster != nil {
 		mux.HandleFunc("GET /cluster", serveCluster(cfg.Cluster))
 	}
-	if cfg.API != nil {
-		mux.Handle("/api/", cfg.API)
-	}
-	if cfg.Console != nil {
-		mux.Handle("/", cfg.Console)
-	}
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -206,7 +181,7 @@ func newMux(cfg Config) (*http.ServeMux, error) {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	return mux, nil
+	return nil
 }
 
 // goRuntime is the Go runtime's figures, less go_memstats_alloc_bytes_total:

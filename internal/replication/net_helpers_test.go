@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -69,31 +68,13 @@ func (g *gatedLog) release() {
 	}
 }
 
-// syncBuffer is a log destination the nodes' goroutines write to.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type netCluster struct {
 	t      testing.TB
 	peers  []Member
 	tweak  func(*NodeConfig) // each test's changes to the configuration
 	logs   map[string]*gatedLog
 	nodes  map[string]*Node
-	output *syncBuffer // every member's log lines
+	output *testproc.SyncBuffer // every member's log lines
 
 	// Members on directories (newWALCluster) rather than MemoryLogs: each
 	// one's directory, and its log while the member runs.
@@ -136,7 +117,7 @@ func newWALCluster(t testing.TB, n int, segSize int64, tweak func(*NodeConfig)) 
 // makeNetCluster makes the members' listeners and names.
 func makeNetCluster(t testing.TB, n int, tweak func(*NodeConfig)) (*netCluster, []net.Listener) {
 	c := &netCluster{t: t, tweak: tweak, logs: map[string]*gatedLog{}, nodes: map[string]*Node{},
-		output: &syncBuffer{}, rebuilt: map[string]int{}, rebuild: make(chan string, 16)}
+		output: &testproc.SyncBuffer{}, rebuilt: map[string]int{}, rebuild: make(chan string, 16)}
 	var lns []net.Listener
 	for i := 1; i <= n; i++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -219,7 +219,10 @@ type Node struct {
 	// Membership change requests (AddMember, RemoveMember), to the node
 	// goroutine; removedBy is set by the transport when a peer refused
 	// this member as removed.
-	changes   chan *changeReq
+	changes chan *changeReq
+	// transfers carries TransferLeadership's requests: the member to hand
+	// the leadership to.
+	transfers chan uint64
 	removedBy atomic.Pointer[string]
 	waiting   *changeReq // node goroutine only: the request waiting for its change
 }
@@ -351,6 +354,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		conf:          cs,
 		removed:       book.Removed,
 		changes:       make(chan *changeReq),
+		transfers:     make(chan uint64),
 		log:           cfg.Log,
 		logger:        cfg.Logger.With().Str("node", cfg.Node).Logger(),
 		startCommit:   hs.GetCommit(),
@@ -442,6 +446,33 @@ func (n *Node) Close() {
 	})
 }
 
+// TransferLeadership asks this member, if it leads, to hand the
+// leadership to the member named: raft's leadership transfer, which
+// succeeds once that member holds the whole log (the leader then steps
+// down and rebuilds, as on any lost leadership it served), and is
+// otherwise dropped after an election timeout. It returns once the
+// request is with the node goroutine: ErrUnknownMember for a name not in
+// the book, errStopped once the member stopped.
+func (n *Node) TransferLeadership(name string) error {
+	var id uint64
+	n.mu.Lock()
+	for mid, m := range n.byID {
+		if m.Name == name {
+			id = mid
+		}
+	}
+	n.mu.Unlock()
+	if id == 0 {
+		return fmt.Errorf("%w: %s", ErrUnknownMember, name)
+	}
+	select {
+	case n.transfers <- id:
+		return nil
+	case <-n.halted:
+		return errStopped
+	}
+}
+
 // Done is closed once the member has stopped: after Close, after a
 // Rebuild returned, or when it found its log lost (Err).
 func (n *Node) Done() <-chan struct{} { return n.done }
@@ -516,6 +547,8 @@ func (n *Node) run() {
 			}
 		case in := <-n.snapIn:
 			in.verdict <- n.step(in.m)
+		case to := <-n.transfers:
+			n.core.TransferLeadership(to)
 		case req := <-n.changes:
 			n.startChange(req)
 		case <-n.wake:

@@ -27,7 +27,7 @@ import (
 
 // startLone starts m1 of a three-member cluster whose other members are
 // not running, for tests that speak to it by hand.
-func startLone(t *testing.T, tweak func(*NodeConfig)) (*Node, *syncBuffer) {
+func startLone(t *testing.T, tweak func(*NodeConfig)) (*Node, *testproc.SyncBuffer) {
 	var peers []Member
 	var ln net.Listener
 	for i := 1; i <= 3; i++ {
@@ -43,7 +43,7 @@ func startLone(t *testing.T, tweak func(*NodeConfig)) (*Node, *syncBuffer) {
 			l.Close() // nobody listens there: dials to it fail at once
 		}
 	}
-	out := &syncBuffer{}
+	out := &testproc.SyncBuffer{}
 	cfg := NodeConfig{Node: "m1", Listen: peers[0].Addr, Peers: peers, ClientAddr: "127.0.0.1:11300",
 		Tick: testTick, Logger: zerolog.New(out), listener: ln}
 	if tweak != nil {

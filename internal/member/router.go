@@ -1,4 +1,4 @@
-package main
+package member
 
 import (
 	"context"
@@ -9,11 +9,56 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sproutmq/sprout/internal/admin"
+	"github.com/sproutmq/sprout/internal/console"
+	"github.com/sproutmq/sprout/internal/ops"
 	"github.com/sproutmq/sprout/internal/replication"
 )
 
 // maxMemberRequest bounds a membership change's request body.
 const maxMemberRequest = 4 << 10
+
+// router is the side port's one router, every path it serves in one
+// place:
+//
+//	GET  /metrics, /healthz, /readyz     ops (open)
+//	GET  /debug/pprof/...                ops, with --pprof (open)
+//	GET  /cluster                        ops, in cluster mode (open)
+//	     /cluster/members[/{name}]       membership changes, in cluster mode (guarded as the admin API)
+//	     /api/...                        the admin API (its own rules of access)
+//	     /                               the web console, for every other path
+//
+// It makes the admin API (m.api), which Shutdown closes.
+func (m *Member) router() (http.Handler, error) {
+	mux := http.NewServeMux()
+	oc := ops.Config{
+		Pprof: m.cfg.HTTP.Pprof, TubeSeries: m.cfg.HTTP.MetricsTubes,
+		Engine: m.engine, Store: m.store, Metrics: m.metrics, Logger: m.log,
+	}
+	ac := admin.Config{
+		Store: m.store, Engine: m.engine, MaxJobSize: m.cfg.Engine.MaxJobSize,
+		Token: m.cfg.HTTP.AdminToken, Logger: m.log,
+	}
+	if m.node != nil {
+		oc.Cluster, oc.Proxy = m.node, m.proxy
+		// Served while this member leads, forwarded to the leader's
+		// --http otherwise (internal/admin/doc.go, Cluster mode).
+		ac.Cluster, ac.LeaderWait = adminCluster{m.node}, m.node.ElectionTimeout()
+	}
+	if err := ops.Register(mux, oc); err != nil {
+		return nil, err
+	}
+	m.api = admin.New(ac)
+	mux.Handle("/api/", m.api)
+	if m.node != nil {
+		registerMembers(mux, m.node, m.api.Auth().Middleware, m.log)
+	}
+	con, err := console.New(console.Config{Auth: m.api.Auth(), Cluster: m.node != nil, Logger: m.log})
+	if err != nil {
+		return nil, err
+	}
+	mux.Handle("/", con)
+	return mux, nil
+}
 
 // memberChanger is what the membership endpoint asks of the member;
 // *replication.Node has it.
@@ -24,10 +69,10 @@ type memberChanger interface {
 	JoinString(id uint64) string
 }
 
-// membersHandler serves the membership endpoint on --http
+// registerMembers adds the membership endpoint to mux
 // (internal/replication/doc.go, "Membership changes"), guarded by guard
 // as the admin API's changes are (a bearer --admin-token; without one,
-// changes get 403); any other path goes to next (404 when nil):
+// changes get 403):
 //
 //	GET    /cluster/members        the members, with their roles
 //	POST   /cluster/members        {"name","address"}: add a learner (201)
@@ -37,12 +82,11 @@ type memberChanger interface {
 // JSON {"error": ...}: 400 bad input, 404 unknown member, 409 a change in
 // progress or a name or address in use, 503 no leader or not applied in
 // time.
-func membersHandler(node memberChanger, guard func(http.Handler) http.Handler, next http.Handler, log zerolog.Logger) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /cluster/members", func(w http.ResponseWriter, r *http.Request) {
+func registerMembers(mux *http.ServeMux, node memberChanger, guard func(http.Handler) http.Handler, log zerolog.Logger) {
+	mux.Handle("GET /cluster/members", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		admin.WriteValue(w, http.StatusOK, map[string]any{"members": node.Status().Members})
-	})
-	mux.HandleFunc("POST /cluster/members", func(w http.ResponseWriter, r *http.Request) {
+	})))
+	mux.Handle("POST /cluster/members", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
 			Name    string `json:"name"`
 			Address string `json:"address"`
@@ -62,8 +106,8 @@ func membersHandler(node memberChanger, guard func(http.Handler) http.Handler, n
 		admin.WriteValue(w, http.StatusCreated, map[string]any{
 			"name": m.Name, "address": m.Addr, "id": replication.FormatID(m.ID), "role": "learner", "join": node.JoinString(m.ID),
 		})
-	})
-	mux.HandleFunc("DELETE /cluster/members/{name}", func(w http.ResponseWriter, r *http.Request) {
+	})))
+	mux.Handle("DELETE /cluster/members/{name}", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m, err := node.RemoveMember(r.Context(), r.PathValue("name"))
 		if err != nil {
 			writeChangeError(w, err)
@@ -71,18 +115,7 @@ func membersHandler(node memberChanger, guard func(http.Handler) http.Handler, n
 		}
 		log.Info().Str("member", m.Name).Str("remote", r.RemoteAddr).Msg("member removed")
 		admin.WriteValue(w, http.StatusOK, map[string]any{"name": m.Name, "address": m.Addr, "id": replication.FormatID(m.ID), "removed": true})
-	})
-	guarded := guard(mux)
-	if next == nil {
-		next = http.NotFoundHandler()
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, pattern := mux.Handler(r); pattern == "" {
-			next.ServeHTTP(w, r)
-			return
-		}
-		guarded.ServeHTTP(w, r)
-	})
+	})))
 }
 
 // writeChangeError answers a membership change that failed.

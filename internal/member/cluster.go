@@ -1,0 +1,126 @@
+package member
+
+import (
+	"context"
+	"net"
+
+	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/admin"
+	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/store/wal/cbinlog"
+)
+
+// startNode starts a cluster member's parts up to its store: the clients'
+// listener, if Config.Engine brings none, so that the client address the
+// member tells the others has its port; its log in -b; the node, whose
+// store the engine will serve; and the proxy to the leader, which
+// becomes the engine's Route.
+func (m *Member) startNode() error {
+	ec := &m.cfg.Engine
+	if ec.Listener == nil {
+		ln, err := engine.Listen(ec.Network, ec.Address)
+		if err != nil {
+			return &StartError{StepListen, err}
+		}
+		ec.Listener = ln
+	}
+	ec.Network, ec.Address = ec.Listener.Addr().Network(), ec.Listener.Addr().String()
+
+	nc := *m.cfg.Cluster
+	self := nc.SelfAddr()
+	// Where the other members reach this one's clients' port and --http:
+	// as they listen, or, listening on every interface, at the host of
+	// its own --cluster-peers entry (a joining member's --cluster-listen
+	// without one); "" without --http.
+	nc.ClientAddr = replication.WithHost(ec.Address, self)
+	if m.httpLn != nil {
+		nc.HTTPAddr = replication.WithHost(m.httpLn.Addr().String(), self)
+	}
+	nc.Retain = clusterLogRetain
+	wc := nc.WALConfig(m.cfg.WALDir)
+	wc.Wal = m.cfg.WAL
+	wc.Wal.Logger = m.log
+	wc.Wal.Importer = cbinlog.Importer{}
+	clog, err := replication.OpenWALLog(wc)
+	if err != nil {
+		return &StartError{StepLog, err}
+	}
+	m.clusterLog = clog
+	nc.Log, nc.Logger = clog, m.log
+	if m.metrics != nil {
+		nc.Observer = m.metrics
+	}
+	nc.CloseClients = m.closeClients
+	node, err := replication.StartNode(nc)
+	if err != nil {
+		return &StartError{StepNode, err}
+	}
+	m.node, m.store = node, node.Store()
+	m.proxy = replication.NewProxy(replication.ProxyConfig{
+		Leader: node.Leader, Self: node.Name(), Local: m.serveLocal,
+		Wait: node.ElectionTimeout(), Logger: m.log,
+	})
+	ec.Route = m.proxy.Route
+	return nil
+}
+
+// started is the engine, once made: the node's and the proxy's callbacks
+// may run before Start has made it.
+func (m *Member) started() *engine.Server {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.engineUp
+}
+
+// closeClients is the node's CloseClients, when the member lost a
+// leadership it served and rebuilds its store: every client connection
+// closes (engine.Server.CloseClients); none is answered from this store
+// again.
+func (m *Member) closeClients(ctx context.Context) error {
+	srv := m.started()
+	if srv == nil {
+		return nil // no engine, no client
+	}
+	return srv.CloseClients(ctx)
+}
+
+// serveLocal is the proxy's Local: a connection that waited for a leader
+// and found this member serving goes to the engine.
+func (m *Member) serveLocal(nc net.Conn) {
+	srv := m.started()
+	if srv == nil {
+		_ = nc.Close()
+		return
+	}
+	srv.Serve(nc)
+}
+
+// watch stops the member when its node stopped on its own: its log is
+// not the one the cluster knows (replication.ErrLogLost), so it cannot
+// serve, nor rejoin under its name; or it was removed from the cluster
+// (replication.ErrRemoved). A node closed by Shutdown has no Err.
+func (m *Member) watch() {
+	<-m.node.Done()
+	if err := m.node.Err(); err != nil {
+		m.fail(err)
+	}
+}
+
+// adminCluster is the node as the admin API sees it: who serves, and
+// where another leader's --http is.
+type adminCluster struct{ node *replication.Node }
+
+func (c adminCluster) Name() string { return c.node.Name() }
+
+func (c adminCluster) Leader() (admin.Leader, <-chan struct{}) {
+	info, changed := c.node.Leader()
+	l := admin.Leader{Serving: info.Serving, Name: info.Name}
+	if info.Name != "" && info.Name != c.node.Name() {
+		for _, ms := range c.node.Status().Members {
+			if ms.Name == info.Name {
+				l.HTTP = ms.HTTP
+			}
+		}
+	}
+	return l, changed
+}

@@ -1,0 +1,44 @@
+// Package member runs one Sprout: a single node, in memory or on its
+// write-ahead log, or a member of a replicated cluster. It owns what a
+// running server is made of (the log, the store, the cluster node and its
+// proxy to the leader, the engine and the HTTP side port) and the order
+// in which they start and stop; cmd/sprout only parses flags into a
+// Config, builds the member, and turns signals into Drain and Shutdown.
+// Tests run several members in one process.
+//
+// # Starting
+//
+// Start brings the parts up in this order, and undoes what it did if a
+// step fails:
+//  1. the side port's listener (--http), so that a cluster member tells
+//     the others the port it really has (a :0 included);
+//  2. a cluster member's client listener, for the same reason;
+//  3. the log: a single node's wal.Log, opened and recovered, or a
+//     member's replication.WALLog;
+//  4. the store on it: a single node's store.New, or the node
+//     (replication.StartNode), whose store is the member's for its life,
+//     and the proxy to the leader, which becomes the engine's Route;
+//  5. the engine on the store, serving once it listens;
+//  6. the side port's one router (router.go): probes, metrics, pprof,
+//     /cluster and /cluster/members, the admin API and the web console.
+//
+// Each failure is an error that wraps what failed (wal.ErrLocked,
+// replication.ErrRemoved, a listener's *net.OpError) inside a *StartError
+// that names the step, so the binary maps it to its exit status.
+//
+// # Stopping
+//
+// Shutdown stops a member in the order its doc comment lists; a member
+// that cannot go on (its cluster log lost, or removed from the cluster)
+// stops itself the same way, and Err says why. Done is closed once every
+// part has stopped.
+//
+// # One store
+//
+// The store a member serves is the same for its life: the engine, the
+// admin API, the history and the metrics are given it once. A cluster
+// member that installs a snapshot, or rebuilds after losing a leadership
+// it served, empties it and fills it again in place (store.Store.Reset;
+// internal/replication/doc.go, "Losing leadership"), once the engine has
+// closed its clients (the node's CloseClients is the engine's).
+package member

@@ -1,0 +1,71 @@
+package member
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sproutmq/sprout/internal/admin"
+	"github.com/sproutmq/sprout/internal/replication"
+)
+
+const testAdminToken = "membership-test-token-0123456789"
+
+// membersMux is a router with the membership endpoint alone.
+func membersMux(node memberChanger, guard func(http.Handler) http.Handler) *http.ServeMux {
+	mux := http.NewServeMux()
+	registerMembers(mux, node, guard, zerolog.Nop())
+	return mux
+}
+
+// fakeChanger is a member whose changes the handler test sees.
+type fakeChanger struct{ calls []string }
+
+func (f *fakeChanger) Status() replication.Status { return replication.Status{} }
+func (f *fakeChanger) AddMember(_ context.Context, name, addr string) (replication.Member, error) {
+	f.calls = append(f.calls, "add "+name)
+	return replication.Member{Name: name, Addr: addr, ID: 1}, nil
+}
+func (f *fakeChanger) RemoveMember(_ context.Context, name string) (replication.Member, error) {
+	f.calls = append(f.calls, "remove "+name)
+	return replication.Member{}, fmt.Errorf("%w: %s", replication.ErrUnknownMember, name)
+}
+func (f *fakeChanger) JoinString(id uint64) string { return "c:1" }
+
+// Without --admin-token the endpoint reads but changes nothing (403), as
+// the admin API; paths it does not serve are 404.
+func TestMembersHandlerReadOnly(t *testing.T) {
+	f := &fakeChanger{}
+	h := membersMux(f, admin.NewAuth("", zerolog.Nop()).Middleware)
+	for _, tc := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{http.MethodGet, "/cluster/members", "", http.StatusOK},
+		{http.MethodPost, "/cluster/members", `{"name":"b","address":"127.0.0.1:1"}`, http.StatusForbidden},
+		{http.MethodDelete, "/cluster/members/b", "", http.StatusForbidden},
+		{http.MethodGet, "/elsewhere", "", http.StatusNotFound},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
+		if rec.Code != tc.want {
+			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, rec.Code, rec.Body, tc.want)
+		}
+	}
+	if len(f.calls) != 0 {
+		t.Errorf("changes reached the member: %v", f.calls)
+	}
+	h = membersMux(f, admin.NewAuth(testAdminToken, zerolog.Nop()).Middleware)
+	req := httptest.NewRequest(http.MethodDelete, "/cluster/members/b", nil)
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusNotFound || !strings.Contains(rec.Body.String(), `"error"`) {
+		t.Errorf("removing an unknown member: %d %s, want 404 with a JSON error", rec.Code, rec.Body)
+	}
+}
