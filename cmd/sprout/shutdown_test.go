@@ -62,24 +62,19 @@ func TestGracefulShutdown(t *testing.T) {
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
-		if err != nil {
-			break // the listener is closed
-		}
-		_ = c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("still accepting 5 s after SIGTERM")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testproc.WaitFor(t, 5*time.Second, "the listener closed after SIGTERM", func() bool {
+		return testproc.Accepts(p.Addr(), time.Second) != nil
+	})
 	other.expect("put 0 0 60 1\r\nc\r\n", "DRAINING")
 	other.expect("reserve-with-timeout 0\r\n", "TIMED_OUT") // job 2 is ready, but not handed out
+	// The shutdown waits for the worker: it said so, and while the worker
+	// is served it has not gone on.
+	testproc.WaitFor(t, 5*time.Second, "the shutdown waiting for workers", func() bool {
+		return strings.Contains(p.Output(), "waiting for workers to finish theirs")
+	})
 	worker.expect("touch 1\r\n", "TOUCHED")
-	time.Sleep(300 * time.Millisecond)
-	if p.Exited() {
-		t.Fatalf("exited while a job was reserved:\n%s", p.Output())
+	if p.Exited() || strings.Contains(p.Output(), "no job is reserved") {
+		t.Fatalf("went on while a job was reserved:\n%s", p.Output())
 	}
 	worker.expect("delete 1\r\n", "DELETED")
 	took := waitExit(t, p, 5*time.Second)
@@ -117,7 +112,9 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	testproc.WaitFor(t, 5*time.Second, "the first signal taken", func() bool {
+		return strings.Contains(p.Output(), "waiting for workers to finish theirs")
+	})
 	if err := p.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -197,13 +194,9 @@ func TestProbesDuringShutdown(t *testing.T) {
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for httpStatus(base+"/readyz") != 503 {
-		if time.Now().After(deadline) {
-			t.Fatal("/readyz still not 503 5 s after SIGTERM")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testproc.WaitFor(t, 5*time.Second, "/readyz 503 after SIGTERM", func() bool {
+		return httpStatus(base+"/readyz") == 503
+	})
 	if got := httpStatus(base + "/healthz"); got != 200 {
 		t.Fatalf("/healthz while draining: %d", got)
 	}
@@ -228,12 +221,12 @@ func TestListensOnIPv6(t *testing.T) {
 		Args:     []string{"-l", "::1", "-p", strconv.Itoa(port)},
 		NoListen: true,
 	})
-	for deadline := time.Now().Add(5 * time.Second); testproc.Accepts(addr, time.Second) != nil; {
-		if time.Now().After(deadline) || p.Exited() {
-			t.Fatalf("not accepting on %s:\n%s", addr, p.Output())
+	testproc.WaitFor(t, 5*time.Second, "accepting on "+addr, func() bool {
+		if p.Exited() {
+			t.Fatalf("exited:\n%s", p.Output())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return testproc.Accepts(addr, time.Second) == nil
+	})
 	c := dialTCP(t, addr)
 	c.expect("put 0 0 60 2\r\nv6\r\n", "INSERTED 1")
 	c.expect("reserve-with-timeout 0\r\n", "RESERVED 1 2", "v6")

@@ -21,6 +21,10 @@ import (
 type fakeCluster struct {
 	name string
 
+	// asked counts the calls of Leader: a request that looks for the
+	// leader, the history's sampler at each interval.
+	asked atomic.Int64
+
 	mu      sync.Mutex
 	leader  admin.Leader  // guarded by mu
 	changed chan struct{} // guarded by mu: closed by set
@@ -33,6 +37,7 @@ func newFakeCluster(name string, l admin.Leader) *fakeCluster {
 func (c *fakeCluster) Name() string { return c.name }
 
 func (c *fakeCluster) Leader() (admin.Leader, <-chan struct{}) {
+	c.asked.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.leader, c.changed
@@ -158,10 +163,13 @@ func TestClusterNoLeader(t *testing.T) {
 	}
 
 	done := make(chan reply, 1)
+	asked := follower.cluster.asked.Load()
 	go func() { done <- c.do("GET", "/api/v1/tubes", nil) }()
-	// A leader becomes known while the request waits (or, on a slow
-	// machine, before it arrives): either way it is served.
-	time.Sleep(50 * time.Millisecond)
+	// A leader becomes known once the request has looked for one and
+	// waits on the change.
+	testproc.WaitFor(t, 5*time.Second, "the request looking for a leader", func() bool {
+		return follower.cluster.asked.Load() > asked
+	})
 	follower.cluster.set(admin.Leader{Name: "m1", HTTP: leader.host()})
 	if r := <-done; r.status != http.StatusOK {
 		t.Errorf("a request that waited for the leader: %d %s", r.status, r.body)
@@ -226,8 +234,12 @@ func TestClusterHistory(t *testing.T) {
 		cfg.History = admin.HistoryConfig{Interval: 5 * time.Millisecond, Window: time.Second}
 		cfg.Now = func() time.Time { return time.Unix(clock.Load(), 0) }
 	}, nil)
-	// Some intervals pass while it follows; none is sampled.
-	time.Sleep(50 * time.Millisecond)
+	// Some intervals pass while it follows (the sampler asks who leads at
+	// each); none is sampled.
+	asked := c.asked.Load()
+	testproc.WaitFor(t, 5*time.Second, "three intervals while following", func() bool {
+		return c.asked.Load() >= asked+3
+	})
 	elected := clock.Add(3600)
 	c.set(admin.Leader{Serving: true, Name: "m1"})
 	api := &client{t: t, base: m.url, bearer: testToken}
