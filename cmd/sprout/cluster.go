@@ -53,9 +53,33 @@ func checkCluster(o options) error {
 		err = cfg.Validate()
 	}
 	if err != nil {
-		return errors.New(strings.TrimPrefix(err.Error(), "replication: "))
+		return errors.New(describe(err))
 	}
 	return nil
+}
+
+// clusterFlag is the flag that sets each of replication's settings.
+var clusterFlag = map[replication.Setting]string{
+	replication.SettingNode:    "--node",
+	replication.SettingListen:  "--cluster-listen",
+	replication.SettingPeers:   "--cluster-peers",
+	replication.SettingJoin:    "--cluster-join",
+	replication.SettingTLSCert: "--cluster-tls-cert",
+	replication.SettingTLSKey:  "--cluster-tls-key",
+	replication.SettingTLSCA:   "--cluster-tls-ca",
+}
+
+// describe is the line the operator reads for a lower layer's error: a
+// replication.ConfigError names the flag that sets what it refuses.
+func describe(err error) string {
+	var ce *replication.ConfigError
+	if errors.As(err, &ce) {
+		if flag, ok := clusterFlag[ce.Setting]; ok {
+			return flag + ": " + ce.Err.Error()
+		}
+		return ce.Err.Error()
+	}
+	return strings.TrimPrefix(err.Error(), "replication: ")
 }
 
 // nodeConfig is what the options say of the member; run adds the wiring.

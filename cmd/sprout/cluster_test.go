@@ -576,13 +576,13 @@ func TestParseArgsCluster(t *testing.T) {
 			"--cluster-listen is required in cluster mode: HOST:PORT where the other members connect"),
 		refused("a unix socket", with("-l", "unix:/run/sprout.sock"),
 			"-l unix:PATH is not supported in cluster mode: members proxy clients to the leader's TCP address"),
-		refused("not among the peers", with("--node", "d"), "--cluster-peers does not include --node d"),
-		refused("a bad name", with("--node", "a b"), `--node "a b": a member's name holds only letters, digits, '-', '_' and '.', not ' '`),
+		refused("not among the peers", with("--node", "d"), "--cluster-peers: does not include this member, d"),
+		refused("a bad name", with("--node", "a b"), `--node: "a b": a member's name holds only letters, digits, '-', '_' and '.', not ' '`),
 		refused("a bad peer", with("--cluster-peers", "a=127.0.0.1:7001,b"), `--cluster-peers: "b" is not NAME=HOST:PORT`),
-		refused("a name twice", with("--cluster-peers", "a=127.0.0.1:7001,a=127.0.0.1:7002"), "--cluster-peers names a twice"),
+		refused("a name twice", with("--cluster-peers", "a=127.0.0.1:7001,a=127.0.0.1:7002"), "--cluster-peers: names a twice"),
 		refused("a bad listen address", with("--cluster-listen", "7001"), `--cluster-listen: "7001" is not HOST:PORT`),
 		refused("half the TLS files", with("--cluster-tls-cert", "c.pem"),
-			"--cluster-tls-key is missing: --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca go together"),
+			"--cluster-tls-key: missing: the certificate, its key and the CA go together"),
 		refused("an empty --node", []string{"--node", ""}, `invalid --node: "" (want a member's name)`),
 		// A shared list of join strings: the member with an entry joins, and
 		// need not be among the peers; the one without starts as an initial
@@ -599,9 +599,9 @@ func TestParseArgsCluster(t *testing.T) {
 				o.clusterJoin = "d=c0ffee:2"
 			}},
 		refused("a join list, no entry, not among the peers", with("--node", "e", "--cluster-join", "d=c0ffee:2"),
-			"--cluster-peers does not include --node e"),
+			"--cluster-peers: does not include this member, e"),
 		refused("a malformed join list", with("--cluster-join", "d=c0ffee:2,e"), `--cluster-join: "e" is not NAME=CLUSTER:ID`),
-		refused("a join list naming one twice", with("--cluster-join", "d=c0ffee:2,d=c0ffee:3"), "--cluster-join names d twice"),
+		refused("a join list naming one twice", with("--cluster-join", "d=c0ffee:2,d=c0ffee:3"), "--cluster-join: names d twice"),
 	})
 }
 

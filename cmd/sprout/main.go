@@ -144,22 +144,21 @@ func startFailed(err error, cfg config, log zerolog.Logger) int {
 		log.Error().Err(err).Msg("cannot start")
 		return exitReplay
 	}
-	e := log.Error().Err(se.Err)
 	switch se.Step {
 	case member.StepHTTP:
-		e.Str("address", cfg.httpAddr).Msg("cannot serve the operations endpoint")
+		log.Error().Err(se.Err).Str("address", cfg.httpAddr).Msg("cannot serve the operations endpoint")
 		return exitSocket
 	case member.StepListen, member.StepEngine:
-		e.Str("address", cfg.engine.Address).Msg("cannot serve")
+		log.Error().Err(se.Err).Str("address", cfg.engine.Address).Msg("cannot serve")
 		return exitSocket
 	case member.StepLog:
-		e.Str("dir", cfg.walDir).Msg("cannot open the write-ahead log")
+		log.Error().Err(se.Err).Str("dir", cfg.walDir).Msg("cannot open the write-ahead log")
 		if errors.Is(se.Err, wal.ErrLocked) {
 			return exitWALLock
 		}
 		return exitReplay
 	}
-	e.Msg("cannot start the cluster member")
+	log.Error().Str("error", describe(se.Err)).Msg("cannot start the cluster member")
 	var opErr *net.OpError
 	switch {
 	case errors.Is(se.Err, replication.ErrRemoved):

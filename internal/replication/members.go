@@ -95,20 +95,20 @@ const maxNameLen = 128
 // duplicate is Validate's to refuse, so that the message can say which.
 func ParsePeers(s string) ([]Member, error) {
 	if strings.TrimSpace(s) == "" {
-		return nil, fmt.Errorf("replication: --cluster-peers is empty: want NAME=HOST:PORT,...")
+		return nil, configErrorf(SettingPeers, "empty: want NAME=HOST:PORT,...")
 	}
 	var members []Member
 	for entry := range strings.SplitSeq(s, ",") {
 		entry = strings.TrimSpace(entry)
 		name, addr, ok := strings.Cut(entry, "=")
 		if !ok {
-			return nil, fmt.Errorf("replication: --cluster-peers: %q is not NAME=HOST:PORT", entry)
+			return nil, configErrorf(SettingPeers, "%q is not NAME=HOST:PORT", entry)
 		}
 		if err := checkName(name); err != nil {
-			return nil, fmt.Errorf("replication: --cluster-peers: %q: %v", entry, err)
+			return nil, configErrorf(SettingPeers, "%q: %v", entry, err)
 		}
 		if err := checkAddr(addr, false); err != nil {
-			return nil, fmt.Errorf("replication: --cluster-peers: %q: %v", entry, err)
+			return nil, configErrorf(SettingPeers, "%q: %v", entry, err)
 		}
 		members = append(members, Member{Name: name, Addr: addr, ID: MemberID(name)})
 	}
@@ -182,24 +182,24 @@ func validateMembers(self string, members []Member, joining bool) error {
 	ids := make(map[uint64]string, len(members))
 	for _, m := range members {
 		if names[m.Name] {
-			return fmt.Errorf("replication: --cluster-peers names %s twice", m.Name)
+			return configErrorf(SettingPeers, "names %s twice", m.Name)
 		}
 		names[m.Name] = true
 		key := strings.ToLower(m.Addr)
 		if other, ok := addrs[key]; ok {
-			return fmt.Errorf("replication: --cluster-peers gives %s and %s the same address %s", other, m.Name, m.Addr)
+			return configErrorf(SettingPeers, "gives %s and %s the same address %s", other, m.Name, m.Addr)
 		}
 		addrs[key] = m.Name
 		if m.ID == 0 || raft.IsLocalMsgTarget(m.ID) {
-			return fmt.Errorf("replication: member %s has no usable Raft id", m.Name)
+			return configErrorf(SettingPeers, "member %s has no usable Raft id", m.Name)
 		}
 		if other, ok := ids[m.ID]; ok {
-			return fmt.Errorf("replication: members %s and %s have the same Raft id %x: rename one", other, m.Name, m.ID)
+			return configErrorf(SettingPeers, "members %s and %s have the same Raft id %x: rename one", other, m.Name, m.ID)
 		}
 		ids[m.ID] = m.Name
 	}
 	if !names[self] && !joining {
-		return fmt.Errorf("replication: --cluster-peers does not include --node %s", self)
+		return configErrorf(SettingPeers, "does not include this member, %s", self)
 	}
 	return nil
 }

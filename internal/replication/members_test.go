@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -27,7 +28,7 @@ func TestParsePeers(t *testing.T) {
 	}
 
 	for _, tc := range []struct{ in, want string }{
-		{"", "is empty"},
+		{"", "empty"},
 		{"a", `"a" is not NAME=HOST:PORT`},
 		{"a=127.0.0.1:1,b", `"b" is not NAME=HOST:PORT`},
 		{"=127.0.0.1:1", "1 to 128 characters"},
@@ -39,14 +40,12 @@ func TestParsePeers(t *testing.T) {
 		{"a=h:70000", "the port is a number"},
 	} {
 		_, err := ParsePeers(tc.in)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
-			t.Errorf("ParsePeers(%q): %v, want one line with %q", tc.in, err, tc.want)
-		}
+		checkConfigError(t, err, SettingPeers, tc.want)
 	}
 }
 
 // TestValidate: each configuration a member cannot start with is refused
-// in one line that names the flag at fault.
+// in one line that names the setting at fault.
 func TestValidate(t *testing.T) {
 	peers := func(s string) []Member {
 		m, err := ParsePeers(s)
@@ -62,34 +61,44 @@ func TestValidate(t *testing.T) {
 		t.Fatal(cfg.Validate())
 	}
 	for _, tc := range []struct {
-		name   string
-		change func(*NodeConfig)
-		want   string
+		name    string
+		change  func(*NodeConfig)
+		setting Setting
+		want    string
 	}{
-		{"no node", func(c *NodeConfig) { c.Node = "" }, "--node"},
-		{"node not a peer", func(c *NodeConfig) { c.Node = "d" }, "--cluster-peers does not include --node d"},
-		{"bad listen", func(c *NodeConfig) { c.Listen = "7001" }, "--cluster-listen"},
-		{"no peers", func(c *NodeConfig) { c.Peers = nil }, "--cluster-peers is empty"},
-		{"duplicate name", func(c *NodeConfig) { c.Peers = peers("a=h1:1,b=h2:1,a=h3:1") }, "names a twice"},
-		{"duplicate address", func(c *NodeConfig) { c.Peers = peers("a=h1:1,b=H1:1") }, "the same address"},
-		{"colliding ids", func(c *NodeConfig) { c.Peers[1].ID = c.Peers[0].ID }, "the same Raft id"},
-		{"cert alone", func(c *NodeConfig) { c.TLSCert = "c.pem" }, "--cluster-tls-key is missing"},
-		{"no ca", func(c *NodeConfig) { c.TLSCert, c.TLSKey = "c.pem", "k.pem" }, "--cluster-tls-ca is missing"},
-		{"no cert", func(c *NodeConfig) { c.TLSKey, c.TLSCA = "k.pem", "ca.pem" }, "--cluster-tls-cert is missing"},
-		{"negative tick", func(c *NodeConfig) { c.Tick = -1 }, "cannot be negative"},
-		{"joining, no cluster", func(c *NodeConfig) { c.Node, c.JoinID = "d", 7 }, "--cluster-join needs the cluster's id"},
+		{"no node", func(c *NodeConfig) { c.Node = "" }, SettingNode, "1 to 128 characters"},
+		{"node not a peer", func(c *NodeConfig) { c.Node = "d" }, SettingPeers, "does not include this member, d"},
+		{"bad listen", func(c *NodeConfig) { c.Listen = "7001" }, SettingListen, "is not HOST:PORT"},
+		{"no peers", func(c *NodeConfig) { c.Peers = nil }, SettingPeers, "empty"},
+		{"duplicate name", func(c *NodeConfig) { c.Peers = peers("a=h1:1,b=h2:1,a=h3:1") }, SettingPeers, "names a twice"},
+		{"duplicate address", func(c *NodeConfig) { c.Peers = peers("a=h1:1,b=H1:1") }, SettingPeers, "the same address"},
+		{"colliding ids", func(c *NodeConfig) { c.Peers[1].ID = c.Peers[0].ID }, SettingPeers, "the same Raft id"},
+		{"cert alone", func(c *NodeConfig) { c.TLSCert = "c.pem" }, SettingTLSKey, "missing"},
+		{"no ca", func(c *NodeConfig) { c.TLSCert, c.TLSKey = "c.pem", "k.pem" }, SettingTLSCA, "missing"},
+		{"no cert", func(c *NodeConfig) { c.TLSKey, c.TLSCA = "k.pem", "ca.pem" }, SettingTLSCert, "missing"},
+		{"negative tick", func(c *NodeConfig) { c.Tick = -1 }, SettingTiming, "cannot be negative"},
+		{"joining, no cluster", func(c *NodeConfig) { c.Node, c.JoinID = "d", 7 }, SettingJoin, "needs the cluster's id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := good()
 			tc.change(&cfg)
 			err := cfg.Validate()
-			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
-				t.Errorf("got %v, want one line with %q", err, tc.want)
-			}
+			checkConfigError(t, err, tc.setting, tc.want)
 			if _, serr := StartNode(cfg); serr == nil || serr.Error() != err.Error() {
 				t.Errorf("StartNode: %v, want Validate's %v", serr, err)
 			}
 		})
+	}
+}
+
+// checkConfigError fails unless err is a one-line *ConfigError of
+// setting, saying want, and naming no flag: the binary names those.
+func checkConfigError(t *testing.T, err error, setting Setting, want string) {
+	t.Helper()
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Setting != setting || !strings.Contains(ce.Err.Error(), want) ||
+		strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "--") {
+		t.Errorf("got %v, want a one-line ConfigError of %s with %q, naming no flag", err, setting, want)
 	}
 }
 
@@ -113,14 +122,12 @@ func TestValidateJoining(t *testing.T) {
 		t.Errorf("its address, named in its peers: %q, want its entry's", got)
 	}
 	cfg.Peers, cfg.ClusterID, cfg.JoinID = peers, 0, 0
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--cluster-peers does not include --node d") {
-		t.Errorf("an initial member not in its peers: %v", err)
-	}
+	checkConfigError(t, cfg.Validate(), SettingPeers, "does not include this member, d")
 }
 
 // TestSelectJoin: the plain CLUSTER:ID is every member's; a list gives
 // each member its entry, or none; a malformed list is refused whoever
-// reads it, in one line naming the flag.
+// reads it, in one line naming the setting.
 func TestSelectJoin(t *testing.T) {
 	for _, tc := range []struct {
 		in, node    string
@@ -150,10 +157,7 @@ func TestSelectJoin(t *testing.T) {
 	} {
 		for _, node := range []string{"a", "z"} {
 			_, _, _, err := SelectJoin(tc.in, node)
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--cluster-join") ||
-				strings.Contains(err.Error(), "\n") {
-				t.Errorf("SelectJoin(%q, %s): %v, want one line with --cluster-join and %q", tc.in, node, err, tc.want)
-			}
+			checkConfigError(t, err, SettingJoin, tc.want)
 		}
 	}
 }

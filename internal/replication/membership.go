@@ -80,7 +80,7 @@ func ParseJoin(s string) (cluster, id uint64, err error) {
 		_, err = fmt.Sscanf(c+" "+i, "%x %x", &cluster, &id)
 	}
 	if !ok || err != nil || cluster == 0 || id == 0 || raft.IsLocalMsgTarget(id) {
-		return 0, 0, fmt.Errorf("replication: --cluster-join %q is not CLUSTER:ID in hex, as the member's addition printed it", s)
+		return 0, 0, configErrorf(SettingJoin, "%q is not CLUSTER:ID in hex, as the member's addition printed it", s)
 	}
 	return cluster, id, nil
 }
@@ -101,23 +101,23 @@ func SelectJoin(s, node string) (cluster, id uint64, found bool, err error) {
 		entry = strings.TrimSpace(entry)
 		name, join, ok := strings.Cut(entry, "=")
 		if !ok {
-			return 0, 0, false, fmt.Errorf("replication: --cluster-join: %q is not NAME=CLUSTER:ID", entry)
+			return 0, 0, false, configErrorf(SettingJoin, "%q is not NAME=CLUSTER:ID", entry)
 		}
 		if err := checkName(name); err != nil {
-			return 0, 0, false, fmt.Errorf("replication: --cluster-join: %q: %v", entry, err)
+			return 0, 0, false, configErrorf(SettingJoin, "%q: %v", entry, err)
 		}
 		if seen[name] {
-			return 0, 0, false, fmt.Errorf("replication: --cluster-join names %s twice", name)
+			return 0, 0, false, configErrorf(SettingJoin, "names %s twice", name)
 		}
 		seen[name] = true
 		c, i, err := ParseJoin(join)
 		if err != nil {
-			return 0, 0, false, fmt.Errorf("replication: --cluster-join: %q is not NAME=CLUSTER:ID in hex, as the member's addition printed it", entry)
+			return 0, 0, false, configErrorf(SettingJoin, "%q is not NAME=CLUSTER:ID in hex, as the member's addition printed it", entry)
 		}
 		if first == 0 {
 			first = c
 		} else if c != first {
-			return 0, 0, false, fmt.Errorf("replication: --cluster-join: %q is of cluster %x, the entries before of %x", entry, c, first)
+			return 0, 0, false, configErrorf(SettingJoin, "%q is of cluster %x, the entries before of %x", entry, c, first)
 		}
 		if name == node {
 			cluster, id, found = c, i, true

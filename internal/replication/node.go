@@ -94,22 +94,25 @@ type NodeConfig struct {
 }
 
 // Validate checks cfg as StartNode does before it touches anything: each
-// error is one line, naming the flag at fault.
+// error is a *ConfigError, one line, naming the setting at fault.
 func (cfg *NodeConfig) Validate() error {
 	if err := checkName(cfg.Node); err != nil {
-		return fmt.Errorf("replication: --node %q: %v", cfg.Node, err)
+		return configErrorf(SettingNode, "%q: %v", cfg.Node, err)
 	}
 	if err := checkAddr(cfg.Listen, true); err != nil {
-		return fmt.Errorf("replication: --cluster-listen: %v", err)
+		return configErrorf(SettingListen, "%v", err)
 	}
 	if len(cfg.Peers) == 0 {
-		return errors.New("replication: --cluster-peers is empty: want NAME=HOST:PORT,...")
+		return configErrorf(SettingPeers, "empty: want NAME=HOST:PORT,...")
 	}
 	if err := validateMembers(cfg.Node, cfg.Peers, cfg.JoinID != 0); err != nil {
 		return err
 	}
-	files := []struct{ flag, path string }{
-		{"--cluster-tls-cert", cfg.TLSCert}, {"--cluster-tls-key", cfg.TLSKey}, {"--cluster-tls-ca", cfg.TLSCA},
+	files := []struct {
+		setting Setting
+		path    string
+	}{
+		{SettingTLSCert, cfg.TLSCert}, {SettingTLSKey, cfg.TLSKey}, {SettingTLSCA, cfg.TLSCA},
 	}
 	set := 0
 	for _, f := range files {
@@ -120,15 +123,15 @@ func (cfg *NodeConfig) Validate() error {
 	if set > 0 && set < len(files) {
 		for _, f := range files {
 			if f.path == "" {
-				return fmt.Errorf("replication: %s is missing: --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca go together", f.flag)
+				return configErrorf(f.setting, "missing: the certificate, its key and the CA go together")
 			}
 		}
 	}
 	if cfg.JoinID != 0 && cfg.ClusterID == 0 {
-		return errors.New("replication: --cluster-join needs the cluster's id: CLUSTER:ID, as the member's addition printed it")
+		return configErrorf(SettingJoin, "needs the cluster's id: CLUSTER:ID, as the member's addition printed it")
 	}
 	if cfg.Tick < 0 || cfg.ElectionTick < 0 || cfg.HeartbeatTick < 0 || cfg.SendQueue < 0 || cfg.MaxSnapshot < 0 {
-		return errors.New("replication: the tick, its counts, the send queue and the snapshot limit cannot be negative")
+		return configErrorf(SettingTiming, "the tick, its counts, the send queue and the snapshot limit cannot be negative")
 	}
 	return nil
 }
@@ -390,7 +393,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	}
 	if mtls == nil && !allLoopback(cfg.Listen, cfg.Peers) {
 		n.logger.Warn().Str("listen", cfg.Listen).
-			Msg("members talk in plaintext: give --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca for mutual TLS")
+			Msg("members talk in plaintext: give every member a TLS certificate, its key and the CA for mutual TLS")
 	}
 	// The first round restores the store from the log (ActRestore), so
 	// Store has one when StartNode returns. (It cannot rebuild: this
