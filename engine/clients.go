@@ -15,7 +15,9 @@ var ErrNoRoute = errors.New("engine: sessions are tracked only with a Route")
 // CloseClients closes every client connection the server serves and
 // returns once none is open, or with ctx's error: the event loops close
 // their sessions, and as on any close each one's reserved jobs go back to
-// ready and the replies it held for the log are dropped, never sent. The
+// ready and the replies it held for the log are dropped, never sent; the
+// loops stop waiting for them (the AckSource may never call back for
+// them: a member's journal forgets a lost leadership's waits). The
 // listener stays open; a connection enrolled meanwhile may survive, so a
 // caller that means to serve none first stops routing them here (Route).
 // It needs a Route (Config.Route): only then are sessions tracked.
@@ -37,6 +39,9 @@ func (s *Server) CloseClients(ctx context.Context) error {
 		err := el.Execute(ctx, gnet.RunnableFunc(func(context.Context) error {
 			for ss := range ls.sessions {
 				_ = ss.conn.Close() // OnClose runs later, on this loop
+			}
+			if ls.flusher != nil {
+				ls.flusher.forget()
 			}
 			return nil
 		}))

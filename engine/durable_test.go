@@ -75,6 +75,14 @@ func (g *gatedLog) openTo(limit uint64) {
 
 func (g *gatedLog) open() { g.openTo(math.MaxUint64) }
 
+// drop forgets the callbacks waiting behind the gate, as a cluster
+// member's journal forgets those of a leadership it lost.
+func (g *gatedLog) drop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.waiting = nil
+}
+
 // startDurable runs a server on a fresh write-ahead log behind a gate.
 func startDurable(t *testing.T, loops int) (*gatedLog, string, string) {
 	t.Helper()

@@ -124,6 +124,22 @@ func (f *loopFlusher) add(ss *session, pos uint64) {
 	}
 }
 
+// forget drops what the loop waits for, once CloseClients has closed its
+// sessions: their held replies are never sent, and the AckSource may never
+// call the callback armed for them (a cluster member's journal forgets
+// the callbacks of a leadership it lost), so the next session that waits
+// arms its own. A callback that does come later finds nothing to do.
+// Loop goroutine only.
+func (f *loopFlusher) forget() {
+	for _, ss := range f.waiting {
+		ss.queued = false
+	}
+	f.waiters.Add(-int64(len(f.waiting)))
+	clear(f.waiting)
+	f.waiting = f.waiting[:0]
+	f.armedAt = 0
+}
+
 // flush runs on the loop: it sends every durable held reply and re-arms for
 // the oldest position still waited for.
 func (f *loopFlusher) flush(context.Context) error {

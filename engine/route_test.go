@@ -2,7 +2,9 @@ package engine_test
 
 import (
 	"context"
+	"github.com/sproutmq/sprout/store/wal"
 	"io"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -108,6 +110,45 @@ func TestCloseClients(t *testing.T) {
 	if got, err := again.reply(5 * time.Second); err != nil || !strings.Contains(got, "state: ready") {
 		t.Errorf("a new connection after CloseClients: %q, %v", got, err)
 	}
+}
+
+// TestCloseClientsForgetsHeldReplies: a member that lost its leadership
+// closes its clients and its journal forgets the replies they waited for
+// (their callbacks are never called). The loop must not go on waiting
+// for those: a new client's reply is sent once its own change is
+// acknowledged.
+func TestCloseClientsForgetsHeldReplies(t *testing.T) {
+	wl, err := wal.Open(t.TempDir(), wal.Options{SegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedLog{log: wl, limit: math.MaxUint64}
+	st := store.New(store.Options{Log: wl, Acks: g})
+	if err := wl.Start(st); err != nil {
+		t.Fatal(err)
+	}
+	srv, network, addr := startServerOn(t, engine.Config{Route: newRouter().route, Loops: 1}, st)
+	t.Cleanup(func() { _ = wl.Close() }) // after the server has stopped
+
+	g.shut()
+	lost := dialRaw(t, network, addr)
+	lost.send("put 0 0 60 4\r\nlost\r\n")
+	lost.expectSilence(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.CloseClients(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := lost.reply(5 * time.Second); err != io.EOF {
+		t.Fatalf("a held reply after CloseClients: %q, %v; want EOF", got, err)
+	}
+	g.drop()
+
+	again := dialRaw(t, network, addr)
+	again.send("put 0 0 60 5\r\nagain\r\n")
+	again.expectSilence(20 * time.Millisecond)
+	g.open()
+	again.expect("INSERTED 2\r\n")
 }
 
 // Without a Route nothing is tracked, and CloseClients says so.

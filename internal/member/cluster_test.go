@@ -228,6 +228,22 @@ func TestClusterInProcess(t *testing.T) {
 	}
 	c.readyEverywhere(8)
 
+	// The rebuilt member leads again, and serves.
+	testproc.WaitFor(t, 10*time.Second, lname+" leading again", func() bool {
+		if err := nl.Node().TransferLeadership(lname); err != nil {
+			t.Fatal(err)
+		}
+		info, _ := l.Node().Leader()
+		return info.Serving && info.Name == lname
+	})
+	back := testproc.DialTest(t, l.Addr().String(), replyTimeout)
+	if id, err := back.Put(0, 0, 60, []byte("led again")); err != nil || id == 0 {
+		t.Fatalf("a put on the rebuilt member leading again: %d %v", id, err)
+	}
+	c.readyEverywhere(9)
+	to = lname
+	nl = l
+
 	// A follower shut down and started again catches up with what was
 	// committed without it.
 	var down string
@@ -245,5 +261,5 @@ func TestClusterInProcess(t *testing.T) {
 		}
 	}
 	c.start(down)
-	c.readyEverywhere(13)
+	c.readyEverywhere(14)
 }

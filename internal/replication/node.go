@@ -195,7 +195,7 @@ type Node struct {
 	stopped     bool      // the member stopped on its own (lost, removed) or is closing
 	lost        error     // ErrLogLost, with the indexes, once found
 	lead        uint64    // the leader last published
-	restores    int       // ActRestores carried out: the first is the start's
+	restores    int       // ActRestores the core handed out: its first is the log's head, the rest snapshots
 	// A rebuild under way (Node.rebuild): when the leadership was lost,
 	// and the commit index the store must apply to follow again; zero
 	// when none is.
@@ -760,12 +760,15 @@ func (n *Node) rebuild(term uint64) bool {
 	case <-n.stop:
 		return true
 	}
-	core, err := NewCore(n.coreConfig(n.log.Membership(), n.core.seq))
+	// The book as the old core knew it: the initial members, or the
+	// log's once a change was applied (StartNode's rule), with every
+	// change applied since.
+	core, err := NewCore(n.coreConfig(n.core.Book(), n.core.seq))
 	if err != nil {
 		n.fail(fmt.Errorf("replication: rebuilding from the log: %w", err), "the member cannot rebuild its store; stopping")
 		return true
 	}
-	n.core = core
+	n.core, n.restores = core, 0
 	n.mu.Lock()
 	n.rebuilds++
 	n.mu.Unlock()

@@ -1,9 +1,11 @@
 package replication
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -238,6 +240,25 @@ func TestNodePartitionedLeaderRebuilds(t *testing.T) {
 		awaitAck(t, nl.Journal(), pos, 5*time.Second)
 	}
 	c.converged(nl, 5*time.Second)
+
+	// The rebuilt member keeps its book: a membership change applied
+	// after the rebuild names every member, itself included.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := nl.AddMember(ctx, "m4", "127.0.0.1:1"); err != nil {
+		t.Fatal(err)
+	}
+	testproc.WaitFor(t, 5*time.Second, name+" applying the addition", func() bool {
+		return len(l.Status().Members) == 4
+	})
+	roles := map[string]string{}
+	for _, ms := range l.Status().Members {
+		roles[ms.Name] = ms.Role
+	}
+	want := map[string]string{"m1": "voter", "m2": "voter", "m3": "voter", "m4": "learner"}
+	if !maps.Equal(roles, want) {
+		t.Errorf("%s's members after its rebuild and an addition: %v, want %v", name, roles, want)
+	}
 }
 
 // TestNodeQueueFull: with a send queue of one message per peer, messages
