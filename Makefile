@@ -5,7 +5,7 @@ CTL := bin/sproutctl
 # What sprout -v reports; a clone without tags shows the commit.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build sproutctl run test bench bench-full bench-ceiling lint fuzz clean soak storm chaos image test-deploy
+.PHONY: build sproutctl run test bench bench-full bench-ceiling lint fuzz clean soak storm chaos image test-deploy docs
 
 # The server and the operator's command line.
 build: sproutctl
@@ -13,6 +13,14 @@ build: sproutctl
 
 sproutctl:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(CTL) ./cmd/sproutctl
+
+# The documentation generated from the code, rewritten: the flag reference
+# in docs/configuration.md and sprout(1) from cmd/sprout's flag table,
+# sproutctl's man pages from its cobra commands (cobra/doc), the admin API
+# guide's reference from internal/admin/openapi.json. The same tests, in
+# make test, fail while a committed copy differs from what they generate.
+docs:
+	$(GO) test -count=1 -run '^(TestDocs|TestManPages|TestOpenAPIDocs)$$' ./cmd/sprout ./cmd/sproutctl ./internal/admin -args -update
 
 # In memory, nothing to set up; loopback only.
 run: build

@@ -20,8 +20,8 @@ var groupHeadings = map[group]string{
 		"of beanstalkd binlog files is imported on first start):",
 	groupSprout: "Sprout's own options. The one-dash spelling (-loops 4) is accepted too " +
 		"and wins over beanstalkd's combined reading (-l oops):",
-	groupCluster: "Cluster mode (experimental: see the README), three or five members " +
-		"replicating one queue through Raft; clients may connect to any member:",
+	groupCluster: "Cluster mode (docs/cluster.md): three or five members replicating one " +
+		"queue through Raft; clients may connect to any member:",
 }
 
 // writeUsage prints the help text, laid out like beanstalkd's, from
