@@ -84,6 +84,7 @@ func TestUnitSettings(t *testing.T) {
 	for key, want := range map[string]string{
 		"User": "sprout", "StateDirectory": "sprout", "ReadWritePaths": "/var/lib/sprout",
 		"ProtectSystem": "strict", "NoNewPrivileges": "yes", "PrivateTmp": "yes", "KillSignal": "SIGTERM",
+		"EnvironmentFile": "-/etc/default/sprout",
 	} {
 		if got := one(key); got != want {
 			t.Errorf("sprout.service %s = %q; want %q", key, got, want)
