@@ -17,10 +17,11 @@ sproutctl:
 # The documentation generated from the code, rewritten: the flag reference
 # in docs/configuration.md and sprout(1) from cmd/sprout's flag table,
 # sproutctl's man pages from its cobra commands (cobra/doc), the admin API
-# guide's reference from internal/admin/openapi.json. The same tests, in
-# make test, fail while a committed copy differs from what they generate.
+# guide's reference from internal/admin/openapi.json, the README's three
+# figures from benchmarks/results/latest.json. The same tests, in make
+# test, fail while a committed copy differs from what they generate.
 docs:
-	$(GO) test -count=1 -run '^(TestDocs|TestManPages|TestOpenAPIDocs)$$' ./cmd/sprout ./cmd/sproutctl ./internal/admin -args -update
+	$(GO) test -count=1 -run '^(TestDocs|TestManPages|TestOpenAPIDocs|TestReadmeHeadline)$$' ./cmd/sprout ./cmd/sproutctl ./internal/admin ./benchmarks/cmd/sproutbench -args -update
 
 # Installs what make build wrote, with the man pages (docs/man), the
 # systemd units and sysusers file (deploy/systemd; the unit's ExecStart

@@ -1,6 +1,6 @@
 // Command deb builds Sprout's Debian package with nfpm from a tree that
 // make install staged with Debian's paths (make deb runs it; see
-// README.md): every file of the tree, /etc/default/sprout as a conffile,
+// deploy/README.md): every file of the tree, /etc/default/sprout as a conffile,
 // the copyright file, README.Debian and a changelog, and the maintainer
 // scripts, which create the system user sprout and /var/lib/sprout.
 package main

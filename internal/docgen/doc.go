@@ -13,4 +13,6 @@
 // fail the test when the file differs from what was generated, showing
 // the first line that differs; with update set (go test's -update flag
 // in the calling package, which make docs passes) they write it instead.
+// ReplaceBlock does the same for a program: sproutbench rewrites the
+// README's headline figures after a run.
 package docgen
