@@ -2,7 +2,8 @@ GO ?= go
 GOFMT ?= gofmt
 BIN := bin/sprout
 CTL := bin/sproutctl
-# What sprout -v reports; a clone without tags shows the commit.
+# What sprout -v reports (stats reports it as 1.13.0+sprout.VERSION, see
+# internal/buildinfo); a clone without tags shows the commit.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 .PHONY: build sproutctl run test bench bench-full bench-ceiling lint fuzz clean soak storm chaos image test-deploy docs install uninstall deb

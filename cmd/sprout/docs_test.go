@@ -64,22 +64,10 @@ func groupTitle(g group) string {
 	return strings.TrimSpace(h)
 }
 
-// spellings are the ways f is written on the command line, with its
-// value: -l ADDR, --listen ADDR.
+// spellings are every way f is written, letters first (flag.spellings).
 func spellings(f *flag) []string {
-	var names []string
-	for _, letter := range f.letters {
-		name := "-" + string(letter)
-		if f.bare == nil && f.arg != "" {
-			name += " " + f.arg
-		}
-		names = append(names, name)
-	}
-	if f.long != "" {
-		long := "--" + f.long
-		if f.arg != "" {
-			long += " " + f.arg
-		}
+	names, long := f.spellings()
+	if long != "" {
 		names = append(names, long)
 	}
 	return names
