@@ -2,10 +2,11 @@ GO ?= go
 GOFMT ?= gofmt
 BIN := bin/sprout
 CTL := bin/sproutctl
-# What sprout -v reports; a clone without tags shows the commit.
+# What sprout -v reports (stats reports it as 1.13.0+sprout.VERSION, see
+# internal/buildinfo); a clone without tags shows the commit.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build sproutctl run test bench bench-full bench-ceiling lint fuzz clean soak storm chaos image test-deploy
+.PHONY: build sproutctl run test bench bench-full bench-ceiling lint fuzz clean soak storm chaos image test-deploy docs install uninstall deb
 
 # The server and the operator's command line.
 build: sproutctl
@@ -13,6 +14,82 @@ build: sproutctl
 
 sproutctl:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(CTL) ./cmd/sproutctl
+
+# The documentation generated from the code, rewritten: the flag reference
+# in docs/configuration.md and sprout(1) from cmd/sprout's flag table,
+# sproutctl's man pages from its cobra commands (cobra/doc), the admin API
+# guide's reference from internal/admin/openapi.json, the README's three
+# figures from benchmarks/results/latest.json. The same tests, in make
+# test, fail while a committed copy differs from what they generate.
+docs:
+	$(GO) test -count=1 -run '^(TestDocs|TestManPages|TestOpenAPIDocs|TestReadmeHeadline)$$' ./cmd/sprout ./cmd/sproutctl ./internal/admin ./benchmarks/cmd/sproutbench -args -update
+
+# Installs what make build wrote, with the man pages (docs/man), the
+# systemd units and sysusers file (deploy/systemd; the unit's ExecStart
+# points at BINDIR), shell completions for sproutctl (its own cobra
+# generator) and, unless one is there already, /etc/default/sprout, the
+# unit's settings. PREFIX and DESTDIR as usual: make build, then
+# sudo make install (PREFIX=/usr/local), or DESTDIR=/tmp/stage PREFIX=/usr
+# for a package (make deb does so).
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+SYSCONFDIR ?= /etc
+INSTALL ?= install
+
+install:
+	@test -x $(BIN) -a -x $(CTL) || { echo "make install: run make build first" >&2; exit 1; }
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(UNITDIR) \
+		$(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) \
+		$(DESTDIR)$(FISHCOMPDIR) $(DESTDIR)$(SYSCONFDIR)/default
+	$(INSTALL) -m 0755 $(BIN) $(CTL) $(DESTDIR)$(BINDIR)/
+	$(INSTALL) -m 0644 docs/man/*.1 $(DESTDIR)$(MANDIR)/man1/
+	sed 's|^ExecStart=/usr/local/bin/sprout |ExecStart=$(BINDIR)/sprout |' deploy/systemd/sprout.service \
+		> $(DESTDIR)$(UNITDIR)/sprout.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/sprout.service
+	$(INSTALL) -m 0644 deploy/systemd/sprout.socket $(DESTDIR)$(UNITDIR)/
+	$(INSTALL) -m 0644 deploy/systemd/sprout.sysusers $(DESTDIR)$(SYSUSERSDIR)/sprout.conf
+	$(abspath $(CTL)) completion bash > $(DESTDIR)$(BASHCOMPDIR)/sproutctl
+	$(abspath $(CTL)) completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_sproutctl
+	$(abspath $(CTL)) completion fish > $(DESTDIR)$(FISHCOMPDIR)/sproutctl.fish
+	chmod 0644 $(DESTDIR)$(BASHCOMPDIR)/sproutctl $(DESTDIR)$(ZSHCOMPDIR)/_sproutctl $(DESTDIR)$(FISHCOMPDIR)/sproutctl.fish
+	test -e $(DESTDIR)$(SYSCONFDIR)/default/sprout || \
+		$(INSTALL) -m 0644 deploy/systemd/sprout.default $(DESTDIR)$(SYSCONFDIR)/default/sprout
+
+# Removes what make install wrote, but /etc/default/sprout and the data.
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/sprout $(DESTDIR)$(BINDIR)/sproutctl \
+		$(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(wildcard docs/man/*.1))) \
+		$(DESTDIR)$(UNITDIR)/sprout.service $(DESTDIR)$(UNITDIR)/sprout.socket \
+		$(DESTDIR)$(SYSUSERSDIR)/sprout.conf $(DESTDIR)$(BASHCOMPDIR)/sproutctl \
+		$(DESTDIR)$(ZSHCOMPDIR)/_sproutctl $(DESTDIR)$(FISHCOMPDIR)/sproutctl.fish
+
+# The Debian package, bin/sprout_VERSION_ARCH.deb (DEB_OUT), built with
+# nfpm as a library (deploy/deb): static PIE binaries, then make install
+# into a staging tree (DEB_WORK) with Debian's paths, man pages gzipped;
+# see deploy/README.md, "Debian package". Its version is DEB_VERSION: the
+# tag without its v, else 0.0~gitDATE.COMMIT.
+DEB_ARCH ?= $(shell $(GO) env GOARCH)
+DEB_VERSION ?= $(shell v=$$(git describe --tags --exact-match 2>/dev/null) && echo $${v\#v} || \
+	echo 0.0~git$$(git log -1 --format=%cd --date=format:%Y%m%d 2>/dev/null || echo 0).$$(git rev-parse --short HEAD 2>/dev/null || echo unknown))
+DEB_OUT ?= bin/sprout_$(DEB_VERSION)_$(DEB_ARCH).deb
+DEB_WORK ?= bin/deb
+DEB_GOBUILD = CGO_ENABLED=0 GOARCH=$(DEB_ARCH) $(GO) build -trimpath -buildmode=pie -ldflags "-s -w -X main.version=$(VERSION)"
+deb:
+	rm -rf $(DEB_WORK) && mkdir -p $(DEB_WORK)/bin
+	$(DEB_GOBUILD) -o $(DEB_WORK)/bin/sprout ./cmd/sprout
+	$(DEB_GOBUILD) -o $(DEB_WORK)/bin/sproutctl ./cmd/sproutctl
+	$(MAKE) --no-print-directory install BIN=$(DEB_WORK)/bin/sprout CTL=$(DEB_WORK)/bin/sproutctl \
+		DESTDIR=$(abspath $(DEB_WORK))/root PREFIX=/usr ZSHCOMPDIR=/usr/share/zsh/vendor-completions
+	gzip -9n $(DEB_WORK)/root/usr/share/man/man1/*.1
+	cd deploy && $(GO) run ./deb -root $(abspath $(DEB_WORK))/root -version '$(DEB_VERSION)' -arch $(DEB_ARCH) \
+		-commit "$$(git rev-parse HEAD 2>/dev/null || echo unknown)" -date "$$(git log -1 --format=%ct 2>/dev/null || echo 0)" \
+		-out $(abspath $(DEB_OUT))
 
 # In memory, nothing to set up; loopback only.
 run: build

@@ -42,7 +42,9 @@
 // ones only the command line knows: -b is required, -l unix: is refused),
 // and the member runs as a cluster member (internal/member, cluster.go).
 //
-// One version is reported everywhere (-v, stats' version,
-// sprout_build_info): the one linked in as main.version, else the build
-// info's (buildVersion), passed to the engine in its Config.
+// One version is reported everywhere: the one linked in as main.version,
+// else the build info's (buildVersion), which -v prints; stats' version
+// and sprout_build_info carry it as build metadata of a semantic version
+// clients accept (buildinfo.StatsVersion: 1.13.0+sprout.VERSION), passed
+// to the engine in its Config.
 package main

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/buildinfo"
 	"github.com/sproutmq/sprout/internal/ops"
 	"github.com/sproutmq/sprout/store/wal"
 )
@@ -26,7 +27,7 @@ const (
 const (
 	defaultPort = "11300"
 	// protocolVersion is the beanstalkd release whose wire behaviour Sprout follows.
-	protocolVersion = "1.13"
+	protocolVersion = buildinfo.Protocol
 	// defaultGCHeadroom is --gc-headroom's default: with short queues the
 	// collector runs once per 32 MiB allocated instead of once per few
 	// MiB (internal/gctune).

@@ -160,7 +160,7 @@ func resolve(o options, h hostinfo.Host, p process) config {
 		MaxOutputBuffered: o.maxOutput,
 		MaxConnections:    o.maxConnections,
 		MaxBufferMemory:   maxBufferMemory,
-		Version:           p.version,
+		Version:           buildinfo.StatsVersion(p.version),
 	}.Resolve(h)
 
 	c.wal = wal.Options{
@@ -270,8 +270,10 @@ func logConfig(log zerolog.Logger, c config) {
 	e.Int("pid", os.Getpid()).Msg("configuration")
 }
 
-// buildVersion is the one version Sprout reports, in -v, stats and
-// sprout_build_info (buildinfo.Version of the link-time main.version).
+// buildVersion is the version Sprout reports in -v and its start-up log
+// (buildinfo.Version of the link-time main.version); stats and
+// sprout_build_info report it as buildinfo.StatsVersion, which clients
+// parse as a semantic version.
 func buildVersion() string { return buildinfo.Version(version) }
 
 // versionLine is what -v prints.

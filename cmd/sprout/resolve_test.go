@@ -61,7 +61,7 @@ func TestResolveDefaults(t *testing.T) {
 	if e.Network != "tcp" || e.Address != ":11300" || e.MaxJobSize != engine.DefaultMaxJobSize ||
 		e.Loops != 7 || e.MaxConnections != 20000-12-64 || e.MaxBufferMemory != 256*mib ||
 		e.MaxInputBuffered != engine.DefaultMaxInputBuffered(engine.DefaultMaxJobSize) ||
-		e.MaxOutputBuffered != engine.DefaultMaxOutputBuffered || e.Version != "1.2.3" {
+		e.MaxOutputBuffered != engine.DefaultMaxOutputBuffered || e.Version != "1.13.0+sprout.1.2.3" {
 		t.Errorf("engine config %+v", e)
 	}
 	if c.wal.SegmentSize != wal.DefaultSegmentSize || c.wal.SyncEvery != wal.DefaultSyncEvery ||

@@ -20,8 +20,8 @@ var groupHeadings = map[group]string{
 		"of beanstalkd binlog files is imported on first start):",
 	groupSprout: "Sprout's own options. The one-dash spelling (-loops 4) is accepted too " +
 		"and wins over beanstalkd's combined reading (-l oops):",
-	groupCluster: "Cluster mode (experimental: see the README), three or five members " +
-		"replicating one queue through Raft; clients may connect to any member:",
+	groupCluster: "Cluster mode (docs/cluster.md): three or five members replicating one " +
+		"queue through Raft; clients may connect to any member:",
 }
 
 // writeUsage prints the help text, laid out like beanstalkd's, from
@@ -57,23 +57,12 @@ func writeUsage(w io.Writer) {
 // writeFlagUsage writes one flag's entry: its one-letter spelling if it
 // has one, else its long one; then its help, with the other names.
 func writeFlagUsage(b *strings.Builder, f *flag) {
-	var names []string
-	for _, letter := range f.letters {
-		name := "-" + string(letter)
-		if f.bare == nil && f.arg != "" {
-			name += " " + f.arg
-		}
-		names = append(names, name)
-	}
-	long := "--" + f.long
-	if f.arg != "" {
-		long += " " + f.arg
-	}
+	names, long := f.spellings()
 	var also []string
 	switch {
 	case len(names) == 0:
 		names = append(names, long)
-	case f.long != "":
+	case long != "":
 		also = append(also, long)
 	}
 	if env := f.envName(); env != "" {
@@ -92,6 +81,26 @@ func writeFlagUsage(b *strings.Builder, f *flag) {
 		b.WriteString("\n" + strings.Repeat(" ", usageIndent))
 	}
 	wrap(b, help, usageIndent, usageIndent)
+}
+
+// spellings are the ways f is written on the command line, with its
+// value: each letter (-l ADDR), and the long name (--listen ADDR; "" for
+// a row without one).
+func (f *flag) spellings() (letters []string, long string) {
+	for _, letter := range f.letters {
+		name := "-" + string(letter)
+		if f.bare == nil && f.arg != "" {
+			name += " " + f.arg
+		}
+		letters = append(letters, name)
+	}
+	if f.long != "" {
+		long = "--" + f.long
+		if f.arg != "" {
+			long += " " + f.arg
+		}
+	}
+	return letters, long
 }
 
 // wrap writes text in lines of at most usageWidth columns, the first

@@ -28,6 +28,7 @@ func TestCommands(t *testing.T) {
 				{"tubes", testTubes},
 				{"put", testPut},
 				{"peek", testPeek},
+				{"reserve", testReserve},
 				{"delete", testDelete},
 				{"kick", testKick},
 				{"pause", testPause},
@@ -187,6 +188,43 @@ func testPeek(t *testing.T, addr string) {
 			t.Errorf("peek %v: want exit 3 and a message; got %v", args, r)
 		}
 	}
+}
+
+func testReserve(t *testing.T, addr string) {
+	c := dial(t, addr)
+	first := put(t, c, "reserve-a", 5, 0, 60, []byte("first"))
+	second := put(t, c, "reserve-a", 9, 0, 60, []byte("second"))
+
+	r := must(t, exitOK, "-s", addr, "reserve", "reserve-a")
+	for _, want := range []string{fmt.Sprintf(`^id +%d$`, first), `^state +reserved$`, `^reserves +1$`, `^first$`, fmt.Sprintf(`^deleted job %d$`, first)} {
+		if !regexpLine(r.stdout, want) {
+			t.Errorf("reserve: no line matches %s in\n%s", want, r.stdout)
+		}
+	}
+	if n := tubeCounts(t, c, "reserve-a"); n != [4]int64{1, 0, 0, 0} {
+		t.Errorf("after reserve the tube holds %v, want the second job ready", n)
+	}
+	r = must(t, exitOK, "-s", addr, "reserve", "reserve-a", "--release", "--raw")
+	if r.stdout != "second" {
+		t.Errorf("reserve --release --raw printed %q, want the body alone", r.stdout)
+	}
+	st, err := c.Stats(fmt.Sprintf("stats-job %d", second))
+	if err != nil || st["state"] != "ready" || st["pri"] != "9" || st["releases"] != "1" {
+		t.Errorf("after reserve --release: %v, %v; want the job ready, pri 9, released once", st, err)
+	}
+	r = must(t, exitOK, "-s", addr, "reserve", "reserve-a", "--bury", "--json")
+	var job map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &job); err != nil || job["id"] != float64(second) || job["body"] != "second" {
+		t.Errorf("reserve --bury --json printed %q (%v)", r.stdout, err)
+	}
+	if n := tubeCounts(t, c, "reserve-a"); n != [4]int64{0, 0, 0, 1} {
+		t.Errorf("after reserve --bury the tube holds %v, want one buried job", n)
+	}
+	r = must(t, exitNotFound, "-s", addr, "reserve", "reserve-a", "--wait", "1")
+	if !strings.Contains(r.stderr, "no ready job in tube reserve-a") {
+		t.Errorf("reserve of a tube with no ready job: %v", r)
+	}
+	must(t, exitUsage, "-s", addr, "reserve", "reserve-a", "--release", "--bury")
 }
 
 func testDelete(t *testing.T, addr string) {

@@ -12,6 +12,8 @@
 //	peek TUBE [STATE]           the next ready, delayed or buried job: id, stats, body
 //	                            (text if printable UTF-8, else a hex dump; --raw, --json)
 //	put TUBE [FILE|-]           a job from FILE or stdin (--pri, --delay, --ttr); prints its id
+//	reserve TUBE                take the next ready job: show it as peek does, then delete it
+//	                            (--release, --bury instead; --wait for one to come)
 //	delete ID                   delete a job
 //	kick TUBE N                 kick up to N buried (or, with none buried, delayed) jobs
 //	pause TUBE DURATION         pause reservations: 30s, 5m or plain seconds, rounded up

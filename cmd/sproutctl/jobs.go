@@ -82,29 +82,38 @@ Exits 3 when the tube has no job in that state.`,
 				if err != nil {
 					return err
 				}
-				if raw {
-					_, err := o.stdout.Write(body)
-					return err
-				}
-				st, err := c.StatsJob(id)
-				if errors.Is(err, beanstalk.ErrNotFound) {
-					return nothingf("job %d went away while it was read", id)
-				}
-				if err != nil {
-					return fmt.Errorf("stats-job %d: %w", id, err)
-				}
-				if asJSON {
-					m := stats(st).typed()
-					m["body"], m["body-encoding"] = bodyJSON(body)
-					return writeJSON(o.stdout, m)
-				}
-				return writeJob(o.stdout, stats(st), body)
+				_, err = o.showJob(c, id, body, raw, asJSON)
+				return err
 			})
 		},
 	}
 	c.Flags().BoolVar(&raw, "raw", false, "write the body's bytes only")
 	c.Flags().BoolVar(&asJSON, "json", false, "write the job's stats and body as one JSON object")
 	return c
+}
+
+// showJob writes the job id, whose body is body, as peek and reserve show
+// it: its stats-job and its body, the body's bytes alone (raw), or both
+// as one JSON object (asJSON). It returns the job's stats (nil with raw,
+// which does not read them).
+func (o *options) showJob(c *beanstalk.Conn, id uint64, body []byte, raw, asJSON bool) (stats, error) {
+	if raw {
+		_, err := o.stdout.Write(body)
+		return nil, err
+	}
+	st, err := c.StatsJob(id)
+	if errors.Is(err, beanstalk.ErrNotFound) {
+		return nil, nothingf("job %d went away while it was read", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stats-job %d: %w", id, err)
+	}
+	if asJSON {
+		m := stats(st).typed()
+		m["body"], m["body-encoding"] = bodyJSON(body)
+		return st, writeJSON(o.stdout, m)
+	}
+	return st, writeJob(o.stdout, stats(st), body)
 }
 
 // peek runs the peek command of state on tube.

@@ -193,7 +193,7 @@ func newRoot(o *options) *cobra.Command {
 	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on connecting and on each reply")
 	root.AddCommand(
 		newStatsCmd(o), newTubesCmd(o), newTopCmd(o),
-		newPeekCmd(o), newPutCmd(o), newDeleteCmd(o), newKickCmd(o), newPauseCmd(o),
+		newPeekCmd(o), newPutCmd(o), newReserveCmd(o), newDeleteCmd(o), newKickCmd(o), newPauseCmd(o),
 		newClearCmd(o), newJobsCmd(o), newMoveCmd(o), newMembersCmd(o),
 	)
 	return root

@@ -29,7 +29,8 @@ import (
 	"github.com/sproutmq/sprout/internal/testproc"
 )
 
-// What the server promises (README: Signals and shutdown, Durability).
+// What the server promises (docs/operations.md, "Signals and shutdown";
+// docs/durability.md).
 const (
 	defaultShutdownTimeout = 25 * time.Second
 	walCloseLimit          = 10 * time.Second

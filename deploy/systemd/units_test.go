@@ -17,13 +17,13 @@ import (
 const toolTimeout = time.Minute
 
 // Sprout's stop takes at most its shutdown timeout, then up to walCloseLimit
-// for the log's last fsync on a failing disk (see the README's Durability).
+// for the log's last fsync on a failing disk (see docs/durability.md).
 const (
 	shutdownTimeout = 25 * time.Second
 	walCloseLimit   = 10 * time.Second
 )
 
-// unitFiles are what the tests read and what the README installs.
+// unitFiles are what the tests read and what README.md here installs.
 var unitFiles = []string{"sprout.socket", "sprout.service", "sprout.sysusers"}
 
 // settings reads a unit file as key=value lines, keeping every value of
@@ -54,7 +54,7 @@ func settings(t *testing.T, name string) map[string][]string {
 	return kv
 }
 
-// TestUnitSettings pins what the units promise to Sprout and to the README.
+// TestUnitSettings pins what the units promise to Sprout and to README.md.
 func TestUnitSettings(t *testing.T) {
 	sock := settings(t, "sprout.socket")
 	if got := sock["ListenStream"]; len(got) != 1 || got[0] != "11300" {
@@ -84,6 +84,7 @@ func TestUnitSettings(t *testing.T) {
 	for key, want := range map[string]string{
 		"User": "sprout", "StateDirectory": "sprout", "ReadWritePaths": "/var/lib/sprout",
 		"ProtectSystem": "strict", "NoNewPrivileges": "yes", "PrivateTmp": "yes", "KillSignal": "SIGTERM",
+		"EnvironmentFile": "-/etc/default/sprout",
 	} {
 		if got := one(key); got != want {
 			t.Errorf("sprout.service %s = %q; want %q", key, got, want)

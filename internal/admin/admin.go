@@ -111,9 +111,10 @@ func (a *API) History() *History { return a.history }
 func (a *API) Close() { a.history.stop() }
 
 // ServeHTTP answers a request under /api/: here, or, in a cluster, where
-// the leader is (doc.go, Cluster mode).
+// the leader is (doc.go, Cluster mode). The session endpoints and the
+// OpenAPI document are always this member's.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if a.cluster == nil || r.URL.Path == sessionPath {
+	if a.cluster == nil || r.URL.Path == sessionPath || r.URL.Path == openAPIPath {
 		a.mux.ServeHTTP(w, r)
 		return
 	}
@@ -127,9 +128,7 @@ func (a *API) store() *store.Store { return a.st }
 // returns an *Error instead of answering when it fails.
 type handler func(w http.ResponseWriter, r *http.Request, acc Access) error
 
-// methods are one path's handlers by method. open ones are answered
-// without Auth.Check: the session endpoints, which apply the rules
-// themselves.
+// methods are one endpoint's handlers by method, mounted.
 type methods struct {
 	a        *API
 	handlers map[string]handler
@@ -161,27 +160,46 @@ func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// routes mounts the endpoints (see doc.go).
-func (a *API) routes() {
-	handle := func(path string, open bool, hs map[string]handler) {
-		a.mux.Handle(path, methods{a: a, handlers: hs, open: open})
-	}
+// endpoint is one path of the API and its handlers by method. open ones
+// are answered without Auth.Check: the session endpoints, which apply the
+// rules themselves, and the OpenAPI document.
+type endpoint struct {
+	path     string
+	open     bool
+	handlers map[string]handler
+}
+
+// endpoints are the API's paths (see doc.go), each of them described in
+// openapi.json. It reads nothing of a but its handlers' method values, so
+// a nil *API lists them too (the tests compare them with the document).
+func (a *API) endpoints() []endpoint {
 	const v1 = "/api/v1"
-	handle(sessionPath, true, map[string]handler{
-		http.MethodGet: a.getSession, http.MethodPost: a.login, http.MethodDelete: a.logout})
-	handle(v1+"/stats", false, map[string]handler{http.MethodGet: a.getStats})
-	handle(v1+"/history", false, map[string]handler{http.MethodGet: a.getServerHistory})
-	handle(v1+"/tubes", false, map[string]handler{http.MethodGet: a.getTubes})
-	handle(v1+"/tubes/{name}", false, map[string]handler{http.MethodGet: a.getTube})
-	handle(v1+"/tubes/{name}/history", false, map[string]handler{http.MethodGet: a.getTubeHistory})
-	handle(v1+"/tubes/{name}/jobs", false, map[string]handler{
-		http.MethodGet: a.listJobs, http.MethodPost: a.putJob})
-	handle(v1+"/tubes/{name}/kick", false, map[string]handler{http.MethodPost: a.kickTube})
-	handle(v1+"/tubes/{name}/pause", false, map[string]handler{http.MethodPost: a.pauseTube})
-	handle(v1+"/tubes/{name}/clear", false, map[string]handler{http.MethodPost: a.clearTube})
-	handle(v1+"/jobs/{id}", false, map[string]handler{
-		http.MethodGet: a.getJob, http.MethodDelete: a.deleteJob})
-	handle(v1+"/jobs/{id}/kick", false, map[string]handler{http.MethodPost: a.kickJob})
+	return []endpoint{
+		{sessionPath, true, map[string]handler{
+			http.MethodGet: a.getSession, http.MethodPost: a.login, http.MethodDelete: a.logout}},
+		{openAPIPath, true, map[string]handler{http.MethodGet: a.getOpenAPI}},
+		{v1 + "/stats", false, map[string]handler{http.MethodGet: a.getStats}},
+		{v1 + "/history", false, map[string]handler{http.MethodGet: a.getServerHistory}},
+		{v1 + "/tubes", false, map[string]handler{http.MethodGet: a.getTubes}},
+		{v1 + "/tubes/{name}", false, map[string]handler{http.MethodGet: a.getTube}},
+		{v1 + "/tubes/{name}/history", false, map[string]handler{http.MethodGet: a.getTubeHistory}},
+		{v1 + "/tubes/{name}/jobs", false, map[string]handler{
+			http.MethodGet: a.listJobs, http.MethodPost: a.putJob}},
+		{v1 + "/tubes/{name}/kick", false, map[string]handler{http.MethodPost: a.kickTube}},
+		{v1 + "/tubes/{name}/pause", false, map[string]handler{http.MethodPost: a.pauseTube}},
+		{v1 + "/tubes/{name}/clear", false, map[string]handler{http.MethodPost: a.clearTube}},
+		{v1 + "/jobs/{id}", false, map[string]handler{
+			http.MethodGet: a.getJob, http.MethodDelete: a.deleteJob}},
+		{v1 + "/jobs/{id}/kick", false, map[string]handler{http.MethodPost: a.kickJob}},
+	}
+}
+
+// routes mounts the endpoints, and a JSON 404 for any other path under
+// /api/.
+func (a *API) routes() {
+	for _, e := range a.endpoints() {
+		a.mux.Handle(e.path, methods{a: a, handlers: e.handlers, open: e.open})
+	}
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, errorf(http.StatusNotFound, "no such endpoint: %s", r.URL.Path))
 	})

@@ -22,6 +22,12 @@
 //	GET    /api/v1/session                whether the request is authenticated, and what it may do
 //	POST   /api/v1/session                log in: {"token": ...} or the form field token
 //	DELETE /api/v1/session                log out
+//	GET    /api/v1/openapi.json           this list as an OpenAPI 3.1 document (open to every request)
+//
+// openapi.json describes every endpoint, parameter, body and answer
+// (OpenAPI, embedded and served); the tests check that it lists exactly
+// the endpoints mounted (endpoints) and validate every answer they get
+// against its schemas with kin-openapi, and docs/admin-api.md renders it.
 //
 // Figures carry the protocol's keys, in its order, typed: numbers as JSON
 // numbers (rusage in seconds with a fraction), strings as strings,

@@ -12,3 +12,14 @@ func SetPut(put func(c *store.Client, id uint64, pri, delay, ttr uint32, body []
 	putJob = put
 	return func() { putJob = old }
 }
+
+// Endpoints lists the paths the API mounts and, for each, its methods.
+func Endpoints() map[string][]string {
+	out := make(map[string][]string)
+	for _, e := range (*API)(nil).endpoints() {
+		for method := range e.handlers {
+			out[e.path] = append(out[e.path], method)
+		}
+	}
+	return out
+}

@@ -45,6 +45,8 @@ type client struct {
 	cookie *http.Cookie
 	csrf   string
 	header http.Header // extra headers
+	// onAnswer, if set, is told of every answer.
+	onAnswer func(method, path string, status int)
 }
 
 func (s *server) client(t *testing.T, bearer string) *client {
@@ -71,10 +73,15 @@ func (r reply) object(t *testing.T) map[string]any {
 }
 
 // do sends a request; body, if not nil, is sent as JSON (a string as is).
+// Every answer is checked against openapi.json (checkAnswer).
 func (c *client) do(method, path string, body any) reply {
 	c.t.Helper()
 	r := testproc.DoAPI(c.t, testproc.APIRequest{Method: method, URL: c.base + path, Body: body,
 		Bearer: c.bearer, Cookie: c.cookie, CSRF: c.csrf, Header: c.header})
+	checkAnswer(c.t, method, path, r.Status, r.Header, r.Body)
+	if c.onAnswer != nil {
+		c.onAnswer(method, path, r.Status)
+	}
 	return reply{status: r.Status, header: r.Header, body: r.Body}
 }
 

@@ -301,7 +301,7 @@ func killFollower(r *round, l *member) (time.Duration, time.Duration, error) {
 
 // emptyDirectory restarts a follower on an empty directory, as a new
 // member. The procedure, in one place, as membership changes are served
-// (README "Membership", internal/replication/doc.go "Replacing a member
+// (docs/cluster.md "Membership", internal/replication/doc.go "Replacing a member
 // whose directory was emptied"):
 //
 //  1. kill the member (-9) and empty its directory;

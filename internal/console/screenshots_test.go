@@ -21,13 +21,14 @@ import (
 	"github.com/sproutmq/sprout/store"
 )
 
-var update = flag.Bool("update", false, "TestScreenshots: write the README's screenshots into docs/")
+var update = flag.Bool("update", false, "TestScreenshots: write the console guide's screenshots into docs/")
 
 // screenshotSpeed is how much faster than the wall clock the history's
 // clock runs while the screenshots are made: an hour of history in 40 s.
 const screenshotSpeed = 90
 
-// TestScreenshots makes the README's pictures of the console:
+// TestScreenshots makes the pictures of the console in docs/console.md
+// and the README:
 //
 //	go test ./internal/console -run TestScreenshots -args -update
 //
@@ -37,7 +38,7 @@ const screenshotSpeed = 90
 // charts show. Everything else (figures, lists, uptime) is real.
 func TestScreenshots(t *testing.T) {
 	if !*update {
-		t.Skip("makes the README's screenshots with -args -update")
+		t.Skip("makes the console guide's screenshots with -args -update")
 	}
 	base, protocol := startInProcess(t)
 	traffic := startTraffic(t, protocol, 40*time.Second)

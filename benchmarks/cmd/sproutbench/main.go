@@ -12,6 +12,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -306,12 +307,14 @@ func rerender(ctx context.Context, o options) error {
 // writeResults writes the report, its data and its charts as latest.md,
 // latest.json, ratio.svg, latency.svg and resources.svg, the names the
 // READMEs link to, replacing the previous run's. Only the latest run is
-// kept: git holds the earlier ones.
+// kept: git holds the earlier ones. Written into the repository (no -out),
+// the run also rewrites the README's headline figures (headline), when it
+// has their scenarios.
 func writeResults(ctx context.Context, o options, rep load.Report) ([]string, error) {
-	dir := o.out
+	dir, root := o.out, ""
 	if dir == "" {
-		root, err := load.ModuleRoot(ctx)
-		if err != nil {
+		var err error
+		if root, err = load.ModuleRoot(ctx); err != nil {
 			return nil, fmt.Errorf("%w (or pass -out)", err)
 		}
 		dir = filepath.Join(root, "benchmarks", "results")
@@ -347,6 +350,18 @@ func writeResults(ctx context.Context, o options, rep load.Report) ([]string, er
 			return paths, err
 		}
 		paths = append(paths, p)
+	}
+	if root != "" {
+		// The repository's results: the README quotes them.
+		p, err := writeHeadline(root, rep)
+		switch {
+		case errors.Is(err, errNoHeadline):
+			fmt.Fprintf(os.Stderr, "sproutbench: README.md's headline left as it was: %v\n", err)
+		case err != nil:
+			return paths, err
+		default:
+			paths = append(paths, p)
+		}
 	}
 	return paths, nil
 }

@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sproutmq/sprout/benchmarks/load"
+	"github.com/sproutmq/sprout/internal/docgen"
 )
 
 // TestWriteResults checks that a run leaves only the latest files, under
@@ -66,4 +71,36 @@ func listDir(t *testing.T, dir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+var update = flag.Bool("update", false, "rewrite README.md's headline from results/latest.json (make docs)")
+
+// TestReadmeHeadline: the README's three figures are those of the
+// committed results (make bench writes both; make docs rewrites the
+// figures from latest.json).
+func TestReadmeHeadline(t *testing.T) {
+	b, err := os.ReadFile("../../results/latest.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep load.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	text, err := headline(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, "**") || !strings.Contains(text, "latest.md") {
+		t.Fatalf("headline:\n%s", text)
+	}
+	docgen.CheckBlock(t, "../../../README.md", headlineBlock, headlineBy, text, *update)
+}
+
+// TestHeadlineNeedsItsScenarios: a run of a subset leaves the README alone.
+func TestHeadlineNeedsItsScenarios(t *testing.T) {
+	if _, err := headline(load.Report{Meta: load.Meta{Base: load.ServerSpec{Name: "beanstalkd"},
+		Cand: load.ServerSpec{Name: "sprout"}}}); !errors.Is(err, errNoHeadline) {
+		t.Errorf("headline of an empty report: %v, want errNoHeadline", err)
+	}
 }
