@@ -61,6 +61,13 @@ type Config struct {
 	// sessions, so that CloseClients can end them; without one, nothing
 	// is added per connection.
 	Route func(nc net.Conn) bool
+	// Serving, with a Route, says whether this server serves its clients
+	// itself now. A connection the Route left here whose session would
+	// open while Serving says false is closed instead: it was routed while
+	// the member served, and the member stopped serving before the
+	// session opened, so CloseClients, which the member ran meanwhile,
+	// could not end it. Its client connects again, and is routed anew.
+	Serving func() bool
 
 	// resolved is set by Resolve: New uses such a Config as it is.
 	resolved bool

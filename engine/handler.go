@@ -20,6 +20,10 @@ func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		return nil, gnet.None
 	}
 	s := h.srv
+	if s.cfg.Serving != nil && !s.cfg.Serving() {
+		s.conns.refused.Add(1)
+		return nil, gnet.Close
+	}
 	ss := &session{
 		loop:   s.loopFor(c.EventLoop()),
 		conn:   c,

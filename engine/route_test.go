@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,6 +150,26 @@ func TestCloseClientsForgetsHeldReplies(t *testing.T) {
 	again.expectSilence(20 * time.Millisecond)
 	g.open()
 	again.expect("INSERTED 2\r\n")
+}
+
+// TestServingClosesLateSessions: a connection the Route left to the
+// server whose session opens once Serving says no (the member lost its
+// leadership between the accept and the open) is closed, not served; the
+// server serves again once Serving says yes.
+func TestServingClosesLateSessions(t *testing.T) {
+	var serving atomic.Bool
+	srv, network, addr := startServer(t, engine.Config{Route: newRouter().route, Serving: serving.Load})
+	late := dialRaw(t, network, addr)
+	if got, err := late.reply(5 * time.Second); err != io.EOF {
+		t.Fatalf("a session opened while not serving: %q, %v; want EOF", got, err)
+	}
+	if st := srv.Stats(); st.CurrentConnections != 0 || srv.Limits().Refused != 1 {
+		t.Errorf("after the late session: %d connections, %d refused; want 0 and 1", st.CurrentConnections, srv.Limits().Refused)
+	}
+	serving.Store(true)
+	c := dialRaw(t, network, addr)
+	c.send("list-tube-used\r\n")
+	c.expect("USING default\r\n")
 }
 
 // Without a Route nothing is tracked, and CloseClients says so.

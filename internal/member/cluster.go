@@ -60,7 +60,7 @@ func (m *Member) startNode() error {
 		Leader: node.Leader, Self: node.Name(), Local: m.serveLocal,
 		Wait: node.ElectionTimeout(), Logger: m.log,
 	})
-	ec.Route = m.proxy.Route
+	ec.Route, ec.Serving = m.proxy.Route, m.proxy.Serving
 	return nil
 }
 

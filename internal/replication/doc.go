@@ -101,7 +101,7 @@
 // the jobs it had handed out are ready on the new leader (their reserves
 // were never logged), their clients' connections end, and the workers
 // that reconnect may get them again. That is the one way a job is
-// delivered twice, and only across a failover (README, "Cluster").
+// delivered twice, and only across a failover (docs/cluster.md).
 //
 // # The log on disk
 //

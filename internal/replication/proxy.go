@@ -99,7 +99,7 @@ func NewProxy(cfg ProxyConfig) *Proxy {
 // blocks: the wait for a leader and the dial happen on a goroutine of
 // nc's own.
 func (p *Proxy) Route(nc net.Conn) bool {
-	if info, _ := p.cfg.Leader(); info.Serving {
+	if p.Serving() {
 		return false
 	}
 	p.mu.Lock()
@@ -112,6 +112,14 @@ func (p *Proxy) Route(nc net.Conn) bool {
 	p.mu.Unlock()
 	go p.serve(nc)
 	return true
+}
+
+// Serving reports whether this member serves its clients itself: it
+// leads, and has applied what was committed before its leadership. What
+// Route leaves to the engine, and engine.Config.Serving.
+func (p *Proxy) Serving() bool {
+	info, _ := p.cfg.Leader()
+	return info.Serving
 }
 
 // Stats reads the proxy's figures.
