@@ -90,6 +90,11 @@ func Catalogue(sz Sizes) []Scenario {
 	idleBeside := pc(10, 64)
 	idleBeside.Name, idleBeside.Idle = "idle-19k-c10", 19_000
 	idleBeside.Title += ", beside 19,000 idle connections (fewer if the open-file limit is lower)"
+	// Issue 24: large bodies as most clients send them, the put line and
+	// its body in one write, with workers that reserve with a timeout.
+	oneWrite := pc(5, 65_000)
+	oneWrite.Name, oneWrite.ReserveTimeout = "body-64k-c5", 1
+	oneWrite.Title += " (each put line and body in one write), reserve-with-timeout 1"
 	idleTitle := "idle connections, as many as the open-file limit allows"
 	if idleConns > 0 {
 		idleTitle = fmt.Sprintf("idle connections, up to %s", FormatThousands(float64(idleConns)))
@@ -100,7 +105,7 @@ func Catalogue(sz Sizes) []Scenario {
 		{Name: "drain-only-c10", Title: fmt.Sprintf("drain only (reserve-with-timeout 0, delete), 10 conns, 64 B, %s jobs prefilled", FormatThousands(float64(sz.DrainJobs))), Kind: KindDrain, Conns: 10, Body: 64, Prefill: sz.DrainJobs},
 		{Name: "pipelined-c1-d100", Title: "pipelined puts, 1 conn, depth 100, 64 B", Kind: KindPipelined, Conns: 1, Depth: 100, Body: 64},
 		{Name: "pipelined-c10-d100", Title: "pipelined puts, 10 conns, depth 100, 64 B", Kind: KindPipelined, Conns: 10, Depth: 100, Body: 64},
-		body(16, "16"), body(1024, "1k"), body(64<<10, "64k"),
+		body(16, "16"), body(1024, "1k"), body(64<<10, "64k"), oneWrite,
 		tubes(1), tubes(10_000),
 		stored, idleBeside,
 		{Name: "roundtrip-c1", Title: "put → reserve → delete round trips, 1 conn, 64 B", Kind: KindRoundTrip, Conns: 1, Body: 64},
