@@ -62,6 +62,10 @@ type putState struct {
 	// id is what the caller gave SetPutID for this put; 0 if nothing.
 	id uint64
 
+	// alloc, if set (SetBodyAlloc), makes a body's buffer once it is made
+	// at its full size; kept from put to put.
+	alloc func(n int) []byte
+
 	// Valid only in stateBody: the body's final length, bytes+2 (at most
 	// maxJobSize+2).
 	want            int32
@@ -82,6 +86,33 @@ func (p *Parser) SetPutID(id uint64) {
 	if p.state == stateBody {
 		p.put.id = id
 	}
+}
+
+// SetBodyAlloc has the bodies of this connection's puts, from the one
+// whose header Parse has just produced on, allocated by alloc whenever a
+// body's buffer is made at its full size (bytes+2), which is how a body
+// that arrives in parts ends up allocated; alloc returns at least n bytes,
+// whose contents need not be zeroed, or nil to leave the allocation to the
+// parser. It does nothing after any other command.
+// The engine gives a pool here, so that large bodies reuse memory that is
+// still in the processor's cache (see the engine's doc, "Put bodies").
+func (p *Parser) SetBodyAlloc(alloc func(n int) []byte) {
+	if p.state == stateBody {
+		p.put.alloc = alloc
+	}
+}
+
+// DropBody ends the put whose body is arriving, if there is one, and
+// returns what it was being written into (nil if nothing), for a caller
+// that recycles it: a connection that closes half way through a put. The
+// parser then waits for a command line.
+func (p *Parser) DropBody() []byte {
+	if p.state != stateBody {
+		return nil
+	}
+	body := p.put.body
+	p.state, p.put.body, p.put.want = stateLine, nil, 0
+	return body
 }
 
 // InBody reports whether the parser is inside a put body or discarding a
@@ -270,7 +301,14 @@ func (ps *putState) grow(more int) {
 		return
 	}
 	size := min(max(2*cap(ps.body), 2*(len(ps.body)+more), firstBodyAlloc), int(ps.want))
-	grown := makeUnzeroed(size)[:len(ps.body)]
+	var grown []byte
+	if size == int(ps.want) && ps.alloc != nil {
+		grown = ps.alloc(size)
+	}
+	if grown == nil {
+		grown = makeUnzeroed(size)
+	}
+	grown = grown[:len(ps.body):size]
 	copy(grown, ps.body)
 	ps.body = grown
 }

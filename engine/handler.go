@@ -55,7 +55,11 @@ func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
 }
 
 func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
-	return c.Context().(*session).serve()
+	ss := c.Context().(*session)
+	ss.loop.beginReading()
+	a := ss.serve()
+	ss.loop.endReading()
+	return a
 }
 
 // OnHalfClose makes handler a gnet.HalfCloseHandler: when a client shuts
@@ -64,7 +68,10 @@ func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
 // replies are sent (see session.halfClose).
 func (h *handler) OnHalfClose(c gnet.Conn) gnet.Action {
 	if ss, _ := c.Context().(*session); ss != nil {
-		return ss.halfClose()
+		ss.loop.beginReading()
+		a := ss.halfClose()
+		ss.loop.endReading()
+		return a
 	}
 	return gnet.Close
 }

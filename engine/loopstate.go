@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/panjf2000/gnet/v2"
 )
@@ -22,6 +23,11 @@ type loopState struct {
 
 	mu      sync.Mutex
 	holding map[*session]struct{} // guarded by mu: sessions holding buffer bytes
+
+	// reading is 1 + the body pool's epoch when the loop's current
+	// callback began, 0 between callbacks (bodies.go); written by the
+	// loop, read by the pool. Unused without a pool.
+	reading atomic.Uint64
 }
 
 // loopFor returns the shared state of event loop el.
@@ -36,6 +42,9 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 		}
 		if s.acks != nil {
 			ls.flusher = newLoopFlusher(el, s.acks, &s.heldSessions)
+		}
+		if s.bodies != nil {
+			s.bodies.addReader(&ls.reading)
 		}
 		s.loops[el] = ls
 	}

@@ -23,10 +23,14 @@ type Server struct {
 	cfg   Config          // immutable after New
 	store *store.Store    // immutable: the store every session uses
 	acks  store.AckSource // immutable: what held replies wait for; nil in memory
-	log   zerolog.Logger  // immutable
-	id    string          // immutable: stats "id"
-	start time.Time       // immutable
-	uname unameInfo       // immutable
+	// bodies recycles large job bodies, in memory only (bodies.go); nil
+	// with a log. bodyAlloc is its alloc, made once for the parsers.
+	bodies    *bodyPool          // immutable
+	bodyAlloc func(n int) []byte // immutable
+	log       zerolog.Logger     // immutable
+	id        string             // immutable: stats "id"
+	start     time.Time          // immutable
+	uname     unameInfo          // immutable
 
 	client   *gnet.Client  // set in Run before ready is closed: the event loops
 	ln       net.Listener  // set in Run before ready is closed
@@ -92,6 +96,11 @@ func New(cfg Config, st *store.Store) *Server {
 		overBudget: make(chan struct{}, 1),
 		watched:    make(map[*session]struct{}),
 		loops:      make(map[gnet.EventLoop]*loopState),
+	}
+	if s.acks == nil {
+		s.bodies = newBodyPool()
+		s.bodyAlloc = s.bodies.alloc
+		st.SetRecycler(s.bodies.recycle)
 	}
 	return s
 }
