@@ -162,6 +162,10 @@ func lineEnd(b []byte) int {
 }
 
 func (p *Parser) parseLine(in []byte, cmd *Command) (int, bool) {
+	if tlsRecord(in) {
+		*cmd = Command{Status: TLSRecord}
+		return len(in), true
+	}
 	// beanstalkd only ever looks at a LineMax window, so a "\r\n" beyond it
 	// does not end this line even if it has already arrived.
 	n := lineEnd(in[:min(len(in), LineMax)])
@@ -193,6 +197,13 @@ func (p *Parser) parseLine(in []byte, cmd *Command) (int, bool) {
 		cmd.Status = parseArgs(op, args, cmd)
 	}
 	return n, true
+}
+
+// tlsRecord reports whether in starts as a TLS handshake record does:
+// content type 22, then protocol version 3.0 to 3.4 (a ClientHello's
+// record says 3.1 whatever version it offers). No command starts so.
+func tlsRecord(in []byte) bool {
+	return len(in) >= 3 && in[0] == 0x16 && in[1] == 0x03 && in[2] <= 0x04
 }
 
 // skipLine throws away an over-long line in LineMax chunks, as beanstalkd

@@ -25,6 +25,11 @@ func (ss *session) dispatch(cmd *codec.Command, out *replies) (quit bool) {
 	case codec.UnknownCommand:
 		out.add(codec.ReplyUnknownCommand)
 		return false
+	case codec.TLSRecord:
+		// A TLS client on the plaintext port: closed at once rather than
+		// left waiting, as beanstalkd would leave it, for its handshake.
+		ss.loop.srv.conns.tlsOnPlaintext.Add(1)
+		return true
 	}
 	if c, ok := cmd.Op.Counter(); ok && cmd.Op != codec.OpPut {
 		ss.loop.srv.count(c)

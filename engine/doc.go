@@ -77,6 +77,50 @@
 // bodies are read after their jobs are gone (the log's writer, a
 // cluster's replication), so nothing is recycled.
 //
+// # TLS
+//
+// With Config.TLS the server also listens for TLS clients (tls.go). Each
+// accepted connection is handshaken in Go (crypto/tls) on a goroutine of
+// its own, bounded by the handshake timeout (10 s by default, so a
+// slowloris of handshakes costs goroutines, not event loops); meanwhile it
+// counts against MaxConnections, and handshakes together against half the
+// buffer budget (handshakeReserve each), past which new TLS connections are
+// closed at once. The handshake reads the socket one record at a time, so
+// nothing the client sends after it is taken from the socket. Then the
+// socket is enrolled in an event loop like any other, and its session's
+// gnet.Conn is a tlsConn: on each OnTraffic the whole records gnet holds
+// are handed to the same tls.Conn, whose net.Conn is now a pair of buffers
+// the loop fills and empties (tlsIO), decrypted into the session's own
+// plaintext buffer, and parsed and dispatched by the same session code as
+// plaintext; replies are encrypted by that tls.Conn as they are written
+// and handed to gnet at once. A partial record stays in gnet's buffer, so
+// the input cap and the buffer budget count ciphertext and plaintext
+// alike. close_notify ends the input as a half-close does (every reply
+// is sent, then the server's close_notify). Large bodies are not read
+// from the socket straight into the job over TLS (the socket holds
+// ciphertext): each record is decrypted once, then copied into the body.
+//
+// The other design, kTLS (the handshake in Go, then the traffic keys
+// given to the kernel with setsockopt(SOL_TLS) so that gnet reads and
+// writes plaintext), was measured as far as it could be and not taken:
+//   - This machine's kernel has no kTLS (CONFIG_TLS is not set;
+//     setsockopt(TCP_ULP, "tls") fails with ENOENT), so it could not be
+//     measured here; a container cannot load the module where its host
+//     has not, so TLS in Go would be needed beside it anyway.
+//   - It is not safe with gnet as it is: the kernel passes a record that
+//     is not application data (close_notify, a TLS 1.3 KeyUpdate) to a
+//     plain read(2) as EIO, which gnet treats as a broken connection, so
+//     a client's half-close over TLS would lose its replies; a KeyUpdate
+//     would need the kernel's rekeying (Linux 6.13+) driven from user
+//     space. crypto/tls's KeyLogWriter gives the TLS 1.3 traffic secrets
+//     but not TLS 1.2's server random, which the keys derive from (it
+//     would have to be parsed out of the handshake's bytes), and the
+//     sequence numbers would have to be inferred from what crypto/tls
+//     sent and received (its session tickets included).
+//
+// TLS in Go on the event loops costs the encryption and no more system
+// calls than plaintext; its figures are in benchmarks/README.md ("TLS").
+//
 // # Blocking reserves and other loops
 //
 // A reserve with nothing to take marks the session blocked and stops
@@ -168,6 +212,8 @@
 //     much has arrived.
 //   - bodies.go: the pool that recycles large bodies, and its grace
 //     period.
+//   - tls.go: the TLS listener's handshakes, and the tls.Conn a TLS
+//     session reads and writes through on its event loop.
 //   - dispatch.go: each command, executed on the store.
 //   - replies.go: replies batched per loop and written in one writev.
 //   - held.go: replies held until the store's AckSource acknowledges

@@ -16,6 +16,11 @@ type loopState struct {
 	// goroutine touches it, and serve is never re-entered on a loop.
 	batch replies
 
+	// tlsOut collects the records a TLS session's tls.Conn writes, until
+	// the session hands them to gnet; only the loop's goroutine touches
+	// it, and it is empty between calls.
+	tlsOut []byte
+
 	// sessions are the loop's open sessions, for CloseClients; only the
 	// loop's goroutine touches it. Nil, and nothing tracked, unless the
 	// server has a Route (Config.Route).

@@ -228,6 +228,9 @@ func (ss *session) bodyAhead(buffered int) int {
 	if ss.parser.BodyNeed()-buffered < directBodyMin || ss.end != endNone || ss.closed {
 		return -1
 	}
+	if _, ok := ss.conn.(*tlsConn); ok {
+		return -1 // the socket holds ciphertext, for the tls.Conn only
+	}
 	waiting, err := unix.IoctlGetInt(ss.conn.Fd(), ioctlReadable)
 	if err != nil || waiting <= 0 {
 		return 0
