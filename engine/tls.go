@@ -87,16 +87,39 @@ type tlsServing struct {
 }
 
 func newTLSServing(cfg *TLSConfig, budget int64) *tlsServing {
-	c := cfg.Config.Clone()
-	c.MinVersion = max(c.MinVersion, tls.VersionTLS12)
-	// Replies of 64 KiB bodies go out in full records from the first.
-	c.DynamicRecordSizingDisabled = true
+	c := servingConfig(cfg.Config)
+	if get := c.GetConfigForClient; get != nil {
+		// The configuration a handshake gets from it gets the same
+		// settings, made once per configuration it returns.
+		var last atomic.Pointer[[2]*tls.Config]
+		c.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			inner, err := get(h)
+			if inner == nil || err != nil {
+				return inner, err
+			}
+			if p := last.Load(); p != nil && p[0] == inner {
+				return p[1], nil
+			}
+			adjusted := servingConfig(inner)
+			last.Store(&[2]*tls.Config{inner, adjusted})
+			return adjusted, nil
+		}
+	}
 	t := &tlsServing{config: c, timeout: cfg.HandshakeTimeout,
 		maxHandshakes: max(budget/2/handshakeReserve, 1)}
 	if t.timeout <= 0 {
 		t.timeout = DefaultHandshakeTimeout
 	}
 	return t
+}
+
+// servingConfig is a copy of c with what the engine needs: TLS 1.2 at
+// least, and full records from the first (replies of 64 KiB bodies).
+func servingConfig(c *tls.Config) *tls.Config {
+	c = c.Clone()
+	c.MinVersion = max(c.MinVersion, tls.VersionTLS12)
+	c.DynamicRecordSizingDisabled = true
+	return c
 }
 
 // TLSStats are the TLS listener's figures. Safe from any goroutine.

@@ -356,3 +356,32 @@ func TestTLSSlowloris(t *testing.T) {
 	}
 	t.Logf("slowest round trip beside %d slow handshakes: %v", slowlorisConns, worst)
 }
+
+// A configuration that picks its certificate and client CAs at each
+// handshake (internal/certs, which reloads them) serves mutual TLS, and
+// the engine's settings reach the configuration it picks: a TLS 1.1
+// client is refused.
+func TestTLSConfigForClient(t *testing.T) {
+	ca := testproc.NewTestCA(t, "sprout test CA")
+	picked := &tls.Config{
+		Certificates: []tls.Certificate{ca.TLSCert(t, "server", time.Time{}, "127.0.0.1")},
+		ClientAuth:   tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
+		MinVersion: tls.VersionTLS10,
+	}
+	srv, _, _ := startServerOn(t, engine.Config{TLS: &engine.TLSConfig{Address: "127.0.0.1:0", Config: &tls.Config{
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return picked, nil },
+	}}}, store.New(store.Options{}))
+	addr := srv.TLSAddr().String()
+	cfg := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.TLSCert(t, "worker", time.Time{})}}
+	c := dialTLS(t, addr, cfg)
+	c.send("list-tube-used\r\n")
+	c.expect("USING default\r\n")
+	old := cfg.Clone()
+	old.MaxVersion = tls.VersionTLS11
+	old.MinVersion = tls.VersionTLS10
+	if tc, err := tls.Dial("tcp", addr, old); err == nil {
+		tc.Close()
+		t.Fatal("a TLS 1.1 client was served")
+	}
+	refused(t, addr, &tls.Config{RootCAs: ca.Pool()})
+}
