@@ -32,7 +32,7 @@ func (m *Member) router() (http.Handler, error) {
 	mux := http.NewServeMux()
 	oc := ops.Config{
 		Pprof: m.cfg.HTTP.Pprof, TubeSeries: m.cfg.HTTP.MetricsTubes,
-		Engine: m.engine, Store: m.store, Metrics: m.metrics, Logger: m.log,
+		Engine: m.engine, Store: m.store, Metrics: m.metrics, Certs: m.cfg.Certs, Logger: m.log,
 	}
 	ac := admin.Config{
 		Store: m.store, Engine: m.engine, MaxJobSize: m.cfg.Engine.MaxJobSize,
