@@ -73,8 +73,9 @@ func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
 	}
 	// A TLS client's records are decrypted first; close_notify ends its
 	// input as a half-close does.
+	defer tc.settle()
 	var a gnet.Action
-	switch ended, err := tc.pump(); {
+	switch ended, err := tc.pump(&ss.loop.tlsIn); {
 	case err != nil:
 		if e := h.srv.log.Debug(); e.Enabled() {
 			e.Err(err).Msg("TLS: closing")
@@ -103,7 +104,8 @@ func (h *handler) OnHalfClose(c gnet.Conn) gnet.Action {
 		if ok {
 			// The records that came before the end are served; a record
 			// cut short never will be whole.
-			if _, err := tc.pump(); err != nil {
+			defer tc.settle()
+			if _, err := tc.pump(&ss.loop.tlsIn); err != nil {
 				return gnet.Close
 			}
 			tc.ended = true

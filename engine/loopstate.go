@@ -20,6 +20,9 @@ type loopState struct {
 	// the session hands them to gnet; only the loop's goroutine touches
 	// it, and it is empty between calls.
 	tlsOut []byte
+	// tlsIn is where a TLS session's records are decrypted, until the
+	// callback ends (tlsConn.settle); loop goroutine only.
+	tlsIn []byte
 
 	// sessions are the loop's open sessions, for CloseClients; only the
 	// loop's goroutine touches it. Nil, and nothing tracked, unless the

@@ -395,23 +395,28 @@ type tlsConn struct {
 	gnet.Conn
 	tc  *tls.Conn
 	tio *tlsIO
-	// plain is the decrypted input the session has not consumed.
-	plain []byte
+	// plain is the decrypted input the session has not consumed: in the
+	// loop's scratch (loopState.tlsIn) during a callback that decrypted
+	// into it (scratch), in own otherwise.
+	plain   []byte
+	own     []byte
+	scratch bool
 	// ended: the client sent close_notify (or its stream broke): no more
 	// input will come.
 	ended bool
 }
 
-// plainKeep is the most capacity an emptied plaintext buffer keeps, so
-// that an idle TLS connection does not hold a large one.
-const plainKeep = 4 << 10
+// ownKeep is the most capacity an emptied leftover buffer keeps, so that
+// an idle TLS connection does not hold a large one.
+const ownKeep = 4 << 10
 
-// pump decrypts the whole records gnet holds into plain, and reports
+// pump decrypts the whole records gnet holds into plain (in scratch, the
+// loop's, until settle), and reports
 // whether the client's input has ended (close_notify: what came before it
 // is served, as after a half-close) and any failure of the TLS layer,
 // after which the connection must close. A KeyUpdate the client asks to
 // be answered is written as it is read.
-func (c *tlsConn) pump() (ended bool, err error) {
+func (c *tlsConn) pump(scratch *[]byte) (ended bool, err error) {
 	if c.ended {
 		c.dropInput()
 		return true, nil
@@ -420,7 +425,7 @@ func (c *tlsConn) pump() (ended bool, err error) {
 	whole, ok := recordsIn(in)
 	if whole > 0 {
 		c.tio.in, c.tio.left = in[:whole], 0
-		err = c.decrypt()
+		err = c.decrypt(scratch)
 		c.tio.in = nil // it aliases gnet's buffer
 		_, _ = c.Conn.Discard(whole)
 	}
@@ -435,8 +440,23 @@ func (c *tlsConn) pump() (ended bool, err error) {
 }
 
 // decrypt reads from the tls.Conn until the records handed to it are used
-// up.
-func (c *tlsConn) decrypt() error {
+// up: into the loop's scratch when nothing was left of the input, after
+// what was left in the connection's own buffer otherwise.
+func (c *tlsConn) decrypt(scratch *[]byte) error {
+	if len(c.plain) == 0 {
+		c.plain, c.scratch = (*scratch)[:0], true
+	} else {
+		c.own = append(c.own[:0], c.plain...)
+		c.plain = c.own
+	}
+	defer func() {
+		// plain may have moved to a larger array.
+		if c.scratch {
+			*scratch = c.plain[:0]
+		} else {
+			c.own = c.plain
+		}
+	}()
 	for {
 		if cap(c.plain)-len(c.plain) < 1<<14 {
 			c.plain = slices.Grow(c.plain, 1<<14)
@@ -512,12 +532,26 @@ func (c *tlsConn) Peek(n int) ([]byte, error) {
 
 func (c *tlsConn) Discard(n int) (int, error) {
 	n = min(n, len(c.plain))
-	rest := copy(c.plain, c.plain[n:])
-	c.plain = c.plain[:rest]
-	if rest == 0 && cap(c.plain) > plainKeep {
-		c.plain = nil
-	}
+	c.plain = c.plain[n:]
 	return n, nil
+}
+
+// settle moves what is left of the decrypted input out of the loop's
+// scratch into the connection's own buffer, at the end of the callback
+// that decrypted it: a partial command line, or input queued behind a
+// blocked reserve.
+func (c *tlsConn) settle() {
+	switch {
+	case len(c.plain) == 0:
+		c.plain = nil
+		if cap(c.own) > ownKeep {
+			c.own = nil
+		}
+	case c.scratch:
+		c.own = append(c.own[:0], c.plain...)
+		c.plain = c.own
+	}
+	c.scratch = false
 }
 
 func (c *tlsConn) InboundBuffered() int { return len(c.plain) + c.Conn.InboundBuffered() }
