@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -93,6 +94,9 @@ type Scenario struct {
 	Reps int `json:",omitempty"`
 	// Full marks scenarios that only the long run (-full) includes.
 	Full bool
+	// TLS sends the traffic over TLS (tls.go): to the server's own TLS
+	// port where it has one (ServerSpec.NativeTLS), else through stunnel.
+	TLS bool `json:",omitempty"`
 }
 
 // Timed says what one latency sample of the scenario covers.
@@ -229,7 +233,7 @@ func (s Scenario) runTimed(ctx context.Context, srv *Server, rc RunConfig, prog 
 	if err != nil {
 		return res, err
 	}
-	conns, err := dialMany(srv.Addr, s.connCount(), s.Body, nil)
+	conns, err := dialMany(srv.trafficAddr(), s.connCount(), s.Body, nil, srv.tlsClient)
 	defer func() {
 		for _, c := range conns {
 			c.Close()
@@ -673,7 +677,8 @@ func fill(conns []*testproc.Conn, m *meter, frames [][]byte, n, depth int) error
 
 // dialMany opens n connections with a few dialers at once. sources, when
 // given, are the local addresses to spread them over.
-func dialMany(addr string, n, body int, sources []net.IP) ([]*testproc.Conn, error) {
+// tlsClient, when set, has them speak TLS.
+func dialMany(addr string, n, body int, sources []net.IP, tlsClient *tls.Config) ([]*testproc.Conn, error) {
 	bufSize := min(max(16<<10, body+512), 128<<10)
 	conns := make([]*testproc.Conn, n)
 	errs := make([]error, n)
@@ -688,7 +693,7 @@ func dialMany(addr string, n, body int, sources []net.IP) ([]*testproc.Conn, err
 				if len(sources) > 0 {
 					src = sources[i%len(sources)]
 				}
-				conns[i], errs[i] = testproc.Dialer{Timeout: 5 * time.Second, Local: src, BufSize: bufSize}.Dial(addr)
+				conns[i], errs[i] = testproc.Dialer{Timeout: 5 * time.Second, Local: src, BufSize: bufSize, TLS: tlsClient}.Dial(addr)
 			}
 		}()
 	}
