@@ -40,6 +40,9 @@ func (m *Member) router() (http.Handler, error) {
 	}
 	if m.node != nil {
 		oc.Cluster, oc.Proxy = m.node, m.proxy
+		if m.cfg.HTTP.TLS != nil {
+			ac.ForwardTLS = forwardTLS(m.cfg.Cluster.TLSSource)
+		}
 		// Served while this member leads, forwarded to the leader's
 		// --http otherwise (internal/admin/doc.go, Cluster mode).
 		ac.Cluster, ac.LeaderWait = adminCluster{m.node}, m.node.ElectionTimeout()
