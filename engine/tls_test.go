@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -384,4 +385,47 @@ func TestTLSConfigForClient(t *testing.T) {
 		t.Fatal("a TLS 1.1 client was served")
 	}
 	refused(t, addr, &tls.Config{RootCAs: ca.Pool()})
+}
+
+// A cluster member's Route sees a TLS connection once its handshake is
+// done, as the *tls.Conn: taken, it is the Route's to read in the clear;
+// given back with Serve, the engine serves it over the same TLS session,
+// with what the client sent meanwhile.
+func TestTLSRoute(t *testing.T) {
+	r := newRouter()
+	r.setTake(true)
+	ts := startTLS(t, engine.Config{Route: r.route}, false)
+
+	taken := dialTLS(t, ts.addr, ts.clientConfig())
+	<-r.gotOne
+	r.mu.Lock()
+	nc := r.taken[0]
+	r.mu.Unlock()
+	if _, ok := nc.(*tls.Conn); !ok {
+		t.Fatalf("Route was given a %T, want the *tls.Conn", nc)
+	}
+	taken.send("list-tube-used\r\n")
+	line := make([]byte, len("list-tube-used\r\n"))
+	_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(nc, line); err != nil || string(line) != "list-tube-used\r\n" {
+		t.Fatalf("the Route read %q, %v", line, err)
+	}
+
+	r.setTake(false)
+	back := dialTLS(t, ts.addr, ts.clientConfig())
+	back.send("use given-back\r\n")
+	back.expect("USING given-back\r\n") // left to the engine
+
+	r.setTake(true)
+	later := dialTLS(t, ts.addr, ts.clientConfig())
+	<-r.gotOne
+	later.send("list-tube-used\r\n") // sent while the Route holds it
+	r.mu.Lock()
+	nc = r.taken[1]
+	r.mu.Unlock()
+	ts.srv.Serve(nc)
+	later.expect("USING default\r\n")
+	if st, _ := ts.srv.TLSStats(); st.Current != 2 {
+		t.Errorf("%d TLS sessions served, want 2", st.Current)
+	}
 }
