@@ -72,8 +72,10 @@
 // malloc hands back the body it just freed, still in the cache. Every Go
 // body allocation cost 12 µs; with a ring of 16 reused buffers the
 // server matched beanstalkd's CPU per job, with 1,024 (64 MiB) it did not.
-// With the pool, the same run gave 1.07× beanstalkd's jobs/s at 0.98× its
-// CPU per job (sproutbench -only body-64k-c5, 5 repetitions). With a log,
+// With the pool, the quietest run gave 1.07× beanstalkd's jobs/s at 0.98×
+// its CPU per job (sproutbench -only body-64k-c5, 5 repetitions), busier
+// ones 0.90–0.98× at 0.93–1.08×: the CPU per job is now beanstalkd's, the
+// issue's 1.1× not shown on this shared machine. With a log,
 // bodies are read after their jobs are gone (the log's writer, a
 // cluster's replication), so nothing is recycled.
 //
@@ -120,14 +122,15 @@
 //
 // TLS in Go on the event loops costs the encryption and no more system
 // calls than plaintext. Measured against beanstalkd behind stunnel and
-// against Sprout's own plaintext in one run (sproutbench -only
-// '^(tls-.*|roundtrip-c1|prodcons-c10|prodcons-c100)$' -reps 3, on a busy
-// 2-core machine): round trips on 1 connection 1.77× beanstalkd+stunnel
-// and 0.91× plaintext; producer/consumer at 10 connections 2.83× and
-// 0.69×; at 100, 3.27× and 0.54× (the load generator, on the same cores,
-// pays for TLS too); the server's CPU per job 0.12–0.41× that of
-// beanstalkd and stunnel together. Details in benchmarks/README.md, "TLS
-// (issue 24)".
+// against Sprout's own plaintext in the same runs (sproutbench -only
+// '^(tls-.*|roundtrip-c1|prodcons-c10|prodcons-c100)$', 5 repetitions, on
+// a busy 2-core machine; an earlier run's figures in parentheses): round
+// trips on 1 connection 2.62× (1.77×) beanstalkd+stunnel; producer/
+// consumer at 10 connections 2.66× (2.83×) and 0.68× (0.69×) Sprout's
+// plaintext; at 100, 7.44× (3.27×) and 0.85× (0.54×: the load generator,
+// on the same cores, pays for TLS too); the server's CPU per job 0.07–0.25×
+// that of beanstalkd and stunnel together, 1.3× Sprout's plaintext for
+// producer/consumer. Details in benchmarks/README.md, "TLS (issue 24)".
 //
 // # Blocking reserves and other loops
 //
