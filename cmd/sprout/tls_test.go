@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -62,17 +61,9 @@ func peerName(addr string, cfg *tls.Config) (string, error) {
 // metric reads one series from the side port over TLS.
 func metric(t *testing.T, base string, cfg *tls.Config, series string) string {
 	t.Helper()
-	client := &http.Client{Timeout: replyTimeout, Transport: &http.Transport{TLSClientConfig: cfg}}
-	resp, err := client.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
+	r := testproc.DoAPI(t, testproc.APIRequest{Method: http.MethodGet, URL: base + "/metrics",
+		Timeout: replyTimeout, TLS: cfg})
+	for _, line := range strings.Split(string(r.Body), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			return v
 		}
