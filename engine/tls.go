@@ -79,8 +79,12 @@ type tlsServing struct {
 	// maxHandshakes bounds the handshakes in flight (handshakeReserve).
 	maxHandshakes int64 // immutable
 
-	handshaking atomic.Int64 // in flight
-	current     atomic.Int64 // TLS sessions open
+	// Counters, safe from any goroutine: handshakes in flight (the
+	// accept loop adds, the handshake's goroutine subtracts); TLS
+	// sessions open and opened (the loops, at OnOpen and OnClose);
+	// handshakes that worked, and that failed by reason.
+	handshaking atomic.Int64
+	current     atomic.Int64
 	total       atomic.Uint64
 	ok          atomic.Uint64
 	failed      [NumTLSFailures]atomic.Uint64
@@ -263,15 +267,19 @@ func tlsFailureOf(err error) TLSFailure {
 // that is used up it says "would block", which tls.Conn passes on without
 // failing; Write appends to the loop's scratch (out), which the session
 // then writes to the socket through gnet.
+//
+// Its fields belong to whoever drives the tls.Conn: the handshake's
+// goroutine, then (enrollTLS hands over, ordered by gnet's enrolment) the
+// connection's event loop, or the Route's goroutines for a proxied one.
 type tlsIO struct {
 	raw net.Conn // the socket, until the connection is enrolled (or for good, when proxied)
 
 	hdr  [recordHeaderLen]byte
-	have int // bytes of hdr read (handshake)
+	have int // bytes of hdr read, while reading the socket
 	left int // bytes of the current record still to hand out
 
-	in  []byte  // loop: whole records to hand out
-	out *[]byte // loop: the loop's scratch the records written go to
+	in  []byte  // enrolled: whole records to hand out, aliasing gnet's buffer during pump
+	out *[]byte // enrolled: the loop's scratch the records written go to (loopState.tlsOut)
 }
 
 const (
