@@ -114,7 +114,7 @@ func run(cfg config) int {
 	// in the channel, and are handled once it serves.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
-	if tlsCerts.any() {
+	if tlsCerts.hasFiles() {
 		signal.Notify(sigs, syscall.SIGHUP)
 	}
 	signal.Ignore(syscall.SIGPIPE)

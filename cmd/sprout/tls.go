@@ -97,13 +97,13 @@ func loadCerts(c config, log zerolog.Logger) (*served, error) {
 	return s, nil
 }
 
-// any reports whether a file was read: then SIGHUP and changes read them
+// hasFiles reports whether a file was read: then SIGHUP and changes read them
 // again.
-func (s *served) any() bool { return len(s.set.Stats().Entries) > 0 }
+func (s *served) hasFiles() bool { return len(s.set.Stats().Entries) > 0 }
 
 // watch polls the files for changes until ctx is done.
 func (s *served) watch(ctx context.Context) {
-	if s.any() {
+	if s.hasFiles() {
 		s.set.Watch(ctx, certPoll)
 	}
 }
