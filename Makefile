@@ -204,7 +204,10 @@ chaos:
 
 # internal/storm with its heavy test (build tag storm): 19,000 concurrent
 # connections against Sprout and beanstalkd, besides the flood,
-# hostile-client and 30 s soak tests `make test` runs. A few minutes,
-# loopback only; SPROUT_STORM_GOALS=1 make storm also asserts the goals.
+# hostile-client and 30 s soak tests `make test` runs, and the engine's TLS
+# slowloris (1,000 handshakes at a byte a second) at the default 10 s
+# handshake timeout. A few minutes, loopback only; SPROUT_STORM_GOALS=1
+# make storm also asserts the goals.
 storm:
 	$(GO) test -tags storm -count=1 -timeout 15m -v ./internal/storm/
+	$(GO) test -tags storm -count=1 -timeout 5m -run '^TestTLSSlowloris$$' -v ./engine/

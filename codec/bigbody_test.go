@@ -113,3 +113,66 @@ func TestBodySpace(t *testing.T) {
 		t.Errorf("%v allocations per body filled in place, want 1", allocs)
 	}
 }
+
+// TestBodyAlloc: with an allocator, a body that arrives in parts is
+// allocated by it once made at its full size (smaller first steps are the
+// parser's own), and comes out intact and capped at its size; a nil from
+// the allocator leaves the allocation to the parser; DropBody hands back
+// the buffer of a put cut short.
+func TestBodyAlloc(t *testing.T) {
+	var asked []int
+	pool := make([]byte, 64<<10)
+	alloc := func(n int) []byte {
+		asked = append(asked, n)
+		if n > len(pool) {
+			return nil
+		}
+		return pool
+	}
+	const size = 40 << 10
+	body := bytes.Repeat([]byte("abcdefgh"), size/8)
+	in := append(append([]byte("put 0 0 60 40960\r\n"), body...), "\r\n"...)
+
+	p := codec.NewParser(1 << 20)
+	var cmd codec.Command
+	n, ok := p.Parse(in, &cmd)
+	if !ok || cmd.Op != codec.OpPut {
+		t.Fatalf("header: %+v", cmd)
+	}
+	p.SetBodyAlloc(alloc)
+	in = in[n:]
+	for _, piece := range []int{1000, 15000, len(in) - 16000} {
+		n, ok = p.Parse(in[:piece], &cmd)
+		in = in[n:]
+	}
+	if !ok || cmd.Op != codec.OpPutBody || !bytes.Equal(cmd.Body[:size], body) {
+		t.Fatalf("body: op %v, ok %v", cmd.Op, ok)
+	}
+	if len(asked) != 1 || asked[0] != size+2 || &cmd.Body[0] != &pool[0] || cap(cmd.Body) != size+2 {
+		t.Fatalf("allocator asked for %v; body from the pool %v, capacity %d", asked, &cmd.Body[0] == &pool[0], cap(cmd.Body))
+	}
+
+	// The allocator is kept for the next put; this one it declines.
+	asked = nil
+	n, _ = p.Parse([]byte("put 0 0 60 70000\r\n"), &cmd)
+	if n == 0 || cmd.Op != codec.OpPut {
+		t.Fatalf("header: %+v", cmd)
+	}
+	space := p.BodySpace(70002)
+	if len(asked) != 1 || len(space) != 70002 {
+		t.Fatalf("allocator asked for %v, space %d", asked, len(space))
+	}
+	if ok := p.BodyFilled(10, &cmd); ok {
+		t.Fatal("10 bytes completed a 70000-byte body")
+	}
+	if got := p.DropBody(); len(got) != 10 || &got[0] != &space[0] {
+		t.Fatalf("DropBody = %d bytes of the body's buffer: %v", len(got), len(got) > 0 && &got[0] == &space[0])
+	}
+	if p.InBody() || p.DropBody() != nil {
+		t.Fatal("after DropBody the parser is still in the body")
+	}
+	n, ok = p.Parse([]byte("reserve\r\n"), &cmd)
+	if !ok || cmd.Op != codec.OpReserve || n != 9 {
+		t.Fatalf("after DropBody: %+v", cmd)
+	}
+}

@@ -159,6 +159,12 @@ const (
 	// pause-tube whose name and delay parse but whose name is invalid
 	// (starts with '-' or is over 200 bytes).
 	CountedBadFormat
+	// TLSRecord (OpNone): the line starts with a TLS handshake record's
+	// header, a TLS client on the plaintext port. beanstalkd would wait
+	// for a line end, which never comes while the client waits for the
+	// server's hello; the caller closes the connection at once instead.
+	// Parse consumes everything it was given.
+	TLSRecord
 )
 
 var statusNames = [...]string{
@@ -168,6 +174,7 @@ var statusNames = [...]string{
 	ExpectedCRLF:     "EXPECTED_CRLF",
 	PutTooBig:        "PUT_TOO_BIG",
 	CountedBadFormat: "COUNTED_BAD_FORMAT",
+	TLSRecord:        "TLS_RECORD",
 }
 
 func (s Status) String() string {

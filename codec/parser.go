@@ -62,6 +62,10 @@ type putState struct {
 	// id is what the caller gave SetPutID for this put; 0 if nothing.
 	id uint64
 
+	// alloc, if set (SetBodyAlloc), makes a body's buffer once it is made
+	// at its full size; kept from put to put.
+	alloc func(n int) []byte
+
 	// Valid only in stateBody: the body's final length, bytes+2 (at most
 	// maxJobSize+2).
 	want            int32
@@ -82,6 +86,33 @@ func (p *Parser) SetPutID(id uint64) {
 	if p.state == stateBody {
 		p.put.id = id
 	}
+}
+
+// SetBodyAlloc has the bodies of this connection's puts, from the one
+// whose header Parse has just produced on, allocated by alloc whenever a
+// body's buffer is made at its full size (bytes+2), which is how a body
+// that arrives in parts ends up allocated; alloc returns at least n bytes,
+// whose contents need not be zeroed, or nil to leave the allocation to the
+// parser. It does nothing after any other command.
+// The engine gives a pool here, so that large bodies reuse memory that is
+// still in the processor's cache (see the engine's doc, "Put bodies").
+func (p *Parser) SetBodyAlloc(alloc func(n int) []byte) {
+	if p.state == stateBody {
+		p.put.alloc = alloc
+	}
+}
+
+// DropBody ends the put whose body is arriving, if there is one, and
+// returns what it was being written into (nil if nothing), for a caller
+// that recycles it: a connection that closes half way through a put. The
+// parser then waits for a command line.
+func (p *Parser) DropBody() []byte {
+	if p.state != stateBody {
+		return nil
+	}
+	body := p.put.body
+	p.state, p.put.body, p.put.want = stateLine, nil, 0
+	return body
 }
 
 // InBody reports whether the parser is inside a put body or discarding a
@@ -131,6 +162,10 @@ func lineEnd(b []byte) int {
 }
 
 func (p *Parser) parseLine(in []byte, cmd *Command) (int, bool) {
+	if tlsRecord(in) {
+		*cmd = Command{Status: TLSRecord}
+		return len(in), true
+	}
 	// beanstalkd only ever looks at a LineMax window, so a "\r\n" beyond it
 	// does not end this line even if it has already arrived.
 	n := lineEnd(in[:min(len(in), LineMax)])
@@ -162,6 +197,13 @@ func (p *Parser) parseLine(in []byte, cmd *Command) (int, bool) {
 		cmd.Status = parseArgs(op, args, cmd)
 	}
 	return n, true
+}
+
+// tlsRecord reports whether in starts as a TLS handshake record does:
+// content type 22, then protocol version 3.0 to 3.4 (a ClientHello's
+// record says 3.1 whatever version it offers). No command starts so.
+func tlsRecord(in []byte) bool {
+	return len(in) >= 3 && in[0] == 0x16 && in[1] == 0x03 && in[2] <= 0x04
 }
 
 // skipLine throws away an over-long line in LineMax chunks, as beanstalkd
@@ -270,7 +312,14 @@ func (ps *putState) grow(more int) {
 		return
 	}
 	size := min(max(2*cap(ps.body), 2*(len(ps.body)+more), firstBodyAlloc), int(ps.want))
-	grown := makeUnzeroed(size)[:len(ps.body)]
+	var grown []byte
+	if size == int(ps.want) && ps.alloc != nil {
+		grown = ps.alloc(size)
+	}
+	if grown == nil {
+		grown = makeUnzeroed(size)
+	}
+	grown = grown[:len(ps.body):size]
 	copy(grown, ps.body)
 	ps.body = grown
 }

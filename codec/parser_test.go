@@ -559,3 +559,38 @@ func TestSetPutID(t *testing.T) {
 		t.Fatalf("too big: %+v", cmd)
 	}
 }
+
+// A TLS handshake where a command line should start (a TLS client on the
+// plaintext port) is reported once its record header shows, consuming
+// everything; in a body, or after other bytes on the line, it is data.
+func TestParseTLSRecord(t *testing.T) {
+	hello := "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
+	for _, c := range []struct {
+		name, in string
+		n        int
+		ok       bool
+		status   codec.Status
+	}{
+		{"client hello", hello, len(hello), true, codec.TLSRecord},
+		{"after a command", "stats\r\n" + hello, 7, true, codec.OK},
+		{"header not yet whole", "\x16\x03", 0, false, codec.OK},
+		{"not a handshake version", "\x16\x05\x01\r\n", 5, true, codec.UnknownCommand},
+		{"inside a line", "x\x16\x03\x01\r\n", 6, true, codec.UnknownCommand},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := codec.NewParser(testMaxJobSize)
+			var cmd codec.Command
+			n, ok := p.Parse([]byte(c.in), &cmd)
+			if n != c.n || ok != c.ok || ok && cmd.Status != c.status {
+				t.Fatalf("Parse = %d, %v, %v; want %d, %v, %v", n, ok, cmd.Status, c.n, c.ok, c.status)
+			}
+		})
+	}
+	p := codec.NewParser(testMaxJobSize)
+	var cmd codec.Command
+	in := []byte("put 0 0 0 5\r\n" + hello[:5] + "\r\n")
+	n, _ := p.Parse(in, &cmd)
+	if n, ok := p.Parse(in[n:], &cmd); !ok || cmd.Op != codec.OpPutBody || n != 7 {
+		t.Fatalf("a body that starts like a TLS record: %d, %v, %v", n, ok, cmd.Op)
+	}
+}

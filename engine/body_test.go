@@ -82,3 +82,35 @@ func TestBodyCutShort(t *testing.T) {
 		t.Fatalf("stats-tube: %q, %v; want one job in the tube", got, err)
 	}
 }
+
+// TestRecycledBodies: large bodies reuse the memory of deleted jobs, and
+// every reply still carries its own job's bytes: jobs put, reserved and
+// deleted in turn, and a peek of a job pipelined with its delete and the
+// next put, whose reply is written after the put has taken memory (the
+// deleted body's is not reused while the reply may still name it).
+func TestRecycledBodies(t *testing.T) {
+	srv, _, addr := startServer(t, engine.Config{MaxJobSize: 1 << 20, Loops: 1})
+	c := dialRaw(t, "tcp", addr)
+	const size = 48 << 10
+	body := func(i int) string { return strings.Repeat(fmt.Sprintf("%07d|", i), size/8) }
+	for i := 1; i <= 20; i++ {
+		c.send(fmt.Sprintf("put 0 0 60 %d\r\n%s\r\n", size, body(i)))
+		c.expect(fmt.Sprintf("INSERTED %d\r\n", i))
+		c.send("reserve\r\n")
+		c.expect(fmt.Sprintf("RESERVED %d %d\r\n%s\r\n", i, size, body(i)))
+		c.send(fmt.Sprintf("delete %d\r\n", i))
+		c.expect("DELETED\r\n")
+	}
+	if srv.BodiesReused() == 0 {
+		t.Fatal("no body was recycled")
+	}
+
+	c.send(fmt.Sprintf("put 0 0 60 %d\r\n%s\r\n", size, body(21)))
+	c.expect("INSERTED 21\r\n")
+	// One write: the loop runs all of it in one callback.
+	c.send(fmt.Sprintf("peek 21\r\ndelete 21\r\nput 0 0 60 %d\r\n%s\r\npeek 22\r\n", size, body(22)))
+	c.expect(fmt.Sprintf("FOUND 21 %d\r\n%s\r\n", size, body(21)))
+	c.expect("DELETED\r\n")
+	c.expect("INSERTED 22\r\n")
+	c.expect(fmt.Sprintf("FOUND 22 %d\r\n%s\r\n", size, body(22)))
+}

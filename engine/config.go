@@ -16,7 +16,8 @@ import (
 // Config it is given that Resolve has not (tests fill a few fields and
 // leave the rest).
 type Config struct {
-	// Network is "tcp" or "unix".
+	// Network is "tcp" or "unix", or NetworkNone for no plaintext
+	// listener (TLS must then be set).
 	Network string
 	// Address is "host:port" for tcp ("" host means all interfaces) or a
 	// filesystem path for unix. A stale unix socket file is replaced.
@@ -68,6 +69,10 @@ type Config struct {
 	// session opened, so CloseClients, which the member ran meanwhile,
 	// could not end it. Its client connects again, and is routed anew.
 	Serving func() bool
+	// TLS, if set, also serves clients over TLS on a listener of its own
+	// (tls.go). Route sees a TLS connection once its handshake is done,
+	// as the *tls.Conn, and Serve takes one back.
+	TLS *TLSConfig
 
 	// resolved is set by Resolve: New uses such a Config as it is.
 	resolved bool

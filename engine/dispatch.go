@@ -25,6 +25,11 @@ func (ss *session) dispatch(cmd *codec.Command, out *replies) (quit bool) {
 	case codec.UnknownCommand:
 		out.add(codec.ReplyUnknownCommand)
 		return false
+	case codec.TLSRecord:
+		// A TLS client on the plaintext port: closed at once rather than
+		// left waiting, as beanstalkd would leave it, for its handshake.
+		ss.loop.srv.conns.tlsOnPlaintext.Add(1)
+		return true
 	}
 	if c, ok := cmd.Op.Counter(); ok && cmd.Op != codec.OpPut {
 		ss.loop.srv.count(c)
@@ -141,13 +146,18 @@ func (ss *session) putHeader(cmd *codec.Command) {
 	}
 	ss.markProducer()
 	ss.parser.SetPutID(ss.loop.srv.store.NextID())
+	if alloc := ss.loop.srv.bodyAlloc; alloc != nil {
+		ss.parser.SetBodyAlloc(alloc)
+	}
 }
 
 func (ss *session) putBody(cmd *codec.Command, out []byte) []byte {
 	if cmd.Status == codec.ExpectedCRLF {
+		ss.dropBody(cmd)
 		return append(out, codec.ReplyExpectedCRLF...)
 	}
 	if ss.loop.srv.draining.Load() {
+		ss.dropBody(cmd)
 		return append(out, codec.ReplyDraining...)
 	}
 	body := cmd.Body
@@ -159,6 +169,14 @@ func (ss *session) putBody(cmd *codec.Command, out []byte) []byte {
 		return append(out, codec.ReplyOutOfMemory...) // the log's disk is full
 	}
 	return codec.AppendInserted(out, j.ID())
+}
+
+// dropBody gives the body of a put that is not stored back to the pool
+// that made it, if one did.
+func (ss *session) dropBody(cmd *codec.Command) {
+	if p := ss.loop.srv.bodies; p != nil && !cmd.BodyAliased {
+		p.recycle(cmd.Body)
+	}
 }
 
 func (ss *session) reserve(out *replies, timeout time.Duration) {

@@ -59,6 +59,79 @@
 // more; it used to be zeroed, then copied whole twice (out of the kernel,
 // then out of gnet's buffer).
 //
+// Without a log, the memory of large bodies (above 32 KiB) is recycled
+// (bodies.go): the store hands back the body of each job it forgets, and
+// the next put of that size reuses it once no event loop can still be
+// writing it to a client (a grace period over the loops' callbacks; see
+// bodies.go). Issue 24 measured why: with 5 producers writing put line and
+// 64 KiB body in one write and 5 consumers, Sprout did 0.72× beanstalkd's
+// jobs/s at 1.6× its CPU per job, although both made the same system calls
+// (7 to 9 per job, strace). The difference was the kernel's copies into
+// and out of the bodies, twice as slow in Sprout: each body was a fresh
+// allocation, memory last touched a collection ago, while beanstalkd's
+// malloc hands back the body it just freed, still in the cache. Every Go
+// body allocation cost 12 µs; with a ring of 16 reused buffers the
+// server matched beanstalkd's CPU per job, with 1,024 (64 MiB) it did not.
+// With the pool, the quietest run gave 1.07× beanstalkd's jobs/s at 0.98×
+// its CPU per job (sproutbench -only body-64k-c5, 5 repetitions), busier
+// ones 0.90–0.98× at 0.93–1.08×: the CPU per job is now beanstalkd's, the
+// issue's 1.1× not shown on this shared machine. With a log,
+// bodies are read after their jobs are gone (the log's writer, a
+// cluster's replication), so nothing is recycled.
+//
+// # TLS
+//
+// With Config.TLS the server also listens for TLS clients (tls.go). Each
+// accepted connection is handshaken in Go (crypto/tls) on a goroutine of
+// its own, bounded by the handshake timeout (10 s by default, so a
+// slowloris of handshakes costs goroutines, not event loops); meanwhile it
+// counts against MaxConnections, and handshakes together against half the
+// buffer budget (handshakeReserve each), past which new TLS connections are
+// closed at once. The handshake reads the socket one record at a time, so
+// nothing the client sends after it is taken from the socket. Then the
+// socket is enrolled in an event loop like any other, and its session's
+// gnet.Conn is a tlsConn: on each OnTraffic the whole records gnet holds
+// are handed to the same tls.Conn, whose net.Conn is now a pair of buffers
+// the loop fills and empties (tlsIO), decrypted into the session's own
+// plaintext buffer, and parsed and dispatched by the same session code as
+// plaintext; replies are encrypted by that tls.Conn as they are written
+// and handed to gnet at once. A partial record stays in gnet's buffer, so
+// the input cap and the buffer budget count ciphertext and plaintext
+// alike. close_notify ends the input as a half-close does (every reply
+// is sent, then the server's close_notify). Large bodies are not read
+// from the socket straight into the job over TLS (the socket holds
+// ciphertext): each record is decrypted once, then copied into the body.
+//
+// The other design, kTLS (the handshake in Go, then the traffic keys
+// given to the kernel with setsockopt(SOL_TLS) so that gnet reads and
+// writes plaintext), was measured as far as it could be and not taken:
+//   - This machine's kernel has no kTLS (CONFIG_TLS is not set;
+//     setsockopt(TCP_ULP, "tls") fails with ENOENT), so it could not be
+//     measured here; a container cannot load the module where its host
+//     has not, so TLS in Go would be needed beside it anyway.
+//   - It is not safe with gnet as it is: the kernel passes a record that
+//     is not application data (close_notify, a TLS 1.3 KeyUpdate) to a
+//     plain read(2) as EIO, which gnet treats as a broken connection, so
+//     a client's half-close over TLS would lose its replies; a KeyUpdate
+//     would need the kernel's rekeying (Linux 6.13+) driven from user
+//     space. crypto/tls's KeyLogWriter gives the TLS 1.3 traffic secrets
+//     but not TLS 1.2's server random, which the keys derive from (it
+//     would have to be parsed out of the handshake's bytes), and the
+//     sequence numbers would have to be inferred from what crypto/tls
+//     sent and received (its session tickets included).
+//
+// TLS in Go on the event loops costs the encryption and no more system
+// calls than plaintext. Measured against beanstalkd behind stunnel and
+// against Sprout's own plaintext in the same runs (sproutbench -only
+// '^(tls-.*|roundtrip-c1|prodcons-c10|prodcons-c100)$', 5 repetitions, on
+// a busy 2-core machine; an earlier run's figures in parentheses): round
+// trips on 1 connection 2.62× (1.77×) beanstalkd+stunnel; producer/
+// consumer at 10 connections 2.66× (2.83×) and 0.68× (0.69×) Sprout's
+// plaintext; at 100, 7.44× (3.27×) and 0.85× (0.54×: the load generator,
+// on the same cores, pays for TLS too); the server's CPU per job 0.07–0.25×
+// that of beanstalkd and stunnel together, 1.3× Sprout's plaintext for
+// producer/consumer. Details in benchmarks/README.md, "TLS (issue 24)".
+//
 // # Blocking reserves and other loops
 //
 // A reserve with nothing to take marks the session blocked and stops
@@ -148,6 +221,10 @@
 //     the half-close and closing.
 //   - socket_linux.go, socket_bsd.go: the ioctl that asks a socket how
 //     much has arrived.
+//   - bodies.go: the pool that recycles large bodies, and its grace
+//     period.
+//   - tls.go: the TLS listener's handshakes, and the tls.Conn a TLS
+//     session reads and writes through on its event loop.
 //   - dispatch.go: each command, executed on the store.
 //   - replies.go: replies batched per loop and written in one writev.
 //   - held.go: replies held until the store's AckSource acknowledges

@@ -61,3 +61,10 @@ func (s *Server) BlockLoop(i int) (release func()) {
 	<-running
 	return func() { close(unblock) }
 }
+
+// BodiesReused is how many large bodies were put in memory recycled from
+// deleted jobs.
+func (s *Server) BodiesReused() uint64 { return s.bodies.reused.Load() }
+
+// HandshakeReserve is what a TLS handshake in flight is taken to hold.
+const HandshakeReserve = handshakeReserve

@@ -660,7 +660,8 @@ func (fc *fuzzConn) sendOutbox(n int) {
 }
 
 // send writes b, parsing it as the server will to know which replies are
-// due. Bytes after a quit are dropped: the server closes at quit, and bytes
+// due. Bytes after a quit (or the start of a TLS record, at which the
+// server closes too) are dropped: the server closes at quit, and bytes
 // reaching a closed socket draw a reset that can destroy replies in flight.
 func (fc *fuzzConn) send(b []byte) {
 	if fc.quit || fc.writeErr != nil || len(b) == 0 {
@@ -681,7 +682,7 @@ func (fc *fuzzConn) send(b []byte) {
 		}
 		fc.cmds = append(fc.cmds, c)
 		fc.cmdStart = fc.parsed
-		if cmd.Op == codec.OpQuit && cmd.Status == codec.OK {
+		if cmd.Op == codec.OpQuit && cmd.Status == codec.OK || cmd.Status == codec.TLSRecord {
 			fc.sent = fc.sent[:fc.parsed]
 			fc.quit = true
 			break
@@ -802,6 +803,8 @@ func newFuzzCmd(cmd *codec.Command, text []byte) fuzzCmd {
 // header's reply waits for its body, and quit gets none.
 func (c *fuzzCmd) answered() bool {
 	switch {
+	case c.status == codec.TLSRecord:
+		return false // the server closes, as at quit
 	case c.status != codec.OK && c.status != codec.PutTooBig:
 		return true
 	case c.op == codec.OpPut, c.op == codec.OpQuit:

@@ -29,6 +29,12 @@ func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		conn:   c,
 		parser: *codec.NewParser(s.cfg.MaxJobSize),
 	}
+	if hand, ok := c.Context().(*tlsHandoff); ok {
+		hand.tio.out = &ss.loop.tlsOut
+		ss.conn = &tlsConn{Conn: c, tc: hand.tc, tio: hand.tio}
+		s.tls.current.Add(1)
+		s.tls.total.Add(1)
+	}
 	s.store.InitClient(&ss.client, ss)
 	c.SetContext(ss)
 	if ss.loop.sessions != nil {
@@ -48,6 +54,9 @@ func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
 		return gnet.None
 	}
 	ss.close()
+	if _, ok := ss.conn.(*tlsConn); ok {
+		h.srv.tls.current.Add(-1)
+	}
 	if e := h.srv.log.Debug(); e.Enabled() {
 		e.Err(err).Msg("close")
 	}
@@ -55,7 +64,32 @@ func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
 }
 
 func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
-	return c.Context().(*session).serve()
+	ss := c.Context().(*session)
+	ss.loop.beginReading()
+	defer ss.loop.endReading()
+	tc, ok := ss.conn.(*tlsConn)
+	if !ok {
+		return ss.serve()
+	}
+	// A TLS client's records are decrypted first; close_notify ends its
+	// input as a half-close does.
+	defer tc.settle()
+	var a gnet.Action
+	switch ended, err := tc.pump(&ss.loop.tlsIn); {
+	case err != nil:
+		if e := h.srv.log.Debug(); e.Enabled() {
+			e.Err(err).Msg("TLS: closing")
+		}
+		return gnet.Close
+	case ended:
+		a = ss.halfClose()
+	default:
+		a = ss.serve()
+	}
+	if a == gnet.Close {
+		tc.goodbye()
+	}
+	return a
 }
 
 // OnHalfClose makes handler a gnet.HalfCloseHandler: when a client shuts
@@ -64,7 +98,24 @@ func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
 // replies are sent (see session.halfClose).
 func (h *handler) OnHalfClose(c gnet.Conn) gnet.Action {
 	if ss, _ := c.Context().(*session); ss != nil {
-		return ss.halfClose()
+		ss.loop.beginReading()
+		defer ss.loop.endReading()
+		tc, ok := ss.conn.(*tlsConn)
+		if ok {
+			// The records that came before the end are served; a record
+			// cut short never will be whole.
+			defer tc.settle()
+			if _, err := tc.pump(&ss.loop.tlsIn); err != nil {
+				return gnet.Close
+			}
+			tc.ended = true
+			tc.dropInput()
+		}
+		a := ss.halfClose()
+		if ok && a == gnet.Close {
+			tc.goodbye()
+		}
+		return a
 	}
 	return gnet.Close
 }

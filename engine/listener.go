@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -33,12 +34,35 @@ const logInterval = 10 * time.Second
 // whole engine on any accept error other than EAGAIN, EINTR, ECONNRESET and
 // ECONNABORTED, so one EMFILE at the open-file limit would end every
 // connection.
-func (s *Server) listen() (net.Listener, error) {
-	if s.cfg.Listener != nil {
-		return s.cfg.Listener, nil
+//
+// It also opens the TLS listener (Config.TLS), and returns nil for the
+// plaintext one when Network is "none".
+func (s *Server) listen() (plain, tlsLn net.Listener, err error) {
+	if t := s.cfg.TLS; t != nil {
+		if tlsLn = t.Listener; tlsLn == nil {
+			if tlsLn, err = Listen("tcp", t.Address); err != nil {
+				return nil, nil, fmt.Errorf("engine: TLS listener: %w", err)
+			}
+		}
 	}
-	return Listen(s.cfg.Network, s.cfg.Address)
+	switch {
+	case s.cfg.Listener != nil:
+		plain = s.cfg.Listener
+	case s.cfg.Network == NetworkNone:
+		if tlsLn == nil {
+			return nil, nil, errors.New("engine: network none without a TLS listener: nothing to serve")
+		}
+	default:
+		if plain, err = Listen(s.cfg.Network, s.cfg.Address); err != nil && tlsLn != nil {
+			_ = tlsLn.Close()
+		}
+	}
+	return plain, tlsLn, err
 }
+
+// NetworkNone is Config.Network for a server with no plaintext listener,
+// only a TLS one (-l none).
+const NetworkNone = "none"
 
 // Listen opens a listener as the server does for Config's Network and
 // Address: "tcp" or "unix"; a unix socket file left by an earlier run is
@@ -62,6 +86,7 @@ func Listen(network, address string) (net.Listener, error) {
 type acceptor struct {
 	srv *Server
 	ln  net.Listener
+	tls bool // the TLS listener: each connection is handshaken first (tls.go)
 	// spare is a descriptor held back for the open-file limit: closing it
 	// frees one to accept a waiting connection and close it at once, so
 	// its client hears a close instead of waiting in the backlog.
@@ -104,13 +129,19 @@ func (a *acceptor) run() {
 			continue
 		}
 		a.backoff = 0
-		if s.conns.current.Load() >= int64(s.cfg.MaxConnections) {
+		if s.openConnections() >= int64(s.cfg.MaxConnections) {
 			s.conns.refused.Add(1) // before the close its client may see
 			_ = nc.Close()
 			if n, ok := a.refusedLog.note(1); ok {
 				s.log.Warn().Uint64("refused", n).Int("max_connections", s.cfg.MaxConnections).
 					Msg("connection refused: at max-connections")
 			}
+			continue
+		}
+		if a.tls {
+			// Route sees the connection once its handshake is done.
+			a.ips.shareAddrs(nc)
+			s.startHandshake(nc)
 			continue
 		}
 		if s.cfg.Route != nil && s.cfg.Route(nc) {
@@ -142,16 +173,34 @@ func (s *Server) Serve(nc net.Conn) {
 		return
 	default:
 	}
-	if s.conns.current.Load() >= int64(s.cfg.MaxConnections) {
+	if s.openConnections() >= int64(s.cfg.MaxConnections) {
 		s.conns.refused.Add(1)
 		_ = nc.Close()
 		return
+	}
+	// A TLS client the Route took after its handshake, and gave back:
+	// nothing has been read through its tls.Conn.
+	if tc, ok := nc.(*tls.Conn); ok {
+		if tio, ok := tc.NetConn().(*tlsIO); ok && s.tls != nil {
+			s.enrollTLS(tc, tio)
+			return
+		}
 	}
 	if _, err := s.client.EnrollContext(nc, nil); err != nil {
 		if e := s.log.Debug(); e.Enabled() {
 			e.Err(err).Msg("serve: cannot register the connection")
 		}
 	}
+}
+
+// openConnections is the connections MaxConnections counts: those served,
+// and TLS ones in their handshake.
+func (s *Server) openConnections() int64 {
+	n := s.conns.current.Load()
+	if s.tls != nil {
+		n += s.tls.handshaking.Load()
+	}
+	return n
 }
 
 // collectBurst starts a garbage collection every burstGC accepts while the

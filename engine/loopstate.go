@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/panjf2000/gnet/v2"
 )
@@ -15,6 +16,14 @@ type loopState struct {
 	// goroutine touches it, and serve is never re-entered on a loop.
 	batch replies
 
+	// tlsOut collects the records a TLS session's tls.Conn writes, until
+	// the session hands them to gnet; only the loop's goroutine touches
+	// it, and it is empty between calls.
+	tlsOut []byte
+	// tlsIn is where a TLS session's records are decrypted, until the
+	// callback ends (tlsConn.settle); loop goroutine only.
+	tlsIn []byte
+
 	// sessions are the loop's open sessions, for CloseClients; only the
 	// loop's goroutine touches it. Nil, and nothing tracked, unless the
 	// server has a Route (Config.Route).
@@ -22,6 +31,11 @@ type loopState struct {
 
 	mu      sync.Mutex
 	holding map[*session]struct{} // guarded by mu: sessions holding buffer bytes
+
+	// reading is 1 + the body pool's epoch when the loop's current
+	// callback began, 0 between callbacks (bodies.go); written by the
+	// loop, read by the pool. Unused without a pool.
+	reading atomic.Uint64
 }
 
 // loopFor returns the shared state of event loop el.
@@ -36,6 +50,9 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 		}
 		if s.acks != nil {
 			ls.flusher = newLoopFlusher(el, s.acks, &s.heldSessions)
+		}
+		if s.bodies != nil {
+			s.bodies.addReader(&ls.reading)
 		}
 		s.loops[el] = ls
 	}

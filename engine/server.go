@@ -23,18 +23,32 @@ type Server struct {
 	cfg   Config          // immutable after New
 	store *store.Store    // immutable: the store every session uses
 	acks  store.AckSource // immutable: what held replies wait for; nil in memory
-	log   zerolog.Logger  // immutable
-	id    string          // immutable: stats "id"
-	start time.Time       // immutable
-	uname unameInfo       // immutable
+	// bodies recycles large job bodies, in memory only (bodies.go); nil
+	// with a log. bodyAlloc is its alloc, made once for the parsers.
+	bodies    *bodyPool          // immutable
+	bodyAlloc func(n int) []byte // immutable
+	log       zerolog.Logger     // immutable
+	id        string             // immutable: stats "id"
+	start     time.Time          // immutable
+	uname     unameInfo          // immutable
 
 	client   *gnet.Client  // set in Run before ready is closed: the event loops
-	ln       net.Listener  // set in Run before ready is closed
+	ln       net.Listener  // set in Run before ready is closed; nil when Network is "none"
+	tlsLn    net.Listener  // set in Run before ready is closed; nil without Config.TLS
 	ready    chan struct{} // closed once the listener accepts
 	stopped  chan struct{} // closed when Run returns
 	stopping chan struct{} // closed by the first Stop
 	stopOnce sync.Once
 	stopCtx  context.Context // set before stopping is closed: bounds the wait for held replies
+	// lifetime ends once no connection is accepted any more: TLS
+	// handshakes in progress then give up.
+	lifetime    context.Context
+	endLifetime context.CancelFunc
+
+	// tls serves the TLS listener (tls.go); nil without Config.TLS.
+	tls *tlsServing // immutable
+	// handshakes are the TLS handshakes in progress, waited for at stop.
+	handshakes sync.WaitGroup
 
 	// eventLoops are the client's loops, for Ping; set in Run before
 	// ready is closed.
@@ -49,6 +63,8 @@ type Server struct {
 		// refused: closed at once at MaxConnections; shed: closed or left
 		// waiting for want of descriptors; evicted: closed by the budget.
 		refused, shed, evicted atomic.Uint64
+		// tlsOnPlaintext: closed for starting with a TLS handshake.
+		tlsOnPlaintext atomic.Uint64
 	}
 
 	bytesIn, bytesOut atomic.Uint64
@@ -93,6 +109,15 @@ func New(cfg Config, st *store.Store) *Server {
 		watched:    make(map[*session]struct{}),
 		loops:      make(map[gnet.EventLoop]*loopState),
 	}
+	s.lifetime, s.endLifetime = context.WithCancel(context.Background())
+	if cfg.TLS != nil {
+		s.tls = newTLSServing(cfg.TLS, cfg.MaxBufferMemory)
+	}
+	if s.acks == nil {
+		s.bodies = newBodyPool()
+		s.bodyAlloc = s.bodies.alloc
+		st.SetRecycler(s.bodies.recycle)
+	}
 	return s
 }
 
@@ -105,9 +130,17 @@ func (s *Server) Ready() <-chan struct{} { return s.ready }
 // the accept loop (acceptor) hands each connection to them.
 func (s *Server) Run() error {
 	defer close(s.stopped)
-	ln, err := s.listen()
+	defer s.endLifetime()
+	ln, tlsLn, err := s.listen()
 	if err != nil {
 		return err
+	}
+	closeListeners := func() {
+		for _, l := range []net.Listener{ln, tlsLn} {
+			if l != nil {
+				_ = l.Close()
+			}
+		}
 	}
 	client, err := gnet.NewClient(&handler{srv: s},
 		gnet.WithNumEventLoop(s.cfg.Loops),
@@ -120,34 +153,50 @@ func (s *Server) Run() error {
 		err = client.Start()
 	}
 	if err != nil {
-		_ = ln.Close()
+		closeListeners()
 		return err
 	}
 	eventLoops, err := s.findLoops(client)
 	if len(eventLoops) == 0 {
 		_ = client.Stop()
-		_ = ln.Close()
+		closeListeners()
 		return err
 	}
 	if err != nil {
 		s.log.Warn().Err(err).Msg("health checks will not reach every event loop")
 	}
-	s.client, s.ln, s.eventLoops = client, ln, eventLoops
+	s.client, s.ln, s.tlsLn, s.eventLoops = client, ln, tlsLn, eventLoops
 	stopBudget := make(chan struct{})
 	go s.enforceBudget(stopBudget)
-	s.log.Info().Str("network", s.cfg.Network).Str("address", ln.Addr().String()).
-		Int("loops", len(eventLoops)).Int("max_connections", s.cfg.MaxConnections).Int64("max_buffer_memory", s.cfg.MaxBufferMemory).
+	e := s.log.Info().Str("network", s.cfg.Network)
+	if ln != nil {
+		e = e.Str("address", ln.Addr().String())
+	}
+	if tlsLn != nil {
+		e = e.Str("tls_address", tlsLn.Addr().String()).Str("tls_handshake_timeout", s.tls.timeout.String())
+	}
+	e.Int("loops", len(eventLoops)).Int("max_connections", s.cfg.MaxConnections).Int64("max_buffer_memory", s.cfg.MaxBufferMemory).
 		Msg("listening")
 	close(s.ready)
 
-	accepting := make(chan struct{})
-	go func() {
-		defer close(accepting)
-		newAcceptor(s, ln).run()
-	}()
+	var accepting sync.WaitGroup
+	for _, l := range []net.Listener{ln, tlsLn} {
+		if l == nil {
+			continue
+		}
+		a := newAcceptor(s, l)
+		a.tls = l == tlsLn
+		accepting.Add(1)
+		go func() {
+			defer accepting.Done()
+			a.run()
+		}()
+	}
 	<-s.stopping
-	_ = ln.Close()
-	<-accepting
+	closeListeners()
+	accepting.Wait()
+	s.endLifetime() // handshakes in progress give up
+	s.handshakes.Wait()
 	s.awaitHeldReplies(s.stopCtx)
 	err = client.Stop()
 	close(stopBudget)
@@ -161,8 +210,14 @@ func (s *Server) Run() error {
 // would only mean copying most of a 64 KiB body twice.
 const readBufferCap = 16 << 10
 
-// Addr is the address the server listens on, once Ready.
-func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+// Addr is the address the server listens on, once Ready: the plaintext
+// listener's, or the TLS listener's when it has none (Network "none").
+func (s *Server) Addr() net.Addr {
+	if s.ln == nil {
+		return s.tlsLn.Addr()
+	}
+	return s.ln.Addr()
+}
 
 // count bumps a cmd-* counter.
 func (s *Server) count(c codec.Counter) { s.cmds[c].Add(1) }

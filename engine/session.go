@@ -228,6 +228,9 @@ func (ss *session) bodyAhead(buffered int) int {
 	if ss.parser.BodyNeed()-buffered < directBodyMin || ss.end != endNone || ss.closed {
 		return -1
 	}
+	if _, ok := ss.conn.(*tlsConn); ok {
+		return -1 // the socket holds ciphertext, for the tls.Conn only
+	}
 	waiting, err := unix.IoctlGetInt(ss.conn.Fd(), ioctlReadable)
 	if err != nil || waiting <= 0 {
 		return 0
@@ -293,6 +296,9 @@ func (ss *session) close() {
 		return
 	}
 	ss.closed = true
+	if p := ss.loop.srv.bodies; p != nil {
+		p.recycle(ss.parser.DropBody()) // a put cut short
+	}
 	if ss.loop.sessions != nil {
 		delete(ss.loop.sessions, ss)
 	}
@@ -312,7 +318,18 @@ func (ss *session) close() {
 // It runs on whichever goroutine made the job available, so the reply is
 // handed to the connection's own loop.
 func (ss *session) JobReserved(j *store.Job) {
-	ss.onLoop(func(out *replies) { ss.appendJob(out, codec.WordReserved, j) })
+	ss.onLoop(func(out *replies) {
+		// j came from another goroutine: with recycled bodies, its body
+		// may be read only if it is still there, checked now that this
+		// callback is published (bodies.go). It can be gone only if its
+		// TTR ran out before this loop got here and another client
+		// deleted it: the reserve then ends as if it had timed out.
+		if ss.loop.srv.bodies != nil && len(j.Body()) >= pooledBodyMin && !ss.client.Alive(j) {
+			out.add(codec.ReplyTimedOut)
+			return
+		}
+		ss.appendJob(out, codec.WordReserved, j)
+	})
 }
 
 // WaitEnded implements store.Notifier: a blocked reserve ended empty.
@@ -332,6 +349,8 @@ func (ss *session) onLoop(reply func(*replies)) {
 		if ss.closed {
 			return nil
 		}
+		ss.loop.beginReading()
+		defer ss.loop.endReading()
 		ss.endWait(reply)
 		if ss.serve() == gnet.Close {
 			_ = ss.conn.Close()

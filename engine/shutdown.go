@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"net"
 	"time"
 )
 
@@ -13,7 +14,7 @@ const shutdownPoll = 10 * time.Millisecond
 func (s *Server) Draining() bool { return s.draining.Load() }
 
 // BeginShutdown starts a graceful shutdown:
-//  1. the listener closes, so no new connection is accepted;
+//  1. the listeners close, so no new connection is accepted;
 //  2. put answers DRAINING, and Draining reports true;
 //  3. the store hands no job out: new reserves wait (or time out) and
 //     blocked ones stay blocked.
@@ -25,7 +26,11 @@ func (s *Server) BeginShutdown() {
 	s.store.HoldJobs()
 	select {
 	case <-s.ready:
-		_ = s.ln.Close()
+		for _, l := range []net.Listener{s.ln, s.tlsLn} {
+			if l != nil {
+				_ = l.Close()
+			}
+		}
 	default:
 	}
 }
@@ -59,7 +64,8 @@ func pollUntil(ctx context.Context, done func() bool) error {
 func (s *Server) SetDraining() { s.draining.Store(true) }
 
 // Stop shuts the server down:
-//  1. the listener closes, so the accept loop ends;
+//  1. the listeners close, so the accept loops end, and TLS handshakes
+//     in progress give up;
 //  2. replies held for the log are sent as it makes them durable, until
 //     none is left or ctx is done;
 //  3. gnet closes every connection, and OnClose puts each one's reserved

@@ -144,6 +144,9 @@ type Limits struct {
 	// accepts that failed for want of descriptors; Evicted, connections
 	// closed to bring buffer memory back under its budget.
 	Refused, Shed, Evicted uint64
+	// TLSOnPlaintext counts connections to the plaintext port closed
+	// because they began a TLS handshake.
+	TLSOnPlaintext uint64
 	// BufferHeld is the bytes held for connections now; MaxBufferMemory
 	// the budget.
 	BufferHeld, MaxBufferMemory int64
@@ -161,6 +164,7 @@ func (s *Server) Limits() Limits {
 		Refused:         s.conns.refused.Load(),
 		Shed:            s.conns.shed.Load(),
 		Evicted:         s.conns.evicted.Load(),
+		TLSOnPlaintext:  s.conns.tlsOnPlaintext.Load(),
 		BufferHeld:      s.bufferHeld.Load(),
 		MaxBufferMemory: s.cfg.MaxBufferMemory,
 		BytesIn:         s.bytesIn.Load(),

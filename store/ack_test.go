@@ -44,6 +44,10 @@ var showPaths = map[string]showPath{
 		_, ok := c.Peek(job)
 		return ok
 	}},
+	"Client.PeekBody": {store.StateReady, func(c *store.Client, job uint64) bool {
+		_, body, ok := c.PeekBody(job)
+		return ok && string(body) == "body\r\n"
+	}},
 	"Client.PeekReady":   {store.StateReady, peekedBy((*store.Client).PeekReady)},
 	"Client.PeekDelayed": {store.StateDelayed, peekedBy((*store.Client).PeekDelayed)},
 	"Client.PeekBuried":  {store.StateBuried, peekedBy((*store.Client).PeekBuried)},

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"slices"
 	"time"
@@ -52,7 +53,8 @@ func (a ListCursor) compare(b ListCursor) int {
 type JobView struct {
 	JobStats
 	// Body is the job's data without the trailing "\r\n". It is the job's
-	// own memory: read it, never change it.
+	// own memory (a copy where bodies are recycled, SetRecycler): read it,
+	// never change it.
 	Body []byte
 }
 
@@ -120,7 +122,13 @@ func (c *Client) ListJobs(tube []byte, state State, after *ListCursor, limit int
 			}
 			c.showLocked(l.j)
 			body := l.j.Body()
-			page = append(page, JobView{JobStats: s.jobStatsLocked(l.j, now), Body: body[:len(body)-2]})
+			body = body[:len(body)-2]
+			if s.recycle != nil {
+				// The page outlives the lock, and a deleted job's body
+				// may then be reused.
+				body = bytes.Clone(body)
+			}
+			page = append(page, JobView{JobStats: s.jobStatsLocked(l.j, now), Body: body})
 		}
 		t.mu.Unlock()
 	}

@@ -91,4 +91,7 @@
 //     tube that served it is unlocked; the same goes for Notifier calls.
 //   - Freeing a tube needs registryMu, so references are dropped
 //     (Store.releaseTube) with no tube lock held.
+//   - A recycler (SetRecycler) is called under a tube lock when a job is
+//     forgotten, so it takes no store lock; the engine's pool takes only
+//     its own, a leaf.
 package store

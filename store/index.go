@@ -110,6 +110,9 @@ func (s *Store) forgetJobLocked(j *Job) {
 	sh.mu.Lock()
 	sh.removeLocked(j)
 	sh.mu.Unlock()
+	if s.recycle != nil && j.bodyLen > MaxCopiedBody {
+		s.recycle(j.Body())
+	}
 }
 
 // pageLocked is page n, nil if it is not there; the newest is found

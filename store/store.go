@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,27 @@ type Store struct {
 
 	// holding stops jobs from being handed out (HoldJobs); set once.
 	holding atomic.Bool
+
+	// recycle, if set (SetRecycler), is given the body of every job the
+	// store forgets; set before the store is shared.
+	recycle func(body []byte)
+}
+
+// SetRecycler has the store hand recycle the body of every job it forgets
+// (deleted by any path, or refused by the log), from the goroutine that
+// deleted it, under the job's tube lock: recycle must take no lock of the
+// store's, nor block. The store no longer reads the body then, but readers
+// that found the job before it went may still be reading it: whoever
+// reuses the memory must wait for them (the engine's body pool does; see
+// Client.Alive). A body the store was given by the caller is the only kind
+// it hands back. Call it before the store is shared; only an in-memory
+// store may have one: a log or a journal reads bodies after their jobs
+// are gone.
+func (s *Store) SetRecycler(recycle func(body []byte)) {
+	if s.log != nil {
+		panic("store: a recycler on a store with a log")
+	}
+	s.recycle = recycle
 }
 
 // HoldJobs stops handing jobs out, for a graceful shutdown: a reserve waits
@@ -187,6 +209,36 @@ func (s *Store) peek(id uint64, c *Client) (*Job, bool) {
 	}
 	t.mu.Unlock()
 	return j, live
+}
+
+// Alive reports whether j is still in the store: not deleted. With a
+// recycler (SetRecycler), a job's body may be read only while this holds,
+// checked after the reader announced itself to whoever recycles.
+func (c *Client) Alive(j *Job) bool {
+	t := j.tube
+	t.mu.Lock()
+	live := j.state != StateInvalid
+	t.mu.Unlock()
+	return live
+}
+
+// PeekBody is Peek for a reader outside the engine's event loops (the
+// admin API): it returns a copy of the job's body, made under the tube
+// lock, so that the reader never touches memory a recycler (SetRecycler)
+// may reuse once the job is deleted.
+func (c *Client) PeekBody(id uint64) (*Job, []byte, bool) {
+	j := c.s.lookup(id)
+	if j == nil {
+		return nil, nil, false
+	}
+	t := j.tube
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if j.state == StateInvalid {
+		return nil, nil, false
+	}
+	c.showLocked(j)
+	return j, bytes.Clone(j.Body()), true
 }
 
 // acquireTubeLocked returns the named tube, creating it, with one more

@@ -314,3 +314,38 @@ func TestChurn(t *testing.T) {
 		t.Error("a depth of 0 was accepted")
 	}
 }
+
+// TestTLSScenario runs a TLS scenario against Sprout on its own TLS port
+// and against beanstalkd behind stunnel (skipped where stunnel is missing:
+// .ci/test-setup installs it as root), and checks that the traffic went
+// through, with stunnel's CPU counted as the server's.
+func TestTLSScenario(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the generator reads the server's CPU and memory from /proc")
+	}
+	sprout := sproutSpec(t)
+	sprout.NativeTLS = true
+	base := load.ServerSpec{Name: "beanstalkd", Path: testproc.Beanstalkd(t)}
+	rc := load.RunConfig{Warmup: 50 * time.Millisecond, Duration: 250 * time.Millisecond}
+	s := load.Scenario{Name: "tls", Kind: load.KindProdCons, Conns: 2, Body: 64, TLS: true}
+	plan := load.Plan{Servers: []load.ServerSpec{base, sprout}, Scenarios: []load.Scenario{s}, Reps: 1, Run: rc}
+	outs, err := plan.Execute(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range plan.Servers {
+		r := outs[0].Runs[spec.Name][0]
+		switch {
+		case r.Skipped != "" && spec.Name == "beanstalkd":
+			if _, err := load.FindStunnel(); err == nil {
+				t.Errorf("beanstalkd skipped although stunnel is here: %s", r.Skipped)
+			} else {
+				t.Logf("beanstalkd: %s", r.Skipped)
+			}
+		case r.Skipped != "" || r.Errors > 0:
+			t.Errorf("%s: skipped %q, %d errors, the first: %s", spec.Name, r.Skipped, r.Errors, r.FirstError)
+		case r.Jobs <= 0 || r.CPU <= 0 || r.Sent != r.Acked:
+			t.Errorf("%s: %d jobs, CPU %v, %d puts sent and %d acknowledged", spec.Name, r.Jobs, r.CPU, r.Sent, r.Acked)
+		}
+	}
+}

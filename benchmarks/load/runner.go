@@ -90,6 +90,19 @@ func Catalogue(sz Sizes) []Scenario {
 	idleBeside := pc(10, 64)
 	idleBeside.Name, idleBeside.Idle = "idle-19k-c10", 19_000
 	idleBeside.Title += ", beside 19,000 idle connections (fewer if the open-file limit is lower)"
+	// Issue 24: large bodies as most clients send them, the put line and
+	// its body in one write, with workers that reserve with a timeout.
+	oneWrite := pc(5, 65_000)
+	oneWrite.Name, oneWrite.ReserveTimeout = "body-64k-c5", 1
+	oneWrite.Title += " (each put line and body in one write), reserve-with-timeout 1"
+	// Issue 24: TLS, against Sprout in plaintext and beanstalkd behind
+	// stunnel.
+	overTLS := func(s Scenario) Scenario {
+		s.Name, s.TLS = "tls-"+s.Name, true
+		s.Title += ", over TLS (beanstalkd behind stunnel)"
+		return s
+	}
+	roundTrip := Scenario{Name: "roundtrip-c1", Title: "put → reserve → delete round trips, 1 conn, 64 B", Kind: KindRoundTrip, Conns: 1, Body: 64}
 	idleTitle := "idle connections, as many as the open-file limit allows"
 	if idleConns > 0 {
 		idleTitle = fmt.Sprintf("idle connections, up to %s", FormatThousands(float64(idleConns)))
@@ -100,10 +113,11 @@ func Catalogue(sz Sizes) []Scenario {
 		{Name: "drain-only-c10", Title: fmt.Sprintf("drain only (reserve-with-timeout 0, delete), 10 conns, 64 B, %s jobs prefilled", FormatThousands(float64(sz.DrainJobs))), Kind: KindDrain, Conns: 10, Body: 64, Prefill: sz.DrainJobs},
 		{Name: "pipelined-c1-d100", Title: "pipelined puts, 1 conn, depth 100, 64 B", Kind: KindPipelined, Conns: 1, Depth: 100, Body: 64},
 		{Name: "pipelined-c10-d100", Title: "pipelined puts, 10 conns, depth 100, 64 B", Kind: KindPipelined, Conns: 10, Depth: 100, Body: 64},
-		body(16, "16"), body(1024, "1k"), body(64<<10, "64k"),
+		body(16, "16"), body(1024, "1k"), body(64<<10, "64k"), oneWrite,
 		tubes(1), tubes(10_000),
 		stored, idleBeside,
-		{Name: "roundtrip-c1", Title: "put → reserve → delete round trips, 1 conn, 64 B", Kind: KindRoundTrip, Conns: 1, Body: 64},
+		roundTrip,
+		overTLS(roundTrip), overTLS(pc(10, 64)), overTLS(pc(100, 64)),
 		// Issue 3's figures: -f 0 at 1, 10 and 100 connections against
 		// beanstalkd -b -f 0, and -f 50 against Sprout in memory; in
 		// producer/consumer every job is two commits (put, delete), so the
@@ -283,7 +297,38 @@ func (p Plan) runOne(ctx context.Context, s Scenario, spec ServerSpec) Result {
 		dir = d
 		defer os.RemoveAll(dir)
 	}
-	srv, err := StartServer(spec, s.argsFor(dir)...)
+	args := s.argsFor(dir)
+	var st *serverTLS
+	var tlsAddr string
+	if s.TLS {
+		d, err := os.MkdirTemp("", "sproutbench-tls-")
+		if err != nil {
+			res.Errors, res.FirstError = 1, err.Error()
+			return res
+		}
+		defer os.RemoveAll(d)
+		if spec.NativeTLS {
+			tlsAddr, err = freeAddr()
+		} else {
+			_, err = FindStunnel()
+		}
+		if errors.Is(err, ErrNoStunnel) {
+			res.Skipped = "skipped: " + err.Error()
+			return res
+		}
+		if err == nil {
+			st, err = newServerTLS(d)
+		}
+		if err != nil {
+			res.Errors, res.FirstError = 1, err.Error()
+			return res
+		}
+		dir = d // stunnel's configuration goes there
+		if spec.NativeTLS {
+			args = append(args, st.nativeTLSArgs(tlsAddr)...)
+		}
+	}
+	srv, err := StartServer(spec, args...)
 	if errors.Is(err, ErrFlagsRefused) {
 		res.Skipped = "skipped: server lacks " + strings.Join(flagNames(s.ServerArgs), " ")
 		return res
@@ -293,6 +338,15 @@ func (p Plan) runOne(ctx context.Context, s Scenario, spec ServerSpec) Result {
 		return res
 	}
 	defer srv.Stop()
+	if st != nil {
+		if !spec.NativeTLS {
+			if srv.stunnel, tlsAddr, err = st.startStunnel(dir, srv.Addr); err != nil {
+				res.Errors, res.FirstError = 1, err.Error()
+				return res
+			}
+		}
+		srv.tlsAddr, srv.tlsClient = tlsAddr, st.client
+	}
 	r, err := s.Run(ctx, srv, p.Run, p.Progress)
 	if exited, why := srv.Exited(); exited {
 		err = fmt.Errorf("load: %s exited during the run (%v): %s", spec.Name, why, srv.Output())

@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -62,9 +63,13 @@ type Scenario struct {
 	// Tubes spreads KindProdCons over this many tubes: each producer sends
 	// use before every put, cycling through its share of the tubes, and each
 	// consumer watches the same share. 0 uses the default tube without use.
-	Tubes   int
-	Prefill int // KindDrain: jobs put before timing starts
-	Jobs    int // KindJobMemory: jobs to store
+	Tubes int
+	// ReserveTimeout, when positive, has KindProdCons's consumers send
+	// reserve-with-timeout of that many seconds instead of reserve, and
+	// reserve again after TIMED_OUT, as many clients' workers do.
+	ReserveTimeout int `json:",omitempty"`
+	Prefill        int // KindDrain: jobs put before timing starts
+	Jobs           int // KindJobMemory: jobs to store
 	// Stored, for a timed scenario, is how many jobs are put (pipelined,
 	// not timed) before timing starts and left beside the traffic: half
 	// ready in StoredTube, which no consumer watches, half delayed by an
@@ -89,6 +94,9 @@ type Scenario struct {
 	Reps int `json:",omitempty"`
 	// Full marks scenarios that only the long run (-full) includes.
 	Full bool
+	// TLS sends the traffic over TLS (tls.go): to the server's own TLS
+	// port where it has one (ServerSpec.NativeTLS), else through stunnel.
+	TLS bool `json:",omitempty"`
 }
 
 // Timed says what one latency sample of the scenario covers.
@@ -225,7 +233,7 @@ func (s Scenario) runTimed(ctx context.Context, srv *Server, rc RunConfig, prog 
 	if err != nil {
 		return res, err
 	}
-	conns, err := dialMany(srv.Addr, s.connCount(), s.Body, nil)
+	conns, err := dialMany(srv.trafficAddr(), s.connCount(), s.Body, nil, srv.tlsClient)
 	defer func() {
 		for _, c := range conns {
 			c.Close()
@@ -362,6 +370,10 @@ func (s Scenario) tasks(conns []*testproc.Conn, m *meter) ([]task, error) {
 	tasks := make([]task, 0, len(conns))
 	switch s.Kind {
 	case KindProdCons:
+		reserve := "reserve\r\n"
+		if s.ReserveTimeout > 0 {
+			reserve = "reserve-with-timeout " + strconv.Itoa(s.ReserveTimeout) + "\r\n"
+		}
 		tokens := make(chan struct{}, backlogPerConn*s.Conns)
 		for range cap(tokens) {
 			tokens <- struct{}{}
@@ -381,7 +393,7 @@ func (s Scenario) tasks(conns []*testproc.Conn, m *meter) ([]task, error) {
 			}
 			tasks = append(tasks,
 				task{run: func(w worker) error { return producer(w, prod, frame, tokens, uses) }},
-				task{run: func(w worker) error { return consumer(w, cons, tokens) }, mayBlock: true})
+				task{run: func(w worker) error { return consumer(w, cons, tokens, reserve) }, mayBlock: true})
 		}
 	case KindPutOnly:
 		for _, c := range conns {
@@ -479,14 +491,28 @@ func producer(w worker, c *testproc.Conn, frame []byte, tokens chan struct{}, us
 	}
 }
 
-// consumer reserves and deletes, giving a token back per job.
-func consumer(w worker, c *testproc.Conn, tokens chan struct{}) error {
+// consumer reserves with the command line reserve ("reserve\r\n" or a
+// reserve-with-timeout, which it repeats after TIMED_OUT) and deletes,
+// giving a token back per job.
+func consumer(w worker, c *testproc.Conn, tokens chan struct{}, reserve string) error {
 	for !w.m.stopping() {
 		t := time.Now()
-		id, err := reserveJob(c)
+		c.WriteString(reserve)
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		rep, err := c.ReadReply(false)
 		if err != nil {
 			return err
 		}
+		switch rep.Kind {
+		case testproc.ReplyReserved:
+		case testproc.ReplyTimedOut:
+			continue
+		default:
+			return &testproc.ProtocolError{Want: "RESERVED", Got: string(rep.Line)}
+		}
+		id := rep.N
 		w.record(time.Since(t))
 		t = time.Now()
 		if err := deleteJob(c, id); err != nil {
@@ -651,7 +677,8 @@ func fill(conns []*testproc.Conn, m *meter, frames [][]byte, n, depth int) error
 
 // dialMany opens n connections with a few dialers at once. sources, when
 // given, are the local addresses to spread them over.
-func dialMany(addr string, n, body int, sources []net.IP) ([]*testproc.Conn, error) {
+// tlsClient, when set, has them speak TLS.
+func dialMany(addr string, n, body int, sources []net.IP, tlsClient *tls.Config) ([]*testproc.Conn, error) {
 	bufSize := min(max(16<<10, body+512), 128<<10)
 	conns := make([]*testproc.Conn, n)
 	errs := make([]error, n)
@@ -666,7 +693,7 @@ func dialMany(addr string, n, body int, sources []net.IP) ([]*testproc.Conn, err
 				if len(sources) > 0 {
 					src = sources[i%len(sources)]
 				}
-				conns[i], errs[i] = testproc.Dialer{Timeout: 5 * time.Second, Local: src, BufSize: bufSize}.Dial(addr)
+				conns[i], errs[i] = testproc.Dialer{Timeout: 5 * time.Second, Local: src, BufSize: bufSize, TLS: tlsClient}.Dial(addr)
 			}
 		}()
 	}

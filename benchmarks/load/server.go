@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -34,6 +35,9 @@ type ServerSpec struct {
 	// CPUs, if set, confine the server to these CPUs once it has started
 	// (sproutbench -pin).
 	CPUs []int `json:",omitempty"`
+	// NativeTLS: the server serves TLS itself (Sprout's --tls-listen);
+	// otherwise TLS scenarios put stunnel in front of it.
+	NativeTLS bool `json:",omitempty"`
 }
 
 // Server is a running server process, started fresh for one run.
@@ -47,6 +51,20 @@ type Server struct {
 	// the server's; Addr and PID are then those of the member the clients
 	// connect to.
 	members []*member
+	// For a TLS scenario: where the traffic goes (the server's TLS port,
+	// or stunnel's), the client configuration, and stunnel, whose CPU and
+	// memory count as the server's; nil otherwise.
+	tlsAddr   string
+	tlsClient *tls.Config
+	stunnel   *testproc.Process
+}
+
+// trafficAddr is where a scenario's traffic connects.
+func (s *Server) trafficAddr() string {
+	if s.tlsAddr != "" {
+		return s.tlsAddr
+	}
+	return s.Addr
 }
 
 // StartServer starts spec on a free loopback port with extra arguments after
@@ -107,7 +125,12 @@ const stopGrace = 3 * time.Second
 
 // Stop ends the server by its PID, SIGTERM first and SIGKILL if it has not
 // exited within stopGrace, and waits for it to exit.
-func (s *Server) Stop() { s.proc.Stop(stopGrace) }
+func (s *Server) Stop() {
+	if s.stunnel != nil {
+		s.stunnel.Stop(stopGrace)
+	}
+	s.proc.Stop(stopGrace)
+}
 
 // Exited reports whether the process has ended, and how.
 func (s *Server) Exited() (bool, error) { return s.proc.Exited(), s.proc.Err() }
@@ -130,6 +153,13 @@ func outputTail(p *testproc.Process) string {
 // Usage reads the server's CPU time and resident memory from /proc; for a
 // cluster, their sums over the members.
 func (s *Server) Usage() (procstat.Usage, error) {
+	if s.stunnel != nil {
+		us := make([]procstat.Usage, 2)
+		var err0, err1 error
+		us[0], err0 = procstat.Read(s.PID)
+		us[1], err1 = procstat.Read(s.stunnel.PID())
+		return sumUsage(us), errors.Join(err0, err1)
+	}
 	if len(s.members) == 0 {
 		return procstat.Read(s.PID)
 	}

@@ -32,6 +32,17 @@ func TestCommandLineErrors(t *testing.T) {
 			want: `sprout: invalid SPROUT_MAX_OUTPUT: "1M" (want a number of bytes; 0 means the default)`},
 		{name: "a bad size names its flag", args: []string{"-s", "10k"},
 			want: `sprout: invalid -s: "10k" (want a number of bytes from 1 to 2147483647)`},
+		{name: "TLS without its certificate", args: []string{"--tls-listen", "127.0.0.1:0"},
+			want: "sprout: --tls-listen needs --tls-cert and --tls-key: the certificate and key it serves"},
+		{name: "a certificate without a TLS port", args: []string{"--tls-cert", "c.pem", "--tls-key", "k.pem"},
+			want: "sprout: --tls-cert, --tls-key, --tls-client-ca and --tls-handshake-timeout need --tls-listen: they are for the TLS client port"},
+		{name: "no port at all", args: []string{"-l", "none"},
+			want: "sprout: -l none needs --tls-listen: without a plaintext port, clients are served over TLS only"},
+		{name: "a side port certificate without its key", args: []string{"--http", "127.0.0.1:0", "--http-tls-cert", "c.pem"},
+			want: "sprout: --http-tls-cert and --http-tls-key go together: the side port's certificate and its key"},
+		{name: "an unreadable certificate names its flags", args: []string{"--tls-listen", "127.0.0.1:0",
+			"--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"},
+			want: "sprout: --tls-cert and --tls-key: open /nonexistent/cert.pem: no such file or directory"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

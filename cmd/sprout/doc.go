@@ -25,15 +25,20 @@
 //  4. Log (logConfig): the config is logged once, as it will be used; no
 //     zero stands for "the default".
 //
-// run then applies it: what concerns the process first (the Go memory
-// limit and the collector's headroom, so that the log's recovery already
-// runs under them; the CPU profile; -u's socket and the privileges
-// dropped, or the socket systemd handed over), then the member
-// (internal/member), which owns the log, the store, the cluster node, the
-// engine and the side port, and the order they start and stop in. run
-// waits for the member to stop: SIGTERM and SIGINT shut it down, a second
-// one at once; SIGUSR1 drains it. A member that stops on its own (its
-// cluster log lost: exit 1; removed from the cluster: exit 12) says why.
+// run then applies it: the certificate files first (tls.go, loadCerts: one
+// internal/certs.Set reads the client port's, the side port's and the
+// members' certificates and CAs, and a file that cannot be read stops the
+// start with one line naming its flags, status 5); what concerns the
+// process next (the Go memory limit and the collector's headroom, so that
+// the log's recovery already runs under them; the CPU profile; -u's socket
+// and the privileges dropped, or the socket systemd handed over), then the
+// member (internal/member), which owns the log, the store, the cluster
+// node, the engine and the side port, and the order they start and stop in.
+// run waits for the member to stop: SIGTERM and SIGINT shut it down, a
+// second one at once; SIGUSR1 drains it; SIGHUP, where certificate files
+// were read, reads them again, as the set also does by itself when they
+// change. A member that stops on its own (its cluster log lost: exit 1;
+// removed from the cluster: exit 12) says why.
 //
 // # Cluster mode
 //

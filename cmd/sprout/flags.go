@@ -80,6 +80,15 @@ type options struct {
 	clusterTLSCert string // --cluster-tls-cert
 	clusterTLSKey  string // --cluster-tls-key
 	clusterTLSCA   string // --cluster-tls-ca
+
+	// TLS, as written; checkTLS checks them together.
+	tlsListen           string                  // --tls-listen: "" is no TLS client port
+	tlsCert             string                  // --tls-cert
+	tlsKey              string                  // --tls-key
+	tlsClientCA         string                  // --tls-client-ca: "" is no client certificate asked
+	tlsHandshakeTimeout optional[time.Duration] // --tls-handshake-timeout
+	httpTLSCert         string                  // --http-tls-cert
+	httpTLSKey          string                  // --http-tls-key
 }
 
 // optional is a setting whose zero value is a setting of its own, with
@@ -116,6 +125,7 @@ const (
 	groupBeanstalkd group = iota
 	groupWAL
 	groupSprout
+	groupTLS
 	groupCluster
 )
 
@@ -175,7 +185,8 @@ func (w warning) Error() string { return string(w) }
 // flagTable is every flag, in the order the usage lists them.
 var flagTable = []*flag{
 	{letters: "l", long: "listen", arg: "ADDR", group: groupBeanstalkd, emptyMeans: "all interfaces",
-		help: "listen on address (default: all interfaces); unix:PATH listens on a unix socket at PATH",
+		help: "listen on address (default: all interfaces); unix:PATH listens on a unix socket at PATH; " +
+			"none serves TLS clients only (--tls-listen)",
 		set: stringSetter(func(o *options) *string { return &o.host },
 			"a socket path after unix:, as in unix:/run/sprout.sock", func(v string) bool { return v != "unix:" })},
 	{letters: "p", long: "port", arg: "PORT", group: groupBeanstalkd,
@@ -391,6 +402,37 @@ var flagTable = []*flag{
 			o.adminToken = token
 			return weakToken(token)
 		}},
+
+	{long: "tls-listen", arg: "HOST:PORT", group: groupTLS,
+		help: "also serve clients over TLS on HOST:PORT, with --tls-cert and --tls-key (-l none: over TLS only)",
+		set: stringSetter(func(o *options) *string { return &o.tlsListen }, "HOST:PORT, as in 0.0.0.0:11301",
+			func(v string) bool { _, _, err := net.SplitHostPort(v); return err == nil })},
+	{long: "tls-cert", arg: "PATH", group: groupTLS,
+		help: "the TLS client port's certificate chain (PEM)",
+		set:  stringSetter(func(o *options) *string { return &o.tlsCert }, "a PEM file", nonEmpty)},
+	{long: "tls-key", arg: "PATH", group: groupTLS,
+		help: "the private key (PEM) of --tls-cert",
+		set:  stringSetter(func(o *options) *string { return &o.tlsKey }, "a PEM file", nonEmpty)},
+	{long: "tls-client-ca", arg: "PATH", group: groupTLS,
+		help: "require clients of the TLS port to present a certificate from these CAs (PEM): mutual TLS",
+		set:  stringSetter(func(o *options) *string { return &o.tlsClientCA }, "a PEM file", nonEmpty)},
+	{long: "tls-handshake-timeout", arg: "DURATION", group: groupTLS,
+		help: fmt.Sprintf("close a TLS client that has not finished its handshake within DURATION (default %s)",
+			engine.DefaultHandshakeTimeout),
+		set: func(o *options, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return wantError("a duration such as 10s")
+			}
+			o.tlsHandshakeTimeout = given(d)
+			return nil
+		}},
+	{long: "http-tls-cert", arg: "PATH", group: groupTLS,
+		help: "serve --http over TLS with this certificate chain (PEM), and --http-tls-key",
+		set:  stringSetter(func(o *options) *string { return &o.httpTLSCert }, "a PEM file", nonEmpty)},
+	{long: "http-tls-key", arg: "PATH", group: groupTLS,
+		help: "the private key (PEM) of --http-tls-cert",
+		set:  stringSetter(func(o *options) *string { return &o.httpTLSKey }, "a PEM file", nonEmpty)},
 
 	{long: "node", arg: "NAME", group: groupCluster,
 		help: "run as the cluster member NAME (letters, digits, '-', '_' and '.'), one of --cluster-peers; " +

@@ -33,8 +33,9 @@ const listenFDsStart = 3
 // the privileges, before the caller opens the write-ahead log: like
 // beanstalkd, the log directory belongs to the user -u names, not to root.
 //
-// Without -u and without systemd it returns nil: the engine opens the
-// socket itself. It returns the exit code on failure, exitOK otherwise.
+// With -u the TLS port (--tls-listen) is opened here too, into
+// cfg.engine.TLS. Without -u and without systemd it returns nil: the
+// engine opens the sockets itself. It returns the exit code on failure, exitOK otherwise.
 func prepareListener(cfg config, log zerolog.Logger) (net.Listener, int) {
 	ln, err := inheritedListener(log)
 	if err != nil {
@@ -55,9 +56,19 @@ func prepareListener(cfg config, log zerolog.Logger) (net.Listener, int) {
 	if cfg.user == "" {
 		return ln, exitOK
 	}
-	if ln == nil {
+	if ln == nil && cfg.engine.Network != engine.NetworkNone {
 		if ln, err = engine.Listen(cfg.engine.Network, cfg.engine.Address); err != nil {
 			log.Error().Err(err).Str("address", cfg.engine.Address).Msg("cannot listen")
+			return nil, exitSocket
+		}
+	}
+	// The TLS port too, for the same reason; it is the engine's to close.
+	if t := cfg.engine.TLS; t != nil && t.Listener == nil {
+		if t.Listener, err = engine.Listen("tcp", t.Address); err != nil {
+			log.Error().Err(err).Str("address", t.Address).Msg("cannot listen for TLS")
+			if ln != nil {
+				_ = ln.Close()
+			}
 			return nil, exitSocket
 		}
 	}

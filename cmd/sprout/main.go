@@ -17,6 +17,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
+	"github.com/sproutmq/sprout/internal/certs"
 	"github.com/sproutmq/sprout/internal/gctune"
 	"github.com/sproutmq/sprout/internal/hostinfo"
 	"github.com/sproutmq/sprout/internal/member"
@@ -57,7 +58,9 @@ func thisProcess() process {
 // run serves until SIGTERM or SIGINT (see handleSignals); SIGUSR1 enters
 // drain mode, as in beanstalkd.
 //
-// What concerns the process comes first: the configuration is logged;
+// What concerns the process comes first: the certificate files are read
+// (loadCerts: one that cannot be read exits 5, naming its flags, as a bad
+// flag does); the configuration is logged;
 // the Go memory limit and the collector's headroom are set, before the
 // log's recovery allocates; the CPU profile starts; -u's socket is opened
 // and privileges dropped (prepareListener). Then the member starts
@@ -68,6 +71,13 @@ func thisProcess() process {
 func run(cfg config) int {
 	log := newLogger(cfg)
 	cfg.engine.Logger = log
+	// A file that cannot be read is refused as a flag's value is: one
+	// line naming the flags, status 5.
+	tlsCerts, err := loadCerts(cfg, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sprout: %v\n", err)
+		return exitUsage
+	}
 	logConfig(log, cfg)
 	debug.SetMemoryLimit(cfg.goMemoryLimit)
 	defer startGCTuner(cfg)()
@@ -104,12 +114,18 @@ func run(cfg config) int {
 	// in the channel, and are handled once it serves.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
+	if tlsCerts.hasFiles() {
+		signal.Notify(sigs, syscall.SIGHUP)
+	}
 	signal.Ignore(syscall.SIGPIPE)
-	m, err := member.Start(memberConfig(cfg, log))
+	m, err := member.Start(memberConfig(cfg, tlsCerts, log))
 	if err != nil {
 		return startFailed(err, cfg, log)
 	}
-	go handleSignals(sigs, m, log)
+	watching, stopWatching := context.WithCancel(context.Background())
+	defer stopWatching()
+	go tlsCerts.watch(watching)
+	go handleSignals(sigs, m, tlsCerts.set, log)
 
 	start := time.Now()
 	<-m.Done()
@@ -123,13 +139,20 @@ func run(cfg config) int {
 	return 0
 }
 
-// memberConfig is what the member needs of cfg.
-func memberConfig(cfg config, log zerolog.Logger) member.Config {
+// memberConfig is what the member needs of cfg, its TLS configurations
+// made from the certificates read.
+func memberConfig(cfg config, tc *served, log zerolog.Logger) member.Config {
+	if t := cfg.engine.TLS; t != nil {
+		t.Config = tc.client
+	}
+	if n := cfg.cluster; n != nil && tc.cluster != nil {
+		n.TLSSource = tc.cluster
+	}
 	return member.Config{
 		Engine: cfg.engine, WALDir: cfg.walDir, WAL: cfg.wal,
 		HTTP: member.HTTPConfig{Addr: cfg.httpAddr, Pprof: cfg.pprof, MetricsTubes: cfg.metricsTubes,
-			AdminToken: cfg.adminToken},
-		Cluster: cfg.cluster, ShutdownTimeout: cfg.shutdownTimeout, Logger: log,
+			AdminToken: cfg.adminToken, TLS: tc.http},
+		Cluster: cfg.cluster, ShutdownTimeout: cfg.shutdownTimeout, Certs: tc.set, Logger: log,
 	}
 }
 
@@ -175,7 +198,9 @@ func startFailed(err error, cfg config, log zerolog.Logger) int {
 //     new connection, put answers DRAINING, no job is handed out; once no
 //     job is reserved, or after --shutdown-timeout, the server stops.
 //   - a second SIGTERM or SIGINT: stop at once (the log is still flushed).
-func handleSignals(sigs <-chan os.Signal, m *member.Member, log zerolog.Logger) {
+//   - SIGHUP, with certificate files: read them again (certs.Set.Reload);
+//     without any, SIGHUP is not caught.
+func handleSignals(sigs <-chan os.Signal, m *member.Member, tlsCerts *certs.Set, log zerolog.Logger) {
 	ctx, now := context.WithCancel(context.Background())
 	defer now()
 	shuttingDown := false
@@ -183,6 +208,9 @@ func handleSignals(sigs <-chan os.Signal, m *member.Member, log zerolog.Logger) 
 		switch {
 		case sig == syscall.SIGUSR1:
 			m.Drain()
+		case sig == syscall.SIGHUP:
+			log.Info().Msg("SIGHUP: reading the certificates again")
+			tlsCerts.Reload()
 		case !shuttingDown:
 			shuttingDown = true
 			log.Info().Str("signal", sig.String()).Msg("shutting down")

@@ -97,6 +97,9 @@ func parseArgs(args, environ []string, stderr io.Writer) (options, action, int) 
 	if err := checkCluster(o); err != nil {
 		return fail(err)
 	}
+	if err := checkTLS(o); err != nil {
+		return fail(err)
+	}
 	return o, actionRun, exitOK
 }
 

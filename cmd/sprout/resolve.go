@@ -79,6 +79,16 @@ type config struct {
 	// checked by parseArgs); nil for a single node. run fills in the
 	// rest: the client address, the log, the hooks.
 	cluster *replication.NodeConfig
+	// tls names the certificate files (run reads them, loadCerts);
+	// engine.TLS, without its Config yet, is set with --tls-listen.
+	tls tlsFiles
+}
+
+// tlsFiles are the certificate and key files of the TLS client port and
+// the side port, "" where not given.
+type tlsFiles struct {
+	cert, key, clientCA string
+	httpCert, httpKey   string
 }
 
 // process is what resolve needs of the running process besides the probe
@@ -176,6 +186,12 @@ func resolve(o options, h hostinfo.Host, p process) config {
 	if o.node != "" {
 		c.cluster, _ = nodeConfig(o) // parseArgs checked it
 	}
+	c.tls = tlsFiles{cert: o.tlsCert, key: o.tlsKey, clientCA: o.tlsClientCA,
+		httpCert: o.httpTLSCert, httpKey: o.httpTLSKey}
+	if o.tlsListen != "" {
+		c.engine.TLS = &engine.TLSConfig{Address: o.tlsListen,
+			HandshakeTimeout: o.tlsHandshakeTimeout.or(engine.DefaultHandshakeTimeout)}
+	}
 	return c
 }
 
@@ -215,6 +231,9 @@ func (o options) listenAddress() (network, address string) {
 	if path, ok := strings.CutPrefix(o.host, "unix:"); ok {
 		return "unix", path
 	}
+	if o.host == listenNone {
+		return engine.NetworkNone, ""
+	}
 	// The port is not checked further here: like beanstalkd's getaddrinfo,
 	// the listener accepts service names (-p http) and "" means any free
 	// port.
@@ -249,7 +268,11 @@ func logConfig(log zerolog.Logger, c config) {
 	if c.httpAddr != "" {
 		// Whether a token is set, never the token.
 		e = e.Str("http", c.httpAddr).Bool("pprof", c.pprof).Int("metrics_tubes", c.metricsTubes).
-			Bool("admin_token", c.adminToken != "")
+			Bool("admin_token", c.adminToken != "").Bool("http_tls", c.tls.httpCert != "")
+	}
+	if t := c.engine.TLS; t != nil {
+		e = e.Str("tls_listen", t.Address).Str("tls_handshake_timeout", t.HandshakeTimeout.String()).
+			Bool("tls_client_certificates", c.tls.clientCA != "")
 	}
 	if c.user != "" {
 		e = e.Str("user", c.user)

@@ -20,6 +20,8 @@ var groupHeadings = map[group]string{
 		"of beanstalkd binlog files is imported on first start):",
 	groupSprout: "Sprout's own options. The one-dash spelling (-loops 4) is accepted too " +
 		"and wins over beanstalkd's combined reading (-l oops):",
+	groupTLS: "TLS (docs/tls.md): on the client port and the side port; certificates and CAs " +
+		"are read again on SIGHUP and when their files change:",
 	groupCluster: "Cluster mode (docs/cluster.md): three or five members replicating one " +
 		"queue through Raft; clients may connect to any member:",
 }
@@ -29,7 +31,7 @@ var groupHeadings = map[group]string{
 func writeUsage(w io.Writer) {
 	var b strings.Builder
 	b.WriteString("Use: sprout [OPTIONS]\n")
-	for _, g := range []group{groupBeanstalkd, groupWAL, groupSprout, groupCluster} {
+	for _, g := range []group{groupBeanstalkd, groupWAL, groupSprout, groupTLS, groupCluster} {
 		b.WriteString("\n")
 		wrap(&b, groupHeadings[g], 0, 0)
 		for _, f := range flagTable {

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net/http"
 	"slices"
@@ -53,6 +54,10 @@ type Config struct {
 	// leader; 0 means DefaultLeaderWait.
 	Cluster    Cluster
 	LeaderWait time.Duration
+	// ForwardTLS, if set, reaches the leader's --http over TLS with this
+	// client configuration: the members' side ports serve TLS
+	// (--http-tls-cert).
+	ForwardTLS *tls.Config
 	Logger     zerolog.Logger
 	// Now is the wall clock of sessions, rate limits and history; nil
 	// means time.Now.

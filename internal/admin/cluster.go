@@ -66,6 +66,7 @@ type clusterRoute struct {
 	cluster Cluster        // immutable
 	wait    time.Duration  // immutable: LeaderWait
 	token   string         // immutable: the admin token, sent to the leader
+	scheme  string         // immutable: how the leader's --http is reached, http or https
 	log     zerolog.Logger // immutable
 	proxy   *httputil.ReverseProxy
 }
@@ -75,13 +76,19 @@ type clusterRoute struct {
 type forwardTo struct{}
 
 func newClusterRoute(cfg Config, a *API) *clusterRoute {
-	c := &clusterRoute{api: a, cluster: cfg.Cluster, wait: cfg.LeaderWait, token: cfg.Token, log: cfg.Logger}
+	c := &clusterRoute{api: a, cluster: cfg.Cluster, wait: cfg.LeaderWait, token: cfg.Token, scheme: "http", log: cfg.Logger}
 	if c.wait <= 0 {
 		c.wait = DefaultLeaderWait
 	}
 	c.proxy = &httputil.ReverseProxy{
 		Rewrite:      c.rewrite,
 		ErrorHandler: c.proxyError,
+	}
+	if cfg.ForwardTLS != nil {
+		c.scheme = "https"
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = cfg.ForwardTLS
+		c.proxy.Transport = t
 	}
 	return c
 }
@@ -188,7 +195,7 @@ func (c *clusterRoute) forward(w http.ResponseWriter, r *http.Request, l Leader,
 // token as its only credential, marked forwarded.
 func (c *clusterRoute) rewrite(pr *httputil.ProxyRequest) {
 	l := pr.In.Context().Value(forwardTo{}).(Leader)
-	pr.SetURL(&url.URL{Scheme: "http", Host: l.HTTP})
+	pr.SetURL(&url.URL{Scheme: c.scheme, Host: l.HTTP})
 	pr.Out.Host = l.HTTP
 	h := pr.Out.Header
 	h.Del("Cookie")

@@ -101,7 +101,8 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request, acc Access) error
 		return err
 	}
 	// Streamed: a page of large bodies is not held twice. The bodies are
-	// the jobs' own memory, which never changes.
+	// the jobs' own memory, which never changes, or copies the store made
+	// where deleted jobs' bodies are recycled (store.SetRecycler).
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
@@ -163,12 +164,13 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request, acc Access) error {
 	}
 	var body []byte
 	if acc.Bodies {
-		j, ok := c.Peek(id)
+		// A copy made under the store's lock: an in-memory engine
+		// recycles the bodies of deleted jobs (store.SetRecycler).
+		_, b, ok := c.PeekBody(id)
 		if !ok {
 			return errNoJob(id) // deleted meanwhile
 		}
-		body = j.Body()
-		body = body[:len(body)-2]
+		body = b[:len(b)-2]
 	}
 	if err := a.acknowledged(r.Context(), c); err != nil {
 		return err

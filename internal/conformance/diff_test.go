@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -41,14 +42,43 @@ func TestScripted(t *testing.T) {
 
 // TestRandom sends the same random command stream to both servers (see
 // grammar). The seed is fixed by default so that CI runs are reproducible.
-func TestRandom(t *testing.T) {
+func TestRandom(t *testing.T) { testRandom(t, "TestRandom", false) }
+
+// testRandom is TestRandom (named name), over TLS if overTLS.
+func testRandom(t *testing.T, name string, overTLS bool) {
 	seed := *seedFlag
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
-	header := fmt.Sprintf("TestRandom seed %d; rerun with: go test ./internal/conformance -run 'TestRandom$' -seed=%d -steps=%d",
-		seed, seed, *stepsFlag)
-	runRandom(t, newSession(t, header), seed, *stepsFlag)
+	header := fmt.Sprintf("%s seed %d; rerun with: go test ./internal/conformance -run '%s$' -seed=%d -steps=%d",
+		name, seed, name, seed, *stepsFlag)
+	runRandom(t, newSession(t, header, overTLS), seed, *stepsFlag)
+}
+
+// TestScriptedTLS and TestRandomTLS are TestScripted and TestRandom with
+// Sprout's connections over TLS (StartSproutTLS): the same bytes in the
+// clear, the same replies.
+func TestScriptedTLS(t *testing.T) {
+	skipSelfTest(t)
+	for _, sc := range scripts() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			runScriptOn(t, sc.steps, true)
+		})
+	}
+}
+
+func TestRandomTLS(t *testing.T) {
+	skipSelfTest(t)
+	testRandom(t, "TestRandomTLS", true)
+}
+
+// skipSelfTest skips a TLS test when the harness tests itself: its second
+// beanstalkd has no TLS.
+func skipSelfTest(t *testing.T) {
+	if SelfTest() {
+		t.Skip(SelfTestEnv + " is set: beanstalkd has no TLS")
+	}
 }
 
 const (
@@ -249,6 +279,7 @@ type session struct {
 	t        testing.TB
 	refAddr  string
 	sutAddr  string
+	sutTLS   *tls.Config // Sprout's connections are TLS with this; nil: plaintext
 	conns    map[int]*twin
 	log      transcript
 	header   string // first line of every failure report, e.g. the seed
@@ -256,17 +287,23 @@ type session struct {
 	ref112   bool   // the reference is 1.12: quotedIn113 and knownDifferences apply
 }
 
-func newSession(t testing.TB, header string) *session {
+// newSession starts both servers; overTLS has Sprout's connections use its
+// TLS listener.
+func newSession(t testing.TB, header string, overTLS bool) *session {
 	t.Helper()
 	ref := testproc.Reference(t)
 	s := &session{
 		t:        t,
 		refAddr:  StartBinary(t, ref.Path),
-		sutAddr:  StartSprout(t),
 		conns:    map[int]*twin{},
 		header:   fmt.Sprintf("%s (reference: beanstalkd %s)", header, ref.Version),
 		selfTest: SelfTest(),
 		ref112:   ref.Is112(),
+	}
+	if overTLS {
+		s.sutAddr, s.sutTLS = StartSproutTLS(t)
+	} else {
+		s.sutAddr = StartSprout(t)
 	}
 	t.Cleanup(func() {
 		for _, c := range s.conns {
@@ -286,7 +323,7 @@ func (s *session) conn(n int) *twin {
 	if err != nil {
 		s.fail("dialling beanstalkd for conn %d: %v", n, err)
 	}
-	sut, err := Dial(s.sutAddr, replyWait)
+	sut, err := DialTLS(s.sutAddr, replyWait, s.sutTLS)
 	if err != nil {
 		ref.Close()
 		s.fail("dialling sprout for conn %d: %v", n, err)

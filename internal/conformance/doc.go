@@ -21,6 +21,9 @@
 //   - TestRandom: a seeded, weighted grammar of valid and malformed commands
 //     over a few tubes and the job ids seen so far, on four connections,
 //     including reserves that wait and commands pipelined behind them.
+//   - TestScriptedTLS and TestRandomTLS: the same, with Sprout's
+//     connections over TLS (its --tls-listen, StartSproutTLS): the bytes
+//     the protocol sees are the same, and so must the replies be.
 //   - TestHalfClose and TestHalfCloseDurable: clients that pipeline, then
 //     shut down their writing side (nc -N, a batch script), one byte at a
 //     time or all at once, with replies large and small, read as they come

@@ -1,9 +1,11 @@
 package conformance
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -79,6 +81,27 @@ func StartBinary(t testing.TB, path string, args ...string) (addr string) {
 	}).Addr()
 }
 
+// StartSproutTLS is StartSprout serving TLS too, on a listener of its own
+// with a certificate from a throwaway CA; it returns that listener's
+// address and a client configuration that trusts it. The plaintext port
+// is still the one the readiness probe uses.
+func StartSproutTLS(t testing.TB, extraArgs ...string) (addr string, client *tls.Config) {
+	t.Helper()
+	ca := testproc.NewTestCA(t, "conformance CA")
+	files, err := ca.WriteFiles(t.TempDir(), "sprout", time.Time{}, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := testproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	StartSprout(t, append([]string{"--tls-listen", addr, "--tls-cert", files.Cert, "--tls-key", files.Key},
+		extraArgs...)...)
+	return addr, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"}
+}
+
 // RemoveSproutBuild deletes the binary StartSprout built. Call it from
 // TestMain after m.Run.
 func RemoveSproutBuild() { testproc.RemoveSproutBinary() }
@@ -100,7 +123,13 @@ type Conn struct {
 
 // Dial connects to a server at addr.
 func Dial(addr string, timeout time.Duration) (*Conn, error) {
-	tc, err := testproc.Dialer{Timeout: timeout}.Dial(addr)
+	return DialTLS(addr, timeout, nil)
+}
+
+// DialTLS connects to a server at addr over TLS with the client
+// configuration config (nil: in plaintext, as Dial).
+func DialTLS(addr string, timeout time.Duration, config *tls.Config) (*Conn, error) {
+	tc, err := testproc.Dialer{Timeout: timeout, TLS: config}.Dial(addr)
 	if err != nil {
 		return nil, err
 	}

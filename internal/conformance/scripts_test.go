@@ -63,8 +63,11 @@ type script struct {
 }
 
 // runScript runs steps against a fresh beanstalkd and a fresh Sprout.
-func runScript(t *testing.T, steps []step) {
-	s := newSession(t, "script "+t.Name())
+func runScript(t *testing.T, steps []step) { runScriptOn(t, steps, false) }
+
+// runScriptOn is runScript, with Sprout's connections over TLS if overTLS.
+func runScriptOn(t *testing.T, steps []step, overTLS bool) {
+	s := newSession(t, "script "+t.Name(), overTLS)
 	for i, st := range steps {
 		time.Sleep(st.pause)
 		sent := []byte(st.send)

@@ -2,6 +2,9 @@ package member
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"net"
 
 	"github.com/sproutmq/sprout/engine"
@@ -123,4 +126,42 @@ func (c adminCluster) Leader() (admin.Leader, <-chan struct{}) {
 		}
 	}
 	return l, changed
+}
+
+// forwardTLS is how a member that does not lead reaches the leader's side
+// port when side ports serve TLS (the admin API's forwarding): the
+// leader's certificate must be valid for its --http host and come from
+// the system's roots or from the members' CA (src's, as it is at each
+// connection, so a rotated CA is followed; nil without members' TLS).
+func forwardTLS(src replication.TLSSource) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// Verified by VerifyConnection, against roots read at each
+		// connection; tls.Config's RootCAs would be fixed at start.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("member: the leader's side port sent no certificate")
+			}
+			opts := x509.VerifyOptions{DNSName: cs.ServerName, Intermediates: x509.NewCertPool()}
+			for _, c := range cs.PeerCertificates[1:] {
+				opts.Intermediates.AddCert(c)
+			}
+			var pools []*x509.CertPool
+			if src != nil {
+				pools = append(pools, src.Pool())
+			}
+			if system, err := x509.SystemCertPool(); err == nil {
+				pools = append(pools, system)
+			}
+			var err error
+			for _, p := range pools {
+				opts.Roots = p
+				if _, err = cs.PeerCertificates[0].Verify(opts); err == nil {
+					return nil
+				}
+			}
+			return err
+		},
+	}
 }

@@ -20,7 +20,13 @@
 //     and the proxy to the leader, which becomes the engine's Route;
 //  5. the engine on the store, serving once it listens;
 //  6. the side port's one router (router.go): probes, metrics, pprof,
-//     /cluster and /cluster/members, the admin API and the web console.
+//     /cluster and /cluster/members, the admin API and the web console,
+//     over TLS with HTTPConfig.TLS.
+//
+// TLS configurations come made (cmd/sprout builds them from files it
+// reads and reloads through internal/certs): Engine.TLS for the clients,
+// HTTPConfig.TLS for the side port, Cluster.TLSSource for the members;
+// Config.Certs gives their figures to /metrics.
 //
 // Each failure is an error that wraps what failed (wal.ErrLocked,
 // replication.ErrRemoved, a listener's *net.OpError) inside a *StartError

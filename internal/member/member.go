@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
@@ -57,7 +58,11 @@ type Config struct {
 	// ShutdownTimeout is how long Shutdown waits for workers to finish
 	// their jobs; 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
-	Logger          zerolog.Logger
+	// Certs, if set, are the certificates the member serves with, read
+	// from files (internal/certs): the side port shows their figures.
+	// Engine.TLS, HTTP.TLS and Cluster.TLSSource take them from it.
+	Certs  ops.Certs
+	Logger zerolog.Logger
 }
 
 // HTTPConfig is the side port's: metrics, probes, pprof, /cluster, the
@@ -67,6 +72,8 @@ type HTTPConfig struct {
 	Pprof        bool   // mount net/http/pprof
 	MetricsTubes int    // tubes with series of their own; 0 for ops' default
 	AdminToken   string // "" makes the admin API read-only
+	// TLS, if set, serves the side port over TLS (--http-tls-cert).
+	TLS *tls.Config
 }
 
 // clusterLogRetain is how many applied entries a member's log keeps below
@@ -177,8 +184,12 @@ func (m *Member) start() error {
 		if err != nil {
 			return &StartError{StepHTTP, err}
 		}
-		m.http = ops.Serve(m.httpLn, h, m.log)
-		m.log.Info().Str("address", m.httpLn.Addr().String()).Bool("pprof", m.cfg.HTTP.Pprof).
+		if m.cfg.HTTP.TLS != nil {
+			m.http = ops.ServeTLS(m.httpLn, h, m.cfg.HTTP.TLS, m.metrics, m.log)
+		} else {
+			m.http = ops.Serve(m.httpLn, h, m.log)
+		}
+		m.log.Info().Str("address", m.httpLn.Addr().String()).Bool("tls", m.cfg.HTTP.TLS != nil).Bool("pprof", m.cfg.HTTP.Pprof).
 			Int("metrics_tubes", m.cfg.HTTP.MetricsTubes).Bool("admin_token", m.cfg.HTTP.AdminToken != "").
 			Msg("operations endpoint listening")
 	}

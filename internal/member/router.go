@@ -32,7 +32,7 @@ func (m *Member) router() (http.Handler, error) {
 	mux := http.NewServeMux()
 	oc := ops.Config{
 		Pprof: m.cfg.HTTP.Pprof, TubeSeries: m.cfg.HTTP.MetricsTubes,
-		Engine: m.engine, Store: m.store, Metrics: m.metrics, Logger: m.log,
+		Engine: m.engine, Store: m.store, Metrics: m.metrics, Certs: m.cfg.Certs, Logger: m.log,
 	}
 	ac := admin.Config{
 		Store: m.store, Engine: m.engine, MaxJobSize: m.cfg.Engine.MaxJobSize,
@@ -40,6 +40,9 @@ func (m *Member) router() (http.Handler, error) {
 	}
 	if m.node != nil {
 		oc.Cluster, oc.Proxy = m.node, m.proxy
+		if m.cfg.HTTP.TLS != nil {
+			ac.ForwardTLS = forwardTLS(m.cfg.Cluster.TLSSource)
+		}
 		// Served while this member leads, forwarded to the leader's
 		// --http otherwise (internal/admin/doc.go, Cluster mode).
 		ac.Cluster, ac.LeaderWait = adminCluster{m.node}, m.node.ElectionTimeout()

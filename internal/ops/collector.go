@@ -18,6 +18,8 @@ type Engine interface {
 	Stats() codec.ServerStats
 	// Limits may only be read once Ready is closed.
 	Limits() engine.Limits
+	// TLSStats are the TLS client port's figures; false without one.
+	TLSStats() (engine.TLSStats, bool)
 	Ready() <-chan struct{}
 	Draining() bool
 	Ping(ctx context.Context) error
@@ -146,6 +148,8 @@ func newCollector(e Engine, s Store, tubeSeries int) *collector {
 			counter, func(l *limits) float64 { return float64(l.Shed) }),
 		newScalar("sprout_connections_evicted_total", "Connections closed to bring buffer memory back under its budget.",
 			counter, func(l *limits) float64 { return float64(l.Evicted) }),
+		newScalar("sprout_connections_tls_on_plaintext_total", "Connections to the plaintext client port closed for beginning a TLS handshake.",
+			counter, func(l *limits) float64 { return float64(l.TLSOnPlaintext) }),
 		newScalar("sprout_buffer_bytes", "Bytes held for connections: unread replies, unparsed input, partial bodies, replies waiting for the log.",
 			gauge, func(l *limits) float64 { return float64(l.BufferHeld) }),
 		newScalar("sprout_buffer_budget_bytes", "Budget for the bytes held for connections (--max-buffer-memory).",

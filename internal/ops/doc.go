@@ -25,6 +25,16 @@
 // write-ahead log's writer goroutine reports each batch and fsync
 // (Metrics implements wal.Observer).
 //
+// # TLS
+//
+// With the side port over TLS (ServeTLS, --http-tls-cert) its handshakes
+// are counted as they happen: those that fail from the lines net/http
+// logs (it hands the error out no other way), those that succeed as their
+// connection is verified. The client port's handshakes and connections
+// by listener are read from engine.Server.TLSStats at scrape time, and
+// the certificates' expiry, staleness and reloads from Config.Certs
+// (internal/certs), by tlsCollector (tls.go).
+//
 // # Probes
 //
 // /healthz is 200 while every event loop runs a no-op task within the

@@ -42,6 +42,7 @@ const testVersion = "1.2.3-test"
 type fakeEngine struct {
 	stats    codec.ServerStats
 	limits   engine.Limits
+	tls      engine.TLSStats // zero: no TLS listener
 	ready    chan struct{}
 	draining atomic.Bool
 	ping     func(ctx context.Context) error // nil answers at once
@@ -56,8 +57,10 @@ func newFakeEngine() *fakeEngine {
 
 func (e *fakeEngine) Stats() codec.ServerStats { return e.stats }
 func (e *fakeEngine) Limits() engine.Limits    { return e.limits }
-func (e *fakeEngine) Ready() <-chan struct{}   { return e.ready }
-func (e *fakeEngine) Draining() bool           { return e.draining.Load() }
+
+func (e *fakeEngine) TLSStats() (engine.TLSStats, bool) { return e.tls, e.tls != engine.TLSStats{} }
+func (e *fakeEngine) Ready() <-chan struct{}            { return e.ready }
+func (e *fakeEngine) Draining() bool                    { return e.draining.Load() }
 
 func (e *fakeEngine) Ping(ctx context.Context) error {
 	if e.ping == nil {
@@ -149,13 +152,19 @@ type families map[string]*dto.MetricFamily
 // line against the grammar and takes milliseconds a line.
 func scrape(t testing.TB, base, accept string, names ...string) families {
 	t.Helper()
+	return scrapeWith(t, http.DefaultClient, base, accept, names...)
+}
+
+// scrapeWith is scrape with client (a TLS side port's).
+func scrapeWith(t testing.TB, client *http.Client, base, accept string, names ...string) families {
+	t.Helper()
 	q := url.Values{"name[]": names}
 	req, err := http.NewRequest(http.MethodGet, base+"/metrics?"+q.Encode(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Accept", accept)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +42,11 @@ type Metrics struct {
 
 	proposalBytes   prometheus.Histogram // immutable
 	proposalRecords prometheus.Histogram // immutable
+
+	// httpTLS counts the side port's TLS handshakes, once ServeTLS serves
+	// it (servesTLS).
+	httpTLS   httpTLS
+	servesTLS atomic.Bool
 }
 
 // NewMetrics returns the histograms, with a series for every command.

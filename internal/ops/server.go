@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -47,7 +48,10 @@ type Config struct {
 	// proxy to the leader, whose connections /metrics counts.
 	Cluster Cluster
 	Proxy   Proxy
-	Logger  zerolog.Logger
+	// Certs, if set, are the certificates the server reads from files:
+	// /metrics adds their expiry and reloads.
+	Certs  Certs
+	Logger zerolog.Logger
 }
 
 // Server is the running side port.
@@ -62,14 +66,20 @@ type Server struct {
 // side port's one router, which Register's routes are part of
 // (internal/member builds it).
 func Serve(ln net.Listener, h http.Handler, logger zerolog.Logger) *Server {
+	return serve(ln, h, levelWriter{logger, zerolog.DebugLevel}, logger)
+}
+
+// serve is Serve with net/http's error lines written to errorLog.
+func serve(ln net.Listener, h http.Handler, errorLog io.Writer, logger zerolog.Logger) *Server {
 	s := &Server{
 		log: logger,
 		http: &http.Server{
-			Handler:           h,
+			Handler: h,
+			// Also bounds a TLS handshake (ServeTLS).
 			ReadHeaderTimeout: 5 * time.Second,
 			IdleTimeout:       time.Minute,
 			// Malformed requests and the like are the client's business.
-			ErrorLog: log.New(levelWriter{logger, zerolog.DebugLevel}, "", 0),
+			ErrorLog: log.New(errorLog, "", 0),
 		},
 		ln:   ln,
 		done: make(chan struct{}),
@@ -127,6 +137,7 @@ func Register(mux *http.ServeMux, cfg Config) error {
 	if cfg.Cluster != nil {
 		cs = append(cs, newClusterCollector(cfg.Cluster, cfg.Proxy))
 	}
+	cs = append(cs, newTLSCollector(cfg.Engine, cfg.Certs, cfg.Metrics))
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("ops: registering metrics: %w", err)

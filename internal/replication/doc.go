@@ -316,8 +316,11 @@
 // a headless Service, an IP address), with both server and client
 // authentication, and one certificate may serve every member. A peer
 // without a certificate from the CA, or with one not for the member it
-// claims to be, is refused and counted apart (TLS refusals). Without the
-// files traffic is plaintext, with one warning at start unless every
+// claims to be, is refused and counted apart (TLS refusals). The
+// certificate and the CA are taken at each handshake from
+// NodeConfig.TLSSource where one is given (internal/certs reads the files
+// again on SIGHUP and when they change), so new connections use rotated
+// files and open ones keep theirs. Without the files traffic is plaintext, with one warning at start unless every
 // address, and the listening one, is loopback.
 //
 // # Membership changes

@@ -54,6 +54,11 @@ type NodeConfig struct {
 	// TLSCert, TLSKey and TLSCA are PEM files (--cluster-tls-cert, -key,
 	// -ca): all three for mutual TLS, or none for plaintext.
 	TLSCert, TLSKey, TLSCA string
+	// TLSSource, if set with them, gives their contents at each
+	// handshake instead of StartNode reading them once, so that files
+	// read again without a restart (internal/certs) serve new
+	// connections; connections open keep theirs.
+	TLSSource TLSSource
 	// ClusterID is 0 to derive it from the initial members' names
 	// (ClusterID); the wal-backed log keeps it in the directory.
 	ClusterID uint64
@@ -298,7 +303,10 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		cfg.ClusterID = ClusterID(names)
 	}
 	var mtls *memberTLS
-	if cfg.TLSCert != "" {
+	switch {
+	case cfg.TLSCert != "" && cfg.TLSSource != nil:
+		mtls = newMemberTLS(cfg.TLSSource)
+	case cfg.TLSCert != "":
 		var err error
 		if mtls, err = loadTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSCA); err != nil {
 			return nil, err

@@ -917,10 +917,28 @@ func (c idleConn) Write(b []byte) (int, error) {
 // member's certificate carries its address's host (a DNS name, a
 // wildcard for the headless Service, or an IP), for both server and
 // client authentication, and one certificate for all members works.
+//
+// The certificate and the CA are the source's at each handshake.
 type memberTLS struct {
-	server *tls.Config // immutable
-	client *tls.Config // immutable; clientFor sets the server name
+	src    TLSSource   // immutable
+	server *tls.Config // immutable; the source's at each handshake
 }
+
+// TLSSource gives a member's certificate and the CA members' certificates
+// must come from, as they are now.
+type TLSSource interface {
+	Certificate() *tls.Certificate
+	Pool() *x509.CertPool
+}
+
+// staticTLS is a TLSSource read once.
+type staticTLS struct {
+	cert tls.Certificate
+	pool *x509.CertPool
+}
+
+func (s *staticTLS) Certificate() *tls.Certificate { return &s.cert }
+func (s *staticTLS) Pool() *x509.CertPool          { return s.pool }
 
 // loadTLS reads the three files; each error names the flag.
 func loadTLS(certFile, keyFile, caFile string) (*memberTLS, error) {
@@ -936,23 +954,23 @@ func loadTLS(certFile, keyFile, caFile string) (*memberTLS, error) {
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("replication: --cluster-tls-ca: %s holds no PEM certificate", caFile)
 	}
-	return newMemberTLS(cert, pool), nil
+	return newMemberTLS(&staticTLS{cert: cert, pool: pool}), nil
 }
 
-func newMemberTLS(cert tls.Certificate, ca *x509.CertPool) *memberTLS {
-	return &memberTLS{
-		server: &tls.Config{
-			MinVersion:   tls.VersionTLS13,
-			Certificates: []tls.Certificate{cert},
-			ClientCAs:    ca,
-			ClientAuth:   tls.RequireAndVerifyClientCert,
-		},
-		client: &tls.Config{
-			MinVersion:   tls.VersionTLS13,
-			Certificates: []tls.Certificate{cert},
-			RootCAs:      ca,
+func newMemberTLS(src TLSSource) *memberTLS {
+	m := &memberTLS{src: src}
+	m.server = &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return &tls.Config{
+				MinVersion:   tls.VersionTLS13,
+				Certificates: []tls.Certificate{*src.Certificate()},
+				ClientCAs:    src.Pool(),
+				ClientAuth:   tls.RequireAndVerifyClientCert,
+			}, nil
 		},
 	}
+	return m
 }
 
 // noteAddrs keeps the client and --http addresses p's hello told; a
@@ -985,9 +1003,13 @@ func WithHost(addr, via string) string {
 
 // clientFor is the client's configuration for dialling addr.
 func (m *memberTLS) clientFor(addr string) *tls.Config {
-	c := m.client.Clone()
-	c.ServerName, _, _ = net.SplitHostPort(addr)
-	return c
+	host, _, _ := net.SplitHostPort(addr)
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{*m.src.Certificate()},
+		RootCAs:      m.src.Pool(),
+		ServerName:   host,
+	}
 }
 
 // verifyMember checks that the peer's certificate (verified against the

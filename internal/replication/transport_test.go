@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -457,5 +458,60 @@ func TestLoadTLSErrors(t *testing.T) {
 	}
 	if _, err := loadTLS(cert, key, caFile); err != nil {
 		t.Error(err)
+	}
+}
+
+// swappable is a TLSSource whose certificate and CA a test replaces.
+type swappable struct {
+	mu   sync.Mutex
+	cert tls.Certificate
+	pool *x509.CertPool
+}
+
+func (s *swappable) Certificate() *tls.Certificate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.cert
+	return &c
+}
+
+func (s *swappable) Pool() *x509.CertPool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pool
+}
+
+// A TLSSource is read at each handshake, on both ends: once it gives a
+// new certificate and CA, new connections use them.
+func TestMemberTLSSource(t *testing.T) {
+	ca1, ca2 := newTestCA(t, "one"), newTestCA(t, "two")
+	ip := net.ParseIP("127.0.0.1")
+	src := &swappable{cert: ca1.tlsCert(t, ip), pool: ca1.pool}
+	m := newMemberTLS(src)
+	handshake := func() (*x509.Certificate, error) {
+		a, b := net.Pipe()
+		defer a.Close()
+		defer b.Close()
+		errc := make(chan error, 1)
+		go func() { errc <- tls.Server(a, m.server).Handshake() }()
+		c := tls.Client(b, m.clientFor("127.0.0.1:7000"))
+		if err := c.Handshake(); err != nil {
+			return nil, err
+		}
+		if err := <-errc; err != nil {
+			return nil, err
+		}
+		return c.ConnectionState().PeerCertificates[0], nil
+	}
+	first, err := handshake()
+	if err != nil || first.Issuer.CommonName != "one" {
+		t.Fatalf("first handshake: %v, %v", first, err)
+	}
+	src.mu.Lock()
+	src.cert, src.pool = ca2.tlsCert(t, ip), ca2.pool
+	src.mu.Unlock()
+	second, err := handshake()
+	if err != nil || second.Issuer.CommonName != "two" {
+		t.Fatalf("after the swap: %v, %v", second, err)
 	}
 }

@@ -2,6 +2,7 @@ package testproc
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -26,6 +27,7 @@ type APIRequest struct {
 	CSRF    string
 	Header  http.Header   // more headers
 	Timeout time.Duration // 0: none
+	TLS     *tls.Config   // the client's, for an https URL; nil: the default
 }
 
 // APIReply is an answer: its status, headers and body.
@@ -70,7 +72,11 @@ func DoAPI(t testing.TB, r APIRequest) APIReply {
 	for k, v := range r.Header {
 		req.Header[k] = v
 	}
-	resp, err := (&http.Client{Timeout: r.Timeout}).Do(req)
+	client := &http.Client{Timeout: r.Timeout}
+	if r.TLS != nil {
+		client.Transport = &http.Transport{TLSClientConfig: r.TLS}
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", r.Method, r.URL, err)
 	}

@@ -3,6 +3,8 @@ package testproc
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -162,6 +164,9 @@ type Dialer struct {
 	// on it set ahead of each exchange; it also bounds what is read and
 	// written until the first of them.
 	ReplyTimeout time.Duration
+	// TLS, if set, speaks TLS with this client configuration; the
+	// handshake is done within Timeout.
+	TLS *tls.Config
 }
 
 // Dial connects to addr.
@@ -173,6 +178,20 @@ func (d Dialer) Dial(addr string) (*Conn, error) {
 	nc, err := nd.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	if d.TLS != nil {
+		tc := tls.Client(nc, d.TLS)
+		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		if d.Timeout > 0 {
+			ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		}
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			_ = nc.Close()
+			return nil, err
+		}
+		nc = tc
 	}
 	c := NewConn(nc, d.BufSize)
 	if d.ReplyTimeout > 0 {
@@ -211,8 +230,17 @@ func NewConn(nc net.Conn, bufSize int) *Conn {
 func (c *Conn) Close() error { return c.nc.Close() }
 
 // CloseWrite half-closes the connection: the server reads end of input but
-// can still reply.
-func (c *Conn) CloseWrite() error { return c.nc.(*net.TCPConn).CloseWrite() }
+// can still reply. Over TLS it sends close_notify, then half-closes the
+// socket.
+func (c *Conn) CloseWrite() error {
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if err := tc.CloseWrite(); err != nil {
+			return err
+		}
+		return tc.NetConn().(*net.TCPConn).CloseWrite()
+	}
+	return c.nc.(*net.TCPConn).CloseWrite()
+}
 
 // SetDeadline bounds every read and write that follows; a zero time removes
 // the bound. It may be called from another goroutine to unblock a read.

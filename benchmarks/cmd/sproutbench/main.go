@@ -151,6 +151,9 @@ func run(ctx context.Context, o options) error {
 		base.CPUs, cand.CPUs = []int{0}, []int{0}
 	}
 
+	// Sprout serves TLS itself; anything else gets stunnel in front.
+	cand.NativeTLS = true
+	base.NativeTLS = strings.HasPrefix(load.Version(base.Path), "sprout ")
 	meta := load.Meta{
 		Started: time.Now(), Command: o.command, Host: load.HostInfo(), GoVersion: runtime.Version(),
 		Base: base, Cand: cand, BaseVersion: load.Version(base.Path), CandVersion: load.Version(cand.Path), BaseFrom: baseFrom,

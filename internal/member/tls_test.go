@@ -1,0 +1,53 @@
+package member
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
+)
+
+// casSource is a replication.TLSSource whose CA a test sets.
+type casSource struct{ pool *x509.CertPool }
+
+func (s *casSource) Certificate() *tls.Certificate { return nil }
+func (s *casSource) Pool() *x509.CertPool          { return s.pool }
+
+// A member that does not lead reaches the leader's side port over TLS
+// when its certificate is from the members' CA, as that CA is at each
+// connection, and for the leader's host; from another CA it is refused.
+func TestForwardTLS(t *testing.T) {
+	members, other := testproc.NewTestCA(t, "members"), testproc.NewTestCA(t, "other")
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("leader"))
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{members.TLSCert(t, "leader", time.Time{}, "127.0.0.1")}}
+	srv.StartTLS()
+	defer srv.Close()
+
+	src := &casSource{pool: other.Pool()}
+	client := &http.Client{Timeout: 5 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: forwardTLS(src)}}
+	if resp, err := client.Get(srv.URL); err == nil {
+		resp.Body.Close()
+		t.Fatal("a leader whose certificate is from another CA was trusted")
+	}
+	src.pool = members.Pool() // the members' CA, rotated in
+	client.CloseIdleConnections()
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		t.Fatalf("the leader's side port: %v", err)
+	}
+	resp.Body.Close()
+
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	if resp, err := client.Get("https://localhost:" + port); err == nil {
+		resp.Body.Close()
+		t.Error("a certificate for 127.0.0.1 was trusted for localhost")
+	}
+}
