@@ -28,7 +28,7 @@ func TestBodyReadIntoJob(t *testing.T) {
 			before := srv.BodyBytesRead()
 			release := srv.BlockLoop(0)
 			c.send(header + body + "\r\n")
-			time.Sleep(50 * time.Millisecond) // every byte has reached the server's socket
+			c.waitSent() // every byte has reached the server's socket
 			release()
 			c.expect("INSERTED 1\r\n")
 
@@ -55,7 +55,7 @@ func TestBodyReadInPieces(t *testing.T) {
 		piece := rest[:min(len(rest), 7000)]
 		c.send(piece)
 		rest = rest[len(piece):]
-		time.Sleep(time.Millisecond)
+		c.waitSent() // each piece reaches the server alone
 	}
 	c.send("\r\nlist-tube-used\r\n")
 	c.expect("INSERTED 1\r\n")
@@ -70,7 +70,7 @@ func TestBodyCutShort(t *testing.T) {
 	_, _, addr := startServer(t, engine.Config{MaxJobSize: 1 << 20, Loops: 1})
 	c := dialRaw(t, "tcp", addr)
 	c.send("put 0 0 60 100000\r\n" + strings.Repeat("x", 60000))
-	time.Sleep(20 * time.Millisecond)
+	c.waitSent()
 	_ = c.c.Close()
 
 	d := dialRaw(t, "tcp", addr)

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"fmt"
+	"github.com/sproutmq/sprout/internal/testproc"
 	"math"
 	"runtime"
 	"strings"
@@ -204,33 +205,23 @@ func TestJobsAreShownOnlyOnceDurable(t *testing.T) {
 	// stats shows no job, so it is not held: its total-jobs tells when the
 	// puts have been made.
 	probe := dialRaw(t, network, addr)
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	testproc.WaitFor(t, 5*time.Second, "the puts made", func() bool {
 		probe.send("stats\r\n")
-		if got, _ := probe.reply(5 * time.Second); strings.Contains(got, "total-jobs: 3\n") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the puts were not made")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		got, _ := probe.reply(5 * time.Second)
+		return strings.Contains(got, "total-jobs: 3\n")
+	})
 	peeker := dialRaw(t, network, addr)
 	peeker.send("peek-ready\r\npeek 1\r\n")
 	statser := dialRaw(t, network, addr)
 	statser.send("stats-job 1\r\n")
 	// The peeks must run before job 1 is reserved, and connections on other
 	// loops race: the cmd-* counters, counted as a command runs, say when.
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	testproc.WaitFor(t, 5*time.Second, "the peeks made", func() bool {
 		probe.send("stats\r\n")
-		if got, _ := probe.reply(5 * time.Second); strings.Contains(got, "cmd-peek: 1\n") &&
-			strings.Contains(got, "cmd-peek-ready: 1\n") && strings.Contains(got, "cmd-stats-job: 1\n") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the peeks were not made")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		got, _ := probe.reply(5 * time.Second)
+		return strings.Contains(got, "cmd-peek: 1\n") &&
+			strings.Contains(got, "cmd-peek-ready: 1\n") && strings.Contains(got, "cmd-stats-job: 1\n")
+	})
 	reserver := dialRaw(t, network, addr)
 	reserver.send("reserve-with-timeout 0\r\n")
 	byID := dialRaw(t, network, addr)
@@ -284,7 +275,7 @@ func TestQuitAfterHeldReplies(t *testing.T) {
 	for range 16 << 20 / len(chunk) {
 		c.send(string(chunk))
 	}
-	time.Sleep(100 * time.Millisecond) // let the loop read the rest
+	c.waitSent() // the loop read all but what the server's socket holds
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	if grew := int64(ms.HeapAlloc) - int64(before); grew > 4<<20 {
