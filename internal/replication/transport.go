@@ -28,9 +28,6 @@ const (
 	// and the heartbeats beside it fit. The queued messages share their
 	// entries with the log; nothing is copied until it is written.
 	DefaultSendQueue = 2 * maxInflight
-	// DefaultMaxSnapshot bounds a snapshot received: the receiver holds
-	// it in memory until the core has it, one at a time.
-	DefaultMaxSnapshot = 4 << 30
 
 	dialTimeout      = 2 * time.Second
 	handshakeTimeout = 5 * time.Second
@@ -40,7 +37,8 @@ const (
 	// its queue for longer.
 	writeTimeout = 5 * time.Second
 	// snapshotIdle is how long a snapshot's receiver waits for its next
-	// chunk, and its sender for the verdict.
+	// chunk, its sender for the go-ahead and the verdict, and a spool for
+	// its log's disk.
 	snapshotIdle = 10 * time.Second
 	keepAlive    = 5 * time.Second
 	// removedGrace is how long a removed peer's inbound connection is
@@ -88,15 +86,20 @@ type transportConfig struct {
 	http     string // this member's --http address, told to peers
 	tls      *memberTLS
 	queue    int
-	maxSnap  int64
 	log      zerolog.Logger
 
 	// The node's side, called from the transport's goroutines. deliver
 	// blocks until the node takes m (false once it stopped);
-	// deliverSnapshot until the core has stepped it, with its verdict.
-	// unreachable and snapshotSent must not block.
+	// deliverSnapshot until the core has stepped it and carried out what
+	// followed, with its verdict. openSnapshot opens the records of a
+	// snapshot to send (Log.OpenSnapshot); receiveSnapshot, before any is
+	// read, says whether a snapshot is taken, and spools its records
+	// (Log.ReceiveSnapshot), waiting no longer than ctx. unreachable and
+	// snapshotSent must not block.
 	deliver         func(m *pb.Message) bool
 	deliverSnapshot func(m *pb.Message) error
+	openSnapshot    func(m *pb.Message) (SnapshotReader, error)
+	receiveSnapshot func(ctx context.Context, m *pb.Message) (SnapshotSink, error)
 	unreachable     func(id uint64)
 	snapshotSent    func(id uint64, ok bool)
 	// removed says whether id was removed from the cluster (its hello is
@@ -125,7 +128,7 @@ type transport struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the transport's goroutines
 	// receiving holds a token while a snapshot is received: one at a
-	// time, so at most one snapshot's bytes are held (maxSnap).
+	// time.
 	receiving chan struct{}
 
 	mu      sync.Mutex
@@ -531,7 +534,9 @@ func (t *transport) runSnapshots(p *peer) {
 	}
 }
 
-// sendSnapshot dials p, writes m, and waits for p's verdict.
+// sendSnapshot dials p, writes m, and once p goes ahead streams the
+// snapshot's records (doc.go, "Members and their traffic"), then waits
+// for p's verdict.
 func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
 	if p.cut.Load() {
 		return errors.New("replication: cut off")
@@ -543,7 +548,50 @@ func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
 	defer t.drop(raw)
 	dc := idleConn{Conn: conn, idle: snapshotIdle}
 	w := bufio.NewWriterSize(dc, 64<<10)
-	if err := writeSnapshot(w, m); err != nil {
+	frame, err := appendFrame(nil, m)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(frame); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	var answer [1]byte
+	if _, err := io.ReadFull(dc, answer[:]); err != nil {
+		return fmt.Errorf("replication: no go-ahead: %w", err)
+	}
+	if answer[0] != snapshotProceed {
+		return errors.New("replication: the member refused the snapshot")
+	}
+	r, err := t.cfg.openSnapshot(m)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	md := m.GetSnapshot().GetMetadata()
+	sum := snapshotTrailer{cluster: t.cfg.cluster, index: md.GetIndex(), term: md.GetTerm()}
+	for {
+		chunk, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if p.cut.Load() {
+			return errors.New("replication: cut off")
+		}
+		sum.add(chunk)
+		if err := writeChunk(w, chunk); err != nil {
+			return err
+		}
+	}
+	if err := writeChunk(w, nil); err != nil {
+		return err
+	}
+	if _, err := w.Write(sum.append(nil)); err != nil {
 		return err
 	}
 	if err := w.Flush(); err != nil {
@@ -848,34 +896,103 @@ func isEOF(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// receiveSnapshot reads p's snapshot, hands it to the core, and answers
-// with the verdict. One is received at a time: another peer's waits.
+// receiveSnapshot reads p's snapshot: its message, then, if this member
+// takes it, its records into the log's spool; once they are whole and
+// durable, it hands the message to the core and answers with the verdict.
+// One is received at a time: another peer's is refused meanwhile.
 func (t *transport) receiveSnapshot(p *peer, conn net.Conn, r *bufio.Reader) {
+	dc := idleConn{Conn: conn, idle: snapshotIdle}
+	r.Reset(dc)
+	refuse := func(err error) {
+		if !t.isClosed() {
+			t.logRefusal("snapshot "+p.Name, conn.RemoteAddr().String(), p.Name, err.Error())
+		}
+	}
+	f := frameReader{r: r}
+	m, err := f.read()
+	switch {
+	case err != nil:
+		refuse(err)
+		return
+	case m.GetType() != pb.MsgSnap || m.GetSnapshot() == nil:
+		refuse(fmt.Errorf("replication: a snapshot connection carried a %v", m.GetType()))
+		return
+	case m.GetFrom() != p.ID || m.GetTo() != t.cfg.self.ID:
+		refuse(fmt.Errorf("replication: a snapshot from %x to %x", m.GetFrom(), m.GetTo()))
+		return
+	}
 	select {
 	case t.receiving <- struct{}{}:
 		defer func() { <-t.receiving }()
-	case <-t.ctx.Done():
+	default:
+		refuse(errors.New("replication: another snapshot is being received"))
+		_, _ = dc.Write([]byte{snapshotRefused})
 		return
 	}
-	dc := idleConn{Conn: conn, idle: snapshotIdle}
-	r.Reset(dc)
-	m, err := readSnapshot(r, t.cfg.maxSnap)
-	if err == nil && (m.GetFrom() != p.ID || m.GetTo() != t.cfg.self.ID) {
-		err = fmt.Errorf("replication: a snapshot from %x to %x", m.GetFrom(), m.GetTo())
+	sink, err := t.cfg.receiveSnapshot(t.ctx, m)
+	if err == nil && p.cut.Load() {
+		sink.Close()
+		err = errors.New("replication: cut off")
 	}
-	if err == nil && !p.cut.Load() {
+	if err != nil {
+		refuse(err)
+		_, _ = dc.Write([]byte{snapshotRefused})
+		return
+	}
+	defer sink.Close()
+	if _, err := dc.Write([]byte{snapshotProceed}); err != nil {
+		return
+	}
+	err = t.spool(p, r, m, sink)
+	if err == nil {
 		err = t.cfg.deliverSnapshot(m)
 	}
 	verdict := snapshotTaken
-	if err != nil || p.cut.Load() {
+	if err != nil {
 		verdict = snapshotRefused
-		if err != nil && !t.isClosed() {
-			t.logRefusal("snapshot "+p.Name, conn.RemoteAddr().String(), p.Name, err.Error())
-		}
+		refuse(err)
 	} else {
 		t.snapRecv.Add(1)
 	}
 	_, _ = dc.Write([]byte{verdict})
+}
+
+// spool reads a snapshot's chunks and trailer into sink, checking each
+// chunk and then the whole against m, and finishes it.
+func (t *transport) spool(p *peer, r *bufio.Reader, m *pb.Message, sink SnapshotSink) error {
+	md := m.GetSnapshot().GetMetadata()
+	sum := snapshotTrailer{cluster: t.cfg.cluster, index: md.GetIndex(), term: md.GetTerm()}
+	var buf []byte
+	for {
+		chunk, err := readChunk(r, &buf)
+		if err != nil {
+			return err
+		}
+		if len(chunk) == 0 {
+			break
+		}
+		if p.cut.Load() {
+			return errors.New("replication: cut off")
+		}
+		sum.add(chunk)
+		if err := sink.Write(chunk); err != nil {
+			return err
+		}
+		if cap(buf) > snapshotChunk {
+			buf = nil // a rare large record: do not keep its buffer for the whole stream
+		}
+	}
+	got, err := readTrailer(r)
+	if err != nil {
+		return err
+	}
+	if got != sum {
+		return fmt.Errorf("%w: snapshot %d ends with cluster %x, index %d, term %d, %d bytes in %d records, CRC %08x; "+
+			"what came was cluster %x, index %d, term %d, %d bytes in %d records, CRC %08x", ErrBadRecords, md.GetIndex(),
+			got.cluster, got.index, got.term, got.bytes, got.records, got.crc,
+			sum.cluster, sum.index, sum.term, sum.bytes, sum.records, sum.crc)
+	}
+	return sink.Finish()
 }
 
 // idleConn refreshes its deadline before each read and write, so a

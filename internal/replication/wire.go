@@ -5,11 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // The members' wire format. Every connection starts with a hello each
@@ -24,7 +26,8 @@ import (
 // The HTTP address (--http, where a follower forwards the admin API to
 // the leader) came last, within version 1: a hello that ends after the
 // refusal is read with none, and a reader that knows only four strings
-// ignores the fifth.
+// ignores the fifth. Version 2 streams snapshots (below); a member
+// refuses another version's hello.
 //
 // An answer with a refusal says why the listener closes the connection;
 // a hello from another protocol version is answered with the listener's
@@ -33,23 +36,31 @@ import (
 //
 //	length u32 | raftpb.Message (protobuf), length <= maxFrame
 //
-// and a snapshot connection carries one snapshot, then the receiver's
-// verdict: the MsgSnap as a frame with its snapshot's Data left out, then
-// the data as length u64 | bytes (length <= the receiver's limit), then
-// one byte back, snapshotTaken or snapshotRefused.
+// A snapshot connection carries one snapshot, then the receiver's
+// verdict: the MsgSnap as a whole message (its snapshot's Data empty);
+// one byte back, snapshotProceed or snapshotRefused; then its records in
+// chunks, each
+//
+//	length u32 | CRC-32C u32 of the bytes | bytes (whole record frames)
+//
+// a length of 0 ending them, then a trailer
+//
+//	cluster u64 | index u64 | term u64 | bytes u64 | records u64 | CRC-32C u32 of every chunk's bytes
+//
+// and one byte back, snapshotTaken or snapshotRefused.
 const (
 	helloMagic      = "SPRT"
-	protocolVersion = 1
+	protocolVersion = 2
 	maxHello        = 4 << 10
 	// maxFrame bounds one message: raft's appends are about 1 MiB
 	// (maxMsgSize) plus one entry, a batch of about MaxBatch; snapshots
 	// travel apart.
 	maxFrame = 64 << 20
-	// snapshotChunk is how much of a snapshot is written at a time (each
-	// within its deadline), and what the receiver reads before it
-	// allocates the length announced.
-	snapshotChunk = 1 << 20
+	// maxChunk bounds a snapshot's chunk received: what one head frame
+	// holds (the sender's are up to snapshotChunk, or one larger record).
+	maxChunk = 1<<32 - 1 - headFrameFields
 
+	snapshotProceed byte = 1
 	snapshotTaken   byte = 1
 	snapshotRefused byte = 0
 )
@@ -191,65 +202,73 @@ func (f *frameReader) read() (*pb.Message, error) {
 	return m, nil
 }
 
-// writeSnapshot writes a MsgSnap as a snapshot connection carries it:
-// the message without its data, then the data, which is written from
-// the log's own copy rather than copied into a frame.
-func writeSnapshot(w io.Writer, m *pb.Message) error {
-	data := m.GetSnapshot().GetData()
-	// Every field but the snapshot's data, shared and not copied: nobody
-	// writes into a message once raft has handed it out.
-	head := new(pb.Message)
-	dst := head.ProtoReflect()
-	m.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		dst.Set(fd, v)
-		return true
-	})
-	head.Snapshot = &pb.Snapshot{Metadata: m.GetSnapshot().GetMetadata()}
-	b, err := appendFrame(nil, head)
-	if err != nil {
+// writeChunk writes one chunk of a snapshot's records; an empty one ends
+// them.
+func writeChunk(w io.Writer, chunk []byte) error {
+	var head [8]byte
+	binary.BigEndian.PutUint32(head[:], uint32(len(chunk)))
+	binary.BigEndian.PutUint32(head[4:], crc32.Checksum(chunk, castagnoli))
+	if _, err := w.Write(head[:]); err != nil {
 		return err
 	}
-	b = binary.BigEndian.AppendUint64(b, uint64(len(data)))
-	if _, err := w.Write(b); err != nil {
-		return err
-	}
-	_, err = w.Write(data)
+	_, err := w.Write(chunk)
 	return err
 }
 
-// readSnapshot reads what writeSnapshot wrote, refusing data past limit.
-// The announced length is allocated only once its first chunk has
-// arrived, so a length alone costs nothing, and the data then costs its
-// size once, never a copy while it grows.
-func readSnapshot(r *bufio.Reader, limit int64) (*pb.Message, error) {
-	f := frameReader{r: r}
-	m, err := f.read()
-	if err != nil {
-		return nil, err
-	}
-	if m.GetType() != pb.MsgSnap || m.GetSnapshot() == nil {
-		return nil, fmt.Errorf("replication: a snapshot connection carried a %v", m.GetType())
-	}
+// readChunk reads one chunk into *buf (grown if need be) and checks its
+// CRC; an empty chunk ends the records.
+func readChunk(r io.Reader, buf *[]byte) ([]byte, error) {
 	var head [8]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return nil, err
 	}
-	n := binary.BigEndian.Uint64(head[:])
-	if n > uint64(limit) {
-		return nil, fmt.Errorf("%w: a snapshot of %d bytes, the limit is %d", errTooLarge, n, limit)
+	n := binary.BigEndian.Uint32(head[:])
+	if n > maxChunk {
+		return nil, fmt.Errorf("%w: a snapshot's chunk of %d bytes", errTooLarge, n)
 	}
-	first := make([]byte, min(n, snapshotChunk))
-	if _, err := io.ReadFull(r, first); err != nil {
+	if cap(*buf) < int(n) {
+		*buf = make([]byte, n)
+	}
+	b := (*buf)[:n]
+	if _, err := io.ReadFull(r, b); err != nil {
 		return nil, err
 	}
-	data := first
-	if n > uint64(len(first)) {
-		data = make([]byte, n)
-		copy(data, first)
-		if _, err := io.ReadFull(r, data[len(first):]); err != nil {
-			return nil, err
-		}
+	if crc32.Checksum(b, castagnoli) != binary.BigEndian.Uint32(head[4:]) {
+		return nil, fmt.Errorf("%w: a snapshot's chunk of %d bytes fails its CRC", ErrBadRecords, n)
 	}
-	m.Snapshot.Data = data
-	return m, nil
+	return b, nil
 }
+
+// snapshotTrailer ends a snapshot's records: what the whole must be.
+type snapshotTrailer struct {
+	cluster, index, term, bytes, records uint64
+	crc                                  uint32
+}
+
+// add counts a chunk into the trailer.
+func (s *snapshotTrailer) add(chunk []byte) {
+	s.bytes += uint64(len(chunk))
+	s.crc = crc32.Update(s.crc, castagnoli, chunk)
+	_ = wal.ScanFrames(chunk, func(wal.Kind, uint64, int) { s.records++ })
+}
+
+const trailerSize = 5*8 + 4
+
+func (s *snapshotTrailer) append(b []byte) []byte {
+	for _, v := range []uint64{s.cluster, s.index, s.term, s.bytes, s.records} {
+		b = binary.BigEndian.AppendUint64(b, v)
+	}
+	return binary.BigEndian.AppendUint32(b, s.crc)
+}
+
+func readTrailer(r io.Reader) (snapshotTrailer, error) {
+	var b [trailerSize]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return snapshotTrailer{}, err
+	}
+	u := func(i int) uint64 { return binary.BigEndian.Uint64(b[8*i:]) }
+	return snapshotTrailer{cluster: u(0), index: u(1), term: u(2), bytes: u(3), records: u(4),
+		crc: binary.BigEndian.Uint32(b[40:])}, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)

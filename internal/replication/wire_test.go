@@ -11,6 +11,8 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // TestHello: a hello reads back as written, whole or split anywhere; a
@@ -122,32 +124,48 @@ func TestFrames(t *testing.T) {
 	}
 }
 
-// TestSnapshotStream: a snapshot reads back as written, its data beside
-// the message; one past the receiver's limit is refused.
-func TestSnapshotStream(t *testing.T) {
-	data := bytes.Repeat([]byte("snapshot"), snapshotChunk/4) // two chunks
-	m := &pb.Message{Type: pb.MsgSnap.Enum(), To: new(uint64(2)), From: new(uint64(1)), Term: new(uint64(4)),
-		Snapshot: &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{Index: new(uint64(9)), Term: new(uint64(4)),
-			ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}
-	var buf bytes.Buffer
-	if err := writeSnapshot(&buf, m); err != nil {
+// TestSnapshotChunks: a chunk reads back as written; one whose bytes
+// changed fails its CRC; a length past a head frame's is refused before
+// anything is allocated; the trailer reads back as written.
+func TestSnapshotChunks(t *testing.T) {
+	var wire bytes.Buffer
+	chunk := wal.AppendFrame(nil, &wal.Record{Kind: wal.KindFull, ID: 3, Tube: "t", Body: []byte("body\r\n")})
+	if err := writeChunk(&wire, chunk); err != nil {
 		t.Fatal(err)
 	}
-	if m.GetSnapshot().GetData() == nil {
-		t.Fatal("writing the snapshot changed the message")
+	if err := writeChunk(&wire, nil); err != nil {
+		t.Fatal(err)
 	}
-	if n := buf.Len(); n > len(data)+200 {
-		t.Errorf("%d bytes on the wire for %d of data", n, len(data))
+	sum := snapshotTrailer{cluster: 1, index: 9, term: 2}
+	sum.add(chunk)
+	wire.Write(sum.append(nil))
+	r := bufio.NewReader(bytes.NewReader(wire.Bytes()))
+	var buf []byte
+	if got, err := readChunk(r, &buf); err != nil || !bytes.Equal(got, chunk) {
+		t.Fatalf("chunk: %q, %v", got, err)
 	}
-	wire := buf.Bytes()
-	got, err := readSnapshot(bufio.NewReader(bytes.NewReader(wire)), int64(len(data)))
-	if err != nil || !proto.Equal(got, m) {
-		t.Fatalf("read back %v, %v", got.GetSnapshot().GetMetadata(), err)
+	if got, err := readChunk(r, &buf); err != nil || len(got) != 0 {
+		t.Fatalf("the end: %q, %v", got, err)
 	}
-	if _, err := readSnapshot(bufio.NewReader(bytes.NewReader(wire)), int64(len(data)-1)); !errors.Is(err, errTooLarge) {
-		t.Errorf("past the limit: %v", err)
+	if got, err := readTrailer(r); err != nil || got != sum || sum.records != 1 || sum.bytes != uint64(len(chunk)) {
+		t.Fatalf("trailer %+v, %v; want %+v", got, err, sum)
 	}
-	if _, err := readSnapshot(bufio.NewReader(bytes.NewReader(wire[:len(wire)-1])), int64(len(data))); err == nil {
-		t.Error("a snapshot cut short was read")
+
+	damaged := slicesClone(wire.Bytes())
+	damaged[10] ^= 1
+	if _, err := readChunk(bufio.NewReader(bytes.NewReader(damaged)), &buf); !errors.Is(err, ErrBadRecords) {
+		t.Errorf("a changed byte: %v", err)
+	}
+	huge := binary.BigEndian.AppendUint32(nil, maxChunk+1)
+	huge = binary.BigEndian.AppendUint32(huge, 0)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	buf = nil
+	if _, err := readChunk(bufio.NewReader(bytes.NewReader(huge)), &buf); !errors.Is(err, errTooLarge) {
+		t.Errorf("a chunk past the limit: %v", err)
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+		t.Errorf("refusing a huge chunk allocated %d bytes", n)
 	}
 }
