@@ -438,9 +438,10 @@ func (t *transport) idle(p *peer, d time.Duration) bool {
 }
 
 // writeMessages writes p's queue to conn (over raw) until a write fails
-// or the connection breaks; it returns with raw closed. Each message must
+// or the connection breaks; it returns with raw closed. Each write must
 // be taken within writeTimeout, and a batch (what is queued, taken at
-// once) is flushed when the queue is empty.
+// once) is flushed when the queue is empty. A large message goes a part
+// at a time, with what is queued written between its parts.
 func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 	// The peer sends nothing after its hello: a read returns only when
 	// the connection ends, and then the writer learns it at once rather
@@ -456,41 +457,60 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 		<-broken
 	}()
 	w := bufio.NewWriterSize(conn, 64<<10)
-	var buf []byte
-	// taken counts the messages taken from the queue and not yet
-	// flushed: unsent until then, and lost if the connection breaks.
-	taken := int64(0)
+	mw := messageWriter{w: w}
+	// taken counts the messages taken from the queue and not yet written
+	// whole and flushed: unsent until then, and lost if the connection
+	// breaks; done counts those of them written whole since the last
+	// flush.
+	taken, done := int64(0), int64(0)
 	defer func() { p.unsent.Add(-taken) }()
 	for {
 		var m *pb.Message
-		select {
-		case m = <-p.queue:
-		case <-broken:
-			return errors.New("replication: the peer closed the connection")
-		case <-p.ctx.Done():
-			return nil
+		if mw.busy() {
+			select {
+			case m = <-p.queue:
+			case <-broken:
+				return errors.New("replication: the peer closed the connection")
+			case <-p.ctx.Done():
+				return nil
+			default:
+			}
+		} else {
+			select {
+			case m = <-p.queue:
+			case <-broken:
+				return errors.New("replication: the peer closed the connection")
+			case <-p.ctx.Done():
+				return nil
+			}
 		}
 		for m != nil {
 			taken++
 			if err := conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
 				return err
 			}
+			whole := true
 			if p.cut.Load() {
 				t.dropped.Add(1)
 			} else {
 				var err error
-				buf, err = appendFrame(buf[:0], m)
-				if err != nil {
+				whole, err = mw.write(m)
+				switch {
+				case errors.Is(err, errTooLarge):
 					// Raft would send it again and again: say so.
+					whole = true
 					t.dropped.Add(1)
 					t.logOnce("too large "+p.Name, func(e *zerolog.Event) *zerolog.Event {
 						return e.Str("peer", p.Name).Err(err)
 					}, zerolog.ErrorLevel, "a message to a member cannot be sent")
-				} else if _, err := w.Write(buf); err != nil {
+				case err != nil:
 					return err
-				} else {
+				case whole:
 					t.sent.Add(1)
 				}
+			}
+			if whole {
+				done++
 			}
 			select {
 			case m = <-p.queue:
@@ -498,14 +518,25 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 				m = nil
 			}
 		}
+		if mw.busy() {
+			if err := conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
+				return err
+			}
+			whole, err := mw.part()
+			if err != nil {
+				return err
+			}
+			if whole {
+				t.sent.Add(1)
+				done++
+			}
+		}
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		p.unsent.Add(-taken)
-		taken = 0
-		if cap(buf) > 1<<20 {
-			buf = nil
-		}
+		p.unsent.Add(-done)
+		taken -= done
+		done = 0
 	}
 }
 
@@ -1015,7 +1046,7 @@ func (c idleConn) Write(b []byte) (int, error) {
 		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.idle)); err != nil {
 			return written, err
 		}
-		n, err := c.Conn.Write(b[written:min(len(b), written+snapshotChunk)])
+		n, err := c.Conn.Write(b[written:min(len(b), written+messagePart)])
 		written += n
 		if err != nil {
 			return written, err

@@ -10,6 +10,7 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/sproutmq/sprout/store/wal"
 )
@@ -26,15 +27,23 @@ import (
 // The HTTP address (--http, where a follower forwards the admin API to
 // the leader) came last, within version 1: a hello that ends after the
 // refusal is read with none, and a reader that knows only four strings
-// ignores the fifth. Version 2 streams snapshots (below); a member
-// refuses another version's hello.
+// ignores the fifth. Version 2 streams snapshots and sends large
+// messages in parts (below); a member refuses another version's hello.
 //
 // An answer with a refusal says why the listener closes the connection;
 // a hello from another protocol version is answered with the listener's
 // version and a refusal. After the hellos a messages connection carries
-// frames, one raft message each, from the dialer only:
+// frames from the dialer only, each a header u32 (two flag bits, then the
+// length of what follows) and the bytes:
 //
-//	length u32 | raftpb.Message (protobuf), length <= maxFrame
+//	whole message:  length | raftpb.Message (protobuf), length <= maxFrame
+//	message header: frameLarge|length | count u32 | count × data length u64 |
+//	                raftpb.Message with its entries' data left out, length <= maxFrame
+//	part:           framePart|length | data, length <= messagePart
+//
+// A message whose encoding is larger than messagePart goes as a header,
+// then its entries' data, in order, in parts; whole messages may come
+// between the parts, and the message is complete with its last part.
 //
 // A snapshot connection carries one snapshot, then the receiver's
 // verdict: the MsgSnap as a whole message (its snapshot's Data empty);
@@ -52,13 +61,23 @@ const (
 	helloMagic      = "SPRT"
 	protocolVersion = 2
 	maxHello        = 4 << 10
-	// maxFrame bounds one message: raft's appends are about 1 MiB
-	// (maxMsgSize) plus one entry, a batch of about MaxBatch; snapshots
-	// travel apart.
-	maxFrame = 64 << 20
+	// maxFrame bounds a whole message and a message's header: a larger
+	// length is refused before anything is allocated for it. Messages
+	// larger than messagePart go in parts.
+	maxFrame = 4 << 20
+	// messagePart bounds a whole message the sender writes, and each part
+	// of a larger one: what a heartbeat may wait behind.
+	messagePart = 1 << 20
+	// maxEntryData bounds an entry's data in a message received: what one
+	// log frame holds.
+	maxEntryData = 1<<32 - 1 - entryFrameFields
 	// maxChunk bounds a snapshot's chunk received: what one head frame
 	// holds (the sender's are up to snapshotChunk, or one larger record).
 	maxChunk = 1<<32 - 1 - headFrameFields
+
+	frameLarge  uint32 = 1 << 31
+	framePart   uint32 = 1 << 30
+	frameLength        = framePart - 1
 
 	snapshotProceed byte = 1
 	snapshotTaken   byte = 1
@@ -151,7 +170,8 @@ func readHello(r io.Reader) (*hello, error) {
 	return h, nil
 }
 
-// appendFrame encodes m as a frame, refusing one past maxFrame.
+// appendFrame encodes m as a whole message's frame, refusing one past
+// maxFrame.
 func appendFrame(b []byte, m *pb.Message) ([]byte, error) {
 	at := len(b)
 	b = append(b, 0, 0, 0, 0)
@@ -167,39 +187,272 @@ func appendFrame(b []byte, m *pb.Message) ([]byte, error) {
 	return b, nil
 }
 
-// frameReader reads frames from one connection into one buffer, reused:
-// protobuf copies what it decodes, so no message aliases it.
+// messageWriter writes messages to one connection: a small one at once,
+// a large one as a header and then a part at a time (part), so that the
+// caller writes other messages between its parts. Large messages wait
+// their turn in order. One goroutine uses it.
+type messageWriter struct {
+	w     io.Writer
+	buf   []byte
+	large []*pb.Message // waiting to be written, the first one being written
+	data  [][]byte      // the first one's entries' data, what is left of it
+}
+
+// busy reports whether a large message has parts left to write.
+func (mw *messageWriter) busy() bool { return len(mw.large) > 0 }
+
+// write writes m, or its header if it is large; it reports whether m was
+// written whole.
+func (mw *messageWriter) write(m *pb.Message) (bool, error) {
+	if proto.Size(m) <= messagePart {
+		var err error
+		if mw.buf, err = appendFrame(mw.buf[:0], m); err != nil {
+			return false, err
+		}
+		_, err = mw.w.Write(mw.buf)
+		mw.trim()
+		return err == nil, err
+	}
+	mw.large = append(mw.large, m)
+	if len(mw.large) == 1 {
+		return false, mw.header()
+	}
+	return false, nil
+}
+
+// header writes the header of the first large message.
+func (mw *messageWriter) header() error {
+	m := mw.large[0]
+	head := new(pb.Message)
+	dst := head.ProtoReflect()
+	// Every field but the entries' data, shared and not copied: nobody
+	// writes into a message once raft has handed it out.
+	m.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		dst.Set(fd, v)
+		return true
+	})
+	head.Entries = make([]*pb.Entry, len(m.GetEntries()))
+	mw.data = mw.data[:0]
+	b := binary.BigEndian.AppendUint32(mw.buf[:0], 0)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(m.GetEntries())))
+	for i, e := range m.GetEntries() {
+		head.Entries[i] = &pb.Entry{Term: e.Term, Index: e.Index, Type: e.Type}
+		b = binary.BigEndian.AppendUint64(b, uint64(len(e.GetData())))
+		if len(e.GetData()) > 0 {
+			mw.data = append(mw.data, e.GetData())
+		}
+	}
+	b, err := proto.MarshalOptions{}.MarshalAppend(b, head)
+	if err != nil {
+		return err
+	}
+	if len(b)-4 > maxFrame {
+		return fmt.Errorf("%w: a %v's header of %d bytes", errTooLarge, m.GetType(), len(b)-4)
+	}
+	binary.BigEndian.PutUint32(b, frameLarge|uint32(len(b)-4))
+	mw.buf = b
+	_, err = mw.w.Write(b)
+	mw.trim()
+	if err == nil && len(mw.data) == 0 {
+		_, err = mw.finished()
+	}
+	return err
+}
+
+// part writes the next part of the first large message; it reports
+// whether that message is now written whole.
+func (mw *messageWriter) part() (bool, error) {
+	n := 0
+	for _, d := range mw.data {
+		n += len(d)
+		if n >= messagePart {
+			n = messagePart
+			break
+		}
+	}
+	var head [4]byte
+	binary.BigEndian.PutUint32(head[:], framePart|uint32(n))
+	if _, err := mw.w.Write(head[:]); err != nil {
+		return false, err
+	}
+	for n > 0 {
+		k := min(n, len(mw.data[0]))
+		if _, err := mw.w.Write(mw.data[0][:k]); err != nil {
+			return false, err
+		}
+		n -= k
+		if mw.data[0] = mw.data[0][k:]; len(mw.data[0]) == 0 {
+			mw.data = mw.data[1:]
+		}
+	}
+	if len(mw.data) > 0 {
+		return false, nil
+	}
+	return mw.finished()
+}
+
+// finished moves on to the next large message, whose header it writes.
+func (mw *messageWriter) finished() (bool, error) {
+	mw.large[0] = nil
+	mw.large = mw.large[1:]
+	if len(mw.large) > 0 {
+		return true, mw.header()
+	}
+	return true, nil
+}
+
+// trim lets a rare large buffer go.
+func (mw *messageWriter) trim() {
+	if cap(mw.buf) > messagePart {
+		mw.buf = nil
+	}
+}
+
+// frameReader reads messages from one connection into one buffer,
+// reused: protobuf copies what it decodes, so no message aliases it.
 type frameReader struct {
 	r   *bufio.Reader
 	buf []byte
+	// The message in parts being read: its entries' data lengths, and the
+	// entry and offset its next part fills.
+	large *pb.Message
+	lens  []uint64
+	entry int
+	off   uint64
 }
 
-// read decodes the next frame. A length past maxFrame is refused before
+// read returns the next message: a whole one, or one in parts once its
+// last part has come. A length past its bound is refused before
 // anything is allocated for it.
 func (f *frameReader) read() (*pb.Message, error) {
-	var head [4]byte
-	if _, err := io.ReadFull(f.r, head[:]); err != nil {
-		return nil, err
+	for {
+		var head [4]byte
+		if _, err := io.ReadFull(f.r, head[:]); err != nil {
+			return nil, err
+		}
+		h := binary.BigEndian.Uint32(head[:])
+		n := h & frameLength
+		switch {
+		case h&framePart != 0 && h&frameLarge != 0:
+			return nil, fmt.Errorf("replication: a malformed frame header %x", h)
+		case h&framePart != 0:
+			if m, err := f.readPart(n); m != nil || err != nil {
+				return m, err
+			}
+			continue
+		}
+		if n > maxFrame {
+			return nil, fmt.Errorf("%w: %d bytes", errTooLarge, n)
+		}
+		if cap(f.buf) < int(n) {
+			f.buf = make([]byte, n)
+		}
+		b := f.buf[:n]
+		if _, err := io.ReadFull(f.r, b); err != nil {
+			return nil, err
+		}
+		var m *pb.Message
+		var err error
+		if h&frameLarge == 0 {
+			m = new(pb.Message)
+			if err = proto.Unmarshal(b, m); err != nil {
+				m, err = nil, fmt.Errorf("replication: a malformed message: %w", err)
+			}
+		} else {
+			m, err = f.readHeader(b)
+		}
+		if n > messagePart {
+			f.buf = nil // a rare large frame (protobuf copied it): do not keep its buffer for good
+		}
+		if m != nil || err != nil {
+			return m, err
+		}
 	}
-	n := binary.BigEndian.Uint32(head[:])
-	if n > maxFrame {
-		return nil, fmt.Errorf("%w: %d bytes", errTooLarge, n)
+}
+
+// readHeader takes a large message's header; it returns the message if
+// it has no data to wait for.
+func (f *frameReader) readHeader(b []byte) (*pb.Message, error) {
+	if f.large != nil {
+		return nil, errors.New("replication: a message in parts began before the last one ended")
 	}
-	if cap(f.buf) < int(n) {
-		f.buf = make([]byte, n)
+	if len(b) < 4 {
+		return nil, errors.New("replication: a malformed message header")
 	}
-	b := f.buf[:n]
-	if _, err := io.ReadFull(f.r, b); err != nil {
-		return nil, err
+	count := int(binary.BigEndian.Uint32(b))
+	b = b[4:]
+	if count > len(b)/8 {
+		return nil, fmt.Errorf("replication: a message header counts %d entries in %d bytes", count, len(b))
+	}
+	f.lens = f.lens[:0]
+	for range count {
+		n := binary.BigEndian.Uint64(b)
+		if n > maxEntryData {
+			return nil, fmt.Errorf("%w: an entry of %d bytes", errTooLarge, n)
+		}
+		f.lens = append(f.lens, n)
+		b = b[8:]
 	}
 	m := new(pb.Message)
 	if err := proto.Unmarshal(b, m); err != nil {
-		return nil, fmt.Errorf("replication: a malformed message: %w", err)
+		return nil, fmt.Errorf("replication: a malformed message header: %w", err)
 	}
-	if n > 1<<20 {
-		f.buf = nil // a rare large frame: do not keep its buffer for good
+	if len(m.GetEntries()) != count {
+		return nil, fmt.Errorf("replication: a message header counts %d entries and holds %d", count, len(m.GetEntries()))
 	}
-	return m, nil
+	for _, e := range m.GetEntries() {
+		e.Data = nil // the parts fill it, at the length counted
+	}
+	f.large, f.entry, f.off = m, 0, 0
+	return f.complete(), nil
+}
+
+// readPart reads n bytes of the large message's data; it returns the
+// message once it is complete.
+func (f *frameReader) readPart(n uint32) (*pb.Message, error) {
+	if f.large == nil {
+		return nil, errors.New("replication: a part of no message")
+	}
+	if n > messagePart {
+		return nil, fmt.Errorf("%w: a part of %d bytes", errTooLarge, n)
+	}
+	left := uint64(n)
+	for left > 0 {
+		f.skipFilled()
+		if f.entry == len(f.lens) {
+			return nil, errors.New("replication: a part past its message's data")
+		}
+		e := f.large.Entries[f.entry]
+		if e.Data == nil {
+			// Allocated as its first part comes: a header alone costs nothing.
+			e.Data = make([]byte, f.lens[f.entry])
+		}
+		k := min(left, f.lens[f.entry]-f.off)
+		if _, err := io.ReadFull(f.r, e.Data[f.off:f.off+k]); err != nil {
+			return nil, err
+		}
+		f.off += k
+		left -= k
+	}
+	return f.complete(), nil
+}
+
+// skipFilled moves past the entries whose data is all there.
+func (f *frameReader) skipFilled() {
+	for f.entry < len(f.lens) && f.off == f.lens[f.entry] {
+		f.entry, f.off = f.entry+1, 0
+	}
+}
+
+// complete returns the large message if its data is all there.
+func (f *frameReader) complete() *pb.Message {
+	f.skipFilled()
+	if f.entry < len(f.lens) {
+		return nil
+	}
+	m := f.large
+	f.large = nil
+	return m
 }
 
 // writeChunk writes one chunk of a snapshot's records; an empty one ends

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"runtime"
+	"slices"
 	"testing"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -123,6 +124,134 @@ func TestFrames(t *testing.T) {
 		t.Error("garbage read as a message")
 	}
 }
+
+// TestMessagesInParts: a message larger than a part goes as a header and
+// parts, with whole messages between them, and reads back as written,
+// whatever the reads' sizes; no frame the writer makes is larger than a
+// part (or, for a header, maxFrame); bad headers and parts are refused,
+// and a header alone allocates nothing for the data it announces.
+func TestMessagesInParts(t *testing.T) {
+	app := func(index uint64, sizes ...int) *pb.Message {
+		m := &pb.Message{Type: pb.MsgApp.Enum(), To: new(uint64(2)), From: new(uint64(1)), Term: new(uint64(3)), Index: new(index)}
+		for i, n := range sizes {
+			e := &pb.Entry{Index: new(index + 1 + uint64(i)), Term: new(uint64(3))}
+			if n > 0 { // an empty entry's data is absent, as raft's empty entries' is
+				e.Data = bytes.Repeat([]byte{byte('a' + i)}, n)
+			}
+			m.Entries = append(m.Entries, e)
+		}
+		return m
+	}
+	beat := func(commit uint64) *pb.Message {
+		return &pb.Message{Type: pb.MsgHeartbeat.Enum(), To: new(uint64(2)), From: new(uint64(1)), Commit: new(commit)}
+	}
+	large1, large2 := app(10, 3<<20+17, 0, 5), app(20, messagePart+1)
+	var wire bytes.Buffer
+	mw := messageWriter{w: &wire}
+	var order []*pb.Message // as written whole
+	write := func(m *pb.Message) {
+		whole, err := mw.write(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if whole {
+			order = append(order, m)
+		}
+	}
+	larges := []*pb.Message{large1, large2} // in the order they complete
+	part := func() {
+		whole, err := mw.part()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if whole {
+			order = append(order, larges[0])
+			larges = larges[1:]
+		}
+	}
+	write(beat(1))
+	write(large1)
+	write(app(5, 100))
+	write(large2) // waits for large1's parts
+	for k := 0; mw.busy(); k++ {
+		part()
+		write(beat(uint64(2 + k)))
+	}
+	if i := slices.Index(order, large1); i < 5 {
+		t.Fatalf("the first large message came %dth: the heartbeats written between its four parts should come first", i+1)
+	}
+
+	// Every frame within its bound.
+	for b := wire.Bytes(); len(b) > 0; {
+		h := binary.BigEndian.Uint32(b)
+		n := int(h & frameLength)
+		if h&framePart != 0 && n > messagePart || h&framePart == 0 && n > maxFrame || h&frameLarge == 0 && h&framePart == 0 && n > messagePart {
+			t.Fatalf("a frame %x of %d bytes", h, n)
+		}
+		b = b[4+n:]
+	}
+	for _, size := range []int{1, 7, 4096, 1 << 20} {
+		f := frameReader{r: bufio.NewReader(&iotest{r: bytes.NewReader(wire.Bytes()), n: size})}
+		for i := 0; ; i++ {
+			got, err := f.read()
+			if err == io.EOF && i == len(order) {
+				break
+			}
+			if err != nil || i >= len(order) || !proto.Equal(got, order[i]) {
+				t.Fatalf("reads of %d bytes, message %d of %d: %v", size, i, len(order), err)
+			}
+		}
+	}
+
+	bad := map[string][]byte{
+		"a part of no message":  append(binary.BigEndian.AppendUint32(nil, framePart|3), 1, 2, 3),
+		"a part past its bound": binary.BigEndian.AppendUint32(nil, framePart|(messagePart+1)),
+		"both flags":            binary.BigEndian.AppendUint32(nil, framePart|frameLarge|3),
+		"an entry past a log frame": func() []byte {
+			b := binary.BigEndian.AppendUint32(nil, 1)
+			b = binary.BigEndian.AppendUint64(b, maxEntryData+1)
+			return append(binary.BigEndian.AppendUint32(nil, frameLarge|uint32(len(b))), b...)
+		}(),
+		"more entries counted than held": func() []byte {
+			b := binary.BigEndian.AppendUint32(nil, 2)
+			b = binary.BigEndian.AppendUint64(b, 5)
+			b = binary.BigEndian.AppendUint64(b, 5)
+			b, _ = proto.MarshalOptions{}.MarshalAppend(b, app(1, 0))
+			return append(binary.BigEndian.AppendUint32(nil, frameLarge|uint32(len(b))), b...)
+		}(),
+	}
+	for name, b := range bad {
+		f := frameReader{r: bufio.NewReader(bytes.NewReader(b))}
+		if m, err := f.read(); err == nil || err == io.EOF {
+			t.Errorf("%s: read %v, %v", name, m, err)
+		}
+	}
+
+	// A header announcing 4 GiB, and nothing after it.
+	hm := app(1, 0)
+	b := binary.BigEndian.AppendUint32(nil, 1)
+	b = binary.BigEndian.AppendUint64(b, maxEntryData)
+	b, _ = proto.MarshalOptions{}.MarshalAppend(b, hm)
+	b = append(binary.BigEndian.AppendUint32(nil, frameLarge|uint32(len(b))), b...)
+	f := frameReader{r: bufio.NewReader(bytes.NewReader(b))}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, err := f.read(); err != io.EOF {
+		t.Errorf("a header alone: %v", err)
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+		t.Errorf("a header alone allocated %d bytes", n)
+	}
+}
+
+// iotest reads at most n bytes at a time.
+type iotest struct {
+	r io.Reader
+	n int
+}
+
+func (r *iotest) Read(p []byte) (int, error) { return r.r.Read(p[:min(len(p), r.n)]) }
 
 // TestSnapshotChunks: a chunk reads back as written; one whose bytes
 // changed fails its CRC; a length past a head frame's is refused before
