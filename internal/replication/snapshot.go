@@ -25,6 +25,9 @@ const (
 	// its log and not yet made durable: what it holds, whatever the
 	// snapshot's size.
 	snapshotWindow = 8 << 20
+	// fullCheck is how often a spool waiting for its log asks whether the
+	// disk is full: the wal says so, it does not call back.
+	fullCheck = 100 * time.Millisecond
 )
 
 var (
@@ -247,28 +250,29 @@ func checkChunk(scratch []wal.Record, chunk []byte) ([]wal.Record, uint64, error
 	return records, top, nil
 }
 
-// waitDurable waits until lsn is durable in w (OnDurable), ctx ends, or
-// snapshotIdle passes: a disk that keeps failing does not hold a spool,
-// and the transport's goroutine, for good.
+// waitDurable waits until lsn is durable in w (OnDurable), ctx ends, the
+// log says its disk is full (ErrLogFull), or snapshotIdle passes: a disk
+// that fills or keeps failing does not hold a spool, and the transport's
+// goroutine, for good.
 func waitDurable(ctx context.Context, w *wal.Log, lsn uint64) error {
 	done := make(chan struct{})
 	w.OnDurable(lsn, func() { close(done) })
-	select {
-	case <-done:
-		return nil
-	default:
-	}
-	t := time.NewTimer(snapshotIdle)
-	defer t.Stop()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		if w.Full() {
-			return ErrLogFull
+	deadline := time.NewTimer(snapshotIdle)
+	defer deadline.Stop()
+	check := time.NewTicker(fullCheck)
+	defer check.Stop()
+	for {
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-check.C:
+			if w.Full() {
+				return ErrLogFull
+			}
+		case <-deadline.C:
+			return fmt.Errorf("replication: a snapshot's records were not durable within %v", snapshotIdle)
 		}
-		return fmt.Errorf("replication: a snapshot's records were not durable within %v", snapshotIdle)
 	}
 }

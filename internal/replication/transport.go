@@ -936,7 +936,9 @@ func (t *transport) receiveSnapshot(p *peer, conn net.Conn, r *bufio.Reader) {
 	r.Reset(dc)
 	refuse := func(err error) {
 		if !t.isClosed() {
-			t.logRefusal("snapshot "+p.Name, conn.RemoteAddr().String(), p.Name, err.Error())
+			t.logOnce("snapshot "+p.Name, func(e *zerolog.Event) *zerolog.Event {
+				return e.Str("peer", p.Name).Str("remote", conn.RemoteAddr().String()).Err(err)
+			}, zerolog.WarnLevel, "refused a member's snapshot; it sends it again later")
 		}
 	}
 	f := frameReader{r: r}

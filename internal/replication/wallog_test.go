@@ -98,6 +98,11 @@ func jobsAt(t testing.TB, l Log, index uint64) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return withoutIDs(data)
+}
+
+// withoutIDs is records' frames but the id watermarks.
+func withoutIDs(data []byte) []byte {
 	records, _ := wal.DecodeFrames(nil, data)
 	var out []byte
 	for i := range records {
@@ -106,6 +111,21 @@ func jobsAt(t testing.TB, l Log, index uint64) []byte {
 		}
 	}
 	return out
+}
+
+// streamedJobs is the live jobs l's own snapshot streams, folded (the id
+// watermark left out), and the snapshot's index.
+func streamedJobs(t testing.TB, l Log) ([]byte, uint64) {
+	t.Helper()
+	snap, err := l.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := foldRecords(snapshotData(t, l, snap), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return withoutIDs(data), snap.GetMetadata().GetIndex()
 }
 
 // logSim plays raft and a leader's store against a WALLog: entries of
@@ -322,6 +342,10 @@ func TestWALLogCrash(t *testing.T) {
 					}
 					if got, want := jobsAt(t, s.l, s.commit), jobsAt(t, s.whole, s.commit); !bytes.Equal(got, want) {
 						t.Fatalf("the log's jobs at commit %d differ from its entries':\n%s", s.commit, diffJobs(got, want))
+					}
+					if got, index := streamedJobs(t, s.l); !bytes.Equal(got, jobsAt(t, s.whole, index)) {
+						t.Fatalf("the log's snapshot at %d streams other jobs than its entries fold to:\n%s",
+							index, diffJobs(got, jobsAt(t, s.whole, index)))
 					}
 				}
 				awaitDurable(t, s.l)
