@@ -58,8 +58,8 @@ func (a *Action) write(l Log) {
 type ActionKind uint8
 
 const (
-	// ActRestore: replace the store with a fresh one and apply the log's
-	// head to it (Log.ReadHead, a frame at a time, each Store.Apply): at
+	// ActRestore: empty the store (Store.Reset) and apply the log's head
+	// to it (Log.ReadHead, a frame at a time, each Store.Apply): at
 	// start, and when a snapshot was installed. The entries after Index
 	// follow as ActApply.
 	ActRestore ActionKind = iota + 1

@@ -545,8 +545,8 @@
 // (every write through a number is durable); SnapshotSent (a snapshot
 // reached a peer, or not); Unreachable; Campaign, TransferLeadership and
 // ProposeChange (the operator's, and the tests'). Actions (Ready's result, in the order
-// to carry them out): restore (a fresh store, filled from the log's head:
-// at start, and when a snapshot was installed); send; write
+// to carry them out): restore (the store emptied and filled from the
+// log's head: at start, and when a snapshot was installed); send; write
 // (a snapshot, entries, a hard state; then report Durable); apply
 // (committed records, to the store, each with its place in the log);
 // locate (where the leader's own committed full records are in its log,
@@ -575,9 +575,9 @@
 // highest write number durable), the transport's unreachable peers and
 // snapshot outcomes, the Journal's first record of a batch. After each
 // event it gives the core that news and carries out Ready's actions in
-// order until there are none: restore (a new store, filled from the
-// log's head read back a frame at a time, Log.ReadHead; NodeConfig.Restored
-// told of it, so the engine serves it; the old one closed), send (to the transport, never waiting), write (to the Log; its
+// order until there are none: restore (the store emptied in place,
+// Store.Reset, and filled from the log's head read back a frame at a
+// time, Log.ReadHead), send (to the transport, never waiting), write (to the Log; its
 // OnDurable leaves the number in the mailbox), apply and locate (to the
 // store), compact, publish, serve (logged; a log that migrates, WALLog,
 // is given the store as its Migrator), and rebuild: NodeConfig.Rebuild,
