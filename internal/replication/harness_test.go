@@ -338,8 +338,9 @@ func (c *cluster) deliverLossy(rng *rand.Rand, loss float64) int {
 	for _, msg := range msgs {
 		from, to := c.members[msg.GetFrom()], c.members[msg.GetTo()]
 		arrives := to != nil && to.up && !c.cut[[2]uint64{from.id, to.id}] && (rng == nil || rng.Float64() >= loss)
+		var sink SnapshotSink
 		if arrives && msg.GetType() == pb.MsgSnap {
-			arrives = c.stream(from, to, msg)
+			sink, arrives = c.stream(from, to, msg)
 		}
 		if arrives {
 			if err := to.core.Step(msg); err != nil {
@@ -347,6 +348,9 @@ func (c *cluster) deliverLossy(rng *rand.Rand, loss float64) int {
 			}
 			n++
 			c.run(to)
+		}
+		if sink != nil {
+			sink.Close() // once raft installed it, or did not
 		}
 		if msg.GetType() == pb.MsgSnap {
 			if arrives {
@@ -361,14 +365,15 @@ func (c *cluster) deliverLossy(rng *rand.Rand, loss float64) int {
 	return n
 }
 
-// stream sends a snapshot's records from one member's log to another's,
-// as the transport does, and reports whether they all came (cutStream);
-// the sender's log may no longer keep them.
-func (c *cluster) stream(from, to *member, msg *pb.Message) bool {
+// stream sends a snapshot's records from one member's log to another's
+// spool, as the transport does, and reports whether they all came
+// (cutStream; the sender's log may no longer keep them), with the spool,
+// to be closed once the message is stepped (nil when given up already).
+func (c *cluster) stream(from, to *member, msg *pb.Message) (SnapshotSink, bool) {
 	md := msg.GetSnapshot().GetMetadata()
 	r, err := from.disk.OpenSnapshot(md)
 	if errors.Is(err, ErrSnapshotGone) {
-		return false
+		return nil, false
 	}
 	if err != nil {
 		c.t.Fatalf("member %d: opening snapshot %d: %v", from.id, md.GetIndex(), err)
@@ -378,7 +383,6 @@ func (c *cluster) stream(from, to *member, msg *pb.Message) bool {
 	if err != nil {
 		c.t.Fatalf("member %d: receiving snapshot %d: %v", to.id, md.GetIndex(), err)
 	}
-	defer sink.Close()
 	cut := c.cutStream
 	c.cutStream = -1
 	for chunks := 0; ; chunks++ {
@@ -390,19 +394,21 @@ func (c *cluster) stream(from, to *member, msg *pb.Message) bool {
 			c.t.Fatalf("member %d: reading snapshot %d: %v", from.id, md.GetIndex(), err)
 		}
 		if chunks == cut {
-			return false
+			sink.Close()
+			return nil, false
 		}
 		if err := sink.Write(chunk); err != nil {
 			c.t.Fatalf("member %d: spooling snapshot %d: %v", to.id, md.GetIndex(), err)
 		}
 	}
 	if cut >= 0 {
-		return false // cut before the trailer
+		sink.Close() // cut before the trailer
+		return nil, false
 	}
 	if err := sink.Finish(); err != nil {
 		c.t.Fatalf("member %d: spooling snapshot %d: %v", to.id, md.GetIndex(), err)
 	}
-	return true
+	return sink, true
 }
 
 // stabilize syncs every disk and delivers every message, over and over,

@@ -203,13 +203,19 @@ func (s *logState) snapshotLocked(last uint64, term func(i uint64) uint64, conf 
 	return &pb.Snapshot{Metadata: proto.Clone(s.view.md).(*pb.SnapshotMetadata)}, nil
 }
 
-// openSnapshotLocked is Log's OpenSnapshot; withLock runs a function
-// under the log's mutex, held now.
-func (s *logState) openSnapshotLocked(md *pb.SnapshotMetadata, withLock func(func())) (SnapshotReader, error) {
+// openSnapshot is Log's OpenSnapshot; mu is the log's mutex, which
+// guards s.
+func (s *logState) openSnapshot(mu *sync.Mutex, md *pb.SnapshotMetadata) (SnapshotReader, error) {
+	mu.Lock()
+	defer mu.Unlock()
 	if !s.view.matches(md) {
 		return nil, fmt.Errorf("%w: snapshot %d at term %d", ErrSnapshotGone, md.GetIndex(), md.GetTerm())
 	}
-	return s.view.openLocked(withLock), nil
+	return s.view.openLocked(func(f func()) {
+		mu.Lock()
+		defer mu.Unlock()
+		f()
+	}), nil
 }
 
 // compactedLocked drops the latest view once the log is compacted past
@@ -342,15 +348,7 @@ func (l *MemoryLog) Snapshot() (*pb.Snapshot, error) {
 
 // OpenSnapshot implements Log.
 func (l *MemoryLog) OpenSnapshot(md *pb.SnapshotMetadata) (SnapshotReader, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.openSnapshotLocked(md, l.withLock)
-}
-
-func (l *MemoryLog) withLock(f func()) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	f()
+	return l.openSnapshot(&l.mu, md)
 }
 
 // ReceiveSnapshot implements Log: the records are kept in memory.
@@ -394,11 +392,11 @@ func (l *MemoryLog) spoolFinish(sp *memSpool) error {
 	return nil
 }
 
-// spoolAbort gives sp up, unless it finished.
+// spoolAbort gives sp up, if it is not installed yet.
 func (l *MemoryLog) spoolAbort(sp *memSpool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.spool == sp && !sp.done {
+	if l.spool == sp {
 		l.spool = nil
 	}
 }
@@ -413,25 +411,14 @@ func (l *MemoryLog) Received(md *pb.SnapshotMetadata) bool {
 
 // memSink is a MemoryLog's SnapshotSink.
 type memSink struct {
-	write    func([]byte) error
-	finish   func() error
-	abort    func()
-	finished bool
+	write  func([]byte) error
+	finish func() error
+	abort  func()
 }
 
 func (s *memSink) Write(chunk []byte) error { return s.write(chunk) }
-
-func (s *memSink) Finish() error {
-	err := s.finish()
-	s.finished = err == nil
-	return err
-}
-
-func (s *memSink) Close() {
-	if !s.finished {
-		s.abort()
-	}
-}
+func (s *memSink) Finish() error            { return s.finish() }
+func (s *memSink) Close()                   { s.abort() }
 
 // Append implements Log.
 func (l *MemoryLog) Append(ents []*pb.Entry) {

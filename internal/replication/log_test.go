@@ -81,16 +81,9 @@ func eachChunk(t testing.TB, l Log, snap *pb.Snapshot, fn func(chunk []byte)) {
 	}
 }
 
-// transfer streams snapshot snap of from into to, as the transport does,
-// and installs it there.
+// transfer streams snapshot snap of from into to's spool, as the
+// transport does, and installs it there.
 func transfer(t testing.TB, from Log, snap *pb.Snapshot, to Log) {
-	t.Helper()
-	receive(t, from, snap, to)
-	to.InstallSnapshot(snap)
-}
-
-// receive streams snapshot snap of from into to's spool, whole.
-func receive(t testing.TB, from Log, snap *pb.Snapshot, to Log) {
 	t.Helper()
 	sink, err := to.ReceiveSnapshot(t.Context(), snap.GetMetadata())
 	if err != nil {
@@ -108,6 +101,7 @@ func receive(t testing.TB, from Log, snap *pb.Snapshot, to Log) {
 	if !to.Received(snap.GetMetadata()) {
 		t.Fatal("a snapshot received whole is not Received")
 	}
+	to.InstallSnapshot(snap)
 }
 
 // logKinds are the Logs the Log tests run against: MemoryLog, the

@@ -64,10 +64,12 @@ type SnapshotSink interface {
 	Write(chunk []byte) error
 	// Finish says every chunk came, and waits until they are durable:
 	// the log has then received the snapshot (Log.Received), which raft
-	// may install.
+	// may install until Close.
 	Finish() error
-	// Close gives up a spool that did not finish; after Finish it does
-	// nothing.
+	// Close ends the spool: one not installed is given up, and what it
+	// kept on disk goes in time. Raft installs a snapshot, or does not
+	// (it came from an older term), in the round that steps it: the
+	// transport closes the sink once that round is carried out.
 	Close()
 }
 

@@ -88,12 +88,13 @@ func bigJobs(n, size int) []byte {
 }
 
 // TestWALLogSpoolCrash: a snapshot is spooled into a log and installed,
-// after a spool given up, and the directory is copied, as a crash would
+// after a spool given up midway and one closed whole but not installed,
+// and the directory is copied, as a crash would
 // leave it, after every chunk, after the spool finished, after the
 // install and once it is durable. Every copy opens as the log was before
 // (its entries, no head) or with the whole snapshot as its head, never
-// between; the last one with the snapshot. A spool given up leaves
-// nothing, and the segments it pinned are removed in time.
+// between; the last one with the snapshot. The spools given up leave
+// nothing, and the segments they wrote are removed in time.
 func TestWALLogSpoolCrash(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testWALConfig(dir, []uint64{1}, 0)
@@ -119,6 +120,24 @@ func TestWALLogSpoolCrash(t *testing.T) {
 	given.Close()
 	if l.Received(md) {
 		t.Fatal("a spool given up is Received")
+	}
+	// Received whole, but closed before raft installed it (it came from
+	// an older term): given up too.
+	ignored, err := l.ReceiveSnapshot(t.Context(), md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range chunks {
+		if err := ignored.Write(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ignored.Finish(); err != nil || !l.Received(md) {
+		t.Fatalf("a spool finished: %v, received %v", err, l.Received(md))
+	}
+	ignored.Close()
+	if l.Received(md) {
+		t.Fatal("a spool closed uninstalled is still Received")
 	}
 	oldest := l.Stats().OldestIndex
 

@@ -614,15 +614,7 @@ func (l *WALLog) readHeadFrame(buf *[]byte, f frameLoc) ([]byte, error) {
 // OpenSnapshot implements Log: the view's frames are read back on the
 // caller's goroutine, never under the log's mutex.
 func (l *WALLog) OpenSnapshot(md *pb.SnapshotMetadata) (SnapshotReader, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.openSnapshotLocked(md, l.withLock)
-}
-
-func (l *WALLog) withLock(f func()) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	f()
+	return l.openSnapshot(&l.mu, md)
 }
 
 // pinLocked keeps every segment from seg on until unpinLocked(seg).
@@ -954,9 +946,7 @@ func (sp *walSpool) Finish() error {
 func (sp *walSpool) Close() {
 	sp.l.mu.Lock()
 	defer sp.l.mu.Unlock()
-	if !sp.done {
-		sp.l.releaseSpoolLocked(sp)
-	}
+	sp.l.releaseSpoolLocked(sp)
 }
 
 // placeHeadLocked counts the head's full records live, where they are.
