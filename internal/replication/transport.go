@@ -36,6 +36,13 @@ const (
 	// stopped reading, or a network that drops everything, does not hold
 	// its queue for longer.
 	writeTimeout = 5 * time.Second
+	// snapshotRate is the pace of a snapshot's stream, in bytes of
+	// records a second: fast enough that a member catches up on 500 MB in
+	// under 10 s, slow enough that its sender's, and its receiver's,
+	// reads, writes and fsyncs leave the leader's clients their share of
+	// the cores and the disk (benchmarks/README.md, "A member catching
+	// up").
+	snapshotRate = 96e6
 	// snapshotIdle is how long a snapshot's receiver waits for its next
 	// chunk, its sender for the go-ahead and the verdict, and a spool for
 	// its log's disk.
@@ -586,15 +593,8 @@ func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
 	if _, err := w.Write(frame); err != nil {
 		return err
 	}
-	if err := w.Flush(); err != nil {
+	if err := answered(w, dc, snapshotProceed, "go-ahead"); err != nil {
 		return err
-	}
-	var answer [1]byte
-	if _, err := io.ReadFull(dc, answer[:]); err != nil {
-		return fmt.Errorf("replication: no go-ahead: %w", err)
-	}
-	if answer[0] != snapshotProceed {
-		return errors.New("replication: the member refused the snapshot")
 	}
 	r, err := t.cfg.openSnapshot(m)
 	if err != nil {
@@ -603,6 +603,7 @@ func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
 	defer r.Close()
 	md := m.GetSnapshot().GetMetadata()
 	sum := snapshotTrailer{cluster: t.cfg.cluster, index: md.GetIndex(), term: md.GetTerm()}
+	pace := pacer{rate: snapshotRate, start: time.Now()}
 	for {
 		chunk, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -618,6 +619,9 @@ func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
 		if err := writeChunk(w, chunk); err != nil {
 			return err
 		}
+		if err := pace.wait(p.ctx, len(chunk)); err != nil {
+			return err
+		}
 	}
 	if err := writeChunk(w, nil); err != nil {
 		return err
@@ -625,17 +629,47 @@ func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
 	if _, err := w.Write(sum.append(nil)); err != nil {
 		return err
 	}
+	return answered(w, dc, snapshotTaken, "verdict")
+}
+
+// answered flushes w and reads the receiver's one-byte answer from r: an
+// error unless it is want.
+func answered(w *bufio.Writer, r io.Reader, want byte, what string) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	var verdict [1]byte
-	if _, err := io.ReadFull(dc, verdict[:]); err != nil {
-		return fmt.Errorf("replication: no verdict: %w", err)
+	var answer [1]byte
+	if _, err := io.ReadFull(r, answer[:]); err != nil {
+		return fmt.Errorf("replication: no %s: %w", what, err)
 	}
-	if verdict[0] != snapshotTaken {
+	if answer[0] != want {
 		return errors.New("replication: the member refused the snapshot")
 	}
 	return nil
+}
+
+// pacer keeps a stream at rate bytes a second, from start on.
+type pacer struct {
+	rate  float64
+	start time.Time
+	sent  int
+}
+
+// wait counts n bytes sent and waits until they are due, or ctx ends.
+func (p *pacer) wait(ctx context.Context, n int) error {
+	p.sent += n
+	ahead := time.Duration(float64(p.sent)/p.rate*float64(time.Second)) - time.Since(p.start)
+	if ahead <= 0 {
+		return nil
+	}
+	t := time.NewTimer(ahead)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // dial opens a connection of kind to p and exchanges hellos. It returns
