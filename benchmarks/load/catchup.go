@@ -77,7 +77,8 @@ func (s Scenario) runCatchUp(ctx context.Context, c *Cluster, leader *member, rc
 	prog.End()
 	if err != nil {
 		if now := c.leaderNow(ctx); now != leader {
-			return res, fmt.Errorf("load: the backlog: %w; the leadership moved meanwhile, from %s to %s", err, leader.name, nameOf(now))
+			return res, fmt.Errorf("load: the backlog: %w; the leadership moved meanwhile, from %s to %s; %s's output: %s",
+				err, leader.name, nameOf(now), leader.name, outputTail(leader.proc))
 		}
 		return res, fmt.Errorf("load: the backlog: %w", err)
 	}
