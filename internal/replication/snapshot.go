@@ -28,6 +28,16 @@ const (
 	// fullCheck is how often a spool waiting for its log asks whether the
 	// disk is full: the wal says so, it does not call back.
 	fullCheck = 100 * time.Millisecond
+	// snapshotRate is the pace of a snapshot's stream, in bytes of
+	// records a second: fast enough that a member catches up on 500 MB in
+	// under 10 s, slow enough that its sender's, and its receiver's,
+	// reads, writes and fsyncs leave the leader's clients their share of
+	// the cores and the disk (benchmarks/README.md, "A member catching
+	// up").
+	snapshotRate = 96e6
+	// scanRate is the pace of a stream's first pass over its view, which
+	// reads every record back before the first chunk goes.
+	scanRate = 4 * snapshotRate
 )
 
 var (
@@ -157,11 +167,15 @@ type snapStream struct {
 func (s *snapStream) scan() error {
 	s.latest, s.maxID = make(map[uint64]uint64), s.view.floor
 	ord := uint64(0)
+	pace := pacer{rate: scanRate, start: time.Now()}
 	for i := range s.view.pieces {
 		recs, err := s.view.read(i, &s.buf)
 		if err != nil {
 			return err
 		}
+		// A burst of reads at the start would take a core from the
+		// leader's clients at once.
+		_ = pace.wait(context.Background(), len(recs))
 		err = wal.ScanFrames(recs, func(kind wal.Kind, id uint64, _ int) {
 			ord++
 			s.maxID = max(s.maxID, id)
@@ -276,5 +290,29 @@ func waitDurable(ctx context.Context, w *wal.Log, lsn uint64) error {
 		case <-deadline.C:
 			return fmt.Errorf("replication: a snapshot's records were not durable within %v", snapshotIdle)
 		}
+	}
+}
+
+// pacer keeps a stream at rate bytes a second, from start on.
+type pacer struct {
+	rate  float64
+	start time.Time
+	sent  int
+}
+
+// wait counts n bytes sent and waits until they are due, or ctx ends.
+func (p *pacer) wait(ctx context.Context, n int) error {
+	p.sent += n
+	ahead := time.Duration(float64(p.sent)/p.rate*float64(time.Second)) - time.Since(p.start)
+	if ahead <= 0 {
+		return nil
+	}
+	t := time.NewTimer(ahead)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

@@ -36,13 +36,6 @@ const (
 	// stopped reading, or a network that drops everything, does not hold
 	// its queue for longer.
 	writeTimeout = 5 * time.Second
-	// snapshotRate is the pace of a snapshot's stream, in bytes of
-	// records a second: fast enough that a member catches up on 500 MB in
-	// under 10 s, slow enough that its sender's, and its receiver's,
-	// reads, writes and fsyncs leave the leader's clients their share of
-	// the cores and the disk (benchmarks/README.md, "A member catching
-	// up").
-	snapshotRate = 96e6
 	// snapshotIdle is how long a snapshot's receiver waits for its next
 	// chunk, its sender for the go-ahead and the verdict, and a spool for
 	// its log's disk.
@@ -646,30 +639,6 @@ func answered(w *bufio.Writer, r io.Reader, want byte, what string) error {
 		return errors.New("replication: the member refused the snapshot")
 	}
 	return nil
-}
-
-// pacer keeps a stream at rate bytes a second, from start on.
-type pacer struct {
-	rate  float64
-	start time.Time
-	sent  int
-}
-
-// wait counts n bytes sent and waits until they are due, or ctx ends.
-func (p *pacer) wait(ctx context.Context, n int) error {
-	p.sent += n
-	ahead := time.Duration(float64(p.sent)/p.rate*float64(time.Second)) - time.Since(p.start)
-	if ahead <= 0 {
-		return nil
-	}
-	t := time.NewTimer(ahead)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // dial opens a connection of kind to p and exchanges hellos. It returns
