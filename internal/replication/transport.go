@@ -457,13 +457,19 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 		<-broken
 	}()
 	w := bufio.NewWriterSize(conn, 64<<10)
-	mw := messageWriter{w: w}
 	// taken counts the messages taken from the queue and not yet written
 	// whole and flushed: unsent until then, and lost if the connection
-	// breaks; done counts those of them written whole since the last
-	// flush.
-	taken, done := int64(0), int64(0)
+	// breaks; done counts those of them finished since the last flush,
+	// lost those of them dropped.
+	taken, done, lost := int64(0), 0, 0
 	defer func() { p.unsent.Add(-taken) }()
+	mw := messageWriter{w: w, dropped: func(err error) {
+		lost++
+		t.dropped.Add(1)
+		t.logOnce("too large "+p.Name, func(e *zerolog.Event) *zerolog.Event {
+			return e.Str("peer", p.Name).Err(err)
+		}, zerolog.ErrorLevel, "a message to a member cannot be sent")
+	}}
 	for {
 		var m *pb.Message
 		if mw.busy() {
@@ -489,28 +495,15 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 			if err := conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
 				return err
 			}
-			whole := true
 			if p.cut.Load() {
 				t.dropped.Add(1)
+				done, lost = done+1, lost+1
 			} else {
-				var err error
-				whole, err = mw.write(m)
-				switch {
-				case errors.Is(err, errTooLarge):
-					// Raft would send it again and again: say so.
-					whole = true
-					t.dropped.Add(1)
-					t.logOnce("too large "+p.Name, func(e *zerolog.Event) *zerolog.Event {
-						return e.Str("peer", p.Name).Err(err)
-					}, zerolog.ErrorLevel, "a message to a member cannot be sent")
-				case err != nil:
+				n, err := mw.write(m)
+				if err != nil {
 					return err
-				case whole:
-					t.sent.Add(1)
 				}
-			}
-			if whole {
-				done++
+				done += n
 			}
 			select {
 			case m = <-p.queue:
@@ -522,21 +515,19 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 			if err := conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
 				return err
 			}
-			whole, err := mw.part()
+			n, err := mw.part()
 			if err != nil {
 				return err
 			}
-			if whole {
-				t.sent.Add(1)
-				done++
-			}
+			done += n
 		}
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		p.unsent.Add(-done)
-		taken -= done
-		done = 0
+		t.sent.Add(uint64(done - lost))
+		p.unsent.Add(-int64(done))
+		taken -= int64(done)
+		done, lost = 0, 0
 	}
 }
 

@@ -189,40 +189,99 @@ func appendFrame(b []byte, m *pb.Message) ([]byte, error) {
 
 // messageWriter writes messages to one connection: a small one at once,
 // a large one as a header and then a part at a time (part), so that the
-// caller writes other messages between its parts. Large messages wait
-// their turn in order. One goroutine uses it.
+// caller writes other messages between its parts. Appends keep their
+// order, as raft's replication wants on one connection: one that comes
+// while a message is written in parts waits behind it, whatever its size;
+// heartbeats, votes and answers go at once. One goroutine uses it.
 type messageWriter struct {
-	w     io.Writer
-	buf   []byte
-	large []*pb.Message // waiting to be written, the first one being written
-	data  [][]byte      // the first one's entries' data, what is left of it
+	w   io.Writer
+	buf []byte
+	// queue is what waits behind a message in parts, in order, the first
+	// being that message; data is its entries' data not yet written.
+	queue []*pb.Message
+	data  [][]byte
+	// dropped is told of a message too large to send (a header past
+	// maxFrame): raft would send it again and again.
+	dropped func(error)
 }
 
-// busy reports whether a large message has parts left to write.
-func (mw *messageWriter) busy() bool { return len(mw.large) > 0 }
+// busy reports whether a message has parts left to write.
+func (mw *messageWriter) busy() bool { return len(mw.queue) > 0 }
 
-// write writes m, or its header if it is large; it reports whether m was
-// written whole.
-func (mw *messageWriter) write(m *pb.Message) (bool, error) {
+// write writes m, or queues it, and reports how many messages it
+// finished: written whole, or dropped as too large.
+func (mw *messageWriter) write(m *pb.Message) (int, error) {
+	if mw.busy() && (m.GetType() == pb.MsgApp || proto.Size(m) > messagePart) {
+		mw.queue = append(mw.queue, m)
+		return 0, nil
+	}
 	if proto.Size(m) <= messagePart {
-		var err error
-		if mw.buf, err = appendFrame(mw.buf[:0], m); err != nil {
-			return false, err
-		}
-		_, err = mw.w.Write(mw.buf)
-		mw.trim()
-		return err == nil, err
+		return mw.whole(m)
 	}
-	mw.large = append(mw.large, m)
-	if len(mw.large) == 1 {
-		return false, mw.header()
-	}
-	return false, nil
+	mw.queue = append(mw.queue, m)
+	return mw.advance()
 }
 
-// header writes the header of the first large message.
-func (mw *messageWriter) header() error {
-	m := mw.large[0]
+// whole writes m as one frame.
+func (mw *messageWriter) whole(m *pb.Message) (int, error) {
+	var err error
+	mw.buf, err = appendFrame(mw.buf[:0], m)
+	if errors.Is(err, errTooLarge) {
+		mw.dropped(err)
+		return 1, nil
+	}
+	if err == nil {
+		_, err = mw.w.Write(mw.buf)
+	}
+	mw.trim()
+	if err != nil {
+		return 0, err
+	}
+	return 1, nil
+}
+
+// advance writes the queue from its first message on: small ones whole,
+// until one that goes in parts, whose header it writes. It reports how
+// many it finished.
+func (mw *messageWriter) advance() (int, error) {
+	done := 0
+	for len(mw.queue) > 0 {
+		m := mw.queue[0]
+		if proto.Size(m) <= messagePart {
+			n, err := mw.whole(m)
+			if err != nil {
+				return done, err
+			}
+			done += n
+			mw.pop()
+			continue
+		}
+		err := mw.header(m)
+		if errors.Is(err, errTooLarge) {
+			mw.dropped(err)
+			done++
+			mw.pop()
+			continue
+		}
+		if err != nil {
+			return done, err
+		}
+		if len(mw.data) > 0 {
+			return done, nil
+		}
+		done++ // nothing but its header
+		mw.pop()
+	}
+	return done, nil
+}
+
+func (mw *messageWriter) pop() {
+	mw.queue[0] = nil
+	mw.queue = mw.queue[1:]
+}
+
+// header writes m's header and keeps its entries' data for its parts.
+func (mw *messageWriter) header(m *pb.Message) error {
 	head := new(pb.Message)
 	dst := head.ProtoReflect()
 	// Every field but the entries' data, shared and not copied: nobody
@@ -247,21 +306,20 @@ func (mw *messageWriter) header() error {
 		return err
 	}
 	if len(b)-4 > maxFrame {
+		mw.data = mw.data[:0]
 		return fmt.Errorf("%w: a %v's header of %d bytes", errTooLarge, m.GetType(), len(b)-4)
 	}
 	binary.BigEndian.PutUint32(b, frameLarge|uint32(len(b)-4))
 	mw.buf = b
 	_, err = mw.w.Write(b)
 	mw.trim()
-	if err == nil && len(mw.data) == 0 {
-		_, err = mw.finished()
-	}
 	return err
 }
 
-// part writes the next part of the first large message; it reports
-// whether that message is now written whole.
-func (mw *messageWriter) part() (bool, error) {
+// part writes the next part of the first message in the queue, and once
+// that one is whole, what waited behind it (advance); it reports how many
+// messages it finished.
+func (mw *messageWriter) part() (int, error) {
 	n := 0
 	for _, d := range mw.data {
 		n += len(d)
@@ -273,12 +331,12 @@ func (mw *messageWriter) part() (bool, error) {
 	var head [4]byte
 	binary.BigEndian.PutUint32(head[:], framePart|uint32(n))
 	if _, err := mw.w.Write(head[:]); err != nil {
-		return false, err
+		return 0, err
 	}
 	for n > 0 {
 		k := min(n, len(mw.data[0]))
 		if _, err := mw.w.Write(mw.data[0][:k]); err != nil {
-			return false, err
+			return 0, err
 		}
 		n -= k
 		if mw.data[0] = mw.data[0][k:]; len(mw.data[0]) == 0 {
@@ -286,19 +344,11 @@ func (mw *messageWriter) part() (bool, error) {
 		}
 	}
 	if len(mw.data) > 0 {
-		return false, nil
+		return 0, nil
 	}
-	return mw.finished()
-}
-
-// finished moves on to the next large message, whose header it writes.
-func (mw *messageWriter) finished() (bool, error) {
-	mw.large[0] = nil
-	mw.large = mw.large[1:]
-	if len(mw.large) > 0 {
-		return true, mw.header()
-	}
-	return true, nil
+	mw.pop()
+	done, err := mw.advance()
+	return done + 1, err
 }
 
 // trim lets a rare large buffer go.

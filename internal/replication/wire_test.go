@@ -147,40 +147,33 @@ func TestMessagesInParts(t *testing.T) {
 	}
 	large1, large2 := app(10, 3<<20+17, 0, 5), app(20, messagePart+1)
 	var wire bytes.Buffer
-	mw := messageWriter{w: &wire}
-	var order []*pb.Message // as written whole
-	write := func(m *pb.Message) {
-		whole, err := mw.write(m)
+	var dropped []error
+	mw := messageWriter{w: &wire, dropped: func(err error) { dropped = append(dropped, err) }}
+	written := []*pb.Message{beat(1), large1, app(14, 100), large2, app(21, 7)}
+	finished := 0
+	for _, m := range written {
+		n, err := mw.write(m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if whole {
-			order = append(order, m)
-		}
+		finished += n
 	}
-	larges := []*pb.Message{large1, large2} // in the order they complete
-	part := func() {
-		whole, err := mw.part()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if whole {
-			order = append(order, larges[0])
-			larges = larges[1:]
-		}
-	}
-	write(beat(1))
-	write(large1)
-	write(app(5, 100))
-	write(large2) // waits for large1's parts
 	for k := 0; mw.busy(); k++ {
-		part()
-		write(beat(uint64(2 + k)))
+		n, err := mw.part()
+		if err != nil {
+			t.Fatal(err)
+		}
+		finished += n
+		m := beat(uint64(2 + k))
+		written = append(written, m)
+		if n, err = mw.write(m); err != nil {
+			t.Fatal(err)
+		}
+		finished += n
 	}
-	if i := slices.Index(order, large1); i < 5 {
-		t.Fatalf("the first large message came %dth: the heartbeats written between its four parts should come first", i+1)
+	if finished != len(written) || len(dropped) > 0 {
+		t.Fatalf("%d of %d messages finished, %d dropped", finished, len(written), len(dropped))
 	}
-
 	// Every frame within its bound.
 	for b := wire.Bytes(); len(b) > 0; {
 		h := binary.BigEndian.Uint32(b)
@@ -192,14 +185,38 @@ func TestMessagesInParts(t *testing.T) {
 	}
 	for _, size := range []int{1, 7, 4096, 1 << 20} {
 		f := frameReader{r: bufio.NewReader(&iotest{r: bytes.NewReader(wire.Bytes()), n: size})}
-		for i := 0; ; i++ {
-			got, err := f.read()
-			if err == io.EOF && i == len(order) {
+		var got []*pb.Message
+		for {
+			m, err := f.read()
+			if err == io.EOF {
 				break
 			}
-			if err != nil || i >= len(order) || !proto.Equal(got, order[i]) {
-				t.Fatalf("reads of %d bytes, message %d of %d: %v", size, i, len(order), err)
+			if err != nil {
+				t.Fatalf("reads of %d bytes, message %d: %v", size, len(got), err)
 			}
+			got = append(got, m)
+		}
+		// Every message, the appends in the order written, and heartbeats
+		// written between large1's parts ahead of it.
+		var apps, wantApps []uint64
+		for _, m := range got {
+			if m.GetType() == pb.MsgApp {
+				apps = append(apps, m.GetIndex())
+			}
+		}
+		for _, m := range written {
+			if m.GetType() == pb.MsgApp {
+				wantApps = append(wantApps, m.GetIndex())
+			}
+			if !slices.ContainsFunc(got, func(g *pb.Message) bool { return proto.Equal(g, m) }) {
+				t.Fatalf("reads of %d bytes: a %v (index %d, commit %d) written is not read", size, m.GetType(), m.GetIndex(), m.GetCommit())
+			}
+		}
+		if len(got) != len(written) || !slices.Equal(apps, wantApps) {
+			t.Fatalf("reads of %d bytes: %d messages, appends %v; want %d, appends %v", size, len(got), apps, len(written), wantApps)
+		}
+		if i := slices.IndexFunc(got, func(g *pb.Message) bool { return proto.Equal(g, large1) }); i < 4 {
+			t.Fatalf("the first large message came %dth: the heartbeats written between its four parts should come first", i+1)
 		}
 	}
 
