@@ -209,9 +209,10 @@
 // frames through the index, and the id floor. It reads nothing. That is a
 // consistent view: those frames are committed, durable and never written
 // again, and their segments stay (the log's wal.Log.Hold counts the view)
-// while the view is the log's latest snapshot or a stream reads it; a
-// view no stream reads is dropped once the log is compacted past its
-// index, as the snapshot built whole was before. Not the leader's store:
+// while a stream reads the view, or until the first does: a view goes
+// once its last stream closes (making another reads nothing, and what it
+// keeps on disk must not outlast the need), or, if none opened it, once
+// the log is compacted past its index. Not the leader's store:
 // it holds its proposals in flight, which may never commit.
 // Log.OpenSnapshot opens a stream over the view, on the transport's
 // goroutine. A first pass reads the view's frames back (pread, each
@@ -277,8 +278,8 @@
 // WALLog drops them from its index as MemoryLog does, and frees their
 // disk a segment at a time; restarted, it holds again every entry its
 // segments still have, from the first on: more than it must, which a log
-// may always do. A snapshot's view is made once and kept until the log is
-// compacted past it, or the membership changes.
+// may always do. A snapshot's view is made again once the last one is
+// gone, or the log was compacted past it, or the membership changed.
 //
 // A member whose disk was emptied does not come back under its Raft id:
 // the leader holds a match index for it that its empty log contradicts,
@@ -355,11 +356,12 @@
 // goes in parts, so that nothing a queue may hold is too large to send:
 // a header frame (the message with its entries' data left out, and each
 // entry's data length), then that data in parts of up to 1 MiB, written
-// from the log's own entries, not copied. The writer sends whatever else
-// is queued between two parts, so heartbeats and small appends never wait
-// behind more than a part of a large one, and the reader delivers the
-// message when its last part has come; one message in parts is in flight
-// per connection. An entry's data is allocated when its first part
+// from the log's own entries, not copied. The writer sends what else is
+// queued between two parts, so heartbeats, votes and answers never wait
+// behind more than a part of a large message; appends wait their turn,
+// small or not, as raft's replication wants them in order. The reader
+// delivers the message when its last part has come; one message in parts
+// is in flight per connection. An entry's data is allocated when its first part
 // arrives, at the length its header gave, at most what a log frame holds
 // (4 GiB): a peer is known by its hello, and with TLS its certificate.
 // Sending never blocks the core: each peer has a

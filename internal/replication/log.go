@@ -204,17 +204,27 @@ func (s *logState) snapshotLocked(last uint64, term func(i uint64) uint64, conf 
 }
 
 // openSnapshot is Log's OpenSnapshot; mu is the log's mutex, which
-// guards s.
+// guards s. Once its last stream closes, the view goes: making another is
+// cheap (it reads nothing), and what it keeps on disk should not stay for
+// a snapshot that may never be asked for again.
 func (s *logState) openSnapshot(mu *sync.Mutex, md *pb.SnapshotMetadata) (SnapshotReader, error) {
 	mu.Lock()
 	defer mu.Unlock()
-	if !s.view.matches(md) {
+	v := s.view
+	if !v.matches(md) {
 		return nil, fmt.Errorf("%w: snapshot %d at term %d", ErrSnapshotGone, md.GetIndex(), md.GetTerm())
 	}
-	return s.view.openLocked(func(f func()) {
+	return v.openLocked(func() {
 		mu.Lock()
 		defer mu.Unlock()
-		f()
+		if v.readers--; v.readers > 0 {
+			return
+		}
+		if s.view == v {
+			s.view = nil
+		}
+		v.dropped = true
+		v.releaseIfDoneLocked()
 	}), nil
 }
 

@@ -104,18 +104,11 @@ type snapView struct {
 	dropped bool // guarded by the log's mutex: the log no longer keeps it
 }
 
-// openLocked opens a stream over v; withLock runs a function under the
-// mutex of v's log, which the caller holds now.
-func (v *snapView) openLocked(withLock func(func())) SnapshotReader {
+// openLocked opens a stream over v; closed is called, under the mutex
+// of v's log (which the caller holds now), when it closes.
+func (v *snapView) openLocked(closed func()) SnapshotReader {
 	v.readers++
-	s := &snapStream{view: v}
-	s.close = func() {
-		withLock(func() {
-			v.readers--
-			v.releaseIfDoneLocked()
-		})
-	}
-	return s
+	return &snapStream{view: v, close: closed}
 }
 
 // dropLocked: the log no longer keeps v as its latest view.
