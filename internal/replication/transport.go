@@ -470,25 +470,22 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 			return e.Str("peer", p.Name).Err(err)
 		}, zerolog.ErrorLevel, "a message to a member cannot be sent")
 	}}
+	// Closed: with parts left to write, the writer waits for no message.
+	noWait := make(chan struct{})
+	close(noWait)
 	for {
 		var m *pb.Message
+		var next <-chan struct{}
 		if mw.busy() {
-			select {
-			case m = <-p.queue:
-			case <-broken:
-				return errors.New("replication: the peer closed the connection")
-			case <-p.ctx.Done():
-				return nil
-			default:
-			}
-		} else {
-			select {
-			case m = <-p.queue:
-			case <-broken:
-				return errors.New("replication: the peer closed the connection")
-			case <-p.ctx.Done():
-				return nil
-			}
+			next = noWait
+		}
+		select {
+		case m = <-p.queue:
+		case <-broken:
+			return errors.New("replication: the peer closed the connection")
+		case <-p.ctx.Done():
+			return nil
+		case <-next:
 		}
 		for m != nil {
 			taken++
