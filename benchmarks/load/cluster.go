@@ -308,7 +308,13 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 		res.Skipped = "skipped: cluster runs need Linux"
 		return res
 	}
-	c, err := StartCluster(spec, s.Members, s.argsFor(""))
+	args := s.argsFor("")
+	if s.Kind == KindCatchUp {
+		// Adding a member is a change: the admin API takes it only with
+		// the token.
+		args = append(args, "--admin-token", catchUpToken)
+	}
+	c, err := StartCluster(spec, s.Members, args)
 	if errors.Is(err, ErrFlagsRefused) {
 		res.Skipped = "skipped: no cluster mode"
 		return res
@@ -324,9 +330,12 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 		return res
 	}
 	var r Result
-	if s.Kind == KindFailover {
+	switch s.Kind {
+	case KindFailover:
 		r, err = s.runFailover(ctx, c, p.Progress)
-	} else {
+	case KindCatchUp:
+		r, err = s.runCatchUp(ctx, c, leader, p.Run, p.Progress)
+	default:
 		// The leader first in the report, then the followers.
 		order := append([]*member{leader}, c.others(leader)...)
 		through := leader
@@ -342,11 +351,7 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 		}
 		if err == nil && ctx.Err() == nil {
 			if now := c.leaderNow(ctx); now != leader {
-				name := "none"
-				if now != nil {
-					name = now.name
-				}
-				err = fmt.Errorf("load: the leadership moved during the run, from %s to %s", leader.name, name)
+				err = fmt.Errorf("load: the leadership moved during the run, from %s to %s", leader.name, nameOf(now))
 			}
 		}
 	}

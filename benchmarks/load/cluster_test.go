@@ -15,10 +15,12 @@ import (
 )
 
 // TestClusterScenarios runs small cluster scenarios against real sprout
-// members: traffic through the leader and through a follower, and two
-// failovers. It checks the figures are there and sane (CPU and RSS summed
-// over the members, the roles, one failover time per kill), that beanstalkd is skipped, and that nothing is left behind in
-// the temporary directory. It sets no throughput thresholds.
+// members: traffic through the leader and through a follower, two
+// failovers, and a member catching up on a small backlog. It checks the
+// figures are there and sane (CPU and RSS summed over the members, the
+// roles, one failover time per kill, the catch-up's time, memory and
+// round trips), that beanstalkd is skipped, and that nothing is left
+// behind in the temporary directory. It sets no throughput thresholds.
 func TestClusterScenarios(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the generator reads the members' CPU and memory from /proc")
@@ -37,6 +39,7 @@ func TestClusterScenarios(t *testing.T) {
 		{Name: "leader", Kind: load.KindProdCons, Conns: 3, Body: 64, ServerArgs: flags, Members: 3, Through: load.ThroughLeader},
 		{Name: "follower", Kind: load.KindPutOnly, Conns: 3, Body: 64, ServerArgs: flags, Members: 3, Through: load.ThroughFollower},
 		{Name: "failover", Kind: load.KindFailover, ServerArgs: flags, Members: 3, Kills: 2, Reps: 1},
+		{Name: "catchup", Kind: load.KindCatchUp, ServerArgs: flags, Members: 3, Jobs: 40, Body: 60_000, Reps: 1},
 	}
 	for _, s := range cases {
 		t.Run(s.Name, func(t *testing.T) {
@@ -67,6 +70,10 @@ func TestClusterScenarios(t *testing.T) {
 				}
 				if s.Kind == load.KindFailover {
 					checkFailovers(t, r, s.Kills)
+					continue
+				}
+				if s.Kind == load.KindCatchUp {
+					checkCatchUp(t, r, s)
 					continue
 				}
 				checkMembers(t, r, s)
@@ -117,6 +124,23 @@ func checkMembers(t *testing.T, r load.Result, s load.Scenario) {
 	}
 	if cpu != r.CPU || rss != r.RSS || cpu <= 0 {
 		t.Errorf("members' CPU %v and RSS %d, run's %v and %d: want the sums, CPU above zero", cpu, rss, r.CPU, r.RSS)
+	}
+}
+
+// checkCatchUp checks a catch-up run's figures: each there, and the
+// peaks at least what they peak above.
+func checkCatchUp(t *testing.T, r load.Result, s load.Scenario) {
+	t.Helper()
+	cu := r.CatchUp
+	if cu == nil || cu.Jobs != s.Jobs || cu.Bytes != int64(s.Jobs*s.Body) || r.Acked != int64(s.Jobs) {
+		t.Fatalf("catch-up %+v, %d puts acknowledged; want %d jobs of %d bytes", cu, r.Acked, s.Jobs, s.Body)
+	}
+	t.Logf("catch-up: %+v", *cu)
+	if cu.Time <= 0 || cu.MBPerSec() <= 0 || cu.NewPeakRSS <= 0 || cu.LeaderRSS <= 0 || cu.LeaderPeakRSS <= 0 {
+		t.Errorf("catch-up figures missing: %+v", *cu)
+	}
+	if cu.IdleSamples <= 0 || cu.IdleP99 <= 0 || cu.SendSamples <= 0 || cu.SendP99 <= 0 {
+		t.Errorf("round trips missing: %+v", *cu)
 	}
 }
 

@@ -59,17 +59,19 @@ func memberMedians(rs []Result) []MemberUsage {
 // member's share, and the failovers. It writes nothing when no cluster
 // scenario ran.
 func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
-	var timed, failover []Outcome
+	var timed, failover, catchUp []Outcome
 	for _, o := range outs {
 		switch {
 		case o.Scenario.Members == 0:
 		case o.Scenario.Kind == KindFailover:
 			failover = append(failover, o)
+		case o.Scenario.Kind == KindCatchUp:
+			catchUp = append(catchUp, o)
 		default:
 			timed = append(timed, o)
 		}
 	}
-	if len(timed)+len(failover) == 0 {
+	if len(timed)+len(failover)+len(catchUp) == 0 {
 		return
 	}
 	p("\n## Cluster\n\n")
@@ -132,11 +134,45 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 			"(the killed member restarted on its directory, and the three settled on a leader, before the next): "+
 			"median %s, worst %s. Each, in order: %s.\n", n, FormatSeconds(s.FailoverMedian), FormatSeconds(s.FailoverMax), strings.Join(each, ", "))
 	}
+	writeCatchUp(p, catchUp, cand)
+}
+
+// writeCatchUp writes the catch-up scenarios' runs: a member added to
+// three holding a backlog, how fast it caught up, the memory each side
+// took, and the round trips through the leader meanwhile.
+func writeCatchUp(p func(string, ...any), outs []Outcome, cand string) {
+	if len(outs) == 0 {
+		return
+	}
+	p("\n### A member catching up\n\n")
+	p("A fourth member added (`POST /cluster/members` on the leader, then started with the join string) to three holding a backlog of " +
+		"60 KB jobs; it catches up by snapshot. The time runs from its start to its store holding everything the leader had committed " +
+		"when it was added; MB/s is the jobs' bodies over that time. Peak RSS is VmHWM (the leader's reset when the member is added). " +
+		"The p99 is of put → reserve → delete round trips on one connection through the leader, for the run's duration before the member " +
+		"is added (idle) and while it catches up.\n\n")
+	p("| scenario | jobs | catch-up | MB/s | new member's peak RSS | ÷ leader's RSS before | leader's RSS before → peak | p99 idle → during | ratio |\n")
+	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, o := range outs {
+		for _, r := range o.Runs[cand] {
+			cu := r.CatchUp
+			if r.Skipped != "" || r.Errors > 0 || cu == nil {
+				p("| %s | failed | | | | | | | |\n", o.Scenario.Name)
+				continue
+			}
+			p("| %s | %s | %s | %.0f | %s | %s | %s → %s | %s → %s | %s |\n", o.Scenario.Name, FormatThousands(float64(cu.Jobs)),
+				FormatSeconds(cu.Time), cu.MBPerSec(), FormatBytes(int(cu.NewPeakRSS)),
+				FormatRatio(float64(cu.NewPeakRSS)/float64(max(cu.LeaderRSS, 1))), FormatBytes(int(cu.LeaderRSS)), FormatBytes(int(cu.LeaderPeakRSS)),
+				FormatLatency(cu.IdleP99), FormatLatency(cu.SendP99), FormatRatio(float64(cu.SendP99)/float64(max(cu.IdleP99, 1))))
+		}
+	}
 }
 
 // clusterNote sums up a cluster run for the table of every run: who led
 // and where the clients were, or the failovers.
 func clusterNote(r Result) string {
+	if r.CatchUp != nil && r.Errors == 0 {
+		return catchUpLine([]Result{r})
+	}
 	if len(r.Failovers) > 0 {
 		each := make([]string, len(r.Failovers))
 		for i, d := range r.Failovers {

@@ -45,6 +45,19 @@
 // repetition only (Scenario.Reps), since ten kills take some twenty
 // seconds.
 //
+// KindCatchUp puts Jobs jobs of Body bytes into tube "backlog" through the
+// leader (pipelined, not timed), times put → reserve → delete round trips
+// through it for the run's duration, then adds a member: POST
+// /cluster/members on the leader (the members run with an --admin-token
+// for it), and the member started with the join string the answer gave.
+// Result.CatchUp holds the time from its start to its /metrics showing it
+// applied what the leader had committed at the addition (not /cluster,
+// whose digest walks the store at every poll), both members' RSS (the
+// leader's before, its peak since: VmHWM, reset at the addition; the new
+// member's peak), and the round trips' p99 while it caught up; the goals
+// hold them to issue 22's bounds, absolutely. It runs in the first
+// repetition only, and only with -with or -full.
+//
 // Every member is stopped by its PID at the end of the run (SIGTERM, then
 // SIGKILL after stopGrace) and the temporary directory removed.
 //

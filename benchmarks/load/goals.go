@@ -3,6 +3,7 @@ package load
 import (
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -18,6 +19,11 @@ const (
 	MetricPerItem
 	MetricFailoverMedian
 	MetricFailoverMax
+	MetricCatchUpTime
+	MetricCatchUpRate
+	MetricCatchUpMemory
+	MetricCatchUpGrowth
+	MetricCatchUpP99
 )
 
 func (m Metric) of(s Summary) float64 {
@@ -36,6 +42,16 @@ func (m Metric) of(s Summary) float64 {
 		return float64(s.FailoverMedian)
 	case MetricFailoverMax:
 		return float64(s.FailoverMax)
+	case MetricCatchUpTime:
+		return float64(s.CatchUpTime)
+	case MetricCatchUpRate:
+		return s.CatchUpRate
+	case MetricCatchUpMemory:
+		return s.CatchUpMemory
+	case MetricCatchUpGrowth:
+		return s.CatchUpGrowth
+	case MetricCatchUpP99:
+		return s.CatchUpP99Ups
 	}
 	return math.NaN()
 }
@@ -49,8 +65,14 @@ func (m Metric) format(v float64) string {
 		return FormatThousands(v) + "/s"
 	case MetricP99, MetricP999:
 		return FormatLatency(time.Duration(v))
-	case MetricFailoverMedian, MetricFailoverMax:
+	case MetricFailoverMedian, MetricFailoverMax, MetricCatchUpTime:
 		return FormatSeconds(time.Duration(v))
+	case MetricCatchUpRate:
+		return strconv.FormatFloat(v, 'f', 0, 64) + " MB/s"
+	case MetricCatchUpMemory, MetricCatchUpP99:
+		return FormatRatio(v)
+	case MetricCatchUpGrowth:
+		return FormatBytes(int(v))
 	case MetricCPU:
 		return strconv.FormatFloat(v, 'g', 3, 64) + " s/100k"
 	case MetricPerItem:
@@ -145,6 +167,10 @@ var Goals = []Goal{
 	{Text: "cluster failover, kill -9 of the leader to a put acknowledged: worst", Scenario: "cluster-failover", Metric: MetricFailoverMax, Absolute: true, Target: float64(3 * time.Second)},
 }
 
+// catchUpGoals are issue 22's, for a member added to three holding 160
+// and 480 MiB of 60 KB jobs (with -with 'cluster-catchup').
+var catchUpGoals = []string{"cluster-catchup-160m", "cluster-catchup-480m"}
+
 // tailGoals are issue 18's p99 ≤ 1× and p99.9 ≤ 2× on the in-memory
 // scenarios of the short list that the rows above do not cover.
 var tailGoals = []struct{ text, scenario string }{
@@ -165,6 +191,15 @@ func init() {
 		Goals = append(Goals,
 			Goal{Text: g.text + ": p99", Scenario: g.scenario, Metric: MetricP99, Target: 1},
 			Goal{Text: g.text + ": p99.9", Scenario: g.scenario, Metric: MetricP999, Target: 2})
+	}
+	for _, sc := range catchUpGoals {
+		text := "a member added to 3 holding " + strings.TrimSuffix(strings.TrimPrefix(sc, "cluster-catchup-"), "m") + " MiB: "
+		Goals = append(Goals,
+			Goal{Text: text + "catch-up time", Scenario: sc, Metric: MetricCatchUpTime, Absolute: true, Target: float64(10 * time.Second)},
+			Goal{Text: text + "catch-up rate", Scenario: sc, Metric: MetricCatchUpRate, Absolute: true, AtLeast: true, Target: 50},
+			Goal{Text: text + "the new member's peak RSS over the leader's RSS before", Scenario: sc, Metric: MetricCatchUpMemory, Absolute: true, Target: 1.3},
+			Goal{Text: text + "the leader's peak RSS above its RSS before", Scenario: sc, Metric: MetricCatchUpGrowth, Absolute: true, Target: 128 << 20},
+			Goal{Text: text + "round-trip p99 through the leader meanwhile over idle", Scenario: sc, Metric: MetricCatchUpP99, Absolute: true, Target: 2})
 	}
 	// put→reserve→delete round trips already have their p99 row.
 	Goals = append(Goals, Goal{Text: "put→reserve→delete round trips, 1 conn: p99.9", Scenario: "roundtrip-c1", Metric: MetricP999, Target: 2})

@@ -77,6 +77,16 @@ func Catalogue(sz Sizes) []Scenario {
 		s.Members, s.Through = clusterMembers, through
 		return s
 	}
+	// Issue 22: a fourth member added to three holding a backlog of
+	// 60 KB jobs catches up by snapshot.
+	catchUp := func(mib int) Scenario {
+		const body = 60_000
+		jobs := mib << 20 / body
+		return Scenario{Name: fmt.Sprintf("cluster-catchup-%dm", mib), Kind: KindCatchUp, Members: clusterMembers,
+			Jobs: jobs, Body: body, Reps: 1, Full: true, ServerArgs: []string{"-f", "0"},
+			Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each) holding %s jobs of 60 KB (%d MiB): a member added, its catch-up by snapshot timed; first repetition only",
+				clusterMembers, FormatThousands(float64(jobs)), mib)}
+	}
 	c1000 := pc(1000, 64)
 	c1000.Full = true
 	// The cost of the work a server holds: prodcons-c10's traffic beside
@@ -133,6 +143,7 @@ func Catalogue(sz Sizes) []Scenario {
 		{Name: "cluster-failover", Kind: KindFailover, Members: clusterMembers, Kills: failoverKills, Reps: 1, ServerArgs: []string{"-f", "0"},
 			Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each): the serving leader killed (-9) %d times, restarted on its directory after each; first repetition only",
 				clusterMembers, failoverKills)},
+		catchUp(160), catchUp(480),
 		{Name: "idle-conns", Title: idleTitle, Kind: KindIdle, Conns: idleConns, Full: true},
 		{Name: "jobs-memory", Title: fmt.Sprintf("%s stored jobs of 64 B (pipelined puts, 10 conns)", FormatThousands(float64(jobs))),
 			Kind: KindJobMemory, Conns: 10, Body: 64, Jobs: jobs, Full: true},
@@ -266,6 +277,8 @@ func (p Plan) oneLine(out Outcome) string {
 		case out.Scenario.Kind == KindFailover:
 			parts = append(parts, fmt.Sprintf("%s failover median %s, max %s", spec.Name,
 				FormatSeconds(sum.FailoverMedian), FormatSeconds(sum.FailoverMax)))
+		case out.Scenario.Kind == KindCatchUp:
+			parts = append(parts, spec.Name+" "+catchUpLine(out.Runs[spec.Name]))
 		default:
 			parts = append(parts, fmt.Sprintf("%s %s/item", spec.Name, FormatBytes(int(sum.PerItem))))
 		}
@@ -405,6 +418,14 @@ type Summary struct {
 	// FailoverMedian and FailoverMax are over every failover of the usable
 	// runs together.
 	FailoverMedian, FailoverMax time.Duration
+	// KindCatchUp's figures (CatchUp), each the median: the time and its
+	// rate in MB/s; the new member's peak RSS over the leader's RSS before;
+	// the leader's peak RSS less its RSS before (at least 1 byte, so that
+	// a goal on it has a figure); the round trips' p99 during the catch-up
+	// over their p99 before.
+	CatchUpTime                  time.Duration
+	CatchUpRate, CatchUpMemory   float64
+	CatchUpGrowth, CatchUpP99Ups float64
 }
 
 // Summarize takes the median of each figure over the runs that were neither
@@ -412,6 +433,7 @@ type Summary struct {
 func Summarize(rs []Result) Summary {
 	var s Summary
 	var jobs, p50, p99, p999, cpu, rss, per, items, failovers []float64
+	var cuTime, cuRate, cuMemory, cuGrowth, cuP99 []float64
 	skips := 0
 	for _, r := range rs {
 		switch {
@@ -438,6 +460,12 @@ func Summarize(rs []Result) Summary {
 		for _, d := range r.Failovers {
 			failovers = append(failovers, float64(d))
 		}
+		if cu := r.CatchUp; cu != nil && cu.Time > 0 {
+			cuTime, cuRate = append(cuTime, float64(cu.Time)), append(cuRate, cu.MBPerSec())
+			cuMemory = append(cuMemory, float64(cu.NewPeakRSS)/float64(max(cu.LeaderRSS, 1)))
+			cuGrowth = append(cuGrowth, float64(max(cu.LeaderPeakRSS-cu.LeaderRSS, 1)))
+			cuP99 = append(cuP99, float64(cu.SendP99)/float64(max(cu.IdleP99, 1)))
+		}
 	}
 	if skips < len(rs) {
 		s.Skipped = ""
@@ -447,6 +475,8 @@ func Summarize(rs []Result) Summary {
 	s.P50, s.P99, s.P999 = time.Duration(median(p50)), time.Duration(median(p99)), time.Duration(median(p999))
 	s.PerItem, s.Items = median(per), median(items)
 	s.FailoverMedian = time.Duration(median(failovers))
+	s.CatchUpTime, s.CatchUpRate, s.CatchUpMemory = time.Duration(median(cuTime)), median(cuRate), median(cuMemory)
+	s.CatchUpGrowth, s.CatchUpP99Ups = median(cuGrowth), median(cuP99)
 	if len(failovers) > 0 {
 		s.FailoverMax = time.Duration(slices.Max(failovers))
 	}

@@ -47,6 +47,10 @@ const (
 	// KindFailover kills a cluster's serving leader Kills times and
 	// measures each failover (runFailover); it needs Members.
 	KindFailover
+	// KindCatchUp puts Jobs jobs of Body bytes into a cluster of Members,
+	// then adds a member and times its catch-up by snapshot, with round
+	// trips through the leader meanwhile (runCatchUp).
+	KindCatchUp
 )
 
 // backlogPerConn bounds KindProdCons's outstanding jobs per producer.
@@ -117,6 +121,8 @@ func (s Scenario) Timed() string {
 		return "put → reserve → delete, the whole round trip"
 	case KindFailover:
 		return "from kill -9 of the leader to the first put acknowledged through another member"
+	case KindCatchUp:
+		return "a new member's catch-up; put → reserve → delete through the leader meanwhile"
 	}
 	return "—"
 }
@@ -124,7 +130,7 @@ func (s Scenario) Timed() string {
 // Timed reports whether the scenario runs for a duration and yields jobs/s
 // and latency; the memory and failover scenarios do not.
 func (s Scenario) timed() bool {
-	return s.Kind != KindIdle && s.Kind != KindJobMemory && s.Kind != KindFailover
+	return s.Kind != KindIdle && s.Kind != KindJobMemory && s.Kind != KindFailover && s.Kind != KindCatchUp
 }
 
 // RunConfig bounds one run.
@@ -167,6 +173,8 @@ type Result struct {
 	// Failovers are KindFailover's times from each kill of the leader to
 	// the first put acknowledged through another member.
 	Failovers []time.Duration `json:",omitempty"`
+	// CatchUp is KindCatchUp's figures.
+	CatchUp *CatchUp `json:",omitempty"`
 
 	Sent, Acked int64 // puts written and puts answered INSERTED
 	Errors      int64 // protocol errors and unexpected I/O failures
@@ -210,7 +218,7 @@ func (s Scenario) Run(ctx context.Context, srv *Server, rc RunConfig, prog *Prog
 		return s.runIdle(ctx, srv, rc, prog)
 	case KindJobMemory:
 		return s.runJobMemory(ctx, srv, rc, prog)
-	case KindFailover:
+	case KindFailover, KindCatchUp:
 		return Result{Server: srv.Spec.Name}, fmt.Errorf("load: scenario %s needs a cluster (Members)", s.Name)
 	}
 	return s.runTimed(ctx, srv, rc, prog)

@@ -22,14 +22,14 @@ type Action struct {
 	HardState *pb.HardState
 	// Messages (ActSend) go to the peers they name.
 	Messages []*pb.Message
-	// Records (ActApply, ActRestore, ActLocate) are for the store. Their
-	// bodies alias the log's entries: Store.Apply copies what it keeps.
+	// Records (ActApply, ActLocate) are for the store. Their bodies alias
+	// the log's entries: Store.Apply copies what it keeps.
 	Records []wal.Record
-	// Locs (ActApply, ActRestore, ActLocate) say where each of Records is
-	// in this member's log (Log.Locate): a full record's segment and size.
+	// Locs (ActApply, ActLocate) say where each of Records is in this
+	// member's log (Log.Locate): a full record's segment and size.
 	Locs []wal.Loc
-	// Index is ActApply's, ActLocate's and ActRestore's last entry, and
-	// ActCompact's applied index.
+	// Index is ActApply's, ActLocate's and ActRestore's last entry (the
+	// head's, for ActRestore), and ActCompact's applied index.
 	Index uint64
 	// Pos (ActPublish) is the position replies may now be sent up to.
 	Pos uint64
@@ -58,9 +58,10 @@ func (a *Action) write(l Log) {
 type ActionKind uint8
 
 const (
-	// ActRestore: replace the store with a fresh one and apply Records to
-	// it (Store.Apply): at start, the log's head; when a snapshot was
-	// installed, its records. The entries after Index follow as ActApply.
+	// ActRestore: empty the store (Store.Reset) and apply the log's head
+	// to it (Log.ReadHead, a frame at a time, each Store.Apply): at
+	// start, and when a snapshot was installed. The entries after Index
+	// follow as ActApply.
 	ActRestore ActionKind = iota + 1
 	// ActSend: send Messages. A MsgSnap's fate is reported back
 	// (Core.SnapshotSent); other messages may be dropped silently.

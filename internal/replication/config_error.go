@@ -14,7 +14,7 @@ const (
 	SettingTLSCert Setting = "TLSCert"
 	SettingTLSKey  Setting = "TLSKey"
 	SettingTLSCA   Setting = "TLSCA"
-	SettingTiming  Setting = "Timing" // Tick, its counts, SendQueue and MaxSnapshot
+	SettingTiming  Setting = "Timing" // Tick, its counts and SendQueue
 )
 
 // ConfigError refuses a setting of a member's configuration: which one,

@@ -141,8 +141,8 @@ type pendingWrite struct {
 }
 
 // NewCore returns the core of a member whose log is cfg.Log. Its first
-// Ready restores the store from the log's head; the committed entries
-// after it follow as ActApply.
+// Ready restores the store from the log's head (the shell reads it); the
+// committed entries after it follow as ActApply.
 func NewCore(cfg Config) (*Core, error) {
 	if cfg.ElectionTick == 0 {
 		cfg.ElectionTick = DefaultElectionTick
@@ -163,10 +163,6 @@ func NewCore(cfg Config) (*Core, error) {
 	if cfg.ElectionTick <= cfg.HeartbeatTick || cfg.HeartbeatTick <= 0 {
 		return nil, fmt.Errorf("replication: election tick %d must be above heartbeat tick %d, above 0",
 			cfg.ElectionTick, cfg.HeartbeatTick)
-	}
-	head, err := wal.DecodeFrames(nil, cfg.Log.Head())
-	if err != nil {
-		return nil, fmt.Errorf("replication: the log's head: %w", err)
 	}
 	first, err := cfg.Log.FirstIndex()
 	if err != nil {
@@ -191,8 +187,7 @@ func NewCore(cfg Config) (*Core, error) {
 	c := &Core{id: cfg.ID, rn: rn, log: cfg.Log, journal: cfg.Journal, maxBatch: cfg.MaxBatch,
 		electionTick: cfg.ElectionTick, observer: cfg.Observer, applied: first - 1,
 		heard: make(map[uint64]uint64), book: cfg.Book.clone(), seq: cfg.Seq}
-	c.out = append(c.out, Action{Kind: ActRestore, Records: head, Index: first - 1,
-		Locs: appendLocs(nil, head, cfg.Log.Locate(first-1))})
+	c.out = append(c.out, Action{Kind: ActRestore, Index: first - 1})
 	return c, nil
 }
 
@@ -315,7 +310,8 @@ func (c *Core) Step(m *pb.Message) error {
 	return nil // an answer from a member removed, or not yet known here: dropped
 }
 
-// check decodes the records a peer's message carries.
+// check decodes the records a peer's message carries; a snapshot's must
+// have come whole (Log.Received).
 func (c *Core) check(m *pb.Message) error {
 	var err error
 	for _, e := range m.GetEntries() {
@@ -328,11 +324,8 @@ func (c *Core) check(m *pb.Message) error {
 			return fmt.Errorf("%w: entry %d from %d: %v", ErrBadRecords, e.GetIndex(), m.GetFrom(), err)
 		}
 	}
-	if snap := m.GetSnapshot(); snap != nil {
-		c.scratch, err = wal.DecodeFrames(c.scratch[:0], snap.GetData())
-		if err != nil {
-			return fmt.Errorf("%w: snapshot %d from %d: %v", ErrBadRecords, snap.GetMetadata().GetIndex(), m.GetFrom(), err)
-		}
+	if md := m.GetSnapshot().GetMetadata(); m.GetSnapshot() != nil && !c.log.Received(md) {
+		return fmt.Errorf("%w: snapshot %d from %d: its records did not all come", ErrBadRecords, md.GetIndex(), m.GetFrom())
 	}
 	clear(c.scratch) // keep no bodies
 	return nil
@@ -351,11 +344,8 @@ func (c *Core) Durable(seq uint64) {
 			return
 		}
 		if w.snapshot != nil {
-			// Checked by Step when it came in.
-			records, _ := wal.DecodeFrames(nil, w.snapshot.GetData())
 			index := w.snapshot.GetMetadata().GetIndex()
-			c.out = append(c.out, Action{Kind: ActRestore, Records: records, Index: index,
-				Locs: appendLocs(nil, records, c.log.Locate(index))})
+			c.out = append(c.out, Action{Kind: ActRestore, Index: index})
 			c.applied = index
 			// The membership as of the snapshot, and who its members are.
 			if c.snapBook != nil {

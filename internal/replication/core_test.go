@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -266,6 +267,69 @@ func TestPartitionedLeaderStepsDown(t *testing.T) {
 	c.converged(viewOf(nl.store))
 	if len(viewOf(nl.store)) != 0 {
 		t.Error("the change proposed while cut off was committed")
+	}
+}
+
+// TestSnapshotStreamCut: a snapshot's stream cut after each of its chunks
+// in turn (the last time after every chunk, before its end) leaves the
+// member that receives it as it was: the spool given up, nothing
+// installed or restored, raft told it failed. Raft sends it again, and
+// the whole one installs.
+func TestSnapshotStreamCut(t *testing.T) {
+	c := newCluster(t, 3, 4)
+	l := c.elect(1)
+	lag := c.members[3]
+	c.crash(lag)
+	p := c.producer(l, "work")
+	var ids []uint64
+	for i := range 30 {
+		ids = append(ids, p.put(0, fmt.Sprint(i, strings.Repeat("x", 100<<10))))
+	}
+	c.run(l)
+	c.stabilize()
+	l.store.Migrate(1, slices.Clone(ids)) // older entries hold nothing live
+	c.run(l)
+	c.stabilize()
+	for i := range 6 { // and the log keeps 4 entries past them
+		p.put(0, fmt.Sprint("after ", i))
+		c.run(l)
+		c.stabilize()
+	}
+	snap, err := l.disk.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks := 0
+	eachChunk(t, l.disk, snap, func([]byte) { chunks++ })
+	if chunks < 3 {
+		t.Fatalf("the snapshot streams in %d chunks: the test meant several", chunks)
+	}
+
+	c.start(lag)
+	restores, first := lag.restores, func() uint64 { f, _ := lag.disk.FirstIndex(); return f }
+	before := first()
+	for cut := range chunks + 1 {
+		c.cutStream = cut
+		for range 10 * testElectionTick {
+			if c.cutStream < 0 {
+				break
+			}
+			c.tick()
+		}
+		if c.cutStream >= 0 {
+			t.Fatalf("no snapshot sent to cut after %d chunks", cut)
+		}
+		if lag.restores != restores || first() != before || len(viewOf(lag.store)) != 0 {
+			t.Fatalf("cut after %d of %d chunks: member 3 restored %d times, its log begins at %d (was %d), it holds %d jobs",
+				cut, chunks, lag.restores-restores, first(), before, len(viewOf(lag.store)))
+		}
+	}
+	for range 3 {
+		c.tick()
+	}
+	c.converged(viewOf(l.store))
+	if lag.restores != restores+1 || c.snapshots != 1 {
+		t.Errorf("member 3 restored %d times and %d snapshots arrived; want one whole", lag.restores-restores, c.snapshots)
 	}
 }
 

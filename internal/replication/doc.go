@@ -118,18 +118,29 @@
 //     the data: for a normal entry the batch of records, as wal frames.
 //     One Append is one group of entry frames, in one segment.
 //   - hard state (18): term, vote, commit, with each change.
+//   - head begin (21): a snapshot's index: the head frames of a snapshot
+//     being received follow it.
 //   - head (19): a snapshot's index, then up to 1 MiB of its records as
-//     wal frames: an installed snapshot's records, in as many frames as
-//     they take.
-//   - snapshot (20): its index, term and membership, after its head
-//     frames and in the same group: a snapshot whose write was torn is
+//     wal frames (one larger record alone): a snapshot's records, in as
+//     many frames as they take, each written as it arrives.
+//   - snapshot (20): its index, term and membership, then the count and
+//     bytes of its head frames: written once they are all durable, it is
+//     what installs the snapshot. Head frames that no snapshot frame
+//     follows (a stream that broke, a crash while one was received) are
 //     not taken for installed.
 //
 // Replay takes the frames in order. The last checkpoint or hard state
 // is the state: a new state and the checkpoint that carries it go to the
 // wal under one lock (wal.Log.AppendGroupCheckpoint), so a segment the
-// writer starts after the state never opens with the one before. A snapshot makes its head frames the head and drops every
-// entry. An entry whose index follows the last one held is appended; one
+// writer starts after the state never opens with the one before. A head
+// begin forgets the head frames before it that no snapshot frame took. A
+// snapshot makes the head frames of its index since the last head begin
+// the head (their places on disk: the head is never read into memory),
+// and drops every entry; head frames that do not add up to what the
+// snapshot frame counts mean a damaged log, refused as damage is. (A
+// conversion's first segment, and directories written before the head
+// begin frame, hold one group of head frames and their snapshot frame,
+// without the counts.) An entry whose index follows the last one held is appended; one
 // whose index is held replaces it and every entry after it (a deposed
 // leader's uncommitted tail is superseded by appending the new leader's
 // entries: the last entry written for an index wins); one with any other
@@ -167,8 +178,9 @@
 // rewrites are records like any other, so they are proposed, committed
 // and written by every member. For that the store must know, on every
 // member, which segment holds each job's latest full record: ActApply and
-// ActRestore give each record its place in this member's log (Log.Locate:
-// the segment its entry or snapshot was written to), and the leader's own
+// ActRestore give each record its place in this member's log (the segment
+// its entry was written to, Log.Locate; or its head frame's, Log.ReadHead),
+// and the leader's own
 // entries, which it does not apply, are located once committed
 // (ActLocate), so whichever member leads can move any job. The log knows
 // the same from the entries it folds as they are applied (Compact) and
@@ -183,9 +195,64 @@
 // held (Storage.FirstIndex), and a member that needs older entries (down
 // for long, or a new member) gets a snapshot instead: the live jobs as of
 // a committed index, built by the leader from its log (replaying its
-// segments up to that index), sent as a stream of full records beside the
-// Raft message that announces it, and installed by the receiver as its
-// head, its entries dropped.
+// segments up to that index), sent as a stream of records beside the Raft
+// message that announces it, and installed by the receiver as its head,
+// its entries dropped.
+//
+// Neither side holds a snapshot whole in memory. Raft's pb.Snapshot
+// carries only the metadata (index, term, membership; its Data is empty);
+// the records stream beside it.
+//
+// The leader's view. Log.Snapshot, which raft calls on the node
+// goroutine, only records where the snapshot's records are, at the index
+// it picks (below): the places of the head's frames and of the entries'
+// frames through the index, and the id floor. It reads nothing. That is a
+// consistent view: those frames are committed, durable and never written
+// again, and their segments stay (the log's wal.Log.Hold counts the view)
+// while a stream reads the view, or until the first does: a view goes
+// once its last stream closes (making another reads nothing, and what it
+// keeps on disk must not outlast the need), or, if none opened it, once
+// the log is compacted past its index. Not the leader's store:
+// it holds its proposals in flight, which may never commit.
+// Log.OpenSnapshot opens a stream over the view, on the transport's
+// goroutine. A first pass reads the view's frames back (pread, each
+// checked) and keeps, for each job live at the index, which of the view's
+// records is its latest full record: an id and a count each, no body. A
+// second pass reads them again and hands out chunks of up to 1 MiB of
+// whole records, each a wal frame copied as it is on disk (a larger
+// record alone): every live job's latest full record and the updates
+// after it, in log order, then the highest id any record of the view
+// named (KindIDs). Folding them, as store.Apply and wal.Fold do, gives
+// the live jobs as of the index. What the leader holds while it sends is
+// its chunk and read buffers and that map.
+//
+// The receiver's spool. The transport hands each chunk, as it arrives
+// and checks, to the sink Log.ReceiveSnapshot opens: the sink decodes
+// the chunk's records (each checked by its CRC, as a peer's records
+// always are) and writes a head begin frame, then each chunk as a head
+// frame, each its own group in the member's log, with at most
+// snapshotWindow (8 MiB) of them written and not yet durable. So the
+// receiver holds a few chunks whatever the snapshot's size, and TCP's
+// flow control paces the sender to the receiver's disk. The segments the
+// spool writes stay until the snapshot is installed or given up. Once the
+// whole has come and checks (its bytes, records and CRC-32C, its index,
+// term and cluster) and every head frame is durable, the snapshot is
+// received; only then is raft's message stepped into the core (a
+// snapshot the log has not received whole is refused), and raft installs
+// it (its MsgStorageAppend carries it): Log.InstallSnapshot writes the
+// snapshot frame, and that frame, durable, is the install. A member that
+// crashes before it finds its log as it was (the head frames without a
+// snapshot frame are skipped, their segments removed in time); after it,
+// the new head. A stream cut at any byte, a chunk or a whole that does
+// not check, a disk that fills (the log says it is full), each ends the
+// spool: nothing was installed, nothing is served from it, the refusal
+// is logged once per peer and minute, and raft sends the snapshot again,
+// from its start, on a new stream. The log keeps only the head frames'
+// places (and, until they are counted live, their full records' ids and
+// sizes); the store is filled by reading the head back in batches of a
+// frame (Log.ReadHead, for ActRestore), and a snapshot built from a log
+// whose head is an installed snapshot reads its frames as it reads
+// entries.
 //
 // A single node's -b directory, or a beanstalkd binlog, becomes the first
 // member of a new cluster with every job kept: the jobs it holds become
@@ -198,8 +265,9 @@
 //
 // Precisely (Log, and MemoryLog as its reference): a log holds a head and
 // the entries from FirstIndex on. The head is an installed snapshot's
-// records, kept while some job is live only there, and the highest id any
-// dropped record named (as a segment header keeps it). Replaying the head
+// records (in WALLog, frames on disk), kept while some job is live only
+// there, and the highest id any dropped record named (as a segment header
+// keeps it). Replaying the head
 // and then the committed entries, with wal.Fold (an update of a job not
 // yet seen is skipped: its full record was dropped, and a later rewrite
 // carries it), gives the live jobs as of any commit index at or after the
@@ -210,9 +278,8 @@
 // WALLog drops them from its index as MemoryLog does, and frees their
 // disk a segment at a time; restarted, it holds again every entry its
 // segments still have, from the first on: more than it must, which a log
-// may always do. The snapshot is built once and kept until the log is compacted past
-// it; in this first version its records ride in the snapshot message's
-// Data, as wal frames, and a malformed one is refused when it arrives.
+// may always do. A snapshot's view is made again once the last one is
+// gone, or the log was compacted past it, or the membership changed.
 //
 // A member whose disk was emptied does not come back under its Raft id:
 // the leader holds a match index for it that its empty log contradicts,
@@ -282,9 +349,22 @@
 // receiver, a snapshot among messages, or a frame past its limit is
 // counted and logged the same way, and the connection closed with no
 // answer. After the hellos a messages connection carries
-// frames, length (u32) and raftpb.Message, at most 64 MiB each (raft's
-// appends are about 1 MiB; a larger length is refused before anything is
-// allocated for it). Sending never blocks the core: each peer has a
+// frames, length (u32) and raftpb.Message, at most maxFrame (4 MiB; a
+// larger length is refused before anything is allocated for it). A
+// message larger than a part (1 MiB: raft's appends are about that, but
+// one entry can hold a batch with a body of up to beanstalkd's 1 GiB)
+// goes in parts, so that nothing a queue may hold is too large to send:
+// a header frame (the message with its entries' data left out, and each
+// entry's data length), then that data in parts of up to 1 MiB, written
+// from the log's own entries, not copied. The writer sends what else is
+// queued between two parts, so heartbeats, votes and answers never wait
+// behind more than a part of a large message; appends wait their turn,
+// small or not, as raft's replication wants them in order. The reader
+// delivers the message when its last part has come; one message in parts
+// is in flight per connection. An entry's data is allocated when its first part
+// arrives, at the length its header gave, at most what a log frame holds
+// (4 GiB): a peer is known by its hello, and with TLS its certificate.
+// Sending never blocks the core: each peer has a
 // bounded queue (DefaultSendQueue, twice raft's window of appends in
 // flight); a message that finds it full is dropped, counted, and the peer
 // is reported unreachable to the core (raft then probes it rather than
@@ -293,18 +373,29 @@
 // backoff (50 ms doubling to 1 s, jittered), and what is queued meanwhile
 // is dropped: raft sends again what matters.
 //
-// A MsgSnap (the snapshot's records ride in its Data) goes on a
-// connection of its own, so heartbeats and appends do not wait behind
-// it: the message without its data as a frame, then the data, length
-// (u64) and bytes, written from the log's own copy in 1 MiB chunks each
-// within its deadline; the receiver steps it into its core and answers
-// one byte, taken or refused, which the sender reports to its core
-// (SnapshotSent). Memory is bounded: raft sends one snapshot to a peer at
-// a time and the transport takes one per peer (another fails at once); a
-// receiver takes one at a time, refuses one past NodeConfig.MaxSnapshot
-// (DefaultMaxSnapshot, 4 GiB), and allocates the length announced only
-// once the first megabyte has come, so a snapshot costs the receiver its
-// size once.
+// A MsgSnap goes on a connection of its own, so heartbeats and appends do
+// not wait behind it: the message as a frame (its snapshot's Data empty),
+// then the receiver's go-ahead, one byte. The receiver refuses at once,
+// before any record is read or built, a snapshot of a term older than
+// its own, one at or below its commit index (raft would ignore it), one
+// while it receives another (one at a time), or while its log says the
+// disk is full, each refusal logged once per peer and minute. Then the
+// records (Snapshots and a bounded log), in chunks: length (u32), CRC-32C
+// (u32), and the bytes, up to 1 MiB of whole records (one larger record
+// alone); a length of 0 ends them, and a trailer follows: the cluster's
+// id, the snapshot's index and term, its bytes and records, and the
+// CRC-32C of all its bytes. The receiver checks each chunk and then the
+// whole, spools them as they come, steps the message into its core once
+// they are durable, and answers one byte, taken or refused, which the
+// sender reports to its core (SnapshotSent); a refusal or a broken stream
+// makes raft send it again later, from its start. Each read and write
+// has its own deadline (snapshotIdle), so a stream may take as long as it
+// needs while its bytes keep coming. Raft sends one snapshot to a peer at
+// a time, and the transport takes one per peer (another fails at once).
+// The sender paces itself, at 96 MB/s of records (snapshotRate; its first
+// pass over the view at four times that): fast enough that 500 MB is
+// installed within 10 s, and the stream must not take the cores and the
+// disk from the leader's clients all at once.
 //
 // With --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca every
 // connection is mutual TLS 1.3 (tls.RequireAndVerifyClientCert). A
@@ -342,8 +433,8 @@
 // --cluster-peers, which may be stale: the changes through the book's
 // index are not applied again at start (their effect is what raft reads
 // from InitialState). A snapshot carries the membership as of its index
-// in its metadata, and the leader's book in the MsgSnap's Context, as
-// its records ride in its Data: the receiver merges that book into its
+// in its metadata, and the leader's book in the MsgSnap's Context (its
+// records stream beside it): the receiver merges that book into its
 // own (a book only grows, but for the ids it removes) and keeps it with
 // the snapshot. A snapshot is built no further than the first change
 // after the book's index, and built again after each change, so its
@@ -458,8 +549,8 @@
 // (every write through a number is durable); SnapshotSent (a snapshot
 // reached a peer, or not); Unreachable; Campaign, TransferLeadership and
 // ProposeChange (the operator's, and the tests'). Actions (Ready's result, in the order
-// to carry them out): restore (a fresh store from records: the log's
-// head at start, a snapshot's records when one is installed); send; write
+// to carry them out): restore (the store emptied and filled from the
+// log's head: at start, and when a snapshot was installed); send; write
 // (a snapshot, entries, a hard state; then report Durable); apply
 // (committed records, to the store, each with its place in the log);
 // locate (where the leader's own committed full records are in its log,
@@ -488,9 +579,9 @@
 // highest write number durable), the transport's unreachable peers and
 // snapshot outcomes, the Journal's first record of a batch. After each
 // event it gives the core that news and carries out Ready's actions in
-// order until there are none: restore (a new store, Records applied;
-// NodeConfig.Restored told of it, so the engine serves it; the old one
-// closed), send (to the transport, never waiting), write (to the Log; its
+// order until there are none: restore (the store emptied in place,
+// Store.Reset, and filled from the log's head read back a frame at a
+// time, Log.ReadHead), send (to the transport, never waiting), write (to the Log; its
 // OnDurable leaves the number in the mailbox), apply and locate (to the
 // store), compact, publish, serve (logged; a log that migrates, WALLog,
 // is given the store as its Migrator), and rebuild: NodeConfig.Rebuild,
@@ -523,13 +614,13 @@
 // restarts comes back with what it had made durable.
 //
 // Not yet: certificates are read once at start; and the new leader's wall
-// clock is its machine's (Time). Of the log: a snapshot is built
-// whole in memory and its records ride in the message's Data; an
-// installed snapshot's records are kept in memory while they are the
-// head; the leader hands each live job of a segment to its store once per
-// leadership, so a move the store could not make (none is expected) keeps
-// that segment until the member restarts; an entry larger than the
-// transport's 64 MiB frames (a batch holding a body near beanstalkd's
-// largest) is written but cannot be sent; and replay reads every segment
-// whole, as a single node's does.
+// clock is its machine's (Time). Of the log: the leader hands each live
+// job of a segment to its store once per leadership, so a move the store
+// could not make (none is expected) keeps that segment until the member
+// restarts; and replay reads every segment whole, as a single node's
+// does. Of snapshots: a broken stream starts again from its beginning
+// (no resume); the leader's first pass keeps an entry per live job (about
+// 50 bytes); and an entry, or a record of a snapshot, is held whole in
+// memory where it is sent, received and written, so a 1 GiB body costs a
+// few times that while it travels.
 package replication

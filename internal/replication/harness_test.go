@@ -1,7 +1,11 @@
 package replication
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -14,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // The harness is the shell the tests play: members, each a core with its
@@ -59,6 +64,29 @@ func (d *simDisk) SetHardState(hs *pb.HardState) {
 }
 func (d *simDisk) InstallSnapshot(s *pb.Snapshot) {
 	d.do(func(l *MemoryLog) { l.InstallSnapshot(s) })
+}
+
+// ReceiveSnapshot spools through the disk's writes, so that a crash
+// replays them; Finish makes them durable, as a spool's does.
+func (d *simDisk) ReceiveSnapshot(_ context.Context, md *pb.SnapshotMetadata) (SnapshotSink, error) {
+	md = proto.Clone(md).(*pb.SnapshotMetadata)
+	d.do(func(l *MemoryLog) { l.beginSpool(md) })
+	return &memSink{
+		write: func(chunk []byte) error {
+			if _, _, err := checkChunk(nil, chunk); err != nil {
+				return err
+			}
+			chunk = bytes.Clone(chunk)
+			d.do(func(l *MemoryLog) { _ = l.spoolWrite(l.spool, chunk) })
+			return nil
+		},
+		finish: func() error {
+			d.do(func(l *MemoryLog) { _ = l.spoolFinish(l.spool) })
+			d.sync()
+			return nil
+		},
+		abort: func() { d.do(func(l *MemoryLog) { l.spoolAbort(l.spool) }) },
+	}, nil
 }
 func (d *simDisk) Compact(applied uint64) { d.do(func(l *MemoryLog) { l.Compact(applied) }) }
 func (d *simDisk) SetMembership(cs *pb.ConfState, b Book) {
@@ -129,13 +157,16 @@ type cluster struct {
 	cut       map[[2]uint64]bool     // links that drop everything, from→to
 	sent      map[pb.MessageType]int // messages sent, by type
 	snapshots int                    // snapshots delivered
+	// cutStream, when not negative, cuts the next snapshot's stream after
+	// that many chunks (then it is -1 again): the sender hears it failed.
+	cutStream int
 }
 
 // newCluster starts n members whose logs keep retain entries below the
 // applied index.
 func newCluster(t testing.TB, n, retain int) *cluster {
 	c := &cluster{t: t, members: map[uint64]*member{}, retain: retain,
-		cut: map[[2]uint64]bool{}, sent: map[pb.MessageType]int{}}
+		cut: map[[2]uint64]bool{}, sent: map[pb.MessageType]int{}, cutStream: -1}
 	c.clock.Store(int64(time.Hour))
 	for i := 1; i <= n; i++ {
 		c.ids = append(c.ids, uint64(i))
@@ -200,7 +231,13 @@ func (c *cluster) do(m *member, a Action) bool {
 			m.store.Close()
 		}
 		m.store = store.New(store.Options{Now: c.now, Journal: m.journal, Acks: m.journal})
-		m.store.Apply(a.Records, a.Locs)
+		err := m.disk.ReadHead(func(records []wal.Record, locs []wal.Loc) error {
+			m.store.Apply(records, locs)
+			return nil
+		})
+		if err != nil {
+			c.t.Fatalf("member %d: the log's head: %v", m.id, err)
+		}
 		m.restores++
 	case ActSend:
 		for _, msg := range a.Messages {
@@ -301,12 +338,19 @@ func (c *cluster) deliverLossy(rng *rand.Rand, loss float64) int {
 	for _, msg := range msgs {
 		from, to := c.members[msg.GetFrom()], c.members[msg.GetTo()]
 		arrives := to != nil && to.up && !c.cut[[2]uint64{from.id, to.id}] && (rng == nil || rng.Float64() >= loss)
+		var sink SnapshotSink
+		if arrives && msg.GetType() == pb.MsgSnap {
+			sink, arrives = c.stream(from, to, msg)
+		}
 		if arrives {
 			if err := to.core.Step(msg); err != nil {
 				c.t.Fatalf("member %d: step %v: %v", to.id, msg.GetType(), err)
 			}
 			n++
 			c.run(to)
+		}
+		if sink != nil {
+			sink.Close() // once raft installed it, or did not
 		}
 		if msg.GetType() == pb.MsgSnap {
 			if arrives {
@@ -319,6 +363,52 @@ func (c *cluster) deliverLossy(rng *rand.Rand, loss float64) int {
 		}
 	}
 	return n
+}
+
+// stream sends a snapshot's records from one member's log to another's
+// spool, as the transport does, and reports whether they all came
+// (cutStream; the sender's log may no longer keep them), with the spool,
+// to be closed once the message is stepped (nil when given up already).
+func (c *cluster) stream(from, to *member, msg *pb.Message) (SnapshotSink, bool) {
+	md := msg.GetSnapshot().GetMetadata()
+	r, err := from.disk.OpenSnapshot(md)
+	if errors.Is(err, ErrSnapshotGone) {
+		return nil, false
+	}
+	if err != nil {
+		c.t.Fatalf("member %d: opening snapshot %d: %v", from.id, md.GetIndex(), err)
+	}
+	defer r.Close()
+	sink, err := to.disk.ReceiveSnapshot(c.t.Context(), md)
+	if err != nil {
+		c.t.Fatalf("member %d: receiving snapshot %d: %v", to.id, md.GetIndex(), err)
+	}
+	cut := c.cutStream
+	c.cutStream = -1
+	for chunks := 0; ; chunks++ {
+		chunk, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			c.t.Fatalf("member %d: reading snapshot %d: %v", from.id, md.GetIndex(), err)
+		}
+		if chunks == cut {
+			sink.Close()
+			return nil, false
+		}
+		if err := sink.Write(chunk); err != nil {
+			c.t.Fatalf("member %d: spooling snapshot %d: %v", to.id, md.GetIndex(), err)
+		}
+	}
+	if cut >= 0 {
+		sink.Close() // cut before the trailer
+		return nil, false
+	}
+	if err := sink.Finish(); err != nil {
+		c.t.Fatalf("member %d: spooling snapshot %d: %v", to.id, md.GetIndex(), err)
+	}
+	return sink, true
 }
 
 // stabilize syncs every disk and delivers every message, over and over,

@@ -1,7 +1,7 @@
 package replication
 
 import (
-	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -14,8 +14,8 @@ import (
 )
 
 // Log is a member's Raft log: what raft reads (raft.Storage), and what
-// the shell writes when the core says so (ActWrite, ActCompact). The
-// wal-backed log implements it next; MemoryLog is its reference, in
+// the shell writes when the core says so (ActWrite, ActCompact). WALLog
+// is the member's, in its -b directory; MemoryLog is its reference, in
 // memory.
 //
 // Writes are taken in order and never block: each is visible to the
@@ -31,7 +31,14 @@ import (
 // (wal.Fold), gives the live jobs as of the commit index: that is how a
 // fresh store is filled (ActRestore, then ActApply) and how a snapshot
 // is built.
+//
+// A snapshot's records never ride in raft's pb.Snapshot (its Data is
+// empty): the leader's log hands them out (OpenSnapshot) and the
+// receiver's takes them (ReceiveSnapshot) as a stream beside raft's
+// message (doc.go, "Snapshots and a bounded log").
 type Log interface {
+	// raft.Storage: Snapshot returns the metadata of the live jobs as of
+	// the commit index, their records kept for OpenSnapshot.
 	raft.Storage
 
 	// Append writes ents (consecutive indexes), superseding every entry
@@ -40,9 +47,9 @@ type Log interface {
 	Append(ents []*pb.Entry)
 	// SetHardState writes raft's term, vote and commit index.
 	SetHardState(hs *pb.HardState)
-	// InstallSnapshot makes the log what snap says: its records (in
-	// snap.Data, as wal frames) become the head, and no entry is held;
-	// FirstIndex is then the snapshot's index plus one.
+	// InstallSnapshot makes the log what snap says: the records received
+	// for it (ReceiveSnapshot; Received must say so) become the head, and
+	// no entry is held; FirstIndex is then the snapshot's index plus one.
 	InstallSnapshot(snap *pb.Snapshot)
 	// Compact says that entries through applied were applied: the log
 	// may drop every entry that holds no live job's latest full record,
@@ -54,9 +61,13 @@ type Log interface {
 	// OnDurable calls fn once every write made before it is durable:
 	// from any goroutine, or at once when it already is.
 	OnDurable(fn func())
-	// Head returns the head's records as wal frames: what a fresh store
-	// applies before the entries from FirstIndex.
-	Head() []byte
+	// ReadHead calls fn with the head's records, in order, a frame at a
+	// time (up to snapshotChunk bytes, or one larger record), each with
+	// its place in this log (a full record's segment and size, as
+	// ActApply's Locs), then with the id watermark: what a fresh store
+	// applies before the entries from FirstIndex. The records are valid
+	// only during the call. It returns fn's first error, or the log's.
+	ReadHead(fn func(records []wal.Record, locs []wal.Loc) error) error
 	// SetMembership writes the membership raft applied through b.Index:
 	// its ConfState (what InitialState returns from now on) and the
 	// address book. Snapshots built from then on carry cs.
@@ -64,11 +75,25 @@ type Log interface {
 	// Membership is the book last written, or installed with a snapshot
 	// (its index then the snapshot's).
 	Membership() Book
-	// Locate returns the segment that holds entry index's records, or
-	// the head's when index is the head's snapshot: where the store finds
-	// a job's latest full record for compaction (Store.Migrate). 0 when
-	// index is not held.
+	// Locate returns the segment that holds entry index's records: where
+	// the store finds a job's latest full record for compaction
+	// (Store.Migrate). 0 when index is not held.
 	Locate(index uint64) uint32
+
+	// OpenSnapshot opens the records of the snapshot md describes, the
+	// one Snapshot returned last (ErrSnapshotGone when the log no longer
+	// keeps it), from any goroutine: the live jobs' latest full records
+	// and the updates after them, then the id watermark.
+	OpenSnapshot(md *pb.SnapshotMetadata) (SnapshotReader, error)
+	// ReceiveSnapshot opens a spool for the records of the snapshot md
+	// describes, which a peer sends, from any goroutine; it gives up any
+	// other not yet installed. ErrLogFull refuses it on a full disk. The
+	// sink waits for the log no longer than ctx.
+	ReceiveSnapshot(ctx context.Context, md *pb.SnapshotMetadata) (SnapshotSink, error)
+	// Received reports whether the records of the snapshot md describes
+	// came whole and are durable (a sink finished), so that it may be
+	// installed.
+	Received(md *pb.SnapshotMetadata) bool
 }
 
 // MemoryLog is a Log in memory: everything written is durable at once
@@ -82,6 +107,12 @@ type MemoryLog struct {
 	mu       sync.Mutex
 	logState             // guarded by mu
 	ents     []*pb.Entry // guarded by mu: ents[0] is at prevIndex+1
+	// base is the head's records, guarded by mu: nil once nothing live is
+	// only there.
+	base []byte
+	// spool is the snapshot being received, or received and not yet
+	// installed, guarded by mu.
+	spool *memSpool
 
 	// What compaction knows, guarded by mu: entries through folded are
 	// folded into latestFull, each live job's latest full record's index
@@ -90,8 +121,15 @@ type MemoryLog struct {
 	latestFull map[uint64]uint64
 }
 
+// memSpool is a snapshot a MemoryLog receives.
+type memSpool struct {
+	md   *pb.SnapshotMetadata
+	data []byte
+	done bool // every chunk came
+}
+
 // logState is what every Log keeps alike, guarded by its mutex: raft's
-// state, the head, where the entries begin, and the last snapshot built.
+// state, where the head and the entries begin, and the latest snapshot.
 type logState struct {
 	hs *pb.HardState
 	cs *pb.ConfState
@@ -100,10 +138,9 @@ type logState struct {
 	// after it, so that cs is its membership.
 	book Book
 
-	// The head: the installed snapshot's records (nil once nothing live
-	// is only there) at baseIndex, and the highest id named by records
-	// dropped.
-	base      []byte
+	// The head is the installed snapshot's records (each log keeps them
+	// its own way) at baseIndex; idFloor is the highest id named by
+	// records dropped.
 	baseIndex uint64
 	idFloor   uint64
 
@@ -111,7 +148,7 @@ type logState struct {
 	// (compacted, or the snapshot's) had prevTerm.
 	prevIndex, prevTerm uint64
 
-	snap *pb.Snapshot // the last snapshot built
+	view *snapView // the latest snapshot's view
 }
 
 // newLogState is a new member's: entry 1 at term 1, committed, and the
@@ -136,50 +173,68 @@ func (s *logState) initialState() (*pb.HardState, *pb.ConfState, error) {
 	return proto.Clone(s.hs).(*pb.HardState), proto.Clone(s.cs).(*pb.ConfState), nil
 }
 
-// headLocked is Log's Head.
-func (s *logState) headLocked() []byte {
-	head := slices.Clip(s.base)
-	if s.idFloor > 0 {
-		head = wal.AppendFrame(head, &wal.Record{Kind: wal.KindIDs, ID: s.idFloor})
-	}
-	return head
-}
-
-// snapshotLocked is raft.Storage's Snapshot: the live jobs as of the
-// commit index, built by folding the head and the entries up to it, and
-// kept until the log is compacted past it. last is the log's last index;
-// term and entries (those from prevIndex+1 through index) read it.
-func (s *logState) snapshotLocked(last uint64, term func(i uint64) uint64,
-	entries func(index uint64) ([]*pb.Entry, error)) (*pb.Snapshot, error) {
-	// Built again once the log is compacted past it, or the membership
+// snapshotLocked is raft.Storage's Snapshot: the metadata of the live
+// jobs as of the commit index, whose records makeView finds (the head's
+// and the entries' through the index), kept until the log is compacted
+// past it. last is the log's last index; term and conf (is entry i a
+// membership change) read the entries from prevIndex+1 on.
+func (s *logState) snapshotLocked(last uint64, term func(i uint64) uint64, conf func(i uint64) bool,
+	makeView func(md *pb.SnapshotMetadata) *snapView) (*pb.Snapshot, error) {
+	// Made again once the log is compacted past it, or the membership
 	// changed since: a member added later must find itself in it.
-	if s.snap == nil || s.snap.GetMetadata().GetIndex() < max(s.prevIndex, s.book.Index) {
+	if s.view == nil || s.view.md.GetIndex() < max(s.prevIndex, s.book.Index) {
 		index := min(s.hs.GetCommit(), last)
 		if index < s.prevIndex {
 			// Never so: nothing past the commit index is compacted.
 			return nil, raft.ErrSnapshotTemporarilyUnavailable
 		}
-		ents, err := entries(index)
-		if err != nil {
-			return nil, err
-		}
-		for i, e := range ents {
-			if e.GetType() != pb.EntryNormal && e.GetIndex() > s.book.Index {
+		for i := s.prevIndex + 1; i <= index; i++ {
+			if conf(i) && i > s.book.Index {
 				// A change cs does not hold yet: the snapshot stops before it.
-				index, ents = e.GetIndex()-1, ents[:i]
+				index = i - 1
 				break
 			}
 		}
-		data, err := buildSnapshot(s.headLocked(), ents)
-		if err != nil {
-			return nil, err
-		}
-		s.snap = &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{
+		s.view.dropLocked()
+		s.view = makeView(&pb.SnapshotMetadata{
 			Index: new(index), Term: new(term(index)), ConfState: proto.Clone(s.cs).(*pb.ConfState),
-		}}
+		})
 	}
-	// A copy of the message, not of the records: nobody writes into them.
-	return &pb.Snapshot{Data: s.snap.Data, Metadata: proto.Clone(s.snap.GetMetadata()).(*pb.SnapshotMetadata)}, nil
+	return &pb.Snapshot{Metadata: proto.Clone(s.view.md).(*pb.SnapshotMetadata)}, nil
+}
+
+// openSnapshot is Log's OpenSnapshot; mu is the log's mutex, which
+// guards s. Once its last stream closes, the view goes: making another is
+// cheap (it reads nothing), and what it keeps on disk should not stay for
+// a snapshot that may never be asked for again.
+func (s *logState) openSnapshot(mu *sync.Mutex, md *pb.SnapshotMetadata) (SnapshotReader, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	v := s.view
+	if !v.matches(md) {
+		return nil, fmt.Errorf("%w: snapshot %d at term %d", ErrSnapshotGone, md.GetIndex(), md.GetTerm())
+	}
+	return v.openLocked(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if v.readers--; v.readers > 0 {
+			return
+		}
+		if s.view == v {
+			s.view = nil
+		}
+		v.dropped = true
+		v.releaseIfDoneLocked()
+	}), nil
+}
+
+// compactedLocked drops the latest view once the log is compacted past
+// it: its records stay only while a stream reads them.
+func (s *logState) compactedLocked() {
+	if s.view != nil && s.view.md.GetIndex() < s.prevIndex {
+		s.view.dropLocked()
+		s.view = nil
+	}
 }
 
 // setMembershipLocked is Log's SetMembership.
@@ -188,11 +243,14 @@ func (s *logState) setMembershipLocked(cs *pb.ConfState, b Book) {
 	s.book = b.clone()
 }
 
-// installedLocked keeps an installed snapshot's membership: its
-// ConfState, and the book as of its index.
+// installedLocked keeps an installed snapshot's membership (its
+// ConfState, and the book as of its index), and forgets the latest view,
+// of a log that is no more.
 func (s *logState) installedLocked(md *pb.SnapshotMetadata) {
 	s.cs = proto.Clone(md.GetConfState()).(*pb.ConfState)
 	s.book.Index = md.GetIndex()
+	s.view.dropLocked()
+	s.view = nil
 }
 
 // NewJoinMemoryLog returns the log of a member that joins a running
@@ -284,8 +342,93 @@ func (l *MemoryLog) Snapshot() (*pb.Snapshot, error) {
 			return l.prevTerm
 		}
 		return l.ents[i-l.prevIndex-1].GetTerm()
-	}, func(index uint64) ([]*pb.Entry, error) { return l.ents[:index-l.prevIndex], nil })
+	}, func(i uint64) bool {
+		return l.ents[i-l.prevIndex-1].GetType() != pb.EntryNormal
+	}, func(md *pb.SnapshotMetadata) *snapView {
+		// The slices are never written into: appends and compaction make
+		// new ones.
+		pieces := [][]byte{l.base}
+		for _, e := range l.ents[:md.GetIndex()-l.prevIndex] {
+			pieces = append(pieces, recordsOf(e))
+		}
+		return &snapView{md: md, pieces: len(pieces), floor: l.idFloor,
+			read: func(i int, _ *[]byte) ([]byte, error) { return pieces[i], nil }}
+	})
 }
+
+// OpenSnapshot implements Log.
+func (l *MemoryLog) OpenSnapshot(md *pb.SnapshotMetadata) (SnapshotReader, error) {
+	return l.openSnapshot(&l.mu, md)
+}
+
+// ReceiveSnapshot implements Log: the records are kept in memory.
+func (l *MemoryLog) ReceiveSnapshot(_ context.Context, md *pb.SnapshotMetadata) (SnapshotSink, error) {
+	sp := l.beginSpool(md)
+	return &memSink{write: func(chunk []byte) error { return l.spoolWrite(sp, chunk) },
+		finish: func() error { return l.spoolFinish(sp) }, abort: func() { l.spoolAbort(sp) }}, nil
+}
+
+// beginSpool starts receiving the snapshot md describes, giving up any
+// other not yet installed.
+func (l *MemoryLog) beginSpool(md *pb.SnapshotMetadata) *memSpool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.spool = &memSpool{md: proto.Clone(md).(*pb.SnapshotMetadata)}
+	return l.spool
+}
+
+// spoolWrite adds a chunk, checked, to sp.
+func (l *MemoryLog) spoolWrite(sp *memSpool, chunk []byte) error {
+	if _, _, err := checkChunk(nil, chunk); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sp == nil || l.spool != sp || sp.done {
+		return errSuperseded
+	}
+	sp.data = append(sp.data, chunk...)
+	return nil
+}
+
+// spoolFinish makes sp received.
+func (l *MemoryLog) spoolFinish(sp *memSpool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sp == nil || l.spool != sp {
+		return errSuperseded
+	}
+	sp.done = true
+	return nil
+}
+
+// spoolAbort gives sp up, if it is not installed yet.
+func (l *MemoryLog) spoolAbort(sp *memSpool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.spool == sp {
+		l.spool = nil
+	}
+}
+
+// Received implements Log.
+func (l *MemoryLog) Received(md *pb.SnapshotMetadata) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sp := l.spool
+	return sp != nil && sp.done && sp.md.GetIndex() == md.GetIndex() && sp.md.GetTerm() == md.GetTerm()
+}
+
+// memSink is a MemoryLog's SnapshotSink.
+type memSink struct {
+	write  func([]byte) error
+	finish func() error
+	abort  func()
+}
+
+func (s *memSink) Write(chunk []byte) error { return s.write(chunk) }
+func (s *memSink) Finish() error            { return s.finish() }
+func (s *memSink) Close()                   { s.abort() }
 
 // Append implements Log.
 func (l *MemoryLog) Append(ents []*pb.Entry) {
@@ -322,19 +465,22 @@ func (l *MemoryLog) InstallSnapshot(snap *pb.Snapshot) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	md := snap.GetMetadata()
-	l.base, l.baseIndex, l.idFloor = snap.GetData(), md.GetIndex(), 0
+	sp := l.spool
+	if sp == nil || !sp.done || sp.md.GetIndex() != md.GetIndex() || sp.md.GetTerm() != md.GetTerm() {
+		panic(fmt.Sprintf("replication: installing snapshot %d at term %d, not received", md.GetIndex(), md.GetTerm()))
+	}
+	l.spool = nil
+	l.base, l.baseIndex, l.idFloor = sp.data, md.GetIndex(), 0
 	l.prevIndex, l.prevTerm, l.ents = md.GetIndex(), md.GetTerm(), nil
 	l.installedLocked(md)
 	l.folded = md.GetIndex()
 	clear(l.latestFull)
-	// The core checked the records when the snapshot came in (Step).
-	records, _ := wal.DecodeFrames(nil, l.base)
-	for i := range records {
-		if records[i].Kind == wal.KindFull {
-			l.latestFull[records[i].ID] = l.baseIndex
+	// The spool checked the records as they came.
+	_ = wal.ScanFrames(l.base, func(kind wal.Kind, id uint64, _ int) {
+		if kind == wal.KindFull {
+			l.latestFull[id] = l.baseIndex
 		}
-	}
-	l.snap = &pb.Snapshot{Data: snap.GetData(), Metadata: proto.Clone(md).(*pb.SnapshotMetadata)}
+	})
 }
 
 // Compact implements Log.
@@ -378,6 +524,7 @@ func (l *MemoryLog) Compact(applied uint64) {
 	}
 	l.prevIndex, l.prevTerm = keep-1, l.ents[n-1].GetTerm()
 	l.ents = slices.Clone(l.ents[n:])
+	l.compactedLocked()
 }
 
 // Locate implements Log: a MemoryLog is one segment, 1.
@@ -400,15 +547,24 @@ func (l *MemoryLog) Membership() Book {
 	return l.book.clone()
 }
 
-// Head implements Log.
-func (l *MemoryLog) Head() []byte {
+// ReadHead implements Log: the head is one frame, in segment 1.
+func (l *MemoryLog) ReadHead(fn func(records []wal.Record, locs []wal.Loc) error) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.headLocked()
+	head, floor := l.base, l.idFloor
+	l.mu.Unlock()
+	records, err := wal.DecodeFrames(nil, head)
+	if err != nil {
+		return fmt.Errorf("replication: the log's head: %w", err)
+	}
+	if floor > 0 {
+		records = append(records, wal.Record{Kind: wal.KindIDs, ID: floor})
+	}
+	if len(records) == 0 {
+		return nil
+	}
+	return fn(records, appendLocs(nil, records, 1))
 }
 
-// maxID is the highest id the frames in b name, checked already: up to
-// the first that cannot be read.
 // recordsOf is e's records, as wal frames: its data for a normal entry,
 // none for a membership change.
 func recordsOf(e *pb.Entry) []byte {
@@ -418,46 +574,10 @@ func recordsOf(e *pb.Entry) []byte {
 	return e.GetData()
 }
 
+// maxID is the highest id the frames in b name, checked already: up to
+// the first that cannot be read.
 func maxID(b []byte) uint64 {
 	id := uint64(0)
 	_ = wal.ScanFrames(b, func(_ wal.Kind, i uint64, _ int) { id = max(id, i) })
 	return id
-}
-
-// buildSnapshot folds the head's records and then the entries' into the
-// live jobs (wal.Fold) and returns them as frames: each live job's full
-// record, in id order, then the highest id any record named, so a store
-// that applies the snapshot never issues an id again.
-func buildSnapshot(head []byte, ents []*pb.Entry) ([]byte, error) {
-	live := make(map[uint64]*wal.Recovered)
-	lastID := uint64(0)
-	fold := func(b []byte) error {
-		records, err := wal.DecodeFrames(nil, b)
-		for i := range records {
-			wal.Fold(live, &records[i], wal.Loc{})
-			lastID = max(lastID, records[i].ID)
-		}
-		return err
-	}
-	if err := fold(head); err != nil {
-		return nil, fmt.Errorf("replication: the log's head: %w", err)
-	}
-	for _, e := range ents {
-		if err := fold(recordsOf(e)); err != nil {
-			return nil, fmt.Errorf("replication: entry %d: %w", e.GetIndex(), err)
-		}
-	}
-	jobs := make([]*wal.Recovered, 0, len(live))
-	for _, j := range live {
-		jobs = append(jobs, j)
-	}
-	slices.SortFunc(jobs, func(a, b *wal.Recovered) int { return cmp.Compare(a.ID, b.ID) })
-	var data []byte
-	for _, j := range jobs {
-		data = wal.AppendFrame(data, &j.Record)
-	}
-	if lastID > 0 {
-		data = wal.AppendFrame(data, &wal.Record{Kind: wal.KindIDs, ID: lastID})
-	}
-	return data, nil
 }

@@ -3,6 +3,7 @@ package replication
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"reflect"
 	"testing"
@@ -27,6 +28,80 @@ func full(id uint64, pri uint32) wal.Record {
 
 func commit(l Log, index uint64) {
 	l.SetHardState(&pb.HardState{Term: new(uint64(2)), Vote: new(uint64(1)), Commit: new(index)})
+}
+
+// headOf reads l's head whole (Log.ReadHead), as frames.
+func headOf(t testing.TB, l Log) []byte {
+	t.Helper()
+	var b []byte
+	err := l.ReadHead(func(records []wal.Record, _ []wal.Loc) error {
+		for i := range records {
+			b = wal.AppendFrame(b, &records[i])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// snapshotData reads the records of l's snapshot snap whole, as its
+// stream hands them out.
+func snapshotData(t testing.TB, l Log, snap *pb.Snapshot) []byte {
+	t.Helper()
+	var b []byte
+	eachChunk(t, l, snap, func(chunk []byte) { b = append(b, chunk...) })
+	return b
+}
+
+// eachChunk calls fn with each chunk of l's snapshot snap, checking that
+// each is whole records within snapshotChunk, or one larger record.
+func eachChunk(t testing.TB, l Log, snap *pb.Snapshot, fn func(chunk []byte)) {
+	t.Helper()
+	r, err := l.OpenSnapshot(snap.GetMetadata())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for {
+		chunk, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		if err := wal.ScanFrames(chunk, func(wal.Kind, uint64, int) { n++ }); err != nil || n == 0 ||
+			len(chunk) > snapshotChunk && n > 1 {
+			t.Fatalf("a chunk of %d bytes holds %d records (%v)", len(chunk), n, err)
+		}
+		fn(chunk)
+	}
+}
+
+// transfer streams snapshot snap of from into to's spool, as the
+// transport does, and installs it there.
+func transfer(t testing.TB, from Log, snap *pb.Snapshot, to Log) {
+	t.Helper()
+	sink, err := to.ReceiveSnapshot(t.Context(), snap.GetMetadata())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	eachChunk(t, from, snap, func(chunk []byte) {
+		if err := sink.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := sink.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if !to.Received(snap.GetMetadata()) {
+		t.Fatal("a snapshot received whole is not Received")
+	}
+	to.InstallSnapshot(snap)
 }
 
 // logKinds are the Logs the Log tests run against: MemoryLog, the
@@ -103,7 +178,7 @@ func testLog(t *testing.T, open func(voters []uint64, retain int) Log) {
 	if _, err := l.Entries(5, 7, math.MaxUint64); !errors.Is(err, raft.ErrCompacted) {
 		t.Errorf("reading a compacted entry: %v", err)
 	}
-	head, err := wal.DecodeFrames(nil, l.Head())
+	head, err := wal.DecodeFrames(nil, headOf(t, l))
 	if err != nil || !reflect.DeepEqual(head, []wal.Record{{Kind: wal.KindIDs, ID: 100}}) {
 		t.Errorf("head %+v, %v: want the id watermark of what was dropped", head, err)
 	}
@@ -113,16 +188,36 @@ func testLog(t *testing.T, open func(voters []uint64, retain int) Log) {
 		t.Fatal(err)
 	}
 	ref, _ := whole.Snapshot()
-	if snap.GetMetadata().GetIndex() != 7 || !reflect.DeepEqual(snap.GetData(), ref.GetData()) {
-		t.Errorf("the compacted log's snapshot (index %d) differs from the whole log's", snap.GetMetadata().GetIndex())
+	data := snapshotData(t, l, snap)
+	if snap.GetMetadata().GetIndex() != 7 || len(snap.GetData()) > 0 || !reflect.DeepEqual(data, snapshotData(t, whole, ref)) {
+		t.Errorf("the compacted log's snapshot (index %d, %d bytes of data in raft's message) differs from the whole log's",
+			snap.GetMetadata().GetIndex(), len(snap.GetData()))
 	}
-	records, _ := wal.DecodeFrames(nil, snap.GetData())
+	records, _ := wal.DecodeFrames(nil, data)
 	var got []uint64
 	for _, r := range records {
 		got = append(got, r.ID)
 	}
-	if want := []uint64{1, 3, 4, 100}; !reflect.DeepEqual(got, want) {
-		t.Errorf("snapshot records %v, want jobs 1, 3, 4 and the watermark 100", got)
+	if want := []uint64{4, 1, 3, 100}; !reflect.DeepEqual(got, want) {
+		t.Errorf("snapshot records %v, want jobs 4, 1 and 3 (their latest full records, in log order) and the watermark 100", got)
+	}
+
+	// A log that installs the snapshot holds its records as its head.
+	// (Each stream reads a view the log makes for it: one that closed is
+	// gone, and Snapshot makes another of the same snapshot.)
+	fresh := open([]uint64{1}, 0)
+	if _, err := l.OpenSnapshot(snap.GetMetadata()); !errors.Is(err, ErrSnapshotGone) {
+		t.Errorf("a view read whole opened again: %v", err)
+	}
+	if snap, err = l.Snapshot(); err != nil || snap.GetMetadata().GetIndex() != 7 {
+		t.Fatalf("the snapshot made again: %v, %v", snap.GetMetadata(), err)
+	}
+	transfer(t, l, snap, fresh)
+	if first, _ := fresh.FirstIndex(); first != 8 {
+		t.Errorf("first index %d after installing snapshot 7", first)
+	}
+	if !reflect.DeepEqual(headOf(t, fresh), data) {
+		t.Error("the installed snapshot's records are not the head")
 	}
 
 	// A new leader's entries supersede an uncommitted tail.
@@ -137,15 +232,5 @@ func testLog(t *testing.T, open func(voters []uint64, retain int) Log) {
 	l.Compact(9) // past the commit index: only what is committed counts
 	if first, _ := l.FirstIndex(); first != 6 {
 		t.Errorf("compacted past the commit index, to %d", first)
-	}
-
-	// A log that installs the snapshot holds its records as its head.
-	fresh := open([]uint64{1}, 0)
-	fresh.InstallSnapshot(snap)
-	if first, _ := fresh.FirstIndex(); first != 8 {
-		t.Errorf("first index %d after installing snapshot 7", first)
-	}
-	if !reflect.DeepEqual(fresh.Head(), snap.GetData()) {
-		t.Error("the installed snapshot's records are not the head")
 	}
 }

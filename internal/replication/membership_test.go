@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -275,10 +274,6 @@ func TestNodeMembership(t *testing.T) {
 		return follower.Status().Leader == leader.Name()
 	})
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if _, err := follower.AddMember(ctx, "m4", "not an address"); !errors.Is(err, ErrBadMember) {
@@ -287,26 +282,9 @@ func TestNodeMembership(t *testing.T) {
 	if _, err := follower.AddMember(ctx, "m1", "127.0.0.1:1"); !errors.Is(err, ErrMemberExists) {
 		t.Errorf("adding m1 again: %v, want ErrMemberExists", err)
 	}
-	added, err := follower.AddMember(ctx, "m4", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := c.add(follower, "m4")
 	if _, err := leader.AddMember(ctx, "m5", "127.0.0.1:2"); !errors.Is(err, ErrChangeInProgress) {
 		t.Errorf("adding m5 while m4 is a learner: %v, want ErrChangeInProgress", err)
-	}
-	cluster, id, err := ParseJoin(follower.JoinString(added.ID))
-	if err != nil || id != added.ID || cluster != leader.cfg.ClusterID {
-		t.Fatalf("the join string %q reads as %x:%x, %v", follower.JoinString(added.ID), cluster, id, err)
-	}
-	c.peers = append(c.peers, Member{Name: "m4", Addr: ln.Addr().String(), ID: MemberID("m4")})
-	c.logs["m4"] = &gatedLog{MemoryLog: NewJoinMemoryLog(2)}
-	c.tweak = func(cfg *NodeConfig) {
-		// The cluster's id as the initial members' names made it: c.peers
-		// now names m4 too.
-		cfg.ClusterID = cluster
-		if cfg.Node == "m4" {
-			cfg.JoinID = id
-		}
 	}
 	joined := c.start("m4", ln)
 	testproc.WaitFor(t, 20*time.Second, "m4 promoted", func() bool {

@@ -234,6 +234,53 @@ func (c *netCluster) restart(name string) *Node {
 	return c.start(name, nil)
 }
 
+// join adds member name through via (a learner, then promoted) and
+// starts it on a fresh log of its own, as --cluster-join does.
+func (c *netCluster) join(via *Node, name string) *Node {
+	c.t.Helper()
+	return c.start(name, c.add(via, name))
+}
+
+// add adds member name through via, as a learner, and returns the
+// listener it is to be started on (start), with --cluster-join's
+// configuration and a fresh log of its own.
+func (c *netCluster) add(via *Node, name string) net.Listener {
+	c.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	added, err := via.AddMember(ctx, name, ln.Addr().String())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cluster, id, err := ParseJoin(via.JoinString(added.ID))
+	if err != nil || id != added.ID || cluster != via.cfg.ClusterID {
+		c.t.Fatalf("the join string %q reads as %x:%x, %v", via.JoinString(added.ID), cluster, id, err)
+	}
+	c.peers = append(c.peers, Member{Name: name, Addr: ln.Addr().String(), ID: MemberID(name)})
+	if c.dirs != nil {
+		c.dirs[name] = c.t.TempDir()
+	} else {
+		c.logs[name] = &gatedLog{MemoryLog: NewJoinMemoryLog(2)}
+	}
+	tweak := c.tweak
+	c.tweak = func(cfg *NodeConfig) {
+		if tweak != nil {
+			tweak(cfg)
+		}
+		// The cluster's id as the initial members' names made it: c.peers
+		// now names the new member too.
+		cfg.ClusterID = cluster
+		if cfg.Node == name {
+			cfg.JoinID = id
+		}
+	}
+	return ln
+}
+
 // up lists the members running, by name.
 func (c *netCluster) up() []*Node {
 	var ns []*Node

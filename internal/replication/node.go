@@ -74,9 +74,8 @@ type NodeConfig struct {
 	// MaxBatch is the core's (DefaultMaxBatch when 0).
 	MaxBatch int
 	// SendQueue is each peer's queue of messages (DefaultSendQueue when
-	// 0); MaxSnapshot bounds a snapshot received (DefaultMaxSnapshot).
-	SendQueue   int
-	MaxSnapshot int64
+	// 0).
+	SendQueue int
 
 	// Log is the member's log; nil makes a MemoryLog of the initial
 	// members that keeps Retain entries below the applied index.
@@ -135,8 +134,8 @@ func (cfg *NodeConfig) Validate() error {
 	if cfg.JoinID != 0 && cfg.ClusterID == 0 {
 		return configErrorf(SettingJoin, "needs the cluster's id: CLUSTER:ID, as the member's addition printed it")
 	}
-	if cfg.Tick < 0 || cfg.ElectionTick < 0 || cfg.HeartbeatTick < 0 || cfg.SendQueue < 0 || cfg.MaxSnapshot < 0 {
-		return configErrorf(SettingTiming, "the tick, its counts, the send queue and the snapshot limit cannot be negative")
+	if cfg.Tick < 0 || cfg.ElectionTick < 0 || cfg.HeartbeatTick < 0 || cfg.SendQueue < 0 {
+		return configErrorf(SettingTiming, "the tick, its counts and the send queue cannot be negative")
 	}
 	return nil
 }
@@ -291,9 +290,6 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if cfg.SendQueue == 0 {
 		cfg.SendQueue = DefaultSendQueue
 	}
-	if cfg.MaxSnapshot == 0 {
-		cfg.MaxSnapshot = DefaultMaxSnapshot
-	}
 	var names []string
 	var ids []uint64
 	for _, m := range cfg.Peers {
@@ -392,8 +388,9 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		self: n.self, members: book.Members, cluster: cfg.ClusterID, hints: hints,
 		removed: n.isRemoved, removedSelf: n.noteRemoved,
 		listen: cfg.Listen, listener: cfg.listener, client: cfg.ClientAddr, http: cfg.HTTPAddr,
-		tls: mtls, queue: cfg.SendQueue, maxSnap: cfg.MaxSnapshot, log: n.logger,
+		tls: mtls, queue: cfg.SendQueue, log: n.logger,
 		deliver: n.deliver, deliverSnapshot: n.deliverSnapshot,
+		openSnapshot: n.openSnapshot, receiveSnapshot: n.receiveSnapshot,
 		unreachable: n.noteUnreachable, snapshotSent: n.noteSnapshotSent,
 	})
 	if err != nil {
@@ -536,6 +533,8 @@ func (n *Node) run() {
 	defer ticker.Stop()
 	for {
 		tick := false
+		var verdict chan error // a peer's snapshot's, once its round is carried out
+		var verr error
 		select {
 		case <-n.stop:
 			return
@@ -557,7 +556,7 @@ func (n *Node) run() {
 				}
 			}
 		case in := <-n.snapIn:
-			in.verdict <- n.step(in.m)
+			verdict, verr = in.verdict, n.step(in.m)
 		case to := <-n.transfers:
 			n.core.TransferLeadership(to)
 		case req := <-n.changes:
@@ -570,6 +569,12 @@ func (n *Node) run() {
 		stopped := n.lost != nil || n.process()
 		n.rebuilt()
 		n.publish(tick)
+		if verdict != nil {
+			// After the round: raft's install of the snapshot is written
+			// (Log.InstallSnapshot) before the sender hears of it and the
+			// transport takes another.
+			verdict <- verr
+		}
 		if stopped {
 			return
 		}
@@ -804,19 +809,31 @@ func (n *Node) rebuilt() {
 }
 
 // restore carries out ActRestore: the store is emptied in place and
-// given the records, the log's head at start or an installed snapshot's.
-// A store that refuses to be emptied (a client holds a reservation, which
-// a member that does not serve never has) stops the member: serving on
-// from the old jobs would be wrong. It reports whether the member
-// stopped.
+// filled from the log's head, read back a frame at a time (Log.ReadHead),
+// at start or once an installed snapshot is durable. A store that refuses
+// to be emptied (a client holds a reservation, which a member that does
+// not serve never has), or a head that cannot be read, stops the member:
+// serving on from the old jobs, or from part of the new, would be wrong.
+// It reports whether the member stopped.
 func (n *Node) restore(a Action) bool {
+	start := time.Now()
 	if err := n.store.Reset(); err != nil {
 		n.fail(fmt.Errorf("replication: cannot restore the store: %w", err), "the member cannot go on; stopping")
 		return true
 	}
-	n.store.Apply(a.Records, a.Locs)
+	records := 0
+	err := n.log.ReadHead(func(recs []wal.Record, locs []wal.Loc) error {
+		n.store.Apply(recs, locs)
+		records += len(recs)
+		return nil
+	})
+	if err != nil {
+		n.fail(fmt.Errorf("replication: the log's head, as of %d: %w", a.Index, err), "the member cannot go on; stopping")
+		return true
+	}
 	if n.restores++; n.restores > 1 {
-		n.logger.Info().Uint64("index", a.Index).Int("records", len(a.Records)).Msg("installed a snapshot")
+		n.logger.Info().Uint64("index", a.Index).Int("records", records).Dur("took", time.Since(start)).
+			Msg("installed a snapshot")
 	}
 	return false
 }
@@ -900,8 +917,34 @@ func (n *Node) deliver(m *pb.Message) bool {
 	}
 }
 
-// deliverSnapshot hands a peer's snapshot to the node goroutine and
-// returns the core's verdict on it.
+// openSnapshot opens the records of a snapshot this member sends.
+func (n *Node) openSnapshot(m *pb.Message) (SnapshotReader, error) {
+	return n.log.OpenSnapshot(m.GetSnapshot().GetMetadata())
+}
+
+// receiveSnapshot says whether this member takes a peer's snapshot, before
+// any of its records is read, and opens the log's spool for them. Raft
+// would ignore one from an older term, or one at or below the commit
+// index: it is refused at once.
+func (n *Node) receiveSnapshot(ctx context.Context, m *pb.Message) (SnapshotSink, error) {
+	md := m.GetSnapshot().GetMetadata()
+	n.mu.Lock()
+	term, commit, stopped := n.pub.term, n.pub.commit, n.pub.stopped
+	n.mu.Unlock()
+	switch {
+	case stopped:
+		return nil, errStopped
+	case m.GetTerm() < term:
+		return nil, fmt.Errorf("replication: a snapshot of term %d; this member is at term %d", m.GetTerm(), term)
+	case md.GetIndex() <= commit:
+		return nil, fmt.Errorf("replication: snapshot %d; this member has committed %d", md.GetIndex(), commit)
+	}
+	return n.log.ReceiveSnapshot(ctx, md)
+}
+
+// deliverSnapshot hands a peer's snapshot, received whole, to the node
+// goroutine and returns the core's verdict on it, once the round it
+// started is carried out.
 func (n *Node) deliverSnapshot(m *pb.Message) error {
 	in := snapshotIn{m: m, verdict: make(chan error, 1)}
 	select {

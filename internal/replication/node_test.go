@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -353,6 +354,34 @@ func TestNodeSnapshot(t *testing.T) {
 	}
 	if n := len(viewOf(started)); n != len(live)+1 {
 		t.Errorf("the store the member started with holds %d jobs after the snapshot, want %d", n, len(live)+1)
+	}
+}
+
+// TestNodeLargeEntry: an entry larger than a frame could once be (a batch
+// holding a body past 64 MiB) is replicated and acknowledged, in parts,
+// with no leader change meanwhile: heartbeats go between its parts. The
+// election timeout is 5 s: the store appends the record to the journal
+// under its mutex, which the node goroutine takes at every round, and
+// copying 64 MiB under the race detector takes longer than a second.
+func TestNodeLargeEntry(t *testing.T) {
+	c := newNetCluster(t, 3, 100, func(cfg *NodeConfig) { cfg.Tick, cfg.ElectionTick = DefaultTick, 50 })
+	l := c.awaitServing(10 * time.Second)
+	changes := l.Stats().LeaderChanges
+	cl := newNetClient(l, "large")
+	body := bytes.Repeat([]byte("0123456789abcdef"), (64<<20+1024)/16)
+	id, pos := cl.put(string(body))
+	awaitAck(t, l.Journal(), pos, 30*time.Second)
+	for _, n := range c.up() {
+		testproc.WaitFor(t, 30*time.Second, n.self.Name+" holding the job", func() bool {
+			j, ok := n.Store().NewClient(nil).Peek(id)
+			return ok && bytes.Equal(j.Body(), append(slices.Clip(body), "\r\n"...))
+		})
+	}
+	if got := l.Stats(); got.LeaderChanges != changes || !got.Serving {
+		t.Errorf("the leadership moved while the entry was sent: %+v", got)
+	}
+	if st := l.Stats().Transport; st.MessagesDropped > 0 {
+		t.Logf("the leader dropped %d messages", st.MessagesDropped)
 	}
 }
 

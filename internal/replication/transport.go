@@ -28,9 +28,6 @@ const (
 	// and the heartbeats beside it fit. The queued messages share their
 	// entries with the log; nothing is copied until it is written.
 	DefaultSendQueue = 2 * maxInflight
-	// DefaultMaxSnapshot bounds a snapshot received: the receiver holds
-	// it in memory until the core has it, one at a time.
-	DefaultMaxSnapshot = 4 << 30
 
 	dialTimeout      = 2 * time.Second
 	handshakeTimeout = 5 * time.Second
@@ -40,7 +37,8 @@ const (
 	// its queue for longer.
 	writeTimeout = 5 * time.Second
 	// snapshotIdle is how long a snapshot's receiver waits for its next
-	// chunk, and its sender for the verdict.
+	// chunk, its sender for the go-ahead and the verdict, and a spool for
+	// its log's disk.
 	snapshotIdle = 10 * time.Second
 	keepAlive    = 5 * time.Second
 	// removedGrace is how long a removed peer's inbound connection is
@@ -88,15 +86,20 @@ type transportConfig struct {
 	http     string // this member's --http address, told to peers
 	tls      *memberTLS
 	queue    int
-	maxSnap  int64
 	log      zerolog.Logger
 
 	// The node's side, called from the transport's goroutines. deliver
 	// blocks until the node takes m (false once it stopped);
-	// deliverSnapshot until the core has stepped it, with its verdict.
-	// unreachable and snapshotSent must not block.
+	// deliverSnapshot until the core has stepped it and carried out what
+	// followed, with its verdict. openSnapshot opens the records of a
+	// snapshot to send (Log.OpenSnapshot); receiveSnapshot, before any is
+	// read, says whether a snapshot is taken, and spools its records
+	// (Log.ReceiveSnapshot), waiting no longer than ctx. unreachable and
+	// snapshotSent must not block.
 	deliver         func(m *pb.Message) bool
 	deliverSnapshot func(m *pb.Message) error
+	openSnapshot    func(m *pb.Message) (SnapshotReader, error)
+	receiveSnapshot func(ctx context.Context, m *pb.Message) (SnapshotSink, error)
 	unreachable     func(id uint64)
 	snapshotSent    func(id uint64, ok bool)
 	// removed says whether id was removed from the cluster (its hello is
@@ -125,7 +128,7 @@ type transport struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the transport's goroutines
 	// receiving holds a token while a snapshot is received: one at a
-	// time, so at most one snapshot's bytes are held (maxSnap).
+	// time.
 	receiving chan struct{}
 
 	mu      sync.Mutex
@@ -435,9 +438,10 @@ func (t *transport) idle(p *peer, d time.Duration) bool {
 }
 
 // writeMessages writes p's queue to conn (over raw) until a write fails
-// or the connection breaks; it returns with raw closed. Each message must
+// or the connection breaks; it returns with raw closed. Each write must
 // be taken within writeTimeout, and a batch (what is queued, taken at
-// once) is flushed when the queue is empty.
+// once) is flushed when the queue is empty. A large message goes a part
+// at a time, with what is queued written between its parts.
 func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 	// The peer sends nothing after its hello: a read returns only when
 	// the connection ends, and then the writer learns it at once rather
@@ -453,19 +457,35 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 		<-broken
 	}()
 	w := bufio.NewWriterSize(conn, 64<<10)
-	var buf []byte
-	// taken counts the messages taken from the queue and not yet
-	// flushed: unsent until then, and lost if the connection breaks.
-	taken := int64(0)
+	// taken counts the messages taken from the queue and not yet written
+	// whole and flushed: unsent until then, and lost if the connection
+	// breaks; done counts those of them finished since the last flush,
+	// lost those of them dropped.
+	taken, done, lost := int64(0), 0, 0
 	defer func() { p.unsent.Add(-taken) }()
+	mw := messageWriter{w: w, dropped: func(err error) {
+		lost++
+		t.dropped.Add(1)
+		t.logOnce("too large "+p.Name, func(e *zerolog.Event) *zerolog.Event {
+			return e.Str("peer", p.Name).Err(err)
+		}, zerolog.ErrorLevel, "a message to a member cannot be sent")
+	}}
+	// Closed: with parts left to write, the writer waits for no message.
+	noWait := make(chan struct{})
+	close(noWait)
 	for {
 		var m *pb.Message
+		var next <-chan struct{}
+		if mw.busy() {
+			next = noWait
+		}
 		select {
 		case m = <-p.queue:
 		case <-broken:
 			return errors.New("replication: the peer closed the connection")
 		case <-p.ctx.Done():
 			return nil
+		case <-next:
 		}
 		for m != nil {
 			taken++
@@ -474,20 +494,13 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 			}
 			if p.cut.Load() {
 				t.dropped.Add(1)
+				done, lost = done+1, lost+1
 			} else {
-				var err error
-				buf, err = appendFrame(buf[:0], m)
+				n, err := mw.write(m)
 				if err != nil {
-					// Raft would send it again and again: say so.
-					t.dropped.Add(1)
-					t.logOnce("too large "+p.Name, func(e *zerolog.Event) *zerolog.Event {
-						return e.Str("peer", p.Name).Err(err)
-					}, zerolog.ErrorLevel, "a message to a member cannot be sent")
-				} else if _, err := w.Write(buf); err != nil {
 					return err
-				} else {
-					t.sent.Add(1)
 				}
+				done += n
 			}
 			select {
 			case m = <-p.queue:
@@ -495,14 +508,23 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 				m = nil
 			}
 		}
+		if mw.busy() {
+			if err := conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
+				return err
+			}
+			n, err := mw.part()
+			if err != nil {
+				return err
+			}
+			done += n
+		}
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		p.unsent.Add(-taken)
-		taken = 0
-		if cap(buf) > 1<<20 {
-			buf = nil
-		}
+		t.sent.Add(uint64(done - lost))
+		p.unsent.Add(-int64(done))
+		taken -= int64(done)
+		done, lost = 0, 0
 	}
 }
 
@@ -531,7 +553,9 @@ func (t *transport) runSnapshots(p *peer) {
 	}
 }
 
-// sendSnapshot dials p, writes m, and waits for p's verdict.
+// sendSnapshot dials p, writes m, and once p goes ahead streams the
+// snapshot's records (doc.go, "Members and their traffic"), then waits
+// for p's verdict.
 func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
 	if p.cut.Load() {
 		return errors.New("replication: cut off")
@@ -543,17 +567,63 @@ func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
 	defer t.drop(raw)
 	dc := idleConn{Conn: conn, idle: snapshotIdle}
 	w := bufio.NewWriterSize(dc, 64<<10)
-	if err := writeSnapshot(w, m); err != nil {
+	frame, err := appendFrame(nil, m)
+	if err != nil {
 		return err
 	}
+	if _, err := w.Write(frame); err != nil {
+		return err
+	}
+	if err := answered(w, dc, snapshotProceed, "go-ahead"); err != nil {
+		return err
+	}
+	r, err := t.cfg.openSnapshot(m)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	md := m.GetSnapshot().GetMetadata()
+	sum := snapshotTrailer{cluster: t.cfg.cluster, index: md.GetIndex(), term: md.GetTerm()}
+	pace := pacer{rate: snapshotRate, start: time.Now()}
+	for {
+		chunk, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if p.cut.Load() {
+			return errors.New("replication: cut off")
+		}
+		sum.add(chunk)
+		if err := writeChunk(w, chunk); err != nil {
+			return err
+		}
+		if err := pace.wait(p.ctx, len(chunk)); err != nil {
+			return err
+		}
+	}
+	if err := writeChunk(w, nil); err != nil {
+		return err
+	}
+	if _, err := w.Write(sum.append(nil)); err != nil {
+		return err
+	}
+	return answered(w, dc, snapshotTaken, "verdict")
+}
+
+// answered flushes w and reads the receiver's one-byte answer from r: an
+// error unless it is want.
+func answered(w *bufio.Writer, r io.Reader, want byte, what string) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	var verdict [1]byte
-	if _, err := io.ReadFull(dc, verdict[:]); err != nil {
-		return fmt.Errorf("replication: no verdict: %w", err)
+	var answer [1]byte
+	if _, err := io.ReadFull(r, answer[:]); err != nil {
+		return fmt.Errorf("replication: no %s: %w", what, err)
 	}
-	if verdict[0] != snapshotTaken {
+	if answer[0] != want {
 		return errors.New("replication: the member refused the snapshot")
 	}
 	return nil
@@ -848,34 +918,105 @@ func isEOF(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// receiveSnapshot reads p's snapshot, hands it to the core, and answers
-// with the verdict. One is received at a time: another peer's waits.
+// receiveSnapshot reads p's snapshot: its message, then, if this member
+// takes it, its records into the log's spool; once they are whole and
+// durable, it hands the message to the core and answers with the verdict.
+// One is received at a time: another peer's is refused meanwhile.
 func (t *transport) receiveSnapshot(p *peer, conn net.Conn, r *bufio.Reader) {
+	dc := idleConn{Conn: conn, idle: snapshotIdle}
+	r.Reset(dc)
+	refuse := func(err error) {
+		if !t.isClosed() {
+			t.logOnce("snapshot "+p.Name, func(e *zerolog.Event) *zerolog.Event {
+				return e.Str("peer", p.Name).Str("remote", conn.RemoteAddr().String()).Err(err)
+			}, zerolog.WarnLevel, "refused a member's snapshot; it sends it again later")
+		}
+	}
+	f := frameReader{r: r}
+	m, err := f.read()
+	switch {
+	case err != nil:
+		refuse(err)
+		return
+	case m.GetType() != pb.MsgSnap || m.GetSnapshot() == nil:
+		refuse(fmt.Errorf("replication: a snapshot connection carried a %v", m.GetType()))
+		return
+	case m.GetFrom() != p.ID || m.GetTo() != t.cfg.self.ID:
+		refuse(fmt.Errorf("replication: a snapshot from %x to %x", m.GetFrom(), m.GetTo()))
+		return
+	}
 	select {
 	case t.receiving <- struct{}{}:
 		defer func() { <-t.receiving }()
-	case <-t.ctx.Done():
+	default:
+		refuse(errors.New("replication: another snapshot is being received"))
+		_, _ = dc.Write([]byte{snapshotRefused})
 		return
 	}
-	dc := idleConn{Conn: conn, idle: snapshotIdle}
-	r.Reset(dc)
-	m, err := readSnapshot(r, t.cfg.maxSnap)
-	if err == nil && (m.GetFrom() != p.ID || m.GetTo() != t.cfg.self.ID) {
-		err = fmt.Errorf("replication: a snapshot from %x to %x", m.GetFrom(), m.GetTo())
+	sink, err := t.cfg.receiveSnapshot(t.ctx, m)
+	if err == nil && p.cut.Load() {
+		sink.Close()
+		err = errors.New("replication: cut off")
 	}
-	if err == nil && !p.cut.Load() {
+	if err != nil {
+		refuse(err)
+		_, _ = dc.Write([]byte{snapshotRefused})
+		return
+	}
+	defer sink.Close()
+	if _, err := dc.Write([]byte{snapshotProceed}); err != nil {
+		return
+	}
+	err = t.spool(p, r, m, sink)
+	if err == nil {
 		err = t.cfg.deliverSnapshot(m)
 	}
 	verdict := snapshotTaken
-	if err != nil || p.cut.Load() {
+	if err != nil {
 		verdict = snapshotRefused
-		if err != nil && !t.isClosed() {
-			t.logRefusal("snapshot "+p.Name, conn.RemoteAddr().String(), p.Name, err.Error())
-		}
+		refuse(err)
 	} else {
 		t.snapRecv.Add(1)
 	}
 	_, _ = dc.Write([]byte{verdict})
+}
+
+// spool reads a snapshot's chunks and trailer into sink, checking each
+// chunk and then the whole against m, and finishes it.
+func (t *transport) spool(p *peer, r *bufio.Reader, m *pb.Message, sink SnapshotSink) error {
+	md := m.GetSnapshot().GetMetadata()
+	sum := snapshotTrailer{cluster: t.cfg.cluster, index: md.GetIndex(), term: md.GetTerm()}
+	var buf []byte
+	for {
+		chunk, err := readChunk(r, &buf)
+		if err != nil {
+			return err
+		}
+		if len(chunk) == 0 {
+			break
+		}
+		if p.cut.Load() {
+			return errors.New("replication: cut off")
+		}
+		sum.add(chunk)
+		if err := sink.Write(chunk); err != nil {
+			return err
+		}
+		if cap(buf) > snapshotChunk {
+			buf = nil // a rare large record: do not keep its buffer for the whole stream
+		}
+	}
+	got, err := readTrailer(r)
+	if err != nil {
+		return err
+	}
+	if got != sum {
+		return fmt.Errorf("%w: snapshot %d ends with cluster %x, index %d, term %d, %d bytes in %d records, CRC %08x; "+
+			"what came was cluster %x, index %d, term %d, %d bytes in %d records, CRC %08x", ErrBadRecords, md.GetIndex(),
+			got.cluster, got.index, got.term, got.bytes, got.records, got.crc,
+			sum.cluster, sum.index, sum.term, sum.bytes, sum.records, sum.crc)
+	}
+	return sink.Finish()
 }
 
 // idleConn refreshes its deadline before each read and write, so a
@@ -898,7 +1039,7 @@ func (c idleConn) Write(b []byte) (int, error) {
 		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.idle)); err != nil {
 			return written, err
 		}
-		n, err := c.Conn.Write(b[written:min(len(b), written+snapshotChunk)])
+		n, err := c.Conn.Write(b[written:min(len(b), written+messagePart)])
 		written += n
 		if err != nil {
 			return written, err

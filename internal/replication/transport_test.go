@@ -369,7 +369,7 @@ func TestTransportNeverBlocks(t *testing.T) {
 	var unreachable atomic.Int64
 	tr, err := newTransport(transportConfig{
 		self: self, members: []Member{self, hole}, cluster: cluster, listen: "127.0.0.1:0",
-		queue: 16, maxSnap: 1 << 20, log: zerolog.Nop(),
+		queue: 16, log: zerolog.Nop(),
 		deliver:         func(*pb.Message) bool { return true },
 		deliverSnapshot: func(*pb.Message) error { return nil },
 		unreachable:     func(uint64) { unreachable.Add(1) },

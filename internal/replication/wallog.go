@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -23,15 +24,18 @@ const (
 	kindHardState
 	kindHead
 	kindSnapshot
+	kindHeadBegin
 )
 
+// DefaultCacheBytes is how many bytes of the newest entries a WALLog
+// keeps in memory besides those not yet durable: what raft reads back to
+// send to followers and to apply, without a pread.
+const DefaultCacheBytes = 8 << 20
+
+// Sizes of frames' fixed fields, payload's kind byte included.
 const (
-	// DefaultCacheBytes is how many bytes of the newest entries a WALLog
-	// keeps in memory besides those not yet durable: what raft reads
-	// back to send to followers and to apply, without a pread.
-	DefaultCacheBytes = 8 << 20
-	// headChunk bounds the records of one head frame.
-	headChunk = 1 << 20
+	headFrameFields  = 1 + 8             // kind, index
+	entryFrameFields = 1 + 8 + 8 + 8 + 1 // kind, index, term, previous term, type
 )
 
 // errMalformed is a frame whose CRC is right but whose payload is not
@@ -109,10 +113,21 @@ type WALLog struct {
 	logState             // guarded by mu
 	ents     []entryMeta // guarded by mu: ents[0] is at prevIndex+1
 
-	// The head's place, guarded by mu: the segment its snapshot was
-	// written in, and how many live jobs' latest full records are there.
-	baseSeg  uint32
-	baseLive int
+	// The head, guarded by mu: its frames' places (nil once nothing live
+	// is only there), the segment of the first, how many live jobs'
+	// latest full records are there, and the highest id its records name.
+	// Its records stay on disk (ReadHead).
+	head      []frameLoc
+	baseSeg   uint32
+	baseLive  int
+	headMaxID uint64
+
+	// pins counts, by segment, what needs every segment from that one on
+	// besides the log itself: a snapshot's view, a spool. Guarded by mu.
+	pins map[uint32]int
+	// spool is the snapshot being received, or received and not yet
+	// installed. Guarded by mu.
+	spool *walSpool
 
 	// What compaction knows, guarded by mu: entries through folded are
 	// folded into latest; no entry from prevIndex+1 to below liveFrom
@@ -126,11 +141,15 @@ type WALLog struct {
 	cacheFrom uint64
 	cached    int
 
-	// Replay only: the records of a snapshot whose metadata frame has not
-	// come yet (its write may have been torn), and its index; the highest
-	// id any frame named.
-	pending      []byte
+	// Replay only: the head frames of a snapshot whose metadata frame has
+	// not come yet (the stream may have broken), their full records, and
+	// its index; the head's full records, until recovered places them;
+	// the highest id any frame named.
+	pending      []frameLoc
+	pendingRecs  []headRec
 	pendingIndex uint64
+	pendingMaxID uint64
+	headRecs     []headRec
 	replayedID   uint64
 
 	lastLSN uint64       // guarded by mu: the LSN of the last write
@@ -152,6 +171,7 @@ type entryMeta struct {
 	maxID     uint64
 	lsn       uint64    // durable once the wal's durable LSN reaches it
 	live      int32     // live jobs whose latest full record it holds
+	conf      bool      // a membership change: no records
 	ent       *pb.Entry // the entry, while it is cached
 	// recs are its full records' and deletes' kinds, ids and sizes, from
 	// replay to the fold that follows it (summarized says they are).
@@ -172,6 +192,20 @@ type placed struct {
 	loc   wal.Loc
 }
 
+// frameLoc is where a frame is: its segment, offset and size.
+type frameLoc struct {
+	seg  uint32
+	off  int64
+	size int
+}
+
+// headRec is a full record of a head: its job, segment and size.
+type headRec struct {
+	id   uint64
+	seg  uint32
+	size uint32
+}
+
 var _ Log = (*WALLog)(nil)
 
 // OpenWALLog opens (or creates) the member's log in cfg.Dir: it replays
@@ -190,6 +224,7 @@ func OpenWALLog(cfg WALConfig) (*WALLog, error) {
 		logState: newLogState(cfg.Voters),
 		folded:   1,
 		latest:   make(map[uint64]placed),
+		pins:     make(map[uint32]int),
 		held:     ^uint32(0), // no segment: the first holdLocked tells the wal
 	}
 	if cfg.Join {
@@ -252,7 +287,7 @@ func (l *WALLog) replay(f wal.Frame) error {
 		if _, known := pb.EntryType_name[int32(typ)]; d.err != nil || !known {
 			return fmt.Errorf("%w: %s: an entry (type %d): %v", errMalformed, l.dir, typ, d.err)
 		}
-		m := entryMeta{term: term, seg: f.Seg, off: f.Off, size: f.Size}
+		m := entryMeta{term: term, seg: f.Seg, off: f.Off, size: f.Size, conf: pb.EntryType(typ) != pb.EntryNormal}
 		e := pb.Entry{Index: &index, Term: &term, Type: pb.EntryType(typ).Enum(), Data: data}
 		m.protoSize = proto.Size(&e)
 		m.recs, _ = summarize(nil, &e)
@@ -260,6 +295,8 @@ func (l *WALLog) replay(f wal.Frame) error {
 		m.maxID = maxID(recordsOf(&e))
 		l.replayedID = max(l.replayedID, m.maxID)
 		l.replayEntry(index, prevTerm, m)
+	case kindHeadBegin:
+		l.forgetPending(d.u64())
 	case kindHead:
 		index := d.u64()
 		records := d.rest()
@@ -267,21 +304,51 @@ func (l *WALLog) replay(f wal.Frame) error {
 			return fmt.Errorf("%w: %s: a snapshot's records: %v", errMalformed, l.dir, d.err)
 		}
 		if l.pendingIndex != index {
-			l.pending, l.pendingIndex = nil, index // a snapshot's first records
+			l.forgetPending(index) // a snapshot's first records
 		}
-		l.pending = append(l.pending, records...)
-		l.replayedID = max(l.replayedID, maxID(records))
+		l.pending = append(l.pending, frameLoc{seg: f.Seg, off: f.Off, size: f.Size})
+		err := wal.ScanFrames(records, func(kind wal.Kind, id uint64, size int) {
+			l.pendingMaxID = max(l.pendingMaxID, id)
+			if kind == wal.KindFull {
+				l.pendingRecs = append(l.pendingRecs, headRec{id: id, seg: f.Seg, size: uint32(size)})
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("%w: %s: a snapshot's records: %v", errMalformed, l.dir, err)
+		}
+		l.replayedID = max(l.replayedID, l.pendingMaxID)
 	case kindSnapshot:
 		index, term, cs := d.u64(), d.u64(), d.confState()
+		// Written since snapshots stream: the head frames' count and bytes.
+		counted := d.err == nil && len(d.b) > 0
+		frames, bytes := 0, 0
+		if counted {
+			frames, bytes = int(d.u32()), int(d.u64())
+		}
 		if d.err != nil {
 			return fmt.Errorf("%w: %s: a snapshot: %v", errMalformed, l.dir, d.err)
 		}
-		l.base = nil // a snapshot with no records
-		if l.pendingIndex == index {
-			l.base = slices.Clip(l.pending)
+		l.head, l.headRecs, l.headMaxID = nil, nil, 0 // a snapshot with no records
+		if l.pendingIndex == index && len(l.pending) > 0 {
+			l.head, l.headRecs, l.headMaxID = l.pending, l.pendingRecs, l.pendingMaxID
 		}
-		l.pending, l.pendingIndex = nil, 0
+		switch {
+		case !counted:
+		case len(l.head) > frames || len(l.head) == frames && headBytes(l.head) != bytes:
+			return fmt.Errorf("%w: %s: snapshot %d counts %d frames of its records (%d bytes), and %d (%d bytes) are there",
+				errMalformed, l.dir, index, frames, bytes, len(l.head), headBytes(l.head))
+		case len(l.head) < frames:
+			// The first were in segments removed: the log had dropped its
+			// head (nothing live was only there; the segments' header ids
+			// cover what they named), and its snapshot frame was in a
+			// segment still held.
+			l.head, l.headRecs, l.headMaxID = nil, nil, 0
+		}
+		l.forgetPending(0)
 		l.baseIndex, l.baseSeg, l.idFloor = index, f.Seg, 0
+		if len(l.head) > 0 {
+			l.baseSeg = l.head[0].seg
+		}
 		l.prevIndex, l.prevTerm, l.ents = index, term, nil
 		l.cs, l.book.Index = cs, index
 	default:
@@ -291,6 +358,21 @@ func (l *WALLog) replay(f wal.Frame) error {
 		return fmt.Errorf("%w: %s: %v", errMalformed, l.dir, d.err)
 	}
 	return nil
+}
+
+// forgetPending forgets the head frames replayed that no snapshot frame
+// took; those that follow are index's.
+func (l *WALLog) forgetPending(index uint64) {
+	l.pending, l.pendingRecs, l.pendingIndex, l.pendingMaxID = nil, nil, index, 0
+}
+
+// headBytes is the records' bytes in head frames.
+func headBytes(frames []frameLoc) int {
+	n := 0
+	for _, f := range frames {
+		n += f.size - wal.FrameHeader - headFrameFields
+	}
+	return n
 }
 
 // replayEntry takes an entry found at replay: appended after the last,
@@ -303,7 +385,7 @@ func (l *WALLog) replayEntry(index, prevTerm uint64, m entryMeta) {
 		l.ents = append(l.ents[:index-l.prevIndex-1], m)
 		return
 	}
-	l.base = nil // a head only comes before its own entries
+	l.head = nil // a head only comes before its own entries
 	l.prevIndex, l.prevTerm, l.ents = index-1, prevTerm, []entryMeta{m}
 }
 
@@ -314,7 +396,7 @@ func (l *WALLog) replayEntry(index, prevTerm uint64, m entryMeta) {
 func (l *WALLog) recovered() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.pending = nil // records of a snapshot whose write was torn
+	l.forgetPending(0) // the records of a snapshot whose stream broke
 	last := l.lastLocked()
 	if c := l.hs.GetCommit(); c > last {
 		// A hard state written after entries a crash tore off: neither
@@ -331,9 +413,10 @@ func (l *WALLog) recovered() {
 	l.wal.RaiseID(l.replayedID)
 	l.folded, l.liveFrom, l.cacheFrom = l.prevIndex, l.prevIndex+1, last+1
 	l.wal.ResetLive()
-	if l.base != nil {
-		l.placeBaseLocked()
+	if l.head != nil {
+		l.placeHeadLocked(l.headRecs)
 	}
+	l.headRecs = nil
 	l.foldLocked(l.hs.GetCommit())
 	for i := range l.ents {
 		l.ents[i].recs, l.ents[i].summarized = nil, false
@@ -354,7 +437,7 @@ func (l *WALLog) convert(jobs []wal.Recovered, lastID uint64) ([]byte, error) {
 		data = wal.AppendFrame(data, &wal.Record{Kind: wal.KindIDs, ID: lastID})
 	}
 	b := l.appendCheckpoint(nil)
-	b = appendSnapshot(b, 1, 1, l.cs, data)
+	b = appendSnapshot(b, 1, 1, l.cs, data, headChunks(data))
 	l.logger.Info().Int("jobs", len(jobs)).Str("dir", l.dir).
 		Msg("a single node's jobs become the head of the cluster's log")
 	return b, nil
@@ -406,11 +489,17 @@ func (l *WALLog) entryLocked(i uint64) (*pb.Entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	return l.readEntry(payload, i, frameLoc{seg: m.seg, off: m.off, size: m.size}, m.term)
+}
+
+// readEntry decodes entry i's frame read back from loc, checking that it
+// is entry i of term (any term when term is 0). Its data aliases payload.
+func (l *WALLog) readEntry(payload []byte, i uint64, loc frameLoc, term uint64) (*pb.Entry, error) {
 	d := decoder{b: payload[1:]}
-	index, term, _, typ := d.u64(), d.u64(), d.u64(), d.u8()
-	e := &pb.Entry{Index: &index, Term: &term, Type: pb.EntryType(typ).Enum(), Data: d.rest()}
-	if wal.Kind(payload[0]) != kindEntry || d.err != nil || index != i || term != m.term {
-		return nil, fmt.Errorf("%w: %s: entry %d at %d in segment %d", errMalformed, l.dir, i, m.off, m.seg)
+	index, t, _, typ := d.u64(), d.u64(), d.u64(), d.u8()
+	e := &pb.Entry{Index: &index, Term: &t, Type: pb.EntryType(typ).Enum(), Data: d.rest()}
+	if wal.Kind(payload[0]) != kindEntry || d.err != nil || index != i || term != 0 && t != term {
+		return nil, fmt.Errorf("%w: %s: entry %d at %d in segment %d", errMalformed, l.dir, i, loc.off, loc.seg)
 	}
 	return e, nil
 }
@@ -452,22 +541,122 @@ func (l *WALLog) FirstIndex() (uint64, error) {
 	return l.prevIndex + 1, nil
 }
 
-// Snapshot implements raft.Storage: entries the cache no longer holds are
-// read back from their segments to build it.
+// Snapshot implements raft.Storage: it reads nothing, and keeps the view
+// that OpenSnapshot reads (doc.go, "The leader's view").
 func (l *WALLog) Snapshot() (*pb.Snapshot, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.snapshotLocked(l.lastLocked(), l.termLocked, func(index uint64) ([]*pb.Entry, error) {
-		ents := make([]*pb.Entry, 0, index-l.prevIndex)
-		for i := l.prevIndex + 1; i <= index; i++ {
-			e, err := l.entryLocked(i)
-			if err != nil {
-				return nil, err
-			}
-			ents = append(ents, e)
+	return l.snapshotLocked(l.lastLocked(), l.termLocked,
+		func(i uint64) bool { return l.ents[i-l.prevIndex-1].conf }, l.viewLocked)
+}
+
+// viewLocked makes the view of the snapshot md describes: the head's
+// frames, and the entries' through its index, their segments pinned
+// until the view is released.
+func (l *WALLog) viewLocked(md *pb.SnapshotMetadata) *snapView {
+	head := slices.Clone(l.head)
+	type piece struct {
+		frameLoc
+		index uint64
+		ent   *pb.Entry // the entry, if it was cached: nobody writes into it
+	}
+	ents := make([]piece, md.GetIndex()-l.prevIndex)
+	for k := range ents {
+		m := &l.ents[k]
+		ents[k] = piece{frameLoc{m.seg, m.off, m.size}, l.prevIndex + 1 + uint64(k), m.ent}
+		if m.conf {
+			ents[k].ent = &pb.Entry{Type: pb.EntryConfChangeV2.Enum()} // no records to read
 		}
-		return ents, nil
-	})
+	}
+	v := &snapView{md: md, pieces: len(head) + len(ents), floor: l.idFloor}
+	v.read = func(i int, buf *[]byte) ([]byte, error) {
+		if i < len(head) {
+			return l.readHeadFrame(buf, head[i])
+		}
+		p := ents[i-len(head)]
+		if p.ent != nil {
+			return recordsOf(p.ent), nil
+		}
+		payload, err := l.wal.ReadFrameInto(buf, p.seg, p.off, p.size)
+		if err != nil {
+			return nil, err
+		}
+		e, err := l.readEntry(payload, p.index, p.frameLoc, 0)
+		return e.GetData(), err
+	}
+	pin := uint32(0)
+	switch {
+	case len(head) > 0:
+		pin = head[0].seg
+	case len(ents) > 0:
+		pin = ents[0].seg
+	}
+	if pin != 0 {
+		l.pinLocked(pin)
+		v.release = func() { l.unpinLocked(pin) }
+	}
+	return v
+}
+
+// readHeadFrame reads a head frame back into *buf and returns its
+// records.
+func (l *WALLog) readHeadFrame(buf *[]byte, f frameLoc) ([]byte, error) {
+	payload, err := l.wal.ReadFrameInto(buf, f.seg, f.off, f.size)
+	if err != nil {
+		return nil, err
+	}
+	if wal.Kind(payload[0]) != kindHead || len(payload) < headFrameFields {
+		return nil, fmt.Errorf("%w: %s: a snapshot's records at %d in segment %d", errMalformed, l.dir, f.off, f.seg)
+	}
+	return payload[headFrameFields:], nil
+}
+
+// OpenSnapshot implements Log: the view's frames are read back on the
+// caller's goroutine, never under the log's mutex.
+func (l *WALLog) OpenSnapshot(md *pb.SnapshotMetadata) (SnapshotReader, error) {
+	return l.openSnapshot(&l.mu, md)
+}
+
+// pinLocked keeps every segment from seg on until unpinLocked(seg).
+func (l *WALLog) pinLocked(seg uint32) {
+	l.pins[seg]++
+	l.holdLocked()
+}
+
+func (l *WALLog) unpinLocked(seg uint32) {
+	if l.pins[seg]--; l.pins[seg] <= 0 {
+		delete(l.pins, seg)
+	}
+	l.holdLocked()
+}
+
+// ReadHead implements Log: the head's frames are read back one at a
+// time, each checked.
+func (l *WALLog) ReadHead(fn func(records []wal.Record, locs []wal.Loc) error) error {
+	l.mu.Lock()
+	frames, floor := slices.Clone(l.head), l.idFloor
+	l.mu.Unlock()
+	var buf []byte
+	var records []wal.Record
+	var locs []wal.Loc
+	defer func() { clear(records) }() // keep no bodies
+	for _, f := range frames {
+		recs, err := l.readHeadFrame(&buf, f)
+		if err != nil {
+			return err
+		}
+		if records, err = wal.DecodeFrames(records[:0], recs); err != nil {
+			return fmt.Errorf("%w: %s: a snapshot's records at %d in segment %d: %v", errMalformed, l.dir, f.off, f.seg, err)
+		}
+		locs = appendLocs(locs[:0], records, f.seg)
+		if err := fn(records, locs); err != nil {
+			return err
+		}
+	}
+	if floor == 0 {
+		return nil
+	}
+	return fn([]wal.Record{{Kind: wal.KindIDs, ID: floor}}, []wal.Loc{{}})
 }
 
 // Writes.
@@ -498,6 +687,7 @@ func (l *WALLog) Append(ents []*pb.Entry) {
 		m := &metas[i]
 		m.term, m.ent, m.protoSize = e.GetTerm(), e, proto.Size(e)
 		m.size = entryFrameSize(e)
+		m.conf = e.GetType() != pb.EntryNormal
 		if e.GetType() == pb.EntryNormal {
 			m.maxID = maxID(e.GetData())
 		}
@@ -579,46 +769,200 @@ func (l *WALLog) SetHardState(hs *pb.HardState) {
 	l.appendStateLocked(l.frame, 0, lazy)
 }
 
-// InstallSnapshot implements Log: the snapshot's records, then its
-// metadata, as one group in one segment; its records are the head, and
-// no entry is held.
+// InstallSnapshot implements Log: the snapshot frame, after the head
+// frames its spool wrote; its records are the head, and no entry is held.
 func (l *WALLog) InstallSnapshot(snap *pb.Snapshot) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	md := snap.GetMetadata()
 	index := md.GetIndex()
-	data := snap.GetData()
+	sp := l.spool
+	if sp == nil || !sp.done || sp.index != index || sp.term != md.GetTerm() {
+		panic(fmt.Sprintf("replication: installing snapshot %d at term %d, not received", index, md.GetTerm()))
+	}
 	l.installedLocked(md)
-	frames := appendSnapshot(nil, index, md.GetTerm(), l.cs, data)
-	seg := l.appendStateLocked(frames, maxID(data), false)
+	frame := appendSnapshotFrame(nil, index, md.GetTerm(), l.cs, len(sp.frames), sp.bytes)
+	seg := l.appendStateLocked(frame, 0, false)
 	l.truncateLocked(l.prevIndex + 1)
-	l.base, l.baseIndex, l.baseSeg, l.idFloor = data, index, seg, 0
+	l.head, l.baseIndex, l.baseSeg, l.idFloor, l.headMaxID = sp.frames, index, seg, 0, sp.maxID
+	if len(sp.frames) > 0 {
+		l.baseSeg = sp.frames[0].seg
+	} else {
+		l.head = nil
+	}
 	l.prevIndex, l.prevTerm, l.ents = index, md.GetTerm(), nil
 	l.folded, l.liveFrom, l.cacheFrom = index, index+1, index+1
 	clear(l.latest)
 	l.wal.ResetLive()
-	l.placeBaseLocked()
-	l.snap = &pb.Snapshot{Data: data, Metadata: proto.Clone(md).(*pb.SnapshotMetadata)}
-	l.holdLocked()
+	l.placeHeadLocked(sp.recs)
+	l.releaseSpoolLocked(sp)
 }
 
-// placeBaseLocked counts the base's full records live, in baseSeg.
-func (l *WALLog) placeBaseLocked() {
+// ReceiveSnapshot implements Log: a head begin frame now, each chunk a
+// head frame as it comes (walSpool).
+func (l *WALLog) ReceiveSnapshot(ctx context.Context, md *pb.SnapshotMetadata) (SnapshotSink, error) {
+	if l.wal.Full() {
+		return nil, ErrLogFull
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.spool != nil {
+		l.releaseSpoolLocked(l.spool)
+	}
+	sp := &walSpool{l: l, ctx: ctx, index: md.GetIndex(), term: md.GetTerm()}
+	l.frame = appendHeadBegin(l.frame[:0], sp.index)
+	frame := l.frame
+	lsn, seg, _, err := l.wal.AppendGroup(len(frame), func(b []byte) []byte { return append(b, frame...) }, 0)
+	if err != nil {
+		return nil, err // the log is closing
+	}
+	l.lastSeg = seg
+	sp.pin, sp.last = seg, lsn
+	l.pinLocked(seg)
+	l.spool = sp
+	return sp, nil
+}
+
+// Received implements Log.
+func (l *WALLog) Received(md *pb.SnapshotMetadata) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sp := l.spool
+	return sp != nil && sp.done && sp.index == md.GetIndex() && sp.term == md.GetTerm()
+}
+
+// releaseSpoolLocked forgets sp, installed or given up, and what it
+// pinned.
+func (l *WALLog) releaseSpoolLocked(sp *walSpool) {
+	if l.spool == sp {
+		l.spool = nil
+	}
+	if sp.pin != 0 {
+		l.unpinLocked(sp.pin)
+		sp.pin = 0
+	}
+}
+
+// walSpool is a WALLog's SnapshotSink: each chunk is a head frame, its
+// own group, with at most snapshotWindow bytes written and not yet
+// durable (doc.go, "The receiver's spool").
+type walSpool struct {
+	l           *WALLog         // immutable
+	ctx         context.Context // immutable
+	index, term uint64          // immutable
+
+	// The spool's goroutine only.
+	inflight []spooled    // written, not known durable, oldest first
+	unsynced int          // their bytes
+	last     uint64       // the LSN of the last frame written
+	scratch  []wal.Record // for checking chunks
+	err      error        // the spool ended
+
+	// Guarded by l.mu.
+	pin    uint32     // the segment pinned (its first), 0 once released
+	done   bool       // finished: every frame durable
+	frames []frameLoc // the head frames written
+	recs   []headRec  // their full records
+	maxID  uint64
+	bytes  int // the records' bytes
+}
+
+// spooled is a head frame written: its LSN and size.
+type spooled struct {
+	lsn  uint64
+	size int
+}
+
+// Write implements SnapshotSink.
+func (sp *walSpool) Write(chunk []byte) error {
+	if sp.err != nil {
+		return sp.err
+	}
+	records, top, err := checkChunk(sp.scratch, chunk)
+	defer clear(records) // keep no bodies
+	sp.scratch = records[:0]
+	if err != nil {
+		return sp.fail(err)
+	}
+	if sp.l.wal.Full() {
+		return sp.fail(ErrLogFull)
+	}
+	size := wal.FrameHeader + headFrameFields + len(chunk)
+	for sp.unsynced > 0 && sp.unsynced+size > snapshotWindow {
+		if err := waitDurable(sp.ctx, sp.l.wal, sp.inflight[0].lsn); err != nil {
+			return sp.fail(err)
+		}
+		sp.unsynced -= sp.inflight[0].size
+		sp.inflight = sp.inflight[1:]
+	}
+	l := sp.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.spool != sp {
+		return sp.fail(errSuperseded)
+	}
+	lsn, seg, off, err := l.wal.AppendGroup(size, func(b []byte) []byte { return appendHeadFrame(b, sp.index, chunk) }, top)
+	if err != nil {
+		return sp.fail(err) // the log is closing
+	}
+	l.lastSeg = seg
+	sp.last = lsn
+	sp.inflight = append(sp.inflight, spooled{lsn, size})
+	sp.unsynced += size
+	sp.frames = append(sp.frames, frameLoc{seg: seg, off: off, size: size})
+	for i := range records {
+		if r := &records[i]; r.Kind == wal.KindFull {
+			sp.recs = append(sp.recs, headRec{id: r.ID, seg: seg, size: uint32(wal.FullSize(len(r.Tube), len(r.Body)))})
+		}
+	}
+	sp.maxID, sp.bytes = max(sp.maxID, top), sp.bytes+len(chunk)
+	return nil
+}
+
+// fail ends the spool with err.
+func (sp *walSpool) fail(err error) error {
+	sp.err = err
+	return err
+}
+
+// Finish implements SnapshotSink.
+func (sp *walSpool) Finish() error {
+	if sp.err != nil {
+		return sp.err
+	}
+	if err := waitDurable(sp.ctx, sp.l.wal, sp.last); err != nil {
+		return sp.fail(err)
+	}
+	sp.l.mu.Lock()
+	defer sp.l.mu.Unlock()
+	if sp.l.spool != sp {
+		return sp.fail(errSuperseded)
+	}
+	sp.done = true
+	return nil
+}
+
+// Close implements SnapshotSink.
+func (sp *walSpool) Close() {
+	sp.l.mu.Lock()
+	defer sp.l.mu.Unlock()
+	sp.l.releaseSpoolLocked(sp)
+}
+
+// placeHeadLocked counts the head's full records live, where they are.
+func (l *WALLog) placeHeadLocked(recs []headRec) {
 	l.moves = l.moves[:0]
 	l.baseLive = 0
-	_ = wal.ScanFrames(l.base, func(kind wal.Kind, id uint64, size int) {
-		if kind != wal.KindFull {
-			return
-		}
-		to := wal.Loc{Seg: l.baseSeg, Size: uint32(size)}
-		if old, ok := l.latest[id]; ok {
-			l.moves = append(l.moves, wal.Move{ID: id, From: old.loc})
+	for _, r := range recs {
+		to := wal.Loc{Seg: r.seg, Size: r.size}
+		if old, ok := l.latest[r.id]; ok {
+			l.moves = append(l.moves, wal.Move{ID: r.id, From: old.loc})
 		} else {
 			l.baseLive++
 		}
-		l.latest[id] = placed{index: l.baseIndex, loc: to}
-		l.moves = append(l.moves, wal.Move{ID: id, To: to})
-	})
+		l.latest[r.id] = placed{index: l.baseIndex, loc: to}
+		l.moves = append(l.moves, wal.Move{ID: r.id, To: to})
+	}
 	l.wal.Moved(l.moves)
 }
 
@@ -677,11 +1021,11 @@ func (l *WALLog) Compact(applied uint64) {
 	if l.baseLive > 0 {
 		keep = min(keep, l.baseIndex)
 	}
-	if l.base != nil && keep > l.baseIndex {
-		l.idFloor = max(l.idFloor, maxID(l.base))
-		l.base = nil
+	if l.head != nil && keep > l.baseIndex {
+		l.idFloor = max(l.idFloor, l.headMaxID)
+		l.head = nil
 	}
-	if l.base == nil && keep > l.prevIndex+1 {
+	if l.head == nil && keep > l.prevIndex+1 {
 		n := keep - l.prevIndex - 1
 		for i := range n {
 			m := &l.ents[i]
@@ -693,6 +1037,7 @@ func (l *WALLog) Compact(applied uint64) {
 		l.prevIndex, l.prevTerm = keep-1, l.ents[n-1].term
 		clear(l.ents[:n]) // appends reallocate the rest in time
 		l.ents = l.ents[n:]
+		l.compactedLocked()
 	}
 	l.holdLocked()
 }
@@ -757,7 +1102,7 @@ func summarize(recs []recSummary, e *pb.Entry) ([]recSummary, error) {
 
 // unliveLocked: the record at p is no longer a live job's latest.
 func (l *WALLog) unliveLocked(p placed) {
-	if l.base != nil && p.index == l.baseIndex {
+	if l.head != nil && p.index == l.baseIndex {
 		l.baseLive--
 		return
 	}
@@ -769,14 +1114,18 @@ func (l *WALLog) unliveLocked(p placed) {
 // holdLocked tells the wal the first segment the log needs: its head's,
 // or its first entry's (each entry is in a segment no older than the one
 // before it), or when it holds neither the one it last wrote to, so that
-// its next write lands in a segment held already.
+// its next write lands in a segment held already; or an older one a view
+// or a spool pinned.
 func (l *WALLog) holdLocked() {
 	seg := l.lastSeg
 	switch {
-	case l.base != nil:
+	case l.head != nil:
 		seg = l.baseSeg
 	case len(l.ents) > 0:
 		seg = l.ents[0].seg
+	}
+	for pinned := range l.pins {
+		seg = min(seg, pinned)
 	}
 	if seg != l.held {
 		l.held = seg
@@ -792,21 +1141,11 @@ func (l *WALLog) OnDurable(fn func()) {
 	l.wal.OnDurable(lsn, fn)
 }
 
-// Head implements Log.
-func (l *WALLog) Head() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.headLocked()
-}
-
 // Locate implements Log.
 func (l *WALLog) Locate(index uint64) uint32 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch {
-	case l.base != nil && index == l.baseIndex:
-		return l.baseSeg
-	case index > l.prevIndex && index <= l.lastLocked():
+	if index > l.prevIndex && index <= l.lastLocked() {
 		return l.ents[index-l.prevIndex-1].seg
 	}
 	return 0
@@ -898,7 +1237,7 @@ func appendConfState(b []byte, cs *pb.ConfState) []byte {
 }
 
 // entryFrameSize is the size of e's frame.
-func entryFrameSize(e *pb.Entry) int { return wal.FrameHeader + 1 + 8 + 8 + 8 + 1 + len(e.GetData()) }
+func entryFrameSize(e *pb.Entry) int { return wal.FrameHeader + entryFrameFields + len(e.GetData()) }
 
 func appendEntry(b []byte, e *pb.Entry, prevTerm uint64) []byte {
 	start := len(b)
@@ -912,33 +1251,70 @@ func appendEntry(b []byte, e *pb.Entry, prevTerm uint64) []byte {
 	return wal.EndFrame(b, start)
 }
 
-// appendSnapshot appends a snapshot's frames: its records in head frames
-// of up to headChunk bytes, cut between records, then its metadata.
-func appendSnapshot(b []byte, index, term uint64, cs *pb.ConfState, data []byte) []byte {
-	for len(data) > 0 {
-		n, full := 0, false
-		_ = wal.ScanFrames(data, func(_ wal.Kind, _ uint64, size int) {
-			if full = full || n > 0 && n+size > headChunk; !full {
-				n += size
+// headChunks cuts records (whole wal frames, checked) into the chunks of
+// a snapshot: up to snapshotChunk bytes each, cut between records, one
+// larger record alone.
+func headChunks(records []byte) [][]byte {
+	var chunks [][]byte
+	for len(records) > 0 {
+		n := 0
+		for n < len(records) {
+			_, _, size, err := wal.NextFrame(records[n:])
+			if err != nil {
+				size = len(records) - n // not frames: never so, they were checked
 			}
-		})
-		if n == 0 {
-			n = len(data) // not frames: never so, the core checked them
+			if n > 0 && n+size > snapshotChunk {
+				break
+			}
+			n += size
 		}
-		start := len(b)
-		b = wal.BeginFrame(b)
-		b = append(b, byte(kindHead))
-		b = binary.LittleEndian.AppendUint64(b, index)
-		b = append(b, data[:n]...)
-		b = wal.EndFrame(b, start)
-		data = data[n:]
+		chunks = append(chunks, records[:n])
+		records = records[n:]
 	}
+	return chunks
+}
+
+// appendSnapshot appends a snapshot's frames, as one group: a head begin,
+// each chunk of its records as a head frame, then the snapshot frame that
+// counts them.
+func appendSnapshot(b []byte, index, term uint64, cs *pb.ConfState, data []byte, chunks [][]byte) []byte {
+	b = appendHeadBegin(b, index)
+	for _, c := range chunks {
+		b = appendHeadFrame(b, index, c)
+	}
+	return appendSnapshotFrame(b, index, term, cs, len(chunks), len(data))
+}
+
+// appendHeadBegin appends the frame that begins a snapshot's head frames.
+func appendHeadBegin(b []byte, index uint64) []byte {
+	start := len(b)
+	b = wal.BeginFrame(b)
+	b = append(b, byte(kindHeadBegin))
+	b = binary.LittleEndian.AppendUint64(b, index)
+	return wal.EndFrame(b, start)
+}
+
+// appendHeadFrame appends one head frame of snapshot index's records.
+func appendHeadFrame(b []byte, index uint64, records []byte) []byte {
+	start := len(b)
+	b = wal.BeginFrame(b)
+	b = append(b, byte(kindHead))
+	b = binary.LittleEndian.AppendUint64(b, index)
+	b = append(b, records...)
+	return wal.EndFrame(b, start)
+}
+
+// appendSnapshotFrame appends a snapshot's metadata and the count and
+// bytes of the head frames before it.
+func appendSnapshotFrame(b []byte, index, term uint64, cs *pb.ConfState, frames, bytes int) []byte {
 	start := len(b)
 	b = wal.BeginFrame(b)
 	b = append(b, byte(kindSnapshot))
 	b = binary.LittleEndian.AppendUint64(b, index)
 	b = binary.LittleEndian.AppendUint64(b, term)
 	b = appendConfState(b, cs)
+	b = binary.LittleEndian.AppendUint32(b, uint32(frames))
+	b = binary.LittleEndian.AppendUint64(b, uint64(bytes))
 	return wal.EndFrame(b, start)
 }
 
@@ -949,10 +1325,13 @@ type decoder struct {
 	err error
 }
 
+// errCutShort is a frame that ends before its fields do.
+var errCutShort = errors.New("cut short")
+
 func (d *decoder) take(n int) []byte {
 	if d.err != nil || n < 0 || n > len(d.b) {
 		if d.err == nil {
-			d.err = errors.New("cut short")
+			d.err = errCutShort
 		}
 		return nil
 	}
@@ -964,6 +1343,13 @@ func (d *decoder) take(n int) []byte {
 func (d *decoder) u8() uint8 {
 	if b := d.take(1); b != nil {
 		return b[0]
+	}
+	return 0
+}
+
+func (d *decoder) u32() uint32 {
+	if b := d.take(4); b != nil {
+		return binary.LittleEndian.Uint32(b)
 	}
 	return 0
 }

@@ -94,10 +94,15 @@ func jobsAt(t testing.TB, l Log, index uint64) []byte {
 			t.Fatalf("entries %d to %d: %v", first, index, err)
 		}
 	}
-	data, err := buildSnapshot(l.Head(), ents)
+	data, err := foldRecords(headOf(t, l), ents)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return withoutIDs(data)
+}
+
+// withoutIDs is records' frames but the id watermarks.
+func withoutIDs(data []byte) []byte {
 	records, _ := wal.DecodeFrames(nil, data)
 	var out []byte
 	for i := range records {
@@ -106,6 +111,21 @@ func jobsAt(t testing.TB, l Log, index uint64) []byte {
 		}
 	}
 	return out
+}
+
+// streamedJobs is the live jobs l's own snapshot streams, folded (the id
+// watermark left out), and the snapshot's index.
+func streamedJobs(t testing.TB, l Log) ([]byte, uint64) {
+	t.Helper()
+	snap, err := l.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := foldRecords(snapshotData(t, l, snap), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return withoutIDs(data), snap.GetMetadata().GetIndex()
 }
 
 // logSim plays raft and a leader's store against a WALLog: entries of
@@ -232,13 +252,13 @@ func (s *logSim) step() {
 	default:
 		// A snapshot at the commit index from the leader: this log drops
 		// its entries, the whole keeps them.
-		data, err := buildSnapshot(nil, mustEntries(s.t, s.whole, 2, s.commit+1))
+		data, err := foldRecords(nil, mustEntries(s.t, s.whole, 2, s.commit+1))
 		if err != nil {
 			s.t.Fatal(err)
 		}
 		term, _ := s.whole.Term(s.commit)
-		s.l.InstallSnapshot(&pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{
-			Index: new(s.commit), Term: new(term), ConfState: &pb.ConfState{Voters: []uint64{1}}}})
+		installData(s.t, s.l, &pb.SnapshotMetadata{
+			Index: new(s.commit), Term: new(term), ConfState: &pb.ConfState{Voters: []uint64{1}}}, data)
 		s.whole.Append(nil)
 		s.rebuildJobs(s.commit)
 		if s.last() > s.commit {
@@ -287,7 +307,7 @@ func (s *logSim) check(l *WALLog, durable *pb.HardState) {
 	}
 	// No id named by a committed entry is issued again: the head's
 	// watermark covers what was dropped.
-	top, want := maxID(l.Head()), uint64(0)
+	top, want := maxID(headOf(s.t, l)), uint64(0)
 	last, _ := l.LastIndex()
 	for _, e := range mustEntries(s.t, l, first, last+1) {
 		top = max(top, maxID(e.GetData()))
@@ -322,6 +342,10 @@ func TestWALLogCrash(t *testing.T) {
 					}
 					if got, want := jobsAt(t, s.l, s.commit), jobsAt(t, s.whole, s.commit); !bytes.Equal(got, want) {
 						t.Fatalf("the log's jobs at commit %d differ from its entries':\n%s", s.commit, diffJobs(got, want))
+					}
+					if got, index := streamedJobs(t, s.l); !bytes.Equal(got, jobsAt(t, s.whole, index)) {
+						t.Fatalf("the log's snapshot at %d streams other jobs than its entries fold to:\n%s",
+							index, diffJobs(got, jobsAt(t, s.whole, index)))
 					}
 				}
 				awaitDurable(t, s.l)
@@ -511,18 +535,23 @@ func TestWALLogTakesOverASingleNode(t *testing.T) {
 	if first, _ := l.FirstIndex(); first != 2 {
 		t.Errorf("first index %d, want 2 as every initial member", first)
 	}
-	records, err := wal.DecodeFrames(nil, l.Head())
 	var ids []uint64
-	for _, r := range records {
-		if r.Kind == wal.KindFull {
+	top := uint64(0)
+	err = l.ReadHead(func(records []wal.Record, locs []wal.Loc) error {
+		for i, r := range records {
+			top = max(top, r.ID)
+			if r.Kind != wal.KindFull {
+				continue
+			}
 			ids = append(ids, r.ID)
+			if locs[i].Seg == 0 {
+				t.Errorf("the head's job %d is in no segment", r.ID)
+			}
 		}
-	}
-	if err != nil || !slices.Equal(ids, []uint64{1, 3}) || maxID(l.Head()) < 3 {
-		t.Errorf("head %+v, %v: want jobs 1 and 3 and the id watermark", records, err)
-	}
-	if seg := l.Locate(1); seg == 0 {
-		t.Error("the head's jobs are in no segment")
+		return nil
+	})
+	if err != nil || !slices.Equal(ids, []uint64{1, 3}) || top < 3 {
+		t.Errorf("head jobs %v, ids up to %d, %v: want jobs 1 and 3 and the id watermark", ids, top, err)
 	}
 }
 
@@ -694,10 +723,10 @@ func TestWALLogTornSnapshot(t *testing.T) {
 		l.Append([]*pb.Entry{entry(2, 1, full(1, 1)), entry(3, 1, full(2, 2))})
 		commit(l, 3)
 		awaitDurable(t, l)
-		data, _ := buildSnapshot(nil, []*pb.Entry{entry(2, 1, full(7, 7)), entry(9, 2, full(8, 8))})
+		data, _ := foldRecords(nil, []*pb.Entry{entry(2, 1, full(7, 7)), entry(9, 2, full(8, 8))})
 		snap := &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{
 			Index: new(uint64(9)), Term: new(uint64(2)), ConfState: &pb.ConfState{Voters: []uint64{1}}}}
-		l.InstallSnapshot(snap)
+		installData(t, l, snap.GetMetadata(), data)
 		l.SetHardState(&pb.HardState{Term: new(uint64(2)), Vote: new(uint64(0)), Commit: new(uint64(9))})
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
@@ -725,8 +754,8 @@ func TestWALLogTornSnapshot(t *testing.T) {
 		l := openWAL(t, testWALConfig(dir, []uint64{1}, 0))
 		hs, _, _ := l.InitialState()
 		first, _ := l.FirstIndex()
-		if hs.GetCommit() != 9 || first != 10 || !bytes.Equal(l.Head(), snap.GetData()) {
-			t.Errorf("commit %d, first index %d, head of %d bytes: want the snapshot at 9 installed", hs.GetCommit(), first, len(l.Head()))
+		if head := headOf(t, l); hs.GetCommit() != 9 || first != 10 || !bytes.Equal(head, snap.GetData()) {
+			t.Errorf("commit %d, first index %d, head of %d bytes: want the snapshot at 9 installed", hs.GetCommit(), first, len(head))
 		}
 	})
 	t.Run("snapshot torn", func(t *testing.T) {
@@ -736,8 +765,8 @@ func TestWALLogTornSnapshot(t *testing.T) {
 		hs, _, _ := l.InitialState()
 		first, _ := l.FirstIndex()
 		last, _ := l.LastIndex()
-		if hs.GetCommit() != 3 || first != 2 || last != 3 || len(l.Head()) != 0 {
-			t.Errorf("commit %d, entries %d to %d, head of %d bytes: want the log before the snapshot", hs.GetCommit(), first, last, len(l.Head()))
+		if head := headOf(t, l); hs.GetCommit() != 3 || first != 2 || last != 3 || len(head) != 0 {
+			t.Errorf("commit %d, entries %d to %d, head of %d bytes: want the log before the snapshot", hs.GetCommit(), first, last, len(head))
 		}
 	})
 }
@@ -762,7 +791,7 @@ func TestWALLogIDFloorSurvivesRestarts(t *testing.T) {
 	l.Compact(3)
 	awaitDurable(t, l)
 	testproc.WaitFor(t, 10*time.Second, "the first segment removed", func() bool { return l.Stats().OldestIndex > 1 })
-	if got := maxID(l.Head()); got != 1000 {
+	if got := maxID(headOf(t, l)); got != 1000 {
 		t.Fatalf("the head's watermark is %d once entry 2 is dropped, want 1000", got)
 	}
 	if err := l.Close(); err != nil {
@@ -770,7 +799,7 @@ func TestWALLogIDFloorSurvivesRestarts(t *testing.T) {
 	}
 
 	l = openWAL(t, cfg)
-	if got := maxID(l.Head()); got < 1000 {
+	if got := maxID(headOf(t, l)); got < 1000 {
 		t.Errorf("after the second restart the head's watermark is %d: ids up to 1000 may be issued again", got)
 	}
 }

@@ -386,11 +386,23 @@ func (l *Log) FloorID() uint64 {
 // say) and its segment not removed: the cluster log keeps what it may
 // read (Hold).
 func (l *Log) ReadFrame(seq uint32, off int64, size int) ([]byte, error) {
+	var b []byte
+	return l.ReadFrameInto(&b, seq, off, size)
+}
+
+// ReadFrameInto is ReadFrame into *buf, grown if it is too small and
+// kept for the next read: the payload it returns is valid until then.
+// What streams many frames back (a snapshot's records) reads them so,
+// rather than leave a buffer per frame to the collector.
+func (l *Log) ReadFrameInto(buf *[]byte, seq uint32, off int64, size int) ([]byte, error) {
 	f, err := l.reader(seq)
 	if err != nil {
 		return nil, err
 	}
-	b := make([]byte, size)
+	if cap(*buf) < size {
+		*buf = make([]byte, size)
+	}
+	b := (*buf)[:size]
 	if _, err := f.ReadAt(b, off); err != nil {
 		return nil, fmt.Errorf("wal: reading %s at %d: %w", l.segPath(seq), off, err)
 	}
@@ -461,15 +473,25 @@ func EndFrame(dst []byte, start int) []byte {
 // decoded past the id.
 func ScanFrames(b []byte, fn func(kind Kind, id uint64, size int)) error {
 	for len(b) > 0 {
-		if len(b) < frameHeader+9 {
-			return errCorrupt
+		kind, id, size, err := NextFrame(b)
+		if err != nil {
+			return err
 		}
-		n := int(binary.LittleEndian.Uint32(b))
-		if n < 9 || frameHeader+n > len(b) {
-			return errCorrupt
-		}
-		fn(Kind(b[frameHeader]), binary.LittleEndian.Uint64(b[frameHeader+1:]), frameHeader+n)
-		b = b[frameHeader+n:]
+		fn(kind, id, size)
+		b = b[size:]
 	}
 	return nil
+}
+
+// NextFrame reads the kind, id and size of the record frame at the start
+// of b, as ScanFrames does: its CRC is not checked.
+func NextFrame(b []byte) (kind Kind, id uint64, size int, err error) {
+	if len(b) < frameHeader+9 {
+		return 0, 0, 0, errCorrupt
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	if n < 9 || frameHeader+n > len(b) {
+		return 0, 0, 0, errCorrupt
+	}
+	return Kind(b[frameHeader]), binary.LittleEndian.Uint64(b[frameHeader+1:]), frameHeader + n, nil
 }
