@@ -182,7 +182,10 @@ func TestPatchHalfCloseLoopIdles(t *testing.T) {
 func TestPatchHalfCloseReset(t *testing.T) {
 	h := newBigReplier(t)
 	client := patchServer(t, h)
-	if _, err := client.Write([]byte("qqqq")); err != nil {
+	// 64 MiB of replies: more than the socket buffers take, however far
+	// the kernel grows the client's (tcp_rmem up to 32 MiB); with 4 MiB the
+	// server sometimes sent everything and closed cleanly before the reset.
+	if _, err := client.Write(bytes.Repeat([]byte("q"), 64)); err != nil {
 		t.Fatal(err)
 	}
 	if err := client.CloseWrite(); err != nil {
