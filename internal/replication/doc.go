@@ -584,9 +584,10 @@
 // time, Log.ReadHead), send (to the transport, never waiting), write (to the Log; its
 // OnDurable leaves the number in the mailbox), apply and locate (to the
 // store), compact, publish, serve (logged; a log that migrates, WALLog,
-// is given the store as its Migrator), and rebuild: NodeConfig.Rebuild,
-// after which
-// the member takes no more events and stops its transport. A tick after
+// is given the store as its Migrator), and rebuild (Node.rebuild: the
+// clients closed through NodeConfig.CloseClients, the journal reset, the
+// log made durable, and a new core made on the log, whose first actions
+// restore the store; "Losing leadership"). A tick after
 // a stall gives the core every tick missed, up to an election timeout's,
 // so the leader's lease counts the time that passed. At the end of each
 // round it publishes, under one mutex, what Status, Ready, Leader (with
@@ -607,13 +608,14 @@
 // change when members crash one at a time or all at once. The Log tests
 // run against both logs.
 //
-// cmd/sprout runs a member (--node): the engine serves the node's store,
-// the proxy is the engine's Route, the side port serves /cluster, /readyz
-// and /metrics, and the node's CloseClients is the engine's. Its log is a
-// WALLog in -b (newClusterLog), closed after the node, so a member that
-// restarts comes back with what it had made durable.
+// internal/member runs a member (--node): the engine serves the node's
+// store, the proxy is the engine's Route (and its Serving the engine's),
+// the side port serves /cluster, /readyz and /metrics, and the node's
+// CloseClients is the engine's. Its log is a WALLog in -b, closed after
+// the node, so a member that restarts comes back with what it had made
+// durable.
 //
-// Not yet: certificates are read once at start; and the new leader's wall
+// Not yet: the new leader's wall
 // clock is its machine's (Time). Of the log: the leader hands each live
 // job of a segment to its store once per leadership, so a move the store
 // could not make (none is expected) keeps that segment until the member
