@@ -34,6 +34,9 @@ const (
 	maxMsgSize = 1 << 20
 	// maxInflight bounds the append messages in flight to one follower.
 	maxInflight = 256
+	// maxKeptRecords bounds the records buffer the core keeps between
+	// Readies.
+	maxKeptRecords = 64 << 10
 	// promoteSlack is how far behind the commit index a learner may be
 	// and be caught up: under a steady load its match index trails by the
 	// entries in flight to it, and the leader's log holds them.
@@ -123,10 +126,15 @@ type Core struct {
 	// that came before it are applied (Step).
 	timeoutNow *pb.Message
 
-	applied uint64        // the last entry handed to the store (or skipped)
-	scratch []wal.Record  // for checking peers' records
-	out     []Action      // the actions for the next Ready
-	sends   []*pb.Message // messages made sendable since the last Ready
+	applied uint64 // the last entry handed to the store (or skipped)
+	// applyBuf and applyLocs hold the records ActApply hands out, reused
+	// from one Ready to the next (a rebuild applies a million records in
+	// Readies of a MiB each).
+	applyBuf  []wal.Record
+	applyLocs []wal.Loc
+	scratch   []wal.Record  // for checking peers' records
+	out       []Action      // the actions for the next Ready
+	sends     []*pb.Message // messages made sendable since the last Ready
 
 	// Proposals made, ever, and their bytes.
 	proposals, proposedBytes uint64
@@ -434,6 +442,14 @@ func (c *Core) Matches(fn func(id, match uint64)) {
 // been told, in the order to carry them out. The shell carries them out
 // before it feeds the next event.
 func (c *Core) Ready() []Action {
+	// The shell has carried out the last Ready's actions: their records
+	// may be written over. A buffer grown past a Ready's usual size (one
+	// MiB of entries) is let go rather than kept, with the bodies it
+	// points into.
+	if cap(c.applyBuf) > maxKeptRecords {
+		c.applyBuf, c.applyLocs = nil, nil
+	}
+	c.applyBuf, c.applyLocs = c.applyBuf[:0], c.applyLocs[:0]
 	for !c.stopped {
 		if len(c.sends) > 0 {
 			c.out = append(c.out, Action{Kind: ActSend, Messages: c.sends})
@@ -558,8 +574,12 @@ func (c *Core) write(m *pb.Message) {
 // where their full records are (ActLocate), and publishes their end; its
 // term's first entry makes it serve.
 func (c *Core) apply(m *pb.Message) {
-	var records, mine []wal.Record
-	var locs, mineLocs []wal.Loc
+	// Appended to the Ready's buffers, never written below what an
+	// earlier action of the same Ready holds.
+	from := len(c.applyBuf)
+	records, locs := c.applyBuf, c.applyLocs
+	var mine []wal.Record
+	var mineLocs []wal.Loc
 	var ack uint64
 	serve := false
 	var confs []Action
@@ -600,8 +620,10 @@ func (c *Core) apply(m *pb.Message) {
 		}
 		c.applied = e.GetIndex()
 	}
-	if len(records) > 0 {
-		c.out = append(c.out, Action{Kind: ActApply, Records: records, Locs: locs, Index: c.applied})
+	c.applyBuf, c.applyLocs = records, locs
+	if len(records) > from {
+		c.out = append(c.out, Action{Kind: ActApply, Records: records[from:len(records):len(records)],
+			Locs: locs[from:len(locs):len(locs)], Index: c.applied})
 	}
 	if len(mine) > 0 {
 		c.out = append(c.out, Action{Kind: ActLocate, Records: mine, Locs: mineLocs, Index: c.applied})
