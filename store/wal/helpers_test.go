@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sproutmq/sprout/store/segment"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -273,7 +274,7 @@ func segments(t testing.TB, dir string) (seqs []uint32, sizes map[uint32]int64) 
 	}
 	for _, e := range entries {
 		var seq uint32
-		if _, err := fmt.Sscanf(e.Name(), "sprout.%08d.wal", &seq); err != nil || e.Name() != wal.SegmentName(seq) {
+		if _, err := fmt.Sscanf(e.Name(), "sprout.%08d.wal", &seq); err != nil || e.Name() != segment.SegmentName(seq) {
 			continue
 		}
 		info, err := e.Info()
@@ -290,4 +291,4 @@ func segments(t testing.TB, dir string) (seqs []uint32, sizes map[uint32]int64) 
 	return seqs, sizes
 }
 
-func segPath(dir string, seq uint32) string { return filepath.Join(dir, wal.SegmentName(seq)) }
+func segPath(dir string, seq uint32) string { return filepath.Join(dir, segment.SegmentName(seq)) }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sproutmq/sprout/store/segment"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -55,7 +56,7 @@ func tornSetup(t *testing.T, dir string) (ids [3]uint64, thirdAt int64) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return ids, int64(wal.HeaderSize) + int64(lsn)
+	return ids, int64(segment.HeaderSize) + int64(lsn)
 }
 
 // TestTornTail: the last record of the log is cut short, as a crash mid
@@ -94,7 +95,7 @@ func TestTornTail(t *testing.T) {
 			if got := m.ids(); fmt.Sprint(got) != fmt.Sprint(ids[:2]) {
 				t.Fatalf("recovered %v, want %v", got, ids[:2])
 			}
-			if w := out.lines("warn"); len(w) != 1 || !strings.Contains(w[0], wal.SegmentName(1)) {
+			if w := out.lines("warn"); len(w) != 1 || !strings.Contains(w[0], segment.SegmentName(1)) {
 				t.Errorf("want one warning naming the file, got %q", w)
 			}
 			if info, err := os.Stat(segPath(dir, 1)); err != nil || info.Size() != at {
@@ -142,7 +143,7 @@ func damagedLog(t *testing.T, dir string) (*model, map[uint64][2]int64) {
 		loc := m.jobs[id].loc
 		m.mu.Unlock()
 		if loc.Seg != seg {
-			seg, off, inSeg = loc.Seg, int64(wal.HeaderSize), 0
+			seg, off, inSeg = loc.Seg, int64(segment.HeaderSize), 0
 		}
 		at[id] = [2]int64{int64(loc.Seg), off}
 		off += int64(loc.Size)
@@ -181,7 +182,7 @@ func TestDamagedRecord(t *testing.T) {
 	}{
 		{"first segment", func(at map[uint64][2]int64, last uint32) uint64 {
 			for id, a := range at {
-				if a[0] == 1 && a[1] == wal.HeaderSize {
+				if a[0] == 1 && a[1] == segment.HeaderSize {
 					return id
 				}
 			}
@@ -228,15 +229,15 @@ func TestDamagedRecord(t *testing.T) {
 				t.Fatal("Open succeeded on a damaged log")
 			}
 			if msg := err.Error(); !strings.Contains(msg, segPath(dir, seg)) || !strings.Contains(msg, fmt.Sprintf("offset %d", off)) {
-				t.Errorf("error %q does not name %s and offset %d", msg, wal.SegmentName(seg), off)
+				t.Errorf("error %q does not name %s and offset %d", msg, segment.SegmentName(seg), off)
 			}
 
 			var out logBuffer
 			opts := wal.Options{SegmentSize: 512, SkipDamaged: true, Logger: zerolog.New(&out)}
 			got, _ := recoverDir(t, dir, opts)
 			sameJobs(t, got, want)
-			if e := out.lines("error"); len(e) != 1 || !strings.Contains(e[0], wal.SegmentName(seg)) || !strings.Contains(e[0], fmt.Sprintf(`"offset":%d`, off)) {
-				t.Errorf("want one error naming %s at offset %d, got %q", wal.SegmentName(seg), off, e)
+			if e := out.lines("error"); len(e) != 1 || !strings.Contains(e[0], segment.SegmentName(seg)) || !strings.Contains(e[0], fmt.Sprintf(`"offset":%d`, off)) {
+				t.Errorf("want one error naming %s at offset %d, got %q", segment.SegmentName(seg), off, e)
 			}
 		})
 	}
@@ -248,7 +249,7 @@ func TestOpenRejectsForeignFile(t *testing.T) {
 	if err := os.WriteFile(segPath(dir, 1), []byte("definitely not a Sprout segment"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := wal.Open(dir, wal.Options{}); err == nil || !strings.Contains(err.Error(), wal.SegmentName(1)) {
+	if _, err := wal.Open(dir, wal.Options{}); err == nil || !strings.Contains(err.Error(), segment.SegmentName(1)) {
 		t.Fatalf("Open = %v, want an error naming the file", err)
 	}
 }
