@@ -175,7 +175,7 @@ func startFailed(err error, cfg config, log zerolog.Logger) int {
 		log.Error().Err(se.Err).Str("address", cfg.engine.Address).Msg("cannot serve")
 		return exitSocket
 	case member.StepLog:
-		log.Error().Err(se.Err).Str("dir", cfg.walDir).Msg("cannot open the write-ahead log")
+		log.Error().Str("error", describe(se.Err)).Str("dir", cfg.walDir).Msg("cannot open the write-ahead log")
 		if errors.Is(se.Err, segment.ErrLocked) {
 			return exitWALLock
 		}

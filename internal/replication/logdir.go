@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/sproutmq/sprout/store/segment"
@@ -10,7 +11,43 @@ import (
 // This file is what OpenWALLog does with a member's directory before its
 // log replays it (doc.go, "The log on disk"): a single node's journal, or
 // a beanstalkd binlog, taken over; what a conversion left behind removed;
-// the member's own log told from another's.
+// the member's own log told from another's. Its refusals name no flag:
+// cmd/sprout says what to do.
+
+// ErrSingleNodeLog: the directory holds a single node's jobs (its
+// journal, or a beanstalkd binlog), which a cluster takes over only as its
+// first member, alone: a WALConfig whose Voters are this member only, not
+// joining.
+var ErrSingleNodeLog = errors.New("replication: the directory holds a single node's jobs, which a cluster takes over only as its first member, alone")
+
+// ForeignLogError: the directory is the log of another member, or of a
+// member of another cluster.
+type ForeignLogError struct {
+	Dir string
+	// The log's member: its cluster's id, its Raft id and name.
+	Cluster, ID uint64
+	Name        string
+	// This member's.
+	WantCluster, WantID uint64
+	WantName            string
+}
+
+// SameName reports whether the log is a member of another cluster by this
+// member's name: most likely this member, started since with other
+// initial members (their names make the cluster's id), which starts it
+// again with the initial members it had, or by joining its cluster
+// (Cluster, ID) again.
+func (e *ForeignLogError) SameName() bool { return e.Cluster != e.WantCluster && e.Name == e.WantName }
+
+func (e *ForeignLogError) Error() string {
+	switch {
+	case e.SameName():
+		return fmt.Sprintf("replication: %s is the log of member %s of cluster %x, not of this one (%x)", e.Dir, e.Name, e.Cluster, e.WantCluster)
+	case e.Cluster != e.WantCluster:
+		return fmt.Sprintf("replication: %s is the log of a member of cluster %x, not of this one (%x)", e.Dir, e.Cluster, e.WantCluster)
+	}
+	return fmt.Sprintf("replication: %s is the log of member %s (%x), not of %s (%x)", e.Dir, e.Name, e.ID, e.WantName, e.WantID)
+}
 
 // segmentOptions is the segment engine's configuration for a member's log:
 // its own version, checkpoints in every segment, moves that take effect as
@@ -38,7 +75,7 @@ func (l *WALLog) open(d *segment.Dir, cfg WALConfig) (*segment.Log, error) {
 	}
 	if len(member) == 0 && (len(single) > 0 || foreignFiles(d, cfg.Wal.Importer)) {
 		if !takesOver(cfg) {
-			return nil, fmt.Errorf("replication: %s holds a single node's jobs: a cluster takes them over only as its first member alone (--cluster-peers naming --node only)", d.Path())
+			return nil, fmt.Errorf("%w: %s", ErrSingleNodeLog, d.Path())
 		}
 		if err := l.convert(d, cfg.Wal); err != nil {
 			return nil, err

@@ -218,10 +218,11 @@ var _ Log = (*WALLog)(nil)
 
 // OpenWALLog opens (or creates) the member's log in cfg.Dir: it replays
 // the directory, checks that it is this member's, and starts the segment
-// log's writer. A single node's directory (or a beanstalkd binlog) becomes the
-// log of a cluster whose only initial member is this one, its jobs the
-// head of a snapshot at index 1 (doc.go, "Snapshots and a bounded
-// log"). Each refusal is one line.
+// log's writer. A single node's directory (or a beanstalkd binlog) becomes
+// the log of a cluster whose only initial member is this one, its jobs
+// the head of a snapshot at index 1 (doc.go, "Snapshots and a bounded
+// log"). Each refusal is one line, and names no flag: segment.ErrLocked,
+// ErrSingleNodeLog, a *ForeignLogError, a *segment.DamageError.
 func OpenWALLog(cfg WALConfig) (*WALLog, error) {
 	if cfg.CacheBytes == 0 {
 		cfg.CacheBytes = DefaultCacheBytes
@@ -277,17 +278,9 @@ func (l *WALLog) replay(f segment.Frame) error {
 		if d.err != nil {
 			return fmt.Errorf("%w: %s: a checkpoint: %v", errMalformed, l.dir, d.err)
 		}
-		if cluster != l.cluster && name == l.name {
-			// Most likely the same member with --cluster-peers rewritten
-			// since (its names make the cluster's id): say how to start it.
-			return fmt.Errorf("replication: %s is the log of member %s of cluster %x, not of this one (%x): start it with the --cluster-peers it first started with, or with --cluster-join %s:%s, or on another directory",
-				l.dir, name, cluster, l.cluster, FormatID(cluster), FormatID(id))
-		}
-		if cluster != l.cluster {
-			return fmt.Errorf("replication: %s is the log of a member of cluster %x, not of this one (%x): start on another directory", l.dir, cluster, l.cluster)
-		}
-		if id != l.id || name != l.name {
-			return fmt.Errorf("replication: %s is the log of member %s (%x), not of %s (%x): start on another directory", l.dir, name, id, l.name, l.id)
+		if cluster != l.cluster || id != l.id || name != l.name {
+			return &ForeignLogError{Dir: l.dir, Cluster: cluster, ID: id, Name: name,
+				WantCluster: l.cluster, WantID: l.id, WantName: l.name}
 		}
 		l.hs, l.cs, l.book = hs, cs, book
 	case kindHardState:

@@ -480,7 +480,8 @@ func TestWALLogEntriesReadBack(t *testing.T) {
 }
 
 // TestWALLogIdentity: a directory is one member's of one cluster: opened
-// as another member, or by another cluster, it is refused in one line.
+// as another member, or by another cluster, it is refused in one line
+// that names no flag, with what the binary needs to say how to start it.
 func TestWALLogIdentity(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testWALConfig(dir, []uint64{1, 2, 3}, 0)
@@ -489,16 +490,25 @@ func TestWALLogIdentity(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
+	refused := func(what string, cfg WALConfig, says string, sameName bool) {
+		t.Helper()
+		_, err := OpenWALLog(cfg)
+		var fe *ForeignLogError
+		if !errors.As(err, &fe) || fe.SameName() != sameName || fe.Dir != dir {
+			t.Fatalf("%s on the directory: %v, want a ForeignLogError of %s (same name %v)", what, err, dir, sameName)
+		}
+		if msg := err.Error(); strings.Contains(msg, "\n") || strings.Contains(msg, "--") || !strings.Contains(msg, says) {
+			t.Errorf("%s on the directory: %q, want one line saying %q and naming no flag", what, msg, says)
+		}
+	}
 	other := cfg
 	other.ClusterID = 0xc2
-	if _, err := OpenWALLog(other); err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "cluster c1") {
-		t.Errorf("another cluster's member on the directory: %v", err)
-	}
+	refused("the same member of another cluster", other, "cluster c1", true)
+	other.Name = "m9"
+	refused("another cluster's member", other, "cluster c1", false)
 	other = testWALConfig(dir, []uint64{2, 1, 3}, 0)
 	other.ClusterID = cfg.ClusterID
-	if _, err := OpenWALLog(other); err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "member m1") {
-		t.Errorf("another member on the directory: %v", err)
-	}
+	refused("another member", other, "member m1", false)
 	openWAL(t, cfg) // and its own member still opens it
 }
 
@@ -533,9 +543,9 @@ func TestWALLogTakesOverASingleNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := OpenWALLog(testWALConfig(dir, []uint64{1, 2, 3}, 0)); err == nil || strings.Contains(err.Error(), "\n") ||
-		!strings.Contains(err.Error(), "single node") {
-		t.Fatalf("a cluster of three on a single node's directory: %v", err)
+	if _, err := OpenWALLog(testWALConfig(dir, []uint64{1, 2, 3}, 0)); !errors.Is(err, ErrSingleNodeLog) ||
+		strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "--") {
+		t.Fatalf("a cluster of three on a single node's directory: %v, want ErrSingleNodeLog in one line naming no flag", err)
 	}
 	l := openWAL(t, testWALConfig(dir, []uint64{1}, 0))
 	if first, _ := l.FirstIndex(); first != 2 {
@@ -550,9 +560,9 @@ func TestWALLogTakesOverASingleNode(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := wal.Open(dir, wal.Options{}); err == nil || strings.Contains(err.Error(), "\n") ||
-		!strings.Contains(err.Error(), "cluster member") {
-		t.Fatalf("a single node on the member's directory: %v", err)
+	if _, err := wal.Open(dir, wal.Options{}); !errors.Is(err, wal.ErrClusterLog) ||
+		strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "--") {
+		t.Fatalf("a single node on the member's directory: %v, want ErrClusterLog in one line naming no flag", err)
 	}
 
 	// A conversion that stopped once its segment was in place left the

@@ -420,6 +420,38 @@ func testClusterFsyncFails(t *testing.T) {
 	}
 }
 
+// TestVersions: a log opens only segments of its own version; one of
+// another user's, or of none known, is refused with a *VersionError that
+// says whose it is, and left as it is.
+func TestVersions(t *testing.T) {
+	dir := t.TempDir()
+	l, m := open(t, dir, segment.Options{}) // a journal's
+	waitDurable(t, l, lastLSN(m.put(t, "a journal's item")))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := tryOpenFrames(dir, segment.Options{})
+	var ve *segment.VersionError
+	if !errors.As(err, &ve) || ve.Version != segment.VersionJournal || ve.Want != segment.VersionRaftLog ||
+		!strings.Contains(err.Error(), "job journal") {
+		t.Fatalf("a Raft log on a journal's segments: %v", err)
+	}
+	hdr := make([]byte, segment.HeaderSize)
+	copy(hdr, "SPROUTWL")
+	hdr[8] = 9
+	other := t.TempDir()
+	if err := os.WriteFile(segPath(other, 1), hdr, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := openItems(t, other, segment.Options{}); !errors.As(err, &ve) || ve.Version != 9 {
+		t.Fatalf("a segment of version 9: %v", err)
+	}
+	got, _ := recoverDir(t, dir, segment.Options{})
+	if len(got) != 1 {
+		t.Errorf("the journal recovers %d items after the refusals, want its one", len(got))
+	}
+}
+
 // TestClusterCheckpointWithGroup: a group appended with a new checkpoint
 // (a member's hard state, its membership) is never followed at replay by
 // the checkpoint before it, even when the writer itself, not an append,

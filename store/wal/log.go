@@ -18,12 +18,16 @@ const (
 	DefaultSyncEvery = segment.DefaultSyncEvery
 )
 
-// Errors a caller maps onto the wire.
+// Errors a caller maps onto the wire, or reads to the operator. They name
+// no flag: cmd/sprout says what to do.
 var (
 	// ErrNoSpace: the disk has no room for a new segment (or fsyncs keep
 	// failing), so only deletes are accepted (their room is kept in
 	// reserve). beanstalkd answers OUT_OF_MEMORY to a put in this state.
 	ErrNoSpace = errors.New("wal: no space left for new records")
+	// ErrClusterLog: the directory is a cluster member's log, which only
+	// that member opens (internal/replication).
+	ErrClusterLog = errors.New("wal: the directory holds a cluster member's log")
 )
 
 // Loc is where a job's latest full record lives: its item's place in the
@@ -89,7 +93,8 @@ type Log struct {
 // Open locks dir, replays it and returns the log, not yet writing. Jobs
 // found are available from Recovered; call Start to begin appending. A
 // directory holding only beanstalkd binlog files is imported first.
-// segment.ErrLocked: another server holds dir.
+// segment.ErrLocked: another server holds dir; ErrClusterLog: dir is a
+// cluster member's.
 func Open(dir string, opts Options) (*Log, error) {
 	d, err := segment.LockDir(dir)
 	if err != nil {

@@ -48,7 +48,7 @@ func open(d *segment.Dir, opts Options) (*segment.Log, []Recovered, error) {
 	})
 	var ve *segment.VersionError
 	if errors.As(err, &ve) && ve.Version == segment.VersionRaftLog {
-		return nil, nil, fmt.Errorf("wal: %s is a cluster member's log: start it as that member (--node), or on another directory", d.Path())
+		return nil, nil, fmt.Errorf("%w: %s", ErrClusterLog, d.Path())
 	}
 	if err != nil {
 		return nil, nil, err

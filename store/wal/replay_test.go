@@ -1,6 +1,7 @@
 package wal_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -228,6 +229,10 @@ func TestDamagedRecord(t *testing.T) {
 			if err == nil {
 				t.Fatal("Open succeeded on a damaged log")
 			}
+			var de *segment.DamageError
+			if !errors.As(err, &de) || de.Offset != off || strings.Contains(err.Error(), "--") {
+				t.Errorf("error %v: want a segment.DamageError at offset %d, naming no flag", err, off)
+			}
 			if msg := err.Error(); !strings.Contains(msg, segPath(dir, seg)) || !strings.Contains(msg, fmt.Sprintf("offset %d", off)) {
 				t.Errorf("error %q does not name %s and offset %d", msg, segment.SegmentName(seg), off)
 			}
@@ -251,6 +256,25 @@ func TestOpenRejectsForeignFile(t *testing.T) {
 	}
 	if _, err := wal.Open(dir, wal.Options{}); err == nil || !strings.Contains(err.Error(), segment.SegmentName(1)) {
 		t.Fatalf("Open = %v, want an error naming the file", err)
+	}
+}
+
+// TestOpenRefusesAMembersLog: a cluster member's directory is refused
+// with ErrClusterLog, in one line that names no flag, and left as it is.
+func TestOpenRefusesAMembersLog(t *testing.T) {
+	dir := t.TempDir()
+	hdr := make([]byte, segment.HeaderSize)
+	copy(hdr, "SPROUTWL")
+	hdr[8] = byte(segment.VersionRaftLog)
+	if err := os.WriteFile(segPath(dir, 1), hdr, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := wal.Open(dir, wal.Options{})
+	if !errors.Is(err, wal.ErrClusterLog) || strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "--") {
+		t.Fatalf("Open of a member's directory: %v, want ErrClusterLog in one line naming no flag", err)
+	}
+	if b, err := os.ReadFile(segPath(dir, 1)); err != nil || !bytes.Equal(b, hdr) {
+		t.Errorf("the member's segment changed: %q, %v", b, err)
 	}
 }
 
