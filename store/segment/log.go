@@ -13,7 +13,8 @@ import (
 // methods run on the writer goroutine, so they must be cheap and never
 // block: every commit waits behind them.
 type Observer interface {
-	// ObserveBatch reports one batch written: its bytes and records.
+	// ObserveBatch reports one batch written: its bytes and its groups (a
+	// journal's records).
 	ObserveBatch(bytes, records int)
 	// ObserveSync reports how long one fsync that worked took: of every
 	// segment written since the last, rewrites after a failure excluded.
