@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/store/segment"
+	"github.com/sproutmq/sprout/store/segment/segtest"
 )
 
 // A cluster's Raft log keeps its frames as these tests write them: a kind
@@ -132,9 +133,9 @@ func TestClusterFramesReplay(t *testing.T) {
 		// Each waits for the last, as raft waits for its writes: appends
 		// move to a new segment only once its spare is made.
 		groups = append(groups, appendGroup(t, l, fmt.Sprintf("entry %d %s", i, strings.Repeat("x", 200))))
-		waitDurable(t, l, groups[i].lsn)
+		segtest.WaitDurable(t, l, groups[i].lsn)
 	}
-	waitDurable(t, l, groups[len(groups)-1].lsn)
+	segtest.WaitDurable(t, l, groups[len(groups)-1].lsn)
 	for _, i := range []int{0, 59, 119} {
 		g := groups[i]
 		got, err := l.ReadFrame(g.seg, g.off, len(g.frame))
@@ -147,7 +148,7 @@ func TestClusterFramesReplay(t *testing.T) {
 	}
 
 	l, frames = openFrames(t, dir, opts)
-	defer closeUnstarted(t, l)
+	defer segtest.CloseUnstarted(t, l)
 	got := entriesOf(frames)
 	if len(got) != len(groups) {
 		t.Fatalf("%d entries replayed, %d written", len(got), len(groups))
@@ -191,7 +192,7 @@ func TestClusterTornTail(t *testing.T) {
 	for i := range 40 {
 		groups = append(groups, appendGroup(t, l, fmt.Sprintf("entry %d %s", i, strings.Repeat("y", 300))))
 	}
-	waitDurable(t, l, groups[len(groups)-1].lsn)
+	segtest.WaitDurable(t, l, groups[len(groups)-1].lsn)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestClusterTornTail(t *testing.T) {
 
 	corrupt(groups[39])
 	l, frames := openFrames(t, dir, opts)
-	closeUnstarted(t, l)
+	segtest.CloseUnstarted(t, l)
 	if got := entriesOf(frames); len(got) != 39 {
 		t.Fatalf("%d entries after a torn last one, want 39", len(got))
 	}
@@ -219,7 +220,7 @@ func TestClusterTornTail(t *testing.T) {
 	}
 	opts.SkipDamaged = true
 	l, frames = openFrames(t, dir, opts)
-	closeUnstarted(t, l)
+	segtest.CloseUnstarted(t, l)
 	if got := entriesOf(frames); len(got) != 38 {
 		t.Fatalf("%d entries skipping one damaged, want 38", len(got))
 	}
@@ -270,12 +271,12 @@ func testClusterHoldAndMigrate(t *testing.T) {
 	var last written
 	for i := range 60 {
 		last = appendGroup(t, l, fmt.Sprintf("entry %d %s", i, strings.Repeat("z", 400)))
-		waitDurable(t, l, last.lsn)
+		segtest.WaitDurable(t, l, last.lsn)
 		synctest.Wait() // the spare is made
 	}
-	waitDurable(t, l, last.lsn)
+	segtest.WaitDurable(t, l, last.lsn)
 	synctest.Wait()
-	before, _ := segments(t, dir)
+	before, _ := segtest.Segments(t, dir)
 	if before[0] != first.seg || len(before) < 6 {
 		t.Fatalf("segments %v: the test meant to fill several after %d", before, first.seg)
 	}
@@ -287,7 +288,7 @@ func testClusterHoldAndMigrate(t *testing.T) {
 	l.Hold(held)
 	time.Sleep(time.Second)
 	synctest.Wait()
-	if now, _ := segments(t, dir); now[0] != first.seg {
+	if now, _ := segtest.Segments(t, dir); now[0] != first.seg {
 		t.Fatalf("segments %v: the one holding job 7 went", now)
 	}
 
@@ -298,7 +299,7 @@ func testClusterHoldAndMigrate(t *testing.T) {
 	if got := m.ids(); !slices.Equal(got, []uint64{7}) {
 		t.Fatalf("migrated %v, want job 7", got)
 	}
-	now, _ := segments(t, dir)
+	now, _ := segtest.Segments(t, dir)
 	if now[0] != held {
 		t.Fatalf("segments %v after the move: want every one below %d gone", now, held)
 	}
@@ -365,7 +366,7 @@ func testClusterFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	l, frames := openFrames(t, dir, opts)
-	closeUnstarted(t, l)
+	segtest.CloseUnstarted(t, l)
 	if got := entriesOf(frames); len(got) != len(groups) {
 		t.Fatalf("%d entries after reopening, %d written", len(got), len(groups))
 	}
@@ -388,7 +389,7 @@ func testClusterFsyncFails(t *testing.T) {
 	dir := t.TempDir()
 	l, _ := openFrames(t, dir, opts)
 	startCluster(t, l, "cp")
-	waitDurable(t, l, appendGroup(t, l, "before").lsn)
+	segtest.WaitDurable(t, l, appendGroup(t, l, "before").lsn)
 	failSyncs.Store(3)
 	g := appendGroup(t, l, "synced at the fourth try")
 	done := make(chan struct{})
@@ -414,7 +415,7 @@ func testClusterFsyncFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	l, frames := openFrames(t, dir, segment.Options{})
-	closeUnstarted(t, l)
+	segtest.CloseUnstarted(t, l)
 	if got := entriesOf(frames); len(got) != 2 {
 		t.Fatalf("%d entries after reopening, want 2", len(got))
 	}
@@ -426,7 +427,7 @@ func testClusterFsyncFails(t *testing.T) {
 func TestVersions(t *testing.T) {
 	dir := t.TempDir()
 	l, m := open(t, dir, segment.Options{}) // a journal's
-	waitDurable(t, l, lastLSN(m.put(t, "a journal's item")))
+	segtest.WaitDurable(t, l, lastLSN(m.put(t, "a journal's item")))
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +492,7 @@ func testCheckpointWithGroup(t *testing.T, appendState func(l *testLog, f, check
 	for size := 0; size <= segSize; size += len(last.frame) {
 		last = appendGroup(t, l, fmt.Sprintf("entry %s", strings.Repeat("x", 300)))
 	}
-	waitDurable(t, l, last.lsn)
+	segtest.WaitDurable(t, l, last.lsn)
 	if st := l.Stats(); st.CurrentIndex != last.seg {
 		t.Fatalf("appends moved to segment %d with no spare made", st.CurrentIndex)
 	}
@@ -511,7 +512,7 @@ func testCheckpointWithGroup(t *testing.T, appendState func(l *testLog, f, check
 	}
 
 	l, frames := openFrames(t, dir, opts)
-	defer closeUnstarted(t, l)
+	defer segtest.CloseUnstarted(t, l)
 	var states []string
 	for _, f := range frames {
 		if f.Payload[0] == kindCheckpoint {

@@ -14,11 +14,12 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/store/segment"
+	"github.com/sproutmq/sprout/store/segment/segtest"
 )
 
 // dirSize is the total size of the segment files in dir.
 func dirSize(t testing.TB, dir string) int64 {
-	_, sizes := segments(t, dir)
+	_, sizes := segtest.Segments(t, dir)
 	var n int64
 	for _, s := range sizes {
 		n += s
@@ -66,19 +67,19 @@ func testCompaction(t *testing.T) {
 			lsn = m.del(t, window[0])
 			window = window[1:]
 		}
-		waitDurable(t, l, lsn) // as a client waits for each reply
+		segtest.WaitDurable(t, l, lsn) // as a client waits for each reply
 		if i%10 == 0 {
 			// While the spare is still being made, appends go on into the
 			// current segment past its size (rotation never waits for the
 			// disk); on a loaded machine that can be several segments'
 			// worth, which is not compaction falling behind.
-			_, sizes := segments(t, dir)
+			_, sizes := segtest.Segments(t, dir)
 			overgrown := max(sizes[l.Stats().CurrentIndex]-segSize, 0)
 			maxOver = max(maxOver, dirSize(t, dir)-bound()-overgrown)
 		}
 	}
 	for _, id := range window {
-		waitDurable(t, l, m.del(t, id))
+		segtest.WaitDurable(t, l, m.del(t, id))
 	}
 	t.Logf("during the churn the directory was at most %d bytes past 2×live + 4 segments", maxOver)
 	// Compaction lags the churn; 3000 records of up to 300 bytes are about
@@ -91,7 +92,7 @@ func testCompaction(t *testing.T) {
 	synctest.Wait()
 	st := l.Stats()
 	if size := dirSize(t, dir); size > bound() || st.OldestIndex <= 1 {
-		seqs, sizes := segments(t, dir)
+		seqs, sizes := segtest.Segments(t, dir)
 		t.Fatalf("directory did not shrink: %d bytes for %d live (bound %d); segments %v sizes %v; stats %+v",
 			size, st.LiveBytes, bound(), seqs, sizes, st)
 	}
@@ -100,7 +101,7 @@ func testCompaction(t *testing.T) {
 	if st.RecordsMigrated < int64(len(keepers)) {
 		t.Errorf("RecordsMigrated = %d, want at least the %d keepers", st.RecordsMigrated, len(keepers))
 	}
-	seqs, _ := segments(t, dir)
+	seqs, _ := segtest.Segments(t, dir)
 	if seqs[0] != st.OldestIndex {
 		t.Errorf("oldest file on disk is %d, stats say %d", seqs[0], st.OldestIndex)
 	}
@@ -129,10 +130,10 @@ func TestCompactionLeavesLargeLiveSetAlone(t *testing.T) {
 	dir := t.TempDir()
 	l, m := open(t, dir, segment.Options{SegmentSize: segSize})
 	_, lsn := m.put(t, strings.Repeat("B", 3*segSize))
-	waitDurable(t, l, lsn)
+	segtest.WaitDurable(t, l, lsn)
 	for range 400 { // dozens of segments of churn
 		id, _ := m.put(t, strings.Repeat("c", 200))
-		waitDurable(t, l, m.del(t, id))
+		segtest.WaitDurable(t, l, m.del(t, id))
 	}
 	st := l.Stats()
 	t.Logf("%+v", st)
@@ -193,7 +194,7 @@ func testDiskFull(t *testing.T) {
 			break
 		}
 		live = append(live, id)
-		waitDurable(t, l, lsn)
+		segtest.WaitDurable(t, l, lsn)
 	}
 	if !errors.Is(err, segment.ErrNoSpace) {
 		t.Fatalf("put on a full disk: %v, want ErrNoSpace", err)
@@ -205,7 +206,7 @@ func testDiskFull(t *testing.T) {
 		t.Errorf("update on a full disk: %v, want ErrNoSpace", err)
 	}
 	for _, id := range live[:len(live)/2] {
-		waitDurable(t, l, m.del(t, id)) // fails the test if refused
+		segtest.WaitDurable(t, l, m.del(t, id)) // fails the test if refused
 	}
 
 	// Deletes free no segment: only space returning can let puts in, and
@@ -221,7 +222,7 @@ func testDiskFull(t *testing.T) {
 	if err != nil {
 		t.Fatalf("put 250 ms after space returned: %v", err)
 	}
-	waitDurable(t, l, lsn)
+	segtest.WaitDurable(t, l, lsn)
 	closeAndRecover(t, l, m, dir, opts)
 }
 
@@ -257,7 +258,7 @@ func testWriteErrorRetried(t *testing.T) {
 	dir := t.TempDir()
 	l, m := open(t, dir, opts)
 	_, lsn := m.put(t, "before the error")
-	waitDurable(t, l, lsn)
+	segtest.WaitDurable(t, l, lsn)
 
 	w.on.Store(true)
 	_, lsn = m.put(t, "written while the disk fails")
@@ -286,7 +287,7 @@ func testWriteErrorRetried(t *testing.T) {
 		t.Fatal("the waiting commit did not complete once writes worked again")
 	}
 	_, lsn = m.put(t, "after the error")
-	waitDurable(t, l, lsn)
+	segtest.WaitDurable(t, l, lsn)
 	closeAndRecover(t, l, m, dir, segment.Options{})
 }
 
@@ -324,7 +325,7 @@ func testSyncErrorRewrittenAndRetried(t *testing.T) {
 	dir := t.TempDir()
 	l, m := open(t, dir, opts)
 	_, lsn := m.put(t, "before the error")
-	waitDurable(t, l, lsn)
+	segtest.WaitDurable(t, l, lsn)
 
 	tracking.Store(true)
 	failSyncs.Store(3)
@@ -379,7 +380,7 @@ func testCompactionWaitsForFsync(t *testing.T) {
 	dir := t.TempDir()
 	l, m := open(t, dir, opts)
 	keeper, lsn := m.put(t, "keeper")
-	waitDurable(t, l, lsn)
+	segtest.WaitDurable(t, l, lsn)
 	failing.Store(true)
 	for range 80 { // several segments past the keeper's, none of them synced
 		id, _ := m.put(t, strings.Repeat("x", 200))
@@ -464,7 +465,7 @@ func TestCloseReportsFailedFinalSync(t *testing.T) {
 	segment.SetFdatasync(&opts, func(func(*os.File) error, *os.File) error { return syscall.EIO })
 	l, m := open(t, t.TempDir(), opts)
 	_, lsn := m.put(t, "never synced")
-	waitDurable(t, l, lsn) // written: -f 1h acknowledges without an fsync
+	segtest.WaitDurable(t, l, lsn) // written: -f 1h acknowledges without an fsync
 	if err := l.Close(); err == nil {
 		t.Fatal("Close reported no error although its final fsync failed")
 	}
@@ -542,7 +543,7 @@ func TestGroupCommit(t *testing.T) {
 	wg.Wait()
 	close(release)
 	_, last := m.put(t, "last")
-	waitDurable(t, l, max(first, last))
+	segtest.WaitDurable(t, l, max(first, last))
 	if n := fired.Load(); n != appenders*each {
 		t.Errorf("%d callbacks fired, want %d", n, appenders*each)
 	}
@@ -609,7 +610,7 @@ func testSyncTimer(t *testing.T) {
 	l, m := open(t, t.TempDir(), segment.Options{SyncEvery: every})
 	for _, body := range []string{"one", "two"} {
 		_, lsn := m.put(t, body)
-		waitDurable(t, l, lsn)
+		segtest.WaitDurable(t, l, lsn)
 		synctest.Wait()
 		if l.Synced() >= lsn {
 			t.Fatalf("%q synced at once; SyncEvery %v should have delayed it", body, every)
@@ -632,7 +633,7 @@ func TestCloseSyncs(t *testing.T) {
 			for i := range 10 {
 				_, lsn = m.put(t, fmt.Sprintf("job %d", i))
 			}
-			waitDurable(t, l, lsn)
+			segtest.WaitDurable(t, l, lsn)
 			if l.Synced() >= lsn {
 				t.Fatalf("synced %d already covers %d: the policy should have left it", l.Synced(), lsn)
 			}
@@ -701,7 +702,7 @@ func testCompactionAfterDiskFull(t *testing.T) {
 			t.Fatal(err)
 		}
 		ballast = append(ballast, id)
-		waitDurable(t, l, lsn)
+		segtest.WaitDurable(t, l, lsn)
 	}
 	if st := l.Stats(); st.CurrentIndex < 3 {
 		t.Fatalf("disk full at segment %d; the test needs 3", st.CurrentIndex)
@@ -710,7 +711,7 @@ func testCompactionAfterDiskFull(t *testing.T) {
 	// oldest of three full segments: compaction wants to move it, but the
 	// disk is full.
 	for _, id := range ballast {
-		waitDurable(t, l, m.del(t, id))
+		segtest.WaitDurable(t, l, m.del(t, id))
 	}
 	synctest.Wait()
 	if st := l.Stats(); st.OldestIndex != 1 || st.RecordsMigrated != 0 {
@@ -721,7 +722,7 @@ func testCompactionAfterDiskFull(t *testing.T) {
 	time.Sleep(250 * time.Millisecond) // the full disk's recheck
 	synctest.Wait()
 	if st := l.Stats(); st.OldestIndex <= 1 {
-		seqs, sizes := segments(t, dir)
+		seqs, sizes := segtest.Segments(t, dir)
 		t.Fatalf("segment 1 not compacted away once space returned: %v %v %+v", seqs, sizes, st)
 	}
 	got, _ := closeAndRecover(t, l, m, dir, opts)
@@ -741,7 +742,7 @@ func testRestartsDoNotPileUpSegments(t *testing.T) {
 	opts := segment.Options{SegmentSize: 64 << 10}
 	l, m := open(t, dir, opts)
 	id, lsn := m.put(t, "kept")
-	waitDurable(t, l, lsn)
+	segtest.WaitDurable(t, l, lsn)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -749,7 +750,7 @@ func testRestartsDoNotPileUpSegments(t *testing.T) {
 		l, _ := open(t, dir, opts)
 		synctest.Wait()
 		// The kept job's segment, the current one and the spare.
-		if seqs, _ := segments(t, dir); len(seqs) > 3 {
+		if seqs, _ := segtest.Segments(t, dir); len(seqs) > 3 {
 			t.Fatalf("segments left after a restart with no traffic: %v", seqs)
 		}
 		if err := l.Close(); err != nil {

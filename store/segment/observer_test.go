@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/store/segment"
+	"github.com/sproutmq/sprout/store/segment/segtest"
 )
 
 // observed is a segment.Observer that adds up what it is told.
@@ -63,7 +64,7 @@ func TestObserver(t *testing.T) {
 			l, m := open(t, t.TempDir(), opts)
 			for range puts {
 				_, lsn := m.put(t, "a body")
-				waitDurable(t, l, lsn) // one batch each: nothing else is pending
+				segtest.WaitDurable(t, l, lsn) // one batch each: nothing else is pending
 			}
 			got := o.get()
 			if got.records != puts || got.batches != puts || got.bytes != l.Written() {

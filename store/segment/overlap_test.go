@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/store/segment"
+	"github.com/sproutmq/sprout/store/segment/segtest"
 )
 
 // The writer goes on writing while an fsync runs on a goroutine of its
@@ -126,13 +127,13 @@ func testWritesGoOnWhileFsyncRuns(t *testing.T) {
 	syncs := newHeldSyncs(&opts)
 	l, m := open(t, t.TempDir(), opts)
 	_, first := m.put(t, "before the fsync")
-	waitDurable(t, l, first)
+	segtest.WaitDurable(t, l, first)
 	time.Sleep(50 * time.Millisecond)
 	held := syncs.next(t)
 	var last uint64
 	for i := range 20 {
 		_, last = m.put(t, strings.Repeat("w", i))
-		waitDurable(t, l, last) // fails the test after 10 s, were it waiting for the fsync
+		segtest.WaitDurable(t, l, last) // fails the test after 10 s, were it waiting for the fsync
 	}
 	time.Sleep(time.Second)
 	synctest.Wait()
@@ -242,7 +243,7 @@ func testFailedFsyncRewritesWhatWasWrittenMeanwhile(t *testing.T) {
 	held := syncs.next(t)
 	b, bAt := put("b")
 	held.end <- nil
-	waitDurable(t, l, a)
+	segtest.WaitDurable(t, l, a)
 	held = syncs.next(t) // covers b
 	mark := writes.mark()
 	held.end <- syscall.EIO
@@ -254,7 +255,7 @@ func testFailedFsyncRewritesWhatWasWrittenMeanwhile(t *testing.T) {
 		t.Fatal("b acknowledged although its fsync failed")
 	}
 	held.end <- nil
-	waitDurable(t, l, b)
+	segtest.WaitDurable(t, l, b)
 
 	// A failed fsync, with d written while it runs: c and d are both
 	// written again.
@@ -272,7 +273,7 @@ func testFailedFsyncRewritesWhatWasWrittenMeanwhile(t *testing.T) {
 	}
 	syncs.free.Store(true)
 	held.end <- nil
-	waitDurable(t, l, d)
+	segtest.WaitDurable(t, l, d)
 	closeAndRecover(t, l, m, dir, segment.Options{})
 }
 
@@ -290,7 +291,7 @@ func testFileKeptOpenWhileFsyncRuns(t *testing.T) {
 	synctest.Wait() // the spare is made
 	body := strings.Repeat("b", 240)
 	for range 3 { // about 900 bytes: the fourth would pass segSize
-		waitDurable(t, l, lastLSN(m.put(t, body)))
+		segtest.WaitDurable(t, l, lastLSN(m.put(t, body)))
 	}
 	if st := l.Stats(); st.CurrentIndex != 1 {
 		t.Fatalf("appends went on to segment %d; the test wants three records in 1", st.CurrentIndex)
@@ -305,7 +306,7 @@ func testFileKeptOpenWhileFsyncRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 6 { // segments 2 and 3, while segment 1's fsync runs
-		waitDurable(t, l, lastLSN(m.put(t, body)))
+		segtest.WaitDurable(t, l, lastLSN(m.put(t, body)))
 		synctest.Wait()
 	}
 	if st := l.Stats(); st.CurrentIndex < 3 {
@@ -321,7 +322,7 @@ func testFileKeptOpenWhileFsyncRuns(t *testing.T) {
 	syncs.free.Store(true)
 	held.end <- nil
 	synctest.Wait()
-	if _, sizes := segments(t, dir); sizes[1] >= segSize {
+	if _, sizes := segtest.Segments(t, dir); sizes[1] >= segSize {
 		t.Errorf("segment 1 is %d bytes once its fsync finished; want it trimmed", sizes[1])
 	}
 }

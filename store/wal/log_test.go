@@ -3,6 +3,7 @@ package wal_test
 import (
 	"testing"
 
+	"github.com/sproutmq/sprout/store/segment/segtest"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -34,11 +35,11 @@ func TestIDsNeverReused(t *testing.T) {
 			issued = id
 			lsn = m.del(t, id)
 		}
-		waitDurable(t, l, lsn)
+		segtest.WaitDurable(t, l, lsn)
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if seqs, _ := segments(t, dir); seqs[0] == 1 && round > 0 {
+		if seqs, _ := segtest.Segments(t, dir); seqs[0] == 1 && round > 0 {
 			t.Logf("round %d: segment 1 still on disk (%v)", round, seqs)
 		}
 	}
@@ -56,12 +57,12 @@ func TestCloseWithoutStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closeUnstarted(t, l)
+	segtest.CloseUnstarted(t, l)
 	l, err = wal.Open(dir, wal.Options{})
 	if err != nil {
 		t.Fatalf("reopen after Close: %v", err)
 	}
-	closeUnstarted(t, l)
+	segtest.CloseUnstarted(t, l)
 }
 
 // TestAppendAllocs: Append, on every connection's hot path, allocates

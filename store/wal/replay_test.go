@@ -12,7 +12,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store/segment"
+	"github.com/sproutmq/sprout/store/segment/segtest"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -90,13 +92,13 @@ func TestTornTail(t *testing.T) {
 			ids, at := tornSetup(t, dir)
 			tc.tear(t, segPath(dir, 1), at)
 
-			var out logBuffer
+			var out testproc.SyncBuffer
 			opts := wal.Options{SegmentSize: 1 << 16, Logger: zerolog.New(&out)}
 			l, m := open(t, dir, opts)
 			if got := m.ids(); fmt.Sprint(got) != fmt.Sprint(ids[:2]) {
 				t.Fatalf("recovered %v, want %v", got, ids[:2])
 			}
-			if w := out.lines("warn"); len(w) != 1 || !strings.Contains(w[0], segment.SegmentName(1)) {
+			if w := out.Lines("warn"); len(w) != 1 || !strings.Contains(w[0], segment.SegmentName(1)) {
 				t.Errorf("want one warning naming the file, got %q", w)
 			}
 			if info, err := os.Stat(segPath(dir, 1)); err != nil || info.Size() != at {
@@ -111,13 +113,13 @@ func TestTornTail(t *testing.T) {
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
-			out = logBuffer{}
+			out = testproc.SyncBuffer{}
 			got, _ := recoverDir(t, dir, opts)
 			sameJobs(t, got, want)
 			if _, ok := got[id4]; !ok {
 				t.Errorf("job %d put after the cut is lost", id4)
 			}
-			if w := out.lines("warn"); len(w) != 0 {
+			if w := out.Lines("warn"); len(w) != 0 {
 				t.Errorf("the second reopen warned again: %q", w)
 			}
 		})
@@ -139,7 +141,7 @@ func damagedLog(t *testing.T, dir string) (*model, map[uint64][2]int64) {
 			t.Fatalf("300 records and only %d segments", seg)
 		}
 		id, lsn := m.put(t, "default", fmt.Sprintf("job %03d with a body of some length", i), wal.StateReady, uint32(i))
-		waitDurable(t, l, lsn)
+		segtest.WaitDurable(t, l, lsn)
 		m.mu.Lock()
 		loc := m.jobs[id].loc
 		m.mu.Unlock()
@@ -237,11 +239,11 @@ func TestDamagedRecord(t *testing.T) {
 				t.Errorf("error %q does not name %s and offset %d", msg, segment.SegmentName(seg), off)
 			}
 
-			var out logBuffer
+			var out testproc.SyncBuffer
 			opts := wal.Options{SegmentSize: 512, SkipDamaged: true, Logger: zerolog.New(&out)}
 			got, _ := recoverDir(t, dir, opts)
 			sameJobs(t, got, want)
-			if e := out.lines("error"); len(e) != 1 || !strings.Contains(e[0], segment.SegmentName(seg)) || !strings.Contains(e[0], fmt.Sprintf(`"offset":%d`, off)) {
+			if e := out.Lines("error"); len(e) != 1 || !strings.Contains(e[0], segment.SegmentName(seg)) || !strings.Contains(e[0], fmt.Sprintf(`"offset":%d`, off)) {
 				t.Errorf("want one error naming %s at offset %d, got %q", segment.SegmentName(seg), off, e)
 			}
 		})
@@ -290,12 +292,12 @@ func TestUnfinishedSegment(t *testing.T) {
 			if err := os.Truncate(segPath(dir, 1), at+11); err != nil {
 				t.Fatal(err)
 			}
-			seqs, _ := segments(t, dir)
+			seqs, _ := segtest.Segments(t, dir)
 			next := seqs[len(seqs)-1] + 1
 			if err := os.WriteFile(segPath(dir, next), make([]byte, size), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			var out logBuffer
+			var out testproc.SyncBuffer
 			got, _ := recoverDir(t, dir, wal.Options{SegmentSize: 1 << 16, Logger: zerolog.New(&out)})
 			if len(got) != 2 || got[ids[0]].ID == 0 || got[ids[1]].ID == 0 {
 				t.Errorf("recovered %v, want jobs %v", got, ids[:2])
@@ -303,7 +305,7 @@ func TestUnfinishedSegment(t *testing.T) {
 			if _, err := os.Stat(segPath(dir, next)); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("the unfinished segment is still there: %v", err)
 			}
-			if w := out.lines("warn"); len(w) != 2 {
+			if w := out.Lines("warn"); len(w) != 2 {
 				t.Errorf("want two warnings (unfinished segment, torn tail), got %q", w)
 			}
 		})
