@@ -864,6 +864,30 @@ func TestCoreCompactionStuck(t *testing.T) {
 	h.expect()
 }
 
+// TestCoreCompactionMovesLater: with MovesLater (a cluster's Raft log),
+// the items handed to the Migrator move when the user reports them
+// (moved), after Migrate returned: the segment waits for them, is not
+// reported stuck, and goes once they moved and the moves are durable.
+func TestCoreCompactionMovesLater(t *testing.T) {
+	p := testPolicy()
+	p.movesLater = true
+	h := newHarness(t, p, recoverJobs([]int64{coreSeg, coreSeg}, [][]uint32{{100}, nil}))
+	h.expect("spare 4", "migrate 1 [1]")
+	h.c.spareDone(h.now, 4, nil)
+	h.expect() // item 1 is handed out, not moved yet: no report
+	lsn, seg, _, err := h.c.append(group(1, fullSize, false, Loc{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.expect("header 3 id=1, write 3@24+100")
+	h.wrote()
+	h.expect("observe 100B 1rec", "sync [3]")
+	h.synced()
+	h.expect(fmt.Sprintf("publish %d", lsn)) // written, but the move is not reported
+	h.c.moved(Move{ID: 1, From: h.locs[1], To: Loc{Seg: seg, Size: fullSize}})
+	h.expect("remove 1")
+}
+
 // TestCoreRemoveRetried: a segment that cannot be removed is said once and
 // tried again every second.
 func TestCoreRemoveRetried(t *testing.T) {
