@@ -79,9 +79,10 @@
 //     fields of its jobs)
 //  3. Client.mu (a client's reserved jobs, in TTR and reservation order,
 //     its TTR timer and closed flag)
-//  4. jobShard.mu, timers.mu, wal.Log's mutex (leaves: nothing is taken
-//     under them). Store.idMarkMu is taken with no other store lock held,
-//     and only the log's mutex under it.
+//  4. jobShard.mu, timers.mu, the journal's mutex (segment.Log's, under
+//     wal.Log; leaves: nothing is taken under them). Store.idMarkMu is
+//     taken with no other store lock held, and only the log's mutex under
+//     it.
 //
 // Consequences:
 //   - An operation by job id looks the job up under its shard lock, drops

@@ -144,8 +144,8 @@ func (s *Store) recover() {
 	s.raiseID(s.log.LastID())
 }
 
-// Migrate implements wal.Migrator: each job whose full record is still in
-// seg is written again, whole, at the head of the log.
+// Migrate implements segment.Migrator: each job whose full record is still
+// in seg is written again, whole, at the head of the log.
 func (s *Store) Migrate(seg uint32, ids []uint64) {
 	for _, id := range ids {
 		j := s.lookup(id)

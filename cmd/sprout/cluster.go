@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/store/segment"
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // exitRemoved is the exit status of a member removed from the cluster:
@@ -69,17 +71,41 @@ var clusterFlag = map[replication.Setting]string{
 	replication.SettingTLSCA:   "--cluster-tls-ca",
 }
 
-// describe is the line the operator reads for a lower layer's error: a
-// replication.ConfigError names the flag that sets what it refuses.
+// describe is the line the operator reads for a lower layer's error, in
+// words that say what to do, with the flags that do it: a
+// replication.ConfigError names the flag that sets what it refuses; a log
+// the member or the single node may not open says how to start on it.
 func describe(err error) string {
 	var ce *replication.ConfigError
-	if errors.As(err, &ce) {
+	var fe *replication.ForeignLogError
+	var de *segment.DamageError
+	switch {
+	case errors.As(err, &ce):
 		if flag, ok := clusterFlag[ce.Setting]; ok {
 			return flag + ": " + ce.Err.Error()
 		}
 		return ce.Err.Error()
+	case errors.Is(err, wal.ErrClusterLog):
+		return "the directory is a cluster member's log: start it as that member (--node), or on another directory"
+	case errors.Is(err, replication.ErrSingleNodeLog):
+		return "the directory holds a single node's jobs: a cluster takes them over only as its first member alone (--cluster-peers naming --node only)"
+	case errors.As(err, &fe) && fe.SameName():
+		return fmt.Sprintf("%s: start it with the --cluster-peers it first started with, or with --cluster-join %s:%s, or on another directory",
+			trimPackage(fe.Error()), replication.FormatID(fe.Cluster), replication.FormatID(fe.ID))
+	case errors.As(err, &fe):
+		return trimPackage(fe.Error()) + ": start on another directory"
+	case errors.As(err, &de):
+		return trimPackage(de.Error()) + " (start with --skip-damaged to skip it)"
 	}
-	return strings.TrimPrefix(err.Error(), "replication: ")
+	return trimPackage(err.Error())
+}
+
+// trimPackage drops the package name a lower layer's message begins with.
+func trimPackage(msg string) string {
+	for _, p := range []string{"replication: ", "segment: ", "wal: "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	return msg
 }
 
 // nodeConfig is what the options say of the member; run adds the wiring.

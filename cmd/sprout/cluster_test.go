@@ -2,20 +2,26 @@ package main
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sproutmq/sprout/internal/member"
 	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/store/segment"
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // The cluster tests run three real sprout processes (race-built under
@@ -655,5 +661,60 @@ func TestClusterSocketActivation(t *testing.T) {
 	c.expect("put 0 0 60 2\r\nhi\r\n", "INSERTED 1")
 	if out := srv.stop(t); !strings.Contains(out, `"serving the socket systemd handed over"`) {
 		t.Errorf("the member's log does not say it serves the socket handed over:\n%s", out)
+	}
+}
+
+// TestDescribeLogRefusals: the lower layers refuse a log directory in
+// words that name no flag; the line the operator reads says which flag
+// starts it.
+func TestDescribeLogRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"a single node on a member's directory", fmt.Errorf("%w: /d", wal.ErrClusterLog),
+			"start it as that member (--node), or on another directory"},
+		{"a cluster of several on a single node's", fmt.Errorf("%w: /d", replication.ErrSingleNodeLog),
+			"only as its first member alone (--cluster-peers naming --node only)"},
+		{"a member restarted with other initial members",
+			&replication.ForeignLogError{Dir: "/d", Cluster: 0xc1, ID: 0x2a, Name: "m1", WantCluster: 0xc2, WantID: 0x2a, WantName: "m1"},
+			"/d is the log of member m1 of cluster c1, not of this one (c2): start it with the --cluster-peers it first started with, or with --cluster-join c1:2a, or on another directory"},
+		{"another member's directory",
+			&replication.ForeignLogError{Dir: "/d", Cluster: 0xc1, ID: 0x2a, Name: "m1", WantCluster: 0xc1, WantID: 0x2b, WantName: "m2"},
+			"/d is the log of member m1 (2a), not of m2 (2b): start on another directory"},
+		{"a damaged frame", &segment.DamageError{Path: "/d/sprout.00000001.wal", Offset: 24, Err: segment.ErrCorrupt},
+			"/d/sprout.00000001.wal: damaged frame at offset 24: segment: corrupt frame (start with --skip-damaged to skip it)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if strings.Contains(tc.err.Error(), "--") {
+				t.Errorf("the lower layer's error names a flag: %q", tc.err)
+			}
+			if got := describe(&member.StartError{Step: member.StepLog, Err: tc.err}); !strings.HasSuffix(got, tc.want) {
+				t.Errorf("described as %q, want it to end %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSingleNodeOnAMembersDirectory: a single node started on a cluster
+// member's -b directory stops at once with exit status 1, in one line
+// that says how to start on it.
+func TestSingleNodeOnAMembersDirectory(t *testing.T) {
+	dir := t.TempDir()
+	hdr := make([]byte, segment.HeaderSize)
+	copy(hdr, "SPROUTWL")
+	binary.LittleEndian.PutUint32(hdr[8:], segment.VersionRaftLog)
+	if err := os.WriteFile(filepath.Join(dir, segment.SegmentName(1)), hdr, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port, err := testproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testproc.SproutBinary(t), "-b", dir, "-l", "127.0.0.1", "-p", strconv.Itoa(port), "--log-format", "json")
+	out, _ := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != exitReplay || !strings.Contains(string(out), "start it as that member (--node)") {
+		t.Errorf("exit %d, %s", code, out)
 	}
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/sproutmq/sprout/internal/hostinfo"
 	"github.com/sproutmq/sprout/internal/member"
 	"github.com/sproutmq/sprout/internal/replication"
-	"github.com/sproutmq/sprout/store/wal"
+	"github.com/sproutmq/sprout/store/segment"
 )
 
 // Exit codes beyond parseArgs's, as beanstalkd uses them.
@@ -175,8 +175,8 @@ func startFailed(err error, cfg config, log zerolog.Logger) int {
 		log.Error().Err(se.Err).Str("address", cfg.engine.Address).Msg("cannot serve")
 		return exitSocket
 	case member.StepLog:
-		log.Error().Err(se.Err).Str("dir", cfg.walDir).Msg("cannot open the write-ahead log")
-		if errors.Is(se.Err, wal.ErrLocked) {
+		log.Error().Str("error", describe(se.Err)).Str("dir", cfg.walDir).Msg("cannot open the write-ahead log")
+		if errors.Is(se.Err, segment.ErrLocked) {
 			return exitWALLock
 		}
 		return exitReplay

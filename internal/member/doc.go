@@ -28,7 +28,7 @@
 // HTTPConfig.TLS for the side port, Cluster.TLSSource for the members;
 // Config.Certs gives their figures to /metrics.
 //
-// Each failure is an error that wraps what failed (wal.ErrLocked,
+// Each failure is an error that wraps what failed (segment.ErrLocked,
 // replication.ErrRemoved, a listener's *net.OpError) inside a *StartError
 // that names the step, so the binary maps it to its exit status.
 //

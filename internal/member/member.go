@@ -82,7 +82,7 @@ type HTTPConfig struct {
 const clusterLogRetain = 1024
 
 // StartError is Start's failure: which step failed, and why. Err wraps
-// the cause (wal.ErrLocked, replication.ErrRemoved, a listener's
+// the cause (segment.ErrLocked, replication.ErrRemoved, a listener's
 // *net.OpError, ...).
 type StartError struct {
 	Step Step

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/store/segment"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -153,8 +154,8 @@ func TestDurableRestart(t *testing.T) {
 	}
 	_, err = Start(singleConfig(out, dir))
 	var se *StartError
-	if !errors.As(err, &se) || se.Step != StepLog || !errors.Is(err, wal.ErrLocked) {
-		t.Errorf("a second member on the same directory: %v; want a StepLog StartError wrapping wal.ErrLocked", err)
+	if !errors.As(err, &se) || se.Step != StepLog || !errors.Is(err, segment.ErrLocked) {
+		t.Errorf("a second member on the same directory: %v; want a StepLog StartError wrapping segment.ErrLocked", err)
 	}
 	m.Shutdown(context.Background())
 

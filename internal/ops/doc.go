@@ -23,7 +23,7 @@
 // execution time (Metrics implements engine.Metrics with one pre-resolved
 // observer per command, no lock and no label lookup per call), and the
 // write-ahead log's writer goroutine reports each batch and fsync
-// (Metrics implements wal.Observer).
+// (Metrics implements segment.Observer).
 //
 // # TLS
 //

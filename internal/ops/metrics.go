@@ -24,7 +24,7 @@ var (
 
 // Metrics holds the histograms fed as things happen: command latencies
 // from the event loops (engine.Metrics), the write-ahead log's batches
-// and fsyncs from its writer goroutine (wal.Observer), and a cluster
+// and fsyncs from its writer goroutine (segment.Observer), and a cluster
 // leader's proposals from its node goroutine (replication.Observer).
 // Start registers them, the log's only when the store has a log, the
 // proposals' only in cluster mode. Every method is safe for
@@ -99,7 +99,7 @@ func (m *Metrics) ObserveCommand(op codec.Op, d time.Duration) {
 	}
 }
 
-// ObserveBatch implements wal.Observer.
+// ObserveBatch implements segment.Observer.
 func (m *Metrics) ObserveBatch(bytes, records int) {
 	m.batchBytes.Observe(float64(bytes))
 	m.batchRecords.Observe(float64(records))
@@ -112,5 +112,5 @@ func (m *Metrics) ObserveProposal(bytes, records int) {
 	m.proposalRecords.Observe(float64(records))
 }
 
-// ObserveSync implements wal.Observer.
+// ObserveSync implements segment.Observer.
 func (m *Metrics) ObserveSync(d time.Duration) { m.fsync.Observe(d.Seconds()) }

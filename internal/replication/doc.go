@@ -105,18 +105,22 @@
 //
 // # The log on disk
 //
-// Each member's -b directory is its Raft log, in the wal's segments
-// (WALLog, wallog.go; store/wal/doc.go, "Cluster mode"): a segment's
-// header has version 2, and each frame's payload begins with its kind
-// (integers little-endian, each frame checked by its CRC-32C):
+// Each member's -b directory is its Raft log, in segments of the segment
+// engine (WALLog, wallog.go; store/segment/doc.go), the engine a single
+// node's job journal (store/wal) is written with too: a segment's header
+// has version 2 (segment.VersionRaftLog), every segment begins with a
+// checkpoint (segment.Options.Checkpoints), and each frame's payload
+// begins with its kind (integers little-endian, each frame checked by its
+// CRC-32C):
 //
 //   - checkpoint (16): the cluster's id, the member's Raft id and name,
 //     the hard state (term, vote, commit) and the membership (raft's
 //     ConfState, as protobuf). The first frame of every segment, so any
 //     prefix of segments can be removed without losing what it says.
 //   - entry (17): index, term, the term of the entry before it, type, and
-//     the data: for a normal entry the batch of records, as wal frames.
-//     One Append is one group of entry frames, in one segment.
+//     the data: for a normal entry the batch of records, as a journal's
+//     frames (store/wal). One Append is one group of entry frames, in one
+//     segment.
 //   - hard state (18): term, vote, commit, with each change.
 //   - head begin (21): a snapshot's index: the head frames of a snapshot
 //     being received follow it.
@@ -131,7 +135,7 @@
 //
 // Replay takes the frames in order. The last checkpoint or hard state
 // is the state: a new state and the checkpoint that carries it go to the
-// wal under one lock (wal.Log.AppendGroupCheckpoint), so a segment the
+// segment log in one append (segment.Group.Checkpoint), so a segment the
 // writer starts after the state never opens with the one before. A head
 // begin forgets the head frames before it that no snapshot frame took. A
 // snapshot makes the head frames of its index since the last head begin
@@ -149,81 +153,80 @@
 // recorded previous term being Term(FirstIndex-1). The first segment's
 // header id is the id floor: every id the removed segments named is at
 // most it. A directory whose checkpoint names another cluster, or another
-// member, is refused in one line, and so is a single node's directory
-// (but below).
+// member, is refused in one line (ForeignLogError), and so is a single
+// node's directory (ErrSingleNodeLog; but below); neither names a flag:
+// cmd/sprout says how to start on it.
 //
-// Every write goes through the wal's writer with -f 0 semantics whatever
-// -f says (AsyncStorageWrites: a MsgStorageAppend is answered from the
-// log's OnDurable), so the group commit of a single node is the batching
-// of a member, and "a majority has it" means written and fsynced by a
-// majority. A hard state that only raises the commit index is the one
+// Every write goes through the segment log's writer with -f 0 semantics
+// whatever -f says (AsyncStorageWrites: a MsgStorageAppend is answered
+// from the log's OnDurable), so the group commit of a single node is the
+// batching of a member, and "a majority has it" means written and fsynced
+// by a majority. A hard state that only raises the commit index is the one
 // write that asks for no fsync of its own (raft.MustSync: a member that
 // loses it learns the commit index again from the leader): it is written
-// unsynced (wal.Log.AppendGroupUnsynced) and the next fsync covers it, so
-// commit updates do not put a second fsync between a member's appends. A write is never refused: on a full disk the log keeps trying
-// and nothing after the write becomes durable meanwhile (so nothing is
-// acknowledged), and the leader's journal refuses every record but
-// deletes, as a single node does, while the log says it is full. The
-// raft.Storage the library reads is an index of the entries held (term,
-// segment, offset, size) over those files, with the newest entries in
-// memory (every one not yet durable, and 8 MiB more): the log is never
-// held in memory twice, and an older entry is read back from its segment
-// (pread) and checked.
+// unsynced (segment.Group.Unsynced) and the next fsync covers it, so
+// commit updates do not put a second fsync between a member's appends. A
+// write is never refused: on a full disk the log keeps trying and nothing
+// after the write becomes durable meanwhile (so nothing is acknowledged),
+// and the leader's journal refuses every record but deletes, as a single
+// node does, while the log says it is full. The raft.Storage the library
+// reads is an index of the entries held (term, segment, offset, size) over
+// those files, with the newest entries in memory (every one not yet
+// durable, and 8 MiB more): the log is never held in memory twice, and an
+// older entry is read back from its segment (pread) and checked.
 //
 // # Snapshots and a bounded log
 //
 // The log is kept small the way a single node keeps it small: the leader's
 // compaction rewrites the live jobs of its oldest segment at the head
-// (wal.Migrator, set on the leader's log once it serves), and those
-// rewrites are records like any other, so they are proposed, committed
-// and written by every member. For that the store must know, on every
-// member, which segment holds each job's latest full record: ActApply and
+// (segment.Migrator, set on the leader's log once it serves), and those
+// rewrites are records like any other, so they are proposed, committed and
+// written by every member. For that the store must know, on every member,
+// which segment holds each job's latest full record: ActApply and
 // ActRestore give each record its place in this member's log (the segment
-// its entry was written to, Log.Locate; or its head frame's, Log.ReadHead),
-// and the leader's own
-// entries, which it does not apply, are located once committed
-// (ActLocate), so whichever member leads can move any job. The log knows
-// the same from the entries it folds as they are applied (Compact) and
-// tells the wal which segments hold live records (wal.Log.Moved), and
-// from which segment on it still holds anything (wal.Log.Hold). A segment
-// before that one, with nothing live in it, is deleted once the fsync
-// that covers the hard state whose commit includes the entries that moved
-// its jobs has finished. A follower never migrates: its segments go as
-// the leader's rewrites, applied, leave them with nothing live. So each
-// directory stays within the single node's bound (twice the live data
-// plus a few segments). Raft's log then begins at the first entry still
-// held (Storage.FirstIndex), and a member that needs older entries (down
-// for long, or a new member) gets a snapshot instead: the live jobs as of
-// a committed index, built by the leader from its log (replaying its
-// segments up to that index), sent as a stream of records beside the Raft
-// message that announces it, and installed by the receiver as its head,
-// its entries dropped.
+// its entry was written to, Log.Locate; or its head frame's,
+// Log.ReadHead), and the leader's own entries, which it does not apply,
+// are located once committed (ActLocate), so whichever member leads can
+// move any job. The log knows the same from the entries it folds as they
+// are applied (Compact) and tells the segment log which segments hold live
+// records (segment.Log.Moved), and from which segment on it still holds
+// anything (segment.Log.Hold). A segment before that one, with nothing
+// live in it, is deleted once the fsync that covers the hard state whose
+// commit includes the entries that moved its jobs has finished. A follower
+// never migrates: its segments go as the leader's rewrites, applied, leave
+// them with nothing live. So each directory stays within the single node's
+// bound (twice the live data plus a few segments). Raft's log then begins
+// at the first entry still held (Storage.FirstIndex), and a member that
+// needs older entries (down for long, or a new member) gets a snapshot
+// instead: the live jobs as of a committed index, built by the leader from
+// its log (replaying its segments up to that index), sent as a stream of
+// records beside the Raft message that announces it, and installed by the
+// receiver as its head, its entries dropped.
 //
 // Neither side holds a snapshot whole in memory. Raft's pb.Snapshot
 // carries only the metadata (index, term, membership; its Data is empty);
 // the records stream beside it.
 //
-// The leader's view. Log.Snapshot, which raft calls on the node
-// goroutine, only records where the snapshot's records are, at the index
-// it picks (below): the places of the head's frames and of the entries'
-// frames through the index, and the id floor. It reads nothing. That is a
+// The leader's view. Log.Snapshot, which raft calls on the node goroutine,
+// only records where the snapshot's records are, at the index it picks
+// (below): the places of the head's frames and of the entries' frames
+// through the index, and the id floor. It reads nothing. That is a
 // consistent view: those frames are committed, durable and never written
-// again, and their segments stay (the log's wal.Log.Hold counts the view)
-// while a stream reads the view, or until the first does: a view goes
-// once its last stream closes (making another reads nothing, and what it
-// keeps on disk must not outlast the need), or, if none opened it, once
-// the log is compacted past its index. Not the leader's store:
-// it holds its proposals in flight, which may never commit.
-// Log.OpenSnapshot opens a stream over the view, on the transport's
-// goroutine. A first pass reads the view's frames back (pread, each
-// checked) and keeps, for each job live at the index, which of the view's
-// records is its latest full record: an id and a count each, no body. A
-// second pass reads them again and hands out chunks of up to 1 MiB of
-// whole records, each a wal frame copied as it is on disk (a larger
-// record alone): every live job's latest full record and the updates
-// after it, in log order, then the highest id any record of the view
-// named (KindIDs). Folding them, as store.Apply and wal.Fold do, gives
-// the live jobs as of the index. What the leader holds while it sends is
+// again, and their segments stay (the log's segment.Log.Hold counts the
+// view) while a stream reads the view, or until the first does: a view
+// goes once its last stream closes (making another reads nothing, and what
+// it keeps on disk must not outlast the need), or, if none opened it, once
+// the log is compacted past its index. Not the leader's store: it holds
+// its proposals in flight, which may never commit. Log.OpenSnapshot opens
+// a stream over the view, on the transport's goroutine. A first pass reads
+// the view's frames back (pread, each checked) and keeps, for each job
+// live at the index, which of the view's records is its latest full
+// record: an id and a count each, no body. A second pass reads them again
+// and hands out chunks of up to 1 MiB of whole records, each a wal frame
+// copied as it is on disk (a larger record alone): every live job's latest
+// full record and the updates after it, in log order, then the highest id
+// any record of the view named (KindIDs). Folding them, as store.Apply and
+// wal.Fold do, gives the live jobs as of the index. What the leader holds while it sends is
 // its chunk and read buffers and that map.
 //
 // The receiver's spool. The transport hands each chunk, as it arrives
@@ -258,10 +261,13 @@
 // member of a new cluster with every job kept: the jobs it holds become
 // the head of a snapshot at index 1, term 1, the state every initial
 // member starts from, written as a new segment before the single node's
-// segments are removed (wal.Cluster.Convert). Only a cluster whose
-// initial members are this one alone takes it over (others would start
-// from an empty index 1 and never ask for the jobs): members join it
-// later (Membership changes).
+// segments are removed (logdir.go: the directory read with wal.Recover,
+// the segment written with segment.Dir.Create, durably and renamed into
+// place before the old ones go, so a crash leaves one complete copy; old
+// segments found beside a member's are a conversion's leftovers, and go).
+// Only a cluster whose initial members are this one alone takes it over
+// (others would start from an empty index 1 and never ask for the jobs):
+// members join it later (Membership changes).
 //
 // Precisely (Log, and MemoryLog as its reference): a log holds a head and
 // the entries from FirstIndex on. The head is an installed snapshot's
@@ -534,14 +540,14 @@
 //
 // # Structure
 //
-// As the log writer is split (store/wal/doc.go), so is replication: a
-// deterministic core (the raft.RawNode and this package's decisions about
-// proposals, acknowledgement, application and leadership) driven by
-// events with no I/O, goroutines or clock of its own, and a shell that
-// owns the network, the wal and the timers. Tests drive several cores
-// step by step through a simulated network and disks: elections,
-// replication, acknowledgement, leadership loss with uncommitted changes,
-// and catching up by snapshot, with no sleeps.
+// As the segment engine's writer is split (store/segment/doc.go), so is
+// replication: a deterministic core (the raft.RawNode and this package's
+// decisions about proposals, acknowledgement, application and leadership)
+// driven by events with no I/O, goroutines or clock of its own, and a
+// shell that owns the network, the log on disk and the timers. Tests drive
+// several cores step by step through a simulated network and disks:
+// elections, replication, acknowledgement, leadership loss with
+// uncommitted changes, and catching up by snapshot, with no sleeps.
 //
 // The core (core.go, action.go) runs raft with AsyncStorageWrites, so all
 // of a raft.Ready is in its messages. Events (Core methods): Tick; Step (a

@@ -14,6 +14,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/segment"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -256,7 +257,7 @@ type snapshotReport struct {
 // migratingLog is a Log that compacts itself by moving live jobs
 // (WALLog): the serving leader gives it its store, whose rewrites it
 // proposes (doc.go, "Snapshots and a bounded log").
-type migratingLog interface{ SetMigrator(wal.Migrator) }
+type migratingLog interface{ SetMigrator(segment.Migrator) }
 
 // fullLog is a Log that can run out of disk (WALLog): while it is full,
 // the journal refuses every record but deletes, as a single node's log

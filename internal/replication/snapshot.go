@@ -9,6 +9,7 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/sproutmq/sprout/store/segment"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -225,7 +226,7 @@ func (s *snapStream) Next() ([]byte, error) {
 	}
 	if !s.idsDone && s.maxID > 0 {
 		ids := wal.Record{Kind: wal.KindIDs, ID: s.maxID}
-		if len(s.out) > 0 && len(s.out)+wal.FrameHeader+17 > snapshotChunk {
+		if len(s.out) > 0 && len(s.out)+segment.FrameHeader+17 > snapshotChunk {
 			return s.out, nil
 		}
 		s.out = wal.AppendFrame(s.out, &ids)
@@ -263,7 +264,7 @@ func checkChunk(scratch []wal.Record, chunk []byte) ([]wal.Record, uint64, error
 // log says its disk is full (ErrLogFull), or snapshotIdle passes: a disk
 // that fills or keeps failing does not hold a spool, and the transport's
 // goroutine, for good.
-func waitDurable(ctx context.Context, w *wal.Log, lsn uint64) error {
+func waitDurable(ctx context.Context, w *segment.Log, lsn uint64) error {
 	done := make(chan struct{})
 	w.OnDurable(lsn, func() { close(done) })
 	deadline := time.NewTimer(snapshotIdle)

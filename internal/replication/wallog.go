@@ -14,12 +14,16 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sproutmq/sprout/store/segment"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
-// The kinds of a member's frames in its wal (doc.go, "The log on disk").
+// The kinds of a member's frames in its segments (doc.go, "The log on
+// disk"): the first byte of each payload, from 16 on, above every kind of
+// a job's record (wal.Kind), so that wal.DecodeFrames, which a peer's
+// records go through, never takes one for a record.
 const (
-	kindCheckpoint = wal.ClusterKinds + iota
+	kindCheckpoint wal.Kind = 16 + iota
 	kindEntry
 	kindHardState
 	kindHead
@@ -62,9 +66,12 @@ type WALConfig struct {
 	Retain int
 	// CacheBytes is DefaultCacheBytes when 0.
 	CacheBytes int
-	// Wal's options: segment size, SkipDamaged, Importer and MaxJobSize
-	// (a beanstalkd binlog to take over), Logger. Its sync policy is
-	// ignored: a member's writes are durable when fsynced.
+	// Wal is the member's -b options as a single node's journal takes
+	// them: the segment size, SkipDamaged, the Logger and the Observer go
+	// to the member's segments; the Importer and MaxJobSize read a
+	// single node's directory (or a beanstalkd binlog) the member takes
+	// over. The sync policy is ignored: a member's writes are durable when
+	// fsynced.
 	Wal wal.Options
 }
 
@@ -90,17 +97,18 @@ func (cfg *NodeConfig) WALConfig(dir string) WALConfig {
 	return w
 }
 
-// WALLog is a member's Raft log in its -b directory, in the wal's
-// segments (doc.go, "The log on disk"; store/wal/doc.go, "Cluster
-// mode"). It is a Log with MemoryLog's semantics, durable: what
+// WALLog is a member's Raft log in its -b directory, in segments of the
+// segment engine (doc.go, "The log on disk"; store/segment/doc.go). It is a Log with MemoryLog's semantics, durable: what
 // OnDurable reported is there after a crash. Raft's reads come from an
 // index of the entries held, the newest in memory, the others read back
 // from their segment. It is safe for concurrent use.
 //
-// Lock order: mu, then the wal's mutex. The wal's goroutines never take
-// mu: its OnDurable callbacks and the Migrator run without it.
+// Lock order: mu, then the segment log's mutex. The segment log's
+// goroutines never take mu: its OnDurable callbacks and the Migrator run
+// without it.
 type WALLog struct {
-	wal        *wal.Log       // immutable after OpenWALLog
+	files      *segment.Dir   // immutable after OpenWALLog: the directory, locked until Close
+	seg        *segment.Log   // immutable after OpenWALLog
 	dir        string         // immutable
 	cluster    uint64         // immutable
 	id         uint64         // immutable
@@ -152,13 +160,13 @@ type WALLog struct {
 	headRecs     []headRec
 	replayedID   uint64
 
-	lastLSN uint64       // guarded by mu: the LSN of the last write
-	lastSeg uint32       // guarded by mu: the segment of the last write (or frame replayed)
-	held    uint32       // guarded by mu: the segment last given to wal.Hold
-	moves   []wal.Move   // guarded by mu: scratch for Compact
-	recs    []recSummary // guarded by mu: scratch for Compact
-	frame   []byte       // guarded by mu: scratch for small frames
-	cp      []byte       // guarded by mu: scratch for the checkpoint
+	lastLSN uint64         // guarded by mu: the LSN of the last write
+	lastSeg uint32         // guarded by mu: the segment of the last write (or frame replayed)
+	held    uint32         // guarded by mu: the segment last given to wal.Hold
+	moves   []segment.Move // guarded by mu: scratch for Compact
+	recs    []recSummary   // guarded by mu: scratch for Compact
+	frame   []byte         // guarded by mu: scratch for small frames
+	cp      []byte         // guarded by mu: scratch for the checkpoint
 }
 
 // entryMeta is what the log knows of an entry it holds.
@@ -169,7 +177,7 @@ type entryMeta struct {
 	size      int // the frame's, header included
 	protoSize int // the entry's, as raft counts it (Entries' maxSize)
 	maxID     uint64
-	lsn       uint64    // durable once the wal's durable LSN reaches it
+	lsn       uint64    // durable once the segment log's durable LSN reaches it
 	live      int32     // live jobs whose latest full record it holds
 	conf      bool      // a membership change: no records
 	ent       *pb.Entry // the entry, while it is cached
@@ -189,7 +197,7 @@ type recSummary struct {
 // base's index for the base) and its place on disk.
 type placed struct {
 	index uint64
-	loc   wal.Loc
+	loc   segment.Loc
 }
 
 // frameLoc is where a frame is: its segment, offset and size.
@@ -209,11 +217,12 @@ type headRec struct {
 var _ Log = (*WALLog)(nil)
 
 // OpenWALLog opens (or creates) the member's log in cfg.Dir: it replays
-// the directory, checks that it is this member's, and starts the wal's
-// writer. A single node's directory (or a beanstalkd binlog) becomes the
-// log of a cluster whose only initial member is this one, its jobs the
-// head of a snapshot at index 1 (doc.go, "Snapshots and a bounded
-// log"). Each refusal is one line.
+// the directory, checks that it is this member's, and starts the segment
+// log's writer. A single node's directory (or a beanstalkd binlog) becomes
+// the log of a cluster whose only initial member is this one, its jobs
+// the head of a snapshot at index 1 (doc.go, "Snapshots and a bounded
+// log"). Each refusal is one line, and names no flag: segment.ErrLocked,
+// ErrSingleNodeLog, a *ForeignLogError, a *segment.DamageError.
 func OpenWALLog(cfg WALConfig) (*WALLog, error) {
 	if cfg.CacheBytes == 0 {
 		cfg.CacheBytes = DefaultCacheBytes
@@ -225,37 +234,40 @@ func OpenWALLog(cfg WALConfig) (*WALLog, error) {
 		folded:   1,
 		latest:   make(map[uint64]placed),
 		pins:     make(map[uint32]int),
-		held:     ^uint32(0), // no segment: the first holdLocked tells the wal
+		held:     ^uint32(0), // no segment: the first holdLocked tells the segment log
 	}
 	if cfg.Join {
 		l.logState, l.folded = joinLogState(), 0
 	}
-	cl := wal.Cluster{Replay: l.replay}
-	if !cfg.Join && len(cfg.Voters) == 1 && cfg.Voters[0] == cfg.ID {
-		cl.Convert = l.convert
-	}
-	w, err := wal.OpenCluster(cfg.Dir, cfg.Wal, cl)
+	d, err := segment.LockDir(cfg.Dir)
 	if err != nil {
 		return nil, err
 	}
-	l.wal = w
-	l.recovered()
-	if err := w.Start(nil); err != nil {
-		_ = w.Close()
+	seg, err := l.open(d, cfg)
+	if err != nil {
+		_ = d.Close()
 		return nil, err
+	}
+	l.files, l.seg = d, seg
+	l.recovered()
+	if err := seg.Start(nil); err != nil {
+		return nil, errors.Join(err, seg.Close(), d.Close())
 	}
 	return l, nil
 }
 
-// Close writes and fsyncs what was written, then stops the wal. The log
-// must not be used afterwards.
-func (l *WALLog) Close() error { return l.wal.Close() }
+// Close writes and fsyncs what was written, stops the segment log and
+// drops the directory's lock. The log must not be used afterwards.
+func (l *WALLog) Close() error { return errors.Join(l.seg.Close(), l.files.Close()) }
 
 // Replay: frames in the order they were written (doc.go, "The log on
 // disk"), on OpenWALLog's goroutine.
 
 // replay takes one frame of the directory.
-func (l *WALLog) replay(f wal.Frame) error {
+func (l *WALLog) replay(f segment.Frame) error {
+	if wal.Kind(f.Payload[0]) < kindCheckpoint {
+		return segment.ErrCorrupt // never written here: a damaged frame
+	}
 	l.lastSeg = f.Seg
 	d := decoder{b: f.Payload[1:]}
 	switch wal.Kind(f.Payload[0]) {
@@ -266,17 +278,9 @@ func (l *WALLog) replay(f wal.Frame) error {
 		if d.err != nil {
 			return fmt.Errorf("%w: %s: a checkpoint: %v", errMalformed, l.dir, d.err)
 		}
-		if cluster != l.cluster && name == l.name {
-			// Most likely the same member with --cluster-peers rewritten
-			// since (its names make the cluster's id): say how to start it.
-			return fmt.Errorf("replication: %s is the log of member %s of cluster %x, not of this one (%x): start it with the --cluster-peers it first started with, or with --cluster-join %s:%s, or on another directory",
-				l.dir, name, cluster, l.cluster, FormatID(cluster), FormatID(id))
-		}
-		if cluster != l.cluster {
-			return fmt.Errorf("replication: %s is the log of a member of cluster %x, not of this one (%x): start on another directory", l.dir, cluster, l.cluster)
-		}
-		if id != l.id || name != l.name {
-			return fmt.Errorf("replication: %s is the log of member %s (%x), not of %s (%x): start on another directory", l.dir, name, id, l.name, l.id)
+		if cluster != l.cluster || id != l.id || name != l.name {
+			return &ForeignLogError{Dir: l.dir, Cluster: cluster, ID: id, Name: name,
+				WantCluster: l.cluster, WantID: l.id, WantName: l.name}
 		}
 		l.hs, l.cs, l.book = hs, cs, book
 	case kindHardState:
@@ -370,7 +374,7 @@ func (l *WALLog) forgetPending(index uint64) {
 func headBytes(frames []frameLoc) int {
 	n := 0
 	for _, f := range frames {
-		n += f.size - wal.FrameHeader - headFrameFields
+		n += f.size - segment.FrameHeader - headFrameFields
 	}
 	return n
 }
@@ -389,7 +393,7 @@ func (l *WALLog) replayEntry(index, prevTerm uint64, m entryMeta) {
 	l.prevIndex, l.prevTerm, l.ents = index-1, prevTerm, []entryMeta{m}
 }
 
-// recovered makes the replayed log consistent and tells the wal what it
+// recovered makes the replayed log consistent and tells the segment log what it
 // holds: the commit index within the entries held, the id floor, what is
 // live (folding the head and the committed entries), what it holds, and
 // the checkpoint for the segments to come.
@@ -409,10 +413,10 @@ func (l *WALLog) recovered() {
 		// compaction dropped.
 		l.hs.Commit = new(l.prevIndex)
 	}
-	l.idFloor = max(l.idFloor, l.wal.FloorID())
-	l.wal.RaiseID(l.replayedID)
+	l.idFloor = max(l.idFloor, l.seg.FloorID())
+	l.seg.RaiseID(l.replayedID)
 	l.folded, l.liveFrom, l.cacheFrom = l.prevIndex, l.prevIndex+1, last+1
-	l.wal.ResetLive()
+	l.seg.ResetLive()
 	if l.head != nil {
 		l.placeHeadLocked(l.headRecs)
 	}
@@ -423,24 +427,6 @@ func (l *WALLog) recovered() {
 	}
 	l.holdLocked()
 	l.checkpointLocked()
-}
-
-// convert makes the frames of a new cluster's first segment from a
-// single node's jobs: the initial state, and a snapshot at index 1 whose
-// head is the jobs and the highest id issued (wal.Cluster.Convert).
-func (l *WALLog) convert(jobs []wal.Recovered, lastID uint64) ([]byte, error) {
-	var data []byte
-	for i := range jobs {
-		data = wal.AppendFrame(data, &jobs[i].Record)
-	}
-	if lastID > 0 {
-		data = wal.AppendFrame(data, &wal.Record{Kind: wal.KindIDs, ID: lastID})
-	}
-	b := l.appendCheckpoint(nil)
-	b = appendSnapshot(b, 1, 1, l.cs, data, headChunks(data))
-	l.logger.Info().Int("jobs", len(jobs)).Str("dir", l.dir).
-		Msg("a single node's jobs become the head of the cluster's log")
-	return b, nil
 }
 
 // raft.Storage.
@@ -485,7 +471,7 @@ func (l *WALLog) entryLocked(i uint64) (*pb.Entry, error) {
 	if m.ent != nil {
 		return m.ent, nil
 	}
-	payload, err := l.wal.ReadFrame(m.seg, m.off, m.size)
+	payload, err := l.seg.ReadFrame(m.seg, m.off, m.size)
 	if err != nil {
 		return nil, err
 	}
@@ -577,7 +563,7 @@ func (l *WALLog) viewLocked(md *pb.SnapshotMetadata) *snapView {
 		if p.ent != nil {
 			return recordsOf(p.ent), nil
 		}
-		payload, err := l.wal.ReadFrameInto(buf, p.seg, p.off, p.size)
+		payload, err := l.seg.ReadFrameInto(buf, p.seg, p.off, p.size)
 		if err != nil {
 			return nil, err
 		}
@@ -601,7 +587,7 @@ func (l *WALLog) viewLocked(md *pb.SnapshotMetadata) *snapView {
 // readHeadFrame reads a head frame back into *buf and returns its
 // records.
 func (l *WALLog) readHeadFrame(buf *[]byte, f frameLoc) ([]byte, error) {
-	payload, err := l.wal.ReadFrameInto(buf, f.seg, f.off, f.size)
+	payload, err := l.seg.ReadFrameInto(buf, f.seg, f.off, f.size)
 	if err != nil {
 		return nil, err
 	}
@@ -694,13 +680,13 @@ func (l *WALLog) Append(ents []*pb.Entry) {
 		size += m.size
 		top = max(top, m.maxID)
 	}
-	lsn, seg, off, err := l.wal.AppendGroup(size, func(b []byte) []byte {
+	lsn, seg, off, err := l.seg.Append(&segment.Group{Size: size, ID: top, Encode: func(b []byte) []byte {
 		for _, e := range ents {
 			b = appendEntry(b, e, prevTerm)
 			prevTerm = e.GetTerm()
 		}
 		return b
-	}, top)
+	}})
 	if err != nil {
 		panic(fmt.Sprintf("replication: appending entries %d to %d: %v", first, first+uint64(len(ents))-1, err))
 	}
@@ -739,7 +725,7 @@ func (l *WALLog) evictLocked() {
 	if l.cached <= l.cacheBytes {
 		return
 	}
-	durable := l.wal.Durable()
+	durable := l.seg.Durable()
 	l.cacheFrom = max(l.cacheFrom, l.prevIndex+1)
 	for l.cached > l.cacheBytes && l.cacheFrom <= l.lastLocked() {
 		m := &l.ents[l.cacheFrom-l.prevIndex-1]
@@ -793,7 +779,7 @@ func (l *WALLog) InstallSnapshot(snap *pb.Snapshot) {
 	l.prevIndex, l.prevTerm, l.ents = index, md.GetTerm(), nil
 	l.folded, l.liveFrom, l.cacheFrom = index, index+1, index+1
 	clear(l.latest)
-	l.wal.ResetLive()
+	l.seg.ResetLive()
 	l.placeHeadLocked(sp.recs)
 	l.releaseSpoolLocked(sp)
 }
@@ -801,7 +787,7 @@ func (l *WALLog) InstallSnapshot(snap *pb.Snapshot) {
 // ReceiveSnapshot implements Log: a head begin frame now, each chunk a
 // head frame as it comes (walSpool).
 func (l *WALLog) ReceiveSnapshot(ctx context.Context, md *pb.SnapshotMetadata) (SnapshotSink, error) {
-	if l.wal.Full() {
+	if l.seg.Full() {
 		return nil, ErrLogFull
 	}
 	l.mu.Lock()
@@ -812,7 +798,7 @@ func (l *WALLog) ReceiveSnapshot(ctx context.Context, md *pb.SnapshotMetadata) (
 	sp := &walSpool{l: l, ctx: ctx, index: md.GetIndex(), term: md.GetTerm()}
 	l.frame = appendHeadBegin(l.frame[:0], sp.index)
 	frame := l.frame
-	lsn, seg, _, err := l.wal.AppendGroup(len(frame), func(b []byte) []byte { return append(b, frame...) }, 0)
+	lsn, seg, _, err := l.seg.Append(&segment.Group{Size: len(frame), Encode: func(b []byte) []byte { return append(b, frame...) }})
 	if err != nil {
 		return nil, err // the log is closing
 	}
@@ -884,12 +870,12 @@ func (sp *walSpool) Write(chunk []byte) error {
 	if err != nil {
 		return sp.fail(err)
 	}
-	if sp.l.wal.Full() {
+	if sp.l.seg.Full() {
 		return sp.fail(ErrLogFull)
 	}
-	size := wal.FrameHeader + headFrameFields + len(chunk)
+	size := segment.FrameHeader + headFrameFields + len(chunk)
 	for sp.unsynced > 0 && sp.unsynced+size > snapshotWindow {
-		if err := waitDurable(sp.ctx, sp.l.wal, sp.inflight[0].lsn); err != nil {
+		if err := waitDurable(sp.ctx, sp.l.seg, sp.inflight[0].lsn); err != nil {
 			return sp.fail(err)
 		}
 		sp.unsynced -= sp.inflight[0].size
@@ -901,7 +887,7 @@ func (sp *walSpool) Write(chunk []byte) error {
 	if l.spool != sp {
 		return sp.fail(errSuperseded)
 	}
-	lsn, seg, off, err := l.wal.AppendGroup(size, func(b []byte) []byte { return appendHeadFrame(b, sp.index, chunk) }, top)
+	lsn, seg, off, err := l.seg.Append(&segment.Group{Size: size, ID: top, Encode: func(b []byte) []byte { return appendHeadFrame(b, sp.index, chunk) }})
 	if err != nil {
 		return sp.fail(err) // the log is closing
 	}
@@ -930,7 +916,7 @@ func (sp *walSpool) Finish() error {
 	if sp.err != nil {
 		return sp.err
 	}
-	if err := waitDurable(sp.ctx, sp.l.wal, sp.last); err != nil {
+	if err := waitDurable(sp.ctx, sp.l.seg, sp.last); err != nil {
 		return sp.fail(err)
 	}
 	sp.l.mu.Lock()
@@ -954,34 +940,36 @@ func (l *WALLog) placeHeadLocked(recs []headRec) {
 	l.moves = l.moves[:0]
 	l.baseLive = 0
 	for _, r := range recs {
-		to := wal.Loc{Seg: r.seg, Size: r.size}
+		to := segment.Loc{Seg: r.seg, Size: r.size}
 		if old, ok := l.latest[r.id]; ok {
-			l.moves = append(l.moves, wal.Move{ID: r.id, From: old.loc})
+			l.moves = append(l.moves, segment.Move{ID: r.id, From: old.loc})
 		} else {
 			l.baseLive++
 		}
 		l.latest[r.id] = placed{index: l.baseIndex, loc: to}
-		l.moves = append(l.moves, wal.Move{ID: r.id, To: to})
+		l.moves = append(l.moves, segment.Move{ID: r.id, To: to})
 	}
-	l.wal.Moved(l.moves)
+	l.seg.Moved(l.moves)
 }
 
 // appendStateLocked appends frames that change the state a checkpoint
 // holds (hard state, membership; l's, changed already) as one group, with
 // the checkpoint of that state for the segments begun after it, and
-// returns its segment. The two go in one call: the wal's writer may move
-// to a new segment at any time (wal.Log.AppendGroupCheckpoint), and one
-// begun after the group with the checkpoint before it would end a replay
-// with the older state: a term or vote gone back. A lazy group asks for
-// no fsync (wal.Log.AppendGroupUnsynced), and OnDurable does not wait for
-// it.
+// returns its segment. The two go in one call: the segment log's writer
+// may move to a new segment at any time (segment.Group.Checkpoint), and
+// one begun after the group with the checkpoint before it would end a
+// replay with the older state: a term or vote gone back. A lazy group
+// asks for no fsync (segment.Group.Unsynced), and OnDurable does not
+// wait for it.
 func (l *WALLog) appendStateLocked(frames []byte, maxID uint64, lazy bool) uint32 {
 	l.cp = l.appendCheckpoint(l.cp[:0])
-	appendGroup := l.wal.AppendGroupCheckpoint
-	if lazy {
-		appendGroup = l.wal.AppendGroupUnsynced
-	}
-	lsn, seg, _, err := appendGroup(len(frames), func(b []byte) []byte { return append(b, frames...) }, maxID, l.cp)
+	lsn, seg, _, err := l.seg.Append(&segment.Group{
+		Size:       len(frames),
+		Encode:     func(b []byte) []byte { return append(b, frames...) },
+		ID:         maxID,
+		Unsynced:   lazy,
+		Checkpoint: l.cp,
+	})
 	if err != nil {
 		panic(fmt.Sprintf("replication: writing to the log: %v", err))
 	}
@@ -992,16 +980,16 @@ func (l *WALLog) appendStateLocked(frames []byte, maxID uint64, lazy bool) uint3
 	return seg
 }
 
-// checkpointLocked gives the wal the checkpoint for its first segment,
+// checkpointLocked gives the segment log the checkpoint for its first segment,
 // before it starts (after, appendStateLocked does).
 func (l *WALLog) checkpointLocked() {
 	l.frame = l.appendCheckpoint(l.frame[:0])
-	l.wal.SetCheckpoint(l.frame)
+	l.seg.SetCheckpoint(l.frame)
 }
 
 // Compact implements Log, as MemoryLog does: entries are dropped from the
 // index at once, and their segments go once nothing in them is held or
-// live (wal.Log.Hold, Moved).
+// live (segment.Log.Hold, Moved).
 func (l *WALLog) Compact(applied uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -1043,11 +1031,11 @@ func (l *WALLog) Compact(applied uint64) {
 }
 
 // foldLocked folds the entries after folded through applied into latest,
-// and tells the wal where live records moved; false if an entry's
+// and tells the segment log where live records moved; false if an entry's
 // records cannot be read.
 func (l *WALLog) foldLocked(applied uint64) bool {
 	l.moves = l.moves[:0]
-	defer func() { l.wal.Moved(l.moves) }()
+	defer func() { l.seg.Moved(l.moves) }()
 	for i := max(l.folded, l.prevIndex) + 1; i <= applied; i++ {
 		m := &l.ents[i-l.prevIndex-1]
 		place := func(kind wal.Kind, id uint64, size uint32) {
@@ -1057,14 +1045,14 @@ func (l *WALLog) foldLocked(applied uint64) bool {
 			}
 			switch kind {
 			case wal.KindFull:
-				to := wal.Loc{Seg: m.seg, Size: size}
+				to := segment.Loc{Seg: m.seg, Size: size}
 				l.latest[id] = placed{index: i, loc: to}
 				m.live++
-				l.moves = append(l.moves, wal.Move{ID: id, From: old.loc, To: to})
+				l.moves = append(l.moves, segment.Move{ID: id, From: old.loc, To: to})
 			case wal.KindDelete:
 				if had {
 					delete(l.latest, id)
-					l.moves = append(l.moves, wal.Move{ID: id, From: old.loc})
+					l.moves = append(l.moves, segment.Move{ID: id, From: old.loc})
 				}
 			}
 		}
@@ -1111,7 +1099,7 @@ func (l *WALLog) unliveLocked(p placed) {
 	}
 }
 
-// holdLocked tells the wal the first segment the log needs: its head's,
+// holdLocked tells the segment log the first segment the log needs: its head's,
 // or its first entry's (each entry is in a segment no older than the one
 // before it), or when it holds neither the one it last wrote to, so that
 // its next write lands in a segment held already; or an older one a view
@@ -1129,7 +1117,7 @@ func (l *WALLog) holdLocked() {
 	}
 	if seg != l.held {
 		l.held = seg
-		l.wal.Hold(seg)
+		l.seg.Hold(seg)
 	}
 }
 
@@ -1138,7 +1126,7 @@ func (l *WALLog) OnDurable(fn func()) {
 	l.mu.Lock()
 	lsn := l.lastLSN
 	l.mu.Unlock()
-	l.wal.OnDurable(lsn, fn)
+	l.seg.OnDurable(lsn, fn)
 }
 
 // Locate implements Log.
@@ -1171,15 +1159,15 @@ func (l *WALLog) Membership() Book {
 // SetMigrator gives the log the serving leader's store, which moves the
 // live jobs of its oldest segment when the directory passes its bound
 // (node.go, ActServe).
-func (l *WALLog) SetMigrator(m wal.Migrator) { l.wal.SetMigrator(m) }
+func (l *WALLog) SetMigrator(m segment.Migrator) { l.seg.SetMigrator(m) }
 
 // Full reports that the disk is full, or fsyncs keep failing: the
 // leader's journal refuses every record but deletes meanwhile.
-func (l *WALLog) Full() bool { return l.wal.Full() }
+func (l *WALLog) Full() bool { return l.seg.Full() }
 
-// Stats are the wal's figures: its segments, the disk they take and the
+// Stats are the segment log's figures: its segments, the disk they take and the
 // live data.
-func (l *WALLog) Stats() wal.Stats { return l.wal.Stats() }
+func (l *WALLog) Stats() segment.Stats { return l.seg.Stats() }
 
 // Frames (doc.go, "The log on disk"). Integers are little-endian.
 
@@ -1187,7 +1175,7 @@ func (l *WALLog) Stats() wal.Stats { return l.wal.Stats() }
 // membership.
 func (l *WALLog) appendCheckpoint(b []byte) []byte {
 	start := len(b)
-	b = wal.BeginFrame(b)
+	b = segment.BeginFrame(b)
 	b = append(b, byte(kindCheckpoint))
 	b = binary.LittleEndian.AppendUint64(b, l.cluster)
 	b = binary.LittleEndian.AppendUint64(b, l.id)
@@ -1196,7 +1184,7 @@ func (l *WALLog) appendCheckpoint(b []byte) []byte {
 	b = appendHardStateFields(b, l.hs)
 	b = appendConfState(b, l.cs)
 	b = appendBook(b, l.book)
-	return wal.EndFrame(b, start)
+	return segment.EndFrame(b, start)
 }
 
 // appendBook appends the address book as u32 length and JSON (a
@@ -1212,10 +1200,10 @@ func appendBook(b []byte, book Book) []byte {
 
 func appendHardState(b []byte, hs *pb.HardState) []byte {
 	start := len(b)
-	b = wal.BeginFrame(b)
+	b = segment.BeginFrame(b)
 	b = append(b, byte(kindHardState))
 	b = appendHardStateFields(b, hs)
-	return wal.EndFrame(b, start)
+	return segment.EndFrame(b, start)
 }
 
 func appendHardStateFields(b []byte, hs *pb.HardState) []byte {
@@ -1237,18 +1225,20 @@ func appendConfState(b []byte, cs *pb.ConfState) []byte {
 }
 
 // entryFrameSize is the size of e's frame.
-func entryFrameSize(e *pb.Entry) int { return wal.FrameHeader + entryFrameFields + len(e.GetData()) }
+func entryFrameSize(e *pb.Entry) int {
+	return segment.FrameHeader + entryFrameFields + len(e.GetData())
+}
 
 func appendEntry(b []byte, e *pb.Entry, prevTerm uint64) []byte {
 	start := len(b)
-	b = wal.BeginFrame(b)
+	b = segment.BeginFrame(b)
 	b = append(b, byte(kindEntry))
 	b = binary.LittleEndian.AppendUint64(b, e.GetIndex())
 	b = binary.LittleEndian.AppendUint64(b, e.GetTerm())
 	b = binary.LittleEndian.AppendUint64(b, prevTerm)
 	b = append(b, byte(e.GetType()))
 	b = append(b, e.GetData()...)
-	return wal.EndFrame(b, start)
+	return segment.EndFrame(b, start)
 }
 
 // headChunks cuts records (whole wal frames, checked) into the chunks of
@@ -1288,34 +1278,34 @@ func appendSnapshot(b []byte, index, term uint64, cs *pb.ConfState, data []byte,
 // appendHeadBegin appends the frame that begins a snapshot's head frames.
 func appendHeadBegin(b []byte, index uint64) []byte {
 	start := len(b)
-	b = wal.BeginFrame(b)
+	b = segment.BeginFrame(b)
 	b = append(b, byte(kindHeadBegin))
 	b = binary.LittleEndian.AppendUint64(b, index)
-	return wal.EndFrame(b, start)
+	return segment.EndFrame(b, start)
 }
 
 // appendHeadFrame appends one head frame of snapshot index's records.
 func appendHeadFrame(b []byte, index uint64, records []byte) []byte {
 	start := len(b)
-	b = wal.BeginFrame(b)
+	b = segment.BeginFrame(b)
 	b = append(b, byte(kindHead))
 	b = binary.LittleEndian.AppendUint64(b, index)
 	b = append(b, records...)
-	return wal.EndFrame(b, start)
+	return segment.EndFrame(b, start)
 }
 
 // appendSnapshotFrame appends a snapshot's metadata and the count and
 // bytes of the head frames before it.
 func appendSnapshotFrame(b []byte, index, term uint64, cs *pb.ConfState, frames, bytes int) []byte {
 	start := len(b)
-	b = wal.BeginFrame(b)
+	b = segment.BeginFrame(b)
 	b = append(b, byte(kindSnapshot))
 	b = binary.LittleEndian.AppendUint64(b, index)
 	b = binary.LittleEndian.AppendUint64(b, term)
 	b = appendConfState(b, cs)
 	b = binary.LittleEndian.AppendUint32(b, uint32(frames))
 	b = binary.LittleEndian.AppendUint64(b, uint64(bytes))
-	return wal.EndFrame(b, start)
+	return segment.EndFrame(b, start)
 }
 
 // decoder reads a frame's fields; the first that does not fit sets err,

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/store/segment"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -479,7 +480,8 @@ func TestWALLogEntriesReadBack(t *testing.T) {
 }
 
 // TestWALLogIdentity: a directory is one member's of one cluster: opened
-// as another member, or by another cluster, it is refused in one line.
+// as another member, or by another cluster, it is refused in one line
+// that names no flag, with what the binary needs to say how to start it.
 func TestWALLogIdentity(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testWALConfig(dir, []uint64{1, 2, 3}, 0)
@@ -488,16 +490,25 @@ func TestWALLogIdentity(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
+	refused := func(what string, cfg WALConfig, says string, sameName bool) {
+		t.Helper()
+		_, err := OpenWALLog(cfg)
+		var fe *ForeignLogError
+		if !errors.As(err, &fe) || fe.SameName() != sameName || fe.Dir != dir {
+			t.Fatalf("%s on the directory: %v, want a ForeignLogError of %s (same name %v)", what, err, dir, sameName)
+		}
+		if msg := err.Error(); strings.Contains(msg, "\n") || strings.Contains(msg, "--") || !strings.Contains(msg, says) {
+			t.Errorf("%s on the directory: %q, want one line saying %q and naming no flag", what, msg, says)
+		}
+	}
 	other := cfg
 	other.ClusterID = 0xc2
-	if _, err := OpenWALLog(other); err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "cluster c1") {
-		t.Errorf("another cluster's member on the directory: %v", err)
-	}
+	refused("the same member of another cluster", other, "cluster c1", true)
+	other.Name = "m9"
+	refused("another cluster's member", other, "cluster c1", false)
 	other = testWALConfig(dir, []uint64{2, 1, 3}, 0)
 	other.ClusterID = cfg.ClusterID
-	if _, err := OpenWALLog(other); err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "member m1") {
-		t.Errorf("another member on the directory: %v", err)
-	}
+	refused("another member", other, "member m1", false)
 	openWAL(t, cfg) // and its own member still opens it
 }
 
@@ -527,17 +538,52 @@ func TestWALLogTakesOverASingleNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := OpenWALLog(testWALConfig(dir, []uint64{1, 2, 3}, 0)); err == nil || strings.Contains(err.Error(), "\n") ||
-		!strings.Contains(err.Error(), "single node") {
-		t.Fatalf("a cluster of three on a single node's directory: %v", err)
+	leftover, err := os.ReadFile(filepath.Join(dir, segment.SegmentName(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := OpenWALLog(testWALConfig(dir, []uint64{1, 2, 3}, 0)); !errors.Is(err, ErrSingleNodeLog) ||
+		strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "--") {
+		t.Fatalf("a cluster of three on a single node's directory: %v, want ErrSingleNodeLog in one line naming no flag", err)
 	}
 	l := openWAL(t, testWALConfig(dir, []uint64{1}, 0))
 	if first, _ := l.FirstIndex(); first != 2 {
 		t.Errorf("first index %d, want 2 as every initial member", first)
 	}
-	var ids []uint64
-	top := uint64(0)
-	err = l.ReadHead(func(records []wal.Record, locs []wal.Loc) error {
+	if ids, top := headJobs(t, l); !slices.Equal(ids, []uint64{1, 3}) || top < 3 {
+		t.Errorf("head jobs %v, ids up to %d: want jobs 1 and 3 and the id watermark", ids, top)
+	}
+	if _, err := os.Stat(filepath.Join(dir, segment.SegmentName(1))); !os.IsNotExist(err) {
+		t.Errorf("the single node's segment is still there: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wal.Open(dir, wal.Options{}); !errors.Is(err, wal.ErrClusterLog) ||
+		strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "--") {
+		t.Fatalf("a single node on the member's directory: %v, want ErrClusterLog in one line naming no flag", err)
+	}
+
+	// A conversion that stopped once its segment was in place left the
+	// single node's segment: it goes, and the member's log is as it was.
+	if err := os.WriteFile(filepath.Join(dir, segment.SegmentName(1)), leftover, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l = openWAL(t, testWALConfig(dir, []uint64{1}, 0))
+	if ids, top := headJobs(t, l); !slices.Equal(ids, []uint64{1, 3}) || top < 3 {
+		t.Errorf("head jobs %v, ids up to %d after the leftover: want jobs 1 and 3 and the id watermark", ids, top)
+	}
+	if _, err := os.Stat(filepath.Join(dir, segment.SegmentName(1))); !os.IsNotExist(err) {
+		t.Errorf("the conversion's leftover is still there: %v", err)
+	}
+}
+
+// headJobs is the ids of the jobs in l's head, each of which must be in a
+// segment, and the highest id it names.
+func headJobs(t *testing.T, l *WALLog) (ids []uint64, top uint64) {
+	t.Helper()
+	err := l.ReadHead(func(records []wal.Record, locs []wal.Loc) error {
 		for i, r := range records {
 			top = max(top, r.ID)
 			if r.Kind != wal.KindFull {
@@ -550,8 +596,47 @@ func TestWALLogTakesOverASingleNode(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil || !slices.Equal(ids, []uint64{1, 3}) || top < 3 {
-		t.Errorf("head jobs %v, ids up to %d, %v: want jobs 1 and 3 and the id watermark", ids, top, err)
+	if err != nil {
+		t.Fatalf("the head: %v", err)
+	}
+	return ids, top
+}
+
+// fakeBinlog is an Importer of a foreign log made of one file.
+type fakeBinlog struct{ jobs []wal.Record }
+
+func (b fakeBinlog) Files(dir string) ([]string, error) {
+	path := filepath.Join(dir, "binlog.1")
+	if _, err := os.Stat(path); err != nil {
+		return nil, nil
+	}
+	return []string{path}, nil
+}
+
+func (b fakeBinlog) Read(string, int) ([]wal.Record, uint64, error) { return b.jobs, 50, nil }
+
+// TestWALLogTakesOverABinlog: a beanstalkd binlog is imported, as a single
+// node imports it, and its jobs and highest id become the head of the
+// cluster's log; the binlog is gone, and one segment is left.
+func TestWALLogTakesOverABinlog(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "binlog.1"), []byte("beanstalkd"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testWALConfig(dir, []uint64{1}, 0)
+	cfg.Wal.Importer = fakeBinlog{jobs: []wal.Record{
+		{ID: 7, Tube: "t", State: wal.StateReady, Body: []byte("seven\r\n")},
+		{ID: 9, Tube: "t", State: wal.StateBuried, Body: []byte("nine\r\n")},
+	}}
+	l := openWAL(t, cfg)
+	if ids, top := headJobs(t, l); !slices.Equal(ids, []uint64{7, 9}) || top < 50 {
+		t.Errorf("head jobs %v, ids up to %d: want jobs 7 and 9 and the id watermark 50", ids, top)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "binlog.1")); !os.IsNotExist(err) {
+		t.Errorf("the binlog is still there: %v", err)
+	}
+	if l.Stats().OldestIndex != 2 {
+		t.Errorf("segments from %d: want the binlog's import gone, the member's from 2", l.Stats().OldestIndex)
 	}
 }
 
@@ -696,14 +781,19 @@ func TestWALLogCommitNeedsNoFsync(t *testing.T) {
 }
 
 // framesOf lists the frames of the log in dir, as replay finds them.
-func framesOf(t testing.TB, dir string) []wal.Frame {
+func framesOf(t testing.TB, dir string) []segment.Frame {
 	t.Helper()
-	var frames []wal.Frame
-	w, err := wal.OpenCluster(dir, wal.Options{}, wal.Cluster{Replay: func(f wal.Frame) error {
+	d, err := segment.LockDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var frames []segment.Frame
+	w, err := segment.Open(d, segmentOptions(wal.Options{}), func(f segment.Frame) error {
 		f.Payload = slices.Clone(f.Payload[:1])
 		frames = append(frames, f)
 		return nil
-	}})
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -733,19 +823,19 @@ func TestWALLogTornSnapshot(t *testing.T) {
 		}
 		return dir, snap
 	}
-	cut := func(t *testing.T, dir string, f wal.Frame, at int64) {
+	cut := func(t *testing.T, dir string, f segment.Frame, at int64) {
 		if err := os.Truncate(filepath.Join(dir, fmt.Sprintf("sprout.%08d.wal", f.Seg)), f.Off+at); err != nil {
 			t.Fatal(err)
 		}
 	}
-	last := func(frames []wal.Frame, kind wal.Kind) wal.Frame {
+	last := func(frames []segment.Frame, kind wal.Kind) segment.Frame {
 		for i := len(frames) - 1; i >= 0; i-- {
 			if wal.Kind(frames[i].Payload[0]) == kind {
 				return frames[i]
 			}
 		}
 		t.Fatalf("no frame of kind %d", kind)
-		return wal.Frame{}
+		return segment.Frame{}
 	}
 
 	t.Run("hard state torn", func(t *testing.T) {

@@ -2,6 +2,7 @@ package testproc
 
 import (
 	"bytes"
+	"strings"
 	"sync"
 )
 
@@ -23,4 +24,16 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Lines returns the lines written at level ("warn", "error", ...), as
+// zerolog's JSON writes them.
+func (s *SyncBuffer) Lines(level string) []string {
+	var out []string
+	for _, l := range strings.Split(s.String(), "\n") {
+		if strings.Contains(l, `"level":"`+level+`"`) {
+			out = append(out, l)
+		}
+	}
+	return out
 }

@@ -2,12 +2,12 @@ package wal
 
 import (
 	"encoding/binary"
-	"errors"
-	"hash/crc32"
+
+	"github.com/sproutmq/sprout/store/segment"
 )
 
-// A frame is: u32 payload length, u32 CRC-32C of the payload, payload.
-// The payload is the record, little-endian:
+// A record is a segment frame (segment.BeginFrame: u32 payload length,
+// u32 CRC-32C of the payload, payload) whose payload is, little-endian:
 //
 //	u8 kind, u64 id,
 //	KindFull:   u16 tube length, tube,
@@ -15,7 +15,7 @@ import (
 //	             u32 reserves, timeouts, releases, buries, kicks,
 //	KindFull:   u32 body length, body.
 const (
-	frameHeader = 8
+	frameHeader = segment.FrameHeader
 	fixedFields = 1 + 4 + 8*4 + 4*5
 	// MaxTubeName bounds the tube name a record may carry.
 	maxTubeName = 1 << 10
@@ -24,11 +24,14 @@ const (
 	maxPayload = 1<<30 + 2 + 1<<12
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// errCorrupt is a damaged record. It is segment.ErrCorrupt too, so that
+// replay takes a record it cannot decode for a damaged frame.
+var errCorrupt error = corruptRecord{}
 
-var errCorrupt = errors.New("wal: corrupt record")
+type corruptRecord struct{}
 
-func crc32Update(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func (corruptRecord) Error() string        { return "wal: corrupt record" }
+func (corruptRecord) Is(target error) bool { return target == segment.ErrCorrupt }
 
 // FullSize is the size on disk of a KindFull record with this tube name
 // and body length.
@@ -48,10 +51,8 @@ func payloadSize(r *Record) int {
 
 // appendFrame appends r's frame to dst.
 func appendFrame(dst []byte, r *Record) []byte {
-	n := payloadSize(r)
 	start := len(dst)
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(n))
-	dst = binary.LittleEndian.AppendUint32(dst, 0) // CRC, filled below
+	dst = segment.BeginFrame(dst)
 	dst = append(dst, byte(r.Kind))
 	dst = binary.LittleEndian.AppendUint64(dst, r.ID)
 	if r.Kind == KindFull {
@@ -73,9 +74,7 @@ func appendFrame(dst []byte, r *Record) []byte {
 		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Body)))
 		dst = append(dst, r.Body...)
 	}
-	payload := dst[start+frameHeader:]
-	binary.LittleEndian.PutUint32(dst[start+4:], crc32Update(payload))
-	return dst
+	return segment.EndFrame(dst, start)
 }
 
 // decodePayload parses a checked payload. The body aliases p.
@@ -155,15 +154,8 @@ func AppendFrame(dst []byte, r *Record) []byte { return appendFrame(dst, r) }
 // records' bodies alias b.
 func DecodeFrames(dst []Record, b []byte) ([]Record, error) {
 	for len(b) > 0 {
-		if len(b) < frameHeader {
-			return dst, errCorrupt
-		}
-		n := int(binary.LittleEndian.Uint32(b))
-		if n == 0 || n > maxPayload || frameHeader+n > len(b) {
-			return dst, errCorrupt
-		}
-		payload := b[frameHeader : frameHeader+n]
-		if binary.LittleEndian.Uint32(b[4:]) != crc32Update(payload) {
+		payload, n, err := segment.CheckFrame(b, maxPayload)
+		if err != nil {
 			return dst, errCorrupt
 		}
 		var r Record
@@ -171,7 +163,36 @@ func DecodeFrames(dst []Record, b []byte) ([]Record, error) {
 			return dst, err
 		}
 		dst = append(dst, r)
-		b = b[frameHeader+n:]
+		b = b[n:]
 	}
 	return dst, nil
+}
+
+// ScanFrames calls fn with the kind, id and frame size of each record in
+// b, whole frames written by this process or checked already
+// (DecodeFrames): their CRCs are not checked again and nothing is
+// decoded past the id.
+func ScanFrames(b []byte, fn func(kind Kind, id uint64, size int)) error {
+	for len(b) > 0 {
+		kind, id, size, err := NextFrame(b)
+		if err != nil {
+			return err
+		}
+		fn(kind, id, size)
+		b = b[size:]
+	}
+	return nil
+}
+
+// NextFrame reads the kind, id and size of the record frame at the start
+// of b, as ScanFrames does: its CRC is not checked.
+func NextFrame(b []byte) (kind Kind, id uint64, size int, err error) {
+	if len(b) < frameHeader+9 {
+		return 0, 0, 0, errCorrupt
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	if n < 9 || frameHeader+n > len(b) {
+		return 0, 0, 0, errCorrupt
+	}
+	return Kind(b[frameHeader]), binary.LittleEndian.Uint64(b[frameHeader+1:]), frameHeader + n, nil
 }

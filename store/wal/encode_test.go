@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/sproutmq/sprout/store/wal"
@@ -201,4 +203,30 @@ func FuzzDecodeFrame(f *testing.F) {
 			t.Fatalf("re-encoded %x, read %x", again, b[:n])
 		}
 	})
+}
+
+// TestScanFrames reads kinds, ids and sizes without decoding.
+func TestScanFrames(t *testing.T) {
+	recs := []wal.Record{
+		{Kind: wal.KindFull, ID: 3, Tube: "t", State: wal.StateReady, Body: []byte("ab\r\n")},
+		{Kind: wal.KindDelete, ID: 9},
+	}
+	var b []byte
+	var sizes []int
+	for i := range recs {
+		n := len(b)
+		b = wal.AppendFrame(b, &recs[i])
+		sizes = append(sizes, len(b)-n)
+	}
+	var got []string
+	err := wal.ScanFrames(b, func(kind wal.Kind, id uint64, size int) {
+		got = append(got, fmt.Sprint(kind, id, size))
+	})
+	want := []string{fmt.Sprint(wal.KindFull, 3, sizes[0]), fmt.Sprint(wal.KindDelete, 9, sizes[1])}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("scanned %v, %v; want %v", got, err, want)
+	}
+	if err := wal.ScanFrames(b[:len(b)-1], func(wal.Kind, uint64, int) {}); err == nil {
+		t.Error("a cut frame scanned")
+	}
 }

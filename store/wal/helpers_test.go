@@ -1,46 +1,18 @@
 package wal_test
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sproutmq/sprout/store/segment"
+	"github.com/sproutmq/sprout/store/segment/segtest"
 	"github.com/sproutmq/sprout/store/wal"
 )
-
-// logBuffer collects a Log's zerolog output for tests that count warnings.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the logged lines at level ("warn", "error", ...).
-func (b *logBuffer) lines(level string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for _, l := range strings.Split(b.buf.String(), "\n") {
-		if strings.Contains(l, `"level":"`+level+`"`) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
 
 // model is the jobs a test has logged, kept the way a store keeps them:
 // each with its latest record and the Loc of its latest full record. It is
@@ -181,18 +153,6 @@ func (m *model) want() map[uint64]wal.Record {
 	return out
 }
 
-// waitDurable waits until lsn is durable, through OnDurable.
-func waitDurable(t testing.TB, l *wal.Log, lsn uint64) {
-	t.Helper()
-	done := make(chan struct{})
-	l.OnDurable(lsn, func() { close(done) })
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("LSN %d not durable within 10s (durable %d)", lsn, l.Durable())
-	}
-}
-
 // recoverDir opens dir, returns what it recovers keyed by id, and closes it.
 func recoverDir(t testing.TB, dir string, opts wal.Options) (map[uint64]wal.Recovered, uint64) {
 	t.Helper()
@@ -200,7 +160,7 @@ func recoverDir(t testing.TB, dir string, opts wal.Options) (map[uint64]wal.Reco
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	defer closeUnstarted(t, l)
+	defer segtest.CloseUnstarted(t, l)
 	got := make(map[uint64]wal.Recovered)
 	for _, r := range l.Recovered() {
 		got[r.ID] = r
@@ -219,21 +179,6 @@ func closeAndRecover(t testing.TB, l *wal.Log, m *model, dir string, opts wal.Op
 	got, last := recoverDir(t, dir, opts)
 	sameJobs(t, got, want)
 	return got, last
-}
-
-// closeUnstarted closes a log that was opened but never started.
-func closeUnstarted(t testing.TB, l *wal.Log) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- l.Close() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close of a log that was never started did not return within 5s")
-	}
 }
 
 // sameJobs compares recovered jobs with the model's.
@@ -263,31 +208,4 @@ func sameJobs(t testing.TB, got map[uint64]wal.Recovered, want map[uint64]wal.Re
 	}
 }
 
-// segments lists the segment files in dir with their sizes, by sequence.
-func segments(t testing.TB, dir string) (seqs []uint32, sizes map[uint32]int64) {
-	t.Helper()
-	sizes = make(map[uint32]int64)
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		var seq uint32
-		if _, err := fmt.Sscanf(e.Name(), "sprout.%08d.wal", &seq); err != nil || e.Name() != wal.SegmentName(seq) {
-			continue
-		}
-		info, err := e.Info()
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // removed by compaction meanwhile
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		seqs = append(seqs, seq)
-		sizes[seq] = info.Size()
-	}
-	slices.Sort(seqs)
-	return seqs, sizes
-}
-
-func segPath(dir string, seq uint32) string { return filepath.Join(dir, wal.SegmentName(seq)) }
+func segPath(dir string, seq uint32) string { return filepath.Join(dir, segment.SegmentName(seq)) }

@@ -1,6 +1,7 @@
 package wal_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/store/segment"
+	"github.com/sproutmq/sprout/store/segment/segtest"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -55,7 +59,7 @@ func tornSetup(t *testing.T, dir string) (ids [3]uint64, thirdAt int64) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return ids, int64(wal.HeaderSize) + int64(lsn)
+	return ids, int64(segment.HeaderSize) + int64(lsn)
 }
 
 // TestTornTail: the last record of the log is cut short, as a crash mid
@@ -88,13 +92,13 @@ func TestTornTail(t *testing.T) {
 			ids, at := tornSetup(t, dir)
 			tc.tear(t, segPath(dir, 1), at)
 
-			var out logBuffer
+			var out testproc.SyncBuffer
 			opts := wal.Options{SegmentSize: 1 << 16, Logger: zerolog.New(&out)}
 			l, m := open(t, dir, opts)
 			if got := m.ids(); fmt.Sprint(got) != fmt.Sprint(ids[:2]) {
 				t.Fatalf("recovered %v, want %v", got, ids[:2])
 			}
-			if w := out.lines("warn"); len(w) != 1 || !strings.Contains(w[0], wal.SegmentName(1)) {
+			if w := out.Lines("warn"); len(w) != 1 || !strings.Contains(w[0], segment.SegmentName(1)) {
 				t.Errorf("want one warning naming the file, got %q", w)
 			}
 			if info, err := os.Stat(segPath(dir, 1)); err != nil || info.Size() != at {
@@ -109,13 +113,13 @@ func TestTornTail(t *testing.T) {
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
-			out = logBuffer{}
+			out = testproc.SyncBuffer{}
 			got, _ := recoverDir(t, dir, opts)
 			sameJobs(t, got, want)
 			if _, ok := got[id4]; !ok {
 				t.Errorf("job %d put after the cut is lost", id4)
 			}
-			if w := out.lines("warn"); len(w) != 0 {
+			if w := out.Lines("warn"); len(w) != 0 {
 				t.Errorf("the second reopen warned again: %q", w)
 			}
 		})
@@ -137,12 +141,12 @@ func damagedLog(t *testing.T, dir string) (*model, map[uint64][2]int64) {
 			t.Fatalf("300 records and only %d segments", seg)
 		}
 		id, lsn := m.put(t, "default", fmt.Sprintf("job %03d with a body of some length", i), wal.StateReady, uint32(i))
-		waitDurable(t, l, lsn)
+		segtest.WaitDurable(t, l, lsn)
 		m.mu.Lock()
 		loc := m.jobs[id].loc
 		m.mu.Unlock()
 		if loc.Seg != seg {
-			seg, off, inSeg = loc.Seg, int64(wal.HeaderSize), 0
+			seg, off, inSeg = loc.Seg, int64(segment.HeaderSize), 0
 		}
 		at[id] = [2]int64{int64(loc.Seg), off}
 		off += int64(loc.Size)
@@ -181,7 +185,7 @@ func TestDamagedRecord(t *testing.T) {
 	}{
 		{"first segment", func(at map[uint64][2]int64, last uint32) uint64 {
 			for id, a := range at {
-				if a[0] == 1 && a[1] == wal.HeaderSize {
+				if a[0] == 1 && a[1] == segment.HeaderSize {
 					return id
 				}
 			}
@@ -227,16 +231,20 @@ func TestDamagedRecord(t *testing.T) {
 			if err == nil {
 				t.Fatal("Open succeeded on a damaged log")
 			}
+			var de *segment.DamageError
+			if !errors.As(err, &de) || de.Offset != off || strings.Contains(err.Error(), "--") {
+				t.Errorf("error %v: want a segment.DamageError at offset %d, naming no flag", err, off)
+			}
 			if msg := err.Error(); !strings.Contains(msg, segPath(dir, seg)) || !strings.Contains(msg, fmt.Sprintf("offset %d", off)) {
-				t.Errorf("error %q does not name %s and offset %d", msg, wal.SegmentName(seg), off)
+				t.Errorf("error %q does not name %s and offset %d", msg, segment.SegmentName(seg), off)
 			}
 
-			var out logBuffer
+			var out testproc.SyncBuffer
 			opts := wal.Options{SegmentSize: 512, SkipDamaged: true, Logger: zerolog.New(&out)}
 			got, _ := recoverDir(t, dir, opts)
 			sameJobs(t, got, want)
-			if e := out.lines("error"); len(e) != 1 || !strings.Contains(e[0], wal.SegmentName(seg)) || !strings.Contains(e[0], fmt.Sprintf(`"offset":%d`, off)) {
-				t.Errorf("want one error naming %s at offset %d, got %q", wal.SegmentName(seg), off, e)
+			if e := out.Lines("error"); len(e) != 1 || !strings.Contains(e[0], segment.SegmentName(seg)) || !strings.Contains(e[0], fmt.Sprintf(`"offset":%d`, off)) {
+				t.Errorf("want one error naming %s at offset %d, got %q", segment.SegmentName(seg), off, e)
 			}
 		})
 	}
@@ -248,8 +256,27 @@ func TestOpenRejectsForeignFile(t *testing.T) {
 	if err := os.WriteFile(segPath(dir, 1), []byte("definitely not a Sprout segment"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := wal.Open(dir, wal.Options{}); err == nil || !strings.Contains(err.Error(), wal.SegmentName(1)) {
+	if _, err := wal.Open(dir, wal.Options{}); err == nil || !strings.Contains(err.Error(), segment.SegmentName(1)) {
 		t.Fatalf("Open = %v, want an error naming the file", err)
+	}
+}
+
+// TestOpenRefusesAMembersLog: a cluster member's directory is refused
+// with ErrClusterLog, in one line that names no flag, and left as it is.
+func TestOpenRefusesAMembersLog(t *testing.T) {
+	dir := t.TempDir()
+	hdr := make([]byte, segment.HeaderSize)
+	copy(hdr, "SPROUTWL")
+	hdr[8] = byte(segment.VersionRaftLog)
+	if err := os.WriteFile(segPath(dir, 1), hdr, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := wal.Open(dir, wal.Options{})
+	if !errors.Is(err, wal.ErrClusterLog) || strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "--") {
+		t.Fatalf("Open of a member's directory: %v, want ErrClusterLog in one line naming no flag", err)
+	}
+	if b, err := os.ReadFile(segPath(dir, 1)); err != nil || !bytes.Equal(b, hdr) {
+		t.Errorf("the member's segment changed: %q, %v", b, err)
 	}
 }
 
@@ -265,12 +292,12 @@ func TestUnfinishedSegment(t *testing.T) {
 			if err := os.Truncate(segPath(dir, 1), at+11); err != nil {
 				t.Fatal(err)
 			}
-			seqs, _ := segments(t, dir)
+			seqs, _ := segtest.Segments(t, dir)
 			next := seqs[len(seqs)-1] + 1
 			if err := os.WriteFile(segPath(dir, next), make([]byte, size), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			var out logBuffer
+			var out testproc.SyncBuffer
 			got, _ := recoverDir(t, dir, wal.Options{SegmentSize: 1 << 16, Logger: zerolog.New(&out)})
 			if len(got) != 2 || got[ids[0]].ID == 0 || got[ids[1]].ID == 0 {
 				t.Errorf("recovered %v, want jobs %v", got, ids[:2])
@@ -278,7 +305,7 @@ func TestUnfinishedSegment(t *testing.T) {
 			if _, err := os.Stat(segPath(dir, next)); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("the unfinished segment is still there: %v", err)
 			}
-			if w := out.lines("warn"); len(w) != 2 {
+			if w := out.Lines("warn"); len(w) != 2 {
 				t.Errorf("want two warnings (unfinished segment, torn tail), got %q", w)
 			}
 		})

@@ -1,7 +1,8 @@
-package wal_test
+package segment_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -13,22 +14,30 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/sproutmq/sprout/store/wal"
+	"github.com/sproutmq/sprout/store/segment"
+	"github.com/sproutmq/sprout/store/segment/segtest"
 )
 
-// A cluster log's frames, as these tests write them: a kind of 16 or more,
-// then any bytes.
+// A cluster's Raft log keeps its frames as these tests write them: a kind
+// (a checkpoint, an entry), then any bytes; segments begin with a
+// checkpoint, and compaction's moves take effect once reported.
 const (
-	kindCheckpoint = wal.ClusterKinds
-	kindEntry      = wal.ClusterKinds + 1
+	kindCheckpoint = 16
+	kindEntry      = 17
 )
 
-func clusterFrame(dst []byte, kind wal.Kind, body string) []byte {
+// checkpointed is opts as a cluster's Raft log sets them.
+func checkpointed(opts segment.Options) segment.Options {
+	opts.Version, opts.Checkpoints, opts.MovesLater = segment.VersionRaftLog, true, true
+	return opts
+}
+
+func clusterFrame(dst []byte, kind byte, body string) []byte {
 	start := len(dst)
-	dst = wal.BeginFrame(dst)
-	dst = append(dst, byte(kind))
+	dst = segment.BeginFrame(dst)
+	dst = append(dst, kind)
 	dst = append(dst, body...)
-	return wal.EndFrame(dst, start)
+	return segment.EndFrame(dst, start)
 }
 
 // written is a group a test appended, and where it went.
@@ -39,34 +48,53 @@ type written struct {
 	lsn   uint64
 }
 
-func appendGroup(t testing.TB, l *wal.Log, body string) written {
+func appendGroup(t testing.TB, l *testLog, body string) written {
 	t.Helper()
 	f := clusterFrame(nil, kindEntry, body)
-	lsn, seg, off, err := l.AppendGroup(len(f), func(b []byte) []byte { return append(b, f...) }, 0)
+	lsn, seg, off, err := l.Append(&segment.Group{Size: len(f), Encode: func(b []byte) []byte { return append(b, f...) }})
 	if err != nil {
-		t.Fatalf("AppendGroup: %v", err)
+		t.Fatalf("Append: %v", err)
 	}
 	return written{seg, off, f, lsn}
 }
 
-// openCluster opens dir as a cluster's log and returns it, not started,
-// with the frames it replayed.
-func openCluster(t testing.TB, dir string, opts wal.Options) (*wal.Log, []wal.Frame) {
+// openFrames opens dir as a cluster's log opens it and returns it, not
+// started, with the frames it replayed.
+func openFrames(t testing.TB, dir string, opts segment.Options) (*testLog, []segment.Frame) {
 	t.Helper()
-	var frames []wal.Frame
-	l, err := wal.OpenCluster(dir, opts, wal.Cluster{Replay: func(f wal.Frame) error {
-		f.Payload = bytes.Clone(f.Payload)
-		frames = append(frames, f)
-		return nil
-	}})
+	l, frames, err := tryOpenFrames(dir, opts)
 	if err != nil {
-		t.Fatalf("OpenCluster: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
 	return l, frames
 }
 
-func startCluster(t testing.TB, l *wal.Log, checkpoint string) {
+func tryOpenFrames(dir string, opts segment.Options) (*testLog, []segment.Frame, error) {
+	d, err := segment.LockDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	var frames []segment.Frame
+	l, err := segment.Open(d, checkpointed(opts), func(f segment.Frame) error {
+		if f.Payload[0] < kindCheckpoint {
+			return segment.ErrCorrupt
+		}
+		f.Payload = bytes.Clone(f.Payload)
+		frames = append(frames, f)
+		return nil
+	})
+	if err != nil {
+		_ = d.Close()
+		return nil, nil, err
+	}
+	return &testLog{Log: l, dir: d}, frames, nil
+}
+
+// startCluster starts l holding every segment, its first one beginning
+// with checkpoint.
+func startCluster(t testing.TB, l *testLog, checkpoint string) {
 	t.Helper()
+	l.Hold(1)
 	l.SetCheckpoint(clusterFrame(nil, kindCheckpoint, checkpoint))
 	if err := l.Start(nil); err != nil {
 		t.Fatal(err)
@@ -74,11 +102,11 @@ func startCluster(t testing.TB, l *wal.Log, checkpoint string) {
 	t.Cleanup(func() { _ = l.Close() })
 }
 
-// entriesOf is the entry frames among frames, as written records.
-func entriesOf(frames []wal.Frame) []written {
+// entriesOf is the entry frames among frames, as written groups.
+func entriesOf(frames []segment.Frame) []written {
 	var out []written
 	for _, f := range frames {
-		if wal.Kind(f.Payload[0]) == kindEntry {
+		if f.Payload[0] == kindEntry {
 			out = append(out, written{seg: f.Seg, off: f.Off, frame: f.Payload})
 		}
 	}
@@ -91,8 +119,8 @@ func entriesOf(frames []wal.Frame) []written {
 // them in order with the places AppendGroup gave.
 func TestClusterFramesReplay(t *testing.T) {
 	dir := t.TempDir()
-	opts := wal.Options{SegmentSize: 4096}
-	l, frames := openCluster(t, dir, opts)
+	opts := segment.Options{SegmentSize: 4096}
+	l, frames := openFrames(t, dir, opts)
 	if len(frames) != 0 {
 		t.Fatalf("a new directory replayed %d frames", len(frames))
 	}
@@ -105,13 +133,13 @@ func TestClusterFramesReplay(t *testing.T) {
 		// Each waits for the last, as raft waits for its writes: appends
 		// move to a new segment only once its spare is made.
 		groups = append(groups, appendGroup(t, l, fmt.Sprintf("entry %d %s", i, strings.Repeat("x", 200))))
-		waitDurable(t, l, groups[i].lsn)
+		segtest.WaitDurable(t, l, groups[i].lsn)
 	}
-	waitDurable(t, l, groups[len(groups)-1].lsn)
+	segtest.WaitDurable(t, l, groups[len(groups)-1].lsn)
 	for _, i := range []int{0, 59, 119} {
 		g := groups[i]
 		got, err := l.ReadFrame(g.seg, g.off, len(g.frame))
-		if err != nil || !bytes.Equal(got, g.frame[wal.FrameHeader:]) {
+		if err != nil || !bytes.Equal(got, g.frame[segment.FrameHeader:]) {
 			t.Errorf("group %d read back as %q, %v", i, got, err)
 		}
 	}
@@ -119,14 +147,14 @@ func TestClusterFramesReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	l, frames = openCluster(t, dir, opts)
-	defer closeUnstarted(t, l)
+	l, frames = openFrames(t, dir, opts)
+	defer segtest.CloseUnstarted(t, l)
 	got := entriesOf(frames)
 	if len(got) != len(groups) {
 		t.Fatalf("%d entries replayed, %d written", len(got), len(groups))
 	}
 	for i, g := range groups {
-		if got[i].seg != g.seg || got[i].off != g.off || !bytes.Equal(got[i].frame, g.frame[wal.FrameHeader:]) {
+		if got[i].seg != g.seg || got[i].off != g.off || !bytes.Equal(got[i].frame, g.frame[segment.FrameHeader:]) {
 			t.Fatalf("group %d replayed at %d:%d, written at %d:%d", i, got[i].seg, got[i].off, g.seg, g.off)
 		}
 	}
@@ -137,7 +165,7 @@ func TestClusterFramesReplay(t *testing.T) {
 		}
 		seen[f.Seg] = true
 		cp := string(f.Payload[1:])
-		if wal.Kind(f.Payload[0]) != kindCheckpoint || f.Off != wal.HeaderSize {
+		if f.Payload[0] != kindCheckpoint || f.Off != segment.HeaderSize {
 			t.Errorf("segment %d begins with kind %d at %d, not a checkpoint", f.Seg, f.Payload[0], f.Off)
 		} else if want := "first"; f.Seg > groups[60].seg && cp != "second" || f.Seg < groups[59].seg && cp != want {
 			t.Errorf("segment %d's checkpoint is %q", f.Seg, cp)
@@ -157,14 +185,14 @@ func TestClusterFramesReplay(t *testing.T) {
 // frames are skipped.
 func TestClusterTornTail(t *testing.T) {
 	dir := t.TempDir()
-	opts := wal.Options{SegmentSize: 4096}
-	l, _ := openCluster(t, dir, opts)
+	opts := segment.Options{SegmentSize: 4096}
+	l, _ := openFrames(t, dir, opts)
 	startCluster(t, l, "cp")
 	var groups []written
 	for i := range 40 {
 		groups = append(groups, appendGroup(t, l, fmt.Sprintf("entry %d %s", i, strings.Repeat("y", 300))))
 	}
-	waitDurable(t, l, groups[len(groups)-1].lsn)
+	segtest.WaitDurable(t, l, groups[len(groups)-1].lsn)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -180,20 +208,19 @@ func TestClusterTornTail(t *testing.T) {
 	}
 
 	corrupt(groups[39])
-	l, frames := openCluster(t, dir, opts)
-	closeUnstarted(t, l)
+	l, frames := openFrames(t, dir, opts)
+	segtest.CloseUnstarted(t, l)
 	if got := entriesOf(frames); len(got) != 39 {
 		t.Fatalf("%d entries after a torn last one, want 39", len(got))
 	}
 
 	corrupt(groups[10])
-	if _, err := wal.OpenCluster(dir, opts, wal.Cluster{Replay: func(wal.Frame) error { return nil }}); err == nil ||
-		!strings.Contains(err.Error(), "damaged") {
+	if _, _, err := tryOpenFrames(dir, opts); !errors.As(err, new(*segment.DamageError)) {
 		t.Fatalf("damage inside the log: %v", err)
 	}
 	opts.SkipDamaged = true
-	l, frames = openCluster(t, dir, opts)
-	closeUnstarted(t, l)
+	l, frames = openFrames(t, dir, opts)
+	segtest.CloseUnstarted(t, l)
 	if got := entriesOf(frames); len(got) != 38 {
 		t.Fatalf("%d entries skipping one damaged, want 38", len(got))
 	}
@@ -204,7 +231,7 @@ func TestClusterTornTail(t *testing.T) {
 // would be once applied.
 type migrations struct {
 	mu    sync.Mutex
-	l     *wal.Log
+	l     *testLog
 	size  uint32
 	calls []uint64 // guarded by mu
 }
@@ -214,10 +241,10 @@ func (m *migrations) Migrate(seg uint32, ids []uint64) {
 	m.calls = append(m.calls, ids...)
 	m.mu.Unlock()
 	g := clusterFrame(nil, kindEntry, "moves")
-	_, to, _, _ := m.l.AppendGroup(len(g), func(b []byte) []byte { return append(b, g...) }, 0)
-	var moves []wal.Move
+	_, to, _, _ := m.l.Append(&segment.Group{Size: len(g), Encode: func(b []byte) []byte { return append(b, g...) }})
+	var moves []segment.Move
 	for _, id := range ids {
-		moves = append(moves, wal.Move{ID: id, From: wal.Loc{Seg: seg, Size: m.size}, To: wal.Loc{Seg: to, Size: m.size}})
+		moves = append(moves, segment.Move{ID: id, From: segment.Loc{Seg: seg, Size: m.size}, To: segment.Loc{Seg: to, Size: m.size}})
 	}
 	m.l.Moved(moves)
 }
@@ -237,19 +264,19 @@ func TestClusterHoldAndMigrate(t *testing.T) { synctest.Test(t, testClusterHoldA
 func testClusterHoldAndMigrate(t *testing.T) {
 	dir := t.TempDir()
 	const segSize = 4096
-	l, _ := openCluster(t, dir, wal.Options{SegmentSize: segSize})
+	l, _ := openFrames(t, dir, segment.Options{SegmentSize: segSize})
 	startCluster(t, l, "cp")
 	first := appendGroup(t, l, "puts job 7")
-	l.Moved([]wal.Move{{ID: 7, To: wal.Loc{Seg: first.seg, Size: 100}}})
+	l.Moved([]segment.Move{{ID: 7, To: segment.Loc{Seg: first.seg, Size: 100}}})
 	var last written
 	for i := range 60 {
 		last = appendGroup(t, l, fmt.Sprintf("entry %d %s", i, strings.Repeat("z", 400)))
-		waitDurable(t, l, last.lsn)
+		segtest.WaitDurable(t, l, last.lsn)
 		synctest.Wait() // the spare is made
 	}
-	waitDurable(t, l, last.lsn)
+	segtest.WaitDurable(t, l, last.lsn)
 	synctest.Wait()
-	before, _ := segments(t, dir)
+	before, _ := segtest.Segments(t, dir)
 	if before[0] != first.seg || len(before) < 6 {
 		t.Fatalf("segments %v: the test meant to fill several after %d", before, first.seg)
 	}
@@ -261,7 +288,7 @@ func testClusterHoldAndMigrate(t *testing.T) {
 	l.Hold(held)
 	time.Sleep(time.Second)
 	synctest.Wait()
-	if now, _ := segments(t, dir); now[0] != first.seg {
+	if now, _ := segtest.Segments(t, dir); now[0] != first.seg {
 		t.Fatalf("segments %v: the one holding job 7 went", now)
 	}
 
@@ -272,7 +299,7 @@ func testClusterHoldAndMigrate(t *testing.T) {
 	if got := m.ids(); !slices.Equal(got, []uint64{7}) {
 		t.Fatalf("migrated %v, want job 7", got)
 	}
-	now, _ := segments(t, dir)
+	now, _ := segtest.Segments(t, dir)
 	if now[0] != held {
 		t.Fatalf("segments %v after the move: want every one below %d gone", now, held)
 	}
@@ -287,16 +314,16 @@ func TestClusterFullDisk(t *testing.T) { synctest.Test(t, testClusterFullDisk) }
 func testClusterFullDisk(t *testing.T) {
 	var disk full
 	var failWrites atomic.Bool
-	opts := wal.Options{SegmentSize: 2048}
-	wal.SetAllocate(&opts, disk.allocate)
-	wal.SetWriteAt(&opts, func(f *os.File, b []byte, off int64) (int, error) {
+	opts := segment.Options{SegmentSize: 2048}
+	segment.SetAllocate(&opts, disk.allocate)
+	segment.SetWriteAt(&opts, func(f *os.File, b []byte, off int64) (int, error) {
 		if failWrites.Load() && off+int64(len(b)) > 2048 {
 			return 0, syscall.ENOSPC
 		}
 		return f.WriteAt(b, off)
 	})
 	dir := t.TempDir()
-	l, _ := openCluster(t, dir, opts)
+	l, _ := openFrames(t, dir, opts)
 	startCluster(t, l, "cp")
 	synctest.Wait()
 
@@ -338,8 +365,8 @@ func testClusterFullDisk(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l, frames := openCluster(t, dir, opts)
-	closeUnstarted(t, l)
+	l, frames := openFrames(t, dir, opts)
+	segtest.CloseUnstarted(t, l)
 	if got := entriesOf(frames); len(got) != len(groups) {
 		t.Fatalf("%d entries after reopening, %d written", len(got), len(groups))
 	}
@@ -352,17 +379,17 @@ func TestClusterFsyncFails(t *testing.T) { synctest.Test(t, testClusterFsyncFail
 
 func testClusterFsyncFails(t *testing.T) {
 	var failSyncs atomic.Int64
-	var opts wal.Options
-	wal.SetFdatasync(&opts, func(next func(*os.File) error, f *os.File) error {
+	var opts segment.Options
+	segment.SetFdatasync(&opts, func(next func(*os.File) error, f *os.File) error {
 		if failSyncs.Add(-1) >= 0 {
 			return syscall.EIO
 		}
 		return next(f)
 	})
 	dir := t.TempDir()
-	l, _ := openCluster(t, dir, opts)
+	l, _ := openFrames(t, dir, opts)
 	startCluster(t, l, "cp")
-	waitDurable(t, l, appendGroup(t, l, "before").lsn)
+	segtest.WaitDurable(t, l, appendGroup(t, l, "before").lsn)
 	failSyncs.Store(3)
 	g := appendGroup(t, l, "synced at the fourth try")
 	done := make(chan struct{})
@@ -387,163 +414,42 @@ func testClusterFsyncFails(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l, frames := openCluster(t, dir, wal.Options{})
-	closeUnstarted(t, l)
+	l, frames := openFrames(t, dir, segment.Options{})
+	segtest.CloseUnstarted(t, l)
 	if got := entriesOf(frames); len(got) != 2 {
 		t.Fatalf("%d entries after reopening, want 2", len(got))
 	}
 }
 
-// TestClusterAndSingleDirectories: neither mode opens the other's
-// directory by mistake, each refusing in one line; a cluster log told how
-// converts a single node's directory, which keeps every job, and removes
-// a single node's segment a conversion left behind.
-func TestClusterAndSingleDirectories(t *testing.T) {
-	single := t.TempDir()
-	l, m := open(t, single, wal.Options{})
-	var ids []uint64
-	for i := range 5 {
-		id, _ := m.put(t, "t", fmt.Sprint("job ", i), wal.StateReady, 0)
-		ids = append(ids, id)
-	}
-	waitDurable(t, l, m.del(t, ids[0]))
+// TestVersions: a log opens only segments of its own version; one of
+// another user's, or of none known, is refused with a *VersionError that
+// says whose it is, and left as it is.
+func TestVersions(t *testing.T) {
+	dir := t.TempDir()
+	l, m := open(t, dir, segment.Options{}) // a journal's
+	segtest.WaitDurable(t, l, lastLSN(m.put(t, "a journal's item")))
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	leftover, err := os.ReadFile(segPath(single, 1))
-	if err != nil {
+	_, _, err := tryOpenFrames(dir, segment.Options{})
+	var ve *segment.VersionError
+	if !errors.As(err, &ve) || ve.Version != segment.VersionJournal || ve.Want != segment.VersionRaftLog ||
+		!strings.Contains(err.Error(), "job journal") {
+		t.Fatalf("a Raft log on a journal's segments: %v", err)
+	}
+	hdr := make([]byte, segment.HeaderSize)
+	copy(hdr, "SPROUTWL")
+	hdr[8] = 9
+	other := t.TempDir()
+	if err := os.WriteFile(segPath(other, 1), hdr, 0o600); err != nil {
 		t.Fatal(err)
 	}
-
-	refuse := wal.Cluster{Replay: func(wal.Frame) error { return nil }}
-	if _, err := wal.OpenCluster(single, wal.Options{}, refuse); err == nil ||
-		strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "single node") {
-		t.Fatalf("a cluster log on a single node's directory: %v", err)
+	if _, _, _, err := openItems(t, other, segment.Options{}); !errors.As(err, &ve) || ve.Version != 9 {
+		t.Fatalf("a segment of version 9: %v", err)
 	}
-
-	var converted []uint64
-	var lastID uint64
-	convert := wal.Cluster{
-		Replay: func(wal.Frame) error { return nil },
-		Convert: func(jobs []wal.Recovered, last uint64) ([]byte, error) {
-			for _, j := range jobs {
-				converted = append(converted, j.ID)
-			}
-			lastID = last
-			return clusterFrame(nil, kindCheckpoint, "converted"), nil
-		},
-	}
-	l, err = wal.OpenCluster(single, wal.Options{}, convert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeUnstarted(t, l)
-	if !slices.Equal(converted, ids[1:]) || lastID < ids[4] {
-		t.Errorf("converted jobs %v (last id %d), want %v", converted, lastID, ids[1:])
-	}
-	l, frames := openCluster(t, single, wal.Options{})
-	closeUnstarted(t, l)
-	if len(frames) != 1 || string(frames[0].Payload[1:]) != "converted" {
-		t.Fatalf("after the conversion the directory replays %d frames", len(frames))
-	}
-	if _, err := os.Stat(segPath(single, 1)); !os.IsNotExist(err) {
-		t.Errorf("the single node's segment is still there: %v", err)
-	}
-	if _, err := wal.Open(single, wal.Options{}); err == nil ||
-		strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "cluster member") {
-		t.Fatalf("a single node on a cluster's directory: %v", err)
-	}
-
-	// A conversion that stopped once its segment was in place.
-	if err := os.WriteFile(segPath(single, 1), leftover, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	l, frames = openCluster(t, single, wal.Options{})
-	closeUnstarted(t, l)
-	if len(frames) != 1 {
-		t.Fatalf("%d frames with a conversion's leftover", len(frames))
-	}
-	if _, err := os.Stat(segPath(single, 1)); !os.IsNotExist(err) {
-		t.Errorf("the conversion's leftover is still there: %v", err)
-	}
-}
-
-// TestScanFrames reads kinds, ids and sizes without decoding.
-func TestScanFrames(t *testing.T) {
-	recs := []wal.Record{
-		{Kind: wal.KindFull, ID: 3, Tube: "t", State: wal.StateReady, Body: []byte("ab\r\n")},
-		{Kind: wal.KindDelete, ID: 9},
-	}
-	var b []byte
-	var sizes []int
-	for i := range recs {
-		n := len(b)
-		b = wal.AppendFrame(b, &recs[i])
-		sizes = append(sizes, len(b)-n)
-	}
-	var got []string
-	err := wal.ScanFrames(b, func(kind wal.Kind, id uint64, size int) {
-		got = append(got, fmt.Sprint(kind, id, size))
-	})
-	want := []string{fmt.Sprint(wal.KindFull, 3, sizes[0]), fmt.Sprint(wal.KindDelete, 9, sizes[1])}
-	if err != nil || !slices.Equal(got, want) {
-		t.Errorf("scanned %v, %v; want %v", got, err, want)
-	}
-	if err := wal.ScanFrames(b[:len(b)-1], func(wal.Kind, uint64, int) {}); err == nil {
-		t.Error("a cut frame scanned")
-	}
-}
-
-// fakeBinlog is an Importer of a foreign log made of one file.
-type fakeBinlog struct{ jobs []wal.Record }
-
-func (b fakeBinlog) Files(dir string) ([]string, error) {
-	path := dir + "/binlog.1"
-	if _, err := os.Stat(path); err != nil {
-		return nil, nil
-	}
-	return []string{path}, nil
-}
-
-func (b fakeBinlog) Read(string, int) ([]wal.Record, uint64, error) { return b.jobs, 50, nil }
-
-// TestClusterConvertsABinlog: a beanstalkd binlog is imported, as a
-// single node imports it, and handed to Convert: its jobs and highest id
-// become the cluster's first segment, and the binlog is gone.
-func TestClusterConvertsABinlog(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(dir+"/binlog.1", []byte("beanstalkd"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	imp := fakeBinlog{jobs: []wal.Record{
-		{ID: 7, Tube: "t", State: wal.StateReady, Body: []byte("seven\r\n")},
-		{ID: 9, Tube: "t", State: wal.StateBuried, Body: []byte("nine\r\n")},
-	}}
-	var got []uint64
-	var lastID uint64
-	l, err := wal.OpenCluster(dir, wal.Options{Importer: imp}, wal.Cluster{
-		Replay: func(wal.Frame) error { return nil },
-		Convert: func(jobs []wal.Recovered, last uint64) ([]byte, error) {
-			for _, j := range jobs {
-				got = append(got, j.ID)
-			}
-			lastID = last
-			return clusterFrame(nil, kindCheckpoint, "converted"), nil
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeUnstarted(t, l)
-	if !slices.Equal(got, []uint64{7, 9}) || lastID < 50 {
-		t.Errorf("converted %v, last id %d; want jobs 7 and 9 and at least 50", got, lastID)
-	}
-	if _, err := os.Stat(dir + "/binlog.1"); !os.IsNotExist(err) {
-		t.Errorf("the binlog is still there: %v", err)
-	}
-	segs, _ := segments(t, dir)
-	if len(segs) != 1 {
-		t.Errorf("segments %v after the conversion, want the cluster's one", segs)
+	got, _ := recoverDir(t, dir, segment.Options{})
+	if len(got) != 1 {
+		t.Errorf("the journal recovers %d items after the refusals, want its one", len(got))
 	}
 }
 
@@ -554,8 +460,9 @@ func TestClusterConvertsABinlog(t *testing.T) {
 // its size while the spare was made): a crash then would take the older
 // state for the last, and a member could vote twice in a term.
 func TestClusterCheckpointWithGroup(t *testing.T) {
-	testCheckpointWithGroup(t, func(l *wal.Log, f, checkpoint []byte, rotated func()) {
-		if _, _, _, err := l.AppendGroupCheckpoint(len(f), func(b []byte) []byte { return append(b, f...) }, 0, checkpoint); err != nil {
+	testCheckpointWithGroup(t, func(l *testLog, f, checkpoint []byte, rotated func()) {
+		g := segment.Group{Size: len(f), Encode: func(b []byte) []byte { return append(b, f...) }, Checkpoint: checkpoint}
+		if _, _, _, err := l.Append(&g); err != nil {
 			t.Fatal(err)
 		}
 		rotated()
@@ -567,25 +474,25 @@ func TestClusterCheckpointWithGroup(t *testing.T) {
 // appendState (which lets the spare go and waits for the writer to move
 // to it, rotated), and checks that the last state replayed is the new
 // one.
-func testCheckpointWithGroup(t *testing.T, appendState func(l *wal.Log, f, checkpoint []byte, rotated func())) {
+func testCheckpointWithGroup(t *testing.T, appendState func(l *testLog, f, checkpoint []byte, rotated func())) {
 	const segSize = 4096
 	gate := make(chan struct{})
 	var made atomic.Int32
-	opts := wal.Options{SegmentSize: segSize}
-	wal.SetAllocate(&opts, func(next func(*os.File, int64) error, f *os.File, size int64) error {
+	opts := segment.Options{SegmentSize: segSize}
+	segment.SetAllocate(&opts, func(next func(*os.File, int64) error, f *os.File, size int64) error {
 		if made.Add(1) > 1 { // Start's segment is made at once, the spares wait
 			<-gate
 		}
 		return next(f, size)
 	})
 	dir := t.TempDir()
-	l, _ := openCluster(t, dir, opts)
+	l, _ := openFrames(t, dir, opts)
 	startCluster(t, l, "state 1")
 	var last written
 	for size := 0; size <= segSize; size += len(last.frame) {
 		last = appendGroup(t, l, fmt.Sprintf("entry %s", strings.Repeat("x", 300)))
 	}
-	waitDurable(t, l, last.lsn)
+	segtest.WaitDurable(t, l, last.lsn)
 	if st := l.Stats(); st.CurrentIndex != last.seg {
 		t.Fatalf("appends moved to segment %d with no spare made", st.CurrentIndex)
 	}
@@ -604,11 +511,11 @@ func testCheckpointWithGroup(t *testing.T, appendState func(l *wal.Log, f, check
 		t.Fatal(err)
 	}
 
-	l, frames := openCluster(t, dir, opts)
-	defer closeUnstarted(t, l)
+	l, frames := openFrames(t, dir, opts)
+	defer segtest.CloseUnstarted(t, l)
 	var states []string
 	for _, f := range frames {
-		if wal.Kind(f.Payload[0]) == kindCheckpoint {
+		if f.Payload[0] == kindCheckpoint {
 			states = append(states, fmt.Sprintf("%q in segment %d", f.Payload[1:], f.Seg))
 		}
 	}

@@ -1,4 +1,4 @@
-package wal_test
+package segment_test
 
 import (
 	"os"
@@ -10,7 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/sproutmq/sprout/store/wal"
+	"github.com/sproutmq/sprout/store/segment"
+	"github.com/sproutmq/sprout/store/segment/segtest"
 )
 
 // The writer goes on writing while an fsync runs on a goroutine of its
@@ -32,9 +33,9 @@ type heldSync struct {
 	end chan error
 }
 
-func newHeldSyncs(o *wal.Options) *heldSyncs {
+func newHeldSyncs(o *segment.Options) *heldSyncs {
 	h := &heldSyncs{calls: make(chan heldSync), over: make(chan struct{})}
-	wal.SetFdatasync(o, h.fdatasync)
+	segment.SetFdatasync(o, h.fdatasync)
 	return h
 }
 
@@ -122,17 +123,17 @@ func covered(ws []span, s span) bool {
 func TestWritesGoOnWhileFsyncRuns(t *testing.T) { synctest.Test(t, testWritesGoOnWhileFsyncRuns) }
 
 func testWritesGoOnWhileFsyncRuns(t *testing.T) {
-	opts := wal.Options{SyncEvery: 50 * time.Millisecond}
+	opts := segment.Options{SyncEvery: 50 * time.Millisecond}
 	syncs := newHeldSyncs(&opts)
 	l, m := open(t, t.TempDir(), opts)
-	_, first := m.put(t, "default", "before the fsync", wal.StateReady, 0)
-	waitDurable(t, l, first)
+	_, first := m.put(t, "before the fsync")
+	segtest.WaitDurable(t, l, first)
 	time.Sleep(50 * time.Millisecond)
 	held := syncs.next(t)
 	var last uint64
 	for i := range 20 {
-		_, last = m.put(t, "default", strings.Repeat("w", i), wal.StateReady, 0)
-		waitDurable(t, l, last) // fails the test after 10 s, were it waiting for the fsync
+		_, last = m.put(t, strings.Repeat("w", i))
+		segtest.WaitDurable(t, l, last) // fails the test after 10 s, were it waiting for the fsync
 	}
 	time.Sleep(time.Second)
 	synctest.Wait()
@@ -159,12 +160,12 @@ func testWritesGoOnWhileFsyncRuns(t *testing.T) {
 func TestPipelinedFsync(t *testing.T) { synctest.Test(t, testPipelinedFsync) }
 
 func testPipelinedFsync(t *testing.T) {
-	var opts wal.Options
+	var opts segment.Options
 	syncs := newHeldSyncs(&opts)
 	l, m := open(t, t.TempDir(), opts)
 	var early atomic.Int64
 	commit := func(body string) (uint64, chan struct{}) {
-		_, lsn := m.put(t, "default", body, wal.StateReady, 0)
+		_, lsn := m.put(t, body)
 		done := make(chan struct{})
 		l.OnDurable(lsn, func() {
 			if l.Synced() < lsn {
@@ -223,15 +224,15 @@ func TestFailedFsyncRewritesWhatWasWrittenMeanwhile(t *testing.T) {
 }
 
 func testFailedFsyncRewritesWhatWasWrittenMeanwhile(t *testing.T) {
-	var opts wal.Options
-	wal.SetPipelineMin(&opts, 1) // every record is written while an fsync runs
+	var opts segment.Options
+	segment.SetPipelineMin(&opts, 1) // every record is written while an fsync runs
 	syncs := newHeldSyncs(&opts)
 	var writes writeLog
-	wal.SetWriteAt(&opts, writes.writeAt)
+	segment.SetWriteAt(&opts, writes.writeAt)
 	dir := t.TempDir()
 	l, m := open(t, dir, opts)
 	put := func(body string) (uint64, span) {
-		_, lsn := m.put(t, "default", body, wal.StateReady, 0)
+		_, lsn := m.put(t, body)
 		synctest.Wait()
 		return lsn, writes.last()
 	}
@@ -242,7 +243,7 @@ func testFailedFsyncRewritesWhatWasWrittenMeanwhile(t *testing.T) {
 	held := syncs.next(t)
 	b, bAt := put("b")
 	held.end <- nil
-	waitDurable(t, l, a)
+	segtest.WaitDurable(t, l, a)
 	held = syncs.next(t) // covers b
 	mark := writes.mark()
 	held.end <- syscall.EIO
@@ -254,7 +255,7 @@ func testFailedFsyncRewritesWhatWasWrittenMeanwhile(t *testing.T) {
 		t.Fatal("b acknowledged although its fsync failed")
 	}
 	held.end <- nil
-	waitDurable(t, l, b)
+	segtest.WaitDurable(t, l, b)
 
 	// A failed fsync, with d written while it runs: c and d are both
 	// written again.
@@ -272,8 +273,8 @@ func testFailedFsyncRewritesWhatWasWrittenMeanwhile(t *testing.T) {
 	}
 	syncs.free.Store(true)
 	held.end <- nil
-	waitDurable(t, l, d)
-	closeAndRecover(t, l, m, dir, wal.Options{})
+	segtest.WaitDurable(t, l, d)
+	closeAndRecover(t, l, m, dir, segment.Options{})
 }
 
 // TestFileKeptOpenWhileFsyncRuns: a segment the writer moves on from
@@ -283,14 +284,14 @@ func TestFileKeptOpenWhileFsyncRuns(t *testing.T) { synctest.Test(t, testFileKep
 
 func testFileKeptOpenWhileFsyncRuns(t *testing.T) {
 	const segSize = 1024
-	opts := wal.Options{SegmentSize: segSize, SyncEvery: 50 * time.Millisecond}
+	opts := segment.Options{SegmentSize: segSize, SyncEvery: 50 * time.Millisecond}
 	syncs := newHeldSyncs(&opts)
 	dir := t.TempDir()
 	l, m := open(t, dir, opts)
 	synctest.Wait() // the spare is made
 	body := strings.Repeat("b", 240)
 	for range 3 { // about 900 bytes: the fourth would pass segSize
-		waitDurable(t, l, lastLSN(m.put(t, "default", body, wal.StateReady, 0)))
+		segtest.WaitDurable(t, l, lastLSN(m.put(t, body)))
 	}
 	if st := l.Stats(); st.CurrentIndex != 1 {
 		t.Fatalf("appends went on to segment %d; the test wants three records in 1", st.CurrentIndex)
@@ -305,7 +306,7 @@ func testFileKeptOpenWhileFsyncRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 6 { // segments 2 and 3, while segment 1's fsync runs
-		waitDurable(t, l, lastLSN(m.put(t, "default", body, wal.StateReady, 0)))
+		segtest.WaitDurable(t, l, lastLSN(m.put(t, body)))
 		synctest.Wait()
 	}
 	if st := l.Stats(); st.CurrentIndex < 3 {
@@ -321,7 +322,7 @@ func testFileKeptOpenWhileFsyncRuns(t *testing.T) {
 	syncs.free.Store(true)
 	held.end <- nil
 	synctest.Wait()
-	if _, sizes := segments(t, dir); sizes[1] >= segSize {
+	if _, sizes := segtest.Segments(t, dir); sizes[1] >= segSize {
 		t.Errorf("segment 1 is %d bytes once its fsync finished; want it trimmed", sizes[1])
 	}
 }

@@ -1,4 +1,4 @@
-package wal
+package segment
 
 import "time"
 
@@ -20,7 +20,7 @@ type action struct {
 	writes  []extent        // actWrite
 	due     []durableWaiter // actPublish: the callbacks it releases
 	segs    []uint32        // actSync: the segments to fsync
-	ids     []uint64        // actMigrate: the jobs to move out of seq
+	ids     []uint64        // actMigrate: the items to move out of seq
 	err     error           // actReport: what failed; actClosed: Close's result
 }
 

@@ -1,4 +1,4 @@
-package wal
+package segment
 
 import (
 	"encoding/binary"
@@ -9,11 +9,8 @@ import (
 	"time"
 )
 
-// errClosed answers an Append after Close.
-var errClosed = errors.New("wal: closed")
-
 const (
-	// migrateBatch bounds how many jobs one compaction step moves, so it
+	// migrateBatch bounds how many items one compaction step moves, so it
 	// never holds any tube for long.
 	migrateBatch = 256
 	// noSpaceRetry is how often a full disk is checked for space again.
@@ -24,9 +21,6 @@ const (
 	// maxReusedBuf bounds the chunk buffers kept for reuse, so that one
 	// burst of large bodies does not pin its memory.
 	maxReusedBuf = 1 << 20
-	// headerIDOffset is where a segment's header holds the highest id
-	// issued when the segment began.
-	headerIDOffset = 16
 	// never is a deadline that does not come.
 	never = time.Duration(math.MaxInt64)
 )
@@ -39,8 +33,9 @@ type policy struct {
 	closeGrace  time.Duration
 	maxUnsynced int64
 	pipelineMin int64
-	// cluster: the log is a cluster member's (doc.go, "Cluster mode").
-	cluster bool
+	// checkpoints and movesLater are Options'.
+	checkpoints bool
+	movesLater  bool
 }
 
 func (o Options) policy() policy {
@@ -51,12 +46,13 @@ func (o Options) policy() policy {
 		closeGrace:  defaultCloseGrace,
 		maxUnsynced: o.maxUnsynced,
 		pipelineMin: o.pipelineMin,
-		cluster:     o.cluster,
+		checkpoints: o.Checkpoints,
+		movesLater:  o.MovesLater,
 	}
 }
 
-// noneHeld is heldFrom when a cluster log needs no segment (and always
-// on a single node): only live records keep a segment.
+// noneHeld is heldFrom when the user holds no segment: only live items
+// keep a segment.
 const noneHeld = math.MaxUint32
 
 // acknowledgeOnSync reports whether a commit waits for its fsync (-f 0)
@@ -90,9 +86,8 @@ type core struct {
 	writing uint32 // the segment last handed out to write to
 	written uint64 // LSN written
 	// writtenEager is the LSN after the last byte written that asks for
-	// an fsync: every append's but a cluster log's unsynced groups
-	// (appendGroup's lazy), which become durable with the next fsync
-	// something else asks for.
+	// an fsync: every group's but the unsynced ones (Group.Unsynced), which
+	// become durable with the next fsync something else asks for.
 	writtenEager uint64
 	writeRetry   backoff
 
@@ -135,28 +130,29 @@ type core struct {
 
 	// Append, OnDurable and Close touch these too. The line between keeps
 	// appends on other cores from taking the writer's fields' cache lines
-	// away from it at every record.
+	// away from it at every group.
 	_ [64]byte
 
 	segs     map[uint32]*segState
-	cur      *segState // the segment new records go to; nil before start
-	curSize  int64     // its size, pending records included
-	curBase  int64     // its size before any record: its header, and a cluster's checkpoint
+	cur      *segState // the segment new groups go to; nil before start
+	curSize  int64     // its size, pending groups included
+	curBase  int64     // its size before any group: its header and checkpoint
 	spare    *segState // a preallocated next segment, or nil
-	live     int64     // bytes of live full records
-	lastID   uint64    // highest id in any header or record
+	live     int64     // bytes of live items' latest full versions
+	lastID   uint64    // highest id in any header or group
 	pending  []chunk   // appended, not yet handed to the writer
 	appended uint64    // LSN of the last appended byte
 	taken    uint64    // LSN of the last byte handed to the writer (or given up)
-	records  int64     // records appended
+	records  int64     // groups appended
 	// spareBufs are written chunks' buffers, for append to reuse.
 	spareBufs [][]byte
 
-	// Puts are refused while either is set: the last spare could not be
-	// made (the disk is full), or unsyncedBytes passed maxUnsynced.
+	// Refusable groups are refused while either is set: the last spare
+	// could not be made (the disk is full), or unsyncedBytes passed
+	// maxUnsynced.
 	noSpace bool
 	backlog bool
-	// batchesWait: under -f 0 an fsync is in flight, and new records wait
+	// batchesWait: under -f 0 an fsync is in flight, and new groups wait
 	// for it until they come to pipelineMin bytes (batchWaits), so until
 	// then an append has nothing for the writer to do.
 	batchesWait bool
@@ -164,11 +160,10 @@ type core struct {
 	published uint64 // the durable LSN last published
 	waiters   []durableWaiter
 
-	// A cluster log's: the frame it writes first in every segment
-	// (SetCheckpoint; nil on a single node); every segment from heldFrom
-	// on holds what it needs (Hold; noneHeld on a single node); its
-	// Migrator is set (the serving leader's store; a single node's always
-	// is).
+	// The user's: the frame it writes first in every segment
+	// (SetCheckpoint; nil for none); every segment from heldFrom on holds
+	// what it needs (Hold; noneHeld for none); its Migrator is set (Start,
+	// SetMigrator).
 	checkpoint []byte
 	heldFrom   uint32
 	migrating  bool
@@ -180,15 +175,15 @@ type core struct {
 // segState is what the core knows of one segment file.
 type segState struct {
 	seq uint32
-	// headerID is the id its header holds: as found at start; for a
-	// cluster's segment made by this run, the highest id named before
-	// appends moved to it (a single node's header gets the highest id
-	// issued when it is first written).
+	// headerID is the id its header holds: as found at start; with
+	// Checkpoints, for a segment made by this run, the highest id named
+	// before appends moved to it (without, the header gets the highest id
+	// named when the segment is first written).
 	headerID  uint64
-	liveCount int      // full records here that are their job's latest
+	liveCount int      // items whose latest full version is here
 	liveBytes int64    // their bytes
-	ids       []uint64 // jobs whose full record was written here (some since moved or deleted)
-	stuck     bool     // live records but no ids left: reported once
+	ids       []uint64 // items whose full version was written here (some since moved or deleted)
+	stuck     bool     // live items but no ids left: reported once
 	onDisk    int64    // bytes the file takes on disk
 	written   int64    // bytes written, header included: where the next write goes
 	open      bool     // made by this run and not yet retired or removed
@@ -199,13 +194,13 @@ type segState struct {
 	syncing bool
 }
 
-// chunk is records appended to one segment, encoded.
+// chunk is groups appended to one segment, encoded.
 type chunk struct {
 	seg     *segState
 	b       []byte
 	end     uint64 // LSN after this chunk
 	eager   uint64 // LSN after its last byte that asks for an fsync; 0: none
-	records int    // records in b
+	records int    // groups in b
 }
 
 // extent is one write handed out: b at off in segment seq. What a failed
@@ -240,14 +235,9 @@ func (b *backoff) reset() { b.wait = 0 }
 func (b *backoff) due(now time.Duration) bool { return b.wait == 0 || now >= b.next }
 
 func newCore(p policy) *core {
-	held := uint32(noneHeld)
-	if p.cluster {
-		held = 1 // nothing goes before the cluster log says what it holds
-	}
 	return &core{
 		policy:      p,
-		heldFrom:    held,
-		migrating:   !p.cluster,
+		heldFrom:    noneHeld,
 		timerAt:     never,
 		segs:        make(map[uint32]*segState),
 		writeRetry:  backoff{min: 10 * time.Millisecond, max: time.Second},
@@ -257,22 +247,13 @@ func newCore(p policy) *core {
 	}
 }
 
-// Recovery: Open tells the core what the directory holds, before start.
+// Recovery: Open tells the core what the directory holds, before start,
+// and its user what is live there (moved).
 
 // recoverSegment adds a segment found on disk, size bytes long, whose
 // header held headerID.
 func (c *core) recoverSegment(seq uint32, size int64, headerID uint64) {
 	c.addSegment(&segState{seq: seq, onDisk: size, written: size, headerID: headerID})
-}
-
-// recoverJob counts a job whose latest full record is at loc as live.
-// Jobs come in id order, so each segment's ids stay sorted.
-func (c *core) recoverJob(id uint64, loc Loc) {
-	s := c.segs[loc.Seg]
-	s.liveCount++
-	s.liveBytes += int64(loc.Size)
-	s.ids = append(s.ids, id)
-	c.live += int64(loc.Size)
 }
 
 // sawID raises the highest id issued to id.
@@ -299,11 +280,11 @@ func (c *core) nextSeq() uint32 {
 
 // Events.
 
-// start: Start made segment seq, preallocated, for this run's records.
+// start: Start made segment seq, preallocated, for this run's groups.
 func (c *core) start(now time.Duration, seq uint32) {
-	c.cur = &segState{seq: seq, onDisk: c.policy.segmentSize, written: headerSize, open: true}
+	c.cur = &segState{seq: seq, onDisk: c.policy.segmentSize, written: HeaderSize, open: true}
 	c.addSegment(c.cur)
-	c.curSize, c.curBase = headerSize, headerSize
+	c.curSize, c.curBase = HeaderSize, HeaderSize
 	c.cur.headerID = c.lastID
 	c.putCheckpoint()
 	c.lastSync = now
@@ -312,46 +293,55 @@ func (c *core) start(now time.Duration, seq uint32) {
 // started reports whether start was called.
 func (c *core) started() bool { return c.cur != nil }
 
-// append encodes r into the pending batch and returns its LSN. A KindFull
-// record's new Loc is returned; prev is the job's previous full record
-// (zero for a put), which stops counting as live.
-func (c *core) append(r *Record, prev Loc) (lsn uint64, loc Loc, err error) {
+// append encodes g into the pending batch and returns its LSN, segment
+// and offset there (doc.go, "Appends").
+func (c *core) append(g *Group) (lsn uint64, seg uint32, off int64, err error) {
 	if c.closing {
-		return 0, Loc{}, errClosed
+		return 0, 0, 0, ErrClosed
 	}
-	if c.onlyDeletes() && r.Kind != KindDelete {
-		return 0, Loc{}, ErrNoSpace
+	if g.Refusable && c.onlyDeletes() {
+		return 0, 0, 0, ErrNoSpace
 	}
-	size := int64(payloadSize(r) + frameHeader)
+	size := int64(g.Size)
 	c.rotateFor(size)
+	off = c.curSize
 	ch := c.chunk()
-	ch.b = appendFrame(ch.b, r)
+	n := len(ch.b)
+	ch.b = g.Encode(ch.b)
+	if int64(len(ch.b)-n) != size {
+		panic(fmt.Sprintf("segment: a group of %d bytes encoded as %d", size, len(ch.b)-n))
+	}
 	ch.records++
 	c.curSize += size
 	c.appended += uint64(size)
-	ch.end, ch.eager = c.appended, c.appended
+	ch.end = c.appended
+	if !g.Unsynced {
+		ch.eager = c.appended
+	}
 	c.records++
-	c.sawID(r.ID)
-	if r.Kind == KindFull {
+	c.sawID(g.ID)
+	if g.Live {
 		s := c.cur
 		s.liveCount++
 		s.liveBytes += size
-		s.ids = append(s.ids, r.ID)
+		s.ids = append(s.ids, g.ID)
 		c.live += size
-		loc = Loc{Seg: s.seq, Size: uint32(size)}
 	}
-	if prev.Seg != 0 {
-		if s := c.segs[prev.Seg]; s != nil {
+	if g.Prev.Seg != 0 {
+		if s := c.segs[g.Prev.Seg]; s != nil {
 			s.liveCount--
-			s.liveBytes -= int64(prev.Size)
+			s.liveBytes -= int64(g.Prev.Size)
 		}
-		c.live -= int64(prev.Size)
+		c.live -= int64(g.Prev.Size)
 	}
-	return c.appended, loc, nil
+	if g.Checkpoint != nil {
+		c.checkpoint = append(c.checkpoint[:0], g.Checkpoint...)
+	}
+	return c.appended, c.cur.seq, off, nil
 }
 
 // rotateFor moves appends to the spare if a frame of size bytes would
-// take the current segment past its size, and it holds a record already:
+// take the current segment past its size, and it holds a group already:
 // a single frame, or a group, larger than a segment is written whole.
 func (c *core) rotateFor(size int64) {
 	if c.curSize+size > c.policy.segmentSize && c.curSize > c.curBase && c.spare != nil {
@@ -374,37 +364,8 @@ func (c *core) chunk() *chunk {
 	return &c.pending[n-1]
 }
 
-// appendGroup appends a cluster log's frames, size bytes that encode
-// appends to a buffer, to one segment, and returns their LSN, segment and
-// offset there; maxID is the highest job id they name. A lazy group asks
-// for no fsync of its own. It is never refused but after Close (doc.go,
-// "Cluster mode").
-func (c *core) appendGroup(size int64, encode func([]byte) []byte, maxID uint64, lazy bool) (lsn uint64, seq uint32, off int64, err error) {
-	if c.closing {
-		return 0, 0, 0, errClosed
-	}
-	c.rotateFor(size)
-	off = c.curSize
-	ch := c.chunk()
-	n := len(ch.b)
-	ch.b = encode(ch.b)
-	if int64(len(ch.b)-n) != size {
-		panic(fmt.Sprintf("wal: a group of %d bytes encoded as %d", size, len(ch.b)-n))
-	}
-	ch.records++
-	c.curSize += size
-	c.appended += uint64(size)
-	ch.end = c.appended
-	if !lazy {
-		ch.eager = c.appended
-	}
-	c.records++
-	c.sawID(maxID)
-	return c.appended, c.cur.seq, off, nil
-}
-
-// putCheckpoint writes a cluster log's checkpoint as the first frame of
-// the segment appends just moved to.
+// putCheckpoint writes the user's checkpoint as the first frame of the
+// segment appends just moved to.
 func (c *core) putCheckpoint() {
 	if len(c.checkpoint) == 0 {
 		return
@@ -418,8 +379,8 @@ func (c *core) putCheckpoint() {
 	ch.end = c.appended
 }
 
-// moved: a cluster log's job's latest full record moved from one
-// segment to another (From zero: a new job; To zero: deleted).
+// moved: an item's latest full version moved from one segment to another
+// (From zero: a new item, or one found at Open; To zero: deleted).
 func (c *core) moved(m Move) {
 	if m.From.Seg != 0 {
 		if s := c.segs[m.From.Seg]; s != nil {
@@ -438,8 +399,7 @@ func (c *core) moved(m Move) {
 	}
 }
 
-// resetLive: a cluster log installed a snapshot; nothing it held before
-// is live.
+// resetLive: the user replaced its items; nothing live before is.
 func (c *core) resetLive() {
 	for _, s := range c.order {
 		s.liveCount, s.liveBytes, s.ids, s.stuck = 0, 0, nil, false
@@ -447,8 +407,8 @@ func (c *core) resetLive() {
 	c.live = 0
 }
 
-// free reports whether nothing in s is needed: no live record, and for a
-// cluster log nothing it still holds.
+// free reports whether nothing in s is needed: no live item, and nothing
+// the user still holds.
 func (c *core) free(s *segState) bool { return s.liveCount == 0 && s.seq < c.heldFrom }
 
 // onlyDeletes reports whether the log takes deletes alone: the disk is
@@ -504,7 +464,7 @@ func (c *core) writeDone(now time.Duration, n int64, err error) {
 		}
 	}
 	if c.unsyncedBytes > c.policy.maxUnsynced && !c.backlog {
-		// fsync keeps failing: stop taking new jobs, as on a full disk,
+		// fsync keeps failing: stop taking refusable groups, as on a full disk,
 		// rather than keep ever more to write again.
 		c.backlog = true
 		c.emit(action{kind: actReport, report: reportBacklog, n: c.unsyncedBytes})
@@ -530,10 +490,10 @@ func (c *core) writeDone(now time.Duration, n int64, err error) {
 	c.writes, c.head = c.writes[:0], 0
 }
 
-// giveUp drops every record not yet written: Close's grace has run out on
+// giveUp drops every group not yet written: Close's grace has run out on
 // a disk that keeps failing. None of them was acknowledged.
 func (c *core) giveUp(seq uint32, err error) {
-	c.closeErr = errors.New("wal: closed with records the disk would not take")
+	c.closeErr = errors.New("segment: closed with groups the disk would not take")
 	c.emit(action{kind: actReport, report: reportGaveUp, seq: seq, err: err})
 	c.batch = c.recycle(c.batch)
 	c.pending = c.recycle(c.pending)
@@ -637,7 +597,7 @@ func (c *core) spareDone(now time.Duration, seq uint32, err error) {
 	}
 	c.noSpace = false
 	c.spareRetry.reset()
-	c.spare = &segState{seq: seq, onDisk: c.policy.segmentSize, written: headerSize, open: true}
+	c.spare = &segState{seq: seq, onDisk: c.policy.segmentSize, written: HeaderSize, open: true}
 	c.addSegment(c.spare)
 }
 
@@ -662,7 +622,7 @@ func (c *core) ready(now time.Duration) []action {
 	c.makeSpare(now)
 	target := c.compactionTarget()
 	if target != nil && c.free(target) && c.removeSeq != target.seq {
-		// Every record that moved a job out of it, or deleted one, is
+		// Every group that moved an item out of it, or deleted one, is
 		// appended by now: once they are durable it may go.
 		c.removeSeq, c.removeAfter = target.seq, c.appended
 	}
@@ -738,7 +698,7 @@ func (c *core) emit(a action) {
 func (c *core) wake(at time.Duration) { c.wakeAt = min(c.wakeAt, at) }
 
 func (c *core) useSpare() {
-	c.cur, c.curSize, c.curBase, c.spare = c.spare, headerSize, headerSize, nil
+	c.cur, c.curSize, c.curBase, c.spare = c.spare, HeaderSize, HeaderSize, nil
 	c.cur.headerID = c.lastID
 	c.putCheckpoint()
 }
@@ -859,7 +819,7 @@ func (c *core) takeBatch() bool {
 		if s := ch.seg; s.seq != c.writing {
 			n := len(c.headers)
 			id := c.lastID
-			if c.policy.cluster {
+			if c.policy.checkpoints {
 				id = s.headerID
 			}
 			c.headers = binary.LittleEndian.AppendUint64(c.headers, id)
@@ -969,7 +929,7 @@ func (c *core) finish(syncNow bool) bool {
 	}
 	err := c.closeErr
 	if c.synced < c.written {
-		err = errors.Join(err, fmt.Errorf("wal: closed without a final fsync: %w", c.syncErr))
+		err = errors.Join(err, fmt.Errorf("segment: closed without a final fsync: %w", c.syncErr))
 	}
 	c.emit(action{kind: actClosed, err: err})
 	return true
@@ -979,7 +939,7 @@ func (c *core) finish(syncNow bool) bool {
 //
 // Any segment before the current one may go: appends only ever go to the
 // current one. (beanstalkd also spares the one before it.) One holding
-// live jobs goes once the directory, with those jobs moved to the head,
+// live items goes once the directory, with those items moved to the head,
 // would pass twice the live data plus two segments (current and spare
 // included): counting the move keeps the peak near that bound, not just
 // the rest. It must also reclaim at least half of what it copies, or a
@@ -1003,7 +963,7 @@ func (c *core) compactionTarget() *segState {
 }
 
 // compact takes one step of keeping the directory near twice the live
-// data: it hands out a batch of s's live jobs to move, or, once nothing in
+// data: it hands out a batch of s's live items to move, or, once nothing in
 // s is live and the moves are durable, its removal. After a compaction
 // step a pending batch goes first, so neither starves the other.
 func (c *core) compact(now time.Duration, s *segState) bool {
@@ -1012,7 +972,7 @@ func (c *core) compact(now time.Duration, s *segState) bool {
 	}
 	if s.liveCount == 0 {
 		if !c.free(s) {
-			return false // a cluster log still holds entries there
+			return false // the user still holds it
 		}
 		if c.synced < c.removeAfter || s.syncing {
 			return false // syncWanted asks for an fsync once the moves are written
@@ -1035,17 +995,18 @@ func (c *core) compact(now time.Duration, s *segState) bool {
 	}
 	if c.onlyDeletes() || !c.migrating {
 		// The moves would be refused, and their ids lost with them;
-		// compaction resumes once puts are taken again. A cluster member
-		// that does not lead leaves the moves to the leader.
+		// compaction resumes once puts are taken again. Without a
+		// Migrator (a cluster member that does not lead) the moves are
+		// someone else's.
 		return false
 	}
-	if len(s.ids) == 0 && c.policy.cluster {
-		// Every live job here was handed out: the moves take effect as
-		// their entries are applied (moved).
+	if len(s.ids) == 0 && c.policy.movesLater {
+		// Every live item here was handed out: the moves take effect as
+		// the user reports them (moved).
 		return false
 	}
 	if len(s.ids) == 0 {
-		// Live records the store cannot name: moving nothing would only
+		// Live items the user cannot name: moving nothing would only
 		// spin. Never expected; said once.
 		if !s.stuck {
 			s.stuck = true

@@ -1,4 +1,4 @@
-package wal_test
+package segment_test
 
 import (
 	"bytes"
@@ -12,30 +12,32 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/internal/testproc"
-	"github.com/sproutmq/sprout/store/wal"
+	"github.com/sproutmq/sprout/store/segment"
 )
 
-// TestLockSameProcess: a second Open of a directory in the same process is
-// refused, and the refusal does not release the first Open's lock.
+// TestLockSameProcess: a second LockDir of a directory in the same process
+// is refused, and the refusal does not release the first one's lock.
 func TestLockSameProcess(t *testing.T) {
 	dir := t.TempDir()
-	first, _ := open(t, dir, wal.Options{})
+	first, _ := open(t, dir, segment.Options{})
 	for i := range 2 {
-		if l, err := wal.Open(dir, wal.Options{}); !errors.Is(err, wal.ErrLocked) {
-			if l != nil {
-				closeUnstarted(t, l)
+		if d, err := segment.LockDir(dir); !errors.Is(err, segment.ErrLocked) {
+			if d != nil {
+				_ = d.Close()
 			}
-			t.Fatalf("Open #%d of a locked directory: %v, want ErrLocked", i+2, err)
+			t.Fatalf("LockDir #%d of a locked directory: %v, want ErrLocked", i+2, err)
 		}
 	}
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l, err := wal.Open(dir, wal.Options{})
+	d, err := segment.LockDir(dir)
 	if err != nil {
-		t.Fatalf("Open after Close: %v", err)
+		t.Fatalf("LockDir after Close: %v", err)
 	}
-	closeUnstarted(t, l)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // startBeanstalkd runs Debian's beanstalkd on dir and a free loopback port
@@ -88,16 +90,16 @@ func TestLockBeanstalkd(t *testing.T) {
 	t.Run("beanstalkd first", func(t *testing.T) {
 		dir := t.TempDir()
 		startBeanstalkd(t, dir)
-		if l, err := wal.Open(dir, wal.Options{}); !errors.Is(err, wal.ErrLocked) {
-			if l != nil {
-				closeUnstarted(t, l)
+		if d, err := segment.LockDir(dir); !errors.Is(err, segment.ErrLocked) {
+			if d != nil {
+				_ = d.Close()
 			}
-			t.Fatalf("Open of a directory beanstalkd holds: %v, want ErrLocked", err)
+			t.Fatalf("LockDir of a directory beanstalkd holds: %v, want ErrLocked", err)
 		}
 	})
 	t.Run("sprout first", func(t *testing.T) {
 		dir := t.TempDir()
-		open(t, dir, wal.Options{})
+		open(t, dir, segment.Options{})
 		path := testproc.Beanstalkd(t)
 		cmd := exec.Command(path, "-b", dir, "-l", "127.0.0.1", "-p", "0")
 		done := make(chan struct{})

@@ -1,4 +1,4 @@
-package wal
+package segment
 
 import (
 	"errors"
@@ -15,9 +15,10 @@ import (
 // ready hands out, written as describe writes them.
 
 const (
-	coreSeg  = 1000 // segment size in these tests
-	fullSize = 100  // a full record as put writes it
-	delSize  = frameHeader + 9
+	coreSeg    = 1000 // segment size in these tests
+	fullSize   = 100  // an item's full version as put writes it
+	delSize    = FrameHeader + 9
+	updateSize = 40
 )
 
 // testPolicy is -f 0; under it, while an fsync runs, a batch of three
@@ -42,6 +43,7 @@ type harness struct {
 func newHarness(t *testing.T, p policy, recover func(h *harness)) *harness {
 	t.Helper()
 	h := &harness{t: t, c: newCore(p), locs: make(map[uint64]Loc)}
+	h.c.migrating = true // Start's Migrator
 	if recover != nil {
 		recover(h)
 	}
@@ -139,15 +141,33 @@ func getU64(b []byte) uint64 {
 
 // Events, as the shell would feed them.
 
-func (h *harness) record(id uint64) *Record {
-	body := strings.Repeat("b", fullSize-FullSize(1, 0))
-	return &Record{Kind: KindFull, ID: id, Tube: "t", State: StateReady, Body: []byte(body)}
+// frames are the bytes the tests' groups are cut from: the core never
+// reads them.
+var frames = make([]byte, coreSeg)
+
+// group is a group of size bytes naming item id, as a journal appends it:
+// everything but a delete may be refused.
+func group(id uint64, size int, live bool, prev Loc) *Group {
+	return &Group{
+		Size:   size,
+		Encode: func(b []byte) []byte { return append(b, frames[:size]...) },
+		ID:     id, Live: live, Prev: prev, Refusable: size != delSize,
+	}
 }
 
-// put appends job id, as the store does for a put.
+// appendItem appends g and returns its LSN, and its Loc if it is live.
+func (h *harness) appendItem(g *Group) (uint64, Loc, error) {
+	lsn, seg, _, err := h.c.append(g)
+	if err != nil || !g.Live {
+		return lsn, Loc{}, err
+	}
+	return lsn, Loc{Seg: seg, Size: uint32(g.Size)}, nil
+}
+
+// put appends item id, as a journal does for a put.
 func (h *harness) put(id uint64) uint64 {
 	h.t.Helper()
-	lsn, loc, err := h.c.append(h.record(id), Loc{})
+	lsn, loc, err := h.appendItem(group(id, fullSize, true, Loc{}))
 	if err != nil {
 		h.t.Fatalf("put %d: %v", id, err)
 	}
@@ -155,19 +175,19 @@ func (h *harness) put(id uint64) uint64 {
 	return lsn
 }
 
-// tryPut appends job id and returns the error.
+// tryPut appends item id and returns the error.
 func (h *harness) tryPut(id uint64) error {
-	_, loc, err := h.c.append(h.record(id), Loc{})
+	_, loc, err := h.appendItem(group(id, fullSize, true, Loc{}))
 	if err == nil {
 		h.locs[id] = loc
 	}
 	return err
 }
 
-// del appends job id's deletion.
+// del appends item id's deletion.
 func (h *harness) del(id uint64) uint64 {
 	h.t.Helper()
-	lsn, _, err := h.c.append(&Record{Kind: KindDelete, ID: id}, h.locs[id])
+	lsn, _, err := h.appendItem(group(id, delSize, false, h.locs[id]))
 	if err != nil {
 		h.t.Fatalf("delete %d: %v", id, err)
 	}
@@ -175,10 +195,10 @@ func (h *harness) del(id uint64) uint64 {
 	return lsn
 }
 
-// move rewrites job id at the head, as the Migrator does.
+// move rewrites item id at the head, as the Migrator does.
 func (h *harness) move(id uint64) {
 	h.t.Helper()
-	_, loc, err := h.c.append(h.record(id), h.locs[id])
+	_, loc, err := h.appendItem(group(id, fullSize, true, h.locs[id]))
 	if err != nil {
 		h.t.Fatalf("move %d: %v", id, err)
 	}
@@ -561,7 +581,7 @@ func TestCoreDiskFull(t *testing.T) {
 	if err := h.tryPut(2); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("put on a full disk: %v", err)
 	}
-	if _, _, err := h.c.append(&Record{Kind: KindUpdate, ID: 1}, Loc{}); !errors.Is(err, ErrNoSpace) {
+	if _, _, err := h.appendItem(group(1, updateSize, false, Loc{})); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("update on a full disk: %v", err)
 	}
 	h.del(1)
@@ -598,7 +618,7 @@ func TestCoreCloses(t *testing.T) {
 		{"-f 1h", func(p *policy) { p.syncEvery = time.Hour }, false, "closed"},
 		{"-F", func(p *policy) { p.noSync = true }, false, "closed"},
 		{"failing fsync", func(p *policy) { p.syncEvery = time.Hour }, true,
-			"closed: wal: closed without a final fsync: input/output error"},
+			"closed: segment: closed without a final fsync: input/output error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPolicy()
@@ -608,7 +628,7 @@ func TestCoreCloses(t *testing.T) {
 			if !h.c.closeRequested(h.now) || h.c.closeRequested(h.now) {
 				t.Fatal("closeRequested should say true once")
 			}
-			if err := h.tryPut(2); !errors.Is(err, errClosed) {
+			if err := h.tryPut(2); !errors.Is(err, ErrClosed) {
 				t.Fatalf("put while closing: %v", err)
 			}
 			h.expect("header 1 id=1, write 1@24+100")
@@ -654,7 +674,7 @@ func TestCoreCloseGivesUp(t *testing.T) {
 	h.timer()
 	h.expect("header 1 id=1, write 1@24+100")
 	h.writeFailed(0)
-	h.expect("report gave-up 1", "closed: wal: closed with records the disk would not take")
+	h.expect("report gave-up 1", "closed: segment: closed with groups the disk would not take")
 	if h.c.published != 0 {
 		t.Fatalf("published %d", h.c.published)
 	}
@@ -672,7 +692,7 @@ func recoverJobs(sizes []int64, live [][]uint32) func(h *harness) {
 				id++
 				h.locs[id] = Loc{Seg: seq, Size: n}
 				h.c.sawID(id)
-				h.c.recoverJob(id, h.locs[id])
+				h.c.moved(Move{ID: id, To: h.locs[id]})
 			}
 		}
 	}
@@ -842,6 +862,30 @@ func TestCoreCompactionStuck(t *testing.T) {
 	// The Migrator finds job 1 elsewhere and moves nothing.
 	h.expect("report stuck 1 (1 live)")
 	h.expect()
+}
+
+// TestCoreCompactionMovesLater: with MovesLater (a cluster's Raft log),
+// the items handed to the Migrator move when the user reports them
+// (moved), after Migrate returned: the segment waits for them, is not
+// reported stuck, and goes once they moved and the moves are durable.
+func TestCoreCompactionMovesLater(t *testing.T) {
+	p := testPolicy()
+	p.movesLater = true
+	h := newHarness(t, p, recoverJobs([]int64{coreSeg, coreSeg}, [][]uint32{{100}, nil}))
+	h.expect("spare 4", "migrate 1 [1]")
+	h.c.spareDone(h.now, 4, nil)
+	h.expect() // item 1 is handed out, not moved yet: no report
+	lsn, seg, _, err := h.c.append(group(1, fullSize, false, Loc{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.expect("header 3 id=1, write 3@24+100")
+	h.wrote()
+	h.expect("observe 100B 1rec", "sync [3]")
+	h.synced()
+	h.expect(fmt.Sprintf("publish %d", lsn)) // written, but the move is not reported
+	h.c.moved(Move{ID: 1, From: h.locs[1], To: Loc{Seg: seg, Size: fullSize}})
+	h.expect("remove 1")
 }
 
 // TestCoreRemoveRetried: a segment that cannot be removed is said once and
@@ -1110,7 +1154,7 @@ func TestCoreCloseWhileSyncing(t *testing.T) {
 		h.rewrote()
 		h.expect("sync [1]")
 		h.syncFailed(1)
-		h.expect("report sync-failed 1", "closed: wal: closed without a final fsync: input/output error")
+		h.expect("report sync-failed 1", "closed: segment: closed without a final fsync: input/output error")
 	})
 	t.Run("writes fail past the grace", func(t *testing.T) {
 		p := testPolicy()
@@ -1124,7 +1168,7 @@ func TestCoreCloseWhileSyncing(t *testing.T) {
 		h.writeFailed(0)
 		h.expect("report gave-up 1") // no closed: an fsync runs
 		h.synced()
-		h.expect("closed: wal: closed with records the disk would not take")
+		h.expect("closed: segment: closed with groups the disk would not take")
 	})
 }
 
@@ -1135,12 +1179,12 @@ func TestCoreAllocs(t *testing.T) {
 	p := testPolicy()
 	p.segmentSize = 1 << 40
 	h := newHarness(t, p, nil).withSpare()
-	r := h.record(1)
+	g := group(1, fullSize, true, Loc{})
 	released := func() {}
 	turn := func() {
 		for range 100 {
-			r.ID++
-			lsn, _, err := h.c.append(r, Loc{})
+			g.ID++
+			lsn, _, _, err := h.c.append(g)
 			if err != nil || h.c.onDurable(lsn, released) {
 				t.Fatal(err)
 			}
@@ -1165,16 +1209,17 @@ func TestCoreAllocs(t *testing.T) {
 	}
 }
 
-// TestCoreUnsyncedGroup: a cluster log's group that asks for no fsync
-// (a hard state raising only the commit index) is written, but hands out
+// TestCoreUnsyncedGroup: a group that asks for no fsync (a cluster log's
+// hard state raising only the commit index) is written, but hands out
 // no fsync of its own; the next group that asks for one covers it, and a
 // waiter on it is released then.
 func TestCoreUnsyncedGroup(t *testing.T) {
 	h := newHarness(t, testPolicy(), nil).withSpare()
 	group := func(lazy bool) uint64 {
 		t.Helper()
-		frame := strings.Repeat("g", 50)
-		lsn, _, _, err := h.c.appendGroup(int64(len(frame)), func(b []byte) []byte { return append(b, frame...) }, 0, lazy)
+		g := group(0, 50, false, Loc{})
+		g.Unsynced = lazy
+		lsn, _, _, err := h.c.append(g)
 		if err != nil {
 			t.Fatal(err)
 		}

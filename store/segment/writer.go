@@ -1,9 +1,8 @@
-package wal
+package segment
 
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 )
 
@@ -339,27 +338,28 @@ func (l *Log) rewrite() outcome {
 	return outcome{kind: rewrote}
 }
 
-// report logs what a report action says, with the segment's file.
+// report logs what a report action says, with the segment's file. "Puts"
+// are the refusable groups: a journal's, or a cluster leader's.
 func (l *Log) report(a *action) {
 	file := l.segPath(a.seq)
 	switch a.report {
 	case reportWriteFailed:
-		l.log.Error().Err(a.err).Str("file", file).Msg("wal: write failed; retrying")
+		l.log.Error().Err(a.err).Str("file", file).Msg("segment: write failed; retrying")
 	case reportGaveUp:
-		l.log.Error().Err(a.err).Str("file", file).Msg("wal: write failed; giving up at close")
+		l.log.Error().Err(a.err).Str("file", file).Msg("segment: write failed; giving up at close")
 	case reportSyncFailed:
-		l.log.Error().Err(a.err).Str("file", file).Msg("wal: fsync failed; will write again and retry")
+		l.log.Error().Err(a.err).Str("file", file).Msg("segment: fsync failed; will write again and retry")
 	case reportBacklog:
-		l.log.Warn().Int64("unsynced_bytes", a.n).Msg("wal: fsync keeps failing; refusing puts until one works")
+		l.log.Warn().Int64("unsynced_bytes", a.n).Msg("segment: fsync keeps failing; refusing puts until one works")
 	case reportDiskFull:
-		l.log.Warn().Err(a.err).Msg("wal: disk full; refusing puts until space returns")
+		l.log.Warn().Err(a.err).Msg("segment: disk full; refusing puts until space returns")
 	case reportSpaceBack:
-		l.log.Info().Msg("wal: space available again; accepting puts")
+		l.log.Info().Msg("segment: space available again; accepting puts")
 	case reportStuck:
 		l.log.Error().Str("file", file).Int64("live", a.n).
-			Msg("wal: segment has live records but no jobs to move; compaction stopped")
+			Msg("segment: live items but none left to move; compaction stopped")
 	case reportRemoveFailed:
-		l.log.Warn().Err(a.err).Str("file", file).Msg("wal: cannot remove segment; will retry")
+		l.log.Warn().Err(a.err).Str("file", file).Msg("segment: cannot remove segment; will retry")
 	}
 }
 
@@ -372,26 +372,7 @@ func (l *Log) makeSpare(seq uint32, lastID uint64) {
 	l.spares <- spareResult{seq: seq, f: f, err: err}
 }
 
-const (
-	headerSize = 24
-	magic      = "SPROUTWL"
-	// version is a single node's segments'; clusterVersion a cluster
-	// member's (doc.go, "Cluster mode").
-	version        = 1
-	clusterVersion = 2
-)
-
-// version is what this log's segment headers say.
-func (l *Log) version() uint32 {
-	if l.opts.cluster {
-		return clusterVersion
-	}
-	return version
-}
-
-func segmentName(seq uint32) string { return fmt.Sprintf("sprout.%08d.wal", seq) }
-
-func (l *Log) segPath(seq uint32) string { return filepath.Join(l.dir, segmentName(seq)) }
+func (l *Log) segPath(seq uint32) string { return l.dir.SegmentPath(seq) }
 
 // openSegment creates and preallocates segment seq, its header naming
 // lastID as the highest id issued.
@@ -412,20 +393,14 @@ func (l *Log) openSegment(seq uint32, lastID uint64) (*os.File, error) {
 	if err := l.opts.allocate(f, l.opts.SegmentSize); err != nil {
 		return fail(err)
 	}
-	hdr := make([]byte, headerSize)
-	copy(hdr, magic)
-	putU32(hdr[8:], l.version())
-	putU64(hdr[headerIDOffset:], lastID)
+	hdr := make([]byte, HeaderSize)
+	putHeader(hdr, l.opts.Version, lastID)
 	if _, err := f.WriteAt(hdr, 0); err != nil {
 		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
 		return fail(err)
 	}
-	l.syncDir()
+	l.dir.Sync()
 	return f, nil
 }
-
-// syncDir makes the directory's entries (a new, renamed or removed file)
-// durable.
-func (l *Log) syncDir() { _ = l.dirFile.Sync() }

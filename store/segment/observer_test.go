@@ -1,14 +1,15 @@
-package wal_test
+package segment_test
 
 import (
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sproutmq/sprout/store/wal"
+	"github.com/sproutmq/sprout/store/segment"
+	"github.com/sproutmq/sprout/store/segment/segtest"
 )
 
-// observed is a wal.Observer that adds up what it is told.
+// observed is a segment.Observer that adds up what it is told.
 type observed struct {
 	mu               sync.Mutex
 	batches, records int
@@ -44,16 +45,16 @@ func TestObserver(t *testing.T) {
 	const puts = 5
 	for _, tc := range []struct {
 		name string
-		opts wal.Options
+		opts segment.Options
 		// syncsBefore and syncsAfter check the fsyncs reported before and
 		// after Close.
 		syncsBefore, syncsAfter func(n int) bool
 	}{
-		{"-f 0", wal.Options{SyncEvery: 0},
+		{"-f 0", segment.Options{SyncEvery: 0},
 			func(n int) bool { return n >= puts }, func(n int) bool { return n >= puts }},
-		{"-f 1h", wal.Options{SyncEvery: time.Hour},
+		{"-f 1h", segment.Options{SyncEvery: time.Hour},
 			func(n int) bool { return n == 0 }, func(n int) bool { return n == 1 }},
-		{"-F", wal.Options{NoSync: true},
+		{"-F", segment.Options{NoSync: true},
 			func(n int) bool { return n == 0 }, func(n int) bool { return n <= 1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,8 +63,8 @@ func TestObserver(t *testing.T) {
 			opts.Observer = o
 			l, m := open(t, t.TempDir(), opts)
 			for range puts {
-				_, lsn := m.put(t, "default", "a body", wal.StateReady, 0)
-				waitDurable(t, l, lsn) // one batch each: nothing else is pending
+				_, lsn := m.put(t, "a body")
+				segtest.WaitDurable(t, l, lsn) // one batch each: nothing else is pending
 			}
 			got := o.get()
 			if got.records != puts || got.batches != puts || got.bytes != l.Written() {

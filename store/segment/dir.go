@@ -1,0 +1,163 @@
+package segment
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// HeaderSize is the size of a segment's header: magic, version, and the
+	// highest id issued (or named) when the segment began. The first frame
+	// starts there.
+	HeaderSize = 24
+	magic      = "SPROUTWL"
+	// headerIDOffset is where a segment's header holds its id.
+	headerIDOffset = 16
+)
+
+// Dir is a directory of segments, locked for this process: what a Log is
+// opened on, and what its users prepare before (a beanstalkd binlog
+// imported, a single node's journal converted). It is safe for concurrent
+// use.
+type Dir struct {
+	path string   // immutable
+	lock *os.File // holds the directory lock until Close
+	// file is the directory, kept open so that syncing it never needs a
+	// new descriptor.
+	file *os.File
+}
+
+// LockDir makes path if need be and takes beanstalkd's lock on it (an fcntl
+// write lock on path/lock), so neither a second Sprout nor a beanstalkd
+// can share the directory: ErrLocked if another holds it.
+func LockDir(path string) (*Dir, error) {
+	if err := os.MkdirAll(path, 0o750); err != nil {
+		return nil, err
+	}
+	lock, err := os.OpenFile(filepath.Join(path, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
+	if err := unix.FcntlFlock(lock.Fd(), lockCmd, &lk); err != nil {
+		_ = lock.Close()
+		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
+	}
+	file, err := os.Open(path)
+	if err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
+	return &Dir{path: path, lock: lock, file: file}, nil
+}
+
+// Path is the directory's path.
+func (d *Dir) Path() string { return d.path }
+
+// Close drops the lock. A Log opened on d must be closed first.
+func (d *Dir) Close() error {
+	return errors.Join(d.file.Close(), d.lock.Close())
+}
+
+// SegmentName is the file name of segment seq.
+func SegmentName(seq uint32) string { return fmt.Sprintf("sprout.%08d.wal", seq) }
+
+// SegmentPath is the path of segment seq.
+func (d *Dir) SegmentPath(seq uint32) string { return filepath.Join(d.path, SegmentName(seq)) }
+
+// Segments lists the sequence numbers of the segment files, in order.
+func (d *Dir) Segments() ([]uint32, error) {
+	entries, err := os.ReadDir(d.path)
+	if err != nil {
+		return nil, err
+	}
+	var seqs []uint32
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, "sprout.") || !strings.HasSuffix(name, ".wal") {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(name, "sprout."), ".wal"), 10, 32)
+		if err != nil || n == 0 {
+			continue
+		}
+		seqs = append(seqs, uint32(n))
+	}
+	sort.Slice(seqs, func(i, k int) bool { return seqs[i] < seqs[k] })
+	return seqs, nil
+}
+
+// Version is the version segment seq's header says; ok is false when it
+// has no Sprout header (a segment whose preallocation a crash cut short,
+// or not a segment).
+func (d *Dir) Version(seq uint32) (version uint32, ok bool, err error) {
+	f, err := os.Open(d.SegmentPath(seq))
+	if err != nil {
+		return 0, false, err
+	}
+	hdr := make([]byte, 12)
+	n, _ := f.ReadAt(hdr, 0)
+	_ = f.Close()
+	if n != len(hdr) || string(hdr[:8]) != magic {
+		return 0, false, nil
+	}
+	return binary.LittleEndian.Uint32(hdr[8:]), true, nil
+}
+
+// Create writes segment seq whole: a header of version and id, then
+// frames. It is written to a temporary file, fsynced and renamed into
+// place, so a crash leaves either no segment seq or all of it.
+func (d *Dir) Create(seq, version uint32, id uint64, frames []byte) error {
+	hdr := make([]byte, HeaderSize)
+	putHeader(hdr, version, id)
+	final := d.SegmentPath(seq)
+	tmp := final + ".new"
+	if err := writeDurably(tmp, hdr, frames); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return err
+	}
+	d.Sync()
+	return nil
+}
+
+// Remove removes segment seq; Sync makes it durable.
+func (d *Dir) Remove(seq uint32) error { return os.Remove(d.SegmentPath(seq)) }
+
+// Sync makes the directory's entries (a new, renamed or removed file)
+// durable.
+func (d *Dir) Sync() { _ = d.file.Sync() }
+
+// putHeader fills in a segment's header.
+func putHeader(hdr []byte, version uint32, id uint64) {
+	copy(hdr, magic)
+	binary.LittleEndian.PutUint32(hdr[8:], version)
+	binary.LittleEndian.PutUint64(hdr[headerIDOffset:], id)
+}
+
+// writeDurably writes parts, one after another, to a new file at path
+// and fsyncs it.
+func writeDurably(path string, parts ...[]byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	for _, b := range parts {
+		if _, err = f.Write(b); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
+}

@@ -1,0 +1,68 @@
+package segment
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+)
+
+// A frame is: u32 payload length, u32 CRC-32C of the payload, payload. The
+// payload is its user's: the engine only checks it and hands it back.
+
+// FrameHeader is the size of a frame's header.
+const FrameHeader = 8
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// BeginFrame appends a frame's header to dst, to be filled in by EndFrame
+// once its payload follows.
+func BeginFrame(dst []byte) []byte { return append(dst, make([]byte, FrameHeader)...) }
+
+// EndFrame fills in the header of the frame begun at start in dst: the
+// payload's length and CRC.
+func EndFrame(dst []byte, start int) []byte {
+	payload := dst[start+FrameHeader:]
+	binary.LittleEndian.PutUint32(dst[start:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(payload, castagnoli))
+	return dst
+}
+
+// CheckFrame checks the frame at the start of b, of at most limit bytes of
+// payload, against its length and CRC, and returns its payload and size,
+// header included; size is negative when the length field cannot be
+// trusted (ErrCorrupt either way).
+func CheckFrame(b []byte, limit int) (payload []byte, size int, err error) {
+	if len(b) < FrameHeader {
+		return nil, -1, ErrCorrupt
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	if n == 0 || n > limit || FrameHeader+n > len(b) {
+		return nil, -1, ErrCorrupt
+	}
+	payload = b[FrameHeader : FrameHeader+n]
+	if binary.LittleEndian.Uint32(b[4:]) != crc32.Checksum(payload, castagnoli) {
+		return nil, FrameHeader + n, ErrCorrupt
+	}
+	return payload, FrameHeader + n, nil
+}
+
+// frameTail reports whether a bad frame at the start of b is the last
+// thing written: nothing but zeros (preallocated space) follows where it
+// would end.
+func frameTail(b []byte) bool {
+	end := len(b)
+	if len(b) >= FrameHeader {
+		if n := int(binary.LittleEndian.Uint32(b)); n > 0 && FrameHeader+n < end {
+			end = FrameHeader + n
+		}
+	}
+	return allZero(b[end:])
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
