@@ -87,7 +87,7 @@ func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
 		a = ss.serve()
 	}
 	if a == gnet.Close {
-		tc.goodbye()
+		tc.finish(ss)
 	}
 	return a
 }
@@ -113,7 +113,7 @@ func (h *handler) OnHalfClose(c gnet.Conn) gnet.Action {
 		}
 		a := ss.halfClose()
 		if ok && a == gnet.Close {
-			tc.goodbye()
+			tc.finish(ss)
 		}
 		return a
 	}

@@ -525,6 +525,17 @@ func (c *tlsConn) flush() {
 	*out = (*out)[:0]
 }
 
+// finish ends ss before the client can see its end: the session closes
+// (its reserved jobs go back to ready, as OnClose would make them, which
+// then finds it closed), then close_notify goes out. The client reads the
+// end of its stream from close_notify, before gnet closes the socket and
+// runs OnClose: a client that sent quit and saw the end must find its
+// jobs released, as with a plaintext connection.
+func (c *tlsConn) finish(ss *session) {
+	ss.close()
+	c.goodbye()
+}
+
 // goodbye sends close_notify before the server closes the connection.
 func (c *tlsConn) goodbye() {
 	_ = c.tc.CloseWrite()
