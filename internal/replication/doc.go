@@ -269,7 +269,7 @@
 // (others would start from an empty index 1 and never ask for the jobs):
 // members join it later (Membership changes).
 //
-// Precisely (Log, and MemoryLog as its reference): a log holds a head and
+// Precisely (Log, and the tests' MemoryLog as its reference): a log holds a head and
 // the entries from FirstIndex on. The head is an installed snapshot's
 // records (in WALLog, frames on disk), kept while some job is live only
 // there, and the highest id any dropped record named (as a segment header

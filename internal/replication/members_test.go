@@ -102,6 +102,18 @@ func checkConfigError(t *testing.T, err error, setting Setting, want string) {
 	}
 }
 
+// TestStartNodeNeedsLog: a member without its log is refused, not given
+// one in memory that would report writes durable with nothing on disk.
+func TestStartNodeNeedsLog(t *testing.T) {
+	peers, err := ParsePeers("a=127.0.0.1:7001,b=127.0.0.1:7002,c=127.0.0.1:7003")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := StartNode(NodeConfig{Node: "a", Listen: "127.0.0.1:7001", Peers: peers}); !errors.Is(err, ErrNoLog) {
+		t.Errorf("StartNode without a Log: %v, want ErrNoLog", err)
+	}
+}
+
 // TestValidateJoining: a joining member need not be in --cluster-peers,
 // and then reaches the others at its --cluster-listen; an initial member
 // must be there.

@@ -78,8 +78,10 @@ type NodeConfig struct {
 	// 0).
 	SendQueue int
 
-	// Log is the member's log; nil makes a MemoryLog of the initial
-	// members that keeps Retain entries below the applied index.
+	// Log is the member's log (a WALLog: OpenWALLog with WALConfig's
+	// settings); required. Retain is the entries WALConfig has the log
+	// keep below the applied index, so that a follower a little behind
+	// gets entries rather than a snapshot.
 	Log    Log
 	Retain int
 	// CloseClients is called on the node's goroutine when this member
@@ -267,9 +269,12 @@ type fullLog interface{ Full() bool }
 // errStopped answers a peer's snapshot that arrived as the node stopped.
 var errStopped = errors.New("replication: the node stopped")
 
+// ErrNoLog refuses a NodeConfig without its Log: a member that reported
+// writes durable with nothing on disk would lose what it acknowledged.
+var ErrNoLog = errors.New("replication: a member needs its log (NodeConfig.Log)")
+
 // ErrLogLost is why a member stops when the leader knows it wrote entries
-// its log does not hold: its directory was emptied or replaced (or, while
-// MemoryLog stands in for the wal-backed log, the process started again).
+// its log does not hold: its directory was emptied or replaced.
 // It cannot rejoin under its Raft id (doc.go, "Snapshots and a bounded
 // log"); raft itself would panic on the heartbeat that shows it.
 var ErrLogLost = errors.New("replication: this member's log lost entries the cluster knows it wrote")
@@ -310,11 +315,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		}
 	}
 	if cfg.Log == nil {
-		if cfg.JoinID != 0 {
-			cfg.Log = NewJoinMemoryLog(cfg.Retain)
-		} else {
-			cfg.Log = NewMemoryLog(ids, cfg.Retain)
-		}
+		return nil, ErrNoLog
 	}
 	hs, cs, err := cfg.Log.InitialState()
 	if err != nil {

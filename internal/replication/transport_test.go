@@ -45,8 +45,12 @@ func startLone(t *testing.T, tweak func(*NodeConfig)) (*Node, *testproc.SyncBuff
 		}
 	}
 	out := &testproc.SyncBuffer{}
+	var ids []uint64
+	for _, p := range peers {
+		ids = append(ids, p.ID)
+	}
 	cfg := NodeConfig{Node: "m1", Listen: peers[0].Addr, Peers: peers, ClientAddr: "127.0.0.1:11300",
-		Tick: testTick, Logger: zerolog.New(out), listener: ln}
+		Tick: testTick, Logger: zerolog.New(out), listener: ln, Log: NewMemoryLog(ids, 0)}
 	if tweak != nil {
 		tweak(&cfg)
 	}

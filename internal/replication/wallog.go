@@ -443,19 +443,12 @@ func (l *WALLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
 func (l *WALLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if lo <= l.prevIndex {
-		return nil, raft.ErrCompacted
+	_, n, err := l.entriesSpan(lo, hi, maxSize, len(l.ents), func(k int) uint64 { return uint64(l.ents[k].protoSize) })
+	if err != nil {
+		return nil, err
 	}
-	if hi > l.lastLocked()+1 || lo >= hi {
-		return nil, raft.ErrUnavailable
-	}
-	var ents []*pb.Entry
-	size := uint64(0)
-	for i := lo; i < hi; i++ {
-		size += uint64(l.ents[i-l.prevIndex-1].protoSize)
-		if i > lo && size > maxSize {
-			break
-		}
+	ents := make([]*pb.Entry, 0, n)
+	for i := lo; i < lo+uint64(n); i++ {
 		e, err := l.entryLocked(i)
 		if err != nil {
 			return nil, err
@@ -494,13 +487,7 @@ func (l *WALLog) readEntry(payload []byte, i uint64, loc frameLoc, term uint64) 
 func (l *WALLog) Term(i uint64) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch {
-	case i < l.prevIndex:
-		return 0, raft.ErrCompacted
-	case i > l.lastLocked():
-		return 0, raft.ErrUnavailable
-	}
-	return l.termLocked(i), nil
+	return l.termOf(i, len(l.ents), func(k int) uint64 { return l.ents[k].term })
 }
 
 // termLocked is the term of entry i, held or the one before the first.
@@ -518,7 +505,7 @@ func (l *WALLog) LastIndex() (uint64, error) {
 	return l.lastLocked(), nil
 }
 
-func (l *WALLog) lastLocked() uint64 { return l.prevIndex + uint64(len(l.ents)) }
+func (l *WALLog) lastLocked() uint64 { return l.lastIndex(len(l.ents)) }
 
 // FirstIndex implements raft.Storage.
 func (l *WALLog) FirstIndex() (uint64, error) {
