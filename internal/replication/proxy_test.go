@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,10 @@ import (
 
 // fakeLeader is a Proxy's view of the leader, set by the test.
 type fakeLeader struct {
+	// asked counts the calls of Leader: Route asks once per connection,
+	// and the goroutine that serves it asks again before it waits.
+	asked atomic.Int64
+
 	mu      sync.Mutex
 	info    LeaderInfo    // guarded by mu
 	changed chan struct{} // guarded by mu
@@ -23,9 +28,20 @@ type fakeLeader struct {
 func newFakeLeader() *fakeLeader { return &fakeLeader{changed: make(chan struct{})} }
 
 func (f *fakeLeader) Leader() (LeaderInfo, <-chan struct{}) {
+	f.asked.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.info, f.changed
+}
+
+// waiting waits until the proxy has asked who leads twice since asked
+// was before: a connection dialled since is with its goroutine, which
+// found no leader to go to and waits for a change.
+func (f *fakeLeader) waiting(t *testing.T, before int64) {
+	t.Helper()
+	testproc.WaitFor(t, 5*time.Second, "the connection waiting for a leader", func() bool {
+		return f.asked.Load() >= before+2
+	})
 }
 
 func (f *fakeLeader) set(info LeaderInfo) {
@@ -242,9 +258,10 @@ func TestProxyWaitsForALeader(t *testing.T) {
 		t.Errorf("stats %+v, want one closed for want of a leader", st)
 	}
 
+	before := leader.asked.Load()
 	c := front.dial(t)
 	c.send("early\n")
-	time.Sleep(50 * time.Millisecond)
+	leader.waiting(t, before)
 	leader.set(LeaderInfo{Name: "a", Client: a.addr(), Term: 2})
 	c.expect("a: early\n")
 }
@@ -272,8 +289,9 @@ func TestProxyUnreachableAndSelf(t *testing.T) {
 
 	leader.set(LeaderInfo{Name: "self", Client: "127.0.0.1:1", Term: 4})
 	c.expectEOF() // b is no longer the leader
+	before := leader.asked.Load()
 	mine := front.dial(t)
-	time.Sleep(100 * time.Millisecond) // waits: self leads but does not serve
+	leader.waiting(t, before) // self leads but does not serve
 	select {
 	case <-locals:
 		t.Fatal("served locally before this member serves")
@@ -308,8 +326,9 @@ func TestProxyClose(t *testing.T) {
 	c.expect("a: hi\n")
 	leader.set(LeaderInfo{})
 	c.expectEOF() // no leader known: nothing to stay connected to
+	before := leader.asked.Load()
 	waiting := front.dial(t)
-	time.Sleep(50 * time.Millisecond)
+	leader.waiting(t, before)
 	p.Close()
 	waiting.expectEOF()
 	late := front.dial(t)

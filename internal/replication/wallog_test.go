@@ -741,13 +741,13 @@ func TestWALLogCommitNeedsNoFsync(t *testing.T) {
 	obs := &syncCounter{}
 	cfg.Wal.Observer = obs
 	l := openWAL(t, cfg)
-	// durable waits for OnDurable, then for the writer to have counted
-	// the fsyncs it made (it reports one after releasing its waiters),
-	// and returns them.
+	// durable waits for OnDurable and returns the fsyncs made: the writer
+	// observes an fsync before it publishes what the fsync made durable
+	// (segment's writer: syncDone, then the core's), so the count is
+	// settled once the callback runs.
 	durable := func() int {
 		t.Helper()
 		awaitDurable(t, l)
-		time.Sleep(100 * time.Millisecond)
 		syncs, _ := obs.counts()
 		return syncs
 	}
