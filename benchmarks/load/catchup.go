@@ -1,7 +1,6 @@
 package load
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -287,33 +285,10 @@ func (c *Cluster) awaitApplied(ctx context.Context, m *member, index uint64, dea
 	return errors.New("load: member " + m.name + " did not catch up in time: " + last)
 }
 
-// appliedMetric is the line of /metrics that gives a member's applied
-// index.
-const appliedMetric = "sprout_cluster_applied_index "
-
 // applied reads m's applied index from its /metrics.
 func (c *Cluster) applied(ctx context.Context, m *member) (uint64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.httpAddr+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), appliedMetric); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return uint64(f), err
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("%s's /metrics: no %s", m.name, strings.TrimSpace(appliedMetric))
+	v, err := c.metric(ctx, m, "sprout_cluster_applied_index")
+	return uint64(v), err
 }
 
 // catchUpLine sums up the first usable catch-up among rs in one line.

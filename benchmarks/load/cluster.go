@@ -335,6 +335,8 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 		r, err = s.runFailover(ctx, c, p.Progress)
 	case KindCatchUp:
 		r, err = s.runCatchUp(ctx, c, leader, p.Run, p.Progress)
+	case KindRebuild:
+		r, err = s.runRebuild(ctx, c, leader, p.Progress)
 	default:
 		// The leader first in the report, then the followers.
 		order := append([]*member{leader}, c.others(leader)...)

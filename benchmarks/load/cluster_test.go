@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,7 @@ func TestClusterScenarios(t *testing.T) {
 		{Name: "follower", Kind: load.KindPutOnly, Conns: 3, Body: 64, ServerArgs: flags, Members: 3, Through: load.ThroughFollower},
 		{Name: "failover", Kind: load.KindFailover, ServerArgs: flags, Members: 3, Kills: 2, Reps: 1},
 		{Name: "catchup", Kind: load.KindCatchUp, ServerArgs: flags, Members: 3, Jobs: 40, Body: 60_000, Reps: 1},
+		{Name: "rebuild", Kind: load.KindRebuild, ServerArgs: flags, Members: 3, Jobs: 500, Body: 64, Kills: 1, Reps: 1},
 	}
 	for _, s := range cases {
 		t.Run(s.Name, func(t *testing.T) {
@@ -74,6 +76,12 @@ func TestClusterScenarios(t *testing.T) {
 				}
 				if s.Kind == load.KindCatchUp {
 					checkCatchUp(t, r, s)
+					continue
+				}
+				if s.Kind == load.KindRebuild {
+					if len(r.Rebuilds) != s.Kills || slices.ContainsFunc(r.Rebuilds, func(d time.Duration) bool { return d <= 0 }) {
+						t.Errorf("run %d: rebuilds %v, want %d, each timed", i+1, r.Rebuilds, s.Kills)
+					}
 					continue
 				}
 				checkMembers(t, r, s)

@@ -59,7 +59,7 @@ func memberMedians(rs []Result) []MemberUsage {
 // member's share, and the failovers. It writes nothing when no cluster
 // scenario ran.
 func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
-	var timed, failover, catchUp []Outcome
+	var timed, failover, catchUp, rebuild []Outcome
 	for _, o := range outs {
 		switch {
 		case o.Scenario.Members == 0:
@@ -67,11 +67,13 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 			failover = append(failover, o)
 		case o.Scenario.Kind == KindCatchUp:
 			catchUp = append(catchUp, o)
+		case o.Scenario.Kind == KindRebuild:
+			rebuild = append(rebuild, o)
 		default:
 			timed = append(timed, o)
 		}
 	}
-	if len(timed)+len(failover)+len(catchUp) == 0 {
+	if len(timed)+len(failover)+len(catchUp)+len(rebuild) == 0 {
 		return
 	}
 	p("\n## Cluster\n\n")
@@ -135,6 +137,26 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 			"median %s, worst %s. Each, in order: %s.\n", n, FormatSeconds(s.FailoverMedian), FormatSeconds(s.FailoverMax), strings.Join(each, ", "))
 	}
 	writeCatchUp(p, catchUp, cand)
+	for _, o := range rebuild {
+		s := Summarize(o.Runs[cand])
+		p("\n### A leader rebuilt in place (`%s`)\n\n", o.Scenario.Name)
+		if !s.OK {
+			p("%s.\n", cell(s, nil))
+			continue
+		}
+		var each []string
+		for _, r := range o.Runs[cand] {
+			if r.Skipped == "" && r.Errors == 0 {
+				for _, d := range r.Rebuilds {
+					each = append(each, FormatSeconds(d))
+				}
+			}
+		}
+		p("The serving leader of three holding %s jobs stopped (SIGSTOP) past an election timeout, then resumed: it has lost its leadership, "+
+			"closes its clients and rebuilds its store from its log in place. Each time is the member's own (`sprout_cluster_last_rebuild_seconds`), "+
+			"from the lost leadership to every entry its log held committed applied again: median %s, worst %s. Each, in order: %s.\n",
+			FormatThousands(float64(o.Scenario.Jobs)), FormatSeconds(s.RebuildMedian), FormatSeconds(s.RebuildMax), strings.Join(each, ", "))
+	}
 }
 
 // writeCatchUp writes the catch-up scenarios' runs: a member added to
@@ -172,6 +194,13 @@ func writeCatchUp(p func(string, ...any), outs []Outcome, cand string) {
 func clusterNote(r Result) string {
 	if r.CatchUp != nil && r.Errors == 0 {
 		return catchUpLine([]Result{r})
+	}
+	if len(r.Rebuilds) > 0 {
+		each := make([]string, len(r.Rebuilds))
+		for i, d := range r.Rebuilds {
+			each[i] = FormatSeconds(d)
+		}
+		return "rebuilds: " + strings.Join(each, ", ")
 	}
 	if len(r.Failovers) > 0 {
 		each := make([]string, len(r.Failovers))

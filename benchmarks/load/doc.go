@@ -58,6 +58,15 @@
 // hold them to issue 22's bounds, absolutely. It runs in the first
 // repetition only, and only with -with or -full.
 //
+// KindRebuild puts Jobs jobs of Body bytes through the leader (pipelined,
+// not timed), then Kills times stops the serving leader (SIGSTOP) for
+// three seconds, past the longest election timeout, and resumes it: it
+// has lost its leadership, and rebuilds its store in place. Result.Rebuilds
+// holds each time the member reports for it on /metrics
+// (sprout_cluster_last_rebuild_seconds, once sprout_cluster_rebuilds_total
+// has counted it), and the goal holds the worst to a second. It runs in
+// the first repetition only, and only with -with or -full.
+//
 // Every member is stopped by its PID at the end of the run (SIGTERM, then
 // SIGKILL after stopGrace) and the temporary directory removed.
 //

@@ -309,6 +309,8 @@ func WriteRatioTable(w io.Writer, outs []Outcome, base, cand string) {
 			m, f, unit = MetricFailoverMedian, func(s Summary) string { return FormatSeconds(s.FailoverMedian) }, " failover median"
 		case o.Scenario.Kind == KindCatchUp:
 			m, f, unit = MetricCatchUpTime, func(s Summary) string { return FormatSeconds(s.CatchUpTime) }, " catch-up"
+		case o.Scenario.Kind == KindRebuild:
+			m, f, unit = MetricRebuildMax, func(s Summary) string { return FormatSeconds(s.RebuildMax) }, " worst rebuild"
 		case !o.Scenario.timed():
 			m, f, unit = MetricPerItem, func(s Summary) string { return FormatThousands(s.PerItem) }, " B/item"
 		}

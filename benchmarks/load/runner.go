@@ -87,6 +87,12 @@ func Catalogue(sz Sizes) []Scenario {
 			Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each) holding %s jobs of 60 KB (%d MiB): a member added, its catch-up by snapshot timed; first repetition only",
 				clusterMembers, FormatThousands(float64(jobs)), mib)}
 	}
+	// Issue 22: a leader that loses its leadership rebuilds its store in
+	// place, with a million jobs stored.
+	rebuild := Scenario{Name: "cluster-rebuild-1m", Kind: KindRebuild, Members: clusterMembers, Jobs: 1_000_000, Body: 64,
+		Kills: rebuildStops, Reps: 1, Full: true, ServerArgs: []string{"-f", "0"},
+		Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each) holding 1,000,000 jobs of 64 B: the serving leader stopped (SIGSTOP) past an election timeout %d times; its rebuild in place timed; first repetition only",
+			clusterMembers, rebuildStops)}
 	c1000 := pc(1000, 64)
 	c1000.Full = true
 	// The cost of the work a server holds: prodcons-c10's traffic beside
@@ -143,7 +149,7 @@ func Catalogue(sz Sizes) []Scenario {
 		{Name: "cluster-failover", Kind: KindFailover, Members: clusterMembers, Kills: failoverKills, Reps: 1, ServerArgs: []string{"-f", "0"},
 			Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each): the serving leader killed (-9) %d times, restarted on its directory after each; first repetition only",
 				clusterMembers, failoverKills)},
-		catchUp(160), catchUp(480),
+		catchUp(160), catchUp(480), rebuild,
 		{Name: "idle-conns", Title: idleTitle, Kind: KindIdle, Conns: idleConns, Full: true},
 		{Name: "jobs-memory", Title: fmt.Sprintf("%s stored jobs of 64 B (pipelined puts, 10 conns)", FormatThousands(float64(jobs))),
 			Kind: KindJobMemory, Conns: 10, Body: 64, Jobs: jobs, Full: true},
@@ -156,6 +162,8 @@ const (
 	clusterMembers = 3
 	// failoverKills is issue 16's number of leaders killed.
 	failoverKills = 10
+	// rebuildStops is how many leaders cluster-rebuild-1m stops.
+	rebuildStops = 3
 )
 
 // Plan is a whole benchmark: every scenario against every server, Reps times.
@@ -279,6 +287,9 @@ func (p Plan) oneLine(out Outcome) string {
 				FormatSeconds(sum.FailoverMedian), FormatSeconds(sum.FailoverMax)))
 		case out.Scenario.Kind == KindCatchUp:
 			parts = append(parts, spec.Name+" "+catchUpLine(out.Runs[spec.Name]))
+		case out.Scenario.Kind == KindRebuild:
+			parts = append(parts, fmt.Sprintf("%s rebuild median %s, max %s", spec.Name,
+				FormatSeconds(sum.RebuildMedian), FormatSeconds(sum.RebuildMax)))
 		default:
 			parts = append(parts, fmt.Sprintf("%s %s/item", spec.Name, FormatBytes(int(sum.PerItem))))
 		}
@@ -426,13 +437,16 @@ type Summary struct {
 	CatchUpTime                  time.Duration
 	CatchUpRate, CatchUpMemory   float64
 	CatchUpGrowth, CatchUpP99Ups float64
+	// RebuildMedian and RebuildMax are over every rebuild of the usable
+	// runs together (KindRebuild).
+	RebuildMedian, RebuildMax time.Duration
 }
 
 // Summarize takes the median of each figure over the runs that were neither
 // skipped nor failed.
 func Summarize(rs []Result) Summary {
 	var s Summary
-	var jobs, p50, p99, p999, cpu, rss, per, items, failovers []float64
+	var jobs, p50, p99, p999, cpu, rss, per, items, failovers, rebuilds []float64
 	var cuTime, cuRate, cuMemory, cuGrowth, cuP99 []float64
 	skips := 0
 	for _, r := range rs {
@@ -460,6 +474,9 @@ func Summarize(rs []Result) Summary {
 		for _, d := range r.Failovers {
 			failovers = append(failovers, float64(d))
 		}
+		for _, d := range r.Rebuilds {
+			rebuilds = append(rebuilds, float64(d))
+		}
 		if cu := r.CatchUp; cu != nil && cu.Time > 0 {
 			cuTime, cuRate = append(cuTime, float64(cu.Time)), append(cuRate, cu.MBPerSec())
 			cuMemory = append(cuMemory, float64(cu.NewPeakRSS)/float64(max(cu.LeaderRSS, 1)))
@@ -479,6 +496,10 @@ func Summarize(rs []Result) Summary {
 	s.CatchUpGrowth, s.CatchUpP99Ups = median(cuGrowth), median(cuP99)
 	if len(failovers) > 0 {
 		s.FailoverMax = time.Duration(slices.Max(failovers))
+	}
+	s.RebuildMedian = time.Duration(median(rebuilds))
+	if len(rebuilds) > 0 {
+		s.RebuildMax = time.Duration(slices.Max(rebuilds))
 	}
 	return s
 }

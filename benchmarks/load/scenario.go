@@ -51,6 +51,12 @@ const (
 	// then adds a member and times its catch-up by snapshot, with round
 	// trips through the leader meanwhile (runCatchUp).
 	KindCatchUp
+	// KindRebuild puts Jobs jobs of Body bytes into a cluster of Members,
+	// then stops the serving leader (SIGSTOP) past an election timeout
+	// Kills times; each time it resumes, it has lost its leadership and
+	// rebuilds its store in place, and the time it reports for that
+	// (sprout_cluster_last_rebuild_seconds) is taken (runRebuild).
+	KindRebuild
 )
 
 // backlogPerConn bounds KindProdCons's outstanding jobs per producer.
@@ -91,7 +97,8 @@ type Scenario struct {
 	// Cluster), and Through says whose client port the traffic uses.
 	Members int
 	Through Through `json:",omitempty"`
-	// Kills is KindFailover's number of leaders killed.
+	// Kills is KindFailover's number of leaders killed, and KindRebuild's
+	// of leaders stopped.
 	Kills int `json:",omitempty"`
 	// Reps, when positive, runs the scenario in the first Reps
 	// repetitions only.
@@ -123,6 +130,8 @@ func (s Scenario) Timed() string {
 		return "from kill -9 of the leader to the first put acknowledged through another member"
 	case KindCatchUp:
 		return "a new member's catch-up; put → reserve → delete through the leader meanwhile"
+	case KindRebuild:
+		return "a stopped leader's rebuild in place, from its lost leadership to following again"
 	}
 	return "—"
 }
@@ -130,7 +139,7 @@ func (s Scenario) Timed() string {
 // Timed reports whether the scenario runs for a duration and yields jobs/s
 // and latency; the memory and failover scenarios do not.
 func (s Scenario) timed() bool {
-	return s.Kind != KindIdle && s.Kind != KindJobMemory && s.Kind != KindFailover && s.Kind != KindCatchUp
+	return s.Kind != KindIdle && s.Kind != KindJobMemory && s.Kind != KindFailover && s.Kind != KindCatchUp && s.Kind != KindRebuild
 }
 
 // RunConfig bounds one run.
@@ -175,6 +184,9 @@ type Result struct {
 	Failovers []time.Duration `json:",omitempty"`
 	// CatchUp is KindCatchUp's figures.
 	CatchUp *CatchUp `json:",omitempty"`
+	// Rebuilds are KindRebuild's times, as each stopped leader reported
+	// them: from its lost leadership to its store rebuilt and following.
+	Rebuilds []time.Duration `json:",omitempty"`
 
 	Sent, Acked int64 // puts written and puts answered INSERTED
 	Errors      int64 // protocol errors and unexpected I/O failures
@@ -218,7 +230,7 @@ func (s Scenario) Run(ctx context.Context, srv *Server, rc RunConfig, prog *Prog
 		return s.runIdle(ctx, srv, rc, prog)
 	case KindJobMemory:
 		return s.runJobMemory(ctx, srv, rc, prog)
-	case KindFailover, KindCatchUp:
+	case KindFailover, KindCatchUp, KindRebuild:
 		return Result{Server: srv.Spec.Name}, fmt.Errorf("load: scenario %s needs a cluster (Members)", s.Name)
 	}
 	return s.runTimed(ctx, srv, rc, prog)

@@ -199,6 +199,13 @@ func NewCore(cfg Config) (*Core, error) {
 	return c, nil
 }
 
+// readyRecords is how many records one Ready gathers before it hands its
+// actions out: raft has more committed entries ready as soon as the last
+// are counted applied, so a replay of a whole log (a rebuild) would
+// otherwise gather it all in one buffer, grown and copied as it goes
+// (with a million jobs, most of a rebuild's time). A variable for tests.
+var readyRecords = maxKeptRecords / 2
+
 // Events.
 
 // Tick advances raft's clock by one tick. A serving leader that has not
@@ -440,7 +447,8 @@ func (c *Core) Matches(fn func(id, match uint64)) {
 
 // Ready hands out the actions that follow from everything the core has
 // been told, in the order to carry them out. The shell carries them out
-// before it feeds the next event.
+// before it feeds the next event, and calls Ready until it hands out
+// none: a long run of committed entries comes in parts (readyRecords).
 func (c *Core) Ready() []Action {
 	// The shell has carried out the last Ready's actions: their records
 	// may be written over. A buffer grown past a Ready's usual size (one
@@ -457,6 +465,9 @@ func (c *Core) Ready() []Action {
 		}
 		if c.rn.HasReady() {
 			c.handle(c.rn.Ready())
+			if len(c.applyBuf) >= readyRecords {
+				break // the shell comes back for the rest (Node.process)
+			}
 			continue
 		}
 		if m := c.timeoutNow; m != nil {

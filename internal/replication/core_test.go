@@ -582,6 +582,38 @@ func TestDeadlineSurvivesFailover(t *testing.T) {
 
 // TestRestart: members that all stop at once and start again from their
 // disks rebuild their stores from the committed log.
+// TestReplayInParts: a member that replays a long log (at start, or a
+// rebuild) is handed its committed records a part at a time, raft's
+// Readies gathered up to readyRecords, not the whole log in one buffer.
+func TestReplayInParts(t *testing.T) {
+	defer func(was int) { readyRecords = was }(readyRecords)
+	readyRecords = 50
+	c := newCluster(t, 3, 1<<20) // the logs keep every entry
+	l := c.elect(1)
+	p := c.producer(l, "t")
+	body := strings.Repeat("b", 8<<10)
+	const jobs = 600
+	for i := range jobs {
+		p.put(0, body)
+		if i%10 == 9 {
+			c.run(l)
+			c.stabilize()
+		}
+	}
+	want := viewOf(l.store)
+	f := c.members[2]
+	c.crash(f)
+	f.mostInReady = 0
+	c.start(f)
+	c.converged(want)
+	// A raft Ready holds at most maxMsgSize of entries, 10 jobs each.
+	bound := readyRecords + maxMsgSize/len(body)
+	if f.mostInReady == 0 || f.mostInReady > bound {
+		t.Errorf("the most records one Ready handed out: %d, want 1 to %d of the %d replayed",
+			f.mostInReady, bound, jobs)
+	}
+}
+
 func TestRestart(t *testing.T) {
 	c := newCluster(t, 3, 8)
 	l := c.elect(1)

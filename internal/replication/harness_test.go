@@ -140,6 +140,8 @@ type member struct {
 	rebuilds []uint64           // the terms it lost (ActRebuild)
 	restores int                // ActRestore: starts and snapshots installed
 	applied  int                // records it applied from entries
+	// mostInReady is the most records one Core.Ready handed it to apply.
+	mostInReady int
 	// memberships are the ActMemberships it carried out.
 	memberships []Action
 }
@@ -215,6 +217,13 @@ func (c *cluster) run(m *member) {
 		if len(acts) == 0 {
 			return
 		}
+		n := 0
+		for _, a := range acts {
+			if a.Kind == ActApply {
+				n += len(a.Records)
+			}
+		}
+		m.mostInReady = max(m.mostInReady, n)
 		for _, a := range acts {
 			if c.do(m, a) {
 				break // restarted: the new core's actions follow

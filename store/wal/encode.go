@@ -77,8 +77,11 @@ func appendFrame(dst []byte, r *Record) []byte {
 	return segment.EndFrame(dst, start)
 }
 
-// decodePayload parses a checked payload. The body aliases p.
-func decodePayload(p []byte, r *Record) error {
+// decodePayload parses a checked payload. The body aliases p. A full
+// record's tube is seen, not allocated again, when it is named as seen
+// (the tube of the record before, usually: recovery and replicas decode a
+// million records of a few tubes).
+func decodePayload(p []byte, r *Record, seen string) error {
 	*r = Record{}
 	if len(p) < 9 {
 		return errCorrupt
@@ -96,7 +99,11 @@ func decodePayload(p []byte, r *Record) error {
 		if n == 0 || n > len(p) {
 			return errCorrupt
 		}
-		r.Tube = string(p[:n])
+		if string(p[:n]) == seen {
+			r.Tube = seen
+		} else {
+			r.Tube = string(p[:n])
+		}
 		p = p[n:]
 	case KindUpdate, KindDelete, KindIDs:
 	default:
@@ -153,14 +160,18 @@ func AppendFrame(dst []byte, r *Record) []byte { return appendFrame(dst, r) }
 // hold whole frames and nothing else, each checked against its CRC. The
 // records' bodies alias b.
 func DecodeFrames(dst []Record, b []byte) ([]Record, error) {
+	var seen string
 	for len(b) > 0 {
 		payload, n, err := segment.CheckFrame(b, maxPayload)
 		if err != nil {
 			return dst, errCorrupt
 		}
 		var r Record
-		if err := decodePayload(payload, &r); err != nil {
+		if err := decodePayload(payload, &r, seen); err != nil {
 			return dst, err
+		}
+		if r.Kind == KindFull {
+			seen = r.Tube
 		}
 		dst = append(dst, r)
 		b = b[n:]

@@ -19,5 +19,5 @@ func DecodeFrame(b []byte) (Record, int, error) {
 	if err != nil {
 		return r, n, errCorrupt
 	}
-	return r, n, decodePayload(payload, &r)
+	return r, n, decodePayload(payload, &r, "")
 }

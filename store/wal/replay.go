@@ -35,9 +35,13 @@ func open(d *segment.Dir, opts Options) (*segment.Log, []Recovered, error) {
 	live := make(map[uint64]*Recovered)
 	var rec Record
 	var lastID uint64
+	var tube string // the last full record's, seen again by the next
 	seg, err := segment.Open(d, opts.segment(), func(f segment.Frame) error {
-		if err := decodePayload(f.Payload, &rec); err != nil {
+		if err := decodePayload(f.Payload, &rec, tube); err != nil {
 			return err // errCorrupt: a damaged frame
+		}
+		if rec.Kind == KindFull {
+			tube = rec.Tube
 		}
 		lastID = max(lastID, rec.ID)
 		if rec.Kind == KindFull {
