@@ -783,6 +783,7 @@ func (l *WALLog) ReceiveSnapshot(ctx context.Context, md *pb.SnapshotMetadata) (
 		l.releaseSpoolLocked(l.spool)
 	}
 	sp := &walSpool{l: l, ctx: ctx, index: md.GetIndex(), term: md.GetTerm()}
+	l.seg.SetBulk(true) // until the spool is released
 	l.frame = appendHeadBegin(l.frame[:0], sp.index)
 	frame := l.frame
 	lsn, seg, _, err := l.seg.Append(&segment.Group{Size: len(frame), Encode: func(b []byte) []byte { return append(b, frame...) }})
@@ -809,6 +810,7 @@ func (l *WALLog) Received(md *pb.SnapshotMetadata) bool {
 func (l *WALLog) releaseSpoolLocked(sp *walSpool) {
 	if l.spool == sp {
 		l.spool = nil
+		l.seg.SetBulk(false)
 	}
 	if sp.pin != 0 {
 		l.unpinLocked(sp.pin)

@@ -7,14 +7,19 @@ import (
 )
 
 // allocate reserves the blocks of a segment up front, so a full disk shows
-// up when a segment is created, not in the middle of a commit. It writes
-// zeros, as beanstalkd does, rather than only fallocating: fdatasync of a
-// write into an fallocated (unwritten) extent must also commit the
-// extent's conversion to the journal, which made every group commit
-// several times slower.
-func allocate(f *os.File, size int64) error {
+// up when a segment is created, not in the middle of a commit. With zero
+// it writes zeros, as beanstalkd does, rather than only fallocating:
+// fdatasync of a write into an fallocated (unwritten) extent must also
+// commit the extent's conversion to the journal, which made every group
+// commit several times slower. A bulk writer (Log.SetBulk) goes without:
+// it fills a segment whole between fsyncs, and the zeros would double
+// what it writes.
+func allocate(f *os.File, size int64, zero bool) error {
 	if err := unix.Fallocate(int(f.Fd()), 0, 0, size); err != nil {
 		return err
+	}
+	if !zero {
+		return nil
 	}
 	zeros := make([]byte, 1<<20)
 	for off := int64(0); off < size; off += int64(len(zeros)) {

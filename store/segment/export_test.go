@@ -11,7 +11,18 @@ const MigrateBatch = migrateBatch
 // SetAllocate replaces the call that reserves a new segment's blocks, so a
 // test can make the disk look full. next is the real one.
 func SetAllocate(o *Options, f func(next func(*os.File, int64) error, file *os.File, size int64) error) {
-	o.allocate = func(file *os.File, size int64) error { return f(allocate, file, size) }
+	o.allocate = func(file *os.File, size int64, zero bool) error {
+		return f(func(file *os.File, size int64) error { return allocate(file, size, zero) }, file, size)
+	}
+}
+
+// SetAllocateSeen tells seen, for each segment allocated, whether it was
+// zero-filled (Log.SetBulk).
+func SetAllocateSeen(o *Options, seen func(zero bool)) {
+	o.allocate = func(file *os.File, size int64, zero bool) error {
+		seen(zero)
+		return allocate(file, size, zero)
+	}
 }
 
 // SetWriteAt replaces the call that writes frames to a segment, so a test

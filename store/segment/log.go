@@ -69,6 +69,7 @@ type Log struct {
 
 	durable  atomic.Uint64 // what the writer last published as durable
 	migrated atomic.Int64
+	bulk     atomic.Bool // SetBulk's
 
 	// writer goroutine only (and Start before it runs, Close after it ends)
 	files    map[uint32]*os.File // segments this run made and has not closed
@@ -343,6 +344,14 @@ func (l *Log) Hold(seq uint32) {
 	l.mu.Unlock()
 	l.poke()
 }
+
+// SetBulk says whether the log is being filled in bulk (a snapshot
+// received a window of megabytes at a time, synced per window): while it
+// is, segments are made with their blocks reserved but not zero-filled,
+// which would write every byte twice and fill the disk's queue in front
+// of other writers' fsyncs. A segment made meanwhile keeps the slower
+// fsyncs of unwritten extents for as long as it is written (allocate).
+func (l *Log) SetBulk(on bool) { l.bulk.Store(on) }
 
 // SetMigrator sets (or, nil, clears) what moves live items out of the
 // oldest segment (a cluster's serving leader's store). Without one the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -223,6 +224,44 @@ func testDiskFull(t *testing.T) {
 		t.Fatalf("put 250 ms after space returned: %v", err)
 	}
 	segtest.WaitDurable(t, l, lsn)
+	closeAndRecover(t, l, m, dir, opts)
+}
+
+// TestBulkSegmentsNotZeroed: segments made while the log is filled in
+// bulk are reserved, not zero-filled; before and after, they are.
+func TestBulkSegmentsNotZeroed(t *testing.T) { synctest.Test(t, testBulkSegmentsNotZeroed) }
+
+func testBulkSegmentsNotZeroed(t *testing.T) {
+	var mu sync.Mutex
+	var zeroed []bool
+	opts := segment.Options{SegmentSize: 1024}
+	segment.SetAllocateSeen(&opts, func(zero bool) {
+		mu.Lock()
+		zeroed = append(zeroed, zero)
+		mu.Unlock()
+	})
+	dir := t.TempDir()
+	l, m := open(t, dir, opts)
+	synctest.Wait()
+	fill := func() { // past a segment: the spare is taken and another made
+		for range 8 {
+			_, lsn := m.put(t, strings.Repeat("b", 200))
+			segtest.WaitDurable(t, l, lsn)
+		}
+		synctest.Wait()
+	}
+	l.SetBulk(true)
+	fill()
+	l.SetBulk(false)
+	fill()
+	mu.Lock()
+	got := slices.Clone(zeroed)
+	mu.Unlock()
+	// The first segment and its spare, made before: zeroed. Then at least
+	// one made in bulk, and the last, made after, zeroed again.
+	if len(got) < 4 || !got[0] || !got[1] || !got[len(got)-1] || !slices.Contains(got[2:], false) {
+		t.Errorf("segments made, zero-filled or not: %v", got)
+	}
 	closeAndRecover(t, l, m, dir, opts)
 }
 

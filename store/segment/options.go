@@ -71,8 +71,9 @@ type Options struct {
 	// Observer, if set, is told of every batch written and every fsync.
 	Observer Observer
 
-	// allocate reserves disk space for a segment; tests inject ENOSPC.
-	allocate func(f *os.File, size int64) error
+	// allocate reserves disk space for a segment, writing zeros into it
+	// with zero; tests inject ENOSPC.
+	allocate func(f *os.File, size int64, zero bool) error
 	// writeAt writes to a segment; tests inject I/O errors.
 	writeAt func(f *os.File, b []byte, off int64) (int, error)
 	// fdatasync syncs a segment; tests inject I/O errors.

@@ -390,7 +390,7 @@ func (l *Log) openSegment(seq uint32, lastID uint64) (*os.File, error) {
 		_ = os.Remove(path)
 		return nil, err
 	}
-	if err := l.opts.allocate(f, l.opts.SegmentSize); err != nil {
+	if err := l.opts.allocate(f, l.opts.SegmentSize, !l.bulk.Load()); err != nil {
 		return fail(err)
 	}
 	hdr := make([]byte, HeaderSize)
