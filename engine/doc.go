@@ -75,7 +75,7 @@
 // With the pool, the quietest run gave 1.07× beanstalkd's jobs/s at 0.98×
 // its CPU per job (sproutbench -only body-64k-c5, 5 repetitions), busier
 // ones 0.90–0.98× at 0.93–1.08×: the CPU per job is now beanstalkd's, the
-// issue's 1.1× not shown on this shared machine. With a log,
+// goal of 1.1× the jobs/s not shown on this shared machine. With a log,
 // bodies are read after their jobs are gone (the log's writer, a
 // cluster's replication), so nothing is recycled.
 //
