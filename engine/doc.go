@@ -63,7 +63,7 @@
 // (bodies.go): the store hands back the body of each job it forgets, and
 // the next put of that size reuses it once no event loop can still be
 // writing it to a client (a grace period over the loops' callbacks; see
-// bodies.go). Issue 24 measured why: with 5 producers writing put line and
+// bodies.go). Why, as measured: with 5 producers writing put line and
 // 64 KiB body in one write and 5 consumers, Sprout did 0.72× beanstalkd's
 // jobs/s at 1.6× its CPU per job, although both made the same system calls
 // (7 to 9 per job, strace). The difference was the kernel's copies into
@@ -75,7 +75,7 @@
 // With the pool, the quietest run gave 1.07× beanstalkd's jobs/s at 0.98×
 // its CPU per job (sproutbench -only body-64k-c5, 5 repetitions), busier
 // ones 0.90–0.98× at 0.93–1.08×: the CPU per job is now beanstalkd's, the
-// issue's 1.1× not shown on this shared machine. With a log,
+// goal of 1.1× the jobs/s not shown on this shared machine. With a log,
 // bodies are read after their jobs are gone (the log's writer, a
 // cluster's replication), so nothing is recycled.
 //
@@ -130,7 +130,7 @@
 // plaintext; at 100, 7.44× (3.27×) and 0.85× (0.54×: the load generator,
 // on the same cores, pays for TLS too); the server's CPU per job 0.07–0.25×
 // that of beanstalkd and stunnel together, 1.3× Sprout's plaintext for
-// producer/consumer. Details in benchmarks/README.md, "TLS (issue 24)".
+// producer/consumer. Details in benchmarks/README.md, "TLS".
 //
 // # Blocking reserves and other loops
 //

@@ -22,8 +22,8 @@ const (
 	// catchUpTube holds KindCatchUp's backlog, apart from the probe's
 	// round trips in the default tube.
 	catchUpTube = "backlog"
-	// catchUpTimeout bounds the new member's catch-up: the issue measured
-	// 140 s for 480 MiB before snapshots streamed.
+	// catchUpTimeout bounds the new member's catch-up: it took 140 s for
+	// 480 MiB before snapshots streamed.
 	catchUpTimeout = 5 * time.Minute
 	// catchUpToken is the members' --admin-token: adding a member is a
 	// change the admin API allows only with it.

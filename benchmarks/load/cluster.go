@@ -39,7 +39,7 @@ const (
 	// catch up.
 	clusterSettleTimeout = 20 * time.Second
 	// failoverTimeout bounds one failover: past it the run fails. The
-	// issue's bound on the worst is 3 s.
+	// goal for the worst is 3 s.
 	failoverTimeout = 10 * time.Second
 	// failoverTry bounds each put of the failover probe: a member's proxy
 	// holds a connection up to an election timeout while it knows no

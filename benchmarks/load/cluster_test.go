@@ -154,7 +154,7 @@ func checkCatchUp(t *testing.T, r load.Result, s load.Scenario) {
 
 // checkFailovers checks a failover run's times: one per kill, each
 // measured and below the run's own limit (cmd/sprout's cluster tests hold
-// failover to the issue's bound; this checks the tool).
+// failover to the goal's 3 s; this checks the tool).
 func checkFailovers(t *testing.T, r load.Result, kills int) {
 	t.Helper()
 	const bound = 10 * time.Second // failoverTimeout
@@ -169,7 +169,7 @@ func checkFailovers(t *testing.T, r load.Result, kills int) {
 	}
 }
 
-// TestClusterGoals judges issue 16's goals on made-up outcomes: the
+// TestClusterGoals judges the cluster's goals on made-up outcomes: the
 // cluster against beanstalkd's and one node's figures on the durable
 // scenarios, a follower against the leader, CPU per job, and the
 // failovers' median and worst as absolute bounds; and the report's cluster

@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// beanstalkdRSQuote is the published figure issue 16 asks to quote beside
-// the cluster's CPU per command (shared/reference/cluster-notes.md).
+// beanstalkdRSQuote is beanstalkd-rs's published figure, quoted beside
+// the cluster's CPU per command for comparison
+// (shared/reference/cluster-notes.md).
 const beanstalkdRSQuote = "beanstalkd-rs reports about 16 µs of CPU per operation summed over its three nodes " +
 	"at 100 connections, on a 12-core laptop (its design notes)"
 

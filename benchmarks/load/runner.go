@@ -67,7 +67,7 @@ func Catalogue(sz Sizes) []Scenario {
 		}
 		return s
 	}
-	// Issue 16: three members on this machine, each -b DIR -f 0, at 100
+	// A cluster: three members on this machine, each -b DIR -f 0, at 100
 	// connections through the leader and through a follower, set against
 	// durable-f0-c100 and durable-put-f0-c100 (beanstalkd and one node).
 	cluster := func(s Scenario, through Through) Scenario {
@@ -77,8 +77,8 @@ func Catalogue(sz Sizes) []Scenario {
 		s.Members, s.Through = clusterMembers, through
 		return s
 	}
-	// Issue 22: a fourth member added to three holding a backlog of
-	// 60 KB jobs catches up by snapshot.
+	// A fourth member added to three holding a backlog of 60 KB jobs
+	// catches up by snapshot.
 	catchUp := func(mib int) Scenario {
 		const body = 60_000
 		jobs := mib << 20 / body
@@ -87,8 +87,8 @@ func Catalogue(sz Sizes) []Scenario {
 			Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each) holding %s jobs of 60 KB (%d MiB): a member added, its catch-up by snapshot timed; first repetition only",
 				clusterMembers, FormatThousands(float64(jobs)), mib)}
 	}
-	// Issue 22: a leader that loses its leadership rebuilds its store in
-	// place, with a million jobs stored.
+	// A leader that loses its leadership rebuilds its store in place,
+	// with a million jobs stored.
 	rebuild := Scenario{Name: "cluster-rebuild-1m", Kind: KindRebuild, Members: clusterMembers, Jobs: 1_000_000, Body: 64,
 		Kills: rebuildStops, Reps: 1, Full: true, ServerArgs: []string{"-f", "0"},
 		Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each) holding 1,000,000 jobs of 64 B: the serving leader stopped (SIGSTOP) past an election timeout %d times; its rebuild in place timed; first repetition only",
@@ -106,13 +106,12 @@ func Catalogue(sz Sizes) []Scenario {
 	idleBeside := pc(10, 64)
 	idleBeside.Name, idleBeside.Idle = "idle-19k-c10", 19_000
 	idleBeside.Title += ", beside 19,000 idle connections (fewer if the open-file limit is lower)"
-	// Issue 24: large bodies as most clients send them, the put line and
-	// its body in one write, with workers that reserve with a timeout.
+	// Large bodies as most clients send them, the put line and its body
+	// in one write, with workers that reserve with a timeout.
 	oneWrite := pc(5, 65_000)
 	oneWrite.Name, oneWrite.ReserveTimeout = "body-64k-c5", 1
 	oneWrite.Title += " (each put line and body in one write), reserve-with-timeout 1"
-	// Issue 24: TLS, against Sprout in plaintext and beanstalkd behind
-	// stunnel.
+	// TLS, against Sprout in plaintext and beanstalkd behind stunnel.
 	overTLS := func(s Scenario) Scenario {
 		s.Name, s.TLS = "tls-"+s.Name, true
 		s.Title += ", over TLS (beanstalkd behind stunnel)"
@@ -134,10 +133,10 @@ func Catalogue(sz Sizes) []Scenario {
 		stored, idleBeside,
 		roundTrip,
 		overTLS(roundTrip), overTLS(pc(10, 64)), overTLS(pc(100, 64)),
-		// Issue 3's figures: -f 0 at 1, 10 and 100 connections against
-		// beanstalkd -b -f 0, and -f 50 against Sprout in memory; in
-		// producer/consumer every job is two commits (put, delete), so the
-		// same is measured with puts alone.
+		// The write-ahead log's figures: -f 0 at 1, 10 and 100 connections
+		// against beanstalkd -b -f 0, and -f 50 against Sprout in memory;
+		// in producer/consumer every job is two commits (put, delete), so
+		// the same is measured with puts alone.
 		durable(0, 1), durable(0, 10), durable(0, 100), durable(50, 100),
 		putOnly(100, nil), putOnly(100, []string{"-b", "{dir}", "-f", "0"}), putOnly(100, []string{"-b", "{dir}", "-f", "50"}),
 		// Producers that pipeline: beanstalkd still fsyncs every put, Sprout
@@ -160,7 +159,7 @@ const (
 	// clusterMembers is the cluster scenarios' size, the smallest that
 	// survives the loss of a member.
 	clusterMembers = 3
-	// failoverKills is issue 16's number of leaders killed.
+	// failoverKills is how many leaders cluster-failover kills.
 	failoverKills = 10
 	// rebuildStops is how many leaders cluster-rebuild-1m stops.
 	rebuildStops = 3

@@ -189,7 +189,7 @@ func barChart(title, subtitle string, rows []barRow, higherBetter bool, base str
 	}
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="10" fill="%s"/><text x="%d" y="%d" font-size="11" fill="%s">Sprout %s</text>`+"\n", chartLeft, legendY-9, colorGood, chartLeft+16, legendY, colorSubtle, good)
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="10" fill="%s"/><text x="%d" y="%d" font-size="11" fill="%s">Sprout %s</text>`+"\n", chartLeft+120, legendY-9, colorBad, chartLeft+136, legendY, colorSubtle, bad)
-	fmt.Fprintf(&b, `<path d="M%d %d l-4 -5 h8 z M%d %d v10" fill="%s" stroke="%s" stroke-width="1.5"/><text x="%d" y="%d" font-size="11" fill="%s">goal from issue 4</text>`+"\n",
+	fmt.Fprintf(&b, `<path d="M%d %d l-4 -5 h8 z M%d %d v10" fill="%s" stroke="%s" stroke-width="1.5"/><text x="%d" y="%d" font-size="11" fill="%s">goal</text>`+"\n",
 		chartLeft+250, legendY-9, chartLeft+250, legendY-9, colorText, colorText, chartLeft+258, legendY, colorSubtle)
 	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end" font-size="11" fill="%s">log scale</text>`+"\n", chartWidth-chartRight, legendY, colorSubtle)
 	b.WriteString("</svg>\n")

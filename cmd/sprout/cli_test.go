@@ -11,9 +11,10 @@ import (
 	"github.com/sproutmq/sprout/internal/testproc"
 )
 
-// TestCommandLineErrors runs the real binary on the defects of issue 15:
-// each is one line on stderr, naming the flag or variable and its value,
-// and exit status 5.
+// TestCommandLineErrors runs the real binary on bad command lines and
+// environments, some once answered with a misleading message, the whole
+// usage or a warning: each is refused in one line on stderr, naming the
+// flag or variable and its value, and exit status 5.
 func TestCommandLineErrors(t *testing.T) {
 	bin := testproc.SproutBinary(t)
 	cases := []struct {

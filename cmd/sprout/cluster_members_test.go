@@ -305,7 +305,7 @@ func TestClusterMembershipChanges(t *testing.T) {
 	c.awaitVoters(10*time.Second, initial, left...)
 }
 
-// TestClusterGrowWithJoinList: the StatefulSet's way to grow (issue 16).
+// TestClusterGrowWithJoinList: the StatefulSet's way to grow.
 // A fourth member is added and started with the list form of
 // --cluster-join that every member shares, a --cluster-peers naming only
 // the three initial members, and wildcard addresses: it is promoted, its

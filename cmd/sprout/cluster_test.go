@@ -28,8 +28,9 @@ import (
 // -race, as testproc builds them) on 127.0.0.1, each with its side port,
 // and talk to them as clients do. Waits are bounded by deadlines.
 
-// failoverBound is the bound: from the leader's loss to the first
-// put acknowledged through a surviving member.
+// failoverBound is the cluster's failover goal for the worst case: from
+// the leader's loss to the first put acknowledged through a surviving
+// member.
 const failoverBound = 3 * time.Second
 
 type testMember struct {

@@ -85,7 +85,7 @@ func TestEnvironmentSettings(t *testing.T) {
 	})
 }
 
-// Issue 15: a bad value in the environment was skipped with a warning, or
+// A bad value in the environment was once skipped with a warning, or
 // exited 5 with the whole usage; an empty SPROUT_PORT listened on a random
 // port. Now each is one line naming the variable and its value, exit 5.
 func TestEnvironmentRefused(t *testing.T) {

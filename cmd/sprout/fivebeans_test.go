@@ -39,8 +39,8 @@ const fivebeansTimeout = 3 * time.Minute
 // server; one is a pending stub, one is excluded: fivebeansExcluded) against
 // Sprout alone and through a cluster member that does not lead, whose
 // proxy carries every byte to the leader. The suite's stats test hands
-// stats' version to node's semver before testing kick-job; with a commit
-// hash for a version it threw "Invalid Version" (issue 25).
+// stats' version to node's semver before testing kick-job; with the commit
+// hash Sprout once reported for a version it threw "Invalid Version".
 //
 // The suite connects to 127.0.0.1:11300, written in its tests, its
 // fixtures and the client's default port; the copy run here has that port

@@ -125,7 +125,7 @@ func TestParseArgsListen(t *testing.T) {
 			`invalid --port: "tcp://10.0.0.1:11300" (want a port number up to 65535 or a service name)`),
 		oneLine("port without value", []string{"-p"}, "flag requires an argument: -p"),
 		oneLine("address without value", []string{"-V", "-l"}, "flag requires an argument: -l"),
-		// Issue 15: these were "unknown argument: 5" and a missing value
+		// These were once "unknown argument: 5" and a missing value
 		// reported for "-l".
 		oneLine("a long flag is not a value", []string{"-l", "--port=5"},
 			"flag requires an argument: -l (the next argument, --port=5, is a flag)"),

@@ -40,7 +40,8 @@
 //
 // The token comes from --token, --token-file or SPROUT_ADMIN_TOKEN, in that
 // order; prefer the file or the variable, as a flag shows in ps. The client
-// of the API (api.go) is written against the contract of issue 17.
+// of the API (api.go) is written against the admin API's contract, the
+// OpenAPI document internal/admin/openapi.json.
 //
 // # Move
 //

@@ -22,7 +22,7 @@ import (
 // column of numbers (and of "" or "-" for none) is aligned right, any
 // other left. (Headers are
 // required: lipgloss v1.1.0 drops the last row of a table without them and
-// without a header border, its issue 610.)
+// without a header border, lipgloss issue 610.)
 func renderTable(headers []string, rows [][]string) string {
 	numeric := make([]bool, len(headers))
 	for col := range numeric {

@@ -19,8 +19,8 @@ import (
 
 // failoverBound is how soon after the leader's pod is killed a put must
 // be acknowledged again through a member that survived: "within a few
-// seconds" (issue 16). An election takes 1 to 2 s; the rest is room for
-// a loaded machine.
+// seconds", the cluster's failover requirement. An election takes 1 to
+// 2 s; the rest is room for a loaded machine.
 const failoverBound = 10 * time.Second
 
 // clusterStatus is GET /cluster on a member's http port.

@@ -1,5 +1,5 @@
 // Package clusterfault holds the fault test of a Sprout cluster against
-// the real binary (issue 16): three members, producers and consumers on
+// the real binary: three members, producers and consumers on
 // every member, and the faults a cluster must survive, one per round,
 // with what was acknowledged checked after each. It has no code outside
 // its tests; this comment is the model they follow.

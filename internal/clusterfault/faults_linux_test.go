@@ -24,8 +24,8 @@ import (
 )
 
 // The bounds the rounds wait within; generous, for a loaded machine and
-// race-built members. Figures are measured and reported; only the
-// issue's bounds are asserted.
+// race-built members. Times are measured and reported; only the
+// cluster's failover goal (failoverBound) is asserted.
 const (
 	leaderWait   = 30 * time.Second
 	convergeWait = 60 * time.Second
@@ -33,7 +33,8 @@ const (
 	// warmAcks are the acknowledged puts a round waits for before its
 	// fault, and again after the recovery.
 	warmAcks = 30
-	// failoverBound is the issue's: a new leader acknowledges within it.
+	// failoverBound is the cluster's failover goal for the worst case: a
+	// new leader acknowledges within it.
 	failoverBound = 3 * time.Second
 )
 

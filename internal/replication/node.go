@@ -25,9 +25,10 @@ import (
 // 1.33 s on average, so a new leader serves about 1.4 s after the old one
 // is lost (median) and within 2.2 s at worst (both timeouts near 2 s, a
 // tick late, and a round trip of votes and the first entry), inside the
-// issue's 3 s and its 1.5 s median. Shorter ticks would fail over faster
-// but elect spuriously when a loaded two-core machine stalls a member for
-// half a second, and each spurious election rebuilds the old leader's store.
+// failover goal's 3 s and its 1.5 s median. Shorter ticks would fail over
+// faster but elect spuriously when a loaded two-core machine stalls a
+// member for half a second, and each spurious election rebuilds the old
+// leader's store.
 const DefaultTick = 100 * time.Millisecond
 
 // rebuildGrace bounds how long a member that lost its leadership waits

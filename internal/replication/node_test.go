@@ -135,7 +135,7 @@ func TestNodeReplicates(t *testing.T) {
 
 // TestNodeFailover: with the default timing (100 ms ticks, an election
 // timeout of 1 to 2 s), killing the leader is followed by a new leader
-// serving within 3 s (the bound), each time; puts through it are
+// serving within 3 s (the failover goal's worst case), each time; puts through it are
 // acknowledged; the old leader comes back as a follower and catches up.
 func TestNodeFailover(t *testing.T) {
 	c := newNetCluster(t, 3, 100, func(cfg *NodeConfig) { cfg.Tick = DefaultTick })

@@ -10,7 +10,7 @@ import (
 // BenchmarkRebuild measures what a leader that loses its leadership takes
 // to follow again: from the loss (its peers cut off, its lease running
 // out) to its store rebuilt in place from its log, with rebuildJobs jobs
-// of 64 bytes stored (the goal: at most a second for a million).
+// of 64 bytes stored (the goal: at most a second for a million).
 // Members on directories, as in production:
 //
 //	go test -run '^$' -bench Rebuild -benchtime 1x ./internal/replication/
