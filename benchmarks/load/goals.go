@@ -126,9 +126,10 @@ var Goals = []Goal{
 	{Text: "drain only, 10 conns: p99.9", Scenario: "drain-only-c10", Metric: MetricP999, Target: 2},
 	{Text: "server CPU per job, producer/consumer 100 conns", Scenario: "prodcons-c100", Metric: MetricCPU, Target: 0.8},
 	// Large bodies, and small ones no lower than in the run of 2026-11-24
-	// on 5169a7b (1.16× and 1.30×). Set with them: 1.2× at 100
-	// connections, the "interim bar" row after the TLS rows, short of the
-	// first row's 1.5×.
+	// on 5169a7b (1.16× and 1.30×). Set with them: a floor of 1.2× at 100
+	// connections (the row after the TLS rows), which work on large
+	// bodies must not push small ones under; the first row's 1.5× stays
+	// the aim.
 	{Text: "64 KiB bodies, 10 conns: jobs/s", Scenario: "body-64k", Metric: MetricJobsPerSec, AtLeast: true, Target: 1.1},
 	{Text: "1 KiB bodies, 10 conns: jobs/s", Scenario: "body-1k", Metric: MetricJobsPerSec, AtLeast: true, Target: 1.3},
 	{Text: "16 B bodies, 10 conns: jobs/s", Scenario: "body-16", Metric: MetricJobsPerSec, AtLeast: true, Target: 1.16},
@@ -144,7 +145,7 @@ var Goals = []Goal{
 	{Text: "TLS vs plaintext (Sprout vs itself), round trips, 1 conn: jobs/s", Scenario: "tls-roundtrip-c1", Against: "roundtrip-c1", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.6},
 	{Text: "TLS vs plaintext (Sprout vs itself), producer/consumer, 10 conns: jobs/s", Scenario: "tls-prodcons-c10", Against: "prodcons-c10", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.6},
 	{Text: "TLS vs plaintext (Sprout vs itself), producer/consumer, 100 conns: jobs/s", Scenario: "tls-prodcons-c100", Against: "prodcons-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.6},
-	{Text: "producer/consumer, 100 conns, 64 B: jobs/s (interim bar)", Scenario: "prodcons-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 1.2},
+	{Text: "producer/consumer, 100 conns, 64 B: jobs/s (floor)", Scenario: "prodcons-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 1.2},
 	{Text: "idle connections: RSS per connection", Scenario: "idle-conns", Metric: MetricPerItem, Target: 0.8},
 	{Text: "stored 64 B jobs: RSS per job", Scenario: "jobs-memory", Metric: MetricPerItem, Target: 0.85},
 	{Text: "10,000 tubes vs 1 tube (Sprout vs itself): jobs/s", Scenario: "tubes-10000", Against: "tubes-1", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.9},
