@@ -68,10 +68,19 @@ func (ch *churn) keep(l *Node, n int) {
 // run puts and deletes through leader l, rounds of batch puts each
 // deleting the oldest churning jobs past live, each round acknowledged
 // before the next, and measures every member's directory after each.
+//
+// A leader may lose its lease in the middle of a round (a member just
+// restarted is installing a snapshot while another is down, and the
+// leader hears from no majority for an election timeout): its
+// unacknowledged changes are dropped by its rebuild, or committed by the
+// next leader. That round counts for nothing (its deletes' outcome is
+// unknown, so their jobs are no longer expected either way) and the
+// rounds go on through whoever serves next.
 func (ch *churn) run(l *Node, rounds, batch, live int) {
 	cl := newNetClient(l, "churn")
-	defer cl.client.Close()
+	defer func() { cl.client.Close() }()
 	for round := range rounds {
+		rebuilds := l.Stats().Rebuilds
 		var puts, dels []uint64
 		for k := range batch {
 			id, _ := cl.put(fmt.Sprintf("round %d job %d %s", round, k, strings.Repeat("c", 500)))
@@ -84,7 +93,16 @@ func (ch *churn) run(l *Node, rounds, batch, live int) {
 				ch.window = ch.window[1:]
 			}
 		}
-		awaitAck(ch.t, l.Journal(), cl.client.PendingAck(), 10*time.Second)
+		if !ackedOrDeposed(ch.t, l, rebuilds, cl.client.PendingAck(), 10*time.Second) {
+			ch.t.Logf("round %d: %s lost its leadership before acknowledging it", round, l.self.Name)
+			for _, id := range dels {
+				delete(ch.kept, id)
+			}
+			cl.client.Close()
+			l = ch.c.awaitServing(10 * time.Second)
+			cl = newNetClient(l, "churn")
+			continue
+		}
 		for _, id := range puts {
 			ch.kept[id] = true
 		}
@@ -93,6 +111,35 @@ func (ch *churn) run(l *Node, rounds, batch, live int) {
 			ch.deleted[id] = true
 		}
 		ch.measure()
+	}
+}
+
+// ackedOrDeposed waits until l's journal acknowledges pos (true) or l
+// stops serving or is rebuilt past rebuilds (false: pos may never be
+// acknowledged). Neither within timeout fails the test.
+func ackedOrDeposed(t *testing.T, l *Node, rebuilds, pos uint64, timeout time.Duration) bool {
+	t.Helper()
+	acked := make(chan struct{})
+	l.Journal().OnAcked(pos, func() { close(acked) })
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		info, changed := l.Leader()
+		if !info.Serving || l.Stats().Rebuilds > rebuilds {
+			select {
+			case <-acked:
+				return true
+			default:
+				return false
+			}
+		}
+		select {
+		case <-acked:
+			return true
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("position %d not acknowledged within %v (acknowledged: %d)", pos, timeout, l.Journal().Acked())
+		}
 	}
 }
 
