@@ -69,6 +69,15 @@ type Config struct {
 	// session opened, so CloseClients, which the member ran meanwhile,
 	// could not end it. Its client connects again, and is routed anew.
 	Serving func() bool
+	// Leased, if set, says whether this member's leadership is
+	// still confirmed (a majority heard lately, by a goroutine that is
+	// running). A job is handed out (RESERVED) only while it says true;
+	// otherwise the connection closes without that reply, and the job
+	// goes back to ready with the session. It closes the gap between a
+	// member's resumption after a stall (SIGSTOP, a frozen VM) and its
+	// Raft goroutine noticing that another leads: input queued meanwhile
+	// must not get jobs the new leader may have handed out since.
+	Leased func() bool
 	// TLS, if set, also serves clients over TLS on a listener of its own
 	// (tls.go). Route sees a TLS connection once its handshake is done,
 	// as the *tls.Conn, and Serve takes one back.

@@ -224,7 +224,13 @@ func (ss *session) appendFound(out *replies, j *store.Job) {
 
 // appendJob appends a RESERVED or FOUND reply. The store has already made
 // the client wait, like the reply to a change, until the job's put may be
-// acknowledged.
+// acknowledged. A job is not handed out by a member whose leadership is
+// not confirmed (Config.Leased): the session ends instead (endFenced).
 func (ss *session) appendJob(out *replies, word string, j *store.Job) {
+	if leased := ss.loop.srv.cfg.Leased; word == codec.WordReserved && leased != nil && !leased() {
+		ss.end = endFenced
+		ss.loop.srv.conns.fenced.Add(1)
+		return
+	}
 	out.appendJob(word, j.ID(), j.Body())
 }

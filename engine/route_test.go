@@ -172,6 +172,46 @@ func TestServingClosesLateSessions(t *testing.T) {
 	c.expect("USING default\r\n")
 }
 
+// TestLeasedFencesJobs: while Leased says no, a reserve that finds a job,
+// at once or after waiting, closes its connection without RESERVED, and
+// the job is ready again for a client served once Leased says yes.
+func TestLeasedFencesJobs(t *testing.T) {
+	var leased atomic.Bool
+	leased.Store(true)
+	srv, network, addr := startServer(t, engine.Config{Leased: leased.Load})
+	producer := dialRaw(t, network, addr)
+	producer.send("put 0 0 60 3\r\none\r\n")
+	producer.expect("INSERTED 1\r\n")
+
+	leased.Store(false)
+	now := dialRaw(t, network, addr)
+	now.send("reserve-with-timeout 0\r\n")
+	if got, err := now.reply(5 * time.Second); err != io.EOF {
+		t.Fatalf("a reserve while not leased: %q, %v; want EOF", got, err)
+	}
+	leased.Store(true)
+	waiting := dialRaw(t, network, addr)
+	waiting.send("reserve-with-timeout 0\r\n")
+	waiting.expect("RESERVED 1 3\r\none\r\n")
+	waiting.send("delete 1\r\nreserve\r\n")
+	waiting.expect("DELETED\r\n")
+	waiting.expectSilence(20 * time.Millisecond) // blocked
+
+	leased.Store(false)
+	producer.send("put 0 0 60 3\r\ntwo\r\n")
+	producer.expect("INSERTED 2\r\n")
+	if got, err := waiting.reply(5 * time.Second); err != io.EOF {
+		t.Fatalf("a waiting reserve given a job while not leased: %q, %v; want EOF", got, err)
+	}
+	leased.Store(true)
+	again := dialRaw(t, network, addr)
+	again.send("reserve-with-timeout 0\r\n")
+	again.expect("RESERVED 2 3\r\ntwo\r\n")
+	if n := srv.Limits().Fenced; n != 2 {
+		t.Errorf("Limits().Fenced = %d, want 2", n)
+	}
+}
+
 // Without a Route nothing is tracked, and CloseClients says so.
 func TestCloseClientsNeedsRoute(t *testing.T) {
 	srv, _, _ := startServer(t, engine.Config{})

@@ -61,8 +61,9 @@ type Server struct {
 	conns        struct {
 		current, total, producers, workers atomic.Int64
 		// refused: closed at once at MaxConnections; shed: closed or left
-		// waiting for want of descriptors; evicted: closed by the budget.
-		refused, shed, evicted atomic.Uint64
+		// waiting for want of descriptors; evicted: closed by the budget;
+		// fenced: closed instead of handed a job (Config.Leased).
+		refused, shed, evicted, fenced atomic.Uint64
 		// tlsOnPlaintext: closed for starting with a TLS handshake.
 		tlsOnPlaintext atomic.Uint64
 	}

@@ -57,6 +57,9 @@ const (
 	// endQuitting: quit came while replies were held; the connection
 	// closes once they are sent, and later input is dropped.
 	endQuitting
+	// endFenced: a job was to be handed out while Config.Leased said no;
+	// the connection closes at once, that reply and what follows unsent.
+	endFenced
 )
 
 // serve sends the held replies that may go, parses and answers as much
@@ -64,6 +67,9 @@ const (
 func (ss *session) serve() gnet.Action {
 	if ss.closed {
 		return gnet.None
+	}
+	if ss.end == endFenced {
+		return gnet.Close
 	}
 	ss.flushDurable()
 	if ss.end == endQuitting {
@@ -178,6 +184,10 @@ func (ss *session) serveInput() gnet.Action {
 			m.ObserveCommand(cmd.Op, time.Since(start))
 		} else {
 			quit = ss.dispatch(&cmd, out)
+		}
+		if ss.end == endFenced {
+			action = gnet.Close
+			break
 		}
 		if ss.mustHold() {
 			ss.hold(out, before)

@@ -147,6 +147,9 @@ type Limits struct {
 	// TLSOnPlaintext counts connections to the plaintext port closed
 	// because they began a TLS handshake.
 	TLSOnPlaintext uint64
+	// Fenced counts connections closed instead of being handed a job
+	// while Config.Leased said no.
+	Fenced uint64
 	// BufferHeld is the bytes held for connections now; MaxBufferMemory
 	// the budget.
 	BufferHeld, MaxBufferMemory int64
@@ -165,6 +168,7 @@ func (s *Server) Limits() Limits {
 		Shed:            s.conns.shed.Load(),
 		Evicted:         s.conns.evicted.Load(),
 		TLSOnPlaintext:  s.conns.tlsOnPlaintext.Load(),
+		Fenced:          s.conns.fenced.Load(),
 		BufferHeld:      s.bufferHeld.Load(),
 		MaxBufferMemory: s.cfg.MaxBufferMemory,
 		BytesIn:         s.bytesIn.Load(),

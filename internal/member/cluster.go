@@ -63,7 +63,7 @@ func (m *Member) startNode() error {
 		Leader: node.Leader, Self: node.Name(), Local: m.serveLocal,
 		Wait: node.ElectionTimeout(), Logger: m.log,
 	})
-	ec.Route, ec.Serving = m.proxy.Route, m.proxy.Serving
+	ec.Route, ec.Serving, ec.Leased = m.proxy.Route, m.proxy.Serving, node.Leased
 	return nil
 }
 

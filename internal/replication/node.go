@@ -200,10 +200,14 @@ type Node struct {
 	core        *Core
 	toldDurable uint64    // the last number given to Core.Durable
 	lastTick    time.Time // when the last tick was taken
-	stopped     bool      // the member stopped on its own (lost, removed) or is closing
-	lost        error     // ErrLogLost, with the indexes, once found
-	lead        uint64    // the leader last published
-	restores    int       // ActRestores the core handed out: its first is the log's head, the rest snapshots
+	// born is when the node started; leaseUntil, the time since born
+	// until which its leadership is confirmed (Leased), or 0.
+	born       time.Time
+	leaseUntil atomic.Int64
+	stopped    bool   // the member stopped on its own (lost, removed) or is closing
+	lost       error  // ErrLogLost, with the indexes, once found
+	lead       uint64 // the leader last published
+	restores   int    // ActRestores the core handed out: its first is the log's head, the rest snapshots
 	// A rebuild under way (Node.rebuild): when the leadership was lost,
 	// and the commit index the store must apply to follow again; zero
 	// when none is.
@@ -359,6 +363,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	}
 
 	n := &Node{
+		born:          time.Now(),
 		cfg:           cfg,
 		self:          self,
 		conf:          cs,
@@ -853,11 +858,20 @@ func (n *Node) fail(err error, msg string) {
 }
 
 // publish makes the round's outcome visible to other goroutines; on a
-// tick, the leader's view of its followers too.
+// tick, the leader's view of its followers too, and its lease renewed.
 func (n *Node) publish(tick bool) {
 	bs := n.core.Status()
 	proposals, bytes := n.core.Proposed()
 	serving := n.core.Serving()
+	switch {
+	case !serving:
+		n.leaseUntil.Store(0)
+	case tick || n.leaseUntil.Load() == 0:
+		// The core counted a majority heard as of this tick (or has just
+		// begun to serve). Only a tick renews it: a round run first after
+		// a stall, before the tick that finds the majority gone, must not.
+		n.leaseUntil.Store(int64(time.Since(n.born) + n.leaseGrace()))
+	}
 	lead := bs.Lead
 	if n.stopped {
 		lead = 0
@@ -1110,6 +1124,23 @@ type LeaderInfo struct {
 	Term   uint64
 	// Serving: this member is the leader and takes commands.
 	Serving bool
+}
+
+// Leased reports whether this member serves and its node has confirmed
+// its lease (a majority heard within an election timeout, Core.Tick) in
+// the last half election timeout: false as soon as the node's goroutine
+// stalls (a SIGSTOP, a frozen VM) for longer, before it can take the tick
+// that finds its leadership gone. What engine.Config.Leased asks before a
+// job is handed out. Half an election timeout: the others elect no
+// leader before an election timeout has passed since they last heard
+// from this one, which a renewing tick found at most a tick ago.
+func (n *Node) Leased() bool {
+	until := n.leaseUntil.Load()
+	return until != 0 && int64(time.Since(n.born)) < until
+}
+
+func (n *Node) leaseGrace() time.Duration {
+	return n.cfg.Tick * time.Duration(n.cfg.ElectionTick) / 2
 }
 
 // Leader returns the leader as this member knows it, and a channel

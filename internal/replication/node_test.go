@@ -182,6 +182,11 @@ func TestNodePartitionedLeaderRebuilds(t *testing.T) {
 	cl := newNetClient(l, "work")
 	kept, pos := cl.put("kept")
 	awaitAck(t, l.Journal(), pos, 5*time.Second)
+	for _, n := range c.up() {
+		if n.Leased() != (n == l) {
+			t.Errorf("%s: Leased %v; want it of the serving leader %s alone", n.self.Name, n.Leased(), name)
+		}
+	}
 
 	start := time.Now()
 	for _, p := range l.transport.peers {
@@ -206,8 +211,8 @@ func TestNodePartitionedLeaderRebuilds(t *testing.T) {
 	if l.Journal().Acked() >= lostPos {
 		t.Fatal("the put the cut-off leader took was acknowledged")
 	}
-	if st := l.Status(); st.Serving || st.State == "stopped" {
-		t.Errorf("the rebuilt member's status %+v; want a member that follows", st)
+	if st := l.Status(); st.Serving || st.State == "stopped" || l.Leased() {
+		t.Errorf("the rebuilt member's status %+v, leased %v; want a member that follows", st, l.Leased())
 	}
 	if _, ok := viewOf(st)[lost]; ok {
 		t.Errorf("the rebuilt store still holds the put %d that never committed", lost)
