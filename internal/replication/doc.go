@@ -82,7 +82,14 @@
 // leader that has not heard from a majority of the voters within the last
 // election timeout is rebuilt at once (CheckQuorum stays on: it is also
 // what makes followers ignore a disruptive candidate while their leader
-// is alive). Clients' replies that were held when it stepped down were
+// is alive). A lease counted in ticks cannot see a stall it has not
+// ticked through yet: a leader resumed after a SIGSTOP runs its clients'
+// queued commands before its node takes the tick that finds the majority
+// gone. So the node also keeps the lease in time (Node.Leased): renewed
+// only by a tick that still counts a majority heard, good for half an
+// election timeout, and asked by the engine before each job it hands out
+// (engine.Config.Leased), which closes the connection instead. Clients'
+// replies that were held when it stepped down were
 // never sent: what they asked may or may not have been done by the new
 // leader, as with any server that goes away. A leader that never served
 // has applied only committed entries, and simply follows.
