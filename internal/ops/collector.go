@@ -150,6 +150,8 @@ func newCollector(e Engine, s Store, tubeSeries int) *collector {
 			counter, func(l *limits) float64 { return float64(l.Evicted) }),
 		newScalar("sprout_connections_tls_on_plaintext_total", "Connections to the plaintext client port closed for beginning a TLS handshake.",
 			counter, func(l *limits) float64 { return float64(l.TLSOnPlaintext) }),
+		newScalar("sprout_connections_fenced_total", "Connections closed instead of being handed a job while this cluster member's lease was not confirmed.",
+			counter, func(l *limits) float64 { return float64(l.Fenced) }),
 		newScalar("sprout_buffer_bytes", "Bytes held for connections: unread replies, unparsed input, partial bodies, replies waiting for the log.",
 			gauge, func(l *limits) float64 { return float64(l.BufferHeld) }),
 		newScalar("sprout_buffer_budget_bytes", "Budget for the bytes held for connections (--max-buffer-memory).",

@@ -175,6 +175,7 @@ func TestMetricsFromRunningServer(t *testing.T) {
 		{"sprout_connections_shed_total", "", counter, 0, 0},
 		{"sprout_connections_evicted_total", "", counter, 0, 0},
 		{"sprout_connections_tls_on_plaintext_total", "", counter, 0, 0},
+		{"sprout_connections_fenced_total", "", counter, 0, 0},
 		{"sprout_listener_connections", "listener=client", gauge, 1, 1},
 		{"sprout_buffer_bytes", "", gauge, 0, 1 << 20},
 		{"sprout_buffer_budget_bytes", "", gauge, 64 << 20, 1 << 30},
