@@ -1,6 +1,7 @@
 package load
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -176,6 +177,32 @@ func (c *Cluster) status(ctx context.Context, m *member) (replication.Status, er
 	return st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
+// metric reads one unlabelled figure from m's /metrics.
+func (c *Cluster) metric(ctx context.Context, m *member, name string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.httpAddr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("load: %s's /metrics has no %s", m.name, name)
+}
+
 // up lists the members running.
 func (c *Cluster) up() []*member {
 	var up []*member
@@ -241,14 +268,18 @@ func (c *Cluster) settled(ctx context.Context) (*member, string) {
 	return leader, ""
 }
 
-// leaderNow is the member serving now, as its own /cluster says, or nil
-// if none says so within clusterSettleTimeout (a loaded member may be slow
-// to answer, and an election takes a second or two).
+// errNoLeader is leaderNow's nil, as an error.
+var errNoLeader = fmt.Errorf("load: no member serves within %v", clusterSettleTimeout)
+
+// leaderNow is the member serving now, as its own /metrics says
+// (sprout_cluster_serving; not /cluster, whose digest walks every job),
+// or nil if none says so within clusterSettleTimeout (a loaded member may
+// be slow to answer, and an election takes a second or two).
 func (c *Cluster) leaderNow(ctx context.Context) *member {
 	deadline := time.Now().Add(clusterSettleTimeout)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
 		for _, m := range c.up() {
-			if st, err := c.status(ctx, m); err == nil && st.Serving {
+			if v, err := c.metric(ctx, m, "sprout_cluster_serving"); err == nil && v == 1 {
 				return m
 			}
 		}

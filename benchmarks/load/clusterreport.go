@@ -122,20 +122,10 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 			p("%s.\n", cell(s, nil))
 			continue
 		}
-		var each []string
-		n := 0
-		for _, r := range o.Runs[cand] {
-			if r.Skipped != "" || r.Errors > 0 {
-				continue
-			}
-			for _, d := range r.Failovers {
-				each = append(each, FormatSeconds(d))
-				n++
-			}
-		}
+		each := eachTime(o.Runs[cand], func(r Result) []time.Duration { return r.Failovers })
 		p("From `kill -9` of the serving leader to the first put acknowledged through a surviving member, over %d kills "+
 			"(the killed member restarted on its directory, and the three settled on a leader, before the next): "+
-			"median %s, worst %s. Each, in order: %s.\n", n, FormatSeconds(s.FailoverMedian), FormatSeconds(s.FailoverMax), strings.Join(each, ", "))
+			"median %s, worst %s. Each, in order: %s.\n", len(each), FormatSeconds(s.FailoverMedian), FormatSeconds(s.FailoverMax), strings.Join(each, ", "))
 	}
 	writeCatchUp(p, catchUp, cand)
 	for _, o := range rebuild {
@@ -145,19 +135,26 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 			p("%s.\n", cell(s, nil))
 			continue
 		}
-		var each []string
-		for _, r := range o.Runs[cand] {
-			if r.Skipped == "" && r.Errors == 0 {
-				for _, d := range r.Rebuilds {
-					each = append(each, FormatSeconds(d))
-				}
-			}
-		}
+		each := eachTime(o.Runs[cand], func(r Result) []time.Duration { return r.Rebuilds })
 		p("The serving leader of three holding %s jobs stopped (SIGSTOP) past an election timeout, then resumed: it has lost its leadership, "+
 			"closes its clients and rebuilds its store from its log in place. Each time is the member's own (`sprout_cluster_last_rebuild_seconds`), "+
 			"from the lost leadership to every entry its log held committed applied again: median %s, worst %s. Each, in order: %s.\n",
 			FormatThousands(float64(o.Scenario.Jobs)), FormatSeconds(s.RebuildMedian), FormatSeconds(s.RebuildMax), strings.Join(each, ", "))
 	}
+}
+
+// eachTime formats, in order, the times of picks from each usable run
+// (neither skipped nor with errors, the runs Summarize counts).
+func eachTime(runs []Result, of func(Result) []time.Duration) []string {
+	var each []string
+	for _, r := range runs {
+		if r.Skipped == "" && r.Errors == 0 {
+			for _, d := range of(r) {
+				each = append(each, FormatSeconds(d))
+			}
+		}
+	}
+	return each
 }
 
 // writeCatchUp writes the catch-up scenarios' runs: a member added to

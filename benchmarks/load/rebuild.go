@@ -1,12 +1,8 @@
 package load
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -36,9 +32,8 @@ func (s Scenario) runRebuild(ctx context.Context, c *Cluster, leader *member, pr
 	res.Sent, res.Acked = int64(s.Jobs), int64(s.Jobs)
 	for range s.Kills {
 		// Not awaitSettled: /cluster's digest walks a million jobs.
-		leader, err := c.awaitServing(ctx)
-		if err != nil {
-			return res, err
+		if leader = c.leaderNow(ctx); leader == nil {
+			return res, errNoLeader
 		}
 		before, err := c.metric(ctx, leader, "sprout_cluster_rebuilds_total")
 		if err != nil {
@@ -60,25 +55,10 @@ func (s Scenario) runRebuild(ctx context.Context, c *Cluster, leader *member, pr
 		}
 		res.Rebuilds = append(res.Rebuilds, took)
 	}
-	_, err = c.awaitServing(ctx)
-	return res, err
-}
-
-// awaitServing waits for a member of c to say on /metrics that it serves
-// (sprout_cluster_serving), and returns it.
-func (c *Cluster) awaitServing(ctx context.Context) (*member, error) {
-	deadline := time.Now().Add(clusterSettleTimeout)
-	for pause := 10 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
-		for _, m := range c.up() {
-			if v, err := c.metric(ctx, m, "sprout_cluster_serving"); err == nil && v == 1 {
-				return m, nil
-			}
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, fmt.Errorf("load: no member serves within %v", clusterSettleTimeout)
-		}
-		time.Sleep(pause)
+	if c.leaderNow(ctx) == nil {
+		return res, errNoLeader
 	}
+	return res, nil
 }
 
 // awaitRebuild waits until m has counted a rebuild past before and
@@ -97,32 +77,8 @@ func (c *Cluster) awaitRebuild(ctx context.Context, m *member, before float64) (
 			return 0, fmt.Errorf("load: %s did not report its rebuild within %v (last: %v); its output: %s",
 				m.name, rebuildTimeout, err, outputTail(m.proc))
 		}
-		time.Sleep(pause)
-	}
-}
-
-// metric reads one unlabelled figure from m's /metrics.
-func (c *Cluster) metric(ctx context.Context, m *member, name string) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.httpAddr+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if sleepCtx(ctx, pause, nil) {
+			return 0, ctx.Err()
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("load: %s's /metrics has no %s", m.name, name)
 }
