@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"fmt"
-	"github.com/sproutmq/sprout/internal/testproc"
 	"math"
 	"runtime"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
 )

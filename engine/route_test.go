@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"github.com/sproutmq/sprout/store/wal"
 	"io"
 	"math"
 	"net"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // router is a Route that takes the connections its decide says to, and
