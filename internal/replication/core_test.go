@@ -47,6 +47,15 @@ func TestElection(t *testing.T) {
 	if len(l.served) != 1 || l.served[0] != l.core.Status().GetTerm() {
 		t.Errorf("the leader served terms %v; its term is %d", l.served, l.core.Status().GetTerm())
 	}
+	// Heartbeats both ways, carried in protocol 3's coalesced frames
+	// (cluster.wire), keep the leader in place.
+	for range 3 * testElectionTick {
+		c.tick()
+	}
+	if c.sent[pb.MsgHeartbeat] == 0 || c.sent[pb.MsgHeartbeatResp] == 0 || c.leader() != l {
+		t.Errorf("heartbeats %d, responses %d; leader %v, was %d",
+			c.sent[pb.MsgHeartbeat], c.sent[pb.MsgHeartbeatResp], c.leader(), l.id)
+	}
 }
 
 // TestReplication: what the leader's commands change is proposed,

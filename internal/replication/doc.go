@@ -351,9 +351,20 @@
 // peer dialled to it: one connection per peer and direction. Each
 // connection starts with a hello each way, the dialer's first: protocol
 // version, stream kind (messages or one snapshot), the cluster's id, the
-// sender's Raft id and name, the receiver's name, and the sender's client
+// sender's Raft id and name, the receiver's name, the sender's client
 // address (-l/-p, for the proxy) and --http address (for the admin API,
-// which a follower forwards to the leader). The listener answers with its own
+// which a follower forwards to the leader), and a trailer that members of
+// protocol 2 do not read: the highest protocol the sender speaks and its
+// incarnation (drawn at each start, so a peer logs a restart). The
+// connection speaks the highest protocol both ends speak: 3 between
+// members of this release, 2 with a member of the release before, so a
+// rolling upgrade keeps every pair talking (MemberStatus.Protocol shows
+// each link's). Protocol 3 names each message's Raft group (one group,
+// 0, today; shards are docs/design/shards.md), batches a drain's small
+// messages in one frame and coalesces its heartbeats and their responses
+// into one frame of (group, flags, term, commit, context) tuples, which
+// the reader expands back into the messages raft made (wire.go). The
+// listener answers with its own
 // hello, which may carry a refusal: another protocol version or cluster,
 // a receiver that is not it, a sender that is not a member or has another
 // id, or one removed (told so: it stops, ErrRemoved). Refusals are counted, answered with the reason, closed, and logged
@@ -361,8 +372,9 @@
 // minute; a malformed hello, a message not from the sender to the
 // receiver, a snapshot among messages, or a frame past its limit is
 // counted and logged the same way, and the connection closed with no
-// answer. After the hellos a messages connection carries
-// frames, length (u32) and raftpb.Message, at most maxFrame (4 MiB; a
+// answer; so is a frame of the other protocol, or a message of a group
+// the member does not hold. After the hellos a messages connection carries
+// frames, length (u32) and raftpb.Message or a batch of them, at most maxFrame (4 MiB; a
 // larger length is refused before anything is allocated for it). A
 // message larger than a part (1 MiB: raft's appends are about that, but
 // one entry can hold a batch with a body of up to beanstalkd's 1 GiB)

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -249,17 +250,8 @@ func (c *cluster) do(m *member, a Action) bool {
 		}
 		m.restores++
 	case ActSend:
-		for _, msg := range a.Messages {
-			// Through the wire's encoding, as a transport sends it.
-			b, err := proto.Marshal(msg)
-			if err != nil {
-				c.t.Fatal(err)
-			}
-			var got pb.Message
-			if err := proto.Unmarshal(b, &got); err != nil {
-				c.t.Fatal(err)
-			}
-			c.net = append(c.net, &got)
+		for _, got := range c.wire(m.id, a.Messages) {
+			c.net = append(c.net, got)
 			c.sent[got.GetType()]++
 		}
 	case ActWrite:
@@ -293,6 +285,63 @@ func (c *cluster) do(m *member, a Action) bool {
 		c.t.Fatalf("member %d: unknown action %v", m.id, a.Kind)
 	}
 	return false
+}
+
+// wire carries msgs from member from through protocol 3's frames, as a
+// transport sends them: one connection per receiver, its heartbeats
+// coalesced and written ahead of its batch, so a receiver may see them
+// first. Each message read must be one written, field for field; they
+// come back in the order of the receivers as msgs named them.
+func (c *cluster) wire(from uint64, msgs []*pb.Message) []*pb.Message {
+	byPeer := map[uint64][]*pb.Message{}
+	for _, m := range msgs {
+		byPeer[m.GetTo()] = append(byPeer[m.GetTo()], m)
+	}
+	read := map[uint64][]*pb.Message{}
+	for to, sent := range byPeer {
+		var b bytes.Buffer
+		mw := messageWriter{w: &b, version: maxProtocol, from: from, to: to,
+			dropped: func(err error) { c.t.Fatalf("member %d: a message to %d dropped: %v", from, to, err) }}
+		for _, m := range sent {
+			if _, err := mw.write(envelope{group: group0, m: m}); err != nil {
+				c.t.Fatal(err)
+			}
+		}
+		for mw.busy() {
+			if _, err := mw.part(); err != nil {
+				c.t.Fatal(err)
+			}
+		}
+		if err := mw.flush(); err != nil {
+			c.t.Fatal(err)
+		}
+		f := frameReader{r: bufio.NewReader(&b), version: maxProtocol, from: from, to: to}
+		left := slices.Clone(sent)
+		for {
+			e, err := f.read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil || e.group != group0 {
+				c.t.Fatalf("member %d: reading its messages to %d: group %d, %v", from, to, e.group, err)
+			}
+			i := slices.IndexFunc(left, func(m *pb.Message) bool { return proto.Equal(m, e.m) })
+			if i < 0 {
+				c.t.Fatalf("member %d: a %v read that was not sent to %d: %v", from, e.m.GetType(), to, e.m)
+			}
+			left = slices.Delete(left, i, i+1)
+			read[to] = append(read[to], e.m)
+		}
+		if len(left) > 0 {
+			c.t.Fatalf("member %d: %d messages to %d not read back, the first a %v", from, len(left), to, left[0].GetType())
+		}
+	}
+	out := make([]*pb.Message, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, read[m.GetTo()][0])
+		read[m.GetTo()] = read[m.GetTo()][1:]
+	}
+	return out
 }
 
 // restart is what a member's rebuild (or restart) does: the log finishes the

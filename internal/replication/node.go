@@ -99,6 +99,9 @@ type NodeConfig struct {
 	// listener, if set, is the transport's instead of listening on
 	// Listen: tests bind their ports first.
 	listener net.Listener
+	// maxProtocol, if set, caps the members' protocols this member
+	// speaks: tests make a member of an older release so.
+	maxProtocol uint16
 }
 
 // Validate checks cfg as StartNode does before it touches anything: each
@@ -396,7 +399,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		self: n.self, members: book.Members, cluster: cfg.ClusterID, hints: hints,
 		removed: n.isRemoved, removedSelf: n.noteRemoved,
 		listen: cfg.Listen, listener: cfg.listener, client: cfg.ClientAddr, http: cfg.HTTPAddr,
-		tls: mtls, queue: cfg.SendQueue, log: n.logger,
+		tls: mtls, queue: cfg.SendQueue, log: n.logger, maxProtocol: cfg.maxProtocol,
 		deliver: n.deliver, deliverSnapshot: n.deliverSnapshot,
 		openSnapshot: n.openSnapshot, receiveSnapshot: n.receiveSnapshot,
 		unreachable: n.noteUnreachable, snapshotSent: n.noteSnapshotSent,
@@ -1045,6 +1048,10 @@ type MemberStatus struct {
 	// Connected: this member's connection to it is open (always true for
 	// this member itself).
 	Connected bool `json:"connected"`
+	// Protocol is the members' protocol that connection speaks (the
+	// highest both speak); for this member itself, the highest it speaks.
+	// 0 while it is not connected.
+	Protocol int `json:"protocol,omitempty"`
 	// Match is, on the leader only, the last entry the member is known to
 	// hold (the leader's own last entry for itself), as of the last tick.
 	Match *uint64 `json:"match,omitempty"`
@@ -1070,6 +1077,7 @@ func (n *Node) Status() Status {
 		ms := MemberStatus{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), Address: m.Addr, Role: role(conf, m.ID)}
 		if m.ID == n.self.ID {
 			ms.Client, ms.HTTP, ms.Connected = n.cfg.ClientAddr, n.cfg.HTTPAddr, true
+			ms.Protocol = int(n.transport.maxProtocol())
 			if matches != nil {
 				ms.Match = &last
 			}
@@ -1081,6 +1089,7 @@ func (n *Node) Status() Status {
 				ms.HTTP = *h
 			}
 			ms.Connected = p.up.Load()
+			ms.Protocol = int(p.protocol.Load())
 			if match, ok := matches[m.ID]; ok {
 				ms.Match = &match
 			}

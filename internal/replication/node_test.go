@@ -133,6 +133,78 @@ func TestNodeReplicates(t *testing.T) {
 		1+clients*puts, ls.Proposals, ls.ProposedBytes, ls.Transport)
 }
 
+// TestNodeRollingUpgrade: three members of the release before protocol
+// 3 (capped at 2) are upgraded one at a time while they serve; each
+// connection speaks the highest protocol both its ends speak, and every
+// put is acknowledged through the mix. Once upgraded, a member's restart
+// is logged by its peers (its hellos carry a new incarnation).
+func TestNodeRollingUpgrade(t *testing.T) {
+	var mu sync.Mutex
+	protocols := map[string]uint16{"m1": 2, "m2": 2, "m3": 2}
+	c := newNetCluster(t, 3, 100, func(cfg *NodeConfig) {
+		mu.Lock()
+		defer mu.Unlock()
+		cfg.maxProtocol = protocols[cfg.Node]
+	})
+	// links waits until every member's view of every other says the
+	// protocol both speak.
+	links := func() {
+		t.Helper()
+		mu.Lock()
+		want := maps.Clone(protocols)
+		mu.Unlock()
+		for _, n := range c.up() {
+			testproc.WaitFor(t, 10*time.Second, n.self.Name+"'s connections' protocols", func() bool {
+				for _, m := range n.Status().Members {
+					w := min(want[n.self.Name], want[m.Name])
+					if m.Name == n.self.Name {
+						w = want[m.Name]
+					}
+					if m.Protocol != int(w) {
+						return false
+					}
+				}
+				return true
+			})
+		}
+	}
+	acked := 0
+	put := func() {
+		t.Helper()
+		l := c.awaitServing(10 * time.Second)
+		_, pos := newNetClient(l, "upgrade").put(fmt.Sprint("job ", acked))
+		awaitAck(t, l.Journal(), pos, 10*time.Second)
+		acked++
+	}
+	links()
+	put()
+	for _, name := range []string{"m3", "m1", "m2"} {
+		mu.Lock()
+		protocols[name] = maxProtocol
+		mu.Unlock()
+		c.restart(name)
+		put()
+		links()
+		put()
+	}
+	// A restart once its peers know its incarnation: each of them says so.
+	c.restart("m1")
+	put()
+	l := c.awaitServing(10 * time.Second)
+	if got := c.converged(l, 10*time.Second); len(got) != acked {
+		t.Errorf("%d jobs, want the %d acknowledged", len(got), acked)
+	}
+	testproc.WaitFor(t, 5*time.Second, "m1's restart logged by m2 and m3", func() bool {
+		n := 0
+		for line := range strings.Lines(c.output.String()) {
+			if strings.Contains(line, `"peer":"m1"`) && strings.Contains(line, `"message":"a member restarted"`) {
+				n++
+			}
+		}
+		return n == 2
+	})
+}
+
 // TestNodeFailover: with the default timing (100 ms ticks, an election
 // timeout of 1 to 2 s), killing the leader is followed by a new leader
 // serving within 3 s (the failover goal's worst case), each time; puts through it are

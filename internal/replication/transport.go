@@ -87,6 +87,9 @@ type transportConfig struct {
 	tls      *memberTLS
 	queue    int
 	log      zerolog.Logger
+	// maxProtocol caps the protocols this member speaks (0: maxProtocol);
+	// the tests make members of an older release so.
+	maxProtocol uint16
 
 	// The node's side, called from the transport's goroutines. deliver
 	// blocks until the node takes m (false once it stopped);
@@ -130,6 +133,8 @@ type transport struct {
 	// receiving holds a token while a snapshot is received: one at a
 	// time.
 	receiving chan struct{}
+	// incarnation is drawn when the transport starts; its hellos tell it.
+	incarnation uint64
 
 	mu      sync.Mutex
 	started bool                  // guarded by mu: peers added from now on start at once
@@ -153,6 +158,12 @@ type peer struct {
 	http   atomic.Pointer[string] // its --http address, from its hellos
 	up     atomic.Bool            // a messages connection to it is open
 	everUp atomic.Bool            // one was, once
+	// protocol is what the messages connection to it speaks, 0 while none
+	// is open.
+	protocol atomic.Uint32
+	// incarnation is its incarnation, from its last hello: a new one says
+	// it restarted.
+	incarnation atomic.Uint64
 	// cut drops every message to and from it: the tests' partition.
 	cut atomic.Bool
 	// unsent counts its messages queued and not yet written out (or
@@ -174,13 +185,14 @@ func newTransport(cfg transportConfig) (*transport, error) {
 		}
 	}
 	t := &transport{
-		cfg:       cfg,
-		ln:        ln,
-		peers:     make(map[uint64]*peer),
-		byName:    make(map[string]*peer),
-		receiving: make(chan struct{}, 1),
-		conns:     make(map[net.Conn]struct{}),
-		inbound:   make(map[string]net.Conn),
+		cfg:         cfg,
+		ln:          ln,
+		peers:       make(map[uint64]*peer),
+		byName:      make(map[string]*peer),
+		receiving:   make(chan struct{}, 1),
+		incarnation: rand.Uint64() | 1, // never 0, which no trailer says
+		conns:       make(map[net.Conn]struct{}),
+		inbound:     make(map[string]net.Conn),
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for _, m := range cfg.members {
@@ -268,6 +280,25 @@ func (t *transport) peer(id uint64) *peer {
 
 // addr is the address the transport listens on.
 func (t *transport) addr() net.Addr { return t.ln.Addr() }
+
+// maxProtocol is the highest protocol this member speaks.
+func (t *transport) maxProtocol() uint16 {
+	if t.cfg.maxProtocol != 0 {
+		return t.cfg.maxProtocol
+	}
+	return maxProtocol
+}
+
+// ownHello is this member's hello to peer (or answer to it) on a stream
+// of kind: the trailer says the protocols it speaks past 2.
+func (t *transport) ownHello(kind streamKind, to, refusal string) hello {
+	h := hello{Version: helloVersion, Kind: kind, Cluster: t.cfg.cluster, FromID: t.cfg.self.ID,
+		From: t.cfg.self.Name, To: to, Client: t.cfg.client, Refusal: refusal, HTTP: t.cfg.http}
+	if v := t.maxProtocol(); v > minProtocol {
+		h.Max, h.Incarnation = v, t.incarnation
+	}
+	return h
+}
 
 // close stops the transport:
 //  1. no connection is accepted or dialled any more;
@@ -388,7 +419,7 @@ func (t *transport) runPeer(p *peer) {
 		if wait > 0 && !t.idle(p, wait) {
 			return
 		}
-		raw, conn, err := t.dial(p, streamMessages)
+		raw, conn, version, err := t.dial(p, streamMessages)
 		if err != nil {
 			if p.ctx.Err() != nil {
 				return
@@ -398,11 +429,13 @@ func (t *transport) runPeer(p *peer) {
 			wait = backoff(wait)
 			continue
 		}
+		p.protocol.Store(uint32(version))
 		p.up.Store(true)
 		p.everUp.Store(true)
 		t.noteUp(p)
-		err = t.writeMessages(p, raw, conn)
+		err = t.writeMessages(p, raw, conn, version)
 		p.up.Store(false)
+		p.protocol.Store(0)
 		t.drop(raw)
 		if p.ctx.Err() != nil {
 			return
@@ -442,7 +475,7 @@ func (t *transport) idle(p *peer, d time.Duration) bool {
 // be taken within writeTimeout, and a batch (what is queued, taken at
 // once) is flushed when the queue is empty. A large message goes a part
 // at a time, with what is queued written between its parts.
-func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
+func (t *transport) writeMessages(p *peer, raw, conn net.Conn, version uint16) error {
 	// The peer sends nothing after its hello: a read returns only when
 	// the connection ends, and then the writer learns it at once rather
 	// than at its next write.
@@ -463,7 +496,7 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 	// lost those of them dropped.
 	taken, done, lost := int64(0), 0, 0
 	defer func() { p.unsent.Add(-taken) }()
-	mw := messageWriter{w: w, dropped: func(err error) {
+	mw := messageWriter{w: w, version: version, from: t.cfg.self.ID, to: p.ID, dropped: func(err error) {
 		lost++
 		t.dropped.Add(1)
 		t.logOnce("too large "+p.Name, func(e *zerolog.Event) *zerolog.Event {
@@ -496,7 +529,7 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 				t.dropped.Add(1)
 				done, lost = done+1, lost+1
 			} else {
-				n, err := mw.write(m)
+				n, err := mw.write(envelope{group: group0, m: m})
 				if err != nil {
 					return err
 				}
@@ -517,6 +550,9 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn) error {
 				return err
 			}
 			done += n
+		}
+		if err := mw.flush(); err != nil {
+			return err
 		}
 		if err := w.Flush(); err != nil {
 			return err
@@ -560,14 +596,14 @@ func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
 	if p.cut.Load() {
 		return errors.New("replication: cut off")
 	}
-	raw, conn, err := t.dial(p, streamSnapshot)
+	raw, conn, version, err := t.dial(p, streamSnapshot)
 	if err != nil {
 		return err
 	}
 	defer t.drop(raw)
 	dc := idleConn{Conn: conn, idle: snapshotIdle}
 	w := bufio.NewWriterSize(dc, 64<<10)
-	frame, err := appendFrame(nil, m)
+	frame, err := appendWhole(nil, version, envelope{group: group0, m: m})
 	if err != nil {
 		return err
 	}
@@ -631,68 +667,70 @@ func answered(w *bufio.Writer, r io.Reader, want byte, what string) error {
 
 // dial opens a connection of kind to p and exchanges hellos. It returns
 // the TCP connection, which closes it (at once, with no TLS alert that
-// could wait on a peer that does not read), and the connection to read
-// and write: the same, or TLS over it.
-func (t *transport) dial(p *peer, kind streamKind) (raw, conn net.Conn, err error) {
+// could wait on a peer that does not read), the connection to read and
+// write (the same, or TLS over it), and the protocol it speaks.
+func (t *transport) dial(p *peer, kind streamKind) (raw, conn net.Conn, version uint16, err error) {
 	ctx, cancel := context.WithTimeout(p.ctx, dialTimeout)
 	defer cancel()
 	d := net.Dialer{KeepAlive: keepAlive}
 	raw, err = d.DialContext(ctx, "tcp", p.Addr)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	if !t.track(raw) {
-		return nil, nil, net.ErrClosed
+		return nil, nil, 0, net.ErrClosed
 	}
-	conn, err = t.handshake(p, kind, raw)
+	conn, version, err = t.handshake(p, kind, raw)
 	if err != nil {
 		t.drop(raw)
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	return raw, conn, nil
+	return raw, conn, version, nil
 }
 
 // handshake makes conn TLS if members use it and exchanges hellos: the
-// answer must come from p, in this cluster, and accept.
-func (t *transport) handshake(p *peer, kind streamKind, conn net.Conn) (net.Conn, error) {
+// answer must come from p, in this cluster, and accept. It returns the
+// protocol the connection speaks.
+func (t *transport) handshake(p *peer, kind streamKind, conn net.Conn) (net.Conn, uint16, error) {
 	if err := conn.SetDeadline(time.Now().Add(handshakeTimeout)); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if t.cfg.tls != nil {
 		tc := tls.Client(conn, t.cfg.tls.clientFor(p.Addr))
 		if err := tc.HandshakeContext(t.ctx); err != nil {
-			return nil, fmt.Errorf("replication: TLS with %s: %w", p.Addr, err)
+			return nil, 0, fmt.Errorf("replication: TLS with %s: %w", p.Addr, err)
 		}
 		conn = tc
 	}
-	out := hello{Version: protocolVersion, Kind: kind, Cluster: t.cfg.cluster, FromID: t.cfg.self.ID,
-		From: t.cfg.self.Name, To: p.Name, Client: t.cfg.client, HTTP: t.cfg.http}
+	out := t.ownHello(kind, p.Name, "")
 	if _, err := conn.Write(appendHello(nil, &out)); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	in, err := readHello(conn)
 	if err != nil {
-		return nil, fmt.Errorf("replication: the answer from %s: %w", p.Addr, err)
+		return nil, 0, fmt.Errorf("replication: the answer from %s: %w", p.Addr, err)
 	}
+	version := negotiate(t.maxProtocol(), in.Max)
 	switch {
 	case in.Refusal != "":
 		if in.Refusal == refusedRemoved && t.cfg.removedSelf != nil {
 			t.cfg.removedSelf(p.Name)
 		}
-		return nil, fmt.Errorf("replication: %s refused this member: %s", p.Addr, in.Refusal)
-	case in.Version != protocolVersion || in.Cluster != t.cfg.cluster || in.From != p.Name || in.FromID != p.ID:
+		return nil, 0, fmt.Errorf("replication: %s refused this member: %s", p.Addr, in.Refusal)
+	case in.Version != helloVersion || version == 0 || in.Cluster != t.cfg.cluster || in.From != p.Name || in.FromID != p.ID:
 		t.refused.Add(1)
-		return nil, fmt.Errorf("replication: %s answered as %s (id %x) of cluster %x, protocol %d; want %s (id %x) of %x, protocol %d",
-			p.Addr, in.From, in.FromID, in.Cluster, in.Version, p.Name, p.ID, t.cfg.cluster, protocolVersion)
+		return nil, 0, fmt.Errorf("replication: %s answered as %s (id %x) of cluster %x, hello %d, protocols to %d; want %s (id %x) of %x, hello %d, protocols %d to %d",
+			p.Addr, in.From, in.FromID, in.Cluster, in.Version, max(in.Max, minProtocol), p.Name, p.ID, t.cfg.cluster,
+			helloVersion, minProtocol, t.maxProtocol())
 	}
-	p.noteAddrs(in)
+	t.notePeer(p, in)
 	if err := conn.SetDeadline(time.Time{}); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if kind == streamMessages {
 		t.connects.Add(1)
 	}
-	return conn, nil
+	return conn, version, nil
 }
 
 // noteUp logs a peer's connection when it follows an outage.
@@ -796,8 +834,7 @@ func (t *transport) serve(raw net.Conn) {
 		return
 	}
 	p, refusal, tlsRefusal := t.check(in, state)
-	answer := hello{Version: protocolVersion, Kind: in.Kind, Cluster: t.cfg.cluster, FromID: t.cfg.self.ID,
-		From: t.cfg.self.Name, To: in.From, Client: t.cfg.client, Refusal: refusal, HTTP: t.cfg.http}
+	answer := t.ownHello(in.Kind, in.From, refusal)
 	_, werr := conn.Write(appendHello(nil, &answer))
 	if refusal != "" {
 		if tlsRefusal {
@@ -811,19 +848,23 @@ func (t *transport) serve(raw net.Conn) {
 	if werr != nil || conn.SetDeadline(time.Time{}) != nil {
 		return
 	}
-	p.noteAddrs(in)
+	t.notePeer(p, in)
+	f := frameReader{r: r, version: negotiate(t.maxProtocol(), in.Max), from: p.ID, to: t.cfg.self.ID}
 	if in.Kind == streamSnapshot {
-		t.receiveSnapshot(p, conn, r)
+		t.receiveSnapshot(p, conn, &f)
 	} else {
-		t.receiveMessages(p, raw, r)
+		t.receiveMessages(p, raw, &f)
 	}
 }
 
 // check says why a hello is refused ("" if it is not), and whether the
 // reason is the peer's certificate.
 func (t *transport) check(in *hello, state *tls.ConnectionState) (p *peer, refusal string, tlsRefusal bool) {
-	if in.Version != protocolVersion {
-		return nil, fmt.Sprintf("protocol version %d; this member speaks %d", in.Version, protocolVersion), false
+	if in.Version != helloVersion {
+		return nil, fmt.Sprintf("protocol version %d; this member speaks %d to %d", in.Version, minProtocol, t.maxProtocol()), false
+	}
+	if negotiate(t.maxProtocol(), in.Max) == 0 {
+		return nil, fmt.Sprintf("protocols up to %d; this member speaks %d to %d", in.Max, minProtocol, t.maxProtocol()), false
 	}
 	if in.Cluster != t.cfg.cluster {
 		return nil, fmt.Sprintf("cluster %x; this member is in cluster %x", in.Cluster, t.cfg.cluster), false
@@ -869,11 +910,12 @@ func (t *transport) logRefusal(key, remote, claimed, reason string) {
 	}, zerolog.WarnLevel, "refused a member connection")
 }
 
-// receiveMessages hands p's messages, read from r, to the node until the
-// connection (raw, under r) ends. A newer connection from p replaces this
-// one. A message that is not from p to this member, or a snapshot (they
-// have connections of their own), ends it.
-func (t *transport) receiveMessages(p *peer, conn net.Conn, r *bufio.Reader) {
+// receiveMessages hands p's messages, read by f, to the node until the
+// connection (raw, under f) ends. A newer connection from p replaces this
+// one. A message that is not from p to this member, of a group this
+// member does not hold, or a snapshot (they have connections of their
+// own), ends it.
+func (t *transport) receiveMessages(p *peer, conn net.Conn, f *frameReader) {
 	t.mu.Lock()
 	old := t.inbound[p.Name]
 	t.inbound[p.Name] = conn
@@ -888,9 +930,9 @@ func (t *transport) receiveMessages(p *peer, conn net.Conn, r *bufio.Reader) {
 		}
 		t.mu.Unlock()
 	}()
-	f := frameReader{r: r}
 	for {
-		m, err := f.read()
+		e, err := f.read()
+		m := e.m
 		if err != nil {
 			if errors.Is(err, errTooLarge) || !isEOF(err) && !t.isClosed() && !errors.Is(err, net.ErrClosed) {
 				t.refused.Add(1)
@@ -898,10 +940,10 @@ func (t *transport) receiveMessages(p *peer, conn net.Conn, r *bufio.Reader) {
 			}
 			return
 		}
-		if m.GetFrom() != p.ID || m.GetTo() != t.cfg.self.ID || m.GetType() == pb.MsgSnap {
+		if m.GetFrom() != p.ID || m.GetTo() != t.cfg.self.ID || m.GetType() == pb.MsgSnap || e.group != group0 {
 			t.refused.Add(1)
 			t.logRefusal(p.Name, conn.RemoteAddr().String(), p.Name,
-				fmt.Sprintf("a %v from %x to %x on %s's connection", m.GetType(), m.GetFrom(), m.GetTo(), p.Name))
+				fmt.Sprintf("a %v of group %d from %x to %x on %s's connection", m.GetType(), e.group, m.GetFrom(), m.GetTo(), p.Name))
 			return
 		}
 		if p.cut.Load() {
@@ -922,8 +964,9 @@ func isEOF(err error) bool {
 // takes it, its records into the log's spool; once they are whole and
 // durable, it hands the message to the core and answers with the verdict.
 // One is received at a time: another peer's is refused meanwhile.
-func (t *transport) receiveSnapshot(p *peer, conn net.Conn, r *bufio.Reader) {
+func (t *transport) receiveSnapshot(p *peer, conn net.Conn, f *frameReader) {
 	dc := idleConn{Conn: conn, idle: snapshotIdle}
+	r := f.r
 	r.Reset(dc)
 	refuse := func(err error) {
 		if !t.isClosed() {
@@ -932,11 +975,14 @@ func (t *transport) receiveSnapshot(p *peer, conn net.Conn, r *bufio.Reader) {
 			}, zerolog.WarnLevel, "refused a member's snapshot; it sends it again later")
 		}
 	}
-	f := frameReader{r: r}
-	m, err := f.read()
+	e, err := f.read()
+	m := e.m
 	switch {
 	case err != nil:
 		refuse(err)
+		return
+	case e.group != group0:
+		refuse(fmt.Errorf("replication: a snapshot of group %d, which this member does not hold", e.group))
 		return
 	case m.GetType() != pb.MsgSnap || m.GetSnapshot() == nil:
 		refuse(fmt.Errorf("replication: a snapshot connection carried a %v", m.GetType()))
@@ -1112,6 +1158,18 @@ func newMemberTLS(src TLSSource) *memberTLS {
 		},
 	}
 	return m
+}
+
+// notePeer keeps what p's hello told: its addresses (noteAddrs) and its
+// incarnation, logging a new one (p restarted).
+func (t *transport) notePeer(p *peer, in *hello) {
+	p.noteAddrs(in)
+	if in.Incarnation == 0 {
+		return
+	}
+	if old := p.incarnation.Swap(in.Incarnation); old != 0 && old != in.Incarnation {
+		t.cfg.log.Info().Str("peer", p.Name).Msg("a member restarted")
+	}
 }
 
 // noteAddrs keeps the client and --http addresses p's hello told; a

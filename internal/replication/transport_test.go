@@ -69,7 +69,7 @@ func startLone(t *testing.T, tweak func(*NodeConfig)) (*Node, *testproc.SyncBuff
 
 // helloAs is a hello from member name of n's cluster, to n.
 func helloAs(n *Node, name string) hello {
-	return hello{Version: protocolVersion, Kind: streamMessages, Cluster: n.cfg.ClusterID,
+	return hello{Version: helloVersion, Kind: streamMessages, Cluster: n.cfg.ClusterID,
 		FromID: MemberID(name), From: name, To: n.self.Name, Client: "127.0.0.1:1"}
 }
 
@@ -105,10 +105,12 @@ func dial(t *testing.T, addr string) net.Conn {
 }
 
 // TestHelloRefused: a peer naming another cluster, a name that is not a
-// member, another receiver, a wrong id or another protocol is answered
-// with the reason and closed; garbage, a message not from the sender and
-// a frame past the limit end the connection too; each is counted, and the
-// same peer's refusals are logged once per interval.
+// member, another receiver, a wrong id, another hello version or no
+// protocol in common is answered with the reason and closed; garbage, a
+// message not from the sender, a frame past the limit, a frame of the
+// other protocol and a message of a group this member does not hold end
+// the connection too; each is counted, and the same peer's refusals are
+// logged once per interval.
 func TestHelloRefused(t *testing.T) {
 	n, out := startLone(t, nil)
 	refused := func() uint64 { return n.Stats().Transport.Refused }
@@ -125,6 +127,7 @@ func TestHelloRefused(t *testing.T) {
 		{"another id", func(h *hello) { h.FromID = 7 }, "member m2 has Raft id"},
 		{"another protocol", func(h *hello) { h.Version = 9 }, "protocol version 9"},
 		{"another stream", func(h *hello) { h.Kind = 7 }, "unknown stream kind 7"},
+		{"no protocol in common", func(h *hello) { h.Max, h.Incarnation = 1, 5 }, "protocols up to 1; this member speaks 2 to 3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := refused()
@@ -172,12 +175,31 @@ func TestHelloRefused(t *testing.T) {
 			return b
 		},
 	}
+	heartbeat := envelope{m: &pb.Message{Type: pb.MsgHeartbeat.Enum(), From: new(MemberID("m2")),
+		To: new(n.self.ID), Term: new(uint64(1))}}
+	v3 := map[string]func() []byte{
+		"a protocol-2 frame in protocol 3": func() []byte {
+			b, _ := appendFrame(nil, heartbeat.m)
+			return b
+		},
+		"a group this member does not hold": func() []byte {
+			b, _ := appendWhole(nil, 3, envelope{group: 1, m: heartbeat.m})
+			return b
+		},
+	}
+	for name, frame := range v3 {
+		frames[name] = frame
+	}
 	for name, frame := range frames {
 		t.Run(name, func(t *testing.T) {
 			before := refused()
 			conn := dial(t, n.Addr())
-			answer, err := exchange(t, conn, helloAs(n, "m2"))
-			if err != nil || answer.Refusal != "" {
+			h := helloAs(n, "m2")
+			if v3[name] != nil {
+				h.Max, h.Incarnation = maxProtocol, 9
+			}
+			answer, err := exchange(t, conn, h)
+			if err != nil || answer.Refusal != "" || answer.Max != maxProtocol {
 				t.Fatalf("a member's hello: %+v, %v", answer, err)
 			}
 			if _, err := conn.Write(frame()); err != nil {
@@ -363,7 +385,7 @@ func TestTransportNeverBlocks(t *testing.T) {
 			if _, err := readHello(bufio.NewReader(conn)); err != nil {
 				return
 			}
-			answer := hello{Version: protocolVersion, Kind: streamMessages, Cluster: cluster, FromID: hole.ID,
+			answer := hello{Version: helloVersion, Kind: streamMessages, Cluster: cluster, FromID: hole.ID,
 				From: hole.Name, To: self.Name}
 			_, _ = conn.Write(appendHello(nil, &answer))
 			// and never reads again

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -18,37 +19,58 @@ import (
 // The members' wire format. Every connection starts with a hello each
 // way, the dialer's first, the listener's answer second:
 //
-//	"SPRT" | version u16 | length u16 | payload (length bytes, at most maxHello)
+//	"SPRT" | version u16 (2) | length u16 | payload (length bytes, at most maxHello)
 //	payload: kind u8 | cluster u64 | sender's id u64 |
 //	         sender's name | receiver's name | sender's client address | refusal |
-//	         sender's HTTP address
+//	         sender's HTTP address | trailer
 //	(each string: length u16, bytes)
+//	trailer: highest protocol u16 | incarnation u64 (and later fields)
 //
-// The HTTP address (--http, where a follower forwards the admin API to
-// the leader) came last, within version 1: a hello that ends after the
-// refusal is read with none, and a reader that knows only four strings
-// ignores the fifth. Version 2 streams snapshots and sends large
-// messages in parts (below); a member refuses another version's hello.
+// Every hello says version 2, and the protocols after it hide in the
+// trailer, which a member of protocol 2 does not read: it reads five
+// strings and ignores what follows. A member that speaks protocol 3 sends
+// the trailer; the connection then speaks the highest protocol both ends
+// speak (negotiate): 3 between two such members, 2 when either end sent
+// no trailer. So members of two releases talk during a rolling upgrade.
+// A hello that ends after the refusal (the first releases') is read with
+// no HTTP address and no trailer. The incarnation is drawn at random when
+// a member starts: a new one tells its peers it restarted.
 //
 // An answer with a refusal says why the listener closes the connection;
-// a hello from another protocol version is answered with the listener's
-// version and a refusal. After the hellos a messages connection carries
-// frames from the dialer only, each a header u32 (two flag bits, then the
-// length of what follows) and the bytes:
+// a hello of another version than 2 is answered with a refusal. After the
+// hellos a messages connection carries frames from the dialer only, each a
+// header u32 (two flag bits, then the length of what follows) and the
+// bytes. Protocol 2 carries group 0's messages only:
 //
 //	whole message:  length | raftpb.Message (protobuf), length <= maxFrame
 //	message header: frameLarge|length | count u32 | count × data length u64 |
 //	                raftpb.Message with its entries' data left out, length <= maxFrame
 //	part:           framePart|length | data, length <= messagePart
 //
+// Protocol 3 names each message's Raft group (u16). Its small messages
+// go in batches, its heartbeats coalesced (the shape of CockroachDB's
+// MultiRaft: one exchange per pair of members per tick, whatever the
+// groups they share), and a typed frame carries either:
+//
+//	batch:          frameTyped|length | typedBatch u8 |
+//	                (group u16 | length u32 | raftpb.Message)...
+//	heartbeats:     frameTyped|length | typedHeartbeats u8 |
+//	                (group u16 | flags u8 | term u64 | commit u64 | context length u16 | context)...
+//	message header: frameLarge|length | group u16 | then as protocol 2's
+//	part:           as protocol 2's
+//
+// A heartbeat's sender and receiver are the connection's ends; its flags
+// say whether it is a response and which of term, commit and context
+// raft set, so that the message read is the message written.
+//
 // A message whose encoding is larger than messagePart goes as a header,
 // then its entries' data, in order, in parts; whole messages may come
 // between the parts, and the message is complete with its last part.
 //
 // A snapshot connection carries one snapshot, then the receiver's
-// verdict: the MsgSnap as a whole message (its snapshot's Data empty);
-// one byte back, snapshotProceed or snapshotRefused; then its records in
-// chunks, each
+// verdict: the MsgSnap as a whole message (protocol 3: a batch of one;
+// its snapshot's Data empty); one byte back, snapshotProceed or
+// snapshotRefused; then its records in chunks, each
 //
 //	length u32 | CRC-32C u32 of the bytes | bytes (whole record frames)
 //
@@ -58,15 +80,23 @@ import (
 //
 // and one byte back, snapshotTaken or snapshotRefused.
 const (
-	helloMagic      = "SPRT"
-	protocolVersion = 2
-	maxHello        = 4 << 10
-	// maxFrame bounds a whole message and a message's header: a larger
-	// length is refused before anything is allocated for it. Messages
-	// larger than messagePart go in parts.
+	helloMagic = "SPRT"
+	// helloVersion is the version every hello says; the protocols after
+	// it are named in the trailer.
+	helloVersion = 2
+	// minProtocol and maxProtocol are the protocols this member speaks.
+	minProtocol = 2
+	maxProtocol = 3
+	// helloTrailer is the trailer's length as this release writes it.
+	helloTrailer = 2 + 8
+	maxHello     = 4 << 10
+	// maxFrame bounds a whole message, a batch and a message's header: a
+	// larger length is refused before anything is allocated for it.
+	// Messages larger than messagePart go in parts.
 	maxFrame = 4 << 20
-	// messagePart bounds a whole message the sender writes, and each part
-	// of a larger one: what a heartbeat may wait behind.
+	// messagePart bounds a whole message the sender writes, a batch it
+	// starts another message in, and each part of a larger one: what a
+	// heartbeat may wait behind.
 	messagePart = 1 << 20
 	// maxEntryData bounds an entry's data in a message received: what one
 	// log frame holds.
@@ -77,11 +107,24 @@ const (
 
 	frameLarge  uint32 = 1 << 31
 	framePart   uint32 = 1 << 30
+	frameTyped         = frameLarge | framePart // protocol 3; protocol 2 refuses both flags
 	frameLength        = framePart - 1
+
+	typedBatch      byte = 1
+	typedHeartbeats byte = 2
 
 	snapshotProceed byte = 1
 	snapshotTaken   byte = 1
 	snapshotRefused byte = 0
+)
+
+// A coalesced heartbeat's flags.
+const (
+	beatResponse byte = 1 << iota
+	beatTerm
+	beatCommit
+	beatContext
+	beatFlags = beatResponse | beatTerm | beatCommit | beatContext
 )
 
 // streamKind says what a connection carries after its hellos.
@@ -91,6 +134,17 @@ const (
 	streamMessages streamKind = 1
 	streamSnapshot streamKind = 2
 )
+
+// groupID names a Raft group. The cluster's one group today is group0.
+type groupID uint16
+
+const group0 groupID = 0
+
+// envelope is a message with the group it belongs to.
+type envelope struct {
+	group groupID
+	m     *pb.Message
+}
 
 // hello opens each connection, both ways.
 type hello struct {
@@ -103,6 +157,10 @@ type hello struct {
 	Client  string // the sender's client address (-l/-p), for the proxy
 	Refusal string // in an answer: why the connection is refused
 	HTTP    string // the sender's --http address, for the admin API; "" without one
+	// Max is the highest protocol the sender speaks, from the trailer: 0
+	// without one (the sender speaks 2); Incarnation is its incarnation.
+	Max         uint16
+	Incarnation uint64
 }
 
 var (
@@ -110,7 +168,8 @@ var (
 	errTooLarge = errors.New("replication: frame too large")
 )
 
-// appendHello encodes h; strings longer than a hello can hold are cut.
+// appendHello encodes h, with the trailer if h.Max is set; strings
+// longer than a hello can hold are cut.
 func appendHello(b []byte, h *hello) []byte {
 	b = append(b, helloMagic...)
 	b = binary.BigEndian.AppendUint16(b, h.Version)
@@ -123,6 +182,10 @@ func appendHello(b []byte, h *hello) []byte {
 		s = s[:min(len(s), 1000)]
 		b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
 		b = append(b, s...)
+	}
+	if h.Max != 0 {
+		b = binary.BigEndian.AppendUint16(b, h.Max)
+		b = binary.BigEndian.AppendUint64(b, h.Incarnation)
 	}
 	binary.BigEndian.PutUint16(b[at:], uint16(len(b)-at-2))
 	return b
@@ -147,7 +210,7 @@ func readHello(r io.Reader) (*hello, error) {
 	if _, err := io.ReadFull(r, payload); err != nil {
 		return nil, err
 	}
-	if h.Version != protocolVersion {
+	if h.Version != helloVersion {
 		return h, nil
 	}
 	if len(payload) < 17 {
@@ -167,11 +230,32 @@ func readHello(r io.Reader) (*hello, error) {
 		l := int(binary.BigEndian.Uint16(rest))
 		*s, rest = string(rest[2:2+l]), rest[2+l:]
 	}
+	switch {
+	case len(rest) == 0: // a member of protocol 2
+	case len(rest) < helloTrailer:
+		return nil, errNotHello
+	default: // what follows the fields this release knows is a later one's
+		h.Max = binary.BigEndian.Uint16(rest)
+		h.Incarnation = binary.BigEndian.Uint64(rest[2:])
+	}
 	return h, nil
 }
 
-// appendFrame encodes m as a whole message's frame, refusing one past
-// maxFrame.
+// negotiate is the protocol a connection speaks: the highest both ends
+// speak, given the highest this end speaks and the trailer's from the
+// other end (0 without one); 0 if they share none.
+func negotiate(own, theirs uint16) uint16 {
+	if theirs == 0 {
+		theirs = minProtocol
+	}
+	if v := min(own, theirs); v >= minProtocol {
+		return v
+	}
+	return 0
+}
+
+// appendFrame encodes m as a whole message's frame of protocol 2,
+// refusing one past maxFrame.
 func appendFrame(b []byte, m *pb.Message) ([]byte, error) {
 	at := len(b)
 	b = append(b, 0, 0, 0, 0)
@@ -187,57 +271,181 @@ func appendFrame(b []byte, m *pb.Message) ([]byte, error) {
 	return b, nil
 }
 
-// messageWriter writes messages to one connection: a small one at once,
-// a large one as a header and then a part at a time (part), so that the
+// appendBatched adds e to the batch frame b (begun if b is empty),
+// refusing a batch past maxFrame.
+func appendBatched(b []byte, e envelope) ([]byte, error) {
+	if len(b) == 0 {
+		b = append(b, 0, 0, 0, 0, typedBatch)
+	}
+	at := len(b)
+	b = binary.BigEndian.AppendUint16(b, uint16(e.group))
+	b = append(b, 0, 0, 0, 0)
+	b, err := proto.MarshalOptions{}.MarshalAppend(b, e.m)
+	if err != nil {
+		return b[:at], err
+	}
+	if len(b)-4 > maxFrame {
+		return b[:at], fmt.Errorf("%w: a %v of %d bytes", errTooLarge, e.m.GetType(), len(b)-at-6)
+	}
+	binary.BigEndian.PutUint32(b[at+2:], uint32(len(b)-at-6))
+	binary.BigEndian.PutUint32(b, frameTyped|uint32(len(b)-4))
+	return b, nil
+}
+
+// appendWhole encodes e as one frame of protocol version: a whole
+// message, or a batch of one.
+func appendWhole(b []byte, version uint16, e envelope) ([]byte, error) {
+	if version < 3 {
+		if e.group != group0 {
+			return b, fmt.Errorf("replication: a message of group %d in protocol %d", e.group, version)
+		}
+		return appendFrame(b, e.m)
+	}
+	frame, err := appendBatched(nil, e)
+	return append(b, frame...), err
+}
+
+// coalescible reports whether m is a heartbeat (or its response) from
+// one end of a connection to the other with nothing but what a coalesced
+// heartbeat carries: type, from, to, term, commit and context.
+// TestCoalescibleFields fails when raft's Message gains a field this does
+// not look at.
+func coalescible(m *pb.Message, from, to uint64) bool {
+	if t := m.GetType(); t != pb.MsgHeartbeat && t != pb.MsgHeartbeatResp ||
+		m.From == nil || m.To == nil || m.GetFrom() != from || m.GetTo() != to ||
+		len(m.GetContext()) > math.MaxUint16 {
+		return false
+	}
+	return m.LogTerm == nil && m.Index == nil && m.Entries == nil && m.Vote == nil && m.Snapshot == nil &&
+		m.Reject == nil && m.RejectHint == nil && m.Responses == nil && len(m.ProtoReflect().GetUnknown()) == 0
+}
+
+// appendBeat adds the coalescible heartbeat e to the heartbeats frame b
+// (begun if b is empty).
+func appendBeat(b []byte, e envelope) []byte {
+	if len(b) == 0 {
+		b = append(b, 0, 0, 0, 0, typedHeartbeats)
+	}
+	m := e.m
+	var flags byte
+	if m.GetType() == pb.MsgHeartbeatResp {
+		flags |= beatResponse
+	}
+	if m.Term != nil {
+		flags |= beatTerm
+	}
+	if m.Commit != nil {
+		flags |= beatCommit
+	}
+	if m.Context != nil {
+		flags |= beatContext
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(e.group))
+	b = append(b, flags)
+	b = binary.BigEndian.AppendUint64(b, m.GetTerm())
+	b = binary.BigEndian.AppendUint64(b, m.GetCommit())
+	b = binary.BigEndian.AppendUint16(b, uint16(len(m.GetContext())))
+	b = append(b, m.GetContext()...)
+	binary.BigEndian.PutUint32(b, frameTyped|uint32(len(b)-4))
+	return b
+}
+
+// messageWriter writes messages to one connection: a small one at once
+// (protocol 3: into the batch or the heartbeats, written by flush), a
+// large one as a header and then a part at a time (part), so that the
 // caller writes other messages between its parts. Appends keep their
 // order, as raft's replication wants on one connection: one that comes
 // while a message is written in parts waits behind it, whatever its size;
 // heartbeats, votes and answers go at once. One goroutine uses it.
 type messageWriter struct {
-	w   io.Writer
-	buf []byte
+	w       io.Writer
+	version uint16 // the connection's protocol
+	// from and to are the connection's ends: the heartbeats between them
+	// are coalesced (protocol 3).
+	from, to uint64
+	buf      []byte
+	// batch and beats are the frames being filled (protocol 3), empty
+	// when none is.
+	batch, beats []byte
 	// queue is what waits behind a message in parts, in order, the first
 	// being that message; data is its entries' data not yet written.
-	queue []*pb.Message
+	queue []envelope
 	data  [][]byte
 	// dropped is told of a message too large to send (a header past
-	// maxFrame): raft would send it again and again.
+	// maxFrame): raft would send it again and again; or of one the
+	// connection's protocol cannot carry.
 	dropped func(error)
 }
 
 // busy reports whether a message has parts left to write.
 func (mw *messageWriter) busy() bool { return len(mw.queue) > 0 }
 
-// write writes m, or queues it, and reports how many messages it
-// finished: written whole, or dropped as too large.
-func (mw *messageWriter) write(m *pb.Message) (int, error) {
-	if mw.busy() && (m.GetType() == pb.MsgApp || proto.Size(m) > messagePart) {
-		mw.queue = append(mw.queue, m)
+// write writes e, or queues it, and reports how many messages it
+// finished: written whole (or batched), or dropped.
+func (mw *messageWriter) write(e envelope) (int, error) {
+	if mw.version < 3 && e.group != group0 {
+		mw.dropped(fmt.Errorf("replication: a message of group %d in protocol %d", e.group, mw.version))
+		return 1, nil
+	}
+	size := proto.Size(e.m)
+	if mw.busy() && (e.m.GetType() == pb.MsgApp || size > messagePart) {
+		mw.queue = append(mw.queue, e)
 		return 0, nil
 	}
-	if proto.Size(m) <= messagePart {
-		return mw.whole(m)
+	if size <= messagePart {
+		return mw.whole(e, size)
 	}
-	mw.queue = append(mw.queue, m)
+	mw.queue = append(mw.queue, e)
 	return mw.advance()
 }
 
-// whole writes m as one frame.
-func (mw *messageWriter) whole(m *pb.Message) (int, error) {
+// whole writes e as one frame, or adds it to a frame being filled.
+func (mw *messageWriter) whole(e envelope, size int) (int, error) {
 	var err error
-	mw.buf, err = appendFrame(mw.buf[:0], m)
+	switch {
+	case mw.version < 3:
+		mw.buf, err = appendFrame(mw.buf[:0], e.m)
+		if err == nil {
+			_, err = mw.w.Write(mw.buf)
+		}
+		mw.trim()
+	case coalescible(e.m, mw.from, mw.to):
+		mw.beats = appendBeat(mw.beats, e)
+	default:
+		if len(mw.batch)+size > messagePart {
+			if err := mw.flush(); err != nil {
+				return 0, err
+			}
+		}
+		mw.batch, err = appendBatched(mw.batch, e)
+	}
 	if errors.Is(err, errTooLarge) {
 		mw.dropped(err)
 		return 1, nil
 	}
-	if err == nil {
-		_, err = mw.w.Write(mw.buf)
-	}
-	mw.trim()
 	if err != nil {
 		return 0, err
 	}
 	return 1, nil
+}
+
+// flush writes the frames being filled: the heartbeats, then the batch.
+func (mw *messageWriter) flush() error {
+	for _, f := range []*[]byte{&mw.beats, &mw.batch} {
+		if len(*f) == 0 {
+			continue
+		}
+		_, err := mw.w.Write(*f)
+		if cap(*f) > 2*messagePart {
+			*f = nil // a rare large batch: do not keep its buffer for good
+		} else {
+			*f = (*f)[:0]
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // advance writes the queue from its first message on: small ones whole,
@@ -246,9 +454,9 @@ func (mw *messageWriter) whole(m *pb.Message) (int, error) {
 func (mw *messageWriter) advance() (int, error) {
 	done := 0
 	for len(mw.queue) > 0 {
-		m := mw.queue[0]
-		if proto.Size(m) <= messagePart {
-			n, err := mw.whole(m)
+		e := mw.queue[0]
+		if size := proto.Size(e.m); size <= messagePart {
+			n, err := mw.whole(e, size)
 			if err != nil {
 				return done, err
 			}
@@ -256,7 +464,7 @@ func (mw *messageWriter) advance() (int, error) {
 			mw.pop()
 			continue
 		}
-		err := mw.header(m)
+		err := mw.header(e)
 		if errors.Is(err, errTooLarge) {
 			mw.dropped(err)
 			done++
@@ -276,12 +484,17 @@ func (mw *messageWriter) advance() (int, error) {
 }
 
 func (mw *messageWriter) pop() {
-	mw.queue[0] = nil
+	mw.queue[0] = envelope{}
 	mw.queue = mw.queue[1:]
 }
 
-// header writes m's header and keeps its entries' data for its parts.
-func (mw *messageWriter) header(m *pb.Message) error {
+// header writes what was batched, then e's header, and keeps its
+// entries' data for its parts.
+func (mw *messageWriter) header(e envelope) error {
+	if err := mw.flush(); err != nil {
+		return err
+	}
+	m := e.m
 	head := new(pb.Message)
 	dst := head.ProtoReflect()
 	// Every field but the entries' data, shared and not copied: nobody
@@ -293,6 +506,9 @@ func (mw *messageWriter) header(m *pb.Message) error {
 	head.Entries = make([]*pb.Entry, len(m.GetEntries()))
 	mw.data = mw.data[:0]
 	b := binary.BigEndian.AppendUint32(mw.buf[:0], 0)
+	if mw.version >= 3 {
+		b = binary.BigEndian.AppendUint16(b, uint16(e.group))
+	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(m.GetEntries())))
 	for i, e := range m.GetEntries() {
 		head.Entries[i] = &pb.Entry{Term: e.Term, Index: e.Index, Type: e.Type}
@@ -316,10 +532,13 @@ func (mw *messageWriter) header(m *pb.Message) error {
 	return err
 }
 
-// part writes the next part of the first message in the queue, and once
-// that one is whole, what waited behind it (advance); it reports how many
-// messages it finished.
+// part writes what was batched, then the next part of the first message
+// in the queue, and once that one is whole, what waited behind it
+// (advance); it reports how many messages it finished.
 func (mw *messageWriter) part() (int, error) {
+	if err := mw.flush(); err != nil {
+		return 0, err
+	}
 	n := 0
 	for _, d := range mw.data {
 		n += len(d)
@@ -361,63 +580,162 @@ func (mw *messageWriter) trim() {
 // frameReader reads messages from one connection into one buffer,
 // reused: protobuf copies what it decodes, so no message aliases it.
 type frameReader struct {
-	r   *bufio.Reader
-	buf []byte
-	// The message in parts being read: its entries' data lengths, and the
-	// entry and offset its next part fills.
-	large *pb.Message
-	lens  []uint64
-	entry int
-	off   uint64
+	r       *bufio.Reader
+	version uint16 // the connection's protocol
+	// from and to are the connection's ends, which a coalesced heartbeat
+	// leaves out (protocol 3).
+	from, to uint64
+	buf      []byte
+	// pending are the messages of a batch or heartbeats frame, returned
+	// up to next.
+	pending []envelope
+	next    int
+	// The message in parts being read: its group, its entries' data
+	// lengths, and the entry and offset its next part fills.
+	large      *pb.Message
+	largeGroup groupID
+	lens       []uint64
+	entry      int
+	off        uint64
 }
 
-// read returns the next message: a whole one, or one in parts once its
-// last part has come. A length past its bound is refused before
-// anything is allocated for it.
-func (f *frameReader) read() (*pb.Message, error) {
+// read returns the next message: a whole one, one of a batch or of
+// coalesced heartbeats, or one in parts once its last part has come. A
+// length past its bound is refused before anything is allocated for it.
+func (f *frameReader) read() (envelope, error) {
 	for {
+		if f.next < len(f.pending) {
+			e := f.pending[f.next]
+			f.pending[f.next] = envelope{}
+			f.next++
+			return e, nil
+		}
+		f.pending, f.next = f.pending[:0], 0
 		var head [4]byte
 		if _, err := io.ReadFull(f.r, head[:]); err != nil {
-			return nil, err
+			return envelope{}, err
 		}
 		h := binary.BigEndian.Uint32(head[:])
 		n := h & frameLength
 		switch {
-		case h&framePart != 0 && h&frameLarge != 0:
-			return nil, fmt.Errorf("replication: a malformed frame header %x", h)
-		case h&framePart != 0:
+		case h&frameTyped == frameTyped && f.version < 3:
+			return envelope{}, fmt.Errorf("replication: a malformed frame header %x", h)
+		case h&frameTyped == framePart:
 			if m, err := f.readPart(n); m != nil || err != nil {
-				return m, err
+				return envelope{group: f.largeGroup, m: m}, err
 			}
 			continue
+		case h&frameTyped == 0 && f.version >= 3:
+			return envelope{}, fmt.Errorf("replication: a protocol-2 frame in protocol %d", f.version)
 		}
 		if n > maxFrame {
-			return nil, fmt.Errorf("%w: %d bytes", errTooLarge, n)
+			return envelope{}, fmt.Errorf("%w: %d bytes", errTooLarge, n)
 		}
 		if cap(f.buf) < int(n) {
 			f.buf = make([]byte, n)
 		}
 		b := f.buf[:n]
 		if _, err := io.ReadFull(f.r, b); err != nil {
-			return nil, err
+			return envelope{}, err
 		}
 		var m *pb.Message
 		var err error
-		if h&frameLarge == 0 {
+		switch h & frameTyped {
+		case 0:
 			m = new(pb.Message)
 			if err = proto.Unmarshal(b, m); err != nil {
 				m, err = nil, fmt.Errorf("replication: a malformed message: %w", err)
 			}
-		} else {
+		case frameLarge:
 			m, err = f.readHeader(b)
+		default:
+			err = f.readTyped(b)
 		}
 		if n > messagePart {
 			f.buf = nil // a rare large frame (protobuf copied it): do not keep its buffer for good
 		}
-		if m != nil || err != nil {
-			return m, err
+		if err != nil {
+			return envelope{}, err
+		}
+		if m != nil {
+			return envelope{group: f.largeGroup, m: m}, nil
 		}
 	}
+}
+
+// readTyped takes a batch or a heartbeats frame's messages into pending.
+func (f *frameReader) readTyped(b []byte) error {
+	if len(b) < 2 {
+		return errors.New("replication: an empty typed frame")
+	}
+	typ, b := b[0], b[1:]
+	for len(b) > 0 {
+		if len(b) < 2 {
+			return errors.New("replication: a malformed typed frame")
+		}
+		g := groupID(binary.BigEndian.Uint16(b))
+		var m *pb.Message
+		var err error
+		switch typ {
+		case typedBatch:
+			m, b, err = readBatched(b[2:])
+		case typedHeartbeats:
+			m, b, err = f.readBeat(b[2:])
+		default:
+			err = fmt.Errorf("replication: a typed frame of unknown type %d", typ)
+		}
+		if err != nil {
+			return err
+		}
+		f.pending = append(f.pending, envelope{group: g, m: m})
+	}
+	return nil
+}
+
+// readBatched reads one message of a batch from b, returning what follows.
+func readBatched(b []byte) (*pb.Message, []byte, error) {
+	if len(b) < 4 || uint64(len(b)-4) < uint64(binary.BigEndian.Uint32(b)) {
+		return nil, nil, errors.New("replication: a batch's message runs past its frame")
+	}
+	n := 4 + int(binary.BigEndian.Uint32(b))
+	m := new(pb.Message)
+	if err := proto.Unmarshal(b[4:n], m); err != nil {
+		return nil, nil, fmt.Errorf("replication: a malformed message: %w", err)
+	}
+	return m, b[n:], nil
+}
+
+// readBeat reads one coalesced heartbeat from b, returning what follows.
+func (f *frameReader) readBeat(b []byte) (*pb.Message, []byte, error) {
+	const fixed = 1 + 8 + 8 + 2
+	if len(b) < fixed || len(b) < fixed+int(binary.BigEndian.Uint16(b[17:])) {
+		return nil, nil, errors.New("replication: a heartbeat runs past its frame")
+	}
+	flags := b[0]
+	if flags&^beatFlags != 0 {
+		return nil, nil, fmt.Errorf("replication: a heartbeat's flags %x", flags)
+	}
+	// The message's fields, in one allocation: heartbeats come G times a
+	// tick.
+	v := &struct {
+		typ                    pb.MessageType
+		from, to, term, commit uint64
+	}{pb.MsgHeartbeat, f.from, f.to, binary.BigEndian.Uint64(b[1:]), binary.BigEndian.Uint64(b[9:])}
+	if flags&beatResponse != 0 {
+		v.typ = pb.MsgHeartbeatResp
+	}
+	m := &pb.Message{Type: &v.typ, From: &v.from, To: &v.to}
+	if flags&beatTerm != 0 {
+		m.Term = &v.term
+	}
+	if flags&beatCommit != 0 {
+		m.Commit = &v.commit
+	}
+	n := fixed + int(binary.BigEndian.Uint16(b[17:]))
+	if flags&beatContext != 0 {
+		m.Context = append([]byte{}, b[fixed:n]...)
+	}
+	return m, b[n:], nil
 }
 
 // readHeader takes a large message's header; it returns the message if
@@ -425,6 +743,13 @@ func (f *frameReader) read() (*pb.Message, error) {
 func (f *frameReader) readHeader(b []byte) (*pb.Message, error) {
 	if f.large != nil {
 		return nil, errors.New("replication: a message in parts began before the last one ended")
+	}
+	f.largeGroup = group0
+	if f.version >= 3 {
+		if len(b) < 2 {
+			return nil, errors.New("replication: a malformed message header")
+		}
+		f.largeGroup, b = groupID(binary.BigEndian.Uint16(b)), b[2:]
 	}
 	if len(b) < 4 {
 		return nil, errors.New("replication: a malformed message header")
