@@ -104,6 +104,8 @@ func newClusterCollector(c Cluster, p Proxy) *clusterCollector {
 			counter, func(s *stats) float64 { return float64(s.Transport.MessagesReceived) }),
 		newScalar("sprout_cluster_messages_dropped_total", "Raft messages not sent: a full queue, no connection, too large (Raft sends again what matters).",
 			counter, func(s *stats) float64 { return float64(s.Transport.MessagesDropped) }),
+		newScalar("sprout_cluster_messages_unrouted_total", "Raft messages received for a group this member does not hold, and dropped.",
+			counter, func(s *stats) float64 { return float64(s.Transport.MessagesUnrouted) }),
 		newScalar("sprout_cluster_peer_connects_total", "Connections this member made to members that answered its hello.",
 			counter, func(s *stats) float64 { return float64(s.Transport.Connects) }),
 		newScalar("sprout_cluster_peer_refused_total", "Members' connections refused at the hello: another cluster, a name not a member, a malformed hello or message.",

@@ -403,7 +403,8 @@
 // then the receiver's go-ahead, one byte. The receiver refuses at once,
 // before any record is read or built, a snapshot of a term older than
 // its own, one at or below its commit index (raft would ignore it), one
-// while it receives another (one at a time), or while its log says the
+// while it receives another of the same group or two of any, one of a
+// group it does not hold, or while its log says the
 // disk is full, each refusal logged once per peer and minute. Then the
 // records (Snapshots and a bounded log), in chunks: length (u32), CRC-32C
 // (u32), and the bytes, up to 1 MiB of whole records (one larger record
@@ -416,11 +417,21 @@
 // makes raft send it again later, from its start. Each read and write
 // has its own deadline (snapshotIdle), so a stream may take as long as it
 // needs while its bytes keep coming. Raft sends one snapshot to a peer at
-// a time, and the transport takes one per peer (another fails at once).
-// The sender paces itself, at 96 MB/s of records (snapshotRate; its first
-// pass over the view at four times that): fast enough that 500 MB is
-// installed within 10 s, and the stream must not take the cores and the
+// a time, and the transport takes one per peer and group (another fails
+// at once), sending two to a peer at once (snapshotStreams). The member
+// paces what it sends, at 96 MB/s of records for all its streams
+// together (snapshotRate, a token bucket one chunk deep; a stream's first
+// pass over its view at four times that): fast enough that 500 MB is
+// installed within 10 s, and the streams must not take the cores and the
 // disk from the leader's clients all at once.
+//
+// The transport carries the messages of every Raft group attached to it
+// (transport.attach; today one, group 0): each group sends its own and
+// is told of a peer unreachable or a snapshot's fate, and each message
+// received goes to its group's end. A message of a group this member
+// does not hold (one that left it, or has not come yet) is dropped and
+// counted (TransportStats.MessagesUnrouted); raft sends again what
+// matters.
 //
 // With --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca every
 // connection is mutual TLS 1.3 (tls.RequireAndVerifyClientCert). A

@@ -400,13 +400,15 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		removed: n.isRemoved, removedSelf: n.noteRemoved,
 		listen: cfg.Listen, listener: cfg.listener, client: cfg.ClientAddr, http: cfg.HTTPAddr,
 		tls: mtls, queue: cfg.SendQueue, log: n.logger, maxProtocol: cfg.maxProtocol,
-		deliver: n.deliver, deliverSnapshot: n.deliverSnapshot,
-		openSnapshot: n.openSnapshot, receiveSnapshot: n.receiveSnapshot,
-		unreachable: n.noteUnreachable, snapshotSent: n.noteSnapshotSent,
 	})
 	if err != nil {
 		return nil, err
 	}
+	n.transport.attach(group0, groupEnd{
+		deliver: n.deliver, deliverSnapshot: n.deliverSnapshot,
+		openSnapshot: n.openSnapshot, receiveSnapshot: n.receiveSnapshot,
+		unreachable: n.noteUnreachable, snapshotSent: n.noteSnapshotSent,
+	})
 	if mtls == nil && !allLoopback(cfg.Listen, cfg.Peers) {
 		n.logger.Warn().Str("listen", cfg.Listen).
 			Msg("members talk in plaintext: give every member a TLS certificate, its key and the CA for mutual TLS")
@@ -671,7 +673,7 @@ func (n *Node) sendLast(rest []Action) {
 		if a.Kind != ActSend {
 			continue
 		}
-		n.transport.send(a.Messages)
+		n.transport.send(group0, a.Messages)
 		for _, m := range a.Messages {
 			if m.GetType() == pb.MsgTimeoutNow {
 				n.logger.Info().Str("to", n.nameOf(m.GetTo())).Msg("removed while leading: handed the leadership over")
@@ -710,7 +712,7 @@ func (n *Node) do(a Action) bool {
 	case ActRestore:
 		return n.restore(a)
 	case ActSend:
-		n.transport.send(a.Messages)
+		n.transport.send(group0, a.Messages)
 	case ActWrite:
 		a.write(n.log)
 		seq := a.Seq

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"golang.org/x/time/rate"
 )
 
 // Transport timing and bounds; see doc.go (Members and their traffic).
@@ -57,8 +58,9 @@ const (
 type TransportStats struct {
 	// MessagesSent were written to a peer's connection; MessagesDropped
 	// were not (a full queue, no connection, too large); raft sends
-	// again what matters.
-	MessagesSent, MessagesReceived, MessagesDropped uint64
+	// again what matters. MessagesUnrouted were received for a group
+	// this member does not hold, and dropped.
+	MessagesSent, MessagesReceived, MessagesDropped, MessagesUnrouted uint64
 	// Connects counts connections this member made to peers that
 	// answered its hello.
 	Connects uint64
@@ -91,20 +93,8 @@ type transportConfig struct {
 	// the tests make members of an older release so.
 	maxProtocol uint16
 
-	// The node's side, called from the transport's goroutines. deliver
-	// blocks until the node takes m (false once it stopped);
-	// deliverSnapshot until the core has stepped it and carried out what
-	// followed, with its verdict. openSnapshot opens the records of a
-	// snapshot to send (Log.OpenSnapshot); receiveSnapshot, before any is
-	// read, says whether a snapshot is taken, and spools its records
-	// (Log.ReceiveSnapshot), waiting no longer than ctx. unreachable and
-	// snapshotSent must not block.
-	deliver         func(m *pb.Message) bool
-	deliverSnapshot func(m *pb.Message) error
-	openSnapshot    func(m *pb.Message) (SnapshotReader, error)
-	receiveSnapshot func(ctx context.Context, m *pb.Message) (SnapshotSink, error)
-	unreachable     func(id uint64)
-	snapshotSent    func(id uint64, ok bool)
+	// snapshotRate, if set, replaces snapshotRate: the tests pace slower.
+	snapshotRate float64
 	// removed says whether id was removed from the cluster (its hello is
 	// refused, with refusedRemoved); removedSelf is told when a peer
 	// refused this member so. Both must not block.
@@ -118,10 +108,33 @@ type transportConfig struct {
 // refusedRemoved is the refusal a removed member's hello gets.
 const refusedRemoved = "removed from the cluster"
 
-// transport carries raft's messages between members: one connection per
-// peer and direction (this member dials each peer and writes only; each
-// peer's connection to it is read only), and a connection of its own for
-// each snapshot. Send never blocks.
+// snapshotStreams is how many snapshots a member sends to one peer at
+// once, and receives at once: each of another group.
+const snapshotStreams = 2
+
+// groupEnd is a Raft group's side of the transport (transport.attach),
+// called from the transport's goroutines. deliver blocks until the group
+// takes m (false once it stopped); deliverSnapshot until the core has
+// stepped it and carried out what followed, with its verdict.
+// openSnapshot opens the records of a snapshot to send
+// (Log.OpenSnapshot); receiveSnapshot, before any is read, says whether
+// a snapshot is taken, and spools its records (Log.ReceiveSnapshot),
+// waiting no longer than ctx. unreachable and snapshotSent must not
+// block.
+type groupEnd struct {
+	deliver         func(m *pb.Message) bool
+	deliverSnapshot func(m *pb.Message) error
+	openSnapshot    func(m *pb.Message) (SnapshotReader, error)
+	receiveSnapshot func(ctx context.Context, m *pb.Message) (SnapshotSink, error)
+	unreachable     func(id uint64)
+	snapshotSent    func(id uint64, ok bool)
+}
+
+// transport carries raft's messages between members, for every group
+// attached: one connection per peer and direction (this member dials
+// each peer and writes only; each peer's connection to it is read only),
+// whatever the groups, and a connection of its own for each snapshot.
+// Send never blocks.
 type transport struct {
 	cfg    transportConfig  // immutable
 	ln     net.Listener     // immutable after newTransport
@@ -130,9 +143,12 @@ type transport struct {
 	ctx    context.Context  // immutable; cancelled by close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the transport's goroutines
-	// receiving holds a token while a snapshot is received: one at a
-	// time.
-	receiving chan struct{}
+	// groups are the groups attached, each its end: replaced whole when
+	// one is attached or detached, read without a lock.
+	groups atomic.Pointer[map[groupID]*groupEnd]
+	// pace is the member's budget for the snapshots it sends, shared by
+	// all: several at once cost clients no more than one.
+	pace *rate.Limiter
 	// incarnation is drawn when the transport starts; its hellos tell it.
 	incarnation uint64
 
@@ -141,19 +157,23 @@ type transport struct {
 	closed  bool                  // guarded by mu
 	conns   map[net.Conn]struct{} // guarded by mu: every open connection, closed by close
 	inbound map[string]net.Conn   // guarded by mu: each peer's messages connection to this member
+	// receiving are the groups whose snapshot is being received: one
+	// each, snapshotStreams in all.
+	receiving map[groupID]bool // guarded by mu
 
 	logged rateLog
 
 	sent, received, dropped        atomic.Uint64
 	connects, refused, tlsRefused  atomic.Uint64
+	unrouted                       atomic.Uint64
 	snapSent, snapFailed, snapRecv atomic.Uint64
 }
 
 // peer is another member as the transport sees it.
 type peer struct {
 	Member                        // immutable
-	queue  chan *pb.Message       // messages to send, bounded: Send drops when full
-	snap   chan *pb.Message       // the snapshot to send, one at a time
+	queue  chan envelope          // messages to send, bounded: Send drops when full
+	snap   chan envelope          // snapshots to send, one per group (snapping)
 	client atomic.Pointer[string] // its client address, from its hellos
 	http   atomic.Pointer[string] // its --http address, from its hellos
 	up     atomic.Bool            // a messages connection to it is open
@@ -166,6 +186,9 @@ type peer struct {
 	incarnation atomic.Uint64
 	// cut drops every message to and from it: the tests' partition.
 	cut atomic.Bool
+	// snapping are the groups with a snapshot to it queued or being sent.
+	snapMu   sync.Mutex
+	snapping map[groupID]bool // guarded by snapMu
 	// unsent counts its messages queued and not yet written out (or
 	// dropped, or lost with a broken connection): what drain waits for.
 	unsent atomic.Int64
@@ -189,11 +212,17 @@ func newTransport(cfg transportConfig) (*transport, error) {
 		ln:          ln,
 		peers:       make(map[uint64]*peer),
 		byName:      make(map[string]*peer),
-		receiving:   make(chan struct{}, 1),
 		incarnation: rand.Uint64() | 1, // never 0, which no trailer says
 		conns:       make(map[net.Conn]struct{}),
 		inbound:     make(map[string]net.Conn),
+		receiving:   make(map[groupID]bool),
 	}
+	pace := cfg.snapshotRate
+	if pace == 0 {
+		pace = snapshotRate
+	}
+	t.pace = rate.NewLimiter(rate.Limit(pace), snapshotChunk)
+	t.groups.Store(&map[groupID]*groupEnd{})
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for _, m := range cfg.members {
 		t.addPeer(m)
@@ -215,9 +244,40 @@ func (t *transport) start() {
 
 // runLocked starts p's goroutines. t.mu must be held.
 func (t *transport) runLocked(p *peer) {
-	t.wg.Add(2)
+	t.wg.Add(1 + snapshotStreams)
 	go t.runPeer(p)
-	go t.runSnapshots(p)
+	for range snapshotStreams {
+		go t.runSnapshots(p)
+	}
+}
+
+// attach makes the transport carry group g's messages, to and from end.
+func (t *transport) attach(g groupID, end groupEnd) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	groups := maps.Clone(*t.groups.Load())
+	groups[g] = &end
+	t.groups.Store(&groups)
+}
+
+// detach stops carrying g's messages: those received for it are
+// dropped, and so are its snapshots not yet sent.
+func (t *transport) detach(g groupID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	groups := maps.Clone(*t.groups.Load())
+	delete(groups, g)
+	t.groups.Store(&groups)
+}
+
+// group is g's end, or nil if g is not attached.
+func (t *transport) group(g groupID) *groupEnd { return (*t.groups.Load())[g] }
+
+// unreachable tells every group that p could not be reached.
+func (t *transport) unreachable(p *peer) {
+	for _, end := range *t.groups.Load() {
+		end.unreachable(p.ID)
+	}
 }
 
 // addPeer makes m a peer, dialled at once if the transport has started;
@@ -238,7 +298,8 @@ func (t *transport) addPeer(m Member) *peer {
 	if old := t.byName[m.Name]; old != nil {
 		t.removeLocked(old)
 	}
-	p := &peer{Member: m, queue: make(chan *pb.Message, t.cfg.queue), snap: make(chan *pb.Message, 1)}
+	p := &peer{Member: m, queue: make(chan envelope, t.cfg.queue), snap: make(chan envelope, maxGroups),
+		snapping: make(map[groupID]bool)}
 	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	t.peers[m.ID], t.byName[m.Name] = p, p
 	if t.started {
@@ -368,40 +429,68 @@ func (t *transport) isClosed() bool {
 	}
 }
 
-// send queues msgs for their peers and returns at once: a message that
-// finds its peer's queue full is dropped and counted, and the peer is
-// reported unreachable (raft then probes it rather than streaming). A
-// MsgSnap goes to the peer's snapshot sender; if one is still being
-// sent, it fails at once.
-func (t *transport) send(msgs []*pb.Message) {
+// send queues group g's msgs for their peers and returns at once: a
+// message that finds its peer's queue full is dropped and counted, and
+// the peer is reported unreachable to g (raft then probes it rather than
+// streaming). A MsgSnap goes to the peer's snapshot senders; if one of
+// g's is still queued or being sent to that peer, it fails at once.
+func (t *transport) send(g groupID, msgs []*pb.Message) {
+	end := t.group(g)
+	if end == nil {
+		t.dropped.Add(uint64(len(msgs)))
+		return
+	}
 	for _, m := range msgs {
 		p := t.peer(m.GetTo())
 		switch {
 		case p == nil:
 			t.dropped.Add(1) // a member this transport does not know yet
 		case m.GetType() == pb.MsgSnap:
-			select {
-			case p.snap <- m:
-			default:
+			if !p.queueSnapshot(envelope{group: g, m: m}) {
 				t.snapFailed.Add(1)
-				t.cfg.snapshotSent(p.ID, false)
+				end.snapshotSent(p.ID, false)
 			}
 		default:
 			select {
-			case p.queue <- m:
+			case p.queue <- envelope{group: g, m: m}:
 				p.unsent.Add(1)
 			default:
 				t.dropped.Add(1)
-				t.cfg.unreachable(p.ID)
+				end.unreachable(p.ID)
 			}
 		}
 	}
 }
 
+// queueSnapshot queues e for the snapshot senders, unless one of its
+// group's is queued or being sent already.
+func (p *peer) queueSnapshot(e envelope) bool {
+	p.snapMu.Lock()
+	defer p.snapMu.Unlock()
+	if p.snapping[e.group] {
+		return false
+	}
+	select {
+	case p.snap <- e:
+		p.snapping[e.group] = true
+		return true
+	default:
+		return false
+	}
+}
+
+// snapshotDone lets g send p another snapshot.
+func (p *peer) snapshotDone(g groupID) {
+	p.snapMu.Lock()
+	delete(p.snapping, g)
+	p.snapMu.Unlock()
+}
+
 // stats reads the counters.
 func (t *transport) stats() TransportStats {
 	return TransportStats{
-		MessagesSent: t.sent.Load(), MessagesReceived: t.received.Load(), MessagesDropped: t.dropped.Load(),
+		MessagesSent: t.sent.Load(), MessagesReceived: t.received.Load(),
+		MessagesDropped: t.dropped.Load(), MessagesUnrouted: t.unrouted.Load(),
 		Connects: t.connects.Load(), Refused: t.refused.Load(), TLSRefused: t.tlsRefused.Load(),
 		SnapshotsSent: t.snapSent.Load(), SnapshotsFailed: t.snapFailed.Load(), SnapshotsReceived: t.snapRecv.Load(),
 	}
@@ -424,7 +513,7 @@ func (t *transport) runPeer(p *peer) {
 			if p.ctx.Err() != nil {
 				return
 			}
-			t.cfg.unreachable(p.ID)
+			t.unreachable(p)
 			t.noteDown(p, err)
 			wait = backoff(wait)
 			continue
@@ -440,7 +529,7 @@ func (t *transport) runPeer(p *peer) {
 		if p.ctx.Err() != nil {
 			return
 		}
-		t.cfg.unreachable(p.ID)
+		t.unreachable(p)
 		t.noteDown(p, err)
 		wait = minBackoff
 	}
@@ -507,20 +596,20 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn, version uint16) e
 	noWait := make(chan struct{})
 	close(noWait)
 	for {
-		var m *pb.Message
+		var e envelope
 		var next <-chan struct{}
 		if mw.busy() {
 			next = noWait
 		}
 		select {
-		case m = <-p.queue:
+		case e = <-p.queue:
 		case <-broken:
 			return errors.New("replication: the peer closed the connection")
 		case <-p.ctx.Done():
 			return nil
 		case <-next:
 		}
-		for m != nil {
+		for e.m != nil {
 			taken++
 			if err := conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
 				return err
@@ -529,16 +618,16 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn, version uint16) e
 				t.dropped.Add(1)
 				done, lost = done+1, lost+1
 			} else {
-				n, err := mw.write(envelope{group: group0, m: m})
+				n, err := mw.write(e)
 				if err != nil {
 					return err
 				}
 				done += n
 			}
 			select {
-			case m = <-p.queue:
+			case e = <-p.queue:
 			default:
-				m = nil
+				e = envelope{}
 			}
 		}
 		if mw.busy() {
@@ -565,13 +654,19 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn, version uint16) e
 }
 
 // runSnapshots sends p's snapshots, one at a time, each on a connection
-// of its own, and reports each one's fate.
+// of its own, and reports each one's fate to its group. snapshotStreams
+// of them run per peer.
 func (t *transport) runSnapshots(p *peer) {
 	defer t.wg.Done()
 	for {
 		select {
-		case m := <-p.snap:
-			err := t.sendSnapshot(p, m)
+		case e := <-p.snap:
+			m, end := e.m, t.group(e.group)
+			err := errors.New("replication: the group is no longer held")
+			if end != nil {
+				err = t.sendSnapshot(p, e, end)
+			}
+			p.snapshotDone(e.group)
 			if err != nil {
 				t.snapFailed.Add(1)
 				if !t.isClosed() {
@@ -582,7 +677,9 @@ func (t *transport) runSnapshots(p *peer) {
 			} else {
 				t.snapSent.Add(1)
 			}
-			t.cfg.snapshotSent(p.ID, err == nil)
+			if end != nil {
+				end.snapshotSent(p.ID, err == nil)
+			}
 		case <-p.ctx.Done():
 			return
 		}
@@ -592,7 +689,8 @@ func (t *transport) runSnapshots(p *peer) {
 // sendSnapshot dials p, writes m, and once p goes ahead streams the
 // snapshot's records (doc.go, "Members and their traffic"), then waits
 // for p's verdict.
-func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
+func (t *transport) sendSnapshot(p *peer, e envelope, end *groupEnd) error {
+	m := e.m
 	if p.cut.Load() {
 		return errors.New("replication: cut off")
 	}
@@ -603,7 +701,7 @@ func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
 	defer t.drop(raw)
 	dc := idleConn{Conn: conn, idle: snapshotIdle}
 	w := bufio.NewWriterSize(dc, 64<<10)
-	frame, err := appendWhole(nil, version, envelope{group: group0, m: m})
+	frame, err := appendWhole(nil, version, e)
 	if err != nil {
 		return err
 	}
@@ -613,14 +711,13 @@ func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
 	if err := answered(w, dc, snapshotProceed, "go-ahead"); err != nil {
 		return err
 	}
-	r, err := t.cfg.openSnapshot(m)
+	r, err := end.openSnapshot(m)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
 	md := m.GetSnapshot().GetMetadata()
 	sum := snapshotTrailer{cluster: t.cfg.cluster, index: md.GetIndex(), term: md.GetTerm()}
-	pace := pacer{rate: snapshotRate, start: time.Now()}
 	for {
 		chunk, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -636,7 +733,7 @@ func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
 		if err := writeChunk(w, chunk); err != nil {
 			return err
 		}
-		if err := pace.wait(p.ctx, len(chunk)); err != nil {
+		if err := t.paceSnapshot(p.ctx, len(chunk)); err != nil {
 			return err
 		}
 	}
@@ -647,6 +744,19 @@ func (t *transport) sendSnapshot(p *peer, m *pb.Message) error {
 		return err
 	}
 	return answered(w, dc, snapshotTaken, "verdict")
+}
+
+// paceSnapshot waits until n more bytes of snapshots are within the
+// member's budget, or ctx ends.
+func (t *transport) paceSnapshot(ctx context.Context, n int) error {
+	for n > 0 {
+		k := min(n, t.pace.Burst())
+		if err := t.pace.WaitN(ctx, k); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
 }
 
 // answered flushes w and reads the receiver's one-byte answer from r: an
@@ -910,11 +1020,11 @@ func (t *transport) logRefusal(key, remote, claimed, reason string) {
 	}, zerolog.WarnLevel, "refused a member connection")
 }
 
-// receiveMessages hands p's messages, read by f, to the node until the
-// connection (raw, under f) ends. A newer connection from p replaces this
-// one. A message that is not from p to this member, of a group this
-// member does not hold, or a snapshot (they have connections of their
-// own), ends it.
+// receiveMessages hands p's messages, read by f, to their groups until
+// the connection (raw, under f) ends, dropping (and counting) those of a
+// group not attached. A newer connection from p replaces this one. A
+// message that is not from p to this member, or a snapshot (they have
+// connections of their own), ends it.
 func (t *transport) receiveMessages(p *peer, conn net.Conn, f *frameReader) {
 	t.mu.Lock()
 	old := t.inbound[p.Name]
@@ -940,17 +1050,24 @@ func (t *transport) receiveMessages(p *peer, conn net.Conn, f *frameReader) {
 			}
 			return
 		}
-		if m.GetFrom() != p.ID || m.GetTo() != t.cfg.self.ID || m.GetType() == pb.MsgSnap || e.group != group0 {
+		if m.GetFrom() != p.ID || m.GetTo() != t.cfg.self.ID || m.GetType() == pb.MsgSnap {
 			t.refused.Add(1)
 			t.logRefusal(p.Name, conn.RemoteAddr().String(), p.Name,
-				fmt.Sprintf("a %v of group %d from %x to %x on %s's connection", m.GetType(), e.group, m.GetFrom(), m.GetTo(), p.Name))
+				fmt.Sprintf("a %v from %x to %x on %s's connection", m.GetType(), m.GetFrom(), m.GetTo(), p.Name))
 			return
 		}
 		if p.cut.Load() {
 			continue
 		}
+		end := t.group(e.group)
+		if end == nil {
+			// A group that left this member, or that it does not hold
+			// yet: raft sends again what matters.
+			t.unrouted.Add(1)
+			continue
+		}
 		t.received.Add(1)
-		if !t.cfg.deliver(m) {
+		if !end.deliver(m) {
 			return
 		}
 	}
@@ -963,7 +1080,8 @@ func isEOF(err error) bool {
 // receiveSnapshot reads p's snapshot: its message, then, if this member
 // takes it, its records into the log's spool; once they are whole and
 // durable, it hands the message to the core and answers with the verdict.
-// One is received at a time: another peer's is refused meanwhile.
+// One is received per group at a time, and snapshotStreams in all:
+// another is refused meanwhile.
 func (t *transport) receiveSnapshot(p *peer, conn net.Conn, f *frameReader) {
 	dc := idleConn{Conn: conn, idle: snapshotIdle}
 	r := f.r
@@ -981,7 +1099,7 @@ func (t *transport) receiveSnapshot(p *peer, conn net.Conn, f *frameReader) {
 	case err != nil:
 		refuse(err)
 		return
-	case e.group != group0:
+	case t.group(e.group) == nil:
 		refuse(fmt.Errorf("replication: a snapshot of group %d, which this member does not hold", e.group))
 		return
 	case m.GetType() != pb.MsgSnap || m.GetSnapshot() == nil:
@@ -991,15 +1109,14 @@ func (t *transport) receiveSnapshot(p *peer, conn net.Conn, f *frameReader) {
 		refuse(fmt.Errorf("replication: a snapshot from %x to %x", m.GetFrom(), m.GetTo()))
 		return
 	}
-	select {
-	case t.receiving <- struct{}{}:
-		defer func() { <-t.receiving }()
-	default:
-		refuse(errors.New("replication: another snapshot is being received"))
+	end := t.group(e.group)
+	if !t.startReceiving(e.group) {
+		refuse(fmt.Errorf("replication: %d snapshots, or one of group %d, are being received", snapshotStreams, e.group))
 		_, _ = dc.Write([]byte{snapshotRefused})
 		return
 	}
-	sink, err := t.cfg.receiveSnapshot(t.ctx, m)
+	defer t.stopReceiving(e.group)
+	sink, err := end.receiveSnapshot(t.ctx, m)
 	if err == nil && p.cut.Load() {
 		sink.Close()
 		err = errors.New("replication: cut off")
@@ -1015,7 +1132,7 @@ func (t *transport) receiveSnapshot(p *peer, conn net.Conn, f *frameReader) {
 	}
 	err = t.spool(p, r, m, sink)
 	if err == nil {
-		err = t.cfg.deliverSnapshot(m)
+		err = end.deliverSnapshot(m)
 	}
 	verdict := snapshotTaken
 	if err != nil {
@@ -1025,6 +1142,24 @@ func (t *transport) receiveSnapshot(p *peer, conn net.Conn, f *frameReader) {
 		t.snapRecv.Add(1)
 	}
 	_, _ = dc.Write([]byte{verdict})
+}
+
+// startReceiving takes g's turn to receive a snapshot: false while one
+// of g's, or snapshotStreams of any, are received.
+func (t *transport) startReceiving(g groupID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.receiving[g] || len(t.receiving) >= snapshotStreams {
+		return false
+	}
+	t.receiving[g] = true
+	return true
+}
+
+func (t *transport) stopReceiving(g groupID) {
+	t.mu.Lock()
+	delete(t.receiving, g)
+	t.mu.Unlock()
 }
 
 // spool reads a snapshot's chunks and trailer into sink, checking each

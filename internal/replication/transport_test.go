@@ -2,6 +2,7 @@ package replication
 
 import (
 	"bufio"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -10,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/binary"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/rs/zerolog"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sproutmq/sprout/internal/testproc"
 )
@@ -107,10 +110,9 @@ func dial(t *testing.T, addr string) net.Conn {
 // TestHelloRefused: a peer naming another cluster, a name that is not a
 // member, another receiver, a wrong id, another hello version or no
 // protocol in common is answered with the reason and closed; garbage, a
-// message not from the sender, a frame past the limit, a frame of the
-// other protocol and a message of a group this member does not hold end
-// the connection too; each is counted, and the same peer's refusals are
-// logged once per interval.
+// message not from the sender, a frame past the limit and a frame of the
+// other protocol end the connection too; each is counted, and the same
+// peer's refusals are logged once per interval.
 func TestHelloRefused(t *testing.T) {
 	n, out := startLone(t, nil)
 	refused := func() uint64 { return n.Stats().Transport.Refused }
@@ -180,10 +182,6 @@ func TestHelloRefused(t *testing.T) {
 	v3 := map[string]func() []byte{
 		"a protocol-2 frame in protocol 3": func() []byte {
 			b, _ := appendFrame(nil, heartbeat.m)
-			return b
-		},
-		"a group this member does not hold": func() []byte {
-			b, _ := appendWhole(nil, 3, envelope{group: 1, m: heartbeat.m})
 			return b
 		},
 	}
@@ -396,14 +394,16 @@ func TestTransportNeverBlocks(t *testing.T) {
 	tr, err := newTransport(transportConfig{
 		self: self, members: []Member{self, hole}, cluster: cluster, listen: "127.0.0.1:0",
 		queue: 16, log: zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.attach(group0, groupEnd{
 		deliver:         func(*pb.Message) bool { return true },
 		deliverSnapshot: func(*pb.Message) error { return nil },
 		unreachable:     func(uint64) { unreachable.Add(1) },
 		snapshotSent:    func(uint64, bool) {},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr.start()
 	testproc.WaitFor(t, 5*time.Second, "connected to the hole", tr.peers[hole.ID].up.Load)
 
@@ -412,7 +412,7 @@ func TestTransportNeverBlocks(t *testing.T) {
 	send := func(n int) {
 		for range n {
 			start := time.Now()
-			tr.send([]*pb.Message{{Type: pb.MsgApp.Enum(), To: new(hole.ID), From: new(self.ID), Entries: []*pb.Entry{entry}}})
+			tr.send(group0, []*pb.Message{{Type: pb.MsgApp.Enum(), To: new(hole.ID), From: new(self.ID), Entries: []*pb.Entry{entry}}})
 			slowest = max(slowest, time.Since(start))
 		}
 	}
@@ -539,5 +539,153 @@ func TestMemberTLSSource(t *testing.T) {
 	second, err := handshake()
 	if err != nil || second.Issuer.CommonName != "two" {
 		t.Fatalf("after the swap: %v, %v", second, err)
+	}
+}
+
+// chunkReader is a SnapshotReader of n chunks of size bytes.
+type chunkReader struct {
+	n, size int
+}
+
+func (r *chunkReader) Next() ([]byte, error) {
+	if r.n == 0 {
+		return nil, io.EOF
+	}
+	r.n--
+	return make([]byte, r.size), nil
+}
+
+func (r *chunkReader) Close() {}
+
+// recordingEnd is a group's end that records what reaches it.
+type recordingEnd struct {
+	msgs      chan *pb.Message
+	snapshots chan *pb.Message // stepped whole
+	spooled   atomic.Int64     // snapshot bytes received
+	sent      chan bool        // the fates of the snapshots sent
+}
+
+func newRecordingEnd() *recordingEnd {
+	return &recordingEnd{msgs: make(chan *pb.Message, 64), snapshots: make(chan *pb.Message, 4), sent: make(chan bool, 4)}
+}
+
+func (r *recordingEnd) end(chunks int) groupEnd {
+	return groupEnd{
+		deliver:         func(m *pb.Message) bool { r.msgs <- m; return true },
+		deliverSnapshot: func(m *pb.Message) error { r.snapshots <- m; return nil },
+		openSnapshot: func(*pb.Message) (SnapshotReader, error) {
+			return &chunkReader{n: chunks, size: snapshotChunk}, nil
+		},
+		receiveSnapshot: func(context.Context, *pb.Message) (SnapshotSink, error) {
+			return &memSink{
+				write:  func(b []byte) error { r.spooled.Add(int64(len(b))); return nil },
+				finish: func() error { return nil },
+				abort:  func() {},
+			}, nil
+		},
+		unreachable:  func(uint64) {},
+		snapshotSent: func(_ uint64, ok bool) { r.sent <- ok },
+	}
+}
+
+// TestTransportGroups: one connection per pair of members carries every
+// group attached, each message to its own group's end; a message of a
+// group the receiver does not hold is dropped and counted, and the
+// connection carries on. Snapshots of two groups go to one peer at
+// once, sharing the member's budget: together they take as long as
+// their bytes at its rate; another of a group already sending fails at
+// once.
+func TestTransportGroups(t *testing.T) {
+	const cluster, rate, chunks = 7, 16e6, 4
+	var lns []net.Listener
+	var members []Member
+	for _, name := range []string{"m1", "m2"} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		members = append(members, Member{Name: name, Addr: ln.Addr().String(), ID: MemberID(name)})
+	}
+	ends := map[string]map[groupID]*recordingEnd{}
+	trs := map[string]*transport{}
+	for i, m := range members {
+		tr, err := newTransport(transportConfig{self: m, members: members, cluster: cluster, listener: lns[i],
+			queue: 64, log: zerolog.Nop(), snapshotRate: rate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends[m.Name] = map[groupID]*recordingEnd{}
+		for _, g := range []groupID{0, 1} {
+			ends[m.Name][g] = newRecordingEnd()
+			tr.attach(g, ends[m.Name][g].end(chunks))
+		}
+		trs[m.Name] = tr
+		tr.start()
+		t.Cleanup(tr.close)
+	}
+	a, b := trs["m1"], trs["m2"]
+	from, to := members[0].ID, members[1].ID
+	msg := func(typ pb.MessageType, index uint64) *pb.Message {
+		return &pb.Message{Type: typ.Enum(), From: new(from), To: new(to), Term: new(uint64(2)), Index: new(index)}
+	}
+	receive := func(g groupID, want *pb.Message) {
+		t.Helper()
+		select {
+		case got := <-ends["m2"][g].msgs:
+			if !proto.Equal(got, want) {
+				t.Fatalf("group %d received %v, want %v", g, got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("group %d received nothing", g)
+		}
+	}
+	a.send(1, []*pb.Message{msg(pb.MsgApp, 10)})
+	a.send(0, []*pb.Message{msg(pb.MsgVote, 20)})
+	receive(1, msg(pb.MsgApp, 10))
+	receive(0, msg(pb.MsgVote, 20))
+
+	a.attach(2, newRecordingEnd().end(chunks))
+	a.send(2, []*pb.Message{msg(pb.MsgApp, 30)})
+	a.send(0, []*pb.Message{msg(pb.MsgApp, 31)})
+	receive(0, msg(pb.MsgApp, 31))
+	if st := b.stats(); st.MessagesUnrouted != 1 || st.Refused != 0 {
+		t.Errorf("the receiver's stats after a message of group 2: %+v", st)
+	}
+	if b.peer(from).protocol.Load() != 3 || a.peer(to).protocol.Load() != 3 {
+		t.Errorf("protocols %d and %d", b.peer(from).protocol.Load(), a.peer(to).protocol.Load())
+	}
+
+	snap := func(index uint64) *pb.Message {
+		return &pb.Message{Type: pb.MsgSnap.Enum(), From: new(from), To: new(to), Term: new(uint64(2)),
+			Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(index), Term: new(uint64(2))}}}
+	}
+	start := time.Now()
+	a.send(0, []*pb.Message{snap(100)})
+	a.send(1, []*pb.Message{snap(200)})
+	a.send(0, []*pb.Message{snap(101)}) // group 0's first is still going
+	if ok := <-ends["m1"][0].sent; ok {
+		t.Fatal("a second snapshot of group 0 was taken while the first was sent")
+	}
+	for _, g := range []groupID{0, 1} {
+		select {
+		case ok := <-ends["m1"][g].sent:
+			if !ok {
+				t.Fatalf("group %d's snapshot failed", g)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("group %d's snapshot never ended", g)
+		}
+		if got := <-ends["m2"][g].snapshots; got.GetSnapshot().GetMetadata().GetIndex() != 100*uint64(g+1) {
+			t.Errorf("group %d stepped snapshot %d", g, got.GetSnapshot().GetMetadata().GetIndex())
+		}
+		if n := ends["m2"][g].spooled.Load(); n != chunks*snapshotChunk {
+			t.Errorf("group %d spooled %d bytes, want %d", g, n, chunks*snapshotChunk)
+		}
+	}
+	// The budget's burst is one chunk; the rest waits its turn.
+	least := time.Duration(float64((2*chunks-1)*snapshotChunk) / rate * float64(time.Second))
+	if took := time.Since(start); took < least {
+		t.Errorf("two snapshots of %d bytes each took %v; the member's budget allows no less than %v", chunks*snapshotChunk, took, least)
 	}
 }

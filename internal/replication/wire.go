@@ -138,7 +138,11 @@ const (
 // groupID names a Raft group. The cluster's one group today is group0.
 type groupID uint16
 
-const group0 groupID = 0
+const (
+	group0 groupID = 0
+	// maxGroups bounds the groups of a cluster (docs/design/shards.md).
+	maxGroups = 256
+)
 
 // envelope is a message with the group it belongs to.
 type envelope struct {
