@@ -632,6 +632,19 @@
 // match indexes too. Close stops the goroutine, then the transport, then
 // the store.
 //
+// A Node is one Raft group's replica on a member; what the member's
+// groups share is its Host (host.go, docs/design/shards.md 2.3): its
+// identity and its transport. StartNode starts group 0 with its host;
+// group 0 holds the membership (its changes add and remove the
+// transport's peers, and a member removed from it stops whole), and when
+// it stops, for any reason, the host's other groups stop with it, then
+// the transport. Host.StartGroup starts another group's replica on the
+// host: its own Log, store, journal and goroutine, its replicas placed
+// statically on members of group 0 (a membership change of it is
+// refused, ErrStaticGroup), its messages on the host's connections. Only
+// tests start other groups yet: two groups on three members fail over
+// and rebuild in place each unnoticed by the other (host_test.go).
+//
 // The network tests start members in one process over loopback TCP, each
 // with its own store and a MemoryLog that outlives its node (its disk):
 // elections, acknowledgement only once a majority is durable, failover

@@ -39,6 +39,10 @@ var (
 // be applied on the member that took it.
 const ChangeTimeout = 10 * time.Second
 
+// ErrStaticGroup refuses a membership change of a group other than 0:
+// their replicas are placed statically yet (Host.StartGroup).
+var ErrStaticGroup = errors.New("replication: only group 0's members change; the other groups' replicas are placed statically")
+
 // changeReq is an operator's membership change, on its way to the node
 // goroutine and waiting there for its change to be applied.
 type changeReq struct {
@@ -127,6 +131,9 @@ func SelectJoin(s, node string) (cluster, id uint64, found bool, err error) {
 }
 
 func (n *Node) change(ctx context.Context, req *changeReq) (Member, error) {
+	if n.group != group0 {
+		return Member{}, ErrStaticGroup
+	}
 	req.done = make(chan changeResult, 1)
 	select {
 	case n.changes <- req:
@@ -228,16 +235,18 @@ func newMemberID(book Book) uint64 {
 }
 
 // membership carries out an ActMembership: the log keeps it, the
-// transport follows the book, the request waiting for it is answered; a
+// transport follows group 0's book, the request waiting for it is answered; a
 // member no longer in the membership stops. It reports whether the node
 // stopped.
 func (n *Node) membership(a Action) bool {
 	n.log.SetMembership(a.ConfState, a.Book)
-	for _, id := range a.Book.Removed {
-		n.transport.removePeer(id)
-	}
-	for _, m := range a.Book.Members {
-		n.transport.addPeer(m)
+	if n.group == group0 {
+		for _, id := range a.Book.Removed {
+			n.transport.removePeer(id)
+		}
+		for _, m := range a.Book.Members {
+			n.transport.addPeer(m)
+		}
 	}
 	n.mu.Lock()
 	changed := !slices.Equal(n.conf.GetVoters(), a.ConfState.GetVoters()) ||

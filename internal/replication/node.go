@@ -160,12 +160,16 @@ func (cfg *NodeConfig) SelfAddr() string {
 	return cfg.Listen
 }
 
-// Node is a running member: the goroutine that owns its Core, carries out
-// the core's actions (doc.go) on the Log, the transport and the store, and
-// feeds it ticks and peers' messages; and what operations read of it.
+// Node is a member's replica of one Raft group (group 0, the membership's,
+// started by StartNode; others by Host.StartGroup): the goroutine that
+// owns its Core, carries out the core's actions (doc.go) on the Log, the
+// transport and the store, and feeds it ticks and peers' messages; and
+// what operations read of it.
 type Node struct {
-	cfg  NodeConfig // immutable after StartNode, defaults filled in
-	self Member     // immutable
+	cfg   NodeConfig // immutable after StartNode, defaults filled in
+	self  Member     // immutable
+	host  *Host      // immutable: what the member's groups share
+	group groupID    // immutable
 	// byID are the members in the book, and conf raft's membership:
 	// written on the node goroutine under mu, so it reads them without.
 	byID    map[uint64]Member
@@ -178,7 +182,7 @@ type Node struct {
 	// whatever serves it keeps the one it was given. Immutable; changed
 	// only on the node goroutine.
 	store     *store.Store
-	transport *transport     // immutable after StartNode
+	transport *transport     // immutable: the host's
 	logger    zerolog.Logger // immutable
 	// startCommit is the commit index the log held at start: Ready waits
 	// until it is applied. Immutable.
@@ -189,7 +193,7 @@ type Node struct {
 	wake   chan struct{}    // the mailbox or the journal has news; capacity 1
 	stop   chan struct{}    // closed by Close
 	halted chan struct{}    // closed when the node goroutine takes no more events
-	done   chan struct{}    // closed when it has also stopped the transport
+	done   chan struct{}    // closed when it has also left the host (group 0: stopped it)
 
 	closeOnce sync.Once
 
@@ -295,15 +299,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Tick == 0 {
-		cfg.Tick = DefaultTick
-	}
-	if cfg.ElectionTick == 0 {
-		cfg.ElectionTick = DefaultElectionTick // the core's default, which tick needs too
-	}
-	if cfg.SendQueue == 0 {
-		cfg.SendQueue = DefaultSendQueue
-	}
+	cfg.fillDefaults()
 	var names []string
 	var ids []uint64
 	for _, m := range cfg.Peers {
@@ -324,10 +320,6 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	}
 	if cfg.Log == nil {
 		return nil, ErrNoLog
-	}
-	hs, cs, err := cfg.Log.InitialState()
-	if err != nil {
-		return nil, fmt.Errorf("replication: the log's state: %w", err)
 	}
 	// Who the members are: the log's book once a change was applied (or
 	// a snapshot installed), else --cluster-peers. A joining member knows
@@ -361,21 +353,70 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 			}
 		}
 	}
-	if book.removed(self.ID) || len(cs.GetVoters())+len(cs.GetLearners()) > 0 && !inConf(cs, self.ID) {
-		return nil, fmt.Errorf("%w: %s (%x) is not in the membership its log holds: start it on an empty directory after adding it again", ErrRemoved, cfg.Node, self.ID)
+	if _, err := startState(cfg, self, book); err != nil {
+		return nil, err // before the transport listens
 	}
+	h := &Host{self: self, cluster: cfg.ClusterID, groups: make(map[groupID]*Node),
+		logger: cfg.Logger.With().Str("node", cfg.Node).Logger()}
+	var err error
+	h.transport, err = newTransport(transportConfig{
+		self: self, members: book.Members, cluster: cfg.ClusterID, hints: hints,
+		removed: h.isRemoved, removedSelf: h.noteRemoved,
+		listen: cfg.Listen, listener: cfg.listener, client: cfg.ClientAddr, http: cfg.HTTPAddr,
+		tls: mtls, queue: cfg.SendQueue, log: h.logger, maxProtocol: cfg.maxProtocol,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n, err := h.newNode(group0, cfg, book)
+	if err != nil {
+		h.transport.close()
+		return nil, err
+	}
+	if mtls == nil && !allLoopback(cfg.Listen, cfg.Peers) {
+		n.logger.Warn().Str("listen", cfg.Listen).
+			Msg("members talk in plaintext: give every member a TLS certificate, its key and the CA for mutual TLS")
+	}
+	n.launch()
+	n.logger.Info().Str("listen", n.transport.addr().String()).Str("client", cfg.ClientAddr).
+		Str("id", fmt.Sprintf("%x", n.self.ID)).Str("cluster", fmt.Sprintf("%x", cfg.ClusterID)).Int("members", len(book.Members)).
+		Bool("joining", cfg.JoinID != 0 && n.conf.GetVoters() == nil && n.conf.GetLearners() == nil).
+		Bool("tls", mtls != nil).Dur("tick", cfg.Tick).Int("election_ticks", cfg.ElectionTick).
+		Msg("cluster member started")
+	return n, nil
+}
 
+// fillDefaults gives cfg's timing and queue their defaults where unset.
+func (cfg *NodeConfig) fillDefaults() {
+	if cfg.Tick == 0 {
+		cfg.Tick = DefaultTick
+	}
+	if cfg.ElectionTick == 0 {
+		cfg.ElectionTick = DefaultElectionTick // the core's default, which tick needs too
+	}
+	if cfg.SendQueue == 0 {
+		cfg.SendQueue = DefaultSendQueue
+	}
+}
+
+// newNode makes group g's node on host h from its configuration, the
+// members its log (or cfg) names, its membership and the commit index its
+// log held at start; the caller makes its core.
+func newNode(h *Host, g groupID, cfg NodeConfig, logger zerolog.Logger, book Book, cs *pb.ConfState, startCommit uint64) *Node {
 	n := &Node{
 		born:          time.Now(),
 		cfg:           cfg,
-		self:          self,
+		self:          h.self,
+		host:          h,
+		group:         g,
+		transport:     h.transport,
 		conf:          cs,
 		removed:       book.Removed,
 		changes:       make(chan *changeReq),
 		transfers:     make(chan uint64),
 		log:           cfg.Log,
-		logger:        cfg.Logger.With().Str("node", cfg.Node).Logger(),
-		startCommit:   hs.GetCommit(),
+		logger:        logger,
+		startCommit:   startCommit,
 		inbox:         make(chan *pb.Message, 256),
 		snapIn:        make(chan snapshotIn),
 		wake:          make(chan struct{}, 1),
@@ -391,42 +432,21 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if l, ok := cfg.Log.(fullLog); ok {
 		n.journal.full = l.Full
 	}
-	n.core, err = NewCore(n.coreConfig(book, 0))
-	if err != nil {
-		return nil, err
-	}
-	n.transport, err = newTransport(transportConfig{
-		self: n.self, members: book.Members, cluster: cfg.ClusterID, hints: hints,
-		removed: n.isRemoved, removedSelf: n.noteRemoved,
-		listen: cfg.Listen, listener: cfg.listener, client: cfg.ClientAddr, http: cfg.HTTPAddr,
-		tls: mtls, queue: cfg.SendQueue, log: n.logger, maxProtocol: cfg.maxProtocol,
-	})
-	if err != nil {
-		return nil, err
-	}
-	n.transport.attach(group0, groupEnd{
-		deliver: n.deliver, deliverSnapshot: n.deliverSnapshot,
-		openSnapshot: n.openSnapshot, receiveSnapshot: n.receiveSnapshot,
-		unreachable: n.noteUnreachable, snapshotSent: n.noteSnapshotSent,
-	})
-	if mtls == nil && !allLoopback(cfg.Listen, cfg.Peers) {
-		n.logger.Warn().Str("listen", cfg.Listen).
-			Msg("members talk in plaintext: give every member a TLS certificate, its key and the CA for mutual TLS")
-	}
-	// The first round restores the store from the log (ActRestore), so
-	// Store has one when StartNode returns. (It cannot rebuild: this
-	// member has served nothing yet.)
+	return n
+}
+
+// launch runs the node: its first round restores the store from the log
+// (ActRestore), so Store has one when it returns (it cannot rebuild: the
+// node has served nothing yet); then its goroutine, and for group 0 the
+// host's connections to the peers.
+func (n *Node) launch() {
 	n.process()
 	n.publish(true)
 	n.lastTick = time.Now()
-	n.transport.start()
+	if n.group == group0 {
+		n.transport.start()
+	}
 	go n.run()
-	n.logger.Info().Str("listen", n.transport.addr().String()).Str("client", cfg.ClientAddr).
-		Str("id", fmt.Sprintf("%x", n.self.ID)).Str("cluster", fmt.Sprintf("%x", cfg.ClusterID)).Int("members", len(book.Members)).
-		Bool("joining", cfg.JoinID != 0 && cs.GetVoters() == nil && cs.GetLearners() == nil).
-		Bool("tls", mtls != nil).Dur("tick", cfg.Tick).Int("election_ticks", cfg.ElectionTick).
-		Msg("cluster member started")
-	return n, nil
 }
 
 // coreConfig is the Config of the member's core: at start, and when the
@@ -536,10 +556,11 @@ func (n *Node) Journal() *Journal { return n.journal }
 func (n *Node) run() {
 	defer close(n.done)
 	defer func() {
+		var drain time.Duration
 		if errors.Is(n.lost, ErrRemoved) {
-			n.transport.drain(n.cfg.Tick) // sendLast's messages
+			drain = n.cfg.Tick // sendLast's messages
 		}
-		n.transport.close()
+		n.host.release(n, drain)
 	}()
 	defer close(n.halted)
 	ticker := time.NewTicker(n.cfg.Tick)
@@ -673,7 +694,7 @@ func (n *Node) sendLast(rest []Action) {
 		if a.Kind != ActSend {
 			continue
 		}
-		n.transport.send(group0, a.Messages)
+		n.transport.send(n.group, a.Messages)
 		for _, m := range a.Messages {
 			if m.GetType() == pb.MsgTimeoutNow {
 				n.logger.Info().Str("to", n.nameOf(m.GetTo())).Msg("removed while leading: handed the leadership over")
@@ -712,7 +733,7 @@ func (n *Node) do(a Action) bool {
 	case ActRestore:
 		return n.restore(a)
 	case ActSend:
-		n.transport.send(group0, a.Messages)
+		n.transport.send(n.group, a.Messages)
 	case ActWrite:
 		a.write(n.log)
 		seq := a.Seq

@@ -1,0 +1,174 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// Host is what a member's Raft groups share (docs/design/shards.md, 2.3):
+// its place among the members and its transport, one connection per peer
+// and direction whatever the groups. Each group is a Node: group 0, which
+// StartNode starts with its host, holds the membership (its changes add
+// and remove the transport's peers, and a member removed from it stops
+// whole); StartGroup starts another group on the same host, its replicas
+// placed statically on members of group 0. Only tests start other groups
+// yet.
+type Host struct {
+	self      Member         // immutable
+	cluster   uint64         // immutable
+	transport *transport     // immutable
+	logger    zerolog.Logger // immutable: the member's, without a group
+
+	mu     sync.Mutex
+	groups map[groupID]*Node // guarded by mu: the groups running
+	closed bool              // guarded by mu
+}
+
+// ErrGroupRunning refuses StartGroup for a group the host runs already,
+// or for group 0, which StartNode starts.
+var ErrGroupRunning = errors.New("replication: the group runs on this member already")
+
+// Host is the member's host, shared by its groups.
+func (n *Node) Host() *Host { return n.host }
+
+// StartGroup starts group g's replica on this member: its own log
+// (cfg.Log), its replicas (cfg.Peers, members of group 0, this one among
+// them), its timing and its store's callbacks (CloseClients); the
+// member-wide settings (listeners, TLS, the cluster) are the host's and
+// cfg's are not read. Its messages share the host's connections.
+func (h *Host) StartGroup(g uint16, cfg NodeConfig) (*Node, error) {
+	group := groupID(g)
+	if group == group0 || int(group) >= maxGroups {
+		return nil, fmt.Errorf("%w: group %d (groups 1 to %d start here)", ErrGroupRunning, g, maxGroups-1)
+	}
+	cfg.Node, cfg.ClusterID = h.self.Name, h.cluster
+	cfg.fillDefaults()
+	if cfg.Log == nil {
+		return nil, ErrNoLog
+	}
+	if !slices.ContainsFunc(cfg.Peers, func(m Member) bool { return m.Name == h.self.Name }) {
+		return nil, fmt.Errorf("replication: group %d's replicas do not include this member, %s", g, h.self.Name)
+	}
+	book := cfg.Log.Membership()
+	if len(book.Members) == 0 {
+		book.Members = nil
+		for _, m := range cfg.Peers {
+			if h.transport.peer(m.ID) == nil && m.ID != h.self.ID {
+				return nil, fmt.Errorf("replication: group %d's replica %s is not a member", g, m.Name)
+			}
+			book.Members = append(book.Members, m)
+		}
+	}
+	n, err := h.newNode(group, cfg, book)
+	if err != nil {
+		return nil, err
+	}
+	n.launch()
+	return n, nil
+}
+
+// newNode makes group g's node on the host and attaches it to the
+// transport; launch starts it.
+func (h *Host) newNode(g groupID, cfg NodeConfig, book Book) (*Node, error) {
+	hs, err := startState(cfg, h.self, book)
+	if err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger.With().Str("node", cfg.Node).Logger()
+	if g != group0 {
+		logger = logger.With().Uint16("group", uint16(g)).Logger()
+	}
+	n := newNode(h, g, cfg, logger, book, hs.cs, hs.commit)
+	if n.core, err = NewCore(n.coreConfig(book, 0)); err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.closed:
+		return nil, errStopped
+	case h.groups[g] != nil:
+		return nil, fmt.Errorf("%w: group %d", ErrGroupRunning, g)
+	}
+	h.groups[g] = n
+	h.transport.attach(g, groupEnd{
+		deliver: n.deliver, deliverSnapshot: n.deliverSnapshot,
+		openSnapshot: n.openSnapshot, receiveSnapshot: n.receiveSnapshot,
+		unreachable: n.noteUnreachable, snapshotSent: n.noteSnapshotSent,
+	})
+	return n, nil
+}
+
+// startPoint is what a node starts from in its log.
+type startPoint struct {
+	cs     *pb.ConfState
+	commit uint64
+}
+
+// startState reads the state cfg's log starts from, refusing a log whose
+// membership no longer holds self.
+func startState(cfg NodeConfig, self Member, book Book) (startPoint, error) {
+	hs, cs, err := cfg.Log.InitialState()
+	if err != nil {
+		return startPoint{}, fmt.Errorf("replication: the log's state: %w", err)
+	}
+	if book.removed(self.ID) || len(cs.GetVoters())+len(cs.GetLearners()) > 0 && !inConf(cs, self.ID) {
+		return startPoint{}, fmt.Errorf("%w: %s (%x) is not in the membership its log holds: start it on an empty directory after adding it again", ErrRemoved, cfg.Node, self.ID)
+	}
+	return startPoint{cs: cs, commit: hs.GetCommit()}, nil
+}
+
+// release takes n off the host once its goroutine has stopped. Group 0's
+// end is the member's: every other group stops, then the transport
+// (after letting a removed member's last messages go).
+func (h *Host) release(n *Node, drain time.Duration) {
+	h.mu.Lock()
+	if h.groups[n.group] == n {
+		delete(h.groups, n.group)
+		h.transport.detach(n.group)
+	}
+	var rest []*Node
+	if n.group == group0 {
+		h.closed = true
+		for _, o := range h.groups {
+			rest = append(rest, o)
+		}
+	}
+	h.mu.Unlock()
+	if n.group != group0 {
+		return
+	}
+	for _, o := range rest {
+		o.Close()
+	}
+	if drain > 0 {
+		h.transport.drain(drain)
+	}
+	h.transport.close()
+}
+
+// group0 is the membership's group, or nil before it starts.
+func (h *Host) group0() *Node {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.groups[group0]
+}
+
+// isRemoved and noteRemoved are the transport's questions to the
+// membership (group 0).
+func (h *Host) isRemoved(id uint64) bool {
+	n := h.group0()
+	return n != nil && n.isRemoved(id)
+}
+
+func (h *Host) noteRemoved(by string) {
+	if n := h.group0(); n != nil {
+		n.noteRemoved(by)
+	}
+}

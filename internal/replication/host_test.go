@@ -1,0 +1,158 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sproutmq/sprout/internal/testproc"
+)
+
+// startGroups starts group g's replica on every member of c, each on a
+// log of its own, and returns them by member.
+func startGroups(t *testing.T, c *netCluster, g uint16, logs map[string]*gatedLog) map[string]*Node {
+	t.Helper()
+	nodes := map[string]*Node{}
+	for _, m := range c.peers {
+		if nodes[m.Name] = startGroup(t, c, g, m.Name, logs[m.Name]); nodes[m.Name] == nil {
+			t.Fatalf("group %d on %s did not start", g, m.Name)
+		}
+	}
+	return nodes
+}
+
+// startGroup starts group g's replica on member name, on log.
+func startGroup(t *testing.T, c *netCluster, g uint16, name string, log *gatedLog) *Node {
+	t.Helper()
+	n, err := c.nodes[name].Host().StartGroup(g, NodeConfig{Peers: c.peers, Log: log, Tick: testTick,
+		Logger: zerolog.New(c.output).Level(zerolog.InfoLevel).With().Timestamp().Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n
+}
+
+// groupUp are the nodes of a group that run.
+func groupUp(nodes map[string]*Node) []*Node {
+	var up []*Node
+	for _, n := range nodes {
+		select {
+		case <-n.Done():
+		default:
+			up = append(up, n)
+		}
+	}
+	return up
+}
+
+// TestHostTwoGroups: three members run group 0 and a second group, each
+// on its own logs, over one transport per member. Each elects, replicates
+// and acknowledges on its own; when the second group loses its leader's
+// replica it elects another while group 0 keeps its leader and term and
+// goes on acknowledging; the replica started again catches up; messages
+// for the group while its replica was down were dropped and counted, on
+// connections that stayed up. When the second group's leader loses its
+// majority it rebuilds in place, unnoticed by group 0; when group 0's
+// replica stops, the member's other groups stop with it. Only group 0's
+// membership changes.
+func TestHostTwoGroups(t *testing.T) {
+	c := newNetCluster(t, 3, 100, nil)
+	var ids []uint64
+	for _, m := range c.peers {
+		ids = append(ids, m.ID)
+	}
+	logs := map[string]*gatedLog{}
+	for _, m := range c.peers {
+		logs[m.Name] = &gatedLog{MemoryLog: NewMemoryLog(ids, 100)}
+	}
+	g1 := startGroups(t, c, 1, logs)
+	l0 := c.awaitServing(10 * time.Second)
+	l1 := c.awaitServing(10*time.Second, groupUp(g1)...)
+	term0 := l0.Status().Term
+
+	put := func(l *Node, body string) uint64 {
+		t.Helper()
+		id, pos := newNetClient(l, "tube").put(body)
+		awaitAck(t, l.Journal(), pos, 10*time.Second)
+		return id
+	}
+	put(l0, "group 0's first")
+	put(l1, "group 1's first")
+
+	if _, err := l1.AddMember(t.Context(), "m4", "127.0.0.1:1"); !errors.Is(err, ErrStaticGroup) {
+		t.Errorf("a member added to group 1: %v", err)
+	}
+	if _, err := c.nodes["m1"].Host().StartGroup(1, NodeConfig{Peers: c.peers, Log: logs["m1"]}); !errors.Is(err, ErrGroupRunning) {
+		t.Errorf("group 1 started twice: %v", err)
+	}
+
+	// Group 1 loses its leader's replica; its member stays, and so does
+	// group 0's replica on it.
+	down := l1.Name()
+	l1.Close()
+	var rest []*Node
+	for name, n := range g1 {
+		if name != down {
+			rest = append(rest, n)
+		}
+	}
+	for i := range 20 {
+		put(l0, fmt.Sprint("group 0 during group 1's failover ", i))
+	}
+	l1 = c.awaitServing(10*time.Second, rest...)
+	put(l1, "group 1 after its failover")
+	if st := l0.Status(); st.Term != term0 || st.Leader != l0.Name() || !st.Serving {
+		t.Errorf("group 0 changed while group 1 failed over: term %d (was %d), leader %q (was %s)", st.Term, term0, st.Leader, l0.Name())
+	}
+	unrouted := c.nodes[down].Stats().Transport.MessagesUnrouted
+	if unrouted == 0 {
+		t.Errorf("no message of group 1 counted unrouted on %s while its replica was down", down)
+	}
+	if st := c.nodes[down].Stats().Transport; st.Refused != 0 {
+		t.Errorf("%s refused connections: %+v", down, st)
+	}
+
+	// The replica starts again on its log and catches up.
+	g1[down] = startGroup(t, c, 1, down, logs[down])
+	want := viewOf(l1.Store())
+	testproc.WaitFor(t, 10*time.Second, down+"'s group 1 catching up", func() bool {
+		return diffViews(want, viewOf(g1[down].Store())) == ""
+	})
+	if got := len(viewOf(l0.Store())); got != 21 {
+		t.Errorf("group 0 holds %d jobs, want 21", got)
+	}
+	if got := len(want); got != 2 {
+		t.Errorf("group 1 holds %d jobs, want 2", got)
+	}
+
+	// Group 1's leader loses its majority and rebuilds in place; group 0,
+	// with its leader on any member, does not notice.
+	for name, n := range g1 {
+		if n != l1 {
+			n.Close()
+			delete(g1, name)
+		}
+	}
+	testproc.WaitFor(t, 10*time.Second, "group 1's leader stepping down", func() bool {
+		return l1.Stats().Rebuilds == 1 && !l1.Status().Serving
+	})
+	put(l0, "group 0 after group 1's rebuild")
+	if st := l0.Status(); st.Term != term0 || st.Leader != l0.Name() {
+		t.Errorf("group 0 changed while group 1 rebuilt: term %d (was %d), leader %q (was %s)", st.Term, term0, st.Leader, l0.Name())
+	}
+	if got := viewOf(l1.Store()); diffViews(want, got) != "" {
+		t.Errorf("group 1's store after its rebuild: %s", diffViews(want, got))
+	}
+
+	// Group 0's end is the member's: its other groups stop with it.
+	c.kill(l1.Name())
+	select {
+	case <-l1.Done():
+	case <-time.After(5 * time.Second):
+		t.Error("group 1 runs on after its member's group 0 stopped")
+	}
+}
