@@ -1,0 +1,272 @@
+package meta
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Transfer moves group's leadership from one member to another.
+type Transfer struct {
+	Group    uint16
+	From, To string
+}
+
+// PlanLeaders is the transfers that balance leaderships, given each
+// group's leader as the members report them (a group missing has none
+// known) and whether a member's replica of a group is caught up, so that
+// it can take the leadership at once. A draining member hands over what
+// it leads, each group to its caught up voter leading fewest; then,
+// while one member leads two more than another, it hands one group
+// towards it: straight to it if it is a caught up voter of a group it
+// leads, else the first hop of the shortest chain of such transfers,
+// which the next plans continue. Each member is in one transfer at most,
+// either side.
+func PlanLeaders(s *State, leaders map[uint16]string, caughtUp func(group uint16, member string) bool) []Transfer {
+	count := map[string]int{}
+	for _, m := range s.Members {
+		if !m.Draining && s.holdsVoter(m.Name) {
+			count[m.Name] = 0
+		}
+	}
+	for _, g := range s.Groups {
+		if l, ok := leaders[g.ID]; ok {
+			if _, eligible := count[l]; eligible {
+				count[l]++
+			}
+		}
+	}
+	busy := map[string]bool{}
+	var plan []Transfer
+	// target is the member leading fewest, below most, among g's caught
+	// up voters that may lead and are free.
+	target := func(g *Group, below int) string {
+		best := ""
+		for _, v := range g.Voters() {
+			n, eligible := count[v]
+			if !eligible || busy[v] || n >= below || !caughtUp(g.ID, v) {
+				continue
+			}
+			if best == "" || n < count[best] || n == count[best] && v < best {
+				best = v
+			}
+		}
+		return best
+	}
+	move := func(g *Group, from, to string) {
+		plan = append(plan, Transfer{Group: g.ID, From: from, To: to})
+		busy[from], busy[to] = true, true
+		if _, ok := count[from]; ok {
+			count[from]--
+		}
+		count[to]++
+	}
+	for _, m := range s.Members {
+		if !m.Draining {
+			continue
+		}
+		for i := range s.Groups {
+			g := &s.Groups[i]
+			if leaders[g.ID] != m.Name || busy[m.Name] {
+				continue
+			}
+			if to := target(g, int(^uint(0)>>1)); to != "" {
+				move(g, m.Name, to)
+			}
+		}
+	}
+	// Balance: from the member leading most, towards the nearest member
+	// leading at least two fewer. The nearest may share none of its groups:
+	// then the first hop of the shortest chain of transfers goes (a to b,
+	// b to c, ...), one per plan, and each plan after is a hop nearer.
+	for {
+		var from string
+		for name, n := range count {
+			if !busy[name] && (from == "" || n > count[from] || n == count[from] && name < from) {
+				from = name
+			}
+		}
+		if from == "" {
+			return plan
+		}
+		if g, to := s.firstHop(from, count, leaders, busy, caughtUp); g != nil {
+			move(g, from, to)
+		} else {
+			busy[from] = true // nothing it leads can go: try the next
+		}
+	}
+}
+
+// firstHop is the first transfer of the shortest chain from member from
+// to a member leading at least two fewer groups: each hop a group its
+// leader hands to a caught up voter that may lead. Nil if there is none.
+func (s *State) firstHop(from string, count map[string]int, leaders map[uint16]string, busy map[string]bool,
+	caughtUp func(uint16, string) bool) (*Group, string) {
+	type hop struct {
+		group *Group
+		to    string // the first hop's member
+	}
+	first := map[string]hop{from: {}}
+	queue := []string{from}
+	for len(queue) > 0 {
+		at := queue[0]
+		queue = queue[1:]
+		for i := range s.Groups {
+			g := &s.Groups[i]
+			if leaders[g.ID] != at {
+				continue
+			}
+			voters := g.Voters()
+			slices.Sort(voters)
+			for _, v := range voters {
+				if _, eligible := count[v]; !eligible || busy[v] || !caughtUp(g.ID, v) {
+					continue
+				}
+				if _, seen := first[v]; seen {
+					continue
+				}
+				h := first[at]
+				if at == from {
+					h = hop{group: g, to: v}
+				}
+				if count[v] <= count[from]-2 {
+					return h.group, h.to
+				}
+				first[v] = h
+				queue = append(queue, v)
+			}
+		}
+	}
+	return nil, ""
+}
+
+// holdsVoter reports whether member votes in any group.
+func (s *State) holdsVoter(member string) bool {
+	for i := range s.Groups {
+		if slices.Contains(s.Groups[i].Voters(), member) {
+			return true
+		}
+	}
+	return false
+}
+
+// ReplicaChange adds a learner replica of Group on Member, or removes
+// Member's replica of it.
+type ReplicaChange struct {
+	Group  uint16
+	Member string
+	Remove bool
+}
+
+// PlanReplicas is the replica changes that keep every group at R voters
+// on members that are not draining, and spread replicas so that each
+// member that is live and not draining holds floor or ceil of R·G/M. A
+// group short of voters gets a learner (its core promotes it once caught
+// up) on the live member holding fewest replicas, ties broken by a hash
+// of the member's name and the group, so that groups do not all pick the
+// same member; a group with more than R voters loses the replica of the
+// member holding most, and a draining member's replica goes once the
+// group has R without it. A member that is down keeps its replicas: its
+// groups run on their majorities, and replacing it is the operator's act
+// (docs/design/shards.md 1.4); only new replicas avoid it. At most one
+// change per group, and one spreading move per plan.
+func PlanReplicas(s *State, live func(member string) bool) []ReplicaChange {
+	kept := func(name string) bool {
+		m := s.member(name)
+		return m != nil && !m.Draining
+	}
+	load := map[string]int{} // the members new replicas may go to
+	for _, m := range s.Members {
+		if !m.Draining && live(m.Name) {
+			load[m.Name] = 0
+		}
+	}
+	for _, g := range s.Groups {
+		for _, r := range g.Replicas {
+			if _, ok := load[r.Member]; ok {
+				load[r.Member]++
+			}
+		}
+	}
+	// fewest is the usable member holding fewest replicas among those
+	// not in g.
+	fewest := func(g *Group) string {
+		best, bestTie := "", uint64(0)
+		for name, n := range load {
+			if g.Holds(name) {
+				continue
+			}
+			tie := xxhash.Sum64String(name + "/" + strconv.Itoa(int(g.ID)))
+			if best == "" || n < load[best] || n == load[best] && tie < bestTie {
+				best, bestTie = name, tie
+			}
+		}
+		return best
+	}
+	var plan []ReplicaChange
+	changed := map[uint16]bool{} // changed now, or still promoting a learner
+	for i := range s.Groups {
+		g := &s.Groups[i]
+		var healthy, drained []string
+		learning := false
+		for _, r := range g.Replicas {
+			switch {
+			case r.Learner && kept(r.Member):
+				learning = true
+			case r.Learner:
+			case kept(r.Member):
+				healthy = append(healthy, r.Member)
+			default:
+				if m := s.member(r.Member); m != nil && m.Draining {
+					drained = append(drained, r.Member)
+				}
+			}
+		}
+		if learning {
+			changed[g.ID] = true
+		}
+		switch {
+		case len(healthy) < s.Replicas && !learning:
+			if to := fewest(g); to != "" {
+				plan = append(plan, ReplicaChange{Group: g.ID, Member: to})
+				load[to]++
+				changed[g.ID] = true
+			}
+		case len(healthy) >= s.Replicas && len(drained) > 0:
+			plan = append(plan, ReplicaChange{Group: g.ID, Member: drained[0], Remove: true})
+			changed[g.ID] = true
+		case len(healthy) > s.Replicas:
+			most := slices.MaxFunc(healthy, func(a, b string) int {
+				return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(a, b))
+			})
+			plan = append(plan, ReplicaChange{Group: g.ID, Member: most, Remove: true})
+			if _, ok := load[most]; ok {
+				load[most]--
+			}
+			changed[g.ID] = true
+		}
+	}
+	// Spread: from the member holding most to the one holding fewest, one
+	// group they do not share.
+	var most, least string
+	for name, n := range load {
+		if most == "" || n > load[most] || n == load[most] && name < most {
+			most = name
+		}
+		if least == "" || n < load[least] || n == load[least] && name < least {
+			least = name
+		}
+	}
+	if most == "" || load[most]-load[least] <= 1 {
+		return plan
+	}
+	for i := range s.Groups {
+		g := &s.Groups[i]
+		if !changed[g.ID] && g.Holds(most) && !g.Holds(least) {
+			return append(plan, ReplicaChange{Group: g.ID, Member: least})
+		}
+	}
+	return plan
+}

@@ -1,0 +1,203 @@
+package meta
+
+import (
+	"slices"
+	"testing"
+)
+
+// leaderCounts counts the groups each member leads.
+func leaderCounts(s *State, leaders map[uint16]string) map[string]int {
+	n := map[string]int{}
+	for _, m := range s.Members {
+		n[m.Name] += 0
+	}
+	for _, l := range leaders {
+		n[l]++
+	}
+	return n
+}
+
+// settleLeaders carries out PlanLeaders' transfers until it plans none,
+// checking each goes from the group's leader to one of its caught up
+// voters; it returns how many rounds it took.
+func settleLeaders(t *testing.T, s *State, leaders map[uint16]string, caughtUp func(uint16, string) bool) int {
+	t.Helper()
+	for round := 1; round <= 50; round++ {
+		plan := PlanLeaders(s, leaders, caughtUp)
+		if len(plan) == 0 {
+			return round
+		}
+		seen := map[string]bool{}
+		for _, tr := range plan {
+			g := &s.Groups[tr.Group]
+			switch {
+			case leaders[tr.Group] != tr.From:
+				t.Fatalf("%+v: the group is led by %s", tr, leaders[tr.Group])
+			case !slices.Contains(g.Voters(), tr.To) || !caughtUp(tr.Group, tr.To):
+				t.Fatalf("%+v: %s is not a caught up voter", tr, tr.To)
+			case seen[tr.From] || seen[tr.To]:
+				t.Fatalf("%+v: a member in two transfers of one plan: %+v", tr, plan)
+			}
+			seen[tr.From], seen[tr.To] = true, true
+			leaders[tr.Group] = tr.To
+		}
+	}
+	t.Fatal("the leaderships never settled")
+	return 0
+}
+
+// TestPlanLeaders: a formation's preferred leaders need no transfer;
+// leaderships piled on one member spread until each member leads floor
+// or ceil of G/M; a voter not caught up is given none; a draining member
+// hands over all it leads.
+func TestPlanLeaders(t *testing.T) {
+	all := func(uint16, string) bool { return true }
+	for _, tc := range []struct{ m, g int }{{3, 6}, {5, 5}, {5, 16}, {3, 1}} {
+		s, _ := Formation(members(tc.m), tc.g, 3)
+		leaders := map[uint16]string{}
+		for _, g := range s.Groups {
+			leaders[g.ID] = g.Preferred
+		}
+		if plan := PlanLeaders(s, leaders, all); len(plan) != 0 {
+			t.Errorf("M=%d G=%d: the formation's leaders moved: %+v", tc.m, tc.g, plan)
+		}
+		// Each group led by its voter of the smallest name: piled on m1
+		// and m2.
+		for _, g := range s.Groups {
+			leaders[g.ID] = slices.Min(g.Voters())
+		}
+		if n := leaderCounts(s, leaders); n["m1"] <= (tc.g+tc.m-1)/tc.m && tc.g > 1 {
+			t.Fatalf("M=%d G=%d: a start that is not skewed: %v", tc.m, tc.g, n)
+		}
+		settleLeaders(t, s, leaders, all)
+		lo, hi := tc.g/tc.m, (tc.g+tc.m-1)/tc.m
+		for name, n := range leaderCounts(s, leaders) {
+			if n < lo || n > hi {
+				t.Errorf("M=%d G=%d: %s leads %d, want %d to %d", tc.m, tc.g, name, n, lo, hi)
+			}
+		}
+	}
+
+	s, _ := Formation(members(3), 6, 3)
+	leaders := map[uint16]string{}
+	for _, g := range s.Groups {
+		leaders[g.ID] = "m1"
+	}
+	behind := func(_ uint16, m string) bool { return m != "m3" }
+	settleLeaders(t, s, leaders, behind)
+	if n := leaderCounts(s, leaders); n["m3"] != 0 || n["m1"] != 3 || n["m2"] != 3 {
+		t.Errorf("with m3 behind: %v", n)
+	}
+
+	if err := s.Apply(Command{Op: OpDrain, Member: "m1"}); err != nil {
+		t.Fatal(err)
+	}
+	settleLeaders(t, s, leaders, all)
+	if n := leaderCounts(s, leaders); n["m1"] != 0 || n["m2"] != 3 || n["m3"] != 3 {
+		t.Errorf("after m1 drains: %v", n)
+	}
+}
+
+// settleReplicas carries out PlanReplicas' changes until it plans none:
+// a learner added is promoted the round after (its core found it caught
+// up). Each round, every group keeps at least R voters on members that
+// are not draining once it had them, and holds no member twice.
+func settleReplicas(t *testing.T, s *State, live func(string) bool) {
+	t.Helper()
+	for round := 1; round <= 200; round++ {
+		for i := range s.Groups {
+			for k := range s.Groups[i].Replicas {
+				s.Groups[i].Replicas[k].Learner = false
+			}
+		}
+		plan := PlanReplicas(s, live)
+		if len(plan) == 0 {
+			return
+		}
+		for _, c := range plan {
+			g := &s.Groups[c.Group]
+			if c.Remove {
+				i := slices.IndexFunc(g.Replicas, func(r Replica) bool { return r.Member == c.Member })
+				if i < 0 {
+					t.Fatalf("%+v: the group holds no such replica", c)
+				}
+				g.Replicas = slices.Delete(g.Replicas, i, i+1)
+				if kept := keptVoters(s, g); kept < s.Replicas {
+					t.Fatalf("%+v left group %d with %d voters: %+v", c, g.ID, kept, g.Replicas)
+				}
+				continue
+			}
+			if g.Holds(c.Member) || !live(c.Member) {
+				t.Fatalf("%+v: a replica on a member that holds one already, or is down", c)
+			}
+			g.Replicas = append(g.Replicas, Replica{Member: c.Member, Learner: true})
+		}
+	}
+	t.Fatal("the replicas never settled")
+}
+
+func keptVoters(s *State, g *Group) int {
+	n := 0
+	for _, v := range g.Voters() {
+		if m := s.member(v); m != nil && !m.Draining {
+			n++
+		}
+	}
+	return n
+}
+
+// replicaLoads counts the replicas each member holds.
+func replicaLoads(s *State) map[string]int {
+	n := map[string]int{}
+	for _, m := range s.Members {
+		n[m.Name] += 0
+	}
+	for _, g := range s.Groups {
+		for _, r := range g.Replicas {
+			n[r.Member]++
+		}
+	}
+	return n
+}
+
+// TestPlanReplicas: a formation needs no change; a member added receives
+// replicas until every member holds floor or ceil of R·G/M; a draining
+// member hands every replica over, each group keeping R voters all the
+// while; a member that is down keeps its replicas and is given none.
+func TestPlanReplicas(t *testing.T) {
+	up := func(string) bool { return true }
+	s, _ := Formation(members(5), 5, 3)
+	if plan := PlanReplicas(s, up); len(plan) != 0 {
+		t.Fatalf("a formation changed: %+v", plan)
+	}
+	s.Members = append(s.Members, Member{Name: "m6"})
+	settleReplicas(t, s, up)
+	for name, n := range replicaLoads(s) {
+		if n < 2 || n > 3 {
+			t.Errorf("after m6 joined: %s holds %d replicas (%v)", name, n, replicaLoads(s))
+		}
+	}
+
+	if err := s.Apply(Command{Op: OpDrain, Member: "m2"}); err != nil {
+		t.Fatal(err)
+	}
+	settleReplicas(t, s, up)
+	for name, n := range replicaLoads(s) {
+		if name == "m2" && n != 0 || name != "m2" && (n < 3 || n > 3) {
+			t.Errorf("after m2 drained: %s holds %d replicas (%v)", name, n, replicaLoads(s))
+		}
+	}
+	for _, g := range s.Groups {
+		if len(g.Voters()) != 3 {
+			t.Errorf("group %d: voters %v", g.ID, g.Voters())
+		}
+	}
+
+	s, _ = Formation(members(4), 4, 3)
+	before := replicaLoads(s)
+	down := func(m string) bool { return m != "m3" }
+	settleReplicas(t, s, down)
+	if got := replicaLoads(s); got["m3"] != before["m3"] {
+		t.Errorf("a member down lost or gained replicas: %v, was %v", got, before)
+	}
+}

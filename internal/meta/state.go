@@ -1,0 +1,179 @@
+package meta
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// The format's constants: changing one moves tubes or jobs.
+const (
+	// Slots is how many hash slots the tubes' names fall into.
+	Slots = 4096
+	// MaxGroups bounds the shard groups of a cluster.
+	MaxGroups = 256
+	// MaxMetaVoters is how many members vote in the meta group; the rest
+	// are learners.
+	MaxMetaVoters = 5
+	// SeqBits is the width of a job id's sequence; the 8 bits above it
+	// are its prefix, and every id is below 1<<(SeqBits+8) = 2^53.
+	SeqBits = 45
+	// Prefixes is how many id prefixes there are.
+	Prefixes = 1 << 8
+)
+
+// Member is a member of the cluster: its name and Raft member id.
+type Member struct {
+	Name     string
+	ID       uint64
+	Draining bool // being removed: its replicas and leaderships move away
+}
+
+// Replica is one member's replica of a group.
+type Replica struct {
+	Member  string
+	Learner bool
+}
+
+// Group is a shard group.
+type Group struct {
+	ID       uint16
+	Replicas []Replica
+	// Preferred is the member that campaigns first at formation, so that
+	// leaderships are spread from the start.
+	Preferred string
+}
+
+// Voters are the members whose replicas of g vote.
+func (g *Group) Voters() []string {
+	var v []string
+	for _, r := range g.Replicas {
+		if !r.Learner {
+			v = append(v, r.Member)
+		}
+	}
+	return v
+}
+
+// Holds reports whether member holds a replica of g.
+func (g *Group) Holds(member string) bool {
+	return slices.ContainsFunc(g.Replicas, func(r Replica) bool { return r.Member == member })
+}
+
+// Placement sends the tubes whose names start with Prefix to Group; it
+// routes only once Active.
+type Placement struct {
+	Prefix string
+	Group  uint16
+	Active bool
+}
+
+// State is the cluster's placement. Its zero value is not a state:
+// Formation makes the first.
+type State struct {
+	Replicas int      // R, each group's voters
+	Members  []Member // sorted by name
+	// MetaVoters are the members voting in the meta group.
+	MetaVoters []string
+	Groups     []Group // group g at index g
+	Slots      [Slots]uint16
+	// Prefixes maps each id prefix to its group plus one; 0 is a prefix
+	// no group took.
+	Prefixes [Prefixes]uint16
+	// Exact are tubes placed by name; Placements, by prefix, sorted.
+	Exact      map[string]uint16
+	Placements []Placement
+}
+
+// ErrFormation refuses a formation that cannot be made.
+var ErrFormation = errors.New("meta: no such formation")
+
+// Formation is a new cluster's state, the same on every member that
+// computes it from the same members (in any order), groups and replicas.
+func Formation(members []Member, groups, replicas int) (*State, error) {
+	switch {
+	case len(members) == 0:
+		return nil, fmt.Errorf("%w: no members", ErrFormation)
+	case groups < 1 || groups > MaxGroups:
+		return nil, fmt.Errorf("%w: %d groups (1 to %d)", ErrFormation, groups, MaxGroups)
+	case replicas < 1:
+		return nil, fmt.Errorf("%w: %d replicas", ErrFormation, replicas)
+	}
+	ms := slices.SortedFunc(slices.Values(members), func(a, b Member) int { return cmp.Compare(a.Name, b.Name) })
+	for i := 1; i < len(ms); i++ {
+		if ms[i].Name == ms[i-1].Name {
+			return nil, fmt.Errorf("%w: member %s twice", ErrFormation, ms[i].Name)
+		}
+	}
+	m := len(ms)
+	s := &State{Replicas: min(replicas, m), Members: ms, Exact: map[string]uint16{}}
+	for i := range min(m, MaxMetaVoters) {
+		s.MetaVoters = append(s.MetaVoters, ms[i].Name)
+	}
+	led := make([]int, m)
+	for g := range groups {
+		grp := Group{ID: uint16(g)}
+		lead := -1
+		for k := range s.Replicas {
+			i := (g*s.Replicas + k) % m
+			grp.Replicas = append(grp.Replicas, Replica{Member: ms[i].Name})
+			if lead < 0 || led[i] < led[lead] {
+				lead = i
+			}
+		}
+		led[lead]++
+		grp.Preferred = ms[lead].Name
+		s.Groups = append(s.Groups, grp)
+		s.Prefixes[g] = uint16(g) + 1
+	}
+	for i := range s.Slots {
+		s.Slots[i] = uint16(i % groups)
+	}
+	return s, nil
+}
+
+// Slot is the hash slot of a tube's name.
+func Slot(name string) int { return int(xxhash.Sum64String(name) >> (64 - 12)) }
+
+// Owner is the group that owns the tube name.
+func (s *State) Owner(name string) uint16 {
+	if g, ok := s.Exact[name]; ok {
+		return g
+	}
+	best := -1
+	for i, p := range s.Placements {
+		if p.Active && strings.HasPrefix(name, p.Prefix) && (best < 0 || len(p.Prefix) > len(s.Placements[best].Prefix)) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		return s.Placements[best].Group
+	}
+	return s.Slots[Slot(name)]
+}
+
+// JobID is the id of sequence number seq under prefix.
+func JobID(prefix uint8, seq uint64) uint64 { return uint64(prefix)<<SeqBits | seq&(1<<SeqBits-1) }
+
+// GroupOfID is the group whose prefix id carries, and false for an id
+// past 2^53 or of a prefix no group took.
+func (s *State) GroupOfID(id uint64) (uint16, bool) {
+	p := id >> SeqBits
+	if p >= Prefixes || s.Prefixes[p] == 0 {
+		return 0, false
+	}
+	return s.Prefixes[p] - 1, true
+}
+
+// member is the member named name, or nil.
+func (s *State) member(name string) *Member {
+	i, ok := slices.BinarySearchFunc(s.Members, name, func(m Member, n string) int { return cmp.Compare(m.Name, n) })
+	if !ok {
+		return nil
+	}
+	return &s.Members[i]
+}
