@@ -337,10 +337,10 @@ func (p *Parser) BodyNeed() int {
 // go, for a caller that reads them there itself (the engine reads the
 // socket straight into the job's buffer) instead of handing them to Parse,
 // which would copy them. arrived is how many more bytes the caller knows
-// to be waiting; the body grows for them as Parse would grow it. The space
-// is at most BodyNeed bytes, never more than the body's buffer holds, and
-// empty outside a body; BodyFilled says how much of it was written. Its
-// bytes are not zeroed.
+// to be waiting; the body grows for them as Parse would grow it (BodyNeed
+// makes it whole). The space is at most BodyNeed bytes, never more than
+// the body's buffer holds, and empty outside a body; BodyFilled says how
+// much of it was written. Its bytes are not zeroed.
 func (p *Parser) BodySpace(arrived int) []byte {
 	need := p.BodyNeed()
 	if need == 0 {

@@ -42,6 +42,41 @@ func TestBodyReadIntoJob(t *testing.T) {
 	}
 }
 
+// TestBodyHeldForWhatArrived pins the memory a put body that stops half
+// way holds: one that lacks at most four times what has arrived is made
+// whole at once, to read its rest straight into it without first asking
+// the socket how much has come; a larger one is made for what the socket
+// holds, and then grows as Parse grows it, to twice what has arrived.
+// Either way the rest, when it comes, completes it intact.
+func TestBodyHeldForWhatArrived(t *testing.T) {
+	for _, tc := range []struct{ size, sent, held int }{
+		{65_535, 16_000, 65_535 + 2},
+		{200_000, 16_000, 2 * 16_000},
+	} {
+		t.Run(fmt.Sprint(tc.size), func(t *testing.T) {
+			srv, _, addr := startServer(t, engine.Config{MaxJobSize: 1 << 20, Loops: 1})
+			c := dialRaw(t, "tcp", addr)
+			c.send("list-tube-used\r\n") // the connection is open on the loop
+			c.expect("USING default\r\n")
+			body := strings.Repeat("0123456789abcdef", tc.size/16+1)[:tc.size]
+
+			release := srv.BlockLoop(0)
+			c.send(fmt.Sprintf("put 0 0 60 %d\r\n%s", tc.size, body[:tc.sent]))
+			c.waitSent() // one read of the loop takes header and part alike
+			release()
+			waitFor(t, "the partial body to be accounted", func() bool { return srv.Limits().BufferHeld != 0 })
+			if got := srv.Limits().BufferHeld; got != int64(tc.held) {
+				t.Errorf("%d bytes held for %d of a %d-byte body, want %d", got, tc.sent, tc.size, tc.held)
+			}
+
+			c.send(body[tc.sent:] + "\r\n")
+			c.expect("INSERTED 1\r\n")
+			c.send("peek 1\r\n")
+			c.expect(fmt.Sprintf("FOUND 1 %d\r\n%s\r\n", tc.size, body))
+		})
+	}
+}
+
 // TestBodyReadInPieces: a body that trickles in, so that each read finds
 // only part of what the body lacks, arrives intact, and so does the
 // command pipelined after it.

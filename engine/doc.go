@@ -49,12 +49,16 @@
 // it lies in gnet's buffer, and the store copies it once (into the job's
 // own allocation when small). gnet reads at most readBufferCap (16 KiB)
 // per event; a body that goes on past what gnet has read is allocated once,
-// at its size, for the bytes the socket says have arrived (FIONREAD), gets
-// gnet's part copied, and its rest read from the socket straight into it
-// (readBody), as beanstalkd reads a body: the loop owns the descriptor,
-// and the read takes exactly what the body lacks, so the next command
-// stays for gnet. The body's memory is not zeroed first
-// (codec.Parser.BodySpace): all of it is written before anything reads it.
+// gets gnet's part copied, and its rest read from the socket straight into
+// it (readBody), as beanstalkd reads a body: the loop owns the descriptor,
+// and the read takes at most what the body lacks, so the next command
+// stays for gnet. The body is made whole at once when it lacks at most
+// four times what has arrived (a 64 KiB body after a first read that came
+// with its header), so a client that stops half way holds at most five
+// times what it sent; a larger one is made for the bytes the socket says
+// have arrived (FIONREAD), at the cost of that one more system call. The
+// body's memory is not zeroed first (codec.Parser.BodySpace): all of it is
+// written before anything reads it.
 // A 64 KiB body is now copied out of the kernel once and 16 KiB of it once
 // more; it used to be zeroed, then copied whole twice (out of the kernel,
 // then out of gnet's buffer).
@@ -220,7 +224,7 @@
 //   - session.go: one connection: parsing, serving, reading large bodies,
 //     the half-close and closing.
 //   - socket_linux.go, socket_bsd.go: the ioctl that asks a socket how
-//     much has arrived.
+//     much has arrived, for bodies too large to be made whole at once.
 //   - bodies.go: the pool that recycles large bodies, and its grace
 //     period.
 //   - tls.go: the TLS listener's handshakes, and the tls.Conn a TLS

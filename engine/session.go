@@ -227,19 +227,27 @@ func (ss *session) serveInput() gnet.Action {
 // them is read by readBody from the socket straight into the job's buffer,
 // once everything gnet had read is consumed. The loop owns the descriptor,
 // and reads exactly what the body lacks, so no byte of the next command is
-// taken from gnet. bodyAhead asks the socket how much has arrived
-// (FIONREAD) before Parse copies gnet's part, so that the body is
-// allocated once, and only for bytes the client has sent, as in Parse.
+// taken from gnet. bodyAhead makes the body's buffer before Parse copies
+// gnet's part, so that it is allocated once: whole, when what it still
+// lacks is at most wholeBodyRatio times what has arrived (a 64 KiB body
+// whose first read came with its header); else for the bytes the socket
+// says have arrived (FIONREAD), as Parse grows a body for what it is given.
 
 // bodyAhead, when the parser waits for a body that goes on past the
-// buffered bytes gnet holds by at least directBodyMin, returns how many
-// bytes wait in the socket and sizes the body for all of them; else -1.
+// buffered bytes gnet holds by at least directBodyMin, makes the body's
+// buffer and returns how many more bytes to try to read into it (those
+// the socket holds, or all the body lacks when it is made whole); else -1.
 func (ss *session) bodyAhead(buffered int) int {
-	if ss.parser.BodyNeed()-buffered < directBodyMin || ss.end != endNone || ss.closed {
+	rest := ss.parser.BodyNeed() - buffered
+	if rest < directBodyMin || ss.end != endNone || ss.closed {
 		return -1
 	}
 	if _, ok := ss.conn.(*tlsConn); ok {
 		return -1 // the socket holds ciphertext, for the tls.Conn only
+	}
+	if rest <= wholeBodyRatio*buffered {
+		ss.parser.BodySpace(buffered + rest)
+		return rest
 	}
 	waiting, err := unix.IoctlGetInt(ss.conn.Fd(), ioctlReadable)
 	if err != nil || waiting <= 0 {
@@ -249,11 +257,21 @@ func (ss *session) bodyAhead(buffered int) int {
 	return waiting
 }
 
+// wholeBodyRatio bounds what a body made whole at once may still lack, in
+// multiples of what has arrived: a client that stops half way makes the
+// server hold at most 1+wholeBodyRatio times what it sent (twice, when
+// Parse grows a body as its parts come). 4 covers beanstalkd's default
+// largest body (65,535 bytes) after a first read of readBufferCap bytes,
+// header included; a larger body costs one more system call (FIONREAD),
+// which at 64 KiB is one in nine of a producer/consumer job's.
+const wholeBodyRatio = 4
+
 // readBody reads the rest of the body the parser waits for from the
-// socket, which holds waiting bytes (bodyAhead), and reports whether that
-// completed it (then *cmd is its OpPutBody). End of file or an error ends
-// it quietly: gnet's next read of the socket sees the same and handles it
-// (OnHalfClose, OnClose).
+// socket, at most waiting bytes (bodyAhead), and reports whether that
+// completed it (then *cmd is its OpPutBody). A socket that holds less
+// gives what it has, and gnet brings the rest; nothing at all, end of
+// file or an error end it quietly: gnet's next read of the socket sees the
+// same and handles it (OnHalfClose, OnClose).
 func (ss *session) readBody(cmd *codec.Command, waiting int) bool {
 	n, err := unix.Read(ss.conn.Fd(), ss.parser.BodySpace(waiting))
 	if err != nil || n <= 0 {
