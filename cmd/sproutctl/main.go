@@ -194,7 +194,7 @@ func newRoot(o *options) *cobra.Command {
 	root.AddCommand(
 		newStatsCmd(o), newTubesCmd(o), newTopCmd(o),
 		newPeekCmd(o), newPutCmd(o), newReserveCmd(o), newDeleteCmd(o), newKickCmd(o), newPauseCmd(o),
-		newClearCmd(o), newJobsCmd(o), newMoveCmd(o), newMembersCmd(o),
+		newClearCmd(o), newJobsCmd(o), newMoveCmd(o), newMembersCmd(o), newGroupsCmd(o),
 	)
 	return root
 }

@@ -15,13 +15,7 @@ import (
 // flags to start the new member), one change at a time, remove, and the
 // exit statuses of each refusal.
 func TestMembers(t *testing.T) {
-	port, err := testproc.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	_, base := testproc.StartSprout(t, "-b", t.TempDir(), "--node", "a", "--cluster-listen", peer,
-		"--cluster-peers", "a="+peer, "--admin-token", testToken)
+	_, base, peer := startMember(t, "--admin-token", testToken)
 	api := []string{"--api", base, "--token", testToken}
 	members := func(want int, args ...string) result {
 		t.Helper()
@@ -63,4 +57,18 @@ func TestMembers(t *testing.T) {
 	if r := must(t, exitFailure, "members", "remove", "a", "--api", base); !strings.Contains(r.stderr, "401") {
 		t.Errorf("a change without the token: %q, want the 401", r.stderr)
 	}
+}
+
+// startMember starts a cluster of one real member, a, with args, and
+// returns it, its side port's base URL and its cluster address.
+func startMember(t *testing.T, args ...string) (*testproc.Process, string, string) {
+	t.Helper()
+	port, err := testproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	p, base := testproc.StartSprout(t, append([]string{"-b", t.TempDir(), "--node", "a", "--cluster-listen", peer,
+		"--cluster-peers", "a=" + peer}, args...)...)
+	return p, base, peer
 }

@@ -3,6 +3,7 @@ package replication
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -171,4 +172,52 @@ func (h *Host) noteRemoved(by string) {
 	if n := h.group0(); n != nil {
 		n.noteRemoved(by)
 	}
+}
+
+// GroupStatus is one Raft group as this member sees it: GET /cluster's
+// groups.
+type GroupStatus struct {
+	ID       int      `json:"id"`
+	Leader   string   `json:"leader"`             // a member's name; "" while none is known
+	Replicas []string `json:"replicas"`           // the members voting in it
+	Learners []string `json:"learners,omitempty"` // members catching up, not yet voting
+	// Tubes and Jobs are this member's replica's: the tubes it holds, and
+	// its jobs ready, reserved, delayed and buried.
+	Tubes int   `json:"tubes"`
+	Jobs  int64 `json:"jobs"`
+}
+
+// Groups are the groups this member runs, by id.
+func (h *Host) Groups() []GroupStatus {
+	h.mu.Lock()
+	nodes := slices.Collect(maps.Values(h.groups))
+	h.mu.Unlock()
+	slices.SortFunc(nodes, func(a, b *Node) int { return int(a.group) - int(b.group) })
+	out := make([]GroupStatus, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, n.groupStatus())
+	}
+	return out
+}
+
+// groupStatus is n's line in Host.Groups.
+func (n *Node) groupStatus() GroupStatus {
+	n.mu.Lock()
+	lead, conf, byID := n.pub.lead, n.conf, n.byID
+	n.mu.Unlock()
+	names := func(ids []uint64) []string {
+		out := []string{}
+		for _, id := range ids {
+			if m, ok := byID[id]; ok {
+				out = append(out, m.Name)
+			} else {
+				out = append(out, FormatID(id))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	st := n.store.Stats()
+	return GroupStatus{ID: int(n.group), Leader: byID[lead].Name, Replicas: names(conf.GetVoters()),
+		Learners: names(conf.GetLearners()), Tubes: st.Tubes, Jobs: st.Ready + st.Reserved + st.Delayed + st.Buried}
 }

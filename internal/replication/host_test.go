@@ -3,6 +3,7 @@ package replication
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -82,6 +83,21 @@ func TestHostTwoGroups(t *testing.T) {
 	}
 	put(l0, "group 0's first")
 	put(l1, "group 1's first")
+	// Every member lists both groups, each with its leader, voters and
+	// its replica's jobs.
+	for _, n := range c.up() {
+		var got []GroupStatus
+		testproc.WaitFor(t, 5*time.Second, n.Name()+"'s groups", func() bool {
+			got = n.Status().Groups
+			return len(got) == 2 && got[0].Jobs == 1 && got[1].Jobs == 1 &&
+				got[0].Leader == l0.Name() && got[1].Leader == l1.Name()
+		})
+		for i, g := range got {
+			if g.ID != i || !slices.Equal(g.Replicas, []string{"m1", "m2", "m3"}) || g.Tubes != 2 || len(g.Learners) != 0 { // "default" and "tube"
+				t.Errorf("%s's group %d: %+v", n.Name(), i, g)
+			}
+		}
+	}
 
 	if _, err := l1.AddMember(t.Context(), "m4", "127.0.0.1:1"); !errors.Is(err, ErrStaticGroup) {
 		t.Errorf("a member added to group 1: %v", err)

@@ -1049,6 +1049,9 @@ type Status struct {
 	Applied uint64 `json:"applied"`
 	// Members are the members in the address book, by name.
 	Members []MemberStatus `json:"members"`
+	// Groups are the Raft groups this member runs (Host.Groups): today
+	// group 0, which holds every job.
+	Groups []GroupStatus `json:"groups"`
 	// Jobs and Digest summarise this member's own store (Node.Digest);
 	// GET /cluster fills them, Status does not: they cost a walk of the
 	// store, which a scrape should not pay.
@@ -1119,6 +1122,7 @@ func (n *Node) Status() Status {
 		}
 		st.Members = append(st.Members, ms)
 	}
+	st.Groups = n.host.Groups()
 	return st
 }
 

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// groups against a cluster of one real member: group 0, led by it, with
+// the job put into it, as a table and as JSON; without --api it is a
+// usage error.
+func TestGroups(t *testing.T) {
+	p, base, _ := startMember(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for r := ctl(t, "", nil, "groups", "--api", base); !strings.Contains(r.stdout, " a "); r = ctl(t, "", nil, "groups", "--api", base) {
+		if time.Now().After(deadline) {
+			t.Fatalf("group 0 has no leader: %v", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	must(t, exitOK, "put", "work", "-s", p.Addr(), "--", "-")
+	r := must(t, exitOK, "groups", "--api", base)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "GROUP LEADER REPLICAS TUBES JOBS" ||
+		strings.Join(strings.Fields(lines[1]), " ") != "0 a a 2 1" {
+		t.Errorf("groups printed %q", r.stdout)
+	}
+	var out struct {
+		Groups []apiGroup `json:"groups"`
+	}
+	r = must(t, exitOK, "groups", "--json", "--api", base)
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || len(out.Groups) != 1 || out.Groups[0].Leader != "a" ||
+		out.Groups[0].Jobs != 1 || strings.Join(out.Groups[0].Replicas, ",") != "a" {
+		t.Errorf("groups --json printed %q (%v)", r.stdout, err)
+	}
+	if r := must(t, exitUsage, "groups"); !strings.Contains(r.stderr, "--api") {
+		t.Errorf("groups without --api: %q", r.stderr)
+	}
+}
