@@ -420,8 +420,9 @@
 // a time, and the transport takes one per peer and group (another fails
 // at once), sending two to a peer at once (snapshotStreams). The member
 // paces what it sends, at 96 MB/s of records for all its streams
-// together (snapshotRate, a token bucket one chunk deep; a stream's first
-// pass over its view at four times that): fast enough that 500 MB is
+// together on average since the first of them began (snapshotRate: a
+// stream held up by its receiver's disk catches up afterwards; a
+// stream's first pass over its view at four times that): fast enough that 500 MB is
 // installed within 10 s, and the streams must not take the cores and the
 // disk from the leader's clients all at once.
 //

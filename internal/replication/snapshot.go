@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -161,7 +162,9 @@ type snapStream struct {
 func (s *snapStream) scan() error {
 	s.latest, s.maxID = make(map[uint64]uint64), s.view.floor
 	ord := uint64(0)
-	pace := pacer{rate: scanRate, start: time.Now()}
+	pace := &pacer{rate: scanRate}
+	pace.begin()
+	defer pace.end()
 	for i := range s.view.pieces {
 		recs, err := s.view.read(i, &s.buf)
 		if err != nil {
@@ -287,17 +290,43 @@ func waitDurable(ctx context.Context, w *segment.Log, lsn uint64) error {
 	}
 }
 
-// pacer keeps a stream at rate bytes a second, from start on.
+// pacer keeps what goes through it at rate bytes a second on average,
+// counted from when its first stream began (begin) after none ran: a
+// stream that stalls (its receiver's disk) catches up afterwards, while
+// several at once share the rate. The transport's is every snapshot the
+// member sends; a stream's first pass over its view has its own.
 type pacer struct {
-	rate  float64
-	start time.Time
-	sent  int
+	rate float64 // immutable
+
+	mu      sync.Mutex
+	streams int       // guarded by mu
+	start   time.Time // guarded by mu
+	sent    float64   // guarded by mu: bytes since start
+}
+
+// begin counts a stream in, starting the count afresh if none ran; end
+// counts it out.
+func (p *pacer) begin() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.streams == 0 {
+		p.start, p.sent = time.Now(), 0
+	}
+	p.streams++
+}
+
+func (p *pacer) end() {
+	p.mu.Lock()
+	p.streams--
+	p.mu.Unlock()
 }
 
 // wait counts n bytes sent and waits until they are due, or ctx ends.
 func (p *pacer) wait(ctx context.Context, n int) error {
-	p.sent += n
-	ahead := time.Duration(float64(p.sent)/p.rate*float64(time.Second)) - time.Since(p.start)
+	p.mu.Lock()
+	p.sent += float64(n)
+	ahead := time.Duration(p.sent/p.rate*float64(time.Second)) - time.Since(p.start)
+	p.mu.Unlock()
 	if ahead <= 0 {
 		return nil
 	}

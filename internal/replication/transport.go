@@ -19,7 +19,6 @@ import (
 
 	"github.com/rs/zerolog"
 	pb "go.etcd.io/raft/v3/raftpb"
-	"golang.org/x/time/rate"
 )
 
 // Transport timing and bounds; see doc.go (Members and their traffic).
@@ -147,8 +146,8 @@ type transport struct {
 	// one is attached or detached, read without a lock.
 	groups atomic.Pointer[map[groupID]*groupEnd]
 	// pace is the member's budget for the snapshots it sends, shared by
-	// all: several at once cost clients no more than one.
-	pace *rate.Limiter
+	// all: several at once cost clients no more than one. Immutable.
+	pace *pacer
 	// incarnation is drawn when the transport starts; its hellos tell it.
 	incarnation uint64
 
@@ -221,7 +220,7 @@ func newTransport(cfg transportConfig) (*transport, error) {
 	if pace == 0 {
 		pace = snapshotRate
 	}
-	t.pace = rate.NewLimiter(rate.Limit(pace), snapshotChunk)
+	t.pace = &pacer{rate: pace}
 	t.groups.Store(&map[groupID]*groupEnd{})
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for _, m := range cfg.members {
@@ -718,6 +717,8 @@ func (t *transport) sendSnapshot(p *peer, e envelope, end *groupEnd) error {
 	defer r.Close()
 	md := m.GetSnapshot().GetMetadata()
 	sum := snapshotTrailer{cluster: t.cfg.cluster, index: md.GetIndex(), term: md.GetTerm()}
+	t.pace.begin()
+	defer t.pace.end()
 	for {
 		chunk, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -733,7 +734,7 @@ func (t *transport) sendSnapshot(p *peer, e envelope, end *groupEnd) error {
 		if err := writeChunk(w, chunk); err != nil {
 			return err
 		}
-		if err := t.paceSnapshot(p.ctx, len(chunk)); err != nil {
+		if err := t.pace.wait(p.ctx, len(chunk)); err != nil {
 			return err
 		}
 	}
@@ -744,19 +745,6 @@ func (t *transport) sendSnapshot(p *peer, e envelope, end *groupEnd) error {
 		return err
 	}
 	return answered(w, dc, snapshotTaken, "verdict")
-}
-
-// paceSnapshot waits until n more bytes of snapshots are within the
-// member's budget, or ctx ends.
-func (t *transport) paceSnapshot(ctx context.Context, n int) error {
-	for n > 0 {
-		k := min(n, t.pace.Burst())
-		if err := t.pace.WaitN(ctx, k); err != nil {
-			return err
-		}
-		n -= k
-	}
-	return nil
 }
 
 // answered flushes w and reads the receiver's one-byte answer from r: an
