@@ -46,6 +46,7 @@ const (
 	pageJob      = "job"
 	pageLogin    = "login"
 	pageError    = "error"
+	pageCluster  = "cluster"
 )
 
 // New makes the console: it parses its templates and compresses its static
@@ -61,7 +62,7 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
-	for _, name := range []string{pageOverview, pageTube, pageJob, pageLogin, pageError} {
+	for _, name := range []string{pageOverview, pageTube, pageJob, pageLogin, pageError, pageCluster} {
 		t, err := template.Must(layout.Clone()).ParseFS(templateFS, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: %w", err)
@@ -72,6 +73,10 @@ func New(cfg Config) (*Console, error) {
 	c.mux.HandleFunc("GET /{$}", c.overview)
 	c.mux.HandleFunc("GET /tubes/{name}", c.tube)
 	c.mux.HandleFunc("GET /jobs/{id}", c.job)
+	if c.cluster {
+		// Not /cluster: that is the member's JSON, which this page reads.
+		c.mux.HandleFunc("GET /members", c.clusterPage)
+	}
 	c.mux.Handle("GET /static/", http.StripPrefix("/static/", static))
 	c.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -122,6 +127,10 @@ type view struct {
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, view{Page: pageOverview, Title: "Overview", Charts: true})
+}
+
+func (c *Console) clusterPage(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, view{Page: pageCluster, Title: "Cluster"})
 }
 
 func (c *Console) tube(w http.ResponseWriter, r *http.Request) {

@@ -51,7 +51,10 @@
 // (internal/admin/doc.go, Cluster mode), so the console works whichever
 // member the browser opened, with a session opened on that member. The
 // header shows the member and the leader, from GET /cluster (open, like
-// /metrics), polled every 5 s.
+// /metrics), polled every 5 s. The Cluster page (/members) shows the
+// rest of GET /cluster, polled every 2 s: the members as this one sees
+// them (role, connection, the members' protocol, match index) and the
+// Raft groups it runs (leader, replicas, its replica's tubes and jobs).
 //
 // # Access from the browser
 //

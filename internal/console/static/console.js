@@ -892,18 +892,22 @@
 
   // ---- Cluster ---------------------------------------------------------
 
+  // clusterView is GET /cluster's answer (open, like /metrics).
+  async function clusterView() {
+    const res = await fetch('/cluster', { cache: 'no-store' });
+    return res.json();
+  }
+
   // memberBadge shows, on a cluster member's pages, which member they come
-  // from and which one leads (GET /cluster, open like /metrics). The API
-  // forwards to the leader, so every figure is the leader's wherever the
-  // page was opened.
+  // from and which one leads. The API forwards to the leader, so every
+  // figure is the leader's wherever the page was opened.
   function memberBadge() {
     const pill = $('member');
     if (!pill) return;
     every(5000, async () => {
       let st;
       try {
-        const res = await fetch('/cluster', { cache: 'no-store' });
-        st = await res.json();
+        st = await clusterView();
       } catch (e) {
         pill.textContent = 'member: no answer';
         pill.className = 'pill pill-warn';
@@ -919,8 +923,50 @@
   }
   memberBadge();
 
+  // clusterPage fills the Cluster page from GET /cluster: the members as
+  // this one sees them, and the Raft groups it runs.
+  function clusterPage() {
+    const facts = $('cluster-facts');
+    const fill = (id, rows) => {
+      const tbody = $(id).tBodies[0];
+      tbody.replaceChildren(...rows);
+    };
+    every(2000, async () => {
+      let st;
+      try {
+        st = await clusterView();
+      } catch (e) {
+        say('The member does not answer: ' + e.message, true);
+        return;
+      }
+      facts.removeAttribute('aria-busy');
+      facts.textContent = 'member ' + st.node + ' · ' + st.state + ' · term ' + num(st.term) +
+        ' · leader ' + (st.leader || 'none (election)') + ' · commit ' + num(st.commit) + ' · applied ' + num(st.applied);
+      const members = st.members || [];
+      $('member-count').textContent = '(' + members.length + ')';
+      fill('members', members.map((m) => h('tr', { 'data-member': m.name },
+        h('th', { scope: 'row', text: m.name + (m.name === st.leader ? ' (leader)' : '') }),
+        h('td', { text: m.role || '–' }),
+        h('td', { text: m.connected ? 'yes' : 'no' }),
+        h('td', { text: m.address }),
+        h('td', { text: m.client || '–' }),
+        h('td', { class: 'num', text: m.protocol ? String(m.protocol) : '–' }),
+        h('td', { class: 'num', text: m.match == null ? '–' : num(m.match) }))));
+      const groups = st.groups || [];
+      $('group-count').textContent = '(' + groups.length + ')';
+      fill('groups', groups.map((g) => h('tr', { 'data-group': String(g.id) },
+        h('th', { scope: 'row', class: 'num', text: String(g.id) }),
+        h('td', { text: g.leader || 'none (election)' }),
+        h('td', { text: (g.replicas || []).join(', ') +
+          ((g.learners || []).length ? ' · learning: ' + g.learners.join(', ') : '') }),
+        h('td', { class: 'num', text: num(g.tubes) }),
+        h('td', { class: 'num', text: num(g.jobs) }))));
+    });
+  }
+
   if (page === 'overview') overview();
   else if (page === 'tube') tubePage();
   else if (page === 'job') jobPage();
   else if (page === 'login') loginPage();
+  else if (page === 'cluster') clusterPage();
 })();
