@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -58,6 +59,9 @@ type clusterCollector struct {
 	stats                 []scalar[replication.Stats]
 	proxies               []scalar[replication.ProxyStats]
 	followerLag, memberUp *prometheus.Desc
+	// The figures of each Raft group the member runs, labelled by group.
+	groups              []scalar[replication.Stats]
+	groupLag, groupsLed *prometheus.Desc
 }
 
 func newClusterCollector(c Cluster, p Proxy) *clusterCollector {
@@ -119,6 +123,26 @@ func newClusterCollector(c Cluster, p Proxy) *clusterCollector {
 		newScalar("sprout_cluster_snapshots_received_total", "Snapshots this member received.",
 			counter, func(s *stats) float64 { return float64(s.Transport.SnapshotsReceived) }),
 	}
+	perGroup := func(name, help string, kind prometheus.ValueType, v func(*stats) float64) scalar[stats] {
+		return scalar[stats]{desc: prometheus.NewDesc(name, help, []string{"group"}, nil), kind: kind, value: v}
+	}
+	cc.groups = []scalar[stats]{
+		perGroup("sprout_cluster_group_leading", "1 while this member leads the group and takes its commands.",
+			gauge, func(s *stats) float64 { return bit(s.Serving) }),
+		perGroup("sprout_cluster_group_term", "The Raft term of this member's replica of the group.",
+			gauge, func(s *stats) float64 { return float64(s.Term) }),
+		perGroup("sprout_cluster_group_commit_index", "The group's last entry this member knows committed.",
+			gauge, func(s *stats) float64 { return float64(s.Commit) }),
+		perGroup("sprout_cluster_group_applied_index", "The group's last entry this member's replica applied.",
+			gauge, func(s *stats) float64 { return float64(s.Applied) }),
+		perGroup("sprout_cluster_group_leader_changes_total", "Times this member learned of a new leader of the group.",
+			counter, func(s *stats) float64 { return float64(s.LeaderChanges) }),
+		perGroup("sprout_cluster_group_proposals_total", "Raft entries this member proposed as the group's leader.",
+			counter, func(s *stats) float64 { return float64(s.Proposals) }),
+	}
+	cc.groupLag = prometheus.NewDesc("sprout_cluster_group_follower_lag_entries",
+		"On the group's leader, how many entries each other replica is behind its log.", []string{"group", "member"}, nil)
+	cc.groupsLed = prometheus.NewDesc("sprout_member_groups_led", "The Raft groups this member leads and serves.", nil, nil)
 	cc.proxies = []scalar[proxy]{
 		newScalar("sprout_cluster_proxied_connections", "Client connections copied to the leader now.",
 			gauge, func(s *proxy) float64 { return float64(s.Current) }),
@@ -138,7 +162,9 @@ func newClusterCollector(c Cluster, p Proxy) *clusterCollector {
 func (cc *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- cc.followerLag
 	ch <- cc.memberUp
-	for _, s := range cc.stats {
+	ch <- cc.groupLag
+	ch <- cc.groupsLed
+	for _, s := range slices.Concat(cc.stats, cc.groups) {
 		ch <- s.desc
 	}
 	if cc.proxy != nil {
@@ -158,6 +184,20 @@ func (cc *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range cc.cluster.Status().Members {
 		ch <- prometheus.MustNewConstMetric(cc.memberUp, prometheus.GaugeValue, bit(m.Connected), m.Name)
 	}
+	led := 0
+	for _, g := range st.Groups {
+		group := strconv.Itoa(g.Group)
+		for _, s := range cc.groups {
+			ch <- prometheus.MustNewConstMetric(s.desc, s.kind, s.value(&g.Stats), group)
+		}
+		for _, name := range slices.Sorted(maps.Keys(g.FollowerLag)) {
+			ch <- prometheus.MustNewConstMetric(cc.groupLag, prometheus.GaugeValue, float64(g.FollowerLag[name]), group, name)
+		}
+		if g.Serving {
+			led++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(cc.groupsLed, prometheus.GaugeValue, float64(led))
 	if cc.proxy != nil {
 		ps := cc.proxy.Stats()
 		collectScalars(ch, cc.proxies, &ps)

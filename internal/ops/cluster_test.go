@@ -42,7 +42,12 @@ func TestCluster(t *testing.T) {
 		stats: replication.Stats{Term: 7, Commit: 40, Applied: 39, LeaderChanges: 3, Proposals: 5, ProposedBytes: 900,
 			Rebuilds: 2, LastRebuild: 1500 * time.Millisecond,
 			FollowerLag: map[string]uint64{"b": 0, "c": 12},
-			Transport:   replication.TransportStats{MessagesSent: 100, SnapshotsSent: 1, TLSRefused: 2}},
+			Transport:   replication.TransportStats{MessagesSent: 100, SnapshotsSent: 1, TLSRefused: 2},
+			Groups: []replication.GroupStats{
+				{Group: 0, Stats: replication.Stats{Term: 7, Commit: 40, Applied: 39, LeaderChanges: 3, Proposals: 5}},
+				{Group: 1, Stats: replication.Stats{Term: 2, Commit: 9, Applied: 9, Serving: true, LeaderChanges: 1, Proposals: 4,
+					FollowerLag: map[string]uint64{"b": 1, "c": 3}}},
+			}},
 	}
 	p := &fakeProxy{stats: replication.ProxyStats{Current: 4, Total: 9, LeaderChanged: 2}}
 	m := ops.NewMetrics()
@@ -106,6 +111,15 @@ func TestCluster(t *testing.T) {
 		{"sprout_cluster_proxied_connections_total", "", 9},
 		{"sprout_cluster_proxy_leader_changed_total", "", 2},
 		{"sprout_build_info", "version=" + testVersion, 1},
+		{"sprout_cluster_group_term", "group=0", 7},
+		{"sprout_cluster_group_commit_index", "group=1", 9},
+		{"sprout_cluster_group_applied_index", "group=0", 39},
+		{"sprout_cluster_group_leading", "group=0", 0},
+		{"sprout_cluster_group_leading", "group=1", 1},
+		{"sprout_cluster_group_leader_changes_total", "group=1", 1},
+		{"sprout_cluster_group_proposals_total", "group=1", 4},
+		{"sprout_cluster_group_follower_lag_entries", "group=1,member=c", 3},
+		{"sprout_member_groups_led", "", 1},
 	} {
 		if v, ok := f.value(want.name, want.labels); !ok || v != want.value {
 			t.Errorf("%s{%s} = %v (present %v), want %v", want.name, want.labels, v, ok, want.value)

@@ -189,15 +189,31 @@ type GroupStatus struct {
 
 // Groups are the groups this member runs, by id.
 func (h *Host) Groups() []GroupStatus {
-	h.mu.Lock()
-	nodes := slices.Collect(maps.Values(h.groups))
-	h.mu.Unlock()
-	slices.SortFunc(nodes, func(a, b *Node) int { return int(a.group) - int(b.group) })
+	nodes := h.nodes()
 	out := make([]GroupStatus, 0, len(nodes))
 	for _, n := range nodes {
 		out = append(out, n.groupStatus())
 	}
 	return out
+}
+
+// groupStats are the figures of the groups this member runs, by id.
+func (h *Host) groupStats() []GroupStats {
+	nodes := h.nodes()
+	out := make([]GroupStats, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, GroupStats{Group: int(n.group), Stats: n.groupStats()})
+	}
+	return out
+}
+
+// nodes are the groups' nodes, by group.
+func (h *Host) nodes() []*Node {
+	h.mu.Lock()
+	nodes := slices.Collect(maps.Values(h.groups))
+	h.mu.Unlock()
+	slices.SortFunc(nodes, func(a, b *Node) int { return int(a.group) - int(b.group) })
+	return nodes
 }
 
 // groupStatus is n's line in Host.Groups.

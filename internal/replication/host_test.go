@@ -99,6 +99,11 @@ func TestHostTwoGroups(t *testing.T) {
 		}
 	}
 
+	// Each group's figures, on the member leading group 1.
+	if gs := c.nodes[l1.Name()].Stats().Groups; len(gs) != 2 || gs[0].Group != 0 || gs[1].Group != 1 ||
+		!gs[1].Serving || gs[1].Proposals == 0 || gs[0].Serving != (l0.Name() == l1.Name()) {
+		t.Errorf("%s's groups' figures: %+v", l1.Name(), gs)
+	}
 	if _, err := l1.AddMember(t.Context(), "m4", "127.0.0.1:1"); !errors.Is(err, ErrStaticGroup) {
 		t.Errorf("a member added to group 1: %v", err)
 	}

@@ -1214,10 +1214,28 @@ type Stats struct {
 	Rebuilds    uint64
 	LastRebuild time.Duration
 	Transport   TransportStats
+	// Groups are the figures above (but Transport, the member's, and
+	// Groups) of each Raft group the member runs, by id: today group 0,
+	// the node's own.
+	Groups []GroupStats
 }
 
-// Stats reads the member's figures.
+// GroupStats are one group's figures on this member.
+type GroupStats struct {
+	Group int
+	Stats
+}
+
+// Stats reads the member's figures, its group's and its host's.
 func (n *Node) Stats() Stats {
+	s := n.groupStats()
+	s.Transport = n.transport.stats()
+	s.Groups = n.host.groupStats()
+	return s
+}
+
+// groupStats are n's own figures, without the host's.
+func (n *Node) groupStats() Stats {
 	n.mu.Lock()
 	s := Stats{Term: n.pub.term, Commit: n.pub.commit, Applied: n.pub.applied, Serving: n.pub.serving,
 		LeaderChanges: n.leaderChanges, Proposals: n.pub.proposals, ProposedBytes: n.pub.bytes,
@@ -1230,7 +1248,6 @@ func (n *Node) Stats() Stats {
 	}
 	n.mu.Unlock()
 	s.MessagesRefused = n.refusedSteps.Load()
-	s.Transport = n.transport.stats()
 	return s
 }
 
