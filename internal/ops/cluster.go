@@ -124,7 +124,7 @@ func newClusterCollector(c Cluster, p Proxy) *clusterCollector {
 			counter, func(s *stats) float64 { return float64(s.Transport.SnapshotsReceived) }),
 	}
 	perGroup := func(name, help string, kind prometheus.ValueType, v func(*stats) float64) scalar[stats] {
-		return scalar[stats]{desc: prometheus.NewDesc(name, help, []string{"group"}, nil), kind: kind, value: v}
+		return newScalar(name, help, kind, v, "group")
 	}
 	cc.groups = []scalar[stats]{
 		perGroup("sprout_cluster_group_leading", "1 while this member leads the group and takes its commands.",

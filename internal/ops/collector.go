@@ -44,15 +44,17 @@ const OtherTube = "<other>"
 // state that sums would count twice.
 var jobStates = [...]string{"ready", "reserved", "delayed", "buried"}
 
-// scalar is one unlabelled figure read at scrape time.
+// scalar is one figure read at scrape time: unlabelled, or with the
+// labels its collector gives the values of (as clusterCollector does
+// each group's).
 type scalar[F any] struct {
 	desc  *prometheus.Desc
 	kind  prometheus.ValueType
 	value func(f *F) float64
 }
 
-func newScalar[F any](name, help string, kind prometheus.ValueType, value func(f *F) float64) scalar[F] {
-	return scalar[F]{prometheus.NewDesc(name, help, nil, nil), kind, value}
+func newScalar[F any](name, help string, kind prometheus.ValueType, value func(f *F) float64, labels ...string) scalar[F] {
+	return scalar[F]{prometheus.NewDesc(name, help, labels, nil), kind, value}
 }
 
 func collectScalars[F any](ch chan<- prometheus.Metric, scalars []scalar[F], f *F) {

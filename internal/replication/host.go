@@ -8,8 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
 	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/sproutmq/sprout/store"
 )
 
 // Host is what a member's Raft groups share (docs/design/shards.md, 2.3):
@@ -21,10 +22,9 @@ import (
 // placed statically on members of group 0. Only tests start other groups
 // yet.
 type Host struct {
-	self      Member         // immutable
-	cluster   uint64         // immutable
-	transport *transport     // immutable
-	logger    zerolog.Logger // immutable: the member's, without a group
+	self      Member     // immutable
+	cluster   uint64     // immutable
+	transport *transport // immutable
 
 	mu     sync.Mutex
 	groups map[groupID]*Node // guarded by mu: the groups running
@@ -66,7 +66,11 @@ func (h *Host) StartGroup(g uint16, cfg NodeConfig) (*Node, error) {
 			book.Members = append(book.Members, m)
 		}
 	}
-	n, err := h.newNode(group, cfg, book)
+	start, err := startState(cfg, h.self, book)
+	if err != nil {
+		return nil, err
+	}
+	n, err := h.newNode(group, cfg, book, start)
 	if err != nil {
 		return nil, err
 	}
@@ -74,18 +78,44 @@ func (h *Host) StartGroup(g uint16, cfg NodeConfig) (*Node, error) {
 	return n, nil
 }
 
-// newNode makes group g's node on the host and attaches it to the
-// transport; launch starts it.
-func (h *Host) newNode(g groupID, cfg NodeConfig, book Book) (*Node, error) {
-	hs, err := startState(cfg, h.self, book)
-	if err != nil {
-		return nil, err
-	}
+// newNode makes group g's node on the host from its configuration, the
+// members its log (or cfg) names and the state its log starts from, and
+// attaches it to the transport; launch starts it.
+func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint) (*Node, error) {
 	logger := cfg.Logger.With().Str("node", cfg.Node).Logger()
 	if g != group0 {
 		logger = logger.With().Uint16("group", uint16(g)).Logger()
 	}
-	n := newNode(h, g, cfg, logger, book, hs.cs, hs.commit)
+	n := &Node{
+		born:          time.Now(),
+		cfg:           cfg,
+		self:          h.self,
+		host:          h,
+		group:         g,
+		transport:     h.transport,
+		conf:          start.cs,
+		removed:       book.Removed,
+		changes:       make(chan *changeReq),
+		transfers:     make(chan uint64),
+		log:           cfg.Log,
+		logger:        logger,
+		startCommit:   start.commit,
+		inbox:         make(chan *pb.Message, 256),
+		snapIn:        make(chan snapshotIn),
+		wake:          make(chan struct{}, 1),
+		stop:          make(chan struct{}),
+		halted:        make(chan struct{}),
+		done:          make(chan struct{}),
+		unreachable:   make(map[uint64]struct{}),
+		leaderChanged: make(chan struct{}),
+	}
+	n.byID = bookIndex(book)
+	n.journal = NewJournal(n.signal)
+	n.store = store.New(store.Options{Journal: n.journal, Acks: n.journal})
+	if l, ok := cfg.Log.(fullLog); ok {
+		n.journal.full = l.Full
+	}
+	var err error
 	if n.core, err = NewCore(n.coreConfig(book, 0)); err != nil {
 		return nil, err
 	}

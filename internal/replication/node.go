@@ -353,22 +353,21 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 			}
 		}
 	}
-	if _, err := startState(cfg, self, book); err != nil {
-		return nil, err // before the transport listens
+	start, err := startState(cfg, self, book) // before the transport listens
+	if err != nil {
+		return nil, err
 	}
-	h := &Host{self: self, cluster: cfg.ClusterID, groups: make(map[groupID]*Node),
-		logger: cfg.Logger.With().Str("node", cfg.Node).Logger()}
-	var err error
+	h := &Host{self: self, cluster: cfg.ClusterID, groups: make(map[groupID]*Node)}
 	h.transport, err = newTransport(transportConfig{
 		self: self, members: book.Members, cluster: cfg.ClusterID, hints: hints,
 		removed: h.isRemoved, removedSelf: h.noteRemoved,
 		listen: cfg.Listen, listener: cfg.listener, client: cfg.ClientAddr, http: cfg.HTTPAddr,
-		tls: mtls, queue: cfg.SendQueue, log: h.logger, maxProtocol: cfg.maxProtocol,
+		tls: mtls, queue: cfg.SendQueue, log: cfg.Logger.With().Str("node", cfg.Node).Logger(), maxProtocol: cfg.maxProtocol,
 	})
 	if err != nil {
 		return nil, err
 	}
-	n, err := h.newNode(group0, cfg, book)
+	n, err := h.newNode(group0, cfg, book, start)
 	if err != nil {
 		h.transport.close()
 		return nil, err
@@ -397,42 +396,6 @@ func (cfg *NodeConfig) fillDefaults() {
 	if cfg.SendQueue == 0 {
 		cfg.SendQueue = DefaultSendQueue
 	}
-}
-
-// newNode makes group g's node on host h from its configuration, the
-// members its log (or cfg) names, its membership and the commit index its
-// log held at start; the caller makes its core.
-func newNode(h *Host, g groupID, cfg NodeConfig, logger zerolog.Logger, book Book, cs *pb.ConfState, startCommit uint64) *Node {
-	n := &Node{
-		born:          time.Now(),
-		cfg:           cfg,
-		self:          h.self,
-		host:          h,
-		group:         g,
-		transport:     h.transport,
-		conf:          cs,
-		removed:       book.Removed,
-		changes:       make(chan *changeReq),
-		transfers:     make(chan uint64),
-		log:           cfg.Log,
-		logger:        logger,
-		startCommit:   startCommit,
-		inbox:         make(chan *pb.Message, 256),
-		snapIn:        make(chan snapshotIn),
-		wake:          make(chan struct{}, 1),
-		stop:          make(chan struct{}),
-		halted:        make(chan struct{}),
-		done:          make(chan struct{}),
-		unreachable:   make(map[uint64]struct{}),
-		leaderChanged: make(chan struct{}),
-	}
-	n.byID = bookIndex(book)
-	n.journal = NewJournal(n.signal)
-	n.store = store.New(store.Options{Journal: n.journal, Acks: n.journal})
-	if l, ok := cfg.Log.(fullLog); ok {
-		n.journal.full = l.Full
-	}
-	return n
 }
 
 // launch runs the node: its first round restores the store from the log

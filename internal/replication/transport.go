@@ -251,21 +251,22 @@ func (t *transport) runLocked(p *peer) {
 }
 
 // attach makes the transport carry group g's messages, to and from end.
-func (t *transport) attach(g groupID, end groupEnd) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	groups := maps.Clone(*t.groups.Load())
-	groups[g] = &end
-	t.groups.Store(&groups)
-}
+func (t *transport) attach(g groupID, end groupEnd) { t.setGroup(g, &end) }
 
 // detach stops carrying g's messages: those received for it are
 // dropped, and so are its snapshots not yet sent.
-func (t *transport) detach(g groupID) {
+func (t *transport) detach(g groupID) { t.setGroup(g, nil) }
+
+// setGroup makes end g's, or drops g for nil, in a new copy of the map.
+func (t *transport) setGroup(g groupID, end *groupEnd) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	groups := maps.Clone(*t.groups.Load())
-	delete(groups, g)
+	if end == nil {
+		delete(groups, g)
+	} else {
+		groups[g] = end
+	}
 	t.groups.Store(&groups)
 }
 
@@ -1082,12 +1083,12 @@ func (t *transport) receiveSnapshot(p *peer, conn net.Conn, f *frameReader) {
 		}
 	}
 	e, err := f.read()
-	m := e.m
+	m, end := e.m, t.group(e.group)
 	switch {
 	case err != nil:
 		refuse(err)
 		return
-	case t.group(e.group) == nil:
+	case end == nil:
 		refuse(fmt.Errorf("replication: a snapshot of group %d, which this member does not hold", e.group))
 		return
 	case m.GetType() != pb.MsgSnap || m.GetSnapshot() == nil:
@@ -1097,7 +1098,6 @@ func (t *transport) receiveSnapshot(p *peer, conn net.Conn, f *frameReader) {
 		refuse(fmt.Errorf("replication: a snapshot from %x to %x", m.GetFrom(), m.GetTo()))
 		return
 	}
-	end := t.group(e.group)
 	if !t.startReceiving(e.group) {
 		refuse(fmt.Errorf("replication: %d snapshots, or one of group %d, are being received", snapshotStreams, e.group))
 		_, _ = dc.Write([]byte{snapshotRefused})

@@ -296,13 +296,22 @@ func appendBatched(b []byte, e envelope) ([]byte, error) {
 	return b, nil
 }
 
+// carries says why protocol version cannot carry group g's messages,
+// or nil if it can: protocol 2 carries group 0's only.
+func carries(version uint16, g groupID) error {
+	if version < 3 && g != group0 {
+		return fmt.Errorf("replication: a message of group %d in protocol %d", g, version)
+	}
+	return nil
+}
+
 // appendWhole encodes e as one frame of protocol version: a whole
 // message, or a batch of one.
 func appendWhole(b []byte, version uint16, e envelope) ([]byte, error) {
+	if err := carries(version, e.group); err != nil {
+		return b, err
+	}
 	if version < 3 {
-		if e.group != group0 {
-			return b, fmt.Errorf("replication: a message of group %d in protocol %d", e.group, version)
-		}
 		return appendFrame(b, e.m)
 	}
 	frame, err := appendBatched(nil, e)
@@ -387,8 +396,8 @@ func (mw *messageWriter) busy() bool { return len(mw.queue) > 0 }
 // write writes e, or queues it, and reports how many messages it
 // finished: written whole (or batched), or dropped.
 func (mw *messageWriter) write(e envelope) (int, error) {
-	if mw.version < 3 && e.group != group0 {
-		mw.dropped(fmt.Errorf("replication: a message of group %d in protocol %d", e.group, mw.version))
+	if err := carries(mw.version, e.group); err != nil {
+		mw.dropped(err)
 		return 1, nil
 	}
 	size := proto.Size(e.m)
