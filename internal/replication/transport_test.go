@@ -652,6 +652,10 @@ func TestTransportGroups(t *testing.T) {
 	if st := b.stats(); st.MessagesUnrouted != 1 || st.Refused != 0 {
 		t.Errorf("the receiver's stats after a message of group 2: %+v", st)
 	}
+	// b has sent nothing, so its own connection to a may still be dialling.
+	for deadline := time.Now().Add(5 * time.Second); b.peer(from).protocol.Load() != 3 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if b.peer(from).protocol.Load() != 3 || a.peer(to).protocol.Load() != 3 {
 		t.Errorf("protocols %d and %d", b.peer(from).protocol.Load(), a.peer(to).protocol.Load())
 	}
