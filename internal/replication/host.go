@@ -25,6 +25,12 @@ type Host struct {
 	self      Member     // immutable
 	cluster   uint64     // immutable
 	transport *transport // immutable
+	// tick is every group's tick (group 0's NodeConfig.Tick): one ticker
+	// gives each its ticks at once, so their heartbeats to a peer meet
+	// in one drain of its writer and go as one frame (shards.md, 2.2).
+	// stopTicks is closed when group 0 ends.
+	tick      time.Duration // immutable
+	stopTicks chan struct{}
 
 	mu     sync.Mutex
 	groups map[groupID]*Node // guarded by mu: the groups running
@@ -48,7 +54,7 @@ func (h *Host) StartGroup(g uint16, cfg NodeConfig) (*Node, error) {
 	if group == group0 || int(group) >= maxGroups {
 		return nil, fmt.Errorf("%w: group %d (groups 1 to %d start here)", ErrGroupRunning, g, maxGroups-1)
 	}
-	cfg.Node, cfg.ClusterID = h.self.Name, h.cluster
+	cfg.Node, cfg.ClusterID, cfg.Tick = h.self.Name, h.cluster, h.tick
 	cfg.fillDefaults()
 	if cfg.Log == nil {
 		return nil, ErrNoLog
@@ -101,6 +107,7 @@ func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint) (
 		logger:        logger,
 		startCommit:   start.commit,
 		inbox:         make(chan *pb.Message, 256),
+		ticks:         make(chan struct{}, 1),
 		snapIn:        make(chan snapshotIn),
 		wake:          make(chan struct{}, 1),
 		stop:          make(chan struct{}),
@@ -175,6 +182,7 @@ func (h *Host) release(n *Node, drain time.Duration) {
 	if n.group != group0 {
 		return
 	}
+	close(h.stopTicks)
 	for _, o := range rest {
 		o.Close()
 	}
@@ -182,6 +190,29 @@ func (h *Host) release(n *Node, drain time.Duration) {
 		h.transport.drain(drain)
 	}
 	h.transport.close()
+}
+
+// runTicker gives every group its ticks, each at once: a group busy when
+// one comes takes it when it can (a tick waiting in its channel), and
+// Node.tick counts the time that passed, not the ticks that came.
+func (h *Host) runTicker() {
+	ticker := time.NewTicker(h.tick)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-h.stopTicks:
+			return
+		case <-ticker.C:
+		}
+		h.mu.Lock()
+		for _, n := range h.groups {
+			select {
+			case n.ticks <- struct{}{}:
+			default:
+			}
+		}
+		h.mu.Unlock()
+	}
 }
 
 // group0 is the membership's group, or nil before it starts.

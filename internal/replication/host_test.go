@@ -177,3 +177,51 @@ func TestHostTwoGroups(t *testing.T) {
 		t.Error("group 1 runs on after its member's group 0 stopped")
 	}
 }
+
+// TestHostTicksTogether: one ticker gives a member's groups their ticks at
+// once, so the heartbeats of four groups led by one member go to each
+// peer together, a frame carrying several; a ticker per group would send
+// them apart.
+func TestHostTicksTogether(t *testing.T) {
+	c := newNetCluster(t, 3, 100, nil)
+	var ids []uint64
+	for _, m := range c.peers {
+		ids = append(ids, m.ID)
+	}
+	l0 := c.awaitServing(10 * time.Second)
+	var leaders []*Node
+	for g := uint16(1); g <= 3; g++ {
+		logs := map[string]*gatedLog{}
+		for _, m := range c.peers {
+			logs[m.Name] = &gatedLog{MemoryLog: NewMemoryLog(ids, 100)}
+		}
+		nodes := startGroups(t, c, g, logs)
+		l := c.awaitServing(10*time.Second, groupUp(nodes)...)
+		if l.Name() != l0.Name() {
+			if err := l.TransferLeadership(l0.Name()); err != nil {
+				t.Fatal(err)
+			}
+			l = nodes[l0.Name()]
+			testproc.WaitFor(t, 10*time.Second, fmt.Sprintf("group %d's leadership on %s", g, l0.Name()), func() bool {
+				return l.Status().Serving
+			})
+		}
+		leaders = append(leaders, l)
+	}
+	before := c.nodes[l0.Name()].Stats().Transport
+	time.Sleep(20 * testTick) // the measurement: twenty ticks of heartbeats
+	after := c.nodes[l0.Name()].Stats().Transport
+	beats, frames := after.Heartbeats-before.Heartbeats, after.HeartbeatFrames-before.HeartbeatFrames
+	// 4 groups × 2 peers × 20 ticks (heartbeat tick 1) = 160 heartbeats,
+	// in 40 frames when all go together, 160 when none do: a ticker per
+	// group sent 158–160 here, one ticker 48–77.
+	if beats < 80 || float64(beats) < 1.5*float64(frames) {
+		t.Errorf("%d heartbeats in %d frames over twenty ticks: the groups' heartbeats went apart", beats, frames)
+	}
+	t.Logf("%d heartbeats in %d frames", beats, frames)
+	for _, l := range leaders {
+		if !l.Status().Serving {
+			t.Errorf("group %d lost its leader during the measurement", l.group)
+		}
+	}
+}

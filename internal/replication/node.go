@@ -189,6 +189,7 @@ type Node struct {
 	startCommit uint64
 
 	inbox  chan *pb.Message // peers' messages, to the node goroutine
+	ticks  chan struct{}    // the host's ticks; capacity 1
 	snapIn chan snapshotIn  // peers' snapshots, each with its verdict
 	wake   chan struct{}    // the mailbox or the journal has news; capacity 1
 	stop   chan struct{}    // closed by Close
@@ -357,7 +358,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Host{self: self, cluster: cfg.ClusterID, groups: make(map[groupID]*Node)}
+	h := &Host{self: self, cluster: cfg.ClusterID, tick: cfg.Tick, stopTicks: make(chan struct{}), groups: make(map[groupID]*Node)}
 	h.transport, err = newTransport(transportConfig{
 		self: self, members: book.Members, cluster: cfg.ClusterID, hints: hints,
 		removed: h.isRemoved, removedSelf: h.noteRemoved,
@@ -401,13 +402,14 @@ func (cfg *NodeConfig) fillDefaults() {
 // launch runs the node: its first round restores the store from the log
 // (ActRestore), so Store has one when it returns (it cannot rebuild: the
 // node has served nothing yet); then its goroutine, and for group 0 the
-// host's connections to the peers.
+// host's connections to the peers and its ticker.
 func (n *Node) launch() {
 	n.process()
 	n.publish(true)
 	n.lastTick = time.Now()
 	if n.group == group0 {
 		n.transport.start()
+		go n.host.runTicker()
 	}
 	go n.run()
 }
@@ -526,8 +528,6 @@ func (n *Node) run() {
 		n.host.release(n, drain)
 	}()
 	defer close(n.halted)
-	ticker := time.NewTicker(n.cfg.Tick)
-	defer ticker.Stop()
 	for {
 		tick := false
 		var verdict chan error // a peer's snapshot's, once its round is carried out
@@ -535,7 +535,7 @@ func (n *Node) run() {
 		select {
 		case <-n.stop:
 			return
-		case <-ticker.C:
+		case <-n.ticks:
 			// Now, not the tick's time: a tick waiting in the channel
 			// through a stall says when it fired.
 			n.tick(time.Now())

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,9 @@ type TransportStats struct {
 	// again what matters. MessagesUnrouted were received for a group
 	// this member does not hold, and dropped.
 	MessagesSent, MessagesReceived, MessagesDropped, MessagesUnrouted uint64
+	// Heartbeats were sent coalesced (protocol 3), in HeartbeatFrames
+	// frames: the groups' heartbeats to a peer that went together.
+	Heartbeats, HeartbeatFrames uint64
 	// Connects counts connections this member made to peers that
 	// answered its hello.
 	Connects uint64
@@ -165,6 +169,7 @@ type transport struct {
 	sent, received, dropped        atomic.Uint64
 	connects, refused, tlsRefused  atomic.Uint64
 	unrouted                       atomic.Uint64
+	coalesced                      beatCounts
 	snapSent, snapFailed, snapRecv atomic.Uint64
 }
 
@@ -491,6 +496,7 @@ func (t *transport) stats() TransportStats {
 	return TransportStats{
 		MessagesSent: t.sent.Load(), MessagesReceived: t.received.Load(),
 		MessagesDropped: t.dropped.Load(), MessagesUnrouted: t.unrouted.Load(),
+		Heartbeats: t.coalesced.beats.Load(), HeartbeatFrames: t.coalesced.frames.Load(),
 		Connects: t.connects.Load(), Refused: t.refused.Load(), TLSRefused: t.tlsRefused.Load(),
 		SnapshotsSent: t.snapSent.Load(), SnapshotsFailed: t.snapFailed.Load(), SnapshotsReceived: t.snapRecv.Load(),
 	}
@@ -585,7 +591,7 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn, version uint16) e
 	// lost those of them dropped.
 	taken, done, lost := int64(0), 0, 0
 	defer func() { p.unsent.Add(-taken) }()
-	mw := messageWriter{w: w, version: version, from: t.cfg.self.ID, to: p.ID, dropped: func(err error) {
+	mw := messageWriter{w: w, version: version, from: t.cfg.self.ID, to: p.ID, coalesced: &t.coalesced, dropped: func(err error) {
 		lost++
 		t.dropped.Add(1)
 		t.logOnce("too large "+p.Name, func(e *zerolog.Event) *zerolog.Event {
@@ -608,6 +614,12 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn, version uint16) e
 		case <-p.ctx.Done():
 			return nil
 		case <-next:
+		}
+		if e.m != nil && coalescible(e.m, mw.from, mw.to) {
+			// A heartbeat rarely comes alone: the host ticks every group
+			// at once (and a peer's heartbeats arrive together), so let
+			// the other groups' land and go in its frame.
+			runtime.Gosched()
 		}
 		for e.m != nil {
 			taken++

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"sync/atomic"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -378,8 +379,11 @@ type messageWriter struct {
 	from, to uint64
 	buf      []byte
 	// batch and beats are the frames being filled (protocol 3), empty
-	// when none is.
+	// when none is; inBeats counts the heartbeats in beats.
 	batch, beats []byte
+	inBeats      int
+	// coalesced, if set, counts the heartbeats written and their frames.
+	coalesced *beatCounts
 	// queue is what waits behind a message in parts, in order, the first
 	// being that message; data is its entries' data not yet written.
 	queue []envelope
@@ -424,6 +428,7 @@ func (mw *messageWriter) whole(e envelope, size int) (int, error) {
 		mw.trim()
 	case coalescible(e.m, mw.from, mw.to):
 		mw.beats = appendBeat(mw.beats, e)
+		mw.inBeats++
 	default:
 		if len(mw.batch)+size > messagePart {
 			if err := mw.flush(); err != nil {
@@ -442,8 +447,17 @@ func (mw *messageWriter) whole(e envelope, size int) (int, error) {
 	return 1, nil
 }
 
+// beatCounts count the coalesced heartbeats a transport wrote, and the
+// frames they went in: how often groups' heartbeats to a peer met.
+type beatCounts struct{ beats, frames atomic.Uint64 }
+
 // flush writes the frames being filled: the heartbeats, then the batch.
 func (mw *messageWriter) flush() error {
+	if mw.inBeats > 0 && mw.coalesced != nil {
+		mw.coalesced.beats.Add(uint64(mw.inBeats))
+		mw.coalesced.frames.Add(1)
+	}
+	mw.inBeats = 0
 	for _, f := range []*[]byte{&mw.beats, &mw.batch} {
 		if len(*f) == 0 {
 			continue
