@@ -2,6 +2,7 @@ package meta
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -28,24 +29,24 @@ const (
 
 // Member is a member of the cluster: its name and Raft member id.
 type Member struct {
-	Name     string
-	ID       uint64
-	Draining bool // being removed: its replicas and leaderships move away
+	Name     string `json:"name"`
+	ID       uint64 `json:"id"`
+	Draining bool   `json:"draining,omitempty"` // being removed: its replicas and leaderships move away
 }
 
 // Replica is one member's replica of a group.
 type Replica struct {
-	Member  string
-	Learner bool
+	Member  string `json:"member"`
+	Learner bool   `json:"learner,omitempty"`
 }
 
 // Group is a shard group.
 type Group struct {
-	ID       uint16
-	Replicas []Replica
+	ID       uint16    `json:"id"`
+	Replicas []Replica `json:"replicas"`
 	// Preferred is the member that campaigns first at formation, so that
 	// leaderships are spread from the start.
-	Preferred string
+	Preferred string `json:"preferred"`
 }
 
 // Voters are the members whose replicas of g vote.
@@ -67,26 +68,68 @@ func (g *Group) Holds(member string) bool {
 // Placement sends the tubes whose names start with Prefix to Group; it
 // routes only once Active.
 type Placement struct {
-	Prefix string
-	Group  uint16
-	Active bool
+	Prefix string `json:"prefix"`
+	Group  uint16 `json:"group"`
+	Active bool   `json:"active,omitempty"`
 }
 
 // State is the cluster's placement. Its zero value is not a state:
 // Formation makes the first.
+//
+// Its JSON (Encode) is how the meta group's log holds it: the field names
+// are part of the format.
 type State struct {
-	Replicas int      // R, each group's voters
-	Members  []Member // sorted by name
+	// Version counts the changes the meta group committed: the state a
+	// member routes by only ever moves forward.
+	Version  uint64   `json:"version"`
+	Replicas int      `json:"replicas"` // R, each group's voters
+	Members  []Member `json:"members"`  // sorted by name
 	// MetaVoters are the members voting in the meta group.
-	MetaVoters []string
-	Groups     []Group // group g at index g
-	Slots      [Slots]uint16
+	MetaVoters []string      `json:"meta_voters"`
+	Groups     []Group       `json:"groups"` // group g at index g
+	Slots      [Slots]uint16 `json:"slots"`
 	// Prefixes maps each id prefix to its group plus one; 0 is a prefix
 	// no group took.
-	Prefixes [Prefixes]uint16
+	Prefixes [Prefixes]uint16 `json:"prefixes"`
 	// Exact are tubes placed by name; Placements, by prefix, sorted.
-	Exact      map[string]uint16
-	Placements []Placement
+	Exact      map[string]uint16 `json:"exact"`
+	Placements []Placement       `json:"placements,omitempty"`
+}
+
+// Encode is s as the meta group's log holds it.
+func (s *State) Encode() []byte {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("meta: a state that does not encode: %v", err)) // only plain fields: cannot happen
+	}
+	return b
+}
+
+// ErrDecode refuses bytes that are not an encoded state.
+var ErrDecode = errors.New("meta: not an encoded state")
+
+// Decode reads a state Encode wrote.
+func Decode(b []byte) (*State, error) {
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
+	}
+	if len(s.Groups) == 0 || len(s.Members) == 0 {
+		return nil, fmt.Errorf("%w: no groups or no members", ErrDecode)
+	}
+	if s.Exact == nil {
+		s.Exact = map[string]uint16{}
+	}
+	return &s, nil
+}
+
+// Clone is a copy of s that shares nothing with it.
+func (s *State) Clone() *State {
+	c, err := Decode(s.Encode())
+	if err != nil {
+		panic(fmt.Sprintf("meta: a state that does not decode: %v", err))
+	}
+	return c
 }
 
 // ErrFormation refuses a formation that cannot be made.

@@ -227,3 +227,48 @@ func TestJobIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestEncode: a state goes through its encoding whole (placements, exact
+// tubes, a draining member), a clone shares nothing with its original,
+// and bytes that are no state are refused.
+func TestEncode(t *testing.T) {
+	s, err := Formation(members(5), 7, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []Command{
+		{Op: OpPlace, Prefix: "emails.", Group: 3},
+		{Op: OpActivate, Prefix: "emails."},
+		{Op: OpPlaceTube, Tube: "hot", Group: 6},
+		{Op: OpDrain, Member: "m3"},
+	} {
+		if err := s.Apply(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := Decode(s.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, s) {
+		t.Fatalf("decoded %+v, want %+v", got, s)
+	}
+	if got.Owner("emails.x") != 3 || got.Owner("hot") != 6 || !got.member("m3").Draining {
+		t.Errorf("the decoded state routes otherwise: %d %d", got.Owner("emails.x"), got.Owner("hot"))
+	}
+	c := s.Clone()
+	if err := c.Apply(Command{Op: OpPlaceTube, Tube: "cold", Group: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c.Groups[0].Replicas[0].Learner = true
+	if _, ok := s.Exact["cold"]; ok || s.Groups[0].Replicas[0].Learner {
+		t.Error("a change to a clone changed its original")
+	}
+	big, _ := Formation(members(5), MaxGroups, 3)
+	t.Logf("encoded: %d bytes at G = 7, %d at G = %d", len(s.Encode()), len(big.Encode()), MaxGroups)
+	for _, b := range []string{"", "{", `{"groups":[]}`, `{"members":[{"name":"a"}]}`, "null"} {
+		if _, err := Decode([]byte(b)); !errors.Is(err, ErrDecode) {
+			t.Errorf("Decode(%q): %v", b, err)
+		}
+	}
+}

@@ -644,7 +644,26 @@
 // statically on members of group 0 (a membership change of it is
 // refused, ErrStaticGroup), its messages on the host's connections. Only
 // tests start other groups yet: two groups on three members fail over
-// and rebuild in place each unnoticed by the other (host_test.go).
+// and rebuild in place each unnoticed by the other (host_test.go). One
+// ticker (Host.runTicker) ticks every group at once, so their heartbeats
+// to a peer meet in one drain of its writer and go in one frame
+// (TransportStats.Heartbeats, HeartbeatFrames).
+//
+// A group's state machine is an Applier (applier.go): a shard group's is
+// its store; the meta group's (meta.go, Host.StartMeta, group id
+// "meta" on the wire) is the cluster's placement, internal/meta's State.
+// The meta group replicates its state whole, one record rewritten on
+// each change: meta changes are rare and the state is tens of KB, so a
+// restore, a snapshot and a follower read the state itself, and the
+// log's compaction keeps only the newest. Every member starts it from
+// the same formation (meta.Formation of the same flags), the state
+// before the first entry, so nothing is exchanged to form it. Its
+// serving leader executes a change (Meta.Propose: all of its commands or
+// none) on its copy and proposes the result; readers (Meta.State) get
+// only committed states, by Version, which only grows: a leader that
+// loses its leadership rebuilds as a shard group does, and its readers
+// never see the change that did not commit, nor the state go back. Only
+// tests start the meta group yet.
 //
 // The network tests start members in one process over loopback TCP, each
 // with its own store and a MemoryLog that outlives its node (its disk):

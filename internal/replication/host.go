@@ -54,20 +54,26 @@ func (h *Host) StartGroup(g uint16, cfg NodeConfig) (*Node, error) {
 	if group == group0 || int(group) >= maxGroups {
 		return nil, fmt.Errorf("%w: group %d (groups 1 to %d start here)", ErrGroupRunning, g, maxGroups-1)
 	}
+	return h.startGroup(group, cfg, noState)
+}
+
+// startGroup starts group's replica, as StartGroup says, with the state
+// machine makeState makes (newNode).
+func (h *Host) startGroup(group groupID, cfg NodeConfig, makeState func(*Node) Applier) (*Node, error) {
 	cfg.Node, cfg.ClusterID, cfg.Tick = h.self.Name, h.cluster, h.tick
 	cfg.fillDefaults()
 	if cfg.Log == nil {
 		return nil, ErrNoLog
 	}
 	if !slices.ContainsFunc(cfg.Peers, func(m Member) bool { return m.Name == h.self.Name }) {
-		return nil, fmt.Errorf("replication: group %d's replicas do not include this member, %s", g, h.self.Name)
+		return nil, fmt.Errorf("replication: group %v's replicas do not include this member, %s", group, h.self.Name)
 	}
 	book := cfg.Log.Membership()
 	if len(book.Members) == 0 {
 		book.Members = nil
 		for _, m := range cfg.Peers {
 			if h.transport.peer(m.ID) == nil && m.ID != h.self.ID {
-				return nil, fmt.Errorf("replication: group %d's replica %s is not a member", g, m.Name)
+				return nil, fmt.Errorf("replication: group %v's replica %s is not a member", group, m.Name)
 			}
 			book.Members = append(book.Members, m)
 		}
@@ -76,7 +82,7 @@ func (h *Host) StartGroup(g uint16, cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, err := h.newNode(group, cfg, book, start)
+	n, err := h.newNode(group, cfg, book, start, makeState)
 	if err != nil {
 		return nil, err
 	}
@@ -86,11 +92,13 @@ func (h *Host) StartGroup(g uint16, cfg NodeConfig) (*Node, error) {
 
 // newNode makes group g's node on the host from its configuration, the
 // members its log (or cfg) names and the state its log starts from, and
-// attaches it to the transport; launch starts it.
-func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint) (*Node, error) {
+// attaches it to the transport; launch starts it. Its state machine is
+// what makeState makes for it (its journal made), or a store if that is
+// nil.
+func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint, makeState func(*Node) Applier) (*Node, error) {
 	logger := cfg.Logger.With().Str("node", cfg.Node).Logger()
 	if g != group0 {
-		logger = logger.With().Uint16("group", uint16(g)).Logger()
+		logger = logger.With().Stringer("group", g).Logger()
 	}
 	n := &Node{
 		born:          time.Now(),
@@ -118,7 +126,10 @@ func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint) (
 	}
 	n.byID = bookIndex(book)
 	n.journal = NewJournal(n.signal)
-	n.store = store.New(store.Options{Journal: n.journal, Acks: n.journal})
+	if n.state = makeState(n); n.state == nil {
+		n.store = store.New(store.Options{Journal: n.journal, Acks: n.journal})
+		n.state = n.store
+	}
 	if l, ok := cfg.Log.(fullLog); ok {
 		n.journal.full = l.Full
 	}
@@ -132,7 +143,7 @@ func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint) (
 	case h.closed:
 		return nil, errStopped
 	case h.groups[g] != nil:
-		return nil, fmt.Errorf("%w: group %d", ErrGroupRunning, g)
+		return nil, fmt.Errorf("%w: group %v", ErrGroupRunning, g)
 	}
 	h.groups[g] = n
 	h.transport.attach(g, groupEnd{
@@ -268,11 +279,12 @@ func (h *Host) groupStats() []GroupStats {
 	return out
 }
 
-// nodes are the groups' nodes, by group.
+// nodes are the shard groups' nodes, by group.
 func (h *Host) nodes() []*Node {
 	h.mu.Lock()
 	nodes := slices.Collect(maps.Values(h.groups))
 	h.mu.Unlock()
+	nodes = slices.DeleteFunc(nodes, func(n *Node) bool { return n.store == nil })
 	slices.SortFunc(nodes, func(a, b *Node) int { return int(a.group) - int(b.group) })
 	return nodes
 }

@@ -12,6 +12,20 @@ import (
 	"github.com/sproutmq/sprout/internal/testproc"
 )
 
+// groupLogs are a new log for every member of c, for a group whose
+// replicas are c's members: MemoryLogs keeping retain entries.
+func groupLogs(c *netCluster, retain int) map[string]*gatedLog {
+	var ids []uint64
+	for _, m := range c.peers {
+		ids = append(ids, m.ID)
+	}
+	logs := map[string]*gatedLog{}
+	for _, m := range c.peers {
+		logs[m.Name] = &gatedLog{MemoryLog: NewMemoryLog(ids, retain)}
+	}
+	return logs
+}
+
 // startGroups starts group g's replica on every member of c, each on a
 // log of its own, and returns them by member.
 func startGroups(t *testing.T, c *netCluster, g uint16, logs map[string]*gatedLog) map[string]*Node {
@@ -62,14 +76,7 @@ func groupUp(nodes map[string]*Node) []*Node {
 // membership changes.
 func TestHostTwoGroups(t *testing.T) {
 	c := newNetCluster(t, 3, 100, nil)
-	var ids []uint64
-	for _, m := range c.peers {
-		ids = append(ids, m.ID)
-	}
-	logs := map[string]*gatedLog{}
-	for _, m := range c.peers {
-		logs[m.Name] = &gatedLog{MemoryLog: NewMemoryLog(ids, 100)}
-	}
+	logs := groupLogs(c, 100)
 	g1 := startGroups(t, c, 1, logs)
 	l0 := c.awaitServing(10 * time.Second)
 	l1 := c.awaitServing(10*time.Second, groupUp(g1)...)
@@ -184,18 +191,10 @@ func TestHostTwoGroups(t *testing.T) {
 // them apart.
 func TestHostTicksTogether(t *testing.T) {
 	c := newNetCluster(t, 3, 100, nil)
-	var ids []uint64
-	for _, m := range c.peers {
-		ids = append(ids, m.ID)
-	}
 	l0 := c.awaitServing(10 * time.Second)
 	var leaders []*Node
 	for g := uint16(1); g <= 3; g++ {
-		logs := map[string]*gatedLog{}
-		for _, m := range c.peers {
-			logs[m.Name] = &gatedLog{MemoryLog: NewMemoryLog(ids, 100)}
-		}
-		nodes := startGroups(t, c, g, logs)
+		nodes := startGroups(t, c, g, groupLogs(c, 100))
 		l := c.awaitServing(10*time.Second, groupUp(nodes)...)
 		if l.Name() != l0.Name() {
 			if err := l.TransferLeadership(l0.Name()); err != nil {

@@ -177,10 +177,12 @@ type Node struct {
 	removed []uint64 // the ids removed, as byID
 	log     Log      // immutable; written on the node goroutine
 	journal *Journal // immutable
-	// store is the member's store, made by StartNode and kept for its
-	// life: a restore empties it and fills it again (Store.Reset), so
-	// whatever serves it keeps the one it was given. Immutable; changed
-	// only on the node goroutine.
+	// state is the group's state machine, made with the node and kept for
+	// its life: a restore empties it and fills it again (Applier.Reset),
+	// so whatever serves it keeps the one it was given. For a shard group
+	// it is store, else store is nil. Immutable; changed only on the node
+	// goroutine.
+	state     Applier
 	store     *store.Store
 	transport *transport     // immutable: the host's
 	logger    zerolog.Logger // immutable
@@ -368,7 +370,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, err := h.newNode(group0, cfg, book, start)
+	n, err := h.newNode(group0, cfg, book, start, noState)
 	if err != nil {
 		h.transport.close()
 		return nil, err
@@ -448,7 +450,7 @@ func (n *Node) Close() {
 	n.closeOnce.Do(func() {
 		close(n.stop)
 		<-n.done
-		n.store.Close()
+		n.state.Close()
 	})
 }
 
@@ -705,16 +707,16 @@ func (n *Node) do(a Action) bool {
 			n.signal()
 		})
 	case ActApply:
-		n.store.Apply(a.Records, a.Locs)
+		n.state.Apply(a.Records, a.Locs)
 	case ActLocate:
-		n.store.Located(a.Records, a.Locs)
+		n.state.Located(a.Records, a.Locs)
 	case ActCompact:
 		n.log.Compact(a.Index)
 	case ActPublish:
 		n.journal.Publish(a.Pos)
 	case ActServe:
 		n.logger.Info().Uint64("term", a.Term).Msg("leading: serving clients")
-		if l, ok := n.log.(migratingLog); ok {
+		if l, ok := n.log.(migratingLog); ok && n.store != nil {
 			// The serving leader's store moves live jobs for the log's
 			// compaction; the core serves at most once, so nothing unsets it.
 			l.SetMigrator(n.store)
@@ -814,13 +816,13 @@ func (n *Node) rebuilt() {
 // It reports whether the member stopped.
 func (n *Node) restore(a Action) bool {
 	start := time.Now()
-	if err := n.store.Reset(); err != nil {
+	if err := n.state.Reset(); err != nil {
 		n.fail(fmt.Errorf("replication: cannot restore the store: %w", err), "the member cannot go on; stopping")
 		return true
 	}
 	records := 0
 	err := n.log.ReadHead(func(recs []wal.Record, locs []wal.Loc) error {
-		n.store.Apply(recs, locs)
+		n.state.Apply(recs, locs)
 		records += len(recs)
 		return nil
 	})

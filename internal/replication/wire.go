@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"strconv"
 	"sync/atomic"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -138,6 +139,14 @@ const (
 
 // groupID names a Raft group. The cluster's one group today is group0.
 type groupID uint16
+
+// String names g in logs and errors: its number, or "meta".
+func (g groupID) String() string {
+	if g == groupMeta {
+		return "meta"
+	}
+	return strconv.Itoa(int(g))
+}
 
 const (
 	group0 groupID = 0
