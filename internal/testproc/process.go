@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -246,28 +247,47 @@ func Probe(addr string, timeout time.Duration) error {
 	return nil
 }
 
-// FreePort asks the kernel for an unused TCP port on 127.0.0.1, and never
-// returns one it returned before in this process: the port is free only
-// until someone binds it, and a server given a port may not have bound it
-// yet (a cluster member not started, or restarting) when the kernel
-// offers the same port again. A test once saw one member's client port
-// taken by another member for its --http.
+// FreePort returns an unused TCP port on 127.0.0.1, and never one it
+// returned before in this process: the port is free only until someone
+// binds it, and a server given a port may not have bound it yet (a
+// cluster member not started, or restarting). It picks below the
+// kernel's ephemeral range (freePorts), where no bind to port 0 lands:
+// a port the kernel handed out once was offered again to another
+// member's --http, :0, before the member given it had bound it.
 func FreePort() (int, error) {
 	handedOut.mu.Lock()
 	defer handedOut.mu.Unlock()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("finding a free port: %v", err)
+	low, high := freePorts()
+	for range 1000 {
+		port := low + rand.IntN(high-low+1)
+		if handedOut.ports[port] {
+			continue
 		}
-		port := l.Addr().(*net.TCPAddr).Port
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // in use
+		}
 		_ = l.Close()
-		if !handedOut.ports[port] {
-			handedOut.ports[port] = true
-			return port, nil
+		handedOut.ports[port] = true
+		return port, nil
+	}
+	return 0, fmt.Errorf("finding a free port: none free among 1000 tried in %d-%d", low, high)
+}
+
+// freePorts is the range FreePort picks from: the 12,000 ports below
+// the kernel's ephemeral range (Linux's ip_local_port_range, 32768 to
+// 60999 by default), never below 1024.
+func freePorts() (low, high int) {
+	first := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				first = n
+			}
 		}
 	}
-	return 0, fmt.Errorf("finding a free port: the kernel offered only ports handed out before")
+	high = max(first-1, 2048)
+	return max(high-12000, 1024), high
 }
 
 // handedOut is the ports FreePort returned.

@@ -3,6 +3,7 @@ package testproc
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -151,8 +152,10 @@ func TestSproutBinaryRace(t *testing.T) {
 func TestMain(m *testing.M) { Main(m) }
 
 // TestFreePortNeverRepeats: FreePort never hands out a port twice in one
-// process, even though the kernel may offer a closed one again.
+// process, and none a bind to port 0 could be given (the kernel's
+// ephemeral range), however many of those there are meanwhile.
 func TestFreePortNeverRepeats(t *testing.T) {
+	low, high := freePorts()
 	seen := make(map[int]bool)
 	for range 2000 {
 		port, err := FreePort()
@@ -162,6 +165,17 @@ func TestFreePortNeverRepeats(t *testing.T) {
 		if seen[port] {
 			t.Fatalf("port %d handed out twice", port)
 		}
+		if port < low || port > high {
+			t.Fatalf("port %d, outside %d-%d", port, low, high)
+		}
 		seen[port] = true
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if eph := l.Addr().(*net.TCPAddr).Port; eph >= low && eph <= high {
+			t.Fatalf("the kernel gave port %d to a bind to port 0: FreePort's range %d-%d is not apart from it", eph, low, high)
+		}
+		_ = l.Close()
 	}
 }
