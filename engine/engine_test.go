@@ -19,6 +19,7 @@ import (
 	"github.com/beanstalkd/go-beanstalk"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store"
 )
 
@@ -65,15 +66,15 @@ func startServerOn(t testing.TB, cfg engine.Config, st *store.Store) (*engine.Se
 	return srv, cfg.Network, cfg.Address
 }
 
+// freePort is a free 127.0.0.1 address (testproc.FreePort: never one a
+// bind to port 0 elsewhere could take meanwhile).
 func freePort(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // rawConn speaks bytes to the server and reads whole replies.
