@@ -261,8 +261,8 @@ func (c *Cluster) startJoining(m *member, join string) error {
 }
 
 // awaitApplied waits until m's /metrics say it applied index, or
-// deadline passes. Not /cluster: its digest walks the whole store, work
-// the member would do at every poll while it catches up.
+// deadline passes: one figure, the cheapest read at every poll while the
+// member catches up.
 func (c *Cluster) awaitApplied(ctx context.Context, m *member, index uint64, deadline time.Time) error {
 	var last string
 	for time.Now().Before(deadline) {

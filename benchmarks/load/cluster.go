@@ -272,7 +272,7 @@ func (c *Cluster) settled(ctx context.Context) (*member, string) {
 var errNoLeader = fmt.Errorf("load: no member serves within %v", clusterSettleTimeout)
 
 // leaderNow is the member serving now, as its own /metrics says
-// (sprout_cluster_serving; not /cluster, whose digest walks every job),
+// (sprout_cluster_serving),
 // or nil if none says so within clusterSettleTimeout (a loaded member may
 // be slow to answer, and an election takes a second or two).
 func (c *Cluster) leaderNow(ctx context.Context) *member {

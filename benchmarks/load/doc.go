@@ -51,8 +51,7 @@
 // /cluster/members on the leader (the members run with an --admin-token
 // for it), and the member started with the join string the answer gave.
 // Result.CatchUp holds the time from its start to its /metrics showing it
-// applied what the leader had committed at the addition (not /cluster,
-// whose digest walks the store at every poll), both members' RSS (the
+// applied what the leader had committed at the addition, both members' RSS (the
 // leader's before, its peak since: VmHWM, reset at the addition; the new
 // member's peak), and the round trips' p99 while it caught up; the goals
 // hold them to the catch-up bounds, absolutely (at most 10 s, at least

@@ -31,7 +31,8 @@ func (s Scenario) runRebuild(ctx context.Context, c *Cluster, leader *member, pr
 	}
 	res.Sent, res.Acked = int64(s.Jobs), int64(s.Jobs)
 	for range s.Kills {
-		// Not awaitSettled: /cluster's digest walks a million jobs.
+		// Not awaitSettled, which reads every member: one member's
+		// /metrics names the leader.
 		if leader = c.leaderNow(ctx); leader == nil {
 			return res, errNoLeader
 		}

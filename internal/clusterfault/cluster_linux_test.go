@@ -192,7 +192,7 @@ var httpClient = &http.Client{Timeout: 2 * time.Second}
 // status is m's GET /cluster, with the digest of its own store.
 func (m *member) status() (replication.Status, error) {
 	var st replication.Status
-	resp, err := httpClient.Get(m.httpBase() + "/cluster")
+	resp, err := httpClient.Get(m.httpBase() + "/cluster?digest=1")
 	if err != nil {
 		return st, err
 	}

@@ -33,7 +33,7 @@ func (p *fakeProxy) Stats() replication.ProxyStats { return p.stats }
 func TestCluster(t *testing.T) {
 	match := uint64(41)
 	c := &fakeCluster{
-		status: replication.Status{Node: "a", Leader: "b", Term: 7, State: "follower", Commit: 40, Applied: 39,
+		status: replication.Status{Node: "a", Leader: "b", Term: 7, State: "follower", Commit: 40, Applied: 39, Jobs: 5,
 			Members: []replication.MemberStatus{
 				{Name: "a", Address: "10.0.0.1:7000", Connected: true},
 				{Name: "b", Address: "10.0.0.2:7000", Connected: true, Match: &match},
@@ -74,8 +74,12 @@ func TestCluster(t *testing.T) {
 	}
 	if got.Node != "a" || got.Leader != "b" || got.Term != 7 || got.Commit != 40 || got.Applied != 39 ||
 		len(got.Members) != 3 || got.Members[1].Match == nil || *got.Members[1].Match != 41 || got.Members[0].Match != nil ||
-		got.Jobs != 2 || got.Digest != "d1ge57" {
+		got.Jobs != 5 || got.Digest != "" {
 		t.Errorf("/cluster: %s", body)
+	}
+	// The digest walks every job: only when asked for.
+	if _, body = get(t, base+"/cluster?digest=1"); json.Unmarshal([]byte(body), &got) != nil || got.Jobs != 2 || got.Digest != "d1ge57" {
+		t.Errorf("/cluster?digest=1: %s", body)
 	}
 
 	if code, body := get(t, base+"/readyz"); code != 503 {

@@ -557,9 +557,10 @@
 // on the leader each one's match index; each one's role, voter or
 // learner), commit and applied
 // (Node.Status, whose JSON is that body; match indexes are read at the
-// leader's ticks), and jobs and digest: a summary of the member's own
-// store that members at rest agree on (Node.Digest, digest.go), which
-// the fault tests compare. /readyz is 200 on a member that knows a leader (itself
+// leader's ticks), and jobs, the member's own store's, counted; with
+// ?digest=1 (a walk of every job), a digest of that store that members
+// at rest agree on (Node.Digest, digest.go), which the fault tests
+// compare. /readyz is 200 on a member that knows a leader (itself
 // once it serves) and has applied what its log said was committed at
 // start (Node.Ready). /metrics adds the term, leader changes, commit and
 // applied indexes, follower lag, proposals and their batch sizes,

@@ -1017,9 +1017,10 @@ type Status struct {
 	// Groups are the Raft groups this member runs (Host.Groups): today
 	// group 0, which holds every job.
 	Groups []GroupStatus `json:"groups"`
-	// Jobs and Digest summarise this member's own store (Node.Digest);
-	// GET /cluster fills them, Status does not: they cost a walk of the
-	// store, which a scrape should not pay.
+	// Jobs are this member's own store's (ready, reserved, delayed and
+	// buried), counted. Digest sums them (Node.Digest): only GET
+	// /cluster?digest=1 fills it, since it walks every job, which a page
+	// polled every few seconds should not pay.
 	Jobs   int    `json:"jobs"`
 	Digest string `json:"digest,omitempty"`
 }
@@ -1088,6 +1089,10 @@ func (n *Node) Status() Status {
 		st.Members = append(st.Members, ms)
 	}
 	st.Groups = n.host.Groups()
+	if n.store != nil {
+		ss := n.store.Stats()
+		st.Jobs = int(ss.Ready + ss.Reserved + ss.Delayed + ss.Buried)
+	}
 	return st
 }
 
