@@ -36,6 +36,10 @@ var showPaths = map[string]showPath{
 		j, r := c.Reserve(0)
 		return r == store.Reserved && j.ID() == job
 	}},
+	"Client.TakeAtMost": {store.StateReady, func(c *store.Client, job uint64) bool {
+		j, _, r := c.TakeAtMost(store.Candidate{Pri: ^uint32(0), ID: ^uint64(0)})
+		return r == store.Taken && j.ID() == job
+	}},
 	"Client.ReserveJob": {store.StateBuried, func(c *store.Client, job uint64) bool {
 		_, ok := c.ReserveJob(job)
 		return ok

@@ -320,8 +320,15 @@ func (c *Client) Reserve(timeout time.Duration) (*Job, ReserveResult) {
 // unpaused tubes. With a waiter, the waiter must be claimed in the same
 // critical section, so a concurrent put cannot also serve it.
 func (c *Client) takeBest(now int64, w *waiter) *Job {
+	j, _ := c.takeBounded(now, w, nil)
+	return j
+}
+
+// takeBounded is takeBest that, given a bound, reserves nothing when the
+// best comes after it, and returns the best instead (TakeAtMost).
+func (c *Client) takeBounded(now int64, w *waiter, bound *Candidate) (*Job, *Candidate) {
 	if c.s.holding.Load() {
-		return nil
+		return nil, nil
 	}
 	for {
 		var best *Tube
@@ -336,7 +343,7 @@ func (c *Client) takeBest(now int64, w *waiter) *Job {
 			t.mu.Unlock()
 		}
 		if best == nil {
-			return nil
+			return nil, nil
 		}
 		best.mu.Lock()
 		j := best.ready.min()
@@ -344,9 +351,17 @@ func (c *Client) takeBest(now int64, w *waiter) *Job {
 			best.mu.Unlock()
 			continue // taken meanwhile; look again
 		}
+		if bound != nil {
+			// j, not bestJob: the tube's best may have improved meanwhile,
+			// and the bound decides on what would be taken.
+			if cand := (Candidate{j.pri, j.id}); bound.Before(cand) {
+				best.mu.Unlock()
+				return nil, &cand
+			}
+		}
 		if w != nil && !w.claim() {
 			best.mu.Unlock()
-			return nil // served or timed out meanwhile: the Notifier has it
+			return nil, nil // served or timed out meanwhile: the Notifier has it
 		}
 		ok := best.reserveLocked(j, c, now)
 		if ok {
@@ -354,9 +369,9 @@ func (c *Client) takeBest(now int64, w *waiter) *Job {
 		}
 		best.mu.Unlock()
 		if !ok {
-			return nil
+			return nil, nil
 		}
-		return j
+		return j, nil
 	}
 }
 

@@ -70,6 +70,17 @@
 // change is logged and counted. No tube lock is held for more than a copy
 // of a heap's pointers or a batch of jobs.
 //
+// # A reserve across stores
+//
+// take.go holds the parts of a reserve whose watched tubes live in
+// several stores (a cluster's shard groups, docs/design/shards.md 6.2 and
+// 6.3): BestReady names a client's best candidate and reserves nothing;
+// TakeAtMost reserves the best only if it does not come after a bound
+// (another store's best), else answers Lost; Unreserve undoes a
+// reservation the client never received (an offer that lost to another),
+// every figure back as it was and the job to the tube's next waiter.
+// Nothing calls them yet but their tests: the router that will is S6.
+//
 // # Lock order
 //
 // Take locks only in this order; never hold two locks of the same kind:
