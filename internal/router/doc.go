@@ -1,0 +1,31 @@
+// Package router is where a cluster member will send each client command
+// to the Raft group that owns it, its sessions living where their clients
+// connect (docs/design/shards.md, sections 5 and 6). It is being built in
+// the design's steps; what it holds today is the take of a reserve whose
+// watched tubes live in several groups (take.go, section 6.2).
+//
+// # A reserve across groups: the take
+//
+// Take asks every group holding watched tubes for its best ready job
+// (store.Client.BestReady, reserving nothing), then asks the group with
+// the best to take it only if it does not come after the best of the
+// others (store.Client.TakeAtMost). The group's best may have improved
+// meanwhile: it is taken all the same, since it beats every other
+// candidate. If the group's best got worse (another session took its
+// job), the take is Lost and Take looks again: each Lost means another
+// reserve won a job, so the groups make progress. After maxBoundedRounds
+// lost rounds, the next take goes without a bound (Outcome.Unbounded), so
+// a reserve never spins.
+//
+// The reply is thus the most urgent job among those ready in the watched
+// tubes when it was taken, except a job that became ready in one group
+// after that group was asked: the one visible difference from a single
+// server (section 6.6). Within one group the order is exactly
+// beanstalkd's, and so it is for every reserve whose tubes all live in
+// one group.
+//
+// What Take leaves to its caller, the session: DEADLINE_SOON (from the
+// session's own reservations, with Outcome.AnyReady for beanstalkd's
+// rule), waiting when nothing is ready (offers, section 6.3), and the
+// timeout.
+package router
