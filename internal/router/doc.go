@@ -1,8 +1,10 @@
 // Package router is where a cluster member will send each client command
 // to the Raft group that owns it, its sessions living where their clients
 // connect (docs/design/shards.md, sections 5 and 6). It is being built in
-// the design's steps; what it holds today is the take of a reserve whose
-// watched tubes live in several groups (take.go, section 6.2).
+// the design's steps; what it holds today is a reserve whose watched
+// tubes live in several groups: its take (take.go, section 6.2) and its
+// wait (wait.go, 6.3), on the groups' store clients; the sessions and
+// the commands stream to remote groups come next.
 //
 // # A reserve across groups: the take
 //
@@ -26,6 +28,19 @@
 //
 // What Take leaves to its caller, the session: DEADLINE_SOON (from the
 // session's own reservations, with Outcome.AnyReady for beanstalkd's
-// rule), waiting when nothing is ready (offers, section 6.3), and the
-// timeout.
+// rule), waiting when nothing is ready, and the timeout.
+//
+// # A reserve across groups: the wait
+//
+// When nothing watched is ready, the session waits in every group at once
+// (Arbiter.Wait): each group's store client reserves the first job that
+// comes for it, as a blocked reserve does on one server, and offers it
+// (the client's Notifier). The first offer wins, and the other groups'
+// waits are cancelled. An offer that comes too late, because another
+// group's won or the session's timer ended the wait (Arbiter.End), is
+// declined: its group unreserves the job (store.Client.Unreserve), every
+// figure as if it had never been reserved, and hands it to its next
+// waiter. So a session never holds a reservation it did not receive. A
+// group where the session holds a job near its TTR ends the wait with
+// DEADLINE_SOON, as one server would.
 package router

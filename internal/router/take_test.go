@@ -42,8 +42,14 @@ func newGroups(t *testing.T, n int) []*testGroup {
 // next.
 func (tg *testGroup) put(t *testing.T, pri uint32) *store.Job {
 	t.Helper()
+	return tg.putTTR(t, pri, 60)
+}
+
+// putTTR is put with a TTR of ttr seconds.
+func (tg *testGroup) putTTR(t *testing.T, pri, ttr uint32) *store.Job {
+	t.Helper()
 	tg.seq++
-	j, err := tg.producer.Put(meta.JobID(tg.g, tg.seq), pri, 0, 60, []byte("x\r\n"))
+	j, err := tg.producer.Put(meta.JobID(tg.g, tg.seq), pri, 0, ttr, []byte("x\r\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
