@@ -158,8 +158,13 @@ func (s *Store) withLiveJob(id uint64, f func(t *Tube, j *Job)) {
 	f(t, j)
 }
 
-// raiseID makes sure ids up to id are never issued again here.
-func (s *Store) raiseID(id uint64) { raise(&s.lastID, id) }
+// raiseID makes sure ids up to id are never issued again here, if id is
+// of the store's prefix.
+func (s *Store) raiseID(id uint64) {
+	if id>>IDSeqBits == s.idBase>>IDSeqBits {
+		raise(&s.lastID, id)
+	}
+}
 
 // raise sets v to x unless it is already at least x.
 func raise(v *atomic.Uint64, x uint64) {

@@ -305,3 +305,50 @@ func TestApplyLocations(t *testing.T) {
 		t.Fatalf("migrating segment 7 logged %+v, want the leader's own job", recs)
 	}
 }
+
+// TestIDPrefix: a store with a prefix issues ids in it, from 1, through
+// its logged watermark; records of its prefix raise its counter when
+// applied, those of another prefix (a job moved in from another group)
+// do not; a reset starts again in the prefix.
+func TestIDPrefix(t *testing.T) {
+	const prefix = 3
+	base := uint64(prefix) << IDSeqBits
+	j := &recordingJournal{}
+	s := New(Options{Journal: j, IDPrefix: prefix})
+	defer s.Close()
+	if id := s.NextID(); id != base+1 {
+		t.Fatalf("the first id: %d, want %d", id, base+1)
+	}
+	var mark uint64
+	for _, r := range j.take() {
+		if r.Kind == wal.KindIDs {
+			mark = r.ID
+		}
+	}
+	if mark <= base+1 || mark>>IDSeqBits != prefix {
+		t.Errorf("the logged watermark %d is not above the id in its prefix", mark)
+	}
+	full := func(id uint64) wal.Record {
+		return wal.Record{Kind: wal.KindFull, ID: id, Tube: "t", State: wal.StateReady, Body: []byte("x\r\n")}
+	}
+	other := uint64(5)<<IDSeqBits + 100
+	s.Apply([]wal.Record{full(other)}, []wal.Loc{{}})
+	if id := s.NextID(); id>>IDSeqBits != prefix {
+		t.Errorf("after a job of prefix 5 was applied the next id is %d, of prefix %d", id, id>>IDSeqBits)
+	}
+	s.Apply([]wal.Record{full(base + 1000)}, []wal.Loc{{}})
+	if id := s.NextID(); id != base+1001 {
+		t.Errorf("after its own job %d was applied the next id is %d, want %d", base+1000, id, base+1001)
+	}
+	if err := s.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if id := s.NextID(); id != base+1 {
+		t.Errorf("after a reset the first id is %d, want %d", id, base+1)
+	}
+	s0 := New(Options{})
+	defer s0.Close()
+	if id := s0.NextID(); id != 1 {
+		t.Errorf("prefix 0's first id is %d, want 1", id)
+	}
+}

@@ -62,7 +62,7 @@ func (s *Store) Reset() error {
 	for _, v := range []*atomic.Int64{&c.urgent, &c.ready, &c.reserved, &c.delayed, &c.buried, &c.totalJobs, &c.timeouts} {
 		v.Store(0)
 	}
-	s.lastID.Store(0)
+	s.lastID.Store(s.idBase)
 	s.idMark.Store(0)
 	return nil
 }

@@ -37,6 +37,9 @@ type Store struct {
 	stop     chan struct{}
 	done     chan struct{}
 
+	// idBase is the first id of the store's prefix less one
+	// (Options.IDPrefix): immutable.
+	idBase   uint64
 	lastID   atomic.Uint64
 	idMark   atomic.Uint64 // the logged id watermark (see NextID)
 	idMarkMu sync.Mutex    // serialises watermark records
@@ -105,7 +108,19 @@ type Options struct {
 	// acknowledged in place of the log's durable position: a cluster's
 	// commit position, or a test's gate. Nil means the log's.
 	Acks AckSource
+	// IDPrefix is the prefix of the ids the store issues: a cluster's
+	// shard group takes its own (docs/design/shards.md, 4), so ids are
+	// unique across groups and name their group. Ids are prefix <<
+	// IDSeqBits | sequence, from 1; 0 gives today's ids, 1, 2, 3...
+	// Applied and recovered ids raise the counter only within the prefix:
+	// a job moved in from another group keeps its id and moves nothing.
+	IDPrefix uint8
 }
+
+// IDSeqBits is the width of an id's sequence within its prefix; the 8
+// bits above it are the prefix, so every id is below 2^53, which
+// JavaScript clients parse exactly.
+const IDSeqBits = 45
 
 // New returns a running store; call Close to stop its timer goroutine.
 func New(opts Options) *Store {
@@ -124,11 +139,13 @@ func newStore(opts Options, log Journal) *Store {
 		now = func() int64 { return int64(time.Since(start)) }
 	}
 	s := &Store{
-		now:   now,
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-		tubes: make(map[string]*Tube),
+		now:    now,
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		tubes:  make(map[string]*Tube),
+		idBase: uint64(opts.IDPrefix) << IDSeqBits,
 	}
+	s.lastID.Store(s.idBase)
 	s.wallBase = time.Now().UnixNano() - now()
 	s.log = log
 	if s.log != nil {

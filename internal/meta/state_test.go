@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/sproutmq/sprout/store"
 )
 
 func members(n int) []Member {
@@ -207,6 +209,9 @@ func TestApplyRefused(t *testing.T) {
 // finds its group in its prefix; an id of no group's prefix, or past
 // 2^53, finds none.
 func TestJobIDs(t *testing.T) {
+	if SeqBits != store.IDSeqBits {
+		t.Fatalf("meta's id layout (%d bits of sequence) is not the store's (%d)", SeqBits, store.IDSeqBits)
+	}
 	s, _ := Formation(members(3), 3, 3)
 	for _, seq := range []uint64{1, 2, 1 << 40} {
 		if JobID(0, seq) != seq {

@@ -127,7 +127,8 @@ func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint, m
 	n.byID = bookIndex(book)
 	n.journal = NewJournal(n.signal)
 	if n.state = makeState(n); n.state == nil {
-		n.store = store.New(store.Options{Journal: n.journal, Acks: n.journal})
+		// Group g issues ids of prefix g (docs/design/shards.md, 4).
+		n.store = store.New(store.Options{Journal: n.journal, Acks: n.journal, IDPrefix: uint8(g)})
 		n.state = n.store
 	}
 	if l, ok := cfg.Log.(fullLog); ok {

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/store"
 )
 
 // groupLogs are a new log for every member of c, for a group whose
@@ -88,8 +89,12 @@ func TestHostTwoGroups(t *testing.T) {
 		awaitAck(t, l.Journal(), pos, 10*time.Second)
 		return id
 	}
-	put(l0, "group 0's first")
-	put(l1, "group 1's first")
+	if id := put(l0, "group 0's first"); id != 1 {
+		t.Errorf("group 0's first id: %d, want 1", id)
+	}
+	if id := put(l1, "group 1's first"); id != 1<<store.IDSeqBits+1 {
+		t.Errorf("group 1's first id: %d, want its prefix's first, %d", id, 1<<store.IDSeqBits+1)
+	}
 	// Every member lists both groups, each with its leader, voters and
 	// its replica's jobs.
 	for _, n := range c.up() {
