@@ -29,7 +29,7 @@ func groupLogs(c *netCluster, retain int) map[string]*gatedLog {
 
 // startGroups starts group g's replica on every member of c, each on a
 // log of its own, and returns them by member.
-func startGroups(t *testing.T, c *netCluster, g uint16, logs map[string]*gatedLog) map[string]*Node {
+func startGroups(t testing.TB, c *netCluster, g uint16, logs map[string]*gatedLog) map[string]*Node {
 	t.Helper()
 	nodes := map[string]*Node{}
 	for _, m := range c.peers {
@@ -41,7 +41,7 @@ func startGroups(t *testing.T, c *netCluster, g uint16, logs map[string]*gatedLo
 }
 
 // startGroup starts group g's replica on member name, on log.
-func startGroup(t *testing.T, c *netCluster, g uint16, name string, log *gatedLog) *Node {
+func startGroup(t testing.TB, c *netCluster, g uint16, name string, log *gatedLog) *Node {
 	t.Helper()
 	n, err := c.nodes[name].Host().StartGroup(g, NodeConfig{Peers: c.peers, Log: log, Tick: testTick,
 		Logger: zerolog.New(c.output).Level(zerolog.InfoLevel).With().Timestamp().Logger()})
