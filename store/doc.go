@@ -85,6 +85,7 @@
 //
 // Take locks only in this order; never hold two locks of the same kind:
 //
+//  0. Store.refsMu (other members' references to tubes, refs.go)
 //  1. Store.registryMu (tube names, tube list)
 //  2. Tube.mu (one tube's heaps, FIFO, waiters and counts, and the mutable
 //     fields of its jobs)

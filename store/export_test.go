@@ -430,6 +430,12 @@ func (s *Store) CheckClients(open ...*Client) error {
 			}
 		}
 	}
+	s.refsMu.Lock()
+	for _, rc := range s.remote {
+		using[rc.t] += int(rc.using)
+		watching[rc.t] += int(rc.watching)
+	}
+	s.refsMu.Unlock()
 	s.registryMu.RLock()
 	defer s.registryMu.RUnlock()
 	for t := range using {

@@ -44,6 +44,11 @@ type Store struct {
 	idMark   atomic.Uint64 // the logged id watermark (see NextID)
 	idMarkMu sync.Mutex    // serialises watermark records
 
+	// refsMu guards remote: other members' sessions' references to tubes
+	// (refs.go). Taken before registryMu, never under a store lock.
+	refsMu sync.Mutex
+	remote map[remoteRef]remoteCounts
+
 	registryMu sync.RWMutex
 	tubes      map[string]*Tube // guarded by registryMu
 	tubeList   []*Tube          // guarded by registryMu; beanstalkd's order (swap-remove)
