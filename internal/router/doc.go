@@ -42,5 +42,9 @@
 // figure as if it had never been reserved, and hands it to its next
 // waiter. So a session never holds a reservation it did not receive. A
 // group where the session holds a job near its TTR ends the wait with
-// DEADLINE_SOON, as one server would.
+// DEADLINE_SOON, as one server would. A group whose wait could not be
+// cancelled (its offer was on its way) owes the session that offer
+// (Arbiter.Owed), which is declined whenever it comes, during the next
+// wait too; until then the session must not change what it watches in
+// that group, whose store is still taking the old wait off its tubes.
 package router

@@ -30,11 +30,18 @@ type Waiter interface {
 // that ends the session's wait. done, the session's callback, must not
 // block: it is called on the goroutine that made the offer (a
 // producer's, a timer's) or on Wait's.
+//
+// A wait cancelled in a group after that group reserved a job for it owes
+// the session that offer (Owed): its store's waiter leaves the tubes'
+// waiting sets on the offering goroutine, walking the client's watch
+// list. So the session must not watch or ignore in that group until the
+// offer has come (and been declined).
 type Arbiter struct {
 	mu       sync.Mutex
 	groups   []Waiter                                   // guarded by mu
 	waiting  bool                                       // guarded by mu: a wait is on, undecided
 	done     func(*store.Job, int, store.ReserveResult) // guarded by mu: the wait's
+	owed     map[int]int                                // guarded by mu: by group, the ends of cancelled waits on their way
 	declined int                                        // guarded by mu: offers declined, ever
 }
 
@@ -68,8 +75,8 @@ func (a *Arbiter) Wait(done func(j *store.Job, group int, r store.ReserveResult)
 			group = i
 		}
 		a.waiting = false
-		for _, earlier := range a.groups[:i] {
-			earlier.CancelWait() // false: its offer is on its way, and is declined
+		for k := range i {
+			a.cancelLocked(k)
 		}
 		break
 	}
@@ -93,6 +100,14 @@ func (a *Arbiter) End() bool {
 	return true
 }
 
+// Owed is how many ends of cancelled waits group still owes the session:
+// until they come, its client there must not watch or ignore.
+func (a *Arbiter) Owed(group int) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.owed[group]
+}
+
 // Declined counts the offers declined.
 func (a *Arbiter) Declined() int {
 	a.mu.Lock()
@@ -103,7 +118,11 @@ func (a *Arbiter) Declined() int {
 // offer is group's store reserving j for the session.
 func (a *Arbiter) offer(group int, j *store.Job) {
 	a.mu.Lock()
-	if !a.waiting {
+	owed := a.owed[group] > 0
+	if owed {
+		a.owed[group]--
+	}
+	if owed || !a.waiting {
 		a.declined++
 		g := a.groups[group]
 		a.mu.Unlock()
@@ -123,7 +142,11 @@ func (a *Arbiter) offer(group int, j *store.Job) {
 // there is near its TTR.
 func (a *Arbiter) deadlineSoon(group int) {
 	a.mu.Lock()
-	if !a.waiting {
+	owed := a.owed[group] > 0
+	if owed {
+		a.owed[group]--
+	}
+	if owed || !a.waiting {
 		a.mu.Unlock()
 		return
 	}
@@ -134,13 +157,24 @@ func (a *Arbiter) deadlineSoon(group int) {
 	done(nil, -1, store.DeadlineSoon)
 }
 
-// cancelOthersLocked cancels the wait in every group but group; one whose
-// offer is on its way already has it declined when it comes.
+// cancelOthersLocked cancels the wait in every group but group.
 func (a *Arbiter) cancelOthersLocked(group int) {
-	for i, g := range a.groups {
+	for i := range a.groups {
 		if i != group {
-			g.CancelWait()
+			a.cancelLocked(i)
 		}
+	}
+}
+
+// cancelLocked cancels the wait in group, which registered it: a group
+// that cannot (it reserved a job for it, or its DEADLINE_SOON timer
+// fired) owes the session that end, declined or dropped when it comes.
+func (a *Arbiter) cancelLocked(group int) {
+	if !a.groups[group].CancelWait() {
+		if a.owed == nil {
+			a.owed = make(map[int]int)
+		}
+		a.owed[group]++
 	}
 }
 

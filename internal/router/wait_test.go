@@ -212,3 +212,28 @@ func TestWaitDeadlineSoon(t *testing.T) {
 		ready(t, ws.gs[0], ws.gs[0].put(t, 1))
 	})
 }
+
+// TestWaitOwedOffer: an offer owed to a wait that ended is declined even
+// when it comes during the session's next wait; declined, its job is
+// ready again and goes to that next wait through its own waiter, reserved
+// once.
+func TestWaitOwedOffer(t *testing.T) {
+	ws := newWaitSetup(t, 2)
+	arrive := ws.offerInFlight(t)
+	j1 := ws.gs[1].put(t, 10)
+	if e := ws.ended(t); e.job != j1 {
+		t.Fatalf("the first wait ended with %+v, want group 1's job %d", e, j1.ID())
+	}
+	if ws.a.Owed(0) != 1 || ws.a.Owed(1) != 0 {
+		t.Fatalf("owed %d and %d, want 1 and 0", ws.a.Owed(0), ws.a.Owed(1))
+	}
+	ws.wait()
+	ws.notEnded(t)
+	j0 := arrive()
+	if e := ws.ended(t); e.job != j0 || e.group != 0 {
+		t.Fatalf("the second wait ended with %+v, want group 0's job %d", e, j0.ID())
+	}
+	if st, _ := ws.gs[0].producer.JobStats(j0.ID()); st.Reserves != 1 || ws.a.Declined() != 1 || ws.a.Owed(0) != 0 {
+		t.Errorf("job %d reserved %d times, declined %d, owed %d; want 1, 1, 0", j0.ID(), st.Reserves, ws.a.Declined(), ws.a.Owed(0))
+	}
+}
