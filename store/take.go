@@ -1,5 +1,7 @@
 package store
 
+import "time"
+
 // The parts of a reserve whose watched tubes live in several stores (a
 // cluster's shard groups, docs/design/shards.md 6.2 and 6.3): each store
 // is asked for its best candidate (BestReady), the one with the best is
@@ -89,4 +91,17 @@ func (c *Client) Unreserve(id uint64) bool {
 	t.mu.Unlock()
 	c.s.complete(hs)
 	return true
+}
+
+// DeadlineSoonIn is how long until the client's soonest reserved job is
+// within DeadlineMargin of its TTR (zero or less: it is now); ok false
+// when the client holds no job. A session whose reserve spans stores
+// times its own DEADLINE_SOON from the soonest over them.
+func (c *Client) DeadlineSoonIn() (d time.Duration, ok bool) {
+	now := c.s.now()
+	_, at := c.deadlineSoon(now)
+	if at < 0 {
+		return 0, false
+	}
+	return time.Duration(at - now), true
 }

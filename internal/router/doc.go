@@ -2,9 +2,10 @@
 // to the Raft group that owns it, its sessions living where their clients
 // connect (docs/design/shards.md, sections 5 and 6). It is being built in
 // the design's steps; what it holds today is a reserve whose watched
-// tubes live in several groups: its take (take.go, section 6.2) and its
-// wait (wait.go, 6.3), on the groups' store clients; the sessions and
-// the commands stream to remote groups come next.
+// tubes live in several groups: its take (take.go, section 6.2), its wait
+// (wait.go, 6.3) and the two together with the timeout and DEADLINE_SOON
+// (reserve.go, 6.4), on the groups' store clients in this process; the
+// sessions and the commands stream to remote groups come next.
 //
 // # A reserve across groups: the take
 //
@@ -29,6 +30,13 @@
 // What Take leaves to its caller, the session: DEADLINE_SOON (from the
 // session's own reservations, with Outcome.AnyReady for beanstalkd's
 // rule), waiting when nothing is ready, and the timeout.
+//
+// Reserver puts the take and the wait together as one server answers a
+// reserve: the most urgent ready job of every group; else DEADLINE_SOON
+// when a job the session holds in any group is within a second of its
+// TTR; else TIMED_OUT for a timeout of 0; else a wait, which the first
+// offer ends, or the session's timer at the timeout or at the soonest
+// DEADLINE_SOON, whichever comes first.
 //
 // # A reserve across groups: the wait
 //

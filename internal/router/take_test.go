@@ -38,6 +38,16 @@ func newGroups(t *testing.T, n int) []*testGroup {
 	return gs
 }
 
+// newSession replaces the session's client with one whose Notifier is
+// n, watching the group's tube alone.
+func (tg *testGroup) newSession(n store.Notifier) *store.Client {
+	tg.session.Close() // newGroups' cleanup closes the new one
+	tg.session = tg.s.NewClient(n)
+	tg.session.Watch([]byte(fmt.Sprint("t", tg.g)))
+	tg.session.Ignore([]byte(store.DefaultTube))
+	return tg.session
+}
+
 // put puts a job of priority pri into the group: its id is the group's
 // next.
 func (tg *testGroup) put(t *testing.T, pri uint32) *store.Job {

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -52,11 +51,7 @@ func newWaitSetup(t *testing.T, n int) *waitSetup {
 	for i, tg := range ws.gs {
 		g := &gate{Notifier: ws.a.Notifier(i), open: make(chan struct{})}
 		ws.gates = append(ws.gates, g)
-		tg.session.Close() // newGroups' cleanup closes the new one
-		tg.session = tg.s.NewClient(g)
-		tg.session.Watch([]byte(fmt.Sprint("t", i)))
-		tg.session.Ignore([]byte(store.DefaultTube))
-		waiters = append(waiters, tg.session)
+		waiters = append(waiters, tg.newSession(g))
 	}
 	ws.a.SetGroups(waiters)
 	return ws
