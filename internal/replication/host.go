@@ -106,7 +106,6 @@ func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint, m
 		self:          h.self,
 		host:          h,
 		group:         g,
-		transport:     h.transport,
 		conf:          start.cs,
 		removed:       book.Removed,
 		changes:       make(chan *changeReq),

@@ -242,10 +242,10 @@ func (n *Node) membership(a Action) bool {
 	n.log.SetMembership(a.ConfState, a.Book)
 	if n.group == group0 {
 		for _, id := range a.Book.Removed {
-			n.transport.removePeer(id)
+			n.host.transport.removePeer(id)
 		}
 		for _, m := range a.Book.Members {
-			n.transport.addPeer(m)
+			n.host.transport.addPeer(m)
 		}
 	}
 	n.mu.Lock()
@@ -334,7 +334,7 @@ func (n *Node) nameOf(id uint64) string {
 	if m, ok := n.byID[id]; ok {
 		return m.Name
 	}
-	if p := n.transport.peer(id); p != nil {
+	if p := n.host.transport.peer(id); p != nil {
 		return p.Name
 	}
 	return ""
@@ -354,7 +354,7 @@ func (n *Node) names(ids []uint64) []string {
 
 // peerClient is peer id's client address, as its hello said.
 func (n *Node) peerClient(id uint64) *string {
-	if p := n.transport.peer(id); p != nil {
+	if p := n.host.transport.peer(id); p != nil {
 		return p.client.Load()
 	}
 	return nil

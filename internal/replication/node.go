@@ -182,10 +182,9 @@ type Node struct {
 	// so whatever serves it keeps the one it was given. For a shard group
 	// it is store, else store is nil. Immutable; changed only on the node
 	// goroutine.
-	state     Applier
-	store     *store.Store
-	transport *transport     // immutable: the host's
-	logger    zerolog.Logger // immutable
+	state  Applier
+	store  *store.Store
+	logger zerolog.Logger // immutable
 	// startCommit is the commit index the log held at start: Ready waits
 	// until it is applied. Immutable.
 	startCommit uint64
@@ -380,7 +379,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 			Msg("members talk in plaintext: give every member a TLS certificate, its key and the CA for mutual TLS")
 	}
 	n.launch()
-	n.logger.Info().Str("listen", n.transport.addr().String()).Str("client", cfg.ClientAddr).
+	n.logger.Info().Str("listen", n.host.transport.addr().String()).Str("client", cfg.ClientAddr).
 		Str("id", fmt.Sprintf("%x", n.self.ID)).Str("cluster", fmt.Sprintf("%x", cfg.ClusterID)).Int("members", len(book.Members)).
 		Bool("joining", cfg.JoinID != 0 && n.conf.GetVoters() == nil && n.conf.GetLearners() == nil).
 		Bool("tls", mtls != nil).Dur("tick", cfg.Tick).Int("election_ticks", cfg.ElectionTick).
@@ -410,7 +409,7 @@ func (n *Node) launch() {
 	n.publish(true)
 	n.lastTick = time.Now()
 	if n.group == group0 {
-		n.transport.start()
+		n.host.transport.start()
 		go n.host.runTicker()
 	}
 	go n.run()
@@ -504,7 +503,7 @@ func (n *Node) ElectionTimeout() time.Duration {
 }
 
 // Addr is the address the member listens on for its peers.
-func (n *Node) Addr() string { return n.transport.addr().String() }
+func (n *Node) Addr() string { return n.host.transport.addr().String() }
 
 // Store is the member's store, the same for the member's life: the one
 // clients use on the serving leader, emptied and filled again in place
@@ -618,7 +617,7 @@ func (n *Node) step(m *pb.Message) error {
 	err := n.core.Step(m)
 	if errors.Is(err, ErrBadRecords) {
 		n.refusedSteps.Add(1)
-		n.transport.logOnce("records "+n.byID[m.GetFrom()].Name, func(e *zerolog.Event) *zerolog.Event {
+		n.host.transport.logOnce("records "+n.byID[m.GetFrom()].Name, func(e *zerolog.Event) *zerolog.Event {
 			return e.Str("peer", n.byID[m.GetFrom()].Name).Err(err)
 		}, zerolog.ErrorLevel, "refused a member's message")
 	}
@@ -659,7 +658,7 @@ func (n *Node) sendLast(rest []Action) {
 		if a.Kind != ActSend {
 			continue
 		}
-		n.transport.send(n.group, a.Messages)
+		n.host.transport.send(n.group, a.Messages)
 		for _, m := range a.Messages {
 			if m.GetType() == pb.MsgTimeoutNow {
 				n.logger.Info().Str("to", n.nameOf(m.GetTo())).Msg("removed while leading: handed the leadership over")
@@ -698,7 +697,7 @@ func (n *Node) do(a Action) bool {
 	case ActRestore:
 		return n.restore(a)
 	case ActSend:
-		n.transport.send(n.group, a.Messages)
+		n.host.transport.send(n.group, a.Messages)
 	case ActWrite:
 		a.write(n.log)
 		seq := a.Seq
@@ -1069,11 +1068,11 @@ func (n *Node) Status() Status {
 		ms := MemberStatus{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), Address: m.Addr, Role: role(conf, m.ID)}
 		if m.ID == n.self.ID {
 			ms.Client, ms.HTTP, ms.Connected = n.cfg.ClientAddr, n.cfg.HTTPAddr, true
-			ms.Protocol = int(n.transport.maxProtocol())
+			ms.Protocol = int(n.host.transport.maxProtocol())
 			if matches != nil {
 				ms.Match = &last
 			}
-		} else if p := n.transport.peer(m.ID); p != nil {
+		} else if p := n.host.transport.peer(m.ID); p != nil {
 			if c := p.client.Load(); c != nil {
 				ms.Client = *c
 			}
@@ -1199,7 +1198,7 @@ type GroupStats struct {
 // Stats reads the member's figures, its group's and its host's.
 func (n *Node) Stats() Stats {
 	s := n.groupStats()
-	s.Transport = n.transport.stats()
+	s.Transport = n.host.transport.stats()
 	s.Groups = n.host.groupStats()
 	return s
 }

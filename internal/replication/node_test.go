@@ -261,7 +261,7 @@ func TestNodePartitionedLeaderRebuilds(t *testing.T) {
 	}
 
 	start := time.Now()
-	for _, p := range l.transport.peers {
+	for _, p := range l.host.transport.peers {
 		p.cut.Store(true)
 	}
 	lost, lostPos := cl.put("lost")
@@ -300,7 +300,7 @@ func TestNodePartitionedLeaderRebuilds(t *testing.T) {
 		took.Round(time.Millisecond), 10*testTick, 20*testTick, nl.self.Name,
 		time.Since(start).Round(time.Millisecond))
 
-	for _, p := range l.transport.peers {
+	for _, p := range l.host.transport.peers {
 		p.cut.Store(false)
 	}
 	testproc.WaitFor(t, 5*time.Second, name+" following "+nl.self.Name, func() bool {

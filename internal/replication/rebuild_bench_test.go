@@ -35,7 +35,7 @@ func BenchmarkRebuild(b *testing.B) {
 		awaitAck(b, l.Journal(), pos, 30*time.Second)
 		cl.client.Close()
 		b.StartTimer()
-		for _, p := range l.transport.peers {
+		for _, p := range l.host.transport.peers {
 			p.cut.Store(true)
 		}
 		testproc.WaitFor(b, 30*time.Second, "the rebuild", func() bool {
