@@ -11,6 +11,8 @@ type action struct {
 	keep   bool   // actWrite: keep a copy, to write again after a failed fsync
 	sync   bool   // actRetire: fsync first
 	seq    uint32 // the segment
+	// version is actMakeSpare's: what the new header says.
+	version uint32
 	// n is the action's one figure: actRetire: the size to trim to;
 	// actObserveBatch: bytes; actReport: a figure; and, read through the
 	// methods below, actPublish's LSN, actMakeSpare's header id and

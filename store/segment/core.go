@@ -108,6 +108,7 @@ type core struct {
 	due []durableWaiter // the waiters the last publish released
 
 	makingSpare bool
+	making      uint32 // the version of the spare being made
 	spareRetry  backoff
 
 	// Compaction.
@@ -167,6 +168,11 @@ type core struct {
 	checkpoint []byte
 	heldFrom   uint32
 	migrating  bool
+	// version is what the segments made from now on say (Options.Version,
+	// then SetVersion's). Appends move on only to a segment of the
+	// current one's version but by setVersion: the user encodes its frames
+	// for the version it asked for.
+	version uint32
 
 	closing bool
 	closeAt time.Duration // Close's grace runs out
@@ -174,7 +180,8 @@ type core struct {
 
 // segState is what the core knows of one segment file.
 type segState struct {
-	seq uint32
+	seq     uint32
+	version uint32 // what its header says, for a segment this run made
 	// headerID is the id its header holds: as found at start; with
 	// Checkpoints, for a segment made by this run, the highest id named
 	// before appends moved to it (without, the header gets the highest id
@@ -282,7 +289,7 @@ func (c *core) nextSeq() uint32 {
 
 // start: Start made segment seq, preallocated, for this run's groups.
 func (c *core) start(now time.Duration, seq uint32) {
-	c.cur = &segState{seq: seq, onDisk: c.policy.segmentSize, written: HeaderSize, open: true}
+	c.cur = &segState{seq: seq, version: c.version, onDisk: c.policy.segmentSize, written: HeaderSize, open: true}
 	c.addSegment(c.cur)
 	c.curSize, c.curBase = HeaderSize, HeaderSize
 	c.cur.headerID = c.lastID
@@ -344,7 +351,7 @@ func (c *core) append(g *Group) (lsn uint64, seg uint32, off int64, err error) {
 // take the current segment past its size, and it holds a group already:
 // a single frame, or a group, larger than a segment is written whole.
 func (c *core) rotateFor(size int64) {
-	if c.curSize+size > c.policy.segmentSize && c.curSize > c.curBase && c.spare != nil {
+	if c.curSize+size > c.policy.segmentSize && c.curSize > c.curBase && c.spareFits() {
 		c.useSpare()
 	}
 }
@@ -597,7 +604,7 @@ func (c *core) spareDone(now time.Duration, seq uint32, err error) {
 	}
 	c.noSpace = false
 	c.spareRetry.reset()
-	c.spare = &segState{seq: seq, onDisk: c.policy.segmentSize, written: HeaderSize, open: true}
+	c.spare = &segState{seq: seq, version: c.making, onDisk: c.policy.segmentSize, written: HeaderSize, open: true}
 	c.addSegment(c.spare)
 }
 
@@ -613,7 +620,8 @@ func (c *core) ready(now time.Duration) []action {
 	c.wakeAt = never
 	released := c.publish()
 	c.retire()
-	if c.curSize > c.policy.segmentSize && c.spare != nil {
+	c.dropStaleSpare()
+	if c.curSize > c.policy.segmentSize && c.spareFits() {
 		// The current segment outgrew its size while the spare was being
 		// made. Rotate now rather than at the next append, so an idle log
 		// can still compact it away.
@@ -697,6 +705,42 @@ func (c *core) emit(a action) {
 // wake asks for the timer at `at`, if nothing asks for it earlier.
 func (c *core) wake(at time.Duration) { c.wakeAt = min(c.wakeAt, at) }
 
+// spareFits reports whether appends may move on to the spare: there is
+// one, of the current segment's version.
+func (c *core) spareFits() bool { return c.spare != nil && c.spare.version == c.cur.version }
+
+// setVersion: the segments made from now on say v, and appends move on
+// to one at once, with checkpoint first; false when there is no spare of
+// v yet (ready drops a spare of another and makes one). Until appends
+// move on, they stay in the current segment, whatever its size.
+func (c *core) setVersion(v uint32, checkpoint []byte) (seg uint32, ok bool) {
+	c.version = v
+	if c.cur == nil || c.cur.version == v {
+		return 0, true
+	}
+	if c.spare == nil || c.spare.version != v {
+		return 0, false
+	}
+	c.checkpoint = append(c.checkpoint[:0], checkpoint...)
+	c.useSpare()
+	return c.cur.seq, true
+}
+
+// dropStaleSpare retires a spare made before the version changed, never
+// written to: its header says another. It stays on disk, empty, until
+// compaction (or the next Open) removes it.
+func (c *core) dropStaleSpare() {
+	s := c.spare
+	if s == nil || s.version == c.version {
+		return
+	}
+	c.spare, s.open = nil, false
+	c.open = slices.DeleteFunc(c.open, func(o *segState) bool { return o == s })
+	c.emit(action{kind: actRetire, seq: s.seq, n: s.written})
+	c.disk += s.written - s.onDisk
+	s.onDisk = s.written
+}
+
 func (c *core) useSpare() {
 	c.cur, c.curSize, c.curBase, c.spare = c.spare, HeaderSize, HeaderSize, nil
 	c.cur.headerID = c.lastID
@@ -766,8 +810,8 @@ func (c *core) makeSpare(now time.Duration) {
 		c.wake(c.spareRetry.next)
 		return
 	}
-	c.makingSpare = true
-	c.emit(action{kind: actMakeSpare, seq: c.nextSeq(), n: int64(c.lastID)})
+	c.makingSpare, c.making = true, c.version
+	c.emit(action{kind: actMakeSpare, seq: c.nextSeq(), n: int64(c.lastID), version: c.version})
 }
 
 // writeBatch hands out what is left of the batch being written, once a

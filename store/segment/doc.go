@@ -177,9 +177,23 @@
 // an id: below) followed by frames: u32 length, u32 CRC-32C, payload
 // (frame.go; BeginFrame and EndFrame write one, CheckFrame reads one).
 // The version says whose segments they are: 1 a single node's journal
-// (VersionJournal), 2 a cluster member's Raft log (VersionRaftLog); Open
-// refuses any other than its user's (a *VersionError), so neither opens
-// the other's directory by mistake. Segments are preallocated and
+// (VersionJournal), 2 a cluster member's Raft log (VersionRaftLog), 3 a
+// cluster member's log shared by several Raft groups (VersionMultiRaft);
+// Open refuses any other than its user's (a *VersionError), so neither
+// opens the other's directory by mistake, and a release that predates a
+// version refuses its segments rather than misread them.
+//
+// # Versions
+//
+// A user whose format grew reads its older segments too (Options.Reads;
+// each Frame says its segment's version) and switches while it runs
+// (SetVersion): appends move at once to a segment of the new version,
+// which begins with the checkpoint given, so that every frame in a
+// segment is of its header's version. The switch waits for a spare of the
+// new version: one made before it is retired unwritten (its header says
+// the old one), a new one is made (SpareMade), and until then appends
+// stay in the current segment whatever its size. Segments written before
+// keep their version until compaction removes them. Segments are preallocated and
 // zero-filled; one spare is always ready, so rotation never waits and a
 // full disk only refuses new work, never deletes; while it is full, a new
 // spare is tried every 250 ms, and at once when compaction frees a

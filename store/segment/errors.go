@@ -40,6 +40,8 @@ func (e *VersionError) Error() string {
 		return fmt.Sprintf("segment: %s is a single node's job journal, not a version %d segment", e.Path, e.Want)
 	case VersionRaftLog:
 		return fmt.Sprintf("segment: %s is a cluster member's Raft log, not a version %d segment", e.Path, e.Want)
+	case VersionMultiRaft:
+		return fmt.Sprintf("segment: %s is a cluster member's log of several Raft groups, not a version %d segment", e.Path, e.Want)
 	}
 	return fmt.Sprintf("segment: %s: unknown version %d", e.Path, e.Version)
 }

@@ -86,12 +86,13 @@ type Log struct {
 	timerC   <-chan time.Time
 	closeErr error // what Close reports, set before done is closed
 
-	kick    chan struct{}    // an append or Close for the writer
-	spares  chan spareResult // the spare maker's outcome; one at a time
-	spareWG sync.WaitGroup   // the spare maker
-	syncs   chan syncResult  // the fsync goroutine's outcome; one at a time
-	syncWG  sync.WaitGroup   // the fsync goroutine
-	done    chan struct{}    // closed when the writer goroutine ends
+	kick      chan struct{}    // an append or Close for the writer
+	spareMade chan struct{}    // poked when a spare was made (SpareMade)
+	spares    chan spareResult // the spare maker's outcome; one at a time
+	spareWG   sync.WaitGroup   // the spare maker
+	syncs     chan syncResult  // the fsync goroutine's outcome; one at a time
+	syncWG    sync.WaitGroup   // the fsync goroutine
+	done      chan struct{}    // closed when the writer goroutine ends
 
 	// Descriptors for reading frames back (ReadFrame), by segment,
 	// guarded by readMu; the writer closes a segment's before it removes
@@ -111,17 +112,19 @@ type migratorBox struct{ m Migrator }
 func Open(d *Dir, opts Options, replay func(Frame) error) (*Log, error) {
 	opts = opts.withDefaults()
 	l := &Log{
-		dir:    d,
-		opts:   opts,
-		origin: time.Now(),
-		log:    opts.Logger,
-		core:   newCore(opts.policy()),
-		files:  make(map[uint32]*os.File),
-		kick:   make(chan struct{}, 1),
-		spares: make(chan spareResult, 1),
-		syncs:  make(chan syncResult, 1),
-		done:   make(chan struct{}),
+		dir:       d,
+		opts:      opts,
+		origin:    time.Now(),
+		log:       opts.Logger,
+		core:      newCore(opts.policy()),
+		files:     make(map[uint32]*os.File),
+		kick:      make(chan struct{}, 1),
+		spareMade: make(chan struct{}, 1),
+		spares:    make(chan spareResult, 1),
+		syncs:     make(chan syncResult, 1),
+		done:      make(chan struct{}),
 	}
+	l.core.version = opts.Version
 	l.migrator.Store(migratorBox{})
 	if err := l.load(replay); err != nil {
 		return nil, err
@@ -146,9 +149,9 @@ func (l *Log) Start(m Migrator) error {
 	l.migrator.Store(migratorBox{m})
 	l.mu.Lock()
 	l.core.migrating = m != nil
-	seq, last := l.core.nextSeq(), l.core.lastID
+	seq, last, version := l.core.nextSeq(), l.core.lastID, l.core.version
 	l.mu.Unlock()
-	f, err := l.openSegment(seq, last)
+	f, err := l.openSegment(seq, last, version)
 	if err != nil {
 		return err
 	}
@@ -310,6 +313,25 @@ func (l *Log) SetCheckpoint(frame []byte) {
 	l.core.checkpoint = append(l.core.checkpoint[:0], frame...)
 	l.mu.Unlock()
 }
+
+// SetVersion says that the segments made from now on say version v, and
+// moves appends on to one at once, beginning with checkpoint (doc.go,
+// "Versions"); it returns that segment. Before Start it only sets the
+// version of the segments to come. False when no spare of version v is
+// ready yet: the log makes one (SpareMade says when), and appends stay in
+// the current segment meanwhile, whatever its size, so that the user
+// encodes every frame for its segment's version; call SetVersion again
+// (with the current version, to give up).
+func (l *Log) SetVersion(v uint32, checkpoint []byte) (seg uint32, ok bool) {
+	l.mu.Lock()
+	seg, ok = l.core.setVersion(v, checkpoint)
+	l.mu.Unlock()
+	l.poke()
+	return seg, ok
+}
+
+// SpareMade is poked each time a spare segment was made.
+func (l *Log) SpareMade() <-chan struct{} { return l.spareMade }
 
 // Moved tells the log where items' latest full versions are now: what
 // compaction counts as live (doc.go, "Items"). A user that counts its

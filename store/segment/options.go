@@ -35,13 +35,22 @@ const (
 	// VersionRaftLog is a cluster member's Raft log's
 	// (internal/replication).
 	VersionRaftLog uint32 = 2
+	// VersionMultiRaft is a cluster member's log shared by the Raft groups
+	// it holds (internal/replication, SharedLog): each frame names its
+	// group. Its user reads version 2 segments too (Options.Reads), and
+	// switches to it while it runs (Log.SetVersion).
+	VersionMultiRaft uint32 = 3
 )
 
 // Options configure a Log.
 type Options struct {
 	// Version is the version the user's segment headers say (VersionJournal,
-	// VersionRaftLog): Open refuses a segment of any other.
+	// VersionRaftLog, VersionMultiRaft), until SetVersion says another: Open
+	// refuses a segment of any other but Reads.
 	Version uint32
+	// Reads are the other versions Open replays (each Frame says its
+	// segment's): a user whose format grew reads its older segments.
+	Reads []uint32
 	// SegmentSize is the size segments are preallocated to and rotated at
 	// (beanstalkd -s). A group of frames is never split, so a segment may
 	// end a little past it. Zero means DefaultSegmentSize.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 )
 
 // Frame is a frame found at Open.
@@ -13,6 +14,7 @@ type Frame struct {
 	Off     int64  // its offset there
 	Size    int    // its bytes, header included
 	Payload []byte // valid only during the replay's call
+	Version uint32 // its segment's (Options.Version, or one of Reads)
 }
 
 // replayStopped is a replay's error that stops Open whatever SkipDamaged
@@ -82,8 +84,9 @@ func (l *Log) walkSegment(seq uint32, last bool, replay func(Frame) error) error
 	if len(data) < HeaderSize || string(data[:8]) != magic {
 		return fmt.Errorf("%w: %s", ErrNotSegment, path)
 	}
-	if v := binary.LittleEndian.Uint32(data[8:]); v != l.opts.Version {
-		return &VersionError{Path: path, Version: v, Want: l.opts.Version}
+	version := binary.LittleEndian.Uint32(data[8:])
+	if version != l.opts.Version && !slices.Contains(l.opts.Reads, version) {
+		return &VersionError{Path: path, Version: version, Want: l.opts.Version}
 	}
 	headerID := binary.LittleEndian.Uint64(data[headerIDOffset:])
 	l.core.sawID(headerID)
@@ -94,7 +97,7 @@ func (l *Log) walkSegment(seq uint32, last bool, replay func(Frame) error) error
 		if allZero(data[off:]) {
 			break // preallocated space never written
 		}
-		size, err := l.replayFrame(seq, data, off, replay)
+		size, err := l.replayFrame(seq, version, data, off, replay)
 		if err == nil {
 			off += size
 			continue
@@ -127,12 +130,12 @@ func (l *Log) walkSegment(seq uint32, last bool, replay func(Frame) error) error
 // the frame's size (negative when its length cannot be trusted) and, if
 // it is damaged, why; an error of replay's that is not ErrCorrupt stops
 // the start (replayStopped).
-func (l *Log) replayFrame(seq uint32, data []byte, off int, replay func(Frame) error) (int, error) {
+func (l *Log) replayFrame(seq, version uint32, data []byte, off int, replay func(Frame) error) (int, error) {
 	payload, size, err := CheckFrame(data[off:], l.opts.MaxPayload)
 	if err != nil {
 		return size, err
 	}
-	if err := replay(Frame{Seg: seq, Off: int64(off), Size: size, Payload: payload}); err != nil {
+	if err := replay(Frame{Seg: seq, Off: int64(off), Size: size, Payload: payload, Version: version}); err != nil {
 		if errors.Is(err, ErrCorrupt) {
 			return size, err
 		}

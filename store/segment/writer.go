@@ -111,6 +111,12 @@ func (l *Log) run() {
 		}
 		acts := l.core.ready(now)
 		l.mu.Unlock()
+		if o.kind == spareMade && o.err == nil {
+			select {
+			case l.spareMade <- struct{}{}:
+			default:
+			}
+		}
 		synced = false
 		var stop bool
 		if o, stop = l.carryOut(acts); stop {
@@ -162,7 +168,7 @@ func (l *Log) carryOut(acts []action) (o outcome, stop bool) {
 			delete(l.files, a.seq)
 		case actMakeSpare:
 			l.spareWG.Add(1)
-			go l.makeSpare(a.seq, a.lastID())
+			go l.makeSpare(a.seq, a.lastID(), a.version)
 		case actTimer:
 			l.timer.Reset(a.at() - time.Since(l.origin))
 			l.timerC = l.timer.C
@@ -366,17 +372,17 @@ func (l *Log) report(a *action) {
 // makeSpare is the spare maker: it makes segment seq on its own goroutine
 // (preallocating writes a segment's worth of zeros), so commits never wait
 // for it, and hands the outcome to the writer.
-func (l *Log) makeSpare(seq uint32, lastID uint64) {
+func (l *Log) makeSpare(seq uint32, lastID uint64, version uint32) {
 	defer l.spareWG.Done()
-	f, err := l.openSegment(seq, lastID)
+	f, err := l.openSegment(seq, lastID, version)
 	l.spares <- spareResult{seq: seq, f: f, err: err}
 }
 
 func (l *Log) segPath(seq uint32) string { return l.dir.SegmentPath(seq) }
 
-// openSegment creates and preallocates segment seq, its header naming
-// lastID as the highest id issued.
-func (l *Log) openSegment(seq uint32, lastID uint64) (*os.File, error) {
+// openSegment creates and preallocates segment seq, its header saying
+// version and naming lastID as the highest id issued.
+func (l *Log) openSegment(seq uint32, lastID uint64, version uint32) (*os.File, error) {
 	path := l.segPath(seq)
 	l.reserve.fill()
 	f, err := l.reserve.open(func() (*os.File, error) {
@@ -394,7 +400,7 @@ func (l *Log) openSegment(seq uint32, lastID uint64) (*os.File, error) {
 		return fail(err)
 	}
 	hdr := make([]byte, HeaderSize)
-	putHeader(hdr, l.opts.Version, lastID)
+	putHeader(hdr, version, lastID)
 	if _, err := f.WriteAt(hdr, 0); err != nil {
 		return fail(err)
 	}
