@@ -105,7 +105,9 @@ func transfer(t testing.TB, from Log, snap *pb.Snapshot, to Log) {
 }
 
 // logKinds are the Logs the Log tests run against: MemoryLog, the
-// reference, and WALLog, in a directory of the test's.
+// reference, WALLog, in a directory of the test's, and a GroupLog of a
+// group other than 0 on a SharedLog whose group 0 writes too
+// (openGroup).
 var logKinds = []struct {
 	name string
 	open func(t testing.TB, voters []uint64, retain int) Log
@@ -113,6 +115,9 @@ var logKinds = []struct {
 	{"memory", func(_ testing.TB, voters []uint64, retain int) Log { return NewMemoryLog(voters, retain) }},
 	{"wal", func(t testing.TB, voters []uint64, retain int) Log {
 		return openWAL(t, testWALConfig(t.TempDir(), voters, retain))
+	}},
+	{"group", func(t testing.TB, voters []uint64, retain int) Log {
+		return openGroup(t, testWALConfig(t.TempDir(), voters, retain), 7)
 	}},
 }
 

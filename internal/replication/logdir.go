@@ -50,11 +50,13 @@ func (e *ForeignLogError) Error() string {
 }
 
 // segmentOptions is the segment engine's configuration for a member's log:
-// its own version, checkpoints in every segment, moves that take effect as
-// their entries are applied, and every write durable once fsynced.
+// its own versions (2 until it holds a second group, then 3; it reads
+// both), checkpoints in every segment, moves that take effect as their
+// entries are applied, and every write durable once fsynced.
 func segmentOptions(o wal.Options) segment.Options {
 	return segment.Options{
 		Version:     segment.VersionRaftLog,
+		Reads:       []uint32{segment.VersionMultiRaft},
 		SegmentSize: o.SegmentSize,
 		SkipDamaged: o.SkipDamaged,
 		Checkpoints: true,
@@ -67,8 +69,8 @@ func segmentOptions(o wal.Options) segment.Options {
 // open prepares d, the member's locked directory, and replays it: a
 // single node's directory is taken over when cfg may (takesOver), the
 // single node's segments a conversion left are removed, and the segment
-// log is opened, its frames replayed to l.
-func (l *WALLog) open(d *segment.Dir, cfg WALConfig) (*segment.Log, error) {
+// log is opened, its frames replayed to s.
+func (s *SharedLog) open(d *segment.Dir, cfg WALConfig) (*segment.Log, error) {
 	single, member, err := classify(d)
 	if err != nil {
 		return nil, err
@@ -77,7 +79,7 @@ func (l *WALLog) open(d *segment.Dir, cfg WALConfig) (*segment.Log, error) {
 		if !takesOver(cfg) {
 			return nil, fmt.Errorf("%w: %s", ErrSingleNodeLog, d.Path())
 		}
-		if err := l.convert(d, cfg.Wal); err != nil {
+		if err := s.convert(d, cfg.Wal); err != nil {
 			return nil, err
 		}
 		if single, member, err = classify(d); err != nil {
@@ -90,14 +92,14 @@ func (l *WALLog) open(d *segment.Dir, cfg WALConfig) (*segment.Log, error) {
 		}
 		// Left by a conversion that stopped after its segment was in place.
 		for _, seq := range single {
-			l.logger.Warn().Str("file", d.SegmentPath(seq)).Msg("replication: removing a single node's segment a conversion left")
+			s.logger.Warn().Str("file", d.SegmentPath(seq)).Msg("replication: removing a single node's segment a conversion left")
 			if err := d.Remove(seq); err != nil {
 				return nil, err
 			}
 		}
 		d.Sync()
 	}
-	return segment.Open(d, segmentOptions(cfg.Wal), l.replay)
+	return segment.Open(d, segmentOptions(cfg.Wal), s.replay)
 }
 
 // takesOver reports whether a member takes a single node's directory over:
@@ -141,10 +143,11 @@ func foreignFiles(d *segment.Dir, imp wal.Importer) bool {
 // convert reads d as a single node reads it at start (a beanstalkd binlog
 // imported first) and writes a member's first segment after the last: the
 // initial state, and a snapshot at index 1 whose head is the jobs and the
-// highest id issued. The segment is durable and renamed into place before
-// the single node's segments are removed, so a crash at any point leaves
-// one complete copy (and open removes the other's leftovers).
-func (l *WALLog) convert(d *segment.Dir, opts wal.Options) error {
+// highest id issued, group 0's in a version 2 segment. The segment is
+// durable and renamed into place before the single node's segments are
+// removed, so a crash at any point leaves one complete copy (and open
+// removes the other's leftovers).
+func (s *SharedLog) convert(d *segment.Dir, opts wal.Options) error {
 	jobs, lastID, err := wal.Recover(d, opts)
 	if err != nil {
 		return err
@@ -156,8 +159,10 @@ func (l *WALLog) convert(d *segment.Dir, opts wal.Options) error {
 	if lastID > 0 {
 		data = wal.AppendFrame(data, &wal.Record{Kind: wal.KindIDs, ID: lastID})
 	}
-	frames := l.appendCheckpoint(nil)
-	frames = appendSnapshot(frames, 1, 1, l.cs, data, headChunks(data))
+	g0 := s.groups[0]
+	s.pieces[0] = g0.appendPiece(nil)
+	frames := s.appendCheckpointLocked(nil)
+	frames = appendSnapshot(frames, tag{}, 1, 1, g0.cs, data, headChunks(data))
 	seqs, err := d.Segments()
 	if err != nil {
 		return err
@@ -175,7 +180,7 @@ func (l *WALLog) convert(d *segment.Dir, opts wal.Options) error {
 		}
 	}
 	d.Sync()
-	l.logger.Info().Int("jobs", len(jobs)).Uint64("max_id", lastID).Str("file", d.SegmentPath(next)).
+	s.logger.Info().Int("jobs", len(jobs)).Uint64("max_id", lastID).Str("file", d.SegmentPath(next)).
 		Msg("a single node's jobs become the head of the cluster's log")
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/rs/zerolog"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -29,6 +28,7 @@ const (
 	kindHead
 	kindSnapshot
 	kindHeadBegin
+	kindDropped
 )
 
 // DefaultCacheBytes is how many bytes of the newest entries a WALLog
@@ -36,10 +36,12 @@ const (
 // send to followers and to apply, without a pread.
 const DefaultCacheBytes = 8 << 20
 
-// Sizes of frames' fixed fields, payload's kind byte included.
+// Sizes of frames' fixed fields, payload's kind byte included (and in a
+// version 3 segment the group after it: tag.extra).
 const (
-	headFrameFields  = 1 + 8             // kind, index
-	entryFrameFields = 1 + 8 + 8 + 8 + 1 // kind, index, term, previous term, type
+	headFrameFields      = 1 + 8             // kind, index
+	entryFrameFields     = 1 + 8 + 8 + 8 + 1 // kind, index, term, previous term, type
+	hardStateFrameFields = 1 + 8 + 8 + 8     // kind, term, vote, commit
 )
 
 // errMalformed is a frame whose CRC is right but whose payload is not
@@ -97,25 +99,19 @@ func (cfg *NodeConfig) WALConfig(dir string) WALConfig {
 	return w
 }
 
-// WALLog is a member's Raft log in its -b directory, in segments of the
-// segment engine (doc.go, "The log on disk"; store/segment/doc.go). It is a Log with MemoryLog's semantics, durable: what
-// OnDurable reported is there after a crash. Raft's reads come from an
-// index of the entries held, the newest in memory, the others read back
-// from their segment. It is safe for concurrent use.
+// GroupLog is one Raft group's log on its member's SharedLog, in the -b
+// directory's segments (doc.go, "The log on disk"; store/segment/doc.go).
+// It is a Log with MemoryLog's semantics, durable: what OnDurable
+// reported is there after a crash. Raft's reads come from an index of the
+// group's entries held, the newest in memory, the others read back from
+// their segment. It is safe for concurrent use.
 //
-// Lock order: mu, then the segment log's mutex. The segment log's
-// goroutines never take mu: its OnDurable callbacks and the Migrator run
-// without it.
-type WALLog struct {
-	files      *segment.Dir   // immutable after OpenWALLog: the directory, locked until Close
-	seg        *segment.Log   // immutable after OpenWALLog
-	dir        string         // immutable
-	cluster    uint64         // immutable
-	id         uint64         // immutable
-	name       string         // immutable
-	retain     uint64         // immutable
-	cacheBytes int            // immutable
-	logger     zerolog.Logger // immutable
+// Lock order: mu, then the shared log's, then the segment log's. The
+// segment log's goroutines never take mu: its OnDurable callbacks and the
+// Migrator run without it.
+type GroupLog struct {
+	s     *SharedLog // immutable
+	group uint16     // immutable
 
 	mu       sync.Mutex
 	logState             // guarded by mu
@@ -159,14 +155,15 @@ type WALLog struct {
 	pendingMaxID uint64
 	headRecs     []headRec
 	replayedID   uint64
+	// sawLog: an entry or a snapshot frame was replayed (replayDefaults).
+	sawLog bool
 
-	lastLSN uint64         // guarded by mu: the LSN of the last write
-	lastSeg uint32         // guarded by mu: the segment of the last write (or frame replayed)
-	held    uint32         // guarded by mu: the segment last given to wal.Hold
+	lastLSN uint64         // guarded by mu: the LSN of the group's last write
+	held    uint32         // guarded by mu: the segment last given to SharedLog.hold
 	moves   []segment.Move // guarded by mu: scratch for Compact
 	recs    []recSummary   // guarded by mu: scratch for Compact
-	frame   []byte         // guarded by mu: scratch for small frames
-	cp      []byte         // guarded by mu: scratch for the checkpoint
+	piece   []byte         // guarded by mu: scratch for the group's part of a checkpoint
+	dropped bool           // guarded by mu: SharedLog.Drop ended the group
 }
 
 // entryMeta is what the log knows of an entry it holds.
@@ -214,82 +211,21 @@ type headRec struct {
 	size uint32
 }
 
-var _ Log = (*WALLog)(nil)
+var _ Log = (*GroupLog)(nil)
 
-// OpenWALLog opens (or creates) the member's log in cfg.Dir: it replays
-// the directory, checks that it is this member's, and starts the segment
-// log's writer. A single node's directory (or a beanstalkd binlog) becomes
-// the log of a cluster whose only initial member is this one, its jobs
-// the head of a snapshot at index 1 (doc.go, "Snapshots and a bounded
-// log"). Each refusal is one line, and names no flag: segment.ErrLocked,
-// ErrSingleNodeLog, a *ForeignLogError, a *segment.DamageError.
-func OpenWALLog(cfg WALConfig) (*WALLog, error) {
-	if cfg.CacheBytes == 0 {
-		cfg.CacheBytes = DefaultCacheBytes
-	}
-	l := &WALLog{
-		dir: cfg.Dir, cluster: cfg.ClusterID, id: cfg.ID, name: cfg.Name,
-		retain: uint64(max(cfg.Retain, 0)), cacheBytes: cfg.CacheBytes, logger: cfg.Wal.Logger,
-		logState: newLogState(cfg.Voters),
-		folded:   1,
-		latest:   make(map[uint64]placed),
-		pins:     make(map[uint32]int),
-		held:     ^uint32(0), // no segment: the first holdLocked tells the segment log
-	}
-	if cfg.Join {
-		l.logState, l.folded = joinLogState(), 0
-	}
-	d, err := segment.LockDir(cfg.Dir)
-	if err != nil {
-		return nil, err
-	}
-	seg, err := l.open(d, cfg)
-	if err != nil {
-		_ = d.Close()
-		return nil, err
-	}
-	l.files, l.seg = d, seg
-	l.recovered()
-	if err := seg.Start(nil); err != nil {
-		return nil, errors.Join(err, seg.Close(), d.Close())
-	}
-	return l, nil
-}
-
-// Close writes and fsyncs what was written, stops the segment log and
-// drops the directory's lock. The log must not be used afterwards.
-func (l *WALLog) Close() error { return errors.Join(l.seg.Close(), l.files.Close()) }
-
-// Replay: frames in the order they were written (doc.go, "The log on
-// disk"), on OpenWALLog's goroutine.
-
-// replay takes one frame of the directory.
-func (l *WALLog) replay(f segment.Frame) error {
-	if wal.Kind(f.Payload[0]) < kindCheckpoint {
-		return segment.ErrCorrupt // never written here: a damaged frame
-	}
-	l.lastSeg = f.Seg
-	d := decoder{b: f.Payload[1:]}
-	switch wal.Kind(f.Payload[0]) {
-	case kindCheckpoint:
-		cluster, id, name := d.u64(), d.u64(), d.str()
-		hs, cs := d.hardState(), d.confState()
-		book := d.book()
-		if d.err != nil {
-			return fmt.Errorf("%w: %s: a checkpoint: %v", errMalformed, l.dir, d.err)
-		}
-		if cluster != l.cluster || id != l.id || name != l.name {
-			return &ForeignLogError{Dir: l.dir, Cluster: cluster, ID: id, Name: name,
-				WantCluster: l.cluster, WantID: l.id, WantName: l.name}
-		}
-		l.hs, l.cs, l.book = hs, cs, book
+// replay takes one frame of the group's, found at replay: its kind, and
+// its fields after the kind (and the group).
+func (l *GroupLog) replay(kind wal.Kind, body []byte, f segment.Frame) error {
+	dir := l.s.dir
+	d := decoder{b: body}
+	switch kind {
 	case kindHardState:
 		l.hs = d.hardState()
 	case kindEntry:
 		index, term, prevTerm, typ := d.u64(), d.u64(), d.u64(), d.u8()
 		data := d.rest()
 		if _, known := pb.EntryType_name[int32(typ)]; d.err != nil || !known {
-			return fmt.Errorf("%w: %s: an entry (type %d): %v", errMalformed, l.dir, typ, d.err)
+			return fmt.Errorf("%w: %s: an entry (type %d): %v", errMalformed, dir, typ, d.err)
 		}
 		m := entryMeta{term: term, seg: f.Seg, off: f.Off, size: f.Size, conf: pb.EntryType(typ) != pb.EntryNormal}
 		e := pb.Entry{Index: &index, Term: &term, Type: pb.EntryType(typ).Enum(), Data: data}
@@ -299,13 +235,14 @@ func (l *WALLog) replay(f segment.Frame) error {
 		m.maxID = maxID(recordsOf(&e))
 		l.replayedID = max(l.replayedID, m.maxID)
 		l.replayEntry(index, prevTerm, m)
+		l.sawLog = true
 	case kindHeadBegin:
 		l.forgetPending(d.u64())
 	case kindHead:
 		index := d.u64()
 		records := d.rest()
 		if d.err != nil {
-			return fmt.Errorf("%w: %s: a snapshot's records: %v", errMalformed, l.dir, d.err)
+			return fmt.Errorf("%w: %s: a snapshot's records: %v", errMalformed, dir, d.err)
 		}
 		if l.pendingIndex != index {
 			l.forgetPending(index) // a snapshot's first records
@@ -318,7 +255,7 @@ func (l *WALLog) replay(f segment.Frame) error {
 			}
 		})
 		if err != nil {
-			return fmt.Errorf("%w: %s: a snapshot's records: %v", errMalformed, l.dir, err)
+			return fmt.Errorf("%w: %s: a snapshot's records: %v", errMalformed, dir, err)
 		}
 		l.replayedID = max(l.replayedID, l.pendingMaxID)
 	case kindSnapshot:
@@ -330,7 +267,7 @@ func (l *WALLog) replay(f segment.Frame) error {
 			frames, bytes = int(d.u32()), int(d.u64())
 		}
 		if d.err != nil {
-			return fmt.Errorf("%w: %s: a snapshot: %v", errMalformed, l.dir, d.err)
+			return fmt.Errorf("%w: %s: a snapshot: %v", errMalformed, dir, d.err)
 		}
 		l.head, l.headRecs, l.headMaxID = nil, nil, 0 // a snapshot with no records
 		if l.pendingIndex == index && len(l.pending) > 0 {
@@ -338,9 +275,9 @@ func (l *WALLog) replay(f segment.Frame) error {
 		}
 		switch {
 		case !counted:
-		case len(l.head) > frames || len(l.head) == frames && headBytes(l.head) != bytes:
+		case len(l.head) > frames || len(l.head) == frames && l.s.headBytes(l.head) != bytes:
 			return fmt.Errorf("%w: %s: snapshot %d counts %d frames of its records (%d bytes), and %d (%d bytes) are there",
-				errMalformed, l.dir, index, frames, bytes, len(l.head), headBytes(l.head))
+				errMalformed, dir, index, frames, bytes, len(l.head), l.s.headBytes(l.head))
 		case len(l.head) < frames:
 			// The first were in segments removed: the log had dropped its
 			// head (nothing live was only there; the segments' header ids
@@ -355,26 +292,27 @@ func (l *WALLog) replay(f segment.Frame) error {
 		}
 		l.prevIndex, l.prevTerm, l.ents = index, term, nil
 		l.cs, l.book.Index = cs, index
+		l.sawLog = true
 	default:
-		return fmt.Errorf("%w: %s: kind %d", errMalformed, l.dir, f.Payload[0])
+		return fmt.Errorf("%w: %s: kind %d", errMalformed, dir, kind)
 	}
 	if d.err != nil {
-		return fmt.Errorf("%w: %s: %v", errMalformed, l.dir, d.err)
+		return fmt.Errorf("%w: %s: %v", errMalformed, dir, d.err)
 	}
 	return nil
 }
 
 // forgetPending forgets the head frames replayed that no snapshot frame
 // took; those that follow are index's.
-func (l *WALLog) forgetPending(index uint64) {
+func (l *GroupLog) forgetPending(index uint64) {
 	l.pending, l.pendingRecs, l.pendingIndex, l.pendingMaxID = nil, nil, index, 0
 }
 
 // headBytes is the records' bytes in head frames.
-func headBytes(frames []frameLoc) int {
+func (s *SharedLog) headBytes(frames []frameLoc) int {
 	n := 0
 	for _, f := range frames {
-		n += f.size - segment.FrameHeader - headFrameFields
+		n += f.size - segment.FrameHeader - headFrameFields - s.tagAt(f.seg).extra()
 	}
 	return n
 }
@@ -383,7 +321,7 @@ func headBytes(frames []frameLoc) int {
 // replacing the one of its index and those after, or, when its
 // predecessors are not held (compacted, their segments removed),
 // starting the log.
-func (l *WALLog) replayEntry(index, prevTerm uint64, m entryMeta) {
+func (l *GroupLog) replayEntry(index, prevTerm uint64, m entryMeta) {
 	last := l.lastLocked()
 	if index > l.prevIndex && index <= last+1 {
 		l.ents = append(l.ents[:index-l.prevIndex-1], m)
@@ -393,11 +331,12 @@ func (l *WALLog) replayEntry(index, prevTerm uint64, m entryMeta) {
 	l.prevIndex, l.prevTerm, l.ents = index-1, prevTerm, []entryMeta{m}
 }
 
-// recovered makes the replayed log consistent and tells the segment log what it
-// holds: the commit index within the entries held, the id floor, what is
-// live (folding the head and the committed entries), what it holds, and
-// the checkpoint for the segments to come.
-func (l *WALLog) recovered() {
+// recovered makes the replayed group consistent and tells the segment
+// log what it holds: the commit index within the entries held, the id
+// floor, what is live (folding the head and the committed entries), and
+// what it holds. The shared log then gives the segment log the checkpoint
+// for the segments to come.
+func (l *GroupLog) recovered() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.forgetPending(0) // the records of a snapshot whose stream broke
@@ -413,10 +352,9 @@ func (l *WALLog) recovered() {
 		// compaction dropped.
 		l.hs.Commit = new(l.prevIndex)
 	}
-	l.idFloor = max(l.idFloor, l.seg.FloorID())
-	l.seg.RaiseID(l.replayedID)
+	l.idFloor = max(l.idFloor, l.s.seg.FloorID())
+	l.s.seg.RaiseID(l.replayedID)
 	l.folded, l.liveFrom, l.cacheFrom = l.prevIndex, l.prevIndex+1, last+1
-	l.seg.ResetLive()
 	if l.head != nil {
 		l.placeHeadLocked(l.headRecs)
 	}
@@ -426,13 +364,12 @@ func (l *WALLog) recovered() {
 		l.ents[i].recs, l.ents[i].summarized = nil, false
 	}
 	l.holdLocked()
-	l.checkpointLocked()
 }
 
 // raft.Storage.
 
 // InitialState implements raft.Storage.
-func (l *WALLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
+func (l *GroupLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.initialState()
@@ -440,7 +377,7 @@ func (l *WALLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
 
 // Entries implements raft.Storage: the cached entries from memory, the
 // others read back from their segments.
-func (l *WALLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
+func (l *GroupLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	_, n, err := l.entriesSpan(lo, hi, maxSize, len(l.ents), func(k int) uint64 { return uint64(l.ents[k].protoSize) })
@@ -459,12 +396,12 @@ func (l *WALLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 }
 
 // entryLocked returns held entry i, from the cache or its segment.
-func (l *WALLog) entryLocked(i uint64) (*pb.Entry, error) {
+func (l *GroupLog) entryLocked(i uint64) (*pb.Entry, error) {
 	m := &l.ents[i-l.prevIndex-1]
 	if m.ent != nil {
 		return m.ent, nil
 	}
-	payload, err := l.seg.ReadFrame(m.seg, m.off, m.size)
+	payload, err := l.s.seg.ReadFrame(m.seg, m.off, m.size)
 	if err != nil {
 		return nil, err
 	}
@@ -473,25 +410,25 @@ func (l *WALLog) entryLocked(i uint64) (*pb.Entry, error) {
 
 // readEntry decodes entry i's frame read back from loc, checking that it
 // is entry i of term (any term when term is 0). Its data aliases payload.
-func (l *WALLog) readEntry(payload []byte, i uint64, loc frameLoc, term uint64) (*pb.Entry, error) {
-	d := decoder{b: payload[1:]}
+func (l *GroupLog) readEntry(payload []byte, i uint64, loc frameLoc, term uint64) (*pb.Entry, error) {
+	kind, d := l.s.tagAt(loc.seg).read(payload, l.group)
 	index, t, _, typ := d.u64(), d.u64(), d.u64(), d.u8()
 	e := &pb.Entry{Index: &index, Term: &t, Type: pb.EntryType(typ).Enum(), Data: d.rest()}
-	if wal.Kind(payload[0]) != kindEntry || d.err != nil || index != i || term != 0 && t != term {
-		return nil, fmt.Errorf("%w: %s: entry %d at %d in segment %d", errMalformed, l.dir, i, loc.off, loc.seg)
+	if kind != kindEntry || d.err != nil || index != i || term != 0 && t != term {
+		return nil, fmt.Errorf("%w: %s: entry %d at %d in segment %d", errMalformed, l.s.dir, i, loc.off, loc.seg)
 	}
 	return e, nil
 }
 
 // Term implements raft.Storage.
-func (l *WALLog) Term(i uint64) (uint64, error) {
+func (l *GroupLog) Term(i uint64) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.termOf(i, len(l.ents), func(k int) uint64 { return l.ents[k].term })
 }
 
 // termLocked is the term of entry i, held or the one before the first.
-func (l *WALLog) termLocked(i uint64) uint64 {
+func (l *GroupLog) termLocked(i uint64) uint64 {
 	if i == l.prevIndex {
 		return l.prevTerm
 	}
@@ -499,16 +436,16 @@ func (l *WALLog) termLocked(i uint64) uint64 {
 }
 
 // LastIndex implements raft.Storage.
-func (l *WALLog) LastIndex() (uint64, error) {
+func (l *GroupLog) LastIndex() (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lastLocked(), nil
 }
 
-func (l *WALLog) lastLocked() uint64 { return l.lastIndex(len(l.ents)) }
+func (l *GroupLog) lastLocked() uint64 { return l.lastIndex(len(l.ents)) }
 
 // FirstIndex implements raft.Storage.
-func (l *WALLog) FirstIndex() (uint64, error) {
+func (l *GroupLog) FirstIndex() (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.prevIndex + 1, nil
@@ -516,7 +453,7 @@ func (l *WALLog) FirstIndex() (uint64, error) {
 
 // Snapshot implements raft.Storage: it reads nothing, and keeps the view
 // that OpenSnapshot reads (doc.go, "The leader's view").
-func (l *WALLog) Snapshot() (*pb.Snapshot, error) {
+func (l *GroupLog) Snapshot() (*pb.Snapshot, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.snapshotLocked(l.lastLocked(), l.termLocked,
@@ -526,7 +463,7 @@ func (l *WALLog) Snapshot() (*pb.Snapshot, error) {
 // viewLocked makes the view of the snapshot md describes: the head's
 // frames, and the entries' through its index, their segments pinned
 // until the view is released.
-func (l *WALLog) viewLocked(md *pb.SnapshotMetadata) *snapView {
+func (l *GroupLog) viewLocked(md *pb.SnapshotMetadata) *snapView {
 	head := slices.Clone(l.head)
 	type piece struct {
 		frameLoc
@@ -550,7 +487,7 @@ func (l *WALLog) viewLocked(md *pb.SnapshotMetadata) *snapView {
 		if p.ent != nil {
 			return recordsOf(p.ent), nil
 		}
-		payload, err := l.seg.ReadFrameInto(buf, p.seg, p.off, p.size)
+		payload, err := l.s.seg.ReadFrameInto(buf, p.seg, p.off, p.size)
 		if err != nil {
 			return nil, err
 		}
@@ -573,30 +510,32 @@ func (l *WALLog) viewLocked(md *pb.SnapshotMetadata) *snapView {
 
 // readHeadFrame reads a head frame back into *buf and returns its
 // records.
-func (l *WALLog) readHeadFrame(buf *[]byte, f frameLoc) ([]byte, error) {
-	payload, err := l.seg.ReadFrameInto(buf, f.seg, f.off, f.size)
+func (l *GroupLog) readHeadFrame(buf *[]byte, f frameLoc) ([]byte, error) {
+	payload, err := l.s.seg.ReadFrameInto(buf, f.seg, f.off, f.size)
 	if err != nil {
 		return nil, err
 	}
-	if wal.Kind(payload[0]) != kindHead || len(payload) < headFrameFields {
-		return nil, fmt.Errorf("%w: %s: a snapshot's records at %d in segment %d", errMalformed, l.dir, f.off, f.seg)
+	kind, d := l.s.tagAt(f.seg).read(payload, l.group)
+	d.u64() // the snapshot's index
+	if kind != kindHead || d.err != nil {
+		return nil, fmt.Errorf("%w: %s: a snapshot's records at %d in segment %d", errMalformed, l.s.dir, f.off, f.seg)
 	}
-	return payload[headFrameFields:], nil
+	return d.b, nil
 }
 
 // OpenSnapshot implements Log: the view's frames are read back on the
 // caller's goroutine, never under the log's mutex.
-func (l *WALLog) OpenSnapshot(md *pb.SnapshotMetadata) (SnapshotReader, error) {
+func (l *GroupLog) OpenSnapshot(md *pb.SnapshotMetadata) (SnapshotReader, error) {
 	return l.openSnapshot(&l.mu, md)
 }
 
 // pinLocked keeps every segment from seg on until unpinLocked(seg).
-func (l *WALLog) pinLocked(seg uint32) {
+func (l *GroupLog) pinLocked(seg uint32) {
 	l.pins[seg]++
 	l.holdLocked()
 }
 
-func (l *WALLog) unpinLocked(seg uint32) {
+func (l *GroupLog) unpinLocked(seg uint32) {
 	if l.pins[seg]--; l.pins[seg] <= 0 {
 		delete(l.pins, seg)
 	}
@@ -605,7 +544,7 @@ func (l *WALLog) unpinLocked(seg uint32) {
 
 // ReadHead implements Log: the head's frames are read back one at a
 // time, each checked.
-func (l *WALLog) ReadHead(fn func(records []wal.Record, locs []wal.Loc) error) error {
+func (l *GroupLog) ReadHead(fn func(records []wal.Record, locs []wal.Loc) error) error {
 	l.mu.Lock()
 	frames, floor := slices.Clone(l.head), l.idFloor
 	l.mu.Unlock()
@@ -619,7 +558,7 @@ func (l *WALLog) ReadHead(fn func(records []wal.Record, locs []wal.Loc) error) e
 			return err
 		}
 		if records, err = wal.DecodeFrames(records[:0], recs); err != nil {
-			return fmt.Errorf("%w: %s: a snapshot's records at %d in segment %d: %v", errMalformed, l.dir, f.off, f.seg, err)
+			return fmt.Errorf("%w: %s: a snapshot's records at %d in segment %d: %v", errMalformed, l.s.dir, f.off, f.seg, err)
 		}
 		locs = appendLocs(locs[:0], records, f.seg)
 		if err := fn(records, locs); err != nil {
@@ -636,7 +575,7 @@ func (l *WALLog) ReadHead(fn func(records []wal.Record, locs []wal.Loc) error) e
 
 // Append implements Log: the entries are one group of frames, in one
 // segment, superseding the entries held from the first one's index on.
-func (l *WALLog) Append(ents []*pb.Entry) {
+func (l *GroupLog) Append(ents []*pb.Entry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(ents) > 0 && ents[0].GetIndex() <= l.prevIndex {
@@ -667,9 +606,9 @@ func (l *WALLog) Append(ents []*pb.Entry) {
 		size += m.size
 		top = max(top, m.maxID)
 	}
-	lsn, seg, off, err := l.seg.Append(&segment.Group{Size: size, ID: top, Encode: func(b []byte) []byte {
+	lsn, seg, off, t, err := l.s.append(l, write{size: size, frames: len(ents), id: top, encode: func(b []byte, t tag) []byte {
 		for _, e := range ents {
-			b = appendEntry(b, e, prevTerm)
+			b = appendEntry(b, t, e, prevTerm)
 			prevTerm = e.GetTerm()
 		}
 		return b
@@ -677,9 +616,9 @@ func (l *WALLog) Append(ents []*pb.Entry) {
 	if err != nil {
 		panic(fmt.Sprintf("replication: appending entries %d to %d: %v", first, first+uint64(len(ents))-1, err))
 	}
-	l.lastSeg = seg
 	for i := range metas {
 		m := &metas[i]
+		m.size += t.extra()
 		m.seg, m.off, m.lsn = seg, off, lsn
 		off += int64(m.size)
 		l.cached += len(ents[i].GetData())
@@ -691,7 +630,7 @@ func (l *WALLog) Append(ents []*pb.Entry) {
 }
 
 // truncateLocked drops the entries from index first on.
-func (l *WALLog) truncateLocked(first uint64) {
+func (l *GroupLog) truncateLocked(first uint64) {
 	keep := first - l.prevIndex - 1
 	for i := keep; i < uint64(len(l.ents)); i++ {
 		if e := l.ents[i].ent; e != nil {
@@ -708,13 +647,13 @@ func (l *WALLog) truncateLocked(first uint64) {
 
 // evictLocked drops the oldest cached entries that are durable while the
 // cache holds more than its bytes.
-func (l *WALLog) evictLocked() {
-	if l.cached <= l.cacheBytes {
+func (l *GroupLog) evictLocked() {
+	if l.cached <= l.s.cacheBytes {
 		return
 	}
-	durable := l.seg.Durable()
+	durable := l.s.seg.Durable()
 	l.cacheFrom = max(l.cacheFrom, l.prevIndex+1)
-	for l.cached > l.cacheBytes && l.cacheFrom <= l.lastLocked() {
+	for l.cached > l.s.cacheBytes && l.cacheFrom <= l.lastLocked() {
 		m := &l.ents[l.cacheFrom-l.prevIndex-1]
 		if m.lsn > durable {
 			return
@@ -733,18 +672,19 @@ func (l *WALLog) evictLocked() {
 // index again from the leader. OnDurable does not wait for it, so a
 // member's commit updates do not queue another fsync between two of its
 // appends.
-func (l *WALLog) SetHardState(hs *pb.HardState) {
+func (l *GroupLog) SetHardState(hs *pb.HardState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lazy := !raft.MustSync(hs, l.hs, 0)
 	l.hs = proto.Clone(hs).(*pb.HardState)
-	l.frame = appendHardState(l.frame[:0], l.hs)
-	l.appendStateLocked(l.frame, 0, lazy)
+	h := l.hs
+	l.appendStateLocked(write{size: segment.FrameHeader + hardStateFrameFields, frames: 1, unsynced: lazy,
+		encode: func(b []byte, t tag) []byte { return appendHardState(b, t, h) }})
 }
 
 // InstallSnapshot implements Log: the snapshot frame, after the head
 // frames its spool wrote; its records are the head, and no entry is held.
-func (l *WALLog) InstallSnapshot(snap *pb.Snapshot) {
+func (l *GroupLog) InstallSnapshot(snap *pb.Snapshot) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	md := snap.GetMetadata()
@@ -754,8 +694,10 @@ func (l *WALLog) InstallSnapshot(snap *pb.Snapshot) {
 		panic(fmt.Sprintf("replication: installing snapshot %d at term %d, not received", index, md.GetTerm()))
 	}
 	l.installedLocked(md)
-	frame := appendSnapshotFrame(nil, index, md.GetTerm(), l.cs, len(sp.frames), sp.bytes)
-	seg := l.appendStateLocked(frame, 0, false)
+	cs := l.cs
+	seg := l.appendStateLocked(write{size: snapshotFrameSize(cs), frames: 1, encode: func(b []byte, t tag) []byte {
+		return appendSnapshotFrame(b, t, index, md.GetTerm(), cs, len(sp.frames), sp.bytes)
+	}})
 	l.truncateLocked(l.prevIndex + 1)
 	l.head, l.baseIndex, l.baseSeg, l.idFloor, l.headMaxID = sp.frames, index, seg, 0, sp.maxID
 	if len(sp.frames) > 0 {
@@ -765,16 +707,15 @@ func (l *WALLog) InstallSnapshot(snap *pb.Snapshot) {
 	}
 	l.prevIndex, l.prevTerm, l.ents = index, md.GetTerm(), nil
 	l.folded, l.liveFrom, l.cacheFrom = index, index+1, index+1
-	clear(l.latest)
-	l.seg.ResetLive()
+	l.forgetLiveLocked()
 	l.placeHeadLocked(sp.recs)
 	l.releaseSpoolLocked(sp)
 }
 
 // ReceiveSnapshot implements Log: a head begin frame now, each chunk a
 // head frame as it comes (walSpool).
-func (l *WALLog) ReceiveSnapshot(ctx context.Context, md *pb.SnapshotMetadata) (SnapshotSink, error) {
-	if l.seg.Full() {
+func (l *GroupLog) ReceiveSnapshot(ctx context.Context, md *pb.SnapshotMetadata) (SnapshotSink, error) {
+	if l.s.seg.Full() {
 		return nil, ErrLogFull
 	}
 	l.mu.Lock()
@@ -783,14 +724,12 @@ func (l *WALLog) ReceiveSnapshot(ctx context.Context, md *pb.SnapshotMetadata) (
 		l.releaseSpoolLocked(l.spool)
 	}
 	sp := &walSpool{l: l, ctx: ctx, index: md.GetIndex(), term: md.GetTerm()}
-	l.seg.SetBulk(true) // until the spool is released
-	l.frame = appendHeadBegin(l.frame[:0], sp.index)
-	frame := l.frame
-	lsn, seg, _, err := l.seg.Append(&segment.Group{Size: len(frame), Encode: func(b []byte) []byte { return append(b, frame...) }})
+	l.s.setBulk(true) // until the spool is released
+	lsn, seg, _, _, err := l.s.append(l, write{size: segment.FrameHeader + headFrameFields, frames: 1,
+		encode: func(b []byte, t tag) []byte { return appendHeadBegin(b, t, sp.index) }})
 	if err != nil {
 		return nil, err // the log is closing
 	}
-	l.lastSeg = seg
 	sp.pin, sp.last = seg, lsn
 	l.pinLocked(seg)
 	l.spool = sp
@@ -798,7 +737,7 @@ func (l *WALLog) ReceiveSnapshot(ctx context.Context, md *pb.SnapshotMetadata) (
 }
 
 // Received implements Log.
-func (l *WALLog) Received(md *pb.SnapshotMetadata) bool {
+func (l *GroupLog) Received(md *pb.SnapshotMetadata) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sp := l.spool
@@ -807,10 +746,10 @@ func (l *WALLog) Received(md *pb.SnapshotMetadata) bool {
 
 // releaseSpoolLocked forgets sp, installed or given up, and what it
 // pinned.
-func (l *WALLog) releaseSpoolLocked(sp *walSpool) {
+func (l *GroupLog) releaseSpoolLocked(sp *walSpool) {
 	if l.spool == sp {
 		l.spool = nil
-		l.seg.SetBulk(false)
+		l.s.setBulk(false)
 	}
 	if sp.pin != 0 {
 		l.unpinLocked(sp.pin)
@@ -818,11 +757,11 @@ func (l *WALLog) releaseSpoolLocked(sp *walSpool) {
 	}
 }
 
-// walSpool is a WALLog's SnapshotSink: each chunk is a head frame, its
+// walSpool is a GroupLog's SnapshotSink: each chunk is a head frame, its
 // own group, with at most snapshotWindow bytes written and not yet
 // durable (doc.go, "The receiver's spool").
 type walSpool struct {
-	l           *WALLog         // immutable
+	l           *GroupLog       // immutable
 	ctx         context.Context // immutable
 	index, term uint64          // immutable
 
@@ -859,12 +798,12 @@ func (sp *walSpool) Write(chunk []byte) error {
 	if err != nil {
 		return sp.fail(err)
 	}
-	if sp.l.seg.Full() {
+	if sp.l.s.seg.Full() {
 		return sp.fail(ErrLogFull)
 	}
 	size := segment.FrameHeader + headFrameFields + len(chunk)
 	for sp.unsynced > 0 && sp.unsynced+size > snapshotWindow {
-		if err := waitDurable(sp.ctx, sp.l.seg, sp.inflight[0].lsn); err != nil {
+		if err := waitDurable(sp.ctx, sp.l.s.seg, sp.inflight[0].lsn); err != nil {
 			return sp.fail(err)
 		}
 		sp.unsynced -= sp.inflight[0].size
@@ -876,11 +815,12 @@ func (sp *walSpool) Write(chunk []byte) error {
 	if l.spool != sp {
 		return sp.fail(errSuperseded)
 	}
-	lsn, seg, off, err := l.seg.Append(&segment.Group{Size: size, ID: top, Encode: func(b []byte) []byte { return appendHeadFrame(b, sp.index, chunk) }})
+	lsn, seg, off, t, err := l.s.append(l, write{size: size, frames: 1, id: top,
+		encode: func(b []byte, t tag) []byte { return appendHeadFrame(b, t, sp.index, chunk) }})
 	if err != nil {
 		return sp.fail(err) // the log is closing
 	}
-	l.lastSeg = seg
+	size += t.extra()
 	sp.last = lsn
 	sp.inflight = append(sp.inflight, spooled{lsn, size})
 	sp.unsynced += size
@@ -905,7 +845,7 @@ func (sp *walSpool) Finish() error {
 	if sp.err != nil {
 		return sp.err
 	}
-	if err := waitDurable(sp.ctx, sp.l.seg, sp.last); err != nil {
+	if err := waitDurable(sp.ctx, sp.l.s.seg, sp.last); err != nil {
 		return sp.fail(err)
 	}
 	sp.l.mu.Lock()
@@ -925,61 +865,65 @@ func (sp *walSpool) Close() {
 }
 
 // placeHeadLocked counts the head's full records live, where they are.
-func (l *WALLog) placeHeadLocked(recs []headRec) {
+func (l *GroupLog) placeHeadLocked(recs []headRec) {
 	l.moves = l.moves[:0]
 	l.baseLive = 0
 	for _, r := range recs {
 		to := segment.Loc{Seg: r.seg, Size: r.size}
 		if old, ok := l.latest[r.id]; ok {
-			l.moves = append(l.moves, segment.Move{ID: r.id, From: old.loc})
+			l.moves = append(l.moves, segment.Move{ID: l.key(r.id), From: old.loc})
 		} else {
 			l.baseLive++
 		}
 		l.latest[r.id] = placed{index: l.baseIndex, loc: to}
-		l.moves = append(l.moves, segment.Move{ID: r.id, To: to})
+		l.moves = append(l.moves, segment.Move{ID: l.key(r.id), To: to})
 	}
-	l.seg.Moved(l.moves)
+	l.s.seg.Moved(l.moves)
 }
 
+// forgetLiveLocked forgets every live job of the group's, in the segment
+// log's accounting too: the other groups' stay.
+func (l *GroupLog) forgetLiveLocked() {
+	l.moves = l.moves[:0]
+	for id, p := range l.latest {
+		l.moves = append(l.moves, segment.Move{ID: l.key(id), From: p.loc})
+	}
+	l.s.seg.Moved(l.moves)
+	clear(l.latest)
+}
+
+// key is job id's item in the segment log: the group above the id's 53
+// bits (docs/design/shards.md 2.4), so each group's jobs are its own
+// items and group 0's keys are its ids.
+func (l *GroupLog) key(id uint64) uint64 { return uint64(l.group)<<itemGroupShift | id }
+
 // appendStateLocked appends frames that change the state a checkpoint
-// holds (hard state, membership; l's, changed already) as one group, with
-// the checkpoint of that state for the segments begun after it, and
-// returns its segment. The two go in one call: the segment log's writer
-// may move to a new segment at any time (segment.Group.Checkpoint), and
-// one begun after the group with the checkpoint before it would end a
-// replay with the older state: a term or vote gone back. A lazy group
-// asks for no fsync (segment.Group.Unsynced), and OnDurable does not
-// wait for it.
-func (l *WALLog) appendStateLocked(frames []byte, maxID uint64, lazy bool) uint32 {
-	l.cp = l.appendCheckpoint(l.cp[:0])
-	lsn, seg, _, err := l.seg.Append(&segment.Group{
-		Size:       len(frames),
-		Encode:     func(b []byte) []byte { return append(b, frames...) },
-		ID:         maxID,
-		Unsynced:   lazy,
-		Checkpoint: l.cp,
-	})
+// holds (hard state, membership, a snapshot installed; l's, changed
+// already) as one group, with the checkpoint of that state for the
+// segments begun after it, and returns its segment. The two go in one
+// call: the segment log's writer may move to a new segment at any time
+// (segment.Group.Checkpoint), and one begun after the group with the
+// checkpoint before it would end a replay with the older state: a term or
+// vote gone back. A lazy (unsynced) group asks for no fsync, and
+// OnDurable does not wait for it. w.encode nil: the frame is the
+// checkpoint itself.
+func (l *GroupLog) appendStateLocked(w write) uint32 {
+	l.piece = l.appendPiece(l.piece[:0])
+	w.state = true
+	lsn, seg, _, _, err := l.s.append(l, w)
 	if err != nil {
 		panic(fmt.Sprintf("replication: writing to the log: %v", err))
 	}
-	if !lazy {
+	if !w.unsynced {
 		l.lastLSN = lsn
 	}
-	l.lastSeg = seg
 	return seg
-}
-
-// checkpointLocked gives the segment log the checkpoint for its first segment,
-// before it starts (after, appendStateLocked does).
-func (l *WALLog) checkpointLocked() {
-	l.frame = l.appendCheckpoint(l.frame[:0])
-	l.seg.SetCheckpoint(l.frame)
 }
 
 // Compact implements Log, as MemoryLog does: entries are dropped from the
 // index at once, and their segments go once nothing in them is held or
 // live (segment.Log.Hold, Moved).
-func (l *WALLog) Compact(applied uint64) {
+func (l *GroupLog) Compact(applied uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	applied = min(applied, l.lastLocked(), l.hs.GetCommit())
@@ -987,8 +931,8 @@ func (l *WALLog) Compact(applied uint64) {
 		return // the core refused this entry already (ActApply): keep everything
 	}
 	keep := uint64(0) // entries from keep on stay
-	if applied+1 > l.retain {
-		keep = applied + 1 - l.retain
+	if applied+1 > l.s.retain {
+		keep = applied + 1 - l.s.retain
 	}
 	l.liveFrom = max(l.liveFrom, l.prevIndex+1)
 	for l.liveFrom <= l.folded && l.ents[l.liveFrom-l.prevIndex-1].live == 0 {
@@ -1022,9 +966,9 @@ func (l *WALLog) Compact(applied uint64) {
 // foldLocked folds the entries after folded through applied into latest,
 // and tells the segment log where live records moved; false if an entry's
 // records cannot be read.
-func (l *WALLog) foldLocked(applied uint64) bool {
+func (l *GroupLog) foldLocked(applied uint64) bool {
 	l.moves = l.moves[:0]
-	defer func() { l.seg.Moved(l.moves) }()
+	defer func() { l.s.seg.Moved(l.moves) }()
 	for i := max(l.folded, l.prevIndex) + 1; i <= applied; i++ {
 		m := &l.ents[i-l.prevIndex-1]
 		place := func(kind wal.Kind, id uint64, size uint32) {
@@ -1037,11 +981,11 @@ func (l *WALLog) foldLocked(applied uint64) bool {
 				to := segment.Loc{Seg: m.seg, Size: size}
 				l.latest[id] = placed{index: i, loc: to}
 				m.live++
-				l.moves = append(l.moves, segment.Move{ID: id, From: old.loc, To: to})
+				l.moves = append(l.moves, segment.Move{ID: l.key(id), From: old.loc, To: to})
 			case wal.KindDelete:
 				if had {
 					delete(l.latest, id)
-					l.moves = append(l.moves, segment.Move{ID: id, From: old.loc})
+					l.moves = append(l.moves, segment.Move{ID: l.key(id), From: old.loc})
 				}
 			}
 		}
@@ -1078,7 +1022,7 @@ func summarize(recs []recSummary, e *pb.Entry) ([]recSummary, error) {
 }
 
 // unliveLocked: the record at p is no longer a live job's latest.
-func (l *WALLog) unliveLocked(p placed) {
+func (l *GroupLog) unliveLocked(p placed) {
 	if l.head != nil && p.index == l.baseIndex {
 		l.baseLive--
 		return
@@ -1088,13 +1032,14 @@ func (l *WALLog) unliveLocked(p placed) {
 	}
 }
 
-// holdLocked tells the segment log the first segment the log needs: its head's,
-// or its first entry's (each entry is in a segment no older than the one
-// before it), or when it holds neither the one it last wrote to, so that
-// its next write lands in a segment held already; or an older one a view
-// or a spool pinned.
-func (l *WALLog) holdLocked() {
-	seg := l.lastSeg
+// holdLocked tells the shared log the first segment the group needs: its
+// head's, or its first entry's (each entry is in a segment no older than
+// the one before it), or when it holds neither the one the log last wrote
+// to, so that its next write lands in a segment held already; or an older
+// one a view or a spool pinned. The segment log keeps from the smallest
+// of the groups'.
+func (l *GroupLog) holdLocked() {
+	seg := l.s.lastSegment()
 	switch {
 	case l.head != nil:
 		seg = l.baseSeg
@@ -1106,20 +1051,20 @@ func (l *WALLog) holdLocked() {
 	}
 	if seg != l.held {
 		l.held = seg
-		l.seg.Hold(seg)
+		l.s.hold(l.group, seg)
 	}
 }
 
 // OnDurable implements Log.
-func (l *WALLog) OnDurable(fn func()) {
+func (l *GroupLog) OnDurable(fn func()) {
 	l.mu.Lock()
 	lsn := l.lastLSN
 	l.mu.Unlock()
-	l.seg.OnDurable(lsn, fn)
+	l.s.seg.OnDurable(lsn, fn)
 }
 
 // Locate implements Log.
-func (l *WALLog) Locate(index uint64) uint32 {
+func (l *GroupLog) Locate(index uint64) uint32 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if index > l.prevIndex && index <= l.lastLocked() {
@@ -1130,50 +1075,44 @@ func (l *WALLog) Locate(index uint64) uint32 {
 
 // SetMembership implements Log: a checkpoint frame says it, and starts
 // every segment after it.
-func (l *WALLog) SetMembership(cs *pb.ConfState, b Book) {
+func (l *GroupLog) SetMembership(cs *pb.ConfState, b Book) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.setMembershipLocked(cs, b)
-	l.frame = l.appendCheckpoint(l.frame[:0])
-	l.appendStateLocked(l.frame, 0, false)
+	l.appendStateLocked(write{})
 }
 
 // Membership implements Log.
-func (l *WALLog) Membership() Book {
+func (l *GroupLog) Membership() Book {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.book.clone()
 }
 
-// SetMigrator gives the log the serving leader's store, which moves the
-// live jobs of its oldest segment when the directory passes its bound
-// (node.go, ActServe).
-func (l *WALLog) SetMigrator(m segment.Migrator) { l.seg.SetMigrator(m) }
+// SetMigrator gives the log the group's serving leader's store, which
+// moves the group's live jobs of the oldest segment when the directory
+// passes its bound (node.go, ActServe); nil when it no longer serves.
+func (l *GroupLog) SetMigrator(m segment.Migrator) { l.s.setMigrator(l.group, m) }
 
 // Full reports that the disk is full, or fsyncs keep failing: the
 // leader's journal refuses every record but deletes meanwhile.
-func (l *WALLog) Full() bool { return l.seg.Full() }
+func (l *GroupLog) Full() bool { return l.s.seg.Full() }
 
-// Stats are the segment log's figures: its segments, the disk they take and the
-// live data.
-func (l *WALLog) Stats() segment.Stats { return l.seg.Stats() }
+// Stats are the segment log's figures, every group's: its segments, the
+// disk they take and the live data.
+func (l *GroupLog) Stats() segment.Stats { return l.s.seg.Stats() }
+
+// Group is the group whose log this is.
+func (l *GroupLog) Group() uint16 { return l.group }
 
 // Frames (doc.go, "The log on disk"). Integers are little-endian.
 
-// appendCheckpoint appends the checkpoint frame: identity, hard state,
-// membership.
-func (l *WALLog) appendCheckpoint(b []byte) []byte {
-	start := len(b)
-	b = segment.BeginFrame(b)
-	b = append(b, byte(kindCheckpoint))
-	b = binary.LittleEndian.AppendUint64(b, l.cluster)
-	b = binary.LittleEndian.AppendUint64(b, l.id)
-	b = binary.LittleEndian.AppendUint16(b, uint16(len(l.name)))
-	b = append(b, l.name...)
+// appendPiece appends the group's part of a checkpoint: hard state,
+// membership, book.
+func (l *GroupLog) appendPiece(b []byte) []byte {
 	b = appendHardStateFields(b, l.hs)
 	b = appendConfState(b, l.cs)
-	b = appendBook(b, l.book)
-	return segment.EndFrame(b, start)
+	return appendBook(b, l.book)
 }
 
 // appendBook appends the address book as u32 length and JSON (a
@@ -1187,10 +1126,9 @@ func appendBook(b []byte, book Book) []byte {
 	return append(b, data...)
 }
 
-func appendHardState(b []byte, hs *pb.HardState) []byte {
+func appendHardState(b []byte, t tag, hs *pb.HardState) []byte {
 	start := len(b)
-	b = segment.BeginFrame(b)
-	b = append(b, byte(kindHardState))
+	b = t.begin(b, kindHardState)
 	b = appendHardStateFields(b, hs)
 	return segment.EndFrame(b, start)
 }
@@ -1213,15 +1151,14 @@ func appendConfState(b []byte, cs *pb.ConfState) []byte {
 	return b
 }
 
-// entryFrameSize is the size of e's frame.
+// entryFrameSize is the size of e's frame in a version 2 segment.
 func entryFrameSize(e *pb.Entry) int {
 	return segment.FrameHeader + entryFrameFields + len(e.GetData())
 }
 
-func appendEntry(b []byte, e *pb.Entry, prevTerm uint64) []byte {
+func appendEntry(b []byte, t tag, e *pb.Entry, prevTerm uint64) []byte {
 	start := len(b)
-	b = segment.BeginFrame(b)
-	b = append(b, byte(kindEntry))
+	b = t.begin(b, kindEntry)
 	b = binary.LittleEndian.AppendUint64(b, e.GetIndex())
 	b = binary.LittleEndian.AppendUint64(b, e.GetTerm())
 	b = binary.LittleEndian.AppendUint64(b, prevTerm)
@@ -1256,28 +1193,26 @@ func headChunks(records []byte) [][]byte {
 // appendSnapshot appends a snapshot's frames, as one group: a head begin,
 // each chunk of its records as a head frame, then the snapshot frame that
 // counts them.
-func appendSnapshot(b []byte, index, term uint64, cs *pb.ConfState, data []byte, chunks [][]byte) []byte {
-	b = appendHeadBegin(b, index)
+func appendSnapshot(b []byte, t tag, index, term uint64, cs *pb.ConfState, data []byte, chunks [][]byte) []byte {
+	b = appendHeadBegin(b, t, index)
 	for _, c := range chunks {
-		b = appendHeadFrame(b, index, c)
+		b = appendHeadFrame(b, t, index, c)
 	}
-	return appendSnapshotFrame(b, index, term, cs, len(chunks), len(data))
+	return appendSnapshotFrame(b, t, index, term, cs, len(chunks), len(data))
 }
 
 // appendHeadBegin appends the frame that begins a snapshot's head frames.
-func appendHeadBegin(b []byte, index uint64) []byte {
+func appendHeadBegin(b []byte, t tag, index uint64) []byte {
 	start := len(b)
-	b = segment.BeginFrame(b)
-	b = append(b, byte(kindHeadBegin))
+	b = t.begin(b, kindHeadBegin)
 	b = binary.LittleEndian.AppendUint64(b, index)
 	return segment.EndFrame(b, start)
 }
 
 // appendHeadFrame appends one head frame of snapshot index's records.
-func appendHeadFrame(b []byte, index uint64, records []byte) []byte {
+func appendHeadFrame(b []byte, t tag, index uint64, records []byte) []byte {
 	start := len(b)
-	b = segment.BeginFrame(b)
-	b = append(b, byte(kindHead))
+	b = t.begin(b, kindHead)
 	b = binary.LittleEndian.AppendUint64(b, index)
 	b = append(b, records...)
 	return segment.EndFrame(b, start)
@@ -1285,16 +1220,21 @@ func appendHeadFrame(b []byte, index uint64, records []byte) []byte {
 
 // appendSnapshotFrame appends a snapshot's metadata and the count and
 // bytes of the head frames before it.
-func appendSnapshotFrame(b []byte, index, term uint64, cs *pb.ConfState, frames, bytes int) []byte {
+func appendSnapshotFrame(b []byte, t tag, index, term uint64, cs *pb.ConfState, frames, bytes int) []byte {
 	start := len(b)
-	b = segment.BeginFrame(b)
-	b = append(b, byte(kindSnapshot))
+	b = t.begin(b, kindSnapshot)
 	b = binary.LittleEndian.AppendUint64(b, index)
 	b = binary.LittleEndian.AppendUint64(b, term)
 	b = appendConfState(b, cs)
 	b = binary.LittleEndian.AppendUint32(b, uint32(frames))
 	b = binary.LittleEndian.AppendUint64(b, uint64(bytes))
 	return segment.EndFrame(b, start)
+}
+
+// snapshotFrameSize is the size of a snapshot frame of membership cs in a
+// version 2 segment.
+func snapshotFrameSize(cs *pb.ConfState) int {
+	return segment.FrameHeader + 1 + 8 + 8 + 4 + proto.MarshalOptions{Deterministic: true}.Size(cs) + 4 + 8
 }
 
 // decoder reads a frame's fields; the first that does not fit sets err,
@@ -1322,6 +1262,13 @@ func (d *decoder) take(n int) []byte {
 func (d *decoder) u8() uint8 {
 	if b := d.take(1); b != nil {
 		return b[0]
+	}
+	return 0
+}
+
+func (d *decoder) u16() uint16 {
+	if b := d.take(2); b != nil {
+		return binary.LittleEndian.Uint16(b)
 	}
 	return 0
 }

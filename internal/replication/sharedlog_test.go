@@ -1,0 +1,617 @@
+package replication
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/store/segment"
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// openShared opens a SharedLog, closed when the test ends.
+func openShared(t testing.TB, cfg WALConfig) *SharedLog {
+	t.Helper()
+	s, err := OpenSharedLog(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// attach attaches group g to s, a new member's of voters.
+func attach(t testing.TB, s *SharedLog, g uint16, voters []uint64) *GroupLog {
+	t.Helper()
+	l, err := s.Attach(t.Context(), g, voters, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// interleaved is group g's log on a SharedLog whose group 0 appends an
+// entry before each of its appends, naming the same job id as the first
+// entry's index: the groups' frames interleave in the segments, and the
+// same ids are each group's own items.
+type interleaved struct {
+	*GroupLog
+	zero *GroupLog
+}
+
+func (l *interleaved) Append(ents []*pb.Entry) {
+	if len(ents) > 0 {
+		last, _ := l.zero.LastIndex()
+		l.zero.Append([]*pb.Entry{entry(last+1, 1, full(ents[0].GetIndex(), 1))})
+	}
+	l.GroupLog.Append(ents)
+}
+
+// openGroup is group g's log on a SharedLog of cfg's, closed when the
+// test ends, interleaved with group 0's writes.
+func openGroup(t testing.TB, cfg WALConfig, g uint16) Log {
+	s := openShared(t, cfg)
+	return &interleaved{GroupLog: attach(t, s, g, cfg.Voters), zero: s.Group(0)}
+}
+
+// segmentVersions are the versions of dir's segments' headers, by
+// segment.
+func segmentVersions(t testing.TB, dir string) map[uint32]uint32 {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, "sprout.*.wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint32]uint32{}
+	for _, name := range names {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seq uint32
+		if _, err := fmt.Sscanf(filepath.Base(name), "sprout.%08d.wal", &seq); err != nil {
+			t.Fatal(err)
+		}
+		out[seq] = binary.LittleEndian.Uint32(b[8:])
+	}
+	return out
+}
+
+// TestSharedLogVersions: a member holding group 0 alone writes version 2
+// segments; attaching a second group moves appends to a version 3 segment
+// at once, and every segment after it is of version 3, also after a
+// restart with group 0 alone attached; a version 2 release refuses the
+// directory (segment.VersionError, as TestSetVersion shows a version 2
+// reader does).
+func TestSharedLogVersions(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testWALConfig(dir, []uint64{1}, 0)
+	cfg.Wal.SegmentSize = 4 << 10
+	s := openShared(t, cfg)
+	zero := s.Group(0)
+	zero.Append([]*pb.Entry{entry(2, 1, full(1, 1))})
+	awaitDurable(t, zero)
+	for seq, v := range segmentVersions(t, dir) {
+		if v != segment.VersionRaftLog {
+			t.Fatalf("group 0 alone: segment %d of version %d", seq, v)
+		}
+	}
+	before := zero.Locate(2)
+	one := attach(t, s, 1, []uint64{1})
+	one.Append([]*pb.Entry{entry(2, 1, full(1, 1))})
+	zero.Append([]*pb.Entry{entry(3, 1, full(2, 1))})
+	awaitDurable(t, one)
+	awaitDurable(t, zero)
+	switched := one.Locate(2)
+	if switched <= before || zero.Locate(3) != switched {
+		t.Fatalf("group 1's first entry in segment %d, group 0's next in %d, after %d", switched, zero.Locate(3), before)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openShared(t, cfg)
+	zero = s.Group(0)
+	if got := s.Groups(); len(got) != 2 || got[1] != 1 {
+		t.Fatalf("reopened holding groups %v", got)
+	}
+	for i := range 20 { // a few segments more, group 0 alone writing
+		r := full(uint64(3+i), 1)
+		r.Body = bytes.Repeat([]byte("b"), 600)
+		zero.Append([]*pb.Entry{entry(uint64(4+i), 1, r)})
+		awaitDurable(t, zero)
+	}
+	if last := zero.Locate(23); last <= switched+1 {
+		t.Fatalf("group 0's last entry in segment %d: no rotation since %d", last, switched)
+	}
+	for seq, v := range segmentVersions(t, dir) {
+		if want := segment.VersionMultiRaft; seq >= switched && v != want || seq < before+1 && v != segment.VersionRaftLog {
+			t.Errorf("segment %d of version %d (the switch at %d)", seq, v, switched)
+		}
+	}
+}
+
+// TestSharedLogV2Directory: a directory a release before the shared log
+// wrote (testdata/v2log: group 0's entries 2 to 45, commit 42, written by
+// OpenWALLog at 2bf40a8) opens as group 0's, whole; a second group then
+// attached writes on in version 3 segments, and a restart finds both.
+func TestSharedLogV2Directory(t *testing.T) {
+	dir := t.TempDir()
+	copySegments(t, "testdata/v2log", dir)
+	cfg := testWALConfig(dir, []uint64{1, 2, 3}, 0)
+	cfg.Wal.SegmentSize = 4 << 10
+	whole := NewMemoryLog([]uint64{1, 2, 3}, 1<<20)
+	whole.Append(v2Entries())
+	check := func(zero Log) {
+		t.Helper()
+		hs, cs, _ := zero.InitialState()
+		if hs.GetTerm() != 2 || hs.GetVote() != 2 || hs.GetCommit() != 42 || len(cs.GetVoters()) != 3 {
+			t.Fatalf("group 0 opened with %v %v", hs, cs)
+		}
+		first, _ := zero.FirstIndex()
+		last, _ := zero.LastIndex()
+		if first > 3 || last != 45 {
+			t.Fatalf("group 0 holds %d to %d", first, last)
+		}
+		for i := first; i <= last; i++ {
+			got, _ := zero.Term(i)
+			want, _ := whole.Term(i)
+			if got != want {
+				t.Fatalf("entry %d of term %d, want %d", i, got, want)
+			}
+		}
+		if got, want := jobsAt(t, zero, 42), jobsAt(t, whole, 42); !bytes.Equal(got, want) {
+			t.Fatalf("group 0's jobs at 42:\n%s", diffJobs(got, want))
+		}
+	}
+	s := openShared(t, cfg)
+	check(s.Group(0))
+	one := attach(t, s, 1, []uint64{1, 2, 3})
+	one.Append([]*pb.Entry{entry(2, 1, full(1, 1))})
+	one.SetHardState(&pb.HardState{Term: new(uint64(1)), Vote: new(uint64(0)), Commit: new(uint64(2))})
+	awaitDurable(t, one)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openShared(t, cfg)
+	check(s.Group(0))
+	one = s.Group(1)
+	if one == nil {
+		t.Fatal("group 1 not found after a restart")
+	}
+	if got, want := jobsAt(t, one, 2), withoutIDs(wal.AppendFrame(nil, new(full(1, 1)))); !bytes.Equal(got, want) {
+		t.Fatalf("group 1's jobs:\n%s", diffJobs(got, want))
+	}
+}
+
+// v2Entries is what testdata/v2log holds (made by TestGenV2 in a copy of
+// this package at 2bf40a8, this function and all): entries 2 to 40 of
+// term 1 and 41 to 45 of term 2, each a put of job i, every third
+// deleting job i-2; then a hard state of term 2, vote 2, commit 42, and
+// compaction to 20.
+func v2Entries() []*pb.Entry {
+	var ents []*pb.Entry
+	for i := uint64(2); i <= 45; i++ {
+		term := uint64(1)
+		if i > 40 {
+			term = 2
+		}
+		recs := []wal.Record{full(i, uint32(i))}
+		if i%3 == 0 {
+			recs = append(recs, wal.Record{Kind: wal.KindDelete, ID: i - 2})
+		}
+		ents = append(ents, entry(i, term, recs...))
+	}
+	return ents
+}
+
+// checkedMigrator is a group's logSim as its log's Migrator, checking that
+// every job it is asked to move is one of its group's: ids from base on.
+type checkedMigrator struct {
+	t    testing.TB
+	sim  *logSim
+	base uint64
+}
+
+func (m checkedMigrator) Migrate(seg uint32, ids []uint64) {
+	for _, id := range ids {
+		if id <= m.base || id > m.base+1<<30 {
+			m.t.Errorf("asked to move job %x, of another group than the one of jobs from %x", id, m.base)
+		}
+	}
+	m.sim.Migrate(seg, ids)
+}
+
+// TestSharedLogCrash: three groups (0, 1 and 2) play raft and a leader's
+// store on one SharedLog, in turns at random; the directory is copied as
+// a crash leaves it, time after time, and each copy opens with
+// everything each group had durable (its hard state, and the jobs of its
+// committed entries), each group's entries its own; the log restarts on
+// its directory now and then, and goes on; compaction removes segments
+// throughout, each group asked to move its own jobs alone.
+func TestSharedLogCrash(t *testing.T) {
+	groups := []uint16{0, 1, 2}
+	for seed := range uint64(2) {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := testWALConfig(dir, []uint64{1}, 0)
+			cfg.Wal.SegmentSize = 8 << 10
+			s := openShared(t, cfg)
+			sims := make([]*logSim, len(groups))
+			for i, g := range groups {
+				sims[i] = newLogSim(t, seed*10+uint64(g), &WALLog{GroupLog: attach(t, s, g, []uint64{1})})
+				base := uint64(g) << 40
+				sims[i].nextID, sims[i].idMark = base, base
+				sims[i].l.SetMigrator(checkedMigrator{t, sims[i], base})
+			}
+			reopen := func(s *SharedLog) {
+				for i, g := range groups {
+					sims[i].l = &WALLog{GroupLog: s.Group(g)}
+					sims[i].l.SetMigrator(checkedMigrator{t, sims[i], uint64(g) << 40})
+				}
+			}
+			rng := sims[0].rng
+			for round := range 9 {
+				for range 120 {
+					sims[rng.IntN(len(sims))].step()
+				}
+				durable := make([]*pb.HardState, len(sims))
+				for i, sim := range sims {
+					awaitDurable(t, sim.l)
+					durable[i], _, _ = sim.l.InitialState()
+				}
+				for range 1 + rng.IntN(30) {
+					sims[rng.IntN(len(sims))].step()
+				}
+				crashed := openShared(t, testWALConfig(copyLog(t, dir), []uint64{1}, 0))
+				for i, g := range groups {
+					sims[i].check(&WALLog{GroupLog: crashed.Group(g)}, durable[i])
+				}
+				if err := crashed.Close(); err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				if round%3 == 2 {
+					if err := s.Close(); err != nil {
+						t.Fatal(err)
+					}
+					s = openShared(t, cfg)
+					reopen(s)
+				}
+			}
+			final := make([]*pb.HardState, len(sims))
+			for i, sim := range sims {
+				final[i], _, _ = sim.l.InitialState()
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = openShared(t, cfg)
+			for i, g := range groups {
+				sims[i].check(&WALLog{GroupLog: s.Group(g)}, final[i])
+			}
+			st := s.Stats()
+			if st.OldestIndex < 3 {
+				t.Errorf("the oldest segment is %d: compaction removed none", st.OldestIndex)
+			}
+			t.Logf("segments %d to %d, %d bytes on disk, %d live", st.OldestIndex, st.CurrentIndex, st.DiskBytes, st.LiveBytes)
+		})
+	}
+}
+
+// TestSharedLogGroupCommit: groups appending at once share the writer's
+// batches and fsyncs: far fewer fsyncs than appends, and each group's
+// OnDurable runs once an fsync covered its appends.
+func TestSharedLogGroupCommit(t *testing.T) {
+	cfg := testWALConfig(t.TempDir(), []uint64{1}, 0)
+	obs := &syncCounter{}
+	cfg.Wal.Observer = obs
+	s := openShared(t, cfg)
+	logs := []*GroupLog{s.Group(0), attach(t, s, 1, []uint64{1}), attach(t, s, 2, []uint64{1})}
+	for _, l := range logs {
+		awaitDurable(t, l)
+	}
+	syncs0, batches0 := obs.counts()
+	const n = 200
+	var wg sync.WaitGroup
+	for _, l := range logs {
+		wg.Go(func() {
+			for i := range uint64(n) {
+				index := i + 2
+				l.Append([]*pb.Entry{entry(index, 1, full(index, 1))})
+				l.SetHardState(&pb.HardState{Term: new(uint64(1)), Vote: new(uint64(1)), Commit: new(index)})
+			}
+			done := make(chan struct{})
+			l.OnDurable(func() {
+				if syncs, _ := obs.counts(); syncs == syncs0 {
+					t.Errorf("group %d's appends durable before an fsync", l.Group())
+				}
+				close(done)
+			})
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Errorf("group %d's appends not durable", l.Group())
+			}
+		})
+	}
+	wg.Wait()
+	syncs, batches := obs.counts()
+	syncs, batches = syncs-syncs0, batches-batches0
+	t.Logf("%d groups' %d appends and hard states each: %d batches, %d fsyncs", len(logs), n, batches, syncs)
+	if syncs > len(logs)*n/3 {
+		t.Errorf("%d fsyncs for %d appends: they did not share fsyncs", syncs, len(logs)*n)
+	}
+	for _, l := range logs {
+		if last, _ := l.LastIndex(); last != n+1 {
+			t.Errorf("group %d holds entries to %d", l.Group(), last)
+		}
+	}
+}
+
+// gatedObserver counts fsyncs, and holds the writer in ObserveBatch while
+// the test holds gate, saying so on entered.
+type gatedObserver struct {
+	syncCounter
+	gate    sync.Mutex
+	entered chan struct{}
+}
+
+func (o *gatedObserver) ObserveBatch(bytes, records int) {
+	select {
+	case o.entered <- struct{}{}:
+	default:
+	}
+	o.gate.Lock()
+	defer o.gate.Unlock()
+	o.syncCounter.ObserveBatch(bytes, records)
+}
+
+// TestSharedLogOneFsyncTwoGroups: the appends of two groups made while
+// the writer is busy go into one batch, and one fsync makes both durable.
+// The writer is held after writing group 0's append; groups 1 and 2
+// append meanwhile; each group's OnDurable sees the fsyncs done so far,
+// and groups 1 and 2 see the same count, one more than group 0's at
+// least.
+func TestSharedLogOneFsyncTwoGroups(t *testing.T) {
+	cfg := testWALConfig(t.TempDir(), []uint64{1}, 0)
+	obs := &gatedObserver{entered: make(chan struct{}, 1)}
+	cfg.Wal.Observer = obs
+	s := openShared(t, cfg)
+	logs := []*GroupLog{s.Group(0), attach(t, s, 1, []uint64{1}), attach(t, s, 2, []uint64{1})}
+	for _, l := range logs {
+		awaitDurable(t, l)
+	}
+	seen := make([]chan int, len(logs))
+	durable := func(i int) {
+		seen[i] = make(chan int, 1)
+		logs[i].OnDurable(func() { syncs, _ := obs.counts(); seen[i] <- syncs })
+	}
+	before, _ := obs.counts()
+	obs.gate.Lock()
+	select {
+	case <-obs.entered: // left by the batches above
+	default:
+	}
+	logs[0].Append([]*pb.Entry{entry(2, 1, full(1, 1))})
+	durable(0)
+	// The writer takes group 0's append and is held once it wrote it:
+	// nothing of group 0's is pending any more.
+	select {
+	case <-obs.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("group 0's append not written")
+	}
+	logs[1].Append([]*pb.Entry{entry(2, 1, full(1, 1))})
+	logs[2].Append([]*pb.Entry{entry(2, 1, full(1, 1))})
+	durable(1)
+	durable(2)
+	obs.gate.Unlock()
+	var got [3]int
+	for i := range seen {
+		select {
+		case got[i] = <-seen[i]:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("group %d's append not durable", i)
+		}
+	}
+	if got[1] != got[2] || got[0] <= before || got[1] < got[0] {
+		t.Errorf("fsyncs done when each group's append was durable: %v (%d before): groups 1 and 2 should share one", got, before)
+	}
+	t.Logf("fsyncs done when each group's append was durable: %v (%d before)", got, before)
+}
+
+// TestSharedLogDrop: a group dropped is gone after a restart: its index,
+// its jobs (no longer live: the segments holding them go once the other
+// groups' do not hold them) and its hold; the other groups keep theirs.
+// A dropped group's log refuses writes.
+func TestSharedLogDrop(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testWALConfig(dir, []uint64{1}, 0)
+	cfg.Wal.SegmentSize = 4 << 10
+	s := openShared(t, cfg)
+	zero, one := s.Group(0), attach(t, s, 1, []uint64{1})
+	body := wal.Record{Kind: wal.KindFull, ID: 1, Tube: "t", State: wal.StateReady, Body: bytes.Repeat([]byte("b"), 1000)}
+	for i := uint64(2); i < 10; i++ {
+		r := body
+		r.ID = i
+		one.Append([]*pb.Entry{entry(i, 1, r)})
+		awaitDurable(t, one)
+	}
+	commit(one, 9)
+	one.Compact(9)
+	zero.Append([]*pb.Entry{entry(2, 1, full(1, 1))})
+	commit(zero, 2)
+	zero.Compact(2)
+	awaitDurable(t, zero)
+	liveBefore, firstOne := s.Stats().LiveBytes, one.Locate(2)
+	if err := s.Drop(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Drop(1); err == nil {
+		t.Error("a group dropped twice")
+	}
+	if err := s.Drop(0); err == nil {
+		t.Error("group 0 dropped")
+	}
+	if live := s.Stats().LiveBytes; live >= liveBefore || live <= 0 {
+		t.Errorf("live bytes %d after the drop, %d before: group 1's jobs still counted, or group 0's not", live, liveBefore)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("a dropped group's log took an append")
+			}
+		}()
+		one.Append([]*pb.Entry{entry(10, 1, full(10, 1))})
+	}()
+	for i := uint64(3); i < 30; i++ { // group 0 alone, on past the segments group 1 wrote
+		zero.Append([]*pb.Entry{entry(i, 1, wal.Record{Kind: wal.KindIDs, ID: i})})
+		commit(zero, i)
+		zero.Compact(i)
+		awaitDurable(t, zero)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openShared(t, cfg)
+	if got := s.Groups(); len(got) != 1 || got[0] != 0 || s.Group(1) != nil {
+		t.Fatalf("groups after the drop and a restart: %v", got)
+	}
+	if got, want := jobsAt(t, s.Group(0), 29), withoutIDs(wal.AppendFrame(nil, new(full(1, 1)))); !bytes.Equal(got, want) {
+		t.Errorf("group 0's jobs:\n%s", diffJobs(got, want))
+	}
+	if st := s.Stats(); st.OldestIndex <= firstOne {
+		t.Errorf("segments from %d kept; group 1's jobs were in %d", st.OldestIndex, firstOne)
+	}
+	hs, _, _ := s.Group(0).InitialState()
+	if !proto.Equal(hs, &pb.HardState{Term: new(uint64(2)), Vote: new(uint64(1)), Commit: new(uint64(29))}) {
+		t.Errorf("group 0's hard state after a restart: %v", hs)
+	}
+}
+
+// startGroupOn starts group g's replica on member name of c, on log.
+func startGroupOn(t *testing.T, c *netCluster, g uint16, name string, log Log) *Node {
+	t.Helper()
+	n, err := c.nodes[name].Host().StartGroup(g, NodeConfig{Peers: c.peers, Log: log, Tick: testTick,
+		Logger: zerolog.New(c.output).Level(zerolog.InfoLevel).With().Timestamp().Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n
+}
+
+// TestSharedLogHost: three members run group 0 and group 1, each member
+// both groups' logs on the one SharedLog of its directory (version 3
+// segments, no other directory). Both groups acknowledge; a member
+// restarted finds both groups in its directory and catches up in each;
+// then every member restarts at once, so that each group's jobs can only
+// come from the members' directories, and both groups hold every job
+// they acknowledged.
+func TestSharedLogHost(t *testing.T) {
+	c := newWALCluster(t, 3, 64<<10, nil)
+	var ids []uint64
+	for _, m := range c.peers {
+		ids = append(ids, m.ID)
+	}
+	g1 := map[string]*Node{}
+	startOne := func(name string) {
+		l, err := c.wals[name].Shared().Attach(t.Context(), 1, ids, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g1[name] = startGroupOn(t, c, 1, name, l)
+	}
+	for _, m := range c.peers {
+		startOne(m.Name)
+	}
+	acked := [2]map[uint64]string{{}, {}}
+	puts := func(n int, what string) {
+		t.Helper()
+		l0 := c.awaitServing(10 * time.Second)
+		l1 := c.awaitServing(10*time.Second, groupUp(g1)...)
+		for g, l := range []*Node{l0, l1} {
+			for i := range n {
+				body := fmt.Sprintf("group %d %s %d", g, what, i)
+				id, pos := newNetClient(l, "tube").put(body)
+				awaitAck(t, l.Journal(), pos, 10*time.Second)
+				acked[g][id] = body
+			}
+		}
+	}
+	// holds checks that every replica of group g holds exactly the jobs it
+	// acknowledged.
+	holds := func(g int, nodes []*Node) {
+		t.Helper()
+		for _, n := range nodes {
+			testproc.WaitFor(t, 10*time.Second, fmt.Sprintf("%s's group %d holding its jobs", n.Name(), g), func() bool {
+				v := viewOf(n.Store())
+				if len(v) != len(acked[g]) {
+					return false
+				}
+				for id, body := range acked[g] {
+					if v[id].body != body {
+						return false
+					}
+				}
+				return true
+			})
+		}
+	}
+	puts(30, "before")
+
+	for name, dir := range c.dirs {
+		vs := segmentVersions(t, dir)
+		has3 := false
+		for _, v := range vs {
+			has3 = has3 || v == segment.VersionMultiRaft
+		}
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if e.IsDir() {
+				t.Errorf("%s's directory holds a directory, %s", name, e.Name())
+			}
+		}
+		if !has3 {
+			t.Errorf("%s's segments are of versions %v: none of 3", name, vs)
+		}
+	}
+
+	// One member restarts: both groups from its one directory.
+	down := c.peers[1].Name
+	c.kill(down)
+	delete(g1, down)
+	puts(10, "while one is down")
+	c.start(down, nil)
+	if got := c.wals[down].Shared().Groups(); len(got) != 2 {
+		t.Fatalf("%s restarted holding groups %v", down, got)
+	}
+	startOne(down)
+	puts(10, "after one restarted")
+	holds(0, c.up())
+	holds(1, groupUp(g1))
+
+	// Every member restarts at once.
+	for _, m := range c.peers {
+		c.kill(m.Name)
+		delete(g1, m.Name)
+	}
+	for _, m := range c.peers {
+		c.start(m.Name, nil)
+		startOne(m.Name)
+	}
+	holds(0, c.up())
+	holds(1, groupUp(g1))
+	puts(5, "after every member restarted")
+	holds(0, c.up())
+	holds(1, groupUp(g1))
+}
