@@ -113,9 +113,12 @@
 // # The log on disk
 //
 // Each member's -b directory is its Raft log, in segments of the segment
-// engine (WALLog, wallog.go; store/segment/doc.go), the engine a single
-// node's job journal (store/wal) is written with too: a segment's header
-// has version 2 (segment.VersionRaftLog), every segment begins with a
+// engine (SharedLog, sharedlog.go; store/segment/doc.go), the engine a
+// single node's job journal (store/wal) is written with too: one segment
+// log for every group the member holds (docs/design/shards.md 2.4), each
+// group's index a GroupLog (wallog.go; WALLog is group 0's on a log of
+// its own). While the member holds group 0 alone, a segment's header has
+// version 2 (segment.VersionRaftLog), every segment begins with a
 // checkpoint (segment.Options.Checkpoints), and each frame's payload
 // begins with its kind (integers little-endian, each frame checked by its
 // CRC-32C):
@@ -139,6 +142,30 @@
 //     what installs the snapshot. Head frames that no snapshot frame
 //     follows (a stream that broke, a crash while one was received) are
 //     not taken for installed.
+//
+// Once another group is attached (SharedLog.Attach), appends move at once
+// to a new segment of version 3 (segment.VersionMultiRaft, Log.SetVersion),
+// and the directory never gets a version 2 segment again: in a version 3
+// segment each frame's payload has its group (u16) right after its kind;
+// the checkpoint's group is 0 and names none, and after the name it holds
+// the count of groups and, for each, its number, hard state, membership
+// and book (a u32 length and JSON, always there). One more kind: group
+// dropped (22), the group's last index: replay forgets the group there
+// (SharedLog.Drop, tests only yet). A version 2 segment reads as group
+// 0's, whatever follows it. A release that knows only version 2 refuses
+// the directory at its first version 3 segment ("unknown version 3", a
+// segment.VersionError): it never misreads one. Every group's frames go
+// through the one writer: the appends of every group since the last batch
+// are the next batch, and one fdatasync covers them all; each group's
+// OnDurable waits for its own last write. A group's jobs are the segment
+// log's items keyed group<<53 | id, so compaction hands each group's
+// serving leader its own jobs (a group this member does not lead has no
+// Migrator here: its jobs wait, live, for its leader's rewrites); each
+// group holds what it needs (segment.Log.Hold), and the log keeps from
+// the smallest. Every id a segment header holds is the highest of any
+// group's, so each group's id floor may be above the ids it named. The
+// groups' indexes share nothing but the segment log: lock order is a
+// GroupLog's mutex, the SharedLog's, the segment log's.
 //
 // Replay takes the frames in order. The last checkpoint or hard state
 // is the state: a new state and the checkpoint that carries it go to the
@@ -641,12 +668,15 @@
 // transport's peers, and a member removed from it stops whole), and when
 // it stops, for any reason, the host's other groups stop with it, then
 // the transport. Host.StartGroup starts another group's replica on the
-// host: its own Log, store, journal and goroutine, its replicas placed
+// host: its own Log (a GroupLog of the member's SharedLog, or any Log),
+// store, journal and goroutine, its replicas placed
 // statically on members of group 0 (a membership change of it is
 // refused, ErrStaticGroup), its messages on the host's connections. Only
 // tests start other groups yet: two groups on three members fail over
-// and rebuild in place each unnoticed by the other (host_test.go). One
-// ticker (Host.runTicker) ticks every group at once, so their heartbeats
+// and rebuild in place each unnoticed by the other (host_test.go), and
+// run on GroupLogs of one SharedLog per member, restarted from it
+// (sharedlog_test.go). One ticker (Host.runTicker) ticks every group at
+// once, so their heartbeats
 // to a peer meet in one drain of its writer and go in one frame
 // (TransportStats.Heartbeats, HeartbeatFrames).
 //
@@ -676,7 +706,7 @@
 // what a crash could leave), they keep every member's directory within
 // its bound under churn, through a failover, and lose no acknowledged
 // change when members crash one at a time or all at once. The Log tests
-// run against both logs.
+// run against both logs, and a GroupLog of a group other than 0.
 //
 // internal/member runs a member (--node): the engine serves the node's
 // store, the proxy is the engine's Route (and its Serving the engine's),

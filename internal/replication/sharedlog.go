@@ -44,16 +44,15 @@ var (
 //
 // Lock order: a GroupLog's mutex, then mu, then the segment log's.
 type SharedLog struct {
-	files      *segment.Dir        // immutable after OpenSharedLog: the directory, locked until Close
-	seg        *segment.Log        // immutable after OpenSharedLog
-	dir        string              // immutable
-	cluster    uint64              // immutable
-	id         uint64              // immutable
-	name       string              // immutable
-	retain     uint64              // immutable
-	cacheBytes int                 // immutable
-	logger     zerolog.Logger      // immutable
-	encodeFn   func([]byte) []byte // immutable: encode, as segment.Group.Encode
+	files      *segment.Dir   // immutable after OpenSharedLog: the directory, locked until Close
+	seg        *segment.Log   // immutable after OpenSharedLog
+	dir        string         // immutable
+	cluster    uint64         // immutable
+	id         uint64         // immutable
+	name       string         // immutable
+	retain     uint64         // immutable
+	cacheBytes int            // immutable
+	logger     zerolog.Logger // immutable
 
 	// v3From is the first segment of version 3 (0: none yet): frames in
 	// it and after it name their group. Set at replay, and once by the
@@ -85,11 +84,8 @@ type SharedLog struct {
 	// bulk counts the snapshots being received (segment.Log.SetBulk).
 	// Guarded by mu.
 	bulk int
-	// The append being encoded (encode), under mu. cp is scratch for the
-	// checkpoint.
-	curEnc func([]byte, tag) []byte
-	curTag tag
-	cp     []byte
+	// cp is scratch for the checkpoint. Guarded by mu.
+	cp []byte
 }
 
 // tag is how a frame names its group: by nothing in a version 2 segment
@@ -140,9 +136,10 @@ type write struct {
 	// size is the frames' bytes in a version 2 segment; each of frames
 	// takes tag.extra() more in a version 3 one.
 	size, frames int
-	// encode appends the frames, for tag t, under the shared log's mutex.
-	// nil: the frame is the checkpoint (state must be set).
-	encode func(b []byte, t tag) []byte
+	// encode appends the frames, under the shared log's mutex, with the
+	// group's tag for them (GroupLog.wtag). nil: the frame is the
+	// checkpoint (state must be set).
+	encode func(b []byte) []byte
 	// id is the highest job id the frames name.
 	id uint64
 	// unsynced: no fsync of its own (segment.Group.Unsynced).
@@ -162,7 +159,8 @@ func (s *SharedLog) append(l *GroupLog, w write) (lsn uint64, seg uint32, off in
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t = tag{group: l.group, v3: s.v3}
-	g := segment.Group{ID: w.id, Unsynced: w.unsynced}
+	l.wtag = t
+	g := segment.Group{ID: w.id, Unsynced: w.unsynced, Encode: w.encode}
 	if w.state {
 		s.pieces[l.group] = append(s.pieces[l.group][:0], l.piece...)
 		s.cp = s.appendCheckpointLocked(s.cp[:0])
@@ -171,23 +169,15 @@ func (s *SharedLog) append(l *GroupLog, w write) (lsn uint64, seg uint32, off in
 	if w.encode == nil {
 		cp := s.cp
 		w.size, w.frames = len(cp), 0
-		w.encode = func(b []byte, _ tag) []byte { return append(b, cp...) }
+		g.Encode = func(b []byte) []byte { return append(b, cp...) }
 	}
 	g.Size = w.size + w.frames*t.extra()
-	s.curEnc, s.curTag = w.encode, t
-	g.Encode = s.encodeFn
 	lsn, seg, off, err = s.seg.Append(&g)
-	s.curEnc = nil
 	if err == nil {
 		s.lastSeg = seg
 	}
 	return lsn, seg, off, t, err
 }
-
-// encode is segment.Group.Encode for the append being made (under mu):
-// one function value for them all, so that an append allocates no more
-// than its GroupLog's encoder.
-func (s *SharedLog) encode(b []byte) []byte { return s.curEnc(b, s.curTag) }
 
 // lastSegment is the segment of the last write.
 func (s *SharedLog) lastSegment() uint32 {
@@ -326,7 +316,6 @@ func OpenSharedLog(cfg WALConfig) (*SharedLog, error) {
 		holds:     make(map[uint16]uint32),
 		migrators: make(map[uint16]segment.Migrator),
 	}
-	s.encodeFn = s.encode
 	g0 := s.newGroup(0, newLogState(cfg.Voters))
 	g0.folded = 1
 	if cfg.Join {
@@ -369,13 +358,15 @@ func OpenSharedLog(cfg WALConfig) (*SharedLog, error) {
 
 // newGroup is group g's index, with state ls until replay says otherwise.
 func (s *SharedLog) newGroup(g uint16, ls logState) *GroupLog {
-	return &GroupLog{
+	l := &GroupLog{
 		s: s, group: g,
 		logState: ls,
 		latest:   make(map[uint64]placed),
 		pins:     make(map[uint32]int),
 		held:     ^uint32(0), // no segment: the first holdLocked tells the shared log
 	}
+	l.encodeHS = l.encodeHardState
+	return l
 }
 
 // addGroupLocked adds l to the groups held.
@@ -518,15 +509,13 @@ func (s *SharedLog) Drop(g uint16) error {
 	s.removeGroupLocked(g)
 	s.holdLocked()
 	s.cp = s.appendCheckpointLocked(s.cp[:0])
-	t := tag{group: g, v3: true}
-	s.curEnc, s.curTag = func(b []byte, t tag) []byte {
-		start := len(b)
-		b = t.begin(b, kindDropped)
-		b = binary.LittleEndian.AppendUint64(b, last)
-		return segment.EndFrame(b, start)
-	}, t
-	_, seg, _, err := s.seg.Append(&segment.Group{Size: segment.FrameHeader + 1 + 2 + 8, Encode: s.encodeFn, Checkpoint: s.cp})
-	s.curEnc = nil
+	_, seg, _, err := s.seg.Append(&segment.Group{Size: segment.FrameHeader + 1 + 2 + 8, Checkpoint: s.cp,
+		Encode: func(b []byte) []byte {
+			start := len(b)
+			b = tag{group: g, v3: true}.begin(b, kindDropped)
+			b = binary.LittleEndian.AppendUint64(b, last)
+			return segment.EndFrame(b, start)
+		}})
 	if err != nil {
 		return err
 	}

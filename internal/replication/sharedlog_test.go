@@ -615,3 +615,44 @@ func TestSharedLogHost(t *testing.T) {
 	holds(0, c.up())
 	holds(1, groupUp(g1))
 }
+
+// TestSharedLogUnledGroupKeepsItsSegment: a group this member does not
+// lead has no migrator here, so a segment holding its live jobs stays
+// until its leader's rewrites move them (migrate requests to that leader
+// are a later step, docs/design/shards.md S3): nothing of it is lost, nor
+// of the group that leads here and writes on. (Compaction removes the
+// oldest segment first, so meanwhile the directory grows past its bound:
+// the test logs by how much.)
+func TestSharedLogUnledGroupKeepsItsSegment(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testWALConfig(dir, []uint64{1}, 0)
+	cfg.Wal.SegmentSize = 8 << 10
+	s := openShared(t, cfg)
+	one := attach(t, s, 1, []uint64{1})
+	job := wal.Record{Kind: wal.KindFull, ID: 7, Tube: "t", State: wal.StateReady, Body: []byte("group 1's job\r\n")}
+	one.Append([]*pb.Entry{entry(2, 1, job)})
+	commit(one, 2)
+	one.Compact(2)
+	awaitDurable(t, one)
+	pinned := one.Locate(2)
+	sim := newLogSim(t, 1, &WALLog{GroupLog: s.Group(0)}) // group 0 leads here, and migrates
+	for range 600 {
+		sim.step()
+	}
+	awaitDurable(t, sim.l)
+	durable, _, _ := sim.l.InitialState()
+	st := s.Stats()
+	t.Logf("segments %d to %d, %d bytes on disk, %d live; group 1's job in %d", st.OldestIndex, st.CurrentIndex, st.DiskBytes, st.LiveBytes, pinned)
+	if st.OldestIndex > pinned || st.CurrentIndex < pinned+3 {
+		t.Fatalf("segments %d to %d: group 1's job was in %d", st.OldestIndex, st.CurrentIndex, pinned)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openShared(t, cfg)
+	sim.check(&WALLog{GroupLog: s.Group(0)}, durable)
+	want := withoutIDs(wal.AppendFrame(nil, &job))
+	if got := jobsAt(t, s.Group(1), 2); !bytes.Equal(got, want) {
+		t.Fatalf("group 1's jobs after a restart:\n%s", diffJobs(got, want))
+	}
+}

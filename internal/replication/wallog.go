@@ -164,6 +164,12 @@ type GroupLog struct {
 	recs    []recSummary   // guarded by mu: scratch for Compact
 	piece   []byte         // guarded by mu: scratch for the group's part of a checkpoint
 	dropped bool           // guarded by mu: SharedLog.Drop ended the group
+	// wtag is the tag of the frames being encoded (SharedLog.append sets
+	// it). Guarded by mu.
+	wtag tag
+	// encodeHS is encodeHardState, made once: SetHardState, the commonest
+	// write, allocates no encoder.
+	encodeHS func([]byte) []byte // immutable
 }
 
 // entryMeta is what the log knows of an entry it holds.
@@ -606,9 +612,9 @@ func (l *GroupLog) Append(ents []*pb.Entry) {
 		size += m.size
 		top = max(top, m.maxID)
 	}
-	lsn, seg, off, t, err := l.s.append(l, write{size: size, frames: len(ents), id: top, encode: func(b []byte, t tag) []byte {
+	lsn, seg, off, t, err := l.s.append(l, write{size: size, frames: len(ents), id: top, encode: func(b []byte) []byte {
 		for _, e := range ents {
-			b = appendEntry(b, t, e, prevTerm)
+			b = appendEntry(b, l.wtag, e, prevTerm)
 			prevTerm = e.GetTerm()
 		}
 		return b
@@ -677,10 +683,11 @@ func (l *GroupLog) SetHardState(hs *pb.HardState) {
 	defer l.mu.Unlock()
 	lazy := !raft.MustSync(hs, l.hs, 0)
 	l.hs = proto.Clone(hs).(*pb.HardState)
-	h := l.hs
-	l.appendStateLocked(write{size: segment.FrameHeader + hardStateFrameFields, frames: 1, unsynced: lazy,
-		encode: func(b []byte, t tag) []byte { return appendHardState(b, t, h) }})
+	l.appendStateLocked(write{size: segment.FrameHeader + hardStateFrameFields, frames: 1, unsynced: lazy, encode: l.encodeHS})
 }
+
+// encodeHardState encodes the group's hard state as a frame, under mu.
+func (l *GroupLog) encodeHardState(b []byte) []byte { return appendHardState(b, l.wtag, l.hs) }
 
 // InstallSnapshot implements Log: the snapshot frame, after the head
 // frames its spool wrote; its records are the head, and no entry is held.
@@ -695,8 +702,8 @@ func (l *GroupLog) InstallSnapshot(snap *pb.Snapshot) {
 	}
 	l.installedLocked(md)
 	cs := l.cs
-	seg := l.appendStateLocked(write{size: snapshotFrameSize(cs), frames: 1, encode: func(b []byte, t tag) []byte {
-		return appendSnapshotFrame(b, t, index, md.GetTerm(), cs, len(sp.frames), sp.bytes)
+	seg := l.appendStateLocked(write{size: snapshotFrameSize(cs), frames: 1, encode: func(b []byte) []byte {
+		return appendSnapshotFrame(b, l.wtag, index, md.GetTerm(), cs, len(sp.frames), sp.bytes)
 	}})
 	l.truncateLocked(l.prevIndex + 1)
 	l.head, l.baseIndex, l.baseSeg, l.idFloor, l.headMaxID = sp.frames, index, seg, 0, sp.maxID
@@ -726,7 +733,7 @@ func (l *GroupLog) ReceiveSnapshot(ctx context.Context, md *pb.SnapshotMetadata)
 	sp := &walSpool{l: l, ctx: ctx, index: md.GetIndex(), term: md.GetTerm()}
 	l.s.setBulk(true) // until the spool is released
 	lsn, seg, _, _, err := l.s.append(l, write{size: segment.FrameHeader + headFrameFields, frames: 1,
-		encode: func(b []byte, t tag) []byte { return appendHeadBegin(b, t, sp.index) }})
+		encode: func(b []byte) []byte { return appendHeadBegin(b, l.wtag, sp.index) }})
 	if err != nil {
 		return nil, err // the log is closing
 	}
@@ -816,7 +823,7 @@ func (sp *walSpool) Write(chunk []byte) error {
 		return sp.fail(errSuperseded)
 	}
 	lsn, seg, off, t, err := l.s.append(l, write{size: size, frames: 1, id: top,
-		encode: func(b []byte, t tag) []byte { return appendHeadFrame(b, t, sp.index, chunk) }})
+		encode: func(b []byte) []byte { return appendHeadFrame(b, l.wtag, sp.index, chunk) }})
 	if err != nil {
 		return sp.fail(err) // the log is closing
 	}
