@@ -676,8 +676,8 @@
 // and rebuild in place each unnoticed by the other (host_test.go), and
 // run on GroupLogs of one SharedLog per member, restarted from it
 // (sharedlog_test.go). One ticker (Host.runTicker) ticks every group at
-// once, so their heartbeats
-// to a peer meet in one drain of its writer and go in one frame
+// once, so their heartbeats to a peer meet in one drain of its writer and
+// go in one frame
 // (TransportStats.Heartbeats, HeartbeatFrames).
 //
 // A group's state machine is an Applier (applier.go): a shard group's is

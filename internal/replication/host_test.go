@@ -41,7 +41,7 @@ func startGroups(t testing.TB, c *netCluster, g uint16, logs map[string]*gatedLo
 }
 
 // startGroup starts group g's replica on member name, on log.
-func startGroup(t testing.TB, c *netCluster, g uint16, name string, log *gatedLog) *Node {
+func startGroup(t testing.TB, c *netCluster, g uint16, name string, log Log) *Node {
 	t.Helper()
 	n, err := c.nodes[name].Host().StartGroup(g, NodeConfig{Peers: c.peers, Log: log, Tick: testTick,
 		Logger: zerolog.New(c.output).Level(zerolog.InfoLevel).With().Timestamp().Logger()})

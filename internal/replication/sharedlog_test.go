@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
@@ -498,18 +497,6 @@ func TestSharedLogDrop(t *testing.T) {
 	}
 }
 
-// startGroupOn starts group g's replica on member name of c, on log.
-func startGroupOn(t *testing.T, c *netCluster, g uint16, name string, log Log) *Node {
-	t.Helper()
-	n, err := c.nodes[name].Host().StartGroup(g, NodeConfig{Peers: c.peers, Log: log, Tick: testTick,
-		Logger: zerolog.New(c.output).Level(zerolog.InfoLevel).With().Timestamp().Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	return n
-}
-
 // TestSharedLogHost: three members run group 0 and group 1, each member
 // both groups' logs on the one SharedLog of its directory (version 3
 // segments, no other directory). Both groups acknowledge; a member
@@ -529,7 +516,7 @@ func TestSharedLogHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g1[name] = startGroupOn(t, c, 1, name, l)
+		g1[name] = startGroup(t, c, 1, name, l)
 	}
 	for _, m := range c.peers {
 		startOne(m.Name)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/store/segment"
+	"github.com/sproutmq/sprout/store/segment/segtest"
 )
 
 // headerVersion is the version segment seq's header in dir says.
@@ -70,7 +71,7 @@ func TestSetVersion(t *testing.T) {
 	if s, ok := l.SetVersion(segment.VersionMultiRaft, nil); !ok || s != 0 {
 		t.Errorf("SetVersion to the version in use: %d, %v", s, ok)
 	}
-	waitDurable(t, l.Log, after.lsn)
+	segtest.WaitDurable(t, l.Log, after.lsn)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestSetVersionBeforeStart(t *testing.T) {
 	for range 8 { // past a segment: appends move to the spare
 		last = appendGroup(t, l, string(make([]byte, 1<<10)))
 	}
-	waitDurable(t, l.Log, last.lsn)
+	segtest.WaitDurable(t, l.Log, last.lsn)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -142,17 +143,5 @@ func TestSetVersionBeforeStart(t *testing.T) {
 		if v := headerVersion(t, dir, seq); v != segment.VersionMultiRaft {
 			t.Errorf("segment %d's header says %d", seq, v)
 		}
-	}
-}
-
-// waitDurable waits until lsn is durable.
-func waitDurable(t *testing.T, l *segment.Log, lsn uint64) {
-	t.Helper()
-	done := make(chan struct{})
-	l.OnDurable(lsn, func() { close(done) })
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("LSN %d not durable", lsn)
 	}
 }
