@@ -148,8 +148,11 @@
 // and the directory never gets a version 2 segment again: in a version 3
 // segment each frame's payload has its group (u16) right after its kind;
 // the checkpoint's group is 0 and names none, and after the name it holds
-// the count of groups and, for each, its number, hard state, membership
-// and book (a u32 length and JSON, always there). One more kind: group
+// the count of groups and, for each, its number, the highest job id its
+// frames named so far (what the first checkpoint replayed says is the
+// group's id floor: a header's id is every group's highest, and each
+// group's ids are of its own prefix), hard state, membership and book (a
+// u32 length and JSON, always there). One more kind: group
 // dropped (22), the group's last index: replay forgets the group there
 // (SharedLog.Drop, tests only yet). A version 2 segment reads as group
 // 0's, whatever follows it. A release that knows only version 2 refuses
@@ -162,9 +165,7 @@
 // serving leader its own jobs (a group this member does not lead has no
 // Migrator here: its jobs wait, live, for its leader's rewrites); each
 // group holds what it needs (segment.Log.Hold), and the log keeps from
-// the smallest. Every id a segment header holds is the highest of any
-// group's, so each group's id floor may be above the ids it named. The
-// groups' indexes share nothing but the segment log: lock order is a
+// the smallest. The groups' indexes share nothing but the segment log: lock order is a
 // GroupLog's mutex, the SharedLog's, the segment log's.
 //
 // Replay takes the frames in order. The last checkpoint or hard state

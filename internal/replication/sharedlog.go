@@ -79,6 +79,11 @@ type SharedLog struct {
 	// lastSeg is the segment of the last write (or frame replayed).
 	// Guarded by mu.
 	lastSeg uint32
+	// named is the highest job id each group's frames named, for the
+	// checkpoints of version 3 (a header's id is every group's highest, and
+	// a group's ids are of its own prefix: store.Options.IDPrefix).
+	// Guarded by mu.
+	named map[uint16]uint64
 	// migrators are the groups' serving leaders' stores. Guarded by mu.
 	migrators map[uint16]segment.Migrator
 	// bulk counts the snapshots being received (segment.Log.SetBulk).
@@ -161,8 +166,14 @@ func (s *SharedLog) append(l *GroupLog, w write) (lsn uint64, seg uint32, off in
 	t = tag{group: l.group, v3: s.v3}
 	l.wtag = t
 	g := segment.Group{ID: w.id, Unsynced: w.unsynced, Encode: w.encode}
+	raised := w.id > s.named[l.group]
+	if raised {
+		s.named[l.group] = w.id
+	}
 	if w.state {
 		s.pieces[l.group] = append(s.pieces[l.group][:0], l.piece...)
+	}
+	if w.state || raised && s.v3 {
 		s.cp = s.appendCheckpointLocked(s.cp[:0])
 		g.Checkpoint = s.cp
 	}
@@ -274,8 +285,8 @@ func (s *SharedLog) setBulk(on bool) {
 
 // appendCheckpointLocked appends the checkpoint frame: the identity, then
 // group 0's part in a version 2 segment, or the count of groups and each
-// one's number and part in a version 3 one (whose group field names
-// none: 0).
+// one's number, the highest id its frames named, and its part in a
+// version 3 one (whose group field names none: 0).
 func (s *SharedLog) appendCheckpointLocked(b []byte) []byte {
 	start := len(b)
 	b = tag{v3: s.v3}.begin(b, kindCheckpoint)
@@ -290,6 +301,7 @@ func (s *SharedLog) appendCheckpointLocked(b []byte) []byte {
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(s.order)))
 	for _, g := range s.order {
 		b = binary.LittleEndian.AppendUint16(b, g)
+		b = binary.LittleEndian.AppendUint64(b, s.named[g])
 		b = append(b, s.pieces[g]...)
 	}
 	return segment.EndFrame(b, start)
@@ -314,6 +326,7 @@ func OpenSharedLog(cfg WALConfig) (*SharedLog, error) {
 		groups:    make(map[uint16]*GroupLog),
 		pieces:    make(map[uint16][]byte),
 		holds:     make(map[uint16]uint32),
+		named:     make(map[uint16]uint64),
 		migrators: make(map[uint16]segment.Migrator),
 	}
 	g0 := s.newGroup(0, newLogState(cfg.Voters))
@@ -346,6 +359,7 @@ func OpenSharedLog(cfg WALConfig) (*SharedLog, error) {
 		l.recovered()
 		l.mu.Lock()
 		s.pieces[g] = l.appendPiece(nil)
+		s.named[g] = max(s.named[g], l.replayedID)
 		l.mu.Unlock()
 	}
 	s.cp = s.appendCheckpointLocked(s.cp[:0])
@@ -382,10 +396,25 @@ func (s *SharedLog) removeGroupLocked(g uint16) {
 	delete(s.groups, g)
 	delete(s.pieces, g)
 	delete(s.holds, g)
+	delete(s.named, g)
 	delete(s.migrators, g)
 	if i, found := slices.BinarySearch(s.order, g); found {
 		s.order = slices.Delete(s.order, i, i+1)
 	}
+}
+
+// floorOf is the highest id group l's frames in the segments removed
+// named, at Open: the oldest segment's header id while it is of version 2
+// (every frame there is group 0's, and a group other than 0 came after
+// it), else what the first checkpoint replayed with the group said.
+func (s *SharedLog) floorOf(l *GroupLog) uint64 {
+	if v := s.v3From.Load(); v == 0 || s.seg.Stats().OldestIndex < v {
+		if l.group == 0 {
+			return s.seg.FloorID()
+		}
+		return 0
+	}
+	return l.cpFloor
 }
 
 // Close writes and fsyncs what was written, stops the segment log and
@@ -575,9 +604,9 @@ func (s *SharedLog) replayCheckpoint(body []byte, v3 bool) error {
 		n = int(d.u16())
 	}
 	for range n {
-		g := uint16(0)
+		g, named := uint16(0), uint64(0)
 		if v3 {
-			g = d.u16()
+			g, named = d.u16(), d.u64()
 		}
 		hs, cs := d.hardState(), d.confState()
 		book := d.book()
@@ -590,6 +619,10 @@ func (s *SharedLog) replayCheckpoint(body []byte, v3 bool) error {
 			s.addGroupLocked(l)
 		}
 		l.hs, l.cs, l.book = hs, cs, book
+		if v3 && !l.sawCheckpoint {
+			l.cpFloor, l.sawCheckpoint = named, true
+		}
+		s.named[g] = max(s.named[g], named)
 	}
 	if d.err != nil {
 		return fmt.Errorf("%w: %s: a checkpoint: %v", errMalformed, s.dir, d.err)

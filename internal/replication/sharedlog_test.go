@@ -643,3 +643,61 @@ func TestSharedLogUnledGroupKeepsItsSegment(t *testing.T) {
 		t.Fatalf("group 1's jobs after a restart:\n%s", diffJobs(got, want))
 	}
 }
+
+// TestSharedLogIDFloors: each group's id floor is its own. Two groups
+// whose ids are of their own prefixes (store.Options.IDPrefix: group g's
+// from g<<45) put and delete jobs, then write entries naming no id until
+// the segments that named theirs are removed; reopened, each group's head
+// and entries name at least its highest id, and nothing of the other
+// group's prefix.
+func TestSharedLogIDFloors(t *testing.T) {
+	cfg := testWALConfig(t.TempDir(), []uint64{1}, 0)
+	cfg.Wal.SegmentSize = 4 << 10
+	s := openShared(t, cfg)
+	logs := []*GroupLog{s.Group(0), attach(t, s, 1, []uint64{1})}
+	top, index := []uint64{0, 0}, []uint64{1, 1}
+	write := func(g int, recs ...wal.Record) {
+		index[g]++
+		logs[g].Append([]*pb.Entry{entry(index[g], 1, recs...)})
+		commit(logs[g], index[g])
+		logs[g].Compact(index[g])
+	}
+	for i := range uint64(20) {
+		for g := range logs {
+			id := uint64(g)<<45 + i + 1
+			r := full(id, 1)
+			r.Body = bytes.Repeat([]byte("b"), 300)
+			write(g, r)
+			write(g, wal.Record{Kind: wal.KindDelete, ID: id})
+			top[g] = id
+		}
+	}
+	first := s.Stats().CurrentIndex
+	for i := range 400 {
+		write(i%2, wal.Record{Kind: wal.KindIDs})
+		if i%50 == 0 {
+			awaitDurable(t, logs[0])
+		}
+	}
+	awaitDurable(t, logs[0])
+	awaitDurable(t, logs[1])
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openShared(t, cfg)
+	if st := s.Stats(); st.OldestIndex <= first {
+		t.Fatalf("segments %d to %d: the ones up to %d, which named the jobs, not removed", st.OldestIndex, st.CurrentIndex, first)
+	}
+	for g := range logs {
+		l := s.Group(uint16(g))
+		got := maxID(headOf(t, l))
+		first, _ := l.FirstIndex()
+		last, _ := l.LastIndex()
+		for _, e := range mustEntries(t, l, first, last+1) {
+			got = max(got, maxID(e.GetData()))
+		}
+		if got < top[g] || got>>45 != uint64(g) {
+			t.Errorf("group %d names ids up to %x after a restart; its own went to %x", g, got, top[g])
+		}
+	}
+}

@@ -157,6 +157,11 @@ type GroupLog struct {
 	replayedID   uint64
 	// sawLog: an entry or a snapshot frame was replayed (replayDefaults).
 	sawLog bool
+	// cpFloor is the id the first version 3 checkpoint replayed with the
+	// group said its frames before it had named (sawCheckpoint: there was
+	// one).
+	cpFloor       uint64
+	sawCheckpoint bool
 
 	lastLSN uint64         // guarded by mu: the LSN of the group's last write
 	held    uint32         // guarded by mu: the segment last given to SharedLog.hold
@@ -358,7 +363,7 @@ func (l *GroupLog) recovered() {
 		// compaction dropped.
 		l.hs.Commit = new(l.prevIndex)
 	}
-	l.idFloor = max(l.idFloor, l.s.seg.FloorID())
+	l.idFloor = max(l.idFloor, l.s.floorOf(l))
 	l.s.seg.RaiseID(l.replayedID)
 	l.folded, l.liveFrom, l.cacheFrom = l.prevIndex, l.prevIndex+1, last+1
 	if l.head != nil {
