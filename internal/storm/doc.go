@@ -39,7 +39,8 @@
 // (testproc.SproutBinary), and a data race it reports fails the test; the
 // latencies and the mix's RSS goal are then reported but never judged (the
 // race detector slows the clients and multiplies the server's memory), and
-// the hostile clients' loose RSS bound is four times larger.
+// the hostile clients' loose bounds, on RSS and on the polite client's
+// worst reply, are four times larger.
 //
 // Flags the engine does not have yet (--max-connections,
 // --max-buffer-memory) are probed with `sprout --flag 1 -v`: a binary

@@ -82,10 +82,10 @@ type hostileCase struct {
 // On sprout, strictly: the server stays up, the polite client is answered
 // every time, and once the hostile clients are gone no job is lost or left
 // reserved and only the control connection remains. Loosely (breakage
-// only): RSS growth over the level after setup < 64 MiB (256 MiB for a
-// race-built server), the polite
-// client's worst reply < 1 s. Goals (SPROUT_STORM_GOALS=1): mix RSS growth
-// ≤ 16 MiB, worst polite reply < 50 ms. beanstalkd's figures are logged.
+// only): RSS growth over the level after setup < 64 MiB, the polite
+// client's worst reply < 1 s (256 MiB and 4 s for a race-built server).
+// Goals (SPROUT_STORM_GOALS=1): mix RSS growth ≤ 16 MiB, worst polite reply
+// < 50 ms. beanstalkd's figures are logged.
 func TestHostileClients(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts servers and abuses them for several seconds each")
@@ -259,8 +259,8 @@ func (r hostileResult) assert(t *testing.T, hc hostileCase) {
 	if bound := looseRSSGrowth * raceMemory(); r.growth >= bound {
 		t.Errorf("RSS grew by %s under %s; the loose bound is %s", mib(r.growth), hc.name, mib(bound))
 	}
-	if r.worst >= looseWorstPolite {
-		t.Errorf("the polite client waited %v for a reply; the loose bound is %v", r.worst, looseWorstPolite)
+	if bound := looseWorstPolite * raceSlowdown(); r.worst >= bound {
+		t.Errorf("the polite client waited %v for a reply; the loose bound is %v", r.worst, bound)
 	}
 }
 
