@@ -112,10 +112,12 @@ func StartConfig(t testing.TB, cfg Config) *Process {
 	return p
 }
 
-// Launch starts cfg and, unless cfg.NoListen, waits until it is ready. The
-// caller must end the process (Kill or Stop). A failure to become ready is
-// a *StartError, and the process has then ended. The free port is found by
-// binding and releasing it, so another process may take it in between; a
+// Launch starts cfg and, unless cfg.NoListen, waits until it is ready: on
+// Linux, until the process itself listens on its port, and then until
+// cfg.Ready passes. The caller must end the process (Kill or Stop). A
+// failure to become ready is a *StartError, and the process has then
+// ended. The free port is found by binding and releasing it, so another
+// process may take it in between (go test runs packages in parallel); a
 // server that exits complaining that its address is in use is tried again
 // on a new port.
 func Launch(cfg Config) (*Process, error) {
@@ -170,15 +172,21 @@ func launchOnce(cfg Config, addr string) (*Process, error) {
 	if timeout <= 0 {
 		timeout = DefaultStartTimeout
 	}
+	_, portText, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(portText)
 	deadline := time.Now().Add(timeout)
 	for {
 		if p.Exited() {
 			return nil, &StartError{Process: p, Exited: true}
 		}
-		err := ready(addr, max(time.Until(deadline), 50*time.Millisecond))
-		// A server that lost its port to another process may exit only
-		// after the check reached that other process.
-		if err == nil && !p.Exited() {
+		// The port is checked first: a server started a moment ago has
+		// not bound it yet, and another process's server that took it
+		// meanwhile would pass the readiness check in its place.
+		err := p.listening(port)
+		if err == nil {
+			err = ready(addr, max(time.Until(deadline), 50*time.Millisecond))
+		}
+		if err == nil {
 			return p, nil
 		}
 		if time.Now().After(deadline) {
@@ -187,6 +195,16 @@ func launchOnce(cfg Config, addr string) (*Process, error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// listening returns nil once the process itself listens on port, and
+// says so otherwise.
+func (p *Process) listening(port int) error {
+	ok, err := listensOn(p.PID(), port)
+	if err == nil && !ok {
+		err = fmt.Errorf("process %d does not listen on port %d", p.PID(), port)
+	}
+	return err
 }
 
 // StartError says why a server did not become ready. Its Process has ended.

@@ -4,7 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -177,5 +181,75 @@ func TestFreePortNeverRepeats(t *testing.T) {
 			t.Fatalf("the kernel gave port %d to a bind to port 0: FreePort's range %d-%d is not apart from it", eph, low, high)
 		}
 		_ = l.Close()
+	}
+}
+
+// TestLaunchIgnoresAnotherServer: a server that has not bound its port
+// yet, and then finds it taken by another process (go test runs packages in
+// parallel, each picking free ports), is not ready because that other
+// process answers on the port: Launch waits for its own process, which here
+// exits saying the address is in use. Before, the other server passed the
+// readiness check and the test went on to talk to it.
+func TestLaunchIgnoresAnotherServer(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("whose socket listens on a port is read from Linux's /proc")
+	}
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close() // its backlog takes the readiness check's connection
+	// A server slow to start, which then cannot bind the port.
+	slow := filepath.Join(t.TempDir(), "slow-server")
+	script := "#!/bin/sh\nsleep 1\necho 'listen: address already in use' >&2\nexit 1\n"
+	if err := os.WriteFile(slow, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := launchOnce(Config{Binary: slow}, other.Addr().String())
+	var se *StartError
+	if p != nil || !errors.As(err, &se) || !se.Exited || !strings.Contains(se.Process.Output(), "in use") {
+		if p != nil {
+			p.Kill()
+		}
+		t.Fatalf("Launch of a server whose port another process holds: %v, %v; want an exited *StartError", p, err)
+	}
+}
+
+// TestListensOn: a socket listening on a port is told apart by its owner,
+// whether it listens on loopback (tcp) or, as Go listens on 0.0.0.0, on
+// both stacks (tcp6); a port nobody listens on is nobody's.
+func TestListensOn(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("whose socket listens on a port is read from Linux's /proc")
+	}
+	p := StartConfig(t, Config{Binary: Beanstalkd(t)})
+	for _, addr := range []string{p.Addr(), "127.0.0.1:0", "0.0.0.0:0"} {
+		if addr != p.Addr() {
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			addr = ln.Addr().String()
+		}
+		_, portText, _ := net.SplitHostPort(addr)
+		port, _ := strconv.Atoi(portText)
+		own, other := os.Getpid(), p.PID()
+		if addr == p.Addr() {
+			own, other = other, own
+		}
+		if ok, err := listensOn(own, port); !ok || err != nil {
+			t.Errorf("%s: listensOn(owner) = %v, %v; want true", addr, ok, err)
+		}
+		if ok, err := listensOn(other, port); ok || err != nil {
+			t.Errorf("%s: listensOn(another process) = %v, %v; want false", addr, ok, err)
+		}
+	}
+	free, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := listensOn(os.Getpid(), free); ok || err != nil {
+		t.Errorf("a free port: listensOn = %v, %v; want false", ok, err)
 	}
 }
