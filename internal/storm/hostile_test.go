@@ -264,7 +264,9 @@ func (r hostileResult) assert(t *testing.T, hc hostileCase) {
 	}
 }
 
-// tubeHolds checks that tube has want ready jobs and none reserved.
+// tubeHolds checks that tube has want ready jobs and none reserved. With
+// more ready, the error shows the first: a job none of the test's clients
+// put is told apart from one the server kept.
 func tubeHolds(ctl *testproc.Conn, tube string, want int64) error {
 	v, err := ctl.StatsInt("stats-tube "+tube, "current-jobs-ready", "current-jobs-reserved")
 	if want == 0 && errors.Is(err, testproc.ErrNotFound) {
@@ -274,9 +276,33 @@ func tubeHolds(ctl *testproc.Conn, tube string, want int64) error {
 		return err
 	}
 	if v[0] != want || v[1] != 0 {
-		return fmt.Errorf("tube %s: %d ready and %d reserved, want %d ready and none reserved", tube, v[0], v[1], want)
+		err := fmt.Errorf("tube %s: %d ready and %d reserved, want %d ready and none reserved", tube, v[0], v[1], want)
+		if v[0] > want {
+			err = fmt.Errorf("%w; the first ready: %s", err, firstReady(ctl, tube))
+		}
+		return err
 	}
 	return nil
+}
+
+// firstReady describes the first ready job of tube, which ctl then uses.
+func firstReady(ctl *testproc.Conn, tube string) string {
+	if err := ctl.ExpectLine("use "+tube, "USING "+tube); err != nil {
+		return err.Error()
+	}
+	r, err := ctl.Do("peek-ready", nil)
+	if err != nil || r.Kind != testproc.ReplyFound {
+		return fmt.Sprintf("peek-ready: %q, %v", r.Line, err)
+	}
+	m, err := ctl.Stats(fmt.Sprintf("stats-job %d", r.N))
+	if err != nil {
+		return err.Error()
+	}
+	body := string(r.Body)
+	if len(body) > 64 {
+		body = body[:64] + "…"
+	}
+	return fmt.Sprintf("job %d, body %q (%d bytes), pri %s, age %s s, ttr %s", r.N, body, len(r.Body), m["pri"], m["age"], m["ttr"])
 }
 
 // fillHoard puts hoardJobs jobs of hoardBody bytes into tube hoard.
