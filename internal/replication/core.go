@@ -412,9 +412,12 @@ func (c *Core) Campaign() error {
 
 // TransferLeadership asks the leader to hand leadership to member to,
 // once to has caught up; the leader is then rebuilt as any leader that
-// loses leadership is.
+// loses leadership is. On a member that does not lead it does nothing.
 func (c *Core) TransferLeadership(to uint64) {
-	if !c.stopped {
+	// Only the leader: raft forwards a follower's request to the leader
+	// with the new leader's id as its sender, which the leader's
+	// transport refuses as forged (closing the link it came on).
+	if !c.stopped && c.rn.BasicStatus().RaftState == raft.StateLeader {
 		c.rn.TransferLeader(to)
 	}
 }

@@ -425,6 +425,26 @@ func TestSnapshotCatchUp(t *testing.T) {
 	c.converged(want)
 }
 
+// TestTransferOnFollower: a member that does not lead ignores a transfer
+// of the leadership. Raft would forward it to the leader under the new
+// leader's id as its sender, which the leader's transport refuses (and
+// closes the link it came on): the hand-over could never complete.
+func TestTransferOnFollower(t *testing.T) {
+	c := newCluster(t, 3, 100)
+	l := c.elect(1)
+	term := l.core.Status().GetTerm()
+	f := c.members[2]
+	f.core.TransferLeadership(3)
+	c.run(f)
+	c.stabilize()
+	if n := c.sent[pb.MsgTransferLeader]; n != 0 {
+		t.Errorf("%d MsgTransferLeader sent by a follower's transfer", n)
+	}
+	if c.leader() != l || l.core.Status().GetTerm() != term {
+		t.Errorf("the leadership moved: leader %v, term %d (was %d)", c.leader(), l.core.Status().GetTerm(), term)
+	}
+}
+
 // TestFiveMembers: five members commit with two of them down, and not
 // with three.
 func TestFiveMembers(t *testing.T) {
