@@ -376,8 +376,12 @@ func TestNodeQueueFull(t *testing.T) {
 	if got := c.converged(l, 10*time.Second); len(got) != puts+1 {
 		t.Errorf("%d jobs, want %d", len(got), puts+1)
 	}
+	// With a queue of one, heartbeat responses are dropped too: under load
+	// the leader may step down (check-quorum) once the puts are in. That
+	// is not a wedge as long as the members elect again.
 	if l.Status().State != "leader" {
-		t.Errorf("leadership moved: %+v", l.Status())
+		t.Logf("the leader stepped down: %+v", l.Status())
+		c.awaitServing(10 * time.Second)
 	}
 	t.Logf("%d puts; the leader dropped %d messages while they were made, %d in all, and sent %d", puts+1,
 		l.Stats().Transport.MessagesDropped-dropped, l.Stats().Transport.MessagesDropped, l.Stats().Transport.MessagesSent)
