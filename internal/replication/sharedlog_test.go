@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -266,7 +267,7 @@ func TestSharedLogCrash(t *testing.T) {
 				durable := make([]*pb.HardState, len(sims))
 				for i, sim := range sims {
 					awaitDurable(t, sim.l)
-					durable[i], _, _ = sim.l.InitialState()
+					durable[i] = sim.synced
 				}
 				for range 1 + rng.IntN(30) {
 					sims[rng.IntN(len(sims))].step()
@@ -304,6 +305,76 @@ func TestSharedLogCrash(t *testing.T) {
 			t.Logf("segments %d to %d, %d bytes on disk, %d live", st.OldestIndex, st.CurrentIndex, st.DiskBytes, st.LiveBytes)
 		})
 	}
+}
+
+// TestSharedLogCrashUnsyncedCommit: what the crash tests take for durable
+// once OnDurable has fired is the hard state of the group's last write
+// that asks for an fsync (logSim.synced), not its latest one: a hard
+// state that only raises the commit index is written unsynced, so while
+// the writer is busy (here held in the callback that published the
+// append's fsync) a crash copy opens without it; the next write that asks
+// for an fsync, of this group or another's, covers it.
+func TestSharedLogCrashUnsyncedCommit(t *testing.T) {
+	dir := t.TempDir()
+	s := openShared(t, testWALConfig(dir, []uint64{1}, 0))
+	one := attach(t, s, 1, []uint64{1})
+	sim := newLogSim(t, 1, &WALLog{GroupLog: s.Group(0)})
+	sim.setHardState() // its first term: synced
+	release := make(chan struct{})
+	releaseWriter := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseWriter) // before the log's Close
+	held := make(chan struct{})
+	for attempt := 0; ; attempt++ {
+		if attempt == 100 {
+			t.Fatal("every append was durable before its callback was set: the writer was never held")
+		}
+		sim.append(sim.entries(sim.last()+1, 2))
+		// 0: set; 1: the test goes on, and the callback, on the writer,
+		// holds it; 2: it ran first (perhaps on this goroutine), and holds
+		// nothing.
+		var state atomic.Int32
+		sim.l.OnDurable(func() {
+			if state.CompareAndSwap(0, 2) {
+				return
+			}
+			close(held)
+			<-release
+		})
+		if state.CompareAndSwap(0, 1) {
+			break
+		}
+	}
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the append not durable within 10 s")
+	}
+	sim.commit = sim.last()
+	sim.setHardState() // the same term: unsynced, and the writer is held
+	awaitDurable(t, sim.l)
+	latest, _, _ := sim.l.InitialState()
+	if sim.synced.GetCommit() >= latest.GetCommit() {
+		t.Fatalf("synced %v, latest %v: the commit was meant to be raised unsynced", sim.synced, latest)
+	}
+	crash := func() *SharedLog {
+		t.Helper()
+		crashed := openShared(t, testWALConfig(copyLog(t, dir), []uint64{1}, 0))
+		sim.check(&WALLog{GroupLog: crashed.Group(0)}, sim.synced)
+		return crashed
+	}
+	crashed := crash()
+	if hs, _, _ := crashed.Group(0).InitialState(); hs.GetCommit() >= latest.GetCommit() {
+		t.Fatalf("a copy while the writer was held has commit %d: it was meant to be unwritten", hs.GetCommit())
+	}
+	if err := crashed.Close(); err != nil {
+		t.Fatal(err)
+	}
+	releaseWriter()
+	// Group 1's append asks for an fsync, which covers group 0's commit.
+	one.Append([]*pb.Entry{entry(2, 1, full(1<<40|1, 1))})
+	awaitDurable(t, one)
+	sim.synced = latest
+	crash()
 }
 
 // TestSharedLogGroupCommit: groups appending at once share the writer's

@@ -144,6 +144,11 @@ type logSim struct {
 	idMark uint64 // the id watermark of the last entry
 	term   uint64
 	commit uint64
+	// synced is the hard state as of the last write to l that asks for an
+	// fsync: what l.OnDurable waits for. A hard state that only raises the
+	// commit index is written unsynced (GroupLog.SetHardState), so a crash
+	// may lose it until a later write is durable.
+	synced *pb.HardState
 
 	mu     sync.Mutex
 	toMove []uint64 // guarded by mu: handed over by the log's Migrate
@@ -152,6 +157,7 @@ type logSim struct {
 func newLogSim(t testing.TB, seed uint64, l *WALLog) *logSim {
 	s := &logSim{t: t, rng: rand.New(rand.NewPCG(seed, 1)), l: l, whole: NewMemoryLog([]uint64{1}, math.MaxInt),
 		jobs: map[uint64]wal.Record{}, term: 1, commit: 1}
+	s.synced, _, _ = l.InitialState()
 	l.SetMigrator(s)
 	return s
 }
@@ -226,8 +232,20 @@ func (s *logSim) rebuildJobs(index uint64) {
 
 func (s *logSim) setHardState() {
 	hs := &pb.HardState{Term: new(s.term), Vote: new(uint64(1)), Commit: new(s.commit)}
+	prev, _, _ := s.whole.InitialState()
 	s.whole.SetHardState(hs)
 	s.l.SetHardState(hs)
+	if raft.MustSync(hs, prev, 0) {
+		s.synced = hs
+	}
+}
+
+// append appends ents to the whole and to l, whose fsync for them covers
+// every hard state set before.
+func (s *logSim) append(ents []*pb.Entry) {
+	s.whole.Append(ents)
+	s.l.Append(ents)
+	s.synced, _, _ = s.whole.InitialState()
 }
 
 // step takes one random step.
@@ -235,8 +253,7 @@ func (s *logSim) step() {
 	switch op := s.rng.IntN(20); {
 	case op < 12:
 		ents := s.entries(s.last()+1, 1+s.rng.IntN(3))
-		s.whole.Append(ents)
-		s.l.Append(ents)
+		s.append(ents)
 	case op < 17:
 		s.commit += uint64(s.rng.IntN(int(s.last()-s.commit) + 1))
 		s.setHardState()
@@ -248,8 +265,7 @@ func (s *logSim) step() {
 		s.setHardState()
 		s.rebuildJobs(from - 1)
 		ents := s.entries(from, 1+s.rng.IntN(3))
-		s.whole.Append(ents)
-		s.l.Append(ents)
+		s.append(ents)
 	default:
 		// A snapshot at the commit index from the leader: this log drops
 		// its entries, the whole keeps them.
@@ -261,12 +277,12 @@ func (s *logSim) step() {
 		installData(s.t, s.l, &pb.SnapshotMetadata{
 			Index: new(s.commit), Term: new(term), ConfState: &pb.ConfState{Voters: []uint64{1}}}, data)
 		s.whole.Append(nil)
+		s.synced, _, _ = s.whole.InitialState() // the snapshot frame asks for an fsync
 		s.rebuildJobs(s.commit)
 		if s.last() > s.commit {
 			s.term++ // what followed the snapshot comes again, from a leader
 			ents := s.entries(s.commit+1, 1)
-			s.whole.Append(ents)
-			s.l.Append(ents)
+			s.append(ents)
 		}
 	}
 }
@@ -350,7 +366,7 @@ func TestWALLogCrash(t *testing.T) {
 					}
 				}
 				awaitDurable(t, s.l)
-				durable, _, _ := s.l.InitialState()
+				durable := s.synced
 				for range 1 + s.rng.IntN(20) {
 					s.step()
 				}
