@@ -543,11 +543,16 @@ func TestSharedLogDrop(t *testing.T) {
 		}()
 		one.Append([]*pb.Entry{entry(10, 1, full(10, 1))})
 	}()
-	for i := uint64(3); i < 30; i++ { // group 0 alone, on past the segments group 1 wrote
+	// Group 0 alone, on past the segments group 1 wrote, until compaction
+	// has removed them: removal follows an fsync and a later step of the
+	// writer, which on a loaded machine may come some writes later.
+	last := uint64(2)
+	for i := uint64(3); i < 30 || s.Stats().OldestIndex <= firstOne && i < 500; i++ {
 		zero.Append([]*pb.Entry{entry(i, 1, wal.Record{Kind: wal.KindIDs, ID: i})})
 		commit(zero, i)
 		zero.Compact(i)
 		awaitDurable(t, zero)
+		last = i
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -556,14 +561,14 @@ func TestSharedLogDrop(t *testing.T) {
 	if got := s.Groups(); len(got) != 1 || got[0] != 0 || s.Group(1) != nil {
 		t.Fatalf("groups after the drop and a restart: %v", got)
 	}
-	if got, want := jobsAt(t, s.Group(0), 29), withoutIDs(wal.AppendFrame(nil, new(full(1, 1)))); !bytes.Equal(got, want) {
+	if got, want := jobsAt(t, s.Group(0), last), withoutIDs(wal.AppendFrame(nil, new(full(1, 1)))); !bytes.Equal(got, want) {
 		t.Errorf("group 0's jobs:\n%s", diffJobs(got, want))
 	}
 	if st := s.Stats(); st.OldestIndex <= firstOne {
 		t.Errorf("segments from %d kept; group 1's jobs were in %d", st.OldestIndex, firstOne)
 	}
 	hs, _, _ := s.Group(0).InitialState()
-	if !proto.Equal(hs, &pb.HardState{Term: new(uint64(2)), Vote: new(uint64(1)), Commit: new(uint64(29))}) {
+	if !proto.Equal(hs, &pb.HardState{Term: new(uint64(2)), Vote: new(uint64(1)), Commit: new(last)}) {
 		t.Errorf("group 0's hard state after a restart: %v", hs)
 	}
 }
