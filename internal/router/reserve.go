@@ -23,8 +23,9 @@ type Part interface {
 // wait. One per session, used by one goroutine at a time (the session's);
 // done may be called on another (an offer's, a timer's).
 type Reserver struct {
-	parts []Part
-	arb   *Arbiter
+	parts  []Part
+	groups []Group // parts, as Take takes them
+	arb    *Arbiter
 }
 
 // NewReserver is the reserve of a session whose client in group i is
@@ -36,6 +37,7 @@ func NewReserver(groups int, client func(group int, n store.Notifier) Part) *Res
 	for i := range groups {
 		p := client(i, r.arb.Notifier(i))
 		r.parts = append(r.parts, p)
+		r.groups = append(r.groups, p)
 		waiters[i] = p
 	}
 	r.arb.SetGroups(waiters)
@@ -49,11 +51,7 @@ func NewReserver(groups int, client func(group int, n store.Notifier) Part) *Res
 func (r *Reserver) Reserve(timeout time.Duration, done func(j *store.Job, group int, res store.ReserveResult)) {
 	soonIn, holds := r.soonest()
 	soon := holds && soonIn <= 0
-	groups := make([]Group, len(r.parts))
-	for i, p := range r.parts {
-		groups[i] = p
-	}
-	out := Take(groups)
+	out := Take(r.groups)
 	switch {
 	case out.Job != nil:
 		done(out.Job, out.Group, store.Reserved)

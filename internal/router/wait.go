@@ -115,46 +115,37 @@ func (a *Arbiter) Declined() int {
 	return a.declined
 }
 
-// offer is group's store reserving j for the session.
-func (a *Arbiter) offer(group int, j *store.Job) {
+// end is group's store ending the session's wait there: with j, which
+// it reserved for the session (Reserved), or with DeadlineSoon. An end
+// owed to a cancelled wait, or one after the wait was decided, is
+// dropped, and the job it brought declined.
+func (a *Arbiter) end(group int, j *store.Job, r store.ReserveResult) {
 	a.mu.Lock()
 	owed := a.owed[group] > 0
 	if owed {
 		a.owed[group]--
 	}
 	if owed || !a.waiting {
-		a.declined++
 		g := a.groups[group]
+		if j != nil {
+			a.declined++
+		}
 		a.mu.Unlock()
-		// Outside the lock: the job may go straight to another waiter,
-		// this session's next wait included.
-		g.Unreserve(j.ID())
+		if j != nil {
+			// Outside the lock: the job may go straight to another waiter,
+			// this session's next wait included.
+			g.Unreserve(j.ID())
+		}
 		return
 	}
 	a.waiting = false
 	done := a.done
 	a.cancelOthersLocked(group)
 	a.mu.Unlock()
-	done(j, group, store.Reserved)
-}
-
-// deadlineSoon is group's store ending its wait: a job the session holds
-// there is near its TTR.
-func (a *Arbiter) deadlineSoon(group int) {
-	a.mu.Lock()
-	owed := a.owed[group] > 0
-	if owed {
-		a.owed[group]--
+	if r != store.Reserved {
+		group = -1
 	}
-	if owed || !a.waiting {
-		a.mu.Unlock()
-		return
-	}
-	a.waiting = false
-	done := a.done
-	a.cancelOthersLocked(group)
-	a.mu.Unlock()
-	done(nil, -1, store.DeadlineSoon)
+	done(j, group, r)
 }
 
 // cancelOthersLocked cancels the wait in every group but group.
@@ -184,7 +175,7 @@ type offers struct {
 	group int
 }
 
-func (o offers) JobReserved(j *store.Job) { o.a.offer(o.group, j) }
+func (o offers) JobReserved(j *store.Job) { o.a.end(o.group, j, store.Reserved) }
 
 // WaitEnded comes only as DeadlineSoon: the groups wait without a timeout.
-func (o offers) WaitEnded(store.ReserveResult) { o.a.deadlineSoon(o.group) }
+func (o offers) WaitEnded(r store.ReserveResult) { o.a.end(o.group, nil, r) }
