@@ -9,6 +9,9 @@ type Stats struct {
 	Tubes                                    int
 }
 
+// Jobs are the jobs the store holds, in every state.
+func (s Stats) Jobs() int64 { return s.Ready + s.Reserved + s.Delayed + s.Buried }
+
 // Stats reads the global counters. Each is exact, but they are read one by
 // one, so a snapshot taken while jobs move may be off by the moving jobs.
 func (s *Store) Stats() Stats {

@@ -308,5 +308,5 @@ func (n *Node) groupStatus() GroupStatus {
 	}
 	st := n.store.Stats()
 	return GroupStatus{ID: int(n.group), Leader: byID[lead].Name, Replicas: names(conf.GetVoters()),
-		Learners: names(conf.GetLearners()), Tubes: st.Tubes, Jobs: st.Ready + st.Reserved + st.Delayed + st.Buried}
+		Learners: names(conf.GetLearners()), Tubes: st.Tubes, Jobs: st.Jobs()}
 }

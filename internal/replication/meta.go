@@ -85,7 +85,7 @@ func (m *Meta) State() (s *meta.State, changed <-chan struct{}) {
 func (m *Meta) Propose(ctx context.Context, cmds ...meta.Command) error {
 	n := m.node
 	leader, lost := n.Leader()
-	if !n.Status().Serving || leader.Name != n.Name() {
+	if !leader.Serving {
 		return ErrNotServing
 	}
 	pos, err := m.state.execute(cmds)

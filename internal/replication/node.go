@@ -1089,8 +1089,7 @@ func (n *Node) Status() Status {
 	}
 	st.Groups = n.host.Groups()
 	if n.store != nil {
-		ss := n.store.Stats()
-		st.Jobs = int(ss.Ready + ss.Reserved + ss.Delayed + ss.Buried)
+		st.Jobs = int(n.store.Stats().Jobs())
 	}
 	return st
 }
