@@ -99,7 +99,13 @@ func (d *Dir) Segments() ([]uint32, error) {
 // has no Sprout header (a segment whose preallocation a crash cut short,
 // or not a segment).
 func (d *Dir) Version(seq uint32) (version uint32, ok bool, err error) {
-	f, err := os.Open(d.SegmentPath(seq))
+	return FileVersion(d.SegmentPath(seq))
+}
+
+// FileVersion is Dir.Version of the segment file at path, for readers
+// that do not hold the directory (a spare being made has no header yet).
+func FileVersion(path string) (version uint32, ok bool, err error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return 0, false, err
 	}
