@@ -146,7 +146,18 @@ func (s *Store) recover() {
 
 // Migrate implements segment.Migrator: each job whose full record is still
 // in seg is written again, whole, at the head of the log.
-func (s *Store) Migrate(seg uint32, ids []uint64) {
+func (s *Store) Migrate(seg uint32, ids []uint64) { s.rewrite(seg, ids) }
+
+// Rewrite writes each job of ids still here again, whole, at the head of
+// the log, wherever its full record is, and returns how many it wrote: a
+// cluster group's leader does so for another member's compaction, whose
+// segments are not its own (internal/replication, migrate.go).
+func (s *Store) Rewrite(ids []uint64) int { return s.rewrite(0, ids) }
+
+// rewrite writes each job of ids again whose full record is in seg, or
+// anywhere for seg 0, and returns how many it wrote.
+func (s *Store) rewrite(seg uint32, ids []uint64) int {
+	done := 0
 	for _, id := range ids {
 		j := s.lookup(id)
 		if j == nil {
@@ -154,14 +165,16 @@ func (s *Store) Migrate(seg uint32, ids []uint64) {
 		}
 		t := j.tube
 		t.mu.Lock()
-		if j.state != StateInvalid && j.seg == seg {
+		if j.state != StateInvalid && (seg == 0 || j.seg == seg) {
 			r := s.record(wal.KindFull, j)
 			if err := s.logLocked(nil, j, &r); err == nil {
 				s.log.NoteMigrated()
+				done++
 			}
 		}
 		t.mu.Unlock()
 	}
+	return done
 }
 
 // LogStats reports the write-ahead log's figures; ok is false without one.

@@ -147,6 +147,10 @@ func newClusterCollector(c Cluster, p Proxy) *clusterCollector {
 			counter, func(s *stats) float64 { return float64(s.LeaderChanges) }),
 		perGroup("sprout_cluster_group_proposals_total", "Raft entries this member proposed as the group's leader.",
 			counter, func(s *stats) float64 { return float64(s.Proposals) }),
+		perGroup("sprout_cluster_group_migrate_asked_total", "The group's jobs this member asked its leader to rewrite, out of segments its log would remove.",
+			counter, func(s *stats) float64 { return float64(s.MigrateAsked) }),
+		perGroup("sprout_cluster_group_migrate_rewritten_total", "The group's jobs this member rewrote as its leader on other members' asks.",
+			counter, func(s *stats) float64 { return float64(s.MigrateRewritten) }),
 	}
 	cc.groupLag = prometheus.NewDesc("sprout_cluster_group_follower_lag_entries",
 		"On the group's leader, how many entries each other replica is behind its log.", []string{"group", "member"}, nil)

@@ -44,9 +44,9 @@ func TestCluster(t *testing.T) {
 			FollowerLag: map[string]uint64{"b": 0, "c": 12},
 			Transport:   replication.TransportStats{MessagesSent: 100, SnapshotsSent: 1, TLSRefused: 2},
 			Groups: []replication.GroupStats{
-				{Group: 0, Stats: replication.Stats{Term: 7, Commit: 40, Applied: 39, LeaderChanges: 3, Proposals: 5}},
+				{Group: 0, Stats: replication.Stats{Term: 7, Commit: 40, Applied: 39, LeaderChanges: 3, Proposals: 5, MigrateAsked: 11}},
 				{Group: 1, Stats: replication.Stats{Term: 2, Commit: 9, Applied: 9, Serving: true, LeaderChanges: 1, Proposals: 4,
-					FollowerLag: map[string]uint64{"b": 1, "c": 3}}},
+					MigrateRewritten: 6, FollowerLag: map[string]uint64{"b": 1, "c": 3}}},
 			}},
 	}
 	p := &fakeProxy{stats: replication.ProxyStats{Current: 4, Total: 9, LeaderChanged: 2}}
@@ -122,6 +122,8 @@ func TestCluster(t *testing.T) {
 		{"sprout_cluster_group_leading", "group=1", 1},
 		{"sprout_cluster_group_leader_changes_total", "group=1", 1},
 		{"sprout_cluster_group_proposals_total", "group=1", 4},
+		{"sprout_cluster_group_migrate_asked_total", "group=0", 11},
+		{"sprout_cluster_group_migrate_rewritten_total", "group=1", 6},
 		{"sprout_cluster_group_follower_lag_entries", "group=1,member=c", 3},
 		{"sprout_member_groups_led", "", 1},
 	} {

@@ -162,8 +162,8 @@
 // are the next batch, and one fdatasync covers them all; each group's
 // OnDurable waits for its own last write. A group's jobs are the segment
 // log's items keyed group<<53 | id, so compaction hands each group's
-// serving leader its own jobs (a group this member does not lead has no
-// Migrator here: its jobs wait, live, for its leader's rewrites); each
+// serving leader its own jobs (a group this member does not lead asks its
+// leader for the rewrites: below, "Snapshots and a bounded log"); each
 // group holds what it needs (segment.Log.Hold), and the log keeps from
 // the smallest. The groups' indexes share nothing but the segment log: lock order is a
 // GroupLog's mutex, the SharedLog's, the segment log's.
@@ -228,8 +228,14 @@
 // anything (segment.Log.Hold). A segment before that one, with nothing
 // live in it, is deleted once the fsync that covers the hard state whose
 // commit includes the entries that moved its jobs has finished. A follower
-// never migrates: its segments go as the leader's rewrites, applied, leave
-// them with nothing live. So each directory stays within the single node's
+// does not rewrite: its segments go as the leader's rewrites, applied,
+// leave them with nothing live. Those come by themselves when the
+// follower's segments are like the leader's (one group); where groups
+// share a member's segments they are not, and an idle group's leader
+// rewrites nothing, so a member asks a group's leader to rewrite the jobs
+// of that group its log wants out of an old segment (a migrate request on
+// the Raft stream, migrate.go), again each election timeout until the
+// log sees them moved. So each directory stays within the single node's
 // bound (twice the live data plus a few segments). Raft's log then begins
 // at the first entry still held (Storage.FirstIndex), and a member that
 // needs older entries (down for long, or a new member) gets a snapshot

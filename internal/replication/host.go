@@ -150,6 +150,7 @@ func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint, m
 		deliver: n.deliver, deliverSnapshot: n.deliverSnapshot,
 		openSnapshot: n.openSnapshot, receiveSnapshot: n.receiveSnapshot,
 		unreachable: n.noteUnreachable, snapshotSent: n.noteSnapshotSent,
+		migrateAsked: n.migrateAsked,
 	})
 	return n, nil
 }

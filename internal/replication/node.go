@@ -204,6 +204,7 @@ type Node struct {
 	mailMu      sync.Mutex          // guards the two below
 	unreachable map[uint64]struct{} // guarded by mailMu
 	snapReports []snapshotReport    // guarded by mailMu
+	migrateIn   []uint64            // guarded by mailMu: a peer's migrate request
 
 	// Node goroutine only.
 	core        *Core
@@ -222,7 +223,12 @@ type Node struct {
 	// when none is.
 	rebuilding    time.Time
 	rebuildTarget uint64
-	serving       bool // whether this member served at the last publish
+	serving       bool      // whether this member served at the last publish
+	lastAsk       time.Time // when askMigrations last looked
+	// rewriting: a rewrite for the members' compaction runs (startRewrite);
+	// rewrites waits for it.
+	rewriting atomic.Bool
+	rewrites  sync.WaitGroup
 
 	refusedSteps atomic.Uint64 // peers' messages the core refused
 
@@ -239,6 +245,8 @@ type Node struct {
 	membersChanged uint64            // guarded by mu: membership changes applied
 	rebuilds       uint64            // guarded by mu: leaderships lost while serving, each a rebuild
 	lastRebuild    time.Duration     // guarded by mu: the last rebuild's time from the loss to following
+	askedIDs       uint64            // guarded by mu: jobs asked of the leader to rewrite
+	rewrittenIDs   uint64            // guarded by mu: jobs rewritten on members' asks
 
 	// Membership change requests (AddMember, RemoveMember), to the node
 	// goroutine; removedBy is set by the transport when a peer refused
@@ -271,9 +279,23 @@ type snapshotReport struct {
 }
 
 // migratingLog is a Log that compacts itself by moving live jobs
-// (WALLog): the serving leader gives it its store, whose rewrites it
-// proposes (doc.go, "Snapshots and a bounded log").
-type migratingLog interface{ SetMigrator(segment.Migrator) }
+// (GroupLog, WALLog): the serving leader gives it its store, whose
+// rewrites it proposes (doc.go, "Snapshots and a bounded log"); a
+// member that does not lead gives it its Asker, and asks the leader for
+// those rewrites (migrate.go).
+type migratingLog interface {
+	SetMigrator(segment.Migrator)
+	Asker() segment.Migrator
+	takeAsks(now time.Time, wait time.Duration) []uint64
+}
+
+// follow makes the log ask the leader for its moves, as a shard group's
+// member that does not serve.
+func (n *Node) follow() {
+	if l, ok := n.log.(migratingLog); ok && n.store != nil {
+		l.SetMigrator(l.Asker())
+	}
+}
 
 // fullLog is a Log that can run out of disk (WALLog): while it is full,
 // the journal refuses every record but deletes, as a single node's log
@@ -405,6 +427,7 @@ func (cfg *NodeConfig) fillDefaults() {
 // node has served nothing yet); then its goroutine, and for group 0 the
 // host's connections to the peers and its ticker.
 func (n *Node) launch() {
+	n.follow()
 	n.process()
 	n.publish(true)
 	n.lastTick = time.Now()
@@ -529,6 +552,7 @@ func (n *Node) run() {
 		n.host.release(n, drain)
 	}()
 	defer close(n.halted)
+	defer n.rewrites.Wait()
 	for {
 		tick := false
 		var verdict chan error // a peer's snapshot's, once its round is carried out
@@ -592,6 +616,7 @@ func (n *Node) tick(now time.Time) {
 	for range due {
 		n.core.Tick()
 	}
+	n.askMigrations(now)
 	if w := n.waiting; w != nil && now.After(w.deadline) {
 		n.waiting = nil
 		w.done <- changeResult{member: w.member, err: ErrChangeTimeout}
@@ -674,7 +699,7 @@ func (n *Node) readMail() {
 		n.core.Durable(d)
 	}
 	n.mailMu.Lock()
-	if len(n.unreachable) == 0 && len(n.snapReports) == 0 {
+	if len(n.unreachable) == 0 && len(n.snapReports) == 0 && n.migrateIn == nil {
 		n.mailMu.Unlock()
 		return
 	}
@@ -682,7 +707,12 @@ func (n *Node) readMail() {
 	n.unreachable = make(map[uint64]struct{})
 	reports := n.snapReports
 	n.snapReports = nil
+	asked := n.migrateIn
+	n.migrateIn = nil
 	n.mailMu.Unlock()
+	if asked != nil {
+		n.startRewrite(asked)
+	}
 	for id := range unreachable {
 		n.core.Unreachable(id)
 	}
@@ -737,7 +767,8 @@ func (n *Node) do(a Action) bool {
 //  2. CloseClients closes every client of the store: their reservations
 //     go back to ready, their held replies are never sent;
 //  3. the journal drops what it gathered and the replies waiting on it;
-//  4. the log stops migrating (a follower never does) and makes durable
+//  4. the log stops migrating (it asks the leader, as a follower does),
+//     a rewrite for the members' compaction ends, and the log makes durable
 //     what it was given, so that the core made next reads only what this
 //     member has written;
 //  5. a new core is made on the log, as at start: its first actions
@@ -761,9 +792,8 @@ func (n *Node) rebuild(term uint64) bool {
 		}
 	}
 	n.journal.reset()
-	if l, ok := n.log.(migratingLog); ok {
-		l.SetMigrator(nil)
-	}
+	n.follow()
+	n.rewrites.Wait() // nothing rewrites the store under its rebuild
 	durable := make(chan struct{})
 	n.log.OnDurable(func() { close(durable) })
 	select {
@@ -1181,7 +1211,11 @@ type Stats struct {
 	// committed (0 while one is under way, or before the first).
 	Rebuilds    uint64
 	LastRebuild time.Duration
-	Transport   TransportStats
+	// MigrateAsked counts the jobs this member asked its groups' leaders
+	// to rewrite, out of the segments it would remove; MigrateRewritten,
+	// those it rewrote as leader on its members' asks (migrate.go).
+	MigrateAsked, MigrateRewritten uint64
+	Transport                      TransportStats
 	// Groups are the figures above (but Transport, the member's, and
 	// Groups) of each Raft group the member runs, by id: today group 0,
 	// the node's own.
@@ -1207,7 +1241,8 @@ func (n *Node) groupStats() Stats {
 	n.mu.Lock()
 	s := Stats{Term: n.pub.term, Commit: n.pub.commit, Applied: n.pub.applied, Serving: n.pub.serving,
 		LeaderChanges: n.leaderChanges, Proposals: n.pub.proposals, ProposedBytes: n.pub.bytes,
-		MembershipChanges: n.membersChanged, Rebuilds: n.rebuilds, LastRebuild: n.lastRebuild}
+		MembershipChanges: n.membersChanged, Rebuilds: n.rebuilds, LastRebuild: n.lastRebuild,
+		MigrateAsked: n.askedIDs, MigrateRewritten: n.rewrittenIDs}
 	if n.matches != nil {
 		s.FollowerLag = make(map[string]uint64, len(n.matches))
 		for id, match := range n.matches {

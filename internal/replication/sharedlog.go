@@ -240,9 +240,10 @@ func (s *SharedLog) setMigrator(g uint16, m segment.Migrator) {
 }
 
 // groupMigrator is the segment log's Migrator: it hands each group's live
-// jobs of a segment to that group's migrator. A group this member does
-// not lead has none: its jobs stay where they are until its leader's
-// rewrites, applied here, move them (docs/design/shards.md, S3).
+// jobs of a segment to that group's migrator: its store where this member
+// serves it, else its Asker (migrate.go). A group without one (no node
+// runs it) keeps its jobs where they are until its leader's rewrites,
+// applied here, move them.
 type groupMigrator struct{ s *SharedLog }
 
 // Migrate implements segment.Migrator.

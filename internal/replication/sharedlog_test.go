@@ -680,13 +680,12 @@ func TestSharedLogHost(t *testing.T) {
 	holds(1, groupUp(g1))
 }
 
-// TestSharedLogUnledGroupKeepsItsSegment: a group this member does not
-// lead has no migrator here, so a segment holding its live jobs stays
-// until its leader's rewrites move them (migrate requests to that leader
-// are a later step, docs/design/shards.md S3): nothing of it is lost, nor
-// of the group that leads here and writes on. (Compaction removes the
-// oldest segment first, so meanwhile the directory grows past its bound:
-// the test logs by how much.)
+// TestSharedLogUnledGroupKeepsItsSegment: a group with no migrator here
+// (no node runs it: a node's asks its leader, TestMigrateRequests) keeps
+// a segment holding its live jobs until its leader's rewrites move them:
+// nothing of it is lost, nor of the group that leads here and writes on.
+// (Compaction removes the oldest segment first, so meanwhile the
+// directory grows past its bound: the test logs by how much.)
 func TestSharedLogUnledGroupKeepsItsSegment(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testWALConfig(dir, []uint64{1}, 0)

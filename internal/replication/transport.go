@@ -131,6 +131,9 @@ type groupEnd struct {
 	receiveSnapshot func(ctx context.Context, m *pb.Message) (SnapshotSink, error)
 	unreachable     func(id uint64)
 	snapshotSent    func(id uint64, ok bool)
+	// migrateAsked takes a peer's migrate request: job ids of the group
+	// to rewrite (migrate.go).
+	migrateAsked func(ids []uint64)
 }
 
 // transport carries raft's messages between members, for every group
@@ -467,6 +470,24 @@ func (t *transport) send(g groupID, msgs []*pb.Message) {
 	}
 }
 
+// sendMigrate queues a migrate request of group g to member to: ids, at
+// most maxMigrateIDs, for its leader to rewrite. Like a message, it is
+// dropped when the peer's queue is full or the peer speaks protocol 2;
+// the log asks again later.
+func (t *transport) sendMigrate(g groupID, to uint64, ids []uint64) {
+	p := t.peer(to)
+	if p == nil {
+		t.dropped.Add(1)
+		return
+	}
+	select {
+	case p.queue <- envelope{group: g, migrate: ids}:
+		p.unsent.Add(1)
+	default:
+		t.dropped.Add(1)
+	}
+}
+
 // queueSnapshot queues e for the snapshot senders, unless one of its
 // group's is queued or being sent already.
 func (p *peer) queueSnapshot(e envelope) bool {
@@ -621,7 +642,7 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn, version uint16) e
 			// the other groups' land and go in its frame.
 			runtime.Gosched()
 		}
-		for e.m != nil {
+		for e.m != nil || e.migrate != nil {
 			taken++
 			if err := conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
 				return err
@@ -1050,6 +1071,17 @@ func (t *transport) receiveMessages(p *peer, conn net.Conn, f *frameReader) {
 				t.logRefusal(p.Name, conn.RemoteAddr().String(), p.Name, err.Error())
 			}
 			return
+		}
+		if m == nil {
+			// A migrate request: from its connection's peer, as the
+			// connection says.
+			if end := t.group(e.group); end != nil && end.migrateAsked != nil && !p.cut.Load() {
+				t.received.Add(1)
+				end.migrateAsked(e.migrate)
+			} else {
+				t.unrouted.Add(1)
+			}
+			continue
 		}
 		if m.GetFrom() != p.ID || m.GetTo() != t.cfg.self.ID || m.GetType() == pb.MsgSnap {
 			t.refused.Add(1)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"sync"
 
 	"go.etcd.io/raft/v3"
@@ -169,6 +170,12 @@ type GroupLog struct {
 	recs    []recSummary   // guarded by mu: scratch for Compact
 	piece   []byte         // guarded by mu: scratch for the group's part of a checkpoint
 	dropped bool           // guarded by mu: SharedLog.Drop ended the group
+	// asks are the group's live jobs the segment log wants out of old
+	// segments while this member does not lead the group (migrate.go).
+	// Guarded by asksMu, which the segment log's Migrator takes alone and
+	// others after mu.
+	asksMu sync.Mutex
+	asks   map[uint64]ask
 	// wtag is the tag of the frames being encoded (SharedLog.append sets
 	// it). Guarded by mu.
 	wtag tag
@@ -946,6 +953,7 @@ func (l *GroupLog) Compact(applied uint64) {
 	if applied+1 > l.s.retain {
 		keep = applied + 1 - l.s.retain
 	}
+	keep = max(keep, l.retainedFromLocked(applied))
 	l.liveFrom = max(l.liveFrom, l.prevIndex+1)
 	for l.liveFrom <= l.folded && l.ents[l.liveFrom-l.prevIndex-1].live == 0 {
 		l.liveFrom++
@@ -973,6 +981,28 @@ func (l *GroupLog) Compact(applied uint64) {
 		l.compactedLocked()
 	}
 	l.holdLocked()
+}
+
+// retainSegments bounds the segments the entries kept for a follower a
+// little behind (WALConfig.Retain) may be in: the newest ones. The
+// member's groups share its segments, and an idle group's last entries
+// would otherwise hold every segment written since; a follower further
+// behind gets a snapshot.
+const retainSegments = 4
+
+// retainedFromLocked is the first entry through applied that is in one
+// of the newest retainSegments segments, or applied+1 if none is: the
+// entries before it are not kept for followers.
+func (l *GroupLog) retainedFromLocked(applied uint64) uint64 {
+	last := l.s.lastSegment()
+	if last <= retainSegments {
+		return 0
+	}
+	floor := last - retainSegments + 1
+	n := min(applied-min(applied, l.prevIndex), uint64(len(l.ents)))
+	// Entries are in the order of their segments.
+	i := sort.Search(int(n), func(i int) bool { return l.ents[i].seg >= floor })
+	return l.prevIndex + 1 + uint64(i)
 }
 
 // foldLocked folds the entries after folded through applied into latest,
@@ -1103,7 +1133,8 @@ func (l *GroupLog) Membership() Book {
 
 // SetMigrator gives the log the group's serving leader's store, which
 // moves the group's live jobs of the oldest segment when the directory
-// passes its bound (node.go, ActServe); nil when it no longer serves.
+// passes its bound (node.go, ActServe); the log's Asker while the member
+// does not serve (migrate.go); nil for none.
 func (l *GroupLog) SetMigrator(m segment.Migrator) { l.s.setMigrator(l.group, m) }
 
 // Full reports that the disk is full, or fsyncs keep failing: the

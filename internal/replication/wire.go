@@ -58,8 +58,14 @@ import (
 //	                (group u16 | length u32 | raftpb.Message)...
 //	heartbeats:     frameTyped|length | typedHeartbeats u8 |
 //	                (group u16 | flags u8 | term u64 | commit u64 | context length u16 | context)...
+//	migrate:        frameTyped|length | typedMigrate u8 |
+//	                group u16 | count u32 | count × job id u64
 //	message header: frameLarge|length | group u16 | then as protocol 2's
 //	part:           as protocol 2's
+//
+// A migrate frame is no raft message: it asks the group's leader to
+// rewrite live jobs this member's log wants out of an old segment
+// (migrate.go).
 //
 // A heartbeat's sender and receiver are the connection's ends; its flags
 // say whether it is a response and which of term, commit and context
@@ -114,6 +120,7 @@ const (
 
 	typedBatch      byte = 1
 	typedHeartbeats byte = 2
+	typedMigrate    byte = 3
 
 	snapshotProceed byte = 1
 	snapshotTaken   byte = 1
@@ -154,10 +161,12 @@ const (
 	maxGroups = 256
 )
 
-// envelope is a message with the group it belongs to.
+// envelope is a message with the group it belongs to, or (m nil) a
+// migrate request's job ids.
 type envelope struct {
-	group groupID
-	m     *pb.Message
+	group   groupID
+	m       *pb.Message
+	migrate []uint64
 }
 
 // hello opens each connection, both ways.
@@ -413,6 +422,9 @@ func (mw *messageWriter) write(e envelope) (int, error) {
 		mw.dropped(err)
 		return 1, nil
 	}
+	if e.m == nil {
+		return mw.migrate(e)
+	}
 	size := proto.Size(e.m)
 	if mw.busy() && (e.m.GetType() == pb.MsgApp || size > messagePart) {
 		mw.queue = append(mw.queue, e)
@@ -454,6 +466,38 @@ func (mw *messageWriter) whole(e envelope, size int) (int, error) {
 		return 0, err
 	}
 	return 1, nil
+}
+
+// migrate writes a migrate request as a frame of its own, between the
+// parts of a large message if one is being written: what it asks is no
+// raft message, and its order among them does not matter. Protocol 2
+// cannot carry it; it is dropped, and asked again later.
+func (mw *messageWriter) migrate(e envelope) (int, error) {
+	if mw.version < 3 {
+		mw.dropped(fmt.Errorf("replication: a migrate request in protocol %d", mw.version))
+		return 1, nil
+	}
+	mw.buf = appendMigrate(mw.buf[:0], e.group, e.migrate)
+	_, err := mw.w.Write(mw.buf)
+	mw.trim()
+	if err != nil {
+		return 0, err
+	}
+	return 1, nil
+}
+
+// appendMigrate encodes a migrate request of group g for ids, at most
+// maxMigrateIDs of them.
+func appendMigrate(b []byte, g groupID, ids []uint64) []byte {
+	at := len(b)
+	b = append(b, 0, 0, 0, 0, typedMigrate)
+	b = binary.BigEndian.AppendUint16(b, uint16(g))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(ids)))
+	for _, id := range ids {
+		b = binary.BigEndian.AppendUint64(b, id)
+	}
+	binary.BigEndian.PutUint32(b[at:], frameTyped|uint32(len(b)-at-4))
+	return b
 }
 
 // beatCounts count the coalesced heartbeats a transport wrote, and the
@@ -711,21 +755,42 @@ func (f *frameReader) readTyped(b []byte) error {
 		}
 		g := groupID(binary.BigEndian.Uint16(b))
 		var m *pb.Message
+		var ids []uint64
 		var err error
 		switch typ {
 		case typedBatch:
 			m, b, err = readBatched(b[2:])
 		case typedHeartbeats:
 			m, b, err = f.readBeat(b[2:])
+		case typedMigrate:
+			ids, b, err = readMigrate(b[2:])
 		default:
 			err = fmt.Errorf("replication: a typed frame of unknown type %d", typ)
 		}
 		if err != nil {
 			return err
 		}
-		f.pending = append(f.pending, envelope{group: g, m: m})
+		f.pending = append(f.pending, envelope{group: g, m: m, migrate: ids})
 	}
 	return nil
+}
+
+// readMigrate reads a migrate request's ids from b, returning what
+// follows; a request of no id, or of more than maxMigrateIDs, is refused.
+func readMigrate(b []byte) ([]uint64, []byte, error) {
+	if len(b) < 4 {
+		return nil, nil, errors.New("replication: a migrate request runs past its frame")
+	}
+	n := binary.BigEndian.Uint32(b)
+	b = b[4:]
+	if n == 0 || n > maxMigrateIDs || uint64(len(b)) < 8*uint64(n) {
+		return nil, nil, fmt.Errorf("replication: a migrate request of %d ids in %d bytes", n, len(b))
+	}
+	ids := make([]uint64, n)
+	for i := range ids {
+		ids[i] = binary.BigEndian.Uint64(b[8*i:])
+	}
+	return ids, b[8*n:], nil
 }
 
 // readBatched reads one message of a batch from b, returning what follows.

@@ -128,7 +128,9 @@ func readAll(t *testing.T, version uint16, b []byte, size int) []envelope {
 func sameMessages(got, want []envelope) bool {
 	left := slices.Clone(got)
 	for _, w := range want {
-		i := slices.IndexFunc(left, func(g envelope) bool { return g.group == w.group && proto.Equal(g.m, w.m) })
+		i := slices.IndexFunc(left, func(g envelope) bool {
+			return g.group == w.group && proto.Equal(g.m, w.m) && slices.Equal(g.migrate, w.migrate)
+		})
 		if i < 0 {
 			return false
 		}
@@ -200,6 +202,54 @@ func TestFrames(t *testing.T) {
 		f := frameReader{r: bufio.NewReader(bytes.NewReader(b)), version: 3}
 		if e, err := f.read(); err == nil || err == io.EOF {
 			t.Errorf("%s: read %v, %v", name, e.m, err)
+		}
+	}
+}
+
+// TestMigrateFrames: protocol 3 carries migrate requests beside the
+// messages, between a large message's parts too, each with its group and
+// ids; protocol 2 cannot, and drops them; a request of no id, of too
+// many, or running past its frame is refused.
+func TestMigrateFrames(t *testing.T) {
+	big := &pb.Message{Type: pb.MsgApp.Enum(), To: new(uint64(2)), From: new(uint64(1)),
+		Entries: []*pb.Entry{{Index: new(uint64(5)), Term: new(uint64(3)), Data: bytes.Repeat([]byte("x"), 3*messagePart)}}}
+	many := make([]uint64, maxMigrateIDs)
+	for i := range many {
+		many[i] = uint64(i)<<20 | 7
+	}
+	msgs := []envelope{
+		{group: 1, migrate: []uint64{5, 1<<45 | 9}},
+		{group: 0, m: big},
+		{group: 2, migrate: many}, // written while big's parts are
+		{group: 0, m: &pb.Message{Type: pb.MsgVote.Enum(), To: new(uint64(2)), From: new(uint64(1)), Term: new(uint64(4))}},
+	}
+	b := writeAll(t, 3, msgs)
+	for _, size := range []int{7, 1 << 20} {
+		if got := readAll(t, 3, b, size); !sameMessages(got, msgs) {
+			t.Fatalf("reads of %d bytes: %d envelopes, not the %d written", size, len(got), len(msgs))
+		}
+	}
+
+	var dropped []error
+	mw := messageWriter{w: io.Discard, version: 2, dropped: func(err error) { dropped = append(dropped, err) }}
+	if n, err := mw.write(msgs[0]); n != 1 || err != nil || len(dropped) != 1 {
+		t.Errorf("protocol 2 wrote a migrate request: %d, %v, dropped %v", n, err, dropped)
+	}
+
+	typed := func(payload ...byte) []byte {
+		return append(binary.BigEndian.AppendUint32(nil, frameTyped|uint32(len(payload))), payload...)
+	}
+	tooMany := binary.BigEndian.AppendUint32([]byte{typedMigrate, 0, 1}, maxMigrateIDs+1)
+	tooMany = append(tooMany, make([]byte, 8*(maxMigrateIDs+1))...)
+	for name, b := range map[string][]byte{
+		"no id":           typed(typedMigrate, 0, 1, 0, 0, 0, 0),
+		"too many ids":    typed(tooMany...),
+		"ids past it":     typed(typedMigrate, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1),
+		"a count cut off": typed(typedMigrate, 0, 1, 0, 0),
+	} {
+		f := frameReader{r: bufio.NewReader(bytes.NewReader(b)), version: 3}
+		if e, err := f.read(); err == nil || err == io.EOF {
+			t.Errorf("%s: read %v, %v", name, e.migrate, err)
 		}
 	}
 }
