@@ -4,8 +4,9 @@
 // the design's steps; what it holds today is a reserve whose watched
 // tubes live in several groups: its take (take.go, section 6.2), its wait
 // (wait.go, 6.3) and the two together with the timeout and DEADLINE_SOON
-// (reserve.go, 6.4), on the groups' store clients in this process; the
-// sessions and the commands stream to remote groups come next.
+// (reserve.go, 6.4), on the groups' store clients in this process; and
+// the codec of the commands stream's items (items.go, 5.9), which the
+// sessions and the stream's transport, still to come, will use.
 //
 // # A reserve across groups: the take
 //
@@ -55,4 +56,34 @@
 // (Arbiter.Owed), which is declined whenever it comes, during the next
 // wait too; until then the session must not change what it watches in
 // that group, whose store is still taking the old wait off its tubes.
+//
+// # The commands stream's items
+//
+// A member's sessions reach the leaders of the groups that own their
+// tubes over the commands stream, one per ordered pair of members; its
+// transport carries each frame's payload as one typed frame of the Raft
+// stream's framing, an item past a part's size in parts. The payload is
+// a count and the items (items.go has the layout): each names its kind,
+// group, session and sequence. Requests, refs, waits, cancels, declines
+// and closes go to a leader; replies and events come back, each naming
+// the sequence of the request, refs or wait it answers (a session
+// numbers its items per group; refs are the member's, session 0). Every
+// request carries its dedup number, the router's meta index and the
+// member's latest tube creation stamp, and every reply the group's
+// latest stamp.
+//
+// AppendItem appends an item to a payload, begun when empty, allocating
+// nothing but the payload's growth. A Decoder checks a whole payload's
+// framing first (Reset), then decodes item by item into an Item the
+// caller reuses (Next), allocating nothing but the strings of stats
+// replies: names, bodies and lists alias the payload, so whatever
+// outlives the payload's buffer must be copied first, as gnet's Peek
+// asks. No input makes decoding panic; every length is checked first.
+// Tube names are 1 to 200 bytes, as beanstalkd's; a put's body, which
+// travels as stored (ending in "\r\n"), is at most the receiver's max
+// job size before its "\r\n", and a job's body in a reply or an offer is
+// bounded by its frame. Errors are the Err values; a decoder stops at
+// the first. Decoding is exact: a payload that decodes encodes again to
+// its bytes, and the codes of kinds, ops, statuses, results and events
+// are fixed, since members of two releases talk to each other.
 package router
