@@ -39,6 +39,9 @@ func TestClusterScenarios(t *testing.T) {
 	cases := []load.Scenario{
 		{Name: "leader", Kind: load.KindProdCons, Conns: 3, Body: 64, ServerArgs: flags, Members: 3, Through: load.ThroughLeader},
 		{Name: "follower", Kind: load.KindPutOnly, Conns: 3, Body: 64, ServerArgs: flags, Members: 3, Through: load.ThroughFollower},
+		// 8 connections over 3 members: producer i on member i mod 3,
+		// its pair's consumer on member (i+4) mod 3, another one.
+		{Name: "all", Kind: load.KindProdCons, Conns: 4, Body: 64, ServerArgs: flags, Members: 3, Through: load.ThroughAll},
 		{Name: "failover", Kind: load.KindFailover, ServerArgs: flags, Members: 3, Kills: 2, Reps: 1},
 		{Name: "catchup", Kind: load.KindCatchUp, ServerArgs: flags, Members: 3, Jobs: 40, Body: 60_000, Reps: 1},
 		{Name: "rebuild", Kind: load.KindRebuild, ServerArgs: flags, Members: 3, Jobs: 500, Body: 64, Kills: 1, Reps: 1},
@@ -98,8 +101,9 @@ func TestClusterScenarios(t *testing.T) {
 }
 
 // checkMembers checks a timed cluster run: jobs and latency, the leader
-// first among the members, the clients on the member s asks for, and the
-// members' CPU and RSS adding up to the run's.
+// first among the members, the clients on the member s asks for (on
+// every member with ThroughAll), and the members' CPU and RSS adding up
+// to the run's.
 func checkMembers(t *testing.T, r load.Result, s load.Scenario) {
 	t.Helper()
 	if r.Jobs <= 0 || r.Samples <= 0 || r.P50 <= 0 || r.P99 < r.P50 {
@@ -124,7 +128,11 @@ func checkMembers(t *testing.T, r load.Result, s load.Scenario) {
 			t.Errorf("member %d: %+v; want role %s, a name of its own and its RSS", i, m, wantRole)
 		}
 		names[m.Name] = true
-		if m.Clients != (i == clientsAt) {
+		if s.Through == load.ThroughAll {
+			if !m.Clients {
+				t.Errorf("member %d (%s): no clients, want some on every member", i, m.Role)
+			}
+		} else if m.Clients != (i == clientsAt) {
 			t.Errorf("member %d (%s): clients %v, want them on member %d only", i, m.Role, m.Clients, clientsAt)
 		}
 		cpu += m.CPU

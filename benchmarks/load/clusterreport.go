@@ -2,6 +2,7 @@ package load
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -207,17 +208,19 @@ func clusterNote(r Result) string {
 		}
 		return "failovers: " + strings.Join(each, ", ")
 	}
-	var leader, clients string
+	var leader string
+	var clients []string
 	for _, m := range r.Members {
 		if m.Role == ThroughLeader {
 			leader = m.Name
 		}
 		if m.Clients {
-			clients = m.Name
+			clients = append(clients, m.Name)
 		}
 	}
 	if leader == "" {
 		return ""
 	}
-	return fmt.Sprintf("leader %s, clients on %s", leader, clients)
+	slices.Sort(clients)
+	return fmt.Sprintf("leader %s, clients on %s", leader, strings.Join(clients, ", "))
 }
