@@ -351,7 +351,7 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 		res.Skipped = "skipped: cluster runs need Linux"
 		return res
 	}
-	args := s.argsFor("")
+	args := append(s.argsFor(""), s.shardFlags()...)
 	if s.Kind == KindCatchUp {
 		// Adding a member is a change: the admin API takes it only with
 		// the token.
@@ -360,6 +360,12 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 	c, err := StartCluster(spec, s.Members, args)
 	if errors.Is(err, ErrFlagsRefused) {
 		res.Skipped = "skipped: no cluster mode"
+		if shard := s.shardFlags(); len(shard) > 0 {
+			// The refusal may be of either: the cluster's own flags
+			// (beanstalkd) or these (a Sprout from before the sharded
+			// cluster, for which they are unknown).
+			res.Skipped += " with " + strings.Join(flagNames(shard), " ")
+		}
 		return res
 	}
 	if err != nil {
@@ -417,6 +423,19 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 	r.addError(ctx, err)
 	r.Server = spec.Name
 	return r
+}
+
+// shardFlags are the sharded cluster's flags s sets (Groups, Replicas),
+// for every member; none when they are zero.
+func (s Scenario) shardFlags() []string {
+	var args []string
+	if s.Groups > 0 {
+		args = append(args, "--cluster-groups", strconv.Itoa(s.Groups))
+	}
+	if s.Replicas > 0 {
+		args = append(args, "--cluster-replicas", strconv.Itoa(s.Replicas))
+	}
+	return args
 }
 
 // runFailover kills the serving leader s.Kills times (SIGKILL, by PID)

@@ -38,6 +38,8 @@
 // so the report's beanstalkd column says it has no cluster mode, and the
 // goals set the cluster against beanstalkd's and single-node Sprout's
 // durable -f 0 scenarios of the same run (Goal.Against, Goal.AgainstBase).
+// Scenario.Groups and Scenario.Replicas, when set, start every member with
+// the sharded cluster's --cluster-groups and --cluster-replicas.
 //
 // KindFailover kills the serving leader with SIGKILL Kills times. Each
 // time it measures from the kill to the first put acknowledged through a

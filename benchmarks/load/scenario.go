@@ -98,6 +98,13 @@ type Scenario struct {
 	// leader's, a follower's, or every member's in turn (ThroughAll).
 	Members int
 	Through Through `json:",omitempty"`
+	// Groups and Replicas are for the sharded cluster (docs/design/shards.md):
+	// when positive, each member is started with --cluster-groups Groups
+	// and --cluster-replicas Replicas. Zero passes no flag, so the members
+	// run the server's own defaults (today's cluster: one group on every
+	// member).
+	Groups   int `json:",omitempty"`
+	Replicas int `json:",omitempty"`
 	// Kills is KindFailover's number of leaders killed, and KindRebuild's
 	// of leaders stopped.
 	Kills int `json:",omitempty"`

@@ -79,3 +79,28 @@ func TestSpreadOverMembers(t *testing.T) {
 		})
 	}
 }
+
+// TestShardFlags: a scenario passes --cluster-groups and
+// --cluster-replicas only when it sets them, and no scenario of the
+// catalogue sets them yet (the server does not know them).
+func TestShardFlags(t *testing.T) {
+	for _, tt := range []struct {
+		groups, replicas int
+		want             []string
+	}{
+		{0, 0, nil},
+		{5, 0, []string{"--cluster-groups", "5"}},
+		{0, 3, []string{"--cluster-replicas", "3"}},
+		{5, 3, []string{"--cluster-groups", "5", "--cluster-replicas", "3"}},
+	} {
+		s := Scenario{Members: 3, Groups: tt.groups, Replicas: tt.replicas}
+		if got := s.shardFlags(); !slices.Equal(got, tt.want) {
+			t.Errorf("Groups %d, Replicas %d: flags %q, want %q", tt.groups, tt.replicas, got, tt.want)
+		}
+	}
+	for _, s := range Catalogue(Sizes{}) {
+		if s.Groups != 0 || s.Replicas != 0 {
+			t.Errorf("%s sets Groups %d and Replicas %d", s.Name, s.Groups, s.Replicas)
+		}
+	}
+}
