@@ -32,8 +32,11 @@
 // the baseline. CPU is summed over the members (Server.Usage adds their
 // /proc figures), so CPU per job is what the whole cluster spent; RSS is
 // their sum too, and Result.Members keeps each member's, with whether the
-// run's connections went to it. If the leader changed during the run, the
-// run failed: its figures are not "through the leader". A server that refuses the members' flags
+// run's connections went to it. The report reads capacity from them
+// (writeCapacity): the busiest member's CPU per job, and one core over
+// that, since on two shared cores aggregate throughput cannot show. If
+// the leader changed during the run, the run failed: its figures are not
+// "through the leader". A server that refuses the members' flags
 // (beanstalkd exits with status 5 at --http) is skipped for the scenario,
 // so the report's beanstalkd column says it has no cluster mode, and the
 // goals set the cluster against beanstalkd's and single-node Sprout's
