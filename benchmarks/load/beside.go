@@ -101,7 +101,7 @@ func (s Scenario) setUpBeside(ctx context.Context, srv *Server, rc RunConfig, m 
 // store puts n jobs of body bytes over fresh connections: n/2 (rounded up)
 // ready in StoredTube, the rest delayed in the default tube.
 func (bs *beside) store(addr string, m *meter, n, body int) error {
-	conns, err := dialMany(addr, storedFillConns, body, nil, nil)
+	conns, err := dialMany([]string{addr}, storedFillConns, body, nil, nil)
 	defer func() {
 		for _, c := range conns {
 			c.Close()

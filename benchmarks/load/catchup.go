@@ -163,7 +163,7 @@ func (s Scenario) runCatchUp(ctx context.Context, c *Cluster, leader *member, rc
 // few connections with puts pipelined, counting them in m.
 func fillBacklog(addr string, n, size int, m *meter) error {
 	const conns, depth = 4, 8
-	cs, err := dialMany(addr, conns, size, nil, nil)
+	cs, err := dialMany([]string{addr}, conns, size, nil, nil)
 	defer func() {
 		for _, c := range cs {
 			c.Close()

@@ -23,14 +23,18 @@ import (
 	"github.com/sproutmq/sprout/internal/testproc/procstat"
 )
 
-// Through names the member whose client port a cluster scenario's
+// Through names the members whose client ports a cluster scenario's
 // connections use.
 type Through string
 
-// The members a cluster scenario's clients may connect to.
+// The members a cluster scenario's clients may connect to. ThroughAll
+// spreads them over every member's client port in turn (dialTarget):
+// producers and consumers alike, so a producer and the consumers that
+// take its jobs are on different members in general.
 const (
 	ThroughLeader   Through = "leader"
 	ThroughFollower Through = "follower"
+	ThroughAll      Through = "all"
 )
 
 const (
@@ -289,9 +293,17 @@ func (c *Cluster) leaderNow(ctx context.Context) *member {
 }
 
 // server is the cluster seen as one server whose clients connect to
-// through: its CPU and memory are those of members, in that order.
+// through, or to each of members in turn when through is nil: its CPU
+// and memory are those of members, in that order.
 func (c *Cluster) server(through *member, members []*member) *Server {
-	return &Server{Spec: c.spec, Addr: through.proc.Addr(), PID: through.proc.PID(), members: members}
+	if through != nil {
+		return &Server{Spec: c.spec, Addr: through.proc.Addr(), PID: through.proc.PID(), members: members}
+	}
+	srv := &Server{Spec: c.spec, Addr: members[0].proc.Addr(), PID: members[0].proc.PID(), members: members}
+	for _, m := range members {
+		srv.spread = append(srv.spread, m.proc.Addr())
+	}
+	return srv
 }
 
 // memberUsage reads each member's /proc figures, in c.members order.
@@ -322,8 +334,8 @@ func sumUsage(us []procstat.Usage) procstat.Usage {
 // MemberUsage is what one member of a cluster spent during a run.
 type MemberUsage struct {
 	Name    string
-	Role    Through       // at the start of the run
-	Clients bool          `json:",omitempty"` // the run's connections went to this member
+	Role    Through       // at the start of the run: ThroughLeader or ThroughFollower
+	Clients bool          `json:",omitempty"` // some of the run's connections went to this member
 	CPU     time.Duration // user+system CPU while measuring
 	RSS     int64         // at the end of the run, bytes
 }
@@ -339,7 +351,7 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 		res.Skipped = "skipped: cluster runs need Linux"
 		return res
 	}
-	args := s.argsFor("")
+	args := append(s.argsFor(""), s.shardFlags()...)
 	if s.Kind == KindCatchUp {
 		// Adding a member is a change: the admin API takes it only with
 		// the token.
@@ -348,6 +360,12 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 	c, err := StartCluster(spec, s.Members, args)
 	if errors.Is(err, ErrFlagsRefused) {
 		res.Skipped = "skipped: no cluster mode"
+		if shard := s.shardFlags(); len(shard) > 0 {
+			// The refusal may be of either: the cluster's own flags
+			// (beanstalkd) or these (a Sprout from before the sharded
+			// cluster, for which they are unknown).
+			res.Skipped += " with " + strings.Join(flagNames(shard), " ")
+		}
 		return res
 	}
 	if err != nil {
@@ -372,12 +390,15 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 		// The leader first in the report, then the followers.
 		order := append([]*member{leader}, c.others(leader)...)
 		through := leader
-		if s.Through == ThroughFollower && len(order) > 1 {
+		switch {
+		case s.Through == ThroughAll:
+			through = nil
+		case s.Through == ThroughFollower && len(order) > 1:
 			through = order[1]
 		}
 		r, err = s.Run(ctx, c.server(through, order), p.Run, p.Progress)
 		for i := range r.Members {
-			r.Members[i].Role, r.Members[i].Clients = ThroughFollower, order[i] == through
+			r.Members[i].Role = ThroughFollower
 		}
 		if len(r.Members) > 0 {
 			r.Members[0].Role = ThroughLeader
@@ -402,6 +423,19 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 	r.addError(ctx, err)
 	r.Server = spec.Name
 	return r
+}
+
+// shardFlags are the sharded cluster's flags s sets (Groups, Replicas),
+// for every member; none when they are zero.
+func (s Scenario) shardFlags() []string {
+	var args []string
+	if s.Groups > 0 {
+		args = append(args, "--cluster-groups", strconv.Itoa(s.Groups))
+	}
+	if s.Replicas > 0 {
+		args = append(args, "--cluster-replicas", strconv.Itoa(s.Replicas))
+	}
+	return args
 }
 
 // runFailover kills the serving leader s.Kills times (SIGKILL, by PID)

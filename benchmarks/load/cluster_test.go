@@ -39,6 +39,9 @@ func TestClusterScenarios(t *testing.T) {
 	cases := []load.Scenario{
 		{Name: "leader", Kind: load.KindProdCons, Conns: 3, Body: 64, ServerArgs: flags, Members: 3, Through: load.ThroughLeader},
 		{Name: "follower", Kind: load.KindPutOnly, Conns: 3, Body: 64, ServerArgs: flags, Members: 3, Through: load.ThroughFollower},
+		// 8 connections over 3 members: producer i on member i mod 3,
+		// its pair's consumer on member (i+4) mod 3, another one.
+		{Name: "all", Kind: load.KindProdCons, Conns: 4, Body: 64, ServerArgs: flags, Members: 3, Through: load.ThroughAll},
 		{Name: "failover", Kind: load.KindFailover, ServerArgs: flags, Members: 3, Kills: 2, Reps: 1},
 		{Name: "catchup", Kind: load.KindCatchUp, ServerArgs: flags, Members: 3, Jobs: 40, Body: 60_000, Reps: 1},
 		{Name: "rebuild", Kind: load.KindRebuild, ServerArgs: flags, Members: 3, Jobs: 500, Body: 64, Kills: 1, Reps: 1},
@@ -98,8 +101,9 @@ func TestClusterScenarios(t *testing.T) {
 }
 
 // checkMembers checks a timed cluster run: jobs and latency, the leader
-// first among the members, the clients on the member s asks for, and the
-// members' CPU and RSS adding up to the run's.
+// first among the members, the clients on the member s asks for (on
+// every member with ThroughAll), and the members' CPU and RSS adding up
+// to the run's.
 func checkMembers(t *testing.T, r load.Result, s load.Scenario) {
 	t.Helper()
 	if r.Jobs <= 0 || r.Samples <= 0 || r.P50 <= 0 || r.P99 < r.P50 {
@@ -124,7 +128,11 @@ func checkMembers(t *testing.T, r load.Result, s load.Scenario) {
 			t.Errorf("member %d: %+v; want role %s, a name of its own and its RSS", i, m, wantRole)
 		}
 		names[m.Name] = true
-		if m.Clients != (i == clientsAt) {
+		if s.Through == load.ThroughAll {
+			if !m.Clients {
+				t.Errorf("member %d (%s): no clients, want some on every member", i, m.Role)
+			}
+		} else if m.Clients != (i == clientsAt) {
 			t.Errorf("member %d (%s): clients %v, want them on member %d only", i, m.Role, m.Clients, clientsAt)
 		}
 		cpu += m.CPU
@@ -259,25 +267,92 @@ func TestClusterGoals(t *testing.T) {
 		}
 	}
 
-	var md bytes.Buffer
-	meta := load.Meta{Started: time.Unix(0, 0), Command: "test", Host: "test host", GoVersion: runtime.Version(),
-		Base: load.ServerSpec{Name: "beanstalkd"}, Cand: load.ServerSpec{Name: "sprout"}, Reps: 1}
-	if err := load.WriteMarkdown(&md, meta, outs, load.ChartNames{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range []string{
+	checkReport(t, outs, 1, []string{
 		// 0.6 s over 7,000 jobs of three commands each: 85.7 µs a job, 28.6 µs a command.
 		"| cluster-prodcons-c100-leader | 7,000 | 2.0 ms | 8.571 | 85.7 µs | 28.6 µs | 33% | 40 MiB | 30 MiB, 30 MiB |",
 		"beanstalkd-rs reports about 16 µs of CPU per operation",
 		"over 3 kills (the killed member restarted on its directory, and the three settled on a leader, before the next): median 1.40 s, worst 2.90 s. Each, in order: 1.00 s, 1.40 s, 2.90 s.",
 		"| cluster of 3 via the leader vs beanstalkd -b -f 0, producer/consumer 100 conns: jobs/s | 7,000/s | 2,000/s (beanstalkd on durable-f0-c100) | 3.50× | ≥ 3.00× | yes |",
 		"leader m2, clients on m1",
-	} {
+		// Through a follower: 600 ms over 3,000 jobs, a third on each member.
+		"| cluster-prodcons-c100-follower | 3,000 | 66.7 µs | 15,000 jobs/s | 200 µs |",
+		"| cluster-prodcons-c100-follower | leader | no | 0.200 | 66.7 µs | 33% |",
+		"| cluster-prodcons-c100-follower | follower 1 | yes | 0.200 | 66.7 µs | 33% |",
+		"| cluster-prodcons-c100-follower | follower 2 | no | 0.200 | 66.7 µs | 33% |",
+	})
+}
+
+// checkReport renders outs as the report of reps repetitions and checks
+// that it holds each of lines, showing it whole if not.
+func checkReport(t *testing.T, outs []load.Outcome, reps int, lines []string) {
+	t.Helper()
+	var md bytes.Buffer
+	meta := load.Meta{Started: time.Unix(0, 0), Command: "test", Host: "test host", GoVersion: runtime.Version(),
+		Base: load.ServerSpec{Name: "beanstalkd"}, Cand: load.ServerSpec{Name: "sprout"}, Reps: reps}
+	if err := load.WriteMarkdown(&md, meta, outs, load.ChartNames{}); err != nil {
+		t.Fatal(err)
+	}
+	missing := false
+	for _, line := range lines {
 		if !strings.Contains(md.String(), line) {
 			t.Errorf("report lacks %q", line)
+			missing = true
 		}
 	}
-	if t.Failed() {
+	if missing {
 		t.Log(md.String())
 	}
+}
+
+// TestClusterCapacity renders the cluster's capacity from made-up member
+// usage: the busiest member of each run, its CPU per job and one core
+// over that, the median over the runs (a failed run left out), and each
+// place's figures beside it; the every-run table names every member that
+// had clients.
+func TestClusterCapacity(t *testing.T) {
+	byName := map[string]load.Scenario{}
+	for _, s := range load.Catalogue(load.Sizes{Jobs: 1_000_000, DrainJobs: 300_000}) {
+		byName[s.Name] = s
+	}
+	// 10,000 jobs in a second; CPU in milliseconds for the leader m2 and
+	// the followers m3 and m1, every member with clients.
+	run := func(leader, f1, f2 int, errors int64) load.Result {
+		ms := []load.MemberUsage{
+			{Name: "m2", Role: load.ThroughLeader, Clients: true, CPU: time.Duration(leader) * time.Millisecond, RSS: 40 << 20},
+			{Name: "m3", Role: load.ThroughFollower, Clients: true, CPU: time.Duration(f1) * time.Millisecond, RSS: 30 << 20},
+			{Name: "m1", Role: load.ThroughFollower, Clients: true, CPU: time.Duration(f2) * time.Millisecond, RSS: 30 << 20},
+		}
+		r := load.Result{Server: "sprout", Jobs: 10_000, Elapsed: time.Second, Samples: 1, P50: time.Millisecond, P99: 2 * time.Millisecond,
+			P999: 3 * time.Millisecond, Sent: 10_000, Acked: 10_000, Members: ms, Errors: errors}
+		for _, m := range ms {
+			r.CPU += m.CPU
+			r.RSS += m.RSS
+		}
+		if errors > 0 {
+			r.FirstError = "made up"
+		}
+		return r
+	}
+	all := byName["cluster-prodcons-c100-all"]
+	if all.Through != load.ThroughAll || all.Members != 3 || all.Conns != 100 || all.Kind != load.KindProdCons {
+		t.Fatalf("cluster-prodcons-c100-all is %+v", all)
+	}
+	// The busiest member per job: 50, 60 and 40 µs, median 50 µs, so
+	// 20,000 jobs/s on a core. The places' own medians are 40, 30 and
+	// 30 µs: taking the busiest of those instead would say 25,000. The
+	// failed run, busiest of all, counts for nothing.
+	outs := []load.Outcome{{Scenario: all, Runs: map[string][]load.Result{
+		"beanstalkd": {{Server: "beanstalkd", Skipped: "skipped: no cluster mode"}},
+		"sprout":     {run(500, 200, 300, 0), run(300, 600, 100, 0), run(400, 300, 300, 0), run(2000, 100, 100, 1)},
+	}}}
+	checkReport(t, outs, 4, []string{
+		// The members' CPU summed is a second in each usable run: 100 µs a job, 33.3 µs a command.
+		"| cluster-prodcons-c100-all | 10,000 | 2.0 ms | 10.000 | 100 µs | 33.3 µs | 40% | 40 MiB | 30 MiB, 30 MiB |",
+		"| scenario | jobs/s | busiest member's CPU per job | capacity, 1 core ÷ that | CPU per job, all members |",
+		"| cluster-prodcons-c100-all | 10,000 | 50.0 µs | 20,000 jobs/s | 100 µs |",
+		"| cluster-prodcons-c100-all | leader | yes | 0.400 | 40.0 µs | 40% |",
+		"| cluster-prodcons-c100-all | follower 1 | yes | 0.300 | 30.0 µs | 30% |",
+		"| cluster-prodcons-c100-all | follower 2 | yes | 0.300 | 30.0 µs | 30% |",
+		"leader m2, clients on m1, m2, m3 |", // by name, not the report's order
+	})
 }

@@ -2,6 +2,7 @@ package load
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -29,30 +30,110 @@ func (s Scenario) commandsPerJob() int {
 	return 1
 }
 
-// memberMedians is, for each place in Result.Members (the leader, then
-// the followers), the median of its CPU and RSS over the usable runs.
-func memberMedians(rs []Result) []MemberUsage {
-	var cpu, rss [][]float64
+// memberFigures is one place of Result.Members (the leader, then the
+// followers) over a scenario's usable runs. Name is empty: which member
+// led differs from run to run.
+type memberFigures struct {
+	MemberUsage               // CPU and RSS are the medians; Clients, whether any run's connections went there
+	PerJob      time.Duration // the median of the place's CPU over each run's jobs
+}
+
+// usableRuns are the runs Summarize counts: neither skipped nor with
+// errors.
+func usableRuns(rs []Result) []Result {
+	var ok []Result
 	for _, r := range rs {
-		if r.Skipped != "" || r.Errors > 0 {
-			continue
+		if r.Skipped == "" && r.Errors == 0 {
+			ok = append(ok, r)
 		}
+	}
+	return ok
+}
+
+// memberMedians is, for each place in Result.Members, its figures over the
+// usable runs.
+func memberMedians(rs []Result) []memberFigures {
+	var cpu, rss, perJob [][]float64
+	var clients []bool
+	for _, r := range usableRuns(rs) {
 		for i, m := range r.Members {
 			if i == len(cpu) {
-				cpu, rss = append(cpu, nil), append(rss, nil)
+				cpu, rss, perJob, clients = append(cpu, nil), append(rss, nil), append(perJob, nil), append(clients, false)
 			}
 			cpu[i] = append(cpu[i], float64(m.CPU))
 			rss[i] = append(rss[i], float64(m.RSS))
+			if r.Jobs > 0 {
+				perJob[i] = append(perJob[i], float64(m.CPU)/float64(r.Jobs))
+			}
+			clients[i] = clients[i] || m.Clients
 		}
 	}
-	out := make([]MemberUsage, len(cpu))
+	out := make([]memberFigures, len(cpu))
 	for i := range out {
-		out[i] = MemberUsage{Role: ThroughFollower, CPU: time.Duration(median(cpu[i])), RSS: int64(median(rss[i]))}
+		out[i] = memberFigures{
+			MemberUsage: MemberUsage{Role: ThroughFollower, Clients: clients[i], CPU: time.Duration(median(cpu[i])), RSS: int64(median(rss[i]))},
+			PerJob:      time.Duration(median(perJob[i])),
+		}
 	}
 	if len(out) > 0 {
 		out[0].Role = ThroughLeader
 	}
 	return out
+}
+
+// cpuPerJob is the summary's CPU per job: for a cluster, summed over the
+// members.
+func (s Summary) cpuPerJob() time.Duration {
+	return time.Duration(s.CPUPer100k / 100_000 * float64(time.Second))
+}
+
+// cpuShares formats each place's share of the members' CPU, "—" when
+// they spent none.
+func cpuShares(ms []memberFigures) []string {
+	var total time.Duration
+	for _, m := range ms {
+		total += m.CPU
+	}
+	shares := make([]string, len(ms))
+	for i, m := range ms {
+		shares[i] = "—"
+		if total > 0 {
+			shares[i] = fmt.Sprintf("%.0f%%", 100*m.CPU.Seconds()/total.Seconds())
+		}
+	}
+	return shares
+}
+
+// busiestPerJob is the median over the usable runs of the busiest
+// member's CPU over the run's jobs: issue 23's measure of a cluster's
+// capacity, since the member that runs out of its core first bounds
+// what the cluster carries. Zero when no run had jobs and members.
+func busiestPerJob(rs []Result) time.Duration {
+	var busiest []float64
+	for _, r := range usableRuns(rs) {
+		if r.Jobs <= 0 || len(r.Members) == 0 {
+			continue
+		}
+		var most time.Duration
+		for _, m := range r.Members {
+			most = max(most, m.CPU)
+		}
+		busiest = append(busiest, float64(most)/float64(r.Jobs))
+	}
+	return time.Duration(median(busiest))
+}
+
+// placeNames name the places of Result.Members in the report: the
+// leader, then the followers in the order the run found them.
+func placeNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("follower %d", i)
+	}
+	if n > 0 {
+		names[0] = "leader"
+	}
+	return names
 }
 
 // writeCluster writes the report's cluster section: each cluster
@@ -92,20 +173,13 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 				p("| %s | %s | | | | | | | |\n", o.Scenario.Name, cell(s, nil))
 				continue
 			}
-			perJob := time.Duration(s.CPUPer100k / 100_000 * float64(time.Second))
+			perJob := s.cpuPerJob()
 			perCommand := perJob / time.Duration(o.Scenario.commandsPerJob())
 			ms := memberMedians(o.Runs[cand])
 			share, leaderRSS, followers := "—", "—", []string{}
-			var total time.Duration
-			for _, m := range ms {
-				total += m.CPU
-			}
 			for i, m := range ms {
 				if i == 0 {
-					leaderRSS = FormatBytes(int(m.RSS))
-					if total > 0 {
-						share = fmt.Sprintf("%.0f%%", 100*m.CPU.Seconds()/total.Seconds())
-					}
+					leaderRSS, share = FormatBytes(int(m.RSS)), cpuShares(ms)[0]
 					continue
 				}
 				followers = append(followers, FormatBytes(int(m.RSS)))
@@ -114,6 +188,7 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 				FormatLatency(perJob), FormatLatency(perCommand), share, leaderRSS, strings.Join(followers, ", "))
 		}
 		p("\nFor comparison, %s; the CPU per command above is ours (per job divided by its commands), on this machine's two cores shared with the generator.\n", beanstalkdRSQuote)
+		writeCapacity(p, timed, cand)
 	}
 	for _, o := range failover {
 		s := Summarize(o.Runs[cand])
@@ -143,15 +218,52 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 	}
 }
 
+// writeCapacity writes the timed cluster scenarios' CPU by member: the
+// capacity the busiest member's CPU per job implies, then each member's
+// figures.
+func writeCapacity(p func(string, ...any), timed []Outcome, cand string) {
+	p("\n### Capacity by member's CPU\n\n")
+	p("Two cores shared by every member and the generator cannot show what members on machines of their own would carry, " +
+		"so capacity is read from CPU: the busiest member's user+system CPU per job (in each run, the member that spent most; " +
+		"the median over the runs), and one core over that, the jobs/s at which that member would fill a core of its own. " +
+		"Beside it, the CPU per job summed over the members, as in the table above.\n\n")
+	p("| scenario | jobs/s | busiest member's CPU per job | capacity, 1 core ÷ that | CPU per job, all members |\n")
+	p("|---|--:|--:|--:|--:|\n")
+	for _, o := range timed {
+		s := Summarize(o.Runs[cand])
+		busiest := busiestPerJob(o.Runs[cand])
+		if !s.OK || busiest <= 0 {
+			p("| %s | %s | | | |\n", o.Scenario.Name, cell(s, fmtJobs))
+			continue
+		}
+		// One core is one CPU-second a second.
+		p("| %s | %s | %s | %s jobs/s | %s |\n", o.Scenario.Name, fmtJobs(s), FormatLatency(busiest),
+			FormatThousands(1/busiest.Seconds()), FormatLatency(s.cpuPerJob()))
+	}
+	p("\nEach member: the leader, then the followers in the order the run found them (which member led changes from run to run); " +
+		"whether the run's connections went to it; its CPU while measuring, over the jobs, and as a share of the members' CPU. Medians over the repetitions.\n\n")
+	p("| scenario | member | clients | CPU s | CPU per job | share of CPU |\n")
+	p("|---|---|:-:|--:|--:|--:|\n")
+	for _, o := range timed {
+		ms := memberMedians(o.Runs[cand])
+		shares := cpuShares(ms)
+		for i, name := range placeNames(len(ms)) {
+			m, clients := ms[i], "no"
+			if m.Clients {
+				clients = "yes"
+			}
+			p("| %s | %s | %s | %.3f | %s | %s |\n", o.Scenario.Name, name, clients, m.CPU.Seconds(), FormatLatency(m.PerJob), shares[i])
+		}
+	}
+}
+
 // eachTime formats, in order, the times of picks from each usable run
 // (neither skipped nor with errors, the runs Summarize counts).
 func eachTime(runs []Result, of func(Result) []time.Duration) []string {
 	var each []string
-	for _, r := range runs {
-		if r.Skipped == "" && r.Errors == 0 {
-			for _, d := range of(r) {
-				each = append(each, FormatSeconds(d))
-			}
+	for _, r := range usableRuns(runs) {
+		for _, d := range of(r) {
+			each = append(each, FormatSeconds(d))
 		}
 	}
 	return each
@@ -207,17 +319,19 @@ func clusterNote(r Result) string {
 		}
 		return "failovers: " + strings.Join(each, ", ")
 	}
-	var leader, clients string
+	var leader string
+	var clients []string
 	for _, m := range r.Members {
 		if m.Role == ThroughLeader {
 			leader = m.Name
 		}
 		if m.Clients {
-			clients = m.Name
+			clients = append(clients, m.Name)
 		}
 	}
 	if leader == "" {
 		return ""
 	}
-	return fmt.Sprintf("leader %s, clients on %s", leader, clients)
+	slices.Sort(clients)
+	return fmt.Sprintf("leader %s, clients on %s", leader, strings.Join(clients, ", "))
 }

@@ -24,15 +24,25 @@
 // and every member names it leader, then drives the same traffic as a
 // single server's scenario through the leader's client port or, with
 // Through set to ThroughFollower, through a follower's, which copies the
-// bytes to the leader. CPU is summed over the members (Server.Usage adds
-// their /proc figures), so CPU per job is what the whole cluster spent; RSS
-// is their sum too, and Result.Members keeps each member's. If the leader
-// changed during the run, the run failed: its figures are not "through the
-// leader". A server that refuses the members' flags (beanstalkd exits
-// with status 5 at --http) is skipped for the scenario, so the report's
-// beanstalkd column says it has no cluster mode, and the goals set the
-// cluster against beanstalkd's and single-node Sprout's durable -f 0
-// scenarios of the same run (Goal.Against, Goal.AgainstBase).
+// bytes to the leader. ThroughAll spreads the connections over every
+// member's client port in turn (dialTarget), producers and consumers
+// alike, so a producer and the consumers taking its jobs are on different
+// members in general: the traffic the sharded cluster
+// (docs/design/shards.md) is measured with, of which today's one group is
+// the baseline. CPU is summed over the members (Server.Usage adds their
+// /proc figures), so CPU per job is what the whole cluster spent; RSS is
+// their sum too, and Result.Members keeps each member's, with whether the
+// run's connections went to it. The report reads capacity from them
+// (writeCapacity): the busiest member's CPU per job, and one core over
+// that, since on two shared cores aggregate throughput cannot show. If
+// the leader changed during the run, the run failed: its figures are not
+// "through the leader". A server that refuses the members' flags
+// (beanstalkd exits with status 5 at --http) is skipped for the scenario,
+// so the report's beanstalkd column says it has no cluster mode, and the
+// goals set the cluster against beanstalkd's and single-node Sprout's
+// durable -f 0 scenarios of the same run (Goal.Against, Goal.AgainstBase).
+// Scenario.Groups and Scenario.Replicas, when set, start every member with
+// the sharded cluster's --cluster-groups and --cluster-replicas.
 //
 // KindFailover kills the serving leader with SIGKILL Kills times. Each
 // time it measures from the kill to the first put acknowledged through a

@@ -164,7 +164,7 @@ func (s Scenario) runJobMemory(ctx context.Context, srv *Server, rc RunConfig, p
 		return res, err
 	}
 	defer ctl.Close()
-	conns, err := dialMany(srv.Addr, s.Conns, s.Body, nil, nil)
+	conns, err := dialMany([]string{srv.Addr}, s.Conns, s.Body, nil, nil)
 	if err != nil {
 		for _, c := range conns {
 			c.Close()

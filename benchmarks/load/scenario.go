@@ -94,9 +94,17 @@ type Scenario struct {
 	ServerArgs []string
 	// Members, when positive, runs the scenario against a cluster of that
 	// many members of the server, each with its own -b directory (see
-	// Cluster), and Through says whose client port the traffic uses.
+	// Cluster), and Through says whose client port the traffic uses: the
+	// leader's, a follower's, or every member's in turn (ThroughAll).
 	Members int
 	Through Through `json:",omitempty"`
+	// Groups and Replicas are for the sharded cluster (docs/design/shards.md):
+	// when positive, each member is started with --cluster-groups Groups
+	// and --cluster-replicas Replicas. Zero passes no flag, so the members
+	// run the server's own defaults (today's cluster: one group on every
+	// member).
+	Groups   int `json:",omitempty"`
+	Replicas int `json:",omitempty"`
 	// Kills is KindFailover's number of leaders killed, and KindRebuild's
 	// of leaders stopped.
 	Kills int `json:",omitempty"`
@@ -253,7 +261,8 @@ func (s Scenario) runTimed(ctx context.Context, srv *Server, rc RunConfig, prog 
 	if err != nil {
 		return res, err
 	}
-	conns, err := dialMany(srv.trafficAddr(), s.connCount(), s.Body, nil, srv.tlsClient)
+	addrs := srv.trafficAddrs()
+	conns, err := dialMany(addrs, s.connCount(), s.Body, nil, srv.tlsClient)
 	defer func() {
 		for _, c := range conns {
 			c.Close()
@@ -319,8 +328,12 @@ func (s Scenario) runTimed(ctx context.Context, srv *Server, rc RunConfig, prog 
 		res.RSS = s1.server.RSS
 		res.GenCPU = s1.self - s0.self
 		res.OtherCPU = max(0, s1.machine-s0.machine-res.CPU-res.GenCPU)
+		clients := map[string]bool{}
+		for i := range conns {
+			clients[dialTarget(addrs, i)] = true
+		}
 		for i, m := range srv.members {
-			res.Members = append(res.Members, MemberUsage{Name: m.name,
+			res.Members = append(res.Members, MemberUsage{Name: m.name, Clients: clients[m.proc.Addr()],
 				CPU: s1.members[i].CPU - s0.members[i].CPU, RSS: s1.members[i].RSS})
 		}
 	}
@@ -695,10 +708,16 @@ func fill(conns []*testproc.Conn, m *meter, frames [][]byte, n, depth int) error
 	return nil
 }
 
-// dialMany opens n connections with a few dialers at once. sources, when
-// given, are the local addresses to spread them over.
-// tlsClient, when set, has them speak TLS.
-func dialMany(addr string, n, body int, sources []net.IP, tlsClient *tls.Config) ([]*testproc.Conn, error) {
+// dialTarget is where connection i of a run goes: addrs in turn, so that
+// with a cluster's members (ThroughAll) each holds an even share, and a
+// producer/consumer pair's producer (i) and consumer (i+Conns) are on
+// different members unless Conns is a multiple of their number.
+func dialTarget(addrs []string, i int) string { return addrs[i%len(addrs)] }
+
+// dialMany opens n connections with a few dialers at once, connection i to
+// dialTarget(addrs, i). sources, when given, are the local addresses to
+// spread them over. tlsClient, when set, has them speak TLS.
+func dialMany(addrs []string, n, body int, sources []net.IP, tlsClient *tls.Config) ([]*testproc.Conn, error) {
 	bufSize := min(max(16<<10, body+512), 128<<10)
 	conns := make([]*testproc.Conn, n)
 	errs := make([]error, n)
@@ -713,7 +732,7 @@ func dialMany(addr string, n, body int, sources []net.IP, tlsClient *tls.Config)
 				if len(sources) > 0 {
 					src = sources[i%len(sources)]
 				}
-				conns[i], errs[i] = testproc.Dialer{Timeout: 5 * time.Second, Local: src, BufSize: bufSize, TLS: tlsClient}.Dial(addr)
+				conns[i], errs[i] = testproc.Dialer{Timeout: 5 * time.Second, Local: src, BufSize: bufSize, TLS: tlsClient}.Dial(dialTarget(addrs, i))
 			}
 		}()
 	}
@@ -722,7 +741,7 @@ func dialMany(addr string, n, body int, sources []net.IP, tlsClient *tls.Config)
 	var first error
 	for i, c := range conns {
 		if errs[i] != nil && first == nil {
-			first = fmt.Errorf("load: dial %s (connection %d of %d): %w", addr, i+1, n, errs[i])
+			first = fmt.Errorf("load: dial %s (connection %d of %d): %w", dialTarget(addrs, i), i+1, n, errs[i])
 		}
 		if c != nil {
 			ok = append(ok, c)

@@ -49,8 +49,12 @@ type Server struct {
 	proc *testproc.Process // nil for a cluster, whose runCluster owns the processes
 	// members, for a cluster, are the processes whose CPU and memory are
 	// the server's; Addr and PID are then those of the member the clients
-	// connect to.
+	// connect to, or of the leader when they connect to every member.
 	members []*member
+	// spread, for a cluster whose clients connect to every member
+	// (ThroughAll), are the members' client addresses, which a run's
+	// connections take in turn (dialTarget); nil otherwise.
+	spread []string
 	// For a TLS scenario: where the traffic goes (the server's TLS port,
 	// or stunnel's), the client configuration, and stunnel, whose CPU and
 	// memory count as the server's; nil otherwise.
@@ -59,12 +63,15 @@ type Server struct {
 	stunnel   *testproc.Process
 }
 
-// trafficAddr is where a scenario's traffic connects.
-func (s *Server) trafficAddr() string {
-	if s.tlsAddr != "" {
-		return s.tlsAddr
+// trafficAddrs are where a scenario's traffic connects, in turn.
+func (s *Server) trafficAddrs() []string {
+	switch {
+	case s.tlsAddr != "":
+		return []string{s.tlsAddr}
+	case len(s.spread) > 0:
+		return s.spread
 	}
-	return s.Addr
+	return []string{s.Addr}
 }
 
 // StartServer starts spec on a free loopback port with extra arguments after
