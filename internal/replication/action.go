@@ -89,6 +89,11 @@ const (
 	// book (the transport's peers; a member no longer in ConfState
 	// stops). Before the ActCompact of the same entries.
 	ActMembership
+	// ActVersion: a control record at Index raised the cluster version
+	// to Book.Version (finalize.go): write Book with the membership to
+	// the log (Log.SetMembership), and act on the version. Before the
+	// ActCompact of the same entries.
+	ActVersion
 	// ActRebuild: this member led Term and lost it; its store may hold
 	// changes that never commit. Close every client, drop the store and
 	// start again from the log (Node.rebuild: in place, with a new core);
@@ -117,6 +122,8 @@ func (k ActionKind) String() string {
 		return "serve"
 	case ActMembership:
 		return "membership"
+	case ActVersion:
+		return "version"
 	case ActRebuild:
 		return "rebuild"
 	}

@@ -616,12 +616,20 @@ func (c *Core) apply(m *pb.Message) {
 			c.proposed = c.proposed[1:]
 			seg := c.log.Locate(e.GetIndex())
 			// Written by this member: scanned, not checked again.
+			control := false
 			_ = wal.ScanFrames(e.GetData(), func(kind wal.Kind, id uint64, size int) {
-				if kind == wal.KindFull {
+				switch kind {
+				case wal.KindFull:
 					mine = append(mine, wal.Record{Kind: kind, ID: id})
 					mineLocs = append(mineLocs, wal.Loc{Seg: seg, Size: uint32(size)})
+				case wal.KindControl:
+					control = true
 				}
 			})
+			if control {
+				recs, _ := wal.DecodeFrames(nil, e.GetData())
+				confs = c.applyControl(confs, recs, e.GetIndex())
+			}
 		case !own && len(e.GetData()) > 0:
 			n := len(records)
 			var err error
@@ -631,6 +639,7 @@ func (c *Core) apply(m *pb.Message) {
 				panic(fmt.Sprintf("replication: committed entry %d: %v", e.GetIndex(), err))
 			}
 			locs = appendLocs(locs, records[n:], c.log.Locate(e.GetIndex()))
+			confs = c.applyControl(confs, records[n:], e.GetIndex())
 		}
 		c.applied = e.GetIndex()
 	}
@@ -701,6 +710,21 @@ func (c *Core) applyChange(e *pb.Entry) (Action, bool) {
 		}
 	}
 	return Action{Kind: ActMembership, ConfState: cs, Book: c.book.clone(), Index: e.GetIndex()}, true
+}
+
+// applyControl applies the control records among recs, of the entry at
+// index, to the book: one that raises the cluster version adds its
+// ActVersion to acts (finalize.go).
+func (c *Core) applyControl(acts []Action, recs []wal.Record, index uint64) []Action {
+	for i := range recs {
+		r := &recs[i]
+		if r.Kind != wal.KindControl || index <= c.book.Index || uint16(r.Pri) <= c.book.Version {
+			continue
+		}
+		c.book.Version, c.book.Index = uint16(r.Pri), index
+		acts = append(acts, Action{Kind: ActVersion, Book: c.book.clone(), Index: index})
+	}
+	return acts
 }
 
 // handOver: a leader about to apply its own removal hands leadership to

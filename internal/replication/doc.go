@@ -393,7 +393,12 @@
 // connection speaks the highest protocol both ends speak: 3 between
 // members of this release, 2 with a member of the release before, so a
 // rolling upgrade keeps every pair talking (MemberStatus.Protocol shows
-// each link's). Protocol 3 names each message's Raft group (one group,
+// each link's). Once group 0's leader speaks 3 with every member of its
+// book, it finalizes the cluster (finalize.go): a control record raises
+// the cluster version, which the book keeps, to 3; from then on every
+// member refuses connections of protocol 2 and writes version 3
+// segments, so the release before can neither talk to it nor open its
+// directory (NodeConfig.NoFinalize keeps a cluster at 2). Protocol 3 names each message's Raft group (one group,
 // 0, today; shards are docs/design/shards.md), batches a drain's small
 // messages in one frame and coalesces its heartbeats and their responses
 // into one frame of (group, flags, term, commit, context) tuples, which

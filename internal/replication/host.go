@@ -1,11 +1,13 @@
 package replication
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -31,6 +33,12 @@ type Host struct {
 	// stopTicks is closed when group 0 ends.
 	tick      time.Duration // immutable
 	stopTicks chan struct{}
+
+	// version is the cluster version once finalized (finalize.go), 0
+	// before; finalizeLog moves the member's log to version 3 segments
+	// (nil: a log that has none). Set before group 0 launches.
+	version     atomic.Uint32
+	finalizeLog func(context.Context) error
 
 	mu     sync.Mutex
 	groups map[groupID]*Node // guarded by mu: the groups running

@@ -28,11 +28,14 @@ type Book struct {
 	Index   uint64   `json:"index"`
 	Members []Member `json:"members"`
 	Removed []uint64 `json:"removed,omitempty"`
+	// Version is the cluster version (finalize.go): 0 before the first
+	// control record raised it, which is version 2.
+	Version uint16 `json:"version,omitempty"`
 }
 
 // clone returns a copy that shares nothing with b.
 func (b Book) clone() Book {
-	return Book{Index: b.Index, Members: slices.Clone(b.Members), Removed: slices.Clone(b.Removed)}
+	return Book{Index: b.Index, Members: slices.Clone(b.Members), Removed: slices.Clone(b.Removed), Version: b.Version}
 }
 
 // byName returns the member named name.
@@ -76,6 +79,7 @@ func (b *Book) remove(id uint64) {
 // merge takes into b what o knows: its members (o's entry wins) and its
 // removed ids; b's index stays.
 func (b *Book) merge(o Book) {
+	b.Version = max(b.Version, o.Version)
 	for _, id := range o.Removed {
 		b.remove(id)
 	}

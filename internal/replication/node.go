@@ -92,6 +92,10 @@ type NodeConfig struct {
 	// open, or with ctx's error, which stops the member. Nil: nothing but
 	// the node uses the store (tests).
 	CloseClients func(ctx context.Context) error
+	// NoFinalize keeps the cluster at version 2 (finalize.go): group 0's
+	// leader never proposes finalization. For tests of the release
+	// before's behaviour.
+	NoFinalize bool
 	// Observer, if set, is told of each proposal (on the node's goroutine).
 	Observer Observer
 	Logger   zerolog.Logger
@@ -225,6 +229,7 @@ type Node struct {
 	rebuildTarget uint64
 	serving       bool      // whether this member served at the last publish
 	lastAsk       time.Time // when askMigrations last looked
+	lastFinalize  time.Time // when maybeFinalize last proposed
 	// rewriting: a rewrite for the members' compaction runs (startRewrite);
 	// rewrites waits for it.
 	rewriting atomic.Bool
@@ -396,6 +401,10 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		h.transport.close()
 		return nil, err
 	}
+	if f, ok := cfg.Log.(finalizer); ok {
+		h.finalizeLog = f.Finalize
+	}
+	h.setVersion(book.Version)
 	if mtls == nil && !allLoopback(cfg.Listen, cfg.Peers) {
 		n.logger.Warn().Str("listen", cfg.Listen).
 			Msg("members talk in plaintext: give every member a TLS certificate, its key and the CA for mutual TLS")
@@ -617,6 +626,7 @@ func (n *Node) tick(now time.Time) {
 		n.core.Tick()
 	}
 	n.askMigrations(now)
+	n.maybeFinalize(now)
 	if w := n.waiting; w != nil && now.After(w.deadline) {
 		n.waiting = nil
 		w.done <- changeResult{member: w.member, err: ErrChangeTimeout}
@@ -752,6 +762,8 @@ func (n *Node) do(a Action) bool {
 		}
 	case ActMembership:
 		return n.membership(a)
+	case ActVersion:
+		n.applyVersion(a)
 	case ActRebuild:
 		return n.rebuild(a.Term)
 	}
@@ -1041,6 +1053,9 @@ type Status struct {
 	Serving bool   `json:"serving"` // this member leads and takes commands
 	Commit  uint64 `json:"commit"`
 	Applied uint64 `json:"applied"`
+	// Version is the cluster version (Host.Version): 2, or 3 once the
+	// cluster is finalized.
+	Version int `json:"cluster_version"`
 	// Members are the members in the address book, by name.
 	Members []MemberStatus `json:"members"`
 	// Groups are the Raft groups this member runs (Host.Groups): today
@@ -1087,7 +1102,7 @@ func (n *Node) Status() Status {
 	book := n.bookLocked()
 	n.mu.Unlock()
 	st := Status{Node: n.self.Name, Term: pub.term, State: stateName(pub.state), Serving: pub.serving,
-		Commit: pub.commit, Applied: pub.applied}
+		Commit: pub.commit, Applied: pub.applied, Version: n.host.Version()}
 	if pub.stopped {
 		st.State = "stopped"
 	}

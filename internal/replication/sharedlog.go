@@ -477,14 +477,16 @@ func (s *SharedLog) Attach(ctx context.Context, g uint16, voters []uint64, join 
 	return l, nil
 }
 
-// toV3 adds l to the groups, and switches appends to version 3 segments
-// if they are not yet: the segment log moves on to its spare, of version
+// toV3 adds l to the groups (nil: none, on finalization), and switches
+// appends to version 3 segments if they are not yet: the segment log moves on to its spare, of version
 // 3, beginning it with the checkpoint of every group, l's included.
 func (s *SharedLog) toV3(ctx context.Context, l *GroupLog) error {
 	for {
 		s.mu.Lock()
-		s.addGroupLocked(l)
-		s.pieces[l.group] = append(s.pieces[l.group][:0], l.piece...)
+		if l != nil {
+			s.addGroupLocked(l)
+			s.pieces[l.group] = append(s.pieces[l.group][:0], l.piece...)
+		}
 		if s.v3 {
 			s.mu.Unlock()
 			return nil
@@ -495,12 +497,19 @@ func (s *SharedLog) toV3(ctx context.Context, l *GroupLog) error {
 		if ok {
 			s.v3From.Store(seg)
 			s.mu.Unlock()
-			s.logger.Info().Uint32("segment", seg).Uint16("group", l.group).
-				Msg("replication: the member's log holds several groups: its segments are of version 3 from now on")
+			if l == nil {
+				s.logger.Info().Uint32("segment", seg).
+					Msg("replication: the cluster is finalized: the member's segments are of version 3 from now on")
+			} else {
+				s.logger.Info().Uint32("segment", seg).Uint16("group", l.group).
+					Msg("replication: the member's log holds several groups: its segments are of version 3 from now on")
+			}
 			return nil
 		}
 		s.v3 = false
-		s.removeGroupLocked(l.group)
+		if l != nil {
+			s.removeGroupLocked(l.group)
+		}
 		s.mu.Unlock()
 		select {
 		case <-s.seg.SpareMade():

@@ -152,6 +152,9 @@ type transport struct {
 	// groups are the groups attached, each its end: replaced whole when
 	// one is attached or detached, read without a lock.
 	groups atomic.Pointer[map[groupID]*groupEnd]
+	// floor is the lowest protocol a connection may speak (setFloor):
+	// 0 until the cluster is finalized.
+	floor atomic.Uint32
 	// pace is the member's budget for the snapshots it sends, shared by
 	// all: several at once cost clients no more than one. Immutable.
 	pace *pacer
@@ -351,6 +354,29 @@ func (t *transport) peer(id uint64) *peer {
 func (t *transport) addr() net.Addr { return t.ln.Addr() }
 
 // maxProtocol is the highest protocol this member speaks.
+// protocolOf is what the messages connection to member id speaks: 0
+// while there is none.
+func (t *transport) protocolOf(id uint64) uint16 {
+	if p := t.peer(id); p != nil {
+		return uint16(p.protocol.Load())
+	}
+	return 0
+}
+
+// setFloor makes the transport refuse connections that would speak a
+// protocol below v (a finalized cluster's, 3): their hellos are answered
+// with a refusal, and so are answers to its own.
+func (t *transport) setFloor(v uint16) { t.floor.Store(uint32(v)) }
+
+// below says why a connection that speaks version is refused, "" if it
+// is not.
+func (t *transport) below(version uint16) string {
+	if floor := uint16(t.floor.Load()); version < floor {
+		return fmt.Sprintf("protocol version %d; this cluster runs %d", version, floor)
+	}
+	return ""
+}
+
 func (t *transport) maxProtocol() uint16 {
 	if t.cfg.maxProtocol != 0 {
 		return t.cfg.maxProtocol
@@ -855,6 +881,10 @@ func (t *transport) handshake(p *peer, kind streamKind, conn net.Conn) (net.Conn
 			p.Addr, in.From, in.FromID, in.Cluster, in.Version, max(in.Max, minProtocol), p.Name, p.ID, t.cfg.cluster,
 			helloVersion, minProtocol, t.maxProtocol())
 	}
+	if why := t.below(version); why != "" {
+		t.refused.Add(1)
+		return nil, 0, fmt.Errorf("replication: %s answered in %s", p.Addr, why)
+	}
 	t.notePeer(p, in)
 	if err := conn.SetDeadline(time.Time{}); err != nil {
 		return nil, 0, err
@@ -997,6 +1027,9 @@ func (t *transport) check(in *hello, state *tls.ConnectionState) (p *peer, refus
 	}
 	if negotiate(t.maxProtocol(), in.Max) == 0 {
 		return nil, fmt.Sprintf("protocols up to %d; this member speaks %d to %d", in.Max, minProtocol, t.maxProtocol()), false
+	}
+	if why := t.below(negotiate(t.maxProtocol(), in.Max)); why != "" {
+		return nil, why, false
 	}
 	if in.Cluster != t.cfg.cluster {
 		return nil, fmt.Sprintf("cluster %x; this member is in cluster %x", in.Cluster, t.cfg.cluster), false

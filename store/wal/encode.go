@@ -43,7 +43,7 @@ func payloadSize(r *Record) int {
 	switch r.Kind {
 	case KindFull:
 		return FullSize(len(r.Tube), len(r.Body)) - frameHeader
-	case KindUpdate:
+	case KindUpdate, KindControl:
 		return 1 + 8 + fixedFields
 	}
 	return 1 + 8
@@ -59,7 +59,7 @@ func appendFrame(dst []byte, r *Record) []byte {
 		dst = binary.LittleEndian.AppendUint16(dst, uint16(len(r.Tube)))
 		dst = append(dst, r.Tube...)
 	}
-	if r.Kind == KindFull || r.Kind == KindUpdate {
+	if r.Kind == KindFull || r.Kind == KindUpdate || r.Kind == KindControl {
 		dst = append(dst, r.State)
 		dst = binary.LittleEndian.AppendUint32(dst, r.Pri)
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Delay))
@@ -105,7 +105,7 @@ func decodePayload(p []byte, r *Record, seen string) error {
 			r.Tube = string(p[:n])
 		}
 		p = p[n:]
-	case KindUpdate, KindDelete, KindIDs:
+	case KindUpdate, KindDelete, KindIDs, KindControl:
 	default:
 		return errCorrupt
 	}
@@ -130,6 +130,12 @@ func decodePayload(p []byte, r *Record, seen string) error {
 	r.Buries = binary.LittleEndian.Uint32(p[49:])
 	r.Kicks = binary.LittleEndian.Uint32(p[53:])
 	p = p[fixedFields:]
+	if r.Kind == KindControl {
+		if len(p) != 0 {
+			return errCorrupt
+		}
+		return nil
+	}
 	if r.State < StateReady || r.State > StateDelayed {
 		return errCorrupt
 	}

@@ -37,6 +37,7 @@ func sampleRecords() []wal.Record {
 		update,
 		{Kind: wal.KindDelete, ID: 42},
 		{Kind: wal.KindIDs, ID: 1 << 40},
+		{Kind: wal.KindControl, Pri: 3},
 		{Kind: wal.KindFull, ID: 1, Tube: "t", State: wal.StateReady, Body: []byte("\r\n")},
 		{Kind: wal.KindFull, ID: ^uint64(0), Tube: string(bytes.Repeat([]byte{'x'}, 200)),
 			State: wal.StateReserved, Pri: ^uint32(0), Body: bytes.Repeat([]byte{0xff}, 70000)},
@@ -44,7 +45,7 @@ func sampleRecords() []wal.Record {
 }
 
 func kindName(k wal.Kind) string {
-	return map[wal.Kind]string{wal.KindFull: "full", wal.KindUpdate: "update", wal.KindDelete: "delete", wal.KindIDs: "ids"}[k]
+	return map[wal.Kind]string{wal.KindFull: "full", wal.KindUpdate: "update", wal.KindDelete: "delete", wal.KindIDs: "ids", wal.KindControl: "control"}[k]
 }
 
 func TestFrameRoundTrip(t *testing.T) {

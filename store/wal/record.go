@@ -15,6 +15,11 @@ const (
 	// id counter, so an id taken before its put was durable is never
 	// issued again after a crash.
 	KindIDs Kind = 4
+	// KindControl is a cluster's control record (internal/replication),
+	// shaped as an update: ID 0, and Pri the cluster version it raises the
+	// cluster to. A store applying it ignores it; a single node's journal
+	// never holds one.
+	KindControl Kind = 15
 )
 
 // Job states as stored; the numbering is beanstalkd's (and store.State's).
