@@ -369,6 +369,13 @@ func TestClusterServes(t *testing.T) {
 		if code := m.ready(); code != http.StatusOK {
 			t.Errorf("%s's /readyz: %d", m.name, code)
 		}
+		// Every member of this release: the cluster finalizes itself, and
+		// each runs the meta group with its log in -b/meta.
+		testproc.WaitFor(t, 10*time.Second, m.name+" finalized, its meta log written", func() bool {
+			st, err := m.status()
+			segs, _ := filepath.Glob(filepath.Join(m.dir, "meta", "sprout.*.wal"))
+			return err == nil && st.Version == 3 && len(segs) > 0
+		})
 	}
 
 	// Kill the leader: its clients through the followers are closed, and

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"net"
+	"path/filepath"
 
 	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/internal/admin"
@@ -54,6 +55,9 @@ func (m *Member) startNode() error {
 		nc.Observer = m.metrics
 	}
 	nc.CloseClients = m.closeClients
+	// The meta group's log, once the cluster is finalized: its own small
+	// segments, beside -b's (segment.Dir ignores subdirectories).
+	nc.MetaDir = filepath.Join(m.cfg.WALDir, "meta")
 	node, err := replication.StartNode(nc)
 	if err != nil {
 		return &StartError{StepNode, err}

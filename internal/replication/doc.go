@@ -398,7 +398,9 @@
 // the cluster version, which the book keeps, to 3; from then on every
 // member refuses connections of protocol 2 and writes version 3
 // segments, so the release before can neither talk to it nor open its
-// directory (NodeConfig.NoFinalize keeps a cluster at 2). Protocol 3 names each message's Raft group (one group,
+// directory (NodeConfig.NoFinalize keeps a cluster at 2). Finalization
+// also names the meta group's voters (Book.MetaVoters), which then run
+// its replica with its log in NodeConfig.MetaDir (Host.Meta). Protocol 3 names each message's Raft group (one group,
 // 0, today; shards are docs/design/shards.md), batches a drain's small
 // messages in one frame and coalesces its heartbeats and their responses
 // into one frame of (group, flags, term, commit, context) tuples, which

@@ -31,11 +31,16 @@ type Book struct {
 	// Version is the cluster version (finalize.go): 0 before the first
 	// control record raised it, which is version 2.
 	Version uint16 `json:"version,omitempty"`
+	// MetaVoters are the members voting in the meta group, by Raft id:
+	// chosen when the cluster was finalized (finalize.go), the same on
+	// every member.
+	MetaVoters []uint64 `json:"meta_voters,omitempty"`
 }
 
 // clone returns a copy that shares nothing with b.
 func (b Book) clone() Book {
-	return Book{Index: b.Index, Members: slices.Clone(b.Members), Removed: slices.Clone(b.Removed), Version: b.Version}
+	return Book{Index: b.Index, Members: slices.Clone(b.Members), Removed: slices.Clone(b.Removed), Version: b.Version,
+		MetaVoters: slices.Clone(b.MetaVoters)}
 }
 
 // byName returns the member named name.
@@ -79,7 +84,9 @@ func (b *Book) remove(id uint64) {
 // merge takes into b what o knows: its members (o's entry wins) and its
 // removed ids; b's index stays.
 func (b *Book) merge(o Book) {
-	b.Version = max(b.Version, o.Version)
+	if o.Version > b.Version {
+		b.Version, b.MetaVoters = o.Version, slices.Clone(o.MetaVoters)
+	}
 	for _, id := range o.Removed {
 		b.remove(id)
 	}
