@@ -86,4 +86,22 @@
 // the first. Decoding is exact: a payload that decodes encodes again to
 // its bytes, and the codes of kinds, ops, statuses, results and events
 // are fixed, since members of two releases talk to each other.
+//
+// # The leader's side: Server
+//
+// A Server executes the requests other members' sessions send to the
+// groups this member serves (server.go). Each remote session has an
+// owner client in each group it uses, made on its first request, keyed
+// by the member, the session and the group, and closed by the session's
+// close item (its reservations go back). Requests of one payload run in
+// order on the reader's goroutine; a reserve that waits holds the
+// session's later requests back until it ends, as the engine stops
+// reading a blocked connection. Replies wait for the group's log to
+// acknowledge their changes (the store's AckSource), each behind the
+// ones before it, so a session's replies go in its requests' order. A
+// request for a group the member does not serve (any more: a store
+// rebuilt after a lost leadership closes the owner clients made on it)
+// is answered StatusNotLeader, and the router asks the leader. Not yet:
+// waits across groups, request keys, creation stamps, and closing a
+// restarted member's clients.
 package router

@@ -38,6 +38,7 @@ import (
 //	reply:   status u8 | stamp u64 | then by status:
 //	  wrong-group: meta index u64
 //	  forward:     group u16
+//	  not-leader:  nothing
 //	  else:        result u8 | the result's fields:
 //	    none:        nothing
 //	    job:         job
@@ -151,6 +152,7 @@ const (
 	StatusEmpty                          // take: store.Empty
 	StatusWrongGroup                     // the group does not own the tube at MetaIndex (3.2)
 	StatusForward                        // the job moved to group Forward (4)
+	StatusNotLeader                      // this member does not serve the group: the router asks its leader (5.7)
 	numStatuses
 )
 

@@ -296,6 +296,8 @@ func (f *fields) reply(r *Reply) {
 	case r.Status == StatusForward:
 		r.Forward = f.u16()
 		return
+	case r.Status == StatusNotLeader:
+		return
 	case r.Status == 0 || r.Status >= numStatuses:
 		f.fail(ErrStatus)
 		return

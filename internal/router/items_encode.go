@@ -146,6 +146,8 @@ func appendReply(b []byte, r *Reply) ([]byte, error) {
 		return binary.BigEndian.AppendUint64(b, r.MetaIndex), nil
 	case StatusForward:
 		return binary.BigEndian.AppendUint16(b, r.Forward), nil
+	case StatusNotLeader:
+		return b, nil
 	case 0:
 		return b, ErrStatus
 	}

@@ -127,6 +127,7 @@ func itemCases() []itemCase {
 		{"deadline soon", reply(router.StatusDeadlineSoon, router.Reply{Result: router.ResultNone})},
 		{"wrong group", reply(router.StatusWrongGroup, router.Reply{MetaIndex: 1 << 33})},
 		{"forward", reply(router.StatusForward, router.Reply{Forward: 255})},
+		{"not leader", reply(router.StatusNotLeader, router.Reply{})},
 
 		{"offer", event(router.EventOffer, router.Event{Job: someJob})},
 		{"deadline soon", event(router.EventDeadlineSoon, router.Event{})},
@@ -304,6 +305,7 @@ var enumCodes = []struct {
 	{"status", "7", uint8(router.StatusEmpty), 7},
 	{"status", "8", uint8(router.StatusWrongGroup), 8},
 	{"status", "9", uint8(router.StatusForward), 9},
+	{"status", "10", uint8(router.StatusNotLeader), 10},
 	{"result", "1", uint8(router.ResultNone), 1},
 	{"result", "2", uint8(router.ResultJob), 2},
 	{"result", "3", uint8(router.ResultID), 3},
@@ -492,7 +494,7 @@ func TestDecodeRefuses(t *testing.T) {
 		wantErr error
 	}{
 		{"status 0", patch(item(inserted), payload, 0), testMaxJobSize, router.ErrStatus},
-		{"status 10", patch(item(inserted), payload, 10), testMaxJobSize, router.ErrStatus},
+		{"status 11", patch(item(inserted), payload, 11), testMaxJobSize, router.ErrStatus},
 		{"result 0", patch(item(inserted), payload+9, 0), testMaxJobSize, router.ErrResult},
 		{"result 10", patch(item(inserted), payload+9, 10), testMaxJobSize, router.ErrResult},
 		{"event 0", patch(item(offer), payload+8, 0), testMaxJobSize, router.ErrEvent},
@@ -559,7 +561,7 @@ func TestEncodeRefuses(t *testing.T) {
 		{"offer without body", event(router.EventOffer, router.Event{}), router.ErrBody},
 		{"event 0", event(0, router.Event{}), router.ErrEvent},
 		{"status 0", reply(0, router.Reply{}), router.ErrStatus},
-		{"status 10", reply(10, router.Reply{}), router.ErrStatus},
+		{"status 11", reply(11, router.Reply{}), router.ErrStatus},
 		{"result 0", reply(router.StatusOK, router.Reply{}), router.ErrResult},
 		{"state 0", reply(router.StatusOK, router.Reply{Result: router.ResultJobStats, JobStats: store.JobStats{Tube: "a"}}), router.ErrState},
 		{"stats of no tube", reply(router.StatusOK, router.Reply{Result: router.ResultTubeStats}), router.ErrTubeName},

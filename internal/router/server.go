@@ -1,0 +1,445 @@
+package router
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/sproutmq/sprout/store"
+)
+
+// Server is a group leader's side of the commands stream (docs/design/
+// shards.md 5.1): it executes the requests other members' sessions send
+// to the groups this member serves, each session on a store client of
+// its own (its owner client, keyed by the member, the session and the
+// group), and answers them in each session's order once their changes
+// are acknowledged by the group's log, as the engine's held replies wait.
+//
+// What it does not do yet: waits across groups (wait, cancel, decline:
+// the Arbiter's remote half), request keys (5.6), creation stamps (5.5),
+// and closing a member's clients when its incarnation changes; those
+// items are answered with nothing.
+type Server struct {
+	cfg ServerConfig
+
+	mu     sync.Mutex
+	owners map[ownerKey]*owner // guarded by mu
+	closed bool                // guarded by mu
+}
+
+// ServerConfig is what a Server serves.
+type ServerConfig struct {
+	// Group is group g's store while this member serves it, else nil: its
+	// requests are answered StatusNotLeader, and the router asks the
+	// group's leader.
+	Group func(g uint16) *store.Store
+	// Send queues a payload of items for member to, without blocking; it
+	// reports false when it could not (a full queue, no connection): the
+	// member resends what it has no answer for (5.9).
+	Send func(to uint64, payload []byte) bool
+	// MaxJobSize bounds a put's body (the server's -z).
+	MaxJobSize int
+}
+
+// NewServer returns a server of cfg.
+func NewServer(cfg ServerConfig) *Server {
+	return &Server{cfg: cfg, owners: make(map[ownerKey]*owner)}
+}
+
+// ownerKey names an owner client: a member's session in a group.
+type ownerKey struct {
+	member, session uint64
+	group           uint16
+}
+
+// owner is one remote session's client in one group. Its client is used
+// by one goroutine at a time (mu): Handle's, or the one that serves the
+// requests that queued behind a blocked reserve.
+type owner struct {
+	srv    *Server      // immutable
+	key    ownerKey     // immutable
+	st     *store.Store // immutable: the group's store it was made on
+	client *store.Client
+
+	mu sync.Mutex
+	// waiting is the sequence of a reserve the client waits in (0: none);
+	// backlog, the requests that came behind it, in order, run when it
+	// ends (with their bodies copied: the frame is gone by then).
+	waiting uint32
+	backlog []Item
+	// replies wait for their changes to be acknowledged, in order: the
+	// first ones whose position is acknowledged go (flushLocked).
+	replies []heldReply
+	closed  bool
+}
+
+// heldReply is a reply waiting for the log to acknowledge pos.
+type heldReply struct {
+	item  Item
+	pos   uint64
+	acked bool
+}
+
+// Handle executes a payload of items from member from, in order. The
+// payload is the caller's again once it returns.
+func (s *Server) Handle(from uint64, payload []byte) error {
+	var d Decoder
+	d.MaxJobSize = s.cfg.MaxJobSize
+	if err := d.Reset(payload); err != nil {
+		return err
+	}
+	var it Item
+	for d.More() {
+		if err := d.Next(&it); err != nil {
+			return err
+		}
+		key := ownerKey{member: from, session: it.Session, group: it.Group}
+		switch it.Kind {
+		case KindRequest:
+			s.request(key, &it)
+		case KindClose:
+			s.closeOwner(key)
+		case KindRefs:
+			s.refs(from, &it)
+		}
+	}
+	return nil
+}
+
+// Close closes every owner client: their reservations go back.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	owners := s.owners
+	s.owners = make(map[ownerKey]*owner)
+	s.mu.Unlock()
+	for _, o := range owners {
+		o.close()
+	}
+}
+
+// request runs a request on its owner's client, made on first use; one
+// for a group this member does not serve is answered StatusNotLeader.
+func (s *Server) request(key ownerKey, it *Item) {
+	o := s.owner(key)
+	if o == nil {
+		s.send(key.member, reply(key, it.Seq, Reply{Status: StatusNotLeader}))
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.waiting != 0 {
+		o.backlog = append(o.backlog, copyItem(it))
+		return
+	}
+	o.runLocked(it)
+}
+
+// owner is key's owner client, made if need be on the group's store; nil
+// if this member does not serve the group, or it no longer serves it on
+// the store the owner was made on (the client is closed: its group
+// rebuilt the store).
+func (s *Server) owner(key ownerKey) *owner {
+	st := s.cfg.Group(key.group)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.owners[key]
+	if o != nil && o.st != st {
+		delete(s.owners, key)
+		go o.close()
+		o = nil
+	}
+	if st == nil || s.closed {
+		return nil
+	}
+	if o == nil {
+		o = &owner{srv: s, key: key, st: st}
+		o.client = st.NewClient(o)
+		s.owners[key] = o
+	}
+	return o
+}
+
+// closeOwner ends key's session in its group: its client closes.
+func (s *Server) closeOwner(key ownerKey) {
+	s.mu.Lock()
+	o := s.owners[key]
+	delete(s.owners, key)
+	s.mu.Unlock()
+	if o != nil {
+		o.close()
+	}
+}
+
+// refs sets member from's references to the group's tubes (5.4).
+func (s *Server) refs(from uint64, it *Item) {
+	key := ownerKey{member: from, session: it.Session, group: it.Group}
+	st := s.cfg.Group(it.Group)
+	if st == nil {
+		s.send(from, reply(key, it.Seq, Reply{Status: StatusNotLeader}))
+		return
+	}
+	if it.Refs.Sync {
+		st.DropRefs(from)
+	}
+	for _, c := range it.Refs.Counts {
+		st.SetRefs(from, c.Tube, c.Using, c.Watching)
+	}
+	s.send(from, reply(key, it.Seq, Reply{Status: StatusOK, Result: ResultNone}))
+}
+
+// send queues one item for member to.
+func (s *Server) send(to uint64, it Item) {
+	payload, err := AppendItem(nil, &it)
+	if err == nil {
+		s.cfg.Send(to, payload)
+	}
+}
+
+// reply is the reply item to key's request seq.
+func reply(key ownerKey, seq uint32, r Reply) Item {
+	return Item{Kind: KindReply, Group: key.group, Session: key.session, Seq: seq, Reply: r}
+}
+
+// runLocked executes one request; a reserve that blocks leaves o waiting.
+func (o *owner) runLocked(it *Item) {
+	r, blocked := o.execute(&it.Request)
+	if blocked {
+		o.waiting = it.Seq
+		return
+	}
+	o.holdLocked(reply(o.key, it.Seq, r), o.client.PendingAck())
+}
+
+// execute runs req on the owner's client and returns its reply; blocked
+// is a reserve that waits, whose reply the Notifier gives.
+func (o *owner) execute(req *Request) (r Reply, blocked bool) {
+	cl := o.client
+	ok := func(done bool) Reply {
+		if done {
+			return Reply{Status: StatusOK, Result: ResultNone}
+		}
+		return Reply{Status: StatusNotFound, Result: ResultNone}
+	}
+	verdict := func(err error) Reply {
+		switch {
+		case err == nil:
+			return Reply{Status: StatusOK, Result: ResultNone}
+		case errors.Is(err, store.ErrNoSpace):
+			return Reply{Status: StatusNoSpace, Result: ResultNone}
+		}
+		return Reply{Status: StatusNotFound, Result: ResultNone}
+	}
+	job := func(j *store.Job, found bool) Reply {
+		if j == nil || !found {
+			return Reply{Status: StatusNotFound, Result: ResultNone}
+		}
+		return Reply{Status: StatusOK, Result: ResultJob, Job: JobReply{ID: j.ID(), Body: j.Body()}}
+	}
+	switch req.Op {
+	case OpPut:
+		cl.Use(req.Tube)
+		id := o.st.NextID()
+		if _, err := cl.Put(id, req.Pri, req.Delay, req.TTR, bytes.Clone(req.Body)); err != nil {
+			return verdict(err), false
+		}
+		return Reply{Status: StatusOK, Result: ResultID, ID: id}, false
+	case OpReserve:
+		o.watchOnly(req.Tubes)
+		j, res := cl.Reserve(req.Timeout)
+		switch res {
+		case store.Reserved:
+			return job(j, true), false
+		case store.Waiting:
+			return Reply{}, true
+		}
+		return emptyReply(res), false
+	case OpReserveJob:
+		return job(cl.ReserveJob(req.ID)), false
+	case OpDelete:
+		return ok(cl.Delete(req.ID)), false
+	case OpRelease:
+		return verdict(cl.Release(req.ID, req.Pri, req.Delay)), false
+	case OpBury:
+		return verdict(cl.Bury(req.ID, req.Pri)), false
+	case OpTouch:
+		return ok(cl.Touch(req.ID)), false
+	case OpKickJob:
+		return verdict(cl.KickJob(req.ID)), false
+	case OpKick:
+		cl.Use(req.Tube)
+		return Reply{Status: StatusOK, Result: ResultCount, Count: cl.Kick(req.Count)}, false
+	case OpPeek:
+		return job(cl.Peek(req.ID)), false
+	case OpPeekReady, OpPeekDelayed, OpPeekBuried:
+		cl.Use(req.Tube)
+		var j *store.Job
+		switch req.Op {
+		case OpPeekReady:
+			j = cl.PeekReady()
+		case OpPeekDelayed:
+			j = cl.PeekDelayed()
+		default:
+			j = cl.PeekBuried()
+		}
+		return job(j, j != nil), false
+	case OpStatsJob:
+		js, found := cl.JobStats(req.ID)
+		if !found {
+			return ok(false), false
+		}
+		return Reply{Status: StatusOK, Result: ResultJobStats, JobStats: js}, false
+	case OpStatsTube:
+		ts, found := o.st.TubeStats(req.Tube)
+		if !found {
+			return ok(false), false
+		}
+		return Reply{Status: StatusOK, Result: ResultTubeStats, TubeStats: ts}, false
+	case OpPauseTube:
+		return ok(o.st.PauseTube(req.Tube, time.Duration(req.Delay)*time.Second)), false
+	case OpStats:
+		return Reply{Status: StatusOK, Result: ResultStats, Stats: o.st.Stats()}, false
+	case OpListTubes:
+		names := o.st.TubeNames()
+		tubes := make([]TubeStamp, len(names))
+		for i, n := range names {
+			tubes[i] = TubeStamp{Name: []byte(n)}
+		}
+		return Reply{Status: StatusOK, Result: ResultTubes, Tubes: tubes}, false
+	case OpBest:
+		o.watchOnly(req.Tubes)
+		best, found, anyReady := cl.BestReady()
+		return Reply{Status: StatusOK, Result: ResultBest, Best: Best{Candidate: best, OK: found, AnyReady: anyReady}}, false
+	case OpTake:
+		o.watchOnly(req.Tubes)
+		j, best, res := cl.TakeAtMost(req.Bound)
+		switch res {
+		case store.Taken:
+			return job(j, true), false
+		case store.Lost:
+			return Reply{Status: StatusLost, Result: ResultBest, Best: Best{Candidate: best, OK: true}}, false
+		}
+		return Reply{Status: StatusEmpty, Result: ResultNone}, false
+	}
+	return ok(false), false // burn, and what this server does not run yet
+}
+
+// emptyReply is the reply to a reserve that ended without a job.
+func emptyReply(res store.ReserveResult) Reply {
+	if res == store.DeadlineSoon {
+		return Reply{Status: StatusDeadlineSoon, Result: ResultNone}
+	}
+	return Reply{Status: StatusTimedOut, Result: ResultNone}
+}
+
+// watchOnly makes the client watch exactly tubes, as the session does
+// the group's part of its watch list.
+func (o *owner) watchOnly(tubes [][]byte) {
+	cl := o.client
+	for _, t := range tubes {
+		cl.Watch(t)
+	}
+	for _, w := range cl.Watched() {
+		if !containsTube(tubes, w) {
+			cl.Ignore([]byte(w))
+		}
+	}
+}
+
+func containsTube(tubes [][]byte, name string) bool {
+	for _, t := range tubes {
+		if string(t) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// holdLocked queues r until the log acknowledges pos, behind the replies
+// before it, and sends what may go.
+func (o *owner) holdLocked(r Item, pos uint64) {
+	acks := o.st.Acks()
+	if acks == nil || len(o.replies) == 0 && pos <= acks.Acked() {
+		o.srv.send(o.key.member, r)
+		return
+	}
+	// The job's body is the store's, which may reuse it once the job is
+	// gone: the reply keeps its own.
+	r.Reply.Job.Body = bytes.Clone(r.Reply.Job.Body)
+	o.replies = append(o.replies, heldReply{item: r, pos: pos})
+	acks.OnAcked(pos, func() {
+		// At once on this goroutine (o.mu held) or later from another.
+		go o.acked(pos)
+	})
+}
+
+// acked sends the replies whose changes are acknowledged through pos, in
+// order.
+func (o *owner) acked(pos uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i := range o.replies {
+		if o.replies[i].pos <= pos {
+			o.replies[i].acked = true
+		}
+	}
+	n := 0
+	for n < len(o.replies) && o.replies[n].acked {
+		o.srv.send(o.key.member, o.replies[n].item)
+		n++
+	}
+	o.replies = append(o.replies[:0], o.replies[n:]...)
+}
+
+// JobReserved implements store.Notifier: the blocked reserve got j.
+func (o *owner) JobReserved(j *store.Job) {
+	go o.endWait(Reply{Status: StatusOK, Result: ResultJob, Job: JobReply{ID: j.ID(), Body: j.Body()}})
+}
+
+// WaitEnded implements store.Notifier: the blocked reserve ended empty.
+func (o *owner) WaitEnded(res store.ReserveResult) { go o.endWait(emptyReply(res)) }
+
+// endWait answers the blocked reserve, then runs the requests that came
+// behind it, until one blocks again.
+func (o *owner) endWait(r Reply) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.waiting == 0 || o.closed {
+		return
+	}
+	o.holdLocked(reply(o.key, o.waiting, r), o.client.PendingAck())
+	o.waiting = 0
+	for len(o.backlog) > 0 && o.waiting == 0 {
+		it := o.backlog[0]
+		o.backlog = o.backlog[1:]
+		o.runLocked(&it)
+	}
+}
+
+// close closes the client: its reservations go back, its wait ends
+// unanswered, and replies not yet sent are dropped.
+func (o *owner) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
+	o.closed = true
+	o.client.CancelWait()
+	o.client.Close()
+	o.replies, o.backlog = nil, nil
+}
+
+// copyItem is it with everything it aliases copied: it outlives its
+// frame.
+func copyItem(it *Item) Item {
+	c := *it
+	c.Request.Tube = bytes.Clone(it.Request.Tube)
+	c.Request.Body = bytes.Clone(it.Request.Body)
+	c.Request.Tubes = make([][]byte, len(it.Request.Tubes))
+	for i, t := range it.Request.Tubes {
+		c.Request.Tubes[i] = bytes.Clone(t)
+	}
+	return c
+}

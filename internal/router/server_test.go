@@ -1,0 +1,263 @@
+package router
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// serverRig is a Server over in-process stores, with what it sends each
+// member decoded into replies.
+type serverRig struct {
+	t      *testing.T
+	srv    *Server
+	groups map[uint16]*store.Store
+	out    chan Item // every item sent, in order
+}
+
+func newServerRig(t *testing.T, groups map[uint16]*store.Store) *serverRig {
+	r := &serverRig{t: t, groups: groups, out: make(chan Item, 1024)}
+	r.srv = NewServer(ServerConfig{
+		Group:      func(g uint16) *store.Store { return groups[g] },
+		MaxJobSize: 1 << 16,
+		Send: func(to uint64, payload []byte) bool {
+			var d Decoder
+			if err := d.Reset(payload); err != nil {
+				t.Errorf("a payload sent to %d: %v", to, err)
+				return false
+			}
+			for d.More() {
+				var it Item
+				if err := d.Next(&it); err != nil {
+					t.Errorf("a payload sent to %d: %v", to, err)
+					return false
+				}
+				r.out <- copyReply(it)
+			}
+			return true
+		},
+	})
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// copyReply is it with its reply's job body copied: it outlives its frame.
+func copyReply(it Item) Item {
+	it.Reply.Job.Body = bytes.Clone(it.Reply.Job.Body)
+	return it
+}
+
+// send hands the server one payload of requests from member 7.
+func (r *serverRig) send(items ...Item) {
+	r.t.Helper()
+	var payload []byte
+	for i := range items {
+		var err error
+		if payload, err = AppendItem(payload, &items[i]); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	if err := r.srv.Handle(7, payload); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// next is the next item sent; none within a second fails.
+func (r *serverRig) next() Item {
+	r.t.Helper()
+	select {
+	case it := <-r.out:
+		return it
+	case <-time.After(5 * time.Second):
+		r.t.Fatal("no reply")
+	}
+	return Item{}
+}
+
+// none checks that nothing more was sent by now.
+func (r *serverRig) none(what string) {
+	r.t.Helper()
+	select {
+	case it := <-r.out:
+		r.t.Fatalf("%s: %+v sent", what, it.Reply)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+func req(group uint16, session uint64, seq uint32, rq Request) Item {
+	return Item{Kind: KindRequest, Group: group, Session: session, Seq: seq, Request: rq}
+}
+
+// TestServerRequests: each op runs on the session's own client in the
+// group's store and is answered as that store answers it; a group this
+// member does not serve answers StatusNotLeader.
+func TestServerRequests(t *testing.T) {
+	st := store.New(store.Options{})
+	r := newServerRig(t, map[uint16]*store.Store{1: st})
+	tube := []byte("jobs")
+	r.send(req(1, 1, 1, Request{Op: OpPut, Tube: tube, Pri: 5, TTR: 60, Body: []byte("hello\r\n")}))
+	put := r.next()
+	if put.Kind != KindReply || put.Seq != 1 || put.Session != 1 || put.Group != 1 ||
+		put.Reply.Status != StatusOK || put.Reply.Result != ResultID || put.Reply.ID == 0 {
+		t.Fatalf("put: %+v", put)
+	}
+	id := put.Reply.ID
+	r.send(
+		req(1, 1, 2, Request{Op: OpPeekReady, Tube: tube}),
+		req(1, 1, 3, Request{Op: OpStatsTube, Tube: tube}),
+		req(1, 2, 1, Request{Op: OpReserve, Tubes: [][]byte{tube}, Timeout: 0}),
+		req(1, 2, 2, Request{Op: OpBury, ID: id, Pri: 9}),
+		req(1, 2, 3, Request{Op: OpKick, Tube: tube, Count: 5}),
+		req(1, 2, 4, Request{Op: OpDelete, ID: id}),
+		req(1, 2, 5, Request{Op: OpDelete, ID: id}),
+		req(2, 2, 6, Request{Op: OpDelete, ID: id}),
+		req(1, 2, 7, Request{Op: OpListTubes}),
+	)
+	want := []struct {
+		seq    uint32
+		status Status
+		check  func(Reply) bool
+	}{
+		{2, StatusOK, func(rp Reply) bool { return rp.Job.ID == id && string(rp.Job.Body) == "hello\r\n" }},
+		{3, StatusOK, func(rp Reply) bool { return rp.TubeStats.Name == "jobs" && rp.TubeStats.Ready == 1 }},
+		{1, StatusOK, func(rp Reply) bool { return rp.Job.ID == id }},
+		{2, StatusOK, nil},
+		{3, StatusOK, func(rp Reply) bool { return rp.Count == 1 }},
+		{4, StatusOK, nil},
+		{5, StatusNotFound, nil},
+		{6, StatusNotLeader, nil},
+		{7, StatusOK, func(rp Reply) bool { return len(rp.Tubes) == 2 }}, // default and jobs
+	}
+	for _, w := range want {
+		got := r.next()
+		if got.Seq != w.seq || got.Reply.Status != w.status || w.check != nil && !w.check(got.Reply) {
+			t.Errorf("seq %d: %+v, want status %d", w.seq, got, w.status)
+		}
+	}
+	if n := st.Stats().TotalJobs; n != 1 {
+		t.Errorf("the store put %d jobs", n)
+	}
+}
+
+// TestServerBlockedReserve: a reserve that waits is answered when a job
+// comes; the session's requests behind it wait, and are answered after
+// it, in order; the session's close gives back what it holds.
+func TestServerBlockedReserve(t *testing.T) {
+	st := store.New(store.Options{})
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	tube := []byte("q")
+	r.send(
+		req(0, 1, 1, Request{Op: OpReserve, Tubes: [][]byte{tube}, Timeout: -1}),
+		req(0, 1, 2, Request{Op: OpPeekReady, Tube: tube}),
+	)
+	r.none("a reserve with nothing ready")
+	r.send(req(0, 2, 1, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("x\r\n")}))
+	put := r.next()
+	if put.Session != 2 || put.Reply.Status != StatusOK {
+		t.Fatalf("put: %+v", put)
+	}
+	got := r.next()
+	if got.Session != 1 || got.Seq != 1 || got.Reply.Status != StatusOK || got.Reply.Job.ID != put.Reply.ID {
+		t.Fatalf("the waiting reserve: %+v", got)
+	}
+	if got = r.next(); got.Session != 1 || got.Seq != 2 || got.Reply.Status != StatusNotFound {
+		t.Fatalf("the peek behind it: %+v (the job is reserved: nothing ready)", got)
+	}
+	r.send(Item{Kind: KindClose, Group: 0, Session: 1})
+	r.send(req(0, 2, 2, Request{Op: OpPeekReady, Tube: tube}))
+	if got = r.next(); got.Reply.Status != StatusOK || got.Reply.Job.ID != put.Reply.ID {
+		t.Fatalf("after the holder closed, peek-ready: %+v", got)
+	}
+}
+
+// gatedJournal is a store.Journal whose appends become durable only when
+// the test says.
+type gatedJournal struct {
+	mu      sync.Mutex
+	lsn     uint64
+	durable uint64
+	waiting []func()
+	at      []uint64
+}
+
+func (g *gatedJournal) Append(*wal.Record, wal.Loc) (uint64, wal.Loc, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lsn++
+	return g.lsn, wal.Loc{}, nil
+}
+func (g *gatedJournal) NoteMigrated()              {}
+func (g *gatedJournal) Recovered() []wal.Recovered { return nil }
+func (g *gatedJournal) LastID() uint64             { return 0 }
+func (g *gatedJournal) Stats() wal.Stats           { return wal.Stats{} }
+func (g *gatedJournal) Durable() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.durable
+}
+func (g *gatedJournal) OnDurable(lsn uint64, fn func()) {
+	g.mu.Lock()
+	if lsn <= g.durable {
+		g.mu.Unlock()
+		fn()
+		return
+	}
+	g.waiting, g.at = append(g.waiting, fn), append(g.at, lsn)
+	g.mu.Unlock()
+}
+
+// sync makes everything through lsn durable.
+func (g *gatedJournal) sync(lsn uint64) {
+	g.mu.Lock()
+	g.durable = max(g.durable, lsn)
+	var run []func()
+	for i := 0; i < len(g.at); {
+		if g.at[i] <= g.durable {
+			run = append(run, g.waiting[i])
+			g.at, g.waiting = append(g.at[:i], g.at[i+1:]...), append(g.waiting[:i], g.waiting[i+1:]...)
+			continue
+		}
+		i++
+	}
+	g.mu.Unlock()
+	for _, fn := range run {
+		fn()
+	}
+}
+
+// TestServerHeldReplies: a change's reply waits until the group's log has
+// it; a read behind it waits behind it, so the session sees its replies
+// in order; they go as the log catches up.
+func TestServerHeldReplies(t *testing.T) {
+	j := &gatedJournal{}
+	st := store.New(store.Options{Journal: j})
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	tube := []byte("held")
+	r.send(req(0, 1, 1, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("a\r\n")}))
+	j.mu.Lock()
+	first := j.lsn // the put's record, and any before it
+	j.mu.Unlock()
+	r.send(
+		req(0, 1, 2, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("b\r\n")}),
+		req(0, 1, 3, Request{Op: OpPeekReady, Tube: tube}),
+	)
+	r.none("puts not yet durable")
+	j.sync(first)
+	if got := r.next(); got.Seq != 1 || got.Reply.Status != StatusOK {
+		t.Fatalf("the first put once durable: %+v", got)
+	}
+	r.none("the second put not yet durable, and the peek behind it")
+	j.mu.Lock()
+	last := j.lsn
+	j.mu.Unlock()
+	j.sync(last)
+	for seq := uint32(2); seq <= 3; seq++ {
+		if got := r.next(); got.Seq != seq || got.Reply.Status != StatusOK {
+			t.Fatalf("reply %d: %+v", seq, got)
+		}
+	}
+}
