@@ -101,7 +101,10 @@
 // ones before it, so a session's replies go in its requests' order. A
 // request for a group the member does not serve (any more: a store
 // rebuilt after a lost leadership closes the owner clients made on it)
-// is answered StatusNotLeader, and the router asks the leader. Not yet:
-// waits across groups, request keys, creation stamps, and closing a
-// restarted member's clients.
+// is answered StatusNotLeader, and the router asks the leader. A wait
+// across groups is a reserve without a timeout whose end goes as an
+// event (an offer, or DEADLINE_SOON); a cancel ends it unless its offer
+// is on its way, which the member then declines, and a decline gives the
+// job back as if never reserved. Not yet: request keys, creation stamps,
+// and closing a restarted member's clients.
 package router

@@ -16,10 +16,14 @@ import (
 // group), and answers them in each session's order once their changes
 // are acknowledged by the group's log, as the engine's held replies wait.
 //
-// What it does not do yet: waits across groups (wait, cancel, decline:
-// the Arbiter's remote half), request keys (5.6), creation stamps (5.5),
-// and closing a member's clients when its incarnation changes; those
-// items are answered with nothing.
+// A wait across groups (6.3) is a reserve without a timeout on the
+// owner client, which sends its end as an event (an offer, or
+// DEADLINE_SOON) rather than a reply; a cancel ends it unless its offer
+// is on its way (the member then declines it), and a decline gives the
+// job back as if never reserved (store.Client.Unreserve).
+//
+// What it does not do yet: request keys (5.6), creation stamps (5.5),
+// and closing a member's clients when its incarnation changes.
 type Server struct {
 	cfg ServerConfig
 
@@ -63,10 +67,12 @@ type owner struct {
 	client *store.Client
 
 	mu sync.Mutex
-	// waiting is the sequence of a reserve the client waits in (0: none);
-	// backlog, the requests that came behind it, in order, run when it
-	// ends (with their bodies copied: the frame is gone by then).
+	// waiting is the sequence of a reserve or a wait the client waits in
+	// (0: none), and waitID the wait's id (0: a reserve); backlog, the
+	// requests that came behind it, in order, run when it ends (with
+	// their bodies copied: the frame is gone by then).
 	waiting uint32
+	waitID  uint64
 	backlog []Item
 	// replies wait for their changes to be acknowledged, in order: the
 	// first ones whose position is acknowledged go (flushLocked).
@@ -96,8 +102,16 @@ func (s *Server) Handle(from uint64, payload []byte) error {
 		}
 		key := ownerKey{member: from, session: it.Session, group: it.Group}
 		switch it.Kind {
-		case KindRequest:
+		case KindRequest, KindWait:
 			s.request(key, &it)
+		case KindCancel:
+			s.cancel(key, it.Wait.ID)
+		case KindDecline:
+			if o := s.existing(key); o != nil {
+				o.mu.Lock()
+				o.client.Unreserve(it.Decline.Job)
+				o.mu.Unlock()
+			}
 		case KindClose:
 			s.closeOwner(key)
 		case KindRefs:
@@ -161,6 +175,28 @@ func (s *Server) owner(key ownerKey) *owner {
 	return o
 }
 
+// existing is key's owner client, nil if there is none.
+func (s *Server) existing(key ownerKey) *owner {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.owners[key]
+}
+
+// cancel ends key's wait id, unless its offer is on its way: the offer
+// then comes, and the member declines it.
+func (s *Server) cancel(key ownerKey, id uint64) {
+	o := s.existing(key)
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	if o.waitID == id && o.waiting != 0 && o.client.CancelWait() {
+		o.waiting, o.waitID = 0, 0
+		o.runBacklogLocked()
+	}
+	o.mu.Unlock()
+}
+
 // closeOwner ends key's session in its group: its client closes.
 func (s *Server) closeOwner(key ownerKey) {
 	s.mu.Lock()
@@ -202,14 +238,35 @@ func reply(key ownerKey, seq uint32, r Reply) Item {
 	return Item{Kind: KindReply, Group: key.group, Session: key.session, Seq: seq, Reply: r}
 }
 
-// runLocked executes one request; a reserve that blocks leaves o waiting.
+// runLocked executes one request or wait; a reserve or a wait that
+// blocks leaves o waiting.
 func (o *owner) runLocked(it *Item) {
+	if it.Kind == KindWait {
+		o.watchOnly(it.Wait.Tubes)
+		j, res := o.client.Reserve(-1)
+		if res == store.Waiting {
+			o.waiting, o.waitID = it.Seq, it.Wait.ID
+			return
+		}
+		o.holdLocked(event(o.key, it.Seq, it.Wait.ID, j, res), o.client.PendingAck())
+		return
+	}
 	r, blocked := o.execute(&it.Request)
 	if blocked {
 		o.waiting = it.Seq
 		return
 	}
 	o.holdLocked(reply(o.key, it.Seq, r), o.client.PendingAck())
+}
+
+// event is the event that ends wait id (sequence seq): j offered, or
+// DEADLINE_SOON.
+func event(key ownerKey, seq uint32, id uint64, j *store.Job, res store.ReserveResult) Item {
+	ev := Event{Wait: id, Type: EventDeadlineSoon}
+	if res == store.Reserved {
+		ev = Event{Wait: id, Type: EventOffer, Job: JobReply{ID: j.ID(), Body: j.Body()}}
+	}
+	return Item{Kind: KindEvent, Group: key.group, Session: key.session, Seq: seq, Event: ev}
 }
 
 // execute runs req on the owner's client and returns its reply; blocked
@@ -367,6 +424,7 @@ func (o *owner) holdLocked(r Item, pos uint64) {
 	// The job's body is the store's, which may reuse it once the job is
 	// gone: the reply keeps its own.
 	r.Reply.Job.Body = bytes.Clone(r.Reply.Job.Body)
+	r.Event.Job.Body = bytes.Clone(r.Event.Job.Body)
 	o.replies = append(o.replies, heldReply{item: r, pos: pos})
 	acks.OnAcked(pos, func() {
 		// At once on this goroutine (o.mu held) or later from another.
@@ -392,24 +450,41 @@ func (o *owner) acked(pos uint64) {
 	o.replies = append(o.replies[:0], o.replies[n:]...)
 }
 
-// JobReserved implements store.Notifier: the blocked reserve got j.
-func (o *owner) JobReserved(j *store.Job) {
-	go o.endWait(Reply{Status: StatusOK, Result: ResultJob, Job: JobReply{ID: j.ID(), Body: j.Body()}})
-}
+// JobReserved implements store.Notifier: the blocked reserve or wait got
+// j.
+func (o *owner) JobReserved(j *store.Job) { go o.endWait(j, store.Reserved) }
 
-// WaitEnded implements store.Notifier: the blocked reserve ended empty.
-func (o *owner) WaitEnded(res store.ReserveResult) { go o.endWait(emptyReply(res)) }
+// WaitEnded implements store.Notifier: the blocked reserve or wait ended
+// empty.
+func (o *owner) WaitEnded(res store.ReserveResult) { go o.endWait(nil, res) }
 
-// endWait answers the blocked reserve, then runs the requests that came
-// behind it, until one blocks again.
-func (o *owner) endWait(r Reply) {
+// endWait answers the blocked reserve, or ends the wait with its event,
+// then runs the requests that came behind it, until one blocks again. A
+// job reserved for a wait that was cancelled meanwhile (its offer was on
+// its way) is offered all the same: the member declines it.
+func (o *owner) endWait(j *store.Job, res store.ReserveResult) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.waiting == 0 || o.closed {
+	if o.closed {
 		return
 	}
-	o.holdLocked(reply(o.key, o.waiting, r), o.client.PendingAck())
-	o.waiting = 0
+	switch {
+	case o.waiting == 0:
+		return
+	case o.waitID != 0:
+		o.holdLocked(event(o.key, o.waiting, o.waitID, j, res), o.client.PendingAck())
+	case j != nil:
+		o.holdLocked(reply(o.key, o.waiting, Reply{Status: StatusOK, Result: ResultJob, Job: JobReply{ID: j.ID(), Body: j.Body()}}), o.client.PendingAck())
+	default:
+		o.holdLocked(reply(o.key, o.waiting, emptyReply(res)), o.client.PendingAck())
+	}
+	o.waiting, o.waitID = 0, 0
+	o.runBacklogLocked()
+}
+
+// runBacklogLocked runs the requests that waited behind a reserve or a
+// wait, until one blocks again.
+func (o *owner) runBacklogLocked() {
 	for len(o.backlog) > 0 && o.waiting == 0 {
 		it := o.backlog[0]
 		o.backlog = o.backlog[1:]
@@ -435,6 +510,10 @@ func (o *owner) close() {
 // frame.
 func copyItem(it *Item) Item {
 	c := *it
+	c.Wait.Tubes = make([][]byte, len(it.Wait.Tubes))
+	for i, t := range it.Wait.Tubes {
+		c.Wait.Tubes[i] = bytes.Clone(t)
+	}
 	c.Request.Tube = bytes.Clone(it.Request.Tube)
 	c.Request.Body = bytes.Clone(it.Request.Body)
 	c.Request.Tubes = make([][]byte, len(it.Request.Tubes))

@@ -156,20 +156,29 @@ func TestServerBlockedReserve(t *testing.T) {
 	)
 	r.none("a reserve with nothing ready")
 	r.send(req(0, 2, 1, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("x\r\n")}))
-	put := r.next()
-	if put.Session != 2 || put.Reply.Status != StatusOK {
+	// The sessions' replies interleaved in any way; each session's in its
+	// own order.
+	var put Item
+	var first []Item
+	for range 3 {
+		if it := r.next(); it.Session == 2 {
+			put = it
+		} else {
+			first = append(first, it)
+		}
+	}
+	if put.Reply.Status != StatusOK {
 		t.Fatalf("put: %+v", put)
 	}
-	got := r.next()
-	if got.Session != 1 || got.Seq != 1 || got.Reply.Status != StatusOK || got.Reply.Job.ID != put.Reply.ID {
+	if got := first[0]; got.Seq != 1 || got.Reply.Status != StatusOK || got.Reply.Job.ID != put.Reply.ID {
 		t.Fatalf("the waiting reserve: %+v", got)
 	}
-	if got = r.next(); got.Session != 1 || got.Seq != 2 || got.Reply.Status != StatusNotFound {
+	if got := first[1]; got.Seq != 2 || got.Reply.Status != StatusNotFound {
 		t.Fatalf("the peek behind it: %+v (the job is reserved: nothing ready)", got)
 	}
 	r.send(Item{Kind: KindClose, Group: 0, Session: 1})
 	r.send(req(0, 2, 2, Request{Op: OpPeekReady, Tube: tube}))
-	if got = r.next(); got.Reply.Status != StatusOK || got.Reply.Job.ID != put.Reply.ID {
+	if got := r.next(); got.Reply.Status != StatusOK || got.Reply.Job.ID != put.Reply.ID {
 		t.Fatalf("after the holder closed, peek-ready: %+v", got)
 	}
 }
@@ -259,5 +268,71 @@ func TestServerHeldReplies(t *testing.T) {
 		if got := r.next(); got.Seq != seq || got.Reply.Status != StatusOK {
 			t.Fatalf("reply %d: %+v", seq, got)
 		}
+	}
+}
+
+// TestServerWaits: a wait across groups ends with an offer when a job
+// comes; a declined offer's job is ready again, as if never reserved; a
+// cancelled wait offers nothing.
+func TestServerWaits(t *testing.T) {
+	st := store.New(store.Options{})
+	r := newServerRig(t, map[uint16]*store.Store{3: st})
+	tube := []byte("w")
+	wait := func(seq uint32, id uint64) Item {
+		return Item{Kind: KindWait, Group: 3, Session: 1, Seq: seq, Wait: Wait{ID: id, Tubes: [][]byte{tube}}}
+	}
+	put := func(seq uint32) uint64 {
+		t.Helper()
+		r.send(req(3, 2, seq, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("j\r\n")}))
+		it := r.next()
+		if it.Session != 2 || it.Reply.Status != StatusOK {
+			t.Fatalf("put: %+v", it)
+		}
+		return it.Reply.ID
+	}
+	ready := func() (ready, reserved int) {
+		ts, _ := st.TubeStats(tube)
+		return ts.Ready, ts.Reserved
+	}
+
+	r.send(wait(1, 5))
+	r.none("a wait with nothing ready")
+	r.send(req(3, 2, 1, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("j\r\n")}))
+	var ev Item
+	var id uint64
+	for range 2 { // the put's reply and the offer, in either order
+		if it := r.next(); it.Kind == KindEvent {
+			ev = it
+		} else {
+			id = it.Reply.ID
+		}
+	}
+	if ev.Kind != KindEvent || ev.Session != 1 || ev.Seq != 1 || ev.Event.Wait != 5 || ev.Event.Type != EventOffer || ev.Event.Job.ID != id {
+		t.Fatalf("the offer: %+v", ev)
+	}
+	if rd, rs := ready(); rd != 0 || rs != 1 {
+		t.Fatalf("offered: %d ready, %d reserved", rd, rs)
+	}
+	r.send(Item{Kind: KindDecline, Group: 3, Session: 1, Decline: Decline{Wait: 5, Job: id}})
+	if rd, rs := ready(); rd != 1 || rs != 0 {
+		t.Fatalf("declined: %d ready, %d reserved", rd, rs)
+	}
+
+	// The job is ready: a new wait is offered it at once.
+	r.send(wait(2, 6))
+	if ev = r.next(); ev.Event.Wait != 6 || ev.Event.Job.ID != id {
+		t.Fatalf("a wait with a job ready: %+v", ev)
+	}
+	r.send(Item{Kind: KindDecline, Group: 3, Session: 1, Decline: Decline{Wait: 6, Job: id}})
+
+	r.send(req(3, 2, 2, Request{Op: OpReserve, Tubes: [][]byte{tube}, Timeout: 0}))
+	if it := r.next(); it.Reply.Job.ID != id {
+		t.Fatalf("session 2's reserve: %+v", it)
+	}
+	r.send(wait(3, 7), Item{Kind: KindCancel, Group: 3, Session: 1, Wait: Wait{ID: 7}})
+	put(3)
+	r.none("a cancelled wait")
+	if rd, rs := ready(); rd != 1 || rs != 1 {
+		t.Fatalf("after the cancelled wait: %d ready, %d reserved", rd, rs)
 	}
 }
