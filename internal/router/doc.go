@@ -107,4 +107,16 @@
 // is on its way, which the member then declines, and a decline gives the
 // job back as if never reserved. Not yet: request keys, creation stamps,
 // and closing a restarted member's clients.
+//
+// # The member's side: Link
+//
+// A Link sends a member's sessions' requests and waits to the leaders of
+// the groups that own their tubes, and hands each answer to the callback
+// it was sent with (link.go). A call stays pending until answered; when a
+// group's leader changes, its pending calls go again, in the order they
+// were made, to the new one, and a call for a group without a known
+// leader waits for one. An answer nobody waits for is dropped, and an
+// offer in it declined at once, so a session never holds a job it did
+// not receive. Until groups keep the dedup table (5.6), a put resent
+// after a failover may be put twice.
 package router

@@ -40,7 +40,9 @@ type ServerConfig struct {
 	Group func(g uint16) *store.Store
 	// Send queues a payload of items for member to, without blocking; it
 	// reports false when it could not (a full queue, no connection): the
-	// member resends what it has no answer for (5.9).
+	// member resends what it has no answer for (5.9). It is called with a
+	// session's lock held, so it must not call back into the Server; the
+	// payload is the caller's again once it returns.
 	Send func(to uint64, payload []byte) bool
 	// MaxJobSize bounds a put's body (the server's -z).
 	MaxJobSize int

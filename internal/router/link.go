@@ -1,0 +1,214 @@
+package router
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+)
+
+// Link is a member's side of the commands stream: its sessions' requests
+// to groups led by other members go out through it, and the replies and
+// events come back to the callbacks they were sent with (docs/design/
+// shards.md 5.9). It knows nothing of sessions but their ids and the
+// sequences they number their items with, per group.
+//
+// Each call stays pending until its answer comes. When a group's leader
+// changes (LeaderChanged), every pending call of the group goes again,
+// in the order it was made, to the new leader: a request whose answer
+// was lost with the old leader's connection is answered by the new one
+// (exactly once, by its request key, once groups keep the dedup table of
+// 5.6; until then a resent put may be put twice). A call for a group
+// whose leader is unknown waits for one. An answer for a call no longer
+// pending (its session ended, or it was answered already) is dropped,
+// and an offer in it declined, so no session holds a job it did not get.
+type Link struct {
+	cfg LinkConfig
+
+	mu      sync.Mutex
+	pending map[callKey]*call // guarded by mu
+	number  uint64            // guarded by mu: the last request number given
+	made    uint64            // guarded by mu: the calls made, for their order
+}
+
+// LinkConfig is what a Link needs of the member.
+type LinkConfig struct {
+	// Leader is the member leading group g, and whether one is known.
+	Leader func(g uint16) (member uint64, ok bool)
+	// Send queues a payload of items for member to, without blocking;
+	// false if it could not: the call stays pending and goes again when
+	// the group's leader changes, or when Resend is called.
+	Send func(to uint64, payload []byte) bool
+}
+
+// callKey names an answer: the session, the group and the sequence.
+type callKey struct {
+	session uint64
+	group   uint16
+	seq     uint32
+}
+
+// call is a request or a wait waiting for its answer.
+type call struct {
+	key  callKey
+	n    uint64 // when it was made: resends go in this order
+	item Item // its payload copied: it is sent again after a leader change
+	// to is the member it was last sent to (0: not sent, no leader known).
+	to uint64
+	// done takes the answer: a reply to a request, an event to a wait.
+	done func(*Item)
+}
+
+// NewLink returns a link of cfg.
+func NewLink(cfg LinkConfig) *Link {
+	return &Link{cfg: cfg, pending: make(map[callKey]*call)}
+}
+
+// Request sends req for session's group, as its item of sequence seq;
+// done is called once with the reply, on the goroutine Handle is called
+// on. The request's Number is the link's next.
+func (l *Link) Request(session uint64, group uint16, seq uint32, req Request, done func(*Item)) {
+	l.mu.Lock()
+	l.number++
+	req.Number = l.number
+	l.mu.Unlock()
+	l.start(Item{Kind: KindRequest, Group: group, Session: session, Seq: seq, Request: req}, done)
+}
+
+// Wait sends a wait across groups for session's group; done is called
+// with the event that ends it, unless Cancel ends it first.
+func (l *Link) Wait(session uint64, group uint16, seq uint32, w Wait, done func(*Item)) {
+	l.start(Item{Kind: KindWait, Group: group, Session: session, Seq: seq, Wait: w}, done)
+}
+
+// Cancel ends session's wait id in group (sequence seq): its done is not
+// called; an offer already on its way is declined when it comes.
+func (l *Link) Cancel(session uint64, group uint16, seq uint32, id uint64) {
+	l.mu.Lock()
+	c := l.pending[callKey{session, group, seq}]
+	l.dropLocked(c)
+	l.mu.Unlock()
+	l.post(group, Item{Kind: KindCancel, Group: group, Session: session, Wait: Wait{ID: id}})
+}
+
+// Close tells group that session ended: its owner client there closes and
+// its jobs go back. Its pending calls of the group are dropped.
+func (l *Link) Close(session uint64, group uint16) {
+	l.mu.Lock()
+	for _, c := range l.pending {
+		if c.key.session == session && c.key.group == group {
+			l.dropLocked(c)
+		}
+	}
+	l.mu.Unlock()
+	l.post(group, Item{Kind: KindClose, Group: group, Session: session})
+}
+
+// start makes it pending and sends it if the group's leader is known.
+func (l *Link) start(it Item, done func(*Item)) {
+	c := &call{key: callKey{it.Session, it.Group, it.Seq}, item: copyItem(&it), done: done}
+	l.mu.Lock()
+	l.made++
+	c.n = l.made
+	l.pending[c.key] = c
+	l.mu.Unlock()
+	l.sendCall(c)
+}
+
+// sendCall sends c to its group's leader, if one is known.
+func (l *Link) sendCall(c *call) {
+	to, ok := l.cfg.Leader(c.key.group)
+	if !ok {
+		return
+	}
+	payload, err := AppendItem(nil, &c.item)
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	c.to = to
+	l.mu.Unlock()
+	l.cfg.Send(to, payload)
+}
+
+// post sends an item that waits for no answer to its group's leader; it
+// is lost if none is known (the leader to come has no wait or client of
+// the session to end).
+func (l *Link) post(group uint16, it Item) {
+	to, ok := l.cfg.Leader(group)
+	if !ok {
+		return
+	}
+	if payload, err := AppendItem(nil, &it); err == nil {
+		l.cfg.Send(to, payload)
+	}
+}
+
+// LeaderChanged sends group's pending calls again, in order, to its
+// leader now (if one is known).
+func (l *Link) LeaderChanged(group uint16) {
+	l.mu.Lock()
+	var calls []*call
+	for _, c := range l.pending {
+		if c.key.group == group {
+			calls = append(calls, c)
+		}
+	}
+	l.mu.Unlock()
+	slices.SortFunc(calls, func(a, b *call) int { return cmp.Compare(a.n, b.n) })
+	for _, c := range calls {
+		l.sendCall(c)
+	}
+}
+
+// Pending counts the calls waiting for their answers.
+func (l *Link) Pending() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pending)
+}
+
+// Handle takes a payload of replies and events from member from, and
+// hands each to its call's done. An offer for no pending wait is
+// declined.
+func (l *Link) Handle(from uint64, payload []byte) error {
+	var d Decoder
+	if err := d.Reset(payload); err != nil {
+		return err
+	}
+	var it Item
+	for d.More() {
+		if err := d.Next(&it); err != nil {
+			return err
+		}
+		if it.Kind != KindReply && it.Kind != KindEvent {
+			continue
+		}
+		key := callKey{it.Session, it.Group, it.Seq}
+		l.mu.Lock()
+		c := l.pending[key]
+		if c != nil && c.item.Kind == KindWait && (it.Kind != KindEvent || it.Event.Wait != c.item.Wait.ID) {
+			c = nil // not this wait's end
+		}
+		l.dropLocked(c)
+		l.mu.Unlock()
+		switch {
+		case c != nil:
+			c.done(&it)
+		case it.Kind == KindEvent && it.Event.Type == EventOffer:
+			decline := Item{Kind: KindDecline, Group: it.Group, Session: it.Session,
+				Decline: Decline{Wait: it.Event.Wait, Job: it.Event.Job.ID}}
+			if p, err := AppendItem(nil, &decline); err == nil {
+				l.cfg.Send(from, p)
+			}
+		}
+	}
+	return nil
+}
+
+// dropLocked ends c (nil: nothing): no longer pending.
+func (l *Link) dropLocked(c *call) {
+	if c == nil {
+		return
+	}
+	delete(l.pending, c.key)
+}

@@ -1,0 +1,218 @@
+package router
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/store"
+)
+
+// linkNet joins a member's Link (member 1) to Servers on other members
+// in-process, as the transport does: what is sent is queued, and handled
+// in order on a goroutine per pair of members; kept while the test holds
+// that member's traffic to member 1, or dropped while either is cut.
+type linkNet struct {
+	t       *testing.T
+	link    *Link
+	servers map[uint64]*Server
+	stores  map[uint64]*store.Store
+
+	mu     sync.Mutex
+	leader uint64                    // guarded by mu: the group's leader
+	held   map[uint64][][]byte       // guarded by mu: payloads from a member held back
+	cut    map[uint64]bool           // guarded by mu: members whose traffic is dropped
+	pairs  map[[2]uint64]chan []byte // guarded by mu: each pair's queue
+}
+
+func newLinkNet(t *testing.T, members ...uint64) *linkNet {
+	n := &linkNet{t: t, servers: map[uint64]*Server{}, stores: map[uint64]*store.Store{},
+		held: map[uint64][][]byte{}, cut: map[uint64]bool{}, pairs: map[[2]uint64]chan []byte{}, leader: members[0]}
+	n.link = NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			return n.leader, n.leader != 0
+		},
+		Send: func(to uint64, payload []byte) bool { return n.queue(1, to, payload) },
+	})
+	for _, m := range members {
+		st := store.New(store.Options{})
+		n.stores[m] = st
+		n.servers[m] = NewServer(ServerConfig{
+			Group:      func(uint16) *store.Store { return st },
+			MaxJobSize: 1 << 16,
+			Send:       func(to uint64, payload []byte) bool { return n.queue(m, to, payload) },
+		})
+		t.Cleanup(n.servers[m].Close)
+	}
+	return n
+}
+
+// queue queues payload from member from to member to.
+func (n *linkNet) queue(from, to uint64, payload []byte) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cut[from] || n.cut[to] {
+		return false
+	}
+	q := n.pairs[[2]uint64{from, to}]
+	if q == nil {
+		q = make(chan []byte, 1024)
+		n.pairs[[2]uint64{from, to}] = q
+		go func() {
+			for p := range q {
+				n.deliver(from, to, p)
+			}
+		}()
+		n.t.Cleanup(func() { close(q) })
+	}
+	q <- bytes.Clone(payload)
+	return true
+}
+
+// deliver hands payload from member from to member to.
+func (n *linkNet) deliver(from, to uint64, payload []byte) bool {
+	n.mu.Lock()
+	switch {
+	case n.cut[from] || n.cut[to]:
+		n.mu.Unlock()
+		return false
+	case to == 1 && n.held[from] != nil:
+		n.held[from] = append(n.held[from], bytes.Clone(payload))
+		n.mu.Unlock()
+		return true
+	}
+	n.mu.Unlock()
+	var err error
+	if to == 1 {
+		err = n.link.Handle(from, payload)
+	} else {
+		err = n.servers[to].Handle(from, payload)
+	}
+	if err != nil {
+		n.t.Errorf("%d → %d: %v", from, to, err)
+	}
+	return true
+}
+
+// heldCount is how many payloads from m are held.
+func (n *linkNet) heldCount(m uint64) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.held[m])
+}
+
+// hold keeps what member m sends member 1; release delivers it.
+func (n *linkNet) hold(m uint64) {
+	n.mu.Lock()
+	n.held[m] = [][]byte{}
+	n.mu.Unlock()
+}
+
+func (n *linkNet) release(m uint64) {
+	n.mu.Lock()
+	held := n.held[m]
+	delete(n.held, m)
+	n.mu.Unlock()
+	for _, p := range held {
+		n.deliver(m, 1, p)
+	}
+}
+
+// answers collects done's items.
+type answers chan Item
+
+func (a answers) done(it *Item) { a <- copyReply(*it) }
+
+func (a answers) next(t *testing.T) Item {
+	t.Helper()
+	select {
+	case it := <-a:
+		return it
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer")
+	}
+	return Item{}
+}
+
+// TestLinkRequests: requests through the link are answered by the
+// group's leader, each to its own callback.
+func TestLinkRequests(t *testing.T) {
+	n := newLinkNet(t, 2)
+	a := make(answers, 16)
+	tube := []byte("t")
+	n.link.Request(10, 0, 1, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("one\r\n")}, a.done)
+	n.link.Request(11, 0, 1, Request{Op: OpReserve, Tubes: [][]byte{tube}, Timeout: 0}, a.done)
+	put, res := a.next(t), a.next(t)
+	if put.Session != 10 || put.Reply.ID == 0 || res.Session != 11 || res.Reply.Job.ID != put.Reply.ID || string(res.Reply.Job.Body) != "one\r\n" {
+		t.Fatalf("put %+v, reserve %+v", put.Reply, res.Reply)
+	}
+	if p := n.link.Pending(); p != 0 {
+		t.Errorf("%d calls pending after their answers", p)
+	}
+}
+
+// TestLinkResend: the calls a leader never answered go again, in order,
+// to the group's next leader, which answers them.
+func TestLinkResend(t *testing.T) {
+	n := newLinkNet(t, 2, 3)
+	a := make(answers, 16)
+	tube := []byte("t")
+	n.mu.Lock()
+	n.cut[2] = true
+	n.mu.Unlock()
+	n.link.Request(10, 0, 1, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("first\r\n")}, a.done)
+	n.link.Request(10, 0, 2, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("second\r\n")}, a.done)
+	n.link.Request(10, 0, 3, Request{Op: OpPeekReady, Tube: tube}, a.done)
+	if p := n.link.Pending(); p != 3 {
+		t.Fatalf("%d calls pending, want 3 unanswered", p)
+	}
+	n.mu.Lock()
+	n.leader = 3
+	n.mu.Unlock()
+	n.link.LeaderChanged(0)
+	var ids []uint64
+	for seq := uint32(1); seq <= 3; seq++ {
+		it := a.next(t)
+		if it.Seq != seq || it.Reply.Status != StatusOK {
+			t.Fatalf("answer %d: %+v", seq, it)
+		}
+		ids = append(ids, it.Reply.ID)
+		if seq == 3 && (it.Reply.Job.ID != ids[0] || string(it.Reply.Job.Body) != "first\r\n") {
+			t.Errorf("peek-ready after the two puts: %+v, want the first", it.Reply.Job)
+		}
+	}
+	if st := n.stores[3].Stats(); st.TotalJobs != 2 {
+		t.Errorf("the new leader put %d jobs", st.TotalJobs)
+	}
+}
+
+// TestLinkLateOffer: an offer that reaches the link after its wait was
+// cancelled is declined: its job is ready again at the group.
+func TestLinkLateOffer(t *testing.T) {
+	n := newLinkNet(t, 2)
+	a := make(answers, 16)
+	tube := []byte("w")
+	n.link.Wait(10, 0, 1, Wait{ID: 7, Tubes: [][]byte{tube}}, a.done)
+	n.hold(2) // the offer will wait on its way
+	n.link.Request(11, 0, 1, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("j\r\n")}, a.done)
+	testproc.WaitFor(t, 5*time.Second, "the put's reply and the offer held", func() bool { return n.heldCount(2) == 2 })
+	n.link.Cancel(10, 0, 1, 7) // too late: the group reserved the job for the wait
+	n.release(2)
+	put := a.next(t)
+	if put.Session != 11 || put.Reply.ID == 0 {
+		t.Fatalf("the put: %+v", put)
+	}
+	select {
+	case it := <-a:
+		t.Fatalf("a cancelled wait got %+v", it)
+	case <-time.After(50 * time.Millisecond):
+	}
+	testproc.WaitFor(t, 5*time.Second, "the late offer declined: its job ready, none reserved", func() bool {
+		ts, _ := n.stores[2].TubeStats(tube)
+		return ts.Ready == 1 && ts.Reserved == 0
+	})
+}
