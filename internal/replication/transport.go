@@ -1028,9 +1028,6 @@ func (t *transport) check(in *hello, state *tls.ConnectionState) (p *peer, refus
 	if negotiate(t.maxProtocol(), in.Max) == 0 {
 		return nil, fmt.Sprintf("protocols up to %d; this member speaks %d to %d", in.Max, minProtocol, t.maxProtocol()), false
 	}
-	if why := t.below(negotiate(t.maxProtocol(), in.Max)); why != "" {
-		return nil, why, false
-	}
 	if in.Cluster != t.cfg.cluster {
 		return nil, fmt.Sprintf("cluster %x; this member is in cluster %x", in.Cluster, t.cfg.cluster), false
 	}
@@ -1060,6 +1057,11 @@ func (t *transport) check(in *hello, state *tls.ConnectionState) (p *peer, refus
 		if err := t.cfg.tls.verifyMember(state, p.Addr); err != nil {
 			return nil, err.Error(), true
 		}
+	}
+	// Last: who the peer is comes first (a finalized member still tells a
+	// stranger, or a peer without its certificate, why it is refused).
+	if why := t.below(negotiate(t.maxProtocol(), in.Max)); why != "" {
+		return nil, why, false
 	}
 	return p, "", false
 }
