@@ -58,6 +58,24 @@ func (d *Decoder) Reset(payload []byte) error {
 	return nil
 }
 
+// Each decodes payload item by item into one Item it reuses and calls fn
+// with each, stopping at the first error; maxJobSize bounds a put's body
+// (Decoder.MaxJobSize). What fn keeps of an item it must copy.
+func Each(payload []byte, maxJobSize int, fn func(*Item)) error {
+	d := Decoder{MaxJobSize: maxJobSize}
+	if err := d.Reset(payload); err != nil {
+		return err
+	}
+	var it Item
+	for d.More() {
+		if err := d.Next(&it); err != nil {
+			return err
+		}
+		fn(&it)
+	}
+	return nil
+}
+
 // More reports whether an item is left to read.
 func (d *Decoder) More() bool { return d.left > 0 }
 

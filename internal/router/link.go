@@ -51,7 +51,7 @@ type callKey struct {
 type call struct {
 	key  callKey
 	n    uint64 // when it was made: resends go in this order
-	item Item // its payload copied: it is sent again after a leader change
+	item Item   // its payload copied: it is sent again after a leader change
 	// to is the member it was last sent to (0: not sent, no leader known).
 	to uint64
 	// done takes the answer: a reply to a request, an event to a wait.
@@ -171,17 +171,9 @@ func (l *Link) Pending() int {
 // hands each to its call's done. An offer for no pending wait is
 // declined.
 func (l *Link) Handle(from uint64, payload []byte) error {
-	var d Decoder
-	if err := d.Reset(payload); err != nil {
-		return err
-	}
-	var it Item
-	for d.More() {
-		if err := d.Next(&it); err != nil {
-			return err
-		}
+	return Each(payload, 0, func(it *Item) {
 		if it.Kind != KindReply && it.Kind != KindEvent {
-			continue
+			return
 		}
 		key := callKey{it.Session, it.Group, it.Seq}
 		l.mu.Lock()
@@ -193,7 +185,7 @@ func (l *Link) Handle(from uint64, payload []byte) error {
 		l.mu.Unlock()
 		switch {
 		case c != nil:
-			c.done(&it)
+			c.done(it)
 		case it.Kind == KindEvent && it.Event.Type == EventOffer:
 			decline := Item{Kind: KindDecline, Group: it.Group, Session: it.Session,
 				Decline: Decline{Wait: it.Event.Wait, Job: it.Event.Job.ID}}
@@ -201,8 +193,7 @@ func (l *Link) Handle(from uint64, payload []byte) error {
 				l.cfg.Send(from, p)
 			}
 		}
-	}
-	return nil
+	})
 }
 
 // dropLocked ends c (nil: nothing): no longer pending.

@@ -92,20 +92,11 @@ type heldReply struct {
 // Handle executes a payload of items from member from, in order. The
 // payload is the caller's again once it returns.
 func (s *Server) Handle(from uint64, payload []byte) error {
-	var d Decoder
-	d.MaxJobSize = s.cfg.MaxJobSize
-	if err := d.Reset(payload); err != nil {
-		return err
-	}
-	var it Item
-	for d.More() {
-		if err := d.Next(&it); err != nil {
-			return err
-		}
+	return Each(payload, s.cfg.MaxJobSize, func(it *Item) {
 		key := ownerKey{member: from, session: it.Session, group: it.Group}
 		switch it.Kind {
 		case KindRequest, KindWait:
-			s.request(key, &it)
+			s.request(key, it)
 		case KindCancel:
 			s.cancel(key, it.Wait.ID)
 		case KindDecline:
@@ -117,10 +108,9 @@ func (s *Server) Handle(from uint64, payload []byte) error {
 		case KindClose:
 			s.closeOwner(key)
 		case KindRefs:
-			s.refs(from, &it)
+			s.refs(from, it)
 		}
-	}
-	return nil
+	})
 }
 
 // Close closes every owner client: their reservations go back.

@@ -25,18 +25,9 @@ func newServerRig(t *testing.T, groups map[uint16]*store.Store) *serverRig {
 		Group:      func(g uint16) *store.Store { return groups[g] },
 		MaxJobSize: 1 << 16,
 		Send: func(to uint64, payload []byte) bool {
-			var d Decoder
-			if err := d.Reset(payload); err != nil {
+			if err := Each(payload, 0, func(it *Item) { r.out <- copyReply(*it) }); err != nil {
 				t.Errorf("a payload sent to %d: %v", to, err)
 				return false
-			}
-			for d.More() {
-				var it Item
-				if err := d.Next(&it); err != nil {
-					t.Errorf("a payload sent to %d: %v", to, err)
-					return false
-				}
-				r.out <- copyReply(it)
 			}
 			return true
 		},
