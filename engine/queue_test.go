@@ -305,7 +305,6 @@ func TestCloseWhileAwaiting(t *testing.T) {
 	c.send("put 0 0 60 5\r\nhello\r\ndelete 1\r\n")
 	c.expect("INSERTED 1\r\n")
 	deliver := fs.next(t)
-	before := srv.Limits().BytesOut
 	// A reset, which the server sees as a close; an orderly close would
 	// read as a half-close, which awaits the answer.
 	_ = c.c.(*net.TCPConn).SetLinger(0)
@@ -315,6 +314,9 @@ func TestCloseWhileAwaiting(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the queue of a session closed while awaiting was not closed")
 	}
+	// Read once the loop has closed the session: INSERTED's count is
+	// added after the client may have read it.
+	before := srv.Limits().BytesOut
 	deliver()
 	// Ping runs a task on every loop after the answer's: it has been
 	// dropped by then, or sent.
@@ -449,15 +451,7 @@ func (a *testAcks) ackTo(pos uint64) {
 	a.mu.Lock()
 	a.acked = pos
 	var due []gatedWaiter
-	keep := a.waiting[:0]
-	for _, w := range a.waiting {
-		if w.pos <= pos {
-			due = append(due, w)
-		} else {
-			keep = append(keep, w)
-		}
-	}
-	a.waiting = keep
+	due, a.waiting = dueAt(a.waiting, pos)
 	a.mu.Unlock()
 	for _, w := range due {
 		w.fn()
