@@ -40,8 +40,8 @@ func (s *Server) CloseClients(ctx context.Context) error {
 			for ss := range ls.sessions {
 				_ = ss.conn.Close() // OnClose runs later, on this loop
 			}
-			if ls.flusher != nil {
-				ls.flusher.forget()
+			for _, f := range ls.flushers {
+				f.forget()
 			}
 			return nil
 		}))

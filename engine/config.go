@@ -78,6 +78,11 @@ type Config struct {
 	// Raft goroutine noticing that another leads: input queued meanwhile
 	// must not get jobs the new leader may have handed out since.
 	Leased func() bool
+	// Queues, if set, makes each connection's Queue when it opens (a
+	// cluster member's router), handing it the session's Answers for its
+	// pending answers; otherwise every connection's queue is its own
+	// client of the store.
+	Queues func(Answers) Queue
 	// TLS, if set, also serves clients over TLS on a listener of its own
 	// (tls.go). Route sees a TLS connection once its handshake is done,
 	// as the *tls.Conn, and Serve takes one back.

@@ -9,8 +9,10 @@ import (
 )
 
 // dispatch executes one parsed command and appends its reply to out. quit
-// reports that the connection must close. A reserve that blocks sets
-// ss.blocked and appends nothing: its reply comes through the Notifier.
+// reports that the connection must close. A command whose answer is
+// pending (a reserve that waits, or a Queue's later answer) sets
+// ss.awaiting and appends nothing: its reply comes through the Notifier
+// or Answers.
 func (ss *session) dispatch(cmd *codec.Command, out *replies) (quit bool) {
 	switch cmd.Status {
 	case codec.BadFormat:
@@ -41,96 +43,170 @@ func (ss *session) dispatch(cmd *codec.Command, out *replies) (quit bool) {
 	return false
 }
 
-// execute runs every command but quit.
+// execute runs every command but quit: the queue's method for it, whose
+// answer is encoded now (answer), or, when the queue says it is pending,
+// once it comes (awaitAnswer); meanwhile the session awaits it.
 func (ss *session) execute(cmd *codec.Command, out *replies) {
-	st := ss.loop.srv.store
-	cl := &ss.client
+	q := ss.queue()
+	a := &ss.loop.answer
+	now := true
 	switch cmd.Op {
 	case codec.OpPut:
-		ss.putHeader(cmd)
+		ss.putHeader(cmd, q)
+		return
 	case codec.OpPutBody:
-		out.buf = ss.putBody(cmd, out.buf)
+		if !ss.putAccepted(cmd, out) {
+			return
+		}
+		body := cmd.Body
+		if cmd.BodyAliased && len(body) > store.MaxCopiedBody {
+			body = bytes.Clone(body) // the queue keeps it; it aliases the input
+		}
+		now = q.Put(cmd.ID, cmd.Pri, cmd.Delay, cmd.TTR, body, a)
 	case codec.OpPutTooBig:
 		out.add(codec.ReplyJobTooBig)
+		return
 
 	case codec.OpUse:
-		cl.Use(cmd.Tube)
-		out.buf = codec.AppendUsing(out.buf, cl.UsedTube())
+		now = q.Use(cmd.Tube, a)
 	case codec.OpWatch:
-		out.buf = codec.AppendWatching(out.buf, cl.Watch(cmd.Tube))
+		now = q.Watch(cmd.Tube, a)
 	case codec.OpIgnore:
-		if n, ok := cl.Ignore(cmd.Tube); ok {
-			out.buf = codec.AppendWatching(out.buf, n)
+		now = q.Ignore(cmd.Tube, a)
+	case codec.OpListTubes:
+		now = q.ListTubes(a)
+
+	case codec.OpReserve:
+		now = ss.reserve(q, a, -1)
+	case codec.OpReserveWithTimeout:
+		now = ss.reserve(q, a, time.Duration(cmd.Timeout)*time.Second)
+	case codec.OpReserveJob:
+		now = q.ReserveJob(cmd.ID, a)
+
+	case codec.OpDelete:
+		now = q.Delete(cmd.ID, a)
+	case codec.OpRelease:
+		now = q.Release(cmd.ID, cmd.Pri, cmd.Delay, a)
+	case codec.OpBury:
+		now = q.Bury(cmd.ID, cmd.Pri, a)
+	case codec.OpTouch:
+		now = q.Touch(cmd.ID, a)
+	case codec.OpKick:
+		now = q.Kick(cmd.Count, a)
+	case codec.OpKickJob:
+		now = q.KickJob(cmd.ID, a)
+
+	case codec.OpPeek:
+		now = q.Peek(cmd.ID, a)
+	case codec.OpPeekReady:
+		now = q.PeekReady(a)
+	case codec.OpPeekDelayed:
+		now = q.PeekDelayed(a)
+	case codec.OpPeekBuried:
+		now = q.PeekBuried(a)
+
+	case codec.OpStats:
+		now = q.Stats(a)
+	case codec.OpStatsJob:
+		now = q.JobStats(cmd.ID, a)
+	case codec.OpStatsTube:
+		now = q.TubeStats(cmd.Tube, a)
+	case codec.OpPauseTube:
+		now = q.PauseTube(cmd.Tube, time.Duration(cmd.Delay)*time.Second, a)
+	}
+	if now {
+		ss.answer(cmd.Op, a, out)
+	} else {
+		ss.awaiting = cmd.Op
+	}
+}
+
+// answer appends the reply to command op, whose queue answered a: now,
+// or later for a command that was pending. The commands the session
+// answers itself (list-tube-used, list-tubes-watched) come here too.
+func (ss *session) answer(op codec.Op, a *Answer, out *replies) {
+	switch op {
+	case codec.OpPutBody:
+		if a.Err != nil {
+			out.add(codec.ReplyOutOfMemory) // the log's disk is full
+			return
+		}
+		out.buf = codec.AppendInserted(out.buf, a.N)
+
+	case codec.OpUse, codec.OpListTubeUsed:
+		out.buf = codec.AppendUsing(out.buf, ss.queue().UsedTube())
+	case codec.OpWatch:
+		out.buf = codec.AppendWatching(out.buf, int(a.N))
+	case codec.OpIgnore:
+		if a.OK {
+			out.buf = codec.AppendWatching(out.buf, int(a.N))
 		} else {
 			out.add(codec.ReplyNotIgnored)
 		}
-	case codec.OpListTubeUsed:
-		out.buf = codec.AppendUsing(out.buf, cl.UsedTube())
 	case codec.OpListTubesWatched:
-		out.appendYAML(func(b []byte) []byte { return codec.AppendTubeList(b, cl.Watched()) })
+		out.appendYAML(func(b []byte) []byte { return codec.AppendTubeList(b, ss.queue().Watched()) })
 	case codec.OpListTubes:
-		out.appendYAML(func(b []byte) []byte { return codec.AppendTubeList(b, st.TubeNames()) })
+		out.appendYAML(func(b []byte) []byte { return codec.AppendTubeList(b, a.Tubes) })
 
-	case codec.OpReserve:
-		ss.reserve(out, -1)
-	case codec.OpReserveWithTimeout:
-		ss.reserve(out, time.Duration(cmd.Timeout)*time.Second)
+	case codec.OpReserve, codec.OpReserveWithTimeout:
+		switch a.Reserve {
+		case store.Reserved:
+			ss.appendJob(out, codec.WordReserved, a.Job)
+		case store.DeadlineSoon:
+			out.add(codec.ReplyDeadlineSoon)
+		default:
+			out.add(codec.ReplyTimedOut)
+		}
 	case codec.OpReserveJob:
-		j, ok := cl.ReserveJob(cmd.ID)
-		if !ok {
+		if a.Job == nil {
 			out.add(codec.ReplyNotFound)
 			return
 		}
 		ss.markWorker() // only a reserve-job that succeeds makes a worker
-		ss.appendJob(out, codec.WordReserved, j)
+		ss.appendJob(out, codec.WordReserved, a.Job)
 
 	case codec.OpDelete:
-		out.okOrNotFound(cl.Delete(cmd.ID), codec.ReplyDeleted)
+		out.okOrNotFound(a.OK, codec.ReplyDeleted)
 	case codec.OpRelease:
 		// beanstalkd answers OUT_OF_MEMORY when the binlog refuses a release.
-		out.replyFor(cl.Release(cmd.ID, cmd.Pri, cmd.Delay), codec.ReplyReleased, codec.ReplyOutOfMemory)
+		out.replyFor(a.Err, codec.ReplyReleased, codec.ReplyOutOfMemory)
 	case codec.OpBury:
 		// ... and INTERNAL_ERROR when it refuses a bury.
-		out.replyFor(cl.Bury(cmd.ID, cmd.Pri), codec.ReplyBuried, codec.ReplyInternalError)
+		out.replyFor(a.Err, codec.ReplyBuried, codec.ReplyInternalError)
 	case codec.OpTouch:
-		out.okOrNotFound(cl.Touch(cmd.ID), codec.ReplyTouched)
+		out.okOrNotFound(a.OK, codec.ReplyTouched)
 	case codec.OpKick:
-		out.buf = codec.AppendKicked(out.buf, uint64(cl.Kick(cmd.Count)))
+		out.buf = codec.AppendKicked(out.buf, a.N)
 	case codec.OpKickJob:
 		// ... and NOT_FOUND when it refuses a kick-job.
-		out.replyFor(cl.KickJob(cmd.ID), codec.ReplyKicked, codec.ReplyNotFound)
+		out.replyFor(a.Err, codec.ReplyKicked, codec.ReplyNotFound)
 
-	case codec.OpPeek:
-		if j, ok := cl.Peek(cmd.ID); ok {
-			ss.appendJob(out, codec.WordFound, j)
-		} else {
+	case codec.OpPeek, codec.OpPeekReady, codec.OpPeekDelayed, codec.OpPeekBuried:
+		if a.Job == nil {
 			out.add(codec.ReplyNotFound)
+			return
 		}
-	case codec.OpPeekReady:
-		ss.appendFound(out, cl.PeekReady())
-	case codec.OpPeekDelayed:
-		ss.appendFound(out, cl.PeekDelayed())
-	case codec.OpPeekBuried:
-		ss.appendFound(out, cl.PeekBuried())
+		ss.appendJob(out, codec.WordFound, a.Job)
 
 	case codec.OpStats:
-		out.appendYAML(ss.loop.srv.appendStats)
+		out.appendYAML(func(b []byte) []byte {
+			st := ss.loop.srv.serverStats(&a.Stats)
+			return codec.AppendServerStats(b, &st)
+		})
 	case codec.OpStatsJob:
-		js, ok := cl.JobStats(cmd.ID)
-		if !ok {
+		if !a.OK {
 			out.add(codec.ReplyNotFound)
 			return
 		}
-		out.appendYAML(func(b []byte) []byte { return appendJobStats(b, &js) })
+		out.appendYAML(func(b []byte) []byte { return appendJobStats(b, &a.JobStats) })
 	case codec.OpStatsTube:
-		ts, ok := st.TubeStats(cmd.Tube)
-		if !ok {
+		if !a.OK {
 			out.add(codec.ReplyNotFound)
 			return
 		}
-		out.appendYAML(func(b []byte) []byte { return appendTubeStats(b, &ts) })
+		out.appendYAML(func(b []byte) []byte { return appendTubeStats(b, &a.TubeStats) })
 	case codec.OpPauseTube:
-		out.okOrNotFound(st.PauseTube(cmd.Tube, time.Duration(cmd.Delay)*time.Second), codec.ReplyPaused)
+		out.okOrNotFound(a.OK, codec.ReplyPaused)
 	default:
 		out.add(codec.ReplyInternalError)
 	}
@@ -139,36 +215,31 @@ func (ss *session) execute(cmd *codec.Command, out *replies) {
 // putHeader handles put's command line. beanstalkd counts cmd-put for any
 // header whose four integers parse, and takes the job id before the body
 // arrives, so an EXPECTED_CRLF or DRAINING put still uses one.
-func (ss *session) putHeader(cmd *codec.Command) {
+func (ss *session) putHeader(cmd *codec.Command, q Queue) {
 	ss.loop.srv.count(codec.CmdPut)
 	if cmd.Status == codec.PutTooBig {
 		return // JOB_TOO_BIG once the body has been discarded
 	}
 	ss.markProducer()
-	ss.parser.SetPutID(ss.loop.srv.store.NextID())
+	ss.parser.SetPutID(q.NextID())
 	if alloc := ss.loop.srv.bodyAlloc; alloc != nil {
 		ss.parser.SetBodyAlloc(alloc)
 	}
 }
 
-func (ss *session) putBody(cmd *codec.Command, out []byte) []byte {
-	if cmd.Status == codec.ExpectedCRLF {
-		ss.dropBody(cmd)
-		return append(out, codec.ReplyExpectedCRLF...)
+// putAccepted reports whether a put's body goes to the queue; if not, it
+// appends the refusal and gives the body back.
+func (ss *session) putAccepted(cmd *codec.Command, out *replies) bool {
+	switch {
+	case cmd.Status == codec.ExpectedCRLF:
+		out.add(codec.ReplyExpectedCRLF)
+	case ss.loop.srv.draining.Load():
+		out.add(codec.ReplyDraining)
+	default:
+		return true
 	}
-	if ss.loop.srv.draining.Load() {
-		ss.dropBody(cmd)
-		return append(out, codec.ReplyDraining...)
-	}
-	body := cmd.Body
-	if cmd.BodyAliased && len(body) > store.MaxCopiedBody {
-		body = bytes.Clone(body) // the store keeps it; it aliases the input
-	}
-	j, err := ss.client.Put(cmd.ID, cmd.Pri, cmd.Delay, cmd.TTR, body)
-	if err != nil {
-		return append(out, codec.ReplyOutOfMemory...) // the log's disk is full
-	}
-	return codec.AppendInserted(out, j.ID())
+	ss.dropBody(cmd)
+	return false
 }
 
 // dropBody gives the body of a put that is not stored back to the pool
@@ -179,7 +250,7 @@ func (ss *session) dropBody(cmd *codec.Command) {
 	}
 }
 
-func (ss *session) reserve(out *replies, timeout time.Duration) {
+func (ss *session) reserve(q Queue, a *Answer, timeout time.Duration) bool {
 	ss.markWorker()
 	if ss.end == endHalfClosed {
 		// beanstalkd ends a reserve that waits on a half-closed
@@ -187,17 +258,7 @@ func (ss *session) reserve(out *replies, timeout time.Duration) {
 		// that a wait would let through.
 		timeout = 0
 	}
-	j, r := ss.client.Reserve(timeout)
-	switch r {
-	case store.Reserved:
-		ss.appendJob(out, codec.WordReserved, j)
-	case store.TimedOut:
-		out.add(codec.ReplyTimedOut)
-	case store.DeadlineSoon:
-		out.add(codec.ReplyDeadlineSoon)
-	default:
-		ss.blocked = true
-	}
+	return q.Reserve(timeout, a)
 }
 
 func (ss *session) markProducer() {
@@ -212,14 +273,6 @@ func (ss *session) markWorker() {
 		ss.worker = true
 		ss.loop.srv.conns.workers.Add(1)
 	}
-}
-
-func (ss *session) appendFound(out *replies, j *store.Job) {
-	if j == nil {
-		out.add(codec.ReplyNotFound)
-		return
-	}
-	ss.appendJob(out, codec.WordFound, j)
 }
 
 // appendJob appends a RESERVED or FOUND reply. The store has already made

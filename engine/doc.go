@@ -136,15 +136,29 @@
 // that of beanstalkd and stunnel together, 1.3× Sprout's plaintext for
 // producer/consumer. Details in benchmarks/README.md, "TLS".
 //
-// # Blocking reserves and other loops
+// # The queue, and answers that come later
 //
-// A reserve with nothing to take marks the session blocked and stops
-// parsing, so pipelined commands wait, in order, as in beanstalkd. The store
-// later calls the session's Notifier from whichever goroutine freed a job
-// (another loop's put, the timer goroutine's delay expiry, TTR or timeout).
-// The Notifier never touches the connection directly: it hands the reply
-// to the owning loop with EventLoop().Execute, which writes it, clears
-// blocked and serves the input that queued up meanwhile.
+// Every command that touches the queue runs on the session's Queue
+// (queue.go): on a single node the connection's own store.Client
+// (localQueue, the same calls as before at the same cost), on a cluster
+// member whatever Config.Queues makes (its router). A Queue method either
+// answers now, filling in the loop's scratch Answer, or says the answer is
+// pending. Either way the reply is encoded from the Answer by one function
+// (session.answer), so a reply is the same bytes whenever it comes.
+//
+// A pending answer marks the session awaiting (the command in flight) and
+// stops parsing, so pipelined commands wait, in order, as behind a
+// blocking reserve in beanstalkd: one command is in flight per session.
+// A reserve with nothing to take is the single node's pending answer: the
+// store later calls the session's Notifier from whichever goroutine freed
+// a job (another loop's put, the timer goroutine's delay expiry, TTR or
+// timeout); another Queue calls the session's Answers. Neither touches the
+// connection directly: the reply goes to the owning loop with
+// EventLoop().Execute, which writes it, ends the wait and serves the input
+// that queued up meanwhile. A session closed while awaiting is never
+// answered: its Queue is closed (a reserved job goes back), and an answer
+// that comes after is dropped on the loop. Draining and stopping do not
+// wait for pending answers, only for reserved jobs and held replies.
 //
 // # A client's half-close
 //
@@ -169,13 +183,18 @@
 // With a write-ahead log, the store leaves the client's PendingAck ahead of
 // its AckSource's Acked position after a command that changed durable
 // state or showed a job whose put may not be acknowledged yet (the store
-// decides which; see its doc). The engine only compares the two: the reply,
-// and every later reply on that connection, is held in order until the
-// AckSource catches up and calls the loop's flusher, which sends the held
-// replies of every waiting connection on that loop in one task, so a client
-// never hears INSERTED or DELETED for a change a crash could undo, and the
-// event loop never waits for the disk. Commands keep being parsed
-// meanwhile, so many pipelined commits share one fsync.
+// decides which; see its doc). The engine only compares the two, as the
+// session's Queue reports them (Queue.AckNeeded): the reply, and every
+// later reply on that connection, is held in order until the AckSource
+// catches up and calls the loop's flusher for that source, which sends the
+// held replies of every connection on that loop waiting for it in one
+// task, so a client never hears INSERTED or DELETED for a change a crash
+// could undo, and the event loop never waits for the disk. Commands keep
+// being parsed meanwhile, so many pipelined commits share one fsync. Each
+// held reply names its source, so that a member's local groups, each with
+// its own journal, can be several; a loop has one flusher per source its
+// sessions waited for, and a session waits in the one of its oldest held
+// reply.
 //
 // # Limits
 //
@@ -229,10 +248,13 @@
 //     period.
 //   - tls.go: the TLS listener's handshakes, and the tls.Conn a TLS
 //     session reads and writes through on its event loop.
-//   - dispatch.go: each command, executed on the store.
+//   - queue.go: the Queue interface, its Answer, and the single node's
+//     Queue on the session's store client.
+//   - dispatch.go: each command, executed on the session's Queue, and its
+//     reply encoded from the Answer.
 //   - replies.go: replies batched per loop and written in one writev.
-//   - held.go: replies held until the store's AckSource acknowledges
-//     them, and the per-loop flusher that sends them.
+//   - held.go: replies held until their AckSource acknowledges them, and
+//     the per-loop, per-source flusher that sends them.
 //   - budget.go: the buffer budget over all connections and its enforcer.
 //   - stats.go: stats, stats-tube, stats-job and Limits.
 //   - shutdown.go: draining, graceful shutdown and Stop.

@@ -59,19 +59,25 @@ func (g *gatedLog) openTo(limit uint64) {
 	g.mu.Lock()
 	g.limit = limit
 	var due []gatedWaiter
-	keep := g.waiting[:0]
-	for _, w := range g.waiting {
+	due, g.waiting = dueAt(g.waiting, limit)
+	g.mu.Unlock()
+	for _, w := range due {
+		g.log.OnDurable(w.pos, w.fn)
+	}
+}
+
+// dueAt splits ws into the waiters due once limit is acknowledged and
+// the others, which keep ws's memory.
+func dueAt(ws []gatedWaiter, limit uint64) (due, keep []gatedWaiter) {
+	keep = ws[:0]
+	for _, w := range ws {
 		if w.pos <= limit {
 			due = append(due, w)
 		} else {
 			keep = append(keep, w)
 		}
 	}
-	g.waiting = keep
-	g.mu.Unlock()
-	for _, w := range due {
-		g.log.OnDurable(w.pos, w.fn)
-	}
+	return due, keep
 }
 
 func (g *gatedLog) open() { g.openTo(math.MaxUint64) }

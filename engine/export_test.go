@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/panjf2000/gnet/v2"
+
+	"github.com/sproutmq/sprout/store"
 )
 
 // ThrottledCount is how many sessions are throttled: not served because
@@ -68,3 +70,7 @@ func (s *Server) BodiesReused() uint64 { return s.bodies.reused.Load() }
 
 // HandshakeReserve is what a TLS handshake in flight is taken to hold.
 const HandshakeReserve = handshakeReserve
+
+// LocalQueue is the single node's Queue on c, for fakes that answer as it
+// does.
+func LocalQueue(c *store.Client) Queue { return (*localQueue)(c) }

@@ -35,7 +35,11 @@ func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		s.tls.current.Add(1)
 		s.tls.total.Add(1)
 	}
-	s.store.InitClient(&ss.client, ss)
+	if ss.loop.queues != nil {
+		ss.loop.queues[ss] = s.cfg.Queues(ss)
+	} else {
+		s.store.InitClient(&ss.client, ss)
+	}
 	c.SetContext(ss)
 	if ss.loop.sessions != nil {
 		ss.loop.sessions[ss] = struct{}{}

@@ -17,10 +17,12 @@ type heldReplies struct {
 }
 
 // heldMark: buf[:end] (and the bodies referenced up to it) may be sent once
-// the store's AckSource has acknowledged position pos.
+// src has acknowledged position pos; a nil src waits for nothing of its
+// own (a reply held only behind earlier ones).
 type heldMark struct {
 	end int
 	pos uint64
+	src store.AckSource
 }
 
 // waiting reports whether any reply is held; h may be nil.
@@ -38,11 +40,14 @@ func (h *heldReplies) copied() int {
 // command changed durable state that is not durable yet, or earlier replies
 // are already waiting.
 func (ss *session) mustHold() bool {
-	acks := ss.loop.srv.acks
-	if acks == nil {
+	if !ss.loop.srv.holds {
 		return false
 	}
-	return ss.held.waiting() || ss.client.PendingAck() > acks.Acked()
+	if ss.held.waiting() {
+		return true
+	}
+	src, pos := ss.queue().AckNeeded()
+	return src != nil && pos > src.Acked()
 }
 
 // hold moves the replies in out from byte from on to the held queue.
@@ -52,7 +57,8 @@ func (ss *session) hold(out *replies, from int) {
 	}
 	h := ss.held
 	h.moveTail(out, from)
-	h.marks = append(h.marks, heldMark{end: len(h.buf), pos: ss.client.PendingAck()})
+	src, pos := ss.queue().AckNeeded()
+	h.marks = append(h.marks, heldMark{end: len(h.buf), pos: pos, src: src})
 }
 
 // flushDurable sends the held replies whose changes are now durable.
@@ -61,11 +67,19 @@ func (ss *session) flushDurable() {
 	if !h.waiting() {
 		return
 	}
-	acked := ss.loop.srv.acks.Acked()
+	// Each source is asked once: a session's marks mostly name one.
+	var src store.AckSource
+	var acked uint64
 	n, end := 0, 0
-	for n < len(h.marks) && h.marks[n].pos <= acked {
-		end = h.marks[n].end
-		n++
+	for ; n < len(h.marks); n++ {
+		m := &h.marks[n]
+		if m.src != nil && m.src != src {
+			src, acked = m.src, m.src.Acked()
+		}
+		if m.src != nil && m.pos > acked {
+			break
+		}
+		end = m.end
 	}
 	if n == 0 {
 		return
@@ -77,17 +91,21 @@ func (ss *session) flushDurable() {
 	h.marks = append(h.marks[:0], h.marks[n:]...)
 }
 
-// awaitDurable has the loop's flusher send the held replies when they may go.
+// awaitDurable has the loop's flusher for the oldest held reply's source
+// send the held replies when they may go.
 func (ss *session) awaitDurable() {
 	if ss.held.waiting() {
-		ss.loop.flusher.add(ss, ss.held.marks[0].pos)
+		m := &ss.held.marks[0]
+		ss.loop.flusherFor(m.src).add(ss, m.pos)
 	}
 }
 
 // loopFlusher sends one event loop's held replies once their changes may be
-// acknowledged. The store's AckSource calls back at most once per loop and batch,
-// and one loop task flushes every waiting session, instead of a callback,
-// a task and an OnTraffic per connection.
+// acknowledged by one AckSource. The source calls back at most once per
+// loop and batch, and one loop task flushes every session waiting for it,
+// instead of a callback, a task and an OnTraffic per connection. A session
+// waits in the flusher of its oldest held reply's source (session.queued),
+// and moves to another's when that reply is sent.
 type loopFlusher struct {
 	loop    gnet.EventLoop  // immutable
 	acks    store.AckSource // immutable
@@ -154,9 +172,10 @@ func (f *loopFlusher) flush(context.Context) error {
 				_ = ss.conn.Close()
 			}
 		}
-		if ss.closed || !ss.held.waiting() {
+		if ss.closed || !ss.held.waiting() || ss.held.marks[0].src != f.acks {
 			ss.queued = false
 			f.waiters.Add(-1)
+			ss.awaitDurable() // its oldest reply waits for another source
 			continue
 		}
 		keep = append(keep, ss)

@@ -5,16 +5,31 @@ import (
 	"sync/atomic"
 
 	"github.com/panjf2000/gnet/v2"
+
+	"github.com/sproutmq/sprout/store"
 )
 
 // loopState is what one event loop's sessions share.
 type loopState struct {
-	srv     *Server      // immutable
-	flusher *loopFlusher // immutable; nil without a log
+	srv *Server        // immutable
+	el  gnet.EventLoop // immutable
+
+	// flushers send held replies, one per AckSource the loop's sessions
+	// have waited for (the store's log; later, each local group's
+	// journal), made when first needed; loop goroutine only.
+	flushers []*loopFlusher
 
 	// batch collects the replies of one serve call; only the loop's
 	// goroutine touches it, and serve is never re-entered on a loop.
 	batch replies
+	// answer is where a Queue answers the command being executed; loop
+	// goroutine only, read before the next command.
+	answer Answer
+
+	// queues are the sessions' Queues when the server makes them
+	// (Config.Queues); nil, and each session's store client its queue,
+	// otherwise. Loop goroutine only.
+	queues map[*session]Queue
 
 	// tlsOut collects the records a TLS session's tls.Conn writes, until
 	// the session hands them to gnet; only the loop's goroutine touches
@@ -44,12 +59,12 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 	defer s.loopsMu.Unlock()
 	ls := s.loops[el]
 	if ls == nil {
-		ls = &loopState{srv: s, batch: replies{keep: keepBatch}, holding: make(map[*session]struct{})}
+		ls = &loopState{srv: s, el: el, batch: replies{keep: keepBatch}, holding: make(map[*session]struct{})}
 		if s.cfg.Route != nil {
 			ls.sessions = make(map[*session]struct{})
 		}
-		if s.acks != nil {
-			ls.flusher = newLoopFlusher(el, s.acks, &s.heldSessions)
+		if s.cfg.Queues != nil {
+			ls.queues = make(map[*session]Queue)
 		}
 		if s.bodies != nil {
 			s.bodies.addReader(&ls.reading)
@@ -57,4 +72,17 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 		s.loops[el] = ls
 	}
 	return ls
+}
+
+// flusherFor is the loop's flusher for held replies waiting for src.
+// Loop goroutine only.
+func (ls *loopState) flusherFor(src store.AckSource) *loopFlusher {
+	for _, f := range ls.flushers {
+		if f.acks == src {
+			return f
+		}
+	}
+	f := newLoopFlusher(ls.el, src, &ls.srv.heldSessions)
+	ls.flushers = append(ls.flushers, f)
+	return f
 }

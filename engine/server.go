@@ -22,7 +22,11 @@ import (
 type Server struct {
 	cfg   Config          // immutable after New
 	store *store.Store    // immutable: the store every session uses
-	acks  store.AckSource // immutable: what held replies wait for; nil in memory
+	acks  store.AckSource // immutable: what the store's replies wait for; nil in memory
+	// holds is whether any reply may wait for an AckSource: the store has
+	// a log, or the connections' queues are made elsewhere and name their
+	// own (Config.Queues); immutable.
+	holds bool
 	// bodies recycles large job bodies, in memory only (bodies.go); nil
 	// with a log. bodyAlloc is its alloc, made once for the parsers.
 	bodies    *bodyPool          // immutable
@@ -99,6 +103,7 @@ func New(cfg Config, st *store.Store) *Server {
 		cfg:        cfg,
 		store:      st,
 		acks:       st.Acks(),
+		holds:      st.Acks() != nil || cfg.Queues != nil,
 		log:        cfg.Logger,
 		id:         hex.EncodeToString(raw[:]),
 		start:      time.Now(),

@@ -18,8 +18,10 @@ import (
 // the parser's put state, the client's reservations); the store's client
 // lives inside it, one allocation instead of two.
 type session struct {
-	loop   *loopState // immutable: what the connection's loop shares, and its server
-	conn   gnet.Conn  // immutable; off-loop use only through gnet's thread-safe calls
+	loop *loopState // immutable: what the connection's loop shares, and its server
+	conn gnet.Conn  // immutable; off-loop use only through gnet's thread-safe calls
+	// client is the session's queue on a single node (queue); unused
+	// when the server makes connections' queues (Config.Queues).
 	client store.Client
 	parser codec.Parser
 
@@ -33,11 +35,14 @@ type session struct {
 	// exactly while the session is in loop.holding.
 	holding atomic.Int64
 
-	end       ending // how the connection is on its way out, if it is
-	queued    bool   // in the loop flusher's waiting list
-	watched   bool   // in srv.watched: gnet holds unread replies
-	blocked   bool   // a reserve is waiting; input stays buffered until it ends
-	throttled bool   // the client is not reading its replies
+	end     ending // how the connection is on its way out, if it is
+	queued  bool   // in the loop flusher's waiting list
+	watched bool   // in srv.watched: gnet holds unread replies
+	// awaiting is the command whose answer is pending (a reserve that
+	// waits, or a Queue's later answer), codec.OpNone if none; input stays
+	// buffered until it is answered.
+	awaiting  codec.Op
+	throttled bool // the client is not reading its replies
 	closed    bool
 	producer  bool // has put (stats current-producers)
 	worker    bool // has reserved (stats current-workers)
@@ -98,7 +103,7 @@ func (ss *session) serve() gnet.Action {
 // before the connection closes; the output cap and the buffer budget still
 // apply meanwhile. A reserve that waits, or would wait, ends in TIMED_OUT
 // at once, since nothing the client sends can follow it, and the commands
-// after it run.
+// after it run. Any other pending answer is awaited, then sent.
 func (ss *session) halfClose() gnet.Action {
 	if ss.closed {
 		return gnet.None
@@ -106,7 +111,7 @@ func (ss *session) halfClose() gnet.Action {
 	if ss.end == endNone {
 		ss.end = endHalfClosed
 	}
-	if ss.blocked && ss.client.CancelWait() {
+	if (ss.awaiting == codec.OpReserve || ss.awaiting == codec.OpReserveWithTimeout) && ss.queue().CancelWait() {
 		ss.endWait(func(out *replies) { out.add(codec.ReplyTimedOut) })
 	}
 	return ss.serve()
@@ -118,12 +123,12 @@ func (ss *session) halfClose() gnet.Action {
 // the socket. gnet reports no "sent", so a session with unread replies is
 // polled from OnTick (account).
 func (ss *session) finished() bool {
-	return ss.end == endHalfClosed && !ss.blocked && ss.conn.InboundBuffered() == 0 &&
+	return ss.end == endHalfClosed && ss.awaiting == codec.OpNone && ss.conn.InboundBuffered() == 0 &&
 		!ss.held.waiting() && ss.conn.OutboundBuffered() == 0
 }
 
-// serveInput answers buffered commands: all of them, unless a reserve
-// blocks or the client stops reading its replies.
+// serveInput answers buffered commands: all of them, unless an answer is
+// pending or the client stops reading its replies.
 func (ss *session) serveInput() gnet.Action {
 	c := ss.conn
 	maxOut := ss.loop.srv.cfg.MaxOutputBuffered
@@ -133,7 +138,7 @@ func (ss *session) serveInput() gnet.Action {
 		}
 		ss.throttled = false
 	}
-	if ss.blocked {
+	if ss.awaiting != codec.OpNone {
 		return ss.checkInput()
 	}
 	in, _ := c.Peek(-1)
@@ -203,7 +208,7 @@ func (ss *session) serveInput() gnet.Action {
 			}
 			break
 		}
-		if ss.blocked {
+		if ss.awaiting != codec.OpNone {
 			break
 		}
 	}
@@ -309,7 +314,7 @@ func (ss *session) account() {
 }
 
 // checkInput closes a connection whose unparsed input has outgrown its cap
-// (a client pipelining behind a blocked reserve or without reading); body
+// (a client pipelining behind a pending answer or without reading); body
 // bytes are copied out as they arrive, so they never count.
 func (ss *session) checkInput() gnet.Action {
 	if ss.conn.InboundBuffered() > ss.loop.srv.cfg.MaxInputBuffered {
@@ -332,7 +337,10 @@ func (ss *session) close() {
 	}
 	ss.loop.srv.account(ss, 0, false)
 	ss.held = nil
-	ss.client.Close()
+	ss.queue().Close()
+	if ss.loop.queues != nil {
+		delete(ss.loop.queues, ss)
+	}
 	ss.loop.srv.conns.current.Add(-1)
 	if ss.producer {
 		ss.loop.srv.conns.producers.Add(-1)
@@ -369,9 +377,16 @@ func (ss *session) WaitEnded(r store.ReserveResult) {
 	ss.onLoop(func(out *replies) { out.buf = append(out.buf, reply...) })
 }
 
-// onLoop answers the blocked reserve on the connection's loop, then serves
-// the input that queued up behind it. If the connection has closed
-// meanwhile, OnClose has already put the job back.
+// Answered implements Answers: a Queue's pending answer came, on any
+// goroutine.
+func (ss *session) Answered(a Answer) {
+	ss.onLoop(func(out *replies) { ss.answer(ss.awaiting, &a, out) })
+}
+
+// onLoop answers the pending command on the connection's loop, then
+// serves the input that queued up behind it. If the connection has closed
+// meanwhile, the answer is dropped: OnClose has already closed the queue,
+// which put a reserved job back.
 func (ss *session) onLoop(reply func(*replies)) {
 	_ = ss.conn.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
 		if ss.closed {
@@ -387,7 +402,7 @@ func (ss *session) onLoop(reply func(*replies)) {
 	}))
 }
 
-// endWait answers the reserve that was waiting with reply, behind any
+// endWait answers the command that was pending with reply, behind any
 // replies held for the log. The loop's batch is empty here: the wait ends
 // outside serve.
 func (ss *session) endWait(reply func(*replies)) {
@@ -398,5 +413,14 @@ func (ss *session) endWait(reply func(*replies)) {
 	} else {
 		ss.send(out, len(out.buf))
 	}
-	ss.blocked = false
+	ss.awaiting = codec.OpNone
+}
+
+// queue is the session's Queue: its own store client, unless the server
+// makes connections' queues (Config.Queues).
+func (ss *session) queue() Queue {
+	if qs := ss.loop.queues; qs != nil {
+		return qs[ss]
+	}
+	return (*localQueue)(&ss.client)
 }

@@ -31,16 +31,16 @@ func readUname() unameInfo {
 	}
 }
 
-// appendStats appends the stats YAML document.
-func (s *Server) appendStats(dst []byte) []byte {
-	st := s.Stats()
-	return codec.AppendServerStats(dst, &st)
-}
-
 // Stats is what the stats command reports. Safe from any goroutine.
 func (s *Server) Stats() codec.ServerStats {
+	g := s.store.Stats()
+	return s.serverStats(&g)
+}
+
+// serverStats is stats' document with g, the queue's figures, and the
+// server's own: its connections, commands, log and process.
+func (s *Server) serverStats(g *store.Stats) codec.ServerStats {
 	jobs := s.store
-	g := jobs.Stats()
 	st := codec.ServerStats{
 		CurrentJobsUrgent:   uint64(g.Urgent),
 		CurrentJobsReady:    uint64(g.Ready),

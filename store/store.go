@@ -233,6 +233,10 @@ func (s *Store) peek(id uint64, c *Client) (*Job, bool) {
 	return j, live
 }
 
+// Store is the store c is a client of: what a caller holding only the
+// client (the engine's Queue on one node) asks about tubes and figures.
+func (c *Client) Store() *Store { return c.s }
+
 // Alive reports whether j is still in the store: not deleted. With a
 // recycler (SetRecycler), a job's body may be read only while this holds,
 // checked after the reader announced itself to whoever recycles.
