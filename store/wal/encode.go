@@ -309,10 +309,12 @@ func NextFrame(b []byte) (kind Kind, id uint64, size int, err error) {
 
 // ScanReqs calls fn with each record of b that a dedup table reads
 // (store.DedupTable): KindClock, KindReq and every record with a key,
-// decoded (a body aliases b). The others are skipped undecoded. b holds
-// whole frames checked already, as ScanFrames takes them.
+// decoded (a body aliases b; r is valid until fn returns). The others
+// are skipped undecoded. b holds whole frames checked already, as
+// ScanFrames takes them.
 func ScanReqs(b []byte, fn func(r *Record)) error {
 	var r Record
+	var seen string // the last keyed put's tube, as DecodeFrames keeps it
 	for len(b) > 0 {
 		_, _, size, err := NextFrame(b)
 		if err != nil {
@@ -320,8 +322,11 @@ func ScanReqs(b []byte, fn func(r *Record)) error {
 		}
 		switch Kind(b[frameHeader]) {
 		case KindClock, KindReq, kindKeyed:
-			if err := decodePayload(b[frameHeader:size], &r, ""); err != nil {
+			if err := decodePayload(b[frameHeader:size], &r, seen); err != nil {
 				return err
+			}
+			if r.Kind == KindFull {
+				seen = r.Tube
 			}
 			fn(&r)
 		}
