@@ -99,10 +99,11 @@
 // DedupTTL after their entry time by the replicated clock: the time of
 // the KindClock record that began their batch (the leader stamps each
 // batch with Clock: its wall clock, never behind the last one applied),
-// so every replica's table is the same function of the log. A snapshot
-// carries the live table as records (DedupTable.Records). The unkeyed
-// calls pay one comparison of a zero key; without Options.Dedup nothing
-// is kept and no key is logged.
+// so every replica's table is the same function of the log. A
+// DedupTable folds a log's records without a store (AddFrames) and gives
+// the live table as records (Records), for a snapshot to carry. The
+// unkeyed calls pay one comparison of a zero key; without Options.Dedup
+// nothing is kept and no key is logged.
 //
 // # Lock order
 //
