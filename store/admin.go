@@ -346,7 +346,7 @@ func (c *Client) KickTube(tube []byte, bound int) (kicked int, ok bool) {
 			if j == nil {
 				break
 			}
-			if t.kickLocked(c, j, now) != nil {
+			if t.kickLocked(c, j, now, wal.Req{}) != nil {
 				failed = true
 				break
 			}

@@ -22,6 +22,13 @@ import (
 // ready at its logged deadline, which is the leader's wall clock. An
 // update or delete of a job this store does not hold is skipped.
 //
+// A KindClock raises the store's clock (Clock), and with Options.Dedup
+// the records' keys make the dedup table as DedupTable.Add makes it: a
+// keyed record makes its key's entry at the clock's time (or counts one
+// more record of a kick), a KindReq sets its entry, and a KindClock
+// drops the entries it expires. So every replica's table is the same
+// function of the log, whatever its own clock says.
+//
 // locs, if not nil, says where each record is in this member's log (a
 // full record's segment; zero: nowhere known), as recovery's Loc does:
 // the job's latest full record is there, which is what Migrate moves.
@@ -60,6 +67,7 @@ func (s *Store) Apply(records []wal.Record, locs []wal.Loc) {
 			s.raiseID(r.ID)
 			raise(&s.idMark, r.ID)
 		}
+		s.applyDedup(r)
 	}
 }
 
@@ -168,6 +176,16 @@ func (s *Store) raiseID(id uint64) {
 
 // raise sets v to x unless it is already at least x.
 func raise(v *atomic.Uint64, x uint64) {
+	for {
+		cur := v.Load()
+		if x <= cur || v.CompareAndSwap(cur, x) {
+			return
+		}
+	}
+}
+
+// raiseTime is raise for a time.
+func raiseTime(v *atomic.Int64, x int64) {
 	for {
 		cur := v.Load()
 		if x <= cur || v.CompareAndSwap(cur, x) {

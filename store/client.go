@@ -178,6 +178,12 @@ func (c *Client) watchIndex(name []byte) int {
 // A body of up to MaxCopiedBody bytes is copied, so the caller may reuse
 // its buffer; a longer one is kept, and must not change afterwards.
 func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) (*Job, error) {
+	return c.put(wal.Req{}, id, pri, delay, ttr, body)
+}
+
+// put is Put for a request with key (zero: none; dedup.go): its record
+// carries it, and the outcome is kept.
+func (c *Client) put(key wal.Req, id uint64, pri, delay, ttr uint32, body []byte) (*Job, error) {
 	t := c.use
 	now := c.s.now()
 	j := newJob(body)
@@ -197,6 +203,7 @@ func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) (*Job, erro
 			j.state, j.deadline = StateDelayed, now+j.delayNS()
 		}
 		r := c.s.record(wal.KindFull, j)
+		r.Req = key
 		if err := c.s.logLocked(c, j, &r); err != nil {
 			j.state = StateInvalid // for anyone who found it and waits for t.mu
 			c.s.forgetJobLocked(j)
@@ -210,6 +217,9 @@ func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) (*Job, erro
 	t.enqueueLocked(j, j.delayNS(), now)
 	hs = t.dispatchLocked(now, hs)
 	t.mu.Unlock()
+	if !key.IsZero() {
+		c.keep(key, Outcome{ID: id, Count: 1})
+	}
 	c.s.complete(hs)
 	return j, nil
 }
@@ -428,7 +438,10 @@ func (c *Client) ownedLocked(id uint64) *Job {
 }
 
 // Delete removes a job reserved by c, or any ready, delayed or buried job.
-func (c *Client) Delete(id uint64) bool {
+func (c *Client) Delete(id uint64) bool { return c.delete(wal.Req{}, id) }
+
+// delete is Delete for a request with key (zero: none).
+func (c *Client) delete(key wal.Req, id uint64) bool {
 	j := c.s.lookup(id)
 	if j == nil {
 		return false
@@ -444,7 +457,7 @@ func (c *Client) Delete(id uint64) bool {
 	}
 	if c.s.log != nil {
 		// Deletes are never refused: the log keeps room for them.
-		r := wal.Record{Kind: wal.KindDelete, ID: j.id}
+		r := wal.Record{Kind: wal.KindDelete, ID: j.id, Req: key}
 		_ = c.s.logLocked(c, j, &r)
 	}
 	t.detachLocked(j)
@@ -453,6 +466,9 @@ func (c *Client) Delete(id uint64) bool {
 	t.cmdDelete++
 	t.mu.Unlock()
 	c.s.releaseTube(t)
+	if !key.IsZero() {
+		c.keep(key, Outcome{ID: id, Count: 1})
+	}
 	return true
 }
 
@@ -460,6 +476,11 @@ func (c *Client) Delete(id uint64) bool {
 // delayed by delay seconds. It reports ErrNotFound unless c reserved the
 // job, and ErrNoSpace when the log cannot take the change.
 func (c *Client) Release(id uint64, pri, delay uint32) error {
+	return c.release(wal.Req{}, id, pri, delay)
+}
+
+// release is Release for a request with key (zero: none).
+func (c *Client) release(key wal.Req, id uint64, pri, delay uint32) error {
 	j := c.ownedLocked(id)
 	if j == nil {
 		return ErrNotFound
@@ -470,6 +491,7 @@ func (c *Client) Release(id uint64, pri, delay uint32) error {
 	if c.s.log != nil {
 		r := c.s.record(wal.KindUpdate, j)
 		r.Pri, r.Delay, r.Releases, r.State, r.Deadline = pri, d, j.counts.releases+1, wal.StateReady, 0
+		r.Req = key
 		if d > 0 {
 			r.State, r.Deadline = wal.StateDelayed, c.s.wall(now+d)
 		}
@@ -485,6 +507,9 @@ func (c *Client) Release(id uint64, pri, delay uint32) error {
 	t.enqueueLocked(j, d, now)
 	hs := t.dispatchLocked(now, nil)
 	t.mu.Unlock()
+	if !key.IsZero() {
+		c.keep(key, Outcome{ID: id, Count: 1})
+	}
 	c.s.complete(hs)
 	return nil
 }
@@ -492,7 +517,10 @@ func (c *Client) Release(id uint64, pri, delay uint32) error {
 // Bury moves a job reserved by c to the end of its tube's buried FIFO. It
 // reports ErrNotFound unless c reserved the job, and ErrNoSpace when the
 // log cannot take the change.
-func (c *Client) Bury(id uint64, pri uint32) error {
+func (c *Client) Bury(id uint64, pri uint32) error { return c.bury(wal.Req{}, id, pri) }
+
+// bury is Bury for a request with key (zero: none).
+func (c *Client) bury(key wal.Req, id uint64, pri uint32) error {
 	j := c.ownedLocked(id)
 	if j == nil {
 		return ErrNotFound
@@ -501,6 +529,7 @@ func (c *Client) Bury(id uint64, pri uint32) error {
 	if c.s.log != nil {
 		r := c.s.record(wal.KindUpdate, j)
 		r.Pri, r.State, r.Buries, r.Deadline = pri, wal.StateBuried, j.counts.buries+1, 0
+		r.Req = key
 		if err := c.s.logLocked(c, j, &r); err != nil {
 			t.mu.Unlock()
 			return err
@@ -510,6 +539,9 @@ func (c *Client) Bury(id uint64, pri uint32) error {
 	j.pri = pri
 	t.buryLocked(j)
 	t.mu.Unlock()
+	if !key.IsZero() {
+		c.keep(key, Outcome{ID: id, Count: 1})
+	}
 	return nil
 }
 
@@ -531,20 +563,28 @@ func (c *Client) Touch(id uint64) bool {
 // Kick moves up to n jobs of the used tube to ready: buried ones if there
 // are any (oldest first), otherwise delayed ones (earliest first). It stops
 // early if the log cannot take a change.
-func (c *Client) Kick(n uint32) uint32 {
+func (c *Client) Kick(n uint32) uint32 { return c.kick(wal.Req{}, n) }
+
+// kick is Kick for a request with key (zero: none): each job's record
+// carries it, so that a replica counts the jobs the command kicked.
+func (c *Client) kick(key wal.Req, n uint32) uint32 {
 	t := c.use
 	now := c.s.now()
 	t.mu.Lock()
 	fromBuried := t.nBuried > 0
 	var kicked uint32
+	var first uint64
 	var hs handoffs
 	for ; kicked < n; kicked++ {
 		j := t.buried.head
 		if !fromBuried {
 			j = t.delayed.min()
 		}
-		if j == nil || t.kickLocked(c, j, now) != nil {
+		if j == nil || t.kickLocked(c, j, now, key) != nil {
 			break
+		}
+		if kicked == 0 {
+			first = j.id
 		}
 		// Each job is offered to waiters as it is kicked, as beanstalkd's
 		// enqueue_job does: a waiter gets the first job kicked, not the
@@ -552,13 +592,19 @@ func (c *Client) Kick(n uint32) uint32 {
 		hs = t.dispatchLocked(now, hs)
 	}
 	t.mu.Unlock()
+	if !key.IsZero() && kicked > 0 {
+		c.keep(key, Outcome{ID: first, Count: kicked})
+	}
 	c.s.complete(hs)
 	return kicked
 }
 
 // KickJob moves one buried or delayed job, in any tube, to ready. It
 // reports ErrNotFound for a job in any other state.
-func (c *Client) KickJob(id uint64) error {
+func (c *Client) KickJob(id uint64) error { return c.kickJob(wal.Req{}, id) }
+
+// kickJob is KickJob for a request with key (zero: none).
+func (c *Client) kickJob(key wal.Req, id uint64) error {
 	j := c.s.lookup(id)
 	if j == nil {
 		return ErrNotFound
@@ -570,20 +616,25 @@ func (c *Client) KickJob(id uint64) error {
 		t.mu.Unlock()
 		return ErrNotFound
 	}
-	if err := t.kickLocked(c, j, now); err != nil {
+	if err := t.kickLocked(c, j, now, key); err != nil {
 		t.mu.Unlock()
 		return err
 	}
 	hs := t.dispatchLocked(now, nil)
 	t.mu.Unlock()
+	if !key.IsZero() {
+		c.keep(key, Outcome{ID: id, Count: 1})
+	}
 	c.s.complete(hs)
 	return nil
 }
 
-func (t *Tube) kickLocked(c *Client, j *Job, now int64) error {
+// kickLocked moves j, buried or delayed, to ready, its record carrying
+// key (zero: none). j's tube lock must be held.
+func (t *Tube) kickLocked(c *Client, j *Job, now int64, key wal.Req) error {
 	if t.s.log != nil {
 		r := t.s.record(wal.KindUpdate, j)
-		r.State, r.Kicks, r.Deadline = wal.StateReady, j.counts.kicks+1, 0
+		r.State, r.Kicks, r.Deadline, r.Req = wal.StateReady, j.counts.kicks+1, 0, key
 		if err := t.s.logLocked(c, j, &r); err != nil {
 			return err
 		}

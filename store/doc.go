@@ -81,6 +81,30 @@
 // every figure back as it was and the job to the tube's next waiter.
 // Nothing calls them yet but their tests: the router that will is S6.
 //
+// # Requests across a failover
+//
+// With Options.Dedup (a cluster's shard group), a request sent with a
+// key (wal.Req: the sending member's incarnation and request number) is
+// answered once however often it is resent (dedup.go;
+// docs/design/shards.md 5.6). The keyed calls (PutKeyed, DeleteKeyed,
+// ReleaseKeyed, BuryKeyed, KickKeyed, KickJobKeyed) look the key up
+// first: an outcome kept answers as the first call did (INSERTED with
+// the same id, the same verdict, the same count) and changes nothing,
+// its reply waiting for the first's. Otherwise the command runs as its
+// unkeyed twin, which it shares its code with, its records carrying the
+// key, and its outcome is kept (the leader's table). A replica makes the
+// same entries from the keyed records it applies (Apply), so the member
+// that takes over answers a request the old leader's committed log
+// holds, while one that never committed runs again. Entries expire
+// DedupTTL after their entry time by the replicated clock: the time of
+// the KindClock record that began their batch (the leader stamps each
+// batch with Clock: its wall clock, never behind the last one applied),
+// so every replica's table is the same function of the log. A
+// DedupTable folds a log's records without a store (AddFrames) and gives
+// the live table as records (Records), for a snapshot to carry. The
+// unkeyed calls pay one comparison of a zero key; without Options.Dedup
+// nothing is kept and no key is logged.
+//
 // # Lock order
 //
 // Take locks only in this order; never hold two locks of the same kind:
@@ -91,10 +115,10 @@
 //     fields of its jobs)
 //  3. Client.mu (a client's reserved jobs, in TTR and reservation order,
 //     its TTR timer and closed flag)
-//  4. jobShard.mu, timers.mu, the journal's mutex (segment.Log's, under
-//     wal.Log; leaves: nothing is taken under them). Store.idMarkMu is
-//     taken with no other store lock held, and only the log's mutex under
-//     it.
+//  4. jobShard.mu, timers.mu, Store.dedupMu, the journal's mutex
+//     (segment.Log's, under wal.Log; leaves: nothing is taken under
+//     them). Store.idMarkMu is taken with no other store lock held, and
+//     only the log's mutex under it.
 //
 // Consequences:
 //   - An operation by job id looks the job up under its shard lock, drops

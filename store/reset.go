@@ -11,7 +11,8 @@ var ErrClientsHold = errors.New("store: a client holds a reservation or waits to
 
 // Reset empties the store in place, leaving it as New made it before any
 // recovery: no job, every tube that only jobs kept gone, every count and
-// pause cleared, ids starting again from what is applied next. A cluster
+// pause cleared, ids starting again from what is applied next, and the
+// clock and the dedup table (Options.Dedup) from what is applied next. A cluster
 // member resets its store before it restores a snapshot or rebuilds from
 // its log after losing a leadership (internal/replication), so that the
 // engine, the admin API and the metrics keep the one store they were
@@ -64,6 +65,12 @@ func (s *Store) Reset() error {
 	}
 	s.lastID.Store(s.idBase)
 	s.idMark.Store(0)
+	s.clock.Store(0)
+	if s.dedup != nil {
+		s.dedupMu.Lock()
+		s.dedup.reset()
+		s.dedupMu.Unlock()
+	}
 	return nil
 }
 

@@ -44,6 +44,16 @@ type Store struct {
 	idMark   atomic.Uint64 // the logged id watermark (see NextID)
 	idMarkMu sync.Mutex    // serialises watermark records
 
+	// clock is the replicated clock, wall ns (Clock): the latest KindClock
+	// applied, or read by this store as a leader. Only raised, but by
+	// Reset.
+	clock atomic.Int64
+	// dedupMu guards dedup, the outcomes of keyed requests (dedup.go); a
+	// leaf, as jobShard.mu. The pointer is immutable: nil without
+	// Options.Dedup.
+	dedupMu sync.Mutex
+	dedup   *DedupTable
+
 	// refsMu guards remote: other members' sessions' references to tubes
 	// (refs.go). Taken before registryMu, never under a store lock.
 	refsMu sync.Mutex
@@ -120,6 +130,13 @@ type Options struct {
 	// Applied and recovered ids raise the counter only within the prefix:
 	// a job moved in from another group keeps its id and moves nothing.
 	IDPrefix uint8
+	// Dedup keeps a table of keyed requests' outcomes, so that a request
+	// resent after a failover is answered once (dedup.go;
+	// docs/design/shards.md 5.6): a cluster's shard group sets it. Without
+	// it the keyed calls are the unkeyed ones, and applied keys and
+	// KindReq records are ignored. A single node's Log cannot have it: its
+	// sessions end with it, and its journal holds no key.
+	Dedup bool
 }
 
 // IDSeqBits is the width of an id's sequence within its prefix; the 8
@@ -153,6 +170,12 @@ func newStore(opts Options, log Journal) *Store {
 	s.lastID.Store(s.idBase)
 	s.wallBase = time.Now().UnixNano() - now()
 	s.log = log
+	if opts.Dedup {
+		if opts.Log != nil {
+			panic("store: Options.Dedup on a single node's Log")
+		}
+		s.dedup = NewDedupTable()
+	}
 	if s.log != nil {
 		s.acks = opts.Acks
 		if s.acks == nil {

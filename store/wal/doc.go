@@ -32,7 +32,31 @@
 // as their frames, one after another, in its Raft entries and snapshots
 // (AppendFrame, DecodeFrames; ScanFrames and NextFrame read a record's
 // kind, id and size alone), and its own frames' kinds are 16 and up, so
-// DecodeFrames never takes one for a record.
+// DecodeFrames never takes one for a record: every record's first byte is
+// below 16.
+//
+// # Request keys, the clock and the dedup table
+//
+// A cluster's shard group answers each request exactly once across a
+// failover (docs/design/shards.md 5.6), and three things in its records
+// serve that; a single node's journal holds none of them. The records a
+// keyed command writes (a put's full record, a delete, the update of a
+// release, bury or kick-job, each update of a kick) carry its key,
+// Record.Req: (incarnation, request number), 16 bytes. Such a record is
+// written with a first byte of its own, 7, followed by its id, the key
+// and then its kind and fields as without a key, so a record without a
+// key is byte for byte what it was before keys, and NextFrame and
+// ScanFrames still read "kind, then id" (the kind behind the key).
+// KindClock carries the leader's clock at the start of a proposed batch;
+// KindReq one entry of the dedup table, which a snapshot carries (the
+// table itself is store.DedupTable; ScanReqs picks out the records it
+// reads). A release from before keys knows kinds 1 to 4 and 15 only: its
+// decoder refuses a frame beginning with 5, 6 or 7 as a damaged record
+// ("wal: corrupt record"), so a member of that release refuses a peer's
+// message that carries one (internal/replication checks every record it
+// is sent) and never misreads one. A keyed frame that no encoder writes (a
+// zero key, a key on any kind but those three) is refused too, so that
+// whatever decodes encodes again to the same bytes.
 //
 // # Recovery
 //

@@ -13,10 +13,26 @@ import (
 //	KindFull:   u16 tube length, tube,
 //	Full/Update: u8 state, u32 pri, i64 delay, ttr, created, deadline,
 //	             u32 reserves, timeouts, releases, buries, kicks,
-//	KindFull:   u32 body length, body.
+//	KindFull:   u32 body length, body,
+//	KindClock:  i64 time (the id is 0),
+//	KindReq:    u64 incarnation, u64 number (the key), i64 time, u32 count.
+//
+// A KindFull, KindUpdate or KindDelete record with a key (Record.Req) is
+// written as kindKeyed (7), then its id, the key (u64 incarnation, u64
+// number, not both 0) and its own kind, and then what follows that kind's
+// id: 17 bytes more than the same record without a key, whose bytes are
+// unchanged. So "kind, then id" holds for every record (NextFrame reads
+// the own kind behind the key), and a release from before keys refuses a
+// keyed record as a damaged one: kinds 5 to 7 are unknown to it.
 const (
 	frameHeader = segment.FrameHeader
 	fixedFields = 1 + 4 + 8*4 + 4*5
+	// keyFields is what a key adds to a record: kindKeyed's byte, the key
+	// and the record's own kind in place of its first byte.
+	keyFields = 1 + 16
+	// clockFields and reqFields follow a KindClock's and a KindReq's id.
+	clockFields = 8
+	reqFields   = 16 + 8 + 4
 	// MaxTubeName bounds the tube name a record may carry.
 	maxTubeName = 1 << 10
 	// maxPayload bounds a frame: a 1 GiB body (beanstalkd's largest -z)
@@ -34,27 +50,59 @@ func (corruptRecord) Error() string        { return "wal: corrupt record" }
 func (corruptRecord) Is(target error) bool { return target == segment.ErrCorrupt }
 
 // FullSize is the size on disk of a KindFull record with this tube name
-// and body length.
+// and body length, and no key.
 func FullSize(tubeLen, bodyLen int) int {
 	return frameHeader + 1 + 8 + 2 + tubeLen + fixedFields + 4 + bodyLen
 }
 
+// FrameSize is the size of r's frame, as AppendFrame writes it: FullSize
+// for a full record without a key.
+func FrameSize(r *Record) int { return frameHeader + payloadSize(r) }
+
+// keyed reports whether r is written with its key.
+func keyed(r *Record) bool {
+	return !r.Req.IsZero() && (r.Kind == KindFull || r.Kind == KindUpdate || r.Kind == KindDelete)
+}
+
 func payloadSize(r *Record) int {
+	n := 1 + 8
 	switch r.Kind {
 	case KindFull:
-		return FullSize(len(r.Tube), len(r.Body)) - frameHeader
+		n = FullSize(len(r.Tube), len(r.Body)) - frameHeader
 	case KindUpdate, KindControl:
-		return 1 + 8 + fixedFields
+		n += fixedFields
+	case KindClock:
+		n += clockFields
+	case KindReq:
+		n += reqFields
 	}
-	return 1 + 8
+	if keyed(r) {
+		n += keyFields
+	}
+	return n
 }
 
 // appendFrame appends r's frame to dst.
 func appendFrame(dst []byte, r *Record) []byte {
 	start := len(dst)
 	dst = segment.BeginFrame(dst)
-	dst = append(dst, byte(r.Kind))
-	dst = binary.LittleEndian.AppendUint64(dst, r.ID)
+	if keyed(r) {
+		dst = append(dst, byte(kindKeyed))
+		dst = binary.LittleEndian.AppendUint64(dst, r.ID)
+		dst = appendReq(dst, r.Req)
+		dst = append(dst, byte(r.Kind))
+	} else {
+		dst = append(dst, byte(r.Kind))
+		dst = binary.LittleEndian.AppendUint64(dst, r.ID)
+	}
+	switch r.Kind {
+	case KindClock:
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Time))
+	case KindReq:
+		dst = appendReq(dst, r.Req)
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Time))
+		dst = binary.LittleEndian.AppendUint32(dst, r.Count)
+	}
 	if r.Kind == KindFull {
 		dst = binary.LittleEndian.AppendUint16(dst, uint16(len(r.Tube)))
 		dst = append(dst, r.Tube...)
@@ -77,6 +125,15 @@ func appendFrame(dst []byte, r *Record) []byte {
 	return segment.EndFrame(dst, start)
 }
 
+func appendReq(dst []byte, q Req) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, q.Incarnation)
+	return binary.LittleEndian.AppendUint64(dst, q.Number)
+}
+
+func readReq(p []byte) Req {
+	return Req{Incarnation: binary.LittleEndian.Uint64(p), Number: binary.LittleEndian.Uint64(p[8:])}
+}
+
 // decodePayload parses a checked payload. The body aliases p. A full
 // record's tube is seen, not allocated again, when it is named as seen
 // (the tube of the record before, usually: recovery and replicas decode a
@@ -89,7 +146,35 @@ func decodePayload(p []byte, r *Record, seen string) error {
 	r.Kind = Kind(p[0])
 	r.ID = binary.LittleEndian.Uint64(p[1:])
 	p = p[9:]
+	if r.Kind == kindKeyed {
+		if len(p) < keyFields {
+			return errCorrupt
+		}
+		// Written only with a key, and only before these kinds: any
+		// other is not what an encoder makes, and would not encode back.
+		r.Req, r.Kind, p = readReq(p), Kind(p[16]), p[keyFields:]
+		if r.Req.IsZero() || r.Kind != KindFull && r.Kind != KindUpdate && r.Kind != KindDelete {
+			return errCorrupt
+		}
+	}
 	switch r.Kind {
+	case KindClock:
+		if r.ID != 0 || len(p) != clockFields {
+			return errCorrupt
+		}
+		r.Time = int64(binary.LittleEndian.Uint64(p))
+		return nil
+	case KindReq:
+		if len(p) != reqFields {
+			return errCorrupt
+		}
+		r.Req = readReq(p)
+		r.Time = int64(binary.LittleEndian.Uint64(p[16:]))
+		r.Count = binary.LittleEndian.Uint32(p[24:])
+		if r.Req.IsZero() || r.Count == 0 {
+			return errCorrupt
+		}
+		return nil
 	case KindFull:
 		if len(p) < 2 {
 			return errCorrupt
@@ -202,7 +287,8 @@ func ScanFrames(b []byte, fn func(kind Kind, id uint64, size int)) error {
 }
 
 // NextFrame reads the kind, id and size of the record frame at the start
-// of b, as ScanFrames does: its CRC is not checked.
+// of b, as ScanFrames does: its CRC is not checked. A keyed record's kind
+// is its own (KindFull, KindUpdate or KindDelete), read behind its key.
 func NextFrame(b []byte) (kind Kind, id uint64, size int, err error) {
 	if len(b) < frameHeader+9 {
 		return 0, 0, 0, errCorrupt
@@ -211,5 +297,40 @@ func NextFrame(b []byte) (kind Kind, id uint64, size int, err error) {
 	if n < 9 || frameHeader+n > len(b) {
 		return 0, 0, 0, errCorrupt
 	}
-	return Kind(b[frameHeader]), binary.LittleEndian.Uint64(b[frameHeader+1:]), frameHeader + n, nil
+	kind = Kind(b[frameHeader])
+	if kind == kindKeyed {
+		if n < 9+keyFields {
+			return 0, 0, 0, errCorrupt
+		}
+		kind = Kind(b[frameHeader+9+16])
+	}
+	return kind, binary.LittleEndian.Uint64(b[frameHeader+1:]), frameHeader + n, nil
+}
+
+// ScanReqs calls fn with each record of b that a dedup table reads
+// (store.DedupTable): KindClock, KindReq and every record with a key,
+// decoded (a body aliases b; r is valid until fn returns). The others
+// are skipped undecoded. b holds whole frames checked already, as
+// ScanFrames takes them.
+func ScanReqs(b []byte, fn func(r *Record)) error {
+	var r Record
+	var seen string // the last keyed put's tube, as DecodeFrames keeps it
+	for len(b) > 0 {
+		_, _, size, err := NextFrame(b)
+		if err != nil {
+			return err
+		}
+		switch Kind(b[frameHeader]) {
+		case KindClock, KindReq, kindKeyed:
+			if err := decodePayload(b[frameHeader:size], &r, seen); err != nil {
+				return err
+			}
+			if r.Kind == KindFull {
+				seen = r.Tube
+			}
+			fn(&r)
+		}
+		b = b[size:]
+	}
+	return nil
 }

@@ -44,18 +44,43 @@ func sampleRecords() []wal.Record {
 	}
 }
 
-func kindName(k wal.Kind) string {
-	return map[wal.Kind]string{wal.KindFull: "full", wal.KindUpdate: "update", wal.KindDelete: "delete", wal.KindIDs: "ids", wal.KindControl: "control"}[k]
+// keyedRecords has one record of every kind a key or a time is for: the
+// three kinds a command writes, with keys, and the dedup table's kinds.
+func keyedRecords() []wal.Record {
+	key := wal.Req{Incarnation: 0xa1a2a3a4a5a6a7a8, Number: 0xb1b2b3b4b5b6b7b8}
+	recs := sampleRecords()[:3]
+	for i := range recs {
+		recs[i].Req = key
+	}
+	return append(recs,
+		wal.Record{Kind: wal.KindClock, Time: 1_700_000_000_123_456_789},
+		wal.Record{Kind: wal.KindReq, ID: 17, Req: key, Time: -5, Count: 3},
+		// Either half of a key is a key.
+		wal.Record{Kind: wal.KindDelete, ID: 9, Req: wal.Req{Number: 1}},
+		wal.Record{Kind: wal.KindReq, Req: wal.Req{Incarnation: 1}, Count: 1},
+	)
+}
+
+func kindName(r wal.Record) string {
+	name := map[wal.Kind]string{wal.KindFull: "full", wal.KindUpdate: "update", wal.KindDelete: "delete",
+		wal.KindIDs: "ids", wal.KindControl: "control", wal.KindClock: "clock", wal.KindReq: "req"}[r.Kind]
+	if r.Kind != wal.KindReq && !r.Req.IsZero() {
+		name += "-keyed"
+	}
+	return name
 }
 
 func TestFrameRoundTrip(t *testing.T) {
-	for _, r := range sampleRecords() {
-		t.Run(kindName(r.Kind), func(t *testing.T) {
+	for _, r := range append(sampleRecords(), keyedRecords()...) {
+		t.Run(kindName(r), func(t *testing.T) {
 			frame := wal.EncodeFrame(nil, &r)
-			if r.Kind == wal.KindFull {
+			if r.Kind == wal.KindFull && r.Req.IsZero() {
 				if want := wal.FullSize(len(r.Tube), len(r.Body)); len(frame) != want {
 					t.Errorf("frame is %d bytes, FullSize says %d", len(frame), want)
 				}
+			}
+			if want := wal.FrameSize(&r); len(frame) != want {
+				t.Errorf("frame is %d bytes, FrameSize says %d", len(frame), want)
 			}
 			// Frames follow one another: decode from the middle of a buffer.
 			buf := append([]byte("prefix"), frame...)
@@ -78,7 +103,7 @@ func TestFrameRoundTrip(t *testing.T) {
 // it, decodes to its records in order; a batch cut anywhere inside a frame,
 // or with a flipped bit, is refused.
 func TestDecodeFrames(t *testing.T) {
-	want := sampleRecords()
+	want := append(sampleRecords(), keyedRecords()...)
 	var batch []byte
 	for i := range want {
 		batch = wal.AppendFrame(batch, &want[i])
@@ -136,8 +161,8 @@ func TestFrameLayout(t *testing.T) {
 // TestFrameDetectsFlippedBit flips every bit of a frame of every kind, one
 // at a time; each damaged frame must be refused.
 func TestFrameDetectsFlippedBit(t *testing.T) {
-	for _, r := range sampleRecords()[:4] {
-		t.Run(kindName(r.Kind), func(t *testing.T) {
+	for _, r := range append(sampleRecords()[:4], keyedRecords()...) {
+		t.Run(kindName(r), func(t *testing.T) {
 			frame := wal.EncodeFrame(nil, &r)
 			for bit := 0; bit < 8*len(frame); bit++ {
 				bad := bytes.Clone(frame)
@@ -191,8 +216,11 @@ func TestFrameRejectsMalformed(t *testing.T) {
 // FuzzDecodeFrame: no input panics the decoder, and whatever it accepts
 // encodes back to the same bytes.
 func FuzzDecodeFrame(f *testing.F) {
-	for _, r := range sampleRecords()[:4] {
+	for _, r := range append(sampleRecords()[:4], keyedRecords()...) {
 		f.Add(wal.EncodeFrame(nil, &r))
+	}
+	for _, b := range malformedKeyed() {
+		f.Add(b)
 	}
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -3,6 +3,9 @@ package wal
 // Kind says what a record does on replay.
 type Kind uint8
 
+// Every kind is below 16: a cluster member's own frames in its segments
+// begin with kinds from 16 on (internal/replication), so a record is never
+// taken for one of those, nor one of those for a record.
 const (
 	// KindFull carries a whole job: tube, state, fields and body. Written
 	// for a put and when compaction moves a live job to a newer segment.
@@ -15,6 +18,20 @@ const (
 	// id counter, so an id taken before its put was durable is never
 	// issued again after a crash.
 	KindIDs Kind = 4
+	// KindClock is a cluster leader's wall clock (Time) at the start of a
+	// proposed batch, never earlier than the last one applied
+	// (docs/design/shards.md 5.6): the time followers give the dedup
+	// table's entries and expire them by. Its ID is 0.
+	KindClock Kind = 5
+	// KindReq is one entry of a dedup table (store.DedupTable): the key
+	// (Req), the job its command's first record named (ID), how many
+	// records the command wrote (Count) and the entry's time (Time). A
+	// cluster's snapshot carries the live table as these.
+	KindReq Kind = 6
+	// kindKeyed is not a Record's kind but the first byte of a record that
+	// carries a request key (Record.Req): a KindFull, KindUpdate or
+	// KindDelete record, whose own kind follows the key (encode.go).
+	kindKeyed Kind = 7
 	// KindControl is a cluster's control record (internal/replication),
 	// shaped as an update: ID 0, and Pri the cluster version it raises the
 	// cluster to. A store applying it ignores it; a single node's journal
@@ -30,12 +47,27 @@ const (
 	StateDelayed  uint8 = 4
 )
 
+// Req is a request's key (docs/design/shards.md 5.6): the incarnation of
+// the member whose session sent the request, and that member's number for
+// it. The zero Req is no key: incarnations are random and never 0.
+type Req struct {
+	Incarnation uint64
+	Number      uint64
+}
+
+// IsZero reports whether r is no key.
+func (r Req) IsZero() bool { return r == Req{} }
+
 // Record is one logged change to one job. Times are wall-clock nanoseconds
 // since the Unix epoch, so they survive a restart; durations are
 // nanoseconds.
 type Record struct {
-	Kind  Kind
-	ID    uint64
+	Kind Kind
+	ID   uint64
+	// Req is the key of the request whose command wrote the record, on a
+	// KindFull, KindUpdate or KindDelete record (zero: none; other kinds
+	// but KindReq are written without it), and a KindReq's key.
+	Req   Req
 	Tube  string // KindFull only
 	State uint8  // KindFull and KindUpdate
 	Pri   uint32
@@ -46,5 +78,9 @@ type Record struct {
 	// Deadline is when a delayed job becomes ready (wall ns); 0 otherwise.
 	Deadline                                    int64
 	Reserves, Timeouts, Releases, Buries, Kicks uint32
-	Body                                        []byte // KindFull only; includes the trailing "\r\n"
+	// Count is a KindReq's count of the records its command wrote.
+	Count uint32
+	// Time is a KindClock's clock and a KindReq's entry time (wall ns).
+	Time int64
+	Body []byte // KindFull only; includes the trailing "\r\n"
 }

@@ -1,0 +1,544 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// clockJournal is a recordingJournal that stamps each batch with the
+// leader's clock, as a cluster's journal does: a KindClock record before
+// the first record appended since the batch before was taken.
+type clockJournal struct {
+	recordingJournal
+	clock   func() int64 // set before the store appends
+	batched bool         // guarded by mu: the batch has its clock
+}
+
+func (j *clockJournal) Append(rec *wal.Record, prev wal.Loc) (uint64, wal.Loc, error) {
+	j.mu.Lock()
+	if !j.batched {
+		j.batched = true
+		j.records = append(j.records, wal.Record{Kind: wal.KindClock, Time: j.clock()})
+	}
+	j.mu.Unlock()
+	return j.recordingJournal.Append(rec, prev)
+}
+
+func (j *clockJournal) take() []wal.Record {
+	j.mu.Lock()
+	j.batched = false
+	j.mu.Unlock()
+	return j.recordingJournal.take()
+}
+
+// group is a leader's store and a follower's, as two members of a shard
+// group hold them: the follower applies what the leader's journal
+// gathered, a batch at a time (ship: a committed entry), and may take
+// over. Both run on one hand-driven monotonic clock.
+type group struct {
+	now      atomic.Int64 // the timer goroutines read it
+	journal  *clockJournal
+	leader   *Store
+	follower *Store
+	log      []wal.Record // every record shipped, in order
+}
+
+func newGroup(t *testing.T) *group {
+	g := &group{journal: &clockJournal{}}
+	g.now.Store(int64(time.Hour))
+	g.leader = newStore(Options{Now: g.now.Load, Dedup: true}, g.journal)
+	g.journal.clock = g.leader.Clock
+	g.follower = New(Options{Now: g.now.Load, Dedup: true})
+	t.Cleanup(g.leader.Close)
+	t.Cleanup(g.follower.Close)
+	return g
+}
+
+// ship hands the leader's batch to the follower, and returns it.
+func (g *group) ship() []wal.Record {
+	batch := g.journal.take()
+	g.log = append(g.log, batch...)
+	g.follower.Apply(batch, nil)
+	return batch
+}
+
+// entries is a table's live entries with their times, by key.
+func entries(d *DedupTable) map[wal.Req]string {
+	out := map[wal.Req]string{}
+	for r := range d.Records() {
+		if r.Kind == wal.KindReq {
+			out[r.Req] = fmt.Sprintf("id %d count %d at %d", r.ID, r.Count, r.Time)
+		}
+	}
+	return out
+}
+
+func key(n uint64) wal.Req { return wal.Req{Incarnation: 0xfeed, Number: n} }
+
+// TestDedupPutAcrossFailover: a put resent after its leader is lost is
+// answered from the table with the id first given, once its record
+// committed; a put whose record never committed runs again at the new
+// leader. A retry at the same leader is answered from its own table and
+// waits for the original's reply.
+func TestDedupPutAcrossFailover(t *testing.T) {
+	g := newGroup(t)
+	c := g.leader.NewClient(nil)
+	defer c.Close()
+	c.Use([]byte("mail"))
+	id, put, err := c.PutKeyed(key(1), 5, 0, 60, []byte("first\r\n"))
+	if err != nil || !put {
+		t.Fatalf("PutKeyed: id %d, put %v, %v", id, put, err)
+	}
+	pos := c.PendingAck()
+	other := g.leader.NewClient(nil)
+	defer other.Close()
+	again, put, err := other.PutKeyed(key(1), 9, 0, 60, []byte("second\r\n"))
+	if again != id || put || err != nil {
+		t.Fatalf("resent to the same leader: id %d, put %v, %v; want %d from the table", again, put, err, id)
+	}
+	if other.PendingAck() != pos || pos == 0 {
+		t.Errorf("the answer from the table waits for %d, the original's reply for %d", other.PendingAck(), pos)
+	}
+	batch := g.ship()
+	if batch[0].Kind != wal.KindClock {
+		t.Fatalf("the batch begins with %+v, not the leader's clock", batch[0])
+	}
+	var keyed []wal.Record
+	for _, r := range batch {
+		if !r.Req.IsZero() {
+			keyed = append(keyed, r)
+		}
+	}
+	if len(keyed) != 1 || keyed[0].Kind != wal.KindFull || keyed[0].ID != id || keyed[0].Req != key(1) {
+		t.Fatalf("the keyed records logged: %+v; want the put's alone", keyed)
+	}
+
+	// The leader puts again, and is lost before that batch commits.
+	lost, _, err := c.PutKeyed(key(2), 5, 0, 60, []byte("lost\r\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.journal.take()
+
+	nc := g.follower.NewClient(nil)
+	defer nc.Close()
+	nc.Use([]byte("mail"))
+	got, put, err := nc.PutKeyed(key(1), 9, 0, 60, []byte("second\r\n"))
+	if got != id || put || err != nil {
+		t.Fatalf("resent to the new leader: id %d, put %v, %v; want %d from the table", got, put, err, id)
+	}
+	if st := g.follower.Stats(); st.TotalJobs != 1 || st.Ready != 1 {
+		t.Errorf("after the resent put the new leader holds %+v; want the one job", st)
+	}
+	if p, ok := g.follower.peek(id, nil); !ok || string(p.Body()) != "first\r\n" {
+		t.Errorf("job %d on the new leader: %v", id, p)
+	}
+	rerun, put, err := nc.PutKeyed(key(2), 5, 0, 60, []byte("lost\r\n"))
+	if err != nil || !put || rerun == id {
+		t.Fatalf("the put that never committed, resent: id %d, put %v, %v; want it run again", rerun, put, err)
+	}
+	if rerun <= lost {
+		// Not required, but what the watermark gives: the new leader goes
+		// on above every id the old one logged it might issue.
+		t.Errorf("the new leader issued %d, not above the lost leader's %d", rerun, lost)
+	}
+	if st := g.follower.Stats(); st.TotalJobs != 2 {
+		t.Errorf("total-jobs %d after the put ran again; want 2", st.TotalJobs)
+	}
+	if err := g.follower.CheckInvariants(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestDedupVerdicts: each keyed command that changed something answers
+// its verdict again from the table, at its leader and, once committed, at
+// the follower that takes over, and changes nothing more; the
+// follower's entry is the leader's.
+func TestDedupVerdicts(t *testing.T) {
+	type setup struct {
+		g    *group
+		c    *Client // the leader's client
+		jobs []uint64
+	}
+	// prepare puts n jobs, the first reserved by c if reserve, and ships
+	// them: committed before the command under test.
+	prepare := func(t *testing.T, n int, reserve bool, bury bool) *setup {
+		g := newGroup(t)
+		c := g.leader.NewClient(nil)
+		t.Cleanup(c.Close)
+		s := &setup{g: g, c: c}
+		for i := range n {
+			id := g.leader.NextID()
+			if _, err := c.Put(id, uint32(i), 0, 60, []byte("job\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			s.jobs = append(s.jobs, id)
+		}
+		if bury {
+			for range n {
+				j, _ := c.Reserve(0)
+				if err := c.Bury(j.ID(), 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if reserve {
+			if j, r := c.Reserve(0); r != Reserved || j.ID() != s.jobs[0] {
+				t.Fatalf("Reserve: %v %v", j, r)
+			}
+		}
+		g.ship()
+		return s
+	}
+	cases := []struct {
+		name           string
+		jobs           int
+		reserve, bury  bool
+		run            func(c *Client, k wal.Req, jobs []uint64) string
+		want, wantNext string // the first verdict, and an unkeyed repeat's
+	}{
+		{"delete", 1, true, false, func(c *Client, k wal.Req, jobs []uint64) string {
+			return fmt.Sprint(c.DeleteKeyed(k, jobs[0]))
+		}, "true", "false"},
+		{"release", 1, true, false, func(c *Client, k wal.Req, jobs []uint64) string {
+			return fmt.Sprint(c.ReleaseKeyed(k, jobs[0], 7, 0))
+		}, "<nil>", ErrNotFound.Error()},
+		{"bury", 1, true, false, func(c *Client, k wal.Req, jobs []uint64) string {
+			return fmt.Sprint(c.BuryKeyed(k, jobs[0], 7))
+		}, "<nil>", ErrNotFound.Error()},
+		{"kick", 3, false, true, func(c *Client, k wal.Req, jobs []uint64) string {
+			return fmt.Sprint(c.KickKeyed(k, 5))
+		}, "3", "0"},
+		{"kick-job", 2, false, true, func(c *Client, k wal.Req, jobs []uint64) string {
+			return fmt.Sprint(c.KickJobKeyed(k, jobs[1]))
+		}, "<nil>", ErrNotFound.Error()},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := prepare(t, tc.jobs, tc.reserve, tc.bury)
+			g, k := s.g, key(7)
+			if got := tc.run(s.c, k, s.jobs); got != tc.want {
+				t.Fatalf("first: %s, want %s", got, tc.want)
+			}
+			before := viewOf(g.leader)
+			batch := g.ship()
+			if got := tc.run(s.c, k, s.jobs); got != tc.want {
+				t.Errorf("resent to the leader: %s, want %s", got, tc.want)
+			}
+			if recs := g.journal.take(); len(recs) != 0 {
+				t.Errorf("the resent command logged %+v", recs)
+			}
+			if after := viewOf(g.leader); !maps.Equal(after, before) {
+				t.Error("the resent command changed the leader's jobs")
+			}
+			keyed := 0
+			for _, r := range batch {
+				if r.Req == k {
+					keyed++
+				}
+			}
+			if want := map[string]int{"kick": 3}[tc.name]; keyed != max(want, 1) {
+				t.Errorf("%d records carry the key; want %d", keyed, max(want, 1))
+			}
+			// The clock stood still: the batch's time is the leader's.
+			if l, f := entries(g.leader.DedupTable()), entries(g.follower.DedupTable()); len(l) != 1 || !maps.Equal(l, f) {
+				t.Errorf("the leader's table %v, the follower's %v", l, f)
+			}
+
+			nc := g.follower.NewClient(nil)
+			defer nc.Close()
+			before = viewOf(g.follower)
+			if got := tc.run(nc, k, s.jobs); got != tc.want {
+				t.Errorf("resent to the new leader: %s, want %s", got, tc.want)
+			}
+			if after := viewOf(g.follower); !maps.Equal(after, before) {
+				t.Error("the resent command changed the new leader's jobs")
+			}
+			// Without the table the same command, as another request,
+			// would answer otherwise: the verdict came from it.
+			if got := tc.run(nc, key(8), s.jobs); got != tc.wantNext {
+				t.Errorf("as a new request on the new leader: %s, want %s", got, tc.wantNext)
+			}
+		})
+	}
+}
+
+// TestDedupNothingKeptForNoChange: a keyed command that changed nothing
+// keeps nothing, so resent it runs again.
+func TestDedupNothingKeptForNoChange(t *testing.T) {
+	g := newGroup(t)
+	c := g.leader.NewClient(nil)
+	defer c.Close()
+	if c.DeleteKeyed(key(1), 99) {
+		t.Fatal("deleted a job that does not exist")
+	}
+	if n := c.KickKeyed(key(2), 10); n != 0 {
+		t.Fatalf("kicked %d of none", n)
+	}
+	id := g.leader.NextID()
+	if _, err := c.Put(id, 1, 0, 60, []byte("x\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !c.DeleteKeyed(key(1), id) {
+		t.Error("the delete resent once the job exists did not run")
+	}
+	if d := g.leader.DedupTable(); d.Len() != 1 {
+		t.Errorf("%d entries; want the one delete that deleted", d.Len())
+	}
+}
+
+// TestDedupExpiry: entries expire DedupTTL after their entry time by the
+// replicated clock: on a follower by the KindClock records it applies,
+// whatever its own clock says; on the leader by its own clock, which
+// applied clocks keep from going back.
+func TestDedupExpiry(t *testing.T) {
+	var now atomic.Int64
+	s := New(Options{Now: now.Load, Dedup: true})
+	defer s.Close()
+	// Far ahead of this store's wall clock, so that only the records move
+	// its clock: a follower's table never reads its own.
+	t0 := s.Clock() + int64(time.Hour)
+	full := wal.Record{Kind: wal.KindFull, ID: 1, Req: key(1), Tube: "t", State: wal.StateReady, TTR: int64(time.Minute), Body: []byte("x\r\n")}
+	s.Apply([]wal.Record{{Kind: wal.KindClock, Time: t0}, full}, nil)
+	s.Apply([]wal.Record{{Kind: wal.KindClock, Time: t0 + int64(DedupTTL) - 1}}, nil)
+	if got := entries(s.DedupTable()); len(got) != 1 {
+		t.Fatalf("a nanosecond before its expiry the table holds %v", got)
+	}
+	s.Apply([]wal.Record{{Kind: wal.KindClock, Time: t0 - int64(time.Hour)}}, nil) // an older clock moves nothing
+	if c := s.Clock(); c != t0+int64(DedupTTL)-1 {
+		t.Fatalf("the clock went to %d after an older one was applied; want %d", c, t0+int64(DedupTTL)-1)
+	}
+	c := s.NewClient(nil)
+	defer c.Close()
+	c.Use([]byte("t"))
+	if id, put, _ := c.PutKeyed(key(1), 0, 0, 60, []byte("y\r\n")); id != 1 || put {
+		t.Fatalf("before expiry: id %d, put %v; want 1 from the table", id, put)
+	}
+	s.Apply([]wal.Record{{Kind: wal.KindClock, Time: t0 + int64(DedupTTL)}}, nil)
+	if d := s.DedupTable(); d.Len() != 0 {
+		t.Fatalf("at its expiry the table holds %v", entries(d))
+	}
+	if id, put, _ := c.PutKeyed(key(1), 0, 0, 60, []byte("y\r\n")); id == 1 || !put {
+		t.Fatalf("after expiry: id %d, put %v; want a new put", id, put)
+	}
+
+	// As a leader: its own clock, once past the applied one.
+	g := newGroup(t)
+	lc := g.leader.NewClient(nil)
+	defer lc.Close()
+	first, _, _ := lc.PutKeyed(key(5), 0, 0, 60, []byte("a\r\n"))
+	g.now.Add(int64(DedupTTL) - 1)
+	if id, put, _ := lc.PutKeyed(key(5), 0, 0, 60, []byte("a\r\n")); id != first || put {
+		t.Fatalf("a nanosecond before expiry the leader answered %d, put %v", id, put)
+	}
+	g.now.Add(1)
+	if id, put, _ := lc.PutKeyed(key(5), 0, 0, 60, []byte("a\r\n")); id == first || !put {
+		t.Fatalf("at expiry the leader answered %d, put %v; want a new put", id, put)
+	}
+	if d := g.leader.DedupTable(); d.Len() != 1 {
+		t.Errorf("the leader keeps %d entries; the expired one should have gone", d.Len())
+	}
+}
+
+// TestDedupDeterministic: followers that apply the same records have the
+// same table whatever their clocks, and it is the table the records fold
+// to without a store (DedupTable.AddFrames over the log's frames, as a
+// snapshot is made); a store that applies a snapshot (the live jobs, then
+// that table's records) answers every live key as the leader would, and
+// none that expired.
+func TestDedupDeterministic(t *testing.T) {
+	g := newGroup(t)
+	var clients []*Client
+	for i := range 3 {
+		c := g.leader.NewClient(nil)
+		defer c.Close()
+		c.Use([]byte(fmt.Sprintf("tube-%d", i)))
+		clients = append(clients, c)
+	}
+	other := New(Options{Now: g.now.Load, Dedup: true})
+	defer other.Close()
+	other.wallBase += int64(24 * 365 * time.Hour) // its wall clock a year ahead
+	var ids []uint64
+	n := uint64(0)
+	for step := range 400 {
+		c := clients[step%len(clients)]
+		n++
+		switch step % 7 {
+		case 0, 1, 2:
+			id, _, err := c.PutKeyed(key(n), uint32(step), 0, 60, []byte("j\r\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		case 3:
+			if j, r := c.Reserve(0); r == Reserved {
+				_ = c.BuryKeyed(key(n), j.ID(), 2)
+			}
+		case 4:
+			c.KickKeyed(key(n), 2)
+		case 5:
+			c.DeleteKeyed(key(n), ids[len(ids)/2])
+		case 6:
+			if j, r := c.Reserve(0); r == Reserved {
+				_ = c.ReleaseKeyed(key(n), j.ID(), 3, 0)
+			}
+		}
+		if step%10 == 9 {
+			other.Apply(g.ship(), nil)
+			g.now.Add(int64(5 * time.Second)) // 400 steps: 200 s, so early keys expire
+		}
+	}
+	other.Apply(g.ship(), nil)
+
+	want := entries(g.follower.DedupTable())
+	if len(want) < 50 {
+		t.Fatalf("only %d live entries: the workload proves little", len(want))
+	}
+	if got := entries(other.DedupTable()); !maps.Equal(got, want) {
+		t.Errorf("two followers with different clocks differ: %d entries against %d", len(got), len(want))
+	}
+	var frames []byte
+	for i := range g.log {
+		frames = wal.AppendFrame(frames, &g.log[i])
+	}
+	fold := NewDedupTable()
+	if err := fold.AddFrames(frames); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(fold); !maps.Equal(got, want) {
+		t.Errorf("the fold of the log's frames differs from the follower's table: %d entries against %d", len(got), len(want))
+	}
+	if fold.Clock() != g.follower.DedupTable().Clock() {
+		t.Errorf("clocks: the fold's %d, the follower's %d", fold.Clock(), g.follower.DedupTable().Clock())
+	}
+
+	// A snapshot: the live jobs (their full records, keys and all, as a
+	// snapshot copies them from the log), then the table's records.
+	live := map[uint64]*wal.Recovered{}
+	for i := range g.log {
+		wal.Fold(live, &g.log[i], wal.Loc{})
+	}
+	var snap []wal.Record
+	for _, id := range slices.Sorted(maps.Keys(live)) {
+		snap = append(snap, live[id].Record)
+	}
+	for r := range fold.Records() {
+		snap = append(snap, r)
+	}
+	restored := New(Options{Now: g.now.Load, Dedup: true})
+	defer restored.Close()
+	restored.Apply(snap, nil)
+	if got := entries(restored.DedupTable()); !maps.Equal(got, want) {
+		t.Errorf("restored from the snapshot: %d entries against %d", len(got), len(want))
+	}
+	// Every key the table holds answers from it; one that expired runs.
+	rc := restored.NewClient(nil)
+	defer rc.Close()
+	for k := range want {
+		before := restored.Stats().TotalJobs
+		if id, put, _ := rc.PutKeyed(k, 0, 0, 60, []byte("again\r\n")); put || id == 0 {
+			t.Fatalf("key %v, live in the table, ran again as a put", k)
+		}
+		if restored.Stats().TotalJobs != before {
+			t.Fatalf("key %v answered from the table made a job", k)
+		}
+	}
+	if _, ok := want[key(1)]; ok {
+		t.Fatal("the first key is still live: nothing expired")
+	}
+	if _, put, _ := rc.PutKeyed(key(1), 0, 0, 60, []byte("again\r\n")); !put {
+		t.Error("an expired key answered from the restored table")
+	}
+
+	// Reset empties the table and the clock; the records make them again.
+	if err := restored.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if d := restored.DedupTable(); d.Len() != 0 || d.Clock() != 0 {
+		t.Errorf("after Reset: %d entries, clock %d", d.Len(), d.Clock())
+	}
+	restored.Apply(snap, nil)
+	if got := entries(restored.DedupTable()); !maps.Equal(got, want) {
+		t.Errorf("after Reset and the snapshot again: %d entries against %d", len(got), len(want))
+	}
+}
+
+// TestDedupOff: without Options.Dedup a keyed call is the unkeyed one:
+// nothing kept, no key logged, applied keys and entries ignored.
+func TestDedupOff(t *testing.T) {
+	rec := &recordingJournal{}
+	s := newStore(Options{}, rec)
+	defer s.Close()
+	c := s.NewClient(nil)
+	defer c.Close()
+	a, _, _ := c.PutKeyed(key(1), 0, 0, 60, []byte("x\r\n"))
+	b, put, _ := c.PutKeyed(key(1), 0, 0, 60, []byte("x\r\n"))
+	if a == b || !put {
+		t.Fatalf("the same key put twice gave %d and %d, put %v: want two puts", a, b, put)
+	}
+	c.KickKeyed(key(2), 1)
+	for _, r := range rec.take() {
+		if !r.Req.IsZero() {
+			t.Errorf("a record with a key logged: %+v", r)
+		}
+	}
+	s.Apply([]wal.Record{{Kind: wal.KindReq, ID: 3, Req: key(3), Time: 1, Count: 1}, {Kind: wal.KindDelete, ID: 4, Req: key(4)}}, nil)
+	if s.DedupTable() != nil {
+		t.Error("a table without Options.Dedup")
+	}
+	if _, put, _ := c.PutKeyed(key(3), 0, 0, 60, []byte("x\r\n")); !put {
+		t.Error("an applied KindReq answered a put")
+	}
+
+	dir := t.TempDir()
+	l, err := wal.Open(dir, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	defer func() {
+		if recover() == nil {
+			t.Error("New took Options.Dedup with a single node's Log")
+		}
+	}()
+	New(Options{Log: l, Dedup: true}).Close()
+}
+
+// TestDedupKeyedNoSpace: a keyed put the log refuses keeps nothing: the
+// request runs again when resent.
+func TestDedupKeyedNoSpace(t *testing.T) {
+	full := &fullJournal{}
+	s := newStore(Options{Dedup: true}, full)
+	defer s.Close()
+	c := s.NewClient(nil)
+	defer c.Close()
+	full.full.Store(true)
+	if _, _, err := c.PutKeyed(key(1), 0, 0, 60, []byte("x\r\n")); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("put on a full log: %v", err)
+	}
+	full.full.Store(false)
+	if _, put, err := c.PutKeyed(key(1), 0, 0, 60, []byte("x\r\n")); err != nil || !put {
+		t.Fatalf("resent once there is room: put %v, %v; want the put", put, err)
+	}
+}
+
+// fullJournal is a recordingJournal that refuses every record but a
+// delete while full is set.
+type fullJournal struct {
+	recordingJournal
+	full atomic.Bool
+}
+
+func (f *fullJournal) Append(rec *wal.Record, prev wal.Loc) (uint64, wal.Loc, error) {
+	if f.full.Load() && rec.Kind != wal.KindDelete {
+		return 0, wal.Loc{}, wal.ErrNoSpace
+	}
+	return f.recordingJournal.Append(rec, prev)
+}
