@@ -467,6 +467,20 @@
 // installed within 10 s, and the streams must not take the cores and the
 // disk from the leader's clients all at once.
 //
+// A third kind of connection, the commands stream (commands.go), carries
+// what a member's sessions send to the leaders of the groups that own
+// their tubes, and the replies back (docs/design/shards.md, 5.9): one per
+// ordered pair of members that speak protocol 3, dialled once the
+// member's items handler is set (Host.OnItems), written by its dialler
+// only, as the messages connection is. Its payloads are the router's
+// items, which the transport does not decode: Host.SendItems queues one
+// (never blocking; refused with no stream open or past the peer's 4 MiB
+// queue), the writer merges what is queued into frames of up to 64 KiB
+// (a payload past a part goes alone, in parts, in order), and the reader
+// hands each frame's payload to the handler, in order. A broken stream
+// loses what was in flight and is dialled again; Host.OnItemsStream tells
+// the router, which resends.
+//
 // The transport carries the messages of every Raft group attached to it
 // (transport.attach; today one, group 0): each group sends its own and
 // is told of a peer unreachable or a snapshot's fate, and each message

@@ -76,6 +76,15 @@ type TransportStats struct {
 	TLSRefused uint64
 	// Snapshots sent (the peer took them), failed, and received.
 	SnapshotsSent, SnapshotsFailed, SnapshotsReceived uint64
+	// ItemsFramesSent and ItemsBytesSent count the commands streams'
+	// frames written to peers and their payloads' bytes, a frame's
+	// payload being those SendItems took merged (commands.go);
+	// ItemsFramesReceived and ItemsBytesReceived the payloads read from
+	// peers. ItemsDropped are payloads SendItems did not take (no
+	// commands stream to the peer, or its queue full); ItemsLost were
+	// taken and not yet flushed to their stream when it closed.
+	ItemsFramesSent, ItemsBytesSent, ItemsFramesReceived, ItemsBytesReceived uint64
+	ItemsDropped, ItemsLost                                                  uint64
 }
 
 // transportConfig is what the node gives its transport.
@@ -160,6 +169,8 @@ type transport struct {
 	pace *pacer
 	// incarnation is drawn when the transport starts; its hellos tell it.
 	incarnation uint64
+	// items is the commands streams' side (commands.go). Immutable.
+	items *commandsEnds
 
 	mu      sync.Mutex
 	started bool                  // guarded by mu: peers added from now on start at once
@@ -183,6 +194,7 @@ type transport struct {
 type peer struct {
 	Member                        // immutable
 	queue  chan envelope          // messages to send, bounded: Send drops when full
+	items  *itemsQueue            // immutable: payloads for its commands stream (commands.go)
 	snap   chan envelope          // snapshots to send, one per group (snapping)
 	client atomic.Pointer[string] // its client address, from its hellos
 	http   atomic.Pointer[string] // its --http address, from its hellos
@@ -226,6 +238,7 @@ func newTransport(cfg transportConfig) (*transport, error) {
 		conns:       make(map[net.Conn]struct{}),
 		inbound:     make(map[string]net.Conn),
 		receiving:   make(map[groupID]bool),
+		items:       newCommandsEnds(),
 	}
 	pace := cfg.snapshotRate
 	if pace == 0 {
@@ -254,8 +267,9 @@ func (t *transport) start() {
 
 // runLocked starts p's goroutines. t.mu must be held.
 func (t *transport) runLocked(p *peer) {
-	t.wg.Add(1 + snapshotStreams)
+	t.wg.Add(2 + snapshotStreams)
 	go t.runPeer(p)
+	go t.runCommands(p)
 	for range snapshotStreams {
 		go t.runSnapshots(p)
 	}
@@ -310,7 +324,7 @@ func (t *transport) addPeer(m Member) *peer {
 		t.removeLocked(old)
 	}
 	p := &peer{Member: m, queue: make(chan envelope, t.cfg.queue), snap: make(chan envelope, maxGroups+1), // the meta group's too
-		snapping: make(map[groupID]bool)}
+		snapping: make(map[groupID]bool), items: newItemsQueue()}
 	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	t.peers[m.ID], t.byName[m.Name] = p, p
 	if t.started {
@@ -540,13 +554,15 @@ func (p *peer) snapshotDone(g groupID) {
 
 // stats reads the counters.
 func (t *transport) stats() TransportStats {
-	return TransportStats{
+	s := TransportStats{
 		MessagesSent: t.sent.Load(), MessagesReceived: t.received.Load(),
 		MessagesDropped: t.dropped.Load(), MessagesUnrouted: t.unrouted.Load(),
 		Heartbeats: t.coalesced.beats.Load(), HeartbeatFrames: t.coalesced.frames.Load(),
 		Connects: t.connects.Load(), Refused: t.refused.Load(), TLSRefused: t.tlsRefused.Load(),
 		SnapshotsSent: t.snapSent.Load(), SnapshotsFailed: t.snapFailed.Load(), SnapshotsReceived: t.snapRecv.Load(),
 	}
+	t.items.addStats(&s)
+	return s
 }
 
 // The dialling side.
@@ -572,6 +588,7 @@ func (t *transport) runPeer(p *peer) {
 			continue
 		}
 		p.protocol.Store(uint32(version))
+		signal(p.items.messages) // the commands stream waits for the peer's protocol
 		p.up.Store(true)
 		p.everUp.Store(true)
 		t.noteUp(p)
@@ -618,15 +635,7 @@ func (t *transport) idle(p *peer, d time.Duration) bool {
 // once) is flushed when the queue is empty. A large message goes a part
 // at a time, with what is queued written between its parts.
 func (t *transport) writeMessages(p *peer, raw, conn net.Conn, version uint16) error {
-	// The peer sends nothing after its hello: a read returns only when
-	// the connection ends, and then the writer learns it at once rather
-	// than at its next write.
-	broken := make(chan struct{})
-	go func() {
-		var b [1]byte
-		_, _ = conn.Read(b[:])
-		close(broken)
-	}()
+	broken := watchClose(conn)
 	defer func() {
 		_ = raw.Close()
 		<-broken
@@ -1012,9 +1021,12 @@ func (t *transport) serve(raw net.Conn) {
 	}
 	t.notePeer(p, in)
 	f := frameReader{r: r, version: negotiate(t.maxProtocol(), in.Max), from: p.ID, to: t.cfg.self.ID}
-	if in.Kind == streamSnapshot {
+	switch in.Kind {
+	case streamSnapshot:
 		t.receiveSnapshot(p, conn, &f)
-	} else {
+	case streamCommands:
+		t.receiveItems(p, raw, r)
+	default:
 		t.receiveMessages(p, raw, &f)
 	}
 }
@@ -1050,7 +1062,7 @@ func (t *transport) check(in *hello, state *tls.ConnectionState) (p *peer, refus
 	if in.FromID != p.ID {
 		return nil, fmt.Sprintf("member %s has Raft id %x, not %x", p.Name, p.ID, in.FromID), false
 	}
-	if in.Kind != streamMessages && in.Kind != streamSnapshot {
+	if in.Kind != streamMessages && in.Kind != streamSnapshot && in.Kind != streamCommands {
 		return nil, fmt.Sprintf("unknown stream kind %d", in.Kind), false
 	}
 	if state != nil {
@@ -1060,8 +1072,12 @@ func (t *transport) check(in *hello, state *tls.ConnectionState) (p *peer, refus
 	}
 	// Last: who the peer is comes first (a finalized member still tells a
 	// stranger, or a peer without its certificate, why it is refused).
-	if why := t.below(negotiate(t.maxProtocol(), in.Max)); why != "" {
+	v := negotiate(t.maxProtocol(), in.Max)
+	if why := t.below(v); why != "" {
 		return nil, why, false
+	}
+	if in.Kind == streamCommands && v < 3 {
+		return nil, fmt.Sprintf("a commands stream in protocol %d; it needs 3", v), false
 	}
 	return p, "", false
 }
@@ -1083,28 +1099,12 @@ func (t *transport) logRefusal(key, remote, claimed, reason string) {
 // message that is not from p to this member, or a snapshot (they have
 // connections of their own), ends it.
 func (t *transport) receiveMessages(p *peer, conn net.Conn, f *frameReader) {
-	t.mu.Lock()
-	old := t.inbound[p.Name]
-	t.inbound[p.Name] = conn
-	t.mu.Unlock()
-	if old != nil {
-		_ = old.Close()
-	}
-	defer func() {
-		t.mu.Lock()
-		if t.inbound[p.Name] == conn {
-			delete(t.inbound, p.Name)
-		}
-		t.mu.Unlock()
-	}()
+	defer claimInbound(&t.mu, t.inbound, p.Name, conn)()
 	for {
 		e, err := f.read()
 		m := e.m
 		if err != nil {
-			if errors.Is(err, errTooLarge) || !isEOF(err) && !t.isClosed() && !errors.Is(err, net.ErrClosed) {
-				t.refused.Add(1)
-				t.logRefusal(p.Name, conn.RemoteAddr().String(), p.Name, err.Error())
-			}
+			t.refuseStream(p, conn, err)
 			return
 		}
 		if m == nil {

@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -365,30 +364,8 @@ func TestPlaintextWarning(t *testing.T) {
 // write.
 func TestTransportNeverBlocks(t *testing.T) {
 	self := Member{Name: "m1", ID: MemberID("m1")}
-	hole := Member{Name: "hole", ID: MemberID("hole")}
 	const cluster = 7
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	hole.Addr = ln.Addr().String()
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer conn.Close()
-			if _, err := readHello(bufio.NewReader(conn)); err != nil {
-				return
-			}
-			answer := hello{Version: helloVersion, Kind: streamMessages, Cluster: cluster, FromID: hole.ID,
-				From: hole.Name, To: self.Name}
-			_, _ = conn.Write(appendHello(nil, &answer))
-			// and never reads again
-		}
-	}()
+	hole := listenHole(t, cluster, self, minProtocol)
 
 	var unreachable atomic.Int64
 	tr, err := newTransport(transportConfig{

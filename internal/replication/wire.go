@@ -75,6 +75,9 @@ import (
 // then its entries' data, in order, in parts; whole messages may come
 // between the parts, and the message is complete with its last part.
 //
+// A commands connection (protocol 3) carries items frames, whose layout
+// commands.go gives.
+//
 // A snapshot connection carries one snapshot, then the receiver's
 // verdict: the MsgSnap as a whole message (protocol 3: a batch of one;
 // its snapshot's Data empty); one byte back, snapshotProceed or
@@ -121,6 +124,7 @@ const (
 	typedBatch      byte = 1
 	typedHeartbeats byte = 2
 	typedMigrate    byte = 3
+	typedItems      byte = 4 // the commands stream's (commands.go)
 
 	snapshotProceed byte = 1
 	snapshotTaken   byte = 1
@@ -142,6 +146,7 @@ type streamKind uint8
 const (
 	streamMessages streamKind = 1
 	streamSnapshot streamKind = 2
+	streamCommands streamKind = 3 // protocol 3 only (commands.go)
 )
 
 // groupID names a Raft group. The cluster's one group today is group0.
