@@ -125,6 +125,25 @@ func (s *Server) Close() {
 	}
 }
 
+// Detach closes every owner client of group g: this member no longer
+// serves it (its store is about to be rebuilt, which no client may hold;
+// the node's CloseClients), and their sessions' next requests find
+// StatusNotLeader.
+func (s *Server) Detach(g uint16) {
+	s.mu.Lock()
+	var detached []*owner
+	for key, o := range s.owners {
+		if key.group == g {
+			detached = append(detached, o)
+			delete(s.owners, key)
+		}
+	}
+	s.mu.Unlock()
+	for _, o := range detached {
+		o.close()
+	}
+}
+
 // request runs a request on its owner's client, made on first use; one
 // for a group this member does not serve is answered StatusNotLeader.
 func (s *Server) request(key ownerKey, it *Item) {
