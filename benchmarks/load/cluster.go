@@ -246,7 +246,13 @@ func (c *Cluster) awaitSettled(ctx context.Context, timeout time.Duration) (*mem
 // settled is one round of awaitSettled's checks: the leader, or why not.
 func (c *Cluster) settled(ctx context.Context) (*member, string) {
 	if up := c.up(); len(up) < len(c.members) {
-		return nil, fmt.Sprintf("%d of %d members running", len(up), len(c.members))
+		why := fmt.Sprintf("%d of %d members running", len(up), len(c.members))
+		for _, m := range c.members {
+			if m.proc != nil && m.proc.Exited() {
+				why += fmt.Sprintf("; %s exited (%s): %s", m.name, m.proc, outputTail(m.proc))
+			}
+		}
+		return nil, why
 	}
 	sts := make([]replication.Status, len(c.members))
 	var leader *member
