@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/sproutmq/sprout/internal/meta"
@@ -36,12 +35,15 @@ const (
 // leader propose finalization once every other member of its book speaks
 // protocol 3 with it (NodeConfig.NoFinalize keeps a cluster at version 2).
 func (n *Node) maybeFinalize(now time.Time) {
-	if n.group != group0 || !n.serving || n.cfg.NoFinalize || now.Sub(n.lastFinalize) < finalizeEvery {
+	// The host's version first: once finalized, nothing here runs again
+	// (the book is a copy).
+	if n.group != group0 || !n.serving || n.cfg.NoFinalize || n.host.Version() >= clusterVersion ||
+		now.Sub(n.lastFinalize) < finalizeEvery {
 		return
 	}
 	book := n.core.Book()
 	if book.Version >= clusterVersion {
-		return
+		return // applied here, the host not yet told
 	}
 	for _, m := range book.Members {
 		if m.ID != n.self.ID && n.host.transport.protocolOf(m.ID) < clusterVersion {
@@ -108,20 +110,25 @@ type finalizer interface {
 // a release before refuses the directory from then on.
 func (l *GroupLog) Finalize(ctx context.Context) error { return l.s.toV3(ctx, nil) }
 
-// metaVoters are the meta group's voters at finalization: the first
-// meta.MaxMetaVoters of group 0's voters by name, as meta.Formation
-// chooses them, so the state and the Raft group agree.
+// metaVoters are the meta group's voters at finalization: those
+// meta.Formation chooses among group 0's voters, so the state and the Raft
+// group agree; nil if it chooses none.
 func metaVoters(book Book, voters map[uint64]struct{}) []uint64 {
-	var ms []Member
+	var ms []meta.Member
 	for _, m := range book.Members {
 		if _, ok := voters[m.ID]; ok {
-			ms = append(ms, m)
+			ms = append(ms, meta.Member{Name: m.Name, ID: m.ID})
 		}
 	}
-	slices.SortFunc(ms, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
-	ids := make([]uint64, 0, min(len(ms), meta.MaxMetaVoters))
-	for _, m := range ms[:min(len(ms), meta.MaxMetaVoters)] {
-		ids = append(ids, m.ID)
+	formation, err := meta.Formation(ms, 1, len(ms))
+	if err != nil {
+		return nil
+	}
+	var ids []uint64
+	for _, name := range formation.MetaVoters {
+		if m, ok := book.byName(name); ok {
+			ids = append(ids, m.ID)
+		}
 	}
 	return ids
 }

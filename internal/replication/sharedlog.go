@@ -478,8 +478,9 @@ func (s *SharedLog) Attach(ctx context.Context, g uint16, voters []uint64, join 
 }
 
 // toV3 adds l to the groups (nil: none, on finalization), and switches
-// appends to version 3 segments if they are not yet: the segment log moves on to its spare, of version
-// 3, beginning it with the checkpoint of every group, l's included.
+// appends to version 3 segments if they are not yet: the segment log
+// moves on to its spare, of version 3, beginning it with the checkpoint of
+// every group, l's included.
 func (s *SharedLog) toV3(ctx context.Context, l *GroupLog) error {
 	for {
 		s.mu.Lock()

@@ -499,11 +499,7 @@ func (t *transport) send(g groupID, msgs []*pb.Message) {
 				end.snapshotSent(p.ID, false)
 			}
 		default:
-			select {
-			case p.queue <- envelope{group: g, m: m}:
-				p.unsent.Add(1)
-			default:
-				t.dropped.Add(1)
+			if !t.enqueue(p, envelope{group: g, m: m}) {
 				end.unreachable(p.ID)
 			}
 		}
@@ -520,11 +516,19 @@ func (t *transport) sendMigrate(g groupID, to uint64, ids []uint64) {
 		t.dropped.Add(1)
 		return
 	}
+	t.enqueue(p, envelope{group: g, migrate: ids})
+}
+
+// enqueue queues e for p's writer, or drops and counts it when p's queue
+// is full, and reports which.
+func (t *transport) enqueue(p *peer, e envelope) bool {
 	select {
-	case p.queue <- envelope{group: g, migrate: ids}:
+	case p.queue <- e:
 		p.unsent.Add(1)
+		return true
 	default:
 		t.dropped.Add(1)
+		return false
 	}
 }
 

@@ -52,8 +52,6 @@ type call struct {
 	key  callKey
 	n    uint64 // when it was made: resends go in this order
 	item Item   // its payload copied: it is sent again after a leader change
-	// to is the member it was last sent to (0: not sent, no leader known).
-	to uint64
 	// done takes the answer: a reply to a request, an event to a wait.
 	done func(*Item)
 }
@@ -111,35 +109,16 @@ func (l *Link) start(it Item, done func(*Item)) {
 	c.n = l.made
 	l.pending[c.key] = c
 	l.mu.Unlock()
-	l.sendCall(c)
+	l.post(c.key.group, c.item)
 }
 
-// sendCall sends c to its group's leader, if one is known.
-func (l *Link) sendCall(c *call) {
-	to, ok := l.cfg.Leader(c.key.group)
-	if !ok {
-		return
-	}
-	payload, err := AppendItem(nil, &c.item)
-	if err != nil {
-		return
-	}
-	l.mu.Lock()
-	c.to = to
-	l.mu.Unlock()
-	l.cfg.Send(to, payload)
-}
-
-// post sends an item that waits for no answer to its group's leader; it
-// is lost if none is known (the leader to come has no wait or client of
-// the session to end).
+// post sends it to its group's leader, if one is known: a call, which
+// stays pending when none is (LeaderChanged sends it then); or an item
+// that waits for no answer, lost when none is (the leader to come has no
+// wait or client of the session to end).
 func (l *Link) post(group uint16, it Item) {
-	to, ok := l.cfg.Leader(group)
-	if !ok {
-		return
-	}
-	if payload, err := AppendItem(nil, &it); err == nil {
-		l.cfg.Send(to, payload)
+	if to, ok := l.cfg.Leader(group); ok {
+		sendItem(l.cfg.Send, to, &it)
 	}
 }
 
@@ -156,7 +135,7 @@ func (l *Link) LeaderChanged(group uint16) {
 	l.mu.Unlock()
 	slices.SortFunc(calls, func(a, b *call) int { return cmp.Compare(a.n, b.n) })
 	for _, c := range calls {
-		l.sendCall(c)
+		l.post(group, c.item)
 	}
 }
 
@@ -187,11 +166,8 @@ func (l *Link) Handle(from uint64, payload []byte) error {
 		case c != nil:
 			c.done(it)
 		case it.Kind == KindEvent && it.Event.Type == EventOffer:
-			decline := Item{Kind: KindDecline, Group: it.Group, Session: it.Session,
-				Decline: Decline{Wait: it.Event.Wait, Job: it.Event.Job.ID}}
-			if p, err := AppendItem(nil, &decline); err == nil {
-				l.cfg.Send(from, p)
-			}
+			sendItem(l.cfg.Send, from, &Item{Kind: KindDecline, Group: it.Group, Session: it.Session,
+				Decline: Decline{Wait: it.Event.Wait, Job: it.Event.Job.ID}})
 		}
 	})
 }

@@ -84,9 +84,8 @@ type owner struct {
 
 // heldReply is a reply waiting for the log to acknowledge pos.
 type heldReply struct {
-	item  Item
-	pos   uint64
-	acked bool
+	item Item
+	pos  uint64
 }
 
 // Handle executes a payload of items from member from, in order. The
@@ -237,10 +236,12 @@ func (s *Server) refs(from uint64, it *Item) {
 }
 
 // send queues one item for member to.
-func (s *Server) send(to uint64, it Item) {
-	payload, err := AppendItem(nil, &it)
-	if err == nil {
-		s.cfg.Send(to, payload)
+func (s *Server) send(to uint64, it Item) { sendItem(s.cfg.Send, to, &it) }
+
+// sendItem sends it to member to as a payload of its own.
+func sendItem(send func(to uint64, payload []byte) bool, to uint64, it *Item) {
+	if payload, err := AppendItem(nil, it); err == nil {
+		send(to, payload)
 	}
 }
 
@@ -275,7 +276,7 @@ func (o *owner) runLocked(it *Item) {
 func event(key ownerKey, seq uint32, id uint64, j *store.Job, res store.ReserveResult) Item {
 	ev := Event{Wait: id, Type: EventDeadlineSoon}
 	if res == store.Reserved {
-		ev = Event{Wait: id, Type: EventOffer, Job: JobReply{ID: j.ID(), Body: j.Body()}}
+		ev = Event{Wait: id, Type: EventOffer, Job: jobReply(j)}
 	}
 	return Item{Kind: KindEvent, Group: key.group, Session: key.session, Seq: seq, Event: ev}
 }
@@ -300,10 +301,10 @@ func (o *owner) execute(req *Request) (r Reply, blocked bool) {
 		return Reply{Status: StatusNotFound, Result: ResultNone}
 	}
 	job := func(j *store.Job, found bool) Reply {
-		if j == nil || !found {
-			return Reply{Status: StatusNotFound, Result: ResultNone}
+		if !found {
+			j = nil
 		}
-		return Reply{Status: StatusOK, Result: ResultJob, Job: JobReply{ID: j.ID(), Body: j.Body()}}
+		return jobResult(j)
 	}
 	switch req.Op {
 	case OpPut:
@@ -393,6 +394,17 @@ func (o *owner) execute(req *Request) (r Reply, blocked bool) {
 	return ok(false), false // burn, and what this server does not run yet
 }
 
+// jobReply is j as a reply or an offer carries it.
+func jobReply(j *store.Job) JobReply { return JobReply{ID: j.ID(), Body: j.Body()} }
+
+// jobResult is the reply carrying j, or NOT_FOUND for nil.
+func jobResult(j *store.Job) Reply {
+	if j == nil {
+		return Reply{Status: StatusNotFound, Result: ResultNone}
+	}
+	return Reply{Status: StatusOK, Result: ResultJob, Job: jobReply(j)}
+}
+
 // emptyReply is the reply to a reserve that ended without a job.
 func emptyReply(res store.ReserveResult) Reply {
 	if res == store.DeadlineSoon {
@@ -443,18 +455,15 @@ func (o *owner) holdLocked(r Item, pos uint64) {
 	})
 }
 
-// acked sends the replies whose changes are acknowledged through pos, in
-// order.
+// acked sends, in order, the replies whose changes are acknowledged: pos
+// is, and so is whatever the log has acknowledged since (a session's
+// positions only grow, so the first that is not ends what may go).
 func (o *owner) acked(pos uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for i := range o.replies {
-		if o.replies[i].pos <= pos {
-			o.replies[i].acked = true
-		}
-	}
+	pos = max(pos, o.st.Acks().Acked())
 	n := 0
-	for n < len(o.replies) && o.replies[n].acked {
+	for n < len(o.replies) && o.replies[n].pos <= pos {
 		o.srv.send(o.key.member, o.replies[n].item)
 		n++
 	}
@@ -485,7 +494,7 @@ func (o *owner) endWait(j *store.Job, res store.ReserveResult) {
 	case o.waitID != 0:
 		o.holdLocked(event(o.key, o.waiting, o.waitID, j, res), o.client.PendingAck())
 	case j != nil:
-		o.holdLocked(reply(o.key, o.waiting, Reply{Status: StatusOK, Result: ResultJob, Job: JobReply{ID: j.ID(), Body: j.Body()}}), o.client.PendingAck())
+		o.holdLocked(reply(o.key, o.waiting, jobResult(j)), o.client.PendingAck())
 	default:
 		o.holdLocked(reply(o.key, o.waiting, emptyReply(res)), o.client.PendingAck())
 	}
