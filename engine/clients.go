@@ -25,7 +25,14 @@ var ErrNoRoute = errors.New("engine: sessions are tracked only with a Route")
 // A cluster member that loses the leadership it served calls it before it
 // starts again: its store may hold changes that never commit, and no
 // client may be answered from it any more.
-func (s *Server) CloseClients(ctx context.Context) error {
+func (s *Server) CloseClients(ctx context.Context) error { return s.CloseClientsWhere(ctx, nil) }
+
+// CloseClientsWhere is CloseClients for the sessions whose Queue which
+// picks (nil picks all): a cluster member whose router keeps the sessions
+// that reach a group's leader elsewhere open across its own loss of that
+// leadership closes only those served from its store. It returns once
+// none of them is open.
+func (s *Server) CloseClientsWhere(ctx context.Context, which func(Queue) bool) error {
 	if s.cfg.Route == nil {
 		return ErrNoRoute
 	}
@@ -34,20 +41,55 @@ func (s *Server) CloseClients(ctx context.Context) error {
 	default:
 		return nil // no session was ever opened
 	}
-	for i, el := range s.eventLoops {
-		ls := s.loopFor(el)
-		err := el.Execute(ctx, gnet.RunnableFunc(func(context.Context) error {
-			for ss := range ls.sessions {
+	closing := func(ss *session) bool { return which == nil || which(ss.queue()) }
+	err := s.onEveryLoop(ctx, func(ls *loopState) {
+		for ss := range ls.sessions {
+			if closing(ss) {
 				_ = ss.conn.Close() // OnClose runs later, on this loop
 			}
-			for _, f := range ls.flushers {
-				f.forget()
+		}
+		for _, f := range ls.flushers {
+			f.forget()
+		}
+	})
+	if err != nil || which == nil {
+		if err == nil {
+			err = pollUntil(ctx, func() bool { return s.conns.current.Load() == 0 })
+		}
+		return err
+	}
+	return pollUntil(ctx, func() bool {
+		left := 0
+		err = s.onEveryLoop(ctx, func(ls *loopState) {
+			for ss := range ls.sessions {
+				if closing(ss) {
+					left++
+				}
 			}
+		})
+		return err != nil || left == 0
+	})
+}
+
+// onEveryLoop runs fn on every event loop, one after another, each on its
+// loop's goroutine, and returns once the last has run.
+func (s *Server) onEveryLoop(ctx context.Context, fn func(*loopState)) error {
+	for i, el := range s.eventLoops {
+		ls := s.loopFor(el)
+		done := make(chan struct{})
+		err := el.Execute(ctx, gnet.RunnableFunc(func(context.Context) error {
+			defer close(done)
+			fn(ls)
 			return nil
 		}))
 		if err != nil {
 			return fmt.Errorf("engine: event loop %d of %d: %w", i+1, len(s.eventLoops), err)
 		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	return pollUntil(ctx, func() bool { return s.conns.current.Load() == 0 })
+	return nil
 }

@@ -56,6 +56,7 @@ func (ss *session) execute(cmd *codec.Command, out *replies) {
 		return
 	case codec.OpPutBody:
 		if !ss.putAccepted(cmd, out) {
+			q.PutRefused()
 			return
 		}
 		body := cmd.Body
@@ -151,19 +152,19 @@ func (ss *session) answer(op codec.Op, a *Answer, out *replies) {
 	case codec.OpReserve, codec.OpReserveWithTimeout:
 		switch a.Reserve {
 		case store.Reserved:
-			ss.appendJob(out, codec.WordReserved, a.Job)
+			ss.appendAnswerJob(out, codec.WordReserved, a)
 		case store.DeadlineSoon:
 			out.add(codec.ReplyDeadlineSoon)
 		default:
 			out.add(codec.ReplyTimedOut)
 		}
 	case codec.OpReserveJob:
-		if a.Job == nil {
+		if !a.found() {
 			out.add(codec.ReplyNotFound)
 			return
 		}
 		ss.markWorker() // only a reserve-job that succeeds makes a worker
-		ss.appendJob(out, codec.WordReserved, a.Job)
+		ss.appendAnswerJob(out, codec.WordReserved, a)
 
 	case codec.OpDelete:
 		out.okOrNotFound(a.OK, codec.ReplyDeleted)
@@ -182,11 +183,11 @@ func (ss *session) answer(op codec.Op, a *Answer, out *replies) {
 		out.replyFor(a.Err, codec.ReplyKicked, codec.ReplyNotFound)
 
 	case codec.OpPeek, codec.OpPeekReady, codec.OpPeekDelayed, codec.OpPeekBuried:
-		if a.Job == nil {
+		if !a.found() {
 			out.add(codec.ReplyNotFound)
 			return
 		}
-		ss.appendJob(out, codec.WordFound, a.Job)
+		ss.appendAnswerJob(out, codec.WordFound, a)
 
 	case codec.OpStats:
 		out.appendYAML(func(b []byte) []byte {
@@ -286,4 +287,14 @@ func (ss *session) appendJob(out *replies, word string, j *store.Job) {
 		return
 	}
 	out.appendJob(word, j.ID(), j.Body())
+}
+
+// appendAnswerJob appends the RESERVED or FOUND reply of a's job: a
+// store's (appendJob), or one another member's store answered for.
+func (ss *session) appendAnswerJob(out *replies, word string, a *Answer) {
+	if a.Job != nil {
+		ss.appendJob(out, word, a.Job)
+		return
+	}
+	out.appendJob(word, a.JobID, a.JobBody)
 }

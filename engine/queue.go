@@ -44,6 +44,10 @@ type Queue interface {
 	// Put stores a job with the id NextID gave; a.N is its id, or a.Err
 	// the refusal (OUT_OF_MEMORY).
 	Put(id uint64, pri, delay, ttr uint32, body []byte, a *Answer) bool
+	// PutRefused says that the put whose id NextID gave was refused with
+	// its body (EXPECTED_CRLF, DRAINING): no Put comes for it, and its id
+	// stays used, as in beanstalkd.
+	PutRefused()
 	// Reserve reserves a job from the watched tubes, waiting at most
 	// timeout (a negative one forever): a.Reserve says how it ended, a.Job
 	// is the job when Reserved. A reserve that waits is pending.
@@ -92,8 +96,14 @@ type Queue interface {
 // others may hold anything.
 type Answer struct {
 	// Job: reserve (when Reserve is store.Reserved), reserve-job and the
-	// peeks; nil means NOT_FOUND.
+	// peeks; nil means NOT_FOUND, unless JobID is set.
 	Job *store.Job
+	// JobID and JobBody are a job that lives in another member's store
+	// (a router's answer): Job is nil, JobID not 0, and JobBody its data
+	// as stored, ending in "\r\n", the answer's own. Such a job is not
+	// fenced by Config.Leased: its group's leader answered for it.
+	JobID   uint64
+	JobBody []byte
 	// N: put's job id, kick's count, the tubes watch and ignore leave.
 	N uint64
 	// Err: the refusal of put, release, bury and kick-job.
@@ -122,6 +132,11 @@ type Answers interface {
 // holds the client, and a *localQueue is a pointer to it). A reserve that
 // waits is answered through the store's Notifier, which is the session.
 type localQueue store.Client
+
+// ClientQueue is c as a Queue, exactly as a single node's connection
+// uses its client: what a router's session runs on while its member
+// serves the group itself. c's Notifier gets a blocked reserve's end.
+func ClientQueue(c *store.Client) Queue { return (*localQueue)(c) }
 
 func (q *localQueue) client() *store.Client { return (*store.Client)(q) }
 
@@ -158,6 +173,8 @@ func (q *localQueue) Put(id uint64, pri, delay, ttr uint32, body []byte, a *Answ
 	}
 	return true
 }
+
+func (q *localQueue) PutRefused() {} // NextID took the id from the store
 
 func (q *localQueue) Reserve(timeout time.Duration, a *Answer) bool {
 	a.Job, a.Reserve = q.client().Reserve(timeout)
@@ -255,3 +272,6 @@ func (q *localQueue) AckNeeded() (store.AckSource, uint64) {
 }
 
 func (q *localQueue) Close() { q.client().Close() }
+
+// found reports whether the answer holds a job (Job or JobID).
+func (a *Answer) found() bool { return a.Job != nil || a.JobID != 0 }

@@ -48,6 +48,10 @@ type Client struct {
 
 	mu     sync.Mutex
 	closed bool // guarded by mu
+	// weight is what its use and watch count in current-using and
+	// current-watching: 1, or 0 for an owner client (NewOwnerClient);
+	// immutable (beside closed, in what would be padding).
+	weight int32
 	// res holds the client's reservations; guarded by mu. It is made at
 	// the first one, so a connection that never reserves does not carry
 	// it (96 bytes of the 184 a client would take).
@@ -87,13 +91,26 @@ func (s *Store) NewClient(n Notifier) *Client {
 // NewClient does, for a Client the caller holds by value (the engine keeps
 // one inside each connection's session, one allocation instead of two).
 // *c must be the zero Client, and must not be copied afterwards.
-func (s *Store) InitClient(c *Client, n Notifier) {
-	*c = Client{s: s, notify: n}
+func (s *Store) InitClient(c *Client, n Notifier) { s.initClient(c, n, 1) }
+
+// NewOwnerClient returns a client for a session of another member
+// (docs/design/shards.md 5.1): it holds the tubes it uses and watches,
+// as any client does, but does not count in their current-using and
+// current-watching, since that member counts its sessions there itself
+// (SetRefs).
+func (s *Store) NewOwnerClient(n Notifier) *Client {
+	c := new(Client)
+	s.initClient(c, n, 0)
+	return c
+}
+
+func (s *Store) initClient(c *Client, n Notifier, weight int32) {
+	*c = Client{s: s, notify: n, weight: weight}
 	c.use = s.acquireTube([]byte(DefaultTube))
 	c.watch = []*Tube{s.acquireTube([]byte(DefaultTube))}
 	c.use.mu.Lock()
-	c.use.nUsing++
-	c.use.nWatching++
+	c.use.nUsing += int(weight)
+	c.use.nWatching += int(weight)
 	c.use.mu.Unlock()
 }
 
@@ -116,12 +133,12 @@ func (c *Client) Use(name []byte) {
 	}
 	t := c.s.acquireTube(name)
 	t.mu.Lock()
-	t.nUsing++
+	t.nUsing += int(c.weight)
 	t.mu.Unlock()
 	old := c.use
 	c.use = t
 	old.mu.Lock()
-	old.nUsing--
+	old.nUsing -= int(c.weight)
 	old.mu.Unlock()
 	c.s.releaseTube(old)
 }
@@ -133,7 +150,7 @@ func (c *Client) Watch(name []byte) int {
 	}
 	t := c.s.acquireTube(name)
 	t.mu.Lock()
-	t.nWatching++
+	t.nWatching += int(c.weight)
 	t.mu.Unlock()
 	c.watch = append(c.watch, t)
 	return len(c.watch)
@@ -156,7 +173,7 @@ func (c *Client) Ignore(name []byte) (n int, ok bool) {
 	c.watch[last] = nil
 	c.watch = c.watch[:last]
 	t.mu.Lock()
-	t.nWatching--
+	t.nWatching -= int(c.weight)
 	t.mu.Unlock()
 	c.s.releaseTube(t)
 	return len(c.watch), true
@@ -707,12 +724,12 @@ func (c *Client) Close() {
 		c.s.complete(hs)
 	}
 	c.use.mu.Lock()
-	c.use.nUsing--
+	c.use.nUsing -= int(c.weight)
 	c.use.mu.Unlock()
 	c.s.releaseTube(c.use)
 	for _, t := range c.watch {
 		t.mu.Lock()
-		t.nWatching--
+		t.nWatching -= int(c.weight)
 		t.mu.Unlock()
 		c.s.releaseTube(t)
 	}

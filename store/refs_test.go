@@ -56,3 +56,39 @@ func TestRemoteRefs(t *testing.T) {
 		checkNow(t, s, c)
 	})
 }
+
+// TestOwnerClient: a client for another member's session holds the tubes
+// it uses and watches, but leaves current-using and current-watching to
+// that member's references (SetRefs), so a session counts once.
+func TestOwnerClient(t *testing.T) {
+	bubble(t, func(t *testing.T, s *store.Store) {
+		o := s.NewOwnerClient(nil)
+		o.Use([]byte("owned"))
+		o.Watch([]byte("owned"))
+		st := tubeStats(t, s, "owned")
+		if st.Using != 0 || st.Watching != 0 {
+			t.Fatalf("an owner client's use and watch counted: using %d, watching %d", st.Using, st.Watching)
+		}
+		if d := tubeStats(t, s, store.DefaultTube); d.Using != 0 || d.Watching != 0 {
+			t.Fatalf("default, watched by the owner client alone: using %d, watching %d", d.Using, d.Watching)
+		}
+		s.SetRefs(7, []byte("owned"), 1, 1)
+		if st := tubeStats(t, s, "owned"); st.Using != 1 || st.Watching != 1 {
+			t.Fatalf("with the member's refs: using %d, watching %d, want 1 and 1", st.Using, st.Watching)
+		}
+		s.SetRefs(7, []byte("owned"), 0, 0)
+		if _, ok := s.TubeStats([]byte("owned")); !ok {
+			t.Fatal("a tube an owner client uses was freed")
+		}
+		if n, ok := o.Ignore([]byte("owned")); !ok || n != 1 {
+			t.Fatalf("ignore: %d %v", n, ok)
+		}
+		o.Close()
+		if _, ok := s.TubeStats([]byte("owned")); ok {
+			t.Fatal("the tube outlived its owner client")
+		}
+		if d := tubeStats(t, s, store.DefaultTube); d.Using != 0 || d.Watching != 0 {
+			t.Fatalf("default after the owner client closed: using %d, watching %d", d.Using, d.Watching)
+		}
+	})
+}

@@ -281,6 +281,32 @@ func measureFailover(t *testing.T, what string, lost time.Time, members ...*test
 	}
 }
 
+// goesOn checks that c, a client of a member that does not lead, opened
+// in a finalized cluster before the leader was lost, is still served:
+// its used tube is still tube, and a put into it is acknowledged.
+func goesOn(t *testing.T, what string, c *testproc.Conn, tube string) {
+	t.Helper()
+	if err := c.ExpectLine("list-tube-used", "USING "+tube); err != nil {
+		t.Errorf("%s: %v", what, err)
+		return
+	}
+	if _, err := c.Put(0, 0, 60, []byte(what)); err != nil {
+		t.Errorf("%s: %v", what, err)
+	}
+}
+
+// awaitFinalized waits until every member up runs cluster version 3: its
+// clients' sessions live where they connect (internal/router).
+func (c *testCluster) awaitFinalized(timeout time.Duration) {
+	c.t.Helper()
+	for _, m := range c.up() {
+		testproc.WaitFor(c.t, timeout, m.name+" finalized", func() bool {
+			st, err := m.status()
+			return err == nil && st.Version == 3
+		})
+	}
+}
+
 // expectClosed checks that the server closed c: a read ends in end of
 // file or a reset, not in a timeout.
 func expectClosed(t *testing.T, what string, c *testproc.Conn, within time.Duration) {
@@ -299,9 +325,9 @@ func expectClosed(t *testing.T, what string, c *testproc.Conn, within time.Durat
 // TestClusterServes: three members serve one queue wherever a client
 // connects; /cluster, /readyz and every member's own store agree. Then
 // the leader is killed (-9): a surviving member acknowledges a put within
-// failoverBound, the old leader's proxied clients are closed, nothing
-// acknowledged is lost, and the killed member and a follower are
-// restarted.
+// failoverBound, a follower's client stays open and goes on with the new
+// leader, nothing acknowledged is lost, and the killed member and a
+// follower are restarted.
 func TestClusterServes(t *testing.T) {
 	c := startCluster(t)
 	started := time.Now()
@@ -378,17 +404,17 @@ func TestClusterServes(t *testing.T) {
 		})
 	}
 
-	// Kill the leader: its clients through the followers are closed, and
-	// a survivor acknowledges within failoverBound.
-	proxied := dialMember(t, f[0])
-	if err := proxied.ExpectLine("use failover", "USING failover"); err != nil {
+	// Kill the leader: a survivor acknowledges within failoverBound, and
+	// a client of a follower stays open and goes on with the next one.
+	through := dialMember(t, f[0])
+	if err := through.ExpectLine("use failover", "USING failover"); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
 	l.proc.Kill()
 	measureFailover(t, "kill -9", killed, f...)
-	expectClosed(t, "a client proxied to the killed leader", proxied, 5*time.Second)
 	nl := c.awaitServing(10*time.Second, f...)
+	goesOn(t, "a client of a follower after the leader was killed", through, "failover")
 	survivor := dialMember(t, f[0])
 	for _, id := range ids[1:] {
 		st, err := survivor.Stats(fmt.Sprint("stats-job ", id))
@@ -461,9 +487,10 @@ func TestClusterServes(t *testing.T) {
 // TestClusterPausedLeader: a leader stopped (SIGSTOP) past an election
 // timeout is replaced; when it runs again (SIGCONT) it rebuilds its store
 // in place, in the same process (one start, one configuration line), its
-// side port answering throughout; every client it had is closed, and so
-// is a client proxied to it; the job it had handed out is ready on the
-// new leader, and the member follows it.
+// side port answering throughout; every client it had is closed, while a
+// follower's client stays open and goes on with the new leader; the job
+// the paused leader had handed out is ready on the new one, and the
+// member follows it.
 func TestClusterPausedLeader(t *testing.T) {
 	c := startCluster(t)
 	l := c.awaitServing(20 * time.Second)
@@ -476,8 +503,9 @@ func TestClusterPausedLeader(t *testing.T) {
 	if r, err := direct.Do("reserve-with-timeout 5", nil); err != nil || r.N != id {
 		t.Fatalf("reserve on the leader: %+v %v", r, err)
 	}
-	proxied := dialMember(t, f[0])
-	if err := proxied.ExpectLine("use paused", "USING paused"); err != nil {
+	c.awaitFinalized(10 * time.Second)
+	through := dialMember(t, f[0])
+	if err := through.ExpectLine("use paused", "USING paused"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -485,8 +513,8 @@ func TestClusterPausedLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	measureFailover(t, "SIGSTOP", time.Now(), f...)
-	expectClosed(t, "a client proxied to the paused leader", proxied, 5*time.Second)
 	nl := c.awaitServing(10*time.Second, f...)
+	goesOn(t, "a client of a follower after the leader was paused", through, "paused")
 
 	if err := l.proc.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -524,8 +552,8 @@ func TestClusterPausedLeader(t *testing.T) {
 		got, err2 := l.readyJobs()
 		return err == nil && err2 == nil && got == want
 	})
-	through := dialMember(t, l)
-	if id, err := through.Put(0, 0, 60, []byte("after")); err != nil || id == 0 {
+	rebuilt := dialMember(t, l)
+	if id, err := rebuilt.Put(0, 0, 60, []byte("after")); err != nil || id == 0 {
 		t.Errorf("a put through the rebuilt member: %d %v", id, err)
 	}
 }

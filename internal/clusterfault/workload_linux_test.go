@@ -346,9 +346,12 @@ func (w *workload) consume(i int) {
 		switch {
 		case err == nil:
 		case strings.Contains(err.Error(), `"NOT_FOUND`):
-			// The reservation is gone while the connection lives: a
-			// failover closes the connections whose sessions it ends, so
-			// this is a reply answered wrongly.
+			// The reservation is gone while the connection lives: its
+			// leader was lost (reservations are the leader's), and the
+			// session, which lives where its client connected, went on
+			// with the next one; the job was ready again there and
+			// another consumer took it, as after a TTR. Counted, for
+			// the report.
 			w.l.reservationLost()
 			cl.fail()
 		default:

@@ -124,6 +124,13 @@ var statsMasked = map[string]bool{
 	"uptime": true, "id": true,
 }
 
+// clusterStatsMasked are statsMasked and the log's figures.
+var clusterStatsMasked = map[string]bool{
+	"pid": true, "version": true, "rusage-utime": true, "rusage-stime": true,
+	"uptime": true, "id": true, "binlog-oldest-index": true, "binlog-current-index": true,
+	"binlog-records-migrated": true, "binlog-records-written": true, "binlog-max-size": true,
+}
+
 // normalizeReply returns the form of a reply that the comparison uses.
 // Only `OK <n>` replies carrying one of the three stats documents change;
 // every other reply, job bodies included, must match byte for byte.
@@ -140,7 +147,11 @@ var statsMasked = map[string]bool{
 //   - stats-tube: pause-time-left may differ by one second.
 //   - With ref112 (the reference is 1.12), the keys in quotedIn113 are
 //     compared without their double quotes.
-func normalizeReply(reply []byte, ref112 bool) normalized {
+//
+// Against a cluster member (inCluster), the values of its log are masked
+// too: stats' binlog-* figures and stats-job's file are those of the
+// member's -b, which a beanstalkd without -b does not have.
+func normalizeReply(reply []byte, ref112, inCluster bool) normalized {
 	header, body, ok := bytes.Cut(reply, []byte("\r\n"))
 	if !ok || !bytes.HasPrefix(header, []byte("OK ")) || !bytes.HasPrefix(body, []byte("---\n")) {
 		return normalized{text: string(reply)}
@@ -151,8 +162,14 @@ func normalizeReply(reply []byte, ref112 bool) normalized {
 		switch key, _, _ := strings.Cut(lines[1], ":"); key {
 		case "current-jobs-urgent": // stats
 			masked = statsMasked
+			if inCluster {
+				masked = clusterStatsMasked
+			}
 		case "id": // stats-job
 			approximate = map[string]bool{"age": true, "time-left": true}
+			if inCluster {
+				masked = map[string]bool{"file": true}
+			}
 		case "name": // stats-tube
 			approximate = map[string]bool{"pause-time-left": true}
 		}
@@ -285,6 +302,9 @@ type session struct {
 	header   string // first line of every failure report, e.g. the seed
 	selfTest bool   // the "Sprout" is a second beanstalkd
 	ref112   bool   // the reference is 1.12: quotedIn113 and knownDifferences apply
+	// inCluster: the Sprout is a cluster member, whose log's figures are
+	// masked (normalizeReply).
+	inCluster bool
 }
 
 // newSession starts both servers; overTLS has Sprout's connections use its
@@ -399,16 +419,16 @@ func (s *session) exchange(e *entry, conn, n int, wait time.Duration) {
 // compare fails the test unless the replies match after normalisation.
 func (s *session) compare(ref, sut [][]byte) {
 	for i := range ref {
-		if !normalizeReply(ref[i], s.ref112).matches(normalizeReply(sut[i], s.ref112)) {
-			s.fail("replies differ:\n%s", describeDifference(ref[i], sut[i], s.ref112))
+		if !normalizeReply(ref[i], s.ref112, s.inCluster).matches(normalizeReply(sut[i], s.ref112, s.inCluster)) {
+			s.fail("replies differ:\n%s", describeDifference(ref[i], sut[i], s.ref112, s.inCluster))
 		}
 	}
 }
 
 // describeDifference shows two differing replies. For YAML documents, which
 // are long, it lists only the lines that differ.
-func describeDifference(ref, sut []byte, ref112 bool) string {
-	a, b := normalizeReply(ref, ref112), normalizeReply(sut, ref112)
+func describeDifference(ref, sut []byte, ref112, inCluster bool) string {
+	a, b := normalizeReply(ref, ref112, inCluster), normalizeReply(sut, ref112, inCluster)
 	if !strings.HasPrefix(a.text, "OK _\r\n") || !strings.HasPrefix(b.text, "OK _\r\n") {
 		return fmt.Sprintf("  beanstalkd: %s\n  sprout:     %s", quote(ref), quote(sut))
 	}

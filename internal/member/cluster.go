@@ -11,6 +11,8 @@ import (
 	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/internal/admin"
 	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/internal/router"
+	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal/cbinlog"
 )
 
@@ -67,8 +69,65 @@ func (m *Member) startNode() error {
 		Leader: node.Leader, Self: node.Name(), Local: m.serveLocal,
 		Wait: node.ElectionTimeout(), Logger: m.log,
 	})
-	ec.Route, ec.Serving, ec.Leased = m.proxy.Route, m.proxy.Serving, node.Leased
+	m.startRouter(ec)
 	return nil
+}
+
+// startRouter makes the member's router (internal/router) and hands the
+// engine its sessions. Until the cluster is finalized (version 3) a
+// member that does not lead proxies its clients' bytes to the leader,
+// as the release before does; from then on every member serves its own
+// clients, and a session opened while it does not lead sends its
+// commands to the leader over the commands stream, staying open when the
+// leader changes.
+func (m *Member) startRouter(ec *engine.Config) {
+	node, host := m.node, m.node.Host()
+	serving := func() *store.Store {
+		if info, _ := node.Leader(); info.Serving {
+			return node.Store()
+		}
+		return nil
+	}
+	m.sessions = router.NewRouter(router.RouterConfig{
+		Self: node.ID(), Serving: serving, Send: host.SendItems,
+		// A put's size was checked by the member its client reached (its
+		// -z); a payload refused whole would close the stream for every
+		// session, so the leader takes any a member may send.
+		MaxJobSize: engine.MaxMaxJobSize,
+		Leader: func() (uint64, bool) {
+			info, _ := node.Leader()
+			return info.ID, info.ID != 0
+		},
+	})
+	host.OnItemsStream(func(to uint64, ev replication.ItemsEvent) {
+		switch ev {
+		case replication.ItemsUp:
+			m.sessions.StreamUp(to)
+		case replication.ItemsRoom:
+			m.sessions.Room()
+		}
+	})
+	host.OnItems(m.sessions.Handle)
+	finalized := host.Finalized
+	ec.Queues = m.sessions.NewQueue
+	ec.Route = func(nc net.Conn) bool { return !finalized() && m.proxy.Route(nc) }
+	ec.Serving = func() bool { return finalized() || m.proxy.Serving() }
+	ec.Leased = node.Leased
+	go m.followLeader()
+}
+
+// followLeader tells the router of every change of leader, until the node
+// stops.
+func (m *Member) followLeader() {
+	for {
+		_, changed := m.node.Leader()
+		m.sessions.LeaderChanged()
+		select {
+		case <-changed:
+		case <-m.node.Done():
+			return
+		}
+	}
 }
 
 // started is the engine, once made: the node's and the proxy's callbacks
@@ -81,14 +140,17 @@ func (m *Member) started() *engine.Server {
 
 // closeClients is the node's CloseClients, when the member lost a
 // leadership it served and rebuilds its store: every client connection
-// closes (engine.Server.CloseClients); none is answered from this store
-// again.
+// served from that store closes (engine.Server.CloseClientsWhere); none
+// is answered from it again.
 func (m *Member) closeClients(ctx context.Context) error {
 	srv := m.started()
 	if srv == nil {
 		return nil // no engine, no client
 	}
-	return srv.CloseClients(ctx)
+	// Sessions that reach the leader through the router stay open: their
+	// calls go to the next leader.
+	m.sessions.Detach()
+	return srv.CloseClientsWhere(ctx, router.IsLocal)
 }
 
 // serveLocal is the proxy's Local: a connection that waited for a leader

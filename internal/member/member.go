@@ -14,6 +14,7 @@ import (
 	"github.com/sproutmq/sprout/internal/admin"
 	"github.com/sproutmq/sprout/internal/ops"
 	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/internal/router"
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
 	"github.com/sproutmq/sprout/store/wal/cbinlog"
@@ -114,6 +115,7 @@ type Member struct {
 	clusterLog *replication.WALLog // a cluster member's log; nil for a single node
 	node       *replication.Node   // nil for a single node
 	proxy      *replication.Proxy  // nil for a single node
+	sessions   *router.Router      // nil for a single node: the cluster member's sessions
 	store      *store.Store
 	engine     *engine.Server
 	httpLn     net.Listener // nil without a side port
@@ -341,6 +343,9 @@ func (m *Member) closeParts() {
 	}
 	if m.proxy != nil {
 		m.proxy.Close()
+	}
+	if m.sessions != nil {
+		m.sessions.Close()
 	}
 	if m.node != nil {
 		m.node.Close() // closes the node's store

@@ -92,6 +92,10 @@ func (h *Host) setVersion(book Book) {
 	}
 }
 
+// Finalized reports whether the cluster runs version 3: every member
+// speaks protocol 3 and none of the release before may join.
+func (h *Host) Finalized() bool { return h.Version() >= clusterVersion }
+
 // Version is the cluster version: 2 until finalization, then 3.
 func (h *Host) Version() int {
 	if v := h.version.Load(); v >= clusterVersion {

@@ -532,6 +532,9 @@ func (n *Node) Err() error {
 // Name is the member's name (--node).
 func (n *Node) Name() string { return n.self.Name }
 
+// ID is this member's Raft id.
+func (n *Node) ID() uint64 { return n.self.ID }
+
 // ElectionTimeout is the longest a follower waits for its leader before it
 // campaigns (raft draws each timeout between ElectionTick and twice that,
 // in ticks): how long a new connection may wait for a leader to be known.
@@ -947,7 +950,7 @@ func (n *Node) publish(tick bool) {
 	n.lead, n.serving = lead, serving
 	n.leaderInfo = LeaderInfo{Term: bs.GetTerm(), Serving: serving}
 	if name := n.nameOf(lead); name != "" {
-		n.leaderInfo.Name = name
+		n.leaderInfo.Name, n.leaderInfo.ID = name, lead
 		if lead == n.self.ID {
 			n.leaderInfo.Client = n.cfg.ClientAddr
 		} else if c := n.peerClient(lead); c != nil {
@@ -1172,6 +1175,9 @@ func (n *Node) Ready() bool {
 type LeaderInfo struct {
 	// Name is the leader's name; "" when none is known.
 	Name string
+	// ID is the leader's Raft id (0 when none is known): what the
+	// commands stream addresses it by (Host.SendItems).
+	ID uint64
 	// Client is its client address, as it told this member: where a
 	// proxy dials.
 	Client string

@@ -54,6 +54,10 @@ type call struct {
 	item Item   // its payload copied: it is sent again after a leader change
 	// done takes the answer: a reply to a request, an event to a wait.
 	done func(*Item)
+	// sent: the leader known when it was last posted took it. One not
+	// taken (no leader known, a full queue, a leader that did not serve
+	// yet: StatusNotLeader) goes again at Retry.
+	sent bool
 }
 
 // NewLink returns a link of cfg.
@@ -76,6 +80,15 @@ func (l *Link) Request(session uint64, group uint16, seq uint32, req Request, do
 // with the event that ends it, unless Cancel ends it first.
 func (l *Link) Wait(session uint64, group uint16, seq uint32, w Wait, done func(*Item)) {
 	l.start(Item{Kind: KindWait, Group: group, Session: session, Seq: seq, Wait: w}, done)
+}
+
+// Refs sends the member's references to group's tubes as its item of
+// sequence seq (the member's own, session 0); done is called once with
+// the reply. Unlike a request, refs are not sent again to a new leader
+// (LeaderChanged drops them): the router sends the new leader all of
+// them at once (Refs.Sync), which sets what every dropped one would have.
+func (l *Link) Refs(group uint16, seq uint32, r Refs, done func(*Item)) {
+	l.start(Item{Kind: KindRefs, Group: group, Seq: seq, Refs: r}, done)
 }
 
 // Cancel ends session's wait id in group (sequence seq): its done is not
@@ -109,33 +122,62 @@ func (l *Link) start(it Item, done func(*Item)) {
 	c.n = l.made
 	l.pending[c.key] = c
 	l.mu.Unlock()
-	l.post(c.key.group, c.item)
+	l.postCall(c)
 }
 
-// post sends it to its group's leader, if one is known: a call, which
-// stays pending when none is (LeaderChanged sends it then); or an item
-// that waits for no answer, lost when none is (the leader to come has no
-// wait or client of the session to end).
-func (l *Link) post(group uint16, it Item) {
-	if to, ok := l.cfg.Leader(group); ok {
-		sendItem(l.cfg.Send, to, &it)
+// postCall sends c to its group's leader, noting whether it was taken:
+// sent first, so that a refusal answered before post returns is kept.
+func (l *Link) postCall(c *call) {
+	l.mu.Lock()
+	c.sent = true
+	l.mu.Unlock()
+	if !l.post(c.key.group, c.item) {
+		l.mu.Lock()
+		c.sent = false
+		l.mu.Unlock()
 	}
 }
 
+// post sends it to its group's leader, if one is known, and reports
+// whether it was taken: a call stays pending when it was not (Retry and
+// LeaderChanged send it again); an item that waits for no answer is lost
+// (the leader to come has no wait or client of the session to end).
+func (l *Link) post(group uint16, it Item) bool {
+	to, ok := l.cfg.Leader(group)
+	if !ok {
+		return false
+	}
+	payload, err := AppendItem(nil, &it)
+	return err == nil && l.cfg.Send(to, payload)
+}
+
 // LeaderChanged sends group's pending calls again, in order, to its
-// leader now (if one is known).
-func (l *Link) LeaderChanged(group uint16) {
+// leader now (if one is known), and drops its pending refs (see Refs).
+func (l *Link) LeaderChanged(group uint16) { l.resend(group, true) }
+
+// Retry sends group's pending calls that were not taken again, in order:
+// after a full queue drained, a stream opened, or a leader that did not
+// serve yet refused them (StatusNotLeader).
+func (l *Link) Retry(group uint16) { l.resend(group, false) }
+
+// resend sends group's pending calls again in order: all of them, or
+// those not taken.
+func (l *Link) resend(group uint16, all bool) {
 	l.mu.Lock()
 	var calls []*call
 	for _, c := range l.pending {
-		if c.key.group == group {
+		switch {
+		case c.key.group != group:
+		case all && c.item.Kind == KindRefs:
+			l.dropLocked(c)
+		case all || !c.sent:
 			calls = append(calls, c)
 		}
 	}
 	l.mu.Unlock()
 	slices.SortFunc(calls, func(a, b *call) int { return cmp.Compare(a.n, b.n) })
 	for _, c := range calls {
-		l.post(group, c.item)
+		l.postCall(c)
 	}
 }
 
@@ -150,26 +192,37 @@ func (l *Link) Pending() int {
 // hands each to its call's done. An offer for no pending wait is
 // declined.
 func (l *Link) Handle(from uint64, payload []byte) error {
-	return Each(payload, 0, func(it *Item) {
-		if it.Kind != KindReply && it.Kind != KindEvent {
-			return
-		}
-		key := callKey{it.Session, it.Group, it.Seq}
-		l.mu.Lock()
-		c := l.pending[key]
-		if c != nil && c.item.Kind == KindWait && (it.Kind != KindEvent || it.Event.Wait != c.item.Wait.ID) {
-			c = nil // not this wait's end
-		}
-		l.dropLocked(c)
+	return Each(payload, 0, func(it *Item) { l.handle(from, it) })
+}
+
+// handle takes one item from member from; those not for a member
+// (requests and the like) are ignored.
+func (l *Link) handle(from uint64, it *Item) {
+	if it.Kind != KindReply && it.Kind != KindEvent {
+		return
+	}
+	key := callKey{it.Session, it.Group, it.Seq}
+	l.mu.Lock()
+	c := l.pending[key]
+	if c != nil && c.item.Kind == KindWait && (it.Kind != KindEvent || it.Event.Wait != c.item.Wait.ID) {
+		c = nil // not this wait's end
+	}
+	if c != nil && it.Kind == KindReply && it.Reply.Status == StatusNotLeader {
+		// Asked of a member that does not serve the group (yet, or
+		// any more): pending still, for Retry or the next leader.
+		c.sent = false
 		l.mu.Unlock()
-		switch {
-		case c != nil:
-			c.done(it)
-		case it.Kind == KindEvent && it.Event.Type == EventOffer:
-			sendItem(l.cfg.Send, from, &Item{Kind: KindDecline, Group: it.Group, Session: it.Session,
-				Decline: Decline{Wait: it.Event.Wait, Job: it.Event.Job.ID}})
-		}
-	})
+		return
+	}
+	l.dropLocked(c)
+	l.mu.Unlock()
+	switch {
+	case c != nil:
+		c.done(it)
+	case it.Kind == KindEvent && it.Event.Type == EventOffer:
+		sendItem(l.cfg.Send, from, &Item{Kind: KindDecline, Group: it.Group, Session: it.Session,
+			Decline: Decline{Wait: it.Event.Wait, Job: it.Event.Job.ID}})
+	}
 }
 
 // dropLocked ends c (nil: nothing): no longer pending.

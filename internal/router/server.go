@@ -36,7 +36,7 @@ type Server struct {
 type ServerConfig struct {
 	// Group is group g's store while this member serves it, else nil: its
 	// requests are answered StatusNotLeader, and the router asks the
-	// group's leader.
+	// group's leader. It is called with the Server's lock held.
 	Group func(g uint16) *store.Store
 	// Send queues a payload of items for member to, without blocking; it
 	// reports false when it could not (a full queue, no connection): the
@@ -80,6 +80,11 @@ type owner struct {
 	// first ones whose position is acknowledged go (flushLocked).
 	replies []heldReply
 	closed  bool
+	// seen is the sequence of the last request or wait taken; lastSeq and
+	// lastAnswer, the last reply or event sent, as sent, for a request
+	// sent again.
+	seen, lastSeq uint32
+	lastAnswer    []byte
 }
 
 // heldReply is a reply waiting for the log to acknowledge pos.
@@ -91,25 +96,29 @@ type heldReply struct {
 // Handle executes a payload of items from member from, in order. The
 // payload is the caller's again once it returns.
 func (s *Server) Handle(from uint64, payload []byte) error {
-	return Each(payload, s.cfg.MaxJobSize, func(it *Item) {
-		key := ownerKey{member: from, session: it.Session, group: it.Group}
-		switch it.Kind {
-		case KindRequest, KindWait:
-			s.request(key, it)
-		case KindCancel:
-			s.cancel(key, it.Wait.ID)
-		case KindDecline:
-			if o := s.existing(key); o != nil {
-				o.mu.Lock()
-				o.client.Unreserve(it.Decline.Job)
-				o.mu.Unlock()
-			}
-		case KindClose:
-			s.closeOwner(key)
-		case KindRefs:
-			s.refs(from, it)
+	return Each(payload, s.cfg.MaxJobSize, func(it *Item) { s.handle(from, it) })
+}
+
+// handle executes one item from member from; those not for a leader
+// (replies, events) are ignored.
+func (s *Server) handle(from uint64, it *Item) {
+	key := ownerKey{member: from, session: it.Session, group: it.Group}
+	switch it.Kind {
+	case KindRequest, KindWait:
+		s.request(key, it)
+	case KindCancel:
+		s.cancel(key, it.Wait.ID)
+	case KindDecline:
+		if o := s.existing(key); o != nil {
+			o.mu.Lock()
+			o.client.Unreserve(it.Decline.Job)
+			o.mu.Unlock()
 		}
-	})
+	case KindClose:
+		s.closeOwner(key)
+	case KindRefs:
+		s.refs(from, it)
+	}
 }
 
 // Close closes every owner client: their reservations go back.
@@ -153,6 +162,17 @@ func (s *Server) request(key ownerKey, it *Item) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if it.Seq <= o.seen {
+		// Sent again (the member's stream to here was broken and opened
+		// again): never run twice. The last answer sent goes again, in
+		// case it was lost; an earlier one was read, or the member
+		// would not have sent what came after it.
+		if it.Seq == o.lastSeq && o.lastAnswer != nil {
+			o.srv.cfg.Send(o.key.member, o.lastAnswer)
+		}
+		return
+	}
+	o.seen = it.Seq
 	if o.waiting != 0 {
 		o.backlog = append(o.backlog, copyItem(it))
 		return
@@ -165,9 +185,11 @@ func (s *Server) request(key ownerKey, it *Item) {
 // the store the owner was made on (the client is closed: its group
 // rebuilt the store).
 func (s *Server) owner(key ownerKey) *owner {
-	st := s.cfg.Group(key.group)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Asked under mu: once Group says nil, Detach finds every owner made
+	// before, and none is made after.
+	st := s.cfg.Group(key.group)
 	o := s.owners[key]
 	if o != nil && o.st != st {
 		delete(s.owners, key)
@@ -179,7 +201,7 @@ func (s *Server) owner(key ownerKey) *owner {
 	}
 	if o == nil {
 		o = &owner{srv: s, key: key, st: st}
-		o.client = st.NewClient(o)
+		o.client = st.NewOwnerClient(o)
 		s.owners[key] = o
 	}
 	return o
@@ -336,6 +358,8 @@ func (o *owner) execute(req *Request) (r Reply, blocked bool) {
 		return ok(cl.Touch(req.ID)), false
 	case OpKickJob:
 		return verdict(cl.KickJob(req.ID)), false
+	case OpBurn:
+		return Reply{Status: StatusOK, Result: ResultID, ID: o.st.NextID()}, false
 	case OpKick:
 		cl.Use(req.Tube)
 		return Reply{Status: StatusOK, Result: ResultCount, Count: cl.Kick(req.Count)}, false
@@ -391,7 +415,7 @@ func (o *owner) execute(req *Request) (r Reply, blocked bool) {
 		}
 		return Reply{Status: StatusEmpty, Result: ResultNone}, false
 	}
-	return ok(false), false // burn, and what this server does not run yet
+	return ok(false), false // what this server does not run
 }
 
 // jobReply is j as a reply or an offer carries it.
@@ -441,7 +465,7 @@ func containsTube(tubes [][]byte, name string) bool {
 func (o *owner) holdLocked(r Item, pos uint64) {
 	acks := o.st.Acks()
 	if acks == nil || len(o.replies) == 0 && pos <= acks.Acked() {
-		o.srv.send(o.key.member, r)
+		o.sendLocked(&r)
 		return
 	}
 	// The job's body is the store's, which may reuse it once the job is
@@ -455,6 +479,17 @@ func (o *owner) holdLocked(r Item, pos uint64) {
 	})
 }
 
+// sendLocked sends a reply or an event to the session's member, and keeps
+// it as the last one sent.
+func (o *owner) sendLocked(it *Item) {
+	payload, err := AppendItem(nil, it)
+	if err != nil {
+		return
+	}
+	o.lastSeq, o.lastAnswer = it.Seq, payload
+	o.srv.cfg.Send(o.key.member, payload)
+}
+
 // acked sends, in order, the replies whose changes are acknowledged: pos
 // is, and so is whatever the log has acknowledged since (a session's
 // positions only grow, so the first that is not ends what may go).
@@ -464,7 +499,7 @@ func (o *owner) acked(pos uint64) {
 	pos = max(pos, o.st.Acks().Acked())
 	n := 0
 	for n < len(o.replies) && o.replies[n].pos <= pos {
-		o.srv.send(o.key.member, o.replies[n].item)
+		o.sendLocked(&o.replies[n].item)
 		n++
 	}
 	o.replies = append(o.replies[:0], o.replies[n:]...)

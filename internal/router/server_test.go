@@ -327,3 +327,39 @@ func TestServerWaits(t *testing.T) {
 		t.Fatalf("after the cancelled wait: %d ready, %d reserved", rd, rs)
 	}
 }
+
+// TestServerResent: a request sent again (the member's stream broke and
+// opened again) never runs twice: one waiting is not queued behind
+// itself, and one answered gets its answer again rather than a second
+// job.
+func TestServerResent(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	put := func(seq uint32, body string) uint64 {
+		r.send(req(0, 1, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte(body + "\r\n")}))
+		return r.next().Reply.ID
+	}
+	reserve := req(0, 2, 1, Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}, Timeout: -1})
+	r.send(reserve)
+	r.send(reserve) // again while it waits
+	id := put(1, "a")
+	if got := r.next(); got.Seq != 1 || got.Reply.Job.ID != id {
+		t.Fatalf("the waiting reserve: %+v", got)
+	}
+	second := put(2, "b")
+	r.none("a reserve sent twice while it waited")
+	r.send(reserve) // again once answered: the same answer
+	if got := r.next(); got.Seq != 1 || got.Reply.Job.ID != id {
+		t.Fatalf("the reserve sent again once answered: %+v, want job %d again", got, id)
+	}
+	if s := st.Stats(); s.Reserved != 1 || s.Ready != 1 {
+		t.Fatalf("reserved %d, ready %d: a resent reserve reserved again", s.Reserved, s.Ready)
+	}
+	if n := put(2, "c"); n != second {
+		t.Fatalf("a put sent again was answered %d, want its first answer, %d", n, second)
+	}
+	if s := st.Stats(); s.TotalJobs != 2 {
+		t.Fatalf("%d jobs: a resent put was put again", s.TotalJobs)
+	}
+}

@@ -1,0 +1,129 @@
+package member
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
+)
+
+// TestSessionsWhereClientsConnect: once the cluster is finalized, a
+// member that does not lead serves its clients' sessions itself and sends
+// their commands to the leader (internal/router): the replies are one
+// server's, the tubes' references count wherever their sessions live,
+// and when the leader changes those sessions stay open and go on, while
+// the old leader's own clients, served from the store it rebuilds, close.
+func TestSessionsWhereClientsConnect(t *testing.T) {
+	c := newTestCluster(t)
+	lname, l := c.serving(20 * time.Second)
+	testproc.WaitFor(t, 10*time.Second, "every member finalized", func() bool {
+		for _, m := range c.up {
+			if !m.Node().Host().Finalized() {
+				return false
+			}
+		}
+		return true
+	})
+	f := c.others(lname)
+	producer := testproc.DialTest(t, f[0].Addr().String(), replyTimeout)
+	worker := testproc.DialTest(t, f[1].Addr().String(), replyTimeout)
+	direct := testproc.DialTest(t, l.Addr().String(), replyTimeout)
+	expect := func(c *testproc.Conn, line, want string) {
+		t.Helper()
+		if err := c.ExpectLine(line, want); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect(producer, "use jobs", "USING jobs")
+	expect(worker, "watch jobs", "WATCHING 2")
+	expect(worker, "ignore default", "WATCHING 1")
+	expect(worker, "ignore jobs", "NOT_IGNORED")
+	expect(worker, "list-tube-used", "USING default")
+	// Counted at the leader, wherever the sessions live: the producer
+	// (f0) uses jobs and watches default, the worker (f1) uses default
+	// and watches jobs, the direct client uses and watches default.
+	tubeRefs := func(through *testproc.Conn, tube string, using, watching int64) {
+		t.Helper()
+		got, err := through.StatsInt("stats-tube "+tube, "current-using", "current-watching")
+		if err != nil || got[0] != using || got[1] != watching {
+			t.Fatalf("stats-tube %s: using/watching %v %v, want %d/%d", tube, got, err, using, watching)
+		}
+	}
+	tubeRefs(direct, "jobs", 1, 1)
+	tubeRefs(producer, "default", 2, 2)
+
+	// A reserve waiting through one follower is woken by a put through
+	// the other.
+	worker.WriteString("reserve-with-timeout 10\r\n")
+	if err := worker.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	id, err := producer.Put(3, 0, 60, []byte("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := worker.ReadReply(true); err != nil || r.Kind != testproc.ReplyReserved || r.N != id || string(r.Body) != "first" {
+		t.Fatalf("the waiting reserve: %+v %v, want job %d", r, err, id)
+	}
+	// A put refused after its header still takes an id, as in beanstalkd.
+	producer.WriteString("put 0 0 60 3\r\nabcXY")
+	if err := producer.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := producer.ReadReply(false); err != nil || string(r.Line) != "EXPECTED_CRLF" {
+		t.Fatalf("a put without its CRLF: %+v %v", r, err)
+	}
+	next, err := producer.Put(0, 0, 60, []byte("second"))
+	if err != nil || next != id+2 {
+		t.Fatalf("the put after a refused one: id %d %v, want %d", next, err, id+2)
+	}
+	expect(worker, fmt.Sprintf("release %d 5 0", id), "RELEASED")
+	if r, err := worker.Do("reserve-with-timeout 0", nil); err != nil || r.N != next {
+		t.Fatalf("reserve: %+v %v, want the more urgent job %d", r, err, next)
+	}
+	expect(worker, fmt.Sprintf("bury %d 0", next), "BURIED")
+	expect(producer, "kick 5", "KICKED 1")
+	expect(worker, fmt.Sprintf("touch %d", id), "NOT_FOUND")
+	if st, err := producer.Stats(fmt.Sprint("stats-job ", next)); err != nil || st["state"] != "ready" || st["kicks"] != "1" || st["buries"] != "1" {
+		t.Fatalf("stats-job %d through a follower: %v %v", next, st, err)
+	}
+	if r, err := producer.Do(fmt.Sprint("peek ", id), nil); err != nil || r.N != id || string(r.Body) != "first" {
+		t.Fatalf("peek: %+v %v", r, err)
+	}
+
+	// The leadership moves to the producer's member: the followers'
+	// sessions stay open, the old leader's own client closes.
+	to := f[0]
+	testproc.WaitFor(t, 10*time.Second, "the leadership moving to "+to.Node().Name(), func() bool {
+		if err := l.Node().TransferLeadership(to.Node().Name()); err != nil {
+			t.Fatal(err)
+		}
+		info, _ := to.Node().Leader()
+		return info.Serving && info.Name == to.Node().Name()
+	})
+	third, err := producer.Put(0, 0, 60, []byte("third"))
+	if err != nil || third <= next {
+		t.Fatalf("a put after the leader changed, on the session opened before: %d %v", third, err)
+	}
+	for _, want := range []uint64{next, third, id} {
+		r, err := worker.Do("reserve-with-timeout 5", nil)
+		if err != nil || r.N != want {
+			t.Fatalf("reserve after the leader changed: %+v %v, want job %d", r, err, want)
+		}
+		expect(worker, fmt.Sprint("delete ", want), "DELETED")
+	}
+	if r, err := direct.Do("list-tube-used", nil); err == nil {
+		t.Errorf("the old leader's own client was answered after it lost the leadership: %+v", r)
+	}
+	// The new leader has every member's references again, once each
+	// member's sync (sent when it learned of the leader, again until the
+	// leader serves) has reached it.
+	testproc.WaitFor(t, 5*time.Second, "every member's references at the new leader", func() bool {
+		jobs, err := producer.StatsInt("stats-tube jobs", "current-using", "current-watching")
+		def, err2 := worker.StatsInt("stats-tube default", "current-using", "current-watching")
+		return err == nil && err2 == nil && jobs[0] == 1 && jobs[1] == 1 && def[0] == 1 && def[1] == 1
+	})
+	c.readyEverywhere(0)
+}

@@ -1,0 +1,316 @@
+package router
+
+import (
+	"sync"
+	"time"
+
+	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/store"
+)
+
+// retryEvery is how often calls a member could not send, or that a
+// member not serving yet refused, go again.
+const retryEvery = 100 * time.Millisecond
+
+// Router is a cluster member's router with one group, group 0 (G = 1,
+// docs/design/shards.md S5): its sessions live where their clients
+// connect. A session opened while this member serves the group runs on
+// the group's store, as a single node's does; any other reaches the
+// group's leader over the commands stream (Link), and stays open when
+// the leader changes: its calls go again to the next one. The Server
+// answers the sessions of other members, and this member's own remote
+// sessions once it leads (through an in-process loop, so a session never
+// changes how it reaches the group).
+type Router struct {
+	cfg    RouterConfig
+	link   *Link
+	server *Server
+	self   *selfLoop
+	stop   chan struct{}
+	done   chan struct{}
+
+	mu       sync.Mutex
+	lead     uint64 // the leader the calls went to last (0: none known)
+	sessions uint64 // the last session id given; 0 names the member's refs
+	refs     map[string]*refCount
+	refsSeq  uint64 // the last refs item sent
+	// refWaits are what waits for a refs item to be acknowledged, by its
+	// number: each ack also acknowledges every item sent before it.
+	refWaits map[uint64]func()
+}
+
+// RouterConfig is what a Router needs of its member.
+type RouterConfig struct {
+	// Self is this member's Raft id.
+	Self uint64
+	// Serving is group 0's store while this member serves it, else nil:
+	// nil from before its store is rebuilt (Detach) until it serves
+	// again. Sessions opened while it is set run on the store.
+	Serving func() *store.Store
+	// Leader is group 0's leader, if one is known.
+	Leader func() (member uint64, ok bool)
+	// Send queues a payload for another member's commands stream without
+	// blocking (replication.Host.SendItems).
+	Send func(to uint64, payload []byte) bool
+	// MaxJobSize bounds a put's body (the server's -z).
+	MaxJobSize int
+}
+
+// refCount is how many of the member's sessions use and watch a tube
+// that lives elsewhere.
+type refCount struct{ using, watching uint32 }
+
+// NewRouter starts a router: its loop to its own Server, and its retries.
+func NewRouter(cfg RouterConfig) *Router {
+	r := &Router{cfg: cfg, refs: make(map[string]*refCount), refWaits: make(map[uint64]func()),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	r.self = newSelfLoop(func(payload []byte) { _ = r.Handle(cfg.Self, payload) })
+	r.server = NewServer(ServerConfig{Group: r.group, Send: r.send, MaxJobSize: cfg.MaxJobSize})
+	r.link = NewLink(LinkConfig{Leader: r.leader, Send: r.send})
+	go r.retry()
+	return r
+}
+
+// Handle takes a payload of the commands stream from member from: its
+// requests for the Server, its answers for the Link, decoded once.
+func (r *Router) Handle(from uint64, payload []byte) error {
+	return Each(payload, r.cfg.MaxJobSize, func(it *Item) {
+		switch it.Kind {
+		case KindReply, KindEvent:
+			r.link.handle(from, it)
+		default:
+			r.server.handle(from, it)
+		}
+	})
+}
+
+// NewQueue is engine.Config.Queues: a new connection's session.
+func (r *Router) NewQueue(answers engine.Answers) engine.Queue {
+	r.mu.Lock()
+	r.sessions++
+	s := &Session{r: r, id: r.sessions, answers: answers}
+	r.mu.Unlock()
+	if st := r.cfg.Serving(); st != nil {
+		c := st.NewClient(s)
+		s.local = engine.ClientQueue(c)
+		return s
+	}
+	s.used, s.watched = store.DefaultTube, []string{store.DefaultTube}
+	r.changeRefs(store.DefaultTube, 1, 1, nil)
+	return s
+}
+
+// IsLocal reports whether q is a session running on this member's store:
+// those close when the member stops serving the group (Detach).
+func IsLocal(q engine.Queue) bool {
+	s, ok := q.(*Session)
+	return ok && s.local != nil
+}
+
+// LeaderChanged is called when group 0's leader, or whether this member
+// serves it, may have changed: if the leader the calls go to did, it gets
+// the member's references anew, and the calls pending go to it again.
+func (r *Router) LeaderChanged() {
+	lead, _ := r.leader(0)
+	r.mu.Lock()
+	same := lead == r.lead
+	r.lead = lead
+	r.mu.Unlock()
+	if !same {
+		r.resync()
+	}
+}
+
+// resync sends the leader the member's references anew and every call
+// pending, in order.
+func (r *Router) resync() {
+	r.link.LeaderChanged(0) // drops the refs items the sync replaces
+	r.syncRefs()
+}
+
+// StreamUp is called when the commands stream to member to opened: if it
+// leads, what was sent on the broken one may be lost, so the references
+// and the pending calls go again (a put may then be put twice, until
+// groups keep request keys: 5.6). ItemsRoom: the calls not taken go.
+func (r *Router) StreamUp(to uint64) {
+	if lead, ok := r.leader(0); ok && lead == to {
+		r.resync()
+	}
+}
+
+// Room is called when a full queue to a member drained.
+func (r *Router) Room() { r.link.Retry(0) }
+
+// Detach is called before this member's store of group 0 is rebuilt (it
+// lost the leadership it served, and Serving says nil already): the
+// Server closes its owner clients. The caller then closes the sessions
+// running on the store (IsLocal).
+func (r *Router) Detach() { r.server.Detach(0) }
+
+// Close stops the router: its owner clients close, its loop and retries
+// end. Sessions still open answer nothing more.
+func (r *Router) Close() {
+	close(r.stop)
+	<-r.done
+	r.server.Close()
+	r.self.close()
+}
+
+// group is the Server's store of group g: group 0's while this member
+// serves it.
+func (r *Router) group(g uint16) *store.Store {
+	if g != 0 {
+		return nil
+	}
+	return r.cfg.Serving()
+}
+
+// leader is the Link's: group 0's leader, this member only while it
+// serves (a leader still applying would refuse).
+func (r *Router) leader(uint16) (uint64, bool) {
+	lead, ok := r.cfg.Leader()
+	if ok && lead == r.cfg.Self && r.group(0) == nil {
+		return 0, false
+	}
+	return lead, ok
+}
+
+// send sends a payload to member to: to itself through its loop.
+func (r *Router) send(to uint64, payload []byte) bool {
+	if to == r.cfg.Self {
+		r.self.push(payload)
+		return true
+	}
+	return r.cfg.Send(to, payload)
+}
+
+// retry sends again, every retryEvery, the calls not taken.
+func (r *Router) retry() {
+	defer close(r.done)
+	t := time.NewTicker(retryEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			r.link.Retry(0)
+		}
+	}
+}
+
+// changeRefs adds using and watching to the member's counts of tube and
+// sends the leader the new totals; done, if set, is called once the
+// leader has them.
+func (r *Router) changeRefs(tube string, using, watching int, done func()) {
+	r.mu.Lock()
+	c := r.refs[tube]
+	if c == nil {
+		c = new(refCount)
+		r.refs[tube] = c
+	}
+	c.using = uint32(int(c.using) + using)
+	c.watching = uint32(int(c.watching) + watching)
+	counts := []RefCount{{Tube: []byte(tube), Using: c.using, Watching: c.watching}}
+	if c.using == 0 && c.watching == 0 {
+		delete(r.refs, tube)
+	}
+	r.sendRefsLocked(Refs{Counts: counts}, done)
+}
+
+// moveRefs moves one use from tube from to tube to (a session's use).
+func (r *Router) moveRefs(from, to string, done func()) {
+	r.changeRefs(from, -1, 0, nil)
+	r.changeRefs(to, 1, 0, done)
+}
+
+// syncRefs sends the leader every count at once (a new leader knows none
+// of them), which acknowledges the refs items it replaces.
+func (r *Router) syncRefs() {
+	r.mu.Lock()
+	counts := make([]RefCount, 0, len(r.refs))
+	for tube, c := range r.refs {
+		counts = append(counts, RefCount{Tube: []byte(tube), Using: c.using, Watching: c.watching})
+	}
+	r.sendRefsLocked(Refs{Sync: true, Counts: counts}, nil)
+}
+
+// sendRefsLocked sends refs as the member's next refs item and unlocks
+// r.mu.
+func (r *Router) sendRefsLocked(refs Refs, done func()) {
+	r.refsSeq++
+	n := r.refsSeq
+	if done != nil {
+		r.refWaits[n] = done
+	}
+	r.mu.Unlock()
+	r.link.Refs(0, uint32(n), refs, func(*Item) { r.refsAcked(n) })
+}
+
+// refsAcked runs what waited for refs item n and those before it.
+func (r *Router) refsAcked(n uint64) {
+	r.mu.Lock()
+	var ready []func()
+	for k, f := range r.refWaits {
+		if k <= n {
+			ready = append(ready, f)
+			delete(r.refWaits, k)
+		}
+	}
+	r.mu.Unlock()
+	for _, f := range ready {
+		f()
+	}
+}
+
+// selfLoop hands the payloads a member sends itself to its router, in
+// order, on a goroutine of their own: a Server's reply must not run the
+// Link's callbacks under the Server's locks, nor the other way round.
+type selfLoop struct {
+	handle func([]byte)
+
+	mu     sync.Mutex
+	queue  [][]byte // guarded by mu
+	wake   chan struct{}
+	closed chan struct{}
+	done   chan struct{}
+}
+
+func newSelfLoop(handle func([]byte)) *selfLoop {
+	l := &selfLoop{handle: handle, wake: make(chan struct{}, 1), closed: make(chan struct{}), done: make(chan struct{})}
+	go l.run()
+	return l
+}
+
+func (l *selfLoop) push(payload []byte) {
+	l.mu.Lock()
+	l.queue = append(l.queue, append([]byte(nil), payload...))
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (l *selfLoop) run() {
+	defer close(l.done)
+	for {
+		select {
+		case <-l.closed:
+			return
+		case <-l.wake:
+		}
+		l.mu.Lock()
+		q := l.queue
+		l.queue = nil
+		l.mu.Unlock()
+		for _, p := range q {
+			l.handle(p)
+		}
+	}
+}
+
+func (l *selfLoop) close() {
+	close(l.closed)
+	<-l.done
+}

@@ -1,0 +1,416 @@
+package router
+
+import (
+	"bytes"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/store"
+)
+
+// errUnexpected is a remote reply whose status the command cannot have.
+var errUnexpected = errors.New("router: a reply the command cannot have")
+
+// Session is one client connection's engine.Queue on a cluster member
+// (docs/design/shards.md 5.1), called only on its event loop. Opened
+// while the member serves group 0, it runs on the group's store through
+// its own client, exactly as a single node's connection does, and its
+// connection closes when the member stops serving (Router.Detach).
+// Otherwise it keeps its used tube and watch list itself, in beanstalkd's
+// order, tells the leader its references through the router, and sends
+// every other command to the leader as a request, one at a time: each is
+// pending until its reply comes, which the Link sends again to the next
+// leader if the one asked is lost.
+type Session struct {
+	r       *Router        // immutable
+	id      uint64         // immutable: its id on this member, with the group its owner key
+	answers engine.Answers // immutable
+	// local is its queue on this member's store; nil for a remote session.
+	local engine.Queue
+
+	// A remote session's state.
+	used    string
+	watched []string // beanstalkd's order: append, swap-remove
+	seq     uint32   // the sequence of its last item
+	// ids counts the ids puts took (NextID) that the group has not
+	// taken yet: a put's own is taken by its request; one refused with its
+	// body (PutRefused), or cut short by the connection's close, is taken
+	// by a burn (OpBurn), so later ids are beanstalkd's.
+	ids int
+	// reserving is the sequence of a reserve whose reply is pending (0:
+	// none): its reply and CancelWait race for it, the first to take it
+	// wins.
+	reserving atomic.Uint32
+}
+
+// next is the session's next sequence.
+func (s *Session) next() uint32 {
+	s.seq++
+	return s.seq
+}
+
+// call sends req to the group, burning an id first if one is owed;
+// finish reads the reply into the answer delivered, unless it leaves
+// a.Reserve store.Waiting: a reserve's reply that came after CancelWait,
+// dropped.
+func (s *Session) call(req Request, finish func(it *Item, a *engine.Answer)) bool {
+	s.burnIDs()
+	s.r.link.Request(s.id, 0, s.next(), req, func(it *Item) {
+		var a engine.Answer
+		finish(it, &a)
+		if a.Reserve != store.Waiting {
+			s.answers.Answered(a)
+		}
+	})
+	return false
+}
+
+// burnIDs has the group take the ids owed.
+func (s *Session) burnIDs() {
+	for ; s.ids > 0; s.ids-- {
+		s.r.link.Request(s.id, 0, s.next(), Request{Op: OpBurn}, func(*Item) {})
+	}
+}
+
+// afterRefs delivers a once the member's references sent so far are the
+// leader's.
+func (s *Session) afterRefs(a engine.Answer) func() {
+	return func() { s.answers.Answered(a) }
+}
+
+func (s *Session) Use(tube []byte, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.Use(tube, a)
+	}
+	if string(tube) == s.used {
+		return true
+	}
+	old := s.used
+	s.used = string(tube)
+	s.r.moveRefs(old, s.used, s.afterRefs(engine.Answer{}))
+	return false
+}
+
+func (s *Session) Watch(tube []byte, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.Watch(tube, a)
+	}
+	for _, w := range s.watched {
+		if w == string(tube) {
+			a.N = uint64(len(s.watched))
+			return true
+		}
+	}
+	s.watched = append(s.watched, string(tube))
+	s.r.changeRefs(string(tube), 0, 1, s.afterRefs(engine.Answer{N: uint64(len(s.watched))}))
+	return false
+}
+
+func (s *Session) Ignore(tube []byte, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.Ignore(tube, a)
+	}
+	i := -1
+	for k, w := range s.watched {
+		if w == string(tube) {
+			i = k
+		}
+	}
+	switch {
+	case i < 0:
+		a.N, a.OK = uint64(len(s.watched)), true
+		return true
+	case len(s.watched) < 2:
+		a.N, a.OK = uint64(len(s.watched)), false
+		return true
+	}
+	last := len(s.watched) - 1
+	s.watched[i] = s.watched[last]
+	s.watched = s.watched[:last]
+	s.r.changeRefs(string(tube), 0, -1, s.afterRefs(engine.Answer{N: uint64(last), OK: true}))
+	return false
+}
+
+func (s *Session) UsedTube() string {
+	if s.local != nil {
+		return s.local.UsedTube()
+	}
+	return s.used
+}
+
+func (s *Session) Watched() []string {
+	if s.local != nil {
+		return s.local.Watched()
+	}
+	return append([]string(nil), s.watched...)
+}
+
+func (s *Session) ListTubes(a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.ListTubes(a)
+	}
+	return s.call(Request{Op: OpListTubes}, func(it *Item, a *engine.Answer) {
+		for _, t := range it.Reply.Tubes {
+			a.Tubes = append(a.Tubes, string(t.Name))
+		}
+	})
+}
+
+func (s *Session) NextID() uint64 {
+	if s.local != nil {
+		return s.local.NextID()
+	}
+	s.ids++ // the group takes it when the put, or the next request, reaches it
+	return 0
+}
+
+func (s *Session) Put(id uint64, pri, delay, ttr uint32, body []byte, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.Put(id, pri, delay, ttr, body, a)
+	}
+	s.ids-- // this put's own, taken by its request
+	req := Request{Op: OpPut, Tube: []byte(s.used), Pri: pri, Delay: delay, TTR: ttr, Body: body}
+	return s.call(req, func(it *Item, a *engine.Answer) {
+		switch it.Reply.Status {
+		case StatusOK:
+			a.N = it.Reply.ID
+		case StatusNoSpace:
+			a.Err = store.ErrNoSpace
+		default:
+			a.Err = errUnexpected
+		}
+	})
+}
+
+// PutRefused has the group take the refused put's id now, before any
+// later put of another session, as one server takes it at the header.
+func (s *Session) PutRefused() {
+	if s.local != nil {
+		s.local.PutRefused()
+		return
+	}
+	s.burnIDs()
+}
+
+func (s *Session) Reserve(timeout time.Duration, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.Reserve(timeout, a)
+	}
+	req := Request{Op: OpReserve, Tubes: s.tubes(), Timeout: timeout}
+	seq := s.seq + 1 + uint32(s.ids)
+	s.reserving.Store(seq)
+	return s.call(req, func(it *Item, a *engine.Answer) {
+		if !s.reserving.CompareAndSwap(seq, 0) {
+			a.Reserve = store.Waiting // cancelled: dropped
+			return
+		}
+		switch it.Reply.Status {
+		case StatusOK:
+			a.Reserve = store.Reserved
+			jobAnswer(it, a)
+		case StatusDeadlineSoon:
+			a.Reserve = store.DeadlineSoon
+		default:
+			a.Reserve = store.TimedOut
+		}
+	})
+}
+
+// tubes is the watch list as a request carries it.
+func (s *Session) tubes() [][]byte {
+	tubes := make([][]byte, len(s.watched))
+	for i, w := range s.watched {
+		tubes[i] = []byte(w)
+	}
+	return tubes
+}
+
+// CancelWait ends a remote reserve at once: its reply, if it comes all
+// the same (a job was on its way), is dropped, and that job stays the
+// session's at the leader until the session closes or its TTR ends.
+func (s *Session) CancelWait() bool {
+	if s.local != nil {
+		return s.local.CancelWait()
+	}
+	seq := s.reserving.Load()
+	if seq == 0 || !s.reserving.CompareAndSwap(seq, 0) {
+		return false // its reply is on its way to the loop
+	}
+	s.r.link.Cancel(s.id, 0, seq, 0)
+	return true
+}
+
+// jobAnswer reads a reply's job into a, its body copied: the reply's
+// payload is gone once the callback returns.
+func jobAnswer(it *Item, a *engine.Answer) {
+	if it.Reply.Status == StatusOK && it.Reply.Result == ResultJob {
+		a.JobID, a.JobBody = it.Reply.Job.ID, bytes.Clone(it.Reply.Job.Body)
+	}
+}
+
+// byID sends an op on job id whose reply is found or not.
+func (s *Session) byID(req Request, finish func(it *Item, a *engine.Answer)) bool {
+	return s.call(req, finish)
+}
+
+func (s *Session) ReserveJob(id uint64, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.ReserveJob(id, a)
+	}
+	return s.byID(Request{Op: OpReserveJob, ID: id}, jobAnswer)
+}
+
+func (s *Session) Delete(id uint64, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.Delete(id, a)
+	}
+	return s.byID(Request{Op: OpDelete, ID: id}, okAnswer)
+}
+
+func (s *Session) Touch(id uint64, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.Touch(id, a)
+	}
+	return s.byID(Request{Op: OpTouch, ID: id}, okAnswer)
+}
+
+// okAnswer reads a found-or-not reply.
+func okAnswer(it *Item, a *engine.Answer) { a.OK = it.Reply.Status == StatusOK }
+
+// errAnswer reads a verdict: done, not found, or the log's refusal.
+func errAnswer(it *Item, a *engine.Answer) {
+	switch it.Reply.Status {
+	case StatusOK:
+	case StatusNoSpace:
+		a.Err = store.ErrNoSpace
+	default:
+		a.Err = store.ErrNotFound
+	}
+}
+
+func (s *Session) Release(id uint64, pri, delay uint32, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.Release(id, pri, delay, a)
+	}
+	return s.byID(Request{Op: OpRelease, ID: id, Pri: pri, Delay: delay}, errAnswer)
+}
+
+func (s *Session) Bury(id uint64, pri uint32, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.Bury(id, pri, a)
+	}
+	return s.byID(Request{Op: OpBury, ID: id, Pri: pri}, errAnswer)
+}
+
+func (s *Session) KickJob(id uint64, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.KickJob(id, a)
+	}
+	return s.byID(Request{Op: OpKickJob, ID: id}, errAnswer)
+}
+
+func (s *Session) Kick(n uint32, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.Kick(n, a)
+	}
+	return s.call(Request{Op: OpKick, Tube: []byte(s.used), Count: n}, func(it *Item, a *engine.Answer) {
+		a.N = uint64(it.Reply.Count)
+	})
+}
+
+func (s *Session) Peek(id uint64, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.Peek(id, a)
+	}
+	return s.byID(Request{Op: OpPeek, ID: id}, jobAnswer)
+}
+
+func (s *Session) PeekReady(a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.PeekReady(a)
+	}
+	return s.call(Request{Op: OpPeekReady, Tube: []byte(s.used)}, jobAnswer)
+}
+
+func (s *Session) PeekDelayed(a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.PeekDelayed(a)
+	}
+	return s.call(Request{Op: OpPeekDelayed, Tube: []byte(s.used)}, jobAnswer)
+}
+
+func (s *Session) PeekBuried(a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.PeekBuried(a)
+	}
+	return s.call(Request{Op: OpPeekBuried, Tube: []byte(s.used)}, jobAnswer)
+}
+
+func (s *Session) JobStats(id uint64, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.JobStats(id, a)
+	}
+	return s.byID(Request{Op: OpStatsJob, ID: id}, func(it *Item, a *engine.Answer) {
+		a.OK, a.JobStats = it.Reply.Status == StatusOK, it.Reply.JobStats
+	})
+}
+
+func (s *Session) TubeStats(tube []byte, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.TubeStats(tube, a)
+	}
+	return s.call(Request{Op: OpStatsTube, Tube: bytes.Clone(tube)}, func(it *Item, a *engine.Answer) {
+		a.OK, a.TubeStats = it.Reply.Status == StatusOK, it.Reply.TubeStats
+	})
+}
+
+func (s *Session) PauseTube(tube []byte, d time.Duration, a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.PauseTube(tube, d, a)
+	}
+	return s.call(Request{Op: OpPauseTube, Tube: bytes.Clone(tube), Delay: uint32(d / time.Second)}, okAnswer)
+}
+
+func (s *Session) Stats(a *engine.Answer) bool {
+	if s.local != nil {
+		return s.local.Stats(a)
+	}
+	return s.call(Request{Op: OpStats}, func(it *Item, a *engine.Answer) { a.Stats = it.Reply.Stats })
+}
+
+// AckNeeded: a remote session's replies come acknowledged.
+func (s *Session) AckNeeded() (store.AckSource, uint64) {
+	if s.local != nil {
+		return s.local.AckNeeded()
+	}
+	return nil, 0
+}
+
+// Close ends the session: its client here closes, or its owner client at
+// the leader does (its reservations go back) and its references go.
+func (s *Session) Close() {
+	if s.local != nil {
+		s.local.Close()
+		return
+	}
+	s.burnIDs()
+	s.r.link.Close(s.id, 0)
+	s.r.changeRefs(s.used, -1, 0, nil)
+	for _, w := range s.watched {
+		s.r.changeRefs(w, 0, -1, nil)
+	}
+}
+
+// JobReserved implements store.Notifier for a local session: its blocked
+// reserve got j.
+func (s *Session) JobReserved(j *store.Job) {
+	s.answers.Answered(engine.Answer{Job: j, Reserve: store.Reserved})
+}
+
+// WaitEnded implements store.Notifier for a local session: its blocked
+// reserve ended empty.
+func (s *Session) WaitEnded(res store.ReserveResult) {
+	s.answers.Answered(engine.Answer{Reserve: res})
+}
