@@ -1,12 +1,59 @@
-// Package router is where a cluster member will send each client command
-// to the Raft group that owns it, its sessions living where their clients
+// Package router is where a cluster member sends each client command to
+// the Raft group that owns it, its sessions living where their clients
 // connect (docs/design/shards.md, sections 5 and 6). It is being built in
-// the design's steps; what it holds today is a reserve whose watched
-// tubes live in several groups: its take (take.go, section 6.2), its wait
+// the design's steps. What runs in the binary today is the router of a
+// cluster of one group (G = 1, S5): Router and Session (router.go,
+// session.go), over the leader's Server and the member's Link, on the
+// commands stream. Beside it, the parts of a reserve whose watched tubes
+// live in several groups: its take (take.go, section 6.2), its wait
 // (wait.go, 6.3) and the two together with the timeout and DEADLINE_SOON
 // (reserve.go, 6.4), on the groups' store clients in this process; and
-// the codec of the commands stream's items (items.go, 5.9), which the
-// sessions and the stream's transport, still to come, will use.
+// the codec of the commands stream's items (items.go, 5.9).
+//
+// # Sessions where the client connects (G = 1)
+//
+// The engine makes each connection's Queue with Router.NewQueue. A
+// session opened while the member serves group 0 runs on the group's
+// store through its own client, exactly as a single node's connection
+// (engine.ClientQueue); when the member stops serving, such sessions
+// close (IsLocal picks them for engine.Server.CloseClientsWhere), since
+// the store is rebuilt under them. Any other session is remote for its
+// whole life: it keeps its used tube and watch list itself, in
+// beanstalkd's order, and sends every other command to the leader as a
+// request, one at a time (the engine reads nothing more from a
+// connection whose answer is pending). Its replies come committed, so
+// it holds none for the log. When the leader changes, its pending
+// request goes to the next one, and the session stays open; a
+// reservation it held died with the old leader, as after a TTR.
+//
+// References (5.4): the router counts, per tube, how many of its remote
+// sessions use and watch it, and sends the totals of the tubes that
+// changed as refs items; use, watch and ignore answer once the leader
+// has them, so a stats-tube sent anywhere after USING counts the
+// session. Each new leader gets every count at once (a sync). The
+// leader's store counts them beside its own clients
+// (store.Store.SetRefs), and a remote session's owner client counts
+// nothing itself (store.Store.NewOwnerClient).
+//
+// Ids: a put takes its id when its command line arrives, as in
+// beanstalkd, so a put refused with its body (engine.Queue.PutRefused)
+// has the group take an id at once (a burn), and so does a session
+// closed in the middle of a put's body.
+//
+// Resends: a request goes again when its leader changes, when the stream
+// to the leader opened again, when the leader was not serving yet
+// (StatusNotLeader), and when it could not be queued. A leader never runs
+// a session's request twice (it keeps the last sequence it took and
+// sends its last answer again); a request resent to a new leader after
+// the old one may have run it is run again (a put may then be put
+// twice), until groups keep the request keys of 5.6. The leader hands a
+// job out only while its leadership is leased; otherwise the reserve is
+// answered StatusNotLeader and goes to the next leader.
+//
+// Not yet: a bound on how long a request waits for a leader (5.7),
+// pipelined requests per session (5.3: up to 64 in flight), dropping a
+// restarted or lost member's references and owner clients, and more
+// groups than one.
 //
 // # A reserve across groups: the take
 //

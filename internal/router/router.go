@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -54,6 +55,8 @@ type RouterConfig struct {
 	Send func(to uint64, payload []byte) bool
 	// MaxJobSize bounds a put's body (the server's -z).
 	MaxJobSize int
+	// Leased is ServerConfig.Leased.
+	Leased func() bool
 }
 
 // refCount is how many of the member's sessions use and watch a tube
@@ -63,9 +66,13 @@ type refCount struct{ using, watching uint32 }
 // NewRouter starts a router: its loop to its own Server, and its retries.
 func NewRouter(cfg RouterConfig) *Router {
 	r := &Router{cfg: cfg, refs: make(map[string]*refCount), refWaits: make(map[uint64]func()),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}),
+		// Session ids start anywhere: a leader keeps a session's owner
+		// client and the last sequence it took, and must not take a
+		// session of this process for one of the member's last.
+		sessions: rand.Uint64() >> 1}
 	r.self = newSelfLoop(func(payload []byte) { _ = r.Handle(cfg.Self, payload) })
-	r.server = NewServer(ServerConfig{Group: r.group, Send: r.send, MaxJobSize: cfg.MaxJobSize})
+	r.server = NewServer(ServerConfig{Group: r.group, Send: r.send, MaxJobSize: cfg.MaxJobSize, Leased: cfg.Leased})
 	r.link = NewLink(LinkConfig{Leader: r.leader, Send: r.send})
 	go r.retry()
 	return r

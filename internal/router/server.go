@@ -46,6 +46,12 @@ type ServerConfig struct {
 	Send func(to uint64, payload []byte) bool
 	// MaxJobSize bounds a put's body (the server's -z).
 	MaxJobSize int
+	// Leased, if set, says whether this member's leadership is still
+	// confirmed (engine.Config.Leased): a job is handed out only while it
+	// says true. Otherwise the reply or offer goes as StatusNotLeader, so
+	// the member asks the group's next leader, and the job stays with the
+	// owner client until the store is rebuilt.
+	Leased func() bool
 }
 
 // NewServer returns a server of cfg.
@@ -482,12 +488,22 @@ func (o *owner) holdLocked(r Item, pos uint64) {
 // sendLocked sends a reply or an event to the session's member, and keeps
 // it as the last one sent.
 func (o *owner) sendLocked(it *Item) {
+	if leased := o.srv.cfg.Leased; leased != nil && handsOut(it) && !leased() {
+		*it = reply(o.key, it.Seq, Reply{Status: StatusNotLeader})
+	}
 	payload, err := AppendItem(nil, it)
 	if err != nil {
 		return
 	}
 	o.lastSeq, o.lastAnswer = it.Seq, payload
 	o.srv.cfg.Send(o.key.member, payload)
+}
+
+// handsOut reports whether it gives the session a job: a reply with one,
+// or an offer.
+func handsOut(it *Item) bool {
+	return it.Kind == KindReply && it.Reply.Status == StatusOK && it.Reply.Result == ResultJob ||
+		it.Kind == KindEvent && it.Event.Type == EventOffer
 }
 
 // acked sends, in order, the replies whose changes are acknowledged: pos

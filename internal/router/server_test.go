@@ -336,30 +336,73 @@ func TestServerResent(t *testing.T) {
 	st := store.New(store.Options{})
 	defer st.Close()
 	r := newServerRig(t, map[uint16]*store.Store{0: st})
-	put := func(seq uint32, body string) uint64 {
-		r.send(req(0, 1, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte(body + "\r\n")}))
-		return r.next().Reply.ID
+	// replies reads n items; the waiting reserve's may come before or
+	// after the put that woke it.
+	replies := func(n int) map[uint64]Item {
+		got := map[uint64]Item{}
+		for range n {
+			it := r.next()
+			got[it.Session] = it
+		}
+		return got
+	}
+	put := func(seq uint32, body string) Item {
+		return req(0, 1, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte(body + "\r\n")})
 	}
 	reserve := req(0, 2, 1, Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}, Timeout: -1})
 	r.send(reserve)
 	r.send(reserve) // again while it waits
-	id := put(1, "a")
-	if got := r.next(); got.Seq != 1 || got.Reply.Job.ID != id {
-		t.Fatalf("the waiting reserve: %+v", got)
+	r.send(put(1, "a"))
+	got := replies(2)
+	id := got[1].Reply.ID
+	if got[2].Seq != 1 || got[2].Reply.Job.ID != id {
+		t.Fatalf("the waiting reserve: %+v, want job %d", got[2].Reply, id)
 	}
-	second := put(2, "b")
+	r.send(put(2, "b"))
+	second := r.next().Reply.ID
 	r.none("a reserve sent twice while it waited")
 	r.send(reserve) // again once answered: the same answer
 	if got := r.next(); got.Seq != 1 || got.Reply.Job.ID != id {
-		t.Fatalf("the reserve sent again once answered: %+v, want job %d again", got, id)
+		t.Fatalf("the reserve sent again once answered: %+v, want job %d again", got.Reply, id)
 	}
 	if s := st.Stats(); s.Reserved != 1 || s.Ready != 1 {
 		t.Fatalf("reserved %d, ready %d: a resent reserve reserved again", s.Reserved, s.Ready)
 	}
-	if n := put(2, "c"); n != second {
+	r.send(put(2, "c"))
+	if n := r.next().Reply.ID; n != second {
 		t.Fatalf("a put sent again was answered %d, want its first answer, %d", n, second)
 	}
 	if s := st.Stats(); s.TotalJobs != 2 {
 		t.Fatalf("%d jobs: a resent put was put again", s.TotalJobs)
+	}
+}
+
+// TestServerFenced: while the leadership is not confirmed (Leased false)
+// no job is handed out: the reserve is answered StatusNotLeader, for the
+// member to ask the next leader; other replies go as usual.
+func TestServerFenced(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	var leased sync.Mutex // held: not leased
+	r.srv.cfg.Leased = func() bool {
+		if !leased.TryLock() {
+			return false
+		}
+		leased.Unlock()
+		return true
+	}
+	r.send(req(0, 1, 1, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("a\r\n")}))
+	if got := r.next(); got.Reply.Status != StatusOK {
+		t.Fatalf("a put: %+v", got.Reply)
+	}
+	leased.Lock()
+	r.send(req(0, 2, 1, Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}}))
+	if got := r.next(); got.Reply.Status != StatusNotLeader {
+		t.Fatalf("a reserve while not leased: %+v, want StatusNotLeader", got.Reply)
+	}
+	r.send(req(0, 1, 2, Request{Op: OpStats}))
+	if got := r.next(); got.Reply.Status != StatusOK || got.Reply.Stats.Reserved != 1 {
+		t.Fatalf("stats while not leased: %+v", got.Reply)
 	}
 }
