@@ -224,8 +224,8 @@ func (c *Cluster) others(m *member) []*member {
 }
 
 // awaitSettled waits until every member runs, one serves, every member
-// names it leader, and each has applied what the leader had committed when
-// asked; it returns the leader.
+// names it leader, has applied what the leader had committed when asked,
+// and is finalized; it returns the leader.
 func (c *Cluster) awaitSettled(ctx context.Context, timeout time.Duration) (*member, error) {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -273,6 +273,12 @@ func (c *Cluster) settled(ctx context.Context) (*member, string) {
 	for i, st := range sts {
 		if st.Leader != leader.name || st.Applied < commit {
 			return nil, fmt.Sprintf("%s names leader %q and has applied %d of %d", c.members[i].name, st.Leader, st.Applied, commit)
+		}
+		// A release that finalizes its cluster (cluster_version 3; older
+		// ones report none) serves its clients differently before: the
+		// load starts once it has.
+		if st.Version == 2 {
+			return nil, c.members[i].name + " not finalized yet (cluster_version 2)"
 		}
 	}
 	return leader, ""

@@ -28,6 +28,9 @@ type Link struct {
 	pending map[callKey]*call // guarded by mu
 	number  uint64            // guarded by mu: the last request number given
 	made    uint64            // guarded by mu: the calls made, for their order
+	// unsent holds the groups with a call not taken: Retry looks for
+	// such calls only then, not at every tick among every waiting reserve.
+	unsent map[uint16]bool // guarded by mu
 }
 
 // LinkConfig is what a Link needs of the member.
@@ -62,7 +65,7 @@ type call struct {
 
 // NewLink returns a link of cfg.
 func NewLink(cfg LinkConfig) *Link {
-	return &Link{cfg: cfg, pending: make(map[callKey]*call)}
+	return &Link{cfg: cfg, pending: make(map[callKey]*call), unsent: make(map[uint16]bool)}
 }
 
 // Request sends req for session's group, as its item of sequence seq;
@@ -134,6 +137,7 @@ func (l *Link) postCall(c *call) {
 	if !l.post(c.key.group, c.item) {
 		l.mu.Lock()
 		c.sent = false
+		l.unsent[c.key.group] = true
 		l.mu.Unlock()
 	}
 }
@@ -164,6 +168,11 @@ func (l *Link) Retry(group uint16) { l.resend(group, false) }
 // those not taken.
 func (l *Link) resend(group uint16, all bool) {
 	l.mu.Lock()
+	if !all && !l.unsent[group] {
+		l.mu.Unlock()
+		return
+	}
+	delete(l.unsent, group)
 	var calls []*call
 	for _, c := range l.pending {
 		switch {
@@ -211,6 +220,7 @@ func (l *Link) handle(from uint64, it *Item) {
 		// Asked of a member that does not serve the group (yet, or
 		// any more): pending still, for Retry or the next leader.
 		c.sent = false
+		l.unsent[c.key.group] = true
 		l.mu.Unlock()
 		return
 	}

@@ -243,14 +243,15 @@ func (r *Router) syncRefs() {
 }
 
 // sendRefsLocked sends refs as the member's next refs item and unlocks
-// r.mu.
+// r.mu. It sends under r.mu: totals computed in one order must reach the
+// leader in that order, or an older total would overwrite a newer.
 func (r *Router) sendRefsLocked(refs Refs, done func()) {
+	defer r.mu.Unlock()
 	r.refsSeq++
 	n := r.refsSeq
 	if done != nil {
 		r.refWaits[n] = done
 	}
-	r.mu.Unlock()
 	r.link.Refs(0, uint32(n), refs, func(*Item) { r.refsAcked(n) })
 }
 

@@ -361,7 +361,7 @@ func (s *Session) TubeStats(tube []byte, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.TubeStats(tube, a)
 	}
-	return s.call(Request{Op: OpStatsTube, Tube: bytes.Clone(tube)}, func(it *Item, a *engine.Answer) {
+	return s.call(Request{Op: OpStatsTube, Tube: tube}, func(it *Item, a *engine.Answer) {
 		a.OK, a.TubeStats = it.Reply.Status == StatusOK, it.Reply.TubeStats
 	})
 }
@@ -370,7 +370,7 @@ func (s *Session) PauseTube(tube []byte, d time.Duration, a *engine.Answer) bool
 	if s.local != nil {
 		return s.local.PauseTube(tube, d, a)
 	}
-	return s.call(Request{Op: OpPauseTube, Tube: bytes.Clone(tube), Delay: uint32(d / time.Second)}, okAnswer)
+	return s.call(Request{Op: OpPauseTube, Tube: tube, Delay: uint32(d / time.Second)}, okAnswer)
 }
 
 func (s *Session) Stats(a *engine.Answer) bool {
