@@ -456,6 +456,14 @@ func TestClusterServes(t *testing.T) {
 		for _, m := range c.others(nl) {
 			follower = m
 		}
+		// A client of the follower holds a job when the follower dies: its
+		// session's owner client at the leader holds it until the
+		// follower, started again, tells the leader its sessions are new.
+		held, _ := putThrough(t, 5*time.Second, "held by a follower's client", nl)
+		holder := dialMember(t, follower)
+		if _, err := holder.Do(fmt.Sprint("reserve-job ", held), nil); err != nil {
+			t.Fatal(err)
+		}
 		follower.proc.Kill()
 		// Committed while it is down: it must find these on its return.
 		var missed []uint64
@@ -475,6 +483,10 @@ func TestClusterServes(t *testing.T) {
 			return err == nil && err2 == nil && got == want
 		})
 		through := dialMember(t, follower)
+		testproc.WaitFor(t, 5*time.Second, "the job a client of the killed follower held, ready again", func() bool {
+			st, err := through.Stats(fmt.Sprint("stats-job ", held))
+			return err == nil && st["state"] == "ready"
+		})
 		for _, id := range missed {
 			st, err := through.Stats(fmt.Sprint("stats-job ", id))
 			if err != nil || st == nil || st["state"] != "ready" {

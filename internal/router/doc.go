@@ -50,10 +50,16 @@
 // job out only while its leadership is leased; otherwise the reserve is
 // answered StatusNotLeader and goes to the next leader.
 //
+// A member's process numbers its sessions from a random point, and
+// before any call of theirs tells the first leader it reaches that its
+// sessions are new (a close of session 0): the owner clients its last
+// process left there close, and their jobs are ready at once rather
+// than at their TTR.
+//
 // Not yet: a bound on how long a request waits for a leader (5.7),
-// pipelined requests per session (5.3: up to 64 in flight), dropping a
-// restarted or lost member's references and owner clients, and more
-// groups than one.
+// pipelined requests per session (5.3: up to 64 in flight), dropping the
+// references and owner clients of a member removed or long unreachable,
+// and more groups than one.
 //
 // # A reserve across groups: the take
 //

@@ -3,6 +3,7 @@ package router
 import (
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sproutmq/sprout/engine"
@@ -29,6 +30,14 @@ type Router struct {
 	self   *selfLoop
 	stop   chan struct{}
 	done   chan struct{}
+
+	// greeted: the leader known first has been told that this process's
+	// sessions are all the member has (a close of session 0, before any
+	// call of theirs): it drops the owner clients the member's last
+	// process left there. Leaders after it have none: a lost leadership
+	// closes them all (Detach). greetMu makes one greeting at a time.
+	greeted atomic.Bool
+	greetMu sync.Mutex
 
 	mu       sync.Mutex
 	lead     uint64 // the leader the calls went to last (0: none known)
@@ -118,6 +127,7 @@ func IsLocal(q engine.Queue) bool {
 // serves it, may have changed: if the leader the calls go to did, it gets
 // the member's references anew, and the calls pending go to it again.
 func (r *Router) LeaderChanged() {
+	r.greet()
 	lead, _ := r.leader(0)
 	r.mu.Lock()
 	same := lead == r.lead
@@ -175,11 +185,43 @@ func (r *Router) group(g uint16) *store.Store {
 // leader is the Link's: group 0's leader, this member only while it
 // serves (a leader still applying would refuse).
 func (r *Router) leader(uint16) (uint64, bool) {
+	if !r.greeted.Load() {
+		return 0, false // calls wait for the greeting
+	}
+	return r.serving()
+}
+
+// serving is group 0's leader if it serves: this member only while it
+// serves (a leader still applying would refuse).
+func (r *Router) serving() (uint64, bool) {
 	lead, ok := r.cfg.Leader()
 	if ok && lead == r.cfg.Self && r.group(0) == nil {
 		return 0, false
 	}
 	return lead, ok
+}
+
+// greet tells the leader, once per process, that this member's sessions
+// are new (see greeted), and reports whether it has.
+func (r *Router) greet() bool {
+	if r.greeted.Load() {
+		return true
+	}
+	r.greetMu.Lock()
+	defer r.greetMu.Unlock()
+	if r.greeted.Load() {
+		return true
+	}
+	lead, ok := r.serving()
+	if !ok {
+		return false
+	}
+	payload, err := AppendItem(nil, &Item{Kind: KindClose, Group: 0, Session: 0})
+	if err != nil || !r.send(lead, payload) {
+		return false
+	}
+	r.greeted.Store(true)
+	return true
 }
 
 // send sends a payload to member to: to itself through its loop.
@@ -201,6 +243,7 @@ func (r *Router) retry() {
 		case <-r.stop:
 			return
 		case <-t.C:
+			r.LeaderChanged() // greets a leader known only now, if need be
 			r.link.Retry(0)
 		}
 	}

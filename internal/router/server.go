@@ -235,13 +235,27 @@ func (s *Server) cancel(key ownerKey, id uint64) {
 	o.mu.Unlock()
 }
 
-// closeOwner ends key's session in its group: its client closes.
+// closeOwner ends key's session in its group: its client closes. Session
+// 0 names every session of the member: a member's router sends it before
+// anything else when it starts, so the owner clients its last process
+// left here (their reservations, blocked reserves, last sequences) go.
 func (s *Server) closeOwner(key ownerKey) {
 	s.mu.Lock()
-	o := s.owners[key]
-	delete(s.owners, key)
+	var closing []*owner
+	if o := s.owners[key]; o != nil {
+		closing = append(closing, o)
+		delete(s.owners, key)
+	}
+	if key.session == 0 {
+		for k, o := range s.owners {
+			if k.member == key.member && k.group == key.group {
+				closing = append(closing, o)
+				delete(s.owners, k)
+			}
+		}
+	}
 	s.mu.Unlock()
-	if o != nil {
+	for _, o := range closing {
 		o.close()
 	}
 }
