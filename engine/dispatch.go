@@ -126,6 +126,14 @@ func (ss *session) execute(cmd *codec.Command, out *replies) {
 // or later for a command that was pending. The commands the session
 // answers itself (list-tube-used, list-tubes-watched) come here too.
 func (ss *session) answer(op codec.Op, a *Answer, out *replies) {
+	switch a.Failed {
+	case FailedInternal:
+		out.add(codec.ReplyInternalError)
+		return
+	case FailedLost:
+		ss.end = endLost
+		return
+	}
 	switch op {
 	case codec.OpPutBody:
 		if a.Err != nil {

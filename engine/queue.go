@@ -112,12 +112,28 @@ type Answer struct {
 	Tubes []string
 	// Reserve: how a reserve ended.
 	Reserve store.ReserveResult
+	// Failed, when set, is the answer whatever the command: the queue
+	// could not run it (a cluster group without a leader, docs/design/
+	// shards.md 5.7).
+	Failed Failure
 	// OK: delete, touch, ignore, stats-job, stats-tube and pause-tube.
 	OK        bool
 	Stats     store.Stats     // stats
 	JobStats  store.JobStats  // stats-job
 	TubeStats store.TubeStats // stats-tube
 }
+
+// Failure is how a command the queue could not run is answered.
+type Failure uint8
+
+const (
+	// FailedInternal answers INTERNAL_ERROR: the command did not run.
+	FailedInternal Failure = 1 + iota
+	// FailedLost closes the connection without a reply, as a server that
+	// died would: whether the command ran is unknown, and no reply would
+	// be true.
+	FailedLost
+)
 
 // Answers receives a Queue's pending answers: the session that made it.
 type Answers interface {

@@ -65,6 +65,9 @@ const (
 	// endFenced: a job was to be handed out while Config.Leased said no;
 	// the connection closes at once, that reply and what follows unsent.
 	endFenced
+	// endLost: the queue cannot tell whether a command ran (FailedLost);
+	// the connection closes at once, as endFenced.
+	endLost
 )
 
 // serve sends the held replies that may go, parses and answers as much
@@ -73,7 +76,7 @@ func (ss *session) serve() gnet.Action {
 	if ss.closed {
 		return gnet.None
 	}
-	if ss.end == endFenced {
+	if ss.end >= endFenced {
 		return gnet.Close
 	}
 	ss.flushDurable()
@@ -190,7 +193,7 @@ func (ss *session) serveInput() gnet.Action {
 		} else {
 			quit = ss.dispatch(&cmd, out)
 		}
-		if ss.end == endFenced {
+		if ss.end >= endFenced {
 			action = gnet.Close
 			break
 		}

@@ -17,14 +17,7 @@ import (
 func TestSessionsWhereClientsConnect(t *testing.T) {
 	c := newTestCluster(t)
 	lname, l := c.serving(20 * time.Second)
-	testproc.WaitFor(t, 10*time.Second, "every member finalized", func() bool {
-		for _, m := range c.up {
-			if !m.Node().Host().Finalized() {
-				return false
-			}
-		}
-		return true
-	})
+	c.finalized()
 	f := c.others(lname)
 	producer := testproc.DialTest(t, f[0].Addr().String(), replyTimeout)
 	worker := testproc.DialTest(t, f[1].Addr().String(), replyTimeout)
@@ -126,4 +119,70 @@ func TestSessionsWhereClientsConnect(t *testing.T) {
 		return err == nil && err2 == nil && jobs[0] == 1 && jobs[1] == 1 && def[0] == 1 && def[1] == 1
 	})
 	c.readyEverywhere(0)
+}
+
+// TestSessionsWithoutLeader: a member's clients whose group has no leader
+// (two of three members down) are answered within about an election
+// timeout as one server whose log cannot take a change would be
+// (docs/design/shards.md 5.7), never left hanging; once a leader is back
+// the same connections go on.
+func TestSessionsWithoutLeader(t *testing.T) {
+	c := newTestCluster(t)
+	lname, _ := c.serving(20 * time.Second)
+	c.finalized()
+	f := c.others(lname)
+	alone, other := f[0], f[1].Node().Name()
+	client := testproc.DialTest(t, alone.Addr().String(), 10*time.Second)
+	c.stop(lname)
+	c.stop(other)
+	testproc.WaitFor(t, 10*time.Second, "the member left alone knowing no leader", func() bool {
+		info, _ := alone.Node().Leader()
+		return info.Name == ""
+	})
+	for _, step := range []struct{ send, want string }{
+		{"put 0 0 60 1\r\nx\r\n", "OUT_OF_MEMORY"},
+		{"stats\r\n", "INTERNAL_ERROR"},
+		{"delete 1\r\n", "INTERNAL_ERROR"},
+		{"release 1 0 0\r\n", "OUT_OF_MEMORY"},
+		{"bury 1 0\r\n", "INTERNAL_ERROR"},
+		{"kick-job 1\r\n", "NOT_FOUND"},
+		{"reserve-with-timeout 1\r\n", "TIMED_OUT"},
+		{"use elsewhere\r\n", "USING elsewhere"},
+	} {
+		start := time.Now()
+		client.WriteString(step.send)
+		if err := client.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := client.ReadReply(false)
+		if err != nil || string(r.Line) != step.want {
+			t.Fatalf("%q without a leader: %q %v, want %q", step.send, r.Line, err, step.want)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("%q without a leader answered after %v", step.send, took)
+		}
+	}
+	c.start(lname)
+	c.start(other)
+	c.serving(20 * time.Second)
+	if id, err := client.Put(0, 0, 60, []byte("back")); err != nil || id == 0 {
+		t.Fatalf("a put once a leader is back, on the same connection: %d %v", id, err)
+	}
+	if err := client.ExpectLine("list-tube-used", "USING elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// finalized waits until every member up runs cluster version 3: sessions
+// live where their clients connect.
+func (c *testCluster) finalized() {
+	c.t.Helper()
+	testproc.WaitFor(c.t, 10*time.Second, "every member finalized", func() bool {
+		for _, m := range c.up {
+			if !m.Node().Host().Finalized() {
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -56,8 +56,15 @@
 // process left there close, and their jobs are ready at once rather
 // than at their TTR.
 //
-// Not yet: a bound on how long a request waits for a leader (5.7),
-// pipelined requests per session (5.3: up to 64 in flight), dropping the
+// Without a leader (5.7): a request waits up to RouterConfig.LeaderWait
+// (the election timeout) from when it was made or the leader was lost,
+// whichever is later, then Link.Expire ends it: one no leader took is
+// answered as a refusal of the group's log (engine.Answer.Err, or
+// engine.FailedInternal), one a lost leader took closes the connection
+// (engine.FailedLost: it may have run); a reserve ends at its own
+// timeout, the group counting as empty; refs count as acknowledged.
+//
+// Not yet: pipelined requests per session (5.3: up to 64 in flight), dropping the
 // references and owner clients of a member removed or long unreachable,
 // and more groups than one.
 //

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Link is a member's side of the commands stream: its sessions' requests
@@ -54,14 +55,37 @@ type callKey struct {
 type call struct {
 	key  callKey
 	n    uint64 // when it was made: resends go in this order
-	item Item   // its payload copied: it is sent again after a leader change
+	kind Kind   // its item's: a request, a wait or refs
+	wait uint64 // a wait's id
+	// payload is its item, encoded once: it is sent again as it is after
+	// a leader change. Nil if the item does not encode (it is never sent).
+	payload []byte
 	// done takes the answer: a reply to a request, an event to a wait.
 	done func(*Item)
 	// sent: the leader known when it was last posted took it. One not
 	// taken (no leader known, a full queue, a leader that did not serve
 	// yet: StatusNotLeader) goes again at Retry.
 	sent bool
+	// taken counts the leaders that took it and did not refuse it: with
+	// none, it never ran (Expire).
+	taken int
+	// made is when it was made; op and timeout are a request's, for
+	// Expire: a reserve ends at its timeout when no leader answers.
+	made    time.Time
+	op      Op
+	timeout time.Duration
 }
+
+// The statuses of the replies Expire makes for the calls it gives up on
+// (docs/design/shards.md 5.7). They never go on the wire.
+const (
+	// StatusNoLeader: no leader took the request, or each refused it: it
+	// did not run.
+	StatusNoLeader Status = 0x80 + iota
+	// StatusUnknown: a leader took the request and was lost before it
+	// answered: it may have run.
+	StatusUnknown
+)
 
 // NewLink returns a link of cfg.
 func NewLink(cfg LinkConfig) *Link {
@@ -119,7 +143,9 @@ func (l *Link) Close(session uint64, group uint16) {
 
 // start makes it pending and sends it if the group's leader is known.
 func (l *Link) start(it Item, done func(*Item)) {
-	c := &call{key: callKey{it.Session, it.Group, it.Seq}, item: copyItem(&it), done: done}
+	c := &call{key: callKey{it.Session, it.Group, it.Seq}, kind: it.Kind, wait: it.Wait.ID, done: done,
+		made: time.Now(), op: it.Request.Op, timeout: it.Request.Timeout}
+	c.payload, _ = AppendItem(nil, &it)
 	l.mu.Lock()
 	l.made++
 	c.n = l.made
@@ -133,10 +159,12 @@ func (l *Link) start(it Item, done func(*Item)) {
 func (l *Link) postCall(c *call) {
 	l.mu.Lock()
 	c.sent = true
+	c.taken++
 	l.mu.Unlock()
-	if !l.post(c.key.group, c.item) {
+	if !l.postPayload(c.key.group, c.payload) {
 		l.mu.Lock()
 		c.sent = false
+		c.taken--
 		l.unsent[c.key.group] = true
 		l.mu.Unlock()
 	}
@@ -147,12 +175,14 @@ func (l *Link) postCall(c *call) {
 // LeaderChanged send it again); an item that waits for no answer is lost
 // (the leader to come has no wait or client of the session to end).
 func (l *Link) post(group uint16, it Item) bool {
-	to, ok := l.cfg.Leader(group)
-	if !ok {
-		return false
-	}
 	payload, err := AppendItem(nil, &it)
-	return err == nil && l.cfg.Send(to, payload)
+	return err == nil && l.postPayload(group, payload)
+}
+
+// postPayload is post of an item encoded (nil: one that does not encode).
+func (l *Link) postPayload(group uint16, payload []byte) bool {
+	to, ok := l.cfg.Leader(group)
+	return ok && payload != nil && l.cfg.Send(to, payload)
 }
 
 // LeaderChanged sends group's pending calls again, in order, to its
@@ -177,7 +207,7 @@ func (l *Link) resend(group uint16, all bool) {
 	for _, c := range l.pending {
 		switch {
 		case c.key.group != group:
-		case all && c.item.Kind == KindRefs:
+		case all && c.kind == KindRefs:
 			l.dropLocked(c)
 		case all || !c.sent:
 			calls = append(calls, c)
@@ -213,13 +243,14 @@ func (l *Link) handle(from uint64, it *Item) {
 	key := callKey{it.Session, it.Group, it.Seq}
 	l.mu.Lock()
 	c := l.pending[key]
-	if c != nil && c.item.Kind == KindWait && (it.Kind != KindEvent || it.Event.Wait != c.item.Wait.ID) {
+	if c != nil && c.kind == KindWait && (it.Kind != KindEvent || it.Event.Wait != c.wait) {
 		c = nil // not this wait's end
 	}
 	if c != nil && it.Kind == KindReply && it.Reply.Status == StatusNotLeader {
 		// Asked of a member that does not serve the group (yet, or
 		// any more): pending still, for Retry or the next leader.
 		c.sent = false
+		c.taken--
 		l.unsent[c.key.group] = true
 		l.mu.Unlock()
 		return
@@ -241,4 +272,56 @@ func (l *Link) dropLocked(c *call) {
 		return
 	}
 	delete(l.pending, c.key)
+}
+
+// Expire gives up on group's calls that waited for a leader longer than
+// bound, called while the group has had none since lost (docs/design/
+// shards.md 5.7): a request made, or pending when the leader was lost,
+// bound or more before now is answered StatusNoLeader if no leader took
+// it, else StatusUnknown, and refs as acknowledged (the next leader gets
+// every count at once); a reserve ends once its own timeout has passed
+// (StatusTimedOut: the group counts as empty), and one without a timeout
+// waits on. Waits are left to their sessions' timers.
+func (l *Link) Expire(group uint16, lost, now time.Time, bound time.Duration) {
+	type expired struct {
+		c      *call
+		status Status
+	}
+	var done []expired
+	l.mu.Lock()
+	for _, c := range l.pending {
+		if c.key.group != group || c.kind == KindWait {
+			continue
+		}
+		status := StatusUnknown
+		switch {
+		case c.op == OpReserve && c.kind == KindRequest:
+			if c.timeout < 0 || now.Sub(c.made) < c.timeout {
+				continue
+			}
+			status = StatusTimedOut
+		case now.Sub(later(c.made, lost)) < bound:
+			continue
+		case c.kind == KindRefs:
+			status = StatusOK
+		case c.taken == 0:
+			status = StatusNoLeader
+		}
+		l.dropLocked(c)
+		done = append(done, expired{c, status})
+	}
+	l.mu.Unlock()
+	slices.SortFunc(done, func(a, b expired) int { return cmp.Compare(a.c.n, b.c.n) })
+	for _, e := range done {
+		k := e.c.key
+		e.c.done(&Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
+			Reply: Reply{Status: e.status, Result: ResultNone}})
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

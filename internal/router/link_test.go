@@ -216,3 +216,59 @@ func TestLinkLateOffer(t *testing.T) {
 		return ts.Ready == 1 && ts.Reserved == 0
 	})
 }
+
+// TestLinkExpire: calls that waited for a leader past the bound are
+// answered as 5.7 says: a request no leader took, StatusNoLeader; one a
+// leader took before it was lost, StatusUnknown; a reserve at its own
+// timeout, StatusTimedOut, and one without a timeout not at all; refs as
+// acknowledged. A call younger than the bound, or made after the leader
+// was lost less than the bound ago, waits on.
+func TestLinkExpire(t *testing.T) {
+	var sent bool
+	l := NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) { return 2, sent },
+		Send:   func(uint64, []byte) bool { return true },
+	})
+	type key struct {
+		session uint64
+		seq     uint32
+	}
+	got := map[key]Status{}
+	done := func(it *Item) { got[key{it.Session, it.Seq}] = it.Reply.Status }
+	put := Request{Op: OpPut, Tube: []byte("t"), TTR: 1, Body: []byte("x\r\n")}
+	sent = true
+	l.Request(1, 0, 1, put, done) // taken by leader 2, which is lost
+	sent = false
+	l.Request(1, 0, 2, put, done) // never taken
+	l.Request(2, 0, 1, Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}, Timeout: time.Second}, done)
+	l.Request(3, 0, 1, Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}, Timeout: -1}, done)
+	l.Refs(0, 1, Refs{Counts: []RefCount{{Tube: []byte("t"), Using: 1}}}, done)
+	start := time.Now()
+
+	l.Expire(0, start, start.Add(900*time.Millisecond), 2*time.Second)
+	if len(got) != 0 {
+		t.Fatalf("before the bound: %v answered", got)
+	}
+	l.Expire(0, start, start.Add(1500*time.Millisecond), 2*time.Second)
+	if len(got) != 1 || got[key{2, 1}] != StatusTimedOut {
+		t.Fatalf("at the reserve's timeout: %v, want only its TIMED_OUT (sequence 1 of session 2)", got)
+	}
+	clear(got)
+	l.Expire(0, start.Add(time.Second), start.Add(2500*time.Millisecond), 2*time.Second)
+	if len(got) != 0 {
+		t.Fatalf("the leader lost 1.5 s ago, the bound 2 s: %v answered", got)
+	}
+	l.Expire(0, start, start.Add(3*time.Second), 2*time.Second)
+	if l.Pending() != 1 {
+		t.Fatalf("%d calls pending after the bound, want the reserve without a timeout", l.Pending())
+	}
+	want := map[key]Status{{1, 1}: StatusUnknown, {1, 2}: StatusNoLeader, {0, 1}: StatusOK}
+	if len(got) != len(want) {
+		t.Errorf("answered %v, want %v", got, want)
+	}
+	for k, st := range want {
+		if got[k] != st {
+			t.Errorf("session %d, sequence %d: %v, want %v", k.session, k.seq, got[k], st)
+		}
+	}
+}

@@ -66,6 +66,10 @@ type RouterConfig struct {
 	MaxJobSize int
 	// Leased is ServerConfig.Leased.
 	Leased func() bool
+	// LeaderWait bounds how long a request waits while the group has no
+	// leader (docs/design/shards.md 5.7): the election timeout. 0 means
+	// 2 s.
+	LeaderWait time.Duration
 }
 
 // refCount is how many of the member's sessions use and watch a tube
@@ -233,18 +237,32 @@ func (r *Router) send(to uint64, payload []byte) bool {
 	return r.cfg.Send(to, payload)
 }
 
-// retry sends again, every retryEvery, the calls not taken.
+// retry sends again, every retryEvery, the calls not taken, and gives up
+// on those that waited too long for a leader (Link.Expire).
 func (r *Router) retry() {
 	defer close(r.done)
 	t := time.NewTicker(retryEvery)
 	defer t.Stop()
+	wait := r.cfg.LeaderWait
+	if wait <= 0 {
+		wait = 2 * time.Second
+	}
+	var lost time.Time // when the group was last seen without a leader serving
 	for {
 		select {
 		case <-r.stop:
 			return
-		case <-t.C:
+		case now := <-t.C:
 			r.LeaderChanged() // greets a leader known only now, if need be
-			r.link.Retry(0)
+			if _, ok := r.serving(); ok {
+				lost = time.Time{}
+				r.link.Retry(0)
+				continue
+			}
+			if lost.IsZero() {
+				lost = now
+			}
+			r.link.Expire(0, lost, now, wait)
 		}
 	}
 }

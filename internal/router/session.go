@@ -59,12 +59,37 @@ func (s *Session) call(req Request, finish func(it *Item, a *engine.Answer)) boo
 	s.burnIDs()
 	s.r.link.Request(s.id, 0, s.next(), req, func(it *Item) {
 		var a engine.Answer
-		finish(it, &a)
+		switch it.Reply.Status {
+		case StatusNoLeader, StatusUnknown:
+			failed(req.Op, it.Reply.Status, &a)
+		default:
+			finish(it, &a)
+		}
 		if a.Reserve != store.Waiting {
 			s.answers.Answered(a)
 		}
 	})
 	return false
+}
+
+// failed answers a request no leader answered in time (docs/design/
+// shards.md 5.7) as one server whose log cannot take a change would: put
+// and release OUT_OF_MEMORY, bury INTERNAL_ERROR, kick-job NOT_FOUND (the
+// engine's replies to a refusal), anything else INTERNAL_ERROR; but a
+// change that a lost leader may have made closes the connection, which
+// no reply could answer truly.
+func failed(op Op, status Status, a *engine.Answer) {
+	switch {
+	case op == OpListTubes || op == OpStats || op == OpStatsJob || op == OpStatsTube ||
+		op == OpPeek || op == OpPeekReady || op == OpPeekDelayed || op == OpPeekBuried:
+		a.Failed = engine.FailedInternal // nothing changed either way
+	case status == StatusUnknown:
+		a.Failed = engine.FailedLost
+	case op == OpPut || op == OpRelease || op == OpBury || op == OpKickJob:
+		a.Err = store.ErrNoSpace
+	default:
+		a.Failed = engine.FailedInternal
+	}
 }
 
 // burnIDs has the group take the ids owed.
