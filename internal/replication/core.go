@@ -820,7 +820,7 @@ func appendLocs(locs []wal.Loc, records []wal.Record, seg uint32) []wal.Loc {
 	for i := range records {
 		loc := wal.Loc{}
 		if r := &records[i]; r.Kind == wal.KindFull {
-			loc = wal.Loc{Seg: seg, Size: uint32(wal.FullSize(len(r.Tube), len(r.Body)))}
+			loc = wal.Loc{Seg: seg, Size: uint32(wal.FrameSize(r))} // a keyed record's is larger
 		}
 		locs = append(locs, loc)
 	}

@@ -142,9 +142,17 @@ func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint, m
 	n.byID = bookIndex(book)
 	n.journal = NewJournal(n.signal)
 	if n.state = makeState(n); n.state == nil {
-		// Group g issues ids of prefix g (docs/design/shards.md, 4).
-		n.store = store.New(store.Options{Journal: n.journal, Acks: n.journal, IDPrefix: uint8(g)})
+		// Group g issues ids of prefix g (docs/design/shards.md, 4), and
+		// keeps the outcomes of keyed requests (5.6).
+		n.store = store.New(store.Options{Journal: n.journal, Acks: n.journal, IDPrefix: uint8(g), Dedup: true})
 		n.state = n.store
+		st := n.store
+		n.journal.clock = func() (int64, bool) {
+			if !h.Finalized() {
+				return 0, false // a member of the release before could not read it
+			}
+			return st.Clock(), true
+		}
 	}
 	if l, ok := cfg.Log.(fullLog); ok {
 		n.journal.full = l.Full

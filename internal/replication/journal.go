@@ -33,6 +33,12 @@ type Journal struct {
 	// record but a delete is refused (wal.ErrNoSpace), as a single node's
 	// log refuses it. Set once, before the store appends.
 	full func() bool
+	// clock, if set, is the store's clock (store.Store.Clock) once the
+	// cluster may carry it (finalized): each batch begins with it, a
+	// KindClock record, so every replica's dedup table expires by the
+	// leader's time (docs/design/shards.md 5.6). Set once, before the
+	// store appends.
+	clock func() (int64, bool)
 
 	mu       sync.Mutex
 	batch    []byte  // guarded by mu: the frames appended since the last take
@@ -61,6 +67,12 @@ func (j *Journal) Append(r *wal.Record, _ wal.Loc) (uint64, wal.Loc, error) {
 	}
 	j.mu.Lock()
 	before := len(j.batch)
+	if before == 0 && j.clock != nil {
+		if now, ok := j.clock(); ok {
+			j.batch = wal.AppendFrame(j.batch, &wal.Record{Kind: wal.KindClock, Time: now})
+			j.batched++
+		}
+	}
 	j.batch = wal.AppendFrame(j.batch, r)
 	j.batched++
 	size := len(j.batch) - before

@@ -846,7 +846,7 @@ func (sp *walSpool) Write(chunk []byte) error {
 	sp.frames = append(sp.frames, frameLoc{seg: seg, off: off, size: size})
 	for i := range records {
 		if r := &records[i]; r.Kind == wal.KindFull {
-			sp.recs = append(sp.recs, headRec{id: r.ID, seg: seg, size: uint32(wal.FullSize(len(r.Tube), len(r.Body)))})
+			sp.recs = append(sp.recs, headRec{id: r.ID, seg: seg, size: uint32(wal.FrameSize(r))})
 		}
 	}
 	sp.maxID, sp.bytes = max(sp.maxID, top), sp.bytes+len(chunk)

@@ -44,9 +44,16 @@
 // to the leader opened again, when the leader was not serving yet
 // (StatusNotLeader), and when it could not be queued. A leader never runs
 // a session's request twice (it keeps the last sequence it took and
-// sends its last answer again); a request resent to a new leader after
-// the old one may have run it is run again (a put may then be put
-// twice), until groups keep the request keys of 5.6. The leader hands a
+// sends its last answer again), and a change resent to a new leader
+// after the old one may have made it is answered from the group's table
+// of outcomes (5.6): each request carries a number, unique with its
+// member (Link numbers start anywhere in each process), the leader makes
+// the change with that key (store.Client.PutKeyed and the like), every
+// replica keeps the keys from the log, and a key seen within
+// store.DedupTTL gets the first outcome. Each batch the leader proposes
+// begins with its clock (a KindClock record), by which every replica
+// expires the same entries. Not yet kept: the keys of entries the log
+// has compacted away, and those a snapshot installs. The leader hands a
 // job out only while its leadership is leased; otherwise the reserve is
 // answered StatusNotLeader and goes to the next leader.
 //
@@ -177,6 +184,6 @@
 // were made, to the new one, and a call for a group without a known
 // leader waits for one. An answer nobody waits for is dropped, and an
 // offer in it declined at once, so a session never holds a job it did
-// not receive. Until groups keep the dedup table (5.6), a put resent
-// after a failover may be put twice.
+// not receive. A change resent after a failover is made once, by its
+// key (5.6).
 package router

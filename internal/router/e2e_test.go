@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,9 @@ type e2eMember struct {
 	node *replication.Node
 	srv  *Server
 	link *Link
+	// dropTo, if set, is a member whose items from this one's Server are
+	// dropped, as a connection that broke would lose them.
+	dropTo atomic.Uint64
 }
 
 // startE2E starts three members on directories, each serving group 0's
@@ -57,7 +61,12 @@ func startE2E(t *testing.T) []*e2eMember {
 				}
 				return nil
 			},
-			Send:       func(to uint64, payload []byte) bool { return m.node.Host().SendItems(to, payload) },
+			Send: func(to uint64, payload []byte) bool {
+				if m.dropTo.Load() == to {
+					return true
+				}
+				return m.node.Host().SendItems(to, payload)
+			},
 			MaxJobSize: 1 << 16,
 		})
 		m.link = NewLink(LinkConfig{
@@ -190,5 +199,65 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("acknowledged job %d (%s) is not on the new leader", id, got[id])
 		}
 		cl.Close()
+	}
+}
+
+// TestEndToEndExactlyOnce: a put the leader committed but whose reply was
+// lost is sent again to the next leader, which answers it from the
+// group's table of outcomes (the keyed records it applied as a
+// follower): the same id, and one job (docs/design/shards.md 5.6).
+func TestEndToEndExactlyOnce(t *testing.T) {
+	members := startE2E(t)
+	leader, others := leaderOf(t, members)
+	testproc.WaitFor(t, 10*time.Second, "every member finalized", func() bool {
+		for _, m := range members {
+			if !m.node.Host().Finalized() {
+				return false
+			}
+		}
+		return true
+	})
+	via := others[0]
+	leader.dropTo.Store(via.node.ID())
+	done := make(chan Item, 1)
+	via.link.Request(1, 0, 1, Request{Op: OpPut, Tube: []byte("once"), TTR: 60, Body: []byte("once\r\n")},
+		func(it *Item) { done <- *it })
+	for _, m := range others {
+		testproc.WaitFor(t, 10*time.Second, m.name+" applying the put", func() bool {
+			return m.node.Store().Stats().TotalJobs == 1
+		})
+	}
+	select {
+	case it := <-done:
+		t.Fatalf("a reply that was dropped came: %+v", it.Reply)
+	default:
+	}
+	leader.node.Close()
+	next, _ := leaderOf(t, others)
+	if next == via {
+		// This harness's Links reach other members only: the leadership
+		// goes to the third.
+		next = others[1]
+		testproc.WaitFor(t, 10*time.Second, "the leadership moving to "+next.name, func() bool {
+			_ = via.node.TransferLeadership(next.name)
+			info, _ := next.node.Leader()
+			return info.Serving
+		})
+	}
+	var it Item
+	select {
+	case it = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the put sent again: no answer (%d pending)", via.link.Pending())
+	}
+	st := next.node.Store()
+	cl := st.NewClient(nil)
+	defer cl.Close()
+	j, ok := cl.Peek(it.Reply.ID)
+	if it.Reply.Status != StatusOK || !ok || string(j.Body()) != "once\r\n" {
+		t.Fatalf("the put sent again: %+v, its job on the new leader %v", it.Reply, ok)
+	}
+	if n := st.Stats().TotalJobs; n != 1 {
+		t.Fatalf("%d jobs on the new leader after a put sent twice, want 1", n)
 	}
 }

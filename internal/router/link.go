@@ -2,6 +2,7 @@ package router
 
 import (
 	"cmp"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -17,8 +18,7 @@ import (
 // changes (LeaderChanged), every pending call of the group goes again,
 // in the order it was made, to the new leader: a request whose answer
 // was lost with the old leader's connection is answered by the new one
-// (exactly once, by its request key, once groups keep the dedup table of
-// 5.6; until then a resent put may be put twice). A call for a group
+// (exactly once, by its request key: 5.6). A call for a group
 // whose leader is unknown waits for one. An answer for a call no longer
 // pending (its session ended, or it was answered already) is dropped,
 // and an offer in it declined, so no session holds a job it did not get.
@@ -89,7 +89,10 @@ const (
 
 // NewLink returns a link of cfg.
 func NewLink(cfg LinkConfig) *Link {
-	return &Link{cfg: cfg, pending: make(map[callKey]*call), unsent: make(map[uint16]bool)}
+	// Request numbers start anywhere: with the member, a number keys its
+	// request in a group's table of outcomes (5.6), which outlives this
+	// process.
+	return &Link{cfg: cfg, pending: make(map[callKey]*call), unsent: make(map[uint16]bool), number: rand.Uint64() >> 1}
 }
 
 // Request sends req for session's group, as its item of sequence seq;

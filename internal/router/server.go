@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // Server is a group leader's side of the commands stream (docs/design/
@@ -22,8 +23,11 @@ import (
 // is on its way (the member then declines it), and a decline gives the
 // job back as if never reserved (store.Client.Unreserve).
 //
-// What it does not do yet: request keys (5.6), creation stamps (5.5),
-// and closing a member's clients when its incarnation changes.
+// Changes are made with their requests' keys (5.6), so one resent after
+// a failover is answered from the group's table of outcomes. A close of
+// session 0 closes every owner client of its member: a new process of
+// that member says so first. What it does not do yet: creation stamps
+// (5.5).
 type Server struct {
 	cfg ServerConfig
 
@@ -326,6 +330,15 @@ func event(key ownerKey, seq uint32, id uint64, j *store.Job, res store.ReserveR
 // execute runs req on the owner's client and returns its reply; blocked
 // is a reserve that waits, whose reply the Notifier gives.
 func (o *owner) execute(req *Request) (r Reply, blocked bool) {
+	// The request's key (5.6): a change resent to this leader after
+	// another one may have made it is answered from the group's table of
+	// outcomes, which every replica keeps from the log. Numbers start
+	// anywhere in each process of a member (Link), so member and number
+	// name one request. A request without a number has no key.
+	var key wal.Req
+	if req.Number != 0 {
+		key = wal.Req{Incarnation: o.key.member, Number: req.Number}
+	}
 	cl := o.client
 	ok := func(done bool) Reply {
 		if done {
@@ -351,8 +364,8 @@ func (o *owner) execute(req *Request) (r Reply, blocked bool) {
 	switch req.Op {
 	case OpPut:
 		cl.Use(req.Tube)
-		id := o.st.NextID()
-		if _, err := cl.Put(id, req.Pri, req.Delay, req.TTR, bytes.Clone(req.Body)); err != nil {
+		id, _, err := cl.PutKeyed(key, req.Pri, req.Delay, req.TTR, bytes.Clone(req.Body))
+		if err != nil {
 			return verdict(err), false
 		}
 		return Reply{Status: StatusOK, Result: ResultID, ID: id}, false
@@ -369,20 +382,20 @@ func (o *owner) execute(req *Request) (r Reply, blocked bool) {
 	case OpReserveJob:
 		return job(cl.ReserveJob(req.ID)), false
 	case OpDelete:
-		return ok(cl.Delete(req.ID)), false
+		return ok(cl.DeleteKeyed(key, req.ID)), false
 	case OpRelease:
-		return verdict(cl.Release(req.ID, req.Pri, req.Delay)), false
+		return verdict(cl.ReleaseKeyed(key, req.ID, req.Pri, req.Delay)), false
 	case OpBury:
-		return verdict(cl.Bury(req.ID, req.Pri)), false
+		return verdict(cl.BuryKeyed(key, req.ID, req.Pri)), false
 	case OpTouch:
 		return ok(cl.Touch(req.ID)), false
 	case OpKickJob:
-		return verdict(cl.KickJob(req.ID)), false
+		return verdict(cl.KickJobKeyed(key, req.ID)), false
 	case OpBurn:
 		return Reply{Status: StatusOK, Result: ResultID, ID: o.st.NextID()}, false
 	case OpKick:
 		cl.Use(req.Tube)
-		return Reply{Status: StatusOK, Result: ResultCount, Count: cl.Kick(req.Count)}, false
+		return Reply{Status: StatusOK, Result: ResultCount, Count: cl.KickKeyed(key, req.Count)}, false
 	case OpPeek:
 		return job(cl.Peek(req.ID)), false
 	case OpPeekReady, OpPeekDelayed, OpPeekBuried:
