@@ -392,7 +392,7 @@ func TestDedupDeterministic(t *testing.T) {
 		}
 		if step%10 == 9 {
 			other.Apply(g.ship(), nil)
-			g.now.Add(int64(5 * time.Second)) // 400 steps: 200 s, so early keys expire
+			g.now.Add(int64(DedupTTL / 12)) // 400 steps: 40 TTL/12, so early keys expire
 		}
 	}
 	other.Apply(g.ship(), nil)
