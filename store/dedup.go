@@ -2,6 +2,8 @@ package store
 
 import (
 	"iter"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/sproutmq/sprout/store/wal"
@@ -61,6 +63,10 @@ type DedupTable struct {
 	// leaves it 0: the store keeps the clock (Store.clock).
 	clock   int64
 	entries map[wal.Req]dedupEntry
+	// peak is the most entries held since entries was made: a Go map
+	// keeps the room of its largest size, so once a burst has passed
+	// (a quarter of the peak left) expire moves the entries to a new one.
+	peak int
 	// queue holds the entries in the order they were made, from head on,
 	// which is their entry times' order but where a snapshot's KindReq
 	// records set entries again: expire drops what is due from its head.
@@ -153,6 +159,7 @@ func (d *DedupTable) set(key wal.Req, e dedupEntry) {
 // for in a miss.
 func (d *DedupTable) add(key wal.Req, e dedupEntry) {
 	d.entries[key] = e
+	d.peak = max(d.peak, len(d.entries))
 	d.queue = append(d.queue, queued{key, e.at})
 }
 
@@ -171,7 +178,19 @@ func (d *DedupTable) expire(now int64) {
 		n := copy(d.queue, d.queue[d.head:])
 		d.queue, d.head = d.queue[:n], 0
 	}
+	if d.peak >= shrinkFrom && len(d.entries) <= d.peak/4 {
+		entries := make(map[wal.Req]dedupEntry, len(d.entries))
+		maps.Copy(entries, d.entries)
+		d.entries, d.peak = entries, len(entries)
+		if cap(d.queue) >= shrinkFrom && len(d.queue) <= cap(d.queue)/4 {
+			d.queue = slices.Clone(d.queue)
+		}
+	}
 }
+
+// shrinkFrom is the peak below which a table's map is never remade:
+// small tables keep their room.
+const shrinkFrom = 1 << 16
 
 // reset empties the table.
 func (d *DedupTable) reset() {

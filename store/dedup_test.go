@@ -542,3 +542,30 @@ func (f *fullJournal) Append(rec *wal.Record, prev wal.Loc) (uint64, wal.Loc, er
 	}
 	return f.recordingJournal.Append(rec, prev)
 }
+
+// TestDedupShrinks: after a burst has expired, the table's map and queue
+// are made anew at the size left, so a member does not keep a burst's
+// room for ever (a Go map never gives it back); a small table keeps its.
+func TestDedupShrinks(t *testing.T) {
+	d := NewDedupTable()
+	const burst = 4 * shrinkFrom
+	for n := range uint64(burst) {
+		d.add(key(n+1), dedupEntry{at: 1})
+	}
+	for n := range uint64(shrinkFrom / 2) {
+		d.add(key(burst+n+1), dedupEntry{at: 1 + int64(DedupTTL)})
+	}
+	d.expire(1 + int64(DedupTTL))
+	if d.Len() != shrinkFrom/2 || d.peak != shrinkFrom/2 {
+		t.Fatalf("after the burst expired: %d entries, peak %d; want %d and a map made anew at that size",
+			d.Len(), d.peak, shrinkFrom/2)
+	}
+	if cap(d.queue) > shrinkFrom {
+		t.Errorf("the queue kept room for %d entries", cap(d.queue))
+	}
+	for n := range uint64(shrinkFrom / 2) {
+		if _, ok := d.entries[key(burst+n+1)]; !ok {
+			t.Fatalf("entry %d lost in the move", burst+n+1)
+		}
+	}
+}
