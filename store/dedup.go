@@ -237,6 +237,17 @@ func (s *Store) DedupTable() *DedupTable {
 	return d
 }
 
+// DedupEntries counts the entries of the store's dedup table (those not
+// yet dropped by expiry); 0 without Options.Dedup.
+func (s *Store) DedupEntries() int {
+	if s.dedup == nil {
+		return 0
+	}
+	s.dedupMu.Lock()
+	defer s.dedupMu.Unlock()
+	return s.dedup.Len()
+}
+
 // applyDedup folds an applied record into the store's table and clock.
 func (s *Store) applyDedup(r *wal.Record) {
 	if r.Kind == wal.KindClock {

@@ -39,7 +39,7 @@ func (m *Member) router() (http.Handler, error) {
 		Token: m.cfg.HTTP.AdminToken, Logger: m.log,
 	}
 	if m.node != nil {
-		oc.Cluster, oc.Proxy = m.node, m.proxy
+		oc.Cluster, oc.Proxy, oc.Router = m.node, m.proxy, m.sessions
 		if m.cfg.HTTP.TLS != nil {
 			ac.ForwardTLS = forwardTLS(m.cfg.Cluster.TLSSource)
 		}

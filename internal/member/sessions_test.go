@@ -2,6 +2,7 @@ package member
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,6 +120,15 @@ func TestSessionsWhereClientsConnect(t *testing.T) {
 		return err == nil && err2 == nil && jobs[0] == 1 && jobs[1] == 1 && def[0] == 1 && def[1] == 1
 	})
 	c.readyEverywhere(0)
+	// The worker's member counts its one remote session, its requests,
+	// and the keyed outcomes its replica keeps; /metrics shows them.
+	st := f[1].sessions.Stats()
+	if st.RemoteSessions != 1 || st.Requests == 0 || st.DedupEntries == 0 {
+		t.Errorf("the router's figures on the worker's member: %+v", st)
+	}
+	if r := api(t, f[1], "/metrics"); !strings.Contains(string(r.Body), "\nsprout_router_remote_sessions 1\n") {
+		t.Errorf("/metrics without sprout_router_remote_sessions 1:\n%s", r.Body)
+	}
 }
 
 // TestSessionsWithoutLeader: a member's clients whose group has no leader

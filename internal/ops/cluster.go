@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/internal/router"
 )
 
 // Cluster is what the side port reads of a cluster member;
@@ -27,6 +28,12 @@ type Cluster interface {
 // *replication.Proxy has it.
 type Proxy interface {
 	Stats() replication.ProxyStats
+}
+
+// Router is what the side port reads of the member's router (its
+// sessions where their clients connect); *router.Router has it.
+type Router interface {
+	Stats() router.Stats
 }
 
 // digester is a Cluster that sums its own store (replication.Node.Digest).
@@ -58,26 +65,30 @@ func serveCluster(c Cluster) http.HandlerFunc {
 // are Metrics' histograms. Immutable after newClusterCollector.
 type clusterCollector struct {
 	cluster Cluster
-	proxy   Proxy // may be nil
+	proxy   Proxy  // may be nil
+	router  Router // may be nil
 
 	stats                 []scalar[replication.Stats]
 	proxies               []scalar[replication.ProxyStats]
+	routers               []scalar[router.Stats]
 	followerLag, memberUp *prometheus.Desc
 	// The figures of each Raft group the member runs, labelled by group.
 	groups              []scalar[replication.Stats]
 	groupLag, groupsLed *prometheus.Desc
 }
 
-func newClusterCollector(c Cluster, p Proxy) *clusterCollector {
+func newClusterCollector(c Cluster, p Proxy, r Router) *clusterCollector {
 	const (
 		counter = prometheus.CounterValue
 		gauge   = prometheus.GaugeValue
 	)
 	type stats = replication.Stats
 	type proxy = replication.ProxyStats
+	type routes = router.Stats
 	cc := &clusterCollector{
 		cluster: c,
 		proxy:   p,
+		router:  r,
 		followerLag: prometheus.NewDesc("sprout_cluster_follower_lag_entries",
 			"On the leader, how many entries each other member is behind its log (as of the last tick).", []string{"member"}, nil),
 		memberUp: prometheus.NewDesc("sprout_cluster_member_connected",
@@ -179,6 +190,20 @@ func newClusterCollector(c Cluster, p Proxy) *clusterCollector {
 		newScalar("sprout_cluster_proxy_leader_changed_total", "Proxied client connections closed because the leader they reached is no longer the leader.",
 			counter, func(s *proxy) float64 { return float64(s.LeaderChanged) }),
 	}
+	cc.routers = []scalar[routes]{
+		newScalar("sprout_router_remote_sessions", "Client sessions on this member that reach their group's leader over the commands stream, open now.",
+			gauge, func(s *routes) float64 { return float64(s.RemoteSessions) }),
+		newScalar("sprout_router_requests_total", "Requests this member's sessions sent to a group's leader.",
+			counter, func(s *routes) float64 { return float64(s.Requests) }),
+		newScalar("sprout_router_resent_total", "Requests, waits and references sent again: to a new leader, on a stream opened again, after a refusal or a full queue.",
+			counter, func(s *routes) float64 { return float64(s.Resent) }),
+		newScalar("sprout_router_expired_total", "Requests given up for want of a leader within an election timeout.",
+			counter, func(s *routes) float64 { return float64(s.Expired) }),
+		newScalar("sprout_router_owner_clients", "Other sessions' clients this member holds as the leader of their group.",
+			gauge, func(s *routes) float64 { return float64(s.Owners) }),
+		newScalar("sprout_cluster_dedup_entries", "Outcomes of keyed requests this member's replica keeps, to answer one sent again after a failover.",
+			gauge, func(s *routes) float64 { return float64(s.DedupEntries) }),
+	}
 	return cc
 }
 
@@ -193,6 +218,11 @@ func (cc *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	if cc.proxy != nil {
 		for _, s := range cc.proxies {
+			ch <- s.desc
+		}
+	}
+	if cc.router != nil {
+		for _, s := range cc.routers {
 			ch <- s.desc
 		}
 	}
@@ -225,5 +255,9 @@ func (cc *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	if cc.proxy != nil {
 		ps := cc.proxy.Stats()
 		collectScalars(ch, cc.proxies, &ps)
+	}
+	if cc.router != nil {
+		rs := cc.router.Stats()
+		collectScalars(ch, cc.routers, &rs)
 	}
 }

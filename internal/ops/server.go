@@ -45,9 +45,11 @@ type Config struct {
 	// Cluster, if set, is this server's cluster member: GET /cluster
 	// shows its view, /readyz also waits for its Ready, and /metrics adds
 	// its figures (and Metrics' proposal sizes). Proxy, if set, is its
-	// proxy to the leader, whose connections /metrics counts.
+	// proxy to the leader, whose connections /metrics counts; Router, its
+	// router, whose sessions and requests /metrics counts.
 	Cluster Cluster
 	Proxy   Proxy
+	Router  Router
 	// Certs, if set, are the certificates the server reads from files:
 	// /metrics adds their expiry and reloads.
 	Certs  Certs
@@ -135,7 +137,7 @@ func Register(mux *http.ServeMux, cfg Config) error {
 		}
 	}
 	if cfg.Cluster != nil {
-		cs = append(cs, newClusterCollector(cfg.Cluster, cfg.Proxy))
+		cs = append(cs, newClusterCollector(cfg.Cluster, cfg.Proxy, cfg.Router))
 	}
 	cs = append(cs, newTLSCollector(cfg.Engine, cfg.Certs, cfg.Metrics))
 	for _, c := range cs {

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,6 +30,10 @@ type Link struct {
 	pending map[callKey]*call // guarded by mu
 	number  uint64            // guarded by mu: the last request number given
 	made    uint64            // guarded by mu: the calls made, for their order
+	// requests, resent and expired count calls made (requests only),
+	// sent again and given up (Stats).
+	requests, resent, expired atomic.Uint64
+
 	// unsent holds the groups with a call not taken: Retry looks for
 	// such calls only then, not at every tick among every waiting reserve.
 	unsent map[uint16]bool // guarded by mu
@@ -149,6 +154,9 @@ func (l *Link) start(it Item, done func(*Item)) {
 	c := &call{key: callKey{it.Session, it.Group, it.Seq}, kind: it.Kind, wait: it.Wait.ID, done: done,
 		made: time.Now(), op: it.Request.Op, timeout: it.Request.Timeout}
 	c.payload, _ = AppendItem(nil, &it)
+	if it.Kind == KindRequest {
+		l.requests.Add(1)
+	}
 	l.mu.Lock()
 	l.made++
 	c.n = l.made
@@ -218,6 +226,7 @@ func (l *Link) resend(group uint16, all bool) {
 	}
 	l.mu.Unlock()
 	slices.SortFunc(calls, func(a, b *call) int { return cmp.Compare(a.n, b.n) })
+	l.resent.Add(uint64(len(calls)))
 	for _, c := range calls {
 		l.postCall(c)
 	}
@@ -314,6 +323,7 @@ func (l *Link) Expire(group uint16, lost, now time.Time, bound time.Duration) {
 		done = append(done, expired{c, status})
 	}
 	l.mu.Unlock()
+	l.expired.Add(uint64(len(done)))
 	slices.SortFunc(done, func(a, b expired) int { return cmp.Compare(a.c.n, b.c.n) })
 	for _, e := range done {
 		k := e.c.key

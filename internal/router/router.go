@@ -39,6 +39,8 @@ type Router struct {
 	greeted atomic.Bool
 	greetMu sync.Mutex
 
+	remote atomic.Int64 // the remote sessions open (Stats)
+
 	mu       sync.Mutex
 	lead     uint64 // the leader the calls went to last (0: none known)
 	sessions uint64 // the last session id given; 0 names the member's refs
@@ -66,6 +68,9 @@ type RouterConfig struct {
 	MaxJobSize int
 	// Leased is ServerConfig.Leased.
 	Leased func() bool
+	// Replica is this member's store of group 0, served or followed: its
+	// dedup table's size is a figure of Stats. Nil leaves it 0.
+	Replica *store.Store
 	// LeaderWait bounds how long a request waits while the group has no
 	// leader (docs/design/shards.md 5.7): the election timeout. 0 means
 	// 2 s.
@@ -116,8 +121,37 @@ func (r *Router) NewQueue(answers engine.Answers) engine.Queue {
 		return s
 	}
 	s.used, s.watched = store.DefaultTube, []string{store.DefaultTube}
+	r.remote.Add(1)
 	r.changeRefs(store.DefaultTube, 1, 1, nil)
 	return s
+}
+
+// Stats are a router's figures, for /metrics.
+type Stats struct {
+	// RemoteSessions are this member's sessions that reach the leader
+	// over the commands stream, open now.
+	RemoteSessions int64
+	// Requests counts the requests they sent; Resent, the requests,
+	// waits and refs sent again (a new leader, a stream opened again, a
+	// refusal, a full queue); Expired, those given up for want of a
+	// leader (docs/design/shards.md 5.7).
+	Requests, Resent, Expired uint64
+	// Owners are the owner clients this member holds, while it leads, for
+	// remote sessions.
+	Owners int
+	// DedupEntries are the outcomes of keyed requests its replica keeps
+	// (5.6): every replica keeps every one for store.DedupTTL.
+	DedupEntries int
+}
+
+// Stats reads the router's figures.
+func (r *Router) Stats() Stats {
+	st := Stats{RemoteSessions: r.remote.Load(), Requests: r.link.requests.Load(), Resent: r.link.resent.Load(),
+		Expired: r.link.expired.Load(), Owners: r.server.Owners()}
+	if r.cfg.Replica != nil {
+		st.DedupEntries = r.cfg.Replica.DedupEntries()
+	}
+	return st
 }
 
 // IsLocal reports whether q is a session running on this member's store:

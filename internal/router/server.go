@@ -143,6 +143,14 @@ func (s *Server) Close() {
 	}
 }
 
+// Owners counts the owner clients the server holds: its groups' remote
+// sessions (this member's own, once it leads, among them).
+func (s *Server) Owners() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.owners)
+}
+
 // Detach closes every owner client of group g: this member no longer
 // serves it (its store is about to be rebuilt, which no client may hold;
 // the node's CloseClients), and their sessions' next requests find

@@ -421,6 +421,7 @@ func (s *Session) Close() {
 		return
 	}
 	s.burnIDs()
+	s.r.remote.Add(-1)
 	s.r.link.Close(s.id, 0)
 	s.r.changeRefs(s.used, -1, 0, nil)
 	for _, w := range s.watched {
