@@ -97,7 +97,7 @@ func (m *Member) startRouter(ec *engine.Config) {
 		MaxJobSize: engine.MaxMaxJobSize,
 		Leader: func() (uint64, bool) {
 			info, _ := node.Leader()
-			return info.ID, info.ID != 0
+			return info.ID, info.ID != 0 && host.Routes(info.ID)
 		},
 	})
 	host.OnItemsStream(func(to uint64, ev replication.ItemsEvent) {
@@ -109,10 +109,21 @@ func (m *Member) startRouter(ec *engine.Config) {
 		}
 	})
 	host.OnItems(m.sessions.Handle)
-	finalized := host.Finalized
+	// Routed: the member serves its clients' sessions itself. Not before
+	// finalization, nor while the leader is a member of the release
+	// before (during a rolling upgrade from it), which reads no commands
+	// stream: its connections go to the proxy then, as they did. With no
+	// leader known, a session waits for one here.
+	routed := func() bool {
+		if !host.Finalized() {
+			return false
+		}
+		info, _ := node.Leader()
+		return info.ID == 0 || host.Routes(info.ID)
+	}
 	ec.Queues = m.sessions.NewQueue
-	ec.Route = func(nc net.Conn) bool { return !finalized() && m.proxy.Route(nc) }
-	ec.Serving = func() bool { return finalized() || m.proxy.Serving() }
+	ec.Route = func(nc net.Conn) bool { return !routed() && m.proxy.Route(nc) }
+	ec.Serving = func() bool { return routed() || m.proxy.Serving() }
 	ec.Leased = node.Leased
 	go m.followLeader()
 }

@@ -125,6 +125,15 @@ func (h *Host) SendItems(to uint64, payload []byte) bool {
 	return h.transport.sendItems(to, payload)
 }
 
+// Routes reports whether member id runs a router that reads the
+// commands streams dialled to it: this member, or one whose connection
+// speaks protocol 4. A member of the release before speaks 3 and reads
+// none: its clients' bytes go to the leader by the proxy, and a session
+// must not send it commands.
+func (h *Host) Routes(id uint64) bool {
+	return id == h.self.ID || h.transport.protocolOf(id) >= protocolRouter
+}
+
 // OnItems sets what takes the payloads members send to this one, and
 // opens this member's commands streams: until it is first set, none is
 // dialled, and those members dial here are open but not read (their

@@ -390,8 +390,9 @@
 // which a follower forwards to the leader), and a trailer that members of
 // protocol 2 do not read: the highest protocol the sender speaks and its
 // incarnation (drawn at each start, so a peer logs a restart). The
-// connection speaks the highest protocol both ends speak: 3 between
-// members of this release, 2 with a member of the release before, so a
+// connection speaks the highest protocol both ends speak: 4 between
+// members of this release (3's frames from a member whose router reads
+// the commands streams: Host.Routes), 3 or 2 with members before, so a
 // rolling upgrade keeps every pair talking (MemberStatus.Protocol shows
 // each link's). Once group 0's leader speaks 3 with every member of its
 // book, it finalizes the cluster (finalize.go): a control record raises

@@ -180,3 +180,31 @@ func TestMetaAfterFinalize(t *testing.T) {
 		return false
 	})
 }
+
+// TestRoutes: a member of the release before, which speaks protocol 3
+// and reads no commands stream, is no router to the others
+// (Host.Routes), while every member of this release, and a member
+// itself, is; the cluster finalizes all the same.
+func TestRoutes(t *testing.T) {
+	c := newWALCluster(t, 3, 64<<10, func(cfg *NodeConfig) {
+		if cfg.Node == "m3" {
+			cfg.maxProtocol = 3
+		}
+	})
+	c.awaitServing(10 * time.Second)
+	byName := map[string]*Node{}
+	for _, n := range c.up() {
+		byName[n.Name()] = n
+	}
+	m1, m2, m3 := byName["m1"], byName["m2"], byName["m3"]
+	testproc.WaitFor(t, 10*time.Second, "the members connected and finalized", func() bool {
+		return m1.Status().Version == clusterVersion && m1.Host().transport.protocolOf(m2.ID()) != 0 &&
+			m1.Host().transport.protocolOf(m3.ID()) != 0
+	})
+	if !m1.Host().Routes(m1.ID()) || !m1.Host().Routes(m2.ID()) {
+		t.Error("m1 does not count itself or m2, of this release, as routers")
+	}
+	if m1.Host().Routes(m3.ID()) {
+		t.Errorf("m1 counts m3, which speaks protocol %d, as a router", m1.Host().transport.protocolOf(m3.ID()))
+	}
+}

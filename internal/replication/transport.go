@@ -367,7 +367,6 @@ func (t *transport) peer(id uint64) *peer {
 // addr is the address the transport listens on.
 func (t *transport) addr() net.Addr { return t.ln.Addr() }
 
-// maxProtocol is the highest protocol this member speaks.
 // protocolOf is what the messages connection to member id speaks: 0
 // while there is none.
 func (t *transport) protocolOf(id uint64) uint16 {
@@ -391,6 +390,7 @@ func (t *transport) below(version uint16) string {
 	return ""
 }
 
+// maxProtocol is the highest protocol this member speaks.
 func (t *transport) maxProtocol() uint16 {
 	if t.cfg.maxProtocol != 0 {
 		return t.cfg.maxProtocol

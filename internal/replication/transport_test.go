@@ -128,7 +128,7 @@ func TestHelloRefused(t *testing.T) {
 		{"another id", func(h *hello) { h.FromID = 7 }, "member m2 has Raft id"},
 		{"another protocol", func(h *hello) { h.Version = 9 }, "protocol version 9"},
 		{"another stream", func(h *hello) { h.Kind = 7 }, "unknown stream kind 7"},
-		{"no protocol in common", func(h *hello) { h.Max, h.Incarnation = 1, 5 }, "protocols up to 1; this member speaks 2 to 3"},
+		{"no protocol in common", func(h *hello) { h.Max, h.Incarnation = 1, 5 }, "protocols up to 1; this member speaks 2 to 4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := refused()
@@ -630,10 +630,10 @@ func TestTransportGroups(t *testing.T) {
 		t.Errorf("the receiver's stats after a message of group 2: %+v", st)
 	}
 	// b has sent nothing, so its own connection to a may still be dialling.
-	for deadline := time.Now().Add(5 * time.Second); b.peer(from).protocol.Load() != 3 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); b.peer(from).protocol.Load() != maxProtocol && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if b.peer(from).protocol.Load() != 3 || a.peer(to).protocol.Load() != 3 {
+	if b.peer(from).protocol.Load() != maxProtocol || a.peer(to).protocol.Load() != maxProtocol {
 		t.Errorf("protocols %d and %d", b.peer(from).protocol.Load(), a.peer(to).protocol.Load())
 	}
 

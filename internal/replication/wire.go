@@ -96,8 +96,14 @@ const (
 	// it are named in the trailer.
 	helloVersion = 2
 	// minProtocol and maxProtocol are the protocols this member speaks.
+	// 4 is 3's frames from a member that runs a router: it reads the
+	// commands streams others dial to it, so sessions on other members
+	// may send it their commands when it leads (protocolRouter).
 	minProtocol = 2
-	maxProtocol = 3
+	maxProtocol = 4
+	// protocolRouter is the protocol of a member whose router serves the
+	// commands stream (Host.Routes).
+	protocolRouter = 4
 	// helloTrailer is the trailer's length as this release writes it.
 	helloTrailer = 2 + 8
 	maxHello     = 4 << 10

@@ -59,7 +59,9 @@ type RouterConfig struct {
 	// nil from before its store is rebuilt (Detach) until it serves
 	// again. Sessions opened while it is set run on the store.
 	Serving func() *store.Store
-	// Leader is group 0's leader, if one is known.
+	// Leader is group 0's leader, if one is known and it takes requests
+	// on the commands stream (a member of the release before, which
+	// reads none, is no leader to the router: its requests wait).
 	Leader func() (member uint64, ok bool)
 	// Send queues a payload for another member's commands stream without
 	// blocking (replication.Host.SendItems).
