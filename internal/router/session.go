@@ -57,11 +57,12 @@ func (s *Session) next() uint32 {
 // dropped.
 func (s *Session) call(req Request, finish func(it *Item, a *engine.Answer)) bool {
 	s.burnIDs()
+	op := req.Op // not req: its body aliases the connection's input
 	s.r.link.Request(s.id, 0, s.next(), req, func(it *Item) {
 		var a engine.Answer
 		switch it.Reply.Status {
 		case StatusNoLeader, StatusUnknown:
-			failed(req.Op, it.Reply.Status, &a)
+			failed(op, it.Reply.Status, &a)
 		default:
 			finish(it, &a)
 		}
@@ -275,30 +276,25 @@ func jobAnswer(it *Item, a *engine.Answer) {
 	}
 }
 
-// byID sends an op on job id whose reply is found or not.
-func (s *Session) byID(req Request, finish func(it *Item, a *engine.Answer)) bool {
-	return s.call(req, finish)
-}
-
 func (s *Session) ReserveJob(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.ReserveJob(id, a)
 	}
-	return s.byID(Request{Op: OpReserveJob, ID: id}, jobAnswer)
+	return s.call(Request{Op: OpReserveJob, ID: id}, jobAnswer)
 }
 
 func (s *Session) Delete(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Delete(id, a)
 	}
-	return s.byID(Request{Op: OpDelete, ID: id}, okAnswer)
+	return s.call(Request{Op: OpDelete, ID: id}, okAnswer)
 }
 
 func (s *Session) Touch(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Touch(id, a)
 	}
-	return s.byID(Request{Op: OpTouch, ID: id}, okAnswer)
+	return s.call(Request{Op: OpTouch, ID: id}, okAnswer)
 }
 
 // okAnswer reads a found-or-not reply.
@@ -319,21 +315,21 @@ func (s *Session) Release(id uint64, pri, delay uint32, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Release(id, pri, delay, a)
 	}
-	return s.byID(Request{Op: OpRelease, ID: id, Pri: pri, Delay: delay}, errAnswer)
+	return s.call(Request{Op: OpRelease, ID: id, Pri: pri, Delay: delay}, errAnswer)
 }
 
 func (s *Session) Bury(id uint64, pri uint32, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Bury(id, pri, a)
 	}
-	return s.byID(Request{Op: OpBury, ID: id, Pri: pri}, errAnswer)
+	return s.call(Request{Op: OpBury, ID: id, Pri: pri}, errAnswer)
 }
 
 func (s *Session) KickJob(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.KickJob(id, a)
 	}
-	return s.byID(Request{Op: OpKickJob, ID: id}, errAnswer)
+	return s.call(Request{Op: OpKickJob, ID: id}, errAnswer)
 }
 
 func (s *Session) Kick(n uint32, a *engine.Answer) bool {
@@ -349,7 +345,7 @@ func (s *Session) Peek(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Peek(id, a)
 	}
-	return s.byID(Request{Op: OpPeek, ID: id}, jobAnswer)
+	return s.call(Request{Op: OpPeek, ID: id}, jobAnswer)
 }
 
 func (s *Session) PeekReady(a *engine.Answer) bool {
@@ -377,7 +373,7 @@ func (s *Session) JobStats(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.JobStats(id, a)
 	}
-	return s.byID(Request{Op: OpStatsJob, ID: id}, func(it *Item, a *engine.Answer) {
+	return s.call(Request{Op: OpStatsJob, ID: id}, func(it *Item, a *engine.Answer) {
 		a.OK, a.JobStats = it.Reply.Status == StatusOK, it.Reply.JobStats
 	})
 }
