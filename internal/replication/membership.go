@@ -49,10 +49,22 @@ type changeReq struct {
 	add        bool
 	name, addr string
 	done       chan changeResult // capacity 1
-	// Set by the node goroutine.
+	// Set by the node goroutine: the member, the change's type, when it
+	// was last proposed, and when the wait ends.
 	member   Member
+	typ      pb.ConfChangeType
+	proposed time.Time
 	deadline time.Time
 }
+
+// changeRetry is how long a proposed membership change goes unapplied
+// here before it is proposed again: a leader drops a change proposed
+// while another is applied there but not yet here (its previous one, a
+// promotion), and a proposal forwarded by a follower may be lost. A
+// change proposed twice is applied once: raft adds a learner, or removes
+// a member, that is already so as a no-op, and the book replaces the
+// entry.
+const changeRetry = time.Second
 
 type changeResult struct {
 	member Member
@@ -208,7 +220,8 @@ func (n *Node) startChange(req *changeReq) {
 		answer(Member{}, fmt.Errorf("%w: %v", ErrNoLeader, err))
 		return
 	}
-	req.member, req.deadline = target, time.Now().Add(ChangeTimeout)
+	now := time.Now()
+	req.member, req.typ, req.proposed, req.deadline = target, typ, now, now.Add(ChangeTimeout)
 	n.waiting = req
 	n.logger.Info().Str("change", req.verb()).Str("member", target.Name).Str("address", target.Addr).
 		Str("id", fmt.Sprintf("%x", target.ID)).Msg("proposed a membership change")

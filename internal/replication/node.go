@@ -635,9 +635,18 @@ func (n *Node) tick(now time.Time) {
 	}
 	n.askMigrations(now)
 	n.maybeFinalize(now)
-	if w := n.waiting; w != nil && now.After(w.deadline) {
-		n.waiting = nil
-		w.done <- changeResult{member: w.member, err: ErrChangeTimeout}
+	if w := n.waiting; w != nil {
+		switch {
+		case now.After(w.deadline):
+			n.waiting = nil
+			w.done <- changeResult{member: w.member, err: ErrChangeTimeout}
+		case now.Sub(w.proposed) >= changeRetry:
+			w.proposed = now
+			if err := n.core.ProposeChange(w.typ, w.member); err == nil {
+				n.logger.Info().Str("change", w.verb()).Str("member", w.member.Name).
+					Msg("a membership change not applied yet: proposed again")
+			}
+		}
 	}
 }
 
