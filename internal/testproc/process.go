@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -266,7 +267,8 @@ func Probe(addr string, timeout time.Duration) error {
 }
 
 // FreePort returns an unused TCP port on 127.0.0.1, and never one it
-// returned before in this process: the port is free only until someone
+// returned before in this process or in another test process still
+// running (claimPort): the port is free only until someone
 // binds it, and a server given a port may not have bound it yet (a
 // cluster member not started, or restarting). It picks below the
 // kernel's ephemeral range (freePorts), where no bind to port 0 lands:
@@ -286,6 +288,9 @@ func FreePort() (int, error) {
 			continue // in use
 		}
 		_ = l.Close()
+		if !claimPort(port) {
+			continue // another test process took it
+		}
 		handedOut.ports[port] = true
 		return port, nil
 	}
@@ -308,10 +313,12 @@ func freePorts() (low, high int) {
 	return max(high-12000, 1024), high
 }
 
-// handedOut is the ports FreePort returned.
+// handedOut is the ports FreePort returned, and the files whose locks
+// claim them.
 var handedOut = struct {
-	mu    sync.Mutex
-	ports map[int]bool
+	mu     sync.Mutex
+	ports  map[int]bool
+	claims []*os.File
 }{ports: make(map[int]bool)}
 
 // String returns the command line, for messages.
@@ -466,4 +473,26 @@ func (b *buffer) raceReport() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.races.String()
+}
+
+// claimPort claims port for this process against the other test
+// processes that run at once (go test runs packages in parallel, and two
+// cluster tests once drew the same port): an exclusive lock on a file
+// named by the port, held until the process exits. It reports false if
+// another process holds it; where locks cannot be taken, true.
+func claimPort(port int) bool {
+	dir := filepath.Join(os.TempDir(), "sprout-testports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return false
+	}
+	handedOut.claims = append(handedOut.claims, f) // held open: the lock lasts
+	return true
 }
