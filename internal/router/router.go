@@ -101,6 +101,7 @@ func NewRouter(cfg RouterConfig) *Router {
 // Handle takes a payload of the commands stream from member from: its
 // requests for the Server, its answers for the Link, decoded once.
 func (r *Router) Handle(from uint64, payload []byte) error {
+	defer r.server.Flush()
 	return Each(payload, r.cfg.MaxJobSize, func(it *Item) {
 		switch it.Kind {
 		case KindReply, KindEvent:

@@ -30,10 +30,18 @@ import (
 // (5.5).
 type Server struct {
 	cfg ServerConfig
+	out outbox // what it sends, batched per member
 
-	mu     sync.Mutex
-	owners map[ownerKey]*owner // guarded by mu
-	closed bool                // guarded by mu
+	// The loop that sends held replies once acknowledged (ackFlusher).
+	wake      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+
+	mu       sync.Mutex
+	owners   map[ownerKey]*owner    // guarded by mu
+	flushers map[uint16]*ackFlusher // guarded by mu: each group's, for its store's AckSource
+	closed   bool                   // guarded by mu
 }
 
 // ServerConfig is what a Server serves.
@@ -44,9 +52,9 @@ type ServerConfig struct {
 	Group func(g uint16) *store.Store
 	// Send queues a payload of items for member to, without blocking; it
 	// reports false when it could not (a full queue, no connection): the
-	// member resends what it has no answer for (5.9). It is called with a
-	// session's lock held, so it must not call back into the Server; the
-	// payload is the caller's again once it returns.
+	// member resends what it has no answer for (5.9). It is called with
+	// the Server's locks held, so it must not call back into the Server;
+	// the payload is the caller's again once it returns.
 	Send func(to uint64, payload []byte) bool
 	// MaxJobSize bounds a put's body (the server's -z).
 	MaxJobSize int
@@ -60,7 +68,40 @@ type ServerConfig struct {
 
 // NewServer returns a server of cfg.
 func NewServer(cfg ServerConfig) *Server {
-	return &Server{cfg: cfg, owners: make(map[ownerKey]*owner)}
+	s := &Server{cfg: cfg, out: outbox{send: cfg.Send}, owners: make(map[ownerKey]*owner),
+		flushers: make(map[uint16]*ackFlusher),
+		wake:     make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go s.run()
+	return s
+}
+
+// run sends the replies the groups' logs acknowledge (ackFlusher), until
+// Close.
+func (s *Server) run() {
+	defer close(s.done)
+	var fired, spare []*ackFlusher
+	var owners []*owner
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.wake:
+		}
+		s.mu.Lock()
+		fired = spare[:0]
+		for _, f := range s.flushers {
+			if f.fired.Swap(false) {
+				fired = append(fired, f)
+			}
+		}
+		s.mu.Unlock()
+		for _, f := range fired {
+			owners = f.flush(owners)
+		}
+		s.out.flush()
+		clear(fired)
+		spare = fired
+	}
 }
 
 // ownerKey names an owner client: a member's session in a group.
@@ -73,10 +114,13 @@ type ownerKey struct {
 // by one goroutine at a time (mu): Handle's, or the one that serves the
 // requests that queued behind a blocked reserve.
 type owner struct {
-	srv    *Server      // immutable
-	key    ownerKey     // immutable
-	st     *store.Store // immutable: the group's store it was made on
-	client *store.Client
+	srv     *Server      // immutable
+	key     ownerKey     // immutable
+	st      *store.Store // immutable: the group's store it was made on
+	flusher *ackFlusher  // immutable: its group's, for st; nil if st acknowledges at once
+	client  *store.Client
+
+	queued bool // guarded by flusher.mu: in flusher's waiting list
 
 	mu sync.Mutex
 	// waiting is the sequence of a reserve or a wait the client waits in
@@ -91,8 +135,8 @@ type owner struct {
 	replies []heldReply
 	closed  bool
 	// seen is the sequence of the last request or wait taken; lastSeq and
-	// lastAnswer, the last reply or event sent, as sent, for a request
-	// sent again.
+	// lastAnswer, the last reply or event sent, as sent (a payload of its
+	// own, its buffer reused), for a request sent again.
 	seen, lastSeq uint32
 	lastAnswer    []byte
 }
@@ -103,14 +147,19 @@ type heldReply struct {
 	pos  uint64
 }
 
-// Handle executes a payload of items from member from, in order. The
-// payload is the caller's again once it returns.
+// Handle executes a payload of items from member from, in order, and
+// sends what they answered at once. The payload is the caller's again
+// once it returns.
 func (s *Server) Handle(from uint64, payload []byte) error {
+	defer s.Flush()
 	return Each(payload, s.cfg.MaxJobSize, func(it *Item) { s.handle(from, it) })
 }
 
+// Flush sends what handle answered, one payload per member.
+func (s *Server) Flush() { s.out.flush() }
+
 // handle executes one item from member from; those not for a leader
-// (replies, events) are ignored.
+// (replies, events) are ignored. What it answers waits for Flush.
 func (s *Server) handle(from uint64, it *Item) {
 	key := ownerKey{member: from, session: it.Session, group: it.Group}
 	switch it.Kind {
@@ -131,8 +180,13 @@ func (s *Server) handle(from uint64, it *Item) {
 	}
 }
 
-// Close closes every owner client: their reservations go back.
+// Close closes every owner client: their reservations go back. Its loop
+// ends: nothing more is sent.
 func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		<-s.done
+	})
 	s.mu.Lock()
 	s.closed = true
 	owners := s.owners
@@ -164,6 +218,7 @@ func (s *Server) Detach(g uint16) {
 			delete(s.owners, key)
 		}
 	}
+	delete(s.flushers, g) // its journal may never call back
 	s.mu.Unlock()
 	for _, o := range detached {
 		o.close()
@@ -186,7 +241,7 @@ func (s *Server) request(key ownerKey, it *Item) {
 		// case it was lost; an earlier one was read, or the member
 		// would not have sent what came after it.
 		if it.Seq == o.lastSeq && o.lastAnswer != nil {
-			o.srv.cfg.Send(o.key.member, o.lastAnswer)
+			o.srv.out.add(o.key.member, o.lastAnswer)
 		}
 		return
 	}
@@ -218,11 +273,26 @@ func (s *Server) owner(key ownerKey) *owner {
 		return nil
 	}
 	if o == nil {
-		o = &owner{srv: s, key: key, st: st}
+		o = &owner{srv: s, key: key, st: st, flusher: s.flusherLocked(key.group, st)}
 		o.client = st.NewOwnerClient(o)
 		s.owners[key] = o
 	}
 	return o
+}
+
+// flusherLocked is group g's ackFlusher for store st's acknowledgements,
+// made anew once the group's store is another; nil if st has none.
+func (s *Server) flusherLocked(g uint16, st *store.Store) *ackFlusher {
+	acks := st.Acks()
+	if acks == nil {
+		return nil
+	}
+	f := s.flushers[g]
+	if f == nil || f.acks != acks {
+		f = newAckFlusher(acks, s.wake)
+		s.flushers[g] = f
+	}
+	return f
 }
 
 // existing is key's owner client, nil if there is none.
@@ -289,15 +359,8 @@ func (s *Server) refs(from uint64, it *Item) {
 	s.send(from, reply(key, it.Seq, Reply{Status: StatusOK, Result: ResultNone}))
 }
 
-// send queues one item for member to.
-func (s *Server) send(to uint64, it Item) { sendItem(s.cfg.Send, to, &it) }
-
-// sendItem sends it to member to as a payload of its own.
-func sendItem(send func(to uint64, payload []byte) bool, to uint64, it *Item) {
-	if payload, err := AppendItem(nil, it); err == nil {
-		send(to, payload)
-	}
-}
+// send queues one item for member to, for Flush.
+func (s *Server) send(to uint64, it Item) { s.out.addItem(to, &it) }
 
 // reply is the reply item to key's request seq.
 func reply(key ownerKey, seq uint32, r Reply) Item {
@@ -504,8 +567,8 @@ func containsTube(tubes [][]byte, name string) bool {
 // holdLocked queues r until the log acknowledges pos, behind the replies
 // before it, and sends what may go.
 func (o *owner) holdLocked(r Item, pos uint64) {
-	acks := o.st.Acks()
-	if acks == nil || len(o.replies) == 0 && pos <= acks.Acked() {
+	f := o.flusher
+	if f == nil || len(o.replies) == 0 && pos <= f.acks.Acked() {
 		o.sendLocked(&r)
 		return
 	}
@@ -514,24 +577,23 @@ func (o *owner) holdLocked(r Item, pos uint64) {
 	r.Reply.Job.Body = bytes.Clone(r.Reply.Job.Body)
 	r.Event.Job.Body = bytes.Clone(r.Event.Job.Body)
 	o.replies = append(o.replies, heldReply{item: r, pos: pos})
-	acks.OnAcked(pos, func() {
-		// At once on this goroutine (o.mu held) or later from another.
-		go o.acked(pos)
-	})
+	if len(o.replies) == 1 {
+		f.add(o, pos) // else queued already, for an older position
+	}
 }
 
-// sendLocked sends a reply or an event to the session's member, and keeps
-// it as the last one sent.
+// sendLocked sends a reply or an event to the session's member (into the
+// outbox), and keeps it as the last one sent.
 func (o *owner) sendLocked(it *Item) {
 	if leased := o.srv.cfg.Leased; leased != nil && handsOut(it) && !leased() {
 		*it = reply(o.key, it.Seq, Reply{Status: StatusNotLeader})
 	}
-	payload, err := AppendItem(nil, it)
+	payload, err := AppendItem(o.lastAnswer[:0], it)
 	if err != nil {
 		return
 	}
 	o.lastSeq, o.lastAnswer = it.Seq, payload
-	o.srv.cfg.Send(o.key.member, payload)
+	o.srv.out.add(o.key.member, payload)
 }
 
 // handsOut reports whether it gives the session a job: a reply with one,
@@ -541,19 +603,25 @@ func handsOut(it *Item) bool {
 		it.Kind == KindEvent && it.Event.Type == EventOffer
 }
 
-// acked sends, in order, the replies whose changes are acknowledged: pos
-// is, and so is whatever the log has acknowledged since (a session's
-// positions only grow, so the first that is not ends what may go).
-func (o *owner) acked(pos uint64) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	pos = max(pos, o.st.Acks().Acked())
+// sendAckedLocked sends, in order, the replies whose changes the log
+// has acknowledged up to acked (a session's positions only grow, so the
+// first that is not ends what may go), and reports the position the
+// first one left waits for, if any.
+func (o *owner) sendAckedLocked(acked uint64) (pos uint64, held bool) {
+	if o.closed {
+		return 0, false
+	}
 	n := 0
-	for n < len(o.replies) && o.replies[n].pos <= pos {
+	for n < len(o.replies) && o.replies[n].pos <= acked {
 		o.sendLocked(&o.replies[n].item)
 		n++
 	}
+	clear(o.replies[:n])
 	o.replies = append(o.replies[:0], o.replies[n:]...)
+	if len(o.replies) == 0 {
+		return 0, false
+	}
+	return o.replies[0].pos, true
 }
 
 // JobReserved implements store.Notifier: the blocked reserve or wait got
@@ -569,6 +637,7 @@ func (o *owner) WaitEnded(res store.ReserveResult) { go o.endWait(nil, res) }
 // job reserved for a wait that was cancelled meanwhile (its offer was on
 // its way) is offered all the same: the member declines it.
 func (o *owner) endWait(j *store.Job, res store.ReserveResult) {
+	defer o.srv.Flush()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {

@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,10 +14,11 @@ import (
 // serverRig is a Server over in-process stores, with what it sends each
 // member decoded into replies.
 type serverRig struct {
-	t      *testing.T
-	srv    *Server
-	groups map[uint16]*store.Store
-	out    chan Item // every item sent, in order
+	t        *testing.T
+	srv      *Server
+	groups   map[uint16]*store.Store
+	out      chan Item    // every item sent, in order
+	payloads atomic.Int64 // the payloads sent
 }
 
 func newServerRig(t *testing.T, groups map[uint16]*store.Store) *serverRig {
@@ -25,6 +27,7 @@ func newServerRig(t *testing.T, groups map[uint16]*store.Store) *serverRig {
 		Group:      func(g uint16) *store.Store { return groups[g] },
 		MaxJobSize: 1 << 16,
 		Send: func(to uint64, payload []byte) bool {
+			r.payloads.Add(1)
 			if err := Each(payload, 0, func(it *Item) { r.out <- copyReply(*it) }); err != nil {
 				t.Errorf("a payload sent to %d: %v", to, err)
 				return false
@@ -259,6 +262,54 @@ func TestServerHeldReplies(t *testing.T) {
 		if got := r.next(); got.Seq != seq || got.Reply.Status != StatusOK {
 			t.Fatalf("reply %d: %+v", seq, got)
 		}
+	}
+}
+
+// TestServerBatches: what one payload of requests answers goes back as
+// one payload, and so do the replies of many sessions one acknowledgement
+// releases, each session's in its order.
+func TestServerBatches(t *testing.T) {
+	j := &gatedJournal{}
+	st := store.New(store.Options{Journal: j})
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	tube := []byte("batch")
+	var reqs []Item
+	for session := uint64(1); session <= 5; session++ {
+		for seq := uint32(1); seq <= 2; seq++ {
+			reqs = append(reqs, req(0, session, seq, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("j\r\n")}))
+		}
+	}
+	r.send(reqs...)
+	r.none("puts not yet durable")
+	j.mu.Lock()
+	last := j.lsn
+	j.mu.Unlock()
+	j.sync(last)
+	next := map[uint64]uint32{}
+	for range reqs {
+		it := r.next()
+		next[it.Session]++
+		if it.Reply.Status != StatusOK || it.Seq != next[it.Session] {
+			t.Fatalf("session %d's reply %d: %+v", it.Session, next[it.Session], it)
+		}
+	}
+	if n := r.payloads.Load(); n != 1 {
+		t.Errorf("ten replies released by one acknowledgement went in %d payloads, want 1", n)
+	}
+
+	// Answered at once: a peek per session, in one payload of requests.
+	reqs = reqs[:0]
+	for session := uint64(1); session <= 5; session++ {
+		reqs = append(reqs, req(0, session, 3, Request{Op: OpPeekReady, Tube: tube}))
+	}
+	r.send(reqs...)
+	for range reqs {
+		if it := r.next(); it.Reply.Status != StatusOK || it.Seq != 3 {
+			t.Fatalf("peek: %+v", it)
+		}
+	}
+	if n := r.payloads.Load(); n != 2 {
+		t.Errorf("five peeks in one payload answered in %d payloads, want 1", n-1)
 	}
 }
 
