@@ -124,6 +124,11 @@ func (p *Parser) InBody() bool {
 	return p.state == stateBody || p.state == stateDiscardBody
 }
 
+// AtLine reports whether the parser waits for a command line: a command
+// it produced from there leaving it there again would be produced again,
+// byte for byte, from the same input (a caller may put it back).
+func (p *Parser) AtLine() bool { return p.state == stateLine }
+
 // Parse consumes from in, which must start at the connection's first
 // unconsumed byte, and returns how many bytes it consumed and whether it
 // produced a command into *cmd. It produces at most one command per call;

@@ -11,8 +11,8 @@ import (
 // dispatch executes one parsed command and appends its reply to out. quit
 // reports that the connection must close. A command whose answer is
 // pending (a reserve that waits, or a Queue's later answer) sets
-// ss.awaiting and appends nothing: its reply comes through the Notifier
-// or Answers.
+// ss.awaiting, or joins the commands in flight behind it (Pipeliner), and
+// appends nothing: its reply comes through the Notifier or Answers.
 func (ss *session) dispatch(cmd *codec.Command, out *replies) (quit bool) {
 	switch cmd.Status {
 	case codec.BadFormat:
@@ -118,7 +118,7 @@ func (ss *session) execute(cmd *codec.Command, out *replies) {
 	if now {
 		ss.answer(cmd.Op, a, out)
 	} else {
-		ss.awaiting = cmd.Op
+		ss.await(cmd.Op)
 	}
 }
 

@@ -36,7 +36,7 @@ func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		s.tls.total.Add(1)
 	}
 	if ss.loop.queues != nil {
-		ss.loop.queues[ss] = s.cfg.Queues(ss)
+		ss.loop.queues[ss] = newRemote(ss, s.cfg.Queues)
 	} else {
 		s.store.InitClient(&ss.client, ss)
 	}

@@ -27,9 +27,9 @@ type loopState struct {
 	answer Answer
 
 	// queues are the sessions' Queues when the server makes them
-	// (Config.Queues); nil, and each session's store client its queue,
-	// otherwise. Loop goroutine only.
-	queues map[*session]Queue
+	// (Config.Queues), with their pending answers (remote); nil, and each
+	// session's store client its queue, otherwise. Loop goroutine only.
+	queues map[*session]*remote
 
 	// tlsOut collects the records a TLS session's tls.Conn writes, until
 	// the session hands them to gnet; only the loop's goroutine touches
@@ -64,7 +64,7 @@ func (s *Server) loopFor(el gnet.EventLoop) *loopState {
 			ls.sessions = make(map[*session]struct{})
 		}
 		if s.cfg.Queues != nil {
-			ls.queues = make(map[*session]Queue)
+			ls.queues = make(map[*session]*remote)
 		}
 		if s.bodies != nil {
 			s.bodies.addReader(&ls.reading)

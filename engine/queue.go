@@ -17,7 +17,8 @@ import (
 // answer is pending by returning false: the Queue then delivers it later,
 // exactly once, through the Answers it was made with, unless it is closed
 // first. While an answer is pending the engine calls no method but
-// CancelWait, AckNeeded and Close: one command is in flight per session.
+// CancelWait, AckNeeded and Close: one command is in flight per session,
+// but for the commands a Pipeliner pipelines.
 // The *Answer is the loop's scratch, valid only during the call. A method
 // copies what it keeps of its []byte arguments (tube names and put bodies
 // alias the connection's input), except a put body longer than

@@ -220,19 +220,28 @@ const transcriptScript = "put 5 0 60 5\r\nhello\r\nput 1 0 60 3\r\nabc\r\nuse ot
 	"touch 1\r\nrelease 1 0 0\r\nbury 1 0\r\npause-tube other 0\r\npause-tube none 0\r\nuse default\r\n" +
 	"reserve-job 1\r\ndelete 1\r\nput 0 0 60 3\r\nabcd\r\nput 0 0 60 3\r\nxyz\r\nstats-job 4\r\nquit\r\nlist-tubes\r\n"
 
-// wireTranscript sends script in one write and returns every byte the
-// server sends until it closes the connection; deliver, if set, runs each
-// pending answer meanwhile.
-func wireTranscript(t *testing.T, addr, script string, fs *fakeQueues) []byte {
+// sendScript sends script in one write on a new connection, and sends
+// every byte the server sends back on the channel once it closes the
+// connection (or in 10 s).
+func sendScript(t *testing.T, addr, script string) <-chan []byte {
 	t.Helper()
 	c := dialRaw(t, "tcp", addr)
 	c.send(script)
-	done := make(chan []byte)
+	done := make(chan []byte, 1)
 	go func() {
 		_ = c.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		b, _ := io.ReadAll(c.c)
 		done <- b
 	}()
+	return done
+}
+
+// wireTranscript sends script in one write and returns every byte the
+// server sends until it closes the connection; deliver, if set, runs each
+// pending answer meanwhile.
+func wireTranscript(t *testing.T, addr, script string, fs *fakeQueues) []byte {
+	t.Helper()
+	done := sendScript(t, addr, script)
 	if fs == nil {
 		return <-done
 	}

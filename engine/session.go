@@ -141,7 +141,8 @@ func (ss *session) serveInput() gnet.Action {
 		}
 		ss.throttled = false
 	}
-	if ss.awaiting != codec.OpNone {
+	r := ss.remote()
+	if ss.awaiting != codec.OpNone && !r.mayGoOn(ss.awaiting) {
 		return ss.checkInput()
 	}
 	in, _ := c.Peek(-1)
@@ -170,6 +171,7 @@ func (ss *session) serveInput() gnet.Action {
 		if waiting < 0 {
 			waiting = ss.bodyAhead(len(in) - consumed)
 		}
+		atLine := ss.parser.AtLine()
 		n, ok := ss.parser.Parse(in[consumed:], &cmd)
 		consumed += n
 		if !ok && consumed == len(in) && waiting > 0 {
@@ -182,6 +184,13 @@ func (ss *session) serveInput() gnet.Action {
 			if ss.end == endHalfClosed {
 				consumed = len(in)
 			}
+			break
+		}
+		inFlight := ss.awaiting != codec.OpNone
+		if inFlight && !(cmd.Status == codec.OK && r.pipelines(cmd.Op)) && atLine && ss.parser.AtLine() {
+			// Not pipelined: it waits until the answers pending have
+			// come, parsed again then.
+			consumed -= n
 			break
 		}
 		before := len(out.buf)
@@ -197,6 +206,11 @@ func (ss *session) serveInput() gnet.Action {
 			action = gnet.Close
 			break
 		}
+		if inFlight && len(out.buf) > before {
+			// Answered at once, behind answers pending (a put's body
+			// refused): its reply goes after theirs.
+			ss.deferReply(out, before)
+		}
 		if ss.mustHold() {
 			ss.hold(out, before)
 		}
@@ -211,7 +225,7 @@ func (ss *session) serveInput() gnet.Action {
 			}
 			break
 		}
-		if ss.awaiting != codec.OpNone {
+		if ss.awaiting != codec.OpNone && !r.mayGoOn(ss.awaiting) {
 			break
 		}
 	}
@@ -380,12 +394,6 @@ func (ss *session) WaitEnded(r store.ReserveResult) {
 	ss.onLoop(func(out *replies) { out.buf = append(out.buf, reply...) })
 }
 
-// Answered implements Answers: a Queue's pending answer came, on any
-// goroutine.
-func (ss *session) Answered(a Answer) {
-	ss.onLoop(func(out *replies) { ss.answer(ss.awaiting, &a, out) })
-}
-
 // onLoop answers the pending command on the connection's loop, then
 // serves the input that queued up behind it. If the connection has closed
 // meanwhile, the answer is dropped: OnClose has already closed the queue,
@@ -423,7 +431,7 @@ func (ss *session) endWait(reply func(*replies)) {
 // makes connections' queues (Config.Queues).
 func (ss *session) queue() Queue {
 	if qs := ss.loop.queues; qs != nil {
-		return qs[ss]
+		return qs[ss].q
 	}
 	return (*localQueue)(&ss.client)
 }

@@ -121,6 +121,7 @@ func Catalogue(sz Sizes) []Scenario {
 		s.Title += ", over TLS (beanstalkd behind stunnel)"
 		return s
 	}
+	pipelined10 := Scenario{Name: "pipelined-c10-d100", Title: "pipelined puts, 10 conns, depth 100, 64 B", Kind: KindPipelined, Conns: 10, Depth: 100, Body: 64}
 	roundTrip := Scenario{Name: "roundtrip-c1", Title: "put → reserve → delete round trips, 1 conn, 64 B", Kind: KindRoundTrip, Conns: 1, Body: 64}
 	idleTitle := "idle connections, as many as the open-file limit allows"
 	if idleConns > 0 {
@@ -131,7 +132,7 @@ func Catalogue(sz Sizes) []Scenario {
 		{Name: "put-only-c10", Title: "put only, 10 conns, 64 B", Kind: KindPutOnly, Conns: 10, Body: 64},
 		{Name: "drain-only-c10", Title: fmt.Sprintf("drain only (reserve-with-timeout 0, delete), 10 conns, 64 B, %s jobs prefilled", FormatThousands(float64(sz.DrainJobs))), Kind: KindDrain, Conns: 10, Body: 64, Prefill: sz.DrainJobs},
 		{Name: "pipelined-c1-d100", Title: "pipelined puts, 1 conn, depth 100, 64 B", Kind: KindPipelined, Conns: 1, Depth: 100, Body: 64},
-		{Name: "pipelined-c10-d100", Title: "pipelined puts, 10 conns, depth 100, 64 B", Kind: KindPipelined, Conns: 10, Depth: 100, Body: 64},
+		pipelined10,
 		body(16, "16"), body(1024, "1k"), body(64<<10, "64k"), oneWrite,
 		tubes(1), tubes(10_000),
 		stored, idleBeside,
@@ -149,6 +150,10 @@ func Catalogue(sz Sizes) []Scenario {
 			Kind: KindPipelined, Conns: 100, Depth: 10, Body: 64, ServerArgs: []string{"-b", "{dir}", "-f", "0"}},
 		cluster(pc(100, 64), ThroughLeader), cluster(pc(100, 64), ThroughFollower), cluster(pc(100, 64), ThroughAll),
 		cluster(putOnly(100, nil), ThroughLeader), cluster(putOnly(100, nil), ThroughFollower),
+		// A producer that pipelines through a member that does not lead
+		// waits for each answer in turn unless its session pipelines too
+		// (docs/design/shards.md 5.3).
+		cluster(pipelined10, ThroughLeader), cluster(pipelined10, ThroughFollower),
 		{Name: "cluster-failover", Kind: KindFailover, Members: clusterMembers, Kills: failoverKills, Reps: 1, ServerArgs: []string{"-f", "0"},
 			Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each): the serving leader killed (-9) %d times, restarted on its directory after each; first repetition only",
 				clusterMembers, failoverKills)},

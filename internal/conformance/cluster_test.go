@@ -17,7 +17,8 @@ import (
 // three-member cluster that does not lead: once the cluster is finalized,
 // that member serves the sessions and sends their commands to the leader
 // (internal/router), and every reply must still be beanstalkd's, but for
-// the figures of the member's log (normalizeReply, inCluster).
+// the figures of the member's log (normalizeReply, inCluster). Some steps
+// are bursts of commands in one write, which the member pipelines.
 func TestRandomThroughFollower(t *testing.T) {
 	if SelfTest() {
 		t.Skip(SelfTestEnv + " is set: the stand-in has no cluster mode")
@@ -30,7 +31,7 @@ func TestRandomThroughFollower(t *testing.T) {
 	header := fmt.Sprintf("TestRandomThroughFollower seed %d; rerun with: go test ./internal/conformance -run 'TestRandomThroughFollower$' -seed=%d -steps=%d",
 		seed, seed, steps)
 	s := newSession(t, header, false)
-	s.sutAddr, s.inCluster = startFollower(t), true
+	s.sutAddr, s.inCluster, s.bursts = startFollower(t), true, true
 	runRandom(t, s, seed, steps)
 }
 

@@ -305,6 +305,9 @@ type session struct {
 	// inCluster: the Sprout is a cluster member, whose log's figures are
 	// masked (normalizeReply).
 	inCluster bool
+	// bursts: TestRandom's steps include bursts, several commands sent in
+	// one write (a member pipelines them to the leader).
+	bursts bool
 }
 
 // newSession starts both servers; overTLS has Sprout's connections use its

@@ -42,8 +42,8 @@ func runRandom(t *testing.T, s *session, seed uint64, steps int) {
 		r.step(i)
 	}
 	r.finish(steps)
-	t.Logf("seed %d: %d steps in %v; %d reserves waited, %d commands pipelined behind them, %d sent to sprout only",
-		seed, steps, time.Since(start).Round(time.Millisecond), r.waitedReserves, r.pipelined, r.sproutOnly)
+	t.Logf("seed %d: %d steps in %v; %d reserves waited, %d commands pipelined behind them, %d bursts, %d sent to sprout only",
+		seed, steps, time.Since(start).Round(time.Millisecond), r.waitedReserves, r.pipelined, r.bursted, r.sproutOnly)
 }
 
 // randomRun is TestRandom's state between steps.
@@ -63,6 +63,7 @@ type randomRun struct {
 	waitedReserves int // reserves that waited, for the log
 	pipelined      int // commands sent behind a waiting reserve, for the log
 	sproutOnly     int // known differences sent to Sprout alone, for the log
+	bursted        int // bursts sent, for the log
 }
 
 // window is a stretch of wall time in which a server-side timer fires, and
@@ -78,6 +79,10 @@ func (r *randomRun) step(i int) {
 	r.avoidTimers(i)
 	r.collectWoken(i)
 
+	if r.bursts && len(r.waiting) < randomConns && r.gen.chance(burstChance) {
+		r.burst(i)
+		return
+	}
 	conn, pipelined := r.pickConn()
 	cmd := r.gen.command(conn, pipelined, len(r.waiting) < randomConns-1)
 	e := r.log.add(i, conn, cmd.text, cmd.kind)
@@ -118,6 +123,42 @@ func (r *randomRun) step(i int) {
 			r.mayHaveWoken = r.mayHaveWoken || wakingReply.Match(reply)
 		}
 	}
+}
+
+// burstChance is the chance, in percent, that a step of a run with bursts
+// is one; burstMax, the most commands in one.
+const (
+	burstChance = 12
+	burstMax    = 8
+)
+
+// burst sends 2 to burstMax commands in one write on a connection that is
+// not waiting: commands that neither wait, quit, start a timer nor are a
+// known difference, so that their replies come at once, in order.
+func (r *randomRun) burst(i int) {
+	conn := r.gen.rng.IntN(randomConns)
+	for _, waiting := r.waiting[conn]; waiting; _, waiting = r.waiting[conn] {
+		conn = r.gen.rng.IntN(randomConns)
+	}
+	var text []byte
+	replies, n := 0, 2+r.gen.rng.IntN(burstMax-1)
+	for len(text) == 0 || n > 0 {
+		cmd := r.gen.command(conn, false, false)
+		if cmd.quits || cmd.timer > 0 || r.knownDifference(cmd.text) != nil {
+			continue
+		}
+		text = append(text, cmd.text...)
+		replies += cmd.replies
+		n--
+	}
+	e := r.log.add(i, conn, text, "burst")
+	r.send(conn, text)
+	r.exchange(e, conn, replies, replyWait)
+	r.gen.learn(conn, e.ref)
+	for _, reply := range e.ref {
+		r.mayHaveWoken = r.mayHaveWoken || wakingReply.Match(reply)
+	}
+	r.bursted++
 }
 
 // wakingReply matches the replies after which a job may have become ready.

@@ -20,9 +20,12 @@
 // the store is rebuilt under them. Any other session is remote for its
 // whole life: it keeps its used tube and watch list itself, in
 // beanstalkd's order, and sends every other command to the leader as a
-// request, one at a time (the engine reads nothing more from a
-// connection whose answer is pending). Its replies come committed, so
-// it holds none for the log. When the leader changes, its pending
+// request. Puts and changes by job id pipeline (5.3, engine.Pipeliner):
+// up to engine.MaxPipelined are in flight at once, run by the leader in
+// order, their answers delivered to the engine in the commands' order
+// whichever goroutine brings each (Session.deliver); any other command
+// waits until they are answered, so it sees their effects. Its replies
+// come committed, so it holds none for the log. When the leader changes, its pending
 // request goes to the next one, and the session stays open; a
 // reservation it held died with the old leader, as after a TTR.
 //
@@ -43,8 +46,9 @@
 // Resends: a request goes again when its leader changes, when the stream
 // to the leader opened again, when the leader was not serving yet
 // (StatusNotLeader), and when it could not be queued. A leader never runs
-// a session's request twice (it keeps the last sequence it took and
-// sends its last answer again), and a change resent to a new leader
+// a session's request twice (it keeps the last sequence it took, and the
+// answers sent since the session's last request that does not pipeline,
+// which it sends again), and a change resent to a new leader
 // after the old one may have made it is answered from the group's table
 // of outcomes (5.6): each request carries a number, unique with its
 // member (Link numbers start anywhere in each process), the leader makes
@@ -71,9 +75,13 @@
 // (engine.FailedLost: it may have run); a reserve ends at its own
 // timeout, the group counting as empty; refs count as acknowledged.
 //
-// Not yet: pipelined requests per session (5.3: up to 64 in flight), dropping the
-// references and owner clients of a member removed or long unreachable,
-// and more groups than one.
+// A leader's Server sends what it answers in one payload per member: the
+// replies to a payload of requests, and those one acknowledgement of the
+// log releases (an ackFlusher per group, armed once for the oldest
+// position waited for).
+//
+// Not yet: dropping the references and owner clients of a member removed
+// or long unreachable, and more groups than one.
 //
 // # A reserve across groups: the take
 //

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
 )
@@ -134,11 +135,70 @@ type owner struct {
 	// first ones whose position is acknowledged go (flushLocked).
 	replies []heldReply
 	closed  bool
-	// seen is the sequence of the last request or wait taken; lastSeq and
-	// lastAnswer, the last reply or event sent, as sent (a payload of its
-	// own, its buffer reused), for a request sent again.
-	seen, lastSeq uint32
-	lastAnswer    []byte
+	// seen is the sequence of the last request or wait taken; kept, the
+	// answers sent since the session last had every answer before a
+	// request (one that is not Pipelined says so), for requests sent
+	// again: a payload of its own each, buffers reused.
+	seen uint32
+	kept keptAnswers
+}
+
+// keptAnswers are an owner's last answers, in the order sent, at most
+// maxKept: a session has fewer in flight (engine.MaxPipelined).
+type keptAnswers struct {
+	answers []keptAnswer
+	next    int // where the next goes once answers is full
+}
+
+// keptAnswer is an answer as sent, a payload of its own.
+type keptAnswer struct {
+	seq     uint32
+	payload []byte
+}
+
+const maxKept = 2 * engine.MaxPipelined // burns come beside a session's own
+
+// slot is the buffer for the answer to seq, the oldest one's once full.
+func (k *keptAnswers) slot(seq uint32) *keptAnswer {
+	var e *keptAnswer
+	if n := len(k.answers); n < maxKept {
+		if n < cap(k.answers) {
+			k.answers = k.answers[:n+1] // its buffer kept by reset, if any
+		} else {
+			k.answers = append(k.answers, keptAnswer{})
+		}
+		e = &k.answers[n]
+	} else {
+		e = &k.answers[k.next]
+		k.next = (k.next + 1) % maxKept
+	}
+	e.seq = seq
+	return e
+}
+
+// find is the answer kept for seq, nil if none.
+func (k *keptAnswers) find(seq uint32) []byte {
+	for i := range k.answers {
+		if k.answers[i].seq == seq {
+			return k.answers[i].payload
+		}
+	}
+	return nil
+}
+
+// reset forgets every answer: the session has them all. A small buffer
+// is kept for the next.
+func (k *keptAnswers) reset() {
+	if len(k.answers) == 0 {
+		return
+	}
+	first := k.answers[0].payload[:0]
+	if cap(first) > 1<<10 {
+		first = nil // a job's body: not kept
+	}
+	clear(k.answers)
+	k.answers[0].payload = first
+	k.answers, k.next = k.answers[:0], 0
 }
 
 // heldReply is a reply waiting for the log to acknowledge pos.
@@ -237,15 +297,22 @@ func (s *Server) request(key ownerKey, it *Item) {
 	defer o.mu.Unlock()
 	if it.Seq <= o.seen {
 		// Sent again (the member's stream to here was broken and opened
-		// again): never run twice. The last answer sent goes again, in
-		// case it was lost; an earlier one was read, or the member
-		// would not have sent what came after it.
-		if it.Seq == o.lastSeq && o.lastAnswer != nil {
-			o.srv.out.add(o.key.member, o.lastAnswer)
+		// again): never run twice. Its answer goes again, in case it was
+		// lost; one no longer kept was read, or the member would not have
+		// sent what came after it, but for a burn, whose answer nothing
+		// waits for.
+		switch kept := o.kept.find(it.Seq); {
+		case kept != nil:
+			o.srv.out.add(o.key.member, kept)
+		case it.Kind == KindRequest && it.Request.Op == OpBurn:
+			o.srv.send(o.key.member, reply(o.key, it.Seq, Reply{Status: StatusOK, Result: ResultNone}))
 		}
 		return
 	}
 	o.seen = it.Seq
+	if it.Kind != KindRequest || !Pipelined(it.Request.Op) {
+		o.kept.reset() // the session had every answer before this
+	}
 	if o.waiting != 0 {
 		o.backlog = append(o.backlog, copyItem(it))
 		return
@@ -588,11 +655,13 @@ func (o *owner) sendLocked(it *Item) {
 	if leased := o.srv.cfg.Leased; leased != nil && handsOut(it) && !leased() {
 		*it = reply(o.key, it.Seq, Reply{Status: StatusNotLeader})
 	}
-	payload, err := AppendItem(o.lastAnswer[:0], it)
+	e := o.kept.slot(it.Seq)
+	payload, err := AppendItem(e.payload[:0], it)
 	if err != nil {
+		e.payload = e.payload[:0]
 		return
 	}
-	o.lastSeq, o.lastAnswer = it.Seq, payload
+	e.payload = payload
 	o.srv.out.add(o.key.member, payload)
 }
 

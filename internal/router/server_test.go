@@ -428,6 +428,52 @@ func TestServerResent(t *testing.T) {
 	}
 }
 
+// TestServerResentPipelined: a session's pipelined requests sent again
+// after their answers are each answered as first, none run twice; a
+// request that is not pipelined says the session had every answer before
+// it, so those are no longer kept; a burn no longer kept is answered all
+// the same.
+func TestServerResentPipelined(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	put := func(seq uint32) Item {
+		return req(0, 1, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("j\r\n")})
+	}
+	var first []Item
+	for seq := uint32(1); seq <= 5; seq++ {
+		first = append(first, put(seq))
+	}
+	first = append(first, req(0, 1, 6, Request{Op: OpBurn}))
+	r.send(first...)
+	ids := map[uint32]uint64{}
+	for range first {
+		it := r.next()
+		ids[it.Seq] = it.Reply.ID
+	}
+	r.send(first...) // the stream broke: every one sent again
+	for range first {
+		if it := r.next(); it.Reply.ID != ids[it.Seq] {
+			t.Fatalf("request %d sent again answered %+v, want id %d", it.Seq, it.Reply, ids[it.Seq])
+		}
+	}
+	if s := st.Stats(); s.TotalJobs != 5 {
+		t.Fatalf("%d jobs after five puts sent twice", s.TotalJobs)
+	}
+	r.send(req(0, 1, 7, Request{Op: OpStats}))
+	if it := r.next(); it.Seq != 7 || it.Reply.Status != StatusOK {
+		t.Fatalf("stats: %+v", it)
+	}
+	r.send(put(3), req(0, 1, 6, Request{Op: OpBurn}))
+	if it := r.next(); it.Seq != 6 || it.Reply.Status != StatusOK {
+		t.Fatalf("a burn sent again, no longer kept: %+v", it)
+	}
+	r.none("a put sent again after the session had its answer")
+	if s := st.Stats(); s.TotalJobs != 5 {
+		t.Fatalf("%d jobs: a put sent again was run", s.TotalJobs)
+	}
+}
+
 // TestServerFenced: while the leadership is not confirmed (Leased false)
 // no job is handed out: the reserve is answered StatusNotLeader, for the
 // member to ask the next leader; other replies go as usual.

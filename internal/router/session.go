@@ -3,9 +3,12 @@ package router
 import (
 	"bytes"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sproutmq/sprout/codec"
 	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/store"
 )
@@ -20,9 +23,11 @@ var errUnexpected = errors.New("router: a reply the command cannot have")
 // connection closes when the member stops serving (Router.Detach).
 // Otherwise it keeps its used tube and watch list itself, in beanstalkd's
 // order, tells the leader its references through the router, and sends
-// every other command to the leader as a request, one at a time: each is
-// pending until its reply comes, which the Link sends again to the next
-// leader if the one asked is lost.
+// every other command to the leader as a request: each is pending until
+// its reply comes, which the Link sends again to the next leader if the
+// one asked is lost. Changes (Pipelined) may be in flight several at once
+// (engine.Pipeliner); their answers reach the engine in the order of the
+// commands, whichever goroutine brings each.
 type Session struct {
 	r       *Router        // immutable
 	id      uint64         // immutable: its id on this member, with the group its owner key
@@ -43,6 +48,95 @@ type Session struct {
 	// none): its reply and CancelWait race for it, the first to take it
 	// wins.
 	reserving atomic.Uint32
+
+	// mu orders the answers delivered to the engine: awaited holds the
+	// sequences of the commands whose answers it waits for, oldest first,
+	// and early the answers that came before an older one's (nil: one
+	// that is not delivered, a reserve's after CancelWait).
+	mu      sync.Mutex
+	awaited []uint32               // guarded by mu
+	early   map[uint32]earlyAnswer // guarded by mu; made when first needed
+}
+
+// earlyAnswer is an answer that came before an older one's.
+type earlyAnswer struct {
+	a    engine.Answer
+	none bool // nothing to deliver
+}
+
+// Pipelines implements engine.Pipeliner: a remote session's changes by
+// job id and its puts may be in flight behind one another (docs/design/
+// shards.md 5.3); the leader runs them in order. Everything else waits
+// for them: a reserve, so that it sees them; use, watch and ignore, whose
+// answers come by another way; and what reads, whose replies are large.
+func (s *Session) Pipelines(op codec.Op) bool {
+	if s.local != nil {
+		return false
+	}
+	switch op {
+	case codec.OpPut, codec.OpPutBody, codec.OpDelete, codec.OpRelease, codec.OpBury, codec.OpTouch,
+		codec.OpKick, codec.OpKickJob, codec.OpPauseTube:
+		return true
+	}
+	return false
+}
+
+// Pipelined reports whether requests of op may be in flight behind
+// others (Session.Pipelines); a leader keeps the answers of such requests
+// for a resend, and any other request says that its session has every
+// answer before it.
+func Pipelined(op Op) bool {
+	switch op {
+	case OpPut, OpBurn, OpDelete, OpRelease, OpBury, OpTouch, OpKick, OpKickJob, OpPauseTube:
+		return true
+	}
+	return false
+}
+
+// deliver hands the engine a, the answer to the command of sequence seq
+// (nil: none, the command ended otherwise), and any answers that waited
+// for it, in their commands' order. A sequence not awaited is dropped.
+func (s *Session) deliver(seq uint32, a *engine.Answer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.awaited) == 0 || s.awaited[0] != seq {
+		if slices.Contains(s.awaited, seq) {
+			if s.early == nil {
+				s.early = make(map[uint32]earlyAnswer)
+			}
+			e := earlyAnswer{none: a == nil}
+			if a != nil {
+				e.a = *a
+			}
+			s.early[seq] = e
+		}
+		return
+	}
+	if a != nil {
+		s.answers.Answered(*a)
+	}
+	for s.awaited = s.awaited[1:]; len(s.awaited) > 0; s.awaited = s.awaited[1:] {
+		e, ok := s.early[s.awaited[0]]
+		if !ok {
+			return
+		}
+		delete(s.early, s.awaited[0])
+		if !e.none {
+			s.answers.Answered(e.a)
+		}
+	}
+	s.awaited = s.awaited[:0:0] // not the tail of a long-grown array
+}
+
+// forget drops the awaited command of sequence seq: its answer is given
+// otherwise (CancelWait).
+func (s *Session) forget(seq uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := slices.Index(s.awaited, seq); i >= 0 {
+		s.awaited = slices.Delete(s.awaited, i, i+1)
+		delete(s.early, seq)
+	}
 }
 
 // next is the session's next sequence.
@@ -58,7 +152,11 @@ func (s *Session) next() uint32 {
 func (s *Session) call(req Request, finish func(it *Item, a *engine.Answer)) bool {
 	s.burnIDs()
 	op := req.Op // not req: its body aliases the connection's input
-	s.r.link.Request(s.id, 0, s.next(), req, func(it *Item) {
+	seq := s.next()
+	s.mu.Lock()
+	s.awaited = append(s.awaited, seq)
+	s.mu.Unlock()
+	s.r.link.Request(s.id, 0, seq, req, func(it *Item) {
 		var a engine.Answer
 		switch it.Reply.Status {
 		case StatusNoLeader, StatusUnknown:
@@ -66,8 +164,10 @@ func (s *Session) call(req Request, finish func(it *Item, a *engine.Answer)) boo
 		default:
 			finish(it, &a)
 		}
-		if a.Reserve != store.Waiting {
-			s.answers.Answered(a)
+		if a.Reserve == store.Waiting {
+			s.deliver(seq, nil)
+		} else {
+			s.deliver(seq, &a)
 		}
 	})
 	return false
@@ -264,6 +364,7 @@ func (s *Session) CancelWait() bool {
 	if seq == 0 || !s.reserving.CompareAndSwap(seq, 0) {
 		return false // its reply is on its way to the loop
 	}
+	s.forget(seq)
 	s.r.link.Cancel(s.id, 0, seq, 0)
 	return true
 }

@@ -1,0 +1,43 @@
+package router
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/sproutmq/sprout/engine"
+)
+
+// answersLog records what a session delivers, by each answer's N.
+type answersLog []uint64
+
+func (l *answersLog) Answered(a engine.Answer) { *l = append(*l, a.N) }
+
+// TestSessionDeliversInOrder: answers that come out of their commands'
+// order (replies from two leaders across a failover, or one given up on
+// beside one answered) reach the engine in the commands' order; one that
+// is not delivered (a cancelled reserve's) holds nothing up, and one for
+// a command not awaited is dropped.
+func TestSessionDeliversInOrder(t *testing.T) {
+	var got answersLog
+	s := &Session{answers: &got}
+	s.awaited = []uint32{1, 2, 3, 4, 5}
+	answer := func(seq uint32) { s.deliver(seq, &engine.Answer{N: uint64(seq)}) }
+	answer(3)
+	answer(2)
+	if len(got) != 0 {
+		t.Fatalf("delivered %v before the first command's answer", got)
+	}
+	answer(1)
+	if want := (answersLog{1, 2, 3}); !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+	s.deliver(5, &engine.Answer{N: 5})
+	s.deliver(4, nil) // nothing to deliver: the next goes
+	answer(9)         // never awaited
+	if want := (answersLog{1, 2, 3, 5}); !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+	if len(s.awaited) != 0 || len(s.early) != 0 {
+		t.Fatalf("left awaited %v, early %v", s.awaited, s.early)
+	}
+}
