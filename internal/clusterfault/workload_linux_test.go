@@ -32,6 +32,9 @@ const putInterval = 10 * time.Millisecond
 // delayedOneIn: one put in so many is delayed by a second.
 const delayedOneIn = 8
 
+// pipelinedOneIn: one write of puts in so many holds several.
+const pipelinedOneIn = 4
+
 // ledger is what the clients were told, and what they saw.
 type ledger struct {
 	mu sync.Mutex
@@ -274,19 +277,37 @@ func (w *workload) produce(i int) {
 		if conn == nil {
 			return
 		}
-		token := strconv.FormatUint(w.seq.Add(1), 10)
-		body := cl.body(token)
-		w.l.sending(token, body)
-		delay := 0
-		if cl.rng.IntN(delayedOneIn) == 0 {
-			delay = 1
+		// Now and then several puts in one write, which a member that
+		// does not lead has in flight to the leader at once.
+		n := 1
+		if cl.rng.IntN(pipelinedOneIn) == 0 {
+			n = 2 + cl.rng.IntN(4)
 		}
-		id, err := conn.Put(uint32(cl.rng.IntN(3)), delay, 60, body)
-		if err != nil {
-			cl.fail() // the put may or may not have been done
+		tokens := make([]string, n)
+		for k := range tokens {
+			tokens[k] = strconv.FormatUint(w.seq.Add(1), 10)
+			body := cl.body(tokens[k])
+			w.l.sending(tokens[k], body)
+			delay := 0
+			if cl.rng.IntN(delayedOneIn) == 0 {
+				delay = 1
+			}
+			conn.WriteString(fmt.Sprintf("put %d %d 60 %d\r\n", cl.rng.IntN(3), delay, len(body)))
+			conn.Write(body)
+			conn.WriteString("\r\n")
+		}
+		if err := conn.Flush(); err != nil {
+			cl.fail()
 			continue
 		}
-		w.l.putAcked(id, token)
+		for _, token := range tokens {
+			r, err := conn.ReadReply(false)
+			if err != nil || r.Kind != testproc.ReplyInserted {
+				cl.fail() // this put and those after it may or may not have been done
+				break
+			}
+			w.l.putAcked(r.N, token)
+		}
 	}
 }
 
