@@ -266,9 +266,23 @@
 // and hands out chunks of up to 1 MiB of whole records, each a wal frame
 // copied as it is on disk (a larger record alone): every live job's latest
 // full record and the updates after it, in log order, then the highest id
-// any record of the view named (KindIDs). Folding them, as store.Apply and
-// wal.Fold do, gives the live jobs as of the index. What the leader holds while it sends is
-// its chunk and read buffers and that map.
+// any record of the view named (KindIDs), then the table of request keys
+// the view's records make (store.DedupTable: its clock, a KindClock, and
+// each live key, a KindReq; docs/design/shards.md 5.6), so that the
+// receiver answers a resent request as the sender would. Folding them, as
+// store.Apply and wal.Fold do, gives the live jobs as of the index, and
+// the keys. What the leader holds while it sends is its chunk and read
+// buffers, that map and the table (about 145 bytes a key).
+//
+// Compaction keeps, beside the live jobs' entries and those kept for
+// followers, the entries whose time (their batch's KindClock) is within
+// store.DedupTTL of the latest entry time folded or of the wall clock
+// less a second, and the head while its own time is: a store rebuilt
+// from the log then has every key a resent request may come with, the
+// keys of jobs deleted since among them. Only within the newest
+// retainSegments segments, as the entries kept for followers: 10 s of a
+// busy group's writes take about one segment of the default 10 MiB, and
+// the directory keeps its bound.
 //
 // The receiver's spool. The transport hands each chunk, as it arrives
 // and checks, to the sink Log.ReceiveSnapshot opens: the sink decodes

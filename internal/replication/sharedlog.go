@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -44,15 +45,16 @@ var (
 //
 // Lock order: a GroupLog's mutex, then mu, then the segment log's.
 type SharedLog struct {
-	files      *segment.Dir   // immutable after OpenSharedLog: the directory, locked until Close
-	seg        *segment.Log   // immutable after OpenSharedLog
-	dir        string         // immutable
-	cluster    uint64         // immutable
-	id         uint64         // immutable
-	name       string         // immutable
-	retain     uint64         // immutable
-	cacheBytes int            // immutable
-	logger     zerolog.Logger // immutable
+	files      *segment.Dir     // immutable after OpenSharedLog: the directory, locked until Close
+	seg        *segment.Log     // immutable after OpenSharedLog
+	dir        string           // immutable
+	cluster    uint64           // immutable
+	id         uint64           // immutable
+	name       string           // immutable
+	retain     uint64           // immutable
+	cacheBytes int              // immutable
+	logger     zerolog.Logger   // immutable
+	now        func() time.Time // immutable: WALConfig.Now
 
 	// v3From is the first segment of version 3 (0: none yet): frames in
 	// it and after it name their group. Set at replay, and once by the
@@ -321,9 +323,12 @@ func OpenSharedLog(cfg WALConfig) (*SharedLog, error) {
 	if cfg.CacheBytes == 0 {
 		cfg.CacheBytes = DefaultCacheBytes
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	s := &SharedLog{
 		dir: cfg.Dir, cluster: cfg.ClusterID, id: cfg.ID, name: cfg.Name,
-		retain: uint64(max(cfg.Retain, 0)), cacheBytes: cfg.CacheBytes, logger: cfg.Wal.Logger,
+		retain: uint64(max(cfg.Retain, 0)), cacheBytes: cfg.CacheBytes, logger: cfg.Wal.Logger, now: cfg.Now,
 		groups:    make(map[uint16]*GroupLog),
 		pieces:    make(map[uint16][]byte),
 		holds:     make(map[uint16]uint32),

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"sync"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/segment"
 	"github.com/sproutmq/sprout/store/wal"
 )
@@ -147,6 +149,10 @@ type snapStream struct {
 	scanned bool
 	latest  map[uint64]uint64
 	maxID   uint64
+	// dedup is the table of request keys the view's records make
+	// (docs/design/shards.md 5.6), sent as records after the jobs, so that
+	// the receiver's store answers a resent request as the sender's would.
+	dedup *store.DedupTable
 
 	// The second pass: the next piece, what is left of the one being
 	// read, and the ordinal of the last record taken from it.
@@ -156,11 +162,18 @@ type snapStream struct {
 	out     []byte
 	idsDone bool
 	closed  bool
+	// The table's records, pulled one at a time (reqs nil: not begun, or
+	// done); held is one pulled that did not fit in the last chunk.
+	reqs     func() (wal.Record, bool)
+	stopReqs func()
+	reqsDone bool
+	held     *wal.Record
 }
 
 // scan is the first pass.
 func (s *snapStream) scan() error {
 	s.latest, s.maxID = make(map[uint64]uint64), s.view.floor
+	s.dedup = store.NewDedupTable()
 	ord := uint64(0)
 	pace := &pacer{rate: scanRate}
 	pace.begin()
@@ -183,6 +196,9 @@ func (s *snapStream) scan() error {
 				delete(s.latest, id)
 			}
 		})
+		if err == nil {
+			err = s.dedup.AddFrames(recs)
+		}
 		if err != nil {
 			return fmt.Errorf("%w: snapshot %d: %v", errMalformed, s.view.md.GetIndex(), err)
 		}
@@ -235,16 +251,50 @@ func (s *snapStream) Next() ([]byte, error) {
 		s.out = wal.AppendFrame(s.out, &ids)
 		s.idsDone = true
 	}
+	if full := s.nextReqs(); full {
+		return s.out, nil
+	}
 	if len(s.out) == 0 {
 		return nil, io.EOF
 	}
 	return s.out, nil
 }
 
+// nextReqs appends the dedup table's records after the jobs (its clock
+// first: the keys of the jobs' own records were folded at a zero clock,
+// and it expires them), and reports whether the chunk is full.
+func (s *snapStream) nextReqs() (full bool) {
+	if s.reqsDone || s.dedup.Len() == 0 && s.dedup.Clock() == 0 {
+		return false
+	}
+	if s.reqs == nil {
+		s.reqs, s.stopReqs = iter.Pull(s.dedup.Records())
+	}
+	for {
+		if s.held == nil {
+			r, ok := s.reqs()
+			if !ok {
+				s.stopReqs()
+				s.reqsDone = true
+				return false
+			}
+			s.held = &r
+		}
+		if len(s.out) > 0 && len(s.out)+wal.FrameSize(s.held) > snapshotChunk {
+			return true
+		}
+		s.out = wal.AppendFrame(s.out, s.held)
+		s.held = nil
+	}
+}
+
 // Close implements SnapshotReader.
 func (s *snapStream) Close() {
 	if !s.closed {
 		s.closed = true
+		if s.stopReqs != nil {
+			s.stopReqs()
+		}
 		s.close()
 	}
 }

@@ -14,6 +14,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -264,4 +265,56 @@ func TestWALLogSnapshotView(t *testing.T) {
 	testproc.WaitFor(t, 10*time.Second, "the view's segments removed", func() bool {
 		return l.Stats().OldestIndex > oldest
 	})
+}
+
+// TestSnapshotCarriesDedupTable: a snapshot carries the request keys its
+// records make (docs/design/shards.md 5.6) after its jobs, so a store
+// installed from it answers a resent request from the keys the sender's
+// had, those of jobs long deleted among them, and not those expired.
+func TestSnapshotCarriesDedupTable(t *testing.T) {
+	t0 := time.Now()
+	at := func(i uint64) int64 { return t0.Add(time.Duration(i) * time.Second).UnixNano() }
+	from := openWAL(t, testWALConfig(t.TempDir(), []uint64{1, 2, 3}, 0))
+	for i := uint64(2); i <= 21; i++ {
+		put := full(i, 1)
+		put.Req = wal.Req{Incarnation: 9, Number: i}
+		recs := []wal.Record{{Kind: wal.KindClock, Time: at(i)}, put}
+		if i%2 == 0 { // every other job deleted, by a keyed delete
+			recs = append(recs, wal.Record{Kind: wal.KindDelete, ID: i, Req: wal.Req{Incarnation: 9, Number: 100 + i}})
+		}
+		from.Append([]*pb.Entry{entry(i, 1, recs...)})
+	}
+	awaitDurable(t, from)
+	commit(from, 21)
+	snap, err := from.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := openWAL(t, testWALConfig(t.TempDir(), []uint64{2, 1, 3}, 0))
+	transfer(t, from, snap, to)
+
+	st := store.New(store.Options{Dedup: true})
+	defer st.Close()
+	if err := to.ReadHead(func(records []wal.Record, locs []wal.Loc) error {
+		st.Apply(records, locs)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Entry times 12 s to 21 s are within DedupTTL of the latest, 21 s:
+	// ten puts and five deletes.
+	if n := st.DedupEntries(); n != 15 {
+		t.Errorf("the installed store keeps %d request keys, want 15", n)
+	}
+	c := st.NewClient(nil)
+	defer c.Close()
+	if id, put, err := c.PutKeyed(wal.Req{Incarnation: 9, Number: 12}, 0, 0, 60, []byte("x\r\n")); err != nil || put || id != 12 {
+		t.Errorf("the put of job 12 (deleted since) resent: id %d, put %v, %v; want its first answer, 12", id, put, err)
+	}
+	if !c.DeleteKeyed(wal.Req{Incarnation: 9, Number: 112}, 12) {
+		t.Error("the delete of job 12 resent: not answered as first")
+	}
+	if _, put, _ := c.PutKeyed(wal.Req{Incarnation: 9, Number: 4}, 0, 0, 60, []byte("y\r\n")); !put {
+		t.Error("a put whose key expired was answered from the table")
+	}
 }

@@ -9,11 +9,13 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/segment"
 	"github.com/sproutmq/sprout/store/wal"
 )
@@ -76,6 +78,9 @@ type WALConfig struct {
 	// over. The sync policy is ignored: a member's writes are durable when
 	// fsynced.
 	Wal wal.Options
+	// Now is the wall clock compaction reads for the dedup window
+	// (GroupLog.dedupHorizonLocked); nil is time.Now.
+	Now func() time.Time
 }
 
 // WALConfig returns the configuration of this member's log in dir: its
@@ -140,6 +145,16 @@ type GroupLog struct {
 	folded   uint64
 	latest   map[uint64]placed
 	liveFrom uint64
+	// The dedup window, guarded by mu: clock is the latest entry time
+	// folded (the head's, or an entry's), headClock the latest in the
+	// head's records; no entry from prevIndex+1 to below clockFrom (and at
+	// most folded) has one within store.DedupTTL of the window's end
+	// (dedupHorizon). Compaction keeps those entries, and the head while
+	// its clock is within it, so that a store rebuilt from the log has
+	// every request key a resent request may come with.
+	clock     int64
+	headClock int64
+	clockFrom uint64
 
 	// The cache, guarded by mu: the entries from cacheFrom on are in
 	// memory (entryMeta.ent), cached bytes of data in all.
@@ -154,6 +169,7 @@ type GroupLog struct {
 	pendingRecs  []headRec
 	pendingIndex uint64
 	pendingMaxID uint64
+	pendingClock int64
 	headRecs     []headRec
 	replayedID   uint64
 	// sawLog: an entry or a snapshot frame was replayed (replayDefaults).
@@ -192,10 +208,13 @@ type entryMeta struct {
 	size      int // the frame's, header included
 	protoSize int // the entry's, as raft counts it (Entries' maxSize)
 	maxID     uint64
-	lsn       uint64    // durable once the segment log's durable LSN reaches it
-	live      int32     // live jobs whose latest full record it holds
-	conf      bool      // a membership change: no records
-	ent       *pb.Entry // the entry, while it is cached
+	lsn       uint64 // durable once the segment log's durable LSN reaches it
+	live      int32  // live jobs whose latest full record it holds
+	conf      bool   // a membership change: no records
+	// clock is the time of its leading KindClock (0: none), its keyed
+	// records' entry time (docs/design/shards.md 5.6).
+	clock int64
+	ent   *pb.Entry // the entry, while it is cached
 	// recs are its full records' and deletes' kinds, ids and sizes, from
 	// replay to the fold that follows it (summarized says they are).
 	recs       []recSummary
@@ -250,6 +269,7 @@ func (l *GroupLog) replay(kind wal.Kind, body []byte, f segment.Frame) error {
 		m.protoSize = proto.Size(&e)
 		m.recs, _ = summarize(nil, &e)
 		m.summarized = true
+		m.clock, _ = wal.ClockOf(data)
 		m.maxID = maxID(recordsOf(&e))
 		l.replayedID = max(l.replayedID, m.maxID)
 		l.replayEntry(index, prevTerm, m)
@@ -272,6 +292,8 @@ func (l *GroupLog) replay(kind wal.Kind, body []byte, f segment.Frame) error {
 				l.pendingRecs = append(l.pendingRecs, headRec{id: id, seg: f.Seg, size: uint32(size)})
 			}
 		})
+		clock, _ := wal.LatestClock(records) // whole frames, as ScanFrames found
+		l.pendingClock = max(l.pendingClock, clock)
 		if err != nil {
 			return fmt.Errorf("%w: %s: a snapshot's records: %v", errMalformed, dir, err)
 		}
@@ -287,9 +309,9 @@ func (l *GroupLog) replay(kind wal.Kind, body []byte, f segment.Frame) error {
 		if d.err != nil {
 			return fmt.Errorf("%w: %s: a snapshot: %v", errMalformed, dir, d.err)
 		}
-		l.head, l.headRecs, l.headMaxID = nil, nil, 0 // a snapshot with no records
+		l.head, l.headRecs, l.headMaxID, l.headClock = nil, nil, 0, 0 // a snapshot with no records
 		if l.pendingIndex == index && len(l.pending) > 0 {
-			l.head, l.headRecs, l.headMaxID = l.pending, l.pendingRecs, l.pendingMaxID
+			l.head, l.headRecs, l.headMaxID, l.headClock = l.pending, l.pendingRecs, l.pendingMaxID, l.pendingClock
 		}
 		switch {
 		case !counted:
@@ -301,7 +323,7 @@ func (l *GroupLog) replay(kind wal.Kind, body []byte, f segment.Frame) error {
 			// head (nothing live was only there; the segments' header ids
 			// cover what they named), and its snapshot frame was in a
 			// segment still held.
-			l.head, l.headRecs, l.headMaxID = nil, nil, 0
+			l.head, l.headRecs, l.headMaxID, l.headClock = nil, nil, 0, 0
 		}
 		l.forgetPending(0)
 		l.baseIndex, l.baseSeg, l.idFloor = index, f.Seg, 0
@@ -323,7 +345,7 @@ func (l *GroupLog) replay(kind wal.Kind, body []byte, f segment.Frame) error {
 // forgetPending forgets the head frames replayed that no snapshot frame
 // took; those that follow are index's.
 func (l *GroupLog) forgetPending(index uint64) {
-	l.pending, l.pendingRecs, l.pendingIndex, l.pendingMaxID = nil, nil, index, 0
+	l.pending, l.pendingRecs, l.pendingIndex, l.pendingMaxID, l.pendingClock = nil, nil, index, 0, 0
 }
 
 // headBytes is the records' bytes in head frames.
@@ -373,6 +395,7 @@ func (l *GroupLog) recovered() {
 	l.idFloor = max(l.idFloor, l.s.floorOf(l))
 	l.s.seg.RaiseID(l.replayedID)
 	l.folded, l.liveFrom, l.cacheFrom = l.prevIndex, l.prevIndex+1, last+1
+	l.clock, l.clockFrom = l.headClock, l.prevIndex+1
 	if l.head != nil {
 		l.placeHeadLocked(l.headRecs)
 	}
@@ -620,6 +643,7 @@ func (l *GroupLog) Append(ents []*pb.Entry) {
 		m.conf = e.GetType() != pb.EntryNormal
 		if e.GetType() == pb.EntryNormal {
 			m.maxID = maxID(e.GetData())
+			m.clock, _ = wal.ClockOf(e.GetData())
 		}
 		size += m.size
 		top = max(top, m.maxID)
@@ -661,6 +685,7 @@ func (l *GroupLog) truncateLocked(first uint64) {
 	l.ents = l.ents[:keep]
 	l.cacheFrom = min(l.cacheFrom, first)
 	l.liveFrom = min(l.liveFrom, first)
+	l.clockFrom = min(l.clockFrom, first)
 }
 
 // evictLocked drops the oldest cached entries that are durable while the
@@ -726,6 +751,8 @@ func (l *GroupLog) InstallSnapshot(snap *pb.Snapshot) {
 	}
 	l.prevIndex, l.prevTerm, l.ents = index, md.GetTerm(), nil
 	l.folded, l.liveFrom, l.cacheFrom = index, index+1, index+1
+	l.headClock = sp.clock
+	l.clock, l.clockFrom = sp.clock, index+1
 	l.forgetLiveLocked()
 	l.placeHeadLocked(sp.recs)
 	l.releaseSpoolLocked(sp)
@@ -797,7 +824,8 @@ type walSpool struct {
 	frames []frameLoc // the head frames written
 	recs   []headRec  // their full records
 	maxID  uint64
-	bytes  int // the records' bytes
+	bytes  int   // the records' bytes
+	clock  int64 // the latest time of their KindClock records
 }
 
 // spooled is a head frame written: its LSN and size.
@@ -847,6 +875,8 @@ func (sp *walSpool) Write(chunk []byte) error {
 	for i := range records {
 		if r := &records[i]; r.Kind == wal.KindFull {
 			sp.recs = append(sp.recs, headRec{id: r.ID, seg: seg, size: uint32(wal.FrameSize(r))})
+		} else if r.Kind == wal.KindClock {
+			sp.clock = max(sp.clock, r.Time)
 		}
 	}
 	sp.maxID, sp.bytes = max(sp.maxID, top), sp.bytes+len(chunk)
@@ -953,13 +983,23 @@ func (l *GroupLog) Compact(applied uint64) {
 	if applied+1 > l.s.retain {
 		keep = applied + 1 - l.s.retain
 	}
-	keep = max(keep, l.retainedFromLocked(applied))
+	retained := l.retainedFromLocked(applied)
+	keep = max(keep, retained)
 	l.liveFrom = max(l.liveFrom, l.prevIndex+1)
 	for l.liveFrom <= l.folded && l.ents[l.liveFrom-l.prevIndex-1].live == 0 {
 		l.liveFrom++
 	}
 	keep = min(keep, l.liveFrom)
-	if l.baseLive > 0 {
+	horizon := l.dedupHorizonLocked()
+	l.clockFrom = max(l.clockFrom, l.prevIndex+1)
+	for l.clockFrom <= l.folded && l.ents[l.clockFrom-l.prevIndex-1].clock <= horizon {
+		l.clockFrom++
+	}
+	// The dedup window, within the segments kept for followers: a member
+	// does not keep more than those for it (10 s of a busy group's
+	// writes take about one segment of the default 10 MiB).
+	keep = min(keep, max(l.clockFrom, retained))
+	if l.baseLive > 0 || l.head != nil && l.headClock > horizon && l.baseSeg >= l.s.retainFloor() {
 		keep = min(keep, l.baseIndex)
 	}
 	if l.head != nil && keep > l.baseIndex {
@@ -983,6 +1023,21 @@ func (l *GroupLog) Compact(applied uint64) {
 	l.holdLocked()
 }
 
+// dedupHorizonLocked is the latest entry time whose keys a store no
+// longer needs: store.DedupTTL before the later of the latest entry time
+// folded and this member's wall clock, less clockSkew. A resent request's
+// key is looked up by this member's store against the same two clocks
+// (store.Store.Clock), so a key past the horizon would be expired there
+// too; the wall clock ends the window of a group that went idle, whose
+// entry times stand still.
+func (l *GroupLog) dedupHorizonLocked() int64 {
+	return max(l.clock, l.s.now().UnixNano()-int64(clockSkew)) - int64(store.DedupTTL)
+}
+
+// clockSkew is how far this member's wall clock may step back, between
+// compacting an entry by it and a lookup of the entry's keys by it.
+const clockSkew = time.Second
+
 // retainSegments bounds the segments the entries kept for a follower a
 // little behind (WALConfig.Retain) may be in: the newest ones. The
 // member's groups share its segments, and an idle group's last entries
@@ -994,15 +1049,24 @@ const retainSegments = 4
 // of the newest retainSegments segments, or applied+1 if none is: the
 // entries before it are not kept for followers.
 func (l *GroupLog) retainedFromLocked(applied uint64) uint64 {
-	last := l.s.lastSegment()
-	if last <= retainSegments {
+	floor := l.s.retainFloor()
+	if floor == 0 {
 		return 0
 	}
-	floor := last - retainSegments + 1
 	n := min(applied-min(applied, l.prevIndex), uint64(len(l.ents)))
 	// Entries are in the order of their segments.
 	i := sort.Search(int(n), func(i int) bool { return l.ents[i].seg >= floor })
 	return l.prevIndex + 1 + uint64(i)
+}
+
+// retainFloor is the oldest of the newest retainSegments segments, 0
+// while there are no more than those.
+func (s *SharedLog) retainFloor() uint32 {
+	last := s.lastSegment()
+	if last <= retainSegments {
+		return 0
+	}
+	return last - retainSegments + 1
 }
 
 // foldLocked folds the entries after folded through applied into latest,
@@ -1045,6 +1109,7 @@ func (l *GroupLog) foldLocked(applied uint64) bool {
 		for _, r := range recs {
 			place(r.kind, r.id, r.size)
 		}
+		l.clock = max(l.clock, m.clock)
 		l.folded = i
 	}
 	return true

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/segment"
 	"github.com/sproutmq/sprout/store/wal"
 )
@@ -907,5 +909,62 @@ func TestWALLogIDFloorSurvivesRestarts(t *testing.T) {
 	l = openWAL(t, cfg)
 	if got := maxID(headOf(t, l)); got < 1000 {
 		t.Errorf("after the second restart the head's watermark is %d: ids up to 1000 may be issued again", got)
+	}
+}
+
+// TestWALLogDedupWindow: compaction keeps the entries whose time (their
+// leading KindClock) is within store.DedupTTL of the latest folded, or of
+// the wall clock less clockSkew, though they hold no live job: a store
+// rebuilt from the log must have the request keys a resent request may
+// come with (docs/design/shards.md 5.6). Entries without a clock go as
+// before, and the window ends by the wall clock when the group goes idle.
+func TestWALLogDedupWindow(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	var wall atomic.Int64
+	wall.Store(t0.UnixNano())
+	cfg := testWALConfig(t.TempDir(), []uint64{1, 2, 3}, 0)
+	cfg.Now = func() time.Time { return time.Unix(0, wall.Load()) }
+	l := openWAL(t, cfg)
+	at := func(i uint64) int64 { return t0.Add(time.Duration(i) * time.Second).UnixNano() }
+	for i := uint64(2); i <= 21; i++ {
+		key := wal.Req{Incarnation: 9, Number: i}
+		put := full(i, 1)
+		put.Req = key
+		l.Append([]*pb.Entry{entry(i, 1,
+			wal.Record{Kind: wal.KindClock, Time: at(i)},
+			put,
+			wal.Record{Kind: wal.KindDelete, ID: i, Req: wal.Req{Incarnation: 9, Number: 100 + i}})})
+	}
+	l.Append([]*pb.Entry{entry(22, 1, full(22, 1))}) // no clock: a release before's
+	awaitDurable(t, l)
+	commit(l, 22)
+	first := func() uint64 {
+		f, _ := l.FirstIndex()
+		return f
+	}
+
+	wall.Store(at(21))
+	l.Compact(22)
+	// The latest entry time is 21 s, the wall clock less its skew 20 s:
+	// entries of 11 s and before are past the window.
+	if got := first(); got != 12 {
+		t.Fatalf("compacted to first index %d, want 12: the entries of the last %v kept", got, store.DedupTTL)
+	}
+	keys := 0
+	for _, e := range mustEntries(t, l, 12, 23) {
+		_ = wal.ScanReqs(e.GetData(), func(r *wal.Record) {
+			if !r.Req.IsZero() {
+				keys++
+			}
+		})
+	}
+	if keys != 2*10 {
+		t.Errorf("the entries kept hold %d request keys, want 20", keys)
+	}
+
+	wall.Store(at(40)) // idle since: the wall clock ends the window
+	l.Compact(22)
+	if got := first(); got != 22 {
+		t.Errorf("idle past the window: first index %d, want 22 (only the live job's entry)", got)
 	}
 }

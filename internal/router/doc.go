@@ -56,8 +56,9 @@
 // replica keeps the keys from the log, and a key seen within
 // store.DedupTTL gets the first outcome. Each batch the leader proposes
 // begins with its clock (a KindClock record), by which every replica
-// expires the same entries. Not yet kept: the keys of entries the log
-// has compacted away, and those a snapshot installs. The leader hands a
+// expires the same entries; the log keeps them for a rebuild, and a
+// snapshot carries them (internal/replication, "Snapshots and a bounded
+// log"). The leader hands a
 // job out only while its leadership is leased; otherwise the reserve is
 // answered StatusNotLeader and goes to the next leader.
 //

@@ -307,6 +307,37 @@ func NextFrame(b []byte) (kind Kind, id uint64, size int, err error) {
 	return kind, binary.LittleEndian.Uint64(b[frameHeader+1:]), frameHeader + n, nil
 }
 
+// ClockOf is the time of the KindClock record whose frame begins b, as a
+// cluster leader begins each batch it proposes with one (docs/design/
+// shards.md 5.6); false if b begins with another record, or none.
+func ClockOf(b []byte) (int64, bool) {
+	if len(b) < frameHeader+9+clockFields || Kind(b[frameHeader]) != KindClock {
+		return 0, false
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	if n < 9+clockFields || frameHeader+n > len(b) {
+		return 0, false
+	}
+	return int64(binary.LittleEndian.Uint64(b[frameHeader+9:])), true
+}
+
+// LatestClock is the latest time of b's KindClock records (0: none). b
+// holds whole frames checked already, as ScanFrames takes them.
+func LatestClock(b []byte) (int64, error) {
+	var latest int64
+	for len(b) > 0 {
+		_, _, size, err := NextFrame(b)
+		if err != nil {
+			return latest, err
+		}
+		if t, ok := ClockOf(b[:size]); ok {
+			latest = max(latest, t)
+		}
+		b = b[size:]
+	}
+	return latest, nil
+}
+
 // ScanReqs calls fn with each record of b that a dedup table reads
 // (store.DedupTable): KindClock, KindReq and every record with a key,
 // decoded (a body aliases b; r is valid until fn returns). The others

@@ -210,3 +210,26 @@ func TestScanKeyed(t *testing.T) {
 		t.Error("NextFrame read the kind of a keyed frame too short to hold it")
 	}
 }
+
+// TestClockOf: a batch's leading KindClock gives its time, anything else
+// none; LatestClock finds the latest anywhere among whole frames.
+func TestClockOf(t *testing.T) {
+	var b []byte
+	b = wal.AppendFrame(b, &wal.Record{Kind: wal.KindClock, Time: 7_000})
+	b = wal.AppendFrame(b, &wal.Record{Kind: wal.KindDelete, ID: 3, Req: goldenKey})
+	if got, ok := wal.ClockOf(b); !ok || got != 7_000 {
+		t.Fatalf("ClockOf a batch = %d, %v; want 7000", got, ok)
+	}
+	rest := b[len(wal.AppendFrame(nil, &wal.Record{Kind: wal.KindClock, Time: 7_000})):]
+	if got, ok := wal.ClockOf(rest); ok {
+		t.Fatalf("ClockOf a batch without one = %d", got)
+	}
+	b = wal.AppendFrame(b, &wal.Record{Kind: wal.KindClock, Time: 9_000})
+	b = wal.AppendFrame(b, &wal.Record{Kind: wal.KindClock, Time: 8_000})
+	if got, err := wal.LatestClock(b); err != nil || got != 9_000 {
+		t.Fatalf("LatestClock = %d, %v; want 9000", got, err)
+	}
+	if got, err := wal.LatestClock(rest[:len(rest)-1]); err == nil {
+		t.Fatalf("LatestClock of a cut frame = %d, no error", got)
+	}
+}
