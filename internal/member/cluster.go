@@ -91,6 +91,7 @@ func (m *Member) startRouter(ec *engine.Config) {
 	m.sessions = router.NewRouter(router.RouterConfig{
 		Self: node.ID(), Serving: serving, Send: host.SendItems, Leased: node.Leased,
 		LeaderWait: node.ElectionTimeout(), Replica: node.Store(),
+		Removed: func() []uint64 { return node.Book().Removed },
 		// A put's size was checked by the member its client reached (its
 		// -z); a payload refused whole would close the stream for every
 		// session, so the leader takes any a member may send.

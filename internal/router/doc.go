@@ -81,8 +81,12 @@
 // log releases (an ackFlusher per group, armed once for the oldest
 // position waited for).
 //
-// Not yet: dropping the references and owner clients of a member removed
-// or long unreachable, and more groups than one.
+// A member removed from the cluster never comes back under its id: while
+// this member serves, what its sessions left here (owner clients and
+// their reservations, references) goes within a second (Server.Forget).
+//
+// Not yet: dropping what a member long unreachable left (its sessions
+// may go on once it is back), and more groups than one.
 //
 // # A reserve across groups: the take
 //

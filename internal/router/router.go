@@ -77,7 +77,15 @@ type RouterConfig struct {
 	// leader (docs/design/shards.md 5.7): the election timeout. 0 means
 	// 2 s.
 	LeaderWait time.Duration
+	// Removed lists the members removed from the cluster: while this
+	// member serves, what their sessions left here goes (Server.Forget),
+	// looked at every forgetEvery. Nil looks at nothing.
+	Removed func() []uint64
 }
+
+// forgetEvery is how often a serving member looks for what removed
+// members' sessions left (RouterConfig.Removed).
+const forgetEvery = time.Second
 
 // refCount is how many of the member's sessions use and watch a tube
 // that lives elsewhere.
@@ -284,7 +292,8 @@ func (r *Router) retry() {
 	if wait <= 0 {
 		wait = 2 * time.Second
 	}
-	var lost time.Time // when the group was last seen without a leader serving
+	var lost time.Time   // when the group was last seen without a leader serving
+	var forgot time.Time // when Removed was last looked at
 	for {
 		select {
 		case <-r.stop:
@@ -294,6 +303,10 @@ func (r *Router) retry() {
 			if _, ok := r.serving(); ok {
 				lost = time.Time{}
 				r.link.Retry(0)
+				if r.cfg.Removed != nil && now.Sub(forgot) >= forgetEvery {
+					forgot = now
+					r.server.Forget(r.cfg.Removed(), 0)
+				}
 				continue
 			}
 			if lost.IsZero() {

@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,6 +44,10 @@ type Server struct {
 	owners   map[ownerKey]*owner    // guarded by mu
 	flushers map[uint16]*ackFlusher // guarded by mu: each group's, for its store's AckSource
 	closed   bool                   // guarded by mu
+	// forgotten is the store each removed member's references in a group
+	// were dropped from (Forget): the group's, until it is rebuilt.
+	// Guarded by mu.
+	forgotten map[forgottenRefs]*store.Store
 }
 
 // ServerConfig is what a Server serves.
@@ -279,10 +284,67 @@ func (s *Server) Detach(g uint16) {
 		}
 	}
 	delete(s.flushers, g) // its journal may never call back
+	for k := range s.forgotten {
+		if k.group == g {
+			delete(s.forgotten, k) // the next store has its own references
+		}
+	}
 	s.mu.Unlock()
 	for _, o := range detached {
 		o.close()
 	}
+}
+
+// Forget ends what members, removed from the cluster, left in the given
+// groups this member serves: their sessions' owner clients close (their
+// reservations go back) and their references go. A removed member never
+// comes back under its id, so nothing of it is missed. Each member's
+// references are dropped once per store.
+func (s *Server) Forget(members []uint64, groups ...uint16) {
+	if len(members) == 0 {
+		return
+	}
+	s.mu.Lock()
+	var closing []*owner
+	for key, o := range s.owners {
+		if slices.Contains(members, key.member) {
+			closing = append(closing, o)
+			delete(s.owners, key)
+		}
+	}
+	if s.forgotten == nil {
+		s.forgotten = make(map[forgottenRefs]*store.Store)
+	}
+	type drop struct {
+		member uint64
+		st     *store.Store
+	}
+	var drops []drop
+	for _, g := range groups {
+		st := s.cfg.Group(g)
+		if st == nil {
+			continue
+		}
+		for _, m := range members {
+			if k := (forgottenRefs{m, g}); s.forgotten[k] != st {
+				s.forgotten[k] = st
+				drops = append(drops, drop{m, st})
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, o := range closing {
+		o.close()
+	}
+	for _, d := range drops {
+		d.st.DropRefs(d.member)
+	}
+}
+
+// forgottenRefs names a removed member's references in a group.
+type forgottenRefs struct {
+	member uint64
+	group  uint16
 }
 
 // request runs a request on its owner's client, made on first use; one

@@ -474,6 +474,41 @@ func TestServerResentPipelined(t *testing.T) {
 	}
 }
 
+// TestServerForget: what a member removed from the cluster left, its
+// sessions' reservations and its references, goes; another member's
+// stays.
+func TestServerForget(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	tube := []byte("f")
+	for _, member := range []uint64{7, 8} {
+		st.SetRefs(member, tube, 1, 1)
+	}
+	r.send(req(0, 1, 1, Request{Op: OpPut, Tube: tube, TTR: 600, Body: []byte("a\r\n")}),
+		req(0, 1, 2, Request{Op: OpReserve, Tubes: [][]byte{tube}, Timeout: 0}))
+	for range 2 {
+		if it := r.next(); it.Reply.Status != StatusOK {
+			t.Fatalf("%+v", it)
+		}
+	}
+	r.srv.Forget([]uint64{7}, 0)
+	ts, _ := st.TubeStats(tube)
+	if ts.Reserved != 0 || ts.Ready != 1 {
+		t.Errorf("member 7 removed: %d reserved, %d ready; want its job ready again", ts.Reserved, ts.Ready)
+	}
+	if ts.Using != 1 || ts.Watching != 1 {
+		t.Errorf("member 7 removed: using %d, watching %d; want member 8's alone", ts.Using, ts.Watching)
+	}
+	if n := r.srv.Owners(); n != 0 {
+		t.Errorf("%d owner clients left", n)
+	}
+	r.srv.Forget([]uint64{7}, 0) // again: nothing more
+	if ts, _ := st.TubeStats(tube); ts.Using != 1 {
+		t.Errorf("forgotten twice: using %d", ts.Using)
+	}
+}
+
 // TestServerFenced: while the leadership is not confirmed (Leased false)
 // no job is handed out: the reserve is answered StatusNotLeader, for the
 // member to ask the next leader; other replies go as usual.
