@@ -350,6 +350,60 @@ type MemberUsage struct {
 	Clients bool          `json:",omitempty"` // some of the run's connections went to this member
 	CPU     time.Duration // user+system CPU while measuring
 	RSS     int64         // at the end of the run, bytes
+	Idle    int64         `json:",omitempty"` // idle client connections it held beside the run (Scenario.Idle)
+}
+
+// holdIdle has each of members hold its share of n idle client
+// connections, each share opened by a holder process of its own (the
+// open-file limit is per process), and returns once every member counts
+// its share: what each holds, and what ends them.
+func holdIdle(ctx context.Context, members []*member, n int, prog *Progress) (held []int64, stop func(), err error) {
+	label := prog.SetLabel("")
+	defer prog.SetLabel(label)
+	prog.SetLabel(fmt.Sprintf("%s  opening %s idle connections over %d members", label, FormatThousands(float64(n)), len(members)))
+	holders := make([]*holder, len(members))
+	stop = func() {
+		for _, h := range holders {
+			if h != nil {
+				h.stop()
+			}
+		}
+	}
+	ctls := make([]*testproc.Conn, len(members))
+	defer func() {
+		for _, c := range ctls {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	base := make([]int64, len(members))
+	for i, m := range members {
+		if ctls[i], err = (testproc.Dialer{Timeout: 5 * time.Second}).Dial(m.proc.Addr()); err != nil {
+			return nil, stop, err
+		}
+		_ = ctls[i].SetDeadline(time.Now().Add(3 * memoryTimeout))
+		if base[i], err = statInt(ctls[i], "stats", "current-connections"); err != nil {
+			return nil, stop, err
+		}
+	}
+	errs := make([]error, len(members))
+	var wg sync.WaitGroup
+	for i, m := range members {
+		wg.Go(func() { holders[i], errs[i] = startHolder(ctx, m.proc.Addr(), n/len(members)) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, stop, err
+	}
+	held = make([]int64, len(members))
+	for i, h := range holders {
+		held[i] = h.held
+		if err := waitConnections(ctx, ctls[i], base[i]+h.held); err != nil {
+			return nil, stop, fmt.Errorf("load: member %s: %w", members[i].name, err)
+		}
+	}
+	return held, stop, nil
 }
 
 // runCluster starts a cluster of s.Members fresh for s, waits for it to
@@ -408,9 +462,22 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 		case s.Through == ThroughFollower && len(order) > 1:
 			through = order[1]
 		}
-		r, err = s.Run(ctx, c.server(through, order), p.Run, p.Progress)
+		var held []int64
+		if s.Idle > 0 {
+			var stop func()
+			held, stop, err = holdIdle(ctx, order, s.Idle, p.Progress)
+			defer stop()
+		}
+		if err == nil {
+			traffic := s
+			traffic.Idle = 0 // held above, by the members
+			r, err = traffic.Run(ctx, c.server(through, order), p.Run, p.Progress)
+		}
 		for i := range r.Members {
 			r.Members[i].Role = ThroughFollower
+			if i < len(held) {
+				r.Members[i].Idle = held[i]
+			}
 		}
 		if len(r.Members) > 0 {
 			r.Members[0].Role = ThroughLeader

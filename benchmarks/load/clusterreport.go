@@ -53,15 +53,16 @@ func usableRuns(rs []Result) []Result {
 // memberMedians is, for each place in Result.Members, its figures over the
 // usable runs.
 func memberMedians(rs []Result) []memberFigures {
-	var cpu, rss, perJob [][]float64
+	var cpu, rss, perJob, idle [][]float64
 	var clients []bool
 	for _, r := range usableRuns(rs) {
 		for i, m := range r.Members {
 			if i == len(cpu) {
-				cpu, rss, perJob, clients = append(cpu, nil), append(rss, nil), append(perJob, nil), append(clients, false)
+				cpu, rss, perJob, idle, clients = append(cpu, nil), append(rss, nil), append(perJob, nil), append(idle, nil), append(clients, false)
 			}
 			cpu[i] = append(cpu[i], float64(m.CPU))
 			rss[i] = append(rss[i], float64(m.RSS))
+			idle[i] = append(idle[i], float64(m.Idle))
 			if r.Jobs > 0 {
 				perJob[i] = append(perJob[i], float64(m.CPU)/float64(r.Jobs))
 			}
@@ -71,8 +72,9 @@ func memberMedians(rs []Result) []memberFigures {
 	out := make([]memberFigures, len(cpu))
 	for i := range out {
 		out[i] = memberFigures{
-			MemberUsage: MemberUsage{Role: ThroughFollower, Clients: clients[i], CPU: time.Duration(median(cpu[i])), RSS: int64(median(rss[i]))},
-			PerJob:      time.Duration(median(perJob[i])),
+			MemberUsage: MemberUsage{Role: ThroughFollower, Clients: clients[i], CPU: time.Duration(median(cpu[i])), RSS: int64(median(rss[i])),
+				Idle: int64(median(idle[i]))},
+			PerJob: time.Duration(median(perJob[i])),
 		}
 	}
 	if len(out) > 0 {
@@ -251,6 +253,9 @@ func writeCapacity(p func(string, ...any), timed []Outcome, cand string) {
 			m, clients := ms[i], "no"
 			if m.Clients {
 				clients = "yes"
+			}
+			if m.Idle > 0 {
+				clients += fmt.Sprintf(", %s idle (%s RSS)", FormatThousands(float64(m.Idle)), FormatBytes(int(m.RSS)))
 			}
 			p("| %s | %s | %s | %.3f | %s | %s |\n", o.Scenario.Name, name, clients, m.CPU.Seconds(), FormatLatency(m.PerJob), shares[i])
 		}

@@ -164,7 +164,11 @@ var Goals = []Goal{
 	{Text: "cluster of 3 via the leader vs one node -b -f 0, producer/consumer 100 conns: jobs/s", Scenario: "cluster-prodcons-c100-leader", Against: "durable-f0-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.5},
 	{Text: "cluster of 3 via the leader vs beanstalkd -b -f 0, puts only, 100 conns: puts/s", Scenario: "cluster-put-only-c100-leader", Against: "durable-put-f0-c100", AgainstBase: true, Metric: MetricJobsPerSec, AtLeast: true, Target: 3},
 	{Text: "cluster of 3 via the leader vs one node -b -f 0, puts only, 100 conns: puts/s", Scenario: "cluster-put-only-c100-leader", Against: "durable-put-f0-c100", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.5},
-	{Text: "cluster via a follower vs via the leader, producer/consumer 100 conns: jobs/s", Scenario: "cluster-prodcons-c100-follower", Against: "cluster-prodcons-c100-leader", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.5},
+	// Issue 23 (docs/design/shards.md S5): a member that does not lead
+	// serves its clients' sessions at 0.85 of the leader's rate or more.
+	{Text: "cluster via a follower vs via the leader, producer/consumer 100 conns: jobs/s", Scenario: "cluster-prodcons-c100-follower", Against: "cluster-prodcons-c100-leader", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.85},
+	{Text: "cluster via a follower vs via the leader, pipelined puts, 10 conns, depth 100: jobs/s", Scenario: "cluster-pipelined-c10-d100-follower", Against: "cluster-pipelined-c10-d100-leader", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.85},
+	{Text: "cluster beside 3 × 19,000 idle connections (19,000 a member) vs without, producer/consumer 100 conns spread: jobs/s", Scenario: "cluster-idle-57k-prodcons-c100-all", Against: "cluster-prodcons-c100-all", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.9},
 	{Text: "cluster via a follower vs via the leader, puts only, 100 conns: puts/s", Scenario: "cluster-put-only-c100-follower", Against: "cluster-put-only-c100-leader", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.5},
 	{Text: "cluster CPU per job, summed over 3 members, vs one node -b -f 0, producer/consumer 100 conns", Scenario: "cluster-prodcons-c100-leader", Against: "durable-f0-c100", Metric: MetricCPU, Target: 3},
 	{Text: "cluster CPU per put, summed over 3 members, vs one node -b -f 0, puts only, 100 conns", Scenario: "cluster-put-only-c100-leader", Against: "durable-put-f0-c100", Metric: MetricCPU, Target: 3},

@@ -16,7 +16,10 @@ import (
 	"github.com/sproutmq/sprout/internal/testproc"
 )
 
-func TestMain(m *testing.M) { testproc.Main(m) }
+func TestMain(m *testing.M) {
+	load.RunHolderIfAsked() // the idle holders TestHolder starts are this binary
+	testproc.Main(m)
+}
 
 // sproutSpec is the Sprout testproc.SproutBinary built, with the race
 // detector when the test has it.

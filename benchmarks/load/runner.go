@@ -97,6 +97,12 @@ func Catalogue(sz Sizes) []Scenario {
 		Kills: rebuildStops, Reps: 1, Full: true, ServerArgs: []string{"-f", "0"},
 		Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each) holding 1,000,000 jobs of 64 B: the serving leader stopped (SIGSTOP) past an election timeout %d times; its rebuild in place timed; first repetition only",
 			clusterMembers, rebuildStops)}
+	// Sessions live where their clients connect: three members hold
+	// 19,000 idle connections each (a holder process per member, each
+	// within the open-file limit) beside the traffic spread over them.
+	idleCluster := cluster(pc(100, 64), ThroughAll)
+	idleCluster.Name, idleCluster.Idle, idleCluster.Full = "cluster-idle-57k-prodcons-c100-all", 3*19_000, true
+	idleCluster.Title += ", beside 3 × 19,000 idle connections, 19,000 on each member"
 	c1000 := pc(1000, 64)
 	c1000.Full = true
 	// The cost of the work a server holds: prodcons-c10's traffic beside
@@ -153,7 +159,7 @@ func Catalogue(sz Sizes) []Scenario {
 		// A producer that pipelines through a member that does not lead
 		// waits for each answer in turn unless its session pipelines too
 		// (docs/design/shards.md 5.3).
-		cluster(pipelined10, ThroughLeader), cluster(pipelined10, ThroughFollower),
+		cluster(pipelined10, ThroughLeader), cluster(pipelined10, ThroughFollower), idleCluster,
 		{Name: "cluster-failover", Kind: KindFailover, Members: clusterMembers, Kills: failoverKills, Reps: 1, ServerArgs: []string{"-f", "0"},
 			Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each): the serving leader killed (-9) %d times, restarted on its directory after each; first repetition only",
 				clusterMembers, failoverKills)},

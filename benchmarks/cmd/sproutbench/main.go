@@ -48,6 +48,7 @@ type options struct {
 }
 
 func main() {
+	load.RunHolderIfAsked() // a child holding idle connections, not the bench
 	var o options
 	flag.StringVar(&o.sprout, "sprout", "", "Sprout executable; default: go build ./cmd/sprout into a temporary directory")
 	flag.StringVar(&o.beanstalkd, "beanstalkd", "", "beanstalkd executable; default: $SPROUT_REF_BEANSTALKD, else the 1.13 release built by ../shared/tools/build-beanstalkd-1.13.sh, else beanstalkd on PATH")
