@@ -59,6 +59,8 @@ type Store struct {
 	refsMu sync.Mutex
 	remote map[remoteRef]remoteCounts
 
+	stamps stamps // tubes' creation stamps (stamps.go)
+
 	registryMu sync.RWMutex
 	tubes      map[string]*Tube // guarded by registryMu
 	tubeList   []*Tube          // guarded by registryMu; beanstalkd's order (swap-remove)
@@ -296,6 +298,7 @@ func (s *Store) acquireTubeLocked(name string) *Tube {
 	t := s.tubes[name]
 	if t == nil {
 		t = newTube(s, name)
+		t.stamp = s.nextStampLocked()
 		s.tubes[name] = t
 		t.listIndex = len(s.tubeList)
 		s.tubeList = append(s.tubeList, t)

@@ -17,6 +17,8 @@ type Tube struct {
 	refs atomic.Int64
 	// listIndex is the tube's slot in Store.tubeList; guarded by registryMu.
 	listIndex int
+	// stamp is its creation stamp (stamps.go); immutable once listed.
+	stamp uint64
 
 	mu        sync.Mutex
 	ready     jobHeap // guarded by mu

@@ -37,6 +37,11 @@ type Link struct {
 	// unsent holds the groups with a call not taken: Retry looks for
 	// such calls only then, not at every tick among every waiting reserve.
 	unsent map[uint16]bool // guarded by mu
+
+	// stamp is the latest tube creation stamp a reply brought (5.5): each
+	// request and refs item carries it, so a tube it makes in any group
+	// is stamped after every tube this member has seen made.
+	stamp atomic.Uint64
 }
 
 // LinkConfig is what a Link needs of the member.
@@ -108,6 +113,7 @@ func (l *Link) Request(session uint64, group uint16, seq uint32, req Request, do
 	l.number++
 	req.Number = l.number
 	l.mu.Unlock()
+	req.Stamp = l.stamp.Load()
 	l.start(Item{Kind: KindRequest, Group: group, Session: session, Seq: seq, Request: req}, done)
 }
 
@@ -123,6 +129,7 @@ func (l *Link) Wait(session uint64, group uint16, seq uint32, w Wait, done func(
 // (LeaderChanged drops them): the router sends the new leader all of
 // them at once (Refs.Sync), which sets what every dropped one would have.
 func (l *Link) Refs(group uint16, seq uint32, r Refs, done func(*Item)) {
+	r.Stamp = l.stamp.Load()
 	l.start(Item{Kind: KindRefs, Group: group, Seq: seq, Refs: r}, done)
 }
 
@@ -254,6 +261,9 @@ func (l *Link) handle(from uint64, it *Item) {
 	if it.Kind != KindReply && it.Kind != KindEvent {
 		return
 	}
+	if it.Kind == KindReply {
+		raiseStamp(&l.stamp, it.Reply.Stamp)
+	}
 	key := callKey{it.Session, it.Group, it.Seq}
 	l.mu.Lock()
 	c := l.pending[key]
@@ -346,4 +356,10 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// raiseStamp raises stamp to at least to.
+func raiseStamp(stamp *atomic.Uint64, to uint64) {
+	for cur := stamp.Load(); to > cur && !stamp.CompareAndSwap(cur, to); cur = stamp.Load() {
+	}
 }

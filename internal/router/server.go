@@ -28,8 +28,8 @@ import (
 // Changes are made with their requests' keys (5.6), so one resent after
 // a failover is answered from the group's table of outcomes. A close of
 // session 0 closes every owner client of its member: a new process of
-// that member says so first. What it does not do yet: creation stamps
-// (5.5).
+// that member says so first. Each reply carries the group's latest tube
+// creation stamp, and a request's stamp raises the next (5.5).
 type Server struct {
 	cfg ServerConfig
 	out outbox // what it sends, batched per member
@@ -375,6 +375,7 @@ func (s *Server) request(key ownerKey, it *Item) {
 	if it.Kind != KindRequest || !Pipelined(it.Request.Op) {
 		o.kept.reset() // the session had every answer before this
 	}
+	o.st.RaiseStamp(it.Request.Stamp) // a tube it makes is stamped above what its member saw
 	if o.waiting != 0 {
 		o.backlog = append(o.backlog, copyItem(it))
 		return
@@ -479,13 +480,14 @@ func (s *Server) refs(from uint64, it *Item) {
 		s.send(from, reply(key, it.Seq, Reply{Status: StatusNotLeader}))
 		return
 	}
+	st.RaiseStamp(it.Refs.Stamp)
 	if it.Refs.Sync {
 		st.DropRefs(from)
 	}
 	for _, c := range it.Refs.Counts {
 		st.SetRefs(from, c.Tube, c.Using, c.Watching)
 	}
-	s.send(from, reply(key, it.Seq, Reply{Status: StatusOK, Result: ResultNone}))
+	s.send(from, reply(key, it.Seq, Reply{Status: StatusOK, Result: ResultNone, Stamp: st.LatestStamp()}))
 }
 
 // send queues one item for member to, for Flush.
@@ -514,6 +516,7 @@ func (o *owner) runLocked(it *Item) {
 		o.waiting = it.Seq
 		return
 	}
+	r.Stamp = o.st.LatestStamp()
 	o.holdLocked(reply(o.key, it.Seq, r), o.client.PendingAck())
 }
 
@@ -627,10 +630,10 @@ func (o *owner) execute(req *Request) (r Reply, blocked bool) {
 	case OpStats:
 		return Reply{Status: StatusOK, Result: ResultStats, Stats: o.st.Stats()}, false
 	case OpListTubes:
-		names := o.st.TubeNames()
-		tubes := make([]TubeStamp, len(names))
-		for i, n := range names {
-			tubes[i] = TubeStamp{Name: []byte(n)}
+		stamped := o.st.StampedTubes()
+		tubes := make([]TubeStamp, len(stamped))
+		for i, t := range stamped {
+			tubes[i] = TubeStamp{Name: []byte(t.Name), Stamp: t.Stamp}
 		}
 		return Reply{Status: StatusOK, Result: ResultTubes, Tubes: tubes}, false
 	case OpBest:
