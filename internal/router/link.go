@@ -28,8 +28,12 @@ type Link struct {
 
 	mu      sync.Mutex
 	pending map[callKey]*call // guarded by mu
-	number  uint64            // guarded by mu: the last request number given
-	made    uint64            // guarded by mu: the calls made, for their order
+	// sessions are each session's pending calls in a group, so that a
+	// session's close finds its own without looking at every call (a
+	// client that connects for each command closes as often as it asks).
+	sessions map[sessionKey][]*call // guarded by mu
+	number   uint64                 // guarded by mu: the last request number given
+	made     uint64                 // guarded by mu: the calls made, for their order
 	// requests, resent and expired count calls made (requests only),
 	// sent again and given up (Stats).
 	requests, resent, expired atomic.Uint64
@@ -52,6 +56,12 @@ type LinkConfig struct {
 	// false if it could not: the call stays pending and goes again when
 	// the group's leader changes, or when Resend is called.
 	Send func(to uint64, payload []byte) bool
+}
+
+// sessionKey names a session in a group.
+type sessionKey struct {
+	session uint64
+	group   uint16
 }
 
 // callKey names an answer: the session, the group and the sequence.
@@ -102,7 +112,8 @@ func NewLink(cfg LinkConfig) *Link {
 	// Request numbers start anywhere: with the member, a number keys its
 	// request in a group's table of outcomes (5.6), which outlives this
 	// process.
-	return &Link{cfg: cfg, pending: make(map[callKey]*call), unsent: make(map[uint16]bool), number: rand.Uint64() >> 1}
+	return &Link{cfg: cfg, pending: make(map[callKey]*call), sessions: make(map[sessionKey][]*call),
+		unsent: make(map[uint16]bool), number: rand.Uint64() >> 1}
 }
 
 // Request sends req for session's group, as its item of sequence seq;
@@ -147,10 +158,8 @@ func (l *Link) Cancel(session uint64, group uint16, seq uint32, id uint64) {
 // its jobs go back. Its pending calls of the group are dropped.
 func (l *Link) Close(session uint64, group uint16) {
 	l.mu.Lock()
-	for _, c := range l.pending {
-		if c.key.session == session && c.key.group == group {
-			l.dropLocked(c)
-		}
+	for _, c := range slices.Clone(l.sessions[sessionKey{session, group}]) {
+		l.dropLocked(c)
 	}
 	l.mu.Unlock()
 	l.post(group, Item{Kind: KindClose, Group: group, Session: session})
@@ -170,6 +179,8 @@ func (l *Link) start(it Item, done func(*Item)) {
 	l.made++
 	c.n = l.made
 	l.pending[c.key] = c
+	sk := sessionKey{c.key.session, c.key.group}
+	l.sessions[sk] = append(l.sessions[sk], c)
 	l.mu.Unlock()
 	l.postCall(c)
 }
@@ -303,6 +314,16 @@ func (l *Link) dropLocked(c *call) {
 		return
 	}
 	delete(l.pending, c.key)
+	sk := sessionKey{c.key.session, c.key.group}
+	calls := l.sessions[sk]
+	if i := slices.Index(calls, c); i >= 0 {
+		calls = slices.Delete(calls, i, i+1)
+	}
+	if len(calls) == 0 {
+		delete(l.sessions, sk)
+	} else {
+		l.sessions[sk] = calls
+	}
 }
 
 // Expire gives up on group's calls that waited for a leader longer than

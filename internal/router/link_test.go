@@ -155,6 +155,29 @@ func TestLinkRequests(t *testing.T) {
 	}
 }
 
+// TestLinkClose: a session's close drops its own pending calls, in its
+// group, and no other's: theirs are answered as before.
+func TestLinkClose(t *testing.T) {
+	n := newLinkNet(t, 2)
+	a := make(answers, 16)
+	n.hold(2)
+	for seq := uint32(1); seq <= 3; seq++ {
+		n.link.Request(10, 0, seq, Request{Op: OpStats}, a.done)
+		n.link.Request(11, 0, seq, Request{Op: OpStats}, a.done)
+	}
+	n.link.Request(10, 1, 4, Request{Op: OpStats}, func(*Item) {}) // group 1, which the close does not name
+	n.link.Close(10, 0)
+	if p := n.link.Pending(); p != 4 {
+		t.Fatalf("%d calls pending after session 10 closed in group 0, want 4 (11's three, 10's in group 1)", p)
+	}
+	n.release(2)
+	for range 3 {
+		if it := a.next(t); it.Session != 11 {
+			t.Fatalf("an answer for session %d, whose calls were dropped", it.Session)
+		}
+	}
+}
+
 // TestLinkResend: the calls a leader never answered go again, in order,
 // to the group's next leader, which answers them.
 func TestLinkResend(t *testing.T) {
