@@ -7,7 +7,10 @@
 // commands stream. Beside it, the parts of a reserve whose watched tubes
 // live in several groups: its take (take.go, section 6.2), its wait
 // (wait.go, 6.3) and the two together with the timeout and DEADLINE_SOON
-// (reserve.go, 6.4), on the groups' store clients in this process; and
+// (reserve.go, 6.4), on the groups' store clients in this process, and
+// the same take and wait made of requests and events over the Link for a
+// remote session (cross.go: crossReserve, not yet wired to sessions);
+// the merge of stats and list-tubes across groups (fanout.go, 5.5); and
 // the codec of the commands stream's items (items.go, 5.9).
 //
 // # Sessions where the client connects (G = 1)

@@ -154,6 +154,13 @@ func (l *Link) Cancel(session uint64, group uint16, seq uint32, id uint64) {
 	l.post(group, Item{Kind: KindCancel, Group: group, Session: session, Wait: Wait{ID: id}})
 }
 
+// Decline gives back job, which group offered session's wait id after
+// the session stopped waiting (docs/design/shards.md 6.3): the group puts
+// it back as if never reserved.
+func (l *Link) Decline(session uint64, group uint16, wait, job uint64) {
+	l.post(group, Item{Kind: KindDecline, Group: group, Session: session, Decline: Decline{Wait: wait, Job: job}})
+}
+
 // Close tells group that session ended: its owner client there closes and
 // its jobs go back. Its pending calls of the group are dropped.
 func (l *Link) Close(session uint64, group uint16) {

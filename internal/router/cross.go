@@ -1,0 +1,232 @@
+package router
+
+import (
+	"sync"
+	"time"
+
+	"github.com/sproutmq/sprout/store"
+)
+
+// crossReserve is a remote session's reserve whose watched tubes live in
+// several groups (docs/design/shards.md 6.2, 6.3), over the Link: Take's
+// rounds (peek every group with OpBest, take from the best with OpTake
+// bounded by the others' best, again on Lost, unbounded after
+// maxBoundedRounds), and when nothing is ready a wait in every group (a
+// wait item each), the first offer winning, the others cancelled, an
+// offer that comes after the end declined, the timeout on this member's
+// timer. It is Take and Arbiter (take.go, wait.go) made of requests and
+// events rather than calls on store clients in this process.
+//
+// A group with no leader (5.7: its requests answered StatusNoLeader or
+// StatusUnknown) counts as empty. DEADLINE_SOON comes from a group whose
+// wait or reserve sees the session's job there near its TTR, as that
+// group's store says it (6.4's estimate across groups is not kept yet).
+//
+// Its callbacks run on the Link's goroutines; mu orders them. Requests go
+// in the order their sequences are given, under mu, so each group sees
+// the session's sequences rise (a Server takes one not above the last as
+// a resend).
+type crossReserve struct {
+	link    *Link                                                    // immutable
+	session uint64                                                   // immutable
+	nextSeq func() uint32                                            // immutable: the session's next sequence
+	parts   []crossPart                                              // immutable: the groups holding watched tubes
+	timeout time.Duration                                            // immutable: negative waits for ever
+	done    func(j *JobReply, group uint16, res store.ReserveResult) // immutable: called once
+
+	mu      sync.Mutex
+	started time.Time  // guarded by mu: the timeout counts from it
+	state   crossState // guarded by mu
+	round   int        // guarded by mu
+	bests   []Best     // guarded by mu: this round's peeks, by part
+	peeked  int        // guarded by mu: the peeks answered this round
+	waitID  uint64     // guarded by mu: the wait's id
+	waitSeq []uint32   // guarded by mu: each part's wait item's sequence
+	timer   *time.Timer
+}
+
+// crossPart is one group of a cross-group reserve and the session's
+// watched tubes that live there.
+type crossPart struct {
+	group uint16
+	tubes [][]byte
+}
+
+type crossState uint8
+
+const (
+	crossTaking  crossState = iota // peeking or taking
+	crossWaiting                   // waits sent, no end yet
+	crossDone                      // answered, or ended
+)
+
+// crossWaits numbers the waits of every cross-group reserve of this
+// process: unique per session is what a group needs.
+var crossWaits struct {
+	sync.Mutex
+	last uint64
+}
+
+// start begins the reserve: done is called once with its end, on the
+// Link's goroutine or the timer's (or never, if cancel ends it first).
+func (r *crossReserve) start() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.started = time.Now()
+	r.bests = make([]Best, len(r.parts))
+	r.peekLocked()
+}
+
+// peekLocked asks every group for its best ready job: a round.
+func (r *crossReserve) peekLocked() {
+	r.round++
+	r.peeked = 0
+	clear(r.bests)
+	for i, p := range r.parts {
+		r.link.Request(r.session, p.group, r.nextSeq(), Request{Op: OpBest, Tubes: p.tubes}, func(it *Item) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.state != crossTaking {
+				return
+			}
+			if it.Reply.Status == StatusOK {
+				r.bests[i] = it.Reply.Best
+			} // else no leader: the group counts as empty
+			if r.peeked++; r.peeked == len(r.parts) {
+				r.takeLocked()
+			}
+		})
+	}
+}
+
+// takeLocked takes from the group whose best is the most urgent, bounded
+// by the best of the others; with nothing ready, the reserve ends or
+// waits.
+func (r *crossReserve) takeLocked() {
+	at, othersOK := -1, false
+	var best, others store.Candidate
+	for i, b := range r.bests {
+		switch {
+		case !b.OK:
+		case at < 0:
+			at, best = i, b.Candidate
+		case b.Candidate.Before(best):
+			others, othersOK = best, true
+			at, best = i, b.Candidate
+		case !othersOK || b.Candidate.Before(others):
+			others, othersOK = b.Candidate, true
+		}
+	}
+	if at < 0 {
+		if r.timeout == 0 {
+			r.endLocked(nil, 0, store.TimedOut)
+			return
+		}
+		r.waitLocked()
+		return
+	}
+	bound := noBound
+	if othersOK && r.round <= maxBoundedRounds {
+		bound = others
+	}
+	p := r.parts[at]
+	r.link.Request(r.session, p.group, r.nextSeq(), Request{Op: OpTake, Tubes: p.tubes, Bound: bound}, func(it *Item) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.state != crossTaking {
+			return
+		}
+		if it.Reply.Status == StatusOK && it.Reply.Result == ResultJob {
+			j := it.Reply.Job
+			j.Body = append([]byte(nil), j.Body...) // the payload is gone once this returns
+			r.endLocked(&j, p.group, store.Reserved)
+			return
+		}
+		r.peekLocked() // Lost, emptied meanwhile, or no leader: look again
+	})
+}
+
+// waitLocked waits in every group, and starts the timer.
+func (r *crossReserve) waitLocked() {
+	r.state = crossWaiting
+	crossWaits.Lock()
+	crossWaits.last++
+	r.waitID = crossWaits.last
+	crossWaits.Unlock()
+	r.waitSeq = make([]uint32, len(r.parts))
+	for i, p := range r.parts {
+		r.waitSeq[i] = r.nextSeq()
+		r.link.Wait(r.session, p.group, r.waitSeq[i], Wait{ID: r.waitID, Tubes: p.tubes}, func(it *Item) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.eventLocked(i, it)
+		})
+	}
+	if r.timeout > 0 {
+		r.timer = time.AfterFunc(r.timeout-time.Since(r.started), func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.state == crossWaiting {
+				r.endLocked(nil, 0, store.TimedOut)
+			}
+		})
+	}
+}
+
+// eventLocked takes the event that ends part i's wait: an offer wins if
+// the reserve still waits, and is declined if not; DEADLINE_SOON ends it.
+func (r *crossReserve) eventLocked(i int, it *Item) {
+	p := r.parts[i]
+	r.waitSeq[i] = 0 // ended there: nothing to cancel
+	offer := it.Kind == KindEvent && it.Event.Type == EventOffer
+	switch {
+	case r.state != crossWaiting && offer:
+		r.link.Decline(r.session, p.group, r.waitID, it.Event.Job.ID)
+	case r.state != crossWaiting:
+	case offer:
+		j := it.Event.Job
+		j.Body = append([]byte(nil), j.Body...)
+		r.endLocked(&j, p.group, store.Reserved)
+	case it.Kind == KindEvent && it.Event.Type == EventDeadlineSoon:
+		r.endLocked(nil, 0, store.DeadlineSoon)
+	}
+	// A reply instead of an event: the wait could not be made there (no
+	// leader); the other groups and the timer end the reserve.
+}
+
+// endLocked ends the reserve with its answer: the waits still open are
+// cancelled (an offer already on its way is declined when it comes).
+func (r *crossReserve) endLocked(j *JobReply, group uint16, res store.ReserveResult) {
+	r.cancelLocked()
+	r.done(j, group, res)
+}
+
+// cancel ends the reserve without an answer, if it has not ended: the
+// session's half-close or close. It reports whether it did.
+func (r *crossReserve) cancel() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state == crossDone {
+		return false
+	}
+	r.cancelLocked()
+	return true
+}
+
+// cancelLocked marks the reserve done and cancels its open waits.
+func (r *crossReserve) cancelLocked() {
+	waiting := r.state == crossWaiting
+	r.state = crossDone
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	if !waiting {
+		return
+	}
+	for i, p := range r.parts {
+		if seq := r.waitSeq[i]; seq != 0 {
+			r.link.Cancel(r.session, p.group, seq, r.waitID)
+			r.waitSeq[i] = 0
+		}
+	}
+}

@@ -1,0 +1,198 @@
+package router
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/store"
+)
+
+// newCrossNet is a linkNet of groups groups, group g led by member g+2
+// with a store of its own.
+func newCrossNet(t *testing.T, groups int) *linkNet {
+	n := &linkNet{t: t, servers: map[uint64]*Server{}, stores: map[uint64]*store.Store{},
+		held: map[uint64][][]byte{}, cut: map[uint64]bool{}, pairs: map[[2]uint64]chan []byte{}}
+	n.link = NewLink(LinkConfig{
+		Leader: func(g uint16) (uint64, bool) { return uint64(g) + 2, int(g) < groups },
+		Send:   func(to uint64, payload []byte) bool { return n.queue(1, to, payload) },
+	})
+	for g := range uint16(groups) {
+		m := uint64(g) + 2
+		st := store.New(store.Options{})
+		t.Cleanup(st.Close)
+		n.stores[m] = st
+		n.servers[m] = NewServer(ServerConfig{
+			Group: func(group uint16) *store.Store {
+				if group == g {
+					return st
+				}
+				return nil
+			},
+			MaxJobSize: 1 << 16,
+			Send:       func(to uint64, payload []byte) bool { return n.queue(m, to, payload) },
+		})
+		t.Cleanup(n.servers[m].Close)
+	}
+	return n
+}
+
+// crossEnd is a cross-group reserve's end.
+type crossEnd struct {
+	job   *JobReply
+	group uint16
+	res   store.ReserveResult
+}
+
+// reserveAcross starts session 7's reserve over groups 0 (tube "a") and
+// 1 (tube "b") and returns where its end comes, and the reserve.
+func reserveAcross(n *linkNet, seq *atomic.Uint32, timeout time.Duration) (<-chan crossEnd, *crossReserve) {
+	ends := make(chan crossEnd, 2)
+	r := &crossReserve{link: n.link, session: 7, nextSeq: func() uint32 { return seq.Add(1) }, timeout: timeout,
+		parts: []crossPart{{group: 0, tubes: [][]byte{[]byte("a")}}, {group: 1, tubes: [][]byte{[]byte("b")}}},
+		done:  func(j *JobReply, g uint16, res store.ReserveResult) { ends <- crossEnd{j, g, res} }}
+	r.start()
+	return ends, r
+}
+
+func (n *linkNet) put(t *testing.T, member uint64, tube string, pri uint32) uint64 {
+	t.Helper()
+	st := n.stores[member]
+	c := st.NewClient(nil)
+	defer c.Close()
+	c.Use([]byte(tube))
+	id := st.NextID()
+	if _, err := c.Put(id, pri, 0, 60, []byte("j\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func nextEnd(t *testing.T, ends <-chan crossEnd) crossEnd {
+	t.Helper()
+	select {
+	case e := <-ends:
+		return e
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reserve did not end")
+	}
+	return crossEnd{}
+}
+
+// TestCrossReserveTakes: the most urgent job ready in either group, in
+// turn; TIMED_OUT at once with nothing ready and a timeout of 0.
+func TestCrossReserveTakes(t *testing.T) {
+	n := newCrossNet(t, 2)
+	var seq atomic.Uint32
+	n.put(t, 2, "a", 5)
+	urgent := n.put(t, 2, "a", 1)
+	n.put(t, 3, "b", 3)
+	for _, want := range []struct {
+		group uint16
+		pri   uint32
+	}{{0, 1}, {1, 3}, {0, 5}} {
+		ends, _ := reserveAcross(n, &seq, 0)
+		e := nextEnd(t, ends)
+		if e.res != store.Reserved || e.group != want.group {
+			t.Fatalf("reserved %+v from group %d (%v), want pri %d from group %d", e.job, e.group, e.res, want.pri, want.group)
+		}
+		if want.pri == 1 && e.job.ID != urgent {
+			t.Fatalf("reserved job %d, want the most urgent, %d", e.job.ID, urgent)
+		}
+	}
+	ends, _ := reserveAcross(n, &seq, 0)
+	if e := nextEnd(t, ends); e.res != store.TimedOut {
+		t.Fatalf("with nothing ready: %v", e.res)
+	}
+}
+
+// TestCrossReserveLost: a take whose group's best went to another client
+// after its peek is Lost, and the reserve looks again.
+func TestCrossReserveLost(t *testing.T) {
+	n := newCrossNet(t, 2)
+	var seq atomic.Uint32
+	n.put(t, 2, "a", 1)
+	n.put(t, 2, "a", 5)
+	other := n.put(t, 3, "b", 3)
+	n.hold(2) // group 0's peek answer waits
+	ends, _ := reserveAcross(n, &seq, 0)
+	testproc.WaitFor(t, 5*time.Second, "group 0's peek answered", func() bool { return n.heldCount(2) > 0 })
+	c := n.stores[2].NewClient(nil) // another worker takes group 0's pri 1 meanwhile
+	c.Watch([]byte("a"))
+	if _, res := c.Reserve(0); res != store.Reserved {
+		t.Fatalf("the other worker's reserve: %v", res)
+	}
+	n.release(2)
+	e := nextEnd(t, ends)
+	if e.res != store.Reserved || e.group != 1 || e.job.ID != other {
+		t.Fatalf("reserved %+v from group %d (%v), want job %d of group 1: group 0's 5 loses to it", e.job, e.group, e.res, other)
+	}
+	c.Close()
+}
+
+// TestCrossReserveWaits: with nothing ready the reserve waits in both
+// groups, a job put into either ends it, and the other group's wait is
+// cancelled; a second offer on its way is declined, its job ready again.
+func TestCrossReserveWaits(t *testing.T) {
+	n := newCrossNet(t, 2)
+	var seq atomic.Uint32
+	ends, _ := reserveAcross(n, &seq, -1)
+	waiting := func(m uint64) bool { return n.stores[m].Stats().Waiting == 1 }
+	testproc.WaitFor(t, 5*time.Second, "a wait in each group", func() bool { return waiting(2) && waiting(3) })
+	n.hold(3) // group 1's offer waits
+	n.put(t, 3, "b", 2)
+	testproc.WaitFor(t, 5*time.Second, "group 1's offer made", func() bool { return n.heldCount(3) > 0 })
+	id := n.put(t, 2, "a", 9)
+	e := nextEnd(t, ends)
+	if e.res != store.Reserved || e.group != 0 || e.job.ID != id {
+		t.Fatalf("reserved %+v from group %d (%v), want group 0's job %d", e.job, e.group, e.res, id)
+	}
+	n.release(3) // the offer comes late: declined
+	testproc.WaitFor(t, 5*time.Second, "group 1's job ready again", func() bool {
+		ts, _ := n.stores[3].TubeStats([]byte("b"))
+		return ts.Ready == 1 && ts.Reserved == 0
+	})
+	if s := n.stores[2].Stats(); s.Reserved != 1 || s.Waiting != 0 {
+		t.Errorf("group 0: %d reserved, %d waiting; want the session's job, no wait", s.Reserved, s.Waiting)
+	}
+	select {
+	case e := <-ends:
+		t.Errorf("a second end: %+v", e)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// TestCrossReserveTimeout: the session's timer ends a wait with
+// TIMED_OUT, at its timeout from the reserve's start, and the groups'
+// waits are cancelled; cancel ends a wait without an answer.
+func TestCrossReserveTimeout(t *testing.T) {
+	n := newCrossNet(t, 2)
+	var seq atomic.Uint32
+	start := time.Now()
+	ends, _ := reserveAcross(n, &seq, 200*time.Millisecond)
+	e := nextEnd(t, ends)
+	if e.res != store.TimedOut || time.Since(start) < 200*time.Millisecond {
+		t.Fatalf("%v after %v, want TIMED_OUT after 200ms", e.res, time.Since(start))
+	}
+	noWaits := func() bool { return n.stores[2].Stats().Waiting == 0 && n.stores[3].Stats().Waiting == 0 }
+	testproc.WaitFor(t, 5*time.Second, "the waits cancelled", noWaits)
+
+	ends, r := reserveAcross(n, &seq, -1)
+	testproc.WaitFor(t, 5*time.Second, "a wait in each group", func() bool {
+		return n.stores[2].Stats().Waiting == 1 && n.stores[3].Stats().Waiting == 1
+	})
+	if !r.cancel() {
+		t.Fatal("cancel of a waiting reserve: false")
+	}
+	testproc.WaitFor(t, 5*time.Second, "the waits cancelled", noWaits)
+	n.put(t, 2, "a", 1)
+	select {
+	case e := <-ends:
+		t.Fatalf("a cancelled reserve ended: %+v", e)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if r.cancel() {
+		t.Error("a second cancel: true")
+	}
+}
