@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -111,4 +112,27 @@ func TestPipelineBound(t *testing.T) {
 	if most != engine.MaxPipelined {
 		t.Errorf("%d answers were pending at once, want %d", most, engine.MaxPipelined)
 	}
+}
+
+// A client that pipelines puts and then shuts down its writing side
+// hears every INSERTED, in order, once their answers come, and then the
+// connection closes.
+func TestHalfCloseWhilePipelined(t *testing.T) {
+	fs, addr := startPipelined(t, changes)
+	c := dialRaw(t, "tcp", addr)
+	c.send("put 0 0 60 1\r\na\r\nput 0 0 60 1\r\nb\r\nput 0 0 60 1\r\nc\r\nlist-tube-used\r\n")
+	var pending []func()
+	for range 3 {
+		pending = append(pending, fs.next(t))
+	}
+	if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	for _, deliver := range pending {
+		deliver()
+	}
+	for _, want := range []string{"INSERTED 1\r\n", "INSERTED 2\r\n", "INSERTED 3\r\n", "USING default\r\n"} {
+		c.expect(want)
+	}
+	c.expectEOF()
 }
