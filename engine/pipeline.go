@@ -83,7 +83,9 @@ func (r *remote) drain(context.Context) error {
 	batch := r.arrived
 	r.arrived, r.scheduled = r.spare[:0], false
 	r.mu.Unlock()
-	if ss := r.ss; !ss.closed {
+	// A session on its way out after an answer that could not be given
+	// (endLost) sends nothing more: its close is under way.
+	if ss := r.ss; !ss.closed && ss.end < endFenced {
 		ss.loop.beginReading()
 		out := &ss.loop.batch // empty: the answers come outside serve
 		for i := range batch {
@@ -93,6 +95,11 @@ func (r *remote) drain(context.Context) error {
 			}
 			ss.awaiting = codec.OpNone
 			ss.answer(op, &batch[i], out)
+			if ss.end >= endFenced {
+				// FailedLost: no reply may follow one that could not be
+				// given, or the client would take it for that one's.
+				break
+			}
 			r.next(out)
 		}
 		if ss.mustHold() {

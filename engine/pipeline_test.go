@@ -136,3 +136,50 @@ func TestHalfCloseWhilePipelined(t *testing.T) {
 	}
 	c.expectEOF()
 }
+
+// scriptedQueue pipelines puts and leaves their answers to the test.
+type scriptedQueue struct {
+	*fakeQueue
+	answers engine.Answers
+	puts    chan struct{}
+}
+
+func (q *scriptedQueue) Pipelines(op codec.Op) bool { return changes[op] }
+
+func (q *scriptedQueue) Put(uint64, uint32, uint32, uint32, []byte, *engine.Answer) bool {
+	q.puts <- struct{}{}
+	return false
+}
+
+// An answer that cannot be given (FailedLost: a lost leader may have run
+// the put) closes the connection with no reply after it, not even those
+// of the puts pipelined behind it: the client would take the next for
+// its. The answers race the loop's task (in one batch or several), so
+// the scenario runs a number of times.
+func TestLostAnswerEndsPipeline(t *testing.T) {
+	st := store.New(store.Options{})
+	fs := newFakeQueues(st, pendAll)
+	queues := make(chan *scriptedQueue, 1)
+	_, _, addr := startServerOn(t, engine.Config{Queues: func(a engine.Answers) engine.Queue {
+		q := &scriptedQueue{fakeQueue: fs.make(a).(*fakeQueue), answers: a, puts: make(chan struct{}, 8)}
+		queues <- q
+		return q
+	}}, st)
+	for range 20 {
+		c := dialRaw(t, "tcp", addr)
+		q := <-queues
+		c.send("put 0 0 60 1\r\na\r\nput 0 0 60 1\r\nb\r\nput 0 0 60 1\r\nc\r\n")
+		for range 3 {
+			select {
+			case <-q.puts:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the puts were not all in flight")
+			}
+		}
+		q.answers.Answered(engine.Answer{N: 1})
+		q.answers.Answered(engine.Answer{Failed: engine.FailedLost})
+		q.answers.Answered(engine.Answer{N: 3})
+		c.expect("INSERTED 1\r\n")
+		c.expectEOF()
+	}
+}
