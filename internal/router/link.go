@@ -194,8 +194,22 @@ func (l *Link) start(it Item, done func(*Item)) {
 
 // postCall sends c to its group's leader, noting whether it was taken:
 // sent first, so that a refusal answered before post returns is kept.
+// While an older call of its session in the group is not taken, c waits
+// too, and goes after it: a leader runs a session's requests in the
+// order they come, and takes one below the last it ran for a resend.
 func (l *Link) postCall(c *call) {
 	l.mu.Lock()
+	for _, older := range l.sessions[sessionKey{c.key.session, c.key.group}] {
+		if older == c {
+			break
+		}
+		if !older.sent {
+			c.sent = false // for Retry, after it
+			l.unsent[c.key.group] = true
+			l.mu.Unlock()
+			return
+		}
+	}
 	c.sent = true
 	c.taken++
 	l.mu.Unlock()

@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -175,6 +176,42 @@ func TestLinkClose(t *testing.T) {
 		if it := a.next(t); it.Session != 11 {
 			t.Fatalf("an answer for session %d, whose calls were dropped", it.Session)
 		}
+	}
+}
+
+// TestLinkKeepsOrder: a session's call that could not be sent holds the
+// calls made after it, which go after it once it goes: a leader takes a
+// sequence below the last it ran for a resend.
+func TestLinkKeepsOrder(t *testing.T) {
+	var mu sync.Mutex
+	var refuse bool
+	var sent []uint32
+	l := NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) { return 2, true },
+		Send: func(_ uint64, payload []byte) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			if refuse {
+				return false
+			}
+			_ = Each(payload, 1<<16, func(it *Item) { sent = append(sent, it.Seq) })
+			return true
+		},
+	})
+	mu.Lock()
+	refuse = true
+	mu.Unlock()
+	l.Request(10, 0, 1, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("big\r\n")}, func(*Item) {})
+	mu.Lock()
+	refuse = false
+	mu.Unlock()
+	l.Request(10, 0, 2, Request{Op: OpDelete, ID: 5}, func(*Item) {})
+	l.Request(11, 0, 1, Request{Op: OpDelete, ID: 6}, func(*Item) {}) // another session goes on
+	l.Retry(0)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []uint32{1, 1, 2}; !slices.Equal(sent, want) {
+		t.Errorf("sent sequences %v, want %v: session 10's 2 after its 1, session 11's at once", sent, want)
 	}
 }
 

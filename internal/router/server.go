@@ -140,12 +140,15 @@ type owner struct {
 	// first ones whose position is acknowledged go (flushLocked).
 	replies []heldReply
 	closed  bool
-	// seen is the sequence of the last request or wait taken; kept, the
+	// seen is the highest sequence of a request or wait taken; kept, the
 	// answers sent since the session last had every answer before a
 	// request (one that is not Pipelined says so), for requests sent
 	// again: a payload of its own each, buffers reused.
 	seen uint32
 	kept keptAnswers
+	// barrier is the sequence of the last request that did not pipeline:
+	// the session had every answer before it.
+	barrier uint32
 }
 
 // keptAnswers are an owner's last answers, in the order sent, at most
@@ -357,23 +360,36 @@ func (s *Server) request(key ownerKey, it *Item) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	var kept []byte
 	if it.Seq <= o.seen {
+		kept = o.kept.find(it.Seq)
+	}
+	switch {
+	case it.Seq > o.seen:
+		o.seen = it.Seq
+	case kept != nil:
 		// Sent again (the member's stream to here was broken and opened
 		// again): never run twice. Its answer goes again, in case it was
-		// lost; one no longer kept was read, or the member would not have
-		// sent what came after it, but for a burn, whose answer nothing
-		// waits for.
-		switch kept := o.kept.find(it.Seq); {
-		case kept != nil:
-			o.srv.out.add(o.key.member, kept)
-		case it.Kind == KindRequest && it.Request.Op == OpBurn:
+		// lost.
+		o.srv.out.add(o.key.member, kept)
+		return
+	case it.Seq <= o.barrier:
+		// Sent again, its answer read: the member sent the request
+		// after it only once it had every answer before. But a burn,
+		// whose answer nothing waits for, is answered.
+		if it.Kind == KindRequest && it.Request.Op == OpBurn {
 			o.srv.send(o.key.member, reply(o.key, it.Seq, Reply{Status: StatusOK, Result: ResultNone}))
 		}
 		return
+	default:
+		// A pipelined request that comes after one sent later (it was
+		// refused while this member was not serving yet, and the later
+		// one was not): run now. Had it run, its answer would be kept,
+		// and a change runs once by its key whatever comes (5.6).
 	}
-	o.seen = it.Seq
 	if it.Kind != KindRequest || !Pipelined(it.Request.Op) {
 		o.kept.reset() // the session had every answer before this
+		o.barrier = it.Seq
 	}
 	o.st.RaiseStamp(it.Request.Stamp) // a tube it makes is stamped above what its member saw
 	if o.waiting != 0 {

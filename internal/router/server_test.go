@@ -509,6 +509,36 @@ func TestServerForget(t *testing.T) {
 	}
 }
 
+// TestServerLateRequest: a pipelined request that comes after one sent
+// later (refused while the leader was not serving yet) is run and
+// answered, not taken for a resend.
+func TestServerLateRequest(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	put := func(seq uint32) Item {
+		return req(0, 1, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("j\r\n")})
+	}
+	r.send(put(2))
+	if it := r.next(); it.Seq != 2 || it.Reply.Status != StatusOK {
+		t.Fatalf("%+v", it)
+	}
+	r.send(put(1))
+	if it := r.next(); it.Seq != 1 || it.Reply.Status != StatusOK {
+		t.Fatalf("the late request: %+v", it)
+	}
+	if s := st.Stats(); s.TotalJobs != 2 {
+		t.Fatalf("%d jobs, want both puts run", s.TotalJobs)
+	}
+	r.send(put(1)) // now a resend: its answer again, not a third job
+	if it := r.next(); it.Seq != 1 || it.Reply.Status != StatusOK {
+		t.Fatalf("%+v", it)
+	}
+	if s := st.Stats(); s.TotalJobs != 2 {
+		t.Fatalf("%d jobs after a resend", s.TotalJobs)
+	}
+}
+
 // TestServerFenced: while the leadership is not confirmed (Leased false)
 // no job is handed out: the reserve is answered StatusNotLeader, for the
 // member to ask the next leader; other replies go as usual.
