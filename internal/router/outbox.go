@@ -24,6 +24,9 @@ type outbox struct {
 
 	mu      sync.Mutex
 	members []outPayload // guarded by mu: each member's payload being built, reused
+	// refused: a member's stream did not take its payload (a full
+	// queue), which stays to go first at a later flush. Guarded by mu.
+	refused bool
 }
 
 // outPayload is the payload an outbox builds for one member.
@@ -42,8 +45,7 @@ func (x *outbox) add(to uint64, payload []byte) {
 	defer x.mu.Unlock()
 	p := x.memberLocked(to)
 	if len(p.b) > 4 && len(p.b)+len(payload)-4 > outboxPayload {
-		x.send(p.to, p.b)
-		p.b = p.b[:0]
+		x.sendLocked(p)
 	}
 	if len(p.b) == 0 {
 		p.b = append(p.b, payload...)
@@ -60,8 +62,7 @@ func (x *outbox) addItem(to uint64, it *Item) {
 	defer x.mu.Unlock()
 	p := x.memberLocked(to)
 	if len(p.b) > outboxPayload {
-		x.send(p.to, p.b)
-		p.b = p.b[:0]
+		x.sendLocked(p)
 	}
 	if b, err := AppendItem(p.b, it); err == nil {
 		p.b = b
@@ -79,22 +80,31 @@ func (x *outbox) memberLocked(to uint64) *outPayload {
 	return &x.members[len(x.members)-1]
 }
 
-// flush sends what was added, one payload per member. A payload the
-// member's stream refuses is lost, as one sent alone would be: the member
-// resends what it has no answer for.
-func (x *outbox) flush() {
+// flush sends what was added, one payload per member, and reports
+// whether a member's stream refused its payload (a full queue): that one
+// stays, to go first at the next flush (the member has no other way to
+// learn that its requests were answered).
+func (x *outbox) flush() (refused bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.refused = false
 	for i := range x.members {
-		p := &x.members[i]
-		if len(p.b) > 4 {
-			x.send(p.to, p.b)
-		}
-		if cap(p.b) > 4*outboxPayload {
-			p.b = nil // a large body's: not kept
-		}
-		p.b = p.b[:0]
+		x.sendLocked(&x.members[i])
 	}
+	return x.refused
+}
+
+// sendLocked sends p's payload, if it holds any, and empties it, unless
+// the member's stream refuses it.
+func (x *outbox) sendLocked(p *outPayload) {
+	if len(p.b) > 4 && !x.send(p.to, p.b) {
+		x.refused = true
+		return
+	}
+	if cap(p.b) > 4*outboxPayload {
+		p.b = nil // a large body's: not kept
+	}
+	p.b = p.b[:0]
 }
 
 // ackFlusher sends the held replies of one group's owners once the

@@ -204,8 +204,12 @@ func (r *Router) StreamUp(to uint64) {
 	}
 }
 
-// Room is called when a full queue to a member drained.
-func (r *Router) Room() { r.link.Retry(0) }
+// Room is called when a full queue to a member drained: the calls and
+// the replies it refused go.
+func (r *Router) Room() {
+	r.link.Retry(0)
+	r.server.Flush()
+}
 
 // Detach is called before this member's store of group 0 is rebuilt (it
 // lost the leadership it served, and Serving says nil already): the

@@ -87,12 +87,15 @@ func (s *Server) run() {
 	defer close(s.done)
 	var fired, spare []*ackFlusher
 	var owners []*owner
+	var retry <-chan time.Time // while a member's stream refuses its replies
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-s.wake:
+		case <-retry:
 		}
+		retry = nil
 		s.mu.Lock()
 		fired = spare[:0]
 		for _, f := range s.flushers {
@@ -104,11 +107,17 @@ func (s *Server) run() {
 		for _, f := range fired {
 			owners = f.flush(owners)
 		}
-		s.out.flush()
+		if s.out.flush() {
+			retry = time.After(outboxRetry)
+		}
 		clear(fired)
 		spare = fired
 	}
 }
+
+// outboxRetry is how soon replies a member's stream refused (a full
+// queue) are offered again, if nothing else flushes them first.
+const outboxRetry = 10 * time.Millisecond
 
 // ownerKey names an owner client: a member's session in a group.
 type ownerKey struct {
@@ -223,8 +232,16 @@ func (s *Server) Handle(from uint64, payload []byte) error {
 	return Each(payload, s.cfg.MaxJobSize, func(it *Item) { s.handle(from, it) })
 }
 
-// Flush sends what handle answered, one payload per member.
-func (s *Server) Flush() { s.out.flush() }
+// Flush sends what handle answered, one payload per member. What a
+// member's stream refuses goes again from the Server's loop.
+func (s *Server) Flush() {
+	if s.out.flush() {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
 
 // handle executes one item from member from; those not for a leader
 // (replies, events) are ignored. What it answers waits for Flush.

@@ -539,6 +539,47 @@ func TestServerLateRequest(t *testing.T) {
 	}
 }
 
+// TestServerRetriesRefused: replies the member's stream refuses (a full
+// queue) go again, in order, rather than being lost: the member has no
+// other way to learn of them.
+func TestServerRetriesRefused(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	var refusals atomic.Int32
+	refusals.Store(3)
+	got := make(chan Item, 16)
+	srv := NewServer(ServerConfig{
+		Group:      func(uint16) *store.Store { return st },
+		MaxJobSize: 1 << 16,
+		Send: func(_ uint64, payload []byte) bool {
+			if refusals.Add(-1) >= 0 {
+				return false
+			}
+			_ = Each(payload, 1<<16, func(it *Item) { got <- copyReply(*it) })
+			return true
+		},
+	})
+	defer srv.Close()
+	var payload []byte
+	for seq := uint32(1); seq <= 3; seq++ {
+		it := req(0, 1, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("j\r\n")})
+		payload, _ = AppendItem(payload, &it)
+	}
+	if err := srv.Handle(7, payload); err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint32(1); seq <= 3; seq++ {
+		select {
+		case it := <-got:
+			if it.Seq != seq || it.Reply.Status != StatusOK {
+				t.Fatalf("reply %+v, want %d's", it, seq)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("reply %d never came after its stream refused it", seq)
+		}
+	}
+}
+
 // TestServerFenced: while the leadership is not confirmed (Leased false)
 // no job is handed out: the reserve is answered StatusNotLeader, for the
 // member to ask the next leader; other replies go as usual.
