@@ -133,10 +133,14 @@ func (r *crossReserve) takeLocked() {
 	r.link.Request(r.session, p.group, r.nextSeq(), Request{Op: OpTake, Tubes: p.tubes, Bound: bound}, func(it *Item) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		took := it.Reply.Status == StatusOK && it.Reply.Result == ResultJob
 		if r.state != crossTaking {
+			if took { // cancelled meanwhile: the job goes back, as a late offer
+				r.link.Decline(r.session, p.group, 0, it.Reply.Job.ID)
+			}
 			return
 		}
-		if it.Reply.Status == StatusOK && it.Reply.Result == ResultJob {
+		if took {
 			j := it.Reply.Job
 			j.Body = append([]byte(nil), j.Body...) // the payload is gone once this returns
 			r.endLocked(&j, p.group, store.Reserved)

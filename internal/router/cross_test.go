@@ -196,3 +196,29 @@ func TestCrossReserveTimeout(t *testing.T) {
 		t.Error("a second cancel: true")
 	}
 }
+
+// TestCrossReserveCancelledTake: a take answered after the reserve was
+// cancelled gives its job back: the session never holds a job it did
+// not get a reply for (6.5).
+func TestCrossReserveCancelledTake(t *testing.T) {
+	n := newCrossNet(t, 2)
+	var seq atomic.Uint32
+	n.put(t, 2, "a", 1)
+	n.hold(2) // group 0's answers wait: its peek, then its take
+	_, r := reserveAcross(n, &seq, 0)
+	testproc.WaitFor(t, 5*time.Second, "group 0's peek answered", func() bool { return n.heldCount(2) > 0 })
+	n.release(2)
+	n.hold(2)
+	testproc.WaitFor(t, 5*time.Second, "group 0's take answered", func() bool { return n.heldCount(2) > 0 })
+	if ts, _ := n.stores[2].TubeStats([]byte("a")); ts.Reserved != 1 {
+		t.Fatalf("the take reserved %d jobs, want 1", ts.Reserved)
+	}
+	if !r.cancel() {
+		t.Fatal("cancel while taking: false")
+	}
+	n.release(2)
+	testproc.WaitFor(t, 5*time.Second, "the taken job ready again", func() bool {
+		ts, _ := n.stores[2].TubeStats([]byte("a"))
+		return ts.Ready == 1 && ts.Reserved == 0
+	})
+}
