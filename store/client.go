@@ -143,6 +143,27 @@ func (c *Client) Use(name []byte) {
 	c.s.releaseTube(old)
 }
 
+// Settle puts c back as a new client is: using and watching the default
+// tube alone, letting go of every other (a router's owner client between
+// requests: the session's own references keep the tubes it uses and
+// watches, and the owner must keep no other alive).
+func (c *Client) Settle() {
+	c.Use([]byte(DefaultTube))
+	if len(c.watch) == 1 && c.watch[0] == c.s.defaultT {
+		return
+	}
+	c.Watch([]byte(DefaultTube))
+	var others []string
+	for _, t := range c.watch {
+		if t != c.s.defaultT {
+			others = append(others, t.name)
+		}
+	}
+	for _, name := range others {
+		c.Ignore([]byte(name))
+	}
+}
+
 // Watch adds a tube to the watch list and returns the list's length.
 func (c *Client) Watch(name []byte) int {
 	if c.watchIndex(name) >= 0 {

@@ -475,6 +475,7 @@ func (s *Server) cancel(key ownerKey, id uint64) {
 	o.mu.Lock()
 	if o.waitID == id && o.waiting != 0 && o.client.CancelWait() {
 		o.waiting, o.waitID = 0, 0
+		o.client.Settle()
 		o.runBacklogLocked()
 	}
 	o.mu.Unlock()
@@ -542,6 +543,7 @@ func (o *owner) runLocked(it *Item) {
 			return
 		}
 		o.holdLocked(event(o.key, it.Seq, it.Wait.ID, j, res), o.client.PendingAck())
+		o.client.Settle()
 		return
 	}
 	r, blocked := o.execute(&it.Request)
@@ -551,6 +553,10 @@ func (o *owner) runLocked(it *Item) {
 	}
 	r.Stamp = o.st.LatestStamp()
 	o.holdLocked(reply(o.key, it.Seq, r), o.client.PendingAck())
+	// The tubes the request used and watched stay while the session's
+	// references say so, not longer: beanstalkd frees a tube no client
+	// uses or watches (a pause-tube of it is then NOT_FOUND).
+	o.client.Settle()
 }
 
 // event is the event that ends wait id (sequence seq): j offered, or
@@ -821,6 +827,7 @@ func (o *owner) endWait(j *store.Job, res store.ReserveResult) {
 		o.holdLocked(reply(o.key, o.waiting, emptyReply(res)), o.client.PendingAck())
 	}
 	o.waiting, o.waitID = 0, 0
+	o.client.Settle()
 	o.runBacklogLocked()
 }
 
