@@ -85,32 +85,25 @@ func (r *remote) drain(context.Context) error {
 	r.mu.Unlock()
 	// A session on its way out after an answer that could not be given
 	// (endLost) sends nothing more: its close is under way.
-	if ss := r.ss; !ss.closed && ss.end < endFenced {
-		ss.loop.beginReading()
-		out := &ss.loop.batch // empty: the answers come outside serve
-		for i := range batch {
-			op := ss.awaiting
-			if op == codec.OpNone {
-				break // more answers than commands pending: a queue's bug
+	if ss := r.ss; ss.end < endFenced {
+		op := ss.awaiting
+		ss.answerOnLoop(func(out *replies) {
+			for i := range batch {
+				if op == codec.OpNone {
+					break // more answers than commands pending: a queue's bug
+				}
+				ss.answer(op, &batch[i], out)
+				if ss.end >= endFenced {
+					// FailedLost: no reply may follow one that could not
+					// be given, or the client would take it for that one's.
+					op = codec.OpNone
+					break
+				}
+				r.next(out) // the next in flight becomes the awaited one
+				op, ss.awaiting = ss.awaiting, codec.OpNone
 			}
-			ss.awaiting = codec.OpNone
-			ss.answer(op, &batch[i], out)
-			if ss.end >= endFenced {
-				// FailedLost: no reply may follow one that could not be
-				// given, or the client would take it for that one's.
-				break
-			}
-			r.next(out)
-		}
-		if ss.mustHold() {
-			ss.hold(out, 0)
-		} else {
-			ss.send(out, len(out.buf))
-		}
-		if ss.serve() == gnet.Close {
-			_ = ss.conn.Close()
-		}
-		ss.loop.endReading()
+			ss.awaiting = op
+		})
 	}
 	clear(batch)
 	r.spare = batch

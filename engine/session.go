@@ -400,31 +400,39 @@ func (ss *session) WaitEnded(r store.ReserveResult) {
 // which put a reserved job back.
 func (ss *session) onLoop(reply func(*replies)) {
 	_ = ss.conn.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-		if ss.closed {
-			return nil
-		}
-		ss.loop.beginReading()
-		defer ss.loop.endReading()
-		ss.endWait(reply)
-		if ss.serve() == gnet.Close {
-			_ = ss.conn.Close()
-		}
+		ss.answerOnLoop(reply)
 		return nil
 	}))
 }
 
+// answerOnLoop is the loop's part of onLoop, and of a Queue's answers
+// (remote.drain): the wait ends with reply, then the input that queued up
+// behind it is served. Nothing happens once the connection has closed.
+func (ss *session) answerOnLoop(reply func(*replies)) {
+	if ss.closed {
+		return
+	}
+	ss.loop.beginReading()
+	defer ss.loop.endReading()
+	ss.endWait(reply)
+	if ss.serve() == gnet.Close {
+		_ = ss.conn.Close()
+	}
+}
+
 // endWait answers the command that was pending with reply, behind any
-// replies held for the log. The loop's batch is empty here: the wait ends
-// outside serve.
+// replies held for the log: the session awaits nothing when reply runs
+// (a reply that makes another command the awaited one sets it). The
+// loop's batch is empty here: the wait ends outside serve.
 func (ss *session) endWait(reply func(*replies)) {
 	out := &ss.loop.batch
+	ss.awaiting = codec.OpNone
 	reply(out)
 	if ss.mustHold() {
 		ss.hold(out, 0)
 	} else {
 		ss.send(out, len(out.buf))
 	}
-	ss.awaiting = codec.OpNone
 }
 
 // queue is the session's Queue: its own store client, unless the server
