@@ -165,9 +165,11 @@ func (l *Link) Decline(session uint64, group uint16, wait, job uint64) {
 // its jobs go back. Its pending calls of the group are dropped.
 func (l *Link) Close(session uint64, group uint16) {
 	l.mu.Lock()
-	for _, c := range slices.Clone(l.sessions[sessionKey{session, group}]) {
-		l.dropLocked(c)
+	sk := sessionKey{session, group}
+	for _, c := range l.sessions[sk] {
+		delete(l.pending, c.key)
 	}
+	delete(l.sessions, sk)
 	l.mu.Unlock()
 	l.post(group, Item{Kind: KindClose, Group: group, Session: session})
 }

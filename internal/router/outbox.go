@@ -127,10 +127,7 @@ func newAckFlusher(acks store.AckSource, wake chan<- struct{}) *ackFlusher {
 	f := &ackFlusher{acks: acks}
 	f.fire = func() {
 		f.fired.Store(true)
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
+		wakeUp(wake)
 	}
 	return f
 }

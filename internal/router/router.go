@@ -409,8 +409,14 @@ func (l *selfLoop) push(payload []byte) {
 	l.mu.Lock()
 	l.queue = append(l.queue, append([]byte(nil), payload...))
 	l.mu.Unlock()
+	wakeUp(l.wake)
+}
+
+// wakeUp signals a goroutine waiting on wake, a channel of one, without
+// blocking: a signal already pending covers this one.
+func wakeUp(wake chan<- struct{}) {
 	select {
-	case l.wake <- struct{}{}:
+	case wake <- struct{}{}:
 	default:
 	}
 }

@@ -236,10 +236,7 @@ func (s *Server) Handle(from uint64, payload []byte) error {
 // member's stream refuses goes again from the Server's loop.
 func (s *Server) Flush() {
 	if s.out.flush() {
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
+		wakeUp(s.wake)
 	}
 }
 
