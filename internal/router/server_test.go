@@ -86,6 +86,11 @@ func req(group uint16, session uint64, seq uint32, rq Request) Item {
 	return Item{Kind: KindRequest, Group: group, Session: session, Seq: seq, Request: rq}
 }
 
+// put is session 1's put of sequence seq into tube t of group 0.
+func put(seq uint32) Item {
+	return req(0, 1, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("j\r\n")})
+}
+
 // TestServerRequests: each op runs on the session's own client in the
 // group's store and is answered as that store answers it; a group this
 // member does not serve answers StatusNotLeader.
@@ -440,9 +445,6 @@ func TestServerResentPipelined(t *testing.T) {
 	st := store.New(store.Options{})
 	defer st.Close()
 	r := newServerRig(t, map[uint16]*store.Store{0: st})
-	put := func(seq uint32) Item {
-		return req(0, 1, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("j\r\n")})
-	}
 	var first []Item
 	for seq := uint32(1); seq <= 5; seq++ {
 		first = append(first, put(seq))
@@ -519,9 +521,6 @@ func TestServerLateRequest(t *testing.T) {
 	st := store.New(store.Options{})
 	defer st.Close()
 	r := newServerRig(t, map[uint16]*store.Store{0: st})
-	put := func(seq uint32) Item {
-		return req(0, 1, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("j\r\n")})
-	}
 	r.send(put(2))
 	if it := r.next(); it.Seq != 2 || it.Reply.Status != StatusOK {
 		t.Fatalf("%+v", it)
@@ -565,7 +564,7 @@ func TestServerRetriesRefused(t *testing.T) {
 	defer srv.Close()
 	var payload []byte
 	for seq := uint32(1); seq <= 3; seq++ {
-		it := req(0, 1, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("j\r\n")})
+		it := put(seq)
 		payload, _ = AppendItem(payload, &it)
 	}
 	if err := srv.Handle(7, payload); err != nil {
