@@ -103,20 +103,7 @@ func (r *crossReserve) peekLocked() {
 // by the best of the others; with nothing ready, the reserve ends or
 // waits.
 func (r *crossReserve) takeLocked() {
-	at, othersOK := -1, false
-	var best, others store.Candidate
-	for i, b := range r.bests {
-		switch {
-		case !b.OK:
-		case at < 0:
-			at, best = i, b.Candidate
-		case b.Candidate.Before(best):
-			others, othersOK = best, true
-			at, best = i, b.Candidate
-		case !othersOK || b.Candidate.Before(others):
-			others, othersOK = b.Candidate, true
-		}
-	}
+	at, bound, _ := takeFrom(r.bests, r.round)
 	if at < 0 {
 		if r.timeout == 0 {
 			r.endLocked(nil, 0, store.TimedOut)
@@ -124,10 +111,6 @@ func (r *crossReserve) takeLocked() {
 		}
 		r.waitLocked()
 		return
-	}
-	bound := noBound
-	if othersOK && r.round <= maxBoundedRounds {
-		bound = others
 	}
 	p := r.parts[at]
 	r.link.Request(r.session, p.group, r.nextSeq(), Request{Op: OpTake, Tubes: p.tubes, Bound: bound}, func(it *Item) {

@@ -36,36 +36,49 @@ type Outcome struct {
 	Unbounded bool
 }
 
+// takeFrom picks, from the groups' peeks of a round (counted from 1), the
+// group to take from (-1: none has a ready job) and the take's bound: the
+// best of the other groups' candidates, or none (unbounded) once
+// maxBoundedRounds takes were lost.
+func takeFrom(bests []Best, round int) (at int, bound store.Candidate, unbounded bool) {
+	at = -1
+	var best, others store.Candidate
+	othersOK := false
+	for i, b := range bests {
+		switch {
+		case !b.OK:
+		case at < 0:
+			at, best = i, b.Candidate
+		case b.Candidate.Before(best):
+			others, othersOK = best, true
+			at, best = i, b.Candidate
+		case !othersOK || b.Candidate.Before(others):
+			others, othersOK = b.Candidate, true
+		}
+	}
+	if othersOK && round <= maxBoundedRounds {
+		return at, others, false
+	}
+	return at, noBound, othersOK
+}
+
 // Take reserves the most urgent job ready in groups' watched tubes, as
 // the package's comment says.
 func Take(groups []Group) Outcome {
+	bests := make([]Best, len(groups))
 	for round := 1; ; round++ {
 		out := Outcome{Group: -1, Rounds: round}
-		var best, others store.Candidate
-		othersOK := false
 		for i, g := range groups {
 			c, ok, any := g.BestReady()
+			bests[i] = Best{Candidate: c, OK: ok, AnyReady: any}
 			out.AnyReady = out.AnyReady || any
-			switch {
-			case !ok:
-			case out.Group < 0:
-				out.Group, best = i, c
-			case c.Before(best):
-				others, othersOK = best, true
-				out.Group, best = i, c
-			case !othersOK || c.Before(others):
-				others, othersOK = c, true
-			}
 		}
-		if out.Group < 0 {
+		at, bound, unbounded := takeFrom(bests, round)
+		if at < 0 {
 			return out
 		}
-		bound := noBound
-		if othersOK && round <= maxBoundedRounds {
-			bound = others
-		}
-		out.Unbounded = round > maxBoundedRounds && othersOK
-		j, _, r := groups[out.Group].TakeAtMost(bound)
+		out.Group, out.Unbounded = at, unbounded
+		j, _, r := groups[at].TakeAtMost(bound)
 		if r == store.Taken {
 			out.Job = j
 			return out
