@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/sproutmq/sprout/internal/replication"
@@ -25,6 +26,16 @@ var clusterFlags = []struct {
 	{"--cluster-tls-cert", func(o *options) string { return o.clusterTLSCert }},
 	{"--cluster-tls-key", func(o *options) string { return o.clusterTLSKey }},
 	{"--cluster-tls-ca", func(o *options) string { return o.clusterTLSCA }},
+	{"--cluster-groups", func(o *options) string { return nonZero(o.clusterGroups) }},
+	{"--cluster-replicas", func(o *options) string { return nonZero(o.clusterReplicas) }},
+}
+
+// nonZero is n as a flag's value, "" for 0 (not given).
+func nonZero(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
 }
 
 // checkCluster refuses a cluster configuration that cannot run, in one

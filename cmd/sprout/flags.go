@@ -80,6 +80,9 @@ type options struct {
 	clusterTLSCert string // --cluster-tls-cert
 	clusterTLSKey  string // --cluster-tls-key
 	clusterTLSCA   string // --cluster-tls-ca
+	// clusterGroups and clusterReplicas are --cluster-groups and
+	// --cluster-replicas, 0 where not given: the cluster's.
+	clusterGroups, clusterReplicas int
 
 	// TLS, as written; checkTLS checks them together.
 	tlsListen           string                  // --tls-listen: "" is no TLS client port
@@ -449,6 +452,14 @@ var flagTable = []*flag{
 			"--cluster-peers then names the members it can reach first. Or a list NAME=CLUSTER:ID,... shared by " +
 			"every member: this one takes its --node's entry, and starts as an initial member without one",
 		set: stringSetter(func(o *options) *string { return &o.clusterJoin }, "CLUSTER:ID or NAME=CLUSTER:ID,...", nonEmpty)},
+	{long: "cluster-groups", arg: "G", group: groupCluster,
+		help: "form the cluster with G shard groups (default 1), its tubes spread over them; later starts " +
+			"take the cluster's, and refuse another G",
+		set: uintSetter(16, "a number of groups, 1 to 256", func(o *options) *int { return &o.clusterGroups })},
+	{long: "cluster-replicas", arg: "R", group: groupCluster,
+		help: "form the cluster with R replicas of each shard group (default 3); with --cluster-groups above " +
+			"1, every member holds every group for now: R is the member count",
+		set: uintSetter(16, "a number of replicas", func(o *options) *int { return &o.clusterReplicas })},
 	{long: "cluster-tls-cert", arg: "PATH", group: groupCluster,
 		help: "this member's certificate (PEM), for mutual TLS between members; with --cluster-tls-key and " +
 			"--cluster-tls-ca, or none of the three for plaintext",

@@ -152,7 +152,7 @@ func memberConfig(cfg config, tc *served, log zerolog.Logger) member.Config {
 		Engine: cfg.engine, WALDir: cfg.walDir, WAL: cfg.wal,
 		HTTP: member.HTTPConfig{Addr: cfg.httpAddr, Pprof: cfg.pprof, MetricsTubes: cfg.metricsTubes,
 			AdminToken: cfg.adminToken, TLS: tc.http},
-		Cluster: cfg.cluster, ShutdownTimeout: cfg.shutdownTimeout, Certs: tc.set, Logger: log,
+		Cluster: cfg.cluster, Groups: cfg.groups, Replicas: cfg.replicas, ShutdownTimeout: cfg.shutdownTimeout, Certs: tc.set, Logger: log,
 	}
 }
 

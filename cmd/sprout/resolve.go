@@ -79,6 +79,9 @@ type config struct {
 	// checked by parseArgs); nil for a single node. run fills in the
 	// rest: the client address, the log, the hooks.
 	cluster *replication.NodeConfig
+	// groups and replicas are --cluster-groups and --cluster-replicas, 0
+	// where not given (member.Config.Groups).
+	groups, replicas int
 	// tls names the certificate files (run reads them, loadCerts);
 	// engine.TLS, without its Config yet, is set with --tls-listen.
 	tls tlsFiles
@@ -185,6 +188,7 @@ func resolve(o options, h hostinfo.Host, p process) config {
 	}
 	if o.node != "" {
 		c.cluster, _ = nodeConfig(o) // parseArgs checked it
+		c.groups, c.replicas = o.clusterGroups, o.clusterReplicas
 	}
 	c.tls = tlsFiles{cert: o.tlsCert, key: o.tlsKey, clientCA: o.tlsClientCA,
 		httpCert: o.httpTLSCert, httpKey: o.httpTLSKey}

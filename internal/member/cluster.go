@@ -7,9 +7,11 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"time"
 
 	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/internal/admin"
+	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/internal/router"
 	"github.com/sproutmq/sprout/store"
@@ -52,6 +54,15 @@ func (m *Member) startNode() error {
 		return &StartError{StepLog, err}
 	}
 	m.clusterLog = clog
+	// Fresh: group 0 alone, with no entry past its bootstrap.
+	held := clog.Shared().Groups()
+	last, err := clog.LastIndex()
+	if err != nil {
+		return &StartError{StepLog, err}
+	}
+	if m.shards, err = planShards(m.cfg, held, len(held) == 1 && last <= 1); err != nil {
+		return &StartError{StepNode, err}
+	}
 	nc.Log, nc.Logger = clog, m.log
 	if m.metrics != nil {
 		nc.Observer = m.metrics
@@ -65,13 +76,23 @@ func (m *Member) startNode() error {
 		return &StartError{StepNode, err}
 	}
 	m.node, m.store = node, node.Store()
+	m.shards.nodes[0].Store(node)
 	m.proxy = replication.NewProxy(replication.ProxyConfig{
 		Leader: node.Leader, Self: node.Name(), Local: m.serveLocal,
 		Wait: node.ElectionTimeout(), Logger: m.log,
 	})
 	m.startRouter(ec)
+	ctx, cancel := context.WithTimeout(context.Background(), shardsStartTimeout)
+	defer cancel()
+	if err := m.startShards(ctx); err != nil {
+		return &StartError{StepNode, err}
+	}
 	return nil
 }
+
+// shardsStartTimeout bounds the wait for the log's spare segment when
+// the first group other than 0 is attached (replication.SharedLog.Attach).
+const shardsStartTimeout = 30 * time.Second
 
 // startRouter makes the member's router (internal/router) and hands the
 // engine its sessions. Until the cluster is finalized (version 3) a
@@ -81,26 +102,38 @@ func (m *Member) startNode() error {
 // commands to the leader over the commands stream, staying open when the
 // leader changes.
 func (m *Member) startRouter(ec *engine.Config) {
-	node, host := m.node, m.node.Host()
-	serving := func() *store.Store {
-		if info, _ := node.Leader(); info.Serving {
-			return node.Store()
-		}
-		return nil
-	}
-	m.sessions = router.NewRouter(router.RouterConfig{
-		Self: node.ID(), Serving: serving, Send: host.SendItems, Leased: node.Leased,
-		LeaderWait: node.ElectionTimeout(), Replica: node.Store(),
+	node, host, sh := m.node, m.node.Host(), m.shards
+	rc := router.RouterConfig{
+		Self: node.ID(), Send: host.SendItems, LeaderWait: node.ElectionTimeout(),
+		Serving: sh.serving,
+		Leased: func(g uint16) bool {
+			n := sh.node(g)
+			return n != nil && n.Leased()
+		},
+		Replica: func(g uint16) *store.Store {
+			if n := sh.node(g); n != nil {
+				return n.Store()
+			}
+			return nil
+		},
 		Removed: func() []uint64 { return node.Book().Removed },
 		// A put's size was checked by the member its client reached (its
 		// -z); a payload refused whole would close the stream for every
 		// session, so the leader takes any a member may send.
 		MaxJobSize: engine.MaxMaxJobSize,
-		Leader: func() (uint64, bool) {
-			info, _ := node.Leader()
+		Leader: func(g uint16) (uint64, bool) {
+			n := sh.node(g)
+			if n == nil {
+				return 0, false
+			}
+			info, _ := n.Leader()
 			return info.ID, info.ID != 0 && host.Routes(info.ID)
 		},
-	})
+	}
+	if sh.placement != nil {
+		rc.Placement = func() *meta.State { return sh.placement }
+	}
+	m.sessions = router.NewRouter(rc)
 	host.OnItemsStream(func(to uint64, ev replication.ItemsEvent) {
 		switch ev {
 		case replication.ItemsUp:
@@ -162,7 +195,7 @@ func (m *Member) closeClients(ctx context.Context) error {
 	}
 	// Sessions that reach the leader through the router stay open: their
 	// calls go to the next leader.
-	m.sessions.Detach()
+	m.sessions.Detach(0)
 	return srv.CloseClientsWhere(ctx, router.IsLocal)
 }
 

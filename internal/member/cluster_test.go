@@ -25,15 +25,19 @@ const clusterTick = 50 * time.Millisecond
 // testCluster is three members running in this process, each on its own
 // directory and loopback ports.
 type testCluster struct {
-	t     *testing.T
-	peers []replication.Member
-	dirs  map[string]string
-	outs  map[string]*testproc.SyncBuffer
-	up    map[string]*Member
+	t      *testing.T
+	groups int // --cluster-groups the members start with; 0: the cluster's
+	peers  []replication.Member
+	dirs   map[string]string
+	outs   map[string]*testproc.SyncBuffer
+	up     map[string]*Member
 }
 
-func newTestCluster(t *testing.T) *testCluster {
-	c := &testCluster{t: t, dirs: map[string]string{}, outs: map[string]*testproc.SyncBuffer{}, up: map[string]*Member{}}
+func newTestCluster(t *testing.T) *testCluster { return newShardedCluster(t, 0) }
+
+// newShardedCluster is newTestCluster with groups shard groups (0: one).
+func newShardedCluster(t *testing.T, groups int) *testCluster {
+	c := &testCluster{t: t, groups: groups, dirs: map[string]string{}, outs: map[string]*testproc.SyncBuffer{}, up: map[string]*Member{}}
 	for i := 1; i <= 3; i++ {
 		port, err := testproc.FreePort()
 		if err != nil {
@@ -64,6 +68,16 @@ func newTestCluster(t *testing.T) *testCluster {
 // ports.
 func (c *testCluster) start(name string) *Member {
 	c.t.Helper()
+	m, err := Start(c.config(name))
+	if err != nil {
+		c.t.Fatalf("starting %s: %v\n%s", name, err, c.outs[name])
+	}
+	c.up[name] = m
+	return m
+}
+
+// config is member name's configuration.
+func (c *testCluster) config(name string) Config {
 	var listen string
 	for _, p := range c.peers {
 		if p.Name == name {
@@ -71,20 +85,16 @@ func (c *testCluster) start(name string) *Member {
 		}
 	}
 	log := zerolog.New(c.outs[name]).With().Timestamp().Str("member", name).Logger()
-	m, err := Start(Config{
+	return Config{
 		Engine: engine.Config{Network: "tcp", Address: "127.0.0.1:0", Loops: 1, Logger: log},
 		WALDir: c.dirs[name], WAL: wal.Options{SegmentSize: 1 << 20},
 		HTTP: HTTPConfig{Addr: "127.0.0.1:0", AdminToken: testToken},
 		Cluster: &replication.NodeConfig{
 			Node: name, Listen: listen, Peers: c.peers, Tick: clusterTick,
 		},
+		Groups: c.groups,
 		Logger: log,
-	})
-	if err != nil {
-		c.t.Fatalf("starting %s: %v\n%s", name, err, c.outs[name])
 	}
-	c.up[name] = m
-	return m
 }
 
 // stop shuts member name down, as SIGTERM does.

@@ -17,7 +17,12 @@
 //     member's replication.WALLog;
 //  4. the store on it: a single node's store.New, or the node
 //     (replication.StartNode), whose store is the member's for its life,
-//     and the proxy to the leader, which becomes the engine's Route;
+//     and the proxy to the leader, which becomes the engine's Route; then
+//     the router (internal/router) and, in a cluster formed with
+//     --cluster-groups G > 1, shard groups 1 to G-1 on the same host and
+//     log (shards.go: placed by meta.Formation, every member holding every
+//     group for now; a --cluster-groups that disagrees with the log's is
+//     refused, a FormationError);
 //  5. the engine on the store, serving once it listens;
 //  6. the side port's one router (router.go): probes, metrics, pprof,
 //     /cluster and /cluster/members, the admin API and the web console,
@@ -41,7 +46,9 @@
 //
 // # One store
 //
-// The store a member serves is the same for its life: the engine, the
+// Group 0's store is the one the admin API, the history and the metrics
+// read; with several groups they show group 0's part alone (not yet the
+// fleet's). The store a member serves is the same for its life: the engine, the
 // admin API, the history and the metrics are given it once. A cluster
 // member that installs a snapshot, or rebuilds after losing a leadership
 // it served, empties it and fills it again in place (store.Store.Reset;

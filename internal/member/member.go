@@ -56,6 +56,11 @@ type Config struct {
 	// for a single node. Start fills in its wiring: addresses, log,
 	// logger, observer, CloseClients.
 	Cluster *replication.NodeConfig
+	// Groups and Replicas are the shard groups and each one's replicas
+	// when the cluster is formed (--cluster-groups, --cluster-replicas;
+	// docs/design/shards.md 1.3): 0 is the cluster's, as the member's log
+	// holds it, or 1 group for a new one, and 3 replicas.
+	Groups, Replicas int
 	// ShutdownTimeout is how long Shutdown waits for workers to finish
 	// their jobs; 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
@@ -114,6 +119,7 @@ type Member struct {
 	wal        *wal.Log            // a single node's log; nil in memory or in a cluster
 	clusterLog *replication.WALLog // a cluster member's log; nil for a single node
 	node       *replication.Node   // nil for a single node
+	shards     *shards             // the shard groups beyond group 0; nil for a single node
 	proxy      *replication.Proxy  // nil for a single node
 	sessions   *router.Router      // nil for a single node: the cluster member's sessions
 	store      *store.Store

@@ -1,17 +1,42 @@
 // Package router is where a cluster member sends each client command to
 // the Raft group that owns it, its sessions living where their clients
 // connect (docs/design/shards.md, sections 5 and 6). It is being built in
-// the design's steps. What runs in the binary today is the router of a
-// cluster of one group (G = 1, S5): Router and Session (router.go,
-// session.go), over the leader's Server and the member's Link, on the
-// commands stream. Beside it, the parts of a reserve whose watched tubes
-// live in several groups: its take (take.go, section 6.2), its wait
-// (wait.go, 6.3) and the two together with the timeout and DEADLINE_SOON
-// (reserve.go, 6.4), on the groups' store clients in this process, and
-// the same take and wait made of requests and events over the Link for a
-// remote session (cross.go: crossReserve, not yet wired to sessions);
-// the merge of stats and list-tubes across groups (fanout.go, 5.5); and
-// the codec of the commands stream's items (items.go, 5.9).
+// the design's steps. What runs in the binary: Router and Session
+// (router.go, session.go), over the groups' leaders' Servers and the
+// member's Link, on the commands stream, for a cluster of one group
+// (G = 1, S5) or of several (S6): a session sends each command to the
+// group that owns it (RouterConfig.Placement: the used or named tube's
+// group, the job id's prefix's), stats and list-tubes to every group
+// (fanout.go, 5.5), and a reserve whose watched tubes live in several
+// groups through crossReserve (cross.go, 6.2, 6.3). Beside them, the same
+// take and wait on the groups' store clients in this process (take.go,
+// wait.go, reserve.go), which the local fast path (S6's last step) is to
+// use; and the codec of the commands stream's items (items.go, 5.9).
+//
+// # Several groups (G > 1)
+//
+// Every session is remote, even to a group this member leads (through
+// its own Server, in process). Its used tube and watch list stay with
+// it; each command goes to one group's leader: put, peek-ready,
+// peek-delayed, peek-buried and kick to the used tube's owner,
+// stats-tube and pause-tube to the named tube's, the commands by id to
+// the group of the id's prefix (an id of a prefix no group took is
+// NOT_FOUND at once). stats and list-tubes ask every group and answer
+// once all have (a group without a leader fails them with
+// INTERNAL_ERROR, as a partial sum would be a wrong reply); stats'
+// current-waiting counts this member's sessions in a reserve. References
+// go, per tube, to the tube's group, and each group's new leader gets
+// the counts of its tubes (a sync per group). A reserve whose watched
+// tubes all live in one group is that group's reserve, exactly
+// beanstalkd's; across groups it is a crossReserve: the most urgent job
+// ready when each group was asked, or a wait in every group, the first
+// offer winning. Puts and changes by id pipeline across groups as within
+// one: each touches one group's state, so changes in different groups
+// commute; the one thing their order shows is list-tubes' order of tubes
+// made by puts in flight together in different groups. Not yet: a
+// reserve in one group answering DEADLINE_SOON for a job the session
+// holds in another (Request.SoonElsewhere is carried, not acted on), and
+// a member that holds only some groups learning the others' leaders.
 //
 // # Sessions where the client connects (G = 1)
 //
@@ -89,7 +114,7 @@
 // their reservations, references) goes within a second (Server.Forget).
 //
 // Not yet: dropping what a member long unreachable left (its sessions
-// may go on once it is back), and more groups than one.
+// may go on once it is back).
 //
 // # A reserve across groups: the take
 //
@@ -188,8 +213,7 @@
 // across groups is a reserve without a timeout whose end goes as an
 // event (an offer, or DEADLINE_SOON); a cancel ends it unless its offer
 // is on its way, which the member then declines, and a decline gives the
-// job back as if never reserved. Not yet: request keys, creation stamps,
-// and closing a restarted member's clients.
+// job back as if never reserved.
 //
 // # The member's side: Link
 //

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/store"
 )
 
@@ -14,15 +15,15 @@ import (
 // member not serving yet refused, go again.
 const retryEvery = 100 * time.Millisecond
 
-// Router is a cluster member's router with one group, group 0 (G = 1,
-// docs/design/shards.md S5): its sessions live where their clients
-// connect. A session opened while this member serves the group runs on
-// the group's store, as a single node's does; any other reaches the
-// group's leader over the commands stream (Link), and stays open when
-// the leader changes: its calls go again to the next one. The Server
-// answers the sessions of other members, and this member's own remote
-// sessions once it leads (through an in-process loop, so a session never
-// changes how it reaches the group).
+// Router is a cluster member's router (docs/design/shards.md 5): its
+// sessions live where their clients connect. With one group (G = 1), a
+// session opened while this member serves it runs on the group's store,
+// as a single node's does; any other session reaches the leader of the
+// group that owns each command (RouterConfig.Placement) over the commands
+// stream (Link), and stays open when a leader changes: its calls go again
+// to the next one. The Server answers the sessions of other members, and
+// this member's own remote sessions in the groups it leads (through an
+// in-process loop, so a session never changes how it reaches a group).
 type Router struct {
 	cfg    RouterConfig
 	link   *Link
@@ -31,48 +32,65 @@ type Router struct {
 	stop   chan struct{}
 	done   chan struct{}
 
-	// greeted: the leader known first has been told that this process's
-	// sessions are all the member has (a close of session 0, before any
-	// call of theirs): it drops the owner clients the member's last
-	// process left there. Leaders after it have none: a lost leadership
-	// closes them all (Detach). greetMu makes one greeting at a time.
-	greeted atomic.Bool
+	// greeted, by group: the group's leader known first has been told
+	// that this process's sessions are all the member has (a close of
+	// session 0, before any call of theirs): it drops the owner clients
+	// the member's last process left there. Leaders after it have none: a
+	// lost leadership closes them all (Detach). greetMu makes one
+	// greeting at a time.
+	greeted [meta.MaxGroups]atomic.Bool
 	greetMu sync.Mutex
 
-	remote atomic.Int64 // the remote sessions open (Stats)
+	remote  atomic.Int64 // the remote sessions open (Stats)
+	waiting atomic.Int64 // remote sessions with a reserve pending (stats' current-waiting, G > 1)
 
 	mu       sync.Mutex
-	lead     uint64 // the leader the calls went to last (0: none known)
-	sessions uint64 // the last session id given; 0 names the member's refs
+	lead     map[uint16]uint64 // each group's leader the calls went to last (none: none known)
+	sessions uint64            // the last session id given; 0 names the member's refs
 	refs     map[string]*refCount
-	refsSeq  uint64 // the last refs item sent
+	refsSeq  uint64 // the last refs item sent, to any group
 	// refWaits are what waits for a refs item to be acknowledged, by its
-	// number: each ack also acknowledges every item sent before it.
-	refWaits map[uint64]func()
+	// group and number: each ack also acknowledges every item sent to
+	// the group before it.
+	refWaits map[refItem]func()
+}
+
+// refItem names a refs item: its group and number.
+type refItem struct {
+	group uint16
+	n     uint64
 }
 
 // RouterConfig is what a Router needs of its member.
 type RouterConfig struct {
 	// Self is this member's Raft id.
 	Self uint64
-	// Serving is group 0's store while this member serves it, else nil:
+	// Placement is what the sessions route by: which group owns each
+	// tube and each id prefix, and how many groups there are (the meta
+	// group's state, as this member applied it). Nil, or a nil state, is
+	// one group, group 0, owning every tube and id (G = 1). It is called
+	// for every command: it must be cheap.
+	Placement func() *meta.State
+	// Serving is group g's store while this member serves it, else nil:
 	// nil from before its store is rebuilt (Detach) until it serves
-	// again. Sessions opened while it is set run on the store.
-	Serving func() *store.Store
-	// Leader is group 0's leader, if one is known and it takes requests
+	// again. With one group, sessions opened while it is set run on the
+	// store.
+	Serving func(g uint16) *store.Store
+	// Leader is group g's leader, if one is known and it takes requests
 	// on the commands stream (a member of the release before, which
 	// reads none, is no leader to the router: its requests wait).
-	Leader func() (member uint64, ok bool)
+	Leader func(g uint16) (member uint64, ok bool)
 	// Send queues a payload for another member's commands stream without
 	// blocking (replication.Host.SendItems).
 	Send func(to uint64, payload []byte) bool
 	// MaxJobSize bounds a put's body (the server's -z).
 	MaxJobSize int
 	// Leased is ServerConfig.Leased.
-	Leased func() bool
-	// Replica is this member's store of group 0, served or followed: its
-	// dedup table's size is a figure of Stats. Nil leaves it 0.
-	Replica *store.Store
+	Leased func(g uint16) bool
+	// Replica is this member's store of group g, served or followed, nil
+	// if it holds none: the sizes of their dedup tables are a figure of
+	// Stats. Nil leaves it 0.
+	Replica func(g uint16) *store.Store
 	// LeaderWait bounds how long a request waits while the group has no
 	// leader (docs/design/shards.md 5.7): the election timeout. 0 means
 	// 2 s.
@@ -93,7 +111,8 @@ type refCount struct{ using, watching uint32 }
 
 // NewRouter starts a router: its loop to its own Server, and its retries.
 func NewRouter(cfg RouterConfig) *Router {
-	r := &Router{cfg: cfg, refs: make(map[string]*refCount), refWaits: make(map[uint64]func()),
+	r := &Router{cfg: cfg, refs: make(map[string]*refCount), refWaits: make(map[refItem]func()),
+		lead: make(map[uint16]uint64),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		// Session ids start anywhere: a leader keeps a session's owner
 		// client and the last sequence it took, and must not take a
@@ -126,10 +145,12 @@ func (r *Router) NewQueue(answers engine.Answers) engine.Queue {
 	r.sessions++
 	s := &Session{r: r, id: r.sessions, answers: answers}
 	r.mu.Unlock()
-	if st := r.cfg.Serving(); st != nil {
-		c := st.NewClient(s)
-		s.local = engine.ClientQueue(c)
-		return s
+	if r.groups() == 1 {
+		if st := r.cfg.Serving(0); st != nil {
+			c := st.NewClient(s)
+			s.local = engine.ClientQueue(c)
+			return s
+		}
 	}
 	s.used, s.watched = store.DefaultTube, []string{store.DefaultTube}
 	r.remote.Add(1)
@@ -160,9 +181,46 @@ func (r *Router) Stats() Stats {
 	st := Stats{RemoteSessions: r.remote.Load(), Requests: r.link.requests.Load(), Resent: r.link.resent.Load(),
 		Expired: r.link.expired.Load(), Owners: r.server.Owners()}
 	if r.cfg.Replica != nil {
-		st.DedupEntries = r.cfg.Replica.DedupEntries()
+		for g := range r.groups() {
+			if rs := r.cfg.Replica(uint16(g)); rs != nil {
+				st.DedupEntries += rs.DedupEntries()
+			}
+		}
 	}
 	return st
+}
+
+// placement is the placement the sessions route by, nil for one group.
+func (r *Router) placement() *meta.State {
+	if r.cfg.Placement == nil {
+		return nil
+	}
+	return r.cfg.Placement()
+}
+
+// groups is how many groups there are.
+func (r *Router) groups() int {
+	if p := r.placement(); p != nil {
+		return len(p.Groups)
+	}
+	return 1
+}
+
+// ownerOf is the group that owns tube.
+func (r *Router) ownerOf(tube string) uint16 {
+	if p := r.placement(); p != nil {
+		return p.Owner(tube)
+	}
+	return 0
+}
+
+// groupOfID is the group whose ids carry id's prefix, false for one no
+// group took (with one group, every id is group 0's to answer).
+func (r *Router) groupOfID(id uint64) (uint16, bool) {
+	if p := r.placement(); p != nil {
+		return p.GroupOfID(id)
+	}
+	return 0, true
 }
 
 // IsLocal reports whether q is a session running on this member's store:
@@ -172,50 +230,60 @@ func IsLocal(q engine.Queue) bool {
 	return ok && s.local != nil
 }
 
-// LeaderChanged is called when group 0's leader, or whether this member
-// serves it, may have changed: if the leader the calls go to did, it gets
-// the member's references anew, and the calls pending go to it again.
+// LeaderChanged is called when a group's leader, or whether this member
+// serves it, may have changed: each group whose leader the calls go to
+// did gets the member's references anew, and its pending calls again.
 func (r *Router) LeaderChanged() {
-	r.greet()
-	lead, _ := r.leader(0)
-	r.mu.Lock()
-	same := lead == r.lead
-	r.lead = lead
-	r.mu.Unlock()
-	if !same {
-		r.resync()
+	for g := range r.groups() {
+		r.leaderChanged(uint16(g))
 	}
 }
 
-// resync sends the leader the member's references anew and every call
-// pending, in order.
-func (r *Router) resync() {
-	r.link.LeaderChanged(0) // drops the refs items the sync replaces
-	r.syncRefs()
+func (r *Router) leaderChanged(g uint16) {
+	r.greet(g)
+	lead, _ := r.leader(g)
+	r.mu.Lock()
+	same := lead == r.lead[g]
+	r.lead[g] = lead
+	r.mu.Unlock()
+	if !same {
+		r.resync(g)
+	}
 }
 
-// StreamUp is called when the commands stream to member to opened: if it
-// leads, what was sent on the broken one may be lost, so the references
-// and the pending calls go again (a put may then be put twice, until
-// groups keep request keys: 5.6). ItemsRoom: the calls not taken go.
+// resync sends group g's leader the member's references to its tubes anew
+// and every call pending, in order.
+func (r *Router) resync(g uint16) {
+	r.link.LeaderChanged(g) // drops the refs items the sync replaces
+	r.syncRefs(g)
+}
+
+// StreamUp is called when the commands stream to member to opened: in
+// each group it leads, what was sent on the broken one may be lost, so
+// the references and the pending calls go again (a change made twice is
+// answered once by its key: 5.6). ItemsRoom: the calls not taken go.
 func (r *Router) StreamUp(to uint64) {
-	if lead, ok := r.leader(0); ok && lead == to {
-		r.resync()
+	for g := range r.groups() {
+		if lead, ok := r.leader(uint16(g)); ok && lead == to {
+			r.resync(uint16(g))
+		}
 	}
 }
 
 // Room is called when a full queue to a member drained: the calls and
 // the replies it refused go.
 func (r *Router) Room() {
-	r.link.Retry(0)
+	for g := range r.groups() {
+		r.link.Retry(uint16(g))
+	}
 	r.server.Flush()
 }
 
-// Detach is called before this member's store of group 0 is rebuilt (it
+// Detach is called before this member's store of group g is rebuilt (it
 // lost the leadership it served, and Serving says nil already): the
-// Server closes its owner clients. The caller then closes the sessions
-// running on the store (IsLocal).
-func (r *Router) Detach() { r.server.Detach(0) }
+// Server closes its owner clients there. With one group, the caller then
+// closes the sessions running on the store (IsLocal).
+func (r *Router) Detach(g uint16) { r.server.Detach(g) }
 
 // Close stops the router: its owner clients close, its loop and retries
 // end. Sessions still open answer nothing more.
@@ -226,54 +294,48 @@ func (r *Router) Close() {
 	r.self.close()
 }
 
-// group is the Server's store of group g: group 0's while this member
-// serves it.
-func (r *Router) group(g uint16) *store.Store {
-	if g != 0 {
-		return nil
-	}
-	return r.cfg.Serving()
-}
+// group is the Server's store of group g while this member serves it.
+func (r *Router) group(g uint16) *store.Store { return r.cfg.Serving(g) }
 
-// leader is the Link's: group 0's leader, this member only while it
+// leader is the Link's: group g's leader, this member only while it
 // serves (a leader still applying would refuse).
-func (r *Router) leader(uint16) (uint64, bool) {
-	if !r.greeted.Load() {
+func (r *Router) leader(g uint16) (uint64, bool) {
+	if !r.greeted[g].Load() {
 		return 0, false // calls wait for the greeting
 	}
-	return r.serving()
+	return r.serving(g)
 }
 
-// serving is group 0's leader if it serves: this member only while it
+// serving is group g's leader if it serves: this member only while it
 // serves (a leader still applying would refuse).
-func (r *Router) serving() (uint64, bool) {
-	lead, ok := r.cfg.Leader()
-	if ok && lead == r.cfg.Self && r.group(0) == nil {
+func (r *Router) serving(g uint16) (uint64, bool) {
+	lead, ok := r.cfg.Leader(g)
+	if ok && lead == r.cfg.Self && r.group(g) == nil {
 		return 0, false
 	}
 	return lead, ok
 }
 
-// greet tells the leader, once per process, that this member's sessions
-// are new (see greeted), and reports whether it has.
-func (r *Router) greet() bool {
-	if r.greeted.Load() {
+// greet tells group g's leader, once per process, that this member's
+// sessions are new (see greeted), and reports whether it has.
+func (r *Router) greet(g uint16) bool {
+	if r.greeted[g].Load() {
 		return true
 	}
 	r.greetMu.Lock()
 	defer r.greetMu.Unlock()
-	if r.greeted.Load() {
+	if r.greeted[g].Load() {
 		return true
 	}
-	lead, ok := r.serving()
+	lead, ok := r.serving(g)
 	if !ok {
 		return false
 	}
-	payload, err := AppendItem(nil, &Item{Kind: KindClose, Group: 0, Session: 0})
+	payload, err := AppendItem(nil, &Item{Kind: KindClose, Group: g, Session: 0})
 	if err != nil || !r.send(lead, payload) {
 		return false
 	}
-	r.greeted.Store(true)
+	r.greeted[g].Store(true)
 	return true
 }
 
@@ -287,7 +349,8 @@ func (r *Router) send(to uint64, payload []byte) bool {
 }
 
 // retry sends again, every retryEvery, the calls not taken, and gives up
-// on those that waited too long for a leader (Link.Expire).
+// on those that waited too long for a leader (Link.Expire), group by
+// group.
 func (r *Router) retry() {
 	defer close(r.done)
 	t := time.NewTicker(retryEvery)
@@ -296,35 +359,43 @@ func (r *Router) retry() {
 	if wait <= 0 {
 		wait = 2 * time.Second
 	}
-	var lost time.Time   // when the group was last seen without a leader serving
-	var forgot time.Time // when Removed was last looked at
+	lost := map[uint16]time.Time{} // when each group was last seen without a leader serving
+	var forgot time.Time           // when Removed was last looked at
 	for {
 		select {
 		case <-r.stop:
 			return
 		case now := <-t.C:
 			r.LeaderChanged() // greets a leader known only now, if need be
-			if _, ok := r.serving(); ok {
-				lost = time.Time{}
-				r.link.Retry(0)
-				if r.cfg.Removed != nil && now.Sub(forgot) >= forgetEvery {
-					forgot = now
-					r.server.Forget(r.cfg.Removed(), 0)
+			forget := r.cfg.Removed != nil && now.Sub(forgot) >= forgetEvery
+			var removed []uint64
+			if forget {
+				forgot, removed = now, r.cfg.Removed()
+			}
+			for k := range r.groups() {
+				g := uint16(k)
+				if _, ok := r.serving(g); ok {
+					delete(lost, g)
+					r.link.Retry(g)
+					if forget {
+						r.server.Forget(removed, g)
+					}
+					continue
 				}
-				continue
+				if lost[g].IsZero() {
+					lost[g] = now
+				}
+				r.link.Expire(g, lost[g], now, wait)
 			}
-			if lost.IsZero() {
-				lost = now
-			}
-			r.link.Expire(0, lost, now, wait)
 		}
 	}
 }
 
 // changeRefs adds using and watching to the member's counts of tube and
-// sends the leader the new totals; done, if set, is called once the
-// leader has them.
+// sends the new totals to the leader of the group that owns it; done, if
+// set, is called once that leader has them.
 func (r *Router) changeRefs(tube string, using, watching int, done func()) {
+	g := r.ownerOf(tube)
 	r.mu.Lock()
 	c := r.refs[tube]
 	if c == nil {
@@ -337,7 +408,7 @@ func (r *Router) changeRefs(tube string, using, watching int, done func()) {
 	if c.using == 0 && c.watching == 0 {
 		delete(r.refs, tube)
 	}
-	r.sendRefsLocked(Refs{Counts: counts}, done)
+	r.sendRefsLocked(g, Refs{Counts: counts}, done)
 }
 
 // moveRefs moves one use from tube from to tube to (a session's use).
@@ -346,36 +417,41 @@ func (r *Router) moveRefs(from, to string, done func()) {
 	r.changeRefs(to, 1, 0, done)
 }
 
-// syncRefs sends the leader every count at once (a new leader knows none
-// of them), which acknowledges the refs items it replaces.
-func (r *Router) syncRefs() {
+// syncRefs sends group g's leader every count of its tubes at once (a new
+// leader knows none of them), which acknowledges the refs items it
+// replaces.
+func (r *Router) syncRefs(g uint16) {
 	r.mu.Lock()
 	counts := make([]RefCount, 0, len(r.refs))
 	for tube, c := range r.refs {
-		counts = append(counts, RefCount{Tube: []byte(tube), Using: c.using, Watching: c.watching})
+		if r.ownerOf(tube) == g {
+			counts = append(counts, RefCount{Tube: []byte(tube), Using: c.using, Watching: c.watching})
+		}
 	}
-	r.sendRefsLocked(Refs{Sync: true, Counts: counts}, nil)
+	r.sendRefsLocked(g, Refs{Sync: true, Counts: counts}, nil)
 }
 
-// sendRefsLocked sends refs as the member's next refs item and unlocks
-// r.mu. It sends under r.mu: totals computed in one order must reach the
-// leader in that order, or an older total would overwrite a newer.
-func (r *Router) sendRefsLocked(refs Refs, done func()) {
+// sendRefsLocked sends refs as the member's next refs item to group g and
+// unlocks r.mu. It sends under r.mu: totals computed in one order must
+// reach the leader in that order, or an older total would overwrite a
+// newer.
+func (r *Router) sendRefsLocked(g uint16, refs Refs, done func()) {
 	defer r.mu.Unlock()
 	r.refsSeq++
 	n := r.refsSeq
 	if done != nil {
-		r.refWaits[n] = done
+		r.refWaits[refItem{g, n}] = done
 	}
-	r.link.Refs(0, uint32(n), refs, func(*Item) { r.refsAcked(n) })
+	r.link.Refs(g, uint32(n), refs, func(*Item) { r.refsAcked(g, n) })
 }
 
-// refsAcked runs what waited for refs item n and those before it.
-func (r *Router) refsAcked(n uint64) {
+// refsAcked runs what waited for group g's refs item n and those sent to
+// it before.
+func (r *Router) refsAcked(g uint16, n uint64) {
 	r.mu.Lock()
 	var ready []func()
 	for k, f := range r.refWaits {
-		if k <= n {
+		if k.group == g && k.n <= n {
 			ready = append(ready, f)
 			delete(r.refWaits, k)
 		}

@@ -64,12 +64,12 @@ type ServerConfig struct {
 	Send func(to uint64, payload []byte) bool
 	// MaxJobSize bounds a put's body (the server's -z).
 	MaxJobSize int
-	// Leased, if set, says whether this member's leadership is still
-	// confirmed (engine.Config.Leased): a job is handed out only while it
-	// says true. Otherwise the reply or offer goes as StatusNotLeader, so
+	// Leased, if set, says whether this member's leadership of group g
+	// is still confirmed (engine.Config.Leased): a job is handed out only
+	// while it says true. Otherwise the reply or offer goes as StatusNotLeader, so
 	// the member asks the group's next leader, and the job stays with the
 	// owner client until the store is rebuilt.
-	Leased func() bool
+	Leased func(g uint16) bool
 }
 
 // NewServer returns a server of cfg.
@@ -753,7 +753,7 @@ func (o *owner) holdLocked(r Item, pos uint64) {
 // sendLocked sends a reply or an event to the session's member (into the
 // outbox), and keeps it as the last one sent.
 func (o *owner) sendLocked(it *Item) {
-	if leased := o.srv.cfg.Leased; leased != nil && handsOut(it) && !leased() {
+	if leased := o.srv.cfg.Leased; leased != nil && handsOut(it) && !leased(o.key.group) {
 		*it = reply(o.key, it.Seq, Reply{Status: StatusNotLeader})
 	}
 	e := o.kept.slot(it.Seq)

@@ -590,7 +590,7 @@ func TestServerFenced(t *testing.T) {
 	defer st.Close()
 	r := newServerRig(t, map[uint16]*store.Store{0: st})
 	var leased sync.Mutex // held: not leased
-	r.srv.cfg.Leased = func() bool {
+	r.srv.cfg.Leased = func(uint16) bool {
 		if !leased.TryLock() {
 			return false
 		}

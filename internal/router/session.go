@@ -18,16 +18,22 @@ var errUnexpected = errors.New("router: a reply the command cannot have")
 
 // Session is one client connection's engine.Queue on a cluster member
 // (docs/design/shards.md 5.1), called only on its event loop. Opened
-// while the member serves group 0, it runs on the group's store through
-// its own client, exactly as a single node's connection does, and its
-// connection closes when the member stops serving (Router.Detach).
-// Otherwise it keeps its used tube and watch list itself, in beanstalkd's
-// order, tells the leader its references through the router, and sends
-// every other command to the leader as a request: each is pending until
-// its reply comes, which the Link sends again to the next leader if the
-// one asked is lost. Changes (Pipelined) may be in flight several at once
-// (engine.Pipeliner); their answers reach the engine in the order of the
-// commands, whichever goroutine brings each.
+// while the member serves the only group (G = 1), it runs on the group's
+// store through its own client, exactly as a single node's connection
+// does, and its connection closes when the member stops serving
+// (Router.Detach). Otherwise it keeps its used tube and watch list
+// itself, in beanstalkd's order, tells the owning groups' leaders its
+// references through the router, and sends every other command as a
+// request to the leader of the group that owns it (5.2): by the used or
+// named tube, by the job id's prefix, or to every group for stats and
+// list-tubes, whose parts it puts together as one server's (5.5). A
+// reserve whose watched tubes live in several groups is a crossReserve
+// (6.2, 6.3). Each request is pending until its reply comes, which the
+// Link sends again to the next leader if the one asked is lost. Changes
+// (Pipelined) may be in flight several at once (engine.Pipeliner), in
+// one group or several: each is one group's alone, so changes in
+// different groups commute. Their answers reach the engine in the order
+// of the commands, whichever goroutine brings each.
 type Session struct {
 	r       *Router        // immutable
 	id      uint64         // immutable: its id on this member, with the group its owner key
@@ -38,7 +44,12 @@ type Session struct {
 	// A remote session's state.
 	used    string
 	watched []string // beanstalkd's order: append, swap-remove
-	seq     uint32   // the sequence of its last item
+	// seq is the sequence of its last item, in any group: each group
+	// sees a session's sequences rise. Atomic: a reserve across groups
+	// numbers its items on the Link's goroutines while the loop waits.
+	seq atomic.Uint32
+	// touched are the groups its items went to: its close goes to each.
+	touched []uint16
 	// ids counts the ids puts took (NextID) that the group has not
 	// taken yet: a put's own is taken by its request; one refused with its
 	// body (PutRefused), or cut short by the connection's close, is taken
@@ -46,8 +57,12 @@ type Session struct {
 	ids int
 	// reserving is the sequence of a reserve whose reply is pending (0:
 	// none): its reply and CancelWait race for it, the first to take it
-	// wins.
-	reserving atomic.Uint32
+	// wins. cross is a reserve across groups, and crossSeq the sequence
+	// its answer is awaited by; its cancel and its end race the same way.
+	reserving    atomic.Uint32
+	reserveGroup uint16
+	cross        atomic.Pointer[crossReserve]
+	crossSeq     uint32
 
 	// mu orders the answers delivered to the engine: awaited holds the
 	// sequences of the commands whose answers it waits for, oldest first,
@@ -140,23 +155,33 @@ func (s *Session) forget(seq uint32) {
 }
 
 // next is the session's next sequence.
-func (s *Session) next() uint32 {
-	s.seq++
-	return s.seq
+func (s *Session) next() uint32 { return s.seq.Add(1) }
+
+// touch notes that the session's items go to group g.
+func (s *Session) touch(g uint16) {
+	if !slices.Contains(s.touched, g) {
+		s.touched = append(s.touched, g)
+	}
 }
 
-// call sends req to the group, burning an id first if one is owed;
-// finish reads the reply into the answer delivered, unless it leaves
-// a.Reserve store.Waiting: a reserve's reply that came after CancelWait,
-// dropped.
-func (s *Session) call(req Request, finish func(it *Item, a *engine.Answer)) bool {
-	s.burnIDs()
-	op := req.Op // not req: its body aliases the connection's input
+// await makes the next sequence the one an answer is awaited by.
+func (s *Session) await() uint32 {
 	seq := s.next()
 	s.mu.Lock()
 	s.awaited = append(s.awaited, seq)
 	s.mu.Unlock()
-	s.r.link.Request(s.id, 0, seq, req, func(it *Item) {
+	return seq
+}
+
+// call sends req to group g, burning an id first if one is owed; finish
+// reads the reply into the answer delivered, unless it leaves a.Reserve
+// store.Waiting: a reserve's reply that came after CancelWait, dropped.
+func (s *Session) call(g uint16, req Request, finish func(it *Item, a *engine.Answer)) bool {
+	s.burnIDs()
+	op := req.Op // not req: its body aliases the connection's input
+	seq := s.await()
+	s.touch(g)
+	s.r.link.Request(s.id, g, seq, req, func(it *Item) {
 		var a engine.Answer
 		switch it.Reply.Status {
 		case StatusNoLeader, StatusUnknown:
@@ -193,10 +218,16 @@ func failed(op Op, status Status, a *engine.Answer) {
 	}
 }
 
-// burnIDs has the group take the ids owed.
+// burnIDs has the group of the used tube, where the put that owed each
+// was to go, take the ids owed.
 func (s *Session) burnIDs() {
+	if s.ids == 0 {
+		return
+	}
+	g := s.r.ownerOf(s.used)
+	s.touch(g)
 	for ; s.ids > 0; s.ids-- {
-		s.r.link.Request(s.id, 0, s.next(), Request{Op: OpBurn}, func(*Item) {})
+		s.r.link.Request(s.id, g, s.next(), Request{Op: OpBurn}, func(*Item) {})
 	}
 }
 
@@ -277,10 +308,19 @@ func (s *Session) ListTubes(a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.ListTubes(a)
 	}
-	return s.call(Request{Op: OpListTubes}, func(it *Item, a *engine.Answer) {
-		for _, t := range it.Reply.Tubes {
-			a.Tubes = append(a.Tubes, string(t.Name))
+	if s.r.groups() == 1 {
+		return s.call(0, Request{Op: OpListTubes}, func(it *Item, a *engine.Answer) {
+			for _, t := range it.Reply.Tubes {
+				a.Tubes = append(a.Tubes, string(t.Name))
+			}
+		})
+	}
+	return s.fanOut(OpListTubes, func(parts []fanPart, a *engine.Answer) {
+		lists := make([][]TubeStamp, len(parts))
+		for i, p := range parts {
+			lists[i] = p.tubes
 		}
+		a.Tubes = MergeTubes(lists...)
 	})
 }
 
@@ -298,7 +338,7 @@ func (s *Session) Put(id uint64, pri, delay, ttr uint32, body []byte, a *engine.
 	}
 	s.ids-- // this put's own, taken by its request
 	req := Request{Op: OpPut, Tube: []byte(s.used), Pri: pri, Delay: delay, TTR: ttr, Body: body}
-	return s.call(req, func(it *Item, a *engine.Answer) {
+	return s.call(s.r.ownerOf(s.used), req, func(it *Item, a *engine.Answer) {
 		switch it.Reply.Status {
 		case StatusOK:
 			a.N = it.Reply.ID
@@ -324,14 +364,22 @@ func (s *Session) Reserve(timeout time.Duration, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Reserve(timeout, a)
 	}
-	req := Request{Op: OpReserve, Tubes: s.tubes(), Timeout: timeout}
-	seq := s.seq + 1 + uint32(s.ids)
+	s.cross.Store(nil)
+	parts := s.reserveParts()
+	if len(parts) > 1 {
+		return s.reserveAcross(parts, timeout)
+	}
+	req := Request{Op: OpReserve, Tubes: parts[0].tubes, Timeout: timeout}
+	seq := s.seq.Load() + 1 + uint32(s.ids)
 	s.reserving.Store(seq)
-	return s.call(req, func(it *Item, a *engine.Answer) {
+	s.reserveGroup = parts[0].group
+	s.r.waiting.Add(1)
+	return s.call(parts[0].group, req, func(it *Item, a *engine.Answer) {
 		if !s.reserving.CompareAndSwap(seq, 0) {
 			a.Reserve = store.Waiting // cancelled: dropped
 			return
 		}
+		s.r.waiting.Add(-1)
 		switch it.Reply.Status {
 		case StatusOK:
 			a.Reserve = store.Reserved
@@ -344,30 +392,77 @@ func (s *Session) Reserve(timeout time.Duration, a *engine.Answer) bool {
 	})
 }
 
-// tubes is the watch list as a request carries it.
-func (s *Session) tubes() [][]byte {
-	tubes := make([][]byte, len(s.watched))
-	for i, w := range s.watched {
-		tubes[i] = []byte(w)
+// reserveParts are the groups that own the watched tubes, each with its
+// tubes in the watch list's order, the groups in the order of their
+// first tube.
+func (s *Session) reserveParts() []crossPart {
+	var parts []crossPart
+	for _, w := range s.watched {
+		g := s.r.ownerOf(w)
+		i := slices.IndexFunc(parts, func(p crossPart) bool { return p.group == g })
+		if i < 0 {
+			i = len(parts)
+			parts = append(parts, crossPart{group: g})
+		}
+		parts[i].tubes = append(parts[i].tubes, []byte(w))
 	}
-	return tubes
+	return parts
+}
+
+// reserveAcross is a reserve whose watched tubes live in several groups
+// (docs/design/shards.md 6.2, 6.3): a crossReserve, its answer awaited by
+// a sequence of its own.
+func (s *Session) reserveAcross(parts []crossPart, timeout time.Duration) bool {
+	s.burnIDs()
+	seq := s.await()
+	for _, p := range parts {
+		s.touch(p.group)
+	}
+	s.crossSeq = seq
+	s.r.waiting.Add(1)
+	cr := &crossReserve{link: s.r.link, session: s.id, nextSeq: s.next, parts: parts, timeout: timeout}
+	cr.done = func(j *JobReply, _ uint16, res store.ReserveResult) {
+		s.r.waiting.Add(-1)
+		a := engine.Answer{Reserve: res}
+		if j != nil {
+			a.JobID, a.JobBody = j.ID, j.Body // the crossReserve's copy
+		}
+		s.deliver(seq, &a)
+	}
+	s.cross.Store(cr)
+	cr.start()
+	return false
 }
 
 // CancelWait ends a remote reserve at once: its reply, if it comes all
 // the same (a job was on its way), is dropped, and that job stays the
-// session's at the leader until the session closes or its TTR ends.
+// session's at the leader until the session closes or its TTR ends. A
+// reserve across groups declines what comes after.
 func (s *Session) CancelWait() bool {
 	if s.local != nil {
 		return s.local.CancelWait()
+	}
+	if cr := s.cross.Swap(nil); cr != nil {
+		if !cr.cancel() {
+			return false // its answer is on its way to the loop
+		}
+		s.r.waiting.Add(-1)
+		s.forget(s.crossSeq)
+		return true
 	}
 	seq := s.reserving.Load()
 	if seq == 0 || !s.reserving.CompareAndSwap(seq, 0) {
 		return false // its reply is on its way to the loop
 	}
+	s.r.waiting.Add(-1)
 	s.forget(seq)
-	s.r.link.Cancel(s.id, 0, seq, 0)
+	s.r.link.Cancel(s.id, s.reserveGroup, seq, 0)
 	return true
 }
+
+// idGroup is the group of the job id, false for an id no group issues:
+// the command is answered NOT_FOUND at once.
+func (s *Session) idGroup(id uint64) (uint16, bool) { return s.r.groupOfID(id) }
 
 // jobAnswer reads a reply's job into a, its body copied: the reply's
 // payload is gone once the callback returns.
@@ -381,21 +476,33 @@ func (s *Session) ReserveJob(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.ReserveJob(id, a)
 	}
-	return s.call(Request{Op: OpReserveJob, ID: id}, jobAnswer)
+	g, ok := s.idGroup(id)
+	if !ok {
+		return true // NOT_FOUND
+	}
+	return s.call(g, Request{Op: OpReserveJob, ID: id}, jobAnswer)
 }
 
 func (s *Session) Delete(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Delete(id, a)
 	}
-	return s.call(Request{Op: OpDelete, ID: id}, okAnswer)
+	g, ok := s.idGroup(id)
+	if !ok {
+		return true // NOT_FOUND
+	}
+	return s.call(g, Request{Op: OpDelete, ID: id}, okAnswer)
 }
 
 func (s *Session) Touch(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Touch(id, a)
 	}
-	return s.call(Request{Op: OpTouch, ID: id}, okAnswer)
+	g, ok := s.idGroup(id)
+	if !ok {
+		return true // NOT_FOUND
+	}
+	return s.call(g, Request{Op: OpTouch, ID: id}, okAnswer)
 }
 
 // okAnswer reads a found-or-not reply.
@@ -416,28 +523,43 @@ func (s *Session) Release(id uint64, pri, delay uint32, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Release(id, pri, delay, a)
 	}
-	return s.call(Request{Op: OpRelease, ID: id, Pri: pri, Delay: delay}, errAnswer)
+	g, ok := s.idGroup(id)
+	if !ok {
+		a.Err = store.ErrNotFound
+		return true
+	}
+	return s.call(g, Request{Op: OpRelease, ID: id, Pri: pri, Delay: delay}, errAnswer)
 }
 
 func (s *Session) Bury(id uint64, pri uint32, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Bury(id, pri, a)
 	}
-	return s.call(Request{Op: OpBury, ID: id, Pri: pri}, errAnswer)
+	g, ok := s.idGroup(id)
+	if !ok {
+		a.Err = store.ErrNotFound
+		return true
+	}
+	return s.call(g, Request{Op: OpBury, ID: id, Pri: pri}, errAnswer)
 }
 
 func (s *Session) KickJob(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.KickJob(id, a)
 	}
-	return s.call(Request{Op: OpKickJob, ID: id}, errAnswer)
+	g, ok := s.idGroup(id)
+	if !ok {
+		a.Err = store.ErrNotFound
+		return true
+	}
+	return s.call(g, Request{Op: OpKickJob, ID: id}, errAnswer)
 }
 
 func (s *Session) Kick(n uint32, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Kick(n, a)
 	}
-	return s.call(Request{Op: OpKick, Tube: []byte(s.used), Count: n}, func(it *Item, a *engine.Answer) {
+	return s.call(s.r.ownerOf(s.used), Request{Op: OpKick, Tube: []byte(s.used), Count: n}, func(it *Item, a *engine.Answer) {
 		a.N = uint64(it.Reply.Count)
 	})
 }
@@ -446,35 +568,43 @@ func (s *Session) Peek(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Peek(id, a)
 	}
-	return s.call(Request{Op: OpPeek, ID: id}, jobAnswer)
+	g, ok := s.idGroup(id)
+	if !ok {
+		return true // NOT_FOUND
+	}
+	return s.call(g, Request{Op: OpPeek, ID: id}, jobAnswer)
 }
 
 func (s *Session) PeekReady(a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.PeekReady(a)
 	}
-	return s.call(Request{Op: OpPeekReady, Tube: []byte(s.used)}, jobAnswer)
+	return s.call(s.r.ownerOf(s.used), Request{Op: OpPeekReady, Tube: []byte(s.used)}, jobAnswer)
 }
 
 func (s *Session) PeekDelayed(a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.PeekDelayed(a)
 	}
-	return s.call(Request{Op: OpPeekDelayed, Tube: []byte(s.used)}, jobAnswer)
+	return s.call(s.r.ownerOf(s.used), Request{Op: OpPeekDelayed, Tube: []byte(s.used)}, jobAnswer)
 }
 
 func (s *Session) PeekBuried(a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.PeekBuried(a)
 	}
-	return s.call(Request{Op: OpPeekBuried, Tube: []byte(s.used)}, jobAnswer)
+	return s.call(s.r.ownerOf(s.used), Request{Op: OpPeekBuried, Tube: []byte(s.used)}, jobAnswer)
 }
 
 func (s *Session) JobStats(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.JobStats(id, a)
 	}
-	return s.call(Request{Op: OpStatsJob, ID: id}, func(it *Item, a *engine.Answer) {
+	g, ok := s.idGroup(id)
+	if !ok {
+		return true // NOT_FOUND
+	}
+	return s.call(g, Request{Op: OpStatsJob, ID: id}, func(it *Item, a *engine.Answer) {
 		a.OK, a.JobStats = it.Reply.Status == StatusOK, it.Reply.JobStats
 	})
 }
@@ -483,7 +613,7 @@ func (s *Session) TubeStats(tube []byte, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.TubeStats(tube, a)
 	}
-	return s.call(Request{Op: OpStatsTube, Tube: tube}, func(it *Item, a *engine.Answer) {
+	return s.call(s.r.ownerOf(string(tube)), Request{Op: OpStatsTube, Tube: tube}, func(it *Item, a *engine.Answer) {
 		a.OK, a.TubeStats = it.Reply.Status == StatusOK, it.Reply.TubeStats
 	})
 }
@@ -492,14 +622,74 @@ func (s *Session) PauseTube(tube []byte, d time.Duration, a *engine.Answer) bool
 	if s.local != nil {
 		return s.local.PauseTube(tube, d, a)
 	}
-	return s.call(Request{Op: OpPauseTube, Tube: tube, Delay: uint32(d / time.Second)}, okAnswer)
+	return s.call(s.r.ownerOf(string(tube)), Request{Op: OpPauseTube, Tube: tube, Delay: uint32(d / time.Second)}, okAnswer)
 }
 
 func (s *Session) Stats(a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Stats(a)
 	}
-	return s.call(Request{Op: OpStats}, func(it *Item, a *engine.Answer) { a.Stats = it.Reply.Stats })
+	if s.r.groups() == 1 {
+		return s.call(0, Request{Op: OpStats}, func(it *Item, a *engine.Answer) { a.Stats = it.Reply.Stats })
+	}
+	return s.fanOut(OpStats, func(parts []fanPart, a *engine.Answer) {
+		stats := make([]store.Stats, len(parts))
+		for i, p := range parts {
+			stats[i] = p.stats
+		}
+		a.Stats = SumStats(stats...)
+		a.Stats.Waiting = s.r.waiting.Load() // this member's sessions in a reserve (5.5)
+	})
+}
+
+// fanPart is one group's part of a command asked of every group, copied
+// from its reply.
+type fanPart struct {
+	status Status
+	stats  store.Stats
+	tubes  []TubeStamp
+}
+
+// fanOut asks every group for its part of op (stats, list-tubes: 5.5)
+// and answers with what merge makes of the parts, in the groups' order,
+// once all have come; a group whose leader did not answer in time fails
+// the command (INTERNAL_ERROR: a partial sum would be a wrong reply).
+func (s *Session) fanOut(op Op, merge func(parts []fanPart, a *engine.Answer)) bool {
+	s.burnIDs()
+	n := s.r.groups()
+	seq := s.await()
+	parts := make([]fanPart, n)
+	var mu sync.Mutex
+	left := n
+	for g := range n {
+		s.touch(uint16(g))
+		partSeq := seq
+		if g > 0 {
+			partSeq = s.next()
+		}
+		s.r.link.Request(s.id, uint16(g), partSeq, Request{Op: op}, func(it *Item) {
+			p := fanPart{status: it.Reply.Status, stats: it.Reply.Stats}
+			for _, t := range it.Reply.Tubes {
+				p.tubes = append(p.tubes, TubeStamp{Name: bytes.Clone(t.Name), Stamp: t.Stamp})
+			}
+			mu.Lock()
+			parts[g] = p
+			left--
+			last := left == 0
+			mu.Unlock()
+			if !last {
+				return
+			}
+			var a engine.Answer
+			if i := slices.IndexFunc(parts, func(p fanPart) bool { return p.status != StatusOK }); i >= 0 {
+				failed(op, parts[i].status, &a)
+			} else {
+				merge(parts, &a)
+			}
+			s.deliver(seq, &a)
+		})
+	}
+	return false
 }
 
 // AckNeeded: a remote session's replies come acknowledged.
@@ -519,7 +709,15 @@ func (s *Session) Close() {
 	}
 	s.burnIDs()
 	s.r.remote.Add(-1)
-	s.r.link.Close(s.id, 0)
+	if s.reserving.Swap(0) != 0 {
+		s.r.waiting.Add(-1)
+	}
+	if cr := s.cross.Swap(nil); cr != nil && cr.cancel() {
+		s.r.waiting.Add(-1)
+	}
+	for _, g := range s.touched {
+		s.r.link.Close(s.id, g)
+	}
 	s.r.changeRefs(s.used, -1, 0, nil)
 	for _, w := range s.watched {
 		s.r.changeRefs(w, 0, -1, nil)

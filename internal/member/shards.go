@@ -1,0 +1,162 @@
+package member
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	"github.com/sproutmq/sprout/internal/meta"
+	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/store"
+)
+
+// shards are a cluster member's shard groups (docs/design/shards.md S6).
+// Group 0 is the member's node. With --cluster-groups G > 1, groups 1 to
+// G-1 run beside it on the same host and log (each a GroupLog of the
+// member's SharedLog), placed by the formation: meta.Formation of the
+// initial members, G and R, which every member computes alike. The
+// router routes by that placement.
+//
+// For now every member holds every group (R is the member count, refused
+// otherwise): a member knows each group's leader from its own replica.
+// Members that hold only some groups need the leaders of the others told
+// (1.4), and membership changes need the planner (S7); neither is built,
+// so a cluster of several groups does not change its members yet.
+type shards struct {
+	placement *meta.State // immutable; nil with one group
+	// nodes are the groups' replicas on this member, by group: nodes[0]
+	// is group 0's from the start, the others set once started.
+	nodes []atomic.Pointer[replication.Node]
+}
+
+// groups is how many shard groups the cluster has.
+func (sh *shards) groups() int { return len(sh.nodes) }
+
+// node is group g's replica on this member, nil if it has not started.
+func (sh *shards) node(g uint16) *replication.Node {
+	if int(g) >= len(sh.nodes) {
+		return nil
+	}
+	return sh.nodes[g].Load()
+}
+
+// serving is group g's store while this member serves it, else nil.
+func (sh *shards) serving(g uint16) *store.Store {
+	n := sh.node(g)
+	if n == nil {
+		return nil
+	}
+	if info, _ := n.Leader(); info.Serving {
+		return n.Store()
+	}
+	return nil
+}
+
+// FormationError refuses a member whose --cluster-groups or
+// --cluster-replicas the cluster cannot take: they disagree with what
+// its log holds, or ask for what is not built yet.
+type FormationError struct{ Reason string }
+
+func (e *FormationError) Error() string { return e.Reason }
+
+// planShards decides the member's shard groups from its configuration and
+// its log (held: the groups the log holds; fresh: it holds nothing yet):
+// a log that holds groups keeps them, and a --cluster-groups that
+// disagrees is refused in one line.
+func planShards(cfg Config, held []uint16, fresh bool) (*shards, error) {
+	groups := cfg.Groups
+	switch {
+	case !fresh && groups != 0 && groups != len(held):
+		return nil, &FormationError{fmt.Sprintf("--cluster-groups %d disagrees with this cluster's %d, set when it was formed: drop it or set %d",
+			groups, len(held), len(held))}
+	case !fresh:
+		groups = len(held)
+	case groups == 0:
+		groups = 1
+	}
+	if groups > meta.MaxGroups {
+		return nil, &FormationError{fmt.Sprintf("--cluster-groups %d: at most %d", groups, meta.MaxGroups)}
+	}
+	sh := &shards{nodes: make([]atomic.Pointer[replication.Node], groups)}
+	if groups == 1 {
+		return sh, nil
+	}
+	nc := cfg.Cluster
+	replicas := cfg.Replicas
+	if replicas == 0 {
+		replicas = 3
+	}
+	switch {
+	case nc.JoinID != 0:
+		return nil, &FormationError{"--cluster-join: a cluster of several groups (--cluster-groups) does not add members yet"}
+	case replicas < len(nc.Peers):
+		return nil, &FormationError{fmt.Sprintf("--cluster-replicas %d: with --cluster-groups, every member holds every group for now: set --cluster-replicas %d, the member count",
+			replicas, len(nc.Peers))}
+	}
+	var members []meta.Member
+	for _, p := range nc.Peers {
+		members = append(members, meta.Member{Name: p.Name, ID: replication.MemberID(p.Name)})
+	}
+	placement, err := meta.Formation(members, groups, replicas)
+	if err != nil {
+		return nil, &FormationError{err.Error()}
+	}
+	sh.placement = placement
+	return sh, nil
+}
+
+// startShards starts groups 1 to G-1 on the member's host and log, each
+// on its replicas' members as the placement says.
+func (m *Member) startShards(ctx context.Context) error {
+	sh := m.shards
+	if sh.placement == nil {
+		return nil
+	}
+	shared := m.clusterLog.Shared()
+	for _, grp := range sh.placement.Groups[1:] {
+		g := grp.ID
+		var peers []replication.Member
+		var voters []uint64
+		for _, p := range m.cfg.Cluster.Peers {
+			if slices.Contains(grp.Voters(), p.Name) {
+				peers = append(peers, p)
+				voters = append(voters, replication.MemberID(p.Name))
+			}
+		}
+		l, err := shared.Attach(ctx, g, voters, false)
+		if err != nil {
+			return fmt.Errorf("group %d's log: %w", g, err)
+		}
+		nc := *m.cfg.Cluster
+		nc.Log, nc.Peers, nc.Logger, nc.Retain = l, peers, m.log, clusterLogRetain
+		nc.Observer, nc.MetaDir = nil, "" // group 0's figures; the meta group is the host's
+		nc.CloseClients = func(context.Context) error {
+			// Its sessions live on other members or reach it as owner
+			// clients: only those close (5.1).
+			m.sessions.Detach(g)
+			return nil
+		}
+		n, err := m.node.Host().StartGroup(g, nc)
+		if err != nil {
+			return fmt.Errorf("group %d: %w", g, err)
+		}
+		sh.nodes[g].Store(n)
+		go m.followGroup(n)
+	}
+	return nil
+}
+
+// followGroup tells the router of every change of a group's leader,
+// until its node stops.
+func (m *Member) followGroup(n *replication.Node) {
+	for {
+		_, changed := n.Leader()
+		m.sessions.LeaderChanged()
+		select {
+		case <-changed:
+		case <-n.Done():
+			return
+		}
+	}
+}

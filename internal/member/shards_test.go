@@ -1,0 +1,180 @@
+package member
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/meta"
+	"github.com/sproutmq/sprout/internal/testproc"
+)
+
+// TestShardGroups: three members formed with three shard groups
+// (docs/design/shards.md S6). Each tube lives in the group its name
+// hashes to, and every command reaches it through any member: puts take
+// ids of their group's prefix, commands by id find their group, stats and
+// list-tubes are one server's, a reserve across groups hands out the most
+// urgent job of all the watched tubes and, waiting, wakes for a put into
+// any of them through another member.
+func TestShardGroups(t *testing.T) {
+	c := newShardedCluster(t, 3)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	if p == nil || len(p.Groups) != 3 {
+		t.Fatalf("placement %+v, want 3 groups", p)
+	}
+	for g := range 3 {
+		testproc.WaitFor(t, 20*time.Second, fmt.Sprintf("group %d served", g), func() bool {
+			for _, m := range c.up {
+				if m.shards.serving(uint16(g)) != nil {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	// One tube per group, named in the order the groups come.
+	tubes := make([]string, 3)
+	for i := 0; slices.Contains(tubes, ""); i++ {
+		name := fmt.Sprintf("t%d", i)
+		if g := p.Owner(name); tubes[g] == "" {
+			tubes[g] = name
+		}
+	}
+	order := []int{2, 0, 1} // the order the tubes are made in
+	producer := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
+	worker := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	other := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
+	expect := func(c *testproc.Conn, line, want string) {
+		t.Helper()
+		if err := c.ExpectLine(line, want); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := make([]uint64, 3)
+	for _, g := range order {
+		expect(producer, "use "+tubes[g], "USING "+tubes[g])
+		id, err := producer.Put(uint32(10+g), 0, 60, []byte(tubes[g]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := p.GroupOfID(id); !ok || int(got) != g {
+			t.Fatalf("the put into %s (group %d) took id %d, of group %d", tubes[g], g, id, got)
+		}
+		ids[g] = id
+	}
+	got, err := other.StatsInt("stats", "current-jobs-ready", "total-jobs", "current-tubes", "cmd-put")
+	if err != nil || !slices.Equal(got, []int64{3, 3, 4, 0}) {
+		t.Fatalf("stats through m3: ready, total-jobs, current-tubes, cmd-put %v %v, want 3 3 4 0 (the puts were m1's)", got, err)
+	}
+	r, err := other.Do("list-tubes", nil)
+	want := "---\n- default\n- " + tubes[2] + "\n- " + tubes[0] + "\n- " + tubes[1] + "\n"
+	if err != nil || string(r.Body) != want {
+		t.Fatalf("list-tubes through m3: %q %v, want the order of creation %q", r.Body, err, want)
+	}
+
+	for i, tube := range tubes {
+		expect(worker, "watch "+tube, fmt.Sprintf("WATCHING %d", i+2))
+	}
+	expect(worker, "ignore default", "WATCHING 3")
+	for g, tube := range tubes {
+		counts, err := other.StatsInt("stats-tube "+tube, "current-jobs-ready", "current-watching", "current-using")
+		wantUsing := int64(0)
+		if g == order[2] {
+			wantUsing = 1 // the producer's
+		}
+		if err != nil || !slices.Equal(counts, []int64{1, 1, wantUsing}) {
+			t.Fatalf("stats-tube %s: ready, watching, using %v %v, want 1 1 %d", tube, counts, err, wantUsing)
+		}
+	}
+	// The most urgent first across groups: priorities 10, 11, 12.
+	for g := range 3 {
+		r, err := worker.Do("reserve-with-timeout 0", nil)
+		if err != nil || r.Kind != testproc.ReplyReserved || r.N != ids[g] || string(r.Body) != tubes[g] {
+			t.Fatalf("reserve %d: %+v %v, want job %d of %s", g, r, err, ids[g], tubes[g])
+		}
+	}
+	expect(worker, "reserve-with-timeout 0", "TIMED_OUT")
+	expect(other, fmt.Sprintf("release %d 0 0", ids[1]), "NOT_FOUND") // not m3's
+	expect(worker, fmt.Sprintf("release %d 0 0", ids[1]), "RELEASED")
+	expect(worker, fmt.Sprintf("bury %d 0", ids[2]), "BURIED")
+	expect(worker, fmt.Sprintf("delete %d", ids[0]), "DELETED")
+	expect(other, fmt.Sprintf("kick-job %d", ids[2]), "KICKED")
+	js, err := other.Stats(fmt.Sprintf("stats-job %d", ids[2]))
+	if err != nil || js["tube"] != tubes[2] || js["kicks"] != "1" || js["state"] != "ready" {
+		t.Fatalf("stats-job %d: %v %v", ids[2], js, err)
+	}
+	// An id of a prefix no group took is no job.
+	stray := meta.JobID(7, 1)
+	for _, line := range []string{"delete %d", "peek %d", "stats-job %d", "touch %d", "kick-job %d", "reserve-job %d"} {
+		expect(other, fmt.Sprintf(line, stray), "NOT_FOUND")
+	}
+	for _, id := range []uint64{ids[1], ids[2]} {
+		r, err := worker.Do("reserve-with-timeout 0", nil)
+		if err != nil || r.N != id {
+			t.Fatalf("reserve: %+v %v, want job %d", r, err, id)
+		}
+		expect(worker, fmt.Sprintf("delete %d", id), "DELETED")
+	}
+
+	// A reserve waiting in every group wakes for a put through another
+	// member into one of them; the others' waits end.
+	start := time.Now()
+	worker.WriteString("reserve-with-timeout 10\r\n")
+	if err := worker.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	// current-waiting counts the member's own sessions in a reserve.
+	beside := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	if n, err := beside.StatsInt("stats", "current-waiting"); err != nil || n[0] != 1 {
+		t.Fatalf("stats through m2 while its worker waits: current-waiting %v %v, want 1", n, err)
+	}
+	if n, err := other.StatsInt("stats", "current-waiting"); err != nil || n[0] != 0 {
+		t.Fatalf("stats through m3: current-waiting %v %v, want 0", n, err)
+	}
+	expect(other, "use "+tubes[1], "USING "+tubes[1])
+	id, err := other.Put(0, 0, 60, []byte("late"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = worker.ReadReply(true)
+	if err != nil || r.Kind != testproc.ReplyReserved || r.N != id || string(r.Body) != "late" {
+		t.Fatalf("the waiting reserve: %+v %v, want job %d", r, err, id)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the waiting reserve took %v", d)
+	}
+	expect(worker, fmt.Sprintf("delete %d", id), "DELETED")
+	// A reserve that times out across groups ends at its timeout.
+	start = time.Now()
+	expect(worker, "reserve-with-timeout 1", "TIMED_OUT")
+	if d := time.Since(start); d < 900*time.Millisecond || d > 3*time.Second {
+		t.Fatalf("reserve-with-timeout 1 took %v", d)
+	}
+	got, err = other.StatsInt("stats", "current-jobs-ready", "current-jobs-reserved", "total-jobs", "current-waiting")
+	if err != nil || !slices.Equal(got, []int64{0, 0, 4, 0}) {
+		t.Fatalf("stats at the end: ready, reserved, total-jobs, waiting %v %v, want 0 0 4 0", got, err)
+	}
+}
+
+// TestShardGroupsRefused: a member's --cluster-groups must be its
+// cluster's: unset takes the cluster's, another number is refused at
+// start in one line.
+func TestShardGroupsRefused(t *testing.T) {
+	c := newShardedCluster(t, 3)
+	c.finalized()
+	c.stop("m3")
+	c.groups = 2
+	_, err := Start(c.config("m3"))
+	if err == nil || !strings.Contains(err.Error(), "--cluster-groups 2 disagrees with this cluster's 3, set when it was formed: drop it or set 3") {
+		t.Fatalf("m3 restarted with 2 groups: %v", err)
+	}
+	c.groups = 0
+	m := c.start("m3")
+	if n := m.shards.groups(); n != 3 {
+		t.Fatalf("m3 restarted without --cluster-groups runs %d groups, want the cluster's 3", n)
+	}
+}
