@@ -97,6 +97,19 @@ func Catalogue(sz Sizes) []Scenario {
 		Kills: rebuildStops, Reps: 1, Full: true, ServerArgs: []string{"-f", "0"},
 		Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each) holding 1,000,000 jobs of 64 B: the serving leader stopped (SIGSTOP) past an election timeout %d times; its rebuild in place timed; first repetition only",
 			clusterMembers, rebuildStops)}
+	// Capacity of several groups (docs/design/shards.md S6): 100
+	// producer/consumer pairs, each on a tube of its own, spread over
+	// the members, with one group and with one group per member; the
+	// busiest member's CPU per job is the capacity's measure.
+	shardTubes := func(groups int) Scenario {
+		s := cluster(tubes(100), ThroughAll)
+		s.Name = fmt.Sprintf("cluster-g%d-tubes-100-all", groups)
+		s.Title += fmt.Sprintf(", %d shard groups", groups)
+		if groups > 1 {
+			s.Groups = groups
+		}
+		return s
+	}
 	// Sessions live where their clients connect: three members hold
 	// 19,000 idle connections each (a holder process per member, each
 	// within the open-file limit) beside the traffic spread over them.
@@ -160,6 +173,7 @@ func Catalogue(sz Sizes) []Scenario {
 		// waits for each answer in turn unless its session pipelines too
 		// (docs/design/shards.md 5.3).
 		cluster(pipelined10, ThroughLeader), cluster(pipelined10, ThroughFollower), idleCluster,
+		shardTubes(1), shardTubes(clusterMembers),
 		{Name: "cluster-failover", Kind: KindFailover, Members: clusterMembers, Kills: failoverKills, Reps: 1, ServerArgs: []string{"-f", "0"},
 			Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each): the serving leader killed (-9) %d times, restarted on its directory after each; first repetition only",
 				clusterMembers, failoverKills)},
@@ -437,6 +451,9 @@ type Summary struct {
 	JobsPerSec     float64
 	P50, P99, P999 time.Duration
 	CPUPer100k     float64 // seconds
+	// BusiestPer100k is a cluster's busiest member's CPU-seconds per
+	// 100,000 jobs (busiestPerJob): one core over it is the capacity.
+	BusiestPer100k float64
 	RSS            float64 // bytes
 	PerItem        float64 // bytes
 	Items          float64
@@ -505,6 +522,7 @@ func Summarize(rs []Result) Summary {
 	s.JobsPerSec, s.CPUPer100k, s.RSS = median(jobs), median(cpu), median(rss)
 	s.P50, s.P99, s.P999 = time.Duration(median(p50)), time.Duration(median(p99)), time.Duration(median(p999))
 	s.PerItem, s.Items = median(per), median(items)
+	s.BusiestPer100k = busiestPerJob(rs).Seconds() * 100_000
 	s.FailoverMedian = time.Duration(median(failovers))
 	s.CatchUpTime, s.CatchUpRate, s.CatchUpMemory = time.Duration(median(cuTime)), median(cuRate), median(cuMemory)
 	s.CatchUpGrowth, s.CatchUpP99Ups = median(cuGrowth), median(cuP99)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/internal/replication"
@@ -144,6 +145,7 @@ func (m *Member) startShards(ctx context.Context) error {
 		sh.nodes[g].Store(n)
 		go m.followGroup(n)
 	}
+	go m.balanceLeaders()
 	return nil
 }
 
@@ -157,6 +159,64 @@ func (m *Member) followGroup(n *replication.Node) {
 		case <-changed:
 		case <-n.Done():
 			return
+		}
+	}
+}
+
+// Leaders are kept balanced (docs/design/shards.md 1.5): each member
+// leads about G/M groups. Every member holds every group for now, so
+// each sees every leader and plans alike (meta.PlanLeaders); a member
+// hands over the groups the plan moves from it, raft's leadership
+// transfer, which is dropped if the receiver does not hold the whole log.
+const (
+	// balanceEvery is how often a member looks at the leaders.
+	balanceEvery = time.Second
+	// leaderSettle is how long a group's leadership stays where it went
+	// before it is moved again: the election, or the last transfer, has
+	// settled. The design's 10 s is for a fleet whose members come and
+	// go; at formation the groups are empty and a transfer is cheap.
+	leaderSettle = 3 * time.Second
+)
+
+// balanceLeaders moves this member's surplus leaderships to members that
+// lead fewer groups, until the member stops.
+func (m *Member) balanceLeaders() {
+	sh := m.shards
+	t := time.NewTicker(balanceEvery)
+	defer t.Stop()
+	leaders := make(map[uint16]string)
+	changed := make(map[uint16]time.Time) // when each group's leader was last seen to change
+	for {
+		select {
+		case <-m.node.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		for g := range sh.groups() {
+			n := sh.node(uint16(g))
+			if n == nil {
+				continue
+			}
+			info, _ := n.Leader()
+			if leaders[uint16(g)] != info.Name {
+				changed[uint16(g)] = now
+			}
+			if info.Name == "" {
+				delete(leaders, uint16(g))
+			} else {
+				leaders[uint16(g)] = info.Name
+			}
+		}
+		caughtUp := func(uint16, string) bool { return true } // a transfer to one behind is dropped
+		for _, tr := range meta.PlanLeaders(sh.placement, leaders, caughtUp) {
+			if tr.From != m.node.Name() || now.Sub(changed[tr.Group]) < leaderSettle {
+				continue
+			}
+			if n := sh.node(tr.Group); n != nil && n.TransferLeadership(tr.To) == nil {
+				changed[tr.Group] = now
+				m.log.Info().Int("group", int(tr.Group)).Str("to", tr.To).Msg("handing a group's leadership over, to balance leaders")
+			}
 		}
 	}
 }

@@ -17,7 +17,8 @@ import (
 // ids of their group's prefix, commands by id find their group, stats and
 // list-tubes are one server's, a reserve across groups hands out the most
 // urgent job of all the watched tubes and, waiting, wakes for a put into
-// any of them through another member.
+// any of them through another member. Each member comes to lead one
+// group.
 func TestShardGroups(t *testing.T) {
 	c := newShardedCluster(t, 3)
 	c.finalized()
@@ -35,14 +36,8 @@ func TestShardGroups(t *testing.T) {
 			return false
 		})
 	}
-	// One tube per group, named in the order the groups come.
-	tubes := make([]string, 3)
-	for i := 0; slices.Contains(tubes, ""); i++ {
-		name := fmt.Sprintf("t%d", i)
-		if g := p.Owner(name); tubes[g] == "" {
-			tubes[g] = name
-		}
-	}
+	c.balanced() // each member leads one group
+	tubes := tubePerGroup(p, "t")
 	order := []int{2, 0, 1} // the order the tubes are made in
 	producer := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
 	worker := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
@@ -177,4 +172,93 @@ func TestShardGroupsRefused(t *testing.T) {
 	if n := m.shards.groups(); n != 3 {
 		t.Fatalf("m3 restarted without --cluster-groups runs %d groups, want the cluster's 3", n)
 	}
+}
+
+// TestShardGroupsFailover: the member leading a group stops; that group
+// elects a new leader among the two left, the others go on, the
+// sessions of the members left stay open, and every job acknowledged
+// before and after is there to reserve, once.
+func TestShardGroupsFailover(t *testing.T) {
+	c := newShardedCluster(t, 3)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	c.balanced()
+	tubes := tubePerGroup(p, "f")
+	producer := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
+	worker := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	acked := map[uint64]string{}
+	put := func(round int) {
+		t.Helper()
+		for _, tube := range tubes {
+			if err := producer.ExpectLine("use "+tube, "USING "+tube); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 5 {
+				body := fmt.Sprintf("%s %d %d", tube, round, i)
+				id, err := producer.Put(0, 0, 60, []byte(body))
+				if err != nil {
+					t.Fatalf("put %q: %v", body, err)
+				}
+				acked[id] = body
+			}
+		}
+	}
+	put(0)
+	info, _ := c.up["m1"].shards.node(1).Leader()
+	lost := info.Name
+	if lost == "m1" || lost == "m2" {
+		// Keep the producer's and the worker's members: stop m3, and the
+		// group it leads is the one to fail over.
+		lost = "m3"
+	}
+	c.stop(lost)
+	put(1) // through m1: the group m3 led waits for its new leader
+	for i, tube := range tubes {
+		if err := worker.ExpectLine("watch "+tube, fmt.Sprintf("WATCHING %d", i+2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[uint64]bool{}
+	for range len(acked) {
+		r, err := worker.Do("reserve-with-timeout 5", nil)
+		if err != nil || r.Kind != testproc.ReplyReserved {
+			t.Fatalf("reserve after %d of %d: %+v %v", len(got), len(acked), r, err)
+		}
+		if want, ok := acked[r.N]; !ok || want != string(r.Body) || got[r.N] {
+			t.Fatalf("reserved job %d %q: acknowledged as %q (%v), reserved before: %v", r.N, r.Body, want, ok, got[r.N])
+		}
+		got[r.N] = true
+		if err := worker.ExpectLine(fmt.Sprintf("delete %d", r.N), "DELETED"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := worker.ExpectLine("reserve-with-timeout 0", "TIMED_OUT"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// balanced waits until each of the three members leads one of the three
+// groups.
+func (c *testCluster) balanced() {
+	c.t.Helper()
+	testproc.WaitFor(c.t, 30*time.Second, "each member leading one group", func() bool {
+		led := map[string]int{}
+		for g := range 3 {
+			info, _ := c.up["m1"].shards.node(uint16(g)).Leader()
+			led[info.Name]++
+		}
+		return led["m1"] == 1 && led["m2"] == 1 && led["m3"] == 1
+	})
+}
+
+// tubePerGroup names a tube of each group of p, by group: the first names
+// prefix followed by a number that each group owns.
+func tubePerGroup(p *meta.State, prefix string) []string {
+	tubes := make([]string, len(p.Groups))
+	for i := 0; slices.Contains(tubes, ""); i++ {
+		if name := fmt.Sprintf("%s%d", prefix, i); tubes[p.Owner(name)] == "" {
+			tubes[p.Owner(name)] = name
+		}
+	}
+	return tubes
 }
