@@ -37,8 +37,8 @@ const fivebeansTimeout = 3 * time.Minute
 // TestFivebeansSuite runs the fivebeans client's own mocha suite (55
 // tests of its client, worker and runner, 53 of them against a live
 // server; one is a pending stub, one is excluded: fivebeansExcluded) against
-// Sprout alone and through a cluster member that does not lead, whose
-// proxy carries every byte to the leader. The suite's stats test hands
+// Sprout alone, through a cluster member that does not lead, and through
+// one of a cluster of three shard groups (--cluster-groups 3). The suite's stats test hands
 // stats' version to node's semver before testing kick-job; with the commit
 // hash Sprout once reported for a version it threw "Invalid Version".
 //
@@ -60,6 +60,14 @@ func TestFivebeansSuite(t *testing.T) {
 	t.Run("cluster-follower", func(t *testing.T) {
 		t.Parallel()
 		c := startCluster(t)
+		leader := c.awaitServing(20 * time.Second)
+		runFivebeans(t, suite, c.others(leader)[0].proc.Addr())
+	})
+	// Three shard groups: the suite's tubes land in different groups,
+	// and every command goes to its tube's or its job's group.
+	t.Run("cluster-groups", func(t *testing.T) {
+		t.Parallel()
+		c := startCluster(t, "--cluster-groups", "3")
 		leader := c.awaitServing(20 * time.Second)
 		runFivebeans(t, suite, c.others(leader)[0].proc.Addr())
 	})
