@@ -457,8 +457,8 @@ var flagTable = []*flag{
 			"take the cluster's, and refuse another G",
 		set: uintSetter(16, "a number of groups, 1 to 256", func(o *options) *int { return &o.clusterGroups })},
 	{long: "cluster-replicas", arg: "R", group: groupCluster,
-		help: "form the cluster with R replicas of each shard group (default 3); with --cluster-groups above " +
-			"1, every member holds every group for now: R is the member count",
+		help: "form the cluster with R replicas of each shard group (default 3, at most the members): each " +
+			"member holds the groups placed on it, and group 0 everywhere",
 		set: uintSetter(16, "a number of replicas", func(o *options) *int { return &o.clusterReplicas })},
 	{long: "cluster-tls-cert", arg: "PATH", group: groupCluster,
 		help: "this member's certificate (PEM), for mutual TLS between members; with --cluster-tls-key and " +

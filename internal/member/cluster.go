@@ -117,6 +117,20 @@ func (m *Member) startRouter(ec *engine.Config) {
 			return nil
 		},
 		Removed: func() []uint64 { return node.Book().Removed },
+		Peers: func() []uint64 {
+			var ids []uint64
+			for _, mb := range node.Book().Members {
+				ids = append(ids, mb.ID)
+			}
+			return ids
+		},
+		Term: func(g uint16) uint64 {
+			if n := sh.node(g); n != nil {
+				info, _ := n.Leader()
+				return info.Term
+			}
+			return 0
+		},
 		// A put's size was checked by the member its client reached (its
 		// -z); a payload refused whole would close the stream for every
 		// session, so the leader takes any a member may send.

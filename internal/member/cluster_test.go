@@ -25,20 +25,26 @@ const clusterTick = 50 * time.Millisecond
 // testCluster is three members running in this process, each on its own
 // directory and loopback ports.
 type testCluster struct {
-	t      *testing.T
-	groups int // --cluster-groups the members start with; 0: the cluster's
-	peers  []replication.Member
-	dirs   map[string]string
-	outs   map[string]*testproc.SyncBuffer
-	up     map[string]*Member
+	t *testing.T
+	// groups and replicas are the --cluster-groups and --cluster-replicas
+	// the members start with; 0: the cluster's.
+	groups, replicas int
+	peers            []replication.Member
+	dirs             map[string]string
+	outs             map[string]*testproc.SyncBuffer
+	up               map[string]*Member
 }
 
 func newTestCluster(t *testing.T) *testCluster { return newShardedCluster(t, 0) }
 
 // newShardedCluster is newTestCluster with groups shard groups (0: one).
-func newShardedCluster(t *testing.T, groups int) *testCluster {
-	c := &testCluster{t: t, groups: groups, dirs: map[string]string{}, outs: map[string]*testproc.SyncBuffer{}, up: map[string]*Member{}}
-	for i := 1; i <= 3; i++ {
+func newShardedCluster(t *testing.T, groups int) *testCluster { return newClusterOf(t, 3, groups, 0) }
+
+// newClusterOf is a cluster of members members formed with groups shard
+// groups of replicas replicas each (0: the defaults).
+func newClusterOf(t *testing.T, members, groups, replicas int) *testCluster {
+	c := &testCluster{t: t, groups: groups, replicas: replicas, dirs: map[string]string{}, outs: map[string]*testproc.SyncBuffer{}, up: map[string]*Member{}}
+	for i := 1; i <= members; i++ {
 		port, err := testproc.FreePort()
 		if err != nil {
 			t.Fatal(err)
@@ -92,7 +98,7 @@ func (c *testCluster) config(name string) Config {
 		Cluster: &replication.NodeConfig{
 			Node: name, Listen: listen, Peers: c.peers, Tick: clusterTick,
 		},
-		Groups: c.groups,
+		Groups: c.groups, Replicas: c.replicas,
 		Logger: log,
 	}
 }

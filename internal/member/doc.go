@@ -20,9 +20,9 @@
 //     and the proxy to the leader, which becomes the engine's Route; then
 //     the router (internal/router) and, in a cluster formed with
 //     --cluster-groups G > 1, shard groups 1 to G-1 on the same host and
-//     log (shards.go: placed by meta.Formation, every member holding every
-//     group for now; a --cluster-groups that disagrees with the log's is
-//     refused, a FormationError);
+//     log (shards.go: placed by meta.Formation, each member holding R of
+//     them and group 0; a --cluster-groups that disagrees with the log's
+//     is refused, a FormationError);
 //  5. the engine on the store, serving once it listens;
 //  6. the side port's one router (router.go): probes, metrics, pprof,
 //     /cluster and /cluster/members, the admin API and the web console,

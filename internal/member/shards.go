@@ -17,13 +17,12 @@ import (
 // G-1 run beside it on the same host and log (each a GroupLog of the
 // member's SharedLog), placed by the formation: meta.Formation of the
 // initial members, G and R, which every member computes alike. The
-// router routes by that placement.
-//
-// For now every member holds every group (R is the member count, refused
-// otherwise): a member knows each group's leader from its own replica.
-// Members that hold only some groups need the leaders of the others told
-// (1.4), and membership changes need the planner (S7); neither is built,
-// so a cluster of several groups does not change its members yet.
+// router routes by that placement. A member runs the replicas the
+// placement gives it; it learns the leaders of the other groups from
+// their reports (router.Router.Reported). Group 0 holds the membership
+// too, so every member holds it, whatever the placement says.
+// Membership changes need the planner (S7), not built: a cluster of
+// several groups does not change its members yet.
 type shards struct {
 	placement *meta.State // immutable; nil with one group
 	// nodes are the groups' replicas on this member, by group: nodes[0]
@@ -88,12 +87,8 @@ func planShards(cfg Config, held []uint16, fresh bool) (*shards, error) {
 	if replicas == 0 {
 		replicas = 3
 	}
-	switch {
-	case nc.JoinID != 0:
+	if nc.JoinID != 0 {
 		return nil, &FormationError{"--cluster-join: a cluster of several groups (--cluster-groups) does not add members yet"}
-	case replicas < len(nc.Peers):
-		return nil, &FormationError{fmt.Sprintf("--cluster-replicas %d: with --cluster-groups, every member holds every group for now: set --cluster-replicas %d, the member count",
-			replicas, len(nc.Peers))}
 	}
 	var members []meta.Member
 	for _, p := range nc.Peers {
@@ -117,6 +112,9 @@ func (m *Member) startShards(ctx context.Context) error {
 	shared := m.clusterLog.Shared()
 	for _, grp := range sh.placement.Groups[1:] {
 		g := grp.ID
+		if !grp.Holds(m.node.Name()) {
+			continue
+		}
 		var peers []replication.Member
 		var voters []uint64
 		for _, p := range m.cfg.Cluster.Peers {
@@ -164,10 +162,11 @@ func (m *Member) followGroup(n *replication.Node) {
 }
 
 // Leaders are kept balanced (docs/design/shards.md 1.5): each member
-// leads about G/M groups. Every member holds every group for now, so
-// each sees every leader and plans alike (meta.PlanLeaders); a member
-// hands over the groups the plan moves from it, raft's leadership
-// transfer, which is dropped if the receiver does not hold the whole log.
+// leads about G/M groups. Each member sees every leader, from its
+// replicas and the others' reports, and plans alike (meta.PlanLeaders);
+// a member hands over the groups the plan moves from it, raft's
+// leadership transfer, which is dropped if the receiver does not hold the
+// whole log.
 const (
 	// balanceEvery is how often a member looks at the leaders.
 	balanceEvery = time.Second
@@ -193,12 +192,18 @@ func (m *Member) balanceLeaders() {
 		case <-t.C:
 		}
 		now := time.Now()
+		reported := m.sessions.Reported()
+		names := make(map[uint64]string)
+		for _, mb := range m.node.Book().Members {
+			names[mb.ID] = mb.Name
+		}
 		for g := range sh.groups() {
-			n := sh.node(uint16(g))
-			if n == nil {
-				continue
+			var info replication.LeaderInfo
+			if n := sh.node(uint16(g)); n != nil {
+				info, _ = n.Leader()
+			} else {
+				info.Name = names[reported[uint16(g)]]
 			}
-			info, _ := n.Leader()
 			if leaders[uint16(g)] != info.Name {
 				changed[uint16(g)] = now
 			}

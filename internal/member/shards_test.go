@@ -262,3 +262,85 @@ func tubePerGroup(p *meta.State, prefix string) []string {
 	}
 	return tubes
 }
+
+// TestShardGroupsOfFive: five members, five groups of three replicas
+// each, so that each member holds three groups and not the other two.
+// Every member puts into and reserves from every group, those it holds no
+// replica of through the leaders the others report; the leaders spread,
+// one group each.
+func TestShardGroupsOfFive(t *testing.T) {
+	c := newClusterOf(t, 5, 5, 3)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	// Each holds group 0, which holds the membership too, and the others
+	// the placement gives it.
+	for name, m := range c.up {
+		for g := 1; g < 5; g++ {
+			if held, want := m.shards.node(uint16(g)) != nil, p.Groups[g].Holds(name); held != want {
+				t.Fatalf("%s holds group %d: %v, placed there: %v", name, g, held, want)
+			}
+		}
+	}
+	testproc.WaitFor(t, 40*time.Second, "each member leading one group", func() bool {
+		led := map[string]int{}
+		for g := range 5 {
+			for _, m := range c.up {
+				if m.shards.serving(uint16(g)) != nil {
+					led[m.node.Name()]++
+				}
+			}
+		}
+		return len(led) == 5 && led["m1"] == 1 && led["m2"] == 1 && led["m3"] == 1 && led["m4"] == 1 && led["m5"] == 1
+	})
+	tubes := tubePerGroup(p, "q")
+	names := []string{"m1", "m2", "m3", "m4", "m5"}
+	acked := map[uint64]string{}
+	for _, name := range names {
+		conn := testproc.DialTest(t, c.up[name].Addr().String(), replyTimeout)
+		for g, tube := range tubes {
+			if err := conn.ExpectLine("use "+tube, "USING "+tube); err != nil {
+				t.Fatalf("through %s: %v", name, err)
+			}
+			body := name + " " + tube
+			id, err := conn.Put(uint32(g), 0, 60, []byte(body))
+			if err != nil {
+				t.Fatalf("put through %s into %s (group %d): %v", name, tube, g, err)
+			}
+			if got, _ := p.GroupOfID(id); int(got) != g {
+				t.Fatalf("put through %s into %s took id %d of group %d, want %d", name, tube, id, got, g)
+			}
+			acked[id] = body
+		}
+	}
+	for _, name := range names {
+		conn := testproc.DialTest(t, c.up[name].Addr().String(), replyTimeout)
+		got, err := conn.StatsInt("stats", "current-jobs-ready", "current-tubes")
+		if err != nil || got[0] != 25 || got[1] != 6 {
+			t.Fatalf("stats through %s: ready, tubes %v %v, want 25 6", name, got, err)
+		}
+	}
+	// A worker on each member takes five jobs across every group, the
+	// most urgent first: group 0's tube has priority 0.
+	seen := map[uint64]bool{}
+	for _, name := range names {
+		w := testproc.DialTest(t, c.up[name].Addr().String(), replyTimeout)
+		for i, tube := range tubes {
+			if err := w.ExpectLine("watch "+tube, fmt.Sprintf("WATCHING %d", i+2)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 5 {
+			r, err := w.Do("reserve-with-timeout 5", nil)
+			if err != nil || r.Kind != testproc.ReplyReserved || acked[r.N] != string(r.Body) || seen[r.N] {
+				t.Fatalf("reserve through %s: %+v %v (acknowledged as %q, seen %v)", name, r, err, acked[r.N], seen[r.N])
+			}
+			seen[r.N] = true
+			if err := w.ExpectLine(fmt.Sprintf("delete %d", r.N), "DELETED"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(seen) != len(acked) {
+		t.Fatalf("%d jobs reserved of %d", len(seen), len(acked))
+	}
+}

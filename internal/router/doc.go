@@ -35,8 +35,14 @@
 // commute; the one thing their order shows is list-tubes' order of tubes
 // made by puts in flight together in different groups. Not yet: a
 // reserve in one group answering DEADLINE_SOON for a job the session
-// holds in another (Request.SoonElsewhere is carried, not acted on), and
-// a member that holds only some groups learning the others' leaders.
+// holds in another (Request.SoonElsewhere is carried, not acted on).
+//
+// A member learns the leaders of the groups it holds no replica of from
+// the others: every member tells every other, every half second and at
+// each change of its own, which groups it leads and serves, with their
+// terms (a leaders item); a report of a later term replaces an earlier
+// one, and one not renewed for three periods goes stale, so a lost
+// leader's groups wait for the next one's report as for an election.
 //
 // # Sessions where the client connects (G = 1)
 //

@@ -35,6 +35,7 @@ import (
 //	decline: wait u64 | job id u64
 //	refs:    meta index u64 | stamp u64 | flags u8 (flagRefsSync) | count u32 | (tube | using u32 | watching u32)...
 //	close:   nothing
+//	leaders: count u16 | (group u16 | term u64)...
 //	reply:   status u8 | stamp u64 | then by status:
 //	  wrong-group: meta index u64
 //	  forward:     group u16
@@ -77,12 +78,14 @@ const (
 	// Group leader to member.
 	KindReply // the answer to a request or refs
 	KindEvent // an offer, or the end of a wait
+	// Member to member.
+	KindLeaders // the groups the sender leads (1.4): members that hold no replica of them learn their leaders
 	numKinds
 )
 
 var kindNames = [numKinds]string{
 	KindRequest: "request", KindWait: "wait", KindCancel: "cancel", KindDecline: "decline",
-	KindRefs: "refs", KindClose: "close", KindReply: "reply", KindEvent: "event",
+	KindRefs: "refs", KindClose: "close", KindReply: "reply", KindEvent: "event", KindLeaders: "leaders",
 }
 
 func (k Kind) String() string {
@@ -203,6 +206,14 @@ type Item struct {
 	Refs    Refs
 	Reply   Reply
 	Event   Event
+	Leaders []LeaderReport // KindLeaders'
+}
+
+// LeaderReport is a group its sender leads and serves, at the Raft term
+// it was elected in: a report of a later term replaces an earlier one.
+type LeaderReport struct {
+	Group uint16
+	Term  uint64
 }
 
 // Request is a command for a group. Which arguments an op reads is given

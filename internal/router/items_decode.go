@@ -107,6 +107,17 @@ func (d *Decoder) Next(it *Item) error {
 	case KindRefs:
 		f.refs(&it.Refs)
 	case KindClose:
+	case KindLeaders:
+		n := int(f.u16())
+		if n > len(f.b)/10 {
+			f.fail(ErrLength)
+		}
+		for range n {
+			if f.err != nil {
+				break
+			}
+			it.Leaders = append(it.Leaders, LeaderReport{Group: f.u16(), Term: f.u64()})
+		}
 	case KindReply:
 		f.reply(&it.Reply)
 	case KindEvent:
@@ -124,10 +135,10 @@ func (d *Decoder) Next(it *Item) error {
 // reset zeroes the item, keeping its lists' arrays for the next.
 func (it *Item) reset() {
 	reqTubes, waitTubes := it.Request.Tubes[:0], it.Wait.Tubes[:0]
-	counts, listed := it.Refs.Counts[:0], it.Reply.Tubes[:0]
+	counts, listed, leaders := it.Refs.Counts[:0], it.Reply.Tubes[:0], it.Leaders[:0]
 	*it = Item{}
 	it.Request.Tubes, it.Wait.Tubes = reqTubes, waitTubes
-	it.Refs.Counts, it.Reply.Tubes = counts, listed
+	it.Refs.Counts, it.Reply.Tubes, it.Leaders = counts, listed, leaders
 }
 
 // fields reads one item's payload. Its first error sticks: every read

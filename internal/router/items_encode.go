@@ -47,6 +47,16 @@ func AppendItem(payload []byte, it *Item) ([]byte, error) {
 	case KindRefs:
 		b, err = appendRefs(b, &it.Refs)
 	case KindClose:
+	case KindLeaders:
+		if len(it.Leaders) > math.MaxUint16 {
+			err = ErrItemTooBig
+			break
+		}
+		b = binary.BigEndian.AppendUint16(b, uint16(len(it.Leaders)))
+		for _, l := range it.Leaders {
+			b = binary.BigEndian.AppendUint16(b, l.Group)
+			b = binary.BigEndian.AppendUint64(b, l.Term)
+		}
 	case KindReply:
 		b, err = appendReply(b, &it.Reply)
 	case KindEvent:

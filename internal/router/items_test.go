@@ -105,6 +105,8 @@ func itemCases() []itemCase {
 		}}}},
 		{"refs sync none", router.Item{Kind: router.KindRefs, Group: 7, Seq: 10, Refs: router.Refs{Sync: true}}},
 		{"close", router.Item{Kind: router.KindClose, Group: math.MaxUint16, Session: math.MaxUint64, Seq: math.MaxUint32}},
+		{"leaders", router.Item{Kind: router.KindLeaders, Leaders: []router.LeaderReport{{Group: 0, Term: 7}, {Group: math.MaxUint16, Term: math.MaxUint64}}}},
+		{"leaders none", router.Item{Kind: router.KindLeaders}},
 
 		{"ok", reply(router.StatusOK, router.Reply{Result: router.ResultNone})},
 		{"inserted", reply(router.StatusOK, router.Reply{Result: router.ResultID, ID: jobID})},
@@ -233,6 +235,9 @@ func withoutEmptyLists(it router.Item) router.Item {
 	if len(it.Reply.Tubes) == 0 {
 		it.Reply.Tubes = nil
 	}
+	if len(it.Leaders) == 0 {
+		it.Leaders = nil
+	}
 	return it
 }
 
@@ -275,6 +280,7 @@ var enumCodes = []struct {
 	{"kind", "close", uint8(router.KindClose), 6},
 	{"kind", "reply", uint8(router.KindReply), 7},
 	{"kind", "event", uint8(router.KindEvent), 8},
+	{"kind", "leaders", uint8(router.KindLeaders), 9},
 	{"op", "put", uint8(router.OpPut), 1},
 	{"op", "burn", uint8(router.OpBurn), 2},
 	{"op", "reserve", uint8(router.OpReserve), 3},
@@ -466,7 +472,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"length past the frame", patch(put, length, 0xff, 0xff, 0xff, 0xff), testMaxJobSize, router.ErrShort},
 		{"bytes after", append(bytes.Clone(put), 0), testMaxJobSize, router.ErrTrailing},
 		{"kind 0", patch(put, kind, 0), testMaxJobSize, router.ErrKind},
-		{"kind 9", patch(put, kind, 9), testMaxJobSize, router.ErrKind},
+		{"kind 10", patch(put, kind, 10), testMaxJobSize, router.ErrKind},
 		{"op 0", patch(put, op, 0), testMaxJobSize, router.ErrOp},
 		{"op 22", patch(put, op, 22), testMaxJobSize, router.ErrOp},
 		{"tube of 0 bytes", patch(put, tubeLen, 0), testMaxJobSize, router.ErrTubeName},
@@ -549,7 +555,7 @@ func TestEncodeRefuses(t *testing.T) {
 		wantErr error
 	}{
 		{"kind 0", router.Item{}, router.ErrKind},
-		{"kind 9", router.Item{Kind: 9}, router.ErrKind},
+		{"kind 10", router.Item{Kind: 10}, router.ErrKind},
 		{"op 0", request(0, router.Request{}), router.ErrOp},
 		{"op 22", request(22, router.Request{}), router.ErrOp},
 		{"no tube", request(router.OpPeekReady, router.Request{}), router.ErrTubeName},

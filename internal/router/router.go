@@ -53,7 +53,31 @@ type Router struct {
 	// group and number: each ack also acknowledges every item sent to
 	// the group before it.
 	refWaits map[refItem]func()
+	// reported are the leaders other members said they are of groups
+	// (KindLeaders): how a member learns the leaders of the groups it
+	// holds no replica of (docs/design/shards.md 1.4). reportMu guards
+	// them, not mu: the Link asks for leaders under mu (sendRefsLocked).
+	reportMu sync.Mutex
+	reported map[uint16]reportedLeader
+	reportAt time.Time // when this member last reported its own
 }
+
+// reportedLeader is a member's report that it leads a group.
+type reportedLeader struct {
+	member uint64
+	term   uint64
+	at     time.Time // when the report came: one not renewed goes stale
+}
+
+const (
+	// reportEvery is how often a member of a cluster of several groups
+	// tells the others which groups it leads, besides at each change.
+	reportEvery = 500 * time.Millisecond
+	// reportStale is how long a report holds without being renewed: a
+	// leader lost stops reporting, and its groups' calls then wait for
+	// the next leader's report as for an election.
+	reportStale = 3 * reportEvery
+)
 
 // refItem names a refs item: its group and number.
 type refItem struct {
@@ -99,6 +123,12 @@ type RouterConfig struct {
 	// member serves, what their sessions left here goes (Server.Forget),
 	// looked at every forgetEvery. Nil looks at nothing.
 	Removed func() []uint64
+	// Peers are the other members, which a member of a cluster of several
+	// groups tells the groups it leads, and Term the Raft term of a group
+	// it leads: members that hold no replica of a group learn its leader
+	// so. Nil with one group.
+	Peers func() []uint64
+	Term  func(g uint16) uint64
 }
 
 // forgetEvery is how often a serving member looks for what removed
@@ -112,7 +142,7 @@ type refCount struct{ using, watching uint32 }
 // NewRouter starts a router: its loop to its own Server, and its retries.
 func NewRouter(cfg RouterConfig) *Router {
 	r := &Router{cfg: cfg, refs: make(map[string]*refCount), refWaits: make(map[refItem]func()),
-		lead: make(map[uint16]uint64),
+		lead: make(map[uint16]uint64), reported: make(map[uint16]reportedLeader),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		// Session ids start anywhere: a leader keeps a session's owner
 		// client and the last sequence it took, and must not take a
@@ -133,6 +163,8 @@ func (r *Router) Handle(from uint64, payload []byte) error {
 		switch it.Kind {
 		case KindReply, KindEvent:
 			r.link.handle(from, it)
+		case KindLeaders:
+			r.noteLeaders(from, it.Leaders)
 		default:
 			r.server.handle(from, it)
 		}
@@ -234,6 +266,12 @@ func IsLocal(q engine.Queue) bool {
 // serves it, may have changed: each group whose leader the calls go to
 // did gets the member's references anew, and its pending calls again.
 func (r *Router) LeaderChanged() {
+	r.checkLeaders()
+	r.report(time.Now()) // a leadership of its own gained or lost, at once
+}
+
+// checkLeaders looks at every group's leader (leaderChanged).
+func (r *Router) checkLeaders() {
 	for g := range r.groups() {
 		r.leaderChanged(uint16(g))
 	}
@@ -307,13 +345,95 @@ func (r *Router) leader(g uint16) (uint64, bool) {
 }
 
 // serving is group g's leader if it serves: this member only while it
-// serves (a leader still applying would refuse).
+// serves (a leader still applying would refuse). A group this member
+// holds no replica of has the leader the last fresh report named.
 func (r *Router) serving(g uint16) (uint64, bool) {
 	lead, ok := r.cfg.Leader(g)
+	if !ok {
+		lead, ok = r.reportedLeader(g)
+	}
 	if ok && lead == r.cfg.Self && r.group(g) == nil {
 		return 0, false
 	}
 	return lead, ok
+}
+
+// reportedLeader is the leader of group g another member reported, if
+// its report is fresh.
+func (r *Router) reportedLeader(g uint16) (uint64, bool) {
+	r.reportMu.Lock()
+	defer r.reportMu.Unlock()
+	rep, ok := r.reported[g]
+	if !ok || time.Since(rep.at) > reportStale {
+		return 0, false
+	}
+	return rep.member, true
+}
+
+// Reported are the groups' leaders other members reported, fresh ones
+// only, by group.
+func (r *Router) Reported() map[uint16]uint64 {
+	r.reportMu.Lock()
+	defer r.reportMu.Unlock()
+	out := make(map[uint16]uint64, len(r.reported))
+	for g, rep := range r.reported {
+		if time.Since(rep.at) <= reportStale {
+			out[g] = rep.member
+		}
+	}
+	return out
+}
+
+// noteLeaders takes member from's report of the groups it leads: each
+// replaces what is known of the group unless that is of a later term.
+// Calls pending for a group whose leader it changes go to it.
+func (r *Router) noteLeaders(from uint64, reports []LeaderReport) {
+	now := time.Now()
+	var changed []uint16
+	r.reportMu.Lock()
+	for _, l := range reports {
+		old, ok := r.reported[l.Group]
+		if ok && old.term > l.Term && now.Sub(old.at) <= reportStale {
+			continue
+		}
+		r.reported[l.Group] = reportedLeader{member: from, term: l.Term, at: now}
+		if !ok || old.member != from {
+			changed = append(changed, l.Group)
+		}
+	}
+	r.reportMu.Unlock()
+	for _, g := range changed {
+		if int(g) < r.groups() {
+			r.leaderChanged(g)
+		}
+	}
+}
+
+// report tells the other members which groups this member leads and
+// serves (KindLeaders), with one group nothing: each member holds it.
+func (r *Router) report(now time.Time) {
+	if r.cfg.Peers == nil || r.cfg.Term == nil || r.groups() == 1 {
+		return
+	}
+	r.reportMu.Lock()
+	r.reportAt = now
+	r.reportMu.Unlock()
+	var led []LeaderReport
+	for k := range r.groups() {
+		g := uint16(k)
+		if lead, ok := r.cfg.Leader(g); ok && lead == r.cfg.Self && r.group(g) != nil {
+			led = append(led, LeaderReport{Group: g, Term: r.cfg.Term(g)})
+		}
+	}
+	payload, err := AppendItem(nil, &Item{Kind: KindLeaders, Leaders: led})
+	if err != nil {
+		return
+	}
+	for _, to := range r.cfg.Peers() {
+		if to != r.cfg.Self {
+			r.cfg.Send(to, payload)
+		}
+	}
 }
 
 // greet tells group g's leader, once per process, that this member's
@@ -366,7 +486,13 @@ func (r *Router) retry() {
 		case <-r.stop:
 			return
 		case now := <-t.C:
-			r.LeaderChanged() // greets a leader known only now, if need be
+			r.reportMu.Lock()
+			due := now.Sub(r.reportAt) >= reportEvery
+			r.reportMu.Unlock()
+			if due {
+				r.report(now)
+			}
+			r.checkLeaders() // greets a leader known only now, if need be
 			forget := r.cfg.Removed != nil && now.Sub(forgot) >= forgetEvery
 			var removed []uint64
 			if forget {
