@@ -151,6 +151,10 @@ type jobCounts struct {
 // ID is the job's id; safe without locks.
 func (j *Job) ID() uint64 { return j.id }
 
+// TTR is the job's time-to-run in whole seconds, at least MinTTR's: set
+// by its put, never changed after; safe without locks.
+func (j *Job) TTR() uint32 { return j.ttr }
+
 // Body is the job's data including its trailing "\r\n"; safe without locks
 // and never modified.
 func (j *Job) Body() []byte { return unsafe.Slice(j.body, j.bodyLen) }

@@ -42,15 +42,9 @@ func TestShardGroups(t *testing.T) {
 	producer := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
 	worker := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
 	other := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
-	expect := func(c *testproc.Conn, line, want string) {
-		t.Helper()
-		if err := c.ExpectLine(line, want); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ids := make([]uint64, 3)
 	for _, g := range order {
-		expect(producer, "use "+tubes[g], "USING "+tubes[g])
+		expectLine(t, producer, "use "+tubes[g], "USING "+tubes[g])
 		id, err := producer.Put(uint32(10+g), 0, 60, []byte(tubes[g]))
 		if err != nil {
 			t.Fatal(err)
@@ -71,9 +65,9 @@ func TestShardGroups(t *testing.T) {
 	}
 
 	for i, tube := range tubes {
-		expect(worker, "watch "+tube, fmt.Sprintf("WATCHING %d", i+2))
+		expectLine(t, worker, "watch "+tube, fmt.Sprintf("WATCHING %d", i+2))
 	}
-	expect(worker, "ignore default", "WATCHING 3")
+	expectLine(t, worker, "ignore default", "WATCHING 3")
 	for g, tube := range tubes {
 		counts, err := other.StatsInt("stats-tube "+tube, "current-jobs-ready", "current-watching", "current-using")
 		wantUsing := int64(0)
@@ -91,12 +85,12 @@ func TestShardGroups(t *testing.T) {
 			t.Fatalf("reserve %d: %+v %v, want job %d of %s", g, r, err, ids[g], tubes[g])
 		}
 	}
-	expect(worker, "reserve-with-timeout 0", "TIMED_OUT")
-	expect(other, fmt.Sprintf("release %d 0 0", ids[1]), "NOT_FOUND") // not m3's
-	expect(worker, fmt.Sprintf("release %d 0 0", ids[1]), "RELEASED")
-	expect(worker, fmt.Sprintf("bury %d 0", ids[2]), "BURIED")
-	expect(worker, fmt.Sprintf("delete %d", ids[0]), "DELETED")
-	expect(other, fmt.Sprintf("kick-job %d", ids[2]), "KICKED")
+	expectLine(t, worker, "reserve-with-timeout 0", "TIMED_OUT")
+	expectLine(t, other, fmt.Sprintf("release %d 0 0", ids[1]), "NOT_FOUND") // not m3's
+	expectLine(t, worker, fmt.Sprintf("release %d 0 0", ids[1]), "RELEASED")
+	expectLine(t, worker, fmt.Sprintf("bury %d 0", ids[2]), "BURIED")
+	expectLine(t, worker, fmt.Sprintf("delete %d", ids[0]), "DELETED")
+	expectLine(t, other, fmt.Sprintf("kick-job %d", ids[2]), "KICKED")
 	js, err := other.Stats(fmt.Sprintf("stats-job %d", ids[2]))
 	if err != nil || js["tube"] != tubes[2] || js["kicks"] != "1" || js["state"] != "ready" {
 		t.Fatalf("stats-job %d: %v %v", ids[2], js, err)
@@ -104,14 +98,14 @@ func TestShardGroups(t *testing.T) {
 	// An id of a prefix no group took is no job.
 	stray := meta.JobID(7, 1)
 	for _, line := range []string{"delete %d", "peek %d", "stats-job %d", "touch %d", "kick-job %d", "reserve-job %d"} {
-		expect(other, fmt.Sprintf(line, stray), "NOT_FOUND")
+		expectLine(t, other, fmt.Sprintf(line, stray), "NOT_FOUND")
 	}
 	for _, id := range []uint64{ids[1], ids[2]} {
 		r, err := worker.Do("reserve-with-timeout 0", nil)
 		if err != nil || r.N != id {
 			t.Fatalf("reserve: %+v %v, want job %d", r, err, id)
 		}
-		expect(worker, fmt.Sprintf("delete %d", id), "DELETED")
+		expectLine(t, worker, fmt.Sprintf("delete %d", id), "DELETED")
 	}
 
 	// A reserve waiting in every group wakes for a put through another
@@ -130,7 +124,7 @@ func TestShardGroups(t *testing.T) {
 	if n, err := other.StatsInt("stats", "current-waiting"); err != nil || n[0] != 0 {
 		t.Fatalf("stats through m3: current-waiting %v %v, want 0", n, err)
 	}
-	expect(other, "use "+tubes[1], "USING "+tubes[1])
+	expectLine(t, other, "use "+tubes[1], "USING "+tubes[1])
 	id, err := other.Put(0, 0, 60, []byte("late"))
 	if err != nil {
 		t.Fatal(err)
@@ -142,10 +136,10 @@ func TestShardGroups(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("the waiting reserve took %v", d)
 	}
-	expect(worker, fmt.Sprintf("delete %d", id), "DELETED")
+	expectLine(t, worker, fmt.Sprintf("delete %d", id), "DELETED")
 	// A reserve that times out across groups ends at its timeout.
 	start = time.Now()
-	expect(worker, "reserve-with-timeout 1", "TIMED_OUT")
+	expectLine(t, worker, "reserve-with-timeout 1", "TIMED_OUT")
 	if d := time.Since(start); d < 900*time.Millisecond || d > 3*time.Second {
 		t.Fatalf("reserve-with-timeout 1 took %v", d)
 	}
@@ -342,5 +336,63 @@ func TestShardGroupsOfFive(t *testing.T) {
 	}
 	if len(seen) != len(acked) {
 		t.Fatalf("%d jobs reserved of %d", len(seen), len(acked))
+	}
+}
+
+// TestShardGroupsDeadlineSoon: a reserve on tubes of other groups than
+// the one where the session holds a job near its TTR answers
+// DEADLINE_SOON as one server would (docs/design/shards.md 6.4): waiting,
+// when the job comes within a second of its TTR; at once while it is;
+// not once its TTR has passed (the job went back). So does a reserve
+// across two other groups.
+func TestShardGroupsDeadlineSoon(t *testing.T) {
+	c := newShardedCluster(t, 3)
+	c.finalized()
+	c.balanced()
+	tubes := tubePerGroup(c.up["m1"].shards.placement, "d")
+	producer := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
+	worker := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, producer, "use "+tubes[0], "USING "+tubes[0])
+	expectLine(t, worker, "watch "+tubes[0], "WATCHING 2")
+	expectLine(t, worker, "ignore default", "WATCHING 1")
+	for _, across := range [][]string{{tubes[1]}, {tubes[1], tubes[2]}} {
+		if _, err := producer.Put(0, 0, 2, []byte("soon")); err != nil {
+			t.Fatal(err)
+		}
+		r, err := worker.Do("reserve-with-timeout 0", nil)
+		if err != nil || r.Kind != testproc.ReplyReserved {
+			t.Fatalf("reserve: %+v %v", r, err)
+		}
+		reserved := time.Now()
+		for i, tube := range across {
+			expectLine(t, worker, "watch "+tube, fmt.Sprintf("WATCHING %d", i+2))
+		}
+		expectLine(t, worker, "ignore "+tubes[0], fmt.Sprintf("WATCHING %d", len(across)))
+		expectLine(t, worker, "reserve-with-timeout 5", "DEADLINE_SOON")
+		if d := time.Since(reserved); d < 500*time.Millisecond || d > 2*time.Second {
+			t.Fatalf("watching %v: DEADLINE_SOON %v after the reserve of a job of TTR 2 s, want about 1 s", across, d)
+		}
+		expectLine(t, worker, "reserve-with-timeout 0", "DEADLINE_SOON")
+		time.Sleep(time.Until(reserved.Add(2200 * time.Millisecond)))
+		expectLine(t, worker, "reserve-with-timeout 0", "TIMED_OUT")
+		// Back to the job's tube, which it is ready in again.
+		expectLine(t, worker, "watch "+tubes[0], fmt.Sprintf("WATCHING %d", len(across)+1))
+		for i, tube := range across {
+			expectLine(t, worker, "ignore "+tube, fmt.Sprintf("WATCHING %d", len(across)-i))
+		}
+		r, err = worker.Do("reserve-with-timeout 0", nil)
+		if err != nil || r.Kind != testproc.ReplyReserved {
+			t.Fatalf("reserve of the job back from its TTR: %+v %v", r, err)
+		}
+		expectLine(t, worker, fmt.Sprintf("delete %d", r.N), "DELETED")
+	}
+}
+
+// expectLine sends line on c and fails the test unless the reply's line
+// is want.
+func expectLine(t *testing.T, c *testproc.Conn, line, want string) {
+	t.Helper()
+	if err := c.ExpectLine(line, want); err != nil {
+		t.Fatal(err)
 	}
 }

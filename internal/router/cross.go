@@ -19,8 +19,10 @@ import (
 //
 // A group with no leader (5.7: its requests answered StatusNoLeader or
 // StatusUnknown) counts as empty. DEADLINE_SOON comes from a group whose
-// wait or reserve sees the session's job there near its TTR, as that
-// group's store says it (6.4's estimate across groups is not kept yet).
+// wait sees the session's job there near its TTR, as that group's store
+// says it, or from the session's own estimate of its jobs' TTRs in every
+// group (soon, 6.4): at once when no watched tube has a ready job, else
+// when a wait reaches it.
 //
 // Its callbacks run on the Link's goroutines; mu orders them. Requests go
 // in the order their sequences are given, under mu, so each group sees
@@ -33,6 +35,10 @@ type crossReserve struct {
 	parts   []crossPart                                              // immutable: the groups holding watched tubes
 	timeout time.Duration                                            // immutable: negative waits for ever
 	done    func(j *JobReply, group uint16, res store.ReserveResult) // immutable: called once
+	// soon, if set, is how long after the start a job the session holds
+	// comes within DeadlineMargin of its TTR's end (zero or less: now).
+	soon    time.Duration
+	hasSoon bool
 
 	mu      sync.Mutex
 	started time.Time  // guarded by mu: the timeout counts from it
@@ -105,6 +111,14 @@ func (r *crossReserve) peekLocked() {
 func (r *crossReserve) takeLocked() {
 	at, bound, _ := takeFrom(r.bests, r.round)
 	if at < 0 {
+		anyReady := false
+		for _, b := range r.bests {
+			anyReady = anyReady || b.AnyReady
+		}
+		if r.hasSoon && time.Since(r.started) >= r.soon && !anyReady {
+			r.endLocked(nil, 0, store.DeadlineSoon)
+			return
+		}
 		if r.timeout == 0 {
 			r.endLocked(nil, 0, store.TimedOut)
 			return
@@ -149,12 +163,16 @@ func (r *crossReserve) waitLocked() {
 			r.eventLocked(i, it)
 		})
 	}
-	if r.timeout > 0 {
-		r.timer = time.AfterFunc(r.timeout-time.Since(r.started), func() {
+	end, res := r.timeout, store.TimedOut
+	if r.hasSoon && (end < 0 || r.soon < end) {
+		end, res = r.soon, store.DeadlineSoon
+	}
+	if end >= 0 {
+		r.timer = time.AfterFunc(end-time.Since(r.started), func() {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			if r.state == crossWaiting {
-				r.endLocked(nil, 0, store.TimedOut)
+				r.endLocked(nil, 0, res)
 			}
 		})
 	}

@@ -33,9 +33,17 @@
 // offer winning. Puts and changes by id pipeline across groups as within
 // one: each touches one group's state, so changes in different groups
 // commute; the one thing their order shows is list-tubes' order of tubes
-// made by puts in flight together in different groups. Not yet: a
-// reserve in one group answering DEADLINE_SOON for a job the session
-// holds in another (Request.SoonElsewhere is carried, not acted on).
+// made by puts in flight together in different groups. DEADLINE_SOON
+// (6.4): a session with several groups keeps the jobs it reserved, each
+// with its group and the end of its TTR as estimated from when its reply
+// came (Session.held), ends them on delete, release and bury and renews
+// them on touch. A reserve in one group carries how long until the
+// soonest of those in other groups comes within store.DeadlineMargin of
+// its end (Request.SoonElsewhere, SoonIn): the group answers
+// DEADLINE_SOON at once if none of its watched tubes has a ready job, or
+// bounds its wait by it. A reserve across groups checks every group's
+// the same way on its own timer; each group's wait also ends at its own
+// jobs' deadlines.
 //
 // A member learns the leaders of the groups it holds no replica of from
 // the others: every member tells every other, every half second and at

@@ -144,7 +144,11 @@ type owner struct {
 	// their bodies copied: the frame is gone by then).
 	waiting uint32
 	waitID  uint64
-	backlog []Item
+	// soonFirst: the reserve waiting was bounded by a job of its session
+	// in another group coming near its TTR, not by its timeout: its
+	// end by the timer is DEADLINE_SOON.
+	soonFirst bool
+	backlog   []Item
 	// replies wait for their changes to be acknowledged, in order: the
 	// first ones whose position is acknowledged go (flushLocked).
 	replies []heldReply
@@ -471,7 +475,7 @@ func (s *Server) cancel(key ownerKey, id uint64) {
 	}
 	o.mu.Lock()
 	if o.waitID == id && o.waiting != 0 && o.client.CancelWait() {
-		o.waiting, o.waitID = 0, 0
+		o.waiting, o.waitID, o.soonFirst = 0, 0, false
 		o.client.Settle()
 		o.runBacklogLocked()
 	}
@@ -610,12 +614,28 @@ func (o *owner) execute(req *Request) (r Reply, blocked bool) {
 		return Reply{Status: StatusOK, Result: ResultID, ID: id}, false
 	case OpReserve:
 		o.watchOnly(req.Tubes)
-		j, res := cl.Reserve(req.Timeout)
-		switch res {
-		case store.Reserved:
+		// A job the session holds in another group near its TTR ends the
+		// reserve as one of this group's would (6.1): at once when none
+		// of the watched tubes has a ready job, else when the wait
+		// reaches it.
+		timeout, soonFirst := req.Timeout, false
+		if req.SoonElsewhere {
+			if _, _, anyReady := cl.BestReady(); req.SoonIn <= 0 && !anyReady {
+				return emptyReply(store.DeadlineSoon), false
+			}
+			if req.SoonIn > 0 && (timeout < 0 || req.SoonIn < timeout) {
+				timeout, soonFirst = req.SoonIn, true
+			}
+		}
+		j, res := cl.Reserve(timeout)
+		switch {
+		case res == store.Reserved:
 			return job(j, true), false
-		case store.Waiting:
+		case res == store.Waiting:
+			o.soonFirst = soonFirst
 			return Reply{}, true
+		case res == store.TimedOut && soonFirst:
+			res = store.DeadlineSoon
 		}
 		return emptyReply(res), false
 	case OpReserveJob:
@@ -691,7 +711,8 @@ func (o *owner) execute(req *Request) (r Reply, blocked bool) {
 }
 
 // jobReply is j as a reply or an offer carries it.
-func jobReply(j *store.Job) JobReply { return JobReply{ID: j.ID(), Body: j.Body()} }
+// Its TTR is the session's to estimate the deadline by (6.4).
+func jobReply(j *store.Job) JobReply { return JobReply{ID: j.ID(), TTR: j.TTR(), Body: j.Body()} }
 
 // jobResult is the reply carrying j, or NOT_FOUND for nil.
 func jobResult(j *store.Job) Reply {
@@ -821,9 +842,12 @@ func (o *owner) endWait(j *store.Job, res store.ReserveResult) {
 	case j != nil:
 		o.holdLocked(reply(o.key, o.waiting, jobResult(j)), o.client.PendingAck())
 	default:
+		if res == store.TimedOut && o.soonFirst {
+			res = store.DeadlineSoon
+		}
 		o.holdLocked(reply(o.key, o.waiting, emptyReply(res)), o.client.PendingAck())
 	}
-	o.waiting, o.waitID = 0, 0
+	o.waiting, o.waitID, o.soonFirst = 0, 0, false
 	o.client.Settle()
 	o.runBacklogLocked()
 }

@@ -71,6 +71,76 @@ type Session struct {
 	mu      sync.Mutex
 	awaited []uint32               // guarded by mu
 	early   map[uint32]earlyAnswer // guarded by mu; made when first needed
+	// held are the jobs the session reserved, with several groups: each
+	// one's group and the estimate of its TTR's end (6.4), by which a
+	// reserve answers DEADLINE_SOON for a job held in a group it does not
+	// ask. Guarded by mu (replies come on the Link's goroutines); made
+	// when first needed.
+	held map[uint64]heldJob
+}
+
+// heldJob is a job the session reserved.
+type heldJob struct {
+	group    uint16
+	ttr      time.Duration
+	deadline time.Time // the estimate: when its reply came, plus its TTR
+}
+
+// holdJob notes that the session reserved job j of group g.
+func (s *Session) holdJob(j *JobReply, g uint16) {
+	if s.r.groups() == 1 {
+		return // the group's store keeps the one deadline there is
+	}
+	ttr := time.Duration(j.TTR) * time.Second
+	s.mu.Lock()
+	if s.held == nil {
+		s.held = make(map[uint64]heldJob)
+	}
+	s.held[j.ID] = heldJob{group: g, ttr: ttr, deadline: time.Now().Add(ttr)}
+	s.mu.Unlock()
+}
+
+// heldChanged notes the end of a held job's reservation (delete,
+// release, bury: gone), or a touch (renewed).
+func (s *Session) heldChanged(id uint64, renewed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.held[id]
+	switch {
+	case !ok:
+	case renewed:
+		h.deadline = time.Now().Add(h.ttr)
+		s.held[id] = h
+	default:
+		delete(s.held, id)
+	}
+}
+
+// soonest is how long until the first job the session holds outside
+// group skip (every group for a negative skip) comes within
+// store.DeadlineMargin of its TTR's end, and false if it holds none. A
+// job past its TTR is no longer held: its group released it.
+func (s *Session) soonest(skip int) (time.Duration, bool) {
+	if s.r.groups() == 1 {
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	var first time.Time
+	for id, h := range s.held {
+		switch {
+		case !h.deadline.After(now):
+			delete(s.held, id)
+		case int(h.group) == skip:
+		case first.IsZero() || h.deadline.Before(first):
+			first = h.deadline
+		}
+	}
+	if first.IsZero() {
+		return 0, false
+	}
+	return first.Sub(now) - store.DeadlineMargin, true
 }
 
 // earlyAnswer is an answer that came before an older one's.
@@ -369,12 +439,14 @@ func (s *Session) Reserve(timeout time.Duration, a *engine.Answer) bool {
 	if len(parts) > 1 {
 		return s.reserveAcross(parts, timeout)
 	}
+	g := parts[0].group
 	req := Request{Op: OpReserve, Tubes: parts[0].tubes, Timeout: timeout}
+	req.SoonIn, req.SoonElsewhere = s.soonest(int(g))
 	seq := s.seq.Load() + 1 + uint32(s.ids)
 	s.reserving.Store(seq)
-	s.reserveGroup = parts[0].group
+	s.reserveGroup = g
 	s.r.waiting.Add(1)
-	return s.call(parts[0].group, req, func(it *Item, a *engine.Answer) {
+	return s.call(g, req, func(it *Item, a *engine.Answer) {
 		if !s.reserving.CompareAndSwap(seq, 0) {
 			a.Reserve = store.Waiting // cancelled: dropped
 			return
@@ -384,6 +456,7 @@ func (s *Session) Reserve(timeout time.Duration, a *engine.Answer) bool {
 		case StatusOK:
 			a.Reserve = store.Reserved
 			jobAnswer(it, a)
+			s.holdJob(&it.Reply.Job, g)
 		case StatusDeadlineSoon:
 			a.Reserve = store.DeadlineSoon
 		default:
@@ -421,11 +494,13 @@ func (s *Session) reserveAcross(parts []crossPart, timeout time.Duration) bool {
 	s.crossSeq = seq
 	s.r.waiting.Add(1)
 	cr := &crossReserve{link: s.r.link, session: s.id, nextSeq: s.next, parts: parts, timeout: timeout}
-	cr.done = func(j *JobReply, _ uint16, res store.ReserveResult) {
+	cr.soon, cr.hasSoon = s.soonest(-1)
+	cr.done = func(j *JobReply, group uint16, res store.ReserveResult) {
 		s.r.waiting.Add(-1)
 		a := engine.Answer{Reserve: res}
 		if j != nil {
 			a.JobID, a.JobBody = j.ID, j.Body // the crossReserve's copy
+			s.holdJob(j, group)
 		}
 		s.deliver(seq, &a)
 	}
@@ -480,7 +555,12 @@ func (s *Session) ReserveJob(id uint64, a *engine.Answer) bool {
 	if !ok {
 		return true // NOT_FOUND
 	}
-	return s.call(g, Request{Op: OpReserveJob, ID: id}, jobAnswer)
+	return s.call(g, Request{Op: OpReserveJob, ID: id}, func(it *Item, a *engine.Answer) {
+		jobAnswer(it, a)
+		if a.JobID != 0 {
+			s.holdJob(&it.Reply.Job, g)
+		}
+	})
 }
 
 func (s *Session) Delete(id uint64, a *engine.Answer) bool {
@@ -491,7 +571,7 @@ func (s *Session) Delete(id uint64, a *engine.Answer) bool {
 	if !ok {
 		return true // NOT_FOUND
 	}
-	return s.call(g, Request{Op: OpDelete, ID: id}, okAnswer)
+	return s.call(g, Request{Op: OpDelete, ID: id}, s.endsHold(id, false, okAnswer))
 }
 
 func (s *Session) Touch(id uint64, a *engine.Answer) bool {
@@ -502,7 +582,22 @@ func (s *Session) Touch(id uint64, a *engine.Answer) bool {
 	if !ok {
 		return true // NOT_FOUND
 	}
-	return s.call(g, Request{Op: OpTouch, ID: id}, okAnswer)
+	return s.call(g, Request{Op: OpTouch, ID: id}, s.endsHold(id, true, okAnswer))
+}
+
+// endsHold is read, for a change by id of a job the session may hold:
+// done, it ends the session's reservation of the job, or renews it (a
+// touch).
+func (s *Session) endsHold(id uint64, renews bool, read func(*Item, *engine.Answer)) func(*Item, *engine.Answer) {
+	if s.r.groups() == 1 {
+		return read // nothing held here: the group keeps the deadlines
+	}
+	return func(it *Item, a *engine.Answer) {
+		read(it, a)
+		if it.Reply.Status == StatusOK {
+			s.heldChanged(id, renews)
+		}
+	}
 }
 
 // okAnswer reads a found-or-not reply.
@@ -528,7 +623,7 @@ func (s *Session) Release(id uint64, pri, delay uint32, a *engine.Answer) bool {
 		a.Err = store.ErrNotFound
 		return true
 	}
-	return s.call(g, Request{Op: OpRelease, ID: id, Pri: pri, Delay: delay}, errAnswer)
+	return s.call(g, Request{Op: OpRelease, ID: id, Pri: pri, Delay: delay}, s.endsHold(id, false, errAnswer))
 }
 
 func (s *Session) Bury(id uint64, pri uint32, a *engine.Answer) bool {
@@ -540,7 +635,7 @@ func (s *Session) Bury(id uint64, pri uint32, a *engine.Answer) bool {
 		a.Err = store.ErrNotFound
 		return true
 	}
-	return s.call(g, Request{Op: OpBury, ID: id, Pri: pri}, errAnswer)
+	return s.call(g, Request{Op: OpBury, ID: id, Pri: pri}, s.endsHold(id, false, errAnswer))
 }
 
 func (s *Session) KickJob(id uint64, a *engine.Answer) bool {
