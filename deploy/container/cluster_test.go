@@ -3,7 +3,9 @@ package container
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/sproutmq/sprout/deploy/internal/render"
+	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/internal/testproc"
 )
@@ -338,4 +341,114 @@ func clusterStatefulSet(t *testing.T, components ...string) *appsv1.StatefulSet 
 		t.Fatal(err)
 	}
 	return sts
+}
+
+// TestClusterGroups plays components/cluster-groups: five members formed
+// with five shard groups of three replicas each. Every group gets a
+// leader, and each member comes to lead one; a producer puts into a tube of each group through one member;
+// the pod of another member, one that leads a group, is killed; a put
+// into each tube is then acknowledged again through the producer's member
+// within failoverBound, and every acknowledged job is there.
+func TestClusterGroups(t *testing.T) {
+	needPodman(t)
+	sts := clusterStatefulSet(t, "../k8s/components/cluster-groups")
+	t0 := time.Now()
+	members := playStatefulSet(t, sts, int(*sts.Spec.Replicas), nil)
+	var names []meta.Member
+	for _, m := range members {
+		names = append(names, meta.Member{Name: m.member, ID: replication.MemberID(m.member)})
+	}
+	placement, err := meta.Formation(names, 5, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaders := groupLeaders(t, members, len(placement.Groups), 90*time.Second)
+	t.Logf("%d pods played, the groups' leaders %v, in %v", len(members), leaders, time.Since(t0).Round(time.Millisecond))
+	// The members hand leaderships over until each leads one.
+	testproc.WaitFor(t, 60*time.Second, "each member leading one group", func() bool {
+		leaders = groupLeaders(t, members, len(placement.Groups), 10*time.Second)
+		distinct := map[string]bool{}
+		for _, l := range leaders {
+			distinct[l] = true
+		}
+		return len(distinct) == len(members)
+	})
+	t.Logf("balanced in %v: %v", time.Since(t0).Round(time.Millisecond), leaders)
+
+	via := members[0]
+	var victim shard
+	for _, m := range members[1:] {
+		if slices.Contains(slices.Collect(maps.Values(leaders)), m.member) {
+			victim = m
+			break
+		}
+	}
+	if victim.pod == "" {
+		t.Fatalf("sprout-0 leads every group: %v", leaders)
+	}
+	tubes := make([]string, len(placement.Groups))
+	for i := 0; slices.Contains(tubes, ""); i++ {
+		if name := fmt.Sprintf("g%d", i); tubes[placement.Owner(name)] == "" {
+			tubes[placement.Owner(name)] = name
+		}
+	}
+	conn, err := beanstalk.Dial("tcp", via.queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { conn.Close() }()
+	acked := map[uint64]string{}
+	put := func(tube, body string) error {
+		id, err := beanstalk.NewTube(conn, tube).Put([]byte(body), 0, 0, time.Minute)
+		if err == nil {
+			acked[id] = body
+		}
+		return err
+	}
+	for _, tube := range tubes {
+		for i := range 5 {
+			if err := put(tube, fmt.Sprintf("%s %d", tube, i)); err != nil {
+				t.Fatalf("put into %s through %s: %v", tube, via.member, err)
+			}
+		}
+	}
+	must(t, "pod", "kill", victim.pod)
+	killed := time.Now()
+	for _, tube := range tubes {
+		testproc.WaitFor(t, failoverBound-time.Since(killed), "a put into "+tube+" after "+victim.member+" was killed", func() bool {
+			if err := put(tube, tube+" after"); err != nil {
+				conn.Close()
+				if conn, err = beanstalk.Dial("tcp", via.queue); err != nil {
+					t.Fatalf("%s closed, and dialling it again: %v", via.member, err)
+				}
+				return false
+			}
+			return true
+		})
+	}
+	t.Logf("%s killed; a put into every group's tube acknowledged again through %s within %v", victim.member, via.member, time.Since(killed).Round(time.Millisecond))
+	checkJobs(t, via.queue, acked)
+}
+
+// groupLeaders polls the members' /cluster until each of the groups has
+// a leader in some member's view, and returns them by group.
+func groupLeaders(t *testing.T, members []shard, groups int, timeout time.Duration) map[int]string {
+	t.Helper()
+	leaders := map[int]string{}
+	testproc.WaitFor(t, timeout, fmt.Sprintf("a leader for each of %d groups", groups), func() bool {
+		clear(leaders)
+		for _, m := range members {
+			st, err := clusterStatus(m.ops)
+			if err != nil {
+				continue
+			}
+			for _, g := range st.Groups {
+				if g.Leader != "" {
+					leaders[g.ID] = g.Leader
+				}
+			}
+		}
+		return len(leaders) == groups
+	})
+	return leaders
 }
