@@ -197,10 +197,13 @@ soak:
 # their own, the leader killed, frozen and partitioned, a follower killed,
 # under load; nothing acknowledged may be lost or come back. Without -race
 # (the members too), so the rounds go faster; needs root, ip, iptables,
-# unshare and setpriv. Prints a summary table at the end.
+# unshare and setpriv. Prints a summary table at the end. CHAOS_GROUPS=3
+# forms the members with three shard groups, a tube of each in the
+# workload, every reserve one across groups.
 CHAOS_ROUNDS ?= 50
+CHAOS_GROUPS ?= 1
 chaos:
-	$(GO) test -count=1 -timeout 90m -v -run '^TestClusterFaults$$' ./internal/clusterfault/ -args -rounds=$(CHAOS_ROUNDS)
+	$(GO) test -count=1 -timeout 90m -v -run '^TestClusterFaults$$' ./internal/clusterfault/ -args -rounds=$(CHAOS_ROUNDS) -groups=$(CHAOS_GROUPS)
 
 # internal/storm with its heavy test (build tag storm): 19,000 concurrent
 # connections against Sprout and beanstalkd, besides the flood,

@@ -11,12 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/internal/testproc"
 )
@@ -64,6 +66,10 @@ type cluster struct {
 	bin     string // the sprout binary, where the members' users can run it
 	peers   string // --cluster-peers
 	members []*member
+	// groups is the members' --cluster-groups, and tubes the workload's
+	// tubes: one per group, by group ([tube] with one group).
+	groups int
+	tubes  []string
 }
 
 // newCluster brings the namespace's loopback up and starts three members.
@@ -96,6 +102,27 @@ func newCluster(t *testing.T, built string) *cluster {
 		peers = append(peers, m.name+"="+net.JoinHostPort(m.ip(), strconv.Itoa(clusterPort)))
 	}
 	c.peers = strings.Join(peers, ",")
+	c.groups, c.tubes = max(*groups, 1), []string{tube}
+	if c.groups > 1 {
+		var ms []meta.Member
+		for _, m := range c.members {
+			ms = append(ms, meta.Member{Name: m.name, ID: replication.MemberID(m.name)})
+		}
+		placement, err := meta.Formation(ms, c.groups, len(ms))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.tubes = make([]string, c.groups)
+		for i := 0; slices.Contains(c.tubes, ""); i++ {
+			name := tube
+			if i > 0 {
+				name = fmt.Sprintf("%s-%d", tube, i)
+			}
+			if g := placement.Owner(name); c.tubes[g] == "" {
+				c.tubes[g] = name
+			}
+		}
+	}
 	for _, m := range c.members {
 		// Each connection a member opens is marked with its user, for
 		// as long as the connection lasts (doc.go).
@@ -170,6 +197,9 @@ func (c *cluster) start(m *member) {
 		"--cluster-peers", c.peers, "--log-format", "json", "--log-level", *memberLogLevel}
 	if m.join != "" {
 		args = append(args, "--cluster-join", m.join)
+	}
+	if c.groups > 1 {
+		args = append(args, "--cluster-groups", strconv.Itoa(c.groups))
 	}
 	p, err := testproc.Launch(testproc.Config{Binary: "setpriv", NoListen: true, Args: args, OutputLimit: outputLimit})
 	if err != nil {
@@ -278,16 +308,18 @@ func (c *cluster) byName(name string) *member {
 }
 
 // awaitConverged waits until every member's store has one digest, and
-// returns the number of jobs they hold.
+// with several groups every group's replicas too, and returns the number
+// of jobs group 0 holds.
 func (c *cluster) awaitConverged(timeout time.Duration) int {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		var views []string
 		jobs, digest, same := -1, "", true
+		groupDigests := map[int]string{} // with several groups, each one's
 		for _, m := range c.members {
 			st, err := m.status()
-			views = append(views, fmt.Sprintf("%s: %d jobs, digest %s, applied %d, commit %d (%v)", m.name, st.Jobs, st.Digest, st.Applied, st.Commit, err))
+			views = append(views, fmt.Sprintf("%s: %d jobs, digest %s, applied %d, commit %d, groups %+v (%v)", m.name, st.Jobs, st.Digest, st.Applied, st.Commit, st.Groups, err))
 			switch {
 			case err != nil || st.Digest == "":
 				same = false
@@ -295,6 +327,15 @@ func (c *cluster) awaitConverged(timeout time.Duration) int {
 				jobs, digest = st.Jobs, st.Digest
 			case st.Digest != digest || st.Jobs != jobs:
 				same = false
+			}
+			if c.groups > 1 && len(st.Groups) != c.groups {
+				same = false
+			}
+			for _, g := range st.Groups {
+				if d, ok := groupDigests[g.ID]; g.Digest == "" || ok && d != g.Digest {
+					same = false
+				}
+				groupDigests[g.ID] = g.Digest
 			}
 		}
 		if same {

@@ -66,6 +66,20 @@
 //  5. The checks, against the queue through any member: every id up to a
 //     fence put after the workload stopped is peeked.
 //
+// # Several groups
+//
+// With -groups G above 1 (make chaos CHAOS_GROUPS=G) the members form the
+// cluster with G shard groups (--cluster-groups), every member holding
+// every group. The workload's tubes are one per group (names a
+// placement of the members gives each group, "chaos" among them): each
+// producer puts into one, and each consumer watches all of them, so
+// every reserve is one across groups. "The leader" of the faults is
+// group 0's (GET /cluster's leader), and the failover probes put into
+// group 0's tube. Convergence asks each group's replicas for equal
+// digests too (GET /cluster?digest=1, each group's digest), and the
+// checks run per group: a fence put into each group's tube bounds the
+// ids of its prefix (meta.JobID), each peeked.
+//
 // # What is checked, and why
 //
 //   - Lost (must be 0): an acknowledged put, never acknowledged deleted

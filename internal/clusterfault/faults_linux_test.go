@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/internal/testproc"
 )
 
@@ -217,7 +218,10 @@ func (r *round) probeOnce(from time.Time, m *member) (time.Duration, bool) {
 	token := "probe-" + strconv.FormatUint(r.seq.Add(1), 10)
 	body := []byte("chaos:" + token + ":after the fault")
 	r.l.sending(token, body)
-	if err := conn.ExpectLine("use "+tube, "USING "+tube); err != nil {
+	// Group 0's tube: the faults take group 0's leader away (GET
+	// /cluster's leader).
+	probed := r.c.tubes[0]
+	if err := conn.ExpectLine("use "+probed, "USING "+probed); err != nil {
 		return 0, false
 	}
 	id, err := conn.Put(0, 0, 60, body)
@@ -319,6 +323,11 @@ func killFollower(r *round, l *member) (time.Duration, time.Duration, error) {
 // Until the leader's side port serves /cluster/members (any answer but
 // 404), the fault is skipped.
 func emptyDirectory(r *round, l *member) (time.Duration, time.Duration, error) {
+	if r.c.groups > 1 {
+		// Replacing a member is a membership change, which a cluster of
+		// several groups does not make yet (docs/design/shards.md S7).
+		return 0, 0, fmt.Errorf("%w: a cluster of several groups does not replace members yet", errSkipped)
+	}
 	var list struct {
 		Members []struct{ Name, Role string }
 	}
@@ -395,10 +404,11 @@ func (c *cluster) admin(m *member, method, path, body string, out any) (int, err
 // verifyBatch is how many peeks go in one pipeline.
 const verifyBatch = 1000
 
-// verify checks the queue against the ledger, through the leader: a fence
-// put bounds the ids; every id below it is peeked. Found: its body must
-// be one put, and not a deleted job's. Not found: it must not be an
-// acknowledged put no delete was sent for.
+// verify checks the queue against the ledger, through the leader: in
+// each group, a fence put into the group's tube bounds the group's ids
+// (its prefix's, meta.JobID), and every id of the group below it is
+// peeked. Found: its body must be one put, and not a deleted job's. Not
+// found: it must not be an acknowledged put no delete was sent for.
 func (r *round) verify() {
 	r.t.Helper()
 	l := r.c.awaitLeader(leaderWait)
@@ -407,6 +417,14 @@ func (r *round) verify() {
 		r.t.Fatal(err)
 	}
 	defer conn.Close()
+	for g, tube := range r.c.tubes {
+		r.verifyGroup(conn, uint8(g), tube)
+	}
+}
+
+// verifyGroup is verify of group g, whose tube is tube.
+func (r *round) verifyGroup(conn *testproc.Conn, g uint8, tube string) {
+	r.t.Helper()
 	token := "fence-" + strconv.FormatUint(r.seq.Add(1), 10)
 	body := []byte("chaos:" + token + ":")
 	r.l.sending(token, body)
@@ -415,11 +433,15 @@ func (r *round) verify() {
 	}
 	fence, err := conn.Put(0, 0, 60, body)
 	if err != nil {
-		r.t.Fatalf("the fence put: %v", err)
+		r.t.Fatalf("the fence put into %s: %v", tube, err)
 	}
 	r.l.putAcked(fence, token)
+	first := meta.JobID(g, 1)
+	if fence < first || fence>>meta.SeqBits != uint64(g) {
+		r.t.Fatalf("the fence put into %s, of group %d, took id %d", tube, g, fence)
+	}
 	found := map[uint64]bool{}
-	for from := uint64(1); from < fence; from += verifyBatch {
+	for from := first; from < fence; from += verifyBatch {
 		var lines []string
 		for id := from; id < min(from+verifyBatch, fence); id++ {
 			lines = append(lines, "peek "+strconv.FormatUint(id, 10))
@@ -446,7 +468,7 @@ func (r *round) verify() {
 	r.l.mu.Lock()
 	var lost []uint64
 	for id := range r.l.puts {
-		if id < fence && !found[id] && !r.l.deleteSent[id] {
+		if id >= first && id < fence && !found[id] && !r.l.deleteSent[id] {
 			lost = append(lost, id)
 		}
 	}
@@ -454,7 +476,7 @@ func (r *round) verify() {
 	r.l.mu.Unlock()
 	if len(lost) > 0 {
 		slices.Sort(lost)
-		r.t.Errorf("acknowledged puts lost: %v", lost[:min(len(lost), 20)])
+		r.t.Errorf("acknowledged puts of group %d lost: %v", g, lost[:min(len(lost), 20)])
 	}
 	r.l.deleting(fence)
 	if err := conn.ExpectLine(fmt.Sprint("delete ", fence), "DELETED"); err != nil {

@@ -25,6 +25,7 @@ var (
 	rounds         = flag.Int("rounds", len(faults), "fault rounds to run (make chaos sets CHAOS_ROUNDS)")
 	faultFilter    = flag.String("faults", "", "run only the faults whose names match this regular expression")
 	memberLogLevel = flag.String("member-log-level", "info", "the members' --log-level (debug shows raft's elections)")
+	groups         = flag.Int("groups", 1, "the members' --cluster-groups: with more than 1, the workload's tubes are one per group (make chaos sets CHAOS_GROUPS)")
 )
 
 func TestMain(m *testing.M) { testproc.Main(m) }
@@ -36,12 +37,29 @@ func TestClusterFaults(t *testing.T) {
 		runRounds(t, bin, *rounds)
 		return
 	}
+	runIsolated(t, *rounds, *groups)
+}
+
+// TestClusterFaultsGroups runs a round of each fault a cluster of three
+// shard groups takes (doc.go, "Several groups"): make test's short run of
+// them; make chaos CHAOS_GROUPS=3 runs more.
+func TestClusterFaultsGroups(t *testing.T) {
+	if os.Getenv(innerEnv) != "" {
+		t.Skip("the namespace runs TestClusterFaults")
+	}
+	runIsolated(t, 4, 3)
+}
+
+// runIsolated runs n rounds of a cluster of g groups in a network and
+// pid namespace of their own, the test binary again inside it.
+func runIsolated(t *testing.T, n, g int) {
 	if reason := cannotIsolate(); reason != "" {
 		t.Skip(reason)
 	}
 	bin := testproc.SproutBinary(t)
 	args := []string{"--net", "--pid", "--fork", "--kill-child", "--mount-proc", os.Args[0],
-		"-test.run=^TestClusterFaults$", "-test.count=1", fmt.Sprintf("-rounds=%d", *rounds), "-faults=" + *faultFilter, "-member-log-level=" + *memberLogLevel}
+		"-test.run=^TestClusterFaults$", "-test.count=1", fmt.Sprintf("-rounds=%d", n), "-faults=" + *faultFilter, "-member-log-level=" + *memberLogLevel,
+		fmt.Sprintf("-groups=%d", g)}
 	if testing.Verbose() {
 		args = append(args, "-test.v")
 	}

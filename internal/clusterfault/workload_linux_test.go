@@ -17,7 +17,9 @@ import (
 	"github.com/sproutmq/sprout/internal/testproc"
 )
 
-// tube is the workload's tube.
+// tube is the workload's tube with one group; with several, tubes holds
+// one tube per group (cluster.tubes), the first of them this one when it
+// lives in group 0.
 const tube = "chaos"
 
 // replyTimeout bounds each exchange of a workload client: a put proxied
@@ -270,7 +272,8 @@ func (cl *client) body(token string) []byte {
 
 func (w *workload) produce(i int) {
 	defer w.wg.Done()
-	cl := w.newClient(100+i, i, "use "+tube, "USING "+tube)
+	own := w.c.tubes[i%len(w.c.tubes)] // each producer's group, with several
+	cl := w.newClient(100+i, i, "use "+own, "USING "+own)
 	defer cl.close()
 	for tick := time.NewTicker(putInterval); !w.stop.Load(); <-tick.C {
 		conn := cl.connect()
@@ -323,7 +326,14 @@ const (
 
 func (w *workload) consume(i int) {
 	defer w.wg.Done()
-	cl := w.newClient(110+i, i, "use "+tube, "USING "+tube, "watch "+tube, "WATCHING 2", "ignore default", "WATCHING 1")
+	// Watching every group's tube: with several groups, every reserve is
+	// one across groups.
+	setup := []string{"use " + tube, "USING " + tube}
+	for k, t := range w.c.tubes {
+		setup = append(setup, "watch "+t, fmt.Sprintf("WATCHING %d", k+2))
+	}
+	setup = append(setup, "ignore default", fmt.Sprintf("WATCHING %d", len(w.c.tubes)))
+	cl := w.newClient(110+i, i, setup...)
 	defer cl.close()
 	for n := 1; !w.stop.Load(); n++ {
 		conn := cl.connect()

@@ -41,16 +41,28 @@ type digester interface {
 	Digest() (jobs int, sum string)
 }
 
+// hoster is a Cluster whose host runs several groups
+// (replication.Node.Host): their digests go with ?digest=1 too.
+type hoster interface {
+	Host() *replication.Host
+}
+
 // serveCluster answers GET /cluster: the member's view, as JSON; with
-// ?digest=1, the digest of its store when it has one (a walk of every
-// job: tests and operators comparing members ask for it, pages that poll
-// do not).
+// ?digest=1, the digest of its store when it has one, and of each of its
+// groups' replicas (a walk of every job: tests and operators comparing
+// members ask for it, pages that poll do not).
 func serveCluster(c Cluster) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		st := c.Status()
 		if want, _ := strconv.ParseBool(r.URL.Query().Get("digest")); want {
 			if d, ok := c.(digester); ok {
 				st.Jobs, st.Digest = d.Digest()
+			}
+			if h, ok := c.(hoster); ok {
+				digests := h.Host().GroupDigests()
+				for i := range st.Groups {
+					st.Groups[i].Digest = digests[st.Groups[i].ID]
+				}
 			}
 		}
 		w.Header().Set("Content-Type", "application/json")

@@ -290,6 +290,19 @@ type GroupStatus struct {
 	// its jobs ready, reserved, delayed and buried.
 	Tubes int   `json:"tubes"`
 	Jobs  int64 `json:"jobs"`
+	// Digest is its replica's StoreDigest, with GET /cluster?digest=1
+	// only (GroupDigests): a walk of every job.
+	Digest string `json:"digest,omitempty"`
+}
+
+// GroupDigests are the digests of the groups' replicas this member runs
+// (StoreDigest), by group: members at rest agree on each group's.
+func (h *Host) GroupDigests() map[int]string {
+	out := make(map[int]string)
+	for _, n := range h.nodes() {
+		_, out[int(n.group)] = StoreDigest(n.store)
+	}
+	return out
 }
 
 // Groups are the groups this member runs, by id.

@@ -87,6 +87,12 @@ func (n *linkNet) deliver(from, to uint64, payload []byte) bool {
 		return true
 	}
 	n.mu.Unlock()
+	n.handle(from, to, payload)
+	return true
+}
+
+// handle hands payload from member from to member to, held or not.
+func (n *linkNet) handle(from, to uint64, payload []byte) {
 	var err error
 	if to == 1 {
 		err = n.link.Handle(from, payload)
@@ -96,7 +102,6 @@ func (n *linkNet) deliver(from, to uint64, payload []byte) bool {
 	if err != nil {
 		n.t.Errorf("%d → %d: %v", from, to, err)
 	}
-	return true
 }
 
 // heldCount is how many payloads from m are held.
@@ -113,13 +118,27 @@ func (n *linkNet) hold(m uint64) {
 	n.mu.Unlock()
 }
 
-func (n *linkNet) release(m uint64) {
+func (n *linkNet) release(m uint64) { n.deliverHeld(m, false) }
+
+// pass delivers what member m sent member 1 that was held, and goes on
+// holding what m sends next: nothing it answers because of what passed
+// slips through before the hold, as a release, then a hold, would let it.
+func (n *linkNet) pass(m uint64) { n.deliverHeld(m, true) }
+
+func (n *linkNet) deliverHeld(m uint64, hold bool) {
 	n.mu.Lock()
 	held := n.held[m]
 	delete(n.held, m)
+	if hold {
+		n.held[m] = [][]byte{}
+	}
 	n.mu.Unlock()
 	for _, p := range held {
-		n.deliver(m, 1, p)
+		if hold {
+			n.handle(m, 1, p) // deliver would hold it again
+		} else {
+			n.deliver(m, 1, p)
+		}
 	}
 }
 
