@@ -95,9 +95,11 @@ func TestShardGroups(t *testing.T) {
 	if err != nil || js["tube"] != tubes[2] || js["kicks"] != "1" || js["state"] != "ready" {
 		t.Fatalf("stats-job %d: %v %v", ids[2], js, err)
 	}
-	// An id of a prefix no group took is no job.
+	// An id of a prefix no group took is no job, whatever the command
+	// before it answered (an ignore of a tube not watched says OK).
 	stray := meta.JobID(7, 1)
-	for _, line := range []string{"delete %d", "peek %d", "stats-job %d", "touch %d", "kick-job %d", "reserve-job %d"} {
+	for _, line := range []string{"delete %d", "peek %d", "stats-job %d", "touch %d", "kick-job %d", "reserve-job %d", "release %d 0 0", "bury %d 0"} {
+		expectLine(t, other, "ignore nosuchtube", "WATCHING 1")
 		expectLine(t, other, fmt.Sprintf(line, stray), "NOT_FOUND")
 	}
 	for _, id := range []uint64{ids[1], ids[2]} {
@@ -385,6 +387,36 @@ func TestShardGroupsDeadlineSoon(t *testing.T) {
 			t.Fatalf("reserve of the job back from its TTR: %+v %v", r, err)
 		}
 		expectLine(t, worker, fmt.Sprintf("delete %d", r.N), "DELETED")
+	}
+	// Already soon, with a ready job only in a paused tube of another
+	// group: DEADLINE_SOON at once, in one group and across two
+	// (beanstalkd answers so; its waiting connection's timer is due).
+	expectLine(t, producer, "use "+tubes[0], "USING "+tubes[0])
+	if _, err := producer.Put(0, 0, 2, []byte("soon")); err != nil {
+		t.Fatal(err)
+	}
+	expectLine(t, producer, "use "+tubes[1], "USING "+tubes[1])
+	if _, err := producer.Put(0, 0, 60, []byte("paused")); err != nil {
+		t.Fatal(err)
+	}
+	expectLine(t, producer, "pause-tube "+tubes[1]+" 10", "PAUSED")
+	r, err := worker.Do("reserve-with-timeout 0", nil)
+	if err != nil || r.Kind != testproc.ReplyReserved || string(r.Body) != "soon" {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	expectLine(t, worker, "watch "+tubes[1], "WATCHING 2")
+	expectLine(t, worker, "ignore "+tubes[0], "WATCHING 1")
+	time.Sleep(1200 * time.Millisecond)
+	for _, also := range []string{"", tubes[2]} {
+		if also != "" {
+			expectLine(t, worker, "watch "+also, "WATCHING 2")
+		}
+		start := time.Now()
+		expectLine(t, worker, "reserve-with-timeout 5", "DEADLINE_SOON")
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Fatalf("watching a paused tube%s: DEADLINE_SOON after %v, want at once", also, d)
+		}
+		expectLine(t, worker, "reserve-with-timeout 0", "DEADLINE_SOON")
 	}
 }
 

@@ -115,12 +115,18 @@ func (r *crossReserve) takeLocked() {
 		for _, b := range r.bests {
 			anyReady = anyReady || b.AnyReady
 		}
-		if r.hasSoon && time.Since(r.started) >= r.soon && !anyReady {
+		soonNow := r.hasSoon && time.Since(r.started) >= r.soon
+		if soonNow && !anyReady {
 			r.endLocked(nil, 0, store.DeadlineSoon)
 			return
 		}
 		if r.timeout == 0 {
-			r.endLocked(nil, 0, store.TimedOut)
+			// As one server's timer already due: the deadline first.
+			res := store.TimedOut
+			if soonNow {
+				res = store.DeadlineSoon
+			}
+			r.endLocked(nil, 0, res)
 			return
 		}
 		r.waitLocked()
@@ -163,11 +169,12 @@ func (r *crossReserve) waitLocked() {
 			r.eventLocked(i, it)
 		})
 	}
-	end, res := r.timeout, store.TimedOut
-	if r.hasSoon && (end < 0 || r.soon < end) {
-		end, res = r.soon, store.DeadlineSoon
+	end, res, timed := r.timeout, store.TimedOut, r.timeout >= 0
+	if r.hasSoon && (!timed || r.soon <= end) {
+		// Already soon (every ready job in a paused tube): at once.
+		end, res, timed = r.soon, store.DeadlineSoon, true
 	}
-	if end >= 0 {
+	if timed {
 		r.timer = time.AfterFunc(end-time.Since(r.started), func() {
 			r.mu.Lock()
 			defer r.mu.Unlock()

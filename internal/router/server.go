@@ -623,8 +623,10 @@ func (o *owner) execute(req *Request) (r Reply, blocked bool) {
 			if _, _, anyReady := cl.BestReady(); req.SoonIn <= 0 && !anyReady {
 				return emptyReply(store.DeadlineSoon), false
 			}
-			if req.SoonIn > 0 && (timeout < 0 || req.SoonIn < timeout) {
-				timeout, soonFirst = req.SoonIn, true
+			if timeout < 0 || req.SoonIn <= timeout {
+				// Already soon, with ready jobs only in paused tubes: a
+				// take that finds nothing answers DEADLINE_SOON at once.
+				timeout, soonFirst = max(req.SoonIn, 0), true
 			}
 		}
 		j, res := cl.Reserve(timeout)

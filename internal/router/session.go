@@ -553,7 +553,8 @@ func (s *Session) ReserveJob(id uint64, a *engine.Answer) bool {
 	}
 	g, ok := s.idGroup(id)
 	if !ok {
-		return true // NOT_FOUND
+		*a = engine.Answer{} // NOT_FOUND: a is the loop's scratch, holding the last command's
+		return true
 	}
 	return s.call(g, Request{Op: OpReserveJob, ID: id}, func(it *Item, a *engine.Answer) {
 		jobAnswer(it, a)
@@ -569,7 +570,8 @@ func (s *Session) Delete(id uint64, a *engine.Answer) bool {
 	}
 	g, ok := s.idGroup(id)
 	if !ok {
-		return true // NOT_FOUND
+		*a = engine.Answer{} // NOT_FOUND: a is the loop's scratch, holding the last command's
+		return true
 	}
 	return s.call(g, Request{Op: OpDelete, ID: id}, s.endsHold(id, false, okAnswer))
 }
@@ -580,7 +582,8 @@ func (s *Session) Touch(id uint64, a *engine.Answer) bool {
 	}
 	g, ok := s.idGroup(id)
 	if !ok {
-		return true // NOT_FOUND
+		*a = engine.Answer{} // NOT_FOUND: a is the loop's scratch, holding the last command's
+		return true
 	}
 	return s.call(g, Request{Op: OpTouch, ID: id}, s.endsHold(id, true, okAnswer))
 }
@@ -620,7 +623,7 @@ func (s *Session) Release(id uint64, pri, delay uint32, a *engine.Answer) bool {
 	}
 	g, ok := s.idGroup(id)
 	if !ok {
-		a.Err = store.ErrNotFound
+		*a = engine.Answer{Err: store.ErrNotFound}
 		return true
 	}
 	return s.call(g, Request{Op: OpRelease, ID: id, Pri: pri, Delay: delay}, s.endsHold(id, false, errAnswer))
@@ -632,7 +635,7 @@ func (s *Session) Bury(id uint64, pri uint32, a *engine.Answer) bool {
 	}
 	g, ok := s.idGroup(id)
 	if !ok {
-		a.Err = store.ErrNotFound
+		*a = engine.Answer{Err: store.ErrNotFound}
 		return true
 	}
 	return s.call(g, Request{Op: OpBury, ID: id, Pri: pri}, s.endsHold(id, false, errAnswer))
@@ -644,7 +647,7 @@ func (s *Session) KickJob(id uint64, a *engine.Answer) bool {
 	}
 	g, ok := s.idGroup(id)
 	if !ok {
-		a.Err = store.ErrNotFound
+		*a = engine.Answer{Err: store.ErrNotFound}
 		return true
 	}
 	return s.call(g, Request{Op: OpKickJob, ID: id}, errAnswer)
@@ -665,7 +668,8 @@ func (s *Session) Peek(id uint64, a *engine.Answer) bool {
 	}
 	g, ok := s.idGroup(id)
 	if !ok {
-		return true // NOT_FOUND
+		*a = engine.Answer{} // NOT_FOUND: a is the loop's scratch, holding the last command's
+		return true
 	}
 	return s.call(g, Request{Op: OpPeek, ID: id}, jobAnswer)
 }
@@ -697,7 +701,8 @@ func (s *Session) JobStats(id uint64, a *engine.Answer) bool {
 	}
 	g, ok := s.idGroup(id)
 	if !ok {
-		return true // NOT_FOUND
+		*a = engine.Answer{} // NOT_FOUND: a is the loop's scratch, holding the last command's
+		return true
 	}
 	return s.call(g, Request{Op: OpStatsJob, ID: id}, func(it *Item, a *engine.Answer) {
 		a.OK, a.JobStats = it.Reply.Status == StatusOK, it.Reply.JobStats
