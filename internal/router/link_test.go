@@ -26,6 +26,9 @@ type linkNet struct {
 	held   map[uint64][][]byte       // guarded by mu: payloads from a member held back
 	cut    map[uint64]bool           // guarded by mu: members whose traffic is dropped
 	pairs  map[[2]uint64]chan []byte // guarded by mu: each pair's queue
+	// closed: the test ended and its queues closed; what a Server still
+	// sends (a wait ending on its own goroutine) is dropped. Guarded by mu.
+	closed bool
 }
 
 func newLinkNet(t *testing.T, members ...uint64) *linkNet {
@@ -56,7 +59,7 @@ func newLinkNet(t *testing.T, members ...uint64) *linkNet {
 func (n *linkNet) queue(from, to uint64, payload []byte) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.cut[from] || n.cut[to] {
+	if n.cut[from] || n.cut[to] || n.closed {
 		return false
 	}
 	q := n.pairs[[2]uint64{from, to}]
@@ -68,7 +71,12 @@ func (n *linkNet) queue(from, to uint64, payload []byte) bool {
 				n.deliver(from, to, p)
 			}
 		}()
-		n.t.Cleanup(func() { close(q) })
+		n.t.Cleanup(func() {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			n.closed = true
+			close(q)
+		})
 	}
 	q <- bytes.Clone(payload)
 	return true

@@ -256,7 +256,9 @@ func (s *Server) handle(from uint64, it *Item) {
 	case KindDecline:
 		if o := s.existing(key); o != nil {
 			o.mu.Lock()
-			o.client.Unreserve(it.Decline.Job)
+			if !o.closed { // a closed client gave its jobs back already
+				o.client.Unreserve(it.Decline.Job)
+			}
 			o.mu.Unlock()
 		}
 	case KindClose:
@@ -378,6 +380,13 @@ func (s *Server) request(key ownerKey, it *Item) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.closed {
+		// Closed since it was found (Detach, Forget, the session's
+		// close, Close): its client is gone. The member asks again, of
+		// the group's leader then.
+		s.send(key.member, reply(key, it.Seq, Reply{Status: StatusNotLeader}))
+		return
+	}
 	var kept []byte
 	if it.Seq <= o.seen {
 		kept = o.kept.find(it.Seq)
@@ -474,7 +483,7 @@ func (s *Server) cancel(key ownerKey, id uint64) {
 		return
 	}
 	o.mu.Lock()
-	if o.waitID == id && o.waiting != 0 && o.client.CancelWait() {
+	if !o.closed && o.waitID == id && o.waiting != 0 && o.client.CancelWait() {
 		o.waiting, o.waitID, o.soonFirst = 0, 0, false
 		o.client.Settle()
 		o.runBacklogLocked()

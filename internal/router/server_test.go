@@ -611,3 +611,30 @@ func TestServerFenced(t *testing.T) {
 		t.Fatalf("stats while not leased: %+v", got.Reply)
 	}
 }
+
+// TestServerClosedOwner: an owner client closed after a request found it
+// and before the request ran (Detach or the session's close racing a
+// payload) is not used: the request is answered StatusNotLeader, as for
+// a group not served, and a decline and a cancel for it do nothing. The
+// closed client was used before, and the store panicked.
+func TestServerClosedOwner(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	r.send(put(1))
+	if it := r.next(); it.Reply.Status != StatusOK {
+		t.Fatalf("put: %+v", it)
+	}
+	// The interleaving: the owner is still the Server's, and closed.
+	r.srv.existing(ownerKey{member: 7, session: 1, group: 0}).close()
+	r.send(put(2))
+	if it := r.next(); it.Reply.Status != StatusNotLeader || it.Seq != 2 {
+		t.Fatalf("a put on a closed owner: %+v, want StatusNotLeader", it)
+	}
+	r.send(Item{Kind: KindDecline, Session: 1, Decline: Decline{Wait: 1, Job: 1}},
+		Item{Kind: KindCancel, Session: 1, Wait: Wait{ID: 1}})
+	r.none("a decline and a cancel on a closed owner")
+	if n := st.Stats().TotalJobs; n != 1 {
+		t.Fatalf("%d jobs put, want the first alone", n)
+	}
+}
