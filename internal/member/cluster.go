@@ -14,7 +14,6 @@ import (
 	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/internal/router"
-	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal/cbinlog"
 )
 
@@ -105,17 +104,7 @@ func (m *Member) startRouter(ec *engine.Config) {
 	node, host, sh := m.node, m.node.Host(), m.shards
 	rc := router.RouterConfig{
 		Self: node.ID(), Send: host.SendItems, LeaderWait: node.ElectionTimeout(),
-		Serving: sh.serving,
-		Leased: func(g uint16) bool {
-			n := sh.node(g)
-			return n != nil && n.Leased()
-		},
-		Replica: func(g uint16) *store.Store {
-			if n := sh.node(g); n != nil {
-				return n.Store()
-			}
-			return nil
-		},
+		Serving: sh.serving, Leased: sh.leased, Replica: sh.replica, Term: sh.term,
 		Removed: func() []uint64 { return node.Book().Removed },
 		Peers: func() []uint64 {
 			var ids []uint64
@@ -123,13 +112,6 @@ func (m *Member) startRouter(ec *engine.Config) {
 				ids = append(ids, mb.ID)
 			}
 			return ids
-		},
-		Term: func(g uint16) uint64 {
-			if n := sh.node(g); n != nil {
-				info, _ := n.Leader()
-				return info.Term
-			}
-			return 0
 		},
 		// A put's size was checked by the member its client reached (its
 		// -z); a payload refused whole would close the stream for every

@@ -53,6 +53,32 @@ func (sh *shards) serving(g uint16) *store.Store {
 	return nil
 }
 
+// leased reports whether this member's leadership of group g is
+// confirmed (replication.Node.Leased); false for a group it does not hold.
+func (sh *shards) leased(g uint16) bool {
+	n := sh.node(g)
+	return n != nil && n.Leased()
+}
+
+// replica is this member's store of group g, served or followed; nil if
+// it holds none.
+func (sh *shards) replica(g uint16) *store.Store {
+	if n := sh.node(g); n != nil {
+		return n.Store()
+	}
+	return nil
+}
+
+// term is the Raft term of group g's leader as this member knows it; 0
+// for a group it does not hold.
+func (sh *shards) term(g uint16) uint64 {
+	if n := sh.node(g); n != nil {
+		info, _ := n.Leader()
+		return info.Term
+	}
+	return 0
+}
+
 // FormationError refuses a member whose --cluster-groups or
 // --cluster-replicas the cluster cannot take: they disagree with what
 // its log holds, or ask for what is not built yet.

@@ -69,6 +69,9 @@ type reportedLeader struct {
 	at     time.Time // when the report came: one not renewed goes stale
 }
 
+// fresh reports whether the report still holds at now.
+func (rep reportedLeader) fresh(now time.Time) bool { return now.Sub(rep.at) <= reportStale }
+
 const (
 	// reportEvery is how often a member of a cluster of several groups
 	// tells the others which groups it leads, besides at each change.
@@ -364,7 +367,7 @@ func (r *Router) reportedLeader(g uint16) (uint64, bool) {
 	r.reportMu.Lock()
 	defer r.reportMu.Unlock()
 	rep, ok := r.reported[g]
-	if !ok || time.Since(rep.at) > reportStale {
+	if !ok || !rep.fresh(time.Now()) {
 		return 0, false
 	}
 	return rep.member, true
@@ -375,9 +378,10 @@ func (r *Router) reportedLeader(g uint16) (uint64, bool) {
 func (r *Router) Reported() map[uint16]uint64 {
 	r.reportMu.Lock()
 	defer r.reportMu.Unlock()
+	now := time.Now()
 	out := make(map[uint16]uint64, len(r.reported))
 	for g, rep := range r.reported {
-		if time.Since(rep.at) <= reportStale {
+		if rep.fresh(now) {
 			out[g] = rep.member
 		}
 	}
@@ -393,7 +397,7 @@ func (r *Router) noteLeaders(from uint64, reports []LeaderReport) {
 	r.reportMu.Lock()
 	for _, l := range reports {
 		old, ok := r.reported[l.Group]
-		if ok && old.term > l.Term && now.Sub(old.at) <= reportStale {
+		if ok && old.term > l.Term && old.fresh(now) {
 			continue
 		}
 		r.reported[l.Group] = reportedLeader{member: from, term: l.Term, at: now}
@@ -421,7 +425,7 @@ func (r *Router) report(now time.Time) {
 	var led []LeaderReport
 	for k := range r.groups() {
 		g := uint16(k)
-		if lead, ok := r.cfg.Leader(g); ok && lead == r.cfg.Self && r.group(g) != nil {
+		if r.group(g) != nil { // served here: this member leads it
 			led = append(led, LeaderReport{Group: g, Term: r.cfg.Term(g)})
 		}
 	}

@@ -86,11 +86,13 @@ type heldJob struct {
 	deadline time.Time // the estimate: when its reply came, plus its TTR
 }
 
-// holdJob notes that the session reserved job j of group g.
-func (s *Session) holdJob(j *JobReply, g uint16) {
+// holdJob notes that the session reserved job j (of the group its id
+// names).
+func (s *Session) holdJob(j *JobReply) {
 	if s.r.groups() == 1 {
 		return // the group's store keeps the one deadline there is
 	}
+	g, _ := s.r.groupOfID(j.ID)
 	ttr := time.Duration(j.TTR) * time.Second
 	s.mu.Lock()
 	if s.held == nil {
@@ -456,7 +458,7 @@ func (s *Session) Reserve(timeout time.Duration, a *engine.Answer) bool {
 		case StatusOK:
 			a.Reserve = store.Reserved
 			jobAnswer(it, a)
-			s.holdJob(&it.Reply.Job, g)
+			s.holdJob(&it.Reply.Job)
 		case StatusDeadlineSoon:
 			a.Reserve = store.DeadlineSoon
 		default:
@@ -495,12 +497,12 @@ func (s *Session) reserveAcross(parts []crossPart, timeout time.Duration) bool {
 	s.r.waiting.Add(1)
 	cr := &crossReserve{link: s.r.link, session: s.id, nextSeq: s.next, parts: parts, timeout: timeout}
 	cr.soon, cr.hasSoon = s.soonest(-1)
-	cr.done = func(j *JobReply, group uint16, res store.ReserveResult) {
+	cr.done = func(j *JobReply, _ uint16, res store.ReserveResult) {
 		s.r.waiting.Add(-1)
 		a := engine.Answer{Reserve: res}
 		if j != nil {
 			a.JobID, a.JobBody = j.ID, j.Body // the crossReserve's copy
-			s.holdJob(j, group)
+			s.holdJob(j)
 		}
 		s.deliver(seq, &a)
 	}
@@ -535,9 +537,18 @@ func (s *Session) CancelWait() bool {
 	return true
 }
 
-// idGroup is the group of the job id, false for an id no group issues:
-// the command is answered NOT_FOUND at once.
-func (s *Session) idGroup(id uint64) (uint16, bool) { return s.r.groupOfID(id) }
+// callByID sends req to the group req.ID's prefix names. An id no group
+// issues is answered at once, by finish, as a group answers an id it
+// does not hold: NOT_FOUND.
+func (s *Session) callByID(req Request, a *engine.Answer, finish func(it *Item, a *engine.Answer)) bool {
+	g, ok := s.r.groupOfID(req.ID)
+	if !ok {
+		*a = engine.Answer{} // the loop's scratch: it holds the last command's answer
+		finish(&Item{Kind: KindReply, Reply: Reply{Status: StatusNotFound, Result: ResultNone}}, a)
+		return true
+	}
+	return s.call(g, req, finish)
+}
 
 // jobAnswer reads a reply's job into a, its body copied: the reply's
 // payload is gone once the callback returns.
@@ -551,15 +562,10 @@ func (s *Session) ReserveJob(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.ReserveJob(id, a)
 	}
-	g, ok := s.idGroup(id)
-	if !ok {
-		*a = engine.Answer{} // NOT_FOUND: a is the loop's scratch, holding the last command's
-		return true
-	}
-	return s.call(g, Request{Op: OpReserveJob, ID: id}, func(it *Item, a *engine.Answer) {
+	return s.callByID(Request{Op: OpReserveJob, ID: id}, a, func(it *Item, a *engine.Answer) {
 		jobAnswer(it, a)
 		if a.JobID != 0 {
-			s.holdJob(&it.Reply.Job, g)
+			s.holdJob(&it.Reply.Job)
 		}
 	})
 }
@@ -568,24 +574,14 @@ func (s *Session) Delete(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Delete(id, a)
 	}
-	g, ok := s.idGroup(id)
-	if !ok {
-		*a = engine.Answer{} // NOT_FOUND: a is the loop's scratch, holding the last command's
-		return true
-	}
-	return s.call(g, Request{Op: OpDelete, ID: id}, s.endsHold(id, false, okAnswer))
+	return s.callByID(Request{Op: OpDelete, ID: id}, a, s.endsHold(id, false, okAnswer))
 }
 
 func (s *Session) Touch(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Touch(id, a)
 	}
-	g, ok := s.idGroup(id)
-	if !ok {
-		*a = engine.Answer{} // NOT_FOUND: a is the loop's scratch, holding the last command's
-		return true
-	}
-	return s.call(g, Request{Op: OpTouch, ID: id}, s.endsHold(id, true, okAnswer))
+	return s.callByID(Request{Op: OpTouch, ID: id}, a, s.endsHold(id, true, okAnswer))
 }
 
 // endsHold is read, for a change by id of a job the session may hold:
@@ -621,36 +617,21 @@ func (s *Session) Release(id uint64, pri, delay uint32, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Release(id, pri, delay, a)
 	}
-	g, ok := s.idGroup(id)
-	if !ok {
-		*a = engine.Answer{Err: store.ErrNotFound}
-		return true
-	}
-	return s.call(g, Request{Op: OpRelease, ID: id, Pri: pri, Delay: delay}, s.endsHold(id, false, errAnswer))
+	return s.callByID(Request{Op: OpRelease, ID: id, Pri: pri, Delay: delay}, a, s.endsHold(id, false, errAnswer))
 }
 
 func (s *Session) Bury(id uint64, pri uint32, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Bury(id, pri, a)
 	}
-	g, ok := s.idGroup(id)
-	if !ok {
-		*a = engine.Answer{Err: store.ErrNotFound}
-		return true
-	}
-	return s.call(g, Request{Op: OpBury, ID: id, Pri: pri}, s.endsHold(id, false, errAnswer))
+	return s.callByID(Request{Op: OpBury, ID: id, Pri: pri}, a, s.endsHold(id, false, errAnswer))
 }
 
 func (s *Session) KickJob(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.KickJob(id, a)
 	}
-	g, ok := s.idGroup(id)
-	if !ok {
-		*a = engine.Answer{Err: store.ErrNotFound}
-		return true
-	}
-	return s.call(g, Request{Op: OpKickJob, ID: id}, errAnswer)
+	return s.callByID(Request{Op: OpKickJob, ID: id}, a, errAnswer)
 }
 
 func (s *Session) Kick(n uint32, a *engine.Answer) bool {
@@ -666,12 +647,7 @@ func (s *Session) Peek(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Peek(id, a)
 	}
-	g, ok := s.idGroup(id)
-	if !ok {
-		*a = engine.Answer{} // NOT_FOUND: a is the loop's scratch, holding the last command's
-		return true
-	}
-	return s.call(g, Request{Op: OpPeek, ID: id}, jobAnswer)
+	return s.callByID(Request{Op: OpPeek, ID: id}, a, jobAnswer)
 }
 
 func (s *Session) PeekReady(a *engine.Answer) bool {
@@ -699,12 +675,7 @@ func (s *Session) JobStats(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.JobStats(id, a)
 	}
-	g, ok := s.idGroup(id)
-	if !ok {
-		*a = engine.Answer{} // NOT_FOUND: a is the loop's scratch, holding the last command's
-		return true
-	}
-	return s.call(g, Request{Op: OpStatsJob, ID: id}, func(it *Item, a *engine.Answer) {
+	return s.callByID(Request{Op: OpStatsJob, ID: id}, a, func(it *Item, a *engine.Answer) {
 		a.OK, a.JobStats = it.Reply.Status == StatusOK, it.Reply.JobStats
 	})
 }
