@@ -54,6 +54,11 @@ type Config struct {
 	// leader; 0 means DefaultLeaderWait.
 	Cluster    Cluster
 	LeaderWait time.Duration
+	// Groups, if set with more than one, are the cluster's shard groups:
+	// each request goes to the leader of the group it concerns, and the
+	// fleet's figures are gathered from every group (doc.go, Several
+	// shard groups).
+	Groups Groups
 	// ForwardTLS, if set, reaches the leader's --http over TLS with this
 	// client configuration: the members' side ports serve TLS
 	// (--http-tls-cert).
@@ -126,8 +131,25 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.cluster.ServeHTTP(w, r)
 }
 
-// store is the store this request is served from.
-func (a *API) store() *store.Store { return a.st }
+// store is the store a request is served from: with groups, that of the
+// group it concerns (clusterRoute.serveHere), else Config.Store.
+func (a *API) store(ctx context.Context) *store.Store {
+	if sv, ok := ctx.Value(servedKey{}).(served); ok {
+		return sv.st
+	}
+	return a.st
+}
+
+// servedKey is the context key of what a request is served from.
+type servedKey struct{}
+
+// served is the group a request is served for, on this member: its store,
+// and whether only its part of a fleet endpoint is asked (GroupHeader).
+type served struct {
+	st    *store.Store
+	group uint16
+	part  bool
+}
 
 // handler answers one endpoint's request with the access Auth gave it; it
 // returns an *Error instead of answering when it fails.
@@ -213,7 +235,9 @@ func (a *API) routes() {
 // client is a store client of its own for one request; the caller closes
 // it. Like a connection, it uses and watches "default" until told
 // otherwise, which stats-tube shows while the request runs.
-func (a *API) client() *store.Client { return a.store().NewClient(nobody{}) }
+func (a *API) client(r *http.Request) *store.Client {
+	return a.store(r.Context()).NewClient(nobody{})
+}
 
 // nobody is the Notifier of the API's clients, which never block in a
 // reserve.
@@ -228,7 +252,7 @@ func (nobody) WaitEnded(store.ReserveResult) {}
 // timeout, with 503: the change was made, and may still become durable.
 // In a cluster, a leadership lost meanwhile ends it with 503 too.
 func (a *API) acknowledged(ctx context.Context, c *store.Client) error {
-	acks := a.store().Acks()
+	acks := a.store(ctx).Acks()
 	pos := c.PendingAck()
 	if acks == nil || pos == 0 || acks.Acked() >= pos {
 		return nil

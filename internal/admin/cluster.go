@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/sproutmq/sprout/store"
 )
 
 const (
@@ -69,6 +71,10 @@ type clusterRoute struct {
 	scheme  string         // immutable: how the leader's --http is reached, http or https
 	log     zerolog.Logger // immutable
 	proxy   *httputil.ReverseProxy
+	// groups are the cluster's shard groups, nil with one (Config.Groups).
+	groups Groups // immutable
+	// parts fetches the fleet endpoints' parts from other members.
+	parts *http.Client // immutable
 }
 
 // forwardTo is the leader's --http address in a forwarded request's
@@ -77,6 +83,9 @@ type forwardTo struct{}
 
 func newClusterRoute(cfg Config, a *API) *clusterRoute {
 	c := &clusterRoute{api: a, cluster: cfg.Cluster, wait: cfg.LeaderWait, token: cfg.Token, scheme: "http", log: cfg.Logger}
+	if cfg.Groups != nil && cfg.Groups.Count() > 1 {
+		c.groups = cfg.Groups
+	}
 	if c.wait <= 0 {
 		c.wait = DefaultLeaderWait
 	}
@@ -90,6 +99,7 @@ func newClusterRoute(cfg Config, a *API) *clusterRoute {
 		t.TLSClientConfig = cfg.ForwardTLS
 		c.proxy.Transport = t
 	}
+	c.parts = &http.Client{Transport: c.proxy.Transport, Timeout: partTimeout}
 	return c
 }
 
@@ -101,30 +111,61 @@ func (c *clusterRoute) serving() bool {
 }
 
 // ServeHTTP serves r here, forwards it, or waits for a leader to do
-// either, up to c.wait.
+// either, up to c.wait. With groups, the leader is that of the group r
+// concerns, and the fleet's endpoints gather every group's part (fleet).
 func (c *clusterRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	forwarded := r.Header.Get(ForwardedHeader) != ""
+	g, fleet, part, err := c.route(r)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	if fleet && !part {
+		c.fleet(w, r)
+		return
+	}
+	l, st, changed, err := c.awaitLeader(r.Context(), g, forwarded)
+	switch {
+	case err != nil:
+		if r.Context().Err() == nil {
+			WriteError(w, err)
+		}
+	case l.Serving:
+		c.serveHere(w, r, served{st: st, group: g, part: part}, changed)
+	default:
+		c.forward(w, r, g, l, changed)
+	}
+}
+
+// awaitLeader waits, up to c.wait, until group g is served here (with
+// its store) or, unless forwarded, its leader's --http is known; the
+// error says why neither came, or that ctx ended.
+func (c *clusterRoute) awaitLeader(ctx context.Context, g uint16, forwarded bool) (Leader, *store.Store, <-chan struct{}, error) {
 	timer := time.NewTimer(c.wait)
 	defer timer.Stop()
 	for {
-		l, changed := c.cluster.Leader()
-		switch {
-		case l.Serving:
-			c.serveHere(w, r, changed)
-			return
-		case l.HTTP != "" && !forwarded:
-			c.forward(w, r, l, changed)
-			return
+		l, st, changed := c.leader(g)
+		if l.Serving && st != nil || l.HTTP != "" && !forwarded {
+			return l, st, changed, nil
 		}
 		select {
 		case <-changed:
-		case <-r.Context().Done():
-			return
+		case <-ctx.Done():
+			return l, nil, nil, ctx.Err()
 		case <-timer.C:
-			WriteError(w, c.unavailable(l, forwarded))
-			return
+			return l, nil, nil, c.unavailable(l, forwarded)
 		}
 	}
+}
+
+// leader is group g's leader as this member knows it, the group's store
+// while this member serves it, and a channel closed when that changes.
+func (c *clusterRoute) leader(g uint16) (Leader, *store.Store, <-chan struct{}) {
+	if c.groups == nil {
+		l, changed := c.cluster.Leader()
+		return l, c.api.st, changed
+	}
+	return c.groups.Leader(g)
 }
 
 // unavailable says why no member could take a request within c.wait.
@@ -146,19 +187,19 @@ func (c *clusterRoute) unavailable(l Leader, forwarded bool) *Error {
 	return err
 }
 
-// serveHere serves r on this member, which leads: if it stops serving
-// before the answer, the request's context ends with errLeadershipLost,
-// which an acknowledgement's wait answers 503.
-func (c *clusterRoute) serveHere(w http.ResponseWriter, r *http.Request, changed <-chan struct{}) {
-	ctx, cancel := context.WithCancelCause(r.Context())
+// serveHere serves r on this member, which leads the group sv names: if
+// it stops serving before the answer, the request's context ends with
+// errLeadershipLost, which an acknowledgement's wait answers 503.
+func (c *clusterRoute) serveHere(w http.ResponseWriter, r *http.Request, sv served, changed <-chan struct{}) {
+	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), servedKey{}, sv))
 	defer cancel(nil)
-	go c.watchLeader(ctx, cancel, changed, errLeadershipLost, func(l Leader) bool { return l.Serving })
+	go c.watchLeader(ctx, cancel, sv.group, changed, errLeadershipLost, func(l Leader) bool { return l.Serving })
 	c.api.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
-// watchLeader cancels ctx with cause once the leader, as told at each
-// change, no longer satisfies holds; it returns when ctx ends.
-func (c *clusterRoute) watchLeader(ctx context.Context, cancel context.CancelCauseFunc,
+// watchLeader cancels ctx with cause once group g's leader, as told at
+// each change, no longer satisfies holds; it returns when ctx ends.
+func (c *clusterRoute) watchLeader(ctx context.Context, cancel context.CancelCauseFunc, g uint16,
 	changed <-chan struct{}, cause error, holds func(Leader) bool) {
 	for {
 		select {
@@ -167,7 +208,7 @@ func (c *clusterRoute) watchLeader(ctx context.Context, cancel context.CancelCau
 		case <-changed:
 		}
 		var l Leader
-		if l, changed = c.cluster.Leader(); !holds(l) {
+		if l, _, changed = c.leader(g); !holds(l) {
 			cancel(cause)
 			return
 		}
@@ -175,17 +216,17 @@ func (c *clusterRoute) watchLeader(ctx context.Context, cancel context.CancelCau
 }
 
 // forward checks r's credentials by this member's rules, then sends it
-// to the leader with the admin token in their place. If another member
-// becomes the leader, or none is known, before the leader answers, the
-// request is given up (503).
-func (c *clusterRoute) forward(w http.ResponseWriter, r *http.Request, l Leader, changed <-chan struct{}) {
+// to group g's leader with the admin token in their place. If another
+// member becomes the leader, or none is known, before the leader
+// answers, the request is given up (503).
+func (c *clusterRoute) forward(w http.ResponseWriter, r *http.Request, g uint16, l Leader, changed <-chan struct{}) {
 	if _, err := c.api.auth.Check(r); err != nil {
 		WriteError(w, err)
 		return
 	}
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), forwardTo{}, l))
 	defer cancel(nil)
-	go c.watchLeader(ctx, cancel, changed, errLeaderChanged, func(now Leader) bool {
+	go c.watchLeader(ctx, cancel, g, changed, errLeaderChanged, func(now Leader) bool {
 		return !now.Serving && now.Name == l.Name && now.HTTP == l.HTTP
 	})
 	c.proxy.ServeHTTP(w, r.WithContext(ctx))

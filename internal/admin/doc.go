@@ -146,6 +146,38 @@
 //     is not (its hello not read yet, or it serves no --http), for up to
 //     Config.LeaderWait, then answered 503 naming what is missing.
 //
+// # Several shard groups
+//
+// With groups (Config.Groups: a cluster formed with --cluster-groups G >
+// 1) each tube lives whole in one group, and "the leader" above is the
+// leader of the group a request concerns (docs/design/shards.md S6):
+//
+//   - A tube's endpoints (/tubes/{name}, and its jobs, kick, pause and
+//     clear) go to the leader of the group that owns the tube, a job's
+//     (/jobs/{id}, its kick) to the leader of the group its id's prefix
+//     names, and are served there on that group's store, or forwarded,
+//     exactly as above. A put thus lands in the tube's own group, where
+//     the protocol's clients find it, and takes an id of that group's.
+//     An id no group issues goes to group 0, which answers 404.
+//   - GET /stats and GET /tubes are the fleet's: the member asks each
+//     group's leader for its part (itself for those it serves, over
+//     --http with GroupHeader for the others) and answers once every
+//     part has come, as the protocol's stats and list-tubes do: the
+//     queue's figures summed (router.SumStats, the default tube once),
+//     current-waiting this member's sessions in a reserve, and the
+//     engine's own figures (connections, commands, process) this
+//     member's; the tubes listed group by group, each tube from the group
+//     that owns it (every group's store holds a default tube; the owner's
+//     is the one the protocol shows). A group whose leader gives no part
+//     within LeaderWait fails the whole answer with 503, as a partial sum
+//     would be a wrong one.
+//   - The history, the session endpoints and the OpenAPI document stay as
+//     above: the history samples group 0's store on group 0's leader.
+//
+// A request that carries GroupHeader was sent by another member for one
+// group's part; it is answered only by that group's serving leader
+// (else 503, never forwarded again).
+//
 // The session endpoints are always this member's: sessions live in the
 // memory of the member that opened them, like its console's pages, which
 // every member serves itself (internal/console). The history (below) is

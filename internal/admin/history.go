@@ -402,7 +402,7 @@ func (a *API) getTubeHistory(w http.ResponseWriter, r *http.Request, _ Access) e
 	} else if name != OtherTubes {
 		full := len(h.tubes) >= h.maxTubes
 		h.mu.Unlock()
-		switch _, ok := a.store().TubeStats([]byte(name)); {
+		switch _, ok := a.store(r.Context()).TubeStats([]byte(name)); {
 		case !ok:
 			return errNoTube([]byte(name))
 		case full:

@@ -91,7 +91,7 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request, acc Access) error
 		bodies = bodies && b
 	}
 
-	c := a.client()
+	c := a.client(r)
 	defer c.Close()
 	page, next, ok := c.ListJobs(name, state, after, limit)
 	if !ok {
@@ -156,7 +156,7 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request, acc Access) error {
 	if err != nil {
 		return err
 	}
-	c := a.client()
+	c := a.client(r)
 	defer c.Close()
 	js, ok := c.JobStats(id)
 	if !ok {
@@ -188,7 +188,7 @@ func (a *API) deleteJob(w http.ResponseWriter, r *http.Request, _ Access) error 
 		return err
 	}
 	a.engine.CountCommand(codec.CmdDelete, 1)
-	c := a.client()
+	c := a.client(r)
 	defer c.Close()
 	if !c.Delete(id) {
 		return a.whyNot(r, c, id, "delete")
@@ -207,7 +207,7 @@ func (a *API) kickJob(w http.ResponseWriter, r *http.Request, _ Access) error {
 	if err != nil {
 		return err
 	}
-	c := a.client()
+	c := a.client(r)
 	defer c.Close()
 	switch err := c.KickJob(id); {
 	case errors.Is(err, store.ErrNotFound):

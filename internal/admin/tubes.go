@@ -25,6 +25,10 @@ const (
 var putJob = (*store.Client).Put
 
 func (a *API) getStats(w http.ResponseWriter, r *http.Request, _ Access) error {
+	if sv, ok := r.Context().Value(servedKey{}).(served); ok && sv.part {
+		writeJSON(w, http.StatusOK, a.partOf(r.URL.Path, sv))
+		return nil
+	}
 	st := a.engine.Stats()
 	writeJSON(w, http.StatusOK, append(appendServerStats(nil, &st), '\n'))
 	return nil
@@ -33,17 +37,30 @@ func (a *API) getStats(w http.ResponseWriter, r *http.Request, _ Access) error {
 // getTubes lists every tube with its stats-tube figures, in list-tubes
 // order; each tube's lock is held only while its figures are copied.
 func (a *API) getTubes(w http.ResponseWriter, r *http.Request, _ Access) error {
+	if sv, ok := r.Context().Value(servedKey{}).(served); ok && sv.part {
+		writeJSON(w, http.StatusOK, a.partOf(r.URL.Path, sv))
+		return nil
+	}
+	writeJSON(w, http.StatusOK, tubesJSON(a.store(r.Context()), nil))
+	return nil
+}
+
+// tubesJSON is {"tubes": [...]} of st's tubes that keep allows (nil:
+// every one), each with its stats-tube figures, in list-tubes order.
+func tubesJSON(st *store.Store, keep func(name string) bool) []byte {
 	b := []byte(`{"tubes":[`)
 	first := true
-	a.store().EachTube(func(st *store.TubeStats) {
+	st.EachTube(func(t *store.TubeStats) {
+		if keep != nil && !keep(t.Name) {
+			return
+		}
 		if !first {
 			b = append(b, ',')
 		}
 		first = false
-		b = appendTube(b, st)
+		b = appendTube(b, t)
 	})
-	writeJSON(w, http.StatusOK, append(b, "]}\n"...))
-	return nil
+	return append(b, "]}\n"...)
 }
 
 func (a *API) getTube(w http.ResponseWriter, r *http.Request, _ Access) error {
@@ -51,7 +68,7 @@ func (a *API) getTube(w http.ResponseWriter, r *http.Request, _ Access) error {
 	if err != nil {
 		return err
 	}
-	st, ok := a.store().TubeStats(name)
+	st, ok := a.store(r.Context()).TubeStats(name)
 	if !ok {
 		return errNoTube(name)
 	}
@@ -118,10 +135,10 @@ func (a *API) putJob(w http.ResponseWriter, r *http.Request, _ Access) error {
 	if a.engine.Draining() {
 		return errorf(http.StatusServiceUnavailable, "draining: the server takes no new jobs")
 	}
-	c := a.client()
+	c := a.client(r)
 	defer c.Close()
 	c.Use(name)
-	j, err := putJob(c, a.store().NextID(), pri, delay, ttr, append(body, '\r', '\n'))
+	j, err := putJob(c, a.store(r.Context()).NextID(), pri, delay, ttr, append(body, '\r', '\n'))
 	switch {
 	case errors.Is(err, store.ErrNoSpace):
 		return errorf(http.StatusInsufficientStorage, "the write-ahead log's disk is full: the job was not stored")
@@ -184,7 +201,7 @@ func (a *API) kickTube(w http.ResponseWriter, r *http.Request, _ Access) error {
 		return err
 	}
 	a.engine.CountCommand(codec.CmdKick, 1)
-	c := a.client()
+	c := a.client(r)
 	defer c.Close()
 	kicked, ok := c.KickTube(name, int(bound))
 	if !ok {
@@ -210,7 +227,7 @@ func (a *API) pauseTube(w http.ResponseWriter, r *http.Request, _ Access) error 
 		return err
 	}
 	a.engine.CountCommand(codec.CmdPauseTube, 1)
-	if !a.store().PauseTube(name, time.Duration(delay)*time.Second) {
+	if !a.store(r.Context()).PauseTube(name, time.Duration(delay)*time.Second) {
 		return errNoTube(name)
 	}
 	WriteValue(w, http.StatusOK, map[string]uint32{"paused": delay})
@@ -250,7 +267,7 @@ func (a *API) clearTube(w http.ResponseWriter, r *http.Request, _ Access) error 
 		}
 		return errorf(http.StatusBadRequest, "state must be ready, delayed, buried or all, not %q", *req.State)
 	}
-	c := a.client()
+	c := a.client(r)
 	defer c.Close()
 	counted := 0
 	deleted, ok := c.ClearTube(name, states, func(n int) {

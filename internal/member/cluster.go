@@ -14,6 +14,7 @@ import (
 	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/internal/router"
+	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal/cbinlog"
 )
 
@@ -225,15 +226,60 @@ func (c adminCluster) Name() string { return c.node.Name() }
 
 func (c adminCluster) Leader() (admin.Leader, <-chan struct{}) {
 	info, changed := c.node.Leader()
-	l := admin.Leader{Serving: info.Serving, Name: info.Name}
-	if info.Name != "" && info.Name != c.node.Name() {
-		for _, ms := range c.node.Status().Members {
-			if ms.Name == info.Name {
-				l.HTTP = ms.HTTP
-			}
+	return admin.Leader{Serving: info.Serving, Name: info.Name, HTTP: httpOf(c.node, info.Name)}, changed
+}
+
+// httpOf is the --http address member name told node, "" for node's
+// own member or one not known.
+func httpOf(node *replication.Node, name string) string {
+	if name == "" || name == node.Name() {
+		return ""
+	}
+	for _, ms := range node.Status().Members {
+		if ms.Name == name {
+			return ms.HTTP
 		}
 	}
-	return l, changed
+	return ""
+}
+
+// adminGroups are the member's shard groups as the admin API sees them
+// (internal/admin/doc.go, Several shard groups): placed by the formation,
+// each led where its replica, or for a group this member holds no
+// replica of, the leaders' reports (router.Router.Reported) say.
+type adminGroups struct{ m *Member }
+
+// reportedLeaderPoll is how often a request waiting for the leader of a
+// group this member holds no replica of looks at the reports again.
+const reportedLeaderPoll = 100 * time.Millisecond
+
+func (a adminGroups) Count() int                     { return a.m.shards.groups() }
+func (a adminGroups) OfTube(name string) uint16      { return a.m.shards.placement.Owner(name) }
+func (a adminGroups) OfJob(id uint64) (uint16, bool) { return a.m.shards.placement.GroupOfID(id) }
+func (a adminGroups) Waiting() int64                 { return a.m.sessions.Waiting() }
+
+func (a adminGroups) Leader(g uint16) (admin.Leader, *store.Store, <-chan struct{}) {
+	node := a.m.node
+	if n := a.m.shards.node(g); n != nil {
+		info, changed := n.Leader()
+		l := admin.Leader{Serving: info.Serving, Name: info.Name, HTTP: httpOf(node, info.Name)}
+		if !info.Serving {
+			return l, nil, changed
+		}
+		return l, n.Store(), changed
+	}
+	changed := make(chan struct{})
+	time.AfterFunc(reportedLeaderPoll, func() { close(changed) })
+	id, ok := a.m.sessions.Reported()[g]
+	if !ok {
+		return admin.Leader{}, nil, changed
+	}
+	for _, ms := range node.Status().Members {
+		if ms.ID == replication.FormatID(id) {
+			return admin.Leader{Name: ms.Name, HTTP: httpOf(node, ms.Name)}, nil, changed
+		}
+	}
+	return admin.Leader{}, nil, changed
 }
 
 // forwardTLS is how a member that does not lead reaches the leader's side

@@ -35,7 +35,8 @@ func (m *Member) router() (http.Handler, error) {
 		Engine: m.engine, Store: m.store, Metrics: m.metrics, Certs: m.cfg.Certs, Logger: m.log,
 	}
 	ac := admin.Config{
-		Store: m.store, Engine: m.engine, MaxJobSize: m.cfg.Engine.MaxJobSize,
+		// The engine's -z, its default applied: the protocol's bound.
+		Store: m.store, Engine: m.engine, MaxJobSize: m.engine.Stats().MaxJobSize,
 		Token: m.cfg.HTTP.AdminToken, Logger: m.log,
 	}
 	if m.node != nil {
@@ -46,6 +47,9 @@ func (m *Member) router() (http.Handler, error) {
 		// Served while this member leads, forwarded to the leader's
 		// --http otherwise (internal/admin/doc.go, Cluster mode).
 		ac.Cluster, ac.LeaderWait = adminCluster{m.node}, m.node.ElectionTimeout()
+		if m.shards.groups() > 1 {
+			ac.Groups = adminGroups{m}
+		}
 	}
 	if err := ops.Register(mux, oc); err != nil {
 		return nil, err

@@ -1,7 +1,9 @@
 package member
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -315,7 +317,41 @@ func TestShardGroupsOfFive(t *testing.T) {
 			t.Fatalf("stats through %s: ready, tubes %v %v, want 25 6", name, got, err)
 		}
 	}
-	// A worker on each member takes five jobs across every group, the
+	// The admin API through any member reaches each tube's group: a put
+	// through a member that holds no replica of the group lands there,
+	// and the fleet's figures are the protocol's.
+	for g, tube := range tubes {
+		via := names[g]
+		for _, name := range names {
+			if !p.Groups[g].Holds(name) {
+				via = name
+			}
+		}
+		r := testproc.DoAPI(t, testproc.APIRequest{Method: http.MethodPost, Bearer: testToken, Timeout: replyTimeout,
+			URL:  "http://" + c.up[via].HTTPAddr().String() + "/api/v1/tubes/" + tube + "/jobs",
+			Body: map[string]any{"body": via + " api " + tube, "pri": g}})
+		var put struct{ ID uint64 }
+		if err := json.Unmarshal(r.Body, &put); r.Status != http.StatusCreated || err != nil {
+			t.Fatalf("admin put through %s into %s: %d %s", via, tube, r.Status, r.Body)
+		}
+		if got, _ := p.GroupOfID(put.ID); int(got) != g {
+			t.Fatalf("admin put through %s into %s took id %d of group %d, want %d", via, tube, put.ID, got, g)
+		}
+		acked[put.ID] = via + " api " + tube
+	}
+	for _, name := range names {
+		var st map[string]any
+		if r := api(t, c.up[name], "/api/v1/stats"); r.Status != http.StatusOK || json.Unmarshal(r.Body, &st) != nil ||
+			st["current-jobs-ready"] != float64(30) || st["current-tubes"] != float64(6) {
+			t.Fatalf("admin stats through %s: %d %s, want 30 ready in 6 tubes", name, r.Status, r.Body)
+		}
+		var list struct{ Tubes []struct{ Name string } }
+		if r := api(t, c.up[name], "/api/v1/tubes"); r.Status != http.StatusOK || json.Unmarshal(r.Body, &list) != nil || len(list.Tubes) != 6 {
+			t.Fatalf("admin tubes through %s: %d %s, want 6", name, r.Status, r.Body)
+		}
+	}
+
+	// A worker on each member takes six jobs across every group, the
 	// most urgent first: group 0's tube has priority 0.
 	seen := map[uint64]bool{}
 	for _, name := range names {
@@ -325,7 +361,7 @@ func TestShardGroupsOfFive(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for range 5 {
+		for range 6 {
 			r, err := w.Do("reserve-with-timeout 5", nil)
 			if err != nil || r.Kind != testproc.ReplyReserved || acked[r.N] != string(r.Body) || seen[r.N] {
 				t.Fatalf("reserve through %s: %+v %v (acknowledged as %q, seen %v)", name, r, err, acked[r.N], seen[r.N])

@@ -211,6 +211,10 @@ type Stats struct {
 	DedupEntries int
 }
 
+// Waiting is how many of this member's sessions wait in a reserve: stats'
+// current-waiting with several groups (5.5).
+func (r *Router) Waiting() int64 { return r.waiting.Load() }
+
 // Stats reads the router's figures.
 func (r *Router) Stats() Stats {
 	st := Stats{RemoteSessions: r.remote.Load(), Requests: r.link.requests.Load(), Resent: r.link.resent.Load(),
