@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/panjf2000/gnet/v2"
+
+	"github.com/sproutmq/sprout/store"
 )
 
 // ErrNoRoute is what CloseClients returns on a server without a Route: it
@@ -25,14 +27,16 @@ var ErrNoRoute = errors.New("engine: sessions are tracked only with a Route")
 // A cluster member that loses the leadership it served calls it before it
 // starts again: its store may hold changes that never commit, and no
 // client may be answered from it any more.
-func (s *Server) CloseClients(ctx context.Context) error { return s.CloseClientsWhere(ctx, nil) }
+func (s *Server) CloseClients(ctx context.Context) error { return s.CloseClientsWhere(ctx, nil, nil) }
 
 // CloseClientsWhere is CloseClients for the sessions whose Queue which
 // picks (nil picks all): a cluster member whose router keeps the sessions
 // that reach a group's leader elsewhere open across its own loss of that
-// leadership closes only those served from its store. It returns once
-// none of them is open.
-func (s *Server) CloseClientsWhere(ctx context.Context, which func(Queue) bool) error {
+// leadership closes only those served from its store, or waiting for its
+// log. The loops stop waiting for lost, the AckSource of the leadership
+// lost (nil: for every one); sessions that wait for another go on. It
+// returns once none of them is open.
+func (s *Server) CloseClientsWhere(ctx context.Context, which func(Queue) bool, lost store.AckSource) error {
 	if s.cfg.Route == nil {
 		return ErrNoRoute
 	}
@@ -49,7 +53,9 @@ func (s *Server) CloseClientsWhere(ctx context.Context, which func(Queue) bool) 
 			}
 		}
 		for _, f := range ls.flushers {
-			f.forget()
+			if lost == nil || f.acks == lost {
+				f.forget()
+			}
 		}
 	})
 	if err != nil || which == nil {

@@ -49,6 +49,7 @@ func (ss *session) dispatch(cmd *codec.Command, out *replies) (quit bool) {
 func (ss *session) execute(cmd *codec.Command, out *replies) {
 	q := ss.queue()
 	a := &ss.loop.answer
+	a.Behind = ss.awaiting != codec.OpNone
 	now := true
 	switch cmd.Op {
 	case codec.OpPut:

@@ -122,6 +122,14 @@ type Answer struct {
 	Stats     store.Stats     // stats
 	JobStats  store.JobStats  // stats-job
 	TubeStats store.TubeStats // stats-tube
+
+	// Behind is not an answer but what the engine tells the method it
+	// calls: the command comes behind others whose answers are pending
+	// (Pipeliner), so one given now would be sent after theirs, and held
+	// for the log by what AckNeeded says when theirs come. A Queue that
+	// could answer now (a cluster member's session on a group it leads)
+	// sends such a command the other way.
+	Behind bool
 }
 
 // Failure is how a command the queue could not run is answered.

@@ -193,7 +193,7 @@ func (m *Member) closeClients(ctx context.Context) error {
 	// Sessions that reach the leader through the router stay open: their
 	// calls go to the next leader.
 	m.sessions.Detach(0)
-	return srv.CloseClientsWhere(ctx, router.IsLocal)
+	return srv.CloseClientsWhere(ctx, func(q engine.Queue) bool { return router.ClosesWith(q, 0) }, m.store.Acks())
 }
 
 // serveLocal is the proxy's Local: a connection that waited for a leader

@@ -7,8 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/internal/router"
 	"github.com/sproutmq/sprout/store"
 )
 
@@ -156,11 +158,17 @@ func (m *Member) startShards(ctx context.Context) error {
 		nc := *m.cfg.Cluster
 		nc.Log, nc.Peers, nc.Logger, nc.Retain = l, peers, m.log, clusterLogRetain
 		nc.Observer, nc.MetaDir = nil, "" // group 0's figures; the meta group is the host's
-		nc.CloseClients = func(context.Context) error {
+		nc.CloseClients = func(ctx context.Context) error {
 			// Its sessions live on other members or reach it as owner
-			// clients: only those close (5.1).
+			// clients, which close (5.1); but a session of this member
+			// whose reply of a command run on the store here waits for
+			// the group's log closes: it would wait for ever.
 			m.sessions.Detach(g)
-			return nil
+			srv, n := m.started(), sh.node(g)
+			if srv == nil || n == nil {
+				return nil
+			}
+			return srv.CloseClientsWhere(ctx, func(q engine.Queue) bool { return router.ClosesWith(q, g) }, n.Store().Acks())
 		}
 		n, err := m.node.Host().StartGroup(g, nc)
 		if err != nil {

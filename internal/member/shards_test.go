@@ -464,3 +464,110 @@ func expectLine(t *testing.T, c *testproc.Conn, line, want string) {
 		t.Fatal(err)
 	}
 }
+
+// TestShardGroupsLocal: a member runs its sessions' commands for a group
+// it leads on its own store at once (the local fast path, router
+// Session.runHere), and the other way when something of the session is
+// on its way: both ways share the session's owner client, so a job
+// reserved one way is deleted the other. A reserve that would wait goes
+// the other way and is woken by a put through another member. When the
+// member hands the group over, the session stays open: the job it held
+// there is ready again (a touch of it NOT_FOUND), and its next put
+// reaches the new leader.
+func TestShardGroupsLocal(t *testing.T) {
+	c := newShardedCluster(t, 3)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	c.balanced()
+	m1 := c.up["m1"]
+	var g uint16
+	for k := range 3 {
+		if m1.shards.serving(uint16(k)) != nil {
+			g = uint16(k)
+		}
+	}
+	tubes := tubePerGroup(p, "l")
+	here, there := tubes[g], tubes[(int(g)+1)%3]
+	conn := testproc.DialTest(t, m1.Addr().String(), replyTimeout)
+	counts := func() (local, sent uint64) {
+		st := m1.sessions.Stats()
+		return st.Local, st.Requests
+	}
+	expectCounts := func(what string, local0, sent0, dLocal, dSent uint64) {
+		t.Helper()
+		if local, sent := counts(); local-local0 != dLocal || sent-sent0 != dSent {
+			t.Fatalf("%s: %d run here and %d sent, want %d and %d", what, local-local0, sent-sent0, dLocal, dSent)
+		}
+	}
+
+	expectLine(t, conn, "use "+here, "USING "+here)
+	expectLine(t, conn, "watch "+here, "WATCHING 2")
+	expectLine(t, conn, "ignore default", "WATCHING 1")
+	l0, s0 := counts()
+	id1, err := conn.Put(5, 0, 60, []byte("one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := conn.Do("reserve-with-timeout 0", nil)
+	if err != nil || r.N != id1 {
+		t.Fatalf("reserve: %+v %v, want job %d", r, err, id1)
+	}
+	expectCounts("a put and a reserve in the group m1 leads", l0, s0, 2, 0)
+
+	// A put into another group's tube is on its way when the delete
+	// comes: the delete goes the other way, to the same owner client.
+	expectLine(t, conn, "use "+there, "USING "+there)
+	l0, s0 = counts()
+	conn.WriteString(fmt.Sprintf("put 0 0 60 3\r\ntwo\r\ndelete %d\r\n", id1))
+	if err := conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := conn.ReadReply(false); err != nil || r.Kind != testproc.ReplyInserted {
+		t.Fatalf("pipelined put: %+v %v", r, err)
+	}
+	if r, err := conn.ReadReply(false); err != nil || string(r.Line) != "DELETED" {
+		t.Fatalf("delete sent behind a put in flight, of a job reserved here: %+v %v", r, err)
+	}
+	expectCounts("a put elsewhere and a delete behind it", l0, s0, 0, 2)
+
+	// A reserve with nothing ready waits the other way; a put through
+	// m2 wakes it.
+	conn.WriteString("reserve-with-timeout 10\r\n")
+	if err := conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	producer := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, producer, "use "+here, "USING "+here)
+	id2, err := producer.Put(1, 0, 60, []byte("woken"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := conn.ReadReply(true); err != nil || r.N != id2 || string(r.Body) != "woken" {
+		t.Fatalf("the waiting reserve: %+v %v, want job %d", r, err, id2)
+	}
+
+	// The group goes to another member: the session stays open; the job
+	// it held there is ready again.
+	var to string
+	for _, name := range []string{"m2", "m3"} {
+		if p.Groups[g].Holds(name) {
+			to = name
+		}
+	}
+	if err := m1.shards.node(g).TransferLeadership(to); err != nil {
+		t.Fatal(err)
+	}
+	testproc.WaitFor(t, 10*time.Second, "the group led elsewhere", func() bool {
+		info, _ := m1.shards.node(g).Leader()
+		return info.Name != "" && info.Name != "m1"
+	})
+	expectLine(t, conn, fmt.Sprintf("touch %d", id2), "NOT_FOUND") // no longer its
+	expectLine(t, conn, "use "+here, "USING "+here)
+	if _, err := conn.Put(9, 0, 60, []byte("after")); err != nil {
+		t.Fatalf("a put after the handover, on the same connection: %v", err)
+	}
+	if r, err := conn.Do("reserve-with-timeout 5", nil); err != nil || r.N != id2 {
+		t.Fatalf("reserve after the handover: %+v %v, want job %d again", r, err, id2)
+	}
+}

@@ -207,6 +207,8 @@ func newClusterCollector(c Cluster, p Proxy, r Router) *clusterCollector {
 			gauge, func(s *routes) float64 { return float64(s.RemoteSessions) }),
 		newScalar("sprout_router_requests_total", "Requests this member's sessions sent to a group's leader.",
 			counter, func(s *routes) float64 { return float64(s.Requests) }),
+		newScalar("sprout_router_local_total", "Commands this member's sessions ran at once on the store of a group it leads (the local fast path), instead of sending them.",
+			counter, func(s *routes) float64 { return float64(s.Local) }),
 		newScalar("sprout_router_resent_total", "Requests, waits and references sent again: to a new leader, on a stream opened again, after a refusal or a full queue.",
 			counter, func(s *routes) float64 { return float64(s.Resent) }),
 		newScalar("sprout_router_expired_total", "Requests given up for want of a leader within an election timeout.",

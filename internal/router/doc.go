@@ -15,9 +15,8 @@
 //
 // # Several groups (G > 1)
 //
-// Every session is remote, even to a group this member leads (through
-// its own Server, in process). Its used tube and watch list stay with
-// it; each command goes to one group's leader: put, peek-ready,
+// Every session is remote: its used tube and watch list stay with it,
+// and each command goes to one group's leader: put, peek-ready,
 // peek-delayed, peek-buried and kick to the used tube's owner,
 // stats-tube and pause-tube to the named tube's, the commands by id to
 // the group of the id's prefix (an id of a prefix no group took is
@@ -44,6 +43,25 @@
 // bounds its wait by it. A reserve across groups checks every group's
 // the same way on its own timer; each group's wait also ends at its own
 // jobs' deadlines.
+//
+// The local fast path (5.1): a command for a group this member leads
+// runs at once on the group's store here, through the Server's owner
+// client of the session (Server.local: the one its requests sent the
+// other way use, so both ways see its reservations), when nothing of the
+// session is on its way anywhere (no answer awaited, no burn) and the
+// owner is idle (no reserve waiting, no reply held for the log). Its
+// reply is then the engine's to hold until the group's log acknowledges
+// it (Session.AckNeeded names the group's AckSource), as on a single
+// server, with no item encoded, no hop through the member's own loop and
+// no answer handed back to the event loop from another goroutine. A
+// reserve runs so only if it does not wait: one that would, or whose
+// wait a job held in another group bounds, goes the other way. A job is
+// handed out so only while the leadership is leased. When the member
+// stops serving a group, a session with a reply run there that its log
+// has not acknowledged closes (ClosesWith), as that reply never would
+// be; the others stay open, their next commands going to the next
+// leader. This holds for a single group's remote sessions too (those
+// opened while another member led).
 //
 // A member learns the leaders of the groups it holds no replica of from
 // the others: every member tells every other, every half second and at

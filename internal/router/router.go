@@ -41,8 +41,9 @@ type Router struct {
 	greeted [meta.MaxGroups]atomic.Bool
 	greetMu sync.Mutex
 
-	remote  atomic.Int64 // the remote sessions open (Stats)
-	waiting atomic.Int64 // remote sessions with a reserve pending (stats' current-waiting, G > 1)
+	remote  atomic.Int64  // the remote sessions open (Stats)
+	local   atomic.Uint64 // the commands run on this member's stores (Session.runHere)
+	waiting atomic.Int64  // remote sessions with a reserve pending (stats' current-waiting, G > 1)
 
 	mu       sync.Mutex
 	lead     map[uint16]uint64 // each group's leader the calls went to last (none: none known)
@@ -203,6 +204,10 @@ type Stats struct {
 	// refusal, a full queue); Expired, those given up for want of a
 	// leader (docs/design/shards.md 5.7).
 	Requests, Resent, Expired uint64
+	// Local counts the commands they ran on this member's store of a
+	// group it leads, at once (the local fast path), instead of sending
+	// them.
+	Local uint64
 	// Owners are the owner clients this member holds, while it leads, for
 	// remote sessions.
 	Owners int
@@ -218,7 +223,7 @@ func (r *Router) Waiting() int64 { return r.waiting.Load() }
 // Stats reads the router's figures.
 func (r *Router) Stats() Stats {
 	st := Stats{RemoteSessions: r.remote.Load(), Requests: r.link.requests.Load(), Resent: r.link.resent.Load(),
-		Expired: r.link.expired.Load(), Owners: r.server.Owners()}
+		Expired: r.link.expired.Load(), Local: r.local.Load(), Owners: r.server.Owners()}
 	if r.cfg.Replica != nil {
 		for g := range r.groups() {
 			if rs := r.cfg.Replica(uint16(g)); rs != nil {
@@ -260,13 +265,6 @@ func (r *Router) groupOfID(id uint64) (uint16, bool) {
 		return p.GroupOfID(id)
 	}
 	return 0, true
-}
-
-// IsLocal reports whether q is a session running on this member's store:
-// those close when the member stops serving the group (Detach).
-func IsLocal(q engine.Queue) bool {
-	s, ok := q.(*Session)
-	return ok && s.local != nil
 }
 
 // LeaderChanged is called when a group's leader, or whether this member
@@ -326,8 +324,8 @@ func (r *Router) Room() {
 
 // Detach is called before this member's store of group g is rebuilt (it
 // lost the leadership it served, and Serving says nil already): the
-// Server closes its owner clients there. With one group, the caller then
-// closes the sessions running on the store (IsLocal).
+// Server closes its owner clients there. The caller then closes the
+// sessions that ClosesWith g picks.
 func (r *Router) Detach(g uint16) { r.server.Detach(g) }
 
 // Close stops the router: its owner clients close, its loop and retries

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sproutmq/sprout/engine"
@@ -424,6 +425,47 @@ func (s *Server) request(key ownerKey, it *Item) {
 		return
 	}
 	o.runLocked(it)
+}
+
+// local runs req at once for a session of this member (the local fast
+// path: docs/design/shards.md 5.1), on the owner client its remote
+// requests use in this group, so both ways see one client: its
+// reservations, its watch list. It is not run (ran false) when this
+// member does not serve the group, when the owner is busy with what the
+// session sent the other way (a reserve waiting, requests behind it,
+// replies held for the log: ours would overtake them), when a reserve
+// would wait (tried with no timeout: the session then sends it the
+// other way, which takes it again with its own), and when it would hand
+// out a job while the leadership is not leased (the job stays with the
+// owner, as on the other way). Otherwise the reply is answered now, the
+// caller holding it until acks has acknowledged pos (engine.Queue
+// AckNeeded). stamp is the member's latest tube creation stamp, raised
+// as a reply's raises it.
+func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply, acks store.AckSource, pos uint64, ran bool) {
+	o := s.owner(key)
+	if o == nil {
+		return Reply{}, nil, 0, false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed || o.waiting != 0 || len(o.backlog) > 0 || len(o.replies) > 0 {
+		return Reply{}, nil, 0, false
+	}
+	timeout := req.Timeout
+	if req.Op == OpReserve {
+		req.Timeout = 0
+	}
+	o.st.RaiseStamp(stamp.Load())
+	r, _ = o.execute(&req) // never blocked: no reserve waits
+	o.client.Settle()
+	raiseStamp(stamp, o.st.LatestStamp())
+	switch {
+	case req.Op == OpReserve && r.Status == StatusTimedOut && timeout != 0:
+		return Reply{}, nil, 0, false
+	case s.cfg.Leased != nil && handsOut(&Item{Kind: KindReply, Reply: r}) && !s.cfg.Leased(key.group):
+		return Reply{}, nil, 0, false
+	}
+	return r, o.st.Acks(), o.client.PendingAck(), true
 }
 
 // owner is key's owner client, made if need be on the group's store; nil

@@ -71,12 +71,28 @@ type Session struct {
 	mu      sync.Mutex
 	awaited []uint32               // guarded by mu
 	early   map[uint32]earlyAnswer // guarded by mu; made when first needed
+	// burning counts its burns in flight (burnIDs): a put run here must
+	// not take its id before them.
+	burning atomic.Int32
+	// here is what its commands run on this member's stores (runHere)
+	// wait for, by group, and lastHere the last of them: AckNeeded. Loop
+	// only.
+	here     []hereAck
+	lastHere hereAck
 	// held are the jobs the session reserved, with several groups: each
 	// one's group and the estimate of its TTR's end (6.4), by which a
 	// reserve answers DEADLINE_SOON for a job held in a group it does not
 	// ask. Guarded by mu (replies come on the Link's goroutines); made
 	// when first needed.
 	held map[uint64]heldJob
+}
+
+// hereAck is the position a command run on a group's store here waits
+// for in the group's AckSource before it may be acknowledged.
+type hereAck struct {
+	group uint16
+	acks  store.AckSource
+	pos   uint64
 }
 
 // heldJob is a job the session reserved.
@@ -245,10 +261,82 @@ func (s *Session) await() uint32 {
 	return seq
 }
 
-// call sends req to group g, burning an id first if one is owed; finish
-// reads the reply into the answer delivered, unless it leaves a.Reserve
-// store.Waiting: a reserve's reply that came after CancelWait, dropped.
-func (s *Session) call(g uint16, req Request, finish func(it *Item, a *engine.Answer)) bool {
+// call runs req in group g here if it may (runHere), answering a now;
+// else it sends req to the group's leader, burning an id first if one is
+// owed. finish reads the reply into the answer, unless it leaves
+// a.Reserve store.Waiting: a reserve's reply that came after CancelWait,
+// dropped.
+func (s *Session) call(g uint16, req Request, a *engine.Answer, finish func(it *Item, a *engine.Answer)) bool {
+	if s.runHere(g, req, a, finish) {
+		return true
+	}
+	return s.send(g, req, finish)
+}
+
+// runHere runs req at once on this member's store of group g, the local
+// fast path (docs/design/shards.md 5.1), and answers a by finish: when
+// this member serves the group, and nothing of the session is on its way
+// anywhere (an answer awaited, or come and not yet given by the engine:
+// a.Behind; a burn), so nothing can overtake it or be overtaken and its
+// reply is held for the log by its own position, and the Server finds
+// the session's owner client there idle (Server.local). The reply waits for the group's log (AckNeeded) in the
+// engine, as a single server's does. If the member loses the group
+// before the log has acknowledged it, the session closes (ClosesWith).
+func (s *Session) runHere(g uint16, req Request, a *engine.Answer, finish func(it *Item, a *engine.Answer)) bool {
+	r := s.r
+	if a.Behind || s.ids != 0 || s.burning.Load() != 0 || r.group(g) == nil {
+		return false
+	}
+	if lead, ok := r.leader(g); !ok || lead != r.cfg.Self {
+		return false
+	}
+	s.mu.Lock()
+	idle := len(s.awaited) == 0
+	s.mu.Unlock()
+	if !idle {
+		return false
+	}
+	reply, acks, pos, ran := r.server.local(ownerKey{member: r.cfg.Self, session: s.id, group: g}, req, &r.link.stamp)
+	if !ran {
+		return false
+	}
+	r.local.Add(1)
+	s.touch(g)
+	*a = engine.Answer{} // the loop's scratch: it holds the last command's answer
+	finish(&Item{Kind: KindReply, Group: g, Reply: reply}, a)
+	s.lastHere = hereAck{group: g, acks: acks, pos: pos}
+	if i := slices.IndexFunc(s.here, func(h hereAck) bool { return h.group == g }); i >= 0 {
+		s.here[i] = s.lastHere
+	} else {
+		s.here = append(s.here, s.lastHere)
+	}
+	return true
+}
+
+// ClosesWith reports whether q is a session that must close when this
+// member stops serving group g: one running on its store (a single
+// group's session opened while the member served it), or
+// one with a reply of a command run there (runHere) that the group's
+// log has not acknowledged, which would never be. Called on q's loop.
+func ClosesWith(q engine.Queue, g uint16) bool {
+	s, ok := q.(*Session)
+	if !ok {
+		return false
+	}
+	if s.local != nil {
+		return true
+	}
+	for _, h := range s.here {
+		if h.group == g && h.pos > h.acks.Acked() {
+			return true
+		}
+	}
+	return false
+}
+
+// send sends req to group g's leader, burning an id first if one is
+// owed; finish reads the reply, as call's.
+func (s *Session) send(g uint16, req Request, finish func(it *Item, a *engine.Answer)) bool {
 	s.burnIDs()
 	op := req.Op // not req: its body aliases the connection's input
 	seq := s.await()
@@ -299,7 +387,8 @@ func (s *Session) burnIDs() {
 	g := s.r.ownerOf(s.used)
 	s.touch(g)
 	for ; s.ids > 0; s.ids-- {
-		s.r.link.Request(s.id, g, s.next(), Request{Op: OpBurn}, func(*Item) {})
+		s.burning.Add(1)
+		s.r.link.Request(s.id, g, s.next(), Request{Op: OpBurn}, func(*Item) { s.burning.Add(-1) })
 	}
 }
 
@@ -381,7 +470,7 @@ func (s *Session) ListTubes(a *engine.Answer) bool {
 		return s.local.ListTubes(a)
 	}
 	if s.r.groups() == 1 {
-		return s.call(0, Request{Op: OpListTubes}, func(it *Item, a *engine.Answer) {
+		return s.call(0, Request{Op: OpListTubes}, a, func(it *Item, a *engine.Answer) {
 			for _, t := range it.Reply.Tubes {
 				a.Tubes = append(a.Tubes, string(t.Name))
 			}
@@ -410,7 +499,7 @@ func (s *Session) Put(id uint64, pri, delay, ttr uint32, body []byte, a *engine.
 	}
 	s.ids-- // this put's own, taken by its request
 	req := Request{Op: OpPut, Tube: []byte(s.used), Pri: pri, Delay: delay, TTR: ttr, Body: body}
-	return s.call(s.r.ownerOf(s.used), req, func(it *Item, a *engine.Answer) {
+	return s.call(s.r.ownerOf(s.used), req, a, func(it *Item, a *engine.Answer) {
 		switch it.Reply.Status {
 		case StatusOK:
 			a.N = it.Reply.ID
@@ -444,27 +533,37 @@ func (s *Session) Reserve(timeout time.Duration, a *engine.Answer) bool {
 	g := parts[0].group
 	req := Request{Op: OpReserve, Tubes: parts[0].tubes, Timeout: timeout}
 	req.SoonIn, req.SoonElsewhere = s.soonest(int(g))
+	// A job held in another group bounds the wait, which runHere does not
+	// take: it runs only reserves that do not wait.
+	if !req.SoonElsewhere && s.runHere(g, req, a, s.reserveAnswer) {
+		return true
+	}
 	seq := s.seq.Load() + 1 + uint32(s.ids)
 	s.reserving.Store(seq)
 	s.reserveGroup = g
 	s.r.waiting.Add(1)
-	return s.call(g, req, func(it *Item, a *engine.Answer) {
+	return s.send(g, req, func(it *Item, a *engine.Answer) {
 		if !s.reserving.CompareAndSwap(seq, 0) {
 			a.Reserve = store.Waiting // cancelled: dropped
 			return
 		}
 		s.r.waiting.Add(-1)
-		switch it.Reply.Status {
-		case StatusOK:
-			a.Reserve = store.Reserved
-			jobAnswer(it, a)
-			s.holdJob(&it.Reply.Job)
-		case StatusDeadlineSoon:
-			a.Reserve = store.DeadlineSoon
-		default:
-			a.Reserve = store.TimedOut
-		}
+		s.reserveAnswer(it, a)
 	})
+}
+
+// reserveAnswer reads a reserve's reply.
+func (s *Session) reserveAnswer(it *Item, a *engine.Answer) {
+	switch it.Reply.Status {
+	case StatusOK:
+		a.Reserve = store.Reserved
+		jobAnswer(it, a)
+		s.holdJob(&it.Reply.Job)
+	case StatusDeadlineSoon:
+		a.Reserve = store.DeadlineSoon
+	default:
+		a.Reserve = store.TimedOut
+	}
 }
 
 // reserveParts are the groups that own the watched tubes, each with its
@@ -547,7 +646,7 @@ func (s *Session) callByID(req Request, a *engine.Answer, finish func(it *Item, 
 		finish(&Item{Kind: KindReply, Reply: Reply{Status: StatusNotFound, Result: ResultNone}}, a)
 		return true
 	}
-	return s.call(g, req, finish)
+	return s.call(g, req, a, finish)
 }
 
 // jobAnswer reads a reply's job into a, its body copied: the reply's
@@ -638,7 +737,7 @@ func (s *Session) Kick(n uint32, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.Kick(n, a)
 	}
-	return s.call(s.r.ownerOf(s.used), Request{Op: OpKick, Tube: []byte(s.used), Count: n}, func(it *Item, a *engine.Answer) {
+	return s.call(s.r.ownerOf(s.used), Request{Op: OpKick, Tube: []byte(s.used), Count: n}, a, func(it *Item, a *engine.Answer) {
 		a.N = uint64(it.Reply.Count)
 	})
 }
@@ -654,21 +753,21 @@ func (s *Session) PeekReady(a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.PeekReady(a)
 	}
-	return s.call(s.r.ownerOf(s.used), Request{Op: OpPeekReady, Tube: []byte(s.used)}, jobAnswer)
+	return s.call(s.r.ownerOf(s.used), Request{Op: OpPeekReady, Tube: []byte(s.used)}, a, jobAnswer)
 }
 
 func (s *Session) PeekDelayed(a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.PeekDelayed(a)
 	}
-	return s.call(s.r.ownerOf(s.used), Request{Op: OpPeekDelayed, Tube: []byte(s.used)}, jobAnswer)
+	return s.call(s.r.ownerOf(s.used), Request{Op: OpPeekDelayed, Tube: []byte(s.used)}, a, jobAnswer)
 }
 
 func (s *Session) PeekBuried(a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.PeekBuried(a)
 	}
-	return s.call(s.r.ownerOf(s.used), Request{Op: OpPeekBuried, Tube: []byte(s.used)}, jobAnswer)
+	return s.call(s.r.ownerOf(s.used), Request{Op: OpPeekBuried, Tube: []byte(s.used)}, a, jobAnswer)
 }
 
 func (s *Session) JobStats(id uint64, a *engine.Answer) bool {
@@ -684,7 +783,7 @@ func (s *Session) TubeStats(tube []byte, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.TubeStats(tube, a)
 	}
-	return s.call(s.r.ownerOf(string(tube)), Request{Op: OpStatsTube, Tube: tube}, func(it *Item, a *engine.Answer) {
+	return s.call(s.r.ownerOf(string(tube)), Request{Op: OpStatsTube, Tube: tube}, a, func(it *Item, a *engine.Answer) {
 		a.OK, a.TubeStats = it.Reply.Status == StatusOK, it.Reply.TubeStats
 	})
 }
@@ -693,7 +792,7 @@ func (s *Session) PauseTube(tube []byte, d time.Duration, a *engine.Answer) bool
 	if s.local != nil {
 		return s.local.PauseTube(tube, d, a)
 	}
-	return s.call(s.r.ownerOf(string(tube)), Request{Op: OpPauseTube, Tube: tube, Delay: uint32(d / time.Second)}, okAnswer)
+	return s.call(s.r.ownerOf(string(tube)), Request{Op: OpPauseTube, Tube: tube, Delay: uint32(d / time.Second)}, a, okAnswer)
 }
 
 func (s *Session) Stats(a *engine.Answer) bool {
@@ -701,7 +800,7 @@ func (s *Session) Stats(a *engine.Answer) bool {
 		return s.local.Stats(a)
 	}
 	if s.r.groups() == 1 {
-		return s.call(0, Request{Op: OpStats}, func(it *Item, a *engine.Answer) { a.Stats = it.Reply.Stats })
+		return s.call(0, Request{Op: OpStats}, a, func(it *Item, a *engine.Answer) { a.Stats = it.Reply.Stats })
 	}
 	return s.fanOut(OpStats, func(parts []fanPart, a *engine.Answer) {
 		stats := make([]store.Stats, len(parts))
@@ -763,12 +862,13 @@ func (s *Session) fanOut(op Op, merge func(parts []fanPart, a *engine.Answer)) b
 	return false
 }
 
-// AckNeeded: a remote session's replies come acknowledged.
+// AckNeeded: a remote session's replies come acknowledged, but those of
+// commands run here (runHere) wait for their group's log.
 func (s *Session) AckNeeded() (store.AckSource, uint64) {
 	if s.local != nil {
 		return s.local.AckNeeded()
 	}
-	return nil, 0
+	return s.lastHere.acks, s.lastHere.pos
 }
 
 // Close ends the session: its client here closes, or its owner client at

@@ -41,3 +41,23 @@ func TestSessionDeliversInOrder(t *testing.T) {
 		t.Fatalf("left awaited %v, early %v", s.awaited, s.early)
 	}
 }
+
+// ackedAt is an AckSource that has acknowledged up to its value.
+type ackedAt uint64
+
+func (a ackedAt) Acked() uint64                 { return uint64(a) }
+func (a ackedAt) OnAcked(pos uint64, fn func()) {}
+
+// TestClosesWith: a session closes when its member stops serving a group
+// only if a reply of a command it ran there waits for the group's log.
+func TestClosesWith(t *testing.T) {
+	s := &Session{here: []hereAck{{group: 1, acks: ackedAt(5), pos: 6}, {group: 2, acks: ackedAt(9), pos: 9}}}
+	for g, want := range map[uint16]bool{0: false, 1: true, 2: false, 3: false} {
+		if got := ClosesWith(s, g); got != want {
+			t.Errorf("ClosesWith(group %d) = %v, want %v", g, got, want)
+		}
+	}
+	if !ClosesWith(&Session{local: engine.ClientQueue(nil)}, 0) {
+		t.Error("a session on the store of the one group does not close with it")
+	}
+}
