@@ -219,3 +219,68 @@ func TestCloseClientsNeedsRoute(t *testing.T) {
 		t.Errorf("CloseClients without a Route: %v, want ErrNoRoute", err)
 	}
 }
+
+// noWaits is the Notifier of store clients that never wait in a reserve.
+type noWaits struct{}
+
+func (noWaits) JobReserved(*store.Job)        {}
+func (noWaits) WaitEnded(store.ReserveResult) {}
+
+// TestCloseClientsWhereKeepsOtherLogs: a cluster member's sessions wait
+// for the logs of two groups, and it loses one group's leadership. It
+// closes the sessions picked, and its loop stops waiting only for that
+// group's log: a session left open that waits for the other is answered
+// once its own log acknowledges its change.
+func TestCloseClientsWhereKeepsOtherLogs(t *testing.T) {
+	open := func() (*gatedLog, *store.Store) {
+		wl, err := wal.Open(t.TempDir(), wal.Options{SegmentSize: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := &gatedLog{log: wl, limit: math.MaxUint64}
+		st := store.New(store.Options{Log: wl, Acks: g})
+		if err := wl.Start(st); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = wl.Close() }) // after the server has stopped
+		return g, st
+	}
+	lostLog, lostStore := open()
+	keptLog, keptStore := open()
+	var made atomic.Int32
+	var onLost sync.Map // the queues on lostStore
+	srv, network, addr := startServerOn(t, engine.Config{Route: newRouter().route, Loops: 1,
+		Queues: func(engine.Answers) engine.Queue {
+			if made.Add(1) == 1 {
+				q := engine.LocalQueue(lostStore.NewClient(noWaits{}))
+				onLost.Store(q, true)
+				return q
+			}
+			return engine.LocalQueue(keptStore.NewClient(noWaits{}))
+		}}, lostStore)
+
+	lost := dialRaw(t, network, addr)
+	lost.send("list-tube-used\r\n")
+	lost.expect("USING default\r\n")
+	kept := dialRaw(t, network, addr)
+	kept.send("list-tube-used\r\n")
+	kept.expect("USING default\r\n")
+	lostLog.shut()
+	keptLog.shut()
+	lost.send("put 0 0 60 4\r\nlost\r\n")
+	kept.send("put 0 0 60 4\r\nkept\r\n")
+	kept.expectSilence(20 * time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	picked := func(q engine.Queue) bool { _, ok := onLost.Load(q); return ok }
+	if err := srv.CloseClientsWhere(ctx, picked, lostLog); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := lost.reply(5 * time.Second); err != io.EOF {
+		t.Fatalf("the session on the lost log: %q, %v; want EOF", got, err)
+	}
+	lostLog.drop()
+	keptLog.open()
+	kept.expect("INSERTED 1\r\n")
+}
