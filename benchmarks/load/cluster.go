@@ -281,7 +281,40 @@ func (c *Cluster) settled(ctx context.Context) (*member, string) {
 			return nil, c.members[i].name + " not finalized yet (cluster_version 2)"
 		}
 	}
+	if why := balanced(sts); why != "" {
+		return nil, why
+	}
 	return leader, ""
+}
+
+// balanced says why the shard groups' leaders, as the members' statuses
+// name them, are not settled yet: a group without one, or a member
+// leading more than its share (members hand over leaderships until each
+// leads about G/M, docs/design/shards.md 1.5); "" once they are. A
+// leadership handed over during a run would be measured as a failover.
+func balanced(sts []replication.Status) string {
+	leaders := map[int]string{}
+	for _, st := range sts {
+		for _, g := range st.Groups {
+			if _, ok := leaders[g.ID]; !ok || g.Leader != "" {
+				leaders[g.ID] = g.Leader
+			}
+		}
+	}
+	if len(leaders) < 2 {
+		return ""
+	}
+	share := (len(leaders) + len(sts) - 1) / len(sts)
+	led := map[string]int{}
+	for id, name := range leaders {
+		if name == "" {
+			return fmt.Sprintf("group %d has no leader", id)
+		}
+		if led[name]++; led[name] > share {
+			return fmt.Sprintf("%s leads more than %d of the %d groups: the leaders are being balanced", name, share, len(leaders))
+		}
+	}
+	return ""
 }
 
 // errNoLeader is leaderNow's nil, as an error.

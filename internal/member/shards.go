@@ -181,6 +181,40 @@ func (m *Member) startShards(ctx context.Context) error {
 	return nil
 }
 
+// Handing a leadership over (handOver): the member's sessions stop
+// running commands for the group on its store, the replies of those that
+// ran are acknowledged, then raft transfers the leadership.
+const (
+	// handOverGrace lets commands that passed the router's check before
+	// the hold reach the log: an event loop runs one in microseconds.
+	handOverGrace = 10 * time.Millisecond
+	// handOverSettle bounds the wait for their acknowledgement.
+	handOverSettle = time.Second
+	// handOverHold is how long the hold lasts: past a transfer, which
+	// raft drops after an election timeout if it has not happened.
+	handOverHold = 5 * time.Second
+)
+
+// handOver hands group g's leadership, led here through n, to member to,
+// without closing any of this member's sessions (router.ClosesWith): it
+// holds their local fast path for g (router.Router.HoldLocal), waits
+// until what ran on the store here is acknowledged, then asks raft for
+// the transfer. If it does not happen, the hold ends by itself.
+func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
+	m.sessions.HoldLocal(g, time.Now().Add(handOverHold))
+	time.Sleep(handOverGrace)
+	if j, ok := n.Store().Acks().(interface{ Appended() uint64 }); ok {
+		done := make(chan struct{})
+		n.Store().Acks().OnAcked(j.Appended(), func() { close(done) })
+		select {
+		case <-done:
+		case <-time.After(handOverSettle):
+		case <-n.Done():
+		}
+	}
+	return n.TransferLeadership(to)
+}
+
 // followGroup tells the router of every change of a group's leader,
 // until its node stops.
 func (m *Member) followGroup(n *replication.Node) {
@@ -252,7 +286,7 @@ func (m *Member) balanceLeaders() {
 			if tr.From != m.node.Name() || now.Sub(changed[tr.Group]) < leaderSettle {
 				continue
 			}
-			if n := sh.node(tr.Group); n != nil && n.TransferLeadership(tr.To) == nil {
+			if n := sh.node(tr.Group); n != nil && m.handOver(n, tr.Group, tr.To) == nil {
 				changed[tr.Group] = now
 				m.log.Info().Int("group", int(tr.Group)).Str("to", tr.To).Msg("handing a group's leadership over, to balance leaders")
 			}

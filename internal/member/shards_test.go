@@ -471,9 +471,10 @@ func expectLine(t *testing.T, c *testproc.Conn, line, want string) {
 // on its way: both ways share the session's owner client, so a job
 // reserved one way is deleted the other. A reserve that would wait goes
 // the other way and is woken by a put through another member. When the
-// member hands the group over, the session stays open: the job it held
-// there is ready again (a touch of it NOT_FOUND), and its next put
-// reaches the new leader.
+// member hands the group over (handOver), no session closes, not even
+// one pipelining puts into it: the job the session held there is ready
+// again (a touch of it NOT_FOUND), and its next put reaches the new
+// leader.
 func TestShardGroupsLocal(t *testing.T) {
 	c := newShardedCluster(t, 3)
 	c.finalized()
@@ -547,21 +548,55 @@ func TestShardGroupsLocal(t *testing.T) {
 		t.Fatalf("the waiting reserve: %+v %v, want job %d", r, err, id2)
 	}
 
-	// The group goes to another member: the session stays open; the job
-	// it held there is ready again.
+	// The group goes to another member, while a client pipelines puts
+	// into it through m1: no session closes; the job held there is ready
+	// again.
 	var to string
 	for _, name := range []string{"m2", "m3"} {
 		if p.Groups[g].Holds(name) {
 			to = name
 		}
 	}
-	if err := m1.shards.node(g).TransferLeadership(to); err != nil {
+	busy := testproc.DialTest(t, m1.Addr().String(), replyTimeout)
+	expectLine(t, busy, "use "+here, "USING "+here)
+	stop := make(chan struct{})
+	putting := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				putting <- nil
+				return
+			default:
+			}
+			for range 10 {
+				busy.WriteString("put 100 0 60 4\r\nbusy\r\n")
+			}
+			if err := busy.Flush(); err != nil {
+				putting <- err
+				return
+			}
+			for range 10 {
+				if r, err := busy.ReadReply(false); err != nil || r.Kind != testproc.ReplyInserted {
+					putting <- fmt.Errorf("a put while the group is handed over: %+v %v", r, err)
+					return
+				}
+			}
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := m1.handOver(m1.shards.node(g), g, to); err != nil {
 		t.Fatal(err)
 	}
 	testproc.WaitFor(t, 10*time.Second, "the group led elsewhere", func() bool {
 		info, _ := m1.shards.node(g).Leader()
 		return info.Name != "" && info.Name != "m1"
 	})
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	if err := <-putting; err != nil {
+		t.Fatal(err)
+	}
 	expectLine(t, conn, fmt.Sprintf("touch %d", id2), "NOT_FOUND") // no longer its
 	expectLine(t, conn, "use "+here, "USING "+here)
 	if _, err := conn.Put(9, 0, 60, []byte("after")); err != nil {

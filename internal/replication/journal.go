@@ -155,6 +155,14 @@ func (j *Journal) Durable() uint64 { return j.Acked() }
 // OnDurable implements store.Journal, as OnAcked.
 func (j *Journal) OnDurable(pos uint64, fn func()) { j.OnAcked(pos, fn) }
 
+// Appended is the position after the last record appended: what a
+// leader about to hand its leadership over waits to see acknowledged.
+func (j *Journal) Appended() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.appended
+}
+
 // Acked implements store.AckSource: the end of the last entry of this
 // leader's that is committed and durable here.
 func (j *Journal) Acked() uint64 {

@@ -60,7 +60,9 @@
 // stops serving a group, a session with a reply run there that its log
 // has not acknowledged closes (ClosesWith), as that reply never would
 // be; the others stay open, their next commands going to the next
-// leader. This holds for a single group's remote sessions too (those
+// leader. A member that hands a leadership over first holds the fast
+// path for that group (HoldLocal) until what ran is acknowledged, so
+// that none closes. This holds for a single group's remote sessions too (those
 // opened while another member led).
 //
 // A member learns the leaders of the groups it holds no replica of from

@@ -41,6 +41,10 @@ type Router struct {
 	greeted [meta.MaxGroups]atomic.Bool
 	greetMu sync.Mutex
 
+	// holdLocal, by group: until when (unix nanoseconds) commands for it
+	// go the other way, not run here (HoldLocal); 0: no hold.
+	holdLocal [meta.MaxGroups]atomic.Int64
+
 	remote  atomic.Int64  // the remote sessions open (Stats)
 	local   atomic.Uint64 // the commands run on this member's stores (Session.runHere)
 	waiting atomic.Int64  // remote sessions with a reserve pending (stats' current-waiting, G > 1)
@@ -214,6 +218,26 @@ type Stats struct {
 	// DedupEntries are the outcomes of keyed requests its replica keeps
 	// (5.6): every replica keeps every one for store.DedupTTL.
 	DedupEntries int
+}
+
+// HoldLocal has this member's sessions send their commands for group g
+// to its leader until then, rather than run them on its store here
+// (Session.runHere): a member about to hand g's leadership over stops
+// making replies that only its own leadership could acknowledge, so that
+// no session has to close for one when it goes (ClosesWith). A zero
+// time ends the hold.
+func (r *Router) HoldLocal(g uint16, until time.Time) {
+	if until.IsZero() {
+		r.holdLocal[g].Store(0)
+		return
+	}
+	r.holdLocal[g].Store(until.UnixNano())
+}
+
+// heldLocal reports whether HoldLocal holds group g now.
+func (r *Router) heldLocal(g uint16) bool {
+	until := r.holdLocal[g].Load()
+	return until != 0 && time.Now().UnixNano() < until
 }
 
 // Waiting is how many of this member's sessions wait in a reserve: stats'

@@ -284,7 +284,7 @@ func (s *Session) call(g uint16, req Request, a *engine.Answer, finish func(it *
 // before the log has acknowledged it, the session closes (ClosesWith).
 func (s *Session) runHere(g uint16, req Request, a *engine.Answer, finish func(it *Item, a *engine.Answer)) bool {
 	r := s.r
-	if a.Behind || s.ids != 0 || s.burning.Load() != 0 || r.group(g) == nil {
+	if a.Behind || s.ids != 0 || s.burning.Load() != 0 || r.group(g) == nil || r.heldLocal(g) {
 		return false
 	}
 	if lead, ok := r.leader(g); !ok || lead != r.cfg.Self {
