@@ -110,6 +110,14 @@ func Catalogue(sz Sizes) []Scenario {
 		}
 		return s
 	}
+	// A reserve across groups (docs/design/shards.md 6.2, 6.3): each pair
+	// on three tubes, which the groups' placement spreads, so each
+	// consumer's reserve spans groups; its latency against the tube-each
+	// scenario's, whose reserves ask one group.
+	crossReserve := shardTubes(clusterMembers)
+	crossReserve.Tubes = 3 * crossReserve.Conns
+	crossReserve.Name = fmt.Sprintf("cluster-g%d-xreserve-all", clusterMembers)
+	crossReserve.Title = strings.Replace(crossReserve.Title, "100 tubes", "300 tubes, 3 a pair (a reserve across groups)", 1)
 	// Sessions live where their clients connect: three members hold
 	// 19,000 idle connections each (a holder process per member, each
 	// within the open-file limit) beside the traffic spread over them.
@@ -173,7 +181,7 @@ func Catalogue(sz Sizes) []Scenario {
 		// waits for each answer in turn unless its session pipelines too
 		// (docs/design/shards.md 5.3).
 		cluster(pipelined10, ThroughLeader), cluster(pipelined10, ThroughFollower), idleCluster,
-		shardTubes(1), shardTubes(clusterMembers),
+		shardTubes(1), shardTubes(clusterMembers), crossReserve,
 		{Name: "cluster-failover", Kind: KindFailover, Members: clusterMembers, Kills: failoverKills, Reps: 1, ServerArgs: []string{"-f", "0"},
 			Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each): the serving leader killed (-9) %d times, restarted on its directory after each; first repetition only",
 				clusterMembers, failoverKills)},
