@@ -170,6 +170,66 @@ func TestShardGroupsRefused(t *testing.T) {
 	}
 }
 
+// TestShardGroupsRestartOfFive: a member of five with five groups of
+// three replicas holds some of the groups only. Restarted with the
+// cluster's --cluster-groups it runs the groups it held, and serves the
+// jobs put before; without it (its log cannot tell G), or with a G that
+// places other groups on it, it is refused in one line. The fault test
+// of the binary (internal/clusterfault, -members 5) found every such
+// restart refused: G was taken to be the number of groups held.
+func TestShardGroupsRestartOfFive(t *testing.T) {
+	c := newClusterOf(t, 5, 5, 3)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	var placed []uint16
+	for _, grp := range p.Groups {
+		if grp.ID == 0 || grp.Holds("m1") {
+			placed = append(placed, grp.ID)
+		}
+	}
+	if len(placed) == len(p.Groups) {
+		t.Fatalf("m1 holds every group (%v): the test needs one that holds some", placed)
+	}
+	tubes := tubePerGroup(p, "r")
+	producer := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	var ids []uint64
+	for _, tube := range tubes {
+		expectLine(t, producer, "use "+tube, "USING "+tube)
+		id, err := producer.Put(0, 0, 60, []byte(tube))
+		if err != nil {
+			t.Fatalf("put into %s: %v", tube, err)
+		}
+		ids = append(ids, id)
+	}
+	c.stop("m1")
+	for _, refused := range []struct {
+		groups int
+		want   string
+	}{
+		{0, fmt.Sprintf("this member holds groups %v of a cluster whose groups are each on 3 of its 5 members: its log cannot tell how many there are", placed)},
+		{3, fmt.Sprintf("--cluster-groups 3 with --cluster-replicas 3 places groups [0 1] on this member, but its log holds %v", placed)},
+	} {
+		c.groups = refused.groups
+		if _, err := Start(c.config("m1")); err == nil || !strings.Contains(err.Error(), refused.want) {
+			t.Fatalf("m1 restarted with --cluster-groups %d: %v, want %q", refused.groups, err, refused.want)
+		}
+	}
+	c.groups = 5
+	m := c.start("m1")
+	for g := range p.Groups {
+		if held, want := m.shards.node(uint16(g)) != nil, slices.Contains(placed, uint16(g)); held != want {
+			t.Fatalf("m1 restarted holds group %d: %v, placed there: %v", g, held, want)
+		}
+	}
+	conn := testproc.DialTest(t, m.Addr().String(), replyTimeout)
+	for i, id := range ids {
+		testproc.WaitFor(t, 20*time.Second, fmt.Sprintf("job %d through the restarted m1", id), func() bool {
+			r, err := conn.Do(fmt.Sprintf("peek %d", id), nil)
+			return err == nil && r.Kind == testproc.ReplyFound && string(r.Body) == tubes[i]
+		})
+	}
+}
+
 // TestShardGroupsFailover: the member leading a group stops; that group
 // elects a new leader among the two left, the others go on, the
 // sessions of the members left stay open, and every job acknowledged
