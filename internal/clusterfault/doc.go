@@ -218,8 +218,8 @@
 // # Running it
 //
 // `make test` runs TestClusterFaults (three members, one group) and
-// TestClusterFaultsGroups (three members, three groups), a round of each
-// fault, under -race,
+// TestClusterFaultsGroups (five members, four groups of three replicas,
+// so that one member leads no group), a round of each fault, under -race,
 // members race-built too; `make chaos` runs CHAOS_ROUNDS rounds (50 by
 // default, the -rounds flag of the test) of CHAOS_MEMBERS members (3 or
 // 5, -members) and CHAOS_GROUPS groups (-groups) without the race

@@ -53,14 +53,17 @@ func TestClusterFaults(t *testing.T) {
 	runIsolated(t, *rounds, *groups, *members)
 }
 
-// TestClusterFaultsGroups runs a round of each fault a cluster of three
-// shard groups takes (doc.go, "Several groups"): make test's short run of
-// them; make chaos CHAOS_GROUPS=3 runs more.
+// TestClusterFaultsGroups runs a round of each fault a cluster of shard
+// groups takes (doc.go, "Several groups"), make test's short run of
+// them: five members and four groups of three replicas, so that one
+// member leads no group and the follower's fault runs too (with as many
+// groups as members, every member leads one). make chaos CHAOS_GROUPS=5
+// CHAOS_MEMBERS=5 runs the design's form for longer.
 func TestClusterFaultsGroups(t *testing.T) {
 	if os.Getenv(innerEnv) != "" {
 		t.Skip("the namespace runs TestClusterFaults")
 	}
-	runIsolated(t, 4, 3, 3)
+	runIsolated(t, 4, 4, 5)
 }
 
 // runIsolated runs n rounds of a cluster of m members and g groups in a
