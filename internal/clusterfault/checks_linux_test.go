@@ -272,18 +272,18 @@ type ack struct {
 
 // largestGap is the longest time within span during which one of the
 // groups had no put acknowledged through the members counted for it
-// (through[g], indices in cluster.members), and that group; span's ends
-// count as acknowledgements, so a group that stopped shows the gap to
-// the end.
-func largestGap(acks []ack, through map[int][]int, span window) (time.Duration, int) {
+// (through[g], indices in cluster.members), that group, and when the gap
+// began; span's ends count as acknowledgements, so a group that stopped
+// shows the gap to the end.
+func largestGap(acks []ack, through map[int][]int, span window) (gap time.Duration, group int, from time.Time) {
 	last := map[int]time.Time{}
 	for g := range through {
 		last[g] = span.from
 	}
-	gap, worst := time.Duration(-1), -1
-	note := func(g int, d time.Duration) {
-		if d > gap {
-			gap, worst = d, g
+	gap, group = -1, -1
+	note := func(g int, since, until time.Time) {
+		if d := until.Sub(since); d > gap {
+			gap, group, from = d, g, since
 		}
 	}
 	for _, a := range acks {
@@ -291,11 +291,11 @@ func largestGap(acks []ack, through map[int][]int, span window) (time.Duration, 
 		if !counted || !slices.Contains(vias, a.via) || a.at.Before(span.from) || a.at.After(span.to) {
 			continue
 		}
-		note(a.group, a.at.Sub(last[a.group]))
+		note(a.group, last[a.group], a.at)
 		last[a.group] = a.at
 	}
 	for g, t := range last {
-		note(g, span.to.Sub(t))
+		note(g, t, span.to)
 	}
-	return max(gap, 0), worst
+	return max(gap, 0), group, from
 }

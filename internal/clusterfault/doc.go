@@ -49,8 +49,9 @@
 //     member on error. A producer puts into its group's tube bodies of
 //     random bytes (line ends included) that begin with a token it
 //     notes, with the body's SHA-256, before it sends the put (one in
-//     eight delayed a second); an INSERTED id is an acknowledged put. A
-//     member's producers together put every 10 ms. A consumer reserves,
+//     eight delayed a second); an INSERTED id is an acknowledged put. The
+//     producers together put 300 jobs a second, whatever the members and
+//     groups: the checks walk every id each round. A consumer reserves,
 //     checks the body byte for byte against what was put, and mostly
 //     deletes (DELETED is an acknowledged delete); some jobs it releases
 //     or buries, and now and then it kicks, so every kind of record is
@@ -82,8 +83,12 @@
 //     that does not hold a group has no digest of it).
 //  5. The checks, against the queue through any member: in each group, a
 //     fence put into the group's tube bounds the group's ids (its
-//     prefix's, meta.JobID), and every id below it is peeked; then the
-//     clients' holdings are checked for double holding.
+//     prefix's, meta.JobID), and the ids below it are peeked: all of them
+//     above the last round's fence, and below it every id the clients
+//     know of (acknowledged, reserved, sent a delete) or the last round
+//     found (ids never issued are most: a new leader goes on above a
+//     logged watermark, up to 4096 ids on); then the clients' holdings
+//     are checked for double holding.
 //
 // # The partition
 //

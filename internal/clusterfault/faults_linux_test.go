@@ -71,13 +71,23 @@ type outcome struct {
 	// another member.
 	failovers map[int]time.Duration
 	// gap is the clients' largest gap in the groups the fault took no
-	// leader from, through the members it did not hit (ledger.gap), and
-	// its group, if there were such groups (gapped).
+	// leader from, through the members it did not hit (ledger.gap), its
+	// group and how long after the fault it began, if there were such
+	// groups (gapped).
 	gap      time.Duration
 	gapGroup int
+	gapAfter time.Duration
 	gapped   bool
 	// stepDown is, by group, how long its cut-off leader kept leading.
 	stepDown map[int]time.Duration
+}
+
+// measureGap sets o's gap: the clients' largest in the groups of
+// through, each through the members named, within span (from the fault).
+func (o *outcome) measureGap(l *ledger, through map[int][]int, span window) {
+	var from time.Time
+	o.gap, o.gapGroup, from = l.gap(through, span)
+	o.gapAfter, o.gapped = from.Sub(span.from), true
 }
 
 var faults = []fault{
@@ -175,7 +185,9 @@ func runRounds(t *testing.T, bin string, n int) {
 		quiet := time.Now()
 		c.awaitConverged(convergeWait)
 		converged := time.Since(quiet)
-		r.verify()
+		verifying := time.Now()
+		peeked := r.verify()
+		verified := time.Since(verifying)
 		r.checkHoldings()
 		watch.forget(roundStarted.Add(-time.Minute))
 		cnt := r.l.take()
@@ -194,7 +206,7 @@ func runRounds(t *testing.T, bin string, n int) {
 		gap := "-"
 		if out.gapped {
 			res.gap = append(res.gap, out.gap)
-			gap = fmt.Sprintf("%v (g%d)", out.gap.Round(time.Millisecond), out.gapGroup)
+			gap = fmt.Sprintf("%v (g%d, from %v after the fault)", out.gap.Round(time.Millisecond), out.gapGroup, out.gapAfter.Round(time.Millisecond))
 		}
 		for _, g := range slices.Sorted(maps.Keys(out.stepDown)) {
 			took := out.stepDown[g]
@@ -207,10 +219,10 @@ func runRounds(t *testing.T, bin string, n int) {
 		res.converge = append(res.converge, converged)
 		t.Logf("round %d, %s (%s, leading %d; leaders were %s): %d puts, %d deletes acknowledged; lost %d, resurrected %d, mismatched %d, "+
 			"double deliveries %d, reservations lost %d; holdings overlapping %d excused, %d not; order: %d checked, %d broken, %d across groups; "+
-			"failover [%s], clients' gap %s, converged %v; %d connection errors",
+			"failover [%s], clients' gap %s, converged %v, %d ids peeked in %v; %d connection errors",
 			done, f.name, out.victim, out.led, lay.describe(), cnt.puts, cnt.deletes, cnt.lost, cnt.resurrected, cnt.mismatches, cnt.doubles,
 			cnt.reservationLost, cnt.overlapsExcused, cnt.overlapsBad, cnt.orderChecked, cnt.orderBad, cnt.crossInversions,
-			strings.Join(failovers, ", "), gap, converged.Round(time.Millisecond), w.errors.Load())
+			strings.Join(failovers, ", "), gap, converged.Round(time.Millisecond), peeked, verified.Round(time.Millisecond), w.errors.Load())
 		if cnt.lost+cnt.resurrected+cnt.mismatches > 0 {
 			t.Errorf("round %d (%s): lost %d, resurrected %d, mismatched %d: all must be 0",
 				done, f.name, cnt.lost, cnt.resurrected, cnt.mismatches)
@@ -400,8 +412,7 @@ func lose(r *round, lay layout, stop func(*member) error, hold time.Duration, re
 		}
 	}
 	if len(counted) > 0 {
-		out.gap, out.gapGroup = r.l.gap(counted, window{at, end})
-		out.gapped = true
+		out.measureGap(r.l, counted, window{at, end})
 	}
 	return out, nil
 }
@@ -513,8 +524,7 @@ func partition(r *round, lay layout) (outcome, error) {
 	end := time.Now()
 	r.c.heal()
 	if len(counted) > 0 {
-		out.gap, out.gapGroup = r.l.gap(counted, window{at, end})
-		out.gapped = true
+		out.measureGap(r.l, counted, window{at, end})
 	}
 	return out, nil
 }
@@ -544,8 +554,8 @@ func killFollower(r *round, lay layout) (outcome, error) {
 	for g := range r.c.groups {
 		counted[g] = r.c.indices(r.c.others(f))
 	}
-	out := outcome{victim: f.name, gapped: true}
-	out.gap, out.gapGroup = r.l.gap(counted, window{at, end})
+	out := outcome{victim: f.name}
+	out.measureGap(r.l, counted, window{at, end})
 	return out, nil
 }
 
@@ -610,8 +620,8 @@ func emptyDirectory(r *round, lay layout) (outcome, error) {
 		for _, m := range list.Members {
 			if err == nil && m.Name == f.name && m.Role == "voter" {
 				counted := map[int][]int{0: r.c.indices(r.c.others(f))}
-				out := outcome{victim: f.name, gapped: true}
-				out.gap, out.gapGroup = r.l.gap(counted, window{at, time.Now()})
+				out := outcome{victim: f.name}
+				out.measureGap(r.l, counted, window{at, time.Now()})
 				return out, nil
 			}
 		}
@@ -653,12 +663,13 @@ func (c *cluster) admin(m *member, method, path, body string, out any) (int, err
 // verifyBatch is how many peeks go in one pipeline.
 const verifyBatch = 1000
 
-// verify checks the queue against the ledger, through group 0's leader: in
+// verify checks the queue against the ledger, through group 0's leader, and
+// returns how many ids it peeked: in
 // each group, a fence put into the group's tube bounds the group's ids
 // (its prefix's, meta.JobID), and every id of the group below it is
 // peeked. Found: its body must be one put, and not a deleted job's. Not
 // found: it must not be an acknowledged put no delete was sent for.
-func (r *round) verify() {
+func (r *round) verify() int {
 	r.t.Helper()
 	l := r.c.awaitLeaders(leaderWait).leaders[0]
 	conn, err := testproc.Dialer{Timeout: time.Second, Local: probeIP, ReplyTimeout: 30 * time.Second}.Dial(l.clientAddr())
@@ -666,13 +677,22 @@ func (r *round) verify() {
 		r.t.Fatal(err)
 	}
 	defer conn.Close()
+	peeked := 0
 	for g, tube := range r.c.tubes {
-		r.verifyGroup(conn, uint8(g), tube)
+		peeked += r.verifyGroup(conn, uint8(g), tube)
 	}
+	return peeked
 }
 
-// verifyGroup is verify of group g, whose tube is tube.
-func (r *round) verifyGroup(conn *testproc.Conn, g uint8, tube string) {
+// verifyGroup is verify of group g, whose tube is tube. The first time,
+// every id below the fence is peeked; later only the ids above the last
+// fence, and below it those the ledger knows (acknowledged puts, ids
+// reserved or sent a delete) or that were there at the last walk: an id
+// found absent and never seen cannot be issued again (ids only grow), and
+// most are not issued at all (a new leader goes on above the logged
+// watermark, up to 4096 ids on, store.NextID), so walking them each round
+// would cost more with every failover, and find nothing.
+func (r *round) verifyGroup(conn *testproc.Conn, g uint8, tube string) int {
 	r.t.Helper()
 	token := "fence-" + strconv.FormatUint(r.seq.Add(1), 10)
 	body := []byte("chaos:" + token + ":")
@@ -689,10 +709,11 @@ func (r *round) verifyGroup(conn *testproc.Conn, g uint8, tube string) {
 	if fence < first || fence>>meta.SeqBits != uint64(g) {
 		r.t.Fatalf("the fence put into %s, of group %d, took id %d", tube, g, fence)
 	}
+	ids := r.l.toPeek(first, fence)
 	found := map[uint64]bool{}
-	for from := first; from < fence; from += verifyBatch {
+	for from := 0; from < len(ids); from += verifyBatch {
 		var lines []string
-		for id := from; id < min(from+verifyBatch, fence); id++ {
+		for _, id := range ids[from:min(from+verifyBatch, len(ids))] {
 			lines = append(lines, "peek "+strconv.FormatUint(id, 10))
 		}
 		replies, err := conn.Pipeline(lines)
@@ -714,6 +735,7 @@ func (r *round) verifyGroup(conn *testproc.Conn, g uint8, tube string) {
 		}
 		r.l.mu.Unlock()
 	}
+	r.l.walked(first, fence, found)
 	r.l.mu.Lock()
 	var lost []uint64
 	for id := range r.l.puts {
@@ -732,6 +754,7 @@ func (r *round) verifyGroup(conn *testproc.Conn, g uint8, tube string) {
 		r.t.Fatal(err)
 	}
 	r.l.deleteAcked(fence)
+	return len(ids)
 }
 
 // summary is the table make chaos prints.

@@ -82,15 +82,16 @@ func TestLargestGap(t *testing.T) {
 		span    window
 		gap     time.Duration
 		group   int
+		from    int
 	}{
-		{"both groups, every member", map[int][]int{0: {1, 2}, 1: {1, 2}}, window{at(0), at(1000)}, 400 * time.Millisecond, 1},
-		{"group 0 through member 2", map[int][]int{0: {2}}, window{at(0), at(1000)}, 550 * time.Millisecond, 0},
-		{"to the end of the span", map[int][]int{0: {1, 2}}, window{at(100), at(1500)}, 800 * time.Millisecond, 0},
+		{"both groups, every member", map[int][]int{0: {1, 2}, 1: {1, 2}}, window{at(0), at(1000)}, 400 * time.Millisecond, 1, 100},
+		{"group 0 through member 2", map[int][]int{0: {2}}, window{at(0), at(1000)}, 550 * time.Millisecond, 0, 150},
+		{"to the end of the span", map[int][]int{0: {1, 2}}, window{at(100), at(1500)}, 800 * time.Millisecond, 0, 700},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			gap, group := largestGap(acks, tc.through, tc.span)
-			if gap != tc.gap || group != tc.group {
-				t.Fatalf("gap %v in group %d, want %v in group %d", gap, group, tc.gap, tc.group)
+			gap, group, from := largestGap(acks, tc.through, tc.span)
+			if gap != tc.gap || group != tc.group || !from.Equal(at(tc.from)) {
+				t.Fatalf("gap %v in group %d from %v, want %v in group %d from %v", gap, group, from, tc.gap, tc.group, at(tc.from))
 			}
 		})
 	}

@@ -38,10 +38,11 @@ const ttr = 60
 // timeout) or for this.
 const replyTimeout = 3 * time.Second
 
-// putInterval paces each member's producers together (each of its G
-// producers puts every G intervals), so the ledger the checks walk grows
-// by a few thousand jobs a round, not by what the machine can take.
-const putInterval = 10 * time.Millisecond
+// putsPerSecond paces the producers together, whatever the members and
+// groups (each of them puts every M×G/putsPerSecond), so that the ledger
+// the checks walk grows by a few thousand jobs a round, not by what the
+// machine can take: the checks walk every id each round.
+const putsPerSecond = 300
 
 // delayedOneIn: one put in so many is delayed by a second.
 const delayedOneIn = 8
@@ -66,6 +67,10 @@ type ledger struct {
 	// producerAcks are the producers' acknowledged puts since the last
 	// take, in time order: the clients' gaps.
 	producerAcks []ack // guarded by mu
+	// fenced are, by group, the fence below which verify walked every id
+	// once, and present the ids its last walk found.
+	fenced  map[int]uint64  // guarded by mu
+	present map[uint64]bool // guarded by mu
 	// quiet are the jobs of the current quiet phase: id to priority.
 	quiet  map[uint64]uint32 // guarded by mu
 	counts counts            // guarded by mu
@@ -105,7 +110,49 @@ func (a *counts) add(b counts) {
 func newLedger() *ledger {
 	return &ledger{bodies: map[string][sha256.Size]byte{}, puts: map[uint64]string{},
 		deleteSent: map[uint64]bool{}, deleted: map[uint64]bool{}, reserved: map[uint64]int{},
-		quiet: map[uint64]uint32{}}
+		quiet: map[uint64]uint32{}, fenced: map[int]uint64{}, present: map[uint64]bool{}}
+}
+
+// toPeek are the ids of [first, fence) verify peeks (round.verifyGroup),
+// in order: those above the group's last fence, and below it those the
+// ledger knows or the last walk found.
+func (l *ledger) toPeek(first, fence uint64) []uint64 {
+	l.mu.Lock()
+	walked := max(first, l.fenced[groupOf(first)])
+	var ids []uint64
+	for _, known := range []map[uint64]bool{l.present, l.deleteSent} {
+		for id := range known {
+			if id >= first && id < walked {
+				ids = append(ids, id)
+			}
+		}
+	}
+	for id := range l.puts {
+		if id >= first && id < walked {
+			ids = append(ids, id)
+		}
+	}
+	for id := range l.reserved {
+		if id >= first && id < walked {
+			ids = append(ids, id)
+		}
+	}
+	l.mu.Unlock()
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	for id := walked; id < fence; id++ {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// walked notes a walk of [first, fence): found are the ids it found.
+func (l *ledger) walked(first, fence uint64, found map[uint64]bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	maps.DeleteFunc(l.present, func(id uint64, _ bool) bool { return id >= first && id < fence })
+	maps.Copy(l.present, found)
+	l.fenced[groupOf(first)] = fence
 }
 
 // take returns the counts since the last take, and forgets the
@@ -129,7 +176,7 @@ func (l *ledger) takeHoldings() []holding {
 }
 
 // gap is largestGap over the producers' acknowledgements so far.
-func (l *ledger) gap(through map[int][]int, span window) (time.Duration, int) {
+func (l *ledger) gap(through map[int][]int, span window) (time.Duration, int, time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return largestGap(l.producerAcks, through, span)
@@ -415,7 +462,8 @@ func (w *workload) produce(i, g int) {
 	own := w.c.tubes[g]
 	cl := w.newClient(producerIPs+i*len(w.c.tubes)+g, i, "use "+own, "USING "+own)
 	defer cl.close()
-	for tick := time.NewTicker(putInterval * time.Duration(len(w.c.tubes))); !w.stop.Load(); <-tick.C {
+	every := time.Second * time.Duration(len(w.c.members)*len(w.c.tubes)) / putsPerSecond
+	for tick := time.NewTicker(every); !w.stop.Load(); <-tick.C {
 		conn := cl.connect()
 		if conn == nil {
 			return
