@@ -219,8 +219,11 @@ func (m *Member) followGroup(n *replication.Node) {
 // leads about G/M groups. Each member sees every leader, from its
 // replicas and the others' reports, and plans alike (meta.PlanLeaders);
 // a member hands over the groups the plan moves from it, raft's
-// leadership transfer, which is dropped if the receiver does not hold the
-// whole log.
+// leadership transfer. Raft drops every proposal of the group while the
+// transfer is on, until the receiver has caught up and taken over, or
+// for an election timeout if it never does: so a member is planned to
+// receive only while this one is connected to it (a member down is no
+// receiver, though it leads fewest).
 const (
 	// balanceEvery is how often a member looks at the leaders.
 	balanceEvery = time.Second
@@ -267,7 +270,11 @@ func (m *Member) balanceLeaders() {
 				leaders[uint16(g)] = info.Name
 			}
 		}
-		caughtUp := func(uint16, string) bool { return true } // a transfer to one behind is dropped
+		reachable := map[string]bool{}
+		for _, mb := range m.node.Status().Members {
+			reachable[mb.Name] = mb.Connected
+		}
+		caughtUp := func(_ uint16, to string) bool { return reachable[to] }
 		for _, tr := range meta.PlanLeaders(sh.placement, leaders, caughtUp) {
 			if tr.From != m.node.Name() || now.Sub(changed[tr.Group]) < leaderSettle {
 				continue
