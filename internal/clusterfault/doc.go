@@ -73,7 +73,11 @@
 //     gap: the longest time, from the fault to its end, without a
 //     producer's put into the group acknowledged through a member the
 //     fault did not hit (for a fault taking no leader, over every group).
-//     For a partition, also how long each cut-off leader kept leading.
+//     It is reported, not yet held to the design's 0.5 s: a partition can
+//     still hand a group over to a member cut off (its connection looks
+//     up until a write times out), which holds the group's puts for an
+//     election timeout. For a partition, also how long each cut-off
+//     leader kept leading.
 //  4. Once every group has a leader its replicas agree on, and the
 //     workload has had acknowledgements since, the workload stops (its
 //     connections close, so no job stays reserved), and the members must
