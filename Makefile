@@ -202,7 +202,7 @@ soak:
 # summary table at the end. CHAOS_GROUPS=G forms the members with G shard
 # groups, a tube of each in the workload, every reserve one across groups;
 # with 5 members each group but 0 has 3 replicas. The design's form
-# (docs/design/shards.md section 9), about 15 s a round:
+# (docs/design/shards.md section 9), about 11 s a round (50 in 9 minutes here):
 #   make chaos CHAOS_GROUPS=5 CHAOS_MEMBERS=5
 # With as many groups as members every member leads one, so the follower's
 # fault rarely runs there; CHAOS_GROUPS=4 CHAOS_MEMBERS=5 runs it too.

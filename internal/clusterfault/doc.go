@@ -51,7 +51,7 @@
 //     notes, with the body's SHA-256, before it sends the put (one in
 //     eight delayed a second); an INSERTED id is an acknowledged put. The
 //     producers together put 300 jobs a second, whatever the members and
-//     groups: the checks walk every id each round. A consumer reserves,
+//     groups: every acknowledged id is peeked each round. A consumer reserves,
 //     checks the body byte for byte against what was put, and mostly
 //     deletes (DELETED is an acknowledged delete); some jobs it releases
 //     or buries, and now and then it kicks, so every kind of record is
