@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -42,7 +43,7 @@ const (
 const electionTimeout = 20 * replication.DefaultTick
 
 type member struct {
-	index int // 1, 2, 3: the address 127.0.0.index and the user uidBase+index
+	index int // 1 to -members: the address 127.0.0.index and the user uidBase+index
 	name  string
 	dir   string // -b
 	// join is --cluster-join, once the member was added again as a new
@@ -63,16 +64,20 @@ func (m *member) up() bool { return m.proc != nil && !m.proc.Exited() }
 
 type cluster struct {
 	t       *testing.T
-	bin     string // the sprout binary, where the members' users can run it
-	peers   string // --cluster-peers
-	members []*member
-	// groups is the members' --cluster-groups, and tubes the workload's
-	// tubes: one per group, by group ([tube] with one group).
-	groups int
-	tubes  []string
+	bin     string    // the sprout binary, where the members' users can run it
+	peers   string    // --cluster-peers
+	members []*member // immutable after newCluster; each member's proc is the test goroutine's
+	// groups is the members' --cluster-groups, and replicas their
+	// --cluster-replicas (3, or fewer members): each group but 0 lives
+	// on that many members, group 0 on all of them.
+	groups, replicas int
+	// tubes are the workload's tubes and quietTubes the quiet phase's:
+	// one per group, by group ([tube] and [quietTube] with one group).
+	tubes, quietTubes []string
 }
 
-// newCluster brings the namespace's loopback up and starts three members.
+// newCluster brings the namespace's loopback up and starts the members
+// (-members of them).
 func newCluster(t *testing.T, built string) *cluster {
 	t.Helper()
 	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
@@ -93,7 +98,7 @@ func newCluster(t *testing.T, built string) *cluster {
 		t.Fatal(err)
 	}
 	var peers []string
-	for i := 1; i <= 3; i++ {
+	for i := 1; i <= *members; i++ {
 		m := &member{index: i, name: fmt.Sprintf("m%d", i), dir: filepath.Join(base, fmt.Sprintf("m%d", i))}
 		if err := m.emptyDir(); err != nil {
 			t.Fatal(err)
@@ -102,26 +107,18 @@ func newCluster(t *testing.T, built string) *cluster {
 		peers = append(peers, m.name+"="+net.JoinHostPort(m.ip(), strconv.Itoa(clusterPort)))
 	}
 	c.peers = strings.Join(peers, ",")
-	c.groups, c.tubes = max(*groups, 1), []string{tube}
+	c.groups, c.replicas = max(*groups, 1), min(3, len(c.members))
+	c.tubes, c.quietTubes = []string{tube}, []string{quietTube}
 	if c.groups > 1 {
 		var ms []meta.Member
 		for _, m := range c.members {
 			ms = append(ms, meta.Member{Name: m.name, ID: replication.MemberID(m.name)})
 		}
-		placement, err := meta.Formation(ms, c.groups, len(ms))
+		placement, err := meta.Formation(ms, c.groups, c.replicas)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.tubes = make([]string, c.groups)
-		for i := 0; slices.Contains(c.tubes, ""); i++ {
-			name := tube
-			if i > 0 {
-				name = fmt.Sprintf("%s-%d", tube, i)
-			}
-			if g := placement.Owner(name); c.tubes[g] == "" {
-				c.tubes[g] = name
-			}
-		}
+		c.tubes, c.quietTubes = tubePerGroup(placement, c.groups, tube), tubePerGroup(placement, c.groups, quietTube)
 	}
 	for _, m := range c.members {
 		// Each connection a member opens is marked with its user, for
@@ -152,6 +149,23 @@ func newCluster(t *testing.T, built string) *cluster {
 		}
 	})
 	return c
+}
+
+// tubePerGroup names a tube in each group, by group: base among them,
+// the others base-1, base-2, ..., whichever the placement puts first
+// into each group.
+func tubePerGroup(placement *meta.State, groups int, base string) []string {
+	tubes := make([]string, groups)
+	for i := 0; slices.Contains(tubes, ""); i++ {
+		name := base
+		if i > 0 {
+			name = fmt.Sprintf("%s-%d", base, i)
+		}
+		if g := placement.Owner(name); tubes[g] == "" {
+			tubes[g] = name
+		}
+	}
+	return tubes
 }
 
 func copyFile(from, to string) error {
@@ -199,7 +213,7 @@ func (c *cluster) start(m *member) {
 		args = append(args, "--cluster-join", m.join)
 	}
 	if c.groups > 1 {
-		args = append(args, "--cluster-groups", strconv.Itoa(c.groups))
+		args = append(args, "--cluster-groups", strconv.Itoa(c.groups), "--cluster-replicas", strconv.Itoa(c.replicas))
 	}
 	p, err := testproc.Launch(testproc.Config{Binary: "setpriv", NoListen: true, Args: args, OutputLimit: outputLimit})
 	if err != nil {
@@ -208,7 +222,7 @@ func (c *cluster) start(m *member) {
 	m.proc = p
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if _, err := m.status(); err == nil {
+		if _, err := m.status(false); err == nil {
 			return
 		} else if p.Exited() || time.Now().After(deadline) {
 			c.t.Fatalf("%s does not answer on its side port (%v, exited %v):\n%s", m.name, err, p.Exited(), tail(p.Output(), 16<<10))
@@ -219,10 +233,16 @@ func (c *cluster) start(m *member) {
 
 var httpClient = &http.Client{Timeout: 2 * time.Second}
 
-// status is m's GET /cluster, with the digest of its own store.
-func (m *member) status() (replication.Status, error) {
+// status is m's GET /cluster; with digest, the digests of its own
+// stores too (a walk of every job). It touches only m's address, so any
+// goroutine may call it.
+func (m *member) status(digest bool) (replication.Status, error) {
 	var st replication.Status
-	resp, err := httpClient.Get(m.httpBase() + "/cluster?digest=1")
+	url := m.httpBase() + "/cluster"
+	if digest {
+		url += "?digest=1"
+	}
+	resp, err := httpClient.Get(url)
 	if err != nil {
 		return st, err
 	}
@@ -264,34 +284,132 @@ func contains(ms []*member, m *member) bool {
 	return false
 }
 
-// awaitLeader waits until every member up serves or follows one leader,
-// and returns it.
-func (c *cluster) awaitLeader(timeout time.Duration) *member {
+// layout is the groups as one GET /cluster of every member up shows
+// them: each group's replicas, as its replicas list them (a member runs
+// only the groups placed on it, and reports only those), and its leader
+// once agreed.
+type layout struct {
+	status map[*member]replication.Status // the members up that answered
+	// replicas are each group's voters, by group, as its replicas say.
+	replicas map[int][]string
+	// leaders are the groups' leaders, by group: a group is there once
+	// every replica up names one member, up, that leads it (group 0's
+	// serving too).
+	leaders map[int]*member
+	views   []string // what each member said, for a report
+}
+
+// look polls every member up once.
+func (c *cluster) look() layout {
+	l := layout{status: map[*member]replication.Status{}, replicas: map[int][]string{}, leaders: map[int]*member{}}
+	for _, m := range c.members {
+		if !m.up() {
+			continue
+		}
+		st, err := m.status(false)
+		if err != nil {
+			l.views = append(l.views, fmt.Sprintf("%s: %v", m.name, err))
+			continue
+		}
+		l.status[m] = st
+		var gs []string
+		for _, g := range st.Groups {
+			gs = append(gs, fmt.Sprintf("g%d led by %q of %v", g.ID, g.Leader, g.Replicas))
+			for _, r := range g.Replicas {
+				if !slices.Contains(l.replicas[g.ID], r) {
+					l.replicas[g.ID] = append(l.replicas[g.ID], r)
+				}
+			}
+		}
+		l.views = append(l.views, fmt.Sprintf("%s: serving %v term %d; %s", m.name, st.Serving, st.Term, strings.Join(gs, ", ")))
+	}
+	for g := range c.groups {
+		slices.Sort(l.replicas[g])
+		leader, agreed := "", len(l.replicas[g]) > 0
+		for _, name := range l.replicas[g] {
+			m := c.byName(name)
+			if m == nil || !m.up() {
+				continue
+			}
+			st, ok := l.status[m]
+			gs, held := groupIn(st, g)
+			if !ok || !held || gs.Leader == "" || leader != "" && gs.Leader != leader {
+				agreed = false
+				break
+			}
+			leader = gs.Leader
+		}
+		// The leader is one of the replicas checked: it names itself.
+		lm := c.byName(leader)
+		if !agreed || lm == nil || !lm.up() || g == 0 && !l.status[lm].Serving {
+			continue
+		}
+		l.leaders[g] = lm
+	}
+	return l
+}
+
+// groupIn is group g in st, if st's member runs it.
+func groupIn(st replication.Status, g int) (replication.GroupStatus, bool) {
+	for _, gs := range st.Groups {
+		if gs.ID == g {
+			return gs, true
+		}
+	}
+	return replication.GroupStatus{}, false
+}
+
+// ledBy are the groups m leads.
+func (l layout) ledBy(m *member) []int {
+	var gs []int
+	for g, lm := range l.leaders {
+		if lm == m {
+			gs = append(gs, g)
+		}
+	}
+	slices.Sort(gs)
+	return gs
+}
+
+// busiest is the member leading the most groups; among equals, group
+// 0's leader (with one group, the leader), else the first.
+func (c *cluster) busiest(l layout) *member {
+	best := l.leaders[0]
+	for _, m := range c.members {
+		if len(l.ledBy(m)) > len(l.ledBy(best)) {
+			best = m
+		}
+	}
+	return best
+}
+
+// describe is l's leaders, for the log: "g0 m1, g1 m4, ...".
+func (l layout) describe() string {
+	var parts []string
+	for _, g := range slices.Sorted(maps.Keys(l.leaders)) {
+		parts = append(parts, fmt.Sprintf("g%d %s", g, l.leaders[g].name))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// awaitLeaders waits until every member up answers and every group has
+// a leader its replicas agree on, and returns the layout.
+func (c *cluster) awaitLeaders(timeout time.Duration) layout {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		var views []string
-		var leader *member
-		agreed := true
+		l := c.look()
+		up := 0
 		for _, m := range c.members {
-			if !m.up() {
-				continue
+			if m.up() {
+				up++
 			}
-			st, err := m.status()
-			views = append(views, fmt.Sprintf("%s: leader %q serving %v term %d (%v)", m.name, st.Leader, st.Serving, st.Term, err))
-			if err != nil || st.Leader == "" || leader != nil && st.Leader != leader.name {
-				agreed = false
-				continue
-			}
-			leader = c.byName(st.Leader)
 		}
-		if agreed && leader != nil && leader.up() {
-			if st, err := leader.status(); err == nil && st.Serving {
-				return leader
-			}
+		if len(l.leaders) == c.groups && len(l.status) == up {
+			return l
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("no leader every member agrees on within %v:\n%s", timeout, strings.Join(views, "\n"))
+			c.t.Fatalf("no leader of every group its replicas agree on within %v:\n%s", timeout, strings.Join(l.views, "\n"))
 		}
 		c.checkAlive()
 		time.Sleep(20 * time.Millisecond)
@@ -307,39 +425,57 @@ func (c *cluster) byName(name string) *member {
 	return nil
 }
 
-// awaitConverged waits until every member's store has one digest, and
-// with several groups every group's replicas too, and returns the number
-// of jobs group 0 holds.
-func (c *cluster) awaitConverged(timeout time.Duration) int {
+// awaitConverged waits until every member's store of group 0 (GET
+// /cluster's digest) has one digest, and each group's replicas, as they
+// list them, one digest of the group.
+func (c *cluster) awaitConverged(timeout time.Duration) {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		var views []string
-		jobs, digest, same := -1, "", true
-		groupDigests := map[int]string{} // with several groups, each one's
+		status := map[string]replication.Status{}
+		replicas := map[int][]string{}
+		same := true
 		for _, m := range c.members {
-			st, err := m.status()
+			st, err := m.status(true)
 			views = append(views, fmt.Sprintf("%s: %d jobs, digest %s, applied %d, commit %d, groups %+v (%v)", m.name, st.Jobs, st.Digest, st.Applied, st.Commit, st.Groups, err))
-			switch {
-			case err != nil || st.Digest == "":
+			if err != nil || st.Digest == "" {
 				same = false
-			case jobs < 0:
-				jobs, digest = st.Jobs, st.Digest
-			case st.Digest != digest || st.Jobs != jobs:
-				same = false
+				continue
 			}
-			if c.groups > 1 && len(st.Groups) != c.groups {
-				same = false
-			}
+			status[m.name] = st
 			for _, g := range st.Groups {
-				if d, ok := groupDigests[g.ID]; g.Digest == "" || ok && d != g.Digest {
+				for _, r := range g.Replicas {
+					if !slices.Contains(replicas[g.ID], r) {
+						replicas[g.ID] = append(replicas[g.ID], r)
+					}
+				}
+			}
+		}
+		var first *replication.Status
+		for _, st := range status {
+			if first == nil {
+				first = &st
+			} else if st.Digest != first.Digest || st.Jobs != first.Jobs {
+				same = false
+			}
+		}
+		for g := range c.groups {
+			// Members that do not hold g have no digest of it.
+			digest := ""
+			if len(replicas[g]) == 0 {
+				same = false
+			}
+			for _, name := range replicas[g] {
+				gs, held := groupIn(status[name], g)
+				if !held || gs.Digest == "" || digest != "" && gs.Digest != digest {
 					same = false
 				}
-				groupDigests[g.ID] = g.Digest
+				digest = gs.Digest
 			}
 		}
 		if same {
-			return jobs
+			return
 		}
 		if time.Now().After(deadline) {
 			c.t.Fatalf("members did not converge within %v:\n%s", timeout, strings.Join(views, "\n"))
@@ -348,15 +484,17 @@ func (c *cluster) awaitConverged(timeout time.Duration) int {
 	}
 }
 
-// partition cuts l off from every other member, both ways (doc.go):
-// every packet of a connection l opened to another member, or another
-// member opened to l, is dropped.
-func (c *cluster) partition(l *member) {
+// cut partitions the members of a from those of b, both ways (doc.go):
+// every packet of a connection one side opened to the other is dropped.
+// Members on one side keep theirs.
+func (c *cluster) cut(a, b []*member) {
 	c.t.Helper()
-	for _, o := range c.others(l) {
-		for _, way := range [][2]*member{{l, o}, {o, l}} {
-			iptables(c.t, "-A", "OUTPUT", "-m", "connmark", "--mark", strconv.Itoa(way[0].uid()),
-				"-m", "conntrack", "--ctorigdst", way[1].ip(), "-j", "DROP")
+	for _, x := range a {
+		for _, y := range b {
+			for _, way := range [][2]*member{{x, y}, {y, x}} {
+				iptables(c.t, "-A", "OUTPUT", "-m", "connmark", "--mark", strconv.Itoa(way[0].uid()),
+					"-m", "conntrack", "--ctorigdst", way[1].ip(), "-j", "DROP")
+			}
 		}
 	}
 }

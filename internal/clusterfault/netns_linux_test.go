@@ -26,40 +26,57 @@ var (
 	faultFilter    = flag.String("faults", "", "run only the faults whose names match this regular expression")
 	memberLogLevel = flag.String("member-log-level", "info", "the members' --log-level (debug shows raft's elections)")
 	groups         = flag.Int("groups", 1, "the members' --cluster-groups: with more than 1, the workload's tubes are one per group (make chaos sets CHAOS_GROUPS)")
+	members        = flag.Int("members", 3, "the members, 3 or 5 (127.0.0.1 to .N); with 5, each group but 0 lives on 3 of them (make chaos sets CHAOS_MEMBERS)")
 )
+
+// checkFlags refuses what the test cannot run.
+func checkFlags(t *testing.T) {
+	switch {
+	case *members != 3 && *members != 5:
+		t.Fatalf("-members %d: 3 or 5", *members)
+	case *groups < 1 || *groups > 10:
+		// A producer per member and group, their sources .100 to .149.
+		t.Fatalf("-groups %d: 1 to 10", *groups)
+	}
+}
 
 func TestMain(m *testing.M) { testproc.Main(m) }
 
 // TestClusterFaults runs the rounds (doc.go) in a network and pid
 // namespace of their own.
 func TestClusterFaults(t *testing.T) {
+	checkFlags(t)
 	if bin := os.Getenv(innerEnv); bin != "" {
 		runRounds(t, bin, *rounds)
 		return
 	}
-	runIsolated(t, *rounds, *groups)
+	runIsolated(t, *rounds, *groups, *members)
 }
 
-// TestClusterFaultsGroups runs a round of each fault a cluster of three
-// shard groups takes (doc.go, "Several groups"): make test's short run of
-// them; make chaos CHAOS_GROUPS=3 runs more.
+// TestClusterFaultsGroups runs a round of each fault a cluster of shard
+// groups takes (doc.go, "Several groups"), make test's short run of
+// them: five members and four groups of three replicas, so that one
+// member leads no group and the follower's fault runs too (with as many
+// groups as members, every member leads one). make chaos CHAOS_GROUPS=5
+// CHAOS_MEMBERS=5 runs the design's form for longer.
 func TestClusterFaultsGroups(t *testing.T) {
 	if os.Getenv(innerEnv) != "" {
 		t.Skip("the namespace runs TestClusterFaults")
 	}
-	runIsolated(t, 4, 3)
+	runIsolated(t, 4, 4, 5)
 }
 
-// runIsolated runs n rounds of a cluster of g groups in a network and
-// pid namespace of their own, the test binary again inside it.
-func runIsolated(t *testing.T, n, g int) {
+// runIsolated runs n rounds of a cluster of m members and g groups in a
+// network and pid namespace of their own, the test binary again inside
+// it.
+func runIsolated(t *testing.T, n, g, m int) {
 	if reason := cannotIsolate(); reason != "" {
 		t.Skip(reason)
 	}
 	bin := testproc.SproutBinary(t)
 	args := []string{"--net", "--pid", "--fork", "--kill-child", "--mount-proc", os.Args[0],
 		"-test.run=^TestClusterFaults$", "-test.count=1", fmt.Sprintf("-rounds=%d", n), "-faults=" + *faultFilter, "-member-log-level=" + *memberLogLevel,
-		fmt.Sprintf("-groups=%d", g)}
+		fmt.Sprintf("-groups=%d", g), fmt.Sprintf("-members=%d", m)}
 	if testing.Verbose() {
 		args = append(args, "-test.v")
 	}

@@ -89,45 +89,73 @@ type FormationError struct{ Reason string }
 func (e *FormationError) Error() string { return e.Reason }
 
 // planShards decides the member's shard groups from its configuration and
-// its log (held: the groups the log holds; fresh: it holds nothing yet):
-// a log that holds groups keeps them, and a --cluster-groups that
-// disagrees is refused in one line.
+// its log (held: the groups the log holds; fresh: it holds nothing yet).
+// A log that holds groups keeps them. A restart takes G from
+// --cluster-groups, which must place on this member exactly the groups
+// its log holds, or without it from the log, when the log can tell: it
+// holds group 0 alone (one group), or every group is on every member (as
+// many as it holds). With fewer replicas than members, a member holds
+// some of the groups only, and one restarted without --cluster-groups is
+// refused. Each refusal is one line.
 func planShards(cfg Config, held []uint16, fresh bool) (*shards, error) {
-	groups := cfg.Groups
-	switch {
-	case !fresh && groups != 0 && groups != len(held):
-		return nil, &FormationError{fmt.Sprintf("--cluster-groups %d disagrees with this cluster's %d, set when it was formed: drop it or set %d",
-			groups, len(held), len(held))}
-	case !fresh:
-		groups = len(held)
-	case groups == 0:
-		groups = 1
-	}
-	if groups > meta.MaxGroups {
-		return nil, &FormationError{fmt.Sprintf("--cluster-groups %d: at most %d", groups, meta.MaxGroups)}
-	}
-	sh := &shards{nodes: make([]atomic.Pointer[replication.Node], groups)}
-	if groups == 1 {
-		return sh, nil
-	}
 	nc := cfg.Cluster
 	replicas := cfg.Replicas
 	if replicas == 0 {
 		replicas = 3
 	}
-	if nc.JoinID != 0 {
-		return nil, &FormationError{"--cluster-join: a cluster of several groups (--cluster-groups) does not add members yet"}
+	everywhere := replicas >= len(nc.Peers) // every group on every member
+	groups := cfg.Groups
+	switch {
+	case fresh && groups == 0:
+		groups = 1
+	case fresh:
+	case groups == 0 && (len(held) == 1 || everywhere):
+		groups = len(held)
+	case groups == 0:
+		return nil, &FormationError{fmt.Sprintf("this member holds groups %v of a cluster whose groups are each on %d of its %d members: "+
+			"its log cannot tell how many there are; restart it with the cluster's --cluster-groups", sortedGroups(held), replicas, len(nc.Peers))}
+	case everywhere && groups != len(held):
+		return nil, &FormationError{fmt.Sprintf("--cluster-groups %d disagrees with this cluster's %d, set when it was formed: drop it or set %d",
+			groups, len(held), len(held))}
 	}
-	var members []meta.Member
-	for _, p := range nc.Peers {
-		members = append(members, meta.Member{Name: p.Name, ID: replication.MemberID(p.Name)})
+	if groups > meta.MaxGroups {
+		return nil, &FormationError{fmt.Sprintf("--cluster-groups %d: at most %d", groups, meta.MaxGroups)}
 	}
-	placement, err := meta.Formation(members, groups, replicas)
-	if err != nil {
-		return nil, &FormationError{err.Error()}
+	sh := &shards{nodes: make([]atomic.Pointer[replication.Node], groups)}
+	placed := []uint16{0}
+	if groups > 1 {
+		if nc.JoinID != 0 {
+			return nil, &FormationError{"--cluster-join: a cluster of several groups (--cluster-groups) does not add members yet"}
+		}
+		var members []meta.Member
+		for _, p := range nc.Peers {
+			members = append(members, meta.Member{Name: p.Name, ID: replication.MemberID(p.Name)})
+		}
+		placement, err := meta.Formation(members, groups, replicas)
+		if err != nil {
+			return nil, &FormationError{err.Error()}
+		}
+		sh.placement = placement
+		for _, grp := range placement.Groups[1:] {
+			if grp.Holds(nc.Node) {
+				placed = append(placed, grp.ID)
+			}
+		}
 	}
-	sh.placement = placement
+	// A group placed here that the log does not hold yet starts as at
+	// the formation (a member stopped while it started its groups).
+	if !fresh && slices.ContainsFunc(held, func(g uint16) bool { return !slices.Contains(placed, g) }) {
+		return nil, &FormationError{fmt.Sprintf("--cluster-groups %d with --cluster-replicas %d places groups %v on this member, but its log holds %v, "+
+			"set when the cluster was formed: set the cluster's", groups, replicas, placed, sortedGroups(held))}
+	}
 	return sh, nil
+}
+
+// sortedGroups is a sorted copy of groups.
+func sortedGroups(groups []uint16) []uint16 {
+	s := slices.Clone(groups)
+	slices.Sort(s)
+	return s
 }
 
 // startShards starts groups 1 to G-1 on the member's host and log, each
@@ -233,8 +261,11 @@ func (m *Member) followGroup(n *replication.Node) {
 // leads about G/M groups. Each member sees every leader, from its
 // replicas and the others' reports, and plans alike (meta.PlanLeaders);
 // a member hands over the groups the plan moves from it, raft's
-// leadership transfer, which is dropped if the receiver does not hold the
-// whole log.
+// leadership transfer. Raft drops every proposal of the group while the
+// transfer is on, until the receiver has caught up and taken over, or
+// for an election timeout if it never does: so a member is planned to
+// receive only while this one is connected to it (a member down is no
+// receiver, though it leads fewest).
 const (
 	// balanceEvery is how often a member looks at the leaders.
 	balanceEvery = time.Second
@@ -281,7 +312,11 @@ func (m *Member) balanceLeaders() {
 				leaders[uint16(g)] = info.Name
 			}
 		}
-		caughtUp := func(uint16, string) bool { return true } // a transfer to one behind is dropped
+		reachable := map[string]bool{}
+		for _, mb := range m.node.Status().Members {
+			reachable[mb.Name] = mb.Connected
+		}
+		caughtUp := func(_ uint16, to string) bool { return reachable[to] }
 		for _, tr := range meta.PlanLeaders(sh.placement, leaders, caughtUp) {
 			if tr.From != m.node.Name() || now.Sub(changed[tr.Group]) < leaderSettle {
 				continue

@@ -172,6 +172,149 @@ func TestShardGroupsRefused(t *testing.T) {
 	}
 }
 
+// TestShardGroupsRestartOfFive: a member of five with five groups of
+// three replicas holds some of the groups only. Restarted with the
+// cluster's --cluster-groups it runs the groups it held, and serves the
+// jobs put before; without it (its log cannot tell G), or with a G that
+// places other groups on it, it is refused in one line. The fault test
+// of the binary (internal/clusterfault, -members 5) found every such
+// restart refused: G was taken to be the number of groups held.
+func TestShardGroupsRestartOfFive(t *testing.T) {
+	c := newClusterOf(t, 5, 5, 3)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	var placed []uint16
+	for _, grp := range p.Groups {
+		if grp.ID == 0 || grp.Holds("m1") {
+			placed = append(placed, grp.ID)
+		}
+	}
+	if len(placed) == len(p.Groups) {
+		t.Fatalf("m1 holds every group (%v): the test needs one that holds some", placed)
+	}
+	tubes := tubePerGroup(p, "r")
+	producer := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	var ids []uint64
+	for _, tube := range tubes {
+		expectLine(t, producer, "use "+tube, "USING "+tube)
+		id, err := producer.Put(0, 0, 60, []byte(tube))
+		if err != nil {
+			t.Fatalf("put into %s: %v", tube, err)
+		}
+		ids = append(ids, id)
+	}
+	c.stop("m1")
+	for _, refused := range []struct {
+		groups int
+		want   string
+	}{
+		{0, fmt.Sprintf("this member holds groups %v of a cluster whose groups are each on 3 of its 5 members: its log cannot tell how many there are", placed)},
+		{3, fmt.Sprintf("--cluster-groups 3 with --cluster-replicas 3 places groups [0 1] on this member, but its log holds %v", placed)},
+	} {
+		c.groups = refused.groups
+		if _, err := Start(c.config("m1")); err == nil || !strings.Contains(err.Error(), refused.want) {
+			t.Fatalf("m1 restarted with --cluster-groups %d: %v, want %q", refused.groups, err, refused.want)
+		}
+	}
+	c.groups = 5
+	m := c.start("m1")
+	for g := range p.Groups {
+		if held, want := m.shards.node(uint16(g)) != nil, slices.Contains(placed, uint16(g)); held != want {
+			t.Fatalf("m1 restarted holds group %d: %v, placed there: %v", g, held, want)
+		}
+	}
+	conn := testproc.DialTest(t, m.Addr().String(), replyTimeout)
+	for i, id := range ids {
+		testproc.WaitFor(t, 20*time.Second, fmt.Sprintf("job %d through the restarted m1", id), func() bool {
+			r, err := conn.Do(fmt.Sprintf("peek %d", id), nil)
+			return err == nil && r.Kind == testproc.ReplyFound && string(r.Body) == tubes[i]
+		})
+	}
+}
+
+// TestShardGroupsNoHandoverToTheDown: a member of five stops; the member
+// that takes over its group leads two, and the balancer must not hand a
+// group to the stopped one, which leads none: raft drops every proposal
+// of a group while its leadership is being transferred, until the
+// transfer gives up an election timeout later, so each such handover
+// paused the group for a second, again every few seconds while the member
+// stayed down. internal/clusterfault saw it as a one-second gap in a
+// group after a kill -9 of a member leading none.
+func TestShardGroupsNoHandoverToTheDown(t *testing.T) {
+	c := newClusterOf(t, 5, 5, 3)
+	c.finalized()
+	testproc.WaitFor(t, 40*time.Second, "each member leading one group", func() bool {
+		led := map[string]int{}
+		for g := range 5 {
+			led[reportedLeader(c, uint16(g))]++
+		}
+		return len(led) == 5 && led[""] == 0
+	})
+	// The member leading group 0 stops; a voter of group 0 takes it over.
+	down, _ := c.serving(10 * time.Second)
+	c.stop(down)
+	logged := map[string]int{} // each member's log so far: handovers before the stop were to a member up
+	for name, out := range c.outs {
+		logged[name] = len(out.String())
+	}
+	c.serving(10 * time.Second)
+	var survivor *Member
+	for _, m := range c.up {
+		survivor = m
+	}
+	tubes := tubePerGroup(survivor.shards.placement, "h")
+	// A session may be closed while group 0's leadership settles: dial
+	// again until a put goes through.
+	var conn *testproc.Conn
+	testproc.WaitFor(t, 10*time.Second, "group 0 taking puts again", func() bool {
+		if conn != nil {
+			conn.Close()
+		}
+		var err error
+		if conn, err = testproc.Dial(survivor.Addr().String(), replyTimeout); err != nil {
+			return false
+		}
+		if conn.ExpectLine("use "+tubes[0], "USING "+tubes[0]) != nil {
+			return false
+		}
+		_, err = conn.Put(0, 0, 60, []byte("again"))
+		return err == nil
+	})
+	defer conn.Close()
+	var slowest time.Duration
+	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		start := time.Now()
+		if _, err := conn.Put(0, 0, 60, []byte("on")); err != nil {
+			t.Fatalf("put into group 0 with %s down: %v", down, err)
+		}
+		slowest = max(slowest, time.Since(start))
+	}
+	for name, out := range c.outs {
+		for _, line := range strings.Split(out.String()[logged[name]:], "\n") {
+			if strings.Contains(line, "handing a group's leadership over") && strings.Contains(line, `"to":"`+down+`"`) {
+				t.Errorf("%s handed a group over to %s, which is down: %s", name, down, line)
+			}
+		}
+	}
+	// A transfer that never completes holds proposals an election
+	// timeout: 500 ms here (10 ticks of clusterTick).
+	if slowest > 300*time.Millisecond {
+		t.Errorf("a put into group 0 took %v with %s down", slowest, down)
+	}
+}
+
+// reportedLeader is group g's leader as the first member up holding it
+// knows it.
+func reportedLeader(c *testCluster, g uint16) string {
+	for _, m := range c.up {
+		if n := m.shards.node(g); n != nil {
+			info, _ := n.Leader()
+			return info.Name
+		}
+	}
+	return ""
+}
+
 // TestShardGroupsFailover: the member leading a group stops; that group
 // elects a new leader among the two left, the others go on, the
 // sessions of the members left stay open, and every job acknowledged

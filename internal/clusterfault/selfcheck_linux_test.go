@@ -1,0 +1,98 @@
+//go:build linux
+
+package clusterfault
+
+import (
+	"testing"
+	"time"
+)
+
+// The checks of checks_linux_test.go on made-up logs: what they must
+// find, and what they must let pass.
+
+// at is a time t milliseconds after an arbitrary start.
+func at(ms int) time.Time {
+	return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC).Add(time.Duration(ms) * time.Millisecond)
+}
+
+func TestOverlaps(t *testing.T) {
+	// Group 1's leader was seen to change between 5 s and 5.2 s.
+	watch := &leaderWatch{changes: map[int][]window{1: {{at(5000), at(5200)}}}}
+	hold := func(id uint64, group int, session uint64, sent, start, end int) holding {
+		return holding{id: id, group: group, session: session, sent: at(sent), start: at(start), end: at(end)}
+	}
+	for _, tc := range []struct {
+		name         string
+		hs           []holding
+		excused, bad int
+	}{
+		{"one after the other", []holding{hold(7, 0, 1, 0, 10, 20), hold(7, 0, 2, 15, 20, 30)}, 0, 0},
+		{"at once, no change", []holding{hold(7, 0, 1, 0, 10, 2000), hold(7, 0, 2, 100, 110, 120)}, 0, 1},
+		{"at once, received in the other order", []holding{hold(7, 0, 1, 100, 130, 140), hold(7, 0, 2, 0, 120, 2000)}, 0, 1},
+		{"across group 1's change", []holding{hold(7, 1, 1, 4000, 4010, 6000), hold(7, 1, 2, 5500, 5600, 5610)}, 1, 0},
+		{"across another group's change", []holding{hold(7, 0, 1, 4000, 4010, 6000), hold(7, 0, 2, 5500, 5600, 5610)}, 0, 1},
+		{"long after group 1's change", []holding{hold(7, 1, 1, 8000, 8010, 9000), hold(7, 1, 2, 8500, 8600, 8610)}, 0, 1},
+		{"just after it, within the slack", []holding{hold(7, 1, 1, 5300, 5310, 9000), hold(7, 1, 2, 5400, 5500, 5510)}, 1, 0},
+		{"other jobs", []holding{hold(7, 0, 1, 0, 10, 2000), hold(8, 0, 2, 100, 110, 120)}, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			excused, bad := overlaps(tc.hs, watch)
+			if excused != tc.excused || len(bad) != tc.bad {
+				t.Fatalf("excused %d, bad %d %v; want %d, %d", excused, len(bad), bad, tc.excused, tc.bad)
+			}
+		})
+	}
+}
+
+func TestCheckOrder(t *testing.T) {
+	out := func(group int, pri uint32, id uint64, sent, got int) handout {
+		return handout{holding: holding{id: id, group: group, sent: at(sent), start: at(got)}, key: jobKey{pri, id}}
+	}
+	for _, tc := range []struct {
+		name       string
+		hs         []handout
+		bad, cross int
+	}{
+		{"in order", []handout{out(0, 1, 5, 0, 10), out(0, 1, 6, 20, 30), out(0, 2, 3, 40, 50)}, 0, 0},
+		{"a priority first, then a more urgent one", []handout{out(0, 2, 5, 0, 10), out(0, 1, 6, 20, 30)}, 1, 0},
+		{"equal priorities by id", []handout{out(0, 1, 6, 0, 10), out(0, 1, 5, 20, 30)}, 1, 0},
+		// Concurrent reserves: their order at the group is unknown.
+		{"overlapping spans", []handout{out(0, 2, 5, 0, 30), out(0, 1, 6, 10, 20)}, 0, 0},
+		// Groups are ordered each on its own; across them it is reported.
+		{"across groups", []handout{out(0, 2, 5, 0, 10), out(1, 1, 6, 20, 30)}, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := checkOrder(tc.hs)
+			if f.checked != len(tc.hs) || len(f.violations) != tc.bad || f.crossInversions != tc.cross {
+				t.Fatalf("checked %d, violations %v, across groups %d; want %d, %d, %d",
+					f.checked, f.violations, f.crossInversions, len(tc.hs), tc.bad, tc.cross)
+			}
+		})
+	}
+}
+
+func TestLargestGap(t *testing.T) {
+	acks := []ack{
+		{at(0), 0, 1}, {at(100), 1, 1}, {at(150), 0, 2}, {at(400), 0, 1},
+		{at(500), 1, 2}, {at(700), 0, 2}, {at(900), 1, 1},
+	}
+	for _, tc := range []struct {
+		name    string
+		through map[int][]int
+		span    window
+		gap     time.Duration
+		group   int
+		from    int
+	}{
+		{"both groups, every member", map[int][]int{0: {1, 2}, 1: {1, 2}}, window{at(0), at(1000)}, 400 * time.Millisecond, 1, 100},
+		{"group 0 through member 2", map[int][]int{0: {2}}, window{at(0), at(1000)}, 550 * time.Millisecond, 0, 150},
+		{"to the end of the span", map[int][]int{0: {1, 2}}, window{at(100), at(1500)}, 800 * time.Millisecond, 0, 700},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gap, group, from := largestGap(acks, tc.through, tc.span)
+			if gap != tc.gap || group != tc.group || !from.Equal(at(tc.from)) {
+				t.Fatalf("gap %v in group %d from %v, want %v in group %d from %v", gap, group, from, tc.gap, tc.group, at(tc.from))
+			}
+		})
+	}
+}
