@@ -314,6 +314,20 @@ type session struct {
 // TLS listener.
 func newSession(t testing.TB, header string, overTLS bool) *session {
 	t.Helper()
+	return newSessionWith(t, header, func() (string, *tls.Config) {
+		if overTLS {
+			return StartSproutTLS(t)
+		}
+		return StartSprout(t), nil
+	})
+}
+
+// newSessionWith starts the reference, then has startSprout start the
+// Sprout, and returns the session between them: startSprout returns the
+// Sprout's address, and a TLS configuration if it is to be reached
+// over TLS.
+func newSessionWith(t testing.TB, header string, startSprout func() (string, *tls.Config)) *session {
+	t.Helper()
 	ref := testproc.Reference(t)
 	s := &session{
 		t:        t,
@@ -323,11 +337,7 @@ func newSession(t testing.TB, header string, overTLS bool) *session {
 		selfTest: SelfTest(),
 		ref112:   ref.Is112(),
 	}
-	if overTLS {
-		s.sutAddr, s.sutTLS = StartSproutTLS(t)
-	} else {
-		s.sutAddr = StartSprout(t)
-	}
+	s.sutAddr, s.sutTLS = startSprout()
 	t.Cleanup(func() {
 		for _, c := range s.conns {
 			c.ref.Close()
