@@ -221,7 +221,7 @@ func (r *randomRun) completePair(e *entry, conn int, ref []byte, refErr error, s
 	case sutErr != nil:
 		r.fail("conn %d: beanstalkd answered %s, sprout did not within %v (%v)", conn, quote(ref), lateReplyWait, sutErr)
 	}
-	r.compare([][]byte{ref}, [][]byte{sut})
+	r.compare(conn, [][]byte{ref}, [][]byte{sut}, nil)
 }
 
 // collectWoken reads the replies of waiting reserves that have ended since
