@@ -97,12 +97,16 @@
 // runs at a time (two groups' timers firing together would race for a
 // waiting reserve); a burst holds no use (its puts' priorities are the
 // used tube's group's) and no id beyond those seen (its translation is
-// made before the burst's own INSERTED); and, for two bugs not listed in
-// docs/compatibility.md (knownGroupBugs, whose scripts run with
-// -groups-bugs), no quit while a reserve waits, and no burst that makes
-// jobs ready in two groups while a reserve waits: a reserve waiting across
+// made before the burst's own INSERTED).
+//
+// What the tests found that docs/compatibility.md does not list is in
+// knownGroupBugs, each with a script that shows it (run with -groups-bugs;
+// they fail, some in a fraction of the runs). For two of them the random
+// run sends no quit while a reserve waits, and no burst that makes jobs
+// ready in two groups while a reserve waits: a reserve waiting across
 // groups gets whichever group's offer comes first, not the job one server
-// makes ready first.
+// makes ready first. The third, a new connection counted late in
+// stats-tube, it does not avoid.
 //
 // Data flow: a step's bytes go to the reference, then to Sprout; Conn splits
 // what comes back into replies (a line, plus the body of RESERVED, FOUND and
