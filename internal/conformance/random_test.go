@@ -148,10 +148,15 @@ func (r *randomRun) step(i int) {
 }
 
 // burstChance is the chance, in percent, that a step of a run with bursts
-// is one; burstMax, the most commands in one.
+// is one; burstMax, the most commands in one; burstBytes, the most bytes:
+// Sprout's default --max-input, 2*(max job size+256). A member closes a
+// connection whose unparsed input passes it (a documented limit), which
+// a burst of two too-big jobs behind a command that waits for a leader's
+// answer does.
 const (
 	burstChance = 12
 	burstMax    = 8
+	burstBytes  = 2 * (65535 + 256)
 )
 
 // burst sends 2 to burstMax commands in one write on a connection that is
@@ -168,7 +173,7 @@ func (r *randomRun) burst(i int) {
 	replies, n := 0, 2+r.gen.rng.IntN(burstMax-1)
 	for len(text) == 0 || n > 0 {
 		cmd := r.gen.command(conn, false, false)
-		if cmd.quits || cmd.timer > 0 || r.knownDifference(cmd.text) != nil {
+		if cmd.quits || cmd.timer > 0 || r.knownDifference(cmd.text) != nil || len(text)+len(cmd.text) > burstBytes {
 			continue
 		}
 		// Through groups, the priorities of a burst's puts are those of
