@@ -161,7 +161,10 @@ const (
 
 // burst sends 2 to burstMax commands in one write on a connection that is
 // not waiting: commands that neither wait, quit, start a timer nor are a
-// known difference, so that their replies come at once, in order.
+// known difference, so that their replies come at once, in order. An
+// unpause starts a timer too, of 1 ns: the commands after it in the burst
+// would race its end, which one server reaches after the burst and a
+// member between two of its commands (unpauses).
 func (r *randomRun) burst(i int) {
 	conn := r.gen.rng.IntN(randomConns)
 	for _, waiting := r.waiting[conn]; waiting; _, waiting = r.waiting[conn] {
@@ -173,7 +176,8 @@ func (r *randomRun) burst(i int) {
 	replies, n := 0, 2+r.gen.rng.IntN(burstMax-1)
 	for len(text) == 0 || n > 0 {
 		cmd := r.gen.command(conn, false, false)
-		if cmd.quits || cmd.timer > 0 || r.knownDifference(cmd.text) != nil || len(text)+len(cmd.text) > burstBytes {
+		if cmd.quits || cmd.timer > 0 || unpauses(cmd.text) || r.knownDifference(cmd.text) != nil ||
+			len(text)+len(cmd.text) > burstBytes {
 			continue
 		}
 		// Through groups, the priorities of a burst's puts are those of
@@ -215,6 +219,13 @@ func (r *randomRun) burst(i int) {
 		r.mayHaveWoken = r.mayHaveWoken || wakingReply.Match(reply)
 	}
 	r.bursted++
+}
+
+// unpauses reports whether text is a pause-tube of 0 seconds, which pauses
+// the tube for 1 ns: that is, until the next time the server looks.
+func unpauses(text []byte) bool {
+	f := strings.Fields(string(text))
+	return len(f) == 3 && f[0] == "pause-tube" && strings.Trim(f[2], "0") == ""
 }
 
 // render is cmd's text as the reference and Sprout get it: through
