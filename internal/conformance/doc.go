@@ -112,9 +112,12 @@
 // what comes back into replies (a line, plus the body of RESERVED, FOUND and
 // OK); the replies are normalised and compared. Timers (a delay, a pause or a
 // reserve timeout of one second) are never raced: the random run sleeps
-// through them at a fixed step, so a seed replays the same command stream. On
-// a mismatch the test prints the seed, the step and the last 20 steps with
-// every byte quoted.
+// through them at a fixed step, so a seed replays the same command stream. A
+// burst holds no timer, nor an unpause (a pause of 0 lasts 1 ns, which the
+// burst's next command would race), and no more bytes than Sprout's default
+// --max-input, past which a member that waits on a leader closes the
+// connection (a documented limit). On a mismatch the test prints the seed,
+// the step and the last 20 steps with every byte quoted.
 //
 // The harness (StartBeanstalkd, StartSprout, StartBinary, Conn) is ordinary
 // code so that other packages, such as benchmarks, can reuse it. With
