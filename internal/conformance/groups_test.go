@@ -412,8 +412,8 @@ var knownGroupBugs = map[string]string{
 		"of default, and uncounts a closed one's, at once. A member tells the tube's group asynchronously " +
 		"(docs/design/shards.md 5.4), so a new connection's first stats-tube default, or another's sent right " +
 		"after it, may not count it: current-using and current-watching 0 where beanstalkd says 1 (step 0, " +
-		"in about one run in four), or 0 where it says 3 (TestRandomClusterGroups -seed=6 -steps=5000, step " +
-		"2). A cluster of one group does the same through a member that does not lead.",
+		"in about one run in four), or 0 where it says 3 (TestRandomClusterGroups -seed=6 -steps=5000 at step " +
+		"2, in one run of three). A cluster of one group does the same through a member that does not lead.",
 }
 
 // notThroughGroups are TestScripted's scripts that TestScriptedClusterGroups
