@@ -1,8 +1,11 @@
 package conformance
 
 import (
+	"crypto/tls"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -10,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sproutmq/sprout/internal/meta"
+	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/internal/testproc"
 )
 
@@ -27,12 +32,25 @@ func TestRandomThroughFollower(t *testing.T) {
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
-	steps := min(*stepsFlag, 1500)
+	steps := clusterSteps()
 	header := fmt.Sprintf("TestRandomThroughFollower seed %d; rerun with: go test ./internal/conformance -run 'TestRandomThroughFollower$' -seed=%d -steps=%d",
 		seed, seed, steps)
-	s := newSession(t, header, false)
-	s.sutAddr, s.inCluster, s.bursts = startFollower(t), true, true
+	s := newSessionWith(t, header, func() (string, *tls.Config) { return startFollower(t), nil })
+	s.inCluster, s.bursts = true, true
 	runRandom(t, s, seed, steps)
+}
+
+// clusterSteps is how many steps a random run through a cluster takes:
+// -steps when it is given, else 1500, half TestRandom's default, since a
+// step through a member takes longer.
+func clusterSteps() int {
+	steps := min(*stepsFlag, 1500)
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "steps" {
+			steps = *stepsFlag
+		}
+	})
+	return steps
 }
 
 // startFollower starts three Sprout members on loopback, waits until they
@@ -40,9 +58,32 @@ func TestRandomThroughFollower(t *testing.T) {
 // one that does not lead.
 func startFollower(t *testing.T) string {
 	t.Helper()
+	addr, _ := startCluster(t, 1)
+	return addr
+}
+
+// startCluster starts three Sprout members on loopback, formed with groups
+// shard groups (--cluster-groups; 1 is a cluster without the flag), and
+// returns the client address of one that does not lead group 0, and the
+// placement the members computed at formation. With one group it waits
+// until they are finalized and agree on a leader; with several, until
+// every member sees every group led by the same member and each member
+// leads one group (the balance the members reach soon after formation),
+// so that no leadership moves during the test: a reservation dies with
+// its group's leader.
+//
+// The member returned has served no client connection yet (its
+// sprout_connections_total, on its --http, is 0), so that its
+// total-connections counts what the reference's does. Until the cluster
+// is finalized, a member that does not lead proxies its clients to the
+// one that does, the testproc readiness checks of the others included,
+// and leadership of group 0 may move after that.
+func startCluster(t *testing.T, groups int) (string, *meta.State) {
+	t.Helper()
 	type member struct{ name, peer, http, client string }
 	var ms []member
 	var peers []string
+	var metaMembers []meta.Member
 	for i := 1; i <= 3; i++ {
 		m := member{name: fmt.Sprintf("m%d", i)}
 		for _, a := range []*string{&m.peer, &m.http} {
@@ -54,13 +95,22 @@ func startFollower(t *testing.T) string {
 		}
 		peers = append(peers, m.name+"="+m.peer)
 		ms = append(ms, m)
+		metaMembers = append(metaMembers, meta.Member{Name: m.name, ID: replication.MemberID(m.name)})
+	}
+	placement, err := meta.Formation(metaMembers, groups, len(ms))
+	if err != nil {
+		t.Fatal(err)
 	}
 	for i := range ms {
 		m := &ms[i]
+		args := []string{"--loops", "2", "-b", t.TempDir(), "--node", m.name, "--cluster-listen", m.peer,
+			"--cluster-peers", strings.Join(peers, ","), "--http", m.http}
+		if groups > 1 {
+			args = append(args, "--cluster-groups", strconv.Itoa(groups))
+		}
 		p := testproc.StartConfig(t, testproc.Config{
-			Binary: testproc.SproutBinary(t),
-			Args: []string{"--loops", "2", "-b", t.TempDir(), "--node", m.name, "--cluster-listen", m.peer,
-				"--cluster-peers", strings.Join(peers, ","), "--http", m.http},
+			Binary:       testproc.SproutBinary(t),
+			Args:         args,
 			StartTimeout: startTimeout,
 		})
 		m.client = p.Addr()
@@ -73,11 +123,16 @@ func startFollower(t *testing.T) string {
 	type status struct {
 		Leader  string `json:"leader"`
 		Version int    `json:"cluster_version"`
+		Groups  []struct {
+			ID     int    `json:"id"`
+			Leader string `json:"leader"`
+		} `json:"groups"`
 	}
 	client := &http.Client{Timeout: 2 * time.Second}
-	var follower string
-	testproc.WaitFor(t, 30*time.Second, "the members finalized and agreeing on a leader", func() bool {
-		leaders := map[string]bool{}
+	var chosen string
+	testproc.WaitFor(t, 45*time.Second, fmt.Sprintf("the members finalized, agreeing on the leaders of %d groups", groups), func() bool {
+		leaders := map[int]string{} // by group, as every member sees it
+		agreed := true
 		for _, m := range ms {
 			r, err := client.Get("http://" + m.http + "/cluster")
 			if err != nil {
@@ -89,22 +144,69 @@ func startFollower(t *testing.T) string {
 			if err != nil || st.Version != 3 || st.Leader == "" {
 				return false
 			}
-			leaders[st.Leader] = true
-		}
-		if len(leaders) != 1 {
-			return false
-		}
-		for _, m := range ms {
-			if !leaders[m.name] {
-				follower = m.client
+			seen := map[int]string{0: st.Leader}
+			if groups > 1 {
+				if len(st.Groups) != groups {
+					return false
+				}
+				for _, g := range st.Groups {
+					seen[g.ID] = g.Leader
+				}
+			}
+			for g, l := range seen {
+				if l == "" || leaders[g] != "" && leaders[g] != l {
+					agreed = false
+				}
+				leaders[g] = l
 			}
 		}
-		return true
+		if !agreed || len(leaders) != groups {
+			return false
+		}
+		led := map[string]int{}
+		for _, l := range leaders {
+			led[l]++
+		}
+		chosen = ""
+		for _, m := range ms {
+			if groups > 1 && led[m.name] != 1 {
+				return false // not balanced yet
+			}
+		}
+		for _, m := range ms {
+			if m.name != leaders[0] && connectionsServed(client, m.http) == 0 {
+				chosen = m.client
+				return true
+			}
+		}
+		return false
 	})
 	// As StartBinary's readiness probe does on the reference, so that
 	// both count one connection and its commands before the test's.
-	if err := testproc.Probe(follower, startTimeout); err != nil {
+	if err := testproc.Probe(chosen, startTimeout); err != nil {
 		t.Fatal(err)
 	}
-	return follower
+	return chosen, placement
+}
+
+// connectionsServed is the sprout_connections_total a member's --http at
+// addr reports, or -1 if it reports none.
+func connectionsServed(client *http.Client, addr string) int {
+	r, err := client.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer r.Body.Close()
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return -1
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "sprout_connections_total "); ok {
+			if n, err := strconv.ParseFloat(v, 64); err == nil {
+				return int(n)
+			}
+		}
+	}
+	return -1
 }

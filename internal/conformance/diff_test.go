@@ -308,11 +308,29 @@ type session struct {
 	// bursts: TestRandom's steps include bursts, several commands sent in
 	// one write (a member pipelines them to the leader).
 	bursts bool
+	// groups: the Sprout is a member of a cluster of several shard
+	// groups, whose job ids are translated and whose documented
+	// differences are allowed as groups_test.go says; nil otherwise.
+	groups *groupsView
 }
 
 // newSession starts both servers; overTLS has Sprout's connections use its
 // TLS listener.
 func newSession(t testing.TB, header string, overTLS bool) *session {
+	t.Helper()
+	return newSessionWith(t, header, func() (string, *tls.Config) {
+		if overTLS {
+			return StartSproutTLS(t)
+		}
+		return StartSprout(t), nil
+	})
+}
+
+// newSessionWith starts the reference, then has startSprout start the
+// Sprout, and returns the session between them: startSprout returns the
+// Sprout's address, and a TLS configuration if it is to be reached
+// over TLS.
+func newSessionWith(t testing.TB, header string, startSprout func() (string, *tls.Config)) *session {
 	t.Helper()
 	ref := testproc.Reference(t)
 	s := &session{
@@ -323,11 +341,7 @@ func newSession(t testing.TB, header string, overTLS bool) *session {
 		selfTest: SelfTest(),
 		ref112:   ref.Is112(),
 	}
-	if overTLS {
-		s.sutAddr, s.sutTLS = StartSproutTLS(t)
-	} else {
-		s.sutAddr = StartSprout(t)
-	}
+	s.sutAddr, s.sutTLS = startSprout()
 	t.Cleanup(func() {
 		for _, c := range s.conns {
 			c.ref.Close()
@@ -363,16 +377,23 @@ func (s *session) forget(n int) {
 		c.sut.Close()
 		delete(s.conns, n)
 	}
+	if s.groups != nil {
+		s.groups.forget(n)
+	}
 }
 
 // send writes the same bytes to connection n on both servers, reference
 // first.
-func (s *session) send(n int, b []byte) {
+func (s *session) send(n int, b []byte) { s.sendPair(n, b, b) }
+
+// sendPair writes ref to connection n on the reference, then sut to it on
+// Sprout: the same command, with Sprout's job ids (groupsView.render).
+func (s *session) sendPair(n int, ref, sut []byte) {
 	c := s.conn(n)
-	if err := c.ref.Send(b); err != nil {
+	if err := c.ref.Send(ref); err != nil {
 		s.fail("sending to beanstalkd on conn %d: %v", n, err)
 	}
-	if err := c.sut.Send(b); err != nil {
+	if err := c.sut.Send(sut); err != nil {
 		s.fail("sending to sprout on conn %d: %v", n, err)
 	}
 }
@@ -416,14 +437,32 @@ func (s *session) exchange(e *entry, conn, n int, wait time.Duration) {
 	if sutErr != nil {
 		s.fail("sprout sent %d of %d replies on conn %d (%v)", len(sut), n, conn, sutErr)
 	}
-	s.compare(ref, sut)
+	s.compare(conn, ref, sut, e.tubeSets)
 }
 
-// compare fails the test unless the replies match after normalisation.
-func (s *session) compare(ref, sut [][]byte) {
+// compare fails the test unless the replies on connection conn match
+// after normalisation. Through a cluster of several groups (s.groups),
+// Sprout's job ids are first translated to the reference's, and the
+// replies i for which tubeSets[i] is set (those to list-tubes where the
+// documented difference of order applies) are compared as sets.
+func (s *session) compare(conn int, ref, sut [][]byte, tubeSets []bool) {
 	for i := range ref {
-		if !normalizeReply(ref[i], s.ref112, s.inCluster).matches(normalizeReply(sut[i], s.ref112, s.inCluster)) {
-			s.fail("replies differ:\n%s", describeDifference(ref[i], sut[i], s.ref112, s.inCluster))
+		r, u := ref[i], sut[i]
+		if s.groups != nil {
+			if err := s.groups.learn(conn, r, u); err != nil {
+				s.fail("%v\n  beanstalkd: %s\n  sprout:     %s", err, quote(r), quote(u))
+			}
+			u = s.groups.toReference(u)
+			if i < len(tubeSets) && tubeSets[i] {
+				r, u = s.groups.tubeSet(r, u)
+			}
+		}
+		if !normalizeReply(r, s.ref112, s.inCluster).matches(normalizeReply(u, s.ref112, s.inCluster)) {
+			raw := ""
+			if !bytes.Equal(u, sut[i]) {
+				raw = "\n  (sprout's reply before translation: " + quote(sut[i]) + ")"
+			}
+			s.fail("replies differ:\n%s%s", describeDifference(r, u, s.ref112, s.inCluster), raw)
 		}
 	}
 }
@@ -522,11 +561,17 @@ func (s *session) fail(format string, args ...any) {
 // entry is one step: what was sent on which connection, and what each
 // server answered.
 type entry struct {
-	step     int
-	conn     int
-	sent     []byte
+	step int
+	conn int
+	sent []byte
+	// sentSut is what Sprout got instead of sent, when its job ids were
+	// translated (groupsView.render); nil when it got sent.
+	sentSut  []byte
 	ref, sut [][]byte
 	note     string
+	// tubeSets marks the replies that exchange compares as sets of tubes
+	// (compare).
+	tubeSets []bool
 }
 
 // transcript keeps the most recent entries, for failure reports.
@@ -553,6 +598,9 @@ func (t *transcript) tail(n int) string {
 			fmt.Fprintf(&b, " (%s)", e.note)
 		}
 		b.WriteString("\n")
+		if e.sentSut != nil {
+			fmt.Fprintf(&b, "    (sprout got %s)\n", quote(e.sentSut))
+		}
 		for _, r := range e.ref {
 			fmt.Fprintf(&b, "    beanstalkd: %s\n", quote(r))
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -37,6 +38,10 @@ const (
 // runRandom drives s with steps random steps from seed.
 func runRandom(t *testing.T, s *session, seed uint64, steps int) {
 	r := &randomRun{session: s, gen: newGenerator(seed), waiting: map[int]int{}}
+	if s.groups != nil {
+		r.gen.groups = len(s.groups.placement.Groups)
+		r.gen.groupOf = func(tube string) int { return int(s.groups.placement.Owner(tube)) }
+	}
 	start := time.Now()
 	for i := range steps {
 		r.step(i)
@@ -85,7 +90,21 @@ func (r *randomRun) step(i int) {
 	}
 	conn, pipelined := r.pickConn()
 	cmd := r.gen.command(conn, pipelined, len(r.waiting) < randomConns-1)
-	e := r.log.add(i, conn, cmd.text, cmd.kind)
+	// Through groups, no quit while a reserve waits: the jobs it hands
+	// back may be of several groups (knownGroupBugs).
+	for r.groups != nil && cmd.quits && len(r.waiting) > 0 {
+		cmd = r.gen.command(conn, pipelined, len(r.waiting) < randomConns-1)
+	}
+	if cmd.timer > 0 && r.groups != nil && len(r.timers) > 0 {
+		// Through groups, one server-side timer at a time (doc.go).
+		r.avoidTimers(math.MaxInt)
+		r.collectWoken(i)
+	}
+	ref, sut := r.render(cmd)
+	e := r.log.add(i, conn, ref, cmd.kind)
+	if !bytes.Equal(ref, sut) {
+		e.sentSut = sut
+	}
 
 	if d := r.knownDifference(cmd.text); d != nil {
 		if !r.selfTest {
@@ -96,7 +115,7 @@ func (r *randomRun) step(i int) {
 	}
 
 	sentAt := time.Now()
-	r.send(conn, cmd.text)
+	r.sendPair(conn, ref, sut)
 	if cmd.timer > 0 {
 		r.timers = append(r.timers, window{
 			from: sentAt.Add(cmd.timer - timerGuard),
@@ -117,6 +136,9 @@ func (r *randomRun) step(i int) {
 	case cmd.blocks:
 		r.reserve(e, conn)
 	default:
+		if r.groups != nil && isListTubes(ref) {
+			e.tubeSets = []bool{true}
+		}
 		r.exchange(e, conn, cmd.replies, replyWait)
 		r.gen.learn(conn, e.ref)
 		for _, reply := range e.ref {
@@ -126,40 +148,100 @@ func (r *randomRun) step(i int) {
 }
 
 // burstChance is the chance, in percent, that a step of a run with bursts
-// is one; burstMax, the most commands in one.
+// is one; burstMax, the most commands in one; burstBytes, the most bytes:
+// Sprout's default --max-input, 2*(max job size+256). A member closes a
+// connection whose unparsed input passes it (a documented limit), which
+// a burst of two too-big jobs behind a command that waits for a leader's
+// answer does.
 const (
 	burstChance = 12
 	burstMax    = 8
+	burstBytes  = 2 * (65535 + 256)
 )
 
 // burst sends 2 to burstMax commands in one write on a connection that is
 // not waiting: commands that neither wait, quit, start a timer nor are a
-// known difference, so that their replies come at once, in order.
+// known difference, so that their replies come at once, in order. An
+// unpause starts a timer too, of 1 ns: the commands after it in the burst
+// would race its end, which one server reaches after the burst and a
+// member between two of its commands (unpauses).
 func (r *randomRun) burst(i int) {
 	conn := r.gen.rng.IntN(randomConns)
 	for _, waiting := r.waiting[conn]; waiting; _, waiting = r.waiting[conn] {
 		conn = r.gen.rng.IntN(randomConns)
 	}
-	var text []byte
+	var text, sutText []byte
+	var tubeSets []bool
+	readyIn := -1 // through groups, the group the burst may make jobs ready in
 	replies, n := 0, 2+r.gen.rng.IntN(burstMax-1)
 	for len(text) == 0 || n > 0 {
 		cmd := r.gen.command(conn, false, false)
-		if cmd.quits || cmd.timer > 0 || r.knownDifference(cmd.text) != nil {
+		if cmd.quits || cmd.timer > 0 || unpauses(cmd.text) || r.knownDifference(cmd.text) != nil ||
+			len(text)+len(cmd.text) > burstBytes {
 			continue
 		}
-		text = append(text, cmd.text...)
+		// Through groups, the priorities of a burst's puts are those of
+		// the tube used before it, the ids it names are issued before
+		// it, and while a reserve waits it makes jobs ready in one group
+		// at most (doc.go).
+		if r.groups != nil {
+			if bytes.HasPrefix(cmd.text, []byte("use ")) || r.gen.namesFutureID(cmd) {
+				continue
+			}
+			if g := r.gen.readyGroup(conn, cmd); g >= 0 && len(r.waiting) > 0 {
+				if readyIn >= 0 && g != readyIn {
+					continue
+				}
+				readyIn = g
+			}
+		}
+		ref, sut := r.render(cmd)
+		text, sutText = append(text, ref...), append(sutText, sut...)
+		for range cmd.replies {
+			tubeSets = append(tubeSets, r.groups != nil && isListTubes(ref))
+		}
 		replies += cmd.replies
 		n--
 	}
 	e := r.log.add(i, conn, text, "burst")
-	r.send(conn, text)
+	if !bytes.Equal(text, sutText) {
+		e.sentSut = sutText
+	}
+	e.tubeSets = tubeSets
+	used := r.gen.usedTube(conn)
+	r.sendPair(conn, text, sutText)
 	r.exchange(e, conn, replies, replyWait)
 	r.gen.learn(conn, e.ref)
+	if r.groups != nil && r.gen.usedTube(conn) != used {
+		r.fail("test bug: a burst changed the used tube from %q to %q", used, r.gen.usedTube(conn))
+	}
 	for _, reply := range e.ref {
 		r.mayHaveWoken = r.mayHaveWoken || wakingReply.Match(reply)
 	}
 	r.bursted++
 }
+
+// unpauses reports whether text is a pause-tube of 0 seconds, which pauses
+// the tube for 1 ns: that is, until the next time the server looks.
+func unpauses(text []byte) bool {
+	f := strings.Fields(string(text))
+	return len(f) == 3 && f[0] == "pause-tube" && strings.Trim(f[2], "0") == ""
+}
+
+// render is cmd's text as the reference and Sprout get it: through
+// groups, with Sprout's job ids for the reference's (groupsView.render).
+// Only a command the generator marked ids in is looked at: bodies are
+// sent as they are.
+func (r *randomRun) render(cmd command) (ref, sut []byte) {
+	if r.groups == nil || !cmd.marked {
+		return cmd.text, cmd.text
+	}
+	return r.groups.render(cmd.text)
+}
+
+// isListTubes reports whether text is the one command answered with
+// list-tubes' list.
+func isListTubes(text []byte) bool { return string(text) == "list-tubes\r\n" }
 
 // wakingReply matches the replies after which a job may have become ready.
 var wakingReply = regexp.MustCompile(`^(INSERTED|RELEASED|KICKED|PAUSED)`)
@@ -221,7 +303,7 @@ func (r *randomRun) completePair(e *entry, conn int, ref []byte, refErr error, s
 	case sutErr != nil:
 		r.fail("conn %d: beanstalkd answered %s, sprout did not within %v (%v)", conn, quote(ref), lateReplyWait, sutErr)
 	}
-	r.compare([][]byte{ref}, [][]byte{sut})
+	r.compare(conn, [][]byte{ref}, [][]byte{sut}, nil)
 }
 
 // collectWoken reads the replies of waiting reserves that have ended since
@@ -294,6 +376,7 @@ type command struct {
 	blocks  bool          // a reserve that may wait for a job
 	timer   time.Duration // a server timer this long starts (delay, pause, timeout)
 	quits   bool          // the server closes the connection
+	marked  bool          // text may hold job ids marked for translation (markID), and no body
 }
 
 // generator draws commands from a weighted grammar over a few tube names and
@@ -304,7 +387,19 @@ type generator struct {
 	rng      *rand.Rand
 	ids      []uint64         // job ids seen in replies, in order of first sight
 	seen     map[uint64]bool  // the set of ids
+	maxID    uint64           // the largest of them
 	reserved map[int][]uint64 // recently reserved ids, by connection
+	used     map[int]string   // each connection's used tube, from the replies
+
+	// Through a cluster of several groups (doc.go, "Shard groups"),
+	// groupOf is the group of a tube, of the groups there are; nil and 0
+	// otherwise. Then job ids are marked for translation (markID), and
+	// every priority a job gets is congruent to its group modulo groups,
+	// so that jobs of different groups never tie (priInGroup).
+	groupOf  func(tube string) int
+	groups   int
+	jobGroup map[uint64]int // the group of each job seen inserted, with groupOf
+	marked   bool           // an id was marked since command began
 }
 
 func newGenerator(seed uint64) *generator {
@@ -312,6 +407,8 @@ func newGenerator(seed uint64) *generator {
 		rng:      rand.New(rand.NewPCG(seed, seed^0x5eed)),
 		seen:     map[uint64]bool{},
 		reserved: map[int][]uint64{},
+		used:     map[int]string{},
+		jobGroup: map[uint64]int{},
 	}
 }
 
@@ -395,7 +492,9 @@ func (g *generator) command(conn int, pipelined, mayBlock bool) command {
 		if pipelined && !slices.Contains(sideEffectFree, p.name) {
 			continue
 		}
+		g.marked = false
 		cmd := p.make(g, conn)
+		cmd.marked = g.marked
 		if cmd.blocks && !mayBlock {
 			continue
 		}
@@ -433,16 +532,24 @@ func withTube(verb string) func(*generator, int) command {
 	return func(g *generator, _ int) command { return oneLine(verb + " " + g.tube()) }
 }
 
-// learn records the job ids in the reference's replies on conn.
+// learn records the job ids in the reference's replies on conn, and its
+// used tube.
 func (g *generator) learn(conn int, replies [][]byte) {
 	for _, r := range replies {
 		f := strings.Fields(string(r[:bytes.IndexByte(r, '\n')+1]))
 		if len(f) < 2 {
 			continue
 		}
+		if f[0] == "USING" {
+			g.used[conn] = f[1]
+			continue
+		}
 		id, err := strconv.ParseUint(f[1], 10, 64)
 		if err != nil {
 			continue
+		}
+		if f[0] == "INSERTED" && g.groupOf != nil {
+			g.jobGroup[id] = g.groupOf(g.usedTube(conn))
 		}
 		switch f[0] {
 		case "RESERVED":
@@ -452,13 +559,56 @@ func (g *generator) learn(conn int, replies [][]byte) {
 			if !g.seen[id] {
 				g.seen[id] = true
 				g.ids = append(g.ids, id)
+				g.maxID = max(g.maxID, id)
 			}
 		}
 	}
 }
 
 // forget drops what was known about a connection that closed.
-func (g *generator) forget(conn int) { delete(g.reserved, conn) }
+func (g *generator) forget(conn int) {
+	delete(g.reserved, conn)
+	delete(g.used, conn)
+}
+
+// usedTube is conn's used tube.
+func (g *generator) usedTube(conn int) string {
+	if t, ok := g.used[conn]; ok {
+		return t
+	}
+	return "default"
+}
+
+// readyGroup is the group in which cmd, sent on conn through groups, may
+// make a job ready for a waiting reserve (a put, kick, release, kick-job
+// or pause-tube), or -1 if it makes none ready.
+func (g *generator) readyGroup(conn int, cmd command) int {
+	switch text := cmd.text; {
+	case bytes.HasPrefix(text, []byte("put ")), bytes.HasPrefix(text, []byte("kick ")):
+		return g.groupOf(g.usedTube(conn))
+	case bytes.HasPrefix(text, []byte("release ")), bytes.HasPrefix(text, []byte("kick-job ")):
+		if ids := markedIDs(text); len(ids) == 1 {
+			if group, ok := g.jobGroup[ids[0]]; ok {
+				return group
+			}
+		}
+	case bytes.HasPrefix(text, []byte("pause-tube ")):
+		if f := strings.Fields(string(text)); len(f) > 1 {
+			return g.groupOf(f[1])
+		}
+	}
+	return -1
+}
+
+// namesFutureID reports whether cmd names an id beyond those seen, which
+// a put sent before it in the same write could issue: its translation
+// would be decided before the put's INSERTED paired it.
+func (g *generator) namesFutureID(cmd command) bool {
+	if !cmd.marked {
+		return false
+	}
+	return slices.ContainsFunc(markedIDs(cmd.text), func(id uint64) bool { return !g.seen[id] && id > g.maxID })
+}
 
 // chance reports true with probability n in 100.
 func (g *generator) chance(n int) bool { return g.rng.IntN(100) < n }
@@ -468,7 +618,17 @@ func (g *generator) pick(choices ...string) string { return choices[g.rng.IntN(l
 
 // id is a job id: mostly one seen before (preferably one this connection
 // reserved), sometimes one that does not exist yet or an edge value.
+// Through groups it is marked for translation (markID).
 func (g *generator) id(conn int) string {
+	id := g.unmarkedID(conn)
+	if g.groupOf != nil {
+		g.marked = true
+		return markID(id)
+	}
+	return id
+}
+
+func (g *generator) unmarkedID(conn int) string {
 	switch n := g.rng.IntN(100); {
 	case n < 30 && len(g.reserved[conn]) > 0:
 		r := g.reserved[conn]
@@ -491,6 +651,40 @@ func (g *generator) id(conn int) string {
 func (g *generator) pri() string {
 	return g.pick("0", "0", "1", "10", "1023", "1024", "1024", "65536", "4294967295",
 		strconv.Itoa(g.rng.IntN(2048)))
+}
+
+// putPri is a priority for a put on conn: through groups, one of the
+// group of its used tube (priInGroup).
+func (g *generator) putPri(conn int) string { return g.inUsedGroup(conn, g.pri()) }
+
+// inUsedGroup is pri, moved into the group of conn's used tube through
+// groups.
+func (g *generator) inUsedGroup(conn int, pri string) string {
+	if g.groupOf == nil {
+		return pri
+	}
+	return priInGroup(pri, g.groupOf(g.usedTube(conn)), g.groups)
+}
+
+// jobPri is a priority for the job id names (release, bury): through
+// groups, one of the job's group.
+func (g *generator) jobPri(id string) string {
+	pri := g.pri()
+	if g.groupOf == nil {
+		return pri
+	}
+	if ids := markedIDs([]byte(id)); len(ids) == 1 {
+		if group, ok := g.jobGroup[ids[0]]; ok {
+			return priInGroup(pri, group, g.groups)
+		}
+	}
+	return pri
+}
+
+// idPri is a job id and a priority for it, separated by a space.
+func (g *generator) idPri(conn int) string {
+	id := g.id(conn)
+	return id + " " + g.jobPri(id)
 }
 
 // delay is mostly 0, sometimes long enough never to run out during the run,
@@ -552,27 +746,27 @@ func (g *generator) junkLine() string {
 	return string(b)
 }
 
-func (g *generator) put(int) command {
+func (g *generator) put(conn int) command {
 	delay, timer := g.delay()
 	body := g.body()
 	spaces := " "
 	if g.chance(5) {
 		spaces = "   " // runs of spaces between the numbers are fine
 	}
-	head := strings.Join([]string{"put", g.pri(), delay, g.ttr(), strconv.Itoa(len(body))}, spaces)
+	head := strings.Join([]string{"put", g.putPri(conn), delay, g.ttr(), strconv.Itoa(len(body))}, spaces)
 	text := append([]byte(head+"\r\n"), body...)
 	return command{text: append(text, "\r\n"...), replies: 1, timer: timer}
 }
 
 func (g *generator) release(conn int) command {
 	delay, timer := g.delay()
-	c := oneLine(fmt.Sprintf("release %s %s %s", g.id(conn), g.pri(), delay))
+	c := oneLine(fmt.Sprintf("release %s %s", g.idPri(conn), delay))
 	c.timer = timer
 	return c
 }
 
 func (g *generator) bury(conn int) command {
-	return oneLine("bury " + g.id(conn) + " " + g.pri())
+	return oneLine("bury " + g.idPri(conn))
 }
 
 func (g *generator) kick(int) command {
@@ -614,8 +808,8 @@ func (g *generator) prefixQuirk(int) command {
 func (g *generator) lineCommand(conn int) string {
 	return g.pick(
 		"peek "+g.id(conn), "delete "+g.id(conn), "touch "+g.id(conn), "kick-job "+g.id(conn),
-		"stats-job "+g.id(conn), "reserve-job "+g.id(conn), "bury "+g.id(conn)+" "+g.pri(),
-		"release "+g.id(conn)+" "+g.pri()+" 0", "use "+g.tube(), "watch "+g.tube(),
+		"stats-job "+g.id(conn), "reserve-job "+g.id(conn), "bury "+g.idPri(conn),
+		"release "+g.idPri(conn)+" 0", "use "+g.tube(), "watch "+g.tube(),
 		"ignore "+g.tube(), "stats-tube "+g.tube(), "pause-tube "+g.tube()+" 0",
 		"kick 1", "stats", "list-tubes", "list-tube-used", "list-tubes-watched",
 		"peek-ready", "peek-delayed", "peek-buried", "reserve-with-timeout 0")
@@ -699,7 +893,7 @@ func (g *generator) badPutHeader(int) command {
 // reads exactly declared+2 bytes: unless they end in \r\n (then it is a job)
 // the answer is EXPECTED_CRLF, and whatever is left over is parsed as lines.
 // The leftover is made of junk lines, so each gets one UNKNOWN_COMMAND.
-func (g *generator) wrongBodyLength(int) command {
+func (g *generator) wrongBodyLength(conn int) command {
 	declared := g.rng.IntN(20)
 	actual := g.rng.IntN(30)
 	if actual == declared {
@@ -713,7 +907,7 @@ func (g *generator) wrongBodyLength(int) command {
 	if rest != "" && !strings.HasSuffix(rest, "\r\n") {
 		rest += "\r\n" // complete the line the cut left open
 	}
-	text := fmt.Sprintf("put 0 0 3600 %d\r\n%s%s", declared, body, rest)
+	text := fmt.Sprintf("put %s 0 3600 %d\r\n%s%s", g.inUsedGroup(conn, "0"), declared, body, rest)
 	return command{text: []byte(text), replies: 1 + strings.Count(rest, "\r\n")}
 }
 
