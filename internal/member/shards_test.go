@@ -749,3 +749,27 @@ func TestShardGroupsLocal(t *testing.T) {
 		t.Fatalf("reserve after the handover: %+v %v, want job %d again", r, err, id2)
 	}
 }
+
+// TestShardGroupsRefsAtOnce: a connection to the member that leads the
+// default tube's group counts in stats-tube default from its first
+// command on, as on one server: the member sets its sessions' totals in
+// a group it leads at once, not through its own commands stream.
+func TestShardGroupsRefsAtOnce(t *testing.T) {
+	c := newShardedCluster(t, 3)
+	c.finalized()
+	c.balanced()
+	g := c.up["m1"].shards.placement.Owner("default")
+	var m *Member
+	for _, mb := range c.up {
+		if mb.shards.serving(g) != nil {
+			m = mb
+		}
+	}
+	for i := 1; i <= 20; i++ {
+		conn := testproc.DialTest(t, m.Addr().String(), replyTimeout)
+		got, err := conn.StatsInt("stats-tube default", "current-using", "current-watching")
+		if err != nil || got[0] != int64(i) || got[1] != int64(i) {
+			t.Fatalf("connection %d's first stats-tube default: using, watching %v %v, want %d %d", i, got, err, i, i)
+		}
+	}
+}

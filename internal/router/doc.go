@@ -93,7 +93,9 @@
 //
 // References (5.4): the router counts, per tube, how many of its remote
 // sessions use and watch it, and sends the totals of the tubes that
-// changed as refs items; use, watch and ignore answer once the leader
+// changed as refs items (to a group it leads, with none of its items on
+// their way there, it sets them on the store at once, so that a command
+// run here next counts them, as one server would); use, watch and ignore answer once the leader
 // has them, so a stats-tube sent anywhere after USING counts the
 // session. Each new leader gets every count at once (a sync). The
 // leader's store counts them beside its own clients

@@ -58,6 +58,9 @@ type Router struct {
 	// group and number: each ack also acknowledges every item sent to
 	// the group before it.
 	refWaits map[refItem]func()
+	// refsOut are, by group, the last refs item sent to it and the last
+	// it acknowledged: one is on its way while the first is greater.
+	refsOut map[uint16][2]uint64
 	// reported are the leaders other members said they are of groups
 	// (KindLeaders): how a member learns the leaders of the groups it
 	// holds no replica of (docs/design/shards.md 1.4). reportMu guards
@@ -149,7 +152,7 @@ type refCount struct{ using, watching uint32 }
 
 // NewRouter starts a router: its loop to its own Server, and its retries.
 func NewRouter(cfg RouterConfig) *Router {
-	r := &Router{cfg: cfg, refs: make(map[string]*refCount), refWaits: make(map[refItem]func()),
+	r := &Router{cfg: cfg, refs: make(map[string]*refCount), refWaits: make(map[refItem]func()), refsOut: make(map[uint16][2]uint64),
 		lead: make(map[uint16]uint64), reported: make(map[uint16]reportedLeader),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		// Session ids start anywhere: a leader keeps a session's owner
@@ -564,7 +567,33 @@ func (r *Router) changeRefs(tube string, using, watching int, done func()) {
 	if c.using == 0 && c.watching == 0 {
 		delete(r.refs, tube)
 	}
+	if st := r.refsHereLocked(g); st != nil {
+		// The group is led here, and no refs item to it is on its way
+		// (an older total would overwrite this one): set the total at
+		// once, as one server counts a use or watch before its reply,
+		// so that a command run here next (Session.runHere) sees it.
+		st.RaiseStamp(r.link.stamp.Load())
+		st.SetRefs(r.cfg.Self, []byte(tube), c.using, c.watching)
+		raiseStamp(&r.link.stamp, st.LatestStamp()) // a tube it made is stamped
+		r.mu.Unlock()
+		if done != nil {
+			done()
+		}
+		return
+	}
 	r.sendRefsLocked(g, Refs{Counts: counts}, done)
+}
+
+// refsHereLocked is group g's store if this member leads and serves it
+// and no refs item to it is on its way, else nil. r.mu is held.
+func (r *Router) refsHereLocked(g uint16) *store.Store {
+	if out := r.refsOut[g]; out[0] > out[1] {
+		return nil
+	}
+	if lead, ok := r.leader(g); !ok || lead != r.cfg.Self {
+		return nil
+	}
+	return r.group(g)
 }
 
 // moveRefs moves one use from tube from to tube to (a session's use).
@@ -598,6 +627,9 @@ func (r *Router) sendRefsLocked(g uint16, refs Refs, done func()) {
 	if done != nil {
 		r.refWaits[refItem{g, n}] = done
 	}
+	out := r.refsOut[g]
+	out[0] = n
+	r.refsOut[g] = out
 	r.link.Refs(g, uint32(n), refs, func(*Item) { r.refsAcked(g, n) })
 }
 
@@ -605,6 +637,10 @@ func (r *Router) sendRefsLocked(g uint16, refs Refs, done func()) {
 // it before.
 func (r *Router) refsAcked(g uint16, n uint64) {
 	r.mu.Lock()
+	if out := r.refsOut[g]; n > out[1] {
+		out[1] = n
+		r.refsOut[g] = out
+	}
 	var ready []func()
 	for k, f := range r.refWaits {
 		if k.group == g && k.n <= n {
