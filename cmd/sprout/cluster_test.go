@@ -226,6 +226,39 @@ func (c *testCluster) awaitServing(timeout time.Duration, members ...*testMember
 	}
 }
 
+// awaitBalanced waits until the shard groups' leaders, as every member up
+// names them, are settled: each group has one, and no member leads more
+// than its share (members hand leaderships over until each leads about
+// G/M). A handover during a test would move what the leader alone keeps:
+// reservations, pauses.
+func (c *testCluster) awaitBalanced(timeout time.Duration) {
+	c.t.Helper()
+	members := c.up()
+	testproc.WaitFor(c.t, timeout, "the groups' leaders balanced", func() bool {
+		leaders := map[int]string{}
+		for _, m := range members {
+			st, err := m.status()
+			if err != nil {
+				return false
+			}
+			for _, g := range st.Groups {
+				if was, ok := leaders[g.ID]; g.Leader == "" || ok && was != g.Leader {
+					return false
+				}
+				leaders[g.ID] = g.Leader
+			}
+		}
+		share := (len(leaders) + len(members) - 1) / len(members)
+		led := map[string]int{}
+		for _, name := range leaders {
+			if led[name]++; led[name] > share {
+				return false
+			}
+		}
+		return len(leaders) > 0
+	})
+}
+
 // others are the members up but m.
 func (c *testCluster) others(m *testMember) []*testMember {
 	var out []*testMember
