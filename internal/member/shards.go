@@ -265,7 +265,9 @@ func (m *Member) followGroup(n *replication.Node) {
 // transfer is on, until the receiver has caught up and taken over, or
 // for an election timeout if it never does: so a member is planned to
 // receive only while this one is connected to it (a member down is no
-// receiver, though it leads fewest).
+// receiver, though it leads fewest) and has heard from it within a third
+// of an election timeout (a member stopped or cut off keeps its
+// connection up for seconds, but sends nothing).
 const (
 	// balanceEvery is how often a member looks at the leaders.
 	balanceEvery = time.Second
@@ -316,7 +318,10 @@ func (m *Member) balanceLeaders() {
 		for _, mb := range m.node.Status().Members {
 			reachable[mb.Name] = mb.Connected
 		}
-		caughtUp := func(_ uint16, to string) bool { return reachable[to] }
+		heardWithin := m.node.ElectionTimeout() / 3 // heartbeats come every tick, a tenth of it
+		caughtUp := func(_ uint16, to string) bool {
+			return reachable[to] && m.node.Host().HeardFrom(to, heardWithin)
+		}
 		for _, tr := range meta.PlanLeaders(sh.placement, leaders, caughtUp) {
 			if tr.From != m.node.Name() || now.Sub(changed[tr.Group]) < leaderSettle {
 				continue

@@ -134,6 +134,23 @@ func (h *Host) Routes(id uint64) bool {
 	return id == h.self.ID || h.transport.protocolOf(id) >= protocolRouter
 }
 
+// HeardFrom reports whether a Raft message from member name reached this
+// one within d: a member stopped (SIGSTOP) or cut off keeps its
+// connection up for seconds, but sends nothing, where a live replica of a
+// group this member leads answers its heartbeats every tick. False for
+// a member not known, or never heard from.
+func (h *Host) HeardFrom(name string, d time.Duration) bool {
+	t := h.transport
+	t.mu.Lock()
+	p := t.byName[name]
+	t.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	at := p.heard.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < d
+}
+
 // OnItems sets what takes the payloads members send to this one, and
 // opens this member's commands streams: until it is first set, none is
 // dialled, and those members dial here are open but not read (their

@@ -231,3 +231,32 @@ func TestHostTicksTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestHeardFrom: a member hears from the members that answer it, and
+// stops hearing from one that stopped at once, though its connection
+// could look up for seconds (a SIGSTOP).
+func TestHeardFrom(t *testing.T) {
+	c := newNetCluster(t, 3, 100, nil)
+	leader := c.awaitServing(10 * time.Second)
+	var others []*Node
+	for _, n := range c.up() {
+		if n != leader {
+			others = append(others, n)
+		}
+	}
+	within := leader.ElectionTimeout() / 3
+	testproc.WaitFor(t, 5*time.Second, "the leader hearing from both followers", func() bool {
+		return leader.Host().HeardFrom(others[0].Name(), within) && leader.Host().HeardFrom(others[1].Name(), within)
+	})
+	if leader.Host().HeardFrom("nobody", within) {
+		t.Error("heard from a member not known")
+	}
+	stopped := others[1].Name()
+	c.kill(stopped)
+	testproc.WaitFor(t, within+2*time.Second, "the leader no longer hearing from "+stopped, func() bool {
+		return !leader.Host().HeardFrom(stopped, within)
+	})
+	if !leader.Host().HeardFrom(others[0].Name(), within) {
+		t.Errorf("the leader stopped hearing from %s, which runs", others[0].Name())
+	}
+}

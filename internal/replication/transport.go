@@ -208,6 +208,10 @@ type peer struct {
 	incarnation atomic.Uint64
 	// cut drops every message to and from it: the tests' partition.
 	cut atomic.Bool
+	// heard is when a Raft message from it was last received (unix
+	// nanoseconds), 0 before any: a member stopped or cut off keeps its
+	// connection up for seconds, but sends nothing.
+	heard atomic.Int64
 	// snapping are the groups with a snapshot to it queued or being sent.
 	snapMu   sync.Mutex
 	snapping map[groupID]bool // guarded by snapMu
@@ -1131,6 +1135,7 @@ func (t *transport) receiveMessages(p *peer, conn net.Conn, f *frameReader) {
 		if p.cut.Load() {
 			continue
 		}
+		p.heard.Store(time.Now().UnixNano())
 		end := t.group(e.group)
 		if end == nil {
 			// A group that left this member, or that it does not hold
