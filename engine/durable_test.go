@@ -93,18 +93,27 @@ func (g *gatedLog) drop() {
 // startDurable runs a server on a fresh write-ahead log behind a gate.
 func startDurable(t *testing.T, loops int) (*gatedLog, string, string) {
 	t.Helper()
-	wl, err := wal.Open(t.TempDir(), wal.Options{SegmentSize: 1 << 20, SyncEvery: 0})
+	g, st := gatedStore(t)
+	_, network, addr := startServerOn(t, engine.Config{Loops: loops}, st)
+	return g, network, addr
+}
+
+// gatedStore is a store on a fresh write-ahead log, acknowledged through
+// a gate. The log closes when the test ends, after a server started on
+// the store afterwards has stopped.
+func gatedStore(t *testing.T) (*gatedLog, *store.Store) {
+	t.Helper()
+	wl, err := wal.Open(t.TempDir(), wal.Options{SegmentSize: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = wl.Close() })
 	g := &gatedLog{log: wl, limit: math.MaxUint64}
 	st := store.New(store.Options{Log: wl, Acks: g})
 	if err := wl.Start(st); err != nil {
 		t.Fatal(err)
 	}
-	_, network, addr := startServerOn(t, engine.Config{Loops: loops}, st)
-	t.Cleanup(func() { _ = wl.Close() }) // after the server has stopped
-	return g, network, addr
+	return g, st
 }
 
 // TestRepliesWaitForDurability: no reply to a change, nor any reply after

@@ -3,7 +3,6 @@ package engine_test
 import (
 	"context"
 	"io"
-	"math"
 	"net"
 	"strings"
 	"sync"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/store"
-	"github.com/sproutmq/sprout/store/wal"
 )
 
 // router is a Route that takes the connections its decide says to, and
@@ -119,17 +117,8 @@ func TestCloseClients(t *testing.T) {
 // for those: a new client's reply is sent once its own change is
 // acknowledged.
 func TestCloseClientsForgetsHeldReplies(t *testing.T) {
-	wl, err := wal.Open(t.TempDir(), wal.Options{SegmentSize: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gatedLog{log: wl, limit: math.MaxUint64}
-	st := store.New(store.Options{Log: wl, Acks: g})
-	if err := wl.Start(st); err != nil {
-		t.Fatal(err)
-	}
+	g, st := gatedStore(t)
 	srv, network, addr := startServerOn(t, engine.Config{Route: newRouter().route, Loops: 1}, st)
-	t.Cleanup(func() { _ = wl.Close() }) // after the server has stopped
 
 	g.shut()
 	lost := dialRaw(t, network, addr)
@@ -232,21 +221,8 @@ func (noWaits) WaitEnded(store.ReserveResult) {}
 // group's log: a session left open that waits for the other is answered
 // once its own log acknowledges its change.
 func TestCloseClientsWhereKeepsOtherLogs(t *testing.T) {
-	open := func() (*gatedLog, *store.Store) {
-		wl, err := wal.Open(t.TempDir(), wal.Options{SegmentSize: 1 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := &gatedLog{log: wl, limit: math.MaxUint64}
-		st := store.New(store.Options{Log: wl, Acks: g})
-		if err := wl.Start(st); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = wl.Close() }) // after the server has stopped
-		return g, st
-	}
-	lostLog, lostStore := open()
-	keptLog, keptStore := open()
+	lostLog, lostStore := gatedStore(t)
+	keptLog, keptStore := gatedStore(t)
 	var made atomic.Int32
 	var onLost sync.Map // the queues on lostStore
 	srv, network, addr := startServerOn(t, engine.Config{Route: newRouter().route, Loops: 1,

@@ -25,19 +25,29 @@ import (
 // the figures of the member's log (normalizeReply, inCluster). Some steps
 // are bursts of commands in one write, which the member pipelines.
 func TestRandomThroughFollower(t *testing.T) {
-	if SelfTest() {
-		t.Skip(SelfTestEnv + " is set: the stand-in has no cluster mode")
-	}
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	steps := clusterSteps()
-	header := fmt.Sprintf("TestRandomThroughFollower seed %d; rerun with: go test ./internal/conformance -run 'TestRandomThroughFollower$' -seed=%d -steps=%d",
-		seed, seed, steps)
+	seed, steps, header := clusterRandom(t)
 	s := newSessionWith(t, header, func() (string, *tls.Config) { return startFollower(t), nil })
 	s.inCluster, s.bursts = true, true
 	runRandom(t, s, seed, steps)
+}
+
+// clusterRandom starts a random run through a cluster, t being its test:
+// it skips the stand-in (no cluster mode), and gives the seed (-seed, a
+// new one for 0), the steps (clusterSteps) and the header of a failure's
+// report, which says how to run it again.
+func clusterRandom(t *testing.T) (seed uint64, steps int, header string) {
+	t.Helper()
+	if SelfTest() {
+		t.Skip(SelfTestEnv + " is set: the stand-in has no cluster mode")
+	}
+	seed = *seedFlag
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	steps = clusterSteps()
+	header = fmt.Sprintf("%s seed %d; rerun with: go test ./internal/conformance -run '%s$' -seed=%d -steps=%d",
+		t.Name(), seed, t.Name(), seed, steps)
+	return seed, steps, header
 }
 
 // clusterSteps is how many steps a random run through a cluster takes:

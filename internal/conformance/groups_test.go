@@ -27,16 +27,7 @@ const clusterGroups = 3
 // documented differences of shard groups are avoided or allowed as doc.go
 // says ("Shard groups").
 func TestRandomClusterGroups(t *testing.T) {
-	if SelfTest() {
-		t.Skip(SelfTestEnv + " is set: the stand-in has no cluster mode")
-	}
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	steps := clusterSteps()
-	header := fmt.Sprintf("TestRandomClusterGroups seed %d; rerun with: go test ./internal/conformance -run 'TestRandomClusterGroups$' -seed=%d -steps=%d",
-		seed, seed, steps)
+	seed, steps, header := clusterRandom(t)
 	s := newGroupsSession(t, header)
 	s.bursts = true
 	runRandom(t, s, seed, steps)
