@@ -275,8 +275,8 @@ func (a adminGroups) Leader(g uint16) (admin.Leader, *store.Store, <-chan struct
 		return admin.Leader{}, nil, changed
 	}
 	for _, ms := range node.Status().Members {
-		if ms.ID == replication.FormatID(id) {
-			return admin.Leader{Name: ms.Name, HTTP: httpOf(node, ms.Name)}, nil, changed
+		if ms.ID == replication.FormatID(id) && ms.Name != node.Name() {
+			return admin.Leader{Name: ms.Name, HTTP: ms.HTTP}, nil, changed
 		}
 	}
 	return admin.Leader{}, nil, changed

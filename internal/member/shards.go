@@ -231,9 +231,10 @@ const (
 func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 	m.sessions.HoldLocal(g, time.Now().Add(handOverHold))
 	time.Sleep(handOverGrace)
-	if j, ok := n.Store().Acks().(interface{ Appended() uint64 }); ok {
+	acks := n.Store().Acks()
+	if j, ok := acks.(interface{ Appended() uint64 }); ok {
 		done := make(chan struct{})
-		n.Store().Acks().OnAcked(j.Appended(), func() { close(done) })
+		acks.OnAcked(j.Appended(), func() { close(done) })
 		select {
 		case <-done:
 		case <-time.After(handOverSettle):

@@ -227,15 +227,8 @@ type Stats struct {
 // to its leader until then, rather than run them on its store here
 // (Session.runHere): a member about to hand g's leadership over stops
 // making replies that only its own leadership could acknowledge, so that
-// no session has to close for one when it goes (ClosesWith). A zero
-// time ends the hold.
-func (r *Router) HoldLocal(g uint16, until time.Time) {
-	if until.IsZero() {
-		r.holdLocal[g].Store(0)
-		return
-	}
-	r.holdLocal[g].Store(until.UnixNano())
-}
+// no session has to close for one when it goes (ClosesWith).
+func (r *Router) HoldLocal(g uint16, until time.Time) { r.holdLocal[g].Store(until.UnixNano()) }
 
 // heldLocal reports whether HoldLocal holds group g now.
 func (r *Router) heldLocal(g uint16) bool {

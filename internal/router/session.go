@@ -284,10 +284,10 @@ func (s *Session) call(g uint16, req Request, a *engine.Answer, finish func(it *
 // before the log has acknowledged it, the session closes (ClosesWith).
 func (s *Session) runHere(g uint16, req Request, a *engine.Answer, finish func(it *Item, a *engine.Answer)) bool {
 	r := s.r
-	if a.Behind || s.ids != 0 || s.burning.Load() != 0 || r.group(g) == nil || r.heldLocal(g) {
+	if a.Behind || s.ids != 0 || s.burning.Load() != 0 || r.heldLocal(g) {
 		return false
 	}
-	if lead, ok := r.leader(g); !ok || lead != r.cfg.Self {
+	if lead, ok := r.leader(g); !ok || lead != r.cfg.Self { // this member only while it serves
 		return false
 	}
 	s.mu.Lock()
