@@ -63,7 +63,7 @@ func (m *member) httpBase() string {
 func (m *member) up() bool { return m.proc != nil && !m.proc.Exited() }
 
 type cluster struct {
-	t       *testing.T
+	t       *failing
 	bin     string    // the sprout binary, where the members' users can run it
 	peers   string    // --cluster-peers
 	members []*member // immutable after newCluster; each member's proc is the test goroutine's
@@ -78,7 +78,7 @@ type cluster struct {
 
 // newCluster brings the namespace's loopback up and starts the members
 // (-members of them).
-func newCluster(t *testing.T, built string) *cluster {
+func newCluster(t *failing, built string) *cluster {
 	t.Helper()
 	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		t.Fatalf("ip link set lo up: %v\n%s", err, out)
@@ -502,7 +502,7 @@ func (c *cluster) cut(a, b []*member) {
 // heal removes every partition: the filter table holds no other rule.
 func (c *cluster) heal() { iptables(c.t, "-F", "OUTPUT") }
 
-func iptables(t *testing.T, args ...string) {
+func iptables(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
 		t.Fatalf("iptables %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -100,7 +100,7 @@ var faults = []fault{
 
 // round is what a fault works with.
 type round struct {
-	t     *testing.T
+	t     *failing
 	c     *cluster
 	l     *ledger
 	seq   *atomic.Uint64
@@ -122,7 +122,9 @@ type results struct {
 	skipReason string
 }
 
-func runRounds(t *testing.T, bin string, n int) {
+func runRounds(tt *testing.T, bin string, n int) {
+	t := &failing{T: tt}
+	t.repeatAtEnd()
 	c := newCluster(t, bin)
 	started := time.Now()
 	lay := c.awaitLeaders(leaderWait)
