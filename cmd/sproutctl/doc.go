@@ -22,7 +22,8 @@
 //	move --from A --to B TUBE…  carry the ready jobs of tubes from server A to server B
 //	members [list|add|remove]   a cluster's members: list, add NAME ADDR, remove NAME;
 //	                            the membership endpoint on a member's --http (--api)
-//	groups                      a cluster's Raft groups: leader, replicas, tubes, jobs (--api)
+//	groups [list|move]          a cluster's Raft groups: leader, replicas, tubes, jobs;
+//	                            move G FROM TO moves a group's replica (--api)
 //
 // # Protocol or admin API
 //

@@ -1,17 +1,38 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 )
 
-const groupsHelp = `groups lists the Raft groups of a Sprout cluster as a member sees them
-(GET /cluster on its --http port, given with --api): each group's id, its
-leader, the members voting in it (learners in brackets), and the tubes
-and jobs of that member's replica. A cluster runs one group today,
-group 0, which holds every job. Exits 4 when --api cannot be reached.`
+const groupsHelp = `List the Raft groups of a Sprout cluster, and move a group's replica from
+one member to another, through the --http port of any member (--api), with
+the admin token for a move.
+
+  groups [list]             each group as that member sees it (GET /cluster):
+                            its id, leader, the members voting in it
+                            (learners in brackets), and the tubes and jobs of
+                            that member's replica
+  groups move G FROM TO     move group G's replica from member FROM to member
+                            TO, a cluster of several groups' (--cluster-groups):
+                            TO is added as a learner, catches up from a
+                            snapshot, becomes a voter, then FROM is removed
+                            (handing the leadership over first if it leads)
+                            and drops the group's log. Answered once done;
+                            prints the group's replicas after.
+
+A group is moved one change at a time, and group 0, which holds the
+membership, is on every member and does not move. Exits 3 when the group,
+FROM's replica or TO is not found, 4 when --api cannot be reached.`
+
+// groupMoveTimeout bounds a move: the member answers once it is done, or
+// after its own bound (a minute) with why not.
+const groupMoveTimeout = 90 * time.Second
 
 // apiGroup is a group as GET /cluster lists it.
 type apiGroup struct {
@@ -26,14 +47,28 @@ type apiGroup struct {
 func newGroupsCmd(o *options) *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
-		Use:   "groups",
-		Short: "List a cluster's Raft groups: leaders, replicas, tubes and jobs",
+		Use:   "groups [list | move GROUP FROM TO]",
+		Short: "List a cluster's Raft groups, and move a group's replica between members",
 		Long:  groupsHelp,
-		Args:  cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
+		RunE: func(_ *cobra.Command, args []string) error {
+			verb := "list"
+			if len(args) > 0 {
+				verb, args = args[0], args[1:]
+			}
+			want := map[string]int{"list": 0, "move": 3}
+			n, known := want[verb]
+			switch {
+			case !known:
+				return usagef("groups %s: want list or move GROUP FROM TO", verb)
+			case len(args) != n:
+				return usagef("groups %s takes %d argument(s), not %d", verb, n, len(args))
+			}
 			api, err := o.adminAPI("groups")
 			if err != nil {
 				return err
+			}
+			if verb == "move" {
+				return o.moveGroupReplica(api, args[0], args[1], args[2])
 			}
 			var out struct {
 				Groups []apiGroup `json:"groups"`
@@ -60,6 +95,31 @@ func newGroupsCmd(o *options) *cobra.Command {
 			return writeTable(o.stdout, []string{"GROUP", "LEADER", "REPLICAS", "TUBES", "JOBS"}, rows)
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, `write {"groups": [...]} as GET /cluster has them`)
+	c.Flags().BoolVar(&asJSON, "json", false, `list: write {"groups": [...]} as GET /cluster has them`)
 	return c
+}
+
+// moveGroupReplica moves group's replica from one member to another and
+// prints the group's replicas after.
+func (o *options) moveGroupReplica(api *apiClient, group, from, to string) error {
+	g, err := strconv.ParseUint(group, 10, 16)
+	if err != nil {
+		return usagef("groups move: %q is not a group's number", group)
+	}
+	ctx, cancel := context.WithTimeout(o.ctx, groupMoveTimeout)
+	defer cancel()
+	var out struct {
+		Replicas []string `json:"replicas"`
+		Learners []string `json:"learners"`
+	}
+	in := map[string]string{"from": from, "to": to}
+	if err := api.do(ctx, "POST", fmt.Sprintf("/cluster/groups/%d/moves", g), nil, in, &out); err != nil {
+		return err
+	}
+	replicas := strings.Join(out.Replicas, ",")
+	if len(out.Learners) > 0 {
+		replicas += ",[" + strings.Join(out.Learners, ",") + "]"
+	}
+	_, err = fmt.Fprintf(o.stdout, "moved group %d's replica from %s to %s; its replicas: %s\n", g, from, to, replicas)
+	return err
 }

@@ -38,3 +38,35 @@ func TestGroups(t *testing.T) {
 		t.Errorf("groups without --api: %q", r.stderr)
 	}
 }
+
+// groups move against a cluster of one real member formed with two
+// groups: the refusals and their exit statuses (a move that goes through
+// needs two members: internal/member's TestShardGroupsMoveReplica).
+func TestGroupsMove(t *testing.T) {
+	_, base, _ := startMember(t, "--admin-token", testToken, "--cluster-groups", "2")
+	api := []string{"--api", base, "--token", testToken}
+	groups := func(want int, args ...string) result {
+		t.Helper()
+		return must(t, want, append(append([]string{"groups"}, args...), api...)...)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for r := ctl(t, "", nil, append([]string{"groups"}, api...)...); strings.Count(r.stdout, " a ") < 2; r = ctl(t, "", nil, append([]string{"groups"}, api...)...) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the groups have no leader: %v", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if r := groups(exitNotFound, "move", "1", "a", "b"); !strings.Contains(r.stderr, "not a member") {
+		t.Errorf("a move to no member: %q", r.stderr)
+	}
+	if r := groups(exitNotFound, "move", "0", "a", "b"); !strings.Contains(r.stderr, "groups 1 to 1 move") {
+		t.Errorf("a move of group 0: %q", r.stderr)
+	}
+	groups(exitNotFound, "move", "7", "a", "b")
+	groups(exitUsage, "move", "one", "a", "b")
+	groups(exitUsage, "move", "1", "a")
+	groups(exitUsage, "split", "1")
+	if r := must(t, exitFailure, "groups", "move", "1", "a", "b", "--api", base); !strings.Contains(r.stderr, "401") {
+		t.Errorf("a move without the token: %q, want the 401", r.stderr)
+	}
+}

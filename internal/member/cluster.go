@@ -1,6 +1,7 @@
 package member
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -60,8 +61,18 @@ func (m *Member) startNode() error {
 	if err != nil {
 		return &StartError{StepLog, err}
 	}
-	if m.shards, err = planShards(m.cfg, held, len(held) == 1 && last <= 1); err != nil {
+	rec, err := readFormation(m.cfg.WALDir)
+	if err != nil {
+		return &StartError{StepLog, err}
+	}
+	if m.shards, err = planShards(m.cfg, held, len(held) == 1 && last <= 1, rec); err != nil {
 		return &StartError{StepNode, err}
+	}
+	if g := m.shards.groups(); g > 1 && rec.Groups == 0 {
+		rec = formation{Groups: g, Replicas: cmp.Or(m.cfg.Replicas, 3)} // as asked: the formation caps it at the members
+		if err := writeFormation(m.cfg.WALDir, rec); err != nil {
+			return &StartError{StepLog, err}
+		}
 	}
 	nc.Log, nc.Logger = clog, m.log
 	if m.metrics != nil {
@@ -105,7 +116,7 @@ func (m *Member) startRouter(ec *engine.Config) {
 	node, host, sh := m.node, m.node.Host(), m.shards
 	rc := router.RouterConfig{
 		Self: node.ID(), Send: host.SendItems, LeaderWait: node.ElectionTimeout(),
-		Serving: sh.serving, Leased: sh.leased, Replica: sh.replica, Term: sh.term,
+		Serving: sh.serving, Leased: sh.leased, Replica: sh.replica, Term: sh.term, Replicas: sh.replicas,
 		Removed: func() []uint64 { return node.Book().Removed },
 		Peers: func() []uint64 {
 			var ids []uint64
@@ -270,12 +281,12 @@ func (a adminGroups) Leader(g uint16) (admin.Leader, *store.Store, <-chan struct
 	}
 	changed := make(chan struct{})
 	time.AfterFunc(reportedLeaderPoll, func() { close(changed) })
-	id, ok := a.m.sessions.Reported()[g]
+	rep, ok := a.m.sessions.Reported()[g]
 	if !ok {
 		return admin.Leader{}, nil, changed
 	}
 	for _, ms := range node.Status().Members {
-		if ms.ID == replication.FormatID(id) && ms.Name != node.Name() {
+		if ms.ID == replication.FormatID(rep.Leader) && ms.Name != node.Name() {
 			return admin.Leader{Name: ms.Name, HTTP: ms.HTTP}, nil, changed
 		}
 	}

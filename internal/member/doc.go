@@ -21,8 +21,11 @@
 //     the router (internal/router) and, in a cluster formed with
 //     --cluster-groups G > 1, shard groups 1 to G-1 on the same host and
 //     log (shards.go: placed by meta.Formation, each member holding R of
-//     them and group 0; a --cluster-groups that disagrees with the log's
-//     is refused, a FormationError);
+//     them and group 0; G and R recorded in -b at the first start,
+//     formation.go, and a --cluster-groups that disagrees with the record
+//     or the log is refused, a FormationError); a group's replica moves
+//     between members (moves.go), each member following its groups'
+//     leaders' reports;
 //  5. the engine on the store, serving once it listens;
 //  6. the side port's one router (router.go): probes, metrics, pprof,
 //     /cluster and /cluster/members, the admin API and the web console,

@@ -24,6 +24,7 @@ const maxMemberRequest = 4 << 10
 //	GET  /debug/pprof/...                ops, with --pprof (open)
 //	GET  /cluster                        ops, in cluster mode (open)
 //	     /cluster/members[/{name}]       membership changes, in cluster mode (guarded as the admin API)
+//	POST /cluster/groups/{id}/moves      a group's replica moved, with several groups (moves.go; guarded so too)
 //	     /api/...                        the admin API (its own rules of access)
 //	     /                               the web console, for every other path
 //
@@ -58,6 +59,9 @@ func (m *Member) router() (http.Handler, error) {
 	mux.Handle("/api/", m.api)
 	if m.node != nil {
 		registerMembers(mux, m.node, m.api.Auth().Middleware, m.log)
+		if m.shards.groups() > 1 {
+			m.registerGroups(mux, m.api.Auth().Middleware)
+		}
 	}
 	con, err := console.New(console.Config{Auth: m.api.Auth(), Cluster: m.node != nil, Logger: m.log})
 	if err != nil {
@@ -136,7 +140,7 @@ func writeChangeError(w http.ResponseWriter, err error) {
 	case errors.Is(err, replication.ErrChangeInProgress), errors.Is(err, replication.ErrMemberExists):
 		status = http.StatusConflict
 	case errors.Is(err, replication.ErrNoLeader), errors.Is(err, replication.ErrChangeTimeout),
-		errors.Is(err, context.DeadlineExceeded):
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, errNoReplica):
 		status = http.StatusServiceUnavailable
 	case errors.Is(err, context.Canceled):
 		return // the client went away

@@ -1,9 +1,12 @@
 package member
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,22 +17,32 @@ import (
 	"github.com/sproutmq/sprout/store"
 )
 
-// shards are a cluster member's shard groups (docs/design/shards.md S6).
-// Group 0 is the member's node. With --cluster-groups G > 1, groups 1 to
-// G-1 run beside it on the same host and log (each a GroupLog of the
-// member's SharedLog), placed by the formation: meta.Formation of the
-// initial members, G and R, which every member computes alike. The
-// router routes by that placement. A member runs the replicas the
-// placement gives it; it learns the leaders of the other groups from
-// their reports (router.Router.Reported). Group 0 holds the membership
-// too, so every member holds it, whatever the placement says.
-// Membership changes need the planner (S7), not built: a cluster of
-// several groups does not change its members yet.
+// shards are a cluster member's shard groups (docs/design/shards.md S6,
+// S7). Group 0 is the member's node. With --cluster-groups G > 1, groups
+// 1 to G-1 run beside it on the same host and log (each a GroupLog of the
+// member's SharedLog), first placed by the formation: meta.Formation of
+// the initial members, G and R, which every member computes alike, and
+// which says too which group owns each tube and each id. The router
+// routes by it. Group 0 holds the membership too, so every member holds
+// it, whatever the placement says. A group's replicas move between the
+// members since (moveReplica): each group's own Raft membership says
+// where they are, and its leader's reports (router.Router.Reported) tell
+// every member; a member starts its replica of a group it was added to,
+// and drops its log of one it was removed from (followReplicas).
 type shards struct {
-	placement *meta.State // immutable; nil with one group
+	placement *meta.State // immutable: the formation; nil with one group
+	// fresh: the member's first start, when it starts the formation's
+	// groups placed on it. At a later start it starts the groups its log
+	// holds; the others, if it is added to them, as reports say.
+	fresh bool
 	// nodes are the groups' replicas on this member, by group: nodes[0]
-	// is group 0's from the start, the others set once started.
+	// is group 0's from the start, the others set while running.
 	nodes []atomic.Pointer[replication.Node]
+	// left is, by group, the membership change whose index removed this
+	// member's replica last: a report as of it or before does not bring
+	// the replica back. Guarded by leftMu.
+	leftMu sync.Mutex
+	left   map[uint16]uint64
 }
 
 // groups is how many shard groups the cluster has.
@@ -88,24 +101,34 @@ type FormationError struct{ Reason string }
 
 func (e *FormationError) Error() string { return e.Reason }
 
-// planShards decides the member's shard groups from its configuration and
-// its log (held: the groups the log holds; fresh: it holds nothing yet).
-// A log that holds groups keeps them. A restart takes G from
-// --cluster-groups, which must place on this member exactly the groups
-// its log holds, or without it from the log, when the log can tell: it
-// holds group 0 alone (one group), or every group is on every member (as
-// many as it holds). With fewer replicas than members, a member holds
-// some of the groups only, and one restarted without --cluster-groups is
-// refused. Each refusal is one line.
-func planShards(cfg Config, held []uint16, fresh bool) (*shards, error) {
+// planShards decides the member's shard groups from its configuration,
+// the formation it recorded (rec: formationFile; zero if none) and its
+// log (held: the groups the log holds; fresh: it holds nothing yet). A
+// log that holds groups keeps them. A restart takes G and R from the
+// record, which --cluster-groups and --cluster-replicas may only repeat;
+// without one (a directory of a release that wrote none) from the flags,
+// or from the log when it can tell: it holds group 0 alone (one group),
+// or every group is on every member (as many as it holds). With fewer
+// replicas than members, a member holds some of the groups only, and one
+// restarted so without --cluster-groups is refused. Each refusal is one
+// line.
+func planShards(cfg Config, held []uint16, fresh bool, rec formation) (*shards, error) {
 	nc := cfg.Cluster
-	replicas := cfg.Replicas
-	if replicas == 0 {
-		replicas = 3
+	for _, f := range []struct {
+		flag       string
+		set, known int
+	}{{"--cluster-groups", cfg.Groups, rec.Groups}, {"--cluster-replicas", cfg.Replicas, rec.Replicas}} {
+		if f.known != 0 && f.set != 0 && f.set != f.known {
+			return nil, &FormationError{fmt.Sprintf("%s %d disagrees with this cluster's %d, set when it was formed: drop it or set %d",
+				f.flag, f.set, f.known, f.known)}
+		}
 	}
+	replicas := cmp.Or(rec.Replicas, cfg.Replicas, 3)
 	everywhere := replicas >= len(nc.Peers) // every group on every member
 	groups := cfg.Groups
 	switch {
+	case rec.Groups != 0:
+		groups = rec.Groups
 	case fresh && groups == 0:
 		groups = 1
 	case fresh:
@@ -121,8 +144,7 @@ func planShards(cfg Config, held []uint16, fresh bool) (*shards, error) {
 	if groups > meta.MaxGroups {
 		return nil, &FormationError{fmt.Sprintf("--cluster-groups %d: at most %d", groups, meta.MaxGroups)}
 	}
-	sh := &shards{nodes: make([]atomic.Pointer[replication.Node], groups)}
-	placed := []uint16{0}
+	sh := &shards{nodes: make([]atomic.Pointer[replication.Node], groups), fresh: fresh, left: map[uint16]uint64{}}
 	if groups > 1 {
 		if nc.JoinID != 0 {
 			return nil, &FormationError{"--cluster-join: a cluster of several groups (--cluster-groups) does not add members yet"}
@@ -136,17 +158,14 @@ func planShards(cfg Config, held []uint16, fresh bool) (*shards, error) {
 			return nil, &FormationError{err.Error()}
 		}
 		sh.placement = placement
-		for _, grp := range placement.Groups[1:] {
-			if grp.Holds(nc.Node) {
-				placed = append(placed, grp.ID)
-			}
-		}
 	}
-	// A group placed here that the log does not hold yet starts as at
-	// the formation (a member stopped while it started its groups).
-	if !fresh && slices.ContainsFunc(held, func(g uint16) bool { return !slices.Contains(placed, g) }) {
-		return nil, &FormationError{fmt.Sprintf("--cluster-groups %d with --cluster-replicas %d places groups %v on this member, but its log holds %v, "+
-			"set when the cluster was formed: set the cluster's", groups, replicas, placed, sortedGroups(held))}
+	// The log may hold other groups than the formation placed here (they
+	// move), but none the cluster does not have.
+	for _, g := range sortedGroups(held) {
+		if int(g) >= groups {
+			return nil, &FormationError{fmt.Sprintf("--cluster-groups %d disagrees with this member's log, which holds group %d: "+
+				"set the cluster's, set when it was formed", groups, g)}
+		}
 	}
 	return sh, nil
 }
@@ -158,55 +177,157 @@ func sortedGroups(groups []uint16) []uint16 {
 	return s
 }
 
-// startShards starts groups 1 to G-1 on the member's host and log, each
-// on its replicas' members as the placement says.
+// startShards starts this member's replicas of groups 1 to G-1: those its
+// log holds, or at its first start those the formation places on it.
+// Groups it is added to later start as their leaders' reports say
+// (followReplicas).
 func (m *Member) startShards(ctx context.Context) error {
 	sh := m.shards
 	if sh.placement == nil {
 		return nil
 	}
-	shared := m.clusterLog.Shared()
+	held := m.clusterLog.Shared().Groups()
 	for _, grp := range sh.placement.Groups[1:] {
-		g := grp.ID
-		if !grp.Holds(m.node.Name()) {
-			continue
+		var err error
+		switch {
+		case slices.Contains(held, grp.ID):
+			err = m.startGroup(ctx, grp.ID, nil, false)
+		case sh.fresh && grp.Holds(m.node.Name()):
+			err = m.startGroup(ctx, grp.ID, grp.Voters(), false)
 		}
-		var peers []replication.Member
-		var voters []uint64
-		for _, p := range m.cfg.Cluster.Peers {
-			if slices.Contains(grp.Voters(), p.Name) {
-				peers = append(peers, p)
-				voters = append(voters, replication.MemberID(p.Name))
-			}
-		}
-		l, err := shared.Attach(ctx, g, voters, false)
 		if err != nil {
-			return fmt.Errorf("group %d's log: %w", g, err)
+			return err
 		}
-		nc := *m.cfg.Cluster
-		nc.Log, nc.Peers, nc.Logger, nc.Retain = l, peers, m.log, clusterLogRetain
-		nc.Observer, nc.MetaDir = nil, "" // group 0's figures; the meta group is the host's
-		nc.CloseClients = func(ctx context.Context) error {
-			// Its sessions live on other members or reach it as owner
-			// clients, which close (5.1); but a session of this member
-			// whose reply of a command run on the store here waits for
-			// the group's log closes: it would wait for ever.
-			m.sessions.Detach(g)
-			srv, n := m.started(), sh.node(g)
-			if srv == nil || n == nil {
-				return nil
-			}
-			return srv.CloseClientsWhere(ctx, func(q engine.Queue) bool { return router.ClosesWith(q, g) }, n.Store().Acks())
-		}
-		n, err := m.node.Host().StartGroup(g, nc)
-		if err != nil {
-			return fmt.Errorf("group %d: %w", g, err)
-		}
-		sh.nodes[g].Store(n)
-		go m.followGroup(n)
 	}
 	go m.balanceLeaders()
 	return nil
+}
+
+// startGroup starts this member's replica of group g: on its log if the
+// log holds the group, else a new one, as one of the voters named (the
+// formation's), or when join as a replica added since, which starts
+// empty and is filled by a snapshot of the group's leader.
+func (m *Member) startGroup(ctx context.Context, g uint16, replicas []string, join bool) error {
+	sh := m.shards
+	self := m.node.Name()
+	var peers []replication.Member
+	var voters []uint64
+	for _, p := range m.node.Book().Members {
+		if p.Name == self || slices.Contains(replicas, p.Name) {
+			peers = append(peers, p)
+		}
+		if slices.Contains(replicas, p.Name) {
+			voters = append(voters, p.ID)
+		}
+	}
+	if join {
+		voters = nil
+	}
+	l, err := m.clusterLog.Shared().Attach(ctx, g, voters, join)
+	if err != nil {
+		return fmt.Errorf("group %d's log: %w", g, err)
+	}
+	nc := *m.cfg.Cluster
+	nc.Log, nc.Peers, nc.Logger, nc.Retain = l, peers, m.log, clusterLogRetain
+	nc.Observer, nc.MetaDir = nil, "" // group 0's figures; the meta group is the host's
+	nc.CloseClients = func(ctx context.Context) error { return m.closeGroupClients(ctx, g, sh.node(g)) }
+	n, err := m.node.Host().StartGroup(g, nc)
+	if err != nil {
+		return fmt.Errorf("group %d: %w", g, err)
+	}
+	sh.nodes[g].Store(n)
+	go m.followGroup(n, g)
+	return nil
+}
+
+// closeGroupClients is what group g's replica n here calls on losing the
+// leadership (replication.NodeConfig.CloseClients). Its sessions live on
+// other members or reach it as owner clients, which close (5.1); but a
+// session of this member whose reply of a command run on the store here
+// waits for the group's log closes: it would wait for ever.
+func (m *Member) closeGroupClients(ctx context.Context, g uint16, n *replication.Node) error {
+	m.sessions.Detach(g)
+	srv := m.started()
+	if srv == nil || n == nil {
+		return nil
+	}
+	return srv.CloseClientsWhere(ctx, func(q engine.Queue) bool { return router.ClosesWith(q, g) }, n.Store().Acks())
+}
+
+// followReplicas starts this member's replica of each group a leader's
+// report names it in (added since: replication.Node.AddReplica) and
+// drops the one of each group a later report no longer names it in
+// (removed without hearing of it: raft's leader stops sending to a
+// replica it removed, which may not have applied its removal yet).
+func (m *Member) followReplicas(reported map[uint16]router.Report) {
+	sh := m.shards
+	self := m.node.ID()
+	names := make(map[uint64]string)
+	for _, mb := range m.node.Book().Members {
+		names[mb.ID] = mb.Name
+	}
+	for g, rep := range reported {
+		if g == 0 || int(g) >= sh.groups() || rep.Index == 0 {
+			continue
+		}
+		named := slices.Contains(rep.Voters, self) || slices.Contains(rep.Learners, self)
+		n := sh.node(g)
+		switch {
+		case n == nil && named && rep.Index > sh.leftAt(g):
+			var replicas []string
+			for _, id := range slices.Concat(rep.Voters, rep.Learners) {
+				replicas = append(replicas, names[id])
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), shardsStartTimeout)
+			err := m.startGroup(ctx, g, replicas, true)
+			cancel()
+			if err != nil {
+				m.log.Error().Err(err).Int("group", int(g)).Msg("cannot start the replica of a group this member was added to")
+				continue
+			}
+			m.log.Info().Int("group", int(g)).Uint64("index", rep.Index).Msg("added to a group: its replica starts here, empty until a snapshot fills it")
+		case n != nil && !named:
+			if _, _, index := n.Replicas(); rep.Index > index {
+				m.leaveGroup(g, n, rep.Index)
+			}
+		}
+	}
+}
+
+// leftAt is the index of the change that last removed this member's
+// replica of group g, 0 if none did since the member started.
+func (sh *shards) leftAt(g uint16) uint64 {
+	sh.leftMu.Lock()
+	defer sh.leftMu.Unlock()
+	return sh.left[g]
+}
+
+// leaveGroup ends this member's replica n of group g, removed from the
+// group by the change of index at (or later): it stops, the member's
+// sessions forget the group's replica here, and the group's part of the
+// log goes (replication.SharedLog.Drop), its space freed as the segments
+// holding it are.
+func (m *Member) leaveGroup(g uint16, n *replication.Node, at uint64) {
+	sh := m.shards
+	if !sh.nodes[g].CompareAndSwap(n, nil) {
+		return
+	}
+	n.Close()
+	_, _, index := n.Replicas()
+	sh.leftMu.Lock()
+	sh.left[g] = max(sh.left[g], at, index)
+	sh.leftMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), handOverSettle)
+	defer cancel()
+	if err := m.closeGroupClients(ctx, g, n); err != nil {
+		m.log.Warn().Err(err).Int("group", int(g)).Msg("closing the sessions waiting for a group's log here")
+	}
+	m.sessions.LeaderChanged()
+	if err := m.clusterLog.Shared().Drop(g); err != nil {
+		m.log.Error().Err(err).Int("group", int(g)).Msg("cannot drop the log of a group this member left")
+		return
+	}
+	m.log.Info().Int("group", int(g)).Uint64("index", max(at, index)).Msg("removed from a group: its replica here stopped and its log is dropped")
 }
 
 // Handing a leadership over (handOver): the member's sessions stop
@@ -244,15 +365,18 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 	return n.TransferLeadership(to)
 }
 
-// followGroup tells the router of every change of a group's leader,
-// until its node stops.
-func (m *Member) followGroup(n *replication.Node) {
+// followGroup tells the router of every change of group g's leader,
+// until its replica n stops; one stopped by its removal leaves the group.
+func (m *Member) followGroup(n *replication.Node, g uint16) {
 	for {
 		_, changed := n.Leader()
 		m.sessions.LeaderChanged()
 		select {
 		case <-changed:
 		case <-n.Done():
+			if errors.Is(n.Err(), replication.ErrRemoved) {
+				m.leaveGroup(g, n, 0)
+			}
 			return
 		}
 	}
@@ -295,6 +419,7 @@ func (m *Member) balanceLeaders() {
 		}
 		now := time.Now()
 		reported := m.sessions.Reported()
+		m.followReplicas(reported)
 		names := make(map[uint64]string)
 		for _, mb := range m.node.Book().Members {
 			names[mb.ID] = mb.Name
@@ -303,8 +428,8 @@ func (m *Member) balanceLeaders() {
 			var info replication.LeaderInfo
 			if n := sh.node(uint16(g)); n != nil {
 				info, _ = n.Leader()
-			} else {
-				info.Name = names[reported[uint16(g)]]
+			} else if rep, ok := reported[uint16(g)]; ok {
+				info.Name = names[rep.Leader]
 			}
 			if leaders[uint16(g)] != info.Name {
 				changed[uint16(g)] = now
@@ -323,7 +448,7 @@ func (m *Member) balanceLeaders() {
 		caughtUp := func(_ uint16, to string) bool {
 			return reachable[to] && m.node.Host().HeardFrom(to, heardWithin)
 		}
-		for _, tr := range meta.PlanLeaders(sh.placement, leaders, caughtUp) {
+		for _, tr := range meta.PlanLeaders(m.currentPlacement(reported, names), leaders, caughtUp) {
 			if tr.From != m.node.Name() || now.Sub(changed[tr.Group]) < leaderSettle {
 				continue
 			}
@@ -333,4 +458,42 @@ func (m *Member) balanceLeaders() {
 			}
 		}
 	}
+}
+
+// currentPlacement is the formation with each group's replicas as they
+// are now: as this member's replica of the group has them, or else as the
+// group's leader reported them; names are the members' by Raft id.
+func (m *Member) currentPlacement(reported map[uint16]router.Report, names map[uint64]string) *meta.State {
+	sh := m.shards
+	p := *sh.placement
+	p.Groups = slices.Clone(p.Groups)
+	for i := range p.Groups {
+		g := p.Groups[i].ID
+		var voters, learners []uint64
+		if n := sh.node(g); n != nil {
+			voters, learners, _ = n.Replicas()
+		} else if rep, ok := reported[g]; ok && rep.Index != 0 {
+			voters, learners = rep.Voters, rep.Learners
+		} else {
+			continue
+		}
+		var rs []meta.Replica
+		for _, id := range voters {
+			rs = append(rs, meta.Replica{Member: names[id]})
+		}
+		for _, id := range learners {
+			rs = append(rs, meta.Replica{Member: names[id], Learner: true})
+		}
+		p.Groups[i].Replicas = rs
+	}
+	return &p
+}
+
+// replicas is router.RouterConfig.Replicas: group g's replicas as this
+// member's replica has them.
+func (sh *shards) replicas(g uint16) (voters, learners []uint64, index uint64) {
+	if n := sh.node(g); n != nil {
+		return n.Replicas()
+	}
+	return nil, nil, 0
 }

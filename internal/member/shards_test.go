@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -204,25 +206,40 @@ func TestShardGroupsRestartOfFive(t *testing.T) {
 		ids = append(ids, id)
 	}
 	c.stop("m1")
-	for _, refused := range []struct {
-		groups int
-		want   string
-	}{
-		{0, fmt.Sprintf("this member holds groups %v of a cluster whose groups are each on 3 of its 5 members: its log cannot tell how many there are", placed)},
-		{3, fmt.Sprintf("--cluster-groups 3 with --cluster-replicas 3 places groups [0 1] on this member, but its log holds %v", placed)},
-	} {
-		c.groups = refused.groups
-		if _, err := Start(c.config("m1")); err == nil || !strings.Contains(err.Error(), refused.want) {
-			t.Fatalf("m1 restarted with --cluster-groups %d: %v, want %q", refused.groups, err, refused.want)
+	refuse := func(groups, replicas int, want string) {
+		t.Helper()
+		c.groups, c.replicas = groups, replicas
+		if _, err := Start(c.config("m1")); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("m1 restarted with --cluster-groups %d --cluster-replicas %d: %v, want %q", groups, replicas, err, want)
 		}
 	}
-	c.groups = 5
-	m := c.start("m1")
-	for g := range p.Groups {
-		if held, want := m.shards.node(uint16(g)) != nil, slices.Contains(placed, uint16(g)); held != want {
-			t.Fatalf("m1 restarted holds group %d: %v, placed there: %v", g, held, want)
+	// The member recorded the formation's G and R (formationFile): flags
+	// may only repeat them.
+	refuse(3, 0, "--cluster-groups 3 disagrees with this cluster's 5, set when it was formed: drop it or set 5")
+	refuse(0, 2, "--cluster-replicas 2 disagrees with this cluster's 3, set when it was formed: drop it or set 3")
+	// A directory without the record (written by the release before):
+	// the log alone cannot tell G, nor allow groups it does not have.
+	record := filepath.Join(c.dirs["m1"], formationFile)
+	if err := os.Remove(record); err != nil {
+		t.Fatal(err)
+	}
+	refuse(0, 3, fmt.Sprintf("this member holds groups %v of a cluster whose groups are each on 3 of its 5 members: its log cannot tell how many there are", placed))
+	refuse(3, 3, fmt.Sprintf("--cluster-groups 3 disagrees with this member's log, which holds group %d", placed[slices.IndexFunc(placed, func(g uint16) bool { return g >= 3 })]))
+	// Restarted with the flags once, the record is written again; then
+	// without them.
+	for _, flags := range [][2]int{{5, 3}, {0, 0}} {
+		c.groups, c.replicas = flags[0], flags[1]
+		m := c.start("m1")
+		for g := range p.Groups {
+			if held, want := m.shards.node(uint16(g)) != nil, slices.Contains(placed, uint16(g)); held != want {
+				t.Fatalf("m1 restarted with %v holds group %d: %v, placed there: %v", flags, g, held, want)
+			}
+		}
+		if flags[0] != 0 {
+			c.stop("m1")
 		}
 	}
+	m := c.up["m1"]
 	conn := testproc.DialTest(t, m.Addr().String(), replyTimeout)
 	for i, id := range ids {
 		testproc.WaitFor(t, 20*time.Second, fmt.Sprintf("job %d through the restarted m1", id), func() bool {

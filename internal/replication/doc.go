@@ -712,10 +712,12 @@
 // it stops, for any reason, the host's other groups stop with it, then
 // the transport. Host.StartGroup starts another group's replica on the
 // host: its own Log (a GroupLog of the member's SharedLog, or any Log),
-// store, journal and goroutine, its replicas placed
-// statically on members of group 0 (a membership change of it is
-// refused, ErrStaticGroup), its messages on the host's connections. Only
-// tests start other groups yet: two groups on three members fail over
+// store, journal and goroutine, its replicas on members of group 0 under
+// their members' Raft ids, its messages on the host's connections. Its
+// replicas change by Node.AddReplica and RemoveReplica (a member of the
+// cluster added as a learner, promoted once caught up as group 0's are;
+// a replica removed stops with ErrRemoved, its member going on), not by
+// AddMember (ErrStaticGroup). In tests: two groups on three members fail over
 // and rebuild in place each unnoticed by the other (host_test.go), and
 // run on GroupLogs of one SharedLog per member, restarted from it
 // (sharedlog_test.go). One ticker (Host.runTicker) ticks every group at

@@ -139,7 +139,7 @@ func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint, m
 		unreachable:   make(map[uint64]struct{}),
 		leaderChanged: make(chan struct{}),
 	}
-	n.byID = bookIndex(book)
+	n.byID, n.confIndex = bookIndex(book), book.Index
 	n.journal = NewJournal(n.signal)
 	if n.state = makeState(n); n.state == nil {
 		// Group g issues ids of prefix g (docs/design/shards.md, 4), and
@@ -264,6 +264,15 @@ func (h *Host) group0() *Node {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.groups[group0]
+}
+
+// memberNamed is the cluster's member named name, from group 0's book.
+func (h *Host) memberNamed(name string) (Member, bool) {
+	n := h.group0()
+	if n == nil {
+		return Member{}, false
+	}
+	return n.Book().byName(name)
 }
 
 // isRemoved and noteRemoved are the transport's questions to the

@@ -67,10 +67,13 @@ func (b Book) byID(id uint64) (Member, bool) {
 func (b Book) removed(id uint64) bool { return slices.Contains(b.Removed, id) }
 
 // add puts m in the book, replacing the entry of its id, or of its name
-// (a member removed and added again under its name has a new id).
+// (a member removed and added again under its name has a new id). A
+// replica of a group but 0 added again has its member's id again
+// (Node.AddReplica), which is then no longer removed.
 func (b *Book) add(m Member) {
 	b.Members = slices.DeleteFunc(b.Members, func(o Member) bool { return o.ID == m.ID || o.Name == m.Name })
 	b.Members = append(b.Members, m)
+	b.Removed = slices.DeleteFunc(b.Removed, func(id uint64) bool { return id == m.ID })
 }
 
 // remove takes id out of the book and remembers it removed.
@@ -91,9 +94,7 @@ func (b *Book) merge(o Book) {
 		b.remove(id)
 	}
 	for _, m := range o.Members {
-		if !b.removed(m.ID) {
-			b.add(m)
-		}
+		b.add(m) // a replica added again after its removal is o's member
 	}
 }
 

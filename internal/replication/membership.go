@@ -39,14 +39,16 @@ var (
 // be applied on the member that took it.
 const ChangeTimeout = 10 * time.Second
 
-// ErrStaticGroup refuses a membership change of a group other than 0:
-// their replicas are placed statically yet (Host.StartGroup).
-var ErrStaticGroup = errors.New("replication: only group 0's members change; the other groups' replicas are placed statically")
+// ErrStaticGroup refuses a change of the wrong kind for the group: group
+// 0's members change (AddMember, RemoveMember), the other groups'
+// replicas (AddReplica, RemoveReplica), which are members already.
+var ErrStaticGroup = errors.New("replication: group 0 changes its members, the other groups their replicas among the members")
 
 // changeReq is an operator's membership change, on its way to the node
 // goroutine and waiting there for its change to be applied.
 type changeReq struct {
 	add        bool
+	replica    bool // a group's replica (AddReplica, RemoveReplica), not a member
 	name, addr string
 	done       chan changeResult // capacity 1
 	// Set by the node goroutine: the member, the change's type, when it
@@ -83,6 +85,26 @@ func (n *Node) AddMember(ctx context.Context, name, addr string) (Member, error)
 // removal is applied on this member.
 func (n *Node) RemoveMember(ctx context.Context, name string) (Member, error) {
 	return n.change(ctx, &changeReq{name: name})
+}
+
+// AddReplica adds the member named name, a member of the cluster (group
+// 0's), to this group, not group 0, as a learner: under its member's Raft
+// id, which the host's connections route by. It returns once the addition
+// is applied here; the member then starts its replica, which a snapshot
+// fills, and the leader promotes it once it has caught up. A learner's
+// vote counts for no candidate, and by its promotion it knows the term's
+// leader, so raft grants no other candidate its vote in that term: a
+// replica removed and added again under the same id votes once a term.
+func (n *Node) AddReplica(ctx context.Context, name string) (Member, error) {
+	return n.change(ctx, &changeReq{add: true, replica: true, name: name})
+}
+
+// RemoveReplica removes the replica of the member named name from this
+// group, not group 0, and returns once the removal is applied here. A
+// leader removed hands its leadership over (Core.handOver); the removed
+// replica stops (ErrRemoved), its member still one.
+func (n *Node) RemoveReplica(ctx context.Context, name string) (Member, error) {
+	return n.change(ctx, &changeReq{replica: true, name: name})
 }
 
 // JoinString is what a member added with id starts with: --cluster-join
@@ -143,7 +165,7 @@ func SelectJoin(s, node string) (cluster, id uint64, found bool, err error) {
 }
 
 func (n *Node) change(ctx context.Context, req *changeReq) (Member, error) {
-	if n.group != group0 {
+	if (n.group != group0) != req.replica {
 		return Member{}, ErrStaticGroup
 	}
 	req.done = make(chan changeResult, 1)
@@ -193,7 +215,19 @@ func (n *Node) startChange(req *changeReq) {
 		return
 	}
 	typ := pb.ConfChangeRemoveNode
-	if req.add {
+	switch {
+	case req.add && req.replica:
+		m, ok := n.host.memberNamed(req.name)
+		if !ok {
+			answer(Member{}, fmt.Errorf("%w: %q is not a member of the cluster", ErrUnknownMember, req.name))
+			return
+		}
+		if known {
+			answer(Member{}, fmt.Errorf("%w: %s holds a replica of the group", ErrMemberExists, m.Name))
+			return
+		}
+		target, typ = m, pb.ConfChangeAddLearnerNode
+	case req.add:
 		if err := checkName(req.name); err != nil {
 			answer(Member{}, fmt.Errorf("%w: %v", ErrBadMember, err))
 			return
@@ -210,7 +244,7 @@ func (n *Node) startChange(req *changeReq) {
 		}
 		target = Member{Name: req.name, Addr: req.addr, ID: newMemberID(book)}
 		typ = pb.ConfChangeAddLearnerNode
-	} else {
+	default:
 		if voters := n.conf.GetVoters(); len(voters) == 1 && voters[0] == target.ID {
 			answer(Member{}, fmt.Errorf("%w: %s is the only voter", ErrBadMember, target.Name))
 			return
@@ -264,7 +298,7 @@ func (n *Node) membership(a Action) bool {
 	n.mu.Lock()
 	changed := !slices.Equal(n.conf.GetVoters(), a.ConfState.GetVoters()) ||
 		!slices.Equal(n.conf.GetLearners(), a.ConfState.GetLearners()) || len(n.byID) != len(a.Book.Members)
-	n.byID, n.conf, n.removed = bookIndex(a.Book), a.ConfState, slices.Clone(a.Book.Removed)
+	n.byID, n.conf, n.removed, n.confIndex = bookIndex(a.Book), a.ConfState, slices.Clone(a.Book.Removed), a.Index
 	if changed {
 		n.membersChanged++
 	}
@@ -308,6 +342,16 @@ func (n *Node) noteRemoved(by string) {
 
 // isRemoved is the transport's: id was removed from the cluster.
 func (n *Node) isRemoved(id uint64) bool { return n.Book().removed(id) }
+
+// Replicas are the group's replicas as of the last membership change
+// this member applied, by Raft id (a member's), and that change's index:
+// of two views of a group's replicas, the one of the higher index is the
+// later.
+func (n *Node) Replicas() (voters, learners []uint64, index uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.conf.GetVoters()), slices.Clone(n.conf.GetLearners()), n.confIndex
+}
 
 // Book is the member's address book as of the last change it applied.
 func (n *Node) Book() Book {

@@ -183,8 +183,10 @@ type Node struct {
 	byID    map[uint64]Member
 	conf    *pb.ConfState
 	removed []uint64 // the ids removed, as byID
-	log     Log      // immutable; written on the node goroutine
-	journal *Journal // immutable
+	// confIndex is the index of the change conf is as of (Book.Index).
+	confIndex uint64
+	log       Log      // immutable; written on the node goroutine
+	journal   *Journal // immutable
 	// state is the group's state machine, made with the node and kept for
 	// its life: a restore empties it and fills it again (Applier.Reset),
 	// so whatever serves it keeps the one it was given. For a shard group

@@ -211,9 +211,15 @@ type Item struct {
 
 // LeaderReport is a group its sender leads and serves, at the Raft term
 // it was elected in: a report of a later term replaces an earlier one.
+// With it go the group's replicas (members' Raft ids) as of the
+// membership change of index Index: how a member learns it was added to
+// a group, or removed from one without hearing of it
+// (docs/design/shards.md S7).
 type LeaderReport struct {
-	Group uint16
-	Term  uint64
+	Group            uint16
+	Term             uint64
+	Index            uint64
+	Voters, Learners []uint64
 }
 
 // Request is a command for a group. Which arguments an op reads is given

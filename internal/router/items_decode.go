@@ -109,14 +109,16 @@ func (d *Decoder) Next(it *Item) error {
 	case KindClose:
 	case KindLeaders:
 		n := int(f.u16())
-		if n > len(f.b)/10 {
+		if n > len(f.b)/20 { // each at least a group, a term, an index and two counts
 			f.fail(ErrLength)
 		}
 		for range n {
 			if f.err != nil {
 				break
 			}
-			it.Leaders = append(it.Leaders, LeaderReport{Group: f.u16(), Term: f.u64()})
+			l := LeaderReport{Group: f.u16(), Term: f.u64(), Index: f.u64()}
+			l.Voters, l.Learners = f.ids(), f.ids()
+			it.Leaders = append(it.Leaders, l)
 		}
 	case KindReply:
 		f.reply(&it.Reply)
@@ -193,6 +195,20 @@ func (f *fields) u64() uint64 {
 		return binary.BigEndian.Uint64(v)
 	}
 	return 0
+}
+
+// ids reads a count and as many ids (appendIDs).
+func (f *fields) ids() []uint64 {
+	k := int(f.u8())
+	if k > len(f.b)/8 {
+		f.fail(ErrLength)
+		return nil
+	}
+	var ids []uint64
+	for range k {
+		ids = append(ids, f.u64())
+	}
+	return ids
 }
 
 func (f *fields) i64() int64              { return int64(f.u64()) }

@@ -54,8 +54,15 @@ func AppendItem(payload []byte, it *Item) ([]byte, error) {
 		}
 		b = binary.BigEndian.AppendUint16(b, uint16(len(it.Leaders)))
 		for _, l := range it.Leaders {
+			if len(l.Voters) > math.MaxUint8 || len(l.Learners) > math.MaxUint8 {
+				err = ErrItemTooBig
+				break
+			}
 			b = binary.BigEndian.AppendUint16(b, l.Group)
 			b = binary.BigEndian.AppendUint64(b, l.Term)
+			b = binary.BigEndian.AppendUint64(b, l.Index)
+			b = appendIDs(b, l.Voters)
+			b = appendIDs(b, l.Learners)
 		}
 	case KindReply:
 		b, err = appendReply(b, &it.Reply)
@@ -322,3 +329,12 @@ func endsInCRLF(body []byte) bool {
 }
 
 func validState(s store.State) bool { return s >= store.StateReady && s <= store.StateDelayed }
+
+// appendIDs appends a count (at most 255) and the ids.
+func appendIDs(b []byte, ids []uint64) []byte {
+	b = append(b, uint8(len(ids)))
+	for _, id := range ids {
+		b = binary.BigEndian.AppendUint64(b, id)
+	}
+	return b
+}

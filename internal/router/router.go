@@ -2,6 +2,7 @@ package router
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +76,20 @@ type reportedLeader struct {
 	member uint64
 	term   uint64
 	at     time.Time // when the report came: one not renewed goes stale
+	// index, voters and learners are the group's replicas the report
+	// named, as of the membership change of that index.
+	index            uint64
+	voters, learners []uint64
+}
+
+// Report is what a group's leader last reported of the group
+// (KindLeaders), while fresh.
+type Report struct {
+	Leader uint64 // the member leading it
+	// Voters and Learners are its replicas' members, by Raft id, as of
+	// the membership change of index Index.
+	Voters, Learners []uint64
+	Index            uint64
 }
 
 // fresh reports whether the report still holds at now.
@@ -140,6 +155,10 @@ type RouterConfig struct {
 	// so. Nil with one group.
 	Peers func() []uint64
 	Term  func(g uint16) uint64
+	// Replicas are the replicas of a group this member leads, as of the
+	// membership change of index (replication.Node.Replicas): the
+	// report carries them. Nil reports none.
+	Replicas func(g uint16) (voters, learners []uint64, index uint64)
 }
 
 // forgetEvery is how often a serving member looks for what removed
@@ -395,16 +414,16 @@ func (r *Router) reportedLeader(g uint16) (uint64, bool) {
 	return rep.member, true
 }
 
-// Reported are the groups' leaders other members reported, fresh ones
-// only, by group.
-func (r *Router) Reported() map[uint16]uint64 {
+// Reported is what the groups' leaders among the other members
+// reported, fresh reports only, by group.
+func (r *Router) Reported() map[uint16]Report {
 	r.reportMu.Lock()
 	defer r.reportMu.Unlock()
 	now := time.Now()
-	out := make(map[uint16]uint64, len(r.reported))
+	out := make(map[uint16]Report, len(r.reported))
 	for g, rep := range r.reported {
 		if rep.fresh(now) {
-			out[g] = rep.member
+			out[g] = Report{Leader: rep.member, Voters: rep.voters, Learners: rep.learners, Index: rep.index}
 		}
 	}
 	return out
@@ -422,7 +441,8 @@ func (r *Router) noteLeaders(from uint64, reports []LeaderReport) {
 		if ok && old.term > l.Term && old.fresh(now) {
 			continue
 		}
-		r.reported[l.Group] = reportedLeader{member: from, term: l.Term, at: now}
+		r.reported[l.Group] = reportedLeader{member: from, term: l.Term, at: now, index: l.Index,
+			voters: slices.Clone(l.Voters), learners: slices.Clone(l.Learners)}
 		if !ok || old.member != from {
 			changed = append(changed, l.Group)
 		}
@@ -448,7 +468,11 @@ func (r *Router) report(now time.Time) {
 	for k := range r.groups() {
 		g := uint16(k)
 		if r.group(g) != nil { // served here: this member leads it
-			led = append(led, LeaderReport{Group: g, Term: r.cfg.Term(g)})
+			l := LeaderReport{Group: g, Term: r.cfg.Term(g)}
+			if r.cfg.Replicas != nil {
+				l.Voters, l.Learners, l.Index = r.cfg.Replicas(g)
+			}
+			led = append(led, l)
 		}
 	}
 	payload, err := AppendItem(nil, &Item{Kind: KindLeaders, Leaders: led})
