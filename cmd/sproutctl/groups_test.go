@@ -63,6 +63,10 @@ func TestGroupsMove(t *testing.T) {
 		t.Errorf("a move of group 0: %q", r.stderr)
 	}
 	groups(exitNotFound, "move", "7", "a", "b")
+	// A member added learns the groups and replicas to start with.
+	if r := must(t, exitOK, append([]string{"members", "add", "b", "127.0.0.1:1"}, api...)...); !strings.Contains(r.stdout, " --cluster-groups 2 --cluster-replicas 3\n") {
+		t.Errorf("members add printed %q, without the groups to start with", r.stdout)
+	}
 	groups(exitUsage, "move", "one", "a", "b")
 	groups(exitUsage, "move", "1", "a")
 	groups(exitUsage, "split", "1")

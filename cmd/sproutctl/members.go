@@ -21,6 +21,11 @@ admin token for changes.
                           voter: list shows when.
   members remove NAME     remove NAME; it stops serving and exits (status 12).
 
+In a cluster of several groups (--cluster-groups), add prints the groups and
+replicas the new member starts with too; the new member holds group 0 only
+until group replicas move to it (sproutctl groups move), and a member that
+holds replicas of other groups is removed only once they have moved away.
+
 One change at a time: a change while another is in flight, or while a
 learner is not yet promoted, is refused (exit 1); start the learner, or
 remove it. Exits 3 when remove names no member, 4 when --api cannot be
@@ -109,6 +114,10 @@ func (o *options) addMember(ctx context.Context, api *apiClient, name, addr stri
 	var out struct {
 		apiMember
 		Join string `json:"join"`
+		// Groups and Replicas, a cluster of several groups': the new
+		// member starts with them.
+		Groups   int `json:"groups"`
+		Replicas int `json:"replicas"`
 	}
 	in := map[string]string{"name": name, "address": addr}
 	if err := api.do(ctx, "POST", "/cluster/members", nil, in, &out); err != nil {
@@ -120,11 +129,15 @@ func (o *options) addMember(ctx context.Context, api *apiClient, name, addr stri
 			peers = append(peers, m.Name+"="+m.Address)
 		}
 	}
+	groups := ""
+	if out.Groups > 1 {
+		groups = fmt.Sprintf(" --cluster-groups %d --cluster-replicas %d", out.Groups, out.Replicas)
+	}
 	_, err := fmt.Fprintf(o.stdout, "added %s (id %s) as a learner; start it, on an empty -b directory, with:\n"+
-		"  --node %s --cluster-listen %s --cluster-join %s --cluster-peers %s\n"+
+		"  --node %s --cluster-listen %s --cluster-join %s --cluster-peers %s%s\n"+
 		"or, where the members share one --cluster-join list (deploy/k8s's ConfigMap), append its entry:\n"+
 		"  %s=%s\n"+
 		"the leader makes it a voter once it has caught up (sproutctl members list)\n",
-		out.Name, out.ID, out.Name, out.Address, out.Join, strings.Join(peers, ","), out.Name, out.Join)
+		out.Name, out.ID, out.Name, out.Address, out.Join, strings.Join(peers, ","), groups, out.Name, out.Join)
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
 	"time"
@@ -74,6 +75,7 @@ func (m *Member) startNode() error {
 			return &StartError{StepLog, err}
 		}
 	}
+	m.shards.formation = rec
 	nc.Log, nc.Logger = clog, m.log
 	if m.metrics != nil {
 		nc.Observer = m.metrics
@@ -117,6 +119,16 @@ func (m *Member) startRouter(ec *engine.Config) {
 	rc := router.RouterConfig{
 		Self: node.ID(), Send: host.SendItems, LeaderWait: node.ElectionTimeout(),
 		Serving: sh.serving, Leased: sh.leased, Replica: sh.replica, Term: sh.term, Replicas: sh.replicas,
+		// A member that runs fewer groups than the cluster would route
+		// their tubes to the groups it has: it stops.
+		Foreign: func(from uint64, g uint16) {
+			m.foreignOnce.Do(func() {
+				err := &FormationError{fmt.Sprintf("member %x leads group %d, and this member runs %d group(s): "+
+					"start it with the cluster's --cluster-groups", from, g, sh.groups())}
+				m.log.Error().Err(err).Msg("stopping: this member does not run every group of the cluster")
+				m.fail(err)
+			})
+		},
 		Removed: func() []uint64 { return node.Book().Removed },
 		Peers: func() []uint64 {
 			var ids []uint64

@@ -138,7 +138,10 @@ type Member struct {
 	err      error // guarded by mu: why the member stopped on its own
 
 	stopOnce sync.Once
-	done     chan struct{} // closed once every part has stopped
+	// foreignOnce stops a member that runs fewer groups than its cluster
+	// once (startRouter).
+	foreignOnce sync.Once
+	done        chan struct{} // closed once every part has stopped
 }
 
 // Start starts a member as cfg says (doc.go, "Starting"). On failure it

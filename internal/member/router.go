@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/rs/zerolog"
@@ -58,10 +59,12 @@ func (m *Member) router() (http.Handler, error) {
 	m.api = admin.New(ac)
 	mux.Handle("/api/", m.api)
 	if m.node != nil {
-		registerMembers(mux, m.node, m.api.Auth().Middleware, m.log)
+		var groups *groupedMembers
 		if m.shards.groups() > 1 {
 			m.registerGroups(mux, m.api.Auth().Middleware)
+			groups = &groupedMembers{groups: m.shards.groups(), replicas: m.shards.formation.Replicas, holding: m.holding}
 		}
+		registerMembers(mux, m.node, m.api.Auth().Middleware, m.log, groups)
 	}
 	con, err := console.New(console.Config{Auth: m.api.Auth(), Cluster: m.node != nil, Logger: m.log})
 	if err != nil {
@@ -80,6 +83,15 @@ type memberChanger interface {
 	JoinString(id uint64) string
 }
 
+// groupedMembers is what the membership endpoint of a cluster of several
+// groups tells and checks: the G and R a new member starts with, and the
+// groups a member holds a replica of, which it must hand over before its
+// removal.
+type groupedMembers struct {
+	groups, replicas int
+	holding          func(name string) []uint16
+}
+
 // registerMembers adds the membership endpoint to mux
 // (internal/replication/doc.go, "Membership changes"), guarded by guard
 // as the admin API's changes are (a bearer --admin-token; without one,
@@ -92,8 +104,11 @@ type memberChanger interface {
 // A change is answered once this member has applied it; its errors are
 // JSON {"error": ...}: 400 bad input, 404 unknown member, 409 a change in
 // progress or a name or address in use, 503 no leader or not applied in
-// time.
-func registerMembers(mux *http.ServeMux, node memberChanger, guard func(http.Handler) http.Handler, log zerolog.Logger) {
+// time. With several groups (grouped not nil) an addition's answer
+// carries the cluster's groups and replicas, which the new member must
+// start with, and a member that holds a replica of a group but 0 is not
+// removed (409): its replicas move first (POST /cluster/groups/{id}/moves).
+func registerMembers(mux *http.ServeMux, node memberChanger, guard func(http.Handler) http.Handler, log zerolog.Logger, grouped *groupedMembers) {
 	mux.Handle("GET /cluster/members", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		admin.WriteValue(w, http.StatusOK, map[string]any{"members": node.Status().Members})
 	})))
@@ -114,12 +129,24 @@ func registerMembers(mux *http.ServeMux, node memberChanger, guard func(http.Han
 			return
 		}
 		log.Info().Str("member", m.Name).Str("address", m.Addr).Str("remote", r.RemoteAddr).Msg("member added as a learner")
-		admin.WriteValue(w, http.StatusCreated, map[string]any{
+		out := map[string]any{
 			"name": m.Name, "address": m.Addr, "id": replication.FormatID(m.ID), "role": "learner", "join": node.JoinString(m.ID),
-		})
+		}
+		if grouped != nil {
+			out["groups"], out["replicas"] = grouped.groups, grouped.replicas
+		}
+		admin.WriteValue(w, http.StatusCreated, out)
 	})))
 	mux.Handle("DELETE /cluster/members/{name}", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m, err := node.RemoveMember(r.Context(), r.PathValue("name"))
+		name := r.PathValue("name")
+		if grouped != nil {
+			if held := grouped.holding(name); len(held) > 0 {
+				admin.WriteError(w, &admin.Error{Status: http.StatusConflict, Message: fmt.Sprintf(
+					"%s holds replicas of groups %v: move them to other members first (sproutctl groups move G %s TO)", name, held, name)})
+				return
+			}
+		}
+		m, err := node.RemoveMember(r.Context(), name)
 		if err != nil {
 			writeChangeError(w, err)
 			return

@@ -19,7 +19,7 @@ const testAdminToken = "membership-test-token-0123456789"
 // membersMux is a router with the membership endpoint alone.
 func membersMux(node memberChanger, guard func(http.Handler) http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
-	registerMembers(mux, node, guard, zerolog.Nop())
+	registerMembers(mux, node, guard, zerolog.Nop(), nil)
 	return mux
 }
 

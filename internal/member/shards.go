@@ -31,6 +31,10 @@ import (
 // and drops its log of one it was removed from (followReplicas).
 type shards struct {
 	placement *meta.State // immutable: the formation; nil with one group
+	// formation is its G and R as recorded (formationFile), R as asked
+	// (placement caps it at the initial members): what a member added
+	// starts with. Immutable once the member has started.
+	formation formation
 	// fresh: the member's first start, when it starts the formation's
 	// groups placed on it. At a later start it starts the groups its log
 	// holds; the others, if it is added to them, as reports say.
@@ -144,11 +148,10 @@ func planShards(cfg Config, held []uint16, fresh bool, rec formation) (*shards, 
 	if groups > meta.MaxGroups {
 		return nil, &FormationError{fmt.Sprintf("--cluster-groups %d: at most %d", groups, meta.MaxGroups)}
 	}
-	sh := &shards{nodes: make([]atomic.Pointer[replication.Node], groups), fresh: fresh, left: map[uint16]uint64{}}
+	// A member that joined the cluster starts no group from the formation
+	// (whose members it is not among): it is added to groups since.
+	sh := &shards{nodes: make([]atomic.Pointer[replication.Node], groups), fresh: fresh && nc.JoinID == 0, left: map[uint16]uint64{}}
 	if groups > 1 {
-		if nc.JoinID != 0 {
-			return nil, &FormationError{"--cluster-join: a cluster of several groups (--cluster-groups) does not add members yet"}
-		}
 		var members []meta.Member
 		for _, p := range nc.Peers {
 			members = append(members, meta.Member{Name: p.Name, ID: replication.MemberID(p.Name)})
@@ -460,12 +463,18 @@ func (m *Member) balanceLeaders() {
 	}
 }
 
-// currentPlacement is the formation with each group's replicas as they
-// are now: as this member's replica of the group has them, or else as the
-// group's leader reported them; names are the members' by Raft id.
+// currentPlacement is the formation with the members as they are now
+// (group 0's) and each group's replicas as they are now: as this member's
+// replica of the group has them, or else as the group's leader reported
+// them; names are the members' by Raft id.
 func (m *Member) currentPlacement(reported map[uint16]router.Report, names map[uint64]string) *meta.State {
 	sh := m.shards
 	p := *sh.placement
+	p.Members = nil
+	for id, name := range names {
+		p.Members = append(p.Members, meta.Member{Name: name, ID: id})
+	}
+	slices.SortFunc(p.Members, func(a, b meta.Member) int { return cmp.Compare(a.Name, b.Name) })
 	p.Groups = slices.Clone(p.Groups)
 	for i := range p.Groups {
 		g := p.Groups[i].ID
@@ -496,4 +505,20 @@ func (sh *shards) replicas(g uint16) (voters, learners []uint64, index uint64) {
 		return n.Replicas()
 	}
 	return nil, nil, 0
+}
+
+// holding are the groups but 0 the member named holds a replica of, as
+// this member knows them now (currentPlacement).
+func (m *Member) holding(name string) []uint16 {
+	names := make(map[uint64]string)
+	for _, mb := range m.node.Book().Members {
+		names[mb.ID] = mb.Name
+	}
+	var held []uint16
+	for _, g := range m.currentPlacement(m.sessions.Reported(), names).Groups[1:] {
+		if g.Holds(name) {
+			held = append(held, g.ID)
+		}
+	}
+	return held
 }

@@ -159,6 +159,10 @@ type RouterConfig struct {
 	// membership change of index (replication.Node.Replicas): the
 	// report carries them. Nil reports none.
 	Replicas func(g uint16) (voters, learners []uint64, index uint64)
+	// Foreign is told of a report of a group this member does not have:
+	// it runs fewer groups than the cluster (started without the
+	// cluster's --cluster-groups). Nil ignores them.
+	Foreign func(from uint64, g uint16)
 }
 
 // forgetEvery is how often a serving member looks for what removed
@@ -437,6 +441,12 @@ func (r *Router) noteLeaders(from uint64, reports []LeaderReport) {
 	var changed []uint16
 	r.reportMu.Lock()
 	for _, l := range reports {
+		if int(l.Group) >= r.groups() {
+			if r.cfg.Foreign != nil {
+				r.cfg.Foreign(from, l.Group)
+			}
+			continue
+		}
 		old, ok := r.reported[l.Group]
 		if ok && old.term > l.Term && old.fresh(now) {
 			continue
@@ -449,9 +459,7 @@ func (r *Router) noteLeaders(from uint64, reports []LeaderReport) {
 	}
 	r.reportMu.Unlock()
 	for _, g := range changed {
-		if int(g) < r.groups() {
-			r.leaderChanged(g)
-		}
+		r.leaderChanged(g)
 	}
 }
 
