@@ -27,7 +27,10 @@ the admin token for a move.
                             prints the group's replicas after.
 
 A group is moved one change at a time, and group 0, which holds the
-membership, is on every member and does not move. Exits 3 when the group,
+membership, is on every member and does not move. The members move replicas
+by themselves too, as members are added and removed (members add, remove),
+and move them back if a move by hand leaves one member holding two more than
+another. Exits 3 when the group,
 FROM's replica or TO is not found, 4 when --api cannot be reached.`
 
 // groupMoveTimeout bounds a move: the member answers once it is done, or

@@ -22,9 +22,10 @@ admin token for changes.
   members remove NAME     remove NAME; it stops serving and exits (status 12).
 
 In a cluster of several groups (--cluster-groups), add prints the groups and
-replicas the new member starts with too; the new member holds group 0 only
-until group replicas move to it (sproutctl groups move), and a member that
-holds replicas of other groups is removed only once they have moved away.
+replicas the new member starts with too, and once it runs, replicas of the
+groups move to it until the members hold about as many each. remove of a
+member holding replicas of groups but 0 marks it draining: they move to
+other members, then it is removed (exit 0 at once; list shows the drain).
 
 One change at a time: a change while another is in flight, or while a
 learner is not yet promoted, is refused (exit 1); start the learner, or
@@ -74,8 +75,17 @@ func newMembersCmd(o *options) *cobra.Command {
 			case "add":
 				return o.addMember(ctx, api, args[0], args[1])
 			case "remove":
-				var out apiMember
+				var out struct {
+					apiMember
+					Draining bool  `json:"draining"`
+					Groups   []int `json:"groups"`
+				}
 				if err := api.do(ctx, "DELETE", "/cluster/members/"+url.PathEscape(args[0]), nil, nil, &out); err != nil {
+					return err
+				}
+				if out.Draining {
+					_, err := fmt.Fprintf(o.stdout, "draining %s: its replicas of groups %v move to other members, then it is removed "+
+						"(members list shows it draining until then)\n", out.Name, out.Groups)
 					return err
 				}
 				_, err := fmt.Fprintf(o.stdout, "removed %s (id %s, %s)\n", out.Name, out.ID, out.Address)

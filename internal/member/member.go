@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -141,7 +142,10 @@ type Member struct {
 	// foreignOnce stops a member that runs fewer groups than its cluster
 	// once (startRouter).
 	foreignOnce sync.Once
-	done        chan struct{} // closed once every part has stopped
+	// moving: a replica move or a drained member's removal is under way
+	// (planReplicas), one at a time.
+	moving atomic.Bool
+	done   chan struct{} // closed once every part has stopped
 }
 
 // Start starts a member as cfg says (doc.go, "Starting"). On failure it

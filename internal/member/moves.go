@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/internal/admin"
+	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/internal/replication"
 )
 
@@ -178,9 +179,15 @@ func (m *Member) forwardMove(w http.ResponseWriter, r *http.Request, g uint16) {
 		}
 		l, _, _ = adminGroups{m}.Leader(g)
 	}
+	m.forward(w, r, l, fmt.Sprintf("group %d", g))
+}
+
+// forward sends a request of the membership or groups endpoint, with its
+// credentials, to l's --http, once: what leads there serves it.
+func (m *Member) forward(w http.ResponseWriter, r *http.Request, l admin.Leader, what string) {
 	if r.Header.Get(forwardedMove) != "" || l.HTTP == "" {
 		admin.WriteError(w, &admin.Error{Status: http.StatusServiceUnavailable,
-			Message: fmt.Sprintf("%v %d, and its leader's --http is not known here", errNoReplica, g)})
+			Message: fmt.Sprintf("%s: this member does not lead it, and its leader's --http is not known here", what)})
 		return
 	}
 	scheme := "http"
@@ -197,8 +204,94 @@ func (m *Member) forwardMove(w http.ResponseWriter, r *http.Request, g uint16) {
 		Transport: &http.Transport{TLSClientConfig: tlsConf},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			admin.WriteError(w, &admin.Error{Status: http.StatusServiceUnavailable,
-				Message: fmt.Sprintf("forwarding the move to %s, group %d's leader: %v", l.Name, g, err)})
+				Message: fmt.Sprintf("forwarding to %s, the leader of %s: %v", l.Name, what, err)})
 		},
 	}
 	proxy.ServeHTTP(w, r)
+}
+
+// The replicas move by themselves (docs/design/shards.md 1.4): each
+// member plans alike on the groups as they are (meta.PlanMove, one move
+// at a time over the cluster), and the member leading the group a move
+// concerns makes it: a member added receives replicas, a draining member
+// gives its own away. Group 0's leader then removes a draining member
+// that holds no replica of another group.
+
+// planReplicas makes the move planned on cur, if this member leads its
+// group, or removes a drained member, if it serves group 0; one at a time,
+// on a goroutine of its own (a move takes seconds).
+func (m *Member) planReplicas(cur *meta.State, live func(string) bool) {
+	if !m.moving.CompareAndSwap(false, true) {
+		return
+	}
+	done := func() { m.moving.Store(false) }
+	if mv, ok := meta.PlanMove(cur, live); ok {
+		n := m.shards.node(mv.Group)
+		if info, _ := nodeLeader(n); !info.Serving {
+			done()
+			return
+		}
+		go func() {
+			defer done()
+			ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
+			defer cancel()
+			var err error
+			if mv.To == "" {
+				_, err = n.RemoveReplica(ctx, mv.From)
+			} else {
+				_, err = m.moveReplica(ctx, mv.Group, mv.From, mv.To)
+			}
+			if err != nil && !errors.Is(n.Err(), replication.ErrRemoved) {
+				m.log.Warn().Err(err).Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Msg("a planned replica move did not complete")
+				return
+			}
+			m.log.Info().Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Msg("moved a group's replica, as planned")
+		}()
+		return
+	}
+	if info, _ := m.node.Leader(); info.Serving {
+		for _, mb := range cur.Members {
+			if !mb.Draining || slices.ContainsFunc(cur.Groups[1:], func(g meta.Group) bool { return g.Holds(mb.Name) }) {
+				continue
+			}
+			go func() {
+				defer done()
+				ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
+				defer cancel()
+				if _, err := m.node.RemoveMember(ctx, mb.Name); err != nil {
+					m.log.Warn().Err(err).Str("member", mb.Name).Msg("cannot remove a member that has drained")
+					return
+				}
+				m.log.Info().Str("member", mb.Name).Msg("removed a member that has drained")
+			}()
+			return
+		}
+	}
+	done()
+}
+
+// nodeLeader is n's leader, none for a nil n.
+func nodeLeader(n *replication.Node) (replication.LeaderInfo, bool) {
+	if n == nil {
+		return replication.LeaderInfo{}, false
+	}
+	info, _ := n.Leader()
+	return info, true
+}
+
+// drain marks the member named draining (group 0's control record, on
+// its serving leader: forwarded there otherwise) and answers 202: its
+// replicas move away, then it is removed (planReplicas).
+func (m *Member) drain(w http.ResponseWriter, r *http.Request, name string, held []uint16) {
+	if info, _ := m.node.Leader(); !info.Serving {
+		l, _ := adminCluster{m.node}.Leader()
+		m.forward(w, r, l, "group 0")
+		return
+	}
+	if err := m.node.SetDraining(r.Context(), name, true); err != nil {
+		writeChangeError(w, err)
+		return
+	}
+	m.log.Info().Str("member", name).Uints16("groups", held).Str("remote", r.RemoteAddr).Msg("member draining: its replicas move away, then it is removed")
+	admin.WriteValue(w, http.StatusAccepted, map[string]any{"name": name, "draining": true, "groups": held})
 }

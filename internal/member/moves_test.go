@@ -66,41 +66,7 @@ func TestShardGroupsMoveReplica(t *testing.T) {
 			through = name
 		}
 	}
-	var (
-		mu    sync.Mutex
-		acked = map[uint64]string{}
-	)
-	stop := make(chan struct{})
-	putting := make(chan error, 1)
-	go func() {
-		conn, err := testproc.Dial(c.up[through].Addr().String(), replyTimeout)
-		if err != nil {
-			putting <- err
-			return
-		}
-		defer conn.Close()
-		if err := conn.ExpectLine("use "+tube, "USING "+tube); err != nil {
-			putting <- err
-			return
-		}
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				putting <- nil
-				return
-			default:
-			}
-			body := fmt.Sprintf("job-%d", i)
-			id, err := conn.Put(0, 0, 60, []byte(body))
-			if err != nil {
-				putting <- fmt.Errorf("put %d through %s: %w", i, through, err)
-				return
-			}
-			mu.Lock()
-			acked[id] = body
-			mu.Unlock()
-		}
-	}()
+	puts := startPutting(c.up[through].Addr().String(), []string{tube}, 0)
 	time.Sleep(300 * time.Millisecond)
 
 	if status, _, body := moveThrough(t, c.up[spare], 1, spare, giver); status != http.StatusNotFound {
@@ -120,13 +86,11 @@ func TestShardGroupsMoveReplica(t *testing.T) {
 		return c.up[giver].shards.node(1) == nil && c.up[giver].clusterLog.Shared().Group(1) == nil
 	})
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	if err := <-putting; err != nil {
+	acked, err := puts.stop()
+	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
 	n := len(acked)
-	mu.Unlock()
 	if n == 0 {
 		t.Fatal("no put acknowledged")
 	}
@@ -212,84 +176,163 @@ func (c *testCluster) join(via *Member, name string, groups int) map[string]any 
 	return out
 }
 
-// TestShardGroupsMembersByHand: a cluster of several groups grows by a
-// member and shrinks by another, by hand: the member added learns the
-// groups and replicas to start with from its addition's answer, holds
-// group 0 only until a group's replica moves to it, and a member holding
-// a group's replica is not removed before it has moved away. A member
-// started with fewer groups than the cluster's stops, rather than route
-// their tubes to the groups it has.
-func TestShardGroupsMembersByHand(t *testing.T) {
-	c := newShardedCluster(t, 2)
+// TestShardGroupsGrowAndShrink: a cluster of three members and four groups
+// (groups 1 to 3 on every member) grows to five members and shrinks back
+// to three while a client puts into every group. Each member added learns
+// the groups and replicas to start with from its addition's answer and
+// receives replicas until the members hold one or two each; each member
+// removed is marked draining (202), gives its replicas away, and is then
+// removed by group 0's leader. Every put acknowledged is there at the
+// end. A member started with fewer groups than the cluster's stops,
+// rather than route their tubes to the groups it has.
+func TestShardGroupsGrowAndShrink(t *testing.T) {
+	c := newShardedCluster(t, 4)
 	c.finalized()
 	p := c.up["m1"].shards.placement
-	tubes := tubePerGroup(p, "hand")
-	producer := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
-	acked := map[uint64]string{}
-	for i := range 20 {
-		tube := tubes[i%2]
-		expectLine(t, producer, "use "+tube, "USING "+tube)
-		body := fmt.Sprintf("%s-%d", tube, i)
-		id, err := producer.Put(0, 0, 60, []byte(body))
-		if err != nil {
-			t.Fatalf("put into %s: %v", tube, err)
+	tubes := tubePerGroup(p, "grow")
+	puts := startPutting(c.up["m1"].Addr().String(), tubes, 5*time.Millisecond)
+
+	// held is how many replicas of groups 1 to 3 each member up holds,
+	// and whether a move is under way, as m1 sees them.
+	held := func() (map[string]int, bool) {
+		loads := map[string]int{}
+		for name := range c.up {
+			loads[name] = len(c.up["m1"].holding(name))
 		}
-		acked[id] = body
-	}
-
-	added := c.join(c.up["m1"], "m4", 2)
-	if added["groups"] != 2.0 || added["replicas"] != 3.0 {
-		t.Fatalf("the addition's answer %v: want groups 2, replicas 3", added)
-	}
-	testproc.WaitFor(t, 20*time.Second, "m4 a voter of group 0", func() bool {
-		voters, _, _ := c.up["m1"].Node().Replicas()
-		return slices.Contains(voters, c.up["m4"].Node().ID())
-	})
-	if c.up["m4"].shards.node(1) != nil {
-		t.Fatal("m4 holds group 1 as it joins: it should hold group 0 only")
-	}
-	if status, out, body := moveThrough(t, c.up["m4"], 1, "m1", "m4"); status != http.StatusOK || !slices.Contains(out.Replicas, "m4") {
-		t.Fatalf("moving group 1's replica from m1 to m4: %d %s", status, body)
-	}
-
-	remove := func(name string) testproc.APIReply {
-		return testproc.DoAPI(t, testproc.APIRequest{Method: http.MethodDelete, URL: "http://" + c.up["m2"].HTTPAddr().String() + "/cluster/members/" + name,
-			Bearer: testToken, Timeout: replyTimeout})
-	}
-	if rep := remove("m4"); rep.Status != http.StatusConflict || !strings.Contains(string(rep.Body), "m4 holds replicas of groups [1]") {
-		t.Fatalf("removing m4, which holds group 1: %d %s, want 409", rep.Status, rep.Body)
-	}
-	testproc.WaitFor(t, 10*time.Second, "m1 dropping group 1", func() bool { return c.up["m1"].shards.node(1) == nil })
-	if rep := remove("m1"); rep.Status != http.StatusOK {
-		t.Fatalf("removing m1, which holds group 0 only: %d %s", rep.Status, rep.Body)
-	}
-	select {
-	case <-c.up["m1"].Done():
-		if !errors.Is(c.up["m1"].Err(), replication.ErrRemoved) {
-			t.Fatalf("m1 stopped with %v, want ErrRemoved", c.up["m1"].Err())
+		moving := false
+		for g := 1; g < 4; g++ {
+			if n := c.up["m1"].shards.node(uint16(g)); n != nil {
+				_, learners, _ := n.Replicas()
+				moving = moving || len(learners) > 0
+			}
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("m1, removed, still runs")
+		return loads, moving
 	}
-	delete(c.up, "m1")
-
-	conn := testproc.DialTest(t, c.up["m4"].Addr().String(), replyTimeout)
-	for id, want := range acked {
-		testproc.WaitFor(t, 10*time.Second, fmt.Sprintf("job %d through m4", id), func() bool {
-			r, err := conn.Do(fmt.Sprintf("peek %d", id), nil)
-			return err == nil && r.Kind == testproc.ReplyFound && string(r.Body) == want
+	for _, name := range []string{"m4", "m5"} {
+		added := c.join(c.up["m2"], name, 4)
+		if added["groups"] != 4.0 || added["replicas"] != 3.0 {
+			t.Fatalf("the addition's answer %v: want groups 4, replicas 3", added)
+		}
+		testproc.WaitFor(t, 20*time.Second, name+" a voter of group 0", func() bool {
+			voters, _, _ := c.up["m1"].Node().Replicas()
+			return slices.Contains(voters, c.up[name].Node().ID())
 		})
 	}
+	testproc.WaitFor(t, 60*time.Second, "the replicas spread over five members", func() bool {
+		loads, moving := held()
+		for _, n := range loads {
+			if n < 1 || n > 2 {
+				return false
+			}
+		}
+		return !moving && len(loads) == 5
+	})
 
-	// A member started with one group in this cluster of two stops.
-	c.join(c.up["m2"], "m5", 0)
+	for _, name := range []string{"m4", "m5"} {
+		rep := testproc.DoAPI(t, testproc.APIRequest{Method: http.MethodDelete, URL: "http://" + c.up["m3"].HTTPAddr().String() + "/cluster/members/" + name,
+			Bearer: testToken, Timeout: replyTimeout})
+		if rep.Status != http.StatusAccepted || !strings.Contains(string(rep.Body), `"draining":true`) {
+			t.Fatalf("removing %s, which holds replicas: %d %s, want 202 draining", name, rep.Status, rep.Body)
+		}
+	}
+	for _, name := range []string{"m4", "m5"} {
+		select {
+		case <-c.up[name].Done():
+			if !errors.Is(c.up[name].Err(), replication.ErrRemoved) {
+				t.Fatalf("%s stopped with %v, want ErrRemoved", name, c.up[name].Err())
+			}
+		case <-time.After(60 * time.Second):
+			loads, moving := held()
+			t.Fatalf("%s, draining, still runs: replicas %v, moving %v", name, loads, moving)
+		}
+		delete(c.up, name)
+	}
+	if loads, _ := held(); loads["m1"] != 3 || loads["m2"] != 3 || loads["m3"] != 3 {
+		t.Fatalf("back on three members, they hold %v replicas of groups 1 to 3, want 3 each", loads)
+	}
+	time.Sleep(200 * time.Millisecond)
+	acked, err := puts.stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
+	if len(acked) < 50 {
+		t.Fatalf("%d puts acknowledged: too few to tell", len(acked))
+	}
+	for id, want := range acked {
+		r, err := conn.Do(fmt.Sprintf("peek %d", id), nil)
+		if err != nil || r.Kind != testproc.ReplyFound || string(r.Body) != want {
+			t.Fatalf("peek %d through m3: %+v %v, want %q", id, r, err, want)
+		}
+	}
+
+	// A member started with one group in this cluster of four stops.
+	c.join(c.up["m2"], "m6", 0)
 	select {
-	case <-c.up["m5"].Done():
+	case <-c.up["m6"].Done():
 		var fe *FormationError
-		if err := c.up["m5"].Err(); !errors.As(err, &fe) || !strings.Contains(err.Error(), "start it with the cluster's --cluster-groups") {
-			t.Fatalf("m5 stopped with %v, want the FormationError", err)
+		if err := c.up["m6"].Err(); !errors.As(err, &fe) || !strings.Contains(err.Error(), "start it with the cluster's --cluster-groups") {
+			t.Fatalf("m6 stopped with %v, want the FormationError", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("m5, running one group of two, still runs")
+		t.Fatal("m6, running one group of four, still runs")
 	}
+}
+
+// putter puts jobs, one after another, into tubes in turn through one
+// connection, until stopped, and keeps those acknowledged.
+type putter struct {
+	done  chan struct{}
+	ended chan error
+	mu    sync.Mutex
+	acked map[uint64]string // id: body
+}
+
+// startPutting puts into tubes through the member at addr, pause between
+// puts.
+func startPutting(addr string, tubes []string, pause time.Duration) *putter {
+	p := &putter{done: make(chan struct{}), ended: make(chan error, 1), acked: map[uint64]string{}}
+	go func() { p.ended <- p.run(addr, tubes, pause) }()
+	return p
+}
+
+func (p *putter) run(addr string, tubes []string, pause time.Duration) error {
+	conn, err := testproc.Dial(addr, replyTimeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	used := ""
+	for i := 0; ; i++ {
+		select {
+		case <-p.done:
+			return nil
+		case <-time.After(pause):
+		}
+		tube := tubes[i%len(tubes)]
+		if tube != used {
+			if err := conn.ExpectLine("use "+tube, "USING "+tube); err != nil {
+				return err
+			}
+			used = tube
+		}
+		body := fmt.Sprintf("%s-%d", tube, i)
+		id, err := conn.Put(0, 0, 60, []byte(body))
+		if err != nil {
+			return fmt.Errorf("put %d through %s: %w", i, addr, err)
+		}
+		p.mu.Lock()
+		p.acked[id] = body
+		p.mu.Unlock()
+	}
+}
+
+// stop ends the puts and returns those acknowledged, and why they ended
+// early, if they did.
+func (p *putter) stop() (map[uint64]string, error) {
+	close(p.done)
+	err := <-p.ended
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.acked, err
 }

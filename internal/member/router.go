@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/rs/zerolog"
@@ -62,7 +61,7 @@ func (m *Member) router() (http.Handler, error) {
 		var groups *groupedMembers
 		if m.shards.groups() > 1 {
 			m.registerGroups(mux, m.api.Auth().Middleware)
-			groups = &groupedMembers{groups: m.shards.groups(), replicas: m.shards.formation.Replicas, holding: m.holding}
+			groups = &groupedMembers{groups: m.shards.groups(), replicas: m.shards.formation.Replicas, holding: m.holding, drain: m.drain}
 		}
 		registerMembers(mux, m.node, m.api.Auth().Middleware, m.log, groups)
 	}
@@ -90,6 +89,9 @@ type memberChanger interface {
 type groupedMembers struct {
 	groups, replicas int
 	holding          func(name string) []uint16
+	// drain marks a member draining and answers: its replicas move away,
+	// then it is removed.
+	drain func(w http.ResponseWriter, r *http.Request, name string, held []uint16)
 }
 
 // registerMembers adds the membership endpoint to mux
@@ -106,8 +108,9 @@ type groupedMembers struct {
 // progress or a name or address in use, 503 no leader or not applied in
 // time. With several groups (grouped not nil) an addition's answer
 // carries the cluster's groups and replicas, which the new member must
-// start with, and a member that holds a replica of a group but 0 is not
-// removed (409): its replicas move first (POST /cluster/groups/{id}/moves).
+// start with, and a member that holds a replica of a group but 0 is
+// marked draining (202, naming the groups): its replicas move away, then
+// it is removed (moves.go, planReplicas).
 func registerMembers(mux *http.ServeMux, node memberChanger, guard func(http.Handler) http.Handler, log zerolog.Logger, grouped *groupedMembers) {
 	mux.Handle("GET /cluster/members", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		admin.WriteValue(w, http.StatusOK, map[string]any{"members": node.Status().Members})
@@ -141,8 +144,7 @@ func registerMembers(mux *http.ServeMux, node memberChanger, guard func(http.Han
 		name := r.PathValue("name")
 		if grouped != nil {
 			if held := grouped.holding(name); len(held) > 0 {
-				admin.WriteError(w, &admin.Error{Status: http.StatusConflict, Message: fmt.Sprintf(
-					"%s holds replicas of groups %v: move them to other members first (sproutctl groups move G %s TO)", name, held, name)})
+				grouped.drain(w, r, name, held)
 				return
 			}
 		}

@@ -207,16 +207,18 @@ func (m *Member) startShards(ctx context.Context) error {
 }
 
 // startGroup starts this member's replica of group g: on its log if the
-// log holds the group, else a new one, as one of the voters named (the
-// formation's), or when join as a replica added since, which starts
-// empty and is filled by a snapshot of the group's leader.
+// log holds the group (replicas nil), else a new one, as one of the
+// voters named (the formation's), or when join as a replica added since,
+// which starts empty and is filled by a snapshot of the group's leader.
+// Its book names every member: a log holds no book for a group whose
+// replicas never changed since the formation.
 func (m *Member) startGroup(ctx context.Context, g uint16, replicas []string, join bool) error {
 	sh := m.shards
 	self := m.node.Name()
 	var peers []replication.Member
 	var voters []uint64
 	for _, p := range m.node.Book().Members {
-		if p.Name == self || slices.Contains(replicas, p.Name) {
+		if p.Name == self || replicas == nil || slices.Contains(replicas, p.Name) {
 			peers = append(peers, p)
 		}
 		if slices.Contains(replicas, p.Name) {
@@ -451,7 +453,12 @@ func (m *Member) balanceLeaders() {
 		caughtUp := func(_ uint16, to string) bool {
 			return reachable[to] && m.node.Host().HeardFrom(to, heardWithin)
 		}
-		for _, tr := range meta.PlanLeaders(m.currentPlacement(reported, names), leaders, caughtUp) {
+		cur := m.currentPlacement(reported, names)
+		// A member gives or receives replicas while connected: a member
+		// hears Raft messages only from those it shares a group with,
+		// and a member just added shares group 0 with its leader alone.
+		m.planReplicas(cur, func(name string) bool { return name == m.node.Name() || reachable[name] })
+		for _, tr := range meta.PlanLeaders(cur, leaders, caughtUp) {
 			if tr.From != m.node.Name() || now.Sub(changed[tr.Group]) < leaderSettle {
 				continue
 			}
@@ -471,8 +478,9 @@ func (m *Member) currentPlacement(reported map[uint16]router.Report, names map[u
 	sh := m.shards
 	p := *sh.placement
 	p.Members = nil
+	draining := m.node.Book().Draining
 	for id, name := range names {
-		p.Members = append(p.Members, meta.Member{Name: name, ID: id})
+		p.Members = append(p.Members, meta.Member{Name: name, ID: id, Draining: slices.Contains(draining, id)})
 	}
 	slices.SortFunc(p.Members, func(a, b meta.Member) int { return cmp.Compare(a.Name, b.Name) })
 	p.Groups = slices.Clone(p.Groups)

@@ -240,6 +240,16 @@ func TestShardGroupsRestartOfFive(t *testing.T) {
 		}
 	}
 	m := c.up["m1"]
+	// Its replicas name the others: a group whose replicas never changed
+	// has no book in the log, and a replica restarted knowing no names
+	// reported its leader as "" (GET /cluster) whenever another led.
+	for _, gs := range m.node.Host().Groups() {
+		for _, name := range slices.Concat(gs.Replicas, gs.Learners) {
+			if !strings.HasPrefix(name, "m") {
+				t.Fatalf("m1 restarted names group %d's replicas %v", gs.ID, gs.Replicas)
+			}
+		}
+	}
 	conn := testproc.DialTest(t, m.Addr().String(), replyTimeout)
 	for i, id := range ids {
 		testproc.WaitFor(t, 20*time.Second, fmt.Sprintf("job %d through the restarted m1", id), func() bool {

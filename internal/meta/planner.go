@@ -177,34 +177,7 @@ func PlanReplicas(s *State, live func(member string) bool) []ReplicaChange {
 		m := s.member(name)
 		return m != nil && !m.Draining
 	}
-	load := map[string]int{} // the members new replicas may go to
-	for _, m := range s.Members {
-		if !m.Draining && live(m.Name) {
-			load[m.Name] = 0
-		}
-	}
-	for _, g := range s.Groups {
-		for _, r := range g.Replicas {
-			if _, ok := load[r.Member]; ok {
-				load[r.Member]++
-			}
-		}
-	}
-	// fewest is the usable member holding fewest replicas among those
-	// not in g.
-	fewest := func(g *Group) string {
-		best, bestTie := "", uint64(0)
-		for name, n := range load {
-			if g.Holds(name) {
-				continue
-			}
-			tie := xxhash.Sum64String(name + "/" + strconv.Itoa(int(g.ID)))
-			if best == "" || n < load[best] || n == load[best] && tie < bestTie {
-				best, bestTie = name, tie
-			}
-		}
-		return best
-	}
+	load := loads(s, s.Groups, live) // the members new replicas may go to
 	var plan []ReplicaChange
 	changed := map[uint16]bool{} // changed now, or still promoting a learner
 	for i := range s.Groups {
@@ -229,7 +202,7 @@ func PlanReplicas(s *State, live func(member string) bool) []ReplicaChange {
 		}
 		switch {
 		case len(healthy) < s.Replicas && !learning:
-			if to := fewest(g); to != "" {
+			if to := load.fewest(g); to != "" {
 				plan = append(plan, ReplicaChange{Group: g.ID, Member: to})
 				load[to]++
 				changed[g.ID] = true
@@ -250,15 +223,7 @@ func PlanReplicas(s *State, live func(member string) bool) []ReplicaChange {
 	}
 	// Spread: from the member holding most to the one holding fewest, one
 	// group they do not share.
-	var most, least string
-	for name, n := range load {
-		if most == "" || n > load[most] || n == load[most] && name < most {
-			most = name
-		}
-		if least == "" || n < load[least] || n == load[least] && name < least {
-			least = name
-		}
-	}
+	most, least := load.extremes()
 	if most == "" || load[most]-load[least] <= 1 {
 		return plan
 	}
@@ -269,4 +234,111 @@ func PlanReplicas(s *State, live func(member string) bool) []ReplicaChange {
 		}
 	}
 	return plan
+}
+
+// Move moves Group's replica from one member to another, as the member
+// does it (internal/member, a learner added, promoted, then the giver
+// removed); To "" removes From's replica alone: no member can take it
+// (fewer members left than R), and the group goes on with one voter
+// fewer until a member is added.
+type Move struct {
+	Group    uint16
+	From, To string
+}
+
+// PlanMove is the next replica move of groups 1 and up (group 0 holds
+// the membership and is on every member), if one is due, one at a time
+// over the cluster: none while any group has a learner (a move under
+// way). A draining member's replica goes first, to the live member not
+// draining that holds fewest replicas and none of the group, ties broken
+// by a hash of the member's name and the group (as PlanReplicas). Else,
+// while a live member holds two more replicas than another, one of its
+// groups that the other holds none of goes to it: so a member added
+// receives replicas until each holds floor or ceil of R·(G-1)/M. A member
+// down neither gives nor receives.
+func PlanMove(s *State, live func(member string) bool) (Move, bool) {
+	groups := s.Groups
+	if len(groups) > 0 && groups[0].ID == 0 {
+		groups = groups[1:]
+	}
+	for _, g := range groups {
+		if slices.ContainsFunc(g.Replicas, func(r Replica) bool { return r.Learner }) {
+			return Move{}, false
+		}
+	}
+	load := loads(s, groups, live)
+	for _, m := range s.Members {
+		if !m.Draining {
+			continue
+		}
+		for i := range groups {
+			if groups[i].Holds(m.Name) {
+				return Move{Group: groups[i].ID, From: m.Name, To: load.fewest(&groups[i])}, true
+			}
+		}
+	}
+	most, least := load.extremes()
+	if most == "" || load[most]-load[least] <= 1 {
+		return Move{}, false
+	}
+	for i := range groups {
+		if groups[i].Holds(most) && !groups[i].Holds(least) {
+			return Move{Group: groups[i].ID, From: most, To: least}, true
+		}
+	}
+	return Move{}, false
+}
+
+// replicaLoad is how many replicas each member that may receive one (live,
+// not draining) holds.
+type replicaLoad map[string]int
+
+// loads counts the replicas of groups that each live member not draining
+// holds.
+func loads(s *State, groups []Group, live func(member string) bool) replicaLoad {
+	load := replicaLoad{}
+	for _, m := range s.Members {
+		if !m.Draining && live(m.Name) {
+			load[m.Name] = 0
+		}
+	}
+	for _, g := range groups {
+		for _, r := range g.Replicas {
+			if _, ok := load[r.Member]; ok {
+				load[r.Member]++
+			}
+		}
+	}
+	return load
+}
+
+// fewest is the member holding fewest replicas among those holding none
+// of g, ties broken by a hash of the member's name and the group, so
+// that groups do not all pick the same member; "" if there is none.
+func (load replicaLoad) fewest(g *Group) string {
+	best, bestTie := "", uint64(0)
+	for name, n := range load {
+		if g.Holds(name) {
+			continue
+		}
+		tie := xxhash.Sum64String(name + "/" + strconv.Itoa(int(g.ID)))
+		if best == "" || n < load[best] || n == load[best] && tie < bestTie {
+			best, bestTie = name, tie
+		}
+	}
+	return best
+}
+
+// extremes are the members holding most and fewest replicas, the first
+// by name on ties; "" when there is none.
+func (load replicaLoad) extremes() (most, least string) {
+	for name, n := range load {
+		if most == "" || n > load[most] || n == load[most] && name < most {
+			most = name
+		}
+		if least == "" || n < load[least] || n == load[least] && name < least {
+			least = name
+		}
+	}
+	return most, least
 }

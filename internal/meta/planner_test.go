@@ -201,3 +201,101 @@ func TestPlanReplicas(t *testing.T) {
 		t.Errorf("a member down lost or gained replicas: %v, was %v", got, before)
 	}
 }
+
+// settleMoves carries out PlanMove's moves on s until it plans none, and
+// returns how many it made; each leaves every group with its voters.
+func settleMoves(t *testing.T, s *State, live func(string) bool) int {
+	t.Helper()
+	for n := 0; ; n++ {
+		mv, ok := PlanMove(s, live)
+		if !ok {
+			return n
+		}
+		if n > 100 {
+			t.Fatalf("the moves do not settle: %+v", mv)
+		}
+		g := &s.Groups[mv.Group]
+		if mv.Group == 0 || !g.Holds(mv.From) || mv.To != "" && g.Holds(mv.To) {
+			t.Fatalf("move %+v of group %d, replicas %+v", mv, mv.Group, g.Replicas)
+		}
+		g.Replicas = slices.DeleteFunc(g.Replicas, func(r Replica) bool { return r.Member == mv.From })
+		if mv.To != "" {
+			g.Replicas = append(g.Replicas, Replica{Member: mv.To})
+		}
+	}
+}
+
+// groupLoads counts each member's replicas of groups 1 and up.
+func groupLoads(s *State) map[string]int {
+	n := map[string]int{}
+	for _, m := range s.Members {
+		n[m.Name] = 0
+	}
+	for _, g := range s.Groups[1:] {
+		for _, r := range g.Replicas {
+			n[r.Member]++
+		}
+	}
+	return n
+}
+
+// TestPlanMove: a formation needs no move; members added receive
+// replicas until the loads differ by one at most (3 -> 5); draining
+// members give every replica away, one group at a time, each group
+// keeping its voters (5 -> 3); with fewer members left than R a draining
+// member's replica goes with no receiver; a move under way (a learner)
+// holds every other; a member down neither gives nor receives; group 0
+// is never moved.
+func TestPlanMove(t *testing.T) {
+	up := func(string) bool { return true }
+	s, _ := Formation(members(3), 4, 3)
+	if mv, ok := PlanMove(s, up); ok {
+		t.Fatalf("a formation moved %+v", mv)
+	}
+	s.Members = append(s.Members, Member{Name: "m4"}, Member{Name: "m5"})
+	if n := settleMoves(t, s, up); n == 0 {
+		t.Fatal("members added received nothing")
+	}
+	for name, n := range groupLoads(s) {
+		if n < 1 || n > 2 { // R·(G-1)/M = 9/5
+			t.Errorf("after m4 and m5 joined: %s holds %d (%v)", name, n, groupLoads(s))
+		}
+	}
+	for _, d := range []string{"m4", "m5"} {
+		if err := s.Apply(Command{Op: OpDrain, Member: d}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settleMoves(t, s, up)
+	for name, n := range groupLoads(s) {
+		if (name == "m4" || name == "m5") && n != 0 || name != "m4" && name != "m5" && n != 3 {
+			t.Errorf("after m4 and m5 drained: %s holds %d (%v)", name, n, groupLoads(s))
+		}
+	}
+	for _, g := range s.Groups[1:] {
+		if len(g.Voters()) != 3 {
+			t.Errorf("group %d: voters %v", g.ID, g.Voters())
+		}
+	}
+
+	// Three members left of three replicas: a draining one's replica
+	// has no receiver.
+	if err := s.Apply(Command{Op: OpDrain, Member: "m3"}); err != nil {
+		t.Fatal(err)
+	}
+	if mv, ok := PlanMove(s, up); !ok || mv.From != "m3" || mv.To != "" {
+		t.Fatalf("draining m3 of three: %+v %v, want its replica removed alone", mv, ok)
+	}
+
+	// A learner holds every move; a member down receives nothing.
+	s, _ = Formation(members(3), 3, 3)
+	s.Members = append(s.Members, Member{Name: "m4"})
+	s.Groups[1].Replicas = append(s.Groups[1].Replicas, Replica{Member: "m4", Learner: true})
+	if mv, ok := PlanMove(s, up); ok {
+		t.Fatalf("a move under way, yet %+v", mv)
+	}
+	s.Groups[1].Replicas = s.Groups[1].Replicas[:3]
+	if mv, ok := PlanMove(s, func(m string) bool { return m != "m4" }); ok {
+		t.Fatalf("m4 is down, yet %+v", mv)
+	}
+}

@@ -89,11 +89,12 @@ const (
 	// book (the transport's peers; a member no longer in ConfState
 	// stops). Before the ActCompact of the same entries.
 	ActMembership
-	// ActVersion: a control record at Index raised the cluster version
-	// to Book.Version (finalize.go): write Book with the membership to
-	// the log (Log.SetMembership), and act on the version. Before the
-	// ActCompact of the same entries.
-	ActVersion
+	// ActControl: a control record at Index changed the book: it raised
+	// the cluster version to Book.Version (finalize.go), or marked a
+	// member draining or no longer (Book.Draining, Node.SetDraining):
+	// write Book with the membership to the log (Log.SetMembership), and
+	// act on it. Before the ActCompact of the same entries.
+	ActControl
 	// ActRebuild: this member led Term and lost it; its store may hold
 	// changes that never commit. Close every client, drop the store and
 	// start again from the log (Node.rebuild: in place, with a new core);
@@ -122,8 +123,8 @@ func (k ActionKind) String() string {
 		return "serve"
 	case ActMembership:
 		return "membership"
-	case ActVersion:
-		return "version"
+	case ActControl:
+		return "control"
 	case ActRebuild:
 		return "rebuild"
 	}

@@ -712,20 +712,40 @@ func (c *Core) applyChange(e *pb.Entry) (Action, bool) {
 	return Action{Kind: ActMembership, ConfState: cs, Book: c.book.clone(), Index: e.GetIndex()}, true
 }
 
+// A control record's State says what it does; its ID is 0, as every
+// reader of ids (a log's id floors) must not take it for a job's.
+const (
+	// controlVersion raises the cluster version to Pri (finalize.go).
+	controlVersion uint8 = 0
+	// controlDrain marks a member, its Raft id in Deadline, draining (Pri
+	// 1) or no longer (Pri 0): Node.SetDraining.
+	controlDrain uint8 = 1
+)
+
 // applyControl applies the control records among recs, of the entry at
-// index, to the book: one that raises the cluster version adds its
-// ActVersion to acts (finalize.go).
+// index, to the book: one that raises the cluster version, or that marks
+// a member draining or no longer, adds its ActControl to acts.
 func (c *Core) applyControl(acts []Action, recs []wal.Record, index uint64) []Action {
 	for i := range recs {
 		r := &recs[i]
-		if r.Kind != wal.KindControl || index <= c.book.Index || uint16(r.Pri) <= c.book.Version {
+		if r.Kind != wal.KindControl || index <= c.book.Index {
+			continue
+		}
+		if r.State == controlDrain {
+			if c.book.setDraining(uint64(r.Deadline), r.Pri != 0) {
+				c.book.Index = index
+				acts = append(acts, Action{Kind: ActControl, Book: c.book.clone(), Index: index})
+			}
+			continue
+		}
+		if r.State != controlVersion || uint16(r.Pri) <= c.book.Version {
 			continue
 		}
 		c.book.Version, c.book.Index = uint16(r.Pri), index
 		if c.book.MetaVoters == nil {
 			c.book.MetaVoters = metaVoters(c.book, c.rn.Status().Config.Voters[0])
 		}
-		acts = append(acts, Action{Kind: ActVersion, Book: c.book.clone(), Index: index})
+		acts = append(acts, Action{Kind: ActControl, Book: c.book.clone(), Index: index})
 	}
 	return acts
 }

@@ -58,10 +58,18 @@ func (n *Node) maybeFinalize(now time.Time) {
 	n.logger.Info().Int("version", clusterVersion).Msg("every member speaks protocol 3: finalizing the cluster")
 }
 
-// applyVersion carries out ActVersion: the book with the new version goes
+// applyControlAct carries out ActControl: the book with the new version goes
 // to the log, and the member acts on it.
-func (n *Node) applyVersion(a Action) {
+func (n *Node) applyControlAct(a Action) {
 	n.log.SetMembership(n.conf, a.Book)
+	n.mu.Lock()
+	drains := !slices.Equal(n.draining, a.Book.Draining)
+	n.draining = slices.Clone(a.Book.Draining)
+	n.mu.Unlock()
+	if drains {
+		n.logger.Info().Uint64("index", a.Index).Strs("draining", n.names(a.Book.Draining)).Msg("members draining")
+		return
+	}
 	n.logger.Info().Uint64("index", a.Index).Uint16("version", a.Book.Version).Msg("the cluster version was raised")
 	if n.group == group0 {
 		n.host.setVersion(a.Book)

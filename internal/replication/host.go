@@ -139,7 +139,7 @@ func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint, m
 		unreachable:   make(map[uint64]struct{}),
 		leaderChanged: make(chan struct{}),
 	}
-	n.byID, n.confIndex = bookIndex(book), book.Index
+	n.byID, n.confIndex, n.draining = bookIndex(book), book.Index, slices.Clone(book.Draining)
 	n.journal = NewJournal(n.signal)
 	if n.state = makeState(n); n.state == nil {
 		// Group g issues ids of prefix g (docs/design/shards.md, 4), and

@@ -35,12 +35,30 @@ type Book struct {
 	// chosen when the cluster was finalized (finalize.go), the same on
 	// every member.
 	MetaVoters []uint64 `json:"meta_voters,omitempty"`
+	// Draining are the members being removed, by Raft id, whose groups'
+	// replicas move away first (Node.SetDraining; a cluster of several
+	// groups).
+	Draining []uint64 `json:"draining,omitempty"`
 }
 
 // clone returns a copy that shares nothing with b.
 func (b Book) clone() Book {
 	return Book{Index: b.Index, Members: slices.Clone(b.Members), Removed: slices.Clone(b.Removed), Version: b.Version,
-		MetaVoters: slices.Clone(b.MetaVoters)}
+		MetaVoters: slices.Clone(b.MetaVoters), Draining: slices.Clone(b.Draining)}
+}
+
+// setDraining marks member id draining, or no longer, and reports
+// whether that changed the book.
+func (b *Book) setDraining(id uint64, on bool) bool {
+	if slices.Contains(b.Draining, id) == on {
+		return false
+	}
+	if on {
+		b.Draining = append(b.Draining, id)
+	} else {
+		b.Draining = slices.DeleteFunc(b.Draining, func(d uint64) bool { return d == id })
+	}
+	return true
 }
 
 // byName returns the member named name.
@@ -79,6 +97,7 @@ func (b *Book) add(m Member) {
 // remove takes id out of the book and remembers it removed.
 func (b *Book) remove(id uint64) {
 	b.Members = slices.DeleteFunc(b.Members, func(o Member) bool { return o.ID == id })
+	b.setDraining(id, false)
 	if !b.removed(id) {
 		b.Removed = append(b.Removed, id)
 	}
@@ -90,6 +109,7 @@ func (b *Book) merge(o Book) {
 	if o.Version > b.Version {
 		b.Version, b.MetaVoters = o.Version, slices.Clone(o.MetaVoters)
 	}
+	b.Draining = slices.Clone(o.Draining)
 	for _, id := range o.Removed {
 		b.remove(id)
 	}

@@ -12,6 +12,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // Why a membership change was refused or not seen through (doc.go,
@@ -202,6 +204,10 @@ func (n *Node) startChange(req *changeReq) {
 	}
 	book := n.core.Book()
 	target, known := book.byName(req.name)
+	if req.replica {
+		// A group's book may name members that hold no replica of it.
+		known = known && inConf(n.conf, target.ID)
+	}
 	if !req.add && !known {
 		answer(Member{}, fmt.Errorf("%w: %q", ErrUnknownMember, req.name))
 		return
@@ -359,7 +365,43 @@ func (n *Node) Book() Book {
 	defer n.mu.Unlock()
 	b := Book{Members: n.bookLocked()}
 	b.Removed = n.removedLocked()
+	b.Draining = slices.Clone(n.draining)
 	return b
+}
+
+// SetDraining marks the member named name draining (on) or no longer, a
+// control record in group 0's log, and returns once it is applied here.
+// Only group 0's serving leader proposes it (ErrNotServing): the member
+// asked forwards the request to it.
+func (n *Node) SetDraining(ctx context.Context, name string, on bool) error {
+	if n.group != group0 {
+		return ErrStaticGroup
+	}
+	m, ok := n.Book().byName(name)
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownMember, name)
+	}
+	if info, _ := n.Leader(); !info.Serving {
+		return ErrNotServing
+	}
+	pri := uint32(0)
+	if on {
+		pri = 1
+	}
+	if _, _, err := n.journal.Append(&wal.Record{Kind: wal.KindControl, State: controlDrain, Deadline: int64(m.ID), Pri: pri}, wal.Loc{}); err != nil {
+		return err
+	}
+	n.signal()
+	for slices.Contains(n.Book().Draining, m.ID) != on {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %v", ErrChangeTimeout, ctx.Err())
+		case <-n.halted:
+			return errStopped
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // bookLocked lists the members, in the order of the book. n.mu must be

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -185,6 +186,7 @@ type Node struct {
 	removed []uint64 // the ids removed, as byID
 	// confIndex is the index of the change conf is as of (Book.Index).
 	confIndex uint64
+	draining  []uint64 // Book.Draining, as byID
 	log       Log      // immutable; written on the node goroutine
 	journal   *Journal // immutable
 	// state is the group's state machine, made with the node and kept for
@@ -781,8 +783,8 @@ func (n *Node) do(a Action) bool {
 		}
 	case ActMembership:
 		return n.membership(a)
-	case ActVersion:
-		n.applyVersion(a)
+	case ActControl:
+		n.applyControlAct(a)
 	case ActRebuild:
 		return n.rebuild(a.Term)
 	}
@@ -1110,6 +1112,9 @@ type MemberStatus struct {
 	// Match is, on the leader only, the last entry the member is known to
 	// hold (the leader's own last entry for itself), as of the last tick.
 	Match *uint64 `json:"match,omitempty"`
+	// Draining: the member is being removed, its groups' replicas moving
+	// away first (Node.SetDraining).
+	Draining bool `json:"draining,omitempty"`
 }
 
 // Status reports the member's view of the cluster. It never waits for
@@ -1117,7 +1122,7 @@ type MemberStatus struct {
 func (n *Node) Status() Status {
 	n.mu.Lock()
 	pub, matches, last := n.pub, n.matches, n.lastIndex
-	byID, conf := n.byID, n.conf
+	byID, conf, draining := n.byID, n.conf, n.draining
 	book := n.bookLocked()
 	n.mu.Unlock()
 	st := Status{Node: n.self.Name, Term: pub.term, State: stateName(pub.state), Serving: pub.serving,
@@ -1129,7 +1134,8 @@ func (n *Node) Status() Status {
 		st.Leader = m.Name
 	}
 	for _, m := range book {
-		ms := MemberStatus{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), Address: m.Addr, Role: role(conf, m.ID)}
+		ms := MemberStatus{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), Address: m.Addr, Role: role(conf, m.ID),
+			Draining: slices.Contains(draining, m.ID)}
 		if m.ID == n.self.ID {
 			ms.Client, ms.HTTP, ms.Connected = n.cfg.ClientAddr, n.cfg.HTTPAddr, true
 			ms.Protocol = int(n.host.transport.maxProtocol())

@@ -33,9 +33,10 @@ const (
 	// KindDelete record, whose own kind follows the key (encode.go).
 	kindKeyed Kind = 7
 	// KindControl is a cluster's control record (internal/replication),
-	// shaped as an update: ID 0, and Pri the cluster version it raises the
-	// cluster to. A store applying it ignores it; a single node's journal
-	// never holds one.
+	// shaped as an update with ID 0: State says what it does (0: raise
+	// the cluster version to Pri; 1: mark a member draining), the other
+	// fields its arguments. A store applying it ignores it; a single
+	// node's journal never holds one.
 	KindControl Kind = 15
 )
 
