@@ -65,7 +65,12 @@
 //     timeout, then SIGCONT; a partition (see below), then healed; kill -9
 //     of a member leading no group; a member restarted on an empty
 //     directory, as a new member (a membership change through the admin
-//     endpoint). A killed member is started again on its directory.
+//     endpoint; with several groups, a member leading none, whose removal
+//     drains it: its replicas move to the others, group 0's leader
+//     removes it, and once it is added again the replicas move back
+//     until every group has its voters and the members hold about as
+//     many, which the round waits for). A killed member is started again
+//     on its directory.
 //  3. Failover, per group whose leader the fault took away: from the
 //     fault, new connections to the other members put into that group's
 //     tube until one is acknowledged; that time is the group's failover,

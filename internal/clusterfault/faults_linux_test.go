@@ -577,15 +577,18 @@ func killFollower(r *round, lay layout) (outcome, error) {
 //     voter): until then the cluster has two voters, and the next round's
 //     fault would leave it without a majority.
 //
+// With several groups the member chosen leads none (the round waits
+// for a layout with one, errNotNow), its removal marks it draining: its
+// replicas move to the other members (or, with no member to take one,
+// its groups go on with one voter fewer), then group 0's leader removes
+// it; once added again and promoted, replicas move back to it until
+// every group has its voters and the members hold about as many. The
+// round waits for both (drained, then every group whole again).
+//
 // Until the leader's side port serves /cluster/members (any answer but
 // 404), the fault is skipped. The outcome is the clients' largest gap
 // through the other members, from the kill to the promotion.
 func emptyDirectory(r *round, lay layout) (outcome, error) {
-	if r.c.groups > 1 {
-		// Replacing a member is a membership change, which a cluster of
-		// several groups does not make yet (docs/design/shards.md S7).
-		return outcome{}, fmt.Errorf("%w: a cluster of several groups does not replace members yet", errSkipped)
-	}
 	l := lay.leaders[0]
 	var list struct {
 		Members []struct{ Name, Role string }
@@ -598,13 +601,34 @@ func emptyDirectory(r *round, lay layout) (outcome, error) {
 		return outcome{}, fmt.Errorf("%w: the side port has no /cluster/members (membership changes are not served yet)", errSkipped)
 	}
 	f := r.c.others(l)[0]
+	if r.c.groups > 1 {
+		f = nil
+		for _, m := range r.c.members {
+			if len(lay.ledBy(m)) == 0 {
+				f = m
+				break
+			}
+		}
+		if f == nil {
+			return outcome{}, fmt.Errorf("%w: every member leads a group (leaders %s)", errNotNow, lay.describe())
+		}
+	}
 	f.proc.Kill()
 	at := time.Now()
 	if err := f.emptyDir(); err != nil {
 		return outcome{}, err
 	}
-	if _, err := r.c.admin(l, http.MethodDelete, "/cluster/members/"+f.name, "", nil); err != nil {
+	code, err = r.c.admin(l, http.MethodDelete, "/cluster/members/"+f.name, "", nil)
+	if err != nil {
 		return outcome{}, err
+	}
+	if code == http.StatusAccepted {
+		// Draining: its replicas move away, then it is removed.
+		if err := r.c.awaitMembers(l, convergeWait, []*member{f}, func(ms []memberRole) bool {
+			return !slices.ContainsFunc(ms, func(m memberRole) bool { return m.Name == f.name })
+		}); err != nil {
+			return outcome{}, fmt.Errorf("%s, draining, not removed: %w", f.name, err)
+		}
 	}
 	var added struct{ Join string }
 	body := fmt.Sprintf(`{"name":%q,"address":%q}`, f.name, net.JoinHostPort(f.ip(), strconv.Itoa(clusterPort)))
@@ -616,23 +640,87 @@ func emptyDirectory(r *round, lay layout) (outcome, error) {
 	}
 	f.join = added.Join
 	r.c.start(f)
-	deadline := time.Now().Add(convergeWait)
-	for {
-		_, err := r.c.admin(l, http.MethodGet, "/cluster/members", "", &list)
-		for _, m := range list.Members {
-			if err == nil && m.Name == f.name && m.Role == "voter" {
-				counted := map[int][]int{0: r.c.indices(r.c.others(f))}
-				out := outcome{victim: f.name}
-				out.measureGap(r.l, counted, window{at, time.Now()})
-				return out, nil
+	// Until it is a voter the cluster has a voter fewer, and the next
+	// round's fault would leave it without a majority.
+	if err := r.c.awaitMembers(l, convergeWait, nil, func(ms []memberRole) bool {
+		return slices.Contains(ms, memberRole{Name: f.name, Role: "voter"})
+	}); err != nil {
+		return outcome{}, fmt.Errorf("%s not promoted to voter: %w", f.name, err)
+	}
+	if r.c.groups > 1 {
+		deadline := time.Now().Add(convergeWait)
+		for !r.c.whole(r.c.look()) {
+			if time.Now().After(deadline) {
+				return outcome{}, fmt.Errorf("the groups not whole again within %v of %s's return: %s", convergeWait, f.name, strings.Join(r.c.look().views, "; "))
 			}
+			r.c.checkAlive()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	counted := map[int][]int{}
+	for g := range r.c.groups {
+		counted[g] = r.c.indices(r.c.others(f))
+	}
+	out := outcome{victim: f.name}
+	out.measureGap(r.l, counted, window{at, time.Now()})
+	return out, nil
+}
+
+// memberRole is a member as GET /cluster/members lists it.
+type memberRole struct{ Name, Role string }
+
+// awaitMembers waits until GET /cluster/members on m answers members for
+// which ok holds; the members down are stopped on purpose meanwhile.
+func (c *cluster) awaitMembers(m *member, timeout time.Duration, down []*member, ok func([]memberRole) bool) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var list struct{ Members []memberRole }
+		_, err := c.admin(m, http.MethodGet, "/cluster/members", "", &list)
+		if err == nil && ok(list.Members) {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return outcome{}, fmt.Errorf("%s not promoted to voter within %v: %+v (%v)", f.name, convergeWait, list, err)
+			return fmt.Errorf("not within %v: %+v (%v)", timeout, list.Members, err)
 		}
-		r.c.checkAlive()
+		c.checkAlive(down...)
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// whole reports whether every group of l has its voters, no learner, and
+// a leader, and the members up hold replicas of groups 1 and up within
+// one of each other: the replicas have moved back after a member's
+// return.
+func (c *cluster) whole(l layout) bool {
+	held := map[string]int{}
+	for _, m := range c.members {
+		if m.up() {
+			held[m.name] = 0
+		}
+	}
+	for g := range c.groups {
+		if l.leaders[g] == nil {
+			return false
+		}
+		st := l.status[l.leaders[g]]
+		gs, ok := groupIn(st, g)
+		if !ok || len(gs.Learners) > 0 || g > 0 && len(gs.Replicas) != c.replicas {
+			return false
+		}
+		for _, r := range gs.Replicas {
+			if g > 0 {
+				held[r]++
+			}
+		}
+	}
+	lo, hi := -1, 0
+	for _, n := range held {
+		if lo < 0 || n < lo {
+			lo = n
+		}
+		hi = max(hi, n)
+	}
+	return hi-lo <= 1
 }
 
 // admin sends a request to m's side port with the admin token, decodes a

@@ -63,7 +63,7 @@ func TestClusterFaultsGroups(t *testing.T) {
 	if os.Getenv(innerEnv) != "" {
 		t.Skip("the namespace runs TestClusterFaults")
 	}
-	runIsolated(t, 4, 4, 5)
+	runIsolated(t, len(faults), 4, 5)
 }
 
 // runIsolated runs n rounds of a cluster of m members and g groups in a

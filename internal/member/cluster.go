@@ -126,7 +126,7 @@ func (m *Member) startRouter(ec *engine.Config) {
 				err := &FormationError{fmt.Sprintf("member %x leads group %d, and this member runs %d group(s): "+
 					"start it with the cluster's --cluster-groups", from, g, sh.groups())}
 				m.log.Error().Err(err).Msg("stopping: this member does not run every group of the cluster")
-				m.fail(err)
+				m.foreign <- err // watch stops the member, once it has started
 			})
 		},
 		Removed: func() []uint64 { return node.Book().Removed },
@@ -235,8 +235,12 @@ func (m *Member) serveLocal(nc net.Conn) {
 // serve, nor rejoin under its name; or it was removed from the cluster
 // (replication.ErrRemoved). A node closed by Shutdown has no Err.
 func (m *Member) watch() {
-	<-m.node.Done()
-	if err := m.node.Err(); err != nil {
+	select {
+	case <-m.node.Done():
+		if err := m.node.Err(); err != nil {
+			m.fail(err)
+		}
+	case err := <-m.foreign:
 		m.fail(err)
 	}
 }

@@ -140,8 +140,10 @@ type Member struct {
 
 	stopOnce sync.Once
 	// foreignOnce stops a member that runs fewer groups than its cluster
-	// once (startRouter).
+	// once (startRouter), through foreign (capacity 1), which watch
+	// reads once the member has started.
 	foreignOnce sync.Once
+	foreign     chan error
 	// moving: a replica move or a drained member's removal is under way
 	// (planReplicas), one at a time.
 	moving atomic.Bool
@@ -154,7 +156,7 @@ func Start(cfg Config) (*Member, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	m := &Member{cfg: cfg, log: cfg.Logger, engineDone: make(chan struct{}), done: make(chan struct{})}
+	m := &Member{cfg: cfg, log: cfg.Logger, engineDone: make(chan struct{}), done: make(chan struct{}), foreign: make(chan error, 1)}
 	if err := m.start(); err != nil {
 		m.closeParts()
 		return nil, err

@@ -156,7 +156,18 @@ func (m *Member) registerGroups(mux *http.ServeMux, guard func(http.Handler) htt
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), moveTimeout)
 		defer cancel()
+		// One move at a time on this member, planned or asked: a planned
+		// one would take the receiver, promoted, for a replica too many.
+		for !m.moving.CompareAndSwap(false, true) {
+			select {
+			case <-ctx.Done():
+				writeChangeError(w, fmt.Errorf("%w: another move is under way here", replication.ErrChangeInProgress))
+				return
+			case <-time.After(movePoll):
+			}
+		}
 		out, err := m.moveReplica(ctx, uint16(g), req.From, req.To)
+		m.moving.Store(false)
 		if err != nil {
 			writeChangeError(w, err)
 			return
@@ -236,9 +247,12 @@ func (m *Member) planReplicas(cur *meta.State, live func(string) bool) {
 			ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
 			defer cancel()
 			var err error
-			if mv.To == "" {
+			switch {
+			case mv.To == "": // no member can take it
 				_, err = n.RemoveReplica(ctx, mv.From)
-			} else {
+			case mv.From == "": // the group is short of voters: promoted once caught up
+				_, err = n.AddReplica(ctx, mv.To)
+			default:
 				_, err = m.moveReplica(ctx, mv.Group, mv.From, mv.To)
 			}
 			if err != nil && !errors.Is(n.Err(), replication.ErrRemoved) {

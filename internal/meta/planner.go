@@ -238,9 +238,10 @@ func PlanReplicas(s *State, live func(member string) bool) []ReplicaChange {
 
 // Move moves Group's replica from one member to another, as the member
 // does it (internal/member, a learner added, promoted, then the giver
-// removed); To "" removes From's replica alone: no member can take it
+// removed). To "" removes From's replica alone: no member can take it
 // (fewer members left than R), and the group goes on with one voter
-// fewer until a member is added.
+// fewer until a member is added. From "" adds a replica on To alone: the
+// group has fewer voters than R.
 type Move struct {
 	Group    uint16
 	From, To string
@@ -251,11 +252,14 @@ type Move struct {
 // over the cluster: none while any group has a learner (a move under
 // way). A draining member's replica goes first, to the live member not
 // draining that holds fewest replicas and none of the group, ties broken
-// by a hash of the member's name and the group (as PlanReplicas). Else,
-// while a live member holds two more replicas than another, one of its
-// groups that the other holds none of goes to it: so a member added
-// receives replicas until each holds floor or ceil of R·(G-1)/M. A member
-// down neither gives nor receives.
+// by a hash of the member's name and the group (as PlanReplicas). Then a
+// group with more voters than R (a move cut short) loses the replica of
+// the member holding most, and one with fewer (a drain with no receiver,
+// since made good by a member added) gains one there. Else, while a live member
+// holds two more replicas than another, one of its groups that the other
+// holds none of goes to it: so a member added receives replicas until
+// each holds floor or ceil of R·(G-1)/M. A member down neither gives nor
+// receives.
 func PlanMove(s *State, live func(member string) bool) (Move, bool) {
 	groups := s.Groups
 	if len(groups) > 0 && groups[0].ID == 0 {
@@ -274,6 +278,20 @@ func PlanMove(s *State, live func(member string) bool) (Move, bool) {
 		for i := range groups {
 			if groups[i].Holds(m.Name) {
 				return Move{Group: groups[i].ID, From: m.Name, To: load.fewest(&groups[i])}, true
+			}
+		}
+	}
+	for i := range groups {
+		g := &groups[i]
+		switch voters := g.Voters(); {
+		case len(voters) > s.Replicas:
+			// A move cut short after its receiver's promotion: the member
+			// holding most gives its replica up.
+			most := slices.MaxFunc(voters, func(a, b string) int { return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(b, a)) })
+			return Move{Group: g.ID, From: most}, true
+		case len(voters) < s.Replicas:
+			if to := load.fewest(g); to != "" {
+				return Move{Group: g.ID, To: to}, true
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"cmp"
 	"slices"
 	"testing"
 )
@@ -215,7 +216,7 @@ func settleMoves(t *testing.T, s *State, live func(string) bool) int {
 			t.Fatalf("the moves do not settle: %+v", mv)
 		}
 		g := &s.Groups[mv.Group]
-		if mv.Group == 0 || !g.Holds(mv.From) || mv.To != "" && g.Holds(mv.To) {
+		if mv.Group == 0 || mv.From == "" && mv.To == "" || mv.From != "" && !g.Holds(mv.From) || mv.To != "" && g.Holds(mv.To) {
 			t.Fatalf("move %+v of group %d, replicas %+v", mv, mv.Group, g.Replicas)
 		}
 		g.Replicas = slices.DeleteFunc(g.Replicas, func(r Replica) bool { return r.Member == mv.From })
@@ -285,6 +286,37 @@ func TestPlanMove(t *testing.T) {
 	}
 	if mv, ok := PlanMove(s, up); !ok || mv.From != "m3" || mv.To != "" {
 		t.Fatalf("draining m3 of three: %+v %v, want its replica removed alone", mv, ok)
+	}
+	settleMoves(t, s, up)
+	for _, g := range s.Groups[1:] {
+		if len(g.Voters()) != 2 {
+			t.Errorf("m3 drained of three: group %d has voters %v, want the other two", g.ID, g.Voters())
+		}
+	}
+	// m3 gone, then back empty (its disk lost): each group gains it again.
+	s.Members = slices.DeleteFunc(s.Members, func(m Member) bool { return m.Name == "m3" })
+	s.Members = append(s.Members, Member{Name: "m3"})
+	slices.SortFunc(s.Members, func(a, b Member) int { return cmp.Compare(a.Name, b.Name) })
+	settleMoves(t, s, up)
+	for _, g := range s.Groups[1:] {
+		if len(g.Voters()) != 3 || !g.Holds("m3") {
+			t.Errorf("m3 back: group %d has voters %v, want three with m3", g.ID, g.Voters())
+		}
+	}
+
+	// A move cut short after the promotion: the group has four voters.
+	s, _ = Formation(members(4), 2, 3)
+	for _, m := range s.Members {
+		if !s.Groups[1].Holds(m.Name) {
+			s.Groups[1].Replicas = append(s.Groups[1].Replicas, Replica{Member: m.Name})
+		}
+	}
+	if mv, ok := PlanMove(s, up); !ok || mv.Group != 1 || mv.From == "" || mv.To != "" {
+		t.Fatalf("group 1 of four voters: %+v %v, want a replica removed", mv, ok)
+	}
+	settleMoves(t, s, up)
+	if v := s.Groups[1].Voters(); len(v) != 3 {
+		t.Fatalf("group 1's voters %v, want three", v)
 	}
 
 	// A learner holds every move; a member down receives nothing.
