@@ -451,7 +451,7 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 		return res
 	}
 	args := append(s.argsFor(""), s.shardFlags()...)
-	if s.Kind == KindCatchUp {
+	if s.Kind == KindCatchUp || s.Kind == KindGrow {
 		// Adding a member is a change: the admin API takes it only with
 		// the token.
 		args = append(args, "--admin-token", catchUpToken)
@@ -485,6 +485,8 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 		r, err = s.runCatchUp(ctx, c, leader, p.Run, p.Progress)
 	case KindRebuild:
 		r, err = s.runRebuild(ctx, c, leader, p.Progress)
+	case KindGrow:
+		r, err = s.runGrow(ctx, c, p.Progress)
 	default:
 		// The leader first in the report, then the followers.
 		order := append([]*member{leader}, c.others(leader)...)

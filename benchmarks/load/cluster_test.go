@@ -45,6 +45,7 @@ func TestClusterScenarios(t *testing.T) {
 		{Name: "failover", Kind: load.KindFailover, ServerArgs: flags, Members: 3, Kills: 2, Reps: 1},
 		{Name: "catchup", Kind: load.KindCatchUp, ServerArgs: flags, Members: 3, Jobs: 40, Body: 60_000, Reps: 1},
 		{Name: "rebuild", Kind: load.KindRebuild, ServerArgs: flags, Members: 3, Jobs: 500, Body: 64, Kills: 1, Reps: 1},
+		{Name: "grow", Kind: load.KindGrow, ServerArgs: flags, Members: 3, Groups: 3, Replicas: 3, Kills: 1, Reps: 1},
 	}
 	for _, s := range cases {
 		t.Run(s.Name, func(t *testing.T) {
@@ -54,7 +55,7 @@ func TestClusterScenarios(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, r := range outs[0].Runs[base.Name] {
-				if r.Skipped != "skipped: no cluster mode" {
+				if !strings.HasPrefix(r.Skipped, "skipped: no cluster mode") {
 					t.Errorf("beanstalkd: skipped %q, errors %q; want it skipped", r.Skipped, r.FirstError)
 				}
 			}
@@ -79,6 +80,13 @@ func TestClusterScenarios(t *testing.T) {
 				}
 				if s.Kind == load.KindCatchUp {
 					checkCatchUp(t, r, s)
+					continue
+				}
+				if g := r.Grow; s.Kind == load.KindGrow {
+					if g == nil || g.Added != s.Kills || g.Removed != s.Kills || g.GrowTime <= 0 || g.ShrinkTime <= 0 ||
+						g.BaselineJobsPerSec <= 0 || g.JobsPerSec <= 0 || r.Jobs <= 0 {
+						t.Errorf("run %d: growth %+v, %d jobs; want %d added and removed, each timed, and traffic", i+1, g, r.Jobs, s.Kills)
+					}
 					continue
 				}
 				if s.Kind == load.KindRebuild {

@@ -143,7 +143,7 @@ func placeNames(n int) []string {
 // member's share, and the failovers. It writes nothing when no cluster
 // scenario ran.
 func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
-	var timed, failover, catchUp, rebuild []Outcome
+	var timed, failover, catchUp, rebuild, grow []Outcome
 	for _, o := range outs {
 		switch {
 		case o.Scenario.Members == 0:
@@ -153,11 +153,13 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 			catchUp = append(catchUp, o)
 		case o.Scenario.Kind == KindRebuild:
 			rebuild = append(rebuild, o)
+		case o.Scenario.Kind == KindGrow:
+			grow = append(grow, o)
 		default:
 			timed = append(timed, o)
 		}
 	}
-	if len(timed)+len(failover)+len(catchUp)+len(rebuild) == 0 {
+	if len(timed)+len(failover)+len(catchUp)+len(rebuild)+len(grow) == 0 {
 		return
 	}
 	p("\n## Cluster\n\n")
@@ -205,6 +207,7 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 			"median %s, worst %s. Each, in order: %s.\n", len(each), FormatSeconds(s.FailoverMedian), FormatSeconds(s.FailoverMax), strings.Join(each, ", "))
 	}
 	writeCatchUp(p, catchUp, cand)
+	writeGrow(p, grow, cand)
 	for _, o := range rebuild {
 		s := Summarize(o.Runs[cand])
 		p("\n### A leader rebuilt in place (`%s`)\n\n", o.Scenario.Name)
@@ -217,6 +220,34 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 			"closes its clients and rebuilds its store from its log in place. Each time is the member's own (`sprout_cluster_last_rebuild_seconds`), "+
 			"from the lost leadership to every entry its log held committed applied again: median %s, worst %s. Each, in order: %s.\n",
 			FormatThousands(float64(o.Scenario.Jobs)), FormatSeconds(s.RebuildMedian), FormatSeconds(s.RebuildMax), strings.Join(each, ", "))
+	}
+}
+
+// writeGrow writes the growth scenarios' runs: members added to a
+// cluster of several groups and removed again under traffic, how long the
+// replicas took to spread and to leave, and the traffic's rate meanwhile.
+func writeGrow(p func(string, ...any), outs []Outcome, cand string) {
+	if len(outs) == 0 {
+		return
+	}
+	p("\n### Growing and shrinking (members added and removed while serving)\n\n")
+	p("Traffic runs through the first members (producer/consumer pairs, a tube each, spread over the groups) while members are added " +
+		"(`POST /cluster/members`, then started with the join string and the cluster's `--cluster-groups`): the members move replicas to them, " +
+		"one move at a time, until every group has its voters and the members hold within one replica of each other. Then they are removed " +
+		"(`DELETE /cluster/members`): each is drained, its replicas moved to the others, and removed. Baseline is the traffic's rate before the " +
+		"first addition, lowest its lowest over any second from then to the end.\n\n")
+	p("| scenario | added | spread after | removed | gone after | jobs/s baseline | jobs/s meanwhile | lowest over a second |\n")
+	p("|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, o := range outs {
+		for _, r := range o.Runs[cand] {
+			g := r.Grow
+			if r.Skipped != "" || r.Errors > 0 || g == nil {
+				p("| %s | failed: %s | | | | | | |\n", o.Scenario.Name, r.FirstError)
+				continue
+			}
+			p("| %s | %d | %s | %d | %s | %s | %s | %s |\n", o.Scenario.Name, g.Added, FormatSeconds(g.GrowTime), g.Removed,
+				FormatSeconds(g.ShrinkTime), FormatThousands(g.BaselineJobsPerSec), FormatThousands(g.JobsPerSec), FormatThousands(g.LowestJobsPerSec))
+		}
 	}
 }
 
@@ -309,6 +340,10 @@ func writeCatchUp(p func(string, ...any), outs []Outcome, cand string) {
 func clusterNote(r Result) string {
 	if r.CatchUp != nil && r.Errors == 0 {
 		return catchUpLine([]Result{r})
+	}
+	if g := r.Grow; g != nil && r.Errors == 0 {
+		return fmt.Sprintf("spread over %d added in %s, %d removed in %s; lowest %s jobs/s of %s", g.Added, FormatSeconds(g.GrowTime),
+			g.Removed, FormatSeconds(g.ShrinkTime), FormatThousands(g.LowestJobsPerSec), FormatThousands(g.BaselineJobsPerSec))
 	}
 	if len(r.Rebuilds) > 0 {
 		each := make([]string, len(r.Rebuilds))

@@ -78,6 +78,19 @@
 // has counted it), and the goal holds the worst to a second. It runs in
 // the first repetition only, and only with -with or -full.
 //
+// KindGrow runs a cluster of Members with Groups shard groups of Replicas
+// each (the members run with an --admin-token), and traffic through them
+// (growPairs producer/consumer pairs, a tube each, put → reserve →
+// delete); after growSettle (the baseline rate) it adds Kills members one
+// at a time (each a voter before the next: one membership change at a
+// time) and times until the replicas have spread (every group its voters,
+// no learner, the members within one replica of each other, as each
+// group's leader lists them on GET /cluster), then removes them
+// (DELETE /cluster/members: each drained, then removed) and times until
+// each has exited, and the replicas are spread again. Result.Grow holds
+// both times and the traffic's baseline, meanwhile and lowest rate over a
+// second. It runs in the first repetition only.
+//
 // Every member is stopped by its PID at the end of the run (SIGTERM, then
 // SIGKILL after stopGrace) and the temporary directory removed.
 //

@@ -118,6 +118,12 @@ func Catalogue(sz Sizes) []Scenario {
 	crossReserve.Tubes = 3 * crossReserve.Conns
 	crossReserve.Name = fmt.Sprintf("cluster-g%d-xreserve-all", clusterMembers)
 	crossReserve.Title = strings.Replace(crossReserve.Title, "100 tubes", "300 tubes, 3 a pair (a reserve across groups)", 1)
+	// Growth while serving (docs/design/shards.md S7): three members of
+	// five groups grow to five, then shrink back to three, under traffic.
+	grow := Scenario{Name: "cluster-g5-grow-3-5-3", Kind: KindGrow, Members: clusterMembers, Groups: 5, Replicas: 3, Kills: 2,
+		Reps: 1, ServerArgs: []string{"-f", "0"},
+		Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each) with 5 shard groups of 3 replicas, %d producer/consumer pairs on a tube each through the first %d: "+
+			"2 members added, then removed; first repetition only", clusterMembers, growPairs, clusterMembers)}
 	// Sessions live where their clients connect: three members hold
 	// 19,000 idle connections each (a holder process per member, each
 	// within the open-file limit) beside the traffic spread over them.
@@ -181,7 +187,7 @@ func Catalogue(sz Sizes) []Scenario {
 		// waits for each answer in turn unless its session pipelines too
 		// (docs/design/shards.md 5.3).
 		cluster(pipelined10, ThroughLeader), cluster(pipelined10, ThroughFollower), idleCluster,
-		shardTubes(1), shardTubes(clusterMembers), crossReserve,
+		shardTubes(1), shardTubes(clusterMembers), crossReserve, grow,
 		{Name: "cluster-failover", Kind: KindFailover, Members: clusterMembers, Kills: failoverKills, Reps: 1, ServerArgs: []string{"-f", "0"},
 			Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each): the serving leader killed (-9) %d times, restarted on its directory after each; first repetition only",
 				clusterMembers, failoverKills)},

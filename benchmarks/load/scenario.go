@@ -57,6 +57,12 @@ const (
 	// rebuilds its store in place, and the time it reports for that
 	// (sprout_cluster_last_rebuild_seconds) is taken (runRebuild).
 	KindRebuild
+	// KindGrow runs traffic through a cluster of Members with Groups
+	// shard groups while Kills members are added, then removed: the
+	// time until the replicas have spread over the members added, and
+	// until the members removed have given theirs away and gone, and the
+	// traffic's lowest rate meanwhile (runGrow).
+	KindGrow
 )
 
 // backlogPerConn bounds KindProdCons's outstanding jobs per producer.
@@ -140,6 +146,8 @@ func (s Scenario) Timed() string {
 		return "a new member's catch-up; put → reserve → delete through the leader meanwhile"
 	case KindRebuild:
 		return "a stopped leader's rebuild in place, from its lost leadership to following again"
+	case KindGrow:
+		return "members added, then removed: until the replicas have spread, and until the members removed have gone"
 	}
 	return "—"
 }
@@ -147,7 +155,8 @@ func (s Scenario) Timed() string {
 // Timed reports whether the scenario runs for a duration and yields jobs/s
 // and latency; the memory and failover scenarios do not.
 func (s Scenario) timed() bool {
-	return s.Kind != KindIdle && s.Kind != KindJobMemory && s.Kind != KindFailover && s.Kind != KindCatchUp && s.Kind != KindRebuild
+	return s.Kind != KindIdle && s.Kind != KindJobMemory && s.Kind != KindFailover && s.Kind != KindCatchUp && s.Kind != KindRebuild &&
+		s.Kind != KindGrow
 }
 
 // RunConfig bounds one run.
@@ -195,6 +204,8 @@ type Result struct {
 	// Rebuilds are KindRebuild's times, as each stopped leader reported
 	// them: from its lost leadership to its store rebuilt and following.
 	Rebuilds []time.Duration `json:",omitempty"`
+	// Grow is KindGrow's figures.
+	Grow *Grow `json:",omitempty"`
 
 	Sent, Acked int64 // puts written and puts answered INSERTED
 	Errors      int64 // protocol errors and unexpected I/O failures
@@ -238,7 +249,7 @@ func (s Scenario) Run(ctx context.Context, srv *Server, rc RunConfig, prog *Prog
 		return s.runIdle(ctx, srv, rc, prog)
 	case KindJobMemory:
 		return s.runJobMemory(ctx, srv, rc, prog)
-	case KindFailover, KindCatchUp, KindRebuild:
+	case KindFailover, KindCatchUp, KindRebuild, KindGrow:
 		return Result{Server: srv.Spec.Name}, fmt.Errorf("load: scenario %s needs a cluster (Members)", s.Name)
 	}
 	return s.runTimed(ctx, srv, rc, prog)

@@ -371,6 +371,17 @@ func (l layout) ledBy(m *member) []int {
 	return gs
 }
 
+// leadingNone is the first of ms that leads no group, nil if each leads
+// one.
+func (l layout) leadingNone(ms []*member) *member {
+	for _, m := range ms {
+		if len(l.ledBy(m)) == 0 {
+			return m
+		}
+	}
+	return nil
+}
+
 // busiest is the member leading the most groups; among equals, group
 // 0's leader (with one group, the leader), else the first.
 func (c *cluster) busiest(l layout) *member {

@@ -537,13 +537,7 @@ func partition(r *round, lay layout) (outcome, error) {
 // members or more, every member leads one, and the admin API has no
 // leadership transfer to free one: the round is not run then.
 func killFollower(r *round, lay layout) (outcome, error) {
-	var f *member
-	for _, m := range r.c.members {
-		if len(lay.ledBy(m)) == 0 {
-			f = m
-			break
-		}
-	}
+	f := lay.leadingNone(r.c.members)
 	if f == nil {
 		return outcome{}, fmt.Errorf("%w: every member leads a group (leaders %s), and there is no leadership transfer to ask for", errNotNow, lay.describe())
 	}
@@ -602,14 +596,7 @@ func emptyDirectory(r *round, lay layout) (outcome, error) {
 	}
 	f := r.c.others(l)[0]
 	if r.c.groups > 1 {
-		f = nil
-		for _, m := range r.c.members {
-			if len(lay.ledBy(m)) == 0 {
-				f = m
-				break
-			}
-		}
-		if f == nil {
+		if f = lay.leadingNone(r.c.members); f == nil {
 			return outcome{}, fmt.Errorf("%w: every member leads a group (leaders %s)", errNotNow, lay.describe())
 		}
 	}

@@ -1,0 +1,343 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/internal/testproc"
+)
+
+// A cluster of several groups growing and shrinking while it serves
+// (docs/design/shards.md S7, KindGrow): the members added receive
+// replicas, the members removed give theirs away first.
+const (
+	// growSettle is how long the traffic runs before the first member is
+	// added: its rate then is the baseline.
+	growSettle = 5 * time.Second
+	// growTimeout bounds each phase: the replicas spread over the members
+	// added, or the members removed gone.
+	growTimeout = 3 * time.Minute
+	// growWindow is the span over which the traffic's rate is read; the
+	// lowest such rate during the phases is reported.
+	growWindow = time.Second
+	// growPoll is how often the members' views are read.
+	growPoll = 200 * time.Millisecond
+	// growPairs is the traffic: producer and consumer pairs, each on a
+	// tube of its own (the tubes spread over the groups), through the
+	// first members in turn, which stay.
+	growPairs = 30
+)
+
+// Grow is KindGrow's figures.
+type Grow struct {
+	// Added and Removed are how many members were added, then removed.
+	Added, Removed int
+	// GrowTime runs from the first addition to the replicas spread: every
+	// group with its voters and no learner, and the members holding
+	// replicas of groups but 0 within one of each other. ShrinkTime runs
+	// from the removals asked to the last member removed gone.
+	GrowTime, ShrinkTime time.Duration
+	// BaselineJobsPerSec is the traffic's rate before the first addition;
+	// LowestJobsPerSec the lowest over any growWindow from then to the
+	// end; JobsPerSec the rate over the phases.
+	BaselineJobsPerSec, LowestJobsPerSec, JobsPerSec float64
+}
+
+// runGrow runs traffic through the first members of c while it adds
+// s.Kills members (their replicas spreading to them), then removes them
+// (draining them first), timing both and reading the traffic's rate.
+func (s Scenario) runGrow(ctx context.Context, c *Cluster, prog *Progress) (Result, error) {
+	res := Result{Server: c.spec.Name}
+	g := &Grow{}
+	res.Grow = g
+	first := slices.Clone(c.members)
+	var done atomic.Int64
+	traffic, err := startGrowTraffic(first)
+	if err != nil {
+		return res, err
+	}
+	defer traffic.stop()
+	prog.Begin(growSettle+2*growTimeout, done.Load)
+	defer prog.End()
+	if sleepCtx(ctx, growSettle, nil) {
+		return res, ctx.Err()
+	}
+	before := traffic.jobs.Load()
+	g.BaselineJobsPerSec = float64(before) / growSettle.Seconds()
+	watch := traffic.watchRate(growWindow)
+	start := time.Now()
+
+	var added []*member
+	for range s.Kills {
+		m, join, err := c.addMember(ctx, first[0])
+		if err != nil {
+			return res, err
+		}
+		if err := c.startJoining(m, join); err != nil {
+			return res, err
+		}
+		added = append(added, m)
+		g.Added++
+		// One membership change at a time: the next waits for this one's
+		// promotion.
+		if err := c.awaitVoter(ctx, first[0], m, time.Now().Add(growTimeout)); err != nil {
+			return res, err
+		}
+	}
+	if err := c.awaitSpread(ctx, s.Replicas, time.Now().Add(growTimeout)); err != nil {
+		return res, fmt.Errorf("load: after adding %d members: %w", len(added), err)
+	}
+	g.GrowTime = time.Since(start)
+	done.Add(1)
+
+	shrink := time.Now()
+	for _, m := range added {
+		if err := c.removeMember(ctx, first[0], m); err != nil {
+			return res, err
+		}
+	}
+	for _, m := range added {
+		for !m.proc.Exited() {
+			if time.Since(shrink) > growTimeout {
+				return res, fmt.Errorf("load: member %s, removed, still runs after %v", m.name, growTimeout)
+			}
+			if sleepCtx(ctx, growPoll, nil) {
+				return res, ctx.Err()
+			}
+		}
+		g.Removed++
+		// Gone as asked (exit status 12): not a member that died.
+		c.members = slices.DeleteFunc(c.members, func(o *member) bool { return o == m })
+	}
+	g.ShrinkTime = time.Since(shrink)
+	if err := c.awaitSpread(ctx, s.Replicas, time.Now().Add(growTimeout)); err != nil {
+		return res, fmt.Errorf("load: after removing %d members: %w", len(added), err)
+	}
+	elapsed := time.Since(start)
+	g.LowestJobsPerSec = watch()
+	jobs := traffic.jobs.Load() - before
+	g.JobsPerSec = float64(jobs) / elapsed.Seconds()
+	res.Jobs, res.Elapsed = jobs, elapsed
+	res.Sent, res.Acked = traffic.jobs.Load(), traffic.jobs.Load()
+	if err := traffic.stop(); err != nil {
+		return res, fmt.Errorf("load: the traffic: %w", err)
+	}
+	return res, nil
+}
+
+// awaitVoter waits until via lists m as a voter.
+func (c *Cluster) awaitVoter(ctx context.Context, via, m *member, deadline time.Time) error {
+	for time.Now().Before(deadline) {
+		st, err := c.status(ctx, via)
+		if err == nil && slices.ContainsFunc(st.Members, func(ms replication.MemberStatus) bool {
+			return ms.Name == m.name && ms.Role == "voter"
+		}) {
+			return nil
+		}
+		if sleepCtx(ctx, growPoll, nil) {
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("load: member %s not a voter in time", m.name)
+}
+
+// removeMember asks to remove m (DELETE /cluster/members on via): a
+// member holding replicas is drained first (202), then removed.
+func (c *Cluster) removeMember(ctx context.Context, via, m *member) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, "http://"+via.httpAddr+"/cluster/members/"+m.name, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+catchUpToken)
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("load: removing member %s: %w", m.name, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("load: removing member %s: %s", m.name, resp.Status)
+	}
+	return nil
+}
+
+// awaitSpread waits until the members up agree that every group has a
+// leader, its groups but 0 have replicas voters and no learner, and the
+// members hold replicas of groups but 0 within one of each other.
+func (c *Cluster) awaitSpread(ctx context.Context, replicas int, deadline time.Time) error {
+	last := "no answer"
+	for time.Now().Before(deadline) {
+		if last = c.spread(ctx, replicas); last == "" {
+			return nil
+		}
+		if sleepCtx(ctx, growPoll, nil) {
+			return ctx.Err()
+		}
+	}
+	return errors.New("the replicas did not spread in time: " + last)
+}
+
+// spread says why the replicas are not spread yet, "" once they are
+// (awaitSpread): each group as its leader lists it.
+func (c *Cluster) spread(ctx context.Context, replicas int) string {
+	held := map[string]int{}
+	groups := map[int][]string{}
+	learners := 0
+	for _, m := range c.up() {
+		st, err := c.status(ctx, m)
+		if err != nil {
+			return err.Error()
+		}
+		held[m.name] += 0
+		for _, gs := range st.Groups {
+			if gs.Leader != m.name {
+				continue
+			}
+			groups[gs.ID] = gs.Replicas
+			learners += len(gs.Learners)
+		}
+	}
+	lo, hi := -1, 0
+	for id, rs := range groups {
+		if id > 0 && len(rs) != replicas {
+			return fmt.Sprintf("group %d has voters %v", id, rs)
+		}
+		for _, r := range rs {
+			if id > 0 {
+				held[r]++
+			}
+		}
+	}
+	for _, n := range held {
+		if lo < 0 || n < lo {
+			lo = n
+		}
+		hi = max(hi, n)
+	}
+	switch {
+	case learners > 0:
+		return fmt.Sprintf("%d learners", learners)
+	case hi-lo > 1:
+		return fmt.Sprintf("replicas held %v", held)
+	}
+	return ""
+}
+
+// growTraffic is KindGrow's traffic: growPairs producer/consumer pairs,
+// each on its own tube, counting the jobs deleted.
+type growTraffic struct {
+	jobs  atomic.Int64
+	quit  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+	mu    sync.Mutex
+	first error
+}
+
+// startGrowTraffic starts the pairs through members in turn.
+func startGrowTraffic(members []*member) (*growTraffic, error) {
+	t := &growTraffic{quit: make(chan struct{})}
+	for i := range growPairs {
+		m := members[i%len(members)]
+		tube := fmt.Sprintf("grow-%d", i)
+		prod, err := testproc.Dial(m.proc.Addr(), 10*time.Second)
+		if err != nil {
+			t.stop()
+			return nil, err
+		}
+		cons, err := testproc.Dial(m.proc.Addr(), 10*time.Second)
+		if err != nil {
+			prod.Close()
+			t.stop()
+			return nil, err
+		}
+		t.wg.Go(func() { t.pair(prod, cons, tube) })
+	}
+	return t, nil
+}
+
+// pair puts a job into tube and reserves and deletes it, until quit.
+func (t *growTraffic) pair(prod, cons *testproc.Conn, tube string) {
+	defer prod.Close()
+	defer cons.Close()
+	fail := func(err error) {
+		t.mu.Lock()
+		if t.first == nil {
+			t.first = fmt.Errorf("tube %s: %w", tube, err)
+		}
+		t.mu.Unlock()
+	}
+	if err := prod.ExpectLine("use "+tube, "USING "+tube); err != nil {
+		fail(err)
+		return
+	}
+	if err := cons.ExpectLine("watch "+tube, "WATCHING 2"); err != nil {
+		fail(err)
+		return
+	}
+	for {
+		select {
+		case <-t.quit:
+			return
+		default:
+		}
+		if _, err := prod.Put(0, 0, 60, []byte("grow")); err != nil {
+			fail(err)
+			return
+		}
+		r, err := cons.Do("reserve-with-timeout 5", nil)
+		if err != nil || r.Kind != testproc.ReplyReserved {
+			fail(fmt.Errorf("reserve: %+v %v", r, err))
+			return
+		}
+		if err := cons.ExpectLine(fmt.Sprintf("delete %d", r.N), "DELETED"); err != nil {
+			fail(err)
+			return
+		}
+		t.jobs.Add(1)
+	}
+}
+
+// watchRate samples the jobs done every window from now on; the func it
+// returns stops it and gives the lowest rate seen over a window.
+func (t *growTraffic) watchRate(window time.Duration) func() float64 {
+	stop := make(chan struct{})
+	lowest := make(chan float64, 1)
+	go func() {
+		tick := time.NewTicker(window)
+		defer tick.Stop()
+		low, last := -1.0, t.jobs.Load()
+		for {
+			select {
+			case <-stop:
+				lowest <- max(low, 0)
+				return
+			case <-tick.C:
+				now := t.jobs.Load()
+				if rate := float64(now-last) / window.Seconds(); low < 0 || rate < low {
+					low = rate
+				}
+				last = now
+			}
+		}
+	}()
+	return func() float64 {
+		close(stop)
+		return <-lowest
+	}
+}
+
+// stop ends the pairs and returns the first error one met.
+func (t *growTraffic) stop() error {
+	t.once.Do(func() { close(t.quit) })
+	t.wg.Wait()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.first
+}
