@@ -85,6 +85,11 @@ func TestShardGroupsMoveReplica(t *testing.T) {
 	testproc.WaitFor(t, 10*time.Second, giver+" dropping group 1", func() bool {
 		return c.up[giver].shards.node(1) == nil && c.up[giver].clusterLog.Shared().Group(1) == nil
 	})
+	// The giver led: it handed the leadership to the third replica before
+	// its removal, rather than leave the group to an election.
+	if !strings.Contains(c.outs[giver].String(), "handed a group's leadership over before leaving it") {
+		t.Errorf("%s, leading group 1, did not hand the leadership over before its removal", giver)
+	}
 	time.Sleep(300 * time.Millisecond)
 	acked, err := puts.stop()
 	if err != nil {
