@@ -105,8 +105,9 @@
 // run sends no quit while a reserve waits, and no burst that makes jobs
 // ready in two groups while a reserve waits: a reserve waiting across
 // groups gets whichever group's offer comes first, not the job one server
-// makes ready first. The third, a new connection counted late in
-// stats-tube, it does not avoid.
+// makes ready first. (A third, a new connection counted late in
+// stats-tube, is fixed: router.Link sends a member's references before its
+// sessions' later requests.)
 //
 // Data flow: a step's bytes go to the reference, then to Sprout; Conn splits
 // what comes back into replies (a line, plus the body of RESERVED, FOUND and

@@ -400,14 +400,6 @@ var knownGroupBugs = map[string]string{
 	"groups: releases in one write wake a reserve across groups": "beanstalkd makes job 2 ready first and " +
 		"hands it to the reserve waiting across groups. Through groups the two releases pipeline to two " +
 		"groups, both offer their job, and the first offer to arrive wins: job 1 in about a third of the runs.",
-	"groups: connections count in stats-tube at once": "beanstalkd counts a new connection's use and watch " +
-		"of default, and uncounts a closed one's, at once. A member tells the tube's group asynchronously " +
-		"(docs/design/shards.md 5.4), so a new connection's first stats-tube default, or another's sent right " +
-		"after it, may not count it: current-using and current-watching 0 where beanstalkd says 1 (step 0, " +
-		"in about one run in four), or 0 where it says 3 (TestRandomClusterGroups -seed=6 -steps=5000 at step " +
-		"2, in one run of three). A cluster of one group does the same through a member that does not lead. " +
-		"Through the member that leads the tube's group the totals are set at once (router changeRefs), so " +
-		"the script passes when the member it runs through leads default's group.",
 }
 
 // notThroughGroups are TestScripted's scripts that TestScriptedClusterGroups

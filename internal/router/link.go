@@ -212,6 +212,20 @@ func (l *Link) postCall(c *call) {
 			return
 		}
 	}
+	if c.key.session != 0 {
+		// The member's references (session 0's refs items) made before
+		// c go before it too: a session's first stats-tube must count
+		// the use and watch its connection made (docs/design/shards.md
+		// 5.4), as one server's does.
+		for _, older := range l.sessions[sessionKey{0, c.key.group}] {
+			if older.n < c.n && !older.sent {
+				c.sent = false
+				l.unsent[c.key.group] = true
+				l.mu.Unlock()
+				return
+			}
+		}
+	}
 	c.sent = true
 	c.taken++
 	l.mu.Unlock()

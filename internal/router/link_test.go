@@ -359,3 +359,28 @@ func TestLinkExpire(t *testing.T) {
 		}
 	}
 }
+
+// TestLinkRefsFirst: a session's request waits behind the member's refs
+// items made before it and not taken yet (no stream to the leader then),
+// so that it counts the use and watch they carry: a new connection's first
+// stats-tube, sent once the stream is up and before anything retried the
+// refs, counted nothing (conformance's "connections count in stats-tube at
+// once", one run in eight).
+func TestLinkRefsFirst(t *testing.T) {
+	n := newLinkNet(t, 2)
+	a := make(answers, 16)
+	tube := []byte("r")
+	n.mu.Lock()
+	n.cut[2] = true
+	n.mu.Unlock()
+	n.link.Refs(0, 1, Refs{Counts: []RefCount{{Tube: tube, Using: 1, Watching: 1}}}, func(*Item) {})
+	n.mu.Lock()
+	n.cut[2] = false // up again, nothing retried yet
+	n.mu.Unlock()
+	n.link.Request(11, 0, 1, Request{Op: OpStatsTube, Tube: tube}, a.done)
+	n.link.Retry(0)
+	it := a.next(t)
+	if it.Reply.Status != StatusOK || it.Reply.TubeStats.Using != 1 || it.Reply.TubeStats.Watching != 1 {
+		t.Fatalf("stats-tube after the refs item: %+v, want using and watching 1", it.Reply)
+	}
+}
