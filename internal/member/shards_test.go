@@ -787,11 +787,17 @@ func TestShardGroupsRefsAtOnce(t *testing.T) {
 	c.balanced()
 	g := c.up["m1"].shards.placement.Owner("default")
 	var m *Member
-	for _, mb := range c.up {
-		if mb.shards.serving(g) != nil {
-			m = mb
+	// Balanced, a leader may still be taking over (serving once its
+	// term's first entry commits).
+	testproc.WaitFor(t, 10*time.Second, fmt.Sprintf("a member serving group %d", g), func() bool {
+		for _, mb := range c.up {
+			if mb.shards.serving(g) != nil {
+				m = mb
+				return true
+			}
 		}
-	}
+		return false
+	})
 	for i := 1; i <= 20; i++ {
 		conn := testproc.DialTest(t, m.Addr().String(), replyTimeout)
 		got, err := conn.StatsInt("stats-tube default", "current-using", "current-watching")
