@@ -593,7 +593,9 @@ func TestItemsRefused(t *testing.T) {
 			if !closedByPeer(conn) {
 				t.Fatal("the connection stayed open")
 			}
-			testproc.WaitFor(t, 5*time.Second, "the refusal counted", func() bool { return tr.stats().Refused == before+1 })
+			// At least: m2's own connections, from before it closed, may
+			// be refused meanwhile too (a CI run counted one more).
+			testproc.WaitFor(t, 5*time.Second, "the refusal counted", func() bool { return tr.stats().Refused >= before+1 })
 			if got := rec.calls.Load() - handled; got != int64(tc.valid) {
 				t.Errorf("%d payloads handled, want %d", got, tc.valid)
 			}
