@@ -55,21 +55,22 @@ func (m *Member) moveReplica(ctx context.Context, g uint16, from, to string) (Gr
 	if from == to {
 		return GroupReplicas{}, fmt.Errorf("%w: from and to are both %s", replication.ErrBadMember, from)
 	}
-	holds := func(name string) (voter, learner bool) {
+	fromID, toID := m.idOf(from), m.idOf(to)
+	holds := func(id uint64) (voter, learner bool) {
 		voters, learners, _ := n.Replicas()
-		return slices.Contains(voters, m.idOf(name)), slices.Contains(learners, m.idOf(name))
+		return slices.Contains(voters, id), slices.Contains(learners, id)
 	}
-	if v, l := holds(from); !v && !l {
+	if v, l := holds(fromID); !v && !l {
 		return m.replicasOf(g, n), fmt.Errorf("%w: %s holds no replica of group %d", replication.ErrUnknownMember, from, g)
 	}
-	if v, l := holds(to); !v && !l {
+	if v, l := holds(toID); !v && !l {
 		if _, err := n.AddReplica(ctx, to); err != nil {
 			return m.replicasOf(g, n), err
 		}
 		m.log.Info().Int("group", int(g)).Str("from", from).Str("to", to).Msg("moving a group's replica: the receiver added as a learner")
 	}
 	for {
-		if v, _ := holds(to); v {
+		if v, _ := holds(toID); v {
 			break
 		}
 		select {
@@ -107,8 +108,9 @@ func (m *Member) leaveLeadership(n *replication.Node, g uint16, from, to string)
 	}
 	voters, _, _ := n.Replicas()
 	heard := m.node.ElectionTimeout() / 3
+	names := m.memberNames()
 	for _, id := range voters {
-		name := m.nameOf(id)
+		name := names[id]
 		if name == "" || name == from || name == to || !m.node.Host().HeardFrom(name, heard) {
 			continue
 		}
@@ -127,16 +129,6 @@ func (m *Member) leaveLeadership(n *replication.Node, g uint16, from, to string)
 	}
 }
 
-// nameOf is the name of the member of Raft id id, "" if none is.
-func (m *Member) nameOf(id uint64) string {
-	for _, mb := range m.node.Book().Members {
-		if mb.ID == id {
-			return mb.Name
-		}
-	}
-	return ""
-}
-
 // idOf is the Raft id of the member named name, 0 if none is.
 func (m *Member) idOf(name string) uint64 {
 	for _, mb := range m.node.Book().Members {
@@ -149,10 +141,7 @@ func (m *Member) idOf(name string) uint64 {
 
 // replicasOf is group g's replicas as n, its replica here, has them.
 func (m *Member) replicasOf(g uint16, n *replication.Node) GroupReplicas {
-	names := make(map[uint64]string)
-	for _, mb := range m.node.Book().Members {
-		names[mb.ID] = mb.Name
-	}
+	names := m.memberNames()
 	voters, learners, _ := n.Replicas()
 	out := GroupReplicas{Group: int(g), Replicas: []string{}}
 	for _, id := range voters {
@@ -282,7 +271,11 @@ func (m *Member) planReplicas(cur *meta.State, live func(string) bool) {
 	done := func() { m.moving.Store(false) }
 	if mv, ok := meta.PlanMove(cur, live); ok {
 		n := m.shards.node(mv.Group)
-		if info, _ := nodeLeader(n); !info.Serving {
+		if n == nil {
+			done()
+			return
+		}
+		if info, _ := n.Leader(); !info.Serving {
 			done()
 			return
 		}
@@ -326,15 +319,6 @@ func (m *Member) planReplicas(cur *meta.State, live func(string) bool) {
 		}
 	}
 	done()
-}
-
-// nodeLeader is n's leader, none for a nil n.
-func nodeLeader(n *replication.Node) (replication.LeaderInfo, bool) {
-	if n == nil {
-		return replication.LeaderInfo{}, false
-	}
-	info, _ := n.Leader()
-	return info, true
 }
 
 // drain marks the member named draining (group 0's control record, on

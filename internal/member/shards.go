@@ -264,13 +264,10 @@ func (m *Member) closeGroupClients(ctx context.Context, g uint16, n *replication
 // drops the one of each group a later report no longer names it in
 // (removed without hearing of it: raft's leader stops sending to a
 // replica it removed, which may not have applied its removal yet).
-func (m *Member) followReplicas(reported map[uint16]router.Report) {
+// names are the members' by Raft id (memberNames).
+func (m *Member) followReplicas(reported map[uint16]router.Report, names map[uint64]string) {
 	sh := m.shards
 	self := m.node.ID()
-	names := make(map[uint64]string)
-	for _, mb := range m.node.Book().Members {
-		names[mb.ID] = mb.Name
-	}
 	for g, rep := range reported {
 		if g == 0 || int(g) >= sh.groups() || rep.Index == 0 {
 			continue
@@ -423,12 +420,8 @@ func (m *Member) balanceLeaders() {
 		case <-t.C:
 		}
 		now := time.Now()
-		reported := m.sessions.Reported()
-		m.followReplicas(reported)
-		names := make(map[uint64]string)
-		for _, mb := range m.node.Book().Members {
-			names[mb.ID] = mb.Name
-		}
+		reported, names := m.sessions.Reported(), m.memberNames()
+		m.followReplicas(reported, names)
 		for g := range sh.groups() {
 			var info replication.LeaderInfo
 			if n := sh.node(uint16(g)); n != nil {
@@ -518,15 +511,21 @@ func (sh *shards) replicas(g uint16) (voters, learners []uint64, index uint64) {
 // holding are the groups but 0 the member named holds a replica of, as
 // this member knows them now (currentPlacement).
 func (m *Member) holding(name string) []uint16 {
-	names := make(map[uint64]string)
-	for _, mb := range m.node.Book().Members {
-		names[mb.ID] = mb.Name
-	}
 	var held []uint16
-	for _, g := range m.currentPlacement(m.sessions.Reported(), names).Groups[1:] {
+	for _, g := range m.currentPlacement(m.sessions.Reported(), m.memberNames()).Groups[1:] {
 		if g.Holds(name) {
 			held = append(held, g.ID)
 		}
 	}
 	return held
+}
+
+// memberNames are the cluster's members' names, by Raft id (group 0's
+// book).
+func (m *Member) memberNames() map[uint64]string {
+	names := make(map[uint64]string)
+	for _, mb := range m.node.Book().Members {
+		names[mb.ID] = mb.Name
+	}
+	return names
 }
