@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,7 +148,11 @@ type Member struct {
 	// moving: a replica move or a drained member's removal is under way
 	// (planReplicas), one at a time.
 	moving atomic.Bool
-	done   chan struct{} // closed once every part has stopped
+	// forwarding carries the moves and drains this member forwards to a
+	// group's leader (forward); set with the side port, several groups
+	// only.
+	forwarding *http.Transport
+	done       chan struct{} // closed once every part has stopped
 }
 
 // Start starts a member as cfg says (doc.go, "Starting"). On failure it
@@ -352,6 +357,9 @@ func (m *Member) closeParts() {
 		cancel()
 	} else if m.httpLn != nil {
 		_ = m.httpLn.Close()
+	}
+	if m.forwarding != nil {
+		m.forwarding.CloseIdleConnections()
 	}
 	if m.api != nil {
 		m.api.Close()

@@ -2,7 +2,6 @@ package member
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -226,6 +225,17 @@ func (m *Member) forwardMove(w http.ResponseWriter, r *http.Request, g uint16) {
 	m.forward(w, r, l, fmt.Sprintf("group %d", g))
 }
 
+// forwardingTransport is the member's one transport for forward, made
+// with its side port (router): one per request would keep each's idle
+// connection, and its goroutines, for ever.
+func (m *Member) forwardingTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if m.cfg.HTTP.TLS != nil {
+		t.TLSClientConfig = forwardTLS(m.cfg.Cluster.TLSSource)
+	}
+	return t
+}
+
 // forward sends a request of the membership or groups endpoint, with its
 // credentials, to l's --http, once: what leads there serves it.
 func (m *Member) forward(w http.ResponseWriter, r *http.Request, l admin.Leader, what string) {
@@ -235,9 +245,8 @@ func (m *Member) forward(w http.ResponseWriter, r *http.Request, l admin.Leader,
 		return
 	}
 	scheme := "http"
-	var tlsConf *tls.Config
 	if m.cfg.HTTP.TLS != nil {
-		scheme, tlsConf = "https", forwardTLS(m.cfg.Cluster.TLSSource)
+		scheme = "https"
 	}
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -245,7 +254,7 @@ func (m *Member) forward(w http.ResponseWriter, r *http.Request, l admin.Leader,
 			pr.Out.Host = l.HTTP
 			pr.Out.Header.Set(forwardedMove, m.node.Name())
 		},
-		Transport: &http.Transport{TLSClientConfig: tlsConf},
+		Transport: m.forwarding,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			admin.WriteError(w, &admin.Error{Status: http.StatusServiceUnavailable,
 				Message: fmt.Sprintf("forwarding to %s, the leader of %s: %v", l.Name, what, err)})

@@ -60,6 +60,7 @@ func (m *Member) router() (http.Handler, error) {
 	if m.node != nil {
 		var groups *groupedMembers
 		if m.shards.groups() > 1 {
+			m.forwarding = m.forwardingTransport()
 			m.registerGroups(mux, m.api.Auth().Middleware)
 			groups = &groupedMembers{groups: m.shards.groups(), replicas: m.shards.formation.Replicas, holding: m.holding, drain: m.drain}
 		}
