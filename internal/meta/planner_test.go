@@ -147,13 +147,14 @@ func keptVoters(s *State, g *Group) int {
 	return n
 }
 
-// replicaLoads counts the replicas each member holds.
-func replicaLoads(s *State) map[string]int {
+// replicaLoads counts the replicas each member holds of groups (every
+// member of s counted, with 0 if it holds none).
+func replicaLoads(s *State, groups []Group) map[string]int {
 	n := map[string]int{}
 	for _, m := range s.Members {
-		n[m.Name] += 0
+		n[m.Name] = 0
 	}
-	for _, g := range s.Groups {
+	for _, g := range groups {
 		for _, r := range g.Replicas {
 			n[r.Member]++
 		}
@@ -173,9 +174,9 @@ func TestPlanReplicas(t *testing.T) {
 	}
 	s.Members = append(s.Members, Member{Name: "m6"})
 	settleReplicas(t, s, up)
-	for name, n := range replicaLoads(s) {
+	for name, n := range replicaLoads(s, s.Groups) {
 		if n < 2 || n > 3 {
-			t.Errorf("after m6 joined: %s holds %d replicas (%v)", name, n, replicaLoads(s))
+			t.Errorf("after m6 joined: %s holds %d replicas (%v)", name, n, replicaLoads(s, s.Groups))
 		}
 	}
 
@@ -183,9 +184,9 @@ func TestPlanReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	settleReplicas(t, s, up)
-	for name, n := range replicaLoads(s) {
+	for name, n := range replicaLoads(s, s.Groups) {
 		if name == "m2" && n != 0 || name != "m2" && (n < 3 || n > 3) {
-			t.Errorf("after m2 drained: %s holds %d replicas (%v)", name, n, replicaLoads(s))
+			t.Errorf("after m2 drained: %s holds %d replicas (%v)", name, n, replicaLoads(s, s.Groups))
 		}
 	}
 	for _, g := range s.Groups {
@@ -195,10 +196,10 @@ func TestPlanReplicas(t *testing.T) {
 	}
 
 	s, _ = Formation(members(4), 4, 3)
-	before := replicaLoads(s)
+	before := replicaLoads(s, s.Groups)
 	down := func(m string) bool { return m != "m3" }
 	settleReplicas(t, s, down)
-	if got := replicaLoads(s); got["m3"] != before["m3"] {
+	if got := replicaLoads(s, s.Groups); got["m3"] != before["m3"] {
 		t.Errorf("a member down lost or gained replicas: %v, was %v", got, before)
 	}
 }
@@ -226,20 +227,6 @@ func settleMoves(t *testing.T, s *State, live func(string) bool) int {
 	}
 }
 
-// groupLoads counts each member's replicas of groups 1 and up.
-func groupLoads(s *State) map[string]int {
-	n := map[string]int{}
-	for _, m := range s.Members {
-		n[m.Name] = 0
-	}
-	for _, g := range s.Groups[1:] {
-		for _, r := range g.Replicas {
-			n[r.Member]++
-		}
-	}
-	return n
-}
-
 // TestPlanMove: a formation needs no move; members added receive
 // replicas until the loads differ by one at most (3 -> 5); draining
 // members give every replica away, one group at a time, each group
@@ -257,9 +244,9 @@ func TestPlanMove(t *testing.T) {
 	if n := settleMoves(t, s, up); n == 0 {
 		t.Fatal("members added received nothing")
 	}
-	for name, n := range groupLoads(s) {
+	for name, n := range replicaLoads(s, s.Groups[1:]) {
 		if n < 1 || n > 2 { // R·(G-1)/M = 9/5
-			t.Errorf("after m4 and m5 joined: %s holds %d (%v)", name, n, groupLoads(s))
+			t.Errorf("after m4 and m5 joined: %s holds %d (%v)", name, n, replicaLoads(s, s.Groups[1:]))
 		}
 	}
 	for _, d := range []string{"m4", "m5"} {
@@ -268,9 +255,9 @@ func TestPlanMove(t *testing.T) {
 		}
 	}
 	settleMoves(t, s, up)
-	for name, n := range groupLoads(s) {
+	for name, n := range replicaLoads(s, s.Groups[1:]) {
 		if (name == "m4" || name == "m5") && n != 0 || name != "m4" && name != "m5" && n != 3 {
-			t.Errorf("after m4 and m5 drained: %s holds %d (%v)", name, n, groupLoads(s))
+			t.Errorf("after m4 and m5 drained: %s holds %d (%v)", name, n, replicaLoads(s, s.Groups[1:]))
 		}
 	}
 	for _, g := range s.Groups[1:] {

@@ -238,12 +238,7 @@ func TestHostTicksTogether(t *testing.T) {
 func TestHeardFrom(t *testing.T) {
 	c := newNetCluster(t, 3, 100, nil)
 	leader := c.awaitServing(10 * time.Second)
-	var others []*Node
-	for _, n := range c.up() {
-		if n != leader {
-			others = append(others, n)
-		}
-	}
+	others := c.others(leader)
 	within := leader.ElectionTimeout() / 3
 	testproc.WaitFor(t, 5*time.Second, "the leader hearing from both followers", func() bool {
 		return leader.Host().HeardFrom(others[0].Name(), within) && leader.Host().HeardFrom(others[1].Name(), within)

@@ -262,12 +262,8 @@ func TestNodeMembership(t *testing.T) {
 		_, pos = cl.put(fmt.Sprintf("job %d", i))
 	}
 	awaitAck(t, leader.Journal(), pos, 10*time.Second)
-	var follower *Node
-	for _, n := range c.up() {
-		if n != leader {
-			follower = n
-		}
-	}
+	others := c.others(leader)
+	follower := others[len(others)-1]
 	// A follower drops a proposal while it knows no leader: this one may
 	// not have heard from it yet (the acknowledgement needed the other).
 	testproc.WaitFor(t, 10*time.Second, follower.Name()+" knowing the leader", func() bool {
@@ -422,12 +418,8 @@ func TestSetDraining(t *testing.T) {
 	l := c.awaitServing(10 * time.Second)
 	id1, pos := newNetClient(l, "t").put("before")
 	awaitAck(t, l.Journal(), pos, 10*time.Second)
-	var target, follower string
-	for _, n := range c.up() {
-		if n != l {
-			target, follower = n.Name(), target
-		}
-	}
+	others := c.others(l)
+	target, follower := others[1].Name(), others[0].Name()
 	if err := c.nodes[follower].SetDraining(t.Context(), target, true); !errors.Is(err, ErrNotServing) {
 		t.Fatalf("SetDraining on a follower: %v, want ErrNotServing", err)
 	}

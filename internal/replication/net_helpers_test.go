@@ -301,6 +301,11 @@ func (c *netCluster) up() []*Node {
 	return ns
 }
 
+// others are the members running but n, by name.
+func (c *netCluster) others(n *Node) []*Node {
+	return slices.DeleteFunc(c.up(), func(o *Node) bool { return o == n })
+}
+
 // awaitServing waits for one of nodes (every member up, if none is
 // named) to serve, and returns it.
 func (c *netCluster) awaitServing(timeout time.Duration, nodes ...*Node) *Node {

@@ -24,12 +24,7 @@ import (
 func TestNodeReplicates(t *testing.T) {
 	c := newNetCluster(t, 3, 100, nil)
 	l := c.awaitServing(10 * time.Second)
-	var followers []*Node
-	for _, n := range c.up() {
-		if n != l {
-			followers = append(followers, n)
-		}
-	}
+	followers := c.others(l)
 	for _, n := range c.up() {
 		testproc.WaitFor(t, 5*time.Second, n.self.Name+" ready", n.Ready)
 	}
@@ -294,12 +289,7 @@ func TestNodePartitionedLeaderRebuilds(t *testing.T) {
 	if _, ok := viewOf(st)[lost]; ok {
 		t.Errorf("the rebuilt store still holds the put %d that never committed", lost)
 	}
-	var others []*Node
-	for _, n := range c.up() {
-		if n != l {
-			others = append(others, n)
-		}
-	}
+	others := c.others(l)
 	nl := c.awaitServing(5*time.Second, others...)
 	t.Logf("cut off: rebuilt after %v (election timeout %v to %v); %s serves after %v",
 		took.Round(time.Millisecond), 10*testTick, 20*testTick, nl.self.Name,
