@@ -14,10 +14,11 @@ const groupsHelp = `List the Raft groups of a Sprout cluster, and move a group's
 one member to another, through the --http port of any member (--api), with
 the admin token for a move.
 
-  groups [list]             each group as that member sees it (GET /cluster):
-                            its id, leader, the members voting in it
-                            (learners in brackets), and the tubes and jobs of
-                            that member's replica
+  groups [list]             every group of the cluster as that member sees
+                            it (GET /cluster): its id, leader, the members
+                            voting in it (learners in brackets), and the
+                            tubes and jobs of that member's replica, or of
+                            the group's leader where it holds none
   groups move G FROM TO     move group G's replica from member FROM to member
                             TO, a cluster of several groups' (--cluster-groups):
                             TO is added as a learner, catches up from a

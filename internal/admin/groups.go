@@ -220,11 +220,12 @@ func (c *clusterRoute) sumStats(parts [][]byte) ([]byte, error) {
 	return append(appendServerStats(nil, &st), '\n'), nil
 }
 
-// joinTubes is GET /tubes of the fleet: the groups' tubes, group by group.
+// joinTubes is GET /tubes of the fleet: the groups' tubes, group by group,
+// each with its group (parts[g] is group g's).
 func joinTubes(parts [][]byte) ([]byte, error) {
 	b := []byte(`{"tubes":[`)
 	first := true
-	for _, p := range parts {
+	for g, p := range parts {
 		var part struct {
 			Tubes []json.RawMessage `json:"tubes"`
 		}
@@ -232,11 +233,17 @@ func joinTubes(parts [][]byte) ([]byte, error) {
 			return nil, err
 		}
 		for _, t := range part.Tubes {
+			if len(t) < 2 || t[0] != '{' || t[1] == '}' {
+				return nil, fmt.Errorf("a tube that is not an object with fields: %.40q", t)
+			}
 			if !first {
 				b = append(b, ',')
 			}
 			first = false
-			b = append(b, t...)
+			b = append(b, `{"group":`...)
+			b = strconv.AppendInt(b, int64(g), 10)
+			b = append(b, ',')
+			b = append(b, t[1:]...)
 		}
 	}
 	return append(b, "]}\n"...), nil

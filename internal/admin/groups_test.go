@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -128,10 +129,11 @@ func TestGroupsRoute(t *testing.T) {
 		tubes := c.ok(http.StatusOK, "GET", "/api/v1/tubes", nil)["tubes"].([]any)
 		var names []string
 		for _, tb := range tubes {
-			names = append(names, tb.(map[string]any)["name"].(string))
+			tb := tb.(map[string]any)
+			names = append(names, fmt.Sprintf("%s@%v", tb["name"], tb["group"]))
 		}
-		if strings.Join(names, " ") != "default zero-a one-a" {
-			t.Fatalf("the fleet's tubes through %s: %v", c.base, names)
+		if strings.Join(names, " ") != "default@0 zero-a@0 one-a@1" {
+			t.Fatalf("the fleet's tubes, each with its group, through %s: %v", c.base, names)
 		}
 		st := c.ok(http.StatusOK, "GET", "/api/v1/stats", nil)
 		if num(t, st, "current-jobs-ready") != 2 || num(t, st, "current-jobs-delayed") != 1 ||

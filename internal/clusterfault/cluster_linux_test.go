@@ -349,10 +349,11 @@ func (c *cluster) look() layout {
 	return l
 }
 
-// groupIn is group g in st, if st's member runs it.
+// groupIn is group g in st, if st's member runs it (st lists the groups
+// it does not run too, as their leaders reported them).
 func groupIn(st replication.Status, g int) (replication.GroupStatus, bool) {
 	for _, gs := range st.Groups {
-		if gs.ID == g {
+		if gs.ID == g && gs.Held {
 			return gs, true
 		}
 	}

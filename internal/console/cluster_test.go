@@ -37,6 +37,13 @@ func TestClusterMember(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(view.Load().(string)))
 	})
+	// The fleet's tube list, each tube with its group (internal/admin
+	// makes it from every group's part).
+	mux.HandleFunc("GET /api/v1/tubes", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"tubes": [{"group": 1, "name": "emails", "current-jobs-ready": 7, "current-jobs-reserved": 0, "current-jobs-delayed": 0, "current-jobs-buried": 0},
+			{"group": 0, "name": "default", "current-jobs-ready": 1, "current-jobs-reserved": 0, "current-jobs-delayed": 0, "current-jobs-buried": 0}]}`))
+	})
 	mux.Handle("/", c)
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
@@ -61,9 +68,23 @@ func TestClusterMember(t *testing.T) {
 	}
 	b.waitFor(row("members", "member", "m1") + ` === "m1 (leader)voteryes10.0.0.1:700010.0.0.1:113003–"`)
 	b.waitFor(row("members", "member", "<b>m3</b>") + ` === "<b>m3</b>learnerno10.0.0.3:7000–––"`)
-	b.waitFor(row("groups", "group", "0") + ` === "0m1m1, m2 · learning: <b>m3</b>2" + (1234).toLocaleString()`)
+	b.waitFor(row("groups", "group", "0") + ` === "0m1m1, m2 · learning: <b>m3</b>2" + (1234).toLocaleString() + "–"`)
+	b.waitFor(`document.getElementById("placement").hidden`)
 	b.waitFor(`document.getElementById("cluster-facts").textContent.includes("leader m1")`)
 	b.waitFor(`document.querySelector("#members tbody b, #groups tbody b") === null`)
 	view.Store(`{"node": "m2", "leader": "", "state": "candidate", "term": 4, "members": [], "groups": [{"id": 0, "leader": "", "replicas": ["m1", "m2"], "tubes": 2, "jobs": 1234}]}`)
 	b.waitFor(row("groups", "group", "0") + `?.startsWith("0none (election)")`)
+
+	// Several groups: every group of the fleet, whether this member holds
+	// a replica of it, and where each tube lives with its group's leader.
+	view.Store(`{"node": "m2", "leader": "m1", "state": "follower", "term": 5, "members": [],
+		"groups": [{"id": 0, "leader": "m1", "replicas": ["m1", "m2", "m3"], "tubes": 2, "jobs": 3, "held": true},
+		           {"id": 1, "leader": "m3", "replicas": ["m1", "m3"], "tubes": 1, "jobs": 7, "held": false}]}`)
+	b.waitFor(row("groups", "group", "1") + ` === "1m3m1, m31" + (7).toLocaleString() + "no"`)
+	b.waitFor(row("groups", "group", "0") + `?.endsWith("yes")`)
+	b.waitFor(`!document.getElementById("placement").hidden`)
+	b.waitFor(row("placements", "tube", "emails") + ` === "emails1m3" + "7000"`)
+	b.waitFor(row("placements", "tube", "default") + ` === "default0m1" + "1000"`)
+	b.waitFor(`document.querySelectorAll("#placements tbody tr").length === 2 && document.querySelector("#placements tbody tr").dataset.tube === "default"`)
+	b.waitFor(`document.querySelector("#placements a[href='/tubes/emails']") !== null`)
 }

@@ -50,6 +50,7 @@ func (m *Member) router() (http.Handler, error) {
 		ac.Cluster, ac.LeaderWait = adminCluster{m.node}, m.node.ElectionTimeout()
 		if m.shards.groups() > 1 {
 			ac.Groups = adminGroups{m}
+			oc.Cluster = fleetCluster{m.node, m}
 		}
 	}
 	if err := ops.Register(mux, oc); err != nil {

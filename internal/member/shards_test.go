@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/internal/meta"
+	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/internal/testproc"
 )
 
@@ -257,6 +258,30 @@ func TestShardGroupsRestartOfFive(t *testing.T) {
 			return err == nil && r.Kind == testproc.ReplyFound && string(r.Body) == tubes[i]
 		})
 	}
+	// Its GET /cluster shows the whole fleet: the groups it holds no
+	// replica of too, as their leaders report them, each with its one job.
+	var view string
+	testproc.WaitFor(t, 10*time.Second, "every group in m1's /cluster", func() bool {
+		var st replication.Status
+		if err := json.Unmarshal(api(t, m, "/cluster").Body, &st); err != nil {
+			t.Fatal(err)
+		}
+		view = fmt.Sprintf("%+v", st.Groups)
+		if len(st.Groups) != len(p.Groups) {
+			return false
+		}
+		for g, gs := range st.Groups {
+			held, replicas := slices.Contains(placed, uint16(g)), 3
+			if g == 0 {
+				replicas = 5 // group 0 is on every member
+			}
+			if gs.ID != g || gs.Held != held || gs.Leader == "" || len(gs.Replicas) != replicas || gs.Jobs != 1 || gs.Tubes < 1 {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("m1's groups: %s", view)
 }
 
 // TestShardGroupsNoHandoverToTheDown: a member of five stops; the member

@@ -296,9 +296,12 @@ type GroupStatus struct {
 	Replicas []string `json:"replicas"`           // the members voting in it
 	Learners []string `json:"learners,omitempty"` // members catching up, not yet voting
 	// Tubes and Jobs are this member's replica's: the tubes it holds, and
-	// its jobs ready, reserved, delayed and buried.
+	// its jobs ready, reserved, delayed and buried; for a group this
+	// member holds no replica of (Held false: a cluster of several
+	// groups lists them all), its leader's as last reported.
 	Tubes int   `json:"tubes"`
 	Jobs  int64 `json:"jobs"`
+	Held  bool  `json:"held"`
 	// Digest is its replica's StoreDigest, with GET /cluster?digest=1
 	// only (GroupDigests): a walk of every job.
 	Digest string `json:"digest,omitempty"`
@@ -363,5 +366,5 @@ func (n *Node) groupStatus() GroupStatus {
 	}
 	st := n.store.Stats()
 	return GroupStatus{ID: int(n.group), Leader: byID[lead].Name, Replicas: names(conf.GetVoters()),
-		Learners: names(conf.GetLearners()), Tubes: st.Tubes, Jobs: st.Jobs()}
+		Learners: names(conf.GetLearners()), Tubes: st.Tubes, Jobs: st.Jobs(), Held: true}
 }

@@ -1079,8 +1079,9 @@ type Status struct {
 	Version int `json:"cluster_version"`
 	// Members are the members in the address book, by name.
 	Members []MemberStatus `json:"members"`
-	// Groups are the Raft groups this member runs (Host.Groups): today
-	// group 0, which holds every job.
+	// Groups are the Raft groups this member runs (Host.Groups); in a
+	// cluster of several groups, every group, those it does not run as
+	// their leaders reported them (internal/member's fleetCluster).
 	Groups []GroupStatus `json:"groups"`
 	// Jobs are this member's own store's (ready, reserved, delayed and
 	// buried), counted. Digest sums them (Node.Digest): only GET

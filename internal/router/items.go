@@ -220,6 +220,10 @@ type LeaderReport struct {
 	Term             uint64
 	Index            uint64
 	Voters, Learners []uint64
+	// Tubes and Jobs are the leader's store's: its tubes, and its jobs
+	// ready, reserved, delayed and buried (GET /cluster's groups).
+	Tubes uint32
+	Jobs  uint64
 }
 
 // Request is a command for a group. Which arguments an op reads is given

@@ -109,14 +109,14 @@ func (d *Decoder) Next(it *Item) error {
 	case KindClose:
 	case KindLeaders:
 		n := int(f.u16())
-		if n > len(f.b)/20 { // each at least a group, a term, an index and two counts
+		if n > len(f.b)/32 { // each at least a group, a term, an index, tubes, jobs and two counts
 			f.fail(ErrLength)
 		}
 		for range n {
 			if f.err != nil {
 				break
 			}
-			l := LeaderReport{Group: f.u16(), Term: f.u64(), Index: f.u64()}
+			l := LeaderReport{Group: f.u16(), Term: f.u64(), Index: f.u64(), Tubes: f.u32(), Jobs: f.u64()}
 			l.Voters, l.Learners = f.ids(), f.ids()
 			it.Leaders = append(it.Leaders, l)
 		}

@@ -61,6 +61,8 @@ func AppendItem(payload []byte, it *Item) ([]byte, error) {
 			b = binary.BigEndian.AppendUint16(b, l.Group)
 			b = binary.BigEndian.AppendUint64(b, l.Term)
 			b = binary.BigEndian.AppendUint64(b, l.Index)
+			b = binary.BigEndian.AppendUint32(b, l.Tubes)
+			b = binary.BigEndian.AppendUint64(b, l.Jobs)
 			b = appendIDs(b, l.Voters)
 			b = appendIDs(b, l.Learners)
 		}

@@ -105,7 +105,7 @@ func itemCases() []itemCase {
 		}}}},
 		{"refs sync none", router.Item{Kind: router.KindRefs, Group: 7, Seq: 10, Refs: router.Refs{Sync: true}}},
 		{"close", router.Item{Kind: router.KindClose, Group: math.MaxUint16, Session: math.MaxUint64, Seq: math.MaxUint32}},
-		{"leaders", router.Item{Kind: router.KindLeaders, Leaders: []router.LeaderReport{{Group: 0, Term: 7, Index: 3, Voters: []uint64{1, math.MaxUint64}, Learners: []uint64{9}}, {Group: math.MaxUint16, Term: math.MaxUint64, Index: math.MaxUint64}}}},
+		{"leaders", router.Item{Kind: router.KindLeaders, Leaders: []router.LeaderReport{{Group: 0, Term: 7, Index: 3, Tubes: 12, Jobs: 1 << 40, Voters: []uint64{1, math.MaxUint64}, Learners: []uint64{9}}, {Group: math.MaxUint16, Term: math.MaxUint64, Index: math.MaxUint64, Tubes: math.MaxUint32, Jobs: math.MaxUint64}}}},
 		{"leaders none", router.Item{Kind: router.KindLeaders}},
 
 		{"ok", reply(router.StatusOK, router.Reply{Result: router.ResultNone})},

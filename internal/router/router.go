@@ -80,6 +80,8 @@ type reportedLeader struct {
 	// named, as of the membership change of that index.
 	index            uint64
 	voters, learners []uint64
+	tubes            int
+	jobs             int64
 }
 
 // Report is what a group's leader last reported of the group
@@ -90,6 +92,10 @@ type Report struct {
 	// the membership change of index Index.
 	Voters, Learners []uint64
 	Index            uint64
+	// Tubes and Jobs are the leader's store's: its tubes, and its jobs
+	// ready, reserved, delayed and buried.
+	Tubes int
+	Jobs  int64
 }
 
 // fresh reports whether the report still holds at now.
@@ -427,7 +433,8 @@ func (r *Router) Reported() map[uint16]Report {
 	out := make(map[uint16]Report, len(r.reported))
 	for g, rep := range r.reported {
 		if rep.fresh(now) {
-			out[g] = Report{Leader: rep.member, Voters: rep.voters, Learners: rep.learners, Index: rep.index}
+			out[g] = Report{Leader: rep.member, Voters: rep.voters, Learners: rep.learners, Index: rep.index,
+				Tubes: rep.tubes, Jobs: rep.jobs}
 		}
 	}
 	return out
@@ -452,7 +459,7 @@ func (r *Router) noteLeaders(from uint64, reports []LeaderReport) {
 			continue
 		}
 		r.reported[l.Group] = reportedLeader{member: from, term: l.Term, at: now, index: l.Index,
-			voters: slices.Clone(l.Voters), learners: slices.Clone(l.Learners)}
+			voters: slices.Clone(l.Voters), learners: slices.Clone(l.Learners), tubes: int(l.Tubes), jobs: int64(l.Jobs)}
 		if !ok || old.member != from {
 			changed = append(changed, l.Group)
 		}
@@ -475,8 +482,9 @@ func (r *Router) report(now time.Time) {
 	var led []LeaderReport
 	for k := range r.groups() {
 		g := uint16(k)
-		if r.group(g) != nil { // served here: this member leads it
-			l := LeaderReport{Group: g, Term: r.cfg.Term(g)}
+		if st := r.group(g); st != nil { // served here: this member leads it
+			figures := st.Stats()
+			l := LeaderReport{Group: g, Term: r.cfg.Term(g), Tubes: uint32(figures.Tubes), Jobs: uint64(figures.Jobs())}
 			if r.cfg.Replicas != nil {
 				l.Voters, l.Learners, l.Index = r.cfg.Replicas(g)
 			}

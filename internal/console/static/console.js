@@ -924,7 +924,8 @@
   memberBadge();
 
   // clusterPage fills the Cluster page from GET /cluster: the members as
-  // this one sees them, and the Raft groups it runs.
+  // this one sees them, the cluster's Raft groups, and, with several,
+  // where each tube lives.
   function clusterPage() {
     const facts = $('cluster-facts');
     const fill = (id, rows) => {
@@ -960,8 +961,36 @@
         h('td', { text: (g.replicas || []).join(', ') +
           ((g.learners || []).length ? ' · learning: ' + g.learners.join(', ') : '') }),
         h('td', { class: 'num', text: num(g.tubes) }),
-        h('td', { class: 'num', text: num(g.jobs) }))));
+        h('td', { class: 'num', text: num(g.jobs) }),
+        h('td', { text: g.held == null ? '–' : (g.held ? 'yes' : 'no') }))));
+      if (groups.length > 1) await placements(groups);
     });
+
+    // placements lists, with several groups, each tube with its group
+    // and that group's leader (the fleet's GET /api/v1/tubes).
+    async function placements(groups) {
+      const section = $('placement');
+      section.hidden = false;
+      let list;
+      try {
+        list = await api('GET', '/api/v1/tubes');
+      } catch (e) {
+        $('placement-hint').textContent = 'The tubes could not be listed: ' + e.message;
+        return;
+      }
+      $('placement-hint').textContent = 'Each tube lives whole in one group, picked by a hash of its name.';
+      const leaders = new Map(groups.map((g) => [g.id, g.leader]));
+      const tubes = (list.tubes || []).slice().sort((a, b) => (a.group - b.group) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+      $('placement-count').textContent = '(' + num(tubes.length) + ')';
+      fill('placements', tubes.map((t) => h('tr', { 'data-tube': t.name },
+        h('th', { scope: 'row' }, h('a', { href: tubePath(t.name), class: 'mono', text: t.name })),
+        h('td', { class: 'num', text: num(t.group) }),
+        h('td', { text: leaders.get(t.group) || 'none (election)' }),
+        h('td', { class: 'num', text: num(t['current-jobs-ready']) }),
+        h('td', { class: 'num', text: num(t['current-jobs-reserved']) }),
+        h('td', { class: 'num', text: num(t['current-jobs-delayed']) }),
+        h('td', { class: 'num', text: num(t['current-jobs-buried']) }))));
+    }
   }
 
   if (page === 'overview') overview();

@@ -1,0 +1,64 @@
+package member
+
+import (
+	"slices"
+
+	"github.com/sproutmq/sprout/internal/replication"
+)
+
+// fleetCluster is the member's node as GET /cluster shows it in a
+// cluster of several groups: every group of the cluster, those this
+// member holds no replica of as their leaders last reported them, so
+// that any member's /cluster (and the console's fleet page, and
+// sproutctl groups) shows the whole fleet.
+type fleetCluster struct {
+	*replication.Node
+	m *Member
+}
+
+// Status implements ops.Cluster.
+func (f fleetCluster) Status() replication.Status {
+	st := f.Node.Status()
+	st.Groups = f.m.fleetGroups(st.Groups)
+	return st
+}
+
+// fleetGroups completes held, the groups this member runs, with the
+// cluster's others, in order of id: each with its leader's name, its
+// replicas and its leader's figures, from the leader's last fresh report;
+// a group no fresh report names is listed with no leader, no replicas.
+func (m *Member) fleetGroups(held []replication.GroupStatus) []replication.GroupStatus {
+	reported := m.sessions.Reported()
+	names := m.memberNames()
+	nameOf := func(ids []uint64) []string {
+		out := []string{}
+		for _, id := range ids {
+			if n, ok := names[id]; ok {
+				out = append(out, n)
+			} else {
+				out = append(out, replication.FormatID(id))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	out := make([]replication.GroupStatus, 0, m.shards.groups())
+	for g := range m.shards.groups() {
+		if i := slices.IndexFunc(held, func(s replication.GroupStatus) bool { return s.ID == g }); i >= 0 {
+			s := held[i]
+			s.Held = true
+			out = append(out, s)
+			continue
+		}
+		s := replication.GroupStatus{ID: g, Replicas: []string{}}
+		if rep, ok := reported[uint16(g)]; ok {
+			s.Leader = names[rep.Leader]
+			s.Replicas, s.Tubes, s.Jobs = nameOf(rep.Voters), rep.Tubes, rep.Jobs
+			if len(rep.Learners) > 0 {
+				s.Learners = nameOf(rep.Learners)
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
