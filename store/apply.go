@@ -63,9 +63,13 @@ func (s *Store) Apply(records []wal.Record, locs []wal.Loc) {
 		case wal.KindDelete:
 			s.applyDelete(r.ID)
 		case wal.KindIDs:
-			// As after a restart, ids go on above the logged watermark.
-			s.raiseID(r.ID)
-			raise(&s.idMark, r.ID)
+			// As after a restart, ids go on above the logged watermark:
+			// of this store's prefix only (a snapshot names the highest
+			// id of its records, which may be of a tube moved in).
+			if s.ownID(r.ID) {
+				s.raiseID(r.ID)
+				raise(&s.idMark, r.ID)
+			}
 		}
 		s.applyDedup(r)
 	}
@@ -169,10 +173,14 @@ func (s *Store) withLiveJob(id uint64, f func(t *Tube, j *Job)) {
 // raiseID makes sure ids up to id are never issued again here, if id is
 // of the store's prefix.
 func (s *Store) raiseID(id uint64) {
-	if id>>IDSeqBits == s.idBase>>IDSeqBits {
+	if s.ownID(id) {
 		raise(&s.lastID, id)
 	}
 }
+
+// ownID reports whether id is of the prefix this store issues ids of:
+// one of another is a job moved in from another group.
+func (s *Store) ownID(id uint64) bool { return id>>IDSeqBits == s.idBase>>IDSeqBits }
 
 // raise sets v to x unless it is already at least x.
 func raise(v *atomic.Uint64, x uint64) {

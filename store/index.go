@@ -96,11 +96,21 @@ func (sh *jobShard) findLocked(id uint64) *Job {
 	return sh.spill[id] // nil map: nil
 }
 
-// insertJobLocked makes j findable by id. j.tube.mu must be held.
+// insertJobLocked makes j findable by id. j.tube.mu must be held. A
+// job of another prefix's id (moved in from another group: move.go)
+// goes to the spill map: its pages would move the shard's newest page
+// past every id this store issues.
 func (s *Store) insertJobLocked(j *Job) {
 	sh := s.shard(j.id)
 	sh.mu.Lock()
-	sh.insertLocked(j)
+	if s.ownID(j.id) {
+		sh.insertLocked(j)
+	} else {
+		if sh.spill == nil {
+			sh.spill = make(map[uint64]*Job)
+		}
+		sh.spill[j.id] = j
+	}
 	sh.mu.Unlock()
 }
 

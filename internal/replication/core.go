@@ -622,7 +622,7 @@ func (c *Core) apply(m *pb.Message) {
 				case wal.KindFull:
 					mine = append(mine, wal.Record{Kind: kind, ID: id})
 					mineLocs = append(mineLocs, wal.Loc{Seg: seg, Size: uint32(size)})
-				case wal.KindControl:
+				case wal.KindControl, wal.KindMeta:
 					control = true
 				}
 			})
@@ -723,12 +723,20 @@ const (
 )
 
 // applyControl applies the control records among recs, of the entry at
-// index, to the book: one that raises the cluster version, or that marks
-// a member draining or no longer, adds its ActControl to acts.
+// index, to the book: one that raises the cluster version, that marks a
+// member draining or no longer, or that records a tube's move (KindMeta,
+// tubes.go) adds its ActControl to acts.
 func (c *Core) applyControl(acts []Action, recs []wal.Record, index uint64) []Action {
 	for i := range recs {
 		r := &recs[i]
-		if r.Kind != wal.KindControl || index <= c.book.Index {
+		if r.Kind != wal.KindControl && r.Kind != wal.KindMeta || index <= c.book.Index {
+			continue
+		}
+		if r.Kind == wal.KindMeta {
+			if c.book.Tubes.apply(r) {
+				c.book.Index = index
+				acts = append(acts, Action{Kind: ActControl, Book: c.book.clone(), Index: index})
+			}
 			continue
 		}
 		if r.State == controlDrain {

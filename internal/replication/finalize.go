@@ -66,8 +66,14 @@ func (n *Node) applyControlAct(a Action) {
 	drains := !slices.Equal(n.draining, a.Book.Draining)
 	n.draining = slices.Clone(a.Book.Draining)
 	n.mu.Unlock()
-	if drains {
+	moved := !n.Tubes().equal(a.Book.Tubes)
+	n.setTubes(a.Book.Tubes)
+	switch {
+	case drains:
 		n.logger.Info().Uint64("index", a.Index).Strs("draining", n.names(a.Book.Draining)).Msg("members draining")
+		return
+	case moved:
+		n.logger.Debug().Uint64("index", a.Index).Msg("a tube's move recorded")
 		return
 	}
 	n.logger.Info().Uint64("index", a.Index).Uint16("version", a.Book.Version).Msg("the cluster version was raised")

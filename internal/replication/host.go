@@ -140,6 +140,7 @@ func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint, m
 		leaderChanged: make(chan struct{}),
 	}
 	n.byID, n.confIndex, n.draining = bookIndex(book), book.Index, slices.Clone(book.Draining)
+	n.setTubes(book.Tubes)
 	n.journal = NewJournal(n.signal)
 	if n.state = makeState(n); n.state == nil {
 		// Group g issues ids of prefix g (docs/design/shards.md, 4), and

@@ -39,12 +39,16 @@ type Book struct {
 	// replicas move away first (Node.SetDraining; a cluster of several
 	// groups).
 	Draining []uint64 `json:"draining,omitempty"`
+	// Tubes are what moves of tubes decided (tubes.go): in group 0, the
+	// tubes moves placed and the moves decided; in any group, its tubes
+	// moving or moved out.
+	Tubes TubeBook `json:"tubes,omitzero"`
 }
 
 // clone returns a copy that shares nothing with b.
 func (b Book) clone() Book {
 	return Book{Index: b.Index, Members: slices.Clone(b.Members), Removed: slices.Clone(b.Removed), Version: b.Version,
-		MetaVoters: slices.Clone(b.MetaVoters), Draining: slices.Clone(b.Draining)}
+		MetaVoters: slices.Clone(b.MetaVoters), Draining: slices.Clone(b.Draining), Tubes: b.Tubes.clone()}
 }
 
 // setDraining marks member id draining, or no longer, and reports
@@ -110,6 +114,7 @@ func (b *Book) merge(o Book) {
 		b.Version, b.MetaVoters = o.Version, slices.Clone(o.MetaVoters)
 	}
 	b.Draining = slices.Clone(o.Draining)
+	b.Tubes = o.Tubes.clone()
 	for _, id := range o.Removed {
 		b.remove(id)
 	}

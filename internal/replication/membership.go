@@ -305,6 +305,8 @@ func (n *Node) membership(a Action) bool {
 	changed := !slices.Equal(n.conf.GetVoters(), a.ConfState.GetVoters()) ||
 		!slices.Equal(n.conf.GetLearners(), a.ConfState.GetLearners()) || len(n.byID) != len(a.Book.Members)
 	n.byID, n.conf, n.removed, n.confIndex = bookIndex(a.Book), a.ConfState, slices.Clone(a.Book.Removed), a.Index
+	n.draining = slices.Clone(a.Book.Draining) // a snapshot's book brings them
+	n.setTubes(a.Book.Tubes)
 	if changed {
 		n.membersChanged++
 	}

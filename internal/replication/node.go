@@ -186,9 +186,10 @@ type Node struct {
 	removed []uint64 // the ids removed, as byID
 	// confIndex is the index of the change conf is as of (Book.Index).
 	confIndex uint64
-	draining  []uint64 // Book.Draining, as byID
-	log       Log      // immutable; written on the node goroutine
-	journal   *Journal // immutable
+	draining  []uint64                 // Book.Draining, as byID
+	tubes     atomic.Pointer[TubeBook] // Book.Tubes, read without a lock (FrozenTube)
+	log       Log                      // immutable; written on the node goroutine
+	journal   *Journal                 // immutable
 	// state is the group's state machine, made with the node and kept for
 	// its life: a restore empties it and fills it again (Applier.Reset),
 	// so whatever serves it keeps the one it was given. For a shard group

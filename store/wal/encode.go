@@ -15,6 +15,7 @@ import (
 //	             u32 reserves, timeouts, releases, buries, kicks,
 //	KindFull:   u32 body length, body,
 //	KindClock:  i64 time (the id is 0),
+//	KindMeta:   as KindFull (its id 0, its state any, its body maybe empty).
 //	KindReq:    u64 incarnation, u64 number (the key), i64 time, u32 count.
 //
 // A KindFull, KindUpdate or KindDelete record with a key (Record.Req) is
@@ -67,7 +68,7 @@ func keyed(r *Record) bool {
 func payloadSize(r *Record) int {
 	n := 1 + 8
 	switch r.Kind {
-	case KindFull:
+	case KindFull, KindMeta:
 		n = FullSize(len(r.Tube), len(r.Body)) - frameHeader
 	case KindUpdate, KindControl:
 		n += fixedFields
@@ -103,11 +104,11 @@ func appendFrame(dst []byte, r *Record) []byte {
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Time))
 		dst = binary.LittleEndian.AppendUint32(dst, r.Count)
 	}
-	if r.Kind == KindFull {
+	if r.Kind == KindFull || r.Kind == KindMeta {
 		dst = binary.LittleEndian.AppendUint16(dst, uint16(len(r.Tube)))
 		dst = append(dst, r.Tube...)
 	}
-	if r.Kind == KindFull || r.Kind == KindUpdate || r.Kind == KindControl {
+	if r.Kind == KindFull || r.Kind == KindUpdate || r.Kind == KindControl || r.Kind == KindMeta {
 		dst = append(dst, r.State)
 		dst = binary.LittleEndian.AppendUint32(dst, r.Pri)
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Delay))
@@ -118,7 +119,7 @@ func appendFrame(dst []byte, r *Record) []byte {
 			dst = binary.LittleEndian.AppendUint32(dst, c)
 		}
 	}
-	if r.Kind == KindFull {
+	if r.Kind == KindFull || r.Kind == KindMeta {
 		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Body)))
 		dst = append(dst, r.Body...)
 	}
@@ -175,8 +176,8 @@ func decodePayload(p []byte, r *Record, seen string) error {
 			return errCorrupt
 		}
 		return nil
-	case KindFull:
-		if len(p) < 2 {
+	case KindFull, KindMeta:
+		if len(p) < 2 || r.Kind == KindMeta && r.ID != 0 {
 			return errCorrupt
 		}
 		n := int(binary.LittleEndian.Uint16(p))
@@ -218,6 +219,15 @@ func decodePayload(p []byte, r *Record, seen string) error {
 	if r.Kind == KindControl {
 		if len(p) != 0 {
 			return errCorrupt
+		}
+		return nil
+	}
+	if r.Kind == KindMeta {
+		if len(p) < 4 || int(binary.LittleEndian.Uint32(p)) != len(p)-4 {
+			return errCorrupt
+		}
+		if len(p) > 4 {
+			r.Body = p[4:]
 		}
 		return nil
 	}

@@ -38,6 +38,8 @@ func sampleRecords() []wal.Record {
 		{Kind: wal.KindDelete, ID: 42},
 		{Kind: wal.KindIDs, ID: 1 << 40},
 		{Kind: wal.KindControl, Pri: 3},
+		{Kind: wal.KindMeta, Tube: "emails", State: 3, Pri: 2, Deadline: 1 << 62},
+		{Kind: wal.KindMeta, Tube: "e", State: 1, Body: []byte("{}")},
 		{Kind: wal.KindFull, ID: 1, Tube: "t", State: wal.StateReady, Body: []byte("\r\n")},
 		{Kind: wal.KindFull, ID: ^uint64(0), Tube: string(bytes.Repeat([]byte{'x'}, 200)),
 			State: wal.StateReserved, Pri: ^uint32(0), Body: bytes.Repeat([]byte{0xff}, 70000)},
@@ -63,7 +65,10 @@ func keyedRecords() []wal.Record {
 
 func kindName(r wal.Record) string {
 	name := map[wal.Kind]string{wal.KindFull: "full", wal.KindUpdate: "update", wal.KindDelete: "delete",
-		wal.KindIDs: "ids", wal.KindControl: "control", wal.KindClock: "clock", wal.KindReq: "req"}[r.Kind]
+		wal.KindIDs: "ids", wal.KindControl: "control", wal.KindMeta: "meta", wal.KindClock: "clock", wal.KindReq: "req"}[r.Kind]
+	if r.Kind == wal.KindMeta && len(r.Body) > 0 {
+		name += "-body"
+	}
 	if r.Kind != wal.KindReq && !r.Req.IsZero() {
 		name += "-keyed"
 	}

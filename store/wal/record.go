@@ -32,6 +32,12 @@ const (
 	// carries a request key (Record.Req): a KindFull, KindUpdate or
 	// KindDelete record, whose own kind follows the key (encode.go).
 	kindKeyed Kind = 7
+	// KindMeta is a cluster's control record that names a tube
+	// (internal/replication: a tube's placement and moves), shaped as a
+	// full record with ID 0: Tube the tube, State what it does, the other
+	// fields its arguments, and a body that may be empty. A store
+	// applying it ignores it; a single node's journal never holds one.
+	KindMeta Kind = 14
 	// KindControl is a cluster's control record (internal/replication),
 	// shaped as an update with ID 0: State says what it does (0: raise
 	// the cluster version to Pri; 1: mark a member draining), the other
@@ -69,8 +75,8 @@ type Record struct {
 	// KindFull, KindUpdate or KindDelete record (zero: none; other kinds
 	// but KindReq are written without it), and a KindReq's key.
 	Req   Req
-	Tube  string // KindFull only
-	State uint8  // KindFull and KindUpdate
+	Tube  string // KindFull and KindMeta only
+	State uint8  // KindFull and KindUpdate (and what a control record does)
 	Pri   uint32
 	Delay int64 // ns: the delay of the last put or release
 	TTR   int64 // ns
@@ -83,5 +89,5 @@ type Record struct {
 	Count uint32
 	// Time is a KindClock's clock and a KindReq's entry time (wall ns).
 	Time int64
-	Body []byte // KindFull only; includes the trailing "\r\n"
+	Body []byte // KindFull (includes the trailing "\r\n") and KindMeta only
 }

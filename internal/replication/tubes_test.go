@@ -1,0 +1,83 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// TestTubeBookApply: group 0 keeps the first of a move's place and abort;
+// a group freezes a tube for one move at a time, thaws it for that move
+// only, and keeps it refused once moved out.
+func TestTubeBookApply(t *testing.T) {
+	rec := func(what uint8, tube string, move uint64, group uint16) *wal.Record {
+		return &wal.Record{Kind: wal.KindMeta, State: what, Tube: tube, Deadline: int64(move), Pri: uint32(group)}
+	}
+	var b TubeBook
+	steps := []struct {
+		r       *wal.Record
+		changed bool
+	}{
+		{rec(TubeAbort, "a", 1, 0), true},
+		{rec(TubePlace, "a", 1, 2), false}, // aborted first
+		{rec(TubePlace, "b", 2, 3), true},
+		{rec(TubeAbort, "b", 2, 0), false}, // placed first
+		{rec(TubeFreeze, "c", 3, 1), true},
+		{rec(TubeFreeze, "c", 3, 1), false},
+		{rec(TubeThaw, "c", 4, 0), false}, // another move's
+		{rec(TubeMovedOut, "c", 3, 0), true},
+		{rec(TubeMovedOut, "c", 3, 0), false},
+		{rec(TubeFreeze, "d", 5, 1), true},
+		{rec(TubeThaw, "d", 5, 0), true},
+	}
+	for i, s := range steps {
+		if got := b.apply(s.r); got != s.changed {
+			t.Fatalf("step %d (%+v): changed %v, want %v", i, *s.r, got, s.changed)
+		}
+	}
+	want := TubeBook{Placed: map[string]uint16{"b": 3}, Decided: map[uint64]bool{1: false, 2: true}, Order: []uint64{1, 2},
+		Frozen: map[string]Frozen{"c": {Move: 3, To: 1, Moved: true}}}
+	if !b.equal(want) || fmt.Sprint(b.Order) != "[1 2]" {
+		t.Fatalf("book %+v, want %+v", b, want)
+	}
+	for i := range maxDecided + 5 {
+		b.apply(rec(TubeAbort, "x", uint64(100+i), 0))
+	}
+	if _, kept := b.Decided[1]; kept || len(b.Decided) != maxDecided || len(b.Order) != maxDecided {
+		t.Fatalf("decided kept %d (the first: %v)", len(b.Decided), kept)
+	}
+}
+
+// TestProposeTube: a tube's move's records, proposed by the leader,
+// reach every member's book (FrozenTube reads it), and a restart keeps
+// them; a follower refuses to propose.
+func TestProposeTube(t *testing.T) {
+	c := newWALCluster(t, 3, 64<<10, nil)
+	l := c.awaitServing(10 * time.Second)
+	follower := c.others(l)[0]
+	if err := follower.ProposeTube(t.Context(), TubeFreeze, "t", 7, 1); !errors.Is(err, ErrNotServing) {
+		t.Fatalf("ProposeTube on a follower: %v, want ErrNotServing", err)
+	}
+	for _, step := range []struct {
+		what  uint8
+		tube  string
+		group uint16
+	}{{TubeFreeze, "t", 1}, {TubePlace, "t", 1}, {TubeMovedOut, "t", 1}} {
+		if err := l.ProposeTube(t.Context(), step.what, step.tube, 7, step.group); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := func(n *Node) bool {
+		b := n.Tubes()
+		return n.FrozenTube([]byte("t")) && !n.FrozenTube([]byte("u")) && b.Frozen["t"].Moved && b.Placed["t"] == 1 && b.Decided[7]
+	}
+	for _, n := range c.up() {
+		testproc.WaitFor(t, 10*time.Second, n.Name()+" applying the move's records", func() bool { return seen(n) })
+	}
+	n := c.restart(follower.Name())
+	testproc.WaitFor(t, 10*time.Second, "the restarted member's book", func() bool { return seen(n) })
+}
