@@ -284,6 +284,20 @@ func (c *Client) answered(key *wal.Req) (Outcome, bool) {
 	return e.Outcome, true
 }
 
+// Answered reports whether the store keeps the outcome of key's request
+// (a keyed call's answered would find it): a request sent again after it
+// ran is answered from it wherever its tube has gone since.
+func (s *Store) Answered(key wal.Req) bool {
+	if s.dedup == nil || key.IsZero() {
+		return false
+	}
+	now := s.Clock()
+	s.dedupMu.Lock()
+	e, ok := s.dedup.entries[key]
+	s.dedupMu.Unlock()
+	return ok && !expired(e.at, now)
+}
+
 // keep notes key's outcome once its command has run here, the leader,
 // and drops the entries expired meanwhile. key must not be zero.
 func (c *Client) keep(key wal.Req, out Outcome) {

@@ -10,12 +10,13 @@ import (
 
 // A tube moves between a cluster's shard groups (internal/replication's
 // tubes.go, internal/member's moves of tubes) as its jobs' full records:
-// the source's leader exports them once no job of the tube is reserved
-// (ExportTube), the destination's leader takes them as its own, logged
-// (ImportTube), and the source drops them once the move is decided
-// (Client.ClearTube). A job keeps its id, state, priority, remaining
-// delay, TTR, counts and body, and buried jobs their order; an id of
-// another group's prefix never moves this store's id counter (ownID).
+// the source's leader exports them (ExportTube), the destination's leader
+// takes them as its own, logged (ImportTube), and the source drops them
+// once the move is decided (DropTube). A job keeps its id, state,
+// priority, remaining delay, TTR, counts and body, buried jobs their
+// order, and a reserved job its reservation: the destination's client of
+// its holder takes it, with what was left of its TTR. An id of another
+// group's prefix never moves this store's id counter (ownID).
 
 // TubeFigures are the figures of a tube that move with it, beside its
 // jobs: its stats-tube counters and its pause.
@@ -27,27 +28,31 @@ type TubeFigures struct {
 	PauseLeft time.Duration `json:"pause_left,omitempty"` // what is left of it
 }
 
-// ErrTubeHeld refuses to export a tube while a job of it is reserved: its
-// holder may yet delete, release or bury it here.
-var ErrTubeHeld = errors.New("store: a job of the tube is reserved")
+// Held is a reserved job of an exported tube and the client holding it.
+type Held struct {
+	ID     uint64
+	Holder *Client
+}
 
 // ExportTube is the named tube's jobs as wal frames of full records (as
-// the log writes them; buried jobs in the order of their burial), how
-// many, and the tube's figures; ok is false when the tube does not
-// exist. A tube with a reserved job is refused (ErrTubeHeld).
-func (s *Store) ExportTube(name []byte) (frames []byte, jobs int, fig TubeFigures, ok bool, err error) {
+// the log writes them; buried jobs in the order of their burial; a
+// reserved job with the end of its TTR as its Deadline), how many, the
+// reserved ones with their holders, and the tube's figures; ok is false
+// when the tube does not exist.
+func (s *Store) ExportTube(name []byte) (frames []byte, jobs int, held []Held, fig TubeFigures, ok bool) {
 	t := s.findTube(name)
 	if t == nil {
-		return nil, 0, fig, false, nil
+		return nil, 0, nil, fig, false
 	}
 	defer s.releaseTube(t)
+	reserved := s.reservedIn(t)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.nReserved > 0 {
-		return nil, 0, fig, true, ErrTubeHeld
-	}
 	add := func(j *Job) {
 		r := s.record(wal.KindFull, j)
+		if j.state == StateReserved {
+			r.Deadline = s.wall(j.deadline)
+		}
 		frames = wal.AppendFrame(frames, &r)
 		jobs++
 	}
@@ -60,21 +65,30 @@ func (s *Store) ExportTube(name []byte) (frames []byte, jobs int, fig TubeFigure
 	for j := t.buried.head; j != nil; j = j.next {
 		add(j)
 	}
+	for _, l := range reserved {
+		if j := l.j; j.state == StateReserved { // still, under the tube's lock
+			add(j)
+			held = append(held, Held{ID: j.id, Holder: j.owner})
+		}
+	}
 	fig = TubeFigures{TotalJobs: t.totalJobs, CmdDelete: t.cmdDelete, CmdPause: t.cmdPause}
 	if now := s.now(); t.pausedLocked(now) {
 		fig.Pause, fig.PauseLeft = time.Duration(t.pauseDur), time.Duration(t.pauseUntil-now)
 	}
-	return frames, jobs, fig, true, nil
+	return frames, jobs, held, fig, true
 }
 
 // ImportTube makes the jobs of frames (ExportTube's) in this store, each
 // logged as its full record, so that the group's replicas make them too
 // (their Apply); a job of an id the store holds already is skipped (an
-// import sent again). The client's PendingAck is then the position the
-// log must acknowledge. The tube takes fig's counters and pause here,
-// where its replicas count only the jobs (as a failover loses a pause).
-// It returns how many jobs it made.
-func (c *Client) ImportTube(name []byte, frames []byte, fig TubeFigures) (int, error) {
+// import sent again). A reserved job whose holder's client here is in
+// holders is reserved by it until the end of its TTR as recorded, its
+// reserve not counted again; one without is ready, as after a failover.
+// The client's PendingAck is then the position the log must acknowledge.
+// The tube takes fig's counters and pause here, where its replicas count
+// only the jobs (as a failover loses a pause). It returns how many jobs
+// it made.
+func (c *Client) ImportTube(name []byte, frames []byte, fig TubeFigures, holders map[uint64]*Client) (int, error) {
 	s := c.s
 	recs, err := wal.DecodeFrames(nil, frames)
 	if err != nil {
@@ -99,6 +113,9 @@ func (c *Client) ImportTube(name []byte, frames []byte, fig TubeFigures) (int, e
 		t.mu.Lock()
 		s.insertJobLocked(j)
 		s.placeLocked(j, r, now)
+		if holder := holders[r.ID]; r.State == wal.StateReserved && holder != nil {
+			t.adoptLocked(j, holder, max(s.mono(r.Deadline), now+1))
+		}
 		t.totalJobs++
 		rec := s.record(wal.KindFull, j)
 		err := s.logLocked(c, j, &rec)
@@ -119,6 +136,82 @@ func (c *Client) ImportTube(name []byte, frames []byte, fig TubeFigures) (int, e
 	}
 	t.mu.Unlock()
 	return made, nil
+}
+
+// adoptLocked makes c hold j, a ready job of t, until deadline: a
+// reservation moved in with its tube, whose reserve was counted where it
+// was made. t.mu must be held.
+func (t *Tube) adoptLocked(j *Job, c *Client, deadline int64) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	t.detachLocked(j)
+	j.state = StateReserved
+	j.owner = c
+	j.deadline = deadline
+	r := c.reservationsLocked()
+	r.heap.push(j)
+	r.order.pushBack(j)
+	c.rearmTTRLocked()
+	c.mu.Unlock()
+	t.nReserved++
+	t.s.counts.reserved.Add(1)
+}
+
+// DropTube deletes every job of the named tube, reserved ones too (their
+// holders' reservations end), each logged as a delete, and returns how
+// many: the tube moved away, or a move into this store was aborted. c's
+// PendingAck is then the position the log must acknowledge.
+func (c *Client) DropTube(name []byte) int {
+	s := c.s
+	t := s.findTube(name)
+	if t == nil {
+		return 0
+	}
+	defer s.releaseTube(t)
+	reserved := s.reservedIn(t)
+	t.mu.Lock()
+	var jobs []*Job
+	for _, j := range t.ready.all() {
+		jobs = append(jobs, j)
+	}
+	for _, j := range t.delayed.all() {
+		jobs = append(jobs, j)
+	}
+	for j := t.buried.head; j != nil; j = j.next {
+		jobs = append(jobs, j)
+	}
+	for _, l := range reserved {
+		if l.j.state == StateReserved {
+			jobs = append(jobs, l.j)
+		}
+	}
+	for _, j := range jobs {
+		if s.log != nil {
+			r := wal.Record{Kind: wal.KindDelete, ID: j.id}
+			_ = s.logLocked(c, j, &r) // deletes are never refused
+		}
+		t.detachLocked(j)
+		j.state = StateInvalid
+		s.forgetJobLocked(j)
+	}
+	t.mu.Unlock()
+	t.refs.Add(int64(-len(jobs))) // the jobs' references; ours keeps t alive
+	return len(jobs)
+}
+
+// Holds reports whether the store holds a job of id.
+func (s *Store) Holds(id uint64) bool {
+	j := s.lookup(id)
+	if j == nil {
+		return false
+	}
+	t := j.tube
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return j.state != StateInvalid
 }
 
 // JobIn reports which tube the job of id is in, and whether c holds it

@@ -1,7 +1,6 @@
 package store_test
 
 import (
-	"errors"
 	"testing"
 	"time"
 
@@ -11,9 +10,11 @@ import (
 // TestMoveTube: a tube's jobs leave one group's store (ExportTube) and
 // come into another's (ImportTube) as they were: ids, states,
 // priorities, remaining delays, TTRs, counts, bodies, buried jobs in
-// their order; the tube's counters and pause with them. Ids of the other
-// group's prefix do not move the store's own counter, and one sent again
-// is not made twice. A tube with a reserved job is refused.
+// their order, a reserved job held by its holder's client there with
+// what was left of its TTR; the tube's counters and pause with them. Ids
+// of the other group's prefix do not move the store's own counter, and
+// one sent again is not made twice. DropTube deletes them all, reserved
+// ones too.
 func TestMoveTube(t *testing.T) {
 	src := store.New(store.Options{IDPrefix: 2})
 	dst := store.New(store.Options{IDPrefix: 1})
@@ -36,31 +37,38 @@ func TestMoveTube(t *testing.T) {
 		if res != store.Reserved || j.ID() != id {
 			t.Fatalf("reserve: %v %v", j, res)
 		}
-		if _, _, _, _, err := src.ExportTube([]byte("t")); !errors.Is(err, store.ErrTubeHeld) {
-			t.Fatalf("export with job %d reserved: %v", id, err)
-		}
 		if err := c.Bury(id, 9); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ready, delayed := put(5, 0, "ready"), put(1, 100, "delayed")
 	c.Delete(put(3, 0, "gone"))
+	held := put(0, 0, "held")
+	if j, res := c.Reserve(0); res != store.Reserved || j.ID() != held {
+		t.Fatalf("reserve of the held job: %v %v", j, res)
+	}
 	if !src.PauseTube([]byte("t"), time.Hour) {
 		t.Fatal("no tube to pause")
 	}
-	frames, n, fig, ok, err := src.ExportTube([]byte("t"))
-	if err != nil || !ok || n != 5 {
-		t.Fatalf("export: %d jobs, %v %v", n, ok, err)
+	frames, n, holders, fig, ok := src.ExportTube([]byte("t"))
+	if !ok || n != 6 || len(holders) != 1 || holders[0].ID != held || holders[0].Holder != c {
+		t.Fatalf("export: %d jobs, held %+v, %v", n, holders, ok)
 	}
-	if fig.TotalJobs != 6 || fig.CmdDelete != 1 || fig.CmdPause != 1 || fig.Pause != time.Hour || fig.PauseLeft <= 0 {
+	if fig.TotalJobs != 7 || fig.CmdDelete != 1 || fig.CmdPause != 1 || fig.Pause != time.Hour || fig.PauseLeft <= 0 {
 		t.Fatalf("figures: %+v", fig)
 	}
 
 	d := dst.NewClient(nil)
 	for range 2 { // sent again: nothing more
-		if made, err := d.ImportTube([]byte("t"), frames, fig); err != nil || made != n && made != 0 {
+		if made, err := d.ImportTube([]byte("t"), frames, fig, map[uint64]*store.Client{held: d}); err != nil || made != n && made != 0 {
 			t.Fatalf("import: %d, %v", made, err)
 		}
+	}
+	if js, _ := d.JobStats(held); js.State != store.StateReserved || js.Reserves != 1 || js.TimeLeft <= 25*time.Second {
+		t.Fatalf("the held job moved: %+v", js)
+	}
+	if err := d.Release(held, 0, 0); err != nil {
+		t.Fatalf("its holder releases it there: %v", err)
 	}
 	for _, id := range []uint64{ready, delayed, buried[0]} {
 		a, _ := c.JobStats(id)
@@ -71,7 +79,7 @@ func TestMoveTube(t *testing.T) {
 		}
 	}
 	ts, _ := dst.TubeStats([]byte("t"))
-	if ts.Ready != 1 || ts.Delayed != 1 || ts.Buried != 3 || ts.TotalJobs != 6 || ts.CmdDelete != 1 || ts.CmdPause != 1 ||
+	if ts.Ready != 2 || ts.Delayed != 1 || ts.Buried != 3 || ts.TotalJobs != 7 || ts.CmdDelete != 1 || ts.CmdPause != 1 ||
 		ts.Pause != time.Hour || ts.PauseTimeLeft <= 0 {
 		t.Fatalf("the tube moved in: %+v", ts)
 	}
@@ -92,5 +100,15 @@ func TestMoveTube(t *testing.T) {
 	}
 	if id, _, ok := d.JobIn(delayed); id != "t" || !ok {
 		t.Fatalf("JobIn: %q %v", id, ok)
+	}
+	d.Watch([]byte("t"))
+	if j, res := d.Reserve(0); res != store.Reserved {
+		t.Fatalf("reserve: %v %v", j, res)
+	}
+	if n := dst.NewClient(nil).DropTube([]byte("t")); n != 6 {
+		t.Fatalf("dropped %d jobs, want 6 (one of them reserved)", n)
+	}
+	if st := dst.Stats(); st.Jobs() != 0 || st.Reserved != 0 {
+		t.Fatalf("after the drop: %+v", st)
 	}
 }

@@ -188,8 +188,9 @@ type Node struct {
 	confIndex uint64
 	draining  []uint64                 // Book.Draining, as byID
 	tubes     atomic.Pointer[TubeBook] // Book.Tubes, read without a lock (FrozenTube)
-	log       Log                      // immutable; written on the node goroutine
-	journal   *Journal                 // immutable
+	onTubes   atomic.Pointer[func(TubeBook)]
+	log       Log      // immutable; written on the node goroutine
+	journal   *Journal // immutable
 	// state is the group's state machine, made with the node and kept for
 	// its life: a restore empties it and fills it again (Applier.Reset),
 	// so whatever serves it keeps the one it was given. For a shard group

@@ -25,7 +25,7 @@ import (
 // the tube, Deadline the move's id, Pri a group.
 const (
 	// TubePlace: in group 0, Tube lives in group Pri from now on, placed
-	// by move Deadline, unless that move was aborted.
+	// by move Deadline from group Delay, unless that move was aborted.
 	TubePlace uint8 = 1
 	// TubeAbort: in group 0, move Deadline of Tube is aborted, unless it
 	// placed the tube already.
@@ -56,6 +56,10 @@ type TubeBook struct {
 	Decided map[uint64]bool `json:"decided,omitempty"`
 	// Order is Decided's ids in the order they were decided.
 	Order []uint64 `json:"order,omitempty"`
+	// Out are, by group, the groups tubes were moved to from it (group 0
+	// only): a job keeps its id, so one of a group's prefix may be in
+	// any of them, or in theirs.
+	Out map[uint16][]uint16 `json:"out,omitempty"`
 	// Frozen are this group's tubes moving out or moved out, by name.
 	Frozen map[string]Frozen `json:"frozen,omitempty"`
 }
@@ -74,13 +78,18 @@ func (b TubeBook) IsZero() bool {
 
 // clone returns a copy that shares nothing with b.
 func (b TubeBook) clone() TubeBook {
+	out := make(map[uint16][]uint16, len(b.Out))
+	for g, to := range b.Out {
+		out[g] = slices.Clone(to)
+	}
 	return TubeBook{Placed: maps.Clone(b.Placed), Decided: maps.Clone(b.Decided), Order: slices.Clone(b.Order),
-		Frozen: maps.Clone(b.Frozen)}
+		Out: out, Frozen: maps.Clone(b.Frozen)}
 }
 
 // equal reports whether b and o hold the same.
 func (b TubeBook) equal(o TubeBook) bool {
-	return maps.Equal(b.Placed, o.Placed) && maps.Equal(b.Decided, o.Decided) && maps.Equal(b.Frozen, o.Frozen)
+	return maps.Equal(b.Placed, o.Placed) && maps.Equal(b.Decided, o.Decided) && maps.Equal(b.Frozen, o.Frozen) &&
+		maps.EqualFunc(b.Out, o.Out, slices.Equal)
 }
 
 // apply makes r's change and reports whether it changed b.
@@ -105,7 +114,14 @@ func (b *TubeBook) apply(r *wal.Record) bool {
 			if b.Placed == nil {
 				b.Placed = make(map[string]uint16)
 			}
-			b.Placed[r.Tube] = uint16(r.Pri)
+			to, from := uint16(r.Pri), uint16(r.Delay)
+			b.Placed[r.Tube] = to
+			if b.Out == nil {
+				b.Out = make(map[uint16][]uint16)
+			}
+			if !slices.Contains(b.Out[from], to) {
+				b.Out[from] = append(b.Out[from], to)
+			}
 		}
 		return true
 	case TubeFreeze:
@@ -144,6 +160,22 @@ func (n *Node) Tubes() TubeBook {
 	return TubeBook{}
 }
 
+// AnyFrozen reports whether a tube is frozen or moved out in this group
+// (FrozenTube), and whether one is frozen and not yet moved out (its jobs
+// may be here still), reading no lock.
+func (n *Node) AnyFrozen() (frozen, moving bool) {
+	b := n.tubes.Load()
+	if b == nil || len(b.Frozen) == 0 {
+		return false, false
+	}
+	for _, f := range b.Frozen {
+		if !f.Moved {
+			return true, true
+		}
+	}
+	return true, false
+}
+
 // FrozenTube reports whether the tube is frozen or moved out in this
 // group: its commands go to its group (what the router asks of every
 // request naming a tube, so it reads no lock).
@@ -156,10 +188,21 @@ func (n *Node) FrozenTube(name []byte) bool {
 	return ok
 }
 
-// setTubes publishes b as the node's TubeBook.
+// setTubes publishes b as the node's TubeBook, and tells OnTubes.
 func (n *Node) setTubes(b TubeBook) {
 	c := b.clone()
 	n.tubes.Store(&c)
+	if fn := n.onTubes.Load(); fn != nil {
+		(*fn)(c)
+	}
+}
+
+// OnTubes has fn told of the node's TubeBook now and at each change, on
+// the node's goroutine (it must not block): the member routes by group
+// 0's, and refuses what a group's freezes.
+func (n *Node) OnTubes(fn func(TubeBook)) {
+	n.onTubes.Store(&fn)
+	fn(n.Tubes())
 }
 
 // ProposeTube proposes a record of a tube's move in this group's log
@@ -168,14 +211,16 @@ func (n *Node) setTubes(b TubeBook) {
 // applied it, or once its outcome is known not to be the change (a
 // place after an abort, a thaw of another move: applied, nothing
 // changes). Only the group's serving leader proposes (ErrNotServing).
-func (n *Node) ProposeTube(ctx context.Context, what uint8, tube string, move uint64, group uint16) error {
+// A TubePlace's from is the group the tube comes from; other records
+// take none.
+func (n *Node) ProposeTube(ctx context.Context, what uint8, tube string, move uint64, group, from uint16) error {
 	if info, _ := n.Leader(); !info.Serving {
 		return ErrNotServing
 	}
 	if what < TubePlace || what > TubeMovedOut || tube == "" || move == 0 {
 		return fmt.Errorf("replication: no such record of a tube's move: %d %q %d", what, tube, move)
 	}
-	r := wal.Record{Kind: wal.KindMeta, Tube: tube, State: what, Pri: uint32(group), Deadline: int64(move)}
+	r := wal.Record{Kind: wal.KindMeta, Tube: tube, State: what, Pri: uint32(group), Delay: int64(from), Deadline: int64(move)}
 	_, _, err := n.journal.Append(&r, wal.Loc{})
 	if err != nil {
 		return err

@@ -24,7 +24,7 @@ func TestTubeBookApply(t *testing.T) {
 	}{
 		{rec(TubeAbort, "a", 1, 0), true},
 		{rec(TubePlace, "a", 1, 2), false}, // aborted first
-		{rec(TubePlace, "b", 2, 3), true},
+		{&wal.Record{Kind: wal.KindMeta, State: TubePlace, Tube: "b", Deadline: 2, Pri: 3, Delay: 4}, true},
 		{rec(TubeAbort, "b", 2, 0), false}, // placed first
 		{rec(TubeFreeze, "c", 3, 1), true},
 		{rec(TubeFreeze, "c", 3, 1), false},
@@ -40,7 +40,7 @@ func TestTubeBookApply(t *testing.T) {
 		}
 	}
 	want := TubeBook{Placed: map[string]uint16{"b": 3}, Decided: map[uint64]bool{1: false, 2: true}, Order: []uint64{1, 2},
-		Frozen: map[string]Frozen{"c": {Move: 3, To: 1, Moved: true}}}
+		Out: map[uint16][]uint16{4: {3}}, Frozen: map[string]Frozen{"c": {Move: 3, To: 1, Moved: true}}}
 	if !b.equal(want) || fmt.Sprint(b.Order) != "[1 2]" {
 		t.Fatalf("book %+v, want %+v", b, want)
 	}
@@ -59,7 +59,7 @@ func TestProposeTube(t *testing.T) {
 	c := newWALCluster(t, 3, 64<<10, nil)
 	l := c.awaitServing(10 * time.Second)
 	follower := c.others(l)[0]
-	if err := follower.ProposeTube(t.Context(), TubeFreeze, "t", 7, 1); !errors.Is(err, ErrNotServing) {
+	if err := follower.ProposeTube(t.Context(), TubeFreeze, "t", 7, 1, 0); !errors.Is(err, ErrNotServing) {
 		t.Fatalf("ProposeTube on a follower: %v, want ErrNotServing", err)
 	}
 	for _, step := range []struct {
@@ -67,7 +67,7 @@ func TestProposeTube(t *testing.T) {
 		tube  string
 		group uint16
 	}{{TubeFreeze, "t", 1}, {TubePlace, "t", 1}, {TubeMovedOut, "t", 1}} {
-		if err := l.ProposeTube(t.Context(), step.what, step.tube, 7, step.group); err != nil {
+		if err := l.ProposeTube(t.Context(), step.what, step.tube, 7, step.group, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

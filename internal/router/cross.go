@@ -24,17 +24,29 @@ import (
 // group (soon, 6.4): at once when no watched tube has a ready job, else
 // when a wait reaches it.
 //
+// A group that answers that a watched tube is moving (StatusWrongGroup,
+// EventWrongGroup: docs/design/shards.md 3.3) starts it over, after
+// moveRetry, across the groups its tubes live in then (again), for what
+// is left of its timeout; what the earlier rounds asked is ended or
+// declined as it comes (gen).
+//
 // Its callbacks run on the Link's goroutines; mu orders them. Requests go
-// in the order their sequences are given, under mu, so each group sees
-// the session's sequences rise (a Server takes one not above the last as
-// a resend).
+// in the order their sequences are given (post: the session's, as one
+// step with its other items), so each group sees the session's sequences
+// rise (a Server takes one not above the last as a resend).
 type crossReserve struct {
 	link    *Link                                                    // immutable
 	session uint64                                                   // immutable
-	nextSeq func() uint32                                            // immutable: the session's next sequence
-	parts   []crossPart                                              // immutable: the groups holding watched tubes
+	post    func(send func(seq uint32))                              // immutable: the session's Session.post
+	again   func() []crossPart                                       // immutable: the groups holding watched tubes now
 	timeout time.Duration                                            // immutable: negative waits for ever
 	done    func(j *JobReply, group uint16, res store.ReserveResult) // immutable: called once
+	// parts are the groups holding watched tubes, as of the last start.
+	// Guarded by mu.
+	parts []crossPart
+	// gen counts the starts over: an answer to an earlier one's request
+	// is not this one's. Guarded by mu.
+	gen int
 	// soon, if set, is how long after the start a job the session holds
 	// comes within DeadlineMargin of its TTR's end (zero or less: now).
 	soon    time.Duration
@@ -88,21 +100,53 @@ func (r *crossReserve) peekLocked() {
 	r.round++
 	r.peeked = 0
 	clear(r.bests)
+	gen := r.gen
 	for i, p := range r.parts {
-		r.link.Request(r.session, p.group, r.nextSeq(), Request{Op: OpBest, Tubes: p.tubes}, func(it *Item) {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			if r.state != crossTaking {
-				return
-			}
-			if it.Reply.Status == StatusOK {
-				r.bests[i] = it.Reply.Best
-			} // else no leader: the group counts as empty
-			if r.peeked++; r.peeked == len(r.parts) {
-				r.takeLocked()
-			}
+		r.post(func(seq uint32) {
+			r.link.Request(r.session, p.group, seq, Request{Op: OpBest, Tubes: p.tubes}, func(it *Item) {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				r.bestLocked(gen, i, it)
+			})
 		})
 	}
+}
+
+// bestLocked takes part i's peek of start gen.
+func (r *crossReserve) bestLocked(gen, i int, it *Item) {
+	switch {
+	case r.state != crossTaking || r.gen != gen:
+		return
+	case it.Reply.Status == StatusWrongGroup:
+		r.againLocked()
+		return
+	}
+	if it.Reply.Status == StatusOK {
+		r.bests[i] = it.Reply.Best
+	} // else no leader: the group counts as empty
+	if r.peeked++; r.peeked == len(r.parts) {
+		r.takeLocked()
+	}
+}
+
+// againLocked starts the reserve over once moveRetry has passed, across
+// the groups its watched tubes live in then: one of its groups answered
+// that a watched tube is moving. Its waits still open are cancelled.
+func (r *crossReserve) againLocked() {
+	r.cancelWaitsLocked()
+	r.state = crossTaking
+	r.gen++
+	gen := r.gen
+	time.AfterFunc(moveRetry, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.state != crossTaking || r.gen != gen {
+			return
+		}
+		r.parts = r.again()
+		r.bests = make([]Best, len(r.parts))
+		r.peekLocked()
+	})
 }
 
 // takeLocked takes from the group whose best is the most urgent, bounded
@@ -132,24 +176,27 @@ func (r *crossReserve) takeLocked() {
 		r.waitLocked()
 		return
 	}
-	p := r.parts[at]
-	r.link.Request(r.session, p.group, r.nextSeq(), Request{Op: OpTake, Tubes: p.tubes, Bound: bound}, func(it *Item) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		took := it.Reply.Status == StatusOK && it.Reply.Result == ResultJob
-		if r.state != crossTaking {
-			if took { // cancelled meanwhile: the job goes back, as a late offer
-				r.link.Decline(r.session, p.group, 0, it.Reply.Job.ID)
+	p, gen := r.parts[at], r.gen
+	r.post(func(seq uint32) {
+		r.link.Request(r.session, p.group, seq, Request{Op: OpTake, Tubes: p.tubes, Bound: bound}, func(it *Item) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			took := it.Reply.Status == StatusOK && it.Reply.Result == ResultJob
+			switch {
+			case r.state != crossTaking || r.gen != gen:
+				if took { // cancelled or started over meanwhile: the job goes back, as a late offer
+					r.link.Decline(r.session, p.group, 0, it.Reply.Job.ID)
+				}
+			case took:
+				j := it.Reply.Job
+				j.Body = append([]byte(nil), j.Body...) // the payload is gone once this returns
+				r.endLocked(&j, p.group, store.Reserved)
+			case it.Reply.Status == StatusWrongGroup:
+				r.againLocked()
+			default:
+				r.peekLocked() // Lost, emptied meanwhile, or no leader: look again
 			}
-			return
-		}
-		if took {
-			j := it.Reply.Job
-			j.Body = append([]byte(nil), j.Body...) // the payload is gone once this returns
-			r.endLocked(&j, p.group, store.Reserved)
-			return
-		}
-		r.peekLocked() // Lost, emptied meanwhile, or no leader: look again
+		})
 	})
 }
 
@@ -161,12 +208,22 @@ func (r *crossReserve) waitLocked() {
 	r.waitID = crossWaits.last
 	crossWaits.Unlock()
 	r.waitSeq = make([]uint32, len(r.parts))
+	gen, waitID := r.gen, r.waitID
 	for i, p := range r.parts {
-		r.waitSeq[i] = r.nextSeq()
-		r.link.Wait(r.session, p.group, r.waitSeq[i], Wait{ID: r.waitID, Tubes: p.tubes}, func(it *Item) {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			r.eventLocked(i, it)
+		r.post(func(seq uint32) {
+			r.waitSeq[i] = seq
+			r.link.Wait(r.session, p.group, seq, Wait{ID: waitID, Tubes: p.tubes}, func(it *Item) {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				if r.gen != gen {
+					// A wait of a start before: cancelled, its offer declined.
+					if it.Kind == KindEvent && it.Event.Type == EventOffer {
+						r.link.Decline(r.session, p.group, waitID, it.Event.Job.ID)
+					}
+					return
+				}
+				r.eventLocked(i, it)
+			})
 		})
 	}
 	end, res, timed := r.timeout, store.TimedOut, r.timeout >= 0
@@ -201,6 +258,8 @@ func (r *crossReserve) eventLocked(i int, it *Item) {
 		r.endLocked(&j, p.group, store.Reserved)
 	case it.Kind == KindEvent && it.Event.Type == EventDeadlineSoon:
 		r.endLocked(nil, 0, store.DeadlineSoon)
+	case it.Kind == KindEvent && it.Event.Type == EventWrongGroup:
+		r.againLocked()
 	}
 	// A reply instead of an event: the wait could not be made there (no
 	// leader); the other groups and the timer end the reserve.
@@ -227,12 +286,17 @@ func (r *crossReserve) cancel() bool {
 
 // cancelLocked marks the reserve done and cancels its open waits.
 func (r *crossReserve) cancelLocked() {
-	waiting := r.state == crossWaiting
+	r.cancelWaitsLocked()
 	r.state = crossDone
+}
+
+// cancelWaitsLocked stops the timer and cancels the open waits, if the
+// reserve waits.
+func (r *crossReserve) cancelWaitsLocked() {
 	if r.timer != nil {
 		r.timer.Stop()
 	}
-	if !waiting {
+	if r.state != crossWaiting {
 		return
 	}
 	for i, p := range r.parts {

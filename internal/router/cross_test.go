@@ -1,6 +1,7 @@
 package router
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,8 +50,15 @@ type crossEnd struct {
 // 1 (tube "b") and returns where its end comes, and the reserve.
 func reserveAcross(n *linkNet, seq *atomic.Uint32, timeout time.Duration) (<-chan crossEnd, *crossReserve) {
 	ends := make(chan crossEnd, 2)
-	r := &crossReserve{link: n.link, session: 7, nextSeq: func() uint32 { return seq.Add(1) }, timeout: timeout,
-		parts: []crossPart{{group: 0, tubes: [][]byte{[]byte("a")}}, {group: 1, tubes: [][]byte{[]byte("b")}}},
+	var mu sync.Mutex
+	parts := []crossPart{{group: 0, tubes: [][]byte{[]byte("a")}}, {group: 1, tubes: [][]byte{[]byte("b")}}}
+	r := &crossReserve{link: n.link, session: 7, timeout: timeout, parts: parts,
+		post: func(send func(seq uint32)) {
+			mu.Lock()
+			defer mu.Unlock()
+			send(seq.Add(1))
+		},
+		again: func() []crossPart { return parts },
 		done:  func(j *JobReply, g uint16, res store.ReserveResult) { ends <- crossEnd{j, g, res} }}
 	r.start()
 	return ends, r

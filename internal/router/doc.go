@@ -44,6 +44,21 @@
 // the same way on its own timer; each group's wait also ends at its own
 // jobs' deadlines.
 //
+// A tube moving to another group (docs/design/shards.md 3.3, as built:
+// internal/member's tubemoves.go) is frozen in its group, whose Server
+// then answers the requests naming it, the reserves and waits watching
+// it, and the changes by id of its jobs their sessions do not hold,
+// StatusWrongGroup (EventWrongGroup for a wait; Server.Refreeze ends
+// those already waiting). The Link sends such a request again every
+// moveRetry where its session then routes it (Link.RequestRouted), for up
+// to moveWait; a reserve starts over as a reserve across the groups its
+// tubes then live in (Session.crossAgain). A session takes a sequence and
+// hands its item to the Link as one step (Session.post), whichever
+// goroutine sends it, so each group still sees its sequences rise. A job
+// keeps its id when its tube moves: a command by id that the id's group
+// does not find asks the groups tubes moved to from it
+// (RouterConfig.MovedFrom, Session.sendSearching).
+//
 // The local fast path (5.1): a command for a group this member leads
 // runs at once on the group's store here, through the Server's owner
 // client of the session (Server.local: the one its requests sent the

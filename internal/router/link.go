@@ -2,6 +2,7 @@ package router
 
 import (
 	"cmp"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -94,6 +95,11 @@ type call struct {
 	made    time.Time
 	op      Op
 	timeout time.Duration
+	// route, if set, is where a request answered StatusWrongGroup (its
+	// tube moving between groups) goes again, and with which sequence
+	// (RequestRouted); movedAt is when the first such answer came.
+	route   func(req *Request, post func(group uint16, seq uint32))
+	movedAt time.Time
 }
 
 // The statuses of the replies Expire makes for the calls it gives up on
@@ -120,18 +126,38 @@ func NewLink(cfg LinkConfig) *Link {
 // done is called once with the reply, on the goroutine Handle is called
 // on. The request's Number is the link's next.
 func (l *Link) Request(session uint64, group uint16, seq uint32, req Request, done func(*Item)) {
+	l.RequestRouted(session, group, seq, req, nil, done)
+}
+
+// RequestRouted is Request for a request that route sends again when its
+// group answers StatusWrongGroup (its tube is moving between groups:
+// docs/design/shards.md 3.3): after moveRetry, route calls post with the
+// group and the sequence it goes with then (as one step with the
+// session's other items: see Session.post), until moveWait has passed
+// since the first such answer, after which done gets StatusNoLeader (the
+// request did not run). route is called on a goroutine of the Link's;
+// nil hands the answer to done, as Request does.
+func (l *Link) RequestRouted(session uint64, group uint16, seq uint32, req Request, route func(req *Request, post func(uint16, uint32)), done func(*Item)) {
 	l.mu.Lock()
 	l.number++
 	req.Number = l.number
 	l.mu.Unlock()
 	req.Stamp = l.stamp.Load()
-	l.start(Item{Kind: KindRequest, Group: group, Session: session, Seq: seq, Request: req}, done)
+	l.start(Item{Kind: KindRequest, Group: group, Session: session, Seq: seq, Request: req}, route, done)
 }
+
+// How a request whose tube is moving is sent again (RequestRouted): every
+// moveRetry, for at most moveWait (a move freezes its tube for a second
+// or two at most: internal/member's tubeMoveBudget).
+const (
+	moveRetry = 10 * time.Millisecond
+	moveWait  = 5 * time.Second
+)
 
 // Wait sends a wait across groups for session's group; done is called
 // with the event that ends it, unless Cancel ends it first.
 func (l *Link) Wait(session uint64, group uint16, seq uint32, w Wait, done func(*Item)) {
-	l.start(Item{Kind: KindWait, Group: group, Session: session, Seq: seq, Wait: w}, done)
+	l.start(Item{Kind: KindWait, Group: group, Session: session, Seq: seq, Wait: w}, nil, done)
 }
 
 // Refs sends the member's references to group's tubes as its item of
@@ -141,7 +167,7 @@ func (l *Link) Wait(session uint64, group uint16, seq uint32, w Wait, done func(
 // them at once (Refs.Sync), which sets what every dropped one would have.
 func (l *Link) Refs(group uint16, seq uint32, r Refs, done func(*Item)) {
 	r.Stamp = l.stamp.Load()
-	l.start(Item{Kind: KindRefs, Group: group, Seq: seq, Refs: r}, done)
+	l.start(Item{Kind: KindRefs, Group: group, Seq: seq, Refs: r}, nil, done)
 }
 
 // Cancel ends session's wait id in group (sequence seq): its done is not
@@ -175,9 +201,9 @@ func (l *Link) Close(session uint64, group uint16) {
 }
 
 // start makes it pending and sends it if the group's leader is known.
-func (l *Link) start(it Item, done func(*Item)) {
+func (l *Link) start(it Item, route func(req *Request, post func(uint16, uint32)), done func(*Item)) {
 	c := &call{key: callKey{it.Session, it.Group, it.Seq}, kind: it.Kind, wait: it.Wait.ID, done: done,
-		made: time.Now(), op: it.Request.Op, timeout: it.Request.Timeout}
+		made: time.Now(), op: it.Request.Op, timeout: it.Request.Timeout, route: route}
 	// Sized for the request's fixed fields, tube and body: growing from
 	// nil took most of the encoding's time.
 	c.payload, _ = AppendItem(make([]byte, 0, 96+len(it.Request.Tube)+len(it.Request.Body)), &it)
@@ -318,6 +344,12 @@ func (l *Link) handle(from uint64, it *Item) {
 	if c != nil && c.kind == KindWait && (it.Kind != KindEvent || it.Event.Wait != c.wait) {
 		c = nil // not this wait's end
 	}
+	if c != nil && it.Kind == KindReply && it.Reply.Status == StatusWrongGroup && c.route != nil {
+		l.dropLocked(c)
+		l.mu.Unlock()
+		l.reroute(c)
+		return
+	}
 	if c != nil && it.Kind == KindReply && it.Reply.Status == StatusNotLeader {
 		// Asked of a member that does not serve the group (yet, or
 		// any more): pending still, for Retry or the next leader.
@@ -336,6 +368,47 @@ func (l *Link) handle(from uint64, it *Item) {
 		sendItem(l.cfg.Send, from, &Item{Kind: KindDecline, Group: it.Group, Session: it.Session,
 			Decline: Decline{Wait: it.Event.Wait, Job: it.Event.Job.ID}})
 	}
+}
+
+// reroute sends c, answered StatusWrongGroup, again after moveRetry,
+// where its route says then; past moveWait it ends as StatusNoLeader.
+func (l *Link) reroute(c *call) {
+	now := time.Now()
+	if c.movedAt.IsZero() {
+		c.movedAt = now
+	}
+	k := c.key
+	if now.Sub(c.movedAt) > moveWait {
+		c.done(&Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
+			Reply: Reply{Status: StatusNoLeader, Result: ResultNone}})
+		return
+	}
+	l.resent.Add(1)
+	time.AfterFunc(moveRetry, func() {
+		posted := false
+		_ = Each(c.payload, math.MaxInt, func(it *Item) { // a put's body was bounded when it was made
+			c.route(&it.Request, func(g uint16, seq uint32) {
+				it.Group, it.Seq = g, seq
+				payload, err := AppendItem(nil, it)
+				if err != nil {
+					return
+				}
+				key := callKey{it.Session, g, seq}
+				l.mu.Lock()
+				c.key, c.payload, c.sent, c.taken = key, payload, false, 0
+				l.pending[key] = c
+				sk := sessionKey{key.session, key.group}
+				l.sessions[sk] = append(l.sessions[sk], c)
+				l.mu.Unlock()
+				posted = true
+				l.postCall(c)
+			})
+		})
+		if !posted {
+			c.done(&Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
+				Reply: Reply{Status: StatusNoLeader, Result: ResultNone}})
+		}
+	})
 }
 
 // sendItem sends it to member to as a payload of its own.

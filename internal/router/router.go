@@ -165,6 +165,13 @@ type RouterConfig struct {
 	// membership change of index (replication.Node.Replicas): the
 	// report carries them. Nil reports none.
 	Replicas func(g uint16) (voters, learners []uint64, index uint64)
+	// Frozen is ServerConfig.Frozen.
+	Frozen func(g uint16) (tubes func(tube []byte) bool, moving bool)
+	// MovedFrom are the groups tubes moved to from group g, and on from
+	// those (internal/replication's TubeBook): a job keeps its id, of
+	// g's prefix, when its tube moves, and a command by id that g does not
+	// find asks them in turn. Nil, or none, asks g alone.
+	MovedFrom func(g uint16) []uint16
 	// Foreign is told of a report of a group this member does not have:
 	// it runs fewer groups than the cluster (started without the
 	// cluster's --cluster-groups). Nil ignores them.
@@ -189,7 +196,7 @@ func NewRouter(cfg RouterConfig) *Router {
 		// session of this process for one of the member's last.
 		sessions: rand.Uint64() >> 1}
 	r.self = newSelfLoop(func(payload []byte) { _ = r.Handle(cfg.Self, payload) })
-	r.server = NewServer(ServerConfig{Group: r.group, Send: r.send, MaxJobSize: cfg.MaxJobSize, Leased: cfg.Leased})
+	r.server = NewServer(ServerConfig{Group: r.group, Send: r.send, MaxJobSize: cfg.MaxJobSize, Leased: cfg.Leased, Frozen: cfg.Frozen})
 	r.link = NewLink(LinkConfig{Leader: r.leader, Send: r.send})
 	go r.retry()
 	return r
@@ -307,6 +314,14 @@ func (r *Router) ownerOf(tube string) uint16 {
 	return 0
 }
 
+// movedFrom is RouterConfig.MovedFrom.
+func (r *Router) movedFrom(g uint16) []uint16 {
+	if r.cfg.MovedFrom == nil {
+		return nil
+	}
+	return r.cfg.MovedFrom(g)
+}
+
 // groupOfID is the group whose ids carry id's prefix, false for one no
 // group took (with one group, every id is group 0's to answer).
 func (r *Router) groupOfID(id uint64) (uint16, bool) {
@@ -314,6 +329,27 @@ func (r *Router) groupOfID(id uint64) (uint16, bool) {
 		return p.GroupOfID(id)
 	}
 	return 0, true
+}
+
+// Refreeze ends the reserves and waits of group g's sessions here that
+// watch a tube now moving out of it (Server.Refreeze).
+func (r *Router) Refreeze(g uint16) { r.server.Refreeze(g) }
+
+// Holders is Server.Holders.
+func (r *Router) Holders(g uint16, held []store.Held) []Holder { return r.server.Holders(g, held) }
+
+// HolderClients is Server.HolderClients.
+func (r *Router) HolderClients(g uint16, holders []Holder) map[uint64]*store.Client {
+	return r.server.HolderClients(g, holders)
+}
+
+// Replaced tells the router that tubes moved between groups: each group's
+// leader gets the member's references to the tubes it owns now, and none
+// to those it no longer owns (a sync per group).
+func (r *Router) Replaced() {
+	for g := range r.groups() {
+		r.syncRefs(uint16(g))
+	}
 }
 
 // LeaderChanged is called when a group's leader, or whether this member

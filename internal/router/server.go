@@ -71,6 +71,14 @@ type ServerConfig struct {
 	// the member asks the group's next leader, and the job stays with the
 	// owner client until the store is rebuilt.
 	Leased func(g uint16) bool
+	// Frozen, if set, says which of group g's tubes are moving out or
+	// moved out (a tube's move: internal/replication's tubes.go), nil
+	// while none is, and whether one is moving (not yet moved out: its
+	// jobs may be here still): a request naming one, a reserve or wait
+	// watching one, and a change by id of a job of one moving are
+	// answered StatusWrongGroup (a wait's end, EventWrongGroup), and the
+	// member asks again where the tube, or the job, lives.
+	Frozen func(g uint16) (tubes func(tube []byte) bool, moving bool)
 }
 
 // NewServer returns a server of cfg.
@@ -448,7 +456,10 @@ func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.closed || o.waiting != 0 || len(o.backlog) > 0 || len(o.replies) > 0 {
+	if o.closed || o.waiting != 0 || len(o.backlog) > 0 || len(o.replies) > 0 ||
+		o.movingLocked(&Item{Kind: KindRequest, Request: req}) {
+		// What a tube's move forbids goes the other way, which refuses
+		// it (movingLocked).
 		return Reply{}, nil, 0, false
 	}
 	timeout := req.Timeout
@@ -587,6 +598,10 @@ func reply(key ownerKey, seq uint32, r Reply) Item {
 // runLocked executes one request or wait; a reserve or a wait that
 // blocks leaves o waiting.
 func (o *owner) runLocked(it *Item) {
+	if o.movingLocked(it) {
+		o.holdLocked(wrongGroup(o.key, it), o.client.PendingAck())
+		return
+	}
 	if it.Kind == KindWait {
 		o.watchOnly(it.Wait.Tubes)
 		j, res := o.client.Reserve(-1)
@@ -609,6 +624,137 @@ func (o *owner) runLocked(it *Item) {
 	// references say so, not longer: beanstalkd frees a tube no client
 	// uses or watches (a pause-tube of it is then NOT_FOUND).
 	o.client.Settle()
+}
+
+// movingLocked reports whether it touches a tube of the group that is
+// moving out or moved out (ServerConfig.Frozen): a request naming one, a
+// reserve, a cross-group reserve's peek or take, or a wait watching one,
+// or a change by id of a job of one (its reservation moves with it, and
+// its holder's delete, release, bury or touch then goes where it went).
+// Reads by id (peek, stats-job) run: they change nothing.
+func (o *owner) movingLocked(it *Item) bool {
+	frozen, moving := o.srv.frozen(o.key.group)
+	if frozen == nil {
+		return false
+	}
+	watches := func(tubes [][]byte) bool { return slices.ContainsFunc(tubes, frozen) }
+	if it.Kind == KindWait {
+		return watches(it.Wait.Tubes)
+	}
+	req := &it.Request
+	if req.Number != 0 && o.st.Answered(wal.Req{Incarnation: o.key.member, Number: req.Number}) {
+		return false // ran here before the freeze: answered from its outcome
+	}
+	switch req.Op {
+	case OpPut, OpKick, OpPeekReady, OpPeekDelayed, OpPeekBuried, OpStatsTube, OpPauseTube:
+		return frozen(req.Tube)
+	case OpReserve, OpBest, OpTake:
+		return watches(req.Tubes)
+	case OpDelete, OpRelease, OpBury, OpTouch, OpKickJob, OpReserveJob:
+		if !moving {
+			return false // a tube moved out left no job here
+		}
+		tube, _, ok := o.client.JobIn(req.ID)
+		return ok && frozen([]byte(tube))
+	}
+	return false
+}
+
+// Holder is a reserved job of a tube moving between groups and the
+// session holding it: the destination's owner client of that session
+// takes the reservation (docs/design/shards.md 3.3).
+type Holder struct {
+	Member  uint64 `json:"member"`
+	Session uint64 `json:"session"`
+	ID      uint64 `json:"id"`
+}
+
+// Holders names the sessions holding held, reserved jobs of a tube of
+// group g (store.Store.ExportTube's): by their owner clients here. A job
+// held by no owner client (a client of this process's own) is left out:
+// it moves ready.
+func (s *Server) Holders(g uint16, held []store.Held) []Holder {
+	s.mu.Lock()
+	byClient := make(map[*store.Client]ownerKey)
+	for key, o := range s.owners {
+		if key.group == g {
+			byClient[o.client] = key
+		}
+	}
+	s.mu.Unlock()
+	var out []Holder
+	for _, h := range held {
+		if key, ok := byClient[h.Holder]; ok {
+			out = append(out, Holder{Member: key.member, Session: key.session, ID: h.ID})
+		}
+	}
+	return out
+}
+
+// HolderClients are the owner clients in group g, which this member
+// serves, of the sessions holding jobs of a tube moving in, by job
+// (made if need be): store.Client.ImportTube gives each its job.
+func (s *Server) HolderClients(g uint16, holders []Holder) map[uint64]*store.Client {
+	out := make(map[uint64]*store.Client, len(holders))
+	for _, h := range holders {
+		if o := s.owner(ownerKey{member: h.Member, session: h.Session, group: g}); o != nil {
+			out[h.ID] = o.client
+		}
+	}
+	return out
+}
+
+// frozen is ServerConfig.Frozen for group g, nil when it says none.
+func (s *Server) frozen(g uint16) (func(tube []byte) bool, bool) {
+	if s.cfg.Frozen == nil {
+		return nil, false
+	}
+	return s.cfg.Frozen(g)
+}
+
+// wrongGroup is the answer to it in a group that does not serve its tube
+// now: a request's StatusWrongGroup, a wait's EventWrongGroup.
+func wrongGroup(key ownerKey, it *Item) Item {
+	if it.Kind == KindWait {
+		return Item{Kind: KindEvent, Group: key.group, Session: key.session, Seq: it.Seq,
+			Event: Event{Wait: it.Wait.ID, Type: EventWrongGroup}}
+	}
+	return reply(key, it.Seq, Reply{Status: StatusWrongGroup})
+}
+
+// Refreeze ends the reserves and waits of group g's sessions that watch a
+// tube now moving out (ServerConfig.Frozen): they are answered as a
+// request for it would be (wrongGroup), and their members ask again where
+// their tubes live.
+func (s *Server) Refreeze(g uint16) {
+	frozen, _ := s.frozen(g)
+	if frozen == nil {
+		return
+	}
+	s.mu.Lock()
+	var owners []*owner
+	for key, o := range s.owners {
+		if key.group == g {
+			owners = append(owners, o)
+		}
+	}
+	s.mu.Unlock()
+	for _, o := range owners {
+		o.mu.Lock()
+		if !o.closed && o.waiting != 0 && slices.ContainsFunc(o.client.Watched(), func(t string) bool { return frozen([]byte(t)) }) &&
+			o.client.CancelWait() {
+			it := Item{Kind: KindRequest, Seq: o.waiting}
+			if o.waitID != 0 {
+				it = Item{Kind: KindWait, Seq: o.waiting, Wait: Wait{ID: o.waitID}}
+			}
+			o.holdLocked(wrongGroup(o.key, &it), o.client.PendingAck())
+			o.waiting, o.waitID, o.soonFirst = 0, 0, false
+			o.client.Settle()
+			o.runBacklogLocked()
+		}
+		o.mu.Unlock()
+	}
+	s.Flush()
 }
 
 // event is the event that ends wait id (sequence seq): j offered, or

@@ -50,6 +50,16 @@ type Session struct {
 	seq atomic.Uint32
 	// touched are the groups its items went to: its close goes to each.
 	touched []uint16
+	// reached are the groups its items went to from other goroutines
+	// than its loop's (a request sent again where its tube moved, a
+	// search for a moved job), by bit: its close goes to those too.
+	reached [4]atomic.Uint64
+	// sendMu makes taking a sequence and handing the item to the Link one
+	// step (post), so that each group gets the session's items in the
+	// order of their sequences, whichever goroutine sends them (its loop,
+	// the Link's, a timer's): a leader takes one below the last as sent
+	// again.
+	sendMu sync.Mutex
 	// ids counts the ids puts took (NextID) that the group has not
 	// taken yet: a put's own is taken by its request; one refused with its
 	// body (PutRefused), or cut short by the connection's close, is taken
@@ -252,6 +262,38 @@ func (s *Session) touch(g uint16) {
 	}
 }
 
+// reach notes that the session's items go to group g, from any
+// goroutine.
+func (s *Session) reach(g uint16) { s.reached[g/64].Or(1 << (g % 64)) }
+
+// post takes the session's next sequence and hands send the item of it,
+// as one step (sendMu).
+func (s *Session) post(send func(seq uint32)) {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	send(s.next())
+}
+
+// route is where a request of op answered StatusWrongGroup (its tube is
+// moving between groups: docs/design/shards.md 3.3) goes again: one
+// naming a tube to the tube's group as this member then knows it; nil for
+// the others, which read that answer themselves (a reserve, the commands
+// by id: sendSearching), and with one group, where nothing moves.
+func (s *Session) route(op Op) func(req *Request, post func(g uint16, seq uint32)) {
+	if s.r.groups() == 1 {
+		return nil
+	}
+	switch op {
+	case OpPut, OpKick, OpPeekReady, OpPeekDelayed, OpPeekBuried, OpStatsTube, OpPauseTube:
+		return func(req *Request, post func(uint16, uint32)) {
+			to := s.r.ownerOf(string(req.Tube))
+			s.reach(to)
+			s.post(func(seq uint32) { post(to, seq) })
+		}
+	}
+	return nil
+}
+
 // await makes the next sequence the one an answer is awaited by.
 func (s *Session) await() uint32 {
 	seq := s.next()
@@ -337,17 +379,31 @@ func ClosesWith(q engine.Queue, g uint16) bool {
 // send sends req to group g's leader, burning an id first if one is
 // owed; finish reads the reply, as call's.
 func (s *Session) send(g uint16, req Request, finish func(it *Item, a *engine.Answer)) bool {
+	return s.sendWith(g, req, nil, finish)
+}
+
+// sendWith is send, calling before, if set, with the sequence the answer
+// is awaited by before the request goes.
+func (s *Session) sendWith(g uint16, req Request, before func(seq uint32), finish func(it *Item, a *engine.Answer)) bool {
 	s.burnIDs()
 	op := req.Op // not req: its body aliases the connection's input
-	seq := s.await()
 	s.touch(g)
-	s.r.link.Request(s.id, g, seq, req, func(it *Item) {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	seq := s.await()
+	if before != nil {
+		before(seq)
+	}
+	s.r.link.RequestRouted(s.id, g, seq, req, s.route(op), func(it *Item) {
 		var a engine.Answer
 		switch it.Reply.Status {
 		case StatusNoLeader, StatusUnknown:
 			failed(op, it.Reply.Status, &a)
 		default:
 			finish(it, &a)
+		}
+		if a.Reserve == reserveElsewhere {
+			return
 		}
 		if a.Reserve == store.Waiting {
 			s.deliver(seq, nil)
@@ -388,7 +444,9 @@ func (s *Session) burnIDs() {
 	s.touch(g)
 	for ; s.ids > 0; s.ids-- {
 		s.burning.Add(1)
-		s.r.link.Request(s.id, g, s.next(), Request{Op: OpBurn}, func(*Item) { s.burning.Add(-1) })
+		s.post(func(seq uint32) {
+			s.r.link.Request(s.id, g, seq, Request{Op: OpBurn}, func(*Item) { s.burning.Add(-1) })
+		})
 	}
 }
 
@@ -538,18 +596,52 @@ func (s *Session) Reserve(timeout time.Duration, a *engine.Answer) bool {
 	if !req.SoonElsewhere && s.runHere(g, req, a, s.reserveAnswer) {
 		return true
 	}
-	seq := s.seq.Load() + 1 + uint32(s.ids)
-	s.reserving.Store(seq)
+	started := time.Now()
 	s.reserveGroup = g
 	s.r.waiting.Add(1)
-	return s.send(g, req, func(it *Item, a *engine.Answer) {
+	var seq uint32
+	return s.sendWith(g, req, func(awaited uint32) {
+		seq = awaited
+		s.reserving.Store(seq)
+	}, func(it *Item, a *engine.Answer) {
 		if !s.reserving.CompareAndSwap(seq, 0) {
 			a.Reserve = store.Waiting // cancelled: dropped
+			return
+		}
+		if it.Reply.Status == StatusWrongGroup {
+			// A watched tube is moving between groups: the reserve goes
+			// again, where its tubes live once the move is over.
+			remaining := timeout
+			if timeout >= 0 {
+				remaining = max(timeout-time.Since(started), 0)
+			}
+			s.crossAgain(seq, remaining)
+			a.Reserve = reserveElsewhere
 			return
 		}
 		s.r.waiting.Add(-1)
 		s.reserveAnswer(it, a)
 	})
+}
+
+// reserveElsewhere is a reserve's answer that another sends later
+// (crossAgain): none is delivered now.
+const reserveElsewhere store.ReserveResult = 0xff
+
+// crossAgain answers the reserve awaited by seq, whose group answered that
+// a watched tube is moving, as a reserve across the groups its watched
+// tubes live in once moveRetry has passed (one or several), for timeout
+// (what is left of its own). On the Link's goroutine, while the session's
+// loop waits for the reserve's answer: its watch list does not change
+// meanwhile.
+func (s *Session) crossAgain(seq uint32, timeout time.Duration) {
+	cr := s.newCross(nil, timeout, seq)
+	s.crossSeq = seq
+	s.cross.Store(cr)
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	cr.started = time.Now()
+	cr.againLocked()
 }
 
 // reserveAnswer reads a reserve's reply.
@@ -594,7 +686,23 @@ func (s *Session) reserveAcross(parts []crossPart, timeout time.Duration) bool {
 	}
 	s.crossSeq = seq
 	s.r.waiting.Add(1)
-	cr := &crossReserve{link: s.r.link, session: s.id, nextSeq: s.next, parts: parts, timeout: timeout}
+	cr := s.newCross(parts, timeout, seq)
+	s.cross.Store(cr)
+	cr.start()
+	return false
+}
+
+// newCross is a crossReserve of the session over parts, whose answer is
+// awaited by seq.
+func (s *Session) newCross(parts []crossPart, timeout time.Duration, seq uint32) *crossReserve {
+	cr := &crossReserve{link: s.r.link, session: s.id, post: s.post, parts: parts, timeout: timeout,
+		again: func() []crossPart {
+			parts := s.reserveParts()
+			for _, p := range parts {
+				s.reach(p.group)
+			}
+			return parts
+		}}
 	cr.soon, cr.hasSoon = s.soonest(-1)
 	cr.done = func(j *JobReply, _ uint16, res store.ReserveResult) {
 		s.r.waiting.Add(-1)
@@ -605,9 +713,7 @@ func (s *Session) reserveAcross(parts []crossPart, timeout time.Duration) bool {
 		}
 		s.deliver(seq, &a)
 	}
-	s.cross.Store(cr)
-	cr.start()
-	return false
+	return cr
 }
 
 // CancelWait ends a remote reserve at once: its reply, if it comes all
@@ -646,7 +752,71 @@ func (s *Session) callByID(req Request, a *engine.Answer, finish func(it *Item, 
 		finish(&Item{Kind: KindReply, Reply: Reply{Status: StatusNotFound, Result: ResultNone}}, a)
 		return true
 	}
-	return s.call(g, req, a, finish)
+	if s.r.groups() == 1 {
+		return s.call(g, req, a, finish)
+	}
+	// Run here only what the store here holds, once tubes moved out of
+	// g: a job not found here may be where one went.
+	if st := s.r.group(g); (len(s.r.movedFrom(g)) == 0 || st != nil && st.Holds(req.ID)) && s.runHere(g, req, a, finish) {
+		return true
+	}
+	return s.sendSearching(g, req, finish)
+}
+
+// sendSearching sends req, a command by id, to the group of the id's
+// prefix, g, then, while one answers NOT_FOUND, to each group tubes moved
+// to from g, and on from those (a job keeps its id when its tube moves:
+// docs/design/shards.md 4); only the last one's NOT_FOUND is the answer.
+// A group that answers that the job's tube is moving (StatusWrongGroup)
+// has the search begin again after moveRetry, where the job may be then,
+// for up to moveWait. req carries no slice of the connection's input: it
+// is sent from the Link's goroutines too.
+func (s *Session) sendSearching(g uint16, req Request, finish func(it *Item, a *engine.Answer)) bool {
+	s.burnIDs()
+	s.touch(g)
+	s.sendMu.Lock()
+	seq := s.await()
+	s.sendMu.Unlock()
+	var movedAt time.Time
+	var ask func(groups []uint16, i int)
+	ask = func(groups []uint16, i int) {
+		to := groups[i]
+		s.reach(to)
+		s.post(func(linkSeq uint32) {
+			s.r.link.Request(s.id, to, linkSeq, req, func(it *Item) {
+				switch {
+				case it.Reply.Status == StatusNotFound && i+1 < len(groups):
+					ask(groups, i+1)
+					return
+				case it.Reply.Status == StatusWrongGroup:
+					if movedAt.IsZero() {
+						movedAt = time.Now()
+					}
+					if time.Since(movedAt) <= moveWait {
+						time.AfterFunc(moveRetry, func() { ask(s.searched(g), 0) })
+						return
+					}
+					it = &Item{Kind: KindReply, Group: to, Reply: Reply{Status: StatusNoLeader, Result: ResultNone}}
+				}
+				var a engine.Answer
+				switch it.Reply.Status {
+				case StatusNoLeader, StatusUnknown:
+					failed(req.Op, it.Reply.Status, &a)
+				default:
+					finish(it, &a)
+				}
+				s.deliver(seq, &a)
+			})
+		})
+	}
+	ask(s.searched(g), 0)
+	return false
+}
+
+// searched are the groups a job of group g's prefix may be in, in the
+// order sendSearching asks them.
+func (s *Session) searched(g uint16) []uint16 {
+	return append([]uint16{g}, s.r.movedFrom(g)...)
 }
 
 // jobAnswer reads a reply's job into a, its body copied: the reply's
@@ -827,6 +997,8 @@ type fanPart struct {
 func (s *Session) fanOut(op Op, merge func(parts []fanPart, a *engine.Answer)) bool {
 	s.burnIDs()
 	n := s.r.groups()
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
 	seq := s.await()
 	parts := make([]fanPart, n)
 	var mu sync.Mutex
@@ -888,6 +1060,11 @@ func (s *Session) Close() {
 	}
 	for _, g := range s.touched {
 		s.r.link.Close(s.id, g)
+	}
+	for g := range s.r.groups() {
+		if s.reached[g/64].Load()&(1<<(g%64)) != 0 && !slices.Contains(s.touched, uint16(g)) {
+			s.r.link.Close(s.id, uint16(g))
+		}
 	}
 	s.r.changeRefs(s.used, -1, 0, nil)
 	for _, w := range s.watched {
