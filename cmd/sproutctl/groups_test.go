@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -73,4 +74,59 @@ func TestGroupsMove(t *testing.T) {
 	if r := must(t, exitFailure, "groups", "move", "1", "a", "b", "--api", base); !strings.Contains(r.stderr, "401") {
 		t.Errorf("a move without the token: %q, want the 401", r.stderr)
 	}
+}
+
+// tubes move against a cluster of one real member formed with two groups
+// (both on it): a tube with a job moves to the other group and back, the
+// job still there; the refusals and their exit statuses.
+func TestTubesMove(t *testing.T) {
+	p, base, _ := startMember(t, "--admin-token", testToken, "--cluster-groups", "2")
+	api := []string{"--api", base, "--token", testToken}
+	deadline := time.Now().Add(20 * time.Second)
+	for r := ctl(t, "", nil, append([]string{"groups"}, api...)...); strings.Count(r.stdout, " a ") < 2; r = ctl(t, "", nil, append([]string{"groups"}, api...)...) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the groups have no leader: %v", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	must(t, exitOK, "put", "work", "-s", p.Addr(), "--", "-")
+	move := func(want int, g string) result {
+		t.Helper()
+		return must(t, want, append([]string{"tubes", "move", "work", "--group", g}, api...)...)
+	}
+	// The tube lives in one of the two groups: the move to it is refused.
+	to, back := "1", "0"
+	if r := ctl(t, "", nil, append([]string{"tubes", "move", "work", "--group", "1"}, api...)...); strings.Contains(r.stderr, "already") {
+		to, back = "0", "1"
+	} else if !strings.HasPrefix(r.stdout, "moved tube work from group 0 to group 1: 1 jobs") {
+		t.Fatalf("tubes move printed %q %q", r.stdout, r.stderr)
+	} else {
+		move(exitOK, "0")
+	}
+	if r := move(exitOK, to); !strings.HasPrefix(r.stdout, fmt.Sprintf("moved tube work from group %s to group %s: 1 jobs", back, to)) {
+		t.Errorf("tubes move printed %q", r.stdout)
+	}
+	if r := move(exitFailure, to); !strings.Contains(r.stderr, "already") {
+		t.Errorf("a move to the tube's own group: %q", r.stderr)
+	}
+	move(exitOK, back)
+	var tubes struct {
+		Tubes []map[string]any `json:"tubes"`
+	}
+	r := must(t, exitOK, "tubes", "--json", "-s", p.Addr())
+	if err := json.Unmarshal([]byte(r.stdout), &tubes); err != nil {
+		t.Fatal(err)
+	}
+	ready := -1.0
+	for _, tb := range tubes.Tubes {
+		if tb["name"] == "work" {
+			ready, _ = tb["current-jobs-ready"].(float64)
+		}
+	}
+	if ready != 1 {
+		t.Errorf("the tube after its moves: %s", r.stdout)
+	}
+	move(exitNotFound, "7")
+	must(t, exitUsage, append([]string{"tubes", "move", "work"}, api...)...)
+	must(t, exitUsage, append([]string{"tubes", "move"}, api...)...)
 }

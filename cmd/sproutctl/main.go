@@ -130,14 +130,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	// An error before a command's own code started is cobra's: a flag or
 	// argument it could not take, an unknown command.
 	started := false
-	for _, c := range root.Commands() {
-		if runE := c.RunE; runE != nil {
-			c.RunE = func(c *cobra.Command, args []string) error {
-				started = true
-				return runE(c, args)
+	var mark func(cmds []*cobra.Command)
+	mark = func(cmds []*cobra.Command) {
+		for _, c := range cmds {
+			if runE := c.RunE; runE != nil {
+				c.RunE = func(c *cobra.Command, args []string) error {
+					started = true
+					return runE(c, args)
+				}
 			}
+			mark(c.Commands()) // tubes move
 		}
 	}
+	mark(root.Commands())
 	err := root.Execute()
 	if err == nil {
 		return exitOK

@@ -96,6 +96,7 @@ var faults = []fault{
 	{"partition", true, partition},
 	{"kill -9 follower", false, killFollower},
 	{"empty directory", false, emptyDirectory},
+	{"tube move", false, moveTube},
 }
 
 // round is what a fault works with.

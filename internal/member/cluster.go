@@ -151,7 +151,8 @@ func (m *Member) startRouter(ec *engine.Config) {
 		},
 	}
 	if sh.placement != nil {
-		rc.Placement = func() *meta.State { return sh.placement }
+		rc.Placement = func() *meta.State { return sh.routing.Load().state }
+		rc.MovedFrom, rc.Frozen = m.movedFrom, m.frozen
 	}
 	m.sessions = router.NewRouter(rc)
 	host.OnItemsStream(func(to uint64, ev replication.ItemsEvent) {
@@ -271,9 +272,12 @@ func httpOf(node *replication.Node, name string) string {
 }
 
 // adminGroups are the member's shard groups as the admin API sees them
-// (internal/admin/doc.go, Several shard groups): placed by the formation,
-// each led where its replica, or for a group this member holds no
-// replica of, the leaders' reports (router.Router.Reported) say.
+// (internal/admin/doc.go, Several shard groups): placed by the formation
+// and the moves of tubes (routing), each led where its replica, or for a
+// group this member holds no replica of, the leaders' reports
+// (router.Router.Reported) say. A job by id goes to its id's group, or
+// to a group its tube may have moved to where this member's replica
+// holds it (groupOfJob).
 type adminGroups struct{ m *Member }
 
 // reportedLeaderPoll is how often a request waiting for the leader of a
@@ -281,8 +285,8 @@ type adminGroups struct{ m *Member }
 const reportedLeaderPoll = 100 * time.Millisecond
 
 func (a adminGroups) Count() int                     { return a.m.shards.groups() }
-func (a adminGroups) OfTube(name string) uint16      { return a.m.shards.placement.Owner(name) }
-func (a adminGroups) OfJob(id uint64) (uint16, bool) { return a.m.shards.placement.GroupOfID(id) }
+func (a adminGroups) OfTube(name string) uint16      { return a.m.shards.routing.Load().state.Owner(name) }
+func (a adminGroups) OfJob(id uint64) (uint16, bool) { return a.m.groupOfJob(id) }
 func (a adminGroups) Waiting() int64                 { return a.m.sessions.Waiting() }
 
 func (a adminGroups) Leader(g uint16) (admin.Leader, *store.Store, <-chan struct{}) {

@@ -148,6 +148,8 @@ type Member struct {
 	// moving: a replica move or a drained member's removal is under way
 	// (planReplicas), one at a time.
 	moving atomic.Bool
+	// tubeMoves are the moves of tubes this member drives (tubemoves.go).
+	tubeMoves tubeMoving
 	// forwarding carries the moves and drains this member forwards to a
 	// group's leader (forward); set with the side port, several groups
 	// only.

@@ -213,16 +213,28 @@ func (m *Member) registerGroups(mux *http.ServeMux, guard func(http.Handler) htt
 // reports say, waiting for one up to an election timeout (a member just
 // started has none yet): this member holds no replica of it.
 func (m *Member) forwardMove(w http.ResponseWriter, r *http.Request, g uint16) {
+	l, err := m.awaitGroupLeader(r.Context(), g)
+	if err != nil {
+		return // the client went away
+	}
+	m.forward(w, r, l, fmt.Sprintf("group %d", g))
+}
+
+// awaitGroupLeader is group g's leader, waiting up to an election timeout
+// until this member serves the group or knows the leader's --http; past
+// that, the leader as known (its HTTP maybe empty). It fails only when
+// ctx ends.
+func (m *Member) awaitGroupLeader(ctx context.Context, g uint16) (admin.Leader, error) {
 	l, _, _ := adminGroups{m}.Leader(g)
-	for wait := time.Now().Add(m.node.ElectionTimeout()); l.HTTP == "" && time.Now().Before(wait); {
+	for wait := time.Now().Add(m.node.ElectionTimeout()); l.HTTP == "" && !l.Serving && time.Now().Before(wait); {
 		select {
-		case <-r.Context().Done():
-			return
+		case <-ctx.Done():
+			return l, ctx.Err()
 		case <-time.After(reportedLeaderPoll):
 		}
 		l, _, _ = adminGroups{m}.Leader(g)
 	}
-	m.forward(w, r, l, fmt.Sprintf("group %d", g))
+	return l, nil
 }
 
 // forwardingTransport is the member's one transport for forward, made

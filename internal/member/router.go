@@ -25,6 +25,7 @@ const maxMemberRequest = 4 << 10
 //	GET  /cluster                        ops, in cluster mode (open)
 //	     /cluster/members[/{name}]       membership changes, in cluster mode (guarded as the admin API)
 //	POST /cluster/groups/{id}/moves      a group's replica moved, with several groups (moves.go; guarded so too)
+//	POST /cluster/tubes/{name}/move      a tube moved to another group, with several groups (tubemoves.go; guarded so too)
 //	     /api/...                        the admin API (its own rules of access)
 //	     /                               the web console, for every other path
 //
@@ -63,6 +64,7 @@ func (m *Member) router() (http.Handler, error) {
 		if m.shards.groups() > 1 {
 			m.forwarding = m.forwardingTransport()
 			m.registerGroups(mux, m.api.Auth().Middleware)
+			m.registerTubeMoves(mux, m.api.Auth().Middleware)
 			groups = &groupedMembers{groups: m.shards.groups(), replicas: m.shards.formation.Replicas, holding: m.holding, drain: m.drain}
 		}
 		registerMembers(mux, m.node, m.api.Auth().Middleware, m.log, groups)

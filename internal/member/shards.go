@@ -39,6 +39,9 @@ type shards struct {
 	// groups placed on it. At a later start it starts the groups its log
 	// holds; the others, if it is added to them, as reports say.
 	fresh bool
+	// routing is what the sessions route by (tubemoves.go): the
+	// placement with group 0's moves of tubes; set with placement.
+	routing atomic.Pointer[routing]
 	// nodes are the groups' replicas on this member, by group: nodes[0]
 	// is group 0's from the start, the others set while running.
 	nodes []atomic.Pointer[replication.Node]
@@ -161,6 +164,7 @@ func planShards(cfg Config, held []uint16, fresh bool, rec formation) (*shards, 
 			return nil, &FormationError{err.Error()}
 		}
 		sh.placement = placement
+		sh.routing.Store(newRouting(placement, replication.TubeBook{}))
 	}
 	// The log may hold other groups than the formation placed here (they
 	// move), but none the cluster does not have.
@@ -189,6 +193,7 @@ func (m *Member) startShards(ctx context.Context) error {
 	if sh.placement == nil {
 		return nil
 	}
+	m.node.OnTubes(func(b replication.TubeBook) { m.tubesChanged(0, b) })
 	held := m.clusterLog.Shared().Groups()
 	for _, grp := range sh.placement.Groups[1:] {
 		var err error
@@ -241,6 +246,7 @@ func (m *Member) startGroup(ctx context.Context, g uint16, replicas []string, jo
 		return fmt.Errorf("group %d: %w", g, err)
 	}
 	sh.nodes[g].Store(n)
+	n.OnTubes(func(b replication.TubeBook) { m.tubesChanged(g, b) })
 	go m.followGroup(n, g)
 	return nil
 }
@@ -451,6 +457,7 @@ func (m *Member) balanceLeaders() {
 		// hears Raft messages only from those it shares a group with,
 		// and a member just added shares group 0 with its leader alone.
 		m.planReplicas(cur, func(name string) bool { return name == m.node.Name() || reachable[name] })
+		m.resolveTubeMoves()
 		for _, tr := range meta.PlanLeaders(cur, leaders, caughtUp) {
 			if tr.From != m.node.Name() || now.Sub(changed[tr.Group]) < leaderSettle {
 				continue

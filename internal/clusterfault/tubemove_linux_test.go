@@ -1,0 +1,124 @@
+package clusterfault
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// moveClient waits for a tube's move, which answers once it is done.
+var moveClient = &http.Client{Timeout: 45 * time.Second}
+
+// tubeMoves counts the rounds of the tube-move fault: every other one
+// kills its source group's leader while it moves.
+var tubeMoves atomic.Int64
+
+// moveBound is how long a move may hold its tube's commands when no fault
+// hits it (the issue's bound: at most 1 s).
+const moveBound = time.Second
+
+// moveTube moves a group's workload tube live to another group and back,
+// under the workload, through a member that does not lead its group
+// (docs/design/shards.md 9, "a live tube move under load"). Every other
+// round kills the source group's leader at a random moment within the
+// move's first 20 ms (a move takes about 10 here) and starts it again a
+// second later: the move completes or is aborted (by the group's next
+// leader), and the round then brings the tube back to its group. The round's usual checks (nothing lost,
+// resurrected or mismatched, no double holding, every group converged,
+// every id peeked through the fence of its tube's group, which the tube
+// is back in) hold either way; without the kill, each move must hold the
+// tube's commands at most moveBound.
+func moveTube(r *round, lay layout) (outcome, error) {
+	c := r.c
+	if c.groups < 2 {
+		return outcome{}, fmt.Errorf("%w: one group, nowhere to move a tube", errSkipped)
+	}
+	g := rand.IntN(c.groups)
+	to := (g + 1 + rand.IntN(c.groups-1)) % c.groups
+	tube := c.tubes[g]
+	leader := lay.leaders[g]
+	var via *member
+	for _, m := range c.others(leader) {
+		if m.up() {
+			via = m
+			break
+		}
+	}
+	kill := tubeMoves.Add(1)%2 == 0
+	out := outcome{victim: fmt.Sprintf("%s from g%d to g%d and back through %s", tube, g, to, via.name)}
+	if kill {
+		out.victim += ", g" + fmt.Sprint(g) + "'s leader " + leader.name + " killed"
+		killAt := time.Duration(rand.IntN(20)) * time.Millisecond
+		time.AfterFunc(killAt, func() { leader.proc.Kill() })
+		begun := time.Now()
+		_, paused, err := c.moveTubeTo(via, tube, to)
+		r.t.Logf("moving %s with %s killed after %v: held %v, %v", tube, leader.name, killAt, paused, err)
+		// Down for a second, as kill -9 of a leader is: the others elect
+		// new leaders meanwhile, which the double-holding check sees
+		// (a restart at once may win back its groups unseen).
+		holdUntil(begun.Add(killAt + time.Second))
+		c.start(leader)
+		c.awaitLeaders(leaderWait)
+		return out, c.settleTube(via, tube, g)
+	}
+	for _, dest := range []int{to, g} {
+		status, paused, err := c.moveTubeTo(via, tube, dest)
+		if err != nil || status != http.StatusOK {
+			return out, fmt.Errorf("moving %s to group %d: %d %v", tube, dest, status, err)
+		}
+		out.victim += fmt.Sprintf(", held %v", paused)
+		if paused > moveBound {
+			r.t.Errorf("moving %s to group %d held its commands %v, over %v", tube, dest, paused, moveBound)
+		}
+	}
+	return out, nil
+}
+
+// moveTubeTo asks m to move tube to group g: the answer's status, and how
+// long the move held the tube's commands.
+func (c *cluster) moveTubeTo(m *member, tube string, g int) (int, time.Duration, error) {
+	req, err := http.NewRequest(http.MethodPost, m.httpBase()+"/cluster/tubes/"+url.PathEscape(tube)+"/move",
+		strings.NewReader(fmt.Sprintf(`{"group": %d}`, g)))
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := moveClient.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Paused int64  `json:"paused_ms"`
+		Error  string `json:"error"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	if resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, 0, fmt.Errorf("%s", out.Error)
+	}
+	return resp.StatusCode, time.Duration(out.Paused) * time.Millisecond, nil
+}
+
+// settleTube brings tube back to group g, where the round's checks look
+// for it, once whatever move of it was under way is over (its group's
+// next leader finishes one whose driver was killed).
+func (c *cluster) settleTube(via *member, tube string, g int) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		status, _, err := c.moveTubeTo(via, tube, g)
+		switch {
+		case status == http.StatusOK:
+			return nil
+		case status == http.StatusConflict && strings.Contains(err.Error(), "already"):
+			return nil // back, or never moved
+		case time.Now().After(deadline):
+			return fmt.Errorf("tube %s is not back in group %d after a minute: %d %v", tube, g, status, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}

@@ -1,0 +1,594 @@
+package member
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/admin"
+	"github.com/sproutmq/sprout/internal/meta"
+	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/internal/router"
+	"github.com/sproutmq/sprout/store"
+)
+
+// A tube moves live from its group S to another, D (docs/design/shards.md
+// 3.3, as built), driven by S's leader, the one decision group 0's:
+//
+//  1. S freezes the tube (replication.TubeFreeze in S's log): S refuses
+//     its commands from then on, the changes by id of its jobs among them
+//     (router.ServerConfig.Frozen: the members' sessions send them again
+//     where the tube, or the job, lives once the move is decided), and
+//     ends the reserves waiting on it the same way (Router.Refreeze, which
+//     also waits out the commands that passed the check before).
+//  2. S's leader exports the tube's jobs (store.ExportTube), with the
+//     sessions holding its reserved ones (Router.Holders), and D's leader
+//     takes them as its own logged records, each reserved job by its
+//     holder's owner client there with what is left of its TTR
+//     (store.Client.ImportTube), answering once its log has them.
+//  3. Group 0 decides: the move's placement (the tube routes to D from
+//     then on, on every member as it applies it) or its abort, whichever
+//     commits first (replication.TubePlace, TubeAbort).
+//  4. Placed: S marks the tube moved out (it stays refused there) and
+//     drops its jobs. Aborted: D drops what it took, and S thaws the tube,
+//     its jobs and reservations as they were.
+//
+// A move whose driver is lost (S's leader changes, a member dies) is
+// finished by S's next leader (resolveTubeMoves): a tube frozen and
+// undecided is aborted unless group 0 placed it meanwhile, and either way
+// carried to its end. Jobs keep their ids; a command by id that the id's
+// group no longer finds asks the groups its tubes moved to
+// (router.RouterConfig.MovedFrom).
+
+const (
+	// tubeMoveTimeout bounds a move, and each call between members in it.
+	tubeMoveTimeout = 30 * time.Second
+)
+
+// routing is what the member's sessions route by: the formation with the
+// tubes moves placed (group 0's TubeBook), and for each group the groups
+// its tubes moved to, and on from those (a job keeps its id).
+type routing struct {
+	state *meta.State
+	moved [][]uint16 // by group
+}
+
+// newRouting is the routing of the formation p with group 0's book b.
+func newRouting(p *meta.State, b replication.TubeBook) *routing {
+	st := *p
+	st.Exact = maps.Clone(b.Placed)
+	if st.Exact == nil {
+		st.Exact = map[string]uint16{}
+	}
+	rt := &routing{state: &st, moved: make([][]uint16, len(p.Groups))}
+	for g := range rt.moved {
+		seen := map[uint16]bool{uint16(g): true}
+		queue := []uint16{uint16(g)}
+		for len(queue) > 0 {
+			from := queue[0]
+			queue = queue[1:]
+			for _, to := range b.Out[from] {
+				if !seen[to] {
+					seen[to] = true
+					rt.moved[g] = append(rt.moved[g], to)
+					queue = append(queue, to)
+				}
+			}
+		}
+	}
+	return rt
+}
+
+// tubesChanged takes group g's TubeBook as it changed here: group 0's
+// routes the sessions; a group whose tubes freeze ends the reserves
+// waiting on them (router.Router.Refreeze). Called on the node's
+// goroutine: what may wait goes on one of its own.
+func (m *Member) tubesChanged(g uint16, b replication.TubeBook) {
+	sh := m.shards
+	if g == 0 {
+		old := sh.routing.Load()
+		sh.routing.Store(newRouting(sh.placement, b))
+		if m.sessions != nil && old != nil && !maps.Equal(old.state.Exact, b.Placed) {
+			go m.sessions.Replaced()
+		}
+	}
+	if len(b.Frozen) > 0 && m.sessions != nil {
+		go m.sessions.Refreeze(g)
+	}
+}
+
+// movedFrom is router.RouterConfig.MovedFrom.
+func (m *Member) movedFrom(g uint16) []uint16 {
+	rt := m.shards.routing.Load()
+	if int(g) >= len(rt.moved) {
+		return nil
+	}
+	return rt.moved[g]
+}
+
+// groupOfJob is the group of id's prefix, unless tubes moved from it and
+// this member's replica of a group they moved to holds the job (the
+// admin API's route by id: it asks one group; the protocol's commands ask
+// each in turn, router.Session.sendSearching).
+func (m *Member) groupOfJob(id uint64) (uint16, bool) {
+	g, ok := m.shards.routing.Load().state.GroupOfID(id)
+	if !ok {
+		return 0, false
+	}
+	for _, to := range m.movedFrom(g) {
+		if n := m.shards.node(to); n != nil && n.Store().Holds(id) {
+			if home := m.shards.node(g); home == nil || !home.Store().Holds(id) {
+				return to, true
+			}
+		}
+	}
+	return g, true
+}
+
+// frozen is router.RouterConfig.Frozen.
+func (m *Member) frozen(g uint16) (func(tube []byte) bool, bool) {
+	n := m.shards.node(g)
+	if n == nil {
+		return nil, false
+	}
+	frozen, moving := n.AnyFrozen()
+	if !frozen {
+		return nil, false
+	}
+	return n.FrozenTube, moving
+}
+
+// tubeMoveResult is a move's answer.
+type tubeMoveResult struct {
+	Tube string `json:"tube"`
+	From uint16 `json:"from"`
+	To   uint16 `json:"to"`
+	Jobs int    `json:"jobs"`
+	// Paused is how long the tube's commands were refused, from the
+	// freeze to the placement, in milliseconds.
+	Paused int64 `json:"paused_ms"`
+}
+
+// registerTubeMoves adds the endpoints of tubes' moves to mux, guarded as
+// the admin API's changes are:
+//
+//	POST /cluster/tubes/{name}/move    {"group": N}: move the tube live (any member)
+//	POST /cluster/tubes/{name}/adopt   D's leader takes the tube's jobs (?from=S&to=D&move=E)
+//	POST /cluster/tubes/{name}/decide  group 0's leader decides a move ({"move","from","to","place"})
+//	POST /cluster/tubes/{name}/drop    D's leader drops the jobs of an aborted move (?to=D&move=E)
+//
+// The last three are the members' own, each forwarded to the leader it
+// names when this member does not serve the group.
+func (m *Member) registerTubeMoves(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
+	mux.Handle("POST /cluster/tubes/{name}/move", guard(http.HandlerFunc(m.serveTubeMove)))
+	mux.Handle("POST /cluster/tubes/{name}/adopt", guard(http.HandlerFunc(m.serveAdopt)))
+	mux.Handle("POST /cluster/tubes/{name}/decide", guard(http.HandlerFunc(m.serveDecide)))
+	mux.Handle("POST /cluster/tubes/{name}/drop", guard(http.HandlerFunc(m.serveDrop)))
+}
+
+// errTubeMove is a move refused or given up, said in its message.
+var errTubeMove = errors.New("tube move")
+
+func (m *Member) serveTubeMove(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if name == "" || len(name) > maxTubeName {
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("%q is not a tube's name", name)})
+		return
+	}
+	// The tube's group's leader moves it: the body is its to read.
+	from := m.shards.routing.Load().state.Owner(name)
+	if n := m.shards.node(from); n == nil || !servingNode(n) {
+		m.forwardMove(w, r, from)
+		return
+	}
+	var req struct {
+		Group *int `json:"group"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxMemberRequest))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.Group == nil {
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("want {\"group\": N}: %v", err)})
+		return
+	}
+	groups := m.shards.groups()
+	if *req.Group < 0 || *req.Group >= groups {
+		admin.WriteError(w, &admin.Error{Status: http.StatusNotFound, Message: fmt.Sprintf("no group %d: the cluster has groups 0 to %d", *req.Group, groups-1)})
+		return
+	}
+	to := uint16(*req.Group)
+	if from == to {
+		admin.WriteError(w, &admin.Error{Status: http.StatusConflict, Message: fmt.Sprintf("tube %q lives in group %d already", name, to)})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), tubeMoveTimeout)
+	defer cancel()
+	res, err := m.moveTube(ctx, name, from, to)
+	if err != nil {
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, errTubeMove) {
+			status = http.StatusConflict
+		}
+		admin.WriteError(w, &admin.Error{Status: status, Message: err.Error()})
+		return
+	}
+	m.log.Info().Str("tube", name).Int("from", int(from)).Int("to", int(to)).Int("jobs", res.Jobs).
+		Int64("paused_ms", res.Paused).Str("remote", r.RemoteAddr).Msg("tube moved")
+	admin.WriteValue(w, http.StatusOK, res)
+}
+
+// maxTubeName is the protocol's bound on a tube's name.
+const maxTubeName = 200
+
+// servingNode reports whether this member leads n's group and serves it.
+func servingNode(n *replication.Node) bool {
+	info, _ := n.Leader()
+	return info.Serving
+}
+
+// tubeMoving notes the tubes whose moves this member drives, so that its
+// resolver leaves them alone.
+type tubeMoving struct {
+	mu    sync.Mutex
+	tubes map[string]bool
+}
+
+func (t *tubeMoving) begin(tube string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tubes[tube] {
+		return false
+	}
+	if t.tubes == nil {
+		t.tubes = map[string]bool{}
+	}
+	t.tubes[tube] = true
+	return true
+}
+
+func (t *tubeMoving) end(tube string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.tubes, tube)
+}
+
+func (t *tubeMoving) has(tube string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.tubes[tube]
+}
+
+// moveTube moves tube from group from, which this member leads, to group
+// to: the steps of this file's comment.
+func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tubeMoveResult, error) {
+	res := tubeMoveResult{Tube: tube, From: from, To: to}
+	n := m.shards.node(from)
+	if !m.tubeMoves.begin(tube) {
+		return res, fmt.Errorf("%w: tube %q is moving already", errTubeMove, tube)
+	}
+	defer m.tubeMoves.end(tube)
+	if f, ok := n.Tubes().Frozen[tube]; ok {
+		return res, fmt.Errorf("%w: tube %q's move %x to group %d is not over", errTubeMove, tube, f.Move, f.To)
+	}
+	move := rand.Uint64()>>1 | 1
+	if err := n.ProposeTube(ctx, replication.TubeFreeze, tube, move, to, 0); err != nil {
+		return res, err
+	}
+	frozenAt := time.Now()
+	// Once every owner client of the group has been seen with the freeze
+	// applied, nothing of the tube changes here: a command that passed
+	// the check before it has run.
+	m.sessions.Refreeze(from)
+	frames, jobs, held, fig, _ := n.Store().ExportTube([]byte(tube))
+	res.Jobs = jobs
+	body, err := json.Marshal(adoption{Figures: fig, Holders: m.sessions.Holders(from, held)})
+	if err != nil {
+		return res, m.abortTubeMove(ctx, n, tube, move, from, to, err)
+	}
+	body = append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), append(body, frames...)...)
+	q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
+	if err := m.callLeader(ctx, to, "/cluster/tubes/"+url.PathEscape(tube)+"/adopt?"+q.Encode(), body, nil); err != nil {
+		return res, m.abortTubeMove(ctx, n, tube, move, from, to, fmt.Errorf("group %d did not take tube %q's jobs: %w", to, tube, err))
+	}
+	placed, err := m.decideTubeMove(ctx, tube, move, from, to, true)
+	if err != nil {
+		return res, m.abortTubeMove(ctx, n, tube, move, from, to, fmt.Errorf("tube %q's placement: %w", tube, err))
+	}
+	if !placed {
+		return res, m.abortTubeMove(ctx, n, tube, move, from, to, fmt.Errorf("%w: tube %q's move was aborted", errTubeMove, tube))
+	}
+	res.Paused = time.Since(frozenAt).Milliseconds()
+	return res, m.finishTubeMove(ctx, n, tube, move, to)
+}
+
+// adoption is what goes with a tube's jobs to its new group's leader,
+// ahead of their frames (its length first, 4 bytes): the tube's figures
+// and the sessions holding its reserved jobs.
+type adoption struct {
+	Figures store.TubeFigures `json:"figures"`
+	Holders []router.Holder   `json:"holders,omitempty"`
+}
+
+// abortTubeMove ends a move that did not reach its placement: group 0
+// decides it aborted, unless it was placed meanwhile (then it finishes);
+// the destination drops what it took, and the tube thaws here. It returns
+// why, or what stopped the abort (the resolver then finishes it).
+func (m *Member) abortTubeMove(ctx context.Context, n *replication.Node, tube string, move uint64, from, to uint16, why error) error {
+	placed, err := m.decideTubeMove(ctx, tube, move, from, to, false)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%v; its abort is not decided yet (%v)", why, err)
+	case placed:
+		return m.finishTubeMove(ctx, n, tube, move, to)
+	}
+	q := url.Values{"to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
+	if err := m.callLeader(ctx, to, "/cluster/tubes/"+url.PathEscape(tube)+"/drop?"+q.Encode(), nil, nil); err != nil {
+		return fmt.Errorf("%v; group %d has not dropped what it took yet (%v)", why, to, err)
+	}
+	if err := n.ProposeTube(ctx, replication.TubeThaw, tube, move, 0, 0); err != nil {
+		return fmt.Errorf("%v; the tube is not thawed yet (%v)", why, err)
+	}
+	m.log.Warn().Str("tube", tube).Int("from", int(from)).Int("to", int(to)).Err(why).Msg("tube move aborted")
+	return why
+}
+
+// finishTubeMove ends a placed move here: once this member routes the
+// tube to its new group, the tube is marked moved out, and its jobs go.
+func (m *Member) finishTubeMove(ctx context.Context, n *replication.Node, tube string, move uint64, to uint16) error {
+	for m.shards.routing.Load().state.Owner(tube) != to {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if f := n.Tubes().Frozen[tube]; !f.Moved {
+		if err := n.ProposeTube(ctx, replication.TubeMovedOut, tube, move, 0, 0); err != nil {
+			return err
+		}
+	}
+	return dropTube(ctx, n.Store(), tube)
+}
+
+// dropTube deletes the tube's jobs from st, reserved ones too, logged,
+// and waits for its log.
+func dropTube(ctx context.Context, st *store.Store, tube string) error {
+	cl := st.NewOwnerClient(nil)
+	defer cl.Close()
+	cl.DropTube([]byte(tube))
+	return awaitAcked(ctx, st, cl.PendingAck())
+}
+
+// awaitAcked waits until st's log acknowledges pos.
+func awaitAcked(ctx context.Context, st *store.Store, pos uint64) error {
+	acks := st.Acks()
+	if acks == nil || acks.Acked() >= pos {
+		return nil
+	}
+	done := make(chan struct{})
+	acks.OnAcked(pos, func() { close(done) })
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// decideTubeMove has group 0 decide move: its placement (place) or its
+// abort, and reports which it decided, whichever came first.
+func (m *Member) decideTubeMove(ctx context.Context, tube string, move uint64, from, to uint16, place bool) (bool, error) {
+	in, _ := json.Marshal(decideRequest{Move: strconv.FormatUint(move, 16), From: from, To: to, Place: place})
+	var out struct {
+		Placed bool `json:"placed"`
+	}
+	err := m.callLeader(ctx, 0, "/cluster/tubes/"+url.PathEscape(tube)+"/decide", in, &out)
+	return out.Placed, err
+}
+
+// decideRequest is POST /cluster/tubes/{name}/decide's body.
+type decideRequest struct {
+	Move  string `json:"move"` // hex
+	From  uint16 `json:"from"`
+	To    uint16 `json:"to"`
+	Place bool   `json:"place"`
+}
+
+func (m *Member) serveDecide(w http.ResponseWriter, r *http.Request) {
+	if !servingNode(m.node) {
+		m.forwardMove(w, r, 0)
+		return
+	}
+	var req decideRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxMemberRequest)).Decode(&req); err != nil {
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: err.Error()})
+		return
+	}
+	move, err := strconv.ParseUint(req.Move, 16, 64)
+	if err != nil || move == 0 || int(req.To) >= m.shards.groups() || int(req.From) >= m.shards.groups() {
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("no such move: %+v", req)})
+		return
+	}
+	what := replication.TubeAbort
+	if req.Place {
+		what = replication.TubePlace
+	}
+	if err := m.node.ProposeTube(r.Context(), what, r.PathValue("name"), move, req.To, req.From); err != nil {
+		writeChangeError(w, err)
+		return
+	}
+	admin.WriteValue(w, http.StatusOK, map[string]bool{"placed": m.node.Tubes().Decided[move]})
+}
+
+// servedGroup is the node of the group r's query parameter key names,
+// and the move its move parameter does, when this member serves that
+// group; else r is answered (forwarded to the group's leader, or
+// refused) and ok is false.
+func (m *Member) servedGroup(w http.ResponseWriter, r *http.Request, key string) (*replication.Node, uint16, uint64, bool) {
+	g, err := strconv.ParseUint(r.URL.Query().Get(key), 10, 16)
+	move, merr := strconv.ParseUint(r.URL.Query().Get("move"), 16, 64)
+	if err != nil || merr != nil || int(g) >= m.shards.groups() {
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: "want ?" + key + "=GROUP&move=ID"})
+		return nil, 0, 0, false
+	}
+	n := m.shards.node(uint16(g))
+	if n == nil || !servingNode(n) {
+		m.forwardMove(w, r, uint16(g))
+		return nil, 0, 0, false
+	}
+	return n, uint16(g), move, true
+}
+
+func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
+	n, g, _, ok := m.servedGroup(w, r, "to")
+	if !ok {
+		return
+	}
+	tube := r.PathValue("name")
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	var in adoption
+	if len(body) < 4 || int(binary.BigEndian.Uint32(body)) > len(body)-4 {
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: "not a tube's jobs"})
+		return
+	}
+	head := binary.BigEndian.Uint32(body)
+	if err := json.Unmarshal(body[4:4+head], &in); err != nil {
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: "not a tube's jobs: " + err.Error()})
+		return
+	}
+	frames := body[4+head:]
+	// A tube that moved out of here before comes back: it is no longer
+	// refused here once it is placed here again.
+	if f, ok := n.Tubes().Frozen[tube]; ok && f.Moved {
+		if err := n.ProposeTube(r.Context(), replication.TubeThaw, tube, f.Move, 0, 0); err != nil {
+			writeChangeError(w, err)
+			return
+		}
+	}
+	st := n.Store()
+	cl := st.NewOwnerClient(nil)
+	defer cl.Close()
+	made, err := cl.ImportTube([]byte(tube), frames, in.Figures, m.sessions.HolderClients(g, in.Holders))
+	if err == nil {
+		err = awaitAcked(r.Context(), st, cl.PendingAck())
+	}
+	if err != nil {
+		admin.WriteError(w, &admin.Error{Status: http.StatusServiceUnavailable, Message: fmt.Sprintf("taking tube %q's jobs: %v", tube, err)})
+		return
+	}
+	admin.WriteValue(w, http.StatusOK, map[string]int{"jobs": made})
+}
+
+func (m *Member) serveDrop(w http.ResponseWriter, r *http.Request) {
+	n, g, _, ok := m.servedGroup(w, r, "to")
+	if !ok {
+		return
+	}
+	tube := r.PathValue("name")
+	if m.shards.routing.Load().state.Owner(tube) == g {
+		admin.WriteError(w, &admin.Error{Status: http.StatusConflict, Message: fmt.Sprintf("tube %q lives in group %d: its jobs stay", tube, g)})
+		return
+	}
+	if err := dropTube(r.Context(), n.Store(), tube); err != nil {
+		writeChangeError(w, err)
+		return
+	}
+	admin.WriteValue(w, http.StatusOK, map[string]bool{"dropped": true})
+}
+
+// callLeader posts body to path on group g's leader's --http, with this
+// member's admin token, and reads its JSON answer into out (if set).
+func (m *Member) callLeader(ctx context.Context, g uint16, path string, body []byte, out any) error {
+	l, err := m.awaitGroupLeader(ctx, g)
+	if err != nil {
+		return err
+	}
+	switch {
+	case l.Serving:
+		l.HTTP = m.HTTPAddr().String()
+	case l.HTTP == "":
+		return fmt.Errorf("%w: group %d has no leader known here", replication.ErrNoLeader, g)
+	}
+	scheme := "http"
+	if m.cfg.HTTP.TLS != nil {
+		scheme = "https"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, scheme+"://"+l.HTTP+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if m.cfg.HTTP.AdminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+m.cfg.HTTP.AdminToken)
+	}
+	resp, err := (&http.Client{Transport: m.forwarding}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(b, &e)
+		return fmt.Errorf("group %d's leader %s: %d %s", g, l.Name, resp.StatusCode, e.Error)
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// resolveTubeMoves finishes, for each group this member leads, the moves
+// of its tubes that no move here drives (their driver was lost): one
+// placed is finished, one not decided is aborted unless group 0 placed it
+// first, and one moved out whose jobs are still here has them dropped.
+func (m *Member) resolveTubeMoves() {
+	for g := range m.shards.groups() {
+		n := m.shards.node(uint16(g))
+		if n == nil || !servingNode(n) {
+			continue
+		}
+		if frozen, _ := n.AnyFrozen(); !frozen {
+			continue
+		}
+		for tube, f := range n.Tubes().Frozen {
+			if m.tubeMoves.has(tube) {
+				continue
+			}
+			if f.Moved {
+				if ts, ok := n.Store().TubeStats([]byte(tube)); !ok || ts.Ready+ts.Delayed+ts.Buried+ts.Reserved == 0 {
+					continue
+				}
+			}
+			go func() {
+				if !m.tubeMoves.begin(tube) {
+					return
+				}
+				defer m.tubeMoves.end(tube)
+				ctx, cancel := context.WithTimeout(context.Background(), tubeMoveTimeout)
+				defer cancel()
+				var err error
+				if f.Moved {
+					err = dropTube(ctx, n.Store(), tube)
+				} else {
+					err = m.abortTubeMove(ctx, n, tube, f.Move, uint16(g), f.To, fmt.Errorf("%w: its driver was lost", errTubeMove))
+				}
+				m.log.Info().Str("tube", tube).Int("group", g).Err(err).Msg("a tube's move, left by its driver, resolved")
+			}()
+		}
+	}
+}

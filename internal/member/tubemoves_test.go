@@ -1,0 +1,285 @@
+package member
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/meta"
+	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/internal/testproc"
+)
+
+// moveTubeThrough asks member via's side port to move tube to group g.
+func moveTubeThrough(t *testing.T, via *Member, tube string, g int) (int, tubeMoveResult, string) {
+	t.Helper()
+	rep := testproc.DoAPI(t, testproc.APIRequest{Method: http.MethodPost,
+		URL:    fmt.Sprintf("http://%s/cluster/tubes/%s/move", via.HTTPAddr(), tube),
+		Body:   map[string]int{"group": g},
+		Bearer: testToken, Timeout: 2 * tubeMoveTimeout})
+	var out tubeMoveResult
+	if rep.Status == http.StatusOK {
+		if err := json.Unmarshal(rep.Body, &out); err != nil {
+			t.Fatalf("a move's answer %s: %v", rep.Body, err)
+		}
+	}
+	return rep.Status, out, string(rep.Body)
+}
+
+// TestShardGroupsMoveTube: a tube moves live from one group to another
+// and back, asked through a member, while a client pipelines puts into it
+// through another and a worker reserves and deletes its jobs through a
+// third. Its ready, delayed and buried jobs keep their ids, states,
+// priorities and burial order; a job reserved when the move begins stays
+// its holder's, who deletes it in the new group; every put acknowledged
+// is there once, or was deleted; a command by id finds a moved job; new
+// puts take the new group's ids; and list-tubes and stats-tube answer as
+// one server's.
+func TestShardGroupsMoveTube(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	tube := tubePerGroup(p, "moving")[1]
+	from, to := 1, 2
+	setup := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
+	expectLine(t, setup, "use "+tube, "USING "+tube)
+	var buried []uint64
+	for i := range 3 {
+		id, err := setup.Put(10, 0, 60, fmt.Appendf(nil, "buried-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		buried = append(buried, id)
+	}
+	expectLine(t, setup, "watch "+tube, "WATCHING 2")
+	expectLine(t, setup, "ignore default", "WATCHING 1")
+	for _, id := range buried {
+		r, err := setup.Do("reserve-with-timeout 5", nil)
+		if err != nil || r.N != id {
+			t.Fatalf("reserve: %+v %v, want %d", r, err, id)
+		}
+		expectLine(t, setup, fmt.Sprintf("bury %d 10", id), "BURIED")
+	}
+	delayed, err := setup.Put(5, 100, 60, []byte("delayed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := setup.Put(0, 0, 60, []byte("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := setup.Do("reserve-with-timeout 5", nil); err != nil || r.N != held {
+		t.Fatalf("reserve of the held job: %+v %v", r, err)
+	}
+
+	// Traffic through the others while the tube moves.
+	var mu sync.Mutex
+	var acked, deleted []uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		producer := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+		expectLine(t, producer, "use "+tube, "USING "+tube)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var lines []string
+			for k := range 5 {
+				lines = append(lines, fmt.Sprintf("put 100 0 60 4\r\nj%03d", (i*5+k)%1000))
+			}
+			replies, err := producer.Pipeline(lines)
+			if err != nil {
+				t.Errorf("puts: %v", err)
+				return
+			}
+			mu.Lock()
+			for _, r := range replies {
+				if r.Kind != testproc.ReplyInserted {
+					t.Errorf("a put answered %q", r.Line)
+				} else {
+					acked = append(acked, r.N)
+				}
+			}
+			mu.Unlock()
+		}
+	})
+	wg.Go(func() {
+		worker := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
+		expectLine(t, worker, "watch "+tube, "WATCHING 2")
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r, err := worker.Do("reserve-with-timeout 1", nil)
+			if err != nil {
+				t.Errorf("reserve: %v", err)
+				return
+			}
+			if r.Kind != testproc.ReplyReserved {
+				continue
+			}
+			if err := worker.ExpectLine(fmt.Sprintf("delete %d", r.N), "DELETED"); err != nil {
+				t.Errorf("delete: %v", err)
+				return
+			}
+			mu.Lock()
+			deleted = append(deleted, r.N)
+			mu.Unlock()
+		}
+	})
+	time.Sleep(200 * time.Millisecond)
+	status, res, body := moveTubeThrough(t, c.up["m3"], tube, to)
+	if status != http.StatusOK || res.From != uint16(from) || res.To != uint16(to) {
+		t.Fatalf("move of %s to group %d: %d %s", tube, to, status, body)
+	}
+	t.Logf("moved %+v", res)
+	// The reservation moved with its job: its holder still holds it, in
+	// the new group, and deletes it there.
+	if st, err := setup.Stats(fmt.Sprintf("stats-job %d", held)); err != nil || st["state"] != "reserved" || st["reserves"] != "1" {
+		t.Fatalf("the held job after the move: %v %v", st, err)
+	}
+	expectLine(t, setup, fmt.Sprintf("delete %d", held), "DELETED")
+	time.Sleep(300 * time.Millisecond)
+	for _, m := range c.up {
+		if owner := m.shards.routing.Load().state.Owner(tube); owner != uint16(to) {
+			t.Fatalf("%s routes %s to group %d", m.node.Name(), tube, owner)
+		}
+	}
+	// New puts take the new group's ids; the moved jobs keep theirs.
+	id, err := setup.Put(100, 0, 60, []byte("after"))
+	if err != nil || id>>meta.SeqBits != uint64(to) {
+		t.Fatalf("a put after the move: id %d (%v), want one of group %d", id, err, to)
+	}
+	checkMoved := func() {
+		t.Helper()
+		for i, want := range buried {
+			r, err := setup.Do("peek-buried", nil)
+			if i == 0 && (err != nil || r.N != want) {
+				t.Fatalf("peek-buried: %+v %v, want %d", r, err, want)
+			}
+			st, err := setup.Stats(fmt.Sprintf("stats-job %d", want))
+			if err != nil || st["state"] != "buried" || st["pri"] != "10" || st["tube"] != tube {
+				t.Fatalf("stats-job %d: %v %v", want, st, err)
+			}
+		}
+		st, err := setup.Stats(fmt.Sprintf("stats-job %d", delayed))
+		if err != nil || st["state"] != "delayed" || st["pri"] != "5" {
+			t.Fatalf("stats-job %d (delayed): %v %v", delayed, st, err)
+		}
+		if r, err := setup.Do(fmt.Sprintf("peek %d", held), nil); err != nil || r.Kind != testproc.ReplyNotFound {
+			t.Fatalf("the held job, deleted by its worker: %+v %v", r, err)
+		}
+		// The admin API finds a moved job too, through any member.
+		for _, m := range c.up {
+			if rep := api(t, m, fmt.Sprintf("/api/v1/jobs/%d", delayed)); rep.Status != http.StatusOK {
+				t.Fatalf("GET /api/v1/jobs/%d through %s: %d %s", delayed, m.node.Name(), rep.Status, rep.Body)
+			}
+		}
+	}
+	checkMoved()
+
+	// And back, through the member leading neither group if there is one.
+	status, res, body = moveTubeThrough(t, c.up["m1"], tube, from)
+	if status != http.StatusOK || res.To != uint16(from) {
+		t.Fatalf("move of %s back to group %d: %d %s", tube, from, status, body)
+	}
+	t.Logf("moved back %+v", res)
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	checkMoved()
+
+	// Every acknowledged put is there once, or was deleted by the worker.
+	mu.Lock()
+	defer mu.Unlock()
+	if len(acked) == 0 || len(deleted) == 0 {
+		t.Fatalf("%d puts acknowledged, %d deleted: no traffic", len(acked), len(deleted))
+	}
+	gone := map[uint64]int{}
+	for _, id := range deleted {
+		gone[id]++
+		if gone[id] > 1 {
+			t.Fatalf("job %d deleted twice", id)
+		}
+	}
+	for _, id := range acked {
+		if gone[id] > 0 {
+			continue
+		}
+		r, err := setup.Do(fmt.Sprintf("peek %d", id), nil)
+		if err != nil || r.Kind != testproc.ReplyFound {
+			t.Fatalf("acknowledged job %d: %+v %v", id, r, err)
+		}
+	}
+	tubes, err := setup.Do("list-tubes", nil)
+	if err != nil || countLines(string(tubes.Body), "- "+tube) != 1 {
+		t.Fatalf("list-tubes: %q %v", tubes.Body, err)
+	}
+	st, err := setup.Stats("stats-tube " + tube)
+	if err != nil || st["current-jobs-buried"] != "3" || st["current-jobs-delayed"] != "1" {
+		t.Fatalf("stats-tube %s: %v %v", tube, st, err)
+	}
+	t.Logf("%d puts acknowledged, %d deleted", len(acked), len(deleted))
+}
+
+// countLines counts the lines of s that are line.
+func countLines(s, line string) int {
+	n := 0
+	for l := range strings.Lines(s) {
+		if strings.TrimRight(l, "\r\n") == line {
+			n++
+		}
+	}
+	return n
+}
+
+// TestShardGroupsMoveTubeResolved: a move whose driver is lost after it
+// froze the tube (here: a freeze proposed with no move driving it) is
+// aborted by the group's leader: the tube thaws in its group, and a put
+// sent while it was frozen is answered once it has.
+func TestShardGroupsMoveTubeResolved(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	tube := tubePerGroup(p, "stuck")[1]
+	var leader *Member
+	testproc.WaitFor(t, 20*time.Second, "group 1 led", func() bool {
+		for _, m := range c.up {
+			if n := m.shards.node(1); n != nil && servingNode(n) {
+				leader = m
+				return true
+			}
+		}
+		return false
+	})
+	n := leader.shards.node(1)
+	if err := n.ProposeTube(t.Context(), replication.TubeFreeze, tube, 0x5eed, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	client := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, client, "use "+tube, "USING "+tube)
+	begun := time.Now()
+	id, err := client.Put(0, 0, 60, []byte("waited"))
+	if err != nil || id>>meta.SeqBits != 1 {
+		t.Fatalf("a put while the tube was frozen: id %d, %v", id, err)
+	}
+	t.Logf("the put waited %v", time.Since(begun))
+	if f := n.Tubes().Frozen; len(f) != 0 {
+		t.Fatalf("still frozen: %+v", f)
+	}
+	if placed, ok := c.up["m1"].node.Tubes().Decided[0x5eed]; !ok || placed {
+		t.Fatalf("the lost move's outcome in group 0: decided %v, placed %v", ok, placed)
+	}
+	if owner := c.up["m3"].shards.routing.Load().state.Owner(tube); owner != 1 {
+		t.Fatalf("the tube routes to group %d", owner)
+	}
+}
