@@ -451,7 +451,7 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 		return res
 	}
 	args := append(s.argsFor(""), s.shardFlags()...)
-	if s.Kind == KindCatchUp || s.Kind == KindGrow {
+	if s.Kind == KindCatchUp || s.Kind == KindGrow || s.Kind == KindMove {
 		// Adding a member is a change: the admin API takes it only with
 		// the token.
 		args = append(args, "--admin-token", catchUpToken)
@@ -487,6 +487,8 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 		r, err = s.runRebuild(ctx, c, leader, p.Progress)
 	case KindGrow:
 		r, err = s.runGrow(ctx, c, p.Progress)
+	case KindMove:
+		r, err = s.runMove(ctx, c, p.Progress)
 	default:
 		// The leader first in the report, then the followers.
 		order := append([]*member{leader}, c.others(leader)...)

@@ -46,6 +46,7 @@ func TestClusterScenarios(t *testing.T) {
 		{Name: "catchup", Kind: load.KindCatchUp, ServerArgs: flags, Members: 3, Jobs: 40, Body: 60_000, Reps: 1},
 		{Name: "rebuild", Kind: load.KindRebuild, ServerArgs: flags, Members: 3, Jobs: 500, Body: 64, Kills: 1, Reps: 1},
 		{Name: "grow", Kind: load.KindGrow, ServerArgs: flags, Members: 3, Groups: 3, Replicas: 3, Kills: 1, Reps: 1},
+		{Name: "move", Kind: load.KindMove, ServerArgs: flags, Members: 3, Groups: 3, Kills: 2, Reps: 1},
 	}
 	for _, s := range cases {
 		t.Run(s.Name, func(t *testing.T) {
@@ -86,6 +87,13 @@ func TestClusterScenarios(t *testing.T) {
 					if g == nil || g.Added != s.Kills || g.Removed != s.Kills || g.GrowTime <= 0 || g.ShrinkTime <= 0 ||
 						g.BaselineJobsPerSec <= 0 || g.JobsPerSec <= 0 || r.Jobs <= 0 {
 						t.Errorf("run %d: growth %+v, %d jobs; want %d added and removed, each timed, and traffic", i+1, g, r.Jobs, s.Kills)
+					}
+					continue
+				}
+				if m := r.Move; s.Kind == load.KindMove {
+					if m == nil || m.Moves != s.Kills || len(m.Paused) != s.Kills || m.PutGap <= 0 || m.ReserveGap <= 0 ||
+						m.BaselineJobsPerSec <= 0 || m.JobsPerSec <= 0 || r.Jobs <= 0 {
+						t.Errorf("run %d: moves %+v, %d jobs; want %d moves, each timed, and traffic", i+1, m, r.Jobs, s.Kills)
 					}
 					continue
 				}

@@ -143,7 +143,7 @@ func placeNames(n int) []string {
 // member's share, and the failovers. It writes nothing when no cluster
 // scenario ran.
 func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
-	var timed, failover, catchUp, rebuild, grow []Outcome
+	var timed, failover, catchUp, rebuild, grow, move []Outcome
 	for _, o := range outs {
 		switch {
 		case o.Scenario.Members == 0:
@@ -155,11 +155,13 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 			rebuild = append(rebuild, o)
 		case o.Scenario.Kind == KindGrow:
 			grow = append(grow, o)
+		case o.Scenario.Kind == KindMove:
+			move = append(move, o)
 		default:
 			timed = append(timed, o)
 		}
 	}
-	if len(timed)+len(failover)+len(catchUp)+len(rebuild)+len(grow) == 0 {
+	if len(timed)+len(failover)+len(catchUp)+len(rebuild)+len(grow)+len(move) == 0 {
 		return
 	}
 	p("\n## Cluster\n\n")
@@ -208,6 +210,7 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 	}
 	writeCatchUp(p, catchUp, cand)
 	writeGrow(p, grow, cand)
+	writeMove(p, move, cand)
 	for _, o := range rebuild {
 		s := Summarize(o.Runs[cand])
 		p("\n### A leader rebuilt in place (`%s`)\n\n", o.Scenario.Name)
@@ -247,6 +250,34 @@ func writeGrow(p func(string, ...any), outs []Outcome, cand string) {
 			}
 			p("| %s | %d | %s | %d | %s | %s | %s | %s |\n", o.Scenario.Name, g.Added, FormatSeconds(g.GrowTime), g.Removed,
 				FormatSeconds(g.ShrinkTime), FormatThousands(g.BaselineJobsPerSec), FormatThousands(g.JobsPerSec), FormatThousands(g.LowestJobsPerSec))
+		}
+	}
+}
+
+// writeMove writes KindMove's figures.
+func writeMove(p func(string, ...any), outs []Outcome, cand string) {
+	if len(outs) == 0 {
+		return
+	}
+	p("\n### A tube moving between groups while it serves\n\n")
+	p("Producer/consumer pairs through every member, %d of them on one tube, the others on tubes of their own, while that tube "+
+		"moves to the next group (`POST /cluster/tubes/TUBE/move`) a second after each move's answer. Held is each move's own figure, "+
+		"from the freeze to the tube's placement in its new group; the gaps are the longest the moving tube went without a put "+
+		"acknowledged, and without a job reserved, from the first move to the end.\n\n", movePairs)
+	p("| scenario | moves | jobs moved (median) | held median | held max | longest put gap | longest reserve gap | jobs/s baseline | jobs/s meanwhile |\n")
+	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, o := range outs {
+		for _, r := range o.Runs[cand] {
+			m := r.Move
+			if r.Skipped != "" || r.Errors > 0 || m == nil || m.Moves == 0 {
+				p("| %s | failed: %s | | | | | | | |\n", o.Scenario.Name, r.FirstError)
+				continue
+			}
+			jobs := slices.Sorted(slices.Values(m.Jobs))
+			held := slices.Sorted(slices.Values(m.Paused))
+			p("| %s | %d | %d | %s | %s | %s | %s | %s | %s |\n", o.Scenario.Name, m.Moves, jobs[len(jobs)/2],
+				FormatSeconds(held[len(held)/2]), FormatSeconds(held[len(held)-1]), FormatSeconds(m.PutGap), FormatSeconds(m.ReserveGap),
+				FormatThousands(m.BaselineJobsPerSec), FormatThousands(m.JobsPerSec))
 		}
 	}
 }

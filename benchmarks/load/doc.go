@@ -91,6 +91,16 @@
 // both times and the traffic's baseline, meanwhile and lowest rate over a
 // second. It runs in the first repetition only.
 //
+// KindMove runs a cluster of Members with Groups shard groups (with an
+// --admin-token) and traffic through every member: movePairs
+// producer/consumer pairs on one tube, movePairsElsewhere on tubes of
+// their own; after moveSettle it moves that tube to the next group Kills
+// times (POST /cluster/tubes/{name}/move), a moveEvery after each answer.
+// Result.Move holds each move's jobs and its own held time (from the
+// freeze to the placement), the longest the moving tube went without a
+// put acknowledged and without a job reserved, and the rate before and
+// during the moves. It runs in the first repetition only.
+//
 // Every member is stopped by its PID at the end of the run (SIGTERM, then
 // SIGKILL after stopGrace) and the temporary directory removed.
 //

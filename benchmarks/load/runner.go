@@ -124,6 +124,12 @@ func Catalogue(sz Sizes) []Scenario {
 		Reps: 1, ServerArgs: []string{"-f", "0"},
 		Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each) with 5 shard groups of 3 replicas, %d producer/consumer pairs on a tube each through the first %d: "+
 			"2 members added, then removed; first repetition only", clusterMembers, growPairs, clusterMembers)}
+	// A tube moving live between groups (docs/design/shards.md S8): the
+	// longest its puts and reserves wait.
+	move := Scenario{Name: "cluster-g3-move-under-load", Kind: KindMove, Members: clusterMembers, Groups: 3, Kills: 6,
+		Reps: 1, ServerArgs: []string{"-f", "0"},
+		Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each) with 3 shard groups, %d producer/consumer pairs through every member, %d on one tube "+
+			"that moves to the next group 6 times, a second apart; first repetition only", clusterMembers, movePairs+movePairsElsewhere, movePairs)}
 	// Sessions live where their clients connect: three members hold
 	// 19,000 idle connections each (a holder process per member, each
 	// within the open-file limit) beside the traffic spread over them.
@@ -187,7 +193,7 @@ func Catalogue(sz Sizes) []Scenario {
 		// waits for each answer in turn unless its session pipelines too
 		// (docs/design/shards.md 5.3).
 		cluster(pipelined10, ThroughLeader), cluster(pipelined10, ThroughFollower), idleCluster,
-		shardTubes(1), shardTubes(clusterMembers), crossReserve, grow,
+		shardTubes(1), shardTubes(clusterMembers), crossReserve, grow, move,
 		{Name: "cluster-failover", Kind: KindFailover, Members: clusterMembers, Kills: failoverKills, Reps: 1, ServerArgs: []string{"-f", "0"},
 			Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each): the serving leader killed (-9) %d times, restarted on its directory after each; first repetition only",
 				clusterMembers, failoverKills)},

@@ -63,6 +63,11 @@ const (
 	// until the members removed have given theirs away and gone, and the
 	// traffic's lowest rate meanwhile (runGrow).
 	KindGrow
+	// KindMove runs traffic through a cluster of Members with Groups
+	// shard groups, some of it on one tube that moves to the next group
+	// Kills times: the longest the tube's puts and reserves wait, and
+	// what each move reports (runMove).
+	KindMove
 )
 
 // backlogPerConn bounds KindProdCons's outstanding jobs per producer.
@@ -111,8 +116,9 @@ type Scenario struct {
 	// member).
 	Groups   int `json:",omitempty"`
 	Replicas int `json:",omitempty"`
-	// Kills is KindFailover's number of leaders killed, and KindRebuild's
-	// of leaders stopped.
+	// Kills is KindFailover's number of leaders killed, KindRebuild's of
+	// leaders stopped, KindGrow's of members added, and KindMove's of
+	// moves.
 	Kills int `json:",omitempty"`
 	// Reps, when positive, runs the scenario in the first Reps
 	// repetitions only.
@@ -148,6 +154,8 @@ func (s Scenario) Timed() string {
 		return "a stopped leader's rebuild in place, from its lost leadership to following again"
 	case KindGrow:
 		return "members added, then removed: until the replicas have spread, and until the members removed have gone"
+	case KindMove:
+		return "a tube moved from group to group: the longest its puts and reserves waited"
 	}
 	return "—"
 }
@@ -156,7 +164,7 @@ func (s Scenario) Timed() string {
 // and latency; the memory and failover scenarios do not.
 func (s Scenario) timed() bool {
 	return s.Kind != KindIdle && s.Kind != KindJobMemory && s.Kind != KindFailover && s.Kind != KindCatchUp && s.Kind != KindRebuild &&
-		s.Kind != KindGrow
+		s.Kind != KindGrow && s.Kind != KindMove
 }
 
 // RunConfig bounds one run.
@@ -206,6 +214,8 @@ type Result struct {
 	Rebuilds []time.Duration `json:",omitempty"`
 	// Grow is KindGrow's figures.
 	Grow *Grow `json:",omitempty"`
+	// Move is KindMove's figures.
+	Move *Move `json:",omitempty"`
 
 	Sent, Acked int64 // puts written and puts answered INSERTED
 	Errors      int64 // protocol errors and unexpected I/O failures
@@ -249,7 +259,7 @@ func (s Scenario) Run(ctx context.Context, srv *Server, rc RunConfig, prog *Prog
 		return s.runIdle(ctx, srv, rc, prog)
 	case KindJobMemory:
 		return s.runJobMemory(ctx, srv, rc, prog)
-	case KindFailover, KindCatchUp, KindRebuild, KindGrow:
+	case KindFailover, KindCatchUp, KindRebuild, KindGrow, KindMove:
 		return Result{Server: srv.Spec.Name}, fmt.Errorf("load: scenario %s needs a cluster (Members)", s.Name)
 	}
 	return s.runTimed(ctx, srv, rc, prog)

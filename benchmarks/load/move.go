@@ -1,0 +1,270 @@
+package load
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
+)
+
+// A tube moving live between the groups of a cluster while it serves
+// (docs/design/shards.md S8, KindMove): the longest the tube's puts and
+// reserves wait.
+const (
+	// moveSettle is how long the traffic runs before the first move: its
+	// rate then is the baseline.
+	moveSettle = 3 * time.Second
+	// moveEvery is the time from one move's answer to the next's request.
+	moveEvery = time.Second
+	// movePairs are the producer/consumer pairs on the moving tube, and
+	// movePairsElsewhere those on tubes of their own, through the members
+	// in turn.
+	movePairs          = 10
+	movePairsElsewhere = 20
+	// moveTube is the tube that moves.
+	moveTube = "moving"
+)
+
+// Move is KindMove's figures.
+type Move struct {
+	// Moves counts the tube's moves; Jobs the jobs it held at each.
+	Moves int
+	Jobs  []int
+	// Paused are the moves' own figures: from the freeze to the tube's
+	// placement in its new group, as each answer said.
+	Paused []time.Duration
+	// PutGap and ReserveGap are the longest the moving tube went, from
+	// its first move's request to its last's answer and a second after,
+	// without a put acknowledged, and without a job reserved.
+	PutGap, ReserveGap time.Duration
+	// BaselineJobsPerSec is every pair's rate before the first move,
+	// JobsPerSec over the moves.
+	BaselineJobsPerSec, JobsPerSec float64
+}
+
+// runMove runs pairs through every member, some on a tube that moves to
+// the next group Kills times, a moveEvery apart, and measures the gaps in
+// its puts and reserves.
+func (s Scenario) runMove(ctx context.Context, c *Cluster, prog *Progress) (Result, error) {
+	res := Result{Server: c.spec.Name}
+	mv := &Move{}
+	res.Move = mv
+	t := &moveTraffic{quit: make(chan struct{})}
+	if err := t.start(c.members); err != nil {
+		return res, err
+	}
+	defer t.stop()
+	var done atomic.Int64
+	prog.Begin(moveSettle+time.Duration(s.Kills)*(moveEvery+2*time.Second), done.Load)
+	defer prog.End()
+	if sleepCtx(ctx, moveSettle, nil) {
+		return res, ctx.Err()
+	}
+	before := t.jobs.Load()
+	mv.BaselineJobsPerSec = float64(before) / moveSettle.Seconds()
+	start := time.Now()
+	t.watchGaps(start)
+	group := -1 // the tube's group: found by the first move's refusal
+	for i := range s.Kills {
+		via := c.members[i%len(c.members)]
+		to := (group + 1) % s.Groups
+		moved, err := moveTubeTo(ctx, via, to)
+		if err == nil && moved == nil { // it lives there: the next one
+			to = (to + 1) % s.Groups
+			moved, err = moveTubeTo(ctx, via, to)
+		}
+		switch {
+		case err != nil:
+			return res, err
+		case moved == nil:
+			return res, fmt.Errorf("load: tube %s lives in two groups at once", moveTube)
+		}
+		group = to
+		mv.Moves++
+		mv.Jobs = append(mv.Jobs, moved.Jobs)
+		mv.Paused = append(mv.Paused, time.Duration(moved.Paused)*time.Millisecond)
+		done.Add(1)
+		if sleepCtx(ctx, moveEvery, nil) {
+			return res, ctx.Err()
+		}
+	}
+	elapsed := time.Since(start)
+	mv.PutGap, mv.ReserveGap = t.gaps()
+	jobs := t.jobs.Load() - before
+	mv.JobsPerSec = float64(jobs) / elapsed.Seconds()
+	res.Jobs, res.Elapsed = jobs, elapsed
+	res.Sent, res.Acked = t.jobs.Load(), t.jobs.Load()
+	if err := t.stop(); err != nil {
+		return res, fmt.Errorf("load: the traffic: %w", err)
+	}
+	return res, nil
+}
+
+// movedTube is a move's answer.
+type movedTube struct {
+	Jobs   int   `json:"jobs"`
+	Paused int64 `json:"paused_ms"`
+}
+
+// moveTubeTo asks m to move the moving tube to group g: its answer, or
+// nil when the tube lives in g already.
+func moveTubeTo(ctx context.Context, m *member, g int) (*movedTube, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+m.httpAddr+"/cluster/tubes/"+moveTube+"/move",
+		strings.NewReader(fmt.Sprintf(`{"group": %d}`, g)))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+catchUpToken)
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("load: moving tube %s: %w", moveTube, err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		movedTube
+		Error string `json:"error"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	switch {
+	case resp.StatusCode == http.StatusConflict && strings.Contains(out.Error, "already"):
+		return nil, nil
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("load: moving tube %s to group %d: %s %s", moveTube, g, resp.Status, out.Error)
+	}
+	return &out.movedTube, nil
+}
+
+// moveTraffic is KindMove's traffic: movePairs pairs on the moving tube
+// and movePairsElsewhere on tubes of their own, counting the jobs done
+// and, on the moving tube, when puts and reserves were last answered.
+type moveTraffic struct {
+	jobs atomic.Int64
+	quit chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+
+	mu      sync.Mutex
+	first   error
+	watchAt time.Time   // gaps count from then (zero: not yet)
+	puts    []time.Time // on the moving tube, from watchAt
+	takes   []time.Time
+}
+
+// start starts the pairs through members in turn.
+func (t *moveTraffic) start(members []*member) error {
+	for i := range movePairs + movePairsElsewhere {
+		m := members[i%len(members)]
+		tube := moveTube
+		if i >= movePairs {
+			tube = fmt.Sprintf("still-%d", i)
+		}
+		prod, err := testproc.Dial(m.proc.Addr(), 10*time.Second)
+		if err != nil {
+			t.stop()
+			return err
+		}
+		cons, err := testproc.Dial(members[(i+1)%len(members)].proc.Addr(), 10*time.Second)
+		if err != nil {
+			prod.Close()
+			t.stop()
+			return err
+		}
+		t.wg.Go(func() { t.pair(prod, cons, tube) })
+	}
+	return nil
+}
+
+// pair puts a job into tube and reserves and deletes one, until quit.
+func (t *moveTraffic) pair(prod, cons *testproc.Conn, tube string) {
+	defer prod.Close()
+	defer cons.Close()
+	fail := func(err error) {
+		t.mu.Lock()
+		if t.first == nil {
+			t.first = fmt.Errorf("tube %s: %w", tube, err)
+		}
+		t.mu.Unlock()
+	}
+	if err := prod.ExpectLine("use "+tube, "USING "+tube); err != nil {
+		fail(err)
+		return
+	}
+	if err := cons.ExpectLine("watch "+tube, "WATCHING 2"); err != nil {
+		fail(err)
+		return
+	}
+	note := func(at *[]time.Time) {
+		if tube != moveTube {
+			return
+		}
+		t.mu.Lock()
+		if !t.watchAt.IsZero() {
+			*at = append(*at, time.Now())
+		}
+		t.mu.Unlock()
+	}
+	for {
+		select {
+		case <-t.quit:
+			return
+		default:
+		}
+		if _, err := prod.Put(0, 0, 60, []byte("move")); err != nil {
+			fail(err)
+			return
+		}
+		note(&t.puts)
+		r, err := cons.Do("reserve-with-timeout 5", nil)
+		if err != nil || r.Kind != testproc.ReplyReserved {
+			fail(fmt.Errorf("reserve: %+v %v", r, err))
+			return
+		}
+		note(&t.takes)
+		if err := cons.ExpectLine(fmt.Sprintf("delete %d", r.N), "DELETED"); err != nil {
+			fail(err)
+			return
+		}
+		t.jobs.Add(1)
+	}
+}
+
+// watchGaps starts noting the moving tube's puts and reserves from at.
+func (t *moveTraffic) watchGaps(at time.Time) {
+	t.mu.Lock()
+	t.watchAt = at
+	t.mu.Unlock()
+}
+
+// gaps are the longest spans, from watchGaps to now, without a put and
+// without a reserve answered on the moving tube.
+func (t *moveTraffic) gaps() (put, take time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	longest := func(at []time.Time) time.Duration {
+		at = slices.Clone(at)
+		slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+		last, gap := t.watchAt, time.Duration(0)
+		for _, a := range append(at, time.Now()) {
+			gap = max(gap, a.Sub(last))
+			last = a
+		}
+		return gap
+	}
+	return longest(t.puts), longest(t.takes)
+}
+
+// stop ends the pairs and returns the first error one met.
+func (t *moveTraffic) stop() error {
+	t.once.Do(func() { close(t.quit) })
+	t.wg.Wait()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.first
+}
