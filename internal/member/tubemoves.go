@@ -40,8 +40,8 @@ import (
 //  3. Group 0 decides: the move's placement (the tube routes to D from
 //     then on, on every member as it applies it) or its abort, whichever
 //     commits first (replication.TubePlace, TubeAbort).
-//  4. Placed: S marks the tube moved out (it stays refused there) and
-//     drops its jobs. Aborted: D drops what it took, and S thaws the tube,
+//  4. Placed: S drops the tube's jobs, then marks it moved out (it stays
+//     refused there). Aborted: D drops what it took, and S thaws the tube,
 //     its jobs and reservations as they were.
 //
 // A move whose driver is lost (S's leader changes, a member dies) is
@@ -343,7 +343,7 @@ func (m *Member) abortTubeMove(ctx context.Context, n *replication.Node, tube st
 }
 
 // finishTubeMove ends a placed move here: once this member routes the
-// tube to its new group, the tube is marked moved out, and its jobs go.
+// tube to its new group, its jobs go, and the tube is marked moved out.
 func (m *Member) finishTubeMove(ctx context.Context, n *replication.Node, tube string, move uint64, to uint16) error {
 	for m.shards.routing.Load().state.Owner(tube) != to {
 		select {
@@ -352,12 +352,16 @@ func (m *Member) finishTubeMove(ctx context.Context, n *replication.Node, tube s
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	if f := n.Tubes().Frozen[tube]; !f.Moved {
-		if err := n.ProposeTube(ctx, replication.TubeMovedOut, tube, move, 0, 0); err != nil {
-			return err
-		}
+	// Its jobs go first: while it is not marked moved out, the commands
+	// by id of its jobs are refused here (a delete answered here once it
+	// is placed elsewhere would be a delete of a copy).
+	if err := dropTube(ctx, n.Store(), tube); err != nil {
+		return err
 	}
-	return dropTube(ctx, n.Store(), tube)
+	if f := n.Tubes().Frozen[tube]; !f.Moved {
+		return n.ProposeTube(ctx, replication.TubeMovedOut, tube, move, 0, 0)
+	}
+	return nil
 }
 
 // dropTube deletes the tube's jobs from st, reserved ones too, logged,

@@ -75,7 +75,7 @@ type ServerConfig struct {
 	// moved out (a tube's move: internal/replication's tubes.go), nil
 	// while none is, and whether one is moving (not yet moved out: its
 	// jobs may be here still): a request naming one, a reserve or wait
-	// watching one, and a change by id of a job of one moving are
+	// watching one, and a command by id of a job of one moving are
 	// answered StatusWrongGroup (a wait's end, EventWrongGroup), and the
 	// member asks again where the tube, or the job, lives.
 	Frozen func(g uint16) (tubes func(tube []byte) bool, moving bool)
@@ -629,9 +629,11 @@ func (o *owner) runLocked(it *Item) {
 // movingLocked reports whether it touches a tube of the group that is
 // moving out or moved out (ServerConfig.Frozen): a request naming one, a
 // reserve, a cross-group reserve's peek or take, or a wait watching one,
-// or a change by id of a job of one (its reservation moves with it, and
-// its holder's delete, release, bury or touch then goes where it went).
-// Reads by id (peek, stats-job) run: they change nothing.
+// or a command by id of a job of one not yet moved out (its reservation
+// moves with it, and its holder's delete, release, bury or touch then
+// goes where it went; a read here could be of a copy the tube's new
+// group has changed since). The group drops a tube's jobs before it marks
+// it moved out, so none is left here once the by-id check stops.
 func (o *owner) movingLocked(it *Item) bool {
 	frozen, moving := o.srv.frozen(o.key.group)
 	if frozen == nil {
@@ -650,7 +652,7 @@ func (o *owner) movingLocked(it *Item) bool {
 		return frozen(req.Tube)
 	case OpReserve, OpBest, OpTake:
 		return watches(req.Tubes)
-	case OpDelete, OpRelease, OpBury, OpTouch, OpKickJob, OpReserveJob:
+	case OpDelete, OpRelease, OpBury, OpTouch, OpKickJob, OpReserveJob, OpPeek, OpStatsJob:
 		if !moving {
 			return false // a tube moved out left no job here
 		}

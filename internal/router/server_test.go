@@ -638,3 +638,52 @@ func TestServerClosedOwner(t *testing.T) {
 		t.Fatalf("%d jobs put, want the first alone", n)
 	}
 }
+
+// TestServerFrozenTube: while a tube of the group is frozen for a move,
+// the requests naming it, the reserves watching it and the commands by
+// id of its jobs, its holder's and reads too, are answered
+// StatusWrongGroup, as is a reserve already waiting on it (Refreeze);
+// other tubes are served. Once it is marked moved out (its jobs gone
+// first), the commands by id are not looked at.
+func TestServerFrozenTube(t *testing.T) {
+	st := store.New(store.Options{})
+	t.Cleanup(st.Close)
+	var frozen, moving atomic.Bool
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	r.srv.cfg.Frozen = func(uint16) (func([]byte) bool, bool) {
+		if !frozen.Load() {
+			return nil, false
+		}
+		return func(tube []byte) bool { return string(tube) == "t" }, moving.Load()
+	}
+	t1, u := []byte("t"), []byte("u")
+	answer := func(what string, it Item, want Status) {
+		t.Helper()
+		r.send(it)
+		if rp := r.next(); rp.Session != it.Session || rp.Seq != it.Seq || rp.Reply.Status != want {
+			t.Fatalf("%s: %+v, want status %d", what, rp, want)
+		}
+	}
+	r.send(put(1))
+	id := r.next().Reply.ID
+	answer("session 3's reserve of the job", req(0, 3, 1, Request{Op: OpReserve, Tubes: [][]byte{t1}}), StatusOK)
+	r.send(req(0, 2, 1, Request{Op: OpReserve, Tubes: [][]byte{t1, u}, Timeout: -1}))
+	r.none("a reserve with nothing ready")
+
+	frozen.Store(true)
+	moving.Store(true)
+	r.srv.Refreeze(0)
+	if rp := r.next(); rp.Session != 2 || rp.Reply.Status != StatusWrongGroup {
+		t.Fatalf("the reserve waiting on t once it froze: %+v", rp)
+	}
+	answer("a put into t", req(0, 1, 2, Request{Op: OpPut, Tube: t1, TTR: 60, Body: []byte("j\r\n")}), StatusWrongGroup)
+	answer("a peek of its job", req(0, 1, 3, Request{Op: OpPeek, ID: id}), StatusWrongGroup)
+	answer("its holder's delete", req(0, 3, 2, Request{Op: OpDelete, ID: id}), StatusWrongGroup)
+	answer("a stats-tube of t", req(0, 1, 4, Request{Op: OpStatsTube, Tube: t1}), StatusWrongGroup)
+	answer("a reserve watching t", req(0, 1, 5, Request{Op: OpReserve, Tubes: [][]byte{t1}}), StatusWrongGroup)
+	answer("a put into u", req(0, 1, 6, Request{Op: OpPut, Tube: u, TTR: 60, Body: []byte("u\r\n")}), StatusOK)
+
+	moving.Store(false)
+	answer("a peek by id once t is moved out", req(0, 1, 7, Request{Op: OpPeek, ID: id}), StatusOK)
+	answer("a put into t once moved out", req(0, 1, 8, Request{Op: OpPut, Tube: t1, TTR: 60, Body: []byte("j\r\n")}), StatusWrongGroup)
+}
