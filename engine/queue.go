@@ -282,7 +282,7 @@ func (q *localQueue) TubeStats(tube []byte, a *Answer) bool {
 }
 
 func (q *localQueue) PauseTube(tube []byte, d time.Duration, a *Answer) bool {
-	a.OK = q.client().Store().PauseTube(tube, d)
+	a.OK = q.client().PauseTube(tube, d)
 	return true
 }
 

@@ -85,9 +85,9 @@ func (s *Store) ExportTube(name []byte) (frames []byte, jobs int, held []Held, f
 // holders is reserved by it until the end of its TTR as recorded, its
 // reserve not counted again; one without is ready, as after a failover.
 // The client's PendingAck is then the position the log must acknowledge.
-// The tube takes fig's counters and pause here, where its replicas count
-// only the jobs (as a failover loses a pause). It returns how many jobs
-// it made.
+// The tube takes fig's counters and pause here (the pause logged, with
+// Options.LogPauses), where its replicas count only the jobs. It returns
+// how many jobs it made.
 func (c *Client) ImportTube(name []byte, frames []byte, fig TubeFigures, holders map[uint64]*Client) (int, error) {
 	s := c.s
 	recs, err := wal.DecodeFrames(nil, frames)
@@ -133,6 +133,7 @@ func (c *Client) ImportTube(name []byte, frames []byte, fig TubeFigures, holders
 	if fig.PauseLeft > 0 {
 		t.pauseDur, t.pauseUntil = int64(fig.Pause), now+int64(fig.PauseLeft)
 		s.timers.schedule(&t.pauseTimer, t.pauseUntil)
+		s.logPause(c, t.name, t.pauseDur, s.wall(t.pauseUntil))
 	}
 	t.mu.Unlock()
 	return made, nil

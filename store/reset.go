@@ -31,6 +31,7 @@ var ErrClientsHold = errors.New("store: a client holds a reservation or waits to
 func (s *Store) Reset() error {
 	s.registryMu.Lock()
 	defer s.registryMu.Unlock()
+	s.leading.Store(false) // a rebuilt store follows until Lead
 	for _, t := range s.tubeList {
 		t.mu.Lock()
 		busy := t.nReserved > 0 || len(t.waiters) > 0

@@ -64,7 +64,16 @@ type Store struct {
 	registryMu sync.RWMutex
 	tubes      map[string]*Tube // guarded by registryMu
 	tubeList   []*Tube          // guarded by registryMu; beanstalkd's order (swap-remove)
-	defaultT   *Tube            // immutable
+	// pauses are the pauses SetPauses gave of tubes this store did not
+	// hold then, taken by the tube once made (pauses.go). Guarded by
+	// registryMu.
+	pauses map[string]Pause
+	// logPauses is Options.LogPauses: immutable. leading: the store
+	// serves, and logs the pauses freed tubes drop (Lead).
+	logPauses bool
+	leading   atomic.Bool
+
+	defaultT *Tube // immutable
 
 	shards [jobShards]jobShard
 
@@ -139,6 +148,12 @@ type Options struct {
 	// KindReq records are ignored. A single node's Log cannot have it: its
 	// sessions end with it, and its journal holds no key.
 	Dedup bool
+	// LogPauses logs each pause-tube (a wal.KindMeta record, MetaPause),
+	// and the pause a tube freed drops, so that a cluster's replicas keep
+	// the pauses (internal/replication's TubeBook) and the next leader's
+	// store takes them (SetPauses). A single node's pauses are not
+	// logged, as beanstalkd's are not.
+	LogPauses bool
 }
 
 // IDSeqBits is the width of an id's sequence within its prefix; the 8
@@ -170,6 +185,7 @@ func newStore(opts Options, log Journal) *Store {
 		idBase: uint64(opts.IDPrefix) << IDSeqBits,
 	}
 	s.lastID.Store(s.idBase)
+	s.logPauses = opts.LogPauses
 	s.wallBase = time.Now().UnixNano() - now()
 	s.log = log
 	if opts.Dedup {
@@ -302,6 +318,7 @@ func (s *Store) acquireTubeLocked(name string) *Tube {
 		s.tubes[name] = t
 		t.listIndex = len(s.tubeList)
 		s.tubeList = append(s.tubeList, t)
+		s.resumePauseLocked(t)
 	}
 	t.refs.Add(1)
 	return t
@@ -346,6 +363,9 @@ func (s *Store) releaseTube(t *Tube) {
 	s.tubeList[last] = nil
 	s.tubeList = s.tubeList[:last]
 	t.mu.Lock()
+	if t.pausedLocked(s.now()) {
+		s.logPause(nil, t.name, 0, 0) // the pause goes with the tube, as in beanstalkd
+	}
 	t.pauseDur, t.pauseUntil = 0, 0
 	s.timers.cancel(&t.pauseTimer)
 	t.mu.Unlock()
@@ -379,7 +399,14 @@ func (s *Store) TubeNames() []string {
 
 // PauseTube stops reserves from the named tube for d (beanstalkd turns 0
 // into 1ns, which unpauses at once). Reports whether the tube exists.
-func (s *Store) PauseTube(name []byte, d time.Duration) bool {
+// With Options.LogPauses the pause is logged (pauses.go).
+func (s *Store) PauseTube(name []byte, d time.Duration) bool { return s.pauseTube(name, d, nil) }
+
+// PauseTube is Store.PauseTube for c's command: with Options.LogPauses,
+// c's reply waits for the pause's record (PendingAck).
+func (c *Client) PauseTube(name []byte, d time.Duration) bool { return c.s.pauseTube(name, d, c) }
+
+func (s *Store) pauseTube(name []byte, d time.Duration, c *Client) bool {
 	if d <= 0 {
 		d = 1
 	}
@@ -389,5 +416,6 @@ func (s *Store) PauseTube(name []byte, d time.Duration) bool {
 		t.pauseDur = int64(d)
 		t.pauseUntil = now + int64(d)
 		s.timers.schedule(&t.pauseTimer, t.pauseUntil)
+		s.logPause(c, t.name, t.pauseDur, s.wall(t.pauseUntil))
 	})
 }

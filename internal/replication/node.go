@@ -778,6 +778,9 @@ func (n *Node) do(a Action) bool {
 		n.journal.Publish(a.Pos)
 	case ActServe:
 		n.logger.Info().Uint64("term", a.Term).Msg("leading: serving clients")
+		if n.store != nil {
+			n.store.Lead() // it logs the pauses its freed tubes drop
+		}
 		if l, ok := n.log.(migratingLog); ok && n.store != nil {
 			// The serving leader's store moves live jobs for the log's
 			// compaction; the core serves at most once, so nothing unsets it.
@@ -893,6 +896,9 @@ func (n *Node) restore(a Action) bool {
 	if err != nil {
 		n.fail(fmt.Errorf("replication: the log's head, as of %d: %w", a.Index, err), "the member cannot go on; stopping")
 		return true
+	}
+	if n.store != nil {
+		n.store.SetPauses(n.Tubes().Paused) // the tubes emptied took theirs with them
 	}
 	if n.restores++; n.restores > 1 {
 		n.logger.Info().Uint64("index", a.Index).Int("records", records).Dur("took", time.Since(start)).

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -62,6 +63,10 @@ type TubeBook struct {
 	Out map[uint16][]uint16 `json:"out,omitempty"`
 	// Frozen are this group's tubes moving out or moved out, by name.
 	Frozen map[string]Frozen `json:"frozen,omitempty"`
+	// Paused are this group's tubes' pauses, by name, as its leader's
+	// store logged them (store.Options.LogPauses): the next leader's
+	// store takes them (store.Store.SetPauses).
+	Paused map[string]store.Pause `json:"paused,omitempty"`
 }
 
 // Frozen is a tube of a group moving out (Moved false) or moved out.
@@ -73,7 +78,7 @@ type Frozen struct {
 
 // IsZero reports whether b holds nothing (omitzero).
 func (b TubeBook) IsZero() bool {
-	return len(b.Placed) == 0 && len(b.Decided) == 0 && len(b.Frozen) == 0
+	return len(b.Placed) == 0 && len(b.Decided) == 0 && len(b.Frozen) == 0 && len(b.Paused) == 0
 }
 
 // clone returns a copy that shares nothing with b.
@@ -83,13 +88,13 @@ func (b TubeBook) clone() TubeBook {
 		out[g] = slices.Clone(to)
 	}
 	return TubeBook{Placed: maps.Clone(b.Placed), Decided: maps.Clone(b.Decided), Order: slices.Clone(b.Order),
-		Out: out, Frozen: maps.Clone(b.Frozen)}
+		Out: out, Frozen: maps.Clone(b.Frozen), Paused: maps.Clone(b.Paused)}
 }
 
 // equal reports whether b and o hold the same.
 func (b TubeBook) equal(o TubeBook) bool {
 	return maps.Equal(b.Placed, o.Placed) && maps.Equal(b.Decided, o.Decided) && maps.Equal(b.Frozen, o.Frozen) &&
-		maps.EqualFunc(b.Out, o.Out, slices.Equal)
+		maps.EqualFunc(b.Out, o.Out, slices.Equal) && maps.Equal(b.Paused, o.Paused)
 }
 
 // apply makes r's change and reports whether it changed b.
@@ -147,6 +152,22 @@ func (b *TubeBook) apply(r *wal.Record) bool {
 		f.Moved = true
 		b.Frozen[r.Tube] = f
 		return true
+	case wal.MetaPause:
+		// The pauses that have ended go; which is as this member's clock
+		// says, which only bounds what it keeps: an ended pause pauses
+		// nothing (store.Store.SetPauses).
+		now := time.Now().UnixNano()
+		maps.DeleteFunc(b.Paused, func(_ string, p store.Pause) bool { return p.Until < now })
+		if r.Delay == 0 {
+			_, ok := b.Paused[r.Tube]
+			delete(b.Paused, r.Tube)
+			return ok
+		}
+		if b.Paused == nil {
+			b.Paused = make(map[string]store.Pause)
+		}
+		b.Paused[r.Tube] = store.Pause{Dur: time.Duration(r.Delay), Until: r.Deadline}
+		return true
 	}
 	return false
 }
@@ -188,10 +209,14 @@ func (n *Node) FrozenTube(name []byte) bool {
 	return ok
 }
 
-// setTubes publishes b as the node's TubeBook, and tells OnTubes.
+// setTubes publishes b as the node's TubeBook, gives its store the
+// pauses, and tells OnTubes.
 func (n *Node) setTubes(b TubeBook) {
 	c := b.clone()
 	n.tubes.Store(&c)
+	if n.store != nil {
+		n.store.SetPauses(c.Paused)
+	}
 	if fn := n.onTubes.Load(); fn != nil {
 		(*fn)(c)
 	}

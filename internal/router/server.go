@@ -883,7 +883,7 @@ func (o *owner) execute(req *Request) (r Reply, blocked bool) {
 		}
 		return Reply{Status: StatusOK, Result: ResultTubeStats, TubeStats: ts}, false
 	case OpPauseTube:
-		return ok(o.st.PauseTube(req.Tube, time.Duration(req.Delay)*time.Second)), false
+		return ok(cl.PauseTube(req.Tube, time.Duration(req.Delay)*time.Second)), false
 	case OpStats:
 		return Reply{Status: StatusOK, Result: ResultStats, Stats: o.st.Stats()}, false
 	case OpListTubes:

@@ -38,6 +38,11 @@ const (
 	// fields its arguments, and a body that may be empty. A store
 	// applying it ignores it; a single node's journal never holds one.
 	KindMeta Kind = 14
+	// MetaPause is the State of a KindMeta record a cluster's store
+	// writes itself (Options.LogPauses): a tube's pause-tube, Delay the
+	// pause (0: the tube was freed, and its pause with it), Deadline its
+	// end (wall ns). The other States are internal/replication's.
+	MetaPause uint8 = 6
 	// KindControl is a cluster's control record (internal/replication),
 	// shaped as an update with ID 0: State says what it does (0: raise
 	// the cluster version to Pri; 1: mark a member draining), the other
