@@ -1,6 +1,7 @@
 package member
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/sproutmq/sprout/internal/replication"
@@ -10,7 +11,7 @@ import (
 // cluster of several groups: every group of the cluster, those this
 // member holds no replica of as their leaders last reported them, so
 // that any member's /cluster (and the console's fleet page, and
-// sproutctl groups) shows the whole fleet.
+// sproutctl groups) shows the whole fleet; and the tubes moves placed.
 type fleetCluster struct {
 	*replication.Node
 	m *Member
@@ -20,6 +21,9 @@ type fleetCluster struct {
 func (f fleetCluster) Status() replication.Status {
 	st := f.Node.Status()
 	st.Groups = f.m.fleetGroups(st.Groups)
+	if placed := f.m.shards.routing.Load().state.Exact; len(placed) > 0 {
+		st.Placed = maps.Clone(placed)
+	}
 	return st
 }
 

@@ -153,6 +153,12 @@ func TestShardGroupsMoveTube(t *testing.T) {
 		if owner := m.shards.routing.Load().state.Owner(tube); owner != uint16(to) {
 			t.Fatalf("%s routes %s to group %d", m.node.Name(), tube, owner)
 		}
+		var st struct {
+			Placed map[string]int `json:"placed"`
+		}
+		if err := json.Unmarshal(api(t, m, "/cluster").Body, &st); err != nil || st.Placed[tube] != to {
+			t.Fatalf("%s's GET /cluster placed: %v (%v), want %s in group %d", m.node.Name(), st.Placed, err, tube, to)
+		}
 	}
 	// New puts take the new group's ids; the moved jobs keep theirs.
 	id, err := setup.Put(100, 0, 60, []byte("after"))

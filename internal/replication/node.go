@@ -1097,6 +1097,10 @@ type Status struct {
 	// polled every few seconds should not pay.
 	Jobs   int    `json:"jobs"`
 	Digest string `json:"digest,omitempty"`
+	// Placed are the tubes moves placed, by name, and their groups: they
+	// live there, not where their names' hash says (a cluster of several
+	// groups: internal/member's fleetCluster).
+	Placed map[string]uint16 `json:"placed,omitempty"`
 }
 
 // MemberStatus is one member as this one sees it.
