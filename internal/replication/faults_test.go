@@ -12,15 +12,26 @@ import (
 // network splits and heals. Once it is all healed: every put acknowledged
 // and not deleted by an acknowledged delete is on every member, no job
 // whose delete was acknowledged is on any, and the members agree.
+//
+// A seed's faults may keep every write from being acknowledged (each
+// leader lost before its commit reached it: CI saw seed 2 so once in many
+// runs, its timers being the machine's): the seeds together must have
+// acknowledged some, or the test proved nothing.
 func TestRandomFaults(t *testing.T) {
+	acked := 0
 	for seed := range uint64(6) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
-			randomFaults(t, seed)
+			acked += randomFaults(t, seed)
 		})
+	}
+	if acked == 0 {
+		t.Error("nothing was acknowledged, in any seed")
 	}
 }
 
-func randomFaults(t *testing.T, seed uint64) {
+// randomFaults runs TestRandomFaults with seed, and returns how many puts
+// and deletes were acknowledged.
+func randomFaults(t *testing.T, seed uint64) int {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	c := newCluster(t, 3, 6)
 	type op struct {
@@ -129,7 +140,5 @@ func randomFaults(t *testing.T, seed uint64) {
 		rebuilds += len(m.rebuilds)
 	}
 	t.Logf("%d jobs kept, %d deleted, %d unacknowledged; %d rebuilds, %d snapshots", len(kept), len(deleted), len(pending), rebuilds, c.snapshots)
-	if len(kept)+len(deleted) == 0 {
-		t.Error("nothing was acknowledged")
-	}
+	return len(kept) + len(deleted)
 }
