@@ -147,8 +147,8 @@ func (l *Link) RequestRouted(session uint64, group uint16, seq uint32, req Reque
 }
 
 // How a request whose tube is moving is sent again (RequestRouted): every
-// moveRetry, for at most moveWait (a move freezes its tube for a second
-// or two at most: internal/member's tubeMoveBudget).
+// moveRetry, for at most moveWait (a move freezes its tube while its jobs
+// are copied, milliseconds for thousands: internal/member's tubemoves.go).
 const (
 	moveRetry = 10 * time.Millisecond
 	moveWait  = 5 * time.Second
