@@ -229,41 +229,62 @@ func (c *Cluster) spread(ctx context.Context, replicas int) string {
 	return ""
 }
 
-// growTraffic is KindGrow's traffic: growPairs producer/consumer pairs,
-// each on its own tube, counting the jobs deleted.
-type growTraffic struct {
-	jobs  atomic.Int64
-	quit  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
+// pairTraffic is producer/consumer pairs, each putting a job into its
+// tube and reserving and deleting one, until stop, counting the jobs
+// deleted: KindGrow's traffic and KindMove's.
+type pairTraffic struct {
+	jobs atomic.Int64
+	quit chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+	// note, if set, is told of each put acknowledged (reserved false) and
+	// each job reserved, with its pair's tube: immutable.
+	note  func(tube string, reserved bool)
 	mu    sync.Mutex
 	first error
 }
 
-// startGrowTraffic starts the pairs through members in turn.
-func startGrowTraffic(members []*member) (*growTraffic, error) {
-	t := &growTraffic{quit: make(chan struct{})}
-	for i := range growPairs {
-		m := members[i%len(members)]
-		tube := fmt.Sprintf("grow-%d", i)
-		prod, err := testproc.Dial(m.proc.Addr(), 10*time.Second)
+// pair is one producer/consumer pair: its tube, and the members its
+// producer and its consumer connect to.
+type pair struct {
+	tube       string
+	prod, cons *member
+}
+
+// startPairs starts pairs, telling note (if set) of their puts and
+// reserves.
+func startPairs(pairs []pair, note func(tube string, reserved bool)) (*pairTraffic, error) {
+	t := &pairTraffic{quit: make(chan struct{}), note: note}
+	for _, p := range pairs {
+		prod, err := testproc.Dial(p.prod.proc.Addr(), 10*time.Second)
 		if err != nil {
 			t.stop()
 			return nil, err
 		}
-		cons, err := testproc.Dial(m.proc.Addr(), 10*time.Second)
+		cons, err := testproc.Dial(p.cons.proc.Addr(), 10*time.Second)
 		if err != nil {
 			prod.Close()
 			t.stop()
 			return nil, err
 		}
-		t.wg.Go(func() { t.pair(prod, cons, tube) })
+		t.wg.Go(func() { t.pair(prod, cons, p.tube) })
 	}
 	return t, nil
 }
 
+// startGrowTraffic starts growPairs pairs through members in turn, each
+// on a tube of its own.
+func startGrowTraffic(members []*member) (*pairTraffic, error) {
+	pairs := make([]pair, growPairs)
+	for i := range pairs {
+		m := members[i%len(members)]
+		pairs[i] = pair{tube: fmt.Sprintf("grow-%d", i), prod: m, cons: m}
+	}
+	return startPairs(pairs, nil)
+}
+
 // pair puts a job into tube and reserves and deletes it, until quit.
-func (t *growTraffic) pair(prod, cons *testproc.Conn, tube string) {
+func (t *pairTraffic) pair(prod, cons *testproc.Conn, tube string) {
 	defer prod.Close()
 	defer cons.Close()
 	fail := func(err error) {
@@ -287,14 +308,20 @@ func (t *growTraffic) pair(prod, cons *testproc.Conn, tube string) {
 			return
 		default:
 		}
-		if _, err := prod.Put(0, 0, 60, []byte("grow")); err != nil {
+		if _, err := prod.Put(0, 0, 60, []byte("job")); err != nil {
 			fail(err)
 			return
+		}
+		if t.note != nil {
+			t.note(tube, false)
 		}
 		r, err := cons.Do("reserve-with-timeout 5", nil)
 		if err != nil || r.Kind != testproc.ReplyReserved {
 			fail(fmt.Errorf("reserve: %+v %v", r, err))
 			return
+		}
+		if t.note != nil {
+			t.note(tube, true)
 		}
 		if err := cons.ExpectLine(fmt.Sprintf("delete %d", r.N), "DELETED"); err != nil {
 			fail(err)
@@ -306,7 +333,7 @@ func (t *growTraffic) pair(prod, cons *testproc.Conn, tube string) {
 
 // watchRate samples the jobs done every window from now on; the func it
 // returns stops it and gives the lowest rate seen over a window.
-func (t *growTraffic) watchRate(window time.Duration) func() float64 {
+func (t *pairTraffic) watchRate(window time.Duration) func() float64 {
 	stop := make(chan struct{})
 	lowest := make(chan float64, 1)
 	go func() {
@@ -334,7 +361,7 @@ func (t *growTraffic) watchRate(window time.Duration) func() float64 {
 }
 
 // stop ends the pairs and returns the first error one met.
-func (t *growTraffic) stop() error {
+func (t *pairTraffic) stop() error {
 	t.once.Do(func() { close(t.quit) })
 	t.wg.Wait()
 	t.mu.Lock()

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 // A tube moving live between the groups of a cluster while it serves
@@ -56,8 +54,17 @@ func (s Scenario) runMove(ctx context.Context, c *Cluster, prog *Progress) (Resu
 	res := Result{Server: c.spec.Name}
 	mv := &Move{}
 	res.Move = mv
-	t := &moveTraffic{quit: make(chan struct{})}
-	if err := t.start(c.members); err != nil {
+	gaps := &moveGaps{}
+	pairs := make([]pair, movePairs+movePairsElsewhere)
+	for i := range pairs {
+		tube := moveTube
+		if i >= movePairs {
+			tube = fmt.Sprintf("still-%d", i)
+		}
+		pairs[i] = pair{tube: tube, prod: c.members[i%len(c.members)], cons: c.members[(i+1)%len(c.members)]}
+	}
+	t, err := startPairs(pairs, gaps.note)
+	if err != nil {
 		return res, err
 	}
 	defer t.stop()
@@ -70,7 +77,7 @@ func (s Scenario) runMove(ctx context.Context, c *Cluster, prog *Progress) (Resu
 	before := t.jobs.Load()
 	mv.BaselineJobsPerSec = float64(before) / moveSettle.Seconds()
 	start := time.Now()
-	t.watchGaps(start)
+	gaps.watch(start)
 	group := -1 // the tube's group: found by the first move's refusal
 	for i := range s.Kills {
 		via := c.members[i%len(c.members)]
@@ -96,7 +103,7 @@ func (s Scenario) runMove(ctx context.Context, c *Cluster, prog *Progress) (Resu
 		}
 	}
 	elapsed := time.Since(start)
-	mv.PutGap, mv.ReserveGap = t.gaps()
+	mv.PutGap, mv.ReserveGap = gaps.longest()
 	jobs := t.jobs.Load() - before
 	mv.JobsPerSec = float64(jobs) / elapsed.Seconds()
 	res.Jobs, res.Elapsed = jobs, elapsed
@@ -141,130 +148,52 @@ func moveTubeTo(ctx context.Context, m *member, g int) (*movedTube, error) {
 	return &out.movedTube, nil
 }
 
-// moveTraffic is KindMove's traffic: movePairs pairs on the moving tube
-// and movePairsElsewhere on tubes of their own, counting the jobs done
-// and, on the moving tube, when puts and reserves were last answered.
-type moveTraffic struct {
-	jobs atomic.Int64
-	quit chan struct{}
-	wg   sync.WaitGroup
-	once sync.Once
-
+// moveGaps notes when the moving tube's puts were acknowledged and its
+// jobs reserved, from watch on.
+type moveGaps struct {
 	mu      sync.Mutex
-	first   error
-	watchAt time.Time   // gaps count from then (zero: not yet)
-	puts    []time.Time // on the moving tube, from watchAt
-	takes   []time.Time
+	watchAt time.Time   // zero: not yet
+	puts    []time.Time // guarded by mu
+	takes   []time.Time // guarded by mu
 }
 
-// start starts the pairs through members in turn.
-func (t *moveTraffic) start(members []*member) error {
-	for i := range movePairs + movePairsElsewhere {
-		m := members[i%len(members)]
-		tube := moveTube
-		if i >= movePairs {
-			tube = fmt.Sprintf("still-%d", i)
-		}
-		prod, err := testproc.Dial(m.proc.Addr(), 10*time.Second)
-		if err != nil {
-			t.stop()
-			return err
-		}
-		cons, err := testproc.Dial(members[(i+1)%len(members)].proc.Addr(), 10*time.Second)
-		if err != nil {
-			prod.Close()
-			t.stop()
-			return err
-		}
-		t.wg.Go(func() { t.pair(prod, cons, tube) })
-	}
-	return nil
-}
-
-// pair puts a job into tube and reserves and deletes one, until quit.
-func (t *moveTraffic) pair(prod, cons *testproc.Conn, tube string) {
-	defer prod.Close()
-	defer cons.Close()
-	fail := func(err error) {
-		t.mu.Lock()
-		if t.first == nil {
-			t.first = fmt.Errorf("tube %s: %w", tube, err)
-		}
-		t.mu.Unlock()
-	}
-	if err := prod.ExpectLine("use "+tube, "USING "+tube); err != nil {
-		fail(err)
+// note is pairTraffic's note.
+func (g *moveGaps) note(tube string, reserved bool) {
+	if tube != moveTube {
 		return
 	}
-	if err := cons.ExpectLine("watch "+tube, "WATCHING 2"); err != nil {
-		fail(err)
-		return
-	}
-	note := func(at *[]time.Time) {
-		if tube != moveTube {
-			return
-		}
-		t.mu.Lock()
-		if !t.watchAt.IsZero() {
-			*at = append(*at, time.Now())
-		}
-		t.mu.Unlock()
-	}
-	for {
-		select {
-		case <-t.quit:
-			return
-		default:
-		}
-		if _, err := prod.Put(0, 0, 60, []byte("move")); err != nil {
-			fail(err)
-			return
-		}
-		note(&t.puts)
-		r, err := cons.Do("reserve-with-timeout 5", nil)
-		if err != nil || r.Kind != testproc.ReplyReserved {
-			fail(fmt.Errorf("reserve: %+v %v", r, err))
-			return
-		}
-		note(&t.takes)
-		if err := cons.ExpectLine(fmt.Sprintf("delete %d", r.N), "DELETED"); err != nil {
-			fail(err)
-			return
-		}
-		t.jobs.Add(1)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.watchAt.IsZero():
+	case reserved:
+		g.takes = append(g.takes, time.Now())
+	default:
+		g.puts = append(g.puts, time.Now())
 	}
 }
 
-// watchGaps starts noting the moving tube's puts and reserves from at.
-func (t *moveTraffic) watchGaps(at time.Time) {
-	t.mu.Lock()
-	t.watchAt = at
-	t.mu.Unlock()
+// watch starts noting from at.
+func (g *moveGaps) watch(at time.Time) {
+	g.mu.Lock()
+	g.watchAt = at
+	g.mu.Unlock()
 }
 
-// gaps are the longest spans, from watchGaps to now, without a put and
+// longest are the longest spans, from watch to now, without a put and
 // without a reserve answered on the moving tube.
-func (t *moveTraffic) gaps() (put, take time.Duration) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+func (g *moveGaps) longest() (put, take time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	longest := func(at []time.Time) time.Duration {
 		at = slices.Clone(at)
 		slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
-		last, gap := t.watchAt, time.Duration(0)
+		last, gap := g.watchAt, time.Duration(0)
 		for _, a := range append(at, time.Now()) {
 			gap = max(gap, a.Sub(last))
 			last = a
 		}
 		return gap
 	}
-	return longest(t.puts), longest(t.takes)
-}
-
-// stop ends the pairs and returns the first error one met.
-func (t *moveTraffic) stop() error {
-	t.once.Do(func() { close(t.quit) })
-	t.wg.Wait()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.first
+	return longest(g.puts), longest(g.takes)
 }
