@@ -390,17 +390,24 @@ func (n *Node) SetDraining(ctx context.Context, name string, on bool) error {
 	if on {
 		pri = 1
 	}
-	if _, _, err := n.journal.Append(&wal.Record{Kind: wal.KindControl, State: controlDrain, Deadline: int64(m.ID), Pri: pri}, wal.Loc{}); err != nil {
+	return n.proposeControl(ctx, &wal.Record{Kind: wal.KindControl, State: controlDrain, Deadline: int64(m.ID), Pri: pri},
+		func() bool { return slices.Contains(n.Book().Draining, m.ID) == on })
+}
+
+// proposeControl proposes r, a control record (SetDraining, ProposeTube),
+// and returns once applied says this member has applied it.
+func (n *Node) proposeControl(ctx context.Context, r *wal.Record, applied func() bool) error {
+	if _, _, err := n.journal.Append(r, wal.Loc{}); err != nil {
 		return err
 	}
 	n.signal()
-	for slices.Contains(n.Book().Draining, m.ID) != on {
+	for !applied() {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %v", ErrChangeTimeout, ctx.Err())
 		case <-n.halted:
 			return errStopped
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	return nil

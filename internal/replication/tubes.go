@@ -246,21 +246,7 @@ func (n *Node) ProposeTube(ctx context.Context, what uint8, tube string, move ui
 		return fmt.Errorf("replication: no such record of a tube's move: %d %q %d", what, tube, move)
 	}
 	r := wal.Record{Kind: wal.KindMeta, Tube: tube, State: what, Pri: uint32(group), Delay: int64(from), Deadline: int64(move)}
-	_, _, err := n.journal.Append(&r, wal.Loc{})
-	if err != nil {
-		return err
-	}
-	n.signal()
-	for !n.tubeApplied(&r) {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %v", ErrChangeTimeout, ctx.Err())
-		case <-n.halted:
-			return errStopped
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	return nil
+	return n.proposeControl(ctx, &r, func() bool { return n.tubeApplied(&r) })
 }
 
 // tubeApplied reports whether r's outcome shows in the node's TubeBook.
