@@ -188,7 +188,7 @@ func (m *Member) serveTubeMove(w http.ResponseWriter, r *http.Request) {
 	}
 	// The tube's group's leader moves it: the body is its to read.
 	from := m.shards.routing.Load().state.Owner(name)
-	if n := m.shards.node(from); n == nil || !servingNode(n) {
+	if m.shards.serving(from) == nil {
 		m.forwardMove(w, r, from)
 		return
 	}
@@ -229,12 +229,6 @@ func (m *Member) serveTubeMove(w http.ResponseWriter, r *http.Request) {
 
 // maxTubeName is the protocol's bound on a tube's name.
 const maxTubeName = 200
-
-// servingNode reports whether this member leads n's group and serves it.
-func servingNode(n *replication.Node) bool {
-	info, _ := n.Leader()
-	return info.Serving
-}
 
 // tubeMoving notes the tubes whose moves this member drives, so that its
 // resolver leaves them alone.
@@ -409,7 +403,7 @@ type decideRequest struct {
 }
 
 func (m *Member) serveDecide(w http.ResponseWriter, r *http.Request) {
-	if !servingNode(m.node) {
+	if m.shards.serving(0) == nil {
 		m.forwardMove(w, r, 0)
 		return
 	}
@@ -445,12 +439,11 @@ func (m *Member) servedGroup(w http.ResponseWriter, r *http.Request, key string)
 		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: "want ?" + key + "=GROUP&move=ID"})
 		return nil, 0, 0, false
 	}
-	n := m.shards.node(uint16(g))
-	if n == nil || !servingNode(n) {
+	if m.shards.serving(uint16(g)) == nil {
 		m.forwardMove(w, r, uint16(g))
 		return nil, 0, 0, false
 	}
-	return n, uint16(g), move, true
+	return m.shards.node(uint16(g)), uint16(g), move, true
 }
 
 func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
@@ -562,10 +555,10 @@ func (m *Member) callLeader(ctx context.Context, g uint16, path string, body []b
 // first, and one moved out whose jobs are still here has them dropped.
 func (m *Member) resolveTubeMoves() {
 	for g := range m.shards.groups() {
-		n := m.shards.node(uint16(g))
-		if n == nil || !servingNode(n) {
+		if m.shards.serving(uint16(g)) == nil {
 			continue
 		}
+		n := m.shards.node(uint16(g))
 		if frozen, _ := n.AnyFrozen(); !frozen {
 			continue
 		}

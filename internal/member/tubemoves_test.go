@@ -260,7 +260,7 @@ func TestShardGroupsMoveTubeResolved(t *testing.T) {
 	var leader *Member
 	testproc.WaitFor(t, 20*time.Second, "group 1 led", func() bool {
 		for _, m := range c.up {
-			if n := m.shards.node(1); n != nil && servingNode(n) {
+			if m.shards.serving(1) != nil {
 				leader = m
 				return true
 			}
