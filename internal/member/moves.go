@@ -248,6 +248,15 @@ func (m *Member) forwardingTransport() *http.Transport {
 	return t
 }
 
+// sideScheme is the scheme of the members' side ports: https when they
+// serve TLS.
+func (m *Member) sideScheme() string {
+	if m.cfg.HTTP.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
 // forward sends a request of the membership or groups endpoint, with its
 // credentials, to l's --http, once: what leads there serves it.
 func (m *Member) forward(w http.ResponseWriter, r *http.Request, l admin.Leader, what string) {
@@ -256,10 +265,7 @@ func (m *Member) forward(w http.ResponseWriter, r *http.Request, l admin.Leader,
 			Message: fmt.Sprintf("%s: this member does not lead it, and its leader's --http is not known here", what)})
 		return
 	}
-	scheme := "http"
-	if m.cfg.HTTP.TLS != nil {
-		scheme = "https"
-	}
+	scheme := m.sideScheme()
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: scheme, Host: l.HTTP})

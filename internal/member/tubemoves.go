@@ -519,11 +519,7 @@ func (m *Member) callLeader(ctx context.Context, g uint16, path string, body []b
 	case l.HTTP == "":
 		return fmt.Errorf("%w: group %d has no leader known here", replication.ErrNoLeader, g)
 	}
-	scheme := "http"
-	if m.cfg.HTTP.TLS != nil {
-		scheme = "https"
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, scheme+"://"+l.HTTP+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.sideScheme()+"://"+l.HTTP+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
