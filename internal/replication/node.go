@@ -188,6 +188,7 @@ type Node struct {
 	confIndex uint64
 	draining  []uint64                 // Book.Draining, as byID
 	tubes     atomic.Pointer[TubeBook] // Book.Tubes, read without a lock (FrozenTube)
+	moving    atomic.Bool              // a tube of tubes.Frozen is not yet moved out (AnyFrozen)
 	onTubes   atomic.Pointer[func(TubeBook)]
 	log       Log      // immutable; written on the node goroutine
 	journal   *Journal // immutable

@@ -186,15 +186,7 @@ func (n *Node) Tubes() TubeBook {
 // may be here still), reading no lock.
 func (n *Node) AnyFrozen() (frozen, moving bool) {
 	b := n.tubes.Load()
-	if b == nil || len(b.Frozen) == 0 {
-		return false, false
-	}
-	for _, f := range b.Frozen {
-		if !f.Moved {
-			return true, true
-		}
-	}
-	return true, false
+	return b != nil && len(b.Frozen) > 0, n.moving.Load()
 }
 
 // FrozenTube reports whether the tube is frozen or moved out in this
@@ -213,6 +205,11 @@ func (n *Node) FrozenTube(name []byte) bool {
 // pauses, and tells OnTubes.
 func (n *Node) setTubes(b TubeBook) {
 	c := b.clone()
+	moving := false
+	for _, f := range c.Frozen {
+		moving = moving || !f.Moved
+	}
+	n.moving.Store(moving) // before the book: a reader seeing a freeze sees it moving
 	n.tubes.Store(&c)
 	if n.store != nil {
 		n.store.SetPauses(c.Paused)

@@ -223,6 +223,7 @@ func (r *Router) NewQueue(answers engine.Answers) engine.Queue {
 	r.mu.Lock()
 	r.sessions++
 	s := &Session{r: r, id: r.sessions, answers: answers}
+	s.byTube = s.rerouteByTube
 	r.mu.Unlock()
 	if r.groups() == 1 {
 		if st := r.cfg.Serving(0); st != nil {

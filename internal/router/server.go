@@ -457,7 +457,7 @@ func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed || o.waiting != 0 || len(o.backlog) > 0 || len(o.replies) > 0 ||
-		o.movingLocked(&Item{Kind: KindRequest, Request: req}) {
+		o.requestMovingLocked(&req) {
 		// What a tube's move forbids goes the other way, which refuses
 		// it (movingLocked).
 		return Reply{}, nil, 0, false
@@ -635,15 +635,19 @@ func (o *owner) runLocked(it *Item) {
 // group has changed since). The group drops a tube's jobs before it marks
 // it moved out, so none is left here once the by-id check stops.
 func (o *owner) movingLocked(it *Item) bool {
+	if it.Kind == KindWait {
+		frozen, _ := o.srv.frozen(o.key.group)
+		return frozen != nil && slices.ContainsFunc(it.Wait.Tubes, frozen)
+	}
+	return o.requestMovingLocked(&it.Request)
+}
+
+// requestMovingLocked is movingLocked of a request.
+func (o *owner) requestMovingLocked(req *Request) bool {
 	frozen, moving := o.srv.frozen(o.key.group)
 	if frozen == nil {
 		return false
 	}
-	watches := func(tubes [][]byte) bool { return slices.ContainsFunc(tubes, frozen) }
-	if it.Kind == KindWait {
-		return watches(it.Wait.Tubes)
-	}
-	req := &it.Request
 	if req.Number != 0 && o.st.Answered(wal.Req{Incarnation: o.key.member, Number: req.Number}) {
 		return false // ran here before the freeze: answered from its outcome
 	}
@@ -651,7 +655,7 @@ func (o *owner) movingLocked(it *Item) bool {
 	case OpPut, OpKick, OpPeekReady, OpPeekDelayed, OpPeekBuried, OpStatsTube, OpPauseTube:
 		return frozen(req.Tube)
 	case OpReserve, OpBest, OpTake:
-		return watches(req.Tubes)
+		return slices.ContainsFunc(req.Tubes, frozen)
 	case OpDelete, OpRelease, OpBury, OpTouch, OpKickJob, OpReserveJob, OpPeek, OpStatsJob:
 		if !moving {
 			return false // a tube moved out left no job here

@@ -54,6 +54,9 @@ type Session struct {
 	// than its loop's (a request sent again where its tube moved, a
 	// search for a moved job), by bit: its close goes to those too.
 	reached [4]atomic.Uint64
+	// byTube is rerouteByTube as a func value, made once (NewQueue) and
+	// not per request: route's for the requests naming a tube.
+	byTube func(req *Request, post func(uint16, uint32))
 	// sendMu makes taking a sequence and handing the item to the Link one
 	// step (post), so that each group gets the session's items in the
 	// order of their sequences, whichever goroutine sends them (its loop,
@@ -285,13 +288,17 @@ func (s *Session) route(op Op) func(req *Request, post func(g uint16, seq uint32
 	}
 	switch op {
 	case OpPut, OpKick, OpPeekReady, OpPeekDelayed, OpPeekBuried, OpStatsTube, OpPauseTube:
-		return func(req *Request, post func(uint16, uint32)) {
-			to := s.r.ownerOf(string(req.Tube))
-			s.reach(to)
-			s.post(func(seq uint32) { post(to, seq) })
-		}
+		return s.byTube
 	}
 	return nil
+}
+
+// rerouteByTube is route's for a request naming a tube: to the tube's
+// group as this member knows it now.
+func (s *Session) rerouteByTube(req *Request, post func(uint16, uint32)) {
+	to := s.r.ownerOf(string(req.Tube))
+	s.reach(to)
+	s.post(func(seq uint32) { post(to, seq) })
 }
 
 // await makes the next sequence the one an answer is awaited by.
