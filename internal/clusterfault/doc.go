@@ -71,12 +71,12 @@
 //     until every group has its voters and the members hold about as
 //     many, which the round waits for); with several groups, a live move
 //     of a group's tube to another group and back under the workload,
-//     through a member not leading it, each move holding the tube's
-//     commands at most 1 s, or, every other round, with the source
-//     group's leader killed within the move's first 20 ms (the move
-//     completes or is aborted by the group's next leader, and the round
-//     then brings the tube back). A killed member is started again on
-//     its directory.
+//     through a member not leading it, each move's hold of the tube's
+//     commands reported (marked over 1 s), or, every other round, with
+//     the source group's leader killed within the move's first 20 ms (the
+//     move completes or is aborted by the group's next leader, and the
+//     round then brings the tube back). A killed member is started again
+//     on its directory.
 //  3. Failover, per group whose leader the fault took away: from the
 //     fault, new connections to the other members put into that group's
 //     tube until one is acknowledged; that time is the group's failover,
