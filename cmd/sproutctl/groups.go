@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +21,10 @@ the admin token for a move.
                             it (GET /cluster): its id, leader, the members
                             voting in it (learners in brackets), and the
                             tubes and jobs of that member's replica, or of
-                            the group's leader where it holds none
+                            the group's leader where it holds none; then
+                            the tubes placed by name (tubes move) and the
+                            prefixes placed (tubes place, PREFIX*), each
+                            with its group
   groups move G FROM TO     move group G's replica from member FROM to member
                             TO, a cluster of several groups' (--cluster-groups):
                             TO is added as a learner, catches up from a
@@ -75,13 +81,15 @@ func newGroupsCmd(o *options) *cobra.Command {
 				return o.moveGroupReplica(api, args[0], args[1], args[2])
 			}
 			var out struct {
-				Groups []apiGroup `json:"groups"`
+				Groups   []apiGroup        `json:"groups"`
+				Placed   map[string]uint16 `json:"placed,omitempty"`
+				Prefixes map[string]uint16 `json:"prefixes,omitempty"`
 			}
 			if err := api.do(o.ctx, "GET", "/cluster", nil, nil, &out); err != nil {
 				return err
 			}
 			if asJSON {
-				return writeJSON(o.stdout, map[string]any{"groups": out.Groups})
+				return writeJSON(o.stdout, out)
 			}
 			var rows [][]string
 			for _, g := range out.Groups {
@@ -96,10 +104,13 @@ func newGroupsCmd(o *options) *cobra.Command {
 				rows = append(rows, []string{strconv.Itoa(g.ID), leader, replicas,
 					strconv.Itoa(g.Tubes), strconv.FormatInt(g.Jobs, 10)})
 			}
-			return writeTable(o.stdout, []string{"GROUP", "LEADER", "REPLICAS", "TUBES", "JOBS"}, rows)
+			if err := writeTable(o.stdout, []string{"GROUP", "LEADER", "REPLICAS", "TUBES", "JOBS"}, rows); err != nil {
+				return err
+			}
+			return writePlacements(o.stdout, out.Placed, out.Prefixes)
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, `list: write {"groups": [...]} as GET /cluster has them`)
+	c.Flags().BoolVar(&asJSON, "json", false, `list: write {"groups": [...], "placed": {...}, "prefixes": {...}} as GET /cluster has them`)
 	return c
 }
 
@@ -126,4 +137,23 @@ func (o *options) moveGroupReplica(api *apiClient, group, from, to string) error
 	}
 	_, err = fmt.Fprintf(o.stdout, "moved group %d's replica from %s to %s; its replicas: %s\n", g, from, to, replicas)
 	return err
+}
+
+// writePlacements writes, after a blank line, the tubes placed by name and
+// the prefixes placed (PREFIX*), with their groups, if there are any.
+func writePlacements(w io.Writer, placed, prefixes map[string]uint16) error {
+	var rows [][]string
+	for _, name := range slices.Sorted(maps.Keys(placed)) {
+		rows = append(rows, []string{name, strconv.Itoa(int(placed[name]))})
+	}
+	for _, prefix := range slices.Sorted(maps.Keys(prefixes)) {
+		rows = append(rows, []string{prefix + "*", strconv.Itoa(int(prefixes[prefix]))})
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintln(w); err != nil {
+		return err
+	}
+	return writeTable(w, []string{"PLACED", "GROUP"}, rows)
 }

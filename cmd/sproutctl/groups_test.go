@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -50,13 +51,7 @@ func TestGroupsMove(t *testing.T) {
 		t.Helper()
 		return must(t, want, append(append([]string{"groups"}, args...), api...)...)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for r := ctl(t, "", nil, append([]string{"groups"}, api...)...); strings.Count(r.stdout, " a ") < 2; r = ctl(t, "", nil, append([]string{"groups"}, api...)...) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the groups have no leader: %v", r)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	awaitTwoGroupsLed(t, api)
 	if r := groups(exitNotFound, "move", "1", "a", "b"); !strings.Contains(r.stderr, "not a member") {
 		t.Errorf("a move to no member: %q", r.stderr)
 	}
@@ -82,13 +77,7 @@ func TestGroupsMove(t *testing.T) {
 func TestTubesMove(t *testing.T) {
 	p, base, _ := startMember(t, "--admin-token", testToken, "--cluster-groups", "2")
 	api := []string{"--api", base, "--token", testToken}
-	deadline := time.Now().Add(20 * time.Second)
-	for r := ctl(t, "", nil, append([]string{"groups"}, api...)...); strings.Count(r.stdout, " a ") < 2; r = ctl(t, "", nil, append([]string{"groups"}, api...)...) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the groups have no leader: %v", r)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	awaitTwoGroupsLed(t, api)
 	must(t, exitOK, "put", "work", "-s", p.Addr(), "--", "-")
 	move := func(want int, g string) result {
 		t.Helper()
@@ -129,4 +118,71 @@ func TestTubesMove(t *testing.T) {
 	move(exitNotFound, "7")
 	must(t, exitUsage, append([]string{"tubes", "move", "work"}, api...)...)
 	must(t, exitUsage, append([]string{"tubes", "move"}, api...)...)
+}
+
+// tubes place against a cluster of one real member formed with two
+// groups: a prefix placed in each group in turn takes the tube starting
+// with it there, its job with it; the refusals and their exit statuses.
+func TestTubesPlace(t *testing.T) {
+	p, base, _ := startMember(t, "--admin-token", testToken, "--cluster-groups", "2")
+	api := []string{"--api", base, "--token", testToken}
+	awaitTwoGroupsLed(t, api)
+	must(t, exitOK, "put", "img-a", "-s", p.Addr(), "--", "-")
+	place := func(want int, g string) result {
+		t.Helper()
+		return must(t, want, append([]string{"tubes", "place", "img-", "--group", g}, api...)...)
+	}
+	// The tube lives in one of the groups: placed there, nothing moves;
+	// placed in the other, it moves.
+	moved := 0
+	for _, g := range []string{"0", "1", "0"} {
+		r := place(exitOK, g)
+		if !strings.HasPrefix(r.stdout, "placed prefix img- in group "+g+": ") {
+			t.Fatalf("tubes place printed %q", r.stdout)
+		}
+		if strings.Contains(r.stdout, "1 tubes moved (img-a), 1 jobs") {
+			moved++
+		}
+	}
+	if moved != 2 {
+		t.Errorf("the tube moved %d times over three placements, want 2", moved)
+	}
+	if r := place(exitFailure, "0"); !strings.Contains(r.stderr, "already") {
+		t.Errorf("a placement where the prefix is: %q", r.stderr)
+	}
+	r := must(t, exitOK, append([]string{"groups"}, api...)...)
+	if !regexp.MustCompile(`\nPLACED +GROUP\nimg-\* +0\n`).MatchString(r.stdout) {
+		t.Errorf("groups: %q", r.stdout)
+	}
+	var tubes struct {
+		Tubes []map[string]any `json:"tubes"`
+	}
+	r = must(t, exitOK, "tubes", "--json", "-s", p.Addr())
+	if err := json.Unmarshal([]byte(r.stdout), &tubes); err != nil {
+		t.Fatal(err)
+	}
+	ready := -1.0
+	for _, tb := range tubes.Tubes {
+		if tb["name"] == "img-a" {
+			ready, _ = tb["current-jobs-ready"].(float64)
+		}
+	}
+	if ready != 1 {
+		t.Errorf("the tube after its moves: %s", r.stdout)
+	}
+	place(exitNotFound, "7")
+	must(t, exitUsage, append([]string{"tubes", "place", "img-"}, api...)...)
+}
+
+// awaitTwoGroupsLed waits until sproutctl groups through api lists both
+// groups of a one-member cluster (member a) led.
+func awaitTwoGroupsLed(t *testing.T, api []string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for r := ctl(t, "", nil, append([]string{"groups"}, api...)...); strings.Count(r.stdout, " a ") < 2; r = ctl(t, "", nil, append([]string{"groups"}, api...)...) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the groups have no leader: %v", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

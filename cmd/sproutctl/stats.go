@@ -187,6 +187,6 @@ the jobs ever put into it (TOTAL), and the time left of a pause.`,
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, `write {"tubes": [...]}, each tube's stats-tube as an object`)
-	c.AddCommand(newTubesMoveCmd(o))
+	c.AddCommand(newTubesMoveCmd(o), newTubesPlaceCmd(o))
 	return c
 }

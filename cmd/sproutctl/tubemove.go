@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -56,6 +57,57 @@ func newTubesMoveCmd(o *options) *cobra.Command {
 		},
 	}
 	c.Flags().IntVar(&group, "group", -1, "the group to move the tube to")
+	return c
+}
+
+const tubesPlaceHelp = `Place every tube whose name starts with PREFIX in a Raft group of a cluster
+of several groups (--cluster-groups), through the --http port of any member
+(--api), with the admin token.
+
+The tubes that exist move there live, as tubes move does, all at once: the
+groups they live in stop serving them, their jobs move with their ids, and
+their commands go to the new group; a tube made later with such a name is
+made there. A tube moved by name (tubes move), or under a longer prefix
+placed elsewhere, stays where it is. Placing the prefix in another group
+later moves its tubes again. Answered once done, with the tubes moved,
+their jobs, and how long their commands waited.
+
+Exits 3 when the group is not found, 4 when --api cannot be reached, and
+with the member's refusal (the prefix in that group already, a placement
+under way, a tube it takes moving by name) otherwise.`
+
+func newTubesPlaceCmd(o *options) *cobra.Command {
+	var group int
+	c := &cobra.Command{
+		Use:   "place PREFIX --group N",
+		Short: "Place the tubes whose names start with PREFIX in a Raft group of the cluster",
+		Long:  tubesPlaceHelp,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			if group < 0 {
+				return usagef("tubes place: --group N, a group's number, is required")
+			}
+			api, err := o.adminAPI("tubes place")
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(o.ctx, tubeMoveTimeout)
+			defer cancel()
+			var out struct {
+				Group  int      `json:"group"`
+				Tubes  []string `json:"tubes"`
+				Jobs   int      `json:"jobs"`
+				Paused int64    `json:"paused_ms"`
+			}
+			if err := api.do(ctx, "POST", "/cluster/placements/"+url.PathEscape(args[0]), nil, map[string]int{"group": group}, &out); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(o.stdout, "placed prefix %s in group %d: %d tubes moved (%s), %d jobs, their commands held %d ms\n",
+				args[0], out.Group, len(out.Tubes), strings.Join(out.Tubes, " "), out.Jobs, out.Paused)
+			return err
+		},
+	}
+	c.Flags().IntVar(&group, "group", -1, "the group to place the prefix's tubes in")
 	return c
 }
 

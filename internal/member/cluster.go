@@ -153,6 +153,9 @@ func (m *Member) startRouter(ec *engine.Config) {
 	if sh.placement != nil {
 		rc.Placement = func() *meta.State { return sh.routing.Load().state }
 		rc.MovedFrom, rc.Frozen = m.movedFrom, m.frozen
+		for g := range sh.placement.Groups {
+			sh.frozenChecks = append(sh.frozenChecks, func(tube []byte) bool { return m.frozenTube(uint16(g), tube) })
+		}
 	}
 	m.sessions = router.NewRouter(rc)
 	host.OnItemsStream(func(to uint64, ev replication.ItemsEvent) {

@@ -21,8 +21,15 @@ type fleetCluster struct {
 func (f fleetCluster) Status() replication.Status {
 	st := f.Node.Status()
 	st.Groups = f.m.fleetGroups(st.Groups)
-	if placed := f.m.shards.routing.Load().state.Exact; len(placed) > 0 {
-		st.Placed = maps.Clone(placed)
+	rt := f.m.shards.routing.Load().state
+	if len(rt.Exact) > 0 {
+		st.Placed = maps.Clone(rt.Exact)
+	}
+	for _, p := range rt.Placements {
+		if st.Prefixes == nil {
+			st.Prefixes = map[string]uint16{}
+		}
+		st.Prefixes[p.Prefix] = p.Group
 	}
 	return st
 }

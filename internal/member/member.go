@@ -150,6 +150,8 @@ type Member struct {
 	moving atomic.Bool
 	// tubeMoves are the moves of tubes this member drives (tubemoves.go).
 	tubeMoves tubeMoving
+	// placing is the prefix placement this member drives (placements.go).
+	placing placing
 	// forwarding carries the moves and drains this member forwards to a
 	// group's leader (forward); set with the side port, several groups
 	// only.

@@ -42,6 +42,9 @@ type shards struct {
 	// routing is what the sessions route by (tubemoves.go): the
 	// placement with group 0's moves of tubes; set with placement.
 	routing atomic.Pointer[routing]
+	// frozenChecks are, by group, what its leader refuses while a
+	// prefix's placement freezes some of its tubes (Member.frozenTube).
+	frozenChecks []func(tube []byte) bool
 	// nodes are the groups' replicas on this member, by group: nodes[0]
 	// is group 0's from the start, the others set while running.
 	nodes []atomic.Pointer[replication.Node]
@@ -458,6 +461,7 @@ func (m *Member) balanceLeaders() {
 		// and a member just added shares group 0 with its leader alone.
 		m.planReplicas(cur, func(name string) bool { return name == m.node.Name() || reachable[name] })
 		m.resolveTubeMoves()
+		m.resolvePrefixes()
 		for _, tr := range meta.PlanLeaders(cur, leaders, caughtUp) {
 			if tr.From != m.node.Name() || now.Sub(changed[tr.Group]) < leaderSettle {
 				continue

@@ -12,7 +12,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +73,13 @@ func newRouting(p *meta.State, b replication.TubeBook) *routing {
 	if st.Exact == nil {
 		st.Exact = map[string]uint16{}
 	}
+	st.Placements = nil
+	for prefix, pl := range b.Prefixes {
+		if g, ok := pl.Routes(); ok {
+			st.Placements = append(st.Placements, meta.Placement{Prefix: prefix, Group: g, Active: true})
+		}
+	}
+	slices.SortFunc(st.Placements, func(a, b meta.Placement) int { return strings.Compare(a.Prefix, b.Prefix) })
 	rt := &routing{state: &st, moved: make([][]uint16, len(p.Groups))}
 	for g := range rt.moved {
 		seen := map[uint16]bool{uint16(g): true}
@@ -99,7 +108,8 @@ func (m *Member) tubesChanged(g uint16, b replication.TubeBook) {
 	if g == 0 {
 		old := sh.routing.Load()
 		sh.routing.Store(newRouting(sh.placement, b))
-		if m.sessions != nil && old != nil && !maps.Equal(old.state.Exact, b.Placed) {
+		if m.sessions != nil && old != nil && (!maps.Equal(old.state.Exact, b.Placed) ||
+			!slices.Equal(old.state.Placements, sh.routing.Load().state.Placements)) {
 			go m.sessions.Replaced()
 		}
 	}
@@ -146,7 +156,10 @@ func (m *Member) frozen(g uint16) (func(tube []byte) bool, bool) {
 	if !frozen {
 		return nil, false
 	}
-	return n.FrozenTube, moving
+	if len(n.Tubes().FrozenPrefixes) == 0 || int(g) >= len(m.shards.frozenChecks) {
+		return n.FrozenTube, moving
+	}
+	return m.shards.frozenChecks[g], moving
 }
 
 // tubeMoveResult is a move's answer.
@@ -192,21 +205,10 @@ func (m *Member) serveTubeMove(w http.ResponseWriter, r *http.Request) {
 		m.forwardMove(w, r, from)
 		return
 	}
-	var req struct {
-		Group *int `json:"group"`
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxMemberRequest))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil || req.Group == nil {
-		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("want {\"group\": N}: %v", err)})
+	to, ok := m.readGroup(w, r)
+	if !ok {
 		return
 	}
-	groups := m.shards.groups()
-	if *req.Group < 0 || *req.Group >= groups {
-		admin.WriteError(w, &admin.Error{Status: http.StatusNotFound, Message: fmt.Sprintf("no group %d: the cluster has groups 0 to %d", *req.Group, groups-1)})
-		return
-	}
-	to := uint16(*req.Group)
 	if from == to {
 		admin.WriteError(w, &admin.Error{Status: http.StatusConflict, Message: fmt.Sprintf("tube %q lives in group %d already", name, to)})
 		return
@@ -215,16 +217,41 @@ func (m *Member) serveTubeMove(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := m.moveTube(ctx, name, from, to)
 	if err != nil {
-		status := http.StatusServiceUnavailable
-		if errors.Is(err, errTubeMove) {
-			status = http.StatusConflict
-		}
-		admin.WriteError(w, &admin.Error{Status: status, Message: err.Error()})
+		writeMoveError(w, err)
 		return
 	}
 	m.log.Info().Str("tube", name).Int("from", int(from)).Int("to", int(to)).Int("jobs", res.Jobs).
 		Int64("paused_ms", res.Paused).Str("remote", r.RemoteAddr).Msg("tube moved")
 	admin.WriteValue(w, http.StatusOK, res)
+}
+
+// readGroup reads a move's body, {"group": N}, and answers r itself
+// when it is not one, or names no group of the cluster.
+func (m *Member) readGroup(w http.ResponseWriter, r *http.Request) (uint16, bool) {
+	var req struct {
+		Group *int `json:"group"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxMemberRequest))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.Group == nil {
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("want {\"group\": N}: %v", err)})
+		return 0, false
+	}
+	if groups := m.shards.groups(); *req.Group < 0 || *req.Group >= groups {
+		admin.WriteError(w, &admin.Error{Status: http.StatusNotFound, Message: fmt.Sprintf("no group %d: the cluster has groups 0 to %d", *req.Group, groups-1)})
+		return 0, false
+	}
+	return uint16(*req.Group), true
+}
+
+// writeMoveError answers a move refused (errTubeMove) 409, one that
+// could not be made now 503.
+func writeMoveError(w http.ResponseWriter, err error) {
+	status := http.StatusServiceUnavailable
+	if errors.Is(err, errTubeMove) {
+		status = http.StatusConflict
+	}
+	admin.WriteError(w, &admin.Error{Status: status, Message: err.Error()})
 }
 
 // maxTubeName is the protocol's bound on a tube's name.
@@ -283,16 +310,15 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 	// applied, nothing of the tube changes here: a command that passed
 	// the check before it has run.
 	m.sessions.Refreeze(from)
-	frames, jobs, held, fig, _ := n.Store().ExportTube([]byte(tube))
+	for p, f := range n.Tubes().FrozenPrefixes {
+		if !f.Moved && m.covers(tube, p, f.To) {
+			return res, m.abortTubeMove(ctx, n, tube, move, from, to, fmt.Errorf("%w: prefix %q's placement in group %d takes tube %q", errTubeMove, p, f.To, tube))
+		}
+	}
+	jobs, err := m.handTube(ctx, n, tube, move, from, to)
 	res.Jobs = jobs
-	body, err := json.Marshal(adoption{Figures: fig, Holders: m.sessions.Holders(from, held)})
 	if err != nil {
 		return res, m.abortTubeMove(ctx, n, tube, move, from, to, err)
-	}
-	body = append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), append(body, frames...)...)
-	q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
-	if err := m.callLeader(ctx, to, "/cluster/tubes/"+url.PathEscape(tube)+"/adopt?"+q.Encode(), body, nil); err != nil {
-		return res, m.abortTubeMove(ctx, n, tube, move, from, to, fmt.Errorf("group %d did not take tube %q's jobs: %w", to, tube, err))
 	}
 	placed, err := m.decideTubeMove(ctx, tube, move, from, to, true)
 	if err != nil {
@@ -303,6 +329,23 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 	}
 	res.Paused = time.Since(frozenAt).Milliseconds()
 	return res, m.finishTubeMove(ctx, n, tube, move, to)
+}
+
+// handTube hands tube's jobs in group from (n, led here), frozen, to
+// group to's leader, with the sessions holding its reserved ones, and
+// returns how many it handed once that leader's log has them.
+func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string, move uint64, from, to uint16) (int, error) {
+	frames, jobs, held, fig, _ := n.Store().ExportTube([]byte(tube))
+	body, err := json.Marshal(adoption{Figures: fig, Holders: m.sessions.Holders(from, held)})
+	if err != nil {
+		return jobs, err
+	}
+	body = append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), append(body, frames...)...)
+	q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
+	if err := m.callLeader(ctx, to, "/cluster/tubes/"+url.PathEscape(tube)+"/adopt?"+q.Encode(), body, nil); err != nil {
+		return jobs, fmt.Errorf("group %d did not take tube %q's jobs: %w", to, tube, err)
+	}
+	return jobs, nil
 }
 
 // adoption is what goes with a tube's jobs to its new group's leader,

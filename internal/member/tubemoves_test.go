@@ -17,14 +17,21 @@ import (
 // moveTubeThrough asks member via's side port to move tube to group g.
 func moveTubeThrough(t *testing.T, via *Member, tube string, g int) (int, tubeMoveResult, string) {
 	t.Helper()
+	return postGroup[tubeMoveResult](t, via, "/cluster/tubes/"+tube+"/move", g)
+}
+
+// postGroup posts {"group": g} to path on member via's side port, and
+// reads its answer into a T when it is 200.
+func postGroup[T any](t *testing.T, via *Member, path string, g int) (int, T, string) {
+	t.Helper()
 	rep := testproc.DoAPI(t, testproc.APIRequest{Method: http.MethodPost,
-		URL:    fmt.Sprintf("http://%s/cluster/tubes/%s/move", via.HTTPAddr(), tube),
+		URL:    fmt.Sprintf("http://%s%s", via.HTTPAddr(), path),
 		Body:   map[string]int{"group": g},
 		Bearer: testToken, Timeout: 2 * tubeMoveTimeout})
-	var out tubeMoveResult
+	var out T
 	if rep.Status == http.StatusOK {
 		if err := json.Unmarshal(rep.Body, &out); err != nil {
-			t.Fatalf("a move's answer %s: %v", rep.Body, err)
+			t.Fatalf("the answer of %s: %s: %v", path, rep.Body, err)
 		}
 	}
 	return rep.Status, out, string(rep.Body)

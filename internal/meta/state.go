@@ -183,18 +183,31 @@ func Formation(members []Member, groups, replicas int) (*State, error) {
 func Slot(name string) int { return int(xxhash.Sum64String(name) >> (64 - 12)) }
 
 // Owner is the group that owns the tube name.
-func (s *State) Owner(name string) uint16 {
+func (s *State) Owner(name string) uint16 { return s.owner(name, Placement{}) }
+
+// OwnerPlacing is the group that would own the tube name were p an
+// active placement, in the place of any of p's prefix.
+func (s *State) OwnerPlacing(name string, p Placement) uint16 {
+	p.Active = true
+	return s.owner(name, p)
+}
+
+// owner is Owner with p among the placements (none if its prefix is "").
+func (s *State) owner(name string, p Placement) uint16 {
 	if g, ok := s.Exact[name]; ok {
 		return g
 	}
-	best := -1
-	for i, p := range s.Placements {
-		if p.Active && strings.HasPrefix(name, p.Prefix) && (best < 0 || len(p.Prefix) > len(s.Placements[best].Prefix)) {
-			best = i
+	best := Placement{}
+	if p.Prefix != "" && strings.HasPrefix(name, p.Prefix) {
+		best = p
+	}
+	for _, q := range s.Placements {
+		if q.Active && q.Prefix != p.Prefix && len(q.Prefix) > len(best.Prefix) && strings.HasPrefix(name, q.Prefix) {
+			best = q
 		}
 	}
-	if best >= 0 {
-		return s.Placements[best].Group
+	if best.Prefix != "" {
+		return best.Group
 	}
 	return s.Slots[Slot(name)]
 }

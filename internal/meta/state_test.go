@@ -156,9 +156,19 @@ func TestOwner(t *testing.T) {
 			t.Errorf("Owner(%q) = %d, want %d", name, got, want)
 		}
 	}
+	// OwnerPlacing: as if a placement were active in the place of its
+	// prefix's; a longer prefix keeps its own.
+	for name, want := range map[string]uint16{"emails.eu.bounces": gEU, "emails.us": gExact, "emails": s.Slots[Slot("emails")]} {
+		if got := s.OwnerPlacing(name, Placement{Prefix: "emails.", Group: gExact}); got != want {
+			t.Errorf("OwnerPlacing(%q, emails. → %d) = %d, want %d", name, gExact, got, want)
+		}
+	}
 	apply(Command{Op: OpPlaceTube, Tube: "emails.eu.bounces", Group: gExact})
 	if got := s.Owner("emails.eu.bounces"); got != gExact {
 		t.Errorf("an exact placement: %d, want %d", got, gExact)
+	}
+	if got := s.OwnerPlacing("emails.eu.bounces", Placement{Prefix: "emails.eu.", Group: gEmails}); got != gExact {
+		t.Errorf("OwnerPlacing of a tube placed by name: %d, want %d", got, gExact)
 	}
 	apply(Command{Op: OpUnplace, Prefix: "emails.eu."})
 	apply(Command{Op: OpUnplace, Prefix: "emails."})

@@ -1102,6 +1102,10 @@ type Status struct {
 	// live there, not where their names' hash says (a cluster of several
 	// groups: internal/member's fleetCluster).
 	Placed map[string]uint16 `json:"placed,omitempty"`
+	// Prefixes are the prefixes placed (sproutctl tubes place), and
+	// their groups: the tubes whose names start with one live there, a
+	// tube placed by name or a longer prefix's excepted.
+	Prefixes map[string]uint16 `json:"prefixes,omitempty"`
 }
 
 // MemberStatus is one member as this one sees it.

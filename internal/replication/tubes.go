@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"slices"
@@ -41,6 +42,31 @@ const (
 	// TubeMovedOut: Tube's move Deadline placed it elsewhere, and its
 	// jobs here are dropped: it stays refused here.
 	TubeMovedOut uint8 = 5
+	// (6 is wal.MetaPause.)
+
+	// The records of a prefix's placement (PrefixPlacing): Tube is the
+	// prefix, Deadline the move's id, Pri its group.
+
+	// PrefixPending: in group 0, the prefix's placement in group Pri is
+	// under way (routes do not follow it yet); refused, and the move
+	// aborted, while another prefix's is.
+	PrefixPending uint8 = 7
+	// PrefixPlace: in group 0, the pending placement is active from now
+	// on, unless it was aborted; Body lists the groups it took tubes
+	// from (big-endian uint16s).
+	PrefixPlace uint8 = 8
+	// PrefixAbort: in group 0, the pending placement is aborted, unless
+	// it was made active already.
+	PrefixAbort uint8 = 9
+	// PrefixFreeze: this group refuses the tubes the placement takes
+	// (member: PrefixPlacing.Covers) for move Deadline to group Pri.
+	PrefixFreeze uint8 = 10
+	// PrefixThaw: the prefix's freeze for move Deadline is over here (the
+	// move aborted, or the prefix placed here again).
+	PrefixThaw uint8 = 11
+	// PrefixMovedOut: the tubes the placement took are dropped here; it
+	// keeps refusing them.
+	PrefixMovedOut uint8 = 12
 )
 
 // maxDecided bounds the moves group 0 remembers the outcome of: a move's
@@ -61,8 +87,16 @@ type TubeBook struct {
 	// only): a job keeps its id, so one of a group's prefix may be in
 	// any of them, or in theirs.
 	Out map[uint16][]uint16 `json:"out,omitempty"`
+	// Prefixes are the placements by prefix (group 0 only), by prefix:
+	// an active one routes the tubes whose names start with it, an
+	// exact placement (Placed) or a longer prefix's excepted; at most one
+	// is pending.
+	Prefixes map[string]PrefixPlacement `json:"prefixes,omitempty"`
 	// Frozen are this group's tubes moving out or moved out, by name.
 	Frozen map[string]Frozen `json:"frozen,omitempty"`
+	// FrozenPrefixes are this group's prefixes moving out or moved out:
+	// the tubes each one's placement takes (Frozen.To its group).
+	FrozenPrefixes map[string]Frozen `json:"frozen_prefixes,omitempty"`
 	// Paused are this group's tubes' pauses, by name, as its leader's
 	// store logged them (store.Options.LogPauses): the next leader's
 	// store takes them (store.Store.SetPauses).
@@ -76,9 +110,43 @@ type Frozen struct {
 	Moved bool   `json:"moved,omitempty"`
 }
 
+// PrefixPlacement is a prefix's group, and the move that placed it:
+// pending until Active.
+type PrefixPlacement struct {
+	Group  uint16 `json:"group"`
+	Move   uint64 `json:"move"`
+	Active bool   `json:"active,omitempty"`
+	// Replaces: while pending, the prefix is placed in group Was (its
+	// tubes route there), as it is again if this placement is aborted.
+	Replaces bool   `json:"replaces,omitempty"`
+	Was      uint16 `json:"was,omitempty"`
+}
+
+// Routes reports the group the placement routes its tubes to now.
+func (p PrefixPlacement) Routes() (uint16, bool) {
+	switch {
+	case p.Active:
+		return p.Group, true
+	case p.Replaces:
+		return p.Was, true
+	}
+	return 0, false
+}
+
+// Pending is the prefix placement under way, if one is.
+func (b TubeBook) Pending() (string, PrefixPlacement, bool) {
+	for p, pl := range b.Prefixes {
+		if !pl.Active {
+			return p, pl, true
+		}
+	}
+	return "", PrefixPlacement{}, false
+}
+
 // IsZero reports whether b holds nothing (omitzero).
 func (b TubeBook) IsZero() bool {
-	return len(b.Placed) == 0 && len(b.Decided) == 0 && len(b.Frozen) == 0 && len(b.Paused) == 0
+	return len(b.Placed) == 0 && len(b.Decided) == 0 && len(b.Frozen) == 0 && len(b.Paused) == 0 &&
+		len(b.Prefixes) == 0 && len(b.FrozenPrefixes) == 0
 }
 
 // clone returns a copy that shares nothing with b.
@@ -88,13 +156,73 @@ func (b TubeBook) clone() TubeBook {
 		out[g] = slices.Clone(to)
 	}
 	return TubeBook{Placed: maps.Clone(b.Placed), Decided: maps.Clone(b.Decided), Order: slices.Clone(b.Order),
-		Out: out, Frozen: maps.Clone(b.Frozen), Paused: maps.Clone(b.Paused)}
+		Out: out, Frozen: maps.Clone(b.Frozen), Paused: maps.Clone(b.Paused),
+		Prefixes: maps.Clone(b.Prefixes), FrozenPrefixes: maps.Clone(b.FrozenPrefixes)}
 }
 
 // equal reports whether b and o hold the same.
 func (b TubeBook) equal(o TubeBook) bool {
 	return maps.Equal(b.Placed, o.Placed) && maps.Equal(b.Decided, o.Decided) && maps.Equal(b.Frozen, o.Frozen) &&
-		maps.EqualFunc(b.Out, o.Out, slices.Equal) && maps.Equal(b.Paused, o.Paused)
+		maps.EqualFunc(b.Out, o.Out, slices.Equal) && maps.Equal(b.Paused, o.Paused) &&
+		maps.Equal(b.Prefixes, o.Prefixes) && maps.Equal(b.FrozenPrefixes, o.FrozenPrefixes)
+}
+
+// decide records move's outcome, unless it has one: the first decides.
+func (b *TubeBook) decide(move uint64, placed bool) bool {
+	if _, ok := b.Decided[move]; ok {
+		return false
+	}
+	if b.Decided == nil {
+		b.Decided = make(map[uint64]bool)
+	}
+	b.Decided[move] = placed
+	b.Order = append(b.Order, move)
+	if len(b.Order) > maxDecided {
+		delete(b.Decided, b.Order[0])
+		b.Order = slices.Delete(b.Order, 0, 1)
+	}
+	return true
+}
+
+// movedOut notes that tubes moved from group from to group to.
+func (b *TubeBook) movedOut(from, to uint16) {
+	if b.Out == nil {
+		b.Out = make(map[uint16][]uint16)
+	}
+	if from != to && !slices.Contains(b.Out[from], to) {
+		b.Out[from] = append(b.Out[from], to)
+	}
+}
+
+// freeze, thaw and moveOut are TubeFreeze, TubeThaw and TubeMovedOut,
+// and the prefixes' alike, on frozen (b.Frozen or b.FrozenPrefixes).
+func freeze(frozen *map[string]Frozen, key string, move uint64, to uint16) bool {
+	if f, ok := (*frozen)[key]; ok && f.Move == move {
+		return false
+	}
+	if *frozen == nil {
+		*frozen = make(map[string]Frozen)
+	}
+	(*frozen)[key] = Frozen{Move: move, To: to}
+	return true
+}
+
+func thaw(frozen map[string]Frozen, key string, move uint64) bool {
+	if f, ok := frozen[key]; !ok || f.Move != move {
+		return false
+	}
+	delete(frozen, key)
+	return true
+}
+
+func moveOut(frozen map[string]Frozen, key string, move uint64) bool {
+	f, ok := frozen[key]
+	if !ok || f.Move != move || f.Moved {
+		return false
+	}
+	f.Moved = true
+	frozen[key] = f
+	return true
 }
 
 // apply makes r's change and reports whether it changed b.
@@ -102,56 +230,59 @@ func (b *TubeBook) apply(r *wal.Record) bool {
 	move := uint64(r.Deadline)
 	switch r.State {
 	case TubePlace, TubeAbort:
-		if _, ok := b.Decided[move]; ok {
-			return false // the first of place and abort decides
-		}
-		if b.Decided == nil {
-			b.Decided = make(map[uint64]bool)
-		}
 		placed := r.State == TubePlace
-		b.Decided[move] = placed
-		b.Order = append(b.Order, move)
-		if len(b.Order) > maxDecided {
-			delete(b.Decided, b.Order[0])
-			b.Order = slices.Delete(b.Order, 0, 1)
+		if !b.decide(move, placed) {
+			return false
 		}
 		if placed {
 			if b.Placed == nil {
 				b.Placed = make(map[string]uint16)
 			}
-			to, from := uint16(r.Pri), uint16(r.Delay)
-			b.Placed[r.Tube] = to
-			if b.Out == nil {
-				b.Out = make(map[uint16][]uint16)
+			b.Placed[r.Tube] = uint16(r.Pri)
+			b.movedOut(uint16(r.Delay), uint16(r.Pri))
+		}
+		return true
+	case PrefixPending:
+		if _, _, busy := b.Pending(); busy {
+			return b.decide(move, false) // refused: the proposer reads it aborted
+		}
+		if b.Prefixes == nil {
+			b.Prefixes = make(map[string]PrefixPlacement)
+		}
+		was, had := b.Prefixes[r.Tube]
+		b.Prefixes[r.Tube] = PrefixPlacement{Group: uint16(r.Pri), Move: move, Replaces: had, Was: was.Group}
+		return true
+	case PrefixPlace, PrefixAbort:
+		pl, ok := b.Prefixes[r.Tube]
+		if !b.decide(move, r.State == PrefixPlace && ok && pl.Move == move) {
+			return false
+		}
+		if !ok || pl.Move != move {
+			return true
+		}
+		if r.State == PrefixPlace {
+			b.Prefixes[r.Tube] = PrefixPlacement{Group: pl.Group, Move: move, Active: true}
+			for i := 0; i+1 < len(r.Body); i += 2 {
+				b.movedOut(uint16(r.Body[i])<<8|uint16(r.Body[i+1]), pl.Group)
 			}
-			if !slices.Contains(b.Out[from], to) {
-				b.Out[from] = append(b.Out[from], to)
-			}
+		} else if pl.Replaces {
+			b.Prefixes[r.Tube] = PrefixPlacement{Group: pl.Was, Active: true}
+		} else {
+			delete(b.Prefixes, r.Tube)
 		}
 		return true
 	case TubeFreeze:
-		if f, ok := b.Frozen[r.Tube]; ok && f.Move == move {
-			return false
-		}
-		if b.Frozen == nil {
-			b.Frozen = make(map[string]Frozen)
-		}
-		b.Frozen[r.Tube] = Frozen{Move: move, To: uint16(r.Pri)}
-		return true
+		return freeze(&b.Frozen, r.Tube, move, uint16(r.Pri))
 	case TubeThaw:
-		if f, ok := b.Frozen[r.Tube]; !ok || f.Move != move {
-			return false
-		}
-		delete(b.Frozen, r.Tube)
-		return true
+		return thaw(b.Frozen, r.Tube, move)
 	case TubeMovedOut:
-		f, ok := b.Frozen[r.Tube]
-		if !ok || f.Move != move || f.Moved {
-			return false
-		}
-		f.Moved = true
-		b.Frozen[r.Tube] = f
-		return true
+		return moveOut(b.Frozen, r.Tube, move)
+	case PrefixFreeze:
+		return freeze(&b.FrozenPrefixes, r.Tube, move, uint16(r.Pri))
+	case PrefixThaw:
+		return thaw(b.FrozenPrefixes, r.Tube, move)
+	case PrefixMovedOut:
+		return moveOut(b.FrozenPrefixes, r.Tube, move)
 	case wal.MetaPause:
 		// The pauses that have ended go; which is as this member's clock
 		// says, which only bounds what it keeps: an ended pause pauses
@@ -186,7 +317,7 @@ func (n *Node) Tubes() TubeBook {
 // may be here still), reading no lock.
 func (n *Node) AnyFrozen() (frozen, moving bool) {
 	b := n.tubes.Load()
-	return b != nil && len(b.Frozen) > 0, n.moving.Load()
+	return b != nil && (len(b.Frozen) > 0 || len(b.FrozenPrefixes) > 0), n.moving.Load()
 }
 
 // FrozenTube reports whether the tube is frozen or moved out in this
@@ -207,6 +338,9 @@ func (n *Node) setTubes(b TubeBook) {
 	c := b.clone()
 	moving := false
 	for _, f := range c.Frozen {
+		moving = moving || !f.Moved
+	}
+	for _, f := range c.FrozenPrefixes {
 		moving = moving || !f.Moved
 	}
 	n.moving.Store(moving) // before the book: a reader seeing a freeze sees it moving
@@ -246,22 +380,46 @@ func (n *Node) ProposeTube(ctx context.Context, what uint8, tube string, move ui
 	return n.proposeControl(ctx, &r, func() bool { return n.tubeApplied(&r) })
 }
 
+// ProposePrefix proposes a record of a prefix's placement in this
+// group's log, as ProposeTube does a tube's: what (PrefixPending and the
+// others), the prefix, the move and its group; a PrefixPlace's from are
+// the groups it took tubes from.
+func (n *Node) ProposePrefix(ctx context.Context, what uint8, prefix string, move uint64, group uint16, from []uint16) error {
+	if info, _ := n.Leader(); !info.Serving {
+		return ErrNotServing
+	}
+	if what < PrefixPending || what > PrefixMovedOut || prefix == "" || move == 0 {
+		return fmt.Errorf("replication: no such record of a prefix's placement: %d %q %d", what, prefix, move)
+	}
+	r := wal.Record{Kind: wal.KindMeta, Tube: prefix, State: what, Pri: uint32(group), Deadline: int64(move)}
+	for _, g := range from {
+		r.Body = binary.BigEndian.AppendUint16(r.Body, g)
+	}
+	return n.proposeControl(ctx, &r, func() bool { return n.tubeApplied(&r) })
+}
+
 // tubeApplied reports whether r's outcome shows in the node's TubeBook.
 func (n *Node) tubeApplied(r *wal.Record) bool {
 	b := n.Tubes()
 	move := uint64(r.Deadline)
+	frozen := b.Frozen
 	switch r.State {
-	case TubePlace, TubeAbort:
+	case PrefixFreeze, PrefixThaw, PrefixMovedOut:
+		frozen = b.FrozenPrefixes
+	}
+	f, ok := frozen[r.Tube]
+	switch r.State {
+	case TubePlace, TubeAbort, PrefixPlace, PrefixAbort:
 		_, ok := b.Decided[move]
 		return ok
-	case TubeFreeze:
-		f, ok := b.Frozen[r.Tube]
+	case PrefixPending:
+		_, decided := b.Decided[move]
+		return decided || b.Prefixes[r.Tube].Move == move
+	case TubeFreeze, PrefixFreeze:
 		return ok && f.Move == move
-	case TubeThaw:
-		f, ok := b.Frozen[r.Tube]
+	case TubeThaw, PrefixThaw:
 		return !ok || f.Move != move
 	default:
-		f, ok := b.Frozen[r.Tube]
 		return !ok || f.Move != move || f.Moved
 	}
 }

@@ -81,3 +81,56 @@ func TestProposeTube(t *testing.T) {
 	n := c.restart(follower.Name())
 	testproc.WaitFor(t, 10*time.Second, "the restarted member's book", func() bool { return seen(n) })
 }
+
+// TestTubeBookPrefixes: group 0 keeps one prefix placement pending at a
+// time (another's is aborted at once), makes it active or drops it,
+// restores the placement a pending one replaced when it is aborted, and
+// notes the groups it took tubes from; a group freezes, thaws and marks
+// moved out a prefix for one move at a time.
+func TestTubeBookPrefixes(t *testing.T) {
+	rec := func(what uint8, prefix string, move uint64, group uint16, body ...byte) *wal.Record {
+		return &wal.Record{Kind: wal.KindMeta, State: what, Tube: prefix, Deadline: int64(move), Pri: uint32(group), Body: body}
+	}
+	var b TubeBook
+	steps := []struct {
+		r       *wal.Record
+		changed bool
+	}{
+		{rec(PrefixPending, "img-", 10, 2), true},
+		{rec(PrefixPending, "doc-", 11, 1), true}, // refused: aborted
+		{rec(PrefixPlace, "doc-", 11, 1), false},
+		{rec(PrefixPlace, "img-", 10, 2, 0, 0, 0, 1), true},
+		{rec(PrefixAbort, "img-", 10, 0), false},
+		{rec(PrefixPending, "img-", 12, 1), true}, // replaces the active one
+		{rec(PrefixAbort, "img-", 12, 0), true},
+		{rec(PrefixFreeze, "img-", 10, 2), true},
+		{rec(PrefixFreeze, "img-", 10, 2), false},
+		{rec(PrefixThaw, "img-", 9, 0), false},
+		{rec(PrefixMovedOut, "img-", 10, 0), true},
+		{rec(PrefixFreeze, "a/", 13, 1), true},
+		{rec(PrefixThaw, "a/", 13, 0), true},
+	}
+	for i, s := range steps {
+		if got := b.apply(s.r); got != s.changed {
+			t.Fatalf("step %d (%+v): changed %v, want %v", i, *s.r, got, s.changed)
+		}
+		if i == 5 {
+			if g, ok := b.Prefixes["img-"].Routes(); !ok || g != 2 {
+				t.Fatalf("a pending placement replacing an active one routes to %d %v, want 2", g, ok)
+			}
+			if p, pl, ok := b.Pending(); !ok || p != "img-" || pl.Group != 1 {
+				t.Fatalf("pending %q %+v %v", p, pl, ok)
+			}
+		}
+	}
+	want := TubeBook{Prefixes: map[string]PrefixPlacement{"img-": {Group: 2, Active: true}},
+		Decided: map[uint64]bool{10: true, 11: false, 12: false}, Order: []uint64{11, 10, 12},
+		Out:            map[uint16][]uint16{0: {2}, 1: {2}},
+		FrozenPrefixes: map[string]Frozen{"img-": {Move: 10, To: 2, Moved: true}}}
+	if !b.equal(want) || fmt.Sprint(b.Order) != "[11 10 12]" {
+		t.Fatalf("book %+v, want %+v", b, want)
+	}
+	if _, _, ok := b.Pending(); ok {
+		t.Fatal("a placement still pending")
+	}
+}

@@ -1,0 +1,228 @@
+package member
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/meta"
+	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/internal/testproc"
+)
+
+// placeThrough asks member via's side port to place prefix in group g.
+func placeThrough(t *testing.T, via *Member, prefix string, g int) (int, prefixPlaceResult, string) {
+	t.Helper()
+	return postGroup[prefixPlaceResult](t, via, "/cluster/placements/"+prefix, g)
+}
+
+// TestShardGroupsPlacePrefix: a prefix placed in a group takes there the
+// tubes starting with it from every other group, live, while a client
+// pipelines puts into one of them through another member: their jobs keep
+// their ids, a reserved one stays its holder's, every acknowledged put is
+// there once, and a tube made later with the prefix is made in the group.
+// A tube moved by name keeps its group. Placed again elsewhere, the
+// prefix's tubes move again; the refusals.
+func TestShardGroupsPlacePrefix(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	tubes := tubePerGroup(p, "img-") // tubes[g] hashes to group g
+	other := tubePerGroup(p, "doc-")[1]
+	// tubes[0] is moved by name to group 1: the prefix does not take it.
+	if status, _, body := moveTubeThrough(t, c.up["m1"], tubes[0], 1); status != http.StatusOK {
+		t.Fatalf("move of %s: %d %s", tubes[0], status, body)
+	}
+	setup := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
+	ids := map[string][]uint64{}
+	for _, tube := range append(slices.Clone(tubes), other) {
+		expectLine(t, setup, "use "+tube, "USING "+tube)
+		for i := range 3 {
+			id, err := setup.Put(uint32(i), 0, 60, fmt.Appendf(nil, "%s-%d", tube, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[tube] = append(ids[tube], id)
+		}
+	}
+	expectLine(t, setup, "watch "+tubes[1], "WATCHING 2")
+	expectLine(t, setup, "ignore default", "WATCHING 1")
+	held := ids[tubes[1]][0]
+	if r, err := setup.Do("reserve-with-timeout 5", nil); err != nil || r.N != held {
+		t.Fatalf("reserve: %+v %v, want %d", r, err, held)
+	}
+
+	var mu sync.Mutex
+	var acked []uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		producer := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+		expectLine(t, producer, "use "+tubes[1], "USING "+tubes[1])
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			replies, err := producer.Pipeline([]string{"put 100 0 60 2\r\nj1", "put 100 0 60 2\r\nj2", "put 100 0 60 2\r\nj3"})
+			if err != nil {
+				t.Errorf("puts: %v", err)
+				return
+			}
+			mu.Lock()
+			for _, r := range replies {
+				if r.Kind != testproc.ReplyInserted {
+					t.Errorf("a put answered %q", r.Line)
+				} else {
+					acked = append(acked, r.N)
+				}
+			}
+			mu.Unlock()
+		}
+	})
+	time.Sleep(200 * time.Millisecond)
+	status, res, body := placeThrough(t, c.up["m3"], "img-", 2)
+	if status != http.StatusOK || res.Group != 2 || !slices.Equal(res.Tubes, []string{tubes[1]}) {
+		t.Fatalf("placement of img- in group 2: %d %s", status, body)
+	}
+	t.Logf("placed %+v", res)
+	routes := func(want map[string]uint16) {
+		t.Helper()
+		for _, m := range c.up {
+			testproc.WaitFor(t, 5*time.Second, m.node.Name()+" routing by the placement", func() bool {
+				for tube, g := range want {
+					if m.shards.routing.Load().state.Owner(tube) != g {
+						return false
+					}
+				}
+				return true
+			})
+		}
+	}
+	routes(map[string]uint16{tubes[0]: 1, tubes[1]: 2, tubes[2]: 2, "img-new": 2, other: 1})
+	var st struct {
+		Prefixes map[string]int `json:"prefixes"`
+	}
+	if err := json.Unmarshal(api(t, c.up["m1"], "/cluster").Body, &st); err != nil || st.Prefixes["img-"] != 2 {
+		t.Fatalf("GET /cluster prefixes: %v (%v)", st.Prefixes, err)
+	}
+	// The held job moved with its holder's reservation.
+	if st, err := setup.Stats(fmt.Sprintf("stats-job %d", held)); err != nil || st["state"] != "reserved" {
+		t.Fatalf("the held job after the placement: %v %v", st, err)
+	}
+	expectLine(t, setup, fmt.Sprintf("delete %d", held), "DELETED")
+	// A tube made now with the prefix is made in group 2.
+	expectLine(t, setup, "use img-new", "USING img-new")
+	if id, err := setup.Put(0, 0, 60, []byte("new")); err != nil || id>>meta.SeqBits != 2 {
+		t.Fatalf("a put into a new tube of the prefix: id %d (%v), want one of group 2", id, err)
+	}
+	time.Sleep(200 * time.Millisecond)
+
+	// Placed again in group 0: its tubes of group 2 move there, the one
+	// moved by name stays.
+	status, res, body = placeThrough(t, c.up["m2"], "img-", 0)
+	if status != http.StatusOK || !slices.Equal(res.Tubes, slices.Sorted(slices.Values([]string{"img-new", tubes[1], tubes[2]}))) {
+		t.Fatalf("placement of img- in group 0: %d %s", status, body)
+	}
+	routes(map[string]uint16{tubes[0]: 1, tubes[1]: 0, tubes[2]: 0, "img-new": 0, other: 1})
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	// Every job is where its tube lives, with its id; every acknowledged
+	// put is there once.
+	for tube, tubeIDs := range ids {
+		for _, id := range tubeIDs {
+			if id == held {
+				continue
+			}
+			st, err := setup.Stats(fmt.Sprintf("stats-job %d", id))
+			if err != nil || st["tube"] != tube {
+				t.Fatalf("stats-job %d of %s: %v %v", id, tube, st, err)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(acked) == 0 {
+		t.Fatal("no put acknowledged")
+	}
+	for _, id := range acked {
+		if r, err := setup.Do(fmt.Sprintf("peek %d", id), nil); err != nil || r.Kind != testproc.ReplyFound {
+			t.Fatalf("acknowledged job %d: %+v %v", id, r, err)
+		}
+	}
+	stats, err := setup.Stats("stats-tube " + tubes[1])
+	if want := fmt.Sprint(len(acked) + 2); err != nil || stats["current-jobs-ready"] != want {
+		t.Fatalf("stats-tube %s: %v %v, want %s ready", tubes[1], stats, err, want)
+	}
+	list, err := setup.Do("list-tubes", nil)
+	if err != nil || countLines(string(list.Body), "- "+tubes[1]) != 1 || countLines(string(list.Body), "- img-new") != 1 {
+		t.Fatalf("list-tubes: %q %v", list.Body, err)
+	}
+	t.Logf("%d puts acknowledged", len(acked))
+
+	// The refusals.
+	if status, _, body := placeThrough(t, c.up["m1"], "img-", 0); status != http.StatusConflict {
+		t.Errorf("a placement where the prefix is: %d %s", status, body)
+	}
+	if status, _, body := placeThrough(t, c.up["m1"], "img-", 7); status != http.StatusNotFound {
+		t.Errorf("a placement in no group: %d %s", status, body)
+	}
+}
+
+// TestShardGroupsPlacePrefixResolved: a placement whose driver is lost
+// after a group froze the prefix (here: records proposed with no
+// placement driving them) is aborted by group 0's leader and thawed in
+// the group: a put sent while the tube was frozen is answered once it
+// has, in the tube's own group.
+func TestShardGroupsPlacePrefixResolved(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	tube := tubePerGroup(p, "lost-")[1]
+	leaderOf := func(g uint16) *Member {
+		var leader *Member
+		testproc.WaitFor(t, 20*time.Second, fmt.Sprintf("group %d led", g), func() bool {
+			for _, m := range c.up {
+				if m.shards.serving(g) != nil {
+					leader = m
+					return true
+				}
+			}
+			return false
+		})
+		return leader
+	}
+	const move = 0x5eed
+	if err := leaderOf(0).node.ProposePrefix(t.Context(), replication.PrefixPending, "lost-", move, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	n := leaderOf(1).shards.node(1)
+	if err := n.ProposePrefix(t.Context(), replication.PrefixFreeze, "lost-", move, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	client := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, client, "use "+tube, "USING "+tube)
+	begun := time.Now()
+	id, err := client.Put(0, 0, 60, []byte("waited"))
+	if err != nil || id>>meta.SeqBits != 1 {
+		t.Fatalf("a put while the prefix was frozen: id %d, %v", id, err)
+	}
+	t.Logf("the put waited %v", time.Since(begun))
+	testproc.WaitFor(t, 5*time.Second, "the freeze thawed", func() bool { return len(n.Tubes().FrozenPrefixes) == 0 })
+	if placed, ok := c.up["m3"].node.Tubes().Decided[move]; !ok || placed {
+		t.Fatalf("the lost placement's outcome in group 0: decided %v, placed %v", ok, placed)
+	}
+	if _, _, pending := c.up["m3"].node.Tubes().Pending(); pending {
+		t.Fatal("the lost placement is still pending")
+	}
+	if owner := c.up["m3"].shards.routing.Load().state.Owner(tube); owner != 1 {
+		t.Fatalf("the tube routes to group %d", owner)
+	}
+}
