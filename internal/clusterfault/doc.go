@@ -75,8 +75,13 @@
 //     commands reported (marked over 1 s), or, every other round, with
 //     the source group's leader killed within the move's first 20 ms (the
 //     move completes or is aborted by the group's next leader, and the
-//     round then brings the tube back). A killed member is started again
-//     on its directory.
+//     round then brings the tube back); every other pair of those rounds
+//     places a prefix instead (the tube's whole name, when no other tube
+//     starts with it and no move placed it by name) in another group and
+//     back, the second time with group 0's leader, the placement's
+//     driver, killed within its first 20 ms (aborted by group 0's next
+//     leader unless it was placed). A killed member is started again on
+//     its directory.
 //  3. Failover, per group whose leader the fault took away: from the
 //     fault, new connections to the other members put into that group's
 //     tube until one is acknowledged; that time is the group's failover,

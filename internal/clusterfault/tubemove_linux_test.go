@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -14,8 +15,9 @@ import (
 // moveClient waits for a tube's move, which answers once it is done.
 var moveClient = &http.Client{Timeout: 45 * time.Second}
 
-// tubeMoves counts the rounds of the tube-move fault: every other one
-// kills its source group's leader while it moves.
+// tubeMoves counts the rounds of the tube-move fault: of each four, a
+// tube's move, the same with its source group's leader killed, a
+// prefix's placement, the same with group 0's leader (its driver) killed.
 var tubeMoves atomic.Int64
 
 // moveBound is how long a move should hold its tube's commands when no
@@ -36,7 +38,9 @@ const moveBound = time.Second
 // resurrected or mismatched, no double holding, every group converged,
 // every id peeked through the fence of its tube's group, which the tube
 // is back in) hold either way; without the kill, each move's hold of the
-// tube's commands is reported, marked when over moveBound.
+// tube's commands is reported, marked when over moveBound. Every other
+// pair of rounds places a prefix instead, the tube's name, which takes
+// the tube alone (placePrefixRound), when the tube was never moved by name.
 func moveTube(r *round, lay layout) (outcome, error) {
 	c := r.c
 	if c.groups < 2 {
@@ -53,7 +57,13 @@ func moveTube(r *round, lay layout) (outcome, error) {
 			break
 		}
 	}
-	kill := tubeMoves.Add(1)%2 == 0
+	n := tubeMoves.Add(1)
+	kill := n%2 == 0
+	if n%4 == 3 || n%4 == 0 {
+		if prefix, ok := c.placeable(r, lay, g); ok {
+			return c.placePrefixRound(r, lay, prefix, g, to, via, kill)
+		}
+	}
 	out := outcome{victim: fmt.Sprintf("%s from g%d to g%d and back through %s", tube, g, to, via.name)}
 	if kill {
 		out.victim += ", g" + fmt.Sprint(g) + "'s leader " + leader.name + " killed"
@@ -83,11 +93,76 @@ func moveTube(r *round, lay layout) (outcome, error) {
 	return out, nil
 }
 
+// placeable is the prefix a placement round places: group g's workload
+// tube's whole name, if no other tube of the workload starts with it and
+// no move placed it by name (a prefix does not take such a tube).
+func (c *cluster) placeable(r *round, lay layout, g int) (string, bool) {
+	tube := c.tubes[g]
+	for _, other := range append(slices.Clone(c.tubes), c.quietTubes...) {
+		if other != tube && strings.HasPrefix(other, tube) {
+			return "", false
+		}
+	}
+	for _, st := range lay.status {
+		if _, placed := st.Placed[tube]; placed {
+			return "", false
+		}
+	}
+	return tube, true
+}
+
+// placePrefixRound places prefix, which takes group g's workload tube,
+// in group to and back in g through via, under the workload; with kill,
+// group 0's leader, which drives placements, is killed at a random moment
+// within the first 20 ms and started again a second later: the placement
+// completes or is aborted (by group 0's next leader), and the round then
+// places the prefix back in g.
+func (c *cluster) placePrefixRound(r *round, lay layout, prefix string, g, to int, via *member, kill bool) (outcome, error) {
+	driver := lay.leaders[0]
+	if kill && via == driver {
+		for _, m := range c.others(driver) {
+			if m.up() {
+				via = m
+				break
+			}
+		}
+	}
+	out := outcome{victim: fmt.Sprintf("prefix %s placed in g%d and back in g%d through %s", prefix, to, g, via.name)}
+	if kill {
+		out.victim += ", g0's leader " + driver.name + " killed"
+		killAt := time.Duration(rand.IntN(20)) * time.Millisecond
+		time.AfterFunc(killAt, func() { driver.proc.Kill() })
+		begun := time.Now()
+		_, paused, err := c.post(via, "/cluster/placements/"+url.PathEscape(prefix), to)
+		r.t.Logf("placing %s with %s killed after %v: held %v, %v", prefix, driver.name, killAt, paused, err)
+		holdUntil(begun.Add(killAt + time.Second))
+		c.start(driver)
+		c.awaitLeaders(leaderWait)
+		return out, c.settle(via, "/cluster/placements/"+url.PathEscape(prefix), g)
+	}
+	for _, dest := range []int{to, g} {
+		status, paused, err := c.post(via, "/cluster/placements/"+url.PathEscape(prefix), dest)
+		if err != nil || status != http.StatusOK {
+			return out, fmt.Errorf("placing %s in group %d: %d %v", prefix, dest, status, err)
+		}
+		out.victim += fmt.Sprintf(", held %v", paused)
+		if paused > moveBound {
+			out.victim += fmt.Sprintf(" (over %v)", moveBound)
+		}
+	}
+	return out, nil
+}
+
 // moveTubeTo asks m to move tube to group g: the answer's status, and how
 // long the move held the tube's commands.
 func (c *cluster) moveTubeTo(m *member, tube string, g int) (int, time.Duration, error) {
-	req, err := http.NewRequest(http.MethodPost, m.httpBase()+"/cluster/tubes/"+url.PathEscape(tube)+"/move",
-		strings.NewReader(fmt.Sprintf(`{"group": %d}`, g)))
+	return c.post(m, "/cluster/tubes/"+url.PathEscape(tube)+"/move", g)
+}
+
+// post posts {"group": g} to path on m's --http, a move or a placement:
+// the answer's status, and how long it held the tubes' commands.
+func (c *cluster) post(m *member, path string, g int) (int, time.Duration, error) {
+	req, err := http.NewRequest(http.MethodPost, m.httpBase()+path, strings.NewReader(fmt.Sprintf(`{"group": %d}`, g)))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -112,16 +187,22 @@ func (c *cluster) moveTubeTo(m *member, tube string, g int) (int, time.Duration,
 // for it, once whatever move of it was under way is over (its group's
 // next leader finishes one whose driver was killed).
 func (c *cluster) settleTube(via *member, tube string, g int) error {
+	return c.settle(via, "/cluster/tubes/"+url.PathEscape(tube)+"/move", g)
+}
+
+// settle posts {"group": g} to path on via until it is done, or answers
+// that it was done already.
+func (c *cluster) settle(via *member, path string, g int) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		status, _, err := c.moveTubeTo(via, tube, g)
+		status, _, err := c.post(via, path, g)
 		switch {
 		case status == http.StatusOK:
 			return nil
 		case status == http.StatusConflict && strings.Contains(err.Error(), "already"):
 			return nil // back, or never moved
 		case time.Now().After(deadline):
-			return fmt.Errorf("tube %s is not back in group %d after a minute: %d %v", tube, g, status, err)
+			return fmt.Errorf("%s: not in group %d after a minute: %d %v", path, g, status, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

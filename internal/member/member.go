@@ -150,8 +150,11 @@ type Member struct {
 	moving atomic.Bool
 	// tubeMoves are the moves of tubes this member drives (tubemoves.go).
 	tubeMoves tubeMoving
-	// placing is the prefix placement this member drives (placements.go).
-	placing placing
+	// placing is the prefix placement this member drives (placements.go),
+	// and prefixesSeen the placements its resolver saw undriven at its
+	// last tick (the balance loop's alone).
+	placing      placing
+	prefixesSeen map[string]uint64
 	// forwarding carries the moves and drains this member forwards to a
 	// group's leader (forward); set with the side port, several groups
 	// only.

@@ -295,9 +295,18 @@ func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prefix := r.PathValue("prefix")
+	key := prefixIn(prefix, g)
+	if !m.tubeMoves.begin(key) {
+		admin.WriteError(w, &admin.Error{Status: http.StatusConflict, Message: fmt.Sprintf("prefix %q is busy in group %d", prefix, g)})
+		return
+	}
+	defer m.tubeMoves.end(key)
 	var out any = map[string]bool{"done": true}
 	switch step := r.PathValue("step"); step {
 	case "open":
+		if err = m.endPrefixOut(r.Context(), n, prefix, move); err != nil {
+			break
+		}
 		if f, ok := n.Tubes().FrozenPrefixes[prefix]; ok && g == uint16(to) {
 			err = n.ProposePrefix(r.Context(), replication.PrefixThaw, prefix, f.Move, 0, nil)
 		}
@@ -333,6 +342,9 @@ func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
 // prefix, then hand each tube it covers here to group to's leader.
 func (m *Member) takePrefix(ctx context.Context, n *replication.Node, g uint16, prefix string, move uint64, to uint16) (prefixTaken, error) {
 	out := prefixTaken{Tubes: []string{}}
+	if err := m.endPrefixOut(ctx, n, prefix, move); err != nil {
+		return out, err
+	}
 	if err := n.ProposePrefix(ctx, replication.PrefixFreeze, prefix, move, to, nil); err != nil {
 		return out, err
 	}
@@ -351,6 +363,29 @@ func (m *Member) takePrefix(ctx context.Context, n *replication.Node, g uint16, 
 		out.Jobs += jobs
 	}
 	return out, nil
+}
+
+// prefixIn is tubeMoving's key of prefix in group g: the steps of its
+// placements there, and the resolver's (a tube's name has no space).
+func prefixIn(prefix string, g uint16) string { return fmt.Sprintf("prefix %s in %d", prefix, g) }
+
+// endPrefixOut ends what an earlier placement of prefix, not move, left
+// frozen in n's group and not marked moved out, before move goes on: one
+// group 0 placed is finished (the covered tubes here are copies), one it
+// aborted is thawed, and one it has not decided refuses move.
+func (m *Member) endPrefixOut(ctx context.Context, n *replication.Node, prefix string, move uint64) error {
+	f, ok := n.Tubes().FrozenPrefixes[prefix]
+	if !ok || f.Moved || f.Move == move {
+		return nil
+	}
+	placed, decided := m.node.Tubes().Decided[f.Move]
+	switch {
+	case !decided:
+		return fmt.Errorf("%w: prefix %q's placement %x is not over", errTubeMove, prefix, f.Move)
+	case placed:
+		return m.finishPrefix(ctx, n, prefix, f.Move, f.To)
+	}
+	return n.ProposePrefix(ctx, replication.PrefixThaw, prefix, f.Move, 0, nil)
 }
 
 // finishPrefix is a group's finish step: once this member routes by the
@@ -390,13 +425,21 @@ func (m *Member) awaitDecided(ctx context.Context, move uint64, placed bool) err
 	}
 }
 
-// resolvePrefixes carries on the placements no driver here drives: as
-// group 0's leader, a pending one is aborted (unless it was placed first)
-// and ended in every group; as another group's leader, a freeze group 0
-// has decided is finished or thawed here.
+// resolvePrefixes carries on the placements no driver here drives, each
+// seen undriven at the member's previous tick too (a driver elsewhere
+// finishes its own within milliseconds): as group 0's leader, a pending
+// one is aborted (unless it was placed first) and ended in every group;
+// as another group's leader, a freeze group 0 has decided is finished or
+// thawed here. Called from the member's balance loop only.
 func (m *Member) resolvePrefixes() {
+	seen := m.prefixesSeen
+	m.prefixesSeen = map[string]uint64{}
+	stale := func(key string, move uint64) bool {
+		m.prefixesSeen[key] = move
+		return seen[key] == move
+	}
 	if m.shards.serving(0) != nil {
-		if prefix, pl, ok := m.node.Tubes().Pending(); ok && !m.placing.drives(pl.Move) {
+		if prefix, pl, ok := m.node.Tubes().Pending(); ok && !m.placing.drives(pl.Move) && stale("pending "+prefix, pl.Move) {
 			go func() {
 				if !m.placing.begin(pl.Move) {
 					return
@@ -417,15 +460,18 @@ func (m *Member) resolvePrefixes() {
 		n := m.shards.node(uint16(g))
 		for prefix, f := range n.Tubes().FrozenPrefixes {
 			placed, ok := decided[f.Move]
-			if f.Moved || !ok || m.placing.drives(f.Move) {
+			key := prefixIn(prefix, uint16(g))
+			if f.Moved || !ok || m.placing.drives(f.Move) || !stale(key, f.Move) {
 				continue
 			}
 			go func() {
-				key := fmt.Sprintf("prefix %s in %d", prefix, g) // tubes' names have no spaces
 				if !m.tubeMoves.begin(key) {
 					return
 				}
 				defer m.tubeMoves.end(key)
+				if now, ok := n.Tubes().FrozenPrefixes[prefix]; !ok || now != f {
+					return // resolved meanwhile
+				}
 				ctx, cancel := context.WithTimeout(context.Background(), tubeMoveTimeout)
 				defer cancel()
 				var err error

@@ -257,8 +257,9 @@ func writeMoveError(w http.ResponseWriter, err error) {
 // maxTubeName is the protocol's bound on a tube's name.
 const maxTubeName = 200
 
-// tubeMoving notes the tubes whose moves this member drives, so that its
-// resolver leaves them alone.
+// tubeMoving notes the tubes whose moves this member drives or takes, each
+// keyed by the tube and the group (tubeIn), so that its resolver leaves
+// them alone.
 type tubeMoving struct {
 	mu    sync.Mutex
 	tubes map[string]bool
@@ -289,15 +290,19 @@ func (t *tubeMoving) has(tube string) bool {
 	return t.tubes[tube]
 }
 
+// tubeIn is tubeMoving's key of tube in group g (a tube's name has no
+// '@').
+func tubeIn(tube string, g uint16) string { return fmt.Sprintf("%s@%d", tube, g) }
+
 // moveTube moves tube from group from, which this member leads, to group
 // to: the steps of this file's comment.
 func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tubeMoveResult, error) {
 	res := tubeMoveResult{Tube: tube, From: from, To: to}
 	n := m.shards.node(from)
-	if !m.tubeMoves.begin(tube) {
+	if !m.tubeMoves.begin(tubeIn(tube, from)) {
 		return res, fmt.Errorf("%w: tube %q is moving already", errTubeMove, tube)
 	}
-	defer m.tubeMoves.end(tube)
+	defer m.tubeMoves.end(tubeIn(tube, from))
 	if f, ok := n.Tubes().Frozen[tube]; ok {
 		return res, fmt.Errorf("%w: tube %q's move %x to group %d is not over", errTubeMove, tube, f.Move, f.To)
 	}
@@ -328,7 +333,7 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 		return res, m.abortTubeMove(ctx, n, tube, move, from, to, fmt.Errorf("%w: tube %q's move was aborted", errTubeMove, tube))
 	}
 	res.Paused = time.Since(frozenAt).Milliseconds()
-	return res, m.finishTubeMove(ctx, n, tube, move, to)
+	return res, m.finishTubeMove(ctx, n, tube, move)
 }
 
 // handTube hands tube's jobs in group from (n, led here), frozen, to
@@ -366,7 +371,7 @@ func (m *Member) abortTubeMove(ctx context.Context, n *replication.Node, tube st
 	case err != nil:
 		return fmt.Errorf("%v; its abort is not decided yet (%v)", why, err)
 	case placed:
-		return m.finishTubeMove(ctx, n, tube, move, to)
+		return m.finishTubeMove(ctx, n, tube, move)
 	}
 	q := url.Values{"to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
 	if err := m.callLeader(ctx, to, "/cluster/tubes/"+url.PathEscape(tube)+"/drop?"+q.Encode(), nil, nil); err != nil {
@@ -379,15 +384,29 @@ func (m *Member) abortTubeMove(ctx context.Context, n *replication.Node, tube st
 	return why
 }
 
-// finishTubeMove ends a placed move here: once this member routes the
-// tube to its new group, its jobs go, and the tube is marked moved out.
-func (m *Member) finishTubeMove(ctx context.Context, n *replication.Node, tube string, move uint64, to uint16) error {
-	for m.shards.routing.Load().state.Owner(tube) != to {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
+// endMoveOut ends the move out of n's group of tube that is frozen there
+// and not yet moved out, if one is, before the tube moves in again: one
+// group 0 placed is finished (its jobs here are copies); one it aborted,
+// or has not decided, refuses the move in (the tube lives here still, or
+// may).
+func (m *Member) endMoveOut(ctx context.Context, n *replication.Node, tube string) error {
+	f, ok := n.Tubes().Frozen[tube]
+	if !ok || f.Moved {
+		return nil
+	}
+	if placed, decided := m.node.Tubes().Decided[f.Move]; !decided || !placed {
+		return fmt.Errorf("%w: tube %q's move %x out of here is not over", errTubeMove, tube, f.Move)
+	}
+	return m.finishTubeMove(ctx, n, tube, f.Move)
+}
+
+// finishTubeMove ends a placed move here: once this member has applied
+// its placement (its sessions route the tube to its new group, or on from
+// there if it has moved again since), its jobs go, and the tube is marked
+// moved out.
+func (m *Member) finishTubeMove(ctx context.Context, n *replication.Node, tube string, move uint64) error {
+	if err := m.awaitDecided(ctx, move, true); err != nil {
+		return err
 	}
 	// Its jobs go first: while it is not marked moved out, the commands
 	// by id of its jobs are refused here (a delete answered here once it
@@ -510,8 +529,20 @@ func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	frames := body[4+head:]
-	// A tube that moved out of here before comes back: it is no longer
-	// refused here once it is placed here again.
+	key := tubeIn(tube, g)
+	if !m.tubeMoves.begin(key) {
+		admin.WriteError(w, &admin.Error{Status: http.StatusConflict, Message: fmt.Sprintf("tube %q is moving in or out of group %d already", tube, g)})
+		return
+	}
+	defer m.tubeMoves.end(key)
+	// A tube that moved out of here before comes back: its move out ends
+	// first (its driver may have been lost after group 0 placed it, and
+	// before the copies here went), and it is no longer refused here once
+	// it is placed here again.
+	if err := m.endMoveOut(r.Context(), n, tube); err != nil {
+		writeMoveError(w, err)
+		return
+	}
 	if f, ok := n.Tubes().Frozen[tube]; ok && f.Moved {
 		if err := n.ProposeTube(r.Context(), replication.TubeThaw, tube, f.Move, 0, 0); err != nil {
 			writeChangeError(w, err)
@@ -602,7 +633,7 @@ func (m *Member) resolveTubeMoves() {
 			continue
 		}
 		for tube, f := range n.Tubes().Frozen {
-			if m.tubeMoves.has(tube) {
+			if m.tubeMoves.has(tubeIn(tube, uint16(g))) {
 				continue
 			}
 			if f.Moved {
@@ -611,10 +642,14 @@ func (m *Member) resolveTubeMoves() {
 				}
 			}
 			go func() {
-				if !m.tubeMoves.begin(tube) {
+				key := tubeIn(tube, uint16(g))
+				if !m.tubeMoves.begin(key) {
 					return
 				}
-				defer m.tubeMoves.end(tube)
+				defer m.tubeMoves.end(key)
+				if now, ok := n.Tubes().Frozen[tube]; !ok || now != f {
+					return // resolved meanwhile, or moved in again
+				}
 				ctx, cancel := context.WithTimeout(context.Background(), tubeMoveTimeout)
 				defer cancel()
 				var err error

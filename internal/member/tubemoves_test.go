@@ -296,3 +296,67 @@ func TestShardGroupsMoveTubeResolved(t *testing.T) {
 		t.Fatalf("the tube routes to group %d", owner)
 	}
 }
+
+// TestShardGroupsMoveTubeBackUnfinished: a tube's move out of a group
+// that group 0 placed, and whose driver was lost before the group dropped
+// its copies (here: the steps made by hand, the last left out), is
+// finished by a move of the tube back into that group: the copies go
+// before the jobs come back, so every job is there once, and the tube
+// serves there again.
+func TestShardGroupsMoveTubeBackUnfinished(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	tube := tubePerGroup(p, "unfinished")[1]
+	client := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, client, "use "+tube, "USING "+tube)
+	var ids []uint64
+	for i := range 5 {
+		id, err := client.Put(0, 0, 60, fmt.Appendf(nil, "job-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	leaderOf := func(g uint16) *Member {
+		for _, m := range c.up {
+			if m.shards.serving(g) != nil {
+				return m
+			}
+		}
+		t.Fatalf("group %d has no leader", g)
+		return nil
+	}
+	const move = 0xfeed
+	src := leaderOf(1)
+	n := src.shards.node(1)
+	if err := n.ProposeTube(t.Context(), replication.TubeFreeze, tube, move, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	src.sessions.Refreeze(1)
+	if jobs, err := src.handTube(t.Context(), n, tube, move, 1, 2); err != nil || jobs != len(ids) {
+		t.Fatalf("handing the tube over: %d jobs, %v", jobs, err)
+	}
+	if err := leaderOf(0).node.ProposeTube(t.Context(), replication.TubePlace, tube, move, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Its driver lost here: group 1 still holds the copies. The tube
+	// moves back at once.
+	status, res, body := moveTubeThrough(t, c.up["m3"], tube, 1)
+	if status != http.StatusOK || res.From != 2 || res.Jobs != len(ids) {
+		t.Fatalf("the move back: %d %s", status, body)
+	}
+	st, err := client.Stats("stats-tube " + tube)
+	if err != nil || st["current-jobs-ready"] != fmt.Sprint(len(ids)) {
+		t.Fatalf("stats-tube after the move back: %v %v, want %d ready", st, err, len(ids))
+	}
+	if id, err := client.Put(0, 0, 60, []byte("after")); err != nil || id>>meta.SeqBits != 1 {
+		t.Fatalf("a put after the move back: id %d, %v", id, err)
+	}
+	for _, id := range ids {
+		expectLine(t, client, fmt.Sprintf("delete %d", id), "DELETED")
+	}
+	if st, err := client.Stats("stats-tube " + tube); err != nil || st["current-jobs-ready"] != "1" {
+		t.Fatalf("stats-tube at the end: %v %v", st, err)
+	}
+}
