@@ -70,9 +70,8 @@ type Store struct {
 	pauses map[string]Pause
 	// logPauses is Options.LogPauses: immutable. leading: the store
 	// serves, and logs the pauses freed tubes drop (Lead).
-	logPauses   bool
-	logReserves bool
-	leading     atomic.Bool
+	logPauses bool
+	leading   atomic.Bool
 
 	defaultT *Tube // immutable
 
@@ -155,11 +154,6 @@ type Options struct {
 	// store takes them (SetPauses). A single node's pauses are not
 	// logged, as beanstalkd's are not.
 	LogPauses bool
-	// LogReserves logs each reservation (a wal.KindUpdate, reserved),
-	// its reply waiting for it: what replicated reservations would cost
-	// the log (docs/design/shards.md 7.3), measured. Replicas apply it
-	// as recovery does: the job ready.
-	LogReserves bool
 }
 
 // IDSeqBits is the width of an id's sequence within its prefix; the 8
@@ -192,7 +186,6 @@ func newStore(opts Options, log Journal) *Store {
 	}
 	s.lastID.Store(s.idBase)
 	s.logPauses = opts.LogPauses
-	s.logReserves = opts.LogReserves
 	s.wallBase = time.Now().UnixNano() - now()
 	s.log = log
 	if opts.Dedup {

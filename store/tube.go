@@ -3,8 +3,6 @@ package store
 import (
 	"sync"
 	"sync/atomic"
-
-	"github.com/sproutmq/sprout/store/wal"
 )
 
 // Tube is a named queue: a ready heap by (priority, id), a delay heap by
@@ -172,11 +170,6 @@ func (t *Tube) reserveLocked(j *Job, c *Client, now int64) bool {
 	c.rearmTTRLocked()
 	c.mu.Unlock()
 	c.showLocked(j) // every reservation shows the job: RESERVED
-	if t.s.logReserves && t.s.log != nil {
-		r := t.s.record(wal.KindUpdate, j)
-		r.Deadline = t.s.wall(j.deadline)
-		_ = t.s.logLocked(c, j, &r) // a measurement: a refusal leaves it unlogged
-	}
 	t.nReserved++
 	t.s.counts.reserved.Add(1)
 	return true

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -146,8 +145,7 @@ func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint, m
 	if n.state = makeState(n); n.state == nil {
 		// Group g issues ids of prefix g (docs/design/shards.md, 4), and
 		// keeps the outcomes of keyed requests (5.6).
-		n.store = store.New(store.Options{Journal: n.journal, Acks: n.journal, IDPrefix: uint8(g), Dedup: true, LogPauses: true,
-			LogReserves: os.Getenv("SPROUT_MEASURE_LOGGED_RESERVES") == "1"})
+		n.store = store.New(store.Options{Journal: n.journal, Acks: n.journal, IDPrefix: uint8(g), Dedup: true, LogPauses: true})
 		n.store.SetPauses(book.Tubes.Paused)
 		n.state = n.store
 		st := n.store
