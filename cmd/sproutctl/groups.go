@@ -32,6 +32,13 @@ the admin token for a move.
                             (handing the leadership over first if it leads)
                             and drops the group's log. Answered once done;
                             prints the group's replicas after.
+  groups grow N             grow a cluster of several groups to N, a multiple
+                            of their count, while it serves: the new groups
+                            are made on the members holding the fewest
+                            replicas, and each takes its share of the
+                            tubes' hash slots from an old one, their tubes
+                            moving live (as tubes move does). Asked again
+                            after a growth that stopped half way, it goes on.
 
 A group is moved one change at a time, and group 0, which holds the
 membership, is on every member and does not move. The members move replicas
@@ -57,25 +64,28 @@ type apiGroup struct {
 func newGroupsCmd(o *options) *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
-		Use:   "groups [list | move GROUP FROM TO]",
-		Short: "List a cluster's Raft groups, and move a group's replica between members",
+		Use:   "groups [list | move GROUP FROM TO | grow N]",
+		Short: "List a cluster's Raft groups, move a group's replica between members, grow their count",
 		Long:  groupsHelp,
 		RunE: func(_ *cobra.Command, args []string) error {
 			verb := "list"
 			if len(args) > 0 {
 				verb, args = args[0], args[1:]
 			}
-			want := map[string]int{"list": 0, "move": 3}
+			want := map[string]int{"list": 0, "move": 3, "grow": 1}
 			n, known := want[verb]
 			switch {
 			case !known:
-				return usagef("groups %s: want list or move GROUP FROM TO", verb)
+				return usagef("groups %s: want list, move GROUP FROM TO or grow N", verb)
 			case len(args) != n:
 				return usagef("groups %s takes %d argument(s), not %d", verb, n, len(args))
 			}
 			api, err := o.adminAPI("groups")
 			if err != nil {
 				return err
+			}
+			if verb == "grow" {
+				return o.growGroups(api, args[0])
 			}
 			if verb == "move" {
 				return o.moveGroupReplica(api, args[0], args[1], args[2])
@@ -156,4 +166,31 @@ func writePlacements(w io.Writer, placed, prefixes map[string]uint16) error {
 		return err
 	}
 	return writeTable(w, []string{"PLACED", "GROUP"}, rows)
+}
+
+// growTimeout bounds a growth: the member answers once it is done, or
+// after its own bound (2 min) with why not.
+const growTimeout = 150 * time.Second
+
+// growGroups grows the cluster's groups to n and prints what moved.
+func (o *options) growGroups(api *apiClient, n string) error {
+	to, err := strconv.Atoi(n)
+	if err != nil || to < 1 {
+		return usagef("groups grow: %q is not a count of groups", n)
+	}
+	ctx, cancel := context.WithTimeout(o.ctx, growTimeout)
+	defer cancel()
+	var out struct {
+		From   int      `json:"from"`
+		To     int      `json:"to"`
+		Tubes  []string `json:"tubes"`
+		Jobs   int      `json:"jobs"`
+		Paused int64    `json:"paused_ms"`
+	}
+	if err := api.do(ctx, "POST", "/cluster/groups/grow", nil, map[string]int{"to": to}, &out); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(o.stdout, "grew the groups from %d to %d: %d tubes moved, %d jobs, each placement holding its tubes at most %d ms\n",
+		out.From, out.To, len(out.Tubes), out.Jobs, out.Paused)
+	return err
 }

@@ -186,3 +186,42 @@ func awaitTwoGroupsLed(t *testing.T, api []string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// groups grow against a cluster of one real member formed with two
+// groups: it grows to four, the tubes' jobs all there after, and groups
+// lists four; the refusals and their exit statuses.
+func TestGroupsGrow(t *testing.T) {
+	p, base, _ := startMember(t, "--admin-token", testToken, "--cluster-groups", "2")
+	api := []string{"--api", base, "--token", testToken}
+	awaitTwoGroupsLed(t, api)
+	for i := range 8 {
+		must(t, exitOK, "put", fmt.Sprintf("t%d", i), "-s", p.Addr(), "--", "-")
+	}
+	r := must(t, exitOK, append([]string{"groups", "grow", "4"}, api...)...)
+	if !strings.HasPrefix(r.stdout, "grew the groups from 2 to 4: ") {
+		t.Fatalf("groups grow printed %q", r.stdout)
+	}
+	r = must(t, exitOK, append([]string{"groups"}, api...)...)
+	if led := regexp.MustCompile(`(?m)^ +[0-3]  a `).FindAllString(r.stdout, -1); len(led) != 4 {
+		t.Errorf("groups after the growth: %q", r.stdout)
+	}
+	var tubes struct {
+		Tubes []map[string]any `json:"tubes"`
+	}
+	r = must(t, exitOK, "tubes", "--json", "-s", p.Addr())
+	if err := json.Unmarshal([]byte(r.stdout), &tubes); err != nil {
+		t.Fatal(err)
+	}
+	ready := 0.0
+	for _, tb := range tubes.Tubes {
+		n, _ := tb["current-jobs-ready"].(float64)
+		ready += n
+	}
+	if ready != 8 {
+		t.Errorf("ready jobs after the growth: %v (%s)", ready, r.stdout)
+	}
+	if r := must(t, exitFailure, append([]string{"groups", "grow", "6"}, api...)...); !strings.Contains(r.stderr, "multiple") {
+		t.Errorf("a growth of 4 to 6: %q", r.stderr)
+	}
+	must(t, exitUsage, append([]string{"groups", "grow", "x"}, api...)...)
+}

@@ -107,6 +107,28 @@ func (m *Member) startNode() error {
 // the first group other than 0 is attached (replication.SharedLog.Attach).
 const shardsStartTimeout = 30 * time.Second
 
+// foreignWait is how long a member waits to learn of a group another
+// member leads before it stops: group 0's log names a grown group on
+// every member within moments.
+const foreignWait = 5 * time.Second
+
+// awaitForeign stops the member unless it learns of group g, which
+// member from reported leading, within foreignWait.
+func (m *Member) awaitForeign(from uint64, g uint16) {
+	defer m.foreignWait.Store(false)
+	for deadline := time.Now().Add(foreignWait); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if int(g) < m.shards.groups() {
+			return
+		}
+	}
+	m.foreignOnce.Do(func() {
+		err := &FormationError{fmt.Sprintf("member %x leads group %d, and this member runs %d group(s): "+
+			"start it with the cluster's --cluster-groups", from, g, m.shards.groups())}
+		m.log.Error().Err(err).Msg("stopping: this member does not run every group of the cluster")
+		m.foreign <- err // watch stops the member, once it has started
+	})
+}
+
 // startRouter makes the member's router (internal/router) and hands the
 // engine its sessions. Until the cluster is finalized (version 3) a
 // member that does not lead proxies its clients' bytes to the leader,
@@ -120,14 +142,14 @@ func (m *Member) startRouter(ec *engine.Config) {
 		Self: node.ID(), Send: host.SendItems, LeaderWait: node.ElectionTimeout(),
 		Serving: sh.serving, Leased: sh.leased, Replica: sh.replica, Term: sh.term, Replicas: sh.replicas,
 		// A member that runs fewer groups than the cluster would route
-		// their tubes to the groups it has: it stops.
+		// their tubes to the groups it has: it stops. Unless the group
+		// was grown and this member learns of it in a moment (the group
+		// 0 log it follows names it: growth.go).
 		Foreign: func(from uint64, g uint16) {
-			m.foreignOnce.Do(func() {
-				err := &FormationError{fmt.Sprintf("member %x leads group %d, and this member runs %d group(s): "+
-					"start it with the cluster's --cluster-groups", from, g, sh.groups())}
-				m.log.Error().Err(err).Msg("stopping: this member does not run every group of the cluster")
-				m.foreign <- err // watch stops the member, once it has started
-			})
+			if !m.foreignWait.CompareAndSwap(false, true) {
+				return
+			}
+			go m.awaitForeign(from, g)
 		},
 		Removed: func() []uint64 { return node.Book().Removed },
 		Peers: func() []uint64 {
@@ -153,7 +175,7 @@ func (m *Member) startRouter(ec *engine.Config) {
 	if sh.placement != nil {
 		rc.Placement = func() *meta.State { return sh.routing.Load().state }
 		rc.MovedFrom, rc.Frozen = m.movedFrom, m.frozen
-		for g := range sh.placement.Groups {
+		for g := range meta.MaxGroups { // grown groups too
 			sh.frozenChecks = append(sh.frozenChecks, func(tube []byte) bool { return m.frozenTube(uint16(g), tube) })
 		}
 	}

@@ -145,6 +145,7 @@ type Member struct {
 	// reads once the member has started.
 	foreignOnce sync.Once
 	foreign     chan error
+	foreignWait atomic.Bool // awaitForeign is waiting
 	// moving: a replica move or a drained member's removal is under way
 	// (planReplicas), one at a time.
 	moving atomic.Bool
@@ -155,6 +156,10 @@ type Member struct {
 	// last tick (the balance loop's alone).
 	placing      placing
 	prefixesSeen map[string]uint64
+	// growing is the growth of the groups this member drives, and growMu
+	// orders the starts of grown groups' replicas here (growth.go).
+	growing growing
+	growMu  sync.Mutex
 	// forwarding carries the moves and drains this member forwards to a
 	// group's leader (forward); set with the side port, several groups
 	// only.

@@ -68,10 +68,16 @@ type prefixTaken struct {
 }
 
 // covers reports whether placing prefix in group to takes tube to it, as
-// the member routes now.
+// the member routes now; a key of a grown group's slots
+// (replication.SlotKey) takes the tubes of those slots.
 func (m *Member) covers(tube, prefix string, to uint16) bool {
+	rt := m.shards.routing.Load()
+	if g, slots := replication.SlotGroup(prefix); slots {
+		mod := rt.modulus[g]
+		return mod > 0 && rt.state.OwnerPlacingSlots(tube, g, mod) == to
+	}
 	return len(tube) >= len(prefix) && tube[:len(prefix)] == prefix &&
-		m.shards.routing.Load().state.OwnerPlacing(tube, meta.Placement{Prefix: prefix, Group: to}) == to
+		rt.state.OwnerPlacing(tube, meta.Placement{Prefix: prefix, Group: to}) == to
 }
 
 // frozenTube reports whether group g refuses tube: a tube's move froze
@@ -85,7 +91,7 @@ func (m *Member) frozenTube(g uint16, tube []byte) bool {
 		return true
 	}
 	for p, f := range n.Tubes().FrozenPrefixes {
-		if len(tube) >= len(p) && string(tube[:len(p)]) == p && m.covers(string(tube), p, f.To) {
+		if (p[0] == '#' || len(tube) >= len(p) && string(tube[:len(p)]) == p) && m.covers(string(tube), p, f.To) {
 			return true
 		}
 	}

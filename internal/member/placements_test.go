@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -56,35 +55,7 @@ func TestShardGroupsPlacePrefix(t *testing.T) {
 		t.Fatalf("reserve: %+v %v, want %d", r, err, held)
 	}
 
-	var mu sync.Mutex
-	var acked []uint64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		producer := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
-		expectLine(t, producer, "use "+tubes[1], "USING "+tubes[1])
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			replies, err := producer.Pipeline([]string{"put 100 0 60 2\r\nj1", "put 100 0 60 2\r\nj2", "put 100 0 60 2\r\nj3"})
-			if err != nil {
-				t.Errorf("puts: %v", err)
-				return
-			}
-			mu.Lock()
-			for _, r := range replies {
-				if r.Kind != testproc.ReplyInserted {
-					t.Errorf("a put answered %q", r.Line)
-				} else {
-					acked = append(acked, r.N)
-				}
-			}
-			mu.Unlock()
-		}
-	})
+	puts := startPipeliner(t, c.up["m2"], tubes[1], 3)
 	time.Sleep(200 * time.Millisecond)
 	status, res, body := placeThrough(t, c.up["m3"], "img-", 2)
 	if status != http.StatusOK || res.Group != 2 || !slices.Equal(res.Tubes, []string{tubes[1]}) {
@@ -131,8 +102,7 @@ func TestShardGroupsPlacePrefix(t *testing.T) {
 	}
 	routes(map[string]uint16{tubes[0]: 1, tubes[1]: 0, tubes[2]: 0, "img-new": 0, other: 1})
 	time.Sleep(200 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	acked := puts.stopped()
 
 	// Every job is where its tube lives, with its id; every acknowledged
 	// put is there once.
@@ -147,8 +117,6 @@ func TestShardGroupsPlacePrefix(t *testing.T) {
 			}
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if len(acked) == 0 {
 		t.Fatal("no put acknowledged")
 	}

@@ -66,6 +66,7 @@ func (m *Member) router() (http.Handler, error) {
 			m.registerGroups(mux, m.api.Auth().Middleware)
 			m.registerTubeMoves(mux, m.api.Auth().Middleware)
 			m.registerPlacements(mux, m.api.Auth().Middleware)
+			m.registerGrowth(mux, m.api.Auth().Middleware)
 			groups = &groupedMembers{groups: m.shards.groups(), replicas: m.shards.formation.Replicas, holding: m.holding, drain: m.drain}
 		}
 		registerMembers(mux, m.node, m.api.Auth().Middleware, m.log, groups)

@@ -46,8 +46,12 @@ type shards struct {
 	// prefix's placement freezes some of its tubes (Member.frozenTube).
 	frozenChecks []func(tube []byte) bool
 	// nodes are the groups' replicas on this member, by group: nodes[0]
-	// is group 0's from the start, the others set while running.
+	// is group 0's from the start, the others set while running. It has
+	// room for every group the cluster may grow (meta.MaxGroups); count
+	// are the cluster's groups as this member knows them: the formation's
+	// and those grown (group 0's TubeBook.Grown; growth.go).
 	nodes []atomic.Pointer[replication.Node]
+	count atomic.Int32
 	// left is, by group, the membership change whose index removed this
 	// member's replica last: a report as of it or before does not bring
 	// the replica back. Guarded by leftMu.
@@ -56,11 +60,11 @@ type shards struct {
 }
 
 // groups is how many shard groups the cluster has.
-func (sh *shards) groups() int { return len(sh.nodes) }
+func (sh *shards) groups() int { return int(sh.count.Load()) }
 
 // node is group g's replica on this member, nil if it has not started.
 func (sh *shards) node(g uint16) *replication.Node {
-	if int(g) >= len(sh.nodes) {
+	if int(g) >= sh.groups() {
 		return nil
 	}
 	return sh.nodes[g].Load()
@@ -156,7 +160,8 @@ func planShards(cfg Config, held []uint16, fresh bool, rec formation) (*shards, 
 	}
 	// A member that joined the cluster starts no group from the formation
 	// (whose members it is not among): it is added to groups since.
-	sh := &shards{nodes: make([]atomic.Pointer[replication.Node], groups), fresh: fresh && nc.JoinID == 0, left: map[uint16]uint64{}}
+	sh := &shards{nodes: make([]atomic.Pointer[replication.Node], meta.MaxGroups), fresh: fresh && nc.JoinID == 0, left: map[uint16]uint64{}}
+	sh.count.Store(int32(groups))
 	if groups > 1 {
 		var members []meta.Member
 		for _, p := range nc.Peers {
@@ -170,9 +175,10 @@ func planShards(cfg Config, held []uint16, fresh bool, rec formation) (*shards, 
 		sh.routing.Store(newRouting(placement, replication.TubeBook{}))
 	}
 	// The log may hold other groups than the formation placed here (they
-	// move), but none the cluster does not have.
+	// move), but none the cluster does not have; with a record, groups
+	// grown since (growth.go) too, which group 0's book names.
 	for _, g := range sortedGroups(held) {
-		if int(g) >= groups {
+		if int(g) >= groups && rec.Groups == 0 {
 			return nil, &FormationError{fmt.Sprintf("--cluster-groups %d disagrees with this member's log, which holds group %d: "+
 				"set the cluster's, set when it was formed", groups, g)}
 		}
@@ -480,7 +486,7 @@ func (m *Member) balanceLeaders() {
 // them; names are the members' by Raft id.
 func (m *Member) currentPlacement(reported map[uint16]router.Report, names map[uint64]string) *meta.State {
 	sh := m.shards
-	p := *sh.placement
+	p := *sh.routing.Load().state // the formation's groups and those grown
 	p.Members = nil
 	draining := m.node.Book().Draining
 	for id, name := range names {

@@ -2,6 +2,7 @@ package member
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -64,23 +65,58 @@ const (
 type routing struct {
 	state *meta.State
 	moved [][]uint16 // by group
+	// modulus is, by grown group, the groups' count its growth reached.
+	modulus map[uint16]int
 }
 
-// newRouting is the routing of the formation p with group 0's book b.
+// newRouting is the routing of the formation p with group 0's book b:
+// the groups grown since, the slots placed in them, the tubes placed by
+// name and by prefix.
 func newRouting(p *meta.State, b replication.TubeBook) *routing {
 	st := *p
+	st.Groups = slices.Clone(p.Groups)
+	for _, g := range b.Grown {
+		grp := meta.Group{ID: g.ID}
+		for _, r := range g.Replicas {
+			grp.Replicas = append(grp.Replicas, meta.Replica{Member: r})
+		}
+		for len(st.Groups) < int(g.ID) {
+			st.Groups = append(st.Groups, meta.Group{ID: uint16(len(st.Groups))}) // not grown yet: named by a later record
+		}
+		if int(g.ID) == len(st.Groups) {
+			st.Groups = append(st.Groups, grp)
+		} else {
+			st.Groups[g.ID] = grp
+		}
+		st.Prefixes[g.ID] = g.ID + 1
+	}
+	// Slots placed in grown groups, the earlier growths' first.
+	grown := slices.SortedFunc(slices.Values(b.Grown), func(x, y replication.GrownGroup) int {
+		return cmp.Or(cmp.Compare(x.Modulus, y.Modulus), cmp.Compare(x.ID, y.ID))
+	})
+	for _, g := range grown {
+		if _, active := b.Prefixes[replication.SlotKey(g.ID)].Routes(); active {
+			st.PlaceSlots(g.ID, int(g.Modulus))
+		}
+	}
 	st.Exact = maps.Clone(b.Placed)
 	if st.Exact == nil {
 		st.Exact = map[string]uint16{}
 	}
 	st.Placements = nil
 	for prefix, pl := range b.Prefixes {
+		if _, slots := replication.SlotGroup(prefix); slots {
+			continue
+		}
 		if g, ok := pl.Routes(); ok {
 			st.Placements = append(st.Placements, meta.Placement{Prefix: prefix, Group: g, Active: true})
 		}
 	}
 	slices.SortFunc(st.Placements, func(a, b meta.Placement) int { return strings.Compare(a.Prefix, b.Prefix) })
-	rt := &routing{state: &st, moved: make([][]uint16, len(p.Groups))}
+	rt := &routing{state: &st, moved: make([][]uint16, len(st.Groups)), modulus: map[uint16]int{}}
+	for _, g := range b.Grown {
+		rt.modulus[g.ID] = int(g.Modulus)
+	}
 	for g := range rt.moved {
 		seen := map[uint16]bool{uint16(g): true}
 		queue := []uint16{uint16(g)}
@@ -108,8 +144,9 @@ func (m *Member) tubesChanged(g uint16, b replication.TubeBook) {
 	if g == 0 {
 		old := sh.routing.Load()
 		sh.routing.Store(newRouting(sh.placement, b))
-		if m.sessions != nil && old != nil && (!maps.Equal(old.state.Exact, b.Placed) ||
-			!slices.Equal(old.state.Placements, sh.routing.Load().state.Placements)) {
+		m.grew(b)
+		if now := sh.routing.Load().state; m.sessions != nil && old != nil && (!maps.Equal(old.state.Exact, b.Placed) ||
+			!slices.Equal(old.state.Placements, now.Placements) || old.state.Slots != now.Slots) {
 			go m.sessions.Replaced()
 		}
 	}

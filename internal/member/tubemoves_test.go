@@ -84,39 +84,11 @@ func TestShardGroupsMoveTube(t *testing.T) {
 	}
 
 	// Traffic through the others while the tube moves.
+	puts := startPipeliner(t, c.up["m2"], tube, 5)
 	var mu sync.Mutex
-	var acked, deleted []uint64
+	var deleted []uint64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		producer := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
-		expectLine(t, producer, "use "+tube, "USING "+tube)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			var lines []string
-			for k := range 5 {
-				lines = append(lines, fmt.Sprintf("put 100 0 60 4\r\nj%03d", (i*5+k)%1000))
-			}
-			replies, err := producer.Pipeline(lines)
-			if err != nil {
-				t.Errorf("puts: %v", err)
-				return
-			}
-			mu.Lock()
-			for _, r := range replies {
-				if r.Kind != testproc.ReplyInserted {
-					t.Errorf("a put answered %q", r.Line)
-				} else {
-					acked = append(acked, r.N)
-				}
-			}
-			mu.Unlock()
-		}
-	})
 	wg.Go(func() {
 		worker := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
 		expectLine(t, worker, "watch "+tube, "WATCHING 2")
@@ -209,6 +181,7 @@ func TestShardGroupsMoveTube(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	wg.Wait()
+	acked := puts.stopped()
 	checkMoved()
 
 	// Every acknowledged put is there once, or was deleted by the worker.
@@ -242,6 +215,58 @@ func TestShardGroupsMoveTube(t *testing.T) {
 		t.Fatalf("stats-tube %s: %v %v", tube, st, err)
 	}
 	t.Logf("%d puts acknowledged, %d deleted", len(acked), len(deleted))
+}
+
+// pipeliner puts into a tube through a member, pipelining depth puts at
+// a time, until stopped, and notes the ids acknowledged; a put answered
+// otherwise fails the test.
+type pipeliner struct {
+	stop  chan struct{}
+	done  chan struct{}
+	acked []uint64 // the goroutine's until done
+}
+
+func startPipeliner(t *testing.T, via *Member, tube string, depth int) *pipeliner {
+	p := &pipeliner{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		conn := testproc.DialTest(t, via.Addr().String(), replyTimeout)
+		if err := conn.ExpectLine("use "+tube, "USING "+tube); err != nil {
+			t.Errorf("use: %v", err)
+			return
+		}
+		for i := 0; ; i++ {
+			select {
+			case <-p.stop:
+				return
+			default:
+			}
+			var lines []string
+			for k := range depth {
+				lines = append(lines, fmt.Sprintf("put 100 0 60 4\r\nj%03d", (i*depth+k)%1000))
+			}
+			replies, err := conn.Pipeline(lines)
+			if err != nil {
+				t.Errorf("puts: %v", err)
+				return
+			}
+			for _, r := range replies {
+				if r.Kind != testproc.ReplyInserted {
+					t.Errorf("a put answered %q", r.Line)
+				} else {
+					p.acked = append(p.acked, r.N)
+				}
+			}
+		}
+	}()
+	return p
+}
+
+// stopped stops the puts and returns the ids acknowledged.
+func (p *pipeliner) stopped() []uint64 {
+	close(p.stop)
+	<-p.done
+	return p.acked
 }
 
 // countLines counts the lines of s that are line.

@@ -197,6 +197,38 @@ func (s *State) owner(name string, p Placement) uint16 {
 	if g, ok := s.Exact[name]; ok {
 		return g
 	}
+	if g, ok := s.prefixOwner(name, p); ok {
+		return g
+	}
+	return s.Slots[Slot(name)]
+}
+
+// OwnerPlacingSlots is the group that would own the tube name were the
+// slots s with s mod modulus = g placed in group g (a growth of the
+// groups' count to modulus).
+func (s *State) OwnerPlacingSlots(name string, g uint16, modulus int) uint16 {
+	if e, ok := s.Exact[name]; ok {
+		return e
+	}
+	if p, ok := s.prefixOwner(name, Placement{}); ok {
+		return p
+	}
+	if slot := Slot(name); slot%modulus != int(g) {
+		return s.Slots[slot]
+	}
+	return g
+}
+
+// PlaceSlots places in group g the slots s with s mod modulus = g.
+func (s *State) PlaceSlots(g uint16, modulus int) {
+	for i := int(g); i < Slots; i += modulus {
+		s.Slots[i] = g
+	}
+}
+
+// prefixOwner is the group of the longest active placement of a prefix
+// of name, p among them (none if its prefix is ""), if one has one.
+func (s *State) prefixOwner(name string, p Placement) (uint16, bool) {
 	best := Placement{}
 	if p.Prefix != "" && strings.HasPrefix(name, p.Prefix) {
 		best = p
@@ -206,10 +238,7 @@ func (s *State) owner(name string, p Placement) uint16 {
 			best = q
 		}
 	}
-	if best.Prefix != "" {
-		return best.Group
-	}
-	return s.Slots[Slot(name)]
+	return best.Group, best.Prefix != ""
 }
 
 // JobID is the id of sequence number seq under prefix.

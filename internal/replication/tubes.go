@@ -3,9 +3,11 @@ package replication
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/sproutmq/sprout/store"
@@ -67,7 +69,36 @@ const (
 	// PrefixMovedOut: the tubes the placement took are dropped here; it
 	// keeps refusing them.
 	PrefixMovedOut uint8 = 12
+	// GroupsGrow: in group 0, the cluster has the groups Body names (a
+	// JSON []GrownGroup) besides those it was formed with and those grown
+	// before: they own no tube until slots are placed in them (a
+	// placement whose key is "#" and the group's number: SlotKey).
+	GroupsGrow uint8 = 13
 )
+
+// GrownGroup is a group the cluster grew, its replicas' members, and
+// the groups' count its growth reached (Modulus): the slots s with
+// s mod Modulus = ID are the ones placed in it.
+type GrownGroup struct {
+	ID       uint16   `json:"id"`
+	Modulus  uint16   `json:"modulus"`
+	Replicas []string `json:"replicas"`
+}
+
+// SlotKey is the key of the placement of group g's slots, in
+// TubeBook.Prefixes and FrozenPrefixes: a tube's name has no '#', so no
+// prefix is one.
+func SlotKey(g uint16) string { return "#" + strconv.Itoa(int(g)) }
+
+// SlotGroup is the group a SlotKey places slots in, and false for a
+// prefix.
+func SlotGroup(key string) (uint16, bool) {
+	if len(key) < 2 || key[0] != '#' {
+		return 0, false
+	}
+	g, err := strconv.ParseUint(key[1:], 10, 16)
+	return uint16(g), err == nil
+}
 
 // maxDecided bounds the moves group 0 remembers the outcome of: a move's
 // parties read its outcome within seconds of it.
@@ -97,6 +128,8 @@ type TubeBook struct {
 	// FrozenPrefixes are this group's prefixes moving out or moved out:
 	// the tubes each one's placement takes (Frozen.To its group).
 	FrozenPrefixes map[string]Frozen `json:"frozen_prefixes,omitempty"`
+	// Grown are the groups the cluster grew (group 0 only), in order.
+	Grown []GrownGroup `json:"grown,omitempty"`
 	// Paused are this group's tubes' pauses, by name, as its leader's
 	// store logged them (store.Options.LogPauses): the next leader's
 	// store takes them (store.Store.SetPauses).
@@ -146,7 +179,7 @@ func (b TubeBook) Pending() (string, PrefixPlacement, bool) {
 // IsZero reports whether b holds nothing (omitzero).
 func (b TubeBook) IsZero() bool {
 	return len(b.Placed) == 0 && len(b.Decided) == 0 && len(b.Frozen) == 0 && len(b.Paused) == 0 &&
-		len(b.Prefixes) == 0 && len(b.FrozenPrefixes) == 0
+		len(b.Prefixes) == 0 && len(b.FrozenPrefixes) == 0 && len(b.Grown) == 0
 }
 
 // clone returns a copy that shares nothing with b.
@@ -157,14 +190,17 @@ func (b TubeBook) clone() TubeBook {
 	}
 	return TubeBook{Placed: maps.Clone(b.Placed), Decided: maps.Clone(b.Decided), Order: slices.Clone(b.Order),
 		Out: out, Frozen: maps.Clone(b.Frozen), Paused: maps.Clone(b.Paused),
-		Prefixes: maps.Clone(b.Prefixes), FrozenPrefixes: maps.Clone(b.FrozenPrefixes)}
+		Prefixes: maps.Clone(b.Prefixes), FrozenPrefixes: maps.Clone(b.FrozenPrefixes), Grown: slices.Clone(b.Grown)}
 }
 
 // equal reports whether b and o hold the same.
 func (b TubeBook) equal(o TubeBook) bool {
 	return maps.Equal(b.Placed, o.Placed) && maps.Equal(b.Decided, o.Decided) && maps.Equal(b.Frozen, o.Frozen) &&
 		maps.EqualFunc(b.Out, o.Out, slices.Equal) && maps.Equal(b.Paused, o.Paused) &&
-		maps.Equal(b.Prefixes, o.Prefixes) && maps.Equal(b.FrozenPrefixes, o.FrozenPrefixes)
+		maps.Equal(b.Prefixes, o.Prefixes) && maps.Equal(b.FrozenPrefixes, o.FrozenPrefixes) &&
+		slices.EqualFunc(b.Grown, o.Grown, func(x, y GrownGroup) bool {
+			return x.ID == y.ID && x.Modulus == y.Modulus && slices.Equal(x.Replicas, y.Replicas)
+		})
 }
 
 // decide records move's outcome, unless it has one: the first decides.
@@ -283,6 +319,19 @@ func (b *TubeBook) apply(r *wal.Record) bool {
 		return thaw(b.FrozenPrefixes, r.Tube, move)
 	case PrefixMovedOut:
 		return moveOut(b.FrozenPrefixes, r.Tube, move)
+	case GroupsGrow:
+		var grown []GrownGroup
+		if err := json.Unmarshal(r.Body, &grown); err != nil {
+			return false // not written by ProposeGrow: nothing to do
+		}
+		changed := false
+		for _, g := range grown {
+			if !slices.ContainsFunc(b.Grown, func(h GrownGroup) bool { return h.ID == g.ID }) {
+				b.Grown = append(b.Grown, g)
+				changed = true
+			}
+		}
+		return changed
 	case wal.MetaPause:
 		// The pauses that have ended go; which is as this member's clock
 		// says, which only bounds what it keeps: an ended pause pauses
@@ -388,7 +437,7 @@ func (n *Node) ProposePrefix(ctx context.Context, what uint8, prefix string, mov
 	if info, _ := n.Leader(); !info.Serving {
 		return ErrNotServing
 	}
-	if what < PrefixPending || what > PrefixMovedOut || prefix == "" || move == 0 {
+	if what < PrefixPending || what > PrefixMovedOut || prefix == "" || len(prefix) > 200 || move == 0 {
 		return fmt.Errorf("replication: no such record of a prefix's placement: %d %q %d", what, prefix, move)
 	}
 	r := wal.Record{Kind: wal.KindMeta, Tube: prefix, State: what, Pri: uint32(group), Deadline: int64(move)}
@@ -396,6 +445,25 @@ func (n *Node) ProposePrefix(ctx context.Context, what uint8, prefix string, mov
 		r.Body = binary.BigEndian.AppendUint16(r.Body, g)
 	}
 	return n.proposeControl(ctx, &r, func() bool { return n.tubeApplied(&r) })
+}
+
+// ProposeGrow proposes, in group 0's log, that the cluster has the groups
+// grown besides its others, and returns once this member has applied it.
+func (n *Node) ProposeGrow(ctx context.Context, grown []GrownGroup) error {
+	if info, _ := n.Leader(); !info.Serving {
+		return ErrNotServing
+	}
+	body, err := json.Marshal(grown)
+	if err != nil || len(grown) == 0 {
+		return fmt.Errorf("replication: no groups to grow: %v", err)
+	}
+	r := wal.Record{Kind: wal.KindMeta, State: GroupsGrow, Tube: "#", Deadline: 1, Body: body}
+	return n.proposeControl(ctx, &r, func() bool {
+		b := n.Tubes()
+		return !slices.ContainsFunc(grown, func(g GrownGroup) bool {
+			return !slices.ContainsFunc(b.Grown, func(h GrownGroup) bool { return h.ID == g.ID })
+		})
+	})
 }
 
 // tubeApplied reports whether r's outcome shows in the node's TubeBook.

@@ -1,0 +1,246 @@
+package member
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/admin"
+	"github.com/sproutmq/sprout/internal/meta"
+	"github.com/sproutmq/sprout/internal/replication"
+)
+
+// The cluster's groups grow from C to N, a multiple of C, while it serves
+// (docs/design/shards.md 1.7, as built), driven by group 0's leader:
+//
+//  1. group 0 logs the new groups C…N−1, each with the members of its
+//     replicas (replication.GroupsGrow: TubeBook.Grown). Every member
+//     counts them from then on (routes, ids: group g's ids carry prefix
+//     g), and those named start their replicas as the formation's do;
+//     the new groups own no tube yet.
+//  2. once each has a leader, each new group d takes its slots, the s
+//     with s mod N = d, all from group d mod C: a placement whose key is
+//     replication.SlotKey(d), carried as a prefix's is (placements.go),
+//     the tubes it covers being those of such a slot that no exact or
+//     prefix placement holds elsewhere. One at a time; each moves its
+//     tubes live.
+//
+// Asked again with the same N, a growth left half way goes on: groups
+// grown already are not grown again, and slots placed already stay.
+
+// growTimeout bounds a growth: new groups elected, every slot placed.
+const growTimeout = 2 * time.Minute
+
+// growResult is a growth's answer.
+type growResult struct {
+	From   int      `json:"from"`
+	To     int      `json:"to"`
+	Tubes  []string `json:"tubes"`
+	Jobs   int      `json:"jobs"`
+	Paused int64    `json:"paused_ms"` // the longest a placement held its tubes
+}
+
+// grew takes group 0's book as it changed here: the groups it names
+// grown count from now on, and this member starts its replicas of those
+// it names it in that it runs none of (on its log if that holds the
+// group). Called on group 0's goroutine: the starts go on one of their
+// own.
+func (m *Member) grew(b replication.TubeBook) {
+	sh := m.shards
+	n := int32(sh.groups())
+	var start []replication.GrownGroup
+	for _, g := range b.Grown {
+		n = max(n, int32(g.ID)+1)
+		if slices.Contains(g.Replicas, m.node.Name()) && sh.nodes[g.ID].Load() == nil {
+			start = append(start, g)
+		}
+	}
+	if n > sh.count.Load() {
+		sh.count.Store(n)
+	}
+	if len(start) > 0 {
+		go m.startGrown(start)
+	}
+}
+
+// startGrown starts this member's replicas of the grown groups, once
+// each.
+func (m *Member) startGrown(grown []replication.GrownGroup) {
+	m.growMu.Lock()
+	defer m.growMu.Unlock()
+	held := m.clusterLog.Shared().Groups()
+	for _, g := range grown {
+		if m.shards.nodes[g.ID].Load() != nil {
+			continue
+		}
+		replicas := g.Replicas
+		if slices.Contains(held, g.ID) {
+			replicas = nil // on its log
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), shardsStartTimeout)
+		err := m.startGroup(ctx, g.ID, replicas, false)
+		cancel()
+		if err != nil {
+			m.log.Error().Err(err).Int("group", int(g.ID)).Msg("cannot start the replica of a grown group")
+			continue
+		}
+		m.log.Info().Int("group", int(g.ID)).Strs("replicas", g.Replicas).Msg("a grown group's replica started here")
+	}
+}
+
+// growing guards the growth this member drives: one at a time.
+type growing struct{ sync.Mutex }
+
+// registerGrowth adds POST /cluster/groups/grow {"to": N} to mux (any
+// member: forwarded to group 0's leader, which drives it), guarded as
+// the admin API's changes are.
+func (m *Member) registerGrowth(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
+	mux.Handle("POST /cluster/groups/grow", guard(http.HandlerFunc(m.serveGrow)))
+}
+
+func (m *Member) serveGrow(w http.ResponseWriter, r *http.Request) {
+	if m.shards.serving(0) == nil {
+		m.forwardMove(w, r, 0)
+		return
+	}
+	to, ok := m.readCount(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), growTimeout)
+	defer cancel()
+	res, err := m.growGroups(ctx, to)
+	if err != nil {
+		writeMoveError(w, err)
+		return
+	}
+	m.log.Info().Int("from", res.From).Int("to", res.To).Int("tubes", len(res.Tubes)).Int("jobs", res.Jobs).
+		Int64("paused_ms", res.Paused).Str("remote", r.RemoteAddr).Msg("groups grown")
+	admin.WriteValue(w, http.StatusOK, res)
+}
+
+// growGroups grows the cluster's groups to n, this member leading group
+// 0: the steps of this file's comment.
+func (m *Member) growGroups(ctx context.Context, n int) (growResult, error) {
+	if !m.growing.TryLock() {
+		return growResult{}, fmt.Errorf("%w: a growth is under way", errTubeMove)
+	}
+	defer m.growing.Unlock()
+	b := m.node.Tubes()
+	// The groups' count before this growth: the grown ones of an earlier
+	// growth to n do not count.
+	from := m.shards.groups()
+	for _, g := range b.Grown {
+		if int(g.Modulus) == n {
+			from = min(from, int(g.ID))
+		}
+	}
+	res := growResult{From: from, To: n, Tubes: []string{}}
+	switch {
+	case from < 2:
+		return res, fmt.Errorf("%w: a cluster of one group does not grow (form it with --cluster-groups)", errTubeMove)
+	case n <= from || n%from != 0 || n > meta.MaxGroups:
+		return res, fmt.Errorf("%w: %d groups grow to a multiple of %d, at most %d, not to %d", errTubeMove, from, from, meta.MaxGroups, n)
+	case from != m.shards.groups() && m.shards.groups() != n:
+		return res, fmt.Errorf("%w: the groups are growing to %d", errTubeMove, m.shards.groups())
+	}
+	for _, g := range b.Grown {
+		if _, placed := b.Prefixes[replication.SlotKey(g.ID)].Routes(); !placed && int(g.Modulus) != n {
+			return res, fmt.Errorf("%w: group %d's slots, of a growth to %d, are not placed: grow to %d again first", errTubeMove, g.ID, g.Modulus, g.Modulus)
+		}
+	}
+	if m.shards.groups() < n {
+		if err := m.node.ProposeGrow(ctx, m.newGroups(from, n)); err != nil {
+			return res, err
+		}
+	}
+	for d := from; d < n; d++ {
+		if err := m.awaitLed(ctx, uint16(d)); err != nil {
+			return res, err
+		}
+	}
+	for d := from; d < n; d++ {
+		key := replication.SlotKey(uint16(d))
+		if pl := m.node.Tubes().Prefixes[key]; pl.Active {
+			continue
+		}
+		placed, err := m.placePrefix(ctx, key, uint16(d))
+		res.Tubes = append(res.Tubes, placed.Tubes...)
+		res.Jobs += placed.Jobs
+		res.Paused = max(res.Paused, placed.Paused)
+		if err != nil {
+			return res, fmt.Errorf("group %d's slots: %w", d, err)
+		}
+	}
+	slices.Sort(res.Tubes)
+	return res, nil
+}
+
+// awaitLed waits until group g has a leader this member knows the side
+// port of.
+func (m *Member) awaitLed(ctx context.Context, g uint16) error {
+	for {
+		l, err := m.awaitGroupLeader(ctx, g)
+		if err != nil {
+			return err
+		}
+		if l.Serving || l.HTTP != "" {
+			return nil
+		}
+	}
+}
+
+// readCount reads a growth's body, {"to": N}, and answers r itself when
+// it is not one.
+func (m *Member) readCount(w http.ResponseWriter, r *http.Request) (int, bool) {
+	var req struct {
+		To *int `json:"to"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxMemberRequest))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.To == nil {
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("want {\"to\": N}: %v", err)})
+		return 0, false
+	}
+	return *req.To, true
+}
+
+// newGroups are groups from…n−1, each on the formation's number of
+// replicas, on the members holding the fewest replicas (draining ones
+// last), in turn.
+func (m *Member) newGroups(from, n int) []replication.GrownGroup {
+	names := m.memberNames()
+	cur := m.currentPlacement(m.sessions.Reported(), names)
+	held := map[string]int{}
+	var members []string
+	for _, mb := range cur.Members {
+		members = append(members, mb.Name)
+		if mb.Draining {
+			held[mb.Name] += 1 << 20
+		}
+	}
+	for _, g := range cur.Groups[1:] {
+		for _, r := range g.Replicas {
+			held[r.Member]++
+		}
+	}
+	replicas := min(m.shards.formation.Replicas, len(members))
+	if replicas == 0 {
+		replicas = min(3, len(members))
+	}
+	var out []replication.GrownGroup
+	for g := from; g < n; g++ {
+		slices.SortStableFunc(members, func(a, b string) int { return held[a] - held[b] })
+		grp := replication.GrownGroup{ID: uint16(g), Modulus: uint16(n), Replicas: slices.Clone(members[:replicas])}
+		slices.Sort(grp.Replicas)
+		for _, r := range grp.Replicas {
+			held[r]++
+		}
+		out = append(out, grp)
+	}
+	return out
+}

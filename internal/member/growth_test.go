@@ -1,0 +1,152 @@
+package member
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/meta"
+	"github.com/sproutmq/sprout/internal/testproc"
+)
+
+// TestShardGroupsGrow: three members of two groups grow to four while a
+// client pipelines puts into a tube whose slot goes to a new group: the
+// new groups are elected, each takes its slots' tubes live with their
+// jobs and ids, a job reserved before stays its holder's, every
+// acknowledged put is there once, every member routes every tube by the
+// four groups' slots, new puts take the new group's ids, and a member
+// restarted runs the grown groups again from its log. A growth to what is
+// not a multiple is refused.
+func TestShardGroupsGrow(t *testing.T) {
+	c := newClusterOf(t, 3, 2, 0)
+	c.finalized()
+	var tubes []string
+	movers := map[string]int{} // tube → its group after the growth, if it moves
+	for i := range 24 {
+		tube := fmt.Sprintf("grow-%d", i)
+		tubes = append(tubes, tube)
+		if g := meta.Slot(tube) % 4; g >= 2 {
+			movers[tube] = g
+		}
+	}
+	var moving string
+	for _, tube := range tubes {
+		if movers[tube] != 0 {
+			moving = tube
+			break
+		}
+	}
+	if moving == "" || len(movers) == len(tubes) {
+		t.Fatalf("no tube moves, or every one: %v", movers)
+	}
+	setup := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
+	ids := map[string][]uint64{}
+	for _, tube := range tubes {
+		expectLine(t, setup, "use "+tube, "USING "+tube)
+		for i := range 2 {
+			id, err := setup.Put(uint32(i), 0, 60, fmt.Appendf(nil, "%s-%d", tube, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[tube] = append(ids[tube], id)
+		}
+	}
+	expectLine(t, setup, "watch "+moving, "WATCHING 2")
+	expectLine(t, setup, "ignore default", "WATCHING 1")
+	held := ids[moving][0]
+	if r, err := setup.Do("reserve-with-timeout 5", nil); err != nil || r.N != held {
+		t.Fatalf("reserve: %+v %v, want %d", r, err, held)
+	}
+
+	puts := startPipeliner(t, c.up["m2"], moving, 2)
+	time.Sleep(200 * time.Millisecond)
+	rep := testproc.DoAPI(t, testproc.APIRequest{Method: http.MethodPost,
+		URL: fmt.Sprintf("http://%s/cluster/groups/grow", c.up["m3"].HTTPAddr()), Body: map[string]int{"to": 4},
+		Bearer: testToken, Timeout: 2 * growTimeout})
+	var res growResult
+	if rep.Status != http.StatusOK || json.Unmarshal(rep.Body, &res) != nil || res.From != 2 || res.To != 4 {
+		t.Fatalf("growth to 4: %d %s", rep.Status, rep.Body)
+	}
+	if len(res.Tubes) != len(movers) {
+		t.Errorf("the growth moved %v, want the %d tubes of the new groups' slots", res.Tubes, len(movers))
+	}
+	t.Logf("grown: %d tubes, %d jobs, held at most %d ms", len(res.Tubes), res.Jobs, res.Paused)
+	time.Sleep(200 * time.Millisecond)
+	acked := puts.stopped()
+
+	routesByFour := func(m *Member) bool {
+		if m.shards.groups() != 4 {
+			return false
+		}
+		for _, tube := range tubes {
+			if int(m.shards.routing.Load().state.Owner(tube)) != meta.Slot(tube)%4 {
+				return false
+			}
+		}
+		return true
+	}
+	for _, m := range c.up {
+		testproc.WaitFor(t, 5*time.Second, m.node.Name()+" routing by four groups", func() bool { return routesByFour(m) })
+	}
+	if st, err := setup.Stats(fmt.Sprintf("stats-job %d", held)); err != nil || st["state"] != "reserved" {
+		t.Fatalf("the held job after the growth: %v %v", st, err)
+	}
+	expectLine(t, setup, fmt.Sprintf("delete %d", held), "DELETED")
+	for tube, tubeIDs := range ids {
+		for _, id := range tubeIDs {
+			if id == held {
+				continue
+			}
+			if st, err := setup.Stats(fmt.Sprintf("stats-job %d", id)); err != nil || st["tube"] != tube {
+				t.Fatalf("stats-job %d of %s: %v %v", id, tube, st, err)
+			}
+		}
+	}
+	if len(acked) == 0 {
+		t.Fatal("no put acknowledged")
+	}
+	for _, id := range acked {
+		if r, err := setup.Do(fmt.Sprintf("peek %d", id), nil); err != nil || r.Kind != testproc.ReplyFound {
+			t.Fatalf("acknowledged job %d: %+v %v", id, r, err)
+		}
+	}
+	want := len(acked) + 1
+	if st, err := setup.Stats("stats-tube " + moving); err != nil || st["current-jobs-ready"] != fmt.Sprint(want) {
+		t.Fatalf("stats-tube %s: %v %v, want %d ready", moving, st, err, want)
+	}
+	expectLine(t, setup, "use "+moving, "USING "+moving)
+	if id, err := setup.Put(0, 0, 60, []byte("after")); err != nil || int(id>>meta.SeqBits) != movers[moving] {
+		t.Fatalf("a put after the growth: id %d (%v), want one of group %d", id, err, movers[moving])
+	}
+	var st struct {
+		Groups []struct {
+			ID     int    `json:"id"`
+			Leader string `json:"leader"`
+		} `json:"groups"`
+	}
+	if err := json.Unmarshal(api(t, c.up["m1"], "/cluster").Body, &st); err != nil || len(st.Groups) != 4 || st.Groups[3].Leader == "" {
+		t.Fatalf("GET /cluster after the growth: %+v %v", st.Groups, err)
+	}
+
+	// A member restarted runs the grown groups it holds again.
+	held3 := c.up["m3"].shards.groups()
+	c.stop("m3")
+	m3 := c.start("m3")
+	testproc.WaitFor(t, 20*time.Second, "m3 routing by four groups again", func() bool { return routesByFour(m3) })
+	if held3 != 4 {
+		t.Fatalf("m3 counted %d groups before its restart", held3)
+	}
+	for _, tube := range tubes {
+		if r, err := setup.Do("stats-tube "+tube, nil); err != nil || r.Kind != testproc.ReplyOK {
+			t.Fatalf("stats-tube %s after m3's restart: %+v %v", tube, r, err)
+		}
+	}
+	rep = testproc.DoAPI(t, testproc.APIRequest{Method: http.MethodPost,
+		URL: fmt.Sprintf("http://%s/cluster/groups/grow", c.up["m1"].HTTPAddr()), Body: map[string]int{"to": 6},
+		Bearer: testToken, Timeout: replyTimeout})
+	if rep.Status != http.StatusConflict {
+		t.Errorf("a growth of 4 groups to 6: %d %s", rep.Status, rep.Body)
+	}
+}
