@@ -134,3 +134,34 @@ func TestTubeBookPrefixes(t *testing.T) {
 		t.Fatal("a placement still pending")
 	}
 }
+
+// TestTubeBookGrow: group 0 adds the groups a growth names, once each,
+// and skips a body it cannot read; slot keys name their groups.
+func TestTubeBookGrow(t *testing.T) {
+	rec := func(body string) *wal.Record {
+		return &wal.Record{Kind: wal.KindMeta, State: GroupsGrow, Tube: "#", Deadline: 1, Body: []byte(body)}
+	}
+	var b TubeBook
+	for i, s := range []struct {
+		body    string
+		changed bool
+	}{
+		{`[{"id":2,"modulus":4,"replicas":["a","b"]},{"id":3,"modulus":4,"replicas":["c"]}]`, true},
+		{`[{"id":3,"modulus":4,"replicas":["c"]}]`, false},
+		{`not json`, false},
+		{`[{"id":4,"modulus":8,"replicas":["a"]}]`, true},
+	} {
+		if got := b.apply(rec(s.body)); got != s.changed {
+			t.Fatalf("step %d: changed %v, want %v", i, got, s.changed)
+		}
+	}
+	if len(b.Grown) != 3 || b.Grown[0].ID != 2 || b.Grown[2].Modulus != 8 || !b.equal(b.clone()) {
+		t.Fatalf("grown %+v", b.Grown)
+	}
+	if g, ok := SlotGroup(SlotKey(17)); !ok || g != 17 {
+		t.Fatalf("SlotGroup(SlotKey(17)) = %d %v", g, ok)
+	}
+	if _, ok := SlotGroup("img-"); ok {
+		t.Fatal("a prefix read as a slot key")
+	}
+}
