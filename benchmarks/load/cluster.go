@@ -451,7 +451,7 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 		return res
 	}
 	args := append(s.argsFor(""), s.shardFlags()...)
-	if s.Kind == KindCatchUp || s.Kind == KindGrow || s.Kind == KindMove {
+	if s.Kind == KindCatchUp || s.Kind == KindGrow || s.Kind == KindMove || s.Kind == KindGrowGroups {
 		// Adding a member is a change: the admin API takes it only with
 		// the token.
 		args = append(args, "--admin-token", catchUpToken)
@@ -489,6 +489,8 @@ func (p Plan) runCluster(ctx context.Context, s Scenario, spec ServerSpec) Resul
 		r, err = s.runGrow(ctx, c, p.Progress)
 	case KindMove:
 		r, err = s.runMove(ctx, c, p.Progress)
+	case KindGrowGroups:
+		r, err = s.runGrowGroups(ctx, c, p.Progress)
 	default:
 		// The leader first in the report, then the followers.
 		order := append([]*member{leader}, c.others(leader)...)

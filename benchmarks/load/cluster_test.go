@@ -47,6 +47,7 @@ func TestClusterScenarios(t *testing.T) {
 		{Name: "rebuild", Kind: load.KindRebuild, ServerArgs: flags, Members: 3, Jobs: 500, Body: 64, Kills: 1, Reps: 1},
 		{Name: "grow", Kind: load.KindGrow, ServerArgs: flags, Members: 3, Groups: 3, Replicas: 3, Kills: 1, Reps: 1},
 		{Name: "move", Kind: load.KindMove, ServerArgs: flags, Members: 3, Groups: 3, Kills: 2, Reps: 1},
+		{Name: "grow-groups", Kind: load.KindGrowGroups, ServerArgs: flags, Members: 3, Groups: 2, Kills: 2, Reps: 1},
 	}
 	for _, s := range cases {
 		t.Run(s.Name, func(t *testing.T) {
@@ -94,6 +95,13 @@ func TestClusterScenarios(t *testing.T) {
 					if m == nil || m.Moves != s.Kills || len(m.Paused) != s.Kills || m.PutGap <= 0 || m.ReserveGap <= 0 ||
 						m.BaselineJobsPerSec <= 0 || m.JobsPerSec <= 0 || r.Jobs <= 0 {
 						t.Errorf("run %d: moves %+v, %d jobs; want %d moves, each timed, and traffic", i+1, m, r.Jobs, s.Kills)
+					}
+					continue
+				}
+				if g := r.GrowGroups; s.Kind == load.KindGrowGroups {
+					if g == nil || g.From != 2 || g.To != 4 || g.Took <= 0 || g.Tubes == 0 || g.PutGap <= 0 || g.ReserveGap <= 0 ||
+						g.BaselineJobsPerSec <= 0 || g.JobsPerSec <= 0 || r.Jobs <= 0 {
+						t.Errorf("run %d: growth of the groups %+v, %d jobs; want 2 to 4, timed, tubes moved, and traffic", i+1, g, r.Jobs)
 					}
 					continue
 				}

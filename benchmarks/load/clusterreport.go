@@ -143,7 +143,7 @@ func placeNames(n int) []string {
 // member's share, and the failovers. It writes nothing when no cluster
 // scenario ran.
 func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
-	var timed, failover, catchUp, rebuild, grow, move []Outcome
+	var timed, failover, catchUp, rebuild, grow, move, growGroups []Outcome
 	for _, o := range outs {
 		switch {
 		case o.Scenario.Members == 0:
@@ -157,11 +157,13 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 			grow = append(grow, o)
 		case o.Scenario.Kind == KindMove:
 			move = append(move, o)
+		case o.Scenario.Kind == KindGrowGroups:
+			growGroups = append(growGroups, o)
 		default:
 			timed = append(timed, o)
 		}
 	}
-	if len(timed)+len(failover)+len(catchUp)+len(rebuild)+len(grow)+len(move) == 0 {
+	if len(timed)+len(failover)+len(catchUp)+len(rebuild)+len(grow)+len(move)+len(growGroups) == 0 {
 		return
 	}
 	p("\n## Cluster\n\n")
@@ -211,6 +213,7 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 	writeCatchUp(p, catchUp, cand)
 	writeGrow(p, grow, cand)
 	writeMove(p, move, cand)
+	writeGrowGroups(p, growGroups, cand)
 	for _, o := range rebuild {
 		s := Summarize(o.Runs[cand])
 		p("\n### A leader rebuilt in place (`%s`)\n\n", o.Scenario.Name)

@@ -101,6 +101,16 @@
 // put acknowledged and without a job reserved, and the rate before and
 // during the moves. It runs in the first repetition only.
 //
+// KindGrowGroups runs a cluster of Members with Groups shard groups (with
+// an --admin-token) and growGroupsPairs producer/consumer pairs, a tube
+// each, through every member; after moveSettle it grows the groups to
+// Kills × Groups (POST /cluster/groups/grow) and runs growGroupsAfter
+// more. Result.GrowGroups holds the growth's time, the tubes and jobs it
+// moved, the longest a placement held its tubes (its answer's), the
+// longest a moved tube went without a put acknowledged and without a job
+// reserved, and the rate before and during. It runs in the first
+// repetition only.
+//
 // Every member is stopped by its PID at the end of the run (SIGTERM, then
 // SIGKILL after stopGrace) and the temporary directory removed.
 //

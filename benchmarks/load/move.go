@@ -54,7 +54,7 @@ func (s Scenario) runMove(ctx context.Context, c *Cluster, prog *Progress) (Resu
 	res := Result{Server: c.spec.Name}
 	mv := &Move{}
 	res.Move = mv
-	gaps := &moveGaps{}
+	gaps := &moveGaps{tube: moveTube}
 	pairs := make([]pair, movePairs+movePairsElsewhere)
 	for i := range pairs {
 		tube := moveTube
@@ -148,9 +148,10 @@ func moveTubeTo(ctx context.Context, m *member, g int) (*movedTube, error) {
 	return &out.movedTube, nil
 }
 
-// moveGaps notes when the moving tube's puts were acknowledged and its
+// moveGaps notes when a tube's puts were acknowledged and its
 // jobs reserved, from watch on.
 type moveGaps struct {
+	tube    string // immutable
 	mu      sync.Mutex
 	watchAt time.Time   // zero: not yet
 	puts    []time.Time // guarded by mu
@@ -159,7 +160,7 @@ type moveGaps struct {
 
 // note is pairTraffic's note.
 func (g *moveGaps) note(tube string, reserved bool) {
-	if tube != moveTube {
+	if tube != g.tube {
 		return
 	}
 	g.mu.Lock()

@@ -130,6 +130,12 @@ func Catalogue(sz Sizes) []Scenario {
 		Reps: 1, ServerArgs: []string{"-f", "0"},
 		Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each) with 3 shard groups, %d producer/consumer pairs through every member, %d on one tube "+
 			"that moves to the next group 6 times, a second apart; first repetition only", clusterMembers, movePairs+movePairsElsewhere, movePairs)}
+	// The groups growing while they serve (docs/design/shards.md S10):
+	// two groups to four, their tubes moving live.
+	growGroups := Scenario{Name: "cluster-g2-grow-groups-4", Kind: KindGrowGroups, Members: clusterMembers, Groups: 2, Kills: 2,
+		Reps: 1, ServerArgs: []string{"-f", "0"},
+		Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each) with 2 shard groups, %d producer/consumer pairs on a tube each through every member, "+
+			"while the groups grow to 4 (sproutctl groups grow 4); first repetition only", clusterMembers, growGroupsPairs)}
 	// Sessions live where their clients connect: three members hold
 	// 19,000 idle connections each (a holder process per member, each
 	// within the open-file limit) beside the traffic spread over them.
@@ -193,7 +199,7 @@ func Catalogue(sz Sizes) []Scenario {
 		// waits for each answer in turn unless its session pipelines too
 		// (docs/design/shards.md 5.3).
 		cluster(pipelined10, ThroughLeader), cluster(pipelined10, ThroughFollower), idleCluster,
-		shardTubes(1), shardTubes(clusterMembers), crossReserve, grow, move,
+		shardTubes(1), shardTubes(clusterMembers), crossReserve, grow, move, growGroups,
 		{Name: "cluster-failover", Kind: KindFailover, Members: clusterMembers, Kills: failoverKills, Reps: 1, ServerArgs: []string{"-f", "0"},
 			Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each): the serving leader killed (-9) %d times, restarted on its directory after each; first repetition only",
 				clusterMembers, failoverKills)},

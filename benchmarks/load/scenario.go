@@ -68,6 +68,12 @@ const (
 	// Kills times: the longest the tube's puts and reserves wait, and
 	// what each move reports (runMove).
 	KindMove
+	// KindGrowGroups runs traffic through a cluster of Members with
+	// Groups shard groups, a tube each pair, while the groups grow to
+	// Kills × Groups: the growth's time, the longest the tubes it moved
+	// went without a put or a reserve, and what it reports
+	// (runGrowGroups).
+	KindGrowGroups
 )
 
 // backlogPerConn bounds KindProdCons's outstanding jobs per producer.
@@ -216,6 +222,8 @@ type Result struct {
 	Grow *Grow `json:",omitempty"`
 	// Move is KindMove's figures.
 	Move *Move `json:",omitempty"`
+	// GrowGroups is KindGrowGroups' figures.
+	GrowGroups *GrowGroups `json:",omitempty"`
 
 	Sent, Acked int64 // puts written and puts answered INSERTED
 	Errors      int64 // protocol errors and unexpected I/O failures
