@@ -150,3 +150,74 @@ func TestShardGroupsGrow(t *testing.T) {
 		t.Errorf("a growth of 4 groups to 6: %d %s", rep.Status, rep.Body)
 	}
 }
+
+// TestShardGroupsGrowResumed: group 0's leader, which drives a growth,
+// is stopped while the groups grow under pipelined puts; asked again
+// through another member, the growth goes on where it stopped and ends
+// with every tube routed by the new count, every acknowledged put there.
+func TestShardGroupsGrowResumed(t *testing.T) {
+	c := newClusterOf(t, 3, 2, 0)
+	c.finalized()
+	var driver *Member
+	for _, m := range c.up {
+		if m.shards.serving(0) != nil {
+			driver = m
+		}
+	}
+	if driver == nil {
+		t.Fatal("group 0 has no leader")
+	}
+	var via, producerVia *Member
+	for _, m := range c.up {
+		switch {
+		case m == driver:
+		case via == nil:
+			via = m
+		default:
+			producerVia = m
+		}
+	}
+	tube := ""
+	for i := 0; tube == ""; i++ {
+		if name := fmt.Sprintf("resumed-%d", i); meta.Slot(name)%4 >= 2 {
+			tube = name
+		}
+	}
+	puts := startPipeliner(t, producerVia, tube, 2)
+	time.Sleep(200 * time.Millisecond)
+	grow := func(m *Member) testproc.APIReply {
+		return testproc.DoAPI(t, testproc.APIRequest{Method: http.MethodPost,
+			URL: fmt.Sprintf("http://%s/cluster/groups/grow", m.HTTPAddr()), Body: map[string]int{"to": 4},
+			Bearer: testToken, Timeout: 2 * growTimeout})
+	}
+	go grow(via) // forwarded to the driver, which stops meanwhile
+	testproc.WaitFor(t, 10*time.Second, "the growth begun", func() bool { return driver.shards.groups() == 4 })
+	c.stop(driver.node.Name())
+	var rep testproc.APIReply
+	testproc.WaitFor(t, 60*time.Second, "the growth resumed and done", func() bool {
+		rep = grow(via)
+		return rep.Status == http.StatusOK
+	})
+	t.Logf("resumed: %s", rep.Body)
+	acked := puts.stopped()
+	for _, m := range c.up {
+		if m == driver {
+			continue
+		}
+		testproc.WaitFor(t, 5*time.Second, m.node.Name()+" routing by four groups", func() bool {
+			return m.shards.groups() == 4 && int(m.shards.routing.Load().state.Owner(tube)) == meta.Slot(tube)%4
+		})
+	}
+	client := testproc.DialTest(t, via.Addr().String(), replyTimeout)
+	if len(acked) == 0 {
+		t.Fatal("no put acknowledged")
+	}
+	for _, id := range acked {
+		if r, err := client.Do(fmt.Sprintf("peek %d", id), nil); err != nil || r.Kind != testproc.ReplyFound {
+			t.Fatalf("acknowledged job %d: %+v %v", id, r, err)
+		}
+	}
+	if st, err := client.Stats("stats-tube " + tube); err != nil || st["current-jobs-ready"] != fmt.Sprint(len(acked)) {
+		t.Fatalf("stats-tube %s: %v %v, want %d ready", tube, st, err, len(acked))
+	}
+}
