@@ -107,16 +107,25 @@ func (m *Member) startNode() error {
 // the first group other than 0 is attached (replication.SharedLog.Attach).
 const shardsStartTimeout = 30 * time.Second
 
-// foreignWait is how long a member waits to learn of a group another
-// member leads before it stops: group 0's log names a grown group on
-// every member within moments.
-const foreignWait = 5 * time.Second
+// foreignWait is how long a member of several groups waits to learn of
+// a group another member leads before it stops: group 0's log names a
+// grown group (growth.go), which a member just added may still be
+// catching up on. A member of one group cannot learn of any: it stops
+// after foreignWaitOne.
+const (
+	foreignWait    = 2 * time.Minute
+	foreignWaitOne = 5 * time.Second
+)
 
 // awaitForeign stops the member unless it learns of group g, which
 // member from reported leading, within foreignWait.
 func (m *Member) awaitForeign(from uint64, g uint16) {
 	defer m.foreignWait.Store(false)
-	for deadline := time.Now().Add(foreignWait); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	wait := foreignWait
+	if m.shards.placement == nil {
+		wait = foreignWaitOne
+	}
+	for deadline := time.Now().Add(wait); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if int(g) < m.shards.groups() {
 			return
 		}

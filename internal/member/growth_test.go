@@ -149,6 +149,24 @@ func TestShardGroupsGrow(t *testing.T) {
 	if rep.Status != http.StatusConflict {
 		t.Errorf("a growth of 4 groups to 6: %d %s", rep.Status, rep.Body)
 	}
+
+	// A member added now starts with the formation's two groups, as the
+	// addition's answer says, and learns of the grown ones.
+	if out := c.join(c.up["m1"], "m4", 2); out["groups"] != 2.0 {
+		t.Fatalf("the addition's answer: %v, want groups 2", out)
+	}
+	m4 := c.up["m4"]
+	testproc.WaitFor(t, 30*time.Second, "m4 routing by four groups", func() bool { return routesByFour(m4) })
+	added := testproc.DialTest(t, m4.Addr().String(), replyTimeout)
+	expectLine(t, added, "use "+moving, "USING "+moving)
+	if id, err := added.Put(0, 0, 60, []byte("via m4")); err != nil || int(id>>meta.SeqBits) != movers[moving] {
+		t.Fatalf("a put through the member added: id %d (%v), want one of group %d", id, err, movers[moving])
+	}
+	select {
+	case <-m4.Done():
+		t.Fatalf("m4 stopped: %v", m4.Err())
+	case <-time.After(time.Second):
+	}
 }
 
 // TestShardGroupsGrowResumed: group 0's leader, which drives a growth,

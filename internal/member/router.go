@@ -67,7 +67,9 @@ func (m *Member) router() (http.Handler, error) {
 			m.registerTubeMoves(mux, m.api.Auth().Middleware)
 			m.registerPlacements(mux, m.api.Auth().Middleware)
 			m.registerGrowth(mux, m.api.Auth().Middleware)
-			groups = &groupedMembers{groups: m.shards.groups(), replicas: m.shards.formation.Replicas, holding: m.holding, drain: m.drain}
+			// A member added starts with the formation's G, and learns of
+			// groups grown since from group 0's log (growth.go).
+			groups = &groupedMembers{groups: m.shards.formation.Groups, replicas: m.shards.formation.Replicas, holding: m.holding, drain: m.drain}
 		}
 		registerMembers(mux, m.node, m.api.Auth().Middleware, m.log, groups)
 	}
