@@ -104,17 +104,31 @@ type grown struct {
 	Paused int64    `json:"paused_ms"`
 }
 
-// growTo asks m to grow the groups to n.
+// growTo asks m to grow the groups to n, and again (a growth goes on
+// where it stopped) when a leader it needed changed meanwhile.
 func growTo(ctx context.Context, m *member, n int) (*grown, error) {
+	for try := 1; ; try++ {
+		out, status, err := growOnce(ctx, m, n)
+		if err == nil || try == 5 || status != http.StatusServiceUnavailable && status != http.StatusConflict {
+			return out, err
+		}
+		if sleepCtx(ctx, time.Second, nil) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// growOnce asks m once: its answer, or its status and why not.
+func growOnce(ctx context.Context, m *member, n int) (*grown, int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+m.httpAddr+"/cluster/groups/grow",
 		strings.NewReader(fmt.Sprintf(`{"to": %d}`, n)))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	req.Header.Set("Authorization", "Bearer "+catchUpToken)
 	resp, err := (&http.Client{Timeout: 3 * time.Minute}).Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("load: growing the groups to %d: %w", n, err)
+		return nil, 0, fmt.Errorf("load: growing the groups to %d: %w", n, err)
 	}
 	defer resp.Body.Close()
 	var out struct {
@@ -123,9 +137,9 @@ func growTo(ctx context.Context, m *member, n int) (*grown, error) {
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&out)
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("load: growing the groups to %d: %s %s", n, resp.Status, out.Error)
+		return nil, resp.StatusCode, fmt.Errorf("load: growing the groups to %d: %s %s", n, resp.Status, out.Error)
 	}
-	return &out.grown, nil
+	return &out.grown, resp.StatusCode, nil
 }
 
 // writeGrowGroups writes KindGrowGroups' figures.

@@ -172,6 +172,21 @@ func TestTubesPlace(t *testing.T) {
 	}
 	place(exitNotFound, "7")
 	must(t, exitUsage, append([]string{"tubes", "place", "img-"}, api...)...)
+	must(t, exitUsage, append([]string{"tubes", "place", "img-", "--group", "1", "--unset"}, api...)...)
+	// Undone: the tube goes back to its name's group (moved if that is 1).
+	if r := must(t, exitOK, append([]string{"tubes", "place", "img-", "--unset"}, api...)...); !strings.HasPrefix(r.stdout, "unset prefix img-: ") {
+		t.Errorf("tubes place --unset printed %q", r.stdout)
+	}
+	if r := must(t, exitFailure, append([]string{"tubes", "place", "img-", "--unset"}, api...)...); !strings.Contains(r.stderr, "not placed") {
+		t.Errorf("undoing a placement that is not: %q", r.stderr)
+	}
+	if r := must(t, exitOK, append([]string{"groups"}, api...)...); strings.Contains(r.stdout, "img-*") {
+		t.Errorf("groups after the undoing: %q", r.stdout)
+	}
+	r = must(t, exitOK, "tubes", "--json", "-s", p.Addr())
+	if !strings.Contains(r.stdout, `"current-jobs-ready": 1`) {
+		t.Errorf("the tube after the undoing: %s", r.stdout)
+	}
 }
 
 // awaitTwoGroupsLed waits until sproutctl groups through api lists both

@@ -69,23 +69,27 @@ groups they live in stop serving them, their jobs move with their ids, and
 their commands go to the new group; a tube made later with such a name is
 made there. A tube moved by name (tubes move), or under a longer prefix
 placed elsewhere, stays where it is. Placing the prefix in another group
-later moves its tubes again. Answered once done, with the tubes moved,
-their jobs, and how long their commands waited.
+later moves its tubes again. --unset undoes the placement: its tubes go
+back, live, to the groups they would be in without it. Answered once
+done, with the tubes moved, their jobs, and how long their commands
+waited.
 
 Exits 3 when the group is not found, 4 when --api cannot be reached, and
-with the member's refusal (the prefix in that group already, a placement
-under way, a tube it takes moving by name) otherwise.`
+with the member's refusal (the prefix in that group already, or not
+placed when undone, a placement under way, a tube it takes moving by name)
+otherwise.`
 
 func newTubesPlaceCmd(o *options) *cobra.Command {
 	var group int
+	var unset bool
 	c := &cobra.Command{
-		Use:   "place PREFIX --group N",
+		Use:   "place PREFIX (--group N | --unset)",
 		Short: "Place the tubes whose names start with PREFIX in a Raft group of the cluster",
 		Long:  tubesPlaceHelp,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			if group < 0 {
-				return usagef("tubes place: --group N, a group's number, is required")
+			if (group < 0) == !unset {
+				return usagef("tubes place: --group N, a group's number, or --unset, is required, not both")
 			}
 			api, err := o.adminAPI("tubes place")
 			if err != nil {
@@ -99,7 +103,16 @@ func newTubesPlaceCmd(o *options) *cobra.Command {
 				Jobs   int      `json:"jobs"`
 				Paused int64    `json:"paused_ms"`
 			}
-			if err := api.do(ctx, "POST", "/cluster/placements/"+url.PathEscape(args[0]), nil, map[string]int{"group": group}, &out); err != nil {
+			path := "/cluster/placements/" + url.PathEscape(args[0])
+			if unset {
+				if err := api.do(ctx, "DELETE", path, nil, nil, &out); err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(o.stdout, "unset prefix %s: %d tubes moved (%s), %d jobs, their commands held %d ms\n",
+					args[0], len(out.Tubes), strings.Join(out.Tubes, " "), out.Jobs, out.Paused)
+				return err
+			}
+			if err := api.do(ctx, "POST", path, nil, map[string]int{"group": group}, &out); err != nil {
 				return err
 			}
 			_, err = fmt.Fprintf(o.stdout, "placed prefix %s in group %d: %d tubes moved (%s), %d jobs, their commands held %d ms\n",
@@ -108,6 +121,7 @@ func newTubesPlaceCmd(o *options) *cobra.Command {
 		},
 	}
 	c.Flags().IntVar(&group, "group", -1, "the group to place the prefix's tubes in")
+	c.Flags().BoolVar(&unset, "unset", false, "undo the prefix's placement: its tubes go back to the groups their names give")
 	return c
 }
 

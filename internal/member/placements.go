@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -61,10 +62,12 @@ type prefixPlaceResult struct {
 	Paused int64 `json:"paused_ms"`
 }
 
-// prefixTaken is a take step's answer: what a group handed to D.
+// prefixTaken is a take step's answer: what a group handed over, and
+// the groups it went to.
 type prefixTaken struct {
 	Tubes []string `json:"tubes"`
 	Jobs  int      `json:"jobs"`
+	Into  []uint16 `json:"into,omitempty"`
 }
 
 // covers reports whether placing prefix in group to takes tube to it, as
@@ -80,6 +83,49 @@ func (m *Member) covers(tube, prefix string, to uint16) bool {
 		rt.state.OwnerPlacing(tube, meta.Placement{Prefix: prefix, Group: to}) == to
 }
 
+// takes reports whether the placement of prefix in group to (to
+// replication.Unplaced: its undoing) takes tube out of group g, as the
+// member routes now, and where to.
+func (m *Member) takes(g uint16, tube, prefix string, to uint16) (uint16, bool) {
+	if to != replication.Unplaced {
+		return to, g != to && m.covers(tube, prefix, to)
+	}
+	if len(tube) < len(prefix) || tube[:len(prefix)] != prefix {
+		return 0, false
+	}
+	dest := m.shards.routing.Load().state.OwnerWithout(tube, prefix)
+	return dest, dest != g
+}
+
+// brings reports whether the placement of prefix in group to (or its
+// undoing) brings tube into group g.
+func (m *Member) brings(g uint16, tube, prefix string, to uint16) bool {
+	if to != replication.Unplaced {
+		return g == to && m.covers(tube, prefix, to)
+	}
+	return len(tube) >= len(prefix) && tube[:len(prefix)] == prefix &&
+		m.shards.routing.Load().state.OwnerWithout(tube, prefix) == g
+}
+
+// parties are the groups a placement of a prefix in group to takes tubes
+// from, and those it brings them into: every other group, and to; or,
+// undoing the placement in group was, was, and every other group.
+func (m *Member) parties(to, was uint16) (from, into []uint16) {
+	one, rest := to, &from
+	if to == replication.Unplaced {
+		one, rest = was, &into
+	}
+	for g := range uint16(m.shards.groups()) {
+		if g != one {
+			*rest = append(*rest, g)
+		}
+	}
+	if to == replication.Unplaced {
+		return []uint16{was}, into
+	}
+	return from, []uint16{to}
+}
+
 // frozenTube reports whether group g refuses tube: a tube's move froze
 // it, or a prefix's placement covers it (router.ServerConfig.Frozen).
 func (m *Member) frozenTube(g uint16, tube []byte) bool {
@@ -91,20 +137,22 @@ func (m *Member) frozenTube(g uint16, tube []byte) bool {
 		return true
 	}
 	for p, f := range n.Tubes().FrozenPrefixes {
-		if (p[0] == '#' || len(tube) >= len(p) && string(tube[:len(p)]) == p) && m.covers(string(tube), p, f.To) {
-			return true
+		if p[0] == '#' || len(tube) >= len(p) && string(tube[:len(p)]) == p {
+			if _, ok := m.takes(g, string(tube), p, f.To); ok {
+				return true
+			}
 		}
 	}
 	return false
 }
 
-// coveredTubes are the tubes of st's that placing prefix in group to
-// takes there.
-func (m *Member) coveredTubes(n *replication.Node, prefix string, to uint16) []string {
-	var out []string
+// coveredTubes are the tubes of group g's store (n) that the placement of
+// prefix in group to takes out of g, each with where it goes.
+func (m *Member) coveredTubes(n *replication.Node, g uint16, prefix string, to uint16) map[string]uint16 {
+	out := map[string]uint16{}
 	for _, name := range n.Store().TubeNames() {
-		if m.covers(name, prefix, to) {
-			out = append(out, name)
+		if dest, ok := m.takes(g, name, prefix, to); ok {
+			out[name] = dest
 		}
 	}
 	return out
@@ -114,10 +162,12 @@ func (m *Member) coveredTubes(n *replication.Node, prefix string, to uint16) []s
 // guarded as the admin API's changes are:
 //
 //	POST /cluster/placements/{prefix}         {"group": N}: place the prefix (any member)
+//	DELETE /cluster/placements/{prefix}       undo its placement: its tubes go where they would be without it
 //	POST /cluster/placements/{prefix}/{step}  a group's leader's part (?group=G&to=D&move=E):
 //	                                          open, take, finish, drop, thaw
 func (m *Member) registerPlacements(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
 	mux.Handle("POST /cluster/placements/{prefix}", guard(http.HandlerFunc(m.servePlace)))
+	mux.Handle("DELETE /cluster/placements/{prefix}", guard(http.HandlerFunc(m.servePlace)))
 	mux.Handle("POST /cluster/placements/{prefix}/{step}", guard(http.HandlerFunc(m.servePrefixStep)))
 }
 
@@ -131,9 +181,12 @@ func (m *Member) servePlace(w http.ResponseWriter, r *http.Request) {
 		m.forwardMove(w, r, 0) // group 0's leader drives it
 		return
 	}
-	to, ok := m.readGroup(w, r)
-	if !ok {
-		return
+	to := replication.Unplaced
+	if r.Method != http.MethodDelete {
+		var ok bool
+		if to, ok = m.readGroup(w, r); !ok {
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), tubeMoveTimeout)
 	defer cancel()
@@ -142,8 +195,12 @@ func (m *Member) servePlace(w http.ResponseWriter, r *http.Request) {
 		writeMoveError(w, err)
 		return
 	}
-	m.log.Info().Str("prefix", prefix).Int("group", int(res.Group)).Int("tubes", len(res.Tubes)).Int("jobs", res.Jobs).
-		Int64("paused_ms", res.Paused).Str("remote", r.RemoteAddr).Msg("prefix placed")
+	m.log.Info().Str("prefix", prefix).Int("group", int(res.Group)).Bool("unset", to == replication.Unplaced).Int("tubes", len(res.Tubes)).
+		Int("jobs", res.Jobs).Int64("paused_ms", res.Paused).Str("remote", r.RemoteAddr).Msg("prefix placed")
+	if to == replication.Unplaced {
+		admin.WriteValue(w, http.StatusOK, map[string]any{"prefix": prefix, "unset": true, "tubes": res.Tubes, "jobs": res.Jobs, "paused_ms": res.Paused})
+		return
+	}
 	admin.WriteValue(w, http.StatusOK, res)
 }
 
@@ -182,11 +239,14 @@ func (m *Member) placePrefix(ctx context.Context, prefix string, to uint16) (pre
 	}
 	defer m.placing.end()
 	b := n.Tubes()
-	if p, pl, busy := b.Pending(); busy {
+	placed, ok := b.Prefixes[prefix]
+	switch p, pl, busy := b.Pending(); {
+	case busy:
 		return res, fmt.Errorf("%w: the placement of prefix %q in group %d is under way", errTubeMove, p, pl.Group)
-	}
-	if pl, ok := b.Prefixes[prefix]; ok && pl.Active && pl.Group == to {
+	case ok && placed.Active && placed.Group == to:
 		return res, fmt.Errorf("%w: prefix %q is placed in group %d already", errTubeMove, prefix, to)
+	case to == replication.Unplaced && !ok:
+		return res, fmt.Errorf("%w: prefix %q is not placed", errTubeMove, prefix)
 	}
 	if err := n.ProposePrefix(ctx, replication.PrefixPending, prefix, move, to, nil); err != nil {
 		return res, err
@@ -195,54 +255,56 @@ func (m *Member) placePrefix(ctx context.Context, prefix string, to uint16) (pre
 		return res, fmt.Errorf("%w: another placement is under way", errTubeMove)
 	}
 	begun := time.Now()
-	err := m.prefixStep(ctx, to, "open", prefix, move, to, nil)
-	var from []uint16
+	sources, dests := m.parties(to, placed.Group)
+	// The destinations first: each thaws a freeze of the prefix left by
+	// an earlier placement that took its tubes out of it.
+	err := m.inGroups(dests, func(g uint16) error { return m.prefixStep(ctx, g, "open", prefix, move, to, nil) })
+	touched := map[uint16]bool{} // the groups tubes left, or went to when undone
 	if err == nil {
 		var mu sync.Mutex
-		err = m.eachGroup(func(g uint16) error {
-			if g == to {
-				return nil
-			}
+		err = m.inGroups(sources, func(g uint16) error {
 			var out prefixTaken
 			if err := m.prefixStep(ctx, g, "take", prefix, move, to, &out); err != nil {
-				return fmt.Errorf("group %d: %w", g, err)
+				return err
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			res.Tubes = append(res.Tubes, out.Tubes...)
 			res.Jobs += out.Jobs
-			if len(out.Tubes) > 0 {
-				from = append(from, g)
+			if len(out.Tubes) > 0 && to != replication.Unplaced {
+				touched[g] = true
+			}
+			for _, d := range out.Into {
+				touched[d] = true
 			}
 			return nil
 		})
 	}
 	if err == nil {
-		slices.Sort(from)
-		err = n.ProposePrefix(ctx, replication.PrefixPlace, prefix, move, to, from)
+		err = n.ProposePrefix(ctx, replication.PrefixPlace, prefix, move, to, slices.Sorted(maps.Keys(touched)))
 	}
 	if err == nil && !n.Tubes().Decided[move] {
 		err = fmt.Errorf("%w: the placement was aborted", errTubeMove)
 	}
 	if err != nil {
-		return res, m.abortPrefix(ctx, prefix, move, to, err)
+		return res, m.abortPrefix(ctx, prefix, move, to, placed.Group, err)
 	}
 	res.Paused = time.Since(begun).Milliseconds()
 	slices.Sort(res.Tubes)
-	return res, m.endPrefix(ctx, prefix, move, to, true)
+	return res, m.endPrefix(ctx, prefix, move, to, placed.Group, true)
 }
 
 // abortPrefix ends a placement that was not made active: group 0 (led
 // here) decides it aborted, unless it was placed meanwhile (then it
 // finishes), and the groups undo their parts. It returns why, or what
 // stopped the abort (the resolver then carries it on).
-func (m *Member) abortPrefix(ctx context.Context, prefix string, move uint64, to uint16, why error) error {
+func (m *Member) abortPrefix(ctx context.Context, prefix string, move uint64, to, was uint16, why error) error {
 	n := m.node
 	if err := n.ProposePrefix(ctx, replication.PrefixAbort, prefix, move, to, nil); err != nil {
 		return fmt.Errorf("%v; its abort is not decided yet (%v)", why, err)
 	}
 	placed := n.Tubes().Decided[move]
-	if err := m.endPrefix(ctx, prefix, move, to, placed); err != nil {
+	if err := m.endPrefix(ctx, prefix, move, to, was, placed); err != nil {
 		return fmt.Errorf("%v; %v", why, err)
 	}
 	if placed {
@@ -252,33 +314,32 @@ func (m *Member) abortPrefix(ctx context.Context, prefix string, move uint64, to
 	return why
 }
 
-// endPrefix carries a decided placement to its end in every group:
-// placed, the others drop what they handed over; aborted, D drops what it
-// took and the others thaw.
-func (m *Member) endPrefix(ctx context.Context, prefix string, move uint64, to uint16, placed bool) error {
+// endPrefix carries a decided placement (of prefix in group to, or the
+// undoing of the one in was) to its end in every group: placed, the
+// sources drop what they handed over; aborted, the destinations drop what
+// they took and the sources thaw.
+func (m *Member) endPrefix(ctx context.Context, prefix string, move uint64, to, was uint16, placed bool) error {
+	sources, dests := m.parties(to, was)
 	if !placed {
-		if err := m.prefixStep(ctx, to, "drop", prefix, move, to, nil); err != nil {
-			return fmt.Errorf("group %d has not dropped what it took yet (%w)", to, err)
+		if err := m.inGroups(dests, func(g uint16) error { return m.prefixStep(ctx, g, "drop", prefix, move, to, nil) }); err != nil {
+			return fmt.Errorf("what was taken is not all dropped yet (%w)", err)
 		}
 	}
 	step := map[bool]string{true: "finish", false: "thaw"}[placed]
-	return m.eachGroup(func(g uint16) error {
-		if g == to {
-			return nil
-		}
-		if err := m.prefixStep(ctx, g, step, prefix, move, to, nil); err != nil {
-			return fmt.Errorf("group %d: %s: %w", g, step, err)
-		}
-		return nil
-	})
+	return m.inGroups(sources, func(g uint16) error { return m.prefixStep(ctx, g, step, prefix, move, to, nil) })
 }
 
-// eachGroup runs fn for every group at once, and returns the first error.
-func (m *Member) eachGroup(fn func(g uint16) error) error {
-	errs := make([]error, m.shards.groups())
+// inGroups runs fn for each of groups at once, and returns their errors,
+// each with its group's.
+func (m *Member) inGroups(groups []uint16, fn func(g uint16) error) error {
+	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
-	for g := range errs {
-		wg.Go(func() { errs[g] = fn(uint16(g)) })
+	for i, g := range groups {
+		wg.Go(func() {
+			if err := fn(g); err != nil {
+				errs[i] = fmt.Errorf("group %d: %w", g, err)
+			}
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -296,7 +357,7 @@ func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	to, err := strconv.ParseUint(r.URL.Query().Get("to"), 10, 16)
-	if err != nil || int(to) >= m.shards.groups() || move == 0 {
+	if err != nil || int(to) >= m.shards.groups() && uint16(to) != replication.Unplaced || move == 0 {
 		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: "want ?group=G&to=D&move=ID"})
 		return
 	}
@@ -310,16 +371,16 @@ func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
 	var out any = map[string]bool{"done": true}
 	switch step := r.PathValue("step"); step {
 	case "open":
-		if err = m.endPrefixOut(r.Context(), n, prefix, move); err != nil {
+		if err = m.endPrefixOut(r.Context(), n, g, prefix, move); err != nil {
 			break
 		}
-		if f, ok := n.Tubes().FrozenPrefixes[prefix]; ok && g == uint16(to) {
+		if f, ok := n.Tubes().FrozenPrefixes[prefix]; ok {
 			err = n.ProposePrefix(r.Context(), replication.PrefixThaw, prefix, f.Move, 0, nil)
 		}
 	case "take":
 		out, err = m.takePrefix(r.Context(), n, g, prefix, move, uint16(to))
 	case "finish":
-		err = m.finishPrefix(r.Context(), n, prefix, move, uint16(to))
+		err = m.finishPrefix(r.Context(), n, g, prefix, move, uint16(to))
 	case "drop", "thaw":
 		if err = m.awaitDecided(r.Context(), move, false); err != nil {
 			break
@@ -328,8 +389,8 @@ func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
 			err = n.ProposePrefix(r.Context(), replication.PrefixThaw, prefix, move, 0, nil)
 			break
 		}
-		for _, tube := range m.coveredTubes(n, prefix, uint16(to)) {
-			if m.shards.routing.Load().state.Owner(tube) != g && err == nil {
+		for _, tube := range n.Store().TubeNames() {
+			if m.brings(g, tube, prefix, uint16(to)) && m.shards.routing.Load().state.Owner(tube) != g && err == nil {
 				err = dropTube(r.Context(), n.Store(), tube)
 			}
 		}
@@ -348,7 +409,7 @@ func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
 // prefix, then hand each tube it covers here to group to's leader.
 func (m *Member) takePrefix(ctx context.Context, n *replication.Node, g uint16, prefix string, move uint64, to uint16) (prefixTaken, error) {
 	out := prefixTaken{Tubes: []string{}}
-	if err := m.endPrefixOut(ctx, n, prefix, move); err != nil {
+	if err := m.endPrefixOut(ctx, n, g, prefix, move); err != nil {
 		return out, err
 	}
 	if err := n.ProposePrefix(ctx, replication.PrefixFreeze, prefix, move, to, nil); err != nil {
@@ -356,17 +417,20 @@ func (m *Member) takePrefix(ctx context.Context, n *replication.Node, g uint16, 
 	}
 	m.sessions.Refreeze(g)
 	for tube, f := range n.Tubes().Frozen {
-		if !f.Moved && m.covers(tube, prefix, to) {
+		if _, ok := m.takes(g, tube, prefix, to); ok && !f.Moved {
 			return out, fmt.Errorf("%w: tube %q is moving to group %d", errTubeMove, tube, f.To)
 		}
 	}
-	for _, tube := range m.coveredTubes(n, prefix, to) {
-		jobs, err := m.handTube(ctx, n, tube, move, g, to)
+	for tube, dest := range m.coveredTubes(n, g, prefix, to) {
+		jobs, err := m.handTube(ctx, n, tube, move, g, dest)
 		if err != nil {
 			return out, err
 		}
 		out.Tubes = append(out.Tubes, tube)
 		out.Jobs += jobs
+		if !slices.Contains(out.Into, dest) {
+			out.Into = append(out.Into, dest)
+		}
 	}
 	return out, nil
 }
@@ -379,7 +443,7 @@ func prefixIn(prefix string, g uint16) string { return fmt.Sprintf("prefix %s in
 // frozen in n's group and not marked moved out, before move goes on: one
 // group 0 placed is finished (the covered tubes here are copies), one it
 // aborted is thawed, and one it has not decided refuses move.
-func (m *Member) endPrefixOut(ctx context.Context, n *replication.Node, prefix string, move uint64) error {
+func (m *Member) endPrefixOut(ctx context.Context, n *replication.Node, g uint16, prefix string, move uint64) error {
 	f, ok := n.Tubes().FrozenPrefixes[prefix]
 	if !ok || f.Moved || f.Move == move {
 		return nil
@@ -389,7 +453,7 @@ func (m *Member) endPrefixOut(ctx context.Context, n *replication.Node, prefix s
 	case !decided:
 		return fmt.Errorf("%w: prefix %q's placement %x is not over", errTubeMove, prefix, f.Move)
 	case placed:
-		return m.finishPrefix(ctx, n, prefix, f.Move, f.To)
+		return m.finishPrefix(ctx, n, g, prefix, f.Move, f.To)
 	}
 	return n.ProposePrefix(ctx, replication.PrefixThaw, prefix, f.Move, 0, nil)
 }
@@ -397,11 +461,11 @@ func (m *Member) endPrefixOut(ctx context.Context, n *replication.Node, prefix s
 // finishPrefix is a group's finish step: once this member routes by the
 // placement, the covered tubes' jobs go, and the prefix is marked moved
 // out.
-func (m *Member) finishPrefix(ctx context.Context, n *replication.Node, prefix string, move uint64, to uint16) error {
+func (m *Member) finishPrefix(ctx context.Context, n *replication.Node, g uint16, prefix string, move uint64, to uint16) error {
 	if err := m.awaitDecided(ctx, move, true); err != nil {
 		return err
 	}
-	for _, tube := range m.coveredTubes(n, prefix, to) {
+	for tube := range m.coveredTubes(n, g, prefix, to) {
 		if err := dropTube(ctx, n.Store(), tube); err != nil {
 			return err
 		}
@@ -453,7 +517,7 @@ func (m *Member) resolvePrefixes() {
 				defer m.placing.end()
 				ctx, cancel := context.WithTimeout(context.Background(), tubeMoveTimeout)
 				defer cancel()
-				err := m.abortPrefix(ctx, prefix, pl.Move, pl.Group, fmt.Errorf("%w: its driver was lost", errTubeMove))
+				err := m.abortPrefix(ctx, prefix, pl.Move, pl.Group, pl.Was, fmt.Errorf("%w: its driver was lost", errTubeMove))
 				m.log.Info().Str("prefix", prefix).Err(err).Msg("a prefix's placement, left by its driver, resolved")
 			}()
 		}
@@ -482,7 +546,7 @@ func (m *Member) resolvePrefixes() {
 				defer cancel()
 				var err error
 				if placed {
-					err = m.finishPrefix(ctx, n, prefix, f.Move, f.To)
+					err = m.finishPrefix(ctx, n, uint16(g), prefix, f.Move, f.To)
 				} else {
 					err = n.ProposePrefix(ctx, replication.PrefixThaw, prefix, f.Move, 0, nil)
 				}

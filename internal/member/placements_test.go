@@ -142,6 +142,37 @@ func TestShardGroupsPlacePrefix(t *testing.T) {
 	if status, _, body := placeThrough(t, c.up["m1"], "img-", 7); status != http.StatusNotFound {
 		t.Errorf("a placement in no group: %d %s", status, body)
 	}
+
+	// Undone: its tubes go back to their names' groups; the one moved by
+	// name stays.
+	unset := func() testproc.APIReply {
+		return testproc.DoAPI(t, testproc.APIRequest{Method: http.MethodDelete,
+			URL:    fmt.Sprintf("http://%s/cluster/placements/img-", c.up["m3"].HTTPAddr()),
+			Bearer: testToken, Timeout: 2 * tubeMoveTimeout})
+	}
+	if rep := unset(); rep.Status != http.StatusOK {
+		t.Fatalf("undoing the placement: %d %s", rep.Status, rep.Body)
+	} else {
+		t.Logf("undone: %s", rep.Body)
+	}
+	routes(map[string]uint16{tubes[0]: 1, tubes[1]: 1, tubes[2]: 2, "img-new": p.Owner("img-new"), other: 1})
+	for tube, tubeIDs := range ids {
+		for _, id := range tubeIDs {
+			if st, err := setup.Stats(fmt.Sprintf("stats-job %d", id)); id != held && (err != nil || st["tube"] != tube) {
+				t.Fatalf("stats-job %d of %s after the undoing: %v %v", id, tube, st, err)
+			}
+		}
+	}
+	if stats, err := setup.Stats("stats-tube " + tubes[1]); err != nil || stats["current-jobs-ready"] != fmt.Sprint(len(acked)+2) {
+		t.Fatalf("stats-tube %s after the undoing: %v %v", tubes[1], stats, err)
+	}
+	expectLine(t, setup, "use "+tubes[2], "USING "+tubes[2])
+	if id, err := setup.Put(0, 0, 60, []byte("back")); err != nil || id>>meta.SeqBits != 2 {
+		t.Fatalf("a put after the undoing: id %d (%v), want one of group 2", id, err)
+	}
+	if rep := unset(); rep.Status != http.StatusConflict {
+		t.Errorf("undoing a placement that is not: %d %s", rep.Status, rep.Body)
+	}
 }
 
 // TestShardGroupsPlacePrefixResolved: a placement whose driver is lost

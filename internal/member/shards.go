@@ -469,7 +469,7 @@ func (m *Member) balanceLeaders() {
 		m.resolveTubeMoves()
 		m.resolvePrefixes()
 		for _, tr := range meta.PlanLeaders(cur, leaders, caughtUp) {
-			if tr.From != m.node.Name() || now.Sub(changed[tr.Group]) < leaderSettle {
+			if tr.From != m.node.Name() || now.Sub(changed[tr.Group]) < leaderSettle || m.driving(tr.Group) {
 				continue
 			}
 			if n := sh.node(tr.Group); n != nil && m.handOver(n, tr.Group, tr.To) == nil {

@@ -327,6 +327,35 @@ func (t *tubeMoving) has(tube string) bool {
 	return t.tubes[tube]
 }
 
+// busyIn reports whether a key of group g is noted.
+func (t *tubeMoving) busyIn(g uint16) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for key := range t.tubes {
+		if strings.HasSuffix(key, fmt.Sprintf("@%d", g)) || strings.HasSuffix(key, fmt.Sprintf(" in %d", g)) {
+			return true
+		}
+	}
+	return false
+}
+
+// driving reports whether this member drives, or takes its part in, a
+// move of a tube, a prefix's placement or a growth in group g: its
+// leadership of g is not handed over to balance the leaders meanwhile (a
+// step would fail half way).
+func (m *Member) driving(g uint16) bool {
+	if g == 0 {
+		if !m.placing.drives(0) { // a placement's move is never 0
+			return true
+		}
+		if !m.growing.TryLock() {
+			return true
+		}
+		m.growing.Unlock()
+	}
+	return m.tubeMoves.busyIn(g)
+}
+
 // tubeIn is tubeMoving's key of tube in group g (a tube's name has no
 // '@').
 func tubeIn(tube string, g uint16) string { return fmt.Sprintf("%s@%d", tube, g) }
@@ -353,7 +382,7 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 	// the check before it has run.
 	m.sessions.Refreeze(from)
 	for p, f := range n.Tubes().FrozenPrefixes {
-		if !f.Moved && m.covers(tube, p, f.To) {
+		if _, ok := m.takes(from, tube, p, f.To); ok && !f.Moved {
 			return res, m.abortTubeMove(ctx, n, tube, move, from, to, fmt.Errorf("%w: prefix %q's placement in group %d takes tube %q", errTubeMove, p, f.To, tube))
 		}
 	}

@@ -226,11 +226,27 @@ func (s *State) PlaceSlots(g uint16, modulus int) {
 	}
 }
 
+// OwnerWithout is the group that would own the tube name were the
+// placement of prefix undone.
+func (s *State) OwnerWithout(name, prefix string) uint16 {
+	if g, ok := s.Exact[name]; ok {
+		return g
+	}
+	if g, ok := s.prefixOwner(name, Placement{Prefix: prefix, Group: unplaced}); ok {
+		return g
+	}
+	return s.Slots[Slot(name)]
+}
+
+// unplaced is prefixOwner's p that stands for no placement of its prefix.
+const unplaced = 1<<16 - 1
+
 // prefixOwner is the group of the longest active placement of a prefix
-// of name, p among them (none if its prefix is ""), if one has one.
+// of name, p in the place of its prefix's (none if its prefix is ""; its
+// prefix placed nowhere if its group is unplaced), if one has one.
 func (s *State) prefixOwner(name string, p Placement) (uint16, bool) {
 	best := Placement{}
-	if p.Prefix != "" && strings.HasPrefix(name, p.Prefix) {
+	if p.Prefix != "" && p.Group != unplaced && strings.HasPrefix(name, p.Prefix) {
 		best = p
 	}
 	for _, q := range s.Placements {

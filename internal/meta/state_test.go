@@ -163,6 +163,12 @@ func TestOwner(t *testing.T) {
 			t.Errorf("OwnerPlacing(%q, emails. → %d) = %d, want %d", name, gExact, got, want)
 		}
 	}
+	if got := s.OwnerWithout("emails.us", "emails."); got != s.Slots[Slot("emails.us")] {
+		t.Errorf("OwnerWithout(emails.us, emails.) = %d, want its slot's %d", got, s.Slots[Slot("emails.us")])
+	}
+	if got := s.OwnerWithout("emails.eu.x", "emails."); got != gEU {
+		t.Errorf("OwnerWithout(emails.eu.x, emails.) = %d, want the longer prefix's %d", got, gEU)
+	}
 	apply(Command{Op: OpPlaceTube, Tube: "emails.eu.bounces", Group: gExact})
 	if got := s.Owner("emails.eu.bounces"); got != gExact {
 		t.Errorf("an exact placement: %d, want %d", got, gExact)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -51,11 +52,13 @@ const (
 
 	// PrefixPending: in group 0, the prefix's placement in group Pri is
 	// under way (routes do not follow it yet); refused, and the move
-	// aborted, while another prefix's is.
+	// aborted, while another prefix's is. Pri Unplaced: the prefix's
+	// placement is being undone (refused if it has none).
 	PrefixPending uint8 = 7
 	// PrefixPlace: in group 0, the pending placement is active from now
-	// on, unless it was aborted; Body lists the groups it took tubes
-	// from (big-endian uint16s).
+	// on (an undoing: the prefix is no longer placed), unless it was
+	// aborted; Body lists the groups it took tubes from, or an undoing
+	// gave them to (big-endian uint16s).
 	PrefixPlace uint8 = 8
 	// PrefixAbort: in group 0, the pending placement is aborted, unless
 	// it was made active already.
@@ -75,6 +78,10 @@ const (
 	// placement whose key is "#" and the group's number: SlotKey).
 	GroupsGrow uint8 = 13
 )
+
+// Unplaced is the group of a prefix's placement that undoes the one it
+// has: its tubes go back to the groups they would be in without it.
+const Unplaced uint16 = math.MaxUint16
 
 // GrownGroup is a group the cluster grew, its replicas' members, and
 // the groups' count its growth reached (Modulus): the slots s with
@@ -286,6 +293,9 @@ func (b *TubeBook) apply(r *wal.Record) bool {
 			b.Prefixes = make(map[string]PrefixPlacement)
 		}
 		was, had := b.Prefixes[r.Tube]
+		if uint16(r.Pri) == Unplaced && !had {
+			return b.decide(move, false) // nothing to undo
+		}
 		b.Prefixes[r.Tube] = PrefixPlacement{Group: uint16(r.Pri), Move: move, Replaces: had, Was: was.Group}
 		return true
 	case PrefixPlace, PrefixAbort:
@@ -297,9 +307,17 @@ func (b *TubeBook) apply(r *wal.Record) bool {
 			return true
 		}
 		if r.State == PrefixPlace {
-			b.Prefixes[r.Tube] = PrefixPlacement{Group: pl.Group, Move: move, Active: true}
 			for i := 0; i+1 < len(r.Body); i += 2 {
-				b.movedOut(uint16(r.Body[i])<<8|uint16(r.Body[i+1]), pl.Group)
+				if g := uint16(r.Body[i])<<8 | uint16(r.Body[i+1]); pl.Group == Unplaced {
+					b.movedOut(pl.Was, g)
+				} else {
+					b.movedOut(g, pl.Group)
+				}
+			}
+			if pl.Group == Unplaced {
+				delete(b.Prefixes, r.Tube)
+			} else {
+				b.Prefixes[r.Tube] = PrefixPlacement{Group: pl.Group, Move: move, Active: true}
 			}
 		} else if pl.Replaces {
 			b.Prefixes[r.Tube] = PrefixPlacement{Group: pl.Was, Active: true}
