@@ -45,20 +45,28 @@ type growResult struct {
 }
 
 // grew takes group 0's book as it changed here: the groups it names
-// grown count from now on, and this member starts its replicas of those
-// it names it in that it runs none of (on its log if that holds the
-// group). Called on group 0's goroutine: the starts go on one of their
-// own.
+// grown count from now on, and of those new to this member since it
+// started (a growth applied now, not one its book held at start:
+// seedGrown), this member starts the replicas they name it in. A replica
+// of a grown group held before starts from the log at start
+// (startShards), or, added since, as its leader's reports say
+// (followReplicas), as a formation group's does. Called on group 0's
+// goroutine: the starts go on one of their own.
 func (m *Member) grew(b replication.TubeBook) {
 	sh := m.shards
 	n := int32(sh.groups())
 	var start []replication.GrownGroup
+	sh.grownMu.Lock()
 	for _, g := range b.Grown {
 		n = max(n, int32(g.ID)+1)
-		if slices.Contains(g.Replicas, m.node.Name()) && sh.nodes[g.ID].Load() == nil {
-			start = append(start, g)
+		if !sh.grownSeen[g.ID] {
+			sh.grownSeen[g.ID] = true
+			if slices.Contains(g.Replicas, m.node.Name()) {
+				start = append(start, g)
+			}
 		}
 	}
+	sh.grownMu.Unlock()
 	if n > sh.count.Load() {
 		sh.count.Store(n)
 	}
@@ -67,14 +75,33 @@ func (m *Member) grew(b replication.TubeBook) {
 	}
 }
 
-// startGrown starts this member's replicas of the grown groups, once
-// each.
+// seedGrown notes the grown groups group 0's book names at start: grew
+// starts no replica of them (a replica of one held here starts from the
+// log; one that left must not come back empty).
+func (m *Member) seedGrown() {
+	sh := m.shards
+	sh.grownMu.Lock()
+	defer sh.grownMu.Unlock()
+	sh.grownSeen = map[uint16]bool{}
+	for _, g := range m.node.Tubes().Grown {
+		sh.grownSeen[g.ID] = true
+	}
+}
+
+// startGrown starts this member's replicas of the groups just grown, as
+// the voters the growth named: unless one runs already, or the group's
+// leader reports a membership without this member (it left since).
 func (m *Member) startGrown(grown []replication.GrownGroup) {
 	m.growMu.Lock()
 	defer m.growMu.Unlock()
 	held := m.clusterLog.Shared().Groups()
+	reported := m.sessions.Reported()
+	self := m.node.ID()
 	for _, g := range grown {
-		if m.shards.nodes[g.ID].Load() != nil {
+		if m.shards.nodes[g.ID].Load() != nil || m.shards.leftAt(g.ID) > 0 {
+			continue
+		}
+		if rep, ok := reported[g.ID]; ok && rep.Index > 0 && !slices.Contains(rep.Voters, self) && !slices.Contains(rep.Learners, self) {
 			continue
 		}
 		replicas := g.Replicas
@@ -90,6 +117,23 @@ func (m *Member) startGrown(grown []replication.GrownGroup) {
 		}
 		m.log.Info().Int("group", int(g.ID)).Strs("replicas", g.Replicas).Msg("a grown group's replica started here")
 	}
+}
+
+// slotSource is the group grown group d's slots come from: d modulo the
+// groups' count before d's growth (the lowest group it grew).
+func (m *Member) slotSource(d uint16) (uint16, bool) {
+	rt := m.shards.routing.Load()
+	mod, ok := rt.modulus[d]
+	if !ok {
+		return 0, false
+	}
+	before := d
+	for g, n := range rt.modulus {
+		if n == mod {
+			before = min(before, g)
+		}
+	}
+	return d % before, before > 0
 }
 
 // growing guards the growth this member drives: one at a time.
@@ -165,7 +209,7 @@ func (m *Member) growGroups(ctx context.Context, n int) (growResult, error) {
 	}
 	for d := from; d < n; d++ {
 		key := replication.SlotKey(uint16(d))
-		if pl := m.node.Tubes().Prefixes[key]; pl.Active {
+		if pl := m.node.Tubes().Prefixes[key]; pl.Active && pl.Group == uint16(d) {
 			continue
 		}
 		placed, err := m.placePrefix(ctx, key, uint16(d))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -237,5 +238,55 @@ func TestShardGroupsGrowResumed(t *testing.T) {
 	}
 	if st, err := client.Stats("stats-tube " + tube); err != nil || st["current-jobs-ready"] != fmt.Sprint(len(acked)) {
 		t.Fatalf("stats-tube %s: %v %v, want %d ready", tube, st, err, len(acked))
+	}
+}
+
+// TestShardGroupsGrownReplicaMovedAway: a grown group's replicas, moved
+// off the members the growth named, stay off them: a later change of
+// group 0's book (a tube's move) does not start them there again, empty,
+// beside the group (found by review: they elected a group of their own).
+func TestShardGroupsGrownReplicaMovedAway(t *testing.T) {
+	c := newClusterOf(t, 6, 2, 3)
+	c.finalized()
+	rep := testproc.DoAPI(t, testproc.APIRequest{Method: http.MethodPost,
+		URL: fmt.Sprintf("http://%s/cluster/groups/grow", c.up["m1"].HTTPAddr()), Body: map[string]int{"to": 4},
+		Bearer: testToken, Timeout: 2 * growTimeout})
+	if rep.Status != http.StatusOK {
+		t.Fatalf("growth: %d %s", rep.Status, rep.Body)
+	}
+	named := c.up["m1"].node.Tubes().Grown[0] // group 2
+	var spares []string
+	for _, p := range c.peers {
+		if !slices.Contains(named.Replicas, p.Name) {
+			spares = append(spares, p.Name)
+		}
+	}
+	for i, giver := range named.Replicas {
+		status, _, body := moveThrough(t, c.up[spares[0]], int(named.ID), giver, spares[i])
+		for try := 0; status != http.StatusOK && try < 20; try++ {
+			time.Sleep(500 * time.Millisecond)
+			status, _, body = moveThrough(t, c.up[spares[0]], int(named.ID), giver, spares[i])
+		}
+		if status != http.StatusOK {
+			t.Fatalf("moving group %d's replica from %s to %s: %d %s", named.ID, giver, spares[i], status, body)
+		}
+		testproc.WaitFor(t, 10*time.Second, giver+" dropping its replica", func() bool { return c.up[giver].shards.node(named.ID) == nil })
+	}
+	tube := "moved-away"
+	owner := int(c.up["m1"].shards.routing.Load().state.Owner(tube))
+	status, _, body := moveTubeThrough(t, c.up[spares[0]], tube, (owner+1)%4)
+	for try := 0; status == http.StatusServiceUnavailable && try < 20; try++ { // a group's leader not yet known
+		time.Sleep(500 * time.Millisecond)
+		status, _, body = moveTubeThrough(t, c.up[spares[0]], tube, (owner+1)%4)
+	}
+	if status != http.StatusOK {
+		t.Fatalf("a tube's move: %d %s", status, body)
+	}
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, name := range named.Replicas {
+			if c.up[name].shards.node(named.ID) != nil {
+				t.Fatalf("%s runs a replica of group %d again", name, named.ID)
+			}
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sproutmq/sprout/codec"
 	"github.com/sproutmq/sprout/internal/admin"
 	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/internal/replication"
@@ -109,8 +110,14 @@ func (m *Member) brings(g uint16, tube, prefix string, to uint16) bool {
 
 // parties are the groups a placement of a prefix in group to takes tubes
 // from, and those it brings them into: every other group, and to; or,
-// undoing the placement in group was, was, and every other group.
-func (m *Member) parties(to, was uint16) (from, into []uint16) {
+// undoing the placement in group was, was, and every other group; or, a
+// grown group's slots, the one group that has them, and to.
+func (m *Member) parties(key string, to, was uint16) (from, into []uint16) {
+	if d, slots := replication.SlotGroup(key); slots {
+		if src, ok := m.slotSource(d); ok {
+			return []uint16{src}, []uint16{to}
+		}
+	}
 	one, rest := to, &from
 	if to == replication.Unplaced {
 		one, rest = was, &into
@@ -173,7 +180,9 @@ func (m *Member) registerPlacements(mux *http.ServeMux, guard func(http.Handler)
 
 func (m *Member) servePlace(w http.ResponseWriter, r *http.Request) {
 	prefix := r.PathValue("prefix")
-	if prefix == "" || len(prefix) > maxTubeName {
+	// A tube's name is the protocol's: so is a prefix of one, which keeps
+	// the keys of grown groups' slots ("#3") out of reach.
+	if !codec.ValidTubeName([]byte(prefix)) {
 		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("%q is not a prefix of tubes' names", prefix)})
 		return
 	}
@@ -247,6 +256,8 @@ func (m *Member) placePrefix(ctx context.Context, prefix string, to uint16) (pre
 		return res, fmt.Errorf("%w: prefix %q is placed in group %d already", errTubeMove, prefix, to)
 	case to == replication.Unplaced && !ok:
 		return res, fmt.Errorf("%w: prefix %q is not placed", errTubeMove, prefix)
+	case len(b.Dropping) > 0:
+		return res, fmt.Errorf("%w: an aborted placement's copies are being dropped", errTubeMove)
 	}
 	if err := n.ProposePrefix(ctx, replication.PrefixPending, prefix, move, to, nil); err != nil {
 		return res, err
@@ -255,7 +266,7 @@ func (m *Member) placePrefix(ctx context.Context, prefix string, to uint16) (pre
 		return res, fmt.Errorf("%w: another placement is under way", errTubeMove)
 	}
 	begun := time.Now()
-	sources, dests := m.parties(to, placed.Group)
+	sources, dests := m.parties(prefix, to, placed.Group)
 	// The destinations first: each thaws a freeze of the prefix left by
 	// an earlier placement that took its tubes out of it.
 	err := m.inGroups(dests, func(g uint16) error { return m.prefixStep(ctx, g, "open", prefix, move, to, nil) })
@@ -310,6 +321,9 @@ func (m *Member) abortPrefix(ctx context.Context, prefix string, move uint64, to
 	if placed {
 		return nil
 	}
+	if err := n.ProposePrefix(ctx, replication.PrefixDropped, prefix, move, to, nil); err != nil {
+		return fmt.Errorf("%v; its copies are dropped, not yet recorded so (%v)", why, err)
+	}
 	m.log.Warn().Str("prefix", prefix).Int("group", int(to)).Err(why).Msg("prefix placement aborted")
 	return why
 }
@@ -319,7 +333,7 @@ func (m *Member) abortPrefix(ctx context.Context, prefix string, move uint64, to
 // sources drop what they handed over; aborted, the destinations drop what
 // they took and the sources thaw.
 func (m *Member) endPrefix(ctx context.Context, prefix string, move uint64, to, was uint16, placed bool) error {
-	sources, dests := m.parties(to, was)
+	sources, dests := m.parties(prefix, to, was)
 	if !placed {
 		if err := m.inGroups(dests, func(g uint16) error { return m.prefixStep(ctx, g, "drop", prefix, move, to, nil) }); err != nil {
 			return fmt.Errorf("what was taken is not all dropped yet (%w)", err)
@@ -371,7 +385,10 @@ func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
 	var out any = map[string]bool{"done": true}
 	switch step := r.PathValue("step"); step {
 	case "open":
-		if err = m.endPrefixOut(r.Context(), n, g, prefix, move); err != nil {
+		if err = m.awaitPending(r.Context(), prefix, move); err != nil {
+			break
+		}
+		if err = m.endPrefixesOut(r.Context(), n, g, move); err != nil {
 			break
 		}
 		if f, ok := n.Tubes().FrozenPrefixes[prefix]; ok {
@@ -409,7 +426,10 @@ func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
 // prefix, then hand each tube it covers here to group to's leader.
 func (m *Member) takePrefix(ctx context.Context, n *replication.Node, g uint16, prefix string, move uint64, to uint16) (prefixTaken, error) {
 	out := prefixTaken{Tubes: []string{}}
-	if err := m.endPrefixOut(ctx, n, g, prefix, move); err != nil {
+	if err := m.awaitPending(ctx, prefix, move); err != nil {
+		return out, err
+	}
+	if err := m.endPrefixesOut(ctx, n, g, move); err != nil {
 		return out, err
 	}
 	if err := n.ProposePrefix(ctx, replication.PrefixFreeze, prefix, move, to, nil); err != nil {
@@ -439,23 +459,51 @@ func (m *Member) takePrefix(ctx context.Context, n *replication.Node, g uint16, 
 // placements there, and the resolver's (a tube's name has no space).
 func prefixIn(prefix string, g uint16) string { return fmt.Sprintf("prefix %s in %d", prefix, g) }
 
-// endPrefixOut ends what an earlier placement of prefix, not move, left
-// frozen in n's group and not marked moved out, before move goes on: one
-// group 0 placed is finished (the covered tubes here are copies), one it
-// aborted is thawed, and one it has not decided refuses move.
-func (m *Member) endPrefixOut(ctx context.Context, n *replication.Node, g uint16, prefix string, move uint64) error {
-	f, ok := n.Tubes().FrozenPrefixes[prefix]
-	if !ok || f.Moved || f.Move == move {
-		return nil
+// endPrefixesOut ends what earlier placements, of any prefix, not move,
+// left frozen in n's group g and not marked moved out, before move goes
+// on or tubes come in (their copies here would beat the jobs coming in):
+// one group 0 placed is finished (the tubes it covers here are copies),
+// one it aborted is thawed, and one it has not decided refuses.
+func (m *Member) endPrefixesOut(ctx context.Context, n *replication.Node, g uint16, move uint64) error {
+	for prefix, f := range n.Tubes().FrozenPrefixes {
+		if f.Moved || f.Move == move {
+			continue
+		}
+		placed, decided := m.node.Tubes().Decided[f.Move]
+		var err error
+		switch {
+		case !decided:
+			err = fmt.Errorf("%w: prefix %q's placement %x is not over", errTubeMove, prefix, f.Move)
+		case placed:
+			err = m.finishPrefix(ctx, n, g, prefix, f.Move, f.To)
+		default:
+			err = n.ProposePrefix(ctx, replication.PrefixThaw, prefix, f.Move, 0, nil)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	placed, decided := m.node.Tubes().Decided[f.Move]
-	switch {
-	case !decided:
-		return fmt.Errorf("%w: prefix %q's placement %x is not over", errTubeMove, prefix, f.Move)
-	case placed:
-		return m.finishPrefix(ctx, n, g, prefix, f.Move, f.To)
+	return nil
+}
+
+// awaitPending waits until this member's replica of group 0 shows move
+// as the pending placement of prefix: a step of a placement group 0 has
+// decided meanwhile (a step sent again, or late) is refused.
+func (m *Member) awaitPending(ctx context.Context, prefix string, move uint64) error {
+	for {
+		b := m.node.Tubes()
+		if _, decided := b.Decided[move]; decided {
+			return fmt.Errorf("%w: placement %x of prefix %q is over", errTubeMove, move, prefix)
+		}
+		if pl := b.Prefixes[prefix]; pl.Move == move && !pl.Active {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
-	return n.ProposePrefix(ctx, replication.PrefixThaw, prefix, f.Move, 0, nil)
 }
 
 // finishPrefix is a group's finish step: once this member routes by the
@@ -464,6 +512,9 @@ func (m *Member) endPrefixOut(ctx context.Context, n *replication.Node, g uint16
 func (m *Member) finishPrefix(ctx context.Context, n *replication.Node, g uint16, prefix string, move uint64, to uint16) error {
 	if err := m.awaitDecided(ctx, move, true); err != nil {
 		return err
+	}
+	if f := n.Tubes().FrozenPrefixes[prefix]; f.Move != move || f.Moved {
+		return nil // finished, or a later placement of the prefix is here: this step is late
 	}
 	for tube := range m.coveredTubes(n, g, prefix, to) {
 		if err := dropTube(ctx, n.Store(), tube); err != nil {
@@ -519,6 +570,26 @@ func (m *Member) resolvePrefixes() {
 				defer cancel()
 				err := m.abortPrefix(ctx, prefix, pl.Move, pl.Group, pl.Was, fmt.Errorf("%w: its driver was lost", errTubeMove))
 				m.log.Info().Str("prefix", prefix).Err(err).Msg("a prefix's placement, left by its driver, resolved")
+			}()
+		}
+	}
+	if m.shards.serving(0) != nil {
+		for move, d := range m.node.Tubes().Dropping {
+			if m.placing.drives(move) || !stale(fmt.Sprintf("dropping %x", move), move) {
+				continue
+			}
+			go func() {
+				if !m.placing.begin(move) {
+					return
+				}
+				defer m.placing.end()
+				ctx, cancel := context.WithTimeout(context.Background(), tubeMoveTimeout)
+				defer cancel()
+				err := m.endPrefix(ctx, d.Prefix, move, d.To, d.Was, false)
+				if err == nil {
+					err = m.node.ProposePrefix(ctx, replication.PrefixDropped, d.Prefix, move, d.To, nil)
+				}
+				m.log.Info().Str("prefix", d.Prefix).Err(err).Msg("an aborted placement's copies, left by its driver, dropped")
 			}()
 		}
 	}

@@ -142,6 +142,10 @@ func TestShardGroupsPlacePrefix(t *testing.T) {
 	if status, _, body := placeThrough(t, c.up["m1"], "img-", 7); status != http.StatusNotFound {
 		t.Errorf("a placement in no group: %d %s", status, body)
 	}
+	// Not a tube's name's prefix: "#3" is the key of grown group 3's slots.
+	if status, _, body := placeThrough(t, c.up["m1"], "%233", 0); status != http.StatusBadRequest {
+		t.Errorf("a placement of %q: %d %s", "#3", status, body)
+	}
 
 	// Undone: its tubes go back to their names' groups; the one moved by
 	// name stays.

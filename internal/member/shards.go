@@ -52,6 +52,10 @@ type shards struct {
 	// and those grown (group 0's TubeBook.Grown; growth.go).
 	nodes []atomic.Pointer[replication.Node]
 	count atomic.Int32
+	// grownSeen are the grown groups this member has taken (growth.go:
+	// grew, seedGrown). Guarded by grownMu.
+	grownMu   sync.Mutex
+	grownSeen map[uint16]bool
 	// left is, by group, the membership change whose index removed this
 	// member's replica last: a report as of it or before does not bring
 	// the replica back. Guarded by leftMu.
@@ -202,6 +206,7 @@ func (m *Member) startShards(ctx context.Context) error {
 	if sh.placement == nil {
 		return nil
 	}
+	m.seedGrown()
 	m.node.OnTubes(func(b replication.TubeBook) { m.tubesChanged(0, b) })
 	held := m.clusterLog.Shared().Groups()
 	for _, grp := range sh.placement.Groups[1:] {
@@ -214,6 +219,14 @@ func (m *Member) startShards(ctx context.Context) error {
 		}
 		if err != nil {
 			return err
+		}
+	}
+	// The grown groups this member's log holds (growth.go).
+	for _, g := range sortedGroups(held) {
+		if int(g) >= len(sh.placement.Groups) {
+			if err := m.startGroup(ctx, g, nil, false); err != nil {
+				return err
+			}
 		}
 	}
 	go m.balanceLeaders()

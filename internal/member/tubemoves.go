@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sproutmq/sprout/codec"
 	"github.com/sproutmq/sprout/internal/admin"
 	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/internal/replication"
@@ -232,7 +233,7 @@ var errTubeMove = errors.New("tube move")
 
 func (m *Member) serveTubeMove(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if name == "" || len(name) > maxTubeName {
+	if !codec.ValidTubeName([]byte(name)) {
 		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("%q is not a tube's name", name)})
 		return
 	}
@@ -290,9 +291,6 @@ func writeMoveError(w http.ResponseWriter, err error) {
 	}
 	admin.WriteError(w, &admin.Error{Status: status, Message: err.Error()})
 }
-
-// maxTubeName is the protocol's bound on a tube's name.
-const maxTubeName = 200
 
 // tubeMoving notes the tubes whose moves this member drives or takes, each
 // keyed by the tube and the group (tubeIn), so that its resolver leaves
@@ -371,6 +369,11 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 	defer m.tubeMoves.end(tubeIn(tube, from))
 	if f, ok := n.Tubes().Frozen[tube]; ok {
 		return res, fmt.Errorf("%w: tube %q's move %x to group %d is not over", errTubeMove, tube, f.Move, f.To)
+	}
+	for _, d := range m.node.Tubes().Dropping {
+		if m.brings(to, tube, d.Prefix, d.To) {
+			return res, fmt.Errorf("%w: group %d is dropping copies of prefix %q's tubes", errTubeMove, to, d.Prefix)
+		}
 	}
 	move := rand.Uint64()>>1 | 1
 	if err := n.ProposeTube(ctx, replication.TubeFreeze, tube, move, to, 0); err != nil {
@@ -606,6 +609,10 @@ func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
 	// before the copies here went), and it is no longer refused here once
 	// it is placed here again.
 	if err := m.endMoveOut(r.Context(), n, tube); err != nil {
+		writeMoveError(w, err)
+		return
+	}
+	if err := m.endPrefixesOut(r.Context(), n, g, 0); err != nil {
 		writeMoveError(w, err)
 		return
 	}

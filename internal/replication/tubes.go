@@ -77,7 +77,19 @@ const (
 	// before: they own no tube until slots are placed in them (a
 	// placement whose key is "#" and the group's number: SlotKey).
 	GroupsGrow uint8 = 13
+	// PrefixDropped: in group 0, the groups an aborted placement, move
+	// Deadline, brought tubes into have dropped them (TubeBook.Dropping).
+	PrefixDropped uint8 = 14
 )
+
+// Dropping is a placement group 0 aborted whose destinations may still
+// hold the copies it brought them: until they have dropped them, no
+// placement begins, and no tube it brought moves into them.
+type Dropping struct {
+	Prefix string `json:"prefix"`
+	To     uint16 `json:"to"`
+	Was    uint16 `json:"was,omitempty"`
+}
 
 // Unplaced is the group of a prefix's placement that undoes the one it
 // has: its tubes go back to the groups they would be in without it.
@@ -130,6 +142,9 @@ type TubeBook struct {
 	// exact placement (Placed) or a longer prefix's excepted; at most one
 	// is pending.
 	Prefixes map[string]PrefixPlacement `json:"prefixes,omitempty"`
+	// Dropping are the aborted placements whose copies may be left, by
+	// move (group 0 only).
+	Dropping map[uint64]Dropping `json:"dropping,omitempty"`
 	// Frozen are this group's tubes moving out or moved out, by name.
 	Frozen map[string]Frozen `json:"frozen,omitempty"`
 	// FrozenPrefixes are this group's prefixes moving out or moved out:
@@ -186,7 +201,7 @@ func (b TubeBook) Pending() (string, PrefixPlacement, bool) {
 // IsZero reports whether b holds nothing (omitzero).
 func (b TubeBook) IsZero() bool {
 	return len(b.Placed) == 0 && len(b.Decided) == 0 && len(b.Frozen) == 0 && len(b.Paused) == 0 &&
-		len(b.Prefixes) == 0 && len(b.FrozenPrefixes) == 0 && len(b.Grown) == 0
+		len(b.Prefixes) == 0 && len(b.FrozenPrefixes) == 0 && len(b.Grown) == 0 && len(b.Dropping) == 0
 }
 
 // clone returns a copy that shares nothing with b.
@@ -197,14 +212,15 @@ func (b TubeBook) clone() TubeBook {
 	}
 	return TubeBook{Placed: maps.Clone(b.Placed), Decided: maps.Clone(b.Decided), Order: slices.Clone(b.Order),
 		Out: out, Frozen: maps.Clone(b.Frozen), Paused: maps.Clone(b.Paused),
-		Prefixes: maps.Clone(b.Prefixes), FrozenPrefixes: maps.Clone(b.FrozenPrefixes), Grown: slices.Clone(b.Grown)}
+		Prefixes: maps.Clone(b.Prefixes), FrozenPrefixes: maps.Clone(b.FrozenPrefixes), Grown: slices.Clone(b.Grown),
+		Dropping: maps.Clone(b.Dropping)}
 }
 
 // equal reports whether b and o hold the same.
 func (b TubeBook) equal(o TubeBook) bool {
 	return maps.Equal(b.Placed, o.Placed) && maps.Equal(b.Decided, o.Decided) && maps.Equal(b.Frozen, o.Frozen) &&
 		maps.EqualFunc(b.Out, o.Out, slices.Equal) && maps.Equal(b.Paused, o.Paused) &&
-		maps.Equal(b.Prefixes, o.Prefixes) && maps.Equal(b.FrozenPrefixes, o.FrozenPrefixes) &&
+		maps.Equal(b.Prefixes, o.Prefixes) && maps.Equal(b.FrozenPrefixes, o.FrozenPrefixes) && maps.Equal(b.Dropping, o.Dropping) &&
 		slices.EqualFunc(b.Grown, o.Grown, func(x, y GrownGroup) bool {
 			return x.ID == y.ID && x.Modulus == y.Modulus && slices.Equal(x.Replicas, y.Replicas)
 		})
@@ -319,11 +335,23 @@ func (b *TubeBook) apply(r *wal.Record) bool {
 			} else {
 				b.Prefixes[r.Tube] = PrefixPlacement{Group: pl.Group, Move: move, Active: true}
 			}
-		} else if pl.Replaces {
-			b.Prefixes[r.Tube] = PrefixPlacement{Group: pl.Was, Active: true}
 		} else {
-			delete(b.Prefixes, r.Tube)
+			if b.Dropping == nil {
+				b.Dropping = make(map[uint64]Dropping)
+			}
+			b.Dropping[move] = Dropping{Prefix: r.Tube, To: pl.Group, Was: pl.Was}
+			if pl.Replaces {
+				b.Prefixes[r.Tube] = PrefixPlacement{Group: pl.Was, Active: true}
+			} else {
+				delete(b.Prefixes, r.Tube)
+			}
 		}
+		return true
+	case PrefixDropped:
+		if _, ok := b.Dropping[move]; !ok {
+			return false
+		}
+		delete(b.Dropping, move)
 		return true
 	case TubeFreeze:
 		return freeze(&b.Frozen, r.Tube, move, uint16(r.Pri))
@@ -455,7 +483,7 @@ func (n *Node) ProposePrefix(ctx context.Context, what uint8, prefix string, mov
 	if info, _ := n.Leader(); !info.Serving {
 		return ErrNotServing
 	}
-	if what < PrefixPending || what > PrefixMovedOut || prefix == "" || len(prefix) > 200 || move == 0 {
+	if (what < PrefixPending || what > PrefixMovedOut) && what != PrefixDropped || prefix == "" || len(prefix) > 200 || move == 0 {
 		return fmt.Errorf("replication: no such record of a prefix's placement: %d %q %d", what, prefix, move)
 	}
 	r := wal.Record{Kind: wal.KindMeta, Tube: prefix, State: what, Pri: uint32(group), Deadline: int64(move)}
@@ -501,6 +529,9 @@ func (n *Node) tubeApplied(r *wal.Record) bool {
 	case PrefixPending:
 		_, decided := b.Decided[move]
 		return decided || b.Prefixes[r.Tube].Move == move
+	case PrefixDropped:
+		_, ok := b.Dropping[move]
+		return !ok
 	case TubeFreeze, PrefixFreeze:
 		return ok && f.Move == move
 	case TubeThaw, PrefixThaw:

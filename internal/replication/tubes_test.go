@@ -84,9 +84,10 @@ func TestProposeTube(t *testing.T) {
 
 // TestTubeBookPrefixes: group 0 keeps one prefix placement pending at a
 // time (another's is aborted at once), makes it active or drops it,
-// restores the placement a pending one replaced when it is aborted, and
-// notes the groups it took tubes from; a group freezes, thaws and marks
-// moved out a prefix for one move at a time.
+// restores the placement a pending one replaced when it is aborted,
+// keeps an aborted one's destinations to drop until they have, and notes
+// the groups it took tubes from; a group freezes, thaws and marks moved
+// out a prefix for one move at a time.
 func TestTubeBookPrefixes(t *testing.T) {
 	rec := func(what uint8, prefix string, move uint64, group uint16, body ...byte) *wal.Record {
 		return &wal.Record{Kind: wal.KindMeta, State: what, Tube: prefix, Deadline: int64(move), Pri: uint32(group), Body: body}
@@ -103,6 +104,10 @@ func TestTubeBookPrefixes(t *testing.T) {
 		{rec(PrefixAbort, "img-", 10, 0), false},
 		{rec(PrefixPending, "img-", 12, 1), true}, // replaces the active one
 		{rec(PrefixAbort, "img-", 12, 0), true},
+		{rec(PrefixPending, "doc-", 14, 1), true},
+		{rec(PrefixAbort, "doc-", 14, 0), true},
+		{rec(PrefixDropped, "doc-", 14, 0), true},
+		{rec(PrefixDropped, "doc-", 14, 0), false},
 		{rec(PrefixFreeze, "img-", 10, 2), true},
 		{rec(PrefixFreeze, "img-", 10, 2), false},
 		{rec(PrefixThaw, "img-", 9, 0), false},
@@ -124,10 +129,11 @@ func TestTubeBookPrefixes(t *testing.T) {
 		}
 	}
 	want := TubeBook{Prefixes: map[string]PrefixPlacement{"img-": {Group: 2, Active: true}},
-		Decided: map[uint64]bool{10: true, 11: false, 12: false}, Order: []uint64{11, 10, 12},
+		Decided: map[uint64]bool{10: true, 11: false, 12: false, 14: false}, Order: []uint64{11, 10, 12, 14},
+		Dropping:       map[uint64]Dropping{12: {Prefix: "img-", To: 1, Was: 2}},
 		Out:            map[uint16][]uint16{0: {2}, 1: {2}},
 		FrozenPrefixes: map[string]Frozen{"img-": {Move: 10, To: 2, Moved: true}}}
-	if !b.equal(want) || fmt.Sprint(b.Order) != "[11 10 12]" {
+	if !b.equal(want) || fmt.Sprint(b.Order) != "[11 10 12 14]" {
 		t.Fatalf("book %+v, want %+v", b, want)
 	}
 	if _, _, ok := b.Pending(); ok {
