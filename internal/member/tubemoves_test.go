@@ -366,7 +366,10 @@ func TestShardGroupsMoveTubeBackUnfinished(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Its driver lost here: group 1 still holds the copies. The tube
-	// moves back at once.
+	// moves back at once, once the member asked routes it to group 2.
+	testproc.WaitFor(t, 5*time.Second, "m3 routing the tube to group 2", func() bool {
+		return c.up["m3"].shards.routing.Load().state.Owner(tube) == 2
+	})
 	status, res, body := moveTubeThrough(t, c.up["m3"], tube, 1)
 	if status != http.StatusOK || res.From != 2 || res.Jobs != len(ids) {
 		t.Fatalf("the move back: %d %s", status, body)
