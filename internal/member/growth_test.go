@@ -105,14 +105,7 @@ func TestShardGroupsGrow(t *testing.T) {
 			}
 		}
 	}
-	if len(acked) == 0 {
-		t.Fatal("no put acknowledged")
-	}
-	for _, id := range acked {
-		if r, err := setup.Do(fmt.Sprintf("peek %d", id), nil); err != nil || r.Kind != testproc.ReplyFound {
-			t.Fatalf("acknowledged job %d: %+v %v", id, r, err)
-		}
-	}
+	expectPeekable(t, setup, acked)
 	want := len(acked) + 1
 	if st, err := setup.Stats("stats-tube " + moving); err != nil || st["current-jobs-ready"] != fmt.Sprint(want) {
 		t.Fatalf("stats-tube %s: %v %v, want %d ready", moving, st, err, want)
@@ -228,14 +221,7 @@ func TestShardGroupsGrowResumed(t *testing.T) {
 		})
 	}
 	client := testproc.DialTest(t, via.Addr().String(), replyTimeout)
-	if len(acked) == 0 {
-		t.Fatal("no put acknowledged")
-	}
-	for _, id := range acked {
-		if r, err := client.Do(fmt.Sprintf("peek %d", id), nil); err != nil || r.Kind != testproc.ReplyFound {
-			t.Fatalf("acknowledged job %d: %+v %v", id, r, err)
-		}
-	}
+	expectPeekable(t, client, acked)
 	if st, err := client.Stats("stats-tube " + tube); err != nil || st["current-jobs-ready"] != fmt.Sprint(len(acked)) {
 		t.Fatalf("stats-tube %s: %v %v, want %d ready", tube, st, err, len(acked))
 	}

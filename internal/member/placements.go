@@ -231,6 +231,9 @@ func (p *placing) begin(move uint64) bool {
 
 func (p *placing) end() { p.mu.Lock(); p.move = 0; p.mu.Unlock() }
 
+// busy reports whether a placement is driven here.
+func (p *placing) busy() bool { return !p.drives(0) }
+
 func (p *placing) drives(move uint64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -117,14 +117,7 @@ func TestShardGroupsPlacePrefix(t *testing.T) {
 			}
 		}
 	}
-	if len(acked) == 0 {
-		t.Fatal("no put acknowledged")
-	}
-	for _, id := range acked {
-		if r, err := setup.Do(fmt.Sprintf("peek %d", id), nil); err != nil || r.Kind != testproc.ReplyFound {
-			t.Fatalf("acknowledged job %d: %+v %v", id, r, err)
-		}
-	}
+	expectPeekable(t, setup, acked)
 	stats, err := setup.Stats("stats-tube " + tubes[1])
 	if want := fmt.Sprint(len(acked) + 2); err != nil || stats["current-jobs-ready"] != want {
 		t.Fatalf("stats-tube %s: %v %v, want %s ready", tubes[1], stats, err, want)
@@ -189,24 +182,11 @@ func TestShardGroupsPlacePrefixResolved(t *testing.T) {
 	c.finalized()
 	p := c.up["m1"].shards.placement
 	tube := tubePerGroup(p, "lost-")[1]
-	leaderOf := func(g uint16) *Member {
-		var leader *Member
-		testproc.WaitFor(t, 20*time.Second, fmt.Sprintf("group %d led", g), func() bool {
-			for _, m := range c.up {
-				if m.shards.serving(g) != nil {
-					leader = m
-					return true
-				}
-			}
-			return false
-		})
-		return leader
-	}
 	const move = 0x5eed
-	if err := leaderOf(0).node.ProposePrefix(t.Context(), replication.PrefixPending, "lost-", move, 2, nil); err != nil {
+	if err := c.leaderOf(0).node.ProposePrefix(t.Context(), replication.PrefixPending, "lost-", move, 2, nil); err != nil {
 		t.Fatal(err)
 	}
-	n := leaderOf(1).shards.node(1)
+	n := c.leaderOf(1).shards.node(1)
 	if err := n.ProposePrefix(t.Context(), replication.PrefixFreeze, "lost-", move, 2, nil); err != nil {
 		t.Fatal(err)
 	}

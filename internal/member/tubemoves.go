@@ -343,7 +343,7 @@ func (t *tubeMoving) busyIn(g uint16) bool {
 // step would fail half way).
 func (m *Member) driving(g uint16) bool {
 	if g == 0 {
-		if !m.placing.drives(0) { // a placement's move is never 0
+		if m.placing.busy() {
 			return true
 		}
 		if !m.growing.TryLock() {

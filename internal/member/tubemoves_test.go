@@ -262,6 +262,35 @@ func startPipeliner(t *testing.T, via *Member, tube string, depth int) *pipeline
 	return p
 }
 
+// leaderOf is the member that serves group g, once one does.
+func (c *testCluster) leaderOf(g uint16) *Member {
+	c.t.Helper()
+	var leader *Member
+	testproc.WaitFor(c.t, 20*time.Second, fmt.Sprintf("group %d led", g), func() bool {
+		for _, m := range c.up {
+			if m.shards.serving(g) != nil {
+				leader = m
+				return true
+			}
+		}
+		return false
+	})
+	return leader
+}
+
+// expectPeekable fails t unless there are ids and conn finds each.
+func expectPeekable(t *testing.T, conn *testproc.Conn, ids []uint64) {
+	t.Helper()
+	if len(ids) == 0 {
+		t.Fatal("no put acknowledged")
+	}
+	for _, id := range ids {
+		if r, err := conn.Do(fmt.Sprintf("peek %d", id), nil); err != nil || r.Kind != testproc.ReplyFound {
+			t.Fatalf("acknowledged job %d: %+v %v", id, r, err)
+		}
+	}
+}
+
 // stopped stops the puts and returns the ids acknowledged.
 func (p *pipeliner) stopped() []uint64 {
 	close(p.stop)
@@ -343,17 +372,8 @@ func TestShardGroupsMoveTubeBackUnfinished(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
-	leaderOf := func(g uint16) *Member {
-		for _, m := range c.up {
-			if m.shards.serving(g) != nil {
-				return m
-			}
-		}
-		t.Fatalf("group %d has no leader", g)
-		return nil
-	}
 	const move = 0xfeed
-	src := leaderOf(1)
+	src := c.leaderOf(1)
 	n := src.shards.node(1)
 	if err := n.ProposeTube(t.Context(), replication.TubeFreeze, tube, move, 2, 0); err != nil {
 		t.Fatal(err)
@@ -362,7 +382,7 @@ func TestShardGroupsMoveTubeBackUnfinished(t *testing.T) {
 	if jobs, err := src.handTube(t.Context(), n, tube, move, 1, 2); err != nil || jobs != len(ids) {
 		t.Fatalf("handing the tube over: %d jobs, %v", jobs, err)
 	}
-	if err := leaderOf(0).node.ProposeTube(t.Context(), replication.TubePlace, tube, move, 2, 1); err != nil {
+	if err := c.leaderOf(0).node.ProposeTube(t.Context(), replication.TubePlace, tube, move, 2, 1); err != nil {
 		t.Fatal(err)
 	}
 	// Its driver lost here: group 1 still holds the copies. The tube
