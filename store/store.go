@@ -79,7 +79,7 @@ type Store struct {
 
 	counts globalCounts
 
-	// holding stops jobs from being handed out (HoldJobs); set once.
+	// holding stops jobs from being handed out (HoldJobs, ResumeJobs).
 	holding atomic.Bool
 
 	// recycle, if set (SetRecycler), is given the body of every job the
@@ -104,10 +104,11 @@ func (s *Store) SetRecycler(recycle func(body []byte)) {
 	s.recycle = recycle
 }
 
-// HoldJobs stops handing jobs out, for a graceful shutdown: a reserve waits
-// (or times out) as if every tube were empty, blocked reserves stay
-// blocked, and reserve-job finds nothing. Everything else keeps working,
-// so clients can finish the jobs they hold. It cannot be undone.
+// HoldJobs stops handing jobs out, for a graceful shutdown or a cluster
+// group's leadership handed over (handover.go): a reserve waits (or times
+// out) as if every tube were empty, blocked reserves stay blocked, and
+// reserve-job finds nothing. Everything else keeps working, so clients
+// can finish the jobs they hold. ResumeJobs undoes it.
 func (s *Store) HoldJobs() { s.holding.Store(true) }
 
 // globalCounts are the server-wide job figures; each is changed under the

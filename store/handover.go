@@ -1,0 +1,88 @@
+package store
+
+// A cluster's group leader that hands its leadership to another member
+// (internal/member's handOver) hands its sessions' reservations over
+// too, as they are not in the group's log: it stops handing jobs out
+// (HoldJobs), lists what each of its sessions' clients holds
+// (Client.Reservations), and the next leader's clients of the same
+// sessions take those jobs when it begins to serve (Client.Adopt). If the
+// leadership stays, the leader hands jobs out again (ResumeJobs).
+
+// Reservation is a job a client holds, the end of its TTR, wall clock
+// (Unix nanoseconds, as the log records deadlines), and its reserve and
+// timeout counts, which the log has only as of the job's last record.
+type Reservation struct {
+	ID                 uint64
+	Deadline           int64
+	Reserves, Timeouts uint32
+}
+
+// Reservations lists the jobs c holds, the oldest reservation first.
+func (c *Client) Reservations() []Reservation {
+	c.mu.Lock()
+	var jobs []*Job
+	if c.res != nil {
+		for j := c.res.order.head; j != nil; j = j.next {
+			jobs = append(jobs, j)
+		}
+	}
+	c.mu.Unlock()
+	out := make([]Reservation, 0, len(jobs))
+	for _, j := range jobs {
+		t := j.tube // the tube's lock comes before the client's
+		t.mu.Lock()
+		if j.state == StateReserved && j.owner == c {
+			out = append(out, Reservation{ID: j.id, Deadline: c.s.wall(j.deadline),
+				Reserves: j.counts.reserves, Timeouts: j.counts.timeouts})
+		}
+		t.mu.Unlock()
+	}
+	return out
+}
+
+// Adopt makes c hold the ready job r names until its deadline (at least
+// a moment from now), with its counts: a reservation c's session held on
+// the group's last leader, handed over with the leadership. Its reserve
+// is not counted again. It reports false, changing nothing, when the job
+// is not here or not ready (deleted, released or buried since), or c is
+// closed.
+func (c *Client) Adopt(r Reservation) bool {
+	s := c.s
+	j := s.lookup(r.ID)
+	if j == nil {
+		return false
+	}
+	t := j.tube
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if j.state != StateReady {
+		return false
+	}
+	t.adoptLocked(j, c, max(s.mono(r.Deadline), s.now()+1))
+	if j.state != StateReserved || j.owner != c {
+		return false
+	}
+	j.counts.reserves = max(j.counts.reserves, r.Reserves)
+	j.counts.timeouts = max(j.counts.timeouts, r.Timeouts)
+	return true
+}
+
+// ResumeJobs undoes HoldJobs: jobs are handed out again, first to the
+// reserves that waited meanwhile.
+func (s *Store) ResumeJobs() {
+	if !s.holding.Swap(false) {
+		return
+	}
+	now := s.now()
+	for _, name := range s.TubeNames() {
+		t := s.findTube([]byte(name))
+		if t == nil {
+			continue
+		}
+		t.mu.Lock()
+		hs := t.dispatchLocked(now, nil)
+		t.mu.Unlock()
+		s.complete(hs)
+		s.releaseTube(t)
+	}
+}
