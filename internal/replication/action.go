@@ -36,6 +36,9 @@ type Action struct {
 	Pos uint64
 	// Term (ActServe, ActRebuild) is the term this member leads or led.
 	Term uint64
+	// Handed (ActServe) are the reservations the last leader handed over
+	// with its leadership to this member (HandOver's body), nil if none.
+	Handed []byte
 	// ConfState and Book (ActMembership) are the membership after the
 	// change at Index, and the address book.
 	ConfState *pb.ConfState

@@ -127,6 +127,9 @@ type Core struct {
 	timeoutNow *pb.Message
 
 	applied uint64 // the last entry handed to the store (or skipped)
+	// handed is the last leadership handed over with its sessions'
+	// reservations (HandOver), until a member serves: handover.go.
+	handed handedOver
 	// applyBuf and applyLocs hold the records ActApply hands out, reused
 	// from one Ready to the next (a rebuild applies a million records in
 	// Readies of a MiB each).
@@ -596,6 +599,7 @@ func (c *Core) apply(m *pb.Message) {
 	var mineLocs []wal.Loc
 	var ack uint64
 	serve := false
+	var handed []byte // the reservations this member takes as it serves
 	var confs []Action
 	for _, e := range m.GetEntries() {
 		if e.GetType() != pb.EntryNormal {
@@ -611,6 +615,8 @@ func (c *Core) apply(m *pb.Message) {
 			// The empty entry a leader appends first: everything before it
 			// is committed and applied now.
 			c.serving, serve = true, true
+			handed = c.handed.takenBy(c.leading, e.GetIndex())
+			c.handed = handedOver{}
 		case own && len(e.GetData()) > 0:
 			ack = c.proposed[0]
 			c.proposed = c.proposed[1:]
@@ -656,7 +662,7 @@ func (c *Core) apply(m *pb.Message) {
 	}
 	c.out = append(c.out, confs...)
 	if serve {
-		c.out = append(c.out, Action{Kind: ActServe, Term: c.leading})
+		c.out = append(c.out, Action{Kind: ActServe, Term: c.leading, Handed: handed})
 	}
 	c.out = append(c.out, Action{Kind: ActCompact, Index: c.applied})
 	// The store applies in the order of the actions, before any later
@@ -730,6 +736,10 @@ func (c *Core) applyControl(acts []Action, recs []wal.Record, index uint64) []Ac
 	for i := range recs {
 		r := &recs[i]
 		if r.Kind != wal.KindControl && r.Kind != wal.KindMeta || index <= c.book.Index {
+			continue
+		}
+		if r.Kind == wal.KindMeta && (r.State == HandOver || r.State == HandOverAborted) {
+			c.handed = handedOf(r, index)
 			continue
 		}
 		if r.Kind == wal.KindMeta {

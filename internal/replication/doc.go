@@ -108,7 +108,8 @@
 // the jobs it had handed out are ready on the new leader (their reserves
 // were never logged), their clients' connections end, and the workers
 // that reconnect may get them again. That is the one way a job is
-// delivered twice, and only across a failover (docs/cluster.md).
+// delivered twice, and only across a failover (docs/cluster.md). A
+// leadership handed over on purpose takes them along (handover.go).
 //
 // # The log on disk
 //

@@ -138,6 +138,7 @@ type member struct {
 
 	served   []uint64           // the terms it served (ActServe)
 	atServe  map[uint64]jobView // its store's jobs when it last began to serve
+	handed   []byte             // the reservations it took when it last began to serve
 	rebuilds []uint64           // the terms it lost (ActRebuild)
 	restores int                // ActRestore: starts and snapshots installed
 	applied  int                // records it applied from entries
@@ -274,6 +275,7 @@ func (c *cluster) do(m *member, a Action) bool {
 	case ActServe:
 		m.served = append(m.served, a.Term)
 		m.atServe = viewOf(m.store)
+		m.handed = a.Handed
 	case ActMembership:
 		m.disk.SetMembership(a.ConfState, a.Book)
 		m.memberships = append(m.memberships, a)

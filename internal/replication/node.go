@@ -190,8 +190,9 @@ type Node struct {
 	tubes     atomic.Pointer[TubeBook] // Book.Tubes, read without a lock (FrozenTube)
 	moving    atomic.Bool              // a tube of tubes.Frozen is not yet moved out (AnyFrozen)
 	onTubes   atomic.Pointer[func(TubeBook)]
-	log       Log      // immutable; written on the node goroutine
-	journal   *Journal // immutable
+	onServe   atomic.Pointer[func(handed []byte)] // OnServe
+	log       Log                                 // immutable; written on the node goroutine
+	journal   *Journal                            // immutable
 	// state is the group's state machine, made with the node and kept for
 	// its life: a restore empties it and fills it again (Applier.Reset),
 	// so whatever serves it keeps the one it was given. For a shard group
@@ -781,6 +782,9 @@ func (n *Node) do(a Action) bool {
 		n.logger.Info().Uint64("term", a.Term).Msg("leading: serving clients")
 		if n.store != nil {
 			n.store.Lead() // it logs the pauses its freed tubes drop
+		}
+		if fn := n.onServe.Load(); fn != nil && a.Handed != nil {
+			(*fn)(a.Handed) // before the round publishes that it serves
 		}
 		if l, ok := n.log.(migratingLog); ok && n.store != nil {
 			// The serving leader's store moves live jobs for the log's

@@ -1,0 +1,76 @@
+package replication
+
+import (
+	"testing"
+
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// TestHandOverTaken: the member a leader hands its leadership to takes
+// the reservations the leader logged (HandOver) as it begins to serve;
+// not when anything was logged after the record, nor after the leader
+// voided it (HandOverAborted), nor a record of an earlier term.
+func TestHandOverTaken(t *testing.T) {
+	c := newCluster(t, 3, 100)
+	l := c.elect(1)
+	c.producer(l, "t").put(0, "job")
+	c.run(l)
+	c.stabilize()
+
+	// log appends a handover's record on m, the leader, and commits it.
+	log := func(m *member, what uint8, body string) {
+		t.Helper()
+		r := wal.Record{Kind: wal.KindMeta, State: what, Tube: "#", Deadline: int64(m.core.Status().GetTerm()), Body: []byte(body)}
+		if _, _, err := m.journal.Append(&r, wal.Loc{}); err != nil {
+			t.Fatal(err)
+		}
+		c.run(m)
+		c.stabilize()
+	}
+	// transfer hands m's leadership to member to, which must serve.
+	transfer := func(m *member, to uint64) *member {
+		t.Helper()
+		m.core.TransferLeadership(to)
+		c.run(m)
+		c.stabilize()
+		n := c.members[to]
+		if !n.serving() {
+			t.Fatalf("member %d does not serve after the transfer", to)
+		}
+		return n
+	}
+
+	log(l, HandOver, "held by 1")
+	l = transfer(l, 3)
+	if string(l.handed) != "held by 1" {
+		t.Fatalf("member 3 took %q, want what member 1 logged", l.handed)
+	}
+
+	log(l, HandOver, "held by 3")
+	c.producer(l, "t").put(0, "after the record")
+	c.run(l)
+	c.stabilize()
+	l = transfer(l, 2)
+	if l.handed != nil {
+		t.Fatalf("member 2 took %q, logged before a put", l.handed)
+	}
+
+	log(l, HandOver, "held by 2")
+	log(l, HandOverAborted, "")
+	l = transfer(l, 1)
+	if l.handed != nil {
+		t.Fatalf("member 1 took %q, voided", l.handed)
+	}
+
+	// A record of the term before, as a follower of a deposed leader
+	// might hold: not this term's to take.
+	r := wal.Record{Kind: wal.KindMeta, State: HandOver, Tube: "#", Deadline: int64(l.core.Status().GetTerm()) - 1, Body: []byte("old")}
+	if _, _, err := l.journal.Append(&r, wal.Loc{}); err != nil {
+		t.Fatal(err)
+	}
+	c.run(l)
+	c.stabilize()
+	if l = transfer(l, 3); l.handed != nil {
+		t.Fatalf("member 3 took %q, of an earlier term", l.handed)
+	}
+}
