@@ -77,7 +77,9 @@
 // be; the others stay open, their next commands going to the next
 // leader. A member that hands a leadership over first holds the fast
 // path for that group (HoldLocal) until what ran is acknowledged, so
-// that none closes. This holds for a single group's remote sessions too (those
+// that none closes; then it stops the group's requests (Server.Gate),
+// lists what its sessions hold (Server.Held) for the log, and the next
+// leader gives those jobs to the same sessions' owner clients (Adopt). This holds for a single group's remote sessions too (those
 // opened while another member led).
 //
 // A member learns the leaders of the groups it holds no replica of from

@@ -47,6 +47,16 @@ type Link struct {
 	// request and refs item carries it, so a tube it makes in any group
 	// is stamped after every tube this member has seen made.
 	stamp atomic.Uint64
+
+	// closed are the sessions' closes of the last closeRecall, oldest
+	// first, sent again to a group's new leader (LeaderChanged).
+	closed []closedSession // guarded by mu
+}
+
+// closedSession is a session's close in a group, and when.
+type closedSession struct {
+	key sessionKey
+	at  time.Time
 }
 
 // LinkConfig is what a Link needs of the member.
@@ -196,6 +206,12 @@ func (l *Link) Close(session uint64, group uint16) {
 		delete(l.pending, c.key)
 	}
 	delete(l.sessions, sk)
+	now := time.Now()
+	i := 0
+	for i < len(l.closed) && now.Sub(l.closed[i].at) > closeRecall {
+		i++
+	}
+	l.closed = append(l.closed[i:], closedSession{sk, now})
 	l.mu.Unlock()
 	l.post(group, Item{Kind: KindClose, Group: group, Session: session})
 }
@@ -280,8 +296,25 @@ func (l *Link) postPayload(group uint16, payload []byte) bool {
 }
 
 // LeaderChanged sends group's pending calls again, in order, to its
-// leader now (if one is known), and drops its pending refs (see Refs).
-func (l *Link) LeaderChanged(group uint16) { l.resend(group, true) }
+// leader now (if one is known), and drops its pending refs (see Refs);
+// and the closes of the group's sessions of the last closeRecall, which
+// its last leader may have listed as holding jobs after they came
+// (Server.Adopt).
+func (l *Link) LeaderChanged(group uint16) {
+	l.resend(group, true)
+	l.mu.Lock()
+	var closes []uint64
+	now := time.Now()
+	for _, c := range l.closed {
+		if c.key.group == group && now.Sub(c.at) <= closeRecall {
+			closes = append(closes, c.key.session)
+		}
+	}
+	l.mu.Unlock()
+	for _, session := range closes {
+		l.post(group, Item{Kind: KindClose, Group: group, Session: session})
+	}
+}
 
 // Retry sends group's pending calls that were not taken again, in order:
 // after a full queue drained, a stream opened, or a leader that did not

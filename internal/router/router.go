@@ -344,6 +344,20 @@ func (r *Router) HolderClients(g uint16, holders []Holder) map[uint64]*store.Cli
 	return r.server.HolderClients(g, holders)
 }
 
+// Gate is Server.Gate.
+func (r *Router) Gate(g uint16) { r.server.Gate(g) }
+
+// Ungate is Server.Ungate.
+func (r *Router) Ungate(g uint16) { r.server.Ungate(g) }
+
+// Held is Server.Held.
+func (r *Router) Held(g uint16) []Holder { return r.server.Held(g) }
+
+// Adopt is Server.Adopt.
+func (r *Router) Adopt(g uint16, st *store.Store, held []Holder) int {
+	return r.server.Adopt(g, st, held)
+}
+
 // Replaced tells the router that tubes moved between groups: each group's
 // leader gets the member's references to the tubes it owns now, and none
 // to those it no longer owns (a sync per group).

@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -49,7 +50,21 @@ type Server struct {
 	// were dropped from (Forget): the group's, until it is rebuilt.
 	// Guarded by mu.
 	forgotten map[forgottenRefs]*store.Store
+	// gated are the groups whose leadership is being handed over (Gate):
+	// their requests are refused. Replaced, never changed, under mu.
+	gated atomic.Pointer[map[uint16]bool]
+	// closedAt are the sessions whose close came while they had no owner
+	// client here (session 0: all of a member's), when, for closeRecall:
+	// a reservation handed over for one is not taken (Adopt). Guarded by
+	// mu.
+	closedAt map[ownerKey]time.Time
 }
+
+// closeRecall is how long a session's close is remembered where it found
+// nothing to close (Server.Adopt), and sent again to a group's new leader
+// (Link.LeaderChanged): it may have reached the last leader after that
+// one listed what the session held, or the next before it took that.
+const closeRecall = 10 * time.Second
 
 // ServerConfig is what a Server serves.
 type ServerConfig struct {
@@ -143,6 +158,7 @@ type owner struct {
 	st      *store.Store // immutable: the group's store it was made on
 	flusher *ackFlusher  // immutable: its group's, for st; nil if st acknowledges at once
 	client  *store.Client
+	adopted bool // immutable: made by Adopt
 
 	queued bool // guarded by flusher.mu: in flusher's waiting list
 
@@ -389,10 +405,11 @@ func (s *Server) request(key ownerKey, it *Item) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.closed {
+	if o.closed || s.isGated(key.group) {
 		// Closed since it was found (Detach, Forget, the session's
-		// close, Close): its client is gone. The member asks again, of
-		// the group's leader then.
+		// close, Close): its client is gone. Or the group's leadership
+		// is being handed over (Gate). The member asks again, of the
+		// group's leader then.
 		s.send(key.member, reply(key, it.Seq, Reply{Status: StatusNotLeader}))
 		return
 	}
@@ -457,7 +474,7 @@ func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed || o.waiting != 0 || len(o.backlog) > 0 || len(o.replies) > 0 ||
-		o.requestMovingLocked(&req) {
+		s.isGated(key.group) || o.requestMovingLocked(&req) {
 		// What a tube's move forbids goes the other way, which refuses
 		// it (movingLocked).
 		return Reply{}, nil, 0, false
@@ -490,7 +507,10 @@ func (s *Server) owner(key ownerKey) *owner {
 	// before, and none is made after.
 	st := s.cfg.Group(key.group)
 	o := s.owners[key]
-	if o != nil && o.st != st {
+	if o != nil && o.st != st && (st != nil || !o.adopted) {
+		// Made on a store the group no longer serves from. One Adopt
+		// made as this member begins to serve, before Group says so,
+		// stays.
 		delete(s.owners, key)
 		go o.close()
 		o = nil
@@ -562,6 +582,9 @@ func (s *Server) closeOwner(key ownerKey) {
 				delete(s.owners, k)
 			}
 		}
+	}
+	if len(closing) == 0 || key.session == 0 {
+		s.noteClosedLocked(key)
 	}
 	s.mu.Unlock()
 	for _, o := range closing {
@@ -666,13 +689,20 @@ func (o *owner) requestMovingLocked(req *Request) bool {
 	return false
 }
 
-// Holder is a reserved job of a tube moving between groups and the
-// session holding it: the destination's owner client of that session
-// takes the reservation (docs/design/shards.md 3.3).
+// Holder is a reserved job and the session holding it, of a tube moving
+// between groups (docs/design/shards.md 3.3) or of a group whose
+// leadership is handed over: the owner client of that session there, or
+// on the next leader, takes the reservation.
 type Holder struct {
 	Member  uint64 `json:"member"`
 	Session uint64 `json:"session"`
 	ID      uint64 `json:"id"`
+	// Deadline is the end of its TTR, wall clock (Unix nanoseconds), and
+	// Reserves and Timeouts its counts, of a handover; a tube's move has
+	// them in the job's record.
+	Deadline int64  `json:"deadline,omitempty"`
+	Reserves uint32 `json:"reserves,omitempty"`
+	Timeouts uint32 `json:"timeouts,omitempty"`
 }
 
 // Holders names the sessions holding held, reserved jobs of a tube of
@@ -708,6 +738,143 @@ func (s *Server) HolderClients(g uint16, holders []Holder) map[uint64]*store.Cli
 		}
 	}
 	return out
+}
+
+// A group's leadership handed over on purpose (internal/member's
+// handOver, store/handover.go): Gate stops its requests here, Held lists
+// the reservations its sessions' owner clients hold, for the next leader
+// to Adopt as it begins to serve.
+
+// Gate has group g's requests answered StatusNotLeader from now on (their
+// members ask again, of the group's next leader, or here after Ungate),
+// and the local fast path refuse them; it returns once those that
+// passed before are done.
+func (s *Server) Gate(g uint16) {
+	s.setGated(g, true)
+	for _, o := range s.ownersOf(g) {
+		o.mu.Lock() // waits out what runs on its client
+		o.mu.Unlock()
+	}
+}
+
+// Ungate undoes Gate.
+func (s *Server) Ungate(g uint16) { s.setGated(g, false) }
+
+func (s *Server) setGated(g uint16, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := map[uint16]bool{}
+	if cur := s.gated.Load(); cur != nil {
+		maps.Copy(next, *cur)
+	}
+	if on {
+		next[g] = true
+	} else {
+		delete(next, g)
+	}
+	s.gated.Store(&next)
+}
+
+// isGated reports whether Gate holds group g.
+func (s *Server) isGated(g uint16) bool {
+	cur := s.gated.Load()
+	return cur != nil && (*cur)[g]
+}
+
+// ownersOf lists group g's owner clients.
+func (s *Server) ownersOf(g uint16) []*owner {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*owner
+	for key, o := range s.owners {
+		if key.group == g {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Held lists the jobs group g's sessions hold here through their owner
+// clients, each session's oldest reservation first, with the ends of
+// their TTRs. A job held by a client of this process's own is left out.
+func (s *Server) Held(g uint16) []Holder {
+	var out []Holder
+	for _, o := range s.ownersOf(g) {
+		for _, r := range o.client.Reservations() {
+			out = append(out, Holder{Member: o.key.member, Session: o.key.session, ID: r.ID,
+				Deadline: r.Deadline, Reserves: r.Reserves, Timeouts: r.Timeouts})
+		}
+	}
+	return out
+}
+
+// Adopt gives the jobs held, handed over with group g's leadership, to
+// their sessions' owner clients on st, the group's store this member
+// begins to serve from: each holds its job until its deadline, if the
+// job is still ready here and its session's close has not come here
+// (closeRecall). It returns how many it gave.
+func (s *Server) Adopt(g uint16, st *store.Store, held []Holder) int {
+	owners := make([]*owner, len(held))
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0
+	}
+	now := time.Now()
+	for i, h := range held {
+		key := ownerKey{member: h.Member, session: h.Session, group: g}
+		if s.closedLocked(key, now) || s.closedLocked(ownerKey{member: h.Member, group: g}, now) {
+			continue
+		}
+		o := s.owners[key]
+		if o == nil || o.st != st {
+			if o != nil {
+				go o.close()
+			}
+			o = &owner{srv: s, key: key, st: st, flusher: s.flusherLocked(g, st), adopted: true}
+			o.client = st.NewOwnerClient(o)
+			s.owners[key] = o
+		}
+		owners[i] = o
+	}
+	s.mu.Unlock()
+	n := 0
+	for i, o := range owners {
+		if o == nil {
+			continue
+		}
+		o.mu.Lock()
+		h := held[i]
+		if !o.closed && o.client.Adopt(store.Reservation{ID: h.ID, Deadline: h.Deadline, Reserves: h.Reserves, Timeouts: h.Timeouts}) {
+			n++
+		}
+		o.mu.Unlock()
+	}
+	return n
+}
+
+// noteClosedLocked remembers key's close for closeRecall; the oldest go
+// once there are many. s.mu must be held.
+func (s *Server) noteClosedLocked(key ownerKey) {
+	now := time.Now()
+	if s.closedAt == nil {
+		s.closedAt = make(map[ownerKey]time.Time)
+	}
+	if len(s.closedAt) >= maxClosedAt {
+		maps.DeleteFunc(s.closedAt, func(_ ownerKey, at time.Time) bool { return now.Sub(at) > closeRecall })
+	}
+	s.closedAt[key] = now
+}
+
+// maxClosedAt is how many closes Server.closedAt holds before it forgets
+// those older than closeRecall.
+const maxClosedAt = 1024
+
+// closedLocked reports whether key's close came within closeRecall of
+// now. s.mu must be held.
+func (s *Server) closedLocked(key ownerKey, now time.Time) bool {
+	at, ok := s.closedAt[key]
+	return ok && now.Sub(at) <= closeRecall
 }
 
 // frozen is ServerConfig.Frozen for group g, nil when it says none.

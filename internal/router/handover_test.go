@@ -1,0 +1,116 @@
+package router
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
+)
+
+// TestServerHandOver: a leader handing its group over refuses the
+// group's requests (Gate: StatusNotLeader, for the next leader) and lists
+// what each session's owner client holds (Held); the next leader's
+// owner clients of the same sessions take those jobs (Adopt), but not
+// one of a session whose close came there first: its job stays ready.
+// Ungate serves again.
+func TestServerHandOver(t *testing.T) {
+	leader, next := store.New(store.Options{}), store.New(store.Options{})
+	t.Cleanup(leader.Close)
+	t.Cleanup(next.Close)
+	a := newServerRig(t, map[uint16]*store.Store{1: leader})
+	tube := [][]byte{[]byte("t")}
+	var ids []uint64
+	for seq := uint32(1); seq <= 2; seq++ {
+		a.send(req(1, 9, seq, Request{Op: OpPut, Tube: tube[0], TTR: 60, Body: []byte("j\r\n")}))
+		ids = append(ids, a.next().Reply.ID)
+	}
+	for session := uint64(1); session <= 2; session++ {
+		a.send(req(1, session, 1, Request{Op: OpReserve, Tubes: tube}))
+		if got := a.next(); got.Reply.Job.ID != ids[session-1] {
+			t.Fatalf("session %d reserved %+v, want job %d", session, got.Reply, ids[session-1])
+		}
+	}
+
+	a.srv.Gate(1)
+	a.send(req(1, 1, 2, Request{Op: OpTouch, ID: ids[0]}))
+	if got := a.next(); got.Reply.Status != StatusNotLeader {
+		t.Fatalf("a touch while gated: %+v, want StatusNotLeader", got.Reply)
+	}
+	held := a.srv.Held(1)
+	if len(held) != 2 || held[0].Deadline == 0 || held[0].Reserves != 1 {
+		t.Fatalf("held: %+v", held)
+	}
+
+	// The next leader has the jobs from the log, ready; session 2's close
+	// reaches it before it serves.
+	frames, _, _, _, _ := leader.ExportTube(tube[0])
+	recs, err := wal.DecodeFrames(nil, frames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.Apply(recs, nil)
+	var mu sync.Mutex
+	serving := false
+	b := newServerRig(t, nil)
+	b.srv.cfg.Group = func(uint16) *store.Store {
+		mu.Lock()
+		defer mu.Unlock()
+		if serving {
+			return next
+		}
+		return nil
+	}
+	b.send(Item{Kind: KindClose, Group: 1, Session: 2})
+	if n := b.srv.Adopt(1, next, held); n != 1 {
+		t.Fatalf("%d reservations taken, want session 1's alone", n)
+	}
+	mu.Lock()
+	serving = true
+	mu.Unlock()
+	b.send(req(1, 1, 2, Request{Op: OpTouch, ID: ids[0]}), req(1, 1, 3, Request{Op: OpDelete, ID: ids[0]}))
+	for _, what := range []string{"touch", "delete"} {
+		if got := b.next(); got.Reply.Status != StatusOK {
+			t.Fatalf("session 1's %s on the next leader: %+v", what, got.Reply)
+		}
+	}
+	if st := next.Stats(); st.Ready != 1 || st.Reserved != 0 {
+		t.Fatalf("the next leader's jobs: %+v, want session 2's ready", st)
+	}
+
+	a.srv.Ungate(1)
+	a.send(req(1, 1, 3, Request{Op: OpTouch, ID: ids[0]}))
+	if got := a.next(); got.Reply.Status != StatusOK {
+		t.Fatalf("a touch once ungated: %+v", got.Reply)
+	}
+}
+
+// TestLinkClosesAgain: a session's close goes to its group's leader, and
+// again to the next one (it may have reached the last after that one
+// listed what the session held).
+func TestLinkClosesAgain(t *testing.T) {
+	var mu sync.Mutex
+	leader := uint64(2)
+	sent := map[uint64][]Item{}
+	l := NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) { mu.Lock(); defer mu.Unlock(); return leader, true },
+		Send: func(to uint64, payload []byte) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return Each(payload, 0, func(it *Item) { sent[to] = append(sent[to], *it) }) == nil
+		},
+	})
+	l.Close(5, 1)
+	mu.Lock()
+	leader = 3
+	mu.Unlock()
+	l.LeaderChanged(1)
+	l.LeaderChanged(2) // another group's: nothing of session 5's
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range []uint64{2, 3} {
+		if len(sent[m]) != 1 || sent[m][0].Kind != KindClose || sent[m][0].Session != 5 || sent[m][0].Group != 1 {
+			t.Errorf("member %d was sent %+v, want session 5's close in group 1", m, sent[m])
+		}
+	}
+}
