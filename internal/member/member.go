@@ -160,6 +160,9 @@ type Member struct {
 	// orders the starts of grown groups' replicas here (growth.go).
 	growing growing
 	growMu  sync.Mutex
+	// handingOver lets one leadership handover run at a time here
+	// (handover.go): each stops and starts its group's commands.
+	handingOver sync.Mutex
 	// forwarding carries the moves and drains this member forwards to a
 	// group's leader (forward); set with the side port, several groups
 	// only.

@@ -87,7 +87,10 @@ func (m *Member) moveReplica(ctx context.Context, g uint16, from, to string) (Gr
 		}
 	}
 	m.leaveLeadership(n, g, from, to)
-	if _, err := n.RemoveReplica(ctx, from); err != nil && !errors.Is(n.Err(), replication.ErrRemoved) {
+	// The removal may stop this replica before its answer: by applying
+	// it (ErrRemoved), or as the leader's report of the group without
+	// this member comes first (followReplicas leaves the group).
+	if _, err := n.RemoveReplica(ctx, from); err != nil && !errors.Is(n.Err(), replication.ErrRemoved) && m.shards.node(g) == n {
 		return m.replicasOf(g, n), err
 	}
 	m.log.Info().Int("group", int(g)).Str("from", from).Str("to", to).Msg("moved a group's replica")
@@ -113,16 +116,8 @@ func (m *Member) leaveLeadership(n *replication.Node, g uint16, from, to string)
 		if name == "" || name == from || name == to || !m.node.Host().HeardFrom(name, heard) {
 			continue
 		}
-		if err := m.handOver(n, g, name); err != nil {
-			return
-		}
-		// The transfer completes once name holds the whole log, within an
-		// election timeout or not at all.
-		for wait := time.Now().Add(m.node.ElectionTimeout()); time.Now().Before(wait); time.Sleep(movePoll) {
-			if info, _ := n.Leader(); !info.Serving {
-				m.log.Info().Int("group", int(g)).Str("to", name).Msg("handed a group's leadership over before leaving it")
-				return
-			}
+		if err := m.handOver(n, g, name); err == nil {
+			m.log.Info().Int("group", int(g)).Str("to", name).Msg("handed a group's leadership over before leaving it")
 		}
 		return
 	}
@@ -138,10 +133,14 @@ func (m *Member) idOf(name string) uint64 {
 	return 0
 }
 
-// replicasOf is group g's replicas as n, its replica here, has them.
+// replicasOf is group g's replicas as n, its replica here, has them, or
+// as its leader reported them since.
 func (m *Member) replicasOf(g uint16, n *replication.Node) GroupReplicas {
 	names := m.memberNames()
-	voters, learners, _ := n.Replicas()
+	voters, learners, index := n.Replicas()
+	if rep, ok := m.sessions.Reported()[g]; ok && rep.Index > index {
+		voters, learners = rep.Voters, rep.Learners // a later change: n may have stopped before it
+	}
 	out := GroupReplicas{Group: int(g), Replicas: []string{}}
 	for _, id := range voters {
 		out.Replicas = append(out.Replicas, names[id])

@@ -208,6 +208,7 @@ func (m *Member) startShards(ctx context.Context) error {
 	}
 	m.seedGrown()
 	m.node.OnTubes(func(b replication.TubeBook) { m.tubesChanged(0, b) })
+	m.node.OnServe(func(handed []byte) { m.takeHanded(0, m.node, handed) })
 	held := m.clusterLog.Shared().Groups()
 	for _, grp := range sh.placement.Groups[1:] {
 		var err error
@@ -269,6 +270,7 @@ func (m *Member) startGroup(ctx context.Context, g uint16, replicas []string, jo
 	}
 	sh.nodes[g].Store(n)
 	n.OnTubes(func(b replication.TubeBook) { m.tubesChanged(g, b) })
+	n.OnServe(func(handed []byte) { m.takeHanded(g, n, handed) })
 	go m.followGroup(n, g)
 	return nil
 }
@@ -358,41 +360,6 @@ func (m *Member) leaveGroup(g uint16, n *replication.Node, at uint64) {
 		return
 	}
 	m.log.Info().Int("group", int(g)).Uint64("index", max(at, index)).Msg("removed from a group: its replica here stopped and its log is dropped")
-}
-
-// Handing a leadership over (handOver): the member's sessions stop
-// running commands for the group on its store, the replies of those that
-// ran are acknowledged, then raft transfers the leadership.
-const (
-	// handOverGrace lets commands that passed the router's check before
-	// the hold reach the log: an event loop runs one in microseconds.
-	handOverGrace = 10 * time.Millisecond
-	// handOverSettle bounds the wait for their acknowledgement.
-	handOverSettle = time.Second
-	// handOverHold is how long the hold lasts: past a transfer, which
-	// raft drops after an election timeout if it has not happened.
-	handOverHold = 5 * time.Second
-)
-
-// handOver hands group g's leadership, led here through n, to member to,
-// without closing any of this member's sessions (router.ClosesWith): it
-// holds their local fast path for g (router.Router.HoldLocal), waits
-// until what ran on the store here is acknowledged, then asks raft for
-// the transfer. If it does not happen, the hold ends by itself.
-func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
-	m.sessions.HoldLocal(g, time.Now().Add(handOverHold))
-	time.Sleep(handOverGrace)
-	acks := n.Store().Acks()
-	if j, ok := acks.(interface{ Appended() uint64 }); ok {
-		done := make(chan struct{})
-		acks.OnAcked(j.Appended(), func() { close(done) })
-		select {
-		case <-done:
-		case <-time.After(handOverSettle):
-		case <-n.Done():
-		}
-	}
-	return n.TransferLeadership(to)
 }
 
 // followGroup tells the router of every change of group g's leader,

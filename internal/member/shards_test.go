@@ -444,6 +444,18 @@ func (c *testCluster) balanced() {
 	})
 }
 
+// ledBy is a group of three that member name serves.
+func (c *testCluster) ledBy(name string) uint16 {
+	c.t.Helper()
+	for g := range 3 {
+		if c.up[name].shards.serving(uint16(g)) != nil {
+			return uint16(g)
+		}
+	}
+	c.t.Fatalf("%s serves no group", name)
+	return 0
+}
+
 // tubePerGroup names a tube of each group of p, by group: the first names
 // prefix followed by a number that each group owns.
 func tubePerGroup(p *meta.State, prefix string) []string {
@@ -667,21 +679,18 @@ func expectLine(t *testing.T, c *testproc.Conn, line, want string) {
 // reserved one way is deleted the other. A reserve that would wait goes
 // the other way and is woken by a put through another member. When the
 // member hands the group over (handOver), no session closes, not even
-// one pipelining puts into it: the job the session held there is ready
-// again (a touch of it NOT_FOUND), and its next put reaches the new
-// leader.
+// one pipelining puts into it; its next put reaches the new leader; and
+// the jobs sessions held there are still theirs on the new leader (a
+// touch TOUCHED, a delete DELETED, a release by a session of another
+// member RELEASED), while a reserve that waited through a third member
+// is answered by the new leader.
 func TestShardGroupsLocal(t *testing.T) {
 	c := newShardedCluster(t, 3)
 	c.finalized()
 	p := c.up["m1"].shards.placement
 	c.balanced()
 	m1 := c.up["m1"]
-	var g uint16
-	for k := range 3 {
-		if m1.shards.serving(uint16(k)) != nil {
-			g = uint16(k)
-		}
-	}
+	g := c.ledBy("m1")
 	tubes := tubePerGroup(p, "l")
 	here, there := tubes[g], tubes[(int(g)+1)%3]
 	conn := testproc.DialTest(t, m1.Addr().String(), replyTimeout)
@@ -743,9 +752,26 @@ func TestShardGroupsLocal(t *testing.T) {
 		t.Fatalf("the waiting reserve: %+v %v, want job %d", r, err, id2)
 	}
 
+	// A session of m2 holds a job of the group too, and one of m3 waits.
+	worker := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, worker, "watch "+here, "WATCHING 2")
+	id3, err := producer.Put(2, 0, 60, []byte("held by m2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := worker.Do("reserve-with-timeout 5", nil); err != nil || r.N != id3 {
+		t.Fatalf("m2's reserve: %+v %v, want job %d", r, err, id3)
+	}
+	waiter := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
+	expectLine(t, waiter, "watch "+here, "WATCHING 2")
+	expectLine(t, waiter, "ignore default", "WATCHING 1")
+	waiter.WriteString("reserve-with-timeout 20\r\n")
+	if err := waiter.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
 	// The group goes to another member, while a client pipelines puts
-	// into it through m1: no session closes; the job held there is ready
-	// again.
+	// into another tube of it through m1: no session closes.
 	var to string
 	for _, name := range []string{"m2", "m3"} {
 		if p.Groups[g].Holds(name) {
@@ -753,7 +779,11 @@ func TestShardGroupsLocal(t *testing.T) {
 		}
 	}
 	busy := testproc.DialTest(t, m1.Addr().String(), replyTimeout)
-	expectLine(t, busy, "use "+here, "USING "+here)
+	busyTube := here + "-busy"
+	for p.Owner(busyTube) != g {
+		busyTube += "x"
+	}
+	expectLine(t, busy, "use "+busyTube, "USING "+busyTube)
 	stop := make(chan struct{})
 	putting := make(chan error, 1)
 	go func() {
@@ -792,13 +822,22 @@ func TestShardGroupsLocal(t *testing.T) {
 	if err := <-putting; err != nil {
 		t.Fatal(err)
 	}
-	expectLine(t, conn, fmt.Sprintf("touch %d", id2), "NOT_FOUND") // no longer its
+	expectLine(t, conn, fmt.Sprintf("touch %d", id2), "TOUCHED") // its still
+	if st, err := conn.Stats(fmt.Sprintf("stats-job %d", id2)); err != nil || st["state"] != "reserved" || st["reserves"] != "1" {
+		t.Fatalf("stats-job %d after the handover: %v %v", id2, st, err)
+	}
+	expectLine(t, conn, fmt.Sprintf("delete %d", id2), "DELETED")
+	expectLine(t, worker, fmt.Sprintf("release %d 2 0", id3), "RELEASED")
+	if r, err := waiter.ReadReply(true); err != nil || r.N != id3 {
+		t.Fatalf("m3's waiting reserve after the handover: %+v %v, want job %d", r, err, id3)
+	}
 	expectLine(t, conn, "use "+here, "USING "+here)
-	if _, err := conn.Put(9, 0, 60, []byte("after")); err != nil {
+	id4, err := conn.Put(9, 0, 60, []byte("after"))
+	if err != nil {
 		t.Fatalf("a put after the handover, on the same connection: %v", err)
 	}
-	if r, err := conn.Do("reserve-with-timeout 5", nil); err != nil || r.N != id2 {
-		t.Fatalf("reserve after the handover: %+v %v, want job %d again", r, err, id2)
+	if r, err := conn.Do("reserve-with-timeout 5", nil); err != nil || r.N != id4 {
+		t.Fatalf("reserve after the handover: %+v %v, want job %d", r, err, id4)
 	}
 }
 

@@ -1,0 +1,149 @@
+package member
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/internal/router"
+)
+
+// Handing a leadership over (handOver), to balance the leaders or before
+// leaving a group: no session of this member closes, and the sessions'
+// reservations go with the leadership (replication's handover.go), so a
+// worker's delete of the job it holds is answered DELETED by the next
+// leader, as one server would answer it.
+const (
+	// handOverGrace lets commands that passed the router's check before
+	// the hold reach the log: an event loop runs one in microseconds.
+	handOverGrace = 10 * time.Millisecond
+	// handOverSettle bounds the wait for their acknowledgement, and for
+	// the handover's record.
+	handOverSettle = time.Second
+	// handOverLate is how long past an election timeout, when raft drops
+	// a transfer that has not happened, the leadership is awaited.
+	handOverLate = 250 * time.Millisecond
+	// handOverHold is how long the local fast path is held: past a
+	// transfer, which raft drops after an election timeout if it has not
+	// happened.
+	handOverHold = 5 * time.Second
+	// handOverStuck bounds the wait for a leadership that stayed to void
+	// its handover's record: a leader that cannot commit steps down
+	// within an election timeout.
+	handOverStuck = 30 * time.Second
+)
+
+// errLeadershipStayed: raft did not transfer the leadership.
+var errLeadershipStayed = errors.New("the leadership stayed")
+
+// handOver hands group g's leadership, led here through n, to member to.
+// The member's sessions send their commands for g the other way
+// (router.Router.HoldLocal), the group's commands stop here (Gate) and
+// its store hands no job out (store.Store.HoldJobs); once what ran is
+// acknowledged, the jobs its sessions hold are logged (ProposeHandOver),
+// and raft transfers the leadership. It returns once another member
+// leads. If it stayed past an election timeout, the record is voided
+// (ProposeHandOverAborted) before the group serves here again. One
+// handover runs at a time.
+func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
+	m.handingOver.Lock()
+	defer m.handingOver.Unlock()
+	if info, _ := n.Leader(); !info.Serving {
+		return replication.ErrNotServing // handed over meanwhile, or lost
+	}
+	m.sessions.HoldLocal(g, time.Now().Add(handOverHold))
+	time.Sleep(handOverGrace)
+	st := n.Store()
+	st.HoldJobs()
+	m.sessions.Gate(g)
+	defer func() {
+		m.sessions.Ungate(g)
+		st.ResumeJobs()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), handOverSettle)
+	defer cancel()
+	if j, ok := st.Acks().(interface{ Appended() uint64 }); ok {
+		_ = awaitAcked(ctx, st, j.Appended())
+	}
+	held := m.sessions.Held(g)
+	logged := false
+	if len(held) > 0 {
+		body, err := json.Marshal(held)
+		if err == nil {
+			err = n.ProposeHandOver(ctx, body)
+		}
+		if errors.Is(err, replication.ErrNotServing) {
+			return err
+		}
+		// Not logged in time, it may be yet: voided if the leadership
+		// stays, as a logged one is.
+		logged = true
+		if err != nil {
+			m.log.Warn().Err(err).Int("group", int(g)).Msg("handing a leadership over: its reservations are not logged")
+		}
+	}
+	if err := n.TransferLeadership(to); err != nil {
+		return m.keepLeadership(n, g, logged, err)
+	}
+	timeout := time.After(n.ElectionTimeout() + handOverLate)
+	for {
+		// Gone once another leads: a change proposed here (the removal
+		// of a replica leaving) goes to it.
+		info, changed := n.Leader()
+		if !info.Serving && info.Name != "" && info.Name != m.node.Name() {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-n.Done():
+			return nil
+		case <-timeout:
+			if info, _ := n.Leader(); !info.Serving {
+				return nil
+			}
+			return m.keepLeadership(n, g, logged, errLeadershipStayed)
+		}
+	}
+}
+
+// keepLeadership voids the handover's record if one may be logged, while
+// this member still leads group g, and returns why the handover did not
+// happen: the group serves here again once the record is void, since the
+// next leader would take reservations changed since.
+func (m *Member) keepLeadership(n *replication.Node, g uint16, logged bool, why error) error {
+	if !logged {
+		return why
+	}
+	for stuck := time.Now().Add(handOverStuck); ; {
+		if info, _ := n.Leader(); !info.Serving {
+			return why
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), handOverSettle)
+		err := n.ProposeHandOverAborted(ctx)
+		cancel()
+		if err == nil {
+			return why
+		}
+		if time.Now().After(stuck) {
+			m.log.Error().Err(err).Int("group", int(g)).Msg("a leadership that stayed cannot void its handover; it serves again")
+			return why
+		}
+	}
+}
+
+// takeHanded gives the reservations group g's last leader handed over
+// with its leadership (HandOver's body) to their sessions' owner clients
+// on n's store, as this member begins to serve the group
+// (replication.Node.OnServe).
+func (m *Member) takeHanded(g uint16, n *replication.Node, handed []byte) {
+	var held []router.Holder
+	if err := json.Unmarshal(handed, &held); err != nil {
+		m.log.Error().Err(err).Int("group", int(g)).Msg("reservations handed over with a leadership cannot be read")
+		return
+	}
+	took := m.sessions.Adopt(g, n.Store(), held)
+	m.log.Info().Int("group", int(g)).Int("handed", len(held)).Int("taken", took).
+		Msg("took the reservations handed over with the leadership")
+}
