@@ -452,10 +452,20 @@ func (m *Member) balanceLeaders() {
 			if tr.From != m.node.Name() || now.Sub(changed[tr.Group]) < leaderSettle || m.driving(tr.Group) {
 				continue
 			}
-			if n := sh.node(tr.Group); n != nil && m.handOver(n, tr.Group, tr.To) == nil {
-				changed[tr.Group] = now
-				m.log.Info().Int("group", int(tr.Group)).Str("to", tr.To).Msg("handing a group's leadership over, to balance leaders")
+			n := sh.node(tr.Group)
+			if n == nil {
+				continue
 			}
+			// Tried, the group is left alone a while either way: a
+			// transfer that did not happen held its commands for an
+			// election timeout (handOver), and its receiver may be cut off.
+			err := m.handOver(n, tr.Group, tr.To)
+			changed[tr.Group] = time.Now()
+			if err != nil {
+				m.log.Warn().Int("group", int(tr.Group)).Str("to", tr.To).Err(err).Msg("a leadership to balance the leaders was not handed over")
+				continue
+			}
+			m.log.Info().Int("group", int(tr.Group)).Str("to", tr.To).Msg("handed a group's leadership over, to balance leaders")
 		}
 	}
 }
