@@ -59,6 +59,9 @@ type Config struct {
 	// fleet's figures are gathered from every group (doc.go, Several
 	// shard groups).
 	Groups Groups
+	// Fleet, if set, changes where the cluster's work lives: a cluster of
+	// several shard groups.
+	Fleet *Fleet
 	// ForwardTLS, if set, reaches the leader's --http over TLS with this
 	// client configuration: the members' side ports serve TLS
 	// (--http-tls-cert).
@@ -80,6 +83,17 @@ type API struct {
 	history    *History      // immutable
 	mux        *http.ServeMux
 	cluster    *clusterRoute // immutable; nil on a single node
+	fleet      *Fleet        // immutable; nil but with several shard groups
+}
+
+// Fleet changes where a cluster's work lives (cmd/sprout's member, with
+// several shard groups): each handler answers as the member's /cluster
+// endpoint it is named for (docs/cluster.md), reading the path's name,
+// prefix or id (http.Request.PathValue) and its JSON body, and finding
+// the member that carries the change out itself, so the API serves these
+// on any member.
+type Fleet struct {
+	MoveTube, PlacePrefix, UnplacePrefix, GrowGroups, MoveReplica http.HandlerFunc
 }
 
 // New makes the API and starts sampling its history.
@@ -101,6 +115,7 @@ func New(cfg Config) *API {
 		auth:       newAuth(cfg.Token, cfg.SessionTTL, cfg.Now, cfg.Logger),
 		history:    newHistory(cfg.History, cfg.Store, cfg.Engine, cfg.Now),
 		mux:        http.NewServeMux(),
+		fleet:      cfg.Fleet,
 	}
 	if cfg.Cluster != nil {
 		a.cluster = newClusterRoute(cfg, a)
@@ -124,7 +139,7 @@ func (a *API) Close() { a.history.stop() }
 // the leader is (doc.go, Cluster mode). The session endpoints and the
 // OpenAPI document are always this member's.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if a.cluster == nil || r.URL.Path == sessionPath || r.URL.Path == openAPIPath {
+	if a.cluster == nil || r.URL.Path == sessionPath || r.URL.Path == openAPIPath || a.fleetPath(r) {
 		a.mux.ServeHTTP(w, r)
 		return
 	}
@@ -218,7 +233,40 @@ func (a *API) endpoints() []endpoint {
 		{v1 + "/jobs/{id}", false, map[string]handler{
 			http.MethodGet: a.getJob, http.MethodDelete: a.deleteJob}},
 		{v1 + "/jobs/{id}/kick", false, map[string]handler{http.MethodPost: a.kickJob}},
+		{v1 + "/tubes/{name}/move", false, map[string]handler{http.MethodPost: a.fleetChange(moveTube)}},
+		{v1 + "/placements/{prefix}", false, map[string]handler{
+			http.MethodPost: a.fleetChange(placePrefix), http.MethodDelete: a.fleetChange(unplacePrefix)}},
+		{v1 + "/groups/grow", false, map[string]handler{http.MethodPost: a.fleetChange(growGroups)}},
+		{v1 + "/groups/{id}/moves", false, map[string]handler{http.MethodPost: a.fleetChange(moveReplica)}},
 	}
+}
+
+// The fleet's changes (Fleet), by the handler each is.
+func moveTube(f *Fleet) http.HandlerFunc      { return f.MoveTube }
+func placePrefix(f *Fleet) http.HandlerFunc   { return f.PlacePrefix }
+func unplacePrefix(f *Fleet) http.HandlerFunc { return f.UnplacePrefix }
+func growGroups(f *Fleet) http.HandlerFunc    { return f.GrowGroups }
+func moveReplica(f *Fleet) http.HandlerFunc   { return f.MoveReplica }
+
+// fleetChange is the handler of one of the fleet's changes: Fleet's, or
+// 404 where there is none (a single server, one group).
+func (a *API) fleetChange(of func(*Fleet) http.HandlerFunc) handler {
+	return func(w http.ResponseWriter, r *http.Request, _ Access) error {
+		if a.fleet == nil || of(a.fleet) == nil {
+			return errorf(http.StatusNotFound, "%s: only a cluster of several shard groups (--cluster-groups) has it", r.URL.Path)
+		}
+		of(a.fleet)(w, r)
+		return nil
+	}
+}
+
+// fleetPath reports whether r is for one of the fleet's changes, which
+// the member that takes it carries to where it is made (Fleet), not the
+// API's routing to a group's leader.
+func (a *API) fleetPath(r *http.Request) bool {
+	_, pattern := a.mux.Handler(r)
+	return strings.HasPrefix(pattern, "/api/v1/placements/") || strings.HasPrefix(pattern, "/api/v1/groups/") ||
+		pattern == "/api/v1/tubes/{name}/move"
 }
 
 // routes mounts the endpoints, and a JSON 404 for any other path under

@@ -17,6 +17,10 @@
 //	GET    /api/v1/jobs/{id}              one job's stats-job figures, and its body
 //	DELETE /api/v1/jobs/{id}              → {"deleted": 1}
 //	POST   /api/v1/jobs/{id}/kick         → {"kicked": 1}
+//	POST   /api/v1/tubes/{name}/move      {"group": N}: move the tube live (Fleet, several shard groups)
+//	POST   /api/v1/placements/{prefix}    {"group": N}: place tubes by prefix; DELETE undoes it (Fleet)
+//	POST   /api/v1/groups/grow            {"to": N}: grow the shard groups (Fleet)
+//	POST   /api/v1/groups/{id}/moves      {"from", "to"}: move a group's replica (Fleet)
 //	GET    /api/v1/history                the server's series, for charts (?since=UNIX)
 //	GET    /api/v1/tubes/{name}/history   a tube's series ({name} "<other>": the tubes past the cap)
 //	GET    /api/v1/session                whether the request is authenticated, and what it may do

@@ -164,48 +164,52 @@ const forwardedMove = "X-Sprout-Forwarded-Move"
 // the group's leader. Errors are the membership endpoint's
 // (writeChangeError).
 func (m *Member) registerGroups(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
-	mux.Handle("POST /cluster/groups/{id}/moves", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		g, err := strconv.ParseUint(r.PathValue("id"), 10, 16)
-		if err != nil || int(g) >= m.shards.groups() || g == 0 {
-			admin.WriteError(w, &admin.Error{Status: http.StatusNotFound,
-				Message: fmt.Sprintf("no group %q: groups 1 to %d move their replicas", r.PathValue("id"), m.shards.groups()-1)})
+	mux.Handle("POST /cluster/groups/{id}/moves", guard(http.HandlerFunc(m.serveReplicaMove)))
+}
+
+// serveReplicaMove is POST /cluster/groups/{id}/moves (and the admin API's
+// /api/v1/groups/{id}/moves).
+func (m *Member) serveReplicaMove(w http.ResponseWriter, r *http.Request) {
+	g, err := strconv.ParseUint(r.PathValue("id"), 10, 16)
+	if err != nil || int(g) >= m.shards.groups() || g == 0 {
+		admin.WriteError(w, &admin.Error{Status: http.StatusNotFound,
+			Message: fmt.Sprintf("no group %q: groups 1 to %d move their replicas", r.PathValue("id"), m.shards.groups()-1)})
+		return
+	}
+	if m.shards.node(uint16(g)) == nil {
+		m.forwardMove(w, r, uint16(g))
+		return
+	}
+	var req struct {
+		From string `json:"from"`
+		To   string `json:"to"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxMemberRequest))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: "want {\"from\": MEMBER, \"to\": MEMBER}: " + err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), moveTimeout)
+	defer cancel()
+	// One move at a time on this member, planned or asked: a planned
+	// one would take the receiver, promoted, for a replica too many.
+	for !m.moving.CompareAndSwap(false, true) {
+		select {
+		case <-ctx.Done():
+			writeChangeError(w, fmt.Errorf("%w: another move is under way here", replication.ErrChangeInProgress))
 			return
+		case <-time.After(movePoll):
 		}
-		if m.shards.node(uint16(g)) == nil {
-			m.forwardMove(w, r, uint16(g))
-			return
-		}
-		var req struct {
-			From string `json:"from"`
-			To   string `json:"to"`
-		}
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxMemberRequest))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: "want {\"from\": MEMBER, \"to\": MEMBER}: " + err.Error()})
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), moveTimeout)
-		defer cancel()
-		// One move at a time on this member, planned or asked: a planned
-		// one would take the receiver, promoted, for a replica too many.
-		for !m.moving.CompareAndSwap(false, true) {
-			select {
-			case <-ctx.Done():
-				writeChangeError(w, fmt.Errorf("%w: another move is under way here", replication.ErrChangeInProgress))
-				return
-			case <-time.After(movePoll):
-			}
-		}
-		out, err := m.moveReplica(ctx, uint16(g), req.From, req.To)
-		m.moving.Store(false)
-		if err != nil {
-			writeChangeError(w, err)
-			return
-		}
-		m.log.Info().Int("group", int(g)).Str("from", req.From).Str("to", req.To).Str("remote", r.RemoteAddr).Msg("group replica moved")
-		admin.WriteValue(w, http.StatusOK, out)
-	})))
+	}
+	out, err := m.moveReplica(ctx, uint16(g), req.From, req.To)
+	m.moving.Store(false)
+	if err != nil {
+		writeChangeError(w, err)
+		return
+	}
+	m.log.Info().Int("group", int(g)).Str("from", req.From).Str("to", req.To).Str("remote", r.RemoteAddr).Msg("group replica moved")
+	admin.WriteValue(w, http.StatusOK, out)
 }
 
 // forwardMove sends a move of group g to the member that leads it, as its
@@ -256,8 +260,9 @@ func (m *Member) sideScheme() string {
 	return "http"
 }
 
-// forward sends a request of the membership or groups endpoint, with its
-// credentials, to l's --http, once: what leads there serves it.
+// forward sends a request of the membership or groups endpoint, its
+// credentials checked here, to l's --http, once: what leads there serves
+// it.
 func (m *Member) forward(w http.ResponseWriter, r *http.Request, l admin.Leader, what string) {
 	if r.Header.Get(forwardedMove) != "" || l.HTTP == "" {
 		admin.WriteError(w, &admin.Error{Status: http.StatusServiceUnavailable,
@@ -269,7 +274,17 @@ func (m *Member) forward(w http.ResponseWriter, r *http.Request, l admin.Leader,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: scheme, Host: l.HTTP})
 			pr.Out.Host = l.HTTP
-			pr.Out.Header.Set(forwardedMove, m.node.Name())
+			// Checked here: it goes with the admin token as its only
+			// credential, as the admin API forwards (a console's session
+			// is this member's).
+			h := pr.Out.Header
+			h.Del("Cookie")
+			h.Del(admin.CSRFHeader)
+			h.Del("Authorization")
+			if m.cfg.HTTP.AdminToken != "" {
+				h.Set("Authorization", "Bearer "+m.cfg.HTTP.AdminToken)
+			}
+			h.Set(forwardedMove, m.node.Name())
 		},
 		Transport: m.forwarding,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {

@@ -52,6 +52,9 @@ func (m *Member) router() (http.Handler, error) {
 		if m.shards.groups() > 1 {
 			ac.Groups = adminGroups{m}
 			oc.Cluster = fleetCluster{m.node, m}
+			// The /cluster endpoints' changes, under /api/v1 too.
+			ac.Fleet = &admin.Fleet{MoveTube: m.serveTubeMove, PlacePrefix: m.servePlace, UnplacePrefix: m.servePlace,
+				GrowGroups: m.serveGrow, MoveReplica: m.serveReplicaMove}
 		}
 	}
 	if err := ops.Register(mux, oc); err != nil {
