@@ -280,7 +280,7 @@ func (c *Client) deadlineSoon(now int64) (soon bool, at int64) {
 
 // anyReady ignores pause, as beanstalkd's conn_ready does.
 func (c *Client) anyReady() bool {
-	if c.s.holding.Load() {
+	if c.s.withheld() {
 		return false
 	}
 	for _, t := range c.watch {
@@ -375,7 +375,7 @@ func (c *Client) takeBest(now int64, w *waiter) *Job {
 // takeBounded is takeBest that, given a bound, reserves nothing when the
 // best comes after it, and returns the best instead (TakeAtMost).
 func (c *Client) takeBounded(now int64, w *waiter, bound *Candidate) (*Job, *Candidate) {
-	if c.s.holding.Load() {
+	if c.s.withheld() {
 		return nil, nil
 	}
 	for {
@@ -447,7 +447,7 @@ func (t *Tube) noteImmediateTakeLocked(w *waiter) {
 // tube, ignoring the watch list and pauses.
 func (c *Client) ReserveJob(id uint64) (*Job, bool) {
 	j := c.s.lookup(id)
-	if j == nil || c.s.holding.Load() {
+	if j == nil || c.s.withheld() {
 		return nil, false
 	}
 	t := j.tube

@@ -3,10 +3,10 @@ package store
 // A cluster's group leader that hands its leadership to another member
 // (internal/member's handOver) hands its sessions' reservations over
 // too, as they are not in the group's log: it stops handing jobs out
-// (HoldJobs), lists what each of its sessions' clients holds
+// (PauseJobs), lists what each of its sessions' clients holds
 // (Client.Reservations), and the next leader's clients of the same
-// sessions take those jobs when it begins to serve (Client.Adopt). If the
-// leadership stays, the leader hands jobs out again (ResumeJobs).
+// sessions take those jobs when it begins to serve (Client.Adopt). Then,
+// or if the leadership stays, the leader ends its pause (ResumeJobs).
 
 // Reservation is a job a client holds, the end of its TTR, wall clock
 // (Unix nanoseconds, as the log records deadlines), and its reserve and
@@ -67,10 +67,15 @@ func (c *Client) Adopt(r Reservation) bool {
 	return true
 }
 
-// ResumeJobs undoes HoldJobs: jobs are handed out again, first to the
-// reserves that waited meanwhile.
+// PauseJobs stops handing jobs out as HoldJobs does, until ResumeJobs
+// (each PauseJobs is resumed once).
+func (s *Store) PauseJobs() { s.pausing.Add(1) }
+
+// ResumeJobs ends a PauseJobs: once none is left (and HoldJobs was not
+// called), jobs are handed out again, first to the reserves that waited
+// meanwhile.
 func (s *Store) ResumeJobs() {
-	if !s.holding.Swap(false) {
+	if s.pausing.Add(-1) > 0 || s.holding.Load() {
 		return
 	}
 	now := s.now()

@@ -75,8 +75,9 @@ func TestHandOverReservations(t *testing.T) {
 	}
 }
 
-// TestResumeJobs: jobs held (HoldJobs) are handed out again once resumed,
-// first to the reserve that waited meanwhile.
+// TestResumeJobs: jobs paused (PauseJobs) are handed out again once
+// every pause is resumed, first to the reserve that waited meanwhile; a
+// graceful shutdown's hold (HoldJobs) is not undone by a resume.
 func TestResumeJobs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := store.New(store.Options{})
@@ -84,19 +85,27 @@ func TestResumeJobs(t *testing.T) {
 		p := s.NewClient(nil)
 		wRec := newRecorder()
 		w := s.NewClient(wRec)
-		s.HoldJobs()
+		s.PauseJobs()
+		s.PauseJobs()
 		if _, r := w.Reserve(-1); r != store.Waiting {
-			t.Fatalf("reserve while holding: %v", r)
+			t.Fatalf("reserve while paused: %v", r)
 		}
 		j := put(s, p, 1, 0, 60)
+		s.ResumeJobs() // one pause left
 		wRec.none(t)
 		s.ResumeJobs()
 		if e := wRec.next(t); e.job != j {
 			t.Fatalf("the waiting reserve got %s, want job %d", e, j.ID())
 		}
-		s.ResumeJobs() // again: nothing
 		if _, r := p.Reserve(0); r != store.TimedOut {
 			t.Fatalf("a second reserve: %v", r)
+		}
+		s.PauseJobs()
+		s.HoldJobs() // a shutdown begins meanwhile
+		s.ResumeJobs()
+		put(s, p, 1, 0, 60)
+		if _, r := p.Reserve(0); r != store.TimedOut {
+			t.Fatalf("a reserve once held for good: %v", r)
 		}
 	})
 }

@@ -79,8 +79,10 @@ type Store struct {
 
 	counts globalCounts
 
-	// holding stops jobs from being handed out (HoldJobs, ResumeJobs).
+	// holding stops jobs from being handed out for good (HoldJobs);
+	// pausing, while it is above 0 (PauseJobs, ResumeJobs).
 	holding atomic.Bool
+	pausing atomic.Int32
 
 	// recycle, if set (SetRecycler), is given the body of every job the
 	// store forgets; set before the store is shared.
@@ -104,12 +106,16 @@ func (s *Store) SetRecycler(recycle func(body []byte)) {
 	s.recycle = recycle
 }
 
-// HoldJobs stops handing jobs out, for a graceful shutdown or a cluster
-// group's leadership handed over (handover.go): a reserve waits (or times
-// out) as if every tube were empty, blocked reserves stay blocked, and
-// reserve-job finds nothing. Everything else keeps working, so clients
-// can finish the jobs they hold. ResumeJobs undoes it.
+// HoldJobs stops handing jobs out, for a graceful shutdown: a reserve
+// waits (or times out) as if every tube were empty, blocked reserves stay
+// blocked, and reserve-job finds nothing. Everything else keeps working,
+// so clients can finish the jobs they hold. It cannot be undone (a
+// handover's pause can: PauseJobs).
 func (s *Store) HoldJobs() { s.holding.Store(true) }
+
+// withheld reports whether jobs are not handed out now: HoldJobs, or a
+// PauseJobs not yet resumed.
+func (s *Store) withheld() bool { return s.holding.Load() || s.pausing.Load() > 0 }
 
 // globalCounts are the server-wide job figures; each is changed under the
 // lock of the tube whose job moved, so they are exact whenever no operation

@@ -36,7 +36,7 @@ const (
 // whether any watched tube has a ready job, pause ignored, as
 // DEADLINE_SOON's rule wants (beanstalkd's conn_ready).
 func (c *Client) BestReady() (best Candidate, ok, anyReady bool) {
-	if c.s.holding.Load() {
+	if c.s.withheld() {
 		return Candidate{}, false, false
 	}
 	now := c.s.now()

@@ -179,7 +179,7 @@ func (t *Tube) reserveLocked(j *Job, c *Client, now int64) bool {
 // first, while the tube is not paused. The hand-offs are completed by the
 // caller after unlocking (Store.complete).
 func (t *Tube) dispatchLocked(now int64, hs handoffs) handoffs {
-	if t.pausedLocked(now) || t.s.holding.Load() {
+	if t.pausedLocked(now) || t.s.withheld() {
 		return hs
 	}
 	for t.ready.Len() > 0 && len(t.waiters) > 0 {

@@ -41,7 +41,7 @@ var errLeadershipStayed = errors.New("the leadership stayed")
 // handOver hands group g's leadership, led here through n, to member to.
 // The member's sessions send their commands for g the other way
 // (router.Router.HoldLocal), the group's commands stop here (Gate) and
-// its store hands no job out (store.Store.HoldJobs); once what ran is
+// its store hands no job out (store.Store.PauseJobs); once what ran is
 // acknowledged, the jobs its sessions hold are logged (ProposeHandOver),
 // and raft transfers the leadership. It returns once another member
 // leads. If it stayed past an election timeout, the record is voided
@@ -56,7 +56,7 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 	m.sessions.HoldLocal(g, time.Now().Add(handOverHold))
 	time.Sleep(handOverGrace)
 	st := n.Store()
-	st.HoldJobs()
+	st.PauseJobs()
 	m.sessions.Gate(g)
 	defer func() {
 		m.sessions.Ungate(g)
