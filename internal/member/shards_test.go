@@ -444,16 +444,21 @@ func (c *testCluster) balanced() {
 	})
 }
 
-// ledBy is a group of three that member name serves.
+// ledBy is a group of three that member name serves, once it serves one
+// (balanced, a leader may still be taking over).
 func (c *testCluster) ledBy(name string) uint16 {
 	c.t.Helper()
-	for g := range 3 {
-		if c.up[name].shards.serving(uint16(g)) != nil {
-			return uint16(g)
+	var led uint16
+	testproc.WaitFor(c.t, 10*time.Second, name+" serving a group", func() bool {
+		for g := range 3 {
+			if c.up[name].shards.serving(uint16(g)) != nil {
+				led = uint16(g)
+				return true
+			}
 		}
-	}
-	c.t.Fatalf("%s serves no group", name)
-	return 0
+		return false
+	})
+	return led
 }
 
 // tubePerGroup names a tube of each group of p, by group: the first names
