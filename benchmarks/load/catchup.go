@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -229,16 +230,36 @@ func (c *Cluster) addMember(ctx context.Context, leader *member) (*member, strin
 		*addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	}
 	body, _ := json.Marshal(map[string]string{"name": m.name, "address": m.peerAddr})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+leader.httpAddr+"/cluster/members", bytes.NewReader(body))
+	// A leadership changing hands (the balancer's) drops the proposal:
+	// nothing was added, so it is asked again.
+	for try := 1; ; try++ {
+		join, status, err := postMember(ctx, leader, body)
+		if err == nil {
+			c.members = append(c.members, m)
+			return m, join, nil
+		}
+		if try == 5 || status != http.StatusServiceUnavailable || !strings.Contains(err.Error(), "no leader is known") {
+			return nil, "", fmt.Errorf("load: adding member %s: %w", m.name, err)
+		}
+		if sleepCtx(ctx, time.Second, nil) {
+			return nil, "", ctx.Err()
+		}
+	}
+}
+
+// postMember posts an addition (body) to member via's membership
+// endpoint: the join string it answers, or its status and why not.
+func postMember(ctx context.Context, via *member, body []byte) (string, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+via.httpAddr+"/cluster/members", bytes.NewReader(body))
 	if err != nil {
-		return nil, "", err
+		return "", 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+catchUpToken)
 	client := &http.Client{Timeout: 30 * time.Second}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, "", fmt.Errorf("load: adding member %s: %w", m.name, err)
+		return "", 0, err
 	}
 	defer resp.Body.Close()
 	var out struct {
@@ -246,10 +267,9 @@ func (c *Cluster) addMember(ctx context.Context, leader *member) (*member, strin
 		Error string `json:"error"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusCreated {
-		return nil, "", fmt.Errorf("load: adding member %s: %s %s %v", m.name, resp.Status, out.Error, err)
+		return "", resp.StatusCode, fmt.Errorf("%s %s %v", resp.Status, out.Error, err)
 	}
-	c.members = append(c.members, m)
-	return m, out.Join, nil
+	return out.Join, resp.StatusCode, nil
 }
 
 // startJoining starts m, added already, with --cluster-join join.
