@@ -73,7 +73,12 @@ func renderReference(doc *openapi3.T) string {
 		}
 		return ""
 	}
-	sort.Slice(errs, func(i, j int) bool { return status(errs[i]) < status(errs[j]) })
+	sort.Slice(errs, func(i, j int) bool { // by status, then name: two may share one
+		if si, sj := status(errs[i]), status(errs[j]); si != sj {
+			return si < sj
+		}
+		return errs[i] < errs[j]
+	})
 	for _, name := range errs {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", name, status(name), cell(*doc.Components.Responses[name].Value.Description))
 	}
