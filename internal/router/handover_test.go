@@ -12,7 +12,8 @@ import (
 // group's requests (Gate: StatusNotLeader, for the next leader) and lists
 // what each session's owner client holds (Held); the next leader's
 // owner clients of the same sessions take those jobs (Adopt), but not
-// one of a session whose close came there first: its job stays ready.
+// one of a session whose close came there first (its job stays ready),
+// nor one its session declined there first.
 // Ungate serves again.
 func TestServerHandOver(t *testing.T) {
 	leader, next := store.New(store.Options{}), store.New(store.Options{})
@@ -21,11 +22,11 @@ func TestServerHandOver(t *testing.T) {
 	a := newServerRig(t, map[uint16]*store.Store{1: leader})
 	tube := [][]byte{[]byte("t")}
 	var ids []uint64
-	for seq := uint32(1); seq <= 2; seq++ {
+	for seq := uint32(1); seq <= 3; seq++ {
 		a.send(req(1, 9, seq, Request{Op: OpPut, Tube: tube[0], TTR: 60, Body: []byte("j\r\n")}))
 		ids = append(ids, a.next().Reply.ID)
 	}
-	for session := uint64(1); session <= 2; session++ {
+	for session := uint64(1); session <= 3; session++ {
 		a.send(req(1, session, 1, Request{Op: OpReserve, Tubes: tube}))
 		if got := a.next(); got.Reply.Job.ID != ids[session-1] {
 			t.Fatalf("session %d reserved %+v, want job %d", session, got.Reply, ids[session-1])
@@ -38,12 +39,12 @@ func TestServerHandOver(t *testing.T) {
 		t.Fatalf("a touch while gated: %+v, want StatusNotLeader", got.Reply)
 	}
 	held := a.srv.Held(1)
-	if len(held) != 2 || held[0].Deadline == 0 || held[0].Reserves != 1 {
+	if len(held) != 3 || held[0].Deadline == 0 || held[0].Reserves != 1 {
 		t.Fatalf("held: %+v", held)
 	}
 
 	// The next leader has the jobs from the log, ready; session 2's close
-	// reaches it before it serves.
+	// and session 3's decline of its job reach it before it serves.
 	frames, _, _, _, _ := leader.ExportTube(tube[0])
 	recs, err := wal.DecodeFrames(nil, frames)
 	if err != nil {
@@ -62,6 +63,7 @@ func TestServerHandOver(t *testing.T) {
 		return nil
 	}
 	b.send(Item{Kind: KindClose, Group: 1, Session: 2})
+	b.send(Item{Kind: KindDecline, Group: 1, Session: 3, Decline: Decline{Job: ids[2]}})
 	if n := b.srv.Adopt(1, next, held); n != 1 {
 		t.Fatalf("%d reservations taken, want session 1's alone", n)
 	}
@@ -74,8 +76,8 @@ func TestServerHandOver(t *testing.T) {
 			t.Fatalf("session 1's %s on the next leader: %+v", what, got.Reply)
 		}
 	}
-	if st := next.Stats(); st.Ready != 1 || st.Reserved != 0 {
-		t.Fatalf("the next leader's jobs: %+v, want session 2's ready", st)
+	if st := next.Stats(); st.Ready != 2 || st.Reserved != 0 {
+		t.Fatalf("the next leader's jobs: %+v, want sessions 2's and 3's ready", st)
 	}
 
 	a.srv.Ungate(1)
@@ -85,9 +87,9 @@ func TestServerHandOver(t *testing.T) {
 	}
 }
 
-// TestLinkClosesAgain: a session's close goes to its group's leader, and
-// again to the next one (it may have reached the last after that one
-// listed what the session held).
+// TestLinkClosesAgain: a session's close, and its decline of a job
+// offered, go to its group's leader, and again to the next one (they may
+// have reached the last after that one listed what the session held).
 func TestLinkClosesAgain(t *testing.T) {
 	var mu sync.Mutex
 	leader := uint64(2)
@@ -101,6 +103,7 @@ func TestLinkClosesAgain(t *testing.T) {
 		},
 	})
 	l.Close(5, 1)
+	l.Decline(6, 1, 9, 42)
 	mu.Lock()
 	leader = 3
 	mu.Unlock()
@@ -109,8 +112,9 @@ func TestLinkClosesAgain(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for _, m := range []uint64{2, 3} {
-		if len(sent[m]) != 1 || sent[m][0].Kind != KindClose || sent[m][0].Session != 5 || sent[m][0].Group != 1 {
-			t.Errorf("member %d was sent %+v, want session 5's close in group 1", m, sent[m])
+		if len(sent[m]) != 2 || sent[m][0].Kind != KindClose || sent[m][0].Session != 5 || sent[m][0].Group != 1 ||
+			sent[m][1].Kind != KindDecline || sent[m][1].Session != 6 || sent[m][1].Decline.Job != 42 {
+			t.Errorf("member %d was sent %+v, want session 5's close and session 6's decline of job 42 in group 1", m, sent[m])
 		}
 	}
 }

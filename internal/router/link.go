@@ -48,15 +48,19 @@ type Link struct {
 	// is stamped after every tube this member has seen made.
 	stamp atomic.Uint64
 
-	// closed are the sessions' closes of the last closeRecall, oldest
-	// first, sent again to a group's new leader (LeaderChanged).
+	// closed are the sessions' closes and declines of the last
+	// closeRecall, oldest first, sent again to a group's new leader
+	// (LeaderChanged).
 	closed []closedSession // guarded by mu
 }
 
-// closedSession is a session's close in a group, and when.
+// closedSession is a session's close in a group, or its decline of a job
+// (not 0), and when.
 type closedSession struct {
-	key sessionKey
-	at  time.Time
+	key  sessionKey
+	job  uint64
+	wait uint64
+	at   time.Time
 }
 
 // LinkConfig is what a Link needs of the member.
@@ -194,7 +198,20 @@ func (l *Link) Cancel(session uint64, group uint16, seq uint32, id uint64) {
 // the session stopped waiting (docs/design/shards.md 6.3): the group puts
 // it back as if never reserved.
 func (l *Link) Decline(session uint64, group uint16, wait, job uint64) {
+	l.mu.Lock()
+	l.recallLocked(closedSession{key: sessionKey{session, group}, job: job, wait: wait, at: time.Now()})
+	l.mu.Unlock()
 	l.post(group, Item{Kind: KindDecline, Group: group, Session: session, Decline: Decline{Wait: wait, Job: job}})
+}
+
+// recallLocked keeps c for closeRecall, forgetting what is older. l.mu
+// must be held.
+func (l *Link) recallLocked(c closedSession) {
+	i := 0
+	for i < len(l.closed) && c.at.Sub(l.closed[i].at) > closeRecall {
+		i++
+	}
+	l.closed = append(l.closed[i:], c)
 }
 
 // Close tells group that session ended: its owner client there closes and
@@ -206,12 +223,7 @@ func (l *Link) Close(session uint64, group uint16) {
 		delete(l.pending, c.key)
 	}
 	delete(l.sessions, sk)
-	now := time.Now()
-	i := 0
-	for i < len(l.closed) && now.Sub(l.closed[i].at) > closeRecall {
-		i++
-	}
-	l.closed = append(l.closed[i:], closedSession{sk, now})
+	l.recallLocked(closedSession{key: sk, at: time.Now()})
 	l.mu.Unlock()
 	l.post(group, Item{Kind: KindClose, Group: group, Session: session})
 }
@@ -297,22 +309,26 @@ func (l *Link) postPayload(group uint16, payload []byte) bool {
 
 // LeaderChanged sends group's pending calls again, in order, to its
 // leader now (if one is known), and drops its pending refs (see Refs);
-// and the closes of the group's sessions of the last closeRecall, which
-// its last leader may have listed as holding jobs after they came
-// (Server.Adopt).
+// and the closes of the group's sessions, and their declines of jobs
+// offered, of the last closeRecall, which its last leader may have
+// listed as holding jobs after they came (Server.Adopt).
 func (l *Link) LeaderChanged(group uint16) {
 	l.resend(group, true)
 	l.mu.Lock()
-	var closes []uint64
+	var again []closedSession
 	now := time.Now()
 	for _, c := range l.closed {
-		if c.key.group == group && now.Sub(c.at) <= closeRecall {
-			closes = append(closes, c.key.session)
+		if c.key.group == group && now.Sub(c.at) <= closeRecall && (c.job == 0 || now.Sub(c.at) <= declineRecall) {
+			again = append(again, c)
 		}
 	}
 	l.mu.Unlock()
-	for _, session := range closes {
-		l.post(group, Item{Kind: KindClose, Group: group, Session: session})
+	for _, c := range again {
+		it := Item{Kind: KindClose, Group: group, Session: c.key.session}
+		if c.job != 0 {
+			it = Item{Kind: KindDecline, Group: group, Session: c.key.session, Decline: Decline{Wait: c.wait, Job: c.job}}
+		}
+		l.post(group, it)
 	}
 }
 
@@ -398,6 +414,9 @@ func (l *Link) handle(from uint64, it *Item) {
 	case c != nil:
 		c.done(it)
 	case it.Kind == KindEvent && it.Event.Type == EventOffer:
+		l.mu.Lock()
+		l.recallLocked(closedSession{key: sessionKey{it.Session, it.Group}, job: it.Event.Job.ID, wait: it.Event.Wait, at: time.Now()})
+		l.mu.Unlock()
 		sendItem(l.cfg.Send, from, &Item{Kind: KindDecline, Group: it.Group, Session: it.Session,
 			Decline: Decline{Wait: it.Event.Wait, Job: it.Event.Job.ID}})
 	}

@@ -54,9 +54,10 @@ type Server struct {
 	// their requests are refused. Replaced, never changed, under mu.
 	gated atomic.Pointer[map[uint16]bool]
 	// closedAt are the sessions whose close came while they had no owner
-	// client here (session 0: all of a member's), when, for closeRecall:
-	// a reservation handed over for one is not taken (Adopt). Guarded by
-	// mu.
+	// client here (session 0: all of a member's), and the jobs sessions
+	// declined that their owner client here did not hold, when, for
+	// closeRecall: a reservation handed over for one is not taken
+	// (Adopt). Guarded by mu.
 	closedAt map[ownerKey]time.Time
 }
 
@@ -65,6 +66,12 @@ type Server struct {
 // (Link.LeaderChanged): it may have reached the last leader after that
 // one listed what the session held, or the next before it took that.
 const closeRecall = 10 * time.Second
+
+// declineRecall is how long a session's decline of a job offered is sent
+// again to a group's new leader: a handover's span (it may have reached
+// the last leader after that one listed the job as held). Shorter than
+// closeRecall: the session may take the job again later.
+const declineRecall = 3 * time.Second
 
 // ServerConfig is what a Server serves.
 type ServerConfig struct {
@@ -143,10 +150,12 @@ func (s *Server) run() {
 // queue) are offered again, if nothing else flushes them first.
 const outboxRetry = 10 * time.Millisecond
 
-// ownerKey names an owner client: a member's session in a group.
+// ownerKey names an owner client: a member's session in a group. job
+// is 0 but in Server.closedAt, where it names a job the session declined.
 type ownerKey struct {
 	member, session uint64
 	group           uint16
+	job             uint64
 }
 
 // owner is one remote session's client in one group. Its client is used
@@ -279,12 +288,20 @@ func (s *Server) handle(from uint64, it *Item) {
 	case KindCancel:
 		s.cancel(key, it.Wait.ID)
 	case KindDecline:
+		gave := false
 		if o := s.existing(key); o != nil {
 			o.mu.Lock()
 			if !o.closed { // a closed client gave its jobs back already
-				o.client.Unreserve(it.Decline.Job)
+				gave = o.client.Unreserve(it.Decline.Job)
 			}
 			o.mu.Unlock()
+		}
+		if !gave {
+			// Before this member serves, or the job not yet taken:
+			// not to be taken from a handover (Adopt).
+			s.mu.Lock()
+			s.noteClosedLocked(ownerKey{member: key.member, session: key.session, group: key.group, job: it.Decline.Job})
+			s.mu.Unlock()
 		}
 	case KindClose:
 		s.closeOwner(key)
@@ -823,7 +840,8 @@ func (s *Server) Adopt(g uint16, st *store.Store, held []Holder) int {
 	now := time.Now()
 	for i, h := range held {
 		key := ownerKey{member: h.Member, session: h.Session, group: g}
-		if s.closedLocked(key, now) || s.closedLocked(ownerKey{member: h.Member, group: g}, now) {
+		if s.closedLocked(key, now) || s.closedLocked(ownerKey{member: h.Member, group: g}, now) ||
+			s.closedLocked(ownerKey{member: h.Member, session: h.Session, group: g, job: h.ID}, now) {
 			continue
 		}
 		o := s.owners[key]
