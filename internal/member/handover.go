@@ -29,10 +29,6 @@ const (
 	// transfer, which raft drops after an election timeout if it has not
 	// happened.
 	handOverHold = 5 * time.Second
-	// handOverStuck bounds the wait for a leadership that stayed to void
-	// its handover's record: a leader that cannot commit steps down
-	// within an election timeout.
-	handOverStuck = 30 * time.Second
 )
 
 // errLeadershipStayed: raft did not transfer the leadership.
@@ -116,7 +112,9 @@ func (m *Member) keepLeadership(n *replication.Node, g uint16, logged bool, why 
 	if !logged {
 		return why
 	}
-	for stuck := time.Now().Add(handOverStuck); ; {
+	// Bounded, the group's commands held meanwhile: a leader that cannot
+	// commit steps down within an election timeout anyway.
+	for stuck := time.Now().Add(2 * n.ElectionTimeout()); ; {
 		if info, _ := n.Leader(); !info.Serving {
 			return why
 		}
