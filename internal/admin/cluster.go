@@ -239,12 +239,7 @@ func (c *clusterRoute) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(&url.URL{Scheme: c.scheme, Host: l.HTTP})
 	pr.Out.Host = l.HTTP
 	h := pr.Out.Header
-	h.Del("Cookie")
-	h.Del("Authorization")
-	h.Del(CSRFHeader)
-	if c.token != "" {
-		h.Set("Authorization", "Bearer "+c.token)
-	}
+	ForwardCredentials(h, c.token)
 	h.Set(ForwardedHeader, c.cluster.Name())
 	if pr.In.PostForm != nil {
 		// The CSRF check read a form's body: send what it read.
@@ -252,6 +247,19 @@ func (c *clusterRoute) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Body = io.NopCloser(strings.NewReader(body))
 		pr.Out.ContentLength = int64(len(body))
 		h.Set("Content-Length", strconv.Itoa(len(body)))
+	}
+}
+
+// ForwardCredentials sets what a request forwarded to another member,
+// its credentials checked here, proves: the admin token (if one is set)
+// and nothing else, since a console's session and its CSRF token are
+// this member's.
+func ForwardCredentials(h http.Header, token string) {
+	h.Del("Cookie")
+	h.Del("Authorization")
+	h.Del(CSRFHeader)
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
 	}
 }
 

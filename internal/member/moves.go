@@ -274,17 +274,8 @@ func (m *Member) forward(w http.ResponseWriter, r *http.Request, l admin.Leader,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: scheme, Host: l.HTTP})
 			pr.Out.Host = l.HTTP
-			// Checked here: it goes with the admin token as its only
-			// credential, as the admin API forwards (a console's session
-			// is this member's).
-			h := pr.Out.Header
-			h.Del("Cookie")
-			h.Del(admin.CSRFHeader)
-			h.Del("Authorization")
-			if m.cfg.HTTP.AdminToken != "" {
-				h.Set("Authorization", "Bearer "+m.cfg.HTTP.AdminToken)
-			}
-			h.Set(forwardedMove, m.node.Name())
+			admin.ForwardCredentials(pr.Out.Header, m.cfg.HTTP.AdminToken)
+			pr.Out.Header.Set(forwardedMove, m.node.Name())
 		},
 		Transport: m.forwarding,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {

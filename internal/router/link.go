@@ -198,10 +198,16 @@ func (l *Link) Cancel(session uint64, group uint16, seq uint32, id uint64) {
 // the session stopped waiting (docs/design/shards.md 6.3): the group puts
 // it back as if never reserved.
 func (l *Link) Decline(session uint64, group uint16, wait, job uint64) {
+	l.post(group, l.declined(session, group, wait, job))
+}
+
+// declined is the decline of job, offered to session's wait id in group,
+// remembered for closeRecall: sent again to the group's next leader.
+func (l *Link) declined(session uint64, group uint16, wait, job uint64) Item {
 	l.mu.Lock()
 	l.recallLocked(closedSession{key: sessionKey{session, group}, job: job, wait: wait, at: time.Now()})
 	l.mu.Unlock()
-	l.post(group, Item{Kind: KindDecline, Group: group, Session: session, Decline: Decline{Wait: wait, Job: job}})
+	return Item{Kind: KindDecline, Group: group, Session: session, Decline: Decline{Wait: wait, Job: job}}
 }
 
 // recallLocked keeps c for closeRecall, forgetting what is older. l.mu
@@ -414,11 +420,8 @@ func (l *Link) handle(from uint64, it *Item) {
 	case c != nil:
 		c.done(it)
 	case it.Kind == KindEvent && it.Event.Type == EventOffer:
-		l.mu.Lock()
-		l.recallLocked(closedSession{key: sessionKey{it.Session, it.Group}, job: it.Event.Job.ID, wait: it.Event.Wait, at: time.Now()})
-		l.mu.Unlock()
-		sendItem(l.cfg.Send, from, &Item{Kind: KindDecline, Group: it.Group, Session: it.Session,
-			Decline: Decline{Wait: it.Event.Wait, Job: it.Event.Job.ID}})
+		d := l.declined(it.Session, it.Group, it.Event.Wait, it.Event.Job.ID)
+		sendItem(l.cfg.Send, from, &d)
 	}
 }
 

@@ -58,7 +58,7 @@ type Server struct {
 	// declined that their owner client here did not hold, when, for
 	// closeRecall: a reservation handed over for one is not taken
 	// (Adopt). Guarded by mu.
-	closedAt map[ownerKey]time.Time
+	closedAt map[closedKey]time.Time
 }
 
 // closeRecall is how long a session's close is remembered where it found
@@ -150,12 +150,17 @@ func (s *Server) run() {
 // queue) are offered again, if nothing else flushes them first.
 const outboxRetry = 10 * time.Millisecond
 
-// ownerKey names an owner client: a member's session in a group. job
-// is 0 but in Server.closedAt, where it names a job the session declined.
+// ownerKey names an owner client: a member's session in a group.
 type ownerKey struct {
 	member, session uint64
 	group           uint16
-	job             uint64
+}
+
+// closedKey names what Server.closedAt remembers: a session's close (job
+// 0), or a job it declined.
+type closedKey struct {
+	ownerKey
+	job uint64
 }
 
 // owner is one remote session's client in one group. Its client is used
@@ -300,7 +305,7 @@ func (s *Server) handle(from uint64, it *Item) {
 			// Before this member serves, or the job not yet taken:
 			// not to be taken from a handover (Adopt).
 			s.mu.Lock()
-			s.noteClosedLocked(ownerKey{member: key.member, session: key.session, group: key.group, job: it.Decline.Job})
+			s.noteClosedLocked(closedKey{key, it.Decline.Job})
 			s.mu.Unlock()
 		}
 	case KindClose:
@@ -536,10 +541,17 @@ func (s *Server) owner(key ownerKey) *owner {
 		return nil
 	}
 	if o == nil {
-		o = &owner{srv: s, key: key, st: st, flusher: s.flusherLocked(key.group, st)}
-		o.client = st.NewOwnerClient(o)
-		s.owners[key] = o
+		o = s.newOwnerLocked(key, st, false)
 	}
+	return o
+}
+
+// newOwnerLocked makes key's owner client on store st, adopted if made
+// for a handover (Adopt). s.mu must be held.
+func (s *Server) newOwnerLocked(key ownerKey, st *store.Store, adopted bool) *owner {
+	o := &owner{srv: s, key: key, st: st, flusher: s.flusherLocked(key.group, st), adopted: adopted}
+	o.client = st.NewOwnerClient(o)
+	s.owners[key] = o
 	return o
 }
 
@@ -601,7 +613,7 @@ func (s *Server) closeOwner(key ownerKey) {
 		}
 	}
 	if len(closing) == 0 || key.session == 0 {
-		s.noteClosedLocked(key)
+		s.noteClosedLocked(closedKey{ownerKey: key})
 	}
 	s.mu.Unlock()
 	for _, o := range closing {
@@ -727,14 +739,10 @@ type Holder struct {
 // held by no owner client (a client of this process's own) is left out:
 // it moves ready.
 func (s *Server) Holders(g uint16, held []store.Held) []Holder {
-	s.mu.Lock()
 	byClient := make(map[*store.Client]ownerKey)
-	for key, o := range s.owners {
-		if key.group == g {
-			byClient[o.client] = key
-		}
+	for _, o := range s.ownersOf(g) {
+		byClient[o.client] = o.key
 	}
-	s.mu.Unlock()
 	var out []Holder
 	for _, h := range held {
 		if key, ok := byClient[h.Holder]; ok {
@@ -840,8 +848,8 @@ func (s *Server) Adopt(g uint16, st *store.Store, held []Holder) int {
 	now := time.Now()
 	for i, h := range held {
 		key := ownerKey{member: h.Member, session: h.Session, group: g}
-		if s.closedLocked(key, now) || s.closedLocked(ownerKey{member: h.Member, group: g}, now) ||
-			s.closedLocked(ownerKey{member: h.Member, session: h.Session, group: g, job: h.ID}, now) {
+		if s.closedLocked(closedKey{ownerKey: key}, now) || s.closedLocked(closedKey{ownerKey: ownerKey{member: h.Member, group: g}}, now) ||
+			s.closedLocked(closedKey{key, h.ID}, now) {
 			continue
 		}
 		o := s.owners[key]
@@ -849,9 +857,7 @@ func (s *Server) Adopt(g uint16, st *store.Store, held []Holder) int {
 			if o != nil {
 				go o.close()
 			}
-			o = &owner{srv: s, key: key, st: st, flusher: s.flusherLocked(g, st), adopted: true}
-			o.client = st.NewOwnerClient(o)
-			s.owners[key] = o
+			o = s.newOwnerLocked(key, st, true)
 		}
 		owners[i] = o
 	}
@@ -873,13 +879,13 @@ func (s *Server) Adopt(g uint16, st *store.Store, held []Holder) int {
 
 // noteClosedLocked remembers key's close for closeRecall; the oldest go
 // once there are many. s.mu must be held.
-func (s *Server) noteClosedLocked(key ownerKey) {
+func (s *Server) noteClosedLocked(key closedKey) {
 	now := time.Now()
 	if s.closedAt == nil {
-		s.closedAt = make(map[ownerKey]time.Time)
+		s.closedAt = make(map[closedKey]time.Time)
 	}
 	if len(s.closedAt) >= maxClosedAt {
-		maps.DeleteFunc(s.closedAt, func(_ ownerKey, at time.Time) bool { return now.Sub(at) > closeRecall })
+		maps.DeleteFunc(s.closedAt, func(_ closedKey, at time.Time) bool { return now.Sub(at) > closeRecall })
 	}
 	s.closedAt[key] = now
 }
@@ -890,7 +896,7 @@ const maxClosedAt = 1024
 
 // closedLocked reports whether key's close came within closeRecall of
 // now. s.mu must be held.
-func (s *Server) closedLocked(key ownerKey, now time.Time) bool {
+func (s *Server) closedLocked(key closedKey, now time.Time) bool {
 	at, ok := s.closedAt[key]
 	return ok && now.Sub(at) <= closeRecall
 }
@@ -922,15 +928,7 @@ func (s *Server) Refreeze(g uint16) {
 	if frozen == nil {
 		return
 	}
-	s.mu.Lock()
-	var owners []*owner
-	for key, o := range s.owners {
-		if key.group == g {
-			owners = append(owners, o)
-		}
-	}
-	s.mu.Unlock()
-	for _, o := range owners {
+	for _, o := range s.ownersOf(g) {
 		o.mu.Lock()
 		if !o.closed && o.waiting != 0 && slices.ContainsFunc(o.client.Watched(), func(t string) bool { return frozen([]byte(t)) }) &&
 			o.client.CancelWait() {
