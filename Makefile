@@ -209,8 +209,10 @@ soak:
 CHAOS_ROUNDS ?= 50
 CHAOS_GROUPS ?= 1
 CHAOS_MEMBERS ?= 3
+# CHAOS_LOGS=DIR keeps each member's whole output there when a run fails.
+CHAOS_LOGS ?=
 chaos:
-	$(GO) test -count=1 -timeout 90m -v -run '^TestClusterFaults$$' ./internal/clusterfault/ -args -rounds=$(CHAOS_ROUNDS) -groups=$(CHAOS_GROUPS) -members=$(CHAOS_MEMBERS)
+	$(GO) test -count=1 -timeout 90m -v -run '^TestClusterFaults$$' ./internal/clusterfault/ -args -rounds=$(CHAOS_ROUNDS) -groups=$(CHAOS_GROUPS) -members=$(CHAOS_MEMBERS) -member-logs=$(CHAOS_LOGS)
 
 # internal/storm with its heavy test (build tag storm): 19,000 concurrent
 # connections against Sprout and beanstalkd, besides the flood,

@@ -123,7 +123,9 @@ func (w *leaderWatch) forget(t time.Time) {
 
 // holding is one reservation as its consumer saw it: from the RESERVED
 // received to the delete, release or bury about to be sent (a consumer
-// sends one at once), or the job's TTR, whichever came first.
+// sends one at once), or the job's TTR, whichever came first; or to the
+// kill of the member its connection went through, which ended its
+// session (client.brokenAt).
 type holding struct {
 	id      uint64
 	group   int

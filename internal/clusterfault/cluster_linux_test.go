@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -52,6 +53,22 @@ type member struct {
 	proc *testproc.Process
 	// outputs keeps the output of earlier starts, for a failure's report.
 	outputs []string
+	// killed is when the test last killed it (kill), in Unix
+	// nanoseconds: its clients' sessions ended then.
+	killed atomic.Int64
+}
+
+// kill kills m's process, noting when.
+func (m *member) kill() {
+	m.killed.Store(time.Now().UnixNano())
+	m.proc.Kill()
+}
+
+// killedWithin is when m was last killed, if that was after from and
+// before to.
+func (m *member) killedWithin(from, to time.Time) (time.Time, bool) {
+	k := time.Unix(0, m.killed.Load())
+	return k, k.After(from) && k.Before(to)
 }
 
 func (m *member) ip() string         { return fmt.Sprintf("127.0.0.%d", m.index) }
@@ -145,10 +162,28 @@ func newCluster(t *failing, built string) *cluster {
 			}
 			if t.Failed() {
 				t.Logf("%s's output (last start):\n%s", m.name, tail(m.proc.Output(), 64<<10))
+				keepLog(t, m.name, m.outputs)
 			}
 		}
 	})
 	return c
+}
+
+// keepLog writes a member's outputs, every start's, into -member-logs.
+func keepLog(t testing.TB, name string, outputs []string) {
+	if *memberLogs == "" {
+		return
+	}
+	path := filepath.Join(*memberLogs, name+".log")
+	if err := os.MkdirAll(*memberLogs, 0o755); err != nil {
+		t.Logf("keeping %s's log: %v", name, err)
+		return
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(outputs, "\n--- restarted ---\n")), 0o644); err != nil {
+		t.Logf("keeping %s's log: %v", name, err)
+		return
+	}
+	t.Logf("%s's whole output: %s", name, path)
 }
 
 // tubePerGroup names a tube in each group, by group: base among them,

@@ -191,8 +191,10 @@
 //
 // Every reservation a consumer receives is a holding, from the RESERVED
 // received to the delete, release or bury it is about to send (or the
-// job's TTR, 60 s, or the connection's close, whichever is first): the
-// time its session may work on the job. Two holdings of one job by
+// job's TTR, 60 s, or the connection's close, whichever is first; a
+// connection found broken ends it when the test killed the member it went
+// through, if it did while the job was held, since the session ended
+// then): the time its session may work on the job. Two holdings of one job by
 // different sessions must not overlap, but when the job's group changed
 // leader between the two hand-outs: both hand-outs fall between the
 // earlier reserve's sending and the later RESERVED's receipt, and a
@@ -202,7 +204,7 @@
 // another, the span between the two polls (a member that does not answer
 // is forgotten until it does, so that its restart is no change), widened
 // by half a second on both sides for views that trail. A handover
-// counts as a change: it too ends the old leader's reservations. Overlaps
+// counts as a change. Overlaps
 // so excused are counted; any other fails the round, described.
 //
 // # Order within a group

@@ -422,7 +422,7 @@ func lose(r *round, lay layout, stop func(*member) error, hold time.Duration, re
 
 // killLeader kills the member leading the most groups for a second.
 func killLeader(r *round, lay layout) (outcome, error) {
-	return lose(r, lay, func(m *member) error { m.proc.Kill(); return nil }, time.Second,
+	return lose(r, lay, func(m *member) error { m.kill(); return nil }, time.Second,
 		func(m *member) error { r.c.start(m); return nil })
 }
 
@@ -542,7 +542,7 @@ func killFollower(r *round, lay layout) (outcome, error) {
 	if f == nil {
 		return outcome{}, fmt.Errorf("%w: every member leads a group (leaders %s), and there is no leadership transfer to ask for", errNotNow, lay.describe())
 	}
-	f.proc.Kill()
+	f.kill()
 	at := time.Now()
 	holdUntil(at.Add(2 * time.Second))
 	end := time.Now()
@@ -601,7 +601,7 @@ func emptyDirectory(r *round, lay layout) (outcome, error) {
 			return outcome{}, fmt.Errorf("%w: every member leads a group (leaders %s)", errNotNow, lay.describe())
 		}
 	}
-	f.proc.Kill()
+	f.kill()
 	at := time.Now()
 	if err := f.emptyDir(); err != nil {
 		return outcome{}, err

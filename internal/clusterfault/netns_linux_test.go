@@ -27,6 +27,7 @@ var (
 	memberLogLevel = flag.String("member-log-level", "info", "the members' --log-level (debug shows raft's elections)")
 	groups         = flag.Int("groups", 1, "the members' --cluster-groups: with more than 1, the workload's tubes are one per group (make chaos sets CHAOS_GROUPS)")
 	members        = flag.Int("members", 3, "the members, 3 or 5 (127.0.0.1 to .N); with 5, each group but 0 lives on 3 of them (make chaos sets CHAOS_MEMBERS)")
+	memberLogs     = flag.String("member-logs", "", "a directory to write each member's whole output into (every start) when the test fails (make chaos sets CHAOS_LOGS)")
 )
 
 // checkFlags refuses what the test cannot run.
@@ -76,6 +77,7 @@ func runIsolated(t *testing.T, n, g, m int) {
 	bin := testproc.SproutBinary(t)
 	args := []string{"--net", "--pid", "--fork", "--kill-child", "--mount-proc", os.Args[0],
 		"-test.run=^TestClusterFaults$", "-test.count=1", fmt.Sprintf("-rounds=%d", n), "-faults=" + *faultFilter, "-member-log-level=" + *memberLogLevel,
+		"-member-logs=" + *memberLogs,
 		fmt.Sprintf("-groups=%d", g), fmt.Sprintf("-members=%d", m)}
 	if testing.Verbose() {
 		args = append(args, "-test.v")

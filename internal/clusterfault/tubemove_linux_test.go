@@ -68,7 +68,7 @@ func moveTube(r *round, lay layout) (outcome, error) {
 	if kill {
 		out.victim += ", g" + fmt.Sprint(g) + "'s leader " + leader.name + " killed"
 		killAt := time.Duration(rand.IntN(20)) * time.Millisecond
-		time.AfterFunc(killAt, func() { leader.proc.Kill() })
+		time.AfterFunc(killAt, func() { leader.kill() })
 		begun := time.Now()
 		_, paused, err := c.moveTubeTo(via, tube, to)
 		r.t.Logf("moving %s with %s killed after %v: held %v, %v", tube, leader.name, killAt, paused, err)
@@ -131,7 +131,7 @@ func (c *cluster) placePrefixRound(r *round, lay layout, prefix string, g, to in
 	if kill {
 		out.victim += ", g0's leader " + driver.name + " killed"
 		killAt := time.Duration(rand.IntN(20)) * time.Millisecond
-		time.AfterFunc(killAt, func() { driver.proc.Kill() })
+		time.AfterFunc(killAt, func() { driver.kill() })
 		begun := time.Now()
 		_, paused, err := c.post(via, "/cluster/placements/"+url.PathEscape(prefix), to)
 		r.t.Logf("placing %s with %s killed after %v: held %v, %v", prefix, driver.name, killAt, paused, err)

@@ -264,7 +264,9 @@ func (l *ledger) reservedJob(id uint64, body []byte) {
 // held notes a holding that ends now: its consumer is about to send the
 // delete, release or bury.
 func (l *ledger) held(h holding) {
-	h.end = time.Now()
+	if h.end.IsZero() {
+		h.end = time.Now()
+	}
 	if byTTR := h.start.Add(ttr * time.Second); byTTR.Before(h.end) {
 		h.end = byTTR
 	}
@@ -418,7 +420,7 @@ func (cl *client) connect() *testproc.Conn {
 // fail drops the connection, and with it the jobs kept on it; the next
 // goes to any member.
 func (cl *client) fail() {
-	cl.letGo()
+	cl.letGo(true)
 	if cl.conn != nil {
 		cl.conn.Close()
 		cl.conn = nil
@@ -428,19 +430,37 @@ func (cl *client) fail() {
 }
 
 func (cl *client) close() {
-	cl.letGo()
+	cl.letGo(false)
 	if cl.conn != nil {
 		cl.conn.Close()
 	}
 }
 
 // letGo ends the holdings of the jobs kept, as the connection is about to
-// close: the server hands them back once it sees the close.
-func (cl *client) letGo() {
+// close (broken: it failed): the server hands them back once it sees the
+// close.
+func (cl *client) letGo(broken bool) {
+	now := time.Now()
 	for _, k := range cl.keeping {
+		k.h.end = now
+		if broken {
+			k.h.end = cl.brokenAt(k.h)
+		}
 		cl.w.l.held(k.h)
 	}
 	cl.keeping = nil
+}
+
+// brokenAt is when h ended, its connection found broken now: when the
+// member the connection went through was killed, if it was while h
+// lasted, since that ended the session and the job's leader handed it
+// out again (the client learns so only at its next command); else now.
+func (cl *client) brokenAt(h holding) time.Time {
+	now := time.Now()
+	if k, ok := cl.w.c.members[cl.home].killedWithin(h.start, now); ok {
+		return k
+	}
+	return now
 }
 
 // body is a random body that begins with its token; line ends included.
@@ -599,7 +619,7 @@ func (w *workload) dealWith(cl *client, conn *testproc.Conn, h holding) {
 	if w.quiet {
 		roll = 100
 	}
-	w.l.held(h)
+	h.end = time.Now()
 	var err error
 	switch id := h.id; {
 	case roll < releasePercent:
@@ -617,7 +637,9 @@ func (w *workload) dealWith(cl *client, conn *testproc.Conn, h holding) {
 	}
 	switch {
 	case err == nil:
+		w.l.held(h)
 	case strings.Contains(err.Error(), `"NOT_FOUND`):
+		w.l.held(h)
 		// The reservation is gone while the connection lives: its
 		// leader was lost (reservations are the leader's), and the
 		// session, which lives where its client connected, went on
@@ -627,6 +649,10 @@ func (w *workload) dealWith(cl *client, conn *testproc.Conn, h holding) {
 		w.l.reservationLost()
 		cl.fail()
 	default:
+		if at := cl.brokenAt(h); at.Before(h.end) {
+			h.end = at
+		}
+		w.l.held(h)
 		cl.fail()
 	}
 }
