@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
@@ -58,6 +59,11 @@ var showPaths = map[string]showPath{
 	"Client.JobStats": {store.StateDelayed, func(c *store.Client, job uint64) bool {
 		js, ok := c.JobStats(job)
 		return ok && js.ID == job
+	}},
+	"Client.Holding": {store.StateReady, func(c *store.Client, job uint64) bool {
+		// Taken as a handover gives it: Adopt shows nothing.
+		c.Adopt(store.Reservation{ID: job, Deadline: time.Now().Add(time.Minute).UnixNano()})
+		return c.Holding(job) != nil
 	}},
 	"Client.ListJobs": {store.StateBuried, func(c *store.Client, job uint64) bool {
 		page, _, ok := c.ListJobs([]byte(store.DefaultTube), store.StateBuried, nil, 10)

@@ -67,6 +67,23 @@ func (c *Client) Adopt(r Reservation) bool {
 	return true
 }
 
+// Holding is the job id if c holds it, else nil: shown to c (its reply
+// waits for the job's put).
+func (c *Client) Holding(id uint64) *Job {
+	j := c.s.lookup(id)
+	if j == nil {
+		return nil
+	}
+	t := j.tube
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if j.state != StateReserved || j.owner != c {
+		return nil
+	}
+	c.showLocked(j)
+	return j
+}
+
 // PauseJobs stops handing jobs out as HoldJobs does, until ResumeJobs
 // (each PauseJobs is resumed once).
 func (s *Store) PauseJobs() { s.pausing.Add(1) }

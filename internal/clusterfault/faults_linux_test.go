@@ -294,7 +294,7 @@ func (r *round) probeGroups(from time.Time, through map[int][]*member) map[int]t
 		out[res.group] = res.took
 	}
 	if len(errs) > 0 {
-		r.t.Fatal(strings.Join(errs, "\n"))
+		r.t.Fatalf("%s\nthe members' views now: %s", strings.Join(errs, "\n"), strings.Join(r.c.look().views, "; "))
 	}
 	return out
 }

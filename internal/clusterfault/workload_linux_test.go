@@ -719,13 +719,54 @@ func (r *round) quietPhase() {
 	for !r.l.quietDone() {
 		if time.Now().After(deadline) {
 			w.halt()
-			r.t.Fatalf("the quiet phase's jobs were not all deleted within %v", quietWait)
+			r.t.Fatalf("the quiet phase's jobs were not all deleted within %v:\n%s", quietWait, r.describeQuiet())
 		}
 		r.c.checkAlive()
 		time.Sleep(10 * time.Millisecond)
 	}
 	w.halt()
 	r.l.checkQuiet(r.t, w.errors.Load())
+}
+
+// describeQuiet says, of each quiet job whose delete was not
+// acknowledged, what the clients saw of it and what stats-job answers.
+func (r *round) describeQuiet() string {
+	r.l.mu.Lock()
+	var ids []uint64
+	for id := range r.l.quiet {
+		if !r.l.deleted[id] {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	var lines []string
+	for _, id := range ids {
+		line := fmt.Sprintf("job %d (group %d): reserved %d times, delete sent %v", id, groupOf(id), r.l.reserved[id], r.l.deleteSent[id])
+		for _, h := range r.l.holdings {
+			if h.id == id {
+				line += fmt.Sprintf("; held by session %d from %s to %s", h.session, h.start.Format(stamp), h.end.Format(stamp))
+			}
+		}
+		lines = append(lines, line)
+	}
+	r.l.mu.Unlock()
+	for i, id := range ids {
+		for _, m := range r.c.members {
+			if !m.up() {
+				continue
+			}
+			conn, err := testproc.Dialer{Timeout: time.Second, Local: quietIP, ReplyTimeout: 5 * time.Second}.Dial(m.clientAddr())
+			if err != nil {
+				continue
+			}
+			rep, err := conn.Do(fmt.Sprint("stats-job ", id), nil)
+			conn.Close()
+			if err == nil {
+				lines[i] += fmt.Sprintf("\n\tstats-job through %s: %s %s", m.name, rep.Line, strings.ReplaceAll(string(rep.Body), "\n", " "))
+			}
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // quietDone reports whether every quiet job's delete was acknowledged.

@@ -80,6 +80,8 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 			m.log.Warn().Err(err).Int("group", int(g)).Msg("handing a leadership over: its reservations are not logged")
 		}
 	}
+	m.log.Info().Int("group", int(g)).Str("to", to).Int("held", len(held)).Bool("logged", logged).
+		Msg("handing a leadership over: its sessions' reservations listed")
 	if err := n.TransferLeadership(to); err != nil {
 		return m.keepLeadership(n, g, logged, err)
 	}

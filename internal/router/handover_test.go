@@ -16,16 +16,7 @@ import (
 // nor one its session declined there first.
 // Ungate serves again.
 func TestServerHandOver(t *testing.T) {
-	leader, next := store.New(store.Options{}), store.New(store.Options{})
-	t.Cleanup(leader.Close)
-	t.Cleanup(next.Close)
-	a := newServerRig(t, map[uint16]*store.Store{1: leader})
-	tube := [][]byte{[]byte("t")}
-	var ids []uint64
-	for seq := uint32(1); seq <= 3; seq++ {
-		a.send(req(1, 9, seq, Request{Op: OpPut, Tube: tube[0], TTR: 60, Body: []byte("j\r\n")}))
-		ids = append(ids, a.next().Reply.ID)
-	}
+	leader, next, a, tube, ids := handOverRig(t)
 	for session := uint64(1); session <= 3; session++ {
 		a.send(req(1, session, 1, Request{Op: OpReserve, Tubes: tube}))
 		if got := a.next(); got.Reply.Job.ID != ids[session-1] {
@@ -45,12 +36,7 @@ func TestServerHandOver(t *testing.T) {
 
 	// The next leader has the jobs from the log, ready; session 2's close
 	// and session 3's decline of its job reach it before it serves.
-	frames, _, _, _, _ := leader.ExportTube(tube[0])
-	recs, err := wal.DecodeFrames(nil, frames)
-	if err != nil {
-		t.Fatal(err)
-	}
-	next.Apply(recs, nil)
+	replayTube(t, leader, next, tube[0])
 	var mu sync.Mutex
 	serving := false
 	b := newServerRig(t, nil)
@@ -84,6 +70,77 @@ func TestServerHandOver(t *testing.T) {
 	a.send(req(1, 1, 3, Request{Op: OpTouch, ID: ids[0]}))
 	if got := a.next(); got.Reply.Status != StatusOK {
 		t.Fatalf("a touch once ungated: %+v", got.Reply)
+	}
+}
+
+// handOverRig is group 1's leader (store leader, served by a), the next
+// leader's store, and three jobs put into tube t there.
+func handOverRig(t *testing.T) (leader, next *store.Store, a *serverRig, tube [][]byte, ids []uint64) {
+	leader, next = store.New(store.Options{}), store.New(store.Options{})
+	t.Cleanup(leader.Close)
+	t.Cleanup(next.Close)
+	a = newServerRig(t, map[uint16]*store.Store{1: leader})
+	tube = [][]byte{[]byte("t")}
+	for seq := uint32(1); seq <= 3; seq++ {
+		a.send(req(1, 9, seq, Request{Op: OpPut, Tube: tube[0], TTR: 60, Body: []byte("j\r\n")}))
+		ids = append(ids, a.next().Reply.ID)
+	}
+	return leader, next, a, tube, ids
+}
+
+// replayTube gives to the jobs of tube from has, ready, as the log does
+// the next leader.
+func replayTube(t *testing.T, from, to *store.Store, tube []byte) {
+	frames, _, _, _, _ := from.ExportTube(tube)
+	recs, err := wal.DecodeFrames(nil, frames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to.Apply(recs, nil)
+}
+
+// TestServerHandOverAnswersAgain: a reserve and a wait that got their
+// jobs on the last leader, sent again to the next one (their answers had
+// not come when the session's member learned of it), are answered with
+// those jobs, handed over, not run again: running them again would hold
+// two jobs for the session, one of which it never hears of.
+func TestServerHandOverAnswersAgain(t *testing.T) {
+	leader, next, a, tube, ids := handOverRig(t)
+	reserve := req(1, 1, 1, Request{Op: OpReserve, Tubes: tube})
+	wait := Item{Kind: KindWait, Group: 1, Session: 2, Seq: 1, Wait: Wait{ID: 7, Tubes: tube}}
+	a.send(reserve)
+	if got := a.next(); got.Reply.Job.ID != ids[0] {
+		t.Fatalf("session 1 reserved %+v, want job %d", got.Reply, ids[0])
+	}
+	a.send(wait)
+	if got := a.next(); got.Kind != KindEvent || got.Event.Type != EventOffer || got.Event.Job.ID != ids[1] {
+		t.Fatalf("session 2's wait: %+v, want an offer of job %d", got, ids[1])
+	}
+	a.srv.Gate(1)
+	held := a.srv.Held(1)
+	if len(held) != 2 || held[0].Seq != 1 || held[1].Seq != 1 {
+		t.Fatalf("held: %+v, want both with the sequence that got them", held)
+	}
+
+	replayTube(t, leader, next, tube[0])
+	b := newServerRig(t, map[uint16]*store.Store{1: next})
+	if n := b.srv.Adopt(1, next, held); n != 2 {
+		t.Fatalf("%d reservations taken, want 2", n)
+	}
+	b.send(reserve)
+	if got := b.next(); got.Reply.Status != StatusOK || got.Reply.Job.ID != ids[0] {
+		t.Fatalf("session 1's reserve again on the next leader: %+v, want job %d", got.Reply, ids[0])
+	}
+	b.send(wait)
+	if got := b.next(); got.Kind != KindEvent || got.Event.Type != EventOffer || got.Event.Job.ID != ids[1] {
+		t.Fatalf("session 2's wait again on the next leader: %+v, want an offer of job %d", got, ids[1])
+	}
+	if st := next.Stats(); st.Ready != 1 || st.Reserved != 2 {
+		t.Fatalf("the next leader's jobs: %+v, want the two handed over reserved, the third ready", st)
+	}
+	b.send(req(1, 1, 2, Request{Op: OpReserve, Tubes: tube}))
+	if got := b.next(); got.Reply.Job.ID != ids[2] {
+		t.Fatalf("session 1's next reserve: %+v, want job %d", got.Reply, ids[2])
 	}
 }
 

@@ -201,6 +201,55 @@ type owner struct {
 	// barrier is the sequence of the last request that did not pipeline:
 	// the session had every answer before it.
 	barrier uint32
+	// gave are the last jobs reserved for the session here and the
+	// sequences of the reserves or waits that got them (Held lists
+	// them); handed, those of the reservations a handover gave this
+	// owner (Adopt): a reserve sent again to this leader is answered
+	// with its job, not run twice (answerHanded).
+	gave, handed givenJobs
+}
+
+// givenJobs are the last maxGiven jobs reserved for a session, each with
+// the sequence of the reserve or wait that got it.
+type givenJobs struct {
+	jobs [maxGiven]givenJob
+	next int
+}
+
+// maxGiven bounds givenJobs: a session has at most one reserve or wait
+// in flight in a group, whose answer may still be on its way when the
+// group's leadership is handed over; a few more cover a pipeline.
+const maxGiven = 8
+
+type givenJob struct {
+	seq uint32
+	id  uint64
+}
+
+func (g *givenJobs) add(seq uint32, id uint64) {
+	g.jobs[g.next] = givenJob{seq, id}
+	g.next = (g.next + 1) % maxGiven
+}
+
+// seqOf is the sequence that got job id, or 0.
+func (g *givenJobs) seqOf(id uint64) uint32 {
+	for _, j := range g.jobs {
+		if j.id == id && j.seq != 0 {
+			return j.seq
+		}
+	}
+	return 0
+}
+
+// take forgets the job seq got, and returns it (0: none).
+func (g *givenJobs) take(seq uint32) uint64 {
+	for i, j := range g.jobs {
+		if j.seq == seq && seq != 0 {
+			g.jobs[i] = givenJob{}
+			return j.id
+		}
+	}
+	return 0
 }
 
 // keptAnswers are an owner's last answers, in the order sent, at most
@@ -650,6 +699,9 @@ func reply(key ownerKey, seq uint32, r Reply) Item {
 // runLocked executes one request or wait; a reserve or a wait that
 // blocks leaves o waiting.
 func (o *owner) runLocked(it *Item) {
+	if o.answerHandedLocked(it) {
+		return
+	}
 	if o.movingLocked(it) {
 		o.holdLocked(wrongGroup(o.key, it), o.client.PendingAck())
 		return
@@ -661,6 +713,9 @@ func (o *owner) runLocked(it *Item) {
 			o.waiting, o.waitID = it.Seq, it.Wait.ID
 			return
 		}
+		if j != nil {
+			o.gave.add(it.Seq, j.ID())
+		}
 		o.holdLocked(event(o.key, it.Seq, it.Wait.ID, j, res), o.client.PendingAck())
 		o.client.Settle()
 		return
@@ -670,12 +725,43 @@ func (o *owner) runLocked(it *Item) {
 		o.waiting = it.Seq
 		return
 	}
+	if reserves(it.Request.Op) && r.Status == StatusOK && r.Result == ResultJob {
+		o.gave.add(it.Seq, r.Job.ID)
+	}
 	r.Stamp = o.st.LatestStamp()
 	o.holdLocked(reply(o.key, it.Seq, r), o.client.PendingAck())
 	// The tubes the request used and watched stay while the session's
 	// references say so, not longer: beanstalkd frees a tube no client
 	// uses or watches (a pause-tube of it is then NOT_FOUND).
 	o.client.Settle()
+}
+
+// reserves reports whether op reserves the job it answers with.
+func reserves(op Op) bool { return op == OpReserve || op == OpTake || op == OpReserveJob }
+
+// answerHandedLocked answers a reserve or a wait that got a job on the
+// group's last leader, sent here again as its answer had not come when
+// the session's member learned of this leader: with that job, which a
+// handover gave this owner (Adopt), as the last leader answered, if it
+// holds it still. It reports whether it did.
+func (o *owner) answerHandedLocked(it *Item) bool {
+	id := o.handed.take(it.Seq)
+	if id == 0 {
+		return false
+	}
+	j := o.client.Holding(id)
+	if j == nil {
+		return false
+	}
+	o.gave.add(it.Seq, id)
+	if it.Kind == KindWait {
+		o.holdLocked(event(o.key, it.Seq, it.Wait.ID, j, store.Reserved), o.client.PendingAck())
+		return true
+	}
+	r := jobResult(j)
+	r.Stamp = o.st.LatestStamp()
+	o.holdLocked(reply(o.key, it.Seq, r), o.client.PendingAck())
+	return true
 }
 
 // movingLocked reports whether it touches a tube of the group that is
@@ -732,6 +818,10 @@ type Holder struct {
 	Deadline int64  `json:"deadline,omitempty"`
 	Reserves uint32 `json:"reserves,omitempty"`
 	Timeouts uint32 `json:"timeouts,omitempty"`
+	// Seq is the sequence of the session's reserve or wait that got the
+	// job, of a handover, if it was one of the session's last: the next
+	// leader answers it with the job if it comes again.
+	Seq uint32 `json:"seq,omitempty"`
 }
 
 // Holders names the sessions holding held, reserved jobs of a tube of
@@ -825,10 +915,12 @@ func (s *Server) ownersOf(g uint16) []*owner {
 func (s *Server) Held(g uint16) []Holder {
 	var out []Holder
 	for _, o := range s.ownersOf(g) {
+		o.mu.Lock()
 		for _, r := range o.client.Reservations() {
 			out = append(out, Holder{Member: o.key.member, Session: o.key.session, ID: r.ID,
-				Deadline: r.Deadline, Reserves: r.Reserves, Timeouts: r.Timeouts})
+				Deadline: r.Deadline, Reserves: r.Reserves, Timeouts: r.Timeouts, Seq: o.gave.seqOf(r.ID)})
 		}
+		o.mu.Unlock()
 	}
 	return out
 }
@@ -871,6 +963,9 @@ func (s *Server) Adopt(g uint16, st *store.Store, held []Holder) int {
 		h := held[i]
 		if !o.closed && o.client.Adopt(store.Reservation{ID: h.ID, Deadline: h.Deadline, Reserves: h.Reserves, Timeouts: h.Timeouts}) {
 			n++
+			if h.Seq != 0 {
+				o.handed.add(h.Seq, h.ID)
+			}
 		}
 		o.mu.Unlock()
 	}
@@ -1221,6 +1316,9 @@ func (o *owner) endWait(j *store.Job, res store.ReserveResult) {
 	defer o.mu.Unlock()
 	if o.closed {
 		return
+	}
+	if j != nil && o.waiting != 0 {
+		o.gave.add(o.waiting, j.ID())
 	}
 	switch {
 	case o.waiting == 0:
