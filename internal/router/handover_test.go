@@ -175,3 +175,43 @@ func TestLinkClosesAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestLinkWaitRefused: a wait its group's leader refused (gated by a
+// handover that then did not happen, or its lease lapsed) goes again at
+// Retry, as a request does. It was dropped, and the session's reserve
+// never heard from that group until its leader changed.
+func TestLinkWaitRefused(t *testing.T) {
+	var mu sync.Mutex
+	var sent []Item
+	l := NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) { return 2, true },
+		Send: func(_ uint64, payload []byte) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return Each(payload, 0, func(it *Item) { sent = append(sent, *it) }) == nil
+		},
+	})
+	ended := make(chan *Item, 1)
+	l.Wait(4, 1, 7, Wait{ID: 9, Tubes: [][]byte{[]byte("t")}}, func(it *Item) { ended <- it })
+	refusal, err := AppendItem(nil, &Item{Kind: KindReply, Group: 1, Session: 4, Seq: 7, Reply: Reply{Status: StatusNotLeader}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Handle(2, refusal); err != nil {
+		t.Fatal(err)
+	}
+	l.Retry(1)
+	mu.Lock()
+	if len(sent) != 2 || sent[1].Kind != KindWait || sent[1].Seq != 7 || sent[1].Wait.ID != 9 {
+		t.Errorf("sent %+v, want the wait twice", sent)
+	}
+	mu.Unlock()
+	select {
+	case it := <-ended:
+		t.Fatalf("the wait ended with the refusal: %+v", it)
+	default:
+	}
+	if l.Pending() != 1 {
+		t.Fatalf("%d calls pending, want the wait", l.Pending())
+	}
+}

@@ -396,7 +396,8 @@ func (l *Link) handle(from uint64, it *Item) {
 	key := callKey{it.Session, it.Group, it.Seq}
 	l.mu.Lock()
 	c := l.pending[key]
-	if c != nil && c.kind == KindWait && (it.Kind != KindEvent || it.Event.Wait != c.wait) {
+	refused := it.Kind == KindReply && it.Reply.Status == StatusNotLeader
+	if c != nil && c.kind == KindWait && !refused && (it.Kind != KindEvent || it.Event.Wait != c.wait) {
 		c = nil // not this wait's end
 	}
 	if c != nil && it.Kind == KindReply && it.Reply.Status == StatusWrongGroup && c.route != nil {
@@ -405,9 +406,11 @@ func (l *Link) handle(from uint64, it *Item) {
 		l.reroute(c)
 		return
 	}
-	if c != nil && it.Kind == KindReply && it.Reply.Status == StatusNotLeader {
+	if c != nil && refused {
 		// Asked of a member that does not serve the group (yet, or
-		// any more): pending still, for Retry or the next leader.
+		// any more), or gated by a handover, or whose lease lapsed: a
+		// request or a wait pending still, for Retry or the next
+		// leader.
 		c.sent = false
 		c.taken--
 		l.unsent[c.key.group] = true

@@ -89,9 +89,10 @@ type ServerConfig struct {
 	MaxJobSize int
 	// Leased, if set, says whether this member's leadership of group g
 	// is still confirmed (engine.Config.Leased): a job is handed out only
-	// while it says true. Otherwise the reply or offer goes as StatusNotLeader, so
-	// the member asks the group's next leader, and the job stays with the
-	// owner client until the store is rebuilt.
+	// while it says true. Otherwise the reply or offer goes as
+	// StatusNotLeader, so the member asks again: the group's next leader,
+	// or this one, which answers with the job the owner client kept, if
+	// its leadership was confirmed meanwhile (owner.refuseLocked).
 	Leased func(g uint16) bool
 	// Frozen, if set, says which of group g's tubes are moving out or
 	// moved out (a tube's move: internal/replication's tubes.go), nil
@@ -203,10 +204,14 @@ type owner struct {
 	barrier uint32
 	// gave are the last jobs reserved for the session here and the
 	// sequences of the reserves or waits that got them (Held lists
-	// them); handed, those of the reservations a handover gave this
-	// owner (Adopt): a reserve sent again to this leader is answered
-	// with its job, not run twice (answerHanded).
+	// them); handed, the jobs to answer those sequences with when they
+	// come again, not run twice (answerHandedLocked): reservations a
+	// handover gave this owner (Adopt), or whose answer the lease
+	// refused (refuseLocked).
 	gave, handed givenJobs
+	// refused is the sequence whose answer the lease refused: it runs
+	// when it comes again, though this owner has seen it.
+	refused uint32
 }
 
 // givenJobs are the last maxGiven jobs reserved for a session, each with
@@ -491,6 +496,8 @@ func (s *Server) request(key ownerKey, it *Item) {
 	switch {
 	case it.Seq > o.seen:
 		o.seen = it.Seq
+	case it.Seq == o.refused:
+		o.refused = 0 // asked again: answered now, if leased
 	case kept != nil:
 		// Sent again (the member's stream to here was broken and opened
 		// again): never run twice. Its answer goes again, in case it was
@@ -736,6 +743,16 @@ func (o *owner) runLocked(it *Item) {
 	o.client.Settle()
 }
 
+// seqOf is the sequence of the session's reserve or wait that got job
+// id here, if it is one of its last, or that a handover or a refusal
+// kept it for; else 0.
+func (o *owner) seqOf(id uint64) uint32 {
+	if seq := o.gave.seqOf(id); seq != 0 {
+		return seq
+	}
+	return o.handed.seqOf(id)
+}
+
 // reserves reports whether op reserves the job it answers with.
 func reserves(op Op) bool { return op == OpReserve || op == OpTake || op == OpReserveJob }
 
@@ -918,7 +935,7 @@ func (s *Server) Held(g uint16) []Holder {
 		o.mu.Lock()
 		for _, r := range o.client.Reservations() {
 			out = append(out, Holder{Member: o.key.member, Session: o.key.session, ID: r.ID,
-				Deadline: r.Deadline, Reserves: r.Reserves, Timeouts: r.Timeouts, Seq: o.gave.seqOf(r.ID)})
+				Deadline: r.Deadline, Reserves: r.Reserves, Timeouts: r.Timeouts, Seq: o.seqOf(r.ID)})
 		}
 		o.mu.Unlock()
 	}
@@ -1258,7 +1275,8 @@ func (o *owner) holdLocked(r Item, pos uint64) {
 // outbox), and keeps it as the last one sent.
 func (o *owner) sendLocked(it *Item) {
 	if leased := o.srv.cfg.Leased; leased != nil && handsOut(it) && !leased(o.key.group) {
-		*it = reply(o.key, it.Seq, Reply{Status: StatusNotLeader})
+		o.refuseLocked(it)
+		return
 	}
 	e := o.kept.slot(it.Seq)
 	payload, err := AppendItem(e.payload[:0], it)
@@ -1268,6 +1286,25 @@ func (o *owner) sendLocked(it *Item) {
 	}
 	e.payload = payload
 	o.srv.out.add(o.key.member, payload)
+}
+
+// refuseLocked answers it, which hands out a job while this member's
+// leadership is not confirmed, StatusNotLeader, and keeps no answer: the
+// member asks again, of the group's next leader, or of this one, which
+// runs it then (refused). A reserve's or wait's job stays with the owner
+// client meanwhile, to answer it with (handed), so that a lease found
+// again, as after a stall that cost no leadership, answers as it would
+// have; a leadership lost takes it with the store.
+func (o *owner) refuseLocked(it *Item) {
+	id := it.Reply.Job.ID
+	if it.Kind == KindEvent {
+		id = it.Event.Job.ID
+	}
+	if o.gave.take(it.Seq) == id {
+		o.handed.add(it.Seq, id)
+	}
+	o.refused = it.Seq
+	o.srv.send(o.key.member, reply(o.key, it.Seq, Reply{Status: StatusNotLeader}))
 }
 
 // handsOut reports whether it gives the session a job: a reply with one,

@@ -583,8 +583,13 @@ func TestServerRetriesRefused(t *testing.T) {
 }
 
 // TestServerFenced: while the leadership is not confirmed (Leased false)
-// no job is handed out: the reserve is answered StatusNotLeader, for the
-// member to ask the next leader; other replies go as usual.
+// no job is handed out: the reserve and the wait are answered
+// StatusNotLeader, for the member to ask again; other replies go as
+// usual. Asked again once the lease is back, as after a stall that cost
+// no leadership, they are answered with the jobs their owners kept, as
+// they would have been: before, the refusal was kept as their answer,
+// and each was refused for as long as the leadership lasted, its job
+// held until its TTR.
 func TestServerFenced(t *testing.T) {
 	st := store.New(store.Options{})
 	defer st.Close()
@@ -606,9 +611,31 @@ func TestServerFenced(t *testing.T) {
 	if got := r.next(); got.Reply.Status != StatusNotLeader {
 		t.Fatalf("a reserve while not leased: %+v, want StatusNotLeader", got.Reply)
 	}
-	r.send(req(0, 1, 2, Request{Op: OpStats}))
-	if got := r.next(); got.Reply.Status != StatusOK || got.Reply.Stats.Reserved != 1 {
+	r.send(req(0, 1, 2, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("b\r\n")}))
+	if got := r.next(); got.Reply.Status != StatusOK {
+		t.Fatalf("a put while not leased: %+v", got.Reply)
+	}
+	wait := Item{Kind: KindWait, Group: 0, Session: 3, Seq: 1, Wait: Wait{ID: 5, Tubes: [][]byte{[]byte("t")}}}
+	r.send(wait)
+	if got := r.next(); got.Kind != KindReply || got.Reply.Status != StatusNotLeader {
+		t.Fatalf("a wait while not leased: %+v, want StatusNotLeader", got)
+	}
+	r.send(req(0, 1, 3, Request{Op: OpStats}))
+	if got := r.next(); got.Reply.Status != StatusOK || got.Reply.Stats.Reserved != 2 {
 		t.Fatalf("stats while not leased: %+v", got.Reply)
+	}
+
+	leased.Unlock()
+	r.send(req(0, 2, 1, Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}}), wait)
+	if got := r.next(); got.Reply.Status != StatusOK || got.Reply.Job.ID != 1 {
+		t.Fatalf("the reserve again once leased: %+v, want job 1", got.Reply)
+	}
+	if got := r.next(); got.Kind != KindEvent || got.Event.Type != EventOffer || got.Event.Job.ID != 2 {
+		t.Fatalf("the wait again once leased: %+v, want an offer of job 2", got)
+	}
+	r.send(req(0, 1, 4, Request{Op: OpStats}))
+	if got := r.next(); got.Reply.Stats.Reserved != 2 || got.Reply.Stats.Ready != 0 {
+		t.Fatalf("stats once leased: %+v, want the two jobs reserved, none twice", got.Reply.Stats)
 	}
 }
 
