@@ -65,6 +65,7 @@ func (w *leaderWatch) follow(m *member) {
 	defer w.wg.Done()
 	type seen struct {
 		leader string
+		term   uint64
 		at     time.Time // when the last poll that named it was sent
 	}
 	last := map[int]seen{}
@@ -88,12 +89,14 @@ func (w *leaderWatch) follow(m *member) {
 				// No leader known: the change, if any, shows when one is.
 				continue
 			}
-			if prev, ok := last[g.ID]; ok && prev.leader != g.Leader {
+			// A leader elected again (a later term) changed too: its
+			// store was rebuilt, its reservations gone.
+			if prev, ok := last[g.ID]; ok && (prev.leader != g.Leader || prev.term != g.Term) {
 				w.mu.Lock()
 				w.changes[g.ID] = append(w.changes[g.ID], window{prev.at, got})
 				w.mu.Unlock()
 			}
-			last[g.ID] = seen{g.Leader, sent}
+			last[g.ID] = seen{g.Leader, g.Term, sent}
 		}
 	}
 }

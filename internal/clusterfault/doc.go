@@ -201,7 +201,8 @@
 // change of leader must meet that span. Changes of leader come from a
 // watch that polls every member's GET /cluster every 100 ms for the whole
 // run: a member's view of a group's leader going from one member to
-// another, the span between the two polls (a member that does not answer
+// another, or to the same one elected again (a later term), the span
+// between the two polls (a member that does not answer
 // is forgotten until it does, so that its restart is no change), widened
 // by half a second on both sides for views that trail. A handover
 // counts as a change. Overlaps

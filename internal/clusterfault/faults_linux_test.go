@@ -306,6 +306,8 @@ func (r *round) probe(from time.Time, tube string, through []*member) (time.Dura
 	acked := make(chan time.Duration, 1)
 	var done atomic.Bool
 	var wg sync.WaitGroup
+	var lastMu sync.Mutex
+	last := map[string]string{} // by member, why its last attempt failed
 	defer wg.Wait()
 	defer done.Store(true)
 	tick := time.NewTicker(probeEvery)
@@ -315,7 +317,12 @@ func (r *round) probe(from time.Time, tube string, through []*member) (time.Dura
 		wg.Add(1)
 		go func(m *member) {
 			defer wg.Done()
-			if took, ok := r.probeOnce(from, tube, m); ok && !done.Swap(true) {
+			took, err := r.probeOnce(from, tube, m)
+			if err != nil {
+				lastMu.Lock()
+				last[m.name] = err.Error()
+				lastMu.Unlock()
+			} else if !done.Swap(true) {
 				acked <- took
 			}
 		}(through[i%len(through)])
@@ -323,33 +330,35 @@ func (r *round) probe(from time.Time, tube string, through []*member) (time.Dura
 		case took := <-acked:
 			return took, nil
 		case <-deadline:
-			return 0, fmt.Errorf("no member of %v acknowledged a put into %s within %v of the fault", names(through), tube, leaderWait)
+			lastMu.Lock()
+			defer lastMu.Unlock()
+			return 0, fmt.Errorf("no member of %v acknowledged a put into %s within %v of the fault (last attempts: %v)", names(through), tube, leaderWait, last)
 		case <-tick.C:
 		}
 	}
 }
 
 // probeOnce puts one job into tube through m on a new connection.
-func (r *round) probeOnce(from time.Time, tube string, m *member) (time.Duration, bool) {
+func (r *round) probeOnce(from time.Time, tube string, m *member) (time.Duration, error) {
 	d := testproc.Dialer{Timeout: time.Second, Local: probeIP, ReplyTimeout: 2 * time.Second}
 	conn, err := d.Dial(m.clientAddr())
 	if err != nil {
-		return 0, false
+		return 0, err
 	}
 	defer conn.Close()
 	token := "probe-" + strconv.FormatUint(r.seq.Add(1), 10)
 	body := []byte("chaos:" + token + ":after the fault")
 	r.l.sending(token, body)
 	if err := conn.ExpectLine("use "+tube, "USING "+tube); err != nil {
-		return 0, false
+		return 0, err
 	}
 	id, err := conn.Put(0, 0, ttr, body)
 	if err != nil {
-		return 0, false
+		return 0, fmt.Errorf("put: %w", err)
 	}
 	took := time.Since(from)
 	r.l.putAcked(id, token)
-	return took, true
+	return took, nil
 }
 
 func names(ms []*member) []string {

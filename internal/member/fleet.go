@@ -63,7 +63,7 @@ func (m *Member) fleetGroups(held []replication.GroupStatus) []replication.Group
 		}
 		s := replication.GroupStatus{ID: g, Replicas: []string{}}
 		if rep, ok := reported[uint16(g)]; ok {
-			s.Leader = names[rep.Leader]
+			s.Leader, s.Term = names[rep.Leader], rep.Term
 			s.Replicas, s.Tubes, s.Jobs = nameOf(rep.Voters), rep.Tubes, rep.Jobs
 			if len(rep.Learners) > 0 {
 				s.Learners = nameOf(rep.Learners)

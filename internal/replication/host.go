@@ -293,8 +293,12 @@ func (h *Host) noteRemoved(by string) {
 // GroupStatus is one Raft group as this member sees it: GET /cluster's
 // groups.
 type GroupStatus struct {
-	ID       int      `json:"id"`
-	Leader   string   `json:"leader"`             // a member's name; "" while none is known
+	ID     int    `json:"id"`
+	Leader string `json:"leader"` // a member's name; "" while none is known
+	// Term is the Raft term its replica here is in, or the one its
+	// leader was elected in as it last reported: a leader elected again
+	// is a leadership changed, though its name is the same.
+	Term     uint64   `json:"term"`
 	Replicas []string `json:"replicas"`           // the members voting in it
 	Learners []string `json:"learners,omitempty"` // members catching up, not yet voting
 	// Tubes and Jobs are this member's replica's: the tubes it holds, and
@@ -352,7 +356,7 @@ func (h *Host) nodes() []*Node {
 // groupStatus is n's line in Host.Groups.
 func (n *Node) groupStatus() GroupStatus {
 	n.mu.Lock()
-	lead, conf, byID := n.pub.lead, n.conf, n.byID
+	lead, term, conf, byID := n.pub.lead, n.pub.term, n.conf, n.byID
 	n.mu.Unlock()
 	names := func(ids []uint64) []string {
 		out := []string{}
@@ -367,6 +371,6 @@ func (n *Node) groupStatus() GroupStatus {
 		return out
 	}
 	st := n.store.Stats()
-	return GroupStatus{ID: int(n.group), Leader: byID[lead].Name, Replicas: names(conf.GetVoters()),
+	return GroupStatus{ID: int(n.group), Leader: byID[lead].Name, Term: term, Replicas: names(conf.GetVoters()),
 		Learners: names(conf.GetLearners()), Tubes: st.Tubes, Jobs: st.Jobs(), Held: true}
 }

@@ -88,6 +88,7 @@ type reportedLeader struct {
 // (KindLeaders), while fresh.
 type Report struct {
 	Leader uint64 // the member leading it
+	Term   uint64 // the Raft term it was elected in
 	// Voters and Learners are its replicas' members, by Raft id, as of
 	// the membership change of index Index.
 	Voters, Learners []uint64
@@ -484,7 +485,7 @@ func (r *Router) Reported() map[uint16]Report {
 	out := make(map[uint16]Report, len(r.reported))
 	for g, rep := range r.reported {
 		if rep.fresh(now) {
-			out[g] = Report{Leader: rep.member, Voters: rep.voters, Learners: rep.learners, Index: rep.index,
+			out[g] = Report{Leader: rep.member, Term: rep.term, Voters: rep.voters, Learners: rep.learners, Index: rep.index,
 				Tubes: rep.tubes, Jobs: rep.jobs}
 		}
 	}
