@@ -294,7 +294,18 @@ func (r *round) probeGroups(from time.Time, through map[int][]*member) map[int]t
 		out[res.group] = res.took
 	}
 	if len(errs) > 0 {
-		r.t.Fatalf("%s\nthe members' views now: %s", strings.Join(errs, "\n"), strings.Join(r.c.look().views, "; "))
+		views := strings.Join(r.c.look().views, "; ")
+		// Their goroutines, into their logs (Go's SIGQUIT dump): a
+		// member that stopped answering shows where it waits.
+		for _, ms := range through {
+			for _, m := range ms {
+				if m.up() {
+					_ = m.signal(syscall.SIGQUIT)
+				}
+			}
+		}
+		time.Sleep(time.Second)
+		r.t.Fatalf("%s\nthe members' views now: %s", strings.Join(errs, "\n"), views)
 	}
 	return out
 }
@@ -307,7 +318,7 @@ func (r *round) probe(from time.Time, tube string, through []*member) (time.Dura
 	var done atomic.Bool
 	var wg sync.WaitGroup
 	var lastMu sync.Mutex
-	last := map[string]string{} // by member, why its last attempt failed
+	failed := map[string]map[string]int{} // by member, why its attempts failed, counted
 	defer wg.Wait()
 	defer done.Store(true)
 	tick := time.NewTicker(probeEvery)
@@ -319,8 +330,15 @@ func (r *round) probe(from time.Time, tube string, through []*member) (time.Dura
 			defer wg.Done()
 			took, err := r.probeOnce(from, tube, m)
 			if err != nil {
+				why := err.Error()
+				if i := strings.Index(why, ": read tcp"); i >= 0 {
+					why = why[:i] + ": " + why[strings.LastIndex(why, ": ")+2:] // not the port
+				}
 				lastMu.Lock()
-				last[m.name] = err.Error()
+				if failed[m.name] == nil {
+					failed[m.name] = map[string]int{}
+				}
+				failed[m.name][why]++
 				lastMu.Unlock()
 			} else if !done.Swap(true) {
 				acked <- took
@@ -332,7 +350,7 @@ func (r *round) probe(from time.Time, tube string, through []*member) (time.Dura
 		case <-deadline:
 			lastMu.Lock()
 			defer lastMu.Unlock()
-			return 0, fmt.Errorf("no member of %v acknowledged a put into %s within %v of the fault (last attempts: %v)", names(through), tube, leaderWait, last)
+			return 0, fmt.Errorf("no member of %v acknowledged a put into %s within %v of the fault (attempts failed: %v)", names(through), tube, leaderWait, failed)
 		case <-tick.C:
 		}
 	}
