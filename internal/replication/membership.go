@@ -300,6 +300,12 @@ func (n *Node) membership(a Action) bool {
 		for _, m := range a.Book.Members {
 			n.host.transport.addPeer(m)
 		}
+		// A member added after the cluster was finalized learns the
+		// version from the snapshot that fills its replica: it applies
+		// no finalization record. Without it, it would take itself for
+		// a member of a cluster not finalized, and hand every client
+		// connection to the proxy to group 0's leader.
+		n.host.setVersion(a.Book)
 	}
 	n.mu.Lock()
 	changed := !slices.Equal(n.conf.GetVoters(), a.ConfState.GetVoters()) ||
