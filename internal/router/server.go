@@ -539,8 +539,7 @@ func (s *Server) request(key ownerKey, it *Item) {
 // replies held for the log: ours would overtake them), when a reserve
 // would wait (tried with no timeout: the session then sends it the
 // other way, which takes it again with its own), and when it would hand
-// out a job while the leadership is not leased (the job stays with the
-// owner, as on the other way). Otherwise the reply is answered now, the
+// out a job while the leadership is not leased (the job goes back). Otherwise the reply is answered now, the
 // caller holding it until acks has acknowledged pos (engine.Queue
 // AckNeeded). stamp is the member's latest tube creation stamp, raised
 // as a reply's raises it.
@@ -569,6 +568,11 @@ func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply
 	case req.Op == OpReserve && r.Status == StatusTimedOut && timeout != 0:
 		return Reply{}, nil, 0, false
 	case s.cfg.Leased != nil && handsOut(&Item{Kind: KindReply, Reply: r}) && !s.cfg.Leased(key.group):
+		// The session sends it the other way, which runs it again: the
+		// job it got here goes back, or the owner would hold it unseen.
+		if reserves(req.Op) {
+			o.client.Unreserve(r.Job.ID)
+		}
 		return Reply{}, nil, 0, false
 	}
 	return r, o.st.Acks(), o.client.PendingAck(), true

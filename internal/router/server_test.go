@@ -639,6 +639,28 @@ func TestServerFenced(t *testing.T) {
 	}
 }
 
+// TestServerLocalFenced: a reserve on the local fast path while the
+// leadership is not confirmed is not run there (the session sends it the
+// other way), and the job it took goes back: it stayed with the owner
+// client, which the session's resend then left holding it unseen.
+func TestServerLocalFenced(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	r.srv.cfg.Leased = func(uint16) bool { return false }
+	r.send(req(0, 1, 1, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("a\r\n")}))
+	if got := r.next(); got.Reply.Status != StatusOK {
+		t.Fatalf("a put: %+v", got.Reply)
+	}
+	var stamp atomic.Uint64
+	if _, _, _, ran := r.srv.local(ownerKey{member: 7, session: 2}, Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}}, &stamp); ran {
+		t.Fatal("a reserve ran on the local path while not leased")
+	}
+	if s := st.Stats(); s.Reserved != 0 || s.Ready != 1 {
+		t.Fatalf("after the local reserve refused: %+v, want the job ready", s)
+	}
+}
+
 // TestServerClosedOwner: an owner client closed after a request found it
 // and before the request ran (Detach or the session's close racing a
 // payload) is not used: the request is answered StatusNotLeader, as for
