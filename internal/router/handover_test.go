@@ -215,3 +215,41 @@ func TestLinkWaitRefused(t *testing.T) {
 		t.Fatalf("%d calls pending, want the wait", l.Pending())
 	}
 }
+
+// TestLinkForgetsDeclineReserved: a job the session declined and then
+// reserved again is not declined again to the group's next leader, which
+// would take it back from the session holding it.
+func TestLinkForgetsDeclineReserved(t *testing.T) {
+	var mu sync.Mutex
+	leader := uint64(2)
+	sent := map[uint64][]Item{}
+	l := NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) { mu.Lock(); defer mu.Unlock(); return leader, true },
+		Send: func(to uint64, payload []byte) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return Each(payload, 0, func(it *Item) { sent[to] = append(sent[to], *it) }) == nil
+		},
+	})
+	l.Decline(6, 1, 9, 42)
+	l.Request(6, 1, 3, Request{Op: OpReserveJob, ID: 42}, func(*Item) {})
+	answer, err := AppendItem(nil, &Item{Kind: KindReply, Group: 1, Session: 6, Seq: 3,
+		Reply: Reply{Status: StatusOK, Result: ResultJob, Job: JobReply{ID: 42, TTR: 60, Body: []byte("j\r\n")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Handle(2, answer); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	leader = 3
+	mu.Unlock()
+	l.LeaderChanged(1)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, it := range sent[3] {
+		if it.Kind == KindDecline {
+			t.Fatalf("the new leader was sent %+v: the session holds job 42 again", it)
+		}
+	}
+}

@@ -52,6 +52,9 @@ type Link struct {
 	// closeRecall, oldest first, sent again to a group's new leader
 	// (LeaderChanged).
 	closed []closedSession // guarded by mu
+	// declines counts the declines among closed: a job handed out
+	// looks for its own only when there are some.
+	declines int // guarded by mu
 }
 
 // closedSession is a session's close in a group, or its decline of a job
@@ -215,9 +218,31 @@ func (l *Link) declined(session uint64, group uint16, wait, job uint64) Item {
 func (l *Link) recallLocked(c closedSession) {
 	i := 0
 	for i < len(l.closed) && c.at.Sub(l.closed[i].at) > closeRecall {
+		if l.closed[i].job != 0 {
+			l.declines--
+		}
 		i++
 	}
 	l.closed = append(l.closed[i:], c)
+	if c.job != 0 {
+		l.declines++
+	}
+}
+
+// handedLocked forgets session's declines of job in group: it has the
+// job now (handed out again), and a decline sent again to a new leader
+// would take it back. l.mu must be held.
+func (l *Link) handedLocked(key sessionKey, job uint64) {
+	if l.declines == 0 {
+		return
+	}
+	l.closed = slices.DeleteFunc(l.closed, func(c closedSession) bool {
+		if c.key == key && c.job == job {
+			l.declines--
+			return true
+		}
+		return false
+	})
 }
 
 // Close tells group that session ended: its owner client there closes and
@@ -416,6 +441,13 @@ func (l *Link) handle(from uint64, it *Item) {
 		l.unsent[c.key.group] = true
 		l.mu.Unlock()
 		return
+	}
+	if c != nil && handsOut(it) && (c.kind == KindWait || reserves(c.op)) {
+		job := it.Reply.Job.ID
+		if it.Kind == KindEvent {
+			job = it.Event.Job.ID
+		}
+		l.handedLocked(sessionKey{it.Session, it.Group}, job)
 	}
 	l.dropLocked(c)
 	l.mu.Unlock()
