@@ -144,30 +144,47 @@ func TestServerHandOverAnswersAgain(t *testing.T) {
 	}
 }
 
+// linkRig is a Link whose group leader the test sets (lead), and what it
+// sent each member.
+type linkRig struct {
+	l      *Link
+	mu     sync.Mutex
+	leader uint64            // guarded by mu
+	sent   map[uint64][]Item // guarded by mu
+}
+
+func newLinkRig(leader uint64) *linkRig {
+	r := &linkRig{leader: leader, sent: map[uint64][]Item{}}
+	r.l = NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) { r.mu.Lock(); defer r.mu.Unlock(); return r.leader, true },
+		Send: func(to uint64, payload []byte) bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return Each(payload, 0, func(it *Item) { r.sent[to] = append(r.sent[to], *it) }) == nil
+		},
+	})
+	return r
+}
+
+func (r *linkRig) lead(m uint64) {
+	r.mu.Lock()
+	r.leader = m
+	r.mu.Unlock()
+}
+
 // TestLinkClosesAgain: a session's close, and its decline of a job
 // offered, go to its group's leader, and again to the next one (they may
 // have reached the last after that one listed what the session held).
 func TestLinkClosesAgain(t *testing.T) {
-	var mu sync.Mutex
-	leader := uint64(2)
-	sent := map[uint64][]Item{}
-	l := NewLink(LinkConfig{
-		Leader: func(uint16) (uint64, bool) { mu.Lock(); defer mu.Unlock(); return leader, true },
-		Send: func(to uint64, payload []byte) bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return Each(payload, 0, func(it *Item) { sent[to] = append(sent[to], *it) }) == nil
-		},
-	})
-	l.Close(5, 1)
-	l.Decline(6, 1, 9, 42)
-	mu.Lock()
-	leader = 3
-	mu.Unlock()
-	l.LeaderChanged(1)
-	l.LeaderChanged(2) // another group's: nothing of session 5's
-	mu.Lock()
-	defer mu.Unlock()
+	r := newLinkRig(2)
+	r.l.Close(5, 1)
+	r.l.Decline(6, 1, 9, 42)
+	r.lead(3)
+	r.l.LeaderChanged(1)
+	r.l.LeaderChanged(2) // another group's: nothing of session 5's
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sent := r.sent
 	for _, m := range []uint64{2, 3} {
 		if len(sent[m]) != 2 || sent[m][0].Kind != KindClose || sent[m][0].Session != 5 || sent[m][0].Group != 1 ||
 			sent[m][1].Kind != KindDecline || sent[m][1].Session != 6 || sent[m][1].Decline.Job != 42 {
@@ -220,17 +237,8 @@ func TestLinkWaitRefused(t *testing.T) {
 // reserved again is not declined again to the group's next leader, which
 // would take it back from the session holding it.
 func TestLinkForgetsDeclineReserved(t *testing.T) {
-	var mu sync.Mutex
-	leader := uint64(2)
-	sent := map[uint64][]Item{}
-	l := NewLink(LinkConfig{
-		Leader: func(uint16) (uint64, bool) { mu.Lock(); defer mu.Unlock(); return leader, true },
-		Send: func(to uint64, payload []byte) bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return Each(payload, 0, func(it *Item) { sent[to] = append(sent[to], *it) }) == nil
-		},
-	})
+	r := newLinkRig(2)
+	l := r.l
 	l.Decline(6, 1, 9, 42)
 	l.Request(6, 1, 3, Request{Op: OpReserveJob, ID: 42}, func(*Item) {})
 	answer, err := AppendItem(nil, &Item{Kind: KindReply, Group: 1, Session: 6, Seq: 3,
@@ -241,13 +249,11 @@ func TestLinkForgetsDeclineReserved(t *testing.T) {
 	if err := l.Handle(2, answer); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	leader = 3
-	mu.Unlock()
+	r.lead(3)
 	l.LeaderChanged(1)
-	mu.Lock()
-	defer mu.Unlock()
-	for _, it := range sent[3] {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, it := range r.sent[3] {
 		if it.Kind == KindDecline {
 			t.Fatalf("the new leader was sent %+v: the session holds job 42 again", it)
 		}
