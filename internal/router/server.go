@@ -227,12 +227,15 @@ type givenJobs struct {
 const maxGiven = 8
 
 type givenJob struct {
-	seq uint32
-	id  uint64
+	seq  uint32
+	id   uint64
+	wait uint64 // the wait's id, if a wait got it
 }
 
-func (g *givenJobs) add(seq uint32, id uint64) {
-	g.jobs[g.next] = givenJob{seq, id}
+func (g *givenJobs) add(seq uint32, id uint64) { g.addWait(seq, id, 0) }
+
+func (g *givenJobs) addWait(seq uint32, id, wait uint64) {
+	g.jobs[g.next] = givenJob{seq, id, wait}
 	g.next = (g.next + 1) % maxGiven
 }
 
@@ -248,8 +251,17 @@ func (g *givenJobs) seqOf(id uint64) uint32 {
 
 // take forgets the job seq got, and returns it (0: none).
 func (g *givenJobs) take(seq uint32) uint64 {
+	return g.takeWhere(func(j givenJob) bool { return j.seq == seq && seq != 0 })
+}
+
+// takeWait forgets the job wait got, and returns it (0: none).
+func (g *givenJobs) takeWait(wait uint64) uint64 {
+	return g.takeWhere(func(j givenJob) bool { return j.wait == wait && wait != 0 })
+}
+
+func (g *givenJobs) takeWhere(match func(givenJob) bool) uint64 {
 	for i, j := range g.jobs {
-		if j.seq == seq && seq != 0 {
+		if match(j) {
 			g.jobs[i] = givenJob{}
 			return j.id
 		}
@@ -649,6 +661,11 @@ func (s *Server) cancel(key ownerKey, id uint64) {
 		o.waiting, o.waitID, o.soonFirst = 0, 0, false
 		o.client.Settle()
 		o.runBacklogLocked()
+	}
+	if job := o.handed.takeWait(id); job != 0 && !o.closed {
+		// Its offer was refused (refuseLocked), the job kept for it
+		// to come again: it will not.
+		o.client.Unreserve(job)
 	}
 	o.mu.Unlock()
 }
@@ -1300,12 +1317,12 @@ func (o *owner) sendLocked(it *Item) {
 // again, as after a stall that cost no leadership, answers as it would
 // have; a leadership lost takes it with the store.
 func (o *owner) refuseLocked(it *Item) {
-	id := it.Reply.Job.ID
+	id, wait := it.Reply.Job.ID, uint64(0)
 	if it.Kind == KindEvent {
-		id = it.Event.Job.ID
+		id, wait = it.Event.Job.ID, it.Event.Wait
 	}
 	if o.gave.take(it.Seq) == id {
-		o.handed.add(it.Seq, id)
+		o.handed.addWait(it.Seq, id, wait)
 	}
 	o.refused = it.Seq
 	o.srv.send(o.key.member, reply(o.key, it.Seq, Reply{Status: StatusNotLeader}))

@@ -639,19 +639,45 @@ func TestServerFenced(t *testing.T) {
 	}
 }
 
-// TestServerLocalFenced: a reserve on the local fast path while the
-// leadership is not confirmed is not run there (the session sends it the
-// other way), and the job it took goes back: it stayed with the owner
-// client, which the session's resend then left holding it unseen.
-func TestServerLocalFenced(t *testing.T) {
+// unleasedRig is a Server of group 0 whose leadership is never
+// confirmed, with one job put into tube t.
+func unleasedRig(t *testing.T) (*serverRig, *store.Store) {
 	st := store.New(store.Options{})
-	defer st.Close()
+	t.Cleanup(st.Close)
 	r := newServerRig(t, map[uint16]*store.Store{0: st})
 	r.srv.cfg.Leased = func(uint16) bool { return false }
 	r.send(req(0, 1, 1, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("a\r\n")}))
 	if got := r.next(); got.Reply.Status != StatusOK {
 		t.Fatalf("a put: %+v", got.Reply)
 	}
+	return r, st
+}
+
+// TestServerRefusedWaitCancelled: a wait whose offer the lease refused
+// keeps its job for the wait to come again; cancelled instead (the
+// session's reserve ended otherwise), it gives the job back.
+func TestServerRefusedWaitCancelled(t *testing.T) {
+	r, st := unleasedRig(t)
+	r.send(Item{Kind: KindWait, Group: 0, Session: 3, Seq: 1, Wait: Wait{ID: 5, Tubes: [][]byte{[]byte("t")}}})
+	if got := r.next(); got.Kind != KindReply || got.Reply.Status != StatusNotLeader {
+		t.Fatalf("a wait while not leased: %+v, want StatusNotLeader", got)
+	}
+	if s := st.Stats(); s.Reserved != 1 {
+		t.Fatalf("after the refusal: %+v, want the job kept for the wait", s)
+	}
+	r.send(Item{Kind: KindCancel, Group: 0, Session: 3, Wait: Wait{ID: 5}})
+	r.send(req(0, 1, 2, Request{Op: OpStats}))
+	if got := r.next(); got.Reply.Stats.Reserved != 0 || got.Reply.Stats.Ready != 1 {
+		t.Fatalf("after the wait's cancel: %+v, want the job ready", got.Reply.Stats)
+	}
+}
+
+// TestServerLocalFenced: a reserve on the local fast path while the
+// leadership is not confirmed is not run there (the session sends it the
+// other way), and the job it took goes back: it stayed with the owner
+// client, which the session's resend then left holding it unseen.
+func TestServerLocalFenced(t *testing.T) {
+	r, st := unleasedRig(t)
 	var stamp atomic.Uint64
 	if _, _, _, ran := r.srv.local(ownerKey{member: 7, session: 2}, Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}}, &stamp); ran {
 		t.Fatal("a reserve ran on the local path while not leased")
