@@ -66,6 +66,14 @@ type closedSession struct {
 	at   time.Time
 }
 
+// item is the close or the decline, as sent.
+func (c closedSession) item() Item {
+	if c.job != 0 {
+		return Item{Kind: KindDecline, Group: c.key.group, Session: c.key.session, Decline: Decline{Wait: c.wait, Job: c.job}}
+	}
+	return Item{Kind: KindClose, Group: c.key.group, Session: c.key.session}
+}
+
 // LinkConfig is what a Link needs of the member.
 type LinkConfig struct {
 	// Leader is the member leading group g, and whether one is known.
@@ -207,10 +215,11 @@ func (l *Link) Decline(session uint64, group uint16, wait, job uint64) {
 // declined is the decline of job, offered to session's wait id in group,
 // remembered for closeRecall: sent again to the group's next leader.
 func (l *Link) declined(session uint64, group uint16, wait, job uint64) Item {
+	c := closedSession{key: sessionKey{session, group}, job: job, wait: wait, at: time.Now()}
 	l.mu.Lock()
-	l.recallLocked(closedSession{key: sessionKey{session, group}, job: job, wait: wait, at: time.Now()})
+	l.recallLocked(c)
 	l.mu.Unlock()
-	return Item{Kind: KindDecline, Group: group, Session: session, Decline: Decline{Wait: wait, Job: job}}
+	return c.item()
 }
 
 // recallLocked keeps c for closeRecall, forgetting what is older. l.mu
@@ -231,18 +240,20 @@ func (l *Link) recallLocked(c closedSession) {
 
 // handedLocked forgets session's declines of job in group: it has the
 // job now (handed out again), and a decline sent again to a new leader
-// would take it back. l.mu must be held.
+// would take it back. Only those of the last declineRecall are sent
+// again, so only they are looked at, newest first: this runs for every
+// job handed out. l.mu must be held.
 func (l *Link) handedLocked(key sessionKey, job uint64) {
 	if l.declines == 0 {
 		return
 	}
-	l.closed = slices.DeleteFunc(l.closed, func(c closedSession) bool {
-		if c.key == key && c.job == job {
+	now := time.Now()
+	for i := len(l.closed) - 1; i >= 0 && now.Sub(l.closed[i].at) <= declineRecall; i-- {
+		if c := l.closed[i]; c.key == key && c.job == job {
+			l.closed = slices.Delete(l.closed, i, i+1)
 			l.declines--
-			return true
 		}
-		return false
-	})
+	}
 }
 
 // Close tells group that session ended: its owner client there closes and
@@ -355,11 +366,7 @@ func (l *Link) LeaderChanged(group uint16) {
 	}
 	l.mu.Unlock()
 	for _, c := range again {
-		it := Item{Kind: KindClose, Group: group, Session: c.key.session}
-		if c.job != 0 {
-			it = Item{Kind: KindDecline, Group: group, Session: c.key.session, Decline: Decline{Wait: c.wait, Job: c.job}}
-		}
-		l.post(group, it)
+		l.post(group, c.item())
 	}
 }
 
@@ -443,11 +450,7 @@ func (l *Link) handle(from uint64, it *Item) {
 		return
 	}
 	if c != nil && handsOut(it) && (c.kind == KindWait || reserves(c.op)) {
-		job := it.Reply.Job.ID
-		if it.Kind == KindEvent {
-			job = it.Event.Job.ID
-		}
-		l.handedLocked(sessionKey{it.Session, it.Group}, job)
+		l.handedLocked(sessionKey{it.Session, it.Group}, jobOf(it))
 	}
 	l.dropLocked(c)
 	l.mu.Unlock()

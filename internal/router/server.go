@@ -551,9 +551,9 @@ func (s *Server) request(key ownerKey, it *Item) {
 // replies held for the log: ours would overtake them), when a reserve
 // would wait (tried with no timeout: the session then sends it the
 // other way, which takes it again with its own), and when it would hand
-// out a job while the leadership is not leased (the job goes back). Otherwise the reply is answered now, the
-// caller holding it until acks has acknowledged pos (engine.Queue
-// AckNeeded). stamp is the member's latest tube creation stamp, raised
+// out a job while the leadership is not leased (the job goes back).
+// Otherwise the reply is answered now, the caller holding it until acks
+// has acknowledged pos (engine.Queue AckNeeded). stamp is the member's latest tube creation stamp, raised
 // as a reply's raises it.
 func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply, acks store.AckSource, pos uint64, ran bool) {
 	o := s.owner(key)
@@ -1317,12 +1317,8 @@ func (o *owner) sendLocked(it *Item) {
 // again, as after a stall that cost no leadership, answers as it would
 // have; a leadership lost takes it with the store.
 func (o *owner) refuseLocked(it *Item) {
-	id, wait := it.Reply.Job.ID, uint64(0)
-	if it.Kind == KindEvent {
-		id, wait = it.Event.Job.ID, it.Event.Wait
-	}
-	if o.gave.take(it.Seq) == id {
-		o.handed.addWait(it.Seq, id, wait)
+	if id := jobOf(it); o.gave.take(it.Seq) == id {
+		o.handed.addWait(it.Seq, id, it.Event.Wait) // 0 for a reply
 	}
 	o.refused = it.Seq
 	o.srv.send(o.key.member, reply(o.key, it.Seq, Reply{Status: StatusNotLeader}))
@@ -1333,6 +1329,14 @@ func (o *owner) refuseLocked(it *Item) {
 func handsOut(it *Item) bool {
 	return it.Kind == KindReply && it.Reply.Status == StatusOK && it.Reply.Result == ResultJob ||
 		it.Kind == KindEvent && it.Event.Type == EventOffer
+}
+
+// jobOf is the id of the job a reply or an offer carries.
+func jobOf(it *Item) uint64 {
+	if it.Kind == KindEvent {
+		return it.Event.Job.ID
+	}
+	return it.Reply.Job.ID
 }
 
 // sendAckedLocked sends, in order, the replies whose changes the log
