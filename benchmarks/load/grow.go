@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,7 +107,8 @@ func (s Scenario) runGrow(ctx context.Context, c *Cluster, prog *Progress) (Resu
 	for _, m := range added {
 		for !m.proc.Exited() {
 			if time.Since(shrink) > growTimeout {
-				return res, fmt.Errorf("load: member %s, removed, still runs after %v", m.name, growTimeout)
+				return res, fmt.Errorf("load: member %s, removed, still runs after %v; %s; its last output:\n%s",
+					m.name, growTimeout, c.membersAsSeen(ctx, first[0]), outputTail(m.proc))
 			}
 			if sleepCtx(ctx, growPoll, nil) {
 				return res, ctx.Err()
@@ -130,6 +132,25 @@ func (s Scenario) runGrow(ctx context.Context, c *Cluster, prog *Progress) (Resu
 		return res, fmt.Errorf("load: the traffic: %w", err)
 	}
 	return res, nil
+}
+
+// membersAsSeen names the members via's GET /cluster lists, with their
+// roles, and the groups it runs with their replicas: what a removal
+// that did not end left.
+func (c *Cluster) membersAsSeen(ctx context.Context, via *member) string {
+	st, err := c.status(ctx, via)
+	if err != nil {
+		return fmt.Sprintf("%s's view: %v", via.name, err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s's view: members", via.name)
+	for _, ms := range st.Members {
+		fmt.Fprintf(&b, " %s(%s)", ms.Name, ms.Role)
+	}
+	for _, gs := range st.Groups {
+		fmt.Fprintf(&b, ", group %d led by %q: %v learners %v", gs.ID, gs.Leader, gs.Replicas, gs.Learners)
+	}
+	return b.String()
 }
 
 // awaitVoter waits until via lists m as a voter.

@@ -200,6 +200,36 @@ func (m *Member) frozen(g uint16) (func(tube []byte) bool, bool) {
 	return m.shards.frozenChecks[g], moving
 }
 
+// movedTo is router.RouterConfig.MovedTo: the groups group g's tubes
+// and prefixes frozen here move or moved to, and every other group for
+// a prefix's placement undone (its tubes go where their names route).
+func (m *Member) movedTo(g uint16) []uint16 {
+	n := m.shards.node(g)
+	if n == nil {
+		return nil
+	}
+	if frozen, _ := n.AnyFrozen(); !frozen {
+		return nil
+	}
+	b := n.Tubes()
+	var to []uint16
+	for _, f := range b.Frozen {
+		to = append(to, f.To)
+	}
+	for _, f := range b.FrozenPrefixes {
+		if f.To != replication.Unplaced {
+			to = append(to, f.To)
+			continue
+		}
+		for h := range len(m.shards.routing.Load().state.Groups) {
+			to = append(to, uint16(h))
+		}
+	}
+	slices.Sort(to)
+	to = slices.Compact(to)
+	return slices.DeleteFunc(to, func(h uint16) bool { return h == g })
+}
+
 // tubeMoveResult is a move's answer.
 type tubeMoveResult struct {
 	Tube string `json:"tube"`

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -222,6 +223,53 @@ func TestShardGroupsMoveTube(t *testing.T) {
 		t.Fatalf("stats-tube %s: %v %v", tube, st, err)
 	}
 	t.Logf("%d puts acknowledged, %d deleted", len(acked), len(deleted))
+}
+
+// TestShardGroupsMoveTubeStaleRoute: a member whose routing has not yet
+// heard of a tube's move (it learns of it from group 0's log, which may
+// lag the group that dropped the tube's jobs) still finds a moved job by
+// its id: the group it asks first answers NOT_FOUND naming where its
+// tubes went, and the member asks there. A job that is nowhere is still
+// NOT_FOUND.
+func TestShardGroupsMoveTubeStaleRoute(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	tube := tubePerGroup(c.up["m1"].shards.placement, "stale")[1]
+	stale := c.up["m2"]
+	conn := testproc.DialTest(t, stale.Addr().String(), replyTimeout)
+	expectLine(t, conn, "use "+tube, "USING "+tube)
+	expectLine(t, conn, "watch "+tube, "WATCHING 2")
+	held, err := conn.Put(0, 0, 60, []byte("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, err := conn.Put(5, 0, 60, []byte("ready"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := conn.Do("reserve-with-timeout 5", nil); err != nil || r.N != held {
+		t.Fatalf("reserve: %+v %v, want %d", r, err, held)
+	}
+	expectLine(t, conn, fmt.Sprintf("delete %d", ready), "DELETED") // nowhere now
+	before := stale.shards.routing.Load()
+	if status, res, body := moveTubeThrough(t, c.up["m1"], tube, 2); status != http.StatusOK || res.To != 2 {
+		t.Fatalf("move of %s to group 2: %d %s", tube, status, body)
+	}
+	testproc.WaitFor(t, 10*time.Second, "m2's routing knows the move", func() bool {
+		return slices.Contains(stale.movedFrom(1), 2)
+	})
+	stale.shards.routing.Store(before) // as if m2 had not applied the placement yet
+	if got := stale.movedFrom(1); len(got) != 0 {
+		t.Fatalf("the stale routing knows of moves from group 1: %v", got)
+	}
+	if r, err := conn.Do(fmt.Sprintf("peek %d", ready), nil); err != nil || r.Kind != testproc.ReplyNotFound {
+		t.Fatalf("peek of a job deleted before the move: %+v %v", r, err)
+	}
+	expectLine(t, conn, fmt.Sprintf("touch %d", held), "TOUCHED")
+	expectLine(t, conn, fmt.Sprintf("delete %d", held), "DELETED")
+	if stale.shards.routing.Load() != before {
+		t.Fatal("m2's routing changed meanwhile: the test did not run on a stale one")
+	}
 }
 
 // pipeliner puts into a tube through a member, pipelining depth puts at

@@ -141,6 +141,15 @@ func (o Op) String() string {
 	return opNames[o]
 }
 
+// byID reports whether op names a job by its id.
+func byID(op Op) bool {
+	switch op {
+	case OpDelete, OpRelease, OpBury, OpTouch, OpKickJob, OpReserveJob, OpPeek, OpStatsJob:
+		return true
+	}
+	return false
+}
+
 // Status is how a group ended a request: the store's outcomes, and the
 // two that send the router elsewhere.
 type Status uint8
@@ -154,7 +163,7 @@ const (
 	StatusLost                           // take: store.Lost, with the group's best (ResultBest)
 	StatusEmpty                          // take: store.Empty
 	StatusWrongGroup                     // the group does not own the tube at MetaIndex (3.2)
-	StatusForward                        // the job moved to group Forward (4)
+	statusRetired                        // 9: once a moved job's forward, never sent: refused (ResultMoved names where tubes went)
 	StatusNotLeader                      // this member does not serve the group: the router asks its leader (5.7)
 	numStatuses
 )
@@ -172,6 +181,7 @@ const (
 	ResultJobStats         // JobStats
 	ResultStats            // Stats
 	ResultTubes            // Tubes
+	ResultMoved            // Moved: a NOT_FOUND of a command by id
 	numResults
 )
 
@@ -301,8 +311,6 @@ type Reply struct {
 	// MetaIndex is StatusWrongGroup's: the router routes again once its
 	// meta has applied it.
 	MetaIndex uint64
-	// Forward is StatusForward's: the group the job moved to.
-	Forward uint16
 
 	// The result, for the other statuses: the field Result names.
 	Result    Result
@@ -314,6 +322,12 @@ type Reply struct {
 	JobStats  store.JobStats
 	Stats     store.Stats
 	Tubes     []TubeStamp
+	// Moved are the groups tubes of the answering group moved to, or are
+	// moving to, when it does not hold a job asked for by id: the job
+	// keeps its id, so it may be in one of them (docs/design/shards.md
+	// 4). The group's own log says so before it drops a tube's jobs, so
+	// the search needs no member's routing to have caught up.
+	Moved []uint16
 }
 
 // JobReply is a job as a reply or an offer carries it.

@@ -338,12 +338,9 @@ func (f *fields) reply(r *Reply) {
 	case r.Status == StatusWrongGroup:
 		r.MetaIndex = f.u64()
 		return
-	case r.Status == StatusForward:
-		r.Forward = f.u16()
-		return
 	case r.Status == StatusNotLeader:
 		return
-	case r.Status == 0 || r.Status >= numStatuses:
+	case r.Status == 0 || r.Status == statusRetired || r.Status >= numStatuses:
 		f.fail(ErrStatus)
 		return
 	}
@@ -368,6 +365,16 @@ func (f *fields) reply(r *Reply) {
 		s := &r.Stats
 		s.Urgent, s.Ready, s.Reserved, s.Delayed, s.Buried = f.i64(), f.i64(), f.i64(), f.i64(), f.i64()
 		s.TotalJobs, s.JobTimeouts, s.Waiting, s.Tubes = f.i64(), f.i64(), f.i64(), int(f.i64())
+	case ResultMoved:
+		n := int(f.u16())
+		if n > len(f.b)/2 {
+			f.fail(ErrLength)
+			return
+		}
+		r.Moved = make([]uint16, n)
+		for i := range r.Moved {
+			r.Moved[i] = f.u16()
+		}
 	case ResultTubes:
 		n := f.u32()
 		if uint64(n) > uint64(len(f.b))/(8+minTube) {

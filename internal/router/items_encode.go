@@ -163,14 +163,12 @@ func appendReply(b []byte, r *Reply) ([]byte, error) {
 	switch r.Status {
 	case StatusWrongGroup:
 		return binary.BigEndian.AppendUint64(b, r.MetaIndex), nil
-	case StatusForward:
-		return binary.BigEndian.AppendUint16(b, r.Forward), nil
 	case StatusNotLeader:
 		return b, nil
 	case 0:
 		return b, ErrStatus
 	}
-	if r.Status >= numStatuses {
+	if r.Status == statusRetired || r.Status >= numStatuses {
 		return b, ErrStatus
 	}
 	b = append(b, byte(r.Result))
@@ -196,6 +194,14 @@ func appendReply(b []byte, r *Reply) ([]byte, error) {
 			s.TotalJobs, s.JobTimeouts, s.Waiting, int64(s.Tubes),
 		} {
 			b = binary.BigEndian.AppendUint64(b, uint64(v))
+		}
+	case ResultMoved:
+		if len(r.Moved) > math.MaxUint16 {
+			return b, ErrItemTooBig
+		}
+		b = binary.BigEndian.AppendUint16(b, uint16(len(r.Moved)))
+		for _, g := range r.Moved {
+			b = binary.BigEndian.AppendUint16(b, g)
 		}
 	case ResultTubes:
 		if uint64(len(r.Tubes)) > math.MaxUint32 {

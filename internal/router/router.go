@@ -168,6 +168,8 @@ type RouterConfig struct {
 	Replicas func(g uint16) (voters, learners []uint64, index uint64)
 	// Frozen is ServerConfig.Frozen.
 	Frozen func(g uint16) (tubes func(tube []byte) bool, moving bool)
+	// MovedTo is ServerConfig.MovedTo.
+	MovedTo func(g uint16) []uint16
 	// MovedFrom are the groups tubes moved to from group g, and on from
 	// those (internal/replication's TubeBook): a job keeps its id, of
 	// g's prefix, when its tube moves, and a command by id that g does not
@@ -197,7 +199,8 @@ func NewRouter(cfg RouterConfig) *Router {
 		// session of this process for one of the member's last.
 		sessions: rand.Uint64() >> 1}
 	r.self = newSelfLoop(func(payload []byte) { _ = r.Handle(cfg.Self, payload) })
-	r.server = NewServer(ServerConfig{Group: r.group, Send: r.send, MaxJobSize: cfg.MaxJobSize, Leased: cfg.Leased, Frozen: cfg.Frozen})
+	r.server = NewServer(ServerConfig{Group: r.group, Send: r.send, MaxJobSize: cfg.MaxJobSize, Leased: cfg.Leased, Frozen: cfg.Frozen,
+		MovedTo: cfg.MovedTo})
 	r.link = NewLink(LinkConfig{Leader: r.leader, Send: r.send})
 	go r.retry()
 	return r

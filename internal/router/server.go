@@ -102,6 +102,11 @@ type ServerConfig struct {
 	// answered StatusWrongGroup (a wait's end, EventWrongGroup), and the
 	// member asks again where the tube, or the job, lives.
 	Frozen func(g uint16) (tubes func(tube []byte) bool, moving bool)
+	// MovedTo, if set, are the groups tubes of group g moved to or are
+	// moving to, as its log says: a command by id of a job the group
+	// does not hold is answered NOT_FOUND with them (Reply.Moved), and
+	// the member asks those too.
+	MovedTo func(g uint16) []uint16
 }
 
 // NewServer returns a server of cfg.
@@ -577,6 +582,10 @@ func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply
 	o.client.Settle()
 	raiseStamp(stamp, o.st.LatestStamp())
 	switch {
+	case r.Result == ResultMoved:
+		// Not found here, and tubes moved away: the session sends it the
+		// other way, which asks where they went (Session.sendSearching).
+		return Reply{}, nil, 0, false
 	case req.Op == OpReserve && r.Status == StatusTimedOut && timeout != 0:
 		return Reply{}, nil, 0, false
 	case s.cfg.Leased != nil && handsOut(&Item{Kind: KindReply, Reply: r}) && !s.cfg.Leased(key.group):
@@ -832,14 +841,12 @@ func (o *owner) requestMovingLocked(req *Request) bool {
 		return frozen(req.Tube)
 	case OpReserve, OpBest, OpTake:
 		return slices.ContainsFunc(req.Tubes, frozen)
-	case OpDelete, OpRelease, OpBury, OpTouch, OpKickJob, OpReserveJob, OpPeek, OpStatsJob:
-		if !moving {
-			return false // a tube moved out left no job here
-		}
-		tube, _, ok := o.client.JobIn(req.ID)
-		return ok && frozen([]byte(tube))
 	}
-	return false
+	if !byID(req.Op) || !moving {
+		return false // a tube moved out left no job here
+	}
+	tube, _, ok := o.client.JobIn(req.ID)
+	return ok && frozen([]byte(tube))
 }
 
 // Holder is a reserved job and the session holding it, of a tube moving
@@ -1090,8 +1097,20 @@ func event(key ownerKey, seq uint32, id uint64, j *store.Job, res store.ReserveR
 }
 
 // execute runs req on the owner's client and returns its reply; blocked
-// is a reserve that waits, whose reply the Notifier gives.
+// is a reserve that waits, whose reply the Notifier gives. A command by
+// id of a job not here says where the group's tubes went (Reply.Moved).
 func (o *owner) execute(req *Request) (r Reply, blocked bool) {
+	r, blocked = o.run(req)
+	if r.Status == StatusNotFound && byID(req.Op) && o.srv.cfg.MovedTo != nil {
+		if to := o.srv.cfg.MovedTo(o.key.group); len(to) > 0 {
+			r.Result, r.Moved = ResultMoved, to
+		}
+	}
+	return r, blocked
+}
+
+// run is execute but for Reply.Moved.
+func (o *owner) run(req *Request) (r Reply, blocked bool) {
 	// The request's key (5.6): a change resent to this leader after
 	// another one may have made it is answered from the group's table of
 	// outcomes, which every replica keeps from the log. Numbers start

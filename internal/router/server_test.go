@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -761,4 +762,24 @@ func TestServerFrozenTube(t *testing.T) {
 	moving.Store(false)
 	answer("a peek by id once t is moved out", req(0, 1, 7, Request{Op: OpPeek, ID: id}), StatusOK)
 	answer("a put into t once moved out", req(0, 1, 8, Request{Op: OpPut, Tube: t1, TTR: 60, Body: []byte("j\r\n")}), StatusWrongGroup)
+
+	// A job asked for by id that is not here may be where the group's
+	// tubes went: the NOT_FOUND names those groups, and the local fast
+	// path leaves it to the session's search (Session.sendSearching).
+	r.srv.cfg.MovedTo = func(uint16) []uint16 { return []uint16{2, 5} }
+	r.send(req(0, 1, 9, Request{Op: OpDelete, ID: id + 100}))
+	if rp := r.next(); rp.Reply.Status != StatusNotFound || rp.Reply.Result != ResultMoved || !slices.Equal(rp.Reply.Moved, []uint16{2, 5}) {
+		t.Fatalf("a delete of a job not here: %+v, want NOT_FOUND naming groups 2 and 5", rp.Reply)
+	}
+	r.send(req(0, 1, 10, Request{Op: OpPauseTube, Tube: []byte("none"), Delay: 1}))
+	if rp := r.next(); rp.Reply.Status != StatusNotFound || rp.Reply.Result != ResultNone {
+		t.Fatalf("a pause-tube of no tube: %+v, want a plain NOT_FOUND", rp.Reply)
+	}
+	var stamp atomic.Uint64
+	if _, _, _, ran := r.srv.local(ownerKey{member: 7, session: 1, group: 0}, Request{Op: OpPeek, ID: id + 100}, &stamp); ran {
+		t.Fatal("a peek of a job not here ran on the local fast path")
+	}
+	if rp, _, _, ran := r.srv.local(ownerKey{member: 7, session: 1, group: 0}, Request{Op: OpPeek, ID: id}, &stamp); !ran || rp.Status != StatusOK {
+		t.Fatalf("a peek of a job here on the local fast path: %+v ran %v", rp, ran)
+	}
 }

@@ -773,7 +773,10 @@ func (s *Session) callByID(req Request, a *engine.Answer, finish func(it *Item, 
 // sendSearching sends req, a command by id, to the group of the id's
 // prefix, g, then, while one answers NOT_FOUND, to each group tubes moved
 // to from g, and on from those (a job keeps its id when its tube moves:
-// docs/design/shards.md 4); only the last one's NOT_FOUND is the answer.
+// docs/design/shards.md 4), as this member's routing knows them and as
+// each group that answers NOT_FOUND names them (Reply.Moved: the routing
+// learns of a move from group 0's log, which may lag the group that
+// dropped the tube's jobs); only the last one's NOT_FOUND is the answer.
 // A group that answers that the job's tube is moving (StatusWrongGroup)
 // has the search begin again after moveRetry, where the job may be then,
 // for up to moveWait. req carries no slice of the connection's input: it
@@ -791,6 +794,9 @@ func (s *Session) sendSearching(g uint16, req Request, finish func(it *Item, a *
 		s.reach(to)
 		s.post(func(linkSeq uint32) {
 			s.r.link.Request(s.id, to, linkSeq, req, func(it *Item) {
+				if it.Reply.Status == StatusNotFound {
+					groups = addGroups(groups, it.Reply.Moved)
+				}
 				switch {
 				case it.Reply.Status == StatusNotFound && i+1 < len(groups):
 					ask(groups, i+1)
@@ -818,6 +824,16 @@ func (s *Session) sendSearching(g uint16, req Request, finish func(it *Item, a *
 	}
 	ask(s.searched(g), 0)
 	return false
+}
+
+// addGroups is groups with those of more it does not hold appended.
+func addGroups(groups, more []uint16) []uint16 {
+	for _, g := range more {
+		if !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+	}
+	return groups
 }
 
 // searched are the groups a job of group g's prefix may be in, in the
