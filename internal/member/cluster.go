@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
 	"time"
 
 	"github.com/sproutmq/sprout/engine"
@@ -81,9 +80,6 @@ func (m *Member) startNode() error {
 		nc.Observer = m.metrics
 	}
 	nc.CloseClients = m.closeClients
-	// The meta group's log, once the cluster is finalized: its own small
-	// segments, beside -b's (segment.Dir ignores subdirectories).
-	nc.MetaDir = filepath.Join(m.cfg.WALDir, "meta")
 	node, err := replication.StartNode(nc)
 	if err != nil {
 		return &StartError{StepNode, err}

@@ -262,7 +262,7 @@ func (m *Member) startGroup(ctx context.Context, g uint16, replicas []string, jo
 	}
 	nc := *m.cfg.Cluster
 	nc.Log, nc.Peers, nc.Logger, nc.Retain = l, peers, m.log, clusterLogRetain
-	nc.Observer, nc.MetaDir = nil, "" // group 0's figures; the meta group is the host's
+	nc.Observer = nil // group 0's figures
 	nc.CloseClients = func(ctx context.Context) error { return m.closeGroupClients(ctx, g, sh.node(g)) }
 	n, err := m.node.Host().StartGroup(g, nc)
 	if err != nil {

@@ -1,5 +1,7 @@
-// Package meta is the cluster's placement, as the metadata group will
-// replicate it (docs/design/shards.md, sections 1, 3 and 4): which shard
+// Package meta is the cluster's placement (docs/design/shards.md,
+// sections 1, 3 and 4): the formation every member computes alike, with
+// group 0's log's placements and growth laid over it (internal/member's
+// routing), and the planners of replicas and leaderships: which shard
 // group owns each tube, which members replicate each group and which of
 // them should lead it, and which group each job id belongs to. It is
 // pure: no I/O, no goroutines, no clock, so every member that applies the
@@ -14,7 +16,7 @@
 // for k < R (R at most M), so the R·G replicas go round the members and
 // each holds floor or ceil of R·G/M; its preferred first leader is the
 // one of them that the groups before it chose least (the first on a tie);
-// the meta group's voters are the first min(M, 5) members; slot s belongs
+// slot s belongs
 // to group s mod G, and group g takes id prefix g.
 //
 // # Which group owns a tube

@@ -17,9 +17,6 @@ const (
 	Slots = 4096
 	// MaxGroups bounds the shard groups of a cluster.
 	MaxGroups = 256
-	// MaxMetaVoters is how many members vote in the meta group; the rest
-	// are learners.
-	MaxMetaVoters = 5
 	// SeqBits is the width of a job id's sequence; the 8 bits above it
 	// are its prefix, and every id is below 1<<(SeqBits+8) = 2^53.
 	SeqBits = 45
@@ -76,18 +73,14 @@ type Placement struct {
 // State is the cluster's placement. Its zero value is not a state:
 // Formation makes the first.
 //
-// Its JSON (Encode) is how the meta group's log holds it: the field names
-// are part of the format.
+// Its JSON (Encode) is a state whole, as a copy takes it.
 type State struct {
-	// Version counts the changes the meta group committed: the state a
-	// member routes by only ever moves forward.
-	Version  uint64   `json:"version"`
-	Replicas int      `json:"replicas"` // R, each group's voters
-	Members  []Member `json:"members"`  // sorted by name
-	// MetaVoters are the members voting in the meta group.
-	MetaVoters []string      `json:"meta_voters"`
-	Groups     []Group       `json:"groups"` // group g at index g
-	Slots      [Slots]uint16 `json:"slots"`
+	// Version counts the changes applied to it.
+	Version  uint64        `json:"version"`
+	Replicas int           `json:"replicas"` // R, each group's voters
+	Members  []Member      `json:"members"`  // sorted by name
+	Groups   []Group       `json:"groups"`   // group g at index g
+	Slots    [Slots]uint16 `json:"slots"`
 	// Prefixes maps each id prefix to its group plus one; 0 is a prefix
 	// no group took.
 	Prefixes [Prefixes]uint16 `json:"prefixes"`
@@ -96,7 +89,7 @@ type State struct {
 	Placements []Placement       `json:"placements,omitempty"`
 }
 
-// Encode is s as the meta group's log holds it.
+// Encode is s as JSON.
 func (s *State) Encode() []byte {
 	b, err := json.Marshal(s)
 	if err != nil {
@@ -154,9 +147,6 @@ func Formation(members []Member, groups, replicas int) (*State, error) {
 	}
 	m := len(ms)
 	s := &State{Replicas: min(replicas, m), Members: ms, Exact: map[string]uint16{}}
-	for i := range min(m, MaxMetaVoters) {
-		s.MetaVoters = append(s.MetaVoters, ms[i].Name)
-	}
 	led := make([]int, m)
 	for g := range groups {
 		grp := Group{ID: uint16(g)}

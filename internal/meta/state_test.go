@@ -61,9 +61,6 @@ func TestFormation(t *testing.T) {
 				t.Errorf("M=%d G=%d: %s preferred for %d groups", tc.m, tc.g, m.Name, n)
 			}
 		}
-		if len(s.MetaVoters) != min(tc.m, MaxMetaVoters) {
-			t.Errorf("M=%d: meta voters %v", tc.m, s.MetaVoters)
-		}
 		for i, g := range s.Slots {
 			if int(g) != i%tc.g {
 				t.Fatalf("slot %d in group %d", i, g)

@@ -2,9 +2,8 @@ package replication
 
 import "github.com/sproutmq/sprout/store/wal"
 
-// Applier is a group's state machine (docs/design/shards.md, 2.3): a
-// shard group's store (*store.Store), or the meta group's placement
-// (metaState). Records are its changes, whichever it is: the serving
+// Applier is a group's state machine (docs/design/shards.md, 2.3): its
+// store (*store.Store). Records are its changes, whichever it is: the serving
 // leader's state makes them as it executes (through the group's
 // Journal), and every member applies those committed. The node goroutine
 // alone calls these methods.

@@ -760,9 +760,6 @@ func (c *Core) applyControl(acts []Action, recs []wal.Record, index uint64) []Ac
 			continue
 		}
 		c.book.Version, c.book.Index = uint16(r.Pri), index
-		if c.book.MetaVoters == nil {
-			c.book.MetaVoters = metaVoters(c.book, c.rn.Status().Config.Voters[0])
-		}
 		acts = append(acts, Action{Kind: ActControl, Book: c.book.clone(), Index: index})
 	}
 	return acts

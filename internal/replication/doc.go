@@ -414,10 +414,8 @@
 // the cluster version, which the book keeps, to 3; from then on every
 // member refuses connections of protocol 2 and writes version 3
 // segments, so the release before can neither talk to it nor open its
-// directory (NodeConfig.NoFinalize keeps a cluster at 2). Finalization
-// also names the meta group's voters (Book.MetaVoters), which then run
-// its replica with its log in NodeConfig.MetaDir (Host.Meta). Protocol 3 names each message's Raft group (one group,
-// 0, today; shards are docs/design/shards.md), batches a drain's small
+// directory (NodeConfig.NoFinalize keeps a cluster at 2). Protocol 3
+// names each message's Raft group (docs/design/shards.md), batches a drain's small
 // messages in one frame and coalesces its heartbeats and their responses
 // into one frame of (group, flags, term, commit, context) tuples, which
 // the reader expands back into the messages raft made (wire.go). The
@@ -726,21 +724,10 @@
 // go in one frame
 // (TransportStats.Heartbeats, HeartbeatFrames).
 //
-// A group's state machine is an Applier (applier.go): a shard group's is
-// its store; the meta group's (meta.go, Host.StartMeta, group id
-// "meta" on the wire) is the cluster's placement, internal/meta's State.
-// The meta group replicates its state whole, one record rewritten on
-// each change: meta changes are rare and the state is tens of KB, so a
-// restore, a snapshot and a follower read the state itself, and the
-// log's compaction keeps only the newest. Every member starts it from
-// the same formation (meta.Formation of the same flags), the state
-// before the first entry, so nothing is exchanged to form it. Its
-// serving leader executes a change (Meta.Propose: all of its commands or
-// none) on its copy and proposes the result; readers (Meta.State) get
-// only committed states, by Version, which only grows: a leader that
-// loses its leadership rebuilds as a shard group does, and its readers
-// never see the change that did not commit, nor the state go back. Only
-// tests start the meta group yet.
+// A group's state machine is an Applier (applier.go): its store. The
+// cluster's metadata (members, placements, moves, growth) lives in group
+// 0's log, which every member replicates (its Book and TubeBook): group 0
+// is the metadata group (docs/design/shards.md 1.2, as built).
 //
 // The network tests start members in one process over loopback TCP, each
 // with its own store and a MemoryLog that outlives its node (its disk):

@@ -2,11 +2,9 @@ package replication
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"time"
 
-	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -83,16 +81,14 @@ func (n *Node) applyControlAct(a Action) {
 }
 
 // setVersion acts on the cluster version of group 0's book, at start and
-// when a control record raised it: from version 3 the meta group starts
-// (startMeta), the transport refuses protocol-2 hellos, and the member's
-// log moves to version 3 segments (on a goroutine of its own: it may wait
-// for the spare).
+// when a control record raised it: from version 3 the transport refuses
+// protocol-2 hellos, and the member's log moves to version 3 segments (on
+// a goroutine of its own: it may wait for the spare).
 func (h *Host) setVersion(book Book) {
 	v := book.Version
 	if v < clusterVersion {
 		return
 	}
-	h.startMeta(book)
 	if h.version.Swap(uint32(v)) >= clusterVersion {
 		return
 	}
@@ -127,130 +123,3 @@ type finalizer interface {
 // Finalize moves the shared log to version 3 segments if it is not yet:
 // a release before refuses the directory from then on.
 func (l *GroupLog) Finalize(ctx context.Context) error { return l.s.toV3(ctx, nil) }
-
-// metaVoters are the meta group's voters at finalization: those
-// meta.Formation chooses among group 0's voters, so the state and the Raft
-// group agree; nil if it chooses none.
-func metaVoters(book Book, voters map[uint64]struct{}) []uint64 {
-	var ms []meta.Member
-	for _, m := range book.Members {
-		if _, ok := voters[m.ID]; ok {
-			ms = append(ms, meta.Member{Name: m.Name, ID: m.ID})
-		}
-	}
-	formation, err := meta.Formation(ms, 1, len(ms))
-	if err != nil {
-		return nil
-	}
-	var ids []uint64
-	for _, name := range formation.MetaVoters {
-		if m, ok := book.byName(name); ok {
-			ids = append(ids, m.ID)
-		}
-	}
-	return ids
-}
-
-// metaSegmentSize is the meta group's segments' size: its state is tens
-// of KB, rewritten whole on each (rare) change.
-const metaSegmentSize = 1 << 20
-
-// startMeta starts the meta group's replica, once, on a finalized member
-// that votes in it and has a directory for its log (NodeConfig.MetaDir).
-func (h *Host) startMeta(book Book) {
-	if h.metaBase.MetaDir == "" || !slices.Contains(book.MetaVoters, h.self.ID) {
-		return
-	}
-	h.metaOnce.Do(func() { go h.runMeta(book.clone()) })
-}
-
-// runMeta opens the meta group's log in NodeConfig.MetaDir and starts its
-// replica from the formation the finalized book gives: its voters, one
-// group, as many replicas (docs/design/shards.md 1.6); the leader then
-// commits that state (settle), so the formation every member reads is the
-// one the log holds, whatever book a member restarted with.
-func (h *Host) runMeta(book Book) {
-	logger := h.metaBase.Logger.With().Str("node", h.self.Name).Str("group", "meta").Logger()
-	var peers []Member
-	var members []meta.Member
-	for _, id := range book.MetaVoters {
-		m, ok := book.byID(id)
-		if !ok {
-			logger.Error().Str("id", FormatID(id)).Msg("a meta voter is not in the book: the meta group does not start")
-			return
-		}
-		peers = append(peers, m)
-		members = append(members, meta.Member{Name: m.Name, ID: m.ID})
-	}
-	formation, err := meta.Formation(members, 1, len(members))
-	if err != nil {
-		logger.Error().Err(err).Msg("the meta group does not start")
-		return
-	}
-	cfg := h.metaBase
-	// Its own: the clients are group 0's to close on a rebuild, and the
-	// proposals' figures group 0's.
-	cfg.Peers, cfg.Retain, cfg.CloseClients, cfg.Observer = peers, 0, nil, nil
-	wcfg := WALConfig{Dir: cfg.MetaDir, ClusterID: h.cluster, ID: h.self.ID, Name: h.self.Name, Voters: book.MetaVoters,
-		Wal: wal.Options{SegmentSize: metaSegmentSize, Logger: logger}}
-	l, err := OpenWALLog(wcfg)
-	if err != nil {
-		logger.Error().Err(err).Msg("cannot open the meta group's log: the meta group does not start")
-		return
-	}
-	cfg.Log = l
-	m, err := h.StartMeta(cfg, formation)
-	if err != nil {
-		_ = l.Close()
-		if !errors.Is(err, errStopped) {
-			logger.Error().Err(err).Msg("the meta group does not start")
-		}
-		return
-	}
-	h.mu.Lock()
-	closed := h.closed
-	if !closed {
-		h.meta, h.metaLog = m, l
-	}
-	h.mu.Unlock()
-	if closed {
-		// The host stopped meanwhile, closing the replica or about to.
-		m.Close()
-		_ = l.Close()
-		return
-	}
-	m.settle(h.transport.ctx)
-}
-
-// Meta is the meta group's replica on this member, nil while it runs none
-// (before finalization, on a member that does not vote in it, or without
-// NodeConfig.MetaDir).
-func (h *Host) Meta() *Meta {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.meta
-}
-
-// settle has the meta group's serving leader commit the state it started
-// from, if no state is committed yet: the formation each member computed
-// is then the log's, the same everywhere. It returns once a state is.
-func (m *Meta) settle(ctx context.Context) {
-	for {
-		s, changed := m.State()
-		if s.Version > 0 {
-			return
-		}
-		info, lead := m.node.Leader()
-		if info.Serving && m.Propose(ctx) == nil {
-			continue
-		}
-		select {
-		case <-changed:
-		case <-lead:
-		case <-m.node.Done():
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
-}

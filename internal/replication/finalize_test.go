@@ -1,15 +1,12 @@
 package replication
 
 import (
-	"bytes"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store/segment"
 )
@@ -112,73 +109,6 @@ func TestNoFinalize(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// TestMetaAfterFinalize: members with a meta directory start the meta
-// group once their cluster is finalized, from the finalized book alone:
-// every member reads the same committed state (its voters, one group
-// held by all three); a member restarted gets its replica back from its
-// directory; the meta group fails over when its leader's member dies.
-func TestMetaAfterFinalize(t *testing.T) {
-	var mu sync.Mutex
-	metaDirs := map[string]string{}
-	c := newWALCluster(t, 3, 64<<10, func(cfg *NodeConfig) {
-		mu.Lock()
-		defer mu.Unlock()
-		if metaDirs[cfg.Node] == "" {
-			metaDirs[cfg.Node] = filepath.Join(t.TempDir(), "meta")
-		}
-		cfg.MetaDir = metaDirs[cfg.Node]
-	})
-	settled := func(nodes ...*Node) *meta.State {
-		t.Helper()
-		var first *meta.State
-		for _, n := range nodes {
-			testproc.WaitFor(t, 10*time.Second, n.Name()+"'s meta state committed", func() bool {
-				m := n.Host().Meta()
-				if m == nil {
-					return false
-				}
-				s, _ := m.State()
-				return s.Version > 0
-			})
-			s, _ := n.Host().Meta().State()
-			if first == nil {
-				first = s
-			} else if !bytes.Equal(s.Encode(), first.Encode()) {
-				t.Fatalf("%s's meta state %s, another's %s", n.Name(), s.Encode(), first.Encode())
-			}
-		}
-		return first
-	}
-	s := settled(c.up()...)
-	if len(s.Members) != 3 || len(s.MetaVoters) != 3 || len(s.Groups) != 1 || len(s.Groups[0].Replicas) != 3 {
-		t.Fatalf("the meta state %s", s.Encode())
-	}
-	c.restart("m2")
-	if again := settled(c.up()...); again.Version != s.Version {
-		t.Errorf("after m2's restart the meta state is at version %d, was %d", again.Version, s.Version)
-	}
-
-	var leader string
-	testproc.WaitFor(t, 10*time.Second, "a meta leader", func() bool {
-		for _, n := range c.up() {
-			if info, _ := n.Host().Meta().Node().Leader(); info.Serving {
-				leader = n.Name()
-				return true
-			}
-		}
-		return false
-	})
-	c.kill(leader)
-	testproc.WaitFor(t, 10*time.Second, "another meta leader", func() bool {
-		for _, n := range c.up() {
-			if info, _ := n.Host().Meta().Node().Leader(); info.Serving {
-				return n.Name() != leader
-			}
-		}
-		return false
-	})
 }
 
 // TestRoutes: a member of the release before, which speaks protocol 3

@@ -39,18 +39,10 @@ type Host struct {
 	// (nil: a log that has none). Set before group 0 launches.
 	version     atomic.Uint32
 	finalizeLog func(context.Context) error
-	// metaBase is group 0's configuration, which the meta group's takes
-	// its settings from; immutable. metaOnce starts the meta group.
-	metaBase NodeConfig
-	metaOnce sync.Once
 
 	mu     sync.Mutex
 	groups map[groupID]*Node // guarded by mu: the groups running
 	closed bool              // guarded by mu
-	// meta is the meta group's replica, and metaLog its log, which the
-	// host closes after it (guarded by mu; nil while none runs).
-	meta    *Meta
-	metaLog *WALLog
 }
 
 // ErrGroupRunning refuses StartGroup for a group the host runs already,
@@ -223,14 +215,6 @@ func (h *Host) release(n *Node, drain time.Duration) {
 	close(h.stopTicks)
 	for _, o := range rest {
 		o.Close()
-	}
-	h.mu.Lock()
-	metaLog := h.metaLog
-	h.mu.Unlock()
-	if metaLog != nil {
-		if err := metaLog.Close(); err != nil {
-			h.metaBase.Logger.Error().Err(err).Msg("closing the meta group's log")
-		}
 	}
 	if drain > 0 {
 		h.transport.drain(drain)

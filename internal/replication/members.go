@@ -31,10 +31,6 @@ type Book struct {
 	// Version is the cluster version (finalize.go): 0 before the first
 	// control record raised it, which is version 2.
 	Version uint16 `json:"version,omitempty"`
-	// MetaVoters are the members voting in the meta group, by Raft id:
-	// chosen when the cluster was finalized (finalize.go), the same on
-	// every member.
-	MetaVoters []uint64 `json:"meta_voters,omitempty"`
 	// Draining are the members being removed, by Raft id, whose groups'
 	// replicas move away first (Node.SetDraining; a cluster of several
 	// groups).
@@ -48,7 +44,7 @@ type Book struct {
 // clone returns a copy that shares nothing with b.
 func (b Book) clone() Book {
 	return Book{Index: b.Index, Members: slices.Clone(b.Members), Removed: slices.Clone(b.Removed), Version: b.Version,
-		MetaVoters: slices.Clone(b.MetaVoters), Draining: slices.Clone(b.Draining), Tubes: b.Tubes.clone()}
+		Draining: slices.Clone(b.Draining), Tubes: b.Tubes.clone()}
 }
 
 // setDraining marks member id draining, or no longer, and reports
@@ -111,7 +107,7 @@ func (b *Book) remove(id uint64) {
 // removed ids; b's index stays.
 func (b *Book) merge(o Book) {
 	if o.Version > b.Version {
-		b.Version, b.MetaVoters = o.Version, slices.Clone(o.MetaVoters)
+		b.Version = o.Version
 	}
 	b.Draining = slices.Clone(o.Draining)
 	b.Tubes = o.Tubes.clone()

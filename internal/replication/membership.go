@@ -35,6 +35,10 @@ var (
 	// ErrRemoved is why a member removed from the cluster stops, or
 	// refuses to start.
 	ErrRemoved = errors.New("replication: this member was removed from the cluster")
+	// ErrNotServing refuses a change proposed to a member that does not
+	// lead the group (or no longer does: whether a change it took commits
+	// is then unknown, until the member has applied the new leader's log).
+	ErrNotServing = errors.New("replication: this member does not lead the group")
 )
 
 // ChangeTimeout bounds how long a membership change request waits to

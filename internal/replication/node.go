@@ -97,10 +97,6 @@ type NodeConfig struct {
 	// leader never proposes finalization. For tests of the release
 	// before's behaviour.
 	NoFinalize bool
-	// MetaDir is where the meta group's log goes (cmd/sprout: -b/meta):
-	// once the cluster is finalized, a member that votes in the meta group
-	// runs its replica there (finalize.go). "": none.
-	MetaDir string
 	// Observer, if set, is told of each proposal (on the node's goroutine).
 	Observer Observer
 	Logger   zerolog.Logger
@@ -416,7 +412,6 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if f, ok := cfg.Log.(finalizer); ok {
 		h.finalizeLog = f.Finalize
 	}
-	h.metaBase = cfg
 	h.setVersion(book)
 	if mtls == nil && !allLoopback(cfg.Listen, cfg.Peers) {
 		n.logger.Warn().Str("listen", cfg.Listen).

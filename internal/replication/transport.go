@@ -327,7 +327,7 @@ func (t *transport) addPeer(m Member) *peer {
 	if old := t.byName[m.Name]; old != nil {
 		t.removeLocked(old)
 	}
-	p := &peer{Member: m, queue: make(chan envelope, t.cfg.queue), snap: make(chan envelope, maxGroups+1), // the meta group's too
+	p := &peer{Member: m, queue: make(chan envelope, t.cfg.queue), snap: make(chan envelope, maxGroups),
 		snapping: make(map[groupID]bool), items: newItemsQueue()}
 	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	t.peers[m.ID], t.byName[m.Name] = p, p

@@ -158,13 +158,8 @@ const (
 // groupID names a Raft group. The cluster's one group today is group0.
 type groupID uint16
 
-// String names g in logs and errors: its number, or "meta".
-func (g groupID) String() string {
-	if g == groupMeta {
-		return "meta"
-	}
-	return strconv.Itoa(int(g))
-}
+// String names g in logs and errors: its number.
+func (g groupID) String() string { return strconv.Itoa(int(g)) }
 
 const (
 	group0 groupID = 0
