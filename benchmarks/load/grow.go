@@ -107,8 +107,8 @@ func (s Scenario) runGrow(ctx context.Context, c *Cluster, prog *Progress) (Resu
 	for _, m := range added {
 		for !m.proc.Exited() {
 			if time.Since(shrink) > growTimeout {
-				return res, fmt.Errorf("load: member %s, removed, still runs after %v; %s; its last output:\n%s",
-					m.name, growTimeout, c.membersAsSeen(ctx, first[0]), outputTail(m.proc))
+				return res, fmt.Errorf("load: member %s, removed, still runs after %v; %s; the traffic: %v; its last output:\n%s\n%s's last lines on members and replicas:\n%s",
+					m.name, growTimeout, c.membersAsSeen(ctx, first[0]), traffic.err(), outputTail(m.proc), first[0].name, membershipLines(first[0].proc, 12))
 			}
 			if sleepCtx(ctx, growPoll, nil) {
 				return res, ctx.Err()
@@ -143,14 +143,31 @@ func (c *Cluster) membersAsSeen(ctx context.Context, via *member) string {
 		return fmt.Sprintf("%s's view: %v", via.name, err)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s's view: members", via.name)
+	fmt.Fprintf(&b, "%s's view (group 0: %s, serving %v, term %d): members", via.name, st.State, st.Serving, st.Term)
 	for _, ms := range st.Members {
-		fmt.Fprintf(&b, " %s(%s)", ms.Name, ms.Role)
+		fmt.Fprintf(&b, " %s(%s", ms.Name, ms.Role)
+		if ms.Draining {
+			b.WriteString(", draining")
+		}
+		b.WriteString(")")
 	}
 	for _, gs := range st.Groups {
 		fmt.Fprintf(&b, ", group %d led by %q: %v learners %v", gs.ID, gs.Leader, gs.Replicas, gs.Learners)
 	}
 	return b.String()
+}
+
+// membershipLines are the last n lines of p's output about members,
+// replicas and leaderships: what a removal goes through.
+func membershipLines(p *testproc.Process, n int) string {
+	var picked []string
+	for line := range strings.Lines(p.Output()) {
+		if strings.Contains(line, "member") && (strings.Contains(line, "remov") || strings.Contains(line, "drain")) ||
+			strings.Contains(line, "replica") || strings.Contains(line, "balance") {
+			picked = append(picked, strings.TrimSpace(line))
+		}
+	}
+	return strings.Join(picked[max(0, len(picked)-n):], "\n")
 }
 
 // awaitVoter waits until via lists m as a voter.
@@ -385,6 +402,11 @@ func (t *pairTraffic) watchRate(window time.Duration) func() float64 {
 func (t *pairTraffic) stop() error {
 	t.once.Do(func() { close(t.quit) })
 	t.wg.Wait()
+	return t.err()
+}
+
+// err is the first error of a pair so far.
+func (t *pairTraffic) err() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.first
