@@ -342,13 +342,19 @@ func (n *Node) membership(a Action) bool {
 	return false
 }
 
-// stopRemoved stops a member removed from the cluster (ErrRemoved).
+// stopRemoved stops a member removed from the cluster (ErrRemoved), or
+// this member's replica of a group but 0 removed from that group: a
+// replica moved away, which its member outlives.
 func (n *Node) stopRemoved(why string) {
 	n.lost = fmt.Errorf("%w: %s", ErrRemoved, why)
 	n.stopped = true
 	n.mu.Lock()
 	n.err = n.lost
 	n.mu.Unlock()
+	if n.group != group0 {
+		n.logger.Info().Str("why", why).Msg("removed from the group: its replica here stops")
+		return
+	}
 	n.logger.Error().Err(n.lost).Msg("removed from the cluster: stopping")
 }
 
