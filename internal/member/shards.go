@@ -387,9 +387,9 @@ func (m *Member) followGroup(n *replication.Node, g uint16) {
 // transfer is on, until the receiver has caught up and taken over, or
 // for an election timeout if it never does: so a member is planned to
 // receive only while this one is connected to it (a member down is no
-// receiver, though it leads fewest) and has heard from it within a third
-// of an election timeout (a member stopped or cut off keeps its
-// connection up for seconds, but sends nothing).
+// receiver, though it leads fewest) and, for a group this one leads, has
+// heard from it within a third of an election timeout (a member stopped
+// or cut off keeps its connection up for seconds, but sends nothing).
 const (
 	// balanceEvery is how often a member looks at the leaders.
 	balanceEvery = time.Second
@@ -438,8 +438,14 @@ func (m *Member) balanceLeaders() {
 			reachable[mb.Name] = mb.Connected
 		}
 		heardWithin := m.node.ElectionTimeout() / 3 // heartbeats come every tick, a tenth of it
-		caughtUp := func(_ uint16, to string) bool {
-			return reachable[to] && m.node.Host().HeardFrom(to, heardWithin)
+		// Heard from only where this member can tell: the replicas of a
+		// group it leads answer its heartbeats. A later hop of a chain
+		// (a group another member leads) is judged by its giver when it
+		// plans: without that, a member that shares no group it leads
+		// with the one leading fewest never started the chain.
+		self := m.node.Name()
+		caughtUp := func(g uint16, to string) bool {
+			return reachable[to] && (leaders[g] != self || m.node.Host().HeardFrom(to, heardWithin))
 		}
 		cur := m.currentPlacement(reported, names)
 		// A member gives or receives replicas while connected: a member
