@@ -438,15 +438,9 @@ func (m *Member) balanceLeaders() {
 			reachable[mb.Name] = mb.Connected
 		}
 		heardWithin := m.node.ElectionTimeout() / 3 // heartbeats come every tick, a tenth of it
-		// Heard from only where this member can tell: the replicas of a
-		// group it leads answer its heartbeats. A later hop of a chain
-		// (a group another member leads) is judged by its giver when it
-		// plans: without that, a member that shares no group it leads
-		// with the one leading fewest never started the chain.
-		self := m.node.Name()
-		caughtUp := func(g uint16, to string) bool {
-			return reachable[to] && (leaders[g] != self || m.node.Host().HeardFrom(to, heardWithin))
-		}
+		caughtUp := receivers(m.node.Name(), leaders, reachable, func(name string) bool {
+			return m.node.Host().HeardFrom(name, heardWithin)
+		})
 		cur := m.currentPlacement(reported, names)
 		// A member gives or receives replicas while connected: a member
 		// hears Raft messages only from those it shares a group with,
@@ -473,6 +467,19 @@ func (m *Member) balanceLeaders() {
 			}
 			m.log.Info().Int("group", int(tr.Group)).Str("to", tr.To).Msg("handed a group's leadership over, to balance leaders")
 		}
+	}
+}
+
+// receivers is meta.PlanLeaders' caughtUp as member self judges it: a
+// member connected here (reachable), and, for a group self leads, heard
+// from lately (heard). Heard from only where self can tell: the replicas
+// of a group it leads answer its heartbeats. A later hop of a chain (a
+// group another member leads) is judged by its own giver when that one
+// plans: without that, a member that shares no group it leads with the
+// one leading fewest never starts the chain.
+func receivers(self string, leaders map[uint16]string, reachable map[string]bool, heard func(string) bool) func(uint16, string) bool {
+	return func(g uint16, to string) bool {
+		return reachable[to] && (leaders[g] != self || heard(to))
 	}
 }
 

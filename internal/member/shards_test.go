@@ -875,3 +875,45 @@ func TestShardGroupsRefsAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestReceiversStartChains: with five members and five groups of three
+// (the formation of TestShardGroupsOfFive), m1 leading groups 1 and 3
+// and m3 none, m1 shares no group it leads with m3, so it never hears
+// from m3; the chain that balances them (m1 to m2 in group 3, then m2 to
+// m3 in group 0) must still start from m1's view. Only m1's own hop is
+// judged by what m1 hears.
+func TestReceiversStartChains(t *testing.T) {
+	var members []meta.Member
+	for i := 1; i <= 5; i++ {
+		members = append(members, meta.Member{Name: fmt.Sprintf("m%d", i), ID: uint64(i)})
+	}
+	p, err := meta.Formation(members, 5, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaders := map[uint16]string{0: "m2", 1: "m1", 2: "m4", 3: "m1", 4: "m5"}
+	reachable := map[string]bool{"m1": true, "m2": true, "m3": true, "m4": true, "m5": true}
+	heard := func(name string) bool { // the replicas of groups 1 and 3 answer m1's heartbeats
+		return p.Groups[1].Holds(name) || p.Groups[3].Holds(name)
+	}
+	if heard("m3") {
+		t.Fatalf("the formation puts m3 in a group m1 leads: %+v", p.Groups)
+	}
+	var from []string
+	for _, tr := range meta.PlanLeaders(p, leaders, receivers("m1", leaders, reachable, heard)) {
+		from = append(from, tr.From+"→"+tr.To)
+		if tr.From == "m1" && !heard(tr.To) {
+			t.Errorf("m1 plans to hand group %d to %s, which it does not hear", tr.Group, tr.To)
+		}
+	}
+	if !slices.ContainsFunc(from, func(s string) bool { return strings.HasPrefix(s, "m1→") }) {
+		t.Fatalf("m1's plan %v gives nothing away: m3 would lead nothing for good", from)
+	}
+	// A member not connected receives nothing, wherever the hop is.
+	reachable["m3"] = false
+	for _, tr := range meta.PlanLeaders(p, leaders, receivers("m1", leaders, reachable, heard)) {
+		if tr.To == "m3" {
+			t.Errorf("m1 plans group %d to m3, which is not connected", tr.Group)
+		}
+	}
+}
