@@ -255,3 +255,38 @@ func TestHeardFrom(t *testing.T) {
 		t.Errorf("the leader stopped hearing from %s, which runs", others[0].Name())
 	}
 }
+
+// TestHostStaleHeartbeat: a replica of a group but 0 started again empty
+// and voting nowhere, under the id of one its leader still counts as
+// holding the log (a replica removed and added again, before the leader
+// applied the removal), gets heartbeats that commit past its empty log.
+// It drops them and goes on, where a voter would stop (ErrLogLost).
+func TestHostStaleHeartbeat(t *testing.T) {
+	c := newNetCluster(t, 3, 100, nil)
+	logs := groupLogs(c, 100)
+	g1 := startGroups(t, c, 1, logs)
+	l1 := c.awaitServing(10*time.Second, groupUp(g1)...)
+	for i := range 5 {
+		_, pos := newNetClient(l1, "tube").put(fmt.Sprint("job ", i))
+		awaitAck(t, l1.Journal(), pos, 10*time.Second)
+	}
+	var other string
+	for name := range g1 {
+		if name != l1.Name() {
+			other = name
+			break
+		}
+	}
+	g1[other].Close()
+	<-g1[other].Done()
+	fresh := startGroup(t, c, 1, other, NewMemoryLog(nil, 0)) // empty, voting nowhere
+	heartbeats := 20 * testTick                               // the leader's, every tick
+	select {
+	case <-fresh.Done():
+		t.Fatalf("the replica started empty stopped: %v", fresh.Err())
+	case <-time.After(heartbeats):
+	}
+	if err := fresh.Err(); err != nil {
+		t.Fatalf("the replica started empty: %v", err)
+	}
+}

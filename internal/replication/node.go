@@ -656,13 +656,22 @@ func (n *Node) tick(now time.Time) {
 // step gives the core a peer's message; one it refuses is logged. A
 // heartbeat that commits past this member's last entry says the leader
 // knows it wrote entries it no longer has: the member stops (ErrLogLost)
-// rather than let raft panic on it.
+// rather than let raft panic on it. But a replica of a group but 0 that
+// does not vote in it (added again, it starts empty under the id of the
+// replica removed before) drops it: the leader sent it to that one
+// before it applied the removal, and it arrived late. Its leader then
+// probes and fills it from a snapshot; it lost nothing that counted.
 func (n *Node) step(m *pb.Message) error {
 	if n.lost != nil {
 		return errStopped
 	}
 	if m.GetType() == pb.MsgHeartbeat {
 		if last, err := n.log.LastIndex(); err == nil && m.GetCommit() > last {
+			if n.group != group0 && !slices.Contains(n.conf.GetVoters(), n.self.ID) {
+				n.logger.Debug().Uint64("commit", m.GetCommit()).Uint64("last", last).
+					Msg("a heartbeat meant for this replica's removed predecessor: dropped")
+				return nil
+			}
 			n.fail(fmt.Errorf("%w: the leader, %s, commits through entry %d, and its log ends at %d",
 				ErrLogLost, n.byID[m.GetFrom()].Name, m.GetCommit(), last),
 				"cannot rejoin under this member's id: its log is not the one the cluster knows; stopping")
