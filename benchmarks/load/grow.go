@@ -134,9 +134,9 @@ func (s Scenario) runGrow(ctx context.Context, c *Cluster, prog *Progress) (Resu
 	return res, nil
 }
 
-// membersAsSeen names the members via's GET /cluster lists, with their
-// roles, and the groups it runs with their replicas: what a removal
-// that did not end left.
+// membersAsSeen is via's GET /cluster in a line: group 0's state there,
+// the members with their roles and draining flags, and the groups with
+// their leaders and replicas: what a removal that did not end left.
 func (c *Cluster) membersAsSeen(ctx context.Context, via *member) string {
 	st, err := c.status(ctx, via)
 	if err != nil {

@@ -16,8 +16,7 @@
 // for k < R (R at most M), so the R·G replicas go round the members and
 // each holds floor or ceil of R·G/M; its preferred first leader is the
 // one of them that the groups before it chose least (the first on a tie);
-// slot s belongs
-// to group s mod G, and group g takes id prefix g.
+// slot s belongs to group s mod G, and group g takes id prefix g.
 //
 // # Which group owns a tube
 //

@@ -842,7 +842,10 @@ func (o *owner) requestMovingLocked(req *Request) bool {
 	case OpReserve, OpBest, OpTake:
 		return slices.ContainsFunc(req.Tubes, frozen)
 	}
-	if !byID(req.Op) || !moving {
+	if !byID(req.Op) {
+		return false
+	}
+	if !moving {
 		return false // a tube moved out left no job here
 	}
 	tube, _, ok := o.client.JobIn(req.ID)
