@@ -543,29 +543,151 @@ func (f *fullJournal) Append(rec *wal.Record, prev wal.Loc) (uint64, wal.Loc, er
 	return f.recordingJournal.Append(rec, prev)
 }
 
-// TestDedupShrinks: after a burst has expired, the table's map and queue
-// are made anew at the size left, so a member does not keep a burst's
-// room for ever (a Go map never gives it back); a small table keeps its.
+// TestDedupShrinks: after a burst has expired, a run's slice is made
+// anew at the size left, so a member does not keep a burst's room for
+// ever; a small table keeps its.
 func TestDedupShrinks(t *testing.T) {
 	d := NewDedupTable()
 	const burst = 4 * shrinkFrom
 	for n := range uint64(burst) {
-		d.add(key(n+1), dedupEntry{at: 1})
+		d.set(key(n+1), dedupEntry{at: 1})
 	}
 	for n := range uint64(shrinkFrom / 2) {
-		d.add(key(burst+n+1), dedupEntry{at: 1 + int64(DedupTTL)})
+		d.set(key(burst+n+1), dedupEntry{at: 1 + int64(DedupTTL)})
 	}
 	d.expire(1 + int64(DedupTTL))
-	if d.Len() != shrinkFrom/2 || d.peak != shrinkFrom/2 {
-		t.Fatalf("after the burst expired: %d entries, peak %d; want %d and a map made anew at that size",
-			d.Len(), d.peak, shrinkFrom/2)
+	if d.Len() != shrinkFrom/2 {
+		t.Fatalf("after the burst expired: %d entries, want %d", d.Len(), shrinkFrom/2)
 	}
-	if cap(d.queue) > shrinkFrom {
-		t.Errorf("the queue kept room for %d entries", cap(d.queue))
+	s := d.sender(key(0).Incarnation)
+	if len(s.runs) != 1 || cap(s.runs[0].keys) > shrinkFrom {
+		t.Errorf("the run kept room for %d entries", cap(s.runs[0].keys))
 	}
 	for n := range uint64(shrinkFrom / 2) {
-		if _, ok := d.entries[key(burst+n+1)]; !ok {
+		if _, ok := d.get(key(burst + n + 1)); !ok {
 			t.Fatalf("entry %d lost in the move", burst+n+1)
 		}
+	}
+	if _, ok := d.get(key(burst)); ok {
+		t.Error("an expired entry is still found")
+	}
+}
+
+// TestDedupNumberOrders: keys come from each sender nearly in order, but
+// not quite: requests overtaking each other, a restarted member numbering
+// from a lower start, a request resent long after. Each key is found with
+// its own outcome, none that was never added is, the records make the
+// same table, and expiry drops each entry once.
+func TestDedupNumberOrders(t *testing.T) {
+	d := NewDedupTable()
+	want := map[wal.Req]uint64{}
+	at := int64(1)
+	add := func(sender, number uint64) {
+		k := wal.Req{Incarnation: sender, Number: number}
+		if _, ok := want[k]; ok {
+			t.Fatalf("the test adds %v twice", k)
+		}
+		id := uint64(len(want) + 1)
+		want[k] = id
+		d.set(k, dedupEntry{Outcome: Outcome{ID: id, Count: 1}, at: at})
+		at++
+	}
+	for n := uint64(1000); n < 2000; n += 2 {
+		add(7, n)
+		if n%10 == 0 {
+			add(7, n-5) // overtaken by two others, inserted in place
+		}
+		add(9, 1<<50+n)
+	}
+	for n := uint64(10); n < 300; n += 2 {
+		add(7, n) // numbering from a new start, below the first: a run of its own
+	}
+	add(7, 13) // resent long after: far from the newest run's end, a run of its own
+	add(7, 1<<40)
+	for b := range uint64(maxRuns + 2) { // blocks numbered from ever lower starts: more runs than maxRuns
+		for n := range uint64(2 * nearEnd) {
+			add(7, 1<<30-b<<20+2*n)
+		}
+	}
+	check := func(d *DedupTable) {
+		t.Helper()
+		for k, id := range want {
+			if e, ok := d.get(k); !ok || e.ID != id {
+				t.Fatalf("%v: found %v (%v), want id %d", k, e, ok, id)
+			}
+		}
+		for _, k := range []wal.Req{{Incarnation: 7, Number: 1001}, {Incarnation: 7, Number: 11}, {Incarnation: 7, Number: 1<<40 + 1},
+			{Incarnation: 7, Number: 5}, {Incarnation: 9, Number: 1000}, {Incarnation: 8, Number: 1000}} {
+			if e, ok := d.get(k); ok {
+				t.Fatalf("%v was never added, found %v", k, e)
+			}
+		}
+		if d.Len() != len(want) {
+			t.Fatalf("Len %d, want %d", d.Len(), len(want))
+		}
+	}
+	check(d)
+	if s := d.sender(7); len(s.runs) != maxRuns {
+		t.Errorf("sender 7 has %d runs, want maxRuns (%d): the test is to reach it", len(s.runs), maxRuns)
+	}
+	d.clock = at
+	again := NewDedupTable()
+	seen := map[wal.Req]bool{}
+	for r := range d.Records() {
+		if r.Kind == wal.KindReq {
+			if seen[r.Req] {
+				t.Fatalf("%v in the records twice", r.Req)
+			}
+			seen[r.Req] = true
+		}
+		again.Add(&r)
+	}
+	check(again)
+	// Expiry by time: the first half of the entries made, whatever their
+	// numbers.
+	half := at / 2
+	d.expire(half + int64(DedupTTL))
+	kept := 0
+	for k := range want {
+		if _, ok := d.get(k); ok {
+			kept++
+		}
+	}
+	if d.Len() != kept || kept > len(want)-int(half)+1+nearEnd {
+		t.Errorf("after expiring the first %d of %d: %d found, Len %d", half, len(want), kept, d.Len())
+	}
+	d.expire(at + int64(DedupTTL))
+	if d.Len() != 0 || len(d.senders) != 0 {
+		t.Errorf("all expired: Len %d, %d senders", d.Len(), len(d.senders))
+	}
+}
+
+// BenchmarkDedupFold is a replica of a busy group folding its log's keyed
+// records: 200,000 a second of the replicated clock (a KindClock every
+// 100), from three members numbering their requests, a few out of order
+// as concurrent sessions send them; in its steady state the table holds
+// the window's 2,000,000 entries, larger than the caches.
+func BenchmarkDedupFold(b *testing.B) {
+	const perSecond, batch = 200_000, 100
+	d := NewDedupTable()
+	var n, clock uint64
+	fold := func() {
+		n++
+		if n%batch == 0 {
+			clock += uint64(time.Second) / perSecond * batch
+			d.Add(&wal.Record{Kind: wal.KindClock, Time: int64(clock)})
+		}
+		number := n
+		if n%50 == 0 {
+			number -= 3 // sent behind three others
+		}
+		d.Add(&wal.Record{Kind: wal.KindFull, ID: n, Req: wal.Req{Incarnation: 1 + n%3, Number: 1<<40 + number}})
+	}
+	for range int(DedupTTL/time.Second) * perSecond {
+		fold()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		fold()
 	}
 }
