@@ -4,9 +4,9 @@
 // routing), and the planners of replicas and leaderships: which shard
 // group owns each tube, which members replicate each group and which of
 // them should lead it, and which group each job id belongs to. It is
-// pure: no I/O, no goroutines, no clock, so every member that applies the
-// same commands to the same state routes the same way, and its tests are
-// tables.
+// pure: no I/O, no goroutines, no clock, so every member that lays the
+// same placements over the same formation routes the same way, and its
+// tests are tables.
 //
 // # Formation
 //

@@ -90,9 +90,7 @@ func TestPlanLeaders(t *testing.T) {
 		t.Errorf("with m3 behind: %v", n)
 	}
 
-	if err := s.Apply(Command{Op: OpDrain, Member: "m1"}); err != nil {
-		t.Fatal(err)
-	}
+	s.member("m1").Draining = true
 	settleLeaders(t, s, leaders, all)
 	if n := leaderCounts(s, leaders); n["m1"] != 0 || n["m2"] != 3 || n["m3"] != 3 {
 		t.Errorf("after m1 drains: %v", n)
@@ -180,9 +178,7 @@ func TestPlanReplicas(t *testing.T) {
 		}
 	}
 
-	if err := s.Apply(Command{Op: OpDrain, Member: "m2"}); err != nil {
-		t.Fatal(err)
-	}
+	s.member("m2").Draining = true
 	settleReplicas(t, s, up)
 	for name, n := range replicaLoads(s, s.Groups) {
 		if name == "m2" && n != 0 || name != "m2" && (n < 3 || n > 3) {
@@ -250,9 +246,7 @@ func TestPlanMove(t *testing.T) {
 		}
 	}
 	for _, d := range []string{"m4", "m5"} {
-		if err := s.Apply(Command{Op: OpDrain, Member: d}); err != nil {
-			t.Fatal(err)
-		}
+		s.member(d).Draining = true
 	}
 	settleMoves(t, s, up)
 	for name, n := range replicaLoads(s, s.Groups[1:]) {
@@ -268,9 +262,7 @@ func TestPlanMove(t *testing.T) {
 
 	// Three members left of three replicas: a draining one's replica
 	// has no receiver.
-	if err := s.Apply(Command{Op: OpDrain, Member: "m3"}); err != nil {
-		t.Fatal(err)
-	}
+	s.member("m3").Draining = true
 	if mv, ok := PlanMove(s, up); !ok || mv.From != "m3" || mv.To != "" {
 		t.Fatalf("draining m3 of three: %+v %v, want its replica removed alone", mv, ok)
 	}

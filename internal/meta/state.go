@@ -2,7 +2,6 @@ package meta
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -72,11 +71,7 @@ type Placement struct {
 
 // State is the cluster's placement. Its zero value is not a state:
 // Formation makes the first.
-//
-// Its JSON (Encode) is a state whole, as a copy takes it.
 type State struct {
-	// Version counts the changes applied to it.
-	Version  uint64        `json:"version"`
 	Replicas int           `json:"replicas"` // R, each group's voters
 	Members  []Member      `json:"members"`  // sorted by name
 	Groups   []Group       `json:"groups"`   // group g at index g
@@ -87,42 +82,6 @@ type State struct {
 	// Exact are tubes placed by name; Placements, by prefix, sorted.
 	Exact      map[string]uint16 `json:"exact"`
 	Placements []Placement       `json:"placements,omitempty"`
-}
-
-// Encode is s as JSON.
-func (s *State) Encode() []byte {
-	b, err := json.Marshal(s)
-	if err != nil {
-		panic(fmt.Sprintf("meta: a state that does not encode: %v", err)) // only plain fields: cannot happen
-	}
-	return b
-}
-
-// ErrDecode refuses bytes that are not an encoded state.
-var ErrDecode = errors.New("meta: not an encoded state")
-
-// Decode reads a state Encode wrote.
-func Decode(b []byte) (*State, error) {
-	var s State
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
-	}
-	if len(s.Groups) == 0 || len(s.Members) == 0 {
-		return nil, fmt.Errorf("%w: no groups or no members", ErrDecode)
-	}
-	if s.Exact == nil {
-		s.Exact = map[string]uint16{}
-	}
-	return &s, nil
-}
-
-// Clone is a copy of s that shares nothing with it.
-func (s *State) Clone() *State {
-	c, err := Decode(s.Encode())
-	if err != nil {
-		panic(fmt.Sprintf("meta: a state that does not decode: %v", err))
-	}
-	return c
 }
 
 // ErrFormation refuses a formation that cannot be made.
