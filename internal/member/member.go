@@ -151,6 +151,10 @@ type Member struct {
 	moving atomic.Bool
 	// tubeMoves are the moves of tubes this member drives (tubemoves.go).
 	tubeMoves tubeMoving
+	// keepLostMoves, set by tests only, has the balancer leave the moves
+	// of tubes whose driver was lost as they are (resolveTubeMoves): a
+	// test that makes a move's steps by hand takes longer than its tick.
+	keepLostMoves atomic.Bool
 	// placing is the prefix placement this member drives (placements.go),
 	// and prefixesSeen the placements its resolver saw undriven at its
 	// last tick (the balance loop's alone).

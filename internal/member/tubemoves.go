@@ -727,6 +727,9 @@ func (m *Member) callLeader(ctx context.Context, g uint16, path string, body []b
 // placed is finished, one not decided is aborted unless group 0 placed it
 // first, and one moved out whose jobs are still here has them dropped.
 func (m *Member) resolveTubeMoves() {
+	if m.keepLostMoves.Load() {
+		return
+	}
 	for g := range m.shards.groups() {
 		if m.shards.serving(uint16(g)) == nil {
 			continue

@@ -428,6 +428,12 @@ func TestShardGroupsMoveTubeBackUnfinished(t *testing.T) {
 		ids = append(ids, id)
 	}
 	const move = 0xfeed
+	// The balancer would resolve the move, undriven here, at its next
+	// tick: under load the steps by hand outlast one, and it aborts the
+	// move before group 0 places it.
+	for _, m := range c.up {
+		m.keepLostMoves.Store(true)
+	}
 	src := c.leaderOf(1)
 	n := src.shards.node(1)
 	if err := n.ProposeTube(t.Context(), replication.TubeFreeze, tube, move, 2, 0); err != nil {
@@ -439,6 +445,9 @@ func TestShardGroupsMoveTubeBackUnfinished(t *testing.T) {
 	}
 	if err := c.leaderOf(0).node.ProposeTube(t.Context(), replication.TubePlace, tube, move, 2, 1); err != nil {
 		t.Fatal(err)
+	}
+	if placed, ok := c.leaderOf(0).node.Tubes().Decided[move]; !ok || !placed {
+		t.Fatalf("group 0 decided the move: %v, placed %v", ok, placed)
 	}
 	// Its driver lost here: group 1 still holds the copies. The tube
 	// moves back at once, once the member asked routes it to group 2.
