@@ -185,10 +185,13 @@ type Node struct {
 	draining  []uint64                 // Book.Draining, as byID
 	tubes     atomic.Pointer[TubeBook] // Book.Tubes, read without a lock (FrozenTube)
 	moving    atomic.Bool              // a tube of tubes.Frozen is not yet moved out (AnyFrozen)
-	onTubes   atomic.Pointer[func(TubeBook)]
-	onServe   atomic.Pointer[func(handed []byte)] // OnServe
-	log       Log                                 // immutable; written on the node goroutine
-	journal   *Journal                            // immutable
+	// tubesMu orders setTubes' publishing and telling onTubes with
+	// OnTubes' first call, so that no book reaches fn after a later one.
+	tubesMu sync.Mutex
+	onTubes atomic.Pointer[func(TubeBook)]
+	onServe atomic.Pointer[func(handed []byte)] // OnServe
+	log     Log                                 // immutable; written on the node goroutine
+	journal *Journal                            // immutable
 	// state is the group's state machine, made with the node and kept for
 	// its life: a restore empties it and fills it again (Applier.Reset),
 	// so whatever serves it keeps the one it was given. For a shard group

@@ -438,6 +438,8 @@ func (n *Node) setTubes(b TubeBook) {
 	for _, f := range c.FrozenPrefixes {
 		moving = moving || !f.Moved
 	}
+	n.tubesMu.Lock()
+	defer n.tubesMu.Unlock()
 	n.moving.Store(moving) // before the book: a reader seeing a freeze sees it moving
 	n.tubes.Store(&c)
 	if n.store != nil {
@@ -448,10 +450,14 @@ func (n *Node) setTubes(b TubeBook) {
 	}
 }
 
-// OnTubes has fn told of the node's TubeBook now and at each change, on
-// the node's goroutine (it must not block): the member routes by group
-// 0's, and refuses what a group's freezes.
+// OnTubes has fn told of the node's TubeBook now, on the caller's
+// goroutine, and at each change, on the node's (it must not block): the
+// member routes by group 0's, and refuses what a group's freezes. A
+// change made while OnTubes runs reaches fn after the book it starts
+// with, never before.
 func (n *Node) OnTubes(fn func(TubeBook)) {
+	n.tubesMu.Lock()
+	defer n.tubesMu.Unlock()
 	n.onTubes.Store(&fn)
 	fn(n.Tubes())
 }

@@ -3,6 +3,7 @@ package replication
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -169,5 +170,33 @@ func TestTubeBookGrow(t *testing.T) {
 	}
 	if _, ok := SlotGroup("img-"); ok {
 		t.Fatal("a prefix read as a slot key")
+	}
+}
+
+// TestOnTubesOrder: a book the node publishes while OnTubes starts never
+// reaches its function before the older one OnTubes starts it with, or at
+// once with it: the member routes by the last book its function got.
+func TestOnTubesOrder(t *testing.T) {
+	for range 300 {
+		n := &Node{}
+		book := func(v uint16) TubeBook { return TubeBook{Placed: map[string]uint16{"t": v}} }
+		n.setTubes(book(0))
+		const last = 20
+		published := make(chan struct{})
+		go func() {
+			defer close(published)
+			for v := range uint16(last) {
+				n.setTubes(book(v + 1))
+			}
+		}()
+		var got []uint16 // written by one call at a time, or the race detector says so
+		n.OnTubes(func(b TubeBook) { got = append(got, b.Placed["t"]) })
+		<-published
+		n.tubesMu.Lock()
+		seen := slices.Clone(got)
+		n.tubesMu.Unlock()
+		if !slices.IsSorted(seen) || seen[len(seen)-1] != last {
+			t.Fatalf("the books' versions as the function got them: %v, want them rising to %d", seen, last)
+		}
 	}
 }
