@@ -49,6 +49,13 @@ func (ss *session) dispatch(cmd *codec.Command, out *replies) (quit bool) {
 func (ss *session) execute(cmd *codec.Command, out *replies) {
 	q := ss.queue()
 	a := &ss.loop.answer
+	// The scratch holds the last answer of any session on the loop, and
+	// a Queue fills in only what its command's reply reads: one that
+	// leaves a field another queue set (a router's JobID beside the
+	// local store's Job) would answer with the other's job. The large
+	// statistics are set whole by the commands that read them.
+	a.Job, a.JobID, a.JobBody, a.N, a.Err, a.Tubes = nil, 0, nil, 0, nil, nil
+	a.Reserve, a.Failed, a.OK = 0, 0, false
 	a.Behind = ss.awaiting != codec.OpNone
 	now := true
 	switch cmd.Op {

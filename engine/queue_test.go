@@ -488,3 +488,40 @@ func TestHeldRepliesWaitForTheQueuesSource(t *testing.T) {
 	acks.ackTo(2)
 	c.expect("INSERTED 2\r\n")
 }
+
+// remoteJobQueue answers a peek of remoteID as a cluster member's router
+// does for a job in another member's store (JobID and JobBody, no Job),
+// and every other command as the single node's queue.
+type remoteJobQueue struct{ engine.Queue }
+
+const remoteID = 77
+
+func (q remoteJobQueue) Peek(id uint64, a *engine.Answer) bool {
+	if id == remoteID {
+		a.JobID, a.JobBody = remoteID, []byte("remote\r\n")
+		return true
+	}
+	return q.Queue.Peek(id, a)
+}
+
+// TestAnswerScratchCleared: the loop's scratch answer keeps nothing of the
+// command before. A peek the store answers NOT_FOUND after one a router
+// answered with a remote job is NOT_FOUND, on the same connection and on
+// another of the loop's (CI saw a cluster's new leader answer thousands
+// of peeks of absent ids with the job a routed session reserved last).
+func TestAnswerScratchCleared(t *testing.T) {
+	st := store.New(store.Options{})
+	queues := func(a engine.Answers) engine.Queue { return remoteJobQueue{engine.LocalQueue(st.NewClient(nil))} }
+	_, _, addr := startServerOn(t, engine.Config{Queues: queues, Loops: 1}, st)
+	c := dialRaw(t, "tcp", addr)
+	c.send("peek 77\r\n")
+	c.expect("FOUND 77 6\r\nremote\r\n")
+	c.send("peek 5\r\n")
+	c.expect("NOT_FOUND\r\n")
+	c.send("peek 77\r\n")
+	c.expect("FOUND 77 6\r\nremote\r\n")
+	other := dialRaw(t, "tcp", addr)
+	other.send("peek 5\r\npeek-ready\r\n")
+	other.expect("NOT_FOUND\r\n")
+	other.expect("NOT_FOUND\r\n")
+}
