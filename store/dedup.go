@@ -169,35 +169,37 @@ func (d *DedupTable) fold(r *wal.Record, clock int64) {
 	case r.Kind == wal.KindReq:
 		d.set(r.Req, dedupEntry{Outcome: Outcome{ID: r.ID, Count: r.Count}, at: r.Time})
 	case !r.Req.IsZero():
-		if e := d.find(r.Req); e != nil {
+		s := d.senderOrNew(r.Req.Incarnation)
+		if e := s.find(r.Req.Number); e != nil {
 			e.Count++
 			return
 		}
-		d.set(r.Req, dedupEntry{Outcome: Outcome{ID: r.ID, Count: 1}, at: clock})
+		d.add(s, r.Req.Number, dedupEntry{Outcome: Outcome{ID: r.ID, Count: 1}, at: clock})
 	}
 }
 
 // get is key's entry, expired or not.
 func (d *DedupTable) get(key wal.Req) (dedupEntry, bool) {
-	if e := d.find(key); e != nil {
-		return *e, true
+	if s := d.sender(key.Incarnation); s != nil {
+		if e := s.find(key.Number); e != nil {
+			return *e, true
+		}
 	}
 	return dedupEntry{}, false
 }
 
-// find is key's entry, expired or not, or nil; it is good until the table
-// next changes.
-func (d *DedupTable) find(key wal.Req) *dedupEntry {
-	s := d.sender(key.Incarnation)
-	if s == nil || key.Number > s.hi {
+// find is the entry of s's request number, expired or not, or nil; it is
+// good until the table next changes.
+func (s *senderKeys) find(number uint64) *dedupEntry {
+	if number > s.hi {
 		return nil
 	}
 	for _, r := range s.runs {
 		live := r.keys[r.head:]
-		if len(live) == 0 || key.Number < live[0].number || key.Number > live[len(live)-1].number {
+		if len(live) == 0 || number < live[0].number || number > live[len(live)-1].number {
 			continue
 		}
-		if i, ok := slices.BinarySearchFunc(live, key.Number, byNumber); ok {
+		if i, ok := slices.BinarySearchFunc(live, number, byNumber); ok {
 			return &live[i].dedupEntry
 		}
 	}
@@ -217,20 +219,30 @@ func (d *DedupTable) sender(sender uint64) *senderKeys {
 	return nil
 }
 
+// senderOrNew is sender's entries, made empty if it has none.
+func (d *DedupTable) senderOrNew(sender uint64) *senderKeys {
+	if s := d.sender(sender); s != nil {
+		return s
+	}
+	s := &senderKeys{sender: sender}
+	d.senders = append(d.senders, s)
+	return s
+}
+
 // set makes key's entry e, in place of any it has.
 func (d *DedupTable) set(key wal.Req, e dedupEntry) {
-	s := d.sender(key.Incarnation)
-	if s == nil {
-		s = &senderKeys{sender: key.Incarnation}
-		d.senders = append(d.senders, s)
-	} else if key.Number <= s.hi {
-		if old := d.find(key); old != nil {
-			*old = e
-			return
-		}
+	s := d.senderOrNew(key.Incarnation)
+	if old := s.find(key.Number); old != nil {
+		*old = e
+		return
 	}
-	s.hi = max(s.hi, key.Number)
-	s.insert(numbered{key.Number, e})
+	d.add(s, key.Number, e)
+}
+
+// add makes the entry e of s's request number, which has none.
+func (d *DedupTable) add(s *senderKeys, number uint64, e dedupEntry) {
+	s.hi = max(s.hi, number)
+	s.insert(numbered{number, e})
 	d.n++
 }
 
