@@ -19,7 +19,9 @@ import (
 // first. While an answer is pending the engine calls no method but
 // CancelWait, AckNeeded and Close: one command is in flight per session,
 // but for the commands a Pipeliner pipelines.
-// The *Answer is the loop's scratch, valid only during the call. A method
+// The *Answer is the loop's scratch, valid only during the call, and
+// cleared of the command before's answer but for its statistics, which
+// the commands that read them set whole (session.execute). A method
 // copies what it keeps of its []byte arguments (tube names and put bodies
 // alias the connection's input), except a put body longer than
 // store.MaxCopiedBody, which the engine hands over for good, as to the

@@ -351,7 +351,6 @@ func (s *Session) runHere(g uint16, req Request, a *engine.Answer, finish func(i
 	}
 	r.local.Add(1)
 	s.touch(g)
-	*a = engine.Answer{} // the loop's scratch: it holds the last command's answer
 	finish(&Item{Kind: KindReply, Group: g, Reply: reply}, a)
 	s.lastHere = hereAck{group: g, acks: acks, pos: pos}
 	if i := slices.IndexFunc(s.here, func(h hereAck) bool { return h.group == g }); i >= 0 {
@@ -755,7 +754,6 @@ func (s *Session) CancelWait() bool {
 func (s *Session) callByID(req Request, a *engine.Answer, finish func(it *Item, a *engine.Answer)) bool {
 	g, ok := s.r.groupOfID(req.ID)
 	if !ok {
-		*a = engine.Answer{} // the loop's scratch: it holds the last command's answer
 		finish(&Item{Kind: KindReply, Reply: Reply{Status: StatusNotFound, Result: ResultNone}}, a)
 		return true
 	}
