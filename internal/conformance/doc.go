@@ -101,9 +101,9 @@
 //
 // What the tests found that docs/compatibility.md does not list is in
 // knownGroupBugs, each with a script that shows it (run with -groups-bugs;
-// they fail, some in a fraction of the runs). For two of them the random
-// run sends no quit while a reserve waits, and no burst that makes jobs
-// ready in two groups while a reserve waits: a reserve waiting across
+// they fail, some in a fraction of the runs). For those the random run
+// sends no quit while a reserve waits, and no burst that makes jobs ready
+// (puts, releases) in two groups while a reserve waits: a reserve waiting across
 // groups gets whichever group's offer comes first, not the job one server
 // makes ready first. (A third, a new connection counted late in
 // stats-tube, is fixed: router.Link sends a member's references before its
