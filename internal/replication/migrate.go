@@ -75,7 +75,7 @@ func (l *GroupLog) takeAsks(now time.Time, wait time.Duration) []uint64 {
 	var ids []uint64
 	bytes := 0
 	for id, a := range l.asks {
-		p, live := l.latest[id]
+		p, live := l.latest.get(id)
 		switch {
 		case !live || p.loc.Seg != a.seg:
 			delete(l.asks, id)

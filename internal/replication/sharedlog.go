@@ -381,7 +381,6 @@ func (s *SharedLog) newGroup(g uint16, ls logState) *GroupLog {
 	l := &GroupLog{
 		s: s, group: g,
 		logState: ls,
-		latest:   make(map[uint64]placed),
 		pins:     make(map[uint32]int),
 		held:     ^uint32(0), // no segment: the first holdLocked tells the shared log
 	}

@@ -143,7 +143,7 @@ type GroupLog struct {
 	// folded into latest; no entry from prevIndex+1 to below liveFrom
 	// (and at most folded) holds a live job's latest full record.
 	folded   uint64
-	latest   map[uint64]placed
+	latest   jobIndex
 	liveFrom uint64
 	// The dedup window, guarded by mu: clock is the latest entry time
 	// folded (the head's, or an entry's), headClock the latest in the
@@ -919,12 +919,12 @@ func (l *GroupLog) placeHeadLocked(recs []headRec) {
 	l.baseLive = 0
 	for _, r := range recs {
 		to := segment.Loc{Seg: r.seg, Size: r.size}
-		if old, ok := l.latest[r.id]; ok {
+		if old, ok := l.latest.get(r.id); ok {
 			l.moves = append(l.moves, segment.Move{ID: l.key(r.id), From: old.loc})
 		} else {
 			l.baseLive++
 		}
-		l.latest[r.id] = placed{index: l.baseIndex, loc: to}
+		l.latest.set(r.id, placed{index: l.baseIndex, loc: to})
 		l.moves = append(l.moves, segment.Move{ID: l.key(r.id), To: to})
 	}
 	l.s.seg.Moved(l.moves)
@@ -934,11 +934,11 @@ func (l *GroupLog) placeHeadLocked(recs []headRec) {
 // log's accounting too: the other groups' stay.
 func (l *GroupLog) forgetLiveLocked() {
 	l.moves = l.moves[:0]
-	for id, p := range l.latest {
+	for id, p := range l.latest.all() {
 		l.moves = append(l.moves, segment.Move{ID: l.key(id), From: p.loc})
 	}
 	l.s.seg.Moved(l.moves)
-	clear(l.latest)
+	l.latest.clear()
 }
 
 // key is job id's item in the segment log: the group above the id's 53
@@ -1078,19 +1078,19 @@ func (l *GroupLog) foldLocked(applied uint64) bool {
 	for i := max(l.folded, l.prevIndex) + 1; i <= applied; i++ {
 		m := &l.ents[i-l.prevIndex-1]
 		place := func(kind wal.Kind, id uint64, size uint32) {
-			old, had := l.latest[id]
-			if had {
-				l.unliveLocked(old)
-			}
 			switch kind {
 			case wal.KindFull:
+				old, had := l.latest.get(id)
+				if had {
+					l.unliveLocked(old)
+				}
 				to := segment.Loc{Seg: m.seg, Size: size}
-				l.latest[id] = placed{index: i, loc: to}
+				l.latest.set(id, placed{index: i, loc: to})
 				m.live++
 				l.moves = append(l.moves, segment.Move{ID: l.key(id), From: old.loc, To: to})
 			case wal.KindDelete:
-				if had {
-					delete(l.latest, id)
+				if old, had := l.latest.remove(id); had {
+					l.unliveLocked(old)
 					l.moves = append(l.moves, segment.Move{ID: l.key(id), From: old.loc})
 				}
 			}
