@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -543,29 +544,29 @@ func (f *fullJournal) Append(rec *wal.Record, prev wal.Loc) (uint64, wal.Loc, er
 	return f.recordingJournal.Append(rec, prev)
 }
 
-// TestDedupShrinks: after a burst has expired, a run's slice is made
-// anew at the size left, so a member does not keep a burst's room for
-// ever; a small table keeps its.
+// TestDedupShrinks: after a burst has expired, a run keeps only the blocks
+// its entries left need, so a member does not keep a burst's room for
+// ever.
 func TestDedupShrinks(t *testing.T) {
 	d := NewDedupTable()
-	const burst = 4 * shrinkFrom
+	const burst, after = 200 * runBlock, 3*runBlock + 7
 	for n := range uint64(burst) {
 		d.set(key(n+1), dedupEntry{at: 1})
 	}
-	for n := range uint64(shrinkFrom / 2) {
+	for n := range uint64(after) {
 		d.set(key(burst+n+1), dedupEntry{at: 1 + int64(DedupTTL)})
 	}
 	d.expire(1 + int64(DedupTTL))
-	if d.Len() != shrinkFrom/2 {
-		t.Fatalf("after the burst expired: %d entries, want %d", d.Len(), shrinkFrom/2)
+	if d.Len() != after {
+		t.Fatalf("after the burst expired: %d entries, want %d", d.Len(), after)
 	}
 	s := d.sender(key(0).Incarnation)
-	if len(s.runs) != 1 || cap(s.runs[0].keys) > shrinkFrom {
-		t.Errorf("the run kept room for %d entries", cap(s.runs[0].keys))
+	if len(s.runs) != 1 || len(s.runs[0].blocks) > after/runBlock+2 {
+		t.Errorf("the run kept %d blocks for %d entries", len(s.runs[0].blocks), after)
 	}
-	for n := range uint64(shrinkFrom / 2) {
-		if _, ok := d.get(key(burst + n + 1)); !ok {
-			t.Fatalf("entry %d lost in the move", burst+n+1)
+	for n := range uint64(after) {
+		if e, ok := d.get(key(burst + n + 1)); !ok || e.at != 1+int64(DedupTTL) {
+			t.Fatalf("entry %d lost in the expiry", burst+n+1)
 		}
 	}
 	if _, ok := d.get(key(burst)); ok {
@@ -689,5 +690,50 @@ func BenchmarkDedupFold(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		fold()
+	}
+}
+
+// TestKeyRunBlocks: a run's entries across blocks, against a sorted slice:
+// numbers appended, inserted in place near the end (across a block's
+// edge too), dropped from the front; search finds each and places the
+// missing where they go.
+func TestKeyRunBlocks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var r keyRun
+	var want []uint64
+	next := uint64(1000)
+	for step := range 20 * runBlock {
+		switch x := rng.IntN(10); {
+		case x < 6:
+			next += 3
+			r.push(numbered{number: next})
+			want = append(want, next)
+		case x < 8 && len(want) > 0:
+			number := next - uint64(rng.IntN(min(len(want), nearEnd))*3) - 1
+			i, ok := r.search(number)
+			if j, wok := slices.BinarySearch(want, number); i != j || ok != wok {
+				t.Fatalf("step %d: search(%d) = %d %v, want %d %v", step, number, i, ok, j, wok)
+			}
+			if !ok {
+				r.insertAt(i, numbered{number: number})
+				want = slices.Insert(want, i, number)
+			}
+		case len(want) > 0:
+			r.dropFirst()
+			want = want[1:]
+		}
+		if r.len() != len(want) {
+			t.Fatalf("step %d: len %d, want %d", step, r.len(), len(want))
+		}
+		if step%97 == 0 {
+			for i, n := range want {
+				if r.at(i).number != n {
+					t.Fatalf("step %d: entry %d is %d, want %d", step, i, r.at(i).number, n)
+				}
+			}
+		}
+	}
+	if len(r.blocks) < 3 {
+		t.Errorf("the run has %d blocks: the test is to cross blocks' edges", len(r.blocks))
 	}
 }
