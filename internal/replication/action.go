@@ -24,7 +24,7 @@ type Action struct {
 	Messages []*pb.Message
 	// Records (ActApply, ActLocate) are for the store. Their bodies alias
 	// the log's entries: Store.Apply copies what it keeps. They are valid
-	// until the next Ready (the core reuses ActApply's).
+	// until the next Ready (the core reuses their buffers).
 	Records []wal.Record
 	// Locs (ActApply, ActLocate) say where each of Records is in this
 	// member's log (Log.Locate): a full record's segment and size.

@@ -135,9 +135,13 @@ type Core struct {
 	// Readies of a MiB each).
 	applyBuf  []wal.Record
 	applyLocs []wal.Loc
-	scratch   []wal.Record  // for checking peers' records
-	out       []Action      // the actions for the next Ready
-	sends     []*pb.Message // messages made sendable since the last Ready
+	// locateBuf and locateLocs hold ActLocate's, reused the same way: a
+	// leader locates every full record it proposed.
+	locateBuf  []wal.Record
+	locateLocs []wal.Loc
+	scratch    []wal.Record  // for checking peers' records
+	out        []Action      // the actions for the next Ready
+	sends      []*pb.Message // messages made sendable since the last Ready
 
 	// Proposals made, ever, and their bytes.
 	proposals, proposedBytes uint64
@@ -464,6 +468,10 @@ func (c *Core) Ready() []Action {
 		c.applyBuf, c.applyLocs = nil, nil
 	}
 	c.applyBuf, c.applyLocs = c.applyBuf[:0], c.applyLocs[:0]
+	if cap(c.locateBuf) > maxKeptRecords {
+		c.locateBuf, c.locateLocs = nil, nil
+	}
+	c.locateBuf, c.locateLocs = c.locateBuf[:0], c.locateLocs[:0]
 	for !c.stopped {
 		if len(c.sends) > 0 {
 			c.out = append(c.out, Action{Kind: ActSend, Messages: c.sends})
@@ -593,10 +601,9 @@ func (c *Core) write(m *pb.Message) {
 func (c *Core) apply(m *pb.Message) {
 	// Appended to the Ready's buffers, never written below what an
 	// earlier action of the same Ready holds.
-	from := len(c.applyBuf)
+	from, mineFrom := len(c.applyBuf), len(c.locateBuf)
 	records, locs := c.applyBuf, c.applyLocs
-	var mine []wal.Record
-	var mineLocs []wal.Loc
+	mine, mineLocs := c.locateBuf, c.locateLocs
 	var ack uint64
 	serve := false
 	var handed []byte // the reservations this member takes as it serves
@@ -654,8 +661,10 @@ func (c *Core) apply(m *pb.Message) {
 		c.out = append(c.out, Action{Kind: ActApply, Records: records[from:len(records):len(records)],
 			Locs: locs[from:len(locs):len(locs)], Index: c.applied})
 	}
-	if len(mine) > 0 {
-		c.out = append(c.out, Action{Kind: ActLocate, Records: mine, Locs: mineLocs, Index: c.applied})
+	c.locateBuf, c.locateLocs = mine, mineLocs
+	if len(mine) > mineFrom {
+		c.out = append(c.out, Action{Kind: ActLocate, Records: mine[mineFrom:len(mine):len(mine)],
+			Locs: mineLocs[mineFrom:len(mineLocs):len(mineLocs)], Index: c.applied})
 	}
 	if ack > 0 {
 		c.out = append(c.out, Action{Kind: ActPublish, Pos: ack})

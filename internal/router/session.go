@@ -401,12 +401,14 @@ func (s *Session) sendWith(g uint16, req Request, before func(seq uint32), finis
 		before(seq)
 	}
 	s.r.link.RequestRouted(s.id, g, seq, req, s.route(op), func(it *Item) {
-		var a engine.Answer
+		a := answerPool.Get().(*engine.Answer)
+		defer answerPool.Put(a)
+		*a = engine.Answer{}
 		switch it.Reply.Status {
 		case StatusNoLeader, StatusUnknown:
-			failed(op, it.Reply.Status, &a)
+			failed(op, it.Reply.Status, a)
 		default:
-			finish(it, &a)
+			finish(it, a)
 		}
 		if a.Reserve == reserveElsewhere {
 			return
@@ -414,11 +416,16 @@ func (s *Session) sendWith(g uint16, req Request, before func(seq uint32), finis
 		if a.Reserve == store.Waiting {
 			s.deliver(seq, nil)
 		} else {
-			s.deliver(seq, &a)
+			s.deliver(seq, a) // copied
 		}
 	})
 	return false
 }
+
+// answerPool holds the answers replies are read into before they are
+// delivered (copied): one each would be an allocation a routed command,
+// its reply's finish being a function value the answer escapes to.
+var answerPool = sync.Pool{New: func() any { return new(engine.Answer) }}
 
 // failed answers a request no leader answered in time (docs/design/
 // shards.md 5.7) as one server whose log cannot take a change would: put
