@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -112,11 +113,19 @@ func (n *linkNet) handle(from, to uint64, payload []byte) {
 	}
 }
 
-// heldCount is how many payloads from m are held.
+// heldCount is how many items from m are held: counted by item, since a
+// server may send several in one payload or each in its own, as they
+// come (two replies flushed together under load).
 func (n *linkNet) heldCount(m uint64) int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return len(n.held[m])
+	count := 0
+	for _, p := range n.held[m] {
+		if err := Each(p, math.MaxInt, func(*Item) { count++ }); err != nil {
+			n.t.Errorf("a payload held from %d: %v", m, err)
+		}
+	}
+	return count
 }
 
 // hold keeps what member m sends member 1; release delivers it.
