@@ -1148,7 +1148,11 @@ func (o *owner) run(req *Request) (r Reply, blocked bool) {
 	switch req.Op {
 	case OpPut:
 		cl.Use(req.Tube)
-		id, _, err := cl.PutKeyed(key, req.Pri, req.Delay, req.TTR, bytes.Clone(req.Body))
+		body := req.Body // aliases the stream's buffer: the store copies a small one itself
+		if len(body) > store.MaxCopiedBody {
+			body = bytes.Clone(body)
+		}
+		id, _, err := cl.PutKeyed(key, req.Pri, req.Delay, req.TTR, body)
 		if err != nil {
 			return verdict(err), false
 		}

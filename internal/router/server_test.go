@@ -146,6 +146,36 @@ func TestServerRequests(t *testing.T) {
 	}
 }
 
+// TestServerPutBodiesOwned: a put's body aliases the payload it came in,
+// which the transport reuses once Handle returns; the job keeps its body
+// whatever then becomes of that buffer, short (the store copies it) or
+// long (the Server does).
+func TestServerPutBodiesOwned(t *testing.T) {
+	st := store.New(store.Options{})
+	r := newServerRig(t, map[uint16]*store.Store{1: st})
+	short := []byte("short\r\n")
+	long := append(bytes.Repeat([]byte("L"), 2*store.MaxCopiedBody), '\r', '\n')
+	for i, body := range [][]byte{short, long} {
+		it := req(1, 1, uint32(2*i+1), Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: body})
+		payload, err := AppendItem(nil, &it)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.srv.Handle(7, payload); err != nil {
+			t.Fatal(err)
+		}
+		got := r.next()
+		if got.Reply.Status != StatusOK || got.Reply.ID == 0 {
+			t.Fatalf("put %d: %+v", i, got)
+		}
+		clear(payload) // the transport's next read
+		r.send(req(1, 1, uint32(2*i+2), Request{Op: OpPeek, ID: got.Reply.ID}))
+		if peek := r.next(); !bytes.Equal(peek.Reply.Job.Body, body) {
+			t.Errorf("a %d-byte body: the job holds %q after its payload was reused", len(body), peek.Reply.Job.Body)
+		}
+	}
+}
+
 // TestServerBlockedReserve: a reserve that waits is answered when a job
 // comes; the session's requests behind it wait, and are answered after
 // it, in order; the session's close gives back what it holds.
