@@ -81,7 +81,7 @@ func moveTube(r *round, lay layout) (outcome, error) {
 		return out, c.settleTube(via, tube, g)
 	}
 	for _, dest := range []int{to, g} {
-		status, paused, err := c.moveTubeTo(via, tube, dest)
+		status, paused, err := c.postAgain(r, via, "/cluster/tubes/"+url.PathEscape(tube)+"/move", dest)
 		if err != nil || status != http.StatusOK {
 			return out, fmt.Errorf("moving %s to group %d: %d %v", tube, dest, status, err)
 		}
@@ -141,7 +141,7 @@ func (c *cluster) placePrefixRound(r *round, lay layout, prefix string, g, to in
 		return out, c.settle(via, "/cluster/placements/"+url.PathEscape(prefix), g)
 	}
 	for _, dest := range []int{to, g} {
-		status, paused, err := c.post(via, "/cluster/placements/"+url.PathEscape(prefix), dest)
+		status, paused, err := c.postAgain(r, via, "/cluster/placements/"+url.PathEscape(prefix), dest)
 		if err != nil || status != http.StatusOK {
 			return out, fmt.Errorf("placing %s in group %d: %d %v", prefix, dest, status, err)
 		}
@@ -182,6 +182,29 @@ func (c *cluster) post(m *member, path string, g int) (int, time.Duration, error
 	}
 	return resp.StatusCode, time.Duration(out.Paused) * time.Millisecond, nil
 }
+
+// postAgain is post, asked again while it answers 503, up to
+// retryUnavailable, as an operator would: "try again", the group's
+// leadership moving (after a partition heals the balancer hands
+// leaderships back, and a request forwarded to a member that has just
+// stopped leading is refused there, not forwarded again).
+func (c *cluster) postAgain(r *round, m *member, path string, g int) (int, time.Duration, error) {
+	status, paused, err := c.post(m, path, g)
+	for until := time.Now().Add(retryUnavailable); status == http.StatusServiceUnavailable && time.Now().Before(until); {
+		r.t.Logf("%s to group %d: %d %v: again", path, g, status, err)
+		time.Sleep(250 * time.Millisecond)
+		status, paused, err = c.post(m, path, g)
+		if status == http.StatusConflict && strings.Contains(err.Error(), "lives in group") {
+			return http.StatusOK, paused, nil // the first went through before its answer was lost
+		}
+	}
+	return status, paused, err
+}
+
+// retryUnavailable is how long postAgain asks again: about the
+// leaderships' settling after a fault (two election timeouts and a
+// balancer's round).
+const retryUnavailable = 10 * time.Second
 
 // settleTube brings tube back to group g, where the round's checks look
 // for it, once whatever move of it was under way is over (its group's
