@@ -33,6 +33,7 @@ import (
 func startLone(t *testing.T, tweak func(*NodeConfig)) (*Node, *testproc.SyncBuffer) {
 	var peers []Member
 	var ln net.Listener
+	var unused []net.Listener
 	for i := 1; i <= 3; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -43,8 +44,13 @@ func startLone(t *testing.T, tweak func(*NodeConfig)) (*Node, *testproc.SyncBuff
 		if i == 1 {
 			ln = l
 		} else {
-			l.Close() // nobody listens there: dials to it fail at once
+			unused = append(unused, l)
 		}
+	}
+	// Nobody listens at m2's and m3's addresses, so dials to them fail at
+	// once; closed only now, or m3 could be given the port m2's just freed.
+	for _, l := range unused {
+		l.Close()
 	}
 	out := &testproc.SyncBuffer{}
 	var ids []uint64
