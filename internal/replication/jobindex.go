@@ -46,6 +46,39 @@ type jobPage struct {
 	slots [pageSlots]placed
 }
 
+// has reports whether slot s holds a job.
+func (pg *jobPage) has(s uint64) bool { return pg.used[s/64]&(1<<(s%64)) != 0 }
+
+// put makes p slot s's job, and reports whether the slot held none.
+func (pg *jobPage) put(s uint64, p placed) bool {
+	pg.slots[s] = p
+	if pg.has(s) {
+		return false
+	}
+	pg.used[s/64] |= 1 << (s % 64)
+	pg.n++
+	return true
+}
+
+// drop empties slot s, which holds a job.
+func (pg *jobPage) drop(s uint64) {
+	pg.used[s/64] &^= 1 << (s % 64)
+	pg.n--
+}
+
+// held yields the slots holding a job, in order.
+func (pg *jobPage) held() iter.Seq[uint64] {
+	return func(yield func(uint64) bool) {
+		for w, used := range pg.used {
+			for ; used != 0; used &= used - 1 {
+				if !yield(uint64(w*64 + bits.TrailingZeros64(used))) {
+					return
+				}
+			}
+		}
+	}
+}
+
 const (
 	pageSlots   = 256
 	sparseShare = 8
@@ -54,11 +87,10 @@ const (
 // get is id's entry.
 func (x *jobIndex) get(id uint64) (placed, bool) {
 	if pg := x.page(id / pageSlots); pg != nil {
-		s := id % pageSlots
-		if pg.used[s/64]&(1<<(s%64)) == 0 {
-			return placed{}, false
+		if s := id % pageSlots; pg.has(s) {
+			return pg.slots[s], true
 		}
-		return pg.slots[s], true
+		return placed{}, false
 	}
 	p, ok := x.spare[id]
 	return p, ok
@@ -75,13 +107,9 @@ func (x *jobIndex) set(id uint64, p placed) {
 		}
 		pg = x.newPage(num)
 	}
-	s := id % pageSlots
-	if bit := uint64(1) << (s % 64); pg.used[s/64]&bit == 0 {
-		pg.used[s/64] |= bit
-		pg.n++
+	if pg.put(id%pageSlots, p) {
 		x.n++
 	}
-	pg.slots[s] = p
 }
 
 // remove drops id's entry and returns it, if it had one.
@@ -100,12 +128,10 @@ func (x *jobIndex) remove(id uint64) (placed, bool) {
 		return p, ok
 	}
 	s := id % pageSlots
-	bit := uint64(1) << (s % 64)
-	if pg.used[s/64]&bit == 0 {
+	if !pg.has(s) {
 		return placed{}, false
 	}
-	pg.used[s/64] &^= bit
-	pg.n--
+	pg.drop(s)
 	x.n--
 	p := pg.slots[s]
 	if x.thin() {
@@ -122,12 +148,9 @@ func (x *jobIndex) len() int { return x.n }
 func (x *jobIndex) all() iter.Seq2[uint64, placed] {
 	return func(yield func(uint64, placed) bool) {
 		for num, pg := range x.pages {
-			for w, used := range pg.used {
-				for ; used != 0; used &= used - 1 {
-					s := w*64 + bits.TrailingZeros64(used)
-					if !yield(num*pageSlots+uint64(s), pg.slots[s]) {
-						return
-					}
+			for s := range pg.held() {
+				if !yield(num*pageSlots+s, pg.slots[s]) {
+					return
 				}
 			}
 		}
@@ -171,9 +194,7 @@ func (x *jobIndex) newPage(num uint64) *jobPage {
 			id := num*pageSlots + s
 			if p, ok := x.spare[id]; ok {
 				delete(x.spare, id)
-				pg.used[s/64] |= 1 << (s % 64)
-				pg.n++
-				pg.slots[s] = p
+				pg.put(s, p)
 			}
 		}
 	}
@@ -202,11 +223,8 @@ func (x *jobIndex) sweep() {
 		if pg == x.last || pg.n >= pageSlots/sparseShare {
 			continue
 		}
-		for w, used := range pg.used {
-			for ; used != 0; used &= used - 1 {
-				s := w*64 + bits.TrailingZeros64(used)
-				x.spare[num*pageSlots+uint64(s)] = pg.slots[s]
-			}
+		for s := range pg.held() {
+			x.spare[num*pageSlots+s] = pg.slots[s]
 		}
 		if pg.n > 0 {
 			x.spareIn[num] += pg.n
