@@ -30,8 +30,10 @@ type Config struct {
 	// Loops is the number of gnet event loops, at most MaxLoops; 0 means
 	// DefaultLoops.
 	Loops int
-	// MaxInputBuffered closes a connection whose unparsed input exceeds it.
-	// 0 means DefaultMaxInputBuffered(MaxJobSize).
+	// MaxInputBuffered closes a connection whose unparsed input exceeds it
+	// while it is read (a session that cannot consume its input pauses
+	// reading first: regulateInput). 0 means
+	// DefaultMaxInputBuffered(MaxJobSize).
 	MaxInputBuffered int
 	// MaxOutputBuffered stops serving a connection whose unread replies
 	// exceed it until the client reads. 0 means DefaultMaxOutputBuffered.
@@ -148,15 +150,23 @@ const (
 	DefaultMaxOutputBuffered = 512 << 10
 	// minMaxInputBuffered is the floor of DefaultMaxInputBuffered.
 	minMaxInputBuffered = 64 << 10
+	// pauseReadingAt is the unread input at which a session that cannot
+	// consume it stops reading its socket (regulateInput): at most one
+	// read (readBufferCap) more arrives, which keeps it under the smallest
+	// cap. Less waiting, as a command or two behind a blocked reserve,
+	// leaves the socket read, so that the client's hang-up is seen.
+	pauseReadingAt = minMaxInputBuffered - readBufferCap
 	// MaxLoops is gnet's ceiling on event loops; it would clamp a larger
 	// count silently.
 	MaxLoops = 256
 )
 
 // DefaultMaxInputBuffered is the input cap for a given max job size: room for
-// two maximal puts pipelined behind a blocked reserve, and at least 64 KiB.
-// Outside that case unparsed input is at most one partial command line:
-// put bodies are copied out as they arrive.
+// two maximal puts, and at least 64 KiB. A session that cannot consume its
+// input pauses reading below it (pauseReadingAt); one that is read holds at
+// most one partial command line, put bodies being copied out as they
+// arrive. So the cap closes a connection only where the pause is not
+// available, or the cap is set below pauseReadingAt.
 func DefaultMaxInputBuffered(maxJobSize int) int {
 	return max(2*(maxJobSize+256), minMaxInputBuffered)
 }

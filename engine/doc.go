@@ -206,11 +206,16 @@
 //
 // # Limits
 //
-// gnet never stops reading and never caps outbound data, so the engine
-// bounds both: a session whose outbound buffer passes MaxOutputBuffered
-// stops being served (it is re-checked from OnTick until its client has
-// read half of it), and a connection whose unparsed input passes
-// MaxInputBuffered is closed. Other connections are unaffected.
+// gnet never caps outbound data, and reads a socket until told to pause
+// (Conn.PauseReading, Sprout's gnet patch 0004), so the engine bounds
+// both: a session whose outbound buffer passes MaxOutputBuffered stops
+// being served (it is re-checked from OnTick until its client has read
+// half of it); a session that cannot consume its input until an answer
+// comes or its client reads (a waiting reserve, a full pipeline, that
+// output cap) stops reading its socket at pauseReadingAt bytes unread,
+// holding the client back as beanstalkd does, until it can; and a
+// connection whose unparsed input passes MaxInputBuffered while it is
+// read is closed. Other connections are unaffected.
 //
 // Over all connections, MaxBufferMemory bounds the bytes held for them:
 // unread replies, unparsed input, partial put bodies and replies held for

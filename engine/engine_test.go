@@ -467,17 +467,38 @@ func TestSlowReaderIsThrottled(t *testing.T) {
 	}
 }
 
-// TestInputCapClosesConnection: a client piling up unparsed input behind a
-// blocked reserve is disconnected instead of growing the server's memory.
-func TestInputCapClosesConnection(t *testing.T) {
-	_, network, addr := startServer(t, engine.Config{MaxInputBuffered: 64 << 10})
+// TestBlockedInputHeldBack: a client piling up input behind a blocked
+// reserve is held back, as beanstalkd holds it back by not reading it: the
+// server stops reading its socket at pauseReadingAt bytes unread, far
+// below the 2 MiB sent and under the input cap, rather than buffering it
+// all or closing the connection; once the reserve times out, every
+// command behind it runs, in order, as beanstalkd runs them.
+func TestBlockedInputHeldBack(t *testing.T) {
+	const limit = 64 << 10
+	srv, network, addr := startServer(t, engine.Config{MaxInputBuffered: limit})
 	c := dialRaw(t, network, addr)
-	c.send("reserve\r\n")
-	junk := strings.Repeat("stats\r\n", 20000) // 140 KB behind the reserve
-	go func() { _, _ = io.WriteString(c.c, junk) }()
-	_ = c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.rd.ReadByte(); !errors.Is(err, io.EOF) && !isReset(err) {
-		t.Fatalf("want the connection closed, got %v", err)
+	c.send("reserve-with-timeout 1\r\n")
+	const commands = 131072 // 2 MiB behind the reserve
+	written := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(c.c, strings.Repeat("list-tube-used\r\n", commands))
+		written <- err
+	}()
+	waitFor(t, "the input behind the reserve to be read", func() bool { return srv.Limits().BufferHeld >= limit/2 })
+	for range 30 {
+		if held := srv.Limits().BufferHeld; held > limit {
+			t.Fatalf("%d bytes of input held behind the reserve, want at most %d", held, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.expect("TIMED_OUT\r\n")
+	for i := range commands {
+		if line, err := c.reply(10 * time.Second); err != nil || line != "USING default\r\n" {
+			t.Fatalf("reply %d behind the reserve: %q (%v)", i, line, err)
+		}
+	}
+	if err := <-written; err != nil {
+		t.Fatalf("the client's write: %v", err)
 	}
 	other := dialRaw(t, network, addr)
 	other.send("list-tube-used\r\n")

@@ -137,13 +137,13 @@ func (ss *session) serveInput() gnet.Action {
 	maxOut := ss.loop.srv.cfg.MaxOutputBuffered
 	if ss.throttled {
 		if c.OutboundBuffered() > maxOut/2 {
-			return ss.checkInput()
+			return ss.regulateInput(true)
 		}
 		ss.throttled = false
 	}
 	r := ss.remote()
 	if ss.awaiting != codec.OpNone && !r.mayGoOn(ss.awaiting) {
-		return ss.checkInput()
+		return ss.regulateInput(true)
 	}
 	in, _ := c.Peek(-1)
 	out := &ss.loop.batch
@@ -152,6 +152,9 @@ func (ss *session) serveInput() gnet.Action {
 	// idle connection its 88 bytes.
 	var cmd codec.Command
 	action := gnet.None
+	// blocked: the input left is not consumed until an answer comes or
+	// the client reads its replies; else it is a command not yet whole.
+	blocked := false
 	// waiting is what the socket holds beyond gnet's buffer, once asked
 	// for a large body (bodyAhead); -1 until then.
 	waiting := -1
@@ -166,6 +169,7 @@ func (ss *session) serveInput() gnet.Action {
 		}
 		if c.OutboundBuffered()+out.size() > maxOut {
 			ss.throttled = true
+			blocked = true
 			break
 		}
 		if waiting < 0 {
@@ -191,6 +195,7 @@ func (ss *session) serveInput() gnet.Action {
 			// Not pipelined: it waits until the answers pending have
 			// come, parsed again then.
 			consumed -= n
+			blocked = true
 			break
 		}
 		before := len(out.buf)
@@ -226,6 +231,7 @@ func (ss *session) serveInput() gnet.Action {
 			break
 		}
 		if ss.awaiting != codec.OpNone && !r.mayGoOn(ss.awaiting) {
+			blocked = true
 			break
 		}
 	}
@@ -240,7 +246,7 @@ func (ss *session) serveInput() gnet.Action {
 	if action != gnet.None {
 		return action
 	}
-	return ss.checkInput()
+	return ss.regulateInput(blocked)
 }
 
 // A large put body is read where the job keeps it, as beanstalkd reads
@@ -330,12 +336,26 @@ func (ss *session) account() {
 	ss.loop.srv.account(ss, int64(n), unread > 0 || ss.throttled)
 }
 
-// checkInput closes a connection whose unparsed input has outgrown its cap
-// (a client pipelining behind a pending answer or without reading); body
+// regulateInput holds back a client that sends faster than its session
+// consumes, as beanstalkd does by not reading such a connection: once the
+// session cannot consume its input until an answer comes or the client
+// reads its replies (blocked), with pauseReadingAt bytes or more unread,
+// the socket is not read until the session is unblocked, and the client's
+// writes wait in TCP's flow control. Only a connection whose unparsed
+// input outgrows its cap while it is still being read is closed; body
 // bytes are copied out as they arrive, so they never count.
-func (ss *session) checkInput() gnet.Action {
-	if ss.conn.InboundBuffered() > ss.loop.srv.cfg.MaxInputBuffered {
-		ss.loop.srv.log.Debug().Int("buffered", ss.conn.InboundBuffered()).Msg("input cap exceeded; closing")
+func (ss *session) regulateInput(blocked bool) gnet.Action {
+	buffered := ss.conn.InboundBuffered()
+	if !blocked {
+		// gnet keeps whether the socket is paused: nothing to do if not.
+		if err := ss.conn.ResumeReading(); err != nil {
+			return gnet.Close
+		}
+	} else if buffered >= pauseReadingAt && ss.conn.PauseReading() == nil {
+		return gnet.None
+	}
+	if buffered > ss.loop.srv.cfg.MaxInputBuffered {
+		ss.loop.srv.log.Debug().Int("buffered", buffered).Msg("input cap exceeded; closing")
 		return gnet.Close
 	}
 	return gnet.None

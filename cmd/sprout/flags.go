@@ -304,8 +304,8 @@ var flagTable = []*flag{
 		set: stringSetter(func(o *options) *string { return &o.logFormat },
 			"json or console", func(v string) bool { return v == "json" || v == "console" })},
 	{long: "max-input", arg: "BYTES", group: groupSprout,
-		help: "close a connection whose unparsed input exceeds BYTES (default: the larger of 64 KiB " +
-			"and 2*(max job size+256))",
+		help: "close a connection whose unparsed input exceeds BYTES while it is read (one that cannot " +
+			"take more yet is not read past 48 KiB instead) (default: the larger of 64 KiB and 2*(max job size+256))",
 		set: byteCountSetter(func(o *options) *int { return &o.maxInput })},
 	{long: "max-output", arg: "BYTES", group: groupSprout,
 		help: fmt.Sprintf("stop serving a connection whose unread replies exceed BYTES until it reads "+

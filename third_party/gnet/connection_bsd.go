@@ -69,7 +69,14 @@ func (c *conn) unwatchWritable() error {
 }
 
 // stopReading removes c's read filter once its remote has shut down its
-// writing side, or kqueue would report the end of file at every poll.
+// writing side, or kqueue would report the end of file at every poll; or
+// while reading is paused.
 func (c *conn) stopReading() error {
 	return c.loop.poller.DelRead(&c.pollAttachment)
+}
+
+// startReading adds c's read filter again after a pause; kqueue reports at
+// once what arrived meanwhile, edge-triggered too.
+func (c *conn) startReading() error {
+	return c.loop.poller.AddRead(&c.pollAttachment, c.loop.engine.opts.EdgeTriggeredIO)
 }

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/panjf2000/gnet/v2/pkg/netpoll"
+	"github.com/panjf2000/gnet/v2/pkg/queue"
 )
 
 func (c *conn) processIO(_ int, ev netpoll.IOEvent, _ netpoll.IOFlags) error {
@@ -59,7 +60,7 @@ func (c *conn) processIO(_ int, ev netpoll.IOEvent, _ netpoll.IOFlags) error {
 	}
 	// Ultimately, check for EPOLLRDHUP, this event indicates that the remote has
 	// either closed connection or shut down the writing half of the connection.
-	if ev&unix.EPOLLRDHUP != 0 && c.opened && !c.readClosed {
+	if ev&unix.EPOLLRDHUP != 0 && c.opened && !c.readClosed && !c.readPaused {
 		if ev&unix.EPOLLIN == 0 { // unreadable EPOLLRDHUP, close the connection directly
 			if h := el.halfCloser(); h != nil {
 				return el.halfClose(c, h)
@@ -75,9 +76,9 @@ func (c *conn) processIO(_ int, ev netpoll.IOEvent, _ netpoll.IOFlags) error {
 }
 
 // watchWritable has the poller report c writable, and readable too unless
-// c no longer reads (HalfCloseHandler).
+// c no longer reads (HalfCloseHandler) or reading is paused.
 func (c *conn) watchWritable(isET bool) error {
-	if c.readClosed && !isET {
+	if (c.readClosed || c.readPaused) && !isET {
 		return c.loop.poller.ModWrite(&c.pollAttachment)
 	}
 	return c.loop.poller.ModReadWrite(&c.pollAttachment, isET)
@@ -86,15 +87,16 @@ func (c *conn) watchWritable(isET bool) error {
 // unwatchWritable stops the poller reporting c writable, in level-triggered
 // mode once its pending writes are sent.
 func (c *conn) unwatchWritable() error {
-	if c.readClosed {
+	if c.readClosed || c.readPaused {
 		return c.loop.poller.ModNone(&c.pollAttachment)
 	}
 	return c.loop.poller.ModRead(&c.pollAttachment, false)
 }
 
 // stopReading has the poller stop reporting c readable once its remote has
-// shut down its writing side: level-triggered, the end of file would be
-// reported at every poll. Edge-triggered, no new edge comes.
+// shut down its writing side (level-triggered, the end of file would be
+// reported at every poll; edge-triggered, no new edge comes), or while
+// reading is paused (edge-triggered, read checks readPaused).
 func (c *conn) stopReading() error {
 	if c.loop.engine.opts.EdgeTriggeredIO {
 		return nil
@@ -103,4 +105,17 @@ func (c *conn) stopReading() error {
 		return c.loop.poller.ModNone(&c.pollAttachment)
 	}
 	return c.loop.poller.ModWrite(&c.pollAttachment)
+}
+
+// startReading has the poller report c readable again after a pause, and
+// writable too while it has pending writes. Edge-triggered, what arrived
+// during the pause made its edge then: c is read once now.
+func (c *conn) startReading() error {
+	if c.loop.engine.opts.EdgeTriggeredIO {
+		return c.loop.poller.Trigger(queue.LowPriority, c.loop.read0, c)
+	}
+	if c.outboundBuffer.IsEmpty() {
+		return c.loop.poller.ModRead(&c.pollAttachment, false)
+	}
+	return c.loop.poller.ModReadWrite(&c.pollAttachment, false)
 }

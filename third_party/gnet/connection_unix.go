@@ -54,6 +54,7 @@ type conn struct {
 	opened         bool                   // connection opened event fired
 	isEOF          bool                   // whether the connection has reached EOF
 	readClosed     bool                   // the remote shut down its writing side and a HalfCloseHandler serves on: nothing more is read
+	readPaused     bool                   // the handler paused reading (PauseReading) until ResumeReading
 }
 
 func newStreamConn(proto string, fd int, el *eventloop, sa unix.Sockaddr, localAddr, remoteAddr net.Addr) (c *conn) {
@@ -93,6 +94,7 @@ func (c *conn) release() {
 	c.opened = false
 	c.isEOF = false
 	c.readClosed = false
+	c.readPaused = false
 	c.ctx = nil
 	c.safeCtx.Store(nil)
 	c.buffer = nil
@@ -565,4 +567,31 @@ func (c *conn) SafeContext() (ctx any) {
 
 func (c *conn) SetSafeContext(ctx any) {
 	c.safeCtx.Store(&ctx)
+}
+
+// PauseReading stops reading c's socket until ResumeReading: what arrives
+// meanwhile stays in the kernel's buffers, and a remote that goes on
+// writing is held back by TCP's flow control, as by a server that reads
+// only when it is ready for more. The bytes read before the pause stay
+// in c. The remote's end of file is seen once reading resumes. Call it on
+// c's event loop only.
+func (c *conn) PauseReading() error {
+	if c.readPaused || c.readClosed || !c.opened {
+		return nil
+	}
+	c.readPaused = true
+	return c.stopReading()
+}
+
+// ResumeReading reads c's socket again after PauseReading, starting with
+// what arrived during the pause. Call it on c's event loop only.
+func (c *conn) ResumeReading() error {
+	if !c.readPaused {
+		return nil
+	}
+	c.readPaused = false
+	if c.readClosed || !c.opened {
+		return nil
+	}
+	return c.startReading()
 }

@@ -591,3 +591,9 @@ func (c *conn) SafeContext() (ctx any) {
 func (c *conn) SetSafeContext(ctx any) {
 	c.safeCtx.Store(&ctx)
 }
+
+// PauseReading is not supported on Windows.
+func (c *conn) PauseReading() error { return errorx.ErrUnsupportedOp }
+
+// ResumeReading is not supported on Windows.
+func (c *conn) ResumeReading() error { return errorx.ErrUnsupportedOp }

@@ -253,7 +253,7 @@ func (el *eventloop) read0(a any) error {
 }
 
 func (el *eventloop) read(c *conn) error {
-	if !c.opened || c.readClosed {
+	if !c.opened || c.readClosed || c.readPaused {
 		return nil
 	}
 
@@ -287,6 +287,9 @@ loop:
 	}
 	_, _ = c.inboundBuffer.Write(c.buffer)
 	c.buffer = c.buffer[:0]
+	if c.readPaused { // by the handler, just now
+		return nil
+	}
 
 	if c.isEOF || (isET && recv < chunk) {
 		goto loop

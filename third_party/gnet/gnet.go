@@ -461,6 +461,20 @@ type Conn interface {
 	// Wake triggers an OnTraffic event for the current connection, it's concurrency-safe.
 	Wake(callback AsyncCallback) error
 
+	// PauseReading stops reading the connection's socket until ResumeReading:
+	// what the remote sends meanwhile waits in the kernel, and a remote that
+	// goes on sending is held back by the transport's flow control. Bytes read
+	// before the pause stay buffered; writes go on as before. The remote's
+	// end of file is seen once reading resumes. It's not concurrency-safe,
+	// you must invoke it within any method in EventHandler or a task on the
+	// connection's event loop. Not supported on Windows.
+	PauseReading() error
+
+	// ResumeReading reads the connection's socket again after PauseReading,
+	// starting with what arrived during the pause; it does nothing for a
+	// connection not paused. Not concurrency-safe, like PauseReading.
+	ResumeReading() error
+
 	// CloseWithCallback closes the current connection, it's concurrency-safe.
 	// Usually you should provide a non-nil callback for this method,
 	// otherwise your better choice is Close().
