@@ -126,7 +126,7 @@ func (ss *session) execute(cmd *codec.Command, out *replies) {
 	if now {
 		ss.answer(cmd.Op, a, out)
 	} else {
-		ss.await(cmd.Op)
+		ss.await(cmd.Op, len(cmd.Body))
 	}
 }
 

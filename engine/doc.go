@@ -152,9 +152,10 @@
 // unless its Queue pipelines the command (Pipeliner: a cluster member's
 // session whose commands go to another member). Then the session goes
 // on with the commands that follow while each is one the Queue
-// pipelines, up to MaxPipelined in flight; a command answered at once
-// behind them (a put's body refused) has its reply kept until theirs are
-// sent (pipeline.go), and any other command is put back, unparsed, until
+// pipelines, up to MaxPipelined in flight with MaxPipelinedBytes of put
+// bodies; a command answered at once behind them (a put's body refused)
+// has its reply kept until theirs are sent (pipeline.go), and any other
+// command is put back, unparsed, until
 // every answer has come. A Queue's answers reach the loop through its
 // remote, in the order the Queue delivered them, several to one Execute.
 // A reserve with nothing to take is the single node's pending answer: the

@@ -24,8 +24,16 @@ type Pipeliner interface {
 	Pipelines(op codec.Op) bool
 }
 
-// MaxPipelined bounds the answers a Pipeliner's session has pending.
-const MaxPipelined = 64
+// MaxPipelined bounds the answers a Pipeliner's session has pending, and
+// MaxPipelinedBytes the put bodies among them: a session goes on while
+// both are below. A deep pipeline fills the leader's batches (at 64, a
+// follower's pipelined puts made a third as many entries a log write as
+// the leader's own sessions); the bytes bound what a session's bodies in
+// flight hold of its member's memory, whatever the largest job allowed.
+const (
+	MaxPipelined      = 256
+	MaxPipelinedBytes = 1 << 20
+)
 
 // remote is a session's Queue when the server makes them (Config.Queues),
 // and the Answers it delivers to: the answers arrive on any goroutine and
@@ -46,12 +54,16 @@ type remote struct {
 	// command: commands whose answers are pending (reply nil), and replies
 	// of commands answered at once behind them (loop only).
 	pipe []pipedReply
+	// bodies is the bytes of put bodies whose answers are pending, of
+	// which awaitedBody the awaiting command's (loop only).
+	bodies, awaitedBody int
 }
 
 // pipedReply is one command in flight behind the session's awaiting one.
 type pipedReply struct {
 	op    codec.Op
 	reply []byte // its reply if it was answered at once; nil while pending
+	body  int    // a pending put's body length
 }
 
 func newRemote(ss *session, queues func(Answers) Queue) *remote {
@@ -93,6 +105,8 @@ func (r *remote) drain(context.Context) error {
 					break // more answers than commands pending: a queue's bug
 				}
 				ss.answer(op, &batch[i], out)
+				r.bodies -= r.awaitedBody
+				r.awaitedBody = 0
 				if ss.end >= endFenced {
 					// FailedLost: no reply may follow one that could not
 					// be given, or the client would take it for that one's.
@@ -117,7 +131,7 @@ func (r *remote) next(out *replies) {
 	for ; n < len(r.pipe); n++ {
 		p := &r.pipe[n]
 		if p.reply == nil {
-			r.ss.awaiting = p.op
+			r.ss.awaiting, r.awaitedBody = p.op, p.body
 			n++
 			break
 		}
@@ -132,7 +146,7 @@ func (r *remote) next(out *replies) {
 // are pending: each is of a command its queue pipelines, and there is
 // room for one more.
 func (r *remote) mayGoOn(awaiting codec.Op) bool {
-	return r.pipelines(awaiting) && len(r.pipe)+1 < MaxPipelined
+	return r.pipelines(awaiting) && len(r.pipe)+1 < MaxPipelined && r.bodies < MaxPipelinedBytes
 }
 
 // pipelines reports whether the session's queue pipelines commands of op.
@@ -148,14 +162,21 @@ func (ss *session) remote() *remote {
 	return nil
 }
 
-// await marks op's answer pending: the awaited one, or in flight behind it.
-func (ss *session) await(op codec.Op) {
+// await marks op's answer pending: the awaited one, or in flight behind
+// it; body is a put's body length.
+func (ss *session) await(op codec.Op, body int) {
+	r := ss.remote()
+	if r != nil {
+		r.bodies += body
+	}
 	if ss.awaiting == codec.OpNone {
 		ss.awaiting = op
+		if r != nil {
+			r.awaitedBody = body
+		}
 		return
 	}
-	r := ss.remote()
-	r.pipe = append(r.pipe, pipedReply{op: op})
+	r.pipe = append(r.pipe, pipedReply{op: op, body: body})
 }
 
 // deferReply moves the replies from byte from of out, given at once to a

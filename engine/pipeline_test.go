@@ -95,22 +95,28 @@ func TestPipelinedAnswersInOrder(t *testing.T) {
 	}
 }
 
-// At most engine.MaxPipelined answers are pending at once: the rest of a
-// long pipeline waits for them, and every reply comes, in order.
+// At most engine.MaxPipelined answers are pending at once, and put bodies
+// of at most engine.MaxPipelinedBytes (the put that reaches it the last):
+// the rest of a long pipeline waits for them, and every reply comes, in
+// order.
 func TestPipelineBound(t *testing.T) {
-	fs, addr := startPipelined(t, changes)
-	var script, want strings.Builder
-	for i := 1; i <= 3*engine.MaxPipelined; i++ {
-		script.WriteString("put 0 0 60 1\r\nx\r\n")
-		want.WriteString("INSERTED " + strconv.Itoa(i) + "\r\n")
-	}
-	script.WriteString("quit\r\n")
-	got, most := pipelinedTranscript(t, addr, script.String(), fs)
-	if string(got) != want.String() {
-		t.Errorf("the replies are\n%q\nwant\n%q", got, want.String())
-	}
-	if most != engine.MaxPipelined {
-		t.Errorf("%d answers were pending at once, want %d", most, engine.MaxPipelined)
+	for _, size := range []int{1, 60000} {
+		wantMost := min(engine.MaxPipelined, (engine.MaxPipelinedBytes+size-1)/size)
+		fs, addr := startPipelined(t, changes)
+		var script, want strings.Builder
+		body := strings.Repeat("x", size)
+		for i := 1; i <= 3*wantMost; i++ {
+			script.WriteString("put 0 0 60 " + strconv.Itoa(size) + "\r\n" + body + "\r\n")
+			want.WriteString("INSERTED " + strconv.Itoa(i) + "\r\n")
+		}
+		script.WriteString("quit\r\n")
+		got, most := pipelinedTranscript(t, addr, script.String(), fs)
+		if string(got) != want.String() {
+			t.Errorf("bodies of %d bytes: the replies are\n%.200q\nwant\n%.200q", size, got, want.String())
+		}
+		if most != wantMost {
+			t.Errorf("bodies of %d bytes: %d answers were pending at once, want %d", size, most, wantMost)
+		}
 	}
 }
 
