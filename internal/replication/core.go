@@ -844,6 +844,9 @@ func (c *Core) propose() bool {
 		return false
 	}
 	data, end, records := c.journal.take()
+	// A leader's raft copies what it appends (raft.appendEntry); one that
+	// is no longer leader may keep data in a message to forward.
+	copied := c.rn.BasicStatus().RaftState == raft.StateLeader
 	if err := c.rn.Propose(data); err != nil {
 		// Raft drops proposals only while leadership moves: keep the batch.
 		c.journal.untake(data, records)
@@ -854,6 +857,9 @@ func (c *Core) propose() bool {
 	c.proposedBytes += uint64(len(data))
 	if c.observer != nil {
 		c.observer.ObserveProposal(len(data), records)
+	}
+	if copied {
+		c.journal.recycle(data)
 	}
 	return true
 }

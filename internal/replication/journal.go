@@ -45,7 +45,9 @@ type Journal struct {
 	// room is what a new batch starts with: about the last batch's size,
 	// so a busy leader's batch is not grown from nothing by appends each
 	// time (a third of its allocations on pipelined puts). Guarded by mu.
-	room     int
+	room int
+	// spare is a batch raft has copied, for the next (recycle).
+	spare    []byte  // guarded by mu
 	batched  int     // guarded by mu: the records in batch
 	appended uint64  // guarded by mu: the position after the last record
 	records  int64   // guarded by mu: records appended, ever
@@ -74,8 +76,12 @@ func (j *Journal) Append(r *wal.Record, _ wal.Loc) (uint64, wal.Loc, error) {
 	}
 	j.mu.Lock()
 	before := len(j.batch)
-	if j.batch == nil && j.room > 0 {
-		j.batch = make([]byte, 0, j.room)
+	if j.batch == nil {
+		if j.spare != nil {
+			j.batch, j.spare = j.spare, nil
+		} else if j.room > 0 {
+			j.batch = make([]byte, 0, j.room)
+		}
 	}
 	if before == 0 && j.clock != nil {
 		if now, ok := j.clock(); ok {
@@ -108,6 +114,16 @@ func (j *Journal) take() (batch []byte, end uint64, records int) {
 		j.room = min(len(b)+len(b)/4, maxBatchRoom)
 	}
 	return b, j.appended, n
+}
+
+// recycle takes back a batch taken, once nothing refers to it any more
+// (raft copied it): the next batch is written into it.
+func (j *Journal) recycle(b []byte) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if cap(b) > cap(j.spare) && cap(b) <= 2*maxBatchRoom {
+		j.spare = b[:0]
+	}
 }
 
 // pending is the size of the batch not yet taken.

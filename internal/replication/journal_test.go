@@ -50,6 +50,32 @@ func TestJournal(t *testing.T) {
 	}
 }
 
+// TestJournalRecycles: a batch given back once raft has copied it is
+// where the next batch is written, so a busy leader allocates none; what
+// the next holds is its own records only.
+func TestJournalRecycles(t *testing.T) {
+	j := NewJournal(nil)
+	r := full(1, 1)
+	for range 100 {
+		j.Append(&r, wal.Loc{})
+	}
+	first, _, _ := j.take()
+	j.recycle(first)
+	j.Append(&wal.Record{Kind: wal.KindDelete, ID: 1}, wal.Loc{})
+	next, _, records := j.take()
+	if &next[:1][0] != &first[:1][0] {
+		t.Error("the next batch was not written into the one given back")
+	}
+	want := wal.AppendFrame(nil, &wal.Record{Kind: wal.KindDelete, ID: 1})
+	if records != 1 || !slices.Equal(next, want) {
+		t.Errorf("the next batch holds %d records, %d bytes; want the delete's %d", records, len(next), len(want))
+	}
+	j.recycle(make([]byte, 0, 3*maxBatchRoom))
+	if j.Append(&r, wal.Loc{}); cap(j.batch) > 2*maxBatchRoom {
+		t.Errorf("a batch of %d bytes' room was kept", cap(j.batch))
+	}
+}
+
 // TestStepRefusesDamagedRecords: an append or a snapshot whose records do
 // not decode is refused before raft sees it.
 func TestStepRefusesDamagedRecords(t *testing.T) {
