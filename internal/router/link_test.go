@@ -505,3 +505,25 @@ func TestLinkUnsentCounted(t *testing.T) {
 		t.Fatal("nothing was sent")
 	}
 }
+
+// BenchmarkLinkRequest is a routed put's cost at its member's Link: the
+// call made, encoded and sent, then answered.
+func BenchmarkLinkRequest(b *testing.B) {
+	l := NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) { return 2, true },
+		Send:   func(uint64, []byte) bool { return true },
+	})
+	req := Request{Op: OpPut, Tube: []byte("default"), TTR: 60, Body: bytes.Repeat([]byte("b"), 100)}
+	reply := Item{Kind: KindReply, Session: 7, Reply: Reply{Status: StatusOK, Result: ResultID, ID: 1}}
+	done := func(*Item) {}
+	b.ReportAllocs()
+	for i := range b.N {
+		seq := uint32(i + 1)
+		l.RequestRouted(7, 0, seq, req, nil, done)
+		reply.Seq = seq
+		l.handle(2, &reply)
+	}
+	if l.Pending() != 0 {
+		b.Fatalf("%d calls pending", l.Pending())
+	}
+}
