@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sproutmq/sprout/internal/admin"
@@ -151,9 +152,30 @@ func (m *Member) replicasOf(g uint16, n *replication.Node) GroupReplicas {
 	return out
 }
 
-// forwardedMove marks a move forwarded by another member, which is not
-// forwarded again.
+// forwardedMove names the members that forwarded a request of the
+// membership or groups endpoints, in order ("a,b"). A member forwards it
+// on while fewer than maxForwards did, never to one of them: a member
+// that has just handed a group's leadership over passes on a request
+// forwarded to it in the meantime, and two members with each other's
+// stale view cannot pass it back and forth.
 const forwardedMove = "X-Sprout-Forwarded-Move"
+
+// maxForwards bounds the members a request is forwarded by.
+const maxForwards = 2
+
+// forwardedBy is the chain of forwardedMove with self added, and whether
+// the request may go on to member to: not when maxForwards members have
+// forwarded it, or when to is one of them or self.
+func forwardedBy(chain, self, to string) (string, bool) {
+	var by []string
+	if chain != "" {
+		by = strings.Split(chain, ",")
+	}
+	if len(by) >= maxForwards || to == self || slices.Contains(by, to) {
+		return "", false
+	}
+	return strings.Join(append(by, self), ","), true
+}
 
 // registerGroups adds the groups' endpoint to mux, in a cluster of
 // several groups, guarded as the membership endpoint is:
@@ -261,12 +283,13 @@ func (m *Member) sideScheme() string {
 }
 
 // forward sends a request of the membership or groups endpoint, its
-// credentials checked here, to l's --http, once: what leads there serves
-// it.
+// credentials checked here, to l's --http: what leads there serves it,
+// and a member that no longer does forwards it on (forwardedBy).
 func (m *Member) forward(w http.ResponseWriter, r *http.Request, l admin.Leader, what string) {
-	if r.Header.Get(forwardedMove) != "" || l.HTTP == "" {
+	by, ok := forwardedBy(r.Header.Get(forwardedMove), m.node.Name(), l.Name)
+	if !ok || l.HTTP == "" {
 		admin.WriteError(w, &admin.Error{Status: http.StatusServiceUnavailable,
-			Message: fmt.Sprintf("%s: this member does not lead it, and its leader's --http is not known here", what)})
+			Message: fmt.Sprintf("%s: this member does not lead it, and its leader's --http is not known here, or it came from there", what)})
 		return
 	}
 	scheme := m.sideScheme()
@@ -275,7 +298,7 @@ func (m *Member) forward(w http.ResponseWriter, r *http.Request, l admin.Leader,
 			pr.SetURL(&url.URL{Scheme: scheme, Host: l.HTTP})
 			pr.Out.Host = l.HTTP
 			admin.ForwardCredentials(pr.Out.Header, m.cfg.HTTP.AdminToken)
-			pr.Out.Header.Set(forwardedMove, m.node.Name())
+			pr.Out.Header.Set(forwardedMove, by)
 		},
 		Transport: m.forwarding,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {

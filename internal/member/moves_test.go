@@ -346,3 +346,27 @@ func (p *putter) stop() (map[uint64]string, error) {
 	defer p.mu.Unlock()
 	return p.acked, err
 }
+
+// TestForwardedBy: a request of the membership or groups endpoints goes
+// on from a member that no longer leads (it handed the group over while
+// the request came), but through two members at most, and never back to
+// one that forwarded it.
+func TestForwardedBy(t *testing.T) {
+	for _, tc := range []struct {
+		chain, self, to string
+		want            string
+		ok              bool
+	}{
+		{"", "a", "b", "a", true},    // asked of a: first hop
+		{"a", "b", "c", "a,b", true}, // b handed the leadership to c meanwhile
+		{"a", "b", "a", "", false},   // b's view names a, which sent it: no ping-pong
+		{"a,b", "c", "d", "", false}, // two members forwarded it already
+		{"a", "b", "b", "", false},   // b names itself, yet does not serve
+		{"a,b", "c", "a", "", false}, // back to the first
+	} {
+		got, ok := forwardedBy(tc.chain, tc.self, tc.to)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("forwardedBy(%q, %q, %q) = %q, %v; want %q, %v", tc.chain, tc.self, tc.to, got, ok, tc.want, tc.ok)
+		}
+	}
+}
