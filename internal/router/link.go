@@ -32,9 +32,9 @@ type Link struct {
 	// sessions are each session's pending calls in a group, so that a
 	// session's close finds its own without looking at every call (a
 	// client that connects for each command closes as often as it asks).
-	sessions map[sessionKey]*sessionCalls // guarded by mu
-	number   uint64                       // guarded by mu: the last request number given
-	made     uint64                       // guarded by mu: the calls made, for their order
+	sessions map[sessionKey][]*call // guarded by mu
+	number   uint64                 // guarded by mu: the last request number given
+	made     uint64                 // guarded by mu: the calls made, for their order
 	// requests, resent and expired count calls made (requests only),
 	// sent again and given up (Stats).
 	requests, resent, expired atomic.Uint64
@@ -55,51 +55,6 @@ type Link struct {
 	// declines counts the declines among closed: a job handed out
 	// looks for its own only when there are some.
 	declines int // guarded by mu
-}
-
-// sessionCalls are a session's pending calls in a group, in the order
-// made, and how many of them are not sent (call.sent false): a call is
-// posted at once when none is, without looking at those before it, which
-// a pipelining session has hundreds of.
-type sessionCalls struct {
-	calls  []*call // calls[head:] are pending
-	head   int
-	unsent int
-	// one is calls' first array: a session with a call at a time has no
-	// other allocation.
-	one [1]*call
-}
-
-// pending are the calls, oldest first.
-func (sc *sessionCalls) pending() []*call { return sc.calls[sc.head:] }
-
-func (sc *sessionCalls) push(c *call) {
-	if sc.calls == nil {
-		sc.calls = sc.one[:0]
-	}
-	sc.calls = append(sc.calls, c)
-}
-
-// remove takes c out, and reports whether it was there. The oldest goes
-// without moving the others (answers mostly come in order); the array is
-// compacted when half of it is gone.
-func (sc *sessionCalls) remove(c *call) bool {
-	i := slices.Index(sc.pending(), c)
-	switch {
-	case i < 0:
-		return false
-	case i == 0:
-		sc.calls[sc.head] = nil
-		sc.head++
-	default:
-		sc.calls = slices.Delete(sc.calls, sc.head+i, sc.head+i+1)
-	}
-	if sc.head >= 32 && 2*sc.head >= len(sc.calls) {
-		n := copy(sc.calls, sc.pending())
-		clear(sc.calls[n:])
-		sc.calls, sc.head = sc.calls[:n], 0
-	}
-	return true
 }
 
 // closedSession is a session's close in a group, or its decline of a job
@@ -155,10 +110,8 @@ type call struct {
 	done func(*Item)
 	// sent: the leader known when it was last posted took it. One not
 	// taken (no leader known, a full queue, a leader that did not serve
-	// yet: StatusNotLeader) goes again at Retry. Set by markLocked.
+	// yet: StatusNotLeader) goes again at Retry.
 	sent bool
-	// of is its session's calls in its group, while it is pending.
-	of *sessionCalls
 	// taken counts the leaders that took it and did not refuse it: with
 	// none, it never ran (Expire).
 	taken int
@@ -190,7 +143,7 @@ func NewLink(cfg LinkConfig) *Link {
 	// Request numbers start anywhere: with the member, a number keys its
 	// request in a group's table of outcomes (5.6), which outlives this
 	// process.
-	return &Link{cfg: cfg, pending: make(map[callKey]*call), sessions: make(map[sessionKey]*sessionCalls),
+	return &Link{cfg: cfg, pending: make(map[callKey]*call), sessions: make(map[sessionKey][]*call),
 		unsent: make(map[uint16]bool), number: rand.Uint64() >> 1}
 }
 
@@ -308,10 +261,8 @@ func (l *Link) handedLocked(key sessionKey, job uint64) {
 func (l *Link) Close(session uint64, group uint16) {
 	l.mu.Lock()
 	sk := sessionKey{session, group}
-	if sc := l.sessions[sk]; sc != nil {
-		for _, c := range sc.pending() {
-			delete(l.pending, c.key)
-		}
+	for _, c := range l.sessions[sk] {
+		delete(l.pending, c.key)
 	}
 	delete(l.sessions, sk)
 	l.recallLocked(closedSession{key: sk, at: time.Now()})
@@ -332,36 +283,11 @@ func (l *Link) start(it Item, route func(req *Request, post func(uint16, uint32)
 	l.mu.Lock()
 	l.made++
 	c.n = l.made
-	l.addLocked(c)
-	l.mu.Unlock()
-	l.postCall(c)
-}
-
-// addLocked makes c, not sent, pending.
-func (l *Link) addLocked(c *call) {
 	l.pending[c.key] = c
 	sk := sessionKey{c.key.session, c.key.group}
-	sc := l.sessions[sk]
-	if sc == nil {
-		sc = new(sessionCalls)
-		l.sessions[sk] = sc
-	}
-	sc.push(c)
-	c.of, c.sent = sc, false
-	sc.unsent++
-}
-
-// markLocked notes whether c was sent, in its session's count.
-func (l *Link) markLocked(c *call, sent bool) {
-	if c.sent == sent {
-		return
-	}
-	c.sent = sent
-	if sent {
-		c.of.unsent--
-	} else {
-		c.of.unsent++
-	}
+	l.sessions[sk] = append(l.sessions[sk], c)
+	l.mu.Unlock()
+	l.postCall(c)
 }
 
 // postCall sends c to its group's leader, noting whether it was taken:
@@ -371,54 +297,41 @@ func (l *Link) markLocked(c *call, sent bool) {
 // order they come, and takes one below the last it ran for a resend.
 func (l *Link) postCall(c *call) {
 	l.mu.Lock()
-	if l.behindUnsentLocked(c) {
-		l.markLocked(c, false) // for Retry, after it
-		l.unsent[c.key.group] = true
-		l.mu.Unlock()
-		return
+	for _, older := range l.sessions[sessionKey{c.key.session, c.key.group}] {
+		if older == c {
+			break
+		}
+		if !older.sent {
+			c.sent = false // for Retry, after it
+			l.unsent[c.key.group] = true
+			l.mu.Unlock()
+			return
+		}
 	}
-	l.markLocked(c, true)
+	if c.key.session != 0 {
+		// The member's references (session 0's refs items) made before
+		// c go before it too: a session's first stats-tube must count
+		// the use and watch its connection made (docs/design/shards.md
+		// 5.4), as one server's does.
+		for _, older := range l.sessions[sessionKey{0, c.key.group}] {
+			if older.n < c.n && !older.sent {
+				c.sent = false
+				l.unsent[c.key.group] = true
+				l.mu.Unlock()
+				return
+			}
+		}
+	}
+	c.sent = true
 	c.taken++
 	l.mu.Unlock()
 	if !l.postPayload(c.key.group, c.payload) {
 		l.mu.Lock()
-		l.markLocked(c, false)
+		c.sent = false
 		c.taken--
 		l.unsent[c.key.group] = true
 		l.mu.Unlock()
 	}
-}
-
-// behindUnsentLocked reports whether a call made before c waits to be
-// sent: one of its session in the group, or of the member's references
-// (session 0's refs items), since a session's first stats-tube must count
-// the use and watch its connection made (docs/design/shards.md 5.4), as
-// one server's does.
-func (l *Link) behindUnsentLocked(c *call) bool {
-	others := c.of.unsent
-	if !c.sent {
-		others--
-	}
-	if others > 0 {
-		for _, older := range c.of.pending() {
-			if older == c {
-				break
-			}
-			if !older.sent {
-				return true
-			}
-		}
-	}
-	if c.key.session != 0 {
-		if refs := l.sessions[sessionKey{0, c.key.group}]; refs != nil && refs.unsent > 0 {
-			for _, older := range refs.pending() {
-				if older.n < c.n && !older.sent {
-					return true
-				}
-			}
-		}
-	}
-	return false
 }
 
 // post sends it to its group's leader, if one is known, and reports
@@ -530,7 +443,7 @@ func (l *Link) handle(from uint64, it *Item) {
 		// any more), or gated by a handover, or whose lease lapsed: a
 		// request or a wait pending still, for Retry or the next
 		// leader.
-		l.markLocked(c, false)
+		c.sent = false
 		c.taken--
 		l.unsent[c.key.group] = true
 		l.mu.Unlock()
@@ -573,9 +486,12 @@ func (l *Link) reroute(c *call) {
 				if err != nil {
 					return
 				}
+				key := callKey{it.Session, g, seq}
 				l.mu.Lock()
-				c.key, c.payload, c.taken = callKey{it.Session, g, seq}, payload, 0
-				l.addLocked(c)
+				c.key, c.payload, c.sent, c.taken = key, payload, false, 0
+				l.pending[key] = c
+				sk := sessionKey{key.session, key.group}
+				l.sessions[sk] = append(l.sessions[sk], c)
 				l.mu.Unlock()
 				posted = true
 				l.postCall(c)
@@ -601,17 +517,15 @@ func (l *Link) dropLocked(c *call) {
 		return
 	}
 	delete(l.pending, c.key)
-	sc := c.of
-	if !sc.remove(c) {
-		return // dropped already, with its session's close
+	sk := sessionKey{c.key.session, c.key.group}
+	calls := l.sessions[sk]
+	if i := slices.Index(calls, c); i >= 0 {
+		calls = slices.Delete(calls, i, i+1)
 	}
-	if !c.sent {
-		sc.unsent--
-	}
-	if len(sc.pending()) == 0 {
-		if sk := (sessionKey{c.key.session, c.key.group}); l.sessions[sk] == sc {
-			delete(l.sessions, sk)
-		}
+	if len(calls) == 0 {
+		delete(l.sessions, sk)
+	} else {
+		l.sessions[sk] = calls
 	}
 }
 

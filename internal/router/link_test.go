@@ -2,9 +2,7 @@ package router
 
 import (
 	"bytes"
-	"cmp"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -393,116 +391,6 @@ func TestLinkRefsFirst(t *testing.T) {
 	it := a.next(t)
 	if it.Reply.Status != StatusOK || it.Reply.TubeStats.Using != 1 || it.Reply.TubeStats.Watching != 1 {
 		t.Fatalf("stats-tube after the refs item: %+v, want using and watching 1", it.Reply)
-	}
-}
-
-// TestSessionCallsModel: a session's pending calls, pushed and removed in
-// random orders (mostly the oldest, as answers come), are a slice's, and
-// the array is compacted rather than grown by a pipeline that never
-// empties.
-func TestSessionCallsModel(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	var sc sessionCalls
-	var model []*call
-	for step := range 100_000 {
-		if len(model) == 0 || (len(model) < 300 && rng.IntN(2) == 0) {
-			c := &call{n: uint64(step)}
-			sc.push(c)
-			model = append(model, c)
-		} else {
-			i := 0
-			if rng.IntN(8) == 0 {
-				i = rng.IntN(len(model))
-			}
-			if !sc.remove(model[i]) {
-				t.Fatalf("step %d: call %d of %d not found", step, i, len(model))
-			}
-			model = slices.Delete(model, i, i+1)
-		}
-		if !slices.Equal(sc.pending(), model) {
-			t.Fatalf("step %d: pending %d calls, want %d", step, len(sc.pending()), len(model))
-		}
-		if cap(sc.calls) > 4*300 {
-			t.Fatalf("step %d: the array holds %d for %d pending", step, cap(sc.calls), len(model))
-		}
-	}
-	if sc.remove(&call{}) {
-		t.Error("a call never pushed was removed")
-	}
-}
-
-// TestLinkUnsentCounted: through requests refused at random, answers in
-// and out of order, refusals by the leader, retries and closes, each
-// session's count of calls not sent is the calls it has not sent, which
-// lets a call go at once past a long pipeline when none waits.
-func TestLinkUnsentCounted(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	refuse := false
-	var sent int
-	l := NewLink(LinkConfig{
-		Leader: func(uint16) (uint64, bool) { return 2, true },
-		Send: func(_ uint64, payload []byte) bool {
-			if refuse {
-				return false
-			}
-			sent++
-			return true
-		},
-	})
-	seqs := map[uint64]uint32{}
-	for step := range 20_000 {
-		refuse = rng.IntN(10) == 0
-		session := uint64(rng.IntN(4))
-		switch op := rng.IntN(20); {
-		case op < 9:
-			seqs[session]++
-			l.Request(session, 0, seqs[session], Request{Op: OpDelete, ID: 1}, func(*Item) {})
-		case op < 17:
-			l.mu.Lock()
-			var keys []callKey
-			for k := range l.pending {
-				keys = append(keys, k)
-			}
-			l.mu.Unlock()
-			if len(keys) == 0 {
-				continue
-			}
-			slices.SortFunc(keys, func(a, b callKey) int {
-				return cmp.Or(cmp.Compare(a.session, b.session), cmp.Compare(a.seq, b.seq))
-			})
-			k := keys[0]
-			if rng.IntN(4) == 0 {
-				k = keys[rng.IntN(len(keys))]
-			}
-			status := StatusOK
-			if rng.IntN(10) == 0 {
-				status = StatusNotLeader
-			}
-			l.handle(2, &Item{Kind: KindReply, Session: k.session, Group: k.group, Seq: k.seq, Reply: Reply{Status: status}})
-		case op < 19:
-			l.Retry(0)
-		default:
-			l.Close(session, 0)
-		}
-		l.mu.Lock()
-		for sk, sc := range l.sessions {
-			unsent := 0
-			for _, c := range sc.pending() {
-				if !c.sent {
-					unsent++
-				}
-				if l.pending[c.key] != c {
-					t.Fatalf("step %d: session %d's call %d is not pending", step, sk.session, c.key.seq)
-				}
-			}
-			if unsent != sc.unsent || len(sc.pending()) == 0 {
-				t.Fatalf("step %d: session %d counts %d unsent of %d, has %d", step, sk.session, sc.unsent, len(sc.pending()), unsent)
-			}
-		}
-		l.mu.Unlock()
-	}
-	if sent == 0 {
-		t.Fatal("nothing was sent")
 	}
 }
 
