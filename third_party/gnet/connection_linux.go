@@ -108,14 +108,15 @@ func (c *conn) stopReading() error {
 }
 
 // startReading has the poller report c readable again after a pause, and
-// writable too while it has pending writes. Edge-triggered, what arrived
-// during the pause made its edge then: c is read once now.
+// writable too while it has pending writes (the masks of watchWritable and
+// unwatchWritable, now that reading is not paused). Edge-triggered, what
+// arrived during the pause made its edge then: c is read once now.
 func (c *conn) startReading() error {
 	if c.loop.engine.opts.EdgeTriggeredIO {
 		return c.loop.poller.Trigger(queue.LowPriority, c.loop.read0, c)
 	}
 	if c.outboundBuffer.IsEmpty() {
-		return c.loop.poller.ModRead(&c.pollAttachment, false)
+		return c.unwatchWritable()
 	}
-	return c.loop.poller.ModReadWrite(&c.pollAttachment, false)
+	return c.watchWritable(false)
 }
