@@ -155,9 +155,9 @@
 // pipelines, up to MaxPipelined in flight with MaxPipelinedBytes of put
 // bodies; a command answered at once behind them (a put's body refused)
 // has its reply kept until theirs are sent (pipeline.go), and any other
-// command is put back, unparsed, until
-// every answer has come. A Queue's answers reach the loop through its
-// remote, in the order the Queue delivered them, several to one Execute.
+// command is put back, unparsed, until every answer has come. A Queue's
+// answers reach the loop through its remote, in the order the Queue
+// delivered them, several to one Execute.
 // A reserve with nothing to take is the single node's pending answer: the
 // store later calls the session's Notifier from whichever goroutine freed
 // a job (another loop's put, the timer goroutine's delay expiry, TTR or

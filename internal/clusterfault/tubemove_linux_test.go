@@ -186,8 +186,8 @@ func (c *cluster) post(m *member, path string, g int) (int, time.Duration, error
 // postAgain is post, asked again while it answers 503, up to
 // retryUnavailable, as an operator would: "try again", the group's
 // leadership moving (after a partition heals the balancer hands
-// leaderships back, and a request forwarded to a member that has just
-// stopped leading is refused there, not forwarded again).
+// leaderships back; a member that has just stopped leading forwards a
+// request once more, but no further, and not while it knows no leader).
 func (c *cluster) postAgain(r *round, m *member, path string, g int) (int, time.Duration, error) {
 	status, paused, err := c.post(m, path, g)
 	for until := time.Now().Add(retryUnavailable); status == http.StatusServiceUnavailable && time.Now().Before(until); {
