@@ -269,7 +269,7 @@ func (ss *session) dropBody(cmd *codec.Command) {
 
 func (ss *session) reserve(q Queue, a *Answer, timeout time.Duration) bool {
 	ss.markWorker()
-	if ss.end == endHalfClosed {
+	if ss.inputEnded() {
 		// beanstalkd ends a reserve that waits on a half-closed
 		// connection at once (TIMED_OUT): the client can send nothing
 		// that a wait would let through.

@@ -216,7 +216,11 @@
 // output cap) stops reading its socket at pauseReadingAt bytes unread,
 // holding the client back as beanstalkd does, until it can; and a
 // connection whose unparsed input passes MaxInputBuffered while it is
-// read is closed. Other connections are unaffected.
+// read is closed. Other connections are unaffected. A paused session still
+// learns of its client's end (gnet patch 0005, handler.OnPausedEnd): a
+// reserve that waits then ends in TIMED_OUT and later ones do not wait,
+// as after a half-close, so a client gone while paused is not left waiting
+// for, and handed, a job.
 //
 // Over all connections, MaxBufferMemory bounds the bytes held for them:
 // unread replies, unparsed input, partial put bodies and replies held for

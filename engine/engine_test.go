@@ -505,6 +505,48 @@ func TestBlockedInputHeldBack(t *testing.T) {
 	other.expect("USING default\r\n")
 }
 
+// TestEndBehindPausedReserve: a client pipelines 64,000 bytes of commands
+// behind a reserve that waits for ever, so that its session pauses
+// reading, then ends its writing side. The session sees the end though it
+// reads nothing (gnet patch 0005), and does as beanstalkd does: after a
+// half-close the reserve answers TIMED_OUT and every command after it
+// runs; after a close the connection goes, instead of waiting to be handed
+// the next job. It used to wait for ever in both.
+func TestEndBehindPausedReserve(t *testing.T) {
+	const limit = 64 << 10
+	const commands = 4000 // 64,000 bytes: the end still fits the receive window
+	input := "reserve\r\n" + strings.Repeat("list-tube-used\r\n", commands)
+	for _, close := range []bool{false, true} {
+		name := "half-close"
+		if close {
+			name = "close"
+		}
+		t.Run(name, func(t *testing.T) {
+			srv, network, addr := startServer(t, engine.Config{MaxInputBuffered: limit})
+			c := dialRaw(t, network, addr)
+			c.send(input)
+			waitFor(t, "the input behind the reserve to be read", func() bool { return srv.Limits().BufferHeld >= limit/2 })
+			if close {
+				_ = c.c.Close()
+				waitFor(t, "the connection to go", func() bool { return srv.Stats().CurrentConnections == 0 })
+				return
+			}
+			if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			c.expect("TIMED_OUT\r\n")
+			for i := range commands {
+				if line, err := c.reply(5 * time.Second); err != nil || line != "USING default\r\n" {
+					t.Fatalf("reply %d behind the reserve: %q (%v)", i, line, err)
+				}
+			}
+			if line, err := c.reply(5 * time.Second); err != io.EOF {
+				t.Fatalf("after the replies: %q (%v), want the end of file", line, err)
+			}
+		})
+	}
+}
+
 func isReset(err error) bool {
 	var ne *net.OpError
 	return errors.As(err, &ne) && !ne.Timeout()

@@ -67,12 +67,33 @@ func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
 	return gnet.None
 }
 
-func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
+func (h *handler) OnTraffic(c gnet.Conn) gnet.Action { return h.traffic(c, endNone) }
+
+// OnPausedEnd makes handler a gnet.PausedEndHandler (patch 0005 of
+// third_party/gnet): a client that ends its writing side while its
+// session has paused reading (a blocked command with much input behind
+// it) will send nothing more, so a reserve that waits ends at once, as
+// beanstalkd ends it when its client hangs up (session.inputEnds).
+// Reading resumes as it would have; the end of file then comes to
+// OnHalfClose.
+func (h *handler) OnPausedEnd(c gnet.Conn) gnet.Action {
+	if _, ok := c.Context().(*session); !ok {
+		return gnet.Close
+	}
+	return h.traffic(c, endInputEnding)
+}
+
+// traffic serves c's session: with end endInputEnding, its client's end
+// has come (OnPausedEnd).
+func (h *handler) traffic(c gnet.Conn, end ending) gnet.Action {
 	ss := c.Context().(*session)
 	ss.loop.beginReading()
 	defer ss.loop.endReading()
 	tc, ok := ss.conn.(*tlsConn)
 	if !ok {
+		if end != endNone {
+			return ss.inputEnds(end)
+		}
 		return ss.serve()
 	}
 	// A TLS client's records are decrypted first; close_notify ends its
@@ -87,6 +108,8 @@ func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
 		return gnet.Close
 	case ended:
 		a = ss.halfClose()
+	case end != endNone:
+		a = ss.inputEnds(end)
 	default:
 		a = ss.serve()
 	}

@@ -55,6 +55,12 @@ type ending uint8
 
 const (
 	endNone ending = iota
+	// endInputEnding: the client ended its writing side while reading
+	// was paused (OnPausedEnd). What it sent before is still to be read,
+	// then its end of file makes the session endHalfClosed. Meanwhile, as
+	// then, a reserve does not wait: nothing the client sends can follow
+	// it.
+	endInputEnding
 	// endHalfClosed: the client has shut down its writing side. What it
 	// sent runs and every reply is sent, then the connection closes
 	// (session.finished).
@@ -107,17 +113,29 @@ func (ss *session) serve() gnet.Action {
 // apply meanwhile. A reserve that waits, or would wait, ends in TIMED_OUT
 // at once, since nothing the client sends can follow it, and the commands
 // after it run. Any other pending answer is awaited, then sent.
-func (ss *session) halfClose() gnet.Action {
+func (ss *session) halfClose() gnet.Action { return ss.inputEnds(endHalfClosed) }
+
+// inputEnds is the client's end of its writing side, seen at the end of
+// file (endHalfClosed) or, while reading is paused, before what came
+// ahead of it is read (endInputEnding): a reserve that waits ends in
+// TIMED_OUT, as beanstalkd's does when its client hangs up, and the
+// session serves what it has.
+func (ss *session) inputEnds(end ending) gnet.Action {
 	if ss.closed {
 		return gnet.None
 	}
-	if ss.end == endNone {
-		ss.end = endHalfClosed
+	if ss.end < end {
+		ss.end = end
 	}
 	if (ss.awaiting == codec.OpReserve || ss.awaiting == codec.OpReserveWithTimeout) && ss.queue().CancelWait() {
 		ss.endWait(func(out *replies) { out.add(codec.ReplyTimedOut) })
 	}
 	return ss.serve()
+}
+
+// inputEnded reports whether the client has ended its writing side.
+func (ss *session) inputEnded() bool {
+	return ss.end == endInputEnding || ss.end == endHalfClosed
 }
 
 // finished reports whether a half-closed connection is done: every whole

@@ -11,7 +11,9 @@ import (
 // pipelined puts in one write, some read only after the client's end of
 // file, and commands piled up behind a reserve that waits. beanstalkd
 // stops reading such a connection until it can take more, and the
-// client's writes wait; it then runs every command, in order.
+// client's writes wait; it then runs every command, in order. It still
+// sees the client's end meanwhile, and ends a reserve that would wait for
+// ever.
 func backlogClients() []halfCloser {
 	put := "put 0 0 60 100\r\n" + strings.Repeat("p", 100) + "\r\n"
 	return []halfCloser{
@@ -19,6 +21,10 @@ func backlogClients() []halfCloser {
 		{name: "20,000 pipelined puts read late", readLate: true, pieces: []string{strings.Repeat(put, 20_000)}},
 		inOne("320 KB of commands behind a waiting reserve",
 			"watch empty\r\nignore default\r\nreserve-with-timeout 1\r\n"+strings.Repeat("list-tube-used\r\n", 20_000)),
+		// Small enough for the kernel to take whole, so the client's end
+		// (its FIN) arrives while the server reads nothing.
+		inOne("64 KB of commands behind a reserve that waits for ever",
+			"watch empty\r\nignore default\r\nreserve\r\n"+strings.Repeat("list-tube-used\r\n", 4_000)),
 	}
 }
 

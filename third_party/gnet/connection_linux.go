@@ -60,7 +60,10 @@ func (c *conn) processIO(_ int, ev netpoll.IOEvent, _ netpoll.IOFlags) error {
 	}
 	// Ultimately, check for EPOLLRDHUP, this event indicates that the remote has
 	// either closed connection or shut down the writing half of the connection.
-	if ev&unix.EPOLLRDHUP != 0 && c.opened && !c.readClosed && !c.readPaused {
+	if ev&unix.EPOLLRDHUP != 0 && c.opened && !c.readClosed {
+		if c.readPaused { // the end waits behind what is not read yet
+			return el.pausedEnd(c)
+		}
 		if ev&unix.EPOLLIN == 0 { // unreadable EPOLLRDHUP, close the connection directly
 			if h := el.halfCloser(); h != nil {
 				return el.halfClose(c, h)
@@ -75,11 +78,28 @@ func (c *conn) processIO(_ int, ev netpoll.IOEvent, _ netpoll.IOFlags) error {
 	return nil
 }
 
+// pausedEnd tells a PausedEndHandler, once, that the remote of c, whose
+// reading is paused, has ended its writing side. Level-triggered, the
+// poller stops reporting the end, which it would do at every poll.
+func (el *eventloop) pausedEnd(c *conn) error {
+	h := el.pausedEnder()
+	if h == nil || c.pausedEndTold {
+		return nil
+	}
+	c.pausedEndTold = true
+	if !el.engine.opts.EdgeTriggeredIO {
+		if err := c.stopReading(); err != nil {
+			return el.close(c, err)
+		}
+	}
+	return el.handleAction(c, h.OnPausedEnd(c))
+}
+
 // watchWritable has the poller report c writable, and readable too unless
 // c no longer reads (HalfCloseHandler) or reading is paused.
 func (c *conn) watchWritable(isET bool) error {
 	if (c.readClosed || c.readPaused) && !isET {
-		return c.loop.poller.ModWrite(&c.pollAttachment)
+		return c.notReading(true)
 	}
 	return c.loop.poller.ModReadWrite(&c.pollAttachment, isET)
 }
@@ -88,7 +108,7 @@ func (c *conn) watchWritable(isET bool) error {
 // mode once its pending writes are sent.
 func (c *conn) unwatchWritable() error {
 	if c.readClosed || c.readPaused {
-		return c.loop.poller.ModNone(&c.pollAttachment)
+		return c.notReading(false)
 	}
 	return c.loop.poller.ModRead(&c.pollAttachment, false)
 }
@@ -101,10 +121,21 @@ func (c *conn) stopReading() error {
 	if c.loop.engine.opts.EdgeTriggeredIO {
 		return nil
 	}
-	if c.outboundBuffer.IsEmpty() {
-		return c.loop.poller.ModNone(&c.pollAttachment)
+	return c.notReading(!c.outboundBuffer.IsEmpty())
+}
+
+// notReading sets the level-triggered mask of c when it does not read:
+// writable while write, and the remote's end while reading is paused for
+// a PausedEndHandler not yet told of it (pausedEnd).
+func (c *conn) notReading(write bool) error {
+	p := c.loop.poller
+	if c.readPaused && !c.readClosed && !c.pausedEndTold && c.loop.pausedEnder() != nil {
+		return p.ModHangup(&c.pollAttachment, write)
 	}
-	return c.loop.poller.ModWrite(&c.pollAttachment)
+	if write {
+		return p.ModWrite(&c.pollAttachment)
+	}
+	return p.ModNone(&c.pollAttachment)
 }
 
 // startReading has the poller report c readable again after a pause, and

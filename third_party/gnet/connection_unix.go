@@ -55,6 +55,7 @@ type conn struct {
 	isEOF          bool                   // whether the connection has reached EOF
 	readClosed     bool                   // the remote shut down its writing side and a HalfCloseHandler serves on: nothing more is read
 	readPaused     bool                   // the handler paused reading (PauseReading) until ResumeReading
+	pausedEndTold  bool                   // a PausedEndHandler was told the remote's end during a pause (OnPausedEnd)
 }
 
 func newStreamConn(proto string, fd int, el *eventloop, sa unix.Sockaddr, localAddr, remoteAddr net.Addr) (c *conn) {
@@ -95,6 +96,7 @@ func (c *conn) release() {
 	c.isEOF = false
 	c.readClosed = false
 	c.readPaused = false
+	c.pausedEndTold = false
 	c.ctx = nil
 	c.safeCtx.Store(nil)
 	c.buffer = nil
@@ -573,8 +575,9 @@ func (c *conn) SetSafeContext(ctx any) {
 // meanwhile stays in the kernel's buffers, and a remote that goes on
 // writing is held back by TCP's flow control, as by a server that reads
 // only when it is ready for more. The bytes read before the pause stay
-// in c. The remote's end of file is seen once reading resumes. Call it on
-// c's event loop only.
+// in c. The remote's end of file is seen once reading resumes; on Linux a
+// PausedEndHandler is told of it during the pause. Call it on c's event
+// loop only.
 func (c *conn) PauseReading() error {
 	if c.readPaused || c.readClosed || !c.opened {
 		return nil

@@ -324,6 +324,13 @@ func (el *eventloop) halfClose(c *conn, h HalfCloseHandler) error {
 	return el.handleAction(c, h.OnHalfClose(c))
 }
 
+// pausedEnder returns the event handler as a PausedEndHandler, or nil if
+// it is told of a remote's end only once reading resumes.
+func (el *eventloop) pausedEnder() PausedEndHandler {
+	h, _ := el.eventHandler.(PausedEndHandler)
+	return h
+}
+
 func (el *eventloop) write0(a any) error {
 	return el.write(a.(*conn))
 }

@@ -465,7 +465,8 @@ type Conn interface {
 	// what the remote sends meanwhile waits in the kernel, and a remote that
 	// goes on sending is held back by the transport's flow control. Bytes read
 	// before the pause stay buffered; writes go on as before. The remote's
-	// end of file is seen once reading resumes. It's not concurrency-safe,
+	// end of file is seen once reading resumes (on Linux, a PausedEndHandler
+	// is told of it during the pause). It's not concurrency-safe,
 	// you must invoke it within any method in EventHandler or a task on the
 	// connection's event loop. Not supported on Windows.
 	PauseReading() error
@@ -551,6 +552,27 @@ type (
 		// no event for "pending writes sent": a handler that closes once
 		// they are checks OutboundBuffered, for example after a Wake.
 		OnHalfClose(c Conn) (action Action)
+	}
+
+	// PausedEndHandler is a HalfCloseHandler told when the remote of a
+	// connection whose reading is paused (Conn.PauseReading) has ended its
+	// writing side (a half-close or a close: its FIN came) while what it sent
+	// before still waits to be read: it will send nothing more, whatever the
+	// handler waits for. Implementing it is the opt-in.
+	//
+	// Linux only (epoll's EPOLLRDHUP); elsewhere, and without it, the end is
+	// seen only once reading resumes. A remote whose unsent bytes wait
+	// behind a full receive window has not sent its FIN, so it is not seen
+	// either until reading resumes.
+	PausedEndHandler interface {
+		HalfCloseHandler
+
+		// OnPausedEnd fires at most once per connection, on its event loop,
+		// when the remote's FIN arrives while reading is paused. Reading stays
+		// paused: once the handler resumes it, the bytes the remote sent
+		// before its end are read, then the end of file (OnHalfClose, or
+		// OnClose for a connection that fails meanwhile).
+		OnPausedEnd(c Conn) (action Action)
 	}
 
 	// BuiltinEventEngine is a built-in implementation of EventHandler which feeds

@@ -252,6 +252,19 @@ func (p *Poller) ModNone(pa *PollAttachment) error {
 		unix.EpollCtl(p.fd, unix.EPOLL_CTL_MOD, pa.FD, &unix.EpollEvent{Fd: int32(pa.FD)}))
 }
 
+// ModHangup modifies the given file descriptor with the remote's end of
+// its writing side (EPOLLRDHUP), and the writable event if write, in the
+// poller: a connection whose reading is paused, for a handler told of that
+// end (level-triggered).
+func (p *Poller) ModHangup(pa *PollAttachment, write bool) error {
+	var ev uint32 = unix.EPOLLRDHUP
+	if write {
+		ev |= WriteEvents
+	}
+	return os.NewSyscallError("epoll_ctl mod",
+		unix.EpollCtl(p.fd, unix.EPOLL_CTL_MOD, pa.FD, &unix.EpollEvent{Fd: int32(pa.FD), Events: ev}))
+}
+
 // Delete removes the given file descriptor from the poller.
 func (p *Poller) Delete(fd int) error {
 	return os.NewSyscallError("epoll_ctl del", unix.EpollCtl(p.fd, unix.EPOLL_CTL_DEL, fd, nil))

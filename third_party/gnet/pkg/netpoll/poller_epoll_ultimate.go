@@ -262,6 +262,20 @@ func (p *Poller) ModNone(pa *PollAttachment) error {
 	return os.NewSyscallError("epoll_ctl mod", epollCtl(p.fd, unix.EPOLL_CTL_MOD, pa.FD, &ev))
 }
 
+// ModHangup modifies the given file descriptor with the remote's end of
+// its writing side (EPOLLRDHUP), and the writable event if write, in the
+// poller: a connection whose reading is paused, for a handler told of that
+// end (level-triggered).
+func (p *Poller) ModHangup(pa *PollAttachment, write bool) error {
+	var ev epollevent
+	ev.events = unix.EPOLLRDHUP
+	if write {
+		ev.events |= WriteEvents
+	}
+	convertPollAttachment(unsafe.Pointer(&ev.data), pa)
+	return os.NewSyscallError("epoll_ctl mod", epollCtl(p.fd, unix.EPOLL_CTL_MOD, pa.FD, &ev))
+}
+
 // Delete removes the given file descriptor from the poller.
 func (p *Poller) Delete(fd int) error {
 	return os.NewSyscallError("epoll_ctl del", epollCtl(p.fd, unix.EPOLL_CTL_DEL, fd, nil))
