@@ -1,5 +1,7 @@
 package store
 
+import "time"
+
 // A cluster's group leader that hands its leadership to another member
 // (internal/member's handOver) hands its sessions' reservations over
 // too, as they are not in the group's log: it stops handing jobs out
@@ -15,6 +17,11 @@ type Reservation struct {
 	ID                 uint64
 	Deadline           int64
 	Reserves, Timeouts uint32
+	// NotBefore, when not 0, is a wall-clock time before which the
+	// reservation must not have been made or last touched (its deadline
+	// less the job's TTR) to be adopted: its session's process had ended
+	// by then.
+	NotBefore int64
 }
 
 // Reservations lists the jobs c holds, the oldest reservation first.
@@ -56,6 +63,9 @@ func (c *Client) Adopt(r Reservation) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if j.state != StateReady {
+		return false
+	}
+	if r.NotBefore != 0 && r.Deadline-int64(j.ttr)*int64(time.Second) < r.NotBefore {
 		return false
 	}
 	t.adoptLocked(j, c, max(s.mono(r.Deadline), s.now()+1))

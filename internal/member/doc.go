@@ -45,7 +45,9 @@
 // Shutdown stops a member in the order its doc comment lists; a member
 // that cannot go on (its cluster log lost, or removed from the cluster)
 // stops itself the same way, and Err says why. Done is closed once every
-// part has stopped.
+// part has stopped. A graceful Shutdown of a cluster member hands the
+// groups it leads to other members before its node stops
+// (handOverLeaderships), so that none waits for an election.
 //
 // # One store
 //

@@ -147,3 +147,64 @@ func (m *Member) takeHanded(g uint16, n *replication.Node, handed []byte) {
 	m.log.Info().Int("group", int(g)).Int("handed", len(held)).Int("taken", took).
 		Msg("took the reservations handed over with the leadership")
 }
+
+// handOverLeaderships hands every group this member leads to another of
+// its voters, as a graceful shutdown is about to stop the node, the way
+// Kafka's controlled shutdown moves partition leaderships off a broker:
+// the groups' clients on other members then wait for a transfer (tens of
+// milliseconds) instead of an election timeout, and the jobs their
+// sessions hold go with it (handOver). Each group goes to the voter heard
+// from lately that leads fewest groups; a group that cannot go, or whose
+// tube move this member drives, is left to an election, as before. The
+// node stops right after: the balancers elsewhere leave a new leadership
+// where it went for leaderSettle, so none comes back meanwhile.
+func (m *Member) handOverLeaderships(ctx context.Context) {
+	sh, self := m.shards, m.node.Name()
+	if m.sessions == nil || !m.node.Host().Finalized() {
+		return // a member of the release before may lead: it reads no handover
+	}
+	reported, names := m.sessions.Reported(), m.memberNames()
+	leads := map[string]int{}
+	for g := range sh.groups() {
+		if n := sh.node(uint16(g)); n != nil {
+			info, _ := n.Leader()
+			leads[info.Name]++
+		} else if rep, ok := reported[uint16(g)]; ok {
+			leads[names[rep.Leader]]++
+		}
+	}
+	heard := m.node.ElectionTimeout() / 3
+	for g := range sh.groups() {
+		n := sh.node(uint16(g))
+		if ctx.Err() != nil {
+			return
+		}
+		if n == nil || m.driving(uint16(g)) {
+			continue
+		}
+		if info, _ := n.Leader(); !info.Serving {
+			continue
+		}
+		voters, _, _ := n.Replicas()
+		to := ""
+		for _, id := range voters {
+			name := names[id]
+			if name == "" || name == self || !m.node.Host().HeardFrom(name, heard) {
+				continue
+			}
+			if to == "" || leads[name] < leads[to] || leads[name] == leads[to] && name < to {
+				to = name
+			}
+		}
+		if to == "" {
+			m.log.Warn().Int("group", g).Msg("shutting down: no voter to hand the group's leadership to; it goes to an election")
+			continue
+		}
+		if err := m.handOver(n, uint16(g), to); err != nil {
+			m.log.Warn().Int("group", g).Str("to", to).Err(err).Msg("shutting down: the group's leadership was not handed over; it goes to an election")
+			continue
+		}
+		leads[to]++
+		m.log.Info().Int("group", g).Str("to", to).Msg("shutting down: handed the group's leadership over")
+	}
+}

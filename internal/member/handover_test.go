@@ -62,3 +62,66 @@ func TestShardGroupsHandOverStays(t *testing.T) {
 		t.Fatalf("stats-job %d after the election: %v %v, want it ready", id, st, err)
 	}
 }
+
+// TestShutdownHandsOverLeaderships: a member that shuts down gracefully
+// (SIGTERM) hands each group it leads to another voter before its node
+// stops, with one group and with three. Another member serves the group
+// well within an election timeout of the shutdown's return, and a worker
+// on another member keeps the job it holds there: its touch answers
+// TOUCHED. Left to an election, the group waits an election timeout at
+// least and the job is ready again (NOT_FOUND).
+func TestShutdownHandsOverLeaderships(t *testing.T) {
+	for _, groups := range []int{1, 3} {
+		t.Run(fmt.Sprintf("groups=%d", groups), func(t *testing.T) {
+			c := newShardedCluster(t, groups)
+			c.finalized()
+			var leaving string
+			var g uint16
+			tube := "default"
+			if groups == 1 {
+				leaving, _ = c.serving(10 * time.Second)
+			} else {
+				c.balanced()
+				leaving, g = "m3", c.ledBy("m3")
+				tube = tubePerGroup(c.up["m1"].shards.placement, "s")[g]
+			}
+			var stays []string
+			for _, name := range []string{"m1", "m2", "m3"} {
+				if name != leaving {
+					stays = append(stays, name)
+				}
+			}
+			// On stays[0], which the shutdown picks (each leads as
+			// many, and it comes first by name): the leadership goes to
+			// the holder's own member, within 10 s of its start.
+			worker := testproc.DialTest(t, c.up[stays[0]].Addr().String(), replyTimeout)
+			expectLine(t, worker, "use "+tube, "USING "+tube)
+			expectLine(t, worker, "watch "+tube, "WATCHING "+map[bool]string{true: "1", false: "2"}[tube == "default"])
+			id, err := worker.Put(0, 0, 60, []byte("held across the shutdown"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, err := worker.Do("reserve-with-timeout 5", nil); err != nil || r.N != id {
+				t.Fatalf("reserve: %+v %v, want job %d", r, err, id)
+			}
+
+			c.stop(leaving)
+			stopped := time.Now()
+			et := c.up[stays[0]].Node().ElectionTimeout()
+			testproc.WaitFor(t, 10*time.Second, fmt.Sprintf("group %d served again", g), func() bool {
+				return c.up[stays[0]].shards.serving(g) != nil || c.up[stays[1]].shards.serving(g) != nil
+			})
+			if took := time.Since(stopped); took > et/2 {
+				t.Errorf("group %d served again %v after %s's shutdown returned, want within half an election timeout (%v): "+
+					"its leadership was not handed over", g, took, leaving, et/2)
+			}
+			// touch, unlike delete, needs the job reserved by the session.
+			if err := worker.ExpectLine(fmt.Sprintf("touch %d", id), "TOUCHED"); err != nil {
+				t.Fatalf("the worker's touch of the job it held: %v", err)
+			}
+			if err := worker.ExpectLine(fmt.Sprintf("delete %d", id), "DELETED"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

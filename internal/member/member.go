@@ -34,6 +34,10 @@ const (
 	// httpShutdownGrace bounds how long stopping the side port waits for
 	// the requests in flight (a scrape, a profile).
 	httpShutdownGrace = 5 * time.Second
+	// handOversGrace bounds how long a graceful shutdown goes on handing
+	// the groups it leads over (each may take an election timeout when
+	// its transfer does not happen); the rest go to elections.
+	handOversGrace = 3 * time.Second
 	// failGrace bounds how long a member that cannot go on waits for the
 	// engine to stop.
 	failGrace = 5 * time.Second
@@ -315,12 +319,14 @@ func (m *Member) Err() error {
 //  3. the engine stops: replies held for the log are sent as the log
 //     makes them durable (5 s at most), then every connection closes and
 //     their reserved jobs go back to ready;
-//  4. the side port stops, answering the requests in flight (5 s at
+//  4. a cluster member hands each group it leads to another voter
+//     (handOverLeaderships), so that no group waits for an election;
+//  5. the side port stops, answering the requests in flight (5 s at
 //     most); the admin API's history stops;
-//  5. a cluster member's proxy closes the connections it carries, then
+//  6. a cluster member's proxy closes the connections it carries, then
 //     its node stops (its transport: the peers see it gone);
-//  6. the log writes and fsyncs what it was given, and closes;
-//  7. the store's timers stop.
+//  7. the log writes and fsyncs what it was given, and closes;
+//  8. the store's timers stop.
 //
 // When ctx is done every wait above ends at once (a second SIGTERM). It
 // returns once every part has stopped; a second call waits for the first.
@@ -329,7 +335,8 @@ func (m *Member) Shutdown(ctx context.Context) {
 	<-m.done
 }
 
-// stop carries out Shutdown's steps, the first two only when graceful.
+// stop carries out Shutdown's steps, the first two and the fourth only
+// when graceful.
 func (m *Member) stop(ctx context.Context, graceful bool) {
 	defer close(m.done)
 	if graceful {
@@ -360,12 +367,17 @@ func (m *Member) stop(ctx context.Context, graceful bool) {
 	}
 	cancel()
 	<-m.engineDone
+	if graceful && m.node != nil && ctx.Err() == nil {
+		handing, cancel := context.WithTimeout(ctx, handOversGrace)
+		m.handOverLeaderships(handing)
+		cancel()
+	}
 	m.log.Info().Msg("connections closed; flushing the log")
 	m.closeParts()
 }
 
 // closeParts stops what Start made, after the engine: the side port, the
-// proxy and the node, the log, the store (Shutdown's steps 4 to 7). Parts
+// proxy and the node, the log, the store (Shutdown's steps 5 to 8). Parts
 // never made are skipped, so a failed Start calls it too.
 func (m *Member) closeParts() {
 	if m.http != nil {

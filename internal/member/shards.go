@@ -203,12 +203,13 @@ func sortedGroups(groups []uint16) []uint16 {
 // (followReplicas).
 func (m *Member) startShards(ctx context.Context) error {
 	sh := m.shards
+	// Group 0's leadership is handed over at a shutdown with one group too.
+	m.node.OnServe(func(handed []byte) { m.takeHanded(0, m.node, handed) })
 	if sh.placement == nil {
 		return nil
 	}
 	m.seedGrown()
 	m.node.OnTubes(func(b replication.TubeBook) { m.tubesChanged(0, b) })
-	m.node.OnServe(func(handed []byte) { m.takeHanded(0, m.node, handed) })
 	held := m.clusterLog.Shared().Groups()
 	for _, grp := range sh.placement.Groups[1:] {
 		var err error

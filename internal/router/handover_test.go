@@ -3,6 +3,7 @@ package router
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
@@ -70,6 +71,44 @@ func TestServerHandOver(t *testing.T) {
 	a.send(req(1, 1, 3, Request{Op: OpTouch, ID: ids[0]}))
 	if got := a.next(); got.Reply.Status != StatusOK {
 		t.Fatalf("a touch once ungated: %+v", got.Reply)
+	}
+}
+
+// TestServerHandOverAfterGreet: a member's first contact since it started
+// (its router's close of session 0) ends its last process's sessions, so
+// a reservation handed over that was made before it reached the next
+// leader is not taken there (that session will never close it), and one
+// made after it, by a session of the new process, is. All of a member's
+// holdings were refused for 10 s after its first contact: a leadership
+// handed back within 10 s of a member's start took none of its workers'
+// jobs.
+func TestServerHandOverAfterGreet(t *testing.T) {
+	leader, next, a, tube, ids := handOverRig(t)
+	a.send(req(1, 1, 1, Request{Op: OpReserve, Tubes: tube}))
+	if got := a.next(); got.Reply.Job.ID != ids[0] {
+		t.Fatalf("the old process's session reserved %+v, want job %d", got.Reply, ids[0])
+	}
+	b := newServerRig(t, nil)
+	time.Sleep(5 * time.Millisecond)
+	b.send(Item{Kind: KindClose, Group: 1, Session: 0}) // the member started again
+	time.Sleep(5 * time.Millisecond)
+	a.send(req(1, 2, 1, Request{Op: OpReserve, Tubes: tube}))
+	if got := a.next(); got.Reply.Job.ID != ids[1] {
+		t.Fatalf("the new process's session reserved %+v, want job %d", got.Reply, ids[1])
+	}
+	held := a.srv.Held(1)
+	replayTube(t, leader, next, tube[0])
+	if n := b.srv.Adopt(1, next, held); n != 1 {
+		t.Fatalf("%d reservations taken, want the new process's alone", n)
+	}
+	if st := next.Stats(); st.Reserved != 1 || st.Ready != 2 {
+		t.Fatalf("the next leader's jobs: %+v, want one reserved and two ready", st)
+	}
+	b.srv.mu.Lock()
+	owners := len(b.srv.owners)
+	b.srv.mu.Unlock()
+	if owners != 1 {
+		t.Fatalf("%d owner clients on the next leader, want the new process's session's alone", owners)
 	}
 }
 

@@ -976,21 +976,29 @@ func (s *Server) Held(g uint16) []Holder {
 // Adopt gives the jobs held, handed over with group g's leadership, to
 // their sessions' owner clients on st, the group's store this member
 // begins to serve from: each holds its job until its deadline, if the
-// job is still ready here and its session's close has not come here
-// (closeRecall). It returns how many it gave.
+// job is still ready here, its session's close has not come here
+// (closeRecall), and, if its member's first contact since it started
+// came here, it was reserved after that. It returns how many it gave.
 func (s *Server) Adopt(g uint16, st *store.Store, held []Holder) int {
 	owners := make([]*owner, len(held))
+	made := map[*owner]bool{} // owners made here: whether each took a job
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return 0
 	}
 	now := time.Now()
+	notBefore := make([]int64, len(held))
 	for i, h := range held {
 		key := ownerKey{member: h.Member, session: h.Session, group: g}
-		if s.closedLocked(closedKey{ownerKey: key}, now) || s.closedLocked(closedKey{ownerKey: ownerKey{member: h.Member, group: g}}, now) ||
-			s.closedLocked(closedKey{key, h.ID}, now) {
+		if s.closedLocked(closedKey{ownerKey: key}, now) || s.closedLocked(closedKey{key, h.ID}, now) {
 			continue
+		}
+		// The member's first contact since it started closed its last
+		// process's sessions (Router.greet): what they held was reserved
+		// before it, what its sessions since hold after.
+		if at, ok := s.closedAt[closedKey{ownerKey: ownerKey{member: h.Member, group: g}}]; ok && now.Sub(at) <= closeRecall {
+			notBefore[i] = at.UnixNano()
 		}
 		o := s.owners[key]
 		if o == nil || o.st != st {
@@ -998,6 +1006,7 @@ func (s *Server) Adopt(g uint16, st *store.Store, held []Holder) int {
 				go o.close()
 			}
 			o = s.newOwnerLocked(key, st, true)
+			made[o] = false
 		}
 		owners[i] = o
 	}
@@ -1009,13 +1018,29 @@ func (s *Server) Adopt(g uint16, st *store.Store, held []Holder) int {
 		}
 		o.mu.Lock()
 		h := held[i]
-		if !o.closed && o.client.Adopt(store.Reservation{ID: h.ID, Deadline: h.Deadline, Reserves: h.Reserves, Timeouts: h.Timeouts}) {
+		if !o.closed && o.client.Adopt(store.Reservation{ID: h.ID, Deadline: h.Deadline, Reserves: h.Reserves, Timeouts: h.Timeouts, NotBefore: notBefore[i]}) {
 			n++
+			if _, ok := made[o]; ok {
+				made[o] = true
+			}
 			if h.Seq != 0 {
 				o.handed.add(h.Seq, h.ID)
 			}
 		}
 		o.mu.Unlock()
+	}
+	// An owner made for jobs it did not take (a session of a member's last
+	// process, whose close will never come) goes: no command came yet.
+	for o, took := range made {
+		if took {
+			continue
+		}
+		s.mu.Lock()
+		if s.owners[o.key] == o {
+			delete(s.owners, o.key)
+		}
+		s.mu.Unlock()
+		o.close()
 	}
 	return n
 }
