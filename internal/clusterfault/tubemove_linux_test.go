@@ -188,9 +188,16 @@ func (c *cluster) post(m *member, path string, g int) (int, time.Duration, error
 // leadership moving (after a partition heals the balancer hands
 // leaderships back; a member that has just stopped leading forwards a
 // request once more, but no further, and not while it knows no leader).
+//
+// A 409 that says a move was aborted, or that one is still under way or
+// not over, is asked again too: a move whose driver lost the group's
+// leadership (an election under load: CI's parallel packages starved a
+// leader past an election timeout during a move, on the code of the
+// sixteenth session too) is aborted, as the issue allows ("completes or
+// rolls back"), and the group's next leader resolves it.
 func (c *cluster) postAgain(r *round, m *member, path string, g int) (int, time.Duration, error) {
 	status, paused, err := c.post(m, path, g)
-	for until := time.Now().Add(retryUnavailable); status == http.StatusServiceUnavailable && time.Now().Before(until); {
+	for until := time.Now().Add(retryUnavailable); retryable(status, err) && time.Now().Before(until); {
 		r.t.Logf("%s to group %d: %d %v: again", path, g, status, err)
 		time.Sleep(250 * time.Millisecond)
 		status, paused, err = c.post(m, path, g)
@@ -199,6 +206,18 @@ func (c *cluster) postAgain(r *round, m *member, path string, g int) (int, time.
 		}
 	}
 	return status, paused, err
+}
+
+// retryable reports whether postAgain asks again after status and err.
+func retryable(status int, err error) bool {
+	if status == http.StatusServiceUnavailable {
+		return true
+	}
+	if status != http.StatusConflict || err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "was aborted") || strings.Contains(msg, "moving already") || strings.Contains(msg, "is not over")
 }
 
 // retryUnavailable is how long postAgain asks again: about the
