@@ -166,12 +166,7 @@ func (m *Member) handOverLeaderships(ctx context.Context) {
 	reported, names := m.sessions.Reported(), m.memberNames()
 	leads := map[string]int{}
 	for g := range sh.groups() {
-		if n := sh.node(uint16(g)); n != nil {
-			info, _ := n.Leader()
-			leads[info.Name]++
-		} else if rep, ok := reported[uint16(g)]; ok {
-			leads[names[rep.Leader]]++
-		}
+		leads[m.leaderOf(uint16(g), reported, names)]++
 	}
 	heard := m.node.ElectionTimeout() / 3
 	for g := range sh.groups() {

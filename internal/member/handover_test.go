@@ -96,7 +96,11 @@ func TestShutdownHandsOverLeaderships(t *testing.T) {
 			// the holder's own member, within 10 s of its start.
 			worker := testproc.DialTest(t, c.up[stays[0]].Addr().String(), replyTimeout)
 			expectLine(t, worker, "use "+tube, "USING "+tube)
-			expectLine(t, worker, "watch "+tube, "WATCHING "+map[bool]string{true: "1", false: "2"}[tube == "default"])
+			watching := "WATCHING 2"
+			if tube == "default" {
+				watching = "WATCHING 1"
+			}
+			expectLine(t, worker, "watch "+tube, watching)
 			id, err := worker.Put(0, 0, 60, []byte("held across the shutdown"))
 			if err != nil {
 				t.Fatal(err)

@@ -419,19 +419,14 @@ func (m *Member) balanceLeaders() {
 		reported, names := m.sessions.Reported(), m.memberNames()
 		m.followReplicas(reported, names)
 		for g := range sh.groups() {
-			var info replication.LeaderInfo
-			if n := sh.node(uint16(g)); n != nil {
-				info, _ = n.Leader()
-			} else if rep, ok := reported[uint16(g)]; ok {
-				info.Name = names[rep.Leader]
-			}
-			if leaders[uint16(g)] != info.Name {
+			name := m.leaderOf(uint16(g), reported, names)
+			if leaders[uint16(g)] != name {
 				changed[uint16(g)] = now
 			}
-			if info.Name == "" {
+			if name == "" {
 				delete(leaders, uint16(g))
 			} else {
-				leaders[uint16(g)] = info.Name
+				leaders[uint16(g)] = name
 			}
 		}
 		reachable := map[string]bool{}
@@ -469,6 +464,20 @@ func (m *Member) balanceLeaders() {
 			m.log.Info().Int("group", int(tr.Group)).Str("to", tr.To).Msg("handed a group's leadership over, to balance leaders")
 		}
 	}
+}
+
+// leaderOf is the name of group g's leader as this member sees it: from
+// its replica of g, else from the leader's report (reported, names by
+// Raft id); "" when neither names one.
+func (m *Member) leaderOf(g uint16, reported map[uint16]router.Report, names map[uint64]string) string {
+	if n := m.shards.node(g); n != nil {
+		info, _ := n.Leader()
+		return info.Name
+	}
+	if rep, ok := reported[g]; ok {
+		return names[rep.Leader]
+	}
+	return ""
 }
 
 // receivers is meta.PlanLeaders' caughtUp as member self judges it: a
