@@ -41,6 +41,10 @@ const (
 	// and be caught up: under a steady load its match index trails by the
 	// entries in flight to it, and the leader's log holds them.
 	promoteSlack = maxInflight
+	// inboxSize bounds the peers' messages waiting for a node: what is
+	// received past it is dropped (Node.deliver). Room for the appends in
+	// flight to a follower, or for four followers' answers to them.
+	inboxSize = 4 * maxInflight
 )
 
 // Config configures a Core.

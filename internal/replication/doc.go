@@ -496,11 +496,15 @@
 // the router, which resends.
 //
 // The transport carries the messages of every Raft group attached to it
-// (transport.attach; today one, group 0): each group sends its own and
-// is told of a peer unreachable or a snapshot's fate, and each message
-// received goes to its group's end. A message of a group this member
-// does not hold (one that left it, or has not come yet) is dropped and
-// counted (TransportStats.MessagesUnrouted); raft sends again what
+// (transport.attach: each group this member holds a replica of): each
+// group sends its own and is told of a peer unreachable or a snapshot's
+// fate, and each message received goes to its group's end. A message of
+// a group this member does not hold (one that left it, or has not come
+// yet) is dropped and counted (TransportStats.MessagesUnrouted); so is
+// one for a group whose node has no room for it (MessagesShed: a node
+// busy with a long round or a rebuild, its inbox of 1,024 full), since
+// the connection carries every group's messages and waiting for one
+// group would cut the others off from the peer. Raft sends again what
 // matters.
 //
 // With --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca every

@@ -121,7 +121,7 @@ func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint, m
 		log:           cfg.Log,
 		logger:        logger,
 		startCommit:   start.commit,
-		inbox:         make(chan *pb.Message, 256),
+		inbox:         make(chan *pb.Message, inboxSize),
 		ticks:         make(chan struct{}, 1),
 		snapIn:        make(chan snapshotIn),
 		wake:          make(chan struct{}, 1),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store"
@@ -289,4 +290,69 @@ func TestHostStaleHeartbeat(t *testing.T) {
 	if err := fresh.Err(); err != nil {
 		t.Fatalf("the replica started empty: %v", err)
 	}
+}
+
+// TestHostBusyGroup: a group whose node is stuck (its mutex held here, as
+// a long round would hold its goroutine) does not stall the member's other
+// groups, whose messages share its connections: what comes for the stuck
+// group past its inbox's room is dropped and counted, group 0's replica on
+// the same member goes on taking its leader's entries, and the stuck group
+// catches up once free. Were the transport to wait for room, the peer's
+// connection would carry nothing more until the stuck group took again.
+func TestHostBusyGroup(t *testing.T) {
+	c := newNetCluster(t, 3, 100, nil)
+	g1 := startGroups(t, c, 1, groupLogs(c, 100))
+	l0 := c.awaitServing(10 * time.Second)
+	l1 := c.awaitServing(10*time.Second, groupUp(g1)...)
+	var stuck *Node // group 1's replica on a member leading neither group
+	for name, n := range g1 {
+		if name != l0.Name() && name != l1.Name() {
+			stuck = n
+			break
+		}
+	}
+	from := c.nodes[l0.Name()]
+	term := l1.Status().Term
+	stuck.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			stuck.mu.Unlock()
+		}
+	}()
+
+	// Group 1's answers from group 0's leader's member to the stuck
+	// replica, which a follower ignores once it steps them, until it has
+	// no room for them.
+	answer := &pb.Message{Type: pb.MsgHeartbeatResp.Enum(), From: new(from.self.ID), To: new(stuck.self.ID), Term: new(term)}
+	shed := func() uint64 { return c.nodes[stuck.Name()].host.transport.stats().MessagesShed }
+	send := func() {
+		for range 100 {
+			from.host.transport.send(groupID(1), []*pb.Message{answer})
+		}
+	}
+	testproc.WaitFor(t, 10*time.Second, "the stuck replica's inbox full", func() bool {
+		send()
+		return len(stuck.inbox) == cap(stuck.inbox)
+	})
+	send()
+	id, pos := newNetClient(l0, "tube").put("while group 1 is stuck on " + stuck.Name())
+	awaitAck(t, l0.Journal(), pos, 5*time.Second)
+	testproc.WaitFor(t, 5*time.Second, "group 0's replica beside the stuck group taking the put", func() bool {
+		_, ok := c.nodes[stuck.Name()].Store().NewClient(nil).Peek(id)
+		return ok
+	})
+
+	if shed() == 0 {
+		t.Error("nothing was shed")
+	}
+	stuck.mu.Unlock()
+	locked = false
+	id, pos = newNetClient(l1, "tube").put("after")
+	awaitAck(t, l1.Journal(), pos, 5*time.Second)
+	testproc.WaitFor(t, 10*time.Second, "the stuck group catching up", func() bool {
+		_, ok := stuck.Store().NewClient(nil).Peek(id)
+		return ok
+	})
+	t.Logf("%d of group 1's messages shed on %s while it was stuck", shed(), stuck.Name())
 }

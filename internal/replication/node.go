@@ -996,13 +996,22 @@ func (n *Node) publish(tick bool) {
 
 // The transport's side, on its goroutines.
 
-// deliver hands a peer's message to the node goroutine, waiting while
-// its inbox is full; false once the node takes no more.
+// deliver hands a peer's message to the node goroutine without waiting:
+// false, and the message is dropped, when its inbox is full (the node is
+// busy: a long round, a rebuild) or the node has stopped. Raft sends
+// again what matters. Waiting would stall the peer's connection, which
+// carries every group's messages: one busy group would cut the others
+// off from that peer, and their leaders would lose their quorum.
 func (n *Node) deliver(m *pb.Message) bool {
+	select {
+	case <-n.halted:
+		return false
+	default:
+	}
 	select {
 	case n.inbox <- m:
 		return true
-	case <-n.halted:
+	default:
 		return false
 	}
 }

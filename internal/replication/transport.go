@@ -59,8 +59,11 @@ type TransportStats struct {
 	// MessagesSent were written to a peer's connection; MessagesDropped
 	// were not (a full queue, no connection, too large); raft sends
 	// again what matters. MessagesUnrouted were received for a group
-	// this member does not hold, and dropped.
+	// this member does not hold, and dropped; MessagesShed were received
+	// for a group whose node was too busy to take them (its inbox full)
+	// or stopping, and dropped rather than waited for.
 	MessagesSent, MessagesReceived, MessagesDropped, MessagesUnrouted uint64
+	MessagesShed                                                      uint64
 	// Heartbeats were sent coalesced (protocol 3), in HeartbeatFrames
 	// frames: the groups' heartbeats to a peer that went together.
 	Heartbeats, HeartbeatFrames uint64
@@ -185,7 +188,7 @@ type transport struct {
 
 	sent, received, dropped        atomic.Uint64
 	connects, refused, tlsRefused  atomic.Uint64
-	unrouted                       atomic.Uint64
+	unrouted, shed                 atomic.Uint64
 	coalesced                      beatCounts
 	snapSent, snapFailed, snapRecv atomic.Uint64
 }
@@ -564,7 +567,7 @@ func (p *peer) snapshotDone(g groupID) {
 func (t *transport) stats() TransportStats {
 	s := TransportStats{
 		MessagesSent: t.sent.Load(), MessagesReceived: t.received.Load(),
-		MessagesDropped: t.dropped.Load(), MessagesUnrouted: t.unrouted.Load(),
+		MessagesDropped: t.dropped.Load(), MessagesUnrouted: t.unrouted.Load(), MessagesShed: t.shed.Load(),
 		Heartbeats: t.coalesced.beats.Load(), HeartbeatFrames: t.coalesced.frames.Load(),
 		Connects: t.connects.Load(), Refused: t.refused.Load(), TLSRefused: t.tlsRefused.Load(),
 		SnapshotsSent: t.snapSent.Load(), SnapshotsFailed: t.snapFailed.Load(), SnapshotsReceived: t.snapRecv.Load(),
@@ -1103,9 +1106,11 @@ func (t *transport) logRefusal(key, remote, claimed, reason string) {
 
 // receiveMessages hands p's messages, read by f, to their groups until
 // the connection (raw, under f) ends, dropping (and counting) those of a
-// group not attached. A newer connection from p replaces this one. A
-// message that is not from p to this member, or a snapshot (they have
-// connections of their own), ends it.
+// group not attached and those whose group's node has no room for them
+// or has stopped (it never waits for one group: the connection carries
+// them all). A newer connection from p replaces this one. A message that
+// is not from p to this member, or a snapshot (they have connections of
+// their own), ends it.
 func (t *transport) receiveMessages(p *peer, conn net.Conn, f *frameReader) {
 	defer claimInbound(&t.mu, t.inbound, p.Name, conn)()
 	for {
@@ -1145,7 +1150,7 @@ func (t *transport) receiveMessages(p *peer, conn net.Conn, f *frameReader) {
 		}
 		t.received.Add(1)
 		if !end.deliver(m) {
-			return
+			t.shed.Add(1)
 		}
 	}
 }
