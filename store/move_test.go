@@ -112,3 +112,35 @@ func TestMoveTube(t *testing.T) {
 		t.Fatalf("after the drop: %+v", st)
 	}
 }
+
+// TestDropLargeTube: a tube of more jobs than DropTube drops under one
+// hold of its lock (it lets the lock go between batches) is dropped whole,
+// its reserved jobs too, and the jobs counted once each.
+func TestDropLargeTube(t *testing.T) {
+	s := store.New(store.Options{})
+	t.Cleanup(s.Close)
+	c := s.NewClient(nil)
+	c.Use([]byte("big"))
+	c.Watch([]byte("big"))
+	const n = 1000
+	for i := range n {
+		if _, err := c.Put(s.NextID(), uint32(i%7), 0, 60, []byte("job\r\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 {
+		if _, res := c.Reserve(0); res != store.Reserved {
+			t.Fatalf("reserve: %v", res)
+		}
+	}
+	frames, jobs, held, _, ok := s.ExportTube([]byte("big"))
+	if !ok || jobs != n || len(held) != 10 || len(frames) == 0 {
+		t.Fatalf("export: %d jobs, %d held, %d bytes", jobs, len(held), len(frames))
+	}
+	if got := s.NewClient(nil).DropTube([]byte("big")); got != n {
+		t.Fatalf("dropped %d jobs, want %d", got, n)
+	}
+	if st := s.Stats(); st.Jobs() != 0 || st.Reserved != 0 {
+		t.Fatalf("after the drop: %+v", st)
+	}
+}
