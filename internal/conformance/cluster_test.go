@@ -84,10 +84,11 @@ func startFollower(t *testing.T) string {
 //
 // The member returned has served no client connection yet (its
 // sprout_connections_total, on its --http, is 0), so that its
-// total-connections counts what the reference's does. Until the cluster
-// is finalized, a member that does not lead proxies its clients to the
-// one that does, the testproc readiness checks of the others included,
-// and leadership of group 0 may move after that.
+// total-connections counts what the reference's does. A member is seen
+// started by its --http, not by a connection to its client port: until
+// the cluster is finalized, a member that does not lead proxies its
+// clients to the one that does, and whichever member counted such a
+// check could be left the only candidate (under load, every one was).
 func startCluster(t *testing.T, groups int) (string, *meta.State) {
 	t.Helper()
 	type member struct{ name, peer, http, client string }
@@ -122,6 +123,13 @@ func startCluster(t *testing.T, groups int) (string, *meta.State) {
 			Binary:       testproc.SproutBinary(t),
 			Args:         args,
 			StartTimeout: startTimeout,
+			Ready: func(string, time.Duration) error {
+				r, err := (&http.Client{Timeout: time.Second}).Get("http://" + m.http + "/cluster")
+				if err == nil {
+					r.Body.Close()
+				}
+				return err
+			},
 		})
 		m.client = p.Addr()
 		t.Cleanup(func() {
@@ -140,24 +148,24 @@ func startCluster(t *testing.T, groups int) (string, *meta.State) {
 	}
 	client := &http.Client{Timeout: 2 * time.Second}
 	var chosen string
-	testproc.WaitFor(t, 45*time.Second, fmt.Sprintf("the members finalized, agreeing on the leaders of %d groups", groups), func() bool {
+	testproc.WaitForWhy(t, 45*time.Second, fmt.Sprintf("the members finalized, agreeing on the leaders of %d groups", groups), func() (bool, string) {
 		leaders := map[int]string{} // by group, as every member sees it
 		agreed := true
 		for _, m := range ms {
 			r, err := client.Get("http://" + m.http + "/cluster")
 			if err != nil {
-				return false
+				return false, err.Error()
 			}
 			var st status
 			err = json.NewDecoder(r.Body).Decode(&st)
 			r.Body.Close()
 			if err != nil || st.Version != 3 || st.Leader == "" {
-				return false
+				return false, fmt.Sprintf("%s: version %d, leader %q, %v", m.name, st.Version, st.Leader, err)
 			}
 			seen := map[int]string{0: st.Leader}
 			if groups > 1 {
 				if len(st.Groups) != groups {
-					return false
+					return false, fmt.Sprintf("%s lists %d groups", m.name, len(st.Groups))
 				}
 				for _, g := range st.Groups {
 					seen[g.ID] = g.Leader
@@ -171,7 +179,7 @@ func startCluster(t *testing.T, groups int) (string, *meta.State) {
 			}
 		}
 		if !agreed || len(leaders) != groups {
-			return false
+			return false, fmt.Sprintf("leaders not agreed: %v", leaders)
 		}
 		led := map[string]int{}
 		for _, l := range leaders {
@@ -180,16 +188,20 @@ func startCluster(t *testing.T, groups int) (string, *meta.State) {
 		chosen = ""
 		for _, m := range ms {
 			if groups > 1 && led[m.name] != 1 {
-				return false // not balanced yet
+				return false, fmt.Sprintf("not balanced yet: leaders %v", leaders)
 			}
 		}
+		served := map[string]int{}
 		for _, m := range ms {
-			if m.name != leaders[0] && connectionsServed(client, m.http) == 0 {
+			if m.name == leaders[0] {
+				continue
+			}
+			if served[m.name] = connectionsServed(client, m.http); served[m.name] == 0 {
 				chosen = m.client
-				return true
+				return true, ""
 			}
 		}
-		return false
+		return false, fmt.Sprintf("no member but group 0's leader (%s) has served no connection: %v (-1: /metrics did not answer)", leaders[0], served)
 	})
 	// As StartBinary's readiness probe does on the reference, so that
 	// both count one connection and its commands before the test's.

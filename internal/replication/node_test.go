@@ -448,10 +448,19 @@ func TestNodeSnapshot(t *testing.T) {
 // with no leader change meanwhile: heartbeats go between its parts. The
 // election timeout is 5 s: the store appends the record to the journal
 // under its mutex, which the node goroutine takes at every round, and
-// copying 64 MiB under the race detector takes longer than a second.
+// copying 64 MiB under the race detector takes longer than a second. It
+// is 10 s under the race detector: there the race runtime checks each
+// 64 MiB copy in one call the garbage collector cannot preempt, so the
+// whole process (all three members) stops until it ends, and CI's
+// parallel packages once stretched such a stop past 5 s (a profile of
+// the test alone: a third of its CPU waiting to suspend goroutines).
 func TestNodeLargeEntry(t *testing.T) {
-	c := newNetCluster(t, 3, 100, func(cfg *NodeConfig) { cfg.Tick, cfg.ElectionTick = DefaultTick, 50 })
-	l := c.awaitServing(10 * time.Second)
+	ticks := 50
+	if testproc.RaceEnabled {
+		ticks = 100
+	}
+	c := newNetCluster(t, 3, 100, func(cfg *NodeConfig) { cfg.Tick, cfg.ElectionTick = DefaultTick, ticks })
+	l := c.awaitServing(2*time.Duration(ticks)*DefaultTick + 5*time.Second) // the first election's longest wait, and more
 	changes := l.Stats().LeaderChanges
 	cl := newNetClient(l, "large")
 	body := bytes.Repeat([]byte("0123456789abcdef"), (64<<20+1024)/16)

@@ -22,3 +22,25 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		pause = min(2*pause, 20*time.Millisecond)
 	}
 }
+
+// WaitForWhy is WaitFor with a cond that also says why it does not hold
+// yet: the last reason goes into the failure.
+func WaitForWhy(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	var why string
+	WaitFor(&withWhy{TB: t, why: &why}, timeout, what, func() (ok bool) {
+		ok, why = cond()
+		return ok
+	})
+}
+
+// withWhy adds the last reason to a failure.
+type withWhy struct {
+	testing.TB
+	why *string
+}
+
+func (w *withWhy) Fatalf(format string, args ...any) {
+	w.TB.Helper()
+	w.TB.Fatalf(format+" (last: %s)", append(args, *w.why)...)
+}
