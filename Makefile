@@ -209,7 +209,8 @@ soak:
 CHAOS_ROUNDS ?= 50
 CHAOS_GROUPS ?= 1
 CHAOS_MEMBERS ?= 3
-# CHAOS_LOGS=DIR keeps each member's whole output there when a run fails.
+# CHAOS_LOGS=DIR keeps each member's whole output there when a run fails,
+# and every member's goroutines when a tube move or placement takes over 8 s.
 CHAOS_LOGS ?=
 chaos:
 	$(GO) test -count=1 -timeout 90m -v -run '^TestClusterFaults$$' ./internal/clusterfault/ -args -rounds=$(CHAOS_ROUNDS) -groups=$(CHAOS_GROUPS) -members=$(CHAOS_MEMBERS) -member-logs=$(CHAOS_LOGS)

@@ -186,6 +186,50 @@ func keepLog(t testing.TB, name string, outputs []string) {
 	t.Logf("%s's whole output: %s", name, path)
 }
 
+// slowDumps writes every member's goroutines into -member-logs
+// if the request it watches (what) has not ended within slowRequest:
+// where a move that stalls is stuck, which its logs do not say. It
+// returns the function that ends the watch. Without -member-logs it does
+// nothing.
+func (c *cluster) slowDumps(what string) (done func()) {
+	if *memberLogs == "" {
+		return func() {}
+	}
+	ended := make(chan struct{})
+	members := slices.Clone(c.members) // their names and addresses do not change
+	go func() {
+		select {
+		case <-ended:
+			return
+		case <-time.After(slowRequest):
+		}
+		at := time.Now().Format("150405.000")
+		_ = os.MkdirAll(*memberLogs, 0o755)
+		for _, m := range members { // a member down answers with an error
+			req, err := http.NewRequest(http.MethodGet, m.httpBase()+"/debug/pprof/goroutine?debug=2", nil)
+			if err != nil {
+				continue
+			}
+			req.Header.Set("Authorization", "Bearer "+adminToken)
+			body := []byte(what + "\n\n")
+			if resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req); err != nil {
+				body = append(body, err.Error()...)
+			} else {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				body = append(body, b...)
+			}
+			_ = os.WriteFile(filepath.Join(*memberLogs, fmt.Sprintf("%s-slow-%s.txt", m.name, at)), body, 0o644)
+		}
+	}()
+	return func() { close(ended) }
+}
+
+// slowRequest is how long a move or placement may take before slowDumps
+// writes the members' goroutines (one takes tens of ms; seconds under
+// the race detector for tens of thousands of jobs).
+const slowRequest = 8 * time.Second
+
 // tubePerGroup names a tube in each group, by group: base among them,
 // the others base-1, base-2, ..., whichever the placement puts first
 // into each group.
@@ -244,6 +288,9 @@ func (c *cluster) start(m *member) {
 		"--http", strings.TrimPrefix(m.httpBase(), "http://"), "--admin-token", adminToken,
 		"--node", m.name, "--cluster-listen", net.JoinHostPort(m.ip(), strconv.Itoa(clusterPort)),
 		"--cluster-peers", c.peers, "--log-format", "json", "--log-level", *memberLogLevel}
+	if *memberLogs != "" {
+		args = append(args, "--pprof", "true") // for slowDumps
+	}
 	if m.join != "" {
 		args = append(args, "--cluster-join", m.join)
 	}

@@ -167,6 +167,7 @@ func (c *cluster) post(m *member, path string, g int) (int, time.Duration, error
 		return 0, 0, err
 	}
 	req.Header.Set("Authorization", "Bearer "+adminToken)
+	defer c.slowDumps(fmt.Sprintf("POST %s {\"group\": %d} through %s, asked at %s", path, g, m.name, time.Now().Format("15:04:05.000")))()
 	resp, err := moveClient.Do(req)
 	if err != nil {
 		return 0, 0, err
