@@ -278,14 +278,7 @@ func (c *Client) ClearTube(tube []byte, states []State, progress func(deleted in
 				if j == nil {
 					break
 				}
-				if s.log != nil {
-					// Deletes are never refused: the log keeps room for them.
-					r := wal.Record{Kind: wal.KindDelete, ID: j.id}
-					_ = s.logLocked(c, j, &r)
-				}
-				t.detachLocked(j)
-				j.state = StateInvalid
-				s.forgetJobLocked(j)
+				s.dropLocked(c, t, j)
 				t.cmdDelete++
 			}
 			t.mu.Unlock()
@@ -302,6 +295,20 @@ func (c *Client) ClearTube(tube []byte, states []State, progress func(deleted in
 		}
 	}
 	return deleted, true
+}
+
+// dropLocked deletes j, a job of t, for c's bulk operation: the delete
+// logged (deletes are never refused: the log keeps room for them), j out
+// of t and of the store. t.mu must be held; the caller drops j's
+// reference to t.
+func (s *Store) dropLocked(c *Client, t *Tube, j *Job) {
+	if s.log != nil {
+		r := wal.Record{Kind: wal.KindDelete, ID: j.id}
+		_ = s.logLocked(c, j, &r)
+	}
+	t.detachLocked(j)
+	j.state = StateInvalid
+	s.forgetJobLocked(j)
 }
 
 // firstLocked is the job of state that goes first in t: the next to

@@ -199,9 +199,9 @@ func (c *Client) DropTube(name []byte) int {
 	}
 	// Dropped bulkBatch at a time, the tube's lock let go between: the
 	// node goroutine of the group's leader takes it for each job it
-	// locates (Located), and 20,000 deletes at once stalled it past an
-	// election timeout on a loaded machine. A job that ended meanwhile
-	// is passed over.
+	// locates (Located), and a move's 20,000 deletes at once would hold
+	// it as long as its export did. A job that ended meanwhile is passed
+	// over.
 	dropped := 0
 	for i, j := range jobs {
 		if i > 0 && i%bulkBatch == 0 {
@@ -211,13 +211,7 @@ func (c *Client) DropTube(name []byte) int {
 		if j.state == StateInvalid {
 			continue
 		}
-		if s.log != nil {
-			r := wal.Record{Kind: wal.KindDelete, ID: j.id}
-			_ = s.logLocked(c, j, &r) // deletes are never refused
-		}
-		t.detachLocked(j)
-		j.state = StateInvalid
-		s.forgetJobLocked(j)
+		s.dropLocked(c, t, j)
 		dropped++
 	}
 	t.mu.Unlock()
