@@ -517,11 +517,28 @@ func TestSharedLogDrop(t *testing.T) {
 		one.Append([]*pb.Entry{entry(i, 1, r)})
 		awaitDurable(t, one)
 	}
+	lastOne := one.Locate(9)
 	commit(one, 9)
 	one.Compact(9)
-	zero.Append([]*pb.Entry{entry(2, 1, full(1, 1))})
-	commit(zero, 2)
-	zero.Compact(2)
+	// Group 0's job goes into a segment after group 1's (a segment
+	// outgrows its size while the next is being made, so without this
+	// they may share one, which that job then keeps): group 0 writes
+	// records of no job until its log has moved on.
+	at := uint64(2)
+	for ; ; at++ {
+		zero.Append([]*pb.Entry{entry(at, 1, wal.Record{Kind: wal.KindIDs, ID: at})})
+		awaitDurable(t, zero)
+		if zero.Locate(at) > lastOne {
+			break
+		}
+		if at > 500 {
+			t.Fatalf("group 0's log is still in segment %d after %d writes", lastOne, at)
+		}
+	}
+	at++
+	zero.Append([]*pb.Entry{entry(at, 1, full(1, 1))})
+	commit(zero, at)
+	zero.Compact(at)
 	awaitDurable(t, zero)
 	liveBefore, firstOne := s.Stats().LiveBytes, one.Locate(2)
 	if err := s.Drop(1); err != nil {
@@ -547,8 +564,8 @@ func TestSharedLogDrop(t *testing.T) {
 	// Group 0 alone, on past the segments group 1 wrote, until compaction
 	// has removed them: removal follows an fsync and a later step of the
 	// writer, which on a loaded machine may come some writes later.
-	last := uint64(2)
-	for i := uint64(3); i < 30 || s.Stats().OldestIndex <= firstOne && i < 500; i++ {
+	last := at
+	for i := at + 1; i < at+30 || s.Stats().OldestIndex <= firstOne && i < at+500; i++ {
 		zero.Append([]*pb.Entry{entry(i, 1, wal.Record{Kind: wal.KindIDs, ID: i})})
 		commit(zero, i)
 		zero.Compact(i)
