@@ -260,9 +260,10 @@ func (s *Store) reservedIn(t *Tube) []listed {
 // logged and counted as the protocol's delete is, bulkBatch per hold of
 // the tube lock, resting between batches (bulkRest); progress, if not nil, is told
 // the running total after each batch. Jobs that arrive meanwhile may be
-// deleted too.
+// deleted too. A Reset meanwhile stops it.
 func (c *Client) ClearTube(tube []byte, states []State, progress func(deleted int)) (deleted int, ok bool) {
 	s := c.s
+	gen := s.resets.Load()
 	t := s.findTube(tube)
 	if t == nil {
 		return 0, false
@@ -272,6 +273,10 @@ func (c *Client) ClearTube(tube []byte, states []State, progress func(deleted in
 		for {
 			began := time.Now()
 			t.mu.Lock()
+			if s.resetSince(gen) {
+				t.mu.Unlock()
+				return deleted, true
+			}
 			n := 0
 			for ; n < bulkBatch; n++ {
 				j := t.firstLocked(state)
@@ -328,9 +333,11 @@ func (t *Tube) firstLocked(state State) *Job {
 // KickTube is kick on the named tube, for up to bound jobs, bulkBatch per
 // hold of the tube lock: buried jobs if it has any when it starts (oldest
 // first), otherwise delayed ones (earliest first). ok is false when the
-// tube does not exist. It stops early if the log cannot take a change.
+// tube does not exist. It stops early if the log cannot take a change,
+// or the store is Reset.
 func (c *Client) KickTube(tube []byte, bound int) (kicked int, ok bool) {
 	s := c.s
+	gen := s.resets.Load()
 	t := s.findTube(tube)
 	if t == nil {
 		return 0, false
@@ -347,6 +354,10 @@ func (c *Client) KickTube(tube []byte, bound int) (kicked int, ok bool) {
 		now := s.now()
 		var hs handoffs
 		t.mu.Lock()
+		if s.resetSince(gen) {
+			t.mu.Unlock()
+			return kicked, true
+		}
 		n, failed := 0, false
 		for ; n < bulkBatch && kicked+n < bound; n++ {
 			j := t.firstLocked(from)

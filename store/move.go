@@ -102,6 +102,7 @@ func (c *Client) ImportTube(name []byte, frames []byte, fig TubeFigures, holders
 	if err != nil {
 		return 0, err
 	}
+	gen := s.resets.Load()
 	t := s.acquireTube(name) // held while the jobs are made
 	defer s.releaseTube(t)
 	now := s.now()
@@ -116,9 +117,13 @@ func (c *Client) ImportTube(name []byte, frames []byte, fig TubeFigures, holders
 		}
 		j := newJob(bytes.Clone(r.Body))
 		j.id, j.createdAt, j.slot = r.ID, s.mono(r.CreatedAt), -1
-		t.refs.Add(1) // the job's
 		j.tube = t
 		t.mu.Lock()
+		if s.resetSince(gen) {
+			t.mu.Unlock()
+			return made, ErrReset
+		}
+		t.refs.Add(1) // the job's
 		s.insertJobLocked(j)
 		s.placeLocked(j, r, now)
 		if holder := holders[r.ID]; r.State == wal.StateReserved && holder != nil {
@@ -136,6 +141,10 @@ func (c *Client) ImportTube(name []byte, frames []byte, fig TubeFigures, holders
 		made++
 	}
 	t.mu.Lock()
+	if s.resetSince(gen) {
+		t.mu.Unlock()
+		return made, ErrReset
+	}
 	t.totalJobs = max(t.totalJobs, fig.TotalJobs)
 	t.cmdDelete, t.cmdPause = max(t.cmdDelete, fig.CmdDelete), max(t.cmdPause, fig.CmdPause)
 	if fig.PauseLeft > 0 {
@@ -172,9 +181,11 @@ func (t *Tube) adoptLocked(j *Job, c *Client, deadline int64) {
 // DropTube deletes every job of the named tube, reserved ones too (their
 // holders' reservations end), each logged as a delete, and returns how
 // many: the tube moved away, or a move into this store was aborted. c's
-// PendingAck is then the position the log must acknowledge.
+// PendingAck is then the position the log must acknowledge. A Reset
+// meanwhile stops it.
 func (c *Client) DropTube(name []byte) int {
 	s := c.s
+	gen := s.resets.Load()
 	t := s.findTube(name)
 	if t == nil {
 		return 0
@@ -182,6 +193,10 @@ func (c *Client) DropTube(name []byte) int {
 	defer s.releaseTube(t)
 	reserved := s.reservedIn(t)
 	t.mu.Lock()
+	if s.resetSince(gen) {
+		t.mu.Unlock()
+		return 0
+	}
 	var jobs []*Job
 	for _, j := range t.ready.all() {
 		jobs = append(jobs, j)
@@ -207,6 +222,9 @@ func (c *Client) DropTube(name []byte) int {
 		if i > 0 && i%bulkBatch == 0 {
 			t.mu.Unlock()
 			t.mu.Lock()
+			if s.resetSince(gen) {
+				break
+			}
 		}
 		if j.state == StateInvalid {
 			continue

@@ -9,6 +9,17 @@ import (
 // waits in a reserve, which belong to the jobs and tubes Reset would drop.
 var ErrClientsHold = errors.New("store: a client holds a reservation or waits to reserve")
 
+// ErrReset ends a bulk change that was running when the store was reset:
+// what it changed before went with the reset, and it changes nothing
+// after.
+var ErrReset = errors.New("store: emptied for a rebuild while the change ran")
+
+// resetSince reports whether Reset ran since resets was gen. Asked under
+// a tube's lock before a change to it: Reset counts itself before it
+// empties any tube, so a change either came before the tube was emptied
+// (and went with it) or sees the count.
+func (s *Store) resetSince(gen uint64) bool { return s.resets.Load() != gen }
+
 // Reset empties the store in place, leaving it as New made it before any
 // recovery: no job, every tube that only jobs kept gone, every count and
 // pause cleared, ids starting again from what is applied next, and the
@@ -25,6 +36,9 @@ var ErrClientsHold = errors.New("store: a client holds a reservation or waits to
 // could (a member closes its sessions before it rebuilds; a follower
 // serves none). Operations by job id racing with Reset find the job gone,
 // as after a delete: each job is marked deleted under its tube's lock.
+// The bulk changes of a tube (ImportTube, DropTube, ClearTube, KickTube)
+// stop at their next job (ErrReset): a member's in-process writers do
+// not write into the store its log is rebuilding.
 //
 // Lock order: registryMu for the whole reset, each tube's lock in turn,
 // the id index's shards last (store/doc.go).
@@ -40,6 +54,7 @@ func (s *Store) Reset() error {
 			return ErrClientsHold
 		}
 	}
+	s.resets.Add(1)
 	kept := s.tubeList[:0]
 	for _, t := range s.tubeList {
 		t.mu.Lock()

@@ -2,10 +2,12 @@ package store_test
 
 import (
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // TestResetRefusesHeldJobs: a reservation or a blocked reserve belongs
@@ -68,4 +70,83 @@ func TestResetRefusesHeldJobs(t *testing.T) {
 		reserveNow(t, waiter, j)
 		waiter.Close()
 	})
+}
+
+// TestResetStopsClear: a bulk change that began before a Reset (a
+// member's admin API clearing a tube as it loses the leadership) stops
+// at its next batch: the jobs the rebuild applies from the log after the
+// Reset stay.
+func TestResetStopsClear(t *testing.T) {
+	s := store.New(store.Options{})
+	t.Cleanup(s.Close)
+	c := s.NewClient(nil)
+	c.Use([]byte("t"))
+	for range 1000 {
+		if _, err := c.Put(s.NextID(), 1, 0, 60, []byte("job\r\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rebuilt := []wal.Record{
+		{Kind: wal.KindFull, ID: 5001, Tube: "t", State: wal.StateReady, TTR: 60, Body: []byte("kept\r\n")},
+		{Kind: wal.KindFull, ID: 5002, Tube: "t", State: wal.StateReady, TTR: 60, Body: []byte("kept\r\n")},
+	}
+	batches := 0
+	deleted, ok := s.NewClient(nil).ClearTube([]byte("t"), []store.State{store.StateReady}, func(int) {
+		if batches++; batches == 1 {
+			if err := s.Reset(); err != nil {
+				t.Fatal(err)
+			}
+			s.Apply(rebuilt, nil)
+		}
+	})
+	if !ok || batches != 1 {
+		t.Fatalf("ClearTube: %d deleted in %d batches, ok %v; want it stopped after the first", deleted, batches, ok)
+	}
+	if st := s.Stats(); st.Ready != 2 {
+		t.Fatalf("after the Reset the clear went on: %d ready, want the 2 the log brought back", st.Ready)
+	}
+}
+
+// TestResetStopsImport: a tube's import under way when the store is Reset
+// (its destination's leader lost the leadership) makes no job after the
+// Reset, and says so (ErrReset): the store rebuilt from the log holds
+// nothing the log does not.
+func TestResetStopsImport(t *testing.T) {
+	src := store.New(store.Options{IDPrefix: 2})
+	t.Cleanup(src.Close)
+	c := src.NewClient(nil)
+	c.Use([]byte("t"))
+	const n = 20000
+	for range n {
+		if _, err := c.Put(src.NextID(), 1, 0, 60, []byte("job\r\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frames, _, _, fig, _ := src.ExportTube([]byte("t"))
+	for try := 0; ; try++ {
+		if try == 50 {
+			t.Fatal("no Reset landed in an import in 50 tries")
+		}
+		dst := store.New(store.Options{IDPrefix: 1})
+		done := make(chan error, 1)
+		go func() {
+			_, err := dst.NewOwnerClient(nil).ImportTube([]byte("t"), frames, fig, nil)
+			done <- err
+		}()
+		for dst.Stats().Ready == 0 {
+			runtime.Gosched()
+		}
+		if err := dst.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		err := <-done
+		ready := dst.Stats().Ready
+		dst.Close()
+		if ready != 0 || err != nil && !errors.Is(err, store.ErrReset) {
+			t.Fatalf("an import Reset once it had begun: %v, then %d jobs ready; want none", err, ready)
+		}
+		if err != nil {
+			return // Reset midway, and said so
+		}
+	}
 }

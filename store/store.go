@@ -72,6 +72,11 @@ type Store struct {
 	// serves, and logs the pauses freed tubes drop (Lead).
 	logPauses bool
 	leading   atomic.Bool
+	// resets counts Reset's: a bulk change (an import, a drop, a clear,
+	// a kick of a tube) that began before one stops at its next job
+	// (resetSince), so that a store rebuilt from its log holds nothing
+	// the log does not.
+	resets atomic.Uint64
 
 	defaultT *Tube // immutable
 
