@@ -626,6 +626,9 @@ func (c *Core) apply(m *pb.Message) {
 			// The empty entry a leader appends first: everything before it
 			// is committed and applied now.
 			c.serving, serve = true, true
+			if c.journal != nil {
+				c.journal.begin()
+			}
 			handed = c.handed.takenBy(c.leading, e.GetIndex())
 			c.handed = handedOver{}
 		case own && len(e.GetData()) > 0:

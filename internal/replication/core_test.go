@@ -199,13 +199,7 @@ func TestLeaderLoss(t *testing.T) {
 
 	// The old leader is paused meanwhile (no ticks): it does not notice.
 	nl := c.awaitLeader(2, 3)
-	p2 := c.producer(nl, "t")
-	fresh := p2.put(0, "fresh")
-	c.run(nl)
-	c.stabilize()
-	if !p2.acked() {
-		t.Fatal("the new leader's change was not acknowledged")
-	}
+	fresh := c.putAcked(nl, "fresh")
 
 	c.heal()
 	for range 3 {
@@ -233,6 +227,40 @@ func TestLeaderLoss(t *testing.T) {
 		for _, e := range ents {
 			if bytes.Contains(e.GetData(), []byte("lost")) {
 				t.Errorf("member %d: entry %d (term %d) still holds the uncommitted job", m.id, e.GetIndex(), e.GetTerm())
+			}
+		}
+	}
+}
+
+// TestStaleBatchNotProposed: what a member's journal gathered while it
+// did not lead (a writer that began in its last leadership and ran on
+// into the store rebuilt since) is dropped when it leads again, never
+// proposed, and nothing that waited on it is acknowledged.
+func TestStaleBatchNotProposed(t *testing.T) {
+	c := newCluster(t, 3, 100)
+	m := c.members[1]
+	stale := wal.Record{Kind: wal.KindFull, ID: 7, Tube: "t", State: wal.StateReady, Body: []byte("stale\r\n")}
+	pos, _, _ := m.journal.Append(&stale, wal.Loc{})
+	waited := false
+	m.journal.OnAcked(pos, func() { waited = true })
+	l := c.elect(1)
+	fresh := c.putAcked(l, "fresh")
+	if waited {
+		t.Error("a change gathered before the leadership was acknowledged in it")
+	}
+	want := viewOf(l.store)
+	if _, ok := want[fresh]; !ok {
+		t.Fatalf("job %d is not on its leader", fresh)
+	}
+	c.converged(want)
+	for _, m := range c.up() {
+		if _, ok := viewOf(m.store)[stale.ID]; ok {
+			t.Errorf("member %d holds the stale job", m.id)
+		}
+		ents, _ := m.disk.Entries(m.disk.prevIndex+1, m.disk.lastLocked()+1, math.MaxUint64)
+		for _, e := range ents {
+			if bytes.Contains(e.GetData(), []byte("stale")) {
+				t.Errorf("member %d: entry %d holds the stale record", m.id, e.GetIndex())
 			}
 		}
 	}

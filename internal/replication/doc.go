@@ -94,6 +94,16 @@
 // leader, as with any server that goes away. A leader that never served
 // has applied only committed entries, and simply follows.
 //
+// The member's in-process writers are not clients: a tube's import or
+// drop, the admin API's bulk changes. One that began before the loss and
+// runs on stops at its next job once the store is Reset
+// (store.ErrReset), and whatever it appended after the journal dropped
+// its batch is dropped again when the member next serves
+// (Journal.begin), never proposed: the store it was made on was rebuilt
+// since. Its wait for an acknowledgement ends with the leadership it was
+// made in (internal/member's awaitAcked compares terms): the journal's
+// positions go on, so a later leadership's would pass it.
+//
 // # Time
 //
 // Deadlines in records are the leader's wall clock (store.Store.wall), as

@@ -685,6 +685,20 @@ func (p *producer) put(delay uint32, body string) uint64 {
 	return id
 }
 
+// putAcked puts a job of body into tube t on m, the leader, and runs the
+// cluster until it is acknowledged; it fails the test if it is not.
+func (c *cluster) putAcked(m *member, body string) uint64 {
+	c.t.Helper()
+	p := c.producer(m, "t")
+	id := p.put(0, body)
+	c.run(m)
+	c.stabilize()
+	if !p.acked() {
+		c.t.Fatalf("member %d's put of %q was not acknowledged", m.id, body)
+	}
+	return id
+}
+
 // acked reports whether every reply the client was given may be sent.
 func (p *producer) acked() bool { return p.client.PendingAck() <= p.m.journal.Acked() }
 

@@ -155,6 +155,19 @@ func (j *Journal) reset() {
 	j.waiting = nil
 }
 
+// begin starts a leadership: what was appended since the last one was
+// lost, by a change that began before the loss and ran on (a member's
+// in-process writers: a tube's import, the admin API), is dropped, with
+// whatever waits on it, and never proposed: the store it changed was
+// rebuilt from the log since. The core calls it as its term's first
+// entry is applied, before anything is served.
+func (j *Journal) begin() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.batch, j.batched = nil, 0
+	j.waiting = nil
+}
+
 // NoteMigrated implements store.Journal.
 func (j *Journal) NoteMigrated() {
 	j.mu.Lock()
