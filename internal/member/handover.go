@@ -46,8 +46,9 @@ var errLeadershipStayed = errors.New("the leadership stayed")
 func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 	m.handingOver.Lock()
 	defer m.handingOver.Unlock()
-	if info, _ := n.Leader(); !info.Serving {
-		return replication.ErrNotServing // handed over meanwhile, or lost
+	term, err := servingTerm(n)
+	if err != nil {
+		return err // handed over meanwhile, or lost
 	}
 	m.sessions.HoldLocal(g, time.Now().Add(handOverHold))
 	time.Sleep(handOverGrace)
@@ -61,7 +62,7 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), handOverSettle)
 	defer cancel()
 	if j, ok := st.Acks().(interface{ Appended() uint64 }); ok {
-		_ = awaitAcked(ctx, st, j.Appended())
+		_ = awaitAcked(ctx, n, term, j.Appended())
 	}
 	held := m.sessions.Held(g)
 	logged := false

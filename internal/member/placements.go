@@ -313,6 +313,8 @@ func (m *Member) placePrefix(ctx context.Context, prefix string, to uint16) (pre
 // finishes), and the groups undo their parts. It returns why, or what
 // stopped the abort (the resolver then carries it on).
 func (m *Member) abortPrefix(ctx context.Context, prefix string, move uint64, to, was uint16, why error) error {
+	ctx, cancel := abortContext(ctx)
+	defer cancel()
 	n := m.node
 	if err := n.ProposePrefix(ctx, replication.PrefixAbort, prefix, move, to, nil); err != nil {
 		return fmt.Errorf("%v; its abort is not decided yet (%v)", why, err)
@@ -411,7 +413,7 @@ func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, tube := range n.Store().TubeNames() {
 			if m.brings(g, tube, prefix, uint16(to)) && m.shards.routing.Load().state.Owner(tube) != g && err == nil {
-				err = dropTube(r.Context(), n.Store(), tube)
+				err = dropTube(r.Context(), n, tube)
 			}
 		}
 	default:
@@ -520,7 +522,7 @@ func (m *Member) finishPrefix(ctx context.Context, n *replication.Node, g uint16
 		return nil // finished, or a later placement of the prefix is here: this step is late
 	}
 	for tube := range m.coveredTubes(n, g, prefix, to) {
-		if err := dropTube(ctx, n.Store(), tube); err != nil {
+		if err := dropTube(ctx, n, tube); err != nil {
 			return err
 		}
 	}

@@ -58,7 +58,17 @@ import (
 const (
 	// tubeMoveTimeout bounds a move, and each call between members in it.
 	tubeMoveTimeout = 30 * time.Second
+	// abortTimeout bounds the abort of a move or a placement, which has
+	// its own: the move's may be what ended it. A move's answer comes
+	// within both (sproutctl waits 45 s).
+	abortTimeout = 10 * time.Second
 )
+
+// abortContext is the context of an abort begun under ctx: ctx's values,
+// not its end.
+func abortContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+}
 
 // routing is what the member's sessions route by: the formation with the
 // tubes moves placed (group 0's TubeBook), and for each group the groups
@@ -465,6 +475,8 @@ type adoption struct {
 // the destination drops what it took, and the tube thaws here. It returns
 // why, or what stopped the abort (the resolver then finishes it).
 func (m *Member) abortTubeMove(ctx context.Context, n *replication.Node, tube string, move uint64, from, to uint16, why error) error {
+	ctx, cancel := abortContext(ctx)
+	defer cancel()
 	placed, err := m.decideTubeMove(ctx, tube, move, from, to, false)
 	switch {
 	case err != nil:
@@ -510,7 +522,7 @@ func (m *Member) finishTubeMove(ctx context.Context, n *replication.Node, tube s
 	// Its jobs go first: while it is not marked moved out, the commands
 	// by id of its jobs are refused here (a delete answered here once it
 	// is placed elsewhere would be a delete of a copy).
-	if err := dropTube(ctx, n.Store(), tube); err != nil {
+	if err := dropTube(ctx, n, tube); err != nil {
 		return err
 	}
 	if f := n.Tubes().Frozen[tube]; !f.Moved {
@@ -519,28 +531,63 @@ func (m *Member) finishTubeMove(ctx context.Context, n *replication.Node, tube s
 	return nil
 }
 
-// dropTube deletes the tube's jobs from st, reserved ones too, logged,
-// and waits for its log.
-func dropTube(ctx context.Context, st *store.Store, tube string) error {
-	cl := st.NewOwnerClient(nil)
+// dropTube deletes the tube's jobs from n's store, reserved ones too,
+// logged, and waits for its log.
+func dropTube(ctx context.Context, n *replication.Node, tube string) error {
+	term, err := servingTerm(n)
+	if err != nil {
+		return err
+	}
+	cl := n.Store().NewOwnerClient(nil)
 	defer cl.Close()
 	cl.DropTube([]byte(tube))
-	return awaitAcked(ctx, st, cl.PendingAck())
+	return awaitAcked(ctx, n, term, cl.PendingAck())
 }
 
-// awaitAcked waits until st's log acknowledges pos.
-func awaitAcked(ctx context.Context, st *store.Store, pos uint64) error {
-	acks := st.Acks()
+// servingTerm is the term of n's group's leadership here, taken before a
+// change whose acknowledgement awaitAcked then waits for.
+func servingTerm(n *replication.Node) (uint64, error) {
+	l, _ := n.Leader()
+	if !l.Serving {
+		return 0, replication.ErrNotServing
+	}
+	return l.Term, nil
+}
+
+// awaitAcked waits until the log of n's group acknowledges pos, a
+// change made while this member led it in term. A leadership lost
+// meanwhile ends the wait with ErrNotServing: the journal drops what
+// waited on it (nothing gathered in a lost leadership is acknowledged),
+// and a later leadership's positions go past pos, so without the term
+// the wait would last its whole context, or end as if acknowledged.
+func awaitAcked(ctx context.Context, n *replication.Node, term, pos uint64) error {
+	lost := func() error {
+		return fmt.Errorf("%w: its leadership here was lost before its log acknowledged the change", replication.ErrNotServing)
+	}
+	l, changed := n.Leader()
+	if !l.Serving || l.Term != term {
+		return lost()
+	}
+	acks := n.Store().Acks()
 	if acks == nil || acks.Acked() >= pos {
 		return nil
 	}
 	done := make(chan struct{})
 	acks.OnAcked(pos, func() { close(done) })
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		select {
+		case <-done:
+			if l, _ := n.Leader(); !l.Serving || l.Term != term {
+				return lost()
+			}
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+		if l, changed = n.Leader(); !l.Serving || l.Term != term {
+			return lost()
+		}
 	}
 }
 
@@ -652,12 +699,16 @@ func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	st := n.Store()
-	cl := st.NewOwnerClient(nil)
+	term, err := servingTerm(n)
+	if err != nil {
+		writeMoveError(w, err)
+		return
+	}
+	cl := n.Store().NewOwnerClient(nil)
 	defer cl.Close()
 	made, err := cl.ImportTube([]byte(tube), frames, in.Figures, m.sessions.HolderClients(g, in.Holders))
 	if err == nil {
-		err = awaitAcked(r.Context(), st, cl.PendingAck())
+		err = awaitAcked(r.Context(), n, term, cl.PendingAck())
 	}
 	if err != nil {
 		admin.WriteError(w, &admin.Error{Status: http.StatusServiceUnavailable, Message: fmt.Sprintf("taking tube %q's jobs: %v", tube, err)})
@@ -676,7 +727,7 @@ func (m *Member) serveDrop(w http.ResponseWriter, r *http.Request) {
 		admin.WriteError(w, &admin.Error{Status: http.StatusConflict, Message: fmt.Sprintf("tube %q lives in group %d: its jobs stay", tube, g)})
 		return
 	}
-	if err := dropTube(r.Context(), n.Store(), tube); err != nil {
+	if err := dropTube(r.Context(), n, tube); err != nil {
 		writeChangeError(w, err)
 		return
 	}
@@ -760,7 +811,7 @@ func (m *Member) resolveTubeMoves() {
 				defer cancel()
 				var err error
 				if f.Moved {
-					err = dropTube(ctx, n.Store(), tube)
+					err = dropTube(ctx, n, tube)
 				} else {
 					err = m.abortTubeMove(ctx, n, tube, f.Move, uint16(g), f.To, fmt.Errorf("%w: its driver was lost", errTubeMove))
 				}

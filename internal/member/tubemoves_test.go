@@ -1,7 +1,9 @@
 package member
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -470,5 +472,46 @@ func TestShardGroupsMoveTubeBackUnfinished(t *testing.T) {
 	}
 	if st, err := client.Stats("stats-tube " + tube); err != nil || st["current-jobs-ready"] != "1" {
 		t.Fatalf("stats-tube at the end: %v %v", st, err)
+	}
+}
+
+// TestAwaitAckedLeadershipLost: the wait for a change's acknowledgement
+// in a move (an import, a drop) ends as soon as its member stops leading
+// the group, with ErrNotServing, not at the end of its context: the
+// journal drops what waited on it. A change of a past term is refused at
+// once, even while the member leads again: a later leadership's
+// positions pass it without acknowledging it.
+func TestAwaitAckedLeadershipLost(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	l := c.leaderOf(1)
+	n := l.shards.node(1)
+	term, err := servingTerm(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	never := n.Journal().Appended() + 1<<40 // no leadership reaches it
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- awaitAcked(ctx, n, term, never) }()
+	for name := range c.up {
+		if name != l.node.Name() {
+			if err := n.TransferLeadership(name); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, replication.ErrNotServing) {
+			t.Fatalf("the wait ended with %v, want ErrNotServing", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("still waiting 20 s after the leadership was handed over")
+	}
+	if err := awaitAcked(ctx, n, term, never); !errors.Is(err, replication.ErrNotServing) {
+		t.Fatalf("a wait for a change of a past term: %v, want ErrNotServing", err)
 	}
 }
