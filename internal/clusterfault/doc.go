@@ -173,8 +173,11 @@
 //     a handover that balances leaders) hands the old leader's reserved
 //     jobs out again, as does a member frozen while its session held one
 //     once it runs again and sees the connection closed; a job whose
-//     delete was acknowledged and is reserved again is counted as
-//     resurrected.
+//     delete was acknowledged and is reserved again, by a reserve sent
+//     after that acknowledgement, is counted as resurrected (one sent
+//     before may have been answered before the delete ran, by a leader
+//     on its way out: a double delivery). What was resurrected or
+//     mismatched is listed in the round's failure.
 //   - Reservations lost (reported): a delete, release or bury answered
 //     NOT_FOUND on the connection that reserved the job. With one group a
 //     failover closes the connections whose sessions it ends; with

@@ -193,7 +193,7 @@ func runRounds(tt *testing.T, bin string, n int) {
 		verified := time.Since(verifying)
 		r.checkHoldings()
 		watch.forget(roundStarted.Add(-time.Minute))
-		cnt := r.l.take()
+		cnt, bad := r.l.take()
 		done++
 		res.rounds++
 		res.counts.add(cnt)
@@ -227,8 +227,8 @@ func runRounds(tt *testing.T, bin string, n int) {
 			cnt.reservationLost, cnt.overlapsExcused, cnt.overlapsBad, cnt.orderChecked, cnt.orderBad, cnt.crossInversions,
 			strings.Join(failovers, ", "), gap, converged.Round(time.Millisecond), peeked, verified.Round(time.Millisecond), w.errors.Load())
 		if cnt.lost+cnt.resurrected+cnt.mismatches > 0 {
-			t.Errorf("round %d (%s): lost %d, resurrected %d, mismatched %d: all must be 0",
-				done, f.name, cnt.lost, cnt.resurrected, cnt.mismatches)
+			t.Errorf("round %d (%s): lost %d, resurrected %d, mismatched %d: all must be 0\n\t%s",
+				done, f.name, cnt.lost, cnt.resurrected, cnt.mismatches, strings.Join(bad, "\n\t"))
 		}
 	}
 	t.Log("summary:\n" + summary(byKind))
@@ -821,6 +821,7 @@ func (r *round) verifyGroup(conn *testproc.Conn, g uint8, tube string) int {
 		for _, id := range ids[from:min(from+verifyBatch, len(ids))] {
 			lines = append(lines, "peek "+strconv.FormatUint(id, 10))
 		}
+		sent := time.Now()
 		replies, err := conn.Pipeline(lines)
 		if err != nil {
 			r.t.Fatalf("peeking: %v", err)
@@ -830,7 +831,7 @@ func (r *round) verifyGroup(conn *testproc.Conn, g uint8, tube string) int {
 			switch rep.Kind {
 			case testproc.ReplyFound:
 				found[rep.N] = true
-				if r.l.seenLocked(rep.N, rep.Body) {
+				if r.l.seenLocked(rep.N, rep.Body, sent) {
 					r.t.Errorf("job %d: %.60q is resurrected or not what was put", rep.N, rep.Body)
 				}
 			case testproc.ReplyNotFound:

@@ -57,8 +57,13 @@ type ledger struct {
 	bodies map[string][sha256.Size]byte // guarded by mu
 	// puts: the acknowledged puts, id to token.
 	puts map[uint64]string // guarded by mu
-	// deleteSent: ids a delete was sent for; deleted: acknowledged.
-	deleteSent, deleted map[uint64]bool // guarded by mu
+	// deleteSent: ids a delete was sent for.
+	deleteSent map[uint64]bool // guarded by mu
+	// deleted: the acknowledged deletes, each with when its reply came.
+	deleted map[uint64]time.Time // guarded by mu
+	// badSeen says what the clients saw of each job counted resurrected
+	// or mismatched since the last take (the first few).
+	badSeen []string // guarded by mu
 	// reserved: how often each id was reserved.
 	reserved map[uint64]int // guarded by mu
 	// holdings are the consumers' reservations since the last check of
@@ -109,7 +114,7 @@ func (a *counts) add(b counts) {
 
 func newLedger() *ledger {
 	return &ledger{bodies: map[string][sha256.Size]byte{}, puts: map[uint64]string{},
-		deleteSent: map[uint64]bool{}, deleted: map[uint64]bool{}, reserved: map[uint64]int{},
+		deleteSent: map[uint64]bool{}, deleted: map[uint64]time.Time{}, reserved: map[uint64]int{},
 		quiet: map[uint64]uint32{}, fenced: map[int]uint64{}, present: map[uint64]bool{}}
 }
 
@@ -155,15 +160,15 @@ func (l *ledger) walked(first, fence uint64, found map[uint64]bool) {
 	l.fenced[groupOf(first)] = fence
 }
 
-// take returns the counts since the last take, and forgets the
-// producers' acknowledgements.
-func (l *ledger) take() counts {
+// take returns the counts since the last take, with what the checks
+// found wrong, and forgets the producers' acknowledgements.
+func (l *ledger) take() (counts, []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.counts
-	l.counts = counts{}
+	c, bad := l.counts, l.badSeen
+	l.counts, l.badSeen = counts{}, nil
 	l.producerAcks = nil
-	return c
+	return c, bad
 }
 
 // takeHoldings returns the holdings since the last call.
@@ -230,31 +235,45 @@ func tokenOf(body []byte) (string, bool) {
 	return string(token), ok
 }
 
-// seen checks a job reserved or peeked: its body is one put, byte for
-// byte, and the one its id was acknowledged with; a job whose delete was
-// acknowledged is resurrected. It reports whether the job was resurrected
-// or mismatched. l.mu must be held.
-func (l *ledger) seenLocked(id uint64, body []byte) (bad bool) {
+// seen checks a job reserved or peeked by a command sent at sent: its
+// body is one put, byte for byte, and the one its id was acknowledged
+// with; a job whose delete was acknowledged before the command was sent
+// is resurrected. (A reserve sent before the delete's reply came may have
+// been answered before the delete ran, by a leader about to be replaced:
+// a double delivery, not a resurrection.) It reports whether the job was
+// resurrected or mismatched. l.mu must be held.
+func (l *ledger) seenLocked(id uint64, body []byte, sent time.Time) (bad bool) {
 	token, ok := tokenOf(body)
 	want, known := l.bodies[token]
 	if !ok || !known || sha256.Sum256(body) != want {
 		l.counts.mismatches++
+		l.noteBadLocked(fmt.Sprintf("job %d (group %d): %.40q is no body put", id, groupOf(id), body))
 		bad = true
 	} else if acked, ok := l.puts[id]; ok && acked != token {
 		l.counts.mismatches++
+		l.noteBadLocked(fmt.Sprintf("job %d (group %d): put as %s, seen as %s", id, groupOf(id), acked, token))
 		bad = true
 	}
-	if l.deleted[id] {
+	if at, ok := l.deleted[id]; ok && at.Before(sent) {
 		l.counts.resurrected++
+		l.noteBadLocked(fmt.Sprintf("job %d (group %d): its delete acknowledged at %s, seen again by a command sent at %s",
+			id, groupOf(id), at.Format("15:04:05.000"), sent.Format("15:04:05.000")))
 		bad = true
 	}
 	return bad
 }
 
-func (l *ledger) reservedJob(id uint64, body []byte) {
+// noteBadLocked keeps what a check found wrong, for the round's report.
+func (l *ledger) noteBadLocked(what string) {
+	if len(l.badSeen) < 20 {
+		l.badSeen = append(l.badSeen, what)
+	}
+}
+
+func (l *ledger) reservedJob(id uint64, body []byte, sent time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.seenLocked(id, body)
+	l.seenLocked(id, body, sent)
 	l.reserved[id]++
 	if l.reserved[id] > 1 {
 		l.counts.doubles++
@@ -285,7 +304,7 @@ func (l *ledger) deleting(id uint64) {
 
 func (l *ledger) deleteAcked(id uint64) {
 	l.mu.Lock()
-	l.deleted[id] = true
+	l.deleted[id] = time.Now()
 	l.counts.deletes++
 	l.mu.Unlock()
 }
@@ -601,7 +620,7 @@ func (w *workload) consume(i int) {
 			continue
 		}
 		h := holding{id: r.N, group: groupOf(r.N), session: cl.session, sent: sent, start: time.Now()}
-		w.l.reservedJob(r.N, r.Body)
+		w.l.reservedJob(r.N, r.Body, sent)
 		if !w.quiet && len(cl.keeping) < keepMost && cl.rng.IntN(keepOneIn) == 0 {
 			until := h.start.Add(time.Duration(cl.rng.Int64N(int64(keepFor))))
 			cl.keeping = append(cl.keeping, kept{h, until})
@@ -734,7 +753,7 @@ func (r *round) describeQuiet() string {
 	r.l.mu.Lock()
 	var ids []uint64
 	for id := range r.l.quiet {
-		if !r.l.deleted[id] {
+		if _, ok := r.l.deleted[id]; !ok {
 			ids = append(ids, id)
 		}
 	}
@@ -774,7 +793,7 @@ func (l *ledger) quietDone() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for id := range l.quiet {
-		if !l.deleted[id] {
+		if _, ok := l.deleted[id]; !ok {
 			return false
 		}
 	}
