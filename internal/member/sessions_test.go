@@ -200,3 +200,42 @@ func (c *testCluster) finalized() {
 		return true
 	})
 }
+
+// TestShardGroupsQuitReleasesAtOnce: a client's quit gives its jobs back
+// before its connection closes, as beanstalkd's does, also in a group
+// its member leads: another client that looks at once, through the same
+// member, finds the job ready. (The close went through the member's own
+// loop, and the other client's stats-job, run on the store at once,
+// could overtake it.)
+func TestShardGroupsQuitReleasesAtOnce(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	tube := tubePerGroup(p, "quits")[1]
+	via := c.leaderOf(1)
+	looker := testproc.DialTest(t, via.Addr().String(), replyTimeout)
+	for i := range 30 {
+		holder := testproc.DialTest(t, via.Addr().String(), replyTimeout)
+		expectLine(t, holder, "use "+tube, "USING "+tube)
+		expectLine(t, holder, "watch "+tube, "WATCHING 2")
+		id, err := holder.Put(0, 0, 60, []byte("held"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := holder.Do("reserve-with-timeout 0", nil); err != nil || r.N != id {
+			t.Fatalf("reserve: %+v %v", r, err)
+		}
+		holder.WriteString("quit\r\n")
+		if err := holder.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := holder.ReadReply(false); err == nil {
+			t.Fatal("quit was answered")
+		}
+		st, err := looker.Stats(fmt.Sprintf("stats-job %d", id))
+		if err != nil || st["state"] != "ready" {
+			t.Fatalf("round %d: stats-job of the quit client's job: %v %v, want ready", i, st, err)
+		}
+		expectLine(t, looker, fmt.Sprintf("delete %d", id), "DELETED")
+	}
+}

@@ -259,15 +259,22 @@ func (l *Link) handedLocked(key sessionKey, job uint64) {
 // Close tells group that session ended: its owner client there closes and
 // its jobs go back. Its pending calls of the group are dropped.
 func (l *Link) Close(session uint64, group uint16) {
+	l.Closed(session, group)
+	l.post(group, Item{Kind: KindClose, Group: group, Session: session})
+}
+
+// Closed is Close but for the item: the session's owner client in group
+// was closed on this member, which leads the group (Session.Close). The
+// close is still recalled, to go to the group's next leader.
+func (l *Link) Closed(session uint64, group uint16) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	sk := sessionKey{session, group}
 	for _, c := range l.sessions[sk] {
 		delete(l.pending, c.key)
 	}
 	delete(l.sessions, sk)
 	l.recallLocked(closedSession{key: sk, at: time.Now()})
-	l.mu.Unlock()
-	l.post(group, Item{Kind: KindClose, Group: group, Session: session})
 }
 
 // start makes it pending and sends it if the group's leader is known.

@@ -1087,17 +1087,38 @@ func (s *Session) Close() {
 		s.r.waiting.Add(-1)
 	}
 	for _, g := range s.touched {
-		s.r.link.Close(s.id, g)
+		s.closeIn(g)
 	}
 	for g := range s.r.groups() {
 		if s.reached[g/64].Load()&(1<<(g%64)) != 0 && !slices.Contains(s.touched, uint16(g)) {
-			s.r.link.Close(s.id, uint16(g))
+			s.closeIn(uint16(g))
 		}
 	}
 	s.r.changeRefs(s.used, -1, 0, nil)
 	for _, w := range s.watched {
 		s.r.changeRefs(w, 0, -1, nil)
 	}
+}
+
+// closeIn ends the session in group g: its owner client there closes and
+// its jobs go back. While this member serves g and nothing of the
+// session is on its way there, at once, as runHere would run a command:
+// the item would go through the member's own loop, and a command of
+// another session run here meanwhile (a stats-job after this one's
+// quit, beanstalkd's jobs back at once) would overtake it.
+func (s *Session) closeIn(g uint16) {
+	r := s.r
+	if lead, ok := r.leader(g); ok && lead == r.cfg.Self && s.burning.Load() == 0 && !r.heldLocal(g) {
+		s.mu.Lock()
+		idle := len(s.awaited) == 0
+		s.mu.Unlock()
+		if idle {
+			r.link.Closed(s.id, g)
+			r.server.closeOwner(ownerKey{member: r.cfg.Self, session: s.id, group: g})
+			return
+		}
+	}
+	r.link.Close(s.id, g)
 }
 
 // JobReserved implements store.Notifier for a local session: its blocked
