@@ -80,6 +80,12 @@ type Config struct {
 	// Raft goroutine noticing that another leads: input queued meanwhile
 	// must not get jobs the new leader may have handed out since.
 	Leased func() bool
+	// Idle, if set, reports whether this server's sessions hold no job:
+	// what a graceful shutdown waits for (WaitIdle). Unset, the store
+	// holding no reserved job: its clients are the server's sessions. A
+	// cluster member's sessions hold jobs in groups other members lead,
+	// and its store's reserved jobs may be other members' sessions'.
+	Idle func() bool
 	// Queues, if set, makes each connection's Queue when it opens (a
 	// cluster member's router), handing it the session's Answers for its
 	// pending answers; otherwise every connection's queue is its own

@@ -35,10 +35,14 @@ func (s *Server) BeginShutdown() {
 	}
 }
 
-// WaitIdle returns once no job is reserved, or with ctx's error when ctx
-// is done first.
+// WaitIdle returns once no job is reserved by this server's sessions
+// (Config.Idle), or with ctx's error when ctx is done first.
 func (s *Server) WaitIdle(ctx context.Context) error {
-	return pollUntil(ctx, func() bool { return s.store.Stats().Reserved == 0 })
+	idle := s.cfg.Idle
+	if idle == nil {
+		idle = func() bool { return s.store.Stats().Reserved == 0 }
+	}
+	return pollUntil(ctx, idle)
 }
 
 // awaitHeldReplies waits until no reply waits for the log, or ctx is done.

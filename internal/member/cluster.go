@@ -207,6 +207,7 @@ func (m *Member) startRouter(ec *engine.Config) {
 		return info.ID == 0 || host.Routes(info.ID)
 	}
 	ec.Queues = m.sessions.NewQueue
+	ec.Idle = func() bool { return m.sessions.Holding() == 0 }
 	ec.Route = func(nc net.Conn) bool { return !routed() && m.proxy.Route(nc) }
 	ec.Serving = func() bool { return routed() || m.proxy.Serving() }
 	ec.Leased = node.Leased

@@ -99,9 +99,8 @@ func (c *testCluster) config(name string) Config {
 			Node: name, Listen: listen, Peers: c.peers, Tick: clusterTick,
 		},
 		Groups: c.groups, Replicas: c.replicas,
-		// A leader's graceful shutdown waits for the reservations in its
-		// group 0 store, other members' workers' too (engine.WaitIdle):
-		// not for the default 25 s here.
+		// A graceful shutdown waits for the jobs its sessions hold
+		// (Router.Holding): not for the default 25 s here.
 		ShutdownTimeout: 2 * time.Second,
 		Logger:          log,
 	}

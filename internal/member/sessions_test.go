@@ -1,6 +1,7 @@
 package member
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -238,4 +239,52 @@ func TestShardGroupsQuitReleasesAtOnce(t *testing.T) {
 		}
 		expectLine(t, looker, fmt.Sprintf("delete %d", id), "DELETED")
 	}
+}
+
+// TestShardGroupsShutdownWaitsForSessions: a member's graceful shutdown
+// waits for the jobs its own sessions hold, in whichever group, not for
+// its store's reservations: a job of a group another member leads,
+// reserved through this member, holds the shutdown until its worker
+// deletes it (the store here never saw it reserved).
+func TestShardGroupsShutdownWaitsForSessions(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	tube := tubePerGroup(c.up["m1"].shards.placement, "drain")[1]
+	leader := c.leaderOf(1)
+	var via *Member
+	for _, m := range c.up {
+		if m != leader {
+			via = m
+			break
+		}
+	}
+	worker := testproc.DialTest(t, via.Addr().String(), replyTimeout)
+	expectLine(t, worker, "use "+tube, "USING "+tube)
+	expectLine(t, worker, "watch "+tube, "WATCHING 2")
+	id, err := worker.Put(0, 0, 120, []byte("long job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := worker.Do("reserve-with-timeout 0", nil); err != nil || r.N != id {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	via.cfg.ShutdownTimeout = time.Minute
+	name := via.node.Name()
+	done := make(chan struct{})
+	go func() {
+		via.Shutdown(context.Background())
+		close(done)
+	}()
+	select {
+	case <-done:
+		t.Fatal("the shutdown did not wait for the job its worker holds")
+	case <-time.After(1500 * time.Millisecond):
+	}
+	expectLine(t, worker, fmt.Sprintf("delete %d", id), "DELETED")
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the shutdown goes on waiting once the job is deleted")
+	}
+	delete(c.up, name)
 }

@@ -53,8 +53,10 @@ type Router struct {
 	mu       sync.Mutex
 	lead     map[uint16]uint64 // each group's leader the calls went to last (none: none known)
 	sessions uint64            // the last session id given; 0 names the member's refs
-	refs     map[string]*refCount
-	refsSeq  uint64 // the last refs item sent, to any group
+	// open are the sessions open now, for Holding.
+	open    map[*Session]struct{}
+	refs    map[string]*refCount
+	refsSeq uint64 // the last refs item sent, to any group
 	// refWaits are what waits for a refs item to be acknowledged, by its
 	// group and number: each ack also acknowledges every item sent to
 	// the group before it.
@@ -228,11 +230,15 @@ func (r *Router) NewQueue(answers engine.Answers) engine.Queue {
 	r.sessions++
 	s := &Session{r: r, id: r.sessions, answers: answers}
 	s.byTube = s.rerouteByTube
+	if r.open == nil {
+		r.open = make(map[*Session]struct{})
+	}
+	r.open[s] = struct{}{}
 	r.mu.Unlock()
 	if r.groups() == 1 {
 		if st := r.cfg.Serving(0); st != nil {
-			c := st.NewClient(s)
-			s.local = engine.ClientQueue(c)
+			s.client = st.NewClient(s)
+			s.local = engine.ClientQueue(s.client)
 			return s
 		}
 	}
@@ -240,6 +246,26 @@ func (r *Router) NewQueue(answers engine.Answers) engine.Queue {
 	r.remote.Add(1)
 	r.changeRefs(store.DefaultTube, 1, 1, nil)
 	return s
+}
+
+// Holding is how many jobs this member's sessions hold reserved, in
+// every group: what a graceful shutdown waits to see end (engine.Config.Idle).
+// A member's store counts other members' sessions' jobs too, and not its
+// own sessions' jobs in the groups other members lead; the jobs the
+// other members' sessions hold here go with the leaderships it hands
+// over as it stops.
+func (r *Router) Holding() int {
+	r.mu.Lock()
+	open := make([]*Session, 0, len(r.open))
+	for s := range r.open {
+		open = append(open, s)
+	}
+	r.mu.Unlock()
+	n := 0
+	for _, s := range open {
+		n += s.holding()
+	}
+	return n
 }
 
 // Stats are a router's figures, for /metrics.

@@ -38,8 +38,10 @@ type Session struct {
 	r       *Router        // immutable
 	id      uint64         // immutable: its id on this member, with the group its owner key
 	answers engine.Answers // immutable
-	// local is its queue on this member's store; nil for a remote session.
-	local engine.Queue
+	// local is its queue on this member's store, client's; nil for a
+	// remote session.
+	local  engine.Queue
+	client *store.Client
 
 	// A remote session's state.
 	used    string
@@ -92,11 +94,11 @@ type Session struct {
 	// only.
 	here     []hereAck
 	lastHere hereAck
-	// held are the jobs the session reserved, with several groups: each
-	// one's group and the estimate of its TTR's end (6.4), by which a
-	// reserve answers DEADLINE_SOON for a job held in a group it does not
-	// ask. Guarded by mu (replies come on the Link's goroutines); made
-	// when first needed.
+	// held are the jobs the session reserved: each one's group and the
+	// estimate of its TTR's end (6.4), by which, with several groups, a
+	// reserve answers DEADLINE_SOON for a job held in a group it does
+	// not ask, and a graceful shutdown waits (Router.Holding). Guarded by
+	// mu (replies come on the Link's goroutines); made when first needed.
 	held map[uint64]heldJob
 }
 
@@ -118,9 +120,6 @@ type heldJob struct {
 // holdJob notes that the session reserved job j (of the group its id
 // names).
 func (s *Session) holdJob(j *JobReply) {
-	if s.r.groups() == 1 {
-		return // the group's store keeps the one deadline there is
-	}
 	g, _ := s.r.groupOfID(j.ID)
 	ttr := time.Duration(j.TTR) * time.Second
 	s.mu.Lock()
@@ -145,6 +144,25 @@ func (s *Session) heldChanged(id uint64, renewed bool) {
 	default:
 		delete(s.held, id)
 	}
+}
+
+// holding is how many jobs the session holds reserved: its client's,
+// for a local session; for a remote one, those whose TTR has not ended
+// by its estimate (a job past it is no longer held: its group released
+// it).
+func (s *Session) holding() int {
+	if s.client != nil {
+		return len(s.client.Reservations())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for id, h := range s.held {
+		if !h.deadline.After(now) {
+			delete(s.held, id)
+		}
+	}
+	return len(s.held)
 }
 
 // soonest is how long until the first job the session holds outside
@@ -885,9 +903,6 @@ func (s *Session) Touch(id uint64, a *engine.Answer) bool {
 // done, it ends the session's reservation of the job, or renews it (a
 // touch).
 func (s *Session) endsHold(id uint64, renews bool, read func(*Item, *engine.Answer)) func(*Item, *engine.Answer) {
-	if s.r.groups() == 1 {
-		return read // nothing held here: the group keeps the deadlines
-	}
 	return func(it *Item, a *engine.Answer) {
 		read(it, a)
 		if it.Reply.Status == StatusOK {
@@ -1074,6 +1089,9 @@ func (s *Session) AckNeeded() (store.AckSource, uint64) {
 // Close ends the session: its client here closes, or its owner client at
 // the leader does (its reservations go back) and its references go.
 func (s *Session) Close() {
+	s.r.mu.Lock()
+	delete(s.r.open, s)
+	s.r.mu.Unlock()
 	if s.local != nil {
 		s.local.Close()
 		return
