@@ -228,13 +228,14 @@ func retryable(status int, err error) bool {
 // balancer's round), and an aborted move's resolution. Members built
 // with the race detector, five of them on CI's two cores beside other
 // packages' tests, lose leaderships to starvation during a move, and
-// each rebuild takes seconds: three times as long.
-var retryUnavailable = 10 * time.Second * time.Duration(raceFactor)
-
-// raceFactor is how much longer waits on the members are when they are
-// built with the race detector (testproc.SproutBinary builds them so
-// when the test is).
-var raceFactor = map[bool]int{false: 1, true: 3}[testproc.RaceEnabled]
+// each rebuild takes seconds: three times as long (testproc.SproutBinary
+// builds them so when the test is).
+var retryUnavailable = func() time.Duration {
+	if testproc.RaceEnabled {
+		return 30 * time.Second
+	}
+	return 10 * time.Second
+}()
 
 // settleTube brings tube back to group g, where the round's checks look
 // for it, once whatever move of it was under way is over (its group's

@@ -216,16 +216,7 @@ func TestShardGroupsQuitReleasesAtOnce(t *testing.T) {
 	via := c.leaderOf(1)
 	looker := testproc.DialTest(t, via.Addr().String(), replyTimeout)
 	for i := range 30 {
-		holder := testproc.DialTest(t, via.Addr().String(), replyTimeout)
-		expectLine(t, holder, "use "+tube, "USING "+tube)
-		expectLine(t, holder, "watch "+tube, "WATCHING 2")
-		id, err := holder.Put(0, 0, 60, []byte("held"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r, err := holder.Do("reserve-with-timeout 0", nil); err != nil || r.N != id {
-			t.Fatalf("reserve: %+v %v", r, err)
-		}
+		holder, id := reserveOne(t, via, tube, 60)
 		holder.WriteString("quit\r\n")
 		if err := holder.Flush(); err != nil {
 			t.Fatal(err)
@@ -258,16 +249,7 @@ func TestShardGroupsShutdownWaitsForSessions(t *testing.T) {
 			break
 		}
 	}
-	worker := testproc.DialTest(t, via.Addr().String(), replyTimeout)
-	expectLine(t, worker, "use "+tube, "USING "+tube)
-	expectLine(t, worker, "watch "+tube, "WATCHING 2")
-	id, err := worker.Put(0, 0, 120, []byte("long job"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r, err := worker.Do("reserve-with-timeout 0", nil); err != nil || r.N != id {
-		t.Fatalf("reserve: %+v %v", r, err)
-	}
+	worker, id := reserveOne(t, via, tube, 120)
 	via.cfg.ShutdownTimeout = time.Minute
 	name := via.node.Name()
 	done := make(chan struct{})
@@ -287,4 +269,21 @@ func TestShardGroupsShutdownWaitsForSessions(t *testing.T) {
 		t.Fatal("the shutdown goes on waiting once the job is deleted")
 	}
 	delete(c.up, name)
+}
+
+// reserveOne connects to via, puts a job of ttr seconds into tube, and
+// reserves it: the connection that holds it, and the job's id.
+func reserveOne(t *testing.T, via *Member, tube string, ttr int) (*testproc.Conn, uint64) {
+	t.Helper()
+	conn := testproc.DialTest(t, via.Addr().String(), replyTimeout)
+	expectLine(t, conn, "use "+tube, "USING "+tube)
+	expectLine(t, conn, "watch "+tube, "WATCHING 2")
+	id, err := conn.Put(0, 0, ttr, []byte("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := conn.Do("reserve-with-timeout 0", nil); err != nil || r.N != id {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	return conn, id
 }

@@ -561,32 +561,31 @@ func servingTerm(n *replication.Node) (uint64, error) {
 // and a later leadership's positions go past pos, so without the term
 // the wait would last its whole context, or end as if acknowledged.
 func awaitAcked(ctx context.Context, n *replication.Node, term, pos uint64) error {
-	lost := func() error {
-		return fmt.Errorf("%w: its leadership here was lost before its log acknowledged the change", replication.ErrNotServing)
-	}
-	l, changed := n.Leader()
-	if !l.Serving || l.Term != term {
-		return lost()
-	}
 	acks := n.Store().Acks()
-	if acks == nil || acks.Acked() >= pos {
-		return nil
-	}
 	done := make(chan struct{})
-	acks.OnAcked(pos, func() { close(done) })
+	if acks == nil {
+		close(done)
+	} else {
+		acks.OnAcked(pos, func() { close(done) })
+	}
+	// The leadership is looked at after the acknowledgement too: one that
+	// a later leadership's positions made, with the loss not yet seen
+	// here, is none.
 	for {
+		l, changed := n.Leader()
+		if !l.Serving || l.Term != term {
+			return fmt.Errorf("%w: its leadership here was lost before its log acknowledged the change", replication.ErrNotServing)
+		}
 		select {
 		case <-done:
-			if l, _ := n.Leader(); !l.Serving || l.Term != term {
-				return lost()
-			}
 			return nil
+		default:
+		}
+		select {
+		case <-done:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-changed:
-		}
-		if l, changed = n.Leader(); !l.Serving || l.Term != term {
-			return lost()
 		}
 	}
 }

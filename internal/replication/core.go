@@ -627,7 +627,7 @@ func (c *Core) apply(m *pb.Message) {
 			// is committed and applied now.
 			c.serving, serve = true, true
 			if c.journal != nil {
-				c.journal.begin()
+				c.journal.reset() // a change that ran on past the last loss
 			}
 			handed = c.handed.takenBy(c.leading, e.GetIndex())
 			c.handed = handedOver{}

@@ -98,8 +98,8 @@
 // drop, the admin API's bulk changes. One that began before the loss and
 // runs on stops at its next job once the store is Reset
 // (store.ErrReset), and whatever it appended after the journal dropped
-// its batch is dropped again when the member next serves
-// (Journal.begin), never proposed: the store it was made on was rebuilt
+// its batch is dropped again when the member next serves (the journal
+// reset again), never proposed: the store it was made on was rebuilt
 // since. Its wait for an acknowledgement ends with the leadership it was
 // made in (internal/member's awaitAcked compares terms): the journal's
 // positions go on, so a later leadership's would pass it.

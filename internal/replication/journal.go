@@ -143,25 +143,16 @@ func (j *Journal) untake(b []byte, records int) {
 }
 
 // reset drops the batch not yet taken and every callback waiting for a
-// position not yet published, for a member that lost the leadership it
-// served: what it gathered is never proposed, and what waited on it is
-// never acknowledged: its clients were closed and their replies dropped,
-// and the admin API's waits end on the leadership's loss. Positions go on
-// from where they were.
+// position not yet published: what was gathered is never proposed, and
+// what waited on it is never acknowledged. Positions go on from where
+// they were. The node calls it when the member lost the leadership it
+// served (its clients were closed and their replies dropped, and the
+// admin API's waits end on the loss); the core again when a leadership
+// begins, as its term's first entry is applied and before anything is
+// served, for what was appended in between by a change that began
+// before the loss and ran on (a member's in-process writers: a tube's
+// import, the admin API): the store it changed was rebuilt since.
 func (j *Journal) reset() {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.batch, j.batched = nil, 0
-	j.waiting = nil
-}
-
-// begin starts a leadership: what was appended since the last one was
-// lost, by a change that began before the loss and ran on (a member's
-// in-process writers: a tube's import, the admin API), is dropped, with
-// whatever waits on it, and never proposed: the store it changed was
-// rebuilt from the log since. The core calls it as its term's first
-// entry is applied, before anything is served.
-func (j *Journal) begin() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.batch, j.batched = nil, 0

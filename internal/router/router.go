@@ -193,7 +193,7 @@ type refCount struct{ using, watching uint32 }
 
 // NewRouter starts a router: its loop to its own Server, and its retries.
 func NewRouter(cfg RouterConfig) *Router {
-	r := &Router{cfg: cfg, refs: make(map[string]*refCount), refWaits: make(map[refItem]func()), refsOut: make(map[uint16][2]uint64),
+	r := &Router{cfg: cfg, open: make(map[*Session]struct{}), refs: make(map[string]*refCount), refWaits: make(map[refItem]func()), refsOut: make(map[uint16][2]uint64),
 		lead: make(map[uint16]uint64), reported: make(map[uint16]reportedLeader),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		// Session ids start anywhere: a leader keeps a session's owner
@@ -230,9 +230,6 @@ func (r *Router) NewQueue(answers engine.Answers) engine.Queue {
 	r.sessions++
 	s := &Session{r: r, id: r.sessions, answers: answers}
 	s.byTube = s.rerouteByTube
-	if r.open == nil {
-		r.open = make(map[*Session]struct{})
-	}
 	r.open[s] = struct{}{}
 	r.mu.Unlock()
 	if r.groups() == 1 {

@@ -351,16 +351,7 @@ func (s *Session) call(g uint16, req Request, a *engine.Answer, finish func(it *
 // before the log has acknowledged it, the session closes (ClosesWith).
 func (s *Session) runHere(g uint16, req Request, a *engine.Answer, finish func(it *Item, a *engine.Answer)) bool {
 	r := s.r
-	if a.Behind || s.ids != 0 || s.burning.Load() != 0 || r.heldLocal(g) {
-		return false
-	}
-	if lead, ok := r.leader(g); !ok || lead != r.cfg.Self { // this member only while it serves
-		return false
-	}
-	s.mu.Lock()
-	idle := len(s.awaited) == 0
-	s.mu.Unlock()
-	if !idle {
+	if a.Behind || s.ids != 0 || !s.quietHere(g) {
 		return false
 	}
 	reply, acks, pos, ran := r.server.local(ownerKey{member: r.cfg.Self, session: s.id, group: g}, req, &r.link.stamp)
@@ -1118,23 +1109,34 @@ func (s *Session) Close() {
 	}
 }
 
+// quietHere reports whether the session's next step in group g may be
+// taken on this member's store at once: the member serves g, does not
+// hold its fast path (a handover), and nothing of the session is on its
+// way anywhere (a burn, an answer awaited), so nothing can overtake it.
+func (s *Session) quietHere(g uint16) bool {
+	r := s.r
+	if s.burning.Load() != 0 || r.heldLocal(g) {
+		return false
+	}
+	if lead, ok := r.leader(g); !ok || lead != r.cfg.Self { // this member only while it serves
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.awaited) == 0
+}
+
 // closeIn ends the session in group g: its owner client there closes and
-// its jobs go back. While this member serves g and nothing of the
-// session is on its way there, at once, as runHere would run a command:
-// the item would go through the member's own loop, and a command of
-// another session run here meanwhile (a stats-job after this one's
-// quit, beanstalkd's jobs back at once) would overtake it.
+// its jobs go back. When it may (quietHere), at once, as runHere runs a
+// command: the item would go through the member's own loop, and a
+// command of another session run here meanwhile (a stats-job after this
+// one's quit, beanstalkd's jobs back at once) would overtake it.
 func (s *Session) closeIn(g uint16) {
 	r := s.r
-	if lead, ok := r.leader(g); ok && lead == r.cfg.Self && s.burning.Load() == 0 && !r.heldLocal(g) {
-		s.mu.Lock()
-		idle := len(s.awaited) == 0
-		s.mu.Unlock()
-		if idle {
-			r.link.Closed(s.id, g)
-			r.server.closeOwner(ownerKey{member: r.cfg.Self, session: s.id, group: g})
-			return
-		}
+	if s.quietHere(g) {
+		r.link.Closed(s.id, g)
+		r.server.closeOwner(ownerKey{member: r.cfg.Self, session: s.id, group: g})
+		return
 	}
 	r.link.Close(s.id, g)
 }
