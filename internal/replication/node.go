@@ -611,7 +611,9 @@ func (n *Node) run() {
 		if by := n.removedBy.Load(); by != nil && n.lost == nil {
 			n.stopRemoved(fmt.Sprintf("%s refused it as removed", *by))
 		}
+		began := time.Now()
 		stopped := n.lost != nil || n.process()
+		n.noteSlowRound(began)
 		n.rebuilt()
 		n.publish(tick)
 		if verdict != nil {
@@ -631,6 +633,10 @@ func (n *Node) run() {
 // time that passed, not ticks that were taken.
 func (n *Node) tick(now time.Time) {
 	due := int(now.Sub(n.lastTick) / n.cfg.Tick)
+	if due > n.cfg.ElectionTick/2 {
+		n.logger.Warn().Dur("stalled", now.Sub(n.lastTick)).Bool("leading", n.core.Serving()).
+			Msg("the group's goroutine missed its ticks: starved of CPU, its leadership may lapse")
+	}
 	due = min(max(due, 1), n.cfg.ElectionTick)
 	n.lastTick = n.lastTick.Add(time.Duration(due) * n.cfg.Tick)
 	if now.Sub(n.lastTick) > n.cfg.Tick {
@@ -653,6 +659,16 @@ func (n *Node) tick(now time.Time) {
 					Msg("a membership change not applied yet: proposed again")
 			}
 		}
+	}
+}
+
+// noteSlowRound warns of a round (the actions of what one wake brought)
+// that took over half an election timeout: meanwhile the group answered
+// no peer, and its leader may lose its quorum.
+func (n *Node) noteSlowRound(began time.Time) {
+	if d := time.Since(began); d > time.Duration(n.cfg.ElectionTick/2)*n.cfg.Tick {
+		n.logger.Warn().Dur("took", d).Bool("leading", n.core.Serving()).
+			Msg("a round of the group's actions was slow: it answered no peer meanwhile")
 	}
 }
 
