@@ -159,6 +159,10 @@ type Member struct {
 	// of tubes whose driver was lost as they are (resolveTubeMoves): a
 	// test that makes a move's steps by hand takes longer than its tick.
 	keepLostMoves atomic.Bool
+	// afterImport, set by tests only, is called on a move's destination
+	// leader between its import of the tube's jobs and its wait for the
+	// log: where a test takes that leadership away.
+	afterImport atomic.Pointer[func(g uint16)]
 	// placing is the prefix placement this member drives (placements.go),
 	// and prefixesSeen the placements its resolver saw undriven at its
 	// last tick (the balance loop's alone).

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/sproutmq/sprout/codec"
 	"github.com/sproutmq/sprout/internal/admin"
 	"github.com/sproutmq/sprout/internal/meta"
@@ -249,6 +251,18 @@ type tubeMoveResult struct {
 	// Paused is how long the tube's commands were refused, from the
 	// freeze to the placement, in milliseconds.
 	Paused int64 `json:"paused_ms"`
+	// took is how long each step took, for the log: the freeze, the
+	// sessions' refreeze, the hand-over, group 0's decision, the finish.
+	took [5]time.Duration
+}
+
+// stepsLog is took for the log.
+func (r *tubeMoveResult) stepsLog() *zerolog.Array {
+	a := zerolog.Arr()
+	for _, d := range r.took {
+		a.Int64(d.Milliseconds())
+	}
+	return a
 }
 
 // registerTubeMoves adds the endpoints of tubes' moves to mux, guarded as
@@ -295,11 +309,13 @@ func (m *Member) serveTubeMove(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := m.moveTube(ctx, name, from, to)
 	if err != nil {
+		m.log.Info().Str("tube", name).Int("from", int(from)).Int("to", int(to)).Array("steps_ms", res.stepsLog()).
+			Err(err).Msg("tube not moved")
 		writeMoveError(w, err)
 		return
 	}
 	m.log.Info().Str("tube", name).Int("from", int(from)).Int("to", int(to)).Int("jobs", res.Jobs).
-		Int64("paused_ms", res.Paused).Str("remote", r.RemoteAddr).Msg("tube moved")
+		Int64("paused_ms", res.Paused).Array("steps_ms", res.stepsLog()).Str("remote", r.RemoteAddr).Msg("tube moved")
 	admin.WriteValue(w, http.StatusOK, res)
 }
 
@@ -416,14 +432,22 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 		}
 	}
 	move := rand.Uint64()>>1 | 1
+	began := time.Now()
 	if err := n.ProposeTube(ctx, replication.TubeFreeze, tube, move, to, 0); err != nil {
 		return res, err
 	}
 	frozenAt := time.Now()
+	step := frozenAt
+	res.took[0] = time.Since(began)
+	lap := func(i int) {
+		now := time.Now()
+		res.took[i], step = now.Sub(step), now
+	}
 	// Once every owner client of the group has been seen with the freeze
 	// applied, nothing of the tube changes here: a command that passed
 	// the check before it has run.
 	m.sessions.Refreeze(from)
+	lap(1)
 	for p, f := range n.Tubes().FrozenPrefixes {
 		if _, ok := m.takes(from, tube, p, f.To); ok && !f.Moved {
 			return res, m.abortTubeMove(ctx, n, tube, move, from, to, fmt.Errorf("%w: prefix %q's placement in group %d takes tube %q", errTubeMove, p, f.To, tube))
@@ -431,10 +455,12 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 	}
 	jobs, err := m.handTube(ctx, n, tube, move, from, to)
 	res.Jobs = jobs
+	lap(2)
 	if err != nil {
 		return res, m.abortTubeMove(ctx, n, tube, move, from, to, err)
 	}
 	placed, err := m.decideTubeMove(ctx, tube, move, from, to, true)
+	lap(3)
 	if err != nil {
 		return res, m.abortTubeMove(ctx, n, tube, move, from, to, fmt.Errorf("tube %q's placement: %w", tube, err))
 	}
@@ -442,21 +468,42 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 		return res, m.abortTubeMove(ctx, n, tube, move, from, to, fmt.Errorf("%w: tube %q's move was aborted", errTubeMove, tube))
 	}
 	res.Paused = time.Since(frozenAt).Milliseconds()
-	return res, m.finishTubeMove(ctx, n, tube, move)
+	err = m.finishTubeMove(ctx, n, tube, move)
+	lap(4)
+	return res, err
 }
 
 // handTube hands tube's jobs in group from (n, led here), frozen, to
 // group to's leader, with the sessions holding its reserved ones, and
 // returns how many it handed once that leader's log has them.
 func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string, move uint64, from, to uint16) (int, error) {
+	term, err := servingTerm(n)
+	if err != nil {
+		return 0, err
+	}
+	// The export is the tube's jobs as the group's log has them only if
+	// this member led the group throughout: a leadership lost rebuilds
+	// the store, and is published lost before that begins (and never won
+	// back in the same term).
 	frames, jobs, held, fig, _ := n.Store().ExportTube([]byte(tube))
+	leading := func() error {
+		if t, err := servingTerm(n); err != nil || t != term {
+			return fmt.Errorf("%w: group %d's leadership here was lost under its move", replication.ErrNotServing, from)
+		}
+		return nil
+	}
+	if err := leading(); err != nil {
+		return jobs, err
+	}
 	body, err := json.Marshal(adoption{Figures: fig, Holders: m.sessions.Holders(from, held)})
 	if err != nil {
 		return jobs, err
 	}
 	body = append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), append(body, frames...)...)
 	q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
-	if err := m.callLeader(ctx, to, "/cluster/tubes/"+url.PathEscape(tube)+"/adopt?"+q.Encode(), body, nil); err != nil {
+	// An import sent again to the group's next leader skips the jobs it
+	// has (the first's that its log committed).
+	if err := m.callLeaderAgain(ctx, to, "/cluster/tubes/"+url.PathEscape(tube)+"/adopt?"+q.Encode(), body, nil, leading); err != nil {
 		return jobs, fmt.Errorf("group %d did not take tube %q's jobs: %w", to, tube, err)
 	}
 	return jobs, nil
@@ -485,7 +532,7 @@ func (m *Member) abortTubeMove(ctx context.Context, n *replication.Node, tube st
 		return m.finishTubeMove(ctx, n, tube, move)
 	}
 	q := url.Values{"to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
-	if err := m.callLeader(ctx, to, "/cluster/tubes/"+url.PathEscape(tube)+"/drop?"+q.Encode(), nil, nil); err != nil {
+	if err := m.callLeaderAgain(ctx, to, "/cluster/tubes/"+url.PathEscape(tube)+"/drop?"+q.Encode(), nil, nil, nil); err != nil {
 		return fmt.Errorf("%v; group %d has not dropped what it took yet (%v)", why, to, err)
 	}
 	if err := n.ProposeTube(ctx, replication.TubeThaw, tube, move, 0, 0); err != nil {
@@ -597,7 +644,8 @@ func (m *Member) decideTubeMove(ctx context.Context, tube string, move uint64, f
 	var out struct {
 		Placed bool `json:"placed"`
 	}
-	err := m.callLeader(ctx, 0, "/cluster/tubes/"+url.PathEscape(tube)+"/decide", in, &out)
+	// Group 0 takes a decision twice: the first committed stands.
+	err := m.callLeaderAgain(ctx, 0, "/cluster/tubes/"+url.PathEscape(tube)+"/decide", in, &out, nil)
 	return out.Placed, err
 }
 
@@ -659,10 +707,12 @@ func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tube := r.PathValue("name")
+	asked := time.Now()
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		return
 	}
+	read := time.Since(asked)
 	var in adoption
 	if len(body) < 4 || int(binary.BigEndian.Uint32(body)) > len(body)-4 {
 		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: "not a tube's jobs"})
@@ -705,10 +755,19 @@ func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
 	}
 	cl := n.Store().NewOwnerClient(nil)
 	defer cl.Close()
+	began := time.Now()
+	prepared := began.Sub(asked) - read
 	made, err := cl.ImportTube([]byte(tube), frames, in.Figures, m.sessions.HolderClients(g, in.Holders))
+	imported := time.Since(began)
+	if hook := m.afterImport.Load(); hook != nil {
+		(*hook)(g)
+	}
 	if err == nil {
 		err = awaitAcked(r.Context(), n, term, cl.PendingAck())
 	}
+	m.log.Info().Str("tube", tube).Int("group", int(g)).Int("jobs", made).Int64("read_ms", read.Milliseconds()).
+		Int64("prepare_ms", prepared.Milliseconds()).Int64("import_ms", imported.Milliseconds()).
+		Int64("ack_ms", (time.Since(began) - imported).Milliseconds()).Err(err).Msg("took a moving tube's jobs")
 	if err != nil {
 		admin.WriteError(w, &admin.Error{Status: http.StatusServiceUnavailable, Message: fmt.Sprintf("taking tube %q's jobs: %v", tube, err)})
 		return
@@ -764,12 +823,73 @@ func (m *Member) callLeader(ctx context.Context, g uint16, path string, body []b
 			Error string `json:"error"`
 		}
 		_ = json.Unmarshal(b, &e)
-		return fmt.Errorf("group %d's leader %s: %d %s", g, l.Name, resp.StatusCode, e.Error)
+		return &leaderError{group: g, leader: l.Name, status: resp.StatusCode, msg: e.Error}
 	}
 	if out != nil {
 		return json.Unmarshal(b, out)
 	}
 	return nil
+}
+
+// leaderError is a group leader's answer other than 200 to callLeader.
+type leaderError struct {
+	group  uint16
+	leader string
+	status int
+	msg    string
+}
+
+func (e *leaderError) Error() string {
+	return fmt.Sprintf("group %d's leader %s: %d %s", e.group, e.leader, e.status, e.msg)
+}
+
+// leaderLostUnder reports whether err, a call to a group's leader that
+// failed, failed because that leadership was lost or moved under it (its
+// 503, no leader known, no answer at all), not because the leader
+// refused what it was asked: the same call to the group's next leader may
+// pass.
+func leaderLostUnder(err error) bool {
+	if le, ok := errors.AsType[*leaderError](err); ok {
+		return le.status == http.StatusServiceUnavailable
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+const (
+	// leaderRetry is how long a move's calls are made again while the
+	// group they go to has lost its leader under them: an election, and
+	// under CPU starvation a rebuild of seconds, with time left in the
+	// move's for what follows.
+	leaderRetry = tubeMoveTimeout / 2
+	// leaderRetryPause is the pause between such calls.
+	leaderRetryPause = 200 * time.Millisecond
+)
+
+// callLeaderAgain is callLeader, made again while group g's leader is
+// lost under it (leaderLostUnder), for up to leaderRetry and within ctx:
+// each call must be one the group may take twice. still, when set, is
+// asked before each call again, and ends the calls with its error: the
+// caller's own standing (the leadership its request was made in).
+func (m *Member) callLeaderAgain(ctx context.Context, g uint16, path string, body []byte, out any, still func() error) error {
+	until := time.Now().Add(leaderRetry)
+	for calls := 1; ; calls++ {
+		err := m.callLeader(ctx, g, path, body, out)
+		if err == nil || !leaderLostUnder(err) || time.Now().After(until) {
+			return err
+		}
+		m.log.Info().Int("group", int(g)).Str("path", path).Int("calls", calls).Err(err).
+			Msg("a group's leader was lost under a move's call: calling its next")
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(leaderRetryPause):
+		}
+		if still != nil {
+			if serr := still(); serr != nil {
+				return fmt.Errorf("%w; and %w", err, serr)
+			}
+		}
+	}
 }
 
 // resolveTubeMoves finishes, for each group this member leads, the moves

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -513,5 +515,85 @@ func TestAwaitAckedLeadershipLost(t *testing.T) {
 	}
 	if err := awaitAcked(ctx, n, term, never); !errors.Is(err, replication.ErrNotServing) {
 		t.Fatalf("a wait for a change of a past term: %v, want ErrNotServing", err)
+	}
+}
+
+// TestShardGroupsMoveTubeDestinationLost: the destination group's leader
+// loses its leadership as it takes a moving tube's jobs (handed over
+// between its import and its log's acknowledgement, as a starved leader
+// loses it), and its answer is 503. The move does not abort: its driver
+// sends the jobs again to the group's next leader, which takes those its
+// log does not have, and the move completes with every job once, its id
+// and state kept.
+func TestShardGroupsMoveTubeDestinationLost(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	tube := tubePerGroup(p, "lost")[1]
+	from, to := uint16(1), uint16(2)
+	conn := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
+	expectLine(t, conn, "use "+tube, "USING "+tube)
+	const jobs = 300
+	var ids []uint64
+	for i := range jobs {
+		id, err := conn.Put(uint32(i%5), 0, 60, fmt.Appendf(nil, "job-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	expectLine(t, conn, "watch "+tube, "WATCHING 2")
+	expectLine(t, conn, "ignore default", "WATCHING 1")
+	r, err := conn.Do("reserve-with-timeout 5", nil)
+	if err != nil || r.Kind != testproc.ReplyReserved {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	expectLine(t, conn, fmt.Sprintf("bury %d 7", r.N), "BURIED")
+	buried := r.N
+
+	first := c.leaderOf(to)
+	var handed atomic.Bool
+	hook := func(g uint16) {
+		if g != to || !handed.CompareAndSwap(false, true) {
+			return
+		}
+		for name := range c.up {
+			if name != first.node.Name() {
+				if err := first.shards.node(g).TransferLeadership(name); err != nil {
+					t.Errorf("handing group %d over: %v", g, err)
+				}
+				for wait := time.Now().Add(10 * time.Second); first.shards.serving(g) != nil && time.Now().Before(wait); {
+					time.Sleep(10 * time.Millisecond)
+				}
+				return
+			}
+		}
+	}
+	for _, m := range c.up {
+		m.afterImport.Store(&hook)
+	}
+	status, res, body := moveTubeThrough(t, c.up["m3"], tube, int(to))
+	if status != http.StatusOK || res.From != from || res.To != to || res.Jobs != jobs {
+		t.Fatalf("move of %s to group %d: %d %s", tube, to, status, body)
+	}
+	if !handed.Load() || c.leaderOf(to) == first {
+		t.Fatalf("group %d's leadership was not handed over under the move (its leader %s)", to, c.leaderOf(to).node.Name())
+	}
+	if !strings.Contains(c.outs[c.leaderOf(from).node.Name()].String(), "calling its next") {
+		t.Fatal("the move's driver did not call the destination's next leader")
+	}
+	for _, id := range ids {
+		st, err := conn.Stats(fmt.Sprintf("stats-job %d", id))
+		want := "ready"
+		if id == buried {
+			want = "buried"
+		}
+		if err != nil || st["tube"] != tube || st["state"] != want {
+			t.Fatalf("stats-job %d after the move: %v %v, want %s in %s", id, st, err, want, tube)
+		}
+	}
+	st, err := conn.Stats("stats-tube " + tube)
+	if err != nil || st["current-jobs-ready"] != strconv.Itoa(jobs-1) || st["current-jobs-buried"] != "1" {
+		t.Fatalf("stats-tube %s: %v %v", tube, st, err)
 	}
 }
