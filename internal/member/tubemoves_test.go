@@ -597,3 +597,39 @@ func TestShardGroupsMoveTubeDestinationLost(t *testing.T) {
 		t.Fatalf("stats-tube %s: %v %v", tube, st, err)
 	}
 }
+
+// TestHandTubeNeedsLeadership: a member that no longer leads the tube's
+// group hands nothing over: its store may be one being rebuilt from the
+// log, and an export of it part of the tube.
+func TestHandTubeNeedsLeadership(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	tube := tubePerGroup(p, "handed")[1]
+	from, to := uint16(1), uint16(2)
+	conn := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
+	expectLine(t, conn, "use "+tube, "USING "+tube)
+	for i := range 10 {
+		if _, err := conn.Put(0, 0, 60, fmt.Appendf(nil, "job-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	was := c.leaderOf(from)
+	n := was.shards.node(from)
+	for name := range c.up {
+		if name != was.node.Name() {
+			if err := n.TransferLeadership(name); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	testproc.WaitFor(t, 10*time.Second, "the leadership handed over", func() bool { return was.shards.serving(from) == nil })
+	_, err := was.handTube(t.Context(), n, tube, 1, from, to)
+	if !errors.Is(err, replication.ErrNotServing) {
+		t.Fatalf("handTube by a member that no longer leads group %d: %v, want ErrNotServing", from, err)
+	}
+	if st, ok := c.leaderOf(to).shards.node(to).Store().TubeStats([]byte(tube)); ok && st.Ready > 0 {
+		t.Fatalf("group %d took %d of the tube's jobs", to, st.Ready)
+	}
+}
