@@ -80,8 +80,11 @@
 //     starts with it and no move placed it by name) in another group and
 //     back, the second time with group 0's leader, the placement's
 //     driver, killed within its first 20 ms (aborted by group 0's next
-//     leader unless it was placed). A killed member is started again on
-//     its directory.
+//     leader unless it was placed); a graceful restart of the leader
+//     (SIGTERM, which it must answer by exiting 0 once its own workers'
+//     jobs are done and its groups are handed over, then started again
+//     at once, as a rolling restart does). A killed member is started
+//     again on its directory.
 //  3. Failover, per group whose leader the fault took away: from the
 //     fault, new connections to the other members put into that group's
 //     tube until one is acknowledged; that time is the group's failover,

@@ -97,6 +97,7 @@ var faults = []fault{
 	{"kill -9 follower", false, killFollower},
 	{"empty directory", false, emptyDirectory},
 	{"tube move", false, moveTube},
+	{"graceful restart", true, restartLeader},
 }
 
 // round is what a fault works with.
@@ -460,6 +461,35 @@ func stopLeader(r *round, lay layout) (outcome, error) {
 	return lose(r, lay, func(m *member) error { return m.signal(syscall.SIGSTOP) }, electionTimeout*3/2,
 		func(m *member) error { return m.signal(syscall.SIGCONT) })
 }
+
+// restartLeader restarts the member leading the most groups as a rolling
+// restart does: SIGTERM, which it must answer by exiting 0 within
+// shutdownWait (it refuses puts, hands out no job, waits for the jobs
+// its own workers hold, closes its connections and hands each group it
+// leads to another member), then started again at once on its
+// directory. Its groups change leader by handover before it exits, so
+// their failover, counted from its exit, is the probe's first put.
+func restartLeader(r *round, lay layout) (outcome, error) {
+	return lose(r, lay, func(m *member) error {
+		if err := m.signal(syscall.SIGTERM); err != nil {
+			return err
+		}
+		sent := time.Now()
+		if !m.proc.Wait(shutdownWait) {
+			return fmt.Errorf("%s still runs %v after SIGTERM", m.name, shutdownWait)
+		}
+		if code := m.proc.ExitCode(); code != 0 {
+			return fmt.Errorf("%s exited %d after SIGTERM, want 0", m.name, code)
+		}
+		r.t.Logf("%s exited %v after SIGTERM", m.name, time.Since(sent).Round(time.Millisecond))
+		return nil
+	}, 0, func(m *member) error { r.c.start(m); return nil })
+}
+
+// shutdownWait is how long a member stopped by SIGTERM may take to exit:
+// its --shutdown-timeout (25 s by default) for its workers' jobs, and
+// time to hand its groups over and close its log.
+const shutdownWait = 40 * time.Second
 
 // partition cuts the members in two for one and a half election
 // timeouts, their clients still reaching every member: with five
