@@ -83,8 +83,10 @@
 //     leader unless it was placed); a graceful restart of the leader
 //     (SIGTERM, which it must answer by exiting 0 once its own workers'
 //     jobs are done and its groups are handed over, then started again
-//     at once, as a rolling restart does). A killed member is started
-//     again on its directory.
+//     at once, as a rolling restart does: its groups' clients on other
+//     members should barely notice, so the clients' gap counts every
+//     group, its own too, from the SIGTERM to its exit). A killed member
+//     is started again on its directory.
 //  3. Failover, per group whose leader the fault took away: from the
 //     fault, new connections to the other members put into that group's
 //     tube until one is acknowledged; that time is the group's failover,

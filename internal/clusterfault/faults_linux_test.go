@@ -400,11 +400,18 @@ func (c *cluster) indices(ms []*member) []int {
 // holdUntil sleeps until at: a fault lasts at least that long.
 func holdUntil(at time.Time) { time.Sleep(time.Until(at)) }
 
-// lose takes the busiest member away (kill -9 or SIGSTOP, by stop), and
-// probes each group it led through the others; it holds the fault for
-// hold, then recovers by resume. The clients' gap is that of the other
-// groups through the other members.
-func lose(r *round, lay layout, stop func(*member) error, hold time.Duration, resume func(*member) error) (outcome, error) {
+// holdFor is lose's hold of a fault that lasts d.
+func holdFor(d time.Duration) func(*member, time.Time) error {
+	return func(_ *member, at time.Time) error { holdUntil(at.Add(d)); return nil }
+}
+
+// lose takes the busiest member away (kill -9, SIGSTOP or SIGTERM, by
+// stop), and probes each group it led through the others; it holds the
+// fault (hold, given when it began), then recovers by resume. The
+// clients' gap is that of the other groups through the other members,
+// and of its own too when it hands them over (handsOver: a graceful
+// stop, which should pause them no longer than the others).
+func lose(r *round, lay layout, stop func(*member) error, hold func(m *member, at time.Time) error, resume func(*member) error, handsOver bool) (outcome, error) {
 	v := r.c.busiest(lay)
 	// A member leading more than its share hands groups over (every 3 s
 	// at most): what it leads is asked again, right before the fault, so
@@ -431,14 +438,16 @@ func lose(r *round, lay layout, stop func(*member) error, hold time.Duration, re
 		through[g] = others
 	}
 	out := outcome{victim: v.name, led: len(led), failovers: r.probeGroups(at, through)}
-	holdUntil(at.Add(hold))
+	if err := hold(v, at); err != nil {
+		return out, err
+	}
 	end := time.Now()
 	if err := resume(v); err != nil {
 		return out, err
 	}
 	counted := map[int][]int{}
 	for g := range r.c.groups {
-		if !slices.Contains(led, g) {
+		if handsOver || !slices.Contains(led, g) {
 			counted[g] = r.c.indices(others)
 		}
 	}
@@ -450,16 +459,16 @@ func lose(r *round, lay layout, stop func(*member) error, hold time.Duration, re
 
 // killLeader kills the member leading the most groups for a second.
 func killLeader(r *round, lay layout) (outcome, error) {
-	return lose(r, lay, func(m *member) error { m.kill(); return nil }, time.Second,
-		func(m *member) error { r.c.start(m); return nil })
+	return lose(r, lay, func(m *member) error { m.kill(); return nil }, holdFor(time.Second),
+		func(m *member) error { r.c.start(m); return nil }, false)
 }
 
 // stopLeader freezes the member leading the most groups for one and a
 // half election timeouts: when it runs again it has lost those
 // leaderships, and rebuilds the groups in place.
 func stopLeader(r *round, lay layout) (outcome, error) {
-	return lose(r, lay, func(m *member) error { return m.signal(syscall.SIGSTOP) }, electionTimeout*3/2,
-		func(m *member) error { return m.signal(syscall.SIGCONT) })
+	return lose(r, lay, func(m *member) error { return m.signal(syscall.SIGSTOP) }, holdFor(electionTimeout*3/2),
+		func(m *member) error { return m.signal(syscall.SIGCONT) }, false)
 }
 
 // restartLeader restarts the member leading the most groups as a rolling
@@ -467,23 +476,22 @@ func stopLeader(r *round, lay layout) (outcome, error) {
 // shutdownWait (it refuses puts, hands out no job, waits for the jobs
 // its own workers hold, closes its connections and hands each group it
 // leads to another member), then started again at once on its
-// directory. Its groups change leader by handover before it exits, so
-// their failover, counted from its exit, is the probe's first put.
+// directory. Its groups' failover, from the SIGTERM, is how long clients
+// on the other members wait for a put into them: while it drains, it
+// goes on serving them; its handover's pause is in the clients' gap,
+// which counts every group.
 func restartLeader(r *round, lay layout) (outcome, error) {
-	return lose(r, lay, func(m *member) error {
-		if err := m.signal(syscall.SIGTERM); err != nil {
-			return err
-		}
-		sent := time.Now()
-		if !m.proc.Wait(shutdownWait) {
-			return fmt.Errorf("%s still runs %v after SIGTERM", m.name, shutdownWait)
-		}
-		if code := m.proc.ExitCode(); code != 0 {
-			return fmt.Errorf("%s exited %d after SIGTERM, want 0", m.name, code)
-		}
-		r.t.Logf("%s exited %v after SIGTERM", m.name, time.Since(sent).Round(time.Millisecond))
-		return nil
-	}, 0, func(m *member) error { r.c.start(m); return nil })
+	return lose(r, lay, func(m *member) error { return m.signal(syscall.SIGTERM) },
+		func(m *member, at time.Time) error {
+			if !m.proc.Wait(shutdownWait) {
+				return fmt.Errorf("%s still runs %v after SIGTERM", m.name, shutdownWait)
+			}
+			if code := m.proc.ExitCode(); code != 0 {
+				return fmt.Errorf("%s exited %d after SIGTERM, want 0", m.name, code)
+			}
+			r.t.Logf("%s exited %v after SIGTERM", m.name, time.Since(at).Round(time.Millisecond))
+			return nil
+		}, func(m *member) error { r.c.start(m); return nil }, true)
 }
 
 // shutdownWait is how long a member stopped by SIGTERM may take to exit:
