@@ -188,6 +188,10 @@ func newClusterCollector(c Cluster, p Proxy, r Router) *clusterCollector {
 			counter, func(s *stats) float64 { return float64(s.MigrateAsked) }),
 		perGroup("sprout_cluster_group_migrate_rewritten_total", "The group's jobs this member rewrote as its leader on other members' asks.",
 			counter, func(s *stats) float64 { return float64(s.MigrateRewritten) }),
+		perGroup("sprout_cluster_group_stalls_total", "Ticks of the group on this member that found over half an election timeout missed: its goroutine starved of CPU, which can cost a leader its leadership.",
+			counter, func(s *stats) float64 { return float64(s.Stalls) }),
+		perGroup("sprout_cluster_group_slow_rounds_total", "Rounds of the group's actions on this member that took over half an election timeout, answering no peer meanwhile.",
+			counter, func(s *stats) float64 { return float64(s.SlowRounds) }),
 	}
 	cc.groupLag = prometheus.NewDesc("sprout_cluster_group_follower_lag_entries",
 		"On the group's leader, how many entries each other replica is behind its log.", []string{"group", "member"}, nil)

@@ -47,7 +47,7 @@ func TestCluster(t *testing.T) {
 			Groups: []replication.GroupStats{
 				{Group: 0, Stats: replication.Stats{Term: 7, Commit: 40, Applied: 39, LeaderChanges: 3, Proposals: 5, MigrateAsked: 11}},
 				{Group: 1, Stats: replication.Stats{Term: 2, Commit: 9, Applied: 9, Serving: true, LeaderChanges: 1, Proposals: 4,
-					MigrateRewritten: 6, FollowerLag: map[string]uint64{"b": 1, "c": 3}}},
+					MigrateRewritten: 6, Stalls: 2, SlowRounds: 1, FollowerLag: map[string]uint64{"b": 1, "c": 3}}},
 			}},
 	}
 	p := &fakeProxy{stats: replication.ProxyStats{Current: 4, Total: 9, LeaderChanged: 2}}
@@ -130,6 +130,9 @@ func TestCluster(t *testing.T) {
 		{"sprout_cluster_group_proposals_total", "group=1", 4},
 		{"sprout_cluster_group_migrate_asked_total", "group=0", 11},
 		{"sprout_cluster_group_migrate_rewritten_total", "group=1", 6},
+		{"sprout_cluster_group_stalls_total", "group=1", 2},
+		{"sprout_cluster_group_slow_rounds_total", "group=1", 1},
+		{"sprout_cluster_group_stalls_total", "group=0", 0},
 		{"sprout_cluster_group_follower_lag_entries", "group=1,member=c", 3},
 		{"sprout_member_groups_led", "", 1},
 	} {

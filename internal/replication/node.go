@@ -263,6 +263,8 @@ type Node struct {
 	lastRebuild    time.Duration     // guarded by mu: the last rebuild's time from the loss to following
 	askedIDs       uint64            // guarded by mu: jobs asked of the leader to rewrite
 	rewrittenIDs   uint64            // guarded by mu: jobs rewritten on members' asks
+	stalls         atomic.Uint64     // ticks that found over half an election timeout missed
+	slowRounds     atomic.Uint64     // rounds over half an election timeout
 
 	// Membership change requests (AddMember, RemoveMember), to the node
 	// goroutine; removedBy is set by the transport when a peer refused
@@ -634,6 +636,7 @@ func (n *Node) run() {
 func (n *Node) tick(now time.Time) {
 	due := int(now.Sub(n.lastTick) / n.cfg.Tick)
 	if due > n.cfg.ElectionTick/2 {
+		n.stalls.Add(1)
 		n.logger.Warn().Dur("stalled", now.Sub(n.lastTick)).Bool("leading", n.core.Serving()).
 			Msg("the group's goroutine missed its ticks: starved of CPU, its leadership may lapse")
 	}
@@ -667,6 +670,7 @@ func (n *Node) tick(now time.Time) {
 // no peer, and its leader may lose its quorum.
 func (n *Node) noteSlowRound(began time.Time) {
 	if d := time.Since(began); d > time.Duration(n.cfg.ElectionTick/2)*n.cfg.Tick {
+		n.slowRounds.Add(1)
 		n.logger.Warn().Dur("took", d).Bool("leading", n.core.Serving()).
 			Msg("a round of the group's actions was slow: it answered no peer meanwhile")
 	}
@@ -1312,7 +1316,12 @@ type Stats struct {
 	// to rewrite, out of the segments it would remove; MigrateRewritten,
 	// those it rewrote as leader on its members' asks (migrate.go).
 	MigrateAsked, MigrateRewritten uint64
-	Transport                      TransportStats
+	// Stalls counts the ticks that found over half an election timeout
+	// missed (the group's goroutine starved of CPU), and SlowRounds the
+	// rounds of its actions that took as long (it answered no peer
+	// meanwhile): either can cost a leader its leadership.
+	Stalls, SlowRounds uint64
+	Transport          TransportStats
 	// Groups are the figures above (but Transport, the member's, and
 	// Groups) of each Raft group the member runs, by id: today group 0,
 	// the node's own.
@@ -1348,6 +1357,7 @@ func (n *Node) groupStats() Stats {
 	}
 	n.mu.Unlock()
 	s.MessagesRefused = n.refusedSteps.Load()
+	s.Stalls, s.SlowRounds = n.stalls.Load(), n.slowRounds.Load()
 	return s
 }
 

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -524,4 +525,46 @@ func TestNodeLostLog(t *testing.T) {
 	delete(c.nodes, down)
 	_, pos = cl.put("after")
 	awaitAck(t, l.Journal(), pos, 5*time.Second)
+}
+
+// stallingObserver holds the node goroutine that tells it of a proposal,
+// once, for as long as it was armed with: a round of the group's actions
+// that takes that long.
+type stallingObserver struct{ hold atomic.Int64 }
+
+func (o *stallingObserver) ObserveProposal(int, int) {
+	time.Sleep(time.Duration(o.hold.Swap(0)))
+}
+
+// TestNodeCountsStalls: a round of the leader's actions that takes over
+// half an election timeout is counted and logged, and so is the tick
+// after it, which finds as many ticks missed: what an operator sees of a
+// member starved of CPU before its leaderships lapse.
+func TestNodeCountsStalls(t *testing.T) {
+	var mu sync.Mutex
+	observers := map[string]*stallingObserver{}
+	c := newNetCluster(t, 3, 100, func(cfg *NodeConfig) {
+		mu.Lock()
+		defer mu.Unlock()
+		observers[cfg.Node] = &stallingObserver{}
+		cfg.Observer = observers[cfg.Node]
+	})
+	l := c.awaitServing(10 * time.Second)
+	if st := l.Stats(); st.Stalls != 0 || st.SlowRounds != 0 {
+		t.Fatalf("stalls %d, slow rounds %d before any", st.Stalls, st.SlowRounds)
+	}
+	mu.Lock()
+	observers[l.self.Name].hold.Store(int64(8 * testTick)) // half an election timeout is 5 ticks
+	mu.Unlock()
+	newNetClient(l, "work").put("slow")
+	testproc.WaitFor(t, 5*time.Second, "the stall counted", func() bool {
+		st := l.Stats()
+		return st.SlowRounds >= 1 && st.Stalls >= 1
+	})
+	out := c.output.String()
+	for _, want := range []string{"a round of the group's actions was slow", "the group's goroutine missed its ticks"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in the members' logs", want)
+		}
+	}
 }
