@@ -303,14 +303,19 @@ func (c *Client) ClearTube(tube []byte, states []State, progress func(deleted in
 }
 
 // dropLocked deletes j, a job of t, for c's bulk operation: the delete
-// logged (deletes are never refused: the log keeps room for them), j out
-// of t and of the store. t.mu must be held; the caller drops j's
-// reference to t.
+// logged (deletes are never refused: the log keeps room for them), then
+// j unlinked. t.mu must be held; the caller drops j's reference to t.
 func (s *Store) dropLocked(c *Client, t *Tube, j *Job) {
 	if s.log != nil {
 		r := wal.Record{Kind: wal.KindDelete, ID: j.id}
 		_ = s.logLocked(c, j, &r)
 	}
+	s.unlinkLocked(t, j)
+}
+
+// unlinkLocked takes j, a job of t, out of t and of the store, for good:
+// a delete's last step, logged or applied. t.mu must be held.
+func (s *Store) unlinkLocked(t *Tube, j *Job) {
 	t.detachLocked(j)
 	j.state = StateInvalid
 	s.forgetJobLocked(j)

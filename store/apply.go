@@ -145,9 +145,7 @@ func (s *Store) applyUpdate(r *wal.Record, seg uint32, now int64) {
 // applyDelete drops a job and counts a delete.
 func (s *Store) applyDelete(id uint64) {
 	s.withLiveJob(id, func(t *Tube, j *Job) {
-		t.detachLocked(j)
-		j.state = StateInvalid
-		s.forgetJobLocked(j)
+		s.unlinkLocked(t, j)
 		t.cmdDelete++
 		t.mu.Unlock()
 		s.releaseTube(t)

@@ -498,9 +498,7 @@ func (c *Client) delete(key wal.Req, id uint64) bool {
 		r := wal.Record{Kind: wal.KindDelete, ID: j.id, Req: key}
 		_ = c.s.logLocked(c, j, &r)
 	}
-	t.detachLocked(j)
-	j.state = StateInvalid
-	c.s.forgetJobLocked(j)
+	c.s.unlinkLocked(t, j)
 	t.cmdDelete++
 	t.mu.Unlock()
 	c.s.releaseTube(t)
