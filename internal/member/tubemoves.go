@@ -438,7 +438,7 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 	}
 	frozenAt := time.Now()
 	step := frozenAt
-	res.took[0] = time.Since(began)
+	res.took[0] = frozenAt.Sub(began)
 	lap := func(i int) {
 		now := time.Now()
 		res.took[i], step = now.Sub(step), now

@@ -497,13 +497,8 @@ func TestAwaitAckedLeadershipLost(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- awaitAcked(ctx, n, term, never) }()
-	for name := range c.up {
-		if name != l.node.Name() {
-			if err := n.TransferLeadership(name); err != nil {
-				t.Fatal(err)
-			}
-			break
-		}
+	if err := c.handAway(l, 1); err != nil {
+		t.Fatal(err)
 	}
 	select {
 	case err := <-done:
@@ -526,13 +521,8 @@ func TestAwaitAckedLeadershipLost(t *testing.T) {
 // log does not have, and the move completes with every job once, its id
 // and state kept.
 func TestShardGroupsMoveTubeDestinationLost(t *testing.T) {
-	c := newClusterOf(t, 3, 3, 0)
-	c.finalized()
-	p := c.up["m1"].shards.placement
-	tube := tubePerGroup(p, "lost")[1]
+	c, tube, conn := usingTubeOfGroup1(t, "lost")
 	from, to := uint16(1), uint16(2)
-	conn := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
-	expectLine(t, conn, "use "+tube, "USING "+tube)
 	const jobs = 300
 	var ids []uint64
 	for i := range jobs {
@@ -557,16 +547,11 @@ func TestShardGroupsMoveTubeDestinationLost(t *testing.T) {
 		if g != to || !handed.CompareAndSwap(false, true) {
 			return
 		}
-		for name := range c.up {
-			if name != first.node.Name() {
-				if err := first.shards.node(g).TransferLeadership(name); err != nil {
-					t.Errorf("handing group %d over: %v", g, err)
-				}
-				for wait := time.Now().Add(10 * time.Second); first.shards.serving(g) != nil && time.Now().Before(wait); {
-					time.Sleep(10 * time.Millisecond)
-				}
-				return
-			}
+		if err := c.handAway(first, g); err != nil {
+			t.Errorf("handing group %d over: %v", g, err)
+		}
+		for wait := time.Now().Add(10 * time.Second); first.shards.serving(g) != nil && time.Now().Before(wait); {
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	for _, m := range c.up {
@@ -602,13 +587,8 @@ func TestShardGroupsMoveTubeDestinationLost(t *testing.T) {
 // group hands nothing over: its store may be one being rebuilt from the
 // log, and an export of it part of the tube.
 func TestHandTubeNeedsLeadership(t *testing.T) {
-	c := newClusterOf(t, 3, 3, 0)
-	c.finalized()
-	p := c.up["m1"].shards.placement
-	tube := tubePerGroup(p, "handed")[1]
+	c, tube, conn := usingTubeOfGroup1(t, "handed")
 	from, to := uint16(1), uint16(2)
-	conn := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
-	expectLine(t, conn, "use "+tube, "USING "+tube)
 	for i := range 10 {
 		if _, err := conn.Put(0, 0, 60, fmt.Appendf(nil, "job-%d", i)); err != nil {
 			t.Fatal(err)
@@ -616,13 +596,8 @@ func TestHandTubeNeedsLeadership(t *testing.T) {
 	}
 	was := c.leaderOf(from)
 	n := was.shards.node(from)
-	for name := range c.up {
-		if name != was.node.Name() {
-			if err := n.TransferLeadership(name); err != nil {
-				t.Fatal(err)
-			}
-			break
-		}
+	if err := c.handAway(was, from); err != nil {
+		t.Fatal(err)
 	}
 	testproc.WaitFor(t, 10*time.Second, "the leadership handed over", func() bool { return was.shards.serving(from) == nil })
 	_, err := was.handTube(t.Context(), n, tube, 1, from, to)
@@ -632,4 +607,25 @@ func TestHandTubeNeedsLeadership(t *testing.T) {
 	if st, ok := c.leaderOf(to).shards.node(to).Store().TubeStats([]byte(tube)); ok && st.Ready > 0 {
 		t.Fatalf("group %d took %d of the tube's jobs", to, st.Ready)
 	}
+}
+
+// usingTubeOfGroup1 starts three members with three groups, and connects
+// to m1 using a tube of group 1 named from prefix.
+func usingTubeOfGroup1(t *testing.T, prefix string) (*testCluster, string, *testproc.Conn) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	tube := tubePerGroup(c.up["m1"].shards.placement, prefix)[1]
+	conn := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
+	expectLine(t, conn, "use "+tube, "USING "+tube)
+	return c, tube, conn
+}
+
+// handAway asks l, leading group g, to hand it to another member.
+func (c *testCluster) handAway(l *Member, g uint16) error {
+	for name := range c.up {
+		if name != l.node.Name() {
+			return l.shards.node(g).TransferLeadership(name)
+		}
+	}
+	return fmt.Errorf("no member but %s to hand group %d to", l.node.Name(), g)
 }
