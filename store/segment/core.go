@@ -975,8 +975,27 @@ func (c *core) finish(syncNow bool) bool {
 	if c.synced < c.written {
 		err = errors.Join(err, fmt.Errorf("segment: closed without a final fsync: %w", c.syncErr))
 	}
+	if err == nil {
+		c.trimOpen()
+	}
 	c.emit(action{kind: actClosed, err: err})
 	return true
+}
+
+// trimOpen retires every segment still open at a clean Close, the current
+// one and the spare too, trimmed to what was written: the next Open reads
+// no preallocated zeros, which were most of a restart's reading. Nothing
+// writes to them again (Start opens a new segment), and a spare trimmed
+// to its header is still found empty.
+func (c *core) trimOpen() {
+	for _, s := range c.open {
+		c.emit(action{kind: actRetire, seq: s.seq, n: s.written})
+		s.open, s.dirty = false, false
+		c.disk += s.written - s.onDisk
+		s.onDisk = s.written
+	}
+	clear(c.open)
+	c.open = c.open[:0]
 }
 
 // compactionTarget is the oldest segment, if compaction wants it gone.

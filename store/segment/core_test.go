@@ -607,7 +607,8 @@ func TestCoreDiskFull(t *testing.T) {
 
 // TestCoreCloses: Close writes what is pending and fsyncs it whatever the
 // policy, retries a failed fsync once without waiting, and says what it
-// could not do.
+// could not do. Closed cleanly, it trims the segment written and the
+// spare to what they hold, so the next Open reads no preallocated zeros.
 func TestCoreCloses(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -636,7 +637,7 @@ func TestCoreCloses(t *testing.T) {
 			h.expect("observe 100B 1rec", "publish 100", "sync [1]")
 			if !tc.failSync {
 				h.synced()
-				h.expect(tc.closed)
+				h.expect("retire 1 at 124", "retire 2 at 24", tc.closed)
 				return
 			}
 			h.syncFailed(1)
@@ -1143,7 +1144,7 @@ func TestCoreCloseWhileSyncing(t *testing.T) {
 		h.synced()
 		h.expect("sync [1]")
 		h.synced()
-		h.expect("closed")
+		h.expect("retire 1 at 224", "retire 2 at 24", "closed")
 	})
 	t.Run("the fsync fails", func(t *testing.T) {
 		h := start(t, testPolicy())

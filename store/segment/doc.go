@@ -213,6 +213,12 @@
 // callback stops the start whatever SkipDamaged says. A segment of zeros
 // (its preallocation cut short by a crash) is removed.
 //
+// A clean Close trims the segment written and the spare to what they
+// hold, as a rotation trims the segment before, so a restart reads its
+// frames and not megabytes of preallocated zeros; only a crash leaves
+// those, and the checks for an empty segment stop at its first written
+// byte.
+//
 // # Items, and compaction
 //
 // What is live is counted over items: an id with the segment holding its

@@ -279,6 +279,9 @@ func (l *Log) Close() error {
 	select {
 	case s := <-l.spares: // made after the writer stopped
 		if s.f != nil {
+			if err == nil {
+				_ = s.f.Truncate(HeaderSize) // as the writer trims its spare (core.trimOpen)
+			}
 			_ = s.f.Close()
 		}
 	default:

@@ -761,6 +761,41 @@ func TestCloseSyncs(t *testing.T) {
 	}
 }
 
+// TestCloseTrims: a clean Close leaves no segment at its preallocated
+// size, the one written and the spare trimmed to what they hold, and a
+// reopen recovers every item and appends on.
+func TestCloseTrims(t *testing.T) {
+	dir := t.TempDir()
+	l, m := open(t, dir, segment.Options{})
+	var lsn uint64
+	for i := range 10 {
+		_, lsn = m.put(t, fmt.Sprintf("job %d", i))
+	}
+	segtest.WaitDurable(t, l, lsn)
+	want := m.want()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seqs, _ := segtest.Segments(t, dir)
+	for _, seq := range seqs {
+		if fi, err := os.Stat(segPath(dir, seq)); err != nil || fi.Size() >= 4096 {
+			t.Errorf("segment %d after Close: %v bytes (%v), want it trimmed to its frames", seq, fi.Size(), err)
+		}
+	}
+	l, m = open(t, dir, segment.Options{})
+	if got := len(m.ids()); got != len(want) {
+		t.Fatalf("reopened with %d items, want %d", got, len(want))
+	}
+	_, lsn = m.put(t, "after")
+	segtest.WaitDurable(t, l, lsn)
+	want = m.want()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := recoverDir(t, dir, segment.Options{})
+	sameItems(t, got, want)
+}
+
 // TestAppendAfterClose is refused.
 func TestAppendAfterClose(t *testing.T) {
 	l, m := open(t, t.TempDir(), segment.Options{})

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 )
@@ -55,8 +56,9 @@ func (l *Log) load(replay func(Frame) error) error {
 	for lastUsed > 0 && unused(l.segPath(seqs[lastUsed])) {
 		lastUsed--
 	}
+	var buf []byte // every segment's bytes in turn: frames die with their replay's call
 	for i, seq := range seqs {
-		if err := l.walkSegment(seq, i >= lastUsed, replay); err != nil {
+		if buf, err = l.walkSegment(seq, i >= lastUsed, buf, replay); err != nil {
 			return err
 		}
 	}
@@ -68,25 +70,27 @@ func (l *Log) load(replay func(Frame) error) error {
 // or CRC, or replay's ErrCorrupt) at the very end of the last segment
 // (last) is a write torn by a crash: it is cut off with a warning. Damage
 // anywhere else stops the start, unless SkipDamaged is set. A segment of
-// zeros (its preallocation cut short) is removed.
-func (l *Log) walkSegment(seq uint32, last bool, replay func(Frame) error) error {
+// zeros (its preallocation cut short) is removed. The segment is read
+// into buf, grown as needed and returned for the next.
+func (l *Log) walkSegment(seq uint32, last bool, buf []byte, replay func(Frame) error) ([]byte, error) {
 	path := l.segPath(seq)
-	data, err := os.ReadFile(path)
+	data, err := readInto(path, buf)
 	if err != nil {
-		return err
+		return buf, err
 	}
+	buf = data
 	if allZero(data) {
 		// The server died while making this segment: it is zero-filled
 		// before its header is written, and it never held a frame.
 		l.log.Warn().Str("file", path).Msg("segment: removing a segment whose preallocation was cut short")
-		return os.Remove(path)
+		return buf, os.Remove(path)
 	}
 	if len(data) < HeaderSize || string(data[:8]) != magic {
-		return fmt.Errorf("%w: %s", ErrNotSegment, path)
+		return buf, fmt.Errorf("%w: %s", ErrNotSegment, path)
 	}
 	version := binary.LittleEndian.Uint32(data[8:])
 	if version != l.opts.Version && !slices.Contains(l.opts.Reads, version) {
-		return &VersionError{Path: path, Version: version, Want: l.opts.Version}
+		return buf, &VersionError{Path: path, Version: version, Want: l.opts.Version}
 	}
 	headerID := binary.LittleEndian.Uint64(data[headerIDOffset:])
 	l.core.sawID(headerID)
@@ -103,18 +107,18 @@ func (l *Log) walkSegment(seq uint32, last bool, replay func(Frame) error) error
 			continue
 		}
 		if stop, ok := err.(replayStopped); ok {
-			return stop.err
+			return buf, stop.err
 		}
 		if last && frameTail(data[off:]) {
 			l.log.Warn().Str("file", path).Int("offset", off).Msg("segment: cutting off a torn frame at the end of the log")
 			if err := os.Truncate(path, int64(off)); err != nil {
-				return err
+				return buf, err
 			}
 			fileSize = off
 			break
 		}
 		if !l.opts.SkipDamaged {
-			return &DamageError{Path: path, Offset: int64(off), Err: err}
+			return buf, &DamageError{Path: path, Offset: int64(off), Err: err}
 		}
 		l.log.Error().Str("file", path).Int("offset", off).Msg("segment: skipping a damaged frame")
 		if size <= 0 {
@@ -123,7 +127,30 @@ func (l *Log) walkSegment(seq uint32, last bool, replay func(Frame) error) error
 		off += size
 	}
 	l.core.recoverSegment(seq, int64(fileSize), headerID)
-	return nil
+	return buf, nil
+}
+
+// readInto reads the file at path whole into buf, grown if it is too
+// small, and returns its bytes.
+func readInto(path string, buf []byte) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := int(fi.Size())
+	if cap(buf) < size {
+		buf = make([]byte, size)
+	}
+	n, err := io.ReadFull(f, buf[:size])
+	if err != nil && err != io.ErrUnexpectedEOF {
+		return nil, err
+	}
+	return buf[:n], nil
 }
 
 // replayFrame checks the frame at off and hands it to replay. It returns
@@ -146,28 +173,64 @@ func (l *Log) replayFrame(seq, version uint32, data []byte, off int, replay func
 
 // segmentEmpty reports whether the segment at path holds no frame: a
 // spare, preallocated and never written, or one whose preallocation a
-// crash cut short (all zeros).
+// crash cut short (all zeros). It reads only up to the first written
+// byte past the header: all of a spare, a block of any other.
 func segmentEmpty(path string) bool {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return false
 	}
-	return allZero(data) || len(data) >= HeaderSize && string(data[:8]) == magic && allZero(data[HeaderSize:])
+	defer f.Close()
+	header := make([]byte, HeaderSize)
+	n, _ := io.ReadFull(f, header)
+	if n == HeaderSize && string(header[:8]) == magic {
+		return zerosFrom(f, HeaderSize)
+	}
+	return allZero(header[:n]) && zerosFrom(f, int64(n))
 }
 
 // onlyCheckpoint reports whether the segment at path holds no frame but
 // its first, its checkpoint: a spare never written, or the segment appends
 // had just moved to.
 func onlyCheckpoint(path string) bool {
-	data, err := os.ReadFile(path)
-	if err != nil || len(data) < HeaderSize || string(data[:8]) != magic {
+	f, err := os.Open(path)
+	if err != nil {
 		return false
 	}
-	rest := data[HeaderSize:]
-	if len(rest) >= FrameHeader {
-		if n := int(binary.LittleEndian.Uint32(rest)); n > 0 && FrameHeader+n <= len(rest) {
-			rest = rest[FrameHeader+n:]
+	defer f.Close()
+	fi, err := f.Stat()
+	head := make([]byte, HeaderSize+FrameHeader)
+	if err != nil || fi.Size() < HeaderSize {
+		return false
+	}
+	n, _ := io.ReadFull(f, head)
+	if string(head[:8]) != magic {
+		return false
+	}
+	rest := int64(HeaderSize)
+	if n == len(head) {
+		if size := int64(binary.LittleEndian.Uint32(head[HeaderSize:])); size > 0 && FrameHeader+size <= fi.Size()-HeaderSize {
+			rest += FrameHeader + size
 		}
 	}
-	return allZero(rest)
+	return zerosFrom(f, rest)
+}
+
+// zerosFrom reports whether f holds only zeros from off to its end,
+// reading a block at a time and stopping at the first byte that is not.
+func zerosFrom(f *os.File, off int64) bool {
+	block := make([]byte, 64<<10)
+	for {
+		n, err := f.ReadAt(block, off)
+		if !allZero(block[:n]) {
+			return false
+		}
+		off += int64(n)
+		if err == io.EOF {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+	}
 }
