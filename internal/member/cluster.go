@@ -50,6 +50,7 @@ func (m *Member) startNode() error {
 	wc.Wal = m.cfg.WAL
 	wc.Wal.Logger = m.log
 	wc.Wal.Importer = cbinlog.Importer{}
+	opened := time.Now()
 	clog, err := replication.OpenWALLog(wc)
 	if err != nil {
 		return &StartError{StepLog, err}
@@ -57,6 +58,10 @@ func (m *Member) startNode() error {
 	m.clusterLog = clog
 	// Fresh: group 0 alone, with no entry past its bootstrap.
 	held := clog.Shared().Groups()
+	ls := clog.Shared().Stats()
+	m.log.Info().Str("dir", m.cfg.WALDir).Str("took", time.Since(opened).Round(time.Millisecond).String()).
+		Int("groups", len(held)).Uint32("oldest_segment", ls.OldestIndex).Uint32("current_segment", ls.CurrentIndex).
+		Int64("disk_bytes", ls.DiskBytes).Msg("cluster log read")
 	last, err := clog.LastIndex()
 	if err != nil {
 		return &StartError{StepLog, err}
