@@ -163,6 +163,9 @@ type Member struct {
 	// leader between its import of the tube's jobs and its wait for the
 	// log: where a test takes that leadership away.
 	afterImport atomic.Pointer[func(g uint16)]
+	// beforePrefixStep, set by tests only, is called on a group's leader
+	// as it begins its step of a prefix placement.
+	beforePrefixStep atomic.Pointer[func(g uint16, step string)]
 	// placing is the prefix placement this member drives (placements.go),
 	// and prefixesSeen the placements its resolver saw undriven at its
 	// last tick (the balance loop's alone).

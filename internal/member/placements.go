@@ -364,10 +364,17 @@ func (m *Member) inGroups(groups []uint16, fn func(g uint16) error) error {
 	return errors.Join(errs...)
 }
 
-// prefixStep asks group g's leader for its step of move.
+// prefixStep asks group g's leader for its step of move. Every step but
+// the take may be taken twice (each finds what it did done), so those
+// follow a leader lost under them to the group's next (callLeaderAgain);
+// a take lost so is the placement's abort, which such steps carry out.
 func (m *Member) prefixStep(ctx context.Context, g uint16, step, prefix string, move uint64, to uint16, out any) error {
 	q := url.Values{"group": {strconv.Itoa(int(g))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
-	return m.callLeader(ctx, g, "/cluster/placements/"+url.PathEscape(prefix)+"/"+step+"?"+q.Encode(), nil, out)
+	path := "/cluster/placements/" + url.PathEscape(prefix) + "/" + step + "?" + q.Encode()
+	if step == "take" {
+		return m.callLeader(ctx, g, path, nil, out)
+	}
+	return m.callLeaderAgain(ctx, g, path, nil, out, nil)
 }
 
 func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
@@ -387,6 +394,9 @@ func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer m.tubeMoves.end(key)
+	if hook := m.beforePrefixStep.Load(); hook != nil {
+		(*hook)(g, r.PathValue("step"))
+	}
 	var out any = map[string]bool{"done": true}
 	switch step := r.PathValue("step"); step {
 	case "open":

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,5 +209,61 @@ func TestShardGroupsPlacePrefixResolved(t *testing.T) {
 	}
 	if owner := c.up["m3"].shards.routing.Load().state.Owner(tube); owner != 1 {
 		t.Fatalf("the tube routes to group %d", owner)
+	}
+}
+
+// TestShardGroupsPlacePrefixLeaderLost: a source group's leadership,
+// handed away as the group begins its finish step of a placement, does
+// not fail the placement: its driver calls the group's next leader, which
+// finishes it (the tube's copy dropped, the prefix recorded moved out),
+// and every job is in the destination with its id.
+func TestShardGroupsPlacePrefixLeaderLost(t *testing.T) {
+	c, tube, conn := usingTubeOfGroup1(t, "lost-")
+	from, to := uint16(1), uint16(2)
+	var ids []uint64
+	for i := range 20 {
+		id, err := conn.Put(uint32(i%3), 0, 60, fmt.Appendf(nil, "job-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	first := c.leaderOf(from)
+	handOver, handed := c.handAwayOnce(first, from)
+	hook := func(g uint16, step string) {
+		if step == "finish" {
+			handOver(g)
+		}
+	}
+	for _, m := range c.up {
+		m.beforePrefixStep.Store(&hook)
+	}
+	status, res, body := placeThrough(t, c.up["m3"], "lost-", int(to))
+	if status != http.StatusOK || !slices.Equal(res.Tubes, []string{tube}) {
+		t.Fatalf("placement of lost- in group %d: %d %s", to, status, body)
+	}
+	next := c.leaderOf(from)
+	if !handed.Load() || next == first {
+		t.Fatalf("group %d's leadership was not handed over under the placement (its leader %s)", from, next.node.Name())
+	}
+	called := false
+	for _, out := range c.outs {
+		called = called || strings.Contains(out.String(), "calling its next")
+	}
+	if !called {
+		t.Fatal("the placement's driver did not call the group's next leader")
+	}
+	testproc.WaitFor(t, 5*time.Second, "the prefix recorded moved out of group 1", func() bool {
+		f, ok := next.shards.node(from).Tubes().FrozenPrefixes["lost-"]
+		return ok && f.Moved
+	})
+	for _, id := range ids {
+		st, err := conn.Stats(fmt.Sprintf("stats-job %d", id))
+		if err != nil || st["tube"] != tube || st["state"] != "ready" {
+			t.Fatalf("stats-job %d after the placement: %v %v", id, st, err)
+		}
+	}
+	if st, err := conn.Stats("stats-tube " + tube); err != nil || st["current-jobs-ready"] != strconv.Itoa(len(ids)) {
+		t.Fatalf("stats-tube %s: %v %v", tube, st, err)
 	}
 }

@@ -542,18 +542,7 @@ func TestShardGroupsMoveTubeDestinationLost(t *testing.T) {
 	buried := r.N
 
 	first := c.leaderOf(to)
-	var handed atomic.Bool
-	hook := func(g uint16) {
-		if g != to || !handed.CompareAndSwap(false, true) {
-			return
-		}
-		if err := c.handAway(first, g); err != nil {
-			t.Errorf("handing group %d over: %v", g, err)
-		}
-		for wait := time.Now().Add(10 * time.Second); first.shards.serving(g) != nil && time.Now().Before(wait); {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	hook, handed := c.handAwayOnce(first, to)
 	for _, m := range c.up {
 		m.afterImport.Store(&hook)
 	}
@@ -618,6 +607,24 @@ func usingTubeOfGroup1(t *testing.T, prefix string) (*testCluster, string, *test
 	conn := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
 	expectLine(t, conn, "use "+tube, "USING "+tube)
 	return c, tube, conn
+}
+
+// handAwayOnce is a test hook's work: called with group g the first
+// time, it has l hand g to another member and returns once l no longer
+// leads it; handed says whether it has been called so.
+func (c *testCluster) handAwayOnce(l *Member, g uint16) (hook func(uint16), handed *atomic.Bool) {
+	handed = new(atomic.Bool)
+	return func(called uint16) {
+		if called != g || !handed.CompareAndSwap(false, true) {
+			return
+		}
+		if err := c.handAway(l, g); err != nil {
+			c.t.Errorf("handing group %d over: %v", g, err)
+		}
+		for wait := time.Now().Add(10 * time.Second); l.shards.serving(g) != nil && time.Now().Before(wait); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}, handed
 }
 
 // handAway asks l, leading group g, to hand it to another member.
