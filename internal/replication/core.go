@@ -607,13 +607,6 @@ func (c *Core) apply(m *pb.Message) {
 	// earlier action of the same Ready holds.
 	from, mineFrom := len(c.applyBuf), len(c.locateBuf)
 	records, locs := c.applyBuf, c.applyLocs
-	if cap(records) < readyRecords && entryBytes(m) >= growOver {
-		// A replay's or a catch-up's megabyte of entries: the buffers grow
-		// once, to a Ready's gathering, rather than a quarter at a time,
-		// each growth a copy onto fresh pages (an eighth of a restarted
-		// member's start). Kept between Readies, they grow no more.
-		records, locs = slices.Grow(records, readyRecords-len(records)), slices.Grow(locs, readyRecords-len(locs))
-	}
 	mine, mineLocs := c.locateBuf, c.locateLocs
 	var ack uint64
 	serve := false
@@ -694,19 +687,6 @@ func (c *Core) apply(m *pb.Message) {
 		_ = c.rn.Step(r)
 	}
 }
-
-// entryBytes is the size of m's entries' data.
-func entryBytes(m *pb.Message) int {
-	n := 0
-	for _, e := range m.GetEntries() {
-		n += len(e.GetData())
-	}
-	return n
-}
-
-// growOver is the entries' bytes past which apply grows its buffers to a
-// Ready's gathering at once.
-const growOver = 64 << 10
 
 // applyChange applies a committed membership change to raft and to the
 // book, and returns the ActMembership that says so; none for a change the
