@@ -174,10 +174,11 @@
 //     a group").
 //   - Double deliveries are counted, not failed: a job reserved a second
 //     time without its consumer having released or buried it.
-//     Reservations live on their group's leader only, so a failover (or
-//     a handover that balances leaders) hands the old leader's reserved
-//     jobs out again, as does a member frozen while its session held one
-//     once it runs again and sees the connection closed; a job whose
+//     Reservations live on their group's leader only, so a failover
+//     hands the old leader's reserved jobs out again (a handover gives
+//     them to the next leader with their holders), as does a member
+//     frozen while its session held one once it runs again and sees the
+//     connection closed; a job whose
 //     delete was acknowledged and is reserved again, by a reserve sent
 //     after that acknowledgement, is counted as resurrected (one sent
 //     before may have been answered before the delete ran, by a leader
@@ -188,7 +189,10 @@
 //     failover closes the connections whose sessions it ends; with
 //     several, sessions stay open across a failover of a group, and the
 //     holder of a job of that group is answered NOT_FOUND
-//     (docs/design/shards.md 7.3).
+//     (docs/design/shards.md 7.3). A handover lists its sessions'
+//     reservations to the next leader, so a graceful restart whose member
+//     handed every group it led over (its log names none left to an
+//     election) loses none: a round of it that does fails.
 //
 // Puts and deletes whose reply never came (the connection broke) are
 // neither: such a put may exist, its id unknown (its token identifies it
