@@ -734,11 +734,9 @@ func (c *core) dropStaleSpare() {
 	if s == nil || s.version == c.version {
 		return
 	}
-	c.spare, s.open = nil, false
+	c.spare = nil
 	c.open = slices.DeleteFunc(c.open, func(o *segState) bool { return o == s })
-	c.emit(action{kind: actRetire, seq: s.seq, n: s.written})
-	c.disk += s.written - s.onDisk
-	s.onDisk = s.written
+	c.retireSegment(s)
 }
 
 func (c *core) useSpare() {
@@ -789,13 +787,20 @@ func (c *core) retire() {
 			keep = append(keep, s)
 			continue
 		}
-		c.emit(action{kind: actRetire, seq: s.seq, n: s.written, sync: s.dirty})
-		s.open, s.dirty = false, false
-		c.disk += s.written - s.onDisk
-		s.onDisk = s.written
+		c.retireSegment(s)
 	}
 	clear(c.open[len(keep):])
 	c.open = keep
+}
+
+// retireSegment trims s to what was written and closes it (fsynced first
+// if dirty), and counts its disk as that; the caller takes it out of
+// c.open.
+func (c *core) retireSegment(s *segState) {
+	c.emit(action{kind: actRetire, seq: s.seq, n: s.written, sync: s.dirty})
+	s.open, s.dirty = false, false
+	c.disk += s.written - s.onDisk
+	s.onDisk = s.written
 }
 
 // makeSpare keeps one preallocated segment ready, so rotation never waits
@@ -989,10 +994,7 @@ func (c *core) finish(syncNow bool) bool {
 // to its header is still found empty.
 func (c *core) trimOpen() {
 	for _, s := range c.open {
-		c.emit(action{kind: actRetire, seq: s.seq, n: s.written})
-		s.open, s.dirty = false, false
-		c.disk += s.written - s.onDisk
-		s.onDisk = s.written
+		c.retireSegment(s) // none dirty: Close fsynced them
 	}
 	clear(c.open)
 	c.open = c.open[:0]

@@ -199,10 +199,10 @@ func onlyCheckpoint(path string) bool {
 	}
 	defer f.Close()
 	fi, err := f.Stat()
-	head := make([]byte, HeaderSize+FrameHeader)
 	if err != nil || fi.Size() < HeaderSize {
 		return false
 	}
+	head := make([]byte, HeaderSize+FrameHeader)
 	n, _ := io.ReadFull(f, head)
 	if string(head[:8]) != magic {
 		return false
