@@ -417,7 +417,21 @@ func (n *Node) proposeControl(ctx context.Context, r *wal.Record, applied func()
 		return err
 	}
 	n.signal()
+	began := time.Now()
+	warned := false
 	for !applied() {
+		if !warned && time.Since(began) > slowControl {
+			// A control record waits for its group's log alone, which
+			// takes milliseconds: say where the group stands.
+			warned = true
+			n.mu.Lock()
+			pub := n.pub
+			n.mu.Unlock()
+			n.logger.Warn().Uint8("record", r.State).Str("tube", r.Tube).Dur("waited", time.Since(began)).
+				Str("state", stateName(pub.state)).Bool("serving", pub.serving).Uint64("term", pub.term).
+				Uint64("commit", pub.commit).Uint64("applied", pub.applied).Int("journal_pending", n.journal.pending()).
+				Msg("a control record is not applied yet")
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %v", ErrChangeTimeout, ctx.Err())
@@ -428,6 +442,10 @@ func (n *Node) proposeControl(ctx context.Context, r *wal.Record, applied func()
 	}
 	return nil
 }
+
+// slowControl is how long a control record waits before proposeControl
+// says so in the log.
+const slowControl = 5 * time.Second
 
 // bookLocked lists the members, in the order of the book. n.mu must be
 // held.

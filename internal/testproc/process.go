@@ -109,8 +109,28 @@ func StartConfig(t testing.TB, cfg Config) *Process {
 		if report := p.RaceReport(); report != "" {
 			t.Errorf("%s reported a data race:\n%s", p, report)
 		}
+		if t.Failed() {
+			// What the server said is the first thing a failure that does
+			// not repeat needs (a step's log line, a warning).
+			t.Logf("%s printed (its last %d KiB at most):\n%s", p, failureOutput>>10, tail(p.Output(), failureOutput))
+		}
 	})
 	return p
+}
+
+// failureOutput bounds what a failed test logs of a server's output.
+const failureOutput = 32 << 10
+
+// tail is s's last n bytes at most, from a line's start.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
 }
 
 // Launch starts cfg and, unless cfg.NoListen, waits until it is ready: on

@@ -105,14 +105,43 @@ func TestReferenceFromEnv(t *testing.T) {
 // cleanups, to be run by hand.
 type recordingTB struct {
 	testing.TB
+	failed   bool // failed by the test itself, before its cleanups
 	errors   []string
+	logs     []string
 	cleanups []func()
 }
 
 func (r *recordingTB) Helper()          {}
 func (r *recordingTB) Cleanup(f func()) { r.cleanups = append(r.cleanups, f) }
+func (r *recordingTB) Failed() bool     { return r.failed || len(r.errors) > 0 }
 func (r *recordingTB) Errorf(format string, args ...any) {
 	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
+func (r *recordingTB) Logf(format string, args ...any) {
+	r.logs = append(r.logs, fmt.Sprintf(format, args...))
+}
+
+// TestFailedTestShowsOutput: a test that failed logs what its servers
+// printed, the end of it when it is long; one that passed logs nothing.
+func TestFailedTestShowsOutput(t *testing.T) {
+	script := "seq -f 'line %g, ten words of output to make the whole longer than kept' 2000" // 140 KB
+	for _, failed := range []bool{false, true} {
+		rec := &recordingTB{TB: t, failed: failed}
+		p := StartConfig(rec, Config{Binary: "/bin/sh", Args: []string{"-c", script}, NoListen: true})
+		if !p.Wait(10 * time.Second) {
+			t.Fatal("sh still running")
+		}
+		for _, f := range rec.cleanups {
+			f()
+		}
+		logged := strings.Join(rec.logs, "\n")
+		switch {
+		case !failed && logged != "":
+			t.Errorf("a test that passed logged %d bytes of output", len(logged))
+		case failed && (!strings.Contains(logged, "\nline 2000,") || strings.Contains(logged, "\nline 1,") || len(logged) > failureOutput+200):
+			t.Errorf("a failed test logged %d bytes: %.200q", len(logged), logged)
+		}
+	}
 }
 
 // TestRaceReportFailsTest: a process that printed a race report fails the
