@@ -20,12 +20,19 @@ admin token for changes.
                           Once started it catches up, and the leader makes it a
                           voter: list shows when.
   members remove NAME     remove NAME; it stops serving and exits (status 12).
+  members cordon NAME     NAME leads no group: it hands over the groups it
+                          leads, and is given none; it keeps its replicas
+                          and its clients (before maintenance: stopped,
+                          even by kill -9, it pauses no group).
+  members uncordon NAME   NAME may lead again: the leaders balance.
 
 In a cluster of several groups (--cluster-groups), add prints the groups and
 replicas the new member starts with too, and once it runs, replicas of the
 groups move to it until the members hold about as many each. remove of a
 member holding replicas of groups but 0 marks it draining: they move to
 other members, then it is removed (exit 0 at once; list shows the drain).
+Only a cluster of several groups balances its leaders, so only there is a
+member cordoned (exit 1 otherwise); list shows it cordoned until uncordon.
 
 One change at a time: a change while another is in flight, or while a
 learner is not yet promoted, is refused (exit 1); start the learner, or
@@ -44,24 +51,26 @@ type apiMember struct {
 	Role      string `json:"role"`
 	Client    string `json:"client"`
 	Connected bool   `json:"connected"`
+	Draining  bool   `json:"draining,omitempty"`
+	Cordoned  bool   `json:"cordoned,omitempty"`
 }
 
 func newMembersCmd(o *options) *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
-		Use:   "members [list | add NAME HOST:PORT | remove NAME]",
-		Short: "List, add and remove a cluster's members",
+		Use:   "members [list | add NAME HOST:PORT | remove NAME | cordon NAME | uncordon NAME]",
+		Short: "List, add, remove and cordon a cluster's members",
 		Long:  membersHelp,
 		RunE: func(_ *cobra.Command, args []string) error {
 			verb := "list"
 			if len(args) > 0 {
 				verb, args = args[0], args[1:]
 			}
-			want := map[string]int{"list": 0, "add": 2, "remove": 1}
+			want := map[string]int{"list": 0, "add": 2, "remove": 1, "cordon": 1, "uncordon": 1}
 			n, known := want[verb]
 			switch {
 			case !known:
-				return usagef("members %s: want list, add NAME HOST:PORT or remove NAME", verb)
+				return usagef("members %s: want list, add NAME HOST:PORT, remove NAME, cordon NAME or uncordon NAME", verb)
 			case len(args) != n:
 				return usagef("members %s takes %d argument(s), not %d", verb, n, len(args))
 			}
@@ -74,6 +83,24 @@ func newMembersCmd(o *options) *cobra.Command {
 			switch verb {
 			case "add":
 				return o.addMember(ctx, api, args[0], args[1])
+			case "cordon", "uncordon":
+				method := "POST"
+				if verb == "uncordon" {
+					method = "DELETE"
+				}
+				var out struct {
+					Cordoned bool `json:"cordoned"`
+				}
+				if err := api.do(ctx, method, "/cluster/members/"+url.PathEscape(args[0])+"/cordon", nil, nil, &out); err != nil {
+					return err
+				}
+				if !out.Cordoned {
+					_, err := fmt.Fprintf(o.stdout, "%s may lead again: the leaders balance within seconds\n", args[0])
+					return err
+				}
+				_, err := fmt.Fprintf(o.stdout, "cordoned %s: it hands over the groups it leads within seconds, and is given none "+
+					"(groups shows the leaders)\n", args[0])
+				return err
 			case "remove":
 				var out struct {
 					apiMember
@@ -100,7 +127,14 @@ func newMembersCmd(o *options) *cobra.Command {
 			}
 			var rows [][]string
 			for _, m := range members {
-				rows = append(rows, []string{m.Name, m.Role, m.Address, m.Client, m.ID})
+				role := m.Role
+				if m.Draining {
+					role += ", draining"
+				}
+				if m.Cordoned {
+					role += ", cordoned"
+				}
+				rows = append(rows, []string{m.Name, role, m.Address, m.Client, m.ID})
 			}
 			return writeTable(o.stdout, []string{"NAME", "ROLE", "ADDRESS", "CLIENT", "ID"}, rows)
 		},

@@ -48,6 +48,9 @@ func TestMembers(t *testing.T) {
 	members(exitNotFound, "remove", "nobody")       // 404
 	members(exitUsage, "add", "c")                  // an argument missing
 	members(exitUsage, "promote", "b")              // no such verb
+	if r := members(exitFailure, "cordon", "a"); !strings.Contains(r.stderr, "several groups") {
+		t.Errorf("cordon in a cluster of one group: %q, want the 409", r.stderr)
+	}
 	if r := members(exitOK, "remove", "b"); !strings.Contains(r.stdout, "removed b") {
 		t.Errorf("remove printed %q", r.stdout)
 	}
@@ -57,6 +60,33 @@ func TestMembers(t *testing.T) {
 	if r := must(t, exitFailure, "members", "remove", "a", "--api", base); !strings.Contains(r.stderr, "401") {
 		t.Errorf("a change without the token: %q, want the 401", r.stderr)
 	}
+}
+
+// members cordon and uncordon against a cluster of one real member
+// formed with two groups: list shows the mark while it is set (the
+// member leads still: no other may); an unknown member is refused.
+func TestMembersCordon(t *testing.T) {
+	_, base, _ := startMember(t, "--admin-token", testToken, "--cluster-groups", "2")
+	api := []string{"--api", base, "--token", testToken}
+	awaitTwoGroupsLed(t, api)
+	members := func(want int, args ...string) result {
+		t.Helper()
+		return must(t, want, append(append([]string{"members"}, args...), api...)...)
+	}
+	if r := members(exitOK, "cordon", "a"); !strings.HasPrefix(r.stdout, "cordoned a: ") {
+		t.Errorf("cordon printed %q", r.stdout)
+	}
+	if r := members(exitOK, "list"); !strings.Contains(r.stdout, "voter, cordoned") {
+		t.Errorf("list of a member cordoned: %q", r.stdout)
+	}
+	if r := members(exitOK, "uncordon", "a"); !strings.HasPrefix(r.stdout, "a may lead again") {
+		t.Errorf("uncordon printed %q", r.stdout)
+	}
+	if r := members(exitOK, "list"); strings.Contains(r.stdout, "cordoned") {
+		t.Errorf("list after uncordon: %q", r.stdout)
+	}
+	members(exitNotFound, "cordon", "nobody")
+	members(exitUsage, "cordon")
 }
 
 // startMember starts a cluster of one real member, a, with args, and

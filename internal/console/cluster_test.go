@@ -58,7 +58,7 @@ func TestClusterMember(t *testing.T) {
 	// following GET /cluster as it changes; a name is text, never markup.
 	view.Store(`{"node": "m2", "leader": "m1", "state": "follower", "term": 3, "commit": 40, "applied": 40,
 		"members": [{"name": "m1", "role": "voter", "address": "10.0.0.1:7000", "client": "10.0.0.1:11300", "connected": true, "protocol": 3},
-		            {"name": "m2", "role": "voter", "address": "10.0.0.2:7000", "connected": true, "protocol": 3},
+		            {"name": "m2", "role": "voter", "address": "10.0.0.2:7000", "connected": true, "protocol": 3, "cordoned": true},
 		            {"name": "<b>m3</b>", "role": "learner", "address": "10.0.0.3:7000", "connected": false}],
 		"groups": [{"id": 0, "leader": "m1", "replicas": ["m1", "m2"], "learners": ["<b>m3</b>"], "tubes": 2, "jobs": 1234}]}`)
 	b.click(`nav a[href="/members"]`)
@@ -68,6 +68,7 @@ func TestClusterMember(t *testing.T) {
 	}
 	b.waitFor(row("members", "member", "m1") + ` === "m1 (leader)voteryes10.0.0.1:700010.0.0.1:113003–"`)
 	b.waitFor(row("members", "member", "<b>m3</b>") + ` === "<b>m3</b>learnerno10.0.0.3:7000–––"`)
+	b.waitFor(row("members", "member", "m2") + `?.startsWith("m2voter, cordonedyes")`)
 	b.waitFor(row("groups", "group", "0") + ` === "0m1m1, m2 · learning: <b>m3</b>2" + (1234).toLocaleString() + "–"`)
 	b.waitFor(`document.getElementById("placement").hidden`)
 	b.waitFor(`document.getElementById("cluster-facts").textContent.includes("leader m1")`)

@@ -1,9 +1,11 @@
 package member
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/sproutmq/sprout/internal/replication"
@@ -155,7 +157,7 @@ func (m *Member) takeHanded(g uint16, n *replication.Node, handed []byte) {
 // the groups' clients on other members then wait for a transfer (tens of
 // milliseconds) instead of an election timeout, and the jobs their
 // sessions hold go with it (handOver). Each group goes to the voter heard
-// from lately that leads fewest groups; a group that cannot go, or whose
+// from lately that leads fewest groups, one that may lead first; a group that cannot go, or whose
 // tube move this member drives, is left to an election, as before. The
 // node stops right after: the balancers elsewhere leave a new leadership
 // where it went for leaderSettle, so none comes back meanwhile.
@@ -170,6 +172,18 @@ func (m *Member) handOverLeaderships(ctx context.Context) {
 		leads[m.leaderOf(uint16(g), reported, names)]++
 	}
 	heard := m.node.ElectionTimeout() / 3
+	// A member that may not lead (cordoned or draining) is a receiver
+	// only when no other is: it would hand the group on within seconds,
+	// where another would not.
+	book := m.node.Book()
+	barred := func(name string) int {
+		for _, id := range slices.Concat(book.Cordoned, book.Draining) {
+			if names[id] == name {
+				return 1
+			}
+		}
+		return 0
+	}
 	for g := range sh.groups() {
 		n := sh.node(uint16(g))
 		if ctx.Err() != nil {
@@ -188,7 +202,7 @@ func (m *Member) handOverLeaderships(ctx context.Context) {
 			if name == "" || name == self || !m.node.Host().HeardFrom(name, heard) {
 				continue
 			}
-			if to == "" || leads[name] < leads[to] || leads[name] == leads[to] && name < to {
+			if to == "" || cmp.Or(cmp.Compare(barred(name), barred(to)), cmp.Compare(leads[name], leads[to]), cmp.Compare(name, to)) < 0 {
 				to = name
 			}
 		}

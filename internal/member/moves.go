@@ -376,6 +376,24 @@ func (m *Member) planReplicas(cur *meta.State, live func(string) bool) {
 	done()
 }
 
+// cordon marks the member named cordoned (on) or no longer, group 0's
+// control record on its serving leader (forwarded there otherwise), and
+// answers once applied here: the balancers hand over what it leads and
+// give it none (meta.PlanLeaders), within a few of their rounds.
+func (m *Member) cordon(w http.ResponseWriter, r *http.Request, name string, on bool) {
+	if info, _ := m.node.Leader(); !info.Serving {
+		l, _ := adminCluster{m.node}.Leader()
+		m.forward(w, r, l, "group 0")
+		return
+	}
+	if err := m.node.SetCordoned(r.Context(), name, on); err != nil {
+		writeChangeError(w, err)
+		return
+	}
+	m.log.Info().Str("member", name).Bool("cordoned", on).Str("remote", r.RemoteAddr).Msg("member cordoned, or no longer: it leads no group while cordoned")
+	admin.WriteValue(w, http.StatusOK, map[string]any{"name": name, "cordoned": on})
+}
+
 // drain marks the member named draining (group 0's control record, on
 // its serving leader: forwarded there otherwise) and answers 202: its
 // replicas move away, then it is removed (planReplicas).

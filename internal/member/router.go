@@ -72,7 +72,7 @@ func (m *Member) router() (http.Handler, error) {
 			m.registerGrowth(mux, m.api.Auth().Middleware)
 			// A member added starts with the formation's G, and learns of
 			// groups grown since from group 0's log (growth.go).
-			groups = &groupedMembers{groups: m.shards.formation.Groups, replicas: m.shards.formation.Replicas, holding: m.holding, drain: m.drain}
+			groups = &groupedMembers{groups: m.shards.formation.Groups, replicas: m.shards.formation.Replicas, holding: m.holding, drain: m.drain, cordon: m.cordon}
 		}
 		registerMembers(mux, m.node, m.api.Auth().Middleware, m.log, groups)
 	}
@@ -103,6 +103,8 @@ type groupedMembers struct {
 	// drain marks a member draining and answers: its replicas move away,
 	// then it is removed.
 	drain func(w http.ResponseWriter, r *http.Request, name string, held []uint16)
+	// cordon marks a member cordoned (on) or no longer, and answers.
+	cordon func(w http.ResponseWriter, r *http.Request, name string, on bool)
 }
 
 // registerMembers adds the membership endpoint to mux
@@ -113,6 +115,8 @@ type groupedMembers struct {
 //	GET    /cluster/members        the members, with their roles
 //	POST   /cluster/members        {"name","address"}: add a learner (201)
 //	DELETE /cluster/members/{name} remove a member (200)
+//	POST   /cluster/members/{name}/cordon  the member leads no group (200)
+//	DELETE /cluster/members/{name}/cordon  it may lead again (200)
 //
 // A change is answered once this member has applied it; its errors are
 // JSON {"error": ...}: 400 bad input, 404 unknown member, 409 a change in
@@ -121,7 +125,11 @@ type groupedMembers struct {
 // carries the cluster's groups and replicas, which the new member must
 // start with, and a member that holds a replica of a group but 0 is
 // marked draining (202, naming the groups): its replicas move away, then
-// it is removed (moves.go, planReplicas).
+// it is removed (moves.go, planReplicas). Only a cluster of several
+// groups balances its leaders, so only there may a member be cordoned
+// (409 otherwise): the balancers hand over the groups it leads and give it
+// none, and it keeps its replicas and its clients (for maintenance: a
+// cordoned member stopped, even by kill -9, pauses no group).
 func registerMembers(mux *http.ServeMux, node memberChanger, guard func(http.Handler) http.Handler, log zerolog.Logger, grouped *groupedMembers) {
 	mux.Handle("GET /cluster/members", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		admin.WriteValue(w, http.StatusOK, map[string]any{"members": node.Status().Members})
@@ -167,6 +175,16 @@ func registerMembers(mux *http.ServeMux, node memberChanger, guard func(http.Han
 		log.Info().Str("member", m.Name).Str("remote", r.RemoteAddr).Msg("member removed")
 		admin.WriteValue(w, http.StatusOK, map[string]any{"name": m.Name, "address": m.Addr, "id": replication.FormatID(m.ID), "removed": true})
 	})))
+	cordon := func(w http.ResponseWriter, r *http.Request) {
+		if grouped == nil {
+			admin.WriteError(w, &admin.Error{Status: http.StatusConflict,
+				Message: "a cluster of one group does not balance its leader: a member is cordoned only in a cluster of several groups (--cluster-groups)"})
+			return
+		}
+		grouped.cordon(w, r, r.PathValue("name"), r.Method == http.MethodPost)
+	}
+	mux.Handle("POST /cluster/members/{name}/cordon", guard(http.HandlerFunc(cordon)))
+	mux.Handle("DELETE /cluster/members/{name}/cordon", guard(http.HandlerFunc(cordon)))
 }
 
 // writeChangeError answers a membership change that failed.

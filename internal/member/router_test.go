@@ -49,6 +49,7 @@ func TestMembersHandlerReadOnly(t *testing.T) {
 		{http.MethodGet, "/cluster/members", "", http.StatusOK},
 		{http.MethodPost, "/cluster/members", `{"name":"b","address":"127.0.0.1:1"}`, http.StatusForbidden},
 		{http.MethodDelete, "/cluster/members/b", "", http.StatusForbidden},
+		{http.MethodPost, "/cluster/members/b/cordon", "", http.StatusForbidden},
 		{http.MethodGet, "/elsewhere", "", http.StatusNotFound},
 	} {
 		rec := httptest.NewRecorder()
@@ -67,5 +68,13 @@ func TestMembersHandlerReadOnly(t *testing.T) {
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusNotFound || !strings.Contains(rec.Body.String(), `"error"`) {
 		t.Errorf("removing an unknown member: %d %s, want 404 with a JSON error", rec.Code, rec.Body)
+	}
+	// A cluster of one group balances no leader: nothing to cordon from.
+	req = httptest.NewRequest(http.MethodPost, "/cluster/members/b/cordon", nil)
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusConflict || !strings.Contains(rec.Body.String(), "several groups") {
+		t.Errorf("cordoning a member of a cluster of one group: %d %s, want 409", rec.Code, rec.Body)
 	}
 }

@@ -501,9 +501,10 @@ func (m *Member) currentPlacement(reported map[uint16]router.Report, names map[u
 	sh := m.shards
 	p := *sh.routing.Load().state // the formation's groups and those grown
 	p.Members = nil
-	draining := m.node.Book().Draining
+	book := m.node.Book()
 	for id, name := range names {
-		p.Members = append(p.Members, meta.Member{Name: name, ID: id, Draining: slices.Contains(draining, id)})
+		p.Members = append(p.Members, meta.Member{Name: name, ID: id, Draining: slices.Contains(book.Draining, id),
+			Cordoned: slices.Contains(book.Cordoned, id)})
 	}
 	slices.SortFunc(p.Members, func(a, b meta.Member) int { return cmp.Compare(a.Name, b.Name) })
 	p.Groups = slices.Clone(p.Groups)

@@ -17,8 +17,8 @@ type Transfer struct {
 // PlanLeaders is the transfers that balance leaderships, given each
 // group's leader as the members report them (a group missing has none
 // known) and whether a member's replica of a group is caught up, so that
-// it can take the leadership at once. A draining member hands over what
-// it leads, each group to its caught up voter leading fewest; then,
+// it can take the leadership at once. A draining or cordoned member
+// hands over what it leads, each group to its caught up voter leading fewest; then,
 // while one member leads two more than another, it hands one group
 // towards it: straight to it if it is a caught up voter of a group it
 // leads, else the first hop of the shortest chain of such transfers,
@@ -27,7 +27,7 @@ type Transfer struct {
 func PlanLeaders(s *State, leaders map[uint16]string, caughtUp func(group uint16, member string) bool) []Transfer {
 	count := map[string]int{}
 	for _, m := range s.Members {
-		if !m.Draining && s.holdsVoter(m.Name) {
+		if m.mayLead() && s.holdsVoter(m.Name) {
 			count[m.Name] = 0
 		}
 	}
@@ -64,7 +64,7 @@ func PlanLeaders(s *State, leaders map[uint16]string, caughtUp func(group uint16
 		count[to]++
 	}
 	for _, m := range s.Members {
-		if !m.Draining {
+		if m.mayLead() {
 			continue
 		}
 		for i := range s.Groups {

@@ -95,6 +95,28 @@ func TestPlanLeaders(t *testing.T) {
 	if n := leaderCounts(s, leaders); n["m1"] != 0 || n["m2"] != 3 || n["m3"] != 3 {
 		t.Errorf("after m1 drains: %v", n)
 	}
+
+	// A cordoned member hands over what it leads and is given none; once
+	// no longer cordoned, it takes its share again.
+	s, _ = Formation(members(5), 5, 3)
+	leaders = map[uint16]string{}
+	for _, g := range s.Groups {
+		leaders[g.ID] = g.Preferred
+	}
+	s.member("m2").Cordoned = true
+	settleLeaders(t, s, leaders, all)
+	for name, n := range leaderCounts(s, leaders) {
+		if name == "m2" && n != 0 || name != "m2" && n > 2 {
+			t.Errorf("with m2 cordoned: %s leads %d", name, n)
+		}
+	}
+	s.member("m2").Cordoned = false
+	settleLeaders(t, s, leaders, all)
+	for name, n := range leaderCounts(s, leaders) {
+		if n != 1 {
+			t.Errorf("with m2 no longer cordoned: %s leads %d, want 1", name, n)
+		}
+	}
 }
 
 // settleReplicas carries out PlanReplicas' changes until it plans none:

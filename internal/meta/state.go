@@ -28,7 +28,12 @@ type Member struct {
 	Name     string `json:"name"`
 	ID       uint64 `json:"id"`
 	Draining bool   `json:"draining,omitempty"` // being removed: its replicas and leaderships move away
+	Cordoned bool   `json:"cordoned,omitempty"` // leads no group: its leaderships move away, its replicas stay
 }
+
+// mayLead reports whether the member may be given a group's leadership:
+// it is neither draining nor cordoned.
+func (m Member) mayLead() bool { return !m.Draining && !m.Cordoned }
 
 // Replica is one member's replica of a group.
 type Replica struct {

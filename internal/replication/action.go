@@ -94,7 +94,8 @@ const (
 	ActMembership
 	// ActControl: a control record at Index changed the book: it raised
 	// the cluster version to Book.Version (finalize.go), or marked a
-	// member draining or no longer (Book.Draining, Node.SetDraining):
+	// member draining or cordoned or no longer (Book.Draining and
+	// Cordoned, Node.SetDraining and SetCordoned):
 	// write Book with the membership to the log (Log.SetMembership), and
 	// act on it. Before the ActCompact of the same entries.
 	ActControl

@@ -742,11 +742,15 @@ const (
 	// controlDrain marks a member, its Raft id in Deadline, draining (Pri
 	// 1) or no longer (Pri 0): Node.SetDraining.
 	controlDrain uint8 = 1
+	// controlCordon marks a member, its Raft id in Deadline, cordoned
+	// (Pri 1) or no longer (Pri 0): Node.SetCordoned. A member built
+	// before it skips it, as any State it does not know.
+	controlCordon uint8 = 2
 )
 
 // applyControl applies the control records among recs, of the entry at
 // index, to the book: one that raises the cluster version, that marks a
-// member draining or no longer, or that records a tube's move (KindMeta,
+// member draining or cordoned or no longer, or that records a tube's move (KindMeta,
 // tubes.go) adds its ActControl to acts.
 func (c *Core) applyControl(acts []Action, recs []wal.Record, index uint64) []Action {
 	for i := range recs {
@@ -765,8 +769,12 @@ func (c *Core) applyControl(acts []Action, recs []wal.Record, index uint64) []Ac
 			}
 			continue
 		}
-		if r.State == controlDrain {
-			if c.book.setDraining(uint64(r.Deadline), r.Pri != 0) {
+		if r.State == controlDrain || r.State == controlCordon {
+			marked := &c.book.Draining
+			if r.State == controlCordon {
+				marked = &c.book.Cordoned
+			}
+			if mark(marked, uint64(r.Deadline), r.Pri != 0) {
 				c.book.Index = index
 				acts = append(acts, Action{Kind: ActControl, Book: c.book.clone(), Index: index})
 			}

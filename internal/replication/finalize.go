@@ -62,13 +62,18 @@ func (n *Node) applyControlAct(a Action) {
 	n.log.SetMembership(n.conf, a.Book)
 	n.mu.Lock()
 	drains := !slices.Equal(n.draining, a.Book.Draining)
+	cordons := !slices.Equal(n.cordoned, a.Book.Cordoned)
 	n.draining = slices.Clone(a.Book.Draining)
+	n.cordoned = slices.Clone(a.Book.Cordoned)
 	n.mu.Unlock()
 	moved := !n.Tubes().equal(a.Book.Tubes)
 	n.setTubes(a.Book.Tubes)
 	switch {
 	case drains:
 		n.logger.Info().Uint64("index", a.Index).Strs("draining", n.names(a.Book.Draining)).Msg("members draining")
+		return
+	case cordons:
+		n.logger.Info().Uint64("index", a.Index).Strs("cordoned", n.names(a.Book.Cordoned)).Msg("members cordoned")
 		return
 	case moved:
 		n.logger.Debug().Uint64("index", a.Index).Msg("a tube's move recorded")

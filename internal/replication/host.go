@@ -131,7 +131,7 @@ func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint, m
 		unreachable:   make(map[uint64]struct{}),
 		leaderChanged: make(chan struct{}),
 	}
-	n.byID, n.confIndex, n.draining = bookIndex(book), book.Index, slices.Clone(book.Draining)
+	n.byID, n.confIndex, n.draining, n.cordoned = bookIndex(book), book.Index, slices.Clone(book.Draining), slices.Clone(book.Cordoned)
 	n.setTubes(book.Tubes)
 	n.journal = NewJournal(n.signal)
 	if n.state = makeState(n); n.state == nil {

@@ -35,6 +35,10 @@ type Book struct {
 	// replicas move away first (Node.SetDraining; a cluster of several
 	// groups).
 	Draining []uint64 `json:"draining,omitempty"`
+	// Cordoned are the members that lead no group, by Raft id: each hands
+	// over what it leads and is given none (Node.SetCordoned; a cluster
+	// of several groups' balancer).
+	Cordoned []uint64 `json:"cordoned,omitempty"`
 	// Tubes are what moves of tubes decided (tubes.go): in group 0, the
 	// tubes moves placed and the moves decided; in any group, its tubes
 	// moving or moved out.
@@ -44,19 +48,20 @@ type Book struct {
 // clone returns a copy that shares nothing with b.
 func (b Book) clone() Book {
 	return Book{Index: b.Index, Members: slices.Clone(b.Members), Removed: slices.Clone(b.Removed), Version: b.Version,
-		Draining: slices.Clone(b.Draining), Tubes: b.Tubes.clone()}
+		Draining: slices.Clone(b.Draining), Cordoned: slices.Clone(b.Cordoned), Tubes: b.Tubes.clone()}
 }
 
-// setDraining marks member id draining, or no longer, and reports
-// whether that changed the book.
-func (b *Book) setDraining(id uint64, on bool) bool {
-	if slices.Contains(b.Draining, id) == on {
+// mark puts id in marked (on) or takes it out, and reports whether that
+// changed it: a member draining (Book.Draining) or cordoned
+// (Book.Cordoned), or no longer.
+func mark(marked *[]uint64, id uint64, on bool) bool {
+	if slices.Contains(*marked, id) == on {
 		return false
 	}
 	if on {
-		b.Draining = append(b.Draining, id)
+		*marked = append(*marked, id)
 	} else {
-		b.Draining = slices.DeleteFunc(b.Draining, func(d uint64) bool { return d == id })
+		*marked = slices.DeleteFunc(*marked, func(d uint64) bool { return d == id })
 	}
 	return true
 }
@@ -97,7 +102,8 @@ func (b *Book) add(m Member) {
 // remove takes id out of the book and remembers it removed.
 func (b *Book) remove(id uint64) {
 	b.Members = slices.DeleteFunc(b.Members, func(o Member) bool { return o.ID == id })
-	b.setDraining(id, false)
+	mark(&b.Draining, id, false)
+	mark(&b.Cordoned, id, false)
 	if !b.removed(id) {
 		b.Removed = append(b.Removed, id)
 	}
@@ -110,6 +116,7 @@ func (b *Book) merge(o Book) {
 		b.Version = o.Version
 	}
 	b.Draining = slices.Clone(o.Draining)
+	b.Cordoned = slices.Clone(o.Cordoned)
 	b.Tubes = o.Tubes.clone()
 	for _, id := range o.Removed {
 		b.remove(id)

@@ -216,3 +216,28 @@ func TestLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestBookMarks: a member's marks go with its removal, a clone shares
+// none of them, and a merge takes the other book's.
+func TestBookMarks(t *testing.T) {
+	var b Book
+	b.add(Member{Name: "a", ID: 1})
+	b.add(Member{Name: "b", ID: 2})
+	if !mark(&b.Draining, 1, true) || !mark(&b.Cordoned, 1, true) || !mark(&b.Cordoned, 2, true) || mark(&b.Cordoned, 2, true) {
+		t.Fatal("mark reported no change where it made one, or one where it made none")
+	}
+	c := b.clone()
+	c.Cordoned[0] = 9
+	if b.Cordoned[0] != 1 {
+		t.Fatalf("a clone's marks are the book's: %v", b.Cordoned)
+	}
+	b.remove(1)
+	if len(b.Draining) != 0 || len(b.Cordoned) != 1 || b.Cordoned[0] != 2 {
+		t.Fatalf("after removing member 1: draining %v, cordoned %v; want none and [2]", b.Draining, b.Cordoned)
+	}
+	var m Book
+	m.merge(b)
+	if len(m.Cordoned) != 1 || m.Cordoned[0] != 2 {
+		t.Fatalf("a merge took cordoned %v, want [2]", m.Cordoned)
+	}
+}

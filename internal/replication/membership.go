@@ -316,6 +316,7 @@ func (n *Node) membership(a Action) bool {
 		!slices.Equal(n.conf.GetLearners(), a.ConfState.GetLearners()) || len(n.byID) != len(a.Book.Members)
 	n.byID, n.conf, n.removed, n.confIndex = bookIndex(a.Book), a.ConfState, slices.Clone(a.Book.Removed), a.Index
 	n.draining = slices.Clone(a.Book.Draining) // a snapshot's book brings them
+	n.cordoned = slices.Clone(a.Book.Cordoned)
 	n.setTubes(a.Book.Tubes)
 	if changed {
 		n.membersChanged++
@@ -384,6 +385,7 @@ func (n *Node) Book() Book {
 	b := Book{Members: n.bookLocked()}
 	b.Removed = n.removedLocked()
 	b.Draining = slices.Clone(n.draining)
+	b.Cordoned = slices.Clone(n.cordoned)
 	return b
 }
 
@@ -392,6 +394,21 @@ func (n *Node) Book() Book {
 // Only group 0's serving leader proposes it (ErrNotServing): the member
 // asked forwards the request to it.
 func (n *Node) SetDraining(ctx context.Context, name string, on bool) error {
+	return n.setMarked(ctx, controlDrain, name, on)
+}
+
+// SetCordoned marks the member named name cordoned (on) or no longer, as
+// SetDraining does draining: a cordoned member leads no group (a cluster
+// of several groups' balancer hands its leaderships over and gives it
+// none), and keeps its replicas.
+func (n *Node) SetCordoned(ctx context.Context, name string, on bool) error {
+	return n.setMarked(ctx, controlCordon, name, on)
+}
+
+// setMarked proposes the control record what (controlDrain or
+// controlCordon) for the member named name, on or off, and returns once
+// it is applied here.
+func (n *Node) setMarked(ctx context.Context, what uint8, name string, on bool) error {
 	if n.group != group0 {
 		return ErrStaticGroup
 	}
@@ -406,8 +423,15 @@ func (n *Node) SetDraining(ctx context.Context, name string, on bool) error {
 	if on {
 		pri = 1
 	}
-	return n.proposeControl(ctx, &wal.Record{Kind: wal.KindControl, State: controlDrain, Deadline: int64(m.ID), Pri: pri},
-		func() bool { return slices.Contains(n.Book().Draining, m.ID) == on })
+	return n.proposeControl(ctx, &wal.Record{Kind: wal.KindControl, State: what, Deadline: int64(m.ID), Pri: pri},
+		func() bool {
+			b := n.Book()
+			marked := b.Draining
+			if what == controlCordon {
+				marked = b.Cordoned
+			}
+			return slices.Contains(marked, m.ID) == on
+		})
 }
 
 // proposeControl proposes r, a control record (SetDraining, ProposeTube),

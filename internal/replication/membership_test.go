@@ -409,47 +409,62 @@ func mustMarshal(t *testing.T, m proto.Message) []byte {
 	return b
 }
 
-// TestSetDraining: group 0's serving leader marks a member draining, a
-// control record every member applies to its book; the mark survives a
-// restart (the log's book), a follower asked is refused (the member
-// forwards), it is taken back, and jobs go on around it.
-func TestSetDraining(t *testing.T) {
-	c := newWALCluster(t, 3, 64<<10, nil)
-	l := c.awaitServing(10 * time.Second)
-	id1, pos := newNetClient(l, "t").put("before")
-	awaitAck(t, l.Journal(), pos, 10*time.Second)
-	others := c.others(l)
-	target, follower := others[1].Name(), others[0].Name()
-	if err := c.nodes[follower].SetDraining(t.Context(), target, true); !errors.Is(err, ErrNotServing) {
-		t.Fatalf("SetDraining on a follower: %v, want ErrNotServing", err)
-	}
-	if err := l.SetDraining(t.Context(), "nobody", true); !errors.Is(err, ErrUnknownMember) {
-		t.Fatalf("SetDraining of no member: %v, want ErrUnknownMember", err)
-	}
-	if err := l.SetDraining(t.Context(), target, true); err != nil {
-		t.Fatal(err)
-	}
-	targetID := c.nodes[target].ID()
-	draining := func(n *Node, want bool) {
-		t.Helper()
-		testproc.WaitFor(t, 10*time.Second, fmt.Sprintf("%s seeing %s draining: %v", n.Name(), target, want), func() bool {
-			return slices.Contains(n.Book().Draining, targetID) == want
+// TestSetMarks: group 0's serving leader marks a member draining, or
+// cordoned, a control record every member applies to its book; the mark
+// survives a restart (the log's book), a follower asked is refused (the
+// member forwards), it is taken back, the other mark stays unset, and
+// jobs go on around it.
+func TestSetMarks(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		set           func(n *Node, ctx context.Context, name string, on bool) error
+		marked, other func(Book) []uint64
+	}{
+		{"draining", (*Node).SetDraining, func(b Book) []uint64 { return b.Draining }, func(b Book) []uint64 { return b.Cordoned }},
+		{"cordoned", (*Node).SetCordoned, func(b Book) []uint64 { return b.Cordoned }, func(b Book) []uint64 { return b.Draining }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newWALCluster(t, 3, 64<<10, nil)
+			l := c.awaitServing(10 * time.Second)
+			id1, pos := newNetClient(l, "t").put("before")
+			awaitAck(t, l.Journal(), pos, 10*time.Second)
+			others := c.others(l)
+			target, follower := others[1].Name(), others[0].Name()
+			if err := tc.set(c.nodes[follower], t.Context(), target, true); !errors.Is(err, ErrNotServing) {
+				t.Fatalf("setting the mark on a follower: %v, want ErrNotServing", err)
+			}
+			if err := tc.set(l, t.Context(), "nobody", true); !errors.Is(err, ErrUnknownMember) {
+				t.Fatalf("marking no member: %v, want ErrUnknownMember", err)
+			}
+			if err := tc.set(l, t.Context(), target, true); err != nil {
+				t.Fatal(err)
+			}
+			targetID := c.nodes[target].ID()
+			marked := func(n *Node, want bool) {
+				t.Helper()
+				testproc.WaitFor(t, 10*time.Second, fmt.Sprintf("%s seeing %s %s: %v", n.Name(), target, tc.name, want), func() bool {
+					return slices.Contains(tc.marked(n.Book()), targetID) == want
+				})
+				if other := tc.other(n.Book()); len(other) != 0 {
+					t.Fatalf("%s: the other mark is set too: %v", n.Name(), other)
+				}
+			}
+			for _, n := range c.up() {
+				marked(n, true)
+			}
+			marked(c.restart(target), true)
+			l = c.awaitServing(10 * time.Second)
+			if err := tc.set(l, t.Context(), target, false); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range c.up() {
+				marked(n, false)
+			}
+			id2, pos := newNetClient(l, "t").put("after")
+			awaitAck(t, l.Journal(), pos, 10*time.Second)
+			if id2 <= id1 || id2 > id1+1<<12 {
+				t.Fatalf("ids %d then %d across the marks: they must go on", id1, id2)
+			}
 		})
-	}
-	for _, n := range c.up() {
-		draining(n, true)
-	}
-	draining(c.restart(target), true)
-	l = c.awaitServing(10 * time.Second)
-	if err := l.SetDraining(t.Context(), target, false); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range c.up() {
-		draining(n, false)
-	}
-	id2, pos := newNetClient(l, "t").put("after")
-	awaitAck(t, l.Journal(), pos, 10*time.Second)
-	if id2 <= id1 || id2 > id1+1<<12 {
-		t.Fatalf("ids %d then %d across the drain marks: they must go on", id1, id2)
 	}
 }

@@ -183,6 +183,7 @@ type Node struct {
 	// confIndex is the index of the change conf is as of (Book.Index).
 	confIndex uint64
 	draining  []uint64                 // Book.Draining, as byID
+	cordoned  []uint64                 // Book.Cordoned, as byID
 	tubes     atomic.Pointer[TubeBook] // Book.Tubes, read without a lock (FrozenTube)
 	moving    atomic.Bool              // a tube of tubes.Frozen is not yet moved out (AnyFrozen)
 	// tubesMu orders setTubes' publishing and telling onTubes with
@@ -1173,6 +1174,8 @@ type MemberStatus struct {
 	// Draining: the member is being removed, its groups' replicas moving
 	// away first (Node.SetDraining).
 	Draining bool `json:"draining,omitempty"`
+	// Cordoned: the member leads no group (Node.SetCordoned).
+	Cordoned bool `json:"cordoned,omitempty"`
 }
 
 // Status reports the member's view of the cluster. It never waits for
@@ -1180,7 +1183,7 @@ type MemberStatus struct {
 func (n *Node) Status() Status {
 	n.mu.Lock()
 	pub, matches, last := n.pub, n.matches, n.lastIndex
-	byID, conf, draining := n.byID, n.conf, n.draining
+	byID, conf, draining, cordoned := n.byID, n.conf, n.draining, n.cordoned
 	book := n.bookLocked()
 	n.mu.Unlock()
 	st := Status{Node: n.self.Name, Term: pub.term, State: stateName(pub.state), Serving: pub.serving,
@@ -1193,7 +1196,7 @@ func (n *Node) Status() Status {
 	}
 	for _, m := range book {
 		ms := MemberStatus{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), Address: m.Addr, Role: role(conf, m.ID),
-			Draining: slices.Contains(draining, m.ID)}
+			Draining: slices.Contains(draining, m.ID), Cordoned: slices.Contains(cordoned, m.ID)}
 		if m.ID == n.self.ID {
 			ms.Client, ms.HTTP, ms.Connected = n.cfg.ClientAddr, n.cfg.HTTPAddr, true
 			ms.Protocol = int(n.host.transport.maxProtocol())

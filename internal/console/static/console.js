@@ -947,7 +947,7 @@
       $('member-count').textContent = '(' + members.length + ')';
       fill('members', members.map((m) => h('tr', { 'data-member': m.name },
         h('th', { scope: 'row', text: m.name + (m.name === st.leader ? ' (leader)' : '') }),
-        h('td', { text: m.role || '–' }),
+        h('td', { text: (m.role || '–') + (m.draining ? ', draining' : '') + (m.cordoned ? ', cordoned' : '') }),
         h('td', { text: m.connected ? 'yes' : 'no' }),
         h('td', { text: m.address }),
         h('td', { text: m.client || '–' }),
