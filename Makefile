@@ -204,8 +204,8 @@ soak:
 # with 5 members each group but 0 has 3 replicas. The design's form
 # (docs/design/shards.md section 9), about 11 s a round (50 in 9 minutes here):
 #   make chaos CHAOS_GROUPS=5 CHAOS_MEMBERS=5
-# With as many groups as members every member leads one, so the follower's
-# fault rarely runs there; CHAOS_GROUPS=4 CHAOS_MEMBERS=5 runs it too.
+# With as many groups as members every member leads one: the follower's and
+# the empty directory's rounds cordon a member first (sproutctl members cordon).
 CHAOS_ROUNDS ?= 50
 CHAOS_GROUPS ?= 1
 CHAOS_MEMBERS ?= 3

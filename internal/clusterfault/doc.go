@@ -63,10 +63,13 @@
 //     one group; among equals group 0's), or on a member leading none:
 //     kill -9 of the leader; SIGSTOP of the leader past an election
 //     timeout, then SIGCONT; a partition (see below), then healed; kill -9
-//     of a member leading no group; a member restarted on an empty
+//     of a member leading no group (when every member leads one, as with
+//     as many groups as members, one the round cordons first, sproutctl
+//     members cordon: the balancers hand its groups over, and it is
+//     uncordoned once restarted); a member restarted on an empty
 //     directory, as a new member (a membership change through the admin
-//     endpoint; with several groups, a member leading none, whose removal
-//     drains it: its replicas move to the others, group 0's leader
+//     endpoint; with several groups, a member leading none, cordoned so if
+//     need be, whose removal drains it: its replicas move to the others, group 0's leader
 //     removes it, and once it is added again the replicas move back
 //     until every group has its voters and the members hold about as
 //     many, which the round waits for); with several groups, a live move
@@ -258,8 +261,9 @@
 // # Running it
 //
 // `make test` runs TestClusterFaults (three members, one group) and
-// TestClusterFaultsGroups (five members, four groups of three replicas,
-// so that one member leads no group), a round of each fault, under -race,
+// TestClusterFaultsGroups (five members, five groups of three replicas:
+// every member leads one, so a follower's round cordons its member
+// first), a round of each fault, under -race,
 // members race-built too; `make chaos` runs CHAOS_ROUNDS rounds (50 by
 // default, the -rounds flag of the test) of CHAOS_MEMBERS members (3 or
 // 5, -members) and CHAOS_GROUPS groups (-groups) without the race

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"regexp"
@@ -38,6 +39,10 @@ const (
 	// failoverBound is the cluster's failover goal for the worst case: a
 	// new leader acknowledges within it.
 	failoverBound = 3 * time.Second
+	// cordonWait bounds the balancers' handing over of a cordoned
+	// member's groups: a round each second, once a group's leadership
+	// has stayed put for 3 s.
+	cordonWait = 30 * time.Second
 )
 
 // errSkipped is a fault that cannot run in this cluster: it is not tried
@@ -621,15 +626,20 @@ func partition(r *round, lay layout) (outcome, error) {
 // members or more, every member leads one, and the admin API has no
 // leadership transfer to free one: the round is not run then.
 func killFollower(r *round, lay layout) (outcome, error) {
-	f := lay.leadingNone(r.c.members)
-	if f == nil {
-		return outcome{}, fmt.Errorf("%w: every member leads a group (leaders %s), and there is no leadership transfer to ask for", errNotNow, lay.describe())
+	f, cordoned, err := r.follower(lay)
+	if err != nil {
+		return outcome{}, err
 	}
 	f.kill()
 	at := time.Now()
 	holdUntil(at.Add(2 * time.Second))
 	end := time.Now()
 	r.c.start(f)
+	if cordoned {
+		if _, err := r.c.admin(lay.leaders[0], http.MethodDelete, "/cluster/members/"+f.name+"/cordon", "", nil); err != nil {
+			return outcome{}, fmt.Errorf("uncordoning %s: %w", f.name, err)
+		}
+	}
 	counted := map[int][]int{}
 	for g := range r.c.groups {
 		counted[g] = r.c.indices(r.c.others(f))
@@ -637,6 +647,35 @@ func killFollower(r *round, lay layout) (outcome, error) {
 	out := outcome{victim: f.name}
 	out.measureGap(r.l, counted, window{at, end})
 	return out, nil
+}
+
+// follower is a member leading no group: one that leads none now, else
+// one the round cordons (sproutctl members cordon, on group 0's leader,
+// which it is not) until the balancers have handed its groups over; the
+// caller uncordons it (cordoned) once the fault is done. With as many
+// groups as members each member leads one, so only a cordon makes one.
+func (r *round) follower(lay layout) (f *member, cordoned bool, err error) {
+	if f = lay.leadingNone(r.c.members); f != nil {
+		return f, false, nil
+	}
+	candidates := r.c.others(lay.leaders[0])
+	f = candidates[rand.IntN(len(candidates))]
+	if _, err := r.c.admin(lay.leaders[0], http.MethodPost, "/cluster/members/"+f.name+"/cordon", "", nil); err != nil {
+		return nil, false, fmt.Errorf("cordoning %s: %w", f.name, err)
+	}
+	deadline := time.Now().Add(cordonWait)
+	for {
+		l := r.c.look()
+		if len(l.leaders) == r.c.groups && len(l.ledBy(f)) == 0 {
+			r.t.Logf("cordoned %s: it leads no group after %v (leaders %s)", f.name, time.Since(deadline.Add(-cordonWait)).Round(time.Millisecond), l.describe())
+			return f, true, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, false, fmt.Errorf("%s, cordoned, still leads groups after %v (leaders %s)", f.name, cordonWait, l.describe())
+		}
+		r.c.checkAlive()
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // emptyDirectory restarts a follower on an empty directory, as a new
@@ -680,8 +719,10 @@ func emptyDirectory(r *round, lay layout) (outcome, error) {
 	}
 	f := r.c.others(l)[0]
 	if r.c.groups > 1 {
-		if f = lay.leadingNone(r.c.members); f == nil {
-			return outcome{}, fmt.Errorf("%w: every member leads a group (leaders %s)", errNotNow, lay.describe())
+		// Cordoned, it is no longer once removed: it comes back under a
+		// new Raft id.
+		if f, _, err = r.follower(lay); err != nil {
+			return outcome{}, err
 		}
 	}
 	f.kill()

@@ -56,15 +56,15 @@ func TestClusterFaults(t *testing.T) {
 
 // TestClusterFaultsGroups runs a round of each fault a cluster of shard
 // groups takes (doc.go, "Several groups"), make test's short run of
-// them: five members and four groups of three replicas, so that one
-// member leads no group and the follower's fault runs too (with as many
-// groups as members, every member leads one). make chaos CHAOS_GROUPS=5
-// CHAOS_MEMBERS=5 runs the design's form for longer.
+// them, in the design's form: five members and five groups of three
+// replicas. Every member leads a group, so the follower's and the empty
+// directory's rounds cordon their member first. make chaos
+// CHAOS_GROUPS=5 CHAOS_MEMBERS=5 runs it for longer.
 func TestClusterFaultsGroups(t *testing.T) {
 	if os.Getenv(innerEnv) != "" {
 		t.Skip("the namespace runs TestClusterFaults")
 	}
-	runIsolated(t, len(faults), 4, 5)
+	runIsolated(t, len(faults), 5, 5)
 }
 
 // runIsolated runs n rounds of a cluster of m members and g groups in a
