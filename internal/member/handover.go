@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -31,6 +32,10 @@ const (
 	// transfer, which raft drops after an election timeout if it has not
 	// happened.
 	handOverHold = 5 * time.Second
+	// receiverPoll is how often a transfer's receiver is looked at: one
+	// not heard from within a third of an election timeout has it
+	// aborted.
+	receiverPoll = 50 * time.Millisecond
 )
 
 // errLeadershipStayed: raft did not transfer the leadership.
@@ -89,6 +94,9 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 		return m.keepLeadership(n, g, logged, err)
 	}
 	timeout := time.After(n.ElectionTimeout() + handOverLate)
+	poll := time.NewTicker(receiverPoll)
+	defer poll.Stop()
+	heard := n.ElectionTimeout() / 3
 	for {
 		// Gone once another leads: a change proposed here (the removal
 		// of a replica leaving) goes to it.
@@ -100,6 +108,20 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 		case <-changed:
 		case <-n.Done():
 			return nil
+		case <-poll.C:
+			if m.node.Host().HeardFrom(to, heard) {
+				continue
+			}
+			// The receiver went silent (stopped, or cut off) under the
+			// transfer, which raft would otherwise hold, dropping the
+			// group's proposals, for an election timeout.
+			if err := n.AbortTransfer(); err != nil {
+				return nil // stopped
+			}
+			if info, _ := n.Leader(); !info.Serving {
+				return nil // it took over meanwhile
+			}
+			return m.keepLeadership(n, g, logged, fmt.Errorf("%w: %s went silent", errLeadershipStayed, to))
 		case <-timeout:
 			if info, _ := n.Leader(); !info.Serving {
 				return nil

@@ -184,3 +184,41 @@ func TestShardGroupsCordon(t *testing.T) {
 	cordon(http.MethodDelete)
 	c.balanced()
 }
+
+// TestShardGroupsHandOverReceiverLost: a handover whose receiver stops
+// under it is aborted once the receiver has been silent a third of an
+// election timeout, not left to raft, which drops the group's proposals
+// until an election timeout has passed: the group serves here again, and
+// takes a put, sooner than that.
+func TestShardGroupsHandOverReceiverLost(t *testing.T) {
+	c := newShardedCluster(t, 3)
+	c.finalized()
+	c.balanced()
+	m1 := c.up["m1"]
+	g := c.ledBy("m1")
+	tube := tubePerGroup(m1.shards.placement, "r")[g]
+	et := m1.Node().ElectionTimeout()
+	now, cancel := context.WithCancel(context.Background())
+	cancel()
+	c.up["m3"].Shutdown(now) // at once: silent from here on
+	delete(c.up, "m3")
+	began := time.Now()
+	err := m1.handOver(m1.shards.node(g), g, "m3")
+	took := time.Since(began)
+	t.Logf("the handover to m3, stopped, gave up after %v (election timeout %v)", took, et)
+	if !errors.Is(err, errLeadershipStayed) {
+		t.Fatalf("a handover to a member stopped: %v, want errLeadershipStayed", err)
+	}
+	if m1.shards.serving(g) == nil {
+		t.Fatal("the group is not served here after its handover stayed")
+	}
+	if took >= et {
+		t.Errorf("the handover to a stopped member gave up after %v, not before an election timeout (%v): "+
+			"the transfer was not aborted", took, et)
+	}
+	producer := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, producer, "use "+tube, "USING "+tube)
+	if _, err := producer.Put(0, 0, 60, []byte("after")); err != nil {
+		t.Fatalf("a put into group %d after its handover stayed: %v", g, err)
+	}
+}

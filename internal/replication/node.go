@@ -526,6 +526,19 @@ func (n *Node) TransferLeadership(name string) error {
 	}
 }
 
+// AbortTransfer ends the leadership transfer this member's raft has
+// begun and not completed, if any: raft takes the group's proposals again
+// at once, not an election timeout after the transfer began (a transfer
+// to the leader itself aborts the one in progress: raft's stepLeader).
+func (n *Node) AbortTransfer() error {
+	select {
+	case n.transfers <- n.self.ID:
+		return nil
+	case <-n.halted:
+		return errStopped
+	}
+}
+
 // Done is closed once the member has stopped: after Close, after a
 // Rebuild returned, or when it found its log lost (Err).
 func (n *Node) Done() <-chan struct{} { return n.done }
