@@ -158,6 +158,13 @@ func (m *Member) keepLeadership(n *replication.Node, g uint16, logged bool, why 
 	}
 }
 
+// mayLead reports whether the member whose Raft id is id may be handed a
+// leadership: it is neither cordoned nor draining (meta.PlanLeaders gives
+// such a member none).
+func mayLead(b replication.Book, id uint64) bool {
+	return !slices.Contains(b.Cordoned, id) && !slices.Contains(b.Draining, id)
+}
+
 // takeHanded gives the reservations group g's last leader handed over
 // with its leadership (HandOver's body) to their sessions' owner clients
 // on n's store, as this member begins to serve the group
@@ -198,13 +205,11 @@ func (m *Member) handOverLeaderships(ctx context.Context) {
 	// only when no other is: it would hand the group on within seconds,
 	// where another would not.
 	book := m.node.Book()
-	barred := func(name string) int {
-		for _, id := range slices.Concat(book.Cordoned, book.Draining) {
-			if names[id] == name {
-				return 1
-			}
+	barred := map[string]int{}
+	for id := range names {
+		if !mayLead(book, id) {
+			barred[names[id]] = 1
 		}
-		return 0
 	}
 	for g := range sh.groups() {
 		n := sh.node(uint16(g))
@@ -224,7 +229,7 @@ func (m *Member) handOverLeaderships(ctx context.Context) {
 			if name == "" || name == self || !m.node.Host().HeardFrom(name, heard) {
 				continue
 			}
-			if to == "" || cmp.Or(cmp.Compare(barred(name), barred(to)), cmp.Compare(leads[name], leads[to]), cmp.Compare(name, to)) < 0 {
+			if to == "" || cmp.Or(cmp.Compare(barred[name], barred[to]), cmp.Compare(leads[name], leads[to]), cmp.Compare(name, to)) < 0 {
 				to = name
 			}
 		}

@@ -136,7 +136,8 @@ func TestShutdownHandsOverLeaderships(t *testing.T) {
 // TestShardGroupsCordon: a member cordoned through another member's side
 // port (which forwards to group 0's leader) hands the group it leads
 // over, and the balancers give it none while it stays cordoned; the
-// members' list shows it. No longer cordoned, it leads its share again.
+// members' list shows it; a graceful shutdown of another hands its groups
+// elsewhere. No longer cordoned, it leads its share again.
 func TestShardGroupsCordon(t *testing.T) {
 	c := newShardedCluster(t, 3)
 	c.finalized()
@@ -156,7 +157,7 @@ func TestShardGroupsCordon(t *testing.T) {
 	leads := func(name string) int {
 		n := 0
 		for g := range 3 {
-			if info, _ := c.up["m1"].shards.node(uint16(g)).Leader(); info.Name == name {
+			if info, _ := c.up["m2"].shards.node(uint16(g)).Leader(); info.Name == name {
 				n++
 			}
 		}
@@ -181,6 +182,13 @@ func TestShardGroupsCordon(t *testing.T) {
 			t.Errorf("/cluster/members lists %s cordoned: %v", m.Name, m.Cordoned)
 		}
 	}
+	// A graceful shutdown hands its groups to a member that may lead,
+	// though the cordoned one leads fewest.
+	c.stop("m1")
+	if n := leads("m2"); n != 3 {
+		t.Errorf("after m1's shutdown m2 leads %d groups and m3, cordoned, %d; want 3 and 0", n, leads("m3"))
+	}
+	c.start("m1")
 	cordon(http.MethodDelete)
 	c.balanced()
 }

@@ -100,7 +100,8 @@ func (m *Member) moveReplica(ctx context.Context, g uint16, from, to string) (Gr
 
 // leaveLeadership hands group g's leadership over, if this member leads
 // it and is from, the giver of a move to to, before its removal: to a
-// voter heard from lately that is neither, as the balancer does
+// voter heard from lately that is neither and may lead (mayLead), as the
+// balancer does
 // (handOver), so the group is not left to an election. A removed leader
 // hands over by itself too (replication.Core.handOver), but only to a
 // voter holding its whole log at that instant, else the others wait out
@@ -112,9 +113,10 @@ func (m *Member) leaveLeadership(n *replication.Node, g uint16, from, to string)
 	voters, _, _ := n.Replicas()
 	heard := m.node.ElectionTimeout() / 3
 	names := m.memberNames()
+	book := m.node.Book()
 	for _, id := range voters {
 		name := names[id]
-		if name == "" || name == from || name == to || !m.node.Host().HeardFrom(name, heard) {
+		if name == "" || name == from || name == to || !mayLead(book, id) || !m.node.Host().HeardFrom(name, heard) {
 			continue
 		}
 		if err := m.handOver(n, g, name); err == nil {
