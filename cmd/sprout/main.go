@@ -69,7 +69,7 @@ func thisProcess() process {
 // signal's Shutdown, or on its own (a cluster member whose log was lost,
 // or that was removed), whose reason is the exit status.
 func run(cfg config) int {
-	log := newLogger(cfg)
+	log := newLogger(cfg, os.Stderr)
 	cfg.engine.Logger = log
 	// A file that cannot be read is refused as a flag's value is: one
 	// line naming the flags, status 5.
@@ -222,12 +222,16 @@ func handleSignals(sigs <-chan os.Signal, m *member.Member, tlsCerts *certs.Set,
 	}
 }
 
-// newLogger writes JSON lines, or human console output when the format
-// is console.
-func newLogger(cfg config) zerolog.Logger {
-	var w io.Writer = os.Stderr
+// logTime is the logs' timestamp: RFC 3339 in milliseconds, since a
+// failover, a handover or a slow fsync takes a fraction of a second.
+const logTime = "2006-01-02T15:04:05.000Z07:00"
+
+// newLogger writes JSON lines to w, or human console output when the
+// format is console.
+func newLogger(cfg config, w io.Writer) zerolog.Logger {
+	zerolog.TimeFieldFormat = logTime
 	if cfg.logFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: logTime}
 	}
 	return zerolog.New(w).Level(cfg.logLevel).With().Timestamp().Logger()
 }
