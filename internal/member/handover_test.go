@@ -194,10 +194,12 @@ func TestShardGroupsCordon(t *testing.T) {
 }
 
 // TestShardGroupsHandOverReceiverLost: a handover whose receiver stops
-// under it is aborted once the receiver has been silent a third of an
-// election timeout, not left to raft, which drops the group's proposals
-// until an election timeout has passed: the group serves here again, and
-// takes a put, sooner than that.
+// under it (as the transfer is asked for) is aborted once the receiver
+// has been silent a third of an election timeout, not left to raft,
+// which drops the group's proposals until an election timeout has
+// passed: the group serves here again, and takes a put, sooner than
+// that. A handover whose receiver would need this member's vote, too few
+// other voters being heard from, is refused before it holds anything.
 func TestShardGroupsHandOverReceiverLost(t *testing.T) {
 	c := newShardedCluster(t, 3)
 	c.finalized()
@@ -206,13 +208,18 @@ func TestShardGroupsHandOverReceiverLost(t *testing.T) {
 	g := c.ledBy("m1")
 	tube := tubePerGroup(m1.shards.placement, "r")[g]
 	et := m1.Node().ElectionTimeout()
-	now, cancel := context.WithCancel(context.Background())
-	cancel()
-	c.up["m3"].Shutdown(now) // at once: silent from here on
+	m3 := c.up["m3"]
 	delete(c.up, "m3")
+	hook := func(uint16) {
+		now, cancel := context.WithCancel(context.Background())
+		cancel()
+		m3.Shutdown(now) // at once: silent from here on
+	}
+	m1.beforeTransfer.Store(&hook)
 	began := time.Now()
 	err := m1.handOver(m1.shards.node(g), g, "m3")
 	took := time.Since(began)
+	m1.beforeTransfer.Store(nil)
 	t.Logf("the handover to m3, stopped, gave up after %v (election timeout %v)", took, et)
 	if !errors.Is(err, errLeadershipStayed) {
 		t.Fatalf("a handover to a member stopped: %v, want errLeadershipStayed", err)
@@ -228,5 +235,15 @@ func TestShardGroupsHandOverReceiverLost(t *testing.T) {
 	expectLine(t, producer, "use "+tube, "USING "+tube)
 	if _, err := producer.Put(0, 0, 60, []byte("after")); err != nil {
 		t.Fatalf("a put into group %d after its handover stayed: %v", g, err)
+	}
+	// m3 silent, m2 alone cannot elect m2 without m1's vote.
+	testproc.WaitFor(t, 5*time.Second, "m3 no longer heard from", func() bool {
+		return !m1.node.Host().HeardFrom("m3", et/3)
+	})
+	if err := m1.handOver(m1.shards.node(g), g, "m2"); !errors.Is(err, errNeedsOurVote) {
+		t.Errorf("a handover to m2 with m3 down: %v, want errNeedsOurVote", err)
+	}
+	if m1.shards.serving(g) == nil {
+		t.Fatal("the group is not served here after its handover was refused")
 	}
 }
