@@ -45,9 +45,9 @@ var errLeadershipStayed = errors.New("the leadership stayed")
 // this member's vote, which a leader stepping down for it does not send.
 var errNeedsOurVote = errors.New("too few of the group's other voters are heard from")
 
-// electableWithout reports whether, without this member, enough of group
-// g's other voters (n's), each heard from lately, are there to elect one
-// of them. A leader that steps down for a transfer's campaign drops the
+// electableWithout reports whether, without this member, enough of the
+// other voters of n's group, each heard from lately, are there to elect
+// one of them. A leader that steps down for a transfer's campaign drops the
 // vote it grants (its core stops with the write that would persist the
 // vote, and the vote's answer waits for that write; the store is then
 // rebuilt from the log), so a receiver that needs it never wins, and the
@@ -217,8 +217,9 @@ func (m *Member) takeHanded(g uint16, n *replication.Node, handed []byte) {
 // the groups' clients on other members then wait for a transfer (tens of
 // milliseconds) instead of an election timeout, and the jobs their
 // sessions hold go with it (handOver). Each group goes to the voter heard
-// from lately that leads fewest groups, one that may lead first; a group that cannot go, or whose
-// tube move this member drives, is left to an election, as before. The
+// from lately that leads fewest groups, one that may lead (mayLead)
+// first; a group that cannot go, or whose tube move this member drives,
+// is left to an election, as before. The
 // node stops right after: the balancers elsewhere leave a new leadership
 // where it went for leaderSettle, so none comes back meanwhile.
 func (m *Member) handOverLeaderships(ctx context.Context) {
