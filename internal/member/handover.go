@@ -41,6 +41,10 @@ const (
 // errLeadershipStayed: raft did not transfer the leadership.
 var errLeadershipStayed = errors.New("the leadership stayed")
 
+// errElectedElsewhere: the transfer failed, and another member than its
+// receiver won the election that followed.
+var errElectedElsewhere = errors.New("the leadership went to an election")
+
 // errNeedsOurVote: the receiver could win the group's election only with
 // this member's vote, which a leader stepping down for it does not send.
 var errNeedsOurVote = errors.New("too few of the group's other voters are heard from")
@@ -130,9 +134,14 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 	heard := n.ElectionTimeout() / 3
 	for {
 		// Gone once another leads: a change proposed here (the removal
-		// of a replica leaving) goes to it.
+		// of a replica leaving) goes to it. Another than to won an
+		// election: the transfer failed, and the leadership went as after
+		// a failover.
 		info, changed := n.Leader()
 		if !info.Serving && info.Name != "" && info.Name != m.node.Name() {
+			if info.Name != to {
+				return fmt.Errorf("%w: %s was elected instead of %s", errElectedElsewhere, info.Name, to)
+			}
 			return nil
 		}
 		select {
