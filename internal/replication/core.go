@@ -769,11 +769,7 @@ func (c *Core) applyControl(acts []Action, recs []wal.Record, index uint64) []Ac
 			}
 			continue
 		}
-		if r.State == controlDrain || r.State == controlCordon {
-			marked := &c.book.Draining
-			if r.State == controlCordon {
-				marked = &c.book.Cordoned
-			}
+		if marked := c.book.marked(r.State); marked != nil {
 			if mark(marked, uint64(r.Deadline), r.Pri != 0) {
 				c.book.Index = index
 				acts = append(acts, Action{Kind: ActControl, Book: c.book.clone(), Index: index})

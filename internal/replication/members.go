@@ -51,6 +51,18 @@ func (b Book) clone() Book {
 		Draining: slices.Clone(b.Draining), Cordoned: slices.Clone(b.Cordoned), Tubes: b.Tubes.clone()}
 }
 
+// marked is the list of members the control record state marks
+// (controlDrain: Draining, controlCordon: Cordoned); nil for another.
+func (b *Book) marked(state uint8) *[]uint64 {
+	switch state {
+	case controlDrain:
+		return &b.Draining
+	case controlCordon:
+		return &b.Cordoned
+	}
+	return nil
+}
+
 // mark puts id in marked (on) or takes it out, and reports whether that
 // changed it: a member draining (Book.Draining) or cordoned
 // (Book.Cordoned), or no longer.

@@ -426,11 +426,7 @@ func (n *Node) setMarked(ctx context.Context, what uint8, name string, on bool) 
 	return n.proposeControl(ctx, &wal.Record{Kind: wal.KindControl, State: what, Deadline: int64(m.ID), Pri: pri},
 		func() bool {
 			b := n.Book()
-			marked := b.Draining
-			if what == controlCordon {
-				marked = b.Cordoned
-			}
-			return slices.Contains(marked, m.ID) == on
+			return slices.Contains(*b.marked(what), m.ID) == on
 		})
 }
 
