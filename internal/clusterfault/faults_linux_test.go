@@ -693,14 +693,14 @@ func (r *round) follower(lay layout) (f *member, cordoned bool, err error) {
 	if _, err := r.c.admin(lay.leaders[0], http.MethodPost, "/cluster/members/"+f.name+"/cordon", "", nil); err != nil {
 		return nil, false, fmt.Errorf("cordoning %s: %w", f.name, err)
 	}
-	deadline := time.Now().Add(cordonWait)
+	asked := time.Now()
 	for {
 		l := r.c.look()
 		if len(l.leaders) == r.c.groups && len(l.ledBy(f)) == 0 {
-			r.t.Logf("cordoned %s: it leads no group after %v (leaders %s)", f.name, time.Since(deadline.Add(-cordonWait)).Round(time.Millisecond), l.describe())
+			r.t.Logf("cordoned %s: it leads no group after %v (leaders %s)", f.name, time.Since(asked).Round(time.Millisecond), l.describe())
 			return f, true, nil
 		}
-		if time.Now().After(deadline) {
+		if time.Since(asked) > cordonWait {
 			return nil, false, fmt.Errorf("%s, cordoned, still leads groups after %v (leaders %s)", f.name, cordonWait, l.describe())
 		}
 		r.c.checkAlive()

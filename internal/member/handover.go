@@ -60,10 +60,9 @@ var errNeedsOurVote = errors.New("too few of the group's other voters are heard 
 func (m *Member) electableWithout(n *replication.Node) bool {
 	voters, _, _ := n.Replicas()
 	names, self := m.memberNames(), m.node.Name()
-	heard := n.ElectionTimeout() / 3
 	others := 0
 	for _, id := range voters {
-		if name := names[id]; name != "" && name != self && m.node.Host().HeardFrom(name, heard) {
+		if name := names[id]; name != "" && name != self && m.heardLately(name) {
 			others++
 		}
 	}
@@ -131,7 +130,6 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 	timeout := time.After(n.ElectionTimeout() + handOverLate)
 	poll := time.NewTicker(receiverPoll)
 	defer poll.Stop()
-	heard := n.ElectionTimeout() / 3
 	for {
 		// Gone once another leads: a change proposed here (the removal
 		// of a replica leaving) goes to it. Another than to won an
@@ -149,7 +147,7 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 		case <-n.Done():
 			return nil
 		case <-poll.C:
-			if m.node.Host().HeardFrom(to, heard) {
+			if m.heardLately(to) {
 				continue
 			}
 			// The receiver went silent (stopped, or cut off) under the
@@ -198,6 +196,14 @@ func (m *Member) keepLeadership(n *replication.Node, g uint16, logged bool, why 
 	}
 }
 
+// heardLately reports whether a Raft message came from the member named
+// within a third of an election timeout: heartbeats come every tick, a
+// tenth of it, and a member stopped or cut off keeps its connection up
+// for seconds, but sends nothing. A handover's receiver must be so.
+func (m *Member) heardLately(name string) bool {
+	return m.node.Host().HeardFrom(name, m.node.ElectionTimeout()/3)
+}
+
 // mayLead reports whether the member whose Raft id is id may be handed a
 // leadership: it is neither cordoned nor draining (meta.PlanLeaders gives
 // such a member none).
@@ -241,7 +247,6 @@ func (m *Member) handOverLeaderships(ctx context.Context) {
 	for g := range sh.groups() {
 		leads[m.leaderOf(uint16(g), reported, names)]++
 	}
-	heard := m.node.ElectionTimeout() / 3
 	// A member that may not lead (cordoned or draining) is a receiver
 	// only when no other is: it would hand the group on within seconds,
 	// where another would not.
@@ -267,7 +272,7 @@ func (m *Member) handOverLeaderships(ctx context.Context) {
 		to := ""
 		for _, id := range voters {
 			name := names[id]
-			if name == "" || name == self || !m.node.Host().HeardFrom(name, heard) {
+			if name == "" || name == self || !m.heardLately(name) {
 				continue
 			}
 			if to == "" || cmp.Or(cmp.Compare(barred[name], barred[to]), cmp.Compare(leads[name], leads[to]), cmp.Compare(name, to)) < 0 {

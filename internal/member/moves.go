@@ -111,12 +111,11 @@ func (m *Member) leaveLeadership(n *replication.Node, g uint16, from, to string)
 		return
 	}
 	voters, _, _ := n.Replicas()
-	heard := m.node.ElectionTimeout() / 3
 	names := m.memberNames()
 	book := m.node.Book()
 	for _, id := range voters {
 		name := names[id]
-		if name == "" || name == from || name == to || !mayLead(book, id) || !m.node.Host().HeardFrom(name, heard) {
+		if name == "" || name == from || name == to || !mayLead(book, id) || !m.heardLately(name) {
 			continue
 		}
 		if err := m.handOver(n, g, name); err == nil {
@@ -378,14 +377,24 @@ func (m *Member) planReplicas(cur *meta.State, live func(string) bool) {
 	done()
 }
 
+// forwardedToGroup0 forwards r to group 0's leader when this member does
+// not serve group 0, whose log takes the marks on members (cordon,
+// drain), and reports whether it did.
+func (m *Member) forwardedToGroup0(w http.ResponseWriter, r *http.Request) bool {
+	if info, _ := m.node.Leader(); info.Serving {
+		return false
+	}
+	l, _ := adminCluster{m.node}.Leader()
+	m.forward(w, r, l, "group 0")
+	return true
+}
+
 // cordon marks the member named cordoned (on) or no longer, group 0's
 // control record on its serving leader (forwarded there otherwise), and
 // answers once applied here: the balancers hand over what it leads and
 // give it none (meta.PlanLeaders), within a few of their rounds.
 func (m *Member) cordon(w http.ResponseWriter, r *http.Request, name string, on bool) {
-	if info, _ := m.node.Leader(); !info.Serving {
-		l, _ := adminCluster{m.node}.Leader()
-		m.forward(w, r, l, "group 0")
+	if m.forwardedToGroup0(w, r) {
 		return
 	}
 	if err := m.node.SetCordoned(r.Context(), name, on); err != nil {
@@ -400,9 +409,7 @@ func (m *Member) cordon(w http.ResponseWriter, r *http.Request, name string, on 
 // its serving leader: forwarded there otherwise) and answers 202: its
 // replicas move away, then it is removed (planReplicas).
 func (m *Member) drain(w http.ResponseWriter, r *http.Request, name string, held []uint16) {
-	if info, _ := m.node.Leader(); !info.Serving {
-		l, _ := adminCluster{m.node}.Leader()
-		m.forward(w, r, l, "group 0")
+	if m.forwardedToGroup0(w, r) {
 		return
 	}
 	if err := m.node.SetDraining(r.Context(), name, true); err != nil {

@@ -433,10 +433,7 @@ func (m *Member) balanceLeaders() {
 		for _, mb := range m.node.Status().Members {
 			reachable[mb.Name] = mb.Connected
 		}
-		heardWithin := m.node.ElectionTimeout() / 3 // heartbeats come every tick, a tenth of it
-		caughtUp := receivers(m.node.Name(), leaders, reachable, func(name string) bool {
-			return m.node.Host().HeardFrom(name, heardWithin)
-		})
+		caughtUp := receivers(m.node.Name(), leaders, reachable, m.heardLately)
 		cur := m.currentPlacement(reported, names)
 		// A member gives or receives replicas while connected: a member
 		// hears Raft messages only from those it shares a group with,
