@@ -239,8 +239,8 @@ func runRounds(tt *testing.T, bin string, n int) {
 			cnt.reservationLost, cnt.overlapsExcused, cnt.overlapsBad, cnt.orderChecked, cnt.orderBad, cnt.crossInversions,
 			strings.Join(failovers, ", "), gap, converged.Round(time.Millisecond), peeked, verified.Round(time.Millisecond), w.errors.Load())
 		if out.handedOver && cnt.reservationLost > 0 {
-			t.Errorf("round %d (%s): %d reservations lost on a live connection, though %s handed every group it led over",
-				done, f.name, cnt.reservationLost, out.victim)
+			t.Errorf("round %d (%s): %d reservations lost on a live connection, though %s handed every group it led over: %s",
+				done, f.name, cnt.reservationLost, out.victim, strings.Join(cnt.reservationsLost, "; "))
 		}
 		if cnt.lost+cnt.resurrected+cnt.mismatches > 0 {
 			t.Errorf("round %d (%s): lost %d, resurrected %d, mismatched %d: all must be 0\n\t%s",

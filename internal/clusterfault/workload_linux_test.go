@@ -94,6 +94,9 @@ type counts struct {
 	// those out of order across groups (reported), and quietDisturbed
 	// the quiet phases not checked because a connection failed.
 	orderChecked, orderBad, crossInversions, quietDisturbed int
+	// reservationsLost say which reservations were lost on a live
+	// connection, and when, for a round that must lose none.
+	reservationsLost []string
 }
 
 func (a *counts) add(b counts) {
@@ -104,6 +107,7 @@ func (a *counts) add(b counts) {
 	a.mismatches += b.mismatches
 	a.doubles += b.doubles
 	a.reservationLost += b.reservationLost
+	a.reservationsLost = append(a.reservationsLost, b.reservationsLost...)
 	a.overlapsExcused += b.overlapsExcused
 	a.overlapsBad += b.overlapsBad
 	a.orderChecked += b.orderChecked
@@ -321,11 +325,17 @@ func (l *ledger) handingBack(id uint64) {
 	l.mu.Unlock()
 }
 
-func (l *ledger) reservationLost() {
+func (l *ledger) reservationLost(h holding, member string) {
 	l.mu.Lock()
 	l.counts.reservationLost++
+	l.counts.reservationsLost = append(l.counts.reservationsLost, fmt.Sprintf("job %d of g%d, reserved through %s at %s, NOT_FOUND at %s",
+		h.id, h.group, member, h.start.UTC().Format(logClock), time.Now().UTC().Format(logClock)))
 	l.mu.Unlock()
 }
+
+// logClock is how a lost reservation's times are written: as the members'
+// logs stamp their lines.
+const logClock = "15:04:05.000"
 
 // workload is the producers and consumers of a round, or the consumers
 // of its quiet phase.
@@ -665,7 +675,7 @@ func (w *workload) dealWith(cl *client, conn *testproc.Conn, h holding) {
 		// with the next one; the job was ready again there and
 		// another consumer took it, as after a TTR. Counted, for
 		// the report.
-		w.l.reservationLost()
+		w.l.reservationLost(h, w.c.members[cl.home].name)
 		cl.fail()
 	default:
 		if at := cl.brokenAt(h); at.Before(h.end) {

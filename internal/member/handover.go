@@ -38,12 +38,21 @@ const (
 	receiverPoll = 50 * time.Millisecond
 )
 
+// handOverRecordWait bounds the wait for a handover's record: a
+// variable for a test, which must see it pass before the leader, its
+// followers stopped, steps down.
+var handOverRecordWait = handOverSettle
+
 // errLeadershipStayed: raft did not transfer the leadership.
 var errLeadershipStayed = errors.New("the leadership stayed")
 
 // errElectedElsewhere: the transfer failed, and another member than its
 // receiver won the election that followed.
 var errElectedElsewhere = errors.New("the leadership went to an election")
+
+// errNotLogged: the reservations the leader's sessions hold were not
+// logged in time, so the leadership stays rather than go without them.
+var errNotLogged = errors.New("its sessions' reservations were not logged in time")
 
 // errNeedsOurVote: the receiver could win the group's election only with
 // this member's vote, which a leader stepping down for it does not send.
@@ -97,26 +106,34 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 		m.sessions.Ungate(g)
 		st.ResumeJobs()
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), handOverSettle)
-	defer cancel()
 	if j, ok := st.Acks().(interface{ Appended() uint64 }); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), handOverSettle)
 		_ = awaitAcked(ctx, n, term, j.Appended())
+		cancel()
 	}
 	held := m.sessions.Held(g)
 	logged := false
 	if len(held) > 0 {
+		if hook := m.beforeRecord.Load(); hook != nil {
+			(*hook)(g)
+		}
 		body, err := json.Marshal(held)
 		if err == nil {
+			// A wait of its own: the acknowledgements above may have
+			// used the whole of theirs on a starved machine.
+			ctx, cancel := context.WithTimeout(context.Background(), handOverRecordWait)
 			err = n.ProposeHandOver(ctx, body)
+			cancel()
 		}
 		if errors.Is(err, replication.ErrNotServing) {
 			return err
 		}
-		// Not logged in time, it may be yet: voided if the leadership
-		// stays, as a logged one is.
 		logged = true
 		if err != nil {
-			m.log.Warn().Err(err).Int("group", int(g)).Msg("handing a leadership over: its reservations are not logged")
+			// Not logged in time, it may be yet, or be passed by (the
+			// next leader takes it only as the last entry before its
+			// term): the leadership stays, and the record is voided.
+			return m.keepLeadership(n, g, logged, fmt.Errorf("%w: %v", errNotLogged, err))
 		}
 	}
 	m.log.Info().Int("group", int(g)).Str("to", to).Int("held", len(held)).Bool("logged", logged).

@@ -247,3 +247,55 @@ func TestShardGroupsHandOverReceiverLost(t *testing.T) {
 		t.Fatal("the group is not served here after its handover was refused")
 	}
 }
+
+// TestShardGroupsHandOverNotLogged: a handover whose record of its
+// sessions' reservations is not logged in time (here its followers stop
+// as it logs it, so nothing commits) keeps the leadership rather than
+// transfer it without them: no transfer is asked for, and it says why.
+// A transfer then would leave the worker's job to be handed out again,
+// as after a failover, though the leader meant to hand it over.
+func TestShardGroupsHandOverNotLogged(t *testing.T) {
+	wait := handOverRecordWait
+	handOverRecordWait = 50 * time.Millisecond // within an election timeout: 500 ms here
+	t.Cleanup(func() { handOverRecordWait = wait })
+	c := newShardedCluster(t, 3)
+	c.finalized()
+	c.balanced()
+	m1 := c.up["m1"]
+	g := c.ledBy("m1")
+	tube := tubePerGroup(m1.shards.placement, "n")[g]
+	worker := testproc.DialTest(t, m1.Addr().String(), replyTimeout)
+	expectLine(t, worker, "use "+tube, "USING "+tube)
+	id, err := worker.Put(0, 0, 60, []byte("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectLine(t, worker, "watch "+tube, "WATCHING 2")
+	if r, err := worker.Do("reserve-with-timeout 5", nil); err != nil || r.N != id {
+		t.Fatalf("reserve: %+v %v, want job %d", r, err, id)
+	}
+
+	followers := []*Member{c.up["m2"], c.up["m3"]}
+	delete(c.up, "m2")
+	delete(c.up, "m3")
+	stopFollowers := func(uint16) {
+		now, cancel := context.WithCancel(context.Background())
+		cancel()
+		for _, f := range followers {
+			f.Shutdown(now) // at once: nothing commits from here on
+		}
+	}
+	transferred := false
+	noteTransfer := func(uint16) { transferred = true }
+	m1.beforeRecord.Store(&stopFollowers)
+	m1.beforeTransfer.Store(&noteTransfer)
+	err = m1.handOver(m1.shards.node(g), g, "m2")
+	m1.beforeRecord.Store(nil)
+	m1.beforeTransfer.Store(nil)
+	if !errors.Is(err, errNotLogged) {
+		t.Fatalf("a handover whose record cannot commit: %v, want errNotLogged", err)
+	}
+	if transferred {
+		t.Fatal("the handover asked for the transfer though its record was not logged")
+	}
+}

@@ -166,9 +166,10 @@ type Member struct {
 	// beforePrefixStep, set by tests only, is called on a group's leader
 	// as it begins its step of a prefix placement.
 	beforePrefixStep atomic.Pointer[func(g uint16, step string)]
-	// beforeTransfer, set by tests only, is called as a handover of
-	// group g asks raft for the transfer.
-	beforeTransfer atomic.Pointer[func(g uint16)]
+	// beforeRecord and beforeTransfer, set by tests only, are called as a
+	// handover of group g logs its sessions' reservations, and as it asks
+	// raft for the transfer.
+	beforeRecord, beforeTransfer atomic.Pointer[func(g uint16)]
 	// placing is the prefix placement this member drives (placements.go),
 	// and prefixesSeen the placements its resolver saw undriven at its
 	// last tick (the balance loop's alone).

@@ -39,6 +39,12 @@ type Action struct {
 	// Handed (ActServe) are the reservations the last leader handed over
 	// with its leadership to this member (HandOver's body), nil if none.
 	Handed []byte
+	// Passed (ActServe) is the term of a leader that handed its
+	// leadership over with reservations this member does not take, since
+	// a term or an entry came between the record and this term's first
+	// (handedOver.takenBy): 0 if none. The jobs are ready here, as after a
+	// failover.
+	Passed uint64
 	// ConfState and Book (ActMembership) are the membership after the
 	// change at Index, and the address book.
 	ConfState *pb.ConfState

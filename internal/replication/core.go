@@ -611,8 +611,13 @@ func (c *Core) apply(m *pb.Message) {
 	var ack uint64
 	serve := false
 	var handed []byte // the reservations this member takes as it serves
+	var passed uint64 // the term of a handover whose reservations it does not take
 	var confs []Action
 	for _, e := range m.GetEntries() {
+		own := c.leading != 0 && e.GetTerm() == c.leading
+		if c.handed.body != nil && e.GetTerm() > c.handed.term && (!own || c.serving) {
+			c.handed = handedOver{} // another leader's term began: taken or passed there
+		}
 		if e.GetType() != pb.EntryNormal {
 			if a, ok := c.applyChange(e); ok {
 				confs = append(confs, a)
@@ -620,7 +625,6 @@ func (c *Core) apply(m *pb.Message) {
 			c.applied = e.GetIndex()
 			continue
 		}
-		own := c.leading != 0 && e.GetTerm() == c.leading
 		switch {
 		case own && !c.serving:
 			// The empty entry a leader appends first: everything before it
@@ -629,7 +633,9 @@ func (c *Core) apply(m *pb.Message) {
 			if c.journal != nil {
 				c.journal.reset() // a change that ran on past the last loss
 			}
-			handed = c.handed.takenBy(c.leading, e.GetIndex())
+			if handed = c.handed.takenBy(c.leading, e.GetIndex()); handed == nil && c.handed.body != nil {
+				passed = c.handed.term
+			}
 			c.handed = handedOver{}
 		case own && len(e.GetData()) > 0:
 			ack = c.proposed[0]
@@ -678,7 +684,7 @@ func (c *Core) apply(m *pb.Message) {
 	}
 	c.out = append(c.out, confs...)
 	if serve {
-		c.out = append(c.out, Action{Kind: ActServe, Term: c.leading, Handed: handed})
+		c.out = append(c.out, Action{Kind: ActServe, Term: c.leading, Handed: handed, Passed: passed})
 	}
 	c.out = append(c.out, Action{Kind: ActCompact, Index: c.applied})
 	// The store applies in the order of the actions, before any later

@@ -9,7 +9,9 @@ import (
 // TestHandOverTaken: the member a leader hands its leadership to takes
 // the reservations the leader logged (HandOver) as it begins to serve;
 // not when anything was logged after the record, nor after the leader
-// voided it (HandOverAborted), nor a record of an earlier term.
+// voided it (HandOverAborted), nor a record of an earlier term. One it
+// passes by for an entry logged after it is reported (Action.Passed); one
+// voided, or another member's to take, is not.
 func TestHandOverTaken(t *testing.T) {
 	c := newCluster(t, 3, 100)
 	l := c.elect(1)
@@ -42,24 +44,25 @@ func TestHandOverTaken(t *testing.T) {
 
 	log(l, HandOver, "held by 1")
 	l = transfer(l, 3)
-	if string(l.handed) != "held by 1" {
-		t.Fatalf("member 3 took %q, want what member 1 logged", l.handed)
+	if string(l.handed) != "held by 1" || l.passed != 0 {
+		t.Fatalf("member 3 took %q (passed term %d), want what member 1 logged", l.handed, l.passed)
 	}
 
 	log(l, HandOver, "held by 3")
+	recordTerm := l.core.Status().GetTerm()
 	c.producer(l, "t").put(0, "after the record")
 	c.run(l)
 	c.stabilize()
 	l = transfer(l, 2)
-	if l.handed != nil {
-		t.Fatalf("member 2 took %q, logged before a put", l.handed)
+	if l.handed != nil || l.passed != recordTerm {
+		t.Fatalf("member 2 took %q, logged before a put, and reports passing term %d's, want %d's", l.handed, l.passed, recordTerm)
 	}
 
 	log(l, HandOver, "held by 2")
 	log(l, HandOverAborted, "")
 	l = transfer(l, 1)
-	if l.handed != nil {
-		t.Fatalf("member 1 took %q, voided", l.handed)
+	if l.handed != nil || l.passed != 0 {
+		t.Fatalf("member 1 took %q, voided (passed term %d)", l.handed, l.passed)
 	}
 
 	// A record of the term before, as a follower of a deposed leader
@@ -72,5 +75,18 @@ func TestHandOverTaken(t *testing.T) {
 	c.stabilize()
 	if l = transfer(l, 3); l.handed != nil {
 		t.Fatalf("member 3 took %q, of an earlier term", l.handed)
+	}
+
+	// A follower keeps a record taken by another member no longer: member
+	// 2 saw 3 take member 1's at the start, and leads later with nothing
+	// to report.
+	log(l, HandOver, "held by 3 again")
+	l = transfer(l, 1)
+	if string(l.handed) != "held by 3 again" {
+		t.Fatalf("member 1 took %q, want member 3's record", l.handed)
+	}
+	l = transfer(l, 2)
+	if l.handed != nil || l.passed != 0 {
+		t.Fatalf("member 2 took %q and reports passing term %d's handover, taken by member 1", l.handed, l.passed)
 	}
 }

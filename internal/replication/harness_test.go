@@ -139,6 +139,7 @@ type member struct {
 	served   []uint64           // the terms it served (ActServe)
 	atServe  map[uint64]jobView // its store's jobs when it last began to serve
 	handed   []byte             // the reservations it took when it last began to serve
+	passed   uint64             // the term of a handover it passed by then (Action.Passed)
 	rebuilds []uint64           // the terms it lost (ActRebuild)
 	restores int                // ActRestore: starts and snapshots installed
 	applied  int                // records it applied from entries
@@ -275,7 +276,7 @@ func (c *cluster) do(m *member, a Action) bool {
 	case ActServe:
 		m.served = append(m.served, a.Term)
 		m.atServe = viewOf(m.store)
-		m.handed = a.Handed
+		m.handed, m.passed = a.Handed, a.Passed
 	case ActMembership:
 		m.disk.SetMembership(a.ConfState, a.Book)
 		m.memberships = append(m.memberships, a)

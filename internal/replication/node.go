@@ -821,6 +821,10 @@ func (n *Node) do(a Action) bool {
 		n.journal.Publish(a.Pos)
 	case ActServe:
 		n.logger.Info().Uint64("term", a.Term).Msg("leading: serving clients")
+		if a.Passed != 0 {
+			n.logger.Warn().Uint64("term", a.Term).Uint64("handed_in", a.Passed).
+				Msg("the reservations a leader handed over are not taken: its record is not the last before this term; its jobs are ready")
+		}
 		if n.store != nil {
 			n.store.Lead() // it logs the pauses its freed tubes drop
 		}
