@@ -102,6 +102,8 @@ run: build
 # Where the setup can install chromium (root with apt-get, as in CI), the
 # console's browser tests require it (SPROUT_REQUIRE_BROWSER=1) rather than
 # skip without it.
+# .ci/go-test ends a failing run with the failures in short, where a CI
+# report, which keeps the output's head and tail, shows them.
 # third_party/gnet is a module of its own, out of reach of ./...: its
 # patches' tests (third_party/gnet/PATCHES.md) run on their own line.
 # The short FuzzEngine run goes without -race, for speed; its seeds have just
@@ -113,7 +115,7 @@ test:
 	echo "$(GO) vet ./..." && $(GO) vet ./... && \
 	echo "$(GO) test -race -count=1 -timeout 15m ./..." && \
 	browser=$$( [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && echo 1 || echo 0 ) && \
-	SPROUT_REF_BEANSTALKD="$$ref" SPROUT_REQUIRE_BROWSER=$$browser $(GO) test -race -count=1 -timeout 15m ./... && \
+	SPROUT_REF_BEANSTALKD="$$ref" SPROUT_REQUIRE_BROWSER=$$browser GO=$(GO) bash .ci/go-test -race -count=1 -timeout 15m ./... && \
 	echo "cd third_party/gnet && $(GO) vet ./... && $(GO) test -race -count=1 -run Patch ./..." && \
 	(cd third_party/gnet && $(GO) vet ./... && $(GO) test -race -count=1 -run Patch ./...) && \
 	echo "$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 15s -fuzzminimizetime 5s ./engine/" && \

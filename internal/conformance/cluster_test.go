@@ -131,12 +131,7 @@ func startCluster(t *testing.T, groups int) (string, *meta.State) {
 				return err
 			},
 		})
-		m.client = p.Addr()
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("%s's output:\n%s", m.name, p.Output())
-			}
-		})
+		m.client = p.Addr() // a failed test shows its output (testproc.StartConfig)
 	}
 	type status struct {
 		Leader  string `json:"leader"`

@@ -88,6 +88,11 @@ const (
 	// lateReplyWait is how long the slower server may trail the faster one
 	// when answering a reserve that was blocked.
 	lateReplyWait = time.Second
+	// clusterReplySlack is added to how long a cluster member may take
+	// for a reply: side by side with the other cluster tests, as make test
+	// runs them, a member's groups have gone without the CPU for over a
+	// second.
+	clusterReplySlack = 5 * time.Second
 	// transcriptTail is how many steps a failure report shows.
 	transcriptTail = 20
 )
@@ -429,6 +434,9 @@ func (s *session) exchange(e *entry, conn, n int, wait time.Duration) {
 	c := s.conn(conn)
 	ref, refErr := readReplies(c.ref, n, wait)
 	e.ref = append(e.ref, ref...)
+	if s.inCluster {
+		wait += clusterReplySlack
+	}
 	sut, sutErr := readReplies(c.sut, n, wait)
 	e.sut = append(e.sut, sut...)
 	if refErr != nil {
