@@ -390,7 +390,8 @@ func (m *Member) followGroup(n *replication.Node, g uint16) {
 // receive only while this one is connected to it (a member down is no
 // receiver, though it leads fewest) and, for a group this one leads, has
 // heard from it within a third of an election timeout (a member stopped
-// or cut off keeps its connection up for seconds, but sends nothing).
+// or cut off keeps its connection up for seconds, but sends nothing); a
+// member that came back (comebacks) only once it has been back a while.
 const (
 	// balanceEvery is how often a member looks at the leaders.
 	balanceEvery = time.Second
@@ -399,7 +400,43 @@ const (
 	// settled. The design's 10 s is for a fleet whose members come and
 	// go; at formation the groups are empty and a transfer is cheap.
 	leaderSettle = 3 * time.Second
+	// receiverSettle is how long a member that comes back (restarted, or
+	// its connection cut and made again) is given no leadership: it is
+	// replaying its log and catching its groups up, short of CPU, and a
+	// group handed to it would wait on it.
+	receiverSettle = 5 * time.Second
 )
+
+// comebacks are the members that came back lately, as the balancer sees
+// them: connected once, then not, then connected again.
+type comebacks struct {
+	up   map[string]bool      // connected at the last look; absent: never connected
+	back map[string]time.Time // when each came back
+}
+
+// look notes whom the member is connected to now.
+func (c *comebacks) look(reachable map[string]bool, now time.Time) {
+	if c.up == nil {
+		c.up, c.back = map[string]bool{}, map[string]time.Time{}
+	}
+	for name, conn := range reachable {
+		was, known := c.up[name]
+		switch {
+		case conn && known && !was:
+			c.back[name] = now
+		case !conn && !known:
+			continue // not connected yet, as at the cluster's start
+		}
+		c.up[name] = conn
+	}
+}
+
+// settled reports whether member name may be handed a leadership: it did
+// not come back within receiverSettle of now.
+func (c *comebacks) settled(name string, now time.Time) bool {
+	at, ok := c.back[name]
+	return !ok || now.Sub(at) >= receiverSettle
+}
 
 // balanceLeaders moves this member's surplus leaderships to members that
 // lead fewer groups, until the member stops.
@@ -409,6 +446,7 @@ func (m *Member) balanceLeaders() {
 	defer t.Stop()
 	leaders := make(map[uint16]string)
 	changed := make(map[uint16]time.Time) // when each group's leader was last seen to change
+	var returned comebacks
 	for {
 		select {
 		case <-m.node.Done():
@@ -429,11 +467,15 @@ func (m *Member) balanceLeaders() {
 				leaders[uint16(g)] = name
 			}
 		}
-		reachable := map[string]bool{}
+		reachable, ready := map[string]bool{}, map[string]bool{}
 		for _, mb := range m.node.Status().Members {
 			reachable[mb.Name] = mb.Connected
 		}
-		caughtUp := receivers(m.node.Name(), leaders, reachable, m.heardLately)
+		returned.look(reachable, now)
+		for name, conn := range reachable {
+			ready[name] = conn && returned.settled(name, now)
+		}
+		caughtUp := receivers(m.node.Name(), leaders, ready, m.heardLately)
 		cur := m.currentPlacement(reported, names)
 		// A member gives or receives replicas while connected: a member
 		// hears Raft messages only from those it shares a group with,

@@ -917,3 +917,26 @@ func TestReceiversStartChains(t *testing.T) {
 		}
 	}
 }
+
+// TestComebacks: a member that comes back (connected, then not, then again)
+// receives no leadership for receiverSettle; one connected late at the
+// cluster's start, never seen connected before, is no comeback.
+func TestComebacks(t *testing.T) {
+	var c comebacks
+	start := time.Now()
+	c.look(map[string]bool{"m1": true, "m2": true, "m3": false}, start)
+	c.look(map[string]bool{"m1": true, "m2": false, "m3": true}, start.Add(time.Second))
+	for _, name := range []string{"m1", "m3"} {
+		if !c.settled(name, start.Add(time.Second)) {
+			t.Errorf("%s is not settled, never having gone", name)
+		}
+	}
+	back := start.Add(2 * time.Second)
+	c.look(map[string]bool{"m1": true, "m2": true, "m3": true}, back)
+	if c.settled("m2", back.Add(receiverSettle-time.Millisecond)) {
+		t.Errorf("m2, back at %v, is settled within receiverSettle", back)
+	}
+	if !c.settled("m2", back.Add(receiverSettle)) {
+		t.Errorf("m2 is not settled receiverSettle after it came back")
+	}
+}
