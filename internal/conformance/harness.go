@@ -23,7 +23,7 @@ const SproutPackage = testproc.SproutPackage
 const (
 	// startTimeout bounds how long a started server may take to accept and
 	// answer its first connection.
-	startTimeout = 5 * time.Second
+	startTimeout = 30 * time.Second
 	// sendTimeout bounds a write to a server that stopped reading.
 	sendTimeout = 10 * time.Second
 )

@@ -13,6 +13,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // The files under /static/: the console's own, and uPlot's as released
@@ -25,9 +26,27 @@ var staticFS embed.FS
 // asset is one static file, ready to send.
 type asset struct {
 	body        []byte
-	gzipped     []byte // nil when gzip would not make it smaller
 	contentType string
 	hash        string // of body: the ?v= of its URL, and its ETag
+	// gzipped is body gzipped, made at its first request rather than at
+	// start (over 100 ms of a member's start under -race); nil when gzip
+	// would not make it smaller.
+	gzipOnce sync.Once
+	gzipped  []byte
+}
+
+// gzip returns the file gzipped, nil if that is no smaller.
+func (f *asset) gzip() []byte {
+	f.gzipOnce.Do(func() {
+		var gz bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression) // the level is valid
+		_, _ = zw.Write(f.body)                                 // a bytes.Buffer does not fail
+		_ = zw.Close()
+		if gz.Len() < len(f.body) {
+			f.gzipped = gz.Bytes()
+		}
+	})
+	return f.gzipped
 }
 
 // assets are the static files by path under static/. It is immutable
@@ -36,7 +55,7 @@ type assets struct {
 	files map[string]*asset
 }
 
-// loadAssets reads the embedded files, hashes them and gzips them once.
+// loadAssets reads the embedded files and hashes them.
 func loadAssets() (*assets, error) {
 	a := &assets{files: make(map[string]*asset)}
 	err := fs.WalkDir(staticFS, "static", func(p string, d fs.DirEntry, err error) error {
@@ -49,13 +68,6 @@ func loadAssets() (*assets, error) {
 		}
 		sum := sha256.Sum256(body)
 		f := &asset{body: body, hash: hex.EncodeToString(sum[:6]), contentType: contentType(p)}
-		var gz bytes.Buffer
-		zw, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression) // the level is valid
-		_, _ = zw.Write(body)                                   // a bytes.Buffer does not fail
-		_ = zw.Close()
-		if gz.Len() < len(body) {
-			f.gzipped = gz.Bytes()
-		}
 		a.files[strings.TrimPrefix(p, "static/")] = f
 		return nil
 	})
@@ -110,8 +122,8 @@ func (a *assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.Set("Content-Type", f.contentType)
 	body := f.body
-	if f.gzipped != nil && acceptsGzip(r) {
-		body = f.gzipped
+	if gz := f.gzip(); gz != nil && acceptsGzip(r) {
+		body = gz
 		h.Set("Content-Encoding", "gzip")
 	}
 	h.Set("Content-Length", strconv.Itoa(len(body)))

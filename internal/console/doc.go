@@ -41,7 +41,7 @@
 //
 // Static files are served with a hash of their content in the query
 // (?v=HASH) and cached for a year when it matches, and gzipped once, at
-// start, for clients that take gzip. Pages are answered no-store.
+// their first request, for clients that take gzip. Pages are answered no-store.
 //
 // # In a cluster
 //

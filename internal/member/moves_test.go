@@ -218,9 +218,15 @@ func TestShardGroupsGrowAndShrink(t *testing.T) {
 		if added["groups"] != 4.0 || added["replicas"] != 3.0 {
 			t.Fatalf("the addition's answer %v: want groups 4, replicas 3", added)
 		}
+		// As every member sees it: the next addition goes through m2,
+		// which refuses it while it still sees a learner.
 		testproc.WaitFor(t, 20*time.Second, name+" a voter of group 0", func() bool {
-			voters, _, _ := c.up["m1"].Node().Replicas()
-			return slices.Contains(voters, c.up[name].Node().ID())
+			for _, m := range c.up {
+				if voters, _, _ := m.Node().Replicas(); !slices.Contains(voters, c.up[name].Node().ID()) {
+					return false
+				}
+			}
+			return true
 		})
 	}
 	testproc.WaitFor(t, 60*time.Second, "the replicas spread over five members", func() bool {
