@@ -54,30 +54,6 @@ var errElectedElsewhere = errors.New("the leadership went to an election")
 // logged in time, so the leadership stays rather than go without them.
 var errNotLogged = errors.New("its sessions' reservations were not logged in time")
 
-// errNeedsOurVote: the receiver could win the group's election only with
-// this member's vote, which a leader stepping down for it does not send.
-var errNeedsOurVote = errors.New("too few of the group's other voters are heard from")
-
-// electableWithout reports whether, without this member, enough of the
-// other voters of n's group, each heard from lately, are there to elect
-// one of them. A leader that steps down for a transfer's campaign drops the
-// vote it grants (its core stops with the write that would persist the
-// vote, and the vote's answer waits for that write; the store is then
-// rebuilt from the log), so a receiver that needs it never wins, and the
-// group waits out an election timeout: with two of five voters cut off,
-// a balancing handover held group 0 1.7 s in the fault test.
-func (m *Member) electableWithout(n *replication.Node) bool {
-	voters, _, _ := n.Replicas()
-	names, self := m.memberNames(), m.node.Name()
-	others := 0
-	for _, id := range voters {
-		if name := names[id]; name != "" && name != self && m.heardLately(name) {
-			others++
-		}
-	}
-	return others >= len(voters)/2+1
-}
-
 // handOver hands group g's leadership, led here through n, to member to.
 // The member's sessions send their commands for g the other way
 // (router.Router.HoldLocal), the group's commands stop here (Gate) and
@@ -93,9 +69,6 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 	term, err := servingTerm(n)
 	if err != nil {
 		return err // handed over meanwhile, or lost
-	}
-	if !m.electableWithout(n) {
-		return errNeedsOurVote
 	}
 	m.sessions.HoldLocal(g, time.Now().Add(handOverHold))
 	time.Sleep(handOverGrace)

@@ -510,18 +510,7 @@ func (c *Core) handle(rd raft.Ready) {
 	if rd.SoftState != nil {
 		c.leadership(rd.SoftState.RaftState)
 		if c.stopped {
-			// Nothing more is written or applied, but raft's messages to
-			// peers still go, before the rebuild: among them a removed
-			// leader's handover (handOver).
-			var sends []*pb.Message
-			for _, m := range rd.Messages {
-				if !raft.IsLocalMsgTarget(m.GetTo()) {
-					sends = append(sends, m)
-				}
-			}
-			if len(sends) > 0 {
-				c.out = slices.Insert(c.out, len(c.out)-1, Action{Kind: ActSend, Messages: sends})
-			}
+			c.handleStopped(rd)
 			return
 		}
 	}
@@ -546,6 +535,44 @@ func (c *Core) handle(rd raft.Ready) {
 		// wait for the leader's own disk.
 		c.out = slices.Insert(c.out, start, Action{Kind: ActSend, Messages: sends})
 	}
+}
+
+// handleStopped takes the Ready in which this member stopped leading:
+// nothing more is applied, but raft's messages to peers still go, before
+// the rebuild (among them a removed leader's handover, handOver), and so
+// does its write, with the responses to peers it holds until the write
+// is durable: the rebuild waits for that (ActRebuild's Messages). A
+// leader steps down on a campaign's vote request, as a transfer it asked
+// for begins, and grants its vote in this Ready; dropped, the receiver
+// could not win without it, and the group would wait out an election
+// timeout.
+func (c *Core) handleStopped(rd raft.Ready) {
+	var sends, afterWrite []*pb.Message
+	acts := []Action{}
+	for _, m := range rd.Messages {
+		switch {
+		case m.GetTo() == raft.LocalAppendThread && m.GetSnapshot() == nil:
+			c.seq++
+			a := Action{Kind: ActWrite, Seq: c.seq, Entries: m.GetEntries()}
+			if m.Vote != nil {
+				a.HardState = &pb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+			}
+			acts = append(acts, a)
+			for _, r := range m.GetResponses() {
+				if !raft.IsLocalMsgTarget(r.GetTo()) && r.GetTo() != c.id {
+					afterWrite = append(afterWrite, r)
+				}
+			}
+		case !raft.IsLocalMsgTarget(m.GetTo()):
+			sends = append(sends, m)
+		}
+	}
+	if len(sends) > 0 {
+		acts = slices.Insert(acts, 0, Action{Kind: ActSend, Messages: sends})
+	}
+	rebuild := len(c.out) - 1 // lose's ActRebuild, the last action
+	c.out[rebuild].Messages = append(c.out[rebuild].Messages, afterWrite...)
+	c.out = slices.Insert(c.out, rebuild, acts...)
 }
 
 // leadership follows raft's state: a member that becomes leader serves

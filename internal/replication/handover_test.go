@@ -90,3 +90,23 @@ func TestHandOverTaken(t *testing.T) {
 		t.Fatalf("member 2 took %q and reports passing term %d's handover, taken by member 1", l.handed, l.passed)
 	}
 }
+
+// TestStepDownSendsVote: a leader that steps down for a transfer's
+// campaign grants the receiver its vote, and sends it once the vote is
+// durable, before its rebuild: with the group's third voter cut off, the
+// receiver wins with that vote alone, without an election timeout.
+func TestStepDownSendsVote(t *testing.T) {
+	c := newCluster(t, 3, 100)
+	l := c.elect(1)
+	c.producer(l, "t").put(0, "job")
+	c.run(l)
+	c.stabilize()
+	c.partition([]uint64{2}, []uint64{1, 3})
+	l.core.TransferLeadership(3)
+	c.run(l)
+	c.stabilize() // no ticks: an election timeout never passes
+	if got := c.members[3]; !got.serving() {
+		t.Fatalf("member 3 does not serve after the transfer with member 2 cut off (leaders %v, member 1 rebuilt %v)",
+			c.leaders(), l.rebuilds)
+	}
+}

@@ -283,6 +283,7 @@ func (c *cluster) do(m *member, a Action) bool {
 	case ActRebuild:
 		m.rebuilds = append(m.rebuilds, a.Term)
 		c.restart(m)
+		c.do(m, Action{Kind: ActSend, Messages: a.Messages}) // once durable
 		return true
 	default:
 		c.t.Fatalf("member %d: unknown action %v", m.id, a.Kind)

@@ -841,7 +841,7 @@ func (n *Node) do(a Action) bool {
 	case ActControl:
 		n.applyControlAct(a)
 	case ActRebuild:
-		return n.rebuild(a.Term)
+		return n.rebuild(a.Term, a.Messages)
 	}
 	return false
 }
@@ -851,7 +851,10 @@ func (n *Node) do(a Action) bool {
 // (doc.go, "Losing leadership"), the node, its transport and whatever
 // else the process serves staying up:
 //  1. the node stops serving (published at once: the proxy sends new
-//     connections elsewhere, the admin API's waits answer 503);
+//     connections elsewhere, the admin API's waits answer 503), and once
+//     the log has made its last write durable, the answers that write
+//     held go to their peers (afterDurable: the vote it granted as it
+//     stepped down);
 //  2. CloseClients closes every client of the store: their reservations
 //     go back to ready, their held replies are never sent;
 //  3. the journal drops what it gathered and the replies waiting on it;
@@ -865,11 +868,19 @@ func (n *Node) do(a Action) bool {
 //
 // It reports whether the member stopped: Close came, or the clients did
 // not close (the store cannot be rebuilt under them).
-func (n *Node) rebuild(term uint64) bool {
+func (n *Node) rebuild(term uint64, afterDurable []*pb.Message) bool {
 	start := time.Now()
 	n.logger.Warn().Uint64("led_term", term).Uint64("term", n.core.Status().GetTerm()).
 		Msg("lost the leadership it served: its store may hold changes that never commit; rebuilding it from the log")
 	n.publish(false)
+	if len(afterDurable) > 0 {
+		// Before the clients close, which may take a while: the vote is
+		// awaited by a campaign that lasts an election timeout.
+		if !n.logDurable() {
+			return true
+		}
+		n.host.transport.send(n.group, afterDurable)
+	}
 	if n.cfg.CloseClients != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), rebuildGrace)
 		err := n.cfg.CloseClients(ctx)
@@ -882,11 +893,7 @@ func (n *Node) rebuild(term uint64) bool {
 	n.journal.reset()
 	n.follow()
 	n.rewrites.Wait() // nothing rewrites the store under its rebuild
-	durable := make(chan struct{})
-	n.log.OnDurable(func() { close(durable) })
-	select {
-	case <-durable:
-	case <-n.stop:
+	if !n.logDurable() {
 		return true
 	}
 	// The book as the old core knew it: the initial members, or the
@@ -906,6 +913,19 @@ func (n *Node) rebuild(term uint64) bool {
 	n.logger.Info().Dur("took", time.Since(start)).Uint64("commit", n.rebuildTarget).
 		Msg("clients closed and the log durable: the store is rebuilt from the log")
 	return false
+}
+
+// logDurable waits until the log has made durable what it was given; it
+// reports false if the node stopped first.
+func (n *Node) logDurable() bool {
+	durable := make(chan struct{})
+	n.log.OnDurable(func() { close(durable) })
+	select {
+	case <-durable:
+		return true
+	case <-n.stop:
+		return false
+	}
 }
 
 // rebuilt notes, once the store rebuilt after a lost leadership has
