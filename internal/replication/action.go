@@ -21,7 +21,8 @@ type Action struct {
 	Entries   []*pb.Entry
 	HardState *pb.HardState
 	// Messages (ActSend) go to the peers they name; ActRebuild's once the
-	// log is durable (the vote a leader grants as it steps down).
+	// writes before it are durable (the vote a leader grants as it steps
+	// down).
 	Messages []*pb.Message
 	// Records (ActApply, ActLocate) are for the store. Their bodies alias
 	// the log's entries: Store.Apply copies what it keeps. They are valid
@@ -108,9 +109,10 @@ const (
 	ActControl
 	// ActRebuild: this member led Term and lost it; its store may hold
 	// changes that never commit. Close every client, drop the store and
-	// start again from the log (Node.rebuild: in place, with a new core),
-	// once the log is durable; then send Messages. This core takes no
-	// more events. It is the last action handed out.
+	// start again from the log (Node.rebuild: in place, with a new core).
+	// Messages are sent once the log has made the writes before it
+	// durable, before the clients close. This core takes no more events.
+	// It is the last action handed out.
 	ActRebuild
 )
 

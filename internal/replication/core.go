@@ -548,16 +548,11 @@ func (c *Core) handle(rd raft.Ready) {
 // timeout.
 func (c *Core) handleStopped(rd raft.Ready) {
 	var sends, afterWrite []*pb.Message
-	acts := []Action{}
+	var acts []Action
 	for _, m := range rd.Messages {
 		switch {
 		case m.GetTo() == raft.LocalAppendThread && m.GetSnapshot() == nil:
-			c.seq++
-			a := Action{Kind: ActWrite, Seq: c.seq, Entries: m.GetEntries()}
-			if m.Vote != nil {
-				a.HardState = &pb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
-			}
-			acts = append(acts, a)
+			acts = append(acts, c.writeAction(m))
 			for _, r := range m.GetResponses() {
 				if !raft.IsLocalMsgTarget(r.GetTo()) && r.GetTo() != c.id {
 					afterWrite = append(afterWrite, r)
@@ -610,11 +605,7 @@ func (c *Core) lose() {
 // write hands out a MsgStorageAppend as an ActWrite and keeps its
 // responses until it is durable.
 func (c *Core) write(m *pb.Message) {
-	c.seq++
-	a := Action{Kind: ActWrite, Seq: c.seq, Snapshot: m.GetSnapshot(), Entries: m.GetEntries()}
-	if m.Vote != nil {
-		a.HardState = &pb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
-	}
+	a := c.writeAction(m)
 	c.out = append(c.out, a)
 	c.writes = append(c.writes, pendingWrite{seq: c.seq, responses: m.GetResponses(), snapshot: m.GetSnapshot()})
 	for _, e := range a.Entries {
@@ -622,6 +613,16 @@ func (c *Core) write(m *pb.Message) {
 			c.confPending = max(c.confPending, e.GetIndex())
 		}
 	}
+}
+
+// writeAction is the ActWrite of MsgStorageAppend m, numbered next.
+func (c *Core) writeAction(m *pb.Message) Action {
+	c.seq++
+	a := Action{Kind: ActWrite, Seq: c.seq, Snapshot: m.GetSnapshot(), Entries: m.GetEntries()}
+	if m.Vote != nil {
+		a.HardState = &pb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+	}
+	return a
 }
 
 // apply takes a MsgStorageApply: committed entries, durable here. A
