@@ -522,12 +522,7 @@ func (c *Core) handle(rd raft.Ready) {
 		case raft.LocalApplyThread:
 			c.apply(m)
 		default:
-			if m.GetType() == pb.MsgSnap {
-				// Who the snapshot's members are (doc.go, "Membership
-				// changes"): raft's ConfState holds only their ids.
-				m.Context, _ = json.Marshal(c.book)
-			}
-			sends = append(sends, m)
+			sends = append(sends, c.outgoing(m))
 		}
 	}
 	if len(sends) > 0 {
@@ -537,11 +532,21 @@ func (c *Core) handle(rd raft.Ready) {
 	}
 }
 
+// outgoing readies m, raft's, for a peer: a snapshot carries who its
+// members are (doc.go, "Membership changes"), since raft's ConfState
+// holds only their ids.
+func (c *Core) outgoing(m *pb.Message) *pb.Message {
+	if m.GetType() == pb.MsgSnap {
+		m.Context, _ = json.Marshal(c.book)
+	}
+	return m
+}
+
 // handleStopped takes the Ready in which this member stopped leading:
 // nothing more is applied, but raft's messages to peers still go, before
 // the rebuild (among them a removed leader's handover, handOver), and so
 // does its write, with the responses to peers it holds until the write
-// is durable: the rebuild waits for that (ActRebuild's Messages). A
+// is durable: the rebuild sends them then (ActRebuild's Messages). A
 // leader steps down on a campaign's vote request, as a transfer it asked
 // for begins, and grants its vote in this Ready; dropped, the receiver
 // could not win without it, and the group would wait out an election
@@ -559,7 +564,7 @@ func (c *Core) handleStopped(rd raft.Ready) {
 				}
 			}
 		case !raft.IsLocalMsgTarget(m.GetTo()):
-			sends = append(sends, m)
+			sends = append(sends, c.outgoing(m))
 		}
 	}
 	if len(sends) > 0 {

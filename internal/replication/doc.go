@@ -64,10 +64,10 @@
 // the member's own log, applying only entries known committed, the rest
 // following as the new leader commits them. It does so in place, in the
 // running process (Node.rebuild): the node publishes that it no longer
-// serves, sends the answers its last write held once that write is
-// durable (the vote it granted as it stepped down, which a campaign
-// needs: a transfer's receiver, with a voter down, wins only with it),
-// has whatever serves the store close its clients
+// serves, has the answers its last write held sent once that write is
+// durable, whatever it is doing then (the vote it granted as it stepped
+// down, which a campaign needs: a transfer's receiver, with a voter
+// down, wins only with it), has whatever serves the store close its clients
 // (NodeConfig.CloseClients), drops what its journal gathered and the
 // replies waiting on it, waits until its log has made durable what it
 // was given, and makes a new core on the log, whose first actions empty

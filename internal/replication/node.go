@@ -851,10 +851,10 @@ func (n *Node) do(a Action) bool {
 // (doc.go, "Losing leadership"), the node, its transport and whatever
 // else the process serves staying up:
 //  1. the node stops serving (published at once: the proxy sends new
-//     connections elsewhere, the admin API's waits answer 503), and once
+//     connections elsewhere, the admin API's waits answer 503); once
 //     the log has made its last write durable, the answers that write
 //     held go to their peers (afterDurable: the vote it granted as it
-//     stepped down);
+//     stepped down), whatever the steps below are doing then;
 //  2. CloseClients closes every client of the store: their reservations
 //     go back to ready, their held replies are never sent;
 //  3. the journal drops what it gathered and the replies waiting on it;
@@ -874,12 +874,11 @@ func (n *Node) rebuild(term uint64, afterDurable []*pb.Message) bool {
 		Msg("lost the leadership it served: its store may hold changes that never commit; rebuilding it from the log")
 	n.publish(false)
 	if len(afterDurable) > 0 {
-		// Before the clients close, which may take a while: the vote is
-		// awaited by a campaign that lasts an election timeout.
-		if !n.logDurable() {
-			return true
-		}
-		n.host.transport.send(n.group, afterDurable)
+		// As soon as the log holds the write they answer: the vote is
+		// awaited by a campaign that lasts an election timeout, and the
+		// clients need not wait for the disk to close (nor stay open
+		// while it is stuck).
+		n.log.OnDurable(func() { n.host.transport.send(n.group, afterDurable) })
 	}
 	if n.cfg.CloseClients != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), rebuildGrace)

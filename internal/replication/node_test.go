@@ -608,3 +608,42 @@ func TestNodeCountsStalls(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeStepDownVoteAwaitsLog: a leader that steps down for a
+// transfer's campaign closes its clients at once, and sends the vote it
+// granted only once its log has made it durable. With the third member
+// down, the receiver needs that vote: while the leader's disk holds its
+// writes back, the clients are closed and the receiver does not serve;
+// once the disk lets them go, it does.
+func TestNodeStepDownVoteAwaitsLog(t *testing.T) {
+	c := newNetCluster(t, 3, 100, nil)
+	l := c.awaitServing(10 * time.Second)
+	cl := newNetClient(l, "work")
+	_, pos := cl.put("kept")
+	awaitAck(t, l.Journal(), pos, 5*time.Second)
+	others := c.others(l)
+	to, down := others[0], others[1]
+	testproc.WaitFor(t, 5*time.Second, to.self.Name+" holding the put", func() bool {
+		return to.Status().Applied >= l.Status().Commit
+	})
+	c.kill(down.self.Name)
+
+	c.logs[l.self.Name].hold()
+	if err := l.TransferLeadership(to.self.Name); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-c.rebuild:
+		if got != l.self.Name {
+			t.Fatalf("%s closed its clients, not the leader %s", got, l.self.Name)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the leader did not close its clients while its log held its writes back: %+v", l.Status())
+	}
+	time.Sleep(10 * testTick) // the receiver's campaign, had it the vote
+	if to.Status().Serving {
+		t.Fatalf("%s serves: it had the vote before the leader's log held it", to.self.Name)
+	}
+	c.logs[l.self.Name].release()
+	c.awaitServing(10*time.Second, to)
+}
