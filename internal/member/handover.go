@@ -101,7 +101,7 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 		if errors.Is(err, replication.ErrNotServing) {
 			return err
 		}
-		logged = true
+		logged = !errors.Is(err, replication.ErrNotAppended)
 		if err != nil {
 			// Not logged in time, it may be yet, or be passed by (the
 			// next leader takes it only as the last entry before its
@@ -168,7 +168,11 @@ func (m *Member) keepLeadership(n *replication.Node, g uint16, logged bool, why 
 		return why
 	}
 	// Bounded, the group's commands held meanwhile: a leader that cannot
-	// commit steps down within an election timeout anyway.
+	// commit steps down within an election timeout anyway. A void the
+	// log refuses at once (full) is not tried again: it would be
+	// refused as fast for the whole bound.
+	retry := time.NewTicker(n.ElectionTimeout() / 10)
+	defer retry.Stop()
 	for stuck := time.Now().Add(2 * n.ElectionTimeout()); ; {
 		if info, _ := n.Leader(); !info.Serving {
 			return why
@@ -179,8 +183,18 @@ func (m *Member) keepLeadership(n *replication.Node, g uint16, logged bool, why 
 		if err == nil {
 			return why
 		}
-		if time.Now().After(stuck) {
+		select {
+		case <-n.Done():
+			return why // stopped: nothing serves here again
+		default:
+		}
+		if errors.Is(err, replication.ErrNotAppended) || time.Now().After(stuck) {
 			m.log.Error().Err(err).Int("group", int(g)).Msg("a leadership that stayed cannot void its handover; it serves again")
+			return why
+		}
+		select {
+		case <-retry.C:
+		case <-n.Done():
 			return why
 		}
 	}

@@ -3,6 +3,7 @@ package replication
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/sproutmq/sprout/store/wal"
@@ -64,6 +65,10 @@ func (h handedOver) takenBy(term, first uint64) []byte {
 // body), before it takes any command: fn gives them to their sessions.
 func (n *Node) OnServe(fn func(handed []byte)) { n.onServe.Store(&fn) }
 
+// ErrNotAppended: the record was refused at once (the log is full, or
+// the member stopped); nothing was logged, so there is nothing to void.
+var ErrNotAppended = errors.New("replication: the handover's record was not logged")
+
 // ProposeHandOver logs that this member, the group's serving leader,
 // hands its leadership over with the reservations body names, and
 // returns once the record is committed and applied here. Nothing else
@@ -92,7 +97,7 @@ func (n *Node) proposeHandOver(ctx context.Context, what uint8, body []byte) err
 	r := wal.Record{Kind: wal.KindMeta, State: what, Tube: "#", Deadline: int64(info.Term), Body: body}
 	pos, _, err := n.journal.Append(&r, wal.Loc{})
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrNotAppended, err)
 	}
 	n.signal()
 	acked := make(chan struct{})

@@ -1,7 +1,10 @@
 package replication
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/sproutmq/sprout/store/wal"
 )
@@ -108,5 +111,28 @@ func TestStepDownSendsVote(t *testing.T) {
 	if got := c.members[3]; !got.serving() {
 		t.Fatalf("member 3 does not serve after the transfer with member 2 cut off (leaders %v, member 1 rebuilt %v)",
 			c.leaders(), l.rebuilds)
+	}
+}
+
+// TestHandOverNotAppended: a handover's record, or its void, that the
+// journal refuses at once (the disk full) says so (ErrNotAppended), so
+// that a leader does not wait to void what was never logged, nor try a
+// void again that is refused as fast; once the disk has room, it is
+// logged.
+func TestHandOverNotAppended(t *testing.T) {
+	c := newNetCluster(t, 3, 100, nil)
+	l := c.awaitServing(10 * time.Second)
+	c.logs[l.self.Name].noSpace.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := l.ProposeHandOver(ctx, []byte(`[]`)); !errors.Is(err, ErrNotAppended) || !errors.Is(err, wal.ErrNoSpace) {
+		t.Errorf("ProposeHandOver on a full disk: %v, want ErrNotAppended of wal.ErrNoSpace", err)
+	}
+	if err := l.ProposeHandOverAborted(ctx); !errors.Is(err, ErrNotAppended) {
+		t.Errorf("ProposeHandOverAborted on a full disk: %v, want ErrNotAppended", err)
+	}
+	c.logs[l.self.Name].noSpace.Store(false)
+	if err := l.ProposeHandOverAborted(ctx); err != nil {
+		t.Errorf("ProposeHandOverAborted once the disk has room: %v", err)
 	}
 }

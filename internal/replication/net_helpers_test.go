@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,13 +32,18 @@ import (
 const testTick = 50 * time.Millisecond
 
 // gatedLog is a MemoryLog whose writes become durable only while the
-// test does not hold it.
+// test does not hold it, and which reports its disk full (fullLog) while
+// the test says so.
 type gatedLog struct {
 	*MemoryLog
 	mu      sync.Mutex
 	held    bool     // guarded by mu
 	waiting []func() // guarded by mu: OnDurable callbacks held back
+	noSpace atomic.Bool
 }
+
+// Full implements fullLog.
+func (g *gatedLog) Full() bool { return g.noSpace.Load() }
 
 func (g *gatedLog) OnDurable(fn func()) {
 	g.mu.Lock()
