@@ -215,6 +215,20 @@ func mayLead(b replication.Book, id uint64) bool {
 	return !slices.Contains(b.Cordoned, id) && !slices.Contains(b.Draining, id)
 }
 
+// shutdownReceiver is the candidate a graceful shutdown hands a group
+// to: the least by rank (whether it is barred from leading, whether it
+// came back just now, the groups it leads), then by name; "" if none.
+func shutdownReceiver(candidates []string, rank func(name string) [3]int) string {
+	to, best := "", [3]int{}
+	for _, name := range candidates {
+		r := rank(name)
+		if to == "" || cmp.Or(slices.Compare(r[:], best[:]), cmp.Compare(name, to)) < 0 {
+			to, best = name, r
+		}
+	}
+	return to
+}
+
 // takeHanded gives the reservations group g's last leader handed over
 // with its leadership (HandOver's body) to their sessions' owner clients
 // on n's store, as this member begins to serve the group
@@ -237,10 +251,12 @@ func (m *Member) takeHanded(g uint16, n *replication.Node, handed []byte) {
 // milliseconds) instead of an election timeout, and the jobs their
 // sessions hold go with it (handOver). Each group goes to the voter heard
 // from lately that leads fewest groups, one that may lead (mayLead)
-// first; a group that cannot go, or whose tube move this member drives,
-// is left to an election, as before. The
-// node stops right after: the balancers elsewhere leave a new leadership
-// where it went for leaderSettle, so none comes back meanwhile.
+// first, then one that has not just come back (comebacks: in a rolling
+// restart, the member restarted last would otherwise take every group
+// while it catches up); a group that cannot go, or whose tube move this
+// member drives, is left to an election, as before. The node stops right
+// after: the balancers elsewhere leave a new leadership where it went
+// for leaderSettle, so none comes back meanwhile.
 func (m *Member) handOverLeaderships(ctx context.Context) {
 	sh, self := m.shards, m.node.Name()
 	if m.sessions == nil || !m.node.Host().Finalized() {
@@ -273,16 +289,16 @@ func (m *Member) handOverLeaderships(ctx context.Context) {
 			continue
 		}
 		voters, _, _ := n.Replicas()
-		to := ""
+		var candidates []string
 		for _, id := range voters {
-			name := names[id]
-			if name == "" || name == self || !m.heardLately(name) {
-				continue
-			}
-			if to == "" || cmp.Or(cmp.Compare(barred[name], barred[to]), cmp.Compare(leads[name], leads[to]), cmp.Compare(name, to)) < 0 {
-				to = name
+			if name := names[id]; name != "" && name != self && m.heardLately(name) {
+				candidates = append(candidates, name)
 			}
 		}
+		now := time.Now()
+		to := shutdownReceiver(candidates, func(name string) [3]int {
+			return [3]int{barred[name], m.unsettled(name, now), leads[name]}
+		})
 		if to == "" {
 			m.log.Warn().Int("group", g).Msg("shutting down: no voter to hand the group's leadership to; it goes to an election")
 			continue

@@ -179,6 +179,9 @@ type Member struct {
 	// orders the starts of grown groups' replicas here (growth.go).
 	growing growing
 	growMu  sync.Mutex
+	// comebacks are the members that came back lately (balanceLeaders
+	// looks), given no leadership for receiverSettle.
+	comebacks comebacks
 	// handingOver lets one leadership handover run at a time here
 	// (handover.go): each stops and starts its group's commands.
 	handingOver sync.Mutex

@@ -408,14 +408,18 @@ const (
 )
 
 // comebacks are the members that came back lately, as the balancer sees
-// them: connected once, then not, then connected again.
+// them: connected once, then not, then connected again. The balancer
+// looks; a graceful shutdown's handover asks too (Member.unsettled).
 type comebacks struct {
-	up   map[string]bool      // connected at the last look; absent: never connected
-	back map[string]time.Time // when each came back
+	mu   sync.Mutex
+	up   map[string]bool      // guarded by mu: connected at the last look; absent: never connected
+	back map[string]time.Time // guarded by mu: when each came back
 }
 
 // look notes whom the member is connected to now.
 func (c *comebacks) look(reachable map[string]bool, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.up == nil {
 		c.up, c.back = map[string]bool{}, map[string]time.Time{}
 	}
@@ -434,8 +438,19 @@ func (c *comebacks) look(reachable map[string]bool, now time.Time) {
 // settled reports whether member name may be handed a leadership: it did
 // not come back within receiverSettle of now.
 func (c *comebacks) settled(name string, now time.Time) bool {
+	c.mu.Lock()
 	at, ok := c.back[name]
+	c.mu.Unlock()
 	return !ok || now.Sub(at) >= receiverSettle
+}
+
+// unsettled is 1 if member name came back within receiverSettle of now,
+// else 0: a handover's receiver is one settled, where there is one.
+func (m *Member) unsettled(name string, now time.Time) int {
+	if m.comebacks.settled(name, now) {
+		return 0
+	}
+	return 1
 }
 
 // balanceLeaders moves this member's surplus leaderships to members that
@@ -446,7 +461,6 @@ func (m *Member) balanceLeaders() {
 	defer t.Stop()
 	leaders := make(map[uint16]string)
 	changed := make(map[uint16]time.Time) // when each group's leader was last seen to change
-	var returned comebacks
 	for {
 		select {
 		case <-m.node.Done():
@@ -471,9 +485,9 @@ func (m *Member) balanceLeaders() {
 		for _, mb := range m.node.Status().Members {
 			reachable[mb.Name] = mb.Connected
 		}
-		returned.look(reachable, now)
+		m.comebacks.look(reachable, now)
 		for name, conn := range reachable {
-			ready[name] = conn && returned.settled(name, now)
+			ready[name] = conn && m.comebacks.settled(name, now)
 		}
 		caughtUp := receivers(m.node.Name(), leaders, ready, m.heardLately)
 		cur := m.currentPlacement(reported, names)

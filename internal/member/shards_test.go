@@ -940,3 +940,37 @@ func TestComebacks(t *testing.T) {
 		t.Errorf("m2 is not settled receiverSettle after it came back")
 	}
 }
+
+// TestShutdownReceiver: a graceful shutdown hands a group to a member that
+// may lead before one cordoned or draining, then to one that has not
+// just come back (in a rolling restart, the member restarted last would
+// take every group while it catches up), then to the one leading fewest;
+// to a comeback only when it is the one heard from.
+func TestShutdownReceiver(t *testing.T) {
+	start, now := time.Now(), time.Now().Add(2*time.Second)
+	m := &Member{} // its comebacks as balanceLeaders keeps them: m1 went, and came back now
+	m.comebacks.look(map[string]bool{"m1": true, "m2": true, "m3": true}, start)
+	m.comebacks.look(map[string]bool{"m1": false, "m2": true, "m3": true}, start.Add(time.Second))
+	m.comebacks.look(map[string]bool{"m1": true, "m2": true, "m3": true}, now)
+	for _, tc := range []struct {
+		candidates    []string
+		barred, leads map[string]int
+		want, comment string
+	}{
+		{[]string{"m1", "m2", "m3"}, nil, nil, "m2", "m1 came back just now"},
+		{[]string{"m1", "m2", "m3"}, nil, map[string]int{"m2": 1}, "m3", "m2 leads more"},
+		{[]string{"m1", "m2", "m3"}, map[string]int{"m2": 1, "m3": 1}, nil, "m1", "the others are barred"},
+		{[]string{"m1"}, nil, nil, "m1", "the only one heard from"},
+		{nil, nil, nil, "", "none heard from"},
+	} {
+		got := shutdownReceiver(tc.candidates, func(name string) [3]int {
+			return [3]int{tc.barred[name], m.unsettled(name, now), tc.leads[name]}
+		})
+		if got != tc.want {
+			t.Errorf("%v (%s): %q, want %q", tc.candidates, tc.comment, got, tc.want)
+		}
+	}
+	if m.unsettled("m1", now.Add(receiverSettle)) != 0 {
+		t.Errorf("m1 is unsettled receiverSettle after it came back")
+	}
+}
