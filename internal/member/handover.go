@@ -183,11 +183,6 @@ func (m *Member) keepLeadership(n *replication.Node, g uint16, logged bool, why 
 		if err == nil {
 			return why
 		}
-		select {
-		case <-n.Done():
-			return why // stopped: nothing serves here again
-		default:
-		}
 		if errors.Is(err, replication.ErrNotAppended) || time.Now().After(stuck) {
 			m.log.Error().Err(err).Int("group", int(g)).Msg("a leadership that stayed cannot void its handover; it serves again")
 			return why
@@ -195,7 +190,7 @@ func (m *Member) keepLeadership(n *replication.Node, g uint16, logged bool, why 
 		select {
 		case <-retry.C:
 		case <-n.Done():
-			return why
+			return why // stopped: nothing serves here again
 		}
 	}
 }

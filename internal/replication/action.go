@@ -111,7 +111,8 @@ const (
 	// changes that never commit. Close every client, drop the store and
 	// start again from the log (Node.rebuild: in place, with a new core).
 	// Messages are sent once the log has made the writes before it
-	// durable, before the clients close. This core takes no more events.
+	// durable, whether or not the clients have closed by then. This core
+	// takes no more events.
 	// It is the last action handed out.
 	ActRebuild
 )

@@ -65,8 +65,8 @@ func (h handedOver) takenBy(term, first uint64) []byte {
 // body), before it takes any command: fn gives them to their sessions.
 func (n *Node) OnServe(fn func(handed []byte)) { n.onServe.Store(&fn) }
 
-// ErrNotAppended: the record was refused at once (the log is full, or
-// the member stopped); nothing was logged, so there is nothing to void.
+// ErrNotAppended: the record was refused at once (the log is full:
+// wal.ErrNoSpace); nothing was logged, so there is nothing to void.
 var ErrNotAppended = errors.New("replication: the handover's record was not logged")
 
 // ProposeHandOver logs that this member, the group's serving leader,
