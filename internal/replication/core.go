@@ -790,11 +790,18 @@ const (
 // applyControl applies the control records among recs, of the entry at
 // index, to the book: one that raises the cluster version, that marks a
 // member draining or cordoned or no longer, or that records a tube's move (KindMeta,
-// tubes.go) adds its ActControl to acts.
+// tubes.go) adds its ActControl to acts. An entry the book holds already
+// (restored from a checkpoint or snapshot at or past it) is skipped
+// whole; within an entry every record applies, though the first sets
+// the book's index to the entry's (the journal batches records, so a
+// tube's placement may share an entry with finalization).
 func (c *Core) applyControl(acts []Action, recs []wal.Record, index uint64) []Action {
+	if index <= c.book.Index {
+		return acts
+	}
 	for i := range recs {
 		r := &recs[i]
-		if r.Kind != wal.KindControl && r.Kind != wal.KindMeta || index <= c.book.Index {
+		if r.Kind != wal.KindControl && r.Kind != wal.KindMeta {
 			continue
 		}
 		if r.Kind == wal.KindMeta && (r.State == HandOver || r.State == HandOverAborted) {

@@ -200,3 +200,25 @@ func TestOnTubesOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyControlSharedEntry: the journal batches records, so one entry
+// may hold several control records (finalization and a tube's placement,
+// proposed at once); every one of them applies, though the first sets the
+// book's index to the entry's. An entry the book already holds (restored
+// at or past it) is skipped whole.
+func TestApplyControlSharedEntry(t *testing.T) {
+	var c Core
+	recs := []wal.Record{
+		{Kind: wal.KindControl, State: controlVersion, Pri: clusterVersion},
+		{Kind: wal.KindMeta, State: TubePlace, Tube: "a", Deadline: 1, Pri: 2},
+		{Kind: wal.KindControl, State: controlCordon, Deadline: 7, Pri: 1},
+	}
+	acts := c.applyControl(nil, recs, 8)
+	if b := c.book; len(acts) != 3 || b.Index != 8 || b.Version != clusterVersion || b.Tubes.Placed["a"] != 2 || !slices.Contains(b.Cordoned, 7) {
+		t.Fatalf("%d actions, book %+v; want the version raised, tube a placed in group 2 and member 7 cordoned, at index 8", len(acts), b)
+	}
+	again := []wal.Record{{Kind: wal.KindControl, State: controlDrain, Deadline: 9, Pri: 1}}
+	if acts := c.applyControl(nil, again, 8); len(acts) != 0 || len(c.book.Draining) != 0 {
+		t.Fatalf("an entry the book holds applied again: %d actions, draining %v", len(acts), c.book.Draining)
+	}
+}
