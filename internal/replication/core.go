@@ -27,7 +27,8 @@ const (
 	DefaultElectionTick  = 10
 	DefaultHeartbeatTick = 1
 	// DefaultMaxBatch is the batch size past which the leader proposes
-	// without waiting for its last proposal's write.
+	// without waiting for its last proposal's write, and the largest
+	// entry it proposes (but for one record larger).
 	DefaultMaxBatch = 1 << 20
 	// maxMsgSize bounds the entries of one append message (raft sends at
 	// least one entry whatever its size).
@@ -139,6 +140,9 @@ type Core struct {
 	// Readies of a MiB each).
 	applyBuf  []wal.Record
 	applyLocs []wal.Loc
+	// applyBytes are the bytes of the entries applyBuf's records came in
+	// (readyBytes).
+	applyBytes int
 	// locateBuf and locateLocs hold ActLocate's, reused the same way: a
 	// leader locates every full record it proposed.
 	locateBuf  []wal.Record
@@ -216,6 +220,12 @@ func NewCore(cfg Config) (*Core, error) {
 // otherwise gather it all in one buffer, grown and copied as it goes
 // (with a million jobs, most of a rebuild's time). A variable for tests.
 var readyRecords = maxKeptRecords / 2
+
+// readyBytes bounds, likewise, the bytes of the entries whose records one
+// Ready hands out to apply: the shell takes what peers sent between parts
+// (Node.process), and a part of 32k large jobs would keep it from them
+// for longer than a leader waits for its quorum. A variable for tests.
+var readyBytes = maxMsgSize
 
 // Events.
 
@@ -471,7 +481,7 @@ func (c *Core) Ready() []Action {
 	if cap(c.applyBuf) > maxKeptRecords {
 		c.applyBuf, c.applyLocs = nil, nil
 	}
-	c.applyBuf, c.applyLocs = c.applyBuf[:0], c.applyLocs[:0]
+	c.applyBuf, c.applyLocs, c.applyBytes = c.applyBuf[:0], c.applyLocs[:0], 0
 	if cap(c.locateBuf) > maxKeptRecords {
 		c.locateBuf, c.locateLocs = nil, nil
 	}
@@ -483,7 +493,7 @@ func (c *Core) Ready() []Action {
 		}
 		if c.rn.HasReady() {
 			c.handle(c.rn.Ready())
-			if len(c.applyBuf) >= readyRecords {
+			if len(c.applyBuf) >= readyRecords || c.applyBytes >= readyBytes {
 				break // the shell comes back for the rest (Node.process)
 			}
 			continue
@@ -690,6 +700,7 @@ func (c *Core) apply(m *pb.Message) {
 				confs = c.applyControl(confs, recs, e.GetIndex())
 			}
 		case !own && len(e.GetData()) > 0:
+			c.applyBytes += len(e.GetData())
 			n := len(records)
 			var err error
 			if records, err = wal.DecodeFrames(records, e.GetData()); err != nil {
@@ -888,10 +899,10 @@ func decodeChange(e *pb.Entry) (pb.ConfChangeI, Member, error) {
 	return cc, who, nil
 }
 
-// propose hands the journal's batch to raft as one entry, if this member
-// serves and either its last writes are durable (so batches grow while
-// the disk is busy, as a group commit does) or the batch is large. It
-// reports whether it proposed.
+// propose hands the journal's batch, at most maxBatch of it, to raft as
+// one entry, if this member serves and either its last writes are
+// durable (so batches grow while the disk is busy, as a group commit
+// does) or the batch is large. It reports whether it proposed.
 func (c *Core) propose() bool {
 	if !c.serving || c.journal == nil {
 		return false
@@ -900,7 +911,7 @@ func (c *Core) propose() bool {
 	if n == 0 || len(c.writes) > 0 && n < c.maxBatch {
 		return false
 	}
-	data, end, records := c.journal.take()
+	data, end, records := c.journal.take(c.maxBatch)
 	// A leader's raft copies what it appends (raft.appendEntry); one that
 	// is no longer leader may keep data in a message to forward.
 	copied := c.rn.BasicStatus().RaftState == raft.StateLeader

@@ -637,8 +637,6 @@ func TestDeadlineSurvivesFailover(t *testing.T) {
 	}
 }
 
-// TestRestart: members that all stop at once and start again from their
-// disks rebuild their stores from the committed log.
 // TestReplayInParts: a member that replays a long log (at start, or a
 // rebuild) is handed its committed records a part at a time, raft's
 // Readies gathered up to readyRecords, not the whole log in one buffer.
@@ -671,6 +669,8 @@ func TestReplayInParts(t *testing.T) {
 	}
 }
 
+// TestRestart: members that all stop at once and start again from their
+// disks rebuild their stores from the committed log.
 func TestRestart(t *testing.T) {
 	c := newCluster(t, 3, 8)
 	l := c.elect(1)

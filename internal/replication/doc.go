@@ -50,9 +50,12 @@
 //   - The leader proposes the batch gathered so far when its own earlier
 //     writes are durable, or at once when the batch passes a size
 //     (Config.MaxBatch): while its disk is busy the batch grows, as a
-//     group commit does. Each proposal's end position is remembered in
-//     order; as the leader's own entries come out committed and durable
-//     here, their ends are published, in the order proposed.
+//     group commit does. No entry is larger than that size (unless one
+//     record is): a larger batch goes as several entries, so that a
+//     follower's round of applying stays short. Each proposal's end
+//     position is remembered in order; as the leader's own entries come
+//     out committed and durable here, their ends are published, in the
+//     order proposed.
 //
 // # Losing leadership
 //

@@ -104,16 +104,65 @@ func (j *Journal) Append(r *wal.Record, _ wal.Loc) (uint64, wal.Loc, error) {
 
 // take hands the batch over to be proposed, with its end position and
 // its count of records; nil when nothing was appended since the last
-// take.
-func (j *Journal) take() (batch []byte, end uint64, records int) {
+// take. A batch larger than limit (when limit > 0) is handed over in
+// parts of whole records, each at most limit unless one record is larger:
+// the rest stays for the next take, led by a KindClock record of its own.
+// A batch grows past the limit while the node's goroutine is starved (a
+// tube's import appends thousands of jobs meanwhile), and one entry of
+// many megabytes is applied by each follower in one round, in which it
+// answers no peer: long enough, under load, for the leader to lose its
+// quorum.
+func (j *Journal) take(limit int) (batch []byte, end uint64, records int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	b, n := j.batch, j.batched
+	if limit > 0 && len(b) > limit {
+		if cut, count := frameCut(b, limit); cut < len(b) {
+			rest := make([]byte, 0, len(b)-cut+clockFrameSize)
+			if j.clock != nil {
+				if now, ok := j.clock(); ok {
+					rest = wal.AppendFrame(rest, &wal.Record{Kind: wal.KindClock, Time: now})
+					n++
+				}
+			}
+			j.batch, j.batched = append(rest, b[cut:]...), n-count
+			j.room = min(limit+limit/4, maxBatchRoom)
+			// Positions count the records appended, not the clock
+			// added here: the part ends where the rest's records begin.
+			return b[:cut:cut], j.appended - uint64(len(b)-cut), count
+		}
+	}
 	j.batch, j.batched = nil, 0
 	if len(b) > 0 {
 		j.room = min(len(b)+len(b)/4, maxBatchRoom)
 	}
 	return b, j.appended, n
+}
+
+// clockFrameSize is a KindClock record's frame.
+var clockFrameSize = wal.FrameSize(&wal.Record{Kind: wal.KindClock})
+
+// frameCut is where to cut b, whole record frames, so the first part is
+// at most limit bytes (at least one record besides clocks), and the
+// frames before the cut. A frame that does not read (never one the
+// journal wrote) ends the scan: all of b.
+func frameCut(b []byte, limit int) (cut, frames int) {
+	records := 0
+	for cut < len(b) {
+		kind, _, size, err := wal.NextFrame(b[cut:])
+		if err != nil {
+			return len(b), 0
+		}
+		if records > 0 && cut+size > limit {
+			break
+		}
+		cut += size
+		frames++
+		if kind != wal.KindClock {
+			records++
+		}
+	}
+	return cut, frames
 }
 
 // recycle takes back a batch taken, once nothing refers to it any more

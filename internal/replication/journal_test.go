@@ -27,7 +27,7 @@ func TestJournal(t *testing.T) {
 	if notified != 1 {
 		t.Errorf("notified %d times for one batch", notified)
 	}
-	batch, end, records := j.take()
+	batch, end, records := j.take(0)
 	if end != p2 || uint64(len(batch)) != p2 || records != 2 {
 		t.Errorf("took %d bytes (%d records) ending at %d, want %d (2)", len(batch), records, end, p2)
 	}
@@ -59,10 +59,10 @@ func TestJournalRecycles(t *testing.T) {
 	for range 100 {
 		j.Append(&r, wal.Loc{})
 	}
-	first, _, _ := j.take()
+	first, _, _ := j.take(0)
 	j.recycle(first)
 	j.Append(&wal.Record{Kind: wal.KindDelete, ID: 1}, wal.Loc{})
-	next, _, records := j.take()
+	next, _, records := j.take(0)
 	if &next[:1][0] != &first[:1][0] {
 		t.Error("the next batch was not written into the one given back")
 	}
@@ -73,6 +73,58 @@ func TestJournalRecycles(t *testing.T) {
 	j.recycle(make([]byte, 0, 3*maxBatchRoom))
 	if j.Append(&r, wal.Loc{}); cap(j.batch) > 2*maxBatchRoom {
 		t.Errorf("a batch of %d bytes' room was kept", cap(j.batch))
+	}
+}
+
+// TestJournalTakesParts: a batch larger than the limit is handed over in
+// parts of whole records, each within the limit, the rest led by a clock
+// record of its own; the parts' ends are the positions of their last
+// records, and every record is handed over once, in order.
+func TestJournalTakesParts(t *testing.T) {
+	j := NewJournal(nil)
+	j.clock = func() (int64, bool) { return 42, true }
+	var ends []uint64
+	for id := range uint64(100) {
+		r := full(id+1, 1)
+		r.Body = make([]byte, 1000)
+		pos, _, _ := j.Append(&r, wal.Loc{})
+		ends = append(ends, pos)
+	}
+	const limit = 10 << 10
+	var ids []uint64
+	var last uint64
+	for parts := 0; ; parts++ {
+		b, end, records := j.take(limit)
+		if b == nil {
+			if parts < 10 {
+				t.Errorf("%d parts of at most %d bytes for 100 KB", parts, limit)
+			}
+			break
+		}
+		if len(b) > limit {
+			t.Errorf("part %d: %d bytes, over %d", parts, len(b), limit)
+		}
+		recs, err := wal.DecodeFrames(nil, b)
+		if err != nil || len(recs) != records || recs[0].Kind != wal.KindClock || recs[0].Time != 42 {
+			t.Fatalf("part %d: %d records (%v), said %d, first %+v", parts, len(recs), err, records, recs[0])
+		}
+		top := recs[len(recs)-1].ID
+		if end <= last || end != ends[top-1] {
+			t.Errorf("part %d ends at %d after %d; its last record, %d, ends at %d", parts, end, last, top, ends[top-1])
+		}
+		last = end
+		for _, r := range recs[1:] {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) != 100 || !slices.IsSorted(ids) || ids[0] != 1 || ids[99] != 100 {
+		t.Errorf("handed over %d records, %v", len(ids), ids)
+	}
+	big := full(200, 1)
+	big.Body = make([]byte, 3*limit)
+	j.Append(&big, wal.Loc{})
+	if b, _, records := j.take(limit); records != 2 || len(b) < 3*limit {
+		t.Errorf("a record over the limit: %d bytes, %d records; want it whole, after its clock", len(b), records)
 	}
 }
 

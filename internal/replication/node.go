@@ -451,7 +451,7 @@ func (cfg *NodeConfig) fillDefaults() {
 // host's connections to the peers and its ticker.
 func (n *Node) launch() {
 	n.follow()
-	n.process()
+	n.process(0)
 	n.publish(true)
 	n.lastTick = time.Now()
 	if n.group == group0 {
@@ -628,7 +628,7 @@ func (n *Node) run() {
 			n.stopRemoved(fmt.Sprintf("%s refused it as removed", *by))
 		}
 		began := time.Now()
-		stopped := n.lost != nil || n.process()
+		stopped := n.lost != nil || n.process(n.roundBudget())
 		n.noteSlowRound(began)
 		n.rebuilt()
 		n.publish(tick)
@@ -725,9 +725,15 @@ func (n *Node) step(m *pb.Message) error {
 	return err
 }
 
-// process carries out the core's actions, in order, until it has none;
-// it reports whether the member stopped (ActRebuild).
-func (n *Node) process() bool {
+// process carries out the core's actions, in order, until it has none,
+// or, given a budget, until a Ready's actions end past it: then the node
+// wakes itself for the rest (a long run of committed entries comes in
+// parts, readyRecords and readyBytes), and takes what its peers sent
+// meanwhile first, so that a follower applying a long run still answers
+// its leader's heartbeats. It reports whether the member stopped
+// (ActRebuild).
+func (n *Node) process(budget time.Duration) bool {
+	began := time.Now()
 	for {
 		n.readMail()
 		acts := n.core.Ready()
@@ -743,7 +749,17 @@ func (n *Node) process() bool {
 				return true
 			}
 		}
+		if budget > 0 && time.Since(began) > budget {
+			n.signal()
+			return false
+		}
 	}
+}
+
+// roundBudget is process's budget in the node's goroutine: a quarter of
+// an election timeout, well within the leader's wait for its quorum.
+func (n *Node) roundBudget() time.Duration {
+	return time.Duration(n.cfg.ElectionTick) * n.cfg.Tick / 4
 }
 
 // sendLast sends the messages among the actions left when the member

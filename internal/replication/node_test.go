@@ -14,7 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // TestNodeReplicates: three members over TCP elect a leader; a put on
@@ -646,4 +650,66 @@ func TestNodeStepDownVoteAwaitsLog(t *testing.T) {
 	}
 	c.logs[l.self.Name].release()
 	c.awaitServing(10*time.Second, to)
+}
+
+// slowApplier is a follower's store whose Apply takes perRecord a record
+// more: a member whose applying is slow (a loaded machine, large jobs).
+type slowApplier struct {
+	*store.Store
+	perRecord time.Duration
+}
+
+func (a *slowApplier) Apply(records []wal.Record, locs []wal.Loc) {
+	time.Sleep(time.Duration(len(records)) * a.perRecord)
+	a.Store.Apply(records, locs)
+}
+
+// TestNodeAnswersWhileCatchingUp: a replica that catches up on a long log
+// whose applying takes seconds applies it in parts, rounds of at most
+// about a quarter of an election timeout, and answers its peers between
+// them: no round of its is slow (over half an election timeout), so a
+// leader that needs it for its quorum would not lose it.
+func TestNodeAnswersWhileCatchingUp(t *testing.T) {
+	const electionTick = 40 // 2 s: rounds are slow past 1 s, and end past 500 ms
+	c := newNetCluster(t, 3, 100, nil)
+	logs := groupLogs(c, 1<<20)
+	cfg := func(name string) NodeConfig {
+		return NodeConfig{Peers: c.peers, Log: logs[name], ElectionTick: electionTick,
+			Logger: zerolog.New(c.output).Level(zerolog.InfoLevel).With().Timestamp().Logger()}
+	}
+	var nodes []*Node
+	for _, name := range []string{"m1", "m2"} {
+		n, err := c.nodes[name].Host().StartGroup(1, cfg(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		nodes = append(nodes, n)
+	}
+	l := c.awaitServing(20*time.Second, nodes...)
+	cl := newNetClient(l, "work")
+	body := strings.Repeat("b", 8<<10)
+	const jobs = 4000 // 32 MiB, two seconds to apply at half a millisecond a job
+	var pos uint64
+	for range jobs {
+		_, pos = cl.put(body)
+	}
+	awaitAck(t, l.Journal(), pos, 30*time.Second)
+	h := c.nodes["m3"].Host()
+	f, err := h.startGroup(1, cfg("m3"), func(n *Node) Applier {
+		return &slowApplier{Store: store.New(store.Options{Journal: n.journal, Acks: n.journal, IDPrefix: 1, Dedup: true}),
+			perRecord: 500 * time.Microsecond}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	commit := l.Status().Commit
+	testproc.WaitFor(t, 30*time.Second, "m3 caught up", func() bool { return f.Status().Applied >= commit })
+	if st := f.Stats(); st.SlowRounds != 0 {
+		t.Errorf("m3 had %d slow rounds catching up on %d jobs", st.SlowRounds, jobs)
+	}
+	if !l.Stats().Serving {
+		t.Error("the leader lost its leadership meanwhile")
+	}
 }
