@@ -115,8 +115,10 @@
 //     above the last round's fence, and below it every id the clients
 //     know of (acknowledged, reserved, sent a delete) or the last round
 //     found (ids never issued are most: a new leader goes on above a
-//     logged watermark, up to 4096 ids on); then the clients' holdings
-//     are checked for double holding.
+//     logged watermark, up to 4096 ids on); the jobs found but a group's
+//     newest 2,000 are deleted, so that the stores do not grow round
+//     after round (the consumers delete less than is put); then the
+//     clients' holdings are checked for double holding.
 //
 // # The partition
 //

@@ -313,6 +313,14 @@ func (l *ledger) deleteAcked(id uint64) {
 	l.mu.Unlock()
 }
 
+// drained notes a delete of verify's acknowledged (round.drain): as
+// deleteAcked, not counted among the workload's deletes.
+func (l *ledger) drained(id uint64) {
+	l.mu.Lock()
+	l.deleted[id] = time.Now()
+	l.mu.Unlock()
+}
+
 // handingBack notes a job its consumer is about to release or bury:
 // reserving it again is no double delivery. It is noted before the
 // command is sent, because the leader hands the job out again at once,
