@@ -201,7 +201,7 @@ func runRounds(tt *testing.T, bin string, n int) {
 		c.awaitConverged(convergeWait)
 		converged := time.Since(quiet)
 		verifying := time.Now()
-		peeked := r.verify()
+		peeked, drained := r.verify()
 		verified := time.Since(verifying)
 		r.checkHoldings()
 		watch.forget(roundStarted.Add(-time.Minute))
@@ -234,10 +234,10 @@ func runRounds(tt *testing.T, bin string, n int) {
 		res.converge = append(res.converge, converged)
 		t.Logf("round %d, %s (%s, leading %d; leaders were %s): %d puts, %d deletes acknowledged; lost %d, resurrected %d, mismatched %d, "+
 			"double deliveries %d, reservations lost %d; holdings overlapping %d excused, %d not; order: %d checked, %d broken, %d across groups; "+
-			"failover [%s], clients' gap %s, converged %v, %d ids peeked in %v; %d connection errors",
+			"failover [%s], clients' gap %s, converged %v, %d ids peeked and %d old jobs deleted in %v; %d connection errors",
 			done, f.name, out.victim, out.led, lay.describe(), cnt.puts, cnt.deletes, cnt.lost, cnt.resurrected, cnt.mismatches, cnt.doubles,
 			cnt.reservationLost, cnt.overlapsExcused, cnt.overlapsBad, cnt.orderChecked, cnt.orderBad, cnt.crossInversions,
-			strings.Join(failovers, ", "), gap, converged.Round(time.Millisecond), peeked, verified.Round(time.Millisecond), w.errors.Load())
+			strings.Join(failovers, ", "), gap, converged.Round(time.Millisecond), peeked, drained, verified.Round(time.Millisecond), w.errors.Load())
 		if out.handedOver && cnt.reservationLost > 0 {
 			t.Errorf("round %d (%s): %d reservations lost on a live connection, though %s handed every group it led over: %s",
 				done, f.name, cnt.reservationLost, out.victim, strings.Join(cnt.reservationsLost, "; "))
@@ -895,13 +895,13 @@ func (c *cluster) admin(m *member, method, path, body string, out any) (int, err
 // verifyBatch is how many peeks go in one pipeline.
 const verifyBatch = 1000
 
-// verify checks the queue against the ledger, through group 0's leader, and
-// returns how many ids it peeked: in
-// each group, a fence put into the group's tube bounds the group's ids
-// (its prefix's, meta.JobID), and every id of the group below it is
-// peeked. Found: its body must be one put, and not a deleted job's. Not
-// found: it must not be an acknowledged put no delete was sent for.
-func (r *round) verify() int {
+// verify checks the queue against the ledger, through group 0's leader,
+// and returns how many ids it peeked and how many old jobs it deleted
+// (drain): in each group, a fence put into the group's tube bounds the
+// group's ids (its prefix's, meta.JobID), and every id of the group below
+// it is peeked. Found: its body must be one put, and not a deleted job's.
+// Not found: it must not be an acknowledged put no delete was sent for.
+func (r *round) verify() (peeked, drained int) {
 	r.t.Helper()
 	l := r.c.awaitLeaders(leaderWait).leaders[0]
 	conn, err := testproc.Dialer{Timeout: time.Second, Local: probeIP, ReplyTimeout: 30 * time.Second}.Dial(l.clientAddr())
@@ -909,11 +909,11 @@ func (r *round) verify() int {
 		r.t.Fatal(err)
 	}
 	defer conn.Close()
-	peeked := 0
 	for g, tube := range r.c.tubes {
-		peeked += r.verifyGroup(conn, uint8(g), tube)
+		p, d := r.verifyGroup(conn, uint8(g), tube)
+		peeked, drained = peeked+p, drained+d
 	}
-	return peeked
+	return peeked, drained
 }
 
 // verifyGroup is verify of group g, whose tube is tube. The first time,
@@ -924,7 +924,7 @@ func (r *round) verify() int {
 // most are not issued at all (a new leader goes on above the logged
 // watermark, up to 4096 ids on, store.NextID), so walking them each round
 // would cost more with every failover, and find nothing.
-func (r *round) verifyGroup(conn *testproc.Conn, g uint8, tube string) int {
+func (r *round) verifyGroup(conn *testproc.Conn, g uint8, tube string) (peeked, drained int) {
 	r.t.Helper()
 	token := "fence-" + strconv.FormatUint(r.seq.Add(1), 10)
 	body := []byte("chaos:" + token + ":")
@@ -982,13 +982,13 @@ func (r *round) verifyGroup(conn *testproc.Conn, g uint8, tube string) int {
 		slices.Sort(lost)
 		r.t.Errorf("acknowledged puts of group %d lost: %v", g, lost[:min(len(lost), 20)])
 	}
-	r.drain(conn, found)
+	drained = r.drain(conn, found)
 	r.l.deleting(fence)
 	if err := conn.ExpectLine(fmt.Sprint("delete ", fence), "DELETED"); err != nil {
 		r.t.Fatal(err)
 	}
 	r.l.deleteAcked(fence)
-	return len(ids)
+	return len(ids), drained
 }
 
 // keepJobs is how many of the jobs it found in a group verify leaves
@@ -1003,7 +1003,7 @@ const keepJobs = 2000
 // drain deletes the jobs of found, a group's, but the newest keepJobs,
 // through conn: each a delete acknowledged (its job must never be seen
 // again), or refused because a session still holds it.
-func (r *round) drain(conn *testproc.Conn, found map[uint64]bool) {
+func (r *round) drain(conn *testproc.Conn, found map[uint64]bool) (drained int) {
 	r.t.Helper()
 	ids := slices.Sorted(maps.Keys(found))
 	ids = ids[:max(0, len(ids)-keepJobs)]
@@ -1022,6 +1022,7 @@ func (r *round) drain(conn *testproc.Conn, found map[uint64]bool) {
 			switch rep.Kind {
 			case testproc.ReplyDeleted:
 				r.l.drained(batch[i])
+				drained++
 			case testproc.ReplyNotFound:
 				// Reserved still, by a session whose close its member
 				// has not seen yet.
@@ -1030,6 +1031,7 @@ func (r *round) drain(conn *testproc.Conn, found map[uint64]bool) {
 			}
 		}
 	}
+	return drained
 }
 
 // summary is the table make chaos prints.
