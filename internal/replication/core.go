@@ -143,6 +143,9 @@ type Core struct {
 	// applyBytes are the bytes of the entries applyBuf's records came in
 	// (readyBytes).
 	applyBytes int
+	// readyProposed are the bytes proposed in this Ready: a batch of many
+	// parts (Journal.take) is proposed over several (readyBytes).
+	readyProposed int
 	// locateBuf and locateLocs hold ActLocate's, reused the same way: a
 	// leader locates every full record it proposed.
 	locateBuf  []wal.Record
@@ -222,9 +225,10 @@ func NewCore(cfg Config) (*Core, error) {
 var readyRecords = maxKeptRecords / 2
 
 // readyBytes bounds, likewise, the bytes of the entries whose records one
-// Ready hands out to apply: the shell takes what peers sent between parts
-// (Node.process), and a part of 32k large jobs would keep it from them
-// for longer than a leader waits for its quorum. A variable for tests.
+// Ready hands out to apply, and of those it proposes: the shell takes
+// what peers sent between parts (Node.process), and a part of 32k large
+// jobs would keep it from them for longer than a leader waits for its
+// quorum. A variable for tests.
 var readyBytes = maxMsgSize
 
 // Events.
@@ -481,7 +485,7 @@ func (c *Core) Ready() []Action {
 	if cap(c.applyBuf) > maxKeptRecords {
 		c.applyBuf, c.applyLocs = nil, nil
 	}
-	c.applyBuf, c.applyLocs, c.applyBytes = c.applyBuf[:0], c.applyLocs[:0], 0
+	c.applyBuf, c.applyLocs, c.applyBytes, c.readyProposed = c.applyBuf[:0], c.applyLocs[:0], 0, 0
 	if cap(c.locateBuf) > maxKeptRecords {
 		c.locateBuf, c.locateLocs = nil, nil
 	}
@@ -503,8 +507,8 @@ func (c *Core) Ready() []Action {
 			_ = c.rn.Step(m)
 			continue
 		}
-		if !c.propose() {
-			break
+		if c.readyProposed >= readyBytes || !c.propose() {
+			break // a large batch's next parts go in the next Ready
 		}
 	}
 	out := c.out
@@ -921,6 +925,7 @@ func (c *Core) propose() bool {
 		return false
 	}
 	c.proposed = append(c.proposed, end)
+	c.readyProposed += len(data)
 	c.proposals++
 	c.proposedBytes += uint64(len(data))
 	if c.observer != nil {

@@ -47,8 +47,11 @@ type Journal struct {
 	// time (a third of its allocations on pipelined puts). Guarded by mu.
 	room int
 	// spare is a batch raft has copied, for the next (recycle).
-	spare    []byte  // guarded by mu
-	batched  int     // guarded by mu: the records in batch
+	spare   []byte // guarded by mu
+	batched int    // guarded by mu: the records in batch
+	// tail: batch is what a split left (take), in the array of the batch
+	// split. Guarded by mu.
+	tail     bool
 	appended uint64  // guarded by mu: the position after the last record
 	records  int64   // guarded by mu: records appended, ever
 	migrated int64   // guarded by mu: compaction's rewrites among them
@@ -118,25 +121,50 @@ func (j *Journal) take(limit int) (batch []byte, end uint64, records int) {
 	b, n := j.batch, j.batched
 	if limit > 0 && len(b) > limit {
 		if cut, count := frameCut(b, limit); cut < len(b) {
-			rest := make([]byte, 0, len(b)-cut+clockFrameSize)
-			if j.clock != nil {
+			// The part is copied out, the rest left where it is: a batch
+			// of many parts is copied once, and a part raft keeps, or the
+			// journal recycles, holds no more than itself.
+			part := append(make([]byte, 0, cut), b[:cut]...)
+			// Positions count the records appended, not a clock added
+			// here: the part ends where the rest's records begin. (After
+			// an untake the rest may begin with such a clock: the end is
+			// then lower than the part's last record, which only delays
+			// its acknowledgement to the next part's.)
+			end, rest := j.appended-uint64(len(b)-cut), b[cut:]
+			n -= count
+			if j.clock != nil && !beginsWithClock(rest) {
 				if now, ok := j.clock(); ok {
-					rest = wal.AppendFrame(rest, &wal.Record{Kind: wal.KindClock, Time: now})
+					clock := wal.AppendFrame(make([]byte, 0, clockFrameSize), &wal.Record{Kind: wal.KindClock, Time: now})
+					if cut >= len(clock) {
+						rest = b[cut-len(clock):] // over the part's bytes, copied out
+						copy(rest, clock)
+					} else {
+						rest = append(clock, rest...)
+					}
 					n++
 				}
 			}
-			j.batch, j.batched = append(rest, b[cut:]...), n-count
+			j.batch, j.batched, j.tail = rest, n, true
 			j.room = min(limit+limit/4, maxBatchRoom)
-			// Positions count the records appended, not the clock
-			// added here: the part ends where the rest's records begin.
-			return b[:cut:cut], j.appended - uint64(len(b)-cut), count
+			return part, end, count
 		}
 	}
-	j.batch, j.batched = nil, 0
+	if j.tail && len(b) > 0 {
+		// The last of a split batch: its own array, so that recycling it
+		// keeps no more than itself.
+		b = append(make([]byte, 0, len(b)), b...)
+	}
+	j.batch, j.batched, j.tail = nil, 0, false
 	if len(b) > 0 {
 		j.room = min(len(b)+len(b)/4, maxBatchRoom)
 	}
 	return b, j.appended, n
+}
+
+// beginsWithClock reports whether b's first frame is a KindClock record.
+func beginsWithClock(b []byte) bool {
+	kind, _, _, err := wal.NextFrame(b)
+	return err == nil && kind == wal.KindClock
 }
 
 // clockFrameSize is a KindClock record's frame.
@@ -204,7 +232,7 @@ func (j *Journal) untake(b []byte, records int) {
 func (j *Journal) reset() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.batch, j.batched = nil, 0
+	j.batch, j.batched, j.tail = nil, 0, false
 	j.waiting = nil
 }
 

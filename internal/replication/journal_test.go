@@ -91,10 +91,33 @@ func TestJournalTakesParts(t *testing.T) {
 		ends = append(ends, pos)
 	}
 	const limit = 10 << 10
-	var ids []uint64
-	var last uint64
-	for parts := 0; ; parts++ {
+	// A part raft refused is put back and taken again: the same records,
+	// its end no later than its last record's, and no second clock.
+	jobsOf := func(b []byte) []uint64 {
+		recs, err := wal.DecodeFrames(nil, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []uint64
+		for _, r := range recs {
+			if r.Kind != wal.KindClock {
+				ids = append(ids, r.ID)
+			}
+		}
+		return ids
+	}
+	first, firstEnd, firstRecords := j.take(limit)
+	j.untake(first, firstRecords)
+	again, last, _ := j.take(limit)
+	if ids := jobsOf(again); !slices.Equal(ids, jobsOf(first)) || last > firstEnd || last < ends[ids[len(ids)-1]-2] {
+		t.Fatalf("taken again: jobs %v ending at %d; first %v ending at %d", ids, last, jobsOf(first), firstEnd)
+	}
+	ids := jobsOf(again)
+	for parts := 1; ; parts++ {
 		b, end, records := j.take(limit)
+		if cap(b) > limit+clockFrameSize {
+			t.Errorf("part %d: %d bytes in an array of %d: recycled, it would keep the whole batch", parts, len(b), cap(b))
+		}
 		if b == nil {
 			if parts < 10 {
 				t.Errorf("%d parts of at most %d bytes for 100 KB", parts, limit)
@@ -105,17 +128,15 @@ func TestJournalTakesParts(t *testing.T) {
 			t.Errorf("part %d: %d bytes, over %d", parts, len(b), limit)
 		}
 		recs, err := wal.DecodeFrames(nil, b)
-		if err != nil || len(recs) != records || recs[0].Kind != wal.KindClock || recs[0].Time != 42 {
+		if err != nil || len(recs) != records || recs[0].Kind != wal.KindClock || recs[0].Time != 42 || recs[1].Kind == wal.KindClock {
 			t.Fatalf("part %d: %d records (%v), said %d, first %+v", parts, len(recs), err, records, recs[0])
 		}
 		top := recs[len(recs)-1].ID
-		if end <= last || end != ends[top-1] {
+		if end <= last || end > ends[top-1] || end < ends[top-2] {
 			t.Errorf("part %d ends at %d after %d; its last record, %d, ends at %d", parts, end, last, top, ends[top-1])
 		}
 		last = end
-		for _, r := range recs[1:] {
-			ids = append(ids, r.ID)
-		}
+		ids = append(ids, jobsOf(b)...)
 	}
 	if len(ids) != 100 || !slices.IsSorted(ids) || ids[0] != 1 || ids[99] != 100 {
 		t.Errorf("handed over %d records, %v", len(ids), ids)

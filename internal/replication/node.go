@@ -592,43 +592,54 @@ func (n *Node) run() {
 	}()
 	defer close(n.halted)
 	defer n.rewrites.Wait()
+	yielded := false // the last round ended with actions left (process)
 	for {
 		tick := false
 		var verdict chan error // a peer's snapshot's, once its round is carried out
 		var verr error
-		select {
-		case <-n.stop:
-			return
-		case <-n.ticks:
-			// Now, not the tick's time: a tick waiting in the channel
-			// through a stall says when it fired.
-			n.tick(time.Now())
-			tick = true
-		case m := <-n.inbox:
-			n.step(m)
-			// Take what else has come, so one round of actions covers it.
-		more:
-			for range cap(n.inbox) {
-				select {
-				case m = <-n.inbox:
-					n.step(m)
-				default:
-					break more
-				}
+		if yielded {
+			// A tick and the peers' messages that came meanwhile go
+			// first, in that order (an answer counts at the tick it is
+			// stepped in), then the rest of the actions: a select would
+			// pick the node's own wake as often as them.
+			select {
+			case <-n.stop:
+				return
+			case <-n.ticks:
+				n.tick(time.Now())
+				tick = true
+			default:
 			}
-		case in := <-n.snapIn:
-			verdict, verr = in.verdict, n.step(in.m)
-		case to := <-n.transfers:
-			n.core.TransferLeadership(to)
-		case req := <-n.changes:
-			n.startChange(req)
-		case <-n.wake:
+			n.stepQueued()
+		} else {
+			select {
+			case <-n.stop:
+				return
+			case <-n.ticks:
+				// Now, not the tick's time: a tick waiting in the channel
+				// through a stall says when it fired.
+				n.tick(time.Now())
+				tick = true
+			case m := <-n.inbox:
+				n.step(m)
+				n.stepQueued() // so one round of actions covers what came
+			case in := <-n.snapIn:
+				verdict, verr = in.verdict, n.step(in.m)
+			case to := <-n.transfers:
+				n.core.TransferLeadership(to)
+			case req := <-n.changes:
+				n.startChange(req)
+			case <-n.wake:
+			}
 		}
 		if by := n.removedBy.Load(); by != nil && n.lost == nil {
 			n.stopRemoved(fmt.Sprintf("%s refused it as removed", *by))
 		}
 		began := time.Now()
-		stopped := n.lost != nil || n.process(n.roundBudget())
+		stopped := n.lost != nil
+		if !stopped {
+			stopped, yielded = n.process(n.roundBudget())
+		}
 		n.noteSlowRound(began)
 		n.rebuilt()
 		n.publish(tick)
@@ -726,13 +737,13 @@ func (n *Node) step(m *pb.Message) error {
 }
 
 // process carries out the core's actions, in order, until it has none,
-// or, given a budget, until a Ready's actions end past it: then the node
-// wakes itself for the rest (a long run of committed entries comes in
-// parts, readyRecords and readyBytes), and takes what its peers sent
-// meanwhile first, so that a follower applying a long run still answers
-// its leader's heartbeats. It reports whether the member stopped
-// (ActRebuild).
-func (n *Node) process(budget time.Duration) bool {
+// or, given a budget, until a Ready's actions end past it: then it
+// reports that it yielded, and run steps what came meanwhile before it
+// goes on (a long run of committed entries, or of a large batch's
+// proposals, comes in parts: readyRecords, readyBytes), so that a
+// follower applying a long run still answers its leader's heartbeats. It
+// reports whether the member stopped (ActRebuild).
+func (n *Node) process(budget time.Duration) (stopped, yielded bool) {
 	began := time.Now()
 	for {
 		n.readMail()
@@ -741,17 +752,28 @@ func (n *Node) process(budget time.Duration) bool {
 			if n.durable.Load() > n.toldDurable {
 				continue // made durable while the actions were carried out
 			}
-			return false
+			return false, false
 		}
 		for i, a := range acts {
 			if n.do(a) {
 				n.sendLast(acts[i+1:])
-				return true
+				return true, false
 			}
 		}
 		if budget > 0 && time.Since(began) > budget {
-			n.signal()
-			return false
+			return false, true
+		}
+	}
+}
+
+// stepQueued steps the messages queued in the inbox, without waiting.
+func (n *Node) stepQueued() {
+	for range cap(n.inbox) {
+		select {
+		case m := <-n.inbox:
+			n.step(m)
+		default:
+			return
 		}
 	}
 }
