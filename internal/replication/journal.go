@@ -145,7 +145,6 @@ func (j *Journal) take(limit int) (batch []byte, end uint64, records int) {
 				}
 			}
 			j.batch, j.batched, j.tail = rest, n, true
-			j.room = min(limit+limit/4, maxBatchRoom)
 			return part, end, count
 		}
 	}
