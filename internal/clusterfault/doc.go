@@ -109,16 +109,18 @@
 //     (replication.Node.Digest) equal on every member, and each group's
 //     digest equal on the replicas GET /cluster lists for it (a member
 //     that does not hold a group has no digest of it).
-//  5. The checks, against the queue through any member: in each group, a
-//     fence put into the group's tube bounds the group's ids (its
-//     prefix's, meta.JobID), and the ids below it are peeked: all of them
-//     above the last round's fence, and below it every id the clients
-//     know of (acknowledged, reserved, sent a delete) or the last round
-//     found (ids never issued are most: a new leader goes on above a
-//     logged watermark, up to 4096 ids on); the jobs found but a group's
-//     newest 2,000 are deleted, so that the stores do not grow round
-//     after round (the consumers delete less than is put); then the
-//     clients' holdings are checked for double holding.
+//  5. The checks, against the queue through each group's leader (a
+//     member serves its sessions' peeks of another's group one round
+//     trip at a time): in each group, a fence put into the group's tube
+//     bounds the group's ids (its prefix's, meta.JobID), and the ids
+//     below it are peeked: all of them above the last round's fence,
+//     and below it every id the clients know of (acknowledged,
+//     reserved, sent a delete) or the last round found (ids never
+//     issued are most: a new leader goes on above a logged watermark,
+//     up to 4096 ids on); the jobs found but a group's newest 2,000 are
+//     deleted, so that the stores do not grow round after round (the
+//     consumers delete less than is put); then the clients' holdings
+//     are checked for double holding.
 //
 // # The partition
 //
