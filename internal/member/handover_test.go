@@ -14,6 +14,56 @@ import (
 	"github.com/sproutmq/sprout/internal/testproc"
 )
 
+// TestShardGroupsLostReservation: a job a session held in a group whose
+// leader was lost (an election, no handover) is ready at the new leader;
+// the holder's touch answers NOT_FOUND, as after a TTR, and from then on
+// the session holds nothing: its member counts no job held (a graceful
+// shutdown waits for none), and a reserve on another group's tube times
+// out instead of answering DEADLINE_SOON for the job it lost.
+func TestShardGroupsLostReservation(t *testing.T) {
+	c := newShardedCluster(t, 3)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	c.balanced()
+	g, elsewhere := c.ledBy("m1"), c.ledBy("m2")
+	tubes := tubePerGroup(p, "r")
+	holder := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, holder, "use "+tubes[g], "USING "+tubes[g])
+	expectLine(t, holder, "watch "+tubes[g], "WATCHING 2")
+	expectLine(t, holder, "ignore default", "WATCHING 1")
+	const ttr = 5
+	id, err := holder.Put(0, 0, ttr, []byte("lost with its leader"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := holder.Do("reserve-with-timeout 5", nil)
+	if err != nil || r.N != id {
+		t.Fatalf("reserve: %+v %v, want job %d", r, err, id)
+	}
+	reserved := time.Now()
+	if n := c.up["m2"].sessions.Holding(); n != 1 {
+		t.Fatalf("m2's sessions hold %d jobs, want 1", n)
+	}
+
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	c.up["m1"].Shutdown(done) // at once: no handover
+	delete(c.up, "m1")
+	testproc.WaitFor(t, 10*time.Second, fmt.Sprintf("group %d served again", g), func() bool {
+		return c.up["m2"].shards.serving(g) != nil || c.up["m3"].shards.serving(g) != nil
+	})
+	expectLine(t, holder, fmt.Sprintf("touch %d", id), "NOT_FOUND")
+	if n := c.up["m2"].sessions.Holding(); n != 0 {
+		t.Fatalf("after its touch answered NOT_FOUND, m2's sessions hold %d jobs, want none", n)
+	}
+	if left := time.Until(reserved.Add(ttr*time.Second - time.Second)); left < time.Second {
+		t.Skipf("the election took until %v before the job's TTR: too late to tell DEADLINE_SOON", left)
+	}
+	expectLine(t, holder, "watch "+tubes[elsewhere], "WATCHING 2")
+	expectLine(t, holder, "ignore "+tubes[g], "WATCHING 1")
+	expectLine(t, holder, fmt.Sprintf("reserve-with-timeout %d", ttr), "TIMED_OUT")
+}
+
 // TestShardGroupsHandOverStays: a handover whose transfer does not happen
 // leaves the leadership serving as before (a job its holder's session
 // gave back by closing is handed out again), and voids the reservations

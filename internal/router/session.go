@@ -892,12 +892,20 @@ func (s *Session) Touch(id uint64, a *engine.Answer) bool {
 
 // endsHold is read, for a change by id of a job the session may hold:
 // done, it ends the session's reservation of the job, or renews it (a
-// touch).
+// touch); not found, the session does not hold the job (its reservation
+// was lost with its group's leader, or ended at its TTR), whatever it
+// noted when it reserved it. Kept as held, the job would be counted
+// until its TTR's end: by a graceful shutdown, which waits for the jobs
+// its workers hold (25 s at most), and by DEADLINE_SOON, which a reserve
+// would answer for a job the session no longer has.
 func (s *Session) endsHold(id uint64, renews bool, read func(*Item, *engine.Answer)) func(*Item, *engine.Answer) {
 	return func(it *Item, a *engine.Answer) {
 		read(it, a)
-		if it.Reply.Status == StatusOK {
+		switch it.Reply.Status {
+		case StatusOK:
 			s.heldChanged(id, renews)
+		case StatusNotFound:
+			s.heldChanged(id, false)
 		}
 	}
 }
