@@ -64,6 +64,60 @@ func TestShardGroupsLostReservation(t *testing.T) {
 	expectLine(t, holder, fmt.Sprintf("reserve-with-timeout %d", ttr), "TIMED_OUT")
 }
 
+// TestShardGroupsShutdownHoldsJobs: a member shutting down gracefully
+// hands its sessions no job, whichever member leads the group (as one
+// server's store.HoldJobs): its worker's reserve times out with a job
+// ready in a group another member leads, and its reserve-job finds
+// nothing; the job it holds it still deletes, and the shutdown, which
+// waited for it, then ends.
+func TestShardGroupsShutdownHoldsJobs(t *testing.T) {
+	c := newShardedCluster(t, 3)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	c.balanced()
+	tube := tubePerGroup(p, "s")[c.ledBy("m1")]
+	producer := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
+	expectLine(t, producer, "use "+tube, "USING "+tube)
+	held, err := producer.Put(0, 0, 60, []byte("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, err := producer.Put(1, 0, 60, []byte("ready"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, worker, "watch "+tube, "WATCHING 2")
+	if r, err := worker.Do("reserve-with-timeout 5", nil); err != nil || r.N != held {
+		t.Fatalf("reserve: %+v %v, want job %d", r, err, held)
+	}
+
+	m2 := c.up["m2"]
+	stopped := make(chan struct{})
+	go func() {
+		m2.Shutdown(context.Background())
+		close(stopped)
+	}()
+	testproc.WaitFor(t, 5*time.Second, "m2 draining", m2.engine.Draining)
+	expectLine(t, worker, "reserve-with-timeout 1", "TIMED_OUT")
+	expectLine(t, worker, fmt.Sprintf("reserve-job %d", ready), "NOT_FOUND")
+	select {
+	case <-stopped:
+		t.Fatal("m2 stopped while its worker held a job")
+	default:
+	}
+	expectLine(t, worker, fmt.Sprintf("delete %d", held), "DELETED")
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("m2 still shutting down 10 s after its worker's job was deleted")
+	}
+	delete(c.up, "m2")
+	if st, err := producer.Stats(fmt.Sprintf("stats-job %d", ready)); err != nil || st["state"] != "ready" {
+		t.Fatalf("stats-job %d: %v %v, want it ready", ready, st, err)
+	}
+}
+
 // TestShardGroupsHandOverStays: a handover whose transfer does not happen
 // leaves the leadership serving as before (a job its holder's session
 // gave back by closing is handed out again), and voids the reservations

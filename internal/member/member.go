@@ -327,7 +327,8 @@ func (m *Member) Err() error {
 
 // Shutdown stops the member gracefully, in this order:
 //  1. the engine takes no new connection, put answers DRAINING and no
-//     job is handed out (engine.Server.BeginShutdown);
+//     job is handed out (engine.Server.BeginShutdown; a cluster member's
+//     sessions get none from any group either: router.Router.HoldJobs);
 //  2. it waits until no job is reserved, for Config.ShutdownTimeout at
 //     most, so workers can finish the jobs they hold;
 //  3. the engine stops: replies held for the log are sent as the log
@@ -355,6 +356,9 @@ func (m *Member) stop(ctx context.Context, graceful bool) {
 	defer close(m.done)
 	if graceful {
 		m.engine.BeginShutdown()
+		if m.sessions != nil {
+			m.sessions.HoldJobs() // the groups other members lead hand out jobs too
+		}
 		m.log.Info().Str("timeout", m.cfg.ShutdownTimeout.String()).
 			Uint64("reserved_jobs", m.engine.Stats().CurrentJobsReserved).
 			Msg("shutting down: no new connections or jobs; waiting for workers to finish theirs")

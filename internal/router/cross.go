@@ -92,6 +92,10 @@ func (r *crossReserve) start() {
 	defer r.mu.Unlock()
 	r.started = time.Now()
 	r.bests = make([]Best, len(r.parts))
+	if len(r.parts) == 0 {
+		r.takeLocked() // nothing to ask: as if every tube were empty
+		return
+	}
 	r.peekLocked()
 }
 

@@ -33,6 +33,10 @@ type Router struct {
 	stop   chan struct{}
 	done   chan struct{}
 
+	// holdingJobs: a graceful shutdown began (HoldJobs); no reserve of
+	// a session here is handed a job.
+	holdingJobs atomic.Bool
+
 	// greeted, by group: the group's leader known first has been told
 	// that this process's sessions are all the member has (a close of
 	// session 0, before any call of theirs): it drops the owner clients
@@ -244,6 +248,15 @@ func (r *Router) NewQueue(answers engine.Answers) engine.Queue {
 	r.changeRefs(store.DefaultTube, 1, 1, nil)
 	return s
 }
+
+// HoldJobs stops handing this member's sessions jobs, for a graceful
+// shutdown, as store.Store.HoldJobs does for one server's: a reserve waits
+// its timeout as if every watched tube were empty (DEADLINE_SOON still
+// due for a job held), and reserve-job finds nothing, whichever member
+// leads the groups; everything else goes on, so that workers finish the
+// jobs they hold (Holding). A reserve already waiting is not ended. It
+// cannot be undone.
+func (r *Router) HoldJobs() { r.holdingJobs.Store(true) }
 
 // Holding is how many jobs this member's sessions hold reserved, in
 // every group: what a graceful shutdown waits to see end (engine.Config.Idle).

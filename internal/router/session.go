@@ -606,6 +606,11 @@ func (s *Session) Reserve(timeout time.Duration, a *engine.Answer) bool {
 		return s.local.Reserve(timeout, a)
 	}
 	s.cross.Store(nil)
+	if s.r.holdingJobs.Load() {
+		// A graceful shutdown's (Router.HoldJobs): as if every watched
+		// tube were empty, DEADLINE_SOON still due for a job held.
+		return s.reserveAcross(nil, timeout)
+	}
 	parts := s.reserveParts()
 	if len(parts) > 1 {
 		return s.reserveAcross(parts, timeout)
@@ -867,6 +872,9 @@ func jobAnswer(it *Item, a *engine.Answer) {
 func (s *Session) ReserveJob(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
 		return s.local.ReserveJob(id, a)
+	}
+	if s.r.holdingJobs.Load() {
+		return true // a graceful shutdown's: found nowhere (Router.HoldJobs)
 	}
 	return s.callByID(Request{Op: OpReserveJob, ID: id}, a, func(it *Item, a *engine.Answer) {
 		jobAnswer(it, a)
