@@ -118,6 +118,47 @@ func TestShardGroupsShutdownHoldsJobs(t *testing.T) {
 	}
 }
 
+// TestShutdownHoldsJobsDeadlineSoon: with one group, a member that does
+// not lead it and shuts down gracefully still answers DEADLINE_SOON to its
+// worker's reserve when the job the worker holds comes near its TTR, as
+// one server holding its jobs does, not TIMED_OUT at the reserve's end.
+func TestShutdownHoldsJobsDeadlineSoon(t *testing.T) {
+	c := newShardedCluster(t, 1)
+	c.finalized()
+	leader, _ := c.serving(10 * time.Second)
+	name := "m1"
+	if leader == name {
+		name = "m2"
+	}
+	worker := testproc.DialTest(t, c.up[name].Addr().String(), replyTimeout)
+	id, err := worker.Put(0, 0, 2, []byte("soon"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := worker.Do("reserve-with-timeout 5", nil); err != nil || r.N != id {
+		t.Fatalf("reserve: %+v %v, want job %d", r, err, id)
+	}
+	reserved := time.Now()
+	m := c.up[name]
+	stopped := make(chan struct{})
+	go func() {
+		m.Shutdown(context.Background())
+		close(stopped)
+	}()
+	testproc.WaitFor(t, 5*time.Second, name+" draining", m.engine.Draining)
+	expectLine(t, worker, "reserve-with-timeout 5", "DEADLINE_SOON")
+	if d := time.Since(reserved); d > 2*time.Second {
+		t.Fatalf("DEADLINE_SOON %v after the reserve of a job of TTR 2 s, want about 1 s", d)
+	}
+	expectLine(t, worker, fmt.Sprintf("delete %d", id), "DELETED")
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s still shutting down 10 s after its worker's job was deleted", name)
+	}
+	delete(c.up, name)
+}
+
 // TestShardGroupsHandOverStays: a handover whose transfer does not happen
 // leaves the leadership serving as before (a job its holder's session
 // gave back by closing is handed out again), and voids the reservations

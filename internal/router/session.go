@@ -170,8 +170,8 @@ func (s *Session) holding() int {
 // store.DeadlineMargin of its TTR's end, and false if it holds none. A
 // job past its TTR is no longer held: its group released it.
 func (s *Session) soonest(skip int) (time.Duration, bool) {
-	if s.r.groups() == 1 {
-		return 0, false
+	if s.r.groups() == 1 && skip == 0 {
+		return 0, false // every job held is group 0's
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
