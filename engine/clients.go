@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,7 +23,8 @@ var ErrNoRoute = errors.New("engine: sessions are tracked only with a Route")
 // them: a member's journal forgets a lost leadership's waits). The
 // listener stays open; a connection enrolled meanwhile may survive, so a
 // caller that means to serve none first stops routing them here (Route).
-// It needs a Route (Config.Route): only then are sessions tracked.
+// It needs a Route (Config.Route): only then are sessions tracked. On a
+// server stopping it returns once Run has (Stop closes every connection).
 //
 // A cluster member that loses the leadership it served calls it before it
 // starts again: its store may hold changes that never commit, and no
@@ -58,23 +60,47 @@ func (s *Server) CloseClientsWhere(ctx context.Context, which func(Queue) bool, 
 			}
 		}
 	})
-	if err != nil || which == nil {
-		if err == nil {
-			err = pollUntil(ctx, func() bool { return s.conns.current.Load() == 0 })
-		}
-		return err
+	if err != nil {
+		return s.unlessStopping(ctx, err)
 	}
-	return pollUntil(ctx, func() bool {
+	if which == nil {
+		return pollUntil(ctx, func() bool { return s.conns.current.Load() == 0 })
+	}
+	var loopErr error
+	err = pollUntil(ctx, func() bool {
 		left := 0
-		err = s.onEveryLoop(ctx, func(ls *loopState) {
+		loopErr = s.onEveryLoop(ctx, func(ls *loopState) {
 			for ss := range ls.sessions {
 				if closing(ss) {
 					left++
 				}
 			}
 		})
-		return err != nil || left == 0
+		return loopErr != nil || left == 0
 	})
+	return s.unlessStopping(ctx, cmp.Or(err, loopErr))
+}
+
+// unlessStopping is err, unless the server is stopping, where gnet
+// refuses the loops' work: Stop closes every connection, so none is open
+// once Run has returned. A cluster member that hands its leaderships over
+// after its engine stopped (a graceful shutdown) loses them, and rebuilds
+// its stores with no client left.
+func (s *Server) unlessStopping(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	select {
+	case <-s.stopping:
+	default:
+		return err
+	}
+	select {
+	case <-s.stopped:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // onEveryLoop runs fn on every event loop, one after another, each on its

@@ -201,6 +201,28 @@ func TestLeasedFencesJobs(t *testing.T) {
 	}
 }
 
+// TestCloseClientsStopped: a server stopped has no client left to close.
+// A cluster member hands its leaderships over after its engine stopped,
+// losing each, and closes the clients before it rebuilds the store: that
+// must not fail (the member's group would stop with an error).
+func TestCloseClientsStopped(t *testing.T) {
+	srv, network, addr := startServerOn(t, engine.Config{Route: newRouter().route}, store.New(store.Options{}))
+	c := dialRaw(t, network, addr)
+	c.send("use a\r\n")
+	c.expect("USING a\r\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.CloseClients(ctx); err != nil {
+		t.Errorf("CloseClients after Stop: %v", err)
+	}
+	if err := srv.CloseClientsWhere(ctx, func(engine.Queue) bool { return true }, nil); err != nil {
+		t.Errorf("CloseClientsWhere after Stop: %v", err)
+	}
+}
+
 // Without a Route nothing is tracked, and CloseClients says so.
 func TestCloseClientsNeedsRoute(t *testing.T) {
 	srv, _, _ := startServer(t, engine.Config{})

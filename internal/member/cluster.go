@@ -253,13 +253,6 @@ func (m *Member) closeClients(ctx context.Context) error {
 	// Sessions that reach the leader through the router stay open: their
 	// calls go to the next leader.
 	m.sessions.Detach(0)
-	select {
-	case <-m.engineDone:
-		// Stopped, its clients closed: a shutdown that handed the
-		// leadership over (handOverLeaderships).
-		return nil
-	default:
-	}
 	return srv.CloseClientsWhere(ctx, func(q engine.Queue) bool { return router.ClosesWith(q, 0) }, m.store.Acks())
 }
 
