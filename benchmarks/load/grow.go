@@ -1,9 +1,11 @@
 package load
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -187,22 +189,34 @@ func (c *Cluster) awaitVoter(ctx context.Context, via, m *member, deadline time.
 }
 
 // removeMember asks to remove m (DELETE /cluster/members on via): a
-// member holding replicas is drained first (202), then removed.
+// member holding replicas is drained first (202), then removed. A 503 (no
+// leader of group 0 for now, or its leadership moved under the request)
+// is asked again, as an operator would, until growTimeout.
 func (c *Cluster) removeMember(ctx context.Context, via, m *member) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, "http://"+via.httpAddr+"/cluster/members/"+m.name, nil)
-	if err != nil {
-		return err
+	deadline := time.Now().Add(growTimeout)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodDelete, "http://"+via.httpAddr+"/cluster/members/"+m.name, nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+catchUpToken)
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+		if err != nil {
+			return fmt.Errorf("load: removing member %s: %w; %s; %s's last lines on members and replicas:\n%s",
+				m.name, err, c.membersAsSeen(ctx, via), via.name, membershipLines(via.proc, 12))
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusAccepted || resp.StatusCode == http.StatusOK:
+			return nil
+		case resp.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline):
+			return fmt.Errorf("load: removing member %s: %s %s", m.name, resp.Status, bytes.TrimSpace(body))
+		}
+		if sleepCtx(ctx, growPoll, nil) {
+			return ctx.Err()
+		}
 	}
-	req.Header.Set("Authorization", "Bearer "+catchUpToken)
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		return fmt.Errorf("load: removing member %s: %w", m.name, err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("load: removing member %s: %s", m.name, resp.Status)
-	}
-	return nil
 }
 
 // awaitSpread waits until the members up agree that every group has a

@@ -389,16 +389,32 @@ func (m *Member) forwardedToGroup0(w http.ResponseWriter, r *http.Request) bool 
 	return true
 }
 
+// markedInGroup0 sets a member's mark (mark: SetCordoned or SetDraining)
+// on group 0's serving leader, this member or the one the request is
+// forwarded to, and reports whether it did; else the request has been
+// answered. A leadership that moves under the mark may drop it
+// (replication.ErrNotServing): the request goes on to the next leader.
+func (m *Member) markedInGroup0(w http.ResponseWriter, r *http.Request, mark func(context.Context) error) bool {
+	if m.forwardedToGroup0(w, r) {
+		return false
+	}
+	err := mark(r.Context())
+	if errors.Is(err, replication.ErrNotServing) && m.forwardedToGroup0(w, r) {
+		return false
+	}
+	if err != nil {
+		writeChangeError(w, err)
+		return false
+	}
+	return true
+}
+
 // cordon marks the member named cordoned (on) or no longer, group 0's
 // control record on its serving leader (forwarded there otherwise), and
 // answers once applied here: the balancers hand over what it leads and
 // give it none (meta.PlanLeaders), within a few of their rounds.
 func (m *Member) cordon(w http.ResponseWriter, r *http.Request, name string, on bool) {
-	if m.forwardedToGroup0(w, r) {
-		return
-	}
-	if err := m.node.SetCordoned(r.Context(), name, on); err != nil {
-		writeChangeError(w, err)
+	if !m.markedInGroup0(w, r, func(ctx context.Context) error { return m.node.SetCordoned(ctx, name, on) }) {
 		return
 	}
 	m.log.Info().Str("member", name).Bool("cordoned", on).Str("remote", r.RemoteAddr).Msg("member cordoned, or no longer: it leads no group while cordoned")
@@ -409,11 +425,7 @@ func (m *Member) cordon(w http.ResponseWriter, r *http.Request, name string, on 
 // its serving leader: forwarded there otherwise) and answers 202: its
 // replicas move away, then it is removed (planReplicas).
 func (m *Member) drain(w http.ResponseWriter, r *http.Request, name string, held []uint16) {
-	if m.forwardedToGroup0(w, r) {
-		return
-	}
-	if err := m.node.SetDraining(r.Context(), name, true); err != nil {
-		writeChangeError(w, err)
+	if !m.markedInGroup0(w, r, func(ctx context.Context) error { return m.node.SetDraining(ctx, name, true) }) {
 		return
 	}
 	m.log.Info().Str("member", name).Uints16("groups", held).Str("remote", r.RemoteAddr).Msg("member draining: its replicas move away, then it is removed")

@@ -197,7 +197,7 @@ func writeChangeError(w http.ResponseWriter, err error) {
 		status = http.StatusNotFound
 	case errors.Is(err, replication.ErrChangeInProgress), errors.Is(err, replication.ErrMemberExists):
 		status = http.StatusConflict
-	case errors.Is(err, replication.ErrNoLeader), errors.Is(err, replication.ErrChangeTimeout),
+	case errors.Is(err, replication.ErrNoLeader), errors.Is(err, replication.ErrChangeTimeout), errors.Is(err, replication.ErrNotServing),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, errNoReplica):
 		status = http.StatusServiceUnavailable
 	case errors.Is(err, context.Canceled):

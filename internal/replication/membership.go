@@ -431,22 +431,37 @@ func (n *Node) setMarked(ctx context.Context, what uint8, name string, on bool) 
 }
 
 // proposeControl proposes r, a control record (SetDraining, ProposeTube),
-// and returns once applied says this member has applied it.
+// and returns once applied says this member has applied it; or with
+// ErrNotServing when the leadership it was proposed under has been gone
+// an election timeout and it is not applied: the journal drops what it
+// holds with a leadership lost (raft drops proposals while a transfer is
+// under way, and the journal keeps them), and a record the log took
+// commits by then under the next leader, which this member follows.
 func (n *Node) proposeControl(ctx context.Context, r *wal.Record, applied func() bool) error {
+	n.mu.Lock()
+	term := n.pub.term
+	n.mu.Unlock()
 	if _, _, err := n.journal.Append(r, wal.Loc{}); err != nil {
 		return err
 	}
 	n.signal()
 	began := time.Now()
 	warned := false
+	var lost time.Time
 	for !applied() {
+		n.mu.Lock()
+		pub := n.pub
+		n.mu.Unlock()
+		if lost.IsZero() && (!pub.serving || pub.term != term) {
+			lost = time.Now()
+		}
+		if !lost.IsZero() && time.Since(lost) > n.ElectionTimeout() {
+			return fmt.Errorf("%w: its leadership was lost before the record was applied (it may be yet)", ErrNotServing)
+		}
 		if !warned && time.Since(began) > slowControl {
 			// A control record waits for its group's log alone, which
 			// takes milliseconds: say where the group stands.
 			warned = true
-			n.mu.Lock()
-			pub := n.pub
-			n.mu.Unlock()
 			n.logger.Warn().Uint8("record", r.State).Str("tube", r.Tube).Dur("waited", time.Since(began)).
 				Str("state", stateName(pub.state)).Bool("serving", pub.serving).Uint64("term", pub.term).
 				Uint64("commit", pub.commit).Uint64("applied", pub.applied).Int("journal_pending", n.journal.pending()).

@@ -468,3 +468,44 @@ func TestSetMarks(t *testing.T) {
 		})
 	}
 }
+
+// TestSetMarkLeadershipLost: a mark asked for while the leader hands its
+// leadership over is held in its journal (raft drops proposals during the
+// transfer), which drops it when the leadership goes. The request must
+// not wait for ever (the admin API's DELETE /cluster/members hung until
+// its client gave up): it ends once the leadership has been gone an
+// election timeout, with ErrNotServing, or with the mark applied.
+func TestSetMarkLeadershipLost(t *testing.T) {
+	c := newNetCluster(t, 3, 100, nil)
+	l := c.awaitServing(10 * time.Second)
+	others := c.others(l)
+	to, target := others[0], others[1]
+	// The receiver lags: its writes are not durable, so it acknowledges
+	// nothing, and the transfer waits for it to catch up.
+	c.logs[to.Name()].hold()
+	_, pos := newNetClient(l, "t").put("lagging")
+	awaitAck(t, l.Journal(), pos, 10*time.Second)
+	if err := l.TransferLeadership(to.Name()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		done <- l.SetCordoned(ctx, target.Name(), true)
+	}()
+	testproc.WaitFor(t, 5*time.Second, "the mark held in the leader's journal", func() bool { return l.Journal().pending() > 0 })
+	c.logs[to.Name()].release()
+	c.awaitServing(10*time.Second, to)
+	select {
+	case err := <-done:
+		applied := slices.Contains(l.Book().Cordoned, target.ID())
+		if err == nil && !applied || err != nil && !errors.Is(err, ErrNotServing) {
+			t.Fatalf("the mark after the leadership moved: %v (applied here: %v), want ErrNotServing or applied", err, applied)
+		}
+		t.Logf("answered after %v: %v, applied %v", time.Since(began).Round(time.Millisecond), err, applied)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the mark still waits %v after it was asked for, its leadership gone", time.Since(began).Round(time.Millisecond))
+	}
+}
