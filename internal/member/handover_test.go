@@ -92,13 +92,7 @@ func TestShardGroupsShutdownHoldsJobs(t *testing.T) {
 		t.Fatalf("reserve: %+v %v, want job %d", r, err, held)
 	}
 
-	m2 := c.up["m2"]
-	stopped := make(chan struct{})
-	go func() {
-		m2.Shutdown(context.Background())
-		close(stopped)
-	}()
-	testproc.WaitFor(t, 5*time.Second, "m2 draining", m2.engine.Draining)
+	stopped := c.beginShutdown("m2")
 	expectLine(t, worker, "reserve-with-timeout 1", "TIMED_OUT")
 	expectLine(t, worker, fmt.Sprintf("reserve-job %d", ready), "NOT_FOUND")
 	select {
@@ -106,16 +100,79 @@ func TestShardGroupsShutdownHoldsJobs(t *testing.T) {
 		t.Fatal("m2 stopped while its worker held a job")
 	default:
 	}
-	expectLine(t, worker, fmt.Sprintf("delete %d", held), "DELETED")
-	select {
-	case <-stopped:
-	case <-time.After(10 * time.Second):
-		t.Fatal("m2 still shutting down 10 s after its worker's job was deleted")
-	}
-	delete(c.up, "m2")
+	c.endShutdown("m2", worker, held, stopped)
 	if st, err := producer.Stats(fmt.Sprintf("stats-job %d", ready)); err != nil || st["state"] != "ready" {
 		t.Fatalf("stats-job %d: %v %v, want it ready", ready, st, err)
 	}
+}
+
+// TestShardGroupsShutdownHoldsWaitingReserves: reserves of a member's
+// workers already waiting when its graceful shutdown begins are handed no
+// job either: one waiting in a group another member leads (its job
+// declined, back as if never reserved) and one waiting across two groups
+// time out, and the jobs put meanwhile stay ready.
+func TestShardGroupsShutdownHoldsWaitingReserves(t *testing.T) {
+	c := newShardedCluster(t, 3)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	c.balanced()
+	g, other := c.ledBy("m1"), c.ledBy("m3")
+	one, across, elsewhere := tubePerGroup(p, "w")[g], tubePerGroup(p, "x")[g], tubePerGroup(p, "x")[other]
+	producer := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
+	expectLine(t, producer, "use "+one, "USING "+one)
+	held, err := producer.Put(0, 0, 60, []byte("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2 := c.up["m2"]
+	holder := testproc.DialTest(t, m2.Addr().String(), replyTimeout)
+	expectLine(t, holder, "watch "+one, "WATCHING 2")
+	if r, err := holder.Do("reserve-with-timeout 5", nil); err != nil || r.N != held {
+		t.Fatalf("reserve: %+v %v, want job %d", r, err, held)
+	}
+	waiter := func(tubes ...string) *testproc.Conn {
+		w := testproc.DialTest(t, m2.Addr().String(), replyTimeout)
+		for i, tube := range tubes {
+			expectLine(t, w, "watch "+tube, fmt.Sprintf("WATCHING %d", i+2))
+		}
+		expectLine(t, w, "ignore default", fmt.Sprintf("WATCHING %d", len(tubes)))
+		w.WriteString("reserve-with-timeout 3\r\n")
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	alone, both := waiter(one), waiter(across, elsewhere)
+	waiting := func(tube string) bool {
+		st, err := producer.Stats("stats-tube " + tube)
+		return err == nil && st["current-waiting"] == "1"
+	}
+	testproc.WaitFor(t, 5*time.Second, "both reserves waiting", func() bool {
+		return waiting(one) && waiting(across) && waiting(elsewhere)
+	})
+
+	m2.cfg.ShutdownTimeout = time.Minute // past the reserves' timeouts
+	stopped := c.beginShutdown("m2")
+	var put []uint64
+	for _, tube := range []string{one, across, elsewhere} {
+		expectLine(t, producer, "use "+tube, "USING "+tube)
+		id, err := producer.Put(0, 0, 60, []byte("meanwhile"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		put = append(put, id)
+	}
+	for name, w := range map[string]*testproc.Conn{one: alone, across + " and " + elsewhere: both} {
+		if r, err := w.ReadReply(false); err != nil || string(r.Line) != "TIMED_OUT" {
+			t.Errorf("a reserve waiting on %s as the shutdown began: %q %v, want TIMED_OUT", name, r.Line, err)
+		}
+	}
+	for _, id := range put {
+		if st, err := producer.Stats(fmt.Sprintf("stats-job %d", id)); err != nil || st["state"] != "ready" || st["reserves"] != "0" {
+			t.Errorf("stats-job %d: state %s, reserves %s (%v); want ready, never reserved", id, st["state"], st["reserves"], err)
+		}
+	}
+	c.endShutdown("m2", holder, held, stopped)
 }
 
 // TestShutdownHoldsJobsDeadlineSoon: with one group, a member that does
@@ -139,22 +196,39 @@ func TestShutdownHoldsJobsDeadlineSoon(t *testing.T) {
 		t.Fatalf("reserve: %+v %v, want job %d", r, err, id)
 	}
 	reserved := time.Now()
+	stopped := c.beginShutdown(name)
+	expectLine(t, worker, "reserve-with-timeout 5", "DEADLINE_SOON")
+	if d := time.Since(reserved); d > 2*time.Second {
+		t.Fatalf("DEADLINE_SOON %v after the reserve of a job of TTR 2 s, want about 1 s", d)
+	}
+	c.endShutdown(name, worker, id, stopped)
+}
+
+// beginShutdown begins the graceful shutdown of the member named name and
+// returns once it drains; the channel closes when it has stopped.
+func (c *testCluster) beginShutdown(name string) <-chan struct{} {
+	c.t.Helper()
 	m := c.up[name]
 	stopped := make(chan struct{})
 	go func() {
 		m.Shutdown(context.Background())
 		close(stopped)
 	}()
-	testproc.WaitFor(t, 5*time.Second, name+" draining", m.engine.Draining)
-	expectLine(t, worker, "reserve-with-timeout 5", "DEADLINE_SOON")
-	if d := time.Since(reserved); d > 2*time.Second {
-		t.Fatalf("DEADLINE_SOON %v after the reserve of a job of TTR 2 s, want about 1 s", d)
+	testproc.WaitFor(c.t, 5*time.Second, name+" draining", m.engine.Draining)
+	return stopped
+}
+
+// endShutdown deletes held, the last job the workers of the member named
+// name hold, through worker, and waits for the member's shutdown to end.
+func (c *testCluster) endShutdown(name string, worker *testproc.Conn, held uint64, stopped <-chan struct{}) {
+	c.t.Helper()
+	if err := worker.ExpectLine(fmt.Sprintf("delete %d", held), "DELETED"); err != nil {
+		c.t.Fatal(err)
 	}
-	expectLine(t, worker, fmt.Sprintf("delete %d", id), "DELETED")
 	select {
 	case <-stopped:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("%s still shutting down 10 s after its worker's job was deleted", name)
+		c.t.Fatalf("%s still shutting down 10 s after its worker's job was deleted", name)
 	}
 	delete(c.up, name)
 }

@@ -30,6 +30,10 @@ import (
 // is left of its timeout; what the earlier rounds asked is ended or
 // declined as it comes (gen).
 //
+// Once the member holds jobs for a graceful shutdown (holding, hold) it
+// takes none and waits in no group, only for its timer; a job taken or
+// offered meanwhile is declined, back as if never reserved.
+//
 // Its callbacks run on the Link's goroutines; mu orders them. Requests go
 // in the order their sequences are given (post: the session's, as one
 // step with its other items), so each group sees the session's sequences
@@ -39,6 +43,7 @@ type crossReserve struct {
 	session uint64                                                   // immutable
 	post    func(send func(seq uint32))                              // immutable: the session's Session.post
 	again   func() []crossPart                                       // immutable: the groups holding watched tubes now
+	holding func() bool                                              // immutable: a graceful shutdown's Router.HoldJobs began
 	timeout time.Duration                                            // immutable: negative waits for ever
 	done    func(j *JobReply, group uint16, res store.ReserveResult) // immutable: called once
 	// parts are the groups holding watched tubes, as of the last start.
@@ -91,12 +96,32 @@ func (r *crossReserve) start() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.started = time.Now()
+	r.beginLocked()
+}
+
+// beginLocked begins a round over the parts.
+func (r *crossReserve) beginLocked() {
 	r.bests = make([]Best, len(r.parts))
 	if len(r.parts) == 0 {
 		r.takeLocked() // nothing to ask: as if every tube were empty
 		return
 	}
 	r.peekLocked()
+}
+
+// hold makes the reserve, if not ended, give up its groups for its timer
+// alone (Router.HoldJobs): its waits are cancelled and what they or a
+// take in flight bring is declined.
+func (r *crossReserve) hold() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state == crossDone {
+		return
+	}
+	r.cancelWaitsLocked()
+	r.state = crossTaking
+	r.gen++
+	r.takeLocked()
 }
 
 // peekLocked asks every group for its best ready job: a round.
@@ -148,8 +173,7 @@ func (r *crossReserve) againLocked() {
 			return
 		}
 		r.parts = r.again()
-		r.bests = make([]Best, len(r.parts))
-		r.peekLocked()
+		r.beginLocked()
 	})
 }
 
@@ -158,10 +182,11 @@ func (r *crossReserve) againLocked() {
 // waits.
 func (r *crossReserve) takeLocked() {
 	at, bound, _ := takeFrom(r.bests, r.round)
-	if at < 0 {
+	held := r.holding()
+	if at < 0 || held {
 		anyReady := false
 		for _, b := range r.bests {
-			anyReady = anyReady || b.AnyReady
+			anyReady = anyReady || b.AnyReady && !held
 		}
 		soonNow := r.hasSoon && time.Since(r.started) >= r.soon
 		if soonNow && !anyReady {
@@ -191,6 +216,9 @@ func (r *crossReserve) takeLocked() {
 				if took { // cancelled or started over meanwhile: the job goes back, as a late offer
 					r.link.Decline(r.session, p.group, 0, it.Reply.Job.ID)
 				}
+			case took && r.holding():
+				r.link.Decline(r.session, p.group, 0, it.Reply.Job.ID)
+				r.takeLocked()
 			case took:
 				j := it.Reply.Job
 				j.Body = append([]byte(nil), j.Body...) // the payload is gone once this returns
@@ -214,6 +242,9 @@ func (r *crossReserve) waitLocked() {
 	r.waitSeq = make([]uint32, len(r.parts))
 	gen, waitID := r.gen, r.waitID
 	for i, p := range r.parts {
+		if r.holding() {
+			break // the timer alone ends it
+		}
 		r.post(func(seq uint32) {
 			r.waitSeq[i] = seq
 			r.link.Wait(r.session, p.group, seq, Wait{ID: waitID, Tubes: p.tubes}, func(it *Item) {
@@ -253,7 +284,7 @@ func (r *crossReserve) eventLocked(i int, it *Item) {
 	r.waitSeq[i] = 0 // ended there: nothing to cancel
 	offer := it.Kind == KindEvent && it.Event.Type == EventOffer
 	switch {
-	case r.state != crossWaiting && offer:
+	case r.state != crossWaiting && offer, offer && r.holding():
 		r.link.Decline(r.session, p.group, r.waitID, it.Event.Job.ID)
 	case r.state != crossWaiting:
 	case offer:

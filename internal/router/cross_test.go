@@ -58,8 +58,9 @@ func reserveAcross(n *linkNet, seq *atomic.Uint32, timeout time.Duration) (<-cha
 			defer mu.Unlock()
 			send(seq.Add(1))
 		},
-		again: func() []crossPart { return parts },
-		done:  func(j *JobReply, g uint16, res store.ReserveResult) { ends <- crossEnd{j, g, res} }}
+		again:   func() []crossPart { return parts },
+		holding: n.holdingJobs.Load,
+		done:    func(j *JobReply, g uint16, res store.ReserveResult) { ends <- crossEnd{j, g, res} }}
 	r.start()
 	return ends, r
 }
@@ -228,4 +229,60 @@ func TestCrossReserveCancelledTake(t *testing.T) {
 		ts, _ := n.stores[2].TubeStats([]byte("a"))
 		return ts.Ready == 1 && ts.Reserved == 0
 	})
+}
+
+// TestCrossReserveHeld: once the member holds jobs for its shutdown, a
+// reserve across groups takes nothing and waits for its timer alone. One
+// waiting stops waiting in its groups (hold), so a job put then stays
+// ready; one whose take was in flight gives the job back; one begun then
+// takes none of the jobs ready.
+func TestCrossReserveHeld(t *testing.T) {
+	n := newCrossNet(t, 2)
+	var seq atomic.Uint32
+	noWaits := func() bool { return n.stores[2].Stats().Waiting == 0 && n.stores[3].Stats().Waiting == 0 }
+	timedOut := func(ends <-chan crossEnd, start time.Time, after time.Duration) {
+		t.Helper()
+		if e := nextEnd(t, ends); e.res != store.TimedOut || time.Since(start) < after {
+			t.Fatalf("%+v after %v, want TIMED_OUT after %v", e, time.Since(start), after)
+		}
+	}
+	readyNow := func(m uint64, tube string, want int) {
+		t.Helper()
+		testproc.WaitFor(t, 5*time.Second, tube+"'s jobs ready, none reserved", func() bool {
+			ts, _ := n.stores[m].TubeStats([]byte(tube))
+			return ts.Ready == want && ts.Reserved == 0
+		})
+	}
+
+	start := time.Now()
+	ends, r := reserveAcross(n, &seq, 2*time.Second)
+	testproc.WaitFor(t, 5*time.Second, "a wait in each group", func() bool {
+		return n.stores[2].Stats().Waiting == 1 && n.stores[3].Stats().Waiting == 1
+	})
+	n.holdingJobs.Store(true)
+	r.hold()
+	testproc.WaitFor(t, time.Second, "the waits cancelled, well before the timer", noWaits)
+	n.put(t, 3, "b", 1)
+	timedOut(ends, start, 2*time.Second)
+	readyNow(3, "b", 1)
+
+	n.holdingJobs.Store(false)
+	n.put(t, 2, "a", 1)
+	n.hold(2) // group 0's answers wait: its peek, then its take
+	start = time.Now()
+	ends, r = reserveAcross(n, &seq, 200*time.Millisecond)
+	testproc.WaitFor(t, 5*time.Second, "group 0's peek answered", func() bool { return n.heldCount(2) > 0 })
+	n.pass(2)
+	testproc.WaitFor(t, 5*time.Second, "group 0's take answered", func() bool { return n.heldCount(2) > 0 })
+	n.holdingJobs.Store(true)
+	r.hold()
+	n.release(2)
+	timedOut(ends, start, 200*time.Millisecond)
+	readyNow(2, "a", 1)
+
+	start = time.Now()
+	ends, _ = reserveAcross(n, &seq, 100*time.Millisecond)
+	timedOut(ends, start, 100*time.Millisecond)
+	readyNow(2, "a", 1)
+	readyNow(3, "b", 1)
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +31,8 @@ type linkNet struct {
 	// closed: the test ended and its queues closed; what a Server still
 	// sends (a wait ending on its own goroutine) is dropped. Guarded by mu.
 	closed bool
+
+	holdingJobs atomic.Bool // the crossReserves' holding: a graceful shutdown began
 }
 
 func newLinkNet(t *testing.T, members ...uint64) *linkNet {

@@ -254,9 +254,24 @@ func (r *Router) NewQueue(answers engine.Answers) engine.Queue {
 // its timeout as if every watched tube were empty (DEADLINE_SOON still
 // due for a job held), and reserve-job finds nothing, whichever member
 // leads the groups; everything else goes on, so that workers finish the
-// jobs they hold (Holding). A reserve already waiting is not ended. It
-// cannot be undone.
-func (r *Router) HoldJobs() { r.holdingJobs.Store(true) }
+// jobs they hold (Holding). A reserve already waiting stays waiting: one
+// across groups stops waiting in them (crossReserve.hold), and a job a
+// group hands one waiting in it alone is declined, back as if never
+// reserved. It cannot be undone.
+func (r *Router) HoldJobs() {
+	r.holdingJobs.Store(true)
+	r.mu.Lock()
+	crosses := make([]*crossReserve, 0, len(r.open))
+	for s := range r.open {
+		if cr := s.cross.Load(); cr != nil {
+			crosses = append(crosses, cr)
+		}
+	}
+	r.mu.Unlock()
+	for _, cr := range crosses {
+		cr.hold()
+	}
+}
 
 // Holding is how many jobs this member's sessions hold reserved, in
 // every group: what a graceful shutdown waits to see end (engine.Config.Idle).

@@ -635,14 +635,23 @@ func (s *Session) Reserve(timeout time.Duration, a *engine.Answer) bool {
 			a.Reserve = store.Waiting // cancelled: dropped
 			return
 		}
+		remaining := timeout
+		if timeout >= 0 {
+			remaining = max(timeout-time.Since(started), 0)
+		}
 		if it.Reply.Status == StatusWrongGroup {
 			// A watched tube is moving between groups: the reserve goes
 			// again, where its tubes live once the move is over.
-			remaining := timeout
-			if timeout >= 0 {
-				remaining = max(timeout-time.Since(started), 0)
-			}
 			s.crossAgain(seq, remaining)
+			a.Reserve = reserveElsewhere
+			return
+		}
+		if it.Reply.Status == StatusOK && s.r.holdingJobs.Load() {
+			// A wait sent before the member began to hold jobs for its
+			// shutdown (Router.HoldJobs): the job goes back as if never
+			// reserved, and the reserve waits out its timeout here.
+			s.r.link.Decline(s.id, g, 0, it.Reply.Job.ID)
+			s.crossHeld(seq, remaining)
 			a.Reserve = reserveElsewhere
 			return
 		}
@@ -669,6 +678,16 @@ func (s *Session) crossAgain(seq uint32, timeout time.Duration) {
 	defer cr.mu.Unlock()
 	cr.started = time.Now()
 	cr.againLocked()
+}
+
+// crossHeld answers the reserve awaited by seq as a crossReserve over no
+// group, for timeout: TIMED_OUT, or DEADLINE_SOON for a job the session
+// holds (Router.HoldJobs). On the Link's goroutine, as crossAgain.
+func (s *Session) crossHeld(seq uint32, timeout time.Duration) {
+	cr := s.newCross(nil, timeout, seq)
+	s.crossSeq = seq
+	s.cross.Store(cr)
+	cr.start()
 }
 
 // reserveAnswer reads a reserve's reply.
@@ -723,7 +742,11 @@ func (s *Session) reserveAcross(parts []crossPart, timeout time.Duration) bool {
 // awaited by seq.
 func (s *Session) newCross(parts []crossPart, timeout time.Duration, seq uint32) *crossReserve {
 	cr := &crossReserve{link: s.r.link, session: s.id, post: s.post, parts: parts, timeout: timeout,
+		holding: s.r.holdingJobs.Load,
 		again: func() []crossPart {
+			if s.r.holdingJobs.Load() {
+				return nil
+			}
 			parts := s.reserveParts()
 			for _, p := range parts {
 				s.reach(p.group)
