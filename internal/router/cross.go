@@ -109,13 +109,14 @@ func (r *crossReserve) beginLocked() {
 	r.peekLocked()
 }
 
-// hold makes the reserve, if not ended, give up its groups for its timer
-// alone (Router.HoldJobs): its waits are cancelled and what they or a
-// take in flight bring is declined.
+// hold makes the reserve, if begun and not ended, give up its groups for
+// its timer alone (Router.HoldJobs): its waits are cancelled and what
+// they or a take in flight bring is declined. One not begun yet (its
+// session stores it first) sees holding as it begins.
 func (r *crossReserve) hold() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.state == crossDone {
+	if r.state == crossDone || r.started.IsZero() {
 		return
 	}
 	r.cancelWaitsLocked()

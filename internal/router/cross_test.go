@@ -49,6 +49,13 @@ type crossEnd struct {
 // reserveAcross starts session 7's reserve over groups 0 (tube "a") and
 // 1 (tube "b") and returns where its end comes, and the reserve.
 func reserveAcross(n *linkNet, seq *atomic.Uint32, timeout time.Duration) (<-chan crossEnd, *crossReserve) {
+	ends, r := newCrossReserve(n, seq, timeout)
+	r.start()
+	return ends, r
+}
+
+// newCrossReserve is reserveAcross's reserve, not started.
+func newCrossReserve(n *linkNet, seq *atomic.Uint32, timeout time.Duration) (<-chan crossEnd, *crossReserve) {
 	ends := make(chan crossEnd, 2)
 	var mu sync.Mutex
 	parts := []crossPart{{group: 0, tubes: [][]byte{[]byte("a")}}, {group: 1, tubes: [][]byte{[]byte("b")}}}
@@ -61,7 +68,6 @@ func reserveAcross(n *linkNet, seq *atomic.Uint32, timeout time.Duration) (<-cha
 		again:   func() []crossPart { return parts },
 		holding: n.holdingJobs.Load,
 		done:    func(j *JobReply, g uint16, res store.ReserveResult) { ends <- crossEnd{j, g, res} }}
-	r.start()
 	return ends, r
 }
 
@@ -285,4 +291,17 @@ func TestCrossReserveHeld(t *testing.T) {
 	timedOut(ends, start, 100*time.Millisecond)
 	readyNow(2, "a", 1)
 	readyNow(3, "b", 1)
+
+	// Held as its session has stored it, before it begins: hold leaves
+	// it, which begins holding, its timer from its own start.
+	ends, r = newCrossReserve(n, &seq, 300*time.Millisecond)
+	r.hold()
+	start = time.Now()
+	r.start()
+	timedOut(ends, start, 300*time.Millisecond)
+	select {
+	case e := <-ends:
+		t.Fatalf("a second end: %+v", e)
+	case <-time.After(400 * time.Millisecond):
+	}
 }
