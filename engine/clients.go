@@ -98,6 +98,11 @@ func (s *Server) unlessStopping(ctx context.Context, err error) error {
 	select {
 	case <-s.stopped:
 		return nil
+	default:
+	}
+	select {
+	case <-s.stopped:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -119,9 +124,15 @@ func (s *Server) onEveryLoop(ctx context.Context, fn func(*loopState)) error {
 		}
 		select {
 		case <-done:
+		case <-s.stopped:
+			// gnet drops a task queued as its loops stop.
+			return fmt.Errorf("engine: event loop %d of %d: %w", i+1, len(s.eventLoops), errStopped)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 	return nil
 }
+
+// errStopped is onEveryLoop's error once Run has returned.
+var errStopped = errors.New("engine: the server stopped")
