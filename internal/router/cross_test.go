@@ -305,3 +305,49 @@ func TestCrossReserveHeld(t *testing.T) {
 	case <-time.After(400 * time.Millisecond):
 	}
 }
+
+// TestDeclineRecallHanded: a session's decline of a job is sent again to
+// its group's next leader for declineRecall (Link.LeaderChanged), unless
+// the session was handed the job again since: then it would take back the
+// reservation the session holds. A hand-out on this member's own store
+// (Session.runHere) passes the Link by, so it is told (Handed); without
+// that, a change of the leader's view (a lease lapsing and coming back)
+// released the job to another worker while the session held it (a
+// double holding in the fault test).
+func TestDeclineRecallHanded(t *testing.T) {
+	n := newCrossNet(t, 1)
+	var stamp atomic.Uint64
+	srv, st := n.servers[2], n.stores[2]
+	for i, told := range []bool{true, false} {
+		tube := []byte{'a' + byte(i)}
+		reserved := func() int {
+			ts, _ := st.TubeStats(tube)
+			return ts.Reserved
+		}
+		id := n.put(t, 2, string(tube), 1)
+		key := ownerKey{member: 1, session: 7, group: 0}
+		take := func() {
+			t.Helper()
+			r, _, _, ran := srv.local(key, Request{Op: OpReserve, Tubes: [][]byte{tube}}, &stamp)
+			if !ran || r.Status != StatusOK || r.Job.ID != id {
+				t.Fatalf("reserve: %+v (ran %v), want job %d", r, ran, id)
+			}
+		}
+		take()
+		n.link.Decline(7, 0, 0, id) // an offer come too late, say
+		testproc.WaitFor(t, 5*time.Second, "the job declined", func() bool { return reserved() == 0 })
+		take() // the session's next reserve, run where the group is led
+		if told {
+			n.link.Handed(7, 0, id)
+		}
+		n.link.LeaderChanged(0)
+		if told {
+			time.Sleep(100 * time.Millisecond) // the decline would have come by now
+			if reserved() != 1 {
+				t.Fatalf("the job handed again was taken back by its decline sent again")
+			}
+		} else {
+			testproc.WaitFor(t, 5*time.Second, "the decline sent again taking the job back", func() bool { return reserved() == 0 })
+		}
+	}
+}

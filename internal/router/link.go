@@ -238,6 +238,14 @@ func (l *Link) recallLocked(c closedSession) {
 	}
 }
 
+// Handed is handedLocked for a job handed out on this member's own store,
+// not through the Link (Session.runHere).
+func (l *Link) Handed(session uint64, group uint16, job uint64) {
+	l.mu.Lock()
+	l.handedLocked(sessionKey{session, group}, job)
+	l.mu.Unlock()
+}
+
 // handedLocked forgets session's declines of job in group: it has the
 // job now (handed out again), and a decline sent again to a new leader
 // would take it back. Only those of the last declineRecall are sent

@@ -360,7 +360,13 @@ func (s *Session) runHere(g uint16, req Request, a *engine.Answer, finish func(i
 	}
 	r.local.Add(1)
 	s.touch(g)
-	finish(&Item{Kind: KindReply, Group: g, Reply: reply}, a)
+	it := &Item{Kind: KindReply, Group: g, Reply: reply}
+	if reserves(req.Op) && handsOut(it) {
+		// As the Link notes a job handed to it: a decline of it
+		// recalled must not take it back.
+		r.link.Handed(s.id, g, jobOf(it))
+	}
+	finish(it, a)
 	s.lastHere = hereAck{group: g, acks: acks, pos: pos}
 	if i := slices.IndexFunc(s.here, func(h hereAck) bool { return h.group == g }); i >= 0 {
 		s.here[i] = s.lastHere
