@@ -607,7 +607,9 @@ func groupScripts() []script {
 			on(5, "reserve\r\n", 0).silentFor(300 * time.Millisecond),
 			on(5, "", 1).within(4 * time.Second).wants("DEADLINE_SOON\r\n"),
 			on(5, "delete 10\r\n", 1).wants("DELETED\r\n"),
-			// Job 9's ttr is over: it is ready again.
+			// Job 9's ttr is over: it is ready again. Conn 4 speaks first
+			// so that 1.12 notices (see "ttr expiry").
+			on(4, "list-tube-used\r\n", 1),
 			on(4, "stats-job 9\r\n", 1),
 			on(0, "stats\r\n", 1),
 		})},
