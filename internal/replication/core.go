@@ -124,6 +124,10 @@ type Core struct {
 	// the log: raft takes no other change until it is applied (it would
 	// drop it as an empty entry), so the leader promotes none before.
 	confPending uint64
+	// leaving is the index of an entry in this member's log that removes
+	// it from the group, 0 if none: it acknowledges no entry past it
+	// (ackUpTo).
+	leaving uint64
 	// snapBook is the book that came with the last snapshot stepped in
 	// (its MsgSnap's Context), taken when the snapshot is installed.
 	snapBook *Book
@@ -335,6 +339,9 @@ func (c *Core) Step(m *pb.Message) error {
 	}
 	if _, voter := c.heard[m.GetFrom()]; voter && c.leading != 0 && m.GetTerm() == c.leading {
 		c.heard[m.GetFrom()] = c.ticks
+	}
+	if c.olderAck(m) {
+		return nil
 	}
 	if m.GetType() == pb.MsgTimeoutNow {
 		// A leader handing over as it leaves (handOver) sends this with
@@ -572,7 +579,7 @@ func (c *Core) handleStopped(rd raft.Ready) {
 		switch {
 		case m.GetTo() == raft.LocalAppendThread && m.GetSnapshot() == nil:
 			acts = append(acts, c.writeAction(m))
-			for _, r := range m.GetResponses() {
+			for _, r := range c.ackUpTo(m.GetResponses()) {
 				if !raft.IsLocalMsgTarget(r.GetTo()) && r.GetTo() != c.id {
 					afterWrite = append(afterWrite, r)
 				}
@@ -626,7 +633,7 @@ func (c *Core) lose() {
 func (c *Core) write(m *pb.Message) {
 	a := c.writeAction(m)
 	c.out = append(c.out, a)
-	c.writes = append(c.writes, pendingWrite{seq: c.seq, responses: m.GetResponses(), snapshot: m.GetSnapshot()})
+	c.writes = append(c.writes, pendingWrite{seq: c.seq, responses: c.ackUpTo(m.GetResponses()), snapshot: m.GetSnapshot()})
 	for _, e := range a.Entries {
 		if e.GetType() != pb.EntryNormal {
 			c.confPending = max(c.confPending, e.GetIndex())
@@ -636,6 +643,7 @@ func (c *Core) write(m *pb.Message) {
 
 // writeAction is the ActWrite of MsgStorageAppend m, numbered next.
 func (c *Core) writeAction(m *pb.Message) Action {
+	c.noteLeaving(m)
 	c.seq++
 	a := Action{Kind: ActWrite, Seq: c.seq, Snapshot: m.GetSnapshot(), Entries: m.GetEntries()}
 	if m.Vote != nil {
@@ -759,6 +767,7 @@ func (c *Core) applyChange(e *pb.Entry) (Action, bool) {
 	}
 	v2 := cc.AsV2()
 	c.handOver(v2)
+	had := c.replicas()
 	cs := c.rn.ApplyConfChange(cc)
 	for _, ch := range v2.GetChanges() {
 		id := ch.GetNodeId()
@@ -768,6 +777,9 @@ func (c *Core) applyChange(e *pb.Entry) (Action, bool) {
 		default:
 			who.ID = id
 			c.book.add(who)
+			if _, ok := had[id]; !ok {
+				c.book.join(id, e.GetIndex())
+			}
 		}
 	}
 	c.book.Index = e.GetIndex()
@@ -872,6 +884,102 @@ func (c *Core) handOver(cc *pb.ConfChangeV2) {
 	if to != 0 {
 		c.rn.TransferLeader(to)
 	}
+}
+
+// A replica of a group but 0 that is removed and added again has its
+// member's Raft id again (Node.AddReplica). Its member drops the older
+// replica's log when that replica applies its removal, and starts the new
+// one empty, for a snapshot to fill: raft would count what the older one
+// acknowledged as held by the new one, a match it takes for good (an
+// answer to an append below it is stale to raft), so the leader would
+// never send the snapshot, and would count the empty replica towards its
+// commits. The older one, cut off while the group removed and added it
+// again, acknowledges on coming back the entries that do both (the
+// chaos test saw a replica so promoted and never filled). So
+//   - a replica acknowledges no entry past one that removes it (ackUpTo),
+//     and each of its acknowledgements is then below the index at which
+//     the group added its member's replica last (Book.Joined);
+//   - the leader counts no acknowledgement below that index (olderAck):
+//     it answers for the new replica as an empty one would, and raft sends
+//     a snapshot, whichever of the two receives it.
+
+// replicas are the group's replicas, voters and learners, by Raft id.
+func (c *Core) replicas() map[uint64]struct{} {
+	cfg := c.rn.Status().Config
+	ids := cfg.Voters.IDs()
+	for id := range cfg.Learners {
+		ids[id] = struct{}{}
+	}
+	return ids
+}
+
+// noteLeaving follows, from the log's appends (MsgStorageAppend m), the
+// entry that removes this member (Core.leaving): a snapshot, or entries
+// written over it, end it.
+func (c *Core) noteLeaving(m *pb.Message) {
+	ents := m.GetEntries()
+	if m.GetSnapshot() != nil || len(ents) > 0 && ents[0].GetIndex() <= c.leaving {
+		c.leaving = 0
+	}
+	for _, e := range ents {
+		if c.leaving != 0 || e.GetType() == pb.EntryNormal {
+			continue
+		}
+		cc, _, err := decodeChange(e)
+		if err != nil {
+			continue
+		}
+		for _, ch := range cc.AsV2().GetChanges() {
+			if ch.GetType() == pb.ConfChangeRemoveNode && ch.GetNodeId() == c.id {
+				c.leaving = e.GetIndex()
+			}
+		}
+	}
+}
+
+// ackUpTo returns msgs, a write's responses, with each acknowledgement of
+// entries to a peer past the entry that removes this member made one of
+// entries through it.
+func (c *Core) ackUpTo(msgs []*pb.Message) []*pb.Message {
+	if c.leaving == 0 {
+		return msgs
+	}
+	out := slices.Clone(msgs)
+	for i, m := range out {
+		if m.GetType() == pb.MsgAppResp && !m.GetReject() && m.GetIndex() > c.leaving && !raft.IsLocalMsgTarget(m.GetTo()) && m.GetTo() != c.id {
+			m = proto.Clone(m).(*pb.Message)
+			m.Index = new(c.leaving)
+			out[i] = m
+		}
+	}
+	return out
+}
+
+// olderAck reports whether m, stepped in on the leader, acknowledges
+// entries below the index at which the group added its sender's replica
+// last: an older replica's, or a late answer of this one's snapshot; it
+// is dropped. While the leader probes the sender with no match since
+// then, it steps in what an empty replica answers: raft sends it a
+// snapshot next.
+func (c *Core) olderAck(m *pb.Message) bool {
+	if c.leading == 0 || m.GetType() != pb.MsgAppResp || m.GetReject() || m.GetTerm() != c.leading {
+		return false
+	}
+	joined := c.book.Joined[m.GetFrom()]
+	if m.GetIndex() >= joined {
+		return false
+	}
+	probe := uint64(0)
+	c.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if id == m.GetFrom() && pr.State == tracker.StateProbe && pr.Match < joined {
+			probe = pr.Next
+		}
+	})
+	if probe > 0 {
+		_ = c.rn.Step(&pb.Message{Type: pb.MsgAppResp.Enum(), From: new(m.GetFrom()), To: new(c.id), Term: new(c.leading),
+			Index: new(probe - 1), Reject: new(true), RejectHint: new(uint64(0))})
+	}
+	return true
 }
 
 // decodeChange reads a membership change's entry: the change, and the

@@ -736,7 +736,15 @@
 // replicas change by Node.AddReplica and RemoveReplica (a member of the
 // cluster added as a learner, promoted once caught up as group 0's are;
 // a replica removed stops with ErrRemoved, its member going on), not by
-// AddMember (ErrStaticGroup). In tests: two groups on three members fail over
+// AddMember (ErrStaticGroup). A replica removed and added again has its
+// member's id again, and its member starts it empty; so that what the
+// older one acknowledged (cut off, it hears of its removal and of the
+// addition at once) never counts for the new one, a replica acknowledges
+// no entry past one that removes it, and the leader counts no
+// acknowledgement below the index at which the group added the replica
+// last (Book.Joined), answering instead as the empty one would, so raft
+// sends the snapshot (Core.olderAck; TestMembershipReaddedReplica). In
+// tests: two groups on three members fail over
 // and rebuild in place each unnoticed by the other (host_test.go), and
 // run on GroupLogs of one SharedLog per member, restarted from it
 // (sharedlog_test.go). One ticker (Host.runTicker) ticks every group at

@@ -162,6 +162,9 @@ type cluster struct {
 	cut       map[[2]uint64]bool     // links that drop everything, from→to
 	sent      map[pb.MessageType]int // messages sent, by type
 	snapshots int                    // snapshots delivered
+	// stopRemoved stops a member as it applies its removal, as its node
+	// does; without it, a test stops the member when it sees fit.
+	stopRemoved bool
 	// cutStream, when not negative, cuts the next snapshot's stream after
 	// that many chunks (then it is -1 again): the sender hears it failed.
 	cutStream int
@@ -280,6 +283,9 @@ func (c *cluster) do(m *member, a Action) bool {
 	case ActMembership:
 		m.disk.SetMembership(a.ConfState, a.Book)
 		m.memberships = append(m.memberships, a)
+		if c.stopRemoved && !inConf(a.ConfState, m.id) {
+			m.up = false // as its node stops (Node.membership)
+		}
 	case ActRebuild:
 		m.rebuilds = append(m.rebuilds, a.Term)
 		c.restart(m)

@@ -3,6 +3,7 @@ package replication
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -43,12 +44,18 @@ type Book struct {
 	// tubes moves placed and the moves decided; in any group, its tubes
 	// moving or moved out.
 	Tubes TubeBook `json:"tubes,omitzero"`
+	// Joined is, by Raft id, the index of the membership change that last
+	// added each replica the group did not have: a replica of a group but
+	// 0 removed and added again has its member's id again, and an answer
+	// of its older replica must not count for the new one (Core.olderAck).
+	// None for the formation's replicas.
+	Joined map[uint64]uint64 `json:"joined,omitempty"`
 }
 
 // clone returns a copy that shares nothing with b.
 func (b Book) clone() Book {
 	return Book{Index: b.Index, Members: slices.Clone(b.Members), Removed: slices.Clone(b.Removed), Version: b.Version,
-		Draining: slices.Clone(b.Draining), Cordoned: slices.Clone(b.Cordoned), Tubes: b.Tubes.clone()}
+		Draining: slices.Clone(b.Draining), Cordoned: slices.Clone(b.Cordoned), Tubes: b.Tubes.clone(), Joined: maps.Clone(b.Joined)}
 }
 
 // marked is the list of members the control record state marks
@@ -116,9 +123,18 @@ func (b *Book) remove(id uint64) {
 	b.Members = slices.DeleteFunc(b.Members, func(o Member) bool { return o.ID == id })
 	mark(&b.Draining, id, false)
 	mark(&b.Cordoned, id, false)
+	delete(b.Joined, id)
 	if !b.removed(id) {
 		b.Removed = append(b.Removed, id)
 	}
+}
+
+// join notes that the replica of Raft id id joined the group at index.
+func (b *Book) join(id, index uint64) {
+	if b.Joined == nil {
+		b.Joined = make(map[uint64]uint64)
+	}
+	b.Joined[id] = max(b.Joined[id], index)
 }
 
 // merge takes into b what o knows: its members (o's entry wins) and its
@@ -130,6 +146,9 @@ func (b *Book) merge(o Book) {
 	b.Draining = slices.Clone(o.Draining)
 	b.Cordoned = slices.Clone(o.Cordoned)
 	b.Tubes = o.Tubes.clone()
+	for id, at := range o.Joined {
+		b.join(id, at)
+	}
 	for _, id := range o.Removed {
 		b.remove(id)
 	}

@@ -509,3 +509,65 @@ func TestSetMarkLeadershipLost(t *testing.T) {
 		t.Fatalf("the mark still waits %v after it was asked for, its leadership gone", time.Since(began).Round(time.Millisecond))
 	}
 }
+
+// A replica removed and added again while cut off (a group's placement
+// moving it away and straight back) comes back with its older log: it
+// applies its removal and its member starts it again, empty (the
+// member's shards). What the older one acknowledged on coming back must
+// not count for the new one: the leader's match for it never exceeds
+// what it holds, it is filled by a snapshot, promoted, and holds every
+// job.
+func TestMembershipReaddedReplica(t *testing.T) {
+	c := newCluster(t, 4, 1000) // logs long enough to catch the older replica up from entries
+	leader := c.elect(1)
+	for i := range 5 {
+		c.putAcked(leader, fmt.Sprintf("before %d", i))
+	}
+	older := c.members[3]
+	c.partition([]uint64{3}, []uint64{1, 2, 4})
+	c.propose(leader, pb.ConfChangeRemoveNode, testMember(3))
+	c.awaitConf([]uint64{1, 2, 4}, []uint64{1, 2, 4}, nil)
+	for i := range 5 {
+		c.putAcked(leader, fmt.Sprintf("between %d", i))
+	}
+	c.propose(leader, pb.ConfChangeAddLearnerNode, testMember(3))
+	c.awaitConf([]uint64{1, 2, 4}, []uint64{1, 2, 4}, []uint64{3})
+	joined := leader.core.Book().Joined[3]
+	if joined == 0 {
+		t.Fatalf("the leader's book %+v has no index at which 3 joined again", leader.core.Book())
+	}
+	for i := range 5 {
+		c.putAcked(leader, fmt.Sprintf("after %d", i))
+	}
+	want := viewOf(leader.store)
+
+	c.stopRemoved = true
+	c.heal()
+	restarted := false
+	for range electionRounds * testElectionTick {
+		c.tick()
+		m3 := c.members[3]
+		if m3 == older && !m3.up {
+			// The member's shards drop the removed replica's log and
+			// start it again, empty.
+			c.crash(m3)
+			c.members[3] = &member{id: 3, disk: &simDisk{MemoryLog: NewJoinMemoryLog(c.retain), join: true, retain: c.retain}}
+			c.start(c.members[3])
+			restarted = true
+		}
+		held, _ := c.members[3].disk.LastIndex()
+		leader.core.Matches(func(id, match uint64) {
+			if id == 3 && match > held {
+				t.Fatalf("the leader counts replica 3 holding entries through %d; it holds through %d", match, held)
+			}
+		})
+		if slices.Equal(slices.Sorted(slices.Values(conf(leader).GetVoters())), []uint64{1, 2, 3, 4}) && c.members[3].store != nil {
+			break
+		}
+	}
+	if !restarted {
+		t.Fatal("the older replica never applied its removal")
+	}
+	c.awaitConf([]uint64{1, 2, 3, 4}, []uint64{1, 2, 3, 4}, nil)
+	c.converged(want)
+}
