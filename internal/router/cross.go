@@ -92,11 +92,22 @@ var crossWaits struct {
 
 // start begins the reserve: done is called once with its end, on the
 // Link's goroutine or the timer's (or never, if cancel ends it first).
-func (r *crossReserve) start() {
+func (r *crossReserve) start() { r.startWith(r.beginLocked) }
+
+// startAgain begins the reserve as againLocked starts it over: a routed
+// reserve whose group answered that a watched tube is moving goes on so.
+func (r *crossReserve) startAgain() { r.startWith(r.againLocked) }
+
+// startWith begins the reserve by begin, its timeout counted from now,
+// unless it was cancelled before it began.
+func (r *crossReserve) startWith(begin func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.state == crossDone {
+		return
+	}
 	r.started = time.Now()
-	r.beginLocked()
+	begin()
 }
 
 // beginLocked begins a round over the parts.

@@ -95,6 +95,26 @@ func nextEnd(t *testing.T, ends <-chan crossEnd) crossEnd {
 	return crossEnd{}
 }
 
+// timedOut checks that the reserve's next end is TIMED_OUT, after at
+// least after from start.
+func timedOut(t *testing.T, ends <-chan crossEnd, start time.Time, after time.Duration) {
+	t.Helper()
+	if e := nextEnd(t, ends); e.res != store.TimedOut || time.Since(start) < after {
+		t.Fatalf("%+v after %v, want TIMED_OUT after %v", e, time.Since(start), after)
+	}
+}
+
+// noEnd checks that the reserve does not end within d; what is the
+// reserve, for the failure.
+func noEnd(t *testing.T, ends <-chan crossEnd, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case e := <-ends:
+		t.Fatalf("%s ended: %+v", what, e)
+	case <-time.After(d):
+	}
+}
+
 // TestCrossReserveTakes: the most urgent job ready in either group, in
 // turn; TIMED_OUT at once with nothing ready and a timeout of 0.
 func TestCrossReserveTakes(t *testing.T) {
@@ -171,11 +191,7 @@ func TestCrossReserveWaits(t *testing.T) {
 	if s := n.stores[2].Stats(); s.Reserved != 1 || s.Waiting != 0 {
 		t.Errorf("group 0: %d reserved, %d waiting; want the session's job, no wait", s.Reserved, s.Waiting)
 	}
-	select {
-	case e := <-ends:
-		t.Errorf("a second end: %+v", e)
-	case <-time.After(50 * time.Millisecond):
-	}
+	noEnd(t, ends, 50*time.Millisecond, "a reserve ended once")
 }
 
 // TestCrossReserveTimeout: the session's timer ends a wait with
@@ -186,10 +202,7 @@ func TestCrossReserveTimeout(t *testing.T) {
 	var seq atomic.Uint32
 	start := time.Now()
 	ends, _ := reserveAcross(n, &seq, 200*time.Millisecond)
-	e := nextEnd(t, ends)
-	if e.res != store.TimedOut || time.Since(start) < 200*time.Millisecond {
-		t.Fatalf("%v after %v, want TIMED_OUT after 200ms", e.res, time.Since(start))
-	}
+	timedOut(t, ends, start, 200*time.Millisecond)
 	noWaits := func() bool { return n.stores[2].Stats().Waiting == 0 && n.stores[3].Stats().Waiting == 0 }
 	testproc.WaitFor(t, 5*time.Second, "the waits cancelled", noWaits)
 
@@ -202,11 +215,7 @@ func TestCrossReserveTimeout(t *testing.T) {
 	}
 	testproc.WaitFor(t, 5*time.Second, "the waits cancelled", noWaits)
 	n.put(t, 2, "a", 1)
-	select {
-	case e := <-ends:
-		t.Fatalf("a cancelled reserve ended: %+v", e)
-	case <-time.After(100 * time.Millisecond):
-	}
+	noEnd(t, ends, 100*time.Millisecond, "a cancelled reserve")
 	if r.cancel() {
 		t.Error("a second cancel: true")
 	}
@@ -246,12 +255,6 @@ func TestCrossReserveHeld(t *testing.T) {
 	n := newCrossNet(t, 2)
 	var seq atomic.Uint32
 	noWaits := func() bool { return n.stores[2].Stats().Waiting == 0 && n.stores[3].Stats().Waiting == 0 }
-	timedOut := func(ends <-chan crossEnd, start time.Time, after time.Duration) {
-		t.Helper()
-		if e := nextEnd(t, ends); e.res != store.TimedOut || time.Since(start) < after {
-			t.Fatalf("%+v after %v, want TIMED_OUT after %v", e, time.Since(start), after)
-		}
-	}
 	readyNow := func(m uint64, tube string, want int) {
 		t.Helper()
 		testproc.WaitFor(t, 5*time.Second, tube+"'s jobs ready, none reserved", func() bool {
@@ -269,7 +272,7 @@ func TestCrossReserveHeld(t *testing.T) {
 	r.hold()
 	testproc.WaitFor(t, time.Second, "the waits cancelled, well before the timer", noWaits)
 	n.put(t, 3, "b", 1)
-	timedOut(ends, start, 2*time.Second)
+	timedOut(t, ends, start, 2*time.Second)
 	readyNow(3, "b", 1)
 
 	n.holdingJobs.Store(false)
@@ -283,12 +286,12 @@ func TestCrossReserveHeld(t *testing.T) {
 	n.holdingJobs.Store(true)
 	r.hold()
 	n.release(2)
-	timedOut(ends, start, 200*time.Millisecond)
+	timedOut(t, ends, start, 200*time.Millisecond)
 	readyNow(2, "a", 1)
 
 	start = time.Now()
 	ends, _ = reserveAcross(n, &seq, 100*time.Millisecond)
-	timedOut(ends, start, 100*time.Millisecond)
+	timedOut(t, ends, start, 100*time.Millisecond)
 	readyNow(2, "a", 1)
 	readyNow(3, "b", 1)
 
@@ -298,11 +301,32 @@ func TestCrossReserveHeld(t *testing.T) {
 	r.hold()
 	start = time.Now()
 	r.start()
-	timedOut(ends, start, 300*time.Millisecond)
-	select {
-	case e := <-ends:
-		t.Fatalf("a second end: %+v", e)
-	case <-time.After(400 * time.Millisecond):
+	timedOut(t, ends, start, 300*time.Millisecond)
+	noEnd(t, ends, 400*time.Millisecond, "a reserve ended once")
+}
+
+// TestCrossReserveCancelledUnstarted: a reserve cancelled after its
+// session stored it and before it began (a Close or half-close while a
+// routed reserve's reply goes on across groups: Session.goOnAcross)
+// neither begins nor ends, either way it would begin: it takes no job
+// and waits in no group.
+func TestCrossReserveCancelledUnstarted(t *testing.T) {
+	n := newCrossNet(t, 2)
+	var seq atomic.Uint32
+	n.put(t, 2, "a", 1)
+	for _, begin := range []func(*crossReserve){(*crossReserve).start, (*crossReserve).startAgain} {
+		ends, r := newCrossReserve(n, &seq, time.Second)
+		if !r.cancel() {
+			t.Fatal("cancel of a reserve not begun: false")
+		}
+		begin(r)
+		noEnd(t, ends, moveRetry+200*time.Millisecond, "a reserve cancelled before it began")
+		if ts, _ := n.stores[2].TubeStats([]byte("a")); ts.Ready != 1 || ts.Reserved != 0 {
+			t.Fatalf("a's jobs: %d ready, %d reserved; want the one ready", ts.Ready, ts.Reserved)
+		}
+		if w := n.stores[2].Stats().Waiting + n.stores[3].Stats().Waiting; w != 0 {
+			t.Fatalf("%d waits in the groups, want none", w)
+		}
 	}
 }
 

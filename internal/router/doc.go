@@ -52,7 +52,7 @@
 // those already waiting). The Link sends such a request again every
 // moveRetry where its session then routes it (Link.RequestRouted), for up
 // to moveWait; a reserve starts over as a reserve across the groups its
-// tubes then live in (Session.crossAgain). A session takes a sequence and
+// tubes then live in (Session.goOnAcross). A session takes a sequence and
 // hands its item to the Link as one step (Session.post), whichever
 // goroutine sends it, so each group still sees its sequences rise. A job
 // keeps its id when its tube moves: a command by id that the id's group

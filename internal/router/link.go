@@ -53,8 +53,9 @@ type Link struct {
 	// (LeaderChanged).
 	closed []closedSession // guarded by mu
 	// declines counts the declines among closed: a job handed out
-	// looks for its own only when there are some.
-	declines int // guarded by mu
+	// looks for its own only when there are some. Changed with mu held;
+	// a hand-out on this member's store (Handed) reads it without.
+	declines atomic.Int32
 }
 
 // closedSession is a session's close in a group, or its decline of a job
@@ -228,19 +229,24 @@ func (l *Link) recallLocked(c closedSession) {
 	i := 0
 	for i < len(l.closed) && c.at.Sub(l.closed[i].at) > closeRecall {
 		if l.closed[i].job != 0 {
-			l.declines--
+			l.declines.Add(-1)
 		}
 		i++
 	}
 	l.closed = append(l.closed[i:], c)
 	if c.job != 0 {
-		l.declines++
+		l.declines.Add(1)
 	}
 }
 
 // Handed is handedLocked for a job handed out on this member's own store,
 // not through the Link (Session.runHere).
 func (l *Link) Handed(session uint64, group uint16, job uint64) {
+	if l.declines.Load() == 0 {
+		// None to forget: the decline of a job this member hands out
+		// again was counted before the job went back to its store.
+		return
+	}
 	l.mu.Lock()
 	l.handedLocked(sessionKey{session, group}, job)
 	l.mu.Unlock()
@@ -252,14 +258,14 @@ func (l *Link) Handed(session uint64, group uint16, job uint64) {
 // again, so only they are looked at, newest first: this runs for every
 // job handed out. l.mu must be held.
 func (l *Link) handedLocked(key sessionKey, job uint64) {
-	if l.declines == 0 {
+	if l.declines.Load() == 0 {
 		return
 	}
 	now := time.Now()
 	for i := len(l.closed) - 1; i >= 0 && now.Sub(l.closed[i].at) <= declineRecall; i-- {
 		if c := l.closed[i]; c.key == key && c.job == job {
 			l.closed = slices.Delete(l.closed, i, i+1)
-			l.declines--
+			l.declines.Add(-1)
 		}
 	}
 }

@@ -637,63 +637,61 @@ func (s *Session) Reserve(timeout time.Duration, a *engine.Answer) bool {
 		seq = awaited
 		s.reserving.Store(seq)
 	}, func(it *Item, a *engine.Answer) {
+		// A watched tube moving between groups: the reserve goes again,
+		// where its tubes live once the move is over. A wait sent before
+		// the member began to hold jobs for its shutdown (Router.HoldJobs):
+		// the job goes back as if never reserved, and the reserve waits out
+		// its timeout here.
+		again := it.Reply.Status == StatusWrongGroup
+		held := it.Reply.Status == StatusOK && s.r.holdingJobs.Load()
+		var cr *crossReserve
+		if again || held {
+			remaining := timeout
+			if timeout >= 0 {
+				remaining = max(timeout-time.Since(started), 0)
+			}
+			cr = s.goOnAcross(seq, remaining)
+		}
 		if !s.reserving.CompareAndSwap(seq, 0) {
+			if cr != nil {
+				s.cross.CompareAndSwap(cr, nil)
+			}
 			a.Reserve = store.Waiting // cancelled: dropped
 			return
 		}
-		remaining := timeout
-		if timeout >= 0 {
-			remaining = max(timeout-time.Since(started), 0)
-		}
-		if it.Reply.Status == StatusWrongGroup {
-			// A watched tube is moving between groups: the reserve goes
-			// again, where its tubes live once the move is over.
-			s.crossAgain(seq, remaining)
+		switch {
+		case again:
+			cr.startAgain()
 			a.Reserve = reserveElsewhere
-			return
-		}
-		if it.Reply.Status == StatusOK && s.r.holdingJobs.Load() {
-			// A wait sent before the member began to hold jobs for its
-			// shutdown (Router.HoldJobs): the job goes back as if never
-			// reserved, and the reserve waits out its timeout here.
+		case held:
 			s.r.link.Decline(s.id, g, 0, it.Reply.Job.ID)
-			s.crossHeld(seq, remaining)
+			cr.start()
 			a.Reserve = reserveElsewhere
-			return
+		default:
+			s.r.waiting.Add(-1)
+			s.reserveAnswer(it, a)
 		}
-		s.r.waiting.Add(-1)
-		s.reserveAnswer(it, a)
 	})
 }
 
 // reserveElsewhere is a reserve's answer that another sends later
-// (crossAgain): none is delivered now.
+// (goOnAcross): none is delivered now.
 const reserveElsewhere store.ReserveResult = 0xff
 
-// crossAgain answers the reserve awaited by seq, whose group answered that
-// a watched tube is moving, as a reserve across the groups its watched
-// tubes live in once moveRetry has passed (one or several), for timeout
-// (what is left of its own). On the Link's goroutine, while the session's
-// loop waits for the reserve's answer: its watch list does not change
-// meanwhile.
-func (s *Session) crossAgain(seq uint32, timeout time.Duration) {
+// goOnAcross makes the crossReserve that answers the reserve awaited by
+// seq, for timeout (what is left of its own): across the groups its
+// watched tubes live in once a move is over (crossReserve.startAgain),
+// or over none while the member holds jobs (crossReserve.start). On the
+// Link's goroutine, while the session's loop waits for the reserve's
+// answer: its watch list does not change meanwhile. It is stored before
+// the reserve it answers is taken off reserving, so that a Close or
+// CancelWait in between finds the one or the other; one that finds it
+// before it starts cancels it, and it does not start.
+func (s *Session) goOnAcross(seq uint32, timeout time.Duration) *crossReserve {
 	cr := s.newCross(nil, timeout, seq)
 	s.crossSeq = seq
 	s.cross.Store(cr)
-	cr.mu.Lock()
-	defer cr.mu.Unlock()
-	cr.started = time.Now()
-	cr.againLocked()
-}
-
-// crossHeld answers the reserve awaited by seq as a crossReserve over no
-// group, for timeout: TIMED_OUT, or DEADLINE_SOON for a job the session
-// holds (Router.HoldJobs). On the Link's goroutine, as crossAgain.
-func (s *Session) crossHeld(seq uint32, timeout time.Duration) {
-	cr := s.newCross(nil, timeout, seq)
-	s.crossSeq = seq
-	s.cross.Store(cr)
-	cr.start()
+	return cr
 }
 
 // reserveAnswer reads a reserve's reply.
@@ -1134,10 +1132,10 @@ func (s *Session) Close() {
 	}
 	s.burnIDs()
 	s.r.remote.Add(-1)
-	if s.reserving.Swap(0) != 0 {
-		s.r.waiting.Add(-1)
-	}
-	if cr := s.cross.Swap(nil); cr != nil && cr.cancel() {
+	// Both at once only while a routed reserve's reply goes on as a
+	// crossReserve (goOnAcross): one reserve.
+	routed := s.reserving.Swap(0) != 0
+	if cr := s.cross.Swap(nil); cr != nil && cr.cancel() || routed {
 		s.r.waiting.Add(-1)
 	}
 	for _, g := range s.touched {
