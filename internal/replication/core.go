@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"maps"
+	"math"
 	"slices"
 
 	"go.etcd.io/raft/v3"
@@ -217,6 +218,7 @@ func NewCore(cfg Config) (*Core, error) {
 	c := &Core{id: cfg.ID, rn: rn, log: cfg.Log, journal: cfg.Journal, maxBatch: cfg.MaxBatch,
 		electionTick: cfg.ElectionTick, observer: cfg.Observer, applied: first - 1,
 		heard: make(map[uint64]uint64), book: cfg.Book.clone(), seq: cfg.Seq}
+	c.leaving = leavingIn(cfg.Log, cfg.ID, cfg.Book.Index)
 	c.out = append(c.out, Action{Kind: ActRestore, Index: first - 1})
 	return c, nil
 }
@@ -914,27 +916,49 @@ func (c *Core) replicas() map[uint64]struct{} {
 }
 
 // noteLeaving follows, from the log's appends (MsgStorageAppend m), the
-// entry that removes this member (Core.leaving): a snapshot, or entries
-// written over it, end it.
+// entry that removes this member (Core.leaving; at start, leavingIn): a
+// snapshot, or entries written over it, end it.
 func (c *Core) noteLeaving(m *pb.Message) {
 	ents := m.GetEntries()
 	if m.GetSnapshot() != nil || len(ents) > 0 && ents[0].GetIndex() <= c.leaving {
 		c.leaving = 0
 	}
 	for _, e := range ents {
-		if c.leaving != 0 || e.GetType() == pb.EntryNormal {
-			continue
-		}
-		cc, _, err := decodeChange(e)
-		if err != nil {
-			continue
-		}
-		for _, ch := range cc.AsV2().GetChanges() {
-			if ch.GetType() == pb.ConfChangeRemoveNode && ch.GetNodeId() == c.id {
-				c.leaving = e.GetIndex()
-			}
+		if c.leaving == 0 && e.GetType() != pb.EntryNormal && removes(e, c.id) {
+			c.leaving = e.GetIndex()
 		}
 	}
+}
+
+// leavingIn is the index of the first membership change in log after
+// index after (the book's: those through it are in effect) that removes
+// member id, 0 if none: a core starting again (a restart, a rebuild) on a
+// log that holds one acknowledges no entry past it either.
+func leavingIn(log Log, id, after uint64) uint64 {
+	for _, i := range log.Changes(after) {
+		ents, err := log.Entries(i, i+1, math.MaxUint64)
+		if err != nil || len(ents) == 0 {
+			continue
+		}
+		if removes(ents[0], id) {
+			return i
+		}
+	}
+	return 0
+}
+
+// removes reports whether membership change e removes member id.
+func removes(e *pb.Entry, id uint64) bool {
+	cc, _, err := decodeChange(e)
+	if err != nil {
+		return false
+	}
+	for _, ch := range cc.AsV2().GetChanges() {
+		if ch.GetType() == pb.ConfChangeRemoveNode && ch.GetNodeId() == id {
+			return true
+		}
+	}
+	return false
 }
 
 // ackUpTo returns msgs, a write's responses, with each acknowledgement of

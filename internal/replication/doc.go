@@ -740,7 +740,8 @@
 // member's id again, and its member starts it empty; so that what the
 // older one acknowledged (cut off, it hears of its removal and of the
 // addition at once) never counts for the new one, a replica acknowledges
-// no entry past one that removes it, and the leader counts no
+// no entry past one that removes it (one it appended, or one its log
+// holds when it starts again), and the leader counts no
 // acknowledgement below the index at which the group added the replica
 // last (Book.Joined), answering instead as the empty one would, so raft
 // sends the snapshot (Core.olderAck; TestMembershipReaddedReplica). In

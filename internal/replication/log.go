@@ -77,6 +77,10 @@ type Log interface {
 	// Membership is the book last written, or installed with a snapshot
 	// (its index then the snapshot's).
 	Membership() Book
+	// Changes returns the indexes of the membership changes held after
+	// index after, oldest first: a core starting on the log looks there
+	// for one that removes its member (Core.leaving).
+	Changes(after uint64) []uint64
 	// Locate returns the segment that holds entry index's records: where
 	// the store finds a job's latest full record for compaction
 	// (Store.Migrate). 0 when index is not held.

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -570,4 +571,37 @@ func TestMembershipReaddedReplica(t *testing.T) {
 	}
 	c.awaitConf([]uint64{1, 2, 3, 4}, []uint64{1, 2, 3, 4}, nil)
 	c.converged(want)
+}
+
+// A core that starts again (a restart, a rebuild) on a log holding a
+// change that removes its member, not yet applied, acknowledges no entry
+// past it, as one that appended it does (Core.leaving); a change the
+// book holds already, or another member's removal, is not one.
+func TestMembershipLeavingAtStart(t *testing.T) {
+	removal := func(id uint64) []byte {
+		ctx, err := json.Marshal(testMember(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mustMarshal(t, &pb.ConfChangeV2{Context: ctx,
+			Changes: []*pb.ConfChangeSingle{{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: new(id)}}})
+	}
+	l := NewMemoryLog([]uint64{1, 2, 3}, 100)
+	l.Append([]*pb.Entry{
+		{Index: new(uint64(2)), Term: new(uint64(1)), Type: pb.EntryConfChangeV2.Enum(), Data: removal(2)},
+		{Index: new(uint64(3)), Term: new(uint64(1)), Type: pb.EntryConfChangeV2.Enum(), Data: removal(3)},
+		{Index: new(uint64(4)), Term: new(uint64(1))},
+	})
+	for _, tc := range []struct {
+		id, bookIndex, want uint64
+	}{{3, 0, 3}, {2, 0, 2}, {1, 0, 0}, {3, 3, 0}, {2, 2, 0}} {
+		book := Book{Index: tc.bookIndex, Members: []Member{testMember(1), testMember(2), testMember(3)}}
+		c, err := NewCore(Config{ID: tc.id, Log: l, Journal: NewJournal(nil), ElectionTick: testElectionTick, Book: book})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.leaving != tc.want {
+			t.Errorf("member %d starting with the book at %d: leaving %d, want %d", tc.id, tc.bookIndex, c.leaving, tc.want)
+		}
+	}
 }

@@ -102,6 +102,19 @@ func (l *MemoryLog) LastIndex() (uint64, error) {
 
 func (l *MemoryLog) lastLocked() uint64 { return l.lastIndex(len(l.ents)) }
 
+// Changes implements Log.
+func (l *MemoryLog) Changes(after uint64) []uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []uint64
+	for _, e := range l.ents {
+		if e.GetIndex() > after && e.GetType() != pb.EntryNormal {
+			out = append(out, e.GetIndex())
+		}
+	}
+	return out
+}
+
 // FirstIndex implements raft.Storage.
 func (l *MemoryLog) FirstIndex() (uint64, error) {
 	l.mu.Lock()

@@ -485,6 +485,19 @@ func (l *GroupLog) LastIndex() (uint64, error) {
 
 func (l *GroupLog) lastLocked() uint64 { return l.lastIndex(len(l.ents)) }
 
+// Changes implements Log.
+func (l *GroupLog) Changes(after uint64) []uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []uint64
+	for k := range l.ents {
+		if i := l.prevIndex + 1 + uint64(k); i > after && l.ents[k].conf {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
 // FirstIndex implements raft.Storage.
 func (l *GroupLog) FirstIndex() (uint64, error) {
 	l.mu.Lock()
