@@ -41,6 +41,7 @@ import (
 type crossReserve struct {
 	link    *Link                                                    // immutable
 	session uint64                                                   // immutable
+	seq     uint32                                                   // immutable: the session's sequence its answer is awaited by
 	post    func(send func(seq uint32))                              // immutable: the session's Session.post
 	again   func() []crossPart                                       // immutable: the groups holding watched tubes now
 	holding func() bool                                              // immutable: a graceful shutdown's Router.HoldJobs began

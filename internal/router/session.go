@@ -72,12 +72,14 @@ type Session struct {
 	ids int
 	// reserving is the sequence of a reserve whose reply is pending (0:
 	// none): its reply and CancelWait race for it, the first to take it
-	// wins. cross is a reserve across groups, and crossSeq the sequence
-	// its answer is awaited by; its cancel and its end race the same way.
+	// wins. cross is a reserve across groups; its cancel and its end race
+	// the same way. handOff makes a reply that goes on as a crossReserve
+	// (goOnAcross) one step for CancelWait and Close: they find the
+	// reserve pending, or the crossReserve.
 	reserving    atomic.Uint32
 	reserveGroup uint16
 	cross        atomic.Pointer[crossReserve]
-	crossSeq     uint32
+	handOff      sync.Mutex
 
 	// mu orders the answers delivered to the engine: awaited holds the
 	// sequences of the commands whose answers it waits for, oldest first,
@@ -644,33 +646,31 @@ func (s *Session) Reserve(timeout time.Duration, a *engine.Answer) bool {
 		// its timeout here.
 		again := it.Reply.Status == StatusWrongGroup
 		held := it.Reply.Status == StatusOK && s.r.holdingJobs.Load()
-		var cr *crossReserve
 		if again || held {
 			remaining := timeout
 			if timeout >= 0 {
 				remaining = max(timeout-time.Since(started), 0)
 			}
-			cr = s.goOnAcross(seq, remaining)
+			cr := s.goOnAcross(seq, remaining)
+			if cr == nil {
+				a.Reserve = store.Waiting // cancelled: dropped
+				return
+			}
+			if held {
+				s.r.link.Decline(s.id, g, 0, it.Reply.Job.ID)
+				cr.start()
+			} else {
+				cr.startAgain()
+			}
+			a.Reserve = reserveElsewhere
+			return
 		}
 		if !s.reserving.CompareAndSwap(seq, 0) {
-			if cr != nil {
-				s.cross.CompareAndSwap(cr, nil)
-			}
 			a.Reserve = store.Waiting // cancelled: dropped
 			return
 		}
-		switch {
-		case again:
-			cr.startAgain()
-			a.Reserve = reserveElsewhere
-		case held:
-			s.r.link.Decline(s.id, g, 0, it.Reply.Job.ID)
-			cr.start()
-			a.Reserve = reserveElsewhere
-		default:
-			s.r.waiting.Add(-1)
-			s.reserveAnswer(it, a)
-		}
+		s.r.waiting.Add(-1)
+		s.reserveAnswer(it, a)
 	})
 }
 
@@ -683,13 +683,18 @@ const reserveElsewhere store.ReserveResult = 0xff
 // watched tubes live in once a move is over (crossReserve.startAgain),
 // or over none while the member holds jobs (crossReserve.start). On the
 // Link's goroutine, while the session's loop waits for the reserve's
-// answer: its watch list does not change meanwhile. It is stored before
-// the reserve it answers is taken off reserving, so that a Close or
-// CancelWait in between finds the one or the other; one that finds it
-// before it starts cancels it, and it does not start.
+// answer: its watch list does not change meanwhile. The reserve is taken
+// off reserving and the crossReserve stored in one step (handOff), so a
+// CancelWait or Close finds the one or the other; one that finds the
+// crossReserve before it starts cancels it, and it does not start. Nil if
+// the reserve was cancelled.
 func (s *Session) goOnAcross(seq uint32, timeout time.Duration) *crossReserve {
+	s.handOff.Lock()
+	defer s.handOff.Unlock()
+	if !s.reserving.CompareAndSwap(seq, 0) {
+		return nil
+	}
 	cr := s.newCross(nil, timeout, seq)
-	s.crossSeq = seq
 	s.cross.Store(cr)
 	return cr
 }
@@ -734,7 +739,6 @@ func (s *Session) reserveAcross(parts []crossPart, timeout time.Duration) bool {
 	for _, p := range parts {
 		s.touch(p.group)
 	}
-	s.crossSeq = seq
 	s.r.waiting.Add(1)
 	cr := s.newCross(parts, timeout, seq)
 	s.cross.Store(cr)
@@ -745,7 +749,7 @@ func (s *Session) reserveAcross(parts []crossPart, timeout time.Duration) bool {
 // newCross is a crossReserve of the session over parts, whose answer is
 // awaited by seq.
 func (s *Session) newCross(parts []crossPart, timeout time.Duration, seq uint32) *crossReserve {
-	cr := &crossReserve{link: s.r.link, session: s.id, post: s.post, parts: parts, timeout: timeout,
+	cr := &crossReserve{link: s.r.link, session: s.id, seq: seq, post: s.post, parts: parts, timeout: timeout,
 		holding: s.r.holdingJobs.Load,
 		again: func() []crossPart {
 			if s.r.holdingJobs.Load() {
@@ -778,12 +782,14 @@ func (s *Session) CancelWait() bool {
 	if s.local != nil {
 		return s.local.CancelWait()
 	}
+	s.handOff.Lock()
+	defer s.handOff.Unlock()
 	if cr := s.cross.Swap(nil); cr != nil {
 		if !cr.cancel() {
 			return false // its answer is on its way to the loop
 		}
 		s.r.waiting.Add(-1)
-		s.forget(s.crossSeq)
+		s.forget(cr.seq)
 		return true
 	}
 	seq := s.reserving.Load()
@@ -1132,12 +1138,14 @@ func (s *Session) Close() {
 	}
 	s.burnIDs()
 	s.r.remote.Add(-1)
-	// Both at once only while a routed reserve's reply goes on as a
-	// crossReserve (goOnAcross): one reserve.
-	routed := s.reserving.Swap(0) != 0
-	if cr := s.cross.Swap(nil); cr != nil && cr.cancel() || routed {
+	s.handOff.Lock()
+	if s.reserving.Swap(0) != 0 {
 		s.r.waiting.Add(-1)
 	}
+	if cr := s.cross.Swap(nil); cr != nil && cr.cancel() {
+		s.r.waiting.Add(-1)
+	}
+	s.handOff.Unlock()
 	for _, g := range s.touched {
 		s.closeIn(g)
 	}
