@@ -96,7 +96,7 @@ func (s *Server) unlessStopping(ctx context.Context, err error) error {
 		return err
 	}
 	select {
-	case <-s.stopped:
+	case <-s.stopped: // first: a select picks at random among ready cases
 		return nil
 	default:
 	}

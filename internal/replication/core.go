@@ -127,7 +127,7 @@ type Core struct {
 	confPending uint64
 	// leaving is the index of an entry in this member's log that removes
 	// it from the group, 0 if none: it acknowledges no entry past it
-	// (ackUpTo).
+	// (ackUpTo). Both follow the appends (noteChanges).
 	leaving uint64
 	// snapBook is the book that came with the last snapshot stepped in
 	// (its MsgSnap's Context), taken when the snapshot is installed.
@@ -636,16 +636,11 @@ func (c *Core) write(m *pb.Message) {
 	a := c.writeAction(m)
 	c.out = append(c.out, a)
 	c.writes = append(c.writes, pendingWrite{seq: c.seq, responses: c.ackUpTo(m.GetResponses()), snapshot: m.GetSnapshot()})
-	for _, e := range a.Entries {
-		if e.GetType() != pb.EntryNormal {
-			c.confPending = max(c.confPending, e.GetIndex())
-		}
-	}
 }
 
 // writeAction is the ActWrite of MsgStorageAppend m, numbered next.
 func (c *Core) writeAction(m *pb.Message) Action {
-	c.noteLeaving(m)
+	c.noteChanges(m)
 	c.seq++
 	a := Action{Kind: ActWrite, Seq: c.seq, Snapshot: m.GetSnapshot(), Entries: m.GetEntries()}
 	if m.Vote != nil {
@@ -915,16 +910,21 @@ func (c *Core) replicas() map[uint64]struct{} {
 	return ids
 }
 
-// noteLeaving follows, from the log's appends (MsgStorageAppend m), the
-// entry that removes this member (Core.leaving; at start, leavingIn): a
-// snapshot, or entries written over it, end it.
-func (c *Core) noteLeaving(m *pb.Message) {
+// noteChanges follows the membership changes in the log's appends
+// (MsgStorageAppend m): the last written (Core.confPending), and the one
+// that removes this member (Core.leaving; at start, leavingIn), which a
+// snapshot, or entries written over it, end.
+func (c *Core) noteChanges(m *pb.Message) {
 	ents := m.GetEntries()
 	if m.GetSnapshot() != nil || len(ents) > 0 && ents[0].GetIndex() <= c.leaving {
 		c.leaving = 0
 	}
 	for _, e := range ents {
-		if c.leaving == 0 && e.GetType() != pb.EntryNormal && removes(e, c.id) {
+		if e.GetType() == pb.EntryNormal {
+			continue
+		}
+		c.confPending = max(c.confPending, e.GetIndex())
+		if c.leaving == 0 && removes(e, c.id) {
 			c.leaving = e.GetIndex()
 		}
 	}
