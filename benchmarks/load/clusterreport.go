@@ -22,6 +22,10 @@ func (s Scenario) commandsPerJob() int {
 			return 4 // use, put, reserve, delete
 		}
 		return 3 // put, reserve, delete
+	case KindPutOnly:
+		if s.Tubes > s.Conns {
+			return 2 // use, put
+		}
 	case KindDrain:
 		return 2 // reserve-with-timeout, delete
 	case KindRoundTrip:

@@ -44,6 +44,8 @@ func TestScenarioKinds(t *testing.T) {
 		{Name: "prodcons", Kind: load.KindProdCons, Conns: 3, Body: 64},
 		{Name: "tubes", Kind: load.KindProdCons, Conns: 4, Body: 16, Tubes: 20},
 		{Name: "put-only", Kind: load.KindPutOnly, Conns: 2, Body: 1024},
+		{Name: "put-only-tube-each", Kind: load.KindPutOnly, Conns: 3, Body: 64, Tubes: 3},
+		{Name: "put-only-tubes", Kind: load.KindPutOnly, Conns: 2, Body: 64, Tubes: 5},
 		{Name: "drain-only", Kind: load.KindDrain, Conns: 2, Body: 64, Prefill: 20_000},
 		{Name: "pipelined", Kind: load.KindPipelined, Conns: 2, Depth: 10, Body: 64},
 		{Name: "roundtrip", Kind: load.KindRoundTrip, Conns: 1, Body: 64},

@@ -98,23 +98,37 @@ func Catalogue(sz Sizes) []Scenario {
 		Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each) holding 1,000,000 jobs of 64 B: the serving leader stopped (SIGSTOP) past an election timeout %d times; its rebuild in place timed; first repetition only",
 			clusterMembers, rebuildStops)}
 	// Capacity of several groups (docs/design/shards.md S6): 100
-	// producer/consumer pairs, each on a tube of its own, spread over
-	// the members, with one group and with one group per member; the
-	// busiest member's CPU per job is the capacity's measure.
-	shardTubes := func(groups int) Scenario {
-		s := cluster(tubes(100), ThroughAll)
-		s.Name = fmt.Sprintf("cluster-g%d-tubes-100-all", groups)
-		s.Title += fmt.Sprintf(", %d shard groups", groups)
+	// producer/consumer pairs, or 100 producers, each on a tube of its
+	// own, spread over the members, with one group and with one group per
+	// member, on three members and on five; the busiest member's CPU per
+	// job is the capacity's measure, the members' summed CPU per job the
+	// price of the groups.
+	shard := func(base Scenario, what string, members, groups int) Scenario {
+		s := cluster(base, ThroughAll)
+		s.Members = members
+		prefix := "cluster"
+		if members != clusterMembers {
+			prefix = fmt.Sprintf("cluster%d", members)
+			s.Title = strings.Replace(s.Title, fmt.Sprintf("cluster of %d ", clusterMembers), fmt.Sprintf("cluster of %d ", members), 1)
+		}
+		s.Name = fmt.Sprintf("%s-g%d-%s-100-all", prefix, groups, what)
+		s.Title += ", 1 shard group"
 		if groups > 1 {
 			s.Groups = groups
+			s.Title = strings.TrimSuffix(s.Title, "1 shard group") + fmt.Sprintf("%d shard groups", groups)
 		}
 		return s
 	}
+	shardTubes := func(members, groups int) Scenario { return shard(tubes(100), "tubes", members, groups) }
+	putsTubes := putOnly(100, nil)
+	putsTubes.Tubes = 100
+	putsTubes.Title += ", a tube each (use once before the puts)"
+	shardPuts := func(members, groups int) Scenario { return shard(putsTubes, "puts", members, groups) }
 	// A reserve across groups (docs/design/shards.md 6.2, 6.3): each pair
 	// on three tubes, which the groups' placement spreads, so each
 	// consumer's reserve spans groups; its latency against the tube-each
 	// scenario's, whose reserves ask one group.
-	crossReserve := shardTubes(clusterMembers)
+	crossReserve := shardTubes(clusterMembers, clusterMembers)
 	crossReserve.Tubes = 3 * crossReserve.Conns
 	crossReserve.Name = fmt.Sprintf("cluster-g%d-xreserve-all", clusterMembers)
 	crossReserve.Title = strings.Replace(crossReserve.Title, "100 tubes", "300 tubes, 3 a pair (a reserve across groups)", 1)
@@ -199,7 +213,10 @@ func Catalogue(sz Sizes) []Scenario {
 		// waits for each answer in turn unless its session pipelines too
 		// (docs/design/shards.md 5.3).
 		cluster(pipelined10, ThroughLeader), cluster(pipelined10, ThroughFollower), idleCluster,
-		shardTubes(1), shardTubes(clusterMembers), crossReserve, grow, move, growGroups,
+		shardTubes(clusterMembers, 1), shardTubes(clusterMembers, clusterMembers), crossReserve,
+		shardPuts(clusterMembers, 1), shardPuts(clusterMembers, clusterMembers),
+		shardTubes(shardMembers, 1), shardTubes(shardMembers, shardMembers), shardPuts(shardMembers, 1), shardPuts(shardMembers, shardMembers),
+		grow, move, growGroups,
 		{Name: "cluster-failover", Kind: KindFailover, Members: clusterMembers, Kills: failoverKills, Reps: 1, ServerArgs: []string{"-f", "0"},
 			Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each): the serving leader killed (-9) %d times, restarted on its directory after each; first repetition only",
 				clusterMembers, failoverKills)},
@@ -214,6 +231,9 @@ const (
 	// clusterMembers is the cluster scenarios' size, the smallest that
 	// survives the loss of a member.
 	clusterMembers = 3
+	// shardMembers is the larger cluster the groups' capacity is measured
+	// on (docs/design/shards.md S6: ≥ 2.8× at five members).
+	shardMembers = 5
 	// failoverKills is how many leaders cluster-failover kills.
 	failoverKills = 10
 	// rebuildStops is how many leaders cluster-rebuild-1m stops.

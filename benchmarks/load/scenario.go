@@ -87,9 +87,11 @@ type Scenario struct {
 	Conns int // connections; for KindProdCons, producers (and as many consumers)
 	Body  int // job body size in bytes
 	Depth int // KindPipelined: puts per batch
-	// Tubes spreads KindProdCons over this many tubes: each producer sends
-	// use before every put, cycling through its share of the tubes, and each
-	// consumer watches the same share. 0 uses the default tube without use.
+	// Tubes spreads KindProdCons and KindPutOnly over this many tubes: each
+	// producer sends use before every put, cycling through its share of the
+	// tubes (KindPutOnly's, with a share of one tube, uses it once before
+	// timing), and each consumer watches the same share. 0 uses the default
+	// tube without use.
 	Tubes int
 	// ReserveTimeout, when positive, has KindProdCons's consumers send
 	// reserve-with-timeout of that many seconds instead of reserve, and
@@ -145,6 +147,9 @@ func (s Scenario) Timed() string {
 		}
 		return "each command: put, reserve, delete"
 	case KindPutOnly:
+		if s.Tubes > s.Conns {
+			return "each use+put (pipelined pair)"
+		}
 		return "each put"
 	case KindDrain:
 		return "each command: reserve-with-timeout 0, delete"
@@ -458,8 +463,21 @@ func (s Scenario) tasks(conns []*testproc.Conn, m *meter) ([]task, error) {
 				task{run: func(w worker) error { return consumer(w, cons, tokens, reserve) }, mayBlock: true})
 		}
 	case KindPutOnly:
-		for _, c := range conns {
-			tasks = append(tasks, task{run: func(w worker) error { return producer(w, c, frame, nil, nil) }})
+		for i, c := range conns {
+			var uses []string
+			if s.Tubes > 0 {
+				share := s.tubeShare(i)
+				for _, name := range share {
+					uses = append(uses, "use "+name+"\r\n")
+				}
+				if len(uses) == 1 { // one tube: used once, so each put is one command
+					if err := useOnce(c, uses[0]); err != nil {
+						return nil, err
+					}
+					uses = nil
+				}
+			}
+			tasks = append(tasks, task{run: func(w worker) error { return producer(w, c, frame, nil, uses) }})
 		}
 	case KindPipelined:
 		for _, c := range conns {
@@ -510,6 +528,16 @@ func watchOnly(c *testproc.Conn, tubes []string) error {
 		}
 	}
 	_, err := c.Expect(testproc.ReplyWatching)
+	return err
+}
+
+// useOnce sends c's use command (a line with its CRLF) and reads its answer.
+func useOnce(c *testproc.Conn, use string) error {
+	c.WriteString(use)
+	if err := c.Flush(); err != nil {
+		return err
+	}
+	_, err := c.Expect(testproc.ReplyUsing)
 	return err
 }
 

@@ -83,7 +83,8 @@ func TestSpreadOverMembers(t *testing.T) {
 
 // TestShardFlags: a scenario passes --cluster-groups and
 // --cluster-replicas only when it sets them, and no scenario of the
-// catalogue sets them but the scenarios named cluster-gG-.
+// catalogue sets them but the scenarios named cluster-gG- (clusterM-gG-
+// on M members).
 func TestShardFlags(t *testing.T) {
 	for _, tt := range []struct {
 		groups, replicas int
@@ -102,7 +103,8 @@ func TestShardFlags(t *testing.T) {
 	// Only the scenarios named for their groups set them, so that every
 	// other cluster figure stays today's cluster's.
 	for _, s := range Catalogue(Sizes{}) {
-		named := strings.HasPrefix(s.Name, fmt.Sprintf("cluster-g%d-", s.Groups))
+		named := strings.HasPrefix(s.Name, fmt.Sprintf("cluster-g%d-", s.Groups)) ||
+			strings.HasPrefix(s.Name, fmt.Sprintf("cluster%d-g%d-", s.Members, s.Groups))
 		if (s.Groups != 0 || s.Replicas != 0) && !named {
 			t.Errorf("%s sets Groups %d and Replicas %d", s.Name, s.Groups, s.Replicas)
 		}
