@@ -183,8 +183,8 @@ func forwardedBy(chain, self, to string) (string, bool) {
 //
 //	POST /cluster/groups/{id}/moves  {"from","to"}: move a replica (200)
 //
-// A member that holds no replica of the group forwards the request to
-// the group's leader. Errors are the membership endpoint's
+// A member that does not lead the group forwards the request to the
+// group's leader. Errors are the membership endpoint's
 // (writeChangeError).
 func (m *Member) registerGroups(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
 	mux.Handle("POST /cluster/groups/{id}/moves", guard(http.HandlerFunc(m.serveReplicaMove)))
@@ -199,8 +199,13 @@ func (m *Member) serveReplicaMove(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("no group %q: groups 1 to %d move their replicas", r.PathValue("id"), m.shards.groups()-1)})
 		return
 	}
-	if m.shards.node(uint16(g)) == nil {
+	n := m.shards.node(uint16(g))
+	if n == nil {
 		m.forwardMove(w, r, uint16(g))
+		return
+	}
+	if info, _ := n.Leader(); !info.Serving {
+		m.forwardMove(w, r, uint16(g)) // the leader adds the receiver (Node.AddReplica)
 		return
 	}
 	var req struct {
@@ -237,7 +242,8 @@ func (m *Member) serveReplicaMove(w http.ResponseWriter, r *http.Request) {
 
 // forwardMove sends a move of group g to the member that leads it, as its
 // reports say, waiting for one up to an election timeout (a member just
-// started has none yet): this member holds no replica of it.
+// started has none yet): this member holds no replica of it, or does not
+// lead it.
 func (m *Member) forwardMove(w http.ResponseWriter, r *http.Request, g uint16) {
 	l, err := m.awaitGroupLeader(r.Context(), g)
 	if err != nil {

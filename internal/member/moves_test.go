@@ -41,7 +41,8 @@ func moveThrough(t *testing.T, via *Member, g int, from, to string) (int, GroupR
 // filled and promoted, the leader hands over and drops its log, and every
 // put acknowledged is there, once. Both members keep where the replica
 // went across a restart, and the replica moves back to the member it
-// left (added again under its id), which holds it across a restart too.
+// left (added again under its id), asked through a follower of the group,
+// which holds it across a restart too.
 func TestShardGroupsMoveReplica(t *testing.T) {
 	c := newClusterOf(t, 4, 2, 3)
 	c.finalized()
@@ -127,8 +128,22 @@ func TestShardGroupsMoveReplica(t *testing.T) {
 		return st != nil && st.Stats().Ready == int64(n)
 	})
 
-	// Back to the member it left, asked through it.
-	status, out, body = moveThrough(t, c.up[giver], 1, spare, giver)
+	// Back to the member it left, asked through a replica that follows
+	// (a replica is added by the group's leader alone, so it forwards the
+	// request there).
+	var via string
+	testproc.WaitFor(t, 20*time.Second, "a follower of group 1 that knows its leader", func() bool {
+		for name, m := range c.up {
+			if n := m.shards.node(1); n != nil {
+				if info, _ := n.Leader(); !info.Serving && info.Name != "" {
+					via = name
+					return true
+				}
+			}
+		}
+		return false
+	})
+	status, out, body = moveThrough(t, c.up[via], 1, spare, giver)
 	if status != http.StatusOK || !slices.Contains(out.Replicas, giver) || slices.Contains(out.Replicas, spare) {
 		t.Fatalf("moving group 1's replica back from %s to %s: %d %s", spare, giver, status, body)
 	}

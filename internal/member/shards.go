@@ -405,6 +405,10 @@ const (
 	// replaying its log and catching its groups up, short of CPU, and a
 	// group handed to it would wait on it.
 	receiverSettle = 5 * time.Second
+	// balanceStalled is how late a look may come before it is taken for
+	// a stall (the member stopped, or starved of CPU): its view is then
+	// as old as the stall, so the look is skipped.
+	balanceStalled = 2 * balanceEvery
 )
 
 // comebacks are the members that came back lately, as the balancer sees
@@ -461,6 +465,7 @@ func (m *Member) balanceLeaders() {
 	defer t.Stop()
 	leaders := make(map[uint16]string)
 	changed := make(map[uint16]time.Time) // when each group's leader was last seen to change
+	last := time.Now()
 	for {
 		select {
 		case <-m.node.Done():
@@ -468,6 +473,17 @@ func (m *Member) balanceLeaders() {
 		case <-t.C:
 		}
 		now := time.Now()
+		if now.Sub(last) > balanceStalled {
+			// Back from a stall: the leaders' reports, the connections
+			// and this member's own leaderships are as they were before
+			// it, and its groups may not yet have noticed theirs. A move
+			// planned on that view (a replica the groups since moved, a
+			// leadership since lost) would be undone by the next.
+			m.log.Debug().Dur("late", now.Sub(last)-balanceEvery).Msg("the balancer skips a look after a stall")
+			last = now
+			continue
+		}
+		last = now
 		reported, names := m.sessions.Reported(), m.memberNames()
 		m.followReplicas(reported, names)
 		for g := range sh.groups() {

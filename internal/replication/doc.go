@@ -734,7 +734,9 @@
 // store, journal and goroutine, its replicas on members of group 0 under
 // their members' Raft ids, its messages on the host's connections. Its
 // replicas change by Node.AddReplica and RemoveReplica (a member of the
-// cluster added as a learner, promoted once caught up as group 0's are;
+// cluster added as a learner by the group's serving leader alone, so that
+// raft never forwards a move a member planned on a view it has since lost,
+// promoted once caught up as group 0's are;
 // a replica removed stops with ErrRemoved, its member going on), not by
 // AddMember (ErrStaticGroup). A replica removed and added again has its
 // member's id again, and its member starts it empty; so that what the

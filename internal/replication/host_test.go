@@ -75,7 +75,7 @@ func groupUp(nodes map[string]*Node) []*Node {
 // connections that stayed up. When the second group's leader loses its
 // majority it rebuilds in place, unnoticed by group 0; when group 0's
 // replica stops, the member's other groups stop with it. Only group 0's
-// membership changes.
+// membership changes, and only a group's leader adds a replica.
 func TestHostTwoGroups(t *testing.T) {
 	c := newNetCluster(t, 3, 100, nil)
 	logs := groupLogs(c, 100)
@@ -119,6 +119,17 @@ func TestHostTwoGroups(t *testing.T) {
 	}
 	if _, err := l1.AddMember(t.Context(), "m4", "127.0.0.1:1"); !errors.Is(err, ErrStaticGroup) {
 		t.Errorf("a member added to group 1: %v", err)
+	}
+	// A replica is added by the group's leader alone: a follower does
+	// not have raft forward a move it planned on its own view.
+	for name, n := range g1 {
+		_, err := n.AddReplica(t.Context(), "m1")
+		switch {
+		case name == l1.Name() && !errors.Is(err, ErrMemberExists):
+			t.Errorf("group 1's leader adding m1, a replica: %v, want ErrMemberExists", err)
+		case name != l1.Name() && !errors.Is(err, ErrNotServing):
+			t.Errorf("group 1's follower on %s adding a replica: %v, want ErrNotServing", name, err)
+		}
 	}
 	if _, err := c.nodes["m1"].Host().StartGroup(1, NodeConfig{Peers: c.peers, Log: logs["m1"]}); !errors.Is(err, ErrGroupRunning) {
 		t.Errorf("group 1 started twice: %v", err)

@@ -95,7 +95,9 @@ func (n *Node) RemoveMember(ctx context.Context, name string) (Member, error) {
 
 // AddReplica adds the member named name, a member of the cluster (group
 // 0's), to this group, not group 0, as a learner: under its member's Raft
-// id, which the host's connections route by. It returns once the addition
+// id, which the host's connections route by. Only the group's serving
+// leader adds one (else ErrNotServing): the first step of a move,
+// planned on this member's view of the group. It returns once the addition
 // is applied here; the member then starts its replica, which a snapshot
 // fills, and the leader promotes it once it has caught up. A learner's
 // vote counts for no candidate, and by its promotion it knows the term's
@@ -204,6 +206,13 @@ func (n *Node) startChange(req *changeReq) {
 	}
 	if n.waiting != nil {
 		answer(Member{}, fmt.Errorf("%w: %s of %s", ErrChangeInProgress, n.waiting.verb(), n.waiting.name))
+		return
+	}
+	if req.add && req.replica && !n.core.Serving() {
+		// A replica is added by its group's leader, on its view: a
+		// member that no longer leads (a stall it has just noticed)
+		// would have raft forward a move planned on what it saw before.
+		answer(Member{}, fmt.Errorf("%w: a replica of group %d is added by its leader", ErrNotServing, n.group))
 		return
 	}
 	book := n.core.Book()

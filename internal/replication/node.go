@@ -680,6 +680,12 @@ func (n *Node) tick(now time.Time) {
 		case now.After(w.deadline):
 			n.waiting = nil
 			w.done <- changeResult{member: w.member, err: ErrChangeTimeout}
+		case w.add && w.replica && !n.core.Serving():
+			// Proposed as the leader, it would now be forwarded to the
+			// next one: whether it commits is the new leader's log's to
+			// say, and its planner's to look at again.
+			n.waiting = nil
+			w.done <- changeResult{member: w.member, err: fmt.Errorf("%w: the leadership was lost under a replica's addition", ErrNotServing)}
 		case now.Sub(w.proposed) >= changeRetry:
 			w.proposed = now
 			if err := n.core.ProposeChange(w.typ, w.member); err == nil {
