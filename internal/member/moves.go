@@ -257,14 +257,26 @@ func (m *Member) forwardMove(w http.ResponseWriter, r *http.Request, g uint16) {
 // that, the leader as known (its HTTP maybe empty). It fails only when
 // ctx ends.
 func (m *Member) awaitGroupLeader(ctx context.Context, g uint16) (admin.Leader, error) {
-	l, _, _ := adminGroups{m}.Leader(g)
-	for wait := time.Now().Add(m.node.ElectionTimeout()); l.HTTP == "" && !l.Serving && time.Now().Before(wait); {
+	return awaitLeader(ctx, m.node.ElectionTimeout(), func() admin.Leader {
+		l, _, _ := adminGroups{m}.Leader(g)
+		return l
+	})
+}
+
+// awaitLeader is what leader says, asked again every reportedLeaderPoll
+// for up to within (an election timeout) until it names this member
+// serving, or another member with its --http: a leadership moving (a
+// balancing handover, an election) leaves no leader known for a moment.
+// It fails only when ctx ends.
+func awaitLeader(ctx context.Context, within time.Duration, leader func() admin.Leader) (admin.Leader, error) {
+	l := leader()
+	for wait := time.Now().Add(within); l.HTTP == "" && !l.Serving && time.Now().Before(wait); {
 		select {
 		case <-ctx.Done():
 			return l, ctx.Err()
 		case <-time.After(reportedLeaderPoll):
 		}
-		l, _, _ = adminGroups{m}.Leader(g)
+		l = leader()
 	}
 	return l, nil
 }
@@ -385,12 +397,20 @@ func (m *Member) planReplicas(cur *meta.State, live func(string) bool) {
 
 // forwardedToGroup0 forwards r to group 0's leader when this member does
 // not serve group 0, whose log takes the marks on members (cordon,
-// drain), and reports whether it did.
+// drain), and reports whether it did (or the client went away). A
+// leadership on its way (a handover to balance the leaders) is waited
+// for, up to an election timeout.
 func (m *Member) forwardedToGroup0(w http.ResponseWriter, r *http.Request) bool {
-	if info, _ := m.node.Leader(); info.Serving {
+	l, err := awaitLeader(r.Context(), m.node.ElectionTimeout(), func() admin.Leader {
+		l, _ := adminCluster{m.node}.Leader()
+		return l
+	})
+	switch {
+	case err != nil:
+		return true // the client went away
+	case l.Serving:
 		return false
 	}
-	l, _ := adminCluster{m.node}.Leader()
 	m.forward(w, r, l, "group 0")
 	return true
 }

@@ -1,6 +1,7 @@
 package member
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sproutmq/sprout/internal/admin"
 	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/internal/testproc"
 )
@@ -389,5 +391,38 @@ func TestForwardedBy(t *testing.T) {
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("forwardedBy(%q, %q, %q) = %q, %v; want %q, %v", tc.chain, tc.self, tc.to, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// TestAwaitLeader: a request for a group's leader waits out a moment
+// with no leader known (a handover under way), and one whose leader's
+// --http stays unknown, until its bound; a member serving the group
+// itself needs no --http.
+func TestAwaitLeader(t *testing.T) {
+	answers := func(ls ...admin.Leader) func() admin.Leader {
+		return func() admin.Leader {
+			l := ls[0]
+			if len(ls) > 1 {
+				ls = ls[1:]
+			}
+			return l
+		}
+	}
+	moved := admin.Leader{Name: "m4", HTTP: "127.0.0.1:8004"}
+	if l, err := awaitLeader(t.Context(), time.Second, answers(admin.Leader{}, admin.Leader{Name: "m4"}, moved)); err != nil || l != moved {
+		t.Errorf("a leadership on its way: %+v %v, want %+v", l, err, moved)
+	}
+	self := admin.Leader{Name: "m1", Serving: true}
+	if l, err := awaitLeader(t.Context(), time.Second, answers(self)); err != nil || l != self {
+		t.Errorf("this member serving: %+v %v", l, err)
+	}
+	began := time.Now()
+	if l, err := awaitLeader(t.Context(), 3*reportedLeaderPoll, answers(admin.Leader{Name: "m4"})); err != nil || l.HTTP != "" || time.Since(began) < 3*reportedLeaderPoll {
+		t.Errorf("a leader whose --http stays unknown: %+v %v after %v, want it as known after %v", l, err, time.Since(began), 3*reportedLeaderPoll)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := awaitLeader(ctx, time.Second, answers(admin.Leader{})); !errors.Is(err, context.Canceled) {
+		t.Errorf("a client gone: %v, want context.Canceled", err)
 	}
 }
