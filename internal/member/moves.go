@@ -353,6 +353,7 @@ func (m *Member) planReplicas(cur *meta.State, live func(string) bool) {
 			done()
 			return
 		}
+		m.log.Info().Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Str("why", mv.Why).Msg("a replica move planned")
 		go func() {
 			defer done()
 			ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
@@ -367,10 +368,10 @@ func (m *Member) planReplicas(cur *meta.State, live func(string) bool) {
 				_, err = m.moveReplica(ctx, mv.Group, mv.From, mv.To)
 			}
 			if err != nil && !errors.Is(n.Err(), replication.ErrRemoved) {
-				m.log.Warn().Err(err).Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Msg("a planned replica move did not complete")
+				m.log.Warn().Err(err).Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Str("why", mv.Why).Msg("a planned replica move did not complete")
 				return
 			}
-			m.log.Info().Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Msg("moved a group's replica, as planned")
+			m.log.Info().Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Str("why", mv.Why).Msg("moved a group's replica, as planned")
 		}()
 		return
 	}

@@ -245,7 +245,18 @@ func PlanReplicas(s *State, live func(member string) bool) []ReplicaChange {
 type Move struct {
 	Group    uint16
 	From, To string
+	// Why names the rule that planned it, for the log: MoveDrain,
+	// MoveExcess, MoveShort or MoveSpread.
+	Why string
 }
+
+// The rules of PlanMove, in the order it tries them.
+const (
+	MoveDrain  = "drain"  // a draining member's replica goes
+	MoveExcess = "excess" // a group with more voters than R loses one
+	MoveShort  = "short"  // a group with fewer voters than R gains one
+	MoveSpread = "spread" // from a member holding two more than another to it
+)
 
 // PlanMove is the next replica move of groups 1 and up (group 0 holds
 // the membership and is on every member), if one is due, one at a time
@@ -277,7 +288,7 @@ func PlanMove(s *State, live func(member string) bool) (Move, bool) {
 		}
 		for i := range groups {
 			if groups[i].Holds(m.Name) {
-				return Move{Group: groups[i].ID, From: m.Name, To: load.fewest(&groups[i])}, true
+				return Move{Group: groups[i].ID, From: m.Name, To: load.fewest(&groups[i]), Why: MoveDrain}, true
 			}
 		}
 	}
@@ -288,10 +299,10 @@ func PlanMove(s *State, live func(member string) bool) (Move, bool) {
 			// A move cut short after its receiver's promotion: the member
 			// holding most gives its replica up.
 			most := slices.MaxFunc(voters, func(a, b string) int { return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(b, a)) })
-			return Move{Group: g.ID, From: most}, true
+			return Move{Group: g.ID, From: most, Why: MoveExcess}, true
 		case len(voters) < s.Replicas:
 			if to := load.fewest(g); to != "" {
-				return Move{Group: g.ID, To: to}, true
+				return Move{Group: g.ID, To: to, Why: MoveShort}, true
 			}
 		}
 	}
@@ -301,7 +312,7 @@ func PlanMove(s *State, live func(member string) bool) (Move, bool) {
 	}
 	for i := range groups {
 		if groups[i].Holds(most) && !groups[i].Holds(least) {
-			return Move{Group: groups[i].ID, From: most, To: least}, true
+			return Move{Group: groups[i].ID, From: most, To: least, Why: MoveSpread}, true
 		}
 	}
 	return Move{}, false

@@ -238,6 +238,22 @@ func settleMoves(t *testing.T, s *State, live func(string) bool) int {
 		if mv.Group == 0 || mv.From == "" && mv.To == "" || mv.From != "" && !g.Holds(mv.From) || mv.To != "" && g.Holds(mv.To) {
 			t.Fatalf("move %+v of group %d, replicas %+v", mv, mv.Group, g.Replicas)
 		}
+		// The rule it names is the one its shape and the state show.
+		draining := mv.From != "" && s.member(mv.From) != nil && s.member(mv.From).Draining
+		var why string
+		switch {
+		case draining:
+			why = MoveDrain
+		case mv.To == "":
+			why = MoveExcess
+		case mv.From == "":
+			why = MoveShort
+		default:
+			why = MoveSpread
+		}
+		if mv.Why != why {
+			t.Fatalf("move %+v names the rule %q, want %q", mv, mv.Why, why)
+		}
 		g.Replicas = slices.DeleteFunc(g.Replicas, func(r Replica) bool { return r.Member == mv.From })
 		if mv.To != "" {
 			g.Replicas = append(g.Replicas, Replica{Member: mv.To})
@@ -285,7 +301,7 @@ func TestPlanMove(t *testing.T) {
 	// Three members left of three replicas: a draining one's replica
 	// has no receiver.
 	s.member("m3").Draining = true
-	if mv, ok := PlanMove(s, up); !ok || mv.From != "m3" || mv.To != "" {
+	if mv, ok := PlanMove(s, up); !ok || mv.From != "m3" || mv.To != "" || mv.Why != MoveDrain {
 		t.Fatalf("draining m3 of three: %+v %v, want its replica removed alone", mv, ok)
 	}
 	settleMoves(t, s, up)
@@ -312,7 +328,7 @@ func TestPlanMove(t *testing.T) {
 			s.Groups[1].Replicas = append(s.Groups[1].Replicas, Replica{Member: m.Name})
 		}
 	}
-	if mv, ok := PlanMove(s, up); !ok || mv.Group != 1 || mv.From == "" || mv.To != "" {
+	if mv, ok := PlanMove(s, up); !ok || mv.Group != 1 || mv.From == "" || mv.To != "" || mv.Why != MoveExcess {
 		t.Fatalf("group 1 of four voters: %+v %v, want a replica removed", mv, ok)
 	}
 	settleMoves(t, s, up)
