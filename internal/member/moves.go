@@ -205,8 +205,16 @@ func (m *Member) serveReplicaMove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if info, _ := n.Leader(); !info.Serving {
-		m.forwardMove(w, r, uint16(g)) // the leader adds the receiver (Node.AddReplica)
-		return
+		// The leader adds the receiver (Node.AddReplica): this member,
+		// once elected (a group just formed), or the one it forwards to.
+		l, err := m.awaitGroupLeader(r.Context(), uint16(g))
+		if err != nil {
+			return // the client went away
+		}
+		if !l.Serving {
+			m.forward(w, r, l, fmt.Sprintf("group %d", g))
+			return
+		}
 	}
 	var req struct {
 		From string `json:"from"`
@@ -242,8 +250,7 @@ func (m *Member) serveReplicaMove(w http.ResponseWriter, r *http.Request) {
 
 // forwardMove sends a move of group g to the member that leads it, as its
 // reports say, waiting for one up to an election timeout (a member just
-// started has none yet): this member holds no replica of it, or does not
-// lead it.
+// started has none yet): this member holds no replica of it.
 func (m *Member) forwardMove(w http.ResponseWriter, r *http.Request, g uint16) {
 	l, err := m.awaitGroupLeader(r.Context(), g)
 	if err != nil {
