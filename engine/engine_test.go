@@ -382,9 +382,11 @@ func TestCrossLoopHandoff(t *testing.T) {
 func TestTimersAreMillisecondPrecise(t *testing.T) {
 	_, network, addr := startServer(t, engine.Config{})
 	c := dialRaw(t, network, addr)
+	// Timed from before the put, which starts the delay: from its answer,
+	// a test descheduled meanwhile would see the job come early.
+	start := time.Now()
 	c.send("put 0 1 60 1\r\nx\r\n")
 	c.expect("INSERTED 1\r\n")
-	start := time.Now()
 	c.send("reserve\r\n")
 	c.expect("RESERVED 1 1\r\nx\r\n")
 	late := time.Since(start) - time.Second
