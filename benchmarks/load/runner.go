@@ -112,10 +112,11 @@ func Catalogue(sz Sizes) []Scenario {
 			s.Title = strings.Replace(s.Title, fmt.Sprintf("cluster of %d ", clusterMembers), fmt.Sprintf("cluster of %d ", members), 1)
 		}
 		s.Name = fmt.Sprintf("%s-g%d-%s-100-all", prefix, groups, what)
-		s.Title += ", 1 shard group"
 		if groups > 1 {
 			s.Groups = groups
-			s.Title = strings.TrimSuffix(s.Title, "1 shard group") + fmt.Sprintf("%d shard groups", groups)
+			s.Title += fmt.Sprintf(", %d shard groups", groups)
+		} else {
+			s.Title += ", 1 shard group"
 		}
 		return s
 	}

@@ -450,10 +450,7 @@ func (s Scenario) tasks(conns []*testproc.Conn, m *meter) ([]task, error) {
 			var uses []string
 			if s.Tubes > 0 {
 				share := s.tubeShare(i)
-				uses = make([]string, len(share))
-				for k, name := range share {
-					uses[k] = "use " + name + "\r\n"
-				}
+				uses = useLines(share)
 				if err := watchOnly(cons, share); err != nil {
 					return nil, err
 				}
@@ -466,10 +463,7 @@ func (s Scenario) tasks(conns []*testproc.Conn, m *meter) ([]task, error) {
 		for i, c := range conns {
 			var uses []string
 			if s.Tubes > 0 {
-				share := s.tubeShare(i)
-				for _, name := range share {
-					uses = append(uses, "use "+name+"\r\n")
-				}
+				uses = useLines(s.tubeShare(i))
 				if len(uses) == 1 { // one tube: used once, so each put is one command
 					if err := useOnce(c, uses[0]); err != nil {
 						return nil, err
@@ -529,6 +523,15 @@ func watchOnly(c *testproc.Conn, tubes []string) error {
 	}
 	_, err := c.Expect(testproc.ReplyWatching)
 	return err
+}
+
+// useLines are the use commands of tubes, each with its CRLF.
+func useLines(tubes []string) []string {
+	uses := make([]string, len(tubes))
+	for k, name := range tubes {
+		uses[k] = "use " + name + "\r\n"
+	}
+	return uses
 }
 
 // useOnce sends c's use command (a line with its CRLF) and reads its answer.

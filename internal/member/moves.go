@@ -199,22 +199,16 @@ func (m *Member) serveReplicaMove(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("no group %q: groups 1 to %d move their replicas", r.PathValue("id"), m.shards.groups()-1)})
 		return
 	}
-	n := m.shards.node(uint16(g))
-	if n == nil {
-		m.forwardMove(w, r, uint16(g))
-		return
+	// The leader adds the receiver (Node.AddReplica): this member, if
+	// it leads the group or is elected meanwhile (a group just formed),
+	// else the one it forwards the move to.
+	l, err := m.awaitGroupLeader(r.Context(), uint16(g))
+	if err != nil {
+		return // the client went away
 	}
-	if info, _ := n.Leader(); !info.Serving {
-		// The leader adds the receiver (Node.AddReplica): this member,
-		// once elected (a group just formed), or the one it forwards to.
-		l, err := m.awaitGroupLeader(r.Context(), uint16(g))
-		if err != nil {
-			return // the client went away
-		}
-		if !l.Serving {
-			m.forward(w, r, l, fmt.Sprintf("group %d", g))
-			return
-		}
+	if !l.Serving {
+		m.forward(w, r, l, fmt.Sprintf("group %d", g))
+		return
 	}
 	var req struct {
 		From string `json:"from"`
@@ -360,7 +354,8 @@ func (m *Member) planReplicas(cur *meta.State, live func(string) bool) {
 			done()
 			return
 		}
-		m.log.Info().Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Str("why", mv.Why).Msg("a replica move planned")
+		moveLog := m.log.With().Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Str("why", mv.Why).Logger()
+		moveLog.Info().Msg("a replica move planned")
 		go func() {
 			defer done()
 			ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
@@ -375,10 +370,10 @@ func (m *Member) planReplicas(cur *meta.State, live func(string) bool) {
 				_, err = m.moveReplica(ctx, mv.Group, mv.From, mv.To)
 			}
 			if err != nil && !errors.Is(n.Err(), replication.ErrRemoved) {
-				m.log.Warn().Err(err).Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Str("why", mv.Why).Msg("a planned replica move did not complete")
+				moveLog.Warn().Err(err).Msg("a planned replica move did not complete")
 				return
 			}
-			m.log.Info().Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Str("why", mv.Why).Msg("moved a group's replica, as planned")
+			moveLog.Info().Msg("moved a group's replica, as planned")
 		}()
 		return
 	}
