@@ -15,5 +15,8 @@
 //
 // Everything they create (image, containers, pods, volumes, networks) is
 // named sprout-test-<random> and removed when they end, failed or not;
-// ports are published on 127.0.0.1 only.
+// ports are published on 127.0.0.1 only. What a killed run could not
+// remove, the next run does (deploy/clean-test-leftovers.sh, also run by
+// .ci/test-setup): a run locks /tmp/sprout-testruns/<random> while it
+// lives.
 package container

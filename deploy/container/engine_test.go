@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -40,12 +41,19 @@ func TestMain(m *testing.M) {
 	b := make([]byte, 4)
 	rand.Read(b)
 	suffix = hex.EncodeToString(b)
+	// Held until the process exits, before anything is named: while it
+	// is, clean-test-leftovers.sh leaves this run's resources alone.
+	if err := lockRun(suffix); err != nil {
+		fmt.Fprintln(os.Stderr, "deploy/container:", err)
+		os.Exit(1)
+	}
 	engine, engineEnv, skipReason = findEngine()
 	if engine == "" {
 		// go test without -v hides t.Skip's message; say it once anyway.
 		fmt.Fprintln(os.Stderr, "deploy/container: container tests skipped: "+skipReason)
 	}
 	if engine != "" {
+		cleanLeftovers()
 		image = "localhost/sprout-test-" + suffix + ":test"
 		imageErr = buildImage()
 	}
@@ -54,6 +62,45 @@ func TestMain(m *testing.M) {
 		run(nil, "rmi", "-f", image)
 	}
 	os.Exit(code)
+}
+
+// runLocks is where each run locks a file named after it.
+const runLocks = "/tmp/sprout-testruns"
+
+// lockRun takes this run's lock, held (the file left open) until the
+// process exits, whichever way.
+func lockRun(run string) error {
+	if err := os.MkdirAll(runLocks, 0o777); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(runLocks, run), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return fmt.Errorf("locking this run's file: %w", err)
+	}
+	runLock = f
+	return nil
+}
+
+// runLock is the file whose lock marks this run alive, referenced so
+// that its finalizer never closes it.
+var runLock *os.File
+
+// cleanLeftovers removes what killed runs left (clean-test-leftovers.sh):
+// their pods' published ports would take this run's connections.
+func cleanLeftovers() {
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "clean-test-leftovers.sh")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), engineEnv...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "deploy/container: clean-test-leftovers.sh:", err)
+	}
 }
 
 // findEngine makes deploy/engine.sh's choice, and checks the engine runs.
