@@ -5,18 +5,17 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 // commandTimeout bounds each engine command; stopGrace is the stop
@@ -200,59 +199,20 @@ func must(t *testing.T, args ...string) string {
 func name(what string) string { return "sprout-test-" + suffix + "-" + what }
 
 // freePort is a port free on 127.0.0.1 now, released at once for podman
-// to publish a container's port on. It is taken below the kernel's
-// ephemeral range (ip_local_port_range, from 32768 by default), where
-// outgoing connections and listeners on port 0 take theirs: CI once saw
-// one of another package's connections take such a port between its
-// release and podman's bind. Each port is given once per run.
+// to publish a container's port on: testproc.FreePort's, taken below the
+// kernel's ephemeral range (CI once saw another package's connection
+// take a port there between its release and podman's bind) and claimed
+// against the other test processes running at once, which matters more
+// here than for a server's port: a published port is a DNAT rule, not a
+// bound socket, so another process's check that it can bind the port
+// would pass.
 func freePort(t *testing.T) int {
 	t.Helper()
-	low := ephemeralLow()
-	for range 1000 {
-		if low <= lowestPort+1 {
-			break // an unusual range: no room below it
-		}
-		p := lowestPort + mrand.IntN(low-lowestPort)
-		if _, given := portsGiven.LoadOrStore(p, true); given {
-			continue
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return p
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := testproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// lowestPort is where freePort begins: above the ports services listen on.
-const lowestPort = 20000
-
-// portsGiven are the ports freePort gave in this run.
-var portsGiven sync.Map
-
-// ephemeralLow is the first port of the kernel's ephemeral range, or
-// 32768 where it cannot be read.
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 32768
-	}
-	n, err := strconv.Atoi(f[0])
-	if err != nil {
-		return 32768
-	}
-	return n
+	return p
 }
 
 // hostPort is where the engine published a container's port.
