@@ -139,6 +139,8 @@ func newClusterCollector(c Cluster, p Proxy, r Router) *clusterCollector {
 			counter, func(s *stats) float64 { return float64(s.Transport.MessagesUnrouted) }),
 		newScalar("sprout_cluster_messages_shed_total", "Raft messages received for a group too busy to take them (its inbox full), and dropped rather than let one group stall the others' messages (Raft sends again what matters).",
 			counter, func(s *stats) float64 { return float64(s.Transport.MessagesShed) }),
+		newScalar("sprout_cluster_message_writes_total", "Batches of Raft messages written to members' connections, each in one flush: with the messages sent, how many went together.",
+			counter, func(s *stats) float64 { return float64(s.Transport.MessageWrites) }),
 		newScalar("sprout_cluster_heartbeats_coalesced_total", "Heartbeats (and their responses) sent coalesced, several groups' in one frame.",
 			counter, func(s *stats) float64 { return float64(s.Transport.Heartbeats) }),
 		newScalar("sprout_cluster_heartbeat_frames_total", "Frames the coalesced heartbeats went in: with the heartbeats, how often the groups' heartbeats to a member met.",

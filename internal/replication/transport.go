@@ -64,6 +64,9 @@ type TransportStats struct {
 	// or stopping, and dropped rather than waited for.
 	MessagesSent, MessagesReceived, MessagesDropped, MessagesUnrouted uint64
 	MessagesShed                                                      uint64
+	// MessageWrites are the batches of messages written to peers, each
+	// in one flush: with MessagesSent, how many went together.
+	MessageWrites uint64
 	// Heartbeats were sent coalesced (protocol 3), in HeartbeatFrames
 	// frames: the groups' heartbeats to a peer that went together.
 	Heartbeats, HeartbeatFrames uint64
@@ -187,6 +190,7 @@ type transport struct {
 	logged rateLog
 
 	sent, received, dropped        atomic.Uint64
+	messageWrites                  atomic.Uint64
 	connects, refused, tlsRefused  atomic.Uint64
 	unrouted, shed                 atomic.Uint64
 	coalesced                      beatCounts
@@ -568,7 +572,7 @@ func (t *transport) stats() TransportStats {
 	s := TransportStats{
 		MessagesSent: t.sent.Load(), MessagesReceived: t.received.Load(),
 		MessagesDropped: t.dropped.Load(), MessagesUnrouted: t.unrouted.Load(), MessagesShed: t.shed.Load(),
-		Heartbeats: t.coalesced.beats.Load(), HeartbeatFrames: t.coalesced.frames.Load(),
+		MessageWrites: t.messageWrites.Load(), Heartbeats: t.coalesced.beats.Load(), HeartbeatFrames: t.coalesced.frames.Load(),
 		Connects: t.connects.Load(), Refused: t.refused.Load(), TLSRefused: t.tlsRefused.Load(),
 		SnapshotsSent: t.snapSent.Load(), SnapshotsFailed: t.snapFailed.Load(), SnapshotsReceived: t.snapRecv.Load(),
 	}
@@ -721,6 +725,9 @@ func (t *transport) writeMessages(p *peer, raw, conn net.Conn, version uint16) e
 		}
 		if err := mw.flush(); err != nil {
 			return err
+		}
+		if w.Buffered() > 0 {
+			t.messageWrites.Add(1)
 		}
 		if err := w.Flush(); err != nil {
 			return err

@@ -676,3 +676,71 @@ func TestTransportGroups(t *testing.T) {
 		t.Errorf("two snapshots of %d bytes each took %v; the member's budget allows no less than %v", chunks*snapshotChunk, took, least)
 	}
 }
+
+// TestTransportCountsWrites: MessageWrites counts the batches written,
+// not the messages: each message sent once the one before it arrived
+// goes in a write of its own, and messages queued at once share one.
+func TestTransportCountsWrites(t *testing.T) {
+	trs := startItemsTransports(t, []string{"m1", "m2"}, nil)
+	from, to := MemberID("m1"), MemberID("m2")
+	var ends []*recordingEnd
+	for _, tr := range trs {
+		end := newRecordingEnd()
+		tr.attach(1, end.end(1))
+		ends = append(ends, end)
+	}
+	a := trs[0]
+	send := func(index uint64) {
+		t.Helper()
+		a.send(1, []*pb.Message{{Type: pb.MsgApp.Enum(), From: new(from), To: new(to),
+			Term: new(uint64(2)), Index: new(index)}})
+		select {
+		case got := <-ends[1].msgs:
+			if got.GetIndex() != index {
+				t.Fatalf("received the message of index %d, want %d", got.GetIndex(), index)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the message of index %d never came", index)
+		}
+	}
+	send(1) // the connection is up once it came
+	// The writer counts a message sent once its flush returned, after it
+	// came.
+	testproc.WaitFor(t, 5*time.Second, "the first message counted sent", func() bool {
+		return a.stats().MessagesSent == 1
+	})
+	before := a.stats()
+	for i := range uint64(3) {
+		send(2 + i)
+	}
+	testproc.WaitFor(t, 5*time.Second, "three more messages counted sent", func() bool {
+		return a.stats().MessagesSent-before.MessagesSent == 3
+	})
+	if writes := a.stats().MessageWrites - before.MessageWrites; writes != 3 {
+		t.Errorf("three messages, each sent once the last came, counted in %d writes, want 3", writes)
+	}
+
+	// Fifty queued at once: the writer, woken by the first, finds the
+	// others queued by the time it writes (a write takes microseconds,
+	// queueing one a fraction of that), and writes them together.
+	before = a.stats()
+	var batch []*pb.Message
+	for i := range uint64(50) {
+		batch = append(batch, &pb.Message{Type: pb.MsgApp.Enum(), From: new(from), To: new(to),
+			Term: new(uint64(2)), Index: new(10 + i)})
+	}
+	a.send(1, batch)
+	for range batch {
+		select {
+		case <-ends[1].msgs:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a message of the fifty never came")
+		}
+	}
+	testproc.WaitFor(t, 5*time.Second, "the fifty counted sent", func() bool {
+		return a.stats().MessagesSent-before.MessagesSent == 50
+	})
+	if writes := a.stats().MessageWrites - before.MessageWrites; writes == 0 || writes >= 50 {
+		t.Errorf("fifty messages queued at once counted in %d writes, want from 1 to 49", writes)
+	}
+}
