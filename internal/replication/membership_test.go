@@ -385,6 +385,44 @@ func TestWALLogMembership(t *testing.T) {
 	}
 }
 
+// A group's checkpoint piece, made again at every hard state, carries
+// the membership and book as they are then: its membership half, kept
+// from one piece to the next, is made again after each change, whether
+// a change applied or a snapshot installed.
+func TestGroupLogPieceFollowsMembership(t *testing.T) {
+	l := openWAL(t, testWALConfig(t.TempDir(), []uint64{1, 2, 3}, 0))
+	hardState := func(commit uint64) {
+		l.SetHardState(&pb.HardState{Term: new(uint64(1)), Vote: new(uint64(1)), Commit: new(commit)})
+	}
+	check := func(what string, voters []uint64, index uint64, members int) {
+		t.Helper()
+		l.mu.Lock()
+		d := decoder{b: slices.Clone(l.piece)}
+		l.mu.Unlock()
+		hs, cs, book := d.hardState(), d.confState(), d.book()
+		if d.err != nil {
+			t.Fatalf("%s: the piece does not decode: %v", what, d.err)
+		}
+		if !slices.Equal(cs.GetVoters(), voters) || book.Index != index || len(book.Members) != members || hs.GetTerm() != 1 {
+			t.Errorf("%s: the piece says voters %v, book at %d of %d members, hard state %v; want %v, %d, %d",
+				what, cs.GetVoters(), book.Index, len(book.Members), hs, voters, index, members)
+		}
+	}
+	three := []Member{testMember(1), testMember(2), testMember(3)}
+	l.SetMembership(&pb.ConfState{Voters: []uint64{1, 2, 3}}, Book{Index: 5, Members: three})
+	hardState(5)
+	hardState(6)
+	check("after a change", []uint64{1, 2, 3}, 5, 3)
+	l.SetMembership(&pb.ConfState{Voters: []uint64{1, 2, 3, 4}}, Book{Index: 7, Members: append(slices.Clone(three), testMember(4))})
+	hardState(7)
+	check("after a second change", []uint64{1, 2, 3, 4}, 7, 4)
+	l.mu.Lock()
+	l.installedLocked(&pb.SnapshotMetadata{Index: new(uint64(9)), Term: new(uint64(1)), ConfState: &pb.ConfState{Voters: []uint64{1, 2}}})
+	l.mu.Unlock()
+	hardState(9)
+	check("after a snapshot", []uint64{1, 2}, 9, 4)
+}
+
 // A peer's membership change that does not decode is refused when it
 // comes in, as damaged records are, rather than stopping the member when
 // it applies.

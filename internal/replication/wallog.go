@@ -123,6 +123,15 @@ type GroupLog struct {
 	logState             // guarded by mu
 	ents     []entryMeta // guarded by mu: ents[0] is at prevIndex+1
 
+	// membership is the membership half of the group's checkpoint piece
+	// (appendPiece), encoded for membershipOf, the conf state it was
+	// made from, at book.Index membershipAt; guarded by mu. Every change
+	// of the membership replaces cs, so a piece made for a hard state,
+	// in every round of every replica, encodes it again only after one.
+	membership   []byte
+	membershipOf *pb.ConfState
+	membershipAt uint64
+
 	// The head, guarded by mu: its frames' places (nil once nothing live
 	// is only there), the segment of the first, how many live jobs'
 	// latest full records are there, and the highest id its records name.
@@ -732,7 +741,7 @@ func (l *GroupLog) SetHardState(hs *pb.HardState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lazy := !raft.MustSync(hs, l.hs, 0)
-	l.hs = proto.Clone(hs).(*pb.HardState)
+	l.hs = &pb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(hs.GetCommit())}
 	l.appendStateLocked(write{size: segment.FrameHeader + hardStateFrameFields, frames: 1, unsynced: lazy, encode: l.encodeHS})
 }
 
@@ -1232,8 +1241,11 @@ func (l *GroupLog) Group() uint16 { return l.group }
 // membership, book.
 func (l *GroupLog) appendPiece(b []byte) []byte {
 	b = appendHardStateFields(b, l.hs)
-	b = appendConfState(b, l.cs)
-	return appendBook(b, l.book)
+	if l.membership == nil || l.membershipOf != l.cs || l.membershipAt != l.book.Index {
+		l.membership = appendBook(appendConfState(l.membership[:0], l.cs), l.book)
+		l.membershipOf, l.membershipAt = l.cs, l.book.Index
+	}
+	return append(b, l.membership...)
 }
 
 // appendBook appends the address book as u32 length and JSON (a

@@ -54,3 +54,27 @@ func BenchmarkWALLogAppend(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGroupLogHardState measures a hard state's write as raft asks
+// it on every replica in every round that advances the commit index: not
+// synced, but a checkpoint piece of the group (hard state, membership,
+// address book of three members) made again each time.
+func BenchmarkGroupLogHardState(b *testing.B) {
+	cfg := testWALConfig(b.TempDir(), []uint64{1, 2, 3}, 0)
+	cfg.Wal.SegmentSize = 64 << 20
+	l, err := OpenWALLog(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	var members []Member
+	for _, name := range []string{"m1", "m2", "m3"} {
+		members = append(members, Member{Name: name, Addr: "127.0.0.1:1", ID: MemberID(name)})
+	}
+	l.SetMembership(&pb.ConfState{Voters: []uint64{1, 2, 3}}, Book{Index: 1, Members: members})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		l.SetHardState(&pb.HardState{Term: new(uint64(1)), Vote: new(uint64(1)), Commit: new(uint64(i + 1))})
+	}
+}
