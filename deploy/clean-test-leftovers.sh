@@ -29,7 +29,6 @@ gone() {
 	done
 }
 
-removed=0
 remove() {
 	local what=$1
 	shift
@@ -38,7 +37,6 @@ remove() {
 		[ -n "$name" ] || continue
 		if "$ENGINE" "$@" "$name" >/dev/null 2>&1; then
 			echo "clean-test-leftovers: removed $what $name" >&2
-			removed=$((removed + 1))
 		fi
 	done
 }

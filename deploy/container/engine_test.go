@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -11,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -63,30 +63,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// runLocks is where each run locks a file named after it.
-const runLocks = "/tmp/sprout-testruns"
-
-// lockRun takes this run's lock, held (the file left open) until the
-// process exits, whichever way.
+// lockRun takes this run's lock, on a file named after it in
+// /tmp/sprout-testruns, held until the process exits, whichever way.
 func lockRun(run string) error {
-	if err := os.MkdirAll(runLocks, 0o777); err != nil {
-		return err
+	held, err := testproc.HoldLock(filepath.Join("/tmp", "sprout-testruns", run))
+	if err == nil && !held {
+		err = errors.New("another process holds it")
 	}
-	f, err := os.OpenFile(filepath.Join(runLocks, run), os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
-		return err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
 		return fmt.Errorf("locking this run's file: %w", err)
 	}
-	runLock = f
 	return nil
 }
-
-// runLock is the file whose lock marks this run alive, referenced so
-// that its finalizer never closes it.
-var runLock *os.File
 
 // cleanLeftovers removes what killed runs left (clean-test-leftovers.sh):
 // their pods' published ports would take this run's connections.

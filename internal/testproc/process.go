@@ -333,12 +333,10 @@ func freePorts() (low, high int) {
 	return max(high-12000, 1024), high
 }
 
-// handedOut is the ports FreePort returned, and the files whose locks
-// claim them.
+// handedOut is the ports FreePort returned.
 var handedOut = struct {
-	mu     sync.Mutex
-	ports  map[int]bool
-	claims []*os.File
+	mu    sync.Mutex
+	ports map[int]bool
 }{ports: make(map[int]bool)}
 
 // String returns the command line, for messages.
@@ -503,18 +501,35 @@ func (b *buffer) raceReport() string {
 func claimPort(port int) bool {
 	// Not os.TempDir: tests point TMPDIR at directories of their own
 	// (and check what is left there), and every process must see one.
-	dir := filepath.Join("/tmp", "sprout-testports")
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return true
+	held, err := HoldLock(filepath.Join("/tmp", "sprout-testports", strconv.Itoa(port)))
+	return held || err != nil
+}
+
+// HoldLock takes an exclusive lock on the file at path (made, with its
+// directory, where missing) for this process, held until it exits,
+// whichever way: other processes find it taken while this one lives.
+// held is false if the lock was not taken (another process holds it);
+// err says why the file could not be made or opened.
+func HoldLock(path string) (held bool, err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o777); err != nil {
+		return false, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
-		return true
+		return false, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = f.Close()
-		return false
+		return false, nil
 	}
-	handedOut.claims = append(handedOut.claims, f) // held open: the lock lasts
-	return true
+	heldLocks.mu.Lock()
+	heldLocks.files = append(heldLocks.files, f) // held open (and from the finalizer): the lock lasts
+	heldLocks.mu.Unlock()
+	return true, nil
+}
+
+// heldLocks are the files whose locks HoldLock took.
+var heldLocks struct {
+	mu    sync.Mutex
+	files []*os.File
 }

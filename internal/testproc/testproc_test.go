@@ -282,3 +282,20 @@ func TestListensOn(t *testing.T) {
 		t.Errorf("a free port: listensOn = %v, %v; want false", ok, err)
 	}
 }
+
+// TestHoldLock: a lock HoldLock took is found taken by anyone else who
+// tries it, here another open of the same file (a flock belongs to the
+// open file, not the process), and a file that cannot be made is an
+// error.
+func TestHoldLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locks", "run")
+	if held, err := HoldLock(path); !held || err != nil {
+		t.Fatalf("the first HoldLock: %v %v, want held", held, err)
+	}
+	if held, err := HoldLock(path); held || err != nil {
+		t.Fatalf("a second HoldLock of the held file: %v %v, want not held, no error", held, err)
+	}
+	if held, err := HoldLock(filepath.Join(path, "under-a-file")); held || err == nil {
+		t.Fatalf("HoldLock under a regular file: %v %v, want an error", held, err)
+	}
+}
