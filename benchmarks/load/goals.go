@@ -182,6 +182,13 @@ var Goals = []Goal{
 	{Text: "cluster of 3 with 3 shard groups vs 1, puts only, 100 conns spread, a tube each: CPU per put summed over the members", Scenario: "cluster-g3-puts-100-all", Against: "cluster-g1-puts-100-all", Metric: MetricCPU, Target: 1.2},
 	{Text: "cluster of 5 with 5 shard groups vs 1, 100 conns spread, a tube each: CPU per job summed over the members", Scenario: "cluster5-g5-tubes-100-all", Against: "cluster5-g1-tubes-100-all", Metric: MetricCPU, Target: 1.2},
 	{Text: "cluster of 5 with 5 shard groups vs 1, puts only, 100 conns spread, a tube each: CPU per put summed over the members", Scenario: "cluster5-g5-puts-100-all", Against: "cluster5-g1-puts-100-all", Metric: MetricCPU, Target: 1.2},
+	// The same two goals with the members saturated, at 1,000 producers:
+	// at 100, G = M's rounds carry a G-th of G = 1's puts each, and every
+	// round costs the same whatever it carries (shards.md, question 10).
+	{Text: "cluster of 3 with 3 shard groups vs 1, puts only, 1000 conns spread, a tube each: busiest member's CPU per put (capacity ≥ 1.8×)", Scenario: "cluster-g3-puts-1000-all", Against: "cluster-g1-puts-1000-all", Metric: MetricBusiestCPU, Target: 1 / 1.8},
+	{Text: "cluster of 5 with 5 shard groups vs 1, puts only, 1000 conns spread, a tube each: busiest member's CPU per put (capacity ≥ 2.8×)", Scenario: "cluster5-g5-puts-1000-all", Against: "cluster5-g1-puts-1000-all", Metric: MetricBusiestCPU, Target: 1 / 2.8},
+	{Text: "cluster of 3 with 3 shard groups vs 1, puts only, 1000 conns spread, a tube each: CPU per put summed over the members", Scenario: "cluster-g3-puts-1000-all", Against: "cluster-g1-puts-1000-all", Metric: MetricCPU, Target: 1.2},
+	{Text: "cluster of 5 with 5 shard groups vs 1, puts only, 1000 conns spread, a tube each: CPU per put summed over the members", Scenario: "cluster5-g5-puts-1000-all", Against: "cluster5-g1-puts-1000-all", Metric: MetricCPU, Target: 1.2},
 	{Text: "cluster of 3 with 3 shard groups, 100 conns spread, each consumer on 3 tubes (reserves across groups) vs a tube each: p99", Scenario: "cluster-g3-xreserve-all", Against: "cluster-g3-tubes-100-all", Metric: MetricP99, Target: 2},
 	{Text: "cluster via a follower vs via the leader, puts only, 100 conns: puts/s", Scenario: "cluster-put-only-c100-follower", Against: "cluster-put-only-c100-leader", Metric: MetricJobsPerSec, AtLeast: true, Target: 0.5},
 	{Text: "cluster CPU per job, summed over 3 members, vs one node -b -f 0, producer/consumer 100 conns", Scenario: "cluster-prodcons-c100-leader", Against: "durable-f0-c100", Metric: MetricCPU, Target: 3},

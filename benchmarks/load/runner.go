@@ -102,7 +102,11 @@ func Catalogue(sz Sizes) []Scenario {
 	// own, spread over the members, with one group and with one group per
 	// member, on three members and on five; the busiest member's CPU per
 	// job is the capacity's measure, the members' summed CPU per job the
-	// price of the groups.
+	// price of the groups. The puts again at 1,000 producers: each group's
+	// rounds then carry as many puts as one group's do at 100 and more, so
+	// the pair shows what the groups cost once the members are saturated,
+	// where a fixed number of clients split over G groups no longer makes
+	// each round G times smaller (docs/design/shards.md, open question 10).
 	shard := func(base Scenario, what string, members, groups int) Scenario {
 		s := cluster(base, ThroughAll)
 		s.Members = members
@@ -111,7 +115,7 @@ func Catalogue(sz Sizes) []Scenario {
 			prefix = fmt.Sprintf("cluster%d", members)
 			s.Title = strings.Replace(s.Title, fmt.Sprintf("cluster of %d ", clusterMembers), fmt.Sprintf("cluster of %d ", members), 1)
 		}
-		s.Name = fmt.Sprintf("%s-g%d-%s-100-all", prefix, groups, what)
+		s.Name = fmt.Sprintf("%s-g%d-%s-%d-all", prefix, groups, what, base.Conns)
 		if groups > 1 {
 			s.Groups = groups
 			s.Title += fmt.Sprintf(", %d shard groups", groups)
@@ -125,6 +129,10 @@ func Catalogue(sz Sizes) []Scenario {
 	putsTubes.Tubes = 100
 	putsTubes.Title += ", a tube each (use once before the puts)"
 	shardPuts := func(members, groups int) Scenario { return shard(putsTubes, "puts", members, groups) }
+	putsTubes1000 := putOnly(1000, nil)
+	putsTubes1000.Tubes = 1000
+	putsTubes1000.Title = strings.Replace(putsTubes.Title, "100 conns", "1000 conns", 1)
+	shardPuts1000 := func(members, groups int) Scenario { return shard(putsTubes1000, "puts", members, groups) }
 	// A reserve across groups (docs/design/shards.md 6.2, 6.3): each pair
 	// on three tubes, which the groups' placement spreads, so each
 	// consumer's reserve spans groups; its latency against the tube-each
@@ -217,6 +225,8 @@ func Catalogue(sz Sizes) []Scenario {
 		shardTubes(clusterMembers, 1), shardTubes(clusterMembers, clusterMembers), crossReserve,
 		shardPuts(clusterMembers, 1), shardPuts(clusterMembers, clusterMembers),
 		shardTubes(shardMembers, 1), shardTubes(shardMembers, shardMembers), shardPuts(shardMembers, 1), shardPuts(shardMembers, shardMembers),
+		shardPuts1000(clusterMembers, 1), shardPuts1000(clusterMembers, clusterMembers),
+		shardPuts1000(shardMembers, 1), shardPuts1000(shardMembers, shardMembers),
 		grow, move, growGroups,
 		{Name: "cluster-failover", Kind: KindFailover, Members: clusterMembers, Kills: failoverKills, Reps: 1, ServerArgs: []string{"-f", "0"},
 			Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each): the serving leader killed (-9) %d times, restarted on its directory after each; first repetition only",
