@@ -24,8 +24,9 @@
 //     them and group 0; G and R recorded in -b at the first start,
 //     formation.go, and a --cluster-groups that disagrees with the record
 //     or the log is refused, a FormationError); a group's replica moves
-//     between members (moves.go), each member following its groups'
-//     leaders' reports;
+//     between members (moves.go: group 0's leader plans each move and
+//     asks the group's leader to make it), each member following its
+//     groups' leaders' reports;
 //  5. the engine on the store, serving once it listens;
 //  6. the side port's one router (router.go): probes, metrics, pprof,
 //     /cluster and /cluster/members, the admin API and the web console,

@@ -151,8 +151,14 @@ type Member struct {
 	foreign     chan error
 	foreignWait atomic.Bool // awaitForeign is waiting
 	// moving: a replica move or a drained member's removal is under way
-	// (planReplicas), one at a time.
+	// here (makeMove, removeDrained), one at a time.
 	moving atomic.Bool
+	// planned is the replica move this member, leading group 0, planned
+	// last (planMoves; the balance loop's alone).
+	planned plannedMove
+	// movesMade counts the planned replica moves this member began, by
+	// who planned them (makeMove): tests read it.
+	movesMade struct{ own, asked, alone atomic.Int64 }
 	// tubeMoves are the moves of tubes this member drives (tubemoves.go).
 	tubeMoves tubeMoving
 	// keepLostMoves, set by tests only, has the balancer leave the moves

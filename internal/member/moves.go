@@ -329,73 +329,182 @@ func (m *Member) forward(w http.ResponseWriter, r *http.Request, l admin.Leader,
 	proxy.ServeHTTP(w, r)
 }
 
-// The replicas move by themselves (docs/design/shards.md 1.4): each
-// member plans alike on the groups as they are (meta.PlanMove, one move
-// at a time over the cluster), and the member leading the group a move
-// concerns makes it: a member added receives replicas, a draining member
-// gives its own away. Group 0's leader then removes a draining member
-// that holds no replica of another group.
+// The replicas move by themselves (docs/design/shards.md 1.4). Group
+// 0's leader plans every group's moves (meta.PlanMove on its view, one
+// move at a time over the cluster) and sends each to the leader of the
+// group it concerns (a KindMove item), which makes it: a member added
+// receives replicas, a draining member gives its own away. It plans the
+// next only once the last is made, was not taken, or has had its time.
+// Group 0's leader then removes a draining member that holds no replica
+// of another group. A group led by a member of a release before, which
+// takes no move (replication.Host.TakesMoves), is moved by that member
+// alone, as that release plans: each member on its own view.
+const (
+	// moveQuiet is how long a move sent may show nothing on the
+	// planner's view before it is taken for not taken (the receiver was
+	// busy with another, or no longer led the group): the leaders'
+	// reports come every 500 ms.
+	moveQuiet = 3 * time.Second
+	// moveDue is how long a move sent may take at most: the receiver
+	// gives up on it after moveTimeout and takes its learner out again.
+	moveDue = moveTimeout + moveQuiet
+)
 
-// planReplicas makes the move planned on cur, if this member leads its
-// group, or removes a drained member, if it serves group 0; one at a time,
-// on a goroutine of its own (a move takes seconds).
-func (m *Member) planReplicas(cur *meta.State, live func(string) bool) {
-	if !m.moving.CompareAndSwap(false, true) {
+// plannedMove is the move group 0's leader last planned while it is under
+// way, and whose leader of its group was to make it (the balance loop's
+// alone).
+type plannedMove struct {
+	meta.Move
+	leader string // "": none planned
+	at     time.Time
+}
+
+// planReplicas plans the replicas' moves on cur if this member leads
+// group 0, or, if group 0's leader is of a release before, makes the
+// move planned on cur, if this member leads its group. leaderOf names a
+// group's leader as this member sees it.
+func (m *Member) planReplicas(cur *meta.State, live func(string) bool, leaderOf func(uint16) string, now time.Time) {
+	info, _ := m.node.Leader()
+	switch {
+	case info.Serving:
+		m.planMoves(cur, live, leaderOf, now)
+		return
+	case info.ID == 0 || m.node.Host().TakesMoves(info.ID):
+		m.planned = plannedMove{}
+		return // it plans, or will once one is elected
+	}
+	if mv, ok := meta.PlanMove(cur, live); ok && leaderOf(mv.Group) == m.node.Name() {
+		m.makeMove(mv, byItself, "")
+	}
+}
+
+// planMoves, on group 0's leader, plans the next replica move once the
+// last is not under way, and has the group's leader make it; with none
+// due, it removes a member that has drained.
+func (m *Member) planMoves(cur *meta.State, live func(string) bool, leaderOf func(uint16) string, now time.Time) {
+	if p := m.planned; p.leader != "" {
+		made, begun := p.Progress(cur)
+		age := now.Sub(p.at)
+		if leader := leaderOf(p.Group); !made && age < moveDue && (begun || age < moveQuiet) && (leader == p.leader || leader == "") {
+			return
+		}
+		m.planned = plannedMove{}
+	}
+	mv, ok := meta.PlanMove(cur, live)
+	if !ok {
+		m.removeDrained(cur)
 		return
 	}
-	done := func() { m.moving.Store(false) }
-	if mv, ok := meta.PlanMove(cur, live); ok {
-		n := m.shards.node(mv.Group)
-		if n == nil {
-			done()
+	leader := leaderOf(mv.Group)
+	switch {
+	case leader == "":
+		return // an election: plan again at the next look
+	case leader == m.node.Name():
+		if !m.makeMove(mv, byGroup0Leader, "") {
 			return
 		}
-		if info, _ := n.Leader(); !info.Serving {
-			done()
+	case m.node.Host().TakesMoves(m.idOf(leader)):
+		if !m.sessions.SendMove(m.idOf(leader), mv.Group, mv.From, mv.To) {
 			return
 		}
-		moveLog := m.log.With().Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Str("why", mv.Why).Logger()
-		moveLog.Info().Msg("a replica move planned")
+		m.log.Info().Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Str("why", mv.Why).Str("leader", leader).
+			Msg("a replica move planned, sent to the group's leader")
+	default:
+		return // a member of a release before: it plans its groups' moves itself
+	}
+	m.planned = plannedMove{Move: mv, leader: leader, at: now}
+}
+
+// takeMove is a move of group g that member from asks of this one
+// (router.KindMove): made if from leads group 0 as this member sees it,
+// and this member leads g and makes no other move.
+func (m *Member) takeMove(from uint64, g uint16, giver, receiver string) {
+	if info, _ := m.node.Leader(); info.ID != from {
+		m.log.Debug().Int("group", int(g)).Uint64("from", from).Msg("a replica move from a member not leading group 0 ignored")
+		return
+	}
+	m.makeMove(meta.Move{Group: g, From: giver, To: receiver}, byAsker, m.memberNames()[from])
+}
+
+// Who planned a move makeMove makes.
+const (
+	byGroup0Leader = iota // this member, leading group 0
+	byAsker               // group 0's leader, which asked this member
+	byItself              // this member alone, as a release before does
+)
+
+// makeMove makes mv, if this member leads its group and makes no other
+// move, on a goroutine of its own (a move takes seconds), and reports
+// whether it began. planner is who planned it; by names group 0's
+// leader when it asked.
+func (m *Member) makeMove(mv meta.Move, planner int, by string) bool {
+	n := m.shards.node(mv.Group)
+	if n == nil {
+		return false
+	}
+	if info, _ := n.Leader(); !info.Serving || !m.moving.CompareAndSwap(false, true) {
+		return false
+	}
+	moveLog := m.log.With().Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Logger()
+	if mv.Why != "" {
+		moveLog = moveLog.With().Str("why", mv.Why).Logger()
+	}
+	if by != "" {
+		moveLog = moveLog.With().Str("planned_by", by).Logger()
+	}
+	moveLog.Info().Msg("making a planned replica move")
+	switch planner {
+	case byGroup0Leader:
+		m.movesMade.own.Add(1)
+	case byAsker:
+		m.movesMade.asked.Add(1)
+	default:
+		m.movesMade.alone.Add(1)
+	}
+	go func() {
+		defer m.moving.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
+		defer cancel()
+		var err error
+		switch {
+		case mv.To == "": // no member can take it
+			_, err = n.RemoveReplica(ctx, mv.From)
+		case mv.From == "": // the group is short of voters: promoted once caught up
+			_, err = n.AddReplica(ctx, mv.To)
+		default:
+			_, err = m.moveReplica(ctx, mv.Group, mv.From, mv.To)
+		}
+		if err != nil && !errors.Is(n.Err(), replication.ErrRemoved) {
+			moveLog.Warn().Err(err).Msg("a planned replica move did not complete")
+			return
+		}
+		moveLog.Info().Msg("moved a group's replica, as planned")
+	}()
+	return true
+}
+
+// removeDrained, on group 0's leader, removes a member that is draining
+// and holds no replica of a group but 0, one at a time.
+func (m *Member) removeDrained(cur *meta.State) {
+	for _, mb := range cur.Members {
+		if !mb.Draining || slices.ContainsFunc(cur.Groups[1:], func(g meta.Group) bool { return g.Holds(mb.Name) }) {
+			continue
+		}
+		if !m.moving.CompareAndSwap(false, true) {
+			return
+		}
 		go func() {
-			defer done()
-			ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
+			defer m.moving.Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
 			defer cancel()
-			var err error
-			switch {
-			case mv.To == "": // no member can take it
-				_, err = n.RemoveReplica(ctx, mv.From)
-			case mv.From == "": // the group is short of voters: promoted once caught up
-				_, err = n.AddReplica(ctx, mv.To)
-			default:
-				_, err = m.moveReplica(ctx, mv.Group, mv.From, mv.To)
-			}
-			if err != nil && !errors.Is(n.Err(), replication.ErrRemoved) {
-				moveLog.Warn().Err(err).Msg("a planned replica move did not complete")
+			if _, err := m.node.RemoveMember(ctx, mb.Name); err != nil {
+				m.log.Warn().Err(err).Str("member", mb.Name).Msg("cannot remove a member that has drained")
 				return
 			}
-			moveLog.Info().Msg("moved a group's replica, as planned")
+			m.log.Info().Str("member", mb.Name).Msg("removed a member that has drained")
 		}()
 		return
 	}
-	if info, _ := m.node.Leader(); info.Serving {
-		for _, mb := range cur.Members {
-			if !mb.Draining || slices.ContainsFunc(cur.Groups[1:], func(g meta.Group) bool { return g.Holds(mb.Name) }) {
-				continue
-			}
-			go func() {
-				defer done()
-				ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
-				defer cancel()
-				if _, err := m.node.RemoveMember(ctx, mb.Name); err != nil {
-					m.log.Warn().Err(err).Str("member", mb.Name).Msg("cannot remove a member that has drained")
-					return
-				}
-				m.log.Info().Str("member", mb.Name).Msg("removed a member that has drained")
-			}()
-			return
-		}
-	}
-	done()
 }
 
 // forwardedToGroup0 forwards r to group 0's leader when this member does

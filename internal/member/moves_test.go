@@ -230,8 +230,10 @@ func TestShardGroupsGrowAndShrink(t *testing.T) {
 		}
 		return loads, moving
 	}
+	learners := watchLearners(c.up["m1"], c.up["m2"], c.up["m3"])
 	for _, name := range []string{"m4", "m5"} {
 		added := c.join(c.up["m2"], name, 4)
+		learners.add(c.up[name])
 		if added["groups"] != 4.0 || added["replicas"] != 3.0 {
 			t.Fatalf("the addition's answer %v: want groups 4, replicas 3", added)
 		}
@@ -283,6 +285,19 @@ func TestShardGroupsGrowAndShrink(t *testing.T) {
 	if loads, _ := held(); loads["m1"] != 3 || loads["m2"] != 3 || loads["m3"] != 3 {
 		t.Fatalf("back on three members, they hold %v replicas of groups 1 to 3, want 3 each", loads)
 	}
+	// Group 0's leader planned every move (docs/design/shards.md 1.4):
+	// none planned by a member alone, and so one under way at a time.
+	if both := learners.stop(); both != "" {
+		t.Errorf("two moves under way at once: %s", both)
+	}
+	var own, asked, alone int64
+	for _, mb := range learners.members {
+		own, asked, alone = own+mb.movesMade.own.Load(), asked+mb.movesMade.asked.Load(), alone+mb.movesMade.alone.Load()
+	}
+	if alone != 0 || asked == 0 {
+		t.Errorf("moves made: %d planned by group 0's leader for itself, %d asked of another, %d planned by a member alone; want some asked, none alone",
+			own, asked, alone)
+	}
 	time.Sleep(200 * time.Millisecond)
 	acked, err := puts.stop()
 	if err != nil {
@@ -310,6 +325,73 @@ func TestShardGroupsGrowAndShrink(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("m6, running one group of four, still runs")
 	}
+}
+
+// learnerWatch looks, every few milliseconds, at the replicas of each
+// group as its leader holds them, for two groups with a learner at once:
+// two replica moves under way.
+type learnerWatch struct {
+	mu      sync.Mutex
+	members []*Member // guarded by mu while watched
+	both    string    // guarded by mu: the first sighting
+	done    chan struct{}
+	ended   chan struct{}
+}
+
+func watchLearners(members ...*Member) *learnerWatch {
+	w := &learnerWatch{members: members, done: make(chan struct{}), ended: make(chan struct{})}
+	go func() {
+		defer close(w.ended)
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			w.look()
+		}
+	}()
+	return w
+}
+
+func (w *learnerWatch) add(m *Member) {
+	w.mu.Lock()
+	w.members = append(w.members, m)
+	w.mu.Unlock()
+}
+
+func (w *learnerWatch) look() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var moving []string
+	for _, m := range w.members {
+		for g := range m.shards.groups() {
+			if g == 0 {
+				continue
+			}
+			n := m.shards.node(uint16(g))
+			if n == nil {
+				continue
+			}
+			if info, _ := n.Leader(); !info.Serving {
+				continue
+			}
+			if _, l, _ := n.Replicas(); len(l) > 0 {
+				moving = append(moving, fmt.Sprintf("group %d (led by %s, learners %v)", g, m.node.Name(), l))
+			}
+		}
+	}
+	if len(moving) > 1 && w.both == "" {
+		w.both = strings.Join(moving, ", ")
+	}
+}
+
+// stop ends the watch and returns its first sighting of two moves under
+// way at once, "" if none.
+func (w *learnerWatch) stop() string {
+	close(w.done)
+	<-w.ended
+	return w.both
 }
 
 // putter puts jobs, one after another, into tubes in turn through one

@@ -510,7 +510,8 @@ func (m *Member) balanceLeaders() {
 		// A member gives or receives replicas while connected: a member
 		// hears Raft messages only from those it shares a group with,
 		// and a member just added shares group 0 with its leader alone.
-		m.planReplicas(cur, func(name string) bool { return name == m.node.Name() || reachable[name] })
+		m.planReplicas(cur, func(name string) bool { return name == m.node.Name() || reachable[name] },
+			func(g uint16) string { return m.leaderOf(g, reported, names) }, now)
 		m.resolveTubeMoves()
 		m.resolvePrefixes()
 		for _, tr := range meta.PlanLeaders(cur, leaders, caughtUp) {
@@ -536,12 +537,14 @@ func (m *Member) balanceLeaders() {
 }
 
 // leaderOf is the name of group g's leader as this member sees it: from
-// its replica of g, else from the leader's report (reported, names by
-// Raft id); "" when neither names one.
+// its replica of g, else (none, or one just added that has heard of no
+// leader yet) from the leader's report (reported, names by Raft id); ""
+// when neither names one.
 func (m *Member) leaderOf(g uint16, reported map[uint16]router.Report, names map[uint64]string) string {
 	if n := m.shards.node(g); n != nil {
-		info, _ := n.Leader()
-		return info.Name
+		if info, _ := n.Leader(); info.Name != "" {
+			return info.Name
+		}
 	}
 	if rep, ok := reported[g]; ok {
 		return names[rep.Leader]
@@ -564,8 +567,9 @@ func receivers(self string, leaders map[uint16]string, reachable map[string]bool
 
 // currentPlacement is the formation with the members as they are now
 // (group 0's) and each group's replicas as they are now: as this member's
-// replica of the group has them, or else as the group's leader reported
-// them; names are the members' by Raft id.
+// replica of the group has them, or as the group's leader reported them,
+// whichever is of the later membership change (a replica just added has
+// applied none yet); names are the members' by Raft id.
 func (m *Member) currentPlacement(reported map[uint16]router.Report, names map[uint64]string) *meta.State {
 	sh := m.shards
 	p := *sh.routing.Load().state // the formation's groups and those grown
@@ -580,11 +584,15 @@ func (m *Member) currentPlacement(reported map[uint16]router.Report, names map[u
 	for i := range p.Groups {
 		g := p.Groups[i].ID
 		var voters, learners []uint64
-		if n := sh.node(g); n != nil {
-			voters, learners, _ = n.Replicas()
-		} else if rep, ok := reported[g]; ok && rep.Index != 0 {
-			voters, learners = rep.Voters, rep.Learners
-		} else {
+		var index uint64
+		n := sh.node(g)
+		if n != nil {
+			voters, learners, index = n.Replicas()
+		}
+		if rep, ok := reported[g]; ok && rep.Index > index {
+			voters, learners, index = rep.Voters, rep.Learners, rep.Index
+		}
+		if n == nil && index == 0 {
 			continue
 		}
 		var rs []meta.Replica

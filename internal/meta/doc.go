@@ -42,7 +42,10 @@
 // none; each transfer goes to a voter its caller reports caught up.
 // PlanReplicas keeps R voters in every group on members that are live
 // and not draining, adding a learner on the member holding the fewest
-// replicas before a draining one's replica is removed (section 1.4). Both
-// are deterministic functions of their inputs; their caller, the meta
-// leader, carries the actions out one at a time and plans again.
+// replicas before a draining one's replica is removed (section 1.4);
+// PlanMove plans the next replica move, and Move.Progress tells how far
+// a move planned has come. They are deterministic functions of their
+// inputs; group 0's leader plans the moves and has each made before it
+// plans the next (internal/member), and each member hands over the
+// leaderships its plan moves from it.
 package meta

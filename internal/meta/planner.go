@@ -250,6 +250,25 @@ type Move struct {
 	Why string
 }
 
+// Progress is how far mv has come on s: made, when To holds a voter and
+// From no replica (or, for one side alone, when that side is so); begun,
+// when the receiver holds a replica, or, for a removal alone, when it is
+// made. A move neither made nor begun was not taken, or was undone.
+func (mv Move) Progress(s *State) (made, begun bool) {
+	i := slices.IndexFunc(s.Groups, func(g Group) bool { return g.ID == mv.Group })
+	if i < 0 {
+		return false, false
+	}
+	g := &s.Groups[i]
+	gone := mv.From == "" || !g.Holds(mv.From)
+	voter := mv.To == "" || slices.Contains(g.Voters(), mv.To)
+	made = gone && voter
+	if mv.To == "" {
+		return made, made
+	}
+	return made, g.Holds(mv.To)
+}
+
 // The rules of PlanMove, in the order it tries them.
 const (
 	MoveDrain  = "drain"  // a draining member's replica goes

@@ -348,3 +348,38 @@ func TestPlanMove(t *testing.T) {
 		t.Fatalf("m4 is down, yet %+v", mv)
 	}
 }
+
+// TestMoveProgress: a move is begun once its receiver holds a replica,
+// learner or voter, and made once the receiver votes and the giver holds
+// none; a move of one side alone by that side; a group not in the state
+// has neither.
+func TestMoveProgress(t *testing.T) {
+	group := func(replicas ...Replica) *State {
+		return &State{Replicas: 3, Groups: []Group{{ID: 0}, {ID: 1, Replicas: replicas}}}
+	}
+	v := func(name string) Replica { return Replica{Member: name} }
+	l := func(name string) Replica { return Replica{Member: name, Learner: true} }
+	move, add, remove := Move{Group: 1, From: "m1", To: "m4"}, Move{Group: 1, To: "m4"}, Move{Group: 1, From: "m1"}
+	for _, c := range []struct {
+		name        string
+		mv          Move
+		s           *State
+		made, begun bool
+	}{
+		{"not taken", move, group(v("m1"), v("m2"), v("m3")), false, false},
+		{"the receiver a learner", move, group(v("m1"), v("m2"), v("m3"), l("m4")), false, true},
+		{"the receiver promoted", move, group(v("m1"), v("m2"), v("m3"), v("m4")), false, true},
+		{"made", move, group(v("m2"), v("m3"), v("m4")), true, true},
+		{"the giver gone, the receiver a learner", move, group(v("m2"), v("m3"), l("m4")), false, true},
+		{"an addition not taken", add, group(v("m2"), v("m3")), false, false},
+		{"an addition begun", add, group(v("m2"), v("m3"), l("m4")), false, true},
+		{"an addition made", add, group(v("m2"), v("m3"), v("m4")), true, true},
+		{"a removal not made", remove, group(v("m1"), v("m2")), false, false},
+		{"a removal made", remove, group(v("m2")), true, true},
+		{"another group", Move{Group: 2, From: "m1", To: "m4"}, group(v("m1")), false, false},
+	} {
+		if made, begun := c.mv.Progress(c.s); made != c.made || begun != c.begun {
+			t.Errorf("%s: made %v begun %v, want %v %v", c.name, made, begun, c.made, c.begun)
+		}
+	}
+}

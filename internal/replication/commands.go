@@ -134,6 +134,15 @@ func (h *Host) Routes(id uint64) bool {
 	return id == h.self.ID || h.transport.protocolOf(id) >= protocolRouter
 }
 
+// TakesMoves reports whether member id makes the replica moves group
+// 0's leader plans and sends it (docs/design/shards.md 1.4): this member,
+// or one whose connection speaks protocol 5. A member of a release before
+// plans its groups' moves itself, and refuses a move item with the
+// commands stream that carried it.
+func (h *Host) TakesMoves(id uint64) bool {
+	return id == h.self.ID || h.transport.protocolOf(id) >= protocolMoves
+}
+
 // HeardFrom reports whether a Raft message from member name reached this
 // one within d: a member stopped (SIGSTOP) or cut off keeps its
 // connection up for seconds, but sends nothing, where a live replica of a

@@ -113,12 +113,17 @@ func TestNoFinalize(t *testing.T) {
 
 // TestRoutes: a member of the release before, which speaks protocol 3
 // and reads no commands stream, is no router to the others
-// (Host.Routes), while every member of this release, and a member
-// itself, is; the cluster finalizes all the same.
+// (Host.Routes), while every member of a later release, and a member
+// itself, is; one that speaks protocol 4 routes but takes no replica
+// move (Host.TakesMoves), which the others of this release do; the
+// cluster finalizes all the same.
 func TestRoutes(t *testing.T) {
-	c := newWALCluster(t, 3, 64<<10, func(cfg *NodeConfig) {
-		if cfg.Node == "m3" {
+	c := newWALCluster(t, 4, 64<<10, func(cfg *NodeConfig) {
+		switch cfg.Node {
+		case "m3":
 			cfg.maxProtocol = 3
+		case "m4":
+			cfg.maxProtocol = 4
 		}
 	})
 	c.awaitServing(10 * time.Second)
@@ -126,15 +131,24 @@ func TestRoutes(t *testing.T) {
 	for _, n := range c.up() {
 		byName[n.Name()] = n
 	}
-	m1, m2, m3 := byName["m1"], byName["m2"], byName["m3"]
+	m1, m2, m3, m4 := byName["m1"], byName["m2"], byName["m3"], byName["m4"]
 	testproc.WaitFor(t, 10*time.Second, "the members connected and finalized", func() bool {
-		return m1.Status().Version == clusterVersion && m1.Host().transport.protocolOf(m2.ID()) != 0 &&
-			m1.Host().transport.protocolOf(m3.ID()) != 0
+		tr := m1.Host().transport
+		return m1.Status().Version == clusterVersion && tr.protocolOf(m2.ID()) != 0 &&
+			tr.protocolOf(m3.ID()) != 0 && tr.protocolOf(m4.ID()) != 0
 	})
-	if !m1.Host().Routes(m1.ID()) || !m1.Host().Routes(m2.ID()) {
-		t.Error("m1 does not count itself or m2, of this release, as routers")
+	h := m1.Host()
+	if !h.Routes(m1.ID()) || !h.Routes(m2.ID()) || !h.Routes(m4.ID()) {
+		t.Error("m1 does not count itself, m2 or m4, of later releases, as routers")
 	}
-	if m1.Host().Routes(m3.ID()) {
-		t.Errorf("m1 counts m3, which speaks protocol %d, as a router", m1.Host().transport.protocolOf(m3.ID()))
+	if h.Routes(m3.ID()) {
+		t.Errorf("m1 counts m3, which speaks protocol %d, as a router", h.transport.protocolOf(m3.ID()))
+	}
+	if !h.TakesMoves(m1.ID()) || !h.TakesMoves(m2.ID()) {
+		t.Error("m1 does not count itself or m2, of this release, as taking moves")
+	}
+	if h.TakesMoves(m3.ID()) || h.TakesMoves(m4.ID()) {
+		t.Errorf("m1 counts m3 or m4, which speak protocols %d and %d, as taking moves",
+			h.transport.protocolOf(m3.ID()), h.transport.protocolOf(m4.ID()))
 	}
 }

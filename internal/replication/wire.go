@@ -98,12 +98,17 @@ const (
 	// minProtocol and maxProtocol are the protocols this member speaks.
 	// 4 is 3's frames from a member that runs a router: it reads the
 	// commands streams others dial to it, so sessions on other members
-	// may send it their commands when it leads (protocolRouter).
+	// may send it their commands when it leads (protocolRouter). 5 is
+	// 4's from a member whose router reads a replica move that group 0's
+	// leader planned (internal/router's KindMove; protocolMoves).
 	minProtocol = 2
-	maxProtocol = 4
+	maxProtocol = 5
 	// protocolRouter is the protocol of a member whose router serves the
 	// commands stream (Host.Routes).
 	protocolRouter = 4
+	// protocolMoves is the protocol of a member that makes the replica
+	// moves group 0's leader sends it (Host.TakesMoves).
+	protocolMoves = 5
 	// helloTrailer is the trailer's length as this release writes it.
 	helloTrailer = 2 + 8
 	maxHello     = 4 << 10

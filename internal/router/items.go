@@ -36,6 +36,7 @@ import (
 //	refs:    meta index u64 | stamp u64 | flags u8 (flagRefsSync) | count u32 | (tube | using u32 | watching u32)...
 //	close:   nothing
 //	leaders: count u16 | (group u16 | term u64)...
+//	move:    giver | receiver (the item's group is the move's; protocol 5)
 //	reply:   status u8 | stamp u64 | then by status:
 //	  wrong-group: meta index u64
 //	  forward:     group u16
@@ -55,6 +56,7 @@ import (
 //	event:   wait u64 | type u8 | offer: job; deadline-soon: nothing; wrong-group: meta index u64
 //
 //	tube:  length u8 (1 to 200) | name
+//	giver, receiver: length u8 (0 to 128) | a member's name, or nothing
 //	tubes: count u32 | tube...
 //	job:   id u64 | pri u32 | ttr u32 | body
 //	body:  length u32 | bytes, the job's data as stored: ending in "\r\n"
@@ -80,12 +82,15 @@ const (
 	KindEvent // an offer, or the end of a wait
 	// Member to member.
 	KindLeaders // the groups the sender leads (1.4): members that hold no replica of them learn their leaders
+	// Group 0's leader to a group's leader.
+	KindMove // a replica move it planned, for the group's leader to make (1.4)
 	numKinds
 )
 
 var kindNames = [numKinds]string{
 	KindRequest: "request", KindWait: "wait", KindCancel: "cancel", KindDecline: "decline",
 	KindRefs: "refs", KindClose: "close", KindReply: "reply", KindEvent: "event", KindLeaders: "leaders",
+	KindMove: "move",
 }
 
 func (k Kind) String() string {
@@ -217,7 +222,20 @@ type Item struct {
 	Reply   Reply
 	Event   Event
 	Leaders []LeaderReport // KindLeaders'
+	Move    Move           // KindMove's
 }
+
+// Move is a replica move of the item's group that group 0's leader
+// planned (meta.PlanMove): From's replica goes to To. Either may be
+// empty, as in meta.Move: From "" adds a replica on To, To "" removes
+// From's. Names alias the payload.
+type Move struct {
+	From, To []byte
+}
+
+// maxMemberName bounds a member's name in a move: the cluster's bound
+// (internal/replication) is 128.
+const maxMemberName = 128
 
 // LeaderReport is a group its sender leads and serves, at the Raft term
 // it was elected in: a report of a later term replaces an earlier one.
@@ -377,6 +395,7 @@ var (
 	ErrJobTooBig  = errors.New("router: a put's body is longer than the max job size")
 	ErrState      = errors.New("router: a job's state out of range")
 	ErrItemTooBig = errors.New("router: an item or a list too long for its length field")
+	ErrMemberName = errors.New("router: a member's name longer than 128 bytes")
 )
 
 const (

@@ -120,6 +120,8 @@ func (d *Decoder) Next(it *Item) error {
 			l.Voters, l.Learners = f.ids(), f.ids()
 			it.Leaders = append(it.Leaders, l)
 		}
+	case KindMove:
+		it.Move.From, it.Move.To = f.name(), f.name()
 	case KindReply:
 		f.reply(&it.Reply)
 	case KindEvent:
@@ -230,6 +232,18 @@ func (f *fields) tube() []byte {
 	}
 	if n == 0 || n > codec.MaxTubeName {
 		f.fail(ErrTubeName)
+		return nil
+	}
+	return f.take(uint64(n))
+}
+
+// name is a member's name in a move, or nothing.
+func (f *fields) name() []byte {
+	n := f.u8()
+	if f.err == nil && n > maxMemberName {
+		f.fail(ErrMemberName)
+	}
+	if f.err != nil || n == 0 {
 		return nil
 	}
 	return f.take(uint64(n))

@@ -66,6 +66,13 @@ func AppendItem(payload []byte, it *Item) ([]byte, error) {
 			b = appendIDs(b, l.Voters)
 			b = appendIDs(b, l.Learners)
 		}
+	case KindMove:
+		if len(it.Move.From) > maxMemberName || len(it.Move.To) > maxMemberName {
+			err = ErrMemberName
+			break
+		}
+		b = append(append(b, byte(len(it.Move.From))), it.Move.From...)
+		b = append(append(b, byte(len(it.Move.To))), it.Move.To...)
 	case KindReply:
 		b, err = appendReply(b, &it.Reply)
 	case KindEvent:

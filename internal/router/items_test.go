@@ -107,6 +107,9 @@ func itemCases() []itemCase {
 		{"close", router.Item{Kind: router.KindClose, Group: math.MaxUint16, Session: math.MaxUint64, Seq: math.MaxUint32}},
 		{"leaders", router.Item{Kind: router.KindLeaders, Leaders: []router.LeaderReport{{Group: 0, Term: 7, Index: 3, Tubes: 12, Jobs: 1 << 40, Voters: []uint64{1, math.MaxUint64}, Learners: []uint64{9}}, {Group: math.MaxUint16, Term: math.MaxUint64, Index: math.MaxUint64, Tubes: math.MaxUint32, Jobs: math.MaxUint64}}}},
 		{"leaders none", router.Item{Kind: router.KindLeaders}},
+		{"move", router.Item{Kind: router.KindMove, Group: 3, Move: router.Move{From: []byte("m1"), To: []byte(strings.Repeat("n", 128))}}},
+		{"move adding", router.Item{Kind: router.KindMove, Group: math.MaxUint16, Move: router.Move{To: []byte("m5")}}},
+		{"move removing", router.Item{Kind: router.KindMove, Group: 1, Move: router.Move{From: []byte("m4")}}},
 
 		{"ok", reply(router.StatusOK, router.Reply{Result: router.ResultNone})},
 		{"inserted", reply(router.StatusOK, router.Reply{Result: router.ResultID, ID: jobID})},
@@ -289,6 +292,7 @@ var enumCodes = []struct {
 	{"kind", "reply", uint8(router.KindReply), 7},
 	{"kind", "event", uint8(router.KindEvent), 8},
 	{"kind", "leaders", uint8(router.KindLeaders), 9},
+	{"kind", "move", uint8(router.KindMove), 10},
 	{"op", "put", uint8(router.OpPut), 1},
 	{"op", "burn", uint8(router.OpBurn), 2},
 	{"op", "reserve", uint8(router.OpReserve), 3},
@@ -480,7 +484,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"length past the frame", patch(put, length, 0xff, 0xff, 0xff, 0xff), testMaxJobSize, router.ErrShort},
 		{"bytes after", append(bytes.Clone(put), 0), testMaxJobSize, router.ErrTrailing},
 		{"kind 0", patch(put, kind, 0), testMaxJobSize, router.ErrKind},
-		{"kind 10", patch(put, kind, 10), testMaxJobSize, router.ErrKind},
+		{"kind 11", patch(put, kind, 11), testMaxJobSize, router.ErrKind},
 		{"op 0", patch(put, op, 0), testMaxJobSize, router.ErrOp},
 		{"op 22", patch(put, op, 22), testMaxJobSize, router.ErrOp},
 		{"tube of 0 bytes", patch(put, tubeLen, 0), testMaxJobSize, router.ErrTubeName},
@@ -501,6 +505,7 @@ func TestDecodeRefuses(t *testing.T) {
 	reserve := request(router.OpReserve, router.Request{})
 	refs := goldens[3].it
 	refs.Refs.Counts = nil
+	move := router.Item{Kind: router.KindMove, Group: 1, Move: router.Move{From: []byte("m1")}}
 	cases = append(cases, []struct {
 		name    string
 		in      []byte
@@ -521,6 +526,9 @@ func TestDecodeRefuses(t *testing.T) {
 		{"state 5", patch(item(jobStatsReply), payload+1+8+1+8+1+7, 5), testMaxJobSize, router.ErrState},
 		{"offer's body past the max job size", item(offer), 0, nil},
 		{"tubes counted past the item", patch(item(reserve), op+1, 0, 0, 1, 0), testMaxJobSize, router.ErrLength},
+		{"a giver of 129 bytes", patch(item(move), payload, 129), testMaxJobSize, router.ErrMemberName},
+		{"a giver past the item", patch(item(move), payload, 5), testMaxJobSize, router.ErrLength},
+		{"a receiver past the item", patch(item(move), payload+3, 1), testMaxJobSize, router.ErrLength},
 	}...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -564,7 +572,9 @@ func TestEncodeRefuses(t *testing.T) {
 		wantErr error
 	}{
 		{"kind 0", router.Item{}, router.ErrKind},
-		{"kind 10", router.Item{Kind: 10}, router.ErrKind},
+		{"kind 11", router.Item{Kind: 11}, router.ErrKind},
+		{"long giver", router.Item{Kind: router.KindMove, Move: router.Move{From: []byte(strings.Repeat("m", 129))}}, router.ErrMemberName},
+		{"long receiver", router.Item{Kind: router.KindMove, Move: router.Move{To: []byte(strings.Repeat("m", 129))}}, router.ErrMemberName},
 		{"op 0", request(0, router.Request{}), router.ErrOp},
 		{"op 22", request(22, router.Request{}), router.ErrOp},
 		{"no tube", request(router.OpPeekReady, router.Request{}), router.ErrTubeName},

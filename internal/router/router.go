@@ -185,6 +185,10 @@ type RouterConfig struct {
 	// it runs fewer groups than the cluster (started without the
 	// cluster's --cluster-groups). Nil ignores them.
 	Foreign func(from uint64, g uint16)
+	// Moves is told of a replica move of group g that member from, as
+	// group 0's leader, asks this one to make (KindMove). It must not
+	// block: it runs on the stream's reader. Nil ignores them.
+	Moves func(from uint64, g uint16, giver, receiver string)
 }
 
 // forgetEvery is how often a serving member looks for what removed
@@ -222,6 +226,10 @@ func (r *Router) Handle(from uint64, payload []byte) error {
 			r.link.handle(from, it)
 		case KindLeaders:
 			r.noteLeaders(from, it.Leaders)
+		case KindMove:
+			if r.cfg.Moves != nil {
+				r.cfg.Moves(from, it.Group, string(it.Move.From), string(it.Move.To))
+			}
 		default:
 			r.server.handle(from, it)
 		}
@@ -606,6 +614,16 @@ func (r *Router) report(now time.Time) {
 			r.cfg.Send(to, payload)
 		}
 	}
+}
+
+// SendMove asks member to, group g's leader, to move g's replica from
+// member giver to member receiver (KindMove): group 0's leader plans the
+// moves of every group (docs/design/shards.md 1.4). Only a member whose
+// connection speaks protocol 5 reads a move (replication.Host.TakesMoves):
+// one of a release before refuses the payload, and with it its stream.
+func (r *Router) SendMove(to uint64, g uint16, giver, receiver string) bool {
+	payload, err := AppendItem(nil, &Item{Kind: KindMove, Group: g, Move: Move{From: []byte(giver), To: []byte(receiver)}})
+	return err == nil && r.cfg.Send(to, payload)
 }
 
 // greet tells group g's leader, once per process, that this member's
