@@ -153,9 +153,9 @@ type Member struct {
 	// moving: a replica move or a drained member's removal is under way
 	// here (makeMove, removeDrained), one at a time.
 	moving atomic.Bool
-	// planned is the replica move this member, leading group 0, planned
-	// last (planMoves; the balance loop's alone).
-	planned plannedMove
+	// planner is what this member, leading group 0, keeps of the
+	// replica moves it plans (planMoves; the balance loop's alone).
+	planner movePlanner
 	// movesMade counts the planned replica moves this member began, by
 	// who planned them (makeMove): tests read it.
 	movesMade struct{ own, asked, alone atomic.Int64 }

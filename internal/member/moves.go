@@ -350,13 +350,49 @@ const (
 	moveDue = moveTimeout + moveQuiet
 )
 
-// plannedMove is the move group 0's leader last planned while it is under
-// way, and whose leader of its group was to make it (the balance loop's
-// alone).
-type plannedMove struct {
+// movePlanner is what group 0's leader keeps between its looks (the
+// balance loop's alone): the move it planned last, while under way, and
+// when it first saw a group with more voters than R.
+type movePlanner struct {
 	meta.Move
-	leader string // "": none planned
+	leader string // the group's leader that was to make it; "": none under way
 	at     time.Time
+	// excess is the group PlanMove last wanted a voter taken from
+	// (MoveExcess), and since when: a move shows so between its
+	// receiver's promotion and its giver's removal, a moment, and only a
+	// move cut short stays so.
+	excess      uint16
+	excessSince time.Time
+}
+
+// underWay reports whether the move planned last may still be under way
+// at now on cur, as group g's leader is leaderOf(g); once it is not, it
+// is forgotten.
+func (p *movePlanner) underWay(cur *meta.State, leaderOf func(uint16) string, now time.Time) bool {
+	if p.leader == "" {
+		return false
+	}
+	made, begun := p.Progress(cur)
+	age := now.Sub(p.at)
+	leader := leaderOf(p.Group)
+	if !made && age < moveDue && (begun || age < moveQuiet) && (leader == p.leader || leader == "") {
+		return true
+	}
+	p.leader = ""
+	return false
+}
+
+// due reports whether mv, planned at now, is to be made now: a voter too
+// many is taken only once the group has had it for moveQuiet.
+func (p *movePlanner) due(mv meta.Move, now time.Time) bool {
+	if mv.Why != meta.MoveExcess {
+		p.excessSince = time.Time{}
+		return true
+	}
+	if p.excessSince.IsZero() || p.excess != mv.Group {
+		p.excess, p.excessSince = mv.Group, now
+	}
+	return now.Sub(p.excessSince) >= moveQuiet
 }
 
 // planReplicas plans the replicas' moves on cur if this member leads
@@ -370,7 +406,7 @@ func (m *Member) planReplicas(cur *meta.State, live func(string) bool, leaderOf 
 		m.planMoves(cur, live, leaderOf, now)
 		return
 	case info.ID == 0 || m.node.Host().TakesMoves(info.ID):
-		m.planned = plannedMove{}
+		m.planner = movePlanner{}
 		return // it plans, or will once one is elected
 	}
 	if mv, ok := meta.PlanMove(cur, live); ok && leaderOf(mv.Group) == m.node.Name() {
@@ -382,21 +418,20 @@ func (m *Member) planReplicas(cur *meta.State, live func(string) bool, leaderOf 
 // last is not under way, and has the group's leader make it; with none
 // due, it removes a member that has drained.
 func (m *Member) planMoves(cur *meta.State, live func(string) bool, leaderOf func(uint16) string, now time.Time) {
-	if p := m.planned; p.leader != "" {
-		made, begun := p.Progress(cur)
-		age := now.Sub(p.at)
-		if leader := leaderOf(p.Group); !made && age < moveDue && (begun || age < moveQuiet) && (leader == p.leader || leader == "") {
-			return
-		}
-		m.planned = plannedMove{}
+	p := &m.planner
+	if p.underWay(cur, leaderOf, now) {
+		return
 	}
 	mv, ok := meta.PlanMove(cur, live)
 	if !ok {
+		p.due(mv, now)
 		m.removeDrained(cur)
 		return
 	}
 	leader := leaderOf(mv.Group)
 	switch {
+	case !p.due(mv, now):
+		return
 	case leader == "":
 		return // an election: plan again at the next look
 	case leader == m.node.Name():
@@ -412,7 +447,7 @@ func (m *Member) planMoves(cur *meta.State, live func(string) bool, leaderOf fun
 	default:
 		return // a member of a release before: it plans its groups' moves itself
 	}
-	m.planned = plannedMove{Move: mv, leader: leader, at: now}
+	p.Move, p.leader, p.at = mv, leader, now
 }
 
 // takeMove is a move of group g that member from asks of this one

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/internal/admin"
+	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/internal/testproc"
 )
@@ -506,5 +507,75 @@ func TestAwaitLeader(t *testing.T) {
 	cancel()
 	if _, err := awaitLeader(ctx, time.Second, answers(admin.Leader{})); !errors.Is(err, context.Canceled) {
 		t.Errorf("a client gone: %v, want context.Canceled", err)
+	}
+}
+
+// TestMovePlanner: the move group 0's leader planned last holds back the
+// next while it may be under way: until made, not begun within moveQuiet
+// (not taken), past moveDue, or another member is known to lead its
+// group. A voter too many is taken only once it has stayed moveQuiet: a
+// move between its receiver's promotion and its giver's removal shows so
+// for a moment.
+func TestMovePlanner(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	state := func(replicas ...meta.Replica) *meta.State {
+		return &meta.State{Replicas: 3, Groups: []meta.Group{{ID: 0}, {ID: 1, Replicas: replicas}}}
+	}
+	v := func(name string) meta.Replica { return meta.Replica{Member: name} }
+	l := func(name string) meta.Replica { return meta.Replica{Member: name, Learner: true} }
+	before := state(v("m1"), v("m2"), v("m3"))
+	learning := state(v("m1"), v("m2"), v("m3"), l("m4"))
+	promoted := state(v("m1"), v("m2"), v("m3"), v("m4"))
+	after := state(v("m2"), v("m3"), v("m4"))
+	ledBy := func(name string) func(uint16) string { return func(uint16) string { return name } }
+	mv := meta.Move{Group: 1, From: "m1", To: "m4", Why: meta.MoveSpread}
+	for _, c := range []struct {
+		name     string
+		cur      *meta.State
+		leader   string
+		after    time.Duration
+		underWay bool
+	}{
+		{"just sent", before, "m2", time.Second, true},
+		{"not taken", before, "m2", moveQuiet, false},
+		{"a learner", learning, "m2", 30 * time.Second, true},
+		{"promoted", promoted, "m2", 30 * time.Second, true},
+		{"past its time", learning, "m2", moveDue, false},
+		{"made", after, "m2", time.Second, false},
+		{"the group's leader unknown", learning, "", time.Second, true},
+		{"another leader", learning, "m3", time.Second, false},
+	} {
+		p := movePlanner{Move: mv, leader: "m2", at: t0}
+		if got := p.underWay(c.cur, ledBy(c.leader), t0.Add(c.after)); got != c.underWay {
+			t.Errorf("%s: under way %v, want %v", c.name, got, c.underWay)
+		}
+		if !c.underWay && p.underWay(learning, ledBy("m2"), t0) {
+			t.Errorf("%s: the move is still held after it was found over", c.name)
+		}
+	}
+	var none movePlanner
+	if none.underWay(learning, ledBy("m2"), t0) {
+		t.Error("a planner that planned nothing holds a move under way")
+	}
+
+	excess := meta.Move{Group: 1, From: "m1", Why: meta.MoveExcess}
+	var p movePlanner
+	for _, step := range []struct {
+		mv    meta.Move
+		at    time.Duration
+		due   bool
+		about string
+	}{
+		{mv, 0, true, "a spread move"},
+		{excess, 0, false, "a voter too many, first seen"},
+		{excess, moveQuiet - time.Millisecond, false, "a voter too many, not yet for moveQuiet"},
+		{excess, moveQuiet, true, "a voter too many for moveQuiet"},
+		{meta.Move{Group: 2, From: "m1", Why: meta.MoveExcess}, moveQuiet, false, "another group's, first seen"},
+		{meta.Move{}, moveQuiet + time.Second, true, "nothing planned"},
+		{excess, 2 * moveQuiet, false, "group 1's again, first seen anew"},
+	} {
+		if got := p.due(step.mv, t0.Add(step.at)); got != step.due {
+			t.Errorf("%s: due %v, want %v", step.about, got, step.due)
+		}
 	}
 }
