@@ -401,13 +401,16 @@ func (p *movePlanner) due(mv meta.Move, now time.Time) bool {
 // group's leader as this member sees it.
 func (m *Member) planReplicas(cur *meta.State, live func(string) bool, leaderOf func(uint16) string, now time.Time) {
 	info, _ := m.node.Leader()
+	host := m.node.Host()
 	switch {
 	case info.Serving:
 		m.planMoves(cur, live, leaderOf, now)
 		return
-	case info.ID == 0 || m.node.Host().TakesMoves(info.ID):
+	case info.ID == 0 || !host.Connected(info.ID) || host.TakesMoves(info.ID):
+		// It plans, or will once one is elected, or may: cut off from
+		// it, this member's view is no better than its own.
 		m.planner = movePlanner{}
-		return // it plans, or will once one is elected
+		return
 	}
 	if mv, ok := meta.PlanMove(cur, live); ok && leaderOf(mv.Group) == m.node.Name() {
 		m.makeMove(mv, byItself, "")
@@ -445,7 +448,9 @@ func (m *Member) planMoves(cur *meta.State, live func(string) bool, leaderOf fun
 		m.log.Info().Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Str("why", mv.Why).Str("leader", leader).
 			Msg("a replica move planned, sent to the group's leader")
 	default:
-		return // a member of a release before: it plans its groups' moves itself
+		// A member of a release before plans its groups' moves itself;
+		// one cut off from this member waits to hear from it again.
+		return
 	}
 	p.Move, p.leader, p.at = mv, leader, now
 }
