@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/sproutmq/sprout/internal/ops"
 	"github.com/sproutmq/sprout/internal/replication"
 )
 
@@ -32,6 +33,13 @@ func (f fleetCluster) Status() replication.Status {
 		st.Prefixes[p.Prefix] = p.Group
 	}
 	return st
+}
+
+// ReplicaMoves implements ops' mover: the replica moves this member
+// began making (makeMove).
+func (f fleetCluster) ReplicaMoves() ops.ReplicaMoves {
+	made := &f.m.movesMade
+	return ops.ReplicaMoves{Planned: made.own.Load(), Asked: made.asked.Load(), Alone: made.alone.Load()}
 }
 
 // fleetGroups completes held, the groups this member runs, with the

@@ -291,7 +291,7 @@ func TestShardGroupsGrowAndShrink(t *testing.T) {
 	if both := learners.stop(); both != "" {
 		t.Errorf("two moves under way at once: %s", both)
 	}
-	var own, asked, alone int64
+	var own, asked, alone uint64
 	for _, mb := range learners.members {
 		own, asked, alone = own+mb.movesMade.own.Load(), asked+mb.movesMade.asked.Load(), alone+mb.movesMade.alone.Load()
 	}

@@ -36,6 +36,21 @@ type Router interface {
 	Stats() router.Stats
 }
 
+// ReplicaMoves counts the replica moves a member of several groups
+// began making, by who planned them (docs/design/shards.md 1.4).
+type ReplicaMoves struct {
+	// Planned: this member, leading group 0, planned them; Asked: group
+	// 0's leader asked them of it; Alone: it planned them on its own
+	// view, as a release before does, its group 0 leader taking none.
+	Planned, Asked, Alone uint64
+}
+
+// mover is a Cluster whose groups' replicas move (internal/member's, of
+// several groups): /metrics counts the moves it makes.
+type mover interface {
+	ReplicaMoves() ReplicaMoves
+}
+
 // digester is a Cluster that sums its own store (replication.Node.Digest).
 type digester interface {
 	Digest() (jobs int, sum string)
@@ -87,6 +102,7 @@ type clusterCollector struct {
 	// The figures of each Raft group the member runs, labelled by group.
 	groups              []scalar[replication.Stats]
 	groupLag, groupsLed *prometheus.Desc
+	replicaMoves        *prometheus.Desc
 }
 
 func newClusterCollector(c Cluster, p Proxy, r Router) *clusterCollector {
@@ -198,6 +214,9 @@ func newClusterCollector(c Cluster, p Proxy, r Router) *clusterCollector {
 	cc.groupLag = prometheus.NewDesc("sprout_cluster_group_follower_lag_entries",
 		"On the group's leader, how many entries each other replica is behind its log.", []string{"group", "member"}, nil)
 	cc.groupsLed = prometheus.NewDesc("sprout_member_groups_led", "The Raft groups this member leads and serves.", nil, nil)
+	cc.replicaMoves = prometheus.NewDesc("sprout_member_replica_moves_total",
+		"Replica moves this member began making as the leader of their group, by who planned them: self_leading_group_0, group_0_leader (asked), or self_alone (its group 0 leader, of a release before, plans none).",
+		[]string{"planned_by"}, nil)
 	cc.proxies = []scalar[proxy]{
 		newScalar("sprout_cluster_proxied_connections", "Client connections copied to the leader now.",
 			gauge, func(s *proxy) float64 { return float64(s.Current) }),
@@ -235,6 +254,9 @@ func (cc *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- cc.memberUp
 	ch <- cc.groupLag
 	ch <- cc.groupsLed
+	if _, ok := cc.cluster.(mover); ok {
+		ch <- cc.replicaMoves
+	}
 	for _, s := range slices.Concat(cc.stats, cc.groups) {
 		ch <- s.desc
 	}
@@ -274,6 +296,15 @@ func (cc *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(cc.groupsLed, prometheus.GaugeValue, float64(led))
+	if mv, ok := cc.cluster.(mover); ok {
+		moves := mv.ReplicaMoves()
+		for _, by := range []struct {
+			label string
+			n     uint64
+		}{{"self_leading_group_0", moves.Planned}, {"group_0_leader", moves.Asked}, {"self_alone", moves.Alone}} {
+			ch <- prometheus.MustNewConstMetric(cc.replicaMoves, prometheus.CounterValue, float64(by.n), by.label)
+		}
+	}
 	if cc.proxy != nil {
 		ps := cc.proxy.Stats()
 		collectScalars(ch, cc.proxies, &ps)

@@ -142,6 +142,32 @@ func TestCluster(t *testing.T) {
 	}
 }
 
+// movingCluster is a fakeCluster of several groups whose replicas move.
+type movingCluster struct {
+	*fakeCluster
+	moves ops.ReplicaMoves
+}
+
+func (c movingCluster) ReplicaMoves() ops.ReplicaMoves { return c.moves }
+
+// TestReplicaMovesMetric: a member whose groups' replicas move counts the
+// moves it made by who planned them; a cluster that moves none (one
+// group) has no such metric.
+func TestReplicaMovesMetric(t *testing.T) {
+	c := movingCluster{&fakeCluster{}, ops.ReplicaMoves{Planned: 2, Asked: 5, Alone: 1}}
+	base := startOps(t, ops.Config{Engine: newFakeEngine(), Store: &fakeStore{}, Metrics: ops.NewMetrics(), Cluster: c})
+	f := scrape(t, base, acceptText)
+	for by, want := range map[string]float64{"self_leading_group_0": 2, "group_0_leader": 5, "self_alone": 1} {
+		if v, ok := f.value("sprout_member_replica_moves_total", "planned_by="+by); !ok || v != want {
+			t.Errorf("sprout_member_replica_moves_total{planned_by=%s} = %v (present %v), want %v", by, v, ok, want)
+		}
+	}
+	base = startOps(t, ops.Config{Engine: newFakeEngine(), Store: &fakeStore{}, Metrics: ops.NewMetrics(), Cluster: &fakeCluster{}})
+	if _, ok := scrape(t, base, acceptText)["sprout_member_replica_moves_total"]; ok {
+		t.Error("sprout_member_replica_moves_total from a cluster whose replicas do not move")
+	}
+}
+
 // Without a cluster there is no /cluster and no cluster metric.
 func TestNoCluster(t *testing.T) {
 	base := startOps(t, ops.Config{Engine: newFakeEngine(), Store: &fakeStore{}, Metrics: ops.NewMetrics()})
