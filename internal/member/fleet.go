@@ -39,7 +39,7 @@ func (f fleetCluster) Status() replication.Status {
 // began making (makeMove).
 func (f fleetCluster) ReplicaMoves() ops.ReplicaMoves {
 	made := &f.m.movesMade
-	return ops.ReplicaMoves{Planned: made.own.Load(), Asked: made.asked.Load(), Alone: made.alone.Load()}
+	return ops.ReplicaMoves{Planned: made[byGroup0Leader].Load(), Asked: made[byAsker].Load(), Alone: made[byItself].Load()}
 }
 
 // fleetGroups completes held, the groups this member runs, with the

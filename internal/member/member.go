@@ -158,7 +158,7 @@ type Member struct {
 	planner movePlanner
 	// movesMade counts the planned replica moves this member began, by
 	// who planned them (makeMove): sprout_member_replica_moves_total.
-	movesMade struct{ own, asked, alone atomic.Uint64 }
+	movesMade [numPlanners]atomic.Uint64
 	// tubeMoves are the moves of tubes this member drives (tubemoves.go).
 	tubeMoves tubeMoving
 	// keepLostMoves, set by tests only, has the balancer leave the moves

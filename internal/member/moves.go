@@ -397,16 +397,16 @@ func (p *movePlanner) due(mv meta.Move, now time.Time) bool {
 
 // planReplicas plans the replicas' moves on cur if this member leads
 // group 0, or, if group 0's leader is of a release before, makes the
-// move planned on cur, if this member leads its group. leaderOf names a
-// group's leader as this member sees it.
+// move planned on cur, if this member leads its group. live says whether
+// this member is connected to a member; leaderOf names a group's leader
+// as this member sees it.
 func (m *Member) planReplicas(cur *meta.State, live func(string) bool, leaderOf func(uint16) string, now time.Time) {
 	info, _ := m.node.Leader()
-	host := m.node.Host()
 	switch {
 	case info.Serving:
 		m.planMoves(cur, live, leaderOf, now)
 		return
-	case info.ID == 0 || !host.Connected(info.ID) || host.TakesMoves(info.ID):
+	case info.ID == 0 || !live(info.Name) || m.node.Host().TakesMoves(info.ID):
 		// It plans, or will once one is elected, or may: cut off from
 		// it, this member's view is no better than its own.
 		m.planner = movePlanner{}
@@ -427,11 +427,12 @@ func (m *Member) planMoves(cur *meta.State, live func(string) bool, leaderOf fun
 	}
 	mv, ok := meta.PlanMove(cur, live)
 	if !ok {
-		p.due(mv, now)
+		p.excessSince = time.Time{} // no voter too many left
 		m.removeDrained(cur)
 		return
 	}
 	leader := leaderOf(mv.Group)
+	leaderID := m.idOf(leader)
 	switch {
 	case !p.due(mv, now):
 		return
@@ -441,8 +442,8 @@ func (m *Member) planMoves(cur *meta.State, live func(string) bool, leaderOf fun
 		if !m.makeMove(mv, byGroup0Leader, "") {
 			return
 		}
-	case m.node.Host().TakesMoves(m.idOf(leader)):
-		if !m.sessions.SendMove(m.idOf(leader), mv.Group, mv.From, mv.To) {
+	case m.node.Host().TakesMoves(leaderID):
+		if !m.sessions.SendMove(leaderID, mv.Group, mv.From, mv.To) {
 			return
 		}
 		m.log.Info().Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Str("why", mv.Why).Str("leader", leader).
@@ -466,11 +467,12 @@ func (m *Member) takeMove(from uint64, g uint16, giver, receiver string) {
 	m.makeMove(meta.Move{Group: g, From: giver, To: receiver}, byAsker, m.memberNames()[from])
 }
 
-// Who planned a move makeMove makes.
+// Who planned a move makeMove makes: Member.movesMade's index.
 const (
 	byGroup0Leader = iota // this member, leading group 0
 	byAsker               // group 0's leader, which asked this member
 	byItself              // this member alone, as a release before does
+	numPlanners
 )
 
 // makeMove makes mv, if this member leads its group and makes no other
@@ -493,14 +495,7 @@ func (m *Member) makeMove(mv meta.Move, planner int, by string) bool {
 		moveLog = moveLog.With().Str("planned_by", by).Logger()
 	}
 	moveLog.Info().Msg("making a planned replica move")
-	switch planner {
-	case byGroup0Leader:
-		m.movesMade.own.Add(1)
-	case byAsker:
-		m.movesMade.asked.Add(1)
-	default:
-		m.movesMade.alone.Add(1)
-	}
+	m.movesMade[planner].Add(1)
 	go func() {
 		defer m.moving.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)

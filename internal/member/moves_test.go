@@ -293,7 +293,8 @@ func TestShardGroupsGrowAndShrink(t *testing.T) {
 	}
 	var own, asked, alone uint64
 	for _, mb := range learners.members {
-		own, asked, alone = own+mb.movesMade.own.Load(), asked+mb.movesMade.asked.Load(), alone+mb.movesMade.alone.Load()
+		made := &mb.movesMade
+		own, asked, alone = own+made[byGroup0Leader].Load(), asked+made[byAsker].Load(), alone+made[byItself].Load()
 	}
 	if alone != 0 || asked == 0 {
 		t.Errorf("moves made: %d planned by group 0's leader for itself, %d asked of another, %d planned by a member alone; want some asked, none alone",

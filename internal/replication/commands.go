@@ -143,13 +143,6 @@ func (h *Host) TakesMoves(id uint64) bool {
 	return id == h.self.ID || h.transport.protocolOf(id) >= protocolMoves
 }
 
-// Connected reports whether this member has a connection to member id
-// that answered its hello (itself, always): what TakesMoves and Routes
-// say of a member it has none to is not known.
-func (h *Host) Connected(id uint64) bool {
-	return id == h.self.ID || h.transport.protocolOf(id) != 0
-}
-
 // HeardFrom reports whether a Raft message from member name reached this
 // one within d: a member stopped (SIGSTOP) or cut off keeps its
 // connection up for seconds, but sends nothing, where a live replica of a
