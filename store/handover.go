@@ -94,6 +94,18 @@ func (c *Client) Holding(id uint64) *Job {
 	return j
 }
 
+// Holds reports whether c holds job id reserved, showing it nothing: a
+// cluster member's session asks its group's new leader so whether a job
+// it counts as held survived the failover (docs/design/shards.md 6.4).
+func (c *Client) Holds(id uint64) bool {
+	j := c.ownedLocked(id)
+	if j == nil {
+		return false
+	}
+	j.tube.mu.Unlock()
+	return true
+}
+
 // PauseJobs stops handing jobs out as HoldJobs does, until ResumeJobs
 // (each PauseJobs is resumed once).
 func (s *Store) PauseJobs() { s.pausing.Add(1) }

@@ -161,8 +161,9 @@ func (m *Member) startRouter(ec *engine.Config) {
 			}
 			go m.awaitForeign(from, g)
 		},
-		Removed: func() []uint64 { return node.Book().Removed },
-		Moves:   m.takeMove,
+		Removed:     func() []uint64 { return node.Book().Removed },
+		Moves:       m.takeMove,
+		AnswersHeld: host.AnswersHeld,
 		Peers: func() []uint64 {
 			var ids []uint64
 			for _, mb := range node.Book().Members {

@@ -45,13 +45,7 @@ func TestShardGroupsLostReservation(t *testing.T) {
 		t.Fatalf("m2's sessions hold %d jobs, want 1", n)
 	}
 
-	done, cancel := context.WithCancel(context.Background())
-	cancel()
-	c.up["m1"].Shutdown(done) // at once: no handover
-	delete(c.up, "m1")
-	testproc.WaitFor(t, 10*time.Second, fmt.Sprintf("group %d served again", g), func() bool {
-		return c.up["m2"].shards.serving(g) != nil || c.up["m3"].shards.serving(g) != nil
-	})
+	c.crashLeader("m1", g)
 	expectLine(t, holder, fmt.Sprintf("touch %d", id), "NOT_FOUND")
 	if n := c.up["m2"].sessions.Holding(); n != 0 {
 		t.Fatalf("after its touch answered NOT_FOUND, m2's sessions hold %d jobs, want none", n)
@@ -62,6 +56,90 @@ func TestShardGroupsLostReservation(t *testing.T) {
 	expectLine(t, holder, "watch "+tubes[elsewhere], "WATCHING 2")
 	expectLine(t, holder, "ignore "+tubes[g], "WATCHING 1")
 	expectLine(t, holder, fmt.Sprintf("reserve-with-timeout %d", ttr), "TIMED_OUT")
+}
+
+// crashLeader stops member name at once, handing nothing over (as a
+// crash), and waits until another member serves group g, which it led.
+func (c *testCluster) crashLeader(name string, g uint16) {
+	c.t.Helper()
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	c.up[name].Shutdown(done)
+	delete(c.up, name)
+	testproc.WaitFor(c.t, 10*time.Second, fmt.Sprintf("group %d served again", g), func() bool {
+		for _, m := range c.up {
+			if m.shards.serving(g) != nil {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// TestShardGroupsLostReservationForgotten: a session whose job's group
+// lost its leader (an election, no handover) learns from the new leader
+// that it no longer holds the job, without touching it (OpHeld): its
+// member then counts no job held, and a reserve across two other groups
+// that was already waiting, bounded by that job's TTR, owes no
+// DEADLINE_SOON and times out.
+func TestShardGroupsLostReservationForgotten(t *testing.T) {
+	c := newShardedCluster(t, 3)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	c.balanced()
+	g := c.ledBy("m1")
+	tubes := tubePerGroup(p, "f")
+	holder := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, holder, "use "+tubes[g], "USING "+tubes[g])
+	const ttr = 6
+	id, err := holder.Put(0, 0, ttr, []byte("lost with its leader"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := holder.Do(fmt.Sprintf("reserve-job %d", id), nil)
+	if err != nil || r.N != id {
+		t.Fatalf("reserve-job: %+v %v, want job %d", r, err, id)
+	}
+	reserved := time.Now()
+	if n := c.up["m2"].sessions.Holding(); n != 1 {
+		t.Fatalf("m2's sessions hold %d jobs, want 1", n)
+	}
+	expectLine(t, holder, "watch "+tubes[c.ledBy("m2")], "WATCHING 2")
+	expectLine(t, holder, "watch "+tubes[c.ledBy("m3")], "WATCHING 3")
+	expectLine(t, holder, "ignore default", "WATCHING 2")
+	const timeout = ttr + 1
+	type end struct {
+		line string
+		at   time.Time
+	}
+	ended := make(chan end, 1)
+	go func() {
+		r, err := holder.Do(fmt.Sprintf("reserve-with-timeout %d", timeout), nil)
+		line := string(r.Line)
+		if err != nil {
+			line = err.Error()
+		}
+		ended <- end{line, time.Now()}
+	}()
+	testproc.WaitFor(t, 5*time.Second, "the reserve waiting across two groups", func() bool {
+		return c.up["m2"].sessions.Waiting() == 1
+	})
+
+	c.crashLeader("m1", g)
+	soon := reserved.Add(ttr*time.Second - time.Second) // the job's DEADLINE_SOON by the estimate
+	if left := time.Until(soon); left < time.Second {
+		t.Skipf("the election took until %v before the job's DEADLINE_SOON: too late to tell", left)
+	}
+	// Well before the estimate's TTR would drop it: the new leader said so.
+	testproc.WaitFor(t, time.Until(soon)-200*time.Millisecond, "m2's session learning it holds nothing", func() bool {
+		return c.up["m2"].sessions.Holding() == 0
+	})
+	e := <-ended
+	if e.line != "TIMED_OUT" || e.at.Sub(reserved) < timeout*time.Second-time.Second {
+		t.Fatalf("the reserve answered %q %v after the job was reserved, want TIMED_OUT after its %d s",
+			e.line, e.at.Sub(reserved).Round(time.Millisecond), timeout)
+	}
+	expectLine(t, holder, fmt.Sprintf("touch %d", id), "NOT_FOUND")
 }
 
 // TestShardGroupsShutdownHoldsJobs: a member shutting down gracefully

@@ -143,6 +143,15 @@ func (h *Host) TakesMoves(id uint64) bool {
 	return id == h.self.ID || h.transport.protocolOf(id) >= protocolMoves
 }
 
+// AnswersHeld reports whether member id answers a session's question
+// whether its owner client still holds a job (internal/router's OpHeld,
+// docs/design/shards.md 6.4): this member, or one whose connection
+// speaks protocol 6. A member of a release before refuses the request
+// with the commands stream that carried it.
+func (h *Host) AnswersHeld(id uint64) bool {
+	return id == h.self.ID || h.transport.protocolOf(id) >= protocolHeld
+}
+
 // HeardFrom reports whether a Raft message from member name reached this
 // one within d: a member stopped (SIGSTOP) or cut off keeps its
 // connection up for seconds, but sends nothing, where a live replica of a

@@ -115,15 +115,18 @@ func TestNoFinalize(t *testing.T) {
 // and reads no commands stream, is no router to the others
 // (Host.Routes), while every member of a later release, and a member
 // itself, is; one that speaks protocol 4 routes but takes no replica
-// move (Host.TakesMoves), which the others of this release do; the
-// cluster finalizes all the same.
+// move (Host.TakesMoves), which the others of this release do; one of
+// protocol 5 takes moves but does not answer held (Host.AnswersHeld),
+// which this release's members do; the cluster finalizes all the same.
 func TestRoutes(t *testing.T) {
-	c := newWALCluster(t, 4, 64<<10, func(cfg *NodeConfig) {
+	c := newWALCluster(t, 5, 64<<10, func(cfg *NodeConfig) {
 		switch cfg.Node {
 		case "m3":
 			cfg.maxProtocol = 3
 		case "m4":
 			cfg.maxProtocol = 4
+		case "m5":
+			cfg.maxProtocol = 5
 		}
 	})
 	c.awaitServing(10 * time.Second)
@@ -131,11 +134,11 @@ func TestRoutes(t *testing.T) {
 	for _, n := range c.up() {
 		byName[n.Name()] = n
 	}
-	m1, m2, m3, m4 := byName["m1"], byName["m2"], byName["m3"], byName["m4"]
+	m1, m2, m3, m4, m5 := byName["m1"], byName["m2"], byName["m3"], byName["m4"], byName["m5"]
 	testproc.WaitFor(t, 10*time.Second, "the members connected and finalized", func() bool {
 		tr := m1.Host().transport
 		return m1.Status().Version == clusterVersion && tr.protocolOf(m2.ID()) != 0 &&
-			tr.protocolOf(m3.ID()) != 0 && tr.protocolOf(m4.ID()) != 0
+			tr.protocolOf(m3.ID()) != 0 && tr.protocolOf(m4.ID()) != 0 && tr.protocolOf(m5.ID()) != 0
 	})
 	h := m1.Host()
 	if !h.Routes(m1.ID()) || !h.Routes(m2.ID()) || !h.Routes(m4.ID()) {
@@ -150,5 +153,16 @@ func TestRoutes(t *testing.T) {
 	if h.TakesMoves(m3.ID()) || h.TakesMoves(m4.ID()) {
 		t.Errorf("m1 counts m3 or m4, which speak protocols %d and %d, as taking moves",
 			h.transport.protocolOf(m3.ID()), h.transport.protocolOf(m4.ID()))
+	}
+	if !h.TakesMoves(m5.ID()) {
+		t.Errorf("m1 does not count m5, which speaks protocol %d, as taking moves", h.transport.protocolOf(m5.ID()))
+	}
+	if !h.AnswersHeld(m1.ID()) || !h.AnswersHeld(m2.ID()) {
+		t.Error("m1 does not count itself or m2, of this release, as answering held")
+	}
+	for _, n := range []*Node{m3, m4, m5} {
+		if h.AnswersHeld(n.ID()) {
+			t.Errorf("m1 counts %s, which speaks protocol %d, as answering held", n.Name(), h.transport.protocolOf(n.ID()))
+		}
 	}
 }

@@ -100,15 +100,20 @@ const (
 	// commands streams others dial to it, so sessions on other members
 	// may send it their commands when it leads (protocolRouter). 5 is
 	// 4's from a member whose router reads a replica move that group 0's
-	// leader planned (internal/router's KindMove; protocolMoves).
+	// leader planned (internal/router's KindMove; protocolMoves). 6 is
+	// 5's from a member whose router answers a session's question whether
+	// it still holds a job (internal/router's OpHeld; protocolHeld).
 	minProtocol = 2
-	maxProtocol = 5
+	maxProtocol = 6
 	// protocolRouter is the protocol of a member whose router serves the
 	// commands stream (Host.Routes).
 	protocolRouter = 4
 	// protocolMoves is the protocol of a member that makes the replica
 	// moves group 0's leader sends it (Host.TakesMoves).
 	protocolMoves = 5
+	// protocolHeld is the protocol of a member that answers OpHeld
+	// (Host.AnswersHeld).
+	protocolHeld = 6
 	// helloTrailer is the trailer's length as this release writes it.
 	helloTrailer = 2 + 8
 	maxHello     = 4 << 10

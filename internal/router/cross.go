@@ -45,6 +45,7 @@ type crossReserve struct {
 	post    func(send func(seq uint32))                              // immutable: the session's Session.post
 	again   func() []crossPart                                       // immutable: the groups holding watched tubes now
 	holding func() bool                                              // immutable: a graceful shutdown's Router.HoldJobs began
+	soonest func() (time.Duration, bool)                             // immutable: the session's estimate now (Session.soonest); nil: soon stays as started
 	timeout time.Duration                                            // immutable: negative waits for ever
 	done    func(j *JobReply, group uint16, res store.ReserveResult) // immutable: called once
 	// parts are the groups holding watched tubes, as of the last start.
@@ -274,20 +275,45 @@ func (r *crossReserve) waitLocked() {
 			})
 		})
 	}
-	end, res, timed := r.timeout, store.TimedOut, r.timeout >= 0
-	if r.hasSoon && (!timed || r.soon <= end) {
-		// Already soon (every ready job in a paused tube): at once.
-		end, res, timed = r.soon, store.DeadlineSoon, true
+	var soonAt time.Time
+	if r.hasSoon {
+		soonAt = r.started.Add(r.soon)
 	}
-	if timed {
-		r.timer = time.AfterFunc(end-time.Since(r.started), func() {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			if r.state == crossWaiting {
-				r.endLocked(nil, 0, res)
+	r.armLocked(soonAt)
+}
+
+// armLocked starts the timer that ends the wait: at its timeout, or at
+// soonAt (zero: never), when a job the session holds comes near its
+// TTR's end, whichever is first. At soonAt the session's estimate is
+// asked again: a job its group's new leader said the session no longer
+// holds (Session.askHeld) owes no DEADLINE_SOON, and the timer goes on
+// to what is due then.
+func (r *crossReserve) armLocked(soonAt time.Time) {
+	end, res, timed := r.started.Add(r.timeout), store.TimedOut, r.timeout >= 0
+	if !soonAt.IsZero() && (!timed || !soonAt.After(end)) {
+		end, res, timed = soonAt, store.DeadlineSoon, true
+	}
+	if !timed {
+		return
+	}
+	r.timer = time.AfterFunc(time.Until(end), func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.state != crossWaiting {
+			return
+		}
+		if res == store.DeadlineSoon && r.soonest != nil {
+			if in, ok := r.soonest(); !ok || in > 0 {
+				var at time.Time
+				if ok {
+					at = time.Now().Add(in)
+				}
+				r.armLocked(at)
+				return
 			}
-		})
-	}
+		}
+		r.endLocked(nil, 0, res)
+	})
 }
 
 // eventLocked takes the event that ends part i's wait: an offer wins if

@@ -305,6 +305,55 @@ func TestCrossReserveHeld(t *testing.T) {
 	noEnd(t, ends, 400*time.Millisecond, "a reserve ended once")
 }
 
+// TestCrossReserveSoonAskedAgain: a waiting reserve's DEADLINE_SOON
+// timer asks the session's estimate again when it fires: a job still held
+// ends the reserve then; one the session was told it no longer holds
+// (Session.askHeld) does not, and the reserve times out, or answers
+// DEADLINE_SOON for the next job held when that one is due.
+func TestCrossReserveSoonAskedAgain(t *testing.T) {
+	n := newCrossNet(t, 2)
+	var seq atomic.Uint32
+	var mu sync.Mutex
+	var soonAt time.Time // the session's estimate: zero holds nothing
+	start := func(timeout, soon time.Duration) (<-chan crossEnd, time.Time) {
+		ends, r := newCrossReserve(n, &seq, timeout)
+		r.soon, r.hasSoon = soon, true
+		r.soonest = func() (time.Duration, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			return time.Until(soonAt), !soonAt.IsZero()
+		}
+		began := time.Now()
+		mu.Lock()
+		soonAt = began.Add(soon)
+		mu.Unlock()
+		r.start()
+		return ends, began
+	}
+	ended := func(ends <-chan crossEnd, began time.Time, want store.ReserveResult, after time.Duration) {
+		t.Helper()
+		e := nextEnd(t, ends)
+		if took := time.Since(began); e.res != want || took < after || took > after+time.Second {
+			t.Fatalf("ended %+v after %v, want %v after %v", e, took, want, after)
+		}
+	}
+
+	ends, began := start(time.Second, 200*time.Millisecond)
+	ended(ends, began, store.DeadlineSoon, 200*time.Millisecond)
+
+	ends, began = start(time.Second, 200*time.Millisecond)
+	mu.Lock()
+	soonAt = time.Time{} // the job's leader said it is not held
+	mu.Unlock()
+	ended(ends, began, store.TimedOut, time.Second)
+
+	ends, began = start(2*time.Second, 200*time.Millisecond)
+	mu.Lock()
+	soonAt = began.Add(700 * time.Millisecond) // another job held, due later
+	mu.Unlock()
+	ended(ends, began, store.DeadlineSoon, 700*time.Millisecond)
+}
+
 // TestCrossReserveCancelledUnstarted: a reserve cancelled after its
 // session stored it and before it began (a Close or half-close while a
 // routed reserve's reply goes on across groups: Session.goOnAcross)

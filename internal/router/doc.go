@@ -41,8 +41,13 @@
 // its end (Request.SoonElsewhere, SoonIn): the group answers
 // DEADLINE_SOON at once if none of its watched tubes has a ready job, or
 // bounds its wait by it. A reserve across groups checks every group's
-// the same way on its own timer; each group's wait also ends at its own
-// jobs' deadlines.
+// the same way on its own timer, which asks the estimate again when it
+// fires; each group's wait also ends at its own jobs' deadlines. When a
+// group's leader changes (or its stream opens again) each session asks
+// the leader, for each job of the group it keeps, whether its owner
+// client still holds it (OpHeld, answered at once beside the session's
+// order; protocol 6): after a crash the new leader has those jobs ready,
+// and the session forgets them (Session.askHeld).
 //
 // A tube moving to another group (docs/design/shards.md 3.3, as built:
 // internal/member's tubemoves.go) is frozen in its group, whose Server

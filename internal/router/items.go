@@ -23,7 +23,7 @@ import (
 //	  best:                                tubes
 //	  take:                                tubes | bound's pri u32 | bound's id u64
 //	  reserve-job, delete, touch, peek,
-//	  stats-job, kick-job:                 id u64
+//	  stats-job, kick-job, held:           id u64 (held: protocol 6)
 //	  release:                             id u64 | pri u32 | delay u32
 //	  bury:                                id u64 | pri u32
 //	  peek-ready, peek-delayed,
@@ -127,6 +127,11 @@ const (
 	OpPauseTube                 // Tube, Delay: ResultNone
 	OpStats                     // ResultStats, the group's part (5.5)
 	OpListTubes                 // ResultTubes, with their creation stamps (5.5)
+	// ID: ResultNone, OK if the session's owner client holds job ID
+	// reserved, else NOT_FOUND (6.4: Session.askHeld). Only members of
+	// protocol 6 read it (LinkConfig.AnswersHeld); a leader answers it at
+	// once, beside the session's order (Server.answerHeld).
+	OpHeld
 	numOps
 )
 
@@ -136,7 +141,7 @@ var opNames = [numOps]string{
 	OpTouch: "touch", OpPeek: "peek", OpStatsJob: "stats-job", OpKickJob: "kick-job",
 	OpPeekReady: "peek-ready", OpPeekDelayed: "peek-delayed", OpPeekBuried: "peek-buried",
 	OpKick: "kick", OpStatsTube: "stats-tube", OpPauseTube: "pause-tube", OpStats: "stats",
-	OpListTubes: "list-tubes",
+	OpListTubes: "list-tubes", OpHeld: "held",
 }
 
 func (o Op) String() string {

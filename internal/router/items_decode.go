@@ -310,7 +310,7 @@ func (f *fields) request(r *Request, maxJobSize int) {
 	case OpTake:
 		r.Tubes = f.tubes(r.Tubes)
 		r.Bound = f.candidate()
-	case OpReserveJob, OpDelete, OpTouch, OpPeek, OpStatsJob, OpKickJob:
+	case OpReserveJob, OpDelete, OpTouch, OpPeek, OpStatsJob, OpKickJob, OpHeld:
 		r.ID = f.u64()
 	case OpRelease:
 		r.ID, r.Pri, r.Delay = f.u64(), f.u32(), f.u32()

@@ -122,7 +122,7 @@ func appendRequest(b []byte, r *Request) ([]byte, error) {
 			return b, err
 		}
 		b = appendCandidate(b, r.Bound)
-	case OpReserveJob, OpDelete, OpTouch, OpPeek, OpStatsJob, OpKickJob:
+	case OpReserveJob, OpDelete, OpTouch, OpPeek, OpStatsJob, OpKickJob, OpHeld:
 		b = binary.BigEndian.AppendUint64(b, r.ID)
 	case OpRelease:
 		b = binary.BigEndian.AppendUint64(b, r.ID)

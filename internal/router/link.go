@@ -83,6 +83,12 @@ type LinkConfig struct {
 	// false if it could not: the call stays pending and goes again when
 	// the group's leader changes, or when Resend is called.
 	Send func(to uint64, payload []byte) bool
+	// AnswersHeld reports whether member answers OpHeld requests (it
+	// speaks protocol 6: replication.Host.AnswersHeld). One that does not
+	// would refuse the payload, and with it its stream, so such a request
+	// for a group it leads is not sent: it ends as StatusUnknown. Nil:
+	// every member does.
+	AnswersHeld func(member uint64) bool
 }
 
 // sessionKey names a session in a group.
@@ -346,7 +352,23 @@ func (l *Link) postCall(c *call) {
 	c.sent = true
 	c.taken++
 	l.mu.Unlock()
-	if !l.postPayload(c.key.group, c.payload) {
+	to, known := l.cfg.Leader(c.key.group)
+	if known && c.op == OpHeld && l.cfg.AnswersHeld != nil && !l.cfg.AnswersHeld(to) {
+		l.mu.Lock()
+		pending := l.pending[c.key] == c // not answered meanwhile, by a leader before
+		if pending {
+			l.dropLocked(c)
+		}
+		l.mu.Unlock()
+		if !pending {
+			return
+		}
+		k := c.key
+		c.done(&Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
+			Reply: Reply{Status: StatusUnknown, Result: ResultNone}})
+		return
+	}
+	if !known || c.payload == nil || !l.cfg.Send(to, c.payload) {
 		l.mu.Lock()
 		c.sent = false
 		c.taken--
@@ -361,13 +383,11 @@ func (l *Link) postCall(c *call) {
 // (the leader to come has no wait or client of the session to end).
 func (l *Link) post(group uint16, it Item) bool {
 	payload, err := AppendItem(nil, &it)
-	return err == nil && l.postPayload(group, payload)
-}
-
-// postPayload is post of an item encoded (nil: one that does not encode).
-func (l *Link) postPayload(group uint16, payload []byte) bool {
+	if err != nil {
+		return false
+	}
 	to, ok := l.cfg.Leader(group)
-	return ok && payload != nil && l.cfg.Send(to, payload)
+	return ok && l.cfg.Send(to, payload)
 }
 
 // LeaderChanged sends group's pending calls again, in order, to its

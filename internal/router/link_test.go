@@ -289,6 +289,59 @@ func TestLinkResend(t *testing.T) {
 	}
 }
 
+// TestLinkHeld: a leader answers OpHeld from its owner client, OK for a
+// job the session holds and NOT_FOUND for one it does not, at once while
+// the session's reserve waits there, and again when asked again; a
+// leader elected after a crash, which has none of the reservations,
+// answers NOT_FOUND; a leader that does not answer held (a release
+// before) is not asked: the call ends as StatusUnknown.
+func TestLinkHeld(t *testing.T) {
+	n := newLinkNet(t, 2, 3, 4)
+	n.link.cfg.AnswersHeld = func(member uint64) bool { return member != 4 }
+	a := make(answers, 16)
+	tube := []byte("h")
+	n.link.Request(10, 0, 1, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("held\r\n")}, a.done)
+	id := a.next(t).Reply.ID
+	n.link.Request(10, 0, 2, Request{Op: OpReserve, Tubes: [][]byte{tube}, Timeout: 0}, a.done)
+	if got := a.next(t); got.Reply.Job.ID != id {
+		t.Fatalf("reserve: %+v, want job %d", got.Reply, id)
+	}
+	n.link.Request(10, 0, 3, Request{Op: OpReserve, Tubes: [][]byte{tube}, Timeout: -1}, a.done) // waits
+	testproc.WaitFor(t, 5*time.Second, "the reserve waiting", func() bool { return n.stores[2].Stats().Waiting == 1 })
+	ask := func(seq uint32, job uint64, want Status) {
+		t.Helper()
+		n.link.Request(10, 0, seq, Request{Op: OpHeld, ID: job}, a.done)
+		if got := a.next(t); got.Seq != seq || got.Reply.Status != want {
+			t.Fatalf("held %d (sequence %d): %+v, want status %d", job, seq, got, want)
+		}
+	}
+	ask(4, id, StatusOK)
+	ask(5, id+1, StatusNotFound)
+	ask(4, id, StatusOK) // asked again: answered again
+	if st := n.stores[2].Stats(); st.Waiting != 1 || st.Reserved != 1 {
+		t.Fatalf("the leader's store after the questions: %+v, want the reserve waiting on and the job reserved", st)
+	}
+
+	if ready := n.put(t, 3, "h", 0); ready != id {
+		t.Fatalf("the next leader's job %d, want %d", ready, id)
+	}
+	n.mu.Lock()
+	n.leader = 3 // elected after a crash: the job ready, held by no one
+	n.mu.Unlock()
+	ask(6, id, StatusNotFound)
+
+	n.mu.Lock()
+	n.leader = 4
+	n.mu.Unlock()
+	ask(7, id, StatusUnknown)
+	if o := n.servers[4].Owners(); o != 0 {
+		t.Errorf("the leader that does not answer held was sent the question: %d owners", o)
+	}
+	if p := n.link.Pending(); p != 1 {
+		t.Errorf("%d calls pending, want the waiting reserve alone", p)
+	}
+}
+
 // TestLinkLateOffer: an offer that reaches the link after its wait was
 // cancelled is declined: its job is ready again at the group.
 func TestLinkLateOffer(t *testing.T) {

@@ -189,6 +189,8 @@ type RouterConfig struct {
 	// group 0's leader, asks this one to make (KindMove). It must not
 	// block: it runs on the stream's reader. Nil ignores them.
 	Moves func(from uint64, g uint16, giver, receiver string)
+	// AnswersHeld is LinkConfig.AnswersHeld.
+	AnswersHeld func(member uint64) bool
 }
 
 // forgetEvery is how often a serving member looks for what removed
@@ -211,7 +213,7 @@ func NewRouter(cfg RouterConfig) *Router {
 	r.self = newSelfLoop(func(payload []byte) { _ = r.Handle(cfg.Self, payload) })
 	r.server = NewServer(ServerConfig{Group: r.group, Send: r.send, MaxJobSize: cfg.MaxJobSize, Leased: cfg.Leased, Frozen: cfg.Frozen,
 		MovedTo: cfg.MovedTo})
-	r.link = NewLink(LinkConfig{Leader: r.leader, Send: r.send})
+	r.link = NewLink(LinkConfig{Leader: r.leader, Send: r.send, AnswersHeld: cfg.AnswersHeld})
 	go r.retry()
 	return r
 }
@@ -462,6 +464,27 @@ func (r *Router) leaderChanged(g uint16) {
 func (r *Router) resync(g uint16) {
 	r.link.LeaderChanged(g) // drops the refs items the sync replaces
 	r.syncRefs(g)
+	r.askHeld(g)
+}
+
+// askHeld has each session ask group g's leader whether it still holds
+// the jobs of g it counts as held (Session.askHeld): after a crash the
+// new leader has them ready again, and the session's estimate would
+// answer DEADLINE_SOON for them until their TTR (docs/design/shards.md
+// 6.4).
+func (r *Router) askHeld(g uint16) {
+	if _, ok := r.leader(g); !ok {
+		return // asked once one is known: the next resync
+	}
+	r.mu.Lock()
+	open := make([]*Session, 0, len(r.open))
+	for s := range r.open {
+		open = append(open, s)
+	}
+	r.mu.Unlock()
+	for _, s := range open {
+		s.askHeld(g)
+	}
 }
 
 // StreamUp is called when the commands stream to member to opened: in

@@ -506,6 +506,10 @@ func (s *Server) request(key ownerKey, it *Item) {
 		s.send(key.member, reply(key, it.Seq, Reply{Status: StatusNotLeader}))
 		return
 	}
+	if it.Kind == KindRequest && it.Request.Op == OpHeld {
+		o.answerHeldLocked(it)
+		return
+	}
 	var kept []byte
 	if it.Seq <= o.seen {
 		kept = o.kept.find(it.Seq)
@@ -545,6 +549,20 @@ func (s *Server) request(key ownerKey, it *Item) {
 		return
 	}
 	o.runLocked(it)
+}
+
+// answerHeldLocked answers an OpHeld request (docs/design/shards.md 6.4)
+// at once, whatever the owner waits for or ran: it changes nothing, so
+// it takes no part in the session's order (seen, kept, barrier), and one
+// sent again is answered again. A reserve waiting here must not hold it
+// back: the question is what lets the session's wait elsewhere forget a
+// DEADLINE_SOON it no longer owes.
+func (o *owner) answerHeldLocked(it *Item) {
+	status := StatusNotFound
+	if o.client.Holds(it.Request.ID) {
+		status = StatusOK
+	}
+	o.srv.send(o.key.member, reply(o.key, it.Seq, Reply{Status: status, Result: ResultNone}))
 }
 
 // local runs req at once for a session of this member (the local fast

@@ -102,6 +102,9 @@ type Session struct {
 	// not ask, and a graceful shutdown waits (Router.Holding). Guarded by
 	// mu (replies come on the Link's goroutines); made when first needed.
 	held map[uint64]heldJob
+	// ended: Close began, and no item of the session goes from another
+	// goroutine than its loop's (askHeld) after it. Guarded by sendMu.
+	ended bool
 }
 
 // hereAck is the position a command run on a group's store here waits
@@ -144,6 +147,52 @@ func (s *Session) heldChanged(id uint64, renewed bool) {
 		h.deadline = time.Now().Add(h.ttr)
 		s.held[id] = h
 	default:
+		delete(s.held, id)
+	}
+}
+
+// askHeld asks group g's leader, for each job of g the session counts
+// as held, whether its owner client there still holds it (OpHeld): a
+// leader elected after a crash has its predecessor's reservations ready
+// again (docs/design/shards.md 7.3). A job it does not hold is forgotten,
+// unless the session reserved or touched it again meanwhile; with no
+// answer (no leader, or one of a release before) the estimate stays.
+// Called on any goroutine, when g's leader changed or its stream opened
+// again (Router.resync).
+func (s *Session) askHeld(g uint16) {
+	type asked struct {
+		id       uint64
+		deadline time.Time
+	}
+	var ask []asked
+	s.mu.Lock()
+	for id, h := range s.held {
+		if h.group == g {
+			ask = append(ask, asked{id, h.deadline})
+		}
+	}
+	s.mu.Unlock()
+	for _, q := range ask {
+		s.post(func(seq uint32) {
+			if s.ended {
+				return
+			}
+			s.reach(g)
+			s.r.link.Request(s.id, g, seq, Request{Op: OpHeld, ID: q.id}, func(it *Item) {
+				if it.Reply.Status == StatusNotFound {
+					s.heldLost(q.id, q.deadline)
+				}
+			})
+		})
+	}
+}
+
+// heldLost forgets job id, which its group's leader said the session
+// does not hold, if its estimate is still deadline: the one asked about.
+func (s *Session) heldLost(id uint64, deadline time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.held[id]; ok && h.deadline.Equal(deadline) {
 		delete(s.held, id)
 	}
 }
@@ -751,6 +800,7 @@ func (s *Session) reserveAcross(parts []crossPart, timeout time.Duration) bool {
 func (s *Session) newCross(parts []crossPart, timeout time.Duration, seq uint32) *crossReserve {
 	cr := &crossReserve{link: s.r.link, session: s.id, seq: seq, post: s.post, parts: parts, timeout: timeout,
 		holding: s.r.holdingJobs.Load,
+		soonest: func() (time.Duration, bool) { return s.soonest(-1) },
 		again: func() []crossPart {
 			if s.r.holdingJobs.Load() {
 				return nil
@@ -1137,6 +1187,9 @@ func (s *Session) Close() {
 		return
 	}
 	s.burnIDs()
+	s.sendMu.Lock()
+	s.ended = true // nothing more sent after the closes below
+	s.sendMu.Unlock()
 	s.r.remote.Add(-1)
 	s.handOff.Lock()
 	if s.reserving.Swap(0) != 0 {

@@ -3,8 +3,10 @@ package router
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 // answersLog records what a session delivers, by each answer's N.
@@ -59,5 +61,50 @@ func TestClosesWith(t *testing.T) {
 	}
 	if !ClosesWith(&Session{local: engine.ClientQueue(nil)}, 0) {
 		t.Error("a session on the store of the one group does not close with it")
+	}
+}
+
+// TestSessionAskHeld: asked, the group's leader names the jobs the
+// session no longer holds (another session's, here), and the session
+// forgets them and keeps the one it holds; an answer about a job the
+// session touched since it asked forgets nothing; a session closed asks
+// nothing.
+func TestSessionAskHeld(t *testing.T) {
+	n := newLinkNet(t, 2)
+	s := &Session{r: &Router{link: n.link}, id: 10}
+	a := make(answers, 16)
+	tube := []byte("h")
+	reserve := func(session uint64, seq uint32) uint64 {
+		t.Helper()
+		n.link.Request(session, 0, seq, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("j\r\n")}, a.done)
+		a.next(t)
+		n.link.Request(session, 0, seq+1, Request{Op: OpReserve, Tubes: [][]byte{tube}, Timeout: 0}, a.done)
+		return a.next(t).Reply.Job.ID
+	}
+	mine, theirs := reserve(s.id, 1), reserve(11, 1)
+	s.seq.Store(2)
+	s.holdJob(&JobReply{ID: mine, TTR: 60})
+	s.holdJob(&JobReply{ID: theirs, TTR: 60})
+	s.askHeld(0)
+	testproc.WaitFor(t, 5*time.Second, "the job not held forgotten", func() bool { return s.holding() == 1 })
+	s.mu.Lock()
+	_, kept := s.held[mine]
+	asked := s.held[mine].deadline
+	s.mu.Unlock()
+	if !kept {
+		t.Fatalf("the session forgot job %d, which it holds, and kept %d", mine, theirs)
+	}
+
+	s.heldChanged(mine, true) // touched since
+	s.heldLost(mine, asked)
+	if s.holding() != 1 {
+		t.Error("an answer about a job touched since it was asked forgot it")
+	}
+
+	requests := n.link.requests.Load()
+	s.ended = true
+	s.askHeld(0)
+	if got := n.link.requests.Load(); got != requests {
+		t.Errorf("a closed session asked %d questions", got-requests)
 	}
 }
