@@ -76,12 +76,14 @@ func (c *testCluster) crashLeader(name string, g uint16) {
 	})
 }
 
-// TestShardGroupsLostReservationForgotten: a session whose job's group
-// lost its leader (an election, no handover) learns from the new leader
-// that it no longer holds the job, without touching it (OpHeld): its
-// member then counts no job held, and a reserve across two other groups
-// that was already waiting, bounded by that job's TTR, owes no
-// DEADLINE_SOON and times out.
+// TestShardGroupsLostReservationForgotten: sessions whose jobs' group
+// lost its leader (an election, no handover) learn from the new leader
+// that they no longer hold them, without touching them (OpHeld): their
+// member then counts no job held, and reserves already waiting, bounded
+// by those jobs' TTRs, owe no DEADLINE_SOON and time out: one across two
+// other groups (its own timer), and one in a single other group (that
+// group's leader bounds its wait, and the session goes on waiting when
+// the bound comes).
 func TestShardGroupsLostReservationForgotten(t *testing.T) {
 	c := newShardedCluster(t, 3)
 	c.finalized()
@@ -89,57 +91,73 @@ func TestShardGroupsLostReservationForgotten(t *testing.T) {
 	c.balanced()
 	g := c.ledBy("m1")
 	tubes := tubePerGroup(p, "f")
-	holder := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
-	expectLine(t, holder, "use "+tubes[g], "USING "+tubes[g])
-	const ttr = 6
-	id, err := holder.Put(0, 0, ttr, []byte("lost with its leader"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := holder.Do(fmt.Sprintf("reserve-job %d", id), nil)
-	if err != nil || r.N != id {
-		t.Fatalf("reserve-job: %+v %v, want job %d", r, err, id)
-	}
-	reserved := time.Now()
-	if n := c.up["m2"].sessions.Holding(); n != 1 {
-		t.Fatalf("m2's sessions hold %d jobs, want 1", n)
-	}
-	expectLine(t, holder, "watch "+tubes[c.ledBy("m2")], "WATCHING 2")
-	expectLine(t, holder, "watch "+tubes[c.ledBy("m3")], "WATCHING 3")
-	expectLine(t, holder, "ignore default", "WATCHING 2")
-	const timeout = ttr + 1
+	const ttr, timeout = 6, 7
 	type end struct {
 		line string
 		at   time.Time
 	}
-	ended := make(chan end, 1)
-	go func() {
-		r, err := holder.Do(fmt.Sprintf("reserve-with-timeout %d", timeout), nil)
-		line := string(r.Line)
+	var reserved time.Time
+	// holder reserves a job of group g through m2, then waits in a
+	// reserve watching tubes elsewhere alone.
+	holder := func(watch ...string) (*testproc.Conn, uint64, <-chan end) {
+		conn := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+		expectLine(t, conn, "use "+tubes[g], "USING "+tubes[g])
+		id, err := conn.Put(0, 0, ttr, []byte("lost with its leader"))
 		if err != nil {
-			line = err.Error()
+			t.Fatal(err)
 		}
-		ended <- end{line, time.Now()}
-	}()
-	testproc.WaitFor(t, 5*time.Second, "the reserve waiting across two groups", func() bool {
-		return c.up["m2"].sessions.Waiting() == 1
+		if r, err := conn.Do(fmt.Sprintf("reserve-job %d", id), nil); err != nil || r.N != id {
+			t.Fatalf("reserve-job: %+v %v, want job %d", r, err, id)
+		}
+		if reserved.IsZero() {
+			reserved = time.Now()
+		}
+		for i, tube := range watch {
+			expectLine(t, conn, "watch "+tube, fmt.Sprintf("WATCHING %d", i+2))
+		}
+		expectLine(t, conn, "ignore default", fmt.Sprintf("WATCHING %d", len(watch)))
+		ended := make(chan end, 1)
+		go func() {
+			r, err := conn.Do(fmt.Sprintf("reserve-with-timeout %d", timeout), nil)
+			line := string(r.Line)
+			if err != nil {
+				line = err.Error()
+			}
+			ended <- end{line, time.Now()}
+		}()
+		return conn, id, ended
+	}
+	across, acrossJob, acrossEnd := holder(tubes[c.ledBy("m2")], tubes[c.ledBy("m3")])
+	single, singleJob, singleEnd := holder(tubes[c.ledBy("m3")])
+	testproc.WaitFor(t, 5*time.Second, "both reserves waiting", func() bool {
+		return c.up["m2"].sessions.Waiting() == 2
 	})
+	if n := c.up["m2"].sessions.Holding(); n != 2 {
+		t.Fatalf("m2's sessions hold %d jobs, want 2", n)
+	}
 
 	c.crashLeader("m1", g)
-	soon := reserved.Add(ttr*time.Second - time.Second) // the job's DEADLINE_SOON by the estimate
+	soon := reserved.Add(ttr*time.Second - time.Second) // the first job's DEADLINE_SOON by the estimate
 	if left := time.Until(soon); left < time.Second {
-		t.Skipf("the election took until %v before the job's DEADLINE_SOON: too late to tell", left)
+		t.Skipf("the election took until %v before the jobs' DEADLINE_SOON: too late to tell", left)
 	}
-	// Well before the estimate's TTR would drop it: the new leader said so.
-	testproc.WaitFor(t, time.Until(soon)-200*time.Millisecond, "m2's session learning it holds nothing", func() bool {
+	// Well before the estimates' TTRs would drop them: the new leader said so.
+	testproc.WaitFor(t, time.Until(soon)-200*time.Millisecond, "m2's sessions learning they hold nothing", func() bool {
 		return c.up["m2"].sessions.Holding() == 0
 	})
-	e := <-ended
-	if e.line != "TIMED_OUT" || e.at.Sub(reserved) < timeout*time.Second-time.Second {
-		t.Fatalf("the reserve answered %q %v after the job was reserved, want TIMED_OUT after its %d s",
-			e.line, e.at.Sub(reserved).Round(time.Millisecond), timeout)
+	for _, w := range []struct {
+		what  string
+		ended <-chan end
+		conn  *testproc.Conn
+		job   uint64
+	}{{"across two groups", acrossEnd, across, acrossJob}, {"in one other group", singleEnd, single, singleJob}} {
+		e := <-w.ended
+		if e.line != "TIMED_OUT" || e.at.Sub(reserved) < timeout*time.Second-time.Second {
+			t.Errorf("the reserve %s answered %q %v after the first job was reserved, want TIMED_OUT after its %d s",
+				w.what, e.line, e.at.Sub(reserved).Round(time.Millisecond), timeout)
+		}
+		expectLine(t, w.conn, fmt.Sprintf("touch %d", w.job), "NOT_FOUND")
 	}
-	expectLine(t, holder, fmt.Sprintf("touch %d", id), "NOT_FOUND")
 }
 
 // TestShardGroupsShutdownHoldsJobs: a member shutting down gracefully

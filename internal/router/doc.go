@@ -47,7 +47,9 @@
 // the leader, for each job of the group it keeps, whether its owner
 // client still holds it (OpHeld, answered at once beside the session's
 // order; protocol 6): after a crash the new leader has those jobs ready,
-// and the session forgets them (Session.askHeld).
+// and the session forgets them (Session.askHeld); a DEADLINE_SOON its
+// bound then brings from a group is not delivered, and the reserve goes
+// on (Session.owesSoon).
 //
 // A tube moving to another group (docs/design/shards.md 3.3, as built:
 // internal/member's tubemoves.go) is frozen in its group, whose Server

@@ -243,6 +243,19 @@ func (s *Session) soonest(skip int) (time.Duration, bool) {
 	return first.Sub(now) - store.DeadlineMargin, true
 }
 
+// owesSoon reports whether a DEADLINE_SOON may be owed: the session
+// holds a job whose TTR's end, by its estimate, is within
+// store.DeadlineMargin and soonSlack. The estimate runs from when the
+// reply came, so a leader sees the end that much earlier.
+func (s *Session) owesSoon() bool {
+	in, ok := s.soonest(-1)
+	return ok && in <= soonSlack
+}
+
+// soonSlack is how much earlier than the session's estimate a leader may
+// see a job's TTR end: the way of the reply that handed the job out.
+const soonSlack = time.Second
+
 // earlyAnswer is an answer that came before an older one's.
 type earlyAnswer struct {
 	a    engine.Answer
@@ -683,17 +696,22 @@ func (s *Session) Reserve(timeout time.Duration, a *engine.Answer) bool {
 	started := time.Now()
 	s.reserveGroup = g
 	s.r.waiting.Add(1)
+	soonElsewhere := req.SoonElsewhere
 	var seq uint32
 	return s.sendWith(g, req, func(awaited uint32) {
 		seq = awaited
 		s.reserving.Store(seq)
 	}, func(it *Item, a *engine.Answer) {
 		// A watched tube moving between groups: the reserve goes again,
-		// where its tubes live once the move is over. A wait sent before
-		// the member began to hold jobs for its shutdown (Router.HoldJobs):
-		// the job goes back as if never reserved, and the reserve waits out
-		// its timeout here.
-		again := it.Reply.Status == StatusWrongGroup
+		// where its tubes live once the move is over; so does one that
+		// the bound from the session's estimate ended with DEADLINE_SOON
+		// for a job it has since been told it lost (askHeld), no job it
+		// holds being near its TTR's end. A wait sent before the member
+		// began to hold jobs for its shutdown (Router.HoldJobs): the job
+		// goes back as if never reserved, and the reserve waits out its
+		// timeout here.
+		again := it.Reply.Status == StatusWrongGroup ||
+			it.Reply.Status == StatusDeadlineSoon && soonElsewhere && !s.owesSoon()
 		held := it.Reply.Status == StatusOK && s.r.holdingJobs.Load()
 		if again || held {
 			remaining := timeout
