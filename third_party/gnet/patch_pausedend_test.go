@@ -61,12 +61,27 @@ func TestPatchPausedEnd(t *testing.T) {
 			name = "edge-triggered"
 		}
 		t.Run(name, func(t *testing.T) {
-			const total = 160 << 10 // what is not read fits the receive window, so the FIN comes
+			const total = 160 << 10
 			h := &endPauser{
 				pauser:     &pauser{pauseAt: 100 << 10, reply: bytes.Repeat([]byte("r"), 4<<20), closed: make(chan error, 1)},
 				halfClosed: make(chan int64, 1),
 			}
 			client := patchServer(t, h, WithEdgeTriggeredIO(et), WithReadBufferCap(64<<10))
+			// What is not read must fit the receive buffer, so that the FIN
+			// comes. The kernel counts a segment's overhead too: up to 60 KiB
+			// not read can fill the default 128 KiB, closing the window with
+			// the last bytes and the FIN still at the client.
+			deadline := time.Now().Add(5 * time.Second)
+			for h.conn.Load() == nil && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			c, _ := h.conn.Load().(Conn)
+			if c == nil {
+				t.Fatal("the connection was not opened")
+			}
+			if err := c.SetReadBuffer(1 << 20); err != nil {
+				t.Fatal(err)
+			}
 			data := make([]byte, total)
 			for i := range data {
 				data[i] = pattern(int64(i))
@@ -91,7 +106,7 @@ func TestPatchPausedEnd(t *testing.T) {
 			if err := client.CloseWrite(); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(5 * time.Second)
+			deadline = time.Now().Add(5 * time.Second)
 			for h.ends.Load() == 0 && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
@@ -110,7 +125,7 @@ func TestPatchPausedEnd(t *testing.T) {
 				t.Fatalf("told of the end %d times, want once", n)
 			}
 			h.resume.Store(true)
-			if err := h.conn.Load().(Conn).Wake(nil); err != nil {
+			if err := c.Wake(nil); err != nil {
 				t.Fatal(err)
 			}
 			select {
