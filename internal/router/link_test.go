@@ -450,9 +450,9 @@ func TestLinkRefsFirst(t *testing.T) {
 	}
 }
 
-// BenchmarkLinkRequest is a routed put's cost at its member's Link: the
-// call made, encoded and sent, then answered.
-func BenchmarkLinkRequest(b *testing.B) {
+// benchLink is a Link whose group 0 is led by member 2, which takes
+// every payload, with a put of session 7's and its reply.
+func benchLink() (*Link, Request, Item, func(*Item)) {
 	l := NewLink(LinkConfig{
 		Leader: func(uint16) (uint64, bool) { return 2, true },
 		Send:   func(uint64, []byte) bool { return true },
@@ -460,6 +460,13 @@ func BenchmarkLinkRequest(b *testing.B) {
 	req := Request{Op: OpPut, Tube: []byte("default"), TTR: 60, Body: bytes.Repeat([]byte("b"), 100)}
 	reply := Item{Kind: KindReply, Session: 7, Reply: Reply{Status: StatusOK, Result: ResultID, ID: 1}}
 	done := func(*Item) {}
+	return l, req, reply, done
+}
+
+// BenchmarkLinkRequest is a routed put's cost at its member's Link: the
+// call made, encoded and sent, then answered.
+func BenchmarkLinkRequest(b *testing.B) {
+	l, req, reply, done := benchLink()
 	b.ReportAllocs()
 	for i := range b.N {
 		seq := uint32(i + 1)
@@ -469,5 +476,28 @@ func BenchmarkLinkRequest(b *testing.B) {
 	}
 	if l.Pending() != 0 {
 		b.Fatalf("%d calls pending", l.Pending())
+	}
+}
+
+// BenchmarkLinkRequestPipelined is BenchmarkLinkRequest with 100 of the
+// session's calls in flight, as a pipelining client keeps them: each
+// answer comes for the oldest.
+func BenchmarkLinkRequestPipelined(b *testing.B) {
+	const depth = 100
+	l, req, reply, done := benchLink()
+	for seq := uint32(1); seq <= depth; seq++ {
+		l.RequestRouted(7, 0, seq, req, nil, done)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		seq := uint32(i + 1)
+		l.RequestRouted(7, 0, seq+depth, req, nil, done)
+		reply.Seq = seq
+		l.handle(2, &reply)
+	}
+	b.StopTimer()
+	if l.Pending() != depth {
+		b.Fatalf("%d calls pending, want %d", l.Pending(), depth)
 	}
 }
