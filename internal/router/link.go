@@ -27,12 +27,14 @@ import (
 type Link struct {
 	cfg LinkConfig
 
-	mu      sync.Mutex
-	pending map[callKey]*call // guarded by mu
-	// sessions are each session's pending calls in a group, so that a
-	// session's close finds its own without looking at every call (a
-	// client that connects for each command closes as often as it asks).
+	mu sync.Mutex
+	// sessions are each session's pending calls in a group, in the order
+	// made: an answer finds its call there (mostly the oldest: a leader
+	// answers a session's requests in order), and a session's close finds
+	// its own without looking at every call (a client that connects for
+	// each command closes as often as it asks).
 	sessions map[sessionKey][]*call // guarded by mu
+	pending  int                    // guarded by mu: the calls in sessions
 	number   uint64                 // guarded by mu: the last request number given
 	made     uint64                 // guarded by mu: the calls made, for their order
 	// requests, resent and expired count calls made (requests only),
@@ -150,7 +152,7 @@ func NewLink(cfg LinkConfig) *Link {
 	// Request numbers start anywhere: with the member, a number keys its
 	// request in a group's table of outcomes (5.6), which outlives this
 	// process.
-	return &Link{cfg: cfg, pending: make(map[callKey]*call), sessions: make(map[sessionKey][]*call),
+	return &Link{cfg: cfg, sessions: make(map[sessionKey][]*call),
 		unsent: make(map[uint16]bool), number: rand.Uint64() >> 1}
 }
 
@@ -206,8 +208,7 @@ func (l *Link) Refs(group uint16, seq uint32, r Refs, done func(*Item)) {
 // called; an offer already on its way is declined when it comes.
 func (l *Link) Cancel(session uint64, group uint16, seq uint32, id uint64) {
 	l.mu.Lock()
-	c := l.pending[callKey{session, group, seq}]
-	l.dropLocked(c)
+	l.dropLocked(l.findLocked(callKey{session, group, seq}))
 	l.mu.Unlock()
 	l.post(group, Item{Kind: KindCancel, Group: group, Session: session, Wait: Wait{ID: id}})
 }
@@ -290,9 +291,7 @@ func (l *Link) Closed(session uint64, group uint16) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sk := sessionKey{session, group}
-	for _, c := range l.sessions[sk] {
-		delete(l.pending, c.key)
-	}
+	l.pending -= len(l.sessions[sk])
 	delete(l.sessions, sk)
 	l.recallLocked(closedSession{key: sk, at: time.Now()})
 }
@@ -310,9 +309,7 @@ func (l *Link) start(it Item, route func(req *Request, post func(uint16, uint32)
 	l.mu.Lock()
 	l.made++
 	c.n = l.made
-	l.pending[c.key] = c
-	sk := sessionKey{c.key.session, c.key.group}
-	l.sessions[sk] = append(l.sessions[sk], c)
+	l.addLocked(c)
 	l.mu.Unlock()
 	l.postCall(c)
 }
@@ -355,7 +352,7 @@ func (l *Link) postCall(c *call) {
 	to, known := l.cfg.Leader(c.key.group)
 	if known && c.op == OpHeld && l.cfg.AnswersHeld != nil && !l.cfg.AnswersHeld(to) {
 		l.mu.Lock()
-		pending := l.pending[c.key] == c // not answered meanwhile, by a leader before
+		pending := l.findLocked(c.key) == c // not answered meanwhile, by a leader before
 		if pending {
 			l.dropLocked(c)
 		}
@@ -425,15 +422,17 @@ func (l *Link) resend(group uint16, all bool) {
 		return
 	}
 	delete(l.unsent, group)
-	var calls []*call
-	for _, c := range l.pending {
+	var calls, refs []*call
+	l.eachLocked(group, func(c *call) {
 		switch {
-		case c.key.group != group:
 		case all && c.kind == KindRefs:
-			l.dropLocked(c)
+			refs = append(refs, c)
 		case all || !c.sent:
 			calls = append(calls, c)
 		}
+	})
+	for _, c := range refs {
+		l.dropLocked(c)
 	}
 	l.mu.Unlock()
 	slices.SortFunc(calls, func(a, b *call) int { return cmp.Compare(a.n, b.n) })
@@ -447,7 +446,7 @@ func (l *Link) resend(group uint16, all bool) {
 func (l *Link) Pending() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.pending)
+	return l.pending
 }
 
 // Handle takes a payload of replies and events from member from, and
@@ -468,7 +467,7 @@ func (l *Link) handle(from uint64, it *Item) {
 	}
 	key := callKey{it.Session, it.Group, it.Seq}
 	l.mu.Lock()
-	c := l.pending[key]
+	c := l.findLocked(key)
 	refused := it.Kind == KindReply && it.Reply.Status == StatusNotLeader
 	if c != nil && c.kind == KindWait && !refused && (it.Kind != KindEvent || it.Event.Wait != c.wait) {
 		c = nil // not this wait's end
@@ -530,9 +529,7 @@ func (l *Link) reroute(c *call) {
 				key := callKey{it.Session, g, seq}
 				l.mu.Lock()
 				c.key, c.payload, c.sent, c.taken = key, payload, false, 0
-				l.pending[key] = c
-				sk := sessionKey{key.session, key.group}
-				l.sessions[sk] = append(l.sessions[sk], c)
+				l.addLocked(c)
 				l.mu.Unlock()
 				posted = true
 				l.postCall(c)
@@ -552,17 +549,48 @@ func sendItem(send func(to uint64, payload []byte) bool, to uint64, it *Item) {
 	}
 }
 
+// addLocked makes c pending, its session's newest in its group.
+func (l *Link) addLocked(c *call) {
+	sk := sessionKey{c.key.session, c.key.group}
+	l.sessions[sk] = append(l.sessions[sk], c)
+	l.pending++
+}
+
+// findLocked is the pending call of key, or nil.
+func (l *Link) findLocked(key callKey) *call {
+	for _, c := range l.sessions[sessionKey{key.session, key.group}] {
+		if c.key.seq == key.seq {
+			return c
+		}
+	}
+	return nil
+}
+
+// eachLocked calls fn with each of group's pending calls; fn must not
+// drop any.
+func (l *Link) eachLocked(group uint16, fn func(*call)) {
+	for sk, calls := range l.sessions {
+		if sk.group == group {
+			for _, c := range calls {
+				fn(c)
+			}
+		}
+	}
+}
+
 // dropLocked ends c (nil: nothing): no longer pending.
 func (l *Link) dropLocked(c *call) {
 	if c == nil {
 		return
 	}
-	delete(l.pending, c.key)
 	sk := sessionKey{c.key.session, c.key.group}
 	calls := l.sessions[sk]
-	if i := slices.Index(calls, c); i >= 0 {
-		calls = slices.Delete(calls, i, i+1)
+	i := slices.Index(calls, c)
+	if i < 0 {
+		return
 	}
+	calls = slices.Delete(calls, i, i+1)
+	l.pending--
 	if len(calls) == 0 {
 		delete(l.sessions, sk)
 	} else {
@@ -585,26 +613,28 @@ func (l *Link) Expire(group uint16, lost, now time.Time, bound time.Duration) {
 	}
 	var done []expired
 	l.mu.Lock()
-	for _, c := range l.pending {
-		if c.key.group != group || c.kind == KindWait {
-			continue
+	l.eachLocked(group, func(c *call) {
+		if c.kind == KindWait {
+			return
 		}
 		status := StatusUnknown
 		switch {
 		case c.op == OpReserve && c.kind == KindRequest:
 			if c.timeout < 0 || now.Sub(c.made) < c.timeout {
-				continue
+				return
 			}
 			status = StatusTimedOut
 		case now.Sub(later(c.made, lost)) < bound:
-			continue
+			return
 		case c.kind == KindRefs:
 			status = StatusOK
 		case c.taken == 0:
 			status = StatusNoLeader
 		}
-		l.dropLocked(c)
 		done = append(done, expired{c, status})
+	})
+	for _, e := range done {
+		l.dropLocked(e.c)
 	}
 	l.mu.Unlock()
 	l.expired.Add(uint64(len(done)))
