@@ -34,7 +34,6 @@ type Link struct {
 	// its own without looking at every call (a client that connects for
 	// each command closes as often as it asks).
 	sessions map[sessionKey][]*call // guarded by mu
-	pending  int                    // guarded by mu: the calls in sessions
 	number   uint64                 // guarded by mu: the last request number given
 	made     uint64                 // guarded by mu: the calls made, for their order
 	// requests, resent and expired count calls made (requests only),
@@ -291,7 +290,6 @@ func (l *Link) Closed(session uint64, group uint16) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sk := sessionKey{session, group}
-	l.pending -= len(l.sessions[sk])
 	delete(l.sessions, sk)
 	l.recallLocked(closedSession{key: sk, at: time.Now()})
 }
@@ -446,7 +444,11 @@ func (l *Link) resend(group uint16, all bool) {
 func (l *Link) Pending() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.pending
+	n := 0
+	for _, calls := range l.sessions {
+		n += len(calls)
+	}
+	return n
 }
 
 // Handle takes a payload of replies and events from member from, and
@@ -553,7 +555,6 @@ func sendItem(send func(to uint64, payload []byte) bool, to uint64, it *Item) {
 func (l *Link) addLocked(c *call) {
 	sk := sessionKey{c.key.session, c.key.group}
 	l.sessions[sk] = append(l.sessions[sk], c)
-	l.pending++
 }
 
 // findLocked is the pending call of key, or nil.
@@ -585,12 +586,9 @@ func (l *Link) dropLocked(c *call) {
 	}
 	sk := sessionKey{c.key.session, c.key.group}
 	calls := l.sessions[sk]
-	i := slices.Index(calls, c)
-	if i < 0 {
-		return
+	if i := slices.Index(calls, c); i >= 0 {
+		calls = slices.Delete(calls, i, i+1)
 	}
-	calls = slices.Delete(calls, i, i+1)
-	l.pending--
 	if len(calls) == 0 {
 		delete(l.sessions, sk)
 	} else {
