@@ -208,6 +208,8 @@ soak:
 #   make chaos CHAOS_GROUPS=5 CHAOS_MEMBERS=5
 # With as many groups as members every member leads one: the follower's and
 # the empty directory's rounds cordon a member first (sproutctl members cordon).
+# It runs .ci/test-setup first, as make test does: on a fresh machine that
+# installs iptables and ip, without which the test skips.
 CHAOS_ROUNDS ?= 50
 CHAOS_GROUPS ?= 1
 CHAOS_MEMBERS ?= 3
@@ -215,6 +217,7 @@ CHAOS_MEMBERS ?= 3
 # and every member's goroutines when a tube move or placement takes over 8 s.
 CHAOS_LOGS ?=
 chaos:
+	@bash .ci/test-setup >/dev/null
 	$(GO) test -count=1 -timeout 90m -v -run '^TestClusterFaults$$' ./internal/clusterfault/ -args -rounds=$(CHAOS_ROUNDS) -groups=$(CHAOS_GROUPS) -members=$(CHAOS_MEMBERS) -member-logs=$(CHAOS_LOGS)
 
 # internal/storm with its heavy test (build tag storm): 19,000 concurrent
