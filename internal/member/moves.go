@@ -406,9 +406,13 @@ func (m *Member) planReplicas(cur *meta.State, live func(string) bool, leaderOf 
 	case info.Serving:
 		m.planMoves(cur, live, leaderOf, now)
 		return
-	case info.ID == 0 || !live(info.Name) || m.node.Host().TakesMoves(info.ID):
+	case info.ID == 0 || !live(info.Name) || !m.node.Host().PlansOwnMoves(info.ID):
 		// It plans, or will once one is elected, or may: cut off from
-		// it, this member's view is no better than its own.
+		// it, this member's view is no better than its own. Only a
+		// leader whose open connection speaks a release before's
+		// protocol leaves the moves to the members: live is from a
+		// look before, and a connection that dropped since tells no
+		// release.
 		m.planner = movePlanner{}
 		return
 	}

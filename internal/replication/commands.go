@@ -143,6 +143,17 @@ func (h *Host) TakesMoves(id uint64) bool {
 	return id == h.self.ID || h.transport.protocolOf(id) >= protocolMoves
 }
 
+// PlansOwnMoves reports whether member id is known to be of a release
+// that plans its groups' replica moves itself: its connection is open
+// and speaks a protocol below 5. Not TakesMoves negated: a member whose
+// connection is closed, or just dropped, is of no release known, and a
+// member that plans alone on that (planReplicas) would plan beside
+// group 0's leader.
+func (h *Host) PlansOwnMoves(id uint64) bool {
+	p := h.transport.protocolOf(id)
+	return id != h.self.ID && p != 0 && p < protocolMoves
+}
+
 // AnswersHeld reports whether member id answers a session's question
 // whether its owner client still holds a job (internal/router's OpHeld,
 // docs/design/shards.md 6.4): this member, or one whose connection

@@ -157,6 +157,18 @@ func TestRoutes(t *testing.T) {
 	if !h.TakesMoves(m5.ID()) {
 		t.Errorf("m1 does not count m5, which speaks protocol %d, as taking moves", h.transport.protocolOf(m5.ID()))
 	}
+	// Plans its own moves: only a member connected and known to be of a
+	// release before; not this member, one of this release, or one not
+	// connected (no release known: a connection that just dropped).
+	if !h.PlansOwnMoves(m3.ID()) || !h.PlansOwnMoves(m4.ID()) {
+		t.Errorf("m1 does not count m3 or m4, which speak protocols %d and %d, as planning their own moves",
+			h.transport.protocolOf(m3.ID()), h.transport.protocolOf(m4.ID()))
+	}
+	for _, n := range []*Node{m1, m2, m5} {
+		if h.PlansOwnMoves(n.ID()) {
+			t.Errorf("m1 counts %s, which speaks protocol %d, as planning its own moves", n.Name(), h.transport.protocolOf(n.ID()))
+		}
+	}
 	if !h.AnswersHeld(m1.ID()) || !h.AnswersHeld(m2.ID()) {
 		t.Error("m1 does not count itself or m2, of this release, as answering held")
 	}
@@ -164,5 +176,15 @@ func TestRoutes(t *testing.T) {
 		if h.AnswersHeld(n.ID()) {
 			t.Errorf("m1 counts %s, which speaks protocol %d, as answering held", n.Name(), h.transport.protocolOf(n.ID()))
 		}
+	}
+	// m3 stopped: its connection closed, m1 knows no release of it, and
+	// a member that planned moves on that would plan beside group 0's
+	// leader.
+	c.kill("m3")
+	testproc.WaitFor(t, 10*time.Second, "m1's connection to m3 closed", func() bool {
+		return h.transport.protocolOf(m3.ID()) == 0
+	})
+	if h.PlansOwnMoves(m3.ID()) {
+		t.Error("m1 counts m3, to which it has no connection, as planning its own moves")
 	}
 }
