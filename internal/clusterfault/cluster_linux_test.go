@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -620,4 +621,80 @@ func tail(s string, n int) string {
 		return "...\n" + s[len(s)-n:]
 	}
 	return s
+}
+
+// movesMetric counts the replica moves a member began, by who planned
+// them (internal/member's makeMove).
+const movesMetric = "sprout_member_replica_moves_total"
+
+// replicaMoves is m's movesMetric by its planned_by label, since m's
+// process started.
+func (m *member) replicaMoves() (map[string]uint64, error) {
+	resp, err := httpClient.Get(m.httpBase() + "/metrics?" + url.Values{"name[]": {movesMetric}}.Encode())
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s /metrics: %s", m.name, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	by := map[string]uint64{}
+	prefix := movesMetric + `{planned_by="`
+	for line := range strings.Lines(string(body)) {
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		label, value, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			return nil, fmt.Errorf("%s /metrics: %q", m.name, line)
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s /metrics: %q: %v", m.name, line, err)
+		}
+		by[label] = uint64(n)
+	}
+	return by, nil
+}
+
+// moveTally keeps each member's replicaMoves as last read, to count the
+// moves begun since.
+type moveTally map[*member]moveLook
+
+type moveLook struct {
+	proc *testproc.Process // the process read
+	by   map[string]uint64
+}
+
+// movesSince is the replica moves the members began since the last
+// look (all of them at the first), by who planned them. A member
+// restarted since counts from its start: what the process before it
+// began after that look is not seen. A member that does not answer is
+// looked at next time.
+func (c *cluster) movesSince(tally moveTally) map[string]uint64 {
+	moves := map[string]uint64{}
+	for _, m := range c.members {
+		if !m.up() {
+			continue
+		}
+		by, err := m.replicaMoves()
+		if err != nil {
+			c.t.Logf("reading %s's replica moves: %v", m.name, err)
+			continue
+		}
+		last := tally[m]
+		for label, n := range by {
+			if last.proc == m.proc && n >= last.by[label] {
+				n -= last.by[label]
+			}
+			moves[label] += n
+		}
+		tally[m] = moveLook{proc: m.proc, by: by}
+	}
+	return moves
 }

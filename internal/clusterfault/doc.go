@@ -200,6 +200,14 @@
 //     reservations to the next leader, so a graceful restart whose member
 //     handed every group it led over (its log names none left to an
 //     election) loses none: a round of it that does fails.
+//   - Replica moves planned by a member alone (must be 0): every member
+//     is of this release, so group 0's leader plans every move and asks
+//     the group's leader to make it (docs/design/shards.md 1.4); a move
+//     a member planned on its own view would run beside that plan. Each
+//     round reads every member's sprout_member_replica_moves_total
+//     after it converged and counts the moves begun since the round
+//     before, by who planned them (a member restarted counts from its
+//     start).
 //
 // Puts and deletes whose reply never came (the connection broke) are
 // neither: such a put may exist, its id unknown (its token identifies it
@@ -276,7 +284,7 @@
 // deliveries, overlapping holdings (excused/not), quiet hand-outs
 // checked for order (checked/out of order within a group/across
 // groups), failover per group, the clients' largest gap, step-down and
-// convergence times. make chaos CHAOS_GROUPS=5 CHAOS_MEMBERS=5 is the
+// convergence times, and replica moves (begun/planned alone). make chaos CHAOS_GROUPS=5 CHAOS_MEMBERS=5 is the
 // design's form (docs/design/shards.md section 9). The test's -faults
 // flag (a regular expression) picks faults, and -member-log-level=debug
 // shows raft's elections in the members' output, which a failed run

@@ -131,6 +131,10 @@ type results struct {
 	gap      []time.Duration
 	stepDown []time.Duration // per group
 	converge []time.Duration
+	// moves are the replica moves the members began in its rounds, and
+	// movesAlone those a member planned alone (must be 0: every member
+	// is of this release, so group 0's leader plans them all).
+	moves, movesAlone uint64
 	// skipReason is why it did not run, the last time.
 	skipReason string
 }
@@ -146,6 +150,10 @@ func runRounds(tt *testing.T, bin string, n int) {
 	watch := watchLeaders(c)
 	defer watch.halt()
 	r := &round{t: t, c: c, l: newLedger(), seq: new(atomic.Uint64), watch: watch}
+	tally := moveTally{}
+	if formed := c.movesSince(tally); len(formed) > 0 {
+		t.Logf("replica moves as the members formed: %s", describeMoves(formed))
+	}
 	byKind := map[string]*results{}
 	chosen, err := regexp.Compile(*faultFilter)
 	if err != nil {
@@ -204,6 +212,15 @@ func runRounds(tt *testing.T, bin string, n int) {
 		peeked, drained := r.verify()
 		verified := time.Since(verifying)
 		r.checkHoldings()
+		moves := c.movesSince(tally)
+		for _, n := range moves {
+			res.moves += n
+		}
+		res.movesAlone += moves[movedAlone]
+		if moves[movedAlone] > 0 {
+			t.Errorf("round %d (%s): %d replica moves planned by a member alone, beside group 0's leader: %s",
+				done+1, f.name, moves[movedAlone], describeMoves(moves))
+		}
 		watch.forget(roundStarted.Add(-time.Minute))
 		cnt, bad := r.l.take()
 		done++
@@ -234,10 +251,10 @@ func runRounds(tt *testing.T, bin string, n int) {
 		res.converge = append(res.converge, converged)
 		t.Logf("round %d, %s (%s, leading %d; leaders were %s): %d puts, %d deletes acknowledged; lost %d, resurrected %d, mismatched %d, "+
 			"double deliveries %d, reservations lost %d; holdings overlapping %d excused, %d not; order: %d checked, %d broken, %d across groups; "+
-			"failover [%s], clients' gap %s, converged %v, %d ids peeked and %d old jobs deleted in %v; %d connection errors",
+			"failover [%s], clients' gap %s, converged %v, %d ids peeked and %d old jobs deleted in %v; %d connection errors; replica moves: %s",
 			done, f.name, out.victim, out.led, lay.describe(), cnt.puts, cnt.deletes, cnt.lost, cnt.resurrected, cnt.mismatches, cnt.doubles,
 			cnt.reservationLost, cnt.overlapsExcused, cnt.overlapsBad, cnt.orderChecked, cnt.orderBad, cnt.crossInversions,
-			strings.Join(failovers, ", "), gap, converged.Round(time.Millisecond), peeked, drained, verified.Round(time.Millisecond), w.errors.Load())
+			strings.Join(failovers, ", "), gap, converged.Round(time.Millisecond), peeked, drained, verified.Round(time.Millisecond), w.errors.Load(), describeMoves(moves))
 		if out.handedOver && cnt.reservationLost > 0 {
 			t.Errorf("round %d (%s): %d reservations lost on a live connection, though %s handed every group it led over: %s",
 				done, f.name, cnt.reservationLost, out.victim, strings.Join(cnt.reservationsLost, "; "))
@@ -1051,9 +1068,9 @@ func (r *round) drain(conn *testproc.Conn, found map[uint64]bool) (drained int) 
 // summary is the table make chaos prints.
 func summary(byKind map[string]*results) string {
 	var b bytes.Buffer
-	row := "%-16s %6s %7s %7s %4s %5s %5s %7s %11s %11s %18s %9s %9s %16s\n"
+	row := "%-16s %6s %7s %7s %4s %5s %5s %7s %11s %11s %18s %9s %9s %16s %6s\n"
 	fmt.Fprintf(&b, row, "fault", "rounds", "puts", "deletes", "lost", "resur", "mism", "doubles", "overlaps",
-		"order", "failover med/max", "gap max", "step max", "converge med/max")
+		"order", "failover med/max", "gap max", "step max", "converge med/max", "moves")
 	var total results
 	for _, f := range faults {
 		res := byKind[f.name]
@@ -1071,10 +1088,12 @@ func summary(byKind map[string]*results) string {
 		total.gap = append(total.gap, res.gap...)
 		total.converge = append(total.converge, res.converge...)
 		total.stepDown = append(total.stepDown, res.stepDown...)
+		total.moves += res.moves
+		total.movesAlone += res.movesAlone
 		fmt.Fprintf(&b, row, f.name, strconv.Itoa(res.rounds), strconv.Itoa(res.counts.puts), strconv.Itoa(res.counts.deletes),
 			strconv.Itoa(res.counts.lost), strconv.Itoa(res.counts.resurrected), strconv.Itoa(res.counts.mismatches),
 			strconv.Itoa(res.counts.doubles), overlapCell(res.counts), orderCell(res.counts),
-			medMaxN(res.failover), maxOnly(res.gap), maxOnly(res.stepDown), medMax(res.converge))
+			medMaxN(res.failover), maxOnly(res.gap), maxOnly(res.stepDown), medMax(res.converge), movesCell(res))
 		if res.notNow > 0 {
 			fmt.Fprintf(&b, "%-16s %6s  (%d rounds not run: %s)\n", "", "", res.notNow, res.skipReason)
 		}
@@ -1082,15 +1101,31 @@ func summary(byKind map[string]*results) string {
 	fmt.Fprintf(&b, row, "all", strconv.Itoa(total.rounds), strconv.Itoa(total.counts.puts), strconv.Itoa(total.counts.deletes),
 		strconv.Itoa(total.counts.lost), strconv.Itoa(total.counts.resurrected), strconv.Itoa(total.counts.mismatches),
 		strconv.Itoa(total.counts.doubles), overlapCell(total.counts), orderCell(total.counts),
-		"", maxOnly(total.gap), maxOnly(total.stepDown), medMax(total.converge))
+		"", maxOnly(total.gap), maxOnly(total.stepDown), medMax(total.converge), movesCell(&total))
 	fmt.Fprintf(&b, "(failover: per group whose leader the fault took, fault to the first put into it acknowledged through another member (n: groups);\n"+
 		" gap: the clients' longest time without an acknowledged put in a group whose leader the fault did not take, through the members it did not hit;\n"+
 		" step: partition to a cut-off leader no longer leading; converge: workload stopped to equal digests;\n"+
+		" moves: replica moves the members began/of them planned by a member alone (must be 0);\n"+
 		" overlaps: holdings of a job by two sessions at once, excused by a change of the group's leader/not (must be 0);\n"+
 		" order: quiet hand-outs checked/out of order within a group (must be 0)/out of order across groups (reported);\n"+
 		" quiet phases not checked (a connection failed): %d; reservations lost on a live connection (delete, release or bury NOT_FOUND): %d)\n",
 		total.counts.quietDisturbed, total.counts.reservationLost)
 	return b.String()
+}
+
+func movesCell(res *results) string { return fmt.Sprintf("%d/%d", res.moves, res.movesAlone) }
+
+// movedAlone is movesMetric's label for a move a member planned alone.
+const movedAlone = "self_alone"
+
+// describeMoves names the moves by who planned them.
+func describeMoves(moves map[string]uint64) string {
+	var total uint64
+	for _, n := range moves {
+		total += n
+	}
+	return fmt.Sprintf("%d (%d planned by group 0's leader for itself, %d asked of a group's leader by it, %d planned alone)",
+		total, moves["self_leading_group_0"], moves["group_0_leader"], moves[movedAlone])
 }
 
 func overlapCell(c counts) string { return fmt.Sprintf("%d/%d", c.overlapsExcused, c.overlapsBad) }
