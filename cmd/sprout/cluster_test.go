@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -169,18 +168,15 @@ func (m *testMember) currentJobs(state string) (int, error) {
 // metric is the value of m's /metrics series (its name and labels as
 // written), in the family name.
 func (m *testMember) metric(name, series string) (float64, error) {
-	resp, err := httpClient.Get("http://" + m.httpAddr + "/metrics?name[]=" + name)
+	all, err := testproc.MetricSeries(httpClient, "http://"+m.httpAddr, name)
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			return strconv.ParseFloat(v, 64)
-		}
+	v, ok := all[series]
+	if !ok {
+		return 0, fmt.Errorf("no %s in %s's metrics", series, m.name)
 	}
-	return 0, fmt.Errorf("no %s in %s's metrics", series, m.name)
+	return v, nil
 }
 
 // awaitServing waits until one of members (every member up, if none is

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -630,32 +629,16 @@ const movesMetric = "sprout_member_replica_moves_total"
 // replicaMoves is m's movesMetric by its planned_by label, since m's
 // process started.
 func (m *member) replicaMoves() (map[string]uint64, error) {
-	resp, err := httpClient.Get(m.httpBase() + "/metrics?" + url.Values{"name[]": {movesMetric}}.Encode())
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s /metrics: %s", m.name, resp.Status)
-	}
-	body, err := io.ReadAll(resp.Body)
+	series, err := testproc.MetricSeries(httpClient, m.httpBase(), movesMetric)
 	if err != nil {
 		return nil, err
 	}
 	by := map[string]uint64{}
-	prefix := movesMetric + `{planned_by="`
-	for line := range strings.Lines(string(body)) {
-		rest, ok := strings.CutPrefix(line, prefix)
-		if !ok {
-			continue
-		}
-		label, value, ok := strings.Cut(rest, `"} `)
-		if !ok {
-			return nil, fmt.Errorf("%s /metrics: %q", m.name, line)
-		}
-		n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			return nil, fmt.Errorf("%s /metrics: %q: %v", m.name, line, err)
+	for s, n := range series {
+		rest, prefixed := strings.CutPrefix(s, movesMetric+`{planned_by="`)
+		label, ok := strings.CutSuffix(rest, `"}`)
+		if !prefixed || !ok {
+			return nil, fmt.Errorf("%s /metrics: a series %q", m.name, s)
 		}
 		by[label] = uint64(n)
 	}

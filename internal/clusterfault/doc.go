@@ -284,8 +284,9 @@
 // deliveries, overlapping holdings (excused/not), quiet hand-outs
 // checked for order (checked/out of order within a group/across
 // groups), failover per group, the clients' largest gap, step-down and
-// convergence times, and replica moves (begun/planned alone). make chaos CHAOS_GROUPS=5 CHAOS_MEMBERS=5 is the
-// design's form (docs/design/shards.md section 9). The test's -faults
+// convergence times, and replica moves (begun/planned alone). make chaos
+// CHAOS_GROUPS=5 CHAOS_MEMBERS=5 is the design's form
+// (docs/design/shards.md section 9). The test's -faults
 // flag (a regular expression) picks faults, and -member-log-level=debug
 // shows raft's elections in the members' output, which a failed run
 // prints.

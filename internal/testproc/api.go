@@ -1,11 +1,15 @@
 package testproc
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -86,4 +90,37 @@ func DoAPI(t testing.TB, r APIRequest) APIReply {
 		t.Fatal(err)
 	}
 	return APIReply{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+// MetricSeries is every series of family on the /metrics of the server
+// at base ("http://host:port"), asked for that family alone: each value
+// by its series as written, the name and its labels, as
+// sprout_current_jobs{state="ready"}.
+func MetricSeries(client *http.Client, base, family string) (map[string]float64, error) {
+	resp, err := client.Get(base + "/metrics?" + url.Values{"name[]": {family}}.Encode())
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s/metrics: %s", base, resp.Status)
+	}
+	series := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, family) {
+			continue // its HELP and TYPE
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			return nil, fmt.Errorf("%s/metrics: %q", base, line)
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s/metrics: %q: %v", base, line, err)
+		}
+		series[line[:i]] = v
+	}
+	return series, sc.Err()
 }
