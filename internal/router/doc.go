@@ -261,7 +261,12 @@
 // groups this member serves (server.go). Each remote session has an
 // owner client in each group it uses, made on its first request, keyed
 // by the member, the session and the group, and closed by the session's
-// close item (its reservations go back). Requests of one payload run in
+// close item (its reservations go back). A close is remembered for
+// closeRecall, and an item of the session that comes after it (a wait
+// of its reserve across groups queued to this member's own loop when
+// the close was made at once, Session.closeIn) makes no owner client:
+// it is answered StatusNotLeader, which no one waits for any more.
+// Requests of one payload run in
 // order on the reader's goroutine; a reserve that waits holds the
 // session's later requests back until it ends, as the engine stops
 // reading a blocked connection. Replies wait for the group's log to

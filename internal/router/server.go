@@ -53,16 +53,25 @@ type Server struct {
 	// gated are the groups whose leadership is being handed over (Gate):
 	// their requests are refused. Replaced, never changed, under mu.
 	gated atomic.Pointer[map[uint16]bool]
-	// closedAt are the sessions whose close came while they had no owner
-	// client here (session 0: all of a member's), and the jobs sessions
-	// declined that their owner client here did not hold, when, for
-	// closeRecall: a reservation handed over for one is not taken
-	// (Adopt). Guarded by mu.
-	closedAt map[closedKey]time.Time
+	// closedAt are the sessions whose close came here (session 0: all of
+	// a member's), and the jobs sessions declined that their owner client
+	// here did not hold, when, for closeRecall: a reservation handed over
+	// for one is not taken (Adopt), and an item of a closed session that
+	// comes after its close makes no owner client (owner). closedOrder
+	// holds them in the order noted, for their expiry. Guarded by mu.
+	closedAt    map[closedKey]time.Time
+	closedOrder []closedNote
+	closedHead  int // closedOrder's first not yet forgotten
 }
 
-// closeRecall is how long a session's close is remembered where it found
-// nothing to close (Server.Adopt), and sent again to a group's new leader
+// closedNote is a key of closedAt, and when it was noted then.
+type closedNote struct {
+	key closedKey
+	at  time.Time
+}
+
+// closeRecall is how long a session's close is remembered (Server.Adopt,
+// Server.owner), and sent again to a group's new leader
 // (Link.LeaderChanged): it may have reached the last leader after that
 // one listed what the session held, or the next before it took that.
 const closeRecall = 10 * time.Second
@@ -639,6 +648,14 @@ func (s *Server) owner(key ownerKey) *owner {
 	if st == nil || s.closed {
 		return nil
 	}
+	if o == nil && key.session != 0 && s.closedLocked(closedKey{ownerKey: key}, time.Now()) {
+		// An item of a session that closed, come after its close: a
+		// wait of its reserve across groups sent to this member's own
+		// loop before a close made at once (Session.closeIn), a request
+		// sent again where its tube moved. Its session is gone: an
+		// owner made now would never close.
+		return nil
+	}
 	if o == nil {
 		o = s.newOwnerLocked(key, st, false)
 	}
@@ -716,9 +733,7 @@ func (s *Server) closeOwner(key ownerKey) {
 			}
 		}
 	}
-	if len(closing) == 0 || key.session == 0 {
-		s.noteClosedLocked(closedKey{ownerKey: key})
-	}
+	s.noteClosedLocked(closedKey{ownerKey: key})
 	s.mu.Unlock()
 	for _, o := range closing {
 		o.close()
@@ -1063,22 +1078,34 @@ func (s *Server) Adopt(g uint16, st *store.Store, held []Holder) int {
 	return n
 }
 
-// noteClosedLocked remembers key's close for closeRecall; the oldest go
-// once there are many. s.mu must be held.
+// noteClosedLocked remembers key's close for closeRecall, forgetting
+// those older, and the oldest past maxClosedAt. s.mu must be held.
 func (s *Server) noteClosedLocked(key closedKey) {
 	now := time.Now()
 	if s.closedAt == nil {
 		s.closedAt = make(map[closedKey]time.Time)
 	}
-	if len(s.closedAt) >= maxClosedAt {
-		maps.DeleteFunc(s.closedAt, func(_ closedKey, at time.Time) bool { return now.Sub(at) > closeRecall })
+	for ; s.closedHead < len(s.closedOrder); s.closedHead++ {
+		n := s.closedOrder[s.closedHead]
+		if now.Sub(n.at) <= closeRecall && len(s.closedOrder)-s.closedHead < maxClosedAt {
+			break
+		}
+		if s.closedAt[n.key].Equal(n.at) { // not noted again since
+			delete(s.closedAt, n.key)
+		}
+	}
+	if s.closedHead > len(s.closedOrder)/2 { // shifted once per half: O(1) a note
+		s.closedOrder = append(s.closedOrder[:0], s.closedOrder[s.closedHead:]...)
+		s.closedHead = 0
 	}
 	s.closedAt[key] = now
+	s.closedOrder = append(s.closedOrder, closedNote{key, now})
 }
 
-// maxClosedAt is how many closes Server.closedAt holds before it forgets
-// those older than closeRecall.
-const maxClosedAt = 1024
+// maxClosedAt is how many closes Server.closedAt holds at most: a
+// client's connection per command, at thousands a second, each closing
+// in a group or several, is what it takes to reach it in closeRecall.
+const maxClosedAt = 1 << 16
 
 // closedLocked reports whether key's close came within closeRecall of
 // now. s.mu must be held.

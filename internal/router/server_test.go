@@ -813,3 +813,73 @@ func TestServerFrozenTube(t *testing.T) {
 		t.Fatalf("a peek of a job here on the local fast path: %+v ran %v", rp, ran)
 	}
 }
+
+// TestServerItemsAfterClose: an item of a session that comes after its
+// close (a wait of its reserve across groups queued to this member's own
+// loop before a close made at once, a request sent again where its tube
+// moved) makes no owner client: one made would never close, holding its
+// references and any job offered to it. Whether the close found an
+// owner to close or not.
+func TestServerItemsAfterClose(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	wait := func(session uint64, seq uint32) Item {
+		return Item{Kind: KindWait, Session: session, Seq: seq, Wait: Wait{ID: uint64(seq), Tubes: [][]byte{[]byte("t")}}}
+	}
+	// Session 1's close finds no owner; its wait comes after it.
+	r.send(Item{Kind: KindClose, Session: 1}, wait(1, 1))
+	if it := r.next(); it.Reply.Status != StatusNotLeader || it.Session != 1 {
+		t.Fatalf("a wait after its session's close: %+v, want StatusNotLeader", it)
+	}
+	// Session 2's close closes its owner; a put comes after it.
+	r.send(req(0, 2, 1, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("j\r\n")}))
+	if it := r.next(); it.Reply.Status != StatusOK {
+		t.Fatalf("put: %+v", it)
+	}
+	r.send(Item{Kind: KindClose, Session: 2}, req(0, 2, 2, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("j\r\n")}))
+	if it := r.next(); it.Reply.Status != StatusNotLeader || it.Seq != 2 {
+		t.Fatalf("a put after its session's close: %+v, want StatusNotLeader", it)
+	}
+	if n := r.srv.Owners(); n != 0 {
+		t.Fatalf("%d owner clients after both sessions closed", n)
+	}
+	if ts, _ := st.TubeStats([]byte("t")); ts.Waiting != 0 || ts.Watching != 0 || ts.Ready != 1 {
+		t.Fatalf("tube t: %+v, want one job ready, no one watching or waiting", ts)
+	}
+	// Another session of the member is served as ever.
+	r.send(wait(3, 1))
+	if ev := r.next(); ev.Kind != KindEvent || ev.Event.Type != EventOffer || ev.Session != 3 {
+		t.Fatalf("another session's wait: %+v, want the job offered", ev)
+	}
+}
+
+// TestServerClosesRemembered: closes are remembered for closeRecall, at
+// most maxClosedAt of them, forgotten oldest first.
+func TestServerClosesRemembered(t *testing.T) {
+	r := newServerRig(t, nil)
+	s := r.srv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range maxClosedAt + 10 {
+		s.noteClosedLocked(closedKey{ownerKey: ownerKey{member: 7, session: uint64(i + 1)}})
+	}
+	now := time.Now()
+	if s.closedLocked(closedKey{ownerKey: ownerKey{member: 7, session: 10}}, now) ||
+		!s.closedLocked(closedKey{ownerKey: ownerKey{member: 7, session: 11}}, now) ||
+		!s.closedLocked(closedKey{ownerKey: ownerKey{member: 7, session: maxClosedAt + 10}}, now) {
+		t.Fatal("past maxClosedAt, want the oldest forgotten and the rest kept")
+	}
+	if len(s.closedAt) != maxClosedAt || len(s.closedOrder)-s.closedHead != maxClosedAt {
+		t.Fatalf("%d closes kept, %d in order, want %d", len(s.closedAt), len(s.closedOrder)-s.closedHead, maxClosedAt)
+	}
+	// Older than closeRecall: forgotten at the next note.
+	for i := s.closedHead; i < len(s.closedOrder); i++ {
+		s.closedOrder[i].at = s.closedOrder[i].at.Add(-closeRecall - time.Second)
+		s.closedAt[s.closedOrder[i].key] = s.closedOrder[i].at
+	}
+	s.noteClosedLocked(closedKey{ownerKey: ownerKey{member: 8, session: 1}})
+	if len(s.closedAt) != 1 || len(s.closedOrder)-s.closedHead != 1 {
+		t.Fatalf("%d closes kept after closeRecall, want the last alone", len(s.closedAt))
+	}
+}
