@@ -190,9 +190,13 @@ image:
 
 # internal/storm's soak test for 10 minutes instead of `make test`'s 30 s
 # (SPROUT_SOAK=1h make soak for longer): RSS, descriptors, threads and p99
-# must stay flat under a mixed workload with connection churn.
+# must stay flat under a mixed workload with connection churn. Then the
+# cluster's churn through three members of three shard groups for
+# SPROUT_CHURN (default 2m, make test's 4 s), with the race detector:
+# nothing of the clients gone may be left on any member.
 soak:
 	SPROUT_SOAK=$${SPROUT_SOAK:-10m} $(GO) test -count=1 -timeout 3h -run '^TestSoak$$' -v ./internal/storm/
+	SPROUT_CHURN=$${SPROUT_CHURN:-2m} $(GO) test -race -count=1 -timeout 3h -run '^TestShardGroupsChurnLeavesNothing$$' -v ./internal/member/
 
 # internal/clusterfault's fault test for CHAOS_ROUNDS rounds instead of
 # make test's one of each fault: CHAOS_MEMBERS members (3 or 5) in a network

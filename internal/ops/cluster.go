@@ -242,6 +242,8 @@ func newClusterCollector(c Cluster, p Proxy, r Router) *clusterCollector {
 			counter, func(s *routes) float64 { return float64(s.Expired) }),
 		newScalar("sprout_router_owner_clients", "Other sessions' clients this member holds as the leader of their group.",
 			gauge, func(s *routes) float64 { return float64(s.Owners) }),
+		newScalar("sprout_router_pending_calls", "Requests, waits and references this member's sessions sent to a group's leader and have no answer for yet.",
+			gauge, func(s *routes) float64 { return float64(s.Pending) }),
 		newScalar("sprout_cluster_dedup_entries", "Outcomes of keyed requests this member's replica keeps, to answer one sent again after a failover.",
 			gauge, func(s *routes) float64 { return float64(s.DedupEntries) }),
 	}

@@ -320,6 +320,9 @@ type Stats struct {
 	// Owners are the owner clients this member holds, while it leads, for
 	// remote sessions.
 	Owners int
+	// Pending are the calls (requests, waits, references) its sessions
+	// sent over the commands stream and have no answer for yet.
+	Pending int
 	// DedupEntries are the outcomes of keyed requests its replica keeps
 	// (5.6): every replica keeps every one for store.DedupTTL.
 	DedupEntries int
@@ -345,7 +348,7 @@ func (r *Router) Waiting() int64 { return r.waiting.Load() }
 // Stats reads the router's figures.
 func (r *Router) Stats() Stats {
 	st := Stats{RemoteSessions: r.remote.Load(), Requests: r.link.requests.Load(), Resent: r.link.resent.Load(),
-		Expired: r.link.expired.Load(), Local: r.local.Load(), Owners: r.server.Owners()}
+		Expired: r.link.expired.Load(), Local: r.local.Load(), Owners: r.server.Owners(), Pending: r.link.Pending()}
 	if r.cfg.Replica != nil {
 		for g := range r.groups() {
 			if rs := r.cfg.Replica(uint16(g)); rs != nil {
