@@ -21,6 +21,7 @@ var notServerVariables = []string{
 	"SPROUT_REF_BEANSTALKD",       // internal/testproc: the reference beanstalkd
 	"SPROUT_CONFORMANCE_SELFTEST", // internal/conformance: diff beanstalkd against itself
 	"SPROUT_SOAK",                 // internal/storm: how long the soak runs
+	"SPROUT_CHURN",                // internal/member: how long the cluster's churn test runs
 	"SPROUT_STORM_GOALS",          // internal/storm: assert the goals
 	"SPROUT_REQUIRE_BROWSER",      // internal/console: fail, not skip, without chromium
 	"SPROUT_SERVER",               // cmd/sproutctl: the server's protocol address
