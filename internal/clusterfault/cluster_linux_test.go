@@ -622,6 +622,41 @@ func tail(s string, n int) string {
 	return s
 }
 
+// leftMetrics are what a member holds for its clients' sessions and for
+// other members' (docs/cluster.md, "Metrics"): once every client is
+// gone, each is 0 on every member.
+var leftMetrics = []string{"sprout_router_remote_sessions", "sprout_router_owner_clients", "sprout_router_pending_calls"}
+
+// leftBehind waits up to timeout for every member up to hold nothing of
+// the clients gone (leftMetrics), and returns what each still held.
+func (c *cluster) leftBehind(timeout time.Duration) []string {
+	deadline := time.Now().Add(timeout)
+	for {
+		var left []string
+		for _, m := range c.members {
+			if !m.up() {
+				continue
+			}
+			for _, family := range leftMetrics {
+				series, err := testproc.MetricSeries(httpClient, m.httpBase(), family)
+				if err != nil {
+					left = append(left, fmt.Sprintf("%s: %v", m.name, err))
+				}
+				for s, v := range series {
+					if v != 0 {
+						left = append(left, fmt.Sprintf("%s: %s %g", m.name, s, v))
+					}
+				}
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			slices.Sort(left)
+			return left
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // movesMetric counts the replica moves a member began, by who planned
 // them (internal/member's makeMove).
 const movesMetric = "sprout_member_replica_moves_total"

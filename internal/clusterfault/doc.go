@@ -208,6 +208,13 @@
 //     after it converged and counts the moves begun since the round
 //     before, by who planned them (a member restarted counts from its
 //     start).
+//   - Left behind (must be 0): once the round's clients, probes and
+//     checks have closed their connections, every member's
+//     sprout_router_remote_sessions, sprout_router_owner_clients and
+//     sprout_router_pending_calls must fall to 0 within 15 s (a close
+//     lost with a leader goes to the next within 10 s): a session's
+//     owner client left on a leader after its member lost, froze or
+//     was cut off from it holds its references and memory for good.
 //
 // Puts and deletes whose reply never came (the connection broke) are
 // neither: such a put may exist, its id unknown (its token identifies it

@@ -43,6 +43,10 @@ const (
 	// member's groups: a round each second, once a group's leadership
 	// has stayed put for 3 s.
 	cordonWait = 30 * time.Second
+	// leftWait bounds the closes of the clients' sessions reaching the
+	// groups' leaders once the round's clients are gone: a close lost
+	// with a leader is sent to the next within closeRecall (10 s).
+	leftWait = 15 * time.Second
 )
 
 // errSkipped is a fault that cannot run in this cluster: it is not tried
@@ -212,6 +216,9 @@ func runRounds(tt *testing.T, bin string, n int) {
 		peeked, drained := r.verify()
 		verified := time.Since(verifying)
 		r.checkHoldings()
+		if left := c.leftBehind(leftWait); len(left) > 0 {
+			t.Errorf("round %d (%s): the clients gone, the members still hold: %s", done+1, f.name, strings.Join(left, "; "))
+		}
 		moves := c.movesSince(tally)
 		for _, n := range moves {
 			res.moves += n
