@@ -161,9 +161,10 @@ func (m *Member) startRouter(ec *engine.Config) {
 			}
 			go m.awaitForeign(from, g)
 		},
-		Removed:     func() []uint64 { return node.Book().Removed },
-		Moves:       m.takeMove,
-		AnswersHeld: host.AnswersHeld,
+		Removed:       func() []uint64 { return node.Book().Removed },
+		Moves:         m.takeMove,
+		AnswersHeld:   host.AnswersHeld,
+		SyncsSessions: host.SyncsSessions,
 		Peers: func() []uint64 {
 			var ids []uint64
 			for _, mb := range node.Book().Members {

@@ -163,6 +163,13 @@ func (h *Host) AnswersHeld(id uint64) bool {
 	return id == h.self.ID || h.transport.protocolOf(id) >= protocolHeld
 }
 
+// SyncsSessions reports whether member id reads the list of another
+// member's open sessions (internal/router's KindSessions): it speaks
+// protocol 7.
+func (h *Host) SyncsSessions(id uint64) bool {
+	return id == h.self.ID || h.transport.protocolOf(id) >= protocolSessions
+}
+
 // HeardFrom reports whether a Raft message from member name reached this
 // one within d: a member stopped (SIGSTOP) or cut off keeps its
 // connection up for seconds, but sends nothing, where a live replica of a

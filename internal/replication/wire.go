@@ -102,9 +102,12 @@ const (
 	// 4's from a member whose router reads a replica move that group 0's
 	// leader planned (internal/router's KindMove; protocolMoves). 6 is
 	// 5's from a member whose router answers a session's question whether
-	// it still holds a job (internal/router's OpHeld; protocolHeld).
+	// it still holds a job (internal/router's OpHeld; protocolHeld). 7 is
+	// 6's from a member whose router reads the list of another member's
+	// open sessions, and closes the owner clients of those not in it
+	// (internal/router's KindSessions; protocolSessions).
 	minProtocol = 2
-	maxProtocol = 6
+	maxProtocol = 7
 	// protocolRouter is the protocol of a member whose router serves the
 	// commands stream (Host.Routes).
 	protocolRouter = 4
@@ -114,6 +117,9 @@ const (
 	// protocolHeld is the protocol of a member that answers OpHeld
 	// (Host.AnswersHeld).
 	protocolHeld = 6
+	// protocolSessions is the protocol of a member that reads KindSessions
+	// (Host.SyncsSessions).
+	protocolSessions = 7
 	// helloTrailer is the trailer's length as this release writes it.
 	helloTrailer = 2 + 8
 	maxHello     = 4 << 10

@@ -265,7 +265,13 @@
 // closeRecall, and an item of the session that comes after it (a wait
 // of its reserve across groups queued to this member's own loop when
 // the close was made at once, Session.closeIn) makes no owner client:
-// it is answered StatusNotLeader, which no one waits for any more.
+// it is answered StatusNotLeader, which no one waits for any more. A
+// close the Link no longer recalls when a stream down longer than
+// closeRecall opens again is not lost either: every resync of a group
+// begins with the member's sessions open now (KindSessions, protocol 7:
+// Router.syncSessions), and the leader closes that member's owner
+// clients in the group of the sessions not listed, up to the last id
+// the member had given (Server.syncSessions).
 // Requests of one payload run in
 // order on the reader's goroutine; a reserve that waits holds the
 // session's later requests back until it ends, as the engine stops

@@ -37,6 +37,7 @@ import (
 //	close:   nothing
 //	leaders: count u16 | (group u16 | term u64)...
 //	move:    giver | receiver (the item's group is the move's; protocol 5)
+//	sessions: upto u64 | count u32 | session u64... (increasing, none above upto; protocol 7)
 //	reply:   status u8 | stamp u64 | then by status:
 //	  wrong-group: meta index u64
 //	  forward:     group u16
@@ -84,13 +85,15 @@ const (
 	KindLeaders // the groups the sender leads (1.4): members that hold no replica of them learn their leaders
 	// Group 0's leader to a group's leader.
 	KindMove // a replica move it planned, for the group's leader to make (1.4)
+	// Member to group leader, protocol 7.
+	KindSessions // the member's sessions open now: the others' owner clients close (OQ12)
 	numKinds
 )
 
 var kindNames = [numKinds]string{
 	KindRequest: "request", KindWait: "wait", KindCancel: "cancel", KindDecline: "decline",
 	KindRefs: "refs", KindClose: "close", KindReply: "reply", KindEvent: "event", KindLeaders: "leaders",
-	KindMove: "move",
+	KindMove: "move", KindSessions: "sessions",
 }
 
 func (k Kind) String() string {
@@ -220,14 +223,27 @@ type Item struct {
 	// the sequence of the request, refs or wait it answers.
 	Seq uint32
 
-	Request Request
-	Wait    Wait
-	Decline Decline
-	Refs    Refs
-	Reply   Reply
-	Event   Event
-	Leaders []LeaderReport // KindLeaders'
-	Move    Move           // KindMove's
+	Request  Request
+	Wait     Wait
+	Decline  Decline
+	Refs     Refs
+	Reply    Reply
+	Event    Event
+	Leaders  []LeaderReport // KindLeaders'
+	Move     Move           // KindMove's
+	Sessions Sessions       // KindSessions'
+}
+
+// Sessions are a member's sessions open now, in increasing order, and
+// the last session id it had given when it listed them (Upto): the
+// group's leader closes the member's owner clients of sessions at or
+// below Upto that are not listed (docs/design/shards.md, question 12).
+// A session made after the list has an id above Upto, so a list never
+// closes what its member opened since. Only members of protocol 7 read
+// it (LinkConfig's SyncsSessions).
+type Sessions struct {
+	Upto uint64
+	IDs  []uint64
 }
 
 // Move is a replica move of the item's group that group 0's leader
@@ -401,6 +417,7 @@ var (
 	ErrState      = errors.New("router: a job's state out of range")
 	ErrItemTooBig = errors.New("router: an item or a list too long for its length field")
 	ErrMemberName = errors.New("router: a member's name longer than 128 bytes")
+	ErrSessions   = errors.New("router: sessions not in increasing order, or above the list's last id")
 )
 
 const (

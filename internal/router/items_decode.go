@@ -122,6 +122,8 @@ func (d *Decoder) Next(it *Item) error {
 		}
 	case KindMove:
 		it.Move.From, it.Move.To = f.name(), f.name()
+	case KindSessions:
+		f.sessions(&it.Sessions)
 	case KindReply:
 		f.reply(&it.Reply)
 	case KindEvent:
@@ -140,9 +142,30 @@ func (d *Decoder) Next(it *Item) error {
 func (it *Item) reset() {
 	reqTubes, waitTubes := it.Request.Tubes[:0], it.Wait.Tubes[:0]
 	counts, listed, leaders := it.Refs.Counts[:0], it.Reply.Tubes[:0], it.Leaders[:0]
+	sessions := it.Sessions.IDs[:0]
 	*it = Item{}
 	it.Request.Tubes, it.Wait.Tubes = reqTubes, waitTubes
 	it.Refs.Counts, it.Reply.Tubes, it.Leaders = counts, listed, leaders
+	it.Sessions.IDs = sessions
+}
+
+// sessions reads a KindSessions item's list: increasing ids, none above
+// its Upto.
+func (f *fields) sessions(ss *Sessions) {
+	ss.Upto = f.u64()
+	n := uint64(f.u32())
+	if n > uint64(len(f.b))/8 {
+		f.fail(ErrLength)
+		return
+	}
+	for i := range n {
+		id := f.u64()
+		if id > ss.Upto || i > 0 && id <= ss.IDs[i-1] {
+			f.fail(ErrSessions)
+			return
+		}
+		ss.IDs = append(ss.IDs, id)
+	}
 }
 
 // fields reads one item's payload. Its first error sticks: every read

@@ -3,6 +3,7 @@ package router
 import (
 	"encoding/binary"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/sproutmq/sprout/codec"
@@ -73,6 +74,20 @@ func AppendItem(payload []byte, it *Item) ([]byte, error) {
 		}
 		b = append(append(b, byte(len(it.Move.From))), it.Move.From...)
 		b = append(append(b, byte(len(it.Move.To))), it.Move.To...)
+	case KindSessions:
+		if !slices.IsSorted(it.Sessions.IDs) || len(it.Sessions.IDs) > 0 && it.Sessions.IDs[len(it.Sessions.IDs)-1] > it.Sessions.Upto {
+			err = ErrSessions
+			break
+		}
+		b = binary.BigEndian.AppendUint64(b, it.Sessions.Upto)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(it.Sessions.IDs)))
+		for i, id := range it.Sessions.IDs {
+			if i > 0 && id == it.Sessions.IDs[i-1] {
+				err = ErrSessions
+				break
+			}
+			b = binary.BigEndian.AppendUint64(b, id)
+		}
 	case KindReply:
 		b, err = appendReply(b, &it.Reply)
 	case KindEvent:

@@ -110,6 +110,8 @@ func itemCases() []itemCase {
 		{"move", router.Item{Kind: router.KindMove, Group: 3, Move: router.Move{From: []byte("m1"), To: []byte(strings.Repeat("n", 128))}}},
 		{"move adding", router.Item{Kind: router.KindMove, Group: math.MaxUint16, Move: router.Move{To: []byte("m5")}}},
 		{"move removing", router.Item{Kind: router.KindMove, Group: 1, Move: router.Move{From: []byte("m4")}}},
+		{"sessions", router.Item{Kind: router.KindSessions, Group: 4, Sessions: router.Sessions{Upto: math.MaxUint64, IDs: []uint64{1, 7, 1 << 62, math.MaxUint64}}}},
+		{"sessions none", router.Item{Kind: router.KindSessions, Sessions: router.Sessions{Upto: 9}}},
 
 		{"ok", reply(router.StatusOK, router.Reply{Result: router.ResultNone})},
 		{"inserted", reply(router.StatusOK, router.Reply{Result: router.ResultID, ID: jobID})},
@@ -241,6 +243,9 @@ func withoutEmptyLists(it router.Item) router.Item {
 	if len(it.Leaders) == 0 {
 		it.Leaders = nil
 	}
+	if len(it.Sessions.IDs) == 0 {
+		it.Sessions.IDs = nil
+	}
 	for i := range it.Leaders {
 		if len(it.Leaders[i].Voters) == 0 {
 			it.Leaders[i].Voters = nil
@@ -293,6 +298,7 @@ var enumCodes = []struct {
 	{"kind", "event", uint8(router.KindEvent), 8},
 	{"kind", "leaders", uint8(router.KindLeaders), 9},
 	{"kind", "move", uint8(router.KindMove), 10},
+	{"kind", "sessions", uint8(router.KindSessions), 11},
 	{"op", "put", uint8(router.OpPut), 1},
 	{"op", "burn", uint8(router.OpBurn), 2},
 	{"op", "reserve", uint8(router.OpReserve), 3},
@@ -485,7 +491,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"length past the frame", patch(put, length, 0xff, 0xff, 0xff, 0xff), testMaxJobSize, router.ErrShort},
 		{"bytes after", append(bytes.Clone(put), 0), testMaxJobSize, router.ErrTrailing},
 		{"kind 0", patch(put, kind, 0), testMaxJobSize, router.ErrKind},
-		{"kind 11", patch(put, kind, 11), testMaxJobSize, router.ErrKind},
+		{"kind 12", patch(put, kind, 12), testMaxJobSize, router.ErrKind},
 		{"op 0", patch(put, op, 0), testMaxJobSize, router.ErrOp},
 		{"op 23", patch(put, op, 23), testMaxJobSize, router.ErrOp},
 		{"tube of 0 bytes", patch(put, tubeLen, 0), testMaxJobSize, router.ErrTubeName},
@@ -507,6 +513,7 @@ func TestDecodeRefuses(t *testing.T) {
 	refs := goldens[3].it
 	refs.Refs.Counts = nil
 	move := router.Item{Kind: router.KindMove, Group: 1, Move: router.Move{From: []byte("m1")}}
+	sessions := router.Item{Kind: router.KindSessions, Group: 1, Sessions: router.Sessions{Upto: 9, IDs: []uint64{5, 8}}}
 	cases = append(cases, []struct {
 		name    string
 		in      []byte
@@ -530,6 +537,9 @@ func TestDecodeRefuses(t *testing.T) {
 		{"a giver of 129 bytes", patch(item(move), payload, 129), testMaxJobSize, router.ErrMemberName},
 		{"a giver past the item", patch(item(move), payload, 5), testMaxJobSize, router.ErrLength},
 		{"a receiver past the item", patch(item(move), payload+3, 1), testMaxJobSize, router.ErrLength},
+		{"sessions counted past the item", patch(item(sessions), payload+8, 0, 0, 0, 3), testMaxJobSize, router.ErrLength},
+		{"sessions out of order", patch(item(sessions), payload+8+4, 0, 0, 0, 0, 0, 0, 0, 9), testMaxJobSize, router.ErrSessions},
+		{"a session above upto", patch(item(sessions), payload+8+4+8, 0, 0, 0, 0, 0, 0, 0, 10), testMaxJobSize, router.ErrSessions},
 	}...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -573,7 +583,10 @@ func TestEncodeRefuses(t *testing.T) {
 		wantErr error
 	}{
 		{"kind 0", router.Item{}, router.ErrKind},
-		{"kind 11", router.Item{Kind: 11}, router.ErrKind},
+		{"kind 12", router.Item{Kind: 12}, router.ErrKind},
+		{"sessions out of order", router.Item{Kind: router.KindSessions, Sessions: router.Sessions{Upto: 9, IDs: []uint64{3, 2}}}, router.ErrSessions},
+		{"sessions twice", router.Item{Kind: router.KindSessions, Sessions: router.Sessions{Upto: 9, IDs: []uint64{3, 3}}}, router.ErrSessions},
+		{"sessions above upto", router.Item{Kind: router.KindSessions, Sessions: router.Sessions{Upto: 9, IDs: []uint64{3, 10}}}, router.ErrSessions},
 		{"long giver", router.Item{Kind: router.KindMove, Move: router.Move{From: []byte(strings.Repeat("m", 129))}}, router.ErrMemberName},
 		{"long receiver", router.Item{Kind: router.KindMove, Move: router.Move{To: []byte(strings.Repeat("m", 129))}}, router.ErrMemberName},
 		{"op 0", request(0, router.Request{}), router.ErrOp},

@@ -191,6 +191,10 @@ type RouterConfig struct {
 	Moves func(from uint64, g uint16, giver, receiver string)
 	// AnswersHeld is LinkConfig.AnswersHeld.
 	AnswersHeld func(member uint64) bool
+	// SyncsSessions reports whether member reads KindSessions (it speaks
+	// protocol 7: replication.Host.SyncsSessions); one that does not
+	// would refuse the payload, and with it the stream. Nil: none does.
+	SyncsSessions func(member uint64) bool
 }
 
 // forgetEvery is how often a serving member looks for what removed
@@ -462,12 +466,36 @@ func (r *Router) leaderChanged(g uint16) {
 	}
 }
 
-// resync sends group g's leader the member's references to its tubes anew
-// and every call pending, in order.
+// resync sends group g's leader the member's sessions open now, its
+// references to its tubes anew and every call pending, in order.
 func (r *Router) resync(g uint16) {
+	r.syncSessions(g)
 	r.link.LeaderChanged(g) // drops the refs items the sync replaces
 	r.syncRefs(g)
 	r.askHeld(g)
+}
+
+// syncSessions sends group g's leader, if another member that reads it,
+// the sessions open on this member (KindSessions): it closes the owner
+// clients of those that ended meanwhile, whose closes the Link recalls
+// only for closeRecall (docs/design/shards.md, question 12). Sent before
+// the calls resent: a session listed keeps its owner, and one opened
+// after the list has an id above its Upto.
+func (r *Router) syncSessions(g uint16) {
+	lead, ok := r.leader(g)
+	if !ok || lead == r.cfg.Self || r.cfg.SyncsSessions == nil || !r.cfg.SyncsSessions(lead) {
+		return
+	}
+	r.mu.Lock()
+	ss := Sessions{Upto: r.sessions, IDs: make([]uint64, 0, len(r.open))}
+	for s := range r.open {
+		ss.IDs = append(ss.IDs, s.id)
+	}
+	r.mu.Unlock()
+	slices.Sort(ss.IDs)
+	if payload, err := AppendItem(nil, &Item{Kind: KindSessions, Group: g, Sessions: ss}); err == nil {
+		r.send(lead, payload)
+	}
 }
 
 // askHeld has each session ask group g's leader whether it still holds

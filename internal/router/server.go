@@ -390,6 +390,8 @@ func (s *Server) handle(from uint64, it *Item) {
 		}
 	case KindClose:
 		s.closeOwner(key)
+	case KindSessions:
+		s.syncSessions(key, &it.Sessions)
 	case KindRefs:
 		s.refs(from, it)
 	}
@@ -426,13 +428,7 @@ func (s *Server) Owners() int {
 // StatusNotLeader.
 func (s *Server) Detach(g uint16) {
 	s.mu.Lock()
-	var detached []*owner
-	for key, o := range s.owners {
-		if key.group == g {
-			detached = append(detached, o)
-			delete(s.owners, key)
-		}
-	}
+	detached := s.takeOwnersLocked(func(k ownerKey) bool { return k.group == g })
 	delete(s.flushers, g) // its journal may never call back
 	for k := range s.forgotten {
 		if k.group == g {
@@ -455,13 +451,7 @@ func (s *Server) Forget(members []uint64, groups ...uint16) {
 		return
 	}
 	s.mu.Lock()
-	var closing []*owner
-	for key, o := range s.owners {
-		if slices.Contains(members, key.member) {
-			closing = append(closing, o)
-			delete(s.owners, key)
-		}
-	}
+	closing := s.takeOwnersLocked(func(k ownerKey) bool { return slices.Contains(members, k.member) })
 	if s.forgotten == nil {
 		s.forgotten = make(map[forgottenRefs]*store.Store)
 	}
@@ -726,18 +716,51 @@ func (s *Server) closeOwner(key ownerKey) {
 		delete(s.owners, key)
 	}
 	if key.session == 0 {
-		for k, o := range s.owners {
-			if k.member == key.member && k.group == key.group {
-				closing = append(closing, o)
-				delete(s.owners, k)
-			}
-		}
+		closing = append(closing, s.takeOwnersLocked(func(k ownerKey) bool {
+			return k.member == key.member && k.group == key.group
+		})...)
 	}
 	s.noteClosedLocked(closedKey{ownerKey: key})
 	s.mu.Unlock()
 	for _, o := range closing {
 		o.close()
 	}
+}
+
+// syncSessions closes the owner clients in key's group of key's member
+// whose sessions ss does not list, at or below its Upto: those sessions
+// ended, and their closes were lost (a stream down longer than
+// closeRecall: docs/design/shards.md, question 12).
+func (s *Server) syncSessions(key ownerKey, ss *Sessions) {
+	s.mu.Lock()
+	closing := s.takeOwnersLocked(func(k ownerKey) bool {
+		if k.member != key.member || k.group != key.group || k.session == 0 || k.session > ss.Upto {
+			return false
+		}
+		_, open := slices.BinarySearch(ss.IDs, k.session)
+		return !open
+	})
+	for _, o := range closing {
+		s.noteClosedLocked(closedKey{ownerKey: o.key})
+	}
+	s.mu.Unlock()
+	for _, o := range closing {
+		o.close()
+	}
+}
+
+// takeOwnersLocked takes the owner clients whose keys match out of the
+// server and returns them, for the caller to close once s.mu is
+// released. s.mu must be held.
+func (s *Server) takeOwnersLocked(match func(ownerKey) bool) []*owner {
+	var taken []*owner
+	for k, o := range s.owners {
+		if match(k) {
+			taken = append(taken, o)
+			delete(s.owners, k)
+		}
+	}
+	return taken
 }
 
 // refs sets member from's references to the group's tubes (5.4).

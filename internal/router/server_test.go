@@ -883,3 +883,60 @@ func TestServerClosesRemembered(t *testing.T) {
 		t.Fatalf("%d closes kept after closeRecall, want the last alone", len(s.closedAt))
 	}
 }
+
+// TestServerSessionsSync: a member's list of its open sessions closes
+// its owner clients in the group of the sessions not listed, at or below
+// the list's Upto, and gives their jobs back; a session listed, one
+// opened after the list (above Upto), another member's and another
+// group's keep theirs.
+func TestServerSessionsSync(t *testing.T) {
+	st0, st1 := store.New(store.Options{}), store.New(store.Options{})
+	defer st0.Close()
+	defer st1.Close()
+	r := newServerRig(t, map[uint16]*store.Store{0: st0, 1: st1})
+	tube := []byte("t")
+	putIn := func(from uint64, g uint16, session uint64) {
+		t.Helper()
+		payload, _ := AppendItem(nil, &Item{Kind: KindRequest, Group: g, Session: session, Seq: 1,
+			Request: Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("j\r\n")}})
+		if err := r.srv.Handle(from, payload); err != nil {
+			t.Fatal(err)
+		}
+		if it := r.next(); it.Reply.Status != StatusOK {
+			t.Fatalf("put of session %d: %+v", session, it)
+		}
+	}
+	for _, session := range []uint64{3, 5, 9, 12} {
+		putIn(7, 0, session)
+	}
+	putIn(8, 0, 3)
+	putIn(7, 1, 3)
+	// Session 3 holds a job of group 0.
+	r.send(req(0, 3, 2, Request{Op: OpReserve, Tubes: [][]byte{tube}, Timeout: 0}))
+	if it := r.next(); it.Reply.Result != ResultJob {
+		t.Fatalf("session 3's reserve: %+v", it)
+	}
+	if n := r.srv.Owners(); n != 6 {
+		t.Fatalf("%d owner clients, want 6", n)
+	}
+	r.send(Item{Kind: KindSessions, Group: 0, Sessions: Sessions{Upto: 10, IDs: []uint64{5, 7}}})
+	r.none("a sessions item")
+	for _, k := range []ownerKey{{7, 3, 0}, {7, 9, 0}} {
+		if r.srv.existing(k) != nil {
+			t.Errorf("owner %+v kept, its session not listed", k)
+		}
+	}
+	for _, k := range []ownerKey{{7, 5, 0}, {7, 12, 0}, {8, 3, 0}, {7, 3, 1}} {
+		if r.srv.existing(k) == nil {
+			t.Errorf("owner %+v closed", k)
+		}
+	}
+	if ts, _ := st0.TubeStats(tube); ts.Reserved != 0 || ts.Ready != 5 {
+		t.Fatalf("group 0's tube after the list: %+v, want session 3's job ready again", ts)
+	}
+	// A request of a session closed by the list makes no owner again.
+	r.send(req(0, 9, 2, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("j\r\n")}))
+	if it := r.next(); it.Reply.Status != StatusNotLeader {
+		t.Fatalf("a put of a session the list closed: %+v, want StatusNotLeader", it)
+	}
+}
