@@ -24,7 +24,8 @@ import (
 // and ending every way a client can (quit, a close while it holds jobs,
 // a close while its reserve waits, a close with puts unanswered), while
 // each group's leadership is handed over once and (with three) a tube
-// moves to another group, leave nothing behind
+// moves to another group, or (groups=3,crash) a member leading a group
+// stops as a crash stops it and starts again, leave nothing behind
 // once they are gone: no session, owner client or unanswered call on
 // any member, no job reserved or reserve waiting in any group, no
 // reference to any tube, no goroutine more than before; and every
@@ -42,13 +43,16 @@ func TestShardGroupsChurnLeavesNothing(t *testing.T) {
 		churn = d
 	}
 	for _, groups := range []int{1, 3} {
-		t.Run(fmt.Sprintf("groups=%d", groups), func(t *testing.T) { churnLeavesNothing(t, groups, churn) })
+		t.Run(fmt.Sprintf("groups=%d", groups), func(t *testing.T) { churnLeavesNothing(t, groups, churn, false) })
 	}
+	t.Run("groups=3,crash", func(t *testing.T) { churnLeavesNothing(t, 3, churn, true) })
 }
 
 // churnLeavesNothing is TestShardGroupsChurnLeavesNothing on three
-// members of groups groups (1 or 3), for churn.
-func churnLeavesNothing(t *testing.T, groups int, churn time.Duration) {
+// members of groups groups (1 or 3), for churn; with crash, m3 stops
+// halfway as a crash stops it (handing nothing over) and starts again
+// a second later, instead of the handovers and the move.
+func churnLeavesNothing(t *testing.T, groups int, churn time.Duration, crash bool) {
 	c := newShardedCluster(t, groups)
 	c.finalized()
 	tubes := []string{"churn-a", "churn-b"}
@@ -58,14 +62,11 @@ func churnLeavesNothing(t *testing.T, groups int, churn time.Duration) {
 		p := c.up["m1"].shards.placement
 		tubes = append(tubePerGroup(p, "churn-a"), tubePerGroup(p, "churn-b")...)
 	}
-	var addrs []string
+	addrs := &memberAddrs{}
 	for _, name := range []string{"m1", "m2", "m3"} {
-		addrs = append(addrs, c.up[name].Addr().String())
+		addrs.list = append(addrs.list, c.up[name].Addr().String())
 	}
-	// Each member's first session makes what lives as long as the
-	// member (its streams to the others, their goroutines): count from
-	// after one through each.
-	for _, addr := range addrs {
+	for _, addr := range addrs.list {
 		warm := testproc.DialTest(t, addr, replyTimeout)
 		for _, tube := range tubes {
 			expectLine(t, warm, "use "+tube, "USING "+tube)
@@ -85,14 +86,16 @@ func churnLeavesNothing(t *testing.T, groups int, churn time.Duration) {
 	c.leaveNothing(groups, tubes, nil)
 	goroutines := ownGoroutines()
 
-	b := &churnBook{closes: groups == 1, bodies: map[uint64]string{}, deleted: map[uint64]int{}, maybe: map[uint64]bool{}}
+	// A member crashed closes its clients, and the leader's own close
+	// with one group when its leadership goes.
+	b := &churnBook{closes: groups == 1 || crash, bodies: map[uint64]string{}, deleted: map[uint64]int{}, maybe: map[uint64]bool{}}
 	end := time.Now().Add(churn)
 	var wg sync.WaitGroup
 	for w := range 6 {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
 			for n := 0; time.Now().Before(end) && !t.Failed(); n++ {
-				if err := churnSession(rng, addrs[w%len(addrs)], tubes, fmt.Sprintf("w%d-s%d", w, n), b); err != nil {
+				if err := churnSession(rng, addrs.at(w), tubes, fmt.Sprintf("w%d-s%d", w, n), b); err != nil {
 					t.Errorf("worker %d, session %d: %v", w, n, err)
 				}
 			}
@@ -102,6 +105,9 @@ func churnLeavesNothing(t *testing.T, groups int, churn time.Duration) {
 	// as the balancer and a shutdown hand it: no client's connection
 	// closes for it, and what the sessions hold there goes with it.
 	wg.Go(func() {
+		if crash {
+			return // below
+		}
 		time.Sleep(churn / 2)
 		for g := range uint16(groups) {
 			l := c.leaderOf(g)
@@ -119,7 +125,12 @@ func churnLeavesNothing(t *testing.T, groups int, churn time.Duration) {
 			})
 		}
 	})
-	if groups > 1 {
+	if crash {
+		time.Sleep(churn / 2)
+		c.crashLeader("m3", c.ledBy("m3"))
+		time.Sleep(time.Second)
+		addrs.set(2, c.start("m3").Addr().String()) // on a new client port
+	} else if groups > 1 {
 		// Later, a tube moves to another group under them: their
 		// commands for it go again where it went.
 		time.Sleep(time.Until(end.Add(-churn / 4)))
@@ -143,6 +154,26 @@ func churnLeavesNothing(t *testing.T, groups int, churn time.Duration) {
 		// A few come and go with the timers of a live cluster.
 		return n <= goroutines+8, fmt.Sprintf("%d goroutines, %d before", n, goroutines)
 	})
+}
+
+// memberAddrs are the members' client addresses, which the workers
+// read while a member crashed starts again on a new one.
+type memberAddrs struct {
+	mu   sync.Mutex
+	list []string
+}
+
+// at is worker w's member's address.
+func (a *memberAddrs) at(w int) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.list[w%len(a.list)]
+}
+
+func (a *memberAddrs) set(i int, addr string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.list[i] = addr
 }
 
 // ownGoroutines counts the process's goroutines but those of HTTP
@@ -220,6 +251,10 @@ func (b *churnBook) bodyOf(id uint64) (string, bool) {
 func churnSession(rng *rand.Rand, addr string, tubes []string, name string, b *churnBook) error {
 	conn, err := testproc.Dial(addr, replyTimeout)
 	if err != nil {
+		if b.closes {
+			time.Sleep(50 * time.Millisecond)
+			return nil // its member is down
+		}
 		return err
 	}
 	defer conn.Close()
@@ -248,6 +283,10 @@ func churnSession(rng *rand.Rand, addr string, tubes []string, name string, b *c
 
 // closedUnder reports whether err is the server closing the connection.
 func closedUnder(err error) bool {
+	var pe *testproc.ProtocolError
+	if errors.As(err, &pe) && pe.Got == "DRAINING" {
+		return true // its member shutting down
+	}
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
