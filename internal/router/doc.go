@@ -271,9 +271,8 @@
 // begins with the member's sessions open now (KindSessions, protocol 7:
 // Router.syncSessions), and the leader closes that member's owner
 // clients in the group of the sessions not listed, up to the last id
-// the member had given (Server.syncSessions).
-// Requests of one payload run in
-// order on the reader's goroutine; a reserve that waits holds the
+// the member had given (Server.syncSessions). Requests of one payload
+// run in order on the reader's goroutine; a reserve that waits holds the
 // session's later requests back until it ends, as the engine stops
 // reading a blocked connection. Replies wait for the group's log to
 // acknowledge their changes (the store's AckSource), each behind the

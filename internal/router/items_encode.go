@@ -3,7 +3,6 @@ package router
 import (
 	"encoding/binary"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/sproutmq/sprout/codec"
@@ -75,14 +74,11 @@ func AppendItem(payload []byte, it *Item) ([]byte, error) {
 		b = append(append(b, byte(len(it.Move.From))), it.Move.From...)
 		b = append(append(b, byte(len(it.Move.To))), it.Move.To...)
 	case KindSessions:
-		if !slices.IsSorted(it.Sessions.IDs) || len(it.Sessions.IDs) > 0 && it.Sessions.IDs[len(it.Sessions.IDs)-1] > it.Sessions.Upto {
-			err = ErrSessions
-			break
-		}
-		b = binary.BigEndian.AppendUint64(b, it.Sessions.Upto)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(it.Sessions.IDs)))
-		for i, id := range it.Sessions.IDs {
-			if i > 0 && id == it.Sessions.IDs[i-1] {
+		ss := &it.Sessions
+		b = binary.BigEndian.AppendUint64(b, ss.Upto)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(ss.IDs)))
+		for i, id := range ss.IDs {
+			if id > ss.Upto || i > 0 && id <= ss.IDs[i-1] { // as fields.sessions refuses
 				err = ErrSessions
 				break
 			}
