@@ -88,7 +88,7 @@ func churnLeavesNothing(t *testing.T, groups int, churn time.Duration, crash boo
 
 	// A member crashed closes its clients, and the leader's own close
 	// with one group when its leadership goes.
-	b := &churnBook{closes: groups == 1 || crash, bodies: map[uint64]string{}, deleted: map[uint64]int{}, maybe: map[uint64]bool{}}
+	b := &churnBook{closes: groups == 1 || crash, downs: crash, bodies: map[uint64]string{}, deleted: map[uint64]int{}, maybe: map[uint64]bool{}}
 	end := time.Now().Add(churn)
 	var wg sync.WaitGroup
 	for w := range 6 {
@@ -101,14 +101,20 @@ func churnLeavesNothing(t *testing.T, groups int, churn time.Duration, crash boo
 			}
 		})
 	}
-	// Halfway, each group's leadership is handed over, one at a time,
-	// as the balancer and a shutdown hand it: no client's connection
-	// closes for it, and what the sessions hold there goes with it.
-	wg.Go(func() {
-		if crash {
-			return // below
-		}
-		time.Sleep(churn / 2)
+	// What happens to the cluster under them, on the test's goroutine
+	// (c.up is its own): halfway, a crash of m3 and its start again; or
+	// each group's leadership handed over, one at a time, as the
+	// balancer and a shutdown hand it (no client's connection closes for
+	// it, and what the sessions hold there goes with it), and later (with
+	// three groups) a tube moved to another group under them, where
+	// their commands for it go again.
+	time.Sleep(churn / 2)
+	switch {
+	case crash:
+		c.crashLeader("m3", c.ledBy("m3"))
+		time.Sleep(time.Second)
+		addrs.set(2, c.start("m3").Addr().String()) // on a new client port
+	default:
 		for g := range uint16(groups) {
 			l := c.leaderOf(g)
 			to := "m1"
@@ -117,27 +123,19 @@ func churnLeavesNothing(t *testing.T, groups int, churn time.Duration, crash boo
 			}
 			if err := l.handOver(l.shards.node(g), g, to); err != nil {
 				t.Errorf("handing group %d over: %v", g, err)
-				return
+				break
 			}
 			testproc.WaitFor(t, 10*time.Second, fmt.Sprintf("group %d handed over", g), func() bool {
-				m := c.leaderOf(g)
-				return m != l
+				return c.leaderOf(g) != l
 			})
 		}
-	})
-	if crash {
-		time.Sleep(churn / 2)
-		c.crashLeader("m3", c.ledBy("m3"))
-		time.Sleep(time.Second)
-		addrs.set(2, c.start("m3").Addr().String()) // on a new client port
-	} else if groups > 1 {
-		// Later, a tube moves to another group under them: their
-		// commands for it go again where it went.
-		time.Sleep(time.Until(end.Add(-churn / 4)))
-		from := c.up["m1"].shards.placement.Owner(tubes[0])
-		to := (int(from) + 1) % groups
-		if status, _, body := moveTubeThrough(t, c.up["m2"], tubes[0], to); status != http.StatusOK {
-			t.Errorf("moving %s from group %d to %d: %d %s", tubes[0], from, to, status, body)
+		if groups > 1 {
+			time.Sleep(time.Until(end.Add(-churn / 4)))
+			from := c.up["m1"].shards.placement.Owner(tubes[0])
+			to := (int(from) + 1) % groups
+			if status, _, body := moveTubeThrough(t, c.up["m2"], tubes[0], to); status != http.StatusOK {
+				t.Errorf("moving %s from group %d to %d: %d %s", tubes[0], from, to, status, body)
+			}
 		}
 	}
 	wg.Wait()
@@ -203,8 +201,10 @@ func ownGoroutines() int {
 type churnBook struct {
 	// closes: a client's connection may close under it, the leader's
 	// own clients with one group, when its leadership goes (a session
-	// of one group's leader lives on its store).
-	closes bool
+	// of one group's leader lives on its store). downs: a member may be
+	// down, or shutting down (refusing a put DRAINING), when a client
+	// dials it.
+	closes, downs bool
 
 	mu      sync.Mutex
 	bodies  map[uint64]string
@@ -251,7 +251,7 @@ func (b *churnBook) bodyOf(id uint64) (string, bool) {
 func churnSession(rng *rand.Rand, addr string, tubes []string, name string, b *churnBook) error {
 	conn, err := testproc.Dial(addr, replyTimeout)
 	if err != nil {
-		if b.closes {
+		if b.downs {
 			time.Sleep(50 * time.Millisecond)
 			return nil // its member is down
 		}
@@ -266,7 +266,7 @@ func churnSession(rng *rand.Rand, addr string, tubes []string, name string, b *c
 	var putting bool
 	var deleting uint64
 	err = churnCommands(conn, rng, tubes, name, b, &putting, &deleting)
-	if err == nil || !b.closes || !closedUnder(err) {
+	if err == nil || !b.closedUnder(err) {
 		return err
 	}
 	b.mu.Lock()
@@ -281,13 +281,15 @@ func churnSession(rng *rand.Rand, addr string, tubes []string, name string, b *c
 	return nil
 }
 
-// closedUnder reports whether err is the server closing the connection.
-func closedUnder(err error) bool {
+// closedUnder reports whether err is the server closing the connection
+// (closes), or refusing a put while it shuts down (downs).
+func (b *churnBook) closedUnder(err error) bool {
 	var pe *testproc.ProtocolError
 	if errors.As(err, &pe) && pe.Got == "DRAINING" {
-		return true // its member shutting down
+		return b.downs
 	}
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	return b.closes && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
 }
 
 // churnCommands is churnSession's commands on conn; putting and deleting
@@ -417,7 +419,7 @@ func churnCommands(conn *testproc.Conn, rng *rand.Rand, tubes []string, name str
 		b.unanswered += n
 		b.mu.Unlock()
 		err := conn.Flush()
-		if b.closes && err != nil && closedUnder(err) {
+		if err != nil && b.closedUnder(err) {
 			return nil // counted already
 		}
 		return err
