@@ -56,10 +56,21 @@ type member struct {
 	// killed is when the test last killed it (kill), in Unix
 	// nanoseconds: its clients' sessions ended then.
 	killed atomic.Int64
+	// lastMoves is its process's replica moves read just before the
+	// test stopped it (noteMoves): movesSince counts what that process
+	// began after the round's look before.
+	lastMoves moveLook
 }
 
-// kill kills m's process, noting when.
+// kill notes m's replica moves, then kills its process, noting when.
 func (m *member) kill() {
+	m.noteMoves()
+	m.killNow()
+}
+
+// killNow kills m's process at once, noting when: for a kill timed to
+// something else, with noteMoves called before.
+func (m *member) killNow() {
 	m.killed.Store(time.Now().UnixNano())
 	m.proc.Kill()
 }
@@ -668,16 +679,38 @@ func (m *member) replicaMoves() (map[string]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
+	return movesByPlanner(m.name, series)
+}
+
+// movesByPlanner is member name's movesMetric series by planned_by.
+func movesByPlanner(name string, series map[string]float64) (map[string]uint64, error) {
 	by := map[string]uint64{}
 	for s, n := range series {
 		rest, prefixed := strings.CutPrefix(s, movesMetric+`{planned_by="`)
 		label, ok := strings.CutSuffix(rest, `"}`)
 		if !prefixed || !ok {
-			return nil, fmt.Errorf("%s /metrics: a series %q", m.name, s)
+			return nil, fmt.Errorf("%s /metrics: a series %q", name, s)
 		}
 		by[label] = uint64(n)
 	}
 	return by, nil
+}
+
+// noteMoves reads m's replica moves into lastMoves, before the test stops
+// its process; a member that does not answer within a second (stopped
+// by SIGSTOP) is noted as unread.
+func (m *member) noteMoves() {
+	m.lastMoves = moveLook{}
+	if !m.up() {
+		return
+	}
+	series, err := testproc.MetricSeries(&http.Client{Timeout: time.Second}, m.httpBase(), movesMetric)
+	if err != nil {
+		return
+	}
+	if by, err := movesByPlanner(m.name, series); err == nil {
+		m.lastMoves = moveLook{proc: m.proc, by: by}
+	}
 }
 
 // moveTally keeps each member's replicaMoves as last read, to count the
@@ -691,9 +724,10 @@ type moveLook struct {
 
 // movesSince is the replica moves the members began since the last
 // look (all of them at the first), by who planned them. A member
-// restarted since counts from its start: what the process before it
-// began after that look is not seen. A member that does not answer is
-// looked at next time.
+// restarted since counts from its start, and what the process before it
+// began after that look as read just before the test stopped it
+// (noteMoves); a process that started and stopped between two looks is
+// not seen. A member that does not answer is looked at next time.
 func (c *cluster) movesSince(tally moveTally) map[string]uint64 {
 	moves := map[string]uint64{}
 	for _, m := range c.members {
@@ -705,14 +739,35 @@ func (c *cluster) movesSince(tally moveTally) map[string]uint64 {
 			c.t.Logf("reading %s's replica moves: %v", m.name, err)
 			continue
 		}
-		last := tally[m]
-		for label, n := range by {
-			if last.proc == m.proc && n >= last.by[label] {
-				n -= last.by[label]
-			}
+		now := moveLook{proc: m.proc, by: by}
+		for label, n := range movesBetween(tally[m], m.lastMoves, now) {
 			moves[label] += n
 		}
-		tally[m] = moveLook{proc: m.proc, by: by}
+		tally[m] = now
 	}
+	return moves
+}
+
+// movesBetween is the moves a member began from the look last to the
+// look now: now's counts less last's for the same process; for a process
+// started since, all of now's, and what the one before began after last
+// as read just before it was stopped (stopped, if of last's process).
+func movesBetween(last, stopped, now moveLook) map[string]uint64 {
+	moves := map[string]uint64{}
+	since := func(from, to map[string]uint64) {
+		for label, n := range to {
+			if n >= from[label] {
+				moves[label] += n - from[label]
+			}
+		}
+	}
+	if last.proc == now.proc {
+		since(last.by, now.by)
+		return moves
+	}
+	if last.proc != nil && stopped.proc == last.proc {
+		since(last.by, stopped.by)
+	}
+	since(nil, now.by)
 	return moves
 }

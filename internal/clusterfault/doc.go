@@ -206,8 +206,9 @@
 //     a member planned on its own view would run beside that plan. Each
 //     round reads every member's sprout_member_replica_moves_total
 //     after it converged and counts the moves begun since the round
-//     before, by who planned them (a member restarted counts from its
-//     start).
+//     before, by who planned them; a member the round stopped is read
+//     once more just before (for a kill timed to a tube move, before the
+//     move), so the moves its process began are counted too.
 //   - Left behind (must be 0): once the round's clients, probes and
 //     checks have closed their connections, every member's
 //     sprout_router_remote_sessions, sprout_router_owner_clients and

@@ -530,6 +530,7 @@ func restartLeader(r *round, lay layout) (outcome, error) {
 				said[o] = len(o.proc.Output())
 			}
 		}
+		m.noteMoves()
 		return m.signal(syscall.SIGTERM)
 	},
 		func(m *member, at time.Time) error {

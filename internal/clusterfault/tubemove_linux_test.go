@@ -70,7 +70,8 @@ func moveTube(r *round, lay layout) (outcome, error) {
 	if kill {
 		out.victim += ", g" + fmt.Sprint(g) + "'s leader " + leader.name + " killed"
 		killAt := time.Duration(rand.IntN(20)) * time.Millisecond
-		time.AfterFunc(killAt, func() { leader.kill() })
+		leader.noteMoves()
+		time.AfterFunc(killAt, leader.killNow)
 		begun := time.Now()
 		_, paused, err := c.moveTubeTo(via, tube, to)
 		r.t.Logf("moving %s with %s killed after %v: held %v, %v", tube, leader.name, killAt, paused, err)
@@ -133,7 +134,8 @@ func (c *cluster) placePrefixRound(r *round, lay layout, prefix string, g, to in
 	if kill {
 		out.victim += ", g0's leader " + driver.name + " killed"
 		killAt := time.Duration(rand.IntN(20)) * time.Millisecond
-		time.AfterFunc(killAt, func() { driver.kill() })
+		driver.noteMoves()
+		time.AfterFunc(killAt, driver.killNow)
 		begun := time.Now()
 		_, paused, err := c.post(via, "/cluster/placements/"+url.PathEscape(prefix), to)
 		r.t.Logf("placing %s with %s killed after %v: held %v, %v", prefix, driver.name, killAt, paused, err)
