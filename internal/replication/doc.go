@@ -117,9 +117,11 @@
 // monotonic clock when it applies them, and never writes a time of its own
 // into an entry. A new leader fires the delays it applied by its own
 // wall clock, so members' clocks must agree (NTP) as they must for any
-// deadline; taking the larger of its own clock and the last leader's, so
-// that time never runs backwards across a failover, needs each entry to
-// carry the leader's time, and is not built yet. Reservations, their TTRs
+// deadline; taking the larger of its own clock and the last leader's for
+// them, so that time never runs backwards across a failover, is not built
+// yet: each batch of a finalized cluster carries the leader's clock (a
+// KindClock record, store.Store.Clock, which does take the larger), but
+// only the dedup table's entries go by it. Reservations, their TTRs
 // and blocked reserves exist on the leader only: when the leader is lost,
 // the jobs it had handed out are ready on the new leader (their reserves
 // were never logged), their clients' connections end, and the workers
@@ -171,7 +173,8 @@
 // group's ids are of its own prefix), hard state, membership and book (a
 // u32 length and JSON, always there). One more kind: group
 // dropped (22), the group's last index: replay forgets the group there
-// (SharedLog.Drop, tests only yet). A version 2 segment reads as group
+// (SharedLog.Drop: a member whose replica of the group was removed,
+// internal/member's leaveGroup). A version 2 segment reads as group
 // 0's, whatever follows it. A release that knows only version 2 refuses
 // the directory at its first version 3 segment ("unknown version 3", a
 // segment.VersionError): it never misreads one. Every group's frames go
@@ -421,9 +424,10 @@
 // which a follower forwards to the leader), and a trailer that members of
 // protocol 2 do not read: the highest protocol the sender speaks and its
 // incarnation (drawn at each start, so a peer logs a restart). The
-// connection speaks the highest protocol both ends speak: 4 between
+// connection speaks the highest protocol both ends speak: 7 between
 // members of this release (3's frames from a member whose router reads
-// the commands streams: Host.Routes), 3 or 2 with members before, so a
+// the commands streams, Host.Routes, and 5 to 7 each a message of the
+// router's more: wire.go), down to 3 or 2 with members before, so a
 // rolling upgrade keeps every pair talking (MemberStatus.Protocol shows
 // each link's). Once group 0's leader speaks 3 with every member of its
 // book, it finalizes the cluster (finalize.go): a control record raises

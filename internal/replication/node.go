@@ -1406,8 +1406,8 @@ type Stats struct {
 	Stalls, SlowRounds uint64
 	Transport          TransportStats
 	// Groups are the figures above (but Transport, the member's, and
-	// Groups) of each Raft group the member runs, by id: today group 0,
-	// the node's own.
+	// Groups) of each Raft group the member runs, by id: group 0, the
+	// node's own, and the shard groups it holds a replica of.
 	Groups []GroupStats
 }
 

@@ -1,17 +1,20 @@
 // Package router is where a cluster member sends each client command to
 // the Raft group that owns it, its sessions living where their clients
-// connect (docs/design/shards.md, sections 5 and 6). It is being built in
+// connect (docs/design/shards.md, sections 5 and 6). It was built in
 // the design's steps. What runs in the binary: Router and Session
 // (router.go, session.go), over the groups' leaders' Servers and the
 // member's Link, on the commands stream, for a cluster of one group
 // (G = 1, S5) or of several (S6): a session sends each command to the
 // group that owns it (RouterConfig.Placement: the used or named tube's
-// group, the job id's prefix's), stats and list-tubes to every group
-// (fanout.go, 5.5), and a reserve whose watched tubes live in several
-// groups through crossReserve (cross.go, 6.2, 6.3). Beside them, the same
-// take and wait on the groups' store clients in this process (take.go,
-// wait.go, reserve.go), which the local fast path (S6's last step) is to
-// use; and the codec of the commands stream's items (items.go, 5.9).
+// group, the job id's prefix's), or runs it at once on that group's
+// store here when this member leads it (Session.runHere, the local fast
+// path, 5.1: below), stats and list-tubes to every group (fanout.go,
+// 5.5), and a reserve whose watched tubes live in several groups through
+// crossReserve (cross.go, 6.2, 6.3). Beside them, the same take and wait
+// on the groups' store clients in this process (take.go, wait.go,
+// reserve.go), which only the tests run (crossReserve shares Take's
+// choice, takeFrom); and the codec of the commands stream's items
+// (items.go, 5.9).
 //
 // # Several groups (G > 1)
 //
