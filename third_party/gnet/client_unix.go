@@ -260,11 +260,8 @@ func (cli *Client) EnrollContext(c net.Conn, ctx any) (Conn, error) {
 				return nil, err
 			}
 		}
-		sockAddr, _, _, _, err = socket.GetTCPSockAddr(c.RemoteAddr().Network(), c.RemoteAddr().String())
-		if err != nil {
-			return nil, err
-		}
-		gc = newStreamConn("tcp", dupFD, el, sockAddr, c.LocalAddr(), c.RemoteAddr())
+		// A stream's conn keeps no socket address (newStreamConn).
+		gc = newStreamConn("tcp", dupFD, el, nil, c.LocalAddr(), c.RemoteAddr())
 	case *net.UDPConn:
 		sockAddr, _, _, _, err = socket.GetUDPSockAddr(c.RemoteAddr().Network(), c.RemoteAddr().String())
 		if err != nil {
@@ -275,7 +272,9 @@ func (cli *Client) EnrollContext(c net.Conn, ctx any) (Conn, error) {
 		return nil, errorx.ErrUnsupportedProtocol
 	}
 	gc.SetContext(ctx)
-	gc.SetSafeContext(ctx)
+	if ctx != nil { // a new conn's SafeContext is nil already: storing nil would allocate
+		gc.SetSafeContext(ctx)
+	}
 
 	connOpened := make(chan struct{})
 	ccb := &connWithCallback{c: gc, cb: func() {

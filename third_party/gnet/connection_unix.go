@@ -58,17 +58,18 @@ type conn struct {
 	pausedEndTold  bool                   // a PausedEndHandler was told the remote's end during a pause (OnPausedEnd)
 }
 
-func newStreamConn(proto string, fd int, el *eventloop, sa unix.Sockaddr, localAddr, remoteAddr net.Addr) (c *conn) {
+// newStreamConn makes the conn of a stream socket. sa is not kept: only a
+// datagram socket's writes need the remote's socket address (sendto).
+func newStreamConn(proto string, fd int, el *eventloop, _ unix.Sockaddr, localAddr, remoteAddr net.Addr) (c *conn) {
 	c = &conn{
 		fd:             fd,
 		proto:          proto,
-		remote:         sa,
 		loop:           el,
 		localAddr:      localAddr,
 		remoteAddr:     remoteAddr,
 		pollAttachment: netpoll.PollAttachment{FD: fd},
 	}
-	c.pollAttachment.Callback = c.processIO
+	c.setPollCallback()
 	c.outboundBuffer.Reset(el.engine.opts.WriteBufferCap)
 	return
 }

@@ -165,12 +165,8 @@ func (el *eventloop) enroll(c net.Conn, addr net.Addr, ctx any) (resCh chan Regi
 			ua.Name = c.RemoteAddr().String() + "." + strconv.Itoa(dupFD)
 			gc = newStreamConn("unix", dupFD, el, sockAddr, c.LocalAddr(), c.RemoteAddr())
 		case *net.TCPConn:
-			sockAddr, _, _, _, err = socket.GetTCPSockAddr(c.RemoteAddr().Network(), c.RemoteAddr().String())
-			if err != nil {
-				resCh <- RegisteredResult{Err: err}
-				return
-			}
-			gc = newStreamConn("tcp", dupFD, el, sockAddr, c.LocalAddr(), c.RemoteAddr())
+			// A stream's conn keeps no socket address (newStreamConn).
+			gc = newStreamConn("tcp", dupFD, el, nil, c.LocalAddr(), c.RemoteAddr())
 		case *net.UDPConn:
 			sockAddr, _, _, _, err = socket.GetUDPSockAddr(c.RemoteAddr().Network(), c.RemoteAddr().String())
 			if err != nil {
@@ -184,7 +180,9 @@ func (el *eventloop) enroll(c net.Conn, addr net.Addr, ctx any) (resCh chan Regi
 		}
 
 		gc.SetContext(ctx)
-		gc.SetSafeContext(ctx)
+		if ctx != nil { // a new conn's SafeContext is nil already: storing nil would allocate
+			gc.SetSafeContext(ctx)
+		}
 
 		connOpened := make(chan struct{})
 		ccb := &connWithCallback{c: gc, cb: func() {

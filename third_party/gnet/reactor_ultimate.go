@@ -81,3 +81,7 @@ func (el *eventloop) run() error {
 
 	return err
 }
+
+// setPollCallback points c's poll attachment at processIO: this reactor's
+// poller calls it for each of c's events.
+func (c *conn) setPollCallback() { c.pollAttachment.Callback = c.processIO }
