@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -8,14 +9,13 @@ import (
 )
 
 // crossReserve is a remote session's reserve whose watched tubes live in
-// several groups (docs/design/shards.md 6.2, 6.3), over the Link: Take's
-// rounds (peek every group with OpBest, take from the best with OpTake
+// several groups (docs/design/shards.md 6.2, 6.3), over the Link: rounds
+// (peek every group with OpBest, take from the best with OpTake
 // bounded by the others' best, again on Lost, unbounded after
 // maxBoundedRounds), and when nothing is ready a wait in every group (a
 // wait item each), the first offer winning, the others cancelled, an
 // offer that comes after the end declined, the timeout on this member's
-// timer. It is Take and Arbiter (take.go, wait.go) made of requests and
-// events rather than calls on store clients in this process.
+// timer (the package's doc, "A reserve across groups").
 //
 // A group with no leader (5.7: its requests answered StatusNoLeader or
 // StatusUnknown) counts as empty. DEADLINE_SOON comes from a group whose
@@ -195,7 +195,7 @@ func (r *crossReserve) againLocked() {
 // by the best of the others; with nothing ready, the reserve ends or
 // waits.
 func (r *crossReserve) takeLocked() {
-	at, bound, _ := takeFrom(r.bests, r.round)
+	at, bound := takeFrom(r.bests, r.round)
 	held := r.holding()
 	if at < 0 || held {
 		anyReady := false
@@ -379,4 +379,37 @@ func (r *crossReserve) cancelWaitsLocked() {
 			r.waitSeq[i] = 0
 		}
 	}
+}
+
+// maxBoundedRounds is how many takes may be Lost before the next goes
+// without a bound.
+const maxBoundedRounds = 4
+
+// noBound comes after every job.
+var noBound = store.Candidate{Pri: math.MaxUint32, ID: math.MaxUint64}
+
+// takeFrom picks, from the groups' peeks of a round (counted from 1), the
+// group to take from (-1: none has a ready job) and the take's bound: the
+// best of the other groups' candidates, or none once maxBoundedRounds
+// takes were lost, so that a reserve never spins.
+func takeFrom(bests []Best, round int) (at int, bound store.Candidate) {
+	at = -1
+	var best, others store.Candidate
+	othersOK := false
+	for i, b := range bests {
+		switch {
+		case !b.OK:
+		case at < 0:
+			at, best = i, b.Candidate
+		case b.Candidate.Before(best):
+			others, othersOK = best, true
+			at, best = i, b.Candidate
+		case !othersOK || b.Candidate.Before(others):
+			others, othersOK = b.Candidate, true
+		}
+	}
+	if othersOK && round <= maxBoundedRounds {
+		return at, others
+	}
+	return at, noBound
 }

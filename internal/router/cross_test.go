@@ -424,3 +424,92 @@ func TestDeclineRecallHanded(t *testing.T) {
 		}
 	}
 }
+
+// TestCrossReserveRaces drives the races of a take across groups with
+// the groups' answers held: what happens in the groups between the peeks
+// and the take (docs/design/shards.md 6.2).
+func TestCrossReserveRaces(t *testing.T) {
+	// peeked holds both groups' answers until each has answered: what
+	// changes next comes after the peeks the reserve will take by.
+	peeked := func(t *testing.T, n *linkNet) {
+		t.Helper()
+		testproc.WaitFor(t, 5*time.Second, "both groups' answers held", func() bool {
+			return n.heldCount(2) > 0 && n.heldCount(3) > 0
+		})
+	}
+	t.Run("a more urgent job put into another group is passed over", func(t *testing.T) {
+		n := newCrossNet(t, 2)
+		var seq atomic.Uint32
+		a := n.put(t, 2, "a", 5)
+		n.put(t, 3, "b", 7)
+		n.hold(2)
+		n.hold(3)
+		ends, _ := reserveAcross(n, &seq, 0)
+		peeked(t, n)
+		late := n.put(t, 3, "b", 1)
+		n.release(3)
+		n.release(2)
+		if e := nextEnd(t, ends); e.res != store.Reserved || e.group != 0 || e.job.ID != a {
+			t.Fatalf("reserved %+v from group %d (%v), want group 0's job %d: the documented difference", e.job, e.group, e.res, a)
+		}
+		c := n.stores[3].NewClient(nil)
+		defer c.Close()
+		c.Watch([]byte("b"))
+		if best, ok, _ := c.BestReady(); !ok || best.ID != late {
+			t.Errorf("the late job %d is not group 1's best ready (%+v, %v)", late, best, ok)
+		}
+	})
+	t.Run("a more urgent job put into the taking group is taken", func(t *testing.T) {
+		n := newCrossNet(t, 2)
+		var seq atomic.Uint32
+		n.put(t, 2, "a", 5)
+		n.put(t, 3, "b", 7)
+		n.hold(2)
+		n.hold(3)
+		ends, _ := reserveAcross(n, &seq, 0)
+		peeked(t, n)
+		late := n.put(t, 2, "a", 1)
+		n.release(3)
+		n.release(2)
+		if e := nextEnd(t, ends); e.res != store.Reserved || e.group != 0 || e.job.ID != late {
+			t.Fatalf("reserved %+v from group %d (%v), want group 0's new best, job %d, which beats all", e.job, e.group, e.res, late)
+		}
+	})
+	t.Run("after four lost takes the fifth goes unbounded", func(t *testing.T) {
+		n := newCrossNet(t, 2)
+		var seq atomic.Uint32
+		n.put(t, 2, "a", 5)
+		worst := n.put(t, 2, "a", 9)
+		n.put(t, 3, "b", 7)
+		thief := n.stores[2].NewClient(nil)
+		defer thief.Close()
+		thief.Watch([]byte("a"))
+		n.hold(2)
+		n.hold(3)
+		ends, _ := reserveAcross(n, &seq, 0)
+		// Each round, group 0's urgent job goes to another worker after
+		// the peeks, and a producer puts another after the take: every
+		// peek sees group 0 best, every bounded take finds only job 9.
+		for round := 1; round <= maxBoundedRounds+1; round++ {
+			peeked(t, n)
+			if j, res := thief.Reserve(0); res != store.Reserved || j.ID() == worst {
+				t.Fatalf("round %d: the other worker's reserve: %v, or job 9 itself", round, res)
+			}
+			n.pass(3)
+			n.pass(2)
+			testproc.WaitFor(t, 5*time.Second, "group 0's take answered", func() bool { return n.heldCount(2) > 0 })
+			if round <= maxBoundedRounds {
+				n.put(t, 2, "a", 5)
+				n.pass(2)
+			}
+		}
+		n.release(2)
+		n.release(3)
+		if e := nextEnd(t, ends); e.res != store.Reserved || e.group != 0 || e.job.ID != worst {
+			t.Fatalf("reserved %+v from group %d (%v), want job %d, unbounded in round %d", e.job, e.group, e.res, worst, maxBoundedRounds+1)
+		}
+		if r := n.stores[3].Stats().Reserved; r != 0 {
+			t.Errorf("group 1 holds %d reserved, want none", r)
+		}
+	})
+}

@@ -10,11 +10,8 @@
 // store here when this member leads it (Session.runHere, the local fast
 // path, 5.1: below), stats and list-tubes to every group (fanout.go,
 // 5.5), and a reserve whose watched tubes live in several groups through
-// crossReserve (cross.go, 6.2, 6.3). Beside them, the same take and wait
-// on the groups' store clients in this process (take.go, wait.go,
-// reserve.go), which only the tests run (crossReserve shares Take's
-// choice, takeFrom); and the codec of the commands stream's items
-// (items.go, 5.9).
+// crossReserve (cross.go, 6.2, 6.3); and the codec of the commands
+// stream's items (items.go, 5.9).
 //
 // # Several groups (G > 1)
 //
@@ -181,16 +178,16 @@
 //
 // # A reserve across groups: the take
 //
-// Take asks every group holding watched tubes for its best ready job
-// (store.Client.BestReady, reserving nothing), then asks the group with
-// the best to take it only if it does not come after the best of the
-// others (store.Client.TakeAtMost). The group's best may have improved
-// meanwhile: it is taken all the same, since it beats every other
-// candidate. If the group's best got worse (another session took its
-// job), the take is Lost and Take looks again: each Lost means another
-// reserve won a job, so the groups make progress. After maxBoundedRounds
-// lost rounds, the next take goes without a bound (Outcome.Unbounded), so
-// a reserve never spins.
+// crossReserve asks every group holding watched tubes for its best ready
+// job (OpBest: store.Client.BestReady, reserving nothing), then asks the
+// group with the best to take it only if it does not come after the best
+// of the others (OpTake: store.Client.TakeAtMost). The group's best may
+// have improved meanwhile: it is taken all the same, since it beats every
+// other candidate. If the group's best got worse (another session took
+// its job), the take is Lost and the reserve looks again: each Lost means
+// another reserve won a job, so the groups make progress. After
+// maxBoundedRounds lost rounds, the next take goes without a bound, so a
+// reserve never spins.
 //
 // The reply is thus the most urgent job among those ready in the watched
 // tubes when it was taken, except a job that became ready in one group
@@ -199,34 +196,26 @@
 // beanstalkd's, and so it is for every reserve whose tubes all live in
 // one group.
 //
-// What Take leaves to its caller, the session: DEADLINE_SOON (from the
-// session's own reservations, with Outcome.AnyReady for beanstalkd's
-// rule), waiting when nothing is ready, and the timeout.
-//
-// Reserver puts the take and the wait together as one server answers a
-// reserve: the most urgent ready job of every group; else DEADLINE_SOON
-// when a job the session holds in any group is within a second of its
-// TTR; else TIMED_OUT for a timeout of 0; else a wait, which the first
-// offer ends, or the session's timer at the timeout or at the soonest
-// DEADLINE_SOON, whichever comes first.
+// With nothing ready the reply is DEADLINE_SOON when a job the session
+// holds in any group is within a second of its TTR (with beanstalkd's
+// rule: only when no watched tube has a ready job, paused or not); else
+// TIMED_OUT for a timeout of 0; else a wait, which the first offer ends,
+// or the session's timer at the timeout or at the soonest DEADLINE_SOON,
+// whichever comes first.
 //
 // # A reserve across groups: the wait
 //
 // When nothing watched is ready, the session waits in every group at once
-// (Arbiter.Wait): each group's store client reserves the first job that
+// (a wait item each): each group's store reserves the first job that
 // comes for it, as a blocked reserve does on one server, and offers it
-// (the client's Notifier). The first offer wins, and the other groups'
-// waits are cancelled. An offer that comes too late, because another
-// group's won or the session's timer ended the wait (Arbiter.End), is
-// declined: its group unreserves the job (store.Client.Unreserve), every
+// (an event). The first offer wins, and the other groups' waits are
+// cancelled. An offer that comes too late, because another group's won or
+// the session's timer ended the wait, is declined (by the Link, its call
+// gone): its group unreserves the job (store.Client.Unreserve), every
 // figure as if it had never been reserved, and hands it to its next
 // waiter. So a session never holds a reservation it did not receive. A
 // group where the session holds a job near its TTR ends the wait with
-// DEADLINE_SOON, as one server would. A group whose wait could not be
-// cancelled (its offer was on its way) owes the session that offer
-// (Arbiter.Owed), which is declined whenever it comes, during the next
-// wait too; until then the session must not change what it watches in
-// that group, whose store is still taking the old wait off its tubes.
+// DEADLINE_SOON, as one server would.
 //
 // # The commands stream's items
 //
