@@ -437,19 +437,26 @@ func TestCrossReserveRaces(t *testing.T) {
 			return n.heldCount(2) > 0 && n.heldCount(3) > 0
 		})
 	}
-	t.Run("a more urgent job put into another group is passed over", func(t *testing.T) {
-		n := newCrossNet(t, 2)
+	// lateJob reserves across group 0 (a job of priority 5) and group 1
+	// (7), with a job of priority 1 put into group 1, or 0, after the
+	// peeks: the reserve's end, group 0's first job and the late one.
+	lateJob := func(t *testing.T, into uint16) (n *linkNet, e crossEnd, a, late uint64) {
+		n = newCrossNet(t, 2)
 		var seq atomic.Uint32
-		a := n.put(t, 2, "a", 5)
+		a = n.put(t, 2, "a", 5)
 		n.put(t, 3, "b", 7)
 		n.hold(2)
 		n.hold(3)
 		ends, _ := reserveAcross(n, &seq, 0)
 		peeked(t, n)
-		late := n.put(t, 3, "b", 1)
+		late = n.put(t, uint64(into)+2, string(rune('a'+into)), 1)
 		n.release(3)
 		n.release(2)
-		if e := nextEnd(t, ends); e.res != store.Reserved || e.group != 0 || e.job.ID != a {
+		return n, nextEnd(t, ends), a, late
+	}
+	t.Run("a more urgent job put into another group is passed over", func(t *testing.T) {
+		n, e, a, late := lateJob(t, 1)
+		if e.res != store.Reserved || e.group != 0 || e.job.ID != a {
 			t.Fatalf("reserved %+v from group %d (%v), want group 0's job %d: the documented difference", e.job, e.group, e.res, a)
 		}
 		c := n.stores[3].NewClient(nil)
@@ -460,18 +467,8 @@ func TestCrossReserveRaces(t *testing.T) {
 		}
 	})
 	t.Run("a more urgent job put into the taking group is taken", func(t *testing.T) {
-		n := newCrossNet(t, 2)
-		var seq atomic.Uint32
-		n.put(t, 2, "a", 5)
-		n.put(t, 3, "b", 7)
-		n.hold(2)
-		n.hold(3)
-		ends, _ := reserveAcross(n, &seq, 0)
-		peeked(t, n)
-		late := n.put(t, 2, "a", 1)
-		n.release(3)
-		n.release(2)
-		if e := nextEnd(t, ends); e.res != store.Reserved || e.group != 0 || e.job.ID != late {
+		_, e, _, late := lateJob(t, 0)
+		if e.res != store.Reserved || e.group != 0 || e.job.ID != late {
 			t.Fatalf("reserved %+v from group %d (%v), want group 0's new best, job %d, which beats all", e.job, e.group, e.res, late)
 		}
 	})
