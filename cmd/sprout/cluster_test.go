@@ -619,17 +619,6 @@ func configLines(output string) []configLine {
 	return out
 }
 
-// lastLine is the last line of output at error level, or the last line.
-func lastLine(output string) string {
-	lines := strings.Split(strings.TrimSpace(output), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		if strings.Contains(lines[i], `"level":"error"`) {
-			return lines[i]
-		}
-	}
-	return lines[len(lines)-1]
-}
-
 // TestParseArgsCluster: cluster mode's flags, from the command line and
 // the environment, and each refusal in one line naming the flag.
 func TestParseArgsCluster(t *testing.T) {

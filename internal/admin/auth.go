@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -60,14 +59,6 @@ type Access struct {
 	// shown. Both hold exactly when it is authenticated; with no token set
 	// the API is read-only and shows no bodies.
 	Changes, Bodies bool
-}
-
-type accessKey struct{}
-
-// AccessFrom is the Access that Middleware let a request through with.
-func AccessFrom(ctx context.Context) Access {
-	a, _ := ctx.Value(accessKey{}).(Access)
-	return a
 }
 
 // Auth decides who may do what: see doc.go. It is safe for concurrent use.
@@ -152,17 +143,16 @@ func errReadOnly() *Error {
 	return errorf(http.StatusForbidden, "read-only: the server has no admin token (--admin-token), so nothing can be changed")
 }
 
-// Middleware lets a request through to next when Check allows it, with its
-// Access in the context (AccessFrom), and otherwise answers it with the
-// JSON error. The console wraps its handlers in it.
+// Middleware lets a request through to next when Check allows it, and
+// otherwise answers it with the JSON error. The console wraps its
+// handlers in it.
 func (a *Auth) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		acc, err := a.Check(r)
-		if err != nil {
+		if _, err := a.Check(r); err != nil {
 			WriteError(w, err)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), accessKey{}, acc)))
+		next.ServeHTTP(w, r)
 	})
 }
 

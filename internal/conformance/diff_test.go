@@ -387,10 +387,6 @@ func (s *session) forget(n int) {
 	}
 }
 
-// send writes the same bytes to connection n on both servers, reference
-// first.
-func (s *session) send(n int, b []byte) { s.sendPair(n, b, b) }
-
 // sendPair writes ref to connection n on the reference, then sut to it on
 // Sprout: the same command, with Sprout's job ids (groupsView.render).
 func (s *session) sendPair(n int, ref, sut []byte) {

@@ -40,11 +40,10 @@
 // PlanLeaders balances leaderships (section 1.5): each member that may
 // lead ends up leading floor(G/M) or ceil(G/M) groups, a draining member
 // none; each transfer goes to a voter its caller reports caught up.
-// PlanReplicas keeps R voters in every group on members that are live
-// and not draining, adding a learner on the member holding the fewest
-// replicas before a draining one's replica is removed (section 1.4);
-// PlanMove plans the next replica move, and Move.Progress tells how far
-// a move planned has come. They are deterministic functions of their
+// PlanMove plans the next replica move (section 1.4): R voters kept in
+// every group on members that are live and not draining, a draining
+// member's replicas handed over first, each member holding about as
+// many; Move.Progress tells how far a move planned has come. They are deterministic functions of their
 // inputs; group 0's leader plans the moves and has each made before it
 // plans the next (internal/member), and each member hands over the
 // leaderships its plan moves from it.

@@ -152,90 +152,6 @@ func (s *State) holdsVoter(member string) bool {
 	return false
 }
 
-// ReplicaChange adds a learner replica of Group on Member, or removes
-// Member's replica of it.
-type ReplicaChange struct {
-	Group  uint16
-	Member string
-	Remove bool
-}
-
-// PlanReplicas is the replica changes that keep every group at R voters
-// on members that are not draining, and spread replicas so that each
-// member that is live and not draining holds floor or ceil of R·G/M. A
-// group short of voters gets a learner (its core promotes it once caught
-// up) on the live member holding fewest replicas, ties broken by a hash
-// of the member's name and the group, so that groups do not all pick the
-// same member; a group with more than R voters loses the replica of the
-// member holding most, and a draining member's replica goes once the
-// group has R without it. A member that is down keeps its replicas: its
-// groups run on their majorities, and replacing it is the operator's act
-// (docs/design/shards.md 1.4); only new replicas avoid it. At most one
-// change per group, and one spreading move per plan.
-func PlanReplicas(s *State, live func(member string) bool) []ReplicaChange {
-	kept := func(name string) bool {
-		m := s.member(name)
-		return m != nil && !m.Draining
-	}
-	load := loads(s, s.Groups, live) // the members new replicas may go to
-	var plan []ReplicaChange
-	changed := map[uint16]bool{} // changed now, or still promoting a learner
-	for i := range s.Groups {
-		g := &s.Groups[i]
-		var healthy, drained []string
-		learning := false
-		for _, r := range g.Replicas {
-			switch {
-			case r.Learner && kept(r.Member):
-				learning = true
-			case r.Learner:
-			case kept(r.Member):
-				healthy = append(healthy, r.Member)
-			default:
-				if m := s.member(r.Member); m != nil && m.Draining {
-					drained = append(drained, r.Member)
-				}
-			}
-		}
-		if learning {
-			changed[g.ID] = true
-		}
-		switch {
-		case len(healthy) < s.Replicas && !learning:
-			if to := load.fewest(g); to != "" {
-				plan = append(plan, ReplicaChange{Group: g.ID, Member: to})
-				load[to]++
-				changed[g.ID] = true
-			}
-		case len(healthy) >= s.Replicas && len(drained) > 0:
-			plan = append(plan, ReplicaChange{Group: g.ID, Member: drained[0], Remove: true})
-			changed[g.ID] = true
-		case len(healthy) > s.Replicas:
-			most := slices.MaxFunc(healthy, func(a, b string) int {
-				return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(a, b))
-			})
-			plan = append(plan, ReplicaChange{Group: g.ID, Member: most, Remove: true})
-			if _, ok := load[most]; ok {
-				load[most]--
-			}
-			changed[g.ID] = true
-		}
-	}
-	// Spread: from the member holding most to the one holding fewest, one
-	// group they do not share.
-	most, least := load.extremes()
-	if most == "" || load[most]-load[least] <= 1 {
-		return plan
-	}
-	for i := range s.Groups {
-		g := &s.Groups[i]
-		if !changed[g.ID] && g.Holds(most) && !g.Holds(least) {
-			return append(plan, ReplicaChange{Group: g.ID, Member: least})
-		}
-	}
-	return plan
-}
-
 // Move moves Group's replica from one member to another, as the member
 // does it (internal/member, a learner added, promoted, then the giver
 // removed). To "" removes From's replica alone: no member can take it
@@ -282,9 +198,9 @@ const (
 // over the cluster: none while any group has a learner (a move under
 // way). A draining member's replica goes first, to the live member not
 // draining that holds fewest replicas and none of the group, ties broken
-// by a hash of the member's name and the group (as PlanReplicas). Then a
-// group with more voters than R (a move cut short) loses the replica of
-// the member holding most, and one with fewer (a drain with no receiver,
+// by a hash of the member's name and the group, so that groups do not
+// all pick the same member. Then a group with more voters than R (a move
+// cut short) loses the replica of the member holding most, and one with fewer (a drain with no receiver,
 // since made good by a member added) gains one there. Else, while a live member
 // holds two more replicas than another, one of its groups that the other
 // holds none of goes to it: so a member added receives replicas until

@@ -119,54 +119,6 @@ func TestPlanLeaders(t *testing.T) {
 	}
 }
 
-// settleReplicas carries out PlanReplicas' changes until it plans none:
-// a learner added is promoted the round after (its core found it caught
-// up). Each round, every group keeps at least R voters on members that
-// are not draining once it had them, and holds no member twice.
-func settleReplicas(t *testing.T, s *State, live func(string) bool) {
-	t.Helper()
-	for round := 1; round <= 200; round++ {
-		for i := range s.Groups {
-			for k := range s.Groups[i].Replicas {
-				s.Groups[i].Replicas[k].Learner = false
-			}
-		}
-		plan := PlanReplicas(s, live)
-		if len(plan) == 0 {
-			return
-		}
-		for _, c := range plan {
-			g := &s.Groups[c.Group]
-			if c.Remove {
-				i := slices.IndexFunc(g.Replicas, func(r Replica) bool { return r.Member == c.Member })
-				if i < 0 {
-					t.Fatalf("%+v: the group holds no such replica", c)
-				}
-				g.Replicas = slices.Delete(g.Replicas, i, i+1)
-				if kept := keptVoters(s, g); kept < s.Replicas {
-					t.Fatalf("%+v left group %d with %d voters: %+v", c, g.ID, kept, g.Replicas)
-				}
-				continue
-			}
-			if g.Holds(c.Member) || !live(c.Member) {
-				t.Fatalf("%+v: a replica on a member that holds one already, or is down", c)
-			}
-			g.Replicas = append(g.Replicas, Replica{Member: c.Member, Learner: true})
-		}
-	}
-	t.Fatal("the replicas never settled")
-}
-
-func keptVoters(s *State, g *Group) int {
-	n := 0
-	for _, v := range g.Voters() {
-		if m := s.member(v); m != nil && !m.Draining {
-			n++
-		}
-	}
-	return n
-}
-
 // replicaLoads counts the replicas each member holds of groups (every
 // member of s counted, with 0 if it holds none).
 func replicaLoads(s *State, groups []Group) map[string]int {
@@ -180,46 +132,6 @@ func replicaLoads(s *State, groups []Group) map[string]int {
 		}
 	}
 	return n
-}
-
-// TestPlanReplicas: a formation needs no change; a member added receives
-// replicas until every member holds floor or ceil of R·G/M; a draining
-// member hands every replica over, each group keeping R voters all the
-// while; a member that is down keeps its replicas and is given none.
-func TestPlanReplicas(t *testing.T) {
-	up := func(string) bool { return true }
-	s, _ := Formation(members(5), 5, 3)
-	if plan := PlanReplicas(s, up); len(plan) != 0 {
-		t.Fatalf("a formation changed: %+v", plan)
-	}
-	s.Members = append(s.Members, Member{Name: "m6"})
-	settleReplicas(t, s, up)
-	for name, n := range replicaLoads(s, s.Groups) {
-		if n < 2 || n > 3 {
-			t.Errorf("after m6 joined: %s holds %d replicas (%v)", name, n, replicaLoads(s, s.Groups))
-		}
-	}
-
-	s.member("m2").Draining = true
-	settleReplicas(t, s, up)
-	for name, n := range replicaLoads(s, s.Groups) {
-		if name == "m2" && n != 0 || name != "m2" && (n < 3 || n > 3) {
-			t.Errorf("after m2 drained: %s holds %d replicas (%v)", name, n, replicaLoads(s, s.Groups))
-		}
-	}
-	for _, g := range s.Groups {
-		if len(g.Voters()) != 3 {
-			t.Errorf("group %d: voters %v", g.ID, g.Voters())
-		}
-	}
-
-	s, _ = Formation(members(4), 4, 3)
-	before := replicaLoads(s, s.Groups)
-	down := func(m string) bool { return m != "m3" }
-	settleReplicas(t, s, down)
-	if got := replicaLoads(s, s.Groups); got["m3"] != before["m3"] {
-		t.Errorf("a member down lost or gained replicas: %v, was %v", got, before)
-	}
 }
 
 // settleMoves carries out PlanMove's moves on s until it plans none, and
