@@ -1,6 +1,7 @@
 GO ?= go
 GOFMT ?= gofmt
 BIN := bin/sprout
+DEADCODE := golang.org/x/tools/cmd/deadcode@v0.52.0
 CTL := bin/sproutctl
 # What sprout -v reports (stats reports it as 1.13.0+sprout.VERSION, see
 # internal/buildinfo); a clone without tags shows the commit.
@@ -104,6 +105,8 @@ run: build
 # skip without it.
 # .ci/go-test ends a failing run with the failures in short, where a CI
 # report, which keeps the output's head and tail, shows them.
+# deadcode (golang.org/x/tools) lists the functions that no main package and
+# no test reaches; any is a failure (docs/development.md, "Dead code").
 # third_party/gnet is a module of its own, out of reach of ./...: its
 # patches' tests (third_party/gnet/PATCHES.md) run on their own line.
 # The short FuzzEngine run goes without -race, for speed; its seeds have just
@@ -113,6 +116,8 @@ run: build
 test:
 	@ref=$$(bash .ci/test-setup) && \
 	echo "$(GO) vet ./..." && $(GO) vet ./... && \
+	echo "deadcode -test ./..." && dead=$$($(GO) run $(DEADCODE) -test ./...) && \
+	{ [ -z "$$dead" ] || { echo "$$dead"; echo "deadcode: the functions above are reached from no main and no test: delete them"; exit 1; }; } && \
 	echo "$(GO) test -race -count=1 -timeout 15m ./..." && \
 	browser=$$( [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && echo 1 || echo 0 ) && \
 	SPROUT_REF_BEANSTALKD="$$ref" SPROUT_REQUIRE_BROWSER=$$browser GO=$(GO) bash .ci/go-test -race -count=1 -timeout 15m ./... && \
