@@ -272,11 +272,20 @@ func postMember(ctx context.Context, via *member, body []byte) (string, int, err
 	return out.Join, resp.StatusCode, nil
 }
 
-// startJoining starts m, added already, with --cluster-join join.
+// startJoining starts m, added already, with --cluster-join join and
+// every member now as --cluster-peers, as sproutctl members add prints
+// them: a joiner reaches, and lets in, only the members it was given
+// until it has caught up, and group 0's leader may be one added after the
+// cluster formed.
 func (c *Cluster) startJoining(m *member, join string) error {
-	extra := c.extra
+	extra, peers := c.extra, c.peers
 	c.extra = append(append([]string(nil), extra...), "--cluster-join", join)
-	defer func() { c.extra = extra }()
+	var all []string
+	for _, o := range c.members {
+		all = append(all, o.name+"="+o.peerAddr)
+	}
+	c.peers = strings.Join(all, ",")
+	defer func() { c.extra, c.peers = extra, peers }()
 	return c.start(m)
 }
 

@@ -91,11 +91,13 @@ func (s Scenario) runGrow(ctx context.Context, c *Cluster, prog *Progress) (Resu
 		// One membership change at a time: the next waits for this one's
 		// promotion.
 		if err := c.awaitVoter(ctx, first[0], m, time.Now().Add(growTimeout)); err != nil {
-			return res, err
+			return res, fmt.Errorf("%w; %s; its last output:\n%s\n%s's last lines on members and replicas:\n%s",
+				err, c.membersAsSeen(ctx, first[0]), outputTail(m.proc), first[0].name, membershipLines(first[0].proc, 20))
 		}
 	}
 	if err := c.awaitSpread(ctx, s.Replicas, time.Now().Add(growTimeout)); err != nil {
-		return res, fmt.Errorf("load: after adding %d members: %w", len(added), err)
+		return res, fmt.Errorf("load: after adding %d members: %w; %s; %s's last lines on members and replicas:\n%s",
+			len(added), err, c.membersAsSeen(ctx, first[0]), first[0].name, membershipLines(first[0].proc, 20))
 	}
 	g.GrowTime = time.Since(start)
 	done.Add(1)
@@ -131,7 +133,14 @@ func (s Scenario) runGrow(ctx context.Context, c *Cluster, prog *Progress) (Resu
 	res.Jobs, res.Elapsed = jobs, elapsed
 	res.Sent, res.Acked = traffic.jobs.Load(), traffic.jobs.Load()
 	if err := traffic.stop(); err != nil {
-		return res, fmt.Errorf("load: the traffic: %w", err)
+		// A client's connection that ended: its member's leaderships, as
+		// a lost one closes the sessions waiting for its log.
+		var lines strings.Builder
+		for _, m := range first {
+			fmt.Fprintf(&lines, "\n%s (exited %v), its last lines on leaderships and closes:\n%s",
+				m.name, m.proc.Exited(), leadershipLines(m.proc, 30))
+		}
+		return res, fmt.Errorf("load: the traffic: %w%s", err, lines.String())
 	}
 	return res, nil
 }
@@ -167,6 +176,21 @@ func membershipLines(p *testproc.Process, n int) string {
 		if strings.Contains(line, "member") && (strings.Contains(line, "remov") || strings.Contains(line, "drain")) ||
 			strings.Contains(line, "replica") || strings.Contains(line, "balance") {
 			picked = append(picked, strings.TrimSpace(line))
+		}
+	}
+	return strings.Join(picked[max(0, len(picked)-n):], "\n")
+}
+
+// leadershipLines are the last n lines of p's output about leaderships,
+// handovers, rebuilds and closes.
+func leadershipLines(p *testproc.Process, n int) string {
+	var picked []string
+	for line := range strings.Lines(p.Output()) {
+		for _, w := range []string{"leader", "hand", "rebuil", "clos"} {
+			if strings.Contains(line, w) {
+				picked = append(picked, strings.TrimSpace(line))
+				break
+			}
 		}
 	}
 	return strings.Join(picked[max(0, len(picked)-n):], "\n")
