@@ -19,11 +19,10 @@ import (
 // worker's delete of the job it holds is answered DELETED by the next
 // leader, as one server would answer it.
 const (
-	// handOverGrace lets commands that passed the router's check before
-	// the hold reach the log: an event loop runs one in microseconds.
-	handOverGrace = 10 * time.Millisecond
-	// handOverSettle bounds the wait for their acknowledgement, and for
-	// the handover's record.
+	// handOverSettle bounds the wait for the commands that passed the
+	// router's hold before it was set (router.Router.LocalDone), the
+	// wait for their acknowledgement, and the one for the handover's
+	// record.
 	handOverSettle = time.Second
 	// handOverLate is how long past an election timeout, when raft drops
 	// a transfer that has not happened, the leadership is awaited.
@@ -50,6 +49,10 @@ var errLeadershipStayed = errors.New("the leadership stayed")
 // receiver won the election that followed.
 var errElectedElsewhere = errors.New("the leadership went to an election")
 
+// errLocalRuns: a command of this member's sessions still ran on the
+// group's store here when the handover would have gone.
+var errLocalRuns = errors.New("a command still ran on its store here")
+
 // errNotLogged: the reservations the leader's sessions hold were not
 // logged in time, so the leadership stays rather than go without them.
 var errNotLogged = errors.New("its sessions' reservations were not logged in time")
@@ -71,7 +74,11 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 		return err // handed over meanwhile, or lost
 	}
 	m.sessions.HoldLocal(g, time.Now().Add(handOverHold))
-	time.Sleep(handOverGrace)
+	if !m.sessions.LocalDone(g, time.Now().Add(handOverSettle)) {
+		// A command still runs here past the bound (its loop starved):
+		// going now would close its session, waiting for its reply.
+		return m.keepLeadership(n, g, false, errLocalRuns)
+	}
 	st := n.Store()
 	st.PauseJobs()
 	m.sessions.Gate(g)

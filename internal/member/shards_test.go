@@ -723,6 +723,9 @@ func TestShardGroupsLocal(t *testing.T) {
 		t.Fatalf("reserve: %+v %v, want job %d", r, err, id1)
 	}
 	expectCounts("a put and a reserve in the group m1 leads", l0, s0, 2, 0)
+	if !m1.sessions.LocalDone(g, time.Now()) {
+		t.Fatal("a command run here is still counted as running (router.Router.LocalDone)")
+	}
 
 	// A put into another group's tube is on its way when the delete
 	// comes: the delete goes the other way, to the same owner client.

@@ -49,6 +49,11 @@ type Router struct {
 	// holdLocal, by group: until when (unix nanoseconds) commands for it
 	// go the other way, not run here (HoldLocal); 0: no hold.
 	holdLocal [meta.MaxGroups]atomic.Int64
+	// runningLocal, by group: the commands running on its store here now
+	// (Session.runHere), each counted before it looks at the hold, so
+	// that once HoldLocal is set and this is 0 no command runs here
+	// (LocalDone).
+	runningLocal [meta.MaxGroups]atomic.Int32
 
 	remote  atomic.Int64  // the remote sessions open (Stats)
 	local   atomic.Uint64 // the commands run on this member's stores (Session.runHere)
@@ -338,6 +343,25 @@ type Stats struct {
 // making replies that only its own leadership could acknowledge, so that
 // no session has to close for one when it goes (ClosesWith).
 func (r *Router) HoldLocal(g uint16, until time.Time) { r.holdLocal[g].Store(until.UnixNano()) }
+
+// LocalDone waits, until deadline at most, until no command for group g
+// runs on its store here: called after HoldLocal, it returns once every
+// command that passed the hold before it was set has been run, and made
+// the appends it will make, so that the group's journal's Appended
+// covers them. It reports whether none runs.
+func (r *Router) LocalDone(g uint16, deadline time.Time) bool {
+	for r.runningLocal[g].Load() != 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(localPoll)
+	}
+	return true
+}
+
+// localPoll is how often LocalDone looks: a command runs on a store in
+// microseconds, unless its event loop's thread is descheduled.
+const localPoll = 200 * time.Microsecond
 
 // heldLocal reports whether HoldLocal holds group g now.
 func (r *Router) heldLocal(g uint16) bool {

@@ -415,10 +415,18 @@ func (s *Session) call(g uint16, req Request, a *engine.Answer, finish func(it *
 // before the log has acknowledged it, the session closes (ClosesWith).
 func (s *Session) runHere(g uint16, req Request, a *engine.Answer, finish func(it *Item, a *engine.Answer)) bool {
 	r := s.r
-	if a.Behind || s.ids != 0 || !s.quietHere(g) {
+	if a.Behind || s.ids != 0 {
+		return false
+	}
+	// Counted before the hold is looked at (quietHere): a handover that
+	// set it waits for this run (Router.LocalDone).
+	r.runningLocal[g].Add(1)
+	if !s.quietHere(g) {
+		r.runningLocal[g].Add(-1)
 		return false
 	}
 	reply, acks, pos, ran := r.server.local(ownerKey{member: r.cfg.Self, session: s.id, group: g}, req, &r.link.stamp)
+	r.runningLocal[g].Add(-1)
 	if !ran {
 		return false
 	}

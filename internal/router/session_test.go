@@ -108,3 +108,26 @@ func TestSessionAskHeld(t *testing.T) {
 		t.Errorf("a closed session asked %d questions", got-requests)
 	}
 }
+
+// TestLocalDone: after HoldLocal, LocalDone waits for a command that
+// counted itself as running here before the hold was set (runHere), and
+// only for its own group's.
+func TestLocalDone(t *testing.T) {
+	r := &Router{}
+	const g = 3
+	r.runningLocal[g].Add(1) // passed the hold's check before it was set
+	r.HoldLocal(g, time.Now().Add(time.Minute))
+	if r.LocalDone(g, time.Now().Add(20*time.Millisecond)) {
+		t.Fatal("LocalDone did not wait for the command running here")
+	}
+	if !r.LocalDone(g+1, time.Now()) {
+		t.Fatal("LocalDone waited for another group's command")
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		r.runningLocal[g].Add(-1)
+	}()
+	if !r.LocalDone(g, time.Now().Add(5*time.Second)) {
+		t.Fatal("LocalDone did not see the command end")
+	}
+}
