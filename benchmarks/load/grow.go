@@ -96,8 +96,8 @@ func (s Scenario) runGrow(ctx context.Context, c *Cluster, prog *Progress) (Resu
 		}
 	}
 	if err := c.awaitSpread(ctx, s.Replicas, time.Now().Add(growTimeout)); err != nil {
-		return res, fmt.Errorf("load: after adding %d members: %w; %s; %s's last lines on members and replicas:\n%s",
-			len(added), err, c.membersAsSeen(ctx, first[0]), first[0].name, membershipLines(first[0].proc, 20))
+		return res, fmt.Errorf("load: after adding %d members: %w; %s%s", len(added), err,
+			c.membersAsSeen(ctx, first[0]), c.plannerLines(ctx, first[0]))
 	}
 	g.GrowTime = time.Since(start)
 	done.Add(1)
@@ -179,6 +179,26 @@ func membershipLines(p *testproc.Process, n int) string {
 		}
 	}
 	return strings.Join(picked[max(0, len(picked)-n):], "\n")
+}
+
+// plannerLines are the membership lines of via and of group 0's leader
+// as via sees it, the member that plans the replicas' moves.
+func (c *Cluster) plannerLines(ctx context.Context, via *member) string {
+	shown := []*member{via}
+	if st, err := c.status(ctx, via); err == nil {
+		for _, gs := range st.Groups {
+			for _, m := range c.up() {
+				if gs.ID == 0 && m.name == gs.Leader && m != via {
+					shown = append(shown, m)
+				}
+			}
+		}
+	}
+	var b strings.Builder
+	for _, m := range shown {
+		fmt.Fprintf(&b, "\n%s's last lines on members and replicas:\n%s", m.name, membershipLines(m.proc, 20))
+	}
+	return b.String()
 }
 
 // leadershipLines are the last n lines of p's output about leaderships,
