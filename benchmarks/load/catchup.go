@@ -280,11 +280,7 @@ func postMember(ctx context.Context, via *member, body []byte) (string, int, err
 func (c *Cluster) startJoining(m *member, join string) error {
 	extra, peers := c.extra, c.peers
 	c.extra = append(append([]string(nil), extra...), "--cluster-join", join)
-	var all []string
-	for _, o := range c.members {
-		all = append(all, o.name+"="+o.peerAddr)
-	}
-	c.peers = strings.Join(all, ",")
+	c.peers = peerList(c.members)
 	defer func() { c.extra, c.peers = extra, peers }()
 	return c.start(m)
 }

@@ -89,7 +89,6 @@ func StartCluster(spec ServerSpec, n int, extra []string) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{spec: spec, extra: extra, root: root, http: &http.Client{Timeout: statusTimeout}}
-	var peers []string
 	for i := 1; i <= n; i++ {
 		m := &member{name: fmt.Sprintf("m%d", i), dir: filepath.Join(root, fmt.Sprintf("m%d", i))}
 		if err := os.Mkdir(m.dir, 0o700); err != nil {
@@ -105,9 +104,8 @@ func StartCluster(spec ServerSpec, n int, extra []string) (*Cluster, error) {
 			*addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		}
 		c.members = append(c.members, m)
-		peers = append(peers, m.name+"="+m.peerAddr)
 	}
-	c.peers = strings.Join(peers, ",")
+	c.peers = peerList(c.members)
 	for _, m := range c.members {
 		if err := c.start(m); err != nil {
 			c.Stop()
@@ -115,6 +113,15 @@ func StartCluster(spec ServerSpec, n int, extra []string) (*Cluster, error) {
 		}
 	}
 	return c, nil
+}
+
+// peerList is members as --cluster-peers takes them.
+func peerList(members []*member) string {
+	peers := make([]string, len(members))
+	for i, m := range members {
+		peers[i] = m.name + "=" + m.peerAddr
+	}
+	return strings.Join(peers, ",")
 }
 
 // start starts m, again if it ran before, on a new client port and the

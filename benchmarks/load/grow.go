@@ -171,10 +171,26 @@ func (c *Cluster) membersAsSeen(ctx context.Context, via *member) string {
 // membershipLines are the last n lines of p's output about members,
 // replicas and leaderships: what a removal goes through.
 func membershipLines(p *testproc.Process, n int) string {
+	return lastLines(p, n, func(line string) bool {
+		return strings.Contains(line, "member") && (strings.Contains(line, "remov") || strings.Contains(line, "drain")) ||
+			strings.Contains(line, "replica") || strings.Contains(line, "balance")
+	})
+}
+
+// leadershipLines are the last n lines of p's output about leaderships,
+// handovers, rebuilds and closes.
+func leadershipLines(p *testproc.Process, n int) string {
+	return lastLines(p, n, func(line string) bool {
+		return strings.Contains(line, "leader") || strings.Contains(line, "hand") ||
+			strings.Contains(line, "rebuil") || strings.Contains(line, "clos")
+	})
+}
+
+// lastLines are the last n lines of p's output that keep picks, trimmed.
+func lastLines(p *testproc.Process, n int, keep func(line string) bool) string {
 	var picked []string
 	for line := range strings.Lines(p.Output()) {
-		if strings.Contains(line, "member") && (strings.Contains(line, "remov") || strings.Contains(line, "drain")) ||
-			strings.Contains(line, "replica") || strings.Contains(line, "balance") {
+		if keep(line) {
 			picked = append(picked, strings.TrimSpace(line))
 		}
 	}
@@ -186,11 +202,10 @@ func membershipLines(p *testproc.Process, n int) string {
 func (c *Cluster) plannerLines(ctx context.Context, via *member) string {
 	shown := []*member{via}
 	if st, err := c.status(ctx, via); err == nil {
-		for _, gs := range st.Groups {
-			for _, m := range c.up() {
-				if gs.ID == 0 && m.name == gs.Leader && m != via {
-					shown = append(shown, m)
-				}
+		i := slices.IndexFunc(st.Groups, func(gs replication.GroupStatus) bool { return gs.ID == 0 })
+		for _, m := range c.up() {
+			if i >= 0 && m.name == st.Groups[i].Leader && m != via {
+				shown = append(shown, m)
 			}
 		}
 	}
@@ -199,21 +214,6 @@ func (c *Cluster) plannerLines(ctx context.Context, via *member) string {
 		fmt.Fprintf(&b, "\n%s's last lines on members and replicas:\n%s", m.name, membershipLines(m.proc, 20))
 	}
 	return b.String()
-}
-
-// leadershipLines are the last n lines of p's output about leaderships,
-// handovers, rebuilds and closes.
-func leadershipLines(p *testproc.Process, n int) string {
-	var picked []string
-	for line := range strings.Lines(p.Output()) {
-		for _, w := range []string{"leader", "hand", "rebuil", "clos"} {
-			if strings.Contains(line, w) {
-				picked = append(picked, strings.TrimSpace(line))
-				break
-			}
-		}
-	}
-	return strings.Join(picked[max(0, len(picked)-n):], "\n")
 }
 
 // awaitVoter waits until via lists m as a voter.
