@@ -679,17 +679,12 @@ func (m *member) replicaMoves() (map[string]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
-	return movesByPlanner(m.name, series)
-}
-
-// movesByPlanner is member name's movesMetric series by planned_by.
-func movesByPlanner(name string, series map[string]float64) (map[string]uint64, error) {
 	by := map[string]uint64{}
 	for s, n := range series {
 		rest, prefixed := strings.CutPrefix(s, movesMetric+`{planned_by="`)
 		label, ok := strings.CutSuffix(rest, `"}`)
 		if !prefixed || !ok {
-			return nil, fmt.Errorf("%s /metrics: a series %q", name, s)
+			return nil, fmt.Errorf("%s /metrics: a series %q", m.name, s)
 		}
 		by[label] = uint64(n)
 	}
@@ -697,18 +692,13 @@ func movesByPlanner(name string, series map[string]float64) (map[string]uint64, 
 }
 
 // noteMoves reads m's replica moves into lastMoves, before the test stops
-// its process; a member that does not answer within a second (stopped
-// by SIGSTOP) is noted as unread.
+// its process; a member that does not answer is noted as unread.
 func (m *member) noteMoves() {
 	m.lastMoves = moveLook{}
 	if !m.up() {
 		return
 	}
-	series, err := testproc.MetricSeries(&http.Client{Timeout: time.Second}, m.httpBase(), movesMetric)
-	if err != nil {
-		return
-	}
-	if by, err := movesByPlanner(m.name, series); err == nil {
+	if by, err := m.replicaMoves(); err == nil {
 		m.lastMoves = moveLook{proc: m.proc, by: by}
 	}
 }
