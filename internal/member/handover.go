@@ -77,7 +77,7 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 	if !m.sessions.LocalDone(g, time.Now().Add(handOverSettle)) {
 		// A command still runs here past the bound (its loop starved):
 		// going now would close its session, waiting for its reply.
-		return m.keepLeadership(n, g, false, errLocalRuns)
+		return errLocalRuns
 	}
 	st := n.Store()
 	st.PauseJobs()

@@ -84,8 +84,8 @@
 // be; the others stay open, their next commands going to the next
 // leader. A member that hands a leadership over first holds the fast
 // path for that group (HoldLocal), waits for the commands that passed
-// the hold before it was set (LocalDone: each counts itself before it
-// looks), then until what ran is acknowledged, so that none closes; then it stops the group's requests (Server.Gate),
+// the hold before it was set (LocalDone: each counts itself before its
+// last look), then until what ran is acknowledged, so that none closes; then it stops the group's requests (Server.Gate),
 // lists what its sessions hold (Server.Held) for the log, and the next
 // leader gives those jobs to the same sessions' owner clients (Adopt). This holds for a single group's remote sessions too (those
 // opened while another member led).

@@ -50,8 +50,8 @@ type Router struct {
 	// go the other way, not run here (HoldLocal); 0: no hold.
 	holdLocal [meta.MaxGroups]atomic.Int64
 	// runningLocal, by group: the commands running on its store here now
-	// (Session.runHere), each counted before it looks at the hold, so
-	// that once HoldLocal is set and this is 0 no command runs here
+	// (Session.runHere), each counted before its last look at the hold,
+	// so that once HoldLocal is set and this is 0 no command runs here
 	// (LocalDone).
 	runningLocal [meta.MaxGroups]atomic.Int32
 

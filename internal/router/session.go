@@ -415,13 +415,14 @@ func (s *Session) call(g uint16, req Request, a *engine.Answer, finish func(it *
 // before the log has acknowledged it, the session closes (ClosesWith).
 func (s *Session) runHere(g uint16, req Request, a *engine.Answer, finish func(it *Item, a *engine.Answer)) bool {
 	r := s.r
-	if a.Behind || s.ids != 0 {
+	if a.Behind || s.ids != 0 || !s.quietHere(g) {
 		return false
 	}
-	// Counted before the hold is looked at (quietHere): a handover that
-	// set it waits for this run (Router.LocalDone).
+	// Counted, then the hold looked at again: a handover that set it
+	// before sees this run and waits for it (Router.LocalDone); one that
+	// sets it after is seen here.
 	r.runningLocal[g].Add(1)
-	if !s.quietHere(g) {
+	if r.heldLocal(g) {
 		r.runningLocal[g].Add(-1)
 		return false
 	}
