@@ -259,6 +259,8 @@
 // of its reserve across groups queued to this member's own loop when
 // the close was made at once, Session.closeIn) makes no owner client:
 // it is answered StatusNotLeader, which no one waits for any more. A
+// close not taken (no leader known for a moment, a full queue) goes again
+// with the group's next retry, to the same leader or the next. A
 // close the Link no longer recalls when a stream down longer than
 // closeRecall opens again is not lost either: every resync of a group
 // begins with the member's sessions open now (KindSessions, protocol 7:

@@ -53,6 +53,13 @@ type Link struct {
 	// closeRecall, oldest first, sent again to a group's new leader
 	// (LeaderChanged).
 	closed []closedSession // guarded by mu
+	// unposted holds the groups with a close or a decline not taken (no
+	// leader known, a full queue): Retry sends the group's recalled ones
+	// again. Without it, a close made while the group's leader was not
+	// known for a moment (its reports stale, on a member that has just
+	// resumed from a stop) reached it only with the next leader change,
+	// and the session's owner client stayed there meanwhile.
+	unposted map[uint16]bool // guarded by mu
 	// declines counts the declines among closed: a job handed out
 	// looks for its own only when there are some. Changed with mu held;
 	// a hand-out on this member's store (Handed) reads it without.
@@ -152,7 +159,7 @@ func NewLink(cfg LinkConfig) *Link {
 	// request in a group's table of outcomes (5.6), which outlives this
 	// process.
 	return &Link{cfg: cfg, sessions: make(map[sessionKey][]*call),
-		unsent: make(map[uint16]bool), number: rand.Uint64() >> 1}
+		unsent: make(map[uint16]bool), unposted: make(map[uint16]bool), number: rand.Uint64() >> 1}
 }
 
 // Request sends req for session's group, as its item of sequence seq;
@@ -216,7 +223,7 @@ func (l *Link) Cancel(session uint64, group uint16, seq uint32, id uint64) {
 // the session stopped waiting (docs/design/shards.md 6.3): the group puts
 // it back as if never reserved.
 func (l *Link) Decline(session uint64, group uint16, wait, job uint64) {
-	l.post(group, l.declined(session, group, wait, job))
+	l.postRecalled(group, l.declined(session, group, wait, job))
 }
 
 // declined is the decline of job, offered to session's wait id in group,
@@ -280,7 +287,22 @@ func (l *Link) handedLocked(key sessionKey, job uint64) {
 // its jobs go back. Its pending calls of the group are dropped.
 func (l *Link) Close(session uint64, group uint16) {
 	l.Closed(session, group)
-	l.post(group, Item{Kind: KindClose, Group: group, Session: session})
+	l.postRecalled(group, Item{Kind: KindClose, Group: group, Session: session})
+}
+
+// postRecalled posts it, a close or a decline the Link recalls, and has
+// the group's next Retry send the recalled ones again if it was not
+// taken.
+func (l *Link) postRecalled(group uint16, it Item) {
+	if !l.post(group, it) {
+		l.markUnposted(group)
+	}
+}
+
+func (l *Link) markUnposted(group uint16) {
+	l.mu.Lock()
+	l.unposted[group] = true
+	l.mu.Unlock()
 }
 
 // Closed is Close but for the item: the session's owner client in group
@@ -392,7 +414,15 @@ func (l *Link) post(group uint16, it Item) bool {
 // listed as holding jobs after they came (Server.Adopt).
 func (l *Link) LeaderChanged(group uint16) {
 	l.resend(group, true)
+	l.postClosed(group)
+}
+
+// postClosed sends group's leader the closes and declines of the group's
+// sessions the Link recalls, and has the next Retry send them again if
+// one was not taken.
+func (l *Link) postClosed(group uint16) {
 	l.mu.Lock()
+	delete(l.unposted, group)
 	var again []closedSession
 	now := time.Now()
 	for _, c := range l.closed {
@@ -402,14 +432,26 @@ func (l *Link) LeaderChanged(group uint16) {
 	}
 	l.mu.Unlock()
 	for _, c := range again {
-		l.post(group, c.item())
+		if !l.post(group, c.item()) {
+			l.markUnposted(group)
+			return
+		}
 	}
 }
 
 // Retry sends group's pending calls that were not taken again, in order:
 // after a full queue drained, a stream opened, or a leader that did not
-// serve yet refused them (StatusNotLeader).
-func (l *Link) Retry(group uint16) { l.resend(group, false) }
+// serve yet refused them (StatusNotLeader); and its recalled closes and
+// declines, if one was not taken.
+func (l *Link) Retry(group uint16) {
+	l.resend(group, false)
+	l.mu.Lock()
+	again := l.unposted[group]
+	l.mu.Unlock()
+	if again {
+		l.postClosed(group)
+	}
+}
 
 // resend sends group's pending calls again in order: all of them, or
 // those not taken.
@@ -501,7 +543,9 @@ func (l *Link) handle(from uint64, it *Item) {
 		c.done(it)
 	case it.Kind == KindEvent && it.Event.Type == EventOffer:
 		d := l.declined(it.Session, it.Group, it.Event.Wait, it.Event.Job.ID)
-		sendItem(l.cfg.Send, from, &d)
+		if !sendItem(l.cfg.Send, from, &d) {
+			l.markUnposted(it.Group)
+		}
 	}
 }
 
@@ -545,10 +589,9 @@ func (l *Link) reroute(c *call) {
 }
 
 // sendItem sends it to member to as a payload of its own.
-func sendItem(send func(to uint64, payload []byte) bool, to uint64, it *Item) {
-	if payload, err := AppendItem(nil, it); err == nil {
-		send(to, payload)
-	}
+func sendItem(send func(to uint64, payload []byte) bool, to uint64, it *Item) bool {
+	payload, err := AppendItem(nil, it)
+	return err == nil && send(to, payload)
 }
 
 // addLocked makes c pending, its session's newest in its group.

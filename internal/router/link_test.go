@@ -218,6 +218,46 @@ func TestLinkClose(t *testing.T) {
 	}
 }
 
+// TestLinkCloseUnposted: a close made while the group's leader is not
+// known for a moment (its reports stale, on a member resumed from a
+// stop), or not taken, goes with the group's next Retry to the same
+// leader, with no leader change: the session's owner client there
+// closes.
+func TestLinkCloseUnposted(t *testing.T) {
+	n := newLinkNet(t, 2)
+	a := make(answers, 16)
+	n.link.Request(10, 0, 1, Request{Op: OpStats}, a.done)
+	n.link.Request(11, 0, 1, Request{Op: OpStats}, a.done)
+	a.next(t)
+	a.next(t)
+	if o := n.servers[2].Owners(); o != 2 {
+		t.Fatalf("the leader holds %d owner clients, want 2", o)
+	}
+	setLeader := func(m uint64) {
+		n.mu.Lock()
+		n.leader = m
+		n.mu.Unlock()
+	}
+	setLeader(0)
+	n.link.Close(10, 0)
+	n.mu.Lock()
+	n.cut[2] = true
+	n.mu.Unlock()
+	setLeader(2)
+	n.link.Close(11, 0)
+	n.mu.Lock()
+	n.cut[2] = false
+	n.mu.Unlock()
+	time.Sleep(50 * time.Millisecond)
+	if o := n.servers[2].Owners(); o != 2 {
+		t.Fatalf("the leader holds %d owner clients before the closes came, want 2", o)
+	}
+	n.link.Retry(0)
+	testproc.WaitFor(t, 5*time.Second, "the leader closing both owner clients", func() bool {
+		return n.servers[2].Owners() == 0
+	})
+}
+
 // TestLinkKeepsOrder: a session's call that could not be sent holds the
 // calls made after it, which go after it once it goes: a leader takes a
 // sequence below the last it ran for a resend.
