@@ -150,9 +150,10 @@ type Member struct {
 	foreignOnce sync.Once
 	foreign     chan error
 	foreignWait atomic.Bool // awaitForeign is waiting
-	// moving: a replica move or a drained member's removal is under way
-	// here (makeMove, removeDrained), one at a time.
-	moving atomic.Bool
+	// moving: the group whose replica move (or, group 0, a drained
+	// member's removal) is under way here, one at a time (makeMove,
+	// removeDrained, serveReplicaMove).
+	moving moveSlot
 	// planner is what this member, leading group 0, keeps of the
 	// replica moves it plans (planMoves; the balance loop's alone).
 	planner movePlanner

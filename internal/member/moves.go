@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sproutmq/sprout/internal/admin"
@@ -35,6 +36,20 @@ const (
 // errNoReplica: a move asked of a member that holds no replica of the
 // group, after it was forwarded once.
 var errNoReplica = errors.New("member: this member holds no replica of the group")
+
+// moveSlot holds the group whose replica this member moves, one move at
+// a time: the balancer hands no leadership of it over meanwhile, since
+// the move's steps are proposed here.
+type moveSlot struct{ g atomic.Int32 } // the group + 1; 0: none
+
+// take claims the slot for group g, if it is free.
+func (s *moveSlot) take(g uint16) bool { return s.g.CompareAndSwap(0, int32(g)+1) }
+
+// free gives the slot up.
+func (s *moveSlot) free() { s.g.Store(0) }
+
+// in reports whether a move of group g holds the slot.
+func (s *moveSlot) in(g uint16) bool { return s.g.Load() == int32(g)+1 }
 
 // GroupReplicas is a group's replicas by member name: a move's answer.
 type GroupReplicas struct {
@@ -87,7 +102,18 @@ func (m *Member) moveReplica(ctx context.Context, g uint16, from, to string) (Gr
 		case <-time.After(movePoll):
 		}
 	}
-	m.leaveLeadership(n, g, from, to)
+	if err := m.leaveLeadership(n, g, from, to); err != nil {
+		return m.replicasOf(g, n), err
+	}
+	if info, _ := n.Leader(); !info.Serving && info.Name == from {
+		// The giver came to lead the group meanwhile (an election, a
+		// handover): removed from here, it would hand the leadership
+		// over by raft's way alone, closing its sessions that wait for
+		// a reply of the group. Asked again, the move goes to it and
+		// goes on from here; the planner has a voter too many given up
+		// (MoveExcess) by the group's leader.
+		return m.replicasOf(g, n), fmt.Errorf("%w: the giver %s leads group %d now; the move goes on there", replication.ErrNotServing, from, g)
+	}
 	// The removal may stop this replica before its answer: by applying
 	// it (ErrRemoved), or as the leader's report of the group without
 	// this member comes first (followReplicas leaves the group).
@@ -99,16 +125,20 @@ func (m *Member) moveReplica(ctx context.Context, g uint16, from, to string) (Gr
 }
 
 // leaveLeadership hands group g's leadership over, if this member leads
-// it and is from, the giver of a move to to, before its removal: to a
-// voter heard from lately that is neither and may lead (mayLead), as the
-// balancer does
-// (handOver), so the group is not left to an election. A removed leader
-// hands over by itself too (replication.Core.handOver), but only to a
-// voter holding its whole log at that instant, else the others wait out
-// an election timeout: the fault test saw 1.4 s gaps so.
-func (m *Member) leaveLeadership(n *replication.Node, g uint16, from, to string) {
+// it and is from, the giver of a move to to (to "": a voter given up),
+// before its removal: to a voter heard from lately that is neither and
+// may lead (mayLead), as the balancer does (handOver), so the group is
+// not left to an election and no session here closes waiting for a reply
+// of the group. A removed leader hands over by itself too
+// (replication.Core.handOver), but only to a voter holding its whole log
+// at that instant, else the others wait out an election timeout (the
+// fault test saw 1.4 s gaps so), and it closes the sessions. It returns
+// the handover's error when one was tried and this member still leads:
+// the removal waits for the move asked again. With no voter to take it,
+// the removal goes on as raft hands over.
+func (m *Member) leaveLeadership(n *replication.Node, g uint16, from, to string) error {
 	if info, _ := n.Leader(); !info.Serving || from != m.node.Name() {
-		return
+		return nil
 	}
 	voters, _, _ := n.Replicas()
 	names := m.memberNames()
@@ -118,11 +148,15 @@ func (m *Member) leaveLeadership(n *replication.Node, g uint16, from, to string)
 		if name == "" || name == from || name == to || !mayLead(book, id) || !m.heardLately(name) {
 			continue
 		}
-		if err := m.handOver(n, g, name); err == nil {
+		err := m.handOver(n, g, name)
+		if err == nil {
 			m.log.Info().Int("group", int(g)).Str("to", name).Msg("handed a group's leadership over before leaving it")
+		} else if info, _ := n.Leader(); info.Serving {
+			return fmt.Errorf("%w: the giver's leadership of group %d was not handed to %s: %v", replication.ErrNotServing, g, name, err)
 		}
-		return
+		return nil
 	}
+	return nil
 }
 
 // idOf is the Raft id of the member named name, 0 if none is.
@@ -224,7 +258,7 @@ func (m *Member) serveReplicaMove(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	// One move at a time on this member, planned or asked: a planned
 	// one would take the receiver, promoted, for a replica too many.
-	for !m.moving.CompareAndSwap(false, true) {
+	for !m.moving.take(uint16(g)) {
 		select {
 		case <-ctx.Done():
 			writeChangeError(w, fmt.Errorf("%w: another move is under way here", replication.ErrChangeInProgress))
@@ -233,7 +267,7 @@ func (m *Member) serveReplicaMove(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	out, err := m.moveReplica(ctx, uint16(g), req.From, req.To)
-	m.moving.Store(false)
+	m.moving.free()
 	if err != nil {
 		writeChangeError(w, err)
 		return
@@ -488,7 +522,7 @@ func (m *Member) makeMove(mv meta.Move, planner int, by string) bool {
 	if n == nil {
 		return false
 	}
-	if info, _ := n.Leader(); !info.Serving || !m.moving.CompareAndSwap(false, true) {
+	if info, _ := n.Leader(); !info.Serving || !m.moving.take(mv.Group) {
 		return false
 	}
 	moveLog := m.log.With().Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Logger()
@@ -501,13 +535,15 @@ func (m *Member) makeMove(mv meta.Move, planner int, by string) bool {
 	moveLog.Info().Msg("making a planned replica move")
 	m.movesMade[planner].Add(1)
 	go func() {
-		defer m.moving.Store(false)
+		defer m.moving.free()
 		ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
 		defer cancel()
 		var err error
 		switch {
-		case mv.To == "": // no member can take it
-			_, err = n.RemoveReplica(ctx, mv.From)
+		case mv.To == "": // no member can take it, or a voter too many
+			if err = m.leaveLeadership(n, mv.Group, mv.From, ""); err == nil {
+				_, err = n.RemoveReplica(ctx, mv.From)
+			}
 		case mv.From == "": // the group is short of voters: promoted once caught up
 			_, err = n.AddReplica(ctx, mv.To)
 		default:
@@ -529,11 +565,11 @@ func (m *Member) removeDrained(cur *meta.State) {
 		if !mb.Draining || slices.ContainsFunc(cur.Groups[1:], func(g meta.Group) bool { return g.Holds(mb.Name) }) {
 			continue
 		}
-		if !m.moving.CompareAndSwap(false, true) {
+		if !m.moving.take(0) {
 			return
 		}
 		go func() {
-			defer m.moving.Store(false)
+			defer m.moving.free()
 			ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
 			defer cancel()
 			if _, err := m.node.RemoveMember(ctx, mb.Name); err != nil {

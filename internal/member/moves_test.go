@@ -580,3 +580,97 @@ func TestMovePlanner(t *testing.T) {
 		}
 	}
 }
+
+// TestShardGroupsMoveGiverLeads: a replica's giver that leads its group
+// hands the leadership over before its removal, whichever way the move
+// reaches it, and a move whose giver came to lead meanwhile removes it
+// only there. Four members, group 1 on three. A voter too many taken
+// from the group's leader (the planner's MoveExcess, made by makeMove)
+// hands over first; then, the giver a follower when the move began and
+// leading as it would be removed (a handover mid-move), the member that
+// began it refuses to remove it, and the same move asked again goes to
+// the giver, which hands over and leaves, while a client puts into the
+// group through it, none of whose puts is cut off.
+func TestShardGroupsMoveGiverLeads(t *testing.T) {
+	c := newClusterOf(t, 4, 2, 3)
+	c.finalized()
+	voters := func(via string) []string {
+		m := c.up[via]
+		return m.replicasOf(1, m.shards.node(1)).Replicas
+	}
+	leading := func() string {
+		var name string
+		testproc.WaitFor(t, 20*time.Second, "group 1 led", func() bool {
+			name = reportedLeader(c, 1)
+			return name != "" && c.up[name].shards.serving(1) != nil
+		})
+		return name
+	}
+	addVoter := func(leader, name string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
+		defer cancel()
+		if _, err := c.up[leader].shards.node(1).AddReplica(ctx, name); err != nil {
+			t.Fatalf("adding %s to group 1 through %s: %v", name, leader, err)
+		}
+		testproc.WaitFor(t, 20*time.Second, name+" a voter of group 1", func() bool {
+			return slices.Contains(voters(leader), name)
+		})
+	}
+	var spare string
+	for _, peer := range c.peers {
+		if !c.up["m1"].shards.placement.Groups[1].Holds(peer.Name) {
+			spare = peer.Name
+		}
+	}
+
+	// A voter too many, given up by the leader.
+	leader := leading()
+	addVoter(leader, spare)
+	if !c.up[leader].makeMove(meta.Move{Group: 1, From: leader, Why: meta.MoveExcess}, byGroup0Leader, "") {
+		t.Fatalf("%s, leading group 1, did not make the move", leader)
+	}
+	testproc.WaitFor(t, 20*time.Second, leader+" dropping group 1", func() bool {
+		return c.up[leader].shards.node(1) == nil
+	})
+	if !strings.Contains(c.outs[leader].String(), "handed a group's leadership over before leaving it") {
+		t.Fatalf("%s, a voter too many and leading group 1, left it to raft's own handover", leader)
+	}
+
+	// The giver leads by the time its removal comes.
+	began := leading()
+	addVoter(began, leader)
+	var giver string
+	for _, name := range voters(began) {
+		if name != began && name != leader {
+			giver = name
+		}
+	}
+	puts := startPutting(c.up[giver].Addr().String(), []string{tubePerGroup(c.up[giver].shards.placement, "gl")[1]}, 0)
+	if err := c.up[began].handOver(c.up[began].shards.node(1), 1, giver); err != nil {
+		t.Fatalf("handing group 1 from %s to %s: %v", began, giver, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
+	defer cancel()
+	if _, err := c.up[began].moveReplica(ctx, 1, giver, leader); !errors.Is(err, replication.ErrNotServing) {
+		t.Fatalf("%s moving group 1's replica from %s, leading it now: %v, want ErrNotServing", began, giver, err)
+	}
+	if got := voters(began); !slices.Contains(got, giver) {
+		t.Fatalf("%s removed %s, leading group 1: voters %v", began, giver, got)
+	}
+	status, out, body := moveThrough(t, c.up[began], 1, giver, leader)
+	if status != http.StatusOK || slices.Contains(out.Replicas, giver) || !slices.Contains(out.Replicas, leader) {
+		t.Fatalf("the move asked again through %s: %d %s", began, status, body)
+	}
+	if !strings.Contains(c.outs[giver].String(), "handed a group's leadership over before leaving it") {
+		t.Fatalf("%s, giving its replica of group 1 while leading it, left it to raft's own handover", giver)
+	}
+	time.Sleep(300 * time.Millisecond)
+	acked, err := puts.stop()
+	if err != nil {
+		t.Fatalf("puts through %s, which led group 1 as it left it: %v", giver, err)
+	}
+	if len(acked) == 0 {
+		t.Fatal("no put acknowledged")
+	}
+}

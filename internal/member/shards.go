@@ -515,7 +515,10 @@ func (m *Member) balanceLeaders() {
 		m.resolveTubeMoves()
 		m.resolvePrefixes()
 		for _, tr := range meta.PlanLeaders(cur, leaders, caughtUp) {
-			if tr.From != m.node.Name() || now.Sub(changed[tr.Group]) < leaderSettle || m.driving(tr.Group) {
+			// Nor while this member moves a replica of the group: the
+			// move's removal of its giver, led then, would close the
+			// giver's sessions (moveReplica).
+			if tr.From != m.node.Name() || now.Sub(changed[tr.Group]) < leaderSettle || m.driving(tr.Group) || m.moving.in(tr.Group) {
 				continue
 			}
 			n := sh.node(tr.Group)
