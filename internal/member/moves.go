@@ -522,7 +522,7 @@ func (m *Member) makeMove(mv meta.Move, planner int, by string) bool {
 	if n == nil {
 		return false
 	}
-	if info, _ := n.Leader(); !info.Serving || !m.moving.take(mv.Group) {
+	if info, _ := n.Leader(); !info.Serving {
 		return false
 	}
 	moveLog := m.log.With().Int("group", int(mv.Group)).Str("from", mv.From).Str("to", mv.To).Logger()
@@ -531,6 +531,13 @@ func (m *Member) makeMove(mv meta.Move, planner int, by string) bool {
 	}
 	if by != "" {
 		moveLog = moveLog.With().Str("planned_by", by).Logger()
+	}
+	if why := m.planStale(mv, n); why != "" {
+		moveLog.Info().Str("reason", why).Msg("a planned replica move not made: the group's replicas changed since the view it was planned on")
+		return false
+	}
+	if !m.moving.take(mv.Group) {
+		return false
 	}
 	moveLog.Info().Msg("making a planned replica move")
 	m.movesMade[planner].Add(1)
@@ -556,6 +563,50 @@ func (m *Member) makeMove(mv meta.Move, planner int, by string) bool {
 		moveLog.Info().Msg("moved a group's replica, as planned")
 	}()
 	return true
+}
+
+// planStale says why mv, planned on a view of its group, is not to be
+// made on the replicas n, the group's leader here, holds: "" if it is
+// (staleMove).
+func (m *Member) planStale(mv meta.Move, n *replication.Node) string {
+	ids, learnerIDs, _ := n.Replicas()
+	names := m.memberNames()
+	var voters, learners []string
+	for _, id := range ids {
+		voters = append(voters, names[id])
+	}
+	for _, id := range learnerIDs {
+		learners = append(learners, names[id])
+	}
+	book := m.node.Book()
+	draining := func(name string) bool { return slices.Contains(book.Draining, m.idOf(name)) }
+	return staleMove(mv, voters, learners, m.shards.routing.Load().state.Replicas, draining)
+}
+
+// staleMove says why mv is not to be made on a group whose leader holds
+// voters and learners, of r voters wanted: "" if it is. The planner sees
+// a group it holds no replica of through its leader's reports, which a
+// change may have passed: a move to a member that is a voter already
+// would remove the giver and leave the group a voter short. A receiver
+// that is a voter of a group with a voter too many is a move cut short
+// after the promotion, which goes on.
+func staleMove(mv meta.Move, voters, learners []string, r int, draining func(string) bool) string {
+	holds := func(name string) bool { return slices.Contains(voters, name) || slices.Contains(learners, name) }
+	switch {
+	case mv.From != "" && !holds(mv.From):
+		return mv.From + " holds no replica of the group"
+	case mv.From == "" && holds(mv.To):
+		return mv.To + " holds a replica of the group already"
+	case mv.From == "" && len(voters) >= r:
+		return "the group is not short of voters"
+	case mv.To == "" && len(voters) <= r && !draining(mv.From):
+		// Neither a voter too many nor a draining member's replica
+		// that no member can take.
+		return "the group has no voter too many"
+	case mv.From != "" && mv.To != "" && slices.Contains(voters, mv.To) && len(voters) <= r:
+		return mv.To + " is a voter of the group already"
+	}
+	return ""
 }
 
 // removeDrained, on group 0's leader, removes a member that is draining

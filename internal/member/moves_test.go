@@ -187,6 +187,8 @@ func (c *testCluster) join(via *Member, name string, groups int) map[string]any 
 	cfg.Groups = groups
 	nc := *cfg.Cluster
 	nc.Listen = addr
+	// As sproutctl writes its flags: every member a peer, itself too.
+	nc.Peers = append(slices.Clone(c.peers), replication.Member{Name: name, ID: replication.MemberID(name), Addr: addr})
 	if nc.ClusterID, nc.JoinID, _, err = replication.SelectJoin(out["join"].(string), name); err != nil {
 		c.t.Fatal(err)
 	}
@@ -673,4 +675,80 @@ func TestShardGroupsMoveGiverLeads(t *testing.T) {
 	if len(acked) == 0 {
 		t.Fatal("no put acknowledged")
 	}
+}
+
+// TestStaleMove: a planned move is made only on replicas it still fits,
+// as the group's leader holds them: the planner's view of a group comes
+// from reports a change may have passed. The growth bench saw group 0's
+// leader send "group 2 from m3 to m1" when m1 was a voter already, and
+// the move removed m3, leaving the group a voter short.
+func TestStaleMove(t *testing.T) {
+	voters := []string{"m1", "m2", "m3"}
+	draining := func(name string) bool { return name == "m9" }
+	for _, c := range []struct {
+		name     string
+		mv       meta.Move
+		voters   []string
+		learners []string
+		stale    bool
+	}{
+		{"spread", meta.Move{From: "m3", To: "m4"}, voters, nil, false},
+		{"to a voter already", meta.Move{From: "m3", To: "m1"}, voters, nil, true},
+		{"from no replica", meta.Move{From: "m5", To: "m4"}, voters, nil, true},
+		{"cut short after the promotion", meta.Move{From: "m3", To: "m4"}, append(slices.Clone(voters), "m4"), nil, false},
+		{"the receiver a learner", meta.Move{From: "m3", To: "m4"}, voters, []string{"m4"}, false},
+		{"short", meta.Move{To: "m4"}, voters[:2], nil, false},
+		{"short, the receiver a replica already", meta.Move{To: "m2"}, voters[:2], nil, true},
+		{"short no longer", meta.Move{To: "m4"}, voters, nil, true},
+		{"a voter too many", meta.Move{From: "m1", Why: meta.MoveExcess}, append(slices.Clone(voters), "m4"), nil, false},
+		{"no voter too many", meta.Move{From: "m1", Why: meta.MoveExcess}, voters, nil, true},
+		{"a drain no member can take", meta.Move{From: "m9"}, []string{"m1", "m2", "m9"}, nil, false},
+	} {
+		why := staleMove(c.mv, c.voters, c.learners, 3, draining)
+		if (why != "") != c.stale {
+			t.Errorf("%s: %+v on voters %v learners %v: %q, want stale %v", c.name, c.mv, c.voters, c.learners, why, c.stale)
+		}
+	}
+}
+
+// TestShardGroupsJoinerView: a member added to the cluster sees each
+// group's replicas as they are, those of a group never changed since the
+// formation too (its leader reports index 0), though its own formation,
+// computed from the peers it was given, differs: group 0's leader plans
+// every move on its view, and a joiner leading group 0 that counted its
+// formation's replicas planned moves to members that held one already.
+func TestShardGroupsJoinerView(t *testing.T) {
+	c := newClusterOf(t, 3, 4, 2)
+	c.finalized()
+	c.join(c.up["m1"], "m4", 4)
+	joiner := c.up["m4"]
+	real := func(g uint16) []string {
+		for _, m := range c.up {
+			if n := m.shards.serving(g); n != nil {
+				out := m.replicasOf(g, m.shards.node(g)).Replicas
+				slices.Sort(out)
+				return out
+			}
+		}
+		return nil
+	}
+	var wrong string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		view := joiner.currentPlacement(joiner.sessions.Reported(), joiner.memberNames())
+		wrong = ""
+		for _, g := range view.Groups[1:] {
+			var seen []string
+			for _, r := range g.Replicas {
+				seen = append(seen, r.Member)
+			}
+			slices.Sort(seen)
+			if want := real(g.ID); !slices.Equal(seen, want) {
+				wrong += fmt.Sprintf(" group %d: %v, its leader holds %v;", g.ID, seen, want)
+			}
+		}
+		if wrong == "" {
+			return
+		}
+	}
+	t.Fatalf("m4's view of the groups' replicas after 30 s:%s", wrong)
 }

@@ -572,7 +572,12 @@ func receivers(self string, leaders map[uint16]string, reachable map[string]bool
 // (group 0's) and each group's replicas as they are now: as this member's
 // replica of the group has them, or as the group's leader reported them,
 // whichever is of the later membership change (a replica just added has
-// applied none yet); names are the members' by Raft id.
+// applied none yet); names are the members' by Raft id. A group it holds
+// no replica of is as reported, whatever the report's index (a group
+// never changed reports 0), and with no report, no replica is known:
+// the formation's are no guide (a member that joined computed its own
+// from the peers it was given), and a planner that counted them moved
+// replicas to a member that held one already, over and over.
 func (m *Member) currentPlacement(reported map[uint16]router.Report, names map[uint64]string) *meta.State {
 	sh := m.shards
 	p := *sh.routing.Load().state // the formation's groups and those grown
@@ -592,10 +597,12 @@ func (m *Member) currentPlacement(reported map[uint16]router.Report, names map[u
 		if n != nil {
 			voters, learners, index = n.Replicas()
 		}
-		if rep, ok := reported[g]; ok && rep.Index > index {
-			voters, learners, index = rep.Voters, rep.Learners, rep.Index
-		}
-		if n == nil && index == 0 {
+		rep, ok := reported[g]
+		switch {
+		case ok && (n == nil || rep.Index > index):
+			voters, learners = rep.Voters, rep.Learners
+		case n == nil:
+			p.Groups[i].Replicas = nil
 			continue
 		}
 		var rs []meta.Replica
