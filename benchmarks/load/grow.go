@@ -157,8 +157,14 @@ func (c *Cluster) membersAsSeen(ctx context.Context, via *member) string {
 	fmt.Fprintf(&b, "%s's view (group 0: %s, serving %v, term %d): members", via.name, st.State, st.Serving, st.Term)
 	for _, ms := range st.Members {
 		fmt.Fprintf(&b, " %s(%s", ms.Name, ms.Role)
+		if ms.Protocol != 0 {
+			fmt.Fprintf(&b, ", protocol %d", ms.Protocol)
+		}
 		if ms.Draining {
 			b.WriteString(", draining")
+		}
+		if !ms.Connected {
+			b.WriteString(", not connected")
 		}
 		b.WriteString(")")
 	}
@@ -198,7 +204,8 @@ func lastLines(p *testproc.Process, n int, keep func(line string) bool) string {
 }
 
 // plannerLines are the membership lines of via and of group 0's leader
-// as via sees it, the member that plans the replicas' moves.
+// as via sees it, the member that plans the replicas' moves, with that
+// leader's view.
 func (c *Cluster) plannerLines(ctx context.Context, via *member) string {
 	shown := []*member{via}
 	if st, err := c.status(ctx, via); err == nil {
@@ -211,6 +218,12 @@ func (c *Cluster) plannerLines(ctx context.Context, via *member) string {
 	}
 	var b strings.Builder
 	for _, m := range shown {
+		if m != via {
+			// Its view, as near as GET /cluster shows what it plans
+			// on: a group it sees no leader of, or with a learner,
+			// holds every move back.
+			fmt.Fprintf(&b, "\n%s", c.membersAsSeen(ctx, m))
+		}
 		fmt.Fprintf(&b, "\n%s's last lines on members and replicas:\n%s", m.name, membershipLines(m.proc, 20))
 	}
 	return b.String()
