@@ -24,9 +24,11 @@
 //     them and group 0; G and R recorded in -b at the first start,
 //     formation.go, and a --cluster-groups that disagrees with the record
 //     or the log is refused, a FormationError); a group's replica moves
-//     between members (moves.go: group 0's leader plans each move and
-//     asks the group's leader to make it), each member following its
-//     groups' leaders' reports;
+//     between members (moves.go: group 0's leader plans each move on
+//     the groups' replicas as their leaders report them and asks the
+//     group's leader to make it, which checks it against its own and
+//     removes a giver only once it no longer leads), each member
+//     following its groups' leaders' reports;
 //  5. the engine on the store, serving once it listens;
 //  6. the side port's one router (router.go): probes, metrics, pprof,
 //     /cluster and /cluster/members, the admin API and the web console,
