@@ -299,6 +299,8 @@ func (l *Link) postRecalled(group uint16, it Item) {
 	}
 }
 
+// markUnposted has the group's next Retry post its recalled closes and
+// declines again.
 func (l *Link) markUnposted(group uint16) {
 	l.mu.Lock()
 	l.unposted[group] = true
