@@ -569,18 +569,10 @@ func (m *Member) makeMove(mv meta.Move, planner int, by string) bool {
 // made on the replicas n, the group's leader here, holds: "" if it is
 // (staleMove).
 func (m *Member) planStale(mv meta.Move, n *replication.Node) string {
-	ids, learnerIDs, _ := n.Replicas()
-	names := m.memberNames()
-	var voters, learners []string
-	for _, id := range ids {
-		voters = append(voters, names[id])
-	}
-	for _, id := range learnerIDs {
-		learners = append(learners, names[id])
-	}
+	now := m.replicasOf(mv.Group, n)
 	book := m.node.Book()
 	draining := func(name string) bool { return slices.Contains(book.Draining, m.idOf(name)) }
-	return staleMove(mv, voters, learners, m.shards.routing.Load().state.Replicas, draining)
+	return staleMove(mv, now.Replicas, now.Learners, m.shards.routing.Load().state.Replicas, draining)
 }
 
 // staleMove says why mv is not to be made on a group whose leader holds
