@@ -253,9 +253,8 @@ func (m *Member) readCount(w http.ResponseWriter, r *http.Request) (int, bool) {
 	return *req.To, true
 }
 
-// newGroups are groups from…n−1, each on the formation's number of
-// replicas, on the members holding the fewest replicas (draining ones
-// last), in turn.
+// newGroups are groups from…n−1, each on R replicas (wantedReplicas), on
+// the members holding the fewest replicas (draining ones last), in turn.
 func (m *Member) newGroups(from, n int) []replication.GrownGroup {
 	names := m.memberNames()
 	cur := m.currentPlacement(m.sessions.Reported(), names)
@@ -272,10 +271,7 @@ func (m *Member) newGroups(from, n int) []replication.GrownGroup {
 			held[r.Member]++
 		}
 	}
-	replicas := min(m.shards.formation.Replicas, len(members))
-	if replicas == 0 {
-		replicas = min(3, len(members))
-	}
+	replicas := cur.Replicas
 	var out []replication.GrownGroup
 	for g := from; g < n; g++ {
 		slices.SortStableFunc(members, func(a, b string) int { return held[a] - held[b] })

@@ -722,16 +722,6 @@ func TestShardGroupsJoinerView(t *testing.T) {
 	c.finalized()
 	c.join(c.up["m1"], "m4", 4)
 	joiner := c.up["m4"]
-	real := func(g uint16) []string {
-		for _, m := range c.up {
-			if n := m.shards.serving(g); n != nil {
-				out := m.replicasOf(g, m.shards.node(g)).Replicas
-				slices.Sort(out)
-				return out
-			}
-		}
-		return nil
-	}
 	var wrong string
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		view := joiner.currentPlacement(joiner.sessions.Reported(), joiner.memberNames())
@@ -742,7 +732,7 @@ func TestShardGroupsJoinerView(t *testing.T) {
 				seen = append(seen, r.Member)
 			}
 			slices.Sort(seen)
-			if want := real(g.ID); !slices.Equal(seen, want) {
+			if want := c.leadersReplicas(g.ID); !slices.Equal(seen, want) {
 				wrong += fmt.Sprintf(" group %d: %v, its leader holds %v;", g.ID, seen, want)
 			}
 		}
@@ -751,4 +741,54 @@ func TestShardGroupsJoinerView(t *testing.T) {
 		}
 	}
 	t.Fatalf("m4's view of the groups' replicas after 30 s:%s", wrong)
+}
+
+// leadersReplicas are group g's replicas, sorted, as a member serving it
+// holds them; nil while none does.
+func (c *testCluster) leadersReplicas(g uint16) []string {
+	for _, m := range c.up {
+		if n := m.shards.serving(g); n != nil {
+			out := m.replicasOf(g, m.shards.node(g)).Replicas
+			slices.Sort(out)
+			return out
+		}
+	}
+	return nil
+}
+
+// TestShardGroupsFormedShortGainReplicas: a cluster formed with fewer
+// members than R (two, R 3 by default: each group on both) gives each
+// group its third replica once a third member joins, and keeps it,
+// whichever member plans. Before, the members that formed it planned
+// with the formation's R, 2, and the joiner, whose formation is of the
+// three peers it was given, with 3: the groups stayed on two replicas,
+// or lost the third again with group 0's leadership.
+func TestShardGroupsFormedShortGainReplicas(t *testing.T) {
+	c := newClusterOf(t, 2, 3, 0)
+	c.finalized()
+	c.join(c.up["m1"], "m3", 3)
+	all := []string{"m1", "m2", "m3"}
+	onAll := func() bool {
+		for g := uint16(1); g < 3; g++ {
+			if !slices.Equal(c.leadersReplicas(g), all) {
+				return false
+			}
+		}
+		return true
+	}
+	testproc.WaitFor(t, 60*time.Second, "groups 1 and 2 on the three members", onAll)
+	// Group 0's leadership goes to the joiner and back: both plan alike.
+	for _, to := range []string{"m3", "m1"} {
+		from := c.leaderOf(0)
+		if from.node.Name() != to {
+			if err := from.handOver(from.node, 0, to); err != nil {
+				t.Fatalf("handing group 0 from %s to %s: %v", from.node.Name(), to, err)
+			}
+		}
+		for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			if !onAll() && c.leadersReplicas(1) != nil && c.leadersReplicas(2) != nil {
+				t.Fatalf("group 0 led by %s: groups' replicas %v and %v, want %v", to, c.leadersReplicas(1), c.leadersReplicas(2), all)
+			}
+		}
+	}
 }

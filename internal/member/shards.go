@@ -588,6 +588,7 @@ func (m *Member) currentPlacement(reported map[uint16]router.Report, names map[u
 			Cordoned: slices.Contains(book.Cordoned, id)})
 	}
 	slices.SortFunc(p.Members, func(a, b meta.Member) int { return cmp.Compare(a.Name, b.Name) })
+	p.Replicas = sh.wantedReplicas(len(p.Members))
 	p.Groups = slices.Clone(p.Groups)
 	for i := range p.Groups {
 		g := p.Groups[i].ID
@@ -615,6 +616,18 @@ func (m *Member) currentPlacement(reported map[uint16]router.Report, names map[u
 		p.Groups[i].Replicas = rs
 	}
 	return &p
+}
+
+// wantedReplicas is R, the voters each group is to have in a cluster of
+// members: as the cluster was formed with (asked: the formation capped it
+// at the members it had then), at most members. Every member counts
+// alike, whether it formed the cluster or joined it (the formation's R is
+// of the peers it was started with), so two planners do not undo each
+// other's moves; and a cluster formed with fewer members than R gains
+// the replicas asked as members join, which the groups it grows have
+// already.
+func (sh *shards) wantedReplicas(members int) int {
+	return min(cmp.Or(sh.formation.Replicas, 3), members)
 }
 
 // replicas is router.RouterConfig.Replicas: group g's replicas as this
