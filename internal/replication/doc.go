@@ -584,7 +584,10 @@
 // --cluster-join CLUSTER:ID, its --node and --cluster-listen, and
 // --cluster-peers naming the members it can reach (their names and
 // addresses: their ids it learns from their hellos, and the book from its
-// first snapshot), itself included or not: a joining member's own entry
+// first snapshot; a member the list does not name, group 0's leader added
+// after the list was written, it takes at the cluster address its hello
+// gives, until the book names its peers), itself included or not: a
+// joining member's own entry
 // is only where it tells its client and --http ports to be reached, and
 // without one that is its --cluster-listen's host. A wildcard host there
 // is filled by each peer, on reading a hello, with the host of the

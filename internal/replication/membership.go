@@ -313,6 +313,9 @@ func (n *Node) membership(a Action) bool {
 		for _, m := range a.Book.Members {
 			n.host.transport.addPeer(m)
 		}
+		if len(a.Book.Members) > 1 {
+			n.host.transport.booked()
+		}
 		// A member added after the cluster was finalized learns the
 		// version from the snapshot that fills its replica: it applies
 		// no finalization record. Without it, it would take itself for

@@ -250,6 +250,51 @@ func TestMembershipRestart(t *testing.T) {
 	c.awaitLeader(1, 2, 3, 4)
 }
 
+// TestNodeJoinsWithoutLeaderAddress: a member started to join with a
+// --cluster-peers that does not name group 0's leader (written before
+// the leader was added) takes the leader's hello at the address the hello
+// gives, is filled and promoted; a stranger's hello is refused once the
+// book has named its peers.
+func TestNodeJoinsWithoutLeaderAddress(t *testing.T) {
+	c := newNetCluster(t, 3, 2, nil)
+	leader := c.awaitServing(10 * time.Second)
+	ln := c.add(leader, "m4")
+	joining := c.tweak // add's: the cluster's id, m4's join id
+	c.tweak = func(cfg *NodeConfig) {
+		joining(cfg)
+		if cfg.Node == "m4" {
+			cfg.Peers = slices.DeleteFunc(slices.Clone(cfg.Peers), func(m Member) bool { return m.Name == leader.Name() })
+		}
+	}
+	joined := c.start("m4", ln)
+	awaitVoter(t, leader, "m4")
+	testproc.WaitFor(t, 10*time.Second, "m4 knowing the leader", func() bool {
+		return joined.Status().Leader == leader.Name()
+	})
+	tr := joined.host.transport
+	if tr.strangers.Load() {
+		t.Error("m4 takes strangers' hellos after the book named its peers")
+	}
+	in := hello{Version: helloVersion, Kind: streamMessages, Cluster: tr.cfg.cluster, FromID: 99,
+		From: "m9", To: "m4", Max: maxProtocol, Incarnation: 1, Addr: "127.0.0.1:1"}
+	if _, refusal, _ := tr.check(&in, nil, "127.0.0.1:5555"); refusal != `"m9" is not a member` {
+		t.Errorf("a stranger's hello after the book: refusal %q", refusal)
+	}
+}
+
+// awaitVoter waits until leader has promoted member name.
+func awaitVoter(t *testing.T, leader *Node, name string) {
+	t.Helper()
+	testproc.WaitFor(t, 20*time.Second, name+" promoted", func() bool {
+		for _, m := range leader.Status().Members {
+			if m.Name == name {
+				return m.Role == "voter"
+			}
+		}
+		return false
+	})
+}
+
 // Over the network: a member added through a follower starts with
 // --cluster-join's identity on an empty log, is filled by a snapshot and
 // promoted; a removed member stops with ErrRemoved; the changes are
@@ -284,14 +329,7 @@ func TestNodeMembership(t *testing.T) {
 		t.Errorf("adding m5 while m4 is a learner: %v, want ErrChangeInProgress", err)
 	}
 	joined := c.start("m4", ln)
-	testproc.WaitFor(t, 20*time.Second, "m4 promoted", func() bool {
-		for _, m := range leader.Status().Members {
-			if m.Name == "m4" {
-				return m.Role == "voter"
-			}
-		}
-		return false
-	})
+	awaitVoter(t, leader, "m4")
 	c.converged(leader, 10*time.Second)
 	if st := joined.Status(); st.Leader != leader.Name() || len(st.Members) != 4 {
 		t.Errorf("the new member's view: %+v", st)

@@ -402,7 +402,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	}
 	h := &Host{self: self, cluster: cfg.ClusterID, tick: cfg.Tick, stopTicks: make(chan struct{}), groups: make(map[groupID]*Node)}
 	h.transport, err = newTransport(transportConfig{
-		self: self, members: book.Members, cluster: cfg.ClusterID, hints: hints,
+		self: self, members: book.Members, cluster: cfg.ClusterID, hints: hints, joining: cfg.JoinID != 0 && len(book.Members) == 1,
 		removed: h.isRemoved, removedSelf: h.noteRemoved,
 		listen: cfg.Listen, listener: cfg.listener, client: cfg.ClientAddr, http: cfg.HTTPAddr,
 		tls: mtls, queue: cfg.SendQueue, log: cfg.Logger.With().Str("node", cfg.Node).Logger(), maxProtocol: cfg.maxProtocol,

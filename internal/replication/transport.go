@@ -121,6 +121,10 @@ type transportConfig struct {
 	// hints are a joining member's peers by name (--cluster-peers): their
 	// ids it learns from their hellos, until the book says who they are.
 	hints map[string]string
+	// joining: this member starts with no book but itself (--cluster-join),
+	// and takes the hellos of members it has no address for at the
+	// address they give, until group 0's book names its peers (booked).
+	joining bool
 }
 
 // refusedRemoved is the refusal a removed member's hello gets.
@@ -175,6 +179,9 @@ type transport struct {
 	pace *pacer
 	// incarnation is drawn when the transport starts; its hellos tell it.
 	incarnation uint64
+	// strangers: a member that is joining takes the hello of a member it
+	// has no address for (transportConfig.joining); cleared by booked.
+	strangers atomic.Bool
 	// items is the commands streams' side (commands.go). Immutable.
 	items *commandsEnds
 
@@ -257,6 +264,7 @@ func newTransport(cfg transportConfig) (*transport, error) {
 	}
 	t.pace = &pacer{rate: pace}
 	t.groups.Store(&map[groupID]*groupEnd{})
+	t.strangers.Store(cfg.joining)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for _, m := range cfg.members {
 		t.addPeer(m)
@@ -344,6 +352,10 @@ func (t *transport) addPeer(m Member) *peer {
 	return p
 }
 
+// booked tells the transport that group 0's book named the member's
+// peers: it takes hellos from them alone from now on.
+func (t *transport) booked() { t.strangers.Store(false) }
+
 // removePeer stops sending to id and taking its connections.
 func (t *transport) removePeer(id uint64) {
 	t.mu.Lock()
@@ -415,7 +427,7 @@ func (t *transport) ownHello(kind streamKind, to, refusal string) hello {
 	h := hello{Version: helloVersion, Kind: kind, Cluster: t.cfg.cluster, FromID: t.cfg.self.ID,
 		From: t.cfg.self.Name, To: to, Client: t.cfg.client, Refusal: refusal, HTTP: t.cfg.http}
 	if v := t.maxProtocol(); v > minProtocol {
-		h.Max, h.Incarnation = v, t.incarnation
+		h.Max, h.Incarnation, h.Addr = v, t.incarnation, t.cfg.self.Addr
 	}
 	return h
 }
@@ -1022,7 +1034,7 @@ func (t *transport) serve(raw net.Conn) {
 		}
 		return
 	}
-	p, refusal, tlsRefusal := t.check(in, state)
+	p, refusal, tlsRefusal := t.check(in, state, remote)
 	answer := t.ownHello(in.Kind, in.From, refusal)
 	_, werr := conn.Write(appendHello(nil, &answer))
 	if refusal != "" {
@@ -1049,9 +1061,9 @@ func (t *transport) serve(raw net.Conn) {
 	}
 }
 
-// check says why a hello is refused ("" if it is not), and whether the
-// reason is the peer's certificate.
-func (t *transport) check(in *hello, state *tls.ConnectionState) (p *peer, refusal string, tlsRefusal bool) {
+// check says why a hello from remote is refused ("" if it is not), and
+// whether the reason is the peer's certificate.
+func (t *transport) check(in *hello, state *tls.ConnectionState, remote string) (p *peer, refusal string, tlsRefusal bool) {
 	if in.Version != helloVersion {
 		return nil, fmt.Sprintf("protocol version %d; this member speaks %d to %d", in.Version, minProtocol, t.maxProtocol()), false
 	}
@@ -1070,9 +1082,16 @@ func (t *transport) check(in *hello, state *tls.ConnectionState) (p *peer, refus
 	t.mu.Lock()
 	p = t.byName[in.From]
 	t.mu.Unlock()
-	if addr, ok := t.cfg.hints[in.From]; ok && p == nil && in.FromID != 0 {
-		// A joining member learns who its peers are from their hellos.
-		p = t.addPeer(Member{Name: in.From, Addr: addr, ID: in.FromID})
+	if p == nil && in.FromID != 0 {
+		// A joining member learns who its peers are from their hellos, at
+		// the address its --cluster-peers gives, or, for a member added
+		// after that list was written (group 0's leader, maybe), at the
+		// one the hello gives (a wildcard host: the connection's).
+		if addr, ok := t.cfg.hints[in.From]; ok {
+			p = t.addPeer(Member{Name: in.From, Addr: addr, ID: in.FromID})
+		} else if in.Addr != "" && t.strangers.Load() {
+			p = t.addPeer(Member{Name: in.From, Addr: WithHost(in.Addr, remote), ID: in.FromID})
+		}
 	}
 	if p == nil {
 		return nil, fmt.Sprintf("%q is not a member", in.From), false

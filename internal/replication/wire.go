@@ -26,7 +26,7 @@ import (
 //	         sender's name | receiver's name | sender's client address | refusal |
 //	         sender's HTTP address | trailer
 //	(each string: length u16, bytes)
-//	trailer: highest protocol u16 | incarnation u64 (and later fields)
+//	trailer: highest protocol u16 | incarnation u64 | [sender's cluster address] (and later fields)
 //
 // Every hello says version 2, and the protocols after it hide in the
 // trailer, which a member of protocol 2 does not read: it reads five
@@ -36,7 +36,11 @@ import (
 // no trailer. So members of two releases talk during a rolling upgrade.
 // A hello that ends after the refusal (the first releases') is read with
 // no HTTP address and no trailer. The incarnation is drawn at random when
-// a member starts: a new one tells its peers it restarted.
+// a member starts: a new one tells its peers it restarted. The sender's
+// cluster address (its entry's in the book, as it was started with it)
+// follows in hellos of the fortieth session's release on: a member that
+// is joining takes a hello from a member its --cluster-peers did not name
+// at that address, and answers it there (transport.check).
 //
 // An answer with a refusal says why the listener closes the connection;
 // a hello of another version than 2 is answered with a refusal. After the
@@ -206,6 +210,9 @@ type hello struct {
 	// without one (the sender speaks 2); Incarnation is its incarnation.
 	Max         uint16
 	Incarnation uint64
+	// Addr is the sender's cluster address, after the trailer: "" in a
+	// hello without it.
+	Addr string
 }
 
 var (
@@ -231,6 +238,11 @@ func appendHello(b []byte, h *hello) []byte {
 	if h.Max != 0 {
 		b = binary.BigEndian.AppendUint16(b, h.Max)
 		b = binary.BigEndian.AppendUint64(b, h.Incarnation)
+		if h.Addr != "" {
+			a := h.Addr[:min(len(h.Addr), 1000)]
+			b = binary.BigEndian.AppendUint16(b, uint16(len(a)))
+			b = append(b, a...)
+		}
 	}
 	binary.BigEndian.PutUint16(b[at:], uint16(len(b)-at-2))
 	return b
@@ -282,6 +294,12 @@ func readHello(r io.Reader) (*hello, error) {
 	default: // what follows the fields this release knows is a later one's
 		h.Max = binary.BigEndian.Uint16(rest)
 		h.Incarnation = binary.BigEndian.Uint64(rest[2:])
+		if rest = rest[helloTrailer:]; len(rest) > 0 {
+			if len(rest) < 2 || len(rest) < 2+int(binary.BigEndian.Uint16(rest)) {
+				return nil, errNotHello
+			}
+			h.Addr = string(rest[2 : 2+binary.BigEndian.Uint16(rest)])
+		}
 	}
 	return h, nil
 }

@@ -23,7 +23,7 @@ import (
 func TestHello(t *testing.T) {
 	h := hello{Version: helloVersion, Kind: streamSnapshot, Cluster: 0xabc, FromID: 42,
 		From: "a", To: "b", Client: "127.0.0.1:11300", Refusal: "no", HTTP: "127.0.0.1:8080",
-		Max: maxProtocol, Incarnation: 0x1234}
+		Max: maxProtocol, Incarnation: 0x1234, Addr: "127.0.0.1:7000"}
 	b := appendHello(nil, &h)
 	for split := range len(b) + 1 {
 		r := io.MultiReader(bytes.NewReader(b[:split]), bytes.NewReader(b[split:]))
@@ -77,6 +77,36 @@ func TestHelloWithoutHTTP(t *testing.T) {
 	}
 	if got, err := readHello(bytes.NewReader(b)); err != nil || *got != h {
 		t.Fatalf("a hello with it: %+v, %v", got, err)
+	}
+}
+
+// TestHelloWithoutAddr: a hello whose trailer ends after the incarnation
+// (a release before the sender's address) reads with no address, a
+// later release's fields after the address are left unread, and an
+// address whose length runs past the payload is refused.
+func TestHelloWithoutAddr(t *testing.T) {
+	h := hello{Version: helloVersion, Kind: streamMessages, Cluster: 7, FromID: 1,
+		From: "a", To: "b", Client: "127.0.0.1:11300", HTTP: "127.0.0.1:8080",
+		Max: maxProtocol, Incarnation: 9, Addr: "10.0.0.1:7000"}
+	b := appendHello(nil, &h)
+	resize := func(b []byte) []byte {
+		binary.BigEndian.PutUint16(b[6:], uint16(len(b)-8))
+		return b
+	}
+	old := resize(slicesClone(b[:len(b)-2-len(h.Addr)]))
+	want := h
+	want.Addr = ""
+	if got, err := readHello(bytes.NewReader(old)); err != nil || *got != want {
+		t.Fatalf("a hello without the address: %+v, %v", got, err)
+	}
+	later := resize(append(slicesClone(b), 0, 3, 'x', 'y', 'z'))
+	if got, err := readHello(bytes.NewReader(later)); err != nil || *got != h {
+		t.Fatalf("a hello with a later field: %+v, %v", got, err)
+	}
+	bad := slicesClone(b)
+	binary.BigEndian.PutUint16(bad[len(b)-2-len(h.Addr):], uint16(len(h.Addr)+1))
+	if _, err := readHello(bytes.NewReader(bad)); !errors.Is(err, errNotHello) {
+		t.Errorf("an address past the payload: %v", err)
 	}
 }
 
