@@ -37,10 +37,10 @@ import (
 // A hello that ends after the refusal (the first releases') is read with
 // no HTTP address and no trailer. The incarnation is drawn at random when
 // a member starts: a new one tells its peers it restarted. The sender's
-// cluster address (its entry's in the book, as it was started with it)
-// follows in hellos of the fortieth session's release on: a member that
-// is joining takes a hello from a member its --cluster-peers did not name
-// at that address, and answers it there (transport.check).
+// cluster address (its own entry's in --cluster-peers, else its
+// --cluster-listen) follows, where the sender's release writes it: a
+// member that is joining takes a hello from a member its --cluster-peers
+// did not name at that address, and answers it there (transport.check).
 //
 // An answer with a refusal says why the listener closes the connection;
 // a hello of another version than 2 is answered with a refusal. After the
