@@ -310,11 +310,11 @@ func (n *Node) membership(a Action) bool {
 		for _, id := range a.Book.Removed {
 			n.host.transport.removePeer(id)
 		}
+		if len(a.Book.Members) > 1 {
+			n.host.transport.booked(a.Book.Members)
+		}
 		for _, m := range a.Book.Members {
 			n.host.transport.addPeer(m)
-		}
-		if len(a.Book.Members) > 1 {
-			n.host.transport.booked()
 		}
 		// A member added after the cluster was finalized learns the
 		// version from the snapshot that fills its replica: it applies

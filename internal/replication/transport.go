@@ -222,6 +222,10 @@ type peer struct {
 	incarnation atomic.Uint64
 	// cut drops every message to and from it: the tests' partition.
 	cut atomic.Bool
+	// fromHello: a joining member added it from its hello alone
+	// (addStranger), until the book came (booked). Guarded by the
+	// transport's mu.
+	fromHello bool
 	// heard is when a Raft message from it was last received (unix
 	// nanoseconds), 0 before any: a member stopped or cut off keeps its
 	// connection up for seconds, but sends nothing.
@@ -328,11 +332,33 @@ func (t *transport) unreachable(p *peer) {
 // a peer of m's name with another id (removed, and added again) goes. It
 // returns the peer.
 func (t *transport) addPeer(m Member) *peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.addPeerLocked(m)
+}
+
+// addStranger adds m, a member a joining member knows from its hello
+// alone, while it takes such (strangers); nil if it no longer does, or
+// m's name or id is another member's. booked replaces it with the book's
+// member, or drops it.
+func (t *transport) addStranger(m Member) *peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if q, r := t.peers[m.ID], t.byName[m.Name]; !t.strangers.Load() || q != r {
+		return nil
+	}
+	p := t.addPeerLocked(m)
+	if p != nil {
+		p.fromHello = true
+	}
+	return p
+}
+
+// addPeerLocked is addPeer, t.mu held.
+func (t *transport) addPeerLocked(m Member) *peer {
 	if m.ID == t.cfg.self.ID || m.ID == 0 {
 		return nil
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if p := t.peers[m.ID]; p != nil {
 		return p
 	}
@@ -352,9 +378,25 @@ func (t *transport) addPeer(m Member) *peer {
 	return p
 }
 
-// booked tells the transport that group 0's book named the member's
-// peers: it takes hellos from them alone from now on.
-func (t *transport) booked() { t.strangers.Store(false) }
+// booked tells the transport that group 0's book, members, named the
+// member's peers: it takes hellos from them alone from now on, and a
+// peer it took from a hello (addStranger) goes unless the book names it
+// so; the book's members are then added (addPeer), at the book's
+// addresses, which the others dial.
+func (t *transport) booked(members []Member) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.strangers.Store(false)
+	for _, p := range t.peers {
+		if !p.fromHello {
+			continue
+		}
+		if !slices.Contains(members, p.Member) {
+			t.removeLocked(p)
+		}
+		p.fromHello = false
+	}
+}
 
 // removePeer stops sending to id and taking its connections.
 func (t *transport) removePeer(id uint64) {
@@ -1082,28 +1124,34 @@ func (t *transport) check(in *hello, state *tls.ConnectionState, remote string) 
 	t.mu.Lock()
 	p = t.byName[in.From]
 	t.mu.Unlock()
+	// A joining member learns who its peers are from their hellos, at the
+	// address its --cluster-peers gives, or, for a member added after that
+	// list was written (group 0's leader, maybe), at the one the hello
+	// gives (a wildcard host: the connection's): that one is added only
+	// once every check below has passed.
+	var stranger *Member
 	if p == nil && in.FromID != 0 {
-		// A joining member learns who its peers are from their hellos, at
-		// the address its --cluster-peers gives, or, for a member added
-		// after that list was written (group 0's leader, maybe), at the
-		// one the hello gives (a wildcard host: the connection's).
 		if addr, ok := t.cfg.hints[in.From]; ok {
 			p = t.addPeer(Member{Name: in.From, Addr: addr, ID: in.FromID})
 		} else if in.Addr != "" && t.strangers.Load() {
-			p = t.addPeer(Member{Name: in.From, Addr: WithHost(in.Addr, remote), ID: in.FromID})
+			stranger = &Member{Name: in.From, Addr: WithHost(in.Addr, remote), ID: in.FromID}
 		}
 	}
-	if p == nil {
+	known := stranger
+	if p != nil {
+		known = &p.Member
+	}
+	if known == nil {
 		return nil, fmt.Sprintf("%q is not a member", in.From), false
 	}
-	if in.FromID != p.ID {
-		return nil, fmt.Sprintf("member %s has Raft id %x, not %x", p.Name, p.ID, in.FromID), false
+	if in.FromID != known.ID {
+		return nil, fmt.Sprintf("member %s has Raft id %x, not %x", known.Name, known.ID, in.FromID), false
 	}
 	if in.Kind != streamMessages && in.Kind != streamSnapshot && in.Kind != streamCommands {
 		return nil, fmt.Sprintf("unknown stream kind %d", in.Kind), false
 	}
 	if state != nil {
-		if err := t.cfg.tls.verifyMember(state, p.Addr); err != nil {
+		if err := t.cfg.tls.verifyMember(state, known.Addr); err != nil {
 			return nil, err.Error(), true
 		}
 	}
@@ -1115,6 +1163,11 @@ func (t *transport) check(in *hello, state *tls.ConnectionState, remote string) 
 	}
 	if in.Kind == streamCommands && v < 3 {
 		return nil, fmt.Sprintf("a commands stream in protocol %d; it needs 3", v), false
+	}
+	if stranger != nil {
+		if p = t.addStranger(*stranger); p == nil {
+			return nil, fmt.Sprintf("%q is not a member", in.From), false
+		}
 	}
 	return p, "", false
 }

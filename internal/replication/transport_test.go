@@ -744,3 +744,63 @@ func TestTransportCountsWrites(t *testing.T) {
 		t.Errorf("fifty messages queued at once counted in %d writes, want from 1 to 49", writes)
 	}
 }
+
+// TestTransportStrangers: a joining member takes a hello from a member it
+// has no address for at the address the hello gives (a wildcard host:
+// the connection's), only once the hello passes every check, and not
+// under a name or id another peer has; the book then keeps such a peer
+// only where it names it alike, and no stranger is taken after it.
+func TestTransportStrangers(t *testing.T) {
+	self := Member{Name: "m4", ID: 44, Addr: "127.0.0.1:7004"}
+	const cluster = 7
+	tr, err := newTransport(transportConfig{self: self, members: []Member{self}, cluster: cluster,
+		listen: "127.0.0.1:0", queue: 16, log: zerolog.Nop(), joining: true,
+		hints: map[string]string{"m2": "127.0.0.1:7002"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.close)
+	from := func(name string, id uint64, addr string) *hello {
+		return &hello{Version: helloVersion, Kind: streamMessages, Cluster: cluster, FromID: id,
+			From: name, To: "m4", Max: maxProtocol, Incarnation: 1, Addr: addr}
+	}
+	check := func(h *hello) (*peer, string) {
+		p, refusal, _ := tr.check(h, nil, "10.1.2.3:5555")
+		return p, refusal
+	}
+	bad := from("m1", 11, "0.0.0.0:7001")
+	bad.Kind = 99
+	if _, refusal := check(bad); refusal == "" || tr.peer(11) != nil {
+		t.Fatalf("a stranger's hello of an unknown kind: refusal %q, peer %v", refusal, tr.peer(11))
+	}
+	p, refusal := check(from("m1", 11, "0.0.0.0:7001"))
+	if refusal != "" || p == nil || p.Addr != "10.1.2.3:7001" {
+		t.Fatalf("m1's hello: refusal %q, peer %+v", refusal, p)
+	}
+	if _, refusal := check(from("m9", 11, "127.0.0.1:7009")); refusal == "" {
+		t.Error("a stranger with m1's id was taken")
+	}
+	if p, refusal := check(from("m2", 22, "")); refusal != "" || p.Addr != "127.0.0.1:7002" {
+		t.Errorf("m2, a hint: refusal %q, peer %+v", refusal, p)
+	}
+	if _, refusal := check(from("m3", 33, "127.0.0.1:7003")); refusal != "" {
+		t.Fatalf("m3's hello: %q", refusal)
+	}
+	// The book names m1 at another address, m3 as its hello did, m5 not
+	// heard from.
+	book := []Member{self, {Name: "m1", ID: 11, Addr: "m1.example:7001"}, {Name: "m2", ID: 22, Addr: "127.0.0.1:7002"},
+		{Name: "m3", ID: 33, Addr: "127.0.0.1:7003"}}
+	tr.booked(book)
+	if tr.peer(11) != nil || tr.peer(33) == nil || tr.peer(22) == nil {
+		t.Errorf("after the book: m1 %v (want none: the book has it elsewhere), m3 %v, m2 %v", tr.peer(11), tr.peer(33), tr.peer(22))
+	}
+	for _, m := range book {
+		tr.addPeer(m)
+	}
+	if p := tr.peer(11); p == nil || p.Addr != "m1.example:7001" {
+		t.Errorf("m1 after the book: %+v", p)
+	}
+	if _, refusal := check(from("m6", 66, "127.0.0.1:7006")); refusal != `"m6" is not a member` {
+		t.Errorf("a stranger after the book: refusal %q", refusal)
+	}
+}
