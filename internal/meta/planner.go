@@ -200,7 +200,8 @@ const (
 // draining that holds fewest replicas and none of the group, ties broken
 // by a hash of the member's name and the group, so that groups do not
 // all pick the same member. Then a group with more voters than R (a move
-// cut short) loses the replica of the member holding most, and one with fewer (a drain with no receiver,
+// cut short) loses the replica of the member holding most (none while a
+// voter is no member), and one with fewer (a drain with no receiver,
 // since made good by a member added) gains one there. Else, while a live member
 // holds two more replicas than another, one of its groups that the other
 // holds none of goes to it: so a member added receives replicas until
@@ -230,9 +231,12 @@ func PlanMove(s *State, live func(member string) bool) (Move, bool) {
 	for i := range groups {
 		g := &groups[i]
 		switch voters := g.Voters(); {
-		case len(voters) > s.Replicas:
+		case len(voters) > s.Replicas && !slices.ContainsFunc(voters, func(v string) bool { return s.member(v) == nil }):
 			// A move cut short after its receiver's promotion: the member
-			// holding most gives its replica up.
+			// holding most gives its replica up. Not while a voter is no
+			// member (removed still holding it, R then counting fewer
+			// members): the voter to go would be a live one, leaving the
+			// group's quorum to the one that is gone.
 			most := slices.MaxFunc(voters, func(a, b string) int { return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(b, a)) })
 			return Move{Group: g.ID, From: most, Why: MoveExcess}, true
 		case len(voters) < s.Replicas:

@@ -247,6 +247,15 @@ func TestPlanMove(t *testing.T) {
 	if v := s.Groups[1].Voters(); len(v) != 3 {
 		t.Fatalf("group 1's voters %v, want three", v)
 	}
+	// A voter too many that is no member (removed while it held the
+	// replica, and R now counts the members left): no live voter goes.
+	s, _ = Formation(members(3), 2, 3)
+	s.Replicas = 2
+	gone := s.Groups[1].Voters()[0]
+	s.Members = slices.DeleteFunc(s.Members, func(m Member) bool { return m.Name == gone })
+	if mv, ok := PlanMove(s, up); ok && mv.Why == MoveExcess {
+		t.Fatalf("group 1 with %s removed: %+v, want no live voter removed", gone, mv)
+	}
 
 	// A learner holds every move; a member down receives nothing.
 	s, _ = Formation(members(3), 3, 3)
