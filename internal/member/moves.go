@@ -572,7 +572,7 @@ func (m *Member) planStale(mv meta.Move, n *replication.Node) string {
 	now := m.replicasOf(mv.Group, n)
 	book := m.node.Book()
 	draining := func(name string) bool { return slices.Contains(book.Draining, m.idOf(name)) }
-	return staleMove(mv, now.Replicas, now.Learners, m.shards.wantedReplicas(len(m.memberNames())), draining)
+	return staleMove(mv, now.Replicas, now.Learners, m.shards.wantedReplicas(len(book.Members)), draining)
 }
 
 // staleMove says why mv is not to be made on a group whose leader holds
