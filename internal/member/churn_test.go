@@ -436,7 +436,7 @@ func (c *testCluster) leaveNothing(groups int, tubes []string, b *churnBook) {
 		for _, name := range []string{"m1", "m2", "m3"} {
 			m := c.up[name]
 			if st := m.sessions.Stats(); st.RemoteSessions != 0 || st.Owners != 0 || st.Pending != 0 {
-				return false, fmt.Sprintf("%s: %d remote sessions, %d owner clients, %d calls pending", name, st.RemoteSessions, st.Owners, st.Pending)
+				return false, fmt.Sprintf("%s: %d remote sessions, %d owner clients, %d calls pending; owners: %v", name, st.RemoteSessions, st.Owners, st.Pending, m.sessions.DescribeOwners())
 			}
 			for g := range groups {
 				if s := m.shards.serving(uint16(g)); s != nil {

@@ -266,7 +266,13 @@
 // begins with the member's sessions open now (KindSessions, protocol 7:
 // Router.syncSessions), and the leader closes that member's owner
 // clients in the group of the sessions not listed, up to the last id
-// the member had given (Server.syncSessions). Requests of one payload
+// the member had given (Server.syncSessions). A tube's move gives the
+// reservations of its jobs to their holders' owner clients in the group
+// it moves to (Server.HolderClients), a group the session may never have
+// sent to: its close goes to the groups tubes moved to from those it
+// touched as well, and the closes of the last closeRecall go there as the
+// member learns of a move (Link.CloseMoved), for a session that closed
+// between the move's export and that. Requests of one payload
 // run in order on the reader's goroutine; a reserve that waits holds the
 // session's later requests back until it ends, as the engine stops
 // reading a blocked connection. Replies wait for the group's log to

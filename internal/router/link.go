@@ -318,6 +318,44 @@ func (l *Link) Closed(session uint64, group uint16) {
 	l.recallLocked(closedSession{key: sk, at: time.Now()})
 }
 
+// CloseMoved recalls the closes of group from's sessions under each group
+// in to, where tubes of from moved, and sends them there: a tube's move
+// gives the reservations of its jobs to their sessions' owner clients in
+// the group it moves to (Server.HolderClients), and a session that closed
+// while its member did not know of the move yet closed only where it had
+// been. Called as the member learns of a move (Router.Replaced); a close
+// that comes before the import has the job go over ready.
+func (l *Link) CloseMoved(from uint16, to []uint16) {
+	l.mu.Lock()
+	now := time.Now()
+	recalled := make(map[sessionKey]bool)
+	var sessions []uint64
+	for _, c := range l.closed {
+		if c.job != 0 || now.Sub(c.at) > closeRecall {
+			continue
+		}
+		if c.key.group == from {
+			sessions = append(sessions, c.key.session)
+		}
+		recalled[c.key] = true
+	}
+	for _, g := range to {
+		for _, session := range sessions {
+			if k := (sessionKey{session, g}); !recalled[k] {
+				recalled[k] = true
+				l.recallLocked(closedSession{key: k, at: now})
+			}
+		}
+	}
+	l.mu.Unlock()
+	if len(sessions) == 0 {
+		return
+	}
+	for _, g := range to {
+		l.postClosed(g)
+	}
+}
+
 // start makes it pending and sends it if the group's leader is known.
 func (l *Link) start(it Item, route func(req *Request, post func(uint16, uint32)), done func(*Item)) {
 	c := &call{key: callKey{it.Session, it.Group, it.Seq}, kind: it.Kind, wait: it.Wait.ID, done: done,

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/store"
 )
 
@@ -72,4 +73,89 @@ func kinds(items []Item) []Kind {
 		ks = append(ks, it.Kind)
 	}
 	return ks
+}
+
+// TestCloseReachesMovedTubes: a session's close goes to the groups tubes
+// moved to from those it touched, where a move may have given it the
+// reservation of a job it held (Server.HolderClients); and a close made
+// before this member knew of a move goes there as it learns of it
+// (Router.Replaced). Without either, the owner client the move made
+// stayed on that group's leader for good, its job reserved until its
+// TTR.
+func TestCloseReachesMovedTubes(t *testing.T) {
+	const self, leader = 1, 2
+	placement, err := meta.Formation([]meta.Member{{Name: "m1", ID: self}, {Name: "m2", ID: leader}}, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var closes []Item
+	var moved []uint16
+	r := NewRouter(RouterConfig{
+		Self:      self,
+		Placement: func() *meta.State { return placement },
+		Serving:   func(uint16) *store.Store { return nil },
+		Leader:    func(uint16) (uint64, bool) { return leader, true },
+		Send: func(to uint64, payload []byte) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			if err := Each(payload, 1<<16, func(it *Item) {
+				if it.Kind == KindClose {
+					closes = append(closes, *it)
+				}
+			}); err != nil {
+				t.Errorf("a payload to %d: %v", to, err)
+			}
+			return true
+		},
+		MovedFrom: func(g uint16) []uint16 {
+			mu.Lock()
+			defer mu.Unlock()
+			if g == 0 {
+				return slices.Clone(moved)
+			}
+			return nil
+		},
+	})
+	defer r.Close()
+	r.LeaderChanged()
+	closedIn := func(s *Session) []uint16 {
+		mu.Lock()
+		defer mu.Unlock()
+		var gs []uint16
+		for _, it := range closes {
+			if it.Session == s.id {
+				gs = append(gs, it.Group)
+			}
+		}
+		slices.Sort(gs)
+		return gs
+	}
+
+	before := r.NewQueue(nil).(*Session)
+	before.touch(0)
+	before.Close()
+	if got := closedIn(before); !slices.Equal(got, []uint16{0}) {
+		t.Fatalf("a session that touched group 0 closed in %v, want [0]", got)
+	}
+	mu.Lock()
+	moved = []uint16{2}
+	mu.Unlock()
+	r.Replaced()
+	if got := closedIn(before); !slices.Equal(got, []uint16{0, 2}) {
+		t.Fatalf("once tubes moved from group 0 to 2, the session closed before is closed in %v, want [0 2]", got)
+	}
+
+	after := r.NewQueue(nil).(*Session)
+	after.touch(0)
+	other := r.NewQueue(nil).(*Session)
+	other.touch(1)
+	after.Close()
+	other.Close()
+	if got := closedIn(after); !slices.Equal(got, []uint16{0, 2}) {
+		t.Fatalf("a session that touched group 0, tubes moved from it to 2, closed in %v, want [0 2]", got)
+	}
+	if got := closedIn(other); !slices.Equal(got, []uint16{1}) {
+		t.Fatalf("a session that touched group 1 alone closed in %v, want [1]", got)
+	}
 }

@@ -387,6 +387,9 @@ func (r *Router) Stats() Stats {
 	return st
 }
 
+// DescribeOwners is Server.DescribeOwners.
+func (r *Router) DescribeOwners() []string { return r.server.DescribeOwners() }
+
 // placement is the placement the sessions route by, nil for one group.
 func (r *Router) placement() *meta.State {
 	if r.cfg.Placement == nil {
@@ -456,10 +459,15 @@ func (r *Router) Adopt(g uint16, st *store.Store, held []Holder) int {
 
 // Replaced tells the router that tubes moved between groups: each group's
 // leader gets the member's references to the tubes it owns now, and none
-// to those it no longer owns (a sync per group).
+// to those it no longer owns (a sync per group); and the groups tubes
+// moved to get the closes of the sessions that closed lately where the
+// tubes were (Link.CloseMoved).
 func (r *Router) Replaced() {
 	for g := range r.groups() {
 		r.syncRefs(uint16(g))
+		if to := r.movedFrom(uint16(g)); len(to) > 0 {
+			r.link.CloseMoved(uint16(g), to)
+		}
 	}
 }
 

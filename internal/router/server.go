@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -187,7 +188,8 @@ type owner struct {
 	st      *store.Store // immutable: the group's store it was made on
 	flusher *ackFlusher  // immutable: its group's, for st; nil if st acknowledges at once
 	client  *store.Client
-	adopted bool // immutable: made by Adopt
+	adopted bool      // immutable: made by Adopt
+	made    time.Time // immutable: for DescribeOwners
 
 	queued bool // guarded by flusher.mu: in flusher's waiting list
 
@@ -412,6 +414,19 @@ func (s *Server) Close() {
 	for _, o := range owners {
 		o.close()
 	}
+}
+
+// DescribeOwners names the owner clients the server holds, for a test
+// that finds one left behind to say whose it is.
+func (s *Server) DescribeOwners() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k, o := range s.owners {
+		out = append(out, fmt.Sprintf("member %x session %d group %d adopted %v made %s", k.member, k.session, k.group, o.adopted, o.made.Format("15:04:05.000")))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Owners counts the owner clients the server holds: its groups' remote
@@ -655,7 +670,7 @@ func (s *Server) owner(key ownerKey) *owner {
 // newOwnerLocked makes key's owner client on store st, adopted if made
 // for a handover (Adopt). s.mu must be held.
 func (s *Server) newOwnerLocked(key ownerKey, st *store.Store, adopted bool) *owner {
-	o := &owner{srv: s, key: key, st: st, flusher: s.flusherLocked(key.group, st), adopted: adopted}
+	o := &owner{srv: s, key: key, st: st, flusher: s.flusherLocked(key.group, st), adopted: adopted, made: time.Now()}
 	o.client = st.NewOwnerClient(o)
 	s.owners[key] = o
 	return o

@@ -1226,18 +1226,29 @@ func (s *Session) Close() {
 		s.r.waiting.Add(-1)
 	}
 	s.handOff.Unlock()
-	for _, g := range s.touched {
+	for _, g := range s.closesIn() {
 		s.closeIn(g)
-	}
-	for g := range s.r.groups() {
-		if s.reached[g/64].Load()&(1<<(g%64)) != 0 && !slices.Contains(s.touched, uint16(g)) {
-			s.closeIn(uint16(g))
-		}
 	}
 	s.r.changeRefs(s.used, -1, 0, nil)
 	for _, w := range s.watched {
 		s.r.changeRefs(w, 0, -1, nil)
 	}
+}
+
+// closesIn are the groups the session's close goes to: those its items
+// went to, and those tubes moved to from them, where a move may have
+// given it a reservation of a job it held (Server.HolderClients).
+func (s *Session) closesIn() []uint16 {
+	in := slices.Clone(s.touched)
+	for g := range s.r.groups() {
+		if s.reached[g/64].Load()&(1<<(g%64)) != 0 && !slices.Contains(in, uint16(g)) {
+			in = append(in, uint16(g))
+		}
+	}
+	for _, g := range in {
+		in = addGroups(in, s.r.movedFrom(g))
+	}
+	return in
 }
 
 // quietHere reports whether the session's next step in group g may be
