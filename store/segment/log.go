@@ -211,7 +211,8 @@ func (l *Log) Append(g *Group) (lsn uint64, seg uint32, off int64, err error) {
 func (l *Log) Durable() uint64 { return l.durable.Load() }
 
 // OnDurable calls fn, on the writer goroutine, once lsn is durable (at
-// once, on this goroutine, if it already is).
+// once, on this goroutine, if it already is). Durable is at least lsn
+// when fn runs.
 func (l *Log) OnDurable(lsn uint64, fn func()) {
 	if l.durable.Load() >= lsn {
 		fn()
@@ -219,9 +220,24 @@ func (l *Log) OnDurable(lsn uint64, fn func()) {
 	}
 	l.mu.Lock()
 	now := l.core.onDurable(lsn, fn)
+	published := l.core.published
 	l.mu.Unlock()
 	if now {
+		// The core published lsn and the writer has yet to store it: a
+		// caller that reads Durable in fn (an AckSource's Acked) must not
+		// find it short, and wait for a publish that may never come.
+		l.raiseDurable(published)
 		fn()
+	}
+}
+
+// raiseDurable sets Durable to lsn unless it is higher already.
+func (l *Log) raiseDurable(lsn uint64) {
+	for {
+		d := l.durable.Load()
+		if d >= lsn || l.durable.CompareAndSwap(d, lsn) {
+			return
+		}
 	}
 }
 

@@ -154,7 +154,7 @@ func (l *Log) carryOut(acts []action) (o outcome, stop bool) {
 				ob.ObserveBatch(int(a.n), int(a.records))
 			}
 		case actPublish:
-			l.durable.Store(a.lsn())
+			l.raiseDurable(a.lsn()) // OnDurable may have raised it already
 			for _, w := range a.due {
 				w.fn()
 			}
