@@ -1245,7 +1245,7 @@ func (s *Session) closesIn() []uint16 {
 			in = append(in, uint16(g))
 		}
 	}
-	for _, g := range in {
+	for _, g := range in { // the groups it adds need no look: movedFrom goes on from them
 		in = addGroups(in, s.r.movedFrom(g))
 	}
 	return in

@@ -225,7 +225,8 @@ func (l *Log) OnDurable(lsn uint64, fn func()) {
 	if now {
 		// The core published lsn and the writer has yet to store it: a
 		// caller that reads Durable in fn (an AckSource's Acked) must not
-		// find it short, and wait for a publish that may never come.
+		// find it short (the engine's held replies then armed again at
+		// once, and spun until the writer stored it).
 		l.raiseDurable(published)
 		fn()
 	}
