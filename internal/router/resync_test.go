@@ -3,6 +3,7 @@ package router
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sproutmq/sprout/internal/meta"
@@ -15,42 +16,24 @@ import (
 // list (protocol 7), and nothing of the kind to one that does not.
 func TestResyncListsSessions(t *testing.T) {
 	const self, leader = 1, 2
-	var mu sync.Mutex
-	var sent []Item
-	syncs := true
+	sent := &sentItems{t: t}
+	var syncs atomic.Bool
+	syncs.Store(true)
 	r := NewRouter(RouterConfig{
-		Self:    self,
-		Serving: func(uint16) *store.Store { return nil },
-		Leader:  func(uint16) (uint64, bool) { return leader, true },
-		Send: func(to uint64, payload []byte) bool {
-			mu.Lock()
-			defer mu.Unlock()
-			if err := Each(payload, 1<<16, func(it *Item) {
-				it.Sessions.IDs = slices.Clone(it.Sessions.IDs)
-				sent = append(sent, *it)
-			}); err != nil {
-				t.Errorf("a payload to %d: %v", to, err)
-			}
-			return true
-		},
-		SyncsSessions: func(member uint64) bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return member == leader && syncs
-		},
+		Self:          self,
+		Serving:       func(uint16) *store.Store { return nil },
+		Leader:        func(uint16) (uint64, bool) { return leader, true },
+		Send:          sent.send,
+		SyncsSessions: func(member uint64) bool { return member == leader && syncs.Load() },
 	})
 	defer r.Close()
 	r.LeaderChanged() // greets the leader: calls go to it from then on
 	a, b, c := r.NewQueue(nil).(*Session), r.NewQueue(nil).(*Session), r.NewQueue(nil).(*Session)
 	b.Close()
 	resync := func() []Item {
-		mu.Lock()
-		sent = nil
-		mu.Unlock()
+		sent.take()
 		r.StreamUp(leader)
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(sent)
+		return sent.take()
 	}
 	items := resync()
 	if len(items) == 0 || items[0].Kind != KindSessions {
@@ -59,12 +42,39 @@ func TestResyncListsSessions(t *testing.T) {
 	if ss := items[0].Sessions; !slices.Equal(ss.IDs, []uint64{a.id, c.id}) || ss.Upto != c.id {
 		t.Fatalf("sessions %+v, want %d and %d up to %d", ss, a.id, c.id, c.id)
 	}
-	mu.Lock()
-	syncs = false
-	mu.Unlock()
+	syncs.Store(false)
 	if items := resync(); slices.ContainsFunc(items, func(it Item) bool { return it.Kind == KindSessions }) {
 		t.Fatalf("a leader of protocol 6 was sent %v", kinds(items))
 	}
+}
+
+// sentItems records the items a Router sends (RouterConfig.Send), the
+// slices they hold that a test reads copied out of the payload.
+type sentItems struct {
+	t     *testing.T
+	mu    sync.Mutex
+	items []Item // guarded by mu
+}
+
+func (s *sentItems) send(to uint64, payload []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := Each(payload, 1<<16, func(it *Item) {
+		it.Sessions.IDs = slices.Clone(it.Sessions.IDs)
+		s.items = append(s.items, *it)
+	}); err != nil {
+		s.t.Errorf("a payload to %d: %v", to, err)
+	}
+	return true
+}
+
+// take returns the items sent since the last take.
+func (s *sentItems) take() []Item {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	items := s.items
+	s.items = nil
+	return items
 }
 
 func kinds(items []Item) []Kind {
@@ -88,26 +98,16 @@ func TestCloseReachesMovedTubes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
+	sent := &sentItems{t: t}
 	var closes []Item
+	var mu sync.Mutex
 	var moved []uint16
 	r := NewRouter(RouterConfig{
 		Self:      self,
 		Placement: func() *meta.State { return placement },
 		Serving:   func(uint16) *store.Store { return nil },
 		Leader:    func(uint16) (uint64, bool) { return leader, true },
-		Send: func(to uint64, payload []byte) bool {
-			mu.Lock()
-			defer mu.Unlock()
-			if err := Each(payload, 1<<16, func(it *Item) {
-				if it.Kind == KindClose {
-					closes = append(closes, *it)
-				}
-			}); err != nil {
-				t.Errorf("a payload to %d: %v", to, err)
-			}
-			return true
-		},
+		Send:      sent.send,
 		MovedFrom: func(g uint16) []uint16 {
 			mu.Lock()
 			defer mu.Unlock()
@@ -120,11 +120,10 @@ func TestCloseReachesMovedTubes(t *testing.T) {
 	defer r.Close()
 	r.LeaderChanged()
 	closedIn := func(s *Session) []uint16 {
-		mu.Lock()
-		defer mu.Unlock()
+		closes = append(closes, sent.take()...)
 		var gs []uint16
 		for _, it := range closes {
-			if it.Session == s.id {
+			if it.Kind == KindClose && it.Session == s.id {
 				gs = append(gs, it.Group)
 			}
 		}
