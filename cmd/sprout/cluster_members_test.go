@@ -35,8 +35,17 @@ func memberReq(t *testing.T, m *testMember, method, path, token string, body any
 }
 
 // join adds m through via (as a learner) and starts it with the join
-// string the answer gives, and every member as --cluster-peers.
-func (c *testCluster) join(via, m *testMember) {
+// string the answer gives, every member as --cluster-peers, and extra.
+func (c *testCluster) join(via, m *testMember, extra ...string) {
+	c.t.Helper()
+	if err := c.tryJoin(via, m, extra...); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// tryJoin is join, returning the start's error: the process, started,
+// may have exited.
+func (c *testCluster) tryJoin(via, m *testMember, extra ...string) error {
 	c.t.Helper()
 	status, out := memberReq(c.t, via, http.MethodPost, "/cluster/members", testAdminToken,
 		map[string]string{"name": m.name, "address": m.peerAddr})
@@ -50,13 +59,11 @@ func (c *testCluster) join(via, m *testMember) {
 		}
 	}
 	m.peers = strings.Join(append(peers, m.name+"="+m.peerAddr), ",")
-	m.args = []string{"--cluster-join", out["join"].(string)}
+	m.args = append([]string{"--cluster-join", out["join"].(string)}, extra...)
 	if !slices.Contains(c.members, m) {
 		c.members = append(c.members, m)
 	}
-	if err := c.start(m); err != nil {
-		c.t.Fatal(err)
-	}
+	return c.start(m)
 }
 
 // awaitVoters waits until via's /cluster shows exactly names, each a
@@ -186,6 +193,43 @@ func TestClusterGrowFromSingleNode(t *testing.T) {
 	}
 	if st, err := d.status(); err != nil || len(st.Members) != 3 {
 		t.Errorf("c's view: %+v %v", st, err)
+	}
+}
+
+// TestClusterJoinWithOtherGroups: a member that joins a cluster of two
+// groups with --cluster-groups 3 stops with one line and status 5, as a
+// member refused at start does, once group 0's book tells it the
+// cluster's; its -b records the cluster's then, and started again
+// without the flag it serves as a member of two groups.
+func TestClusterJoinWithOtherGroups(t *testing.T) {
+	c := startCluster(t, "--admin-token", testAdminToken, "--cluster-groups", "2")
+	c.awaitServing(20 * time.Second)
+	m4 := c.newMember("m4")
+	_ = c.tryJoin(c.members[0], m4, "--cluster-groups", "3") // it may stop before it listens
+	if !m4.proc.Wait(20 * time.Second) {
+		t.Fatalf("m4, joined with --cluster-groups 3 to a cluster of 2, still runs")
+	}
+	const want = "--cluster-groups 3 disagrees with this cluster's 2, set when it was formed"
+	if code, n := m4.proc.ExitCode(), strings.Count(m4.proc.Output(), want); code != exitUsage || n != 1 {
+		t.Fatalf("m4 exited %d, its output naming the disagreement on %d lines; want %d and one line:\n%s", code, n, exitUsage, m4.proc.Output())
+	}
+	m4.args = m4.args[:2] // --cluster-join only
+	if err := c.start(m4); err != nil {
+		t.Fatal(err)
+	}
+	c.awaitVoters(30*time.Second, c.members[0], "m1", "m2", "m3", "m4")
+	conn := dialMember(t, m4)
+	defer conn.Close()
+	for _, tube := range []string{"a", "b", "c", "d"} {
+		if r, err := conn.Do("use "+tube, nil); err != nil || r.Kind != testproc.ReplyUsing {
+			t.Fatalf("use %s through m4: %+v %v", tube, r, err)
+		}
+		if id, err := conn.Put(0, 0, 60, []byte(tube)); err != nil || id>>45 > 1 {
+			t.Fatalf("put into %s through m4: id %d (group %d) %v, want one of group 0 or 1", tube, id, id>>45, err)
+		}
+	}
+	if m4.proc.Wait(time.Second) {
+		t.Fatalf("m4, started again without --cluster-groups, stopped:\n%s", m4.proc.Output())
 	}
 }
 

@@ -67,7 +67,8 @@ func thisProcess() process {
 // (internal/member: its log, store, cluster node, engine and side port,
 // in its documented order), and run waits for it to stop: after a
 // signal's Shutdown, or on its own (a cluster member whose log was lost,
-// or that was removed), whose reason is the exit status.
+// that was removed, or whose --cluster-groups group 0 found not to be the
+// cluster's: 5, as at start), whose reason is the exit status.
 func run(cfg config) int {
 	log := newLogger(cfg, os.Stderr)
 	cfg.engine.Logger = log
@@ -129,9 +130,12 @@ func run(cfg config) int {
 
 	start := time.Now()
 	<-m.Done()
+	var formationErr *member.FormationError
 	switch err := m.Err(); {
 	case errors.Is(err, replication.ErrRemoved):
 		return exitRemoved
+	case errors.As(err, &formationErr):
+		return exitUsage // as at start: its groups are not the cluster's
 	case err != nil:
 		return exitReplay
 	}

@@ -29,10 +29,13 @@ type testCluster struct {
 	// groups and replicas are the --cluster-groups and --cluster-replicas
 	// the members start with; 0: the cluster's.
 	groups, replicas int
-	peers            []replication.Member
-	dirs             map[string]string
-	outs             map[string]*testproc.SyncBuffer
-	up               map[string]*Member
+	// ownGroups are the --cluster-groups of the members that start with
+	// another than groups.
+	ownGroups map[string]int
+	peers     []replication.Member
+	dirs      map[string]string
+	outs      map[string]*testproc.SyncBuffer
+	up        map[string]*Member
 }
 
 func newTestCluster(t *testing.T) *testCluster { return newShardedCluster(t, 0) }
@@ -43,7 +46,14 @@ func newShardedCluster(t *testing.T, groups int) *testCluster { return newCluste
 // newClusterOf is a cluster of members members formed with groups shard
 // groups of replicas replicas each (0: the defaults).
 func newClusterOf(t *testing.T, members, groups, replicas int) *testCluster {
-	c := &testCluster{t: t, groups: groups, replicas: replicas, dirs: map[string]string{}, outs: map[string]*testproc.SyncBuffer{}, up: map[string]*Member{}}
+	return newClusterWith(t, members, groups, replicas, nil)
+}
+
+// newClusterWith is newClusterOf with some members started with their
+// own --cluster-groups (own, by name).
+func newClusterWith(t *testing.T, members, groups, replicas int, own map[string]int) *testCluster {
+	c := &testCluster{t: t, groups: groups, replicas: replicas, ownGroups: own,
+		dirs: map[string]string{}, outs: map[string]*testproc.SyncBuffer{}, up: map[string]*Member{}}
 	for i := 1; i <= members; i++ {
 		port, err := testproc.FreePort()
 		if err != nil {
@@ -91,6 +101,10 @@ func (c *testCluster) config(name string) Config {
 		}
 	}
 	log := zerolog.New(c.outs[name]).With().Timestamp().Str("member", name).Logger()
+	groups, own := c.ownGroups[name]
+	if !own {
+		groups = c.groups
+	}
 	return Config{
 		Engine: engine.Config{Network: "tcp", Address: "127.0.0.1:0", Loops: 1, Logger: log},
 		WALDir: c.dirs[name], WAL: wal.Options{SegmentSize: 1 << 20},
@@ -98,7 +112,7 @@ func (c *testCluster) config(name string) Config {
 		Cluster: &replication.NodeConfig{
 			Node: name, Listen: listen, Peers: c.peers, Tick: clusterTick,
 		},
-		Groups: c.groups, Replicas: c.replicas,
+		Groups: groups, Replicas: c.replicas,
 		// A graceful shutdown waits for the jobs its sessions hold
 		// (Router.Holding): not for the default 25 s here.
 		ShutdownTimeout: 2 * time.Second,

@@ -23,7 +23,9 @@
 //     log (shards.go: placed by meta.Formation, each member holding R of
 //     them and group 0; G and R recorded in -b at the first start,
 //     formation.go, and a --cluster-groups that disagrees with the record
-//     or the log is refused, a FormationError); a group's replica moves
+//     or the log is refused, a FormationError; group 0 records the
+//     cluster's too, and a member that runs another stops with one); a
+//     group's replica moves
 //     between members (moves.go: group 0's leader plans each move on
 //     the groups' replicas as their leaders report them and asks the
 //     group's leader to make it, which checks it against its own and

@@ -318,13 +318,17 @@ func TestShardGroupsGrowAndShrink(t *testing.T) {
 		}
 	}
 
-	// A member started with one group in this cluster of four stops.
+	// A member started with one group in this cluster of four stops
+	// (formation.go), its -b recording the cluster's four.
 	c.join(c.up["m2"], "m6", 0)
 	select {
 	case <-c.up["m6"].Done():
 		var fe *FormationError
-		if err := c.up["m6"].Err(); !errors.As(err, &fe) || !strings.Contains(err.Error(), "start it with the cluster's --cluster-groups") {
+		if err := c.up["m6"].Err(); !errors.As(err, &fe) || !strings.Contains(err.Error(), "--cluster-groups unset runs 1, and this cluster's is 4") {
 			t.Fatalf("m6 stopped with %v, want the FormationError", err)
+		}
+		if rec, err := readFormation(c.dirs["m6"]); err != nil || rec != (formation{Groups: 4, Replicas: 3}) {
+			t.Fatalf("m6's formation record %+v %v, want the cluster's 4 groups of 3", rec, err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("m6, running one group of four, still runs")

@@ -114,7 +114,8 @@ func (sh *shards) term(g uint16) uint64 {
 
 // FormationError refuses a member whose --cluster-groups or
 // --cluster-replicas the cluster cannot take: they disagree with what
-// its log holds, or ask for what is not built yet.
+// its log holds, or ask for what is not built yet (at start), or with
+// the formation group 0 records (formation.go: it stops).
 type FormationError struct{ Reason string }
 
 func (e *FormationError) Error() string { return e.Reason }
@@ -205,7 +206,9 @@ func (m *Member) startShards(ctx context.Context) error {
 	sh := m.shards
 	// Group 0's leadership is handed over at a shutdown with one group too.
 	m.node.OnServe(func(handed []byte) { m.takeHanded(0, m.node, handed) })
+	go m.recordFormation()
 	if sh.placement == nil {
+		m.node.OnTubes(func(b replication.TubeBook) { m.checkFormed(b.Formed) })
 		return nil
 	}
 	m.seedGrown()

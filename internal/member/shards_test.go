@@ -2,6 +2,7 @@ package member
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -173,6 +174,70 @@ func TestShardGroupsRefused(t *testing.T) {
 	if n := m.shards.groups(); n != 3 {
 		t.Fatalf("m3 restarted without --cluster-groups runs %d groups, want the cluster's 3", n)
 	}
+}
+
+// TestFormationRecorded: group 0's first leader records the formation
+// it runs (formation.go), and a member that runs another stops with a
+// FormationError: one of a formation's members started with its own
+// --cluster-groups, whichever side the record takes; a member joining a
+// cluster of one group with two, whose -b then records one group (none).
+func TestFormationRecorded(t *testing.T) {
+	t.Run("formed", func(t *testing.T) {
+		c := newClusterWith(t, 3, 2, 0, map[string]int{"m3": 3})
+		stopped := func(m *Member) bool {
+			select {
+			case <-m.Done():
+				return true
+			default:
+				return false
+			}
+		}
+		var formed replication.Formed
+		testproc.WaitFor(t, 20*time.Second, "the formation recorded, and the members that disagree stopped", func() bool {
+			for _, m := range c.up {
+				if f := m.node.Tubes().Formed; f.Groups != 0 && !stopped(m) {
+					formed = f
+				}
+			}
+			if formed.Groups == 0 {
+				return false
+			}
+			for _, m := range c.up {
+				if stopped(m) != (m.shards.formed() != formed) {
+					return false
+				}
+			}
+			return true
+		})
+		for name, m := range c.up {
+			t.Logf("%s runs %+v, stopped %v: %v", name, m.shards.formed(), stopped(m), m.Err())
+			if !stopped(m) {
+				continue
+			}
+			var fe *FormationError
+			want := fmt.Sprintf("--cluster-groups %d disagrees with this cluster's %d, set when it was formed: start it on an empty -b", m.shards.formed().Groups, formed.Groups)
+			if err := m.Err(); !errors.As(err, &fe) || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s stopped with %v, want %q", name, err, want)
+			}
+		}
+	})
+	t.Run("joined", func(t *testing.T) {
+		c := newShardedCluster(t, 0)
+		c.finalized()
+		c.join(c.up["m2"], "m4", 2)
+		select {
+		case <-c.up["m4"].Done():
+			want := "--cluster-groups 2 disagrees with this cluster's 1, set when it was formed: its -b records the cluster's now"
+			if err := c.up["m4"].Err(); err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("m4 stopped with %v, want %q", err, want)
+			}
+			if rec, err := readFormation(c.dirs["m4"]); err != nil || rec != (formation{}) {
+				t.Fatalf("m4's formation record %+v %v, want none (one group)", rec, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("m4, running two groups in a cluster of one, still runs")
+		}
+	})
 }
 
 // TestShardGroupsRestartOfFive: a member of five with five groups of

@@ -155,6 +155,7 @@ func newRouting(p *meta.State, b replication.TubeBook) *routing {
 func (m *Member) tubesChanged(g uint16, b replication.TubeBook) {
 	sh := m.shards
 	if g == 0 {
+		m.checkFormed(b.Formed)
 		old := sh.routing.Load()
 		sh.routing.Store(newRouting(sh.placement, b))
 		m.grew(b)

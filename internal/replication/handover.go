@@ -32,6 +32,7 @@ const (
 	// HandOverAborted: the leadership was not handed over after all; the
 	// leader serves again.
 	HandOverAborted uint8 = 16
+	// (17 is tubes.go's GroupsFormed.)
 )
 
 // handedOver is the last HandOver applied: its leader's term, its

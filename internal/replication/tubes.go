@@ -80,7 +80,22 @@ const (
 	// PrefixDropped: in group 0, the groups an aborted placement, move
 	// Deadline, brought tubes into have dropped them (TubeBook.Dropping).
 	PrefixDropped uint8 = 14
+	// (15 and 16 are HandOver's: handover.go.)
+
+	// GroupsFormed: in group 0, the cluster was formed with Pri groups of
+	// Delay replicas (TubeBook.Formed), unless a record before said so:
+	// the first applied is the cluster's.
+	GroupsFormed uint8 = 17
 )
+
+// Formed is the G and R a cluster was formed with (--cluster-groups,
+// --cluster-replicas), as group 0's first GroupsFormed record says:
+// what every member must run. Replicas is 0 for one group, whose
+// members hold it all.
+type Formed struct {
+	Groups   uint16 `json:"groups"`
+	Replicas uint16 `json:"replicas,omitempty"`
+}
 
 // Dropping is a placement group 0 aborted whose destinations may still
 // hold the copies it brought them: until they have dropped them, no
@@ -152,6 +167,9 @@ type TubeBook struct {
 	FrozenPrefixes map[string]Frozen `json:"frozen_prefixes,omitempty"`
 	// Grown are the groups the cluster grew (group 0 only), in order.
 	Grown []GrownGroup `json:"grown,omitempty"`
+	// Formed is the G and R the cluster was formed with (group 0 only;
+	// zero until its leader recorded them: Node.ProposeFormed).
+	Formed Formed `json:"formed,omitzero"`
 	// Paused are this group's tubes' pauses, by name, as its leader's
 	// store logged them (store.Options.LogPauses): the next leader's
 	// store takes them (store.Store.SetPauses).
@@ -201,7 +219,8 @@ func (b TubeBook) Pending() (string, PrefixPlacement, bool) {
 // IsZero reports whether b holds nothing (omitzero).
 func (b TubeBook) IsZero() bool {
 	return len(b.Placed) == 0 && len(b.Decided) == 0 && len(b.Frozen) == 0 && len(b.Paused) == 0 &&
-		len(b.Prefixes) == 0 && len(b.FrozenPrefixes) == 0 && len(b.Grown) == 0 && len(b.Dropping) == 0
+		len(b.Prefixes) == 0 && len(b.FrozenPrefixes) == 0 && len(b.Grown) == 0 && len(b.Dropping) == 0 &&
+		len(b.Out) == 0 && b.Formed == Formed{}
 }
 
 // clone returns a copy that shares nothing with b.
@@ -213,12 +232,12 @@ func (b TubeBook) clone() TubeBook {
 	return TubeBook{Placed: maps.Clone(b.Placed), Decided: maps.Clone(b.Decided), Order: slices.Clone(b.Order),
 		Out: out, Frozen: maps.Clone(b.Frozen), Paused: maps.Clone(b.Paused),
 		Prefixes: maps.Clone(b.Prefixes), FrozenPrefixes: maps.Clone(b.FrozenPrefixes), Grown: slices.Clone(b.Grown),
-		Dropping: maps.Clone(b.Dropping)}
+		Dropping: maps.Clone(b.Dropping), Formed: b.Formed}
 }
 
 // equal reports whether b and o hold the same.
 func (b TubeBook) equal(o TubeBook) bool {
-	return maps.Equal(b.Placed, o.Placed) && maps.Equal(b.Decided, o.Decided) && maps.Equal(b.Frozen, o.Frozen) &&
+	return b.Formed == o.Formed && maps.Equal(b.Placed, o.Placed) && maps.Equal(b.Decided, o.Decided) && maps.Equal(b.Frozen, o.Frozen) &&
 		maps.EqualFunc(b.Out, o.Out, slices.Equal) && maps.Equal(b.Paused, o.Paused) &&
 		maps.Equal(b.Prefixes, o.Prefixes) && maps.Equal(b.FrozenPrefixes, o.FrozenPrefixes) && maps.Equal(b.Dropping, o.Dropping) &&
 		slices.EqualFunc(b.Grown, o.Grown, func(x, y GrownGroup) bool {
@@ -378,6 +397,12 @@ func (b *TubeBook) apply(r *wal.Record) bool {
 			}
 		}
 		return changed
+	case GroupsFormed:
+		if b.Formed.Groups != 0 || r.Pri == 0 || r.Pri > math.MaxUint16 || r.Delay < 0 || r.Delay > math.MaxUint16 {
+			return false
+		}
+		b.Formed = Formed{Groups: uint16(r.Pri), Replicas: uint16(r.Delay)}
+		return true
 	case wal.MetaPause:
 		// The pauses that have ended go; which is as this member's clock
 		// says, which only bounds what it keeps: an ended pause pauses
@@ -516,6 +541,20 @@ func (n *Node) ProposeGrow(ctx context.Context, grown []GrownGroup) error {
 			return !slices.ContainsFunc(b.Grown, func(h GrownGroup) bool { return h.ID == g.ID })
 		})
 	})
+}
+
+// ProposeFormed proposes, in group 0's log, that the cluster was formed
+// with f, and returns once this member has applied a GroupsFormed record:
+// this one, or one before it, whose f is then the cluster's.
+func (n *Node) ProposeFormed(ctx context.Context, f Formed) error {
+	if info, _ := n.Leader(); !info.Serving {
+		return ErrNotServing
+	}
+	if n.group != group0 || f.Groups == 0 {
+		return fmt.Errorf("replication: a formation of %d groups proposed in group %d", f.Groups, n.group)
+	}
+	r := wal.Record{Kind: wal.KindMeta, State: GroupsFormed, Tube: "#", Deadline: 1, Pri: uint32(f.Groups), Delay: int64(f.Replicas)}
+	return n.proposeControl(ctx, &r, func() bool { return n.Tubes().Formed.Groups != 0 })
 }
 
 // tubeApplied reports whether r's outcome shows in the node's TubeBook.

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -170,6 +171,39 @@ func TestTubeBookGrow(t *testing.T) {
 	}
 	if _, ok := SlotGroup("img-"); ok {
 		t.Fatal("a prefix read as a slot key")
+	}
+}
+
+// TestTubeBookFormed: group 0 keeps the first formation recorded, and
+// skips one that names no groups or more than a uint16 holds.
+func TestTubeBookFormed(t *testing.T) {
+	rec := func(groups uint32, replicas int64) *wal.Record {
+		return &wal.Record{Kind: wal.KindMeta, State: GroupsFormed, Tube: "#", Deadline: 1, Pri: groups, Delay: replicas}
+	}
+	var b TubeBook
+	for i, s := range []struct {
+		rec     *wal.Record
+		changed bool
+	}{
+		{rec(0, 3), false},
+		{rec(1<<16, 3), false},
+		{rec(5, -1), false},
+		{rec(5, 3), true},
+		{rec(3, 3), false},
+		{rec(5, 3), false},
+	} {
+		if got := b.apply(s.rec); got != s.changed {
+			t.Fatalf("step %d: changed %v, want %v", i, got, s.changed)
+		}
+	}
+	if b.Formed != (Formed{Groups: 5, Replicas: 3}) || !b.equal(b.clone()) || b.equal(TubeBook{}) {
+		t.Fatalf("formed %+v, want 5 groups of 3 replicas", b.Formed)
+	}
+	// A snapshot carries the book as JSON: a book that holds the
+	// formation alone is not a zero one.
+	var back Book
+	if js, err := json.Marshal(Book{Tubes: TubeBook{Formed: b.Formed}}); err != nil || json.Unmarshal(js, &back) != nil || back.Tubes.Formed != b.Formed {
+		t.Fatalf("a book of the formation alone came back as %+v (%v)", back.Tubes, err)
 	}
 }
 
