@@ -586,7 +586,8 @@
 // addresses: their ids it learns from their hellos, and the book from its
 // first snapshot; a member the list does not name, group 0's leader added
 // after the list was written, it takes at the cluster address its hello
-// gives, until the book names its peers), itself included or not: a
+// gives, until the book names its peers; from then on the book alone
+// says who is a member, the list's names too), itself included or not: a
 // joining member's own entry
 // is only where it tells its client and --http ports to be reached, and
 // without one that is its --cluster-listen's host. A wildcard host there

@@ -119,7 +119,8 @@ type transportConfig struct {
 	removed     func(id uint64) bool
 	removedSelf func(by string)
 	// hints are a joining member's peers by name (--cluster-peers): their
-	// ids it learns from their hellos, until the book says who they are.
+	// ids it learns from their hellos, until the book says who they are
+	// (booked): a hint it does not name is no member then.
 	hints map[string]string
 	// joining: this member starts with no book but itself (--cluster-join),
 	// and takes the hellos of members it has no address for at the
@@ -1131,7 +1132,7 @@ func (t *transport) check(in *hello, state *tls.ConnectionState, remote string) 
 	// once every check below has passed.
 	var stranger *Member
 	if p == nil && in.FromID != 0 {
-		if addr, ok := t.cfg.hints[in.From]; ok {
+		if addr, ok := t.cfg.hints[in.From]; ok && t.strangers.Load() {
 			p = t.addPeer(Member{Name: in.From, Addr: addr, ID: in.FromID})
 		} else if in.Addr != "" && t.strangers.Load() {
 			stranger = &Member{Name: in.From, Addr: WithHost(in.Addr, remote), ID: in.FromID}

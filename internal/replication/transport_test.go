@@ -749,13 +749,14 @@ func TestTransportCountsWrites(t *testing.T) {
 // has no address for at the address the hello gives (a wildcard host:
 // the connection's), only once the hello passes every check, and not
 // under a name or id another peer has; the book then keeps such a peer
-// only where it names it alike, and no stranger is taken after it.
+// only where it names it alike, and no stranger is taken after it, nor
+// a hint (--cluster-peers) that the book does not name.
 func TestTransportStrangers(t *testing.T) {
 	self := Member{Name: "m4", ID: 44, Addr: "127.0.0.1:7004"}
 	const cluster = 7
 	tr, err := newTransport(transportConfig{self: self, members: []Member{self}, cluster: cluster,
 		listen: "127.0.0.1:0", queue: 16, log: zerolog.Nop(), joining: true,
-		hints: map[string]string{"m2": "127.0.0.1:7002"}})
+		hints: map[string]string{"m2": "127.0.0.1:7002", "m7": "127.0.0.1:7007"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -802,5 +803,8 @@ func TestTransportStrangers(t *testing.T) {
 	}
 	if _, refusal := check(from("m6", 66, "127.0.0.1:7006")); refusal != `"m6" is not a member` {
 		t.Errorf("a stranger after the book: refusal %q", refusal)
+	}
+	if _, refusal := check(from("m7", 77, "")); refusal != `"m7" is not a member` || tr.peer(77) != nil {
+		t.Errorf("a hint the book does not name, after the book: refusal %q, peer %v", refusal, tr.peer(77))
 	}
 }
