@@ -601,6 +601,57 @@ func staleMove(mv meta.Move, voters, learners []string, r int, draining func(str
 	return ""
 }
 
+// dropRemovedReplicas, on each group but 0 this member leads, takes out
+// a replica of a member the cluster removed (group 0's book lists its id
+// as removed), one at a time. Group 0's leader removes a draining member
+// once it holds no replica as the groups' reports show them
+// (removeDrained), and a report a second old may not show the replica a
+// move just gave it. Such a replica never answers again, yet counts in
+// its group's quorum, and the planner, which sees a voter no member
+// holds, neither removes it nor a live voter (meta.PlanMove): the group
+// would run one failure from stopping for good. Taken out, the group is
+// short of a voter, and group 0's leader plans it one (meta.MoveShort).
+// A removed id never comes back (replication: newMemberID), so the
+// replica is gone for good.
+func (m *Member) dropRemovedReplicas() {
+	removed := m.node.Book().Removed
+	if len(removed) == 0 {
+		return
+	}
+	for g := 1; g < m.shards.groups(); g++ {
+		n := m.shards.node(uint16(g))
+		if n == nil {
+			continue
+		}
+		if info, _ := n.Leader(); !info.Serving {
+			continue
+		}
+		voters, learners, _ := n.Replicas()
+		i := slices.IndexFunc(slices.Concat(voters, learners), func(id uint64) bool { return slices.Contains(removed, id) })
+		if i < 0 {
+			continue
+		}
+		id := slices.Concat(voters, learners)[i]
+		members := n.Book().Members // the group's: it names its replicas
+		j := slices.IndexFunc(members, func(mb replication.Member) bool { return mb.ID == id })
+		if j < 0 || !m.moving.take(uint16(g)) {
+			continue
+		}
+		gone := members[j]
+		go func() {
+			defer m.moving.free()
+			ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
+			defer cancel()
+			if _, err := n.RemoveReplica(ctx, gone.Name); err != nil {
+				m.log.Warn().Err(err).Int("group", g).Str("member", gone.Name).Msg("cannot take out the replica of a member the cluster removed")
+				return
+			}
+			m.log.Warn().Int("group", g).Str("member", gone.Name).Msg("took out the replica of a member the cluster removed")
+		}()
+		return
+	}
+}
+
 // removeDrained, on group 0's leader, removes a member that is draining
 // and holds no replica of a group but 0, one at a time.
 func (m *Member) removeDrained(cur *meta.State) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -794,5 +795,68 @@ func TestShardGroupsFormedShortGainReplicas(t *testing.T) {
 				t.Fatalf("group 0 led by %s: groups' replicas %v and %v, want %v", to, c.leadersReplicas(1), c.leadersReplicas(2), all)
 			}
 		}
+	}
+}
+
+// TestShardGroupsDropRemovedReplica: a member removed from the cluster
+// while it still held a replica of group 1 (as group 0's leader may,
+// on a report a second old: removeDrained) leaves the group: group 1's
+// leader takes its replica out (dropRemovedReplicas), and the group
+// gains a live voter on the member that held none. Before, the gone
+// voter stayed, counted in the group's quorum, and the planner moved
+// nothing while it did.
+func TestShardGroupsDropRemovedReplica(t *testing.T) {
+	c := newClusterOf(t, 4, 2, 3)
+	c.finalized()
+	l0, l1 := c.leaderOf(0), c.leaderOf(1)
+	voters, _, _ := l1.shards.node(1).Replicas()
+	var victim string
+	for name, m := range c.up {
+		if m != l0 && m != l1 && slices.Contains(voters, m.node.ID()) {
+			victim = name
+		}
+	}
+	if victim == "" {
+		t.Fatalf("no member holds group 1 but its leader %s and group 0's %s: voters %v", l1.node.Name(), l0.node.Name(), voters)
+	}
+	gone := c.up[victim].node.ID()
+	tube := tubePerGroup(l0.shards.placement, "drop")[1]
+	conn := testproc.DialTest(t, l0.Addr().String(), replyTimeout)
+	expectLine(t, conn, "use "+tube, "USING "+tube)
+	id, err := conn.Put(0, 0, 60, []byte("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
+	defer cancel()
+	if _, err := l0.node.RemoveMember(ctx, victim); err != nil {
+		t.Fatalf("removing %s from the cluster: %v", victim, err)
+	}
+	select {
+	case <-c.up[victim].Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s, removed, still runs", victim)
+	}
+	delete(c.up, victim)
+	testproc.WaitFor(t, 60*time.Second, "group 1 on three live voters, "+victim+"'s replica out", func() bool {
+		n := c.leaderOf(1).shards.node(1)
+		if n == nil {
+			return false
+		}
+		voters, learners, _ := n.Replicas()
+		if len(voters) != 3 || len(learners) != 0 || slices.Contains(voters, gone) {
+			return false
+		}
+		for _, v := range voters {
+			if !slices.ContainsFunc(slices.Collect(maps.Values(c.up)), func(m *Member) bool { return m.node.ID() == v }) {
+				return false
+			}
+		}
+		return true
+	})
+	r, err := conn.Do(fmt.Sprintf("peek %d", id), nil)
+	if err != nil || r.Kind != testproc.ReplyFound || string(r.Body) != "kept" {
+		t.Fatalf("peek %d after the replica moved: %+v %v", id, r, err)
 	}
 }

@@ -489,6 +489,7 @@ func (m *Member) balanceLeaders() {
 		last = now
 		reported, names := m.sessions.Reported(), m.memberNames()
 		m.followReplicas(reported, names)
+		m.dropRemovedReplicas()
 		for g := range sh.groups() {
 			name := m.leaderOf(uint16(g), reported, names)
 			if leaders[uint16(g)] != name {

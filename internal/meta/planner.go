@@ -236,7 +236,9 @@ func PlanMove(s *State, live func(member string) bool) (Move, bool) {
 			// holding most gives its replica up. Not while a voter is no
 			// member (removed still holding it, R then counting fewer
 			// members): the voter to go would be a live one, leaving the
-			// group's quorum to the one that is gone.
+			// group's quorum to the one that is gone. The group's leader
+			// takes such a replica out itself (internal/member:
+			// dropRemovedReplicas).
 			most := slices.MaxFunc(voters, func(a, b string) int { return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(b, a)) })
 			return Move{Group: g.ID, From: most, Why: MoveExcess}, true
 		case len(voters) < s.Replicas:
