@@ -213,6 +213,9 @@ func TestClusterJoinWithOtherGroups(t *testing.T) {
 	if code, n := m4.proc.ExitCode(), strings.Count(m4.proc.Output(), want); code != exitUsage || n != 1 {
 		t.Fatalf("m4 exited %d, its output naming the disagreement on %d lines; want %d and one line:\n%s", code, n, exitUsage, m4.proc.Output())
 	}
+	// Without --cluster-groups: the other members keep the flags they
+	// started with, m4 takes the cluster's from its -b.
+	c.args = []string{"--admin-token", testAdminToken}
 	m4.args = m4.args[:2] // --cluster-join only
 	if err := c.start(m4); err != nil {
 		t.Fatal(err)
