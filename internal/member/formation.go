@@ -109,13 +109,16 @@ func (sh *shards) formed() replication.Formed {
 func (m *Member) recordFormation() {
 	t := time.NewTicker(recordFormationEvery)
 	defer t.Stop()
-	for m.node.Tubes().Formed.Groups == 0 {
+	for {
 		select {
 		case <-m.node.Done():
 			return
 		case <-t.C:
 		}
-		if info, _ := m.node.Leader(); !info.Serving || !m.node.Host().Finalized() || m.node.Tubes().Formed.Groups != 0 {
+		if m.node.Tubes().Formed.Groups != 0 {
+			return
+		}
+		if info, _ := m.node.Leader(); !info.Serving || !m.node.Host().Finalized() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), m.node.ElectionTimeout())

@@ -627,11 +627,12 @@ func (m *Member) dropRemovedReplicas() {
 			continue
 		}
 		voters, learners, _ := n.Replicas()
-		i := slices.IndexFunc(slices.Concat(voters, learners), func(id uint64) bool { return slices.Contains(removed, id) })
+		replicas := slices.Concat(voters, learners)
+		i := slices.IndexFunc(replicas, func(id uint64) bool { return slices.Contains(removed, id) })
 		if i < 0 {
 			continue
 		}
-		id := slices.Concat(voters, learners)[i]
+		id := replicas[i]
 		members := n.Book().Members // the group's: it names its replicas
 		j := slices.IndexFunc(members, func(mb replication.Member) bool { return mb.ID == id })
 		if j < 0 || !m.moving.take(uint16(g)) {

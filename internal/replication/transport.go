@@ -1131,10 +1131,10 @@ func (t *transport) check(in *hello, state *tls.ConnectionState, remote string) 
 	// gives (a wildcard host: the connection's): that one is added only
 	// once every check below has passed.
 	var stranger *Member
-	if p == nil && in.FromID != 0 {
-		if addr, ok := t.cfg.hints[in.From]; ok && t.strangers.Load() {
+	if p == nil && in.FromID != 0 && t.strangers.Load() {
+		if addr, ok := t.cfg.hints[in.From]; ok {
 			p = t.addPeer(Member{Name: in.From, Addr: addr, ID: in.FromID})
-		} else if in.Addr != "" && t.strangers.Load() {
+		} else if in.Addr != "" {
 			stranger = &Member{Name: in.From, Addr: WithHost(in.Addr, remote), ID: in.FromID}
 		}
 	}
