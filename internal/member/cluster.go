@@ -85,6 +85,7 @@ func (m *Member) startNode() error {
 		nc.Observer = m.metrics
 	}
 	nc.CloseClients = m.closeClients
+	nc.CampaignFirst = m.shards.campaignsFirst(0, nc.Node)
 	node, err := replication.StartNode(nc)
 	if err != nil {
 		return &StartError{StepNode, err}

@@ -32,6 +32,9 @@ type testCluster struct {
 	// ownGroups are the --cluster-groups of the members that start with
 	// another than groups.
 	ownGroups map[string]int
+	// electionTick is the members' election timeout in ticks, 0 for the
+	// default.
+	electionTick int
 	peers     []replication.Member
 	dirs      map[string]string
 	outs      map[string]*testproc.SyncBuffer
@@ -52,6 +55,15 @@ func newClusterOf(t *testing.T, members, groups, replicas int) *testCluster {
 // newClusterWith is newClusterOf with some members started with their
 // own --cluster-groups (own, by name).
 func newClusterWith(t *testing.T, members, groups, replicas int, own map[string]int) *testCluster {
+	c := prepareCluster(t, members, groups, replicas, own)
+	for _, p := range c.peers {
+		c.start(p.Name)
+	}
+	return c
+}
+
+// prepareCluster is newClusterWith's cluster before any member starts.
+func prepareCluster(t *testing.T, members, groups, replicas int, own map[string]int) *testCluster {
 	c := &testCluster{t: t, groups: groups, replicas: replicas, ownGroups: own,
 		dirs: map[string]string{}, outs: map[string]*testproc.SyncBuffer{}, up: map[string]*Member{}}
 	for i := 1; i <= members; i++ {
@@ -74,9 +86,6 @@ func newClusterWith(t *testing.T, members, groups, replicas int, own map[string]
 			}
 		}
 	})
-	for _, p := range c.peers {
-		c.start(p.Name)
-	}
 	return c
 }
 
@@ -110,7 +119,7 @@ func (c *testCluster) config(name string) Config {
 		WALDir: c.dirs[name], WAL: wal.Options{SegmentSize: 1 << 20},
 		HTTP: HTTPConfig{Addr: "127.0.0.1:0", AdminToken: testToken},
 		Cluster: &replication.NodeConfig{
-			Node: name, Listen: listen, Peers: c.peers, Tick: clusterTick,
+			Node: name, Listen: listen, Peers: c.peers, Tick: clusterTick, ElectionTick: c.electionTick,
 		},
 		Groups: groups, Replicas: c.replicas,
 		// A graceful shutdown waits for the jobs its sessions hold

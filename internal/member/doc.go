@@ -21,7 +21,8 @@
 //     the router (internal/router) and, in a cluster formed with
 //     --cluster-groups G > 1, shard groups 1 to G-1 on the same host and
 //     log (shards.go: placed by meta.Formation, each member holding R of
-//     them and group 0; G and R recorded in -b at the first start,
+//     them and group 0, and campaigning first in those the formation
+//     prefers it to lead; G and R recorded in -b at the first start,
 //     formation.go, and a --cluster-groups that disagrees with the record
 //     or the log is refused, a FormationError; group 0 records the
 //     cluster's too, and a member that runs another stops with one); a

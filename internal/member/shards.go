@@ -191,6 +191,14 @@ func planShards(cfg Config, held []uint16, fresh bool, rec formation) (*shards, 
 	return sh, nil
 }
 
+// campaignsFirst reports whether the member named is group g's preferred
+// first leader in a formation this member starts from (fresh): it then
+// campaigns as soon as it reaches the group (NodeConfig.CampaignFirst).
+// Not at G = 1, whose cluster elects as it did before groups.
+func (sh *shards) campaignsFirst(g uint16, name string) bool {
+	return sh.fresh && sh.placement != nil && int(g) < len(sh.placement.Groups) && sh.placement.Groups[g].Preferred == name
+}
+
 // sortedGroups is a sorted copy of groups.
 func sortedGroups(groups []uint16) []uint16 {
 	s := slices.Clone(groups)
@@ -267,6 +275,7 @@ func (m *Member) startGroup(ctx context.Context, g uint16, replicas []string, jo
 	nc := *m.cfg.Cluster
 	nc.Log, nc.Peers, nc.Logger, nc.Retain = l, peers, m.log, clusterLogRetain
 	nc.Observer = nil // group 0's figures
+	nc.CampaignFirst = !join && sh.campaignsFirst(g, self)
 	nc.CloseClients = func(ctx context.Context) error { return m.closeGroupClients(ctx, g, sh.node(g)) }
 	n, err := m.node.Host().StartGroup(g, nc)
 	if err != nil {

@@ -176,6 +176,54 @@ func TestShardGroupsRefused(t *testing.T) {
 	}
 }
 
+// TestShardGroupsFirstLeaders: a new cluster's groups are first led by
+// the members the formation prefers (docs/design/shards.md 1.3), one
+// each, in the first election (term 2): the balancer has nothing to move.
+// The members start together, as a StatefulSet's pods do in parallel,
+// with an election timeout of 1 to 2 s: the preferred member campaigns
+// as soon as it reaches its group's majority, before any other's timer.
+func TestShardGroupsFirstLeaders(t *testing.T) {
+	c := prepareCluster(t, 5, 5, 3, nil)
+	c.electionTick = 20
+	type started struct {
+		name string
+		m    *Member
+		err  error
+	}
+	done := make(chan started)
+	for _, p := range c.peers {
+		go func() {
+			m, err := Start(c.config(p.Name))
+			done <- started{p.Name, m, err}
+		}()
+	}
+	for range c.peers {
+		s := <-done
+		if s.err != nil {
+			t.Fatalf("starting %s: %v", s.name, s.err)
+		}
+		c.up[s.name] = s.m
+	}
+	p := c.up["m1"].shards.placement
+	for _, grp := range p.Groups {
+		var leader *Member
+		testproc.WaitFor(t, 20*time.Second, fmt.Sprintf("group %d led", grp.ID), func() bool {
+			for _, m := range c.up {
+				if m.shards.serving(grp.ID) != nil {
+					leader = m
+					return true
+				}
+			}
+			return false
+		})
+		st := leader.shards.node(grp.ID).Status()
+		if leader.node.Name() != grp.Preferred || st.Term != 2 {
+			t.Errorf("group %d first led by %s in term %d, want %s, the formation's preferred, in term 2",
+				grp.ID, leader.node.Name(), st.Term, grp.Preferred)
+		}
+	}
+}
+
 // TestFormationRecorded: group 0's first leader records the formation
 // it runs (formation.go), and a member that runs another stops with a
 // FormationError: one of a formation's members started with its own

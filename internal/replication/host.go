@@ -130,6 +130,7 @@ func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint, m
 		done:          make(chan struct{}),
 		unreachable:   make(map[uint64]struct{}),
 		leaderChanged: make(chan struct{}),
+		campaignFirst: cfg.CampaignFirst,
 	}
 	n.byID, n.confIndex, n.draining, n.cordoned = bookIndex(book), book.Index, slices.Clone(book.Draining), slices.Clone(book.Cordoned)
 	n.setTubes(book.Tubes)

@@ -97,6 +97,12 @@ type NodeConfig struct {
 	// leader never proposes finalization. For tests of the release
 	// before's behaviour.
 	NoFinalize bool
+	// CampaignFirst has this member campaign as soon as it reaches a
+	// majority of the group's voters, unless a leader is known by then
+	// (maybeCampaignFirst): a new cluster's preferred first leader of the
+	// group, so that the formation spreads the leaderships from the start
+	// (the others wait out raft's randomized election timeout).
+	CampaignFirst bool
 	// Observer, if set, is told of each proposal (on the node's goroutine).
 	Observer Observer
 	Logger   zerolog.Logger
@@ -242,6 +248,7 @@ type Node struct {
 	serving       bool      // whether this member served at the last publish
 	lastAsk       time.Time // when askMigrations last looked
 	lastFinalize  time.Time // when maybeFinalize last proposed
+	campaignFirst bool      // cfg.CampaignFirst, until done or moot
 	// rewriting: a rewrite for the members' compaction runs (startRewrite);
 	// rewrites waits for it.
 	rewriting atomic.Bool
@@ -675,6 +682,7 @@ func (n *Node) tick(now time.Time) {
 	}
 	n.askMigrations(now)
 	n.maybeFinalize(now)
+	n.maybeCampaignFirst()
 	if w := n.waiting; w != nil {
 		switch {
 		case now.After(w.deadline):
@@ -695,6 +703,41 @@ func (n *Node) tick(now time.Time) {
 		}
 	}
 }
+
+// maybeCampaignFirst campaigns for NodeConfig.CampaignFirst, on each
+// tick while the messages connections to a majority of the voters are
+// open and no leader is known, for the first firstCampaignTimeouts ticks: a
+// pre-vote that reached a member whose replica of the group had not
+// started yet was dropped. Once this member leads, or a leader is heard
+// of, or a real election is under way (raft's, or its own), it is moot.
+func (n *Node) maybeCampaignFirst() {
+	if !n.campaignFirst {
+		return
+	}
+	st := n.core.Status()
+	if st.Lead != 0 || st.RaftState == raft.StateLeader || st.RaftState == raft.StateCandidate ||
+		time.Since(n.born) > time.Duration(firstCampaignTimeouts*n.cfg.ElectionTick)*n.cfg.Tick {
+		n.campaignFirst = false
+		return
+	}
+	voters := n.conf.GetVoters()
+	reached := 0
+	for _, id := range voters {
+		if p := n.host.transport.peer(id); id == n.self.ID || p != nil && p.up.Load() {
+			reached++
+		}
+	}
+	if reached <= len(voters)/2 {
+		return
+	}
+	if err := n.core.Campaign(); err != nil {
+		n.logger.Debug().Err(err).Msg("the first campaign was refused")
+	}
+}
+
+// firstCampaignTimeouts bounds how long CampaignFirst campaigns, in
+// election timeouts from the node's start.
+const firstCampaignTimeouts = 3
 
 // noteSlowRound warns of a round (the actions of what one wake brought)
 // that took over half an election timeout: meanwhile the group answered
