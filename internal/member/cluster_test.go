@@ -35,10 +35,10 @@ type testCluster struct {
 	// electionTick is the members' election timeout in ticks, 0 for the
 	// default.
 	electionTick int
-	peers     []replication.Member
-	dirs      map[string]string
-	outs      map[string]*testproc.SyncBuffer
-	up        map[string]*Member
+	peers        []replication.Member
+	dirs         map[string]string
+	outs         map[string]*testproc.SyncBuffer
+	up           map[string]*Member
 }
 
 func newTestCluster(t *testing.T) *testCluster { return newShardedCluster(t, 0) }

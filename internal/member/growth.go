@@ -109,7 +109,7 @@ func (m *Member) startGrown(grown []replication.GrownGroup) {
 			replicas = nil // on its log
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), shardsStartTimeout)
-		err := m.startGroup(ctx, g.ID, replicas, false)
+		err := m.startGroup(ctx, g.ID, replicas, false, replicas != nil && g.Preferred == m.node.Name())
 		cancel()
 		if err != nil {
 			m.log.Error().Err(err).Int("group", int(g.ID)).Msg("cannot start the replica of a grown group")
@@ -254,16 +254,26 @@ func (m *Member) readCount(w http.ResponseWriter, r *http.Request) (int, bool) {
 }
 
 // newGroups are groups from…n−1, each on R replicas (wantedReplicas), on
-// the members holding the fewest replicas (draining ones last), in turn.
+// the members holding the fewest replicas (draining ones last), in turn;
+// each prefers as its first leader the replica that leads the fewest
+// groups, counting those preferred before it (neither draining nor
+// cordoned; none if no replica may lead).
 func (m *Member) newGroups(from, n int) []replication.GrownGroup {
-	names := m.memberNames()
-	cur := m.currentPlacement(m.sessions.Reported(), names)
-	held := map[string]int{}
+	reported, names := m.sessions.Reported(), m.memberNames()
+	cur := m.currentPlacement(reported, names)
+	held, led := map[string]int{}, map[string]int{}
+	mayLead := map[string]bool{}
 	var members []string
 	for _, mb := range cur.Members {
 		members = append(members, mb.Name)
 		if mb.Draining {
 			held[mb.Name] += 1 << 20
+		}
+		mayLead[mb.Name] = !mb.Draining && !mb.Cordoned
+	}
+	for g := range m.shards.groups() {
+		if name := m.leaderOf(uint16(g), reported, names); name != "" {
+			led[name]++
 		}
 	}
 	for _, g := range cur.Groups[1:] {
@@ -279,6 +289,12 @@ func (m *Member) newGroups(from, n int) []replication.GrownGroup {
 		slices.Sort(grp.Replicas)
 		for _, r := range grp.Replicas {
 			held[r]++
+			if mayLead[r] && (grp.Preferred == "" || led[r] < led[grp.Preferred]) {
+				grp.Preferred = r
+			}
+		}
+		if grp.Preferred != "" {
+			led[grp.Preferred]++
 		}
 		out = append(out, grp)
 	}

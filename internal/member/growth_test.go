@@ -74,6 +74,24 @@ func TestShardGroupsGrow(t *testing.T) {
 		t.Errorf("the growth moved %v, want the %d tubes of the new groups' slots", res.Tubes, len(movers))
 	}
 	t.Logf("grown: %d tubes, %d jobs, held at most %d ms", len(res.Tubes), res.Jobs, res.Paused)
+	// Each new group was first led by the replica the growth preferred,
+	// one that led the fewest groups: in its first election, term 2.
+	for _, g := range c.up["m1"].node.Tubes().Grown {
+		led := false
+		for name, m := range c.up {
+			n := m.shards.node(g.ID)
+			if n == nil || m.shards.serving(g.ID) == nil {
+				continue
+			}
+			led = true
+			if st := n.Status(); name != g.Preferred || st.Term != 2 {
+				t.Errorf("grown group %d led by %s in term %d, want %s, the growth's preferred, in term 2", g.ID, name, st.Term, g.Preferred)
+			}
+		}
+		if !led {
+			t.Errorf("grown group %d led by none of the members", g.ID)
+		}
+	}
 	time.Sleep(200 * time.Millisecond)
 	acked := puts.stopped()
 

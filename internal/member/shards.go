@@ -226,9 +226,9 @@ func (m *Member) startShards(ctx context.Context) error {
 		var err error
 		switch {
 		case slices.Contains(held, grp.ID):
-			err = m.startGroup(ctx, grp.ID, nil, false)
+			err = m.startGroup(ctx, grp.ID, nil, false, false)
 		case sh.fresh && grp.Holds(m.node.Name()):
-			err = m.startGroup(ctx, grp.ID, grp.Voters(), false)
+			err = m.startGroup(ctx, grp.ID, grp.Voters(), false, sh.campaignsFirst(grp.ID, m.node.Name()))
 		}
 		if err != nil {
 			return err
@@ -237,7 +237,7 @@ func (m *Member) startShards(ctx context.Context) error {
 	// The grown groups this member's log holds (growth.go).
 	for _, g := range sortedGroups(held) {
 		if int(g) >= len(sh.placement.Groups) {
-			if err := m.startGroup(ctx, g, nil, false); err != nil {
+			if err := m.startGroup(ctx, g, nil, false, false); err != nil {
 				return err
 			}
 		}
@@ -248,11 +248,13 @@ func (m *Member) startShards(ctx context.Context) error {
 
 // startGroup starts this member's replica of group g: on its log if the
 // log holds the group (replicas nil), else a new one, as one of the
-// voters named (the formation's), or when join as a replica added since,
-// which starts empty and is filled by a snapshot of the group's leader.
-// Its book names every member: a log holds no book for a group whose
-// replicas never changed since the formation.
-func (m *Member) startGroup(ctx context.Context, g uint16, replicas []string, join bool) error {
+// voters named (the formation's or a growth's), or when join as a
+// replica added since, which starts empty and is filled by a snapshot of
+// the group's leader. Its book names every member: a log holds no book
+// for a group whose replicas never changed since the formation. With
+// campaign, a new group's preferred first leader, it campaigns as soon as
+// it reaches the group (replication.NodeConfig.CampaignFirst).
+func (m *Member) startGroup(ctx context.Context, g uint16, replicas []string, join, campaign bool) error {
 	sh := m.shards
 	self := m.node.Name()
 	var peers []replication.Member
@@ -275,7 +277,7 @@ func (m *Member) startGroup(ctx context.Context, g uint16, replicas []string, jo
 	nc := *m.cfg.Cluster
 	nc.Log, nc.Peers, nc.Logger, nc.Retain = l, peers, m.log, clusterLogRetain
 	nc.Observer = nil // group 0's figures
-	nc.CampaignFirst = !join && sh.campaignsFirst(g, self)
+	nc.CampaignFirst = campaign
 	nc.CloseClients = func(ctx context.Context) error { return m.closeGroupClients(ctx, g, sh.node(g)) }
 	n, err := m.node.Host().StartGroup(g, nc)
 	if err != nil {
@@ -324,7 +326,7 @@ func (m *Member) followReplicas(reported map[uint16]router.Report, names map[uin
 				replicas = append(replicas, names[id])
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), shardsStartTimeout)
-			err := m.startGroup(ctx, g, replicas, true)
+			err := m.startGroup(ctx, g, replicas, true, false)
 			cancel()
 			if err != nil {
 				m.log.Error().Err(err).Int("group", int(g)).Msg("cannot start the replica of a group this member was added to")

@@ -117,6 +117,10 @@ type GrownGroup struct {
 	ID       uint16   `json:"id"`
 	Modulus  uint16   `json:"modulus"`
 	Replicas []string `json:"replicas"`
+	// Preferred is the replica that campaigns first (NodeConfig.
+	// CampaignFirst), so that the grown groups' leaderships are spread
+	// from their first election; "" for none.
+	Preferred string `json:"preferred,omitempty"`
 }
 
 // SlotKey is the key of the placement of group g's slots, in
@@ -241,7 +245,7 @@ func (b TubeBook) equal(o TubeBook) bool {
 		maps.EqualFunc(b.Out, o.Out, slices.Equal) && maps.Equal(b.Paused, o.Paused) &&
 		maps.Equal(b.Prefixes, o.Prefixes) && maps.Equal(b.FrozenPrefixes, o.FrozenPrefixes) && maps.Equal(b.Dropping, o.Dropping) &&
 		slices.EqualFunc(b.Grown, o.Grown, func(x, y GrownGroup) bool {
-			return x.ID == y.ID && x.Modulus == y.Modulus && slices.Equal(x.Replicas, y.Replicas)
+			return x.ID == y.ID && x.Modulus == y.Modulus && slices.Equal(x.Replicas, y.Replicas) && x.Preferred == y.Preferred
 		})
 }
 
