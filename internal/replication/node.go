@@ -99,9 +99,9 @@ type NodeConfig struct {
 	NoFinalize bool
 	// CampaignFirst has this member campaign as soon as it reaches a
 	// majority of the group's voters, unless a leader is known by then
-	// (maybeCampaignFirst): a new cluster's preferred first leader of the
-	// group, so that the formation spreads the leaderships from the start
-	// (the others wait out raft's randomized election timeout).
+	// (maybeCampaignFirst): a new group's preferred first leader, of a
+	// formation or a growth, so that the leaderships are spread from the
+	// start (the others wait out raft's randomized election timeout).
 	CampaignFirst bool
 	// Observer, if set, is told of each proposal (on the node's goroutine).
 	Observer Observer
@@ -706,9 +706,9 @@ func (n *Node) tick(now time.Time) {
 
 // maybeCampaignFirst campaigns for NodeConfig.CampaignFirst, on each
 // tick while the messages connections to a majority of the voters are
-// open and no leader is known, for the first firstCampaignTimeouts ticks: a
-// pre-vote that reached a member whose replica of the group had not
-// started yet was dropped. Once this member leads, or a leader is heard
+// open and no leader is known, in the node's first firstCampaignTimeouts
+// election timeouts: a pre-vote that reached a member whose replica of
+// the group had not started yet was dropped. Once this member leads, or a leader is heard
 // of, or a real election is under way (raft's, or its own), it is moot.
 func (n *Node) maybeCampaignFirst() {
 	if !n.campaignFirst {
