@@ -7,7 +7,7 @@ CTL := bin/sproutctl
 # internal/buildinfo); a clone without tags shows the commit.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build sproutctl run test bench bench-full bench-ceiling lint fuzz clean soak storm chaos image test-deploy docs install uninstall deb
+.PHONY: build sproutctl run test fmt-check bench bench-full bench-ceiling lint fuzz clean soak storm chaos image test-deploy docs install uninstall deb
 
 # The server and the operator's command line.
 build: sproutctl
@@ -117,7 +117,7 @@ run: build
 # deadline as a failure ("context deadline exceeded", no crasher;
 # golang/go#75804, fixed in Go 1.27), and a count sets no deadline. 5000
 # runs of FuzzEngine take 5-20s here.
-test:
+test: fmt-check
 	@ref=$$(bash .ci/test-setup) && \
 	echo "$(GO) vet ./..." && $(GO) vet ./... && \
 	echo "deadcode -test ./..." && dead=$$($(GO) run $(DEADCODE) -test ./...) && \
@@ -166,9 +166,13 @@ bench-ceiling:
 	$(GO) run ./benchmarks/cmd/sproutbench -sprout $(BIN) -beanstalkd bin/nullqueue -base-name nullqueue \
 		-only '^(prodcons-c100|put-only-c100|durable-f0-c100|durable-put-f0-c100)$$' -out - $(BENCHFLAGS)
 
-lint:
+# gofmt's verdict, which make test and make lint both take: any file it
+# would change fails them.
+fmt-check:
 	@unformatted=$$($(GOFMT) -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l reports:"; echo "$$unformatted"; exit 1; fi
+
+lint: fmt-check
 	$(GO) vet ./...
 	@if command -v staticcheck >/dev/null 2>&1; then staticcheck ./...; \
 	else echo "staticcheck not installed; skipped"; fi
