@@ -269,7 +269,7 @@ func (m *Member) newGroups(from, n int) []replication.GrownGroup {
 		if mb.Draining {
 			held[mb.Name] += 1 << 20
 		}
-		mayLead[mb.Name] = !mb.Draining && !mb.Cordoned
+		mayLead[mb.Name] = mb.MayLead()
 	}
 	for g := range m.shards.groups() {
 		if name := m.leaderOf(uint16(g), reported, names); name != "" {

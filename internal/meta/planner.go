@@ -27,7 +27,7 @@ type Transfer struct {
 func PlanLeaders(s *State, leaders map[uint16]string, caughtUp func(group uint16, member string) bool) []Transfer {
 	count := map[string]int{}
 	for _, m := range s.Members {
-		if m.mayLead() && s.holdsVoter(m.Name) {
+		if m.MayLead() && s.holdsVoter(m.Name) {
 			count[m.Name] = 0
 		}
 	}
@@ -64,7 +64,7 @@ func PlanLeaders(s *State, leaders map[uint16]string, caughtUp func(group uint16
 		count[to]++
 	}
 	for _, m := range s.Members {
-		if m.mayLead() {
+		if m.MayLead() {
 			continue
 		}
 		for i := range s.Groups {

@@ -31,9 +31,9 @@ type Member struct {
 	Cordoned bool   `json:"cordoned,omitempty"` // leads no group: its leaderships move away, its replicas stay
 }
 
-// mayLead reports whether the member may be given a group's leadership:
+// MayLead reports whether the member may be given a group's leadership:
 // it is neither draining nor cordoned.
-func (m Member) mayLead() bool { return !m.Draining && !m.Cordoned }
+func (m Member) MayLead() bool { return !m.Draining && !m.Cordoned }
 
 // Replica is one member's replica of a group.
 type Replica struct {

@@ -708,8 +708,9 @@ func (n *Node) tick(now time.Time) {
 // tick while the messages connections to a majority of the voters are
 // open and no leader is known, in the node's first firstCampaignTimeouts
 // election timeouts: a pre-vote that reached a member whose replica of
-// the group had not started yet was dropped. Once this member leads, or a leader is heard
-// of, or a real election is under way (raft's, or its own), it is moot.
+// the group had not started yet was dropped. Once this member leads, or
+// a leader is heard of, or a real election is under way (raft's, or its
+// own), it is moot.
 func (n *Node) maybeCampaignFirst() {
 	if !n.campaignFirst {
 		return
