@@ -37,6 +37,11 @@ const (
 	receiverPoll = 50 * time.Millisecond
 )
 
+// handOverAckWait bounds the wait for what ran here to be acknowledged
+// before a handover's record: a variable for a test, which must see the
+// handover go on past it.
+var handOverAckWait = handOverSettle
+
 // handOverRecordWait bounds the wait for a handover's record: a
 // variable for a test, which must see it pass before the leader, its
 // followers stopped, steps down.
@@ -87,9 +92,21 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 		st.ResumeJobs()
 	}()
 	if j, ok := st.Acks().(interface{ Appended() uint64 }); ok {
-		ctx, cancel := context.WithTimeout(context.Background(), handOverSettle)
-		_ = awaitAcked(ctx, n, term, j.Appended())
+		ctx, cancel := context.WithTimeout(context.Background(), handOverAckWait)
+		err := awaitAcked(ctx, n, term, j.Appended())
 		cancel()
+		if errors.Is(err, replication.ErrNotServing) {
+			return err
+		}
+		if err != nil {
+			// It goes on: the record below is appended after what ran,
+			// so it commits only once all of that does, and raft hands
+			// the leadership only to a replica holding the whole log. A
+			// session here still waiting for a reply of what ran closes
+			// with the leadership (closeGroupClients), as after a loss.
+			m.log.Warn().Int("group", int(g)).Str("to", to).Err(err).
+				Msg("handing a leadership over before its log acknowledged what ran here")
+		}
 	}
 	held := m.sessions.Held(g)
 	logged := false
@@ -210,13 +227,6 @@ func (m *Member) heardLately(name string) bool {
 	return m.node.Host().HeardFrom(name, m.node.ElectionTimeout()/3)
 }
 
-// mayLead reports whether the member whose Raft id is id may be handed a
-// leadership: it is neither cordoned nor draining (meta.PlanLeaders gives
-// such a member none).
-func mayLead(b replication.Book, id uint64) bool {
-	return !slices.Contains(b.Cordoned, id) && !slices.Contains(b.Draining, id)
-}
-
 // shutdownReceiver is the candidate a graceful shutdown hands a group
 // to: the least by rank (whether it is barred from leading, whether it
 // came back just now, the groups it leads), then by name; "" if none.
@@ -252,7 +262,7 @@ func (m *Member) takeHanded(g uint16, n *replication.Node, handed []byte) {
 // the groups' clients on other members then wait for a transfer (tens of
 // milliseconds) instead of an election timeout, and the jobs their
 // sessions hold go with it (handOver). Each group goes to the voter heard
-// from lately that leads fewest groups, one that may lead (mayLead)
+// from lately that leads fewest groups, one that may lead (Book.MayLead)
 // first, then one that has not just come back (comebacks: in a rolling
 // restart, the member restarted last would otherwise take every group
 // while it catches up); a group that cannot go, or whose tube move this
@@ -275,7 +285,7 @@ func (m *Member) handOverLeaderships(ctx context.Context) {
 	book := m.node.Book()
 	barred := map[string]int{}
 	for id := range names {
-		if !mayLead(book, id) {
+		if !book.MayLead(id) {
 			barred[names[id]] = 1
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -628,4 +629,123 @@ func TestShardGroupsHandOverNotLogged(t *testing.T) {
 	if transferred {
 		t.Fatal("the handover asked for the transfer though its record was not logged")
 	}
+}
+
+// TestShardGroupsHandOverBeforeAcked: a handover goes on when what ran
+// on its leader's store was not yet acknowledged when its wait for it
+// ended (a slow disk; here the wait is none). Puts pipelined as it goes,
+// from a session on the leader (run on its store) and from one on a
+// third member (sent to the leader), lose nothing: every INSERTED job is
+// there once, the third member's session answers every put, the
+// leader's own session answers or closes (never hangs), and the job a
+// worker holds stays its own across the handovers (their records commit
+// after what ran).
+func TestShardGroupsHandOverBeforeAcked(t *testing.T) {
+	wait := handOverAckWait
+	handOverAckWait = 0
+	t.Cleanup(func() { handOverAckWait = wait })
+	c := newShardedCluster(t, 3)
+	c.finalized()
+	c.balanced()
+	g := c.ledBy("m1")
+	tube := tubePerGroup(c.up["m1"].shards.placement, "a")[g]
+
+	worker := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, worker, "use "+tube, "USING "+tube)
+	held, err := worker.Put(0, 0, 60, []byte("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectLine(t, worker, "watch "+tube, "WATCHING 2")
+	if r, err := worker.Do("reserve-with-timeout 5", nil); err != nil || r.N != held {
+		t.Fatalf("reserve: %+v %v, want job %d", r, err, held)
+	}
+
+	const puts = 300
+	acked := map[string]uint64{} // body → id, of every INSERTED
+	pipeline := func(addr, prefix string) *testproc.Conn {
+		p := testproc.DialTest(t, addr, replyTimeout)
+		expectLine(t, p, "use "+tube, "USING "+tube)
+		for i := range puts {
+			body := fmt.Sprintf("%s-%d", prefix, i)
+			p.WriteString(fmt.Sprintf("put 1 0 60 %d\r\n%s\r\n", len(body), body))
+		}
+		if err := p.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// answers reads p's replies to its puts; with closes, the connection
+	// may close instead of answering the rest, as a member closes a
+	// session waiting on a leadership it lost.
+	answers := func(p *testproc.Conn, prefix string, closes bool) int {
+		for i := range puts {
+			r, err := p.ReadReply(false)
+			if err != nil {
+				if closes && errors.Is(err, io.EOF) {
+					return i
+				}
+				t.Fatalf("put %s-%d: %v", prefix, i, err)
+			}
+			if r.Kind != testproc.ReplyInserted {
+				t.Fatalf("put %s-%d: %q", prefix, i, r.Line)
+			}
+			acked[fmt.Sprintf("%s-%d", prefix, i)] = r.N
+		}
+		return puts
+	}
+	wentOn := 0
+	for round := 0; round < 6 && wentOn < 2; round++ {
+		leader := c.leaderOf(g)
+		var others []string
+		for _, name := range []string{"m1", "m2", "m3"} {
+			if name != leader.node.Name() {
+				others = append(others, name)
+			}
+		}
+		local := pipeline(leader.Addr().String(), fmt.Sprintf("l%d", round))
+		remote := pipeline(c.up[others[1]].Addr().String(), fmt.Sprintf("r%d", round))
+		warned := strings.Count(c.outs[leader.node.Name()].String(), "before its log acknowledged what ran here")
+		err := leader.handOver(leader.shards.node(g), g, others[0])
+		got := answers(local, fmt.Sprintf("l%d", round), true)
+		answers(remote, fmt.Sprintf("r%d", round), false)
+		local.Close()
+		remote.Close()
+		t.Logf("round %d: %s → %s: %v; the leader's session answered %d puts", round, leader.node.Name(), others[0], err, got)
+		if err == nil && strings.Count(c.outs[leader.node.Name()].String(), "before its log acknowledged what ran here") > warned {
+			wentOn++
+		}
+	}
+	if wentOn == 0 {
+		t.Fatal("no handover went on with what ran unacknowledged: the case was not tested")
+	}
+
+	expectLine(t, worker, fmt.Sprintf("touch %d", held), "TOUCHED")
+	consumer := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
+	expectLine(t, consumer, "watch "+tube, "WATCHING 2")
+	seen := map[string]uint64{}
+	for {
+		r, err := consumer.Do("reserve-with-timeout 0", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Kind == testproc.ReplyTimedOut {
+			break
+		}
+		if r.Kind != testproc.ReplyReserved {
+			t.Fatalf("reserve: %q", r.Line)
+		}
+		body := string(r.Body)
+		if id, dup := seen[body]; dup {
+			t.Fatalf("%q is in jobs %d and %d", body, id, r.N)
+		}
+		seen[body] = r.N
+		expectLine(t, consumer, fmt.Sprintf("delete %d", r.N), "DELETED")
+	}
+	for body, id := range acked {
+		if seen[body] != id {
+			t.Errorf("%q was INSERTED as job %d; found as %d", body, id, seen[body])
+		}
+	}
+	t.Logf("%d puts acknowledged, %d jobs found", len(acked), len(seen))
 }

@@ -127,7 +127,7 @@ func (m *Member) moveReplica(ctx context.Context, g uint16, from, to string) (Gr
 // leaveLeadership hands group g's leadership over, if this member leads
 // it and is from, the giver of a move to to (to "": a voter given up),
 // before its removal: to a voter heard from lately that is neither and
-// may lead (mayLead), as the balancer does (handOver), so the group is
+// may lead (Book.MayLead), as the balancer does (handOver), so the group is
 // not left to an election and no session here closes waiting for a reply
 // of the group. A removed leader hands over by itself too
 // (replication.Core.handOver), but only to a voter holding its whole log
@@ -145,7 +145,7 @@ func (m *Member) leaveLeadership(n *replication.Node, g uint16, from, to string)
 	book := m.node.Book()
 	for _, id := range voters {
 		name := names[id]
-		if name == "" || name == from || name == to || !mayLead(book, id) || !m.heardLately(name) {
+		if name == "" || name == from || name == to || !book.MayLead(id) || !m.heardLately(name) {
 			continue
 		}
 		err := m.handOver(n, g, name)

@@ -105,6 +105,13 @@ func (b Book) byID(id uint64) (Member, bool) {
 	return Member{}, false
 }
 
+// MayLead reports whether the member whose Raft id is id may be given a
+// group's leadership: it is neither cordoned nor draining (meta.Member's
+// MayLead, over the book's lists).
+func (b Book) MayLead(id uint64) bool {
+	return !slices.Contains(b.Cordoned, id) && !slices.Contains(b.Draining, id)
+}
+
 // removed reports whether id was a member and was removed.
 func (b Book) removed(id uint64) bool { return slices.Contains(b.Removed, id) }
 
