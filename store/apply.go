@@ -2,8 +2,8 @@ package store
 
 import (
 	"bytes"
-	"sync/atomic"
 
+	"github.com/sproutmq/sprout/internal/atomicmax"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -68,7 +68,7 @@ func (s *Store) Apply(records []wal.Record, locs []wal.Loc) {
 			// id of its records, which may be of a tube moved in).
 			if s.ownID(r.ID) {
 				s.raiseID(r.ID)
-				raise(&s.idMark, r.ID)
+				atomicmax.Uint64(&s.idMark, r.ID)
 			}
 		}
 		s.applyDedup(r)
@@ -172,30 +172,10 @@ func (s *Store) withLiveJob(id uint64, f func(t *Tube, j *Job)) {
 // of the store's prefix.
 func (s *Store) raiseID(id uint64) {
 	if s.ownID(id) {
-		raise(&s.lastID, id)
+		atomicmax.Uint64(&s.lastID, id)
 	}
 }
 
 // ownID reports whether id is of the prefix this store issues ids of:
 // one of another is a job moved in from another group.
 func (s *Store) ownID(id uint64) bool { return id>>IDSeqBits == s.idBase>>IDSeqBits }
-
-// raise sets v to x unless it is already at least x.
-func raise(v *atomic.Uint64, x uint64) {
-	for {
-		cur := v.Load()
-		if x <= cur || v.CompareAndSwap(cur, x) {
-			return
-		}
-	}
-}
-
-// raiseTime is raise for a time.
-func raiseTime(v *atomic.Int64, x int64) {
-	for {
-		cur := v.Load()
-		if x <= cur || v.CompareAndSwap(cur, x) {
-			return
-		}
-	}
-}

@@ -4,6 +4,7 @@ import (
 	"iter"
 	"time"
 
+	"github.com/sproutmq/sprout/internal/atomicmax"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -397,7 +398,7 @@ func expired(at, now int64) bool { return now-at >= int64(DedupTTL) }
 // proposes with it (a KindClock record first), and keyed commands take
 // their entries' times from it.
 func (s *Store) Clock() int64 {
-	raiseTime(&s.clock, s.wall(s.now()))
+	atomicmax.Int64(&s.clock, s.wall(s.now()))
 	return s.clock.Load()
 }
 
@@ -430,7 +431,7 @@ func (s *Store) DedupEntries() int {
 // applyDedup folds an applied record into the store's table and clock.
 func (s *Store) applyDedup(r *wal.Record) {
 	if r.Kind == wal.KindClock {
-		raiseTime(&s.clock, r.Time)
+		atomicmax.Int64(&s.clock, r.Time)
 	}
 	if s.dedup == nil || r.Kind != wal.KindClock && r.Kind != wal.KindReq && r.Req.IsZero() {
 		return

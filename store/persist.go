@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 
+	"github.com/sproutmq/sprout/internal/atomicmax"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -119,7 +120,7 @@ func (c *Client) PendingAck() uint64 { return c.pendingAck.Load() }
 // raisePendingAck makes the client's replies wait for pos too. The client's
 // own changes raise it on its goroutine; a job handed to its blocked
 // reserve raises it from the goroutine that freed the job, hence atomic.
-func (c *Client) raisePendingAck(pos uint64) { raise(&c.pendingAck, pos) }
+func (c *Client) raisePendingAck(pos uint64) { atomicmax.Uint64(&c.pendingAck, pos) }
 
 // showLocked notes that j is about to be shown to c, so c's reply must wait
 // until j's put may be acknowledged: otherwise a consumer could work on a

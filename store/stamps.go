@@ -1,6 +1,10 @@
 package store
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/sproutmq/sprout/internal/atomicmax"
+)
 
 // Tube creation stamps (docs/design/shards.md 5.5): in a cluster of many
 // groups, list-tubes merges each group's list, and each tube carries the
@@ -26,8 +30,7 @@ type stamps struct {
 // RaiseStamp has the tubes made from now on stamped above stamp: a
 // request's, the latest its member has seen.
 func (s *Store) RaiseStamp(stamp uint64) {
-	for cur := s.stamps.floor.Load(); stamp > cur && !s.stamps.floor.CompareAndSwap(cur, stamp); cur = s.stamps.floor.Load() {
-	}
+	atomicmax.Uint64(&s.stamps.floor, stamp)
 }
 
 // LatestStamp is the stamp of the tube made last, or the floor if that is

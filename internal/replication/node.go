@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/sproutmq/sprout/internal/atomicmax"
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/segment"
 	"github.com/sproutmq/sprout/store/wal"
@@ -896,7 +897,7 @@ func (n *Node) do(a Action) bool {
 		a.write(n.log)
 		seq := a.Seq
 		n.log.OnDurable(func() {
-			raiseTo(&n.durable, seq)
+			atomicmax.Uint64(&n.durable, seq)
 			n.signal()
 		})
 	case ActApply:
@@ -1224,16 +1225,6 @@ func (n *Node) signal() {
 	select {
 	case n.wake <- struct{}{}:
 	default:
-	}
-}
-
-// raiseTo makes v at least x.
-func raiseTo(v *atomic.Uint64, x uint64) {
-	for {
-		old := v.Load()
-		if old >= x || v.CompareAndSwap(old, x) {
-			return
-		}
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sproutmq/sprout/internal/atomicmax"
 )
 
 // Link is a member's side of the commands stream: its sessions' requests
@@ -547,7 +549,7 @@ func (l *Link) handle(from uint64, it *Item) {
 		return
 	}
 	if it.Kind == KindReply {
-		raiseStamp(&l.stamp, it.Reply.Stamp)
+		atomicmax.Uint64(&l.stamp, it.Reply.Stamp)
 	}
 	key := callKey{it.Session, it.Group, it.Seq}
 	l.mu.Lock()
@@ -732,10 +734,4 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-// raiseStamp raises stamp to at least to.
-func raiseStamp(stamp *atomic.Uint64, to uint64) {
-	for cur := stamp.Load(); to > cur && !stamp.CompareAndSwap(cur, to); cur = stamp.Load() {
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/atomicmax"
 	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/store"
 )
@@ -817,7 +818,7 @@ func (r *Router) changeRefs(tube string, using, watching int, done func()) {
 		// so that a command run here next (Session.runHere) sees it.
 		st.RaiseStamp(r.link.stamp.Load())
 		st.SetRefs(r.cfg.Self, []byte(tube), c.using, c.watching)
-		raiseStamp(&r.link.stamp, st.LatestStamp()) // a tube it made is stamped
+		atomicmax.Uint64(&r.link.stamp, st.LatestStamp()) // a tube it made is stamped
 		r.mu.Unlock()
 		if done != nil {
 			done()

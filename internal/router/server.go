@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/atomicmax"
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
 )
@@ -612,7 +613,7 @@ func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply
 	o.st.RaiseStamp(stamp.Load())
 	r, _ = o.execute(&req) // never blocked: no reserve waits
 	o.client.Settle()
-	raiseStamp(stamp, o.st.LatestStamp())
+	atomicmax.Uint64(stamp, o.st.LatestStamp())
 	switch {
 	case r.Result == ResultMoved:
 		// Not found here, and tubes moved away: the session sends it the

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/sproutmq/sprout/internal/atomicmax"
 )
 
 // Observer receives the writer goroutine's figures, for metrics. Its
@@ -227,18 +229,8 @@ func (l *Log) OnDurable(lsn uint64, fn func()) {
 		// caller that reads Durable in fn (an AckSource's Acked) must not
 		// find it short (the engine's held replies then armed again at
 		// once, and spun until the writer stored it).
-		l.raiseDurable(published)
+		atomicmax.Uint64(&l.durable, published)
 		fn()
-	}
-}
-
-// raiseDurable sets Durable to lsn unless it is higher already.
-func (l *Log) raiseDurable(lsn uint64) {
-	for {
-		d := l.durable.Load()
-		if d >= lsn || l.durable.CompareAndSwap(d, lsn) {
-			return
-		}
 	}
 }
 

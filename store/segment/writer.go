@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/sproutmq/sprout/internal/atomicmax"
 )
 
 // This file is the shell's writer goroutine: it carries out the core's
@@ -154,7 +156,7 @@ func (l *Log) carryOut(acts []action) (o outcome, stop bool) {
 				ob.ObserveBatch(int(a.n), int(a.records))
 			}
 		case actPublish:
-			l.raiseDurable(a.lsn()) // OnDurable may have raised it already
+			atomicmax.Uint64(&l.durable, a.lsn()) // OnDurable may have raised it already
 			for _, w := range a.due {
 				w.fn()
 			}
