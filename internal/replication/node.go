@@ -250,6 +250,8 @@ type Node struct {
 	lastAsk       time.Time // when askMigrations last looked
 	lastFinalize  time.Time // when maybeFinalize last proposed
 	campaignFirst bool      // cfg.CampaignFirst, until done or moot
+	campaignBegan bool      // maybeCampaignFirst has read campaignTerm
+	campaignTerm  uint64    // the term when the first campaign began
 	// rewriting: a rewrite for the members' compaction runs (startRewrite);
 	// rewrites waits for it.
 	rewriting atomic.Bool
@@ -709,15 +711,17 @@ func (n *Node) tick(now time.Time) {
 // tick while the messages connections to a majority of the voters are
 // open and no leader is known, in the node's first firstCampaignTimeouts
 // election timeouts: a pre-vote that reached a member whose replica of
-// the group had not started yet was dropped. Once this member leads, or
-// a leader is heard of, or a real election is under way (raft's, or its
-// own), it is moot.
+// the group had not started yet was dropped. Once it is moot
+// (firstCampaignOver), it stops for good.
 func (n *Node) maybeCampaignFirst() {
 	if !n.campaignFirst {
 		return
 	}
 	st := n.core.Status()
-	if st.Lead != 0 || st.RaftState == raft.StateLeader || st.RaftState == raft.StateCandidate ||
+	if !n.campaignBegan {
+		n.campaignBegan, n.campaignTerm = true, st.GetTerm()
+	}
+	if firstCampaignOver(st, n.self.ID, n.campaignTerm) ||
 		time.Since(n.born) > time.Duration(firstCampaignTimeouts*n.cfg.ElectionTick)*n.cfg.Tick {
 		n.campaignFirst = false
 		return
@@ -735,6 +739,19 @@ func (n *Node) maybeCampaignFirst() {
 	if err := n.core.Campaign(); err != nil {
 		n.logger.Debug().Err(err).Msg("the first campaign was refused")
 	}
+}
+
+// firstCampaignOver reports whether CampaignFirst's campaign is moot, by
+// the group's raft state st on member self, whose term was began when the
+// campaign did: a leader is known, this member leads or is a candidate
+// (its own election, or raft's), or another member's election began (the
+// term rose, or this member voted for another). Granting a vote resets
+// raft's own timer; a campaign here would not wait, and a later term's
+// pre-vote granted by a member that has not heard the winner yet would
+// depose it.
+func firstCampaignOver(st raft.BasicStatus, self, began uint64) bool {
+	return st.Lead != 0 || st.RaftState == raft.StateLeader || st.RaftState == raft.StateCandidate ||
+		st.GetTerm() > began || st.GetVote() != 0 && st.GetVote() != self
 }
 
 // firstCampaignTimeouts bounds how long CampaignFirst campaigns, in

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store"
@@ -711,5 +713,38 @@ func TestNodeAnswersWhileCatchingUp(t *testing.T) {
 	}
 	if !l.Stats().Serving {
 		t.Error("the leader lost its leadership meanwhile")
+	}
+}
+
+// TestFirstCampaignOver: the first campaign stops once it is moot, and
+// goes on while nobody's election has begun. In particular it stops when
+// this member voted for another in the term it began in: raft's own
+// timer waits after a vote, and a campaign then would reach for the next
+// term and could depose the member it just elected before that one's
+// first append arrived.
+func TestFirstCampaignOver(t *testing.T) {
+	const self, other = 1, 2
+	status := func(state raft.StateType, lead, term, vote uint64) raft.BasicStatus {
+		return raft.BasicStatus{
+			HardState: &pb.HardState{Term: new(term), Vote: new(vote), Commit: new(uint64(3))},
+			SoftState: raft.SoftState{Lead: lead, RaftState: state},
+		}
+	}
+	for _, c := range []struct {
+		name string
+		st   raft.BasicStatus
+		over bool
+	}{
+		{"a follower of the start's term, no leader, no vote", status(raft.StateFollower, 0, 1, 0), false},
+		{"a pre-candidate, its pre-votes unanswered", status(raft.StatePreCandidate, 0, 1, 0), false},
+		{"a leader known", status(raft.StateFollower, other, 2, other), true},
+		{"this member leads", status(raft.StateLeader, self, 2, self), true},
+		{"this member is a candidate", status(raft.StateCandidate, 0, 2, self), true},
+		{"voted for another, no leader yet", status(raft.StateFollower, 0, 1, other), true},
+		{"the term rose, no vote", status(raft.StateFollower, 0, 2, 0), true},
+	} {
+		if got := firstCampaignOver(c.st, self, 1); got != c.over {
+			t.Errorf("%s: over %v, want %v", c.name, got, c.over)
+		}
 	}
 }
