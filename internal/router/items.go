@@ -220,7 +220,9 @@ type Item struct {
 	// by the router's convention).
 	Session uint64
 	// Seq numbers a session's items per group; a reply or an event names
-	// the sequence of the request, refs or wait it answers.
+	// the sequence of the request, refs or wait it answers. It wraps
+	// after 2^32, skipping 0, and compares in serial-number order
+	// (seqAfter).
 	Seq uint32
 
 	Request  Request

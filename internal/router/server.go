@@ -526,11 +526,12 @@ func (s *Server) request(key ownerKey, it *Item) {
 		return
 	}
 	var kept []byte
-	if it.Seq <= o.seen {
+	newer := seqAfter(it.Seq, o.seen)
+	if !newer {
 		kept = o.kept.find(it.Seq)
 	}
 	switch {
-	case it.Seq > o.seen:
+	case newer:
 		o.seen = it.Seq
 	case it.Seq == o.refused:
 		o.refused = 0 // asked again: answered now, if leased
@@ -540,7 +541,7 @@ func (s *Server) request(key ownerKey, it *Item) {
 		// lost.
 		o.srv.out.add(o.key.member, kept)
 		return
-	case it.Seq <= o.barrier:
+	case o.barrier != 0 && !seqAfter(it.Seq, o.barrier):
 		// Sent again, its answer read: the member sent the request
 		// after it only once it had every answer before. But a burn,
 		// whose answer nothing waits for, is answered.
@@ -565,6 +566,13 @@ func (s *Server) request(key ownerKey, it *Item) {
 	}
 	o.runLocked(it)
 }
+
+// seqAfter reports whether sequence a comes after b, b 0 meaning none
+// yet: in serial-number order (RFC 1982), as a session's uint32
+// sequences wrap after 2^32 commands (skipping 0) on a long-lived
+// connection, and within 2^31 of each other, which a session's requests
+// in flight always are.
+func seqAfter(a, b uint32) bool { return b == 0 || int32(a-b) > 0 }
 
 // answerHeldLocked answers an OpHeld request (docs/design/shards.md 6.4)
 // at once, whatever the owner waits for or ran: it changes nothing, so

@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -938,5 +939,42 @@ func TestServerSessionsSync(t *testing.T) {
 	r.send(req(0, 9, 2, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("j\r\n")}))
 	if it := r.next(); it.Reply.Status != StatusNotLeader {
 		t.Fatalf("a put of a session the list closed: %+v, want StatusNotLeader", it)
+	}
+}
+
+// TestServerSequenceWraps: a session's sequence wraps after 2^32
+// commands, skipping 0; the requests after the wrap run, as do a new
+// owner's first requests high in the range (a new leader's), and a
+// request sent again after the wrap is still answered once.
+func TestServerSequenceWraps(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	stats := func(seq uint32) Item {
+		return req(0, 1, seq, Request{Op: OpStatsTube, Tube: []byte("t")})
+	}
+	r.send(put(math.MaxUint32-2), stats(math.MaxUint32-1), put(math.MaxUint32), put(1))
+	var ids []uint64
+	for _, seq := range []uint32{math.MaxUint32 - 2, math.MaxUint32 - 1, math.MaxUint32, 1} {
+		got := r.next()
+		if got.Seq != seq || got.Reply.Status != StatusOK {
+			t.Fatalf("seq %d: %+v, want it answered OK", seq, got)
+		}
+		if got.Reply.Result == ResultID {
+			ids = append(ids, got.Reply.ID)
+		}
+	}
+	r.send(put(1)) // sent again after the wrap: its kept answer
+	if got := r.next(); got.Seq != 1 || got.Reply.ID != ids[2] {
+		t.Fatalf("the put sent again after the wrap: %+v, want job %d", got, ids[2])
+	}
+	r.send(stats(2))
+	if got := r.next(); got.Seq != 2 || got.Reply.TubeStats.TotalJobs != 3 {
+		t.Fatalf("stats-tube after the wrap: %+v, want 3 jobs put", got)
+	}
+	high := req(0, 2, 3<<30, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("h\r\n")})
+	r.send(high)
+	if got := r.next(); got.Seq != 3<<30 || got.Reply.Status != StatusOK {
+		t.Fatalf("a new owner's first request at sequence 3<<30: %+v", got)
 	}
 }

@@ -338,7 +338,13 @@ func (s *Session) forget(seq uint32) {
 }
 
 // next is the session's next sequence.
-func (s *Session) next() uint32 { return s.seq.Add(1) }
+func (s *Session) next() uint32 {
+	for {
+		if seq := s.seq.Add(1); seq != 0 { // 0 means none: skipped as the sequence wraps
+			return seq
+		}
+	}
+}
 
 // touch notes that the session's items go to group g.
 func (s *Session) touch(g uint16) {

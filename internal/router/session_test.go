@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -129,5 +130,17 @@ func TestLocalDone(t *testing.T) {
 	}()
 	if !r.LocalDone(g, time.Now().Add(5*time.Second)) {
 		t.Fatal("LocalDone did not see the command end")
+	}
+}
+
+// TestSessionSequenceSkipsZero: a session's sequence wraps after 2^32
+// commands past 0, which means none to the Server.
+func TestSessionSequenceSkipsZero(t *testing.T) {
+	var s Session
+	s.seq.Store(math.MaxUint32 - 1)
+	for _, want := range []uint32{math.MaxUint32, 1, 2} {
+		if got := s.next(); got != want {
+			t.Fatalf("next: %d, want %d", got, want)
+		}
 	}
 }
