@@ -541,7 +541,7 @@ func (s *Server) request(key ownerKey, it *Item) {
 		// lost.
 		o.srv.out.add(o.key.member, kept)
 		return
-	case o.barrier != 0 && !seqAfter(it.Seq, o.barrier):
+	case !seqAfter(it.Seq, o.barrier):
 		// Sent again, its answer read: the member sent the request
 		// after it only once it had every answer before. But a burn,
 		// whose answer nothing waits for, is answered.
