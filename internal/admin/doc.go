@@ -162,7 +162,11 @@
 //     names, and are served there on that group's store, or forwarded,
 //     exactly as above. A put thus lands in the tube's own group, where
 //     the protocol's clients find it, and takes an id of that group's.
-//     An id no group issues goes to group 0, which answers 404.
+//     An id no group issues goes to group 0, which answers 404. While a
+//     move between groups has frozen a tube (docs/design/shards.md 3.3),
+//     its changes (a put, kick, pause or clear, a delete or kick of one
+//     of its jobs) answer 503 with Retry-After and change nothing
+//     (Groups.Unfrozen): the move would not carry them.
 //   - GET /stats and GET /tubes are the fleet's: the member asks each
 //     group's leader for its part (itself for those it serves, over
 //     --http with GroupHeader for the others) and answers once every

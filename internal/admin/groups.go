@@ -42,6 +42,29 @@ type Groups interface {
 	// Waiting is how many of this member's sessions wait in a reserve:
 	// stats' current-waiting, as the protocol's stats shows it here.
 	Waiting() int64
+	// Unfrozen runs change, a change of the named tube in group g's
+	// store, unless a move of the tube to another group has frozen it
+	// there: then it reports false and does not run it. A move exports
+	// the tube only once every change that passed the check has run.
+	Unfrozen(g uint16, tube []byte, change func()) bool
+}
+
+// unfrozen runs change, a change of the named tube in the group r is
+// served for, unless a move of the tube between groups has frozen it
+// there (Groups.Unfrozen): then nothing is changed and the answer is 503,
+// to be tried again once the move is over, where the tube is then.
+func (a *API) unfrozen(r *http.Request, tube []byte, change func()) error {
+	sv, ok := r.Context().Value(servedKey{}).(served)
+	if !ok || a.cluster == nil || a.cluster.groups == nil {
+		change()
+		return nil
+	}
+	if a.cluster.groups.Unfrozen(sv.group, tube, change) {
+		return nil
+	}
+	e := errorf(http.StatusServiceUnavailable, "tube %q is moving to another group: nothing was changed; try again", tube)
+	e.RetryAfter = time.Second
+	return e
 }
 
 // route is the group r concerns: a tube's, a job's, or group 0 for

@@ -25,6 +25,7 @@ type fakeGroups struct {
 	stores  map[uint16]*store.Store  // served here
 	leaders map[uint16]*admin.Leader // elsewhere: name and --http
 	waiting int64
+	frozen  map[string]bool // tubes a move has frozen, in any group
 }
 
 func (f *fakeGroups) Count() int { return 2 }
@@ -56,6 +57,68 @@ func (f *fakeGroups) Leader(g uint16) (admin.Leader, *store.Store, <-chan struct
 }
 
 func (f *fakeGroups) Waiting() int64 { return f.waiting }
+
+func (f *fakeGroups) Unfrozen(_ uint16, tube []byte, change func()) bool {
+	f.mu.Lock()
+	frozen := f.frozen[string(tube)]
+	f.mu.Unlock()
+	if frozen {
+		return false
+	}
+	change()
+	return true
+}
+
+// TestGroupsFrozenTube: while a move has frozen a tube, the API's changes
+// of it (put, kick, pause, clear, and a delete or kick of one of its
+// jobs) answer 503 with Retry-After and change nothing, since the move
+// would not carry what they made; its reads and other tubes are served;
+// once it thaws, its changes are made.
+func TestGroupsFrozenTube(t *testing.T) {
+	zero := store.New(store.Options{})
+	one := store.New(store.Options{IDPrefix: 1})
+	t.Cleanup(func() { zero.Close(); one.Close() })
+	m := startGroupMember(t, "m1", zero, map[uint16]*store.Store{0: zero, 1: one})
+	via := &client{t: t, base: m.url, bearer: testToken}
+	ready := num(t, via.ok(http.StatusCreated, "POST", "/api/v1/tubes/one-f/jobs", map[string]any{"body": "r"}), "id")
+	delayed := num(t, via.ok(http.StatusCreated, "POST", "/api/v1/tubes/one-f/jobs", map[string]any{"body": "d", "delay": 100}), "id")
+
+	m.groups.mu.Lock()
+	m.groups.frozen = map[string]bool{"one-f": true}
+	m.groups.mu.Unlock()
+	for _, c := range []struct {
+		method, path string
+		body         any
+	}{
+		{"POST", "/api/v1/tubes/one-f/jobs", map[string]any{"body": "x"}},
+		{"POST", "/api/v1/tubes/one-f/kick", map[string]any{"bound": 10}},
+		{"POST", "/api/v1/tubes/one-f/pause", map[string]any{"delay": 100}},
+		{"POST", "/api/v1/tubes/one-f/clear", map[string]any{"state": "all"}},
+		{"DELETE", fmt.Sprintf("/api/v1/jobs/%d", ready), nil},
+		{"POST", fmt.Sprintf("/api/v1/jobs/%d/kick", delayed), nil},
+	} {
+		r := via.do(c.method, c.path, c.body)
+		if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" ||
+			!strings.Contains(string(r.body), "moving to another group") {
+			t.Fatalf("%s %s of a frozen tube: %d %s %v, want 503 with Retry-After", c.method, c.path, r.status, r.body, r.header)
+		}
+	}
+	if ts, ok := one.TubeStats([]byte("one-f")); !ok || ts.Ready != 1 || ts.Delayed != 1 || ts.Pause != 0 || ts.TotalJobs != 2 {
+		t.Fatalf("the frozen tube after its refused changes: %+v, want as it was", ts)
+	}
+	via.ok(http.StatusOK, "GET", fmt.Sprintf("/api/v1/jobs/%d", ready), nil)
+	via.ok(http.StatusCreated, "POST", "/api/v1/tubes/one-g/jobs", map[string]any{"body": "other"})
+
+	m.groups.mu.Lock()
+	m.groups.frozen = nil
+	m.groups.mu.Unlock()
+	via.ok(http.StatusOK, "DELETE", fmt.Sprintf("/api/v1/jobs/%d", ready), nil)
+	via.ok(http.StatusOK, "POST", fmt.Sprintf("/api/v1/jobs/%d/kick", delayed), nil)
+	via.ok(http.StatusCreated, "POST", "/api/v1/tubes/one-f/jobs", map[string]any{"body": "x"})
+	if ts, _ := one.TubeStats([]byte("one-f")); ts.Ready != 2 || ts.TotalJobs != 3 {
+		t.Fatalf("the tube once thawed: %+v, want 2 ready of 3 put", ts)
+	}
+}
 
 // groupMember is one member's API with groups, on stores of its own.
 type groupMember struct {

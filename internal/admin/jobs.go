@@ -190,7 +190,11 @@ func (a *API) deleteJob(w http.ResponseWriter, r *http.Request, _ Access) error 
 	a.engine.CountCommand(codec.CmdDelete, 1)
 	c := a.client(r)
 	defer c.Close()
-	if !c.Delete(id) {
+	var deleted bool
+	if err := a.byID(r, c, id, func() { deleted = c.Delete(id) }); err != nil {
+		return err
+	}
+	if !deleted {
 		return a.whyNot(r, c, id, "delete")
 	}
 	if err := a.acknowledged(r.Context(), c); err != nil {
@@ -209,7 +213,11 @@ func (a *API) kickJob(w http.ResponseWriter, r *http.Request, _ Access) error {
 	}
 	c := a.client(r)
 	defer c.Close()
-	switch err := c.KickJob(id); {
+	var kerr error
+	if err := a.byID(r, c, id, func() { kerr = c.KickJob(id) }); err != nil {
+		return err
+	}
+	switch err := kerr; {
 	case errors.Is(err, store.ErrNotFound):
 		return a.whyNot(r, c, id, "kick")
 	case errors.Is(err, store.ErrNoSpace):
@@ -222,6 +230,18 @@ func (a *API) kickJob(w http.ResponseWriter, r *http.Request, _ Access) error {
 	}
 	WriteValue(w, http.StatusOK, map[string]int{"kicked": 1})
 	return nil
+}
+
+// byID runs change, a change of job id, unless a move between groups has
+// frozen its tube (unfrozen). A job's tube never changes; one not here
+// is left to change to find missing.
+func (a *API) byID(r *http.Request, c *store.Client, id uint64, change func()) error {
+	tube, _, ok := c.JobIn(id)
+	if !ok {
+		change()
+		return nil
+	}
+	return a.unfrozen(r, []byte(tube), change)
 }
 
 // whyNot explains an operation by id the store refused: 404 when the job

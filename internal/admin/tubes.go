@@ -137,8 +137,13 @@ func (a *API) putJob(w http.ResponseWriter, r *http.Request, _ Access) error {
 	}
 	c := a.client(r)
 	defer c.Close()
-	c.Use(name)
-	j, err := putJob(c, a.store(r.Context()).NextID(), pri, delay, ttr, append(body, '\r', '\n'))
+	var j *store.Job
+	if ferr := a.unfrozen(r, name, func() {
+		c.Use(name)
+		j, err = putJob(c, a.store(r.Context()).NextID(), pri, delay, ttr, append(body, '\r', '\n'))
+	}); ferr != nil {
+		return ferr
+	}
 	switch {
 	case errors.Is(err, store.ErrNoSpace):
 		return errorf(http.StatusInsufficientStorage, "the write-ahead log's disk is full: the job was not stored")
@@ -203,7 +208,11 @@ func (a *API) kickTube(w http.ResponseWriter, r *http.Request, _ Access) error {
 	a.engine.CountCommand(codec.CmdKick, 1)
 	c := a.client(r)
 	defer c.Close()
-	kicked, ok := c.KickTube(name, int(bound))
+	var kicked int
+	var ok bool
+	if err := a.unfrozen(r, name, func() { kicked, ok = c.KickTube(name, int(bound)) }); err != nil {
+		return err
+	}
 	if !ok {
 		return errNoTube(name)
 	}
@@ -227,7 +236,11 @@ func (a *API) pauseTube(w http.ResponseWriter, r *http.Request, _ Access) error 
 		return err
 	}
 	a.engine.CountCommand(codec.CmdPauseTube, 1)
-	if !a.store(r.Context()).PauseTube(name, time.Duration(delay)*time.Second) {
+	var ok bool
+	if err := a.unfrozen(r, name, func() { ok = a.store(r.Context()).PauseTube(name, time.Duration(delay)*time.Second) }); err != nil {
+		return err
+	}
+	if !ok {
 		return errNoTube(name)
 	}
 	WriteValue(w, http.StatusOK, map[string]uint32{"paused": delay})
@@ -270,10 +283,15 @@ func (a *API) clearTube(w http.ResponseWriter, r *http.Request, _ Access) error 
 	c := a.client(r)
 	defer c.Close()
 	counted := 0
-	deleted, ok := c.ClearTube(name, states, func(n int) {
-		a.engine.CountCommand(codec.CmdDelete, uint64(n-counted))
-		counted = n
-	})
+	var deleted int
+	if err := a.unfrozen(r, name, func() {
+		deleted, ok = c.ClearTube(name, states, func(n int) {
+			a.engine.CountCommand(codec.CmdDelete, uint64(n-counted))
+			counted = n
+		})
+	}); err != nil {
+		return err
+	}
 	if !ok {
 		return errNoTube(name)
 	}

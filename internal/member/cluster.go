@@ -328,6 +328,9 @@ func (a adminGroups) Count() int                     { return a.m.shards.groups(
 func (a adminGroups) OfTube(name string) uint16      { return a.m.shards.routing.Load().state.Owner(name) }
 func (a adminGroups) OfJob(id uint64) (uint16, bool) { return a.m.groupOfJob(id) }
 func (a adminGroups) Waiting() int64                 { return a.m.sessions.Waiting() }
+func (a adminGroups) Unfrozen(g uint16, tube []byte, change func()) bool {
+	return a.m.sessions.Unfrozen(g, tube, change)
+}
 
 func (a adminGroups) Leader(g uint16) (admin.Leader, *store.Store, <-chan struct{}) {
 	node := a.m.node

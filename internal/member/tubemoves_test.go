@@ -410,6 +410,79 @@ func TestShardGroupsMoveTubeResolved(t *testing.T) {
 	}
 }
 
+// TestShardGroupsAdminFrozenTube: while a move has frozen a tube in its
+// group, the admin API's changes of it, asked through a member that does
+// not lead the group, answer 503 and change nothing: the move's export
+// would not carry them, and the group drops the tube once it is placed,
+// so an acknowledged change would be lost. Once the move is undone they
+// are made.
+func TestShardGroupsAdminFrozenTube(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	tube := tubePerGroup(p, "adminfrozen")[1]
+	client := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, client, "use "+tube, "USING "+tube)
+	ready, err := client.Put(0, 0, 60, []byte("ready"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	delayed, err := client.Put(0, 100, 60, []byte("delayed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The move is left undriven: the balancer would abort it at its next
+	// tick.
+	for _, m := range c.up {
+		m.keepLostMoves.Store(true)
+	}
+	src := c.leaderOf(1)
+	n := src.shards.node(1)
+	if err := n.ProposeTube(t.Context(), replication.TubeFreeze, tube, 0xad, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	src.sessions.Refreeze(1)
+	via := c.up["m1"]
+	if via == src {
+		via = c.up["m3"]
+	}
+	do := func(method, path string, body any) testproc.APIReply {
+		return testproc.DoAPI(t, testproc.APIRequest{Method: method, URL: "http://" + via.HTTPAddr().String() + path,
+			Body: body, Bearer: testToken, Timeout: replyTimeout})
+	}
+	for _, r := range []struct {
+		method, path string
+		body         any
+	}{
+		{http.MethodPost, "/api/v1/tubes/" + tube + "/jobs", map[string]any{"body": "lost?"}},
+		{http.MethodPost, "/api/v1/tubes/" + tube + "/kick", map[string]any{"bound": 10}},
+		{http.MethodPost, "/api/v1/tubes/" + tube + "/pause", map[string]any{"delay": 100}},
+		{http.MethodPost, "/api/v1/tubes/" + tube + "/clear", map[string]any{"state": "all"}},
+		{http.MethodDelete, fmt.Sprintf("/api/v1/jobs/%d", ready), nil},
+		{http.MethodPost, fmt.Sprintf("/api/v1/jobs/%d/kick", delayed), nil},
+	} {
+		if rep := do(r.method, r.path, r.body); rep.Status != http.StatusServiceUnavailable || rep.Header.Get("Retry-After") == "" {
+			t.Fatalf("%s %s through %s while the tube is frozen: %d %s, want 503 with Retry-After",
+				r.method, r.path, via.node.Name(), rep.Status, rep.Body)
+		}
+	}
+	ts, ok := n.Store().TubeStats([]byte(tube))
+	if !ok || ts.Ready != 1 || ts.Delayed != 1 || ts.TotalJobs != 2 || ts.Pause != 0 {
+		t.Fatalf("the frozen tube in group 1: %+v, want as it was", ts)
+	}
+
+	for _, m := range c.up {
+		m.keepLostMoves.Store(false)
+	}
+	testproc.WaitFor(t, 20*time.Second, "the undriven move aborted", func() bool { return len(n.Tubes().Frozen) == 0 })
+	if rep := do(http.MethodDelete, fmt.Sprintf("/api/v1/jobs/%d", ready), nil); rep.Status != http.StatusOK {
+		t.Fatalf("an admin delete once the tube thawed: %d %s", rep.Status, rep.Body)
+	}
+	if rep := do(http.MethodPost, "/api/v1/tubes/"+tube+"/jobs", map[string]any{"body": "after"}); rep.Status != http.StatusCreated {
+		t.Fatalf("an admin put once the tube thawed: %d %s", rep.Status, rep.Body)
+	}
+}
+
 // TestShardGroupsMoveTubeBackUnfinished: a tube's move out of a group
 // that group 0 placed, and whose driver was lost before the group dropped
 // its copies (here: the steps made by hand, the last left out), is

@@ -436,6 +436,11 @@ func (r *Router) groupOfID(id uint64) (uint16, bool) {
 // watch a tube now moving out of it (Server.Refreeze).
 func (r *Router) Refreeze(g uint16) { r.server.Refreeze(g) }
 
+// Unfrozen is Server.Unfrozen.
+func (r *Router) Unfrozen(g uint16, tube []byte, change func()) bool {
+	return r.server.Unfrozen(g, tube, change)
+}
+
 // Holders is Server.Holders.
 func (r *Router) Holders(g uint16, held []store.Held) []Holder { return r.server.Holders(g, held) }
 

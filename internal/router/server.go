@@ -55,6 +55,10 @@ type Server struct {
 	// gated are the groups whose leadership is being handed over (Gate):
 	// their requests are refused. Replaced, never changed, under mu.
 	gated atomic.Pointer[map[uint16]bool]
+	// outside orders the changes made outside any session (Unfrozen, the
+	// admin API's) with Refreeze: each holds it shared while it checks
+	// and runs; Refreeze takes it whole once.
+	outside sync.RWMutex
 	// closedAt are the sessions whose close came here (session 0: all of
 	// a member's), and the jobs sessions declined that their owner client
 	// here did not hold, when, for closeRecall: a reservation handed over
@@ -1188,6 +1192,11 @@ func (s *Server) Refreeze(g uint16) {
 	if frozen == nil {
 		return
 	}
+	// A change made outside any session that passed the check has run
+	// once this is taken: the move exports what it made.
+	s.outside.Lock()
+	//lint:ignore SA2001 taken to wait out the changes under way
+	s.outside.Unlock()
 	for _, o := range s.ownersOf(g) {
 		o.mu.Lock()
 		if !o.closed && o.waiting != 0 && slices.ContainsFunc(o.client.Watched(), func(t string) bool { return frozen([]byte(t)) }) &&
@@ -1204,6 +1213,21 @@ func (s *Server) Refreeze(g uint16) {
 		o.mu.Unlock()
 	}
 	s.Flush()
+}
+
+// Unfrozen runs change, a change of the named tube in group g's store
+// made outside any session (the admin API's), unless a move has frozen
+// the tube there (ServerConfig.Frozen): then it reports false and does not
+// run it. A move's Refreeze waits for a change that passed the check, as
+// for a session's command, so the tube's export has what it made.
+func (s *Server) Unfrozen(g uint16, tube []byte, change func()) bool {
+	s.outside.RLock()
+	defer s.outside.RUnlock()
+	if frozen, _ := s.frozen(g); frozen != nil && frozen(tube) {
+		return false
+	}
+	change()
+	return true
 }
 
 // event is the event that ends wait id (sequence seq): j offered, or

@@ -815,6 +815,42 @@ func TestServerFrozenTube(t *testing.T) {
 	}
 }
 
+// TestServerUnfrozen: a change made outside any session (the admin
+// API's) is not run on a frozen tube, and is on another; one that passed
+// the check before the freeze holds Refreeze until it has run, so the
+// move's export, which follows Refreeze, has what it made.
+func TestServerUnfrozen(t *testing.T) {
+	st := store.New(store.Options{})
+	t.Cleanup(st.Close)
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	var frozen atomic.Bool
+	r.srv.cfg.Frozen = func(uint16) (func([]byte) bool, bool) {
+		if !frozen.Load() {
+			return nil, false
+		}
+		return func(tube []byte) bool { return string(tube) == "t" }, true
+	}
+	inside, release, refrozen := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go r.srv.Unfrozen(0, []byte("t"), func() { close(inside); <-release })
+	<-inside
+	frozen.Store(true)
+	go func() { r.srv.Refreeze(0); close(refrozen) }()
+	select {
+	case <-refrozen:
+		t.Fatal("Refreeze returned while a change that passed the check before the freeze ran")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	<-refrozen
+	if r.srv.Unfrozen(0, []byte("t"), func() { t.Error("a change of the frozen tube ran") }) {
+		t.Fatal("a change of the frozen tube was reported run")
+	}
+	ran := false
+	if !r.srv.Unfrozen(0, []byte("u"), func() { ran = true }) || !ran {
+		t.Fatal("a change of another tube did not run")
+	}
+}
+
 // TestServerItemsAfterClose: an item of a session that comes after its
 // close (a wait of its reserve across groups queued to this member's own
 // loop before a close made at once, a request sent again where its tube
