@@ -282,9 +282,9 @@
 // rebuilt after a lost leadership closes the owner clients made on it)
 // is answered StatusNotLeader, and the router asks the leader. A wait
 // across groups is a reserve without a timeout whose end goes as an
-// event (an offer, or DEADLINE_SOON); a cancel ends it unless its offer
-// is on its way, which the member then declines, and a decline gives the
-// job back as if never reserved.
+// event (an offer, or DEADLINE_SOON); a cancel, which names the wait's
+// sequence, ends it unless its offer is on its way, which the member then
+// declines, and a decline gives the job back as if never reserved.
 //
 // # The member's side: Link
 //
@@ -292,9 +292,12 @@
 // the groups that own their tubes, and hands each answer to the callback
 // it was sent with (link.go). A call stays pending until answered; when a
 // group's leader changes, its pending calls go again, in the order they
-// were made, to the new one, and a call for a group without a known
-// leader waits for one. An answer nobody waits for is dropped, and an
-// offer in it declined at once, so a session never holds a job it did
-// not receive. A change resent after a failover is made once, by its
-// key (5.6).
+// were made, to the new one (a call made meanwhile goes after them), and
+// a call for a group without a known leader waits for one. An answer
+// nobody waits for is dropped, and an offer in it declined at once, and a
+// call answered or cancelled is not sent again, so a session never holds
+// a job it did not receive. Closes, declines and each session's last
+// cancel are recalled and sent again to a new leader, on a stream opened
+// again, or once one was not taken. A change resent after a failover is
+// made once, by its key (5.6).
 package router

@@ -29,6 +29,10 @@ import (
 type Link struct {
 	cfg LinkConfig
 
+	// resending makes resends one at a time (resend), so that each
+	// posts its calls in order.
+	resending sync.Mutex
+
 	mu sync.Mutex
 	// sessions are each session's pending calls in a group, in the order
 	// made: an answer finds its call there (mostly the oldest: a leader
@@ -62,6 +66,13 @@ type Link struct {
 	// resumed from a stop) reached it only with the next leader change,
 	// and the session's owner client stayed there meanwhile.
 	unposted map[uint16]bool // guarded by mu
+	// cancels are each session's last cancel of a wait or a reserve in a
+	// group, of the last closeRecall, sent again with the recalled
+	// closes: one lost (not taken, or with a broken stream) would leave
+	// the wait open at the leader, and the session's later requests to
+	// the group behind it. One a session, so a busy reserve's cancels
+	// keep no history. Guarded by mu.
+	cancels map[sessionKey]cancelled
 	// declines counts the declines among closed: a job handed out
 	// looks for its own only when there are some. Changed with mu held;
 	// a hand-out on this member's store (Handed) reads it without.
@@ -83,6 +94,14 @@ func (c closedSession) item() Item {
 		return Item{Kind: KindDecline, Group: c.key.group, Session: c.key.session, Decline: Decline{Wait: c.wait, Job: c.job}}
 	}
 	return Item{Kind: KindClose, Group: c.key.group, Session: c.key.session}
+}
+
+// cancelled is a session's cancel of its wait id (0: a reserve) of
+// sequence seq in a group, and when.
+type cancelled struct {
+	seq  uint32
+	wait uint64
+	at   time.Time
 }
 
 // LinkConfig is what a Link needs of the member.
@@ -161,7 +180,8 @@ func NewLink(cfg LinkConfig) *Link {
 	// request in a group's table of outcomes (5.6), which outlives this
 	// process.
 	return &Link{cfg: cfg, sessions: make(map[sessionKey][]*call),
-		unsent: make(map[uint16]bool), unposted: make(map[uint16]bool), number: rand.Uint64() >> 1}
+		unsent: make(map[uint16]bool), unposted: make(map[uint16]bool), cancels: make(map[sessionKey]cancelled),
+		number: rand.Uint64() >> 1}
 }
 
 // Request sends req for session's group, as its item of sequence seq;
@@ -213,12 +233,16 @@ func (l *Link) Refs(group uint16, seq uint32, r Refs, done func(*Item)) {
 }
 
 // Cancel ends session's wait id in group (sequence seq): its done is not
-// called; an offer already on its way is declined when it comes.
+// called; an offer already on its way is declined when it comes. The
+// cancel is recalled, as a close is (cancels), and names the wait's
+// sequence, so one sent again ends that wait alone.
 func (l *Link) Cancel(session uint64, group uint16, seq uint32, id uint64) {
+	sk := sessionKey{session, group}
 	l.mu.Lock()
 	l.dropLocked(l.findLocked(callKey{session, group, seq}))
+	l.cancels[sk] = cancelled{seq: seq, wait: id, at: time.Now()}
 	l.mu.Unlock()
-	l.post(group, Item{Kind: KindCancel, Group: group, Session: session, Wait: Wait{ID: id}})
+	l.postRecalled(group, Item{Kind: KindCancel, Group: group, Session: session, Seq: seq, Wait: Wait{ID: id}})
 }
 
 // Decline gives back job, which group offered session's wait id after
@@ -317,6 +341,7 @@ func (l *Link) Closed(session uint64, group uint16) {
 	defer l.mu.Unlock()
 	sk := sessionKey{session, group}
 	delete(l.sessions, sk)
+	delete(l.cancels, sk) // the close ends its wait too
 	l.recallLocked(closedSession{key: sk, at: time.Now()})
 }
 
@@ -380,9 +405,16 @@ func (l *Link) start(it Item, route func(req *Request, post func(uint16, uint32)
 // sent first, so that a refusal answered before post returns is kept.
 // While an older call of its session in the group is not taken, c waits
 // too, and goes after it: a leader runs a session's requests in the
-// order they come, and takes one below the last it ran for a resend.
+// order they come, and takes one below the last it ran for a resend. A
+// call no longer pending (answered, or cancelled, since a resend listed
+// it) is not sent: a reserve run again would hold a job for a session
+// that no longer waits for it (docs/design/shards.md 6.5).
 func (l *Link) postCall(c *call) {
 	l.mu.Lock()
+	if l.findLocked(c.key) != c {
+		l.mu.Unlock()
+		return
+	}
 	for _, older := range l.sessions[sessionKey{c.key.session, c.key.group}] {
 		if older == c {
 			break
@@ -459,22 +491,30 @@ func (l *Link) LeaderChanged(group uint16) {
 	l.postClosed(group)
 }
 
-// postClosed sends group's leader the closes and declines of the group's
-// sessions the Link recalls, and has the next Retry send them again if
-// one was not taken.
+// postClosed sends group's leader the closes, declines and cancels of
+// the group's sessions the Link recalls, and has the next Retry send them
+// again if one was not taken.
 func (l *Link) postClosed(group uint16) {
 	l.mu.Lock()
 	delete(l.unposted, group)
-	var again []closedSession
+	var again []Item
 	now := time.Now()
 	for _, c := range l.closed {
 		if c.key.group == group && now.Sub(c.at) <= closeRecall && (c.job == 0 || now.Sub(c.at) <= declineRecall) {
-			again = append(again, c)
+			again = append(again, c.item())
+		}
+	}
+	for sk, c := range l.cancels {
+		switch {
+		case now.Sub(c.at) > closeRecall:
+			delete(l.cancels, sk)
+		case sk.group == group:
+			again = append(again, Item{Kind: KindCancel, Group: group, Session: sk.session, Seq: c.seq, Wait: Wait{ID: c.wait}})
 		}
 	}
 	l.mu.Unlock()
-	for _, c := range again {
-		if !l.post(group, c.item()) {
+	for i := range again {
+		if !l.post(group, again[i]) {
 			l.markUnposted(group)
 			return
 		}
@@ -496,31 +536,43 @@ func (l *Link) Retry(group uint16) {
 }
 
 // resend sends group's pending calls again in order: all of them, or
-// those not taken.
+// those not taken. Those it sends count as not taken until each goes, so
+// that a call made meanwhile waits behind them (postCall) and goes at the
+// end, not before the older ones the group's leader has not seen.
 func (l *Link) resend(group uint16, all bool) {
-	l.mu.Lock()
-	if !all && !l.unsent[group] {
-		l.mu.Unlock()
-		return
-	}
-	delete(l.unsent, group)
-	var calls, refs []*call
-	l.eachLocked(group, func(c *call) {
-		switch {
-		case all && c.kind == KindRefs:
-			refs = append(refs, c)
-		case all || !c.sent:
-			calls = append(calls, c)
+	l.resending.Lock()
+	defer l.resending.Unlock()
+	// A second pass sends the calls made while the first's went, held
+	// behind them, rather than at the next Retry.
+	for pass := 0; pass < 2; pass++ {
+		l.mu.Lock()
+		if !all && !l.unsent[group] {
+			l.mu.Unlock()
+			return
 		}
-	})
-	for _, c := range refs {
-		l.dropLocked(c)
-	}
-	l.mu.Unlock()
-	slices.SortFunc(calls, func(a, b *call) int { return cmp.Compare(a.n, b.n) })
-	l.resent.Add(uint64(len(calls)))
-	for _, c := range calls {
-		l.postCall(c)
+		delete(l.unsent, group)
+		var calls, refs []*call
+		l.eachLocked(group, func(c *call) {
+			switch {
+			case all && c.kind == KindRefs:
+				refs = append(refs, c)
+			case all || !c.sent:
+				calls = append(calls, c)
+			}
+		})
+		for _, c := range refs {
+			l.dropLocked(c)
+		}
+		for _, c := range calls {
+			c.sent = false // taken stays: a leader that took it may have run it
+		}
+		l.mu.Unlock()
+		slices.SortFunc(calls, func(a, b *call) int { return cmp.Compare(a.n, b.n) })
+		l.resent.Add(uint64(len(calls)))
+		for _, c := range calls {
+			l.postCall(c)
+		}
+		all = false
 	}
 }
 

@@ -490,6 +490,114 @@ func TestLinkRefsFirst(t *testing.T) {
 	}
 }
 
+// TestLinkCancelRecalled: a cancel not taken (its leader's stream down
+// for a moment) goes with the group's next Retry, so the wait it ends
+// does not hold the session's later request behind it; and a cancel sent
+// again (a stream opened again to the same leader) ends only the reserve
+// it named, not the session's next one.
+func TestLinkCancelRecalled(t *testing.T) {
+	n := newLinkNet(t, 2)
+	a := make(answers, 16)
+	cut := func(on bool) {
+		n.mu.Lock()
+		n.cut[2] = on
+		n.mu.Unlock()
+	}
+	w := []byte("w")
+	n.link.Wait(10, 0, 1, Wait{ID: 7, Tubes: [][]byte{w}}, a.done)
+	testproc.WaitFor(t, 5*time.Second, "the wait at the leader", func() bool { return n.stores[2].Stats().Waiting == 1 })
+	cut(true)
+	n.link.Cancel(10, 0, 1, 7)
+	cut(false)
+	n.link.Request(10, 0, 2, Request{Op: OpPut, Tube: []byte("x"), TTR: 60, Body: []byte("j\r\n")}, a.done)
+	n.link.Retry(0)
+	if it := a.next(t); it.Seq != 2 || it.Reply.Status != StatusOK {
+		t.Fatalf("the put after the lost cancel: %+v", it)
+	}
+	if st := n.stores[2].Stats(); st.Waiting != 0 {
+		t.Fatalf("%d waiting at the leader after the cancel went again", st.Waiting)
+	}
+
+	n.link.Request(10, 0, 3, Request{Op: OpReserve, Tubes: [][]byte{w}, Timeout: -1}, a.done)
+	testproc.WaitFor(t, 5*time.Second, "the reserve waiting", func() bool { return n.stores[2].Stats().Waiting == 1 })
+	n.link.Cancel(10, 0, 3, 0)
+	testproc.WaitFor(t, 5*time.Second, "the reserve cancelled", func() bool { return n.stores[2].Stats().Waiting == 0 })
+	n.link.Request(10, 0, 4, Request{Op: OpReserve, Tubes: [][]byte{w}, Timeout: -1}, a.done)
+	testproc.WaitFor(t, 5*time.Second, "the next reserve waiting", func() bool { return n.stores[2].Stats().Waiting == 1 })
+	n.link.LeaderChanged(0) // the same leader: its stream opened again
+	// Another session's request, answered, comes after what went again
+	// on the same stream.
+	n.link.Request(11, 0, 1, Request{Op: OpStats}, a.done)
+	if it := a.next(t); it.Session != 11 {
+		t.Fatalf("%+v, want session 11's stats", it)
+	}
+	if st := n.stores[2].Stats(); st.Waiting != 1 {
+		t.Fatalf("%d waiting at the leader after the cancel went again, want the next reserve", st.Waiting)
+	}
+	id := n.put(t, 2, "w", 0)
+	if it := a.next(t); it.Seq != 4 || it.Reply.Job.ID != id {
+		t.Fatalf("the reserve after the recalled cancel went again: %+v, want job %d", it, id)
+	}
+}
+
+// TestLinkResendSkipsAnswered: a call answered (or cancelled) after a
+// resend listed it is not sent: a reserve run again would hold a job for
+// a session no longer waiting for it.
+func TestLinkResendSkipsAnswered(t *testing.T) {
+	var sent atomic.Int32
+	l := NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) { return 2, true },
+		Send:   func(uint64, []byte) bool { sent.Add(1); return true },
+	})
+	l.Request(10, 0, 1, Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}, Timeout: 0}, func(*Item) {})
+	l.mu.Lock()
+	c := l.findLocked(callKey{10, 0, 1})
+	l.mu.Unlock()
+	l.handle(2, &Item{Kind: KindReply, Session: 10, Seq: 1, Reply: Reply{Status: StatusTimedOut, Result: ResultNone}})
+	l.postCall(c) // as a resend that listed it before its answer came
+	if n := sent.Load(); n != 1 {
+		t.Fatalf("the call was sent %d times, want once: an answered call was sent again", n)
+	}
+}
+
+// TestLinkResendKeepsOrder: a call made while a resend sends its
+// session's older calls to the group's leader goes after them, not
+// between: the leader runs a session's requests in the order they come
+// (docs/design/shards.md 5.3).
+func TestLinkResendKeepsOrder(t *testing.T) {
+	var mu sync.Mutex
+	var sent []uint32
+	var l *Link
+	resending := false
+	l = NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) { return 2, true },
+		Send: func(_ uint64, payload []byte) bool {
+			mu.Lock()
+			_ = Each(payload, 1<<16, func(it *Item) { sent = append(sent, it.Seq) })
+			first := resending
+			resending = false
+			mu.Unlock()
+			if first {
+				// The session's loop pipelines its next put meanwhile.
+				l.Request(10, 0, 4, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("4\r\n")}, func(*Item) {})
+			}
+			return true
+		},
+	})
+	for seq := uint32(1); seq <= 3; seq++ {
+		l.Request(10, 0, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("j\r\n")}, func(*Item) {})
+	}
+	mu.Lock()
+	sent, resending = nil, true
+	mu.Unlock()
+	l.LeaderChanged(0)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []uint32{1, 2, 3, 4}; !slices.Equal(sent, want) {
+		t.Fatalf("sent %v after the leader change, want %v: the resent calls, then the new one", sent, want)
+	}
+}
+
 // benchLink is a Link whose group 0 is led by member 2, which takes
 // every payload, with a put of session 7's and its reply.
 func benchLink() (*Link, Request, Item, func(*Item)) {

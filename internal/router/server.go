@@ -378,7 +378,7 @@ func (s *Server) handle(from uint64, it *Item) {
 	case KindRequest, KindWait:
 		s.request(key, it)
 	case KindCancel:
-		s.cancel(key, it.Wait.ID)
+		s.cancel(key, it.Wait.ID, it.Seq)
 	case KindDecline:
 		gave := false
 		if o := s.existing(key); o != nil {
@@ -713,18 +713,23 @@ func (s *Server) existing(key ownerKey) *owner {
 
 // cancel ends key's wait id, unless its offer is on its way: the offer
 // then comes, and the member declines it.
-func (s *Server) cancel(key ownerKey, id uint64) {
+func (s *Server) cancel(key ownerKey, id uint64, seq uint32) {
 	o := s.existing(key)
 	if o == nil {
 		return
 	}
 	o.mu.Lock()
-	if !o.closed && o.waitID == id && o.waiting != 0 && o.client.CancelWait() {
+	// seq 0: a member before the cancel named its wait's sequence.
+	if !o.closed && o.waitID == id && o.waiting != 0 && (seq == 0 || o.waiting == seq) && o.client.CancelWait() {
 		o.waiting, o.waitID, o.soonFirst = 0, 0, false
 		o.client.Settle()
 		o.runBacklogLocked()
 	}
-	if job := o.handed.takeWait(id); job != 0 && !o.closed {
+	job := o.handed.takeWait(id)
+	if job == 0 && id == 0 {
+		job = o.handed.take(seq) // a reserve's
+	}
+	if job != 0 && !o.closed {
 		// Its offer was refused (refuseLocked), the job kept for it
 		// to come again: it will not.
 		o.client.Unreserve(job)
