@@ -162,6 +162,12 @@ type Member struct {
 	movesMade [numPlanners]atomic.Uint64
 	// tubeMoves are the moves of tubes this member drives (tubemoves.go).
 	tubeMoves tubeMoving
+	// learnersSeen is when this member, leading their group, first saw
+	// each learner it still sees (dropStaleLearners; the balance loop's
+	// alone). learnerTimeout, set by tests only, is how long a learner
+	// may stay one: 0 is staleLearner.
+	learnersSeen   map[groupMember]time.Time
+	learnerTimeout atomic.Int64
 	// keepLostMoves, set by tests only, has the balancer leave the moves
 	// of tubes whose driver was lost as they are (resolveTubeMoves): a
 	// test that makes a move's steps by hand takes longer than its tick.

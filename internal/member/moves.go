@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -618,38 +619,102 @@ func (m *Member) dropRemovedReplicas() {
 	if len(removed) == 0 {
 		return
 	}
+	m.eachLed(func(g uint16, n *replication.Node) bool {
+		voters, learners, _ := n.Replicas()
+		replicas := slices.Concat(voters, learners)
+		i := slices.IndexFunc(replicas, func(id uint64) bool { return slices.Contains(removed, id) })
+		return i < 0 || !m.takeOut(g, n, replicas[i], "the replica of a member the cluster removed")
+	})
+}
+
+// eachLed calls fn with each group but 0 this member leads, and its
+// replica here, until fn returns false.
+func (m *Member) eachLed(fn func(g uint16, n *replication.Node) bool) {
 	for g := 1; g < m.shards.groups(); g++ {
 		n := m.shards.node(uint16(g))
 		if n == nil {
 			continue
 		}
-		if info, _ := n.Leader(); !info.Serving {
-			continue
+		if info, _ := n.Leader(); info.Serving && !fn(uint16(g), n) {
+			return
 		}
-		voters, learners, _ := n.Replicas()
-		replicas := slices.Concat(voters, learners)
-		i := slices.IndexFunc(replicas, func(id uint64) bool { return slices.Contains(removed, id) })
-		if i < 0 {
-			continue
+	}
+}
+
+// takeOut removes member id's replica of group g (n, led here), what for
+// the log, on a goroutine of its own that holds the move slot; false if
+// the slot is taken or the group names no such member.
+func (m *Member) takeOut(g uint16, n *replication.Node, id uint64, what string) bool {
+	members := n.Book().Members // the group's: it names its replicas
+	j := slices.IndexFunc(members, func(mb replication.Member) bool { return mb.ID == id })
+	if j < 0 || !m.moving.take(g) {
+		return false
+	}
+	gone := members[j].Name
+	go func() {
+		defer m.moving.free()
+		ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
+		defer cancel()
+		if _, err := n.RemoveReplica(ctx, gone); err != nil {
+			m.log.Warn().Err(err).Int("group", int(g)).Str("member", gone).Msg("cannot take out " + what)
+			return
 		}
-		id := replicas[i]
-		members := n.Book().Members // the group's: it names its replicas
-		j := slices.IndexFunc(members, func(mb replication.Member) bool { return mb.ID == id })
-		if j < 0 || !m.moving.take(uint16(g)) {
-			continue
-		}
-		gone := members[j]
-		go func() {
-			defer m.moving.free()
-			ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
-			defer cancel()
-			if _, err := n.RemoveReplica(ctx, gone.Name); err != nil {
-				m.log.Warn().Err(err).Int("group", g).Str("member", gone.Name).Msg("cannot take out the replica of a member the cluster removed")
-				return
+		m.log.Warn().Int("group", int(g)).Str("member", gone).Msg("took out " + what)
+	}()
+	return true
+}
+
+// staleLearner is how long a replica may stay a learner before its
+// group's leader takes it out (dropStaleLearners): a move's own wait,
+// then its removal of a receiver that did not catch up.
+const staleLearner = moveTimeout + replication.ChangeTimeout
+
+// groupMember names a member's replica of a group.
+type groupMember struct {
+	group  uint16
+	member uint64
+}
+
+// dropStaleLearners, on each group but 0 this member leads, takes out a
+// learner that has been one for staleLearner as this member saw it, one
+// at a time. A move adds its receiver as a learner and takes it out again
+// if it does not catch up in time, but a move whose maker was lost (its
+// member died, or lost the group's leadership) leaves it; a learner that
+// catches up is promoted by the group's leader by itself, so one still a
+// learner that long is not catching up (its member down, or cut off).
+// While a group has a learner the planner plans no replica move
+// (meta.PlanMove), so one left for good would stop every move, drains'
+// among them. Group 0's learners are members' own, kept.
+func (m *Member) dropStaleLearners(now time.Time) {
+	if m.learnersSeen == nil {
+		m.learnersSeen = make(map[groupMember]time.Time)
+	}
+	wait := time.Duration(m.learnerTimeout.Load())
+	if wait == 0 {
+		wait = staleLearner
+	}
+	still := make(map[groupMember]bool)
+	var stale []groupMember
+	m.eachLed(func(g uint16, n *replication.Node) bool {
+		_, learners, _ := n.Replicas()
+		for _, id := range learners {
+			k := groupMember{g, id}
+			still[k] = true
+			since, ok := m.learnersSeen[k]
+			if !ok {
+				m.learnersSeen[k] = now
+			} else if now.Sub(since) >= wait {
+				stale = append(stale, k)
 			}
-			m.log.Warn().Int("group", g).Str("member", gone.Name).Msg("took out the replica of a member the cluster removed")
-		}()
-		return
+		}
+		return true
+	})
+	maps.DeleteFunc(m.learnersSeen, func(k groupMember, _ time.Time) bool { return !still[k] })
+	for _, k := range stale {
+		if m.takeOut(k.group, m.shards.node(k.group), k.member, "a learner that did not catch up, left by a replica move that was lost") {
+			delete(m.learnersSeen, k) // seen afresh if the removal fails
+			return
+		}
 	}
 }
 

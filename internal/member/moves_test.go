@@ -716,6 +716,46 @@ func TestStaleMove(t *testing.T) {
 	}
 }
 
+// TestShardGroupsStaleLearner: a learner left in a group by a replica
+// move whose maker was lost (here: added by hand, on a member that is
+// down, so it never catches up) is taken out by the group's leader once
+// it has been one for the learner timeout: while it stayed, the planner
+// planned no replica move for any group, drains' included. The group
+// keeps its voters.
+func TestShardGroupsStaleLearner(t *testing.T) {
+	c := newClusterOf(t, 4, 2, 3)
+	c.finalized()
+	leader := c.leaderOf(1)
+	n := leader.shards.node(1)
+	voters := c.leadersReplicas(1)
+	var outsider string
+	for name := range c.up {
+		if !slices.Contains(voters, name) {
+			outsider = name
+		}
+	}
+	if outsider == "" {
+		t.Fatalf("group 1's voters %v: every member holds one", voters)
+	}
+	c.stop(outsider)
+	for _, m := range c.up {
+		m.learnerTimeout.Store(int64(2 * time.Second))
+	}
+	if _, err := n.AddReplica(t.Context(), outsider); err != nil {
+		t.Fatalf("adding %s, down, to group 1 as a learner: %v", outsider, err)
+	}
+	if got := leader.replicasOf(1, n).Learners; !slices.Equal(got, []string{outsider}) {
+		t.Fatalf("group 1's learners %v, want %s", got, outsider)
+	}
+	testproc.WaitFor(t, 30*time.Second, "the learner that cannot catch up taken out", func() bool {
+		l := c.leaderOf(1)
+		return len(l.replicasOf(1, l.shards.node(1)).Learners) == 0
+	})
+	if got := c.leadersReplicas(1); !slices.Equal(got, voters) {
+		t.Fatalf("group 1's voters after: %v, want %v", got, voters)
+	}
+}
+
 // TestShardGroupsJoinerView: a member added to the cluster sees each
 // group's replicas as they are, those of a group never changed since the
 // formation too (its leader reports index 0), though its own formation,

@@ -501,6 +501,7 @@ func (m *Member) balanceLeaders() {
 		reported, names := m.sessions.Reported(), m.memberNames()
 		m.followReplicas(reported, names)
 		m.dropRemovedReplicas()
+		m.dropStaleLearners(now)
 		for g := range sh.groups() {
 			name := m.leaderOf(uint16(g), reported, names)
 			if leaders[uint16(g)] != name {
