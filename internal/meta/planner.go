@@ -101,7 +101,10 @@ func PlanLeaders(s *State, leaders map[uint16]string, caughtUp func(group uint16
 
 // firstHop is the first transfer of the shortest chain from member from
 // to a member leading at least two fewer groups: each hop a group its
-// leader hands to a caught up voter that may lead. Nil if there is none.
+// leader hands to a caught up voter that may lead, each member between
+// leading one fewer than from, so that a hop only swaps two counts and
+// the next plan, from the member the hop made lead most, goes on along
+// the chain. Nil if there is none.
 func (s *State) firstHop(from string, count map[string]int, leaders map[uint16]string, busy map[string]bool,
 	caughtUp func(uint16, string) bool) (*Group, string) {
 	type hop struct {
@@ -133,6 +136,12 @@ func (s *State) firstHop(from string, count map[string]int, leaders map[uint16]s
 				}
 				if count[v] <= count[from]-2 {
 					return h.group, h.to
+				}
+				if count[v] != count[from]-1 {
+					// Through a member leading as many as from, the hop
+					// would leave it leading more than from did, and the
+					// next plan could hand the group straight back.
+					continue
 				}
 				first[v] = h
 				queue = append(queue, v)

@@ -3,6 +3,7 @@ package meta
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -116,6 +117,36 @@ func TestPlanLeaders(t *testing.T) {
 		if n != 1 {
 			t.Errorf("with m2 no longer cordoned: %s leads %d, want 1", name, n)
 		}
+	}
+}
+
+// TestPlanLeadersNoPingPong: a member leading as many groups as the one
+// that leads most is no hop of a chain towards a member leading fewer:
+// the hop would make it lead most, and the next plan handed the group
+// straight back, for ever. Here m1 and m2 lead three each, m3 one, and
+// only m2 shares a group with m3: m2 hands that group to m3.
+func TestPlanLeadersNoPingPong(t *testing.T) {
+	s := &State{Members: []Member{{Name: "m1"}, {Name: "m2"}, {Name: "m3"}}}
+	led := map[uint16]string{}
+	for id, g := range []struct{ voters, leader string }{
+		{"m1 m2", "m1"}, {"m1 m2", "m1"}, {"m1 m2", "m1"},
+		{"m2 m3", "m2"}, {"m1 m2", "m2"}, {"m1 m2", "m2"},
+		{"m2 m3", "m3"},
+	} {
+		grp := Group{ID: uint16(id)}
+		for _, v := range strings.Fields(g.voters) {
+			grp.Replicas = append(grp.Replicas, Replica{Member: v})
+		}
+		s.Groups = append(s.Groups, grp)
+		led[uint16(id)] = g.leader
+	}
+	all := func(uint16, string) bool { return true }
+	if plan := PlanLeaders(s, led, all); !slices.Equal(plan, []Transfer{{Group: 3, From: "m2", To: "m3"}}) {
+		t.Errorf("the plan: %+v, want group 3 from m2 to m3", plan)
+	}
+	settleLeaders(t, s, led, all)
+	if n := leaderCounts(s, led); n["m1"] != 3 || n["m2"] != 2 || n["m3"] != 2 {
+		t.Errorf("settled at %v, want m1 3, m2 2, m3 2", n)
 	}
 }
 
