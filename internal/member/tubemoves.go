@@ -48,7 +48,8 @@ import (
 //     commits first (replication.TubePlace, TubeAbort).
 //  4. Placed: S drops the tube's jobs, then marks it moved out (it stays
 //     refused there). Aborted: D drops what it took, and S thaws the tube,
-//     its jobs and reservations as they were.
+//     its jobs and reservations as they were. D's adopt and drop of a
+//     tube run one at a time, and keep to their move (serveDrop).
 //
 // A move whose driver is lost (S's leader changes, a member dies) is
 // finished by S's next leader (resolveTubeMoves): a tube frozen and
@@ -351,10 +352,58 @@ func writeMoveError(w http.ResponseWriter, err error) {
 
 // tubeMoving notes the tubes whose moves this member drives or takes, each
 // keyed by the tube and the group (tubeIn), so that its resolver leaves
-// them alone.
+// them alone, and a destination's adopt and drop of one tube run one at a
+// time. adopted is, by the same key, the move whose copies this member,
+// leading the destination, took last, until that move is decided: a drop
+// for another move (a deposed driver's, late) must not delete them.
 type tubeMoving struct {
-	mu    sync.Mutex
-	tubes map[string]bool
+	mu      sync.Mutex
+	tubes   map[string]bool
+	adopted map[string]uint64
+}
+
+// await is begin, tried until it succeeds or ctx ends.
+func (t *tubeMoving) await(ctx context.Context, tube string) error {
+	for !t.begin(tube) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// adopt notes that move's copies of a tube are taken under key.
+func (t *tubeMoving) adopt(key string, move uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.adopted == nil {
+		t.adopted = map[string]uint64{}
+	}
+	t.adopted[key] = move
+}
+
+// adoptedBy is the move whose copies key's last adopt took, 0 if none is
+// noted; forget drops the note.
+func (t *tubeMoving) adoptedBy(key string) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.adopted[key]
+}
+
+func (t *tubeMoving) forget(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.adopted, key)
+}
+
+// forgetDecided drops the notes of the moves decided says group 0 has
+// decided: placed, the tube lives here; aborted, its own drop comes.
+func (t *tubeMoving) forgetDecided(decided func(move uint64) bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	maps.DeleteFunc(t.adopted, func(_ string, move uint64) bool { return decided(move) })
 }
 
 func (t *tubeMoving) begin(tube string) bool {
@@ -703,7 +752,7 @@ func (m *Member) servedGroup(w http.ResponseWriter, r *http.Request, key string)
 }
 
 func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
-	n, g, _, ok := m.servedGroup(w, r, "to")
+	n, g, move, ok := m.servedGroup(w, r, "to")
 	if !ok {
 		return
 	}
@@ -731,6 +780,12 @@ func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer m.tubeMoves.end(key)
+	if placed, decided := m.node.Tubes().Decided[move]; decided && !placed {
+		// Late: its abort's drop may have come already, and nothing
+		// would drop these copies.
+		writeMoveError(w, fmt.Errorf("%w: move %x of tube %q was aborted", errTubeMove, move, tube))
+		return
+	}
 	// A tube that moved out of here before comes back: its move out ends
 	// first (its driver may have been lost after group 0 placed it, and
 	// before the copies here went), and it is no longer refused here once
@@ -756,6 +811,7 @@ func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
 	}
 	cl := n.Store().NewOwnerClient(nil)
 	defer cl.Close()
+	m.tubeMoves.adopt(key, move)
 	began := time.Now()
 	prepared := began.Sub(asked) - read
 	made, err := cl.ImportTube([]byte(tube), frames, in.Figures, m.sessions.HolderClients(g, in.Holders))
@@ -776,12 +832,27 @@ func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
 	admin.WriteValue(w, http.StatusOK, map[string]int{"jobs": made})
 }
 
+// serveDrop drops what a move's adopt took, for its abort: after the
+// adopt of the same tube here, if one runs, and not if the copies here
+// are another move's that group 0 has not decided yet (this drop is then
+// a deposed driver's, late: that move's own abort drops them).
 func (m *Member) serveDrop(w http.ResponseWriter, r *http.Request) {
-	n, g, _, ok := m.servedGroup(w, r, "to")
+	n, g, move, ok := m.servedGroup(w, r, "to")
 	if !ok {
 		return
 	}
 	tube := r.PathValue("name")
+	key := tubeIn(tube, g)
+	if err := m.tubeMoves.await(r.Context(), key); err != nil {
+		return // the driver went away
+	}
+	defer m.tubeMoves.end(key)
+	if by := m.tubeMoves.adoptedBy(key); by != 0 && by != move {
+		if _, decided := m.node.Tubes().Decided[by]; !decided {
+			writeMoveError(w, fmt.Errorf("%w: group %d holds tube %q's copies of move %x, not yet decided, not of move %x", errTubeMove, g, tube, by, move))
+			return
+		}
+	}
 	if m.shards.routing.Load().state.Owner(tube) == g {
 		admin.WriteError(w, &admin.Error{Status: http.StatusConflict, Message: fmt.Sprintf("tube %q lives in group %d: its jobs stay", tube, g)})
 		return
@@ -790,6 +861,7 @@ func (m *Member) serveDrop(w http.ResponseWriter, r *http.Request) {
 		writeChangeError(w, err)
 		return
 	}
+	m.tubeMoves.forget(key)
 	admin.WriteValue(w, http.StatusOK, map[string]bool{"dropped": true})
 }
 
@@ -898,6 +970,8 @@ func (m *Member) callLeaderAgain(ctx context.Context, g uint16, path string, bod
 // placed is finished, one not decided is aborted unless group 0 placed it
 // first, and one moved out whose jobs are still here has them dropped.
 func (m *Member) resolveTubeMoves() {
+	decided := m.node.Tubes().Decided
+	m.tubeMoves.forgetDecided(func(move uint64) bool { _, ok := decided[move]; return ok })
 	if m.keepLostMoves.Load() {
 		return
 	}

@@ -238,9 +238,15 @@ func TestShardGroupsMoveTube(t *testing.T) {
 func TestShardGroupsMoveTubeStaleRoute(t *testing.T) {
 	c := newClusterOf(t, 3, 3, 0)
 	c.finalized()
-	tube := tubePerGroup(c.up["m1"].shards.placement, "stale")[1]
+	tubes := tubePerGroup(c.up["m1"].shards.placement, "stale")
+	tube := tubes[1]
 	stale := c.up["m2"]
 	conn := testproc.DialTest(t, stale.Addr().String(), replyTimeout)
+	// Answered by group 2's leader: m2 has greeted it (its calls wait for
+	// that). A greeting that came after the move's import would close the
+	// holder's owner client made there (docs/design/shards.md §10 item
+	// 13, "a late greeting"), as under load here it did.
+	expectLine(t, conn, "stats-tube "+tubes[2], "NOT_FOUND")
 	expectLine(t, conn, "use "+tube, "USING "+tube)
 	expectLine(t, conn, "watch "+tube, "WATCHING 2")
 	held, err := conn.Put(0, 0, 60, []byte("held"))
@@ -480,6 +486,88 @@ func TestShardGroupsAdminFrozenTube(t *testing.T) {
 	}
 	if rep := do(http.MethodPost, "/api/v1/tubes/"+tube+"/jobs", map[string]any{"body": "after"}); rep.Status != http.StatusCreated {
 		t.Fatalf("an admin put once the tube thawed: %d %s", rep.Status, rep.Body)
+	}
+}
+
+// TestShardGroupsAdoptAndDrop: the destination's adopt and drop of a
+// moving tube's copies (here: the steps made by hand, no driver) keep to
+// their move. A drop for another move, while the copies here are of one
+// group 0 has not decided (a deposed driver's, late), is refused and the
+// copies stay; the move's own drop takes them. An adopt for a move group
+// 0 aborted is refused: nothing would drop its copies. A drop that comes
+// while an adopt of the tube runs waits for it, so it drops every copy.
+func TestShardGroupsAdoptAndDrop(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	tube := tubePerGroup(p, "adopt")[1]
+	client := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, client, "use "+tube, "USING "+tube)
+	for i := range 3 {
+		if _, err := client.Put(0, 0, 60, fmt.Appendf(nil, "job-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range c.up {
+		m.keepLostMoves.Store(true)
+	}
+	src, dst := c.leaderOf(1), c.leaderOf(2)
+	n := src.shards.node(1)
+	const moveA, moveB, moveC, moveD = 0xa1, 0xb1, 0xc1, 0xd1
+	if err := n.ProposeTube(t.Context(), replication.TubeFreeze, tube, moveA, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	src.sessions.Refreeze(1)
+	copies := func() int {
+		ts, _ := dst.shards.node(2).Store().TubeStats([]byte(tube))
+		return ts.Ready
+	}
+	drop := func(move uint64) error {
+		return src.callLeader(t.Context(), 2, fmt.Sprintf("/cluster/tubes/%s/drop?to=2&move=%x", tube, move), nil, nil)
+	}
+	if jobs, err := src.handTube(t.Context(), n, tube, moveA, 1, 2); err != nil || jobs != 3 || copies() != 3 {
+		t.Fatalf("move A's adopt: %d jobs, %v; %d copies in group 2", jobs, err, copies())
+	}
+	if err := drop(moveB); err == nil || copies() != 3 {
+		t.Fatalf("a late drop for move B while group 2 holds move A's copies: %v; %d copies left, want 3", err, copies())
+	}
+	if err := drop(moveA); err != nil || copies() != 0 {
+		t.Fatalf("move A's own drop: %v; %d copies left", err, copies())
+	}
+
+	if err := c.leaderOf(0).node.ProposeTube(t.Context(), replication.TubeAbort, tube, moveC, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	testproc.WaitFor(t, 5*time.Second, "group 2's leader knowing move C aborted", func() bool {
+		_, ok := dst.node.Tubes().Decided[moveC]
+		return ok
+	})
+	if _, err := src.handTube(t.Context(), n, tube, moveC, 1, 2); err == nil || copies() != 0 {
+		t.Fatalf("an adopt for the aborted move C: %v; %d copies", err, copies())
+	}
+
+	imported, release := make(chan struct{}), make(chan struct{})
+	hook := func(uint16) { close(imported); <-release }
+	dst.afterImport.Store(&hook)
+	adopted := make(chan error, 1)
+	go func() {
+		_, err := src.handTube(t.Context(), n, tube, moveD, 1, 2)
+		adopted <- err
+	}()
+	<-imported
+	dropped := make(chan error, 1)
+	go func() { dropped <- drop(moveD) }()
+	select {
+	case err := <-dropped:
+		t.Fatalf("move D's drop answered (%v) while its adopt ran", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	if err := <-adopted; err != nil {
+		t.Fatalf("move D's adopt: %v", err)
+	}
+	if err := <-dropped; err != nil || copies() != 0 {
+		t.Fatalf("move D's drop after its adopt: %v; %d copies left", err, copies())
 	}
 }
 
