@@ -208,14 +208,16 @@ const (
 // way). A draining member's replica goes first, to the live member not
 // draining that holds fewest replicas and none of the group, ties broken
 // by a hash of the member's name and the group, so that groups do not
-// all pick the same member. Then a group with more voters than R (a move
-// cut short) loses the replica of the member holding most (none while a
-// voter is no member), and one with fewer (a drain with no receiver,
-// since made good by a member added) gains one there. Else, while a live member
-// holds two more replicas than another, one of its groups that the other
-// holds none of goes to it: so a member added receives replicas until
-// each holds floor or ceil of R·(G-1)/M. A member down neither gives nor
-// receives.
+// all pick the same member; with no receiver, it goes alone, but not
+// while that would leave the group without a live majority of its
+// voters. Then a group with more voters than R (a move cut short) loses
+// the replica of a member down, else of the member holding most (none
+// while a voter is no member), and one with fewer (a drain with no
+// receiver, since made good by a member added) gains one there. Else,
+// while a live member holds two more replicas than another, one of its
+// groups that the other holds none of goes to it: so a member added
+// receives replicas until each holds floor or ceil of R·(G-1)/M. A
+// member down neither gives nor receives.
 func PlanMove(s *State, live func(member string) bool) (Move, bool) {
 	groups := s.Groups
 	if len(groups) > 0 && groups[0].ID == 0 {
@@ -232,9 +234,17 @@ func PlanMove(s *State, live func(member string) bool) (Move, bool) {
 			continue
 		}
 		for i := range groups {
-			if groups[i].Holds(m.Name) {
-				return Move{Group: groups[i].ID, From: m.Name, To: load.fewest(&groups[i]), Why: MoveDrain}, true
+			if !groups[i].Holds(m.Name) {
+				continue
 			}
+			to := load.fewest(&groups[i])
+			if to == "" && !groups[i].liveMajorityWithout(m.Name, live) {
+				// With no receiver, the group would be left without a
+				// live majority of its voters: the drain waits for the
+				// member down to come back.
+				continue
+			}
+			return Move{Group: groups[i].ID, From: m.Name, To: to, Why: MoveDrain}, true
 		}
 	}
 	for i := range groups {
@@ -248,7 +258,17 @@ func PlanMove(s *State, live func(member string) bool) (Move, bool) {
 			// group's quorum to the one that is gone. The group's leader
 			// takes such a replica out itself (internal/member:
 			// dropRemovedReplicas).
-			most := slices.MaxFunc(voters, func(a, b string) int { return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(b, a)) })
+			// A voter down goes first: shedding a live one would leave the
+			// group one failure nearer to losing its majority.
+			down := func(v string) int {
+				if live(v) {
+					return 0
+				}
+				return 1
+			}
+			most := slices.MaxFunc(voters, func(a, b string) int {
+				return cmp.Or(cmp.Compare(down(a), down(b)), cmp.Compare(load[a], load[b]), cmp.Compare(b, a))
+			})
 			return Move{Group: g.ID, From: most, Why: MoveExcess}, true
 		case len(voters) < s.Replicas:
 			if to := load.fewest(g); to != "" {
@@ -266,6 +286,22 @@ func PlanMove(s *State, live func(member string) bool) (Move, bool) {
 		}
 	}
 	return Move{}, false
+}
+
+// liveMajorityWithout reports whether g's voters but member keep a
+// majority of live ones.
+func (g *Group) liveMajorityWithout(member string, live func(string) bool) bool {
+	n, up := 0, 0
+	for _, v := range g.Voters() {
+		if v == member {
+			continue
+		}
+		n++
+		if live(v) {
+			up++
+		}
+	}
+	return up > n/2
 }
 
 // replicaLoad is how many replicas each member that may receive one (live,

@@ -301,6 +301,34 @@ func TestPlanMove(t *testing.T) {
 	}
 }
 
+// TestPlanMoveLiveMajority: a move never leaves a group without a live
+// majority of its voters. A draining member's replica with no receiver
+// (three members, R = 3) stays while another voter is down, and goes once
+// it is back; a group with a voter too many sheds the one that is down.
+func TestPlanMoveLiveMajority(t *testing.T) {
+	s, _ := Formation(members(3), 2, 3)
+	s.member("m3").Draining = true
+	if mv, ok := PlanMove(s, func(m string) bool { return m != "m2" }); ok {
+		t.Fatalf("m3 draining with m2 down: %+v, which leaves group 1 m1 alone up of two voters", mv)
+	}
+	if mv, ok := PlanMove(s, func(string) bool { return true }); !ok || mv.From != "m3" || mv.To != "" {
+		t.Fatalf("m3 draining with every member up: %+v %v, want its replica removed", mv, ok)
+	}
+
+	s, _ = Formation(members(4), 2, 3)
+	for _, m := range s.Members {
+		if !s.Groups[1].Holds(m.Name) {
+			s.Groups[1].Replicas = append(s.Groups[1].Replicas, Replica{Member: m.Name})
+		}
+	}
+	for _, down := range []string{"m1", "m2", "m3", "m4"} {
+		mv, ok := PlanMove(s, func(m string) bool { return m != down })
+		if !ok || mv.Why != MoveExcess || mv.From != down {
+			t.Errorf("group 1 of four voters, %s down: %+v %v, want %s's replica removed", down, mv, ok, down)
+		}
+	}
+}
+
 // TestMoveProgress: a move is begun once its receiver holds a replica,
 // learner or voter, and made once the receiver votes and the giver holds
 // none; a move of one side alone by that side; a group not in the state
