@@ -280,6 +280,24 @@ func (n *Node) startChange(req *changeReq) {
 		Str("id", fmt.Sprintf("%x", target.ID)).Msg("proposed a membership change")
 }
 
+// endedBy reports whether a membership applied ends the wait for r, and
+// how: r's member there (an addition) or removed (a removal), or another
+// change applied first (changed), which raft dropped r for. A replica's
+// removal ends then too, its member still there: it was planned on the
+// replicas before (internal/member's planner, which plans again), and
+// proposed again it would remove a second voter beside the change that
+// came first (a deposed leader's removal of a voter too many, and its
+// next leader's of another).
+func (r *changeReq) endedBy(changed, there, removed bool) (bool, error) {
+	switch {
+	case r.add && there, !r.add && removed:
+		return true, nil
+	case changed && !removed && (!there || r.replica && !r.add):
+		return true, fmt.Errorf("%w: another change was applied first", ErrChangeInProgress)
+	}
+	return false, nil
+}
+
 func (r *changeReq) verb() string {
 	if r.add {
 		return "addition"
@@ -338,14 +356,9 @@ func (n *Node) membership(a Action) bool {
 		Strs("learners", n.names(a.ConfState.GetLearners())).Msg("membership")
 	if w := n.waiting; w != nil {
 		_, there := a.Book.byID(w.member.ID)
-		switch {
-		case w.add && there, !w.add && a.Book.removed(w.member.ID):
+		if ended, err := w.endedBy(changed, there, a.Book.removed(w.member.ID)); ended {
 			n.waiting = nil
-			w.done <- changeResult{member: w.member}
-		case changed && !there && !a.Book.removed(w.member.ID):
-			// Another change was applied first: raft dropped this one.
-			n.waiting = nil
-			w.done <- changeResult{member: w.member, err: fmt.Errorf("%w: another change was applied first", ErrChangeInProgress)}
+			w.done <- changeResult{member: w.member, err: err}
 		}
 	}
 	if !inConf(a.ConfState, n.self.ID) {

@@ -282,6 +282,35 @@ func TestNodeJoinsWithoutLeaderAddress(t *testing.T) {
 	}
 }
 
+// TestChangeWaitEnds: a membership applied ends the wait for a change
+// made (the member there, or removed), and for a change raft dropped
+// because another was applied first: an addition not there, and a
+// replica's removal whose member is still there, which proposed again
+// would remove a second voter beside the change that came first. A
+// member's removal waits on (proposed again, as an operator asked it).
+func TestChangeWaitEnds(t *testing.T) {
+	for _, c := range []struct {
+		name                    string
+		req                     changeReq
+		changed, there, removed bool
+		ended, inProgress       bool
+	}{
+		{"an addition made", changeReq{add: true, replica: true}, true, true, false, true, false},
+		{"an addition dropped", changeReq{add: true, replica: true}, true, false, false, true, true},
+		{"an addition, nothing changed", changeReq{add: true}, false, false, false, false, false},
+		{"a replica's removal made", changeReq{replica: true}, true, false, true, true, false},
+		{"a replica's removal after another change", changeReq{replica: true}, true, true, false, true, true},
+		{"a replica's removal, nothing changed", changeReq{replica: true}, false, true, false, false, false},
+		{"a member's removal after another change", changeReq{}, true, true, false, false, false},
+		{"a member's removal made", changeReq{}, true, false, true, true, false},
+	} {
+		ended, err := c.req.endedBy(c.changed, c.there, c.removed)
+		if ended != c.ended || errors.Is(err, ErrChangeInProgress) != c.inProgress || !ended && err != nil {
+			t.Errorf("%s: ended %v, %v; want ended %v, in progress %v", c.name, ended, err, c.ended, c.inProgress)
+		}
+	}
+}
+
 // awaitVoter waits until leader has promoted member name.
 func awaitVoter(t *testing.T, leader *Node, name string) {
 	t.Helper()
