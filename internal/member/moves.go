@@ -718,28 +718,40 @@ func (m *Member) dropStaleLearners(now time.Time) {
 	}
 }
 
-// removeDrained, on group 0's leader, removes a member that is draining
-// and holds no replica of a group but 0, one at a time.
+// removeDrained, on group 0's leader, removes a member that has drained
+// (drained), one at a time.
 func (m *Member) removeDrained(cur *meta.State) {
-	for _, mb := range cur.Members {
-		if !mb.Draining || slices.ContainsFunc(cur.Groups[1:], func(g meta.Group) bool { return g.Holds(mb.Name) }) {
-			continue
-		}
-		if !m.moving.take(0) {
-			return
-		}
-		go func() {
-			defer m.moving.free()
-			ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
-			defer cancel()
-			if _, err := m.node.RemoveMember(ctx, mb.Name); err != nil {
-				m.log.Warn().Err(err).Str("member", mb.Name).Msg("cannot remove a member that has drained")
-				return
-			}
-			m.log.Info().Str("member", mb.Name).Msg("removed a member that has drained")
-		}()
+	name, ok := drained(cur)
+	if !ok || !m.moving.take(0) {
 		return
 	}
+	go func() {
+		defer m.moving.free()
+		ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
+		defer cancel()
+		if _, err := m.node.RemoveMember(ctx, name); err != nil {
+			m.log.Warn().Err(err).Str("member", name).Msg("cannot remove a member that has drained")
+			return
+		}
+		m.log.Info().Str("member", name).Msg("removed a member that has drained")
+	}()
+}
+
+// drained is a member of cur that is draining and holds no replica of a
+// group but 0, the first by name; none while a group's replicas are not
+// known (no replica here, and its leader's report lapsed): the member may
+// hold one still, even lead it.
+func drained(cur *meta.State) (string, bool) {
+	groups := cur.Groups[1:]
+	if slices.ContainsFunc(groups, func(g meta.Group) bool { return len(g.Replicas) == 0 }) {
+		return "", false
+	}
+	for _, mb := range cur.Members {
+		if mb.Draining && !slices.ContainsFunc(groups, func(g meta.Group) bool { return g.Holds(mb.Name) }) {
+			return mb.Name, true
+		}
+	}
+	return "", false
 }
 
 // forwardedToGroup0 forwards r to group 0's leader when this member does

@@ -756,6 +756,33 @@ func TestShardGroupsStaleLearner(t *testing.T) {
 	}
 }
 
+// TestDrained: a draining member that holds no replica of a group but 0
+// is removed; not one that holds one, and none while a group's replicas
+// are not known (its leader's report lapsed, no replica on the member
+// that looks): the member may hold one still.
+func TestDrained(t *testing.T) {
+	group := func(id uint16, members ...string) meta.Group {
+		g := meta.Group{ID: id}
+		for _, m := range members {
+			g.Replicas = append(g.Replicas, meta.Replica{Member: m})
+		}
+		return g
+	}
+	s := &meta.State{Members: []meta.Member{{Name: "m1"}, {Name: "m2"}, {Name: "m3"}, {Name: "m4", Draining: true}},
+		Groups: []meta.Group{group(0, "m1", "m2", "m3", "m4"), group(1, "m1", "m2", "m3"), group(2, "m1", "m2", "m4")}}
+	if name, ok := drained(s); ok {
+		t.Errorf("m4 holds a replica of group 2, yet %s is drained", name)
+	}
+	s.Groups[2] = group(2, "m1", "m2", "m3")
+	if name, ok := drained(s); !ok || name != "m4" {
+		t.Errorf("m4 holds none: %q %v, want m4 drained", name, ok)
+	}
+	s.Groups[1].Replicas = nil // its report lapsed
+	if name, ok := drained(s); ok {
+		t.Errorf("group 1's replicas unknown, yet %s is drained", name)
+	}
+}
+
 // TestShardGroupsJoinerView: a member added to the cluster sees each
 // group's replicas as they are, those of a group never changed since the
 // formation too (its leader reports index 0), though its own formation,
