@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -156,6 +157,7 @@ func newRouting(p *meta.State, b replication.TubeBook) *routing {
 func (m *Member) tubesChanged(g uint16, b replication.TubeBook) {
 	sh := m.shards
 	if g == 0 {
+		m.tubeMoves.forgetPlaced(b.Decided)
 		m.checkFormed(b.Formed)
 		old := sh.routing.Load()
 		sh.routing.Store(newRouting(sh.placement, b))
@@ -198,20 +200,36 @@ func (m *Member) groupOfJob(id uint64) (uint16, bool) {
 	return g, true
 }
 
-// frozen is router.RouterConfig.Frozen.
+// frozen is router.RouterConfig.Frozen. While group g holds copies a
+// tube's move took in, not yet placed (adopting), the tubes routed
+// elsewhere count as moving too: their commands, by id among them, wait
+// for the move's end, since a change made on a copy would be lost with it
+// if the move is aborted (a move back to the group of a job's id finds
+// the copy first).
 func (m *Member) frozen(g uint16) (func(tube []byte) bool, bool) {
 	n := m.shards.node(g)
 	if n == nil {
 		return nil, false
 	}
+	adopting := int(g) < len(m.tubeMoves.adopting) && m.tubeMoves.adopting[g].Load() > 0
 	frozen, moving := n.AnyFrozen()
-	if !frozen {
+	var check func(tube []byte) bool
+	switch {
+	case !frozen && !adopting:
 		return nil, false
+	case !frozen:
+	case len(n.Tubes().FrozenPrefixes) == 0 || int(g) >= len(m.shards.frozenChecks):
+		check = n.FrozenTube
+	default:
+		check = m.shards.frozenChecks[g]
 	}
-	if len(n.Tubes().FrozenPrefixes) == 0 || int(g) >= len(m.shards.frozenChecks) {
-		return n.FrozenTube, moving
+	if !adopting {
+		return check, moving
 	}
-	return m.shards.frozenChecks[g], moving
+	rt := m.shards.routing.Load().state
+	return func(tube []byte) bool {
+		return check != nil && check(tube) || rt.Owner(string(tube)) != g
+	}, true
 }
 
 // movedTo is router.RouterConfig.MovedTo: the groups group g's tubes
@@ -359,7 +377,18 @@ func writeMoveError(w http.ResponseWriter, err error) {
 type tubeMoving struct {
 	mu      sync.Mutex
 	tubes   map[string]bool
-	adopted map[string]uint64
+	adopted map[string]adoptNote
+	// adopting counts, by group, the notes in adopted: while a group has
+	// some, its commands of tubes routed elsewhere are refused
+	// (Member.frozen). Read without mu.
+	adopting [meta.MaxGroups]atomic.Int32
+}
+
+// adoptNote is the move whose copies of a tube a group took, and the
+// group.
+type adoptNote struct {
+	move  uint64
+	group uint16
 }
 
 // await is begin, tried until it succeeds or ctx ends.
@@ -374,14 +403,18 @@ func (t *tubeMoving) await(ctx context.Context, tube string) error {
 	return nil
 }
 
-// adopt notes that move's copies of a tube are taken under key.
-func (t *tubeMoving) adopt(key string, move uint64) {
+// adopt notes that move's copies of a tube are taken into group g under
+// key.
+func (t *tubeMoving) adopt(key string, g uint16, move uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.adopted == nil {
-		t.adopted = map[string]uint64{}
+		t.adopted = map[string]adoptNote{}
 	}
-	t.adopted[key] = move
+	if _, ok := t.adopted[key]; !ok {
+		t.adopting[g].Add(1)
+	}
+	t.adopted[key] = adoptNote{move: move, group: g}
 }
 
 // adoptedBy is the move whose copies key's last adopt took, 0 if none is
@@ -389,21 +422,30 @@ func (t *tubeMoving) adopt(key string, move uint64) {
 func (t *tubeMoving) adoptedBy(key string) uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.adopted[key]
+	return t.adopted[key].move
 }
 
 func (t *tubeMoving) forget(key string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.adopted, key)
+	t.forgetWhere(func(k string, _ adoptNote) bool { return k == key })
 }
 
-// forgetDecided drops the notes of the moves decided says group 0 has
-// decided: placed, the tube lives here; aborted, its own drop comes.
-func (t *tubeMoving) forgetDecided(decided func(move uint64) bool) {
+// forgetPlaced drops the notes of the moves group 0 placed (decided):
+// their tubes live where their copies are. An aborted one's note goes
+// with its drop: the copies stay until then.
+func (t *tubeMoving) forgetPlaced(decided map[uint64]bool) {
+	t.forgetWhere(func(_ string, n adoptNote) bool { return decided[n.move] })
+}
+
+func (t *tubeMoving) forgetWhere(drop func(key string, n adoptNote) bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	maps.DeleteFunc(t.adopted, func(_ string, move uint64) bool { return decided(move) })
+	maps.DeleteFunc(t.adopted, func(k string, n adoptNote) bool {
+		if drop(k, n) {
+			t.adopting[n.group].Add(-1)
+			return true
+		}
+		return false
+	})
 }
 
 func (t *tubeMoving) begin(tube string) bool {
@@ -811,7 +853,7 @@ func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
 	}
 	cl := n.Store().NewOwnerClient(nil)
 	defer cl.Close()
-	m.tubeMoves.adopt(key, move)
+	m.tubeMoves.adopt(key, g, move)
 	began := time.Now()
 	prepared := began.Sub(asked) - read
 	made, err := cl.ImportTube([]byte(tube), frames, in.Figures, m.sessions.HolderClients(g, in.Holders))
@@ -970,8 +1012,7 @@ func (m *Member) callLeaderAgain(ctx context.Context, g uint16, path string, bod
 // placed is finished, one not decided is aborted unless group 0 placed it
 // first, and one moved out whose jobs are still here has them dropped.
 func (m *Member) resolveTubeMoves() {
-	decided := m.node.Tubes().Decided
-	m.tubeMoves.forgetDecided(func(move uint64) bool { _, ok := decided[move]; return ok })
+	m.tubeMoves.forgetPlaced(m.node.Tubes().Decided)
 	if m.keepLostMoves.Load() {
 		return
 	}

@@ -571,6 +571,66 @@ func TestShardGroupsAdoptAndDrop(t *testing.T) {
 	}
 }
 
+// TestShardGroupsMoveBackCopies: while a tube moves back to the group
+// of its jobs' ids (here: the steps made by hand, no driver), that group
+// holds copies of its jobs before group 0 decides, and a command by id
+// asks it first. A delete made on a copy would be lost with it if the
+// move is aborted: the job would come back. So the delete waits for the
+// move's end, and is made on the job where it lives then.
+func TestShardGroupsMoveBackCopies(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	tube := tubePerGroup(c.up["m1"].shards.placement, "back")[1]
+	client := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, client, "use "+tube, "USING "+tube)
+	id, err := client.Put(0, 0, 60, []byte("job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, res, body := moveTubeThrough(t, c.up["m3"], tube, 2); status != http.StatusOK || res.Jobs != 1 {
+		t.Fatalf("the move to group 2: %d %s", status, body)
+	}
+	for _, m := range c.up {
+		m.keepLostMoves.Store(true)
+	}
+	testproc.WaitFor(t, 10*time.Second, "every member routing the tube to group 2", func() bool {
+		for _, m := range c.up {
+			if m.shards.routing.Load().state.Owner(tube) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	src := c.leaderOf(2)
+	n := src.shards.node(2)
+	const move = 0xbac
+	if err := n.ProposeTube(t.Context(), replication.TubeFreeze, tube, move, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	src.sessions.Refreeze(2)
+	if jobs, err := src.handTube(t.Context(), n, tube, move, 2, 1); err != nil || jobs != 1 {
+		t.Fatalf("handing the tube back: %d jobs, %v", jobs, err)
+	}
+	if !c.leaderOf(1).shards.node(1).Store().Holds(id) {
+		t.Fatal("group 1 holds no copy of the job")
+	}
+	client.WriteCmdID("delete", id)
+	if err := client.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the delete asks group 1, which holds the copy
+	if err := src.abortTubeMove(t.Context(), n, tube, move, 2, 1, errors.New("aborted by the test")); err == nil ||
+		!strings.Contains(err.Error(), "aborted by the test") {
+		t.Fatalf("the abort: %v", err)
+	}
+	if r, err := client.ReadReply(false); err != nil || r.Kind != testproc.ReplyDeleted {
+		t.Fatalf("the delete during the move: %+v %v", r, err)
+	}
+	if r, err := client.Do(fmt.Sprintf("peek %d", id), nil); err != nil || r.Kind != testproc.ReplyNotFound {
+		t.Fatalf("peek of the job deleted during the aborted move: %+v %v, want NOT_FOUND", r, err)
+	}
+}
+
 // TestShardGroupsMoveTubeBackUnfinished: a tube's move out of a group
 // that group 0 placed, and whose driver was lost before the group dropped
 // its copies (here: the steps made by hand, the last left out), is
