@@ -158,3 +158,30 @@ func TestCloseReachesMovedTubes(t *testing.T) {
 		t.Fatalf("a session that touched group 1 alone closed in %v, want [1]", got)
 	}
 }
+
+// TestSessionSendsNothingAfterClose: a request answered StatusWrongGroup
+// goes again where its tube moved after moveRetry, and a search by id
+// after each answer; one whose turn comes after the session closed sends
+// nothing: its owner client there would never close.
+func TestSessionSendsNothingAfterClose(t *testing.T) {
+	placement, err := meta.Formation([]meta.Member{{Name: "m1", ID: 1}, {Name: "m2", ID: 2}}, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := &sentItems{t: t}
+	r := NewRouter(RouterConfig{
+		Self:      1,
+		Placement: func() *meta.State { return placement },
+		Serving:   func(uint16) *store.Store { return nil },
+		Leader:    func(uint16) (uint64, bool) { return 2, true },
+		Send:      sent.send,
+	})
+	defer r.Close()
+	s := r.NewQueue(nil).(*Session)
+	s.touch(0)
+	s.Close()
+	s.rerouteByTube(&Request{Op: OpPut, Tube: []byte("t")}, func(g uint16, seq uint32) {
+		t.Errorf("a put rerouted after its session closed was posted to group %d as %d", g, seq)
+	})
+	s.post(func(seq uint32) { t.Errorf("an item of a closed session was posted as %d", seq) })
+}

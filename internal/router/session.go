@@ -174,9 +174,6 @@ func (s *Session) askHeld(g uint16) {
 	s.mu.Unlock()
 	for _, q := range ask {
 		s.post(func(seq uint32) {
-			if s.ended {
-				return
-			}
 			s.reach(g)
 			s.r.link.Request(s.id, g, seq, Request{Op: OpHeld, ID: q.id}, func(it *Item) {
 				if it.Reply.Status == StatusNotFound {
@@ -358,10 +355,15 @@ func (s *Session) touch(g uint16) {
 func (s *Session) reach(g uint16) { s.reached[g/64].Or(1 << (g % 64)) }
 
 // post takes the session's next sequence and hands send the item of it,
-// as one step (sendMu).
+// as one step (sendMu); once Close began, nothing: a request sent again
+// where its tube moved, or a search by id, whose timer fires after the
+// close would make an owner client there that no close ends.
 func (s *Session) post(send func(seq uint32)) {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
+	if s.ended {
+		return
+	}
 	send(s.next())
 }
 
