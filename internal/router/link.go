@@ -46,6 +46,12 @@ type Link struct {
 	// sent again and given up (Stats).
 	requests, resent, expired atomic.Uint64
 
+	// rerouting are, by session, the calls that go again where their
+	// tubes moved (reroute), and the session's calls naming a tube made
+	// meanwhile: one timer sends them all, in the order made, so neither
+	// timers racing nor a call made meanwhile reorder them. Guarded by mu.
+	rerouting map[uint64]*rerouteQueue
+
 	// unsent holds the groups with a call not taken: Retry looks for
 	// such calls only then, not at every tick among every waiting reserve.
 	unsent map[uint16]bool // guarded by mu
@@ -94,6 +100,13 @@ func (c closedSession) item() Item {
 		return Item{Kind: KindDecline, Group: c.key.group, Session: c.key.session, Decline: Decline{Wait: c.wait, Job: c.job}}
 	}
 	return Item{Kind: KindClose, Group: c.key.group, Session: c.key.session}
+}
+
+// rerouteQueue is one session's calls waiting to go again (Link.rerouting),
+// and whether a timer is set to send them.
+type rerouteQueue struct {
+	calls []*call
+	armed bool
 }
 
 // cancelled is a session's cancel of its wait id (0: a reserve) of
@@ -181,7 +194,8 @@ func NewLink(cfg LinkConfig) *Link {
 	// process.
 	return &Link{cfg: cfg, sessions: make(map[sessionKey][]*call),
 		unsent: make(map[uint16]bool), unposted: make(map[uint16]bool), cancels: make(map[sessionKey]cancelled),
-		number: rand.Uint64() >> 1}
+		rerouting: make(map[uint64]*rerouteQueue),
+		number:    rand.Uint64() >> 1}
 }
 
 // Request sends req for session's group, as its item of sequence seq;
@@ -195,7 +209,9 @@ func (l *Link) Request(session uint64, group uint16, seq uint32, req Request, do
 // group answers StatusWrongGroup (its tube is moving between groups:
 // docs/design/shards.md 3.3): after moveRetry, route calls post with the
 // group and the sequence it goes with then (as one step with the
-// session's other items: see Session.post), until moveWait has passed
+// session's other items: see Session.post), in the order made with the
+// session's others going again and those made meanwhile (rerouting),
+// until moveWait has passed
 // since the first such answer, after which done gets StatusNoLeader (the
 // request did not run). route is called on a goroutine of the Link's;
 // nil hands the answer to done, as Request does.
@@ -396,6 +412,14 @@ func (l *Link) start(it Item, route func(req *Request, post func(uint16, uint32)
 	l.mu.Lock()
 	l.made++
 	c.n = l.made
+	if q := l.rerouting[it.Session]; q != nil && route != nil {
+		// Behind the session's calls going again where their tubes
+		// moved: it goes with them, after them.
+		c.movedAt = c.made
+		q.calls = append(q.calls, c)
+		l.mu.Unlock()
+		return
+	}
 	l.addLocked(c)
 	l.mu.Unlock()
 	l.postCall(c)
@@ -657,29 +681,69 @@ func (l *Link) reroute(c *call) {
 		return
 	}
 	l.resent.Add(1)
-	time.AfterFunc(moveRetry, func() {
-		posted := false
-		_ = Each(c.payload, math.MaxInt, func(it *Item) { // a put's body was bounded when it was made
-			c.route(&it.Request, func(g uint16, seq uint32) {
-				it.Group, it.Seq = g, seq
-				payload, err := AppendItem(nil, it)
-				if err != nil {
-					return
-				}
-				key := callKey{it.Session, g, seq}
-				l.mu.Lock()
-				c.key, c.payload, c.sent, c.taken = key, payload, false, 0
-				l.addLocked(c)
-				l.mu.Unlock()
-				posted = true
-				l.postCall(c)
-			})
-		})
-		if !posted {
-			c.done(&Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
-				Reply: Reply{Status: StatusNoLeader, Result: ResultNone}})
+	l.mu.Lock()
+	q := l.rerouting[k.session]
+	if q == nil {
+		q = &rerouteQueue{}
+		l.rerouting[k.session] = q
+	}
+	q.calls = append(q.calls, c)
+	arm := !q.armed
+	q.armed = true
+	l.mu.Unlock()
+	if arm {
+		time.AfterFunc(moveRetry, func() { l.rerouteDue(k.session) })
+	}
+}
+
+// rerouteDue sends session's queued calls again (rerouting), in the order
+// made, and those queued while they go; those queued after a new
+// StatusWrongGroup wait for its timer.
+func (l *Link) rerouteDue(session uint64) {
+	l.mu.Lock()
+	q := l.rerouting[session]
+	q.armed = false
+	for !q.armed && len(q.calls) > 0 {
+		calls := q.calls
+		q.calls = nil
+		l.mu.Unlock()
+		slices.SortFunc(calls, func(a, b *call) int { return cmp.Compare(a.n, b.n) })
+		for _, c := range calls {
+			l.routeAgain(c)
 		}
+		l.mu.Lock()
+	}
+	if !q.armed {
+		delete(l.rerouting, session)
+	}
+	l.mu.Unlock()
+}
+
+// routeAgain sends c where its route says now, with the sequence it
+// gives; one it gives none (the session closed) ends as StatusNoLeader.
+func (l *Link) routeAgain(c *call) {
+	k := c.key
+	posted := false
+	_ = Each(c.payload, math.MaxInt, func(it *Item) { // a put's body was bounded when it was made
+		c.route(&it.Request, func(g uint16, seq uint32) {
+			it.Group, it.Seq = g, seq
+			payload, err := AppendItem(nil, it)
+			if err != nil {
+				return
+			}
+			key := callKey{it.Session, g, seq}
+			l.mu.Lock()
+			c.key, c.payload, c.sent, c.taken = key, payload, false, 0
+			l.addLocked(c)
+			l.mu.Unlock()
+			posted = true
+			l.postCall(c)
+		})
 	})
+	if !posted {
+		c.done(&Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
+			Reply: Reply{Status: StatusNoLeader, Result: ResultNone}})
+	}
 }
 
 // sendItem sends it to member to as a payload of its own.

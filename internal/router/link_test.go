@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -595,6 +596,57 @@ func TestLinkResendKeepsOrder(t *testing.T) {
 	defer mu.Unlock()
 	if want := []uint32{1, 2, 3, 4}; !slices.Equal(sent, want) {
 		t.Fatalf("sent %v after the leader change, want %v: the resent calls, then the new one", sent, want)
+	}
+}
+
+// TestLinkRerouteKeepsOrder: a session's pipelined puts answered
+// StatusWrongGroup (their tube moving) go again to where the tube went in
+// the order they were made, whatever the order their answers came in, and
+// a put the session makes meanwhile goes after them: one timer sends them
+// all (before, each had its own, and the new put went at once).
+func TestLinkRerouteKeepsOrder(t *testing.T) {
+	var mu sync.Mutex
+	var sent []string
+	var next uint32 = 10
+	l := NewLink(LinkConfig{
+		Leader: func(g uint16) (uint64, bool) { return uint64(g) + 2, true },
+		Send: func(_ uint64, payload []byte) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			_ = Each(payload, 1<<16, func(it *Item) {
+				if it.Group == 2 {
+					sent = append(sent, strings.TrimSuffix(string(it.Request.Body), "\r\n"))
+				}
+			})
+			return true
+		},
+	})
+	route := func(_ *Request, post func(uint16, uint32)) {
+		mu.Lock()
+		next++
+		seq := next
+		mu.Unlock()
+		post(2, seq)
+	}
+	put := func(g uint16, seq uint32, body string) {
+		l.RequestRouted(10, g, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte(body + "\r\n")}, route, func(*Item) {})
+	}
+	for seq, body := range []string{"a", "b", "c"} {
+		put(1, uint32(seq+1), body)
+	}
+	for _, seq := range []uint32{3, 1, 2} {
+		l.handle(3, &Item{Kind: KindReply, Group: 1, Session: 10, Seq: seq, Reply: Reply{Status: StatusWrongGroup}})
+	}
+	put(2, 4, "d") // the session's routing knows the move now
+	testproc.WaitFor(t, 5*time.Second, "the four puts sent to group 2", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(sent) == 4
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"a", "b", "c", "d"}; !slices.Equal(sent, want) {
+		t.Fatalf("sent to group 2 in the order %v, want %v", sent, want)
 	}
 }
 
