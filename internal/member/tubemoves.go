@@ -213,15 +213,15 @@ func (m *Member) frozen(g uint16) (func(tube []byte) bool, bool) {
 	}
 	adopting := int(g) < len(m.tubeMoves.adopting) && m.tubeMoves.adopting[g].Load() > 0
 	frozen, moving := n.AnyFrozen()
-	var check func(tube []byte) bool
-	switch {
-	case !frozen && !adopting:
+	if !frozen && !adopting {
 		return nil, false
-	case !frozen:
-	case len(n.Tubes().FrozenPrefixes) == 0 || int(g) >= len(m.shards.frozenChecks):
+	}
+	var check func(tube []byte) bool
+	if frozen {
 		check = n.FrozenTube
-	default:
-		check = m.shards.frozenChecks[g]
+		if len(n.Tubes().FrozenPrefixes) > 0 && int(g) < len(m.shards.frozenChecks) {
+			check = m.shards.frozenChecks[g]
+		}
 	}
 	if !adopting {
 		return check, moving

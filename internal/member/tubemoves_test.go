@@ -327,6 +327,15 @@ func startPipeliner(t *testing.T, via *Member, tube string, depth int) *pipeline
 	return p
 }
 
+// leaveLostMoves has every member's balancer leave the tube moves whose
+// driver was lost as they are (Member.keepLostMoves): a test makes their
+// steps by hand, or a move it left undriven stays frozen.
+func (c *testCluster) leaveLostMoves() {
+	for _, m := range c.up {
+		m.keepLostMoves.Store(true)
+	}
+}
+
 // leaderOf is the member that serves group g, once one does.
 func (c *testCluster) leaderOf(g uint16) *Member {
 	c.t.Helper()
@@ -439,9 +448,7 @@ func TestShardGroupsAdminFrozenTube(t *testing.T) {
 	}
 	// The move is left undriven: the balancer would abort it at its next
 	// tick.
-	for _, m := range c.up {
-		m.keepLostMoves.Store(true)
-	}
+	c.leaveLostMoves()
 	src := c.leaderOf(1)
 	n := src.shards.node(1)
 	if err := n.ProposeTube(t.Context(), replication.TubeFreeze, tube, 0xad, 2, 0); err != nil {
@@ -508,9 +515,7 @@ func TestShardGroupsAdoptAndDrop(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, m := range c.up {
-		m.keepLostMoves.Store(true)
-	}
+	c.leaveLostMoves()
 	src, dst := c.leaderOf(1), c.leaderOf(2)
 	n := src.shards.node(1)
 	const moveA, moveB, moveC, moveD = 0xa1, 0xb1, 0xc1, 0xd1
@@ -590,9 +595,7 @@ func TestShardGroupsMoveBackCopies(t *testing.T) {
 	if status, res, body := moveTubeThrough(t, c.up["m3"], tube, 2); status != http.StatusOK || res.Jobs != 1 {
 		t.Fatalf("the move to group 2: %d %s", status, body)
 	}
-	for _, m := range c.up {
-		m.keepLostMoves.Store(true)
-	}
+	c.leaveLostMoves()
 	testproc.WaitFor(t, 10*time.Second, "every member routing the tube to group 2", func() bool {
 		for _, m := range c.up {
 			if m.shards.routing.Load().state.Owner(tube) != 2 {
@@ -656,9 +659,7 @@ func TestShardGroupsMoveTubeBackUnfinished(t *testing.T) {
 	// The balancer would resolve the move, undriven here, at its next
 	// tick: under load the steps by hand outlast one, and it aborts the
 	// move before group 0 places it.
-	for _, m := range c.up {
-		m.keepLostMoves.Store(true)
-	}
+	c.leaveLostMoves()
 	src := c.leaderOf(1)
 	n := src.shards.node(1)
 	if err := n.ProposeTube(t.Context(), replication.TubeFreeze, tube, move, 2, 0); err != nil {

@@ -117,6 +117,11 @@ type cancelled struct {
 	at   time.Time
 }
 
+// item is the cancel of key's session in its group, as sent.
+func (c cancelled) item(key sessionKey) Item {
+	return Item{Kind: KindCancel, Group: key.group, Session: key.session, Seq: c.seq, Wait: Wait{ID: c.wait}}
+}
+
 // LinkConfig is what a Link needs of the member.
 type LinkConfig struct {
 	// Leader is the member leading group g, and whether one is known.
@@ -253,12 +258,12 @@ func (l *Link) Refs(group uint16, seq uint32, r Refs, done func(*Item)) {
 // cancel is recalled, as a close is (cancels), and names the wait's
 // sequence, so one sent again ends that wait alone.
 func (l *Link) Cancel(session uint64, group uint16, seq uint32, id uint64) {
-	sk := sessionKey{session, group}
+	sk, c := sessionKey{session, group}, cancelled{seq: seq, wait: id, at: time.Now()}
 	l.mu.Lock()
 	l.dropLocked(l.findLocked(callKey{session, group, seq}))
-	l.cancels[sk] = cancelled{seq: seq, wait: id, at: time.Now()}
+	l.cancels[sk] = c
 	l.mu.Unlock()
-	l.postRecalled(group, Item{Kind: KindCancel, Group: group, Session: session, Seq: seq, Wait: Wait{ID: id}})
+	l.postRecalled(group, c.item(sk))
 }
 
 // Decline gives back job, which group offered session's wait id after
@@ -533,7 +538,7 @@ func (l *Link) postClosed(group uint16) {
 		case now.Sub(c.at) > closeRecall:
 			delete(l.cancels, sk)
 		case sk.group == group:
-			again = append(again, Item{Kind: KindCancel, Group: group, Session: sk.session, Seq: c.seq, Wait: Wait{ID: c.wait}})
+			again = append(again, c.item(sk))
 		}
 	}
 	l.mu.Unlock()
@@ -591,7 +596,7 @@ func (l *Link) resend(group uint16, all bool) {
 			c.sent = false // taken stays: a leader that took it may have run it
 		}
 		l.mu.Unlock()
-		slices.SortFunc(calls, func(a, b *call) int { return cmp.Compare(a.n, b.n) })
+		slices.SortFunc(calls, byMade)
 		l.resent.Add(uint64(len(calls)))
 		for _, c := range calls {
 			l.postCall(c)
@@ -599,6 +604,9 @@ func (l *Link) resend(group uint16, all bool) {
 		all = false
 	}
 }
+
+// byMade orders calls as they were made.
+func byMade(a, b *call) int { return cmp.Compare(a.n, b.n) }
 
 // Pending counts the calls waiting for their answers.
 func (l *Link) Pending() int {
@@ -707,7 +715,7 @@ func (l *Link) rerouteDue(session uint64) {
 		calls := q.calls
 		q.calls = nil
 		l.mu.Unlock()
-		slices.SortFunc(calls, func(a, b *call) int { return cmp.Compare(a.n, b.n) })
+		slices.SortFunc(calls, byMade)
 		for _, c := range calls {
 			l.routeAgain(c)
 		}
