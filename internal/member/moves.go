@@ -72,8 +72,12 @@ func (m *Member) moveReplica(ctx context.Context, g uint16, from, to string) (Gr
 		return GroupReplicas{}, fmt.Errorf("%w: from and to are both %s", replication.ErrBadMember, from)
 	}
 	fromID, toID := m.idOf(from), m.idOf(to)
+	// planned is the index of the membership the last look was at: a
+	// removal applies only on the replicas it saw (RemoveReplica).
+	var planned uint64
 	holds := func(id uint64) (voter, learner bool) {
-		voters, learners, _ := n.Replicas()
+		var voters, learners []uint64
+		voters, learners, planned = n.Replicas()
 		return slices.Contains(voters, id), slices.Contains(learners, id)
 	}
 	if v, l := holds(fromID); !v && !l {
@@ -94,7 +98,8 @@ func (m *Member) moveReplica(ctx context.Context, g uint16, from, to string) (Gr
 			// Not caught up: take the learner out again, so the group can
 			// change again (one learner at a time), with what is left.
 			undo, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
-			_, err := n.RemoveReplica(undo, to)
+			holds(toID)
+			_, err := n.RemoveReplica(undo, to, planned)
 			cancel()
 			return m.replicasOf(g, n), fmt.Errorf("%w: %s did not catch up with group %d in time (%v); removed again: %v",
 				replication.ErrChangeTimeout, to, g, ctx.Err(), err)
@@ -118,7 +123,7 @@ func (m *Member) moveReplica(ctx context.Context, g uint16, from, to string) (Gr
 	// The removal may stop this replica before its answer: by applying
 	// it (ErrRemoved), or as the leader's report of the group without
 	// this member comes first (followReplicas leaves the group).
-	if _, err := n.RemoveReplica(ctx, from); err != nil && !errors.Is(n.Err(), replication.ErrRemoved) && m.shards.node(g) == n {
+	if _, err := n.RemoveReplica(ctx, from, planned); err != nil && !errors.Is(n.Err(), replication.ErrRemoved) && m.shards.node(g) == n {
 		return m.replicasOf(g, n), err
 	}
 	m.log.Info().Int("group", int(g)).Str("from", from).Str("to", to).Msg("moved a group's replica")
@@ -533,6 +538,7 @@ func (m *Member) makeMove(mv meta.Move, planner int, by string) bool {
 	if by != "" {
 		moveLog = moveLog.With().Str("planned_by", by).Logger()
 	}
+	_, _, planned := n.Replicas() // what planStale looks at, or earlier
 	if why := m.planStale(mv, n); why != "" {
 		moveLog.Info().Str("reason", why).Msg("a planned replica move not made: the group's replicas changed since the view it was planned on")
 		return false
@@ -550,7 +556,7 @@ func (m *Member) makeMove(mv meta.Move, planner int, by string) bool {
 		switch {
 		case mv.To == "": // no member can take it, or a voter too many
 			if err = m.leaveLeadership(n, mv.Group, mv.From, ""); err == nil {
-				_, err = n.RemoveReplica(ctx, mv.From)
+				_, err = n.RemoveReplica(ctx, mv.From, planned)
 			}
 		case mv.From == "": // the group is short of voters: promoted once caught up
 			_, err = n.AddReplica(ctx, mv.To)
@@ -645,7 +651,8 @@ func (m *Member) eachLed(fn func(g uint16, n *replication.Node) bool) {
 // the log, on a goroutine of its own that holds the move slot; false if
 // the slot is taken or the group names no such member.
 func (m *Member) takeOut(g uint16, n *replication.Node, id uint64, what string) bool {
-	members := n.Book().Members // the group's: it names its replicas
+	_, _, planned := n.Replicas() // what the caller looked at, or earlier
+	members := n.Book().Members   // the group's: it names its replicas
 	j := slices.IndexFunc(members, func(mb replication.Member) bool { return mb.ID == id })
 	if j < 0 || !m.moving.take(g) {
 		return false
@@ -655,7 +662,7 @@ func (m *Member) takeOut(g uint16, n *replication.Node, id uint64, what string) 
 		defer m.moving.free()
 		ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
 		defer cancel()
-		if _, err := n.RemoveReplica(ctx, gone); err != nil {
+		if _, err := n.RemoveReplica(ctx, gone, planned); err != nil {
 			m.log.Warn().Err(err).Int("group", int(g)).Str("member", gone).Msg("cannot take out " + what)
 			return
 		}

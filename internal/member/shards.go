@@ -521,7 +521,7 @@ func (m *Member) balanceLeaders() {
 		for name, conn := range reachable {
 			ready[name] = conn && m.comebacks.settled(name, now)
 		}
-		caughtUp := receivers(m.node.Name(), leaders, ready, m.heardLately)
+		caughtUp := receivers(m.node.Name(), leaders, ready, m.caughtUp)
 		cur := m.currentPlacement(reported, names)
 		// A member gives or receives replicas while connected: a member
 		// hears Raft messages only from those it shares a group with,
@@ -573,15 +573,25 @@ func (m *Member) leaderOf(g uint16, reported map[uint16]router.Report, names map
 
 // receivers is meta.PlanLeaders' caughtUp as member self judges it: a
 // member connected here (reachable), and, for a group self leads, heard
-// from lately (heard). Heard from only where self can tell: the replicas
-// of a group it leads answer its heartbeats. A later hop of a chain (a
-// group another member leads) is judged by its own giver when that one
-// plans: without that, a member that shares no group it leads with the
-// one leading fewest never starts the chain.
-func receivers(self string, leaders map[uint16]string, reachable map[string]bool, heard func(string) bool) func(uint16, string) bool {
+// from lately and holding the group's log (caughtUp). Judged only where
+// self can tell: the replicas of a group it leads answer its heartbeats
+// and appends. A later hop of a chain (a group another member leads) is
+// judged by its own giver when that one plans: without that, a member
+// that shares no group it leads with the one leading fewest never starts
+// the chain.
+func receivers(self string, leaders map[uint16]string, reachable map[string]bool, caughtUp func(uint16, string) bool) func(uint16, string) bool {
 	return func(g uint16, to string) bool {
-		return reachable[to] && (leaders[g] != self || heard(to))
+		return reachable[to] && (leaders[g] != self || caughtUp(g, to))
 	}
+}
+
+// caughtUp reports whether the member named name, a replica of group g
+// this member leads, was heard from lately and holds g's log
+// (Node.CaughtUp): a transfer to one behind would hold the group's
+// commands while it catches up.
+func (m *Member) caughtUp(g uint16, name string) bool {
+	n := m.shards.node(g)
+	return n != nil && m.heardLately(name) && n.CaughtUp(name)
 }
 
 // currentPlacement is the formation with the members as they are now

@@ -1009,16 +1009,16 @@ func TestReceiversStartChains(t *testing.T) {
 	}
 	leaders := map[uint16]string{0: "m2", 1: "m1", 2: "m4", 3: "m1", 4: "m5"}
 	reachable := map[string]bool{"m1": true, "m2": true, "m3": true, "m4": true, "m5": true}
-	heard := func(name string) bool { // the replicas of groups 1 and 3 answer m1's heartbeats
+	heard := func(g uint16, name string) bool { // the replicas of groups 1 and 3 answer m1's heartbeats
 		return p.Groups[1].Holds(name) || p.Groups[3].Holds(name)
 	}
-	if heard("m3") {
+	if heard(1, "m3") {
 		t.Fatalf("the formation puts m3 in a group m1 leads: %+v", p.Groups)
 	}
 	var from []string
 	for _, tr := range meta.PlanLeaders(p, leaders, receivers("m1", leaders, reachable, heard)) {
 		from = append(from, tr.From+"→"+tr.To)
-		if tr.From == "m1" && !heard(tr.To) {
+		if tr.From == "m1" && !heard(tr.Group, tr.To) {
 			t.Errorf("m1 plans to hand group %d to %s, which it does not hear", tr.Group, tr.To)
 		}
 	}

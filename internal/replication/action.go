@@ -51,6 +51,10 @@ type Action struct {
 	// change at Index, and the address book.
 	ConfState *pb.ConfState
 	Book      Book
+	// Refused (ActMembership): the change at Index was planned on a
+	// membership replaced since, and applied as none (Core.refuseChange):
+	// ConfState and Book are as they were.
+	Refused bool
 }
 
 // write makes an ActWrite's writes to l, in the order it gives them.

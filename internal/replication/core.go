@@ -69,6 +69,10 @@ type Config struct {
 	// Book is the address book as of the log's membership (its Index:
 	// the changes through it are not applied again).
 	Book Book
+	// MayLead reports whether the member of Raft id id may be given the
+	// group's leadership (Book.MayLead over group 0's book, which marks
+	// the members cordoned or draining); nil: this core's own book's.
+	MayLead func(id uint64) bool
 	// Seq is the number of the last write handed out before this core:
 	// 0 at start; a core made again on a running member's log (after a
 	// lost leadership) numbers its writes after its predecessor's, whose
@@ -94,11 +98,12 @@ type Observer interface {
 type Core struct {
 	id           uint64 // immutable
 	rn           *raft.RawNode
-	log          Log      // immutable: raft reads it, and the core asks where entries are
-	journal      *Journal // immutable
-	maxBatch     int      // immutable
-	electionTick int      // immutable
-	observer     Observer // immutable; may be nil
+	log          Log                  // immutable: raft reads it, and the core asks where entries are
+	journal      *Journal             // immutable
+	maxBatch     int                  // immutable
+	electionTick int                  // immutable
+	observer     Observer             // immutable; may be nil
+	mayLead      func(id uint64) bool // immutable; nil: book.MayLead
 
 	// Leadership.
 	leading  uint64   // the term this member leads; 0 when it does not
@@ -216,7 +221,7 @@ func NewCore(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	c := &Core{id: cfg.ID, rn: rn, log: cfg.Log, journal: cfg.Journal, maxBatch: cfg.MaxBatch,
-		electionTick: cfg.ElectionTick, observer: cfg.Observer, applied: first - 1,
+		electionTick: cfg.ElectionTick, observer: cfg.Observer, mayLead: cfg.MayLead, applied: first - 1,
 		heard: make(map[uint64]uint64), book: cfg.Book.clone(), seq: cfg.Seq}
 	c.leaving = leavingIn(cfg.Log, cfg.ID, cfg.Book.Index)
 	c.out = append(c.out, Action{Kind: ActRestore, Index: first - 1})
@@ -282,20 +287,27 @@ func (c *Core) promote() {
 	if ready == 0 || !known {
 		return
 	}
-	if err := c.ProposeChange(pb.ConfChangeAddNode, m); err == nil {
+	if err := c.ProposeChange(pb.ConfChangeAddNode, m, nil); err == nil {
 		c.promoting = c.ticks
 	}
 }
 
 // ProposeChange proposes one membership change about m (its ID is the
 // Raft id changed), m riding in the change's Context so that every member
-// learns its name and address. A follower's proposal goes to the leader;
-// with none known, raft refuses it (raft.ErrProposalDropped).
-func (c *Core) ProposeChange(typ pb.ConfChangeType, m Member) error {
+// learns its name and address. A change planned on the replicas planned
+// (not nil) is applied only while the group has those, and as none once
+// another change made them others (changeContext). A follower's proposal
+// goes to the leader; with none known, raft refuses it
+// (raft.ErrProposalDropped).
+func (c *Core) ProposeChange(typ pb.ConfChangeType, m Member, planned *pb.ConfState) error {
 	if c.stopped {
 		return raft.ErrProposalDropped
 	}
-	ctx, err := json.Marshal(m)
+	cx := changeContext{Member: m}
+	if planned != nil {
+		cx.Voters, cx.Learners = sortedIDs(planned.GetVoters()), sortedIDs(planned.GetLearners())
+	}
+	ctx, err := json.Marshal(cx)
 	if err != nil {
 		return err
 	}
@@ -762,6 +774,9 @@ func (c *Core) applyChange(e *pb.Entry) (Action, bool) {
 		// damaged, and the store must not go on without it.
 		panic(fmt.Sprintf("replication: committed entry %d: %v", e.GetIndex(), err))
 	}
+	if who.Voters != nil && !who.plannedOn(c.rn.Status().Config) {
+		return c.refuseChange(e), true
+	}
 	v2 := cc.AsV2()
 	c.handOver(v2)
 	had := c.replicas()
@@ -773,7 +788,7 @@ func (c *Core) applyChange(e *pb.Entry) (Action, bool) {
 			c.book.remove(id)
 		default:
 			who.ID = id
-			c.book.add(who)
+			c.book.add(who.Member)
 			if _, ok := had[id]; !ok {
 				c.book.join(id, e.GetIndex())
 			}
@@ -795,6 +810,25 @@ func (c *Core) applyChange(e *pb.Entry) (Action, bool) {
 		}
 	}
 	return Action{Kind: ActMembership, ConfState: cs, Book: c.book.clone(), Index: e.GetIndex()}, true
+}
+
+// refuseChange applies change e, planned on replicas that an earlier
+// change has made others since, as none, the same on every member:
+// whether it applies depends on the log alone (raft's configuration, a
+// snapshot's included). Two removals planned on the same replicas (a
+// deposed mover's, and its successor's of a voter too many) would
+// otherwise both apply, leaving the group a voter short. Raft is told
+// of a change of no member (its changer skips node 0), as etcd does for
+// one it rejects. A removal of this member so refused no longer holds
+// back its acknowledgements (Core.leaving): the next one in the log does.
+func (c *Core) refuseChange(e *pb.Entry) Action {
+	cs := c.rn.ApplyConfChange(&pb.ConfChangeV2{
+		Changes: []*pb.ConfChangeSingle{{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: new(uint64(0))}},
+	})
+	if c.leaving == e.GetIndex() {
+		c.leaving = leavingIn(c.log, c.id, e.GetIndex())
+	}
+	return Action{Kind: ActMembership, Refused: true, ConfState: cs, Book: c.book.clone(), Index: e.GetIndex()}
 }
 
 // A control record's State says what it does; its ID is 0, as every
@@ -857,10 +891,12 @@ func (c *Core) applyControl(acts []Action, recs []wal.Record, index uint64) []Ac
 
 // handOver: a leader about to apply its own removal hands leadership to
 // the voter with the most of its log, so the others need not wait an
-// election timeout to find it gone. Raft sends that voter a MsgTimeoutNow
-// at once if it has the whole log (else nothing: the election is the
-// fallback), and the message survives the step down that applying the
-// removal makes (StepDownOnRemoval); the voter campaigns on it.
+// election timeout to find it gone; to one that may lead (neither
+// cordoned nor draining: it would hand the group on at once) if any.
+// Raft sends that voter a MsgTimeoutNow at once if it has the whole log
+// (else nothing: the election is the fallback), and the message survives
+// the step down that applying the removal makes (StepDownOnRemoval); the
+// voter campaigns on it.
 func (c *Core) handOver(cc *pb.ConfChangeV2) {
 	if c.leading == 0 {
 		return
@@ -872,10 +908,21 @@ func (c *Core) handOver(cc *pb.ConfChangeV2) {
 	if !removed {
 		return
 	}
-	var to, best uint64
+	mayLead := c.mayLead
+	if mayLead == nil {
+		mayLead = c.book.MayLead
+	}
+	var to uint64
+	var best struct {
+		mayLead bool
+		match   uint64
+	}
 	for id, pr := range c.rn.Status().Progress {
-		if id != c.id && !pr.IsLearner && pr.Match >= best {
-			to, best = id, pr.Match
+		if id == c.id || pr.IsLearner {
+			continue
+		}
+		if may := mayLead(id); to == 0 || may && !best.mayLead || may == best.mayLead && pr.Match > best.match {
+			to, best.mayLead, best.match = id, may, pr.Match
 		}
 	}
 	if to != 0 {
@@ -1006,30 +1053,63 @@ func (c *Core) olderAck(m *pb.Message) bool {
 	return true
 }
 
-// decodeChange reads a membership change's entry: the change, and the
-// member its Context names.
-func decodeChange(e *pb.Entry) (pb.ConfChangeI, Member, error) {
+// changeContext is what a membership change's Context carries: the
+// member it changes (its fields at the top level, as a change written
+// before the others were) and, for a change planned on a view of the
+// group (a replica's removal: Node.RemoveReplica), the replicas it was
+// planned on, sorted, which it applies on alone (Core.refuseChange); no
+// voters: on any. Raft's configuration, not an index, is what every
+// member agrees on at each entry: a replica filled by a snapshot has the
+// snapshot's index for its book's.
+type changeContext struct {
+	Member
+	Voters   []uint64 `json:"planned_voters,omitempty"`
+	Learners []uint64 `json:"planned_learners,omitempty"`
+}
+
+// plannedOn reports whether the group's configuration cfg has the
+// replicas the change was planned on.
+func (cx changeContext) plannedOn(cfg tracker.Config) bool {
+	learners := make([]uint64, 0, len(cfg.Learners))
+	for id := range cfg.Learners {
+		learners = append(learners, id)
+	}
+	return slices.Equal(cx.Voters, sortedIDs(slices.Collect(maps.Keys(cfg.Voters.IDs())))) &&
+		slices.Equal(cx.Learners, sortedIDs(learners))
+}
+
+// sortedIDs is ids sorted, nil when empty.
+func sortedIDs(ids []uint64) []uint64 {
+	if len(ids) == 0 {
+		return nil
+	}
+	return slices.Sorted(slices.Values(ids))
+}
+
+// decodeChange reads a membership change's entry: the change, and what
+// its Context says.
+func decodeChange(e *pb.Entry) (pb.ConfChangeI, changeContext, error) {
 	var cc pb.ConfChangeI
 	switch e.GetType() {
 	case pb.EntryConfChangeV2:
 		v2 := &pb.ConfChangeV2{}
 		if err := proto.Unmarshal(e.GetData(), v2); err != nil {
-			return nil, Member{}, fmt.Errorf("a membership change: %v", err)
+			return nil, changeContext{}, fmt.Errorf("a membership change: %v", err)
 		}
 		cc = v2
 	case pb.EntryConfChange:
 		v1 := &pb.ConfChange{}
 		if err := proto.Unmarshal(e.GetData(), v1); err != nil {
-			return nil, Member{}, fmt.Errorf("a membership change: %v", err)
+			return nil, changeContext{}, fmt.Errorf("a membership change: %v", err)
 		}
 		cc = v1
 	default:
-		return nil, Member{}, fmt.Errorf("%v entries are not supported", e.GetType())
+		return nil, changeContext{}, fmt.Errorf("%v entries are not supported", e.GetType())
 	}
-	var who Member
+	var who changeContext
 	if ctx := cc.AsV2().GetContext(); len(ctx) > 0 {
 		if err := json.Unmarshal(ctx, &who); err != nil {
-			return nil, Member{}, fmt.Errorf("a membership change's member: %v", err)
+			return nil, changeContext{}, fmt.Errorf("a membership change's member: %v", err)
 		}
 	}
 	return cc, who, nil

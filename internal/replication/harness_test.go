@@ -165,6 +165,8 @@ type cluster struct {
 	// stopRemoved stops a member as it applies its removal, as its node
 	// does; without it, a test stops the member when it sees fit.
 	stopRemoved bool
+	// mayLead is the cores' Config.MayLead: nil, their books'.
+	mayLead func(id uint64) bool
 	// cutStream, when not negative, cuts the next snapshot's stream after
 	// that many chunks (then it is -1 again): the sender hears it failed.
 	cutStream int
@@ -208,7 +210,8 @@ func (c *cluster) start(m *member) {
 			}
 		}
 	}
-	core, err := NewCore(Config{ID: m.id, Log: m.disk, Journal: m.journal, ElectionTick: testElectionTick, Book: book})
+	core, err := NewCore(Config{ID: m.id, Log: m.disk, Journal: m.journal, ElectionTick: testElectionTick, Book: book,
+		MayLead: c.mayLead})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -482,6 +485,7 @@ func (c *cluster) stream(from, to *member, msg *pb.Message) (SnapshotSink, bool)
 // stabilize syncs every disk and delivers every message, over and over,
 // until nothing is left to do.
 func (c *cluster) stabilize() {
+	c.t.Helper()
 	for range 1000 {
 		for _, id := range c.ids {
 			c.fsync(c.members[id])
@@ -505,6 +509,7 @@ func (c *cluster) unsynced() bool {
 // tick moves every member's clock on by one tick (only those of ids,
 // if any are named: the others are paused) and settles the cluster.
 func (c *cluster) tick(ids ...uint64) {
+	c.t.Helper()
 	if len(ids) == 0 {
 		ids = c.ids
 	}

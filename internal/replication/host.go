@@ -262,6 +262,13 @@ func (h *Host) memberNamed(name string) (Member, bool) {
 	return n.Book().byName(name)
 }
 
+// mayLead reports whether the member of Raft id id may lead a group, by
+// group 0's book (Book.MayLead); true before group 0 starts.
+func (h *Host) mayLead(id uint64) bool {
+	n := h.group0()
+	return n == nil || n.Book().MayLead(id)
+}
+
 // isRemoved and noteRemoved are the transport's questions to the
 // membership (group 0).
 func (h *Host) isRemoved(id uint64) bool {

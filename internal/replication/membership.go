@@ -56,10 +56,12 @@ type changeReq struct {
 	add        bool
 	replica    bool // a group's replica (AddReplica, RemoveReplica), not a member
 	name, addr string
+	planned    uint64            // a removal's membership's index, which it was planned on (RemoveReplica); 0: any
 	done       chan changeResult // capacity 1
 	// Set by the node goroutine: the member, the change's type, when it
 	// was last proposed, and when the wait ends.
 	member   Member
+	on       *pb.ConfState // the replicas of planned, proposed with it
 	typ      pb.ConfChangeType
 	proposed time.Time
 	deadline time.Time
@@ -110,9 +112,13 @@ func (n *Node) AddReplica(ctx context.Context, name string) (Member, error) {
 // RemoveReplica removes the replica of the member named name from this
 // group, not group 0, and returns once the removal is applied here. A
 // leader removed hands its leadership over (Core.handOver); the removed
-// replica stops (ErrRemoved), its member still one.
-func (n *Node) RemoveReplica(ctx context.Context, name string) (Member, error) {
-	return n.change(ctx, &changeReq{replica: true, name: name})
+// replica stops (ErrRemoved), its member still one. planned is the index
+// of the group's membership the removal was planned on (Replicas' index):
+// it applies on those replicas alone, and ends with ErrChangeInProgress,
+// changing nothing, when another change came first (Core.refuseChange),
+// wherever that change was proposed.
+func (n *Node) RemoveReplica(ctx context.Context, name string, planned uint64) (Member, error) {
+	return n.change(ctx, &changeReq{replica: true, name: name, planned: planned})
 }
 
 // JoinString is what a member added with id starts with: --cluster-join
@@ -215,6 +221,11 @@ func (n *Node) startChange(req *changeReq) {
 		answer(Member{}, fmt.Errorf("%w: a replica of group %d is added by its leader", ErrNotServing, n.group))
 		return
 	}
+	if req.planned != 0 && req.planned != n.confIndex {
+		answer(Member{}, fmt.Errorf("%w: the membership it was planned on (index %d) changed since (index %d)",
+			ErrChangeInProgress, req.planned, n.confIndex))
+		return
+	}
 	book := n.core.Book()
 	target, known := book.byName(req.name)
 	if req.replica {
@@ -269,12 +280,16 @@ func (n *Node) startChange(req *changeReq) {
 			return
 		}
 	}
-	if err := n.core.ProposeChange(typ, target); err != nil {
+	var planned *pb.ConfState
+	if req.planned != 0 {
+		planned = n.conf
+	}
+	if err := n.core.ProposeChange(typ, target, planned); err != nil {
 		answer(Member{}, fmt.Errorf("%w: %v", ErrNoLeader, err))
 		return
 	}
 	now := time.Now()
-	req.member, req.typ, req.proposed, req.deadline = target, typ, now, now.Add(ChangeTimeout)
+	req.member, req.typ, req.proposed, req.deadline, req.on = target, typ, now, now.Add(ChangeTimeout), planned
 	n.waiting = req
 	n.logger.Info().Str("change", req.verb()).Str("member", target.Name).Str("address", target.Addr).
 		Str("id", fmt.Sprintf("%x", target.ID)).Msg("proposed a membership change")
@@ -287,7 +302,8 @@ func (n *Node) startChange(req *changeReq) {
 // replicas before (internal/member's planner, which plans again), and
 // proposed again it would remove a second voter beside the change that
 // came first (a deposed leader's removal of a voter too many, and its
-// next leader's of another).
+// next leader's of another); applied, it is applied as none
+// (Core.refuseChange).
 func (r *changeReq) endedBy(changed, there, removed bool) (bool, error) {
 	switch {
 	case r.add && there, !r.add && removed:
@@ -323,6 +339,11 @@ func newMemberID(book Book) uint64 {
 // member no longer in the membership stops. It reports whether the node
 // stopped.
 func (n *Node) membership(a Action) bool {
+	if a.Refused {
+		// Its wait here, if any, ended as the change before it applied.
+		n.logger.Info().Uint64("index", a.Index).Msg("a change planned on replicas changed since applied as none")
+		return false
+	}
 	n.log.SetMembership(a.ConfState, a.Book)
 	if n.group == group0 {
 		for _, id := range a.Book.Removed {

@@ -43,7 +43,7 @@ func conf(m *member) *pb.ConfState {
 // propose proposes a change on member m and settles the cluster.
 func (c *cluster) propose(m *member, typ pb.ConfChangeType, who Member) {
 	c.t.Helper()
-	if err := m.core.ProposeChange(typ, who); err != nil {
+	if err := m.core.ProposeChange(typ, who, nil); err != nil {
 		c.t.Fatalf("member %d proposing %v of %s: %v", m.id, typ, who.Name, err)
 	}
 	c.run(m)
@@ -190,7 +190,7 @@ func TestMembershipChanges(t *testing.T) {
 	// handed leadership to a member with its whole log, which leads at
 	// once, with no election timeout; it serves every job.
 	old := leader.id
-	if err := leader.core.ProposeChange(pb.ConfChangeRemoveNode, testMember(old)); err != nil {
+	if err := leader.core.ProposeChange(pb.ConfChangeRemoveNode, testMember(old), nil); err != nil {
 		t.Fatal(err)
 	}
 	c.run(leader)
@@ -707,6 +707,90 @@ func TestMembershipLeavingAtStart(t *testing.T) {
 		}
 		if c.leaving != tc.want {
 			t.Errorf("member %d starting with the book at %d: leaving %d, want %d", tc.id, tc.bookIndex, c.leaving, tc.want)
+		}
+	}
+}
+
+// TestMembershipPlannedRemovals: two removals planned on the same
+// replicas (a deposed mover's of the giver, and its successor's of a
+// voter too many) do not both apply: the second is applied as none on
+// every member, so the group keeps a majority of what it had. A member
+// whose own removal is so refused acknowledges again: with another
+// voter cut off, the group still commits through it. A removal planned
+// on the replicas there are applies, as does one with no plan (an
+// operator's).
+func TestMembershipPlannedRemovals(t *testing.T) {
+	c := newCluster(t, 4, 2)
+	leader := c.elect(1)
+	c.putAcked(leader, "before")
+	planned := conf(leader) // voters 1 2 3 4
+	if err := leader.core.ProposeChange(pb.ConfChangeRemoveNode, testMember(3), planned); err != nil {
+		t.Fatal(err)
+	}
+	c.run(leader)
+	c.stabilize()
+	c.awaitConf([]uint64{1, 2, 4}, []uint64{1, 2, 4}, nil)
+	c.crash(c.members[3])
+	if err := leader.core.ProposeChange(pb.ConfChangeRemoveNode, testMember(4), planned); err != nil {
+		t.Fatal(err)
+	}
+	c.run(leader)
+	c.stabilize()
+	for range 3 * testElectionTick {
+		c.tick()
+	}
+	for _, id := range []uint64{1, 2, 4} {
+		m := c.members[id]
+		last := m.memberships[len(m.memberships)-1]
+		if !last.Refused || !slices.Equal(slices.Sorted(slices.Values(last.ConfState.GetVoters())), []uint64{1, 2, 4}) {
+			t.Errorf("member %d: the removal planned on %v applied as %+v; want refused, voters 1 2 4", id, planned.GetVoters(), last)
+		}
+	}
+	c.awaitConf([]uint64{1, 2, 4}, []uint64{1, 2, 4}, nil)
+
+	// Member 4's removal was in its log: it acknowledges again, so with 2
+	// cut off, 1 and 4 commit.
+	c.partition([]uint64{2}, []uint64{1, 4})
+	c.putAcked(leader, "without 2")
+	c.heal()
+
+	// With no plan (an operator's), a removal applies on any replicas.
+	c.propose(leader, pb.ConfChangeRemoveNode, testMember(4))
+	c.awaitConf([]uint64{1, 2}, []uint64{1, 2}, nil)
+}
+
+// TestMembershipHandOverMayLead: a leader that removes itself hands its
+// leadership to a voter that may lead (Config.MayLead: a group's book
+// has no marks, group 0's has), not to a cordoned or draining one, which
+// would hand it on at once; with none, to one that may not. Each voter
+// holds the whole log, so before, the receiver was any of them.
+func TestMembershipHandOverMayLead(t *testing.T) {
+	for round := range 6 {
+		barred := map[uint64]bool{2: true, 3: true, 4: round%3 == 0}
+		c := newCluster(t, 4, 2)
+		c.mayLead = func(id uint64) bool { return !barred[id] }
+		for _, m := range c.members {
+			c.restart(m) // its core made again with mayLead
+		}
+		leader := c.elect(1)
+		c.putAcked(leader, "before")
+		if err := leader.core.ProposeChange(pb.ConfChangeRemoveNode, testMember(1), nil); err != nil {
+			t.Fatal(err)
+		}
+		c.run(leader)
+		c.stabilizeBatched()
+		var handed []uint64
+		for _, id := range []uint64{2, 3, 4} {
+			if c.members[id].core.Status().RaftState == raft.StateLeader {
+				handed = append(handed, id)
+			}
+		}
+		want := []uint64{4}
+		if barred[4] {
+			want = []uint64{2, 3, 4} // any: none may lead
+		}
+		if len(handed) != 1 || !slices.Contains(want, handed[0]) {
+			t.Fatalf("round %d, barred %v: leading right after the removal %v; want one of %v", round, barred, handed, want)
 		}
 	}
 }

@@ -475,11 +475,15 @@ func (n *Node) launch() {
 // core is made again on the log after a lost leadership (rebuild), its
 // writes then numbered after seq, the last of the core before it.
 func (n *Node) coreConfig(book Book, seq uint64) Config {
-	return Config{
+	cfg := Config{
 		ID: n.self.ID, Log: n.log, Journal: n.journal,
 		ElectionTick: n.cfg.ElectionTick, HeartbeatTick: n.cfg.HeartbeatTick, MaxBatch: n.cfg.MaxBatch,
 		Logger: raftLogger{n.logger}, Observer: n.cfg.Observer, Book: book, Seq: seq,
 	}
+	if n.group != group0 {
+		cfg.MayLead = n.host.mayLead // a group's book has no marks: group 0's has
+	}
+	return cfg
 }
 
 // allLoopback reports whether every member address, and the listening
@@ -534,6 +538,22 @@ func (n *Node) TransferLeadership(name string) error {
 	case <-n.halted:
 		return errStopped
 	}
+}
+
+// CaughtUp reports whether the member named name holds the group's log
+// to within promoteSlack entries of this member's, as of its last tick,
+// while this member leads: raft hands a leadership over only to a
+// replica holding the whole log, and holds the group's proposals while
+// it catches up, for an election timeout at most. False on a follower.
+func (n *Node) CaughtUp(name string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for id, match := range n.matches {
+		if n.byID[id].Name == name {
+			return match+promoteSlack >= n.lastIndex
+		}
+	}
+	return false
 }
 
 // AbortTransfer ends the leadership transfer this member's raft has
@@ -699,7 +719,7 @@ func (n *Node) tick(now time.Time) {
 			w.done <- changeResult{member: w.member, err: fmt.Errorf("%w: the leadership was lost under a replica's addition", ErrNotServing)}
 		case now.Sub(w.proposed) >= changeRetry:
 			w.proposed = now
-			if err := n.core.ProposeChange(w.typ, w.member); err == nil {
+			if err := n.core.ProposeChange(w.typ, w.member, w.on); err == nil {
 				n.logger.Info().Str("change", w.verb()).Str("member", w.member.Name).
 					Msg("a membership change not applied yet: proposed again")
 			}
