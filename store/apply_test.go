@@ -352,3 +352,47 @@ func TestIDPrefix(t *testing.T) {
 		t.Errorf("prefix 0's first id is %d, want 1", id)
 	}
 }
+
+// TestImportKeepsEmptyTubePause: a paused tube moved in with no jobs is
+// freed as its import ends (its sessions' references reach the store
+// after it), and its pause waits for it: the tube made again is paused
+// until the same end, and no record ends the pause, so the replicas keep
+// it too. A tube freed otherwise loses its pause, as in beanstalkd.
+func TestImportKeepsEmptyTubePause(t *testing.T) {
+	j := &recordingJournal{}
+	now := int64(time.Hour)
+	s := newStore(Options{Now: func() int64 { return now }, LogPauses: true}, j)
+	t.Cleanup(s.Close)
+	s.Lead()
+	c := s.NewOwnerClient(nil)
+	if _, err := c.ImportTube([]byte("idle"), nil, TubeFigures{Pause: time.Minute, PauseLeft: 40 * time.Second}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(s.TubeNames(), "idle") {
+		t.Fatal("the empty tube imported is still held, by nothing")
+	}
+	var ended int
+	for _, r := range j.take() {
+		if r.Kind == wal.KindMeta && r.State == wal.MetaPause && r.Delay == 0 {
+			ended++
+		}
+	}
+	if ended != 0 {
+		t.Errorf("%d records end the imported tube's pause", ended)
+	}
+	user := s.NewClient(nil)
+	user.Use([]byte("idle"))
+	ts, ok := s.TubeStats([]byte("idle"))
+	if !ok || ts.Pause != time.Minute || ts.PauseTimeLeft != 40*time.Second {
+		t.Fatalf("stats-tube idle once used: %+v; want paused 1m with 40s left", ts)
+	}
+	user.Use([]byte("default"))
+	for _, r := range j.take() {
+		if r.Kind == wal.KindMeta && r.State == wal.MetaPause && r.Delay == 0 {
+			ended++
+		}
+	}
+	if ended != 1 {
+		t.Errorf("the tube freed by its user: %d records end its pause, want 1", ended)
+	}
+}

@@ -544,6 +544,17 @@ func (c *Client) KickKeyed(key wal.Req, n uint32) uint32 {
 	return c.kick(key, n)
 }
 
+// PauseTubeKeyed is PauseTube for a request with a key: true (PAUSED)
+// again while the key is kept, if the first paused the tube, whose pause
+// is not begun again (as PutKeyed; logPause keeps the key). Without
+// Options.LogPauses the key is not kept.
+func (c *Client) PauseTubeKeyed(key wal.Req, name []byte, d time.Duration) bool {
+	if _, ok := c.answered(&key); ok {
+		return true
+	}
+	return c.s.pauseTube(name, d, c, key)
+}
+
 // KickJobKeyed is KickJob for a request with a key: nil (KICKED) again
 // while the key is kept, if the first kicked the job (as PutKeyed).
 func (c *Client) KickJobKeyed(key wal.Req, id uint64) error {

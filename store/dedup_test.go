@@ -737,3 +737,68 @@ func TestKeyRunBlocks(t *testing.T) {
 		t.Errorf("the run has %d blocks: the test is to cross blocks' edges", len(r.blocks))
 	}
 }
+
+// TestDedupPauseTube: a keyed pause-tube's key follows its record (a
+// KindReq: a KindMeta carries none), so a pause-tube resent after a
+// failover is answered PAUSED from the table and neither begins the
+// pause again nor counts again, at its leader and at the follower that
+// takes over; one that paused nothing (no such tube) keeps no key.
+func TestDedupPauseTube(t *testing.T) {
+	g := &group{journal: &clockJournal{}}
+	g.now.Store(int64(time.Hour))
+	g.leader = newStore(Options{Now: g.now.Load, Dedup: true, LogPauses: true}, g.journal)
+	g.journal.clock = g.leader.Clock
+	g.follower = New(Options{Now: g.now.Load, Dedup: true, LogPauses: true})
+	t.Cleanup(g.leader.Close)
+	t.Cleanup(g.follower.Close)
+	g.leader.Lead()
+	c := g.leader.NewClient(nil)
+	defer c.Close()
+	c.Use([]byte("mail"))
+	if !c.PauseTubeKeyed(key(1), []byte("mail"), time.Minute) {
+		t.Fatal("the pause-tube found no tube")
+	}
+	if c.PauseTubeKeyed(key(2), []byte("none"), time.Minute) {
+		t.Fatal("a tube nobody made was paused")
+	}
+	batch := g.ship()
+	var keys []wal.Req
+	for _, r := range batch {
+		switch {
+		case r.Kind == wal.KindReq:
+			keys = append(keys, r.Req)
+		case r.Kind == wal.KindMeta && r.State == wal.MetaPause:
+			// What a replica's log keeps (internal/replication's TubeBook).
+			g.follower.SetPauses(map[string]Pause{r.Tube: {Dur: time.Duration(r.Delay), Until: r.Deadline}})
+		}
+	}
+	if !slices.Equal(keys, []wal.Req{key(1)}) {
+		t.Fatalf("keys logged %v; want the pause's alone: %+v", keys, batch)
+	}
+	g.now.Add(int64(5 * time.Second)) // within DedupTTL
+	check := func(s *Store, who string) {
+		t.Helper()
+		ts, ok := s.TubeStats([]byte("mail"))
+		if !ok || ts.CmdPause > 1 || ts.PauseTimeLeft > 55*time.Second || ts.PauseTimeLeft < 50*time.Second {
+			t.Errorf("%s: stats-tube mail %+v; want one pause-tube, 55 s left", who, ts)
+		}
+	}
+	again := g.leader.NewClient(nil)
+	defer again.Close()
+	if !again.PauseTubeKeyed(key(1), []byte("mail"), time.Minute) {
+		t.Error("resent to the same leader: NOT_FOUND")
+	}
+	check(g.leader, "the leader")
+
+	nc := g.follower.NewClient(nil)
+	defer nc.Close()
+	nc.Use([]byte("mail"))
+	g.follower.Lead()
+	if !nc.PauseTubeKeyed(key(1), []byte("mail"), time.Minute) {
+		t.Error("resent to the new leader: NOT_FOUND")
+	}
+	check(g.follower, "the new leader")
+	if !g.follower.Answered(key(1)) || g.follower.Answered(key(2)) {
+		t.Error("the new leader's table: want key 1's pause alone")
+	}
+}

@@ -94,8 +94,9 @@ func (s *Store) ExportTube(name []byte) (frames []byte, jobs int, held []Held, f
 // reserve not counted again; one without is ready, as after a failover.
 // The client's PendingAck is then the position the log must acknowledge.
 // The tube takes fig's counters and pause here (the pause logged, with
-// Options.LogPauses), where its replicas count only the jobs. It returns
-// how many jobs it made.
+// Options.LogPauses), where its replicas count only the jobs; an empty
+// tube, freed as the import ends, keeps its pause for when it is made.
+// It returns how many jobs it made.
 func (c *Client) ImportTube(name []byte, frames []byte, fig TubeFigures, holders map[uint64]*Client) (int, error) {
 	s := c.s
 	recs, err := wal.DecodeFrames(nil, frames)
@@ -104,7 +105,10 @@ func (c *Client) ImportTube(name []byte, frames []byte, fig TubeFigures, holders
 	}
 	gen := s.resets.Load()
 	t := s.acquireTube(name) // held while the jobs are made
-	defer s.releaseTube(t)
+	// An empty tube lives on its users' and watchers' references, which
+	// reach this store after the import (the routers' refs follow the
+	// move): its pause waits for them.
+	defer s.releaseTubeKeeping(t, true)
 	now := s.now()
 	made := 0
 	for i := range recs {
@@ -150,7 +154,7 @@ func (c *Client) ImportTube(name []byte, frames []byte, fig TubeFigures, holders
 	if fig.PauseLeft > 0 {
 		t.pauseDur, t.pauseUntil = int64(fig.Pause), now+int64(fig.PauseLeft)
 		s.timers.schedule(&t.pauseTimer, t.pauseUntil)
-		s.logPause(c, t.name, t.pauseDur, s.wall(t.pauseUntil))
+		s.logPause(c, t.name, t.pauseDur, s.wall(t.pauseUntil), wal.Req{})
 	}
 	t.mu.Unlock()
 	return made, nil

@@ -31,14 +31,30 @@ func (s *Store) Lead() { s.leading.Store(true) }
 // logPause logs tube's pause (dur 0: none any more), if the store logs
 // pauses and serves; c's reply, if c is set, waits for it. The caller
 // holds the tube's lock, or registryMu.
-func (s *Store) logPause(c *Client, tube string, dur, until int64) {
+//
+// A keyed pause-tube's key (key not zero, with Options.Dedup) follows
+// its record as a KindReq, which every replica's table folds as one a
+// snapshot carries: a pause-tube resent after a failover is answered
+// PAUSED from it (PauseTubeKeyed), its pause not begun again. A KindMeta
+// record carries no key: a release before keys read only a KindFull,
+// KindUpdate or KindDelete so (wal's kindKeyed).
+func (s *Store) logPause(c *Client, tube string, dur, until int64, key wal.Req) {
 	if !s.logPauses || s.log == nil || !s.leading.Load() {
 		return
 	}
 	r := wal.Record{Kind: wal.KindMeta, State: wal.MetaPause, Tube: tube, Delay: dur, Deadline: until}
 	lsn, _, err := s.log.Append(&r, wal.Loc{})
-	if err == nil && c != nil {
+	if err != nil || c == nil {
+		return
+	}
+	c.raisePendingAck(lsn)
+	if key.IsZero() || s.dedup == nil {
+		return
+	}
+	req := wal.Record{Kind: wal.KindReq, Req: key, Time: s.Clock(), Count: 1}
+	if lsn, _, err = s.log.Append(&req, wal.Loc{}); err == nil {
 		c.raisePendingAck(lsn)
+		c.keep(key, Outcome{Count: 1})
 	}
 }
 

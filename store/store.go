@@ -358,7 +358,13 @@ func (s *Store) acquireTube(name []byte) *Tube {
 // releaseTube drops one reference and frees the tube when none remain,
 // forgetting its pause as beanstalkd does. Must be called with no tube lock
 // held (registryMu comes first in the lock order).
-func (s *Store) releaseTube(t *Tube) {
+func (s *Store) releaseTube(t *Tube) { s.releaseTubeKeeping(t, false) }
+
+// releaseTubeKeeping is releaseTube; with keepPause, a pause the tube's
+// freeing drops is kept, unlogged, for when the tube is made again
+// (resumePauseLocked): an import's, whose tube the moved sessions'
+// references reach after it (ImportTube).
+func (s *Store) releaseTubeKeeping(t *Tube, keepPause bool) {
 	if t.refs.Add(-1) > 0 {
 		return
 	}
@@ -375,8 +381,15 @@ func (s *Store) releaseTube(t *Tube) {
 	s.tubeList[last] = nil
 	s.tubeList = s.tubeList[:last]
 	t.mu.Lock()
-	if t.pausedLocked(s.now()) {
-		s.logPause(nil, t.name, 0, 0) // the pause goes with the tube, as in beanstalkd
+	switch {
+	case !t.pausedLocked(s.now()):
+	case keepPause:
+		if s.pauses == nil {
+			s.pauses = make(map[string]Pause)
+		}
+		s.pauses[t.name] = Pause{Dur: time.Duration(t.pauseDur), Until: s.wall(t.pauseUntil)}
+	default:
+		s.logPause(nil, t.name, 0, 0, wal.Req{}) // the pause goes with the tube, as in beanstalkd
 	}
 	t.pauseDur, t.pauseUntil = 0, 0
 	s.timers.cancel(&t.pauseTimer)
@@ -412,13 +425,17 @@ func (s *Store) TubeNames() []string {
 // PauseTube stops reserves from the named tube for d (beanstalkd turns 0
 // into 1ns, which unpauses at once). Reports whether the tube exists.
 // With Options.LogPauses the pause is logged (pauses.go).
-func (s *Store) PauseTube(name []byte, d time.Duration) bool { return s.pauseTube(name, d, nil) }
+func (s *Store) PauseTube(name []byte, d time.Duration) bool {
+	return s.pauseTube(name, d, nil, wal.Req{})
+}
 
 // PauseTube is Store.PauseTube for c's command: with Options.LogPauses,
 // c's reply waits for the pause's record (PendingAck).
-func (c *Client) PauseTube(name []byte, d time.Duration) bool { return c.s.pauseTube(name, d, c) }
+func (c *Client) PauseTube(name []byte, d time.Duration) bool {
+	return c.s.pauseTube(name, d, c, wal.Req{})
+}
 
-func (s *Store) pauseTube(name []byte, d time.Duration, c *Client) bool {
+func (s *Store) pauseTube(name []byte, d time.Duration, c *Client, key wal.Req) bool {
 	if d <= 0 {
 		d = 1
 	}
@@ -428,6 +445,6 @@ func (s *Store) pauseTube(name []byte, d time.Duration, c *Client) bool {
 		t.pauseDur = int64(d)
 		t.pauseUntil = now + int64(d)
 		s.timers.schedule(&t.pauseTimer, t.pauseUntil)
-		s.logPause(c, t.name, t.pauseDur, s.wall(t.pauseUntil))
+		s.logPause(c, t.name, t.pauseDur, s.wall(t.pauseUntil), key)
 	})
 }

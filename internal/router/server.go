@@ -1375,7 +1375,7 @@ func (o *owner) run(req *Request) (r Reply, blocked bool) {
 		}
 		return Reply{Status: StatusOK, Result: ResultTubeStats, TubeStats: ts}, false
 	case OpPauseTube:
-		return ok(cl.PauseTube(req.Tube, time.Duration(req.Delay)*time.Second)), false
+		return ok(cl.PauseTubeKeyed(key, req.Tube, time.Duration(req.Delay)*time.Second)), false
 	case OpStats:
 		return Reply{Status: StatusOK, Result: ResultStats, Stats: o.st.Stats()}, false
 	case OpListTubes:
