@@ -298,3 +298,33 @@ func TestLinkForgetsDeclineReserved(t *testing.T) {
 		}
 	}
 }
+
+// TestServerGreetingNamesProcess: a member's greeting (its close of
+// session 0) names its process's tag, and ends the owner clients of the
+// member's other processes alone: one made for a session of the new
+// process before the greeting came (a tube's move imports a reservation
+// its session holds, Server.HolderClients) keeps its job. A greeting of
+// a member of a release before (Seq 0) ends them all.
+func TestServerGreetingNamesProcess(t *testing.T) {
+	leader, _, a, tube, ids := handOverRig(t)
+	const oldTag, newTag = 7, 9
+	oldSession, newSession := uint64(oldTag)<<sessionCounterBits|1, uint64(newTag)<<sessionCounterBits|1
+	for i, session := range []uint64{oldSession, newSession} {
+		a.send(req(1, session, 1, Request{Op: OpReserve, Tubes: tube}))
+		if got := a.next(); got.Reply.Job.ID != ids[i] {
+			t.Fatalf("session %x reserved %+v, want job %d", session, got.Reply, ids[i])
+		}
+	}
+	a.send(Item{Kind: KindClose, Group: 1, Session: 0, Seq: newTag})
+	if st := leader.Stats(); st.Reserved != 1 || st.Ready != 2 {
+		t.Fatalf("after the new process's greeting: %+v, want the new session's job reserved, the rest ready", st)
+	}
+	a.send(req(1, newSession, 2, Request{Op: OpTouch, ID: ids[1]}))
+	if got := a.next(); got.Reply.Status != StatusOK {
+		t.Fatalf("the new session's touch after the greeting: %+v", got.Reply)
+	}
+	a.send(Item{Kind: KindClose, Group: 1, Session: 0})
+	if st := leader.Stats(); st.Reserved != 0 || st.Ready != 3 {
+		t.Fatalf("after a greeting naming no process: %+v, want every job ready", st)
+	}
+}

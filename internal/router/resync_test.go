@@ -29,6 +29,13 @@ func TestResyncListsSessions(t *testing.T) {
 	defer r.Close()
 	r.LeaderChanged() // greets the leader: calls go to it from then on
 	a, b, c := r.NewQueue(nil).(*Session), r.NewQueue(nil).(*Session), r.NewQueue(nil).(*Session)
+	// The greeting names the process's tag, which its sessions' ids begin
+	// with (Server.closeOwner spares them).
+	greeting := sent.take()
+	if len(greeting) == 0 || greeting[0].Kind != KindClose || greeting[0].Session != 0 || greeting[0].Seq == 0 ||
+		sessionTag(a.id) != greeting[0].Seq || sessionTag(c.id) != greeting[0].Seq || c.id != a.id+2 {
+		t.Fatalf("greeting %+v and sessions %x %x: want the greeting to name the sessions' tag", greeting, a.id, c.id)
+	}
 	b.Close()
 	resync := func() []Item {
 		sent.take()

@@ -63,6 +63,9 @@ type Router struct {
 	mu       sync.Mutex
 	lead     map[uint16]uint64 // each group's leader the calls went to last (none: none known)
 	sessions uint64            // the last session id given; 0 names the member's refs
+	// tag is this process's: its sessions' ids begin with it (sessionTag),
+	// and its greetings name it.
+	tag uint32
 	// open are the sessions open now, for Holding.
 	open    map[*Session]struct{}
 	refs    map[string]*refCount
@@ -213,13 +216,14 @@ type refCount struct{ using, watching uint32 }
 
 // NewRouter starts a router: its loop to its own Server, and its retries.
 func NewRouter(cfg RouterConfig) *Router {
+	// Session ids begin with a tag drawn for the process: a leader keeps
+	// a session's owner client and the last sequence it took, and must
+	// not take a session of this process for one of the member's last.
+	tag := rand.Uint32N(maxSessionTag) + 1
 	r := &Router{cfg: cfg, open: make(map[*Session]struct{}), refs: make(map[string]*refCount), refWaits: make(map[refItem]func()), refsOut: make(map[uint16][2]uint64),
 		lead: make(map[uint16]uint64), reported: make(map[uint16]reportedLeader),
 		stop: make(chan struct{}), done: make(chan struct{}),
-		// Session ids start anywhere: a leader keeps a session's owner
-		// client and the last sequence it took, and must not take a
-		// session of this process for one of the member's last.
-		sessions: rand.Uint64() >> 1}
+		tag: tag, sessions: uint64(tag) << sessionCounterBits}
 	r.self = newSelfLoop(func(payload []byte) { _ = r.Handle(cfg.Self, payload) })
 	r.server = NewServer(ServerConfig{Group: r.group, Send: r.send, MaxJobSize: cfg.MaxJobSize, Leased: cfg.Leased, Frozen: cfg.Frozen,
 		MovedTo: cfg.MovedTo})
@@ -718,6 +722,22 @@ func (r *Router) SendMove(to uint64, g uint16, giver, receiver string) bool {
 	return err == nil && r.cfg.Send(to, payload)
 }
 
+// A session's id is its process's tag and a count: the ids of one
+// process grow by one (a leader's Sessions sync reads "at or below Upto"),
+// and a greeting, naming its tag in its Seq, closes the owner clients of
+// the member's other processes alone (Server.closeOwner). One made before
+// the greeting came for a session of this process (a tube's move imports
+// a reservation its session holds: Server.HolderClients) stays. A
+// member of a release before greets with Seq 0: every owner client of
+// the member closes, as before.
+const (
+	sessionCounterBits = 39        // 5.5e11 sessions a process
+	maxSessionTag      = 1<<24 - 1 // tags from 1: 0 is a greeting of any
+)
+
+// sessionTag is the tag of session id's process.
+func sessionTag(id uint64) uint32 { return uint32(id >> sessionCounterBits) }
+
 // greet tells group g's leader, once per process, that this member's
 // sessions are new (see greeted), and reports whether it has.
 func (r *Router) greet(g uint16) bool {
@@ -733,7 +753,7 @@ func (r *Router) greet(g uint16) bool {
 	if !ok {
 		return false
 	}
-	payload, err := AppendItem(nil, &Item{Kind: KindClose, Group: g, Session: 0})
+	payload, err := AppendItem(nil, &Item{Kind: KindClose, Group: g, Session: 0, Seq: r.tag})
 	if err != nil || !r.send(lead, payload) {
 		return false
 	}

@@ -396,7 +396,7 @@ func (s *Server) handle(from uint64, it *Item) {
 			s.mu.Unlock()
 		}
 	case KindClose:
-		s.closeOwner(key)
+		s.closeOwner(key, it.Seq)
 	case KindSessions:
 		s.syncSessions(key, &it.Sessions)
 	case KindRefs:
@@ -738,10 +738,13 @@ func (s *Server) cancel(key ownerKey, id uint64, seq uint32) {
 }
 
 // closeOwner ends key's session in its group: its client closes. Session
-// 0 names every session of the member: a member's router sends it before
-// anything else when it starts, so the owner clients its last process
-// left here (their reservations, blocked reserves, last sequences) go.
-func (s *Server) closeOwner(key ownerKey) {
+// 0 names every session of the member but those of tag's process (0:
+// none): a member's router sends it, its greeting, before anything else
+// when it starts (Router.greet), so the owner clients its last process
+// left here (their reservations, blocked reserves, last sequences) go,
+// and one made for a session of the new process before the greeting came
+// stays.
+func (s *Server) closeOwner(key ownerKey, tag uint32) {
 	s.mu.Lock()
 	var closing []*owner
 	if o := s.owners[key]; o != nil {
@@ -750,7 +753,7 @@ func (s *Server) closeOwner(key ownerKey) {
 	}
 	if key.session == 0 {
 		closing = append(closing, s.takeOwnersLocked(func(k ownerKey) bool {
-			return k.member == key.member && k.group == key.group
+			return k.member == key.member && k.group == key.group && (tag == 0 || sessionTag(k.session) != tag)
 		})...)
 	}
 	s.noteClosedLocked(closedKey{ownerKey: key})

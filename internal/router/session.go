@@ -1285,7 +1285,7 @@ func (s *Session) closeIn(g uint16) {
 	r := s.r
 	if s.quietHere(g) {
 		r.link.Closed(s.id, g)
-		r.server.closeOwner(ownerKey{member: r.cfg.Self, session: s.id, group: g})
+		r.server.closeOwner(ownerKey{member: r.cfg.Self, session: s.id, group: g}, 0)
 		return
 	}
 	r.link.Close(s.id, g)
