@@ -163,8 +163,14 @@ func (s Scenario) runCatchUp(ctx context.Context, c *Cluster, leader *member, rc
 // fillBacklog puts n jobs of size bytes into catchUpTube at addr, on a
 // few connections with puts pipelined, counting them in m.
 func fillBacklog(addr string, n, size int, m *meter) error {
+	return fillTube(addr, catchUpTube, testproc.PutFrame(size), n, m)
+}
+
+// fillTube puts n jobs of frame (a put command) into tube at addr, on a
+// few connections with puts pipelined, counting them in m.
+func fillTube(addr, tube string, frame []byte, n int, m *meter) error {
 	const conns, depth = 4, 8
-	cs, err := dialMany([]string{addr}, conns, size, nil, nil)
+	cs, err := dialMany([]string{addr}, conns, len(frame), nil, nil)
 	defer func() {
 		for _, c := range cs {
 			c.Close()
@@ -174,11 +180,11 @@ func fillBacklog(addr string, n, size int, m *meter) error {
 		return err
 	}
 	for _, c := range cs {
-		if err := c.ExpectLine("use "+catchUpTube, "USING "+catchUpTube); err != nil {
+		if err := c.ExpectLine("use "+tube, "USING "+tube); err != nil {
 			return err
 		}
 	}
-	return fill(cs, m, [][]byte{testproc.PutFrame(size)}, n, depth)
+	return fill(cs, m, [][]byte{frame}, n, depth)
 }
 
 // probeFor times put → reserve → delete round trips on c in the default

@@ -55,6 +55,13 @@ func (s Scenario) runMove(ctx context.Context, c *Cluster, prog *Progress) (Resu
 	mv := &Move{}
 	res.Move = mv
 	gaps := &moveGaps{tube: moveTube}
+	if s.Stored > 0 {
+		// A backlog the tube carries at each move: delayed an hour, so
+		// the pairs' consumers leave it.
+		if err := fillTube(c.members[0].proc.Addr(), moveTube, putFrameDelayed(s.Body, 3600), s.Stored, newMeter(0)); err != nil {
+			return res, fmt.Errorf("load: the moving tube's backlog: %w", err)
+		}
+	}
 	pairs := make([]pair, movePairs+movePairsElsewhere)
 	for i := range pairs {
 		tube := moveTube

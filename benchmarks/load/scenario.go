@@ -102,7 +102,8 @@ type Scenario struct {
 	// Stored, for a timed scenario, is how many jobs are put (pipelined,
 	// not timed) before timing starts and left beside the traffic: half
 	// ready in StoredTube, which no consumer watches, half delayed by an
-	// hour or more in the tube the traffic uses. See setUpBeside.
+	// hour or more in the tube the traffic uses. See setUpBeside. For
+	// KindMove, the moving tube's backlog, delayed an hour, of Body bytes.
 	Stored int
 	// Idle, for a timed scenario, is how many connections are opened
 	// before timing starts and held, silent, beside the traffic; fewer
