@@ -426,6 +426,11 @@ func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
 				err = dropTube(r.Context(), n, tube)
 			}
 		}
+		if err == nil {
+			// Its copies gone, the move's adopts here hold nothing back
+			// (Member.frozen), as a tube's abort's drop forgets its own.
+			m.tubeMoves.forgetMove(g, move)
+		}
 	default:
 		http.NotFound(w, r)
 		return

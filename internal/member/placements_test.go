@@ -267,3 +267,55 @@ func TestShardGroupsPlacePrefixLeaderLost(t *testing.T) {
 		t.Fatalf("stats-tube %s: %v %v", tube, st, err)
 	}
 }
+
+// TestShardGroupsPlacePrefixAbortedForgets: a prefix placement aborted
+// after its destination took a tube's copies drops them and forgets the
+// adopt's note with them. Before, the note stayed, and the destination's
+// leader counted every tube routed elsewhere as moving for as long as it
+// ran (Member.frozen): the commands by id of those that reached it
+// waited, then failed.
+func TestShardGroupsPlacePrefixAbortedForgets(t *testing.T) {
+	c, tube, conn := usingTubeOfGroup1(t, "gate-")
+	id, err := conn.Put(0, 0, 60, []byte("stays"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const to = 2
+	hook := func(g uint16, step string) {
+		if g != 0 || step != "take" {
+			return
+		}
+		// Group 1 hands its tube to group 2 meanwhile; once group 2
+		// holds the copies, group 0 decides the placement aborted.
+		for wait := time.Now().Add(10 * time.Second); time.Now().Before(wait); time.Sleep(5 * time.Millisecond) {
+			if l := c.leaderOf(to); l != nil && l.tubeMoves.adopting[to].Load() > 0 {
+				break
+			}
+		}
+		g0 := c.leaderOf(0)
+		prefix, pl, ok := g0.node.Tubes().Pending()
+		if !ok {
+			t.Error("no placement pending as group 0 takes")
+			return
+		}
+		if err := g0.node.ProposePrefix(t.Context(), replication.PrefixAbort, prefix, pl.Move, to, nil); err != nil {
+			t.Errorf("aborting the placement: %v", err)
+		}
+	}
+	for _, m := range c.up {
+		m.beforePrefixStep.Store(&hook)
+	}
+	if status, _, body := placeThrough(t, c.up["m3"], "gate-", to); status == http.StatusOK {
+		t.Fatalf("the placement aborted under it answered %d %s", status, body)
+	}
+	dest := c.leaderOf(to)
+	testproc.WaitFor(t, 5*time.Second, "group 2's leader holding no adopt note", func() bool {
+		return dest.tubeMoves.adopting[to].Load() == 0
+	})
+	if ts, ok := dest.shards.node(to).Store().TubeStats([]byte(tube)); ok && ts.Ready+ts.Reserved+ts.Delayed+ts.Buried > 0 {
+		t.Fatalf("group 2 still holds copies of %s: %+v", tube, ts)
+	}
+	if st, err := conn.Stats(fmt.Sprintf("stats-job %d", id)); err != nil || st["tube"] != tube {
+		t.Fatalf("stats-job %d after the abort: %v %v", id, st, err)
+	}
+}

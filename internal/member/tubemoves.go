@@ -429,6 +429,12 @@ func (t *tubeMoving) forget(key string) {
 	t.forgetWhere(func(k string, _ adoptNote) bool { return k == key })
 }
 
+// forgetMove drops the notes of move's adopts into group g: a prefix's
+// aborted placement dropped their copies.
+func (t *tubeMoving) forgetMove(g uint16, move uint64) {
+	t.forgetWhere(func(_ string, n adoptNote) bool { return n.group == g && n.move == move })
+}
+
 // forgetPlaced drops the notes of the moves group 0 placed (decided):
 // their tubes live where their copies are. An aborted one's note goes
 // with its drop: the copies stay until then.
