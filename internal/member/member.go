@@ -162,6 +162,8 @@ type Member struct {
 	movesMade [numPlanners]atomic.Uint64
 	// tubeMoves are the moves of tubes this member drives (tubemoves.go).
 	tubeMoves tubeMoving
+	// endingAdopts: an endPlacedAdopts pass runs.
+	endingAdopts atomic.Bool
 	// learnersSeen is when this member, leading their group, first saw
 	// each learner it still sees (dropStaleLearners; the balance loop's
 	// alone). learnerTimeout, set by tests only, is how long a learner

@@ -426,10 +426,12 @@ func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
 				err = dropTube(r.Context(), n, tube)
 			}
 		}
-		if err == nil {
-			// Its copies gone, the move's adopts here hold nothing back
-			// (Member.frozen), as a tube's abort's drop forgets its own.
-			m.tubeMoves.forgetMove(g, move)
+		// Its copies gone, the placement's adopts here hold nothing back
+		// (Member.frozen), as a tube's abort's drop ends its own.
+		for tube, by := range n.Tubes().Adopted {
+			if by == move && err == nil {
+				err = endAdopt(r.Context(), n, tube, move)
+			}
 		}
 	default:
 		http.NotFound(w, r)

@@ -269,8 +269,8 @@ func TestShardGroupsPlacePrefixLeaderLost(t *testing.T) {
 }
 
 // TestShardGroupsPlacePrefixAbortedForgets: a prefix placement aborted
-// after its destination took a tube's copies drops them and forgets the
-// adopt's note with them. Before, the note stayed, and the destination's
+// after its destination took a tube's copies drops them and ends the
+// adopt with them (TubeBook.Adopted). Before, the note stayed, and the destination's
 // leader counted every tube routed elsewhere as moving for as long as it
 // ran (Member.frozen): the commands by id of those that reached it
 // waited, then failed.
@@ -288,7 +288,7 @@ func TestShardGroupsPlacePrefixAbortedForgets(t *testing.T) {
 		// Group 1 hands its tube to group 2 meanwhile; once group 2
 		// holds the copies, group 0 decides the placement aborted.
 		for wait := time.Now().Add(10 * time.Second); time.Now().Before(wait); time.Sleep(5 * time.Millisecond) {
-			if l := c.leaderOf(to); l != nil && l.tubeMoves.adopting[to].Load() > 0 {
+			if l := c.leaderOf(to); l != nil && len(l.shards.node(to).Tubes().Adopted) > 0 {
 				break
 			}
 		}
@@ -309,8 +309,8 @@ func TestShardGroupsPlacePrefixAbortedForgets(t *testing.T) {
 		t.Fatalf("the placement aborted under it answered %d %s", status, body)
 	}
 	dest := c.leaderOf(to)
-	testproc.WaitFor(t, 5*time.Second, "group 2's leader holding no adopt note", func() bool {
-		return dest.tubeMoves.adopting[to].Load() == 0
+	testproc.WaitFor(t, 5*time.Second, "group 2 holding no adopt", func() bool {
+		return len(dest.shards.node(to).Tubes().Adopted) == 0 && !dest.adopting(dest.shards.node(to))
 	})
 	if ts, ok := dest.shards.node(to).Store().TubeStats([]byte(tube)); ok && ts.Ready+ts.Reserved+ts.Delayed+ts.Buried > 0 {
 		t.Fatalf("group 2 still holds copies of %s: %+v", tube, ts)

@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -157,7 +156,7 @@ func newRouting(p *meta.State, b replication.TubeBook) *routing {
 func (m *Member) tubesChanged(g uint16, b replication.TubeBook) {
 	sh := m.shards
 	if g == 0 {
-		m.tubeMoves.forgetPlaced(b.Decided)
+		go m.endPlacedAdopts()
 		m.checkFormed(b.Formed)
 		old := sh.routing.Load()
 		sh.routing.Store(newRouting(sh.placement, b))
@@ -211,7 +210,7 @@ func (m *Member) frozen(g uint16) (func(tube []byte) bool, bool) {
 	if n == nil {
 		return nil, false
 	}
-	adopting := int(g) < len(m.tubeMoves.adopting) && m.tubeMoves.adopting[g].Load() > 0
+	adopting := m.adopting(n)
 	frozen, moving := n.AnyFrozen()
 	if !frozen && !adopting {
 		return nil, false
@@ -230,6 +229,59 @@ func (m *Member) frozen(g uint16) (func(tube []byte) bool, bool) {
 	return func(tube []byte) bool {
 		return check != nil && check(tube) || rt.Owner(string(tube)) != g
 	}, true
+}
+
+// adopting reports whether n's group holds copies a tube's move took in
+// that group 0 has not placed (TubeBook.Adopted; those placed are the
+// tubes' jobs even before endPlacedAdopts records so).
+func (m *Member) adopting(n *replication.Node) bool {
+	adopted := n.Tubes().Adopted
+	if len(adopted) == 0 {
+		return false
+	}
+	decided := m.node.Tubes().Decided
+	for _, move := range adopted {
+		if !decided[move] {
+			return true
+		}
+	}
+	return false
+}
+
+// endPlacedAdopts records, in each group this member leads, that the
+// copies of the moves group 0 placed are the tubes' jobs
+// (TubeAdoptEnded), one pass at a time.
+func (m *Member) endPlacedAdopts() {
+	if !m.endingAdopts.CompareAndSwap(false, true) {
+		return
+	}
+	defer m.endingAdopts.Store(false)
+	decided := m.node.Tubes().Decided
+	for g := 1; g < m.shards.groups(); g++ {
+		n := m.shards.node(uint16(g))
+		if n == nil || m.shards.serving(uint16(g)) == nil {
+			continue
+		}
+		for tube, move := range n.Tubes().Adopted {
+			if decided[move] {
+				ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
+				err := n.ProposeTube(ctx, replication.TubeAdoptEnded, tube, move, 0, 0)
+				cancel()
+				if err != nil {
+					m.log.Debug().Err(err).Str("tube", tube).Int("group", g).Msg("a placed move's adopt not yet recorded ended")
+				}
+			}
+		}
+	}
+}
+
+// endAdopt records, in n's group, that move's copies of tube there are
+// dropped (TubeAdoptEnded), if they are the last adopt's.
+func endAdopt(ctx context.Context, n *replication.Node, tube string, move uint64) error {
+	if move == 0 || n.Tubes().Adopted[tube] != move {
+		return nil
+	}
+	return n.ProposeTube(ctx, replication.TubeAdoptEnded, tube, move, 0, 0)
 }
 
 // movedTo is router.RouterConfig.MovedTo: the groups group g's tubes
@@ -371,24 +423,11 @@ func writeMoveError(w http.ResponseWriter, err error) {
 // tubeMoving notes the tubes whose moves this member drives or takes, each
 // keyed by the tube and the group (tubeIn), so that its resolver leaves
 // them alone, and a destination's adopt and drop of one tube run one at a
-// time. adopted is, by the same key, the move whose copies this member,
-// leading the destination, took last, until that move is decided: a drop
-// for another move (a deposed driver's, late) must not delete them.
+// time. The move whose copies a destination took is its group's log's
+// (replication.TubeBook.Adopted), so that its next leader knows it too.
 type tubeMoving struct {
-	mu      sync.Mutex
-	tubes   map[string]bool
-	adopted map[string]adoptNote
-	// adopting counts, by group, the notes in adopted: while a group has
-	// some, its commands of tubes routed elsewhere are refused
-	// (Member.frozen). Read without mu.
-	adopting [meta.MaxGroups]atomic.Int32
-}
-
-// adoptNote is the move whose copies of a tube a group took, and the
-// group.
-type adoptNote struct {
-	move  uint64
-	group uint16
+	mu    sync.Mutex
+	tubes map[string]bool
 }
 
 // await is begin, tried until it succeeds or ctx ends.
@@ -401,57 +440,6 @@ func (t *tubeMoving) await(ctx context.Context, tube string) error {
 		}
 	}
 	return nil
-}
-
-// adopt notes that move's copies of a tube are taken into group g under
-// key.
-func (t *tubeMoving) adopt(key string, g uint16, move uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.adopted == nil {
-		t.adopted = map[string]adoptNote{}
-	}
-	if _, ok := t.adopted[key]; !ok {
-		t.adopting[g].Add(1)
-	}
-	t.adopted[key] = adoptNote{move: move, group: g}
-}
-
-// adoptedBy is the move whose copies key's last adopt took, 0 if none is
-// noted; forget drops the note.
-func (t *tubeMoving) adoptedBy(key string) uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.adopted[key].move
-}
-
-func (t *tubeMoving) forget(key string) {
-	t.forgetWhere(func(k string, _ adoptNote) bool { return k == key })
-}
-
-// forgetMove drops the notes of move's adopts into group g: a prefix's
-// aborted placement dropped their copies.
-func (t *tubeMoving) forgetMove(g uint16, move uint64) {
-	t.forgetWhere(func(_ string, n adoptNote) bool { return n.group == g && n.move == move })
-}
-
-// forgetPlaced drops the notes of the moves group 0 placed (decided):
-// their tubes live where their copies are. An aborted one's note goes
-// with its drop: the copies stay until then.
-func (t *tubeMoving) forgetPlaced(decided map[uint64]bool) {
-	t.forgetWhere(func(_ string, n adoptNote) bool { return decided[n.move] })
-}
-
-func (t *tubeMoving) forgetWhere(drop func(key string, n adoptNote) bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	maps.DeleteFunc(t.adopted, func(k string, n adoptNote) bool {
-		if drop(k, n) {
-			t.adopting[n.group].Add(-1)
-			return true
-		}
-		return false
-	})
 }
 
 func (t *tubeMoving) begin(tube string) bool {
@@ -859,7 +847,10 @@ func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
 	}
 	cl := n.Store().NewOwnerClient(nil)
 	defer cl.Close()
-	m.tubeMoves.adopt(key, g, move)
+	if err := n.ProposeTube(r.Context(), replication.TubeAdopted, tube, move, 0, 0); err != nil {
+		writeChangeError(w, err)
+		return
+	}
 	began := time.Now()
 	prepared := began.Sub(asked) - read
 	made, err := cl.ImportTube([]byte(tube), frames, in.Figures, m.sessions.HolderClients(g, in.Holders))
@@ -895,7 +886,8 @@ func (m *Member) serveDrop(w http.ResponseWriter, r *http.Request) {
 		return // the driver went away
 	}
 	defer m.tubeMoves.end(key)
-	if by := m.tubeMoves.adoptedBy(key); by != 0 && by != move {
+	by := n.Tubes().Adopted[tube]
+	if by != 0 && by != move {
 		if _, decided := m.node.Tubes().Decided[by]; !decided {
 			writeMoveError(w, fmt.Errorf("%w: group %d holds tube %q's copies of move %x, not yet decided, not of move %x", errTubeMove, g, tube, by, move))
 			return
@@ -909,7 +901,10 @@ func (m *Member) serveDrop(w http.ResponseWriter, r *http.Request) {
 		writeChangeError(w, err)
 		return
 	}
-	m.tubeMoves.forget(key)
+	if err := endAdopt(r.Context(), n, tube, by); err != nil {
+		writeChangeError(w, err)
+		return
+	}
 	admin.WriteValue(w, http.StatusOK, map[string]bool{"dropped": true})
 }
 
@@ -1018,7 +1013,7 @@ func (m *Member) callLeaderAgain(ctx context.Context, g uint16, path string, bod
 // placed is finished, one not decided is aborted unless group 0 placed it
 // first, and one moved out whose jobs are still here has them dropped.
 func (m *Member) resolveTubeMoves() {
-	m.tubeMoves.forgetPlaced(m.node.Tubes().Decided)
+	go m.endPlacedAdopts()
 	if m.keepLostMoves.Load() {
 		return
 	}

@@ -500,7 +500,8 @@ func TestShardGroupsAdminFrozenTube(t *testing.T) {
 // moving tube's copies (here: the steps made by hand, no driver) keep to
 // their move. A drop for another move, while the copies here are of one
 // group 0 has not decided (a deposed driver's, late), is refused and the
-// copies stay; the move's own drop takes them. An adopt for a move group
+// copies stay, by the group's next leader too; the move's own drop takes
+// them. An adopt for a move group
 // 0 aborted is refused: nothing would drop its copies. A drop that comes
 // while an adopt of the tube runs waits for it, so it drops every copy.
 func TestShardGroupsAdoptAndDrop(t *testing.T) {
@@ -533,6 +534,14 @@ func TestShardGroupsAdoptAndDrop(t *testing.T) {
 	if jobs, err := src.handTube(t.Context(), n, tube, moveA, 1, 2); err != nil || jobs != 3 || copies() != 3 {
 		t.Fatalf("move A's adopt: %d jobs, %v; %d copies in group 2", jobs, err, copies())
 	}
+	// Group 2's next leader knows whose copies it holds: its log says
+	// (TubeBook.Adopted), not the member that took them.
+	old := dst
+	if err := c.handAway(old, 2); err != nil {
+		t.Fatal(err)
+	}
+	testproc.WaitFor(t, 10*time.Second, "group 2 led by another member", func() bool { return old.shards.serving(2) == nil })
+	dst = c.leaderOf(2)
 	if err := drop(moveB); err == nil || copies() != 3 {
 		t.Fatalf("a late drop for move B while group 2 holds move A's copies: %v; %d copies left, want 3", err, copies())
 	}

@@ -86,6 +86,12 @@ const (
 	// Delay replicas (TubeBook.Formed), unless a record before said so:
 	// the first applied is the cluster's.
 	GroupsFormed uint8 = 17
+	// TubeAdopted: move Deadline's copies of Tube are taken into this
+	// group (its destination), not yet placed (TubeBook.Adopted).
+	TubeAdopted uint8 = 18
+	// TubeAdoptEnded: move Deadline's copies of Tube here are the tube's
+	// jobs (group 0 placed it) or dropped (aborted).
+	TubeAdoptEnded uint8 = 19
 )
 
 // Formed is the G and R a cluster was formed with (--cluster-groups,
@@ -166,6 +172,12 @@ type TubeBook struct {
 	Dropping map[uint64]Dropping `json:"dropping,omitempty"`
 	// Frozen are this group's tubes moving out or moved out, by name.
 	Frozen map[string]Frozen `json:"frozen,omitempty"`
+	// Adopted are this group's tubes whose copies a move took in, until
+	// the move is placed or its copies dropped: by tube, the move. Its
+	// leader, whichever member leads, holds back the commands of tubes
+	// routed elsewhere meanwhile (internal/member's Member.frozen), and
+	// refuses a late drop of another move (serveDrop).
+	Adopted map[string]uint64 `json:"adopted,omitempty"`
 	// FrozenPrefixes are this group's prefixes moving out or moved out:
 	// the tubes each one's placement takes (Frozen.To its group).
 	FrozenPrefixes map[string]Frozen `json:"frozen_prefixes,omitempty"`
@@ -234,7 +246,7 @@ func (b TubeBook) clone() TubeBook {
 		out[g] = slices.Clone(to)
 	}
 	return TubeBook{Placed: maps.Clone(b.Placed), Decided: maps.Clone(b.Decided), Order: slices.Clone(b.Order),
-		Out: out, Frozen: maps.Clone(b.Frozen), Paused: maps.Clone(b.Paused),
+		Out: out, Frozen: maps.Clone(b.Frozen), Adopted: maps.Clone(b.Adopted), Paused: maps.Clone(b.Paused),
 		Prefixes: maps.Clone(b.Prefixes), FrozenPrefixes: maps.Clone(b.FrozenPrefixes), Grown: slices.Clone(b.Grown),
 		Dropping: maps.Clone(b.Dropping), Formed: b.Formed}
 }
@@ -242,6 +254,7 @@ func (b TubeBook) clone() TubeBook {
 // equal reports whether b and o hold the same.
 func (b TubeBook) equal(o TubeBook) bool {
 	return b.Formed == o.Formed && maps.Equal(b.Placed, o.Placed) && maps.Equal(b.Decided, o.Decided) && maps.Equal(b.Frozen, o.Frozen) &&
+		maps.Equal(b.Adopted, o.Adopted) &&
 		maps.EqualFunc(b.Out, o.Out, slices.Equal) && maps.Equal(b.Paused, o.Paused) &&
 		maps.Equal(b.Prefixes, o.Prefixes) && maps.Equal(b.FrozenPrefixes, o.FrozenPrefixes) && maps.Equal(b.Dropping, o.Dropping) &&
 		slices.EqualFunc(b.Grown, o.Grown, func(x, y GrownGroup) bool {
@@ -376,6 +389,21 @@ func (b *TubeBook) apply(r *wal.Record) bool {
 		}
 		delete(b.Dropping, move)
 		return true
+	case TubeAdopted:
+		if b.Adopted[r.Tube] == move {
+			return false
+		}
+		if b.Adopted == nil {
+			b.Adopted = make(map[string]uint64)
+		}
+		b.Adopted[r.Tube] = move
+		return true
+	case TubeAdoptEnded:
+		if b.Adopted[r.Tube] != move {
+			return false
+		}
+		delete(b.Adopted, r.Tube)
+		return true
 	case TubeFreeze:
 		return freeze(&b.Frozen, r.Tube, move, uint16(r.Pri))
 	case TubeThaw:
@@ -503,7 +531,7 @@ func (n *Node) ProposeTube(ctx context.Context, what uint8, tube string, move ui
 	if info, _ := n.Leader(); !info.Serving {
 		return ErrNotServing
 	}
-	if what < TubePlace || what > TubeMovedOut || tube == "" || move == 0 {
+	if (what < TubePlace || what > TubeMovedOut) && what != TubeAdopted && what != TubeAdoptEnded || tube == "" || move == 0 {
 		return fmt.Errorf("replication: no such record of a tube's move: %d %q %d", what, tube, move)
 	}
 	r := wal.Record{Kind: wal.KindMeta, Tube: tube, State: what, Pri: uint32(group), Delay: int64(from), Deadline: int64(move)}
@@ -581,6 +609,10 @@ func (n *Node) tubeApplied(r *wal.Record) bool {
 	case PrefixDropped:
 		_, ok := b.Dropping[move]
 		return !ok
+	case TubeAdopted:
+		return b.Adopted[r.Tube] == move
+	case TubeAdoptEnded:
+		return b.Adopted[r.Tube] != move
 	case TubeFreeze, PrefixFreeze:
 		return ok && f.Move == move
 	case TubeThaw, PrefixThaw:

@@ -14,7 +14,8 @@ import (
 
 // TestTubeBookApply: group 0 keeps the first of a move's place and abort;
 // a group freezes a tube for one move at a time, thaws it for that move
-// only, and keeps it refused once moved out.
+// only, and keeps it refused once moved out; it holds a tube's copies for
+// the last move that adopted them, until that move's end.
 func TestTubeBookApply(t *testing.T) {
 	rec := func(what uint8, tube string, move uint64, group uint16) *wal.Record {
 		return &wal.Record{Kind: wal.KindMeta, State: what, Tube: tube, Deadline: int64(move), Pri: uint32(group)}
@@ -35,6 +36,12 @@ func TestTubeBookApply(t *testing.T) {
 		{rec(TubeMovedOut, "c", 3, 0), false},
 		{rec(TubeFreeze, "d", 5, 1), true},
 		{rec(TubeThaw, "d", 5, 0), true},
+		{rec(TubeAdopted, "e", 6, 0), true},
+		{rec(TubeAdopted, "e", 6, 0), false},
+		{rec(TubeAdoptEnded, "e", 7, 0), false}, // another move's
+		{rec(TubeAdopted, "e", 8, 0), true},     // a later move's copies
+		{rec(TubeAdoptEnded, "e", 8, 0), true},
+		{rec(TubeAdopted, "f", 9, 0), true},
 	}
 	for i, s := range steps {
 		if got := b.apply(s.r); got != s.changed {
@@ -42,7 +49,8 @@ func TestTubeBookApply(t *testing.T) {
 		}
 	}
 	want := TubeBook{Placed: map[string]uint16{"b": 3}, Decided: map[uint64]bool{1: false, 2: true}, Order: []uint64{1, 2},
-		Out: map[uint16][]uint16{4: {3}}, Frozen: map[string]Frozen{"c": {Move: 3, To: 1, Moved: true}}}
+		Out: map[uint16][]uint16{4: {3}}, Frozen: map[string]Frozen{"c": {Move: 3, To: 1, Moved: true}},
+		Adopted: map[string]uint64{"f": 9}}
 	if !b.equal(want) || fmt.Sprint(b.Order) != "[1 2]" {
 		t.Fatalf("book %+v, want %+v", b, want)
 	}
