@@ -226,6 +226,16 @@ func TestShardGroupsMoveTube(t *testing.T) {
 	if err != nil || st["current-jobs-buried"] != "3" || st["current-jobs-delayed"] != "1" {
 		t.Fatalf("stats-tube %s: %v %v", tube, st, err)
 	}
+	// Both moves placed, no group holds an adopt open (TubeBook.Adopted),
+	// which would hold back its commands of tubes routed elsewhere.
+	testproc.WaitFor(t, 5*time.Second, "every adopt ended", func() bool {
+		for _, g := range []uint16{uint16(from), uint16(to)} {
+			if l := c.leaderOf(g); len(l.shards.node(g).Tubes().Adopted) > 0 || l.adopting(l.shards.node(g)) {
+				return false
+			}
+		}
+		return true
+	})
 	t.Logf("%d puts acknowledged, %d deleted", len(acked), len(deleted))
 }
 
