@@ -78,11 +78,18 @@ func (s *Store) SetPauses(pauses map[string]Pause) {
 			t.mu.Unlock()
 			continue
 		}
-		if s.pauses == nil {
-			s.pauses = make(map[string]Pause)
-		}
-		s.pauses[name] = p
+		s.keepPauseLocked(name, p)
 	}
+}
+
+// keepPauseLocked keeps the pause p of the tube named name, which the
+// store does not hold, for when it is made (resumePauseLocked).
+// registryMu is held for writing.
+func (s *Store) keepPauseLocked(name string, p Pause) {
+	if s.pauses == nil {
+		s.pauses = make(map[string]Pause)
+	}
+	s.pauses[name] = p
 }
 
 // resumePauseLocked pauses t, just made, if SetPauses kept a pause of

@@ -384,10 +384,7 @@ func (s *Store) releaseTubeKeeping(t *Tube, keepPause bool) {
 	switch {
 	case !t.pausedLocked(s.now()):
 	case keepPause:
-		if s.pauses == nil {
-			s.pauses = make(map[string]Pause)
-		}
-		s.pauses[t.name] = Pause{Dur: time.Duration(t.pauseDur), Until: s.wall(t.pauseUntil)}
+		s.keepPauseLocked(t.name, Pause{Dur: time.Duration(t.pauseDur), Until: s.wall(t.pauseUntil)})
 	default:
 		s.logPause(nil, t.name, 0, 0, wal.Req{}) // the pause goes with the tube, as in beanstalkd
 	}

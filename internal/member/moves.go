@@ -72,8 +72,8 @@ func (m *Member) moveReplica(ctx context.Context, g uint16, from, to string) (Gr
 		return GroupReplicas{}, fmt.Errorf("%w: from and to are both %s", replication.ErrBadMember, from)
 	}
 	fromID, toID := m.idOf(from), m.idOf(to)
-	// planned is the index of the membership the last look was at: a
-	// removal applies only on the replicas it saw (RemoveReplica).
+	// planned is the index of the membership holds looked at last: the
+	// giver's removal applies only on the replicas it saw (RemoveReplica).
 	var planned uint64
 	holds := func(id uint64) (voter, learner bool) {
 		var voters, learners []uint64
@@ -98,8 +98,8 @@ func (m *Member) moveReplica(ctx context.Context, g uint16, from, to string) (Gr
 			// Not caught up: take the learner out again, so the group can
 			// change again (one learner at a time), with what is left.
 			undo, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
-			holds(toID)
-			_, err := n.RemoveReplica(undo, to, planned)
+			_, _, now := n.Replicas()
+			_, err := n.RemoveReplica(undo, to, now)
 			cancel()
 			return m.replicasOf(g, n), fmt.Errorf("%w: %s did not catch up with group %d in time (%v); removed again: %v",
 				replication.ErrChangeTimeout, to, g, ctx.Err(), err)

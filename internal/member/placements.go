@@ -428,8 +428,8 @@ func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
 		}
 		// Its copies gone, the placement's adopts here hold nothing back
 		// (Member.frozen), as a tube's abort's drop ends its own.
-		for tube, by := range n.Tubes().Adopted {
-			if by == move && err == nil {
+		for tube := range n.Tubes().Adopted {
+			if err == nil {
 				err = endAdopt(r.Context(), n, tube, move)
 			}
 		}

@@ -265,7 +265,7 @@ func (m *Member) endPlacedAdopts() {
 		for tube, move := range n.Tubes().Adopted {
 			if decided[move] {
 				ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
-				err := n.ProposeTube(ctx, replication.TubeAdoptEnded, tube, move, 0, 0)
+				err := endAdopt(ctx, n, tube, move)
 				cancel()
 				if err != nil {
 					m.log.Debug().Err(err).Str("tube", tube).Int("group", g).Msg("a placed move's adopt not yet recorded ended")
@@ -276,7 +276,7 @@ func (m *Member) endPlacedAdopts() {
 }
 
 // endAdopt records, in n's group, that move's copies of tube there are
-// dropped (TubeAdoptEnded), if they are the last adopt's.
+// placed or dropped (TubeAdoptEnded), if they are the last adopt's.
 func endAdopt(ctx context.Context, n *replication.Node, tube string, move uint64) error {
 	if move == 0 || n.Tubes().Adopted[tube] != move {
 		return nil

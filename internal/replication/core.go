@@ -1070,12 +1070,8 @@ type changeContext struct {
 // plannedOn reports whether the group's configuration cfg has the
 // replicas the change was planned on.
 func (cx changeContext) plannedOn(cfg tracker.Config) bool {
-	learners := make([]uint64, 0, len(cfg.Learners))
-	for id := range cfg.Learners {
-		learners = append(learners, id)
-	}
 	return slices.Equal(cx.Voters, sortedIDs(slices.Collect(maps.Keys(cfg.Voters.IDs())))) &&
-		slices.Equal(cx.Learners, sortedIDs(learners))
+		slices.Equal(cx.Learners, sortedIDs(slices.Collect(maps.Keys(cfg.Learners))))
 }
 
 // sortedIDs is ids sorted, nil when empty.
