@@ -164,6 +164,8 @@ type Member struct {
 	tubeMoves tubeMoving
 	// endingAdopts: an endPlacedAdopts pass runs.
 	endingAdopts atomic.Bool
+	// settling: a settleMoves pass runs.
+	settling atomic.Bool
 	// learnersSeen is when this member, leading their group, first saw
 	// each learner it still sees (dropStaleLearners; the balance loop's
 	// alone). learnerTimeout, set by tests only, is how long a learner

@@ -129,6 +129,7 @@ func TestShardGroupsPlacePrefix(t *testing.T) {
 		t.Fatalf("list-tubes: %q %v", list.Body, err)
 	}
 	t.Logf("%d puts acknowledged", len(acked))
+	c.settledAll()
 
 	// The refusals.
 	if status, _, body := placeThrough(t, c.up["m1"], "img-", 0); status != http.StatusConflict {

@@ -530,6 +530,7 @@ func (m *Member) balanceLeaders() {
 			func(g uint16) string { return m.leaderOf(g, reported, names) }, now)
 		m.resolveTubeMoves()
 		m.resolvePrefixes()
+		go m.settleMoves()
 		for _, tr := range meta.PlanLeaders(cur, leaders, caughtUp) {
 			// Nor while this member moves a replica of the group: the
 			// move's removal of its giver, led then, would close the

@@ -275,6 +275,91 @@ func (m *Member) endPlacedAdopts() {
 	}
 }
 
+// maxSettle bounds the moves one call settles, and maxSettleRequest its
+// body (a move's id in hex, quoted, is at most 19 bytes).
+const (
+	maxSettle        = 1024
+	maxSettleRequest = maxSettle*20 + 64
+)
+
+// settledRequest is POST /cluster/moves/settled's body.
+type settledRequest struct {
+	Group uint16   `json:"group"`
+	Moves []string `json:"moves"` // hex
+}
+
+// settleMoves tells group 0, for each group this member leads, the
+// decided moves whose outcome the group's book no longer awaits
+// (replication.MovesSettled): group 0 forgets an outcome only once every
+// group that took part is past it, so that none asks for it afresh and
+// has it decided the other way. Called from the balance loop.
+func (m *Member) settleMoves() {
+	if !m.settling.CompareAndSwap(false, true) {
+		return
+	}
+	defer m.settling.Store(false)
+	unsettled := m.node.Tubes().Unsettled
+	if len(unsettled) == 0 {
+		return
+	}
+	for g := range uint16(m.shards.groups()) {
+		n := m.shards.node(g)
+		if n == nil || !m.shards.leased(g) {
+			continue
+		}
+		// Read on the leader, its lease confirmed after unsettled was
+		// read: its log is applied up to its term, and each of those
+		// moves' freezes here was applied before the move was decided.
+		awaited := n.Tubes().Awaited()
+		req := settledRequest{Group: g}
+		for move, groups := range unsettled {
+			if len(req.Moves) < maxSettle && slices.Contains(groups, g) && !awaited[move] {
+				req.Moves = append(req.Moves, strconv.FormatUint(move, 16))
+			}
+		}
+		if len(req.Moves) == 0 {
+			continue
+		}
+		body, _ := json.Marshal(req)
+		ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
+		err := m.callLeaderAgain(ctx, 0, "/cluster/moves/settled", body, nil, nil)
+		cancel()
+		if err != nil {
+			m.log.Debug().Err(err).Int("group", int(g)).Int("moves", len(req.Moves)).Msg("moves' settling not recorded yet")
+		}
+	}
+}
+
+func (m *Member) serveSettled(w http.ResponseWriter, r *http.Request) {
+	if m.shards.serving(0) == nil {
+		m.forwardMove(w, r, 0)
+		return
+	}
+	var req settledRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxSettleRequest)).Decode(&req); err != nil {
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: err.Error()})
+		return
+	}
+	moves := make([]uint64, 0, len(req.Moves))
+	for _, hex := range req.Moves {
+		move, err := strconv.ParseUint(hex, 16, 64)
+		if err != nil || move == 0 {
+			admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("no such move: %q", hex)})
+			return
+		}
+		moves = append(moves, move)
+	}
+	if int(req.Group) >= m.shards.groups() || len(moves) == 0 {
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("nothing to settle: %+v", req)})
+		return
+	}
+	if err := m.node.ProposeSettled(r.Context(), req.Group, moves); err != nil {
+		writeChangeError(w, err)
+		return
+	}
+	admin.WriteValue(w, http.StatusOK, map[string]int{"settled": len(moves)})
+}
+
 // endAdopt records, in n's group, that move's copies of tube there are
 // placed or dropped (TubeAdoptEnded), if they are the last adopt's.
 func endAdopt(ctx context.Context, n *replication.Node, tube string, move uint64) error {
@@ -344,14 +429,16 @@ func (r *tubeMoveResult) stepsLog() *zerolog.Array {
 //	POST /cluster/tubes/{name}/adopt   D's leader takes the tube's jobs (?from=S&to=D&move=E)
 //	POST /cluster/tubes/{name}/decide  group 0's leader decides a move ({"move","from","to","place"})
 //	POST /cluster/tubes/{name}/drop    D's leader drops the jobs of an aborted move (?to=D&move=E)
+//	POST /cluster/moves/settled        group 0's leader notes a group's part of moves over ({"group","moves"})
 //
-// The last three are the members' own, each forwarded to the leader it
+// The last four are the members' own, each forwarded to the leader it
 // names when this member does not serve the group.
 func (m *Member) registerTubeMoves(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
 	mux.Handle("POST /cluster/tubes/{name}/move", guard(http.HandlerFunc(m.serveTubeMove)))
 	mux.Handle("POST /cluster/tubes/{name}/adopt", guard(http.HandlerFunc(m.serveAdopt)))
 	mux.Handle("POST /cluster/tubes/{name}/decide", guard(http.HandlerFunc(m.serveDecide)))
 	mux.Handle("POST /cluster/tubes/{name}/drop", guard(http.HandlerFunc(m.serveDrop)))
+	mux.Handle("POST /cluster/moves/settled", guard(http.HandlerFunc(m.serveSettled)))
 }
 
 // errTubeMove is a move refused or given up, said in its message.

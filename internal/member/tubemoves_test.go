@@ -236,7 +236,20 @@ func TestShardGroupsMoveTube(t *testing.T) {
 		}
 		return true
 	})
+	c.settledAll()
 	t.Logf("%d puts acknowledged, %d deleted", len(acked), len(deleted))
+}
+
+// settledAll waits until group 0 has every decided move settled: each
+// group that took part in it is past it (TubeBook.Unsettled).
+func (c *testCluster) settledAll() {
+	c.t.Helper()
+	if c.leaderOf(0).node.Tubes().Formed.Groups == 0 {
+		c.t.Fatal("the cluster's formation is not recorded: no move's groups are known")
+	}
+	testproc.WaitFor(c.t, 10*time.Second, "every move settled", func() bool {
+		return len(c.leaderOf(0).node.Tubes().Unsettled) == 0
+	})
 }
 
 // TestShardGroupsMoveTubeStaleRoute: a member whose routing has not yet
@@ -876,4 +889,64 @@ func (c *testCluster) handAway(l *Member, g uint16) error {
 		}
 	}
 	return fmt.Errorf("no member but %s to hand group %d to", l.node.Name(), g)
+}
+
+// TestShardGroupsMoveOutcomeKept: group 0 keeps a placed move's outcome
+// while its source's freeze waits for it, however many moves are decided
+// and settled meanwhile, so that the source's leader, resolving the
+// freeze late, finishes the move: asked afresh, the abort would be
+// decided, and the tube would live in two groups. Each group settles its
+// part once its book is past it; the move is settled once both have.
+func TestShardGroupsMoveOutcomeKept(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	c.leaveLostMoves()
+	tube := tubePerGroup(c.up["m1"].shards.placement, "kept")[1]
+	src := c.leaderOf(1).shards.node(1)
+	const move = 0x5eed
+	if err := src.ProposeTube(t.Context(), replication.TubeFreeze, tube, move, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	g0 := c.leaderOf(0).node
+	if err := g0.ProposeTube(t.Context(), replication.TubePlace, tube, move, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Group 2 took none of its copies: its part is over at once. Group
+	// 1's freeze waits for the outcome.
+	testproc.WaitFor(t, 20*time.Second, "group 2 settled the move", func() bool {
+		return slices.Equal(g0.Tubes().Unsettled[move], []uint16{1})
+	})
+	const others = 1100 // more than group 0 keeps settled
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < others; i += 8 {
+				if err := g0.ProposeTube(t.Context(), replication.TubeAbort, "other", uint64(0x10000+i), 2, 1); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	testproc.WaitFor(t, 30*time.Second, "the other moves settled, some forgotten", func() bool {
+		b := g0.Tubes()
+		return len(b.Unsettled) == 1 && len(b.Decided) < others // some forgotten
+	})
+	if placed, ok := g0.Tubes().Decided[move]; !ok || !placed {
+		t.Fatalf("the unsettled move's outcome: decided %v, placed %v", ok, placed)
+	}
+	for _, m := range c.up {
+		m.keepLostMoves.Store(false)
+	}
+	testproc.WaitFor(t, 20*time.Second, "the move finished in group 1, and settled", func() bool {
+		_, unsettled := g0.Tubes().Unsettled[move]
+		return c.leaderOf(1).shards.node(1).Tubes().Frozen[tube].Moved && !unsettled
+	})
+	if placed := g0.Tubes().Decided[move]; !placed {
+		t.Fatal("the move was aborted afresh")
+	}
+	if owner := c.up["m3"].shards.routing.Load().state.Owner(tube); owner != 2 {
+		t.Fatalf("the tube routes to group %d, want 2", owner)
+	}
 }

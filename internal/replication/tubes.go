@@ -92,6 +92,10 @@ const (
 	// TubeAdoptEnded: move Deadline's copies of Tube here are the tube's
 	// jobs (group 0 placed it) or dropped (aborted).
 	TubeAdoptEnded uint8 = 19
+	// MovesSettled: in group 0, group Pri has ended its part of the
+	// decided moves Body lists (big-endian uint64s): none of its freezes
+	// or adopts waits for their outcomes (TubeBook.Unsettled).
+	MovesSettled uint8 = 20
 )
 
 // Formed is the G and R a cluster was formed with (--cluster-groups,
@@ -144,8 +148,12 @@ func SlotGroup(key string) (uint16, bool) {
 	return uint16(g), err == nil
 }
 
-// maxDecided bounds the moves group 0 remembers the outcome of: a move's
-// parties read its outcome within seconds of it.
+// maxDecided bounds the settled moves group 0 remembers the outcome of
+// (TubeBook.Order): a late step of a settled move (a resend, a deposed
+// driver's) comes within seconds of its decision. A move not settled is
+// remembered until it is: a group whose freeze waits for the outcome may
+// ask for it after any time (its leader lost for a day), and an outcome
+// forgotten would be decided afresh, maybe the other way.
 const maxDecided = 1024
 
 // TubeBook is what moves of tubes made of a group's book.
@@ -154,10 +162,18 @@ type TubeBook struct {
 	// (group 0 only): they route there, not by their names' hash.
 	Placed map[string]uint16 `json:"placed,omitempty"`
 	// Decided are moves' outcomes, by id (group 0 only): true placed,
-	// false aborted. At most maxDecided, the oldest dropped first.
+	// false aborted. Those in Unsettled, and the last maxDecided of
+	// Order.
 	Decided map[uint64]bool `json:"decided,omitempty"`
-	// Order is Decided's ids in the order they were decided.
+	// Order is the ids of Decided's settled moves, in the order they were
+	// settled: the first is forgotten first.
 	Order []uint64 `json:"order,omitempty"`
+	// Unsettled are, by decided move, the groups whose part of it may not
+	// be over yet (group 0 only): a tube's move's source and destination,
+	// every group for a prefix's placement. Each drops out once it has no
+	// freeze of the move not yet moved out, and no copies it adopted not
+	// yet ended (MovesSettled); the move is settled when none is left.
+	Unsettled map[uint64][]uint16 `json:"unsettled,omitempty"`
 	// Out are, by group, the groups tubes were moved to from it (group 0
 	// only): a job keeps its id, so one of a group's prefix may be in
 	// any of them, or in theirs.
@@ -234,28 +250,36 @@ func (b TubeBook) Pending() (string, PrefixPlacement, bool) {
 
 // IsZero reports whether b holds nothing (omitzero).
 func (b TubeBook) IsZero() bool {
-	return len(b.Placed) == 0 && len(b.Decided) == 0 && len(b.Frozen) == 0 && len(b.Paused) == 0 &&
+	return len(b.Placed) == 0 && len(b.Decided) == 0 && len(b.Unsettled) == 0 && len(b.Frozen) == 0 && len(b.Paused) == 0 &&
 		len(b.Prefixes) == 0 && len(b.FrozenPrefixes) == 0 && len(b.Grown) == 0 && len(b.Dropping) == 0 &&
 		len(b.Out) == 0 && b.Formed == Formed{}
 }
 
 // clone returns a copy that shares nothing with b.
 func (b TubeBook) clone() TubeBook {
-	out := make(map[uint16][]uint16, len(b.Out))
-	for g, to := range b.Out {
-		out[g] = slices.Clone(to)
-	}
 	return TubeBook{Placed: maps.Clone(b.Placed), Decided: maps.Clone(b.Decided), Order: slices.Clone(b.Order),
-		Out: out, Frozen: maps.Clone(b.Frozen), Adopted: maps.Clone(b.Adopted), Paused: maps.Clone(b.Paused),
+		Unsettled: cloneGroups(b.Unsettled), Out: cloneGroups(b.Out), Frozen: maps.Clone(b.Frozen), Adopted: maps.Clone(b.Adopted), Paused: maps.Clone(b.Paused),
 		Prefixes: maps.Clone(b.Prefixes), FrozenPrefixes: maps.Clone(b.FrozenPrefixes), Grown: slices.Clone(b.Grown),
 		Dropping: maps.Clone(b.Dropping), Formed: b.Formed}
+}
+
+// cloneGroups returns a copy of m that shares nothing with it.
+func cloneGroups[K comparable](m map[K][]uint16) map[K][]uint16 {
+	if m == nil {
+		return nil
+	}
+	out := make(map[K][]uint16, len(m))
+	for k, gs := range m {
+		out[k] = slices.Clone(gs)
+	}
+	return out
 }
 
 // equal reports whether b and o hold the same.
 func (b TubeBook) equal(o TubeBook) bool {
 	return b.Formed == o.Formed && maps.Equal(b.Placed, o.Placed) && maps.Equal(b.Decided, o.Decided) && maps.Equal(b.Frozen, o.Frozen) &&
 		maps.Equal(b.Adopted, o.Adopted) &&
-		maps.EqualFunc(b.Out, o.Out, slices.Equal) && maps.Equal(b.Paused, o.Paused) &&
+		maps.EqualFunc(b.Out, o.Out, slices.Equal) && maps.EqualFunc(b.Unsettled, o.Unsettled, slices.Equal) && maps.Equal(b.Paused, o.Paused) &&
 		maps.Equal(b.Prefixes, o.Prefixes) && maps.Equal(b.FrozenPrefixes, o.FrozenPrefixes) && maps.Equal(b.Dropping, o.Dropping) &&
 		slices.EqualFunc(b.Grown, o.Grown, func(x, y GrownGroup) bool {
 			return x.ID == y.ID && x.Modulus == y.Modulus && slices.Equal(x.Replicas, y.Replicas) && x.Preferred == y.Preferred
@@ -263,7 +287,9 @@ func (b TubeBook) equal(o TubeBook) bool {
 }
 
 // decide records move's outcome, unless it has one: the first decides.
-func (b *TubeBook) decide(move uint64, placed bool) bool {
+// It stays unsettled while a group of parties may ask for it; a move of
+// no parties (refused before any group took part) is settled at once.
+func (b *TubeBook) decide(move uint64, placed bool, parties []uint16) bool {
 	if _, ok := b.Decided[move]; ok {
 		return false
 	}
@@ -271,12 +297,74 @@ func (b *TubeBook) decide(move uint64, placed bool) bool {
 		b.Decided = make(map[uint64]bool)
 	}
 	b.Decided[move] = placed
+	parties = slices.Compact(slices.Sorted(slices.Values(parties)))
+	if len(parties) == 0 {
+		b.settled(move)
+		return true
+	}
+	if b.Unsettled == nil {
+		b.Unsettled = make(map[uint64][]uint16)
+	}
+	b.Unsettled[move] = parties
+	return true
+}
+
+// settle drops group g out of move's unsettled groups, and reports
+// whether it was one.
+func (b *TubeBook) settle(move uint64, g uint16) bool {
+	gs := b.Unsettled[move]
+	i, ok := slices.BinarySearch(gs, g)
+	if !ok {
+		return false
+	}
+	if gs = slices.Delete(slices.Clone(gs), i, i+1); len(gs) > 0 {
+		b.Unsettled[move] = gs
+		return true
+	}
+	delete(b.Unsettled, move)
+	b.settled(move)
+	return true
+}
+
+// settled queues move's decision to be forgotten, after maxDecided
+// others settled later.
+func (b *TubeBook) settled(move uint64) {
 	b.Order = append(b.Order, move)
 	if len(b.Order) > maxDecided {
 		delete(b.Decided, b.Order[0])
 		b.Order = slices.Delete(b.Order, 0, 1)
 	}
-	return true
+}
+
+// groupIDs are the cluster's groups, as group 0's book knows them: none
+// before its formation is recorded.
+func (b TubeBook) groupIDs() []uint16 {
+	var ids []uint16
+	for g := range b.Formed.Groups {
+		ids = append(ids, g)
+	}
+	for _, g := range b.Grown {
+		ids = append(ids, g.ID)
+	}
+	return ids
+}
+
+// Awaited are the moves this group's part of is not over: a freeze not
+// yet moved out, or copies it adopted not yet placed or dropped. Group 0
+// keeps a move's outcome while a group's book awaits it.
+func (b TubeBook) Awaited() map[uint64]bool {
+	awaited := make(map[uint64]bool)
+	for _, frozen := range []map[string]Frozen{b.Frozen, b.FrozenPrefixes} {
+		for _, f := range frozen {
+			if !f.Moved {
+				awaited[f.Move] = true
+			}
+		}
+	}
+	for _, m := range b.Adopted {
+		awaited[m] = true
+	}
+	return awaited
 }
 
 // movedOut notes that tubes moved from group from to group to.
@@ -326,7 +414,7 @@ func (b *TubeBook) apply(r *wal.Record) bool {
 	switch r.State {
 	case TubePlace, TubeAbort:
 		placed := r.State == TubePlace
-		if !b.decide(move, placed) {
+		if !b.decide(move, placed, []uint16{uint16(r.Delay), uint16(r.Pri)}) {
 			return false
 		}
 		if placed {
@@ -339,23 +427,26 @@ func (b *TubeBook) apply(r *wal.Record) bool {
 		return true
 	case PrefixPending:
 		if _, _, busy := b.Pending(); busy {
-			return b.decide(move, false) // refused: the proposer reads it aborted
+			return b.decide(move, false, nil) // refused: the proposer reads it aborted
 		}
 		if b.Prefixes == nil {
 			b.Prefixes = make(map[string]PrefixPlacement)
 		}
 		was, had := b.Prefixes[r.Tube]
 		if uint16(r.Pri) == Unplaced && !had {
-			return b.decide(move, false) // nothing to undo
+			return b.decide(move, false, nil) // nothing to undo
 		}
 		b.Prefixes[r.Tube] = PrefixPlacement{Group: uint16(r.Pri), Move: move, Replaces: had, Was: was.Group}
 		return true
 	case PrefixPlace, PrefixAbort:
 		pl, ok := b.Prefixes[r.Tube]
-		if !b.decide(move, r.State == PrefixPlace && ok && pl.Move == move) {
+		ours := ok && pl.Move == move
+		// The active placement's move was placed: an abort of it, late,
+		// whose decision is forgotten, does not undo it.
+		if !b.decide(move, ours && (r.State == PrefixPlace || pl.Active), b.groupIDs()) {
 			return false
 		}
-		if !ok || pl.Move != move {
+		if !ours || pl.Active {
 			return true
 		}
 		if r.State == PrefixPlace {
@@ -404,6 +495,12 @@ func (b *TubeBook) apply(r *wal.Record) bool {
 		}
 		delete(b.Adopted, r.Tube)
 		return true
+	case MovesSettled:
+		changed := false
+		for i := 0; i+8 <= len(r.Body); i += 8 {
+			changed = b.settle(binary.BigEndian.Uint64(r.Body[i:]), uint16(r.Pri)) || changed
+		}
+		return changed
 	case TubeFreeze:
 		return freeze(&b.Frozen, r.Tube, move, uint16(r.Pri))
 	case TubeThaw:
@@ -554,6 +651,26 @@ func (n *Node) ProposePrefix(ctx context.Context, what uint8, prefix string, mov
 		r.Body = binary.BigEndian.AppendUint16(r.Body, g)
 	}
 	return n.proposeControl(ctx, &r, func() bool { return n.tubeApplied(&r) })
+}
+
+// ProposeSettled proposes, in group 0's log, that group g has ended its
+// part of moves (MovesSettled: its book awaits none of them), and
+// returns once this member has applied it.
+func (n *Node) ProposeSettled(ctx context.Context, g uint16, moves []uint64) error {
+	if info, _ := n.Leader(); !info.Serving {
+		return ErrNotServing
+	}
+	if n.group != group0 || len(moves) == 0 {
+		return fmt.Errorf("replication: %d moves settled proposed in group %d", len(moves), n.group)
+	}
+	r := wal.Record{Kind: wal.KindMeta, State: MovesSettled, Tube: "#", Deadline: 1, Pri: uint32(g)}
+	for _, m := range moves {
+		r.Body = binary.BigEndian.AppendUint64(r.Body, m)
+	}
+	return n.proposeControl(ctx, &r, func() bool {
+		b := n.Tubes()
+		return !slices.ContainsFunc(moves, func(m uint64) bool { return slices.Contains(b.Unsettled[m], g) })
+	})
 }
 
 // ProposeGrow proposes, in group 0's log, that the cluster has the groups

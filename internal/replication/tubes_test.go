@@ -1,9 +1,11 @@
 package replication
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -48,17 +50,68 @@ func TestTubeBookApply(t *testing.T) {
 			t.Fatalf("step %d (%+v): changed %v, want %v", i, *s.r, got, s.changed)
 		}
 	}
-	want := TubeBook{Placed: map[string]uint16{"b": 3}, Decided: map[uint64]bool{1: false, 2: true}, Order: []uint64{1, 2},
-		Out: map[uint16][]uint16{4: {3}}, Frozen: map[string]Frozen{"c": {Move: 3, To: 1, Moved: true}},
+	want := TubeBook{Placed: map[string]uint16{"b": 3}, Decided: map[uint64]bool{1: false, 2: true},
+		Unsettled: map[uint64][]uint16{1: {0}, 2: {3, 4}},
+		Out:       map[uint16][]uint16{4: {3}}, Frozen: map[string]Frozen{"c": {Move: 3, To: 1, Moved: true}},
 		Adopted: map[string]uint64{"f": 9}}
-	if !b.equal(want) || fmt.Sprint(b.Order) != "[1 2]" {
+	if !b.equal(want) || !b.equal(b.clone()) {
 		t.Fatalf("book %+v, want %+v", b, want)
 	}
+	if got := b.Awaited(); !maps.Equal(got, map[uint64]bool{9: true}) {
+		t.Fatalf("the book awaits %v, want move 9 (f's adopt)", got)
+	}
+	// A decision stays while one of its groups may ask for it; settled,
+	// the last maxDecided are kept.
 	for i := range maxDecided + 5 {
 		b.apply(rec(TubeAbort, "x", uint64(100+i), 0))
 	}
-	if _, kept := b.Decided[1]; kept || len(b.Decided) != maxDecided || len(b.Order) != maxDecided {
-		t.Fatalf("decided kept %d (the first: %v)", len(b.Decided), kept)
+	if len(b.Decided) != maxDecided+7 || len(b.Order) != 0 {
+		t.Fatalf("unsettled decisions forgotten: %d kept, %d settled", len(b.Decided), len(b.Order))
+	}
+	if !b.apply(settled(3, 2)) || b.apply(settled(3, 2)) || b.apply(settled(5, 2)) || !slices.Equal(b.Unsettled[2], []uint16{4}) {
+		t.Fatalf("move 2 settled by group 3: unsettled %v", b.Unsettled[2])
+	}
+	var all []uint64
+	for i := range maxDecided + 5 {
+		all = append(all, uint64(100+i))
+	}
+	if !b.apply(settled(0, append(all, 1)...)) {
+		t.Fatal("settling changed nothing")
+	}
+	_, first := b.Decided[100]
+	placed, kept := b.Decided[2]
+	if first || !kept || !placed || len(b.Order) != maxDecided || len(b.Decided) != maxDecided+1 || b.Order[maxDecided-1] != 1 {
+		t.Fatalf("after settling: %d decided, %d settled (the first kept: %v; the unsettled placed move kept: %v)",
+			len(b.Decided), len(b.Order), first, kept)
+	}
+}
+
+// settled is a MovesSettled record: group g's part of moves is over.
+func settled(g uint16, moves ...uint64) *wal.Record {
+	r := &wal.Record{Kind: wal.KindMeta, State: MovesSettled, Tube: "#", Deadline: 1, Pri: uint32(g)}
+	for _, m := range moves {
+		r.Body = binary.BigEndian.AppendUint64(r.Body, m)
+	}
+	return r
+}
+
+// TestTubeBookPrefixSettles: a prefix's placement waits for every group
+// of the cluster to settle it; an abort of the active placement's move,
+// come after its decision was forgotten, finds it placed and undoes
+// nothing.
+func TestTubeBookPrefixSettles(t *testing.T) {
+	b := TubeBook{Formed: Formed{Groups: 2, Replicas: 3}, Grown: []GrownGroup{{ID: 2, Modulus: 3}}}
+	rec := func(what uint8, move uint64, group uint16) *wal.Record {
+		return &wal.Record{Kind: wal.KindMeta, State: what, Tube: "img-", Deadline: int64(move), Pri: uint32(group)}
+	}
+	b.apply(rec(PrefixPending, 7, 1))
+	if !b.apply(rec(PrefixPlace, 7, 1)) || !slices.Equal(b.Unsettled[7], []uint16{0, 1, 2}) {
+		t.Fatalf("placed: unsettled %v, want every group", b.Unsettled[7])
+	}
+	delete(b.Decided, 7) // forgotten, as maxDecided would
+	delete(b.Unsettled, 7)
+	if !b.apply(rec(PrefixAbort, 7, 0)) || !b.Decided[7] || !b.Prefixes["img-"].Active || b.Prefixes["img-"].Group != 1 || len(b.Dropping) != 0 {
+		t.Fatalf("a late abort of the active placement: decided %v, placement %+v, dropping %v", b.Decided[7], b.Prefixes["img-"], b.Dropping)
 	}
 }
 
