@@ -58,7 +58,11 @@
 // StatusWrongGroup (EventWrongGroup for a wait; Server.Refreeze ends
 // those already waiting). The Link sends such a request again every
 // moveRetry where its session then routes it (Link.RequestRouted), for up
-// to moveWait; a reserve starts over as a reserve across the groups its
+// to moveWait, in the order the session made them; a request of a tube
+// routed to another group than the session's last of the tube, still
+// pending, waits for that one's answer (the member learned of the move
+// in between: the older one may yet go again, and this one goes after
+// it). A reserve starts over as a reserve across the groups its
 // tubes then live in (Session.goOnAcross). A session takes a sequence and
 // hands its item to the Link as one step (Session.post), whichever
 // goroutine sends it, so each group still sees its sequences rise. A job

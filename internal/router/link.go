@@ -2,6 +2,7 @@ package router
 
 import (
 	"cmp"
+	"hash/maphash"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -51,6 +52,12 @@ type Link struct {
 	// meanwhile: one timer sends them all, in the order made, so neither
 	// timers racing nor a call made meanwhile reorder them. Guarded by mu.
 	rerouting map[uint64]*rerouteQueue
+	// lastRouted is, by session and tube, the session's newest pending
+	// call routed by that tube (RequestRouted): a call of the tube routed
+	// to another group waits behind it (start), or a put routed to the
+	// tube's new group would land before one its old group answers
+	// StatusWrongGroup later. Guarded by mu.
+	lastRouted map[tubeKey]*call
 
 	// unsent holds the groups with a call not taken: Retry looks for
 	// such calls only then, not at every tick among every waiting reserve.
@@ -103,11 +110,26 @@ func (c closedSession) item() Item {
 }
 
 // rerouteQueue is one session's calls waiting to go again (Link.rerouting),
-// and whether a timer is set to send them.
+// and whether a timer is set to send them. behind, if set, is the call
+// they wait for the answer of, pending in another group (start); its
+// answer, other than StatusWrongGroup, sends them (releaseLocked).
 type rerouteQueue struct {
-	calls []*call
-	armed bool
+	calls  []*call
+	armed  bool
+	behind *call
 }
+
+// tubeKey is a session and a tube's name's hash (tubeSeed): the key of
+// Link.lastRouted.
+type tubeKey struct {
+	session uint64
+	tube    uint64
+}
+
+// tubeSeed hashes the tubes routed calls name (tubeKey): a hash, not the
+// name, so that a routed call costs no copy of it. Two tubes of one
+// hash only have one's call wait for the other's answer.
+var tubeSeed = maphash.MakeSeed()
 
 // cancelled is a session's cancel of its wait id (0: a reserve) of
 // sequence seq in a group, and when.
@@ -179,6 +201,8 @@ type call struct {
 	// (RequestRouted); movedAt is when the first such answer came.
 	route   func(req *Request, post func(group uint16, seq uint32))
 	movedAt time.Time
+	// tube is a routed call's tube's hash (tubeKey).
+	tube uint64
 }
 
 // The statuses of the replies Expire makes for the calls it gives up on
@@ -199,8 +223,8 @@ func NewLink(cfg LinkConfig) *Link {
 	// process.
 	return &Link{cfg: cfg, sessions: make(map[sessionKey][]*call),
 		unsent: make(map[uint16]bool), unposted: make(map[uint16]bool), cancels: make(map[sessionKey]cancelled),
-		rerouting: make(map[uint64]*rerouteQueue),
-		number:    rand.Uint64() >> 1}
+		rerouting: make(map[uint64]*rerouteQueue), lastRouted: make(map[tubeKey]*call),
+		number: rand.Uint64() >> 1}
 }
 
 // Request sends req for session's group, as its item of sequence seq;
@@ -361,7 +385,12 @@ func (l *Link) Closed(session uint64, group uint16) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sk := sessionKey{session, group}
+	calls := l.sessions[sk]
 	delete(l.sessions, sk)
+	for _, c := range calls {
+		l.unroutedLocked(c)
+		l.releaseLocked(c) // to end as the session's closed: StatusNoLeader
+	}
 	delete(l.cancels, sk) // the close ends its wait too
 	l.recallLocked(closedSession{key: sk, at: time.Now()})
 }
@@ -414,6 +443,9 @@ func (l *Link) start(it Item, route func(req *Request, post func(uint16, uint32)
 	if it.Kind == KindRequest {
 		l.requests.Add(1)
 	}
+	if route != nil {
+		c.tube = maphash.Bytes(tubeSeed, it.Request.Tube)
+	}
 	l.mu.Lock()
 	l.made++
 	c.n = l.made
@@ -422,6 +454,15 @@ func (l *Link) start(it Item, route func(req *Request, post func(uint16, uint32)
 		// moved: it goes with them, after them.
 		c.movedAt = c.made
 		q.calls = append(q.calls, c)
+		l.mu.Unlock()
+		return
+	}
+	if prev := l.lastRouted[tubeKey{it.Session, c.tube}]; route != nil && prev != nil && prev.key.group != it.Group {
+		// The member learned of the tube's move after the session's
+		// last call of it went: that one may yet be answered
+		// StatusWrongGroup and go again, and this one goes after it.
+		c.movedAt = c.made
+		l.rerouting[it.Session] = &rerouteQueue{calls: []*call{c}, behind: prev}
 		l.mu.Unlock()
 		return
 	}
@@ -663,6 +704,7 @@ func (l *Link) handle(from uint64, it *Item) {
 		l.handedLocked(sessionKey{it.Session, it.Group}, jobOf(it))
 	}
 	l.dropLocked(c)
+	l.releaseLocked(c)
 	l.mu.Unlock()
 	switch {
 	case c != nil:
@@ -684,6 +726,9 @@ func (l *Link) reroute(c *call) {
 	}
 	k := c.key
 	if now.Sub(c.movedAt) > moveWait {
+		l.mu.Lock()
+		l.releaseLocked(c)
+		l.mu.Unlock()
 		c.done(&Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
 			Reply: Reply{Status: StatusNoLeader, Result: ResultNone}})
 		return
@@ -711,6 +756,12 @@ func (l *Link) rerouteDue(session uint64) {
 	l.mu.Lock()
 	q := l.rerouting[session]
 	q.armed = false
+	if b := q.behind; b != nil && l.findLocked(b.key) == b {
+		// Still pending in its group (another call's StatusWrongGroup
+		// armed this): its answer sends them all.
+		l.mu.Unlock()
+		return
+	}
 	for !q.armed && len(q.calls) > 0 {
 		calls := q.calls
 		q.calls = nil
@@ -764,6 +815,34 @@ func sendItem(send func(to uint64, payload []byte) bool, to uint64, it *Item) bo
 func (l *Link) addLocked(c *call) {
 	sk := sessionKey{c.key.session, c.key.group}
 	l.sessions[sk] = append(l.sessions[sk], c)
+	if c.route != nil {
+		tk := tubeKey{c.key.session, c.tube}
+		if last := l.lastRouted[tk]; last == nil || last.n < c.n {
+			l.lastRouted[tk] = c
+		}
+	}
+}
+
+// unroutedLocked forgets c, no longer pending, as its session's newest
+// call of its tube.
+func (l *Link) unroutedLocked(c *call) {
+	if tk := (tubeKey{c.key.session, c.tube}); c.route != nil && l.lastRouted[tk] == c {
+		delete(l.lastRouted, tk)
+	}
+}
+
+// releaseLocked sends the calls of c's session that wait for c's answer
+// (start), c answered otherwise than StatusWrongGroup, or given up: they
+// go where their routes say now, after moveRetry's nothing.
+func (l *Link) releaseLocked(c *call) {
+	if c == nil {
+		return
+	}
+	session := c.key.session
+	if q := l.rerouting[session]; q != nil && q.behind == c && !q.armed {
+		q.armed = true
+		time.AfterFunc(0, func() { l.rerouteDue(session) })
+	}
 }
 
 // findLocked is the pending call of key, or nil.
@@ -798,6 +877,7 @@ func (l *Link) dropLocked(c *call) {
 	if i := slices.Index(calls, c); i >= 0 {
 		calls = slices.Delete(calls, i, i+1)
 	}
+	l.unroutedLocked(c)
 	if len(calls) == 0 {
 		delete(l.sessions, sk)
 	} else {
@@ -842,6 +922,7 @@ func (l *Link) Expire(group uint16, lost, now time.Time, bound time.Duration) {
 	})
 	for _, e := range done {
 		l.dropLocked(e.c)
+		l.releaseLocked(e.c)
 	}
 	l.mu.Unlock()
 	l.expired.Add(uint64(len(done)))

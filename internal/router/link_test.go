@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -599,35 +600,40 @@ func TestLinkResendKeepsOrder(t *testing.T) {
 	}
 }
 
+// bodiesLink is a Link whose group g is led by member g+2, which takes
+// every payload; sent lists what it sent as each request's body and its
+// group ("a@2"), and route sends a call again to group 2.
+func bodiesLink() (l *Link, sent func() []string, route func(*Request, func(uint16, uint32))) {
+	var mu sync.Mutex
+	var bodies []string
+	var next atomic.Uint32
+	next.Store(10)
+	l = NewLink(LinkConfig{
+		Leader: func(g uint16) (uint64, bool) { return uint64(g) + 2, true },
+		Send: func(_ uint64, payload []byte) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			_ = Each(payload, 1<<16, func(it *Item) {
+				bodies = append(bodies, fmt.Sprintf("%s@%d", strings.TrimSuffix(string(it.Request.Body), "\r\n"), it.Group))
+			})
+			return true
+		},
+	})
+	sent = func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(bodies)
+	}
+	return l, sent, func(_ *Request, post func(uint16, uint32)) { post(2, next.Add(1)) }
+}
+
 // TestLinkRerouteKeepsOrder: a session's pipelined puts answered
 // StatusWrongGroup (their tube moving) go again to where the tube went in
 // the order they were made, whatever the order their answers came in, and
 // a put the session makes meanwhile goes after them: one timer sends them
 // all (before, each had its own, and the new put went at once).
 func TestLinkRerouteKeepsOrder(t *testing.T) {
-	var mu sync.Mutex
-	var sent []string
-	var next uint32 = 10
-	l := NewLink(LinkConfig{
-		Leader: func(g uint16) (uint64, bool) { return uint64(g) + 2, true },
-		Send: func(_ uint64, payload []byte) bool {
-			mu.Lock()
-			defer mu.Unlock()
-			_ = Each(payload, 1<<16, func(it *Item) {
-				if it.Group == 2 {
-					sent = append(sent, strings.TrimSuffix(string(it.Request.Body), "\r\n"))
-				}
-			})
-			return true
-		},
-	})
-	route := func(_ *Request, post func(uint16, uint32)) {
-		mu.Lock()
-		next++
-		seq := next
-		mu.Unlock()
-		post(2, seq)
-	}
+	l, sent, route := bodiesLink()
 	put := func(g uint16, seq uint32, body string) {
 		l.RequestRouted(10, g, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte(body + "\r\n")}, route, func(*Item) {})
 	}
@@ -638,15 +644,55 @@ func TestLinkRerouteKeepsOrder(t *testing.T) {
 		l.handle(3, &Item{Kind: KindReply, Group: 1, Session: 10, Seq: seq, Reply: Reply{Status: StatusWrongGroup}})
 	}
 	put(2, 4, "d") // the session's routing knows the move now
-	testproc.WaitFor(t, 5*time.Second, "the four puts sent to group 2", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(sent) == 4
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []string{"a", "b", "c", "d"}; !slices.Equal(sent, want) {
-		t.Fatalf("sent to group 2 in the order %v, want %v", sent, want)
+	testproc.WaitFor(t, 5*time.Second, "the four puts sent to group 2", func() bool { return len(sent()) == 7 })
+	if want := []string{"a@1", "b@1", "c@1", "a@2", "b@2", "c@2", "d@2"}; !slices.Equal(sent(), want) {
+		t.Fatalf("sent in the order %v, want %v", sent(), want)
+	}
+}
+
+// TestLinkRoutedWaitsForOldGroup: a put routed to its tube's new group
+// while the session's put of the tube before it is still pending in the
+// old group waits for that one's answer, and goes after it: after it
+// goes again (StatusWrongGroup), or once it is answered there. Before, it
+// went at once, and landed first. Another tube's put answered
+// StatusWrongGroup meanwhile waits with it.
+func TestLinkRoutedWaitsForOldGroup(t *testing.T) {
+	for _, wrong := range []bool{true, false} {
+		l, sent, route := bodiesLink()
+		put := func(g uint16, seq uint32, tube, body string) {
+			l.RequestRouted(10, g, seq, Request{Op: OpPut, Tube: []byte(tube), TTR: 60, Body: []byte(body + "\r\n")}, route, func(*Item) {})
+		}
+		put(1, 1, "t", "a")
+		put(1, 2, "t", "b")
+		put(3, 3, "u", "x") // another tube's: not held
+		put(2, 4, "t", "c") // the member's routing knows the move now
+		if want := []string{"a@1", "b@1", "x@3"}; !slices.Equal(sent(), want) {
+			t.Fatalf("sent %v before b's answer, want %v", sent(), want)
+		}
+		l.handle(3, &Item{Kind: KindReply, Group: 1, Session: 10, Seq: 1, Reply: Reply{Status: StatusOK, Result: ResultID, ID: 1}})
+		l.handle(5, &Item{Kind: KindReply, Group: 3, Session: 10, Seq: 3, Reply: Reply{Status: StatusWrongGroup}})
+		time.Sleep(5 * moveRetry)
+		if got := sent(); len(got) != 3 {
+			t.Fatalf("sent %v before b's answer", got)
+		}
+		status := StatusOK
+		if wrong {
+			status = StatusWrongGroup
+		}
+		l.handle(3, &Item{Kind: KindReply, Group: 1, Session: 10, Seq: 2, Reply: Reply{Status: status, Result: ResultID, ID: 2}})
+		want := []string{"a@1", "b@1", "x@3", "x@2", "c@2"}
+		if wrong {
+			want = []string{"a@1", "b@1", "x@3", "b@2", "x@2", "c@2"}
+		}
+		testproc.WaitFor(t, 5*time.Second, "c sent", func() bool { return len(sent()) == len(want) })
+		if !slices.Equal(sent(), want) {
+			t.Errorf("b answered %v: sent %v, want %v", status, sent(), want)
+		}
+		l.mu.Lock()
+		if len(l.rerouting) != 0 || len(l.lastRouted) != 2 { // x's and c's, pending
+			t.Errorf("b answered %v: %d sessions rerouting, %d tubes' last calls, want 0 and 2", status, len(l.rerouting), len(l.lastRouted))
+		}
+		l.mu.Unlock()
 	}
 }
 
@@ -665,17 +711,27 @@ func benchLink() (*Link, Request, Item, func(*Item)) {
 
 // BenchmarkLinkRequest is a routed put's cost at its member's Link: the
 // call made, encoded and sent, then answered.
-func BenchmarkLinkRequest(b *testing.B) {
+func BenchmarkLinkRequest(b *testing.B) { benchRequests(b, nil) }
+
+// BenchmarkLinkRequestRouted is BenchmarkLinkRequest for a put routed by
+// its tube (RequestRouted with a route, as a session of a cluster of
+// several groups makes one): its tube's last call noted and forgotten.
+func BenchmarkLinkRequestRouted(b *testing.B) {
+	benchRequests(b, func(*Request, func(uint16, uint32)) {})
+}
+
+// benchRequests is BenchmarkLinkRequest's, each call with route.
+func benchRequests(b *testing.B, route func(*Request, func(uint16, uint32))) {
 	l, req, reply, done := benchLink()
 	b.ReportAllocs()
 	for i := range b.N {
 		seq := uint32(i + 1)
-		l.RequestRouted(7, 0, seq, req, nil, done)
+		l.RequestRouted(7, 0, seq, req, route, done)
 		reply.Seq = seq
 		l.handle(2, &reply)
 	}
-	if l.Pending() != 0 {
-		b.Fatalf("%d calls pending", l.Pending())
+	if l.Pending() != 0 || len(l.lastRouted) != 0 {
+		b.Fatalf("%d calls pending, %d tubes' last calls", l.Pending(), len(l.lastRouted))
 	}
 }
 
