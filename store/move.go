@@ -80,6 +80,11 @@ func (s *Store) ExportTube(name []byte) (frames []byte, jobs int, held []Held, f
 		fig.Pause, fig.PauseLeft = time.Duration(t.pauseDur), time.Duration(t.pauseUntil-now)
 	}
 	t.mu.Unlock()
+	size := 0
+	for i := range recs {
+		size += wal.FrameSize(&recs[i])
+	}
+	frames = make([]byte, 0, size) // grown by appends, a tube of 20 MB was copied 80 MB over
 	for i := range recs {
 		frames = wal.AppendFrame(frames, &recs[i])
 	}

@@ -672,7 +672,10 @@ func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string,
 	if err != nil {
 		return jobs, err
 	}
-	body = append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), append(body, frames...)...)
+	head := body
+	body = make([]byte, 0, 4+len(head)+len(frames)) // the frames copied once: tens of megabytes for a large tube
+	body = binary.BigEndian.AppendUint32(body, uint32(len(head)))
+	body = append(append(body, head...), frames...)
 	q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
 	// An import sent again to the group's next leader skips the jobs it
 	// has (the first's that its log committed).
@@ -681,6 +684,10 @@ func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string,
 	}
 	return jobs, nil
 }
+
+// maxAdoptPresize bounds the room an adopt's body is read into at once:
+// a peer's Content-Length is not trusted further.
+const maxAdoptPresize = 256 << 20
 
 // adoption is what goes with a tube's jobs to its new group's leader,
 // ahead of their frames (its length first, 4 bytes): the tube's figures
@@ -881,10 +888,14 @@ func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
 	}
 	tube := r.PathValue("name")
 	asked := time.Now()
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
+	// Read into room for what the request says it holds (up to
+	// maxAdoptPresize): a large tube's frames read into a buffer grown by
+	// the reads were copied over and over.
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 0), maxAdoptPresize)+bytes.MinRead))
+	if _, err := buf.ReadFrom(r.Body); err != nil {
 		return
 	}
+	body := buf.Bytes()
 	read := time.Since(asked)
 	var in adoption
 	if len(body) < 4 || int(binary.BigEndian.Uint32(body)) > len(body)-4 {

@@ -314,6 +314,7 @@ func (c *core) append(g *Group) (lsn uint64, seg uint32, off int64, err error) {
 	off = c.curSize
 	ch := c.chunk()
 	n := len(ch.b)
+	ch.b = slices.Grow(ch.b, int(size)) // at once: a large group grown by its appends was copied over and over
 	ch.b = g.Encode(ch.b)
 	if int64(len(ch.b)-n) != size {
 		panic(fmt.Sprintf("segment: a group of %d bytes encoded as %d", size, len(ch.b)-n))
