@@ -164,8 +164,10 @@ type Member struct {
 	tubeMoves tubeMoving
 	// endingAdopts: an endPlacedAdopts pass runs.
 	endingAdopts atomic.Bool
-	// settling: a settleMoves pass runs.
-	settling atomic.Bool
+	// settling: a settleMoves pass runs. settleSeen is when it first saw
+	// each move group 0 has not settled (its passes' alone).
+	settling   atomic.Bool
+	settleSeen map[uint64]time.Time
 	// learnersSeen is when this member, leading their group, first saw
 	// each learner it still sees (dropStaleLearners; the balance loop's
 	// alone). learnerTimeout, set by tests only, is how long a learner

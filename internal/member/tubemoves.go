@@ -257,7 +257,7 @@ func (m *Member) endPlacedAdopts() {
 	}
 	defer m.endingAdopts.Store(false)
 	decided := m.node.Tubes().Decided
-	for g := 1; g < m.shards.groups(); g++ {
+	for g := range m.shards.groups() {
 		n := m.shards.node(uint16(g))
 		if n == nil || m.shards.serving(uint16(g)) == nil {
 			continue
@@ -276,10 +276,17 @@ func (m *Member) endPlacedAdopts() {
 }
 
 // maxSettle bounds the moves one call settles, and maxSettleRequest its
-// body (a move's id in hex, quoted, is at most 19 bytes).
+// body (a move's id in hex, quoted, is at most 19 bytes). settleDelay is
+// how long a member sees a decided move unsettled before it reports a
+// group past it: a freeze or an adopt of the move proposed before its
+// decision may reach the group's log after it (its proposer's leadership
+// lost, a takePrefix or serveAdopt that checked a lagging replica of
+// group 0), within an election or two, and one applied after the report
+// would wait for an outcome group 0 may have forgotten.
 const (
 	maxSettle        = 1024
 	maxSettleRequest = maxSettle*20 + 64
+	settleDelay      = 5 * time.Second
 )
 
 // settledRequest is POST /cluster/moves/settled's body.
@@ -292,15 +299,23 @@ type settledRequest struct {
 // decided moves whose outcome the group's book no longer awaits
 // (replication.MovesSettled): group 0 forgets an outcome only once every
 // group that took part is past it, so that none asks for it afresh and
-// has it decided the other way. Called from the balance loop.
+// has it decided the other way. A move is reported once this member has
+// seen it unsettled for settleDelay. Called from the balance loop.
 func (m *Member) settleMoves() {
 	if !m.settling.CompareAndSwap(false, true) {
 		return
 	}
 	defer m.settling.Store(false)
 	unsettled := m.node.Tubes().Unsettled
-	if len(unsettled) == 0 {
-		return
+	now := time.Now()
+	if m.settleSeen == nil {
+		m.settleSeen = make(map[uint64]time.Time)
+	}
+	maps.DeleteFunc(m.settleSeen, func(move uint64, _ time.Time) bool { _, ok := unsettled[move]; return !ok })
+	for move := range unsettled {
+		if _, ok := m.settleSeen[move]; !ok {
+			m.settleSeen[move] = now
+		}
 	}
 	for g := range uint16(m.shards.groups()) {
 		n := m.shards.node(g)
@@ -308,12 +323,13 @@ func (m *Member) settleMoves() {
 			continue
 		}
 		// Read on the leader, its lease confirmed after unsettled was
-		// read: its log is applied up to its term, and each of those
-		// moves' freezes here was applied before the move was decided.
+		// read: its log is applied up to its term, which holds each of
+		// those moves' freezes and adopts here, but for one proposed
+		// before a decision and landing after it (settleDelay).
 		awaited := n.Tubes().Awaited()
 		req := settledRequest{Group: g}
 		for move, groups := range unsettled {
-			if len(req.Moves) < maxSettle && slices.Contains(groups, g) && !awaited[move] {
+			if len(req.Moves) < maxSettle && slices.Contains(groups, g) && !awaited[move] && now.Sub(m.settleSeen[move]) >= settleDelay {
 				req.Moves = append(req.Moves, strconv.FormatUint(move, 16))
 			}
 		}

@@ -247,7 +247,7 @@ func (c *testCluster) settledAll() {
 	if c.leaderOf(0).node.Tubes().Formed.Groups == 0 {
 		c.t.Fatal("the cluster's formation is not recorded: no move's groups are known")
 	}
-	testproc.WaitFor(c.t, 10*time.Second, "every move settled", func() bool {
+	testproc.WaitFor(c.t, 30*time.Second, "every move settled", func() bool {
 		return len(c.leaderOf(0).node.Tubes().Unsettled) == 0
 	})
 }
@@ -948,5 +948,34 @@ func TestShardGroupsMoveOutcomeKept(t *testing.T) {
 	}
 	if owner := c.up["m3"].shards.routing.Load().state.Owner(tube); owner != 2 {
 		t.Fatalf("the tube routes to group %d, want 2", owner)
+	}
+}
+
+// TestShardGroupsMoveIntoGroupZero: a tube moved into group 0 ends its
+// adopt there once placed (TubeBook.Adopted), as in any other group, and
+// the move is settled: before, group 0's adopts were never ended, and
+// each such move stayed unsettled.
+func TestShardGroupsMoveIntoGroupZero(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	tube := tubePerGroup(c.up["m1"].shards.placement, "zero")[1]
+	testproc.WaitFor(t, 10*time.Second, "the formation recorded", func() bool {
+		return c.leaderOf(0).node.Tubes().Formed.Groups != 0
+	})
+	setup := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, setup, "use "+tube, "USING "+tube)
+	id, err := setup.Put(0, 0, 60, []byte("moved"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, _, body := moveTubeThrough(t, c.up["m3"], tube, 0); status != http.StatusOK {
+		t.Fatalf("move of %s into group 0: %d %s", tube, status, body)
+	}
+	testproc.WaitFor(t, 10*time.Second, "group 0's adopt ended", func() bool {
+		return len(c.leaderOf(0).node.Tubes().Adopted) == 0
+	})
+	c.settledAll()
+	if r, err := setup.Do(fmt.Sprintf("peek %d", id), nil); err != nil || r.Kind != testproc.ReplyFound {
+		t.Fatalf("peek of the moved job: %+v %v", r, err)
 	}
 }

@@ -350,10 +350,15 @@ func (b TubeBook) groupIDs() []uint16 {
 }
 
 // Awaited are the moves this group's part of is not over: a freeze not
-// yet moved out, or copies it adopted not yet placed or dropped. Group 0
-// keeps a move's outcome while a group's book awaits it.
+// yet moved out, copies it adopted not yet placed or dropped, or (group
+// 0) an aborted placement's copies not yet dropped (Dropping, whose drop
+// asks for its outcome). Group 0 keeps a move's outcome while a group's
+// book awaits it.
 func (b TubeBook) Awaited() map[uint64]bool {
 	awaited := make(map[uint64]bool)
+	for m := range b.Dropping {
+		awaited[m] = true
+	}
 	for _, frozen := range []map[string]Frozen{b.Frozen, b.FrozenPrefixes} {
 		for _, f := range frozen {
 			if !f.Moved {

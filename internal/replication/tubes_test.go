@@ -202,6 +202,11 @@ func TestTubeBookPrefixes(t *testing.T) {
 	if _, _, ok := b.Pending(); ok {
 		t.Fatal("a placement still pending")
 	}
+	// Group 0 awaits the aborted placement's drop (its outcome is asked
+	// for), as a group its moved-out freezes no longer.
+	if got := b.Awaited(); !maps.Equal(got, map[uint64]bool{12: true}) {
+		t.Fatalf("the book awaits %v, want move 12 (dropping)", got)
+	}
 }
 
 // TestTubeBookGrow: group 0 adds the groups a growth names, once each,

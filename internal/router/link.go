@@ -48,7 +48,7 @@ type Link struct {
 	requests, resent, expired atomic.Uint64
 
 	// rerouting are, by session, the calls that go again where their
-	// tubes moved (reroute), and the session's calls naming a tube made
+	// tubes moved (rerouteUnlock), and the session's calls naming a tube made
 	// meanwhile: one timer sends them all, in the order made, so neither
 	// timers racing nor a call made meanwhile reorder them. Guarded by mu.
 	rerouting map[uint64]*rerouteQueue
@@ -685,8 +685,7 @@ func (l *Link) handle(from uint64, it *Item) {
 	}
 	if c != nil && it.Kind == KindReply && it.Reply.Status == StatusWrongGroup && c.route != nil {
 		l.dropLocked(c)
-		l.mu.Unlock()
-		l.reroute(c)
+		l.rerouteUnlock(c)
 		return
 	}
 	if c != nil && refused {
@@ -717,16 +716,18 @@ func (l *Link) handle(from uint64, it *Item) {
 	}
 }
 
-// reroute sends c, answered StatusWrongGroup, again after moveRetry,
-// where its route says then; past moveWait it ends as StatusNoLeader.
-func (l *Link) reroute(c *call) {
+// rerouteUnlock sends c, answered StatusWrongGroup, again after
+// moveRetry, where its route says then; past moveWait it ends as
+// StatusNoLeader. l.mu is held, and unlocked before it returns: c is
+// queued under the lock its drop was made under, so that a call of its
+// session made meanwhile finds it queued (start), not gone.
+func (l *Link) rerouteUnlock(c *call) {
 	now := time.Now()
 	if c.movedAt.IsZero() {
 		c.movedAt = now
 	}
 	k := c.key
 	if now.Sub(c.movedAt) > moveWait {
-		l.mu.Lock()
 		l.releaseLocked(c)
 		l.mu.Unlock()
 		c.done(&Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
@@ -734,7 +735,6 @@ func (l *Link) reroute(c *call) {
 		return
 	}
 	l.resent.Add(1)
-	l.mu.Lock()
 	q := l.rerouting[k.session]
 	if q == nil {
 		q = &rerouteQueue{}
