@@ -312,6 +312,9 @@ func (m *Member) settleMoves() {
 		m.settleSeen = make(map[uint64]time.Time)
 	}
 	maps.DeleteFunc(m.settleSeen, func(move uint64, _ time.Time) bool { _, ok := unsettled[move]; return !ok })
+	if len(unsettled) == 0 {
+		return
+	}
 	for move := range unsettled {
 		if _, ok := m.settleSeen[move]; !ok {
 			m.settleSeen[move] = now
@@ -322,14 +325,23 @@ func (m *Member) settleMoves() {
 		if n == nil || !m.shards.leased(g) {
 			continue
 		}
+		var due []uint64
+		for move, groups := range unsettled {
+			if slices.Contains(groups, g) && now.Sub(m.settleSeen[move]) >= settleDelay {
+				due = append(due, move)
+			}
+		}
+		if len(due) == 0 {
+			continue // the book's walk (Awaited) is not made for nothing
+		}
 		// Read on the leader, its lease confirmed after unsettled was
 		// read: its log is applied up to its term, which holds each of
 		// those moves' freezes and adopts here, but for one proposed
 		// before a decision and landing after it (settleDelay).
 		awaited := n.Tubes().Awaited()
 		req := settledRequest{Group: g}
-		for move, groups := range unsettled {
-			if len(req.Moves) < maxSettle && slices.Contains(groups, g) && !awaited[move] && now.Sub(m.settleSeen[move]) >= settleDelay {
+		for _, move := range due {
+			if len(req.Moves) < maxSettle && !awaited[move] {
 				req.Moves = append(req.Moves, strconv.FormatUint(move, 16))
 			}
 		}
