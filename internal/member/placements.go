@@ -262,6 +262,9 @@ func (m *Member) placePrefix(ctx context.Context, prefix string, to uint16) (pre
 	case len(b.Dropping) > 0:
 		return res, fmt.Errorf("%w: an aborted placement's copies are being dropped", errTubeMove)
 	}
+	if err := m.awaitFormed(ctx); err != nil {
+		return res, err
+	}
 	if err := n.ProposePrefix(ctx, replication.PrefixPending, prefix, move, to, nil); err != nil {
 		return res, err
 	}
@@ -306,6 +309,20 @@ func (m *Member) placePrefix(ctx context.Context, prefix string, to uint16) (pre
 	res.Paused = time.Since(begun).Milliseconds()
 	slices.Sort(res.Tubes)
 	return res, m.endPrefix(ctx, prefix, move, to, placed.Group, true)
+}
+
+// awaitFormed waits, until ctx ends, for group 0's book to hold the
+// cluster's formation, which this member records as its leader
+// (recordFormation): a placement begins only then (Node.ProposePrefix).
+func (m *Member) awaitFormed(ctx context.Context) error {
+	for m.node.Tubes().Formed.Groups == 0 {
+		select {
+		case <-ctx.Done():
+			return replication.ErrNotFormed
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // abortPrefix ends a placement that was not made active: group 0 (led

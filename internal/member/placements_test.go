@@ -186,6 +186,7 @@ func TestShardGroupsPlacePrefixResolved(t *testing.T) {
 	p := c.up["m1"].shards.placement
 	tube := tubePerGroup(p, "lost-")[1]
 	const move = 0x5eed
+	c.formationRecorded()
 	if err := c.leaderOf(0).node.ProposePrefix(t.Context(), replication.PrefixPending, "lost-", move, 2, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -252,6 +252,15 @@ func (c *testCluster) settledAll() {
 	})
 }
 
+// formationRecorded waits until group 0's leader has recorded the
+// formation, which a prefix's placement waits for (Node.ProposePrefix).
+func (c *testCluster) formationRecorded() {
+	c.t.Helper()
+	testproc.WaitFor(c.t, 10*time.Second, "the formation recorded", func() bool {
+		return c.leaderOf(0).node.Tubes().Formed.Groups != 0
+	})
+}
+
 // TestShardGroupsMoveTubeStaleRoute: a member whose routing has not yet
 // heard of a tube's move (it learns of it from group 0's log, which may
 // lag the group that dropped the tube's jobs) still finds a moved job by
@@ -959,9 +968,7 @@ func TestShardGroupsMoveIntoGroupZero(t *testing.T) {
 	c := newClusterOf(t, 3, 3, 0)
 	c.finalized()
 	tube := tubePerGroup(c.up["m1"].shards.placement, "zero")[1]
-	testproc.WaitFor(t, 10*time.Second, "the formation recorded", func() bool {
-		return c.leaderOf(0).node.Tubes().Formed.Groups != 0
-	})
+	c.formationRecorded()
 	setup := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
 	expectLine(t, setup, "use "+tube, "USING "+tube)
 	id, err := setup.Put(0, 0, 60, []byte("moved"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -640,16 +641,27 @@ func (n *Node) ProposeTube(ctx context.Context, what uint8, tube string, move ui
 	return n.proposeControl(ctx, &r, func() bool { return n.tubeApplied(&r) })
 }
 
+// ErrNotFormed is ProposePrefix's answer to a placement proposed before
+// group 0's book holds the cluster's formation (recorded by its leader
+// within a second or so of its election).
+var ErrNotFormed = errors.New("replication: the cluster's formation is not recorded yet")
+
 // ProposePrefix proposes a record of a prefix's placement in this
 // group's log, as ProposeTube does a tube's: what (PrefixPending and the
 // others), the prefix, the move and its group; a PrefixPlace's from are
-// the groups it took tubes from.
+// the groups it took tubes from. A placement begins (PrefixPending) only
+// once the book holds the cluster's formation: its outcome is kept until
+// each of the cluster's groups settles it (TubeBook.groupIDs), and before
+// the formation is recorded the book knows of none.
 func (n *Node) ProposePrefix(ctx context.Context, what uint8, prefix string, move uint64, group uint16, from []uint16) error {
 	if info, _ := n.Leader(); !info.Serving {
 		return ErrNotServing
 	}
 	if (what < PrefixPending || what > PrefixMovedOut) && what != PrefixDropped || prefix == "" || len(prefix) > 200 || move == 0 {
 		return fmt.Errorf("replication: no such record of a prefix's placement: %d %q %d", what, prefix, move)
+	}
+	if what == PrefixPending && n.Tubes().Formed.Groups == 0 {
+		return ErrNotFormed
 	}
 	r := wal.Record{Kind: wal.KindMeta, Tube: prefix, State: what, Pri: uint32(group), Deadline: int64(move)}
 	for _, g := range from {

@@ -145,6 +145,32 @@ func TestProposeTube(t *testing.T) {
 	testproc.WaitFor(t, 10*time.Second, "the restarted member's book", func() bool { return seen(n) })
 }
 
+// TestProposePrefixWaitsForFormation: a prefix's placement does not
+// begin before group 0's book holds the formation, whose groups are
+// those that must settle its outcome; once recorded, it begins, and its
+// decision waits for each of them.
+func TestProposePrefixWaitsForFormation(t *testing.T) {
+	c := newWALCluster(t, 3, 64<<10, nil)
+	l := c.awaitServing(10 * time.Second)
+	if err := l.ProposePrefix(t.Context(), PrefixPending, "img-", 7, 1, nil); !errors.Is(err, ErrNotFormed) {
+		t.Fatalf("a placement before the formation: %v, want ErrNotFormed", err)
+	}
+	if _, ok := l.Tubes().Prefixes["img-"]; ok {
+		t.Fatal("a placement refused before the formation is pending all the same")
+	}
+	if err := l.ProposeFormed(t.Context(), Formed{Groups: 3, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for _, what := range []uint8{PrefixPending, PrefixPlace} {
+		if err := l.ProposePrefix(t.Context(), what, "img-", 7, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b := l.Tubes(); !b.Decided[7] || !slices.Equal(b.Unsettled[7], []uint16{0, 1, 2}) {
+		t.Fatalf("placed: decided %v, unsettled %v, want the formation's groups", b.Decided[7], b.Unsettled[7])
+	}
+}
+
 // TestTubeBookPrefixes: group 0 keeps one prefix placement pending at a
 // time (another's is aborted at once), makes it active or drops it,
 // restores the placement a pending one replaced when it is aborted,
