@@ -183,7 +183,7 @@ func (m *Member) movedFrom(g uint16) []uint16 {
 // groupOfJob is the group of id's prefix, unless tubes moved from it and
 // this member's replica of a group they moved to holds the job (the
 // admin API's route by id: it asks one group; the protocol's commands ask
-// each in turn, router.Session.sendSearching).
+// the id's group, then the others at once, router.Session.sendSearching).
 func (m *Member) groupOfJob(id uint64) (uint16, bool) {
 	g, ok := m.shards.routing.Load().state.GroupOfID(id)
 	if !ok {

@@ -92,6 +92,32 @@ func kinds(items []Item) []Kind {
 	return ks
 }
 
+// movedRouter is member 1's router of three groups over two members,
+// each group led by member 2, which sends what it sends into sent; group
+// 0's tubes moved to the groups movedFrom0 says.
+func movedRouter(t *testing.T, sent *sentItems, movedFrom0 func() []uint16) *Router {
+	placement, err := meta.Formation([]meta.Member{{Name: "m1", ID: 1}, {Name: "m2", ID: 2}}, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRouter(RouterConfig{
+		Self:      1,
+		Placement: func() *meta.State { return placement },
+		Serving:   func(uint16) *store.Store { return nil },
+		Leader:    func(uint16) (uint64, bool) { return 2, true },
+		Send:      sent.send,
+		MovedFrom: func(g uint16) []uint16 {
+			if g == 0 {
+				return movedFrom0()
+			}
+			return nil
+		},
+	})
+	t.Cleanup(r.Close)
+	r.LeaderChanged() // greets the leader: calls go to it from then on
+	return r
+}
+
 // TestCloseReachesMovedTubes: a session's close goes to the groups tubes
 // moved to from those it touched, where a move may have given it the
 // reservation of a job it held (Server.HolderClients); and a close made
@@ -100,32 +126,15 @@ func kinds(items []Item) []Kind {
 // stayed on that group's leader for good, its job reserved until its
 // TTR.
 func TestCloseReachesMovedTubes(t *testing.T) {
-	const self, leader = 1, 2
-	placement, err := meta.Formation([]meta.Member{{Name: "m1", ID: self}, {Name: "m2", ID: leader}}, 3, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sent := &sentItems{t: t}
 	var closes []Item
 	var mu sync.Mutex
 	var moved []uint16
-	r := NewRouter(RouterConfig{
-		Self:      self,
-		Placement: func() *meta.State { return placement },
-		Serving:   func(uint16) *store.Store { return nil },
-		Leader:    func(uint16) (uint64, bool) { return leader, true },
-		Send:      sent.send,
-		MovedFrom: func(g uint16) []uint16 {
-			mu.Lock()
-			defer mu.Unlock()
-			if g == 0 {
-				return slices.Clone(moved)
-			}
-			return nil
-		},
+	r := movedRouter(t, sent, func() []uint16 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(moved)
 	})
-	defer r.Close()
-	r.LeaderChanged()
 	closedIn := func(s *Session) []uint16 {
 		closes = append(closes, sent.take()...)
 		var gs []uint16

@@ -908,16 +908,21 @@ func (s *Session) callByID(req Request, a *engine.Answer, finish func(it *Item, 
 }
 
 // sendSearching sends req, a command by id, to the group of the id's
-// prefix, g, then, while one answers NOT_FOUND, to each group tubes moved
-// to from g, and on from those (a job keeps its id when its tube moves:
-// docs/design/shards.md 4), as this member's routing knows them and as
-// each group that answers NOT_FOUND names them (Reply.Moved: the routing
-// learns of a move from group 0's log, which may lag the group that
-// dropped the tube's jobs); only the last one's NOT_FOUND is the answer.
-// A group that answers that the job's tube is moving (StatusWrongGroup)
-// has the search begin again after moveRetry, where the job may be then,
-// for up to moveWait. req carries no slice of the connection's input: it
-// is sent from the Link's goroutines too.
+// prefix, g, and, if it answers NOT_FOUND, at once to every group tubes
+// moved to from g, and on from those (a job keeps its id when its tube
+// moves: docs/design/shards.md 4), as this member's routing knows them
+// and as each group that answers NOT_FOUND names them (Reply.Moved: the
+// routing learns of a move from group 0's log, which may lag the group
+// that dropped the tube's jobs). At most one group serves a job: where
+// its tube is moving or has moved from, it is frozen there (a group
+// holding copies not yet placed counts their tubes moving too), so the
+// others answer NOT_FOUND or StatusWrongGroup, and the first other answer
+// is the command's. Only when every group asked has answered does the
+// search end otherwise: a group that answered that the job's tube is
+// moving has it begin again after moveRetry, where the job may be then,
+// for up to moveWait; one without a leader fails it; else NOT_FOUND. req
+// carries no slice of the connection's input: it is sent from the Link's
+// goroutines too.
 func (s *Session) sendSearching(g uint16, req Request, finish func(it *Item, a *engine.Answer)) bool {
 	s.burnIDs()
 	s.touch(g)
@@ -925,42 +930,124 @@ func (s *Session) sendSearching(g uint16, req Request, finish func(it *Item, a *
 	seq := s.await()
 	s.sendMu.Unlock()
 	var movedAt time.Time
-	var ask func(groups []uint16, i int)
-	ask = func(groups []uint16, i int) {
-		to := groups[i]
+	var begin func()
+	begin = func() {
+		sr := &idSearch{s: s, req: req, groups: s.searched(g)}
+		sr.found = func(it *Item) {
+			var a engine.Answer
+			finish(it, &a)
+			s.deliver(seq, &a)
+		}
+		sr.over = func(moving bool, failure Status) {
+			if moving {
+				if movedAt.IsZero() {
+					movedAt = time.Now()
+				}
+				if time.Since(movedAt) <= moveWait {
+					time.AfterFunc(moveRetry, begin)
+					return
+				}
+				failure = StatusNoLeader
+			}
+			var a engine.Answer
+			if failure != 0 {
+				failed(req.Op, failure, &a)
+			} else {
+				finish(&Item{Kind: KindReply, Reply: Reply{Status: StatusNotFound, Result: ResultNone}}, &a)
+			}
+			s.deliver(seq, &a)
+		}
+		sr.askNext()
+	}
+	begin()
+	return false
+}
+
+// idSearch is one round of sendSearching's search.
+type idSearch struct {
+	s   *Session
+	req Request
+	// found gets the command's answer, a group's, while its callback
+	// runs; over, once every group asked answered without it, whether
+	// one said the job's tube is moving, and the status of one without
+	// a leader (0 if none).
+	found func(it *Item)
+	over  func(moving bool, failure Status)
+
+	mu       sync.Mutex
+	groups   []uint16 // the groups known to search, in order
+	asked    int      // groups[:asked] are asked
+	pending  int      // asked, not yet answered
+	answered bool     // found was called
+	moving   bool
+	failure  Status
+}
+
+// askNext asks the first group.
+func (sr *idSearch) askNext() {
+	sr.mu.Lock()
+	next := sr.nextLocked()
+	sr.mu.Unlock()
+	sr.ask(next)
+}
+
+// nextLocked counts as asked, and returns, the first group, or else
+// every known group not yet asked.
+func (sr *idSearch) nextLocked() []uint16 {
+	next := sr.groups[sr.asked:]
+	if sr.asked == 0 {
+		next = next[:1]
+	}
+	next = slices.Clone(next)
+	sr.asked += len(next)
+	sr.pending += len(next)
+	return next
+}
+
+// ask sends the request to groups, all at once.
+func (sr *idSearch) ask(groups []uint16) {
+	s := sr.s
+	for _, to := range groups {
 		s.reach(to)
 		s.post(func(linkSeq uint32) {
-			s.r.link.Request(s.id, to, linkSeq, req, func(it *Item) {
-				if it.Reply.Status == StatusNotFound {
-					groups = addGroups(groups, it.Reply.Moved)
-				}
-				switch {
-				case it.Reply.Status == StatusNotFound && i+1 < len(groups):
-					ask(groups, i+1)
-					return
-				case it.Reply.Status == StatusWrongGroup:
-					if movedAt.IsZero() {
-						movedAt = time.Now()
-					}
-					if time.Since(movedAt) <= moveWait {
-						time.AfterFunc(moveRetry, func() { ask(s.searched(g), 0) })
-						return
-					}
-					it = &Item{Kind: KindReply, Group: to, Reply: Reply{Status: StatusNoLeader, Result: ResultNone}}
-				}
-				var a engine.Answer
-				switch it.Reply.Status {
-				case StatusNoLeader, StatusUnknown:
-					failed(req.Op, it.Reply.Status, &a)
-				default:
-					finish(it, &a)
-				}
-				s.deliver(seq, &a)
-			})
+			s.r.link.Request(s.id, to, linkSeq, sr.req, sr.answer)
 		})
 	}
-	ask(s.searched(g), 0)
-	return false
+}
+
+// answer takes a group's reply.
+func (sr *idSearch) answer(it *Item) {
+	sr.mu.Lock()
+	sr.pending--
+	if sr.answered {
+		sr.mu.Unlock()
+		return
+	}
+	var next []uint16
+	switch it.Reply.Status {
+	case StatusNotFound:
+		sr.groups = addGroups(sr.groups, it.Reply.Moved)
+		next = sr.nextLocked()
+	case StatusWrongGroup:
+		sr.moving = true
+	case StatusNoLeader, StatusUnknown:
+		if sr.failure == 0 {
+			sr.failure = it.Reply.Status
+		}
+	default:
+		sr.answered = true
+		sr.mu.Unlock()
+		sr.found(it)
+		return
+	}
+	over := sr.pending == 0
+	moving, failure := sr.moving, sr.failure
+	sr.mu.Unlock()
+	if over {
+		sr.over(moving, failure)
+		return
+	}
+	sr.ask(next)
 }
 
 // addGroups is groups with those of more it does not hold appended.
