@@ -253,7 +253,7 @@ func (b TubeBook) Pending() (string, PrefixPlacement, bool) {
 func (b TubeBook) IsZero() bool {
 	return len(b.Placed) == 0 && len(b.Decided) == 0 && len(b.Unsettled) == 0 && len(b.Frozen) == 0 && len(b.Paused) == 0 &&
 		len(b.Prefixes) == 0 && len(b.FrozenPrefixes) == 0 && len(b.Grown) == 0 && len(b.Dropping) == 0 &&
-		len(b.Out) == 0 && b.Formed == Formed{}
+		len(b.Out) == 0 && len(b.Adopted) == 0 && len(b.Order) == 0 && b.Formed == Formed{}
 }
 
 // clone returns a copy that shares nothing with b.

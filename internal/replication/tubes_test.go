@@ -60,6 +60,13 @@ func TestTubeBookApply(t *testing.T) {
 	if got := b.Awaited(); !maps.Equal(got, map[uint64]bool{9: true}) {
 		t.Fatalf("the book awaits %v, want move 9 (f's adopt)", got)
 	}
+	// A snapshot carries the book as JSON: one that holds adopts alone
+	// is not a zero one.
+	var back Book
+	if js, err := json.Marshal(Book{Tubes: TubeBook{Adopted: b.Adopted}}); err != nil || json.Unmarshal(js, &back) != nil ||
+		!maps.Equal(back.Tubes.Adopted, b.Adopted) {
+		t.Fatalf("a book of adopts alone came back as %+v (%v)", back.Tubes, err)
+	}
 	// A decision stays while one of its groups may ask for it; settled,
 	// the last maxDecided are kept.
 	for i := range maxDecided + 5 {
