@@ -40,9 +40,63 @@ type Held struct {
 // reserved ones with their holders, and the tube's figures; ok is false
 // when the tube does not exist.
 func (s *Store) ExportTube(name []byte) (frames []byte, jobs int, held []Held, fig TubeFigures, ok bool) {
+	frames, jobs, held, fig, _, ok = s.exportTube(name, nil)
+	return frames, jobs, held, fig, ok
+}
+
+// TubeCopy is what an export of a tube (ExportTube's frames: CopyOf) said
+// of each of its jobs, by id: what a job's changes touch (its tube, body
+// and creation never change). A move that copies a tube ahead of its
+// freeze keeps it, and at the freeze sends only what changed since
+// (ExportTubeChanges).
+type TubeCopy map[uint64]copiedJob
+
+// copiedJob is a job's fields in a TubeCopy.
+type copiedJob struct {
+	state                                       uint8
+	pri                                         uint32
+	delay, ttr, deadline                        int64
+	reserves, timeouts, releases, buries, kicks uint32
+}
+
+func copiedOf(r *wal.Record) copiedJob {
+	return copiedJob{state: r.State, pri: r.Pri, delay: r.Delay, ttr: r.TTR, deadline: r.Deadline,
+		reserves: r.Reserves, timeouts: r.Timeouts, releases: r.Releases, buries: r.Buries, kicks: r.Kicks}
+}
+
+// CopyOf is the TubeCopy of frames, an export of a tube.
+func CopyOf(frames []byte) (TubeCopy, error) {
+	recs, err := wal.DecodeFrames(nil, frames)
+	if err != nil {
+		return nil, err
+	}
+	cp := make(TubeCopy, len(recs))
+	for i := range recs {
+		cp[recs[i].ID] = copiedOf(&recs[i])
+	}
+	return cp, nil
+}
+
+// ExportTubeChanges is ExportTube of what changed in the tube since the
+// export that made since: the jobs whose fields differ from since's or
+// that since does not hold, every reserved job (its holder goes with
+// it), and in gone the ids of since's jobs the store no longer holds.
+// jobs counts the tube's jobs, not those of frames.
+func (s *Store) ExportTubeChanges(name []byte, since TubeCopy) (frames []byte, jobs int, held []Held, fig TubeFigures, gone []uint64, ok bool) {
+	if since == nil {
+		since = TubeCopy{}
+	}
+	return s.exportTube(name, since)
+}
+
+// exportTube is ExportTube, or with since ExportTubeChanges.
+func (s *Store) exportTube(name []byte, since TubeCopy) (frames []byte, jobs int, held []Held, fig TubeFigures, gone []uint64, ok bool) {
 	t := s.findTube(name)
 	if t == nil {
-		return nil, 0, nil, fig, false
+		for id := range since {
+			gone = append(gone, id)
+		}
+		return nil, 0, nil, fig, gone, since != nil
 	}
 	defer s.releaseTube(t)
 	reserved := s.reservedIn(t)
@@ -54,9 +108,12 @@ func (s *Store) ExportTube(name []byte) (frames []byte, jobs int, held []Held, f
 	t.mu.Lock()
 	var recs []wal.Record
 	add := func(j *Job) {
+		jobs++
 		r := s.record(wal.KindFull, j)
 		if j.state == StateReserved {
 			r.Deadline = s.wall(j.deadline)
+		} else if c, ok := since[j.id]; ok && c == copiedOf(&r) {
+			return // unchanged since the copy
 		}
 		recs = append(recs, r)
 	}
@@ -75,6 +132,11 @@ func (s *Store) ExportTube(name []byte) (frames []byte, jobs int, held []Held, f
 			held = append(held, Held{ID: j.id, Holder: j.owner})
 		}
 	}
+	for id := range since {
+		if j := s.lookup(id); j == nil || j.tube != t || j.state == StateInvalid {
+			gone = append(gone, id)
+		}
+	}
 	fig = TubeFigures{TotalJobs: t.totalJobs, CmdDelete: t.cmdDelete, CmdPause: t.cmdPause}
 	if now := s.now(); t.pausedLocked(now) {
 		fig.Pause, fig.PauseLeft = time.Duration(t.pauseDur), time.Duration(t.pauseUntil-now)
@@ -88,7 +150,7 @@ func (s *Store) ExportTube(name []byte) (frames []byte, jobs int, held []Held, f
 	for i := range recs {
 		frames = wal.AppendFrame(frames, &recs[i])
 	}
-	return frames, len(recs), held, fig, true
+	return frames, jobs, held, fig, gone, true
 }
 
 // ImportTube makes the jobs of frames (ExportTube's) in this store, each
@@ -103,6 +165,20 @@ func (s *Store) ExportTube(name []byte) (frames []byte, jobs int, held []Held, f
 // tube, freed as the import ends, keeps its pause for when it is made.
 // It returns how many jobs it made.
 func (c *Client) ImportTube(name []byte, frames []byte, fig TubeFigures, holders map[uint64]*Client) (int, error) {
+	return c.importTube(name, frames, nil, fig, holders, false)
+}
+
+// ImportTubeChanges is ImportTube of what changed in a tube since an
+// import of it (a move's copy taken ahead of its freeze): a job of an id
+// the store holds takes its frame's state, logged as its full record,
+// and the jobs of gone, the tube's ended since, are dropped, each logged
+// as a delete and counted as none. Made again with the same frames, it
+// changes nothing more. It returns how many jobs it made or changed.
+func (c *Client) ImportTubeChanges(name []byte, frames []byte, gone []uint64, fig TubeFigures, holders map[uint64]*Client) (int, error) {
+	return c.importTube(name, frames, gone, fig, holders, true)
+}
+
+func (c *Client) importTube(name []byte, frames []byte, gone []uint64, fig TubeFigures, holders map[uint64]*Client, replace bool) (int, error) {
 	s := c.s
 	recs, err := wal.DecodeFrames(nil, frames)
 	if err != nil {
@@ -121,33 +197,65 @@ func (c *Client) ImportTube(name []byte, frames []byte, fig TubeFigures, holders
 		if r.Kind != wal.KindFull || r.Tube != t.name {
 			return made, errors.New("store: an import holds a record that is not a full one of its tube")
 		}
-		if s.lookup(r.ID) != nil {
+		j := s.lookup(r.ID)
+		if j != nil && !replace {
 			continue
 		}
-		j := newJob(bytes.Clone(r.Body))
-		j.id, j.createdAt, j.slot = r.ID, s.mono(r.CreatedAt), -1
-		j.tube = t
+		fresh := j == nil
+		if fresh {
+			j = newJob(bytes.Clone(r.Body))
+			j.id, j.createdAt, j.slot = r.ID, s.mono(r.CreatedAt), -1
+			j.tube = t
+		}
 		t.mu.Lock()
 		if s.resetSince(gen) {
 			t.mu.Unlock()
 			return made, ErrReset
 		}
-		t.refs.Add(1) // the job's
-		s.insertJobLocked(j)
+		switch {
+		case fresh:
+			t.refs.Add(1) // the job's
+			s.insertJobLocked(j)
+			t.totalJobs++
+		case j.tube != t || j.state == StateInvalid:
+			t.mu.Unlock() // another tube's (ids never are), or ended meanwhile
+			continue
+		default:
+			t.detachLocked(j)
+		}
 		s.placeLocked(j, r, now)
 		if holder := holders[r.ID]; r.State == wal.StateReserved && holder != nil {
 			t.adoptLocked(j, holder, max(s.mono(r.Deadline), now+1))
 		}
-		t.totalJobs++
 		rec := s.record(wal.KindFull, j)
 		err := s.logLocked(c, j, &rec)
 		t.mu.Unlock()
-		s.counts.totalJobs.Add(1)
-		s.raiseID(r.ID)
+		if fresh {
+			s.counts.totalJobs.Add(1)
+			s.raiseID(r.ID)
+		}
 		if err != nil {
 			return made, err
 		}
 		made++
+	}
+	// Dropped bulkBatch at a time, the tube's lock let go between, as
+	// DropTube does.
+	for from := 0; from < len(gone); from += bulkBatch {
+		dropped := 0
+		t.mu.Lock()
+		if s.resetSince(gen) {
+			t.mu.Unlock()
+			return made, ErrReset
+		}
+		for _, id := range gone[from:min(from+bulkBatch, len(gone))] {
+			if j := s.lookup(id); j != nil && j.tube == t && j.state != StateInvalid {
+				s.dropLocked(c, t, j)
+				dropped++
+			}
+		}
+		t.mu.Unlock()
+		t.refs.Add(int64(-dropped)) // the jobs' references; ours keeps t alive
 	}
 	t.mu.Lock()
 	if s.resetSince(gen) {
@@ -248,14 +356,21 @@ func (c *Client) DropTube(name []byte) int {
 
 // Holds reports whether the store holds a job of id.
 func (s *Store) Holds(id uint64) bool {
+	_, ok := s.TubeOfJob(id)
+	return ok
+}
+
+// TubeOfJob is the name of the tube of the job of id, and false if the
+// store holds none.
+func (s *Store) TubeOfJob(id uint64) (string, bool) {
 	j := s.lookup(id)
 	if j == nil {
-		return false
+		return "", false
 	}
 	t := j.tube
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return j.state != StateInvalid
+	return t.name, j.state != StateInvalid
 }
 
 // JobIn reports which tube the job of id is in, and whether c holds it

@@ -1,11 +1,25 @@
 package store_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
 )
+
+// moveStores are a move's source and destination stores, of the groups
+// of prefixes 2 and 1, and a client of the source using tube t.
+func moveStores(t *testing.T) (src, dst *store.Store, c *store.Client) {
+	src = store.New(store.Options{IDPrefix: 2})
+	dst = store.New(store.Options{IDPrefix: 1})
+	t.Cleanup(src.Close)
+	t.Cleanup(dst.Close)
+	c = src.NewClient(nil)
+	c.Use([]byte("t"))
+	return src, dst, c
+}
 
 // TestMoveTube: a tube's jobs leave one group's store (ExportTube) and
 // come into another's (ImportTube) as they were: ids, states,
@@ -16,12 +30,7 @@ import (
 // one sent again is not made twice. DropTube deletes them all, reserved
 // ones too.
 func TestMoveTube(t *testing.T) {
-	src := store.New(store.Options{IDPrefix: 2})
-	dst := store.New(store.Options{IDPrefix: 1})
-	t.Cleanup(src.Close)
-	t.Cleanup(dst.Close)
-	c := src.NewClient(nil)
-	c.Use([]byte("t"))
+	src, dst, c := moveStores(t)
 	put := func(pri, delay uint32, body string) uint64 {
 		t.Helper()
 		j, err := c.Put(src.NextID(), pri, delay, 30, []byte(body+"\r\n"))
@@ -142,5 +151,95 @@ func TestDropLargeTube(t *testing.T) {
 	}
 	if st := s.Stats(); st.Jobs() != 0 || st.Reserved != 0 {
 		t.Fatalf("after the drop: %+v", st)
+	}
+}
+
+// TestMoveTubeChanges: a tube copied ahead of its move's freeze (its
+// reserved job a ready copy there), then changed (a job deleted, one
+// released, one buried, one put, one reserved, one untouched), goes over
+// at the freeze as what changed (ExportTubeChanges: the changed, the new
+// and the reserved jobs, and the ids gone); the destination's copy then
+// holds each job as the source does, the reserved ones by their holders,
+// the gone one dropped without counting a delete; sent again, nothing
+// more changes.
+func TestMoveTubeChanges(t *testing.T) {
+	src, dst, c := moveStores(t)
+	c.Watch([]byte("t"))
+	put := func(pri uint32, body string) uint64 {
+		t.Helper()
+		j, err := c.Put(src.NextID(), pri, 0, 30, []byte(body+"\r\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.ID()
+	}
+	reserve := func(want uint64) {
+		t.Helper()
+		if j, res := c.Reserve(0); res != store.Reserved || j.ID() != want {
+			t.Fatalf("reserve: %v %v, want job %d", j, res, want)
+		}
+	}
+	held := put(0, "held")
+	reserve(held)
+	deleted, buried, same := put(1, "deleted"), put(2, "buried"), put(9, "same")
+	stage, n, _, _, ok := src.ExportTube([]byte("t"))
+	if !ok || n != 4 {
+		t.Fatalf("the stage's export: %d jobs, %v", n, ok)
+	}
+	since, err := store.CopyOf(stage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := dst.NewClient(nil)
+	if made, err := d.ImportTube([]byte("t"), stage, store.TubeFigures{}, nil); err != nil || made != 4 {
+		t.Fatalf("the stage's import: %d, %v", made, err)
+	}
+
+	c.Delete(deleted)
+	if err := c.Release(held, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	reserve(held)
+	if err := c.Bury(held, 5); err != nil {
+		t.Fatal(err)
+	}
+	reserve(buried)
+	fresh := put(3, "fresh")
+	frames, n, holders, fig, gone, ok := src.ExportTubeChanges([]byte("t"), since)
+	if !ok || n != 4 || len(holders) != 1 || holders[0].ID != buried || !slices.Equal(gone, []uint64{deleted}) {
+		t.Fatalf("changes: %d jobs, held %+v, gone %v, %v", n, holders, gone, ok)
+	}
+	var sent []uint64
+	if err := wal.ScanFrames(frames, func(_ wal.Kind, id uint64, _ int) { sent = append(sent, id) }); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(sent)
+	if want := []uint64{held, buried, fresh}; !slices.Equal(sent, want) {
+		t.Fatalf("changes sent jobs %v, want %v (not the unchanged %d)", sent, want, same)
+	}
+	for range 2 { // sent again: the same
+		if _, err := d.ImportTubeChanges([]byte("t"), frames, gone, fig, map[uint64]*store.Client{buried: d}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []uint64{held, buried, fresh, same} {
+		a, _ := c.JobStats(id)
+		b, found := d.JobStats(id)
+		if !found || b.State != a.State || b.Pri != a.Pri || b.Reserves != a.Reserves || b.Buries != a.Buries || b.Releases != a.Releases {
+			t.Fatalf("job %d after the changes: %+v, in the source %+v", id, b, a)
+		}
+	}
+	if _, found := d.JobStats(deleted); found {
+		t.Fatal("the job deleted since the stage is still in the destination")
+	}
+	if _, held, _ := d.JobIn(buried); !held {
+		t.Fatal("the reserved job is not its holder's in the destination")
+	}
+	ts, _ := dst.TubeStats([]byte("t"))
+	if ts.Ready != 2 || ts.Reserved != 1 || ts.Buried != 1 || ts.TotalJobs != fig.TotalJobs || ts.CmdDelete != 1 {
+		t.Fatalf("the tube moved in: %+v (the source's figures %+v)", ts, fig)
+	}
+	if st := dst.Stats(); st.Jobs() != 4 {
+		t.Fatalf("the destination holds %d jobs, want 4", st.Jobs())
 	}
 }
