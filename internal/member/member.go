@@ -174,10 +174,20 @@ type Member struct {
 	// may stay one: 0 is staleLearner.
 	learnersSeen   map[groupMember]time.Time
 	learnerTimeout atomic.Int64
+	// stagesSeen is when this member, leading their group, first saw each
+	// move's copy taken ahead of its freeze that no adopt here took in and
+	// group 0 has not decided (resolveStages; the balance loop's alone).
+	stagesSeen map[uint64]time.Time
 	// keepLostMoves, set by tests only, has the balancer leave the moves
 	// of tubes whose driver was lost as they are (resolveTubeMoves): a
 	// test that makes a move's steps by hand takes longer than its tick.
 	keepLostMoves atomic.Bool
+	// afterStage, set by tests only, is called on a move's driver between
+	// its copy of the tube ahead of the freeze and the freeze.
+	afterStage atomic.Pointer[func()]
+	// stageLostAfter, set by tests only, is resolveStages' wait: 0 is
+	// stageLost.
+	stageLostAfter atomic.Int64
 	// afterImport, set by tests only, is called on a move's destination
 	// leader between its import of the tube's jobs and its wait for the
 	// log: where a test takes that leadership away.

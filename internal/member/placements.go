@@ -481,7 +481,7 @@ func (m *Member) takePrefix(ctx context.Context, n *replication.Node, g uint16, 
 		}
 	}
 	for tube, dest := range m.coveredTubes(n, g, prefix, to) {
-		jobs, err := m.handTube(ctx, n, tube, move, g, dest)
+		jobs, err := m.handTube(ctx, n, tube, move, g, dest, nil)
 		if err != nil {
 			return out, err
 		}

@@ -32,17 +32,25 @@ import (
 // A tube moves live from its group S to another, D (docs/design/shards.md
 // 3.3, as built), driven by S's leader, the one decision group 0's:
 //
+//  0. S's leader copies the tube's jobs to D's leader, the tube not yet
+//     frozen (stageTube): D logs them as copies it does not serve
+//     (replication.TubeBook.Staged; a command by id of one is answered as
+//     if the job were not there: router.ServerConfig.Staged), so that
+//     the freeze carries only what changed since (docs/design/shards.md
+//     10, "The copy ahead of the freeze").
 //  1. S freezes the tube (replication.TubeFreeze in S's log): S refuses
 //     its commands from then on, the changes by id of its jobs among them
 //     (router.ServerConfig.Frozen: the members' sessions send them again
 //     where the tube, or the job, lives once the move is decided), and
 //     ends the reserves waiting on it the same way (Router.Refreeze, which
 //     also waits out the commands that passed the check before).
-//  2. S's leader exports the tube's jobs (store.ExportTube), with the
-//     sessions holding its reserved ones (Router.Holders), and D's leader
-//     takes them as its own logged records, each reserved job by its
-//     holder's owner client there with what is left of its TTR
-//     (store.Client.ImportTube), answering once its log has them.
+//  2. S's leader exports the tube's jobs changed since the copy, and the
+//     ids gone (store.ExportTubeChanges; all of them without a copy:
+//     ExportTube), with the sessions holding its reserved ones
+//     (Router.Holders), and D's leader takes them as its own logged
+//     records, each reserved job by its holder's owner client there with
+//     what is left of its TTR (store.Client.ImportTubeChanges,
+//     ImportTube), answering once its log has them.
 //  3. Group 0 decides: the move's placement (the tube routes to D from
 //     then on, on every member as it applies it) or its abort, whichever
 //     commits first (replication.TubePlace, TubeAbort).
@@ -54,7 +62,9 @@ import (
 // A move whose driver is lost (S's leader changes, a member dies) is
 // finished by S's next leader (resolveTubeMoves): a tube frozen and
 // undecided is aborted unless group 0 placed it meanwhile, and either way
-// carried to its end. Jobs keep their ids; a command by id that the id's
+// carried to its end. One lost before the freeze leaves its copy in D,
+// which D's leader drops (resolveStages), as it does when the tube moves
+// there again (clearOtherAdopt). Jobs keep their ids; a command by id that the id's
 // group no longer finds asks the groups its tubes moved to
 // (router.RouterConfig.MovedFrom).
 
@@ -190,13 +200,32 @@ func (m *Member) groupOfJob(id uint64) (uint16, bool) {
 		return 0, false
 	}
 	for _, to := range m.movedFrom(g) {
-		if n := m.shards.node(to); n != nil && n.Store().Holds(id) {
+		n := m.shards.node(to)
+		if n == nil {
+			continue
+		}
+		// A copy taken ahead of a move's freeze is not the job: its
+		// source serves it still.
+		if tube, ok := n.Store().TubeOfJob(id); ok && !isStaged(n, tube) {
 			if home := m.shards.node(g); home == nil || !home.Store().Holds(id) {
 				return to, true
 			}
 		}
 	}
 	return g, true
+}
+
+// tubeJobs is how many jobs n's store holds of tube.
+func tubeJobs(n *replication.Node, tube string) int {
+	ts, _ := n.Store().TubeStats([]byte(tube))
+	return ts.Ready + ts.Delayed + ts.Buried + ts.Reserved
+}
+
+// isStaged reports whether tube's jobs in n's group are copies a move
+// took in ahead of its source's freeze.
+func isStaged(n *replication.Node, tube string) bool {
+	_, ok := n.Tubes().Staged[tube]
+	return ok
 }
 
 // frozen is router.RouterConfig.Frozen. While group g holds copies a
@@ -436,9 +465,10 @@ type tubeMoveResult struct {
 	// Paused is how long the tube's commands were refused, from the
 	// freeze to the placement, in milliseconds.
 	Paused int64 `json:"paused_ms"`
-	// took is how long each step took, for the log: the freeze, the
-	// sessions' refreeze, the hand-over, group 0's decision, the finish.
-	took [5]time.Duration
+	// took is how long each step took, for the log: the stage, the
+	// freeze, the sessions' refreeze, the hand-over, group 0's decision,
+	// the finish.
+	took [6]time.Duration
 }
 
 // stepsLog is took for the log.
@@ -455,15 +485,19 @@ func (r *tubeMoveResult) stepsLog() *zerolog.Array {
 //
 //	POST /cluster/tubes/{name}/move    {"group": N}: move the tube live (any member)
 //	POST /cluster/tubes/{name}/adopt   D's leader takes the tube's jobs (?from=S&to=D&move=E)
+//	POST /cluster/tubes/{name}/stage   D's leader takes a copy of them ahead of the freeze (the same)
+//	POST /cluster/tubes/{name}/adopt-changes  D's leader takes what changed since (the same)
 //	POST /cluster/tubes/{name}/decide  group 0's leader decides a move ({"move","from","to","place"})
 //	POST /cluster/tubes/{name}/drop    D's leader drops the jobs of an aborted move (?to=D&move=E)
 //	POST /cluster/moves/settled        group 0's leader notes a group's part of moves over ({"group","moves"})
 //
-// The last four are the members' own, each forwarded to the leader it
+// The last six are the members' own, each forwarded to the leader it
 // names when this member does not serve the group.
 func (m *Member) registerTubeMoves(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
 	mux.Handle("POST /cluster/tubes/{name}/move", guard(http.HandlerFunc(m.serveTubeMove)))
 	mux.Handle("POST /cluster/tubes/{name}/adopt", guard(http.HandlerFunc(m.serveAdopt)))
+	mux.Handle("POST /cluster/tubes/{name}/stage", guard(http.HandlerFunc(m.serveStage)))
+	mux.Handle("POST /cluster/tubes/{name}/adopt-changes", guard(http.HandlerFunc(m.serveAdoptChanges)))
 	mux.Handle("POST /cluster/tubes/{name}/decide", guard(http.HandlerFunc(m.serveDecide)))
 	mux.Handle("POST /cluster/tubes/{name}/drop", guard(http.HandlerFunc(m.serveDrop)))
 	mux.Handle("POST /cluster/moves/settled", guard(http.HandlerFunc(m.serveSettled)))
@@ -633,35 +667,45 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 		}
 	}
 	move := rand.Uint64()>>1 | 1
-	began := time.Now()
-	if err := n.ProposeTube(ctx, replication.TubeFreeze, tube, move, to, 0); err != nil {
-		return res, err
-	}
-	frozenAt := time.Now()
-	step := frozenAt
-	res.took[0] = frozenAt.Sub(began)
+	step := time.Now()
 	lap := func(i int) {
 		now := time.Now()
 		res.took[i], step = now.Sub(step), now
 	}
+	since, err := m.stageTube(ctx, n, tube, move, from, to)
+	lap(0)
+	if err != nil {
+		return res, m.abortTubeMove(ctx, n, tube, move, from, to, err)
+	}
+	if hook := m.afterStage.Load(); hook != nil && since != nil {
+		(*hook)()
+	}
+	if err := n.ProposeTube(ctx, replication.TubeFreeze, tube, move, to, 0); err != nil {
+		if since == nil {
+			return res, err
+		}
+		return res, m.abortTubeMove(ctx, n, tube, move, from, to, err)
+	}
+	frozenAt := time.Now()
+	lap(1)
 	// Once every owner client of the group has been seen with the freeze
 	// applied, nothing of the tube changes here: a command that passed
 	// the check before it has run.
 	m.sessions.Refreeze(from)
-	lap(1)
+	lap(2)
 	for p, f := range n.Tubes().FrozenPrefixes {
 		if _, ok := m.takes(from, tube, p, f.To); ok && !f.Moved {
 			return res, m.abortTubeMove(ctx, n, tube, move, from, to, fmt.Errorf("%w: prefix %q's placement in group %d takes tube %q", errTubeMove, p, f.To, tube))
 		}
 	}
-	jobs, err := m.handTube(ctx, n, tube, move, from, to)
+	jobs, err := m.handTube(ctx, n, tube, move, from, to, since)
 	res.Jobs = jobs
-	lap(2)
+	lap(3)
 	if err != nil {
 		return res, m.abortTubeMove(ctx, n, tube, move, from, to, err)
 	}
 	placed, err := m.decideTubeMove(ctx, tube, move, from, to, true)
-	lap(3)
+	lap(4)
 	if err != nil {
 		return res, m.abortTubeMove(ctx, n, tube, move, from, to, fmt.Errorf("tube %q's placement: %w", tube, err))
 	}
@@ -670,14 +714,47 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 	}
 	res.Paused = time.Since(frozenAt).Milliseconds()
 	err = m.finishTubeMove(ctx, n, tube, move)
-	lap(4)
+	lap(5)
 	return res, err
+}
+
+// stageTube copies tube's jobs in group from (n, led here), not yet
+// frozen, to group to's leader, ahead of the move's freeze: the leader
+// takes them in as copies it does not serve (replication.TubeBook.Staged),
+// and the freeze then hands over only what changed since (handTube). It
+// returns what it copied, or nil when it copied nothing: an empty tube,
+// or a leader of a release before, which has no stage (the freeze then
+// hands over the whole tube).
+func (m *Member) stageTube(ctx context.Context, n *replication.Node, tube string, move uint64, from, to uint16) (store.TubeCopy, error) {
+	frames, jobs, _, _, ok := n.Store().ExportTube([]byte(tube))
+	if !ok || jobs == 0 {
+		return nil, nil
+	}
+	since, err := store.CopyOf(frames)
+	if err != nil {
+		return nil, err
+	}
+	body, err := adoptionBody(adoption{}, frames)
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
+	err = m.callLeaderAgain(ctx, to, "/cluster/tubes/"+url.PathEscape(tube)+"/stage?"+q.Encode(), body, nil, nil)
+	if le, ok := errors.AsType[*leaderError](err); ok && le.status == http.StatusNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("group %d did not take tube %q's copy: %w", to, tube, err)
+	}
+	return since, nil
 }
 
 // handTube hands tube's jobs in group from (n, led here), frozen, to
 // group to's leader, with the sessions holding its reserved ones, and
-// returns how many it handed once that leader's log has them.
-func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string, move uint64, from, to uint16) (int, error) {
+// returns how many it handed once that leader's log has them: all of
+// them, or with since (stageTube's copy, which that group holds) only
+// those changed since and the ids gone.
+func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string, move uint64, from, to uint16, since store.TubeCopy) (int, error) {
 	term, err := servingTerm(n)
 	if err != nil {
 		return 0, err
@@ -686,7 +763,20 @@ func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string,
 	// this member led the group throughout: a leadership lost rebuilds
 	// the store, and is published lost before that begins (and never won
 	// back in the same term).
-	frames, jobs, held, fig, _ := n.Store().ExportTube([]byte(tube))
+	var (
+		frames []byte
+		jobs   int
+		held   []store.Held
+		fig    store.TubeFigures
+		gone   []uint64
+	)
+	path := "/adopt?"
+	if since != nil {
+		frames, jobs, held, fig, gone, _ = n.Store().ExportTubeChanges([]byte(tube), since)
+		path = "/adopt-changes?"
+	} else {
+		frames, jobs, held, fig, _ = n.Store().ExportTube([]byte(tube))
+	}
 	leading := func() error {
 		if t, err := servingTerm(n); err != nil || t != term {
 			return fmt.Errorf("%w: group %d's leadership here was lost under its move", replication.ErrNotServing, from)
@@ -696,18 +786,19 @@ func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string,
 	if err := leading(); err != nil {
 		return jobs, err
 	}
-	body, err := json.Marshal(adoption{Figures: fig, Holders: m.sessions.Holders(from, held)})
+	head := adoption{Figures: fig, Holders: m.sessions.Holders(from, held)}
+	if since != nil {
+		head.Gone, head.Jobs = gone, jobs
+	}
+	body, err := adoptionBody(head, frames)
 	if err != nil {
 		return jobs, err
 	}
-	head := body
-	body = make([]byte, 0, 4+len(head)+len(frames)) // the frames copied once: tens of megabytes for a large tube
-	body = binary.BigEndian.AppendUint32(body, uint32(len(head)))
-	body = append(append(body, head...), frames...)
 	q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
 	// An import sent again to the group's next leader skips the jobs it
-	// has (the first's that its log committed).
-	if err := m.callLeaderAgain(ctx, to, "/cluster/tubes/"+url.PathEscape(tube)+"/adopt?"+q.Encode(), body, nil, leading); err != nil {
+	// has (the first's that its log committed); one of changes makes
+	// them again, the same.
+	if err := m.callLeaderAgain(ctx, to, "/cluster/tubes/"+url.PathEscape(tube)+path+q.Encode(), body, nil, leading); err != nil {
 		return jobs, fmt.Errorf("group %d did not take tube %q's jobs: %w", to, tube, err)
 	}
 	return jobs, nil
@@ -719,10 +810,24 @@ const maxAdoptPresize = 256 << 20
 
 // adoption is what goes with a tube's jobs to its new group's leader,
 // ahead of their frames (its length first, 4 bytes): the tube's figures
-// and the sessions holding its reserved jobs.
+// and the sessions holding its reserved jobs; after a stage, the ids of
+// its copies gone since, and how many jobs the tube holds.
 type adoption struct {
 	Figures store.TubeFigures `json:"figures"`
 	Holders []router.Holder   `json:"holders,omitempty"`
+	Gone    []uint64          `json:"gone,omitempty"`
+	Jobs    int               `json:"jobs,omitempty"`
+}
+
+// adoptionBody is an adopt's body: head, then frames.
+func adoptionBody(head adoption, frames []byte) ([]byte, error) {
+	js, err := json.Marshal(head)
+	if err != nil {
+		return nil, err
+	}
+	body := make([]byte, 0, 4+len(js)+len(frames)) // the frames copied once: tens of megabytes for a large tube
+	body = binary.BigEndian.AppendUint32(body, uint32(len(js)))
+	return append(append(body, js...), frames...), nil
 }
 
 // abortTubeMove ends a move that did not reach its placement: group 0
@@ -909,9 +1014,32 @@ func (m *Member) servedGroup(w http.ResponseWriter, r *http.Request, key string)
 	return m.shards.node(uint16(g)), uint16(g), move, true
 }
 
-func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
+// What an adopt takes in: a tube's jobs at its freeze, its copy ahead
+// of it (stageTube), or what changed since that copy.
+const (
+	adoptWhole = iota
+	adoptStage
+	adoptChanges
+)
+
+func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) { m.adopt(w, r, adoptWhole) }
+
+func (m *Member) serveStage(w http.ResponseWriter, r *http.Request) { m.adopt(w, r, adoptStage) }
+
+func (m *Member) serveAdoptChanges(w http.ResponseWriter, r *http.Request) {
+	m.adopt(w, r, adoptChanges)
+}
+
+// adopt takes a moving tube's jobs into the group this member leads, as
+// what says.
+func (m *Member) adopt(w http.ResponseWriter, r *http.Request, what int) {
 	n, g, move, ok := m.servedGroup(w, r, "to")
 	if !ok {
+		return
+	}
+	from, err := strconv.ParseUint(r.URL.Query().Get("from"), 10, 16)
+	if err != nil {
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: "want ?from=GROUP"})
 		return
 	}
 	tube := r.PathValue("name")
@@ -948,6 +1076,22 @@ func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
 		writeMoveError(w, fmt.Errorf("%w: move %x of tube %q was aborted", errTubeMove, move, tube))
 		return
 	}
+	if m.shards.routing.Load().state.Owner(tube) == g {
+		// Late too, a deposed driver's: the tube lives here, and its jobs
+		// here are no copies.
+		writeMoveError(w, fmt.Errorf("%w: tube %q lives in group %d", errTubeMove, tube, g))
+		return
+	}
+	if err := m.clearOtherAdopt(r.Context(), n, g, tube, move); err != nil {
+		writeMoveError(w, err)
+		return
+	}
+	if what == adoptChanges && n.Tubes().Adopted[tube] != move {
+		// Its copy is not here (dropped as an abort's): the changes alone
+		// would be part of the tube.
+		writeMoveError(w, fmt.Errorf("%w: group %d holds no copy of tube %q's move %x", errTubeMove, g, tube, move))
+		return
+	}
 	// A tube that moved out of here before comes back: its move out ends
 	// first (its driver may have been lost after group 0 placed it, and
 	// before the copies here went), and it is no longer refused here once
@@ -973,13 +1117,29 @@ func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
 	}
 	cl := n.Store().NewOwnerClient(nil)
 	defer cl.Close()
-	if err := n.ProposeTube(r.Context(), replication.TubeAdopted, tube, move, 0, 0); err != nil {
+	var staged, stagedFrom uint16
+	if what == adoptStage {
+		staged, stagedFrom = replication.AdoptStaged, uint16(from)
+	}
+	if err := n.ProposeTube(r.Context(), replication.TubeAdopted, tube, move, staged, stagedFrom); err != nil {
 		writeChangeError(w, err)
 		return
 	}
 	began := time.Now()
 	prepared := began.Sub(asked) - read
-	made, err := cl.ImportTube([]byte(tube), frames, in.Figures, m.sessions.HolderClients(g, in.Holders))
+	var made int
+	switch holders := m.sessions.HolderClients(g, in.Holders); what {
+	case adoptStage: // copies: no holder, no figures
+		made, err = cl.ImportTube([]byte(tube), frames, store.TubeFigures{}, nil)
+	case adoptChanges:
+		made, err = cl.ImportTubeChanges([]byte(tube), frames, in.Gone, in.Figures, holders)
+		// The copy and its changes are the tube, or the move is given up.
+		if held := tubeJobs(n, tube); err == nil && held != in.Jobs {
+			err = fmt.Errorf("%w: the copy of tube %q holds %d jobs with its changes, its source %d", errTubeMove, tube, held, in.Jobs)
+		}
+	default:
+		made, err = cl.ImportTube([]byte(tube), frames, in.Figures, holders)
+	}
 	imported := time.Since(began)
 	if hook := m.afterImport.Load(); hook != nil {
 		(*hook)(g)
@@ -987,14 +1147,71 @@ func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = awaitAcked(r.Context(), n, term, cl.PendingAck())
 	}
-	m.log.Info().Str("tube", tube).Int("group", int(g)).Int("jobs", made).Int64("read_ms", read.Milliseconds()).
+	m.log.Info().Str("tube", tube).Int("group", int(g)).Int("what", what).Int("jobs", made).Int("gone", len(in.Gone)).Int64("read_ms", read.Milliseconds()).
 		Int64("prepare_ms", prepared.Milliseconds()).Int64("import_ms", imported.Milliseconds()).
 		Int64("ack_ms", (time.Since(began) - imported).Milliseconds()).Err(err).Msg("took a moving tube's jobs")
+	if errors.Is(err, errTubeMove) {
+		writeMoveError(w, err) // given up, not to be sent again
+		return
+	}
 	if err != nil {
 		admin.WriteError(w, &admin.Error{Status: http.StatusServiceUnavailable, Message: fmt.Sprintf("taking tube %q's jobs: %v", tube, err)})
 		return
 	}
 	admin.WriteValue(w, http.StatusOK, map[string]int{"jobs": made})
+}
+
+// clearOtherAdopt ends, before move's copies of tube come into n's group
+// g, the copies an earlier move left here. A stage whose driver was lost
+// leaves its copies while the tube's source still serves it, and may
+// begin another move of it at once: taken in again, the old copies would
+// hide the tube's changes (an import skips the ids it holds). That move
+// is decided aborted, unless group 0 placed it, and its copies dropped.
+// Another undecided adopt, one at the source's freeze, is refused: its
+// source is frozen, and resolves it.
+func (m *Member) clearOtherAdopt(ctx context.Context, n *replication.Node, g uint16, tube string, move uint64) error {
+	b := n.Tubes()
+	by := b.Adopted[tube]
+	if by == 0 || by == move {
+		return nil
+	}
+	placed, decided := m.node.Tubes().Decided[by]
+	if !decided {
+		st, staged := b.Staged[tube]
+		if !staged {
+			return fmt.Errorf("%w: group %d holds tube %q's copies of move %x, not yet decided", errTubeMove, g, tube, by)
+		}
+		var err error
+		if placed, err = m.decideTubeMove(ctx, tube, by, st.From, g, false); err != nil {
+			return err
+		}
+	}
+	if !placed && m.shards.routing.Load().state.Owner(tube) != g {
+		if err := dropTube(ctx, n, tube); err != nil {
+			return err
+		}
+	}
+	// Placed, its copies were the tube's jobs here, moved out since (a
+	// tube moves in only where it does not live): its adopt alone is
+	// left to end (endPlacedAdopts had not yet).
+	return endAdopt(ctx, n, tube, by)
+}
+
+// staged is router.RouterConfig.Staged: the tubes of group g whose
+// copies a move took in ahead of its source's freeze.
+func (m *Member) staged(g uint16) func(tube []byte) bool {
+	n := m.shards.node(g)
+	if n == nil {
+		return nil
+	}
+	st := n.Tubes().Staged
+	if len(st) == 0 {
+		return nil
+	}
+	return func(tube []byte) bool {
+		_, ok := st[string(tube)]
+		return ok
+	}
 }
 
 // serveDrop drops what a move's adopt took, for its abort: after the
@@ -1143,6 +1360,7 @@ func (m *Member) resolveTubeMoves() {
 	if m.keepLostMoves.Load() {
 		return
 	}
+	m.resolveStages()
 	for g := range m.shards.groups() {
 		if m.shards.serving(uint16(g)) == nil {
 			continue
@@ -1156,7 +1374,7 @@ func (m *Member) resolveTubeMoves() {
 				continue
 			}
 			if f.Moved {
-				if ts, ok := n.Store().TubeStats([]byte(tube)); !ok || ts.Ready+ts.Delayed+ts.Buried+ts.Reserved == 0 {
+				if tubeJobs(n, tube) == 0 {
 					continue
 				}
 			}
@@ -1179,6 +1397,76 @@ func (m *Member) resolveTubeMoves() {
 				}
 				m.log.Info().Str("tube", tube).Int("group", g).Err(err).Msg("a tube's move, left by its driver, resolved")
 			}()
+		}
+	}
+}
+
+// stageLost is how long a group's leader sees a move's copy taken ahead
+// of its freeze, no adopt of it running here and group 0 not deciding
+// it, before it has the move aborted: the move's driver has as long for
+// all of it (tubeMoveTimeout), so one still live past that is giving up.
+const stageLost = tubeMoveTimeout
+
+// resolveStages ends, in each group this member leads, the copies moves
+// took in ahead of their freezes that will not be taken further: a move
+// aborted (its driver's drop may be lost with it), or one whose driver
+// was lost before the freeze, which leaves nothing in its source's log
+// for the source's resolver, decided aborted here after stageLost (a
+// driver that freezes after all then reads it aborted, and thaws). Called
+// from the balance loop.
+func (m *Member) resolveStages() {
+	seen := map[uint64]bool{}
+	decided := m.node.Tubes().Decided
+	for g := range m.shards.groups() {
+		if m.shards.serving(uint16(g)) == nil {
+			continue
+		}
+		n := m.shards.node(uint16(g))
+		for tube, st := range n.Tubes().Staged {
+			key := tubeIn(tube, uint16(g))
+			if m.tubeMoves.has(key) {
+				continue
+			}
+			placed, ok := decided[st.Move]
+			if placed {
+				continue // endPlacedAdopts ends it
+			}
+			if !ok {
+				seen[st.Move] = true
+				if m.stagesSeen == nil {
+					m.stagesSeen = map[uint64]time.Time{}
+				}
+				first, was := m.stagesSeen[st.Move]
+				if !was {
+					m.stagesSeen[st.Move] = time.Now()
+				}
+				wait := time.Duration(m.stageLostAfter.Load())
+				if wait == 0 {
+					wait = stageLost
+				}
+				if !was || time.Since(first) < wait {
+					continue
+				}
+			}
+			go func() {
+				if !m.tubeMoves.begin(key) {
+					return
+				}
+				defer m.tubeMoves.end(key)
+				if now, ok := n.Tubes().Staged[tube]; !ok || now != st {
+					return // taken further meanwhile, or ended
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), tubeMoveTimeout)
+				defer cancel()
+				err := m.clearOtherAdopt(ctx, n, uint16(g), tube, 0)
+				m.log.Info().Str("tube", tube).Int("group", g).Int("from", int(st.From)).Err(err).
+					Msg("a tube's copy taken ahead of its move's freeze, left by its driver, dropped")
+			}()
+		}
+	}
+	for move := range m.stagesSeen {
+		if !seen[move] {
+			delete(m.stagesSeen, move)
 		}
 	}
 }

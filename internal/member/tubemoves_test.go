@@ -563,7 +563,7 @@ func TestShardGroupsAdoptAndDrop(t *testing.T) {
 	drop := func(move uint64) error {
 		return src.callLeader(t.Context(), 2, fmt.Sprintf("/cluster/tubes/%s/drop?to=2&move=%x", tube, move), nil, nil)
 	}
-	if jobs, err := src.handTube(t.Context(), n, tube, moveA, 1, 2); err != nil || jobs != 3 || copies() != 3 {
+	if jobs, err := src.handTube(t.Context(), n, tube, moveA, 1, 2, nil); err != nil || jobs != 3 || copies() != 3 {
 		t.Fatalf("move A's adopt: %d jobs, %v; %d copies in group 2", jobs, err, copies())
 	}
 	// Group 2's next leader knows whose copies it holds: its log says
@@ -588,7 +588,7 @@ func TestShardGroupsAdoptAndDrop(t *testing.T) {
 		_, ok := dst.node.Tubes().Decided[moveC]
 		return ok
 	})
-	if _, err := src.handTube(t.Context(), n, tube, moveC, 1, 2); err == nil || copies() != 0 {
+	if _, err := src.handTube(t.Context(), n, tube, moveC, 1, 2, nil); err == nil || copies() != 0 {
 		t.Fatalf("an adopt for the aborted move C: %v; %d copies", err, copies())
 	}
 
@@ -597,7 +597,7 @@ func TestShardGroupsAdoptAndDrop(t *testing.T) {
 	dst.afterImport.Store(&hook)
 	adopted := make(chan error, 1)
 	go func() {
-		_, err := src.handTube(t.Context(), n, tube, moveD, 1, 2)
+		_, err := src.handTube(t.Context(), n, tube, moveD, 1, 2, nil)
 		adopted <- err
 	}()
 	<-imported
@@ -652,7 +652,7 @@ func TestShardGroupsMoveBackCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	src.sessions.Refreeze(2)
-	if jobs, err := src.handTube(t.Context(), n, tube, move, 2, 1); err != nil || jobs != 1 {
+	if jobs, err := src.handTube(t.Context(), n, tube, move, 2, 1, nil); err != nil || jobs != 1 {
 		t.Fatalf("handing the tube back: %d jobs, %v", jobs, err)
 	}
 	if !c.leaderOf(1).shards.node(1).Store().Holds(id) {
@@ -707,7 +707,7 @@ func TestShardGroupsMoveTubeBackUnfinished(t *testing.T) {
 		t.Fatal(err)
 	}
 	src.sessions.Refreeze(1)
-	if jobs, err := src.handTube(t.Context(), n, tube, move, 1, 2); err != nil || jobs != len(ids) {
+	if jobs, err := src.handTube(t.Context(), n, tube, move, 1, 2, nil); err != nil || jobs != len(ids) {
 		t.Fatalf("handing the tube over: %d jobs, %v", jobs, err)
 	}
 	if err := c.leaderOf(0).node.ProposeTube(t.Context(), replication.TubePlace, tube, move, 2, 1); err != nil {
@@ -852,7 +852,7 @@ func TestHandTubeNeedsLeadership(t *testing.T) {
 		t.Fatal(err)
 	}
 	testproc.WaitFor(t, 10*time.Second, "the leadership handed over", func() bool { return was.shards.serving(from) == nil })
-	_, err := was.handTube(t.Context(), n, tube, 1, from, to)
+	_, err := was.handTube(t.Context(), n, tube, 1, from, to, nil)
 	if !errors.Is(err, replication.ErrNotServing) {
 		t.Fatalf("handTube by a member that no longer leads group %d: %v, want ErrNotServing", from, err)
 	}
@@ -985,4 +985,195 @@ func TestShardGroupsMoveIntoGroupZero(t *testing.T) {
 	if r, err := setup.Do(fmt.Sprintf("peek %d", id), nil); err != nil || r.Kind != testproc.ReplyFound {
 		t.Fatalf("peek of the moved job: %+v %v", r, err)
 	}
+}
+
+// TestShardGroupsMoveTubeStaged: a move copies its tube to the new group
+// ahead of the freeze (stageTube), and the freeze hands over only what
+// changed since. Changed between the two here: a job deleted, a reserved
+// one released with another priority, one reserved and buried, one put,
+// one reserved and held across the move. Meanwhile the new group's copy
+// serves nothing: a peek of a copied job is answered by the old group,
+// though its id is the new group's (the tube moves back), which the
+// search asks first. After the move every job is in the new group as the
+// old one had it, the deleted one nowhere, the held one still its
+// holder's.
+func TestShardGroupsMoveTubeStaged(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	c.formationRecorded()
+	tube := tubePerGroup(c.up["m1"].shards.placement, "staged")[2]
+	holder := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, holder, "use "+tube, "USING "+tube)
+	expectLine(t, holder, "watch "+tube, "WATCHING 2")
+	expectLine(t, holder, "ignore default", "WATCHING 1")
+	put := func(pri uint32, delay int, body string) uint64 {
+		t.Helper()
+		id, err := holder.Put(pri, delay, 60, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	reserve := func(want uint64) {
+		t.Helper()
+		if r, err := holder.Do("reserve-with-timeout 5", nil); err != nil || r.N != want {
+			t.Fatalf("reserve: %+v %v, want job %d", r, err, want)
+		}
+	}
+	released, deleted, buried, same, held := put(1, 0, "released"), put(2, 0, "deleted"), put(3, 0, "buried"), put(9, 0, "same"), put(4, 0, "held")
+	delayed := put(5, 100, "delayed")
+	if status, _, body := moveTubeThrough(t, c.up["m1"], tube, 1); status != http.StatusOK {
+		t.Fatalf("move out of group 2: %d %s", status, body)
+	}
+	reserve(released)
+	// The hook runs on the move's driver, in its member's handler: it
+	// reports, it does not stop the test.
+	var fresh uint64
+	var staged bool
+	hook := func() {
+		for _, m := range c.up {
+			if n := m.shards.serving(2); n != nil {
+				staged = isStaged(m.shards.node(2), tube)
+			}
+		}
+		reader, err := testproc.Dialer{Timeout: time.Second, ReplyTimeout: replyTimeout}.Dial(c.up["m3"].Addr().String())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer reader.Close()
+		if r, err := reader.Do(fmt.Sprintf("peek %d", same), nil); err != nil || r.Kind != testproc.ReplyFound || string(r.Body) != "same" {
+			t.Errorf("a peek of a copied job while the copy is staged: %+v %v", r, err)
+		}
+		for _, step := range [][2]string{
+			{fmt.Sprintf("delete %d", deleted), "DELETED"},
+			{fmt.Sprintf("release %d 7 0", released), "RELEASED"},
+		} {
+			if err := holder.ExpectLine(step[0], step[1]); err != nil {
+				t.Error(err)
+			}
+		}
+		if r, err := holder.Do("reserve-with-timeout 5", nil); err != nil || r.N != buried {
+			t.Errorf("reserve: %+v %v, want job %d", r, err, buried)
+		}
+		if err := holder.ExpectLine(fmt.Sprintf("bury %d 8", buried), "BURIED"); err != nil {
+			t.Error(err)
+		}
+		if fresh, err = holder.Put(6, 0, 60, []byte("fresh")); err != nil {
+			t.Error(err)
+		}
+		if r, err := holder.Do("reserve-with-timeout 5", nil); err != nil || r.N != held {
+			t.Errorf("reserve: %+v %v, want job %d", r, err, held)
+		}
+	}
+	for _, m := range c.up {
+		m.afterStage.Store(&hook)
+	}
+	status, res, body := moveTubeThrough(t, c.up["m1"], tube, 2)
+	if status != http.StatusOK || res.Jobs != 6 {
+		t.Fatalf("move: %d %s", status, body)
+	}
+	if !staged {
+		t.Fatal("the new group's book held no stage of the tube before the freeze")
+	}
+	for id, want := range map[uint64][2]string{released: {"ready", "7"}, buried: {"buried", "8"}, same: {"ready", "9"},
+		held: {"reserved", "4"}, delayed: {"delayed", "5"}, fresh: {"ready", "6"}} {
+		st, err := holder.Stats(fmt.Sprintf("stats-job %d", id))
+		if err != nil || st["state"] != want[0] || st["pri"] != want[1] {
+			t.Fatalf("stats-job %d after the move: %v %v, want %v", id, st, err, want)
+		}
+	}
+	expectLine(t, holder, fmt.Sprintf("peek %d", deleted), "NOT_FOUND")
+	for g, n := range map[uint16]int{1: 0, 2: 6} {
+		testproc.WaitFor(t, 10*time.Second, fmt.Sprintf("group %d's store", g), func() bool {
+			return tubeJobs(c.leaderOf(g).shards.node(g), tube) == n
+		})
+	}
+	expectLine(t, holder, fmt.Sprintf("delete %d", held), "DELETED") // still its holder's
+	testproc.WaitFor(t, 10*time.Second, "the stage ended", func() bool {
+		return len(c.leaderOf(2).shards.node(2).Tubes().Adopted) == 0
+	})
+	c.settledAll()
+}
+
+// TestShardGroupsMoveTubeStageLost: a tube's copy taken ahead of a
+// freeze that never comes (its driver lost) serves nothing, and the tube
+// goes on in its group: a delete of one of its jobs there. A move of the
+// tube after it drops that copy first (the move is decided aborted):
+// taken in again, its copy of the deleted job would have come back. A
+// copy nothing takes further is dropped by the new group's leader once
+// it has waited (resolveStages), its move aborted.
+func TestShardGroupsMoveTubeStageLost(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	c.formationRecorded()
+	tubes := tubePerGroup(c.up["m1"].shards.placement, "lost")
+	client := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
+	ids := map[string][]uint64{}
+	for _, tube := range []string{tubes[1], tubes[0]} {
+		expectLine(t, client, "use "+tube, "USING "+tube)
+		for i := range 3 {
+			id, err := client.Put(0, 0, 60, fmt.Appendf(nil, "%s-%d", tube, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[tube] = append(ids[tube], id)
+		}
+	}
+	stage := func(tube string, from uint16) uint64 {
+		t.Helper()
+		src := c.leaderOf(from)
+		move := uint64(0x57a6e<<4 | int(from))
+		if since, err := src.stageTube(t.Context(), src.shards.node(from), tube, move, from, 2); err != nil || len(since) != 3 {
+			t.Fatalf("stage of %s: %d jobs, %v", tube, len(since), err)
+		}
+		if !isStaged(c.leaderOf(2).shards.node(2), tube) {
+			t.Fatalf("group 2 holds no stage of %s", tube)
+		}
+		return move
+	}
+	lost := stage(tubes[1], 1)
+	gone := ids[tubes[1]][0]
+	expectLine(t, client, fmt.Sprintf("delete %d", gone), "DELETED")
+	if status, res, body := moveTubeThrough(t, c.up["m2"], tubes[1], 2); status != http.StatusOK || res.Jobs != 2 {
+		t.Fatalf("the move after a lost stage: %d %s", status, body)
+	}
+	if placed, ok := c.leaderOf(0).node.Tubes().Decided[lost]; !ok || placed {
+		t.Fatalf("the lost stage's move: decided %v, placed %v; want aborted", ok, placed)
+	}
+	expectLine(t, client, fmt.Sprintf("peek %d", gone), "NOT_FOUND")
+	if n := tubeJobs(c.leaderOf(2).shards.node(2), tubes[1]); n != 2 {
+		t.Fatalf("group 2 holds %d jobs of the moved tube, want 2", n)
+	}
+	// A stage come late, a deposed driver's, where the tube lives now:
+	// refused, or its jobs there would count as copies (and go).
+	dst := c.leaderOf(2)
+	frames, _, _, _, _ := dst.shards.node(2).Store().ExportTube([]byte(tubes[1]))
+	body, err := adoptionBody(adoption{}, frames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = dst.callLeader(t.Context(), 2, "/cluster/tubes/"+tubes[1]+"/stage?from=1&to=2&move=5ea1e", body, nil)
+	if le, ok := errors.AsType[*leaderError](err); !ok || le.status != http.StatusConflict {
+		t.Fatalf("a late stage where the tube lives: %v, want 409", err)
+	}
+	if n := dst.shards.node(2); isStaged(n, tubes[1]) || tubeJobs(n, tubes[1]) != 2 {
+		t.Fatalf("after a late stage, group 2 holds %d jobs of the tube (staged: %v)", tubeJobs(n, tubes[1]), isStaged(n, tubes[1]))
+	}
+
+	for _, m := range c.up {
+		m.stageLostAfter.Store(int64(time.Second))
+	}
+	left := stage(tubes[0], 0)
+	testproc.WaitFor(t, 20*time.Second, "the stage left dropped", func() bool {
+		n := c.leaderOf(2).shards.node(2)
+		return !isStaged(n, tubes[0]) && tubeJobs(n, tubes[0]) == 0 && len(n.Tubes().Adopted) == 0
+	})
+	if placed, ok := c.leaderOf(0).node.Tubes().Decided[left]; !ok || placed {
+		t.Fatalf("the stage left's move: decided %v, placed %v; want aborted", ok, placed)
+	}
+	for _, id := range ids[tubes[0]] {
+		expectLine(t, client, fmt.Sprintf("delete %d", id), "DELETED") // in group 0, all along
+	}
+	c.settledAll()
 }

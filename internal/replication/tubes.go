@@ -88,7 +88,9 @@ const (
 	// the first applied is the cluster's.
 	GroupsFormed uint8 = 17
 	// TubeAdopted: move Deadline's copies of Tube are taken into this
-	// group (its destination), not yet placed (TubeBook.Adopted).
+	// group (its destination), not yet placed (TubeBook.Adopted); Pri
+	// AdoptStaged: taken ahead of the freeze, the tube still served by
+	// its source, group Delay (TubeBook.Staged).
 	TubeAdopted uint8 = 18
 	// TubeAdoptEnded: move Deadline's copies of Tube here are the tube's
 	// jobs (group 0 placed it) or dropped (aborted).
@@ -98,6 +100,17 @@ const (
 	// or adopts waits for their outcomes (TubeBook.Unsettled).
 	MovesSettled uint8 = 20
 )
+
+// Stage is a move's copy of a tube taken ahead of its freeze: the move,
+// and the group it comes from.
+type Stage struct {
+	Move uint64 `json:"move"`
+	From uint16 `json:"from"`
+}
+
+// AdoptStaged is a TubeAdopted record's group (ProposeTube's) for copies
+// taken ahead of the source's freeze.
+const AdoptStaged uint16 = 1
 
 // Formed is the G and R a cluster was formed with (--cluster-groups,
 // --cluster-replicas), as group 0's first GroupsFormed record says:
@@ -195,6 +208,12 @@ type TubeBook struct {
 	// routed elsewhere meanwhile (internal/member's Member.frozen), and
 	// refuses a late drop of another move (serveDrop).
 	Adopted map[string]uint64 `json:"adopted,omitempty"`
+	// Staged are the tubes of Adopted whose copies were taken ahead of
+	// the source's freeze (a move's stage), by tube, the move: the source
+	// still serves the tube, and a command by id of a copy is answered as
+	// if the job were not here, until the copies are taken again at the
+	// freeze (TubeAdopted, not staged).
+	Staged map[string]Stage `json:"staged,omitempty"`
 	// FrozenPrefixes are this group's prefixes moving out or moved out:
 	// the tubes each one's placement takes (Frozen.To its group).
 	FrozenPrefixes map[string]Frozen `json:"frozen_prefixes,omitempty"`
@@ -253,13 +272,13 @@ func (b TubeBook) Pending() (string, PrefixPlacement, bool) {
 func (b TubeBook) IsZero() bool {
 	return len(b.Placed) == 0 && len(b.Decided) == 0 && len(b.Unsettled) == 0 && len(b.Frozen) == 0 && len(b.Paused) == 0 &&
 		len(b.Prefixes) == 0 && len(b.FrozenPrefixes) == 0 && len(b.Grown) == 0 && len(b.Dropping) == 0 &&
-		len(b.Out) == 0 && len(b.Adopted) == 0 && len(b.Order) == 0 && b.Formed == Formed{}
+		len(b.Out) == 0 && len(b.Adopted) == 0 && len(b.Staged) == 0 && len(b.Order) == 0 && b.Formed == Formed{}
 }
 
 // clone returns a copy that shares nothing with b.
 func (b TubeBook) clone() TubeBook {
 	return TubeBook{Placed: maps.Clone(b.Placed), Decided: maps.Clone(b.Decided), Order: slices.Clone(b.Order),
-		Unsettled: cloneGroups(b.Unsettled), Out: cloneGroups(b.Out), Frozen: maps.Clone(b.Frozen), Adopted: maps.Clone(b.Adopted), Paused: maps.Clone(b.Paused),
+		Unsettled: cloneGroups(b.Unsettled), Out: cloneGroups(b.Out), Frozen: maps.Clone(b.Frozen), Adopted: maps.Clone(b.Adopted), Staged: maps.Clone(b.Staged), Paused: maps.Clone(b.Paused),
 		Prefixes: maps.Clone(b.Prefixes), FrozenPrefixes: maps.Clone(b.FrozenPrefixes), Grown: slices.Clone(b.Grown),
 		Dropping: maps.Clone(b.Dropping), Formed: b.Formed}
 }
@@ -279,7 +298,7 @@ func cloneGroups[K comparable](m map[K][]uint16) map[K][]uint16 {
 // equal reports whether b and o hold the same.
 func (b TubeBook) equal(o TubeBook) bool {
 	return b.Formed == o.Formed && maps.Equal(b.Placed, o.Placed) && maps.Equal(b.Decided, o.Decided) && maps.Equal(b.Frozen, o.Frozen) &&
-		maps.Equal(b.Adopted, o.Adopted) &&
+		maps.Equal(b.Adopted, o.Adopted) && maps.Equal(b.Staged, o.Staged) &&
 		maps.EqualFunc(b.Out, o.Out, slices.Equal) && maps.EqualFunc(b.Unsettled, o.Unsettled, slices.Equal) && maps.Equal(b.Paused, o.Paused) &&
 		maps.Equal(b.Prefixes, o.Prefixes) && maps.Equal(b.FrozenPrefixes, o.FrozenPrefixes) && maps.Equal(b.Dropping, o.Dropping) &&
 		slices.EqualFunc(b.Grown, o.Grown, func(x, y GrownGroup) bool {
@@ -487,19 +506,29 @@ func (b *TubeBook) apply(r *wal.Record) bool {
 		delete(b.Dropping, move)
 		return true
 	case TubeAdopted:
-		if b.Adopted[r.Tube] == move {
-			return false
+		staged := uint16(r.Pri) == AdoptStaged
+		if b.Adopted[r.Tube] == move && (staged || b.Staged[r.Tube].Move != move) {
+			return false // taken already, or a stage come after the freeze's
 		}
 		if b.Adopted == nil {
 			b.Adopted = make(map[string]uint64)
 		}
 		b.Adopted[r.Tube] = move
+		if !staged {
+			delete(b.Staged, r.Tube)
+			return true
+		}
+		if b.Staged == nil {
+			b.Staged = make(map[string]Stage)
+		}
+		b.Staged[r.Tube] = Stage{Move: move, From: uint16(r.Delay)}
 		return true
 	case TubeAdoptEnded:
 		if b.Adopted[r.Tube] != move {
 			return false
 		}
 		delete(b.Adopted, r.Tube)
+		delete(b.Staged, r.Tube)
 		return true
 	case MovesSettled:
 		changed := false
@@ -628,8 +657,8 @@ func (n *Node) OnTubes(fn func(TubeBook)) {
 // applied it, or once its outcome is known not to be the change (a
 // place after an abort, a thaw of another move: applied, nothing
 // changes). Only the group's serving leader proposes (ErrNotServing).
-// A TubePlace's from is the group the tube comes from; other records
-// take none.
+// A TubePlace's from is the group the tube comes from, as is a staged
+// TubeAdopted's (group AdoptStaged); other records take none.
 func (n *Node) ProposeTube(ctx context.Context, what uint8, tube string, move uint64, group, from uint16) error {
 	if info, _ := n.Leader(); !info.Serving {
 		return ErrNotServing
@@ -744,7 +773,7 @@ func (n *Node) tubeApplied(r *wal.Record) bool {
 		_, ok := b.Dropping[move]
 		return !ok
 	case TubeAdopted:
-		return b.Adopted[r.Tube] == move
+		return b.Adopted[r.Tube] == move && (uint16(r.Pri) == AdoptStaged || b.Staged[r.Tube].Move != move)
 	case TubeAdoptEnded:
 		return b.Adopted[r.Tube] != move
 	case TubeFreeze, PrefixFreeze:

@@ -44,6 +44,12 @@ func TestTubeBookApply(t *testing.T) {
 		{rec(TubeAdopted, "e", 8, 0), true},     // a later move's copies
 		{rec(TubeAdoptEnded, "e", 8, 0), true},
 		{rec(TubeAdopted, "f", 9, 0), true},
+		{rec(TubeAdopted, "g", 10, AdoptStaged), true},
+		{rec(TubeAdopted, "g", 10, AdoptStaged), false},
+		{rec(TubeAdopted, "g", 10, 0), true},            // taken again at the freeze
+		{rec(TubeAdopted, "g", 10, AdoptStaged), false}, // a stage come late
+		{&wal.Record{Kind: wal.KindMeta, State: TubeAdopted, Tube: "h", Deadline: 11, Pri: uint32(AdoptStaged), Delay: 3}, true},
+		{rec(TubeAdoptEnded, "g", 10, 0), true},
 	}
 	for i, s := range steps {
 		if got := b.apply(s.r); got != s.changed {
@@ -53,18 +59,18 @@ func TestTubeBookApply(t *testing.T) {
 	want := TubeBook{Placed: map[string]uint16{"b": 3}, Decided: map[uint64]bool{1: false, 2: true},
 		Unsettled: map[uint64][]uint16{1: {0}, 2: {3, 4}},
 		Out:       map[uint16][]uint16{4: {3}}, Frozen: map[string]Frozen{"c": {Move: 3, To: 1, Moved: true}},
-		Adopted: map[string]uint64{"f": 9}}
+		Adopted: map[string]uint64{"f": 9, "h": 11}, Staged: map[string]Stage{"h": {Move: 11, From: 3}}}
 	if !b.equal(want) || !b.equal(b.clone()) {
 		t.Fatalf("book %+v, want %+v", b, want)
 	}
-	if got := b.Awaited(); !maps.Equal(got, map[uint64]bool{9: true}) {
-		t.Fatalf("the book awaits %v, want move 9 (f's adopt)", got)
+	if got := b.Awaited(); !maps.Equal(got, map[uint64]bool{9: true, 11: true}) {
+		t.Fatalf("the book awaits %v, want moves 9 and 11 (f's adopt, h's stage)", got)
 	}
 	// A snapshot carries the book as JSON: one that holds adopts alone
 	// is not a zero one.
 	var back Book
-	if js, err := json.Marshal(Book{Tubes: TubeBook{Adopted: b.Adopted}}); err != nil || json.Unmarshal(js, &back) != nil ||
-		!maps.Equal(back.Tubes.Adopted, b.Adopted) {
+	if js, err := json.Marshal(Book{Tubes: TubeBook{Adopted: b.Adopted, Staged: b.Staged}}); err != nil || json.Unmarshal(js, &back) != nil ||
+		!maps.Equal(back.Tubes.Adopted, b.Adopted) || !maps.Equal(back.Tubes.Staged, b.Staged) {
 		t.Fatalf("a book of adopts alone came back as %+v (%v)", back.Tubes, err)
 	}
 	// A decision stays while one of its groups may ask for it; settled,

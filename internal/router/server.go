@@ -122,6 +122,12 @@ type ServerConfig struct {
 	// does not hold is answered NOT_FOUND with them (Reply.Moved), and
 	// the member asks those too.
 	MovedTo func(g uint16) []uint16
+	// Staged, if set, says which of group g's tubes are copies a move
+	// took in ahead of its source's freeze, nil while none is: the source
+	// serves them still, so a command by id of a job of one is answered
+	// as if the job were not here (NOT_FOUND, with MovedTo's groups), and
+	// the member's search goes on to the source.
+	Staged func(g uint16) func(tube []byte) bool
 }
 
 // NewServer returns a server of cfg.
@@ -831,6 +837,14 @@ func (o *owner) runLocked(it *Item) {
 	if o.answerHandedLocked(it) {
 		return
 	}
+	if o.stagedLocked(it) {
+		r := Reply{Status: StatusNotFound, Result: ResultNone}
+		if to := o.srv.movedTo(o.key.group); len(to) > 0 {
+			r.Result, r.Moved = ResultMoved, to
+		}
+		o.holdLocked(reply(o.key, it.Seq, r), o.client.PendingAck())
+		return
+	}
 	if o.movingLocked(it) {
 		o.holdLocked(wrongGroup(o.key, it), o.client.PendingAck())
 		return
@@ -942,6 +956,20 @@ func (o *owner) requestMovingLocked(req *Request) bool {
 	}
 	tube, _, ok := o.client.JobIn(req.ID)
 	return ok && frozen([]byte(tube))
+}
+
+// stagedLocked reports whether it is a command by id of a job here that
+// is a staged copy (ServerConfig.Staged).
+func (o *owner) stagedLocked(it *Item) bool {
+	if it.Kind != KindRequest || !byID(it.Request.Op) || o.srv.cfg.Staged == nil {
+		return false
+	}
+	staged := o.srv.cfg.Staged(o.key.group)
+	if staged == nil {
+		return false
+	}
+	tube, _, ok := o.client.JobIn(it.Request.ID)
+	return ok && staged([]byte(tube))
 }
 
 // Holder is a reserved job and the session holding it, of a tube moving
@@ -1173,6 +1201,14 @@ func (s *Server) closedLocked(key closedKey, now time.Time) bool {
 	return ok && now.Sub(at) <= closeRecall
 }
 
+// movedTo is ServerConfig.MovedTo for group g, nil without it.
+func (s *Server) movedTo(g uint16) []uint16 {
+	if s.cfg.MovedTo == nil {
+		return nil
+	}
+	return s.cfg.MovedTo(g)
+}
+
 // frozen is ServerConfig.Frozen for group g, nil when it says none.
 func (s *Server) frozen(g uint16) (func(tube []byte) bool, bool) {
 	if s.cfg.Frozen == nil {
@@ -1253,8 +1289,8 @@ func event(key ownerKey, seq uint32, id uint64, j *store.Job, res store.ReserveR
 // id of a job not here says where the group's tubes went (Reply.Moved).
 func (o *owner) execute(req *Request) (r Reply, blocked bool) {
 	r, blocked = o.run(req)
-	if r.Status == StatusNotFound && byID(req.Op) && o.srv.cfg.MovedTo != nil {
-		if to := o.srv.cfg.MovedTo(o.key.group); len(to) > 0 {
+	if r.Status == StatusNotFound && byID(req.Op) {
+		if to := o.srv.movedTo(o.key.group); len(to) > 0 {
 			r.Result, r.Moved = ResultMoved, to
 		}
 	}
