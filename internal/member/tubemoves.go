@@ -233,7 +233,10 @@ func isStaged(n *replication.Node, tube string) bool {
 // elsewhere count as moving too: their commands, by id among them, wait
 // for the move's end, since a change made on a copy would be lost with it
 // if the move is aborted (a move back to the group of a job's id finds
-// the copy first).
+// the copy first). A tube whose copies a stage took in counts as moving
+// even once it routes here (a placement may route it here while the stage
+// waits for its driver): the copies are no jobs of it, and go
+// (resolveStages).
 func (m *Member) frozen(g uint16) (func(tube []byte) bool, bool) {
 	n := m.shards.node(g)
 	if n == nil {
@@ -254,9 +257,13 @@ func (m *Member) frozen(g uint16) (func(tube []byte) bool, bool) {
 	if !adopting {
 		return check, moving
 	}
-	rt := m.shards.routing.Load().state
+	rt, staged := m.shards.routing.Load().state, n.Tubes().Staged
 	return func(tube []byte) bool {
-		return check != nil && check(tube) || rt.Owner(string(tube)) != g
+		if check != nil && check(tube) || rt.Owner(string(tube)) != g {
+			return true
+		}
+		_, ok := staged[string(tube)] // routed here by a placement since
+		return ok
 	}, true
 }
 
@@ -739,9 +746,17 @@ func (m *Member) stageTube(ctx context.Context, n *replication.Node, tube string
 		return nil, err
 	}
 	q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
-	err = m.callLeaderAgain(ctx, to, "/cluster/tubes/"+url.PathEscape(tube)+"/stage?"+q.Encode(), body, nil, nil)
+	path := "/cluster/tubes/" + url.PathEscape(tube) + "/stage?" + q.Encode()
+	// Only the first call's 404 says no stage is there: one after it may
+	// come from an older leader after a newer one logged the copy, which
+	// the whole tube's import would then keep, stale.
+	err = m.callLeader(ctx, to, path, body, nil)
 	if le, ok := errors.AsType[*leaderError](err); ok && le.status == http.StatusNotFound {
 		return nil, nil
+	}
+	if err != nil && leaderLostUnder(err) {
+		m.callingNext(to, path, 1, err)
+		err = m.callLeaderAgain(ctx, to, path, body, nil, nil)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("group %d did not take tube %q's copy: %w", to, tube, err)
@@ -1070,10 +1085,17 @@ func (m *Member) adopt(w http.ResponseWriter, r *http.Request, what int) {
 		return
 	}
 	defer m.tubeMoves.end(key)
-	if placed, decided := m.node.Tubes().Decided[move]; decided && !placed {
-		// Late: its abort's drop may have come already, and nothing
-		// would drop these copies.
-		writeMoveError(w, fmt.Errorf("%w: move %x of tube %q was aborted", errTubeMove, move, tube))
+	if placed, decided := m.node.Tubes().Decided[move]; decided {
+		// Late: aborted, its abort's drop may have come already, and
+		// nothing would drop these copies; placed, the tube's jobs here
+		// are no copies (a deposed driver's call, or one sent again).
+		writeMoveError(w, fmt.Errorf("%w: move %x of tube %q was decided (placed: %v)", errTubeMove, move, tube, placed))
+		return
+	}
+	if b := n.Tubes(); what == adoptStage && b.Adopted[tube] == move && b.Staged[tube].Move != move {
+		// Late too: the freeze's changes are taken, and a copy over them
+		// would bring back what they dropped.
+		writeMoveError(w, fmt.Errorf("%w: move %x of tube %q is past its stage", errTubeMove, move, tube))
 		return
 	}
 	if m.shards.routing.Load().state.Owner(tube) == g {
@@ -1104,7 +1126,9 @@ func (m *Member) adopt(w http.ResponseWriter, r *http.Request, what int) {
 		writeMoveError(w, err)
 		return
 	}
-	if f, ok := n.Tubes().Frozen[tube]; ok && f.Moved {
+	// The mark stays through a stage: should the copy be given up, the
+	// tube is still refused here.
+	if f, ok := n.Tubes().Frozen[tube]; ok && f.Moved && what != adoptStage {
 		if err := n.ProposeTube(r.Context(), replication.TubeThaw, tube, f.Move, 0, 0); err != nil {
 			writeChangeError(w, err)
 			return
@@ -1186,7 +1210,10 @@ func (m *Member) clearOtherAdopt(ctx context.Context, n *replication.Node, g uin
 			return err
 		}
 	}
-	if !placed && m.shards.routing.Load().state.Owner(tube) != g {
+	// A stage's copies are never the tube's jobs, wherever it routes
+	// (its commands are refused here while they stay: Member.frozen);
+	// an adopt's at the freeze are not once the tube lives here.
+	if _, staged := b.Staged[tube]; !placed && (staged || m.shards.routing.Load().state.Owner(tube) != g) {
 		if err := dropTube(ctx, n, tube); err != nil {
 			return err
 		}
@@ -1336,8 +1363,7 @@ func (m *Member) callLeaderAgain(ctx context.Context, g uint16, path string, bod
 		if err == nil || !leaderLostUnder(err) || time.Now().After(until) {
 			return err
 		}
-		m.log.Info().Int("group", int(g)).Str("path", path).Int("calls", calls).Err(err).
-			Msg("a group's leader was lost under a move's call: calling its next")
+		m.callingNext(g, path, calls, err)
 		select {
 		case <-ctx.Done():
 			return err
@@ -1349,6 +1375,13 @@ func (m *Member) callLeaderAgain(ctx context.Context, g uint16, path string, bod
 			}
 		}
 	}
+}
+
+// callingNext logs a move's call to group g's leader made again, after
+// calls lost under it.
+func (m *Member) callingNext(g uint16, path string, calls int, err error) {
+	m.log.Info().Int("group", int(g)).Str("path", path).Int("calls", calls).Err(err).
+		Msg("a group's leader was lost under a move's call: calling its next")
 }
 
 // resolveTubeMoves finishes, for each group this member leads, the moves
@@ -1374,7 +1407,7 @@ func (m *Member) resolveTubeMoves() {
 				continue
 			}
 			if f.Moved {
-				if tubeJobs(n, tube) == 0 {
+				if tubeJobs(n, tube) == 0 || isStaged(n, tube) { // a stage's copies
 					continue
 				}
 			}
@@ -1431,7 +1464,9 @@ func (m *Member) resolveStages() {
 			if placed {
 				continue // endPlacedAdopts ends it
 			}
-			if !ok {
+			// One whose tube routes here now can go no further: its
+			// freeze's adopt would be refused.
+			if !ok && m.shards.routing.Load().state.Owner(tube) != uint16(g) {
 				seen[st.Move] = true
 				if m.stagesSeen == nil {
 					m.stagesSeen = map[uint64]time.Time{}

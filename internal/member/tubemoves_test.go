@@ -779,11 +779,18 @@ func TestAwaitAckedLeadershipLost(t *testing.T) {
 // TestShardGroupsMoveTubeDestinationLost: the destination group's leader
 // loses its leadership as it takes a moving tube's jobs (handed over
 // between its import and its log's acknowledgement, as a starved leader
-// loses it), and its answer is 503. The move does not abort: its driver
-// sends the jobs again to the group's next leader, which takes those its
-// log does not have, and the move completes with every job once, its id
-// and state kept.
+// loses it), and its answer is 503: at the copy ahead of the freeze, or
+// at the freeze's changes. The move does not abort: its driver sends the
+// jobs again to the group's next leader, which takes those its log does
+// not have (or makes the changes again), and the move completes with
+// every job once, its id and state kept.
 func TestShardGroupsMoveTubeDestinationLost(t *testing.T) {
+	for _, at := range []string{"stage", "changes"} {
+		t.Run(at, func(t *testing.T) { testMoveTubeDestinationLost(t, at == "changes") })
+	}
+}
+
+func testMoveTubeDestinationLost(t *testing.T, atChanges bool) {
 	c, tube, conn := usingTubeOfGroup1(t, "lost")
 	from, to := uint16(1), uint16(2)
 	const jobs = 300
@@ -805,8 +812,16 @@ func TestShardGroupsMoveTubeDestinationLost(t *testing.T) {
 	buried := r.N
 
 	first := c.leaderOf(to)
-	hook, handed := c.handAwayOnce(first, to)
+	handAway, handed := c.handAwayOnce(first, to)
+	var staged atomic.Bool
+	stagedHook := func() { staged.Store(true) }
+	hook := func(g uint16) {
+		if !atChanges || staged.Load() {
+			handAway(g)
+		}
+	}
 	for _, m := range c.up {
+		m.afterStage.Store(&stagedHook)
 		m.afterImport.Store(&hook)
 	}
 	status, res, body := moveTubeThrough(t, c.up["m3"], tube, int(to))
@@ -1028,12 +1043,13 @@ func TestShardGroupsMoveTubeStaged(t *testing.T) {
 	reserve(released)
 	// The hook runs on the move's driver, in its member's handler: it
 	// reports, it does not stop the test.
-	var fresh uint64
-	var staged bool
+	var fresh, move uint64
+	var staged, markKept bool
 	hook := func() {
 		for _, m := range c.up {
 			if n := m.shards.serving(2); n != nil {
-				staged = isStaged(m.shards.node(2), tube)
+				b := m.shards.node(2).Tubes()
+				staged, move, markKept = isStaged(m.shards.node(2), tube), b.Staged[tube].Move, b.Frozen[tube].Moved
 			}
 		}
 		reader, err := testproc.Dialer{Timeout: time.Second, ReplyTimeout: replyTimeout}.Dial(c.up["m3"].Addr().String())
@@ -1070,11 +1086,14 @@ func TestShardGroupsMoveTubeStaged(t *testing.T) {
 		m.afterStage.Store(&hook)
 	}
 	status, res, body := moveTubeThrough(t, c.up["m1"], tube, 2)
+	for _, m := range c.up {
+		m.afterStage.Store(nil)
+	}
 	if status != http.StatusOK || res.Jobs != 6 {
 		t.Fatalf("move: %d %s", status, body)
 	}
-	if !staged {
-		t.Fatal("the new group's book held no stage of the tube before the freeze")
+	if !staged || !markKept {
+		t.Fatalf("before the freeze, the new group's book held a stage of the tube: %v; and its mark of the tube moved out: %v", staged, markKept)
 	}
 	for id, want := range map[uint64][2]string{released: {"ready", "7"}, buried: {"buried", "8"}, same: {"ready", "9"},
 		held: {"reserved", "4"}, delayed: {"delayed", "5"}, fresh: {"ready", "6"}} {
@@ -1089,10 +1108,35 @@ func TestShardGroupsMoveTubeStaged(t *testing.T) {
 			return tubeJobs(c.leaderOf(g).shards.node(g), tube) == n
 		})
 	}
+	// The stage again, come late (a deposed driver's, or sent again):
+	// refused, or its copy of the deleted job would come back.
+	dst := c.leaderOf(2)
+	frames, _, _, _, _ := dst.shards.node(2).Store().ExportTube([]byte(tube))
+	stale, err := adoptionBody(adoption{}, frames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lateStage := func() {
+		t.Helper()
+		err = dst.callLeader(t.Context(), 2, fmt.Sprintf("/cluster/tubes/%s/stage?from=1&to=2&move=%x", tube, move), stale, nil)
+		if le, ok := errors.AsType[*leaderError](err); !ok || le.status != http.StatusConflict {
+			t.Fatalf("the move's stage come late: %v, want 409", err)
+		}
+	}
+	lateStage()
 	expectLine(t, holder, fmt.Sprintf("delete %d", held), "DELETED") // still its holder's
 	testproc.WaitFor(t, 10*time.Second, "the stage ended", func() bool {
 		return len(c.leaderOf(2).shards.node(2).Tubes().Adopted) == 0
 	})
+	// Once the tube has moved on, the late stage finds it living
+	// elsewhere: refused all the same (its move was decided).
+	if status, _, body := moveTubeThrough(t, c.up["m1"], tube, 0); status != http.StatusOK {
+		t.Fatalf("move on to group 0: %d %s", status, body)
+	}
+	lateStage()
+	if n := c.leaderOf(2).shards.node(2); isStaged(n, tube) || tubeJobs(n, tube) != 0 {
+		t.Fatalf("after a late stage, group 2 holds %d jobs of the tube (staged: %v)", tubeJobs(n, tube), isStaged(n, tube))
+	}
 	c.settledAll()
 }
 
@@ -1120,10 +1164,12 @@ func TestShardGroupsMoveTubeStageLost(t *testing.T) {
 			ids[tube] = append(ids[tube], id)
 		}
 	}
+	stages := 0
 	stage := func(tube string, from uint16) uint64 {
 		t.Helper()
 		src := c.leaderOf(from)
-		move := uint64(0x57a6e<<4 | int(from))
+		stages++
+		move := uint64(0x57a6e<<8 | stages)
 		if since, err := src.stageTube(t.Context(), src.shards.node(from), tube, move, from, 2); err != nil || len(since) != 3 {
 			t.Fatalf("stage of %s: %d jobs, %v", tube, len(since), err)
 		}
@@ -1174,6 +1220,47 @@ func TestShardGroupsMoveTubeStageLost(t *testing.T) {
 	}
 	for _, id := range ids[tubes[0]] {
 		expectLine(t, client, fmt.Sprintf("delete %d", id), "DELETED") // in group 0, all along
+	}
+
+	// A stage waiting for its driver while the tube's jobs end at its
+	// source, and a placement routes it to the stage's group, with
+	// nothing to hand (the source no longer holds the tube): the copies
+	// are no jobs of it there, and go; a reserve finds none of them.
+	for _, m := range c.up {
+		m.stageLostAfter.Store(int64(time.Hour)) // only its routing ends it
+	}
+	expectLine(t, client, "use "+tubes[0], "USING "+tubes[0])
+	var copied []uint64
+	for i := range 3 {
+		id, err := client.Put(0, 0, 60, fmt.Appendf(nil, "copied-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		copied = append(copied, id)
+	}
+	expectLine(t, client, "use default", "USING default") // the tube goes with its last job
+	stage(tubes[0], 0)
+	for _, id := range copied {
+		expectLine(t, client, fmt.Sprintf("delete %d", id), "DELETED")
+	}
+	if status, _, body := placeThrough(t, c.up["m1"], tubes[0], 2); status != http.StatusOK {
+		t.Fatalf("placing %s in group 2: %d %s", tubes[0], status, body)
+	}
+	expectLine(t, client, "watch "+tubes[0], "WATCHING 2")
+	expectLine(t, client, "ignore default", "WATCHING 1")
+	if r, err := client.Do("reserve-with-timeout 0", nil); err != nil || r.Kind != testproc.ReplyTimedOut {
+		t.Fatalf("a reserve of the placed tube: %+v %v, want TIMED_OUT (its only jobs were a stage's copies)", r, err)
+	}
+	testproc.WaitFor(t, 20*time.Second, "the stage's copies dropped", func() bool {
+		n := c.leaderOf(2).shards.node(2)
+		return !isStaged(n, tubes[0]) && tubeJobs(n, tubes[0]) == 0
+	})
+	for _, id := range copied {
+		expectLine(t, client, fmt.Sprintf("peek %d", id), "NOT_FOUND")
+	}
+	expectLine(t, client, "use "+tubes[0], "USING "+tubes[0])
+	if id, err := client.Put(0, 0, 60, []byte("after")); err != nil || id>>meta.SeqBits != 2 {
+		t.Fatalf("a put into the placed tube: id %d, %v; want one of group 2", id, err)
 	}
 	c.settledAll()
 }
