@@ -40,12 +40,23 @@ type Held struct {
 // reserved ones with their holders, and the tube's figures; ok is false
 // when the tube does not exist.
 func (s *Store) ExportTube(name []byte) (frames []byte, jobs int, held []Held, fig TubeFigures, ok bool) {
-	frames, jobs, held, fig, _, ok = s.exportTube(name, nil)
-	return frames, jobs, held, fig, ok
+	recs, jobs, held, fig, _, ok := s.exportTube(name, nil)
+	return framesOf(recs), jobs, held, fig, ok
 }
 
-// TubeCopy is what an export of a tube (ExportTube's frames: CopyOf) said
-// of each of its jobs, by id: what a job's changes touch (its tube, body
+// ExportTubeCopy is ExportTube's frames and count, with what they say of
+// each job (the TubeCopy ExportTubeChanges compares with later).
+func (s *Store) ExportTubeCopy(name []byte) (frames []byte, jobs int, cp TubeCopy, ok bool) {
+	recs, jobs, _, _, _, ok := s.exportTube(name, nil)
+	cp = make(TubeCopy, len(recs))
+	for i := range recs {
+		cp[recs[i].ID] = copiedOf(&recs[i])
+	}
+	return framesOf(recs), jobs, cp, ok
+}
+
+// TubeCopy is what an export of a tube (ExportTubeCopy) said of each of
+// its jobs, by id: what a job's changes touch (its tube, body
 // and creation never change). A move that copies a tube ahead of its
 // freeze keeps it, and at the freeze sends only what changed since
 // (ExportTubeChanges).
@@ -64,19 +75,6 @@ func copiedOf(r *wal.Record) copiedJob {
 		reserves: r.Reserves, timeouts: r.Timeouts, releases: r.Releases, buries: r.Buries, kicks: r.Kicks}
 }
 
-// CopyOf is the TubeCopy of frames, an export of a tube.
-func CopyOf(frames []byte) (TubeCopy, error) {
-	recs, err := wal.DecodeFrames(nil, frames)
-	if err != nil {
-		return nil, err
-	}
-	cp := make(TubeCopy, len(recs))
-	for i := range recs {
-		cp[recs[i].ID] = copiedOf(&recs[i])
-	}
-	return cp, nil
-}
-
 // ExportTubeChanges is ExportTube of what changed in the tube since the
 // export that made since: the jobs whose fields differ from since's or
 // that since does not hold, every reserved job (its holder goes with
@@ -86,11 +84,12 @@ func (s *Store) ExportTubeChanges(name []byte, since TubeCopy) (frames []byte, j
 	if since == nil {
 		since = TubeCopy{}
 	}
-	return s.exportTube(name, since)
+	recs, jobs, held, fig, gone, ok := s.exportTube(name, since)
+	return framesOf(recs), jobs, held, fig, gone, ok
 }
 
-// exportTube is ExportTube, or with since ExportTubeChanges.
-func (s *Store) exportTube(name []byte, since TubeCopy) (frames []byte, jobs int, held []Held, fig TubeFigures, gone []uint64, ok bool) {
+// exportTube is ExportTube's records, or with since ExportTubeChanges'.
+func (s *Store) exportTube(name []byte, since TubeCopy) (recs []wal.Record, jobs int, held []Held, fig TubeFigures, gone []uint64, ok bool) {
 	t := s.findTube(name)
 	if t == nil {
 		for id := range since {
@@ -106,7 +105,6 @@ func (s *Store) exportTube(name []byte, since TubeCopy) (frames []byte, jobs int
 	// jobs, a second on a loaded machine, stalled it past an election
 	// timeout.
 	t.mu.Lock()
-	var recs []wal.Record
 	add := func(j *Job) {
 		jobs++
 		r := s.record(wal.KindFull, j)
@@ -142,15 +140,20 @@ func (s *Store) exportTube(name []byte, since TubeCopy) (frames []byte, jobs int
 		fig.Pause, fig.PauseLeft = time.Duration(t.pauseDur), time.Duration(t.pauseUntil-now)
 	}
 	t.mu.Unlock()
+	return recs, jobs, held, fig, gone, true
+}
+
+// framesOf is recs as wal frames, encoded after the tube's lock is let go.
+func framesOf(recs []wal.Record) []byte {
 	size := 0
 	for i := range recs {
 		size += wal.FrameSize(&recs[i])
 	}
-	frames = make([]byte, 0, size) // grown by appends, a tube of 20 MB was copied 80 MB over
+	frames := make([]byte, 0, size) // grown by appends, a tube of 20 MB was copied 80 MB over
 	for i := range recs {
 		frames = wal.AppendFrame(frames, &recs[i])
 	}
-	return frames, jobs, held, fig, gone, true
+	return frames
 }
 
 // ImportTube makes the jobs of frames (ExportTube's) in this store, each

@@ -182,13 +182,9 @@ func TestMoveTubeChanges(t *testing.T) {
 	held := put(0, "held")
 	reserve(held)
 	deleted, buried, same := put(1, "deleted"), put(2, "buried"), put(9, "same")
-	stage, n, _, _, ok := src.ExportTube([]byte("t"))
-	if !ok || n != 4 {
-		t.Fatalf("the stage's export: %d jobs, %v", n, ok)
-	}
-	since, err := store.CopyOf(stage)
-	if err != nil {
-		t.Fatal(err)
+	stage, n, since, ok := src.ExportTubeCopy([]byte("t"))
+	if !ok || n != 4 || len(since) != 4 {
+		t.Fatalf("the stage's export: %d jobs, %d copied, %v", n, len(since), ok)
 	}
 	d := dst.NewClient(nil)
 	if made, err := d.ImportTube([]byte("t"), stage, store.TubeFigures{}, nil); err != nil || made != 4 {

@@ -733,13 +733,9 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 // or a leader of a release before, which has no stage (the freeze then
 // hands over the whole tube).
 func (m *Member) stageTube(ctx context.Context, n *replication.Node, tube string, move uint64, from, to uint16) (store.TubeCopy, error) {
-	frames, jobs, _, _, ok := n.Store().ExportTube([]byte(tube))
+	frames, jobs, since, ok := n.Store().ExportTubeCopy([]byte(tube))
 	if !ok || jobs == 0 {
 		return nil, nil
-	}
-	since, err := store.CopyOf(frames)
-	if err != nil {
-		return nil, err
 	}
 	body, err := adoptionBody(adoption{}, frames)
 	if err != nil {

@@ -838,11 +838,7 @@ func (o *owner) runLocked(it *Item) {
 		return
 	}
 	if o.stagedLocked(it) {
-		r := Reply{Status: StatusNotFound, Result: ResultNone}
-		if to := o.srv.movedTo(o.key.group); len(to) > 0 {
-			r.Result, r.Moved = ResultMoved, to
-		}
-		o.holdLocked(reply(o.key, it.Seq, r), o.client.PendingAck())
+		o.holdLocked(reply(o.key, it.Seq, o.notFound(Reply{Status: StatusNotFound, Result: ResultNone})), o.client.PendingAck())
 		return
 	}
 	if o.movingLocked(it) {
@@ -1201,12 +1197,16 @@ func (s *Server) closedLocked(key closedKey, now time.Time) bool {
 	return ok && now.Sub(at) <= closeRecall
 }
 
-// movedTo is ServerConfig.MovedTo for group g, nil without it.
-func (s *Server) movedTo(g uint16) []uint16 {
-	if s.cfg.MovedTo == nil {
-		return nil
+// notFound is r, a command by id's NOT_FOUND, naming where the group's
+// tubes went (ServerConfig.MovedTo), if they did.
+func (o *owner) notFound(r Reply) Reply {
+	if o.srv.cfg.MovedTo == nil {
+		return r
 	}
-	return s.cfg.MovedTo(g)
+	if to := o.srv.cfg.MovedTo(o.key.group); len(to) > 0 {
+		r.Result, r.Moved = ResultMoved, to
+	}
+	return r
 }
 
 // frozen is ServerConfig.Frozen for group g, nil when it says none.
@@ -1290,9 +1290,7 @@ func event(key ownerKey, seq uint32, id uint64, j *store.Job, res store.ReserveR
 func (o *owner) execute(req *Request) (r Reply, blocked bool) {
 	r, blocked = o.run(req)
 	if r.Status == StatusNotFound && byID(req.Op) {
-		if to := o.srv.movedTo(o.key.group); len(to) > 0 {
-			r.Result, r.Moved = ResultMoved, to
-		}
+		r = o.notFound(r)
 	}
 	return r, blocked
 }
