@@ -491,3 +491,23 @@ func StatsOfJob(s *Store, id uint64) (JobStats, bool) { return s.jobStats(id, ni
 
 // StoreOf is the store c belongs to.
 func StoreOf(c *Client) *Store { return c.s }
+
+// SetBetweenCopyBatches sets what runs between ExportTubeCopy's holds of
+// a tube's lock, before any use of s.
+func (s *Store) SetBetweenCopyBatches(f func()) { s.betweenCopyBatches = f }
+
+// BuriedIDs lists the named tube's buried jobs in the order they kick.
+func (s *Store) BuriedIDs(name string) []uint64 {
+	t := s.findTube([]byte(name))
+	if t == nil {
+		return nil
+	}
+	defer s.releaseTube(t)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ids []uint64
+	for j := t.buried.head; j != nil; j = j.next {
+		ids = append(ids, j.id)
+	}
+	return ids
+}

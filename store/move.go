@@ -44,16 +44,97 @@ func (s *Store) ExportTube(name []byte) (frames []byte, jobs int, held []Held, f
 	return framesOf(recs), jobs, held, fig, ok
 }
 
-// ExportTubeCopy is ExportTube's frames and count, with what they say of
-// each job (the TubeCopy ExportTubeChanges compares with later).
-func (s *Store) ExportTubeCopy(name []byte) (frames []byte, jobs int, cp TubeCopy, ok bool) {
-	recs, jobs, _, _, _, ok := s.exportTube(name, nil)
-	cp = make(TubeCopy, len(recs))
-	for i := range recs {
-		cp[recs[i].ID] = copiedOf(&recs[i])
+// ExportTubeCopy is ExportTube's frames, in chunks of at most chunk
+// bytes each (or one frame, when that is larger; a chunk of 0 is one
+// chunk), and count, with what they say of each job (the TubeCopy
+// ExportTubeChanges compares with later). Imported one after another, in
+// their order, the chunks make what one import of them all would.
+//
+// Unlike ExportTube's, its records are taken copyBatch at a time, the
+// tube's lock let go between: a copy is taken while the tube serves (a
+// move's ahead of its freeze), and one hold for a tube of 250,000 jobs
+// stalled its group's node goroutine (it takes the lock for each job of
+// its committed entries) past an election timeout. Each job's record is
+// its state when its batch was taken, which is what the TubeCopy says.
+// The buried jobs are the exception: their order is their records', so
+// they are all taken in the first hold, and a job buried after it is
+// left out (it goes with the changes, which come after them, in the
+// order of their burials).
+func (s *Store) ExportTubeCopy(name []byte, chunk int) (chunks [][]byte, jobs int, cp TubeCopy, ok bool) {
+	t := s.findTube(name)
+	if t == nil {
+		return nil, 0, nil, false
 	}
-	return framesOf(recs), jobs, cp, ok
+	defer s.releaseTube(t)
+	// Records are taken under the lock, encoded after it, a chunk at a
+	// time (cut).
+	var recs []wal.Record
+	add := func(j *Job) {
+		r := s.record(wal.KindFull, j)
+		if j.state == StateReserved {
+			r.Deadline = s.wall(j.deadline)
+		}
+		cp[r.ID] = copiedOf(&r)
+		recs = append(recs, r)
+		jobs++
+	}
+	cut := func(last bool) {
+		for len(recs) > 0 {
+			size, n := wal.FrameSize(&recs[0]), 1
+			for ; n < len(recs) && (chunk <= 0 || size+wal.FrameSize(&recs[n]) <= chunk); n++ {
+				size += wal.FrameSize(&recs[n])
+			}
+			if n == len(recs) && !last && (chunk <= 0 || size < chunk) {
+				return // not a chunk's worth yet
+			}
+			chunks = append(chunks, framesOf(recs[:n]))
+			recs = append(recs[:0], recs[n:]...)
+		}
+	}
+	reserved := s.reservedIn(t)
+	t.mu.Lock()
+	// The other jobs' pointers are taken in this hold, eight bytes a job,
+	// none touched, each job once.
+	others := make([]*Job, 0, t.ready.Len()+t.delayed.Len()+len(reserved))
+	for _, j := range t.ready.all() {
+		others = append(others, j)
+	}
+	for _, j := range t.delayed.all() {
+		others = append(others, j)
+	}
+	for _, l := range reserved {
+		if j := l.j; j.state == StateReserved { // still, under the tube's lock
+			others = append(others, j)
+		}
+	}
+	cp = make(TubeCopy, len(others)+t.nBuried)
+	for j := t.buried.head; j != nil; j = j.next {
+		add(j)
+	}
+	t.mu.Unlock()
+	for from := 0; from < len(others); from += copyBatch {
+		cut(false)
+		if s.betweenCopyBatches != nil {
+			s.betweenCopyBatches()
+		}
+		t.mu.Lock()
+		for _, j := range others[from:min(from+copyBatch, len(others))] {
+			if j.tube == t && j.state != StateInvalid && j.state != StateBuried {
+				add(j) // not deleted, nor buried, since
+			}
+		}
+		t.mu.Unlock()
+	}
+	cut(true)
+	if len(chunks) == 0 {
+		chunks = append(chunks, nil)
+	}
+	return chunks, jobs, cp, true
 }
+
+// copyBatch is how many jobs ExportTubeCopy records per hold of the
+// tube's lock.
+const copyBatch = keyBatch
 
 // TubeCopy is what an export of a tube (ExportTubeCopy) said of each of
 // its jobs, by id: what a job's changes touch (its tube, body
@@ -68,6 +149,17 @@ type copiedJob struct {
 	pri                                         uint32
 	delay, ttr, deadline                        int64
 	reserves, timeouts, releases, buries, kicks uint32
+}
+
+// copiedOfJob is copiedOf(&r) for r, j's full record (Store.record),
+// without making the record.
+func (s *Store) copiedOfJob(j *Job) copiedJob {
+	c := copiedJob{state: uint8(j.state), pri: j.pri, delay: j.delayNS(), ttr: j.ttrNS(),
+		reserves: j.counts.reserves, timeouts: j.counts.timeouts, releases: j.counts.releases, buries: j.counts.buries, kicks: j.counts.kicks}
+	if j.state == StateDelayed {
+		c.deadline = s.wall(j.deadline)
+	}
+	return c
 }
 
 func copiedOf(r *wal.Record) copiedJob {
@@ -105,13 +197,19 @@ func (s *Store) exportTube(name []byte, since TubeCopy) (recs []wal.Record, jobs
 	// jobs, a second on a loaded machine, stalled it past an election
 	// timeout.
 	t.mu.Lock()
+	kept := 0 // since's jobs the tube holds
 	add := func(j *Job) {
 		jobs++
+		c, copied := since[j.id]
+		if copied {
+			kept++
+			if j.state != StateReserved && c == s.copiedOfJob(j) {
+				return // unchanged since the copy
+			}
+		}
 		r := s.record(wal.KindFull, j)
 		if j.state == StateReserved {
 			r.Deadline = s.wall(j.deadline)
-		} else if c, ok := since[j.id]; ok && c == copiedOf(&r) {
-			return // unchanged since the copy
 		}
 		recs = append(recs, r)
 	}
@@ -131,6 +229,9 @@ func (s *Store) exportTube(name []byte, since TubeCopy) (recs []wal.Record, jobs
 		}
 	}
 	for id := range since {
+		if kept == len(since) {
+			break // each is here
+		}
 		if j := s.lookup(id); j == nil || j.tube != t || j.state == StateInvalid {
 			gone = append(gone, id)
 		}

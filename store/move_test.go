@@ -182,13 +182,16 @@ func TestMoveTubeChanges(t *testing.T) {
 	held := put(0, "held")
 	reserve(held)
 	deleted, buried, same := put(1, "deleted"), put(2, "buried"), put(9, "same")
-	stage, n, since, ok := src.ExportTubeCopy([]byte("t"))
-	if !ok || n != 4 || len(since) != 4 {
-		t.Fatalf("the stage's export: %d jobs, %d copied, %v", n, len(since), ok)
+	// A chunk holds one frame at least: one job each here.
+	stage, n, since, ok := src.ExportTubeCopy([]byte("t"), 1)
+	if !ok || n != 4 || len(since) != 4 || len(stage) != 4 {
+		t.Fatalf("the stage's export: %d jobs, %d copied, %d chunks, %v", n, len(since), len(stage), ok)
 	}
 	d := dst.NewClient(nil)
-	if made, err := d.ImportTube([]byte("t"), stage, store.TubeFigures{}, nil); err != nil || made != 4 {
-		t.Fatalf("the stage's import: %d, %v", made, err)
+	for _, chunk := range stage {
+		if made, err := d.ImportTube([]byte("t"), chunk, store.TubeFigures{}, nil); err != nil || made != 1 {
+			t.Fatalf("the stage's import of a chunk: %d, %v", made, err)
+		}
 	}
 
 	c.Delete(deleted)
@@ -237,5 +240,84 @@ func TestMoveTubeChanges(t *testing.T) {
 	}
 	if st := dst.Stats(); st.Jobs() != 4 {
 		t.Fatalf("the destination holds %d jobs, want 4", st.Jobs())
+	}
+}
+
+// TestMoveTubeCopyBatches: a copy taken while the tube serves
+// (ExportTubeCopy lets go of the tube's lock between batches) and the
+// changes after it make the tube as its source holds it: a job deleted
+// between batches is gone, and the buried jobs kick in the source's
+// order, though two were buried between batches, each in a part of the
+// copy taken after the other's (a ready job's and a delayed one's), and
+// one was kicked and buried again.
+func TestMoveTubeCopyBatches(t *testing.T) {
+	src, dst, c := moveStores(t)
+	c.Watch([]byte("t"))
+	put := func(pri, delay uint32) uint64 {
+		t.Helper()
+		j, err := c.Put(src.NextID(), pri, delay, 30, []byte("job\r\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.ID()
+	}
+	bury := func(want uint64) {
+		t.Helper()
+		if j, res := c.Reserve(0); res != store.Reserved || j.ID() != want {
+			t.Fatalf("reserve: %v %v, want job %d", j, res, want)
+		}
+		if err := c.Bury(want, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b1, b2 := put(0, 0), put(0, 0)
+	bury(b1)
+	bury(b2)
+	r2, r1 := put(1, 0), put(0, 100)
+	var fillers []uint64
+	for range 3 * 4096 { // several batches
+		fillers = append(fillers, put(5, 0))
+	}
+	batches := 0
+	src.SetBetweenCopyBatches(func() {
+		if batches++; batches > 1 {
+			return
+		}
+		if err := c.KickJob(r1); err != nil {
+			t.Error(err)
+		}
+		bury(r1)
+		bury(r2)
+		if err := c.KickJob(b1); err != nil {
+			t.Error(err)
+		}
+		bury(b1)
+		c.Delete(fillers[0])
+	})
+	chunks, n, since, ok := src.ExportTubeCopy([]byte("t"), 64<<10)
+	if !ok || batches < 3 || len(chunks) < 2 {
+		t.Fatalf("the copy: %v, %d batches, %d chunks", ok, batches, len(chunks))
+	}
+	if want := 2 + 2 + len(fillers) - 1 - 2; n != want || len(since) != want { // r1, r2 buried since: left out
+		t.Fatalf("the copy holds %d jobs (%d in its TubeCopy), want %d", n, len(since), want)
+	}
+	d := dst.NewClient(nil)
+	for _, chunk := range chunks {
+		if _, err := d.ImportTube([]byte("t"), chunk, store.TubeFigures{}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frames, jobs, _, fig, gone, _ := src.ExportTubeChanges([]byte("t"), since)
+	if _, err := d.ImportTubeChanges([]byte("t"), frames, gone, fig, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint64{b2, r1, r2, b1}; !slices.Equal(src.BuriedIDs("t"), want) || !slices.Equal(dst.BuriedIDs("t"), want) {
+		t.Fatalf("buried in the order %v at the source, %v at the destination; want %v", src.BuriedIDs("t"), dst.BuriedIDs("t"), want)
+	}
+	if ts, _ := dst.TubeStats([]byte("t")); int(ts.Ready+ts.Buried) != jobs || jobs != len(fillers)-1+4 {
+		t.Fatalf("the destination holds %+v, the source %d jobs", ts, jobs)
+	}
+	if _, _, ok := d.JobIn(fillers[0]); ok {
+		t.Fatal("the job deleted between the copy's batches is at the destination")
 	}
 }

@@ -77,6 +77,9 @@ type Store struct {
 	// (resetSince), so that a store rebuilt from its log holds nothing
 	// the log does not.
 	resets atomic.Uint64
+	// betweenCopyBatches, set by tests only (before the store is used),
+	// runs between ExportTubeCopy's holds of a tube's lock.
+	betweenCopyBatches func()
 
 	defaultT *Tube // immutable
 
