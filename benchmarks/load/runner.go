@@ -1,6 +1,7 @@
 package load
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,9 @@ type Sizes struct {
 	IdleConns int // idle-conns; 0: as many as the open-file limit allows
 	Jobs      int // jobs-memory's stored jobs
 	DrainJobs int // drain-only's prefill; enough to outlast warm-up and measuring
+	// MoveBacklog is the jobs the moving tube holds in the move-backlog
+	// scenario; 0: 20,000.
+	MoveBacklog int
 }
 
 // Catalogue returns every scenario, in report order.
@@ -153,12 +157,14 @@ func Catalogue(sz Sizes) []Scenario {
 		Reps: 1, ServerArgs: []string{"-f", "0"},
 		Title: fmt.Sprintf("cluster of %d (-b DIR -f 0 each) with 3 shard groups, %d producer/consumer pairs through every member, %d on one tube "+
 			"that moves to the next group 6 times, a second apart; first repetition only", clusterMembers, movePairs+movePairsElsewhere, movePairs)}
-	// The same with a backlog in the moving tube: how long a move freezes
-	// a tube grows with what it holds (docs/design/shards.md 3.3: the
-	// freeze is not yet bounded by a copy ahead of it).
+	// The same with a backlog in the moving tube: a move copies the tube
+	// while it serves, then freezes it for what changed since
+	// (docs/design/shards.md 3.3, "The copy ahead of the freeze").
+	backlog := cmp.Or(sz.MoveBacklog, 20_000)
 	moveBacklog := move
-	moveBacklog.Name, moveBacklog.Kills, moveBacklog.Stored, moveBacklog.Body = "cluster-g3-move-backlog-20k", 3, 20_000, 1024
-	moveBacklog.Title = strings.Replace(strings.Replace(move.Title, "6 times", "3 times", 1), "on one tube", "on one tube holding 20,000 delayed jobs of 1 KiB", 1)
+	moveBacklog.Name, moveBacklog.Kills, moveBacklog.Stored, moveBacklog.Body = "cluster-g3-move-backlog-"+FormatCount(float64(backlog)), 3, backlog, 1024
+	moveBacklog.Title = strings.Replace(strings.Replace(move.Title, "6 times", "3 times", 1), "on one tube",
+		fmt.Sprintf("on one tube holding %s delayed jobs of 1 KiB", FormatThousands(float64(backlog))), 1)
 	// The groups growing while they serve (docs/design/shards.md S10):
 	// two groups to four, their tubes moving live.
 	growGroups := Scenario{Name: "cluster-g2-grow-groups-4", Kind: KindGrowGroups, Members: clusterMembers, Groups: 2, Kills: 2,

@@ -188,6 +188,9 @@ type Member struct {
 	// stageLostAfter, set by tests only, is resolveStages' wait: 0 is
 	// stageLost.
 	stageLostAfter atomic.Int64
+	// stageChunkBytes, set by tests only, is stageTube's chunk: 0 is
+	// stageChunk.
+	stageChunkBytes atomic.Int64
 	// afterImport, set by tests only, is called on a move's destination
 	// leader between its import of the tube's jobs and its wait for the
 	// log: where a test takes that leadership away.

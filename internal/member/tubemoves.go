@@ -732,30 +732,57 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 // returns what it copied, or nil when it copied nothing: an empty tube,
 // or a leader of a release before, which has no stage (the freeze then
 // hands over the whole tube).
+//
+// The copy goes in chunks of stageChunk bytes, each sent once the last
+// is in that group's log: one import of a large tube outran the log's
+// fsyncs past its bound on what it holds unsynced (and the group's
+// replication, past its leaders' heartbeats, on two cores).
 func (m *Member) stageTube(ctx context.Context, n *replication.Node, tube string, move uint64, from, to uint16) (store.TubeCopy, error) {
-	frames, jobs, since, ok := n.Store().ExportTubeCopy([]byte(tube))
-	if !ok || jobs == 0 {
-		return nil, nil
-	}
-	body, err := adoptionBody(adoption{}, frames)
+	term, err := servingTerm(n)
 	if err != nil {
 		return nil, err
 	}
-	q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
-	path := "/cluster/tubes/" + url.PathEscape(tube) + "/stage?" + q.Encode()
-	// Only the first call's 404 says no stage is there: one after it may
-	// come from an older leader after a newer one logged the copy, which
-	// the whole tube's import would then keep, stale.
-	err = m.callLeader(ctx, to, path, body, nil)
-	if le, ok := errors.AsType[*leaderError](err); ok && le.status == http.StatusNotFound {
+	chunk := stageChunk
+	if c := m.stageChunkBytes.Load(); c > 0 {
+		chunk = int(c)
+	}
+	chunks, jobs, since, ok := n.Store().ExportTubeCopy([]byte(tube), chunk)
+	if !ok || jobs == 0 {
 		return nil, nil
 	}
-	if err != nil && leaderLostUnder(err) {
-		m.callingNext(to, path, 1, err)
-		err = m.callLeaderAgain(ctx, to, path, body, nil, nil)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("group %d did not take tube %q's copy: %w", to, tube, err)
+	for part, frames := range chunks {
+		if t, err := servingTerm(n); err != nil || t != term {
+			return nil, fmt.Errorf("%w: group %d's leadership here was lost under its stage", replication.ErrNotServing, from)
+		}
+		body, err := adoptionBody(adoption{}, frames)
+		if err != nil {
+			return nil, err
+		}
+		q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
+		if part > 0 {
+			q.Set("part", strconv.Itoa(part))
+		}
+		path := "/cluster/tubes/" + url.PathEscape(tube) + "/stage?" + q.Encode()
+		// Only the first call's 404 says no stage is there: one after it
+		// may come from an older leader after a newer one logged the
+		// copy, which the whole tube's import would then keep, stale.
+		calls := 0
+		if part == 0 {
+			err = m.callLeader(ctx, to, path, body, nil)
+			if le, ok := errors.AsType[*leaderError](err); ok && le.status == http.StatusNotFound {
+				return nil, nil
+			}
+			calls = 1
+		}
+		if calls == 0 || err != nil && leaderLostUnder(err) {
+			if calls > 0 {
+				m.callingNext(to, path, calls, err)
+			}
+			err = m.callLeaderAgain(ctx, to, path, body, nil, nil)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("group %d did not take tube %q's copy (part %d of %d): %w", to, tube, part+1, len(chunks), err)
+		}
 	}
 	return since, nil
 }
@@ -1030,12 +1057,19 @@ func (m *Member) servedGroup(w http.ResponseWriter, r *http.Request, key string)
 const (
 	adoptWhole = iota
 	adoptStage
+	adoptStageMore // a stage's part after its first
 	adoptChanges
 )
 
 func (m *Member) serveAdopt(w http.ResponseWriter, r *http.Request) { m.adopt(w, r, adoptWhole) }
 
-func (m *Member) serveStage(w http.ResponseWriter, r *http.Request) { m.adopt(w, r, adoptStage) }
+func (m *Member) serveStage(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Has("part") {
+		m.adopt(w, r, adoptStageMore)
+		return
+	}
+	m.adopt(w, r, adoptStage)
+}
 
 func (m *Member) serveAdoptChanges(w http.ResponseWriter, r *http.Request) {
 	m.adopt(w, r, adoptChanges)
@@ -1100,6 +1134,12 @@ func (m *Member) adopt(w http.ResponseWriter, r *http.Request, what int) {
 		writeMoveError(w, fmt.Errorf("%w: tube %q lives in group %d", errTubeMove, tube, g))
 		return
 	}
+	if what == adoptStageMore && n.Tubes().Staged[tube].Move != move {
+		// The copy's first part is not here (dropped as an abort's, or
+		// ended by another move's): the rest alone would be part of it.
+		writeMoveError(w, fmt.Errorf("%w: group %d holds no copy of tube %q's move %x to go on with", errTubeMove, g, tube, move))
+		return
+	}
 	if err := m.clearOtherAdopt(r.Context(), n, g, tube, move); err != nil {
 		writeMoveError(w, err)
 		return
@@ -1124,7 +1164,7 @@ func (m *Member) adopt(w http.ResponseWriter, r *http.Request, what int) {
 	}
 	// The mark stays through a stage: should the copy be given up, the
 	// tube is still refused here.
-	if f, ok := n.Tubes().Frozen[tube]; ok && f.Moved && what != adoptStage {
+	if f, ok := n.Tubes().Frozen[tube]; ok && f.Moved && what != adoptStage && what != adoptStageMore {
 		if err := n.ProposeTube(r.Context(), replication.TubeThaw, tube, f.Move, 0, 0); err != nil {
 			writeChangeError(w, err)
 			return
@@ -1141,15 +1181,17 @@ func (m *Member) adopt(w http.ResponseWriter, r *http.Request, what int) {
 	if what == adoptStage {
 		staged, stagedFrom = replication.AdoptStaged, uint16(from)
 	}
-	if err := n.ProposeTube(r.Context(), replication.TubeAdopted, tube, move, staged, stagedFrom); err != nil {
-		writeChangeError(w, err)
-		return
+	if what != adoptStageMore {
+		if err := n.ProposeTube(r.Context(), replication.TubeAdopted, tube, move, staged, stagedFrom); err != nil {
+			writeChangeError(w, err)
+			return
+		}
 	}
 	began := time.Now()
 	prepared := began.Sub(asked) - read
 	var made int
 	switch holders := m.sessions.HolderClients(g, in.Holders); what {
-	case adoptStage: // copies: no holder, no figures
+	case adoptStage, adoptStageMore: // copies: no holder, no figures
 		made, err = cl.ImportTube([]byte(tube), frames, store.TubeFigures{}, nil)
 	case adoptChanges:
 		made, err = cl.ImportTubeChanges([]byte(tube), frames, in.Gone, in.Figures, holders)
@@ -1435,6 +1477,11 @@ func (m *Member) resolveTubeMoves() {
 // it, before it has the move aborted: the move's driver has as long for
 // all of it (tubeMoveTimeout), so one still live past that is giving up.
 const stageLost = tubeMoveTimeout
+
+// stageChunk is how much of a tube's copy ahead of its freeze goes in
+// one call (stageTube): well within the segment log's bound on what it
+// holds unsynced (64 MB), which an import of a whole large tube outran.
+const stageChunk = 16 << 20
 
 // resolveStages ends, in each group this member leads, the copies moves
 // took in ahead of their freezes that will not be taken further: a move

@@ -1084,6 +1084,7 @@ func TestShardGroupsMoveTubeStaged(t *testing.T) {
 	}
 	for _, m := range c.up {
 		m.afterStage.Store(&hook)
+		m.stageChunkBytes.Store(1) // a part a job
 	}
 	status, res, body := moveTubeThrough(t, c.up["m1"], tube, 2)
 	for _, m := range c.up {
@@ -1094,6 +1095,9 @@ func TestShardGroupsMoveTubeStaged(t *testing.T) {
 	}
 	if !staged || !markKept {
 		t.Fatalf("before the freeze, the new group's book held a stage of the tube: %v; and its mark of the tube moved out: %v", staged, markKept)
+	}
+	if parts := strings.Count(c.outs[c.leaderOf(2).node.Name()].String(), fmt.Sprintf(`"what":%d`, adoptStageMore)); parts != 5 {
+		t.Fatalf("the new group's leader took %d parts of the copy after its first, want 5 (a job each)", parts)
 	}
 	for id, want := range map[uint64][2]string{released: {"ready", "7"}, buried: {"buried", "8"}, same: {"ready", "9"},
 		held: {"reserved", "4"}, delayed: {"delayed", "5"}, fresh: {"ready", "6"}} {
@@ -1207,6 +1211,21 @@ func TestShardGroupsMoveTubeStageLost(t *testing.T) {
 		t.Fatalf("after a late stage, group 2 holds %d jobs of the tube (staged: %v)", tubeJobs(n, tubes[1]), isStaged(n, tubes[1]))
 	}
 
+	// A copy's part after its first, with no first part there (given up,
+	// or never sent): refused, or its jobs would be there, no copies
+	// the group's book knows of, for nothing to drop.
+	frames, _, _, _, _ = c.leaderOf(0).shards.node(0).Store().ExportTube([]byte(tubes[0]))
+	if body, err = adoptionBody(adoption{}, frames); err != nil {
+		t.Fatal(err)
+	}
+	err = dst.callLeader(t.Context(), 2, "/cluster/tubes/"+tubes[0]+"/stage?from=0&to=2&move=5ea1f&part=1", body, nil)
+	if le, ok := errors.AsType[*leaderError](err); !ok || le.status != http.StatusConflict {
+		t.Fatalf("a copy's second part with no first: %v, want 409", err)
+	}
+	if n := dst.shards.node(2); isStaged(n, tubes[0]) || tubeJobs(n, tubes[0]) != 0 {
+		t.Fatalf("after a copy's second part alone, group 2 holds %d jobs of the tube (staged: %v)", tubeJobs(n, tubes[0]), isStaged(n, tubes[0]))
+	}
+
 	for _, m := range c.up {
 		m.stageLostAfter.Store(int64(time.Second))
 	}
@@ -1264,3 +1283,4 @@ func TestShardGroupsMoveTubeStageLost(t *testing.T) {
 	}
 	c.settledAll()
 }
+

@@ -40,6 +40,7 @@ type options struct {
 	out                string
 	progress           bool
 	idleConns, jobs    int
+	moveBacklog        int
 	command            string
 	render             string
 	quiet              float64
@@ -65,6 +66,7 @@ func main() {
 	flag.BoolVar(&o.progress, "progress", false, "draw progress on stderr even when it is not a terminal")
 	flag.IntVar(&o.idleConns, "idle-conns", 0, "connections for idle-conns; default as many as the open-file limit allows")
 	flag.IntVar(&o.jobs, "jobs", 1_000_000, "jobs stored by jobs-memory")
+	flag.IntVar(&o.moveBacklog, "move-backlog", 20_000, "jobs the moving tube holds in cluster-g3-move-backlog-N (N is this count: 20k by default)")
 	flag.StringVar(&o.command, "command", "", "how this run was started, for the report; default the command line")
 	flag.Float64Var(&o.quiet, "quiet", 0.5, "before each run, wait until other processes keep at most this many cores busy; 0 does not wait")
 	flag.DurationVar(&o.quietWait, "quiet-wait", 5*time.Second, "the longest -quiet waits before a run")
@@ -225,7 +227,7 @@ func choose(o options) ([]load.Scenario, error) {
 	if o.full {
 		drain = 1_000_000
 	}
-	all := load.Catalogue(load.Sizes{IdleConns: o.idleConns, Jobs: o.jobs, DrainJobs: drain})
+	all := load.Catalogue(load.Sizes{IdleConns: o.idleConns, Jobs: o.jobs, DrainJobs: drain, MoveBacklog: o.moveBacklog})
 	var only, with *regexp.Regexp
 	for _, f := range []struct {
 		name, expr string
