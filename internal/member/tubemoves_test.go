@@ -1041,6 +1041,15 @@ func TestShardGroupsMoveTubeStaged(t *testing.T) {
 		t.Fatalf("move out of group 2: %d %s", status, body)
 	}
 	reserve(released)
+	before, err := holder.Stats("stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := holder.Do("list-tubes", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tubesBefore := r.Body
 	// The hook runs on the move's driver, in its member's handler: it
 	// reports, it does not stop the test.
 	var fresh, move uint64
@@ -1058,6 +1067,14 @@ func TestShardGroupsMoveTubeStaged(t *testing.T) {
 			return
 		}
 		defer reader.Close()
+		// stats and list-tubes as before the copy: the new group leaves
+		// its copies out of its parts.
+		if st, err := reader.Stats("stats"); err != nil || !sameStats(st, before) {
+			t.Errorf("stats while the copy is staged: %v %v; before the move %v", st, err, before)
+		}
+		if r, err := reader.Do("list-tubes", nil); err != nil || string(r.Body) != string(tubesBefore) {
+			t.Errorf("list-tubes while the copy is staged: %q %v; before the move %q", r.Body, err, tubesBefore)
+		}
 		if r, err := reader.Do(fmt.Sprintf("peek %d", same), nil); err != nil || r.Kind != testproc.ReplyFound || string(r.Body) != "same" {
 			t.Errorf("a peek of a copied job while the copy is staged: %+v %v", r, err)
 		}
@@ -1262,6 +1279,11 @@ func TestShardGroupsMoveTubeStageLost(t *testing.T) {
 	for _, id := range copied {
 		expectLine(t, client, fmt.Sprintf("delete %d", id), "DELETED")
 	}
+	// The tube is gone from its group: its copies are no tube of the
+	// cluster's.
+	if r, err := client.Do("list-tubes", nil); err != nil || strings.Contains(string(r.Body), tubes[0]) {
+		t.Fatalf("list-tubes with the tube's copies staged, the tube gone: %q %v", r.Body, err)
+	}
 	if status, _, body := placeThrough(t, c.up["m1"], tubes[0], 2); status != http.StatusOK {
 		t.Fatalf("placing %s in group 2: %d %s", tubes[0], status, body)
 	}
@@ -1284,3 +1306,14 @@ func TestShardGroupsMoveTubeStageLost(t *testing.T) {
 	c.settledAll()
 }
 
+// sameStats reports whether two stats answers hold the same jobs and
+// tubes: current-jobs-* by state, total-jobs and current-tubes.
+func sameStats(a, b map[string]string) bool {
+	for _, k := range []string{"current-jobs-urgent", "current-jobs-ready", "current-jobs-reserved", "current-jobs-delayed",
+		"current-jobs-buried", "total-jobs", "current-tubes"} {
+		if a[k] != b[k] {
+			return false
+		}
+	}
+	return true
+}

@@ -126,7 +126,8 @@ type ServerConfig struct {
 	// took in ahead of its source's freeze, nil while none is: the source
 	// serves them still, so a command by id of a job of one is answered
 	// as if the job were not here (NOT_FOUND, with MovedTo's groups), and
-	// the member's search goes on to the source.
+	// the member's search goes on to the source; and the group's parts
+	// of stats and list-tubes leave them out (the source counts them).
 	Staged func(g uint16) func(tube []byte) bool
 }
 
@@ -957,15 +958,38 @@ func (o *owner) requestMovingLocked(req *Request) bool {
 // stagedLocked reports whether it is a command by id of a job here that
 // is a staged copy (ServerConfig.Staged).
 func (o *owner) stagedLocked(it *Item) bool {
-	if it.Kind != KindRequest || !byID(it.Request.Op) || o.srv.cfg.Staged == nil {
+	if it.Kind != KindRequest || !byID(it.Request.Op) {
 		return false
 	}
-	staged := o.srv.cfg.Staged(o.key.group)
+	staged := o.staged()
 	if staged == nil {
 		return false
 	}
 	tube, _, ok := o.client.JobIn(it.Request.ID)
 	return ok && staged([]byte(tube))
+}
+
+// staged is ServerConfig.Staged for o's group: nil while it holds no
+// staged copies.
+func (o *owner) staged() func(tube []byte) bool {
+	if o.srv.cfg.Staged == nil {
+		return nil
+	}
+	return o.srv.cfg.Staged(o.key.group)
+}
+
+// withoutTube is st without ts, a tube whose jobs are a move's staged
+// copies: its jobs, those counted as put here by their import, and
+// itself.
+func withoutTube(st store.Stats, ts store.TubeStats) store.Stats {
+	st.Urgent -= int64(ts.Urgent)
+	st.Ready -= int64(ts.Ready)
+	st.Reserved -= int64(ts.Reserved)
+	st.Delayed -= int64(ts.Delayed)
+	st.Buried -= int64(ts.Buried)
+	st.TotalJobs -= int64(ts.TotalJobs)
+	st.Tubes--
+	return st
 }
 
 // Holder is a reserved job and the session holding it, of a tube moving
@@ -1414,12 +1438,26 @@ func (o *owner) run(req *Request) (r Reply, blocked bool) {
 	case OpPauseTube:
 		return ok(cl.PauseTubeKeyed(key, req.Tube, time.Duration(req.Delay)*time.Second)), false
 	case OpStats:
-		return Reply{Status: StatusOK, Result: ResultStats, Stats: o.st.Stats()}, false
+		st := o.st.Stats()
+		if staged := o.staged(); staged != nil {
+			for _, t := range o.st.StampedTubes() {
+				if !staged([]byte(t.Name)) {
+					continue
+				}
+				if ts, ok := o.st.TubeStats([]byte(t.Name)); ok {
+					st = withoutTube(st, ts)
+				}
+			}
+		}
+		return Reply{Status: StatusOK, Result: ResultStats, Stats: st}, false
 	case OpListTubes:
+		staged := o.staged()
 		stamped := o.st.StampedTubes()
-		tubes := make([]TubeStamp, len(stamped))
-		for i, t := range stamped {
-			tubes[i] = TubeStamp{Name: []byte(t.Name), Stamp: t.Stamp}
+		tubes := make([]TubeStamp, 0, len(stamped))
+		for _, t := range stamped {
+			if staged == nil || !staged([]byte(t.Name)) {
+				tubes = append(tubes, TubeStamp{Name: []byte(t.Name), Stamp: t.Stamp})
+			}
 		}
 		return Reply{Status: StatusOK, Result: ResultTubes, Tubes: tubes}, false
 	case OpBest:
