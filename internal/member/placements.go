@@ -17,6 +17,7 @@ import (
 	"github.com/sproutmq/sprout/internal/admin"
 	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/store"
 )
 
 // A prefix P is placed in group D (docs/design/shards.md 3.4, "Prefix
@@ -59,7 +60,8 @@ type prefixPlaceResult struct {
 	Tubes []string `json:"tubes"`
 	Jobs  int      `json:"jobs"`
 	// Paused is how long the covered tubes' commands were refused at
-	// most, from the pending placement to its decision, in milliseconds.
+	// most, from the first group's freeze to the decision, in
+	// milliseconds.
 	Paused int64 `json:"paused_ms"`
 }
 
@@ -69,6 +71,9 @@ type prefixTaken struct {
 	Tubes []string `json:"tubes"`
 	Jobs  int      `json:"jobs"`
 	Into  []uint16 `json:"into,omitempty"`
+	// Held is how long the group had held the prefix's tubes frozen when
+	// it answered, in milliseconds (their copies go before the freeze).
+	Held int64 `json:"held_ms,omitempty"`
 }
 
 // covers reports whether placing prefix in group to takes tube to it, as
@@ -271,7 +276,7 @@ func (m *Member) placePrefix(ctx context.Context, prefix string, to uint16) (pre
 	if n.Tubes().Prefixes[prefix].Move != move {
 		return res, fmt.Errorf("%w: another placement is under way", errTubeMove)
 	}
-	begun := time.Now()
+	var frozeAt time.Time // the first group's freeze, as this member's clock has it
 	sources, dests := m.parties(prefix, to, placed.Group)
 	// The destinations first: each thaws a freeze of the prefix left by
 	// an earlier placement that took its tubes out of it.
@@ -286,6 +291,9 @@ func (m *Member) placePrefix(ctx context.Context, prefix string, to uint16) (pre
 			}
 			mu.Lock()
 			defer mu.Unlock()
+			if at := time.Now().Add(-time.Duration(out.Held) * time.Millisecond); frozeAt.IsZero() || at.Before(frozeAt) {
+				frozeAt = at
+			}
 			res.Tubes = append(res.Tubes, out.Tubes...)
 			res.Jobs += out.Jobs
 			if len(out.Tubes) > 0 && to != replication.Unplaced {
@@ -306,7 +314,9 @@ func (m *Member) placePrefix(ctx context.Context, prefix string, to uint16) (pre
 	if err != nil {
 		return res, m.abortPrefix(ctx, prefix, move, to, placed.Group, err)
 	}
-	res.Paused = time.Since(begun).Milliseconds()
+	if !frozeAt.IsZero() {
+		res.Paused = time.Since(frozeAt).Milliseconds()
+	}
 	slices.Sort(res.Tubes)
 	return res, m.endPrefix(ctx, prefix, move, to, placed.Group, true)
 }
@@ -461,29 +471,56 @@ func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
 	admin.WriteValue(w, http.StatusOK, out)
 }
 
-// takePrefix is group g's take step, this member leading it: freeze the
-// prefix, then hand each tube it covers here to group to's leader.
-func (m *Member) takePrefix(ctx context.Context, n *replication.Node, g uint16, prefix string, move uint64, to uint16) (prefixTaken, error) {
-	out := prefixTaken{Tubes: []string{}}
+// takePrefix is group g's take step, this member leading it: copy each
+// tube the prefix covers here to its new group while it serves
+// (stageTube, as a tube's move does), freeze the prefix, then hand each
+// to its new group's leader: what changed since its copy, or the whole
+// of a tube made meanwhile.
+func (m *Member) takePrefix(ctx context.Context, n *replication.Node, g uint16, prefix string, move uint64, to uint16) (out prefixTaken, _ error) {
+	out.Tubes = []string{}
 	if err := m.awaitPending(ctx, prefix, move); err != nil {
 		return out, err
 	}
 	if err := m.endPrefixesOut(ctx, n, g, move); err != nil {
 		return out, err
 	}
+	staged := map[string]store.TubeCopy{}
+	stagedTo := map[string]uint16{}
+	for tube, dest := range m.coveredTubes(n, g, prefix, to) {
+		since, err := m.stageTube(ctx, n, tube, move, g, dest)
+		if err != nil {
+			return out, err
+		}
+		if since != nil {
+			staged[tube], stagedTo[tube] = since, dest
+		}
+	}
+	if hook := m.afterStage.Load(); hook != nil && len(staged) > 0 {
+		(*hook)()
+	}
 	if err := n.ProposePrefix(ctx, replication.PrefixFreeze, prefix, move, to, nil); err != nil {
 		return out, err
 	}
+	frozen := time.Now()
+	defer func() { out.Held = time.Since(frozen).Milliseconds() }()
 	m.sessions.Refreeze(g)
 	for tube, f := range n.Tubes().Frozen {
 		if _, ok := m.takes(g, tube, prefix, to); ok && !f.Moved {
 			return out, fmt.Errorf("%w: tube %q is moving to group %d", errTubeMove, tube, f.To)
 		}
 	}
-	for tube, dest := range m.coveredTubes(n, g, prefix, to) {
-		jobs, err := m.handTube(ctx, n, tube, move, g, dest, nil)
+	covered := m.coveredTubes(n, g, prefix, to)
+	hand := maps.Clone(covered)
+	// A tube copied and freed since is handed too: its copies there go
+	// (all its ids are gone), or they would be its jobs once placed.
+	maps.Copy(hand, stagedTo)
+	for tube, dest := range hand {
+		jobs, err := m.handTube(ctx, n, tube, move, g, dest, staged[tube])
 		if err != nil {
 			return out, err
+		}
+		if _, ok := covered[tube]; !ok {
+			continue
 		}
 		out.Tubes = append(out.Tubes, tube)
 		out.Jobs += jobs

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -320,4 +321,90 @@ func TestShardGroupsPlacePrefixAbortedForgets(t *testing.T) {
 	if st, err := conn.Stats(fmt.Sprintf("stats-job %d", id)); err != nil || st["tube"] != tube {
 		t.Fatalf("stats-job %d after the abort: %v %v", id, st, err)
 	}
+}
+
+// TestShardGroupsPlacePrefixStaged: a placement copies each tube it
+// takes to the new group while it serves, a part a job here, then hands
+// over what changed at its freeze: a job deleted in between is not
+// there, one put in between is; and a tube whose jobs all went in
+// between (freed at its source) leaves no copy behind, where the
+// placement would have made its copies its jobs.
+func TestShardGroupsPlacePrefixStaged(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	c.formationRecorded()
+	tubes := tubePerGroup(c.up["m1"].shards.placement, "stg-") // tubes[g] hashes to group g
+	client := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
+	ids := putEach(t, client, tubes[:2], 3)
+	expectLine(t, client, "use default", "USING default") // the tubes go with their last jobs
+	// The hook runs in each source group's take step, maybe at once: it
+	// reports, it does not stop the test.
+	var mu sync.Mutex
+	done := map[string]bool{}
+	var fresh uint64
+	hook := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		dst := c.leaderOf(2).shards.node(2)
+		for _, tube := range tubes[:2] {
+			if done[tube] || !isStaged(dst, tube) {
+				continue
+			}
+			done[tube] = true
+			gone := ids[tube][:1]
+			if tube == tubes[0] {
+				gone = ids[tube]
+			}
+			for _, id := range gone {
+				if err := client.ExpectLine(fmt.Sprintf("delete %d", id), "DELETED"); err != nil {
+					t.Error(err)
+				}
+			}
+			if tube == tubes[1] {
+				var err error
+				if err = client.ExpectLine("use "+tube, "USING "+tube); err == nil {
+					fresh, err = client.Put(0, 0, 60, []byte("fresh"))
+				}
+				if err == nil {
+					err = client.ExpectLine("use default", "USING default")
+				}
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}
+	for _, m := range c.up {
+		m.afterStage.Store(&hook)
+		m.stageChunkBytes.Store(1)
+	}
+	status, res, body := placeThrough(t, c.up["m1"], "stg-", 2)
+	for _, m := range c.up {
+		m.afterStage.Store(nil)
+	}
+	if status != http.StatusOK {
+		t.Fatalf("placement of stg- in group 2: %d %s", status, body)
+	}
+	t.Logf("placed %+v", res)
+	if !done[tubes[0]] || !done[tubes[1]] {
+		t.Fatalf("the tubes staged in group 2 before their freeze: %v (placed %+v)", done, res)
+	}
+	for _, id := range ids[tubes[0]] {
+		expectLine(t, client, fmt.Sprintf("peek %d", id), "NOT_FOUND")
+	}
+	expectLine(t, client, fmt.Sprintf("peek %d", ids[tubes[1]][0]), "NOT_FOUND")
+	for _, id := range append(slices.Clone(ids[tubes[1]][1:]), fresh) {
+		if st, err := client.Stats(fmt.Sprintf("stats-job %d", id)); err != nil || st["tube"] != tubes[1] || st["state"] != "ready" {
+			t.Fatalf("stats-job %d after the placement: %v %v", id, st, err)
+		}
+	}
+	testproc.WaitFor(t, 10*time.Second, "group 2's book and store", func() bool {
+		n := c.leaderOf(2).shards.node(2)
+		b := n.Tubes()
+		return len(b.Staged) == 0 && len(b.Adopted) == 0 && tubeJobs(n, tubes[0]) == 0 && tubeJobs(n, tubes[1]) == 3
+	})
+	if parts := strings.Count(c.outs[c.leaderOf(2).node.Name()].String(), fmt.Sprintf(`"what":%d`, adoptStageMore)); parts < 4 {
+		t.Fatalf("the new group's leader took %d parts of copies after their first, want 4 (a job each)", parts)
+	}
+	c.settledAll()
 }

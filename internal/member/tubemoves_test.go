@@ -1174,17 +1174,7 @@ func TestShardGroupsMoveTubeStageLost(t *testing.T) {
 	c.formationRecorded()
 	tubes := tubePerGroup(c.up["m1"].shards.placement, "lost")
 	client := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
-	ids := map[string][]uint64{}
-	for _, tube := range []string{tubes[1], tubes[0]} {
-		expectLine(t, client, "use "+tube, "USING "+tube)
-		for i := range 3 {
-			id, err := client.Put(0, 0, 60, fmt.Appendf(nil, "%s-%d", tube, i))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids[tube] = append(ids[tube], id)
-		}
-	}
+	ids := putEach(t, client, []string{tubes[1], tubes[0]}, 3)
 	stages := 0
 	stage := func(tube string, from uint16) uint64 {
 		t.Helper()
@@ -1316,4 +1306,22 @@ func sameStats(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// putEach puts n jobs into each of tubes, in turn, through client (which
+// then uses the last), and returns their ids by tube.
+func putEach(t *testing.T, client *testproc.Conn, tubes []string, n int) map[string][]uint64 {
+	t.Helper()
+	ids := map[string][]uint64{}
+	for _, tube := range tubes {
+		expectLine(t, client, "use "+tube, "USING "+tube)
+		for i := range n {
+			id, err := client.Put(0, 0, 60, fmt.Appendf(nil, "%s-%d", tube, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[tube] = append(ids[tube], id)
+		}
+	}
+	return ids
 }
