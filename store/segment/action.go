@@ -95,9 +95,13 @@ const (
 	// before it; everything written since the last good one is written
 	// again and the fsync retried.
 	reportSyncFailed
-	// reportBacklog: n bytes wait for an fsync that keeps failing; puts
-	// are refused until one works.
+	// reportBacklog: n bytes written wait for an fsync, past the bound
+	// (fsyncs fail, or are slower than the writes); puts are refused
+	// until one brings them back under it.
 	reportBacklog
+	// reportBacklogOver: an fsync brought them back under the bound;
+	// puts are taken.
+	reportBacklogOver
 	// reportDiskFull: no spare segment could be made (err); puts are
 	// refused until one can.
 	reportDiskFull

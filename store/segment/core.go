@@ -472,8 +472,9 @@ func (c *core) writeDone(now time.Duration, n int64, err error) {
 		}
 	}
 	if c.unsyncedBytes > c.policy.maxUnsynced && !c.backlog {
-		// fsync keeps failing: stop taking refusable groups, as on a full disk,
-		// rather than keep ever more to write again.
+		// The fsyncs fail, or fall behind the writes: stop taking
+		// refusable groups, as on a full disk, rather than keep ever more
+		// to write again.
 		c.backlog = true
 		c.emit(action{kind: actReport, report: reportBacklog, n: c.unsyncedBytes})
 	}
@@ -547,6 +548,7 @@ func (c *core) syncDone(now time.Duration, seq uint32, err error) {
 	c.unsyncedBytes -= c.syncingBytes
 	if c.backlog && c.unsyncedBytes <= c.policy.maxUnsynced {
 		c.backlog = false
+		c.emit(action{kind: actReport, report: reportBacklogOver, n: c.unsyncedBytes})
 	}
 }
 

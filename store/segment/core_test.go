@@ -72,10 +72,10 @@ func (h *harness) describe(a action) string {
 	switch a.kind {
 	case actReport:
 		name := [...]string{reportWriteFailed: "write-failed", reportGaveUp: "gave-up", reportSyncFailed: "sync-failed",
-			reportBacklog: "backlog", reportDiskFull: "disk-full", reportSpaceBack: "space-back", reportStuck: "stuck",
+			reportBacklog: "backlog", reportBacklogOver: "backlog-over", reportDiskFull: "disk-full", reportSpaceBack: "space-back", reportStuck: "stuck",
 			reportRemoveFailed: "remove-failed"}[a.report]
 		switch a.report {
-		case reportBacklog:
+		case reportBacklog, reportBacklogOver:
 			return fmt.Sprintf("report %s %dB", name, a.n)
 		case reportDiskFull, reportSpaceBack:
 			return "report " + name
@@ -560,7 +560,7 @@ func TestCoreBacklog(t *testing.T) {
 	h.rewrote()
 	h.expect("sync [1]")
 	h.synced()
-	h.expect()
+	h.expect("report backlog-over 0B") // and said when it is over
 	if err := h.tryPut(4); err != nil {
 		t.Fatalf("put once an fsync worked: %v", err)
 	}
@@ -1030,7 +1030,7 @@ func TestCoreSyncFailsWhileWriting(t *testing.T) {
 		t.Fatal("acknowledged before an fsync worked")
 	}
 	h.synced()
-	h.expect("publish 400 +2", "turn")
+	h.expect("report backlog-over 17B", "publish 400 +2", "turn")
 	h.release()
 	if !first || !second {
 		t.Fatal("not acknowledged once an fsync covered them")

@@ -358,7 +358,9 @@ func (l *Log) report(a *action) {
 	case reportSyncFailed:
 		l.log.Error().Err(a.err).Str("file", file).Msg("segment: fsync failed; will write again and retry")
 	case reportBacklog:
-		l.log.Warn().Int64("unsynced_bytes", a.n).Msg("segment: fsync keeps failing; refusing puts until one works")
+		l.log.Warn().Int64("unsynced_bytes", a.n).Msg("segment: the writes are too far ahead of their fsyncs (failing, or slower than the writes); refusing puts until one catches up")
+	case reportBacklogOver:
+		l.log.Info().Int64("unsynced_bytes", a.n).Msg("segment: an fsync caught up with the writes; accepting puts")
 	case reportDiskFull:
 		l.log.Warn().Err(a.err).Msg("segment: disk full; refusing puts until space returns")
 	case reportSpaceBack:
