@@ -125,6 +125,7 @@ func newTubesPlaceCmd(o *options) *cobra.Command {
 	return c
 }
 
-// tubeMoveTimeout bounds a tube's move: the member answers once it is
-// done, or after its own bound (30 s) with why not.
-const tubeMoveTimeout = 45 * time.Second
+// tubeMoveTimeout bounds a tube's move or a prefix's placement: the
+// member answers once it is done, or after its own bounds (10 minutes for
+// a move's copy, which the tube serves through, then 30 s) with why not.
+const tubeMoveTimeout = 11 * time.Minute

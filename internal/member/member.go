@@ -178,6 +178,10 @@ type Member struct {
 	// move's copy taken ahead of its freeze that no adopt here took in and
 	// group 0 has not decided (resolveStages; the balance loop's alone).
 	stagesSeen map[uint64]time.Time
+	// stageParts is when this member, leading their destination, last
+	// took a part of each move's copy (time.Time by move): a copy longer
+	// than stageLost goes on as long as its parts come.
+	stageParts sync.Map
 	// keepLostMoves, set by tests only, has the balancer leave the moves
 	// of tubes whose driver was lost as they are (resolveTubeMoves): a
 	// test that makes a move's steps by hand takes longer than its tick.

@@ -69,11 +69,16 @@ import (
 // (router.RouterConfig.MovedFrom).
 
 const (
-	// tubeMoveTimeout bounds a move, and each call between members in it.
+	// tubeMoveTimeout bounds a move from its freeze, a placement, and
+	// each call between members in them.
 	tubeMoveTimeout = 30 * time.Second
+	// stageTimeout bounds a move's copy ahead of its freeze, which the
+	// tube serves through (a large tube's takes longer than a freeze
+	// may), each part of it tubeMoveTimeout.
+	stageTimeout = 10 * time.Minute
 	// abortTimeout bounds the abort of a move or a placement, which has
 	// its own: the move's may be what ended it. A move's answer comes
-	// within both (sproutctl waits 45 s).
+	// within all three (sproutctl waits 11 minutes).
 	abortTimeout = 10 * time.Second
 )
 
@@ -533,9 +538,7 @@ func (m *Member) serveTubeMove(w http.ResponseWriter, r *http.Request) {
 		admin.WriteError(w, &admin.Error{Status: http.StatusConflict, Message: fmt.Sprintf("tube %q lives in group %d already", name, to)})
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), tubeMoveTimeout)
-	defer cancel()
-	res, err := m.moveTube(ctx, name, from, to)
+	res, err := m.moveTube(r.Context(), name, from, to)
 	if err != nil {
 		m.log.Info().Str("tube", name).Int("from", int(from)).Int("to", int(to)).Array("steps_ms", res.stepsLog()).
 			Err(err).Msg("tube not moved")
@@ -657,7 +660,8 @@ func (m *Member) driving(g uint16) bool {
 func tubeIn(tube string, g uint16) string { return fmt.Sprintf("%s@%d", tube, g) }
 
 // moveTube moves tube from group from, which this member leads, to group
-// to: the steps of this file's comment.
+// to: the steps of this file's comment, its copy within stageTimeout, the
+// rest within tubeMoveTimeout.
 func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tubeMoveResult, error) {
 	res := tubeMoveResult{Tube: tube, From: from, To: to}
 	n := m.shards.node(from)
@@ -679,8 +683,12 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 		now := time.Now()
 		res.took[i], step = now.Sub(step), now
 	}
-	since, err := m.stageTube(ctx, n, tube, move, from, to)
+	stageCtx, cancel := context.WithTimeout(ctx, stageTimeout)
+	since, err := m.stageTube(stageCtx, n, tube, move, from, to)
+	cancel()
 	lap(0)
+	ctx, cancel = context.WithTimeout(ctx, tubeMoveTimeout)
+	defer cancel()
 	if err != nil {
 		return res, m.abortTubeMove(ctx, n, tube, move, from, to, err)
 	}
@@ -767,9 +775,11 @@ func (m *Member) stageTube(ctx context.Context, n *replication.Node, tube string
 		// may come from an older leader after a newer one logged the
 		// copy, which the whole tube's import would then keep, stale.
 		calls := 0
+		partCtx, cancel := context.WithTimeout(ctx, tubeMoveTimeout)
 		if part == 0 {
-			err = m.callLeader(ctx, to, path, body, nil)
+			err = m.callLeader(partCtx, to, path, body, nil)
 			if le, ok := errors.AsType[*leaderError](err); ok && le.status == http.StatusNotFound {
+				cancel()
 				return nil, nil
 			}
 			calls = 1
@@ -778,8 +788,9 @@ func (m *Member) stageTube(ctx context.Context, n *replication.Node, tube string
 			if calls > 0 {
 				m.callingNext(to, path, calls, err)
 			}
-			err = m.callLeaderAgain(ctx, to, path, body, nil, nil)
+			err = m.callLeaderAgain(partCtx, to, path, body, nil, nil)
 		}
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("group %d did not take tube %q's copy (part %d of %d): %w", to, tube, part+1, len(chunks), err)
 		}
@@ -1220,6 +1231,9 @@ func (m *Member) adopt(w http.ResponseWriter, r *http.Request, what int) {
 		admin.WriteError(w, &admin.Error{Status: http.StatusServiceUnavailable, Message: fmt.Sprintf("taking tube %q's jobs: %v", tube, err)})
 		return
 	}
+	if what == adoptStage || what == adoptStageMore {
+		m.stageParts.Store(move, time.Now()) // the copy goes on: resolveStages waits
+	}
 	admin.WriteValue(w, http.StatusOK, map[string]int{"jobs": made})
 }
 
@@ -1473,9 +1487,10 @@ func (m *Member) resolveTubeMoves() {
 }
 
 // stageLost is how long a group's leader sees a move's copy taken ahead
-// of its freeze, no adopt of it running here and group 0 not deciding
-// it, before it has the move aborted: the move's driver has as long for
-// all of it (tubeMoveTimeout), so one still live past that is giving up.
+// of its freeze, no part of it coming (stageParts), no adopt of it
+// running here and group 0 not deciding it, before it has the move
+// aborted: the move's driver has as long after the copy's last part for
+// the rest (tubeMoveTimeout), so one still live past that is giving up.
 const stageLost = tubeMoveTimeout
 
 // stageChunk is how much of a tube's copy ahead of its freeze goes in
@@ -1518,6 +1533,12 @@ func (m *Member) resolveStages() {
 				if !was {
 					m.stagesSeen[st.Move] = time.Now()
 				}
+				// A copy that goes on is no copy left: its wait runs from
+				// its last part.
+				if last, ok := m.stageParts.Load(st.Move); ok && last.(time.Time).After(first) {
+					first = last.(time.Time)
+					m.stagesSeen[st.Move] = first
+				}
 				wait := time.Duration(m.stageLostAfter.Load())
 				if wait == 0 {
 					wait = stageLost
@@ -1545,6 +1566,7 @@ func (m *Member) resolveStages() {
 	for move := range m.stagesSeen {
 		if !seen[move] {
 			delete(m.stagesSeen, move)
+			m.stageParts.Delete(move)
 		}
 	}
 }

@@ -1237,6 +1237,20 @@ func TestShardGroupsMoveTubeStageLost(t *testing.T) {
 		m.stageLostAfter.Store(int64(time.Second))
 	}
 	left := stage(tubes[0], 0)
+	// A copy whose parts keep coming is not left, however long it takes
+	// (a large tube's, past stageLost): each part is taken.
+	src := c.leaderOf(0)
+	chunks, _, _, _ := src.shards.node(0).Store().ExportTubeCopy([]byte(tubes[0]), 0)
+	if body, err = adoptionBody(adoption{}, chunks[0]); err != nil {
+		t.Fatal(err)
+	}
+	for part := 1; part <= 10; part++ {
+		time.Sleep(400 * time.Millisecond)
+		path := fmt.Sprintf("/cluster/tubes/%s/stage?from=0&to=2&move=%x&part=%d", tubes[0], left, part)
+		if err := src.callLeader(t.Context(), 2, path, body, nil); err != nil {
+			t.Fatalf("part %d of a copy going on past stageLost: %v", part, err)
+		}
+	}
 	testproc.WaitFor(t, 20*time.Second, "the stage left dropped", func() bool {
 		n := c.leaderOf(2).shards.node(2)
 		return !isStaged(n, tubes[0]) && tubeJobs(n, tubes[0]) == 0 && len(n.Tubes().Adopted) == 0
