@@ -44,31 +44,35 @@ func (s *Store) ExportTube(name []byte) (frames []byte, jobs int, held []Held, f
 	return framesOf(recs), jobs, held, fig, ok
 }
 
-// ExportTubeCopy is ExportTube's frames, in chunks of at most chunk
-// bytes each (or one frame, when that is larger; a chunk of 0 is one
-// chunk), and count, with what they say of each job (the TubeCopy
-// ExportTubeChanges compares with later). Imported one after another, in
-// their order, the chunks make what one import of them all would.
+// ExportTubeCopy is ExportTube's frames, handed to send in chunks of at
+// most chunk bytes each (or one frame, when that is larger; a chunk of 0
+// is one chunk; no jobs, no chunk), as they are made, and their count, with what they say
+// of each job (the TubeCopy ExportTubeChanges compares with later); ok is
+// false when the tube does not exist, and err is send's, which stops it.
+// Imported one after another, in their order, the chunks make what one
+// import of them all would. A chunk is send's only until it returns.
 //
 // Unlike ExportTube's, its records are taken copyBatch at a time, the
-// tube's lock let go between: a copy is taken while the tube serves (a
-// move's ahead of its freeze), and one hold for a tube of 250,000 jobs
-// stalled its group's node goroutine (it takes the lock for each job of
-// its committed entries) past an election timeout. Each job's record is
-// its state when its batch was taken, which is what the TubeCopy says.
-// The buried jobs are the exception: their order is their records', so
-// they are all taken in the first hold, and a job buried after it is
-// left out (it goes with the changes, which come after them, in the
-// order of their burials).
-func (s *Store) ExportTubeCopy(name []byte, chunk int) (chunks [][]byte, jobs int, cp TubeCopy, ok bool) {
+// tube's lock let go between (and while send runs): a copy is taken while
+// the tube serves (a move's ahead of its freeze), and one hold for a tube
+// of 250,000 jobs stalled its group's node goroutine (it takes the lock
+// for each job of its committed entries) past an election timeout; and
+// only a chunk's frames are held at a time. Each job's record is its
+// state when its batch was taken, which is what the TubeCopy says. The
+// buried jobs are the exception: their order is their records', so they
+// are all taken in the first hold, and a job buried after it is left out
+// (it goes with the changes, which come after them, in the order of their
+// burials).
+func (s *Store) ExportTubeCopy(name []byte, chunk int, send func(frames []byte) error) (jobs int, cp TubeCopy, ok bool, err error) {
 	t := s.findTube(name)
 	if t == nil {
-		return nil, 0, nil, false
+		return 0, nil, false, nil
 	}
 	defer s.releaseTube(t)
-	// Records are taken under the lock, encoded after it, a chunk at a
-	// time (cut).
+	// Records are taken under the lock, encoded and sent after it, a
+	// chunk at a time (cut).
 	var recs []wal.Record
+	var buf []byte
 	add := func(j *Job) {
 		r := s.record(wal.KindFull, j)
 		if j.state == StateReserved {
@@ -78,18 +82,25 @@ func (s *Store) ExportTubeCopy(name []byte, chunk int) (chunks [][]byte, jobs in
 		recs = append(recs, r)
 		jobs++
 	}
-	cut := func(last bool) {
+	cut := func(last bool) error {
 		for len(recs) > 0 {
 			size, n := wal.FrameSize(&recs[0]), 1
 			for ; n < len(recs) && (chunk <= 0 || size+wal.FrameSize(&recs[n]) <= chunk); n++ {
 				size += wal.FrameSize(&recs[n])
 			}
 			if n == len(recs) && !last && (chunk <= 0 || size < chunk) {
-				return // not a chunk's worth yet
+				return nil // not a chunk's worth yet
 			}
-			chunks = append(chunks, framesOf(recs[:n]))
+			buf = buf[:0]
+			for i := range recs[:n] {
+				buf = wal.AppendFrame(buf, &recs[i])
+			}
 			recs = append(recs[:0], recs[n:]...)
+			if err := send(buf); err != nil {
+				return err
+			}
 		}
+		return nil
 	}
 	reserved := s.reservedIn(t)
 	t.mu.Lock()
@@ -113,7 +124,9 @@ func (s *Store) ExportTubeCopy(name []byte, chunk int) (chunks [][]byte, jobs in
 	}
 	t.mu.Unlock()
 	for from := 0; from < len(others); from += copyBatch {
-		cut(false)
+		if err := cut(false); err != nil {
+			return jobs, cp, true, err
+		}
 		if s.betweenCopyBatches != nil {
 			s.betweenCopyBatches()
 		}
@@ -125,11 +138,7 @@ func (s *Store) ExportTubeCopy(name []byte, chunk int) (chunks [][]byte, jobs in
 		}
 		t.mu.Unlock()
 	}
-	cut(true)
-	if len(chunks) == 0 {
-		chunks = append(chunks, nil)
-	}
-	return chunks, jobs, cp, true
+	return jobs, cp, true, cut(true)
 }
 
 // copyBatch is how many jobs ExportTubeCopy records per hold of the

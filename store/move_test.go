@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"slices"
 	"testing"
 	"time"
@@ -183,7 +184,7 @@ func TestMoveTubeChanges(t *testing.T) {
 	reserve(held)
 	deleted, buried, same := put(1, "deleted"), put(2, "buried"), put(9, "same")
 	// A chunk holds one frame at least: one job each here.
-	stage, n, since, ok := src.ExportTubeCopy([]byte("t"), 1)
+	stage, n, since, ok := copyChunks(t, src, "t", 1)
 	if !ok || n != 4 || len(since) != 4 || len(stage) != 4 {
 		t.Fatalf("the stage's export: %d jobs, %d copied, %d chunks, %v", n, len(since), len(stage), ok)
 	}
@@ -294,7 +295,7 @@ func TestMoveTubeCopyBatches(t *testing.T) {
 		bury(b1)
 		c.Delete(fillers[0])
 	})
-	chunks, n, since, ok := src.ExportTubeCopy([]byte("t"), 64<<10)
+	chunks, n, since, ok := copyChunks(t, src, "t", 64<<10)
 	if !ok || batches < 3 || len(chunks) < 2 {
 		t.Fatalf("the copy: %v, %d batches, %d chunks", ok, batches, len(chunks))
 	}
@@ -320,4 +321,18 @@ func TestMoveTubeCopyBatches(t *testing.T) {
 	if _, _, ok := d.JobIn(fillers[0]); ok {
 		t.Fatal("the job deleted between the copy's batches is at the destination")
 	}
+}
+
+// copyChunks is ExportTubeCopy's chunks, each kept (send's is its only
+// while it runs).
+func copyChunks(t *testing.T, s *store.Store, tube string, chunk int) (chunks [][]byte, jobs int, cp store.TubeCopy, ok bool) {
+	t.Helper()
+	jobs, cp, ok, err := s.ExportTubeCopy([]byte(tube), chunk, func(frames []byte) error {
+		chunks = append(chunks, bytes.Clone(frames))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return chunks, jobs, cp, ok
 }

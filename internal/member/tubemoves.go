@@ -741,10 +741,11 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 // or a leader of a release before, which has no stage (the freeze then
 // hands over the whole tube).
 //
-// The copy goes in chunks of stageChunk bytes, each sent once the last
-// is in that group's log: one import of a large tube outran the log's
-// fsyncs past its bound on what it holds unsynced (and the group's
-// replication, past its leaders' heartbeats, on two cores).
+// The copy goes in chunks of stageChunk bytes, each made once the last
+// is in that group's log, so one chunk's frames are held at a time: one
+// import of a large tube outran the log's fsyncs past its bound on what
+// it holds unsynced (and the group's replication, past its leaders'
+// heartbeats, on two cores).
 func (m *Member) stageTube(ctx context.Context, n *replication.Node, tube string, move uint64, from, to uint16) (store.TubeCopy, error) {
 	term, err := servingTerm(n)
 	if err != nil {
@@ -754,33 +755,30 @@ func (m *Member) stageTube(ctx context.Context, n *replication.Node, tube string
 	if c := m.stageChunkBytes.Load(); c > 0 {
 		chunk = int(c)
 	}
-	chunks, jobs, since, ok := n.Store().ExportTubeCopy([]byte(tube), chunk)
-	if !ok || jobs == 0 {
-		return nil, nil
-	}
-	for part, frames := range chunks {
+	part := 0
+	send := func(frames []byte) error {
 		if t, err := servingTerm(n); err != nil || t != term {
-			return nil, fmt.Errorf("%w: group %d's leadership here was lost under its stage", replication.ErrNotServing, from)
+			return fmt.Errorf("%w: group %d's leadership here was lost under its stage", replication.ErrNotServing, from)
 		}
 		body, err := adoptionBody(adoption{}, frames)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
 		if part > 0 {
 			q.Set("part", strconv.Itoa(part))
 		}
 		path := "/cluster/tubes/" + url.PathEscape(tube) + "/stage?" + q.Encode()
+		ctx, cancel := context.WithTimeout(ctx, tubeMoveTimeout)
+		defer cancel()
 		// Only the first call's 404 says no stage is there: one after it
 		// may come from an older leader after a newer one logged the
 		// copy, which the whole tube's import would then keep, stale.
 		calls := 0
-		partCtx, cancel := context.WithTimeout(ctx, tubeMoveTimeout)
 		if part == 0 {
-			err = m.callLeader(partCtx, to, path, body, nil)
+			err = m.callLeader(ctx, to, path, body, nil)
 			if le, ok := errors.AsType[*leaderError](err); ok && le.status == http.StatusNotFound {
-				cancel()
-				return nil, nil
+				return errNoStage
 			}
 			calls = 1
 		}
@@ -788,15 +786,29 @@ func (m *Member) stageTube(ctx context.Context, n *replication.Node, tube string
 			if calls > 0 {
 				m.callingNext(to, path, calls, err)
 			}
-			err = m.callLeaderAgain(partCtx, to, path, body, nil, nil)
+			err = m.callLeaderAgain(ctx, to, path, body, nil, nil)
 		}
-		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("group %d did not take tube %q's copy (part %d of %d): %w", to, tube, part+1, len(chunks), err)
+			return fmt.Errorf("group %d did not take part %d of tube %q's copy: %w", to, part+1, tube, err)
 		}
+		part++
+		return nil
+	}
+	jobs, since, ok, err := n.Store().ExportTubeCopy([]byte(tube), chunk, send)
+	switch {
+	case errors.Is(err, errNoStage):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case !ok || jobs == 0:
+		return nil, nil
 	}
 	return since, nil
 }
+
+// errNoStage is a stage's first part answered 404: a leader of a release
+// before, which has no stage.
+var errNoStage = errors.New("no stage there")
 
 // handTube hands tube's jobs in group from (n, led here), frozen, to
 // group to's leader, with the sessions holding its reserved ones, and

@@ -1240,8 +1240,10 @@ func TestShardGroupsMoveTubeStageLost(t *testing.T) {
 	// A copy whose parts keep coming is not left, however long it takes
 	// (a large tube's, past stageLost): each part is taken.
 	src := c.leaderOf(0)
-	chunks, _, _, _ := src.shards.node(0).Store().ExportTubeCopy([]byte(tubes[0]), 0)
-	if body, err = adoptionBody(adoption{}, chunks[0]); err != nil {
+	if _, _, _, err = src.shards.node(0).Store().ExportTubeCopy([]byte(tubes[0]), 0, func(frames []byte) (err error) {
+		body, err = adoptionBody(adoption{}, frames)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	for part := 1; part <= 10; part++ {
