@@ -1578,7 +1578,12 @@ func (m *Member) resolveStages() {
 	for move := range m.stagesSeen {
 		if !seen[move] {
 			delete(m.stagesSeen, move)
-			m.stageParts.Delete(move)
 		}
 	}
+	m.stageParts.Range(func(move, last any) bool {
+		if !seen[move.(uint64)] && time.Since(last.(time.Time)) > stageLost {
+			m.stageParts.Delete(move) // over, one way or another
+		}
+		return true
+	})
 }
