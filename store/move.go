@@ -40,8 +40,8 @@ type Held struct {
 // reserved ones with their holders, and the tube's figures; ok is false
 // when the tube does not exist.
 func (s *Store) ExportTube(name []byte) (frames []byte, jobs int, held []Held, fig TubeFigures, ok bool) {
-	recs, jobs, held, fig, _, ok := s.exportTube(name, nil)
-	return framesOf(recs), jobs, held, fig, ok
+	frames, jobs, held, fig, _, ok = s.exportTube(name, nil)
+	return frames, jobs, held, fig, ok
 }
 
 // ExportTubeCopy is ExportTube's frames, handed to send in chunks of at
@@ -74,10 +74,7 @@ func (s *Store) ExportTubeCopy(name []byte, chunk int, send func(frames []byte) 
 	var recs []wal.Record
 	var buf []byte
 	add := func(j *Job) {
-		r := s.record(wal.KindFull, j)
-		if j.state == StateReserved {
-			r.Deadline = s.wall(j.deadline)
-		}
+		r := s.exportRecord(j)
 		cp[r.ID] = copiedOf(&r)
 		recs = append(recs, r)
 		jobs++
@@ -185,12 +182,11 @@ func (s *Store) ExportTubeChanges(name []byte, since TubeCopy) (frames []byte, j
 	if since == nil {
 		since = TubeCopy{}
 	}
-	recs, jobs, held, fig, gone, ok := s.exportTube(name, since)
-	return framesOf(recs), jobs, held, fig, gone, ok
+	return s.exportTube(name, since)
 }
 
-// exportTube is ExportTube's records, or with since ExportTubeChanges'.
-func (s *Store) exportTube(name []byte, since TubeCopy) (recs []wal.Record, jobs int, held []Held, fig TubeFigures, gone []uint64, ok bool) {
+// exportTube is ExportTube, or with since ExportTubeChanges.
+func (s *Store) exportTube(name []byte, since TubeCopy) (frames []byte, jobs int, held []Held, fig TubeFigures, gone []uint64, ok bool) {
 	t := s.findTube(name)
 	if t == nil {
 		for id := range since {
@@ -206,6 +202,7 @@ func (s *Store) exportTube(name []byte, since TubeCopy) (recs []wal.Record, jobs
 	// jobs, a second on a loaded machine, stalled it past an election
 	// timeout.
 	t.mu.Lock()
+	var recs []wal.Record
 	kept := 0 // since's jobs the tube holds
 	add := func(j *Job) {
 		jobs++
@@ -216,11 +213,7 @@ func (s *Store) exportTube(name []byte, since TubeCopy) (recs []wal.Record, jobs
 				return // unchanged since the copy
 			}
 		}
-		r := s.record(wal.KindFull, j)
-		if j.state == StateReserved {
-			r.Deadline = s.wall(j.deadline)
-		}
-		recs = append(recs, r)
+		recs = append(recs, s.exportRecord(j))
 	}
 	for _, j := range t.ready.all() {
 		add(j)
@@ -250,20 +243,25 @@ func (s *Store) exportTube(name []byte, since TubeCopy) (recs []wal.Record, jobs
 		fig.Pause, fig.PauseLeft = time.Duration(t.pauseDur), time.Duration(t.pauseUntil-now)
 	}
 	t.mu.Unlock()
-	return recs, jobs, held, fig, gone, true
-}
-
-// framesOf is recs as wal frames, encoded after the tube's lock is let go.
-func framesOf(recs []wal.Record) []byte {
 	size := 0
 	for i := range recs {
 		size += wal.FrameSize(&recs[i])
 	}
-	frames := make([]byte, 0, size) // grown by appends, a tube of 20 MB was copied 80 MB over
+	frames = make([]byte, 0, size) // grown by appends, a tube of 20 MB was copied 80 MB over
 	for i := range recs {
 		frames = wal.AppendFrame(frames, &recs[i])
 	}
-	return frames
+	return frames, jobs, held, fig, gone, true
+}
+
+// exportRecord is j's full record as an export sends it: a reserved job
+// with the end of its TTR as its Deadline. j's tube lock must be held.
+func (s *Store) exportRecord(j *Job) wal.Record {
+	r := s.record(wal.KindFull, j)
+	if j.state == StateReserved {
+		r.Deadline = s.wall(j.deadline)
+	}
+	return r
 }
 
 // ImportTube makes the jobs of frames (ExportTube's) in this store, each
