@@ -774,19 +774,17 @@ func (m *Member) stageTube(ctx context.Context, n *replication.Node, tube string
 		// Only the first call's 404 says no stage is there: one after it
 		// may come from an older leader after a newer one logged the
 		// copy, which the whole tube's import would then keep, stale.
-		calls := 0
-		if part == 0 {
+		if part > 0 {
+			err = m.callLeaderAgain(ctx, to, path, body, nil, nil)
+		} else {
 			err = m.callLeader(ctx, to, path, body, nil)
 			if le, ok := errors.AsType[*leaderError](err); ok && le.status == http.StatusNotFound {
 				return errNoStage
 			}
-			calls = 1
-		}
-		if calls == 0 || err != nil && leaderLostUnder(err) {
-			if calls > 0 {
-				m.callingNext(to, path, calls, err)
+			if err != nil && leaderLostUnder(err) {
+				m.callingNext(to, path, 1, err)
+				err = m.callLeaderAgain(ctx, to, path, body, nil, nil)
 			}
-			err = m.callLeaderAgain(ctx, to, path, body, nil, nil)
 		}
 		if err != nil {
 			return fmt.Errorf("group %d did not take part %d of tube %q's copy: %w", to, part+1, tube, err)
@@ -1138,6 +1136,7 @@ func (m *Member) adopt(w http.ResponseWriter, r *http.Request, what int) {
 		return
 	}
 	defer m.tubeMoves.end(key)
+	copying := what == adoptStage || what == adoptStageMore
 	if placed, decided := m.node.Tubes().Decided[move]; decided {
 		// Late: aborted, its abort's drop may have come already, and
 		// nothing would drop these copies; placed, the tube's jobs here
@@ -1187,7 +1186,7 @@ func (m *Member) adopt(w http.ResponseWriter, r *http.Request, what int) {
 	}
 	// The mark stays through a stage: should the copy be given up, the
 	// tube is still refused here.
-	if f, ok := n.Tubes().Frozen[tube]; ok && f.Moved && what != adoptStage && what != adoptStageMore {
+	if f, ok := n.Tubes().Frozen[tube]; ok && f.Moved && !copying {
 		if err := n.ProposeTube(r.Context(), replication.TubeThaw, tube, f.Move, 0, 0); err != nil {
 			writeChangeError(w, err)
 			return
@@ -1243,7 +1242,7 @@ func (m *Member) adopt(w http.ResponseWriter, r *http.Request, what int) {
 		admin.WriteError(w, &admin.Error{Status: http.StatusServiceUnavailable, Message: fmt.Sprintf("taking tube %q's jobs: %v", tube, err)})
 		return
 	}
-	if what == adoptStage || what == adoptStageMore {
+	if copying {
 		m.stageParts.Store(move, time.Now()) // the copy goes on: resolveStages waits
 	}
 	admin.WriteValue(w, http.StatusOK, map[string]int{"jobs": made})

@@ -1132,17 +1132,10 @@ func TestShardGroupsMoveTubeStaged(t *testing.T) {
 	// The stage again, come late (a deposed driver's, or sent again):
 	// refused, or its copy of the deleted job would come back.
 	dst := c.leaderOf(2)
-	frames, _, _, _, _ := dst.shards.node(2).Store().ExportTube([]byte(tube))
-	stale, err := adoptionBody(adoption{}, frames)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stale := adoptBodyOf(t, dst.shards.node(2), tube)
 	lateStage := func() {
 		t.Helper()
-		err = dst.callLeader(t.Context(), 2, fmt.Sprintf("/cluster/tubes/%s/stage?from=1&to=2&move=%x", tube, move), stale, nil)
-		if le, ok := errors.AsType[*leaderError](err); !ok || le.status != http.StatusConflict {
-			t.Fatalf("the move's stage come late: %v, want 409", err)
-		}
+		wantRefused(t, dst, 2, fmt.Sprintf("/cluster/tubes/%s/stage?from=1&to=2&move=%x", tube, move), stale, "the move's stage come late")
 	}
 	lateStage()
 	expectLine(t, holder, fmt.Sprintf("delete %d", held), "DELETED") // still its holder's
@@ -1205,15 +1198,8 @@ func TestShardGroupsMoveTubeStageLost(t *testing.T) {
 	// A stage come late, a deposed driver's, where the tube lives now:
 	// refused, or its jobs there would count as copies (and go).
 	dst := c.leaderOf(2)
-	frames, _, _, _, _ := dst.shards.node(2).Store().ExportTube([]byte(tubes[1]))
-	body, err := adoptionBody(adoption{}, frames)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = dst.callLeader(t.Context(), 2, "/cluster/tubes/"+tubes[1]+"/stage?from=1&to=2&move=5ea1e", body, nil)
-	if le, ok := errors.AsType[*leaderError](err); !ok || le.status != http.StatusConflict {
-		t.Fatalf("a late stage where the tube lives: %v, want 409", err)
-	}
+	wantRefused(t, dst, 2, "/cluster/tubes/"+tubes[1]+"/stage?from=1&to=2&move=5ea1e", adoptBodyOf(t, dst.shards.node(2), tubes[1]),
+		"a late stage where the tube lives")
 	if n := dst.shards.node(2); isStaged(n, tubes[1]) || tubeJobs(n, tubes[1]) != 2 {
 		t.Fatalf("after a late stage, group 2 holds %d jobs of the tube (staged: %v)", tubeJobs(n, tubes[1]), isStaged(n, tubes[1]))
 	}
@@ -1221,14 +1207,8 @@ func TestShardGroupsMoveTubeStageLost(t *testing.T) {
 	// A copy's part after its first, with no first part there (given up,
 	// or never sent): refused, or its jobs would be there, no copies
 	// the group's book knows of, for nothing to drop.
-	frames, _, _, _, _ = c.leaderOf(0).shards.node(0).Store().ExportTube([]byte(tubes[0]))
-	if body, err = adoptionBody(adoption{}, frames); err != nil {
-		t.Fatal(err)
-	}
-	err = dst.callLeader(t.Context(), 2, "/cluster/tubes/"+tubes[0]+"/stage?from=0&to=2&move=5ea1f&part=1", body, nil)
-	if le, ok := errors.AsType[*leaderError](err); !ok || le.status != http.StatusConflict {
-		t.Fatalf("a copy's second part with no first: %v, want 409", err)
-	}
+	body := adoptBodyOf(t, c.leaderOf(0).shards.node(0), tubes[0])
+	wantRefused(t, dst, 2, "/cluster/tubes/"+tubes[0]+"/stage?from=0&to=2&move=5ea1f&part=1", body, "a copy's second part with no first")
 	if n := dst.shards.node(2); isStaged(n, tubes[0]) || tubeJobs(n, tubes[0]) != 0 {
 		t.Fatalf("after a copy's second part alone, group 2 holds %d jobs of the tube (staged: %v)", tubeJobs(n, tubes[0]), isStaged(n, tubes[0]))
 	}
@@ -1240,12 +1220,6 @@ func TestShardGroupsMoveTubeStageLost(t *testing.T) {
 	// A copy whose parts keep coming is not left, however long it takes
 	// (a large tube's, past stageLost): each part is taken.
 	src := c.leaderOf(0)
-	if _, _, _, err = src.shards.node(0).Store().ExportTubeCopy([]byte(tubes[0]), 0, func(frames []byte) (err error) {
-		body, err = adoptionBody(adoption{}, frames)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
 	for part := 1; part <= 10; part++ {
 		time.Sleep(400 * time.Millisecond)
 		path := fmt.Sprintf("/cluster/tubes/%s/stage?from=0&to=2&move=%x&part=%d", tubes[0], left, part)
@@ -1340,4 +1314,26 @@ func putEach(t *testing.T, client *testproc.Conn, tubes []string, n int) map[str
 		}
 	}
 	return ids
+}
+
+// adoptBodyOf is an adopt's body (a stage's part) of tube's jobs as n's
+// store holds them.
+func adoptBodyOf(t *testing.T, n *replication.Node, tube string) []byte {
+	t.Helper()
+	frames, _, _, _, _ := n.Store().ExportTube([]byte(tube))
+	body, err := adoptionBody(adoption{}, frames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+// wantRefused posts body to path at group g's leader, through via, and
+// fails t unless that leader refuses it 409.
+func wantRefused(t *testing.T, via *Member, g uint16, path string, body []byte, what string) {
+	t.Helper()
+	err := via.callLeader(t.Context(), g, path, body, nil)
+	if le, ok := errors.AsType[*leaderError](err); !ok || le.status != http.StatusConflict {
+		t.Fatalf("%s: %v, want 409", what, err)
+	}
 }
