@@ -892,7 +892,11 @@ func (c *cluster) whole(l layout) bool {
 
 // admin sends a request to m's side port with the admin token, decodes a
 // 2xx answer's JSON into out (unless nil) and returns the status; any
-// other answer but 404 is an error.
+// other answer but 404 is an error. A change (any method but GET) is
+// answered once group 0 has committed it, which under load can take
+// longer than a look's httpClient waits: CI timed out an uncordon after
+// 2 s while a restarted member replayed its log, and the change
+// committed a second later.
 func (c *cluster) admin(m *member, method, path, body string, out any) (int, error) {
 	req, err := http.NewRequest(method, m.httpBase()+path, strings.NewReader(body))
 	if err != nil {
@@ -900,7 +904,11 @@ func (c *cluster) admin(m *member, method, path, body string, out any) (int, err
 	}
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := httpClient.Do(req)
+	client := httpClient
+	if method != http.MethodGet {
+		client = changeClient
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -916,6 +924,9 @@ func (c *cluster) admin(m *member, method, path, body string, out any) (int, err
 	}
 	return resp.StatusCode, nil
 }
+
+// changeClient waits for an admin change's answer: a commit in group 0.
+var changeClient = &http.Client{Timeout: 20 * time.Second}
 
 // verifyBatch is how many peeks go in one pipeline.
 const verifyBatch = 1000
