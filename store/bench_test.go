@@ -167,3 +167,59 @@ func BenchmarkStoredJobs(b *testing.B) {
 	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/n, "alloc-B/job")
 	runtime.KeepAlive(c)
 }
+
+// BenchmarkExportTubeChanges is a tube move's freeze at its source: a
+// tube of 250,000 jobs copied while it served (ExportTubeCopy), 1% of
+// them changed since (reserved and released behind the others), and
+// each op the export of what changed (ExportTubeChanges), which the
+// tube's lock and the move's pause wait for: from the jobs the tube
+// noted changed (noted), or comparing every job (every-job: the note
+// ended first, as one past its bound is). The copy is remade, untimed,
+// before each op: run it with -benchtime 20x.
+func BenchmarkExportTubeChanges(b *testing.B) {
+	for _, noted := range []bool{true, false} {
+		name := "noted"
+		if !noted {
+			name = "every-job"
+		}
+		b.Run(name, func(b *testing.B) { benchmarkExportTubeChanges(b, noted) })
+	}
+}
+
+func benchmarkExportTubeChanges(b *testing.B, noted bool) {
+	const jobs, changed = 250_000, 2_500
+	s := store.New(store.Options{})
+	defer s.Close()
+	c := s.NewClient(nopNotifier{})
+	defer c.Close()
+	c.Use([]byte("t"))
+	c.Watch([]byte("t"))
+	for range jobs {
+		c.Put(s.NextID(), 1, 0, 60, benchBody)
+	}
+	discard := func([]byte) error { return nil }
+	for b.Loop() {
+		b.StopTimer()
+		_, since, ok, err := s.ExportTubeCopy([]byte("t"), 16<<20, discard)
+		if !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+		for range changed {
+			j, r := c.Reserve(0)
+			if r != store.Reserved {
+				b.Fatalf("Reserve(0) = %v", r)
+			}
+			if err := c.Release(j.ID(), 2, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if !noted {
+			s.EndTubeCopy([]byte("t"), since)
+		}
+		b.StartTimer()
+		frames, n, _, _, _, _ := s.ExportTubeChanges([]byte("t"), since)
+		if n != jobs || len(frames) == 0 {
+			b.Fatalf("the changes: %d jobs, %d bytes", n, len(frames))
+		}
+	}
+}

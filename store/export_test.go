@@ -511,3 +511,43 @@ func (s *Store) BuriedIDs(name string) []uint64 {
 	}
 	return ids
 }
+
+// Unnoted is cp without its tube's note of changes: ExportTubeChanges
+// then compares every job with it, and leaves the note alone.
+func (cp *TubeCopy) Unnoted() *TubeCopy {
+	c := *cp
+	c.changes = nil
+	return &c
+}
+
+// Noting reports whether the named tube notes its changes for cp.
+func (s *Store) Noting(name string, cp *TubeCopy) bool {
+	t := s.findTube([]byte(name))
+	if t == nil {
+		return false
+	}
+	defer s.releaseTube(t)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return cp.changes != nil && t.changes == cp.changes
+}
+
+// TimersDue reports whether a delay or a TTR of the named tube's jobs has
+// run out by the store's clock and not yet been served.
+func (s *Store) TimersDue(name string) bool {
+	t := s.findTube([]byte(name))
+	if t == nil {
+		return false
+	}
+	defer s.releaseTube(t)
+	now := s.now()
+	for _, l := range s.reservedIn(t) {
+		if l.at.Key <= now {
+			return true
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.delayed.min()
+	return m != nil && m.deadline <= now
+}

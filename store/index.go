@@ -96,11 +96,13 @@ func (sh *jobShard) findLocked(id uint64) *Job {
 	return sh.spill[id] // nil map: nil
 }
 
-// insertJobLocked makes j findable by id. j.tube.mu must be held. A
+// insertJobLocked makes j findable by id, a change of its tube
+// (noteChangeLocked). j.tube.mu must be held. A
 // job of another prefix's id (moved in from another group: move.go)
 // goes to the spill map: its pages would move the shard's newest page
 // past every id this store issues.
 func (s *Store) insertJobLocked(j *Job) {
+	j.tube.noteChangeLocked(j)
 	sh := s.shard(j.id)
 	sh.mu.Lock()
 	if s.ownID(j.id) {

@@ -2,7 +2,10 @@ package store_test
 
 import (
 	"bytes"
+	"fmt"
+	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,8 +188,8 @@ func TestMoveTubeChanges(t *testing.T) {
 	deleted, buried, same := put(1, "deleted"), put(2, "buried"), put(9, "same")
 	// A chunk holds one frame at least: one job each here.
 	stage, n, since, ok := copyChunks(t, src, "t", 1)
-	if !ok || n != 4 || len(since) != 4 || len(stage) != 4 {
-		t.Fatalf("the stage's export: %d jobs, %d copied, %d chunks, %v", n, len(since), len(stage), ok)
+	if !ok || n != 4 || since.Len() != 4 || len(stage) != 4 {
+		t.Fatalf("the stage's export: %d jobs, %d copied, %d chunks, %v", n, since.Len(), len(stage), ok)
 	}
 	d := dst.NewClient(nil)
 	for _, chunk := range stage {
@@ -299,8 +302,8 @@ func TestMoveTubeCopyBatches(t *testing.T) {
 	if !ok || batches < 3 || len(chunks) < 2 {
 		t.Fatalf("the copy: %v, %d batches, %d chunks", ok, batches, len(chunks))
 	}
-	if want := 2 + 2 + len(fillers) - 1 - 2; n != want || len(since) != want { // r1, r2 buried since: left out
-		t.Fatalf("the copy holds %d jobs (%d in its TubeCopy), want %d", n, len(since), want)
+	if want := 2 + 2 + len(fillers) - 1 - 2; n != want || since.Len() != want { // r1, r2 buried since: left out
+		t.Fatalf("the copy holds %d jobs (%d in its TubeCopy), want %d", n, since.Len(), want)
 	}
 	d := dst.NewClient(nil)
 	for _, chunk := range chunks {
@@ -325,7 +328,7 @@ func TestMoveTubeCopyBatches(t *testing.T) {
 
 // copyChunks is ExportTubeCopy's chunks, each kept (send's is its only
 // while it runs).
-func copyChunks(t *testing.T, s *store.Store, tube string, chunk int) (chunks [][]byte, jobs int, cp store.TubeCopy, ok bool) {
+func copyChunks(t *testing.T, s *store.Store, tube string, chunk int) (chunks [][]byte, jobs int, cp *store.TubeCopy, ok bool) {
 	t.Helper()
 	jobs, cp, ok, err := s.ExportTubeCopy([]byte(tube), chunk, func(frames []byte) error {
 		chunks = append(chunks, bytes.Clone(frames))
@@ -335,4 +338,239 @@ func copyChunks(t *testing.T, s *store.Store, tube string, chunk int) (chunks []
 		t.Fatal(err)
 	}
 	return chunks, jobs, cp, ok
+}
+
+// TestMoveTubeChangesNoted: the export at a move's freeze, from the
+// jobs the tube noted changed since its copy began, is the one a
+// comparison of every job makes (ExportTubeChanges without the note),
+// after random puts, reserves, releases, burials, kicks, touches,
+// deletes, delays and TTRs run out, before the copy, between its
+// batches and after it; and the copy with those changes makes the
+// tube at the destination as the source holds it.
+func TestMoveTubeChangesNoted(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { moveTubeChangesNoted(t, seed) })
+	}
+}
+
+func moveTubeChangesNoted(t *testing.T, seed uint64) {
+	var clock atomic.Int64
+	clock.Store(int64(time.Hour))
+	src := store.New(store.Options{IDPrefix: 2, Now: clock.Load})
+	dst := store.New(store.Options{IDPrefix: 1, Now: clock.Load})
+	t.Cleanup(src.Close)
+	t.Cleanup(dst.Close)
+	producer := src.NewClient(nil)
+	producer.Use([]byte("t"))
+	workers := []*store.Client{src.NewClient(nil), src.NewClient(nil)}
+	for _, w := range workers {
+		w.Watch([]byte("t"))
+	}
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var ids []uint64
+	anyID := func() uint64 { return ids[rng.IntN(len(ids))] }
+	heldBy := func(w *store.Client) (uint64, bool) {
+		held := w.ReservedIDs()
+		if len(held) == 0 {
+			return 0, false
+		}
+		return held[rng.IntN(len(held))], true
+	}
+	settle := func() { // the timers due served, so that nothing changes meanwhile
+		src.PokeTimers()
+		for deadline := time.Now().Add(10 * time.Second); src.TimersDue("t"); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the timers due were not served")
+			}
+		}
+	}
+	ttrs := []uint32{1, 2, 3, 600} // some reservations outlast the test
+	putDelayed := func(delay uint32) {
+		j, err := producer.Put(src.NextID(), rng.Uint32N(4), delay, ttrs[rng.IntN(len(ttrs))], []byte("job\r\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID())
+	}
+	put := func() {
+		if rng.IntN(4) == 0 {
+			putDelayed(1 + rng.Uint32N(4))
+		} else {
+			putDelayed(0)
+		}
+	}
+	step := func() {
+		w := workers[rng.IntN(len(workers))]
+		switch op := rng.IntN(20); {
+		case op < 5:
+			put()
+		case op < 9:
+			w.Reserve(0)
+		case op < 11:
+			if id, ok := heldBy(w); ok {
+				_ = w.Release(id, rng.Uint32N(4), rng.Uint32N(2)*(1+rng.Uint32N(3)))
+			}
+		case op < 13:
+			if id, ok := heldBy(w); ok {
+				_ = w.Bury(id, rng.Uint32N(4))
+			}
+		case op < 14:
+			if id, ok := heldBy(w); ok {
+				w.Touch(id)
+			}
+		case op < 16:
+			w.Delete(anyID())
+		case op < 17:
+			w.Kick(1 + rng.Uint32N(3))
+		case op < 18:
+			_ = w.KickJob(anyID())
+		default:
+			clock.Add(int64(time.Duration(rng.IntN(1500)) * time.Millisecond))
+			settle()
+		}
+	}
+	for range 6000 { // two of the copy's batches and some
+		put()
+	}
+	for range 1000 {
+		step()
+	}
+	settle()
+	for range 200 { // copied delayed (past the clock's moves between batches), and reserved, to change after
+		putDelayed(60 + rng.Uint32N(30))
+		workers[rng.IntN(len(workers))].Reserve(0)
+	}
+	holder := src.NewClient(nil) // copied reserved, and still
+	holder.Watch([]byte("t"))
+	for range 20 {
+		j, err := producer.Put(src.NextID(), 0, 0, 600, []byte("held\r\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID())
+		if _, ok := holder.ReserveJob(j.ID()); !ok {
+			t.Fatalf("the holder's reserve-job %d failed", j.ID())
+		}
+	}
+	src.SetBetweenCopyBatches(func() {
+		for range 300 {
+			step()
+		}
+		settle()
+	})
+	chunks, _, since, ok := copyChunks(t, src, "t", 64<<10)
+	if !ok {
+		t.Fatal("no copy")
+	}
+	d := dst.NewClient(nil)
+	for _, chunk := range chunks {
+		if _, err := d.ImportTube([]byte("t"), chunk, store.TubeFigures{}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 1000 {
+		step()
+	}
+	clock.Add(int64(90 * time.Second)) // the copied delays over
+	settle()
+	if !src.Noting("t", since) {
+		t.Fatal("the tube does not note its changes for the copy")
+	}
+
+	type export struct {
+		recs       map[uint64][]byte // each job's frame
+		buried     []uint64          // the buried jobs', in the frames' order
+		jobs       int
+		held, gone []uint64
+		frames     []byte
+		holders    []store.Held
+		figures    store.TubeFigures
+	}
+	exportOf := func(cp *store.TubeCopy) export {
+		frames, jobs, holders, fig, gone, ok := src.ExportTubeChanges([]byte("t"), cp)
+		if !ok {
+			t.Fatal("no tube")
+		}
+		e := export{recs: map[uint64][]byte{}, jobs: jobs, gone: slices.Sorted(slices.Values(gone)), frames: frames, holders: holders, figures: fig}
+		recs, err := wal.DecodeFrames(nil, frames)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range recs {
+			r := &recs[i]
+			if _, twice := e.recs[r.ID]; twice {
+				t.Fatalf("job %d exported twice", r.ID)
+			}
+			e.recs[r.ID] = wal.AppendFrame(nil, r)
+			if r.State == wal.StateBuried {
+				e.buried = append(e.buried, r.ID)
+			}
+		}
+		for _, h := range holders {
+			e.held = append(e.held, h.ID)
+		}
+		slices.Sort(e.held)
+		return e
+	}
+	every := exportOf(since.Unnoted())
+	if !src.Noting("t", since) {
+		t.Fatal("the export comparing every job ended the copy's note")
+	}
+	noted := exportOf(since)
+	if src.Noting("t", since) {
+		t.Fatal("the export of the noted changes did not end the note")
+	}
+	if len(every.recs) == 0 || len(every.gone) == 0 || len(every.held) == 0 || len(every.buried) == 0 {
+		t.Fatalf("too few changes to tell: %d jobs, %d gone, %d held, %d buried", len(every.recs), len(every.gone), len(every.held), len(every.buried))
+	}
+	switch {
+	case noted.jobs != every.jobs:
+		t.Fatalf("the noted export counts %d jobs, the walk %d", noted.jobs, every.jobs)
+	case !slices.Equal(noted.gone, every.gone):
+		t.Fatalf("gone: noted %v, walk %v", noted.gone, every.gone)
+	case !slices.Equal(noted.held, every.held):
+		t.Fatalf("held: noted %v, walk %v", noted.held, every.held)
+	case !slices.Equal(noted.buried, every.buried):
+		t.Fatalf("buried, in order: noted %v, walk %v", noted.buried, every.buried)
+	case len(noted.recs) != len(every.recs):
+		t.Fatalf("the noted export holds %d jobs, the walk's %d", len(noted.recs), len(every.recs))
+	}
+	for id, frame := range every.recs {
+		if !bytes.Equal(noted.recs[id], frame) {
+			t.Fatalf("job %d: the noted export's record is not the walk's", id)
+		}
+	}
+
+	holders := map[uint64]*store.Client{}
+	for _, h := range noted.holders {
+		holders[h.ID] = d
+	}
+	for _, id := range holder.ReservedIDs() {
+		if _, found := slices.BinarySearch(noted.held, id); !found {
+			t.Fatalf("the holder's job %d is not held in the export (%v)", id, noted.held)
+		}
+	}
+	if _, err := d.ImportTubeChanges([]byte("t"), noted.frames, noted.gone, noted.figures, holders); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := src.BuriedIDs("t"), dst.BuriedIDs("t"); !slices.Equal(a, b) {
+		t.Fatalf("buried in the order %v at the source, %v at the destination", a, b)
+	}
+	a, _ := src.TubeStats([]byte("t"))
+	b, _ := dst.TubeStats([]byte("t"))
+	if a.Ready != b.Ready || a.Delayed != b.Delayed || a.Reserved != b.Reserved || a.Buried != b.Buried || int(a.Ready+a.Delayed+a.Reserved+a.Buried) != noted.jobs {
+		t.Fatalf("the tube at the destination: %+v; at the source %+v", b, a)
+	}
+	for _, id := range ids {
+		sj, inSrc := producer.JobStats(id)
+		dj, inDst := d.JobStats(id)
+		if inSrc != inDst {
+			t.Fatalf("job %d: at the source %v, at the destination %v", id, inSrc, inDst)
+		}
+		if inSrc && (sj.State != dj.State || sj.Pri != dj.Pri || sj.Reserves != dj.Reserves || sj.Timeouts != dj.Timeouts ||
+			sj.Releases != dj.Releases || sj.Buries != dj.Buries || sj.Kicks != dj.Kicks ||
+			(sj.TimeLeft-dj.TimeLeft).Abs() > time.Millisecond) { // each store's wall clock is read at its start
+			t.Fatalf("job %d: at the destination %+v, at the source %+v", id, dj, sj)
+		}
+	}
 }

@@ -41,6 +41,11 @@ type Tube struct {
 	burySeq                        int64  // guarded by mu: the latest burial's sequence
 	nUsing, nWatching              int    // guarded by mu
 
+	// changes notes the jobs changed while a copy of the tube is out
+	// (ExportTubeCopy), so that the export at its move's freeze looks at
+	// those alone; nil when none is. Guarded by mu.
+	changes *tubeChanges
+
 	delayTimer timer // armed for the earliest delayed job
 	pauseTimer timer // armed while paused
 }
@@ -110,6 +115,7 @@ func (t *Tube) buryLocked(j *Job) {
 // detachLocked takes j out of whatever holds it (heap, FIFO, or its owner's
 // reservation) and fixes the counts; j.state is left for the caller to set.
 func (t *Tube) detachLocked(j *Job) {
+	t.noteChangeLocked(j)
 	c := &t.s.counts
 	switch j.state {
 	case StateReady:
@@ -243,6 +249,7 @@ func (d *delayTarget) onTimer(now int64) {
 			break
 		}
 		t.delayed.remove(j)
+		t.noteChangeLocked(j)
 		t.s.counts.delayed.Add(-1)
 		t.enqueueLocked(j, 0, now)
 		hs = t.dispatchLocked(now, hs)

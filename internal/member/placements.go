@@ -484,7 +484,7 @@ func (m *Member) takePrefix(ctx context.Context, n *replication.Node, g uint16, 
 	if err := m.endPrefixesOut(ctx, n, g, move); err != nil {
 		return out, err
 	}
-	staged := map[string]store.TubeCopy{}
+	staged := map[string]*store.TubeCopy{}
 	stagedTo := map[string]uint16{}
 	for tube, dest := range m.coveredTubes(n, g, prefix, to) {
 		since, err := m.stageTube(ctx, n, tube, move, g, dest)
@@ -493,6 +493,7 @@ func (m *Member) takePrefix(ctx context.Context, n *replication.Node, g uint16, 
 		}
 		if since != nil {
 			staged[tube], stagedTo[tube] = since, dest
+			defer n.Store().EndTubeCopy([]byte(tube), since) // when no export ended it
 		}
 	}
 	if hook := m.afterStage.Load(); hook != nil && len(staged) > 0 {

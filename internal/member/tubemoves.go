@@ -45,7 +45,8 @@ import (
 //     ends the reserves waiting on it the same way (Router.Refreeze, which
 //     also waits out the commands that passed the check before).
 //  2. S's leader exports the tube's jobs changed since the copy, and the
-//     ids gone (store.ExportTubeChanges; all of them without a copy:
+//     ids gone (store.ExportTubeChanges, from the jobs the tube noted
+//     changed while the copy was out; all of them without a copy:
 //     ExportTube), with the sessions holding its reserved ones
 //     (Router.Holders), and D's leader takes them as its own logged
 //     records, each reserved job by its holder's owner client there with
@@ -686,6 +687,9 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 	stageCtx, cancel := context.WithTimeout(ctx, stageTimeout)
 	since, err := m.stageTube(stageCtx, n, tube, move, from, to)
 	cancel()
+	if since != nil {
+		defer n.Store().EndTubeCopy([]byte(tube), since) // when no export ended it
+	}
 	lap(0)
 	ctx, cancel = context.WithTimeout(ctx, tubeMoveTimeout)
 	defer cancel()
@@ -746,7 +750,7 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 // import of a large tube outran the log's fsyncs past its bound on what
 // it holds unsynced (and the group's replication, past its leaders'
 // heartbeats, on two cores).
-func (m *Member) stageTube(ctx context.Context, n *replication.Node, tube string, move uint64, from, to uint16) (store.TubeCopy, error) {
+func (m *Member) stageTube(ctx context.Context, n *replication.Node, tube string, move uint64, from, to uint16) (*store.TubeCopy, error) {
 	term, err := servingTerm(n)
 	if err != nil {
 		return nil, err
@@ -813,7 +817,7 @@ var errNoStage = errors.New("no stage there")
 // returns how many it handed once that leader's log has them: all of
 // them, or with since (stageTube's copy, which that group holds) only
 // those changed since and the ids gone.
-func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string, move uint64, from, to uint16, since store.TubeCopy) (int, error) {
+func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string, move uint64, from, to uint16, since *store.TubeCopy) (int, error) {
 	term, err := servingTerm(n)
 	if err != nil {
 		return 0, err

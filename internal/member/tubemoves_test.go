@@ -1174,8 +1174,8 @@ func TestShardGroupsMoveTubeStageLost(t *testing.T) {
 		src := c.leaderOf(from)
 		stages++
 		move := uint64(0x57a6e<<8 | stages)
-		if since, err := src.stageTube(t.Context(), src.shards.node(from), tube, move, from, 2); err != nil || len(since) != 3 {
-			t.Fatalf("stage of %s: %d jobs, %v", tube, len(since), err)
+		if since, err := src.stageTube(t.Context(), src.shards.node(from), tube, move, from, 2); err != nil || since.Len() != 3 {
+			t.Fatalf("stage of %s: %d jobs, %v", tube, since.Len(), err)
 		}
 		if !isStaged(c.leaderOf(2).shards.node(2), tube) {
 			t.Fatalf("group 2 holds no stage of %s", tube)
