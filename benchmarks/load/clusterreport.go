@@ -270,21 +270,22 @@ func writeMove(p func(string, ...any), outs []Outcome, cand string) {
 	p("Producer/consumer pairs through every member, %d of them on one tube, the others on tubes of their own, while that tube "+
 		"moves to the next group (`POST /cluster/tubes/TUBE/move`) a second after each move's answer. Held is each move's own figure, "+
 		"from the freeze to the tube's placement in its new group; the gaps are the longest the moving tube went without a put "+
-		"acknowledged, and without a job reserved, from the first move to the end.\n\n", movePairs)
-	p("| scenario | moves | jobs moved (median) | held median | held max | longest put gap | longest reserve gap | jobs/s baseline | jobs/s meanwhile |\n")
-	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		"acknowledged, and without a job reserved, from the first move to the end. Reconnects are the pairs' connections a member "+
+		"closed, each dialled again: a session whose command's outcome it could not tell, a group's leadership lost under it.\n\n", movePairs)
+	p("| scenario | moves | jobs moved (median) | held median | held max | longest put gap | longest reserve gap | jobs/s baseline | jobs/s meanwhile | reconnects |\n")
+	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, o := range outs {
 		for _, r := range o.Runs[cand] {
 			m := r.Move
 			if r.Skipped != "" || r.Errors > 0 || m == nil || m.Moves == 0 {
-				p("| %s | failed: %s | | | | | | | |\n", o.Scenario.Name, r.FirstError)
+				p("| %s | failed: %s | | | | | | | | |\n", o.Scenario.Name, r.FirstError)
 				continue
 			}
 			jobs := slices.Sorted(slices.Values(m.Jobs))
 			held := slices.Sorted(slices.Values(m.Paused))
-			p("| %s | %d | %d | %s | %s | %s | %s | %s | %s |\n", o.Scenario.Name, m.Moves, jobs[len(jobs)/2],
+			p("| %s | %d | %d | %s | %s | %s | %s | %s | %s | %d |\n", o.Scenario.Name, m.Moves, jobs[len(jobs)/2],
 				FormatSeconds(held[len(held)/2]), FormatSeconds(held[len(held)-1]), FormatSeconds(m.PutGap), FormatSeconds(m.ReserveGap),
-				FormatThousands(m.BaselineJobsPerSec), FormatThousands(m.JobsPerSec))
+				FormatThousands(m.BaselineJobsPerSec), FormatThousands(m.JobsPerSec), m.Reconnects)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -348,9 +349,16 @@ type pairTraffic struct {
 	once sync.Once
 	// note, if set, is told of each put acknowledged (reserved false) and
 	// each job reserved, with its pair's tube: immutable.
-	note  func(tube string, reserved bool)
-	mu    sync.Mutex
-	first error
+	note func(tube string, reserved bool)
+	// redial, if set, has a pair whose connection broke dial again and go
+	// on, counted in reconnects, as a client library does when a member
+	// closes a session whose command's outcome it cannot tell
+	// (docs/design/shards.md 5.1); else that ends the traffic with an
+	// error. Immutable.
+	redial     bool
+	reconnects atomic.Int64
+	mu         sync.Mutex
+	first      error
 }
 
 // pair is one producer/consumer pair: its tube, and the members its
@@ -361,24 +369,39 @@ type pair struct {
 }
 
 // startPairs starts pairs, telling note (if set) of their puts and
-// reserves.
-func startPairs(pairs []pair, note func(tube string, reserved bool)) (*pairTraffic, error) {
-	t := &pairTraffic{quit: make(chan struct{}), note: note}
+// reserves; with redial, a pair whose connection broke dials again.
+func startPairs(pairs []pair, note func(tube string, reserved bool), redial bool) (*pairTraffic, error) {
+	t := &pairTraffic{quit: make(chan struct{}), note: note, redial: redial}
 	for _, p := range pairs {
-		prod, err := testproc.Dial(p.prod.proc.Addr(), 10*time.Second)
+		prod, cons, err := p.dial()
 		if err != nil {
 			t.stop()
 			return nil, err
 		}
-		cons, err := testproc.Dial(p.cons.proc.Addr(), 10*time.Second)
-		if err != nil {
-			prod.Close()
-			t.stop()
-			return nil, err
-		}
-		t.wg.Go(func() { t.pair(prod, cons, p.tube) })
+		t.wg.Go(func() { t.pair(p, prod, cons) })
 	}
 	return t, nil
+}
+
+// dial connects p's producer, using its tube, and its consumer,
+// watching it.
+func (p pair) dial() (prod, cons *testproc.Conn, err error) {
+	if prod, err = testproc.Dial(p.prod.proc.Addr(), 10*time.Second); err != nil {
+		return nil, nil, err
+	}
+	if cons, err = testproc.Dial(p.cons.proc.Addr(), 10*time.Second); err != nil {
+		prod.Close()
+		return nil, nil, err
+	}
+	if err = prod.ExpectLine("use "+p.tube, "USING "+p.tube); err == nil {
+		err = cons.ExpectLine("watch "+p.tube, "WATCHING 2")
+	}
+	if err != nil {
+		prod.Close()
+		cons.Close()
+		return nil, nil, err
+	}
+	return prod, cons, nil
 }
 
 // startGrowTraffic starts growPairs pairs through members in turn, each
@@ -389,27 +412,50 @@ func startGrowTraffic(members []*member) (*pairTraffic, error) {
 		m := members[i%len(members)]
 		pairs[i] = pair{tube: fmt.Sprintf("grow-%d", i), prod: m, cons: m}
 	}
-	return startPairs(pairs, nil)
+	return startPairs(pairs, nil, false)
 }
 
-// pair puts a job into tube and reserves and deletes it, until quit.
-func (t *pairTraffic) pair(prod, cons *testproc.Conn, tube string) {
-	defer prod.Close()
-	defer cons.Close()
+// pair puts a job into p's tube and reserves and deletes one, until
+// quit. With redial, a connection broken is dialled again, and a reserve
+// that times out is no error: a put whose answer the break lost may not
+// have been made, and the tube's pairs then hold one job fewer.
+func (t *pairTraffic) pair(p pair, prod, cons *testproc.Conn) {
+	defer func() {
+		prod.Close()
+		cons.Close()
+	}()
 	fail := func(err error) {
 		t.mu.Lock()
 		if t.first == nil {
-			t.first = fmt.Errorf("tube %s: %w", tube, err)
+			t.first = fmt.Errorf("tube %s: %w", p.tube, err)
 		}
 		t.mu.Unlock()
 	}
-	if err := prod.ExpectLine("use "+tube, "USING "+tube); err != nil {
-		fail(err)
-		return
-	}
-	if err := cons.ExpectLine("watch "+tube, "WATCHING 2"); err != nil {
-		fail(err)
-		return
+	// broken dials again after err, if it broke the connection and the
+	// traffic redials, and reports whether the pair goes on.
+	broken := func(err error) bool {
+		var netErr net.Error
+		if !t.redial || !errors.Is(err, io.EOF) && !errors.As(err, &netErr) {
+			fail(err)
+			return false
+		}
+		prod.Close()
+		cons.Close()
+		for deadline := time.Now().Add(pairRedialWait); ; time.Sleep(100 * time.Millisecond) {
+			select {
+			case <-t.quit:
+				return false
+			default:
+			}
+			if np, nc, derr := p.dial(); derr == nil {
+				prod, cons = np, nc
+				t.reconnects.Add(1)
+				return true
+			} else if time.Now().After(deadline) {
+				fail(fmt.Errorf("%w; dialling again: %w", err, derr))
+				return false
+			}
+		}
 	}
 	for {
 		select {
@@ -418,27 +464,42 @@ func (t *pairTraffic) pair(prod, cons *testproc.Conn, tube string) {
 		default:
 		}
 		if _, err := prod.Put(0, 0, 60, []byte("job")); err != nil {
-			fail(err)
+			if broken(err) {
+				continue
+			}
 			return
 		}
 		if t.note != nil {
-			t.note(tube, false)
+			t.note(p.tube, false)
 		}
 		r, err := cons.Do("reserve-with-timeout 5", nil)
-		if err != nil || r.Kind != testproc.ReplyReserved {
-			fail(fmt.Errorf("reserve: %+v %v", r, err))
+		switch {
+		case err != nil:
+			if broken(err) {
+				continue
+			}
+			return
+		case r.Kind == testproc.ReplyTimedOut && t.redial:
+			continue
+		case r.Kind != testproc.ReplyReserved:
+			fail(fmt.Errorf("reserve: %+v", r))
 			return
 		}
 		if t.note != nil {
-			t.note(tube, true)
+			t.note(p.tube, true)
 		}
 		if err := cons.ExpectLine(fmt.Sprintf("delete %d", r.N), "DELETED"); err != nil {
-			fail(err)
+			if broken(err) {
+				continue
+			}
 			return
 		}
 		t.jobs.Add(1)
 	}
 }
+
+// pairRedialWait bounds a broken pair's dialling again.
+const pairRedialWait = 30 * time.Second
 
 // watchRate samples the jobs done every window from now on; the func it
 // returns stops it and gives the lowest rate seen over a window.

@@ -53,7 +53,7 @@ func (s Scenario) runGrowGroups(ctx context.Context, c *Cluster, prog *Progress)
 		gaps[tube] = &moveGaps{tube: tube}
 		pairs[i] = pair{tube: tube, prod: c.members[i%len(c.members)], cons: c.members[(i+1)%len(c.members)]}
 	}
-	t, err := startPairs(pairs, func(tube string, reserved bool) { gaps[tube].note(tube, reserved) })
+	t, err := startPairs(pairs, func(tube string, reserved bool) { gaps[tube].note(tube, reserved) }, false)
 	if err != nil {
 		return res, err
 	}

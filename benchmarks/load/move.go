@@ -45,6 +45,11 @@ type Move struct {
 	// BaselineJobsPerSec is every pair's rate before the first move,
 	// JobsPerSec over the moves.
 	BaselineJobsPerSec, JobsPerSec float64
+	// Reconnects counts the pairs' connections a member closed (a
+	// session whose command's outcome it could not tell, when a group's
+	// leadership was lost under it: docs/design/shards.md 5.1), each
+	// dialled again.
+	Reconnects int64
 }
 
 // runMove runs pairs through every member, some on a tube that moves to
@@ -70,7 +75,7 @@ func (s Scenario) runMove(ctx context.Context, c *Cluster, prog *Progress) (Resu
 		}
 		pairs[i] = pair{tube: tube, prod: c.members[i%len(c.members)], cons: c.members[(i+1)%len(c.members)]}
 	}
-	t, err := startPairs(pairs, gaps.note)
+	t, err := startPairs(pairs, gaps.note, true)
 	if err != nil {
 		return res, err
 	}
@@ -113,6 +118,7 @@ func (s Scenario) runMove(ctx context.Context, c *Cluster, prog *Progress) (Resu
 	mv.PutGap, mv.ReserveGap = gaps.longest()
 	jobs := t.jobs.Load() - before
 	mv.JobsPerSec = float64(jobs) / elapsed.Seconds()
+	mv.Reconnects = t.reconnects.Load()
 	res.Jobs, res.Elapsed = jobs, elapsed
 	res.Sent, res.Acked = t.jobs.Load(), t.jobs.Load()
 	if err := t.stop(); err != nil {
