@@ -134,11 +134,15 @@ func (c *Cluster) start(m *member) error {
 	args = append(args, "--http", m.httpAddr, "-b", m.dir, "--node", m.name,
 		"--cluster-listen", m.peerAddr, "--cluster-peers", c.peers)
 	args = append(args, c.extra...)
+	limit := 1 << 20
+	if c.spec.MemberLogs != "" {
+		limit = memberLogLimit
+	}
 	p, err := testproc.Launch(testproc.Config{
 		Binary:       c.spec.Path,
 		Args:         args,
 		StartTimeout: startTimeout,
-		OutputLimit:  1 << 20,
+		OutputLimit:  limit,
 	})
 	var se *testproc.StartError
 	switch {
@@ -158,7 +162,9 @@ func (c *Cluster) start(m *member) error {
 }
 
 // Stop ends every member by its PID (SIGTERM, then SIGKILL after
-// stopGrace; all at once) and removes their directories.
+// stopGrace; all at once) and removes their directories, having written
+// their output into the spec's MemberLogs, if set, each to a file named
+// by the cluster's directory and the member.
 func (c *Cluster) Stop() {
 	var wg sync.WaitGroup
 	for _, m := range c.members {
@@ -167,8 +173,18 @@ func (c *Cluster) Stop() {
 		}
 	}
 	wg.Wait()
+	if dir := c.spec.MemberLogs; dir != "" && os.MkdirAll(dir, 0o755) == nil {
+		for _, m := range c.members {
+			if m.proc != nil {
+				_ = os.WriteFile(filepath.Join(dir, filepath.Base(c.root)+"-"+m.name+".log"), []byte(m.proc.Output()), 0o644)
+			}
+		}
+	}
 	_ = os.RemoveAll(c.root)
 }
+
+// memberLogLimit bounds the output kept of a member for MemberLogs.
+const memberLogLimit = 64 << 20
 
 // status is m's GET /cluster.
 func (c *Cluster) status(ctx context.Context, m *member) (replication.Status, error) {

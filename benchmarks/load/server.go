@@ -38,6 +38,10 @@ type ServerSpec struct {
 	// NativeTLS: the server serves TLS itself (Sprout's --tls-listen);
 	// otherwise TLS scenarios put stunnel in front of it.
 	NativeTLS bool `json:",omitempty"`
+	// MemberLogs, if set, is where a cluster's members' output goes when
+	// the cluster stops, each member's last start up to memberLogLimit
+	// (sproutbench -member-logs): what a run that failed says inside.
+	MemberLogs string `json:",omitempty"`
 }
 
 // Server is a running server process, started fresh for one run.

@@ -32,6 +32,7 @@ type options struct {
 	sprout, beanstalkd string
 	baseName           string
 	sproutArgs         string
+	memberLogs         string
 	full               bool
 	reps               int
 	duration, warmup   time.Duration
@@ -54,6 +55,7 @@ func main() {
 	flag.StringVar(&o.sprout, "sprout", "", "Sprout executable; default: go build ./cmd/sprout into a temporary directory")
 	flag.StringVar(&o.beanstalkd, "beanstalkd", "", "beanstalkd executable; default: $SPROUT_REF_BEANSTALKD, else the 1.13 release built by ../shared/tools/build-beanstalkd-1.13.sh, else beanstalkd on PATH")
 	flag.StringVar(&o.baseName, "base-name", "beanstalkd", "what to call the -beanstalkd server in the report (for example nullqueue, see make bench-ceiling)")
+	flag.StringVar(&o.memberLogs, "member-logs", "", "write each cluster member's output (its last start, up to 64 MiB) into this directory when its cluster stops")
 	flag.StringVar(&o.sproutArgs, "sprout-args", "", "extra flags for Sprout, space-separated (for example \"--loops 1\"); for a cluster's members, {node} becomes each one's name")
 	flag.BoolVar(&o.full, "full", false, "every scenario (1,000 connections, idle connections, 1M jobs) and longer runs")
 	flag.IntVar(&o.reps, "reps", 0, "repetitions per server and scenario; default 3, or 5 with -full")
@@ -139,7 +141,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	base := load.ServerSpec{Name: o.baseName, Path: o.beanstalkd}
-	cand := load.ServerSpec{Name: "sprout", Path: o.sprout, Args: strings.Fields(o.sproutArgs)}
+	cand := load.ServerSpec{Name: "sprout", Path: o.sprout, Args: strings.Fields(o.sproutArgs), MemberLogs: o.memberLogs}
 	var genCPUs []int
 	if o.pin {
 		if runtime.NumCPU() < 2 {
