@@ -168,9 +168,13 @@ func writePlacements(w io.Writer, placed, prefixes map[string]uint16) error {
 	return writeTable(w, []string{"PLACED", "GROUP"}, rows)
 }
 
-// growTimeout bounds a growth: the member answers once it is done, or
-// after its own bound (2 min) with why not.
-const growTimeout = 150 * time.Second
+// growWait bounds a growth to n groups: the member answers once it is
+// done, or after its own bounds with why not: 2 minutes for the new
+// groups, then each of their slots' placements (fewer than n) a
+// placement's (tubeMoveTimeout).
+func growWait(n int) time.Duration {
+	return 150*time.Second + time.Duration(n-1)*tubeMoveTimeout
+}
 
 // growGroups grows the cluster's groups to n and prints what moved.
 func (o *options) growGroups(api *apiClient, n string) error {
@@ -178,7 +182,7 @@ func (o *options) growGroups(api *apiClient, n string) error {
 	if err != nil || to < 1 {
 		return usagef("groups grow: %q is not a count of groups", n)
 	}
-	ctx, cancel := context.WithTimeout(o.ctx, growTimeout)
+	ctx, cancel := context.WithTimeout(o.ctx, growWait(to))
 	defer cancel()
 	var out struct {
 		From   int      `json:"from"`

@@ -127,5 +127,6 @@ func newTubesPlaceCmd(o *options) *cobra.Command {
 
 // tubeMoveTimeout bounds a tube's move or a prefix's placement: the
 // member answers once it is done, or after its own bounds (10 minutes for
-// a move's copy, which the tube serves through, then 30 s) with why not.
-const tubeMoveTimeout = 11 * time.Minute
+// the copies, which the tubes serve through, and 30 s for each step
+// around them) with why not.
+const tubeMoveTimeout = 12 * time.Minute

@@ -32,7 +32,8 @@ import (
 // Asked again with the same N, a growth left half way goes on: groups
 // grown already are not grown again, and slots placed already stay.
 
-// growTimeout bounds a growth: new groups elected, every slot placed.
+// growTimeout bounds a growth's new groups, logged and elected; each
+// placement of their slots then has its own bounds (placePrefix).
 const growTimeout = 2 * time.Minute
 
 // growResult is a growth's answer.
@@ -155,9 +156,7 @@ func (m *Member) serveGrow(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), growTimeout)
-	defer cancel()
-	res, err := m.growGroups(ctx, to)
+	res, err := m.growGroups(r.Context(), to)
 	if err != nil {
 		writeMoveError(w, err)
 		return
@@ -197,13 +196,15 @@ func (m *Member) growGroups(ctx context.Context, n int) (growResult, error) {
 			return res, fmt.Errorf("%w: group %d's slots, of a growth to %d, are not placed: grow to %d again first", errTubeMove, g.ID, g.Modulus, g.Modulus)
 		}
 	}
+	grown, cancel := context.WithTimeout(ctx, growTimeout)
+	defer cancel()
 	if m.shards.groups() < n {
-		if err := m.node.ProposeGrow(ctx, m.newGroups(from, n)); err != nil {
+		if err := m.node.ProposeGrow(grown, m.newGroups(from, n)); err != nil {
 			return res, err
 		}
 	}
 	for d := from; d < n; d++ {
-		if err := m.awaitLed(ctx, uint16(d)); err != nil {
+		if err := m.awaitLed(grown, uint16(d)); err != nil {
 			return res, err
 		}
 	}

@@ -186,6 +186,9 @@ type Member struct {
 	// of tubes whose driver was lost as they are (resolveTubeMoves): a
 	// test that makes a move's steps by hand takes longer than its tick.
 	keepLostMoves atomic.Bool
+	// stepTimeoutOverride, set by tests only, is stepTimeout's bound in
+	// place of tubeMoveTimeout (ns).
+	stepTimeoutOverride atomic.Int64
 	// afterStage, set by tests only, is called on a move's driver between
 	// its copy of the tube ahead of the freeze and the freeze.
 	afterStage atomic.Pointer[func()]

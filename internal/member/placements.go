@@ -202,9 +202,7 @@ func (m *Member) servePlace(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), tubeMoveTimeout)
-	defer cancel()
-	res, err := m.placePrefix(ctx, prefix, to)
+	res, err := m.placePrefix(r.Context(), prefix, to) // bounded step by step
 	if err != nil {
 		writeMoveError(w, err)
 		return
@@ -246,7 +244,10 @@ func (p *placing) drives(move uint64) bool {
 }
 
 // placePrefix places prefix in group to, this member leading group 0:
-// the steps of this file's comment.
+// the steps of this file's comment. Each has its own bound: the take
+// (each source copying its tubes while they serve, then freezing and
+// handing them) stageTimeout and a step's more, the others a step's
+// (Member.stepTimeout) each; ctx bounds the whole.
 func (m *Member) placePrefix(ctx context.Context, prefix string, to uint16) (prefixPlaceResult, error) {
 	res := prefixPlaceResult{Prefix: prefix, Group: to, Tubes: []string{}}
 	n := m.node
@@ -267,6 +268,9 @@ func (m *Member) placePrefix(ctx context.Context, prefix string, to uint16) (pre
 	case len(b.Dropping) > 0:
 		return res, fmt.Errorf("%w: an aborted placement's copies are being dropped", errTubeMove)
 	}
+	steps := phases{whole: ctx}
+	defer steps.end()
+	ctx = steps.next(m.stepTimeout())
 	if err := m.awaitFormed(ctx); err != nil {
 		return res, err
 	}
@@ -284,6 +288,7 @@ func (m *Member) placePrefix(ctx context.Context, prefix string, to uint16) (pre
 	touched := map[uint16]bool{} // the groups tubes left, or went to when undone
 	if err == nil {
 		var mu sync.Mutex
+		ctx := steps.next(stageTimeout + m.stepTimeout())
 		err = m.inGroups(sources, func(g uint16) error {
 			var out prefixTaken
 			if err := m.prefixStep(ctx, g, "take", prefix, move, to, &out); err != nil {
@@ -305,6 +310,7 @@ func (m *Member) placePrefix(ctx context.Context, prefix string, to uint16) (pre
 			return nil
 		})
 	}
+	ctx = steps.next(m.stepTimeout())
 	if err == nil {
 		err = n.ProposePrefix(ctx, replication.PrefixPlace, prefix, move, to, slices.Sorted(maps.Keys(touched)))
 	}
@@ -478,12 +484,18 @@ func (m *Member) servePrefixStep(w http.ResponseWriter, r *http.Request) {
 // of a tube made meanwhile.
 func (m *Member) takePrefix(ctx context.Context, n *replication.Node, g uint16, prefix string, move uint64, to uint16) (out prefixTaken, _ error) {
 	out.Tubes = []string{}
+	// The copies have their own bound, as a move's do; the steps before
+	// and after them a step's each.
+	steps := phases{whole: ctx}
+	defer steps.end()
+	ctx = steps.next(m.stepTimeout())
 	if err := m.awaitPending(ctx, prefix, move); err != nil {
 		return out, err
 	}
 	if err := m.endPrefixesOut(ctx, n, g, move); err != nil {
 		return out, err
 	}
+	ctx = steps.next(stageTimeout)
 	staged := map[string]*store.TubeCopy{}
 	stagedTo := map[string]uint16{}
 	for tube, dest := range m.coveredTubes(n, g, prefix, to) {
@@ -499,6 +511,7 @@ func (m *Member) takePrefix(ctx context.Context, n *replication.Node, g uint16, 
 	if hook := m.afterStage.Load(); hook != nil && len(staged) > 0 {
 		(*hook)()
 	}
+	ctx = steps.next(m.stepTimeout())
 	if err := n.ProposePrefix(ctx, replication.PrefixFreeze, prefix, move, to, nil); err != nil {
 		return out, err
 	}
@@ -530,6 +543,27 @@ func (m *Member) takePrefix(ctx context.Context, n *replication.Node, g uint16, 
 		}
 	}
 	return out, nil
+}
+
+// phases bounds the phases of a step one after another, each from its
+// start, all within whole.
+type phases struct {
+	whole  context.Context
+	cancel context.CancelFunc
+}
+
+// next ends the phase before and begins one bounded by d.
+func (p *phases) next(d time.Duration) context.Context {
+	p.end()
+	ctx, cancel := context.WithTimeout(p.whole, d)
+	p.cancel = cancel
+	return ctx
+}
+
+func (p *phases) end() {
+	if p.cancel != nil {
+		p.cancel()
+	}
 }
 
 // prefixIn is tubeMoving's key of prefix in group g: the steps of its

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -321,6 +322,52 @@ func TestShardGroupsPlacePrefixAbortedForgets(t *testing.T) {
 	if st, err := conn.Stats(fmt.Sprintf("stats-job %d", id)); err != nil || st["tube"] != tube {
 		t.Fatalf("stats-job %d after the abort: %v %v", id, st, err)
 	}
+}
+
+// TestShardGroupsPlacePrefixSlowCopy: a placement's copies have their
+// own bound, as a move's do, not a step's: with the steps bounded at 2 s,
+// copies that take over 3 s (the destination's first import of one
+// slowed) still place their tubes. With the take bounded as a step at
+// the driver, or the copies at their source, the placement is aborted.
+func TestShardGroupsPlacePrefixSlowCopy(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	c.formationRecorded()
+	tubes := tubePerGroup(c.up["m1"].shards.placement, "slow-")
+	client := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
+	ids := putEach(t, client, tubes[:2], 2)
+	expectLine(t, client, "use default", "USING default")
+	var slowed atomic.Int32
+	hook := func(g uint16) {
+		if g == 2 && slowed.Add(1) == 1 {
+			time.Sleep(3 * time.Second)
+		}
+	}
+	for _, m := range c.up {
+		m.stepTimeoutOverride.Store(int64(2 * time.Second))
+		m.stageChunkBytes.Store(1) // a part a job: the copies go on after the slow one
+		m.afterImport.Store(&hook)
+	}
+	status, res, body := placeThrough(t, c.up["m1"], "slow-", 2)
+	for _, m := range c.up {
+		m.afterImport.Store(nil)
+		m.stepTimeoutOverride.Store(0)
+	}
+	if status != http.StatusOK || slowed.Load() == 0 {
+		t.Fatalf("placement of slow- in group 2, its copies slowed %d times: %d %s", slowed.Load(), status, body)
+	}
+	t.Logf("placed %+v", res)
+	for _, tube := range tubes[:2] {
+		for _, id := range ids[tube] {
+			if st, err := client.Stats(fmt.Sprintf("stats-job %d", id)); err != nil || st["tube"] != tube {
+				t.Fatalf("stats-job %d after the placement: %v %v", id, st, err)
+			}
+		}
+	}
+	if !slices.Contains(res.Tubes, tubes[0]) || !slices.Contains(res.Tubes, tubes[1]) {
+		t.Fatalf("the placement took %v, want %v among them", res.Tubes, tubes[:2])
+	}
+	c.settledAll()
 }
 
 // TestShardGroupsPlacePrefixStaged: a placement copies each tube it

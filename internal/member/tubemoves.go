@@ -70,18 +70,29 @@ import (
 // (router.RouterConfig.MovedFrom).
 
 const (
-	// tubeMoveTimeout bounds a move from its freeze, a placement, and
-	// each call between members in them.
+	// tubeMoveTimeout bounds a move from its freeze, each step of a
+	// placement but its copies (Member.stepTimeout), and each call
+	// between members in them.
 	tubeMoveTimeout = 30 * time.Second
-	// stageTimeout bounds a move's copy ahead of its freeze, which the
-	// tube serves through (a large tube's takes longer than a freeze
-	// may), each part of it tubeMoveTimeout.
+	// stageTimeout bounds a move's copy ahead of its freeze, and a
+	// placement's copies at each of its sources, which the tubes serve
+	// through (a large tube's takes longer than a freeze may), each part
+	// of one tubeMoveTimeout.
 	stageTimeout = 10 * time.Minute
 	// abortTimeout bounds the abort of a move or a placement, which has
 	// its own: the move's may be what ended it. A move's answer comes
 	// within all three (sproutctl waits 11 minutes).
 	abortTimeout = 10 * time.Second
 )
+
+// stepTimeout bounds each step of a placement but its copies:
+// tubeMoveTimeout, or a test's.
+func (m *Member) stepTimeout() time.Duration {
+	if d := m.stepTimeoutOverride.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return tubeMoveTimeout
+}
 
 // abortContext is the context of an abort begun under ctx: ctx's values,
 // not its end.
