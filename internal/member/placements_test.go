@@ -330,11 +330,7 @@ func TestShardGroupsPlacePrefixAbortedForgets(t *testing.T) {
 // slowed) still place their tubes. With the take bounded as a step at
 // the driver, or the copies at their source, the placement is aborted.
 func TestShardGroupsPlacePrefixSlowCopy(t *testing.T) {
-	c := newClusterOf(t, 3, 3, 0)
-	c.finalized()
-	c.formationRecorded()
-	tubes := tubePerGroup(c.up["m1"].shards.placement, "slow-")
-	client := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
+	c, tubes, client := formedWithTubes(t, "slow-")
 	ids := putEach(t, client, tubes[:2], 2)
 	expectLine(t, client, "use default", "USING default")
 	var slowed atomic.Int32
@@ -377,11 +373,7 @@ func TestShardGroupsPlacePrefixSlowCopy(t *testing.T) {
 // between (freed at its source) leaves no copy behind, where the
 // placement would have made its copies its jobs.
 func TestShardGroupsPlacePrefixStaged(t *testing.T) {
-	c := newClusterOf(t, 3, 3, 0)
-	c.finalized()
-	c.formationRecorded()
-	tubes := tubePerGroup(c.up["m1"].shards.placement, "stg-") // tubes[g] hashes to group g
-	client := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
+	c, tubes, client := formedWithTubes(t, "stg-") // tubes[g] hashes to group g
 	ids := putEach(t, client, tubes[:2], 3)
 	expectLine(t, client, "use default", "USING default") // the tubes go with their last jobs
 	// The hook runs in each source group's take step, maybe at once: it

@@ -1162,11 +1162,7 @@ func TestShardGroupsMoveTubeStaged(t *testing.T) {
 // copy nothing takes further is dropped by the new group's leader once
 // it has waited (resolveStages), its move aborted.
 func TestShardGroupsMoveTubeStageLost(t *testing.T) {
-	c := newClusterOf(t, 3, 3, 0)
-	c.finalized()
-	c.formationRecorded()
-	tubes := tubePerGroup(c.up["m1"].shards.placement, "lost")
-	client := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
+	c, tubes, client := formedWithTubes(t, "lost")
 	ids := putEach(t, client, []string{tubes[1], tubes[0]}, 3)
 	stages := 0
 	stage := func(tube string, from uint16) uint64 {
@@ -1296,6 +1292,17 @@ func sameStats(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// formedWithTubes is a cluster of three members and three groups, its
+// formation recorded, a tube of prefix's names for each group (tubes[g]
+// hashes to group g) and a client of m3.
+func formedWithTubes(t *testing.T, prefix string) (*testCluster, []string, *testproc.Conn) {
+	t.Helper()
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	c.formationRecorded()
+	return c, tubePerGroup(c.up["m1"].shards.placement, prefix), testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
 }
 
 // putEach puts n jobs into each of tubes, in turn, through client (which
