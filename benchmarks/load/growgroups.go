@@ -38,6 +38,9 @@ type GrowGroups struct {
 	// BaselineJobsPerSec is the pairs' rate before the growth, JobsPerSec
 	// from its request to growGroupsAfter past its answer.
 	BaselineJobsPerSec, JobsPerSec float64
+	// Reconnects counts the pairs' connections a member closed, each
+	// dialled again (Move.Reconnects).
+	Reconnects int64
 }
 
 // runGrowGroups runs a pair on a tube each through every member, grows
@@ -53,7 +56,7 @@ func (s Scenario) runGrowGroups(ctx context.Context, c *Cluster, prog *Progress)
 		gaps[tube] = &moveGaps{tube: tube}
 		pairs[i] = pair{tube: tube, prod: c.members[i%len(c.members)], cons: c.members[(i+1)%len(c.members)]}
 	}
-	t, err := startPairs(pairs, func(tube string, reserved bool) { gaps[tube].note(tube, reserved) }, false)
+	t, err := startPairs(pairs, func(tube string, reserved bool) { gaps[tube].note(tube, reserved) }, true)
 	if err != nil {
 		return res, err
 	}
@@ -89,6 +92,7 @@ func (s Scenario) runGrowGroups(ctx context.Context, c *Cluster, prog *Progress)
 	elapsed := time.Since(start)
 	jobs := t.jobs.Load() - before
 	gg.JobsPerSec = float64(jobs) / elapsed.Seconds()
+	gg.Reconnects = t.reconnects.Load()
 	res.Jobs, res.Elapsed = jobs, elapsed
 	res.Sent, res.Acked = t.jobs.Load(), t.jobs.Load()
 	if err := t.stop(); err != nil {
@@ -151,19 +155,20 @@ func writeGrowGroups(p func(string, ...any), outs []Outcome, cand string) {
 	p("Producer/consumer pairs, a tube each, through every member while the groups grow (`POST /cluster/groups/grow`): "+
 		"the new groups are made, then each takes its hash slots' tubes, moved live. Took is from the request to the answer; "+
 		"held is the longest one placement held its tubes, as the answer said; the gaps are the longest a moved tube went "+
-		"without a put acknowledged, and without a job reserved, from the request to %s after the answer.\n\n", FormatSeconds(growGroupsAfter))
-	p("| scenario | groups | took | tubes moved | jobs moved | held max | longest put gap | longest reserve gap | jobs/s baseline | jobs/s meanwhile |\n")
-	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		"without a put acknowledged, and without a job reserved, from the request to %s after the answer. Reconnects are the pairs' "+
+		"connections a member closed, each dialled again.\n\n", FormatSeconds(growGroupsAfter))
+	p("| scenario | groups | took | tubes moved | jobs moved | held max | longest put gap | longest reserve gap | jobs/s baseline | jobs/s meanwhile | reconnects |\n")
+	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, o := range outs {
 		for _, r := range o.Runs[cand] {
 			g := r.GrowGroups
 			if r.Skipped != "" || r.Errors > 0 || g == nil || g.Took == 0 {
-				p("| %s | failed: %s | | | | | | | | |\n", o.Scenario.Name, r.FirstError)
+				p("| %s | failed: %s | | | | | | | | | |\n", o.Scenario.Name, r.FirstError)
 				continue
 			}
-			p("| %s | %d → %d | %s | %d | %d | %s | %s | %s | %s | %s |\n", o.Scenario.Name, g.From, g.To, FormatSeconds(g.Took),
+			p("| %s | %d → %d | %s | %d | %d | %s | %s | %s | %s | %s | %d |\n", o.Scenario.Name, g.From, g.To, FormatSeconds(g.Took),
 				g.Tubes, g.Jobs, FormatSeconds(g.Paused), FormatSeconds(g.PutGap), FormatSeconds(g.ReserveGap),
-				FormatThousands(g.BaselineJobsPerSec), FormatThousands(g.JobsPerSec))
+				FormatThousands(g.BaselineJobsPerSec), FormatThousands(g.JobsPerSec), g.Reconnects)
 		}
 	}
 }
