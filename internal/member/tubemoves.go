@@ -81,7 +81,7 @@ const (
 	stageTimeout = 10 * time.Minute
 	// abortTimeout bounds the abort of a move or a placement, which has
 	// its own: the move's may be what ended it. A move's answer comes
-	// within all three (sproutctl waits 11 minutes).
+	// within all three (sproutctl waits 12 minutes).
 	abortTimeout = 10 * time.Second
 )
 
