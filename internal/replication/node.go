@@ -34,8 +34,12 @@ import (
 const DefaultTick = 100 * time.Millisecond
 
 // rebuildGrace bounds how long a member that lost its leadership waits
-// for its clients to close before it rebuilds its store (Node.rebuild).
-const rebuildGrace = 2 * time.Second
+// for its clients to close before it rebuilds its store (Node.rebuild);
+// past it the member stops. It lost the leadership most likely to a
+// starved CPU, which starves the close too: in CI (five members built
+// with the race detector, beside other packages' tests) closing took
+// over 2 s, and the member stopped with a tube move under way.
+const rebuildGrace = 10 * time.Second
 
 // NodeConfig configures a member (StartNode). The names in its errors are
 // the flags that set it.
