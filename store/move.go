@@ -296,7 +296,11 @@ func (s *Store) exportTube(name []byte, since *TubeCopy) (frames []byte, jobs in
 		return ok && j.state != StateReserved && c == s.copiedOfJob(j)
 	}
 	t.mu.Lock()
-	if since != nil && since.changes != nil && t.changes == since.changes && !s.resetSince(since.resets) {
+	noted := since != nil && since.changes != nil && t.changes == since.changes
+	if noted {
+		t.changes = nil // the note ends with this export
+	}
+	if noted && !s.resetSince(since.resets) {
 		// Only the jobs noted changed, and those reserved when copied: in
 		// id order, each once, the buried ones in the order of their
 		// burials.
@@ -325,11 +329,7 @@ func (s *Store) exportTube(name []byte, since *TubeCopy) (frames []byte, jobs in
 			recs = append(recs, s.exportRecord(j))
 		}
 		jobs = t.ready.Len() + t.delayed.Len() + t.nBuried + t.nReserved
-		t.changes = nil // the note ends with this export
 	} else {
-		if since != nil && t.changes == since.changes {
-			t.changes = nil
-		}
 		// Every job: the reserved ones found in the id index, without
 		// the tube's lock (reservedIn takes it).
 		t.mu.Unlock()
