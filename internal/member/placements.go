@@ -545,27 +545,6 @@ func (m *Member) takePrefix(ctx context.Context, n *replication.Node, g uint16, 
 	return out, nil
 }
 
-// phases bounds the phases of a step one after another, each from its
-// start, all within whole.
-type phases struct {
-	whole  context.Context
-	cancel context.CancelFunc
-}
-
-// next ends the phase before and begins one bounded by d.
-func (p *phases) next(d time.Duration) context.Context {
-	p.end()
-	ctx, cancel := context.WithTimeout(p.whole, d)
-	p.cancel = cancel
-	return ctx
-}
-
-func (p *phases) end() {
-	if p.cancel != nil {
-		p.cancel()
-	}
-}
-
 // prefixIn is tubeMoving's key of prefix in group g: the steps of its
 // placements there, and the resolver's (a tube's name has no space).
 func prefixIn(prefix string, g uint16) string { return fmt.Sprintf("prefix %s in %d", prefix, g) }

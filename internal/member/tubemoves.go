@@ -94,6 +94,27 @@ func (m *Member) stepTimeout() time.Duration {
 	return tubeMoveTimeout
 }
 
+// phases bounds the phases of a move or a placement's step one after
+// another, each from its start, all within whole.
+type phases struct {
+	whole  context.Context
+	cancel context.CancelFunc
+}
+
+// next ends the phase before and begins one bounded by d.
+func (p *phases) next(d time.Duration) context.Context {
+	p.end()
+	ctx, cancel := context.WithTimeout(p.whole, d)
+	p.cancel = cancel
+	return ctx
+}
+
+func (p *phases) end() {
+	if p.cancel != nil {
+		p.cancel()
+	}
+}
+
 // abortContext is the context of an abort begun under ctx: ctx's values,
 // not its end.
 func abortContext(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -695,15 +716,14 @@ func (m *Member) moveTube(ctx context.Context, tube string, from, to uint16) (tu
 		now := time.Now()
 		res.took[i], step = now.Sub(step), now
 	}
-	stageCtx, cancel := context.WithTimeout(ctx, stageTimeout)
-	since, err := m.stageTube(stageCtx, n, tube, move, from, to)
-	cancel()
+	steps := phases{whole: ctx}
+	defer steps.end()
+	since, err := m.stageTube(steps.next(stageTimeout), n, tube, move, from, to)
 	if since != nil {
 		defer n.Store().EndTubeCopy([]byte(tube), since) // when no export ended it
 	}
 	lap(0)
-	ctx, cancel = context.WithTimeout(ctx, tubeMoveTimeout)
-	defer cancel()
+	ctx = steps.next(tubeMoveTimeout)
 	if err != nil {
 		return res, m.abortTubeMove(ctx, n, tube, move, from, to, err)
 	}
