@@ -298,9 +298,10 @@ func (c *Core) promote() {
 // (not nil) is applied only while the group has those, and as none once
 // another change made them others (changeContext). A follower's proposal
 // goes to the leader; with none known, raft refuses it
-// (raft.ErrProposalDropped).
+// (raft.ErrProposalDropped); so does a leader handing its leadership
+// over (Journal.Sealed), as raft does under the transfer.
 func (c *Core) ProposeChange(typ pb.ConfChangeType, m Member, planned *pb.ConfState) error {
-	if c.stopped {
+	if c.stopped || c.journal != nil && c.journal.Sealed() {
 		return raft.ErrProposalDropped
 	}
 	cx := changeContext{Member: m}

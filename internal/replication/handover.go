@@ -18,10 +18,15 @@ import (
 // member that serves next takes them as it begins to serve, before any
 // command (OnServe), only if nothing can have changed them since: it
 // leads the very next term, and its term's first entry comes right after
-// the record's. Anything else logged in between (a command, or
-// HandOverAborted, which a leader whose transfer did not happen logs
-// before it serves again), a term between, or another member serving:
-// the jobs are ready on the new leader, as after a failover.
+// the record's. So the leader's journal holds back whatever is appended
+// after the record (Journal.sealed: a control record proposed meanwhile,
+// a store's own record) and its core proposes no membership change,
+// until the leadership goes (then they are dropped, as with any loss) or
+// stays (HandOverAborted, which a leader whose transfer did not happen
+// logs before it serves again, voids the record, and what waited goes
+// out after it). Anything else logged in between (from a leader of an
+// older release, which does not hold), a term between, or another member
+// serving: the jobs are ready on the new leader, as after a failover.
 
 // The records of a handover (wal.KindMeta): Deadline is the term of the
 // leader that logs them; Body, HandOver's, what its sessions hold.
@@ -72,8 +77,9 @@ var ErrNotAppended = errors.New("replication: the handover's record was not logg
 
 // ProposeHandOver logs that this member, the group's serving leader,
 // hands its leadership over with the reservations body names, and
-// returns once the record is committed and applied here. Nothing else
-// may be logged after it, or the next leader does not take them.
+// returns once the record is committed and applied here. What is
+// appended after it waits (Journal.sealed) until the leadership goes or
+// ProposeHandOverAborted.
 func (n *Node) ProposeHandOver(ctx context.Context, body []byte) error {
 	if len(body) == 0 {
 		return fmt.Errorf("replication: a handover without reservations")

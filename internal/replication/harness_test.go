@@ -142,6 +142,7 @@ type member struct {
 	passed   uint64             // the term of a handover it passed by then (Action.Passed)
 	rebuilds []uint64           // the terms it lost (ActRebuild)
 	restores int                // ActRestore: starts and snapshots installed
+	controls int                // ActControl: control records applied
 	applied  int                // records it applied from entries
 	// mostInReady is the most records one Core.Ready handed it to apply.
 	mostInReady int
@@ -289,6 +290,8 @@ func (c *cluster) do(m *member, a Action) bool {
 		if c.stopRemoved && !inConf(a.ConfState, m.id) {
 			m.up = false // as its node stops (Node.membership)
 		}
+	case ActControl:
+		m.controls++ // the book is the core's (Core.Book)
 	case ActRebuild:
 		m.rebuilds = append(m.rebuilds, a.Term)
 		c.restart(m)

@@ -57,6 +57,15 @@ type Journal struct {
 	migrated int64   // guarded by mu: compaction's rewrites among them
 	acked    uint64  // guarded by mu: the position published
 	waiting  waiters // guarded by mu: OnAcked callbacks for positions beyond acked
+	// sealed: the last record of batch (or of what was taken) is a
+	// handover's (HandOver), which the next leader takes only as the
+	// last entry before its term (handover.go). What is appended after it
+	// is held back, in held, until the handover is voided
+	// (HandOverAborted, appended after them) or the leadership goes
+	// (reset: never proposed, as after a loss). Guarded by mu.
+	sealed      bool
+	held        []byte // guarded by mu: the frames appended while sealed
+	heldRecords int    // guarded by mu: the records in held
 }
 
 // maxBatchRoom bounds the room a new batch starts with.
@@ -72,14 +81,23 @@ var _ store.AckSource = (*Journal)(nil)
 // journal's mutex, and fails only while the member's log is out of disk,
 // for every record but a delete. The Loc it returns is none: a record's
 // place is known once its entry is written and committed, when the store
-// is told (Store.Located).
+// is told (Store.Located). A handover's record seals the journal, its
+// void unseals it (sealed).
 func (j *Journal) Append(r *wal.Record, _ wal.Loc) (uint64, wal.Loc, error) {
 	if j.full != nil && r.Kind != wal.KindDelete && j.full() {
 		return 0, wal.Loc{}, wal.ErrNoSpace
 	}
+	handover := r.Kind == wal.KindMeta && (r.State == HandOver || r.State == HandOverAborted)
+	if handover && r.State == HandOverAborted {
+		j.unseal()
+	}
 	j.mu.Lock()
-	before := len(j.batch)
-	if j.batch == nil {
+	into, count := &j.batch, &j.batched
+	if j.sealed {
+		into, count = &j.held, &j.heldRecords
+	}
+	before := len(*into)
+	if j.batch == nil && !j.sealed {
 		if j.spare != nil {
 			j.batch, j.spare = j.spare, nil
 		} else if j.room > 0 {
@@ -88,21 +106,50 @@ func (j *Journal) Append(r *wal.Record, _ wal.Loc) (uint64, wal.Loc, error) {
 	}
 	if before == 0 && j.clock != nil {
 		if now, ok := j.clock(); ok {
-			j.batch = wal.AppendFrame(j.batch, &wal.Record{Kind: wal.KindClock, Time: now})
-			j.batched++
+			*into = wal.AppendFrame(*into, &wal.Record{Kind: wal.KindClock, Time: now})
+			*count++
 		}
 	}
-	j.batch = wal.AppendFrame(j.batch, r)
-	j.batched++
-	size := len(j.batch) - before
+	*into = wal.AppendFrame(*into, r)
+	*count++
+	size := len(*into) - before
 	j.appended += uint64(size)
 	j.records++
 	pos := j.appended
+	notify := before == 0 && !j.sealed
+	if handover && r.State == HandOver {
+		j.sealed = true
+	}
 	j.mu.Unlock()
-	if before == 0 && j.notify != nil {
+	if notify && j.notify != nil {
 		j.notify()
 	}
 	return pos, wal.Loc{}, nil
+}
+
+// unseal ends a seal: the leadership stays, and what was held goes out,
+// in the order it came, after what the batch holds.
+func (j *Journal) unseal() {
+	j.mu.Lock()
+	held, records := j.held, j.heldRecords
+	j.sealed, j.held, j.heldRecords = false, nil, 0
+	notify := len(j.batch) == 0 && len(held) > 0
+	// A batch begins with a clock of its own; held does too (Append), so
+	// the frames go as they are.
+	j.batch = append(j.batch, held...)
+	j.batched += records
+	j.mu.Unlock()
+	if notify && j.notify != nil {
+		j.notify()
+	}
+}
+
+// Sealed reports whether a handover's record is the last the journal
+// hands over (Append): the core proposes no membership change meanwhile.
+func (j *Journal) Sealed() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.sealed
 }
 
 // take hands the batch over to be proposed, with its end position and
@@ -119,6 +166,7 @@ func (j *Journal) take(limit int) (batch []byte, end uint64, records int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	b, n := j.batch, j.batched
+	top := j.appended - uint64(len(j.held)) // the position after batch's last record
 	if limit > 0 && len(b) > limit {
 		if cut, count := frameCut(b, limit); cut < len(b) {
 			// The part is copied out, the rest left where it is: a batch
@@ -130,7 +178,7 @@ func (j *Journal) take(limit int) (batch []byte, end uint64, records int) {
 			// an untake the rest may begin with such a clock: the end is
 			// then lower than the part's last record, which only delays
 			// its acknowledgement to the next part's.)
-			end, rest := j.appended-uint64(len(b)-cut), b[cut:]
+			end, rest := top-uint64(len(b)-cut), b[cut:]
 			n -= count
 			if j.clock != nil && !beginsWithClock(rest) {
 				if now, ok := j.clock(); ok {
@@ -157,7 +205,7 @@ func (j *Journal) take(limit int) (batch []byte, end uint64, records int) {
 	if len(b) > 0 {
 		j.room = min(len(b)+len(b)/4, maxBatchRoom)
 	}
-	return b, j.appended, n
+	return b, top, n
 }
 
 // beginsWithClock reports whether b's first frame is a KindClock record.
@@ -227,11 +275,13 @@ func (j *Journal) untake(b []byte, records int) {
 // begins, as its term's first entry is applied and before anything is
 // served, for what was appended in between by a change that began
 // before the loss and ran on (a member's in-process writers: a tube's
-// import, the admin API): the store it changed was rebuilt since.
+// import, the admin API): the store it changed was rebuilt since. A
+// seal ends with it, what it held dropped.
 func (j *Journal) reset() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.batch, j.batched, j.tail = nil, 0, false
+	j.sealed, j.held, j.heldRecords = false, nil, 0
 	j.waiting = nil
 }
 
