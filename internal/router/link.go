@@ -110,13 +110,15 @@ func (c closedSession) item() Item {
 }
 
 // rerouteQueue is one session's calls waiting to go again (Link.rerouting),
-// and whether a timer is set to send them. behind, if set, is the call
-// they wait for the answer of, pending in another group (start); its
-// answer, other than StatusWrongGroup, sends them (releaseLocked).
+// and whether a timer is set to send them (one sends at a time: sending).
+// behind, if set, is the call they wait for the answer of, pending in
+// another group (start); its answer, other than StatusWrongGroup, sends
+// them (releaseLocked).
 type rerouteQueue struct {
-	calls  []*call
-	armed  bool
-	behind *call
+	calls   []*call
+	armed   bool
+	behind  *call
+	sending bool // a rerouteDue sends calls of it, the lock let go
 }
 
 // tubeKey is a session and a tube's name's hash (tubeSeed): the key of
@@ -762,6 +764,14 @@ func (l *Link) rerouteDue(session uint64) {
 		l.mu.Unlock()
 		return
 	}
+	if q.sending {
+		// A run under way (its lock let go to send) sends them after
+		// its own: two at once could send a session's calls out of
+		// order, and the first ended the queue the second made.
+		l.mu.Unlock()
+		return
+	}
+	q.sending = true
 	for !q.armed && len(q.calls) > 0 {
 		calls := q.calls
 		q.calls = nil
@@ -772,6 +782,7 @@ func (l *Link) rerouteDue(session uint64) {
 		}
 		l.mu.Lock()
 	}
+	q.sending = false
 	if !q.armed {
 		delete(l.rerouting, session)
 	}

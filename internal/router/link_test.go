@@ -650,6 +650,57 @@ func TestLinkRerouteKeepsOrder(t *testing.T) {
 	}
 }
 
+// TestLinkRerouteOverlapping: a timer that fires while a session's
+// rerouted calls are being sent (the lock let go) leaves them to that
+// run, and a call answered StatusWrongGroup meanwhile goes again after
+// them. Before, the second run ended the queue, the first then ended the
+// one the answer made, whose timer found none: the member panicked (seen
+// in CI's fault test).
+func TestLinkRerouteOverlapping(t *testing.T) {
+	var l *Link
+	var mu sync.Mutex
+	var sent []string
+	once := sync.Once{}
+	var next atomic.Uint32
+	next.Store(10)
+	l = NewLink(LinkConfig{
+		Leader: func(g uint16) (uint64, bool) { return uint64(g) + 2, true },
+		Send: func(_ uint64, payload []byte) bool {
+			_ = Each(payload, 1<<16, func(it *Item) {
+				body := fmt.Sprintf("%s@%d", strings.TrimSuffix(string(it.Request.Body), "\r\n"), it.Group)
+				mu.Lock()
+				sent = append(sent, body)
+				mu.Unlock()
+				if body != "a@2" {
+					return
+				}
+				once.Do(func() {
+					// a goes again, the lock let go: another timer
+					// fires, then b is answered StatusWrongGroup.
+					l.rerouteDue(10)
+					l.handle(3, &Item{Kind: KindReply, Group: 1, Session: 10, Seq: 2, Reply: Reply{Status: StatusWrongGroup}})
+				})
+			})
+			return true
+		},
+	})
+	route := func(_ *Request, post func(uint16, uint32)) { post(2, next.Add(1)) }
+	for seq, body := range []string{"a", "b"} {
+		l.RequestRouted(10, 1, uint32(seq+1), Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte(body + "\r\n")}, route, func(*Item) {})
+	}
+	l.handle(3, &Item{Kind: KindReply, Group: 1, Session: 10, Seq: 1, Reply: Reply{Status: StatusWrongGroup}})
+	testproc.WaitFor(t, 5*time.Second, "b sent again", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(sent, "b@2")
+	})
+	testproc.WaitFor(t, 5*time.Second, "no session rerouting", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.rerouting) == 0
+	})
+}
+
 // TestLinkRoutedWaitsForOldGroup: a put routed to its tube's new group
 // while the session's put of the tube before it is still pending in the
 // old group waits for that one's answer, and goes after it: after it
