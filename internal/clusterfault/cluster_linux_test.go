@@ -214,26 +214,36 @@ func (c *cluster) slowDumps(what string) (done func()) {
 			return
 		case <-time.After(slowRequest):
 		}
-		at := time.Now().Format("150405.000")
-		_ = os.MkdirAll(*memberLogs, 0o755)
-		for _, m := range members { // a member down answers with an error
-			req, err := http.NewRequest(http.MethodGet, m.httpBase()+"/debug/pprof/goroutine?debug=2", nil)
-			if err != nil {
-				continue
-			}
-			req.Header.Set("Authorization", "Bearer "+adminToken)
-			body := []byte(what + "\n\n")
-			if resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req); err != nil {
-				body = append(body, err.Error()...)
-			} else {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				body = append(body, b...)
-			}
-			_ = os.WriteFile(filepath.Join(*memberLogs, fmt.Sprintf("%s-slow-%s.txt", m.name, at)), body, 0o644)
-		}
+		dumpGoroutines(members, what, "slow")
 	}()
 	return func() { close(ended) }
+}
+
+// dumpGoroutines writes each member's goroutines into -member-logs, in
+// NAME-LABEL-TIME.txt headed by what; without -member-logs (the members
+// serve no pprof) it does nothing.
+func dumpGoroutines(members []*member, what, label string) {
+	if *memberLogs == "" {
+		return
+	}
+	at := time.Now().Format("150405.000")
+	_ = os.MkdirAll(*memberLogs, 0o755)
+	for _, m := range members { // a member down answers with an error
+		req, err := http.NewRequest(http.MethodGet, m.httpBase()+"/debug/pprof/goroutine?debug=2", nil)
+		if err != nil {
+			continue
+		}
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		body := []byte(what + "\n\n")
+		if resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req); err != nil {
+			body = append(body, err.Error()...)
+		} else {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = append(body, b...)
+		}
+		_ = os.WriteFile(filepath.Join(*memberLogs, fmt.Sprintf("%s-%s-%s.txt", m.name, label, at)), body, 0o644)
+	}
 }
 
 // slowRequest is how long a move or placement may take before slowDumps

@@ -27,7 +27,7 @@ var (
 	memberLogLevel = flag.String("member-log-level", "info", "the members' --log-level (debug shows raft's elections)")
 	groups         = flag.Int("groups", 1, "the members' --cluster-groups: with more than 1, the workload's tubes are one per group (make chaos sets CHAOS_GROUPS)")
 	members        = flag.Int("members", 3, "the members, 3 or 5 (127.0.0.1 to .N); with 5, each group but 0 lives on 3 of them (make chaos sets CHAOS_MEMBERS)")
-	memberLogs     = flag.String("member-logs", "", "a directory to write each member's whole output into (every start) when the test fails, and every member's goroutines when a move takes over 8 s (make chaos sets CHAOS_LOGS)")
+	memberLogs     = flag.String("member-logs", "", "a directory to write each member's whole output into (every start) when the test fails, and every member's goroutines when a move takes over 8 s or the clients gone leave something on a member (make chaos sets CHAOS_LOGS)")
 )
 
 // checkFlags refuses what the test cannot run.
