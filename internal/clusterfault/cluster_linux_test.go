@@ -219,9 +219,11 @@ func (c *cluster) slowDumps(what string) (done func()) {
 	return func() { close(ended) }
 }
 
-// dumpGoroutines writes each member's goroutines into -member-logs, in
-// NAME-LABEL-TIME.txt headed by what; without -member-logs (the members
-// serve no pprof) it does nothing.
+// dumpGoroutines writes each member's goroutines, and what its router
+// holds for sessions (its calls waiting, its owner clients), into
+// -member-logs, in NAME-LABEL-TIME.txt and NAME-LABEL-TIME-router.txt
+// headed by what; without -member-logs (the members serve no pprof) it
+// does nothing.
 func dumpGoroutines(members []*member, what, label string) {
 	if *memberLogs == "" {
 		return
@@ -229,21 +231,27 @@ func dumpGoroutines(members []*member, what, label string) {
 	at := time.Now().Format("150405.000")
 	_ = os.MkdirAll(*memberLogs, 0o755)
 	for _, m := range members { // a member down answers with an error
-		req, err := http.NewRequest(http.MethodGet, m.httpBase()+"/debug/pprof/goroutine?debug=2", nil)
-		if err != nil {
-			continue
+		for path, suffix := range map[string]string{"/debug/pprof/goroutine?debug=2": "", "/debug/sprout/router": "-router"} {
+			body := append([]byte(what+"\n\n"), fetchDebug(m, path)...)
+			_ = os.WriteFile(filepath.Join(*memberLogs, fmt.Sprintf("%s-%s-%s%s.txt", m.name, label, at, suffix)), body, 0o644)
 		}
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-		body := []byte(what + "\n\n")
-		if resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req); err != nil {
-			body = append(body, err.Error()...)
-		} else {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			body = append(body, b...)
-		}
-		_ = os.WriteFile(filepath.Join(*memberLogs, fmt.Sprintf("%s-%s-%s.txt", m.name, label, at)), body, 0o644)
 	}
+}
+
+// fetchDebug is m's answer to GET path on its side port, or the error.
+func fetchDebug(m *member, path string) []byte {
+	req, err := http.NewRequest(http.MethodGet, m.httpBase()+path, nil)
+	if err != nil {
+		return []byte(err.Error())
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return []byte(err.Error())
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return b
 }
 
 // slowRequest is how long a move or placement may take before slowDumps

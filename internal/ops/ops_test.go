@@ -16,6 +16,7 @@ import (
 	"github.com/sproutmq/sprout/codec"
 	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/internal/ops"
+	"github.com/sproutmq/sprout/internal/router"
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
 )
@@ -456,6 +457,37 @@ func TestRoutes(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("POST /metrics = %s", resp.Status)
+	}
+}
+
+// describingRouter is a router whose sessions wait on one call and
+// which holds one owner client.
+type describingRouter struct{}
+
+func (describingRouter) Stats() router.Stats { return router.Stats{Pending: 1, Owners: 1} }
+func (describingRouter) DescribePending() []string {
+	return []string{"pending: session 7 group 2 seq 9 put, sent true, taken 1, made 20s ago"}
+}
+func (describingRouter) DescribeOwners() []string { return []string{"member 1 session 3 group 2"} }
+
+// TestRouterDebug: with pprof, /debug/sprout/router lists the calls the
+// router's sessions wait on and the owner clients it holds; without, it
+// is not served.
+func TestRouterDebug(t *testing.T) {
+	for _, pprof := range []bool{false, true} {
+		base := startOps(t, ops.Config{Engine: newFakeEngine(), Store: &fakeStore{}, Router: describingRouter{}, Pprof: pprof})
+		code, body := get(t, base+"/debug/sprout/router")
+		if !pprof {
+			if code != http.StatusNotFound {
+				t.Errorf("without pprof: GET /debug/sprout/router = %d, want 404", code)
+			}
+			continue
+		}
+		want := "calls waiting (1):\n  pending: session 7 group 2 seq 9 put, sent true, taken 1, made 20s ago\n" +
+			"owner clients (1):\n  member 1 session 3 group 2\n"
+		if code != http.StatusOK || body != want {
+			t.Errorf("GET /debug/sprout/router = %d %q, want 200 %q", code, body, want)
+		}
 	}
 }
 

@@ -30,7 +30,8 @@ const (
 
 // Config is what Register needs.
 type Config struct {
-	// Pprof mounts net/http/pprof at /debug/pprof/.
+	// Pprof mounts net/http/pprof at /debug/pprof/, and with a Router
+	// /debug/sprout/router.
 	Pprof bool
 	// TubeSeries is how many tubes get their own series; 0 means
 	// DefaultTubeSeries.
@@ -114,7 +115,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // Register adds the side port's own routes to mux: GET /metrics,
 // /healthz, /readyz, in cluster mode /cluster, and with Pprof
-// /debug/pprof/.
+// /debug/pprof/ (and /debug/sprout/router with a router).
 func Register(mux *http.ServeMux, cfg Config) error {
 	if cfg.TubeSeries <= 0 {
 		cfg.TubeSeries = DefaultTubeSeries
@@ -193,8 +194,36 @@ func Register(mux *http.ServeMux, cfg Config) error {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		if d, ok := cfg.Router.(routerDescriber); ok {
+			mux.HandleFunc("GET /debug/sprout/router", serveRouterDebug(d))
+		}
 	}
 	return nil
+}
+
+// routerDescriber is a Router that names what it holds for its sessions
+// (*router.Router): /debug/sprout/router lists it, with Pprof.
+type routerDescriber interface {
+	DescribePending() []string
+	DescribeOwners() []string
+}
+
+// serveRouterDebug answers GET /debug/sprout/router: the calls this
+// member's sessions wait on, and the owner clients it holds for others',
+// as text, for a call or session that never ends.
+func serveRouterDebug(d routerDescriber) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		pending, owners := d.DescribePending(), d.DescribeOwners()
+		fmt.Fprintf(w, "calls waiting (%d):\n", len(pending))
+		for _, line := range pending {
+			fmt.Fprintf(w, "  %s\n", line)
+		}
+		fmt.Fprintf(w, "owner clients (%d):\n", len(owners))
+		for _, line := range owners {
+			fmt.Fprintf(w, "  %s\n", line)
+		}
+	}
 }
 
 // goRuntime is the Go runtime's figures, less go_memstats_alloc_bytes_total:

@@ -2,6 +2,7 @@ package router
 
 import (
 	"cmp"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"math/rand/v2"
@@ -660,6 +661,44 @@ func (l *Link) Pending() int {
 		n += len(calls)
 	}
 	return n
+}
+
+// DescribePending names the calls waiting for their answers, oldest
+// first, then the calls waiting to go again where their tubes moved:
+// for an operator, or a test, looking at one that never ends.
+func (l *Link) DescribePending(now time.Time) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var calls []*call
+	for _, cs := range l.sessions {
+		calls = append(calls, cs...)
+	}
+	slices.SortFunc(calls, byMade)
+	out := make([]string, 0, len(calls))
+	for _, c := range calls {
+		out = append(out, describeCall("pending", c, now))
+	}
+	for session, q := range l.rerouting {
+		for _, c := range q.calls {
+			out = append(out, describeCall("rerouting", c, now)+fmt.Sprintf(" (queue of session %d: armed %v, sending %v, behind a call %v)",
+				session, q.armed, q.sending, q.behind != nil))
+		}
+	}
+	return out
+}
+
+// describeCall is one line of DescribePending.
+func describeCall(state string, c *call, now time.Time) string {
+	what := c.kind.String()
+	if c.kind == KindRequest {
+		what = c.op.String()
+	}
+	line := fmt.Sprintf("%s: session %d group %d seq %d %s, sent %v, taken %d, made %v ago", state, c.key.session, c.key.group, c.key.seq,
+		what, c.sent, c.taken, now.Sub(c.made).Round(time.Millisecond))
+	if !c.movedAt.IsZero() {
+		line += fmt.Sprintf(", moved %v ago", now.Sub(c.movedAt).Round(time.Millisecond))
+	}
+	return line
 }
 
 // Handle takes a payload of replies and events from member from, and

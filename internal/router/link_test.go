@@ -701,6 +701,25 @@ func TestLinkRerouteOverlapping(t *testing.T) {
 	})
 }
 
+// TestLinkDescribePending: the calls waiting for their answers are named
+// oldest first, then those waiting to go again where their tubes moved,
+// with their queue's state; an answered one is gone.
+func TestLinkDescribePending(t *testing.T) {
+	l, _, route := bodiesLink()
+	for seq, body := range []string{"a", "b", "c"} {
+		l.RequestRouted(10, 1, uint32(seq+1), Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte(body + "\r\n")}, route, func(*Item) {})
+	}
+	l.handle(3, &Item{Kind: KindReply, Group: 1, Session: 10, Seq: 1, Reply: Reply{Status: StatusOK, Result: ResultID, ID: 1}})
+	l.handle(3, &Item{Kind: KindReply, Group: 1, Session: 10, Seq: 3, Reply: Reply{Status: StatusWrongGroup}})
+	got := l.DescribePending(time.Now())
+	if len(got) != 2 ||
+		!strings.HasPrefix(got[0], "pending: session 10 group 1 seq 2 put, sent true, taken 1, made ") ||
+		!strings.HasPrefix(got[1], "rerouting: session 10 group 1 seq 3 put, sent true, taken 1, made ") ||
+		!strings.Contains(got[1], ", moved ") || !strings.HasSuffix(got[1], "(queue of session 10: armed true, sending false, behind a call false)") {
+		t.Fatalf("described %q", got)
+	}
+}
+
 // TestLinkRoutedWaitsForOldGroup: a put routed to its tube's new group
 // while the session's put of the tube before it is still pending in the
 // old group waits for that one's answer, and goes after it: after it

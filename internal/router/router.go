@@ -397,6 +397,9 @@ func (r *Router) Stats() Stats {
 // DescribeOwners is Server.DescribeOwners.
 func (r *Router) DescribeOwners() []string { return r.server.DescribeOwners() }
 
+// DescribePending is Link.DescribePending.
+func (r *Router) DescribePending() []string { return r.link.DescribePending(time.Now()) }
+
 // placement is the placement the sessions route by, nil for one group.
 func (r *Router) placement() *meta.State {
 	if r.cfg.Placement == nil {
