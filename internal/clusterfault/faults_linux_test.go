@@ -944,27 +944,85 @@ const verifyBatch = 1000
 func (r *round) verify() (peeked, drained int) {
 	r.t.Helper()
 	leaders := r.c.awaitLeaders(leaderWait).leaders
-	conns := map[*member]*testproc.Conn{}
+	conns := map[*member]*verifyConn{}
 	defer func() {
-		for _, conn := range conns {
-			conn.Close()
+		for _, v := range conns {
+			v.close()
 		}
 	}()
 	for g, tube := range r.c.tubes {
 		l := leaders[g]
-		conn := conns[l]
-		if conn == nil {
-			var err error
-			conn, err = testproc.Dialer{Timeout: time.Second, Local: probeIP, ReplyTimeout: 30 * time.Second}.Dial(l.clientAddr())
-			if err != nil {
-				r.t.Fatal(err)
-			}
-			conns[l] = conn
+		v := conns[l]
+		if v == nil {
+			v = &verifyConn{m: l}
+			conns[l] = v
 		}
-		p, d := r.verifyGroup(conn, uint8(g), tube)
+		p, d := r.verifyGroup(v, uint8(g), tube)
 		peeked, drained = peeked+p, drained+d
 	}
 	return peeked, drained
+}
+
+// verifyConn is verify's connection to a member, dialled again when it
+// breaks: a member closes a session whose command's outcome it cannot
+// tell, a group's leadership lost under it (docs/design/shards.md 5.1),
+// and an election on a starved machine comes during verify too.
+type verifyConn struct {
+	m       *member
+	conn    *testproc.Conn
+	tube    string // the tube it uses
+	redials int    // how many times it was dialled again
+}
+
+func (v *verifyConn) close() {
+	if v.conn != nil {
+		v.conn.Close()
+		v.conn = nil
+	}
+}
+
+// verifyRedials bounds how many times in a row verify dials a member
+// again.
+const verifyRedials = 5
+
+// verifyDo runs step on v's connection, which uses v's tube; if it
+// fails, it dials again, and runs step again, so a step must be one that
+// may run twice (a peek; a delete, whose second may find its job gone; a
+// put, whose first may have been taken).
+func (r *round) verifyDo(v *verifyConn, what string, step func(*testproc.Conn) error) {
+	r.t.Helper()
+	for attempt := 0; ; attempt++ {
+		err := r.verifyConnect(v)
+		if err == nil {
+			if err = step(v.conn); err == nil {
+				return
+			}
+		}
+		v.close()
+		if attempt == verifyRedials {
+			r.t.Fatalf("%s through %s: %v", what, v.m.name, err)
+		}
+		r.t.Logf("%s through %s: %v; dialling it again", what, v.m.name, err)
+		v.redials++
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// verifyConnect dials v's member if v has no connection, and uses v's
+// tube there.
+func (r *round) verifyConnect(v *verifyConn) error {
+	if v.conn != nil {
+		return nil
+	}
+	conn, err := testproc.Dialer{Timeout: time.Second, Local: probeIP, ReplyTimeout: 30 * time.Second}.Dial(v.m.clientAddr())
+	if err != nil {
+		return err
+	}
+	v.conn = conn
+	if v.tube != "" {
+		return conn.ExpectLine("use "+v.tube, "USING "+v.tube)
+	}
+	return nil
 }
 
 // verifyGroup is verify of group g, whose tube is tube. The first time,
@@ -975,18 +1033,18 @@ func (r *round) verify() (peeked, drained int) {
 // most are not issued at all (a new leader goes on above the logged
 // watermark, up to 4096 ids on, store.NextID), so walking them each round
 // would cost more with every failover, and find nothing.
-func (r *round) verifyGroup(conn *testproc.Conn, g uint8, tube string) (peeked, drained int) {
+func (r *round) verifyGroup(v *verifyConn, g uint8, tube string) (peeked, drained int) {
 	r.t.Helper()
 	token := "fence-" + strconv.FormatUint(r.seq.Add(1), 10)
 	body := []byte("chaos:" + token + ":")
 	r.l.sending(token, body)
-	if err := conn.ExpectLine("use "+tube, "USING "+tube); err != nil {
-		r.t.Fatal(err)
-	}
-	fence, err := conn.Put(0, 0, ttr, body)
-	if err != nil {
-		r.t.Fatalf("the fence put into %s: %v", tube, err)
-	}
+	v.tube = tube
+	r.verifyDo(v, "use "+tube, func(conn *testproc.Conn) error { return conn.ExpectLine("use "+tube, "USING "+tube) })
+	var fence uint64
+	r.verifyDo(v, "the fence put into "+tube, func(conn *testproc.Conn) (err error) {
+		fence, err = conn.Put(0, 0, ttr, body)
+		return err
+	})
 	r.l.putAcked(fence, token)
 	first := meta.JobID(g, 1)
 	if fence < first || fence>>meta.SeqBits != uint64(g) {
@@ -999,11 +1057,13 @@ func (r *round) verifyGroup(conn *testproc.Conn, g uint8, tube string) (peeked, 
 		for _, id := range ids[from:min(from+verifyBatch, len(ids))] {
 			lines = append(lines, "peek "+strconv.FormatUint(id, 10))
 		}
-		sent := time.Now()
-		replies, err := conn.Pipeline(lines)
-		if err != nil {
-			r.t.Fatalf("peeking: %v", err)
-		}
+		var sent time.Time
+		var replies []testproc.Reply
+		r.verifyDo(v, "peeking", func(conn *testproc.Conn) (err error) {
+			sent = time.Now()
+			replies, err = conn.Pipeline(lines)
+			return err
+		})
 		r.l.mu.Lock()
 		for _, rep := range replies {
 			switch rep.Kind {
@@ -1033,12 +1093,22 @@ func (r *round) verifyGroup(conn *testproc.Conn, g uint8, tube string) (peeked, 
 		slices.Sort(lost)
 		r.t.Errorf("acknowledged puts of group %d lost: %v", g, lost[:min(len(lost), 20)])
 	}
-	drained = r.drain(conn, found)
+	drained = r.drain(v, found)
 	r.l.deleting(fence)
-	if err := conn.ExpectLine(fmt.Sprint("delete ", fence), "DELETED"); err != nil {
-		r.t.Fatal(err)
+	var deleted testproc.Reply
+	redials := v.redials
+	r.verifyDo(v, "the fence's delete", func(conn *testproc.Conn) (err error) {
+		deleted, err = conn.Do(fmt.Sprint("delete ", fence), nil)
+		return err
+	})
+	switch {
+	case deleted.Kind == testproc.ReplyDeleted:
+		r.l.deleteAcked(fence)
+	case deleted.Kind == testproc.ReplyNotFound && v.redials > redials:
+		// Sent again: the first may have deleted it.
+	default:
+		r.t.Fatalf("delete %d (the fence): %q", fence, deleted.Line)
 	}
-	r.l.deleteAcked(fence)
 	return len(ids), drained
 }
 
@@ -1052,9 +1122,9 @@ func (r *round) verifyGroup(conn *testproc.Conn, g uint8, tube string) (peeked, 
 const keepJobs = 2000
 
 // drain deletes the jobs of found, a group's, but the newest keepJobs,
-// through conn: each a delete acknowledged (its job must never be seen
+// through v: each a delete acknowledged (its job must never be seen
 // again), or refused because a session still holds it.
-func (r *round) drain(conn *testproc.Conn, found map[uint64]bool) (drained int) {
+func (r *round) drain(v *verifyConn, found map[uint64]bool) (drained int) {
 	r.t.Helper()
 	ids := slices.Sorted(maps.Keys(found))
 	ids = ids[:max(0, len(ids)-keepJobs)]
@@ -1065,10 +1135,11 @@ func (r *round) drain(conn *testproc.Conn, found map[uint64]bool) (drained int) 
 			r.l.deleting(id)
 			lines[i] = "delete " + strconv.FormatUint(id, 10)
 		}
-		replies, err := conn.Pipeline(lines)
-		if err != nil {
-			r.t.Fatalf("draining: %v", err)
-		}
+		var replies []testproc.Reply
+		r.verifyDo(v, "draining", func(conn *testproc.Conn) (err error) {
+			replies, err = conn.Pipeline(lines)
+			return err
+		})
 		for i, rep := range replies {
 			switch rep.Kind {
 			case testproc.ReplyDeleted:
@@ -1076,7 +1147,8 @@ func (r *round) drain(conn *testproc.Conn, found map[uint64]bool) (drained int) 
 				drained++
 			case testproc.ReplyNotFound:
 				// Reserved still, by a session whose close its member
-				// has not seen yet.
+				// has not seen yet; or deleted by a first try, its
+				// connection broken before the answer (verifyDo).
 			default:
 				r.t.Fatalf("delete %d: %q", batch[i], rep.Line)
 			}
