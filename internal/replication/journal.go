@@ -87,8 +87,8 @@ func (j *Journal) Append(r *wal.Record, _ wal.Loc) (uint64, wal.Loc, error) {
 	if j.full != nil && r.Kind != wal.KindDelete && j.full() {
 		return 0, wal.Loc{}, wal.ErrNoSpace
 	}
-	handover := r.Kind == wal.KindMeta && (r.State == HandOver || r.State == HandOverAborted)
-	if handover && r.State == HandOverAborted {
+	seal := r.Kind == wal.KindMeta && r.State == HandOver
+	if r.Kind == wal.KindMeta && r.State == HandOverAborted {
 		j.unseal()
 	}
 	j.mu.Lock()
@@ -117,7 +117,7 @@ func (j *Journal) Append(r *wal.Record, _ wal.Loc) (uint64, wal.Loc, error) {
 	j.records++
 	pos := j.appended
 	notify := before == 0 && !j.sealed
-	if handover && r.State == HandOver {
+	if seal {
 		j.sealed = true
 	}
 	j.mu.Unlock()
