@@ -970,14 +970,15 @@ func (r *round) verify() (peeked, drained int) {
 type verifyConn struct {
 	m       *member
 	conn    *testproc.Conn
-	tube    string // the tube it uses
+	tube    string // the tube its steps use
+	using   string // the tube conn uses
 	redials int    // how many times it was dialled again
 }
 
 func (v *verifyConn) close() {
 	if v.conn != nil {
 		v.conn.Close()
-		v.conn = nil
+		v.conn, v.using = nil, ""
 	}
 }
 
@@ -1008,19 +1009,21 @@ func (r *round) verifyDo(v *verifyConn, what string, step func(*testproc.Conn) e
 	}
 }
 
-// verifyConnect dials v's member if v has no connection, and uses v's
-// tube there.
+// verifyConnect dials v's member if v has no connection, and has the
+// connection use v's tube.
 func (r *round) verifyConnect(v *verifyConn) error {
-	if v.conn != nil {
-		return nil
+	if v.conn == nil {
+		conn, err := testproc.Dialer{Timeout: time.Second, Local: probeIP, ReplyTimeout: 30 * time.Second}.Dial(v.m.clientAddr())
+		if err != nil {
+			return err
+		}
+		v.conn = conn
 	}
-	conn, err := testproc.Dialer{Timeout: time.Second, Local: probeIP, ReplyTimeout: 30 * time.Second}.Dial(v.m.clientAddr())
-	if err != nil {
-		return err
-	}
-	v.conn = conn
-	if v.tube != "" {
-		return conn.ExpectLine("use "+v.tube, "USING "+v.tube)
+	if v.using != v.tube {
+		if err := v.conn.ExpectLine("use "+v.tube, "USING "+v.tube); err != nil {
+			return err
+		}
+		v.using = v.tube
 	}
 	return nil
 }
@@ -1039,7 +1042,6 @@ func (r *round) verifyGroup(v *verifyConn, g uint8, tube string) (peeked, draine
 	body := []byte("chaos:" + token + ":")
 	r.l.sending(token, body)
 	v.tube = tube
-	r.verifyDo(v, "use "+tube, func(conn *testproc.Conn) error { return conn.ExpectLine("use "+tube, "USING "+tube) })
 	var fence uint64
 	r.verifyDo(v, "the fence put into "+tube, func(conn *testproc.Conn) (err error) {
 		fence, err = conn.Put(0, 0, ttr, body)
