@@ -214,17 +214,17 @@ func (c *cluster) slowDumps(what string) (done func()) {
 			return
 		case <-time.After(slowRequest):
 		}
-		dumpGoroutines(members, what, "slow")
+		dumpDebug(members, what, "slow")
 	}()
 	return func() { close(ended) }
 }
 
-// dumpGoroutines writes each member's goroutines, and what its router
+// dumpDebug writes each member's goroutines, and what its router
 // holds for sessions (its calls waiting, its owner clients), into
 // -member-logs, in NAME-LABEL-TIME.txt and NAME-LABEL-TIME-router.txt
 // headed by what; without -member-logs (the members serve no pprof) it
 // does nothing.
-func dumpGoroutines(members []*member, what, label string) {
+func dumpDebug(members []*member, what, label string) {
 	if *memberLogs == "" {
 		return
 	}

@@ -218,7 +218,7 @@ func runRounds(tt *testing.T, bin string, n int) {
 		r.checkHoldings()
 		if left := c.leftBehind(leftWait); len(left) > 0 {
 			t.Errorf("round %d (%s): the clients gone, the members still hold: %s", done+1, f.name, strings.Join(left, "; "))
-			dumpGoroutines(c.members, strings.Join(left, "\n"), "left")
+			dumpDebug(c.members, strings.Join(left, "\n"), "left")
 		}
 		moves := c.movesSince(tally)
 		for _, n := range moves {
