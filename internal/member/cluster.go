@@ -196,7 +196,7 @@ func (m *Member) startRouter(ec *engine.Config) {
 	m.sessions = router.NewRouter(rc)
 	host.OnItemsStream(func(to uint64, ev replication.ItemsEvent) {
 		switch ev {
-		case replication.ItemsUp:
+		case replication.ItemsUp, replication.ItemsFrom:
 			m.sessions.StreamUp(to)
 		case replication.ItemsRoom:
 			m.sessions.Room()

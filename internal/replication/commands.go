@@ -65,7 +65,10 @@ import (
 // that no counter can tell. The router learns from OnItemsStream that
 // the stream went down and up again, and resends its unanswered requests
 // and waits, in order (5.9, "Failure"); the leader side keeps nothing
-// per stream. A queue that refused a payload for its bound tells the
+// per stream, so the replies a broken stream lost are asked for again
+// by the member they were for, told that a stream from the leader opened
+// (ItemsFrom): the leader's stream to it breaks alone when its writes
+// take past writeTimeout (a member paused, its own stream idle). A queue that refused a payload for its bound tells the
 // router (ItemsRoom) once half of it is written.
 
 const (
@@ -210,13 +213,19 @@ const (
 	// ItemsRoom: the queue, which refused a payload for being full since
 	// it last said so, has written down to half its bound.
 	ItemsRoom
+	// ItemsFrom: a commands stream from the member opened. What it
+	// wrote on the one before and this member had not read, replies to
+	// this member's requests among them, may be lost: only this member
+	// can ask again.
+	ItemsFrom
 )
 
-// OnItemsStream sets what is told of the commands stream to each member
-// (ItemsEvent). It is called on the stream's writer goroutine: ItemsUp
-// before the writer takes anything from its queue (so payloads the call
-// sends go first), ItemsDown once the queue is emptied. It may call
-// SendItems, and must not block for long.
+// OnItemsStream sets what is told of the commands streams (ItemsEvent):
+// of the stream to each member, on its writer goroutine (ItemsUp before
+// the writer takes anything from its queue, so payloads the call sends
+// go first; ItemsDown once the queue is emptied), and of the stream from
+// each, on its reader goroutine (ItemsFrom before the first payload is
+// read). It may call SendItems, and must not block for long.
 func (h *Host) OnItemsStream(fn func(to uint64, ev ItemsEvent)) { h.transport.items.stream.Store(&fn) }
 
 // commandsEnds is the transport's side of the commands streams: the
@@ -244,7 +253,7 @@ func (c *commandsEnds) setHandler(fn ItemsHandler) {
 	c.handledOnce.Do(func() { close(c.handled) })
 }
 
-// tell tells the user ev of the commands stream to id.
+// tell tells the user ev of the commands stream to or from id.
 func (c *commandsEnds) tell(id uint64, ev ItemsEvent) {
 	if fn := c.stream.Load(); fn != nil {
 		(*fn)(id, ev)
@@ -613,6 +622,7 @@ func (t *transport) receiveItems(p *peer, raw net.Conn, r *bufio.Reader) {
 	case <-p.ctx.Done():
 		return
 	}
+	c.tell(p.ID, ItemsFrom)
 	ir := itemsReader{r: r}
 	for {
 		payload, err := ir.read()

@@ -162,7 +162,11 @@ type streamEvent struct {
 // watchStreams records tr's OnItemsStream calls.
 func watchStreams(tr *transport) chan streamEvent {
 	events := make(chan streamEvent, 64)
-	fn := func(to uint64, ev ItemsEvent) { events <- streamEvent{to, ev} }
+	fn := func(to uint64, ev ItemsEvent) {
+		if ev != ItemsFrom { // the streams it reads: TestItemsStreamRedialled
+			events <- streamEvent{to, ev}
+		}
+	}
 	tr.items.stream.Store(&fn)
 	return events
 }
@@ -249,10 +253,21 @@ func TestItemsInOrder(t *testing.T) {
 
 // TestItemsStreamRedialled: a commands stream that breaks is told down,
 // dialled again and told up; payloads sent then arrive after those sent
-// before, in order. The stream of a member removed is closed.
+// before, in order. Its reader tells that it opened again (ItemsFrom)
+// before it reads any of them: what was lost, replies to its member's
+// requests among them, is asked for again then. The stream of a member
+// removed is closed.
 func TestItemsStreamRedialled(t *testing.T) {
 	a, b, rec, events := itemsPair(t)
 	to := b.cfg.self.ID
+	// The number of items read when each ItemsFrom of a was told.
+	froms := make(chan int, 4)
+	fn := func(from uint64, ev ItemsEvent) {
+		if ev == ItemsFrom && from == a.cfg.self.ID {
+			froms <- len(rec.received())
+		}
+	}
+	b.items.stream.Store(&fn)
 
 	var want [][]byte
 	sendSome := func(from int) {
@@ -273,6 +288,14 @@ func TestItemsStreamRedialled(t *testing.T) {
 	awaitStream(t, events, streamEvent{to, ItemsUp})
 	sendSome(20)
 	sameItems(t, rec.await(t, len(want)), want)
+	select {
+	case n := <-froms:
+		if n != 20 {
+			t.Errorf("the stream from m1 opened again was told after %d items were read, want 20", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream from m1 opened again was never told")
+	}
 	if st := b.stats(); st.Refused != 0 {
 		t.Errorf("a stream closed counted as refused: %+v", st)
 	}
@@ -759,7 +782,11 @@ func TestHostItems(t *testing.T) {
 	events := make(chan streamEvent, 16)
 	for name, n := range c.nodes {
 		if name == "m1" {
-			n.Host().OnItemsStream(func(to uint64, ev ItemsEvent) { events <- streamEvent{to, ev} })
+			n.Host().OnItemsStream(func(to uint64, ev ItemsEvent) {
+				if ev != ItemsFrom { // the streams m1 reads
+					events <- streamEvent{to, ev}
+				}
+			})
 		}
 		recs[name] = newItemsRecorder()
 		n.Host().OnItems(recs[name].handle)

@@ -137,7 +137,8 @@
 // closed in the middle of a put's body.
 //
 // Resends: a request goes again when its leader changes, when the stream
-// to the leader opened again, when the leader was not serving yet
+// to the leader opened again, or the leader's to this member (its answer
+// may have been lost with the one before), when the leader was not serving yet
 // (StatusNotLeader), and when it could not be queued. A leader never runs
 // a session's request twice (it keeps the last sequence it took, and the
 // answers sent since the session's last request that does not pipeline,

@@ -565,10 +565,12 @@ func (r *Router) askHeld(g uint16) {
 	}
 }
 
-// StreamUp is called when the commands stream to member to opened: in
-// each group it leads, what was sent on the broken one may be lost, so
-// the references and the pending calls go again (a change made twice is
-// answered once by its key: 5.6). ItemsRoom: the calls not taken go.
+// StreamUp is called when a commands stream to or from member to opened:
+// in each group it leads, what was sent on the broken one, the calls
+// and references or their answers, may be lost, so the references and
+// the pending calls go again (a change made twice is answered once by
+// its key: 5.6; one answered is answered again). Room: the calls not
+// taken go.
 func (r *Router) StreamUp(to uint64) {
 	for g := range r.groups() {
 		if lead, ok := r.leader(uint16(g)); ok && lead == to {
