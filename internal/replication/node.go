@@ -1151,7 +1151,11 @@ func (n *Node) publish(tick bool) {
 	if tick {
 		n.matches, n.lastIndex = matches, last
 	}
-	if lead == n.lead && serving == n.serving {
+	// The same leader in a later term is a new leader: it lost the
+	// leadership between (its store rebuilt, what it had taken gone), if
+	// this member never saw it without one.
+	reelected := lead != 0 && bs.GetTerm() != n.leaderInfo.Term
+	if lead == n.lead && serving == n.serving && !reelected {
 		// A leader whose client address was not known yet (its hello
 		// not read) gets it as soon as it is.
 		if n.leaderInfo.Name != "" && n.leaderInfo.Client == "" && lead != n.self.ID {
@@ -1163,7 +1167,7 @@ func (n *Node) publish(tick bool) {
 		}
 		return
 	}
-	if lead != 0 && lead != n.lead {
+	if lead != 0 && (lead != n.lead || reelected) {
 		n.leaderChanges++
 		n.logger.Info().Str("leader", n.nameOf(lead)).Uint64("term", bs.GetTerm()).Msg("a new leader")
 	}

@@ -782,3 +782,57 @@ func TestNodeCaughtUp(t *testing.T) {
 		return l.CaughtUp(slow.self.Name)
 	})
 }
+
+// TestNodeLeaderElectedAgain: a follower that learns of its leader's
+// next term without having seen the group leaderless between (it was
+// cut off while the leadership went to another member and back) tells
+// of a new leader: the term LeaderInfo names is the new one, and the
+// change is signalled. The leader lost the leadership between and its
+// store was rebuilt: the router sends it again what it had taken.
+func TestNodeLeaderElectedAgain(t *testing.T) {
+	// Election timeouts of 2 s to 4 s: the follower cut off stays a
+	// follower while the leadership goes back and forth (a transfer
+	// elects at once).
+	c := newNetCluster(t, 3, 100, func(cfg *NodeConfig) { cfg.ElectionTick = 40 })
+	l := c.awaitServing(20 * time.Second)
+	others := c.others(l)
+	f, mid := others[0], others[1]
+	testproc.WaitFor(t, 10*time.Second, f.self.Name+" following "+l.self.Name, func() bool {
+		info, _ := f.Leader()
+		return info.ID == l.self.ID
+	})
+	before, changed := f.Leader()
+	for _, p := range f.host.transport.peers {
+		p.cut.Store(true)
+	}
+	for _, hop := range [][2]*Node{{l, mid}, {mid, l}} {
+		from, to := hop[0], hop[1]
+		testproc.WaitFor(t, 10*time.Second, "the leadership handed to "+to.self.Name, func() bool {
+			if info, _ := to.Leader(); info.Serving {
+				return true
+			}
+			if info, _ := from.Leader(); info.Serving {
+				if err := from.TransferLeadership(to.self.Name); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return false
+		})
+	}
+	term := l.Status().Term
+	if term <= before.Term {
+		t.Fatalf("%s leads again in term %d, not after %d", l.self.Name, term, before.Term)
+	}
+	for _, p := range f.host.transport.peers {
+		p.cut.Store(false)
+	}
+	testproc.WaitFor(t, 10*time.Second, f.self.Name+" told of "+l.self.Name+"'s new term", func() bool {
+		info, _ := f.Leader()
+		return info.ID == l.self.ID && info.Term == term
+	})
+	select {
+	case <-changed:
+	default:
+		t.Error("the leader's new term was not signalled")
+	}
+}

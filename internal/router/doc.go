@@ -136,7 +136,9 @@
 // has the group take an id at once (a burn), and so does a session
 // closed in the middle of a put's body.
 //
-// Resends: a request goes again when its leader changes, when the stream
+// Resends: a request goes again when its leader changes (another member,
+// or the same one elected again: a later term, its store rebuilt between
+// and what it had taken gone unanswered), when the stream
 // to the leader opened again, or the leader's to this member (its answer
 // may have been lost with the one before), when the leader was not serving yet
 // (StatusNotLeader), and when it could not be queued. A leader never runs

@@ -201,3 +201,80 @@ func TestSessionSendsNothingAfterClose(t *testing.T) {
 	})
 	s.post(func(seq uint32) { t.Errorf("an item of a closed session was posted as %d", seq) })
 }
+
+// TestLeaderElectedAgain: a leader that lost its leadership and won the
+// next term is another leadership: the calls pending with it go again,
+// as to any new leader, since its store was rebuilt and the requests it
+// had taken went unanswered. Whether this member learns the term from
+// its replica (Term) or from the leader's reports. Before, a call taken
+// by the leadership that ended waited for good, its connection with it
+// (a TestClusterFaultsGroups round, the leader of a group whose replica
+// moved stepping down and elected again within a second).
+func TestLeaderElectedAgain(t *testing.T) {
+	const self, leader = 1, 2
+	placement, err := meta.Formation([]meta.Member{{Name: "m1", ID: self}, {Name: "m2", ID: leader}}, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := &sentItems{t: t}
+	var term atomic.Uint64 // group 0's, which member 1 holds a replica of
+	term.Store(3)
+	r := NewRouter(RouterConfig{
+		Self:      self,
+		Placement: func() *meta.State { return placement },
+		Serving:   func(uint16) *store.Store { return nil },
+		Leader: func(g uint16) (uint64, bool) {
+			return leader, g == 0 // group 1's leader is known from its reports
+		},
+		Term: func(g uint16) uint64 {
+			if g == 0 {
+				return term.Load()
+			}
+			return 0
+		},
+		Send:  sent.send,
+		Peers: func() []uint64 { return []uint64{leader} },
+	})
+	defer r.Close()
+	reportTerm := func(term uint64) {
+		t.Helper()
+		payload, err := AppendItem(nil, &Item{Kind: KindLeaders, Leaders: []LeaderReport{{Group: 1, Term: term}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Handle(leader, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reportTerm(5)
+	r.LeaderChanged()
+	put := func(g uint16) uint32 {
+		seq := uint32(100 + g)
+		r.link.Request(7, g, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("j\r\n")},
+			func(*Item) { t.Errorf("group %d's put answered", g) })
+		return seq
+	}
+	resent := func(g uint16, seq uint32) bool {
+		return slices.ContainsFunc(sent.take(), func(it Item) bool {
+			return it.Kind == KindRequest && it.Group == g && it.Session == 7 && it.Seq == seq
+		})
+	}
+	seq0, seq1 := put(0), put(1)
+	if !resent(0, seq0) {
+		t.Fatal("group 0's put never went")
+	}
+
+	r.LeaderChanged() // the same leadership: nothing goes again
+	if items := sent.take(); slices.ContainsFunc(items, func(it Item) bool { return it.Kind == KindRequest }) {
+		t.Fatalf("with the leaders as they were, %v went again", kinds(items))
+	}
+	term.Store(4)
+	r.LeaderChanged()
+	if !resent(0, seq0) {
+		t.Error("group 0's leader elected again (its replica's term) was not sent the put it had taken")
+	}
+	reportTerm(6)
+	if !resent(1, seq1) {
+		t.Error("group 1's leader elected again (its report's term) was not sent the put it had taken")
+	}
+}

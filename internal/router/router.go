@@ -61,8 +61,8 @@ type Router struct {
 	waiting atomic.Int64  // remote sessions with a reserve pending (stats' current-waiting, G > 1)
 
 	mu       sync.Mutex
-	lead     map[uint16]uint64 // each group's leader the calls went to last (none: none known)
-	sessions uint64            // the last session id given; 0 names the member's refs
+	lead     map[uint16]leadership // each group's leadership the calls went to last (none: none known)
+	sessions uint64                // the last session id given; 0 names the member's refs
 	// tag is this process's: its sessions' ids begin with it (sessionTag),
 	// and its greetings name it.
 	tag uint32
@@ -172,11 +172,14 @@ type RouterConfig struct {
 	// looked at every forgetEvery. Nil looks at nothing.
 	Removed func() []uint64
 	// Peers are the other members, which a member of a cluster of several
-	// groups tells the groups it leads, and Term the Raft term of a group
-	// it leads: members that hold no replica of a group learn its leader
-	// so. Nil with one group.
+	// groups tells the groups it leads, with their terms: members that
+	// hold no replica of a group learn its leader so. Nil with one group.
 	Peers func() []uint64
-	Term  func(g uint16) uint64
+	// Term is the Raft term of group g's leader as this member's replica
+	// knows it (0: it holds none, the leader's reports tell it): of the
+	// groups it leads in their reports, and of each group's leadership
+	// (a member elected again is another). Nil: none known.
+	Term func(g uint16) uint64
 	// Replicas are the replicas of a group this member leads, as of the
 	// membership change of index (replication.Node.Replicas): the
 	// report carries them. Nil reports none.
@@ -223,7 +226,7 @@ func NewRouter(cfg RouterConfig) *Router {
 	// not take a session of this process for one of the member's last.
 	tag := rand.Uint32N(maxSessionTag) + 1
 	r := &Router{cfg: cfg, open: make(map[*Session]struct{}), refs: make(map[string]*refCount), refWaits: make(map[refItem]func()), refsOut: make(map[uint16][2]uint64),
-		lead: make(map[uint16]uint64), reported: make(map[uint16]reportedLeader),
+		lead: make(map[uint16]leadership), reported: make(map[uint16]reportedLeader),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		tag: tag, sessions: uint64(tag) << sessionCounterBits}
 	r.self = newSelfLoop(func(payload []byte) { _ = r.Handle(cfg.Self, payload) })
@@ -503,7 +506,7 @@ func (r *Router) checkLeaders() {
 
 func (r *Router) leaderChanged(g uint16) {
 	r.greet(g)
-	lead, _ := r.leader(g)
+	lead := r.leadership(g)
 	r.mu.Lock()
 	same := lead == r.lead[g]
 	r.lead[g] = lead
@@ -629,6 +632,35 @@ func (r *Router) serving(g uint16) (uint64, bool) {
 	return lead, ok
 }
 
+// leadership is a group's leader as the calls go to it: a member and
+// the term it was elected in. The same member elected again is another
+// leadership: it lost the leadership between, its store was rebuilt from
+// the log, and the requests it had taken and not answered, their replies
+// held for the log, went with it unanswered; so they go again, as to any
+// new leader.
+type leadership struct{ member, term uint64 }
+
+// leadership is group g's leader (leader) and its term: Term's, or the
+// fresh report's of that leader, or 0 if neither knows it.
+func (r *Router) leadership(g uint16) leadership {
+	lead, ok := r.leader(g)
+	if !ok {
+		return leadership{}
+	}
+	l := leadership{member: lead}
+	if r.cfg.Term != nil {
+		l.term = r.cfg.Term(g)
+	}
+	if l.term == 0 {
+		r.reportMu.Lock()
+		if rep, ok := r.reported[g]; ok && rep.member == lead && rep.fresh(time.Now()) {
+			l.term = rep.term
+		}
+		r.reportMu.Unlock()
+	}
+	return l
+}
+
 // reportedLeader is the leader of group g another member reported, if
 // its report is fresh.
 func (r *Router) reportedLeader(g uint16) (uint64, bool) {
@@ -677,7 +709,7 @@ func (r *Router) noteLeaders(from uint64, reports []LeaderReport) {
 		}
 		r.reported[l.Group] = reportedLeader{member: from, term: l.Term, at: now, index: l.Index,
 			voters: slices.Clone(l.Voters), learners: slices.Clone(l.Learners), tubes: int(l.Tubes), jobs: int64(l.Jobs)}
-		if !ok || old.member != from {
+		if !ok || old.member != from || old.term != l.Term {
 			changed = append(changed, l.Group)
 		}
 	}
