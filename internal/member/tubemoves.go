@@ -79,6 +79,11 @@ const (
 	// through (a large tube's takes longer than a freeze may), each part
 	// of one tubeMoveTimeout.
 	stageTimeout = 10 * time.Minute
+	// stagePace bounds how long a part of a copy, acknowledged by the
+	// destination's log, waits for its other replicas' fsyncs before
+	// the next part may come (Node.AwaitReplicas), well within the
+	// part's tubeMoveTimeout.
+	stagePace = 5 * time.Second
 	// abortTimeout bounds the abort of a move or a placement, which has
 	// its own: the move's may be what ended it. A move's answer comes
 	// within all three (sproutctl waits 12 minutes).
@@ -1266,9 +1271,19 @@ func (m *Member) adopt(w http.ResponseWriter, r *http.Request, what int) {
 	if err == nil {
 		err = awaitAcked(r.Context(), n, term, cl.PendingAck())
 	}
+	acked := time.Since(began) - imported
+	var behind []string
+	if err == nil && copying {
+		// The next part waits for every replica's fsyncs, not the
+		// quorum's alone (AwaitReplicas), up to stagePace.
+		ctx, cancel := context.WithTimeout(r.Context(), stagePace)
+		behind = n.AwaitReplicas(ctx, n.ElectionTimeout())
+		cancel()
+	}
+	paced := time.Since(began) - imported - acked
 	m.log.Info().Str("tube", tube).Int("group", int(g)).Int("what", what).Int("jobs", made).Int("gone", len(in.Gone)).Int64("read_ms", read.Milliseconds()).
 		Int64("prepare_ms", prepared.Milliseconds()).Int64("import_ms", imported.Milliseconds()).
-		Int64("ack_ms", (time.Since(began) - imported).Milliseconds()).Err(err).Msg("took a moving tube's jobs")
+		Int64("ack_ms", acked.Milliseconds()).Int64("pace_ms", paced.Milliseconds()).Strs("replicas_behind", behind).Err(err).Msg("took a moving tube's jobs")
 	if errors.Is(err, errTubeMove) {
 		writeMoveError(w, err) // given up, not to be sent again
 		return

@@ -560,6 +560,48 @@ func (n *Node) CaughtUp(name string) bool {
 	return false
 }
 
+// AwaitReplicas waits, while this member leads, until every voter of
+// the group heard from within d holds the log durably up to the last
+// entry this member held when called, as of its ticks (a replica's match
+// is what its fsyncs acknowledged), or until ctx ends: it returns the
+// names of those still behind then, nil when none. A quorum's
+// acknowledgement says nothing of the others: a bulk write paced by it
+// alone (a tube's copy) can leave a slower replica's log behind its
+// fsyncs by its bound, and that member's own groups refuse writes while
+// it is. A voter not heard from is down, and waited for by nobody; a
+// learner catches up as it can (a replica's move would slow every tube's).
+func (n *Node) AwaitReplicas(ctx context.Context, d time.Duration) []string {
+	last, err := n.log.LastIndex()
+	if err != nil {
+		return nil
+	}
+	tick := time.NewTicker(n.cfg.Tick)
+	defer tick.Stop()
+	for {
+		var behind []string
+		n.mu.Lock()
+		serving, seen := n.pub.serving, n.lastIndex >= last // the last tick's view holds it
+		for id, match := range n.matches {
+			if id != n.self.ID && match < last && slices.Contains(n.conf.GetVoters(), id) {
+				behind = append(behind, n.nameOf(id))
+			}
+		}
+		n.mu.Unlock()
+		if !serving {
+			return nil
+		}
+		behind = slices.DeleteFunc(behind, func(name string) bool { return !n.host.HeardFrom(name, d) })
+		if seen && len(behind) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return behind
+		case <-tick.C:
+		}
+	}
+}
+
 // AbortTransfer ends the leadership transfer this member's raft has
 // begun and not completed, if any: raft takes the group's proposals again
 // at once, not an election timeout after the transfer began (a transfer

@@ -836,3 +836,55 @@ func TestNodeLeaderElectedAgain(t *testing.T) {
 		t.Error("the leader's new term was not signalled")
 	}
 }
+
+// TestNodeAwaitReplicas: AwaitReplicas waits for a replica whose fsyncs
+// lag, though the quorum acknowledged the entries (a tube's copy is paced
+// so, not by the quorum alone), names it if its wait ends first, and
+// waits for none once that replica's writes are durable; one not heard
+// from is waited for by nobody.
+func TestNodeAwaitReplicas(t *testing.T) {
+	c := newNetCluster(t, 3, 100, nil)
+	l := c.awaitServing(10 * time.Second)
+	slow := c.others(l)[0]
+	cl := newNetClient(l, "work")
+	_, pos := cl.put("before")
+	awaitAck(t, l.Journal(), pos, 5*time.Second)
+	// Heard from within heard: a replica whose writes are held answers
+	// nothing meanwhile, as a down one does; one whose fsyncs lag
+	// answers as each ends.
+	heard := time.Minute
+	awaitReplicas := func(d time.Duration) []string {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		return l.AwaitReplicas(ctx, heard)
+	}
+	if behind := awaitReplicas(5 * time.Second); behind != nil {
+		t.Fatalf("with every replica durable, %v behind", behind)
+	}
+
+	c.logs[slow.self.Name].hold()
+	_, pos = cl.put("slow")
+	awaitAck(t, l.Journal(), pos, 5*time.Second) // the leader and quick
+	if behind := awaitReplicas(5 * testTick); !slices.Equal(behind, []string{slow.self.Name}) {
+		t.Fatalf("with %s's writes held, %v behind; want it", slow.self.Name, behind)
+	}
+	done := make(chan []string, 1)
+	go func() { done <- awaitReplicas(10 * time.Second) }()
+	time.Sleep(5 * testTick)
+	c.logs[slow.self.Name].release()
+	if behind := <-done; behind != nil {
+		t.Fatalf("with %s's writes durable again, %v behind", slow.self.Name, behind)
+	}
+
+	// Cut off (a replica down): not heard from, not waited for.
+	for _, p := range slow.host.transport.peers {
+		p.cut.Store(true)
+	}
+	time.Sleep(20 * testTick)
+	heard = 10 * testTick
+	_, pos = cl.put("down")
+	awaitAck(t, l.Journal(), pos, 5*time.Second)
+	if behind := awaitReplicas(5 * time.Second); behind != nil {
+		t.Fatalf("with %s cut off, %v behind", slow.self.Name, behind)
+	}
+}
