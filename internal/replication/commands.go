@@ -68,8 +68,9 @@ import (
 // per stream, so the replies a broken stream lost are asked for again
 // by the member they were for, told that a stream from the leader opened
 // (ItemsFrom): the leader's stream to it breaks alone when its writes
-// take past writeTimeout (a member paused, its own stream idle). A queue that refused a payload for its bound tells the
-// router (ItemsRoom) once half of it is written.
+// take past writeTimeout (a member paused, its own stream idle). A queue
+// that refused a payload for its bound tells the router (ItemsRoom) once
+// half of it is written.
 
 const (
 	// maxQueuedItems bounds the bytes of payloads queued to one peer and

@@ -624,7 +624,9 @@ func (r *Router) leader(g uint16) (uint64, bool) {
 func (r *Router) serving(g uint16) (uint64, bool) {
 	lead, ok := r.cfg.Leader(g)
 	if !ok {
-		lead, ok = r.reportedLeader(g)
+		var rep reportedLeader
+		rep, ok = r.freshReport(g)
+		lead = rep.member
 	}
 	if ok && lead == r.cfg.Self && r.group(g) == nil {
 		return 0, false
@@ -652,25 +654,23 @@ func (r *Router) leadership(g uint16) leadership {
 		l.term = r.cfg.Term(g)
 	}
 	if l.term == 0 {
-		r.reportMu.Lock()
-		if rep, ok := r.reported[g]; ok && rep.member == lead && rep.fresh(time.Now()) {
+		if rep, ok := r.freshReport(g); ok && rep.member == lead {
 			l.term = rep.term
 		}
-		r.reportMu.Unlock()
 	}
 	return l
 }
 
-// reportedLeader is the leader of group g another member reported, if
-// its report is fresh.
-func (r *Router) reportedLeader(g uint16) (uint64, bool) {
+// freshReport is group g's leader's report, if another member reported
+// it and the report is fresh.
+func (r *Router) freshReport(g uint16) (reportedLeader, bool) {
 	r.reportMu.Lock()
 	defer r.reportMu.Unlock()
 	rep, ok := r.reported[g]
 	if !ok || !rep.fresh(time.Now()) {
-		return 0, false
+		return reportedLeader{}, false
 	}
-	return rep.member, true
+	return rep, true
 }
 
 // Reported is what the groups' leaders among the other members
