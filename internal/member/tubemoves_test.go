@@ -297,8 +297,11 @@ func TestShardGroupsMoveTubeStaleRoute(t *testing.T) {
 	if status, res, body := moveTubeThrough(t, c.up["m1"], tube, 2); status != http.StatusOK || res.To != 2 {
 		t.Fatalf("move of %s to group 2: %d %s", tube, status, body)
 	}
-	testproc.WaitFor(t, 10*time.Second, "m2's routing knows the move", func() bool {
-		return slices.Contains(stale.movedFrom(1), 2)
+	// Once both groups have settled the move in m2's replica of group 0
+	// (MovesSettled, which comes after the placement), nothing more of it
+	// changes m2's routing.
+	testproc.WaitFor(t, 30*time.Second, "m2's routing knows the move, settled", func() bool {
+		return slices.Contains(stale.movedFrom(1), 2) && len(stale.node.Tubes().Unsettled) == 0
 	})
 	stale.shards.routing.Store(before) // as if m2 had not applied the placement yet
 	if got := stale.movedFrom(1); len(got) != 0 {

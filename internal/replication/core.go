@@ -483,14 +483,16 @@ func (c *Core) Applied() uint64 { return c.applied }
 func (c *Core) Proposed() (proposals, bytes uint64) { return c.proposals, c.proposedBytes }
 
 // Matches calls fn with each other member's match index (the last entry
-// it is known to hold), if this member leads; else not at all.
-func (c *Core) Matches(fn func(id, match uint64)) {
+// it is known to hold), and whether raft streams the log to it (its
+// progress is StateReplicate: not probed, not sent a snapshot), if this
+// member leads; else not at all.
+func (c *Core) Matches(fn func(id, match uint64, streamed bool)) {
 	if c.leading == 0 || c.stopped {
 		return
 	}
 	c.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
 		if id != c.id {
-			fn(id, pr.Match)
+			fn(id, pr.Match, pr.State == tracker.StateReplicate)
 		}
 	})
 }

@@ -662,7 +662,7 @@ func TestMembershipReaddedReplica(t *testing.T) {
 			restarted = true
 		}
 		held, _ := c.members[3].disk.LastIndex()
-		leader.core.Matches(func(id, match uint64) {
+		leader.core.Matches(func(id, match uint64, _ bool) {
 			if id == 3 && match > held {
 				t.Fatalf("the leader counts replica 3 holding entries through %d; it holds through %d", match, held)
 			}

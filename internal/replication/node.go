@@ -268,6 +268,7 @@ type Node struct {
 	mu             sync.Mutex
 	pub            published         // guarded by mu
 	matches        map[uint64]uint64 // guarded by mu: on the leader, as of the last tick; nil otherwise
+	streamed       map[uint64]bool   // guarded by mu: of matches, those raft streams the log to (Core.Matches)
 	lastIndex      uint64            // guarded by mu: the leader's last index as of the last tick
 	leaderInfo     LeaderInfo        // guarded by mu
 	leaderChanged  chan struct{}     // guarded by mu: closed, and replaced, when leaderInfo changes
@@ -568,8 +569,11 @@ func (n *Node) CaughtUp(name string) bool {
 // acknowledgement says nothing of the others: a bulk write paced by it
 // alone (a tube's copy) can leave a slower replica's log behind its
 // fsyncs by its bound, and that member's own groups refuse writes while
-// it is. A voter not heard from is down, and waited for by nobody; a
-// learner catches up as it can (a replica's move would slow every tube's).
+// it is. A voter not heard from is down, and waited for by nobody; one
+// raft does not stream the log to (probed, or sent a snapshot: a replica
+// that has just come back, or come empty) is behind already, and waiting
+// would only hold every part for ctx's whole bound; a learner catches up
+// as it can (a replica's move would slow every tube's).
 func (n *Node) AwaitReplicas(ctx context.Context, d time.Duration) []string {
 	last, err := n.log.LastIndex()
 	if err != nil {
@@ -582,7 +586,7 @@ func (n *Node) AwaitReplicas(ctx context.Context, d time.Duration) []string {
 		n.mu.Lock()
 		serving, seen := n.pub.serving, n.lastIndex >= last // the last tick's view holds it
 		for id, match := range n.matches {
-			if id != n.self.ID && match < last && slices.Contains(n.conf.GetVoters(), id) {
+			if id != n.self.ID && match < last && n.streamed[id] && slices.Contains(n.conf.GetVoters(), id) {
 				behind = append(behind, n.nameOf(id))
 			}
 		}
@@ -1179,10 +1183,14 @@ func (n *Node) publish(tick bool) {
 		lead = 0
 	}
 	var matches map[uint64]uint64
+	var streamed map[uint64]bool
 	var last uint64
 	if tick && bs.RaftState == raft.StateLeader {
-		matches = make(map[uint64]uint64, len(n.byID))
-		n.core.Matches(func(id, match uint64) { matches[id] = match })
+		matches, streamed = make(map[uint64]uint64, len(n.byID)), make(map[uint64]bool, len(n.byID))
+		n.core.Matches(func(id, match uint64, stream bool) {
+			matches[id] = match
+			streamed[id] = stream
+		})
 		last, _ = n.log.LastIndex()
 	}
 
@@ -1191,7 +1199,7 @@ func (n *Node) publish(tick bool) {
 	n.pub = published{term: bs.GetTerm(), commit: bs.GetCommit(), applied: n.core.Applied(), lead: lead,
 		state: bs.RaftState, serving: serving, stopped: n.stopped, proposals: proposals, bytes: bytes}
 	if tick {
-		n.matches, n.lastIndex = matches, last
+		n.matches, n.streamed, n.lastIndex = matches, streamed, last
 	}
 	// The same leader in a later term is a new leader: it lost the
 	// leadership between (its store rebuilt, what it had taken gone), if

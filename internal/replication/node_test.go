@@ -876,6 +876,27 @@ func TestNodeAwaitReplicas(t *testing.T) {
 		t.Fatalf("with %s's writes durable again, %v behind", slow.self.Name, behind)
 	}
 
+	// Back from a restart, missing what was put meanwhile, and its writes
+	// held: raft probes it (its progress left StateReplicate when its
+	// messages failed), and a part waiting for it would wait its whole
+	// bound. Heard from, not streamed to: not waited for.
+	c.kill(slow.self.Name)
+	_, pos = cl.put("while down")
+	awaitAck(t, l.Journal(), pos, 5*time.Second)
+	c.logs[slow.self.Name].hold()
+	slow = c.restart(slow.self.Name)
+	time.Sleep(10 * testTick) // heartbeats answered: heard from
+	l.mu.Lock()
+	streamed := l.streamed[slow.self.ID]
+	l.mu.Unlock()
+	if streamed {
+		t.Fatalf("raft streams the log to %s, restarted with its writes held", slow.self.Name)
+	}
+	if behind := awaitReplicas(5 * time.Second); behind != nil {
+		t.Fatalf("with %s probed, %v behind", slow.self.Name, behind)
+	}
+	c.logs[slow.self.Name].release()
+
 	// Cut off (a replica down): not heard from, not waited for.
 	for _, p := range slow.host.transport.peers {
 		p.cut.Store(true)
