@@ -944,11 +944,28 @@ func TestShardGroupsMoveOutcomeKept(t *testing.T) {
 		return slices.Equal(g0.Tubes().Unsettled[move], []uint16{1})
 	})
 	const others = 1100 // more than group 0 keeps settled
+	// Proposed through whichever member leads group 0: under the load of
+	// packages tested side by side a leadership can be lost meanwhile.
+	abortOther := func(i int) error {
+		for until := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			for _, m := range c.up {
+				if n := m.shards.node(0); n != nil && m.shards.serving(0) != nil {
+					err := n.ProposeTube(t.Context(), replication.TubeAbort, "other", uint64(0x10000+i), 2, 1)
+					if !errors.Is(err, replication.ErrNotServing) || time.Now().After(until) {
+						return err
+					}
+				}
+			}
+			if time.Now().After(until) {
+				return errors.New("no member led group 0 for 20 s")
+			}
+		}
+	}
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Go(func() {
 			for i := w; i < others; i += 8 {
-				if err := g0.ProposeTube(t.Context(), replication.TubeAbort, "other", uint64(0x10000+i), 2, 1); err != nil {
+				if err := abortOther(i); err != nil {
 					t.Error(err)
 					return
 				}
