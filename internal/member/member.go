@@ -178,6 +178,10 @@ type Member struct {
 	// move's copy taken ahead of its freeze that no adopt here took in and
 	// group 0 has not decided (resolveStages; the balance loop's alone).
 	stagesSeen map[uint64]time.Time
+	// driverTerms is, by source group, the latest term of its leadership
+	// a move's driver told this member's adopts (fenceDriver).
+	driverTermsMu sync.Mutex
+	driverTerms   map[uint16]uint64 // guarded by driverTermsMu
 	// stageParts is when this member, leading their destination, last
 	// took a part of each move's copy (time.Time by move): a copy longer
 	// than stageLost goes on as long as its parts come.

@@ -534,8 +534,9 @@ func (r *tubeMoveResult) stepsLog() *zerolog.Array {
 // the admin API's changes are:
 //
 //	POST /cluster/tubes/{name}/move    {"group": N}: move the tube live (any member)
-//	POST /cluster/tubes/{name}/adopt   D's leader takes the tube's jobs (?from=S&to=D&move=E)
-//	POST /cluster/tubes/{name}/stage   D's leader takes a copy of them ahead of the freeze (the same)
+//	POST /cluster/tubes/{name}/adopt   D's leader takes the tube's jobs (?from=S&to=D&move=E&term=T,
+//	                                   T the driver's term leading S: fenceDriver)
+//	POST /cluster/tubes/{name}/stage   D's leader takes a copy of them ahead of the freeze (the same, &part=N after the first)
 //	POST /cluster/tubes/{name}/adopt-changes  D's leader takes what changed since (the same)
 //	POST /cluster/tubes/{name}/decide  group 0's leader decides a move ({"move","from","to","place"})
 //	POST /cluster/tubes/{name}/drop    D's leader drops the jobs of an aborted move (?to=D&move=E)
@@ -804,7 +805,8 @@ func (m *Member) stageTube(ctx context.Context, n *replication.Node, tube string
 		if err != nil {
 			return err
 		}
-		q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
+		q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)},
+			"term": {strconv.FormatUint(term, 10)}}
 		if part > 0 {
 			q.Set("part", strconv.Itoa(part))
 		}
@@ -893,7 +895,8 @@ func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string,
 	if err != nil {
 		return jobs, err
 	}
-	q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)}}
+	q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)},
+		"term": {strconv.FormatUint(term, 10)}}
 	// An import sent again to the group's next leader skips the jobs it
 	// has (the first's that its log committed); one of changes makes
 	// them again, the same.
@@ -901,6 +904,38 @@ func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string,
 		return jobs, fmt.Errorf("group %d did not take tube %q's jobs: %w", to, tube, err)
 	}
 	return jobs, nil
+}
+
+// fenceDriver refuses a call of a move's driver that led group from in
+// term (an older release's says none), when a later term of the group is
+// known here: from its replica here, or from a driver's call before. That
+// leadership is over, and its driver with it; a part of its copy come
+// late would abort the live move of the tube the group's next leader
+// staged here meanwhile (clearOtherAdopt), its own move being lost.
+func (m *Member) fenceDriver(from uint16, term string) error {
+	if term == "" {
+		return nil
+	}
+	t, err := strconv.ParseUint(term, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: term %q", errTubeMove, term)
+	}
+	known := t
+	if n := m.shards.node(from); n != nil {
+		l, _ := n.Leader()
+		known = max(known, l.Term)
+	}
+	m.driverTermsMu.Lock()
+	if m.driverTerms == nil {
+		m.driverTerms = map[uint16]uint64{}
+	}
+	known = max(known, m.driverTerms[from])
+	m.driverTerms[from] = known
+	m.driverTermsMu.Unlock()
+	if t < known {
+		return fmt.Errorf("%w: the driver led group %d in term %d; it has been led in term %d since", errTubeMove, from, t, known)
+	}
+	return nil
 }
 
 // maxAdoptPresize bounds the room an adopt's body is read into at once:
@@ -1177,6 +1212,10 @@ func (m *Member) adopt(w http.ResponseWriter, r *http.Request, what int) {
 	}
 	defer m.tubeMoves.end(key)
 	copying := what == adoptStage || what == adoptStageMore
+	if err := m.fenceDriver(uint16(from), r.URL.Query().Get("term")); err != nil {
+		writeMoveError(w, err)
+		return
+	}
 	if placed, decided := m.node.Tubes().Decided[move]; decided {
 		// Late: aborted, its abort's drop may have come already, and
 		// nothing would drop these copies; placed, the tube's jobs here

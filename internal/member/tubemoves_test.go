@@ -1174,6 +1174,42 @@ func TestShardGroupsMoveTubeStaged(t *testing.T) {
 	c.settledAll()
 }
 
+// TestShardGroupsMoveTubeDeposedDriver: a part of a tube's copy from a
+// driver whose leadership of the source group is over (a later term of
+// it is known where the part comes) is refused. Taken, it would abort
+// the move of the tube the group's next leader staged there meanwhile
+// (clearOtherAdopt), which is live; its own driver is gone.
+func TestShardGroupsMoveTubeDeposedDriver(t *testing.T) {
+	c, tubes, client := formedWithTubes(t, "deposed")
+	tube := tubes[1]
+	putEach(t, client, []string{tube}, 3)
+	src := c.leaderOf(1)
+	n := src.shards.node(1)
+	const live = 0x11fe
+	if since, err := src.stageTube(t.Context(), n, tube, live, 1, 2); err != nil || since.Len() != 3 {
+		t.Fatalf("stage of %s: %d jobs, %v", tube, since.Len(), err)
+	}
+	term, err := servingTerm(n)
+	if err != nil || term < 2 {
+		t.Fatalf("group 1's term at its leader: %d %v", term, err)
+	}
+	dst := c.leaderOf(2)
+	body := adoptBodyOf(t, n, tube)
+	late := fmt.Sprintf("/cluster/tubes/%s/stage?from=1&to=2&move=%x&term=%d", tube, 0xdead, term-1)
+	wantRefused(t, dst, 2, late, body, "a stage from a leadership of group 1 that is over")
+	if st := dst.shards.node(2).Tubes().Staged[tube]; st.Move != live {
+		t.Fatalf("group 2's stage of %s after the deposed driver's: move %x, want %x", tube, st.Move, live)
+	}
+	if placed, decided := c.leaderOf(0).node.Tubes().Decided[live]; decided {
+		t.Fatalf("the live move was decided (placed: %v) on a deposed driver's stage", placed)
+	}
+	// The live driver's next part, in the group's term, is taken.
+	next := fmt.Sprintf("/cluster/tubes/%s/stage?from=1&to=2&move=%x&part=1&term=%d", tube, live, term)
+	if err := src.callLeader(t.Context(), 2, next, body, nil); err != nil {
+		t.Fatalf("the live driver's next part: %v", err)
+	}
+}
+
 // TestShardGroupsMoveTubeStageLost: a tube's copy taken ahead of a
 // freeze that never comes (its driver lost) serves nothing, and the tube
 // goes on in its group: a delete of one of its jobs there. A move of the
