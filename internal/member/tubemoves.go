@@ -805,8 +805,7 @@ func (m *Member) stageTube(ctx context.Context, n *replication.Node, tube string
 		if err != nil {
 			return err
 		}
-		q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)},
-			"term": {strconv.FormatUint(term, 10)}}
+		q := driverQuery(from, to, move, term)
 		if part > 0 {
 			q.Set("part", strconv.Itoa(part))
 		}
@@ -895,8 +894,7 @@ func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string,
 	if err != nil {
 		return jobs, err
 	}
-	q := url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)},
-		"term": {strconv.FormatUint(term, 10)}}
+	q := driverQuery(from, to, move, term)
 	// An import sent again to the group's next leader skips the jobs it
 	// has (the first's that its log committed); one of changes makes
 	// them again, the same.
@@ -904,6 +902,14 @@ func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string,
 		return jobs, fmt.Errorf("group %d did not take tube %q's jobs: %w", to, tube, err)
 	}
 	return jobs, nil
+}
+
+// driverQuery is the query of a move's call to its destination's leader
+// (a stage's part, an adopt): the groups, the move, and the term in which
+// its driver leads the source, which fenceDriver checks.
+func driverQuery(from, to uint16, move, term uint64) url.Values {
+	return url.Values{"from": {strconv.Itoa(int(from))}, "to": {strconv.Itoa(int(to))}, "move": {strconv.FormatUint(move, 16)},
+		"term": {strconv.FormatUint(term, 10)}}
 }
 
 // fenceDriver refuses a call of a move's driver that led group from in

@@ -949,8 +949,8 @@ func TestShardGroupsMoveOutcomeKept(t *testing.T) {
 	abortOther := func(i int) error {
 		for until := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			for _, m := range c.up {
-				if n := m.shards.node(0); n != nil && m.shards.serving(0) != nil {
-					err := n.ProposeTube(t.Context(), replication.TubeAbort, "other", uint64(0x10000+i), 2, 1)
+				if m.shards.serving(0) != nil {
+					err := m.shards.node(0).ProposeTube(t.Context(), replication.TubeAbort, "other", uint64(0x10000+i), 2, 1)
 					if !errors.Is(err, replication.ErrNotServing) || time.Now().After(until) {
 						return err
 					}
