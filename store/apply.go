@@ -56,7 +56,9 @@ func (s *Store) Apply(records []wal.Record, locs []wal.Loc) {
 			j.tube.mu.Lock()
 			j.tube.totalJobs++
 			j.tube.mu.Unlock()
-			s.counts.totalJobs.Add(1)
+			if r.Req != wal.ImportKey { // a moved job counted where it was put
+				s.counts.totalJobs.Add(1)
+			}
 			s.raiseID(r.ID)
 		case wal.KindUpdate:
 			s.applyUpdate(r, 0, now)

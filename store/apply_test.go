@@ -396,3 +396,53 @@ func TestImportKeepsEmptyTubePause(t *testing.T) {
 		t.Errorf("the tube freed by its user: %d records end its pause, want 1", ended)
 	}
 }
+
+// TestImportCountsNoPut: a tube's jobs moved into a group were counted in
+// total-jobs where they were put, so their import counts them in the
+// tube's total-jobs only, on the leader and on its replicas (the records
+// carry wal.ImportKey), and leaves no entry in the dedup table. A put
+// there still counts. Summed over both groups, total-jobs is the puts.
+func TestImportCountsNoPut(t *testing.T) {
+	src := New(Options{IDPrefix: 2})
+	t.Cleanup(src.Close)
+	sc := src.NewClient(nil)
+	sc.Use([]byte("t"))
+	for i := range 5 {
+		if _, err := sc.Put(src.NextID(), 1, 0, 30, fmt.Appendf(nil, "job-%d\r\n", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frames, n, _, fig, ok := src.ExportTube([]byte("t"))
+	if !ok || n != 5 {
+		t.Fatalf("export: %d jobs, %v", n, ok)
+	}
+
+	log := &recordingJournal{}
+	dst := newStore(Options{IDPrefix: 1, Dedup: true}, log)
+	t.Cleanup(dst.Close)
+	replica := New(Options{IDPrefix: 1, Dedup: true})
+	t.Cleanup(replica.Close)
+	d := dst.NewClient(nil)
+	if made, err := d.ImportTube([]byte("t"), frames, fig, nil); err != nil || made != n {
+		t.Fatalf("import: %d, %v", made, err)
+	}
+	d.Use([]byte("t"))
+	if _, err := d.Put(dst.NextID(), 1, 0, 30, []byte("here\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	replica.Apply(log.take(), nil)
+	for name, s := range map[string]*Store{"leader": dst, "replica": replica} {
+		if st := s.Stats(); st.TotalJobs != 1 || st.Ready != 6 {
+			t.Errorf("%s: total-jobs %d, ready %d; want 1 (the put here), 6", name, st.TotalJobs, st.Ready)
+		}
+		if ts, _ := s.TubeStats([]byte("t")); ts.TotalJobs != 6 {
+			t.Errorf("%s: the tube's total-jobs %d, want 6", name, ts.TotalJobs)
+		}
+		if n := s.DedupEntries(); n != 0 {
+			t.Errorf("%s: %d dedup entries from an import", name, n)
+		}
+	}
+	if sum := src.Stats().TotalJobs + dst.Stats().TotalJobs; sum != 6 {
+		t.Errorf("total-jobs summed over both groups: %d, want the 6 puts", sum)
+	}
+}

@@ -241,7 +241,7 @@ func (d *DedupTable) fold(r *wal.Record, clock int64) {
 		d.expire(clock)
 	case r.Kind == wal.KindReq:
 		d.set(r.Req, dedupEntry{Outcome: Outcome{ID: r.ID, Count: r.Count}, at: r.Time})
-	case !r.Req.IsZero():
+	case !r.Req.IsZero() && r.Req != wal.ImportKey:
 		s := d.senderOrNew(r.Req.Incarnation)
 		if e := s.find(r.Req.Number); e != nil {
 			e.Count++

@@ -396,8 +396,9 @@ func (s *Store) exportRecord(j *Job) wal.Record {
 }
 
 // ImportTube makes the jobs of frames (ExportTube's) in this store, each
-// logged as its full record, so that the group's replicas make them too
-// (their Apply); a job of an id the store holds already is skipped (an
+// logged as its full record with wal.ImportKey, so that the group's
+// replicas make them too (their Apply), counted in the tube's total-jobs
+// but not in the store's: they were counted where they were put. A job of an id the store holds already is skipped (an
 // import sent again). A reserved job whose holder's client here is in
 // holders is reserved by it until the end of its TTR as recorded, its
 // reserve not counted again; one without is ready, as after a failover.
@@ -470,10 +471,10 @@ func (c *Client) importTube(name []byte, frames []byte, gone []uint64, fig TubeF
 			t.adoptLocked(j, holder, max(s.mono(r.Deadline), now+1))
 		}
 		rec := s.record(wal.KindFull, j)
+		rec.Req = wal.ImportKey
 		err := s.logLocked(c, j, &rec)
 		t.mu.Unlock()
 		if fresh {
-			s.counts.totalJobs.Add(1)
 			s.raiseID(r.ID)
 		}
 		if err != nil {

@@ -226,6 +226,13 @@ func TestShardGroupsMoveTube(t *testing.T) {
 	if err != nil || st["current-jobs-buried"] != "3" || st["current-jobs-delayed"] != "1" {
 		t.Fatalf("stats-tube %s: %v %v", tube, st, err)
 	}
+	// A moved job counts in total-jobs where it was put, not again where
+	// it moved (wal.ImportKey): summed over the groups, the puts made
+	// (buried, delayed, held, after, and the pipeliner's).
+	putsMade := len(buried) + 3 + len(acked)
+	if st, err := setup.Stats("stats"); err != nil || st["total-jobs"] != strconv.Itoa(putsMade) {
+		t.Fatalf("stats total-jobs after two moves: %q (%v), want the %d puts", st["total-jobs"], err, putsMade)
+	}
 	// Both moves placed, no group holds an adopt open (TubeBook.Adopted),
 	// which would hold back its commands of tubes routed elsewhere.
 	testproc.WaitFor(t, 5*time.Second, "every adopt ended", func() bool {

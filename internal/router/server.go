@@ -979,15 +979,14 @@ func (o *owner) staged() func(tube []byte) bool {
 }
 
 // withoutTube is st without ts, a tube whose jobs are a move's staged
-// copies: its jobs, those counted as put here by their import, and
-// itself.
+// copies: its jobs by state, and itself. Its imports counted in no
+// total-jobs here (wal.ImportKey).
 func withoutTube(st store.Stats, ts store.TubeStats) store.Stats {
 	st.Urgent -= int64(ts.Urgent)
 	st.Ready -= int64(ts.Ready)
 	st.Reserved -= int64(ts.Reserved)
 	st.Delayed -= int64(ts.Delayed)
 	st.Buried -= int64(ts.Buried)
-	st.TotalJobs -= int64(ts.TotalJobs)
 	st.Tubes--
 	return st
 }

@@ -46,7 +46,9 @@
 // written with a first byte of its own, 7, followed by its id, the key
 // and then its kind and fields as without a key, so a record without a
 // key is byte for byte what it was before keys, and NextFrame and
-// ScanFrames still read "kind, then id" (the kind behind the key).
+// ScanFrames still read "kind, then id" (the kind behind the key). One
+// key is no request's: ImportKey, of incarnation 0, marks the full record
+// of a job a tube's move brought in, which counts in no total-jobs there.
 // KindClock carries the leader's clock at the start of a proposed batch;
 // KindReq one entry of the dedup table, which a snapshot carries (the
 // table itself is store.DedupTable; ScanReqs picks out the records it

@@ -70,6 +70,13 @@ type Req struct {
 // IsZero reports whether r is no key.
 func (r Req) IsZero() bool { return r == Req{} }
 
+// ImportKey is the key of a KindFull record an import writes
+// (store.Client.ImportTube): a job of a tube moved in from another group,
+// where it was put and counted in total-jobs, so a store applying it makes
+// the job without counting it again. No request has this key (an
+// incarnation is never 0), and a dedup table keeps no entry for it.
+var ImportKey = Req{Number: 1}
+
 // Record is one logged change to one job. Times are wall-clock nanoseconds
 // since the Unix epoch, so they survive a restart; durations are
 // nanoseconds.
