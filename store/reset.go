@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"sync/atomic"
 )
 
@@ -32,7 +33,7 @@ func (s *Store) resetSince(gen uint64) bool { return s.resets.Load() != gen }
 // Clients stay valid: a tube a client uses or watches is kept, emptied,
 // so its references hold. None may hold a reservation or wait in a
 // reserve: Reset checks every tube first and, finding one, changes
-// nothing and returns ErrClientsHold. The caller closes the clients that
+// nothing and returns ErrClientsHold (wrapped, naming the tube). The caller closes the clients that
 // could (a member closes its sessions before it rebuilds; a follower
 // serves none). Operations by job id racing with Reset find the job gone,
 // as after a delete: each job is marked deleted under its tube's lock.
@@ -48,10 +49,10 @@ func (s *Store) Reset() error {
 	s.leading.Store(false) // a rebuilt store follows until Lead
 	for _, t := range s.tubeList {
 		t.mu.Lock()
-		busy := t.nReserved > 0 || len(t.waiters) > 0
+		reserved, waiting := t.nReserved, len(t.waiters)
 		t.mu.Unlock()
-		if busy {
-			return ErrClientsHold
+		if reserved > 0 || waiting > 0 {
+			return fmt.Errorf("%w: tube %q, %d reserved, %d waiting", ErrClientsHold, t.name, reserved, waiting)
 		}
 	}
 	s.resets.Add(1)

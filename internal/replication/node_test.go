@@ -251,6 +251,58 @@ func TestNodeFailover(t *testing.T) {
 		rounds, times[rounds/2].Round(time.Millisecond), times[rounds-1].Round(time.Millisecond))
 }
 
+// TestNodeRebuildClosesLateHolder: a client that holds a job of a
+// leader's store when its rebuild's restore comes, though the rebuild
+// closed the clients (CloseClients; here the first close leaves it, as a
+// client made after a close would be), does not stop the member: the
+// restore finds the store held (store.ErrClientsHold), closes the clients
+// again, and the store is rebuilt. Without the second close the member
+// stopped.
+func TestNodeRebuildClosesLateHolder(t *testing.T) {
+	var holder atomic.Pointer[store.Client]
+	var closes atomic.Int32
+	c := newNetCluster(t, 3, 100, func(cfg *NodeConfig) {
+		closeClients := cfg.CloseClients
+		cfg.CloseClients = func(ctx context.Context) error {
+			if h := holder.Load(); h != nil && closes.Add(1) > 1 {
+				h.Close()
+			}
+			return closeClients(ctx)
+		}
+	})
+	l := c.awaitServing(10 * time.Second)
+	id, pos := newNetClient(l, "work").put("held")
+	awaitAck(t, l.Journal(), pos, 5*time.Second)
+	h := l.Store().NewClient(nil)
+	h.Watch([]byte("work"))
+	if j, res := h.Reserve(0); res != store.Reserved || j.ID() != id {
+		t.Fatalf("reserve: %v %v, want job %d", j, res, id)
+	}
+	holder.Store(h)
+
+	for _, p := range l.host.transport.peers {
+		p.cut.Store(true)
+	}
+	select {
+	case <-c.rebuild:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the cut-off leader did not rebuild: %+v", l.Status())
+	}
+	testproc.WaitFor(t, 10*time.Second, "the rebuild done", func() bool {
+		st := l.Stats()
+		return st.Rebuilds == 1 && st.LastRebuild > 0 || l.Status().State == "stopped"
+	})
+	if st := l.Status(); st.State == "stopped" {
+		t.Fatalf("the member stopped: %v", l.Err())
+	}
+	if n := closes.Load(); n < 2 {
+		t.Errorf("the clients closed %d times, want again after the restore found the job held", n)
+	}
+	if _, ok := viewOf(l.Store())[id]; !ok {
+		t.Errorf("job %d, committed, is not in the rebuilt store", id)
+	}
+}
+
 // TestNodePartitionedLeaderRebuilds: a leader cut off from the others
 // stops serving within about an election timeout (the core's lease),
 // closes its clients (CloseClients) and rebuilds its store in place from
