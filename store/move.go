@@ -398,10 +398,11 @@ func (s *Store) exportRecord(j *Job) wal.Record {
 // ImportTube makes the jobs of frames (ExportTube's) in this store, each
 // logged as its full record with wal.ImportKey, so that the group's
 // replicas make them too (their Apply), counted in the tube's total-jobs
-// but not in the store's: they were counted where they were put. A job of an id the store holds already is skipped (an
-// import sent again). A reserved job whose holder's client here is in
-// holders is reserved by it until the end of its TTR as recorded, its
-// reserve not counted again; one without is ready, as after a failover.
+// but not in the store's: they were counted where they were put. A job
+// of an id the store holds already is skipped (an import sent again). A
+// reserved job whose holder's client here is in holders is reserved by
+// it until the end of its TTR as recorded, its reserve not counted
+// again; one without is ready, as after a failover.
 // The client's PendingAck is then the position the log must acknowledge.
 // The tube takes fig's counters and pause here (the pause logged, with
 // Options.LogPauses), where its replicas count only the jobs; an empty

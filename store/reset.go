@@ -33,9 +33,9 @@ func (s *Store) resetSince(gen uint64) bool { return s.resets.Load() != gen }
 // Clients stay valid: a tube a client uses or watches is kept, emptied,
 // so its references hold. None may hold a reservation or wait in a
 // reserve: Reset checks every tube first and, finding one, changes
-// nothing and returns ErrClientsHold (wrapped, naming the tube). The caller closes the clients that
-// could (a member closes its sessions before it rebuilds; a follower
-// serves none). Operations by job id racing with Reset find the job gone,
+// nothing and returns ErrClientsHold (wrapped, naming the tube). The
+// caller closes the clients that could (a member closes its sessions
+// before it rebuilds; a follower serves none). Operations by job id racing with Reset find the job gone,
 // as after a delete: each job is marked deleted under its tube's lock.
 // The bulk changes of a tube (ImportTube, DropTube, ClearTube, KickTube)
 // stop at their next job (ErrReset): a member's in-process writers do
