@@ -162,6 +162,7 @@ type Core struct {
 	locateLocs []wal.Loc
 	scratch    []wal.Record  // for checking peers' records
 	out        []Action      // the actions for the next Ready
+	outSpare   []Action      // the last Ready's, reused by the one after
 	sends      []*pb.Message // messages made sendable since the last Ready
 
 	// Proposals made, ever, and their bytes.
@@ -501,6 +502,7 @@ func (c *Core) Matches(fn func(id, match uint64, streamed bool)) {
 // been told, in the order to carry them out. The shell carries them out
 // before it feeds the next event, and calls Ready until it hands out
 // none: a long run of committed entries comes in parts (readyRecords).
+// The slice is the core's, valid until the next Ready.
 func (c *Core) Ready() []Action {
 	// The shell has carried out the last Ready's actions: their records
 	// may be written over. A buffer grown past a Ready's usual size (one
@@ -535,8 +537,12 @@ func (c *Core) Ready() []Action {
 			break // a large batch's next parts go in the next Ready
 		}
 	}
+	// Two buffers in turn: the shell carries out this Ready's actions
+	// while Durable may add to the next one's, and is done with them
+	// when it asks for the next Ready.
 	out := c.out
-	c.out = nil
+	clear(c.outSpare) // what the actions pointed to may go
+	c.out, c.outSpare = c.outSpare[:0], out
 	return out
 }
 
