@@ -52,7 +52,7 @@ func (s *Store) Reset() error {
 		reserved, waiting := t.nReserved, len(t.waiters)
 		t.mu.Unlock()
 		if reserved > 0 || waiting > 0 {
-			return fmt.Errorf("%w: tube %q, %d reserved, %d waiting", ErrClientsHold, t.name, reserved, waiting)
+			return fmt.Errorf("%w: tube %q, %d reserved, %d waiting; %s", ErrClientsHold, t.name, reserved, waiting, s.holderIn(t))
 		}
 	}
 	s.resets.Add(1)
@@ -89,6 +89,50 @@ func (s *Store) Reset() error {
 		s.dedupMu.Unlock()
 	}
 	return nil
+}
+
+// holderIn describes a client that holds a job of t or waits in it, for
+// Reset's refusal: what the client's notifier says of itself
+// (fmt.Stringer: a cluster member's owner clients name their session),
+// whether it was closed, and whether it lists the job it holds (a closed
+// client gave back every job it listed).
+func (s *Store) holderIn(t *Tube) string {
+	for _, l := range s.reservedIn(t) {
+		j := l.j
+		t.mu.Lock()
+		c := j.owner
+		held := j.state == StateReserved
+		t.mu.Unlock()
+		if held && c != nil {
+			return fmt.Sprintf("job %d held by %s", j.id, c.describe(j))
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.waiters) > 0 {
+		return "waiting: " + t.waiters[0].w.client.describe(nil)
+	}
+	return "no holder found"
+}
+
+// describe is c as holderIn names it; j, if not nil, a job c holds.
+func (c *Client) describe(j *Job) string {
+	who := "a client"
+	if sr, ok := c.notify.(fmt.Stringer); ok {
+		who = sr.String()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if j == nil {
+		return fmt.Sprintf("%s (closed %v)", who, c.closed)
+	}
+	listed := false
+	if c.res != nil {
+		for r := c.res.order.head; r != nil; r = r.next {
+			listed = listed || r == j
+		}
+	}
+	return fmt.Sprintf("%s (closed %v, lists the job %v)", who, c.closed, listed)
 }
 
 // emptyLocked drops every job of t (ready, delayed and buried: Reset

@@ -2,7 +2,9 @@ package store_test
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,20 +32,29 @@ func TestResetRefusesHeldJobs(t *testing.T) {
 		if !s.PauseTube([]byte("work"), time.Hour) {
 			t.Fatal("no tube work")
 		}
-		if err := s.Reset(); !errors.Is(err, store.ErrClientsHold) {
+		err := s.Reset()
+		if !errors.Is(err, store.ErrClientsHold) {
 			t.Fatalf("Reset with a reservation held: %v; want ErrClientsHold", err)
+		}
+		// The refusal names the holder, for the member's log.
+		if want := fmt.Sprintf(`tube "work", 1 reserved, 0 waiting; job %d held by a client (closed false, lists the job true)`, held.ID()); !strings.Contains(err.Error(), want) {
+			t.Errorf("Reset's refusal: %v; want it to say %s", err, want)
 		}
 		if st := s.Stats(); st.Reserved != 1 || st.Delayed != 1 || st.Buried != 1 {
 			t.Fatalf("a refused Reset changed the store: %+v", st)
 		}
 
-		waiter, _ := newClient(s)
+		waiter := s.NewClient(namedNotifier{newRecorder(), "the waiter"})
 		waiter.Watch([]byte("empty"))
 		waiter.Ignore([]byte("default"))
 		block(t, waiter, time.Minute)
 		c.Close()
-		if err := s.Reset(); !errors.Is(err, store.ErrClientsHold) {
+		err = s.Reset()
+		if !errors.Is(err, store.ErrClientsHold) {
 			t.Fatalf("Reset with a reserve waiting: %v; want ErrClientsHold", err)
+		}
+		if want := `tube "empty", 0 reserved, 1 waiting; waiting: the waiter (closed false)`; !strings.Contains(err.Error(), want) {
+			t.Errorf("Reset's refusal: %v; want it to say %s", err, want)
 		}
 		waiter.CancelWait()
 		if err := s.Reset(); err != nil {
@@ -150,3 +161,12 @@ func TestResetStopsImport(t *testing.T) {
 		}
 	}
 }
+
+// namedNotifier is a Notifier that names itself (fmt.Stringer), as a
+// cluster member's owner clients do.
+type namedNotifier struct {
+	*recorder
+	name string
+}
+
+func (n namedNotifier) String() string { return n.name }

@@ -293,6 +293,7 @@ type nobody struct{}
 
 func (nobody) JobReserved(*store.Job)        {}
 func (nobody) WaitEnded(store.ReserveResult) {}
+func (nobody) String() string                { return "an admin API request's client" }
 
 // acknowledged waits until what c changed or was shown may be acknowledged
 // (store.AckSource): at once in memory; with a log, once it is durable (or

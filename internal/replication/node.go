@@ -1159,7 +1159,8 @@ func (n *Node) restore(a Action) bool {
 // as the leadership was lost, yet once, in CI's fault rounds under heavy
 // load, a reservation was there when the restore came, and the member
 // stopped. Which client came to hold it is not known; the error names
-// its tube. A member that stops loses every group it holds, where a
+// its tube and a holder (an owner client: its member, session, group,
+// whether it was closed). A member that stops loses every group it holds, where a
 // second close costs a moment.
 func (n *Node) resetStore() error {
 	err := n.state.Reset()

@@ -1656,6 +1656,14 @@ func (o *owner) runBacklogLocked() {
 	}
 }
 
+// String names the owner client, for the store's refusal to reset under
+// a holder (store.Store.Reset): its immutable fields only, so that it
+// takes no lock.
+func (o *owner) String() string {
+	return fmt.Sprintf("the owner client of member %x's session %d in group %d (adopted %v, made %s ago)",
+		o.key.member, o.key.session, o.key.group, o.adopted, time.Since(o.made).Round(time.Millisecond))
+}
+
 // close closes the client: its reservations go back, its wait ends
 // unanswered, and replies not yet sent are dropped.
 func (o *owner) close() {

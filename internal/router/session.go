@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -1389,3 +1390,7 @@ func (s *Session) JobReserved(j *store.Job) {
 func (s *Session) WaitEnded(res store.ReserveResult) {
 	s.answers.Answered(engine.Answer{Reserve: res})
 }
+
+// String names a local session, for the store's refusal to reset under
+// a holder (store.Store.Reset).
+func (s *Session) String() string { return fmt.Sprintf("this member's session %d (one group)", s.id) }
