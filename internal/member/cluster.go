@@ -193,7 +193,10 @@ func (m *Member) startRouter(ec *engine.Config) {
 			sh.frozenChecks = append(sh.frozenChecks, func(tube []byte) bool { return m.frozenTube(uint16(g), tube) })
 		}
 	}
-	m.sessions = router.NewRouter(rc)
+	sessions := router.NewRouter(rc)
+	m.mu.Lock()
+	m.sessions = sessions
+	m.mu.Unlock()
 	host.OnItemsStream(func(to uint64, ev replication.ItemsEvent) {
 		switch ev {
 		case replication.ItemsUp, replication.ItemsFrom:
@@ -250,14 +253,28 @@ func (m *Member) started() *engine.Server {
 // served from that store closes (engine.Server.CloseClientsWhere); none
 // is answered from it again.
 func (m *Member) closeClients(ctx context.Context) error {
+	// The router serves other members' sessions, their owner clients
+	// holding jobs of group 0, from before the engine is made (startNode
+	// starts the other groups between, which takes seconds on a loaded
+	// machine): they close whether or not it is.
+	if r := m.sessionsMade(); r != nil {
+		r.Detach(0)
+	}
 	srv := m.started()
 	if srv == nil {
-		return nil // no engine, no client
+		return nil // no engine, no client connection
 	}
 	// Sessions that reach the leader through the router stay open: their
 	// calls go to the next leader.
-	m.sessions.Detach(0)
 	return srv.CloseClientsWhere(ctx, func(q engine.Queue) bool { return router.ClosesWith(q, 0) }, m.store.Acks())
+}
+
+// sessionsMade is the member's router once startRouter made it: group
+// 0's node runs, and may lose a leadership, before that.
+func (m *Member) sessionsMade() *router.Router {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sessions
 }
 
 // serveLocal is the proxy's Local: a connection that waited for a leader

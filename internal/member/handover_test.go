@@ -8,11 +8,16 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/internal/router"
 	"github.com/sproutmq/sprout/internal/testproc"
+	"github.com/sproutmq/sprout/store"
 )
 
 // TestShardGroupsLostReservation: a job a session held in a group whose
@@ -748,4 +753,52 @@ func TestShardGroupsHandOverBeforeAcked(t *testing.T) {
 		}
 	}
 	t.Logf("%d puts acknowledged, %d jobs found", len(acked), len(seen))
+}
+
+// TestCloseClientsBeforeEngine: group 0's owner clients are detached
+// when the member loses its leadership before its engine is made. The
+// router serves other members' sessions from startRouter on, and
+// startNode starts the other groups before the engine is made: a
+// handover's reservation adopted then, and the leadership lost, left
+// group 0's store held, and the rebuild's restore stopped the member
+// (a CI fault round, fifty-fifth session).
+func TestCloseClientsBeforeEngine(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	producer := st.NewClient(nil)
+	producer.Use([]byte("work"))
+	id := st.NextID()
+	if _, err := producer.Put(id, 0, 0, 60, []byte("held\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	var serving atomic.Bool
+	serving.Store(true)
+	r := router.NewRouter(router.RouterConfig{
+		Self: 1,
+		Serving: func(g uint16) *store.Store {
+			if g == 0 && serving.Load() {
+				return st
+			}
+			return nil
+		},
+		Send:   func(uint64, []byte) bool { return true },
+		Leader: func(uint16) (uint64, bool) { return 1, true },
+	})
+	defer r.Close()
+	m := &Member{log: zerolog.Nop(), store: st}
+	m.sessions = r
+	held := []router.Holder{{Member: 2, Session: 7, ID: id, Deadline: time.Now().Add(time.Minute).UnixNano()}}
+	if took := r.Adopt(0, st, held); took != 1 {
+		t.Fatalf("adopted %d reservations, want 1", took)
+	}
+	serving.Store(false) // the leadership is lost: the rebuild closes the clients
+	if err := m.closeClients(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.Stats().Reserved; n != 0 {
+		t.Errorf("%d jobs reserved after the clients closed, want 0", n)
+	}
+	if err := st.Reset(); err != nil {
+		t.Errorf("the rebuild's reset: %v", err)
+	}
 }

@@ -127,7 +127,7 @@ type Member struct {
 	node       *replication.Node   // nil for a single node
 	shards     *shards             // the shard groups beyond group 0; nil for a single node
 	proxy      *replication.Proxy  // nil for a single node
-	sessions   *router.Router      // nil for a single node: the cluster member's sessions
+	sessions   *router.Router      // nil for a single node: the cluster member's sessions; set under mu (sessionsMade)
 	store      *store.Store
 	engine     *engine.Server
 	httpLn     net.Listener // nil without a side port

@@ -1158,10 +1158,13 @@ func (n *Node) restore(a Action) bool {
 // to resetTries times, before the member gives up: a rebuild closed them
 // as the leadership was lost, yet once, in CI's fault rounds under heavy
 // load, a reservation was there when the restore came, and the member
-// stopped. Which client came to hold it is not known; the error names
-// its tube and a holder (an owner client: its member, session, group,
-// whether it was closed). A member that stops loses every group it holds, where a
-// second close costs a moment.
+// stopped (a member's group 0 skipped its router's owner clients while
+// its engine was not made yet: internal/member's closeClients, fixed).
+// An owner client another goroutine is still closing is one a second
+// close may wait out; the error names the tube and a holder (an owner
+// client: its member, session, group, whether it was closed). A member
+// that stops loses every group it holds, where a second close costs a
+// moment.
 func (n *Node) resetStore() error {
 	err := n.state.Reset()
 	for try := 0; try < resetTries && errors.Is(err, store.ErrClientsHold) && n.cfg.CloseClients != nil; try++ {
