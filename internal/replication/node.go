@@ -1160,8 +1160,9 @@ func (n *Node) restore(a Action) bool {
 // load, a reservation was there when the restore came, and the member
 // stopped (a member's group 0 skipped its router's owner clients while
 // its engine was not made yet: internal/member's closeClients, fixed).
-// An owner client another goroutine is still closing is one a second
-// close may wait out; the error names the tube and a holder (an owner
+// An owner client another goroutine is still closing (taken out of the
+// router's map, where Detach no longer finds it) is waited out, a pause
+// before each close again; the error names the tube and a holder (an owner
 // client: its member, session, group, whether it was closed). A member
 // that stops loses every group it holds, where a second close costs a
 // moment.
@@ -1170,6 +1171,11 @@ func (n *Node) resetStore() error {
 	for try := 0; try < resetTries && errors.Is(err, store.ErrClientsHold) && n.cfg.CloseClients != nil; try++ {
 		n.logger.Warn().Err(err).Int("try", try+1).
 			Msg("the store is held by a client after its clients closed: closing them again")
+		select {
+		case <-time.After(resetPause << try): // a close on its way lands
+		case <-n.stop:
+			return err
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), rebuildGrace)
 		cerr := n.cfg.CloseClients(ctx)
 		cancel()
@@ -1181,8 +1187,12 @@ func (n *Node) resetStore() error {
 	return err
 }
 
-// resetTries bounds resetStore's closes of the clients after the first.
-const resetTries = 3
+// resetTries bounds resetStore's closes of the clients after the first;
+// resetPause, doubled each time, is the wait before each (0.7 s in all).
+const (
+	resetTries = 3
+	resetPause = 100 * time.Millisecond
+)
 
 // fail stops the member on its own with err (Err), logging msg once, at
 // error.
