@@ -802,3 +802,38 @@ func TestCloseClientsBeforeEngine(t *testing.T) {
 		t.Errorf("the rebuild's reset: %v", err)
 	}
 }
+
+// TestShardGroupsHandedAwayNotBack: the balancers give no leadership to a
+// member that has just handed its own away, as a graceful shutdown does
+// before its node stops (handOverLeaderships): leading fewer than the
+// others, it was handed one back within a balancer's tick or two, which
+// then went to an election as it stopped, the jobs held in it ready
+// again. After leaderSettle it may lead again.
+func TestShardGroupsHandedAwayNotBack(t *testing.T) {
+	c := newShardedCluster(t, 3)
+	c.finalized()
+	c.balanced()
+	leaving := c.up["m3"]
+	g := c.ledBy("m3")
+	// The balancers move no leadership that changed within leaderSettle:
+	// the groups' leaderships settle, as in a cluster that has run a
+	// while.
+	time.Sleep(leaderSettle + balanceEvery)
+	leaving.handOverLeaderships(context.Background())
+	handed := time.Now()
+	testproc.WaitFor(t, 10*time.Second, fmt.Sprintf("group %d served elsewhere", g), func() bool {
+		return c.up["m1"].shards.serving(g) != nil || c.up["m2"].shards.serving(g) != nil
+	})
+	// The balancers tick every second: a leadership handed back comes
+	// within two. None may before leaderSettle has passed since they saw
+	// m3 give its group away, a tick at most after the handover.
+	for time.Since(handed) < leaderSettle-balanceEvery/2 {
+		for g := range 3 {
+			if leaving.shards.serving(uint16(g)) != nil {
+				t.Fatalf("m3 leads group %d %v after it handed its leadership over, want none for %v",
+					g, time.Since(handed).Round(time.Millisecond), leaderSettle)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -479,6 +479,7 @@ func (m *Member) balanceLeaders() {
 	defer t.Stop()
 	leaders := make(map[uint16]string)
 	changed := make(map[uint16]time.Time) // when each group's leader was last seen to change
+	gave := make(map[string]time.Time)    // when each member was last seen to lose a leadership
 	last := time.Now()
 	for {
 		select {
@@ -504,8 +505,11 @@ func (m *Member) balanceLeaders() {
 		m.dropStaleLearners(now)
 		for g := range sh.groups() {
 			name := m.leaderOf(uint16(g), reported, names)
-			if leaders[uint16(g)] != name {
+			if prev := leaders[uint16(g)]; prev != name {
 				changed[uint16(g)] = now
+				if prev != "" {
+					gave[prev] = now
+				}
 			}
 			if name == "" {
 				delete(leaders, uint16(g))
@@ -519,7 +523,11 @@ func (m *Member) balanceLeaders() {
 		}
 		m.comebacks.look(reachable, now)
 		for name, conn := range reachable {
-			ready[name] = conn && m.comebacks.settled(name, now)
+			// Nor one that gave a leadership away lately: a member
+			// shutting down hands its groups over (handOverLeaderships)
+			// and leads fewer, and one handed back to it then goes to an
+			// election as it stops, the jobs held in it ready again.
+			ready[name] = conn && m.comebacks.settled(name, now) && now.Sub(gave[name]) >= leaderSettle
 		}
 		caughtUp := receivers(m.node.Name(), leaders, ready, m.caughtUp)
 		cur := m.currentPlacement(reported, names)
