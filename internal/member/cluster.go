@@ -97,6 +97,9 @@ func (m *Member) startNode() error {
 		Wait: node.ElectionTimeout(), Logger: m.log,
 	})
 	m.startRouter(ec)
+	// Before startShards starts the balancer, which calls leaders' side
+	// ports (callLeader) from its first tick.
+	m.forwarding = m.forwardingTransport()
 	ctx, cancel := context.WithTimeout(context.Background(), shardsStartTimeout)
 	defer cancel()
 	if err := m.startShards(ctx); err != nil {

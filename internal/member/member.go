@@ -228,9 +228,9 @@ type Member struct {
 	// handingOver lets one leadership handover run at a time here
 	// (handover.go): each stops and starts its group's commands.
 	handingOver sync.Mutex
-	// forwarding carries the moves and drains this member forwards to a
-	// group's leader (forward); set with the side port, several groups
-	// only.
+	// forwarding carries the calls this member makes to groups' leaders'
+	// side ports (forward, callLeader); a cluster member's, made as its
+	// node starts (startNode), before the balancer's first call.
 	forwarding *http.Transport
 	done       chan struct{} // closed once every part has stopped
 }

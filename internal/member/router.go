@@ -65,7 +65,6 @@ func (m *Member) router() (http.Handler, error) {
 	if m.node != nil {
 		var groups *groupedMembers
 		if m.shards.groups() > 1 {
-			m.forwarding = m.forwardingTransport()
 			m.registerGroups(mux, m.api.Auth().Middleware)
 			m.registerTubeMoves(mux, m.api.Auth().Middleware)
 			m.registerPlacements(mux, m.api.Auth().Middleware)

@@ -1444,6 +1444,8 @@ func (m *Member) callLeader(ctx context.Context, g uint16, path string, body []b
 		return err
 	}
 	switch {
+	case l.Serving && m.httpLn == nil:
+		return fmt.Errorf("%w: group %d is led here, and this member has no --http to take the call", replication.ErrNoLeader, g)
 	case l.Serving:
 		l.HTTP = m.HTTPAddr().String()
 	case l.HTTP == "":
