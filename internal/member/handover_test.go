@@ -460,9 +460,7 @@ func TestShutdownHandsOverLeaderships(t *testing.T) {
 // members' list shows it; a graceful shutdown of another hands its groups
 // elsewhere. No longer cordoned, it leads its share again.
 func TestShardGroupsCordon(t *testing.T) {
-	c := newShardedCluster(t, 3)
-	c.finalized()
-	c.balanced()
+	c := newBalancedCluster(t)
 	call := func(method, path string) testproc.APIReply {
 		t.Helper()
 		return testproc.DoAPI(t, testproc.APIRequest{Method: method, URL: "http://" + c.up["m2"].HTTPAddr().String() + path,
@@ -527,9 +525,7 @@ func TestShardGroupsCordon(t *testing.T) {
 // that. A handover whose receiver needs this member's vote, too few other
 // voters being heard from, happens as quickly as any.
 func TestShardGroupsHandOverReceiverLost(t *testing.T) {
-	c := newShardedCluster(t, 3)
-	c.finalized()
-	c.balanced()
+	c := newBalancedCluster(t)
 	m1 := c.up["m1"]
 	g := c.ledBy("m1")
 	tube := tubePerGroup(m1.shards.placement, "r")[g]
@@ -594,9 +590,7 @@ func TestShardGroupsHandOverNotLogged(t *testing.T) {
 	wait := handOverRecordWait
 	handOverRecordWait = 50 * time.Millisecond // within an election timeout: 500 ms here
 	t.Cleanup(func() { handOverRecordWait = wait })
-	c := newShardedCluster(t, 3)
-	c.finalized()
-	c.balanced()
+	c := newBalancedCluster(t)
 	m1 := c.up["m1"]
 	g := c.ledBy("m1")
 	tube := tubePerGroup(m1.shards.placement, "n")[g]
@@ -649,9 +643,7 @@ func TestShardGroupsHandOverBeforeAcked(t *testing.T) {
 	wait := handOverAckWait
 	handOverAckWait = 0
 	t.Cleanup(func() { handOverAckWait = wait })
-	c := newShardedCluster(t, 3)
-	c.finalized()
-	c.balanced()
+	c := newBalancedCluster(t)
 	g := c.ledBy("m1")
 	tube := tubePerGroup(c.up["m1"].shards.placement, "a")[g]
 
@@ -810,9 +802,7 @@ func TestCloseClientsBeforeEngine(t *testing.T) {
 // then went to an election as it stopped, the jobs held in it ready
 // again. After leaderSettle it may lead again.
 func TestShardGroupsHandedAwayNotBack(t *testing.T) {
-	c := newShardedCluster(t, 3)
-	c.finalized()
-	c.balanced()
+	c := newBalancedCluster(t)
 	leaving := c.up["m3"]
 	g := c.ledBy("m3")
 	// The balancers move no leadership that changed within leaderSettle:

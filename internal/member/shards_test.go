@@ -545,6 +545,15 @@ func TestShardGroupsFailover(t *testing.T) {
 	}
 }
 
+// newBalancedCluster is three members with three groups, finalized,
+// each leading one.
+func newBalancedCluster(t *testing.T) *testCluster {
+	c := newShardedCluster(t, 3)
+	c.finalized()
+	c.balanced()
+	return c
+}
+
 // balanced waits until each of the three members leads one of the three
 // groups.
 func (c *testCluster) balanced() {
@@ -711,9 +720,7 @@ func TestShardGroupsOfFive(t *testing.T) {
 // not once its TTR has passed (the job went back). So does a reserve
 // across two other groups.
 func TestShardGroupsDeadlineSoon(t *testing.T) {
-	c := newShardedCluster(t, 3)
-	c.finalized()
-	c.balanced()
+	c := newBalancedCluster(t)
 	tubes := tubePerGroup(c.up["m1"].shards.placement, "d")
 	producer := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
 	worker := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
@@ -969,9 +976,7 @@ func TestShardGroupsLocal(t *testing.T) {
 // command on, as on one server: the member sets its sessions' totals in
 // a group it leads at once, not through its own commands stream.
 func TestShardGroupsRefsAtOnce(t *testing.T) {
-	c := newShardedCluster(t, 3)
-	c.finalized()
-	c.balanced()
+	c := newBalancedCluster(t)
 	g := c.up["m1"].shards.placement.Owner("default")
 	var m *Member
 	// Balanced, a leader may still be taking over (serving once its
