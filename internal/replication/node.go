@@ -1006,6 +1006,11 @@ func (n *Node) do(a Action) bool {
 		}
 		if fn := n.onServe.Load(); fn != nil && a.Handed != nil {
 			(*fn)(a.Handed) // before the round publishes that it serves
+		} else if a.Handed != nil {
+			// Led as the member starts, before it takes handovers
+			// (OnServe): the jobs held go back to ready.
+			n.logger.Warn().Uint64("term", a.Term).Int("bytes", len(a.Handed)).
+				Msg("the reservations handed over with the leadership are not taken: nothing takes them yet; their jobs are ready")
 		}
 		if l, ok := n.log.(migratingLog); ok && n.store != nil {
 			// The serving leader's store moves live jobs for the log's
