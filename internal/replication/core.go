@@ -483,17 +483,31 @@ func (c *Core) Applied() uint64 { return c.applied }
 // Proposed counts the proposals this member made and their bytes.
 func (c *Core) Proposed() (proposals, bytes uint64) { return c.proposals, c.proposedBytes }
 
-// Matches calls fn with each other member's match index (the last entry
-// it is known to hold), and whether raft streams the log to it (its
-// progress is StateReplicate: not probed, not sent a snapshot), if this
-// member leads; else not at all.
-func (c *Core) Matches(fn func(id, match uint64, streamed bool)) {
+// PeerProgress is what a leader knows of another member's replica.
+type PeerProgress struct {
+	// Match is the last entry it is known to hold.
+	Match uint64
+	// Streamed: raft streams the log to it (its progress is
+	// StateReplicate: not probed, not sent a snapshot).
+	Streamed bool
+	// Active: a voter heard from within the last election timeout (the
+	// lease's count, not raft's RecentActive, which CheckQuorum clears
+	// for every peer each timeout). A member up whose replica of the
+	// group is not (restarting, its groups not all started yet) is not.
+	Active bool
+}
+
+// Progress calls fn with each other member's progress, if this member
+// leads; else not at all.
+func (c *Core) Progress(fn func(id uint64, p PeerProgress)) {
 	if c.leading == 0 || c.stopped {
 		return
 	}
 	c.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
 		if id != c.id {
-			fn(id, pr.Match, pr.State == tracker.StateReplicate)
+			at, voter := c.heard[id]
+			fn(id, PeerProgress{Match: pr.Match, Streamed: pr.State == tracker.StateReplicate,
+				Active: voter && c.ticks-at < uint64(c.electionTick)})
 		}
 	})
 }

@@ -662,9 +662,9 @@ func TestMembershipReaddedReplica(t *testing.T) {
 			restarted = true
 		}
 		held, _ := c.members[3].disk.LastIndex()
-		leader.core.Matches(func(id, match uint64, _ bool) {
-			if id == 3 && match > held {
-				t.Fatalf("the leader counts replica 3 holding entries through %d; it holds through %d", match, held)
+		leader.core.Progress(func(id uint64, p PeerProgress) {
+			if id == 3 && p.Match > held {
+				t.Fatalf("the leader counts replica 3 holding entries through %d; it holds through %d", p.Match, held)
 			}
 		})
 		if slices.Equal(slices.Sorted(slices.Values(conf(leader).GetVoters())), []uint64{1, 2, 3, 4}) && c.members[3].store != nil {

@@ -266,21 +266,20 @@ type Node struct {
 	// What the node goroutine publishes, for Status, Ready, Leader and
 	// Stats on any goroutine.
 	mu             sync.Mutex
-	pub            published         // guarded by mu
-	matches        map[uint64]uint64 // guarded by mu: on the leader, as of the last tick; nil otherwise
-	streamed       map[uint64]bool   // guarded by mu: of matches, those raft streams the log to (Core.Matches)
-	lastIndex      uint64            // guarded by mu: the leader's last index as of the last tick
-	leaderInfo     LeaderInfo        // guarded by mu
-	leaderChanged  chan struct{}     // guarded by mu: closed, and replaced, when leaderInfo changes
-	leaderChanges  uint64            // guarded by mu
-	err            error             // guarded by mu: why the node stopped on its own, if it did (Err)
-	membersChanged uint64            // guarded by mu: membership changes applied
-	rebuilds       uint64            // guarded by mu: leaderships lost while serving, each a rebuild
-	lastRebuild    time.Duration     // guarded by mu: the last rebuild's time from the loss to following
-	askedIDs       uint64            // guarded by mu: jobs asked of the leader to rewrite
-	rewrittenIDs   uint64            // guarded by mu: jobs rewritten on members' asks
-	stalls         atomic.Uint64     // ticks that found over half an election timeout missed
-	slowRounds     atomic.Uint64     // rounds over half an election timeout
+	pub            published               // guarded by mu
+	peers          map[uint64]PeerProgress // guarded by mu: on the leader, as of the last tick; nil otherwise
+	lastIndex      uint64                  // guarded by mu: the leader's last index as of the last tick
+	leaderInfo     LeaderInfo              // guarded by mu
+	leaderChanged  chan struct{}           // guarded by mu: closed, and replaced, when leaderInfo changes
+	leaderChanges  uint64                  // guarded by mu
+	err            error                   // guarded by mu: why the node stopped on its own, if it did (Err)
+	membersChanged uint64                  // guarded by mu: membership changes applied
+	rebuilds       uint64                  // guarded by mu: leaderships lost while serving, each a rebuild
+	lastRebuild    time.Duration           // guarded by mu: the last rebuild's time from the loss to following
+	askedIDs       uint64                  // guarded by mu: jobs asked of the leader to rewrite
+	rewrittenIDs   uint64                  // guarded by mu: jobs rewritten on members' asks
+	stalls         atomic.Uint64           // ticks that found over half an election timeout missed
+	slowRounds     atomic.Uint64           // rounds over half an election timeout
 
 	// Membership change requests (AddMember, RemoveMember), to the node
 	// goroutine; removedBy is set by the transport when a peer refused
@@ -546,16 +545,19 @@ func (n *Node) TransferLeadership(name string) error {
 }
 
 // CaughtUp reports whether the member named name holds the group's log
-// to within promoteSlack entries of this member's, as of its last tick,
-// while this member leads: raft hands a leadership over only to a
-// replica holding the whole log, and holds the group's proposals while
-// it catches up, for an election timeout at most. False on a follower.
+// to within promoteSlack entries of this member's, and its replica
+// answered within the last election timeout, as of this member's last
+// tick, while it leads: raft hands a leadership over only to a replica
+// holding the whole log, and holds the group's proposals while it
+// catches up, for an election timeout at most; a replica not running
+// (its member restarting, its groups not all started) never takes it.
+// False on a follower.
 func (n *Node) CaughtUp(name string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for id, match := range n.matches {
+	for id, p := range n.peers {
 		if n.byID[id].Name == name {
-			return match+promoteSlack >= n.lastIndex
+			return p.Active && p.Match+promoteSlack >= n.lastIndex
 		}
 	}
 	return false
@@ -585,8 +587,8 @@ func (n *Node) AwaitReplicas(ctx context.Context, d time.Duration) []string {
 		var behind []string
 		n.mu.Lock()
 		serving, seen := n.pub.serving, n.lastIndex >= last // the last tick's view holds it
-		for id, match := range n.matches {
-			if id != n.self.ID && match < last && n.streamed[id] && slices.Contains(n.conf.GetVoters(), id) {
+		for id, p := range n.peers {
+			if id != n.self.ID && p.Match < last && p.Streamed && slices.Contains(n.conf.GetVoters(), id) {
 				behind = append(behind, n.nameOf(id))
 			}
 		}
@@ -1229,15 +1231,11 @@ func (n *Node) publish(tick bool) {
 	if n.stopped {
 		lead = 0
 	}
-	var matches map[uint64]uint64
-	var streamed map[uint64]bool
+	var peers map[uint64]PeerProgress
 	var last uint64
 	if tick && bs.RaftState == raft.StateLeader {
-		matches, streamed = make(map[uint64]uint64, len(n.byID)), make(map[uint64]bool, len(n.byID))
-		n.core.Matches(func(id, match uint64, stream bool) {
-			matches[id] = match
-			streamed[id] = stream
-		})
+		peers = make(map[uint64]PeerProgress, len(n.byID))
+		n.core.Progress(func(id uint64, p PeerProgress) { peers[id] = p })
 		last, _ = n.log.LastIndex()
 	}
 
@@ -1246,7 +1244,7 @@ func (n *Node) publish(tick bool) {
 	n.pub = published{term: bs.GetTerm(), commit: bs.GetCommit(), applied: n.core.Applied(), lead: lead,
 		state: bs.RaftState, serving: serving, stopped: n.stopped, proposals: proposals, bytes: bytes}
 	if tick {
-		n.matches, n.streamed, n.lastIndex = matches, streamed, last
+		n.peers, n.lastIndex = peers, last
 	}
 	// The same leader in a later term is a new leader: it lost the
 	// leadership between (its store rebuilt, what it had taken gone), if
@@ -1439,7 +1437,7 @@ type MemberStatus struct {
 // the node goroutine.
 func (n *Node) Status() Status {
 	n.mu.Lock()
-	pub, matches, last := n.pub, n.matches, n.lastIndex
+	pub, peers, last := n.pub, n.peers, n.lastIndex
 	byID, conf, draining, cordoned := n.byID, n.conf, n.draining, n.cordoned
 	book := n.bookLocked()
 	n.mu.Unlock()
@@ -1457,7 +1455,7 @@ func (n *Node) Status() Status {
 		if m.ID == n.self.ID {
 			ms.Client, ms.HTTP, ms.Connected = n.cfg.ClientAddr, n.cfg.HTTPAddr, true
 			ms.Protocol = int(n.host.transport.maxProtocol())
-			if matches != nil {
+			if peers != nil {
 				ms.Match = &last
 			}
 		} else if p := n.host.transport.peer(m.ID); p != nil {
@@ -1469,8 +1467,8 @@ func (n *Node) Status() Status {
 			}
 			ms.Connected = p.up.Load()
 			ms.Protocol = int(p.protocol.Load())
-			if match, ok := matches[m.ID]; ok {
-				ms.Match = &match
+			if p, ok := peers[m.ID]; ok {
+				ms.Match = &p.Match
 			}
 		}
 		st.Members = append(st.Members, ms)
@@ -1609,10 +1607,10 @@ func (n *Node) groupStats() Stats {
 		LeaderChanges: n.leaderChanges, Proposals: n.pub.proposals, ProposedBytes: n.pub.bytes,
 		MembershipChanges: n.membersChanged, Rebuilds: n.rebuilds, LastRebuild: n.lastRebuild,
 		MigrateAsked: n.askedIDs, MigrateRewritten: n.rewrittenIDs}
-	if n.matches != nil {
-		s.FollowerLag = make(map[string]uint64, len(n.matches))
-		for id, match := range n.matches {
-			s.FollowerLag[n.byID[id].Name] = n.lastIndex - min(match, n.lastIndex)
+	if n.peers != nil {
+		s.FollowerLag = make(map[string]uint64, len(n.peers))
+		for id, p := range n.peers {
+			s.FollowerLag[n.byID[id].Name] = n.lastIndex - min(p.Match, n.lastIndex)
 		}
 	}
 	n.mu.Unlock()

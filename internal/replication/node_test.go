@@ -806,7 +806,8 @@ func TestFirstCampaignOver(t *testing.T) {
 // whose writes lag more than promoteSlack entries behind (its disk held
 // here), which a leadership handed over would wait for (the balancer
 // gives none to it: internal/member's receivers); once its writes go,
-// it has caught up. A follower knows no matches: false.
+// it has caught up; one that stops answering is not, whatever it holds.
+// A follower knows no matches: false.
 func TestNodeCaughtUp(t *testing.T) {
 	c := newNetCluster(t, 3, 1000, nil)
 	l := c.awaitServing(10 * time.Second)
@@ -834,6 +835,16 @@ func TestNodeCaughtUp(t *testing.T) {
 	testproc.WaitFor(t, 10*time.Second, "the slow follower caught up", func() bool {
 		return l.CaughtUp(slow.self.Name)
 	})
+	// A replica that stops answering holds the log as it was, yet is not
+	// caught up once an election timeout passes without a word from it:
+	// a leadership handed to it would hold the group for nothing.
+	c.kill(fast.self.Name)
+	testproc.WaitFor(t, 5*time.Second, "the stopped follower no longer caught up", func() bool {
+		return !l.CaughtUp(fast.self.Name)
+	})
+	if !l.CaughtUp(slow.self.Name) {
+		t.Errorf("%s, which answers and holds every entry, is not caught up", slow.self.Name)
+	}
 }
 
 // TestNodeLeaderElectedAgain: a follower that learns of its leader's
@@ -940,7 +951,7 @@ func TestNodeAwaitReplicas(t *testing.T) {
 	slow = c.restart(slow.self.Name)
 	time.Sleep(10 * testTick) // heartbeats answered: heard from
 	l.mu.Lock()
-	streamed := l.streamed[slow.self.ID]
+	streamed := l.peers[slow.self.ID].Streamed
 	l.mu.Unlock()
 	if streamed {
 		t.Fatalf("raft streams the log to %s, restarted with its writes held", slow.self.Name)
