@@ -327,12 +327,16 @@ func (c *Core) Book() Book { return c.book.clone() }
 func (c *Core) quorumHeard() bool {
 	n := 1
 	for _, at := range c.heard {
-		if c.ticks-at < uint64(c.electionTick) {
+		if c.heardLately(at) {
 			n++
 		}
 	}
 	return n > (len(c.heard)+1)/2
 }
+
+// heardLately reports whether a voter last heard from at tick at was
+// heard from within the last election timeout.
+func (c *Core) heardLately(at uint64) bool { return c.ticks-at < uint64(c.electionTick) }
 
 // Step takes a message from a peer. A message whose records do not
 // decode is refused (ErrBadRecords) and changes nothing.
@@ -507,7 +511,7 @@ func (c *Core) Progress(fn func(id uint64, p PeerProgress)) {
 		if id != c.id {
 			at, voter := c.heard[id]
 			fn(id, PeerProgress{Match: pr.Match, Streamed: pr.State == tracker.StateReplicate,
-				Active: voter && c.ticks-at < uint64(c.electionTick)})
+				Active: voter && c.heardLately(at)})
 		}
 	})
 }
