@@ -85,6 +85,8 @@ func (m *Member) startNode() error {
 		nc.Observer = m.metrics
 	}
 	nc.CloseClients = m.closeClients
+	// Group 0's leadership is handed over at a shutdown with one group too.
+	nc.OnServe = func(st *store.Store, handed []byte) { m.takeHanded(0, st, handed) }
 	nc.CampaignFirst = m.shards.campaignsFirst(0, nc.Node)
 	node, err := replication.StartNode(nc)
 	if err != nil {
@@ -196,10 +198,7 @@ func (m *Member) startRouter(ec *engine.Config) {
 			sh.frozenChecks = append(sh.frozenChecks, func(tube []byte) bool { return m.frozenTube(uint16(g), tube) })
 		}
 	}
-	sessions := router.NewRouter(rc)
-	m.mu.Lock()
-	m.sessions = sessions
-	m.mu.Unlock()
+	m.setSessions(router.NewRouter(rc))
 	host.OnItemsStream(func(to uint64, ev replication.ItemsEvent) {
 		switch ev {
 		case replication.ItemsUp, replication.ItemsFrom:
@@ -270,6 +269,19 @@ func (m *Member) closeClients(ctx context.Context) error {
 	// Sessions that reach the leader through the router stay open: their
 	// calls go to the next leader.
 	return srv.CloseClientsWhere(ctx, func(q engine.Queue) bool { return router.ClosesWith(q, 0) }, m.store.Acks())
+}
+
+// setSessions makes r the member's router, which takes the handovers
+// that came before it (takeHanded).
+func (m *Member) setSessions(r *router.Router) {
+	m.mu.Lock()
+	m.sessions = r
+	early := m.earlyHanded
+	m.earlyHanded = nil
+	m.mu.Unlock()
+	for _, h := range early {
+		m.adoptHanded(r, h.group, h.st, h.held)
+	}
 }
 
 // sessionsMade is the member's router once startRouter made it: group

@@ -755,14 +755,7 @@ func TestShardGroupsHandOverBeforeAcked(t *testing.T) {
 // group 0's store held, and the rebuild's restore stopped the member
 // (a CI fault round, fifty-fifth session).
 func TestCloseClientsBeforeEngine(t *testing.T) {
-	st := store.New(store.Options{})
-	defer st.Close()
-	producer := st.NewClient(nil)
-	producer.Use([]byte("work"))
-	id := st.NextID()
-	if _, err := producer.Put(id, 0, 0, 60, []byte("held\r\n")); err != nil {
-		t.Fatal(err)
-	}
+	st, id := storeWithJob(t)
 	var serving atomic.Bool
 	serving.Store(true)
 	r := router.NewRouter(router.RouterConfig{
@@ -792,6 +785,52 @@ func TestCloseClientsBeforeEngine(t *testing.T) {
 	}
 	if err := st.Reset(); err != nil {
 		t.Errorf("the rebuild's reset: %v", err)
+	}
+}
+
+// storeWithJob is a store holding one ready job, id, closed with t.
+func storeWithJob(t *testing.T) (*store.Store, uint64) {
+	t.Helper()
+	st := store.New(store.Options{})
+	t.Cleanup(st.Close)
+	producer := st.NewClient(nil)
+	producer.Use([]byte("work"))
+	id := st.NextID()
+	if _, err := producer.Put(id, 0, 0, 60, []byte("held\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	return st, id
+}
+
+// TestHandedBeforeRouter: a leadership handed over to a member as its
+// node starts, before its router is made, keeps the reservations that
+// came with it: the router takes them once it is made. They were
+// dropped (the jobs ready again) while the node took handovers only
+// once the member registered for them after the router.
+func TestHandedBeforeRouter(t *testing.T) {
+	st, id := storeWithJob(t)
+	m := &Member{log: zerolog.Nop(), store: st}
+	handed, err := json.Marshal([]router.Holder{{Member: 2, Session: 7, ID: id, Deadline: time.Now().Add(time.Minute).UnixNano()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.takeHanded(0, st, handed) // on the node's goroutine, no router yet
+	if n := st.Stats().Reserved; n != 0 {
+		t.Fatalf("%d jobs reserved with no router, want 0 until it is made", n)
+	}
+	r := router.NewRouter(router.RouterConfig{
+		Self:    1,
+		Serving: func(g uint16) *store.Store { return st },
+		Send:    func(uint64, []byte) bool { return true },
+		Leader:  func(uint16) (uint64, bool) { return 1, true },
+	})
+	defer r.Close()
+	m.setSessions(r)
+	if n := st.Stats().Reserved; n != 1 {
+		t.Fatalf("%d jobs reserved once the router is made, want the one handed over", n)
+	}
+	if held := r.Held(0); len(held) != 1 || held[0].Member != 2 || held[0].Session != 7 || held[0].ID != id {
+		t.Errorf("the router holds %+v, want job %d for member 2's session 7", held, id)
 	}
 }
 

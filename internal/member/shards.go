@@ -212,8 +212,6 @@ func sortedGroups(groups []uint16) []uint16 {
 // (followReplicas).
 func (m *Member) startShards(ctx context.Context) error {
 	sh := m.shards
-	// Group 0's leadership is handed over at a shutdown with one group too.
-	m.node.OnServe(func(handed []byte) { m.takeHanded(0, m.node, handed) })
 	go m.recordFormation()
 	if sh.placement == nil {
 		m.node.OnTubes(func(b replication.TubeBook) { m.checkFormed(b.Formed) })
@@ -279,13 +277,13 @@ func (m *Member) startGroup(ctx context.Context, g uint16, replicas []string, jo
 	nc.Observer = nil // group 0's figures
 	nc.CampaignFirst = campaign
 	nc.CloseClients = func(ctx context.Context) error { return m.closeGroupClients(ctx, g, sh.node(g)) }
+	nc.OnServe = func(st *store.Store, handed []byte) { m.takeHanded(g, st, handed) }
 	n, err := m.node.Host().StartGroup(g, nc)
 	if err != nil {
 		return fmt.Errorf("group %d: %w", g, err)
 	}
 	sh.nodes[g].Store(n)
 	n.OnTubes(func(b replication.TubeBook) { m.tubesChanged(g, b) })
-	n.OnServe(func(handed []byte) { m.takeHanded(g, n, handed) })
 	go m.followGroup(n, g)
 	return nil
 }

@@ -66,11 +66,6 @@ func (h handedOver) takenBy(term, first uint64) []byte {
 	return h.body
 }
 
-// OnServe has fn called, on the node's goroutine, when this member begins
-// to serve the group with reservations handed over to it (HandOver's
-// body), before it takes any command: fn gives them to their sessions.
-func (n *Node) OnServe(fn func(handed []byte)) { n.onServe.Store(&fn) }
-
 // ErrNotAppended: the record was refused at once (the log is full:
 // wal.ErrNoSpace); nothing was logged, so there is nothing to void.
 var ErrNotAppended = errors.New("replication: the handover's record was not logged")

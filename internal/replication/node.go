@@ -98,6 +98,13 @@ type NodeConfig struct {
 	// open, or with ctx's error, which stops the member. Nil: nothing but
 	// the node uses the store (tests).
 	CloseClients func(ctx context.Context) error
+	// OnServe is called on the node's goroutine when this member begins
+	// to serve the group with reservations handed over to it (HandOver's
+	// body), before it takes any command: it gives them to their
+	// sessions on st, the node's store. Set with the config, so that no
+	// leadership is gained before it is (one handed over reaches a member
+	// as soon as its node runs). Nil: the jobs go back to ready (tests).
+	OnServe func(st *store.Store, handed []byte)
 	// NoFinalize keeps the cluster at version 2 (finalize.go): group 0's
 	// leader never proposes finalization. For tests of the release
 	// before's behaviour.
@@ -201,9 +208,8 @@ type Node struct {
 	// OnTubes' first call, so that no book reaches fn after a later one.
 	tubesMu sync.Mutex
 	onTubes atomic.Pointer[func(TubeBook)]
-	onServe atomic.Pointer[func(handed []byte)] // OnServe
-	log     Log                                 // immutable; written on the node goroutine
-	journal *Journal                            // immutable
+	log     Log      // immutable; written on the node goroutine
+	journal *Journal // immutable
 	// state is the group's state machine, made with the node and kept for
 	// its life: a restore empties it and fills it again (Applier.Reset),
 	// so whatever serves it keeps the one it was given. For a shard group
@@ -1006,13 +1012,8 @@ func (n *Node) do(a Action) bool {
 		if n.store != nil {
 			n.store.Lead() // it logs the pauses its freed tubes drop
 		}
-		if fn := n.onServe.Load(); fn != nil && a.Handed != nil {
-			(*fn)(a.Handed) // before the round publishes that it serves
-		} else if a.Handed != nil {
-			// Led as the member starts, before it takes handovers
-			// (OnServe): the jobs held go back to ready.
-			n.logger.Warn().Uint64("term", a.Term).Int("bytes", len(a.Handed)).
-				Msg("the reservations handed over with the leadership are not taken: nothing takes them yet; their jobs are ready")
+		if a.Handed != nil && n.cfg.OnServe != nil && n.store != nil {
+			n.cfg.OnServe(n.store, a.Handed) // before the round publishes that it serves
 		}
 		if l, ok := n.log.(migratingLog); ok && n.store != nil {
 			// The serving leader's store moves live jobs for the log's
