@@ -1168,9 +1168,9 @@ func (n *Node) restore(a Action) bool {
 // load, a reservation was there when the restore came, and the member
 // stopped (a member's group 0 skipped its router's owner clients while
 // its engine was not made yet: internal/member's closeClients, fixed).
-// An owner client another goroutine is still closing (taken out of the
-// router's map, where Detach no longer finds it) is waited out, a pause
-// before each close again; the error names the tube and a holder (an owner
+// A holder whose close is on its way is waited out, a pause before each
+// close again (the router's Detach waits for the closes of its owner
+// clients under way since then too); the error names the tube and a holder (an owner
 // client: its member, session, group, whether it was closed). A member
 // that stops loses every group it holds, where a second close costs a
 // moment.

@@ -44,8 +44,13 @@ type Server struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	mu       sync.Mutex
-	owners   map[ownerKey]*owner    // guarded by mu
+	mu     sync.Mutex
+	owners map[ownerKey]*owner // guarded by mu
+	// closing are the owner clients taken out of owners and not closed
+	// yet (takeOwnersLocked, closeTaken): Detach closes those of its group
+	// too, or waits for their closes, so that none holds the store once
+	// it returns. Guarded by mu.
+	closing  map[*owner]struct{}
 	flushers map[uint16]*ackFlusher // guarded by mu: each group's, for its store's AckSource
 	closed   bool                   // guarded by mu
 	// forgotten is the store each removed member's references in a group
@@ -420,12 +425,9 @@ func (s *Server) Close() {
 	})
 	s.mu.Lock()
 	s.closed = true
-	owners := s.owners
-	s.owners = make(map[ownerKey]*owner)
+	owners := s.takeOwnersLocked(func(ownerKey) bool { return true })
 	s.mu.Unlock()
-	for _, o := range owners {
-		o.close()
-	}
+	s.closeTaken(owners)
 }
 
 // DescribeOwners names the owner clients the server holds, for a test
@@ -455,7 +457,15 @@ func (s *Server) Owners() int {
 // StatusNotLeader.
 func (s *Server) Detach(g uint16) {
 	s.mu.Lock()
-	detached := s.takeOwnersLocked(func(k ownerKey) bool { return k.group == g })
+	s.takeOwnersLocked(func(k ownerKey) bool { return k.group == g })
+	// Those taken out here and those another goroutine is closing: a
+	// close waits for one under way (owner.close).
+	var detached []*owner
+	for o := range s.closing {
+		if o.key.group == g {
+			detached = append(detached, o)
+		}
+	}
 	delete(s.flushers, g) // its journal may never call back
 	for k := range s.forgotten {
 		if k.group == g {
@@ -463,9 +473,7 @@ func (s *Server) Detach(g uint16) {
 		}
 	}
 	s.mu.Unlock()
-	for _, o := range detached {
-		o.close()
-	}
+	s.closeTaken(detached)
 }
 
 // Forget ends what members, removed from the cluster, left in the given
@@ -500,9 +508,7 @@ func (s *Server) Forget(members []uint64, groups ...uint16) {
 		}
 	}
 	s.mu.Unlock()
-	for _, o := range closing {
-		o.close()
-	}
+	s.closeTaken(closing)
 	for _, d := range drops {
 		d.st.DropRefs(d.member)
 	}
@@ -666,8 +672,7 @@ func (s *Server) owner(key ownerKey) *owner {
 		// Made on a store the group no longer serves from. One Adopt
 		// made as this member begins to serve, before Group says so,
 		// stays.
-		delete(s.owners, key)
-		go o.close()
+		go s.closeTaken(s.takeOwnerLocked(key, o))
 		o = nil
 	}
 	if st == nil || s.closed {
@@ -753,21 +758,12 @@ func (s *Server) cancel(key ownerKey, id uint64, seq uint32) {
 // stays.
 func (s *Server) closeOwner(key ownerKey, tag uint32) {
 	s.mu.Lock()
-	var closing []*owner
-	if o := s.owners[key]; o != nil {
-		closing = append(closing, o)
-		delete(s.owners, key)
-	}
-	if key.session == 0 {
-		closing = append(closing, s.takeOwnersLocked(func(k ownerKey) bool {
-			return k.member == key.member && k.group == key.group && (tag == 0 || sessionTag(k.session) != tag)
-		})...)
-	}
+	closing := s.takeOwnersLocked(func(k ownerKey) bool {
+		return k == key || key.session == 0 && k.member == key.member && k.group == key.group && (tag == 0 || sessionTag(k.session) != tag)
+	})
 	s.noteClosedLocked(closedKey{ownerKey: key})
 	s.mu.Unlock()
-	for _, o := range closing {
-		o.close()
-	}
+	s.closeTaken(closing)
 }
 
 // syncSessions closes the owner clients in key's group of key's member
@@ -787,23 +783,52 @@ func (s *Server) syncSessions(key ownerKey, ss *Sessions) {
 		s.noteClosedLocked(closedKey{ownerKey: o.key})
 	}
 	s.mu.Unlock()
-	for _, o := range closing {
-		o.close()
-	}
+	s.closeTaken(closing)
 }
 
 // takeOwnersLocked takes the owner clients whose keys match out of the
 // server and returns them, for the caller to close once s.mu is
-// released. s.mu must be held.
+// released (closeTaken); Detach finds them until then. s.mu must be
+// held.
 func (s *Server) takeOwnersLocked(match func(ownerKey) bool) []*owner {
 	var taken []*owner
 	for k, o := range s.owners {
 		if match(k) {
-			taken = append(taken, o)
-			delete(s.owners, k)
+			taken = append(taken, s.takeOwnerLocked(k, o)...)
 		}
 	}
 	return taken
+}
+
+// takeOwnerLocked takes o, key's owner client, out of the server as
+// takeOwnersLocked does, if it is still key's. s.mu must be held.
+func (s *Server) takeOwnerLocked(key ownerKey, o *owner) []*owner {
+	if s.owners[key] != o {
+		return nil
+	}
+	delete(s.owners, key)
+	if s.closing == nil {
+		s.closing = make(map[*owner]struct{})
+	}
+	s.closing[o] = struct{}{}
+	return []*owner{o}
+}
+
+// closeTaken closes the owner clients takeOwnersLocked took. s.mu must
+// not be held: a close takes the owner's lock, which is taken before
+// s.mu elsewhere.
+func (s *Server) closeTaken(owners []*owner) {
+	for _, o := range owners {
+		o.close()
+	}
+	if len(owners) == 0 {
+		return
+	}
+	s.mu.Lock()
+	for _, o := range owners {
+		delete(s.closing, o)
+	}
+	s.mu.Unlock()
 }
 
 // refs sets member from's references to the group's tubes (5.4).
@@ -1142,7 +1167,7 @@ func (s *Server) Adopt(g uint16, st *store.Store, held []Holder) int {
 		o := s.owners[key]
 		if o == nil || o.st != st {
 			if o != nil {
-				go o.close()
+				go s.closeTaken(s.takeOwnerLocked(key, o))
 			}
 			o = s.newOwnerLocked(key, st, true)
 			made[o] = false
@@ -1175,11 +1200,10 @@ func (s *Server) Adopt(g uint16, st *store.Store, held []Holder) int {
 			continue
 		}
 		s.mu.Lock()
-		if s.owners[o.key] == o {
-			delete(s.owners, o.key)
-		}
+		taken := s.takeOwnerLocked(o.key, o)
 		s.mu.Unlock()
-		o.close()
+		s.closeTaken(taken)
+		o.close() // taken by another (Detach) first: closed, or its close under way
 	}
 	return n
 }

@@ -746,6 +746,52 @@ func TestServerClosedOwner(t *testing.T) {
 	}
 }
 
+// TestServerDetachWaitsForCloses: Detach returns once every owner client
+// of its group is closed, those another goroutine took out of the server
+// and is closing too (a session's close, here held up on the owner's
+// lock): the store's rebuild after it finds none holding a job. Detach
+// found only those still in the server, and the rebuild's reset was
+// refused.
+func TestServerDetachWaitsForCloses(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	r.send(put(1))
+	r.next()
+	r.send(req(0, 3, 1, Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}}))
+	if it := r.next(); it.Reply.Status != StatusOK {
+		t.Fatalf("reserve: %+v", it)
+	}
+	key := ownerKey{member: 7, session: 3, group: 0}
+	o := r.srv.existing(key)
+	o.mu.Lock() // the session's close takes it out, then waits here
+	closed := make(chan struct{})
+	go func() {
+		r.srv.closeOwner(key, 0)
+		close(closed)
+	}()
+	for r.srv.Owners() != 1 { // session 1's stays
+		time.Sleep(time.Millisecond)
+	}
+	detached := make(chan struct{})
+	go func() {
+		r.srv.Detach(0)
+		close(detached)
+	}()
+	select {
+	case <-detached:
+		o.mu.Unlock()
+		t.Fatal("Detach returned while an owner client of its group was being closed")
+	case <-time.After(100 * time.Millisecond):
+	}
+	o.mu.Unlock()
+	<-detached
+	<-closed
+	if err := st.Reset(); err != nil {
+		t.Fatalf("the rebuild's reset after Detach: %v", err)
+	}
+}
+
 // TestServerFrozenTube: while a tube of the group is frozen for a move,
 // the requests naming it, the reserves watching it and the commands by
 // id of its jobs, its holder's and reads too, are answered
