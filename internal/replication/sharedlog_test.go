@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -802,5 +803,68 @@ func TestSharedLogIDFloors(t *testing.T) {
 		if got < top[g] || got>>45 != uint64(g) {
 			t.Errorf("group %d names ids up to %x after a restart; its own went to %x", g, got, top[g])
 		}
+	}
+}
+
+// TestSharedLogEntriesInSpans: entries the cache no longer holds are read
+// back a run at a time (GroupLog.spanLocked), across another group's
+// frames between them and segment ends, each the entry written; a
+// damaged frame within a run is an error, not an entry.
+func TestSharedLogEntriesInSpans(t *testing.T) {
+	cfg := testWALConfig(t.TempDir(), []uint64{1}, 0)
+	cfg.CacheBytes = 1 // nothing stays once durable
+	s := openShared(t, cfg)
+	l := &interleaved{GroupLog: attach(t, s, 1, cfg.Voters), zero: s.Group(0)}
+	var want []*pb.Entry
+	for i := uint64(2); i <= 61; i++ { // 1 is the group's first, its voters
+		body := bytes.Repeat([]byte{byte('a' + i%26)}, int(i*37%700))
+		e := entry(i, 1, wal.Record{Kind: wal.KindFull, ID: i, Tube: "t", State: wal.StateReady, Body: append(body, "\r\n"...)})
+		want = append(want, e)
+		l.Append([]*pb.Entry{e})
+		awaitDurable(t, l)
+	}
+	l.mu.Lock()
+	segs := map[uint32]bool{}
+	for _, m := range l.ents[:len(l.ents)-1] { // the last stays: an append evicts
+		segs[m.seg] = true
+		if m.ent != nil {
+			t.Fatal("an entry is still cached")
+		}
+	}
+	l.mu.Unlock()
+	if len(segs) < 2 {
+		t.Fatalf("the entries are in %d segment, want several", len(segs))
+	}
+	got := mustEntries(t, l, 2, 62)
+	if len(got) != len(want) {
+		t.Fatalf("read back %d entries, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !proto.Equal(got[i], want[i]) {
+			t.Fatalf("entry %d read back differs from the one written", i+2)
+		}
+	}
+
+	// A byte of entry 30's frame changed on disk: the run it is in fails.
+	l.mu.Lock()
+	m := l.ents[30-l.prevIndex-1]
+	l.mu.Unlock()
+	f, err := os.OpenFile(filepath.Join(cfg.Dir, segment.SegmentName(m.seg)), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte{0}
+	at := m.off + int64(m.size)/2
+	if _, err := f.ReadAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	var damage *segment.DamageError
+	if _, err := l.Entries(28, 33, math.MaxUint64); !errors.As(err, &damage) {
+		t.Fatalf("entries over a damaged frame: %v, want a segment.DamageError", err)
 	}
 }

@@ -435,15 +435,69 @@ func (l *GroupLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		return nil, err
 	}
 	ents := make([]*pb.Entry, 0, n)
-	for i := lo; i < lo+uint64(n); i++ {
-		e, err := l.entryLocked(i)
+	for i, last := lo, lo+uint64(n); i < last; {
+		j, end := l.spanLocked(i, last)
+		if j == i+1 {
+			e, err := l.entryLocked(i)
+			if err != nil {
+				return nil, err
+			}
+			ents = append(ents, e)
+			i++
+			continue
+		}
+		// Entries written one after another, not cached (a replay, a
+		// follower catching up): one read for them all, where a read
+		// each took most of a rebuild's reading.
+		m := &l.ents[i-l.prevIndex-1]
+		span, err := l.s.seg.ReadSpan(m.seg, m.off, end)
 		if err != nil {
 			return nil, err
 		}
-		ents = append(ents, e)
+		for ; i < j; i++ {
+			m := &l.ents[i-l.prevIndex-1]
+			payload, err := span.Frame(m.off, m.size)
+			if err != nil {
+				return nil, err
+			}
+			e, err := l.readEntry(payload, i, frameLoc{seg: m.seg, off: m.off, size: m.size}, m.term)
+			if err != nil {
+				return nil, err
+			}
+			ents = append(ents, e)
+		}
 	}
 	return ents, nil
 }
+
+// spanLocked is the run of held entries from i, below last, that one
+// read takes from their segment: none cached, in one segment, each after
+// the one before with at most maxSpanGap between (other groups' frames),
+// in at most maxSpan bytes; j is the first after it and end where its
+// last frame ends. A run of one (j = i+1) is read alone, cached or not.
+func (l *GroupLog) spanLocked(i, last uint64) (j uint64, end int64) {
+	m := &l.ents[i-l.prevIndex-1]
+	if m.ent != nil {
+		return i + 1, 0
+	}
+	end = m.off + int64(m.size)
+	for j = i + 1; j < last; j++ {
+		k := &l.ents[j-l.prevIndex-1]
+		if k.ent != nil || k.seg != m.seg || k.off < end || k.off-end > maxSpanGap || k.off+int64(k.size)-m.off > maxSpan {
+			break
+		}
+		end = k.off + int64(k.size)
+	}
+	return j, end
+}
+
+// maxSpan bounds a read of many entries' frames (spanLocked): about what
+// a round applies or a message carries (maxMsgSize). maxSpanGap bounds
+// the bytes of other groups' frames read between two of the group's.
+const (
+	maxSpan    = 1 << 20
+	maxSpanGap = 64 << 10
+)
 
 // entryLocked returns held entry i, from the cache or its segment.
 func (l *GroupLog) entryLocked(i uint64) (*pb.Entry, error) {

@@ -33,14 +33,54 @@ func (l *Log) ReadFrameInto(buf *[]byte, seq uint32, off int64, size int) ([]byt
 	if _, err := f.ReadAt(b, off); err != nil {
 		return nil, fmt.Errorf("segment: reading %s at %d: %w", l.segPath(seq), off, err)
 	}
+	return l.checkFrame(seq, off, b)
+}
+
+// checkFrame checks b, the frame read back from off in segment seq, and
+// returns its payload.
+func (l *Log) checkFrame(seq uint32, off int64, b []byte) ([]byte, error) {
 	payload, n, err := CheckFrame(b, maxFrame)
-	if err == nil && n != size {
+	if err == nil && n != len(b) {
 		err = ErrCorrupt
 	}
 	if err != nil {
 		return nil, &DamageError{Path: l.segPath(seq), Offset: off, Err: err}
 	}
 	return payload, nil
+}
+
+// Span is a run of a segment's bytes read back at once (ReadSpan), for
+// the frames in it: one read for many frames written one after another,
+// where ReadFrame makes one each.
+type Span struct {
+	l   *Log
+	seq uint32
+	off int64
+	b   []byte
+}
+
+// ReadSpan reads back the bytes of segment seq from off to end, into a
+// buffer of their own. They must be written, as ReadFrame's frame must.
+func (l *Log) ReadSpan(seq uint32, off, end int64) (Span, error) {
+	f, err := l.reader(seq)
+	if err != nil {
+		return Span{}, err
+	}
+	b := make([]byte, end-off)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return Span{}, fmt.Errorf("segment: reading %s at %d: %w", l.segPath(seq), off, err)
+	}
+	return Span{l: l, seq: seq, off: off, b: b}, nil
+}
+
+// Frame checks the frame of size bytes at off, within the span, as
+// ReadFrame does, and returns its payload, which aliases the span.
+func (s Span) Frame(off int64, size int) ([]byte, error) {
+	at := off - s.off
+	if at < 0 || at+int64(size) > int64(len(s.b)) {
+		return nil, fmt.Errorf("segment: the frame at %d (%d bytes) is outside the span read from %d (%d bytes)", off, size, s.off, len(s.b))
+	}
+	return s.l.checkFrame(s.seq, off, s.b[at:at+int64(size)])
 }
 
 // reader returns a descriptor to read segment seq, opened if need be.
