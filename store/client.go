@@ -383,6 +383,12 @@ func (c *Client) takeBounded(now int64, w *waiter, bound *Candidate) (*Job, *Can
 		var bestJob *Job
 		var bestPri uint32 // copied under best.mu: pri may change once it is unlocked
 		for _, t := range c.watch {
+			// A job put once the look began may be passed by, as one
+			// put after it would be: a waiter joined the tube's set
+			// before it looks (Reserve), and such a put hands it over.
+			if !t.hasReady.Load() {
+				continue
+			}
 			t.mu.Lock()
 			if m := t.ready.min(); m != nil && !t.pausedLocked(now) &&
 				(bestJob == nil || m.pri < bestPri || m.pri == bestPri && m.id < bestJob.id) {

@@ -119,7 +119,8 @@ func (s *Store) TubeRefs(name string) int64 {
 //   - timers are armed exactly when something is due: a reserved job's TTR,
 //     a tube's earliest delayed job, a pause;
 //   - waiter slots are consistent, every waiter is in every set it joined,
-//     and no unpaused tube holds both a ready job and a waiter.
+//     and no unpaused tube holds both a ready job and a waiter;
+//   - a tube's hasReady says whether its ready heap holds a job.
 //
 // The store must be quiescent: no operation in flight and no timer firing
 // (stop it with Close first, or call this after synctest.Wait). Locks are
@@ -196,6 +197,9 @@ func (s *Store) CheckInvariants() error {
 			if j.pri < UrgentPriority {
 				nUrgent++
 			}
+		}
+		if t.hasReady.Load() != (t.ready.Len() > 0) {
+			bad("%s: hasReady is %v with %d ready jobs", name, t.hasReady.Load(), t.ready.Len())
 		}
 		for i, j := range t.delayed.all() {
 			at := "delay heap of " + name

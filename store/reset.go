@@ -160,6 +160,7 @@ func (t *Tube) emptyLocked() int64 {
 		j = next
 	}
 	t.ready = jobHeap{less: jobLess}
+	t.hasReady.Store(false)
 	t.delayed = jobHeap{less: delayLess}
 	t.buried = jobList{}
 	t.nBuried, t.nUrgent = 0, 0

@@ -20,8 +20,12 @@ type Tube struct {
 	// stamp is its creation stamp (stamps.go); immutable once listed.
 	stamp uint64
 
-	mu        sync.Mutex
-	ready     jobHeap // guarded by mu
+	mu    sync.Mutex
+	ready jobHeap // guarded by mu
+	// hasReady is whether ready holds a job, written under mu as it
+	// changes: a reserve looks at its watched tubes' best jobs, and skips
+	// those with none without taking their locks (Client.takeBounded).
+	hasReady  atomic.Bool
 	delayed   jobHeap // guarded by mu
 	buried    jobList // guarded by mu: oldest buried first
 	nBuried   int
@@ -93,6 +97,9 @@ func (t *Tube) enqueueLocked(j *Job, delay, now int64) {
 	}
 	j.state = StateReady
 	t.ready.push(j)
+	if t.ready.Len() == 1 {
+		t.hasReady.Store(true)
+	}
 	c.ready.Add(1)
 	if j.pri < UrgentPriority {
 		t.nUrgent++
@@ -120,6 +127,9 @@ func (t *Tube) detachLocked(j *Job) {
 	switch j.state {
 	case StateReady:
 		t.ready.remove(j)
+		if t.ready.Len() == 0 {
+			t.hasReady.Store(false)
+		}
 		c.ready.Add(-1)
 		if j.pri < UrgentPriority {
 			t.nUrgent--
