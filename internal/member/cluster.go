@@ -88,6 +88,7 @@ func (m *Member) startNode() error {
 	// Group 0's leadership is handed over at a shutdown with one group too.
 	nc.OnServe = func(st *store.Store, handed []byte) { m.takeHanded(0, st, handed) }
 	nc.CampaignFirst = m.shards.campaignsFirst(0, nc.Node)
+	m.routerMade = make(chan struct{})
 	node, err := replication.StartNode(nc)
 	if err != nil {
 		return &StartError{StepNode, err}
@@ -271,17 +272,13 @@ func (m *Member) closeClients(ctx context.Context) error {
 	return srv.CloseClientsWhere(ctx, func(q engine.Queue) bool { return router.ClosesWith(q, 0) }, m.store.Acks())
 }
 
-// setSessions makes r the member's router, which takes the handovers
-// that came before it (takeHanded).
+// setSessions makes r the member's router, which a handover waits for
+// (takeHanded).
 func (m *Member) setSessions(r *router.Router) {
 	m.mu.Lock()
 	m.sessions = r
-	early := m.earlyHanded
-	m.earlyHanded = nil
 	m.mu.Unlock()
-	for _, h := range early {
-		m.adoptHanded(r, h.group, h.st, h.held)
-	}
+	close(m.routerMade)
 }
 
 // sessionsMade is the member's router once startRouter made it: group

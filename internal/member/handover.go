@@ -245,45 +245,36 @@ func shutdownReceiver(candidates []string, rank func(name string) [3]int) string
 // takeHanded gives the reservations group g's last leader handed over
 // with its leadership (HandOver's body) to their sessions' owner clients
 // on st, the group's store, as this member begins to serve the group
-// (replication.NodeConfig.OnServe). Group 0 can be handed to a member
-// as soon as its node runs, before the router is made (startNode): the
-// router takes them once it is, as nothing else serves the store before
-// it; a job reserved in between stays with its new holder (Adopt takes
-// only ready jobs).
+// (replication.NodeConfig.OnServe), on the node's goroutine, before it
+// serves. Group 0 can be handed to a member as soon as its node runs,
+// just before its router is made (startNode): the node waits for the
+// router, up to routerWait, so that the jobs are given while nothing can
+// change the group's leadership.
 func (m *Member) takeHanded(g uint16, st *store.Store, handed []byte) {
 	var held []router.Holder
 	if err := json.Unmarshal(handed, &held); err != nil {
 		m.log.Error().Err(err).Int("group", int(g)).Msg("reservations handed over with a leadership cannot be read")
 		return
 	}
-	m.mu.Lock()
-	sessions := m.sessions
+	sessions := m.sessionsMade()
 	if sessions == nil {
-		m.earlyHanded = append(m.earlyHanded, handedEarly{group: g, st: st, held: held})
+		select {
+		case <-m.routerMade:
+			sessions = m.sessionsMade()
+		case <-time.After(routerWait):
+			m.log.Warn().Int("group", int(g)).Int("handed", len(held)).
+				Msg("the reservations handed over with the leadership are not taken: the router is not made; their jobs are ready")
+			return
+		}
 	}
-	m.mu.Unlock()
-	if sessions == nil {
-		m.log.Info().Int("group", int(g)).Int("handed", len(held)).
-			Msg("reservations handed over with the leadership wait for the router")
-		return
-	}
-	m.adoptHanded(sessions, g, st, held)
-}
-
-// handedEarly is a handover's reservations that reached the member
-// before its router was made (takeHanded).
-type handedEarly struct {
-	group uint16
-	st    *store.Store
-	held  []router.Holder
-}
-
-// adoptHanded gives held to their sessions' owner clients on st.
-func (m *Member) adoptHanded(sessions *router.Router, g uint16, st *store.Store, held []router.Holder) {
 	took := sessions.Adopt(g, st, held)
 	m.log.Info().Int("group", int(g)).Int("handed", len(held)).Int("taken", took).
 		Msg("took the reservations handed over with the leadership")
 }
+
+// routerWait bounds takeHanded's wait for the router, made right after
+// group 0's node starts.
+const routerWait = 5 * time.Second
 
 // handOverLeaderships hands every group this member leads to another of
 // its voters, as a graceful shutdown is about to stop the node, the way

@@ -804,19 +804,26 @@ func storeWithJob(t *testing.T) (*store.Store, uint64) {
 
 // TestHandedBeforeRouter: a leadership handed over to a member as its
 // node starts, before its router is made, keeps the reservations that
-// came with it: the router takes them once it is made. They were
-// dropped (the jobs ready again) while the node took handovers only
-// once the member registered for them after the router.
+// came with it: the node's goroutine waits for the router, and gives them
+// before it serves. They were dropped (the jobs ready again) while the
+// node took handovers only once the member registered for them after
+// the router.
 func TestHandedBeforeRouter(t *testing.T) {
 	st, id := storeWithJob(t)
-	m := &Member{log: zerolog.Nop(), store: st}
+	m := &Member{log: zerolog.Nop(), store: st, routerMade: make(chan struct{})}
 	handed, err := json.Marshal([]router.Holder{{Member: 2, Session: 7, ID: id, Deadline: time.Now().Add(time.Minute).UnixNano()}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.takeHanded(0, st, handed) // on the node's goroutine, no router yet
-	if n := st.Stats().Reserved; n != 0 {
-		t.Fatalf("%d jobs reserved with no router, want 0 until it is made", n)
+	took := make(chan struct{})
+	go func() {
+		m.takeHanded(0, st, handed) // on the node's goroutine, no router yet
+		close(took)
+	}()
+	select {
+	case <-took:
+		t.Fatal("the handover returned before the router was made")
+	case <-time.After(50 * time.Millisecond):
 	}
 	r := router.NewRouter(router.RouterConfig{
 		Self:    1,
@@ -826,6 +833,7 @@ func TestHandedBeforeRouter(t *testing.T) {
 	})
 	defer r.Close()
 	m.setSessions(r)
+	<-took
 	if n := st.Stats().Reserved; n != 1 {
 		t.Fatalf("%d jobs reserved once the router is made, want the one handed over", n)
 	}

@@ -122,18 +122,18 @@ type Member struct {
 	log     zerolog.Logger // immutable
 	metrics *ops.Metrics   // immutable; nil without a side port
 
-	wal         *wal.Log            // a single node's log; nil in memory or in a cluster
-	clusterLog  *replication.WALLog // a cluster member's log; nil for a single node
-	node        *replication.Node   // nil for a single node
-	shards      *shards             // the shard groups beyond group 0; nil for a single node
-	proxy       *replication.Proxy  // nil for a single node
-	sessions    *router.Router      // nil for a single node: the cluster member's sessions; set under mu (sessionsMade)
-	earlyHanded []handedEarly       // under mu: handovers taken before sessions was made (takeHanded)
-	store       *store.Store
-	engine      *engine.Server
-	httpLn      net.Listener // nil without a side port
-	http        *ops.Server  // nil without a side port
-	api         *admin.API   // nil without a side port
+	wal        *wal.Log            // a single node's log; nil in memory or in a cluster
+	clusterLog *replication.WALLog // a cluster member's log; nil for a single node
+	node       *replication.Node   // nil for a single node
+	shards     *shards             // the shard groups beyond group 0; nil for a single node
+	proxy      *replication.Proxy  // nil for a single node
+	sessions   *router.Router      // nil for a single node: the cluster member's sessions; set under mu (sessionsMade)
+	routerMade chan struct{}       // closed once sessions is made (setSessions); made before group 0's node starts
+	store      *store.Store
+	engine     *engine.Server
+	httpLn     net.Listener // nil without a side port
+	http       *ops.Server  // nil without a side port
+	api        *admin.API   // nil without a side port
 
 	engineDone chan struct{} // closed when the engine's Run has returned
 	engineErr  error         // Run's result, once engineDone is closed
