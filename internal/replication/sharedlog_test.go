@@ -807,64 +807,103 @@ func TestSharedLogIDFloors(t *testing.T) {
 }
 
 // TestSharedLogEntriesInSpans: entries the cache no longer holds are read
-// back a run at a time (GroupLog.spanLocked), across another group's
-// frames between them and segment ends, each the entry written; a
-// damaged frame within a run is an error, not an entry.
+// back a run at a time (GroupLog.spanLocked), alone in the log or across
+// another group's frames between them, and across segment ends, each the
+// entry written, and none changed by a later read; a damaged frame within
+// a run is an error, not an entry.
 func TestSharedLogEntriesInSpans(t *testing.T) {
-	cfg := testWALConfig(t.TempDir(), []uint64{1}, 0)
-	cfg.CacheBytes = 1 // nothing stays once durable
-	s := openShared(t, cfg)
-	l := &interleaved{GroupLog: attach(t, s, 1, cfg.Voters), zero: s.Group(0)}
-	var want []*pb.Entry
-	for i := uint64(2); i <= 61; i++ { // 1 is the group's first, its voters
-		body := bytes.Repeat([]byte{byte('a' + i%26)}, int(i*37%700))
-		e := entry(i, 1, wal.Record{Kind: wal.KindFull, ID: i, Tube: "t", State: wal.StateReady, Body: append(body, "\r\n"...)})
-		want = append(want, e)
-		l.Append([]*pb.Entry{e})
-		awaitDurable(t, l)
-	}
-	l.mu.Lock()
-	segs := map[uint32]bool{}
-	for _, m := range l.ents[:len(l.ents)-1] { // the last stays: an append evicts
-		segs[m.seg] = true
-		if m.ent != nil {
-			t.Fatal("an entry is still cached")
-		}
-	}
-	l.mu.Unlock()
-	if len(segs) < 2 {
-		t.Fatalf("the entries are in %d segment, want several", len(segs))
-	}
-	got := mustEntries(t, l, 2, 62)
-	if len(got) != len(want) {
-		t.Fatalf("read back %d entries, want %d", len(got), len(want))
-	}
-	for i := range want {
-		if !proto.Equal(got[i], want[i]) {
-			t.Fatalf("entry %d read back differs from the one written", i+2)
-		}
-	}
+	for _, between := range []bool{false, true} {
+		t.Run(fmt.Sprintf("between=%v", between), func(t *testing.T) {
+			cfg := testWALConfig(t.TempDir(), []uint64{1}, 0)
+			cfg.CacheBytes = 1 // nothing stays once durable
+			s := openShared(t, cfg)
+			g := attach(t, s, 1, cfg.Voters)
+			var l Log = g
+			if between {
+				l = &interleaved{GroupLog: g, zero: s.Group(0)}
+			}
+			var want []*pb.Entry
+			for i := uint64(2); i <= 61; i++ { // 1 is the group's first, its voters
+				body := bytes.Repeat([]byte{byte('a' + i%26)}, int(i*37%700))
+				e := entry(i, 1, wal.Record{Kind: wal.KindFull, ID: i, Tube: "t", State: wal.StateReady, Body: append(body, "\r\n"...)})
+				want = append(want, e)
+				l.Append([]*pb.Entry{e})
+				awaitDurable(t, l)
+			}
+			g.mu.Lock()
+			segs := map[uint32]bool{}
+			for _, m := range g.ents[:len(g.ents)-1] { // the last stays: an append evicts
+				segs[m.seg] = true
+				if m.ent != nil {
+					t.Fatal("an entry is still cached")
+				}
+			}
+			g.mu.Unlock()
+			if len(segs) < 2 {
+				t.Fatalf("the entries are in %d segment, want several", len(segs))
+			}
+			got := append(mustEntries(t, l, 2, 32), mustEntries(t, l, 32, 62)...) // the second read may reuse the first's buffer
+			if len(got) != len(want) {
+				t.Fatalf("read back %d entries, want %d", len(got), len(want))
+			}
+			for i := range want {
+				if !proto.Equal(got[i], want[i]) {
+					t.Fatalf("entry %d read back differs from the one written", i+2)
+				}
+			}
 
-	// A byte of entry 30's frame changed on disk: the run it is in fails.
-	l.mu.Lock()
-	m := l.ents[30-l.prevIndex-1]
-	l.mu.Unlock()
-	f, err := os.OpenFile(filepath.Join(cfg.Dir, segment.SegmentName(m.seg)), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
+			// A byte of entry 30's frame changed on disk: the run it is in fails.
+			g.mu.Lock()
+			m := g.ents[30-g.prevIndex-1]
+			g.mu.Unlock()
+			f, err := os.OpenFile(filepath.Join(cfg.Dir, segment.SegmentName(m.seg)), os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := []byte{0}
+			at := m.off + int64(m.size)/2
+			if _, err := f.ReadAt(b, at); err != nil {
+				t.Fatal(err)
+			}
+			b[0] ^= 0xff
+			if _, err := f.WriteAt(b, at); err != nil {
+				t.Fatal(err)
+			}
+			_ = f.Close()
+			var damage *segment.DamageError
+			if _, err := l.Entries(28, 33, math.MaxUint64); !errors.As(err, &damage) {
+				t.Fatalf("entries over a damaged frame: %v, want a segment.DamageError", err)
+			}
+		})
 	}
-	b := []byte{0}
-	at := m.off + int64(m.size)/2
-	if _, err := f.ReadAt(b, at); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0xff
-	if _, err := f.WriteAt(b, at); err != nil {
-		t.Fatal(err)
-	}
-	_ = f.Close()
-	var damage *segment.DamageError
-	if _, err := l.Entries(28, 33, math.MaxUint64); !errors.As(err, &damage) {
-		t.Fatalf("entries over a damaged frame: %v, want a segment.DamageError", err)
+}
+
+// TestSpanRuns: a run read at once (GroupLog.spanLocked) stops at a cached
+// entry, another segment, a frame out of order, maxSpan, and where other
+// groups' frames between its own would outweigh them (spanSlack).
+func TestSpanRuns(t *testing.T) {
+	const k = 1 << 10
+	at := func(seg uint32, off int64, size int) entryMeta { return entryMeta{seg: seg, off: off, size: size} }
+	cached := at(1, 3*k, k)
+	cached.ent = &pb.Entry{}
+	for _, c := range []struct {
+		what string
+		ents []entryMeta
+		j    uint64 // the run from entry 1 ends before j
+		end  int64
+	}{
+		{"back to back", []entryMeta{at(1, 0, k), at(1, k, k), at(1, 2*k, k)}, 4, 3 * k},
+		{"a cached entry", []entryMeta{at(1, 0, k), at(1, k, k), cached}, 3, 2 * k},
+		{"a cached first", []entryMeta{cached, at(1, 4*k, k)}, 2, 0},
+		{"another segment", []entryMeta{at(1, 0, k), at(2, k, k)}, 2, k},
+		{"out of order", []entryMeta{at(1, 4*k, k), at(1, 0, k)}, 2, 5 * k},
+		{"a small gap", []entryMeta{at(1, 0, k), at(1, 10*k, k)}, 3, 11 * k},
+		{"a gap past the run's own and the slack", []entryMeta{at(1, 0, k), at(1, k+spanSlack+3*k, k)}, 2, k},
+		{"past maxSpan", []entryMeta{at(1, 0, maxSpan/2), at(1, maxSpan/2, maxSpan/2), at(1, maxSpan, k)}, 3, maxSpan},
+	} {
+		l := &GroupLog{ents: c.ents}
+		if j, end := l.spanLocked(1, uint64(len(c.ents))+1); j != c.j || end != c.end {
+			t.Errorf("%s: the run ends before %d at %d, want %d at %d", c.what, j, end, c.j, c.end)
+		}
 	}
 }

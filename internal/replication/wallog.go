@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -449,54 +450,91 @@ func (l *GroupLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		// Entries written one after another, not cached (a replay, a
 		// follower catching up): one read for them all, where a read
 		// each took most of a rebuild's reading.
-		m := &l.ents[i-l.prevIndex-1]
-		span, err := l.s.seg.ReadSpan(m.seg, m.off, end)
-		if err != nil {
+		if err := l.readSpanLocked(&ents, i, j, end); err != nil {
 			return nil, err
 		}
-		for ; i < j; i++ {
-			m := &l.ents[i-l.prevIndex-1]
-			payload, err := span.Frame(m.off, m.size)
-			if err != nil {
-				return nil, err
-			}
-			e, err := l.readEntry(payload, i, frameLoc{seg: m.seg, off: m.off, size: m.size}, m.term)
-			if err != nil {
-				return nil, err
-			}
-			ents = append(ents, e)
-		}
+		i = j
 	}
 	return ents, nil
 }
 
+// readSpanLocked appends held entries i to j, not cached, to *ents, read
+// with one read of their segment up to end (spanLocked). An entry kept
+// (in a message queued to a peer) keeps what its data aliases: the run's
+// buffer when the run is its frames alone, or nearly (a group's log with
+// no other group's frames between); else a copy of its frame, as a read
+// of its own made it, from a buffer shared for the read.
+func (l *GroupLog) readSpanLocked(ents *[]*pb.Entry, i, j uint64, end int64) error {
+	first := &l.ents[i-l.prevIndex-1]
+	own := int64(0)
+	for k := i; k < j; k++ {
+		own += int64(l.ents[k-l.prevIndex-1].size)
+	}
+	dense := end-first.off-own <= own/8
+	var buf *[]byte
+	if dense {
+		buf = new([]byte)
+	} else {
+		buf = spanBuffers.Get().(*[]byte)
+		defer spanBuffers.Put(buf)
+	}
+	span, err := l.s.seg.ReadSpan(buf, first.seg, first.off, end)
+	if err != nil {
+		return err
+	}
+	for ; i < j; i++ {
+		m := &l.ents[i-l.prevIndex-1]
+		payload, err := span.Frame(m.off, m.size)
+		if err != nil {
+			return err
+		}
+		if !dense {
+			payload = bytes.Clone(payload)
+		}
+		e, err := l.readEntry(payload, i, frameLoc{seg: m.seg, off: m.off, size: m.size}, m.term)
+		if err != nil {
+			return err
+		}
+		*ents = append(*ents, e)
+	}
+	return nil
+}
+
+// spanBuffers are the buffers the runs with other groups' frames between
+// their own are read into (readSpanLocked), up to maxSpan each.
+var spanBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
 // spanLocked is the run of held entries from i, below last, that one
 // read takes from their segment: none cached, in one segment, each after
-// the one before with at most maxSpanGap between (other groups' frames),
-// in at most maxSpan bytes; j is the first after it and end where its
-// last frame ends. A run of one (j = i+1) is read alone, cached or not.
+// the one before, in at most maxSpan bytes, of which other groups' frames
+// between them are no more than the run's own and spanSlack; j is the
+// first after it and end where its last frame ends. A run of one
+// (j = i+1) is read alone, cached or not.
 func (l *GroupLog) spanLocked(i, last uint64) (j uint64, end int64) {
 	m := &l.ents[i-l.prevIndex-1]
 	if m.ent != nil {
 		return i + 1, 0
 	}
 	end = m.off + int64(m.size)
+	own := int64(m.size)
 	for j = i + 1; j < last; j++ {
 		k := &l.ents[j-l.prevIndex-1]
-		if k.ent != nil || k.seg != m.seg || k.off < end || k.off-end > maxSpanGap || k.off+int64(k.size)-m.off > maxSpan {
+		next := k.off + int64(k.size)
+		if k.ent != nil || k.seg != m.seg || k.off < end || next-m.off > maxSpan ||
+			next-m.off-(own+int64(k.size)) > own+int64(k.size)+spanSlack {
 			break
 		}
-		end = k.off + int64(k.size)
+		end, own = next, own+int64(k.size)
 	}
 	return j, end
 }
 
 // maxSpan bounds a read of many entries' frames (spanLocked): about what
-// a round applies or a message carries (maxMsgSize). maxSpanGap bounds
-// the bytes of other groups' frames read between two of the group's.
+// a round applies or a message carries (maxMsgSize). spanSlack is the
+// other groups' bytes a run may read beyond as many as its own.
 const (
-	maxSpan    = 1 << 20
-	maxSpanGap = 64 << 10
+	maxSpan   = 1 << 20
+	spanSlack = 16 << 10
 )
 
 // entryLocked returns held entry i, from the cache or its segment.

@@ -78,3 +78,43 @@ func BenchmarkGroupLogHardState(b *testing.B) {
 		l.SetHardState(&pb.HardState{Term: new(uint64(1)), Vote: new(uint64(1)), Commit: new(uint64(i + 1))})
 	}
 }
+
+// BenchmarkGroupLogEntries measures entries read back from the log, not
+// cached, as a rebuild's replay and a follower's catch-up read them: 4,000
+// entries of 19 puts of 64 bytes, read 1 MiB at a time (raft's
+// MaxCommittedSizePerReady and MaxSizePerMsg here). Reported: entries per
+// second.
+func BenchmarkGroupLogEntries(b *testing.B) {
+	cfg := testWALConfig(b.TempDir(), []uint64{1}, 0)
+	cfg.CacheBytes = 1 // nothing stays once durable
+	cfg.Wal.SegmentSize = 64 << 20
+	l, err := OpenWALLog(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	const entries = 4000
+	var recs []wal.Record
+	for i := range 19 {
+		r := full(uint64(i+1), 1)
+		r.Body = []byte(strings.Repeat("x", 62) + "\r\n")
+		recs = append(recs, r)
+	}
+	for i := uint64(2); i < entries+2; i++ {
+		l.Append([]*pb.Entry{entry(i, 1, recs...)})
+		awaitDurable(b, l)
+	}
+	l.Append([]*pb.Entry{entry(entries+2, 1, recs...)}) // evicts the others
+	awaitDurable(b, l)
+	b.ResetTimer()
+	for range b.N {
+		for lo := uint64(2); lo < entries+2; {
+			ents, err := l.Entries(lo, entries+2, maxMsgSize)
+			if err != nil || len(ents) == 0 {
+				b.Fatalf("entries from %d: %d, %v", lo, len(ents), err)
+			}
+			lo += uint64(len(ents))
+		}
+	}
+	b.ReportMetric(float64(b.N*entries)/b.Elapsed().Seconds(), "entries/s")
+}

@@ -59,14 +59,19 @@ type Span struct {
 	b   []byte
 }
 
-// ReadSpan reads back the bytes of segment seq from off to end, into a
-// buffer of their own. They must be written, as ReadFrame's frame must.
-func (l *Log) ReadSpan(seq uint32, off, end int64) (Span, error) {
+// ReadSpan reads back the bytes of segment seq from off to end into
+// *buf, grown if it is too small and kept for the next read, as
+// ReadFrameInto does: the span is valid until then. They must be
+// written, as ReadFrame's frame must.
+func (l *Log) ReadSpan(buf *[]byte, seq uint32, off, end int64) (Span, error) {
 	f, err := l.reader(seq)
 	if err != nil {
 		return Span{}, err
 	}
-	b := make([]byte, end-off)
+	if int64(cap(*buf)) < end-off {
+		*buf = make([]byte, end-off)
+	}
+	b := (*buf)[:end-off]
 	if _, err := f.ReadAt(b, off); err != nil {
 		return Span{}, fmt.Errorf("segment: reading %s at %d: %w", l.segPath(seq), off, err)
 	}
@@ -74,7 +79,9 @@ func (l *Log) ReadSpan(seq uint32, off, end int64) (Span, error) {
 }
 
 // Frame checks the frame of size bytes at off, within the span, as
-// ReadFrame does, and returns its payload, which aliases the span.
+// ReadFrame does, and returns its payload, which aliases the span: a
+// caller that keeps it past the next read into the span's buffer copies
+// it.
 func (s Span) Frame(off int64, size int) ([]byte, error) {
 	at := off - s.off
 	if at < 0 || at+int64(size) > int64(len(s.b)) {
