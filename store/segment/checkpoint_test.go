@@ -180,6 +180,47 @@ func TestClusterFramesReplay(t *testing.T) {
 	}
 }
 
+// TestReadsAcrossManySegments: frames read back at once from more
+// segments than the log keeps descriptors for (maxReaders) each read as
+// written. A read closed another's descriptor for its own between that
+// one's look-up and its read, which failed on a closed file.
+func TestReadsAcrossManySegments(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := openFrames(t, dir, segment.Options{SegmentSize: 4096})
+	startCluster(t, l, "first")
+	var groups []written
+	for i := range 200 {
+		groups = append(groups, appendGroup(t, l, fmt.Sprintf("entry %d %s", i, strings.Repeat("x", 1500))))
+		segtest.WaitDurable(t, l, groups[i].lsn)
+	}
+	if segs := groups[len(groups)-1].seg - groups[0].seg + 1; segs < 40 {
+		t.Fatalf("the frames are in %d segments, want more than twice maxReaders", segs)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for r := range 8 {
+		wg.Go(func() {
+			var buf []byte
+			for k := range 2000 {
+				g := groups[(k*7919+r*104729)%len(groups)]
+				got, err := l.ReadFrameInto(&buf, g.seg, g.off, len(g.frame))
+				if err == nil && !bytes.Equal(got, g.frame[segment.FrameHeader:]) {
+					err = fmt.Errorf("the frame at %d:%d read back otherwise", g.seg, g.off)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
 // TestClusterTornTail: a frame torn at the end of the log is cut off at
 // reopen; a damaged frame before the end refuses the start unless damaged
 // frames are skipped.

@@ -97,9 +97,10 @@ type Log struct {
 	done      chan struct{}    // closed when the writer goroutine ends
 
 	// Descriptors for reading frames back (ReadFrame), by segment,
-	// guarded by readMu; the writer closes a segment's before it removes
+	// guarded by readMu: held shared while one is read, whole to open or
+	// close one (readAt); the writer closes a segment's before it removes
 	// the file.
-	readMu  sync.Mutex
+	readMu  sync.RWMutex
 	readers map[uint32]*os.File
 }
 

@@ -22,16 +22,12 @@ func (l *Log) ReadFrame(seq uint32, off int64, size int) ([]byte, error) {
 // streams many frames back (a snapshot's records) reads them so, rather
 // than leave a buffer per frame to the collector.
 func (l *Log) ReadFrameInto(buf *[]byte, seq uint32, off int64, size int) ([]byte, error) {
-	f, err := l.reader(seq)
-	if err != nil {
-		return nil, err
-	}
 	if cap(*buf) < size {
 		*buf = make([]byte, size)
 	}
 	b := (*buf)[:size]
-	if _, err := f.ReadAt(b, off); err != nil {
-		return nil, fmt.Errorf("segment: reading %s at %d: %w", l.segPath(seq), off, err)
+	if err := l.readAt(seq, b, off); err != nil {
+		return nil, err
 	}
 	return l.checkFrame(seq, off, b)
 }
@@ -64,16 +60,12 @@ type Span struct {
 // ReadFrameInto does: the span is valid until then. They must be
 // written, as ReadFrame's frame must.
 func (l *Log) ReadSpan(buf *[]byte, seq uint32, off, end int64) (Span, error) {
-	f, err := l.reader(seq)
-	if err != nil {
-		return Span{}, err
-	}
 	if int64(cap(*buf)) < end-off {
 		*buf = make([]byte, end-off)
 	}
 	b := (*buf)[:end-off]
-	if _, err := f.ReadAt(b, off); err != nil {
-		return Span{}, fmt.Errorf("segment: reading %s at %d: %w", l.segPath(seq), off, err)
+	if err := l.readAt(seq, b, off); err != nil {
+		return Span{}, err
 	}
 	return Span{l: l, seq: seq, off: off, b: b}, nil
 }
@@ -90,10 +82,34 @@ func (s Span) Frame(off int64, size int) ([]byte, error) {
 	return s.l.checkFrame(s.seq, off, s.b[at:at+int64(size)])
 }
 
-// reader returns a descriptor to read segment seq, opened if need be.
-func (l *Log) reader(seq uint32) (*os.File, error) {
-	l.readMu.Lock()
-	defer l.readMu.Unlock()
+// readAt reads b from off in segment seq, with the segment's read
+// descriptor, opened if need be. The descriptor stays open while it reads
+// (readMu, shared): another read closed it for one of its own
+// (maxReaders) at times, between its look-up and its read, and the read
+// failed on a closed file.
+func (l *Log) readAt(seq uint32, b []byte, off int64) error {
+	l.readMu.RLock()
+	f := l.readers[seq]
+	if f != nil {
+		defer l.readMu.RUnlock()
+	} else {
+		l.readMu.RUnlock()
+		l.readMu.Lock()
+		defer l.readMu.Unlock()
+		var err error
+		if f, err = l.readerLocked(seq); err != nil {
+			return err
+		}
+	}
+	if _, err := f.ReadAt(b, off); err != nil {
+		return fmt.Errorf("segment: reading %s at %d: %w", l.segPath(seq), off, err)
+	}
+	return nil
+}
+
+// readerLocked returns a descriptor to read segment seq, opened if need
+// be. readMu must be held whole.
+func (l *Log) readerLocked(seq uint32) (*os.File, error) {
 	if f := l.readers[seq]; f != nil {
 		return f, nil
 	}
