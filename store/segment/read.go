@@ -86,22 +86,37 @@ func (s Span) Frame(off int64, size int) ([]byte, error) {
 // descriptor, opened if need be. The descriptor stays open while it reads
 // (readMu, shared): another read closed it for one of its own
 // (maxReaders) at times, between its look-up and its read, and the read
-// failed on a closed file.
+// failed on a closed file. readMu is held whole only to open or close a
+// descriptor, not across a read (the writer closes one before a removal):
+// a descriptor opened here and closed by another before this read takes
+// it is opened again, and the third time read under the whole lock.
 func (l *Log) readAt(seq uint32, b []byte, off int64) error {
-	l.readMu.RLock()
-	f := l.readers[seq]
-	if f != nil {
-		defer l.readMu.RUnlock()
-	} else {
+	for try := 0; ; try++ {
+		l.readMu.RLock()
+		f := l.readers[seq]
+		if f != nil {
+			_, err := f.ReadAt(b, off)
+			l.readMu.RUnlock()
+			return l.readError(seq, off, err)
+		}
 		l.readMu.RUnlock()
 		l.readMu.Lock()
-		defer l.readMu.Unlock()
-		var err error
-		if f, err = l.readerLocked(seq); err != nil {
+		f, err := l.readerLocked(seq)
+		if err != nil || try == 2 {
+			if err == nil {
+				_, err = f.ReadAt(b, off)
+				err = l.readError(seq, off, err)
+			}
+			l.readMu.Unlock()
 			return err
 		}
+		l.readMu.Unlock()
 	}
-	if _, err := f.ReadAt(b, off); err != nil {
+}
+
+// readError is a read's error, naming the segment, or nil.
+func (l *Log) readError(seq uint32, off int64, err error) error {
+	if err != nil {
 		return fmt.Errorf("segment: reading %s at %d: %w", l.segPath(seq), off, err)
 	}
 	return nil
