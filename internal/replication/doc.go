@@ -228,7 +228,9 @@
 // reads is an index of the entries held (term, segment, offset, size) over
 // those files, with the newest entries in memory (every one not yet
 // durable, and 8 MiB more): the log is never held in memory twice, and an
-// older entry is read back from its segment (pread) and checked.
+// older entry is read back from its segment (pread) and checked; entries
+// written one after another (a replay, a follower catching up) are read
+// a run at a time, up to 1 MiB in one pread (GroupLog.spanLocked).
 //
 // # Snapshots and a bounded log
 //
