@@ -22,14 +22,11 @@ func (l *Log) ReadFrame(seq uint32, off int64, size int) ([]byte, error) {
 // streams many frames back (a snapshot's records) reads them so, rather
 // than leave a buffer per frame to the collector.
 func (l *Log) ReadFrameInto(buf *[]byte, seq uint32, off int64, size int) ([]byte, error) {
-	if cap(*buf) < size {
-		*buf = make([]byte, size)
-	}
-	b := (*buf)[:size]
-	if err := l.readAt(seq, b, off); err != nil {
+	span, err := l.ReadSpan(buf, seq, off, off+int64(size))
+	if err != nil {
 		return nil, err
 	}
-	return l.checkFrame(seq, off, b)
+	return span.Frame(off, size)
 }
 
 // checkFrame checks b, the frame read back from off in segment seq, and
@@ -102,15 +99,14 @@ func (l *Log) readAt(seq uint32, b []byte, off int64) error {
 		l.readMu.RUnlock()
 		l.readMu.Lock()
 		f, err := l.readerLocked(seq)
-		if err != nil || try == 2 {
-			if err == nil {
-				_, err = f.ReadAt(b, off)
-				err = l.readError(seq, off, err)
-			}
-			l.readMu.Unlock()
-			return err
+		if err == nil && try == 2 {
+			_, err = f.ReadAt(b, off)
+			err = l.readError(seq, off, err)
 		}
 		l.readMu.Unlock()
+		if err != nil || try == 2 {
+			return err
+		}
 	}
 }
 
