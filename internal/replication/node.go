@@ -1170,10 +1170,10 @@ func (n *Node) restore(a Action) bool {
 // its engine was not made yet: internal/member's closeClients, fixed).
 // A holder whose close is on its way is waited out, a pause before each
 // close again (the router's Detach waits for the closes of its owner
-// clients under way since then too); the error names the tube and a holder (an owner
-// client: its member, session, group, whether it was closed). A member
-// that stops loses every group it holds, where a second close costs a
-// moment.
+// clients under way since then too); the error names the tube and a
+// holder (an owner client: its member, session, group, whether it was
+// closed). A member that stops loses every group it holds, where a
+// second close costs a moment.
 func (n *Node) resetStore() error {
 	err := n.state.Reset()
 	for try := 0; try < resetTries && errors.Is(err, store.ErrClientsHold) && n.cfg.CloseClients != nil; try++ {

@@ -902,7 +902,7 @@ func TestSpanRuns(t *testing.T) {
 		{"past maxSpan", []entryMeta{at(1, 0, maxSpan/2), at(1, maxSpan/2, maxSpan/2), at(1, maxSpan, k)}, 3, maxSpan},
 	} {
 		l := &GroupLog{ents: c.ents}
-		if j, end := l.spanLocked(1, uint64(len(c.ents))+1); j != c.j || end != c.end {
+		if j, end, _ := l.spanLocked(1, uint64(len(c.ents))+1); j != c.j || end != c.end {
 			t.Errorf("%s: the run ends before %d at %d, want %d at %d", c.what, j, end, c.j, c.end)
 		}
 	}

@@ -437,7 +437,7 @@ func (l *GroupLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 	}
 	ents := make([]*pb.Entry, 0, n)
 	for i, last := lo, lo+uint64(n); i < last; {
-		j, end := l.spanLocked(i, last)
+		j, end, own := l.spanLocked(i, last)
 		if j == i+1 {
 			e, err := l.entryLocked(i)
 			if err != nil {
@@ -450,7 +450,7 @@ func (l *GroupLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		// Entries written one after another, not cached (a replay, a
 		// follower catching up): one read for them all, where a read
 		// each took most of a rebuild's reading.
-		if err := l.readSpanLocked(&ents, i, j, end); err != nil {
+		if err := l.readSpanLocked(&ents, i, j, end, own); err != nil {
 			return nil, err
 		}
 		i = j
@@ -459,17 +459,14 @@ func (l *GroupLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 }
 
 // readSpanLocked appends held entries i to j, not cached, to *ents, read
-// with one read of their segment up to end (spanLocked). An entry kept
+// with one read of their segment up to end, own bytes of it theirs
+// (spanLocked). An entry kept
 // (in a message queued to a peer) keeps what its data aliases: the run's
 // buffer when the run is its frames alone, or nearly (a group's log with
 // no other group's frames between); else a copy of its frame, as a read
 // of its own made it, from a buffer shared for the read.
-func (l *GroupLog) readSpanLocked(ents *[]*pb.Entry, i, j uint64, end int64) error {
+func (l *GroupLog) readSpanLocked(ents *[]*pb.Entry, i, j uint64, end, own int64) error {
 	first := &l.ents[i-l.prevIndex-1]
-	own := int64(0)
-	for k := i; k < j; k++ {
-		own += int64(l.ents[k-l.prevIndex-1].size)
-	}
 	dense := end-first.off-own <= own/8
 	var buf *[]byte
 	if dense {
@@ -508,15 +505,15 @@ var spanBuffers = sync.Pool{New: func() any { return new([]byte) }}
 // read takes from their segment: none cached, in one segment, each after
 // the one before, in at most maxSpan bytes, of which other groups' frames
 // between them are no more than the run's own and spanSlack; j is the
-// first after it and end where its last frame ends. A run of one
-// (j = i+1) is read alone, cached or not.
-func (l *GroupLog) spanLocked(i, last uint64) (j uint64, end int64) {
+// first after it, end where its last frame ends and own the bytes of its
+// frames. A run of one (j = i+1) is read alone, cached or not.
+func (l *GroupLog) spanLocked(i, last uint64) (j uint64, end, own int64) {
 	m := &l.ents[i-l.prevIndex-1]
 	if m.ent != nil {
-		return i + 1, 0
+		return i + 1, 0, 0
 	}
 	end = m.off + int64(m.size)
-	own := int64(m.size)
+	own = int64(m.size)
 	for j = i + 1; j < last; j++ {
 		k := &l.ents[j-l.prevIndex-1]
 		next := k.off + int64(k.size)
@@ -526,7 +523,7 @@ func (l *GroupLog) spanLocked(i, last uint64) (j uint64, end int64) {
 		}
 		end, own = next, own+int64(k.size)
 	}
-	return j, end
+	return j, end, own
 }
 
 // maxSpan bounds a read of many entries' frames (spanLocked): about what
