@@ -907,3 +907,64 @@ func TestSpanRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleGroupKeepsItsBase: a group with nothing live that stops writing
+// while another group writes on compacts every entry away (its last ones
+// are older than the newest retainSegments segments); its log still
+// begins where it did after a restart, every time, and it holds no more
+// of the old segments than an active group would. Before the group
+// marked its base (markBaseLocked) a restart replayed it as a new
+// member's log: its acknowledged entries and commit index forgotten.
+func TestIdleGroupKeepsItsBase(t *testing.T) {
+	cfg := testWALConfig(t.TempDir(), []uint64{1}, 1024)
+	cfg.Wal.SegmentSize = 4 << 10
+	s := openShared(t, cfg)
+	zero, idle := s.Group(0), attach(t, s, 1, []uint64{1})
+	for i := uint64(2); i <= 21; i++ { // a put and its delete: nothing live
+		r := wal.Record{Kind: wal.KindFull, ID: 1<<40 | i, Tube: "t", State: wal.StateReady, Body: []byte("b\r\n")}
+		idle.Append([]*pb.Entry{entry(i, 1, r, wal.Record{Kind: wal.KindDelete, ID: 1<<40 | i})})
+	}
+	commit(idle, 21)
+	awaitDurable(t, idle)
+	next := uint64(2)
+	busy := func(n int) { // group 0 writes; the idle group compacts at each tick, as a node does
+		for range n {
+			zero.Append([]*pb.Entry{entry(next, 1, wal.Record{Kind: wal.KindIDs, ID: next})})
+			commit(zero, next)
+			zero.Compact(next)
+			if next%20 == 0 {
+				s.Group(1).Compact(21)
+			}
+			awaitDurable(t, zero)
+			next++
+		}
+	}
+	restart := func(when string) {
+		t.Helper()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s = openShared(t, cfg)
+		zero = s.Group(0)
+		l := s.Group(1)
+		hs, _, _ := l.InitialState()
+		first, _ := l.FirstIndex()
+		last, _ := l.LastIndex()
+		term, err := l.Term(21)
+		if first != 22 || last != 21 || hs.GetCommit() != 21 || err != nil || term != 1 {
+			t.Fatalf("%s: the idle group's log is %d..%d, commit %d, term of 21 %d (%v); want 22..21, commit 21, term 1",
+				when, first, last, hs.GetCommit(), term, err)
+		}
+	}
+	busy(400)
+	if first, _ := s.Group(1).FirstIndex(); first != 22 {
+		t.Fatalf("the idle group kept its entries from %d: the test compacts nothing", first)
+	}
+	restart("after its entries were compacted")
+	busy(800) // its mark gets old, and is written again
+	st := s.Group(1).Stats()
+	if held := st.CurrentIndex - st.OldestIndex + 1; held > retainSegments+3 {
+		t.Errorf("the log keeps segments %d..%d: the idle group's mark holds the old ones", st.OldestIndex, st.CurrentIndex)
+	}
+	restart("after its mark was written again")
+}

@@ -141,6 +141,13 @@ type GroupLog struct {
 	baseSeg   uint32
 	baseLive  int
 	headMaxID uint64
+	// The segment of the last snapshot frame at prevIndex (markIndex)
+	// the log wrote or replayed, 0 for none: with no head and no entry
+	// held, it is the only frame that says where the group's log begins,
+	// and the group holds its segment (holdLocked, markBaseLocked).
+	// Guarded by mu.
+	markSeg   uint32
+	markIndex uint64
 
 	// pins counts, by segment, what needs every segment from that one on
 	// besides the log itself: a snapshot's view, a spool. Guarded by mu.
@@ -341,6 +348,7 @@ func (l *GroupLog) replay(kind wal.Kind, body []byte, f segment.Frame) error {
 			l.baseSeg = l.head[0].seg
 		}
 		l.prevIndex, l.prevTerm, l.ents = index, term, nil
+		l.markSeg, l.markIndex = f.Seg, index
 		l.cs, l.book.Index = cs, index
 		l.sawLog = true
 	default:
@@ -861,6 +869,7 @@ func (l *GroupLog) InstallSnapshot(snap *pb.Snapshot) {
 		l.head = nil
 	}
 	l.prevIndex, l.prevTerm, l.ents = index, md.GetTerm(), nil
+	l.markSeg, l.markIndex = seg, index
 	l.folded, l.liveFrom, l.cacheFrom = index, index+1, index+1
 	l.headClock = sp.clock
 	l.clock, l.clockFrom = sp.clock, index+1
@@ -1131,7 +1140,34 @@ func (l *GroupLog) Compact(applied uint64) {
 		l.ents = l.ents[n:]
 		l.compactedLocked()
 	}
+	l.markBaseLocked()
 	l.holdLocked()
+}
+
+// markBaseLocked writes a snapshot frame of no records at prevIndex when
+// the group holds neither a head nor an entry (an idle group whose last
+// entries are older than the newest retainSegments segments, while other
+// groups write): it is then the one frame left that says where the
+// group's log begins, and without it a restart would replay the group
+// as a new member's log, its acknowledged entries forgotten. Written
+// again, in the segment being written, once the last one is older than
+// those segments, so that an idle group holds no more of them than an
+// active one. Not while a snapshot is being received, whose head frames
+// a snapshot frame of the same index would take as its own.
+func (l *GroupLog) markBaseLocked() {
+	if l.head != nil || len(l.ents) > 0 || l.spool != nil || l.dropped || l.prevIndex == 0 {
+		return
+	}
+	if l.markSeg != 0 && l.markIndex == l.prevIndex {
+		if floor := l.s.retainFloor(); floor == 0 || l.markSeg >= floor {
+			return
+		}
+	}
+	index, term, cs := l.prevIndex, l.prevTerm, l.cs
+	l.markSeg = l.appendStateLocked(write{size: snapshotFrameSize(cs), frames: 1, encode: func(b []byte) []byte {
+		return appendSnapshotFrame(b, l.wtag, index, term, cs, 0, 0)
+	}})
+	l.markIndex = index
 }
 
 // dedupHorizonLocked is the latest entry time whose keys a store no
@@ -1252,10 +1288,11 @@ func (l *GroupLog) unliveLocked(p placed) {
 
 // holdLocked tells the shared log the first segment the group needs: its
 // head's, or its first entry's (each entry is in a segment no older than
-// the one before it), or when it holds neither the one the log last wrote
-// to, so that its next write lands in a segment held already; or an older
-// one a view or a spool pinned. The segment log keeps from the smallest
-// of the groups'.
+// the one before it), or when it holds neither its base's mark
+// (markBaseLocked), or without one the one the log last wrote to, so that
+// its next write lands in a segment held already; or an older one a view
+// or a spool pinned. The segment log keeps from the smallest of the
+// groups'.
 func (l *GroupLog) holdLocked() {
 	seg := l.s.lastSegment()
 	switch {
@@ -1263,6 +1300,8 @@ func (l *GroupLog) holdLocked() {
 		seg = l.baseSeg
 	case len(l.ents) > 0:
 		seg = l.ents[0].seg
+	case l.markSeg != 0 && l.markIndex == l.prevIndex:
+		seg = l.markSeg
 	}
 	for pinned := range l.pins {
 		seg = min(seg, pinned)
