@@ -91,6 +91,20 @@ type Link struct {
 	// looks for its own only when there are some. Changed with mu held;
 	// a hand-out on this member's store (Handed) reads it without.
 	declines atomic.Int32
+	// offered are the offers its waits took of the last closeRecall,
+	// oldest first. A wait sent again (LeaderChanged) to a leader that
+	// kept its answer, or that adopted the job with a handover, brings
+	// the same offer again: the session has that job, or declined it
+	// already, so it is not declined again (handle). Guarded by mu.
+	offered []offerTaken
+}
+
+// offerTaken is an offer of job to session's wait in a group, taken by
+// the wait at.
+type offerTaken struct {
+	key       sessionKey
+	wait, job uint64
+	at        time.Time
 }
 
 // closedSession is a session's close in a group, or its decline of a job
@@ -743,18 +757,44 @@ func (l *Link) handle(from uint64, it *Item) {
 	if c != nil && handsOut(it) && (c.kind == KindWait || reserves(c.op)) {
 		l.handedLocked(sessionKey{it.Session, it.Group}, jobOf(it))
 	}
+	offer := it.Kind == KindEvent && it.Event.Type == EventOffer
+	again := false
+	if offer {
+		again = l.offerTakenLocked(c != nil, offerTaken{key: sessionKey{it.Session, it.Group},
+			wait: it.Event.Wait, job: it.Event.Job.ID})
+	}
 	l.dropLocked(c)
 	l.releaseLocked(c)
 	l.mu.Unlock()
 	switch {
 	case c != nil:
 		c.done(it)
-	case it.Kind == KindEvent && it.Event.Type == EventOffer:
+	case offer && !again:
 		d := l.declined(it.Session, it.Group, it.Event.Wait, it.Event.Job.ID)
 		if !sendItem(l.cfg.Send, from, &d) {
 			l.markUnposted(it.Group)
 		}
 	}
+}
+
+// offerTakenLocked keeps o, an offer a wait took (taken), and reports
+// whether o came before, taken by its wait: an offer no wait takes is
+// declined unless it did. l.mu must be held.
+func (l *Link) offerTakenLocked(taken bool, o offerTaken) bool {
+	now := time.Now()
+	i := 0
+	for i < len(l.offered) && now.Sub(l.offered[i].at) > closeRecall {
+		i++
+	}
+	l.offered = l.offered[i:]
+	if taken {
+		o.at = now
+		l.offered = append(l.offered, o)
+		return false
+	}
+	return slices.ContainsFunc(l.offered, func(t offerTaken) bool {
+		return t.key == o.key && t.wait == o.wait && t.job == o.job
+	})
 }
 
 // rerouteUnlock sends c, answered StatusWrongGroup, again after
