@@ -174,11 +174,15 @@ func (r *crossReserve) bestLocked(gen, i int, it *Item) {
 
 // againLocked starts the reserve over once moveRetry has passed, across
 // the groups its watched tubes live in then: one of its groups answered
-// that a watched tube is moving. Its waits still open are cancelled.
+// that a watched tube is moving. Its waits still open are cancelled; its
+// timer goes on meanwhile (a tube may stay frozen for a move's whole
+// span), and its rounds count afresh.
 func (r *crossReserve) againLocked() {
 	r.cancelWaitsLocked()
 	r.state = crossTaking
 	r.gen++
+	r.round = 0
+	r.armLocked(r.soonAt())
 	gen := r.gen
 	time.AfterFunc(moveRetry, func() {
 		r.mu.Lock()
@@ -275,20 +279,29 @@ func (r *crossReserve) waitLocked() {
 			})
 		})
 	}
-	var soonAt time.Time
-	if r.hasSoon {
-		soonAt = r.started.Add(r.soon)
-	}
-	r.armLocked(soonAt)
+	r.armLocked(r.soonAt())
 }
 
-// armLocked starts the timer that ends the wait: at its timeout, or at
-// soonAt (zero: never), when a job the session holds comes near its
-// TTR's end, whichever is first. At soonAt the session's estimate is
-// asked again: a job its group's new leader said the session no longer
-// holds (Session.askHeld) owes no DEADLINE_SOON, and the timer goes on
-// to what is due then.
+// soonAt is when a job the session holds in another group first comes
+// near its TTR's end, as estimated when the reserve began; zero: never.
+func (r *crossReserve) soonAt() time.Time {
+	if !r.hasSoon {
+		return time.Time{}
+	}
+	return r.started.Add(r.soon)
+}
+
+// armLocked starts the timer that ends the wait, or a start over's
+// rounds (againLocked): at its timeout, or at soonAt (zero: never), when
+// a job the session holds comes near its TTR's end, whichever is first.
+// At soonAt the session's estimate is asked again: a job its group's new
+// leader said the session no longer holds (Session.askHeld) owes no
+// DEADLINE_SOON, and the timer goes on to what is due then. A take on
+// its way as it fires brings a job declined when it comes (takeLocked).
 func (r *crossReserve) armLocked(soonAt time.Time) {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
 	end, res, timed := r.started.Add(r.timeout), store.TimedOut, r.timeout >= 0
 	if !soonAt.IsZero() && (!timed || !soonAt.After(end)) {
 		end, res, timed = soonAt, store.DeadlineSoon, true
@@ -296,10 +309,11 @@ func (r *crossReserve) armLocked(soonAt time.Time) {
 	if !timed {
 		return
 	}
+	gen := r.gen
 	r.timer = time.AfterFunc(time.Until(end), func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if r.state != crossWaiting {
+		if r.state == crossDone || r.gen != gen {
 			return
 		}
 		if res == store.DeadlineSoon && r.soonest != nil {

@@ -510,3 +510,53 @@ func TestCrossReserveRaces(t *testing.T) {
 		}
 	})
 }
+
+// TestOfferAgainNotDeclined: a wait sent again (its stream reopened,
+// Link.LeaderChanged) while the group's offer is on its way is answered
+// with that offer again (the group keeps its answer for a request sent
+// again); the first one ends the reserve, and the second must not be
+// declined as an offer nobody waits for: that would make ready a job the
+// client was handed.
+func TestOfferAgainNotDeclined(t *testing.T) {
+	n := newCrossNet(t, 2)
+	var seq atomic.Uint32
+	ends, _ := reserveAcross(n, &seq, -1)
+	testproc.WaitFor(t, 5*time.Second, "a wait in each group", func() bool {
+		return n.stores[2].Stats().Waiting == 1 && n.stores[3].Stats().Waiting == 1
+	})
+	n.hold(2)
+	id := n.put(t, 2, "a", 1)
+	testproc.WaitFor(t, 5*time.Second, "the offer held", func() bool { return n.heldCount(2) == 1 })
+	n.link.LeaderChanged(0) // what a stream opening again does
+	testproc.WaitFor(t, 5*time.Second, "the offer sent again", func() bool { return n.heldCount(2) == 2 })
+	n.release(2)
+	if e := nextEnd(t, ends); e.job == nil || e.job.ID != id {
+		t.Fatalf("the reserve ended with %+v, want job %d", e, id)
+	}
+	time.Sleep(200 * time.Millisecond) // a decline would be back by now
+	if ts, _ := n.stores[2].TubeStats([]byte("a")); ts.Reserved != 1 || ts.Ready != 0 {
+		t.Fatalf("job %d handed out, and its group has %d ready, %d reserved", id, ts.Ready, ts.Reserved)
+	}
+}
+
+// TestCrossReserveTimesOutWhileTubeFrozen: a reserve across groups whose
+// watched tube stays frozen by a move (each peek answered
+// StatusWrongGroup, the reserve starting over every moveRetry) still ends
+// at its timeout, as a reserve on one server would.
+func TestCrossReserveTimesOutWhileTubeFrozen(t *testing.T) {
+	n := newCrossNet(t, 2)
+	n.servers[2].cfg.Frozen = func(uint16) (func([]byte) bool, bool) {
+		return func(b []byte) bool { return string(b) == "a" }, true
+	}
+	var seq atomic.Uint32
+	start := time.Now()
+	ends, _ := reserveAcross(n, &seq, 200*time.Millisecond)
+	select {
+	case e := <-ends:
+		if e.res != store.TimedOut || time.Since(start) < 200*time.Millisecond {
+			t.Fatalf("%+v after %v, want TIMED_OUT after 200ms", e, time.Since(start))
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatalf("no answer after 2s, %d items sent", seq.Load())
+	}
+}
