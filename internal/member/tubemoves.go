@@ -234,26 +234,34 @@ func (m *Member) movedFrom(g uint16) []uint16 {
 }
 
 // groupOfJob is the group of id's prefix, unless tubes moved from it and
-// this member's replica of a group they moved to holds the job (the
-// admin API's route by id: it asks one group; the protocol's commands ask
-// the id's group, then the others at once, router.Session.sendSearching).
+// this member's replica of a group they moved to holds the job, or its
+// replica of the id's group does not and tubes went to only one group
+// this member holds no replica of (the admin API's route by id: it asks
+// one group, whose leader does not route a forwarded request again; the
+// protocol's commands ask the id's group, then the others at once,
+// router.Session.sendSearching).
 func (m *Member) groupOfJob(id uint64) (uint16, bool) {
 	g, ok := m.shards.routing.Load().state.GroupOfID(id)
 	if !ok {
 		return 0, false
 	}
+	home := m.shards.node(g)
+	gone := home != nil && !home.Store().Holds(id)
+	var unseen []uint16 // where tubes went that this member cannot look
 	for _, to := range m.movedFrom(g) {
 		n := m.shards.node(to)
 		if n == nil {
+			unseen = append(unseen, to)
 			continue
 		}
 		// A copy taken ahead of a move's freeze is not the job: its
 		// source serves it still.
-		if tube, ok := n.Store().TubeOfJob(id); ok && !isStaged(n, tube) {
-			if home := m.shards.node(g); home == nil || !home.Store().Holds(id) {
-				return to, true
-			}
+		if tube, ok := n.Store().TubeOfJob(id); ok && !isStaged(n, tube) && (home == nil || gone) {
+			return to, true
 		}
+	}
+	if gone && len(unseen) == 1 {
+		return unseen[0], true
 	}
 	return g, true
 }

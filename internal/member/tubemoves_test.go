@@ -1407,3 +1407,30 @@ func wantRefused(t *testing.T, via *Member, g uint16, path string, body []byte, 
 		t.Fatalf("%s: %v, want 409", what, err)
 	}
 }
+
+// TestAdminFindsMovedJobOfFive: with five members and three replicas a
+// group, a member that holds the group a job's id names but not the one
+// its tube moved to still finds the job through the admin API: its
+// replica of the id's group does not hold it, so it is where the tube
+// went. Before, such a member asked the id's group's leader, which would
+// not forward a forwarded request again: 503 for as long as one asked.
+func TestAdminFindsMovedJobOfFive(t *testing.T) {
+	c := newClusterOf(t, 5, 5, 3)
+	c.finalized()
+	p := c.up["m1"].shards.placement
+	tube := tubePerGroup(p, "moved")[1]
+	conn := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
+	expectLine(t, conn, "use "+tube, "USING "+tube)
+	id, err := conn.Put(5, 0, 60, []byte("moved"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _, b := moveTubeThrough(t, c.up["m1"], tube, 2); st != http.StatusOK {
+		t.Fatalf("the move: %d %s", st, b)
+	}
+	for _, name := range []string{"m1", "m2", "m3", "m4", "m5"} {
+		testproc.WaitFor(t, 10*time.Second, "job "+strconv.FormatUint(id, 10)+" through "+name, func() bool {
+			return api(t, c.up[name], fmt.Sprintf("/api/v1/jobs/%d", id)).Status == http.StatusOK
+		})
+	}
+}
