@@ -2,6 +2,7 @@ package segment_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -264,6 +265,37 @@ func TestClusterTornTail(t *testing.T) {
 	segtest.CloseUnstarted(t, l)
 	if got := entriesOf(frames); len(got) != 38 {
 		t.Fatalf("%d entries skipping one damaged, want 38", len(got))
+	}
+}
+
+// TestDamagedLengthInLastSegment: a frame of the last segment whose
+// length is above Options.MaxPayload (a single node's log sets it),
+// followed by good frames, is damage that refuses the start, not a torn
+// tail whose cut would take the acknowledged frames after it (found by a
+// reviewing helper).
+func TestDamagedLengthInLastSegment(t *testing.T) {
+	dir := t.TempDir()
+	opts := segment.Options{SegmentSize: 1 << 20, MaxPayload: 1 << 16}
+	l, _ := openFrames(t, dir, opts)
+	startCluster(t, l, "cp")
+	var groups []written
+	for i := range 10 {
+		groups = append(groups, appendGroup(t, l, fmt.Sprintf("entry %d %s", i, strings.Repeat("y", 100))))
+	}
+	segtest.WaitDurable(t, l, groups[9].lsn)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(segPath(dir, groups[3].seg), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(binary.LittleEndian.AppendUint32(nil, 0x7fffffff), groups[3].off); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, frames, err := tryOpenFrames(dir, opts); !errors.As(err, new(*segment.DamageError)) {
+		t.Fatalf("opened with %d entries, %v: a damaged length taken for a torn tail", len(entriesOf(frames)), err)
 	}
 }
 
