@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/internal/meta"
 	"github.com/sproutmq/sprout/store"
 )
@@ -276,5 +277,40 @@ func TestLeaderElectedAgain(t *testing.T) {
 	reportTerm(6)
 	if !resent(1, seq1) {
 		t.Error("group 1's leader elected again (its report's term) was not sent the put it had taken")
+	}
+}
+
+// TestHeldInTheGroupThatAnswered: a job keeps its id when its tube
+// moves, so a session's reservation of it is the answering group's, not
+// its id's: a reserve in the id's group then bounds its wait by the job's
+// TTR (SoonElsewhere), and a leader change of the answering group asks
+// about it there. Before, the session filed it under its id's group.
+func TestHeldInTheGroupThatAnswered(t *testing.T) {
+	placement, err := meta.Formation([]meta.Member{{Name: "m1", ID: 1}, {Name: "m2", ID: 2}}, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRouter(RouterConfig{
+		Self:      1,
+		Placement: func() *meta.State { return placement },
+		Serving:   func(uint16) *store.Store { return nil },
+		Leader:    func(uint16) (uint64, bool) { return 2, true },
+		Send:      (&sentItems{t: t}).send,
+	})
+	defer r.Close()
+	s := r.NewQueue(nil).(*Session)
+	defer s.Close()
+	const id = 7 // prefix 0: group 0's id
+	if g, _ := r.groupOfID(id); g != 0 {
+		t.Fatalf("job %d is group %d's by its id", id, g)
+	}
+	var a engine.Answer
+	s.reserveAnswer(&Item{Kind: KindReply, Group: 1, Reply: Reply{Status: StatusOK, Result: ResultJob,
+		Job: JobReply{ID: id, TTR: 2, Body: []byte("j\r\n")}}}, &a)
+	if _, ok := s.soonest(0); !ok {
+		t.Error("a reserve in group 0 does not count job 7, held from group 1")
+	}
+	if _, ok := s.soonest(1); ok {
+		t.Error("a reserve in group 1 counts job 7 as held elsewhere")
 	}
 }

@@ -123,10 +123,9 @@ type heldJob struct {
 	deadline time.Time // the estimate: when its reply came, plus its TTR
 }
 
-// holdJob notes that the session reserved job j (of the group its id
-// names).
-func (s *Session) holdJob(j *JobReply) {
-	g, _ := s.r.groupOfID(j.ID)
+// holdJob notes that the session reserved job j in group g: the group
+// that answered, which is not the one its id names once its tube moved.
+func (s *Session) holdJob(j *JobReply, g uint16) {
 	ttr := time.Duration(j.TTR) * time.Second
 	s.mu.Lock()
 	if s.held == nil {
@@ -790,7 +789,7 @@ func (s *Session) reserveAnswer(it *Item, a *engine.Answer) {
 	case StatusOK:
 		a.Reserve = store.Reserved
 		jobAnswer(it, a)
-		s.holdJob(&it.Reply.Job)
+		s.holdJob(&it.Reply.Job, it.Group)
 	case StatusDeadlineSoon:
 		a.Reserve = store.DeadlineSoon
 	default:
@@ -848,12 +847,12 @@ func (s *Session) newCross(parts []crossPart, timeout time.Duration, seq uint32)
 			return parts
 		}}
 	cr.soon, cr.hasSoon = s.soonest(-1)
-	cr.done = func(j *JobReply, _ uint16, res store.ReserveResult) {
+	cr.done = func(j *JobReply, group uint16, res store.ReserveResult) {
 		s.r.waiting.Add(-1)
 		a := engine.Answer{Reserve: res}
 		if j != nil {
 			a.JobID, a.JobBody = j.ID, j.Body // the crossReserve's copy
-			s.holdJob(j)
+			s.holdJob(j, group)
 		}
 		s.deliver(seq, &a)
 	}
@@ -1085,7 +1084,7 @@ func (s *Session) ReserveJob(id uint64, a *engine.Answer) bool {
 	return s.callByID(Request{Op: OpReserveJob, ID: id}, a, func(it *Item, a *engine.Answer) {
 		jobAnswer(it, a)
 		if a.JobID != 0 {
-			s.holdJob(&it.Reply.Job)
+			s.holdJob(&it.Reply.Job, it.Group)
 		}
 	})
 }

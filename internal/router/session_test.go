@@ -84,8 +84,8 @@ func TestSessionAskHeld(t *testing.T) {
 	}
 	mine, theirs := reserve(s.id, 1), reserve(11, 1)
 	s.seq.Store(2)
-	s.holdJob(&JobReply{ID: mine, TTR: 60})
-	s.holdJob(&JobReply{ID: theirs, TTR: 60})
+	s.holdJob(&JobReply{ID: mine, TTR: 60}, 0)
+	s.holdJob(&JobReply{ID: theirs, TTR: 60}, 0)
 	s.askHeld(0)
 	testproc.WaitFor(t, 5*time.Second, "the job not held forgotten", func() bool { return s.holding() == 1 })
 	s.mu.Lock()
