@@ -114,6 +114,10 @@ type closedSession struct {
 	job  uint64
 	wait uint64
 	at   time.Time
+	// carried: a decline CloseMoved sent on to where its tube went, once:
+	// carried again later, it could take back the job the session was
+	// handed there since.
+	carried bool
 }
 
 // item is the close or the decline, as sent.
@@ -412,26 +416,38 @@ func (l *Link) Closed(session uint64, group uint16) {
 	l.recallLocked(closedSession{key: sk, at: time.Now()})
 }
 
-// CloseMoved recalls the closes of group from's sessions under each group
-// in to, where tubes of from moved, and sends them there: a tube's move
-// gives the reservations of its jobs to their sessions' owner clients in
-// the group it moves to (Server.HolderClients), and a session that closed
-// while its member did not know of the move yet closed only where it had
-// been. Called as the member learns of a move (Router.Replaced); a close
-// that comes before the import has the job go over ready.
+// CloseMoved recalls the closes and declines of group from's sessions
+// under each group in to, where tubes of from moved, and sends them
+// there: a tube's move gives the reservations of its jobs to their
+// sessions' owner clients in the group it moves to
+// (Server.HolderClients), and a session that closed, or declined a job
+// offered, while its member did not know of the move yet did so only
+// where it had been: a decline that reached the source after its export
+// left the job reserved in the destination for a session that never had
+// it. Called as the member learns of a move (Router.Replaced); a close or
+// decline that comes before the import has the job go over ready (the
+// Server notes it for Adopt).
 func (l *Link) CloseMoved(from uint16, to []uint16) {
 	l.mu.Lock()
 	now := time.Now()
+	type declined struct{ session, job, wait uint64 }
 	recalled := make(map[sessionKey]bool)
 	var sessions []uint64
-	for _, c := range l.closed {
-		if c.job != 0 || now.Sub(c.at) > closeRecall {
-			continue
+	var declines []declined
+	for i, c := range l.closed {
+		switch {
+		case now.Sub(c.at) > closeRecall:
+		case c.job != 0:
+			if c.key.group == from && !c.carried {
+				declines = append(declines, declined{c.key.session, c.job, c.wait})
+				l.closed[i].carried = true
+			}
+		default:
+			if c.key.group == from {
+				sessions = append(sessions, c.key.session)
+			}
+			recalled[c.key] = true
 		}
-		if c.key.group == from {
-			sessions = append(sessions, c.key.session)
-		}
-		recalled[c.key] = true
 	}
 	for _, g := range to {
 		for _, session := range sessions {
@@ -440,9 +456,12 @@ func (l *Link) CloseMoved(from uint16, to []uint16) {
 				l.recallLocked(closedSession{key: k, at: now})
 			}
 		}
+		for _, d := range declines {
+			l.recallLocked(closedSession{key: sessionKey{d.session, g}, job: d.job, wait: d.wait, at: now, carried: true})
+		}
 	}
 	l.mu.Unlock()
-	if len(sessions) == 0 {
+	if len(sessions) == 0 && len(declines) == 0 {
 		return
 	}
 	for _, g := range to {

@@ -314,3 +314,30 @@ func TestHeldInTheGroupThatAnswered(t *testing.T) {
 		t.Error("a reserve in group 1 counts job 7 as held elsewhere")
 	}
 }
+
+// TestDeclineCarriedToMovedTube: a session's decline of a job its group
+// offered, made before its member knew the job's tube moved, goes on to
+// the group the tube moved to, once: the move may have exported the job
+// reserved by the session (the decline reaching the source after its
+// export), and the destination then holds it for a session that never
+// had it. Carried again at a later move, it could take back the job the
+// session was handed there since.
+func TestDeclineCarriedToMovedTube(t *testing.T) {
+	sent := &sentItems{t: t}
+	l := NewLink(LinkConfig{Leader: func(g uint16) (uint64, bool) { return uint64(g) + 2, true }, Send: sent.send})
+	l.Decline(7, 1, 40, 99)
+	if got := sent.take(); len(got) != 1 || got[0].Kind != KindDecline || got[0].Group != 1 {
+		t.Fatalf("the decline sent as %+v", got)
+	}
+	l.CloseMoved(1, []uint16{2})
+	got := sent.take()
+	if len(got) != 1 || got[0].Kind != KindDecline || got[0].Group != 2 || got[0].Session != 7 || got[0].Decline.Job != 99 {
+		t.Fatalf("the move sent %+v, want job 99's decline of session 7 in group 2", got)
+	}
+	l.CloseMoved(1, []uint16{2})
+	for _, it := range sent.take() {
+		if it.Kind == KindDecline {
+			t.Fatalf("the decline carried again: %+v", it)
+		}
+	}
+}
