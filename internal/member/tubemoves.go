@@ -867,6 +867,18 @@ func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string,
 	if err != nil {
 		return 0, err
 	}
+	// The commands that passed the freeze's check have run (Refreeze),
+	// but their changes may not be committed yet: exported before, a put
+	// the next leader of the group never had (this one cut off with it)
+	// would be in the tube's new group, its session's resend of it made
+	// there again, unknown to that group's table of request keys: two
+	// jobs of one put (found by a reviewing helper). So the export waits
+	// for the log to acknowledge all that ran.
+	if j, ok := n.Store().Acks().(interface{ Appended() uint64 }); ok {
+		if err := awaitAcked(ctx, n, term, j.Appended()); err != nil {
+			return 0, err
+		}
+	}
 	// The export is the tube's jobs as the group's log has them only if
 	// this member led the group throughout: a leadership lost rebuilds
 	// the store, and is published lost before that begins (and never won
