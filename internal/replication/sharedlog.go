@@ -551,7 +551,6 @@ func (s *SharedLog) Drop(g uint16) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.removeGroupLocked(g)
-	s.holdLocked()
 	s.cp = s.appendCheckpointLocked(s.cp[:0])
 	_, seg, _, err := s.seg.Append(&segment.Group{Size: segment.FrameHeader + 1 + 2 + 8, Checkpoint: s.cp,
 		Encode: func(b []byte) []byte {
@@ -560,6 +559,11 @@ func (s *SharedLog) Drop(g uint16) error {
 			b = binary.LittleEndian.AppendUint64(b, last)
 			return segment.EndFrame(b, start)
 		}})
+	// The group's hold goes only now: released before the frame that
+	// ends the group, an idle log could remove its oldest segments at
+	// once, and a crash before that frame was written would replay the
+	// group from what was left of it.
+	s.holdLocked()
 	if err != nil {
 		return err
 	}
