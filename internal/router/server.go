@@ -558,6 +558,12 @@ func (s *Server) request(key ownerKey, it *Item) {
 		// lost.
 		o.srv.out.add(o.key.member, kept)
 		return
+	case o.takenLocked(it.Seq):
+		// Sent again while it waits to run (backlog) or its answer waits
+		// for the log (replies): that answer goes when it may. Run again,
+		// a change that changed nothing (NOT_FOUND), which keeps no
+		// request key, would change something now.
+		return
 	case !seqAfter(it.Seq, o.barrier):
 		// Sent again, its answer read: the member sent the request
 		// after it only once it had every answer before. But a burn,
@@ -582,6 +588,23 @@ func (s *Server) request(key ownerKey, it *Item) {
 		return
 	}
 	o.runLocked(it)
+}
+
+// takenLocked reports whether the request or wait of sequence seq is
+// taken and not answered yet: queued behind a reserve (backlog), or its
+// answer held for the log (replies).
+func (o *owner) takenLocked(seq uint32) bool {
+	for i := range o.replies {
+		if o.replies[i].item.Seq == seq {
+			return true
+		}
+	}
+	for i := range o.backlog {
+		if o.backlog[i].Seq == seq {
+			return true
+		}
+	}
+	return false
 }
 
 // seqAfter reports whether sequence a comes after b, b 0 meaning none

@@ -1060,3 +1060,43 @@ func TestServerSequenceWraps(t *testing.T) {
 		t.Fatalf("a new owner's first request at sequence 3<<30: %+v", got)
 	}
 }
+
+// TestResentHeldRequestRunsOnce: a pipelined change whose reply still
+// waits for the log when its member sends it again (its stream opened
+// again) is not run again: its reply goes once acknowledged. A change
+// that changed nothing keeps no request key, so nothing else stops a
+// second run: here a delete answered NOT_FOUND (another session held the
+// job) would run again after that session released the job, and delete
+// it (found by a reviewing helper).
+func TestResentHeldRequestRunsOnce(t *testing.T) {
+	j := &gatedJournal{}
+	st := store.New(store.Options{Journal: j, Dedup: true})
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	tube := []byte("q")
+	syncAll := func() {
+		j.mu.Lock()
+		lsn := j.lsn
+		j.mu.Unlock()
+		j.sync(lsn)
+	}
+	r.send(req(0, 3, 1, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("y\r\n"), Number: 100}))
+	syncAll()
+	y := r.next().Reply.ID
+	r.send(req(0, 2, 1, Request{Op: OpReserve, Tubes: [][]byte{tube}, Timeout: 0}))
+	if it := r.next(); it.Reply.Job.ID != y {
+		t.Fatalf("the worker's reserve: %+v", it)
+	}
+	put := req(0, 1, 1, Request{Op: OpPut, Tube: tube, TTR: 60, Body: []byte("a\r\n"), Number: 200})
+	del := req(0, 1, 2, Request{Op: OpDelete, ID: y, Number: 201}) // NOT_FOUND, held behind the put
+	r.send(put, del)
+	r.send(req(0, 2, 2, Request{Op: OpRelease, ID: y, Number: 300}))
+	r.send(put, del) // the stream opened again: sent again
+	syncAll()
+	for range 3 {
+		r.next()
+	}
+	r.none("an answer of a request sent again, held")
+	if _, found := st.TubeOfJob(y); !found {
+		t.Fatalf("job %d, released by its worker, is gone: a delete answered NOT_FOUND ran again", y)
+	}
+}
