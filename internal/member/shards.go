@@ -255,6 +255,9 @@ func (m *Member) startShards(ctx context.Context) error {
 func (m *Member) startGroup(ctx context.Context, g uint16, replicas []string, join, campaign bool) error {
 	sh := m.shards
 	self := m.node.Name()
+	if fail := failGroupStart.Load(); fail != nil && (*fail)(self, g) {
+		return fmt.Errorf("group %d: a start made to fail (a test's)", g)
+	}
 	var peers []replication.Member
 	var voters []uint64
 	for _, p := range m.node.Book().Members {
@@ -302,17 +305,30 @@ func (m *Member) closeGroupClients(ctx context.Context, g uint16, n *replication
 	return srv.CloseClientsWhere(ctx, func(q engine.Queue) bool { return router.ClosesWith(q, g) }, n.Store().Acks())
 }
 
+// failGroupStart, set by tests only, makes startGroup fail for a member
+// and group it names: a start cut short, as by a crash.
+var failGroupStart atomic.Pointer[func(member string, g uint16) bool]
+
 // followReplicas starts this member's replica of each group a leader's
 // report names it in (added since: replication.Node.AddReplica) and
 // drops the one of each group a later report no longer names it in
 // (removed without hearing of it: raft's leader stops sending to a
 // replica it removed, which may not have applied its removal yet).
-// names are the members' by Raft id (memberNames).
+// names are the members' by Raft id (memberNames). A report whose
+// membership never changed (index 0) that names this member, for a
+// group its log does not hold, is a replica of the formation's or a
+// growth's that never started here (startOriginal).
 func (m *Member) followReplicas(reported map[uint16]router.Report, names map[uint64]string) {
 	sh := m.shards
 	self := m.node.ID()
 	for g, rep := range reported {
-		if g == 0 || int(g) >= sh.groups() || rep.Index == 0 {
+		if g == 0 || int(g) >= sh.groups() {
+			continue
+		}
+		if rep.Index == 0 {
+			if slices.Contains(rep.Voters, self) && sh.node(g) == nil {
+				m.startOriginal(g, rep, names)
+			}
 			continue
 		}
 		named := slices.Contains(rep.Voters, self) || slices.Contains(rep.Learners, self)
@@ -337,6 +353,39 @@ func (m *Member) followReplicas(reported map[uint16]router.Report, names map[uin
 			}
 		}
 	}
+}
+
+// startOriginal starts this member's replica of group g as one of the
+// voters the group was made with (rep, its leader's report, whose
+// membership never changed): a first start cut short before it started
+// the group (startShards), or a crash between a growth's record and its
+// start (startGrown), left the member a voter of a group it never ran,
+// for good: the group one failure from losing its quorum. Never having
+// run, the replica never voted nor acknowledged, so it starts as a new
+// member's log of those voters, caught up by the leader.
+func (m *Member) startOriginal(g uint16, rep router.Report, names map[uint64]string) {
+	m.growMu.Lock() // startGrown's, which may start it meanwhile
+	defer m.growMu.Unlock()
+	if m.shards.node(g) != nil || m.shards.leftAt(g) > 0 || slices.Contains(m.clusterLog.Shared().Groups(), g) {
+		return // running, or left since (a report from before that), or on its log
+	}
+	var voters []string
+	for _, id := range rep.Voters {
+		name, ok := names[id]
+		if !ok {
+			return // a member not known yet: the next look
+		}
+		voters = append(voters, name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), shardsStartTimeout)
+	err := m.startGroup(ctx, g, voters, false, false)
+	cancel()
+	if err != nil {
+		m.log.Error().Err(err).Int("group", int(g)).Msg("cannot start the replica of a group this member was made a voter of")
+		return
+	}
+	m.log.Warn().Int("group", int(g)).Strs("voters", voters).
+		Msg("a replica of a group this member was made a voter of never started here (a start cut short): started now")
 }
 
 // leftAt is the index of the change that last removed this member's

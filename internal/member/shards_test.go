@@ -1097,3 +1097,34 @@ func TestShutdownReceiver(t *testing.T) {
 		t.Errorf("m1 is unsettled receiverSettle after it came back")
 	}
 }
+
+// TestReplicaStartedAfterAStartCutShort: a member whose first start
+// failed before it started its replica of a formation group (a crash, a
+// start that timed out) starts it once it runs again: it is that group's
+// voter, its log does not hold the group, and the group's membership
+// never changed. Before, nothing started it again, and the group ran on
+// two of its three voters, one failure from losing its quorum (found by
+// a reviewing helper).
+func TestReplicaStartedAfterAStartCutShort(t *testing.T) {
+	c := prepareCluster(t, 3, 3, 0, nil)
+	c.start("m1")
+	c.start("m2")
+	fail := func(member string, g uint16) bool { return member == "m3" && g == 2 }
+	failGroupStart.Store(&fail)
+	m, err := Start(c.config("m3"))
+	failGroupStart.Store(nil)
+	if err == nil {
+		c.up["m3"] = m
+		t.Fatal("m3 started though its start of group 2 failed")
+	}
+	m3 := c.start("m3")
+	testproc.WaitFor(t, 20*time.Second, "m3's replica of group 2 running", func() bool { return m3.shards.node(2) != nil })
+	// The group's quorum holds with m2 down: m3's replica votes.
+	tube := tubePerGroup(m3.shards.placement, "cut")[2]
+	c.stop("m2")
+	conn := testproc.DialTest(t, c.up["m1"].Addr().String(), 20*time.Second)
+	expectLine(t, conn, "use "+tube, "USING "+tube)
+	if _, err := conn.Put(0, 0, 60, []byte("x")); err != nil {
+		t.Fatalf("a put into group 2 with m1 and m3 up: %v", err)
+	}
+}
