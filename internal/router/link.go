@@ -97,6 +97,17 @@ type Link struct {
 	// the same offer again: the session has that job, or declined it
 	// already, so it is not declined again (handle). Guarded by mu.
 	offered []offerTaken
+	// expiredReserves are the reserves Expire ended at their timeouts of
+	// the last closeRecall, oldest first: a leader still alive may have
+	// taken one, and the job it answers with is declined (handle).
+	// Guarded by mu.
+	expiredReserves []expiredCall
+}
+
+// expiredCall is a call Expire ended, and when.
+type expiredCall struct {
+	key callKey
+	at  time.Time
 }
 
 // offerTaken is an offer of job to session's wait in a group, taken by
@@ -777,6 +788,7 @@ func (l *Link) handle(from uint64, it *Item) {
 		l.handedLocked(sessionKey{it.Session, it.Group}, jobOf(it))
 	}
 	offer := it.Kind == KindEvent && it.Event.Type == EventOffer
+	late := c == nil && it.Kind == KindReply && handsOut(it) && l.expiredLocked(key)
 	again := false
 	if offer {
 		again = l.offerTakenLocked(c != nil, offerTaken{key: sessionKey{it.Session, it.Group},
@@ -788,12 +800,30 @@ func (l *Link) handle(from uint64, it *Item) {
 	switch {
 	case c != nil:
 		c.done(it)
+	case late:
+		d := l.declined(it.Session, it.Group, 0, it.Reply.Job.ID)
+		if !sendItem(l.cfg.Send, from, &d) {
+			l.markUnposted(it.Group)
+		}
 	case offer && !again:
 		d := l.declined(it.Session, it.Group, it.Event.Wait, it.Event.Job.ID)
 		if !sendItem(l.cfg.Send, from, &d) {
 			l.markUnposted(it.Group)
 		}
 	}
+}
+
+// expiredLocked reports whether Expire ended the reserve of key, in the
+// last closeRecall: a job answered for it now is nobody's. l.mu must be
+// held.
+func (l *Link) expiredLocked(key callKey) bool {
+	now := time.Now()
+	i := 0
+	for i < len(l.expiredReserves) && now.Sub(l.expiredReserves[i].at) > closeRecall {
+		i++
+	}
+	l.expiredReserves = l.expiredReserves[i:]
+	return slices.ContainsFunc(l.expiredReserves, func(e expiredCall) bool { return e.key == key })
 }
 
 // offerTakenLocked keeps o, an offer a wait took (taken), and reports
@@ -1032,6 +1062,9 @@ func (l *Link) Expire(group uint16, lost, now time.Time, bound time.Duration) {
 	for _, e := range done {
 		l.dropLocked(e.c)
 		l.releaseLocked(e.c)
+		if e.status == StatusTimedOut {
+			l.expiredReserves = append(l.expiredReserves, expiredCall{key: e.c.key, at: now})
+		}
 	}
 	l.mu.Unlock()
 	l.expired.Add(uint64(len(done)))

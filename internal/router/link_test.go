@@ -827,3 +827,30 @@ func BenchmarkLinkRequestPipelined(b *testing.B) {
 		b.Fatalf("%d calls pending, want %d", l.Pending(), depth)
 	}
 }
+
+// TestLateReserveReplyAfterExpireDeclined: a reserve the Link ended at
+// its timeout while its group had no leader known (Expire: TIMED_OUT)
+// may have been taken by a leader still alive, whose job comes after:
+// nothing waits for it, so it goes back rather than stay reserved by a
+// session that was told TIMED_OUT, until its TTR (found by a reviewing
+// helper).
+func TestLateReserveReplyAfterExpireDeclined(t *testing.T) {
+	n := newLinkNet(t, 2)
+	a := make(answers, 4)
+	tube := []byte("late")
+	n.link.Request(3, 0, 1, Request{Op: OpPut, Tube: tube, TTR: 600, Body: []byte("j\r\n")}, a.done)
+	id := a.next(t).Reply.ID
+	n.hold(2)
+	start := time.Now()
+	n.link.Request(7, 0, 1, Request{Op: OpReserve, Tubes: [][]byte{tube}, Timeout: 50 * time.Millisecond}, a.done)
+	testproc.WaitFor(t, 5*time.Second, "the reserve's job held back", func() bool { return n.heldCount(2) == 1 })
+	n.link.Expire(0, start, start.Add(time.Second), 2*time.Second)
+	if it := a.next(t); it.Reply.Status != StatusTimedOut {
+		t.Fatalf("the reserve ended with %+v, want TIMED_OUT", it.Reply)
+	}
+	n.release(2)
+	testproc.WaitFor(t, 5*time.Second, fmt.Sprintf("job %d ready again", id), func() bool {
+		ts, _ := n.stores[2].TubeStats(tube)
+		return ts.Ready == 1 && ts.Reserved == 0
+	})
+}
