@@ -164,6 +164,10 @@ type Core struct {
 	out        []Action      // the actions for the next Ready
 	outSpare   []Action      // the last Ready's, reused by the one after
 	sends      []*pb.Message // messages made sendable since the last Ready
+	agesBuf    []uint64      // HeardAgo's
+	// creditCap, when not 0, is the latest tick a voter's message stepped
+	// now counts as heard at (CreditUpTo).
+	creditCap uint64
 
 	// Proposals made, ever, and their bytes.
 	proposals, proposedBytes uint64
@@ -334,6 +338,37 @@ func (c *Core) quorumHeard() bool {
 	return n > (len(c.heard)+1)/2
 }
 
+// Ticks is how many ticks the core has taken.
+func (c *Core) Ticks() uint64 { return c.ticks }
+
+// CreditUpTo makes the messages stepped until it is called again with 0
+// count as heard no later than tick: the answers that waited in the
+// inbox through a stall answer heartbeats sent before it, and credited
+// at the tick after the catch-up they would renew the lease well past
+// when the others heard this leader last (Node.tick).
+func (c *Core) CreditUpTo(tick uint64) { c.creditCap = tick }
+
+// HeardAgo is how many ticks ago this leader last heard from a majority
+// of its voters, itself counted as now: the age of the youngest answers
+// that make a majority. Node.Leased's lease runs from then, not from the
+// tick that finds them within an election timeout.
+func (c *Core) HeardAgo() uint64 {
+	need := (len(c.heard) + 1) / 2 // the others a majority needs besides this member
+	if need == 0 {
+		return 0
+	}
+	ages := c.agesBuf[:0]
+	for _, at := range c.heard {
+		ages = append(ages, c.ticks-at)
+	}
+	slices.Sort(ages)
+	c.agesBuf = ages
+	if len(ages) < need {
+		return math.MaxUint64
+	}
+	return ages[need-1]
+}
+
 // heardLately reports whether a voter last heard from at tick at was
 // heard from within the last election timeout.
 func (c *Core) heardLately(at uint64) bool { return c.ticks-at < uint64(c.electionTick) }
@@ -359,6 +394,9 @@ func (c *Core) Step(m *pb.Message) error {
 	}
 	if _, voter := c.heard[m.GetFrom()]; voter && c.leading != 0 && m.GetTerm() == c.leading {
 		c.heard[m.GetFrom()] = c.ticks
+		if c.creditCap != 0 {
+			c.heard[m.GetFrom()] = min(c.ticks, c.creditCap)
+		}
 	}
 	if c.olderAck(m) {
 		return nil

@@ -758,8 +758,16 @@ func (n *Node) tick(now time.Time) {
 	if now.Sub(n.lastTick) > n.cfg.Tick {
 		n.lastTick = now // more were missed than are given: start afresh
 	}
+	before := n.core.Ticks()
 	for range due {
 		n.core.Tick()
+	}
+	if due > 1 {
+		// The peers' messages that waited through the stall go now,
+		// counted as heard before it: they answer what was sent then.
+		n.core.CreditUpTo(max(before, 1))
+		n.stepQueued()
+		n.core.CreditUpTo(0)
 	}
 	n.askMigrations(now)
 	n.maybeFinalize(now)
@@ -1226,7 +1234,7 @@ func (n *Node) publish(tick bool) {
 		// The core counted a majority heard as of this tick (or has just
 		// begun to serve). Only a tick renews it: a round run first after
 		// a stall, before the tick that finds the majority gone, must not.
-		n.leaseUntil.Store(int64(time.Since(n.born) + n.leaseGrace()))
+		n.leaseUntil.Store(int64(time.Since(n.born) + n.leaseLeft(n.core.HeardAgo())))
 	}
 	lead := bs.Lead
 	if n.stopped {
@@ -1535,6 +1543,24 @@ func (n *Node) Leased() bool {
 
 func (n *Node) leaseGrace() time.Duration {
 	return n.cfg.Tick * time.Duration(n.cfg.ElectionTick) / 2
+}
+
+// leaseMargin is the ticks a lease keeps short of an election timeout
+// from when a majority was last heard: the followers' ticks may fall up
+// to a tick before the leader's, and an answer is counted at the tick it
+// is stepped, a tick after the heartbeat it answers was sent.
+const leaseMargin = 2
+
+// leaseLeft is how long the lease runs from now, a majority last heard
+// ago ticks before: half an election timeout (leaseGrace), but never past
+// an election timeout less leaseMargin from then, when the others may
+// elect another leader. Renewed from the tick alone, a tick that found
+// the majority heard nine ticks before gave half a timeout more: the
+// engine's hand-outs could go on well after the others could serve
+// (found by a reviewing helper).
+func (n *Node) leaseLeft(ago uint64) time.Duration {
+	left := int64(n.cfg.ElectionTick) - leaseMargin - int64(min(ago, uint64(n.cfg.ElectionTick)))
+	return min(n.leaseGrace(), time.Duration(max(left, 0))*n.cfg.Tick)
 }
 
 // Leader returns the leader as this member knows it, and a channel

@@ -1,0 +1,144 @@
+package replication
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// stallObserver stalls its node's goroutine in ObserveProposal while armed:
+// a stand-in for any round that takes more than a tick (a slow write, a
+// goroutine starved of CPU) while the engine's goroutines go on.
+type stallObserver struct {
+	armed   atomic.Bool
+	release chan struct{}
+	once    sync.Once
+}
+
+func (o *stallObserver) ObserveProposal(int, int) {
+	if o.armed.Load() {
+		<-o.release
+	}
+}
+
+// TestLeasedEndsWithTheQuorum: a leader cut off, whose node goroutine
+// stalls a little before the tick that finds the majority gone, says
+// Leased (what the engine asks before each reserve) no longer than an
+// election timeout less leaseMargin from when it last heard the
+// majority, before the others may serve. When each tick renewed the
+// lease for half an election timeout from itself, it said Leased up to
+// 1.5 election timeouts after it last heard the majority (found by a
+// reviewing helper; several tries, as the stall's phase against the
+// ticks varies).
+func TestLeasedEndsWithTheQuorum(t *testing.T) {
+	for try := range 6 {
+		obs := map[string]*stallObserver{}
+		for _, n := range []string{"m1", "m2", "m3"} {
+			obs[n] = &stallObserver{release: make(chan struct{})}
+		}
+		c := newNetCluster(t, 3, 100, func(cfg *NodeConfig) { cfg.Observer = obs[cfg.Node] })
+		l := c.awaitServing(10 * time.Second)
+		cl := newNetClient(l, "work")
+		_, pos := cl.put("kept")
+		awaitAck(t, l.Journal(), pos, 5*time.Second)
+		time.Sleep(3 * testTick)
+
+		cut := time.Now()
+		for _, p := range l.host.transport.peers {
+			p.cut.Store(true)
+		}
+		time.Sleep(testTick*time.Duration(l.cfg.ElectionTick) - testTick*3/2)
+		o := obs[l.self.Name]
+		o.armed.Store(true)
+		cl.put("stalls the node goroutine as it is proposed") // ObserveProposal blocks
+		var overlap time.Duration
+		var who string
+		for time.Since(cut) < 20*testTick {
+			for _, n := range c.others(l) {
+				if n.Status().Serving && l.Leased() {
+					overlap, who = time.Since(cut), n.self.Name
+				}
+			}
+			if overlap > 0 {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		close(o.release)
+		if overlap > 0 {
+			t.Errorf("try %d: %s serves while the cut-off leader %s still says Leased, %v after the cut (election timeout %v)",
+				try, who, l.self.Name, overlap.Round(time.Millisecond), 10*testTick)
+			return
+		}
+		t.Logf("try %d: no overlap", try)
+		for name := range c.nodes {
+			c.kill(name)
+		}
+	}
+}
+
+// TestAnswersAfterAStallCountFromBefore: a leader whose goroutine stalls
+// (8 ticks here) while it is cut off takes the missed ticks, then the
+// answers that waited in its inbox (Node.tick): they answer heartbeats
+// sent before the stall, and count as heard then (Core.CreditUpTo).
+// Counted at the tick after the catch-up, they kept the leader serving
+// up to 19 ticks after the others last heard it, while they elect from
+// 10: two leaders, one job reserved on each (found by a reviewing
+// helper).
+func TestAnswersAfterAStallCountFromBefore(t *testing.T) {
+	c := newCluster(t, 3, 100)
+	l := c.elect(1)
+	job := c.putAcked(l, "job")
+	c.tick(1)     // a heartbeat round: the answers stepped at this tick
+	l.core.Tick() // the next heartbeat
+	c.run(l)
+	c.deliver() // heard by 2 and 3; their answers wait for 1
+	held := c.net
+	c.net = nil
+	c.partition([]uint64{1}, []uint64{2, 3})
+	for range testElectionTick - 2 {
+		c.tick(2, 3) // 1 stalls
+	}
+	before := l.core.Ticks()
+	for range testElectionTick - 2 {
+		l.core.Tick() // Node.tick's catch-up
+	}
+	c.run(l)
+	l.core.CreditUpTo(before)
+	for _, m := range held {
+		if m.GetTo() == l.id && m.GetType() == pb.MsgHeartbeatResp {
+			if err := l.core.Step(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	l.core.CreditUpTo(0)
+	c.run(l)
+	reserveOn := func(m *member) uint64 {
+		cl := m.store.NewClient(nil)
+		defer cl.Close()
+		cl.Watch([]byte("t"))
+		if j, _ := cl.Reserve(0); j != nil {
+			return j.ID()
+		}
+		return 0
+	}
+	for round := 1; round <= testElectionTick; round++ {
+		c.tick(2, 3)
+		if round == testElectionTick && c.leader() == l {
+			_ = c.members[2].core.Campaign() // a split vote: any timeout has run out
+			c.run(c.members[2])
+			c.stabilize()
+		}
+		for _, id := range []uint64{2, 3} {
+			if nl := c.members[id]; nl.serving() && l.serving() {
+				t.Fatalf("round %d after the stall: two leaders serve: job %d reserved on 1 as %d and on %d as %d",
+					round, job, reserveOn(l), nl.id, reserveOn(nl))
+			}
+		}
+		c.tick(1)
+	}
+}
