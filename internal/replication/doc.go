@@ -93,8 +93,13 @@
 // queued commands before its node takes the tick that finds the majority
 // gone. So the node also keeps the lease in time (Node.Leased): renewed
 // only by a tick that still counts a majority heard, good for half an
-// election timeout, and asked by the engine before each job it hands out
-// (engine.Config.Leased), which closes the connection instead. Clients'
+// election timeout but never past an election timeout less two ticks from
+// when that majority was last heard (the followers' ticks may run a tick
+// ahead, and an answer is counted a tick after what it answers), and
+// asked by the engine before each job it hands out
+// (engine.Config.Leased), which closes the connection instead. Answers
+// that waited in the node's inbox through a stall count as heard before
+// it, not after the missed ticks it takes first (Node.tick). Clients'
 // replies that were held when it stepped down were
 // never sent: what they asked may or may not have been done by the new
 // leader, as with any server that goes away. A leader that never served
