@@ -814,7 +814,8 @@ func (l *Link) handle(from uint64, it *Item) {
 }
 
 // expiredLocked reports whether Expire ended the reserve of key, in the
-// last closeRecall: a job answered for it now is nobody's. l.mu must be
+// last closeRecall: a job answered for it now is nobody's. It forgets
+// those ended before, as Expire does before it adds more. l.mu must be
 // held.
 func (l *Link) expiredLocked(key callKey) bool {
 	now := time.Now()
@@ -1059,6 +1060,7 @@ func (l *Link) Expire(group uint16, lost, now time.Time, bound time.Duration) {
 		}
 		done = append(done, expired{c, status})
 	})
+	l.expiredLocked(callKey{}) // forgets those past closeRecall
 	for _, e := range done {
 		l.dropLocked(e.c)
 		l.releaseLocked(e.c)

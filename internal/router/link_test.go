@@ -854,3 +854,37 @@ func TestLateReserveReplyAfterExpireDeclined(t *testing.T) {
 		return ts.Ready == 1 && ts.Reserved == 0
 	})
 }
+
+// TestExpiredReservesForgotten: the reserves Expire ended are kept for
+// closeRecall only, forgotten as Expire ends more, not kept until a late
+// job comes (a long outage's timed-out reserves would be kept for the
+// process's life; found by a reviewing helper).
+func TestExpiredReservesForgotten(t *testing.T) {
+	n := newLinkNet(t, 2)
+	a := make(answers, 64)
+	n.hold(2)
+	start := time.Now()
+	for s := uint64(10); s < 40; s++ {
+		n.link.Request(s, 0, 1, Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}, Timeout: 10 * time.Millisecond}, a.done)
+	}
+	n.link.Expire(0, start, start.Add(time.Second), 2*time.Second)
+	for range 30 {
+		a.next(t)
+	}
+	n.link.mu.Lock()
+	kept := len(n.link.expiredReserves)
+	for i := range n.link.expiredReserves {
+		n.link.expiredReserves[i].at = time.Now().Add(-time.Hour)
+	}
+	n.link.mu.Unlock()
+	if kept != 30 {
+		t.Fatalf("%d expired reserves kept, want the 30 just ended", kept)
+	}
+	n.link.Expire(0, start, time.Now(), 2*time.Second)
+	n.link.mu.Lock()
+	left := len(n.link.expiredReserves)
+	n.link.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d expired reserves an hour old still kept", left)
+	}
+}
