@@ -1164,9 +1164,13 @@ func (l *GroupLog) markBaseLocked() {
 		}
 	}
 	index, term, cs := l.prevIndex, l.prevTerm, l.cs
-	l.markSeg = l.appendStateLocked(write{size: snapshotFrameSize(cs), frames: 1, encode: func(b []byte) []byte {
-		return appendSnapshotFrame(b, l.wtag, index, term, cs, 0, 0)
-	}})
+	// Its own head begin first: head frames of a snapshot of the same
+	// index whose stream broke, still in an older segment, would
+	// otherwise be taken at replay as the mark's, which counts none.
+	l.markSeg = l.appendStateLocked(write{size: segment.FrameHeader + headFrameFields + snapshotFrameSize(cs), frames: 2,
+		encode: func(b []byte) []byte {
+			return appendSnapshotFrame(appendHeadBegin(b, l.wtag, index), l.wtag, index, term, cs, 0, 0)
+		}})
 	l.markIndex = index
 }
 
