@@ -91,31 +91,54 @@ type Link struct {
 	// looks for its own only when there are some. Changed with mu held;
 	// a hand-out on this member's store (Handed) reads it without.
 	declines atomic.Int32
-	// offered are the offers its waits took of the last closeRecall,
-	// oldest first. A wait sent again (LeaderChanged) to a leader that
-	// kept its answer, or that adopted the job with a handover, brings
-	// the same offer again: the session has that job, or declined it
-	// already, so it is not declined again (handle). Guarded by mu.
-	offered []offerTaken
+	// offered are the offers its waits took of the last closeRecall. A
+	// wait sent again (LeaderChanged) to a leader that kept its answer,
+	// or that adopted the job with a handover, brings the same offer
+	// again: the session has that job, or declined it already, so it is
+	// not declined again (handle). Guarded by mu.
+	offered recentKeys[offerKey]
 	// expiredReserves are the reserves Expire ended at their timeouts of
-	// the last closeRecall, oldest first: a leader still alive may have
-	// taken one, and the job it answers with is declined (handle).
-	// Guarded by mu.
-	expiredReserves []expiredCall
+	// the last closeRecall: a leader still alive may have taken one, and
+	// the job it answers with is declined (handle). Guarded by mu.
+	expiredReserves recentKeys[callKey]
 }
 
-// expiredCall is a call Expire ended, and when.
-type expiredCall struct {
-	key callKey
+// offerKey is an offer of job to session's wait in a group.
+type offerKey struct {
+	key       sessionKey
+	wait, job uint64
+}
+
+// recentKeys are keys kept for closeRecall, oldest first.
+type recentKeys[K comparable] struct {
+	keys []recentKey[K]
+}
+
+type recentKey[K comparable] struct {
+	key K
 	at  time.Time
 }
 
-// offerTaken is an offer of job to session's wait in a group, taken by
-// the wait at.
-type offerTaken struct {
-	key       sessionKey
-	wait, job uint64
-	at        time.Time
+// add keeps k from now on, forgetting the keys older than closeRecall.
+func (r *recentKeys[K]) add(k K) {
+	now := time.Now()
+	r.forget(now)
+	r.keys = append(r.keys, recentKey[K]{k, now})
+}
+
+// has reports whether k was added in the last closeRecall.
+func (r *recentKeys[K]) has(k K) bool {
+	r.forget(time.Now())
+	return slices.ContainsFunc(r.keys, func(e recentKey[K]) bool { return e.key == k })
+}
+
+// forget drops the keys added more than closeRecall before now.
+func (r *recentKeys[K]) forget(now time.Time) {
+	i := 0
+	for i < len(r.keys) && now.Sub(r.keys[i].at) > closeRecall {
+		i++
+	}
+	r.keys = r.keys[i:]
 }
 
 // closedSession is a session's close in a group, or its decline of a job
@@ -441,16 +464,15 @@ func (l *Link) Closed(session uint64, group uint16) {
 func (l *Link) CloseMoved(from uint16, to []uint16) {
 	l.mu.Lock()
 	now := time.Now()
-	type declined struct{ session, job, wait uint64 }
 	recalled := make(map[sessionKey]bool)
 	var sessions []uint64
-	var declines []declined
+	var declines []closedSession
 	for i, c := range l.closed {
 		switch {
 		case now.Sub(c.at) > closeRecall:
 		case c.job != 0:
 			if c.key.group == from && !c.carried {
-				declines = append(declines, declined{c.key.session, c.job, c.wait})
+				declines = append(declines, c)
 				l.closed[i].carried = true
 			}
 		default:
@@ -468,7 +490,8 @@ func (l *Link) CloseMoved(from uint16, to []uint16) {
 			}
 		}
 		for _, d := range declines {
-			l.recallLocked(closedSession{key: sessionKey{d.session, g}, job: d.job, wait: d.wait, at: now, carried: true})
+			d.key.group, d.at, d.carried = g, now, true
+			l.recallLocked(d)
 		}
 	}
 	l.mu.Unlock()
@@ -788,11 +811,16 @@ func (l *Link) handle(from uint64, it *Item) {
 		l.handedLocked(sessionKey{it.Session, it.Group}, jobOf(it))
 	}
 	offer := it.Kind == KindEvent && it.Event.Type == EventOffer
-	late := c == nil && it.Kind == KindReply && handsOut(it) && l.expiredLocked(key)
-	again := false
-	if offer {
-		again = l.offerTakenLocked(c != nil, offerTaken{key: sessionKey{it.Session, it.Group},
-			wait: it.Event.Wait, job: it.Event.Job.ID})
+	// An offer no wait takes is declined unless a wait took it before;
+	// so is a job answered to a reserve Expire ended.
+	decline := false
+	switch o := (offerKey{sessionKey{it.Session, it.Group}, it.Event.Wait, it.Event.Job.ID}); {
+	case offer && c != nil:
+		l.offered.add(o)
+	case offer:
+		decline = !l.offered.has(o)
+	case c == nil && it.Kind == KindReply && handsOut(it):
+		decline = l.expiredReserves.has(key)
 	}
 	l.dropLocked(c)
 	l.releaseLocked(c)
@@ -800,51 +828,12 @@ func (l *Link) handle(from uint64, it *Item) {
 	switch {
 	case c != nil:
 		c.done(it)
-	case late:
-		d := l.declined(it.Session, it.Group, 0, it.Reply.Job.ID)
-		if !sendItem(l.cfg.Send, from, &d) {
-			l.markUnposted(it.Group)
-		}
-	case offer && !again:
-		d := l.declined(it.Session, it.Group, it.Event.Wait, it.Event.Job.ID)
+	case decline:
+		d := l.declined(it.Session, it.Group, it.Event.Wait, jobOf(it)) // a reply's Event.Wait is 0
 		if !sendItem(l.cfg.Send, from, &d) {
 			l.markUnposted(it.Group)
 		}
 	}
-}
-
-// expiredLocked reports whether Expire ended the reserve of key, in the
-// last closeRecall: a job answered for it now is nobody's. It forgets
-// those ended before, as Expire does before it adds more. l.mu must be
-// held.
-func (l *Link) expiredLocked(key callKey) bool {
-	now := time.Now()
-	i := 0
-	for i < len(l.expiredReserves) && now.Sub(l.expiredReserves[i].at) > closeRecall {
-		i++
-	}
-	l.expiredReserves = l.expiredReserves[i:]
-	return slices.ContainsFunc(l.expiredReserves, func(e expiredCall) bool { return e.key == key })
-}
-
-// offerTakenLocked keeps o, an offer a wait took (taken), and reports
-// whether o came before, taken by its wait: an offer no wait takes is
-// declined unless it did. l.mu must be held.
-func (l *Link) offerTakenLocked(taken bool, o offerTaken) bool {
-	now := time.Now()
-	i := 0
-	for i < len(l.offered) && now.Sub(l.offered[i].at) > closeRecall {
-		i++
-	}
-	l.offered = l.offered[i:]
-	if taken {
-		o.at = now
-		l.offered = append(l.offered, o)
-		return false
-	}
-	return slices.ContainsFunc(l.offered, func(t offerTaken) bool {
-		return t.key == o.key && t.wait == o.wait && t.job == o.job
-	})
 }
 
 // rerouteUnlock sends c, answered StatusWrongGroup, again after
@@ -1060,12 +1049,12 @@ func (l *Link) Expire(group uint16, lost, now time.Time, bound time.Duration) {
 		}
 		done = append(done, expired{c, status})
 	})
-	l.expiredLocked(callKey{}) // forgets those past closeRecall
+	l.expiredReserves.forget(time.Now()) // as it runs, whether it adds or not
 	for _, e := range done {
 		l.dropLocked(e.c)
 		l.releaseLocked(e.c)
 		if e.status == StatusTimedOut {
-			l.expiredReserves = append(l.expiredReserves, expiredCall{key: e.c.key, at: now})
+			l.expiredReserves.add(e.c.key)
 		}
 	}
 	l.mu.Unlock()

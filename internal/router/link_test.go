@@ -872,9 +872,9 @@ func TestExpiredReservesForgotten(t *testing.T) {
 		a.next(t)
 	}
 	n.link.mu.Lock()
-	kept := len(n.link.expiredReserves)
-	for i := range n.link.expiredReserves {
-		n.link.expiredReserves[i].at = time.Now().Add(-time.Hour)
+	kept := len(n.link.expiredReserves.keys)
+	for i := range n.link.expiredReserves.keys {
+		n.link.expiredReserves.keys[i].at = time.Now().Add(-time.Hour)
 	}
 	n.link.mu.Unlock()
 	if kept != 30 {
@@ -882,7 +882,7 @@ func TestExpiredReservesForgotten(t *testing.T) {
 	}
 	n.link.Expire(0, start, time.Now(), 2*time.Second)
 	n.link.mu.Lock()
-	left := len(n.link.expiredReserves)
+	left := len(n.link.expiredReserves.keys)
 	n.link.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d expired reserves an hour old still kept", left)

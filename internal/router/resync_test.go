@@ -286,18 +286,7 @@ func TestLeaderElectedAgain(t *testing.T) {
 // TTR (SoonElsewhere), and a leader change of the answering group asks
 // about it there. Before, the session filed it under its id's group.
 func TestHeldInTheGroupThatAnswered(t *testing.T) {
-	placement, err := meta.Formation([]meta.Member{{Name: "m1", ID: 1}, {Name: "m2", ID: 2}}, 2, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := NewRouter(RouterConfig{
-		Self:      1,
-		Placement: func() *meta.State { return placement },
-		Serving:   func(uint16) *store.Store { return nil },
-		Leader:    func(uint16) (uint64, bool) { return 2, true },
-		Send:      (&sentItems{t: t}).send,
-	})
-	defer r.Close()
+	r := movedRouter(t, &sentItems{t: t}, func() []uint16 { return []uint16{1} })
 	s := r.NewQueue(nil).(*Session)
 	defer s.Close()
 	const id = 7 // prefix 0: group 0's id
