@@ -328,15 +328,7 @@ func (c *Core) Book() Book { return c.book.clone() }
 
 // quorumHeard reports whether a majority of the voters, this member
 // included, was heard from within the last election timeout.
-func (c *Core) quorumHeard() bool {
-	n := 1
-	for _, at := range c.heard {
-		if c.heardLately(at) {
-			n++
-		}
-	}
-	return n > (len(c.heard)+1)/2
-}
+func (c *Core) quorumHeard() bool { return c.HeardAgo() < uint64(c.electionTick) }
 
 // Ticks is how many ticks the core has taken.
 func (c *Core) Ticks() uint64 { return c.ticks }
@@ -393,10 +385,11 @@ func (c *Core) Step(m *pb.Message) error {
 		c.snapBook = &b
 	}
 	if _, voter := c.heard[m.GetFrom()]; voter && c.leading != 0 && m.GetTerm() == c.leading {
-		c.heard[m.GetFrom()] = c.ticks
+		at := c.ticks
 		if c.creditCap != 0 {
-			c.heard[m.GetFrom()] = min(c.ticks, c.creditCap)
+			at = min(at, c.creditCap)
 		}
+		c.heard[m.GetFrom()] = at
 	}
 	if c.olderAck(m) {
 		return nil
