@@ -92,22 +92,20 @@ func (m *Member) handOver(n *replication.Node, g uint16, to string) error {
 		m.sessions.Ungate(g)
 		st.ResumeJobs()
 	}()
-	if j, ok := st.Acks().(interface{ Appended() uint64 }); ok {
-		ctx, cancel := context.WithTimeout(context.Background(), handOverAckWait)
-		err := awaitAcked(ctx, n, term, j.Appended())
-		cancel()
-		if errors.Is(err, replication.ErrNotServing) {
-			return err
-		}
-		if err != nil {
-			// It goes on: the record below is appended after what ran,
-			// so it commits only once all of that does, and raft hands
-			// the leadership only to a replica holding the whole log. A
-			// session here still waiting for a reply of what ran closes
-			// with the leadership (closeGroupClients), as after a loss.
-			m.log.Warn().Int("group", int(g)).Str("to", to).Err(err).
-				Msg("handing a leadership over before its log acknowledged what ran here")
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), handOverAckWait)
+	err = awaitRan(ctx, n, term)
+	cancel()
+	if errors.Is(err, replication.ErrNotServing) {
+		return err
+	}
+	if err != nil {
+		// It goes on: the record below is appended after what ran, so it
+		// commits only once all of that does, and raft hands the
+		// leadership only to a replica holding the whole log. A session
+		// here still waiting for a reply of what ran closes with the
+		// leadership (closeGroupClients), as after a loss.
+		m.log.Warn().Int("group", int(g)).Str("to", to).Err(err).
+			Msg("handing a leadership over before its log acknowledged what ran here")
 	}
 	held := m.sessions.Held(g)
 	logged := false

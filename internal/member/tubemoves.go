@@ -874,10 +874,8 @@ func (m *Member) handTube(ctx context.Context, n *replication.Node, tube string,
 	// there again, unknown to that group's table of request keys: two
 	// jobs of one put (found by a reviewing helper). So the export waits
 	// for the log to acknowledge all that ran.
-	if j, ok := n.Store().Acks().(interface{ Appended() uint64 }); ok {
-		if err := awaitAcked(ctx, n, term, j.Appended()); err != nil {
-			return 0, err
-		}
+	if err := awaitRan(ctx, n, term); err != nil {
+		return 0, err
 	}
 	// The export is the tube's jobs as the group's log has them only if
 	// this member led the group throughout: a leadership lost rebuilds
@@ -1072,6 +1070,16 @@ func servingTerm(n *replication.Node) (uint64, error) {
 		return 0, replication.ErrNotServing
 	}
 	return l.Term, nil
+}
+
+// awaitRan is awaitAcked for everything n's store has appended to its
+// group's log so far: what ran there.
+func awaitRan(ctx context.Context, n *replication.Node, term uint64) error {
+	j, ok := n.Store().Acks().(interface{ Appended() uint64 })
+	if !ok {
+		return nil // no log: nothing waits
+	}
+	return awaitAcked(ctx, n, term, j.Appended())
 }
 
 // awaitAcked waits until the log of n's group acknowledges pos, a
