@@ -1152,8 +1152,8 @@ func (l *GroupLog) Compact(applied uint64) {
 // as a new member's log, its acknowledged entries forgotten. Written
 // again, in the segment being written, once the last one is older than
 // those segments, so that an idle group holds no more of them than an
-// active one. Not while a snapshot is being received, whose head frames
-// a snapshot frame of the same index would take as its own.
+// active one. Not while a snapshot is being received: at replay the
+// mark's head begin would end the head frames its spool wrote so far.
 func (l *GroupLog) markBaseLocked() {
 	if l.head != nil || len(l.ents) > 0 || l.spool != nil || l.dropped || l.prevIndex == 0 {
 		return
