@@ -68,7 +68,7 @@ func TestServerHandOver(t *testing.T) {
 	}
 
 	a.srv.Ungate(1)
-	a.send(req(1, 1, 3, Request{Op: OpTouch, ID: ids[0]}))
+	a.send(req(1, 1, 2, Request{Op: OpTouch, ID: ids[0]})) // the refused touch, sent again
 	if got := a.next(); got.Reply.Status != StatusOK {
 		t.Fatalf("a touch once ungated: %+v", got.Reply)
 	}

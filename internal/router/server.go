@@ -73,6 +73,10 @@ type Server struct {
 	closedAt    map[closedKey]time.Time
 	closedOrder []closedNote
 	closedHead  int // closedOrder's first not yet forgotten
+	// refused are the requests answered StatusNotLeader as this member
+	// did not serve their groups, whose sessions' later requests wait
+	// for them.
+	refused refusals
 }
 
 // closedNote is a key of closedAt, and when it was noted then.
@@ -473,6 +477,7 @@ func (s *Server) Detach(g uint16) {
 		}
 	}
 	s.mu.Unlock()
+	s.refused.forgetGroup(g)
 	s.closeTaken(detached)
 }
 
@@ -525,6 +530,7 @@ type forgottenRefs struct {
 func (s *Server) request(key ownerKey, it *Item) {
 	o := s.owner(key)
 	if o == nil {
+		s.refused.note(key, it.Seq)
 		s.send(key.member, reply(key, it.Seq, Reply{Status: StatusNotLeader}))
 		return
 	}
@@ -535,11 +541,20 @@ func (s *Server) request(key ownerKey, it *Item) {
 		// close, Close): its client is gone. Or the group's leadership
 		// is being handed over (Gate). The member asks again, of the
 		// group's leader then.
+		if !o.closed {
+			s.refused.note(key, it.Seq)
+		}
 		s.send(key.member, reply(key, it.Seq, Reply{Status: StatusNotLeader}))
 		return
 	}
 	if it.Kind == KindRequest && it.Request.Op == OpHeld {
 		o.answerHeldLocked(it)
+		return
+	}
+	if s.refused.holds(key, it) {
+		// In flight behind one refused, which the member sends again
+		// first: run now, it would run before that one.
+		s.send(key.member, reply(key, it.Seq, Reply{Status: StatusNotLeader}))
 		return
 	}
 	var kept []byte
@@ -574,9 +589,10 @@ func (s *Server) request(key ownerKey, it *Item) {
 		return
 	default:
 		// A pipelined request that comes after one sent later (it was
-		// refused while this member was not serving yet, and the later
-		// one was not): run now. Had it run, its answer would be kept,
-		// and a change runs once by its key whatever comes (5.6).
+		// refused while this member was not serving, and the later one
+		// came after refusalRecall): run now. Had it run, its answer
+		// would be kept, and a change runs once by its key whatever
+		// comes (5.6).
 	}
 	if it.Kind != KindRequest || !Pipelined(it.Request.Op) {
 		o.kept.reset() // the session had every answer before this
@@ -649,9 +665,10 @@ func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed || o.waiting != 0 || len(o.backlog) > 0 || len(o.replies) > 0 ||
-		s.isGated(key.group) || o.requestMovingLocked(&req) {
+		s.isGated(key.group) || o.requestMovingLocked(&req) || s.refused.pending(key) {
 		// What a tube's move forbids goes the other way, which refuses
-		// it (movingLocked).
+		// it (movingLocked); so does a request behind one refused, which
+		// the session sends again first.
 		return Reply{}, nil, 0, false
 	}
 	timeout := req.Timeout

@@ -1100,3 +1100,73 @@ func TestResentHeldRequestRunsOnce(t *testing.T) {
 		t.Fatalf("job %d, released by its worker, is gone: a delete answered NOT_FOUND ran again", y)
 	}
 }
+
+// TestRefusedRequestRunsFirst: a pipelined request that was in flight
+// behind one refused as this member did not serve the group (gated by a
+// handover then aborted, or not serving yet) is refused too, until the
+// refused one comes again: run first, it gave the later put the lower
+// id. The local path holds back likewise. A request that is not
+// pipelined says the refused one was answered elsewhere.
+func TestRefusedRequestRunsFirst(t *testing.T) {
+	for _, how := range []string{"gated", "not serving"} {
+		t.Run(how, func(t *testing.T) {
+			st := store.New(store.Options{})
+			defer st.Close()
+			var serving atomic.Bool
+			r := newServerRig(t, map[uint16]*store.Store{0: st})
+			r.srv.cfg.Group = func(uint16) *store.Store {
+				if serving.Load() {
+					return st
+				}
+				return nil
+			}
+			if how == "gated" {
+				serving.Store(true)
+				r.srv.Gate(0)
+			}
+			r.send(put(1))
+			if it := r.next(); it.Seq != 1 || it.Reply.Status != StatusNotLeader {
+				t.Fatalf("put 1: %+v, want StatusNotLeader", it)
+			}
+			r.srv.Ungate(0)
+			serving.Store(true)
+			r.send(put(2))
+			if it := r.next(); it.Seq != 2 || it.Reply.Status != StatusNotLeader {
+				t.Fatalf("put 2, behind put 1 refused: %+v, want StatusNotLeader", it)
+			}
+			var stamp atomic.Uint64
+			if _, _, _, ran := r.srv.local(ownerKey{member: 7, session: 1}, put(3).Request, &stamp); ran {
+				t.Fatal("put 3 ran on the local path before put 1")
+			}
+			r.send(put(1), put(2), put(3))
+			var ids []uint64
+			for seq := uint32(1); seq <= 3; seq++ {
+				it := r.next()
+				if it.Seq != seq || it.Reply.Status != StatusOK {
+					t.Fatalf("put %d sent again: %+v", seq, it)
+				}
+				ids = append(ids, it.Reply.ID)
+			}
+			if !slices.IsSorted(ids) {
+				t.Fatalf("ids %v, want in the puts' order", ids)
+			}
+		})
+	}
+	t.Run("answered elsewhere", func(t *testing.T) {
+		st := store.New(store.Options{})
+		defer st.Close()
+		r := newServerRig(t, map[uint16]*store.Store{0: st})
+		r.srv.Gate(0)
+		r.send(put(1))
+		if it := r.next(); it.Reply.Status != StatusNotLeader {
+			t.Fatalf("put 1: %+v, want StatusNotLeader", it)
+		}
+		r.srv.Ungate(0)
+		r.send(req(0, 1, 2, Request{Op: OpStats}), put(3))
+		for seq := uint32(2); seq <= 3; seq++ {
+			if it := r.next(); it.Seq != seq || it.Reply.Status != StatusOK {
+				t.Fatalf("request %d after a stats: %+v, want run", seq, it)
+			}
+		}
+	})
+}
