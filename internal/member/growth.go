@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sproutmq/sprout/internal/admin"
@@ -137,8 +137,14 @@ func (m *Member) slotSource(d uint16) (uint16, bool) {
 	return d % before, before > 0
 }
 
-// growing guards the growth this member drives: one at a time.
-type growing struct{ sync.Mutex }
+// growing says whether this member drives a growth: one at a time. A
+// flag, not a lock: the balancer's look (driving) took the lock for an
+// instant each tick, and a growth asked then was refused as under way.
+type growing struct{ on atomic.Bool }
+
+func (g *growing) begin() bool { return g.on.CompareAndSwap(false, true) }
+func (g *growing) end()        { g.on.Store(false) }
+func (g *growing) busy() bool  { return g.on.Load() }
 
 // registerGrowth adds POST /cluster/groups/grow {"to": N} to mux (any
 // member: forwarded to group 0's leader, which drives it), guarded as
@@ -169,10 +175,10 @@ func (m *Member) serveGrow(w http.ResponseWriter, r *http.Request) {
 // growGroups grows the cluster's groups to n, this member leading group
 // 0: the steps of this file's comment.
 func (m *Member) growGroups(ctx context.Context, n int) (growResult, error) {
-	if !m.growing.TryLock() {
+	if !m.growing.begin() {
 		return growResult{}, fmt.Errorf("%w: a growth is under way", errTubeMove)
 	}
-	defer m.growing.Unlock()
+	defer m.growing.end()
 	b := m.node.Tubes()
 	// The groups' count before this growth: the grown ones of an earlier
 	// growth to n do not count.

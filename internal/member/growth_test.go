@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -292,5 +293,28 @@ func TestShardGroupsGrownReplicaMovedAway(t *testing.T) {
 				t.Fatalf("%s runs a replica of group %d again", name, named.ID)
 			}
 		}
+	}
+}
+
+// TestDrivingLeavesGrowthFree: the balancer's look whether a growth is
+// under way (driving(0), each tick) does not make a growth asked
+// meanwhile fail as under way: it took the growth's lock for an instant,
+// and a reviewing helper's stress refused 11,370 of 200,000 growths.
+func TestDrivingLeavesGrowthFree(t *testing.T) {
+	m := &Member{}
+	var stop atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stop.Load() {
+			m.driving(0)
+		}
+	}()
+	defer func() { stop.Store(true); <-done }()
+	for i := range 200000 {
+		if !m.growing.begin() {
+			t.Fatalf("growth %d refused as under way while none was", i)
+		}
+		m.growing.end()
 	}
 }

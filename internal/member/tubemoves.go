@@ -691,13 +691,9 @@ func (t *tubeMoving) busyIn(g uint16) bool {
 // step would fail half way).
 func (m *Member) driving(g uint16) bool {
 	if g == 0 {
-		if m.placing.busy() {
+		if m.placing.busy() || m.growing.busy() {
 			return true
 		}
-		if !m.growing.TryLock() {
-			return true
-		}
-		m.growing.Unlock()
 	}
 	return m.tubeMoves.busyIn(g)
 }
