@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sproutmq/sprout/internal/meta"
 )
 
 const groupsHelp = `List the Raft groups of a Sprout cluster, and move a group's replica from
@@ -171,8 +173,11 @@ func writePlacements(w io.Writer, placed, prefixes map[string]uint16) error {
 // growWait bounds a growth to n groups: the member answers once it is
 // done, or after its own bounds with why not: 2 minutes for the new
 // groups, then each of their slots' placements (fewer than n) a
-// placement's (tubeMoveTimeout).
+// placement's (tubeMoveTimeout). A count past the groups a cluster may
+// have is bounded as that (the member refuses it): the product
+// overflowed, and the request's deadline had passed before it went.
 func growWait(n int) time.Duration {
+	n = min(max(n, 1), meta.MaxGroups)
 	return 150*time.Second + time.Duration(n-1)*tubeMoveTimeout
 }
 

@@ -3,8 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -239,4 +242,25 @@ func TestGroupsGrow(t *testing.T) {
 		t.Errorf("a growth of 4 to 6: %q", r.stderr)
 	}
 	must(t, exitUsage, append([]string{"groups", "grow", "x"}, api...)...)
+}
+
+// TestGroupsGrowHugeCount: a count past the groups a cluster may have
+// reaches the member, which says why not. Its wait overflowed and had
+// ended before the request went: "context deadline exceeded".
+func TestGroupsGrowHugeCount(t *testing.T) {
+	var asked atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		_, _ = w.Write([]byte(`{"error":"tube move: 4 groups grow to a multiple of 4, at most 256, not to 20000000"}` + "\n"))
+	}))
+	defer srv.Close()
+	if d := growWait(20_000_000); d <= 0 {
+		t.Errorf("growWait(20000000) = %v, want a positive bound", d)
+	}
+	r := ctl(t, "", nil, "groups", "grow", "20000000", "--api", srv.URL)
+	if asked.Load() == 0 || !strings.Contains(r.stderr, "at most 256") {
+		t.Errorf("groups grow 20000000: the member was asked %d times; stderr %q", asked.Load(), r.stderr)
+	}
 }
