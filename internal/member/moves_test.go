@@ -223,7 +223,8 @@ func TestShardGroupsGrowAndShrink(t *testing.T) {
 	held := func() (map[string]int, bool) {
 		loads := map[string]int{}
 		for name := range c.up {
-			loads[name] = len(c.up["m1"].holding(name))
+			h, _, _ := c.up["m1"].holding(name)
+			loads[name] = len(h)
 		}
 		moving := false
 		for g := 1; g < 4; g++ {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -71,7 +73,8 @@ func (m *Member) router() (http.Handler, error) {
 			m.registerGrowth(mux, m.api.Auth().Middleware)
 			// A member added starts with the formation's G, and learns of
 			// groups grown since from group 0's log (growth.go).
-			groups = &groupedMembers{groups: m.shards.formation.Groups, replicas: m.shards.formation.Replicas, holding: m.holding, drain: m.drain, cordon: m.cordon}
+			groups = &groupedMembers{groups: m.shards.formation.Groups, replicas: m.shards.formation.Replicas,
+				holding: m.holding, knownWait: replicasKnownWait, drain: m.drain, cordon: m.cordon}
 		}
 		registerMembers(mux, m.node, m.api.Auth().Middleware, m.log, groups)
 	}
@@ -92,13 +95,23 @@ type memberChanger interface {
 	JoinString(id uint64) string
 }
 
+// replicasKnownWait bounds how long a member's removal waits for every
+// group's replicas to be known here (a group's new leader reports them
+// within a second or two of an election).
+const replicasKnownWait = 10 * time.Second
+
 // groupedMembers is what the membership endpoint of a cluster of several
 // groups tells and checks: the G and R a new member starts with, and the
 // groups a member holds a replica of, which it must hand over before its
 // removal.
 type groupedMembers struct {
 	groups, replicas int
-	holding          func(name string) []uint16
+	// holding is Member.holding: the groups a member holds a replica
+	// of, and one whose replicas are not known, if any (known false).
+	holding func(name string) (held []uint16, unknown uint16, known bool)
+	// knownWait bounds how long a removal waits for every group's
+	// replicas to be known here (replicasKnownWait).
+	knownWait time.Duration
 	// drain marks a member draining and answers: its replicas move away,
 	// then it is removed.
 	drain func(w http.ResponseWriter, r *http.Request, name string, held []uint16)
@@ -161,7 +174,15 @@ func registerMembers(mux *http.ServeMux, node memberChanger, guard func(http.Han
 	mux.Handle("DELETE /cluster/members/{name}", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
 		if grouped != nil {
-			if held := grouped.holding(name); len(held) > 0 {
+			held, unknown, known := grouped.knownHolding(r.Context(), name)
+			if !known {
+				// Removed at once, it could leave such a group a voter
+				// short, its replica not handed over first.
+				admin.WriteError(w, &admin.Error{Status: http.StatusServiceUnavailable, RetryAfter: time.Second,
+					Message: fmt.Sprintf("the replicas of group %d are not known here yet (no report of its leader's): try again", unknown)})
+				return
+			}
+			if len(held) > 0 {
 				grouped.drain(w, r, name, held)
 				return
 			}
@@ -184,6 +205,22 @@ func registerMembers(mux *http.ServeMux, node memberChanger, guard func(http.Han
 	}
 	mux.Handle("POST /cluster/members/{name}/cordon", guard(http.HandlerFunc(cordon)))
 	mux.Handle("DELETE /cluster/members/{name}/cordon", guard(http.HandlerFunc(cordon)))
+}
+
+// knownHolding is holding once every group's replicas are known here,
+// or as it is after knownWait, or when ctx ends.
+func (g *groupedMembers) knownHolding(ctx context.Context, name string) (held []uint16, unknown uint16, known bool) {
+	until := time.Now().Add(g.knownWait)
+	for {
+		held, unknown, known = g.holding(name)
+		if known || !time.Now().Before(until) || ctx.Err() != nil {
+			return held, unknown, known
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(reportedLeaderPoll):
+		}
+	}
 }
 
 // writeChangeError answers a membership change that failed.

@@ -722,15 +722,20 @@ func (sh *shards) replicas(g uint16) (voters, learners []uint64, index uint64) {
 }
 
 // holding are the groups but 0 the member named holds a replica of, as
-// this member knows them now (currentPlacement).
-func (m *Member) holding(name string) []uint16 {
-	var held []uint16
+// this member knows them now (currentPlacement), and a group whose
+// replicas it does not know (one it holds none of, with no fresh report
+// of its leader's), if any: the member may hold one there too.
+func (m *Member) holding(name string) (held []uint16, unknown uint16, known bool) {
+	known = true
 	for _, g := range m.currentPlacement(m.sessions.Reported(), m.memberNames()).Groups[1:] {
-		if g.Holds(name) {
+		switch {
+		case g.Replicas == nil && known:
+			unknown, known = g.ID, false
+		case g.Holds(name):
 			held = append(held, g.ID)
 		}
 	}
-	return held
+	return held, unknown, known
 }
 
 // memberNames are the cluster's members' names, by Raft id (group 0's
