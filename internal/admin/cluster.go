@@ -25,6 +25,12 @@ const (
 	// ForwardedHeader marks a request a member forwarded to the leader,
 	// with the forwarding member's name: it is never forwarded again.
 	ForwardedHeader = "X-Sprout-Forwarded-By"
+	// ForwardedGroupHeader, with groups, names the group whose leader a
+	// request was forwarded to. A member whose route names another (a
+	// job whose tube moved to a group the forwarder holds no replica of
+	// and could not look in) forwards it once more, to that group's
+	// leader, adding it: "1,3" is never forwarded again.
+	ForwardedGroupHeader = "X-Sprout-Forwarded-Group"
 	// DefaultLeaderWait bounds how long a request waits for a leader when
 	// Config.LeaderWait is 0: about an election.
 	DefaultLeaderWait = 2 * time.Second
@@ -78,8 +84,14 @@ type clusterRoute struct {
 }
 
 // forwardTo is the leader's --http address in a forwarded request's
-// context, for the proxy's Rewrite.
+// context, for the proxy's Rewrite: a forwarding.
 type forwardTo struct{}
+
+// forwarding is where a request is forwarded: group's leader.
+type forwarding struct {
+	leader Leader
+	group  uint16
+}
 
 func newClusterRoute(cfg Config, a *API) *clusterRoute {
 	c := &clusterRoute{api: a, cluster: cfg.Cluster, wait: cfg.LeaderWait, token: cfg.Token, scheme: "http", log: cfg.Logger}
@@ -114,12 +126,12 @@ func (c *clusterRoute) serving() bool {
 // either, up to c.wait. With groups, the leader is that of the group r
 // concerns, and the fleet's endpoints gather every group's part (fleet).
 func (c *clusterRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	forwarded := r.Header.Get(ForwardedHeader) != ""
 	g, fleet, part, err := c.route(r)
 	if err != nil {
 		WriteError(w, err)
 		return
 	}
+	forwarded := r.Header.Get(ForwardedHeader) != "" && !c.forwardAgain(r, g)
 	if fleet && !part {
 		c.fleet(w, r)
 		return
@@ -135,6 +147,13 @@ func (c *clusterRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		c.forward(w, r, g, l, changed)
 	}
+}
+
+// forwardAgain reports whether r, forwarded here, goes on to group g's
+// leader: it was forwarded once, to another group's (ForwardedGroupHeader).
+func (c *clusterRoute) forwardAgain(r *http.Request, g uint16) bool {
+	to := r.Header.Get(ForwardedGroupHeader)
+	return c.groups != nil && to != "" && !strings.Contains(to, ",") && to != strconv.Itoa(int(g))
 }
 
 // awaitLeader waits, up to c.wait, until group g is served here (with
@@ -224,7 +243,7 @@ func (c *clusterRoute) forward(w http.ResponseWriter, r *http.Request, g uint16,
 		WriteError(w, err)
 		return
 	}
-	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), forwardTo{}, l))
+	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), forwardTo{}, forwarding{l, g}))
 	defer cancel(nil)
 	go c.watchLeader(ctx, cancel, g, changed, errLeaderChanged, func(now Leader) bool {
 		return !now.Serving && now.Name == l.Name && now.HTTP == l.HTTP
@@ -235,12 +254,20 @@ func (c *clusterRoute) forward(w http.ResponseWriter, r *http.Request, g uint16,
 // rewrite is the proxy's: the request goes to the leader with the admin
 // token as its only credential, marked forwarded.
 func (c *clusterRoute) rewrite(pr *httputil.ProxyRequest) {
-	l := pr.In.Context().Value(forwardTo{}).(Leader)
+	to := pr.In.Context().Value(forwardTo{}).(forwarding)
+	l := to.leader
 	pr.SetURL(&url.URL{Scheme: c.scheme, Host: l.HTTP})
 	pr.Out.Host = l.HTTP
 	h := pr.Out.Header
 	ForwardCredentials(h, c.token)
 	h.Set(ForwardedHeader, c.cluster.Name())
+	if c.groups != nil {
+		g := strconv.Itoa(int(to.group))
+		if before := pr.In.Header.Get(ForwardedGroupHeader); before != "" {
+			g = before + "," + g
+		}
+		h.Set(ForwardedGroupHeader, g)
+	}
 	if pr.In.PostForm != nil {
 		// The CSRF check read a form's body: send what it read.
 		body := pr.In.PostForm.Encode()
@@ -267,7 +294,8 @@ func ForwardCredentials(h http.Header, token string) {
 // leader may have made the change (it went away, or lost the leadership,
 // after the request was sent), as with any server that goes away.
 func (c *clusterRoute) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	l, _ := r.Context().Value(forwardTo{}).(Leader)
+	to, _ := r.Context().Value(forwardTo{}).(forwarding)
+	l := to.leader
 	if errors.Is(context.Cause(r.Context()), errLeaderChanged) {
 		e := errorf(http.StatusServiceUnavailable,
 			"the leader, %s, changed before it answered: a change may or may not have been made: look before trying again", l.Name)

@@ -160,7 +160,11 @@
 //     clear) go to the leader of the group that owns the tube, a job's
 //     (/jobs/{id}, its kick) to the leader of the group its id's prefix
 //     names, and are served there on that group's store, or forwarded,
-//     exactly as above. A put thus lands in the tube's own group, where
+//     exactly as above, with ForwardedGroupHeader naming the group. A
+//     member whose route names another group than the one a request was
+//     forwarded for (a job whose tube moved to a group the forwarder
+//     holds no replica of, and could not look in) forwards it once more,
+//     to that group's leader; never a third time. A put thus lands in the tube's own group, where
 //     the protocol's clients find it, and takes an id of that group's.
 //     An id no group issues goes to group 0, which answers 404. While a
 //     move between groups has frozen a tube (docs/design/shards.md 3.3),

@@ -1414,18 +1414,31 @@ func wantRefused(t *testing.T, via *Member, g uint16, path string, body []byte, 
 // replica of the id's group does not hold it, so it is where the tube
 // went. Before, such a member asked the id's group's leader, which would
 // not forward a forwarded request again: 503 for as long as one asked.
+// So does a member that holds neither group.
 func TestAdminFindsMovedJobOfFive(t *testing.T) {
 	c := newClusterOf(t, 5, 5, 3)
 	c.finalized()
 	p := c.up["m1"].shards.placement
 	tube := tubePerGroup(p, "moved")[1]
+	// To a group that some member holds no replica of, nor of group 1.
+	to := uint16(0)
+	for g := uint16(2); g < 5 && to == 0; g++ {
+		for _, m := range c.up {
+			if m.shards.node(1) == nil && m.shards.node(g) == nil {
+				to = g
+			}
+		}
+	}
+	if to == 0 {
+		t.Fatal("every member holds group 1 or each other group: no member holding neither")
+	}
 	conn := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
 	expectLine(t, conn, "use "+tube, "USING "+tube)
 	id, err := conn.Put(5, 0, 60, []byte("moved"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, _, b := moveTubeThrough(t, c.up["m1"], tube, 2); st != http.StatusOK {
+	if st, _, b := moveTubeThrough(t, c.up["m1"], tube, int(to)); st != http.StatusOK {
 		t.Fatalf("the move: %d %s", st, b)
 	}
 	for _, name := range []string{"m1", "m2", "m3", "m4", "m5"} {
