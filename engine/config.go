@@ -25,7 +25,9 @@ type Config struct {
 	// Listener, if set, is served instead of opening Network and Address
 	// (a socket handed over by systemd, say). Stop closes it.
 	Listener net.Listener
-	// MaxJobSize is the largest body a put may carry (beanstalkd -z).
+	// MaxJobSize is the largest body a put may carry (beanstalkd -z); 0
+	// means DefaultMaxJobSize, and NoJobBodies that only empty bodies
+	// are taken (-z 0: beanstalkd answers any other JOB_TOO_BIG).
 	MaxJobSize int
 	// Loops is the number of gnet event loops, at most MaxLoops; 0 means
 	// DefaultLoops.
@@ -107,7 +109,10 @@ func (c Config) Resolve(h hostinfo.Host) Config {
 	if c.Network == "" {
 		c.Network = "tcp"
 	}
-	if c.MaxJobSize <= 0 {
+	switch {
+	case c.MaxJobSize == NoJobBodies:
+		c.MaxJobSize = 0
+	case c.MaxJobSize <= 0:
 		c.MaxJobSize = DefaultMaxJobSize
 	}
 	if c.MaxInputBuffered <= 0 {
@@ -151,6 +156,8 @@ const (
 	DefaultMaxJobSize = 65535
 	// MaxMaxJobSize is the clamp beanstalkd applies to -z.
 	MaxMaxJobSize = 1 << 30
+	// NoJobBodies is Config.MaxJobSize for -z 0: only empty bodies.
+	NoJobBodies = -1
 	// DefaultMaxOutputBuffered bounds unread replies per connection. A
 	// reply is never cut: one larger than this is still sent whole.
 	DefaultMaxOutputBuffered = 512 << 10
@@ -166,6 +173,15 @@ const (
 	// count silently.
 	MaxLoops = 256
 )
+
+// JobSizeLimit is Config.MaxJobSize for -z n: NoJobBodies for 0, which
+// the Config would take for the default.
+func JobSizeLimit(n int) int {
+	if n == 0 {
+		return NoJobBodies
+	}
+	return n
+}
 
 // DefaultMaxInputBuffered is the input cap for a given max job size: room for
 // two maximal puts, and at least 64 KiB. A session that cannot consume its

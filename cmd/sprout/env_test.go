@@ -63,9 +63,9 @@ func TestEnvironment(t *testing.T) {
 func TestEnvironmentSettings(t *testing.T) {
 	runParseCases(t, []parseCase{
 		{name: "one-letter flag", env: []string{"SPROUT_MAX_JOB_SIZE=5"},
-			want: func(o *options) { o.maxJobSize = 5 }},
+			want: func(o *options) { o.maxJobSize = given(5) }},
 		{name: "the command line wins", env: []string{"SPROUT_MAX_JOB_SIZE=5"}, args: []string{"-z6"},
-			want: func(o *options) { o.maxJobSize = 6 }},
+			want: func(o *options) { o.maxJobSize = given(6) }},
 		{name: "F on the command line after an environment's f", env: []string{"SPROUT_FSYNC_MS=5"},
 			args: []string{"-F"}, want: func(o *options) { o.syncEvery, o.noSync = given(5*time.Millisecond), true }},
 		{name: "f on the command line after SPROUT_NO_FSYNC", env: []string{"SPROUT_NO_FSYNC=1"},
@@ -73,7 +73,7 @@ func TestEnvironmentSettings(t *testing.T) {
 		{name: "verbose adds to -V", env: []string{"SPROUT_VERBOSE=2"}, args: []string{"-V"},
 			want: func(o *options) { o.verbosity = 3 }},
 		{name: "clamp warning names nothing new", env: []string{"SPROUT_MAX_JOB_SIZE=2000000000"},
-			want: func(o *options) { o.maxJobSize = 1 << 30 }, wantStderr: clampWarning},
+			want: func(o *options) { o.maxJobSize = given(1 << 30) }, wantStderr: clampWarning},
 		{name: "go memory limit off", env: []string{"SPROUT_GO_MEMORY_LIMIT=off"},
 			want: func(o *options) { o.goMemoryLimit = 1<<63 - 1 }},
 		{name: "empty listen is all interfaces", env: []string{"SPROUT_LISTEN="}, wantListen: "tcp :11300"},

@@ -47,7 +47,7 @@ type options struct {
 	host            string                  // -l: "" is all interfaces; unix:PATH a unix socket
 	port            optional[string]        // -p: "" is any free port
 	user            string                  // -u: the user to become once the socket is bound
-	maxJobSize      int                     // -z, clamped to engine.MaxMaxJobSize
+	maxJobSize      optional[int]           // -z, clamped to engine.MaxMaxJobSize
 	verbosity       int                     // -V, counted as beanstalkd does
 	walDir          string                  // -b: "" keeps jobs in memory only
 	syncEvery       optional[time.Duration] // -f
@@ -217,7 +217,7 @@ var flagTable = []*flag{
 			if !ok {
 				return wantError("a number of bytes")
 			}
-			o.maxJobSize = int(min(size, engine.MaxMaxJobSize))
+			o.maxJobSize = given(int(min(size, engine.MaxMaxJobSize)))
 			if size > engine.MaxMaxJobSize {
 				return warning(fmt.Sprintf("maximum job size was set to %d", engine.MaxMaxJobSize))
 			}

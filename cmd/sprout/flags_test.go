@@ -136,7 +136,7 @@ func TestParseArgsListen(t *testing.T) {
 }
 
 func TestParseArgsJobSize(t *testing.T) {
-	size := func(n int) func(o *options) { return func(o *options) { o.maxJobSize = n } }
+	size := func(n int) func(o *options) { return func(o *options) { o.maxJobSize = given(n) } }
 	invalid := func(name string, args []string, shown string) parseCase {
 		return oneLine(name, args, `invalid -z: "`+shown+`" (want a number of bytes)`)
 	}
@@ -181,7 +181,7 @@ func TestParseArgsCombined(t *testing.T) {
 		{name: "value takes the rest of the argument", args: []string{"-Vp1234"},
 			want: func(o *options) { o.verbosity, o.port = 1, given("1234") }},
 		{name: "value takes the next argument", args: []string{"-VVz", "100"},
-			want: func(o *options) { o.verbosity, o.maxJobSize = 2, 100 }},
+			want: func(o *options) { o.verbosity, o.maxJobSize = 2, given(100) }},
 		{name: "flag letters after a value flag are its value", args: []string{"-pV"},
 			wantListen: "tcp :V"},
 		oneLine("a value flag swallows the letters after it", []string{"-zp", "7"}, `invalid -z: "p" (want a number of bytes)`),
@@ -239,7 +239,7 @@ func TestParseArgsUser(t *testing.T) {
 		{name: "long name", args: []string{"--user", "nobody"}, want: user("nobody")},
 		{name: "among other flags", args: []string{"-p", "1", "-z", "5", "-u", "x", "-b", "/var/lib/sprout"},
 			want: func(o *options) {
-				o.port, o.maxJobSize, o.user, o.walDir = given("1"), 5, "x", "/var/lib/sprout"
+				o.port, o.maxJobSize, o.user, o.walDir = given("1"), given(5), "x", "/var/lib/sprout"
 			}},
 		oneLine("missing", []string{"-u"}, "flag requires an argument: -u"),
 		oneLine("missing after V", []string{"-Vu"}, "flag requires an argument: -u"),

@@ -167,7 +167,7 @@ func resolve(o options, h hostinfo.Host, p process) config {
 	c.engine = engine.Config{
 		Network:           network,
 		Address:           address,
-		MaxJobSize:        o.maxJobSize,
+		MaxJobSize:        engine.JobSizeLimit(o.maxJobSize.or(engine.DefaultMaxJobSize)),
 		Loops:             o.loops,
 		MaxInputBuffered:  o.maxInput,
 		MaxOutputBuffered: o.maxOutput,

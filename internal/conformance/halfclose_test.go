@@ -189,3 +189,15 @@ func firstDifference(a, b []byte) string {
 	return fmt.Sprintf("first difference at byte %d: beanstalkd %q, sprout %q",
 		i, a[from:min(len(a), i+40)], b[from:min(len(b), i+40)])
 }
+
+// TestEmptyBodiesOnly: with -z 0 only empty bodies are taken, as
+// beanstalkd's; Sprout took it for the default 65535 and inserted them.
+func TestEmptyBodiesOnly(t *testing.T) {
+	ref := testproc.Reference(t)
+	refAddr := StartBinary(t, ref.Path, "-z", "0")
+	sutAddr := StartSprout(t, "-z", "0")
+	runHalfClosers(t, refAddr, sutAddr, []halfCloser{
+		inOne("puts with bodies and without", "put 0 0 60 1\r\nx\r\nput 0 0 60 0\r\n\r\npeek-ready\r\n"+
+			"put 0 0 60 1 x\r\nab\r\nlist-tube-used\r\n"), // job 1
+	})
+}
