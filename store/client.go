@@ -748,16 +748,21 @@ func (c *Client) Close() {
 		t.mu.Unlock()
 		c.s.complete(hs)
 	}
-	c.use.mu.Lock()
-	c.use.nUsing -= int(c.weight)
-	c.use.mu.Unlock()
-	c.s.releaseTube(c.use)
-	for _, t := range c.watch {
+	// In beanstalkd's order (connclose), which decides list-tubes' once
+	// tubes are freed (each is swap-removed from the store's list): the
+	// watch list emptied by deleting its first over and over (ms_clear:
+	// the first, then the others from the last back), then the used tube.
+	for i := range c.watch {
+		t := c.watch[(len(c.watch)-i)%len(c.watch)]
 		t.mu.Lock()
 		t.nWatching -= int(c.weight)
 		t.mu.Unlock()
 		c.s.releaseTube(t)
 	}
+	c.use.mu.Lock()
+	c.use.nUsing -= int(c.weight)
+	c.use.mu.Unlock()
+	c.s.releaseTube(c.use)
 	c.use, c.watch = nil, nil
 }
 

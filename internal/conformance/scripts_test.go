@@ -353,6 +353,28 @@ func scripts() []script {
 			on(0, "stats\r\n", 1),
 		}},
 
+		{"a close frees its tubes in beanstalkd's order", []step{
+			// connclose empties the watch list by deleting its first over
+			// and over (the first, then the others from the last back),
+			// then drops the used tube; each tube freed is swap-removed
+			// from the tube list.
+			on(0, "watch a\r\n", 1),
+			on(0, "watch b\r\n", 1),
+			on(1, "watch y\r\n", 1),
+			on(1, "watch z\r\n", 1),
+			on(0, "quit\r\n", 0).closing(),
+			on(2, "list-tubes\r\n", 1).afterFree().wants(yamlList("default", "y", "z")),
+			on(3, "use u\r\n", 1),
+			on(3, "watch w\r\n", 1),
+			on(3, "watch v\r\n", 1),
+			on(3, "quit\r\n", 0).closing(),
+			on(2, "list-tubes\r\n", 1).afterFree(),
+			on(1, "watch p\r\n", 1),
+			on(1, "watch q\r\n", 1),
+			on(1, "quit\r\n", 0).closing(),
+			on(2, "list-tubes\r\n", 1).afterFree(),
+		}},
+
 		{"delete and the other job commands by state", []step{
 			on(0, "put 0 0 60 1\r\nr\r\n", 1),    // 1: ready
 			on(0, "put 0 3600 60 1\r\nd\r\n", 1), // 2: delayed
