@@ -134,9 +134,6 @@ type Core struct {
 	// it from the group, 0 if none: it acknowledges no entry past it
 	// (ackUpTo). Both follow the appends (noteChanges).
 	leaving uint64
-	// snapBook is the book that came with the last snapshot stepped in
-	// (its MsgSnap's Context), taken when the snapshot is installed.
-	snapBook *Book
 	// timeoutNow is a MsgTimeoutNow stepped in, held until the entries
 	// that came before it are applied (Step).
 	timeoutNow *pb.Message
@@ -382,7 +379,19 @@ func (c *Core) Step(m *pb.Message) error {
 		if err := json.Unmarshal(m.GetContext(), &b); err != nil {
 			return fmt.Errorf("%w: snapshot %d from %d: its address book: %v", ErrBadRecords, m.GetSnapshot().GetMetadata().GetIndex(), m.GetFrom(), err)
 		}
-		c.snapBook = &b
+		// The book as of the snapshot, this member's merged with the
+		// leader's, goes with the install (raft hands the snapshot on
+		// to the log's write with its Data: Log.InstallSnapshot), so
+		// that a crash after the install does not find the log's book
+		// at the snapshot's index with none of what came with it.
+		book := c.book.clone()
+		book.merge(b)
+		book.Index = m.GetSnapshot().GetMetadata().GetIndex()
+		data, err := json.Marshal(book)
+		if err != nil {
+			return err
+		}
+		m.Snapshot.Data = data
 	}
 	if _, voter := c.heard[m.GetFrom()]; voter && c.leading != 0 && m.GetTerm() == c.leading {
 		at := c.ticks
@@ -445,10 +454,13 @@ func (c *Core) Durable(seq uint64) {
 			index := w.snapshot.GetMetadata().GetIndex()
 			c.out = append(c.out, Action{Kind: ActRestore, Index: index})
 			c.applied = index
-			// The membership as of the snapshot, and who its members are.
-			if c.snapBook != nil {
-				c.book.merge(*c.snapBook)
-				c.snapBook = nil
+			// The membership as of the snapshot, and who its members
+			// are: the book the log wrote with it (Step).
+			if data := w.snapshot.GetData(); len(data) > 0 {
+				var b Book
+				if err := json.Unmarshal(data, &b); err == nil {
+					c.book = b
+				}
 			}
 			c.book.Index = index
 			c.out = append(c.out, Action{Kind: ActMembership, ConfState: w.snapshot.GetMetadata().GetConfState(),
@@ -615,7 +627,9 @@ func (c *Core) handle(rd raft.Ready) {
 		case raft.LocalApplyThread:
 			c.apply(m)
 		default:
-			sends = append(sends, c.outgoing(m))
+			if m := c.outgoing(m); m != nil {
+				sends = append(sends, m)
+			}
 		}
 	}
 	if len(sends) > 0 {
@@ -627,9 +641,20 @@ func (c *Core) handle(rd raft.Ready) {
 
 // outgoing readies m, raft's, for a peer: a snapshot carries who its
 // members are (doc.go, "Membership changes"), since raft's ConfState
-// holds only their ids.
+// holds only their ids. The core's book is the book as of the snapshot's
+// index only if that index is between the book's and the applied one's:
+// the log makes a snapshot at the commit index, ahead of what this
+// leader applied while its own disk lags a majority's, and the book,
+// applied, ahead of the log's view (ActMembership comes after). Else the
+// snapshot is not sent (nil), and raft asks for one again: with the
+// core's book, a control record between the two was lost to the
+// follower for good, or applied there twice.
 func (c *Core) outgoing(m *pb.Message) *pb.Message {
 	if m.GetType() == pb.MsgSnap {
+		if i := m.GetSnapshot().GetMetadata().GetIndex(); i > c.applied || i < c.book.Index {
+			c.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFailure)
+			return nil
+		}
 		m.Context, _ = json.Marshal(c.book)
 	}
 	return m
@@ -657,7 +682,9 @@ func (c *Core) handleStopped(rd raft.Ready) {
 				}
 			}
 		case !raft.IsLocalMsgTarget(m.GetTo()):
-			sends = append(sends, c.outgoing(m))
+			if m := c.outgoing(m); m != nil {
+				sends = append(sends, m)
+			}
 		}
 	}
 	if len(sends) > 0 {

@@ -162,10 +162,12 @@
 //     wal frames (one larger record alone): a snapshot's records, in as
 //     many frames as they take, each written as it arrives.
 //   - snapshot (20): its index, term and membership, then the count and
-//     bytes of its head frames: written once they are all durable, it is
-//     what installs the snapshot. Head frames that no snapshot frame
-//     follows (a stream that broke, a crash while one was received) are
-//     not taken for installed.
+//     bytes of its head frames, then the book as of its index (a u32
+//     length and JSON) when one came with it: written once they are all
+//     durable, it is what installs the snapshot. Head frames that no
+//     snapshot frame follows (a stream that broke, a crash while one was
+//     received) are not taken for installed. A release before the book
+//     was written there reads the frame and ignores it.
 //
 // Once another group is attached (SharedLog.Attach), appends move at once
 // to a new segment of version 3 (segment.VersionMultiRaft, Log.SetVersion),
@@ -572,11 +574,16 @@
 // from InitialState). A snapshot carries the membership as of its index
 // in its metadata, and the leader's book in the MsgSnap's Context (its
 // records stream beside it): the receiver merges that book into its
-// own (a book only grows, but for the ids it removes) and keeps it with
-// the snapshot. A snapshot is built no further than the first change
-// after the book's index, and built again after each change, so its
-// ConfState is the one as of its index and a member added since finds
-// itself in it. A peer's change that does not decode is refused when it
+// own (a book only grows, but for the ids it removes) and writes it in
+// the snapshot's frame, so the install and its book are one write. A
+// snapshot is built no further than the first change after the book's
+// index, and built again after each change, so its ConfState is the one
+// as of its index and a member added since finds itself in it. The
+// leader sends one only while its core's book is the book as of the
+// snapshot's index (the index between the book's and the applied one:
+// the log builds it at the commit index, which runs ahead of what the
+// leader applied while its own disk lags a majority's); else raft asks
+// for it again, once the leader has applied that far. A peer's change that does not decode is refused when it
 // comes in, as damaged records are.
 //
 // Adding (POST /cluster/members {"name","address"} on --http, or

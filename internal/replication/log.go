@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -52,6 +53,8 @@ type Log interface {
 	// InstallSnapshot makes the log what snap says: the records received
 	// for it (ReceiveSnapshot; Received must say so) become the head, and
 	// no entry is held; FirstIndex is then the snapshot's index plus one.
+	// snap's Data, if any, is the book as of the snapshot (JSON: Core.Step
+	// puts it there), kept with the install.
 	InstallSnapshot(snap *pb.Snapshot)
 	// Compact says that entries through applied were applied: the log
 	// may drop every entry that holds no live job's latest full record,
@@ -262,10 +265,17 @@ func (s *logState) setMembershipLocked(cs *pb.ConfState, b Book) {
 }
 
 // installedLocked keeps an installed snapshot's membership (its
-// ConfState, and the book as of its index), and forgets the latest view,
-// of a log that is no more.
-func (s *logState) installedLocked(md *pb.SnapshotMetadata) {
+// ConfState, and the book as of its index: data, the book that came with
+// it, if any, else this log's), and forgets the latest view, of a log
+// that is no more.
+func (s *logState) installedLocked(md *pb.SnapshotMetadata, data []byte) {
 	s.cs = proto.Clone(md.GetConfState()).(*pb.ConfState)
+	if len(data) > 0 {
+		var b Book
+		if err := json.Unmarshal(data, &b); err == nil {
+			s.book = b
+		}
+	}
 	s.book.Index = md.GetIndex()
 	s.view.dropLocked()
 	s.view = nil

@@ -484,7 +484,7 @@ func TestGroupLogPieceFollowsMembership(t *testing.T) {
 	hardState(7)
 	check("after a second change", []uint64{1, 2, 3, 4}, 7, 4)
 	l.mu.Lock()
-	l.installedLocked(&pb.SnapshotMetadata{Index: new(uint64(9)), Term: new(uint64(1)), ConfState: &pb.ConfState{Voters: []uint64{1, 2}}})
+	l.installedLocked(&pb.SnapshotMetadata{Index: new(uint64(9)), Term: new(uint64(1)), ConfState: &pb.ConfState{Voters: []uint64{1, 2}}}, nil)
 	l.mu.Unlock()
 	hardState(9)
 	check("after a snapshot", []uint64{1, 2}, 9, 4)

@@ -261,7 +261,7 @@ func (l *MemoryLog) InstallSnapshot(snap *pb.Snapshot) {
 	l.spool = nil
 	l.base, l.baseIndex, l.idFloor = sp.data, md.GetIndex(), 0
 	l.prevIndex, l.prevTerm, l.ents = md.GetIndex(), md.GetTerm(), nil
-	l.installedLocked(md)
+	l.installedLocked(md, snap.GetData())
 	l.folded = md.GetIndex()
 	clear(l.latestFull)
 	// The spool checked the records as they came.

@@ -323,6 +323,11 @@ func (l *GroupLog) replay(kind wal.Kind, body []byte, f segment.Frame) error {
 		if counted {
 			frames, bytes = int(d.u32()), int(d.u64())
 		}
+		var book *Book
+		if d.err == nil && len(d.b) > 0 {
+			b := d.book() // the book as of the snapshot, written with it since it came with one
+			book = &b
+		}
 		if d.err != nil {
 			return fmt.Errorf("%w: %s: a snapshot: %v", errMalformed, dir, d.err)
 		}
@@ -349,6 +354,9 @@ func (l *GroupLog) replay(kind wal.Kind, body []byte, f segment.Frame) error {
 		}
 		l.prevIndex, l.prevTerm, l.ents = index, term, nil
 		l.markSeg, l.markIndex = f.Seg, index
+		if book != nil {
+			l.book = *book
+		}
 		l.cs, l.book.Index = cs, index
 		l.sawLog = true
 	default:
@@ -856,10 +864,14 @@ func (l *GroupLog) InstallSnapshot(snap *pb.Snapshot) {
 	if sp == nil || !sp.done || sp.index != index || sp.term != md.GetTerm() {
 		panic(fmt.Sprintf("replication: installing snapshot %d at term %d, not received", index, md.GetTerm()))
 	}
-	l.installedLocked(md)
+	l.installedLocked(md, snap.GetData())
 	cs := l.cs
-	seg := l.appendStateLocked(write{size: snapshotFrameSize(cs), frames: 1, encode: func(b []byte) []byte {
-		return appendSnapshotFrame(b, l.wtag, index, md.GetTerm(), cs, len(sp.frames), sp.bytes)
+	var book []byte
+	if len(snap.GetData()) > 0 {
+		book = appendBook(nil, l.book)
+	}
+	seg := l.appendStateLocked(write{size: snapshotFrameSize(cs) + len(book), frames: 1, encode: func(b []byte) []byte {
+		return appendSnapshotFrame(b, l.wtag, index, md.GetTerm(), cs, len(sp.frames), sp.bytes, book...)
 	}})
 	l.truncateLocked(l.prevIndex + 1)
 	l.head, l.baseIndex, l.baseSeg, l.idFloor, l.headMaxID = sp.frames, index, seg, 0, sp.maxID
@@ -1483,9 +1495,10 @@ func appendHeadFrame(b []byte, t tag, index uint64, records []byte) []byte {
 	return segment.EndFrame(b, start)
 }
 
-// appendSnapshotFrame appends a snapshot's metadata and the count and
-// bytes of the head frames before it.
-func appendSnapshotFrame(b []byte, t tag, index, term uint64, cs *pb.ConfState, frames, bytes int) []byte {
+// appendSnapshotFrame appends a snapshot's metadata, the count and bytes
+// of the head frames before it, and the book as of it (appendBook), when
+// one came with it.
+func appendSnapshotFrame(b []byte, t tag, index, term uint64, cs *pb.ConfState, frames, bytes int, book ...byte) []byte {
 	start := len(b)
 	b = t.begin(b, kindSnapshot)
 	b = binary.LittleEndian.AppendUint64(b, index)
@@ -1493,6 +1506,7 @@ func appendSnapshotFrame(b []byte, t tag, index, term uint64, cs *pb.ConfState, 
 	b = appendConfState(b, cs)
 	b = binary.LittleEndian.AppendUint32(b, uint32(frames))
 	b = binary.LittleEndian.AppendUint64(b, uint64(bytes))
+	b = append(b, book...)
 	return segment.EndFrame(b, start)
 }
 

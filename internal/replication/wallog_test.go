@@ -2,6 +2,7 @@ package replication
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -966,5 +967,39 @@ func TestWALLogDedupWindow(t *testing.T) {
 	l.Compact(22)
 	if got := first(); got != 22 {
 		t.Errorf("idle past the window: first index %d, want 22 (only the live job's entry)", got)
+	}
+}
+
+// TestWALLogSnapshotKeepsBook: the book that came with a snapshot (its
+// Data, Core.Step's) is written in the snapshot's frame, so a log opened
+// again after the install, before any SetMembership, has it: it had the
+// book from before with the snapshot's index, and the entries that made
+// the difference are never applied again.
+func TestWALLogSnapshotKeepsBook(t *testing.T) {
+	dir := t.TempDir()
+	l := openWAL(t, testWALConfig(dir, []uint64{1}, 0))
+	data, _ := foldRecords(nil, []*pb.Entry{entry(2, 1, full(7, 7))})
+	md := &pb.SnapshotMetadata{Index: new(uint64(9)), Term: new(uint64(2)), ConfState: &pb.ConfState{Voters: []uint64{1}}}
+	sink, err := l.ReceiveSnapshot(t.Context(), md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range headChunks(data) {
+		if err := sink.Write(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sink.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	book, _ := json.Marshal(Book{Index: 9, Version: 3, Draining: []uint64{9}})
+	l.InstallSnapshot(&pb.Snapshot{Metadata: md, Data: book})
+	sink.Close()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openWAL(t, testWALConfig(dir, []uint64{1}, 0))
+	if b := l.Membership(); b.Index != 9 || b.Version != 3 || !slices.Equal(b.Draining, []uint64{9}) {
+		t.Errorf("the book after the install, opened again: %+v; want the snapshot's (index 9, version 3, draining 9)", b)
 	}
 }
