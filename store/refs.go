@@ -34,11 +34,18 @@ func (s *Store) SetRefs(member uint64, tube []byte, using, watching uint32) {
 
 // DropRefs drops every reference member's sessions held: its process
 // restarted, it was removed, or it has been unreachable too long.
-func (s *Store) DropRefs(member uint64) {
+func (s *Store) DropRefs(member uint64) { s.DropRefsExcept(member, nil) }
+
+// DropRefsExcept drops member's references to every tube keep does not
+// keep (nil: to every tube). A sync sets the tubes it lists first, then
+// drops the others: dropping all first would free, and make again, a
+// tube only those references keep, losing its pause, its counts and its
+// place in list-tubes.
+func (s *Store) DropRefsExcept(member uint64, keep func(tube string) bool) {
 	s.refsMu.Lock()
 	defer s.refsMu.Unlock()
 	for key, old := range s.remote {
-		if key.member == member {
+		if key.member == member && (keep == nil || !keep(key.tube)) {
 			s.setRefsLocked(key, old, remoteCounts{t: old.t})
 		}
 	}

@@ -862,8 +862,11 @@ func (r *Router) retry() {
 // sends the new totals to the leader of the group that owns it; done, if
 // set, is called once that leader has them.
 func (r *Router) changeRefs(tube string, using, watching int, done func()) {
-	g := r.ownerOf(tube)
 	r.mu.Lock()
+	// The owner is read under r.mu, as syncRefs reads it: a placement
+	// change's syncs (Replaced) then either come after this total, and
+	// carry it to the tube's new group, or before it, and this goes there.
+	g := r.ownerOf(tube)
 	c := r.refs[tube]
 	if c == nil {
 		c = new(refCount)

@@ -880,11 +880,18 @@ func (s *Server) refs(from uint64, it *Item) {
 		return
 	}
 	st.RaiseStamp(it.Refs.Stamp)
-	if it.Refs.Sync {
-		st.DropRefs(from)
-	}
 	for _, c := range it.Refs.Counts {
 		st.SetRefs(from, c.Tube, c.Using, c.Watching)
+	}
+	if it.Refs.Sync {
+		// The tubes not listed drop to zero; those listed were set first,
+		// so none that the member still references is freed and made
+		// again (its pause, counts and place in list-tubes kept).
+		listed := make(map[string]struct{}, len(it.Refs.Counts))
+		for _, c := range it.Refs.Counts {
+			listed[string(c.Tube)] = struct{}{}
+		}
+		st.DropRefsExcept(from, func(tube string) bool { _, ok := listed[tube]; return ok })
 	}
 	s.send(from, reply(key, it.Seq, Reply{Status: StatusOK, Result: ResultNone, Stamp: st.LatestStamp()}))
 }
