@@ -28,6 +28,74 @@ type TubeFigures struct {
 	CmdPause  uint64        `json:"cmd_pause"`
 	Pause     time.Duration `json:"pause,omitempty"`      // the last pause-tube's, while paused
 	PauseLeft time.Duration `json:"pause_left,omitempty"` // what is left of it
+	// Stamp is the tube's creation stamp where it was made: the move
+	// keeps its place in list-tubes. 0: none (an older member's).
+	Stamp uint64 `json:"stamp,omitempty"`
+}
+
+// movedFigures are an imported tube's counters and creation stamp, kept
+// when the import's tube is freed at once (it had no job: it lives on the
+// references that reach this store after the import) for when those
+// make it again, as its pause is; until movedKeep has passed (its
+// monotonic nanoseconds), after which the tube, made again, is a new one:
+// no session referenced it meanwhile, and one server would have freed it.
+type movedFigures struct {
+	totalJobs, cmdDelete, cmdPause, stamp uint64
+	until                                 int64
+}
+
+// movedKeep bounds how long an imported tube's figures wait for the
+// references that make it again: the members sync theirs as they learn
+// of the move (router.Router.Replaced), within a second or so.
+const movedKeep = 10 * time.Second
+
+// keepMovedLocked keeps t's figures, as it is freed after its import, and
+// forgets those kept longer than movedKeep. registryMu is held for
+// writing.
+func (s *Store) keepMovedLocked(t *Tube) {
+	now := s.now()
+	for name, f := range s.moved {
+		if f.until <= now {
+			delete(s.moved, name)
+		}
+	}
+	if s.moved == nil {
+		s.moved = make(map[string]movedFigures)
+	}
+	s.moved[t.name] = movedFigures{totalJobs: t.totalJobs, cmdDelete: t.cmdDelete, cmdPause: t.cmdPause, stamp: t.stamp,
+		until: now + int64(movedKeep)}
+}
+
+// placeByStampLocked gives t, listed, the creation stamp stamp, older
+// than its own, and moves it up the list to its place by stamp.
+// registryMu is held for writing.
+func (s *Store) placeByStampLocked(t *Tube, stamp uint64) {
+	t.stamp = stamp
+	i := t.listIndex
+	for i > 0 && s.tubeList[i-1].stamp > stamp {
+		s.tubeList[i] = s.tubeList[i-1]
+		s.tubeList[i].listIndex = i
+		i--
+	}
+	s.tubeList[i] = t
+	t.listIndex = i
+}
+
+// resumeMovedLocked gives t, just made, the figures an import kept of
+// its name. registryMu is held for writing.
+func (s *Store) resumeMovedLocked(t *Tube) {
+	f, ok := s.moved[t.name]
+	if !ok {
+		return
+	}
+	delete(s.moved, t.name)
+	if f.until <= s.now() {
+		return
+	}
+	t.totalJobs, t.cmdDelete, t.cmdPause = f.totalJobs, f.cmdDelete, f.cmdPause
+	if f.stamp != 0 && f.stamp < t.stamp {
+		s.placeByStampLocked(t, f.stamp)
+	}
 }
 
 // Held is a reserved job of an exported tube and the client holding it.
@@ -369,7 +437,7 @@ func (s *Store) exportTube(name []byte, since *TubeCopy) (frames []byte, jobs in
 			}
 		}
 	}
-	fig = TubeFigures{TotalJobs: t.totalJobs, CmdDelete: t.cmdDelete, CmdPause: t.cmdPause}
+	fig = TubeFigures{TotalJobs: t.totalJobs, CmdDelete: t.cmdDelete, CmdPause: t.cmdPause, Stamp: t.stamp}
 	if now := s.now(); t.pausedLocked(now) {
 		fig.Pause, fig.PauseLeft = time.Duration(t.pauseDur), time.Duration(t.pauseUntil-now)
 	}
@@ -514,6 +582,13 @@ func (c *Client) importTube(name []byte, frames []byte, gone []uint64, fig TubeF
 		s.logPause(c, t.name, t.pauseDur, s.wall(t.pauseUntil), wal.Req{})
 	}
 	t.mu.Unlock()
+	if fig.Stamp != 0 {
+		s.registryMu.Lock()
+		if s.tubes[t.name] == t && fig.Stamp < t.stamp {
+			s.placeByStampLocked(t, fig.Stamp)
+		}
+		s.registryMu.Unlock()
+	}
 	return made, nil
 }
 

@@ -68,6 +68,9 @@ type Store struct {
 	// hold then, taken by the tube once made (pauses.go). Guarded by
 	// registryMu.
 	pauses map[string]Pause
+	// moved are the figures of imported tubes freed at once, for when
+	// they are made again (movedFigures). Guarded by registryMu.
+	moved map[string]movedFigures
 	// logPauses is Options.LogPauses: immutable. leading: the store
 	// serves, and logs the pauses freed tubes drop (Lead).
 	logPauses bool
@@ -334,6 +337,7 @@ func (s *Store) acquireTubeLocked(name string) *Tube {
 		t.listIndex = len(s.tubeList)
 		s.tubeList = append(s.tubeList, t)
 		s.resumePauseLocked(t)
+		s.resumeMovedLocked(t)
 	}
 	t.refs.Add(1)
 	return t
@@ -390,6 +394,9 @@ func (s *Store) releaseTubeKeeping(t *Tube, keepPause bool) {
 		s.keepPauseLocked(t.name, Pause{Dur: time.Duration(t.pauseDur), Until: s.wall(t.pauseUntil)})
 	default:
 		s.logPause(nil, t.name, 0, 0, wal.Req{}) // the pause goes with the tube, as in beanstalkd
+	}
+	if keepPause {
+		s.keepMovedLocked(t)
 	}
 	t.pauseDur, t.pauseUntil = 0, 0
 	s.timers.cancel(&t.pauseTimer)
