@@ -637,11 +637,13 @@ func seqAfter(a, b uint32) bool { return b == 0 || int32(a-b) > 0 }
 // back: the question is what lets the session's wait elsewhere forget a
 // DEADLINE_SOON it no longer owes.
 func (o *owner) answerHeldLocked(it *Item) {
-	status := StatusNotFound
-	if o.client.Holds(it.Request.ID) {
-		status = StatusOK
+	r := Reply{Status: StatusOK, Result: ResultNone}
+	if !o.client.Holds(it.Request.ID) {
+		// With where the group's tubes moved, if any: the job may have
+		// moved with its tube, reservation and all (Session.askHeldIn).
+		r = o.notFound(Reply{Status: StatusNotFound, Result: ResultNone})
 	}
-	o.srv.send(o.key.member, reply(o.key, it.Seq, Reply{Status: status, Result: ResultNone}))
+	o.srv.send(o.key.member, reply(o.key, it.Seq, r))
 }
 
 // local runs req at once for a session of this member (the local fast

@@ -136,15 +136,16 @@ func (s *Session) holdJob(j *JobReply, g uint16) {
 }
 
 // heldChanged notes the end of a held job's reservation (delete,
-// release, bury: gone), or a touch (renewed).
-func (s *Session) heldChanged(id uint64, renewed bool) {
+// release, bury: gone), or a touch (renewed), answered by group g: the
+// job's, where its tube may have moved since it was reserved.
+func (s *Session) heldChanged(id uint64, renewed bool, g uint16) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, ok := s.held[id]
 	switch {
 	case !ok:
 	case renewed:
-		h.deadline = time.Now().Add(h.ttr)
+		h.deadline, h.group = time.Now().Add(h.ttr), g
 		s.held[id] = h
 	default:
 		delete(s.held, id)
@@ -173,14 +174,63 @@ func (s *Session) askHeld(g uint16) {
 	}
 	s.mu.Unlock()
 	for _, q := range ask {
-		s.post(func(seq uint32) {
-			s.reach(g)
-			s.r.link.Request(s.id, g, seq, Request{Op: OpHeld, ID: q.id}, func(it *Item) {
-				if it.Reply.Status == StatusNotFound {
-					s.heldLost(q.id, q.deadline)
+		s.askHeldIn(g, q.id, q.deadline, nil)
+	}
+}
+
+// heldSearch is the asking of the groups where tubes moved from a held
+// job's group, which said the session does not hold it: a job whose
+// tube moved while held moved with its reservation. left counts the
+// answers to come; found, that one held it (or did not answer: the
+// estimate stays).
+type heldSearch struct {
+	left  atomic.Int32
+	found atomic.Bool
+}
+
+// askHeldIn asks group g whether the session holds job id there, counted
+// held with the estimate deadline: of its group (search nil), or of one
+// where tubes moved from it. Not held in its group but tubes moved from
+// it (Reply.Moved), those groups are asked, and the job is filed under
+// the one that holds it; forgotten if none does.
+func (s *Session) askHeldIn(g uint16, id uint64, deadline time.Time, search *heldSearch) {
+	s.post(func(seq uint32) {
+		s.reach(g)
+		s.r.link.Request(s.id, g, seq, Request{Op: OpHeld, ID: id}, func(it *Item) {
+			switch st := it.Reply.Status; {
+			case search == nil && st == StatusNotFound && len(it.Reply.Moved) > 0:
+				search = &heldSearch{}
+				search.left.Store(int32(len(it.Reply.Moved)))
+				for _, to := range it.Reply.Moved {
+					s.askHeldIn(to, id, deadline, search)
 				}
-			})
+				return
+			case search == nil:
+				if st == StatusNotFound {
+					s.heldLost(id, deadline)
+				}
+				return
+			case st == StatusOK:
+				search.found.Store(true)
+				s.heldIn(id, deadline, g)
+			case st != StatusNotFound:
+				search.found.Store(true)
+			}
+			if search.left.Add(-1) == 0 && !search.found.Load() {
+				s.heldLost(id, deadline)
+			}
 		})
+	})
+}
+
+// heldIn files job id, held, under group g, where its tube moved, if its
+// estimate is still deadline.
+func (s *Session) heldIn(id uint64, deadline time.Time, g uint16) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.held[id]; ok && h.deadline.Equal(deadline) {
+		h.group = g
+		s.held[id] = h
 	}
 }
 
@@ -1116,9 +1166,9 @@ func (s *Session) endsHold(id uint64, renews bool, read func(*Item, *engine.Answ
 		read(it, a)
 		switch it.Reply.Status {
 		case StatusOK:
-			s.heldChanged(id, renews)
+			s.heldChanged(id, renews, it.Group)
 		case StatusNotFound:
-			s.heldChanged(id, false)
+			s.heldChanged(id, false, it.Group)
 		}
 	}
 }

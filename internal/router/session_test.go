@@ -96,7 +96,7 @@ func TestSessionAskHeld(t *testing.T) {
 		t.Fatalf("the session forgot job %d, which it holds, and kept %d", mine, theirs)
 	}
 
-	s.heldChanged(mine, true) // touched since
+	s.heldChanged(mine, true, 0) // touched since
 	s.heldLost(mine, asked)
 	if s.holding() != 1 {
 		t.Error("an answer about a job touched since it was asked forgot it")
@@ -143,4 +143,38 @@ func TestSessionSequenceSkipsZero(t *testing.T) {
 			t.Fatalf("next: %d, want %d", got, want)
 		}
 	}
+}
+
+// TestSessionAskHeldFollowsAMove: a job whose tube moved while the
+// session held it is where the tube went (its reservation moved with
+// it): asked of the group the session filed it under, which answers not
+// held but names where its tubes moved, the session asks those and files
+// the job under the one that holds it, and forgets it if none does. It
+// forgot it at once: no DEADLINE_SOON for it, and a graceful shutdown
+// did not wait for it.
+func TestSessionAskHeldFollowsAMove(t *testing.T) {
+	n := newLinkNet(t, 2)
+	n.servers[2].cfg.MovedTo = func(g uint16) []uint16 {
+		if g == 0 {
+			return []uint16{1}
+		}
+		return nil
+	}
+	s := &Session{r: &Router{link: n.link}, id: 10}
+	a := make(answers, 16)
+	tube := [][]byte{[]byte("moved")}
+	n.link.Request(s.id, 1, 1, Request{Op: OpPut, Tube: tube[0], TTR: 60, Body: []byte("j\r\n")}, a.done)
+	a.next(t)
+	n.link.Request(s.id, 1, 2, Request{Op: OpReserve, Tubes: tube}, a.done)
+	held := a.next(t).Reply.Job.ID
+	s.seq.Store(2)
+	s.holdJob(&JobReply{ID: held, TTR: 60}, 0) // filed under group 0, where its id began
+	s.holdJob(&JobReply{ID: held + 1000, TTR: 60}, 0) // held nowhere
+	s.askHeld(0)
+	testproc.WaitFor(t, 5*time.Second, "the job held nowhere forgotten", func() bool { return s.holding() == 1 })
+	testproc.WaitFor(t, 5*time.Second, "the moved job filed under group 1", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.held[held].group == 1
+	})
 }
