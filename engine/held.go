@@ -36,6 +36,16 @@ func (h *heldReplies) copied() int {
 	return len(h.buf)
 }
 
+// onWire is the bytes h's replies will put on the wire, referenced bodies
+// included; h may be nil. They count against the output cap: once sent,
+// they are the client's unread replies.
+func (h *heldReplies) onWire() int {
+	if h == nil {
+		return 0
+	}
+	return h.size()
+}
+
 // mustHold reports whether the reply just produced has to wait: its
 // command changed durable state that is not durable yet, or earlier replies
 // are already waiting.
@@ -168,7 +178,7 @@ func (f *loopFlusher) flush(context.Context) error {
 		if !ss.closed {
 			ss.flushDurable()
 			ss.account()
-			if ss.end == endQuitting && !ss.held.waiting() || ss.finished() {
+			if ss.end == endQuitting && ss.quitDone() || ss.finished() {
 				_ = ss.conn.Close()
 			}
 		}

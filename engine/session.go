@@ -65,8 +65,9 @@ const (
 	// sent runs and every reply is sent, then the connection closes
 	// (session.finished).
 	endHalfClosed
-	// endQuitting: quit came while replies were held; the connection
-	// closes once they are sent, and later input is dropped.
+	// endQuitting: quit has run; the connection closes once every reply
+	// before it is sent (held ones included) and taken by the socket
+	// (quitDone), and later input is dropped.
 	endQuitting
 	// endFenced: a job was to be handed out while Config.Leased said no;
 	// the connection closes at once, that reply and what follows unsent.
@@ -87,7 +88,7 @@ func (ss *session) serve() gnet.Action {
 	}
 	ss.flushDurable()
 	if ss.end == endQuitting {
-		if !ss.held.waiting() {
+		if ss.quitDone() {
 			return gnet.Close
 		}
 		// What follows quit is never run, as in beanstalkd; dropped, so a
@@ -101,10 +102,19 @@ func (ss *session) serve() gnet.Action {
 	action := ss.serveInput()
 	ss.awaitDurable()
 	ss.account()
-	if action == gnet.None && ss.finished() {
+	if action == gnet.None && (ss.finished() || ss.end == endQuitting && ss.quitDone()) {
 		return gnet.Close
 	}
 	return action
+}
+
+// quitDone reports whether a connection that sent quit has nothing left
+// to deliver: no reply held for the log, and none unread in gnet (gnet's
+// close gives up at the first write the socket does not take, so closing
+// earlier would cut replies off). Until then it is polled from OnTick, as
+// a half-closed one is (account).
+func (ss *session) quitDone() bool {
+	return !ss.held.waiting() && ss.conn.OutboundBuffered() == 0
 }
 
 // halfClose is the client's shutting down of its writing side. As in
@@ -154,7 +164,7 @@ func (ss *session) serveInput() gnet.Action {
 	c := ss.conn
 	maxOut := ss.loop.srv.cfg.MaxOutputBuffered
 	if ss.throttled {
-		if c.OutboundBuffered() > maxOut/2 {
+		if c.OutboundBuffered()+ss.held.onWire() > maxOut/2 {
 			return ss.regulateInput(true)
 		}
 		ss.throttled = false
@@ -185,7 +195,7 @@ func (ss *session) serveInput() gnet.Action {
 				return gnet.None
 			}
 		}
-		if c.OutboundBuffered()+out.size() > maxOut {
+		if c.OutboundBuffered()+out.size()+ss.held.onWire() > maxOut {
 			ss.throttled = true
 			blocked = true
 			break
@@ -241,11 +251,7 @@ func (ss *session) serveInput() gnet.Action {
 			// Replies still waiting for the log are sent first: a client
 			// that pipelines "put ... quit" hears INSERTED, as from
 			// beanstalkd.
-			if ss.held.waiting() {
-				ss.end = endQuitting
-			} else {
-				action = gnet.Close
-			}
+			ss.end = endQuitting
 			break
 		}
 		if ss.awaiting != codec.OpNone && !r.mayGoOn(ss.awaiting) {
