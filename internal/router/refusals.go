@@ -1,25 +1,28 @@
 package router
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// refusalRecall is how long a leader remembers a session's request it
-// refused as not serving (refusals): longer than the requests pipelined
-// behind it take to arrive, which the member sent before the refusal
-// reached it. The member sends nothing newer until the refused one goes
-// again (Link.postCall).
+// refusalRecall is how long a leader remembers a session's requests it
+// refused as not serving (refusals) after the last: longer than the
+// requests pipelined behind them take to arrive, which the member sent
+// before the refusal reached it. The member sends nothing newer until a
+// refused one goes again (Link.postCall).
 const refusalRecall = time.Second
 
-// refusals are the sessions' first requests this member refused because
-// it did not serve their groups (not yet, or gated by a handover), for
-// refusalRecall. Until one comes again, a later pipelined request of its
-// session is refused too: it was in flight behind the refused one, and
-// run now it would run before it, when the member sends that again
-// (a put's id below an earlier put's). The member sends it again after
-// the first, in order (Link.resend).
+// refusals are the sessions' requests this member refused because it did
+// not serve their groups (not yet, or gated by a handover), for
+// refusalRecall. While one is refused and has not come again, a later
+// pipelined request of its session is refused too, and remembered so: it
+// was in flight behind the refused one, and run now it would run before
+// it, when the member sends that again (a put's id below an earlier
+// put's). The member sends each again once it has read its refusal, in
+// order (Link.resend); a request that is not pipelined says the session
+// had every answer before it, and ends them all.
 type refusals struct {
 	// any says whether first may hold a refusal: the requests of a
 	// member that refused none take no lock.
@@ -29,9 +32,11 @@ type refusals struct {
 	order []refusedNote // the keys noted, oldest first, for their expiry
 }
 
+// refusal is a session's refused sequences in a group, and when the last
+// was noted.
 type refusal struct {
-	seq uint32
-	at  time.Time
+	seqs []uint32
+	at   time.Time
 }
 
 type refusedNote struct {
@@ -39,46 +44,65 @@ type refusedNote struct {
 	at  time.Time
 }
 
-// note remembers that key's request seq was refused, unless one before
-// it was and is remembered still.
+// note remembers that key's request seq was refused.
 func (r *refusals) note(key ownerKey, seq uint32) {
-	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.noteLocked(key, seq, time.Now())
+}
+
+func (r *refusals) noteLocked(key ownerKey, seq uint32, now time.Time) {
 	r.forgetLocked(now)
-	if f, ok := r.first[key]; ok && !seqAfter(f.seq, seq) {
-		return
-	}
 	if r.first == nil {
 		r.first = make(map[ownerKey]refusal)
 	}
-	r.first[key] = refusal{seq, now}
+	f := r.first[key]
+	if !slices.Contains(f.seqs, seq) {
+		f.seqs = append(f.seqs, seq)
+	}
+	f.at = now
+	r.first[key] = f
 	r.order = append(r.order, refusedNote{key, now})
 	r.any.Store(true)
 }
 
-// holds reports whether it, of session key, must be refused: a request
-// refused before it has not come again. One that is the refused request
-// or an older one (sent again), or that says the session had every
-// answer before it (not pipelined: the refused one was answered
-// elsewhere), ends the refusal.
+// holds reports whether it, of session key, must be refused: a pipelined
+// request while one before it was refused and has not come again (it is
+// then remembered as refused too). Run, it is no longer refused; one that
+// is not pipelined ends every refusal of its session.
 func (r *refusals) holds(key ownerKey, it *Item) bool {
 	if !r.any.Load() {
 		return false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.forgetLocked(time.Now())
+	now := time.Now()
+	r.forgetLocked(now)
 	f, ok := r.first[key]
 	if !ok {
 		return false
 	}
-	if seqAfter(it.Seq, f.seq) &&
-		it.Kind == KindRequest && Pipelined(it.Request.Op) {
+	if it.Kind != KindRequest || !Pipelined(it.Request.Op) {
+		r.deleteLocked(key)
+		return false
+	}
+	if slices.ContainsFunc(f.seqs, func(seq uint32) bool { return seqAfter(it.Seq, seq) && seq != it.Seq }) {
+		r.noteLocked(key, it.Seq, now)
 		return true
 	}
-	r.deleteLocked(key)
+	r.dropLocked(key, it.Seq)
 	return false
+}
+
+// cancelled forgets key's refused wait of sequence seq: the session
+// cancelled it, and it will not come again.
+func (r *refusals) cancelled(key ownerKey, seq uint32) {
+	if !r.any.Load() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dropLocked(key, seq)
 }
 
 // pending reports whether a request of session key was refused and has
@@ -106,8 +130,21 @@ func (r *refusals) forgetGroup(g uint16) {
 	}
 }
 
-// forgetLocked drops the refusals noted more than refusalRecall before
-// now.
+// dropLocked forgets key's refused sequence seq, if it is one.
+func (r *refusals) dropLocked(key ownerKey, seq uint32) {
+	f, ok := r.first[key]
+	if !ok {
+		return
+	}
+	if f.seqs = slices.DeleteFunc(f.seqs, func(s uint32) bool { return s == seq }); len(f.seqs) == 0 {
+		r.deleteLocked(key)
+		return
+	}
+	r.first[key] = f
+}
+
+// forgetLocked drops the refusals whose last was noted more than
+// refusalRecall before now.
 func (r *refusals) forgetLocked(now time.Time) {
 	i := 0
 	for ; i < len(r.order) && now.Sub(r.order[i].at) > refusalRecall; i++ {

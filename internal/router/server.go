@@ -528,9 +528,14 @@ type forgottenRefs struct {
 // request runs a request on its owner's client, made on first use; one
 // for a group this member does not serve is answered StatusNotLeader.
 func (s *Server) request(key ownerKey, it *Item) {
+	// An OpHeld takes no part in the session's order: its refusal holds
+	// nothing back.
+	ordered := it.Kind != KindRequest || it.Request.Op != OpHeld
 	o := s.owner(key)
 	if o == nil {
-		s.refused.note(key, it.Seq)
+		if ordered {
+			s.refused.note(key, it.Seq)
+		}
 		s.send(key.member, reply(key, it.Seq, Reply{Status: StatusNotLeader}))
 		return
 	}
@@ -541,7 +546,7 @@ func (s *Server) request(key ownerKey, it *Item) {
 		// close, Close): its client is gone. Or the group's leadership
 		// is being handed over (Gate). The member asks again, of the
 		// group's leader then.
-		if !o.closed {
+		if !o.closed && ordered {
 			s.refused.note(key, it.Seq)
 		}
 		s.send(key.member, reply(key, it.Seq, Reply{Status: StatusNotLeader}))
@@ -553,7 +558,8 @@ func (s *Server) request(key ownerKey, it *Item) {
 	}
 	if s.refused.holds(key, it) {
 		// In flight behind one refused, which the member sends again
-		// first: run now, it would run before that one.
+		// first: run now, it would run before that one. Refused too,
+		// it goes again after it.
 		s.send(key.member, reply(key, it.Seq, Reply{Status: StatusNotLeader}))
 		return
 	}
@@ -768,6 +774,7 @@ func (s *Server) existing(key ownerKey) *owner {
 // cancel ends key's wait id, unless its offer is on its way: the offer
 // then comes, and the member declines it.
 func (s *Server) cancel(key ownerKey, id uint64, seq uint32) {
+	s.refused.cancelled(key, seq) // refused, it will not come again
 	o := s.existing(key)
 	if o == nil {
 		return

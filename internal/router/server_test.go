@@ -1170,3 +1170,138 @@ func TestRefusedRequestRunsFirst(t *testing.T) {
 		}
 	})
 }
+
+// TestRefusedHeldHoldsNothingBack: an OpHeld refused while gated, asked
+// again and answered, does not hold back the session's later requests:
+// it takes no part in the session's order. Remembered as refused, it
+// never ended its refusal, and every later pipelined request was refused
+// for a second: a worker holding jobs stalled after each leader change
+// (askHeld asks as the new leader begins to serve). Found by a reviewing
+// helper.
+func TestRefusedHeldHoldsNothingBack(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	r.srv.Gate(0)
+	r.send(req(0, 1, 1, Request{Op: OpHeld, ID: 12345}))
+	if it := r.next(); it.Reply.Status != StatusNotLeader {
+		t.Fatalf("held while gated: %+v", it.Reply)
+	}
+	r.srv.Ungate(0)
+	r.send(req(0, 1, 1, Request{Op: OpHeld, ID: 12345})) // sent again: answered
+	if it := r.next(); it.Reply.Status != StatusNotFound {
+		t.Fatalf("held sent again: %+v", it.Reply)
+	}
+	r.send(put(2)) // made after the held one was answered
+	if it := r.next(); it.Reply.Status != StatusOK {
+		t.Fatalf("a put after the held request was answered: %+v, want run", it.Reply)
+	}
+}
+
+// TestRefusedInOrderThroughTheLink: put 1 refused while gated, put 2 in
+// flight behind it refused too; the member reads put 1's refusal and
+// sends it again before it reads put 2's, and makes put 3, which goes at
+// once (put 2 counts as sent until its refusal is read). Put 3 must not
+// run before put 2: the leader remembered only the first refusal, ended
+// by put 1's return, and ran put 3, then put 2 (ids 1, 3, 2). Every
+// refused sequence is remembered now. Found by a reviewing helper.
+func TestRefusedInOrderThroughTheLink(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	var mu sync.Mutex
+	var replies [][]byte
+	srv := NewServer(ServerConfig{
+		Group: func(uint16) *store.Store { return st }, MaxJobSize: 1 << 16,
+		Send: func(to uint64, payload []byte) bool {
+			mu.Lock()
+			replies = append(replies, append([]byte(nil), payload...))
+			mu.Unlock()
+			return true
+		},
+	})
+	defer srv.Close()
+	link := NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) { return 2, true },
+		Send: func(to uint64, payload []byte) bool {
+			_ = srv.Handle(1, append([]byte(nil), payload...))
+			return true
+		},
+	})
+	take := func() []byte {
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			mu.Lock()
+			if len(replies) > 0 {
+				p := replies[0]
+				replies = replies[1:]
+				mu.Unlock()
+				return p
+			}
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+		}
+		t.Fatal("no reply")
+		return nil
+	}
+	ids := map[uint32]uint64{}
+	var idsMu sync.Mutex
+	call := func(seq uint32) {
+		link.Request(1, 0, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("j\r\n")}, func(it *Item) {
+			idsMu.Lock()
+			ids[seq] = it.Reply.ID
+			idsMu.Unlock()
+		})
+	}
+	srv.Gate(0)
+	call(1) // refused: gated
+	r1 := take()
+	srv.Ungate(0)
+	call(2) // in flight behind put 1: refused
+	r2 := take()
+	if err := link.Handle(2, r1); err != nil {
+		t.Fatal(err)
+	}
+	link.Retry(0) // put 1 goes again, and runs
+	call(3)       // put 2 still counts as sent: put 3 goes at once
+	if err := link.Handle(2, r2); err != nil {
+		t.Fatal(err)
+	}
+	link.Retry(0)
+	for range 10 {
+		idsMu.Lock()
+		n := len(ids)
+		idsMu.Unlock()
+		if n == 3 {
+			break
+		}
+		if err := link.Handle(2, take()); err != nil {
+			t.Fatal(err)
+		}
+		link.Retry(0)
+	}
+	idsMu.Lock()
+	defer idsMu.Unlock()
+	if len(ids) != 3 || !(ids[1] < ids[2] && ids[2] < ids[3]) {
+		t.Fatalf("ids by put %v: want them in the puts' order", ids)
+	}
+}
+
+// TestRefusedWaitCancelledHoldsNothingBack: a wait refused while gated
+// and then cancelled (its reserve was answered by another group) will
+// not come again: the session's next pipelined request runs, not refused
+// for a second behind it.
+func TestRefusedWaitCancelledHoldsNothingBack(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	r.srv.Gate(0)
+	r.send(Item{Kind: KindWait, Group: 0, Session: 1, Seq: 1, Wait: Wait{ID: 5, Tubes: [][]byte{[]byte("t")}}})
+	if it := r.next(); it.Reply.Status != StatusNotLeader {
+		t.Fatalf("a wait while gated: %+v", it.Reply)
+	}
+	r.srv.Ungate(0)
+	r.send(Item{Kind: KindCancel, Group: 0, Session: 1, Seq: 1, Wait: Wait{ID: 5}}, put(2))
+	if it := r.next(); it.Seq != 2 || it.Reply.Status != StatusOK {
+		t.Fatalf("a put after the refused wait's cancel: %+v, want run", it)
+	}
+}
