@@ -168,7 +168,7 @@ func TestSessionAskHeldFollowsAMove(t *testing.T) {
 	n.link.Request(s.id, 1, 2, Request{Op: OpReserve, Tubes: tube}, a.done)
 	held := a.next(t).Reply.Job.ID
 	s.seq.Store(2)
-	s.holdJob(&JobReply{ID: held, TTR: 60}, 0) // filed under group 0, where its id began
+	s.holdJob(&JobReply{ID: held, TTR: 60}, 0)        // filed under group 0, where its id began
 	s.holdJob(&JobReply{ID: held + 1000, TTR: 60}, 0) // held nowhere
 	s.askHeld(0)
 	testproc.WaitFor(t, 5*time.Second, "the job held nowhere forgotten", func() bool { return s.holding() == 1 })
