@@ -171,6 +171,12 @@
 //   - Byte mismatches (must be 0): a body reserved or peeked that is not
 //     byte for byte one that was put (found by its token), or an
 //     acknowledged id showing another put's body.
+//   - Duplicated (must be 0): a put's job seen under another id than the
+//     one its put was acknowledged with, or first seen under: every put
+//     is sent once, with a token of its own, so two ids of one token are
+//     one put made two jobs (a put the server ran twice, once per
+//     leader). Only the fences are exempt: verify puts one again when its
+//     connection breaks, and the first may have been done.
 //   - Not converged (must not happen): members whose stores differ once
 //     the cluster is at rest; a follower serves reads after a failover.
 //   - Double holding (must be 0): a job held by two sessions at once,

@@ -257,19 +257,19 @@ func runRounds(tt *testing.T, bin string, n int) {
 			}
 		}
 		res.converge = append(res.converge, converged)
-		t.Logf("round %d, %s (%s, leading %d; leaders were %s): %d puts, %d deletes acknowledged; lost %d, resurrected %d, mismatched %d, "+
+		t.Logf("round %d, %s (%s, leading %d; leaders were %s): %d puts, %d deletes acknowledged; lost %d, resurrected %d, mismatched %d, duplicated %d, "+
 			"double deliveries %d, reservations lost %d; holdings overlapping %d excused, %d not; order: %d checked, %d broken, %d across groups; "+
 			"failover [%s], clients' gap %s, converged %v, %d ids peeked and %d old jobs deleted in %v; %d connection errors; replica moves: %s",
-			done, f.name, out.victim, out.led, lay.describe(), cnt.puts, cnt.deletes, cnt.lost, cnt.resurrected, cnt.mismatches, cnt.doubles,
+			done, f.name, out.victim, out.led, lay.describe(), cnt.puts, cnt.deletes, cnt.lost, cnt.resurrected, cnt.mismatches, cnt.duplicated, cnt.doubles,
 			cnt.reservationLost, cnt.overlapsExcused, cnt.overlapsBad, cnt.orderChecked, cnt.orderBad, cnt.crossInversions,
 			strings.Join(failovers, ", "), gap, converged.Round(time.Millisecond), peeked, drained, verified.Round(time.Millisecond), w.errors.Load(), describeMoves(moves))
 		if out.handedOver && cnt.reservationLost > 0 {
 			t.Errorf("round %d (%s): %d reservations lost on a live connection, though %s handed every group it led over: %s",
 				done, f.name, cnt.reservationLost, out.victim, strings.Join(cnt.reservationsLost, "; "))
 		}
-		if cnt.lost+cnt.resurrected+cnt.mismatches > 0 {
-			t.Errorf("round %d (%s): lost %d, resurrected %d, mismatched %d: all must be 0\n\t%s",
-				done, f.name, cnt.lost, cnt.resurrected, cnt.mismatches, strings.Join(bad, "\n\t"))
+		if cnt.lost+cnt.resurrected+cnt.mismatches+cnt.duplicated > 0 {
+			t.Errorf("round %d (%s): lost %d, resurrected %d, mismatched %d, duplicated %d: all must be 0\n\t%s",
+				done, f.name, cnt.lost, cnt.resurrected, cnt.mismatches, cnt.duplicated, strings.Join(bad, "\n\t"))
 		}
 	}
 	t.Log("summary:\n" + summary(byKind))
@@ -1038,7 +1038,7 @@ func (r *round) verifyConnect(v *verifyConn) error {
 // would cost more with every failover, and find nothing.
 func (r *round) verifyGroup(v *verifyConn, g uint8, tube string) (peeked, drained int) {
 	r.t.Helper()
-	token := "fence-" + strconv.FormatUint(r.seq.Add(1), 10)
+	token := fencePrefix + strconv.FormatUint(r.seq.Add(1), 10)
 	body := []byte("chaos:" + token + ":")
 	r.l.sending(token, body)
 	v.tube = tube
@@ -1072,7 +1072,7 @@ func (r *round) verifyGroup(v *verifyConn, g uint8, tube string) (peeked, draine
 			case testproc.ReplyFound:
 				found[rep.N] = true
 				if r.l.seenLocked(rep.N, rep.Body, sent) {
-					r.t.Errorf("job %d: %.60q is resurrected or not what was put", rep.N, rep.Body)
+					r.t.Errorf("job %d: %.60q is resurrected, not what was put or a put's second job", rep.N, rep.Body)
 				}
 			case testproc.ReplyNotFound:
 			default:
@@ -1162,8 +1162,8 @@ func (r *round) drain(v *verifyConn, found map[uint64]bool) (drained int) {
 // summary is the table make chaos prints.
 func summary(byKind map[string]*results) string {
 	var b bytes.Buffer
-	row := "%-16s %6s %7s %7s %4s %5s %5s %7s %11s %11s %18s %9s %9s %16s %6s\n"
-	fmt.Fprintf(&b, row, "fault", "rounds", "puts", "deletes", "lost", "resur", "mism", "doubles", "overlaps",
+	row := "%-16s %6s %7s %7s %4s %5s %5s %4s %7s %11s %11s %18s %9s %9s %16s %6s\n"
+	fmt.Fprintf(&b, row, "fault", "rounds", "puts", "deletes", "lost", "resur", "mism", "dup", "doubles", "overlaps",
 		"order", "failover med/max", "gap max", "step max", "converge med/max", "moves")
 	var total results
 	for _, f := range faults {
@@ -1186,7 +1186,7 @@ func summary(byKind map[string]*results) string {
 		total.movesAlone += res.movesAlone
 		fmt.Fprintf(&b, row, f.name, strconv.Itoa(res.rounds), strconv.Itoa(res.counts.puts), strconv.Itoa(res.counts.deletes),
 			strconv.Itoa(res.counts.lost), strconv.Itoa(res.counts.resurrected), strconv.Itoa(res.counts.mismatches),
-			strconv.Itoa(res.counts.doubles), overlapCell(res.counts), orderCell(res.counts),
+			strconv.Itoa(res.counts.duplicated), strconv.Itoa(res.counts.doubles), overlapCell(res.counts), orderCell(res.counts),
 			medMaxN(res.failover), maxOnly(res.gap), maxOnly(res.stepDown), medMax(res.converge), movesCell(res))
 		if res.notNow > 0 {
 			fmt.Fprintf(&b, "%-16s %6s  (%d rounds not run: %s)\n", "", "", res.notNow, res.skipReason)
@@ -1194,9 +1194,10 @@ func summary(byKind map[string]*results) string {
 	}
 	fmt.Fprintf(&b, row, "all", strconv.Itoa(total.rounds), strconv.Itoa(total.counts.puts), strconv.Itoa(total.counts.deletes),
 		strconv.Itoa(total.counts.lost), strconv.Itoa(total.counts.resurrected), strconv.Itoa(total.counts.mismatches),
-		strconv.Itoa(total.counts.doubles), overlapCell(total.counts), orderCell(total.counts),
+		strconv.Itoa(total.counts.duplicated), strconv.Itoa(total.counts.doubles), overlapCell(total.counts), orderCell(total.counts),
 		"", maxOnly(total.gap), maxOnly(total.stepDown), medMax(total.converge), movesCell(&total))
-	fmt.Fprintf(&b, "(failover: per group whose leader the fault took, fault to the first put into it acknowledged through another member (n: groups);\n"+
+	fmt.Fprintf(&b, "(dup: jobs seen under an id not their put's, one put made two jobs (must be 0);\n"+
+		" failover: per group whose leader the fault took, fault to the first put into it acknowledged through another member (n: groups);\n"+
 		" gap: the clients' longest time without an acknowledged put in a group whose leader the fault did not take, through the members it did not hit;\n"+
 		" step: partition to a cut-off leader no longer leading; converge: workload stopped to equal digests;\n"+
 		" moves: replica moves the members began/of them planned by a member alone (must be 0);\n"+

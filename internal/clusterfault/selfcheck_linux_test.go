@@ -96,3 +96,61 @@ func TestLargestGap(t *testing.T) {
 		})
 	}
 }
+
+// put has l note a put of token, its body "chaos:TOKEN:", and returns the
+// body: a job the ledger knows.
+func put(l *ledger, token string) []byte {
+	body := []byte("chaos:" + token + ":")
+	l.sending(token, body)
+	return body
+}
+
+// sighting is a job of token seen under id.
+type sighting struct {
+	token string
+	id    uint64
+}
+
+func TestLedgerDuplicated(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// acked are the puts acknowledged, token to id; then each of
+		// seen is reserved, and last is acknowledged, if not "".
+		acked      map[string]uint64
+		seen       []sighting
+		last       sighting
+		duplicated int
+	}{
+		{"seen under its id", map[string]uint64{"1": 5}, []sighting{{"1", 5}, {"1", 5}}, sighting{}, 0},
+		{"seen under a new id", map[string]uint64{"1": 5}, []sighting{{"1", 5}, {"1", 9}}, sighting{}, 1},
+		// A put whose reply was lost: its first sighting names its id.
+		{"unacknowledged, seen under two ids", nil, []sighting{{"1", 7}, {"1", 7}, {"1", 8}}, sighting{}, 1},
+		{"seen, then acknowledged under its id", nil, []sighting{{"1", 7}}, sighting{"1", 7}, 0},
+		{"seen, then acknowledged under another id", nil, []sighting{{"1", 7}}, sighting{"1", 8}, 1},
+		// verifyDo puts a fence again when its connection breaks.
+		{"a fence put twice", map[string]uint64{fencePrefix + "1": 10}, []sighting{{fencePrefix + "1", 11}}, sighting{}, 0},
+		{"two puts", map[string]uint64{"1": 5, "2": 6}, []sighting{{"1", 5}, {"2", 6}}, sighting{}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLedger()
+			bodies := map[string][]byte{}
+			for _, token := range []string{"1", "2", fencePrefix + "1"} {
+				bodies[token] = put(l, token)
+			}
+			for token, id := range tc.acked {
+				l.putAcked(id, token)
+			}
+			for _, s := range tc.seen {
+				l.reservedJob(s.id, bodies[s.token], at(0))
+			}
+			if tc.last.token != "" {
+				l.putAcked(tc.last.id, tc.last.token)
+			}
+			c, bad := l.take()
+			if c.duplicated != tc.duplicated || c.mismatches != 0 || c.resurrected != 0 {
+				t.Fatalf("duplicated %d, mismatched %d, resurrected %d (%v); want %d, 0, 0",
+					c.duplicated, c.mismatches, c.resurrected, bad, tc.duplicated)
+			}
+		})
+	}
+}

@@ -57,6 +57,12 @@ type ledger struct {
 	bodies map[string][sha256.Size]byte // guarded by mu
 	// puts: the acknowledged puts, id to token.
 	puts map[uint64]string // guarded by mu
+	// ids: each token's job, token to id, from its put's acknowledgement
+	// or the first sighting of a job of it, whichever came first. A put
+	// is sent once, so a token seen under another id is a job duplicated
+	// under a new id (ledger.duplicatedLocked): puts[id] names the token
+	// an id was acknowledged with, and this the id a token went to.
+	ids map[string]uint64 // guarded by mu
 	// deleteSent: ids a delete was sent for.
 	deleteSent map[uint64]bool // guarded by mu
 	// deleted: the acknowledged deletes, each with when its reply came.
@@ -86,6 +92,9 @@ type ledger struct {
 // counts are the figures of a round, or of all of them.
 type counts struct {
 	puts, deletes, lost, resurrected, mismatches, doubles, reservationLost int
+	// duplicated are jobs seen under an id not their put's: one put, two
+	// jobs (must be 0).
+	duplicated int
 	// overlapsExcused and overlapsBad are holdings of one job by two
 	// sessions at once, across a change of its group's leader and not.
 	overlapsExcused, overlapsBad int
@@ -105,6 +114,7 @@ func (a *counts) add(b counts) {
 	a.lost += b.lost
 	a.resurrected += b.resurrected
 	a.mismatches += b.mismatches
+	a.duplicated += b.duplicated
 	a.doubles += b.doubles
 	a.reservationLost += b.reservationLost
 	a.reservationsLost = append(a.reservationsLost, b.reservationsLost...)
@@ -117,7 +127,7 @@ func (a *counts) add(b counts) {
 }
 
 func newLedger() *ledger {
-	return &ledger{bodies: map[string][sha256.Size]byte{}, puts: map[uint64]string{},
+	return &ledger{bodies: map[string][sha256.Size]byte{}, puts: map[uint64]string{}, ids: map[string]uint64{},
 		deleteSent: map[uint64]bool{}, deleted: map[uint64]time.Time{}, reserved: map[uint64]int{},
 		quiet: map[uint64]uint32{}, fenced: map[int]uint64{}, present: map[uint64]bool{}}
 }
@@ -227,7 +237,35 @@ func (l *ledger) putAckedLocked(id uint64, token string) {
 	}
 	l.puts[id] = token
 	l.counts.puts++
+	l.duplicatedLocked(id, token, "acknowledged")
 }
+
+// duplicatedLocked notes token's job as id (acknowledged, or seen: how
+// the ledger learnt it), and reports whether the token went to another
+// id before: one put, two jobs, which no fault excuses (a put retried
+// by the server after a failover must not run twice). Fences are put
+// again by verifyDo when their connection breaks, and may be two jobs
+// legitimately: they are not checked. l.mu must be held.
+func (l *ledger) duplicatedLocked(id uint64, token, how string) bool {
+	if strings.HasPrefix(token, fencePrefix) {
+		return false
+	}
+	was, known := l.ids[token]
+	if !known {
+		l.ids[token] = id
+		return false
+	}
+	if was == id {
+		return false
+	}
+	l.counts.duplicated++
+	l.noteBadLocked(fmt.Sprintf("token %s: job %d (group %d), and job %d (group %d) %s: one put, two jobs",
+		token, was, groupOf(was), id, groupOf(id), how))
+	return true
+}
+
+// fencePrefix begins the tokens of verify's fences (round.verifyGroup).
+const fencePrefix = "fence-"
 
 // tokenOf is the token a workload body begins with.
 func tokenOf(body []byte) (string, bool) {
@@ -244,8 +282,9 @@ func tokenOf(body []byte) (string, bool) {
 // with; a job whose delete was acknowledged before the command was sent
 // is resurrected. (A reserve sent before the delete's reply came may have
 // been answered before the delete ran, by a leader about to be replaced:
-// a double delivery, not a resurrection.) It reports whether the job was
-// resurrected or mismatched. l.mu must be held.
+// a double delivery, not a resurrection.) A body whose token went to
+// another id is a job duplicated. It reports whether the job was
+// resurrected, mismatched or duplicated. l.mu must be held.
 func (l *ledger) seenLocked(id uint64, body []byte, sent time.Time) (bad bool) {
 	token, ok := tokenOf(body)
 	want, known := l.bodies[token]
@@ -256,6 +295,8 @@ func (l *ledger) seenLocked(id uint64, body []byte, sent time.Time) (bad bool) {
 	} else if acked, ok := l.puts[id]; ok && acked != token {
 		l.counts.mismatches++
 		l.noteBadLocked(fmt.Sprintf("job %d (group %d): put as %s, seen as %s", id, groupOf(id), acked, token))
+		bad = true
+	} else if l.duplicatedLocked(id, token, "seen") {
 		bad = true
 	}
 	if at, ok := l.deleted[id]; ok && at.Before(sent) {
