@@ -163,9 +163,15 @@
 //
 // # What is checked, and why
 //
-//   - Lost (must be 0): an acknowledged put, never acknowledged deleted
-//     nor sent a delete, not found. An acknowledgement promises the put
-//     is committed by a majority, so no single fault may lose it.
+//   - Lost (must be 0): an acknowledged put not found, whose delete was
+//     never acknowledged and is not in doubt. An acknowledgement
+//     promises the put is committed by a majority, so no single fault
+//     may lose it. A delete is in doubt from its sending until it is
+//     answered on the connection it went on: a NOT_FOUND there deleted
+//     nothing (the job was another session's, or its holder's
+//     reservation lost), so it excuses no absence; only a delete never
+//     answered, or answered NOT_FOUND after verify sent it again on a
+//     new connection (the first may have deleted the job), does.
 //   - Resurrected (must be 0): a job whose delete was acknowledged found
 //     or reserved again: a delete is committed like a put.
 //   - Byte mismatches (must be 0): a body reserved or peeked that is not
@@ -224,9 +230,9 @@
 //     was cut off from it holds its references and memory for good.
 //
 // Puts and deletes whose reply never came (the connection broke) are
-// neither: such a put may exist, its id unknown (its token identifies it
-// when it is reserved or peeked); such a delete may or may not have been
-// done.
+// neither acknowledged nor refused: such a put may exist, its id unknown
+// (its token identifies it when it is reserved or peeked); such a delete
+// may or may not have been done, and stays in doubt.
 //
 // # No double holding
 //

@@ -1083,16 +1083,9 @@ func (r *round) verifyGroup(v *verifyConn, g uint8, tube string) (peeked, draine
 	}
 	r.l.walked(first, fence, found)
 	r.l.mu.Lock()
-	var lost []uint64
-	for id := range r.l.puts {
-		if id >= first && id < fence && !found[id] && !r.l.deleteSent[id] {
-			lost = append(lost, id)
-		}
-	}
-	r.l.counts.lost += len(lost)
+	lost := r.l.lostLocked(first, fence, found)
 	r.l.mu.Unlock()
 	if len(lost) > 0 {
-		slices.Sort(lost)
 		r.t.Errorf("acknowledged puts of group %d lost: %v", g, lost[:min(len(lost), 20)])
 	}
 	drained = r.drain(v, found)
@@ -1138,6 +1131,7 @@ func (r *round) drain(v *verifyConn, found map[uint64]bool) (drained int) {
 			lines[i] = "delete " + strconv.FormatUint(id, 10)
 		}
 		var replies []testproc.Reply
+		redials := v.redials
 		r.verifyDo(v, "draining", func(conn *testproc.Conn) (err error) {
 			replies, err = conn.Pipeline(lines)
 			return err
@@ -1149,8 +1143,13 @@ func (r *round) drain(v *verifyConn, found map[uint64]bool) (drained int) {
 				drained++
 			case testproc.ReplyNotFound:
 				// Reserved still, by a session whose close its member
-				// has not seen yet; or deleted by a first try, its
-				// connection broken before the answer (verifyDo).
+				// has not seen yet: the delete did nothing, and the job
+				// must be found again. Or, sent again on a new
+				// connection (verifyDo), deleted by the first try,
+				// whose answer was lost: then it stays in doubt.
+				if v.redials == redials {
+					r.l.deleteNotDone(batch[i])
+				}
 			default:
 				r.t.Fatalf("delete %d: %q", batch[i], rep.Line)
 			}

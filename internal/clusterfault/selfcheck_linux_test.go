@@ -3,6 +3,8 @@
 package clusterfault
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -153,4 +155,81 @@ func TestLedgerDuplicated(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestLedgerLost(t *testing.T) {
+	// Jobs 1 to 6 of group 0, put and acknowledged; none is found.
+	for _, tc := range []struct {
+		name    string
+		deletes func(l *ledger) // what was sent and answered
+		lost    []uint64
+	}{
+		{"nothing deleted", func(l *ledger) {}, []uint64{1, 2, 3, 4, 5, 6}},
+		{"deletes acknowledged, drained", func(l *ledger) {
+			l.deleting(1)
+			l.deleteAcked(1)
+			l.deleting(2)
+			l.drained(2)
+		}, []uint64{3, 4, 5, 6}},
+		// A delete whose answer never came may have deleted its job.
+		{"deletes in doubt", func(l *ledger) {
+			l.deleting(3)
+			l.deleting(4)
+		}, []uint64{1, 2, 5, 6}},
+		// NOT_FOUND on the delete's own connection: it deleted nothing;
+		// but 6's other delete is in doubt still.
+		{"deletes answered NOT_FOUND", func(l *ledger) {
+			l.deleting(5)
+			l.deleteNotDone(5)
+			l.deleting(6)
+			l.deleting(6)
+			l.deleteNotDone(6)
+		}, []uint64{1, 2, 3, 4, 5}},
+		{"two deletes, one answered NOT_FOUND, one acknowledged", func(l *ledger) {
+			l.deleting(1)
+			l.deleting(1)
+			l.deleteNotDone(1)
+			l.deleteAcked(1)
+		}, []uint64{2, 3, 4, 5, 6}},
+		{"two deletes, both answered NOT_FOUND", func(l *ledger) {
+			l.deleting(1)
+			l.deleting(1)
+			l.deleteNotDone(1)
+			l.deleteNotDone(1)
+			l.deleteNotDone(1) // more answers than deletes: still not in doubt
+			l.deleting(1)
+			l.deleteNotDone(1)
+		}, []uint64{1, 2, 3, 4, 5, 6}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLedger()
+			for id := uint64(1); id <= 6; id++ {
+				token := fmt.Sprint(id)
+				put(l, token)
+				l.putAcked(id, token)
+			}
+			tc.deletes(l)
+			l.mu.Lock()
+			lost := l.lostLocked(1, 100, map[uint64]bool{})
+			l.mu.Unlock()
+			if !slices.Equal(lost, tc.lost) {
+				t.Fatalf("lost %v, want %v", lost, tc.lost)
+			}
+			if c, _ := l.take(); c.lost != len(tc.lost) {
+				t.Fatalf("counted %d lost, want %d", c.lost, len(tc.lost))
+			}
+		})
+	}
+	t.Run("found, or outside the walk", func(t *testing.T) {
+		l := newLedger()
+		for id := uint64(1); id <= 6; id++ {
+			l.putAcked(id, fmt.Sprint(id))
+		}
+		l.mu.Lock()
+		lost := l.lostLocked(2, 6, map[uint64]bool{3: true, 4: true})
+		l.mu.Unlock()
+		if !slices.Equal(lost, []uint64{2, 5}) {
+			t.Fatalf("lost %v, want [2 5]", lost)
+		}
+	})
 }

@@ -63,8 +63,14 @@ type ledger struct {
 	// under a new id (ledger.duplicatedLocked): puts[id] names the token
 	// an id was acknowledged with, and this the id a token went to.
 	ids map[string]uint64 // guarded by mu
-	// deleteSent: ids a delete was sent for.
-	deleteSent map[uint64]bool // guarded by mu
+	// deletesInDoubt: by id a delete was ever sent for, how many of its
+	// deletes may have deleted it unseen: sent, and answered by nothing,
+	// or by NOT_FOUND only after the command went again on a new
+	// connection (verifyDo: the first may have deleted it). A delete
+	// answered on the connection it was sent on is no longer in doubt:
+	// DELETED is acknowledged (deleted), and NOT_FOUND deleted nothing.
+	// The lost check excuses a job only while one is in doubt.
+	deletesInDoubt map[uint64]int // guarded by mu
 	// deleted: the acknowledged deletes, each with when its reply came.
 	deleted map[uint64]time.Time // guarded by mu
 	// badSeen says what the clients saw of each job counted resurrected
@@ -128,7 +134,7 @@ func (a *counts) add(b counts) {
 
 func newLedger() *ledger {
 	return &ledger{bodies: map[string][sha256.Size]byte{}, puts: map[uint64]string{}, ids: map[string]uint64{},
-		deleteSent: map[uint64]bool{}, deleted: map[uint64]time.Time{}, reserved: map[uint64]int{},
+		deletesInDoubt: map[uint64]int{}, deleted: map[uint64]time.Time{}, reserved: map[uint64]int{},
 		quiet: map[uint64]uint32{}, fenced: map[int]uint64{}, present: map[uint64]bool{}}
 }
 
@@ -139,11 +145,14 @@ func (l *ledger) toPeek(first, fence uint64) []uint64 {
 	l.mu.Lock()
 	walked := max(first, l.fenced[groupOf(first)])
 	var ids []uint64
-	for _, known := range []map[uint64]bool{l.present, l.deleteSent} {
-		for id := range known {
-			if id >= first && id < walked {
-				ids = append(ids, id)
-			}
+	for id := range l.present {
+		if id >= first && id < walked {
+			ids = append(ids, id)
+		}
+	}
+	for id := range l.deletesInDoubt {
+		if id >= first && id < walked {
+			ids = append(ids, id)
 		}
 	}
 	for id := range l.puts {
@@ -339,16 +348,17 @@ func (l *ledger) held(h holding) {
 	l.mu.Unlock()
 }
 
-// deleting notes a delete about to be sent: from then on the job may be
-// gone without an acknowledgement.
+// deleting notes a delete about to be sent: until it is answered on its
+// connection, the job may be gone without an acknowledgement.
 func (l *ledger) deleting(id uint64) {
 	l.mu.Lock()
-	l.deleteSent[id] = true
+	l.deletesInDoubt[id]++
 	l.mu.Unlock()
 }
 
 func (l *ledger) deleteAcked(id uint64) {
 	l.mu.Lock()
+	l.deleteAnsweredLocked(id)
 	l.deleted[id] = time.Now()
 	l.counts.deletes++
 	l.mu.Unlock()
@@ -358,8 +368,46 @@ func (l *ledger) deleteAcked(id uint64) {
 // deleteAcked, not counted among the workload's deletes.
 func (l *ledger) drained(id uint64) {
 	l.mu.Lock()
+	l.deleteAnsweredLocked(id)
 	l.deleted[id] = time.Now()
 	l.mu.Unlock()
+}
+
+// deleteNotDone notes a delete answered NOT_FOUND on the connection it
+// was sent on, which was not dialled again meanwhile: it deleted
+// nothing (the job was held by another session, or gone already), so
+// it excuses no absence.
+func (l *ledger) deleteNotDone(id uint64) {
+	l.mu.Lock()
+	l.deleteAnsweredLocked(id)
+	l.mu.Unlock()
+}
+
+// deleteAnsweredLocked takes a delete of id out of doubt. l.mu must be
+// held.
+func (l *ledger) deleteAnsweredLocked(id uint64) {
+	if l.deletesInDoubt[id] > 0 {
+		l.deletesInDoubt[id]--
+	}
+}
+
+// lostLocked are the acknowledged puts of [first, fence) a walk did not
+// find, in order, counted: lost, unless a delete of theirs was
+// acknowledged or is in doubt (one sent and never answered on its
+// connection). l.mu must be held.
+func (l *ledger) lostLocked(first, fence uint64, found map[uint64]bool) []uint64 {
+	var lost []uint64
+	for id := range l.puts {
+		if id < first || id >= fence || found[id] || l.deletesInDoubt[id] > 0 {
+			continue
+		}
+		if _, deleted := l.deleted[id]; !deleted {
+			lost = append(lost, id)
+		}
+	}
+	l.counts.lost += len(lost)
+	slices.Sort(lost)
+	return lost
 }
 
 // handingBack notes a job its consumer is about to release or bury:
@@ -717,6 +765,9 @@ func (w *workload) dealWith(cl *client, conn *testproc.Conn, h holding) {
 	case err == nil:
 		w.l.held(h)
 	case strings.Contains(err.Error(), `"NOT_FOUND`):
+		if roll >= releasePercent+buryPercent {
+			w.l.deleteNotDone(h.id) // answered on the connection it went on
+		}
 		w.l.held(h)
 		// The reservation is gone while the connection lives: its
 		// leader was lost (reservations are the leader's), and the
@@ -819,7 +870,7 @@ func (r *round) describeQuiet() string {
 	slices.Sort(ids)
 	var lines []string
 	for _, id := range ids {
-		line := fmt.Sprintf("job %d (group %d): reserved %d times, delete sent %v", id, groupOf(id), r.l.reserved[id], r.l.deleteSent[id])
+		line := fmt.Sprintf("job %d (group %d): reserved %d times, deletes in doubt %d", id, groupOf(id), r.l.reserved[id], r.l.deletesInDoubt[id])
 		for _, h := range r.l.holdings {
 			if h.id == id {
 				line += fmt.Sprintf("; held by session %d from %s to %s", h.session, h.start.Format(stamp), h.end.Format(stamp))
