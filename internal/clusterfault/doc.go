@@ -183,6 +183,19 @@
 //     one put made two jobs (a put the server ran twice, once per
 //     leader). Only the fences are exempt: verify puts one again when its
 //     connection breaks, and the first may have been done.
+//   - Done though refused (must be 0): a job of a put answered
+//     OUT_OF_MEMORY or INTERNAL_ERROR (a member's answer when no leader
+//     of the group answered in time, which it gives only when the put
+//     did not run: a put that may have run closes the connection
+//     instead) or DRAINING (a member stopping gracefully) seen.
+//   - Wrong replies (must be 0): a reply no command may get. Every
+//     reply a workload client reads is judged: the one hoped for; none,
+//     the connection broken (the command may have run); a refusal,
+//     OUT_OF_MEMORY or INTERNAL_ERROR to any command, DRAINING to a put;
+//     TIMED_OUT or DEADLINE_SOON to a reserve; NOT_FOUND to a delete,
+//     release, bury or touch (the job's reservation lost). Anything
+//     else (BAD_FORMAT, UNKNOWN_COMMAND, another command's reply, bytes
+//     that are no reply) is counted and fails the round, the reply said.
 //   - Not converged (must not happen): members whose stores differ once
 //     the cluster is at rest; a follower serves reads after a failover.
 //   - Double holding (must be 0): a job held by two sessions at once,

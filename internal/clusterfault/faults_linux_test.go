@@ -257,19 +257,19 @@ func runRounds(tt *testing.T, bin string, n int) {
 			}
 		}
 		res.converge = append(res.converge, converged)
-		t.Logf("round %d, %s (%s, leading %d; leaders were %s): %d puts, %d deletes acknowledged; lost %d, resurrected %d, mismatched %d, duplicated %d, "+
+		t.Logf("round %d, %s (%s, leading %d; leaders were %s): %d puts, %d deletes acknowledged; lost %d, resurrected %d, mismatched %d, duplicated %d, done though refused %d, wrong replies %d, "+
 			"double deliveries %d, reservations lost %d; holdings overlapping %d excused, %d not; order: %d checked, %d broken, %d across groups; "+
 			"failover [%s], clients' gap %s, converged %v, %d ids peeked and %d old jobs deleted in %v; %d connection errors; replica moves: %s",
-			done, f.name, out.victim, out.led, lay.describe(), cnt.puts, cnt.deletes, cnt.lost, cnt.resurrected, cnt.mismatches, cnt.duplicated, cnt.doubles,
+			done, f.name, out.victim, out.led, lay.describe(), cnt.puts, cnt.deletes, cnt.lost, cnt.resurrected, cnt.mismatches, cnt.duplicated, cnt.refusedDone, cnt.wrong, cnt.doubles,
 			cnt.reservationLost, cnt.overlapsExcused, cnt.overlapsBad, cnt.orderChecked, cnt.orderBad, cnt.crossInversions,
 			strings.Join(failovers, ", "), gap, converged.Round(time.Millisecond), peeked, drained, verified.Round(time.Millisecond), w.errors.Load(), describeMoves(moves))
 		if out.handedOver && cnt.reservationLost > 0 {
 			t.Errorf("round %d (%s): %d reservations lost on a live connection, though %s handed every group it led over: %s",
 				done, f.name, cnt.reservationLost, out.victim, strings.Join(cnt.reservationsLost, "; "))
 		}
-		if cnt.lost+cnt.resurrected+cnt.mismatches+cnt.duplicated > 0 {
-			t.Errorf("round %d (%s): lost %d, resurrected %d, mismatched %d, duplicated %d: all must be 0\n\t%s",
-				done, f.name, cnt.lost, cnt.resurrected, cnt.mismatches, cnt.duplicated, strings.Join(bad, "\n\t"))
+		if cnt.lost+cnt.resurrected+cnt.mismatches+cnt.duplicated+cnt.refusedDone+cnt.wrong > 0 {
+			t.Errorf("round %d (%s): lost %d, resurrected %d, mismatched %d, duplicated %d, done though refused %d, wrong replies %d: all must be 0\n\t%s",
+				done, f.name, cnt.lost, cnt.resurrected, cnt.mismatches, cnt.duplicated, cnt.refusedDone, cnt.wrong, strings.Join(bad, "\n\t"))
 		}
 	}
 	t.Log("summary:\n" + summary(byKind))
@@ -399,25 +399,43 @@ func (r *round) probe(from time.Time, tube string, through []*member) (time.Dura
 
 // probeOnce puts one job into tube through m on a new connection.
 func (r *round) probeOnce(from time.Time, tube string, m *member) (time.Duration, error) {
+	token := "probe-" + strconv.FormatUint(r.seq.Add(1), 10)
+	if _, err := r.putThrough(m, tube, token, "after the fault"); err != nil {
+		return 0, err
+	}
+	return time.Since(from), nil
+}
+
+// putThrough puts a job of token into tube through m, on a connection of
+// its own, and returns its id, noted in the ledger as acknowledged; a
+// put refused is noted as such, and a wrong reply (judge) as one.
+func (r *round) putThrough(m *member, tube, token, text string) (uint64, error) {
 	d := testproc.Dialer{Timeout: time.Second, Local: probeIP, ReplyTimeout: 2 * time.Second}
 	conn, err := d.Dial(m.clientAddr())
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close()
-	token := "probe-" + strconv.FormatUint(r.seq.Add(1), 10)
-	body := []byte("chaos:" + token + ":after the fault")
+	body := []byte("chaos:" + token + ":" + text)
 	r.l.sending(token, body)
-	if err := conn.ExpectLine("use "+tube, "USING "+tube); err != nil {
+	use := "use " + tube
+	rep, err := conn.Do(use, nil)
+	if _, err := checked(r.l, m.name, use, "USING "+tube, rep, err); err != nil {
 		return 0, err
 	}
-	id, err := conn.Put(0, 0, ttr, body)
-	if err != nil {
-		return 0, fmt.Errorf("put: %w", err)
+	put := fmt.Sprintf("put 0 0 %d %d", ttr, len(body))
+	rep, err = conn.Do(put, body)
+	v, err := checked(r.l, m.name, put, "INSERTED", rep, err)
+	switch {
+	case v == refused:
+		r.l.putRefused(token, string(rep.Line))
+	case v == hoped && rep.Kind == testproc.ReplyInserted:
+		r.l.putAcked(rep.N, token)
+		return rep.N, nil
+	case err == nil:
+		err = fmt.Errorf("%s through %s: %q", put, m.name, rep.Line)
 	}
-	took := time.Since(from)
-	r.l.putAcked(id, token)
-	return took, nil
+	return 0, err
 }
 
 func names(ms []*member) []string {
@@ -1202,8 +1220,9 @@ func summary(byKind map[string]*results) string {
 		" moves: replica moves the members began/of them planned by a member alone (must be 0);\n"+
 		" overlaps: holdings of a job by two sessions at once, excused by a change of the group's leader/not (must be 0);\n"+
 		" order: quiet hand-outs checked/out of order within a group (must be 0)/out of order across groups (reported);\n"+
-		" quiet phases not checked (a connection failed): %d; reservations lost on a live connection (delete, release or bury NOT_FOUND): %d)\n",
-		total.counts.quietDisturbed, total.counts.reservationLost)
+		" quiet phases not checked (a connection failed): %d; reservations lost on a live connection (delete, release or bury NOT_FOUND): %d;\n"+
+		" jobs of puts refused (OUT_OF_MEMORY, INTERNAL_ERROR, DRAINING) (must be 0): %d; wrong replies (must be 0): %d)\n",
+		total.counts.quietDisturbed, total.counts.reservationLost, total.counts.refusedDone, total.counts.wrong)
 	return b.String()
 }
 

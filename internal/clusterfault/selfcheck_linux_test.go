@@ -4,9 +4,14 @@ package clusterfault
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sproutmq/sprout/internal/testproc"
 )
 
 // The checks of checks_linux_test.go on made-up logs: what they must
@@ -232,4 +237,72 @@ func TestLedgerLost(t *testing.T) {
 			t.Fatalf("lost %v, want [2 5]", lost)
 		}
 	})
+}
+
+func TestJudge(t *testing.T) {
+	reply := func(line string) testproc.Reply { return testproc.Reply{Line: []byte(line)} }
+	timeout := &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}
+	for _, tc := range []struct {
+		cmd, hope string
+		rep       testproc.Reply
+		err       error
+		want      verdict
+	}{
+		{"put 0 0 60 5", "INSERTED", reply("INSERTED 12"), nil, hoped},
+		{"use chaos", "USING chaos", reply("USING chaos"), nil, hoped},
+		{"use chaos", "USING chaos", reply("USING chaos-1"), nil, wrong},
+		{"kick 1000", "KICKED", reply("KICKED 3"), nil, hoped},
+		// No reply: the command may have run.
+		{"put 0 0 60 5", "INSERTED", testproc.Reply{}, fmt.Errorf("put: %w", io.EOF), broken},
+		{"delete 5", "DELETED", testproc.Reply{}, fmt.Errorf("delete 5: %w", timeout), broken},
+		{"reserve-with-timeout 1", "RESERVED", testproc.Reply{}, &testproc.ProtocolError{Want: closedMidLine, Got: "RESER"}, broken},
+		// No leader, or a member stopping: refused, not run.
+		{"put 0 0 60 5", "INSERTED", reply("OUT_OF_MEMORY"), nil, refused},
+		{"put 0 0 60 5", "INSERTED", reply("INTERNAL_ERROR"), nil, refused},
+		{"put 0 0 60 5", "INSERTED", reply("DRAINING"), nil, refused},
+		{"delete 5", "DELETED", reply("INTERNAL_ERROR"), nil, refused},
+		{"release 5 1 0", "RELEASED", reply("OUT_OF_MEMORY"), nil, refused},
+		{"kick 1000", "KICKED", reply("INTERNAL_ERROR"), nil, refused},
+		{"delete 5", "DELETED", reply("DRAINING"), nil, wrong},
+		// A reserve that got no job.
+		{"reserve-with-timeout 1", "RESERVED", reply("TIMED_OUT"), nil, waited},
+		{"reserve-with-timeout 0", "RESERVED", reply("DEADLINE_SOON"), nil, waited},
+		{"put 0 0 60 5", "INSERTED", reply("TIMED_OUT"), nil, wrong},
+		// NOT_FOUND: a job not held, to the commands by id that need it.
+		{"delete 5", "DELETED", reply("NOT_FOUND"), nil, notFound},
+		{"release 5 1 0", "RELEASED", reply("NOT_FOUND"), nil, notFound},
+		{"bury 5 1", "BURIED", reply("NOT_FOUND"), nil, notFound},
+		{"touch 5", "TOUCHED", reply("NOT_FOUND"), nil, notFound},
+		{"put 0 0 60 5", "INSERTED", reply("NOT_FOUND"), nil, wrong},
+		{"reserve-with-timeout 1", "RESERVED", reply("NOT_FOUND"), nil, wrong},
+		// Anything else is a server bug.
+		{"put 0 0 60 5", "INSERTED", reply("BAD_FORMAT"), nil, wrong},
+		{"delete 5", "DELETED", reply("UNKNOWN_COMMAND"), nil, wrong},
+		{"delete 5", "DELETED", reply("DELETEDX"), nil, wrong},
+		{"release 5 1 0", "RELEASED", reply("BURIED"), nil, wrong},
+		{"put 0 0 60 5", "INSERTED", reply("INSERTED x"), &testproc.ProtocolError{Want: "a number", Got: "INSERTED x"}, wrong},
+		{"reserve-with-timeout 1", "RESERVED", testproc.Reply{}, &testproc.ProtocolError{Want: "a body ending in CRLF", Got: "xy"}, wrong},
+	} {
+		if got := judge(tc.cmd, tc.hope, tc.rep, tc.err); got != tc.want {
+			t.Errorf("%s answered %q (%v), hoping for %s: judged %d, want %d", tc.cmd, tc.rep.Line, tc.err, tc.hope, got, tc.want)
+		}
+	}
+}
+
+func TestLedgerRefused(t *testing.T) {
+	l := newLedger()
+	refusedBody, otherBody := put(l, "1"), put(l, "2")
+	l.putRefused("1", "OUT_OF_MEMORY")
+	l.reservedJob(7, otherBody, at(0))
+	if c, bad := l.take(); c.refusedDone != 0 {
+		t.Fatalf("a put not refused seen: done though refused %d (%v), want 0", c.refusedDone, bad)
+	}
+	l.reservedJob(8, refusedBody, at(0))
+	if c, bad := l.take(); c.refusedDone != 1 || len(bad) != 1 {
+		t.Fatalf("a refused put seen: done though refused %d (%v), want 1", c.refusedDone, bad)
+	}
+	l.wrongReply("delete 5 through m1: \"BAD_FORMAT\"")
+	if c, bad := l.take(); c.wrong != 1 || len(bad) != 1 {
+		t.Fatalf("wrong replies %d (%v), want 1", c.wrong, bad)
+	}
 }

@@ -5,6 +5,7 @@ package clusterfault
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -63,6 +64,9 @@ type ledger struct {
 	// under a new id (ledger.duplicatedLocked): puts[id] names the token
 	// an id was acknowledged with, and this the id a token went to.
 	ids map[string]uint64 // guarded by mu
+	// refused: the tokens whose put was refused (judge), with the
+	// answer: the put did not run, so no job of it may ever be seen.
+	refused map[string]string // guarded by mu
 	// deletesInDoubt: by id a delete was ever sent for, how many of its
 	// deletes may have deleted it unseen: sent, and answered by nothing,
 	// or by NOT_FOUND only after the command went again on a new
@@ -73,8 +77,9 @@ type ledger struct {
 	deletesInDoubt map[uint64]int // guarded by mu
 	// deleted: the acknowledged deletes, each with when its reply came.
 	deleted map[uint64]time.Time // guarded by mu
-	// badSeen says what the clients saw of each job counted resurrected
-	// or mismatched since the last take (the first few).
+	// badSeen says what the clients saw of each job counted resurrected,
+	// mismatched, duplicated or done though refused, and the wrong
+	// replies, since the last take (the first few).
 	badSeen []string // guarded by mu
 	// reserved: how often each id was reserved.
 	reserved map[uint64]int // guarded by mu
@@ -99,8 +104,10 @@ type ledger struct {
 type counts struct {
 	puts, deletes, lost, resurrected, mismatches, doubles, reservationLost int
 	// duplicated are jobs seen under an id not their put's: one put, two
-	// jobs (must be 0).
-	duplicated int
+	// jobs (must be 0); refusedDone, jobs of a put the cluster refused
+	// (must be 0); wrong, the replies no command may get (judge: must be
+	// 0).
+	duplicated, refusedDone, wrong int
 	// overlapsExcused and overlapsBad are holdings of one job by two
 	// sessions at once, across a change of its group's leader and not.
 	overlapsExcused, overlapsBad int
@@ -121,6 +128,8 @@ func (a *counts) add(b counts) {
 	a.resurrected += b.resurrected
 	a.mismatches += b.mismatches
 	a.duplicated += b.duplicated
+	a.refusedDone += b.refusedDone
+	a.wrong += b.wrong
 	a.doubles += b.doubles
 	a.reservationLost += b.reservationLost
 	a.reservationsLost = append(a.reservationsLost, b.reservationsLost...)
@@ -133,7 +142,7 @@ func (a *counts) add(b counts) {
 }
 
 func newLedger() *ledger {
-	return &ledger{bodies: map[string][sha256.Size]byte{}, puts: map[uint64]string{}, ids: map[string]uint64{},
+	return &ledger{bodies: map[string][sha256.Size]byte{}, puts: map[uint64]string{}, ids: map[string]uint64{}, refused: map[string]string{},
 		deletesInDoubt: map[uint64]int{}, deleted: map[uint64]time.Time{}, reserved: map[uint64]int{},
 		quiet: map[uint64]uint32{}, fenced: map[int]uint64{}, present: map[uint64]bool{}}
 }
@@ -292,8 +301,9 @@ func tokenOf(body []byte) (string, bool) {
 // is resurrected. (A reserve sent before the delete's reply came may have
 // been answered before the delete ran, by a leader about to be replaced:
 // a double delivery, not a resurrection.) A body whose token went to
-// another id is a job duplicated. It reports whether the job was
-// resurrected, mismatched or duplicated. l.mu must be held.
+// another id is a job duplicated, and one of a put refused is done
+// though refused. It reports whether the job was any of those. l.mu
+// must be held.
 func (l *ledger) seenLocked(id uint64, body []byte, sent time.Time) (bad bool) {
 	token, ok := tokenOf(body)
 	want, known := l.bodies[token]
@@ -308,6 +318,11 @@ func (l *ledger) seenLocked(id uint64, body []byte, sent time.Time) (bad bool) {
 	} else if l.duplicatedLocked(id, token, "seen") {
 		bad = true
 	}
+	if answer, ok := l.refused[token]; ok {
+		l.counts.refusedDone++
+		l.noteBadLocked(fmt.Sprintf("job %d (group %d): its put (token %s) was answered %s, yet it was done", id, groupOf(id), token, answer))
+		bad = true
+	}
 	if at, ok := l.deleted[id]; ok && at.Before(sent) {
 		l.counts.resurrected++
 		l.noteBadLocked(fmt.Sprintf("job %d (group %d): its delete acknowledged at %s, seen again by a command sent at %s",
@@ -315,6 +330,23 @@ func (l *ledger) seenLocked(id uint64, body []byte, sent time.Time) (bad bool) {
 		bad = true
 	}
 	return bad
+}
+
+// putRefused notes token's put answered with a refusal (judge): it did
+// not run.
+func (l *ledger) putRefused(token, answer string) {
+	l.mu.Lock()
+	l.refused[token] = answer
+	l.mu.Unlock()
+}
+
+// wrongReply notes a reply no command may get (judge), what saying the
+// command, where it went and the reply.
+func (l *ledger) wrongReply(what string) {
+	l.mu.Lock()
+	l.counts.wrong++
+	l.noteBadLocked("wrong reply: " + what)
+	l.mu.Unlock()
 }
 
 // noteBadLocked keeps what a check found wrong, for the round's report.
@@ -492,6 +524,97 @@ func (w *workload) halt() {
 	w.wg.Wait()
 }
 
+// verdict is what a workload client makes of a command's reply (judge).
+type verdict int
+
+const (
+	// hoped: the reply the command hoped for.
+	hoped verdict = iota
+	// broken: no reply came (the connection broke, closed or timed
+	// out): the command may or may not have run.
+	broken
+	// refused: the answer of a cluster that cannot run the command now,
+	// which did not run it: OUT_OF_MEMORY or INTERNAL_ERROR, as a member
+	// answers a command no group leader answered in time (router's
+	// failed), DRAINING to a put on a member stopping gracefully.
+	refused
+	// waited: a reserve's TIMED_OUT or DEADLINE_SOON: no job, nothing done.
+	waited
+	// notFound: NOT_FOUND to a command by id that needs the job reserved
+	// (delete, release, bury, touch): no job of that id the session
+	// holds, as after its reservation was lost.
+	notFound
+	// wrong: any other reply (BAD_FORMAT, UNKNOWN_COMMAND, a reply of
+	// another command), or bytes that are no reply: a server bug.
+	wrong
+)
+
+// closedMidLine is testproc's ProtocolError.Want when the connection
+// closed inside a reply line: a member killed while it wrote, no wrong
+// reply.
+const closedMidLine = "a reply line ending in CRLF before the connection closed"
+
+// judge says what the reply rep (or the error err) to the command cmd is,
+// hope being the reply hoped for: its whole line, or the line's first
+// words ("INSERTED" hopes for "INSERTED <id>").
+func judge(cmd, hope string, rep testproc.Reply, err error) verdict {
+	if err != nil {
+		var pe *testproc.ProtocolError
+		if errors.As(err, &pe) && pe.Want != closedMidLine {
+			return wrong // bytes that are no reply
+		}
+		return broken
+	}
+	line := string(rep.Line)
+	if line == hope || strings.HasPrefix(line, hope+" ") {
+		return hoped
+	}
+	verb, _, _ := strings.Cut(cmd, " ")
+	switch line {
+	case "OUT_OF_MEMORY", "INTERNAL_ERROR":
+		return refused
+	case "DRAINING":
+		if verb == "put" {
+			return refused
+		}
+	case "TIMED_OUT", "DEADLINE_SOON":
+		if verb == "reserve" || verb == "reserve-with-timeout" {
+			return waited
+		}
+	case "NOT_FOUND":
+		switch verb {
+		case "delete", "release", "bury", "touch":
+			return notFound
+		}
+	}
+	return wrong
+}
+
+// checked judges the reply rep (or err) to cmd, sent through the member
+// via, hoping for hope, and notes a wrong one in l. A reply but the one
+// hoped for comes with an error that says it.
+func checked(l *ledger, via, cmd, hope string, rep testproc.Reply, err error) (verdict, error) {
+	v := judge(cmd, hope, rep, err)
+	if v == hoped {
+		return v, nil
+	}
+	if err != nil {
+		err = fmt.Errorf("%w (through %s)", err, via)
+	} else {
+		err = fmt.Errorf("%.60s through %s: %q, hoping for %s", cmd, via, rep.Line, hope)
+	}
+	if v == wrong {
+		l.wrongReply(err.Error())
+	}
+	return v, err
+}
+
+// check is checked of a reply on cl's connection.
+func (cl *client) check(cmd, hope string, rep testproc.Reply, err error) verdict {
+	v, _ := checked(cl.w.l, cl.w.c.members[cl.home].name, cmd, hope, rep, err)
+	return v
+}
+
 // sessions numbers the clients' connections over the run.
 var sessions atomic.Uint64
 
@@ -528,7 +651,8 @@ func (cl *client) connect() *testproc.Conn {
 		d := testproc.Dialer{Timeout: time.Second, Local: cl.local, ReplyTimeout: replyTimeout}
 		conn, err := d.Dial(m.clientAddr())
 		for i := 0; err == nil && i < len(cl.setup); i += 2 {
-			err = conn.ExpectLine(cl.setup[i], cl.setup[i+1])
+			rep, doErr := conn.Do(cl.setup[i], nil)
+			_, err = checked(cl.w.l, m.name, cl.setup[i], cl.setup[i+1], rep, doErr)
 		}
 		if err != nil {
 			if conn != nil {
@@ -637,13 +761,26 @@ func (w *workload) produce(i, g int) {
 			cl.fail()
 			continue
 		}
+		refusals := 0
 		for _, token := range tokens {
 			r, err := conn.ReadReply(false)
-			if err != nil || r.Kind != testproc.ReplyInserted {
-				cl.fail() // this put and those after it may or may not have been done
-				break
+			v := cl.check("put", "INSERTED", r, err)
+			if v == hoped && r.Kind == testproc.ReplyInserted {
+				w.l.producerAcked(r.N, token, cl.home)
+				continue
 			}
-			w.l.producerAcked(r.N, token, cl.home)
+			if v == refused {
+				// Not done; the puts after it are answered still.
+				w.l.putRefused(token, string(r.Line))
+				refusals++
+				continue
+			}
+			cl.fail() // this put and those after it may or may not have been done
+			refusals = 0
+			break
+		}
+		if refusals > 0 {
+			cl.fail() // another member may have the group's leader
 		}
 	}
 }
@@ -704,25 +841,20 @@ func (w *workload) consume(i int) {
 			continue
 		}
 		if n%kickEvery == 0 && !w.quiet {
-			if r, err := conn.Do("kick 1000", nil); err != nil || !strings.HasPrefix(string(r.Line), "KICKED ") {
+			if r, err := conn.Do("kick 1000", nil); cl.check("kick 1000", "KICKED", r, err) != hoped {
 				cl.fail()
 				continue
 			}
 		}
 		sent := time.Now()
 		r, err := conn.Do(reserve, nil)
-		if err != nil {
-			cl.fail()
-			continue
-		}
-		switch r.Kind {
-		case testproc.ReplyTimedOut, testproc.ReplyDeadlineSoon:
+		switch v := cl.check(reserve, "RESERVED", r, err); {
+		case v == waited:
 			if w.quiet {
 				time.Sleep(20 * time.Millisecond)
 			}
 			continue
-		case testproc.ReplyReserved:
-		default:
+		case v != hoped || r.Kind != testproc.ReplyReserved:
 			cl.fail()
 			continue
 		}
@@ -746,28 +878,34 @@ func (w *workload) dealWith(cl *client, conn *testproc.Conn, h holding) {
 		roll = 100
 	}
 	h.end = time.Now()
-	var err error
+	var cmd, hope string
+	deleting := false
 	switch id := h.id; {
 	case roll < releasePercent:
 		w.l.handingBack(id)
-		err = conn.ExpectLine(fmt.Sprintf("release %d %d %d", id, cl.rng.IntN(3), cl.rng.IntN(2)), "RELEASED")
+		cmd, hope = fmt.Sprintf("release %d %d %d", id, cl.rng.IntN(3), cl.rng.IntN(2)), "RELEASED"
 	case roll < releasePercent+buryPercent:
 		w.l.handingBack(id)
-		err = conn.ExpectLine(fmt.Sprintf("bury %d %d", id, cl.rng.IntN(3)), "BURIED")
+		cmd, hope = fmt.Sprintf("bury %d %d", id, cl.rng.IntN(3)), "BURIED"
 	default:
 		w.l.deleting(id)
-		err = conn.ExpectLine(fmt.Sprint("delete ", id), "DELETED")
-		if err == nil {
-			w.l.deleteAcked(id)
+		cmd, hope, deleting = fmt.Sprint("delete ", id), "DELETED", true
+	}
+	rep, err := conn.Do(cmd, nil)
+	v := cl.check(cmd, hope, rep, err)
+	if deleting {
+		switch v {
+		case hoped:
+			w.l.deleteAcked(h.id)
+		case notFound, refused:
+			// Answered on the connection it went on: it deleted nothing.
+			w.l.deleteNotDone(h.id)
 		}
 	}
-	switch {
-	case err == nil:
+	switch v {
+	case hoped:
 		w.l.held(h)
-	case strings.Contains(err.Error(), `"NOT_FOUND`):
-		if roll >= releasePercent+buryPercent {
-			w.l.deleteNotDone(h.id) // answered on the connection it went on
-		}
+	case notFound:
 		w.l.held(h)
 		// The reservation is gone while the connection lives: its
 		// leader was lost (reservations are the leader's), and the
