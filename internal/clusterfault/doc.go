@@ -154,12 +154,16 @@
 // round. Leaders are balanced, each member leading about G/M groups: the
 // member leading the most (two or more, if any does; the log says how
 // many) is the leader faults' victim. With as many groups as members or
-// more, every member leads one, and the admin API has no leadership
-// transfer to free one: the fault on a member leading none is then not
-// run that round (tried again on its next turn, up to five turns in a
-// row), which the log and the summary say. Replacing a member is a
-// membership change, which a cluster of several groups does not make
-// yet: that fault is skipped.
+// more, every member leads one: the faults on a member leading none (kill
+// -9 of a follower, the empty directory) cordon one first, and the
+// balancers hand its groups over. The empty directory's member is
+// removed by draining it (its replicas move to the others) and added
+// again, and the round waits until the replicas have moved back (see
+// the fault, above). A fault the leaders are not placed for (the member
+// leading the most handed its groups over as the fault began) is not
+// run that round, and tried again on its next turn, up to five turns in
+// a row; the log and the summary say so, and a fault that never ran
+// fails the run (see "What is checked").
 //
 // # What is checked, and why
 //
@@ -196,6 +200,12 @@
 //     release, bury or touch (the job's reservation lost). Anything
 //     else (BAD_FORMAT, UNKNOWN_COMMAND, another command's reply, bytes
 //     that are no reply) is counted and fails the round, the reply said.
+//   - Every fault ran (must hold): each fault -faults chose that
+//     applies to the cluster (a tube move needs several groups) ran at
+//     least once, or the run fails, naming it and why it did not run
+//     (skipped, or not run in each of its turns): a run that passes
+//     must have tested what it says. A fault whose turn never came,
+//     -rounds being fewer than the faults, is only noted.
 //   - Not converged (must not happen): members whose stores differ once
 //     the cluster is at rest; a follower serves reads after a failover.
 //   - Double holding (must be 0): a job held by two sessions at once,

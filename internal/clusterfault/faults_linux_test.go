@@ -4,6 +4,7 @@ package clusterfault
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,6 +70,9 @@ type fault struct {
 	// what counts is the gap the clients saw.
 	leader bool
 	inject func(r *round, lay layout) (outcome, error)
+	// severalGroups: the fault needs a cluster of several groups (a
+	// tube's move); with one it is skipped, and not missed.
+	severalGroups bool
 }
 
 // outcome is what a fault measured.
@@ -106,13 +110,13 @@ func (o *outcome) measureGap(l *ledger, through map[int][]int, span window) {
 }
 
 var faults = []fault{
-	{"kill -9 leader", true, killLeader},
-	{"SIGSTOP leader", true, stopLeader},
-	{"partition", true, partition},
-	{"kill -9 follower", false, killFollower},
-	{"empty directory", false, emptyDirectory},
-	{"tube move", false, moveTube},
-	{"graceful restart", true, restartLeader},
+	{name: "kill -9 leader", leader: true, inject: killLeader},
+	{name: "SIGSTOP leader", leader: true, inject: stopLeader},
+	{name: "partition", leader: true, inject: partition},
+	{name: "kill -9 follower", inject: killFollower},
+	{name: "empty directory", inject: emptyDirectory},
+	{name: "tube move", inject: moveTube, severalGroups: true},
+	{name: "graceful restart", leader: true, inject: restartLeader},
 }
 
 // round is what a fault works with.
@@ -127,6 +131,7 @@ type round struct {
 // results are a fault kind's figures over its rounds.
 type results struct {
 	rounds   int
+	turns    int  // the turns it had: its rounds, and those it did not run
 	notNow   int  // rounds it could not run (errNotNow)
 	inARow   int  // of them since it last ran
 	never    bool // not tried again
@@ -179,6 +184,7 @@ func runRounds(tt *testing.T, bin string, n int) {
 			}
 			continue
 		}
+		res.turns++
 		roundStarted := time.Now()
 		r.quietPhase()
 		w := startWorkload(c, r.l, r.seq)
@@ -273,6 +279,40 @@ func runRounds(tt *testing.T, bin string, n int) {
 		}
 	}
 	t.Log("summary:\n" + summary(byKind))
+	missed, notReached := neverRan(byKind, chosen, c.groups, n)
+	for _, m := range missed {
+		t.Errorf("%s", m)
+	}
+	for _, m := range notReached {
+		t.Logf("%s", m)
+	}
+}
+
+// neverRan are the faults -faults chose (chosen) that apply to a cluster
+// of groups groups (fault.severalGroups) and never ran in a run of
+// rounds rounds, said with why. missed are those that had a turn, and
+// were skipped or not run in every one (the leaders never placed for
+// them, a capability missing): the run did not test them, and fails.
+// notReached are those whose turn never came, rounds being fewer than
+// the faults chosen: noted only, as the rounds asked for are done.
+func neverRan(byKind map[string]*results, chosen *regexp.Regexp, groups, rounds int) (missed, notReached []string) {
+	var applying []fault
+	for _, f := range faults {
+		if chosen.MatchString(f.name) && (!f.severalGroups || groups > 1) {
+			applying = append(applying, f)
+		}
+	}
+	for _, f := range applying {
+		res := byKind[f.name]
+		switch {
+		case res.rounds > 0:
+		case res.turns == 0 && rounds < len(applying):
+			notReached = append(notReached, fmt.Sprintf("fault %q not reached: %d rounds for %d faults", f.name, rounds, len(applying)))
+		default:
+			missed = append(missed, fmt.Sprintf("fault %q never ran, in %d turns: %s", f.name, res.turns, cmp.Or(res.skipReason, "no reason noted")))
+		}
+	}
+	return missed, notReached
 }
 
 // checkHoldings runs the double-holding check on the holdings since the

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"regexp"
 	"slices"
 	"testing"
 	"time"
@@ -304,5 +305,51 @@ func TestLedgerRefused(t *testing.T) {
 	l.wrongReply("delete 5 through m1: \"BAD_FORMAT\"")
 	if c, bad := l.take(); c.wrong != 1 || len(bad) != 1 {
 		t.Fatalf("wrong replies %d (%v), want 1", c.wrong, bad)
+	}
+}
+
+func TestNeverRan(t *testing.T) {
+	// ran: the faults that ran; tried: those that had turns and did not.
+	byKind := func(ran []string, tried map[string]string) map[string]*results {
+		out := map[string]*results{}
+		for _, f := range faults {
+			out[f.name] = &results{}
+		}
+		for _, name := range ran {
+			out[name].rounds, out[name].turns = 1, 1
+		}
+		for name, why := range tried {
+			out[name].turns, out[name].skipReason = 2, why
+		}
+		return out
+	}
+	var all []string
+	for _, f := range faults {
+		all = append(all, f.name)
+	}
+	every := regexp.MustCompile("")
+	for _, tc := range []struct {
+		name               string
+		byKind             map[string]*results
+		chosen             *regexp.Regexp
+		groups, rounds     int
+		missed, notReached int
+	}{
+		{"every fault ran", byKind(all, nil), every, 5, 7, 0, 0},
+		{"one group: no tube move", byKind(slices.DeleteFunc(slices.Clone(all), func(n string) bool { return n == "tube move" }),
+			map[string]string{"tube move": "one group"}), every, 1, 7, 0, 0},
+		{"several groups: the tube move skipped", byKind(slices.DeleteFunc(slices.Clone(all), func(n string) bool { return n == "tube move" }),
+			map[string]string{"tube move": "skipped"}), every, 5, 7, 1, 0},
+		{"a fault never placed for", byKind(all[:3], map[string]string{all[3]: "every member leads a group"}),
+			regexp.MustCompile("leader|partition|follower"), 5, 20, 1, 0},
+		{"too few rounds", byKind(all[:6], nil), every, 5, 6, 0, 1},
+		{"not chosen", byKind(all[:1], nil), regexp.MustCompile("^kill -9 leader$"), 5, 3, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			missed, notReached := neverRan(tc.byKind, tc.chosen, tc.groups, tc.rounds)
+			if len(missed) != tc.missed || len(notReached) != tc.notReached {
+				t.Fatalf("missed %v, not reached %v; want %d, %d", missed, notReached, tc.missed, tc.notReached)
+			}
+		})
 	}
 }
