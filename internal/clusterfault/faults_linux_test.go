@@ -29,7 +29,7 @@ import (
 
 // The bounds the rounds wait within; generous, for a loaded machine and
 // race-built members. Times are measured and reported; only the
-// cluster's failover goal (failoverBound) is asserted.
+// cluster's failover goals (failoverBound, failoverMedian) are asserted.
 const (
 	leaderWait   = 30 * time.Second
 	convergeWait = 60 * time.Second
@@ -40,6 +40,10 @@ const (
 	// failoverBound is the cluster's failover goal for the worst case: a
 	// new leader acknowledges within it.
 	failoverBound = 3 * time.Second
+	// failoverMedian is the goal for the median failover of each kind of
+	// fault over the run's groups (docs/design/shards.md section 9:
+	// "median <= 1.5 s").
+	failoverMedian = 1500 * time.Millisecond
 	// cordonWait bounds the balancers' handing over of a cordoned
 	// member's groups: a round each second, once a group's leadership
 	// has stayed put for 3 s.
@@ -279,6 +283,9 @@ func runRounds(tt *testing.T, bin string, n int) {
 		}
 	}
 	t.Log("summary:\n" + summary(byKind))
+	for _, slow := range slowFailovers(byKind) {
+		t.Errorf("%s", slow)
+	}
 	missed, notReached := neverRan(byKind, chosen, c.groups, n)
 	for _, m := range missed {
 		t.Errorf("%s", m)
@@ -286,6 +293,20 @@ func runRounds(tt *testing.T, bin string, n int) {
 	for _, m := range notReached {
 		t.Logf("%s", m)
 	}
+}
+
+// slowFailovers says which kinds of fault had a median failover, over
+// their rounds' groups, above failoverMedian.
+func slowFailovers(byKind map[string]*results) []string {
+	var out []string
+	for _, f := range faults {
+		res := byKind[f.name]
+		if m, ok := median(res.failover); ok && m > failoverMedian {
+			out = append(out, fmt.Sprintf("%s: the median failover over %d groups took %v, over %v (each: %v)",
+				f.name, len(res.failover), m.Round(time.Millisecond), failoverMedian, res.failover))
+		}
+	}
+	return out
 }
 
 // neverRan are the faults -faults chose (chosen) that apply to a cluster
@@ -1296,12 +1317,22 @@ func medMaxN(ds []time.Duration) string {
 }
 
 func medMax(ds []time.Duration) string {
-	if len(ds) == 0 {
+	m, ok := median(ds)
+	if !ok {
 		return "-"
+	}
+	return fmt.Sprintf("%v/%v", m.Round(time.Millisecond), slices.Max(ds).Round(time.Millisecond))
+}
+
+// median is the middle of ds, the lower of the two middles of an even
+// number; none of none.
+func median(ds []time.Duration) (time.Duration, bool) {
+	if len(ds) == 0 {
+		return 0, false
 	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return fmt.Sprintf("%v/%v", s[(len(s)-1)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
+	return s[(len(s)-1)/2], true
 }
 
 func maxOnly(ds []time.Duration) string {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -351,5 +352,27 @@ func TestNeverRan(t *testing.T) {
 				t.Fatalf("missed %v, not reached %v; want %d, %d", missed, notReached, tc.missed, tc.notReached)
 			}
 		})
+	}
+}
+
+func TestSlowFailovers(t *testing.T) {
+	ms := func(ds ...int) []time.Duration {
+		var out []time.Duration
+		for _, d := range ds {
+			out = append(out, time.Duration(d)*time.Millisecond)
+		}
+		return out
+	}
+	byKind := map[string]*results{}
+	for _, f := range faults {
+		byKind[f.name] = &results{}
+	}
+	byKind["kill -9 leader"].failover = ms(1100, 2900, 1200) // median 1.2 s: one slow group is no fault
+	byKind["SIGSTOP leader"].failover = ms(1600, 1400, 1700) // median 1.6 s
+	byKind["partition"].failover = ms(1400, 1600)            // the lower middle: 1.4 s
+	byKind["graceful restart"].failover = ms(1500)           // on the bound
+	slow := slowFailovers(byKind)
+	if len(slow) != 1 || !strings.HasPrefix(slow[0], "SIGSTOP leader:") {
+		t.Fatalf("slow failovers %q, want SIGSTOP leader's only", slow)
 	}
 }
