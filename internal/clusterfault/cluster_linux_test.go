@@ -560,7 +560,10 @@ func (c *cluster) byName(name string) *member {
 
 // awaitConverged waits until every member's store of group 0 (GET
 // /cluster's digest) has one digest, and each group's replicas, as they
-// list them, one digest of the group.
+// list them, one digest of the group; and until the groups are whole
+// (cluster.whole: each with all its voters, no learner): replicas that
+// agree prove little if a group converged on fewer of them than it
+// should have, a replica lost by a fault and never given back.
 func (c *cluster) awaitConverged(timeout time.Duration) {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -569,6 +572,10 @@ func (c *cluster) awaitConverged(timeout time.Duration) {
 		status := map[string]replication.Status{}
 		replicas := map[int][]string{}
 		same := true
+		if lacking := c.lacking(c.look()); lacking != "" {
+			same = false
+			views = append(views, "not whole: "+lacking)
+		}
 		for _, m := range c.members {
 			st, err := m.status(true)
 			views = append(views, fmt.Sprintf("%s: %d jobs, digest %s, applied %d, commit %d, groups %+v (%v)", m.name, st.Jobs, st.Digest, st.Applied, st.Commit, st.Groups, err))

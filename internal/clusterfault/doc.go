@@ -110,7 +110,10 @@
 //     converge: GET /cluster?digest=1's digest of group 0's store
 //     (replication.Node.Digest) equal on every member, and each group's
 //     digest equal on the replicas GET /cluster lists for it (a member
-//     that does not hold a group has no digest of it).
+//     that does not hold a group has no digest of it); and every group
+//     whole again: as its leader lists it, all its voters (group 0
+//     every member, the others -replicas of them), no learner, the
+//     members holding about as many replicas each.
 //  5. The checks, against the queue through each group's leader (a
 //     member serves its sessions' peeks of another's group one round
 //     trip at a time): in each group, a fence put into the group's tube
@@ -209,7 +212,10 @@
 //     must have tested what it says. A fault whose turn never came,
 //     -rounds being fewer than the faults, is only noted.
 //   - Not converged (must not happen): members whose stores differ once
-//     the cluster is at rest; a follower serves reads after a failover.
+//     the cluster is at rest (a follower serves reads after a failover),
+//     or a group left short of a voter, or with a learner: replicas that
+//     agree prove little when fewer of them than the group should have
+//     do.
 //   - Double holding (must be 0): a job held by two sessions at once,
 //     but across a change of its group's leader (see "No double
 //     holding"); those are counted.

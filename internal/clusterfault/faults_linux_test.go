@@ -934,25 +934,39 @@ func (c *cluster) awaitMembers(m *member, timeout time.Duration, down []*member,
 	}
 }
 
-// whole reports whether every group of l has its voters, no learner, and
-// a leader, and the members up hold replicas of groups 1 and up within
-// one of each other: the replicas have moved back after a member's
-// return.
-func (c *cluster) whole(l layout) bool {
+// whole reports whether every group of l has its voters (group 0 every
+// member, the others c.replicas), no learner, and a leader, and the
+// members up hold replicas of groups 1 and up within one of each other:
+// the replicas have moved back after a member's return.
+func (c *cluster) whole(l layout) bool { return c.lacking(l) == "" }
+
+// lacking says what keeps l from being whole, or "".
+func (c *cluster) lacking(l layout) string {
 	held := map[string]int{}
 	for _, m := range c.members {
 		if m.up() {
 			held[m.name] = 0
 		}
 	}
+	voters := func(g int) int {
+		if g == 0 {
+			return len(c.members)
+		}
+		return c.replicas
+	}
 	for g := range c.groups {
 		if l.leaders[g] == nil {
-			return false
+			return fmt.Sprintf("g%d has no leader", g)
 		}
 		st := l.status[l.leaders[g]]
 		gs, ok := groupIn(st, g)
-		if !ok || len(gs.Learners) > 0 || g > 0 && len(gs.Replicas) != c.replicas {
-			return false
+		switch {
+		case !ok:
+			return fmt.Sprintf("g%d's leader %s does not list it", g, l.leaders[g].name)
+		case len(gs.Learners) > 0:
+			return fmt.Sprintf("g%d has learners %v", g, gs.Learners)
+		case len(gs.Replicas) != voters(g):
+			return fmt.Sprintf("g%d has %d voters %v, not %d", g, len(gs.Replicas), gs.Replicas, voters(g))
 		}
 		for _, r := range gs.Replicas {
 			if g > 0 {
@@ -967,7 +981,10 @@ func (c *cluster) whole(l layout) bool {
 		}
 		hi = max(hi, n)
 	}
-	return hi-lo <= 1
+	if hi-lo > 1 {
+		return fmt.Sprintf("the members hold uneven numbers of replicas: %v", held)
+	}
+	return ""
 }
 
 // admin sends a request to m's side port with the admin token, decodes a

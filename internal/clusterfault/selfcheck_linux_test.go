@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/internal/testproc"
 )
 
@@ -374,5 +375,50 @@ func TestSlowFailovers(t *testing.T) {
 	slow := slowFailovers(byKind)
 	if len(slow) != 1 || !strings.HasPrefix(slow[0], "SIGSTOP leader:") {
 		t.Fatalf("slow failovers %q, want SIGSTOP leader's only", slow)
+	}
+}
+
+func TestLacking(t *testing.T) {
+	// Five members, group 0 on all, groups 1 and 2 on three each, every
+	// group led by m1, whose view is the layout's.
+	c := &cluster{groups: 3, replicas: 3}
+	for i := 1; i <= 5; i++ {
+		c.members = append(c.members, &member{index: i, name: fmt.Sprintf("m%d", i)})
+	}
+	m1 := c.members[0]
+	all := []string{"m1", "m2", "m3", "m4", "m5"}
+	lay := func(groups ...replication.GroupStatus) layout {
+		l := layout{status: map[*member]replication.Status{m1: {Groups: groups}}, leaders: map[int]*member{}}
+		for _, g := range groups {
+			l.leaders[g.ID] = m1
+		}
+		return l
+	}
+	group := func(id int, replicas []string, learners ...string) replication.GroupStatus {
+		return replication.GroupStatus{ID: id, Leader: "m1", Held: true, Replicas: replicas, Learners: learners}
+	}
+	for _, tc := range []struct {
+		name  string
+		l     layout
+		whole bool
+	}{
+		{"whole", lay(group(0, all), group(1, all[:3]), group(2, all[2:])), true},
+		{"group 0 short of a member", lay(group(0, all[1:]), group(1, all[:3]), group(2, all[2:])), false},
+		{"a group short of a replica", lay(group(0, all), group(1, all[:2]), group(2, all[2:])), false},
+		{"a learner", lay(group(0, all), group(1, all[:3], "m4"), group(2, all[2:])), false},
+		{"no leader of a group", lay(group(0, all), group(1, all[:3])), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if lacking := c.lacking(tc.l); (lacking == "") != tc.whole {
+				t.Fatalf("lacking %q, want whole %v", lacking, tc.whole)
+			}
+		})
+	}
+	// m1 and m2 hold three replicas each, m4 one (the members are not
+	// up here: only those holding one count).
+	c.groups = 4
+	uneven := lay(group(0, all), group(1, all[:3]), group(2, all[:3]), group(3, []string{"m1", "m2", "m4"}))
+	if lacking := c.lacking(uneven); lacking == "" {
+		t.Fatal("replicas held unevenly: whole")
 	}
 }
