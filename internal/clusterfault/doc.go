@@ -83,7 +83,13 @@
 //     starts with it and no move placed it by name) in another group and
 //     back, the second time with group 0's leader, the placement's
 //     driver, killed within its first 20 ms (aborted by group 0's next
-//     leader unless it was placed); a graceful restart of the leader
+//     leader unless it was placed). Bringing the tube back after a kill
+//     asks again until the move or placement is done or answered as done
+//     already ("lives in group G already", "placed in group G already";
+//     not "moving already", a move under way), and after every move and
+//     placement a put into the tube through each member must take an id
+//     of the group it now lives in (a stale route is sent on, never
+//     served by the old group); a graceful restart of the leader
 //     (SIGTERM, which it must answer by exiting 0 once its own workers'
 //     jobs are done and its groups are handed over, then started again
 //     at once, as a rolling restart does: its groups' clients on other

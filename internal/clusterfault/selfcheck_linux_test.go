@@ -3,6 +3,7 @@
 package clusterfault
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -420,5 +421,30 @@ func TestLacking(t *testing.T) {
 	uneven := lay(group(0, all), group(1, all[:3]), group(2, all[:3]), group(3, []string{"m1", "m2", "m4"}))
 	if lacking := c.lacking(uneven); lacking == "" {
 		t.Fatal("replicas held unevenly: whole")
+	}
+}
+
+func TestAlreadyIn(t *testing.T) {
+	for _, tc := range []struct {
+		msg  string
+		g    int
+		want bool
+	}{
+		{`tube "chaos" lives in group 2 already`, 2, true},
+		{`tube "chaos" lives in group 2 already`, 3, false},
+		{`tube "chaos" lives in group 12 already`, 2, false},
+		{`tube move: prefix "chaos" is placed in group 1 already`, 1, true},
+		{`tube move: prefix "chaos" is placed in group 1 already`, 0, false},
+		// A move under way: where the tube ends is not known yet.
+		{`tube move: tube "chaos" is moving already`, 2, false},
+		{`tube "chaos" is moving in or out of group 2 already`, 2, false},
+		{`tube move: the placement of prefix "chaos" in group 2 is under way`, 2, false},
+	} {
+		if got := alreadyIn(errors.New(tc.msg), tc.g); got != tc.want {
+			t.Errorf("%q, group %d: %v, want %v", tc.msg, tc.g, got, tc.want)
+		}
+	}
+	if alreadyIn(nil, 0) {
+		t.Error("no error: already in")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -81,7 +82,10 @@ func moveTube(r *round, lay layout) (outcome, error) {
 		holdUntil(begun.Add(killAt + time.Second))
 		c.start(leader)
 		c.awaitLeaders(leaderWait)
-		return out, c.settleTube(via, tube, g)
+		if err := c.settleTube(via, tube, g); err != nil {
+			return out, err
+		}
+		return out, r.landsIn(tube, g)
 	}
 	for _, dest := range []int{to, g} {
 		status, paused, err := c.postAgain(r, via, "/cluster/tubes/"+url.PathEscape(tube)+"/move", dest)
@@ -91,6 +95,9 @@ func moveTube(r *round, lay layout) (outcome, error) {
 		out.victim += fmt.Sprintf(", held %v", paused)
 		if paused > moveBound {
 			out.victim += fmt.Sprintf(" (over %v)", moveBound)
+		}
+		if err := r.landsIn(tube, dest); err != nil {
+			return out, err
 		}
 	}
 	return out, nil
@@ -142,7 +149,10 @@ func (c *cluster) placePrefixRound(r *round, lay layout, prefix string, g, to in
 		holdUntil(begun.Add(killAt + time.Second))
 		c.start(driver)
 		c.awaitLeaders(leaderWait)
-		return out, c.settle(via, "/cluster/placements/"+url.PathEscape(prefix), g)
+		if err := c.settle(via, "/cluster/placements/"+url.PathEscape(prefix), g); err != nil {
+			return out, err
+		}
+		return out, r.landsIn(c.tubes[g], g)
 	}
 	for _, dest := range []int{to, g} {
 		status, paused, err := c.postAgain(r, via, "/cluster/placements/"+url.PathEscape(prefix), dest)
@@ -152,6 +162,9 @@ func (c *cluster) placePrefixRound(r *round, lay layout, prefix string, g, to in
 		out.victim += fmt.Sprintf(", held %v", paused)
 		if paused > moveBound {
 			out.victim += fmt.Sprintf(" (over %v)", moveBound)
+		}
+		if err := r.landsIn(c.tubes[g], dest); err != nil {
+			return out, err
 		}
 	}
 	return out, nil
@@ -206,7 +219,7 @@ func (c *cluster) postAgain(r *round, m *member, path string, g int) (int, time.
 		r.t.Logf("%s to group %d: %d %v: again", path, g, status, err)
 		time.Sleep(250 * time.Millisecond)
 		status, paused, err = c.post(m, path, g)
-		if status == http.StatusConflict && strings.Contains(err.Error(), "lives in group") {
+		if status == http.StatusConflict && alreadyIn(err, g) {
 			return http.StatusOK, paused, nil // the first went through before its answer was lost
 		}
 	}
@@ -247,7 +260,8 @@ func (c *cluster) settleTube(via *member, tube string, g int) error {
 }
 
 // settle posts {"group": g} to path on via until it is done, or answers
-// that it was done already.
+// that it was done already (alreadyIn); the caller then confirms where
+// the tube lives (round.landsIn).
 func (c *cluster) settle(via *member, path string, g int) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -255,11 +269,59 @@ func (c *cluster) settle(via *member, path string, g int) error {
 		switch {
 		case status == http.StatusOK:
 			return nil
-		case status == http.StatusConflict && strings.Contains(err.Error(), "already"):
+		case status == http.StatusConflict && alreadyIn(err, g):
 			return nil // back, or never moved
 		case time.Now().After(deadline):
 			return fmt.Errorf("%s: not in group %d after a minute: %d %v", path, g, status, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// alreadyIn reports whether err, a move's or a placement's 409 to group
+// g, says its tube or prefix is in g already: internal/member's "tube %q
+// lives in group %d already" (serveTubeMove) and "prefix %q is placed in
+// group %d already" (placePrefix). No other: "tube %q is moving already"
+// is a move under way, whose outcome is not known yet.
+func alreadyIn(err error, g int) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, fmt.Sprintf(" lives in group %d already", g)) ||
+		strings.Contains(msg, fmt.Sprintf(" placed in group %d already", g))
+}
+
+// landsIn confirms that tube lives in group g, as every member up routes
+// it: a put into it through each, on a connection of its own, must take
+// an id of g (its prefix, meta.JobID). A member whose route is stale is
+// answered WrongGroup by the tube's old group and sends the put again
+// where the tube now lives ("stale routes cost one round trip and are
+// never wrong", docs/design/shards.md 3.2), so an id of another group is
+// a put into a group the tube no longer lives in: a failure. A put
+// refused or unanswered (a leader being elected) is tried again, for
+// leaderWait.
+func (r *round) landsIn(tube string, g int) error {
+	for _, m := range r.c.members {
+		if !m.up() {
+			continue
+		}
+		deadline := time.Now().Add(leaderWait)
+		for {
+			token := "owner-" + strconv.FormatUint(r.seq.Add(1), 10)
+			id, err := r.putThrough(m, tube, token, "where it lives")
+			if err == nil {
+				if groupOf(id) != g {
+					r.t.Errorf("a put into %s through %s took id %d, of group %d, once the tube lived in group %d",
+						tube, m.name, id, groupOf(id), g)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("no put into %s through %s acknowledged within %v of its move to group %d: %v", tube, m.name, leaderWait, g, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
 }
