@@ -217,6 +217,10 @@
 //     (skipped, or not run in each of its turns): a run that passes
 //     must have tested what it says. A fault whose turn never came,
 //     -rounds being fewer than the faults, is only noted.
+//   - Stalls (must not happen): a round whose workload's consumers had
+//     no delete acknowledged; a put into a moved tube, through any
+//     member, that takes an id of another group than the tube's new one
+//     (see the tube move, above), or that none acknowledges.
 //   - Not converged (must not happen): members whose stores differ once
 //     the cluster is at rest (a follower serves reads after a failover),
 //     or a group left short of a voter, or with a learner: replicas that

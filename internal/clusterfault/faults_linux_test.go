@@ -269,10 +269,13 @@ func runRounds(tt *testing.T, bin string, n int) {
 		res.converge = append(res.converge, converged)
 		t.Logf("round %d, %s (%s, leading %d; leaders were %s): %d puts, %d deletes acknowledged; lost %d, resurrected %d, mismatched %d, duplicated %d, done though refused %d, wrong replies %d, "+
 			"double deliveries %d, reservations lost %d; holdings overlapping %d excused, %d not; order: %d checked, %d broken, %d across groups; "+
-			"failover [%s], clients' gap %s, converged %v, %d ids peeked and %d old jobs deleted in %v; %d connection errors; replica moves: %s",
+			"failover [%s], clients' gap %s, converged %v, %d ids peeked and %d old jobs deleted in %v; %d connection errors, %d deletes by the workload's consumers; replica moves: %s",
 			done, f.name, out.victim, out.led, lay.describe(), cnt.puts, cnt.deletes, cnt.lost, cnt.resurrected, cnt.mismatches, cnt.duplicated, cnt.refusedDone, cnt.wrong, cnt.doubles,
 			cnt.reservationLost, cnt.overlapsExcused, cnt.overlapsBad, cnt.orderChecked, cnt.orderBad, cnt.crossInversions,
-			strings.Join(failovers, ", "), gap, converged.Round(time.Millisecond), peeked, drained, verified.Round(time.Millisecond), w.errors.Load(), describeMoves(moves))
+			strings.Join(failovers, ", "), gap, converged.Round(time.Millisecond), peeked, drained, verified.Round(time.Millisecond), w.errors.Load(), w.deletes.Load(), describeMoves(moves))
+		if w.deletes.Load() == 0 {
+			t.Errorf("round %d (%s): the workload's consumers had no delete acknowledged in the round: they stalled", done, f.name)
+		}
 		if out.handedOver && cnt.reservationLost > 0 {
 			t.Errorf("round %d (%s): %d reservations lost on a live connection, though %s handed every group it led over: %s",
 				done, f.name, cnt.reservationLost, out.victim, strings.Join(cnt.reservationsLost, "; "))

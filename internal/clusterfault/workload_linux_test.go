@@ -476,6 +476,9 @@ type workload struct {
 	wg     sync.WaitGroup
 	seq    *atomic.Uint64 // tokens, unique over the rounds
 	errors atomic.Int64   // connections lost or refused
+	// deletes are its consumers' acknowledged deletes: a round's
+	// workload with none stalled.
+	deletes atomic.Int64
 }
 
 // The clients' source addresses: producers from .100 (one per member and
@@ -897,6 +900,7 @@ func (w *workload) dealWith(cl *client, conn *testproc.Conn, h holding) {
 		switch v {
 		case hoped:
 			w.l.deleteAcked(h.id)
+			w.deletes.Add(1)
 		case notFound, refused:
 			// Answered on the connection it went on: it deleted nothing.
 			w.l.deleteNotDone(h.id)
