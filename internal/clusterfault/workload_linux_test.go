@@ -741,6 +741,11 @@ func (w *workload) produce(i, g int) {
 		if conn == nil {
 			return
 		}
+		// The puts are written and read without Do, which sets each
+		// exchange's deadline: without this one, the deadline Do set for
+		// the connection's last "use" ended every producer's connection
+		// replyTimeout after it was dialled.
+		_ = conn.SetDeadline(time.Now().Add(replyTimeout))
 		// Now and then several puts in one write, which a member that
 		// does not lead has in flight to the leader at once.
 		n := 1
