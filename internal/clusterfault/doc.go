@@ -184,7 +184,8 @@
 //     may lose it. A delete is in doubt from its sending until it is
 //     answered on the connection it went on: a NOT_FOUND there deleted
 //     nothing (the job was another session's, or its holder's
-//     reservation lost), so it excuses no absence; only a delete never
+//     reservation lost), nor did a refusal (INTERNAL_ERROR), so neither
+//     excuses an absence; only a delete never
 //     answered, or answered NOT_FOUND after verify sent it again on a
 //     new connection (the first may have deleted the job), does.
 //   - Resurrected (must be 0): a job whose delete was acknowledged found
@@ -242,8 +243,9 @@
 //     delete was acknowledged and is reserved again, by a reserve sent
 //     after that acknowledgement, is counted as resurrected (one sent
 //     before may have been answered before the delete ran, by a leader
-//     on its way out: a double delivery). What was resurrected or
-//     mismatched is listed in the round's failure.
+//     on its way out: a double delivery). What was resurrected,
+//     mismatched, duplicated or done though refused, and the wrong
+//     replies, are listed in the round's failure.
 //   - Reservations lost (reported): a delete, release or bury answered
 //     NOT_FOUND on the connection that reserved the job. With one group a
 //     failover closes the connections whose sessions it ends; with
@@ -341,8 +343,8 @@
 // default, the -rounds flag of the test) of CHAOS_MEMBERS members (3 or
 // 5, -members) and CHAOS_GROUPS groups (-groups) without the race
 // detector, and prints the summary table: rounds per fault, acknowledged
-// puts and deletes, lost, resurrected, byte mismatches, double
-// deliveries, overlapping holdings (excused/not), quiet hand-outs
+// puts and deletes, lost, resurrected, byte mismatches, duplicated,
+// double deliveries, overlapping holdings (excused/not), quiet hand-outs
 // checked for order (checked/out of order within a group/across
 // groups), failover per group, the clients' largest gap, step-down and
 // convergence times, and replica moves (begun/planned alone). make chaos
