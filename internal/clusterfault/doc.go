@@ -217,7 +217,8 @@
 //     least once, or the run fails, naming it and why it did not run
 //     (skipped, or not run in each of its turns): a run that passes
 //     must have tested what it says. A fault whose turn never came,
-//     -rounds being fewer than the faults, is only noted.
+//     -rounds being fewer than the faults, or that had one turn and did
+//     not run in it (make test's short run), is only noted.
 //   - Stalls (must not happen): a round whose workload's consumers had
 //     no delete acknowledged; a put into a moved tube, through any
 //     member, that takes an id of another group than the tube's new one

@@ -347,6 +347,11 @@ func TestNeverRan(t *testing.T) {
 			regexp.MustCompile("leader|partition|follower"), 5, 20, 1, 0},
 		{"too few rounds", byKind(all[:6], nil), every, 5, 6, 0, 1},
 		{"not chosen", byKind(all[:1], nil), regexp.MustCompile("^kill -9 leader$"), 5, 3, 0, 0},
+		{"one turn, not run", func() map[string]*results {
+			out := byKind(all[:6], nil)
+			out[all[6]].turns, out[all[6]].skipReason = 1, "not now"
+			return out
+		}(), every, 5, 7, 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			missed, notReached := neverRan(tc.byKind, tc.chosen, tc.groups, tc.rounds)
