@@ -6,6 +6,7 @@ import (
 
 	"github.com/sproutmq/sprout/internal/ops"
 	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/store"
 )
 
 // fleetCluster is the member's node as GET /cluster shows it in a
@@ -61,11 +62,22 @@ func (m *Member) fleetGroups(held []replication.GroupStatus) []replication.Group
 		slices.Sort(out)
 		return out
 	}
+	// Every group's store holds a default tube; stats and list-tubes
+	// count it once (router.SumStats), and the admin API lists it in
+	// the group that owns its name only: so do the groups' tubes here,
+	// which then add up to stats' current-tubes.
+	defaultOwner := int(m.shards.routing.Load().state.Owner(store.DefaultTube))
+	notDefault := func(s *replication.GroupStatus) {
+		if s.ID != defaultOwner && s.Tubes > 0 {
+			s.Tubes--
+		}
+	}
 	out := make([]replication.GroupStatus, 0, m.shards.groups())
 	for g := range m.shards.groups() {
 		if i := slices.IndexFunc(held, func(s replication.GroupStatus) bool { return s.ID == g }); i >= 0 {
 			s := held[i]
 			s.Held = true
+			notDefault(&s)
 			out = append(out, s)
 			continue
 		}
@@ -73,6 +85,7 @@ func (m *Member) fleetGroups(held []replication.GroupStatus) []replication.Group
 		if rep, ok := reported[uint16(g)]; ok {
 			s.Leader, s.Term = names[rep.Leader], rep.Term
 			s.Replicas, s.Tubes, s.Jobs = nameOf(rep.Voters), rep.Tubes, rep.Jobs
+			notDefault(&s)
 			if len(rep.Learners) > 0 {
 				s.Learners = nameOf(rep.Learners)
 			}
