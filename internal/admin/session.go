@@ -151,8 +151,14 @@ func decodeJSON(body io.Reader, v any) error {
 		}
 		return errorf(http.StatusBadRequest, "bad JSON body: %v", err)
 	}
-	if dec.More() {
-		return errorf(http.StatusBadRequest, "bad JSON body: more than one value")
+	// Only white space may follow the object: dec.More reports a stray
+	// } or ] as the end of a value, not as more of them.
+	if _, err := dec.Token(); err != io.EOF {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return errorf(http.StatusRequestEntityTooLarge, "request body over %d bytes", tooBig.Limit)
+		}
+		return errorf(http.StatusBadRequest, "bad JSON body: something after the object")
 	}
 	return nil
 }
