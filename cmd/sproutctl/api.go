@@ -142,19 +142,53 @@ type apiJob struct {
 	BodyEncoding string `json:"body-encoding"`
 }
 
-// bytes returns the job's body.
+// hidden reports whether the API left the body out: a request that may not
+// see bodies (a read-only server) gets neither body nor body-encoding.
+func (j apiJob) hidden() bool { return j.BodyEncoding == "" }
+
+// MarshalJSON writes the job as the API sent it: without "body" and
+// "body-encoding" when it sent none.
+func (j apiJob) MarshalJSON() ([]byte, error) {
+	type plain apiJob
+	if !j.hidden() {
+		return json.Marshal(plain(j))
+	}
+	return json.Marshal(struct {
+		plain
+		Body         *string `json:"body,omitempty"`
+		BodyEncoding *string `json:"body-encoding,omitempty"`
+	}{plain: plain(j)})
+}
+
+// bytes returns the job's body; nil when hidden.
 func (j apiJob) bytes() ([]byte, error) {
 	switch j.BodyEncoding {
 	case "base64":
 		return base64.StdEncoding.DecodeString(j.Body)
-	case "text", "":
+	case "text":
 		return []byte(j.Body), nil
+	case "":
+		return nil, nil
 	default:
 		return nil, fmt.Errorf("job %d: unknown body-encoding %q", j.ID, j.BodyEncoding)
 	}
 }
 
-func tubePath(tube string) string { return "/api/v1/tubes/" + url.PathEscape(tube) }
+func tubePath(tube string) string { return "/api/v1/tubes/" + pathSegment(tube) }
+
+// pathSegment escapes s as one segment of a path: as url.PathEscape does
+// ("/" is %2F), and "." and ".." as %2E and %2E%2E, which the admin API
+// takes (docs/admin-api.md) and which no server or proxy folds away with
+// the segment before them.
+func pathSegment(s string) string {
+	switch s {
+	case ".":
+		return "%2E"
+	case "..":
+		return "%2E%2E"
+	}
+	return url.PathEscape(s)
+}
 
 // listJobs returns a page of at most limit jobs of tube in state, from
 // cursor on ("" for the first page), and the cursor of the next page, ""

@@ -28,6 +28,9 @@ delayed and buried. Exits 3 when the tube does not exist or had no such job.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			tube := args[0]
+			if err := checkTube(tube); err != nil {
+				return err
+			}
 			if !slices.Contains(clearStates, state) {
 				return usagef("--state takes %s, not %q", strings.Join(clearStates, ", "), state)
 			}
@@ -131,6 +134,9 @@ token.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			tube := args[0]
+			if err := checkTube(tube); err != nil {
+				return err
+			}
 			if !slices.Contains([]string{"ready", "delayed", "reserved", "buried"}, state) {
 				return usagef("--state takes ready, delayed, reserved or buried, not %q", state)
 			}
@@ -170,11 +176,15 @@ token.`,
 				if err != nil {
 					return err
 				}
+				size, preview := strconv.Itoa(len(body)), bodyPreview(body)
+				if j.hidden() {
+					size, preview = "-", "(hidden)"
+				}
 				rows[i] = []string{
 					strconv.FormatUint(j.ID, 10), j.State, strconv.FormatUint(uint64(j.Pri), 10),
 					strconv.FormatInt(j.Age, 10), strconv.FormatInt(j.Delay, 10), strconv.FormatInt(j.TTR, 10),
 					strconv.FormatInt(j.TimeLeft, 10), strconv.FormatInt(j.Reserves, 10),
-					strconv.Itoa(len(body)), bodyPreview(body),
+					size, preview,
 				}
 			}
 			return writeTable(o.stdout, []string{"ID", "STATE", "PRI", "AGE", "DELAY", "TTR", "TIME-LEFT", "RESERVES", "SIZE", "BODY"}, rows)

@@ -97,7 +97,9 @@ func newGroupsCmd(o *options) *cobra.Command {
 				Placed   map[string]uint16 `json:"placed,omitempty"`
 				Prefixes map[string]uint16 `json:"prefixes,omitempty"`
 			}
-			if err := api.do(o.ctx, "GET", "/cluster", nil, nil, &out); err != nil {
+			ctx, cancel := context.WithTimeout(o.ctx, o.timeout) // a read: --timeout bounds it
+			defer cancel()
+			if err := api.do(ctx, "GET", "/cluster", nil, nil, &out); err != nil {
 				return err
 			}
 			if asJSON {

@@ -265,6 +265,9 @@ seconds. 0 ends a pause. Exits 3 when the tube does not exist.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(_ *cobra.Command, args []string) error {
 			tube := args[0]
+			if err := checkTube(tube); err != nil {
+				return err
+			}
 			d, err := parseSeconds(args[1])
 			if err != nil {
 				return err

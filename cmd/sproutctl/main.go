@@ -17,6 +17,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
+	"github.com/sproutmq/sprout/codec"
 	"github.com/sproutmq/sprout/internal/buildinfo"
 )
 
@@ -189,6 +190,14 @@ func newRoot(o *options) *cobra.Command {
 		},
 	}
 	root.CompletionOptions.HiddenDefaultCmd = true
+	// A bound of 0 is none a connection can keep: every read would time out
+	// at once, and look like a server that cannot be reached.
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if o.timeout <= 0 {
+			return usagef("--timeout must be a positive duration, not %v", o.timeout)
+		}
+		return nil
+	}
 	f := root.PersistentFlags()
 	f.StringVarP(&o.server, "server", "s", envOr(o.getenv, "SPROUT_SERVER", defaultServer), "the server, HOST:PORT (env SPROUT_SERVER)")
 	f.StringVar(&o.api, "api", o.getenv("SPROUT_API"), "Sprout's admin API, http://HOST:PORT of its --http port (env SPROUT_API)")
@@ -202,6 +211,16 @@ func newRoot(o *options) *cobra.Command {
 		newClearCmd(o), newJobsCmd(o), newMoveCmd(o), newMembersCmd(o), newGroupsCmd(o),
 	)
 	return root
+}
+
+// checkTube refuses a tube name the protocol does not accept, as a bad
+// argument, before anything is sent: servers answer it in different ways
+// (BAD_FORMAT, the admin API's 400).
+func checkTube(name string) error {
+	if !codec.ValidTubeName([]byte(name)) {
+		return usagef("invalid tube name %q: 1 to %d of the letters, digits and -+/;.$_() (not starting with -)", name, codec.MaxTubeName)
+	}
+	return nil
 }
 
 func envOr(getenv func(string) string, key, fallback string) string {

@@ -78,7 +78,11 @@ func newMembersCmd(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(o.ctx, memberChangeTimeout)
+			wait := memberChangeTimeout
+			if verb == "list" {
+				wait = o.timeout // a read: --timeout bounds it
+			}
+			ctx, cancel := context.WithTimeout(o.ctx, wait)
 			defer cancel()
 			switch verb {
 			case "add":

@@ -165,7 +165,18 @@ func (m topModel) View() string {
 		}
 	}
 	s := m.cur.server
-	perSecond := func(key string) string { return formatRate(rate(prevServer, s, dt, key)) }
+	// perSecond is the keys' counts a second, summed.
+	perSecond := func(keys ...string) string {
+		var sum float64
+		for _, key := range keys {
+			r, ok := rate(prevServer, s, dt, key)
+			if !ok {
+				return formatRate(0, false)
+			}
+			sum += r
+		}
+		return formatRate(sum, true)
+	}
 	fmt.Fprintf(&b, "%s  version %s  up %s  every %s\n", m.addr, s.str("version"),
 		(time.Duration(s.int("uptime")) * time.Second).String(), m.interval)
 	fmt.Fprintf(&b, "connections %s (producers %s, workers %s, waiting %s)  tubes %s\n",
@@ -175,7 +186,7 @@ func (m topModel) View() string {
 		s.str("current-jobs-ready"), s.str("current-jobs-reserved"), s.str("current-jobs-delayed"),
 		s.str("current-jobs-buried"), s.str("current-jobs-urgent"))
 	fmt.Fprintf(&b, "per second  put %s  reserve %s  delete %s  timeouts %s  connections %s\n\n",
-		perSecond("cmd-put"), perSecond("cmd-reserve"), perSecond("cmd-delete"),
+		perSecond("cmd-put"), perSecond("cmd-reserve", "cmd-reserve-with-timeout"), perSecond("cmd-delete"),
 		perSecond("job-timeouts"), perSecond("total-connections"))
 
 	type line struct {

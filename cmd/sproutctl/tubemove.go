@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -48,7 +47,7 @@ func newTubesMoveCmd(o *options) *cobra.Command {
 				Jobs   int   `json:"jobs"`
 				Paused int64 `json:"paused_ms"`
 			}
-			if err := api.do(ctx, "POST", "/cluster/tubes/"+url.PathEscape(args[0])+"/move", nil, map[string]int{"group": group}, &out); err != nil {
+			if err := api.do(ctx, "POST", "/cluster/tubes/"+pathSegment(args[0])+"/move", nil, map[string]int{"group": group}, &out); err != nil {
 				return err
 			}
 			_, err = fmt.Fprintf(o.stdout, "moved tube %s from group %d to group %d: %s jobs, its commands held %d ms\n",
@@ -103,7 +102,7 @@ func newTubesPlaceCmd(o *options) *cobra.Command {
 				Jobs   int      `json:"jobs"`
 				Paused int64    `json:"paused_ms"`
 			}
-			path := "/cluster/placements/" + url.PathEscape(args[0])
+			path := "/cluster/placements/" + pathSegment(args[0])
 			if unset {
 				if err := api.do(ctx, "DELETE", path, nil, nil, &out); err != nil {
 					return err
