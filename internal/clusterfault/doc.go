@@ -100,8 +100,8 @@
 //     fault, new connections to the other members put into that group's
 //     tube until one is acknowledged; that time is the group's failover,
 //     held to 3 s, and the median of each kind of fault's, over the
-//     groups of all its rounds, to 1.5 s (docs/design/shards.md section
-//     9) once it has five failovers or more, checked at the end of the
+//     groups of all its rounds, to 1.5 s once it has five failovers or
+//     more (docs/design/shards.md section 9), checked at the end of the
 //     run. For the groups whose leader stayed, the clients' largest
 //     gap: the longest time, from the fault to its end, without a
 //     producer's put into the group acknowledged through a member the
