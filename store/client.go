@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -537,7 +538,12 @@ func (c *Client) release(key wal.Req, id uint64, pri, delay uint32) error {
 		if d > 0 {
 			r.State, r.Deadline = wal.StateDelayed, c.s.wall(now+d)
 		}
-		if err := c.s.logLocked(c, j, &r); err != nil {
+		// A release without a delay whose record a full disk refuses
+		// goes unlogged, as beanstalkd never logs one: the job was
+		// ready in the log all along (the reserve is not logged), and
+		// a restart finds it so, its last logged priority kept. The
+		// worker can then hand it back rather than wait out its TTR.
+		if err := c.s.logLocked(c, j, &r); err != nil && !(d == 0 && errors.Is(err, ErrNoSpace)) {
 			t.mu.Unlock()
 			return err
 		}
