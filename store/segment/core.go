@@ -153,6 +153,12 @@ type core struct {
 	// maxUnsynced.
 	noSpace bool
 	backlog bool
+	// fullMove is the segment whose live items compaction moves while
+	// the disk is full (noSpace), 0 if none: their groups are taken,
+	// though refusable, as they fit in the current segment's room
+	// (movesFit), and the segment's removal frees the room the next
+	// spare needs. Without, a disk its own garbage filled stayed full.
+	fullMove uint32
 	// batchesWait: under -f 0 an fsync is in flight, and new groups wait
 	// for it until they come to pipelineMin bytes (batchWaits), so until
 	// then an append has nothing for the writer to do.
@@ -306,7 +312,7 @@ func (c *core) append(g *Group) (lsn uint64, seg uint32, off int64, err error) {
 	if c.closing {
 		return 0, 0, 0, ErrClosed
 	}
-	if g.Refusable && c.onlyDeletes() {
+	if g.Refusable && c.onlyDeletes() && !c.fullMoveOf(g) {
 		return 0, 0, 0, ErrNoSpace
 	}
 	size := int64(g.Size)
@@ -422,6 +428,21 @@ func (c *core) free(s *segState) bool { return s.liveCount == 0 && s.seq < c.hel
 // onlyDeletes reports whether the log takes deletes alone: the disk is
 // full, or too much waits for an fsync that keeps failing.
 func (c *core) onlyDeletes() bool { return c.noSpace || c.backlog }
+
+// fullMoveOf reports whether g moves a live item out of the segment that
+// compaction empties while the disk is full (fullMove): a full version
+// whose previous one is there.
+func (c *core) fullMoveOf(g *Group) bool {
+	return c.fullMove != 0 && !c.backlog && g.Live && g.Prev.Seg == c.fullMove
+}
+
+// movesFit reports whether s's live items fit in the current segment's
+// room, with room kept beside them for the deletes that come meanwhile:
+// while the disk is full, nothing can be written past it.
+func (c *core) movesFit(s *segState) bool {
+	reserve := c.policy.segmentSize / 8
+	return c.curSize+s.liveBytes+reserve <= c.policy.segmentSize
+}
 
 // onDurable holds fn until lsn is published; true means it already is,
 // and the caller runs fn itself.
@@ -581,6 +602,9 @@ func (c *core) removeDone(now time.Duration, err error) {
 		return
 	}
 	c.removeRetry.reset()
+	if c.fullMove == seq {
+		c.fullMove = 0 // the next oldest may go too, if it fits
+	}
 	c.disk -= c.order[0].onDisk
 	delete(c.segs, seq)
 	c.order[0] = nil
@@ -605,7 +629,7 @@ func (c *core) spareDone(now time.Duration, seq uint32, err error) {
 	if c.noSpace {
 		c.emit(action{kind: actReport, report: reportSpaceBack})
 	}
-	c.noSpace = false
+	c.noSpace, c.fullMove = false, 0
 	c.spareRetry.reset()
 	c.spare = &segState{seq: seq, version: c.making, onDisk: c.policy.segmentSize, written: HeaderSize, open: true}
 	c.addSegment(c.spare)
@@ -1061,12 +1085,21 @@ func (c *core) compact(now time.Duration, s *segState) bool {
 		c.emit(action{kind: actRemove, seq: s.seq})
 		return true
 	}
-	if c.onlyDeletes() || !c.migrating {
+	if c.backlog || !c.migrating {
 		// The moves would be refused, and their ids lost with them;
-		// compaction resumes once puts are taken again. Without a
+		// compaction resumes once fsyncs work again. Without a
 		// Migrator (a cluster member that does not lead) the moves are
 		// someone else's.
 		return false
+	}
+	if c.noSpace && c.fullMove != s.seq {
+		// The disk is full: the moves go only if they fit in what is
+		// left of the current segment, which removing s then gives
+		// back (a disk filled by the log's own garbage frees itself).
+		if !c.movesFit(s) {
+			return false
+		}
+		c.fullMove = s.seq
 	}
 	if len(s.ids) == 0 && c.policy.movesLater {
 		// Every live item here was handed out: the moves take effect as

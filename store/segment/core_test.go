@@ -829,10 +829,13 @@ func TestCoreCompactionWaitsForFsync(t *testing.T) {
 	h.expect("publish 100", "remove 1")
 }
 
-// TestCoreCompactionWhileFull: compaction moves no jobs while puts are
-// refused (the moves would be refused too), and resumes when space
-// returns; a segment with nothing live goes meanwhile, and the room it
-// frees is tried for a spare at once.
+// TestCoreCompactionWhileFull: while puts are refused for want of a
+// spare, compaction moves the oldest segment's jobs if they fit in the
+// current segment's room (their groups are then taken, though
+// refusable), so that the segment's removal frees room for a spare; a
+// segment with nothing live goes meanwhile, and the room it frees is
+// tried for a spare at once. It moved none while full: a disk filled by
+// the log's own garbage stayed full.
 func TestCoreCompactionWhileFull(t *testing.T) {
 	h := newHarness(t, testPolicy(), recoverJobs([]int64{coreSeg, coreSeg, coreSeg}, [][]uint32{nil, {100}, {900}}))
 	h.expect("spare 5", "remove 1")
@@ -844,14 +847,28 @@ func TestCoreCompactionWhileFull(t *testing.T) {
 	h.del(2) // leaves job 1 as the only live data: segment 2 wants moving
 	h.expect("header 4 id=2, write 4@24+17")
 	h.wrote()
-	h.expect("observe 17B 1rec", "sync [4]")
+	h.expect("observe 17B 1rec", "sync [4]", "migrate 2 [1]") // 100 bytes fit: moved on a full disk
+	if _, _, _, err := h.c.append(group(3, fullSize, true, Loc{})); err != ErrNoSpace {
+		t.Fatalf("a put while full: %v, want ErrNoSpace", err)
+	}
+	if _, _, _, err := h.c.append(group(1, fullSize, true, h.locs[1])); err != nil {
+		t.Fatalf("job 1's move while full: %v", err)
+	}
 	h.synced()
-	h.expect("publish 17") // no migrate on a full disk
+	h.expect("publish 17", "write 4@41+100") // the move, in the current segment
+	h.wrote()
+	h.expect("observe 100B 1rec", "sync [4]")
+	h.synced()
+	h.expect("publish 117", "remove 2") // nothing live is left in segment 2
+	h.c.removeDone(h.now, nil)
+	h.expect("spare 5") // the room it freed, tried at once
+	h.c.spareDone(h.now, 5, syscall.ENOSPC)
+	h.expect() // the timer set before stands
 	h.at(250 * time.Millisecond)
 	h.timer()
 	h.expect("spare 5")
 	h.c.spareDone(h.now, 5, nil)
-	h.expect("report space-back", "migrate 2 [1]")
+	h.expect("report space-back", "remove 3") // job 2's, deleted
 }
 
 // TestCoreCompactionStuck: live records in a segment but no jobs left to

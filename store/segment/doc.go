@@ -245,7 +245,13 @@
 // follows: its segments go as the leader's rewrites, applied, leave them
 // with nothing live). With MovesLater, a segment whose live items were
 // all handed out waits for their moves; without, it is reported once as
-// stuck.
+// stuck. While the disk is full the moves go on only if the oldest
+// segment's live items fit in what is left of the current segment,
+// with an eighth of a segment kept beside them for deletes: a journal's
+// groups that move them (Live, their Prev in that segment) are then
+// taken though refusable, and the segment's removal gives back the room
+// the next spare needs (a disk filled by the log's own garbage frees
+// itself). While fsyncs keep failing, none go.
 //
 // # Checkpoints
 //
