@@ -2,8 +2,8 @@ package admin
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -62,11 +62,11 @@ type Config struct {
 	// Fleet, if set, changes where the cluster's work lives: a cluster of
 	// several shard groups.
 	Fleet *Fleet
-	// ForwardTLS, if set, reaches the leader's --http over TLS with this
-	// client configuration: the members' side ports serve TLS
-	// (--http-tls-cert).
-	ForwardTLS *tls.Config
-	Logger     zerolog.Logger
+	// ForwardDialTLS, if set, reaches the leader's --http over TLS: it
+	// dials addr and makes the TLS connection, checked against addr's
+	// host; the members' side ports serve TLS (--http-tls-cert).
+	ForwardDialTLS func(ctx context.Context, network, addr string) (net.Conn, error)
+	Logger         zerolog.Logger
 	// Now is the wall clock of sessions, rate limits and history; nil
 	// means time.Now.
 	Now func() time.Time

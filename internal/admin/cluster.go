@@ -105,10 +105,10 @@ func newClusterRoute(cfg Config, a *API) *clusterRoute {
 		Rewrite:      c.rewrite,
 		ErrorHandler: c.proxyError,
 	}
-	if cfg.ForwardTLS != nil {
+	if cfg.ForwardDialTLS != nil {
 		c.scheme = "https"
 		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.TLSClientConfig = cfg.ForwardTLS
+		t.DialTLSContext = cfg.ForwardDialTLS
 		c.proxy.Transport = t
 	}
 	c.parts = &http.Client{Transport: c.proxy.Transport, Timeout: partTimeout}

@@ -129,7 +129,7 @@
 //   - forwarded to the leader's --http (a reverse proxy,
 //     net/http/httputil) when another member leads: members learn each
 //     other's --http address from their hellos, and reach it over TLS
-//     with Config.ForwardTLS (side ports served with --http-tls-cert).
+//     with Config.ForwardDialTLS (side ports served with --http-tls-cert).
 //     The credentials are
 //     checked here first, with this member's rules (Auth: 401, 403, CSRF
 //     and the rate limit as on a single node), and the request then goes

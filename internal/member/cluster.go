@@ -385,13 +385,32 @@ func (a adminGroups) Leader(g uint16) (admin.Leader, *store.Store, <-chan struct
 	return admin.Leader{}, nil, changed
 }
 
+// forwardDialTLS dials a leader's side port, when side ports serve TLS,
+// for a member that does not lead (the admin API's forwarding, a move's):
+// over TLS checked against the host dialled (forwardTLS). An
+// http.Transport's own TLS leaves a host that is an IP address out of
+// the connection's ServerName (no SNI for one), and a check against it
+// then took any certificate of the members' CA, or of the system's
+// roots, for the leader's (found by a reviewing helper).
+func forwardDialTLS(src replication.TLSSource) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		d := tls.Dialer{Config: forwardTLS(src, host)}
+		return d.DialContext(ctx, network, addr)
+	}
+}
+
 // forwardTLS is how a member that does not lead reaches the leader's side
-// port when side ports serve TLS (the admin API's forwarding): the
-// leader's certificate must be valid for its --http host and come from
-// the system's roots or from the members' CA (src's, as it is at each
-// connection, so a rotated CA is followed; nil without members' TLS).
-func forwardTLS(src replication.TLSSource) *tls.Config {
+// port at host: the leader's certificate must be valid for host (a name
+// or an IP address) and come from the system's roots or from the
+// members' CA (src's, as it is at each connection, so a rotated CA is
+// followed; nil without members' TLS).
+func forwardTLS(src replication.TLSSource, host string) *tls.Config {
 	return &tls.Config{
+		ServerName: host,
 		MinVersion: tls.VersionTLS12,
 		// Verified by VerifyConnection, against roots read at each
 		// connection; tls.Config's RootCAs would be fixed at start.
@@ -400,7 +419,7 @@ func forwardTLS(src replication.TLSSource) *tls.Config {
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("member: the leader's side port sent no certificate")
 			}
-			opts := x509.VerifyOptions{DNSName: cs.ServerName, Intermediates: x509.NewCertPool()}
+			opts := x509.VerifyOptions{DNSName: host, Intermediates: x509.NewCertPool()}
 			for _, c := range cs.PeerCertificates[1:] {
 				opts.Intermediates.AddCert(c)
 			}

@@ -328,7 +328,7 @@ func awaitLeader(ctx context.Context, within time.Duration, leader func() admin.
 func (m *Member) forwardingTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	if m.cfg.HTTP.TLS != nil {
-		t.TLSClientConfig = forwardTLS(m.cfg.Cluster.TLSSource)
+		t.DialTLSContext = forwardDialTLS(m.cfg.Cluster.TLSSource)
 	}
 	return t
 }

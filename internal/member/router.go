@@ -46,7 +46,7 @@ func (m *Member) router() (http.Handler, error) {
 	if m.node != nil {
 		oc.Cluster, oc.Proxy, oc.Router = m.node, m.proxy, m.sessions
 		if m.cfg.HTTP.TLS != nil {
-			ac.ForwardTLS = forwardTLS(m.cfg.Cluster.TLSSource)
+			ac.ForwardDialTLS = forwardDialTLS(m.cfg.Cluster.TLSSource)
 		}
 		// Served while this member leads, forwarded to the leader's
 		// --http otherwise (internal/admin/doc.go, Cluster mode).

@@ -32,7 +32,7 @@ func TestForwardTLS(t *testing.T) {
 
 	src := &casSource{pool: other.Pool()}
 	client := &http.Client{Timeout: 5 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: forwardTLS(src)}}
+		Transport: &http.Transport{DialTLSContext: forwardDialTLS(src)}}
 	if resp, err := client.Get(srv.URL); err == nil {
 		resp.Body.Close()
 		t.Fatal("a leader whose certificate is from another CA was trusted")
@@ -49,5 +49,30 @@ func TestForwardTLS(t *testing.T) {
 	if resp, err := client.Get("https://localhost:" + port); err == nil {
 		resp.Body.Close()
 		t.Error("a certificate for 127.0.0.1 was trusted for localhost")
+	}
+}
+
+// TestForwardTLSChecksIPHost: a leader's side port reached at an IP
+// address must present a certificate valid for that IP: one of the
+// members' CA for another host (a name, another IP) is not the leader's.
+// The check read the connection's ServerName, which Go leaves empty for
+// an IP address (no SNI), and took any such certificate, and with it the
+// admin token a forwarded request carries. Found by a reviewing helper.
+func TestForwardTLSChecksIPHost(t *testing.T) {
+	members := testproc.NewTestCA(t, "members")
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("impostor"))
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{
+		members.TLSCert(t, "impostor", time.Time{}, "other.example", "10.9.9.9")}}
+	srv.StartTLS()
+	defer srv.Close()
+
+	client := &http.Client{Timeout: 5 * time.Second,
+		Transport: &http.Transport{DialTLSContext: forwardDialTLS(&casSource{pool: members.Pool()})}}
+	resp, err := client.Get(srv.URL) // https://127.0.0.1:PORT
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("a certificate for other.example and 10.9.9.9 was trusted for 127.0.0.1")
 	}
 }
