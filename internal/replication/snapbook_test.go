@@ -29,23 +29,7 @@ func TestSnapshotBookAsOfItsIndex(t *testing.T) {
 	c.stabilize()
 	lag := c.members[3]
 	c.crash(lag)
-	lagLast, _ := lag.disk.LastIndex()
-	for range 20 {
-		p.workload(rng, &ids, 10)
-		c.run(l)
-		c.stabilize()
-	}
-	l.store.Migrate(1, slices.Clone(ids))
-	c.run(l)
-	c.stabilize()
-	for range 3 {
-		p.workload(rng, &ids, 5)
-		c.run(l)
-		c.stabilize()
-	}
-	if first, _ := l.disk.FirstIndex(); first <= lagLast+1 {
-		t.Fatalf("the leader's log begins at %d: member 3 (last %d) needs no snapshot", first, lagLast)
-	}
+	c.compactPast(t, l, lag, p, rng, &ids, 20)
 
 	// A control record (member 9 draining): members 2, 4 and 5 make it
 	// durable, so it commits; the leader's own disk has not synced it
@@ -125,25 +109,8 @@ func TestSnapshotBookSurvivesCrash(t *testing.T) {
 	c.run(l)
 	c.stabilize()
 	rng := rand.New(rand.NewPCG(5, 6))
-	p := c.producer(l, "work")
 	var ids []uint64
-	for range 10 {
-		p.workload(rng, &ids, 10)
-		c.run(l)
-		c.stabilize()
-	}
-	l.store.Migrate(1, slices.Clone(ids))
-	c.run(l)
-	c.stabilize()
-	for range 3 {
-		p.workload(rng, &ids, 5)
-		c.run(l)
-		c.stabilize()
-	}
-	lagLast, _ := lag.disk.LastIndex()
-	if first, _ := l.disk.FirstIndex(); first <= lagLast+1 {
-		t.Fatalf("the leader's log begins at %d: member 3 (last %d) needs no snapshot", first, lagLast)
-	}
+	c.compactPast(t, l, lag, c.producer(l, "work"), rng, &ids, 10)
 
 	// Member 3 comes back; the round that steps the snapshot is carried
 	// out, and its install made durable, then the actions that follow
@@ -184,5 +151,30 @@ func TestSnapshotBookSurvivesCrash(t *testing.T) {
 	if b := lag.core.Book(); !slices.Contains(b.Draining, 9) {
 		t.Errorf("member 3, restarted after installing a snapshot, has a book (index %d) with draining %v: "+
 			"what the snapshot's book said is lost", b.Index, b.Draining)
+	}
+}
+
+// compactPast runs rounds of p's workload through leader l, then has l
+// write every live job again (compaction) and runs a little more, so
+// that l's log no longer holds the entries after lag's last: lag, down
+// meanwhile, needs a snapshot to catch up.
+func (c *cluster) compactPast(t *testing.T, l, lag *member, p *producer, rng *rand.Rand, ids *[]uint64, rounds int) {
+	t.Helper()
+	lagLast, _ := lag.disk.LastIndex()
+	for range rounds {
+		p.workload(rng, ids, 10)
+		c.run(l)
+		c.stabilize()
+	}
+	l.store.Migrate(1, slices.Clone(*ids))
+	c.run(l)
+	c.stabilize()
+	for range 3 {
+		p.workload(rng, ids, 5)
+		c.run(l)
+		c.stabilize()
+	}
+	if first, _ := l.disk.FirstIndex(); first <= lagLast+1 {
+		t.Fatalf("the leader's log begins at %d: member %d (last %d) needs no snapshot", first, lag.id, lagLast)
 	}
 }
