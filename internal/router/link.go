@@ -251,6 +251,11 @@ type call struct {
 	made    time.Time
 	op      Op
 	timeout time.Duration
+	// soon, with hasSoon, is a reserve's SoonIn: a job its session holds
+	// elsewhere comes near its TTR's end then, and the reserve ends with
+	// DEADLINE_SOON when no leader answers (Expire), as a leader's would.
+	soon    time.Duration
+	hasSoon bool
 	// route, if set, is where a request answered StatusWrongGroup (its
 	// tube moving between groups) goes again, and with which sequence
 	// (RequestRouted); movedAt is when the first such answer came.
@@ -506,7 +511,8 @@ func (l *Link) CloseMoved(from uint16, to []uint16) {
 // start makes it pending and sends it if the group's leader is known.
 func (l *Link) start(it Item, route func(req *Request, post func(uint16, uint32)), done func(*Item)) {
 	c := &call{key: callKey{it.Session, it.Group, it.Seq}, kind: it.Kind, wait: it.Wait.ID, done: done,
-		made: time.Now(), op: it.Request.Op, timeout: it.Request.Timeout, route: route}
+		made: time.Now(), op: it.Request.Op, timeout: it.Request.Timeout, route: route,
+		soon: it.Request.SoonIn, hasSoon: it.Request.SoonElsewhere}
 	// Sized for the request's fixed fields, tube and body: growing from
 	// nil took most of the encoding's time.
 	c.payload, _ = AppendItem(make([]byte, 0, 96+len(it.Request.Tube)+len(it.Request.Body)), &it)
@@ -1020,8 +1026,10 @@ func (l *Link) dropLocked(c *call) {
 // bound or more before now is answered StatusNoLeader if no leader took
 // it, else StatusUnknown, and refs as acknowledged (the next leader gets
 // every count at once); a reserve ends once its own timeout has passed
-// (StatusTimedOut: the group counts as empty), and one without a timeout
-// waits on. Waits are left to their sessions' timers.
+// (StatusTimedOut: the group counts as empty), or, sooner, once a job
+// its session holds elsewhere comes near its TTR's end (its SoonIn:
+// StatusDeadlineSoon, as the group's leader would answer), and one
+// without either waits on. Waits are left to their sessions' timers.
 func (l *Link) Expire(group uint16, lost, now time.Time, bound time.Duration) {
 	type expired struct {
 		c      *call
@@ -1036,10 +1044,14 @@ func (l *Link) Expire(group uint16, lost, now time.Time, bound time.Duration) {
 		status := StatusUnknown
 		switch {
 		case c.op == OpReserve && c.kind == KindRequest:
-			if c.timeout < 0 || now.Sub(c.made) < c.timeout {
+			end, st := c.timeout, StatusTimedOut
+			if c.hasSoon && (end < 0 || c.soon <= end) {
+				end, st = max(c.soon, 0), StatusDeadlineSoon // as Server.run bounds it
+			}
+			if end < 0 || now.Sub(c.made) < end {
 				return
 			}
-			status = StatusTimedOut
+			status = st
 		case now.Sub(later(c.made, lost)) < bound:
 			return
 		case c.kind == KindRefs:
@@ -1053,7 +1065,7 @@ func (l *Link) Expire(group uint16, lost, now time.Time, bound time.Duration) {
 	for _, e := range done {
 		l.dropLocked(e.c)
 		l.releaseLocked(e.c)
-		if e.status == StatusTimedOut {
+		if e.status == StatusTimedOut || e.status == StatusDeadlineSoon {
 			l.expiredReserves.add(e.c.key)
 		}
 	}

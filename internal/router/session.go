@@ -989,7 +989,9 @@ func (s *Session) sendSearching(g uint16, req Request, finish func(it *Item, a *
 			s.deliver(seq, &a)
 		}
 		sr.over = func(moving bool, failure Status) {
-			if moving {
+			// A group whose lost leader took the command (StatusUnknown)
+			// may have run it: asked again it could answer otherwise.
+			if moving && failure != StatusUnknown {
 				if movedAt.IsZero() {
 					movedAt = time.Now()
 				}
@@ -1081,9 +1083,13 @@ func (sr *idSearch) answer(it *Item) {
 	case StatusWrongGroup:
 		sr.moving = true
 	case StatusNoLeader, StatusUnknown:
-		if sr.failure == 0 {
+		// One whose lost leader took the command (StatusUnknown) may
+		// have run it: that rules. The job may be where the group's
+		// tubes moved, which are asked still.
+		if sr.failure == 0 || it.Reply.Status == StatusUnknown {
 			sr.failure = it.Reply.Status
 		}
+		next = sr.nextLocked()
 	default:
 		sr.answered = true
 		sr.mu.Unlock()
