@@ -222,7 +222,7 @@ func TestClusterPolicies(t *testing.T) {
 	if s, err := metav1.LabelSelectorAsSelector(&b.netpol.Spec.PodSelector); err != nil || !s.Matches(podLabels) {
 		t.Fatalf("NetworkPolicy does not select the members")
 	}
-	for _, port := range []string{"cluster", "beanstalk"} {
+	for _, port := range []string{"cluster", "beanstalk", "http"} {
 		want := portOf(t, c, intstr.FromString(port))
 		admitted := false
 		for _, rule := range b.netpol.Spec.Ingress {
