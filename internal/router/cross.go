@@ -110,6 +110,13 @@ func (r *crossReserve) startWith(begin func()) {
 	}
 	r.started = time.Now()
 	begin()
+	if r.state == crossTaking && r.timeout != 0 {
+		// The timer bounds the peeks and takes too: a group with no
+		// leader holds its peek for the Link's wait for a leader, and
+		// the timer started only with the waits, that much late. A
+		// timeout of 0 is the rounds' own (takeLocked).
+		r.armLocked(r.soonAt())
+	}
 }
 
 // beginLocked begins a round over the parts.

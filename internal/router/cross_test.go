@@ -560,3 +560,23 @@ func TestCrossReserveTimesOutWhileTubeFrozen(t *testing.T) {
 		t.Fatalf("no answer after 2s, %d items sent", seq.Load())
 	}
 }
+
+// TestCrossReserveTimesOutWhilePeeking: the reserve's timeout bounds its
+// peeks and takes too: with a group whose leader does not answer (its
+// peek held, as the Link holds a call for a leader), a reserve with a
+// timeout ends TIMED_OUT at its timeout. The timer started with the
+// waits alone, after the Link's wait for a leader (2 s), or never.
+// Found by a reviewing helper.
+func TestCrossReserveTimesOutWhilePeeking(t *testing.T) {
+	n := newCrossNet(t, 2)
+	n.mu.Lock()
+	n.cut[3] = true // group 1's leader takes nothing
+	n.mu.Unlock()
+	var seq atomic.Uint32
+	start := time.Now()
+	ends, _ := reserveAcross(n, &seq, 300*time.Millisecond)
+	e := nextEnd(t, ends)
+	if e.res != store.TimedOut || time.Since(start) < 300*time.Millisecond || time.Since(start) > 2*time.Second {
+		t.Fatalf("%+v after %v, want TIMED_OUT at 300ms", e, time.Since(start))
+	}
+}
