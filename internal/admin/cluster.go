@@ -108,6 +108,9 @@ func newClusterRoute(cfg Config, a *API) *clusterRoute {
 	if cfg.ForwardDialTLS != nil {
 		c.scheme = "https"
 		t := http.DefaultTransport.(*http.Transport).Clone()
+		// Direct: through a proxy the transport would make the TLS
+		// itself, without ForwardDialTLS's check.
+		t.Proxy = nil
 		t.DialTLSContext = cfg.ForwardDialTLS
 		c.proxy.Transport = t
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/sproutmq/sprout/engine"
@@ -392,15 +393,40 @@ func (a adminGroups) Leader(g uint16) (admin.Leader, *store.Store, <-chan struct
 // the connection's ServerName (no SNI for one), and a check against it
 // then took any certificate of the members' CA, or of the system's
 // roots, for the leader's (found by a reviewing helper).
+//
+// A transport that dials so must not go through a proxy (Proxy nil): an
+// https request through one is dialled in plain TCP and its TLS made by
+// the transport, with none of this check (forwardTransport).
 func forwardDialTLS(src replication.TLSSource) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
 			return nil, err
 		}
-		d := tls.Dialer{Config: forwardTLS(src, host)}
+		// The bounds http.DefaultTransport has for its own dial and
+		// handshake, which a dial of one's own goes without.
+		ctx, cancel := context.WithTimeout(ctx, forwardDialWait)
+		defer cancel()
+		d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second},
+			Config: forwardTLS(src, host)}
 		return d.DialContext(ctx, network, addr)
 	}
+}
+
+// forwardDialWait bounds a forwarding's dial and TLS handshake, as
+// http.DefaultTransport's 30 s dial and 10 s handshake do.
+const forwardDialWait = 40 * time.Second
+
+// forwardTransport is a transport to the members' side ports: direct,
+// never through a proxy from the environment (members reach each other),
+// over TLS checked by forwardDialTLS when they serve it (src's CA).
+func forwardTransport(tlsOn bool, src replication.TLSSource) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	if tlsOn {
+		t.DialTLSContext = forwardDialTLS(src)
+	}
+	return t
 }
 
 // forwardTLS is how a member that does not lead reaches the leader's side

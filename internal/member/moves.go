@@ -326,11 +326,7 @@ func awaitLeader(ctx context.Context, within time.Duration, leader func() admin.
 // with its side port (router): one per request would keep each's idle
 // connection, and its goroutines, for ever.
 func (m *Member) forwardingTransport() *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	if m.cfg.HTTP.TLS != nil {
-		t.DialTLSContext = forwardDialTLS(m.cfg.Cluster.TLSSource)
-	}
-	return t
+	return forwardTransport(m.cfg.HTTP.TLS != nil, m.cfg.Cluster.TLSSource)
 }
 
 // sideScheme is the scheme of the members' side ports: https when they

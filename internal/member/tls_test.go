@@ -76,3 +76,27 @@ func TestForwardTLSChecksIPHost(t *testing.T) {
 		t.Fatal("a certificate for other.example and 10.9.9.9 was trusted for 127.0.0.1")
 	}
 }
+
+// TestForwardTransportGoesDirect: the transport to the members' side
+// ports takes no proxy from the environment: through one, an https
+// request is dialled in plain TCP and its TLS made by the transport,
+// without forwardDialTLS's check (a leader of the members' CA was then
+// refused as unknown). Found by a reviewing helper.
+func TestForwardTransportGoesDirect(t *testing.T) {
+	members := testproc.NewTestCA(t, "members")
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("leader"))
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{members.TLSCert(t, "leader", time.Time{}, "127.0.0.1")}}
+	srv.StartTLS()
+	defer srv.Close()
+	tr := forwardTransport(true, &casSource{pool: members.Pool()})
+	if tr.Proxy != nil {
+		t.Fatal("the forwarding transport takes a proxy")
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second, Transport: tr}).Get(srv.URL)
+	if err != nil {
+		t.Fatalf("the leader's side port: %v", err)
+	}
+	resp.Body.Close()
+}

@@ -433,16 +433,21 @@ func (c *core) onlyDeletes() bool { return c.noSpace || c.backlog }
 // compaction empties while the disk is full (fullMove): a full version
 // whose previous one is there.
 func (c *core) fullMoveOf(g *Group) bool {
-	return c.fullMove != 0 && !c.backlog && g.Live && g.Prev.Seg == c.fullMove
+	return c.fullMove != 0 && !c.backlog && g.Live && g.Prev.Seg == c.fullMove &&
+		c.curSize+int64(g.Size)+c.deleteReserve() <= c.policy.segmentSize
 }
 
 // movesFit reports whether s's live items fit in the current segment's
 // room, with room kept beside them for the deletes that come meanwhile:
 // while the disk is full, nothing can be written past it.
 func (c *core) movesFit(s *segState) bool {
-	reserve := c.policy.segmentSize / 8
-	return c.curSize+s.liveBytes+reserve <= c.policy.segmentSize
+	return c.curSize+s.liveBytes+c.deleteReserve() <= c.policy.segmentSize
 }
+
+// deleteReserve is the room of the current segment a full disk's moves
+// leave to deletes: an eighth of a segment. Each move is held to it too,
+// as deletes come between the batches.
+func (c *core) deleteReserve() int64 { return c.policy.segmentSize / 8 }
 
 // onDurable holds fn until lsn is published; true means it already is,
 // and the caller runs fn itself.
@@ -1093,10 +1098,13 @@ func (c *core) compact(now time.Duration, s *segState) bool {
 		return false
 	}
 	if c.noSpace && c.fullMove != s.seq {
-		// The disk is full: the moves go only if they fit in what is
-		// left of the current segment, which removing s then gives
-		// back (a disk filled by the log's own garbage frees itself).
-		if !c.movesFit(s) {
+		// The disk is full: a journal's moves go only if they fit in
+		// what is left of the current segment, which removing s then
+		// gives back (a disk filled by the log's own garbage frees
+		// itself). A cluster's Raft log (MovesLater) moves by its
+		// leaders' proposals, which its journals refuse while Full,
+		// and the ids handed out would be lost with them.
+		if c.policy.movesLater || !c.movesFit(s) {
 			return false
 		}
 		c.fullMove = s.seq

@@ -1272,3 +1272,31 @@ func TestCoreUnsyncedGroup(t *testing.T) {
 		t.Errorf("released unsynced %v, next %v; want both", lazy, next)
 	}
 }
+
+// TestCoreCompactionWhileFullMovesLater: a cluster's Raft log
+// (MovesLater) moves nothing while the disk is full: its leaders'
+// journals refuse the rewrites while the log is Full, and ids handed out
+// then would be lost with them (the segment never going). Once space
+// returns the moves are handed out. Found by a reviewing helper.
+func TestCoreCompactionWhileFullMovesLater(t *testing.T) {
+	p := testPolicy()
+	p.movesLater = true
+	h := newHarness(t, p, recoverJobs([]int64{coreSeg, coreSeg, coreSeg}, [][]uint32{nil, {100}, {900}}))
+	h.expect("spare 5", "remove 1")
+	h.c.spareDone(h.now, 5, syscall.ENOSPC)
+	h.c.removeDone(h.now, nil)
+	h.expect("report disk-full", "spare 5")
+	h.c.spareDone(h.now, 5, syscall.ENOSPC)
+	h.expect("timer +250ms")
+	h.del(2)
+	h.expect("header 4 id=2, write 4@24+17")
+	h.wrote()
+	h.expect("observe 17B 1rec", "sync [4]")
+	h.synced()
+	h.expect("publish 17")
+	h.at(250 * time.Millisecond)
+	h.timer()
+	h.expect("spare 5")
+	h.c.spareDone(h.now, 5, nil)
+	h.expect("report space-back", "migrate 2 [1]")
+}

@@ -26,7 +26,7 @@ func TestDiskFullOfOwnGarbageRecovers(t *testing.T) {
 }
 
 func testDiskFullOfOwnGarbageRecovers(t *testing.T) {
-	const segSize = 4096
+	const segSize = 16384
 	dir := t.TempDir()
 	opts := segment.Options{SegmentSize: segSize}
 	// The disk holds 8 segments and nothing else: a segment removed
@@ -43,7 +43,7 @@ func testDiskFullOfOwnGarbageRecovers(t *testing.T) {
 		if i == 10000 {
 			t.Fatal("10000 puts accepted with room for 8 segments")
 		}
-		id, lsn, err := m.tryPut(strings.Repeat("b", 150))
+		id, lsn, err := m.tryPut(strings.Repeat("b", 600))
 		if errors.Is(err, segment.ErrNoSpace) {
 			break
 		}
