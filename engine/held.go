@@ -178,7 +178,7 @@ func (f *loopFlusher) flush(context.Context) error {
 		if !ss.closed {
 			ss.flushDurable()
 			ss.account()
-			if ss.end == endQuitting && ss.quitDone() || ss.finished() {
+			if ss.finished() {
 				_ = ss.conn.Close()
 			}
 		}

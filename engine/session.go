@@ -67,7 +67,7 @@ const (
 	endHalfClosed
 	// endQuitting: quit has run; the connection closes once every reply
 	// before it is sent (held ones included) and taken by the socket
-	// (quitDone), and later input is dropped.
+	// (finished), and later input is dropped.
 	endQuitting
 	// endFenced: a job was to be handed out while Config.Leased said no;
 	// the connection closes at once, that reply and what follows unsent.
@@ -88,7 +88,7 @@ func (ss *session) serve() gnet.Action {
 	}
 	ss.flushDurable()
 	if ss.end == endQuitting {
-		if ss.quitDone() {
+		if ss.finished() {
 			return gnet.Close
 		}
 		// What follows quit is never run, as in beanstalkd; dropped, so a
@@ -102,19 +102,10 @@ func (ss *session) serve() gnet.Action {
 	action := ss.serveInput()
 	ss.awaitDurable()
 	ss.account()
-	if action == gnet.None && (ss.finished() || ss.end == endQuitting && ss.quitDone()) {
+	if action == gnet.None && ss.finished() {
 		return gnet.Close
 	}
 	return action
-}
-
-// quitDone reports whether a connection that sent quit has nothing left
-// to deliver: no reply held for the log, and none unread in gnet (gnet's
-// close gives up at the first write the socket does not take, so closing
-// earlier would cut replies off). Until then it is polled from OnTick, as
-// a half-closed one is (account).
-func (ss *session) quitDone() bool {
-	return !ss.held.waiting() && ss.conn.OutboundBuffered() == 0
 }
 
 // halfClose is the client's shutting down of its writing side. As in
@@ -148,14 +139,25 @@ func (ss *session) inputEnded() bool {
 	return ss.end == endInputEnding || ss.end == endHalfClosed
 }
 
-// finished reports whether a half-closed connection is done: every whole
-// command has run (serveInput drops what is left, a command cut short,
-// which can never complete), and every reply has been sent and taken by
-// the socket. gnet reports no "sent", so a session with unread replies is
-// polled from OnTick (account).
+// finished reports whether a half-closed connection, or one that sent
+// quit, is done: half-closed, every whole command has run (serveInput
+// drops what is left, a command cut short, which can never complete);
+// and every reply has been sent, none held for the log, and taken by the
+// socket (gnet's close gives up at the first write the socket does not
+// take, so closing earlier would cut replies off). gnet reports no
+// "sent", so a session with unread replies is polled from OnTick
+// (account).
 func (ss *session) finished() bool {
-	return ss.end == endHalfClosed && ss.awaiting == codec.OpNone && ss.conn.InboundBuffered() == 0 &&
-		!ss.held.waiting() && ss.conn.OutboundBuffered() == 0
+	switch ss.end {
+	case endHalfClosed:
+		if ss.awaiting != codec.OpNone || ss.conn.InboundBuffered() != 0 {
+			return false
+		}
+	case endQuitting:
+	default:
+		return false
+	}
+	return !ss.held.waiting() && ss.conn.OutboundBuffered() == 0
 }
 
 // serveInput answers buffered commands: all of them, unless an answer is
