@@ -1044,14 +1044,14 @@ func (l *Link) Expire(group uint16, lost, now time.Time, bound time.Duration) {
 		status := StatusUnknown
 		switch {
 		case c.op == OpReserve && c.kind == KindRequest:
-			end, st := c.timeout, StatusTimedOut
-			if c.hasSoon && (end < 0 || c.soon <= end) {
-				end, st = max(c.soon, 0), StatusDeadlineSoon // as Server.run bounds it
-			}
+			end, soonFirst := reserveEnd(c.timeout, c.soon, c.hasSoon) // as a leader bounds it
 			if end < 0 || now.Sub(c.made) < end {
 				return
 			}
-			status = st
+			status = StatusTimedOut
+			if soonFirst {
+				status = StatusDeadlineSoon
+			}
 		case now.Sub(later(c.made, lost)) < bound:
 			return
 		case c.kind == KindRefs:

@@ -967,6 +967,17 @@ func (o *owner) seqOf(id uint64) uint32 {
 	return o.handed.seqOf(id)
 }
 
+// reserveEnd is how long a reserve of timeout (negative: none) waits,
+// and whether its end is DEADLINE_SOON (soonFirst), when its session
+// holds a job in another group (soon) that comes within a second of its
+// TTR's end in soonIn: then, if that is first.
+func reserveEnd(timeout, soonIn time.Duration, soon bool) (end time.Duration, soonFirst bool) {
+	if soon && (timeout < 0 || soonIn <= timeout) {
+		return max(soonIn, 0), true
+	}
+	return timeout, false
+}
+
 // reserves reports whether op reserves the job it answers with.
 func reserves(op Op) bool { return op == OpReserve || op == OpTake || op == OpReserveJob }
 
@@ -1449,17 +1460,14 @@ func (o *owner) run(req *Request) (r Reply, blocked bool) {
 		// reserve as one of this group's would (6.1): at once when none
 		// of the watched tubes has a ready job, else when the wait
 		// reaches it.
-		timeout, soonFirst := req.Timeout, false
 		if req.SoonElsewhere {
 			if _, _, anyReady := cl.BestReady(); req.SoonIn <= 0 && !anyReady {
 				return emptyReply(store.DeadlineSoon), false
 			}
-			if timeout < 0 || req.SoonIn <= timeout {
-				// Already soon, with ready jobs only in paused tubes: a
-				// take that finds nothing answers DEADLINE_SOON at once.
-				timeout, soonFirst = max(req.SoonIn, 0), true
-			}
 		}
+		// Already soon, with ready jobs only in paused tubes: a take
+		// that finds nothing answers DEADLINE_SOON at once.
+		timeout, soonFirst := reserveEnd(req.Timeout, req.SoonIn, req.SoonElsewhere)
 		j, res := cl.Reserve(timeout)
 		switch {
 		case res == store.Reserved:
