@@ -12,11 +12,11 @@ import (
 )
 
 // leaderlessRouter is member 1's router of three groups over two
-// members: group leaderless has no leader known, the others are led by
-// member 2, which sends what it sends into sent. Requests wait wait for
-// a leader (LeaderWait); group 0's tubes moved to the groups movedFrom0
-// says.
-func leaderlessRouter(t *testing.T, sent *sentItems, leaderless uint16, wait time.Duration, movedFrom0 []uint16) *Router {
+// members: group leaderless (-1: none) has no leader known, the others
+// are led by member 2, which sends what it sends into sent. Requests wait
+// wait for a leader (LeaderWait; 0: the default); group 0's tubes moved
+// to the groups movedFrom0 says.
+func leaderlessRouter(t *testing.T, sent *sentItems, leaderless int, wait time.Duration, movedFrom0 func() []uint16) *Router {
 	t.Helper()
 	placement, err := meta.Formation([]meta.Member{{Name: "m1", ID: 1}, {Name: "m2", ID: 2}}, 3, 2)
 	if err != nil {
@@ -26,18 +26,18 @@ func leaderlessRouter(t *testing.T, sent *sentItems, leaderless uint16, wait tim
 		Self:       1,
 		Placement:  func() *meta.State { return placement },
 		Serving:    func(uint16) *store.Store { return nil },
-		Leader:     func(g uint16) (uint64, bool) { return 2, g != leaderless },
+		Leader:     func(g uint16) (uint64, bool) { return 2, int(g) != leaderless },
 		Send:       sent.send,
 		LeaderWait: wait,
 		MovedFrom: func(g uint16) []uint16 {
 			if g == 0 {
-				return movedFrom0
+				return movedFrom0()
 			}
 			return nil
 		},
 	})
 	t.Cleanup(r.Close)
-	r.LeaderChanged() // greets the leaders known
+	r.LeaderChanged() // greets the leaders known: calls go to them from then on
 	return r
 }
 
@@ -77,7 +77,7 @@ func TestNoLeaderReserveOwesDeadlineSoon(t *testing.T) {
 	for _, timeout := range []time.Duration{-1, 3 * time.Second} {
 		t.Run(fmt.Sprint(timeout), func(t *testing.T) {
 			sent := &sentItems{t: t}
-			r := leaderlessRouter(t, sent, 0, 200*time.Millisecond, nil)
+			r := leaderlessRouter(t, sent, 0, 200*time.Millisecond, func() []uint16 { return nil })
 			answers := make(answerChan, 4)
 			s := r.NewQueue(answers).(*Session)
 			s.watched = []string{tubeOf(t, r, 0)}
@@ -112,7 +112,7 @@ func TestNoLeaderReserveOwesDeadlineSoon(t *testing.T) {
 // (INTERNAL_ERROR), asking none of them. Found by a reviewing helper.
 func TestNoLeaderSearchAsksMovedGroups(t *testing.T) {
 	sent := &sentItems{t: t}
-	r := leaderlessRouter(t, sent, 0, 200*time.Millisecond, []uint16{1})
+	r := leaderlessRouter(t, sent, 0, 200*time.Millisecond, func() []uint16 { return []uint16{1} })
 	answers := make(answerChan, 4)
 	s := r.NewQueue(answers).(*Session)
 	id := meta.JobID(0, 5) // its tube moved to group 1, which holds it

@@ -97,26 +97,7 @@ func kinds(items []Item) []Kind {
 // each group led by member 2, which sends what it sends into sent; group
 // 0's tubes moved to the groups movedFrom0 says.
 func movedRouter(t *testing.T, sent *sentItems, movedFrom0 func() []uint16) *Router {
-	placement, err := meta.Formation([]meta.Member{{Name: "m1", ID: 1}, {Name: "m2", ID: 2}}, 3, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := NewRouter(RouterConfig{
-		Self:      1,
-		Placement: func() *meta.State { return placement },
-		Serving:   func(uint16) *store.Store { return nil },
-		Leader:    func(uint16) (uint64, bool) { return 2, true },
-		Send:      sent.send,
-		MovedFrom: func(g uint16) []uint16 {
-			if g == 0 {
-				return movedFrom0()
-			}
-			return nil
-		},
-	})
-	t.Cleanup(r.Close)
-	r.LeaderChanged() // greets the leader: calls go to it from then on
-	return r
+	return leaderlessRouter(t, sent, -1, 0, movedFrom0)
 }
 
 // TestCloseReachesMovedTubes: a session's close goes to the groups tubes
