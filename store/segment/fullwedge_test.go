@@ -1,10 +1,8 @@
 package segment_test
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -38,21 +36,7 @@ func testDiskFullOfOwnGarbageRecovers(t *testing.T) {
 		return next(file, size)
 	})
 	l, m := open(t, dir, opts)
-	var ids []uint64
-	for i := 0; ; i++ {
-		if i == 10000 {
-			t.Fatal("10000 puts accepted with room for 8 segments")
-		}
-		id, lsn, err := m.tryPut(strings.Repeat("b", 600))
-		if errors.Is(err, segment.ErrNoSpace) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-		segtest.WaitDurable(t, l, lsn)
-	}
+	ids := fillDisk(t, l, m, 600, 10000)
 	for i, id := range ids {
 		if i%10 != 0 {
 			segtest.WaitDurable(t, l, m.del(t, id))

@@ -821,6 +821,28 @@ func (r *room) allocate(next func(*os.File, int64) error, file *os.File, size in
 	return next(file, size)
 }
 
+// fillDisk puts items of body bytes until the log refuses one for want
+// of space (ErrNoSpace), each durable, and returns their ids; more than
+// limit puts fail the test.
+func fillDisk(t *testing.T, l *testLog, m *model, body, limit int) []uint64 {
+	t.Helper()
+	var ids []uint64
+	for i := 0; ; i++ {
+		if i == limit {
+			t.Fatalf("%d puts accepted on a disk meant to fill", limit)
+		}
+		id, lsn, err := m.tryPut(strings.Repeat("b", body))
+		if errors.Is(err, segment.ErrNoSpace) {
+			return ids
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		segtest.WaitDurable(t, l, lsn)
+	}
+}
+
 // TestCompactionAfterDiskFull: compaction that wants to move a job while
 // the disk is full moves it into the current segment's room if it fits
 // there beside the deletes (TestDiskFullOfOwnGarbageRecovers), else once
@@ -837,21 +859,7 @@ func testCompactionAfterDiskFull(t *testing.T) {
 	dir := t.TempDir()
 	l, m := open(t, dir, opts)
 	keeper, _ := m.put(t, "the keeper")
-	var ballast []uint64
-	for i := 0; ; i++ {
-		if i == 200 {
-			t.Fatal("200 puts accepted with room for 3 segments")
-		}
-		id, lsn, err := m.tryPut(strings.Repeat("b", 150))
-		if errors.Is(err, segment.ErrNoSpace) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		ballast = append(ballast, id)
-		segtest.WaitDurable(t, l, lsn)
-	}
+	ballast := fillDisk(t, l, m, 150, 200)
 	if st := l.Stats(); st.CurrentIndex < 3 {
 		t.Fatalf("disk full at segment %d; the test needs 3", st.CurrentIndex)
 	}
