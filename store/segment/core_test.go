@@ -829,15 +829,12 @@ func TestCoreCompactionWaitsForFsync(t *testing.T) {
 	h.expect("publish 100", "remove 1")
 }
 
-// TestCoreCompactionWhileFull: while puts are refused for want of a
-// spare, compaction moves the oldest segment's jobs if they fit in the
-// current segment's room (their groups are then taken, though
-// refusable), so that the segment's removal frees room for a spare; a
-// segment with nothing live goes meanwhile, and the room it frees is
-// tried for a spare at once. It moved none while full: a disk filled by
-// the log's own garbage stayed full.
-func TestCoreCompactionWhileFull(t *testing.T) {
-	h := newHarness(t, testPolicy(), recoverJobs([]int64{coreSeg, coreSeg, coreSeg}, [][]uint32{nil, {100}, {900}}))
+// fullWithOneToMove is a core of policy p on a full disk (no spare can
+// be made) whose oldest segment holds one live job, 100 bytes, and
+// whose delete of the job in the next has just been written: compaction
+// wants segment 2 moved.
+func fullWithOneToMove(t *testing.T, p policy) *harness {
+	h := newHarness(t, p, recoverJobs([]int64{coreSeg, coreSeg, coreSeg}, [][]uint32{nil, {100}, {900}}))
 	h.expect("spare 5", "remove 1")
 	h.c.spareDone(h.now, 5, syscall.ENOSPC)
 	h.c.removeDone(h.now, nil)
@@ -847,6 +844,18 @@ func TestCoreCompactionWhileFull(t *testing.T) {
 	h.del(2) // leaves job 1 as the only live data: segment 2 wants moving
 	h.expect("header 4 id=2, write 4@24+17")
 	h.wrote()
+	return h
+}
+
+// TestCoreCompactionWhileFull: while puts are refused for want of a
+// spare, compaction moves the oldest segment's jobs if they fit in the
+// current segment's room (their groups are then taken, though
+// refusable), so that the segment's removal frees room for a spare; a
+// segment with nothing live goes meanwhile, and the room it frees is
+// tried for a spare at once. It moved none while full: a disk filled by
+// the log's own garbage stayed full.
+func TestCoreCompactionWhileFull(t *testing.T) {
+	h := fullWithOneToMove(t, testPolicy())
 	h.expect("observe 17B 1rec", "sync [4]", "migrate 2 [1]") // 100 bytes fit: moved on a full disk
 	if _, _, _, err := h.c.append(group(3, fullSize, true, Loc{})); err != ErrNoSpace {
 		t.Fatalf("a put while full: %v, want ErrNoSpace", err)
@@ -1281,16 +1290,7 @@ func TestCoreUnsyncedGroup(t *testing.T) {
 func TestCoreCompactionWhileFullMovesLater(t *testing.T) {
 	p := testPolicy()
 	p.movesLater = true
-	h := newHarness(t, p, recoverJobs([]int64{coreSeg, coreSeg, coreSeg}, [][]uint32{nil, {100}, {900}}))
-	h.expect("spare 5", "remove 1")
-	h.c.spareDone(h.now, 5, syscall.ENOSPC)
-	h.c.removeDone(h.now, nil)
-	h.expect("report disk-full", "spare 5")
-	h.c.spareDone(h.now, 5, syscall.ENOSPC)
-	h.expect("timer +250ms")
-	h.del(2)
-	h.expect("header 4 id=2, write 4@24+17")
-	h.wrote()
+	h := fullWithOneToMove(t, p)
 	h.expect("observe 17B 1rec", "sync [4]")
 	h.synced()
 	h.expect("publish 17")
