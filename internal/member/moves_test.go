@@ -676,6 +676,9 @@ func TestShardGroupsMoveGiverLeads(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	acked, err := puts.stop()
 	if err != nil {
+		for _, name := range slices.Sorted(maps.Keys(c.up)) {
+			t.Logf("%s's calls pending: %v", name, c.up[name].sessions.DescribePending())
+		}
 		t.Fatalf("puts through %s, which led group 1 as it left it: %v", giver, err)
 	}
 	if len(acked) == 0 {

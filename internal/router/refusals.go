@@ -8,7 +8,8 @@ import (
 )
 
 // refusalRecall is how long a leader remembers a session's requests it
-// refused as not serving (refusals) after the last: longer than the
+// refused as not serving (refusals) after the last so refused (not the
+// last held back behind them: refusals.holds): longer than the
 // requests pipelined behind them take to arrive, which the member sent
 // before the refusal reached it. The member sends nothing newer until a
 // refused one goes again (Link.postCall).
@@ -87,7 +88,15 @@ func (r *refusals) holds(key ownerKey, it *Item) bool {
 		return false
 	}
 	if slices.ContainsFunc(f.seqs, func(seq uint32) bool { return seqAfter(it.Seq, seq) && seq != it.Seq }) {
-		r.noteLocked(key, it.Seq, now)
+		// Remembered, but the refusal is not renewed: it ends
+		// refusalRecall after the last request refused as not served.
+		// Renewed by each hold-back, it never ended when the refused one
+		// was answered by another leader and never came here again: the
+		// later one, asked every retryEvery, was refused for good.
+		if !slices.Contains(f.seqs, it.Seq) {
+			f.seqs = append(f.seqs, it.Seq)
+			r.first[key] = f
+		}
 		return true
 	}
 	r.dropLocked(key, it.Seq)

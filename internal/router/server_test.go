@@ -1101,6 +1101,20 @@ func TestResentHeldRequestRunsOnce(t *testing.T) {
 	}
 }
 
+// newSwitchedRig is a rig whose Server serves group 0, on st, only while
+// the flag returned is set.
+func newSwitchedRig(t *testing.T, st *store.Store) (*serverRig, *atomic.Bool) {
+	serving := new(atomic.Bool)
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	r.srv.cfg.Group = func(uint16) *store.Store {
+		if serving.Load() {
+			return st
+		}
+		return nil
+	}
+	return r, serving
+}
+
 // TestRefusedRequestRunsFirst: a pipelined request that was in flight
 // behind one refused as this member did not serve the group (gated by a
 // handover then aborted, or not serving yet) is refused too, until the
@@ -1112,14 +1126,7 @@ func TestRefusedRequestRunsFirst(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			st := store.New(store.Options{})
 			defer st.Close()
-			var serving atomic.Bool
-			r := newServerRig(t, map[uint16]*store.Store{0: st})
-			r.srv.cfg.Group = func(uint16) *store.Store {
-				if serving.Load() {
-					return st
-				}
-				return nil
-			}
+			r, serving := newSwitchedRig(t, st)
 			if how == "gated" {
 				serving.Store(true)
 				r.srv.Gate(0)
@@ -1303,5 +1310,39 @@ func TestRefusedWaitCancelledHoldsNothingBack(t *testing.T) {
 	r.send(Item{Kind: KindCancel, Group: 0, Session: 1, Seq: 1, Wait: Wait{ID: 5}}, put(2))
 	if it := r.next(); it.Seq != 2 || it.Reply.Status != StatusOK {
 		t.Fatalf("a put after the refused wait's cancel: %+v, want run", it)
+	}
+}
+
+// TestRefusedAnsweredElsewhereEndsInTime: put 1, refused while this
+// member did not serve the group, went to another leader and was
+// answered there; this member then leads, and put 2, asked again as
+// Retry asks (every retryEvery), runs once refusalRecall has passed since
+// put 1's refusal. Each hold-back of put 2 renewed the refusal, so put 2
+// was refused for as long as it was asked: a put through a member that
+// handed its group over and back hung (TestShardGroupsMoveGiverLeads in
+// CI).
+func TestRefusedAnsweredElsewhereEndsInTime(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	r, serving := newSwitchedRig(t, st)
+	r.send(put(1))
+	if it := r.next(); it.Reply.Status != StatusNotLeader {
+		t.Fatalf("put 1, not serving: %+v, want StatusNotLeader", it.Reply)
+	}
+	refused := time.Now()
+	serving.Store(true)
+	for {
+		r.send(put(2))
+		it := r.next()
+		if it.Reply.Status == StatusOK {
+			break
+		}
+		if it.Reply.Status != StatusNotLeader {
+			t.Fatalf("put 2: %+v", it.Reply)
+		}
+		if time.Since(refused) > 3*refusalRecall {
+			t.Fatalf("put 2 still refused %v after put 1's refusal, which never comes again", time.Since(refused).Round(time.Millisecond))
+		}
+		time.Sleep(retryEvery)
 	}
 }
