@@ -3,6 +3,8 @@ package main
 import (
 	"math"
 	"testing"
+
+	"github.com/sproutmq/sprout/engine"
 )
 
 // TestResolveMaxJobSizeZero: -z 0 allows only empty bodies, as
@@ -11,8 +13,9 @@ import (
 // reviewing helper against the 1.13 binary). No -z is the default.
 func TestResolveMaxJobSizeZero(t *testing.T) {
 	c := resolve(mustParse(t, "-z", "0"), testHost, testProcess(math.MaxInt64))
-	if c.engine.MaxJobSize != 0 || c.wal.MaxJobSize != 0 {
-		t.Errorf("-z 0: engine MaxJobSize %d, log %d, want 0", c.engine.MaxJobSize, c.wal.MaxJobSize)
+	if c.engine.MaxJobSize != 0 || c.wal.MaxJobSize != engine.NoJobBodies {
+		t.Errorf("-z 0: engine MaxJobSize %d, log %d, want 0 and NoJobBodies (a binlog's import takes empty bodies alone)",
+			c.engine.MaxJobSize, c.wal.MaxJobSize)
 	}
 	c = resolve(mustParse(t), testHost, testProcess(math.MaxInt64))
 	if c.engine.MaxJobSize != 65535 {

@@ -181,7 +181,7 @@ func resolve(o options, h hostinfo.Host, p process) config {
 		SyncEvery:   o.syncEvery.or(wal.DefaultSyncEvery),
 		NoSync:      o.noSync,
 		SkipDamaged: o.skipDamaged,
-		MaxJobSize:  c.engine.MaxJobSize,
+		MaxJobSize:  engine.JobSizeLimit(c.engine.MaxJobSize), // -z 0 is no bodies, not the default
 	}
 	if c.wal.SegmentSize == 0 {
 		c.wal.SegmentSize = wal.DefaultSegmentSize

@@ -50,7 +50,9 @@ type Options struct {
 	// SkipDamaged logs and skips damaged records found at start instead of
 	// refusing to start.
 	SkipDamaged bool
-	// MaxJobSize bounds bodies read back, for imports of beanstalkd binlogs.
+	// MaxJobSize bounds bodies read back, for imports of beanstalkd
+	// binlogs: 0 means beanstalkd's default, a negative one (-z 0's
+	// engine.NoJobBodies) only empty bodies.
 	MaxJobSize int
 	// Importer, if set, takes over a directory holding only another
 	// server's log files.

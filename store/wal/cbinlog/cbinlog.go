@@ -118,7 +118,8 @@ func parseSeq(name string) (int64, bool) {
 // should hand out ids above maxID.
 //
 // maxJobSize is the largest body Read accepts, without its trailing "\r\n"
-// (Sprout's -z); 0 means DefaultMaxJobSize. beanstalkd compares the stored
+// (Sprout's -z); 0 means DefaultMaxJobSize, and a negative one (-z 0's
+// engine.NoJobBodies) only empty bodies. beanstalkd compares the stored
 // size, which includes the "\r\n", against -z, so it drops jobs within two
 // bytes of the limit on recovery; Read keeps them.
 //
@@ -127,10 +128,10 @@ func parseSeq(name string) (int64, bool) {
 // job the absolute Deadline as stored (wall-clock ns; it may have passed).
 // A directory without binlog files gives no jobs and no error.
 func Read(dir string, maxJobSize int) (jobs []wal.Record, maxID uint64, err error) {
-	if maxJobSize < 0 {
-		return nil, 0, fmt.Errorf("cbinlog: negative maxJobSize %d", maxJobSize)
-	}
-	if maxJobSize == 0 {
+	switch {
+	case maxJobSize < 0:
+		maxJobSize = 0
+	case maxJobSize == 0:
 		maxJobSize = DefaultMaxJobSize
 	}
 	paths, err := Found(dir)

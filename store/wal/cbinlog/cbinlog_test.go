@@ -442,11 +442,24 @@ func TestReadTornHugeBody(t *testing.T) {
 	}
 }
 
+// TestReadNoBodies: a negative maxJobSize (-z 0's) takes only empty
+// bodies, as the engine does then; read as 0, it took beanstalkd's
+// default, 65535.
+func TestReadNoBodies(t *testing.T) {
+	empty := writeBinlogs(t, newBinlog(7).full("t", put(1, 5), "\r\n").bytes())
+	got, _, err := Read(empty, -1)
+	if err != nil {
+		t.Fatalf("an empty body with no bodies allowed: %v", err)
+	}
+	checkRecords(t, got, []wal.Record{record("t", put(1, 5), "\r\n")})
+	dir := writeBinlogs(t, newBinlog(7).full("t", put(1, 5), "x\r\n").bytes())
+	if _, _, err := Read(dir, -1); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "outside 0..2") {
+		t.Fatalf("a body of one byte with no bodies allowed: %v, want its size refused", err)
+	}
+}
+
 func TestReadArguments(t *testing.T) {
 	dir := writeBinlogs(t, newBinlog(7).bytes())
-	if _, _, err := Read(dir, -1); err == nil {
-		t.Error("Read with maxJobSize -1 succeeded")
-	}
 	if _, _, err := Read(filepath.Join(dir, "missing"), 0); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Read(missing dir) error = %v, want one wrapping os.ErrNotExist", err)
 	}
