@@ -286,6 +286,11 @@ func (g *givenJobs) seqOf(id uint64) uint32 {
 	return 0
 }
 
+// has reports whether a job is kept for sequence seq.
+func (g *givenJobs) has(seq uint32) bool {
+	return seq != 0 && slices.ContainsFunc(g.jobs[:], func(j givenJob) bool { return j.seq == seq })
+}
+
 // take forgets the job seq got, and returns it (0: none).
 func (g *givenJobs) take(seq uint32) uint64 {
 	return g.takeWhere(func(j givenJob) bool { return j.seq == seq && seq != 0 })
@@ -585,6 +590,12 @@ func (s *Server) request(key ownerKey, it *Item) {
 		// a change that changed nothing (NOT_FOUND), which keeps no
 		// request key, would change something now.
 		return
+	case o.handed.has(it.Seq):
+		// A hand-out the lease refused before a later one took
+		// o.refused (a take of a reserve across groups whose timer
+		// ended, then the next reserve's), or one a handover gave:
+		// answered with the job kept for it, which it would otherwise
+		// hold unseen until its TTR, its call pending for ever.
 	case !seqAfter(it.Seq, o.barrier):
 		// Sent again, its answer read: the member sent the request
 		// after it only once it had every answer before. But a burn,
@@ -600,8 +611,11 @@ func (s *Server) request(key ownerKey, it *Item) {
 		// would be kept, and a change runs once by its key whatever
 		// comes (5.6).
 	}
-	if it.Kind != KindRequest || !Pipelined(it.Request.Op) {
-		o.kept.reset() // the session had every answer before this
+	if newer && (it.Kind != KindRequest || !Pipelined(it.Request.Op)) {
+		// The session had every answer before this. One asked again
+		// (refused, or handed) set it when it came first: the barrier
+		// only rises, or a later request, resent, would run again.
+		o.kept.reset()
 		o.barrier = it.Seq
 	}
 	o.st.RaiseStamp(it.Request.Stamp) // a tube it makes is stamped above what its member saw

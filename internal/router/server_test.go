@@ -1346,3 +1346,48 @@ func TestRefusedAnsweredElsewhereEndsInTime(t *testing.T) {
 		time.Sleep(retryEvery)
 	}
 }
+
+// TestLeaseRefusedTwiceBothAnswered: two takes of one session, each
+// answered StatusNotLeader as the lease lapsed (a reserve across groups
+// whose timer ended while its take was refused, then the session's next
+// reserve's take), are each answered with the job kept for it once the
+// lease is back, whichever comes again first. Only the last refused
+// sequence was remembered (owner.refused): the first, asked again, fell
+// to the "sent again, its answer read" branch and was dropped, its call
+// pending at the member for ever and its job reserved, unseen, until
+// its TTR.
+func TestLeaseRefusedTwiceBothAnswered(t *testing.T) {
+	st := store.New(store.Options{})
+	defer st.Close()
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	var leased atomic.Bool
+	leased.Store(true)
+	r.srv.cfg.Leased = func(uint16) bool { return leased.Load() }
+	for seq := uint32(1); seq <= 2; seq++ {
+		r.send(req(0, 1, seq, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("j\r\n")}))
+		if got := r.next(); got.Reply.Status != StatusOK {
+			t.Fatalf("put %d: %+v", seq, got.Reply)
+		}
+	}
+	tubes := [][]byte{[]byte("t")}
+	take := func(seq uint32) Item {
+		return req(0, 2, seq, Request{Op: OpTake, Tubes: tubes, Bound: noBound})
+	}
+	leased.Store(false)
+	for seq := uint32(1); seq <= 2; seq++ {
+		r.send(take(seq))
+		if got := r.next(); got.Seq != seq || got.Reply.Status != StatusNotLeader {
+			t.Fatalf("take %d while not leased: %+v, want StatusNotLeader", seq, got)
+		}
+	}
+	leased.Store(true)
+	r.send(take(1))
+	got := r.next()
+	if got.Seq != 1 || got.Reply.Status != StatusOK || got.Reply.Job.ID != 1 {
+		t.Fatalf("take 1 asked again once leased: %+v, want job 1", got)
+	}
+	r.send(take(2))
+	if got := r.next(); got.Seq != 2 || got.Reply.Status != StatusOK || got.Reply.Job.ID != 2 {
+		t.Fatalf("take 2 asked again once leased: %+v, want job 2", got)
+	}
+}
