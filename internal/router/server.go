@@ -287,8 +287,16 @@ func (g *givenJobs) seqOf(id uint64) uint32 {
 }
 
 // has reports whether a job is kept for sequence seq.
-func (g *givenJobs) has(seq uint32) bool {
-	return seq != 0 && slices.ContainsFunc(g.jobs[:], func(j givenJob) bool { return j.seq == seq })
+func (g *givenJobs) has(seq uint32) bool { return g.jobOf(seq) != 0 }
+
+// jobOf is the job sequence seq got, or 0.
+func (g *givenJobs) jobOf(seq uint32) uint64 {
+	for _, j := range g.jobs {
+		if j.seq == seq && seq != 0 {
+			return j.id
+		}
+	}
+	return 0
 }
 
 // take forgets the job seq got, and returns it (0: none).
@@ -599,9 +607,15 @@ func (s *Server) request(key ownerKey, it *Item) {
 	case !seqAfter(it.Seq, o.barrier):
 		// Sent again, its answer read: the member sent the request
 		// after it only once it had every answer before. But a burn,
-		// whose answer nothing waits for, is answered.
-		if it.Kind == KindRequest && it.Request.Op == OpBurn {
+		// whose answer nothing waits for, is answered; and so is a
+		// reserve before the last request that does not pipeline (a
+		// take of a reserve across groups that its timer ended, its
+		// answer lost), which nothing waits for either.
+		switch {
+		case it.Kind == KindRequest && it.Request.Op == OpBurn:
 			o.srv.send(o.key.member, reply(o.key, it.Seq, Reply{Status: StatusOK, Result: ResultNone}))
+		case it.Kind == KindRequest && reserves(it.Request.Op) && seqAfter(o.barrier, it.Seq) && it.Seq != o.waiting:
+			o.answerGivenAgainLocked(it.Seq)
 		}
 		return
 	default:
@@ -1670,6 +1684,21 @@ func (o *owner) refuseLocked(it *Item) {
 	}
 	o.refused = it.Seq
 	o.srv.send(o.key.member, reply(o.key, it.Seq, Reply{Status: StatusNotLeader}))
+}
+
+// answerGivenAgainLocked answers a reserve or a take of sequence seq sent
+// again after the session's later requests, its answer lost: with the
+// job it got, if the session's client still holds it (the session, whose
+// reserve ended, gives it back), else as timed out. Unanswered, its call
+// stayed pending at the member, and the job was held unseen until its
+// TTR.
+func (o *owner) answerGivenAgainLocked(seq uint32) {
+	r := emptyReply(store.TimedOut)
+	if j := o.client.Holding(o.gave.jobOf(seq)); j != nil {
+		r = jobResult(j)
+		r.Stamp = o.st.LatestStamp()
+	}
+	o.holdLocked(reply(o.key, seq, r), o.client.PendingAck())
 }
 
 // handsOut reports whether it gives the session a job: a reply with one,
