@@ -362,6 +362,19 @@ func (d *DedupTable) expire(now int64) {
 	d.senders = senders
 }
 
+// expiring counts the entries expire(now) would drop.
+func (d *DedupTable) expiring(now int64) int {
+	n := 0
+	for _, s := range d.senders {
+		for _, r := range s.runs {
+			for i := 0; i < r.len() && expired(r.at(i).at, now); i++ {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // reset empties the table.
 func (d *DedupTable) reset() {
 	clear(d.senders)
@@ -417,15 +430,21 @@ func (s *Store) DedupTable() *DedupTable {
 	return d
 }
 
-// DedupEntries counts the entries of the store's dedup table (those not
-// yet dropped by expiry); 0 without Options.Dedup.
+// DedupEntries counts the entries of the store's dedup table that are
+// not expired by the later of the replicated clock and the store's wall
+// clock (the time Clock would give now, without raising the replicated
+// clock to it): those a keyed request could still be answered from. Only
+// the batches a leader proposes expire the others, so on an idle cluster
+// they stay held until its next write: the count goes down anyway, as
+// they can answer nothing. 0 without Options.Dedup.
 func (s *Store) DedupEntries() int {
 	if s.dedup == nil {
 		return 0
 	}
+	now := max(s.wall(s.now()), s.clock.Load())
 	s.dedupMu.Lock()
 	defer s.dedupMu.Unlock()
-	return s.dedup.Len()
+	return s.dedup.n - s.dedup.expiring(now)
 }
 
 // applyDedup folds an applied record into the store's table and clock.

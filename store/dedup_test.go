@@ -802,3 +802,43 @@ func TestDedupPauseTube(t *testing.T) {
 		t.Error("the new leader's table: want key 1's pause alone")
 	}
 }
+
+// TestDedupEntriesIdle: DedupEntries (the gauge
+// sprout_cluster_dedup_entries) counts the entries a keyed request could
+// still be answered from. On an idle cluster no batch comes to expire the
+// table, so the entries stay held past DedupTTL; the count must not stay
+// up with them, on the leader or on a follower, whose wall clock runs on
+// too. Found by a reviewing helper.
+func TestDedupEntriesIdle(t *testing.T) {
+	g := newGroup(t)
+	c := g.leader.NewClient(nil)
+	defer c.Close()
+	c.Use([]byte("t"))
+	for n := range uint64(3) {
+		if _, put, err := c.PutKeyed(key(n+1), 0, 0, 60, []byte("x\r\n")); err != nil || !put {
+			t.Fatalf("PutKeyed: put %v, %v", put, err)
+		}
+	}
+	g.ship()
+	for name, s := range map[string]*Store{"leader": g.leader, "follower": g.follower} {
+		if n := s.DedupEntries(); n != 3 {
+			t.Errorf("%s: %d entries, want 3", name, n)
+		}
+	}
+	// The follower's wall clock is its own, microseconds off the leader's.
+	g.now.Add(int64(DedupTTL - time.Millisecond))
+	for name, s := range map[string]*Store{"leader": g.leader, "follower": g.follower} {
+		if n := s.DedupEntries(); n != 3 {
+			t.Errorf("%s, a millisecond before expiry: %d entries, want 3", name, n)
+		}
+	}
+	g.now.Add(int64(2 * time.Millisecond)) // idle: no batch proposed, none applied
+	for name, s := range map[string]*Store{"leader": g.leader, "follower": g.follower} {
+		if n := s.DedupEntries(); n != 0 {
+			t.Errorf("%s, idle past DedupTTL: %d entries, want 0", name, n)
+		}
+		if d := s.DedupTable(); d.Len() != 3 {
+			t.Errorf("%s: the table itself holds %d entries; counting should not change it", name, d.Len())
+		}
+	}
+}

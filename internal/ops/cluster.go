@@ -244,7 +244,7 @@ func newClusterCollector(c Cluster, p Proxy, r Router) *clusterCollector {
 			gauge, func(s *routes) float64 { return float64(s.Owners) }),
 		newScalar("sprout_router_pending_calls", "Requests, waits and references this member's sessions sent to a group's leader and have no answer for yet.",
 			gauge, func(s *routes) float64 { return float64(s.Pending) }),
-		newScalar("sprout_cluster_dedup_entries", "Outcomes of keyed requests this member's replica keeps, to answer one sent again after a failover.",
+		newScalar("sprout_cluster_dedup_entries", "Outcomes of keyed requests this member's replicas keep, not yet expired, to answer one sent again after a failover.",
 			gauge, func(s *routes) float64 { return float64(s.DedupEntries) }),
 	}
 	return cc

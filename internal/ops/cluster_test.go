@@ -3,12 +3,15 @@ package ops_test
 import (
 	"encoding/json"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sproutmq/sprout/codec"
 	"github.com/sproutmq/sprout/internal/ops"
 	"github.com/sproutmq/sprout/internal/replication"
+	"github.com/sproutmq/sprout/store"
 )
 
 // fakeCluster stands in for *replication.Node.
@@ -177,6 +180,93 @@ func TestNoCluster(t *testing.T) {
 	for name := range scrape(t, base, acceptText) {
 		if strings.HasPrefix(name, "sprout_cluster") {
 			t.Errorf("%s without a cluster", name)
+		}
+	}
+}
+
+// rebuildingCluster is a fakeCluster whose rebuild figures change
+// between scrapes.
+type rebuildingCluster struct {
+	fakeCluster
+	mu         sync.Mutex
+	rebuilds   uint64
+	rebuilding bool
+}
+
+func (c *rebuildingCluster) set(rebuilds uint64, rebuilding bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rebuilds, c.rebuilding = rebuilds, rebuilding
+}
+
+func (c *rebuildingCluster) Stats() replication.Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return replication.Stats{Rebuilds: c.rebuilds, Rebuilding: c.rebuilding}
+}
+
+// lockedEngine is a fakeEngine whose stats change between scrapes.
+type lockedEngine struct {
+	*fakeEngine
+	mu sync.Mutex
+}
+
+func (e *lockedEngine) set(jobs, timeouts uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stats.TotalJobs, e.stats.JobTimeouts = jobs, timeouts
+}
+
+func (e *lockedEngine) Stats() codec.ServerStats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fakeEngine.Stats()
+}
+
+// TestClusterCountersKeptAcrossRebuild: a cluster member's counters of
+// the queue never go down when its store is emptied and filled again from
+// its log (a lost leadership's rebuild), nor count again what the rebuild
+// replays, even read part way through it; between rebuilds they gain what
+// the store's figures gain. Found by a reviewing helper: they were the
+// store's figures, which a rebuild restarts.
+func TestClusterCountersKeptAcrossRebuild(t *testing.T) {
+	c := &rebuildingCluster{}
+	e := &lockedEngine{fakeEngine: newFakeEngine()}
+	st := &fakeStore{}
+	base := startOps(t, ops.Config{Engine: e, Store: st, Cluster: c, TubeSeries: 1})
+	tube := func(name string, jobs, deletes uint64) store.TubeStats {
+		return store.TubeStats{Name: name, TotalJobs: jobs, CmdDelete: deletes}
+	}
+	for _, step := range []struct {
+		name           string
+		rebuilds       uint64
+		rebuilding     bool
+		jobs, timeouts uint64
+		tubes          []store.TubeStats
+		want           [6]float64 // jobs, timeouts, default's jobs and deletes, <other>'s jobs and deletes
+	}{
+		{"first", 0, false, 10, 2, []store.TubeStats{tube("default", 10, 4), tube("a", 5, 1)}, [6]float64{10, 2, 10, 4, 5, 1}},
+		{"gained", 0, false, 12, 3, []store.TubeStats{tube("default", 12, 5), tube("a", 6, 1)}, [6]float64{12, 3, 12, 5, 6, 1}},
+		{"emptied for a rebuild", 1, true, 0, 0, []store.TubeStats{tube("default", 0, 0)}, [6]float64{12, 3, 12, 5, 6, 1}},
+		{"part replayed", 1, true, 4, 0, []store.TubeStats{tube("default", 4, 1), tube("a", 2, 0)}, [6]float64{12, 3, 12, 5, 6, 1}},
+		{"rebuilt", 1, false, 9, 0, []store.TubeStats{tube("default", 9, 3), tube("a", 5, 1)}, [6]float64{12, 3, 12, 5, 6, 1}},
+		{"gained again", 1, false, 11, 1, []store.TubeStats{tube("default", 11, 4), tube("a", 6, 2)}, [6]float64{14, 4, 14, 6, 7, 2}},
+		{"rebuilt between scrapes, a freed", 2, false, 3, 0, []store.TubeStats{tube("default", 3, 0)}, [6]float64{14, 4, 14, 6, 7, 2}},
+		{"a made again", 2, false, 4, 0, []store.TubeStats{tube("default", 4, 0), tube("a", 1, 0)}, [6]float64{15, 4, 15, 6, 8, 2}},
+	} {
+		c.set(step.rebuilds, step.rebuilding)
+		e.set(step.jobs, step.timeouts)
+		st.setTubes(step.tubes...)
+		fams := scrape(t, base, acceptText)
+		var got [6]float64
+		got[0], _ = fams.value("sprout_jobs_total", "")
+		got[1], _ = fams.value("sprout_job_timeouts_total", "")
+		got[2], _ = fams.value("sprout_tube_jobs_total", "tube=default")
+		got[3], _ = fams.value("sprout_tube_deletes_total", "tube=default")
+		got[4], _ = fams.value("sprout_tube_jobs_total", "tube="+ops.OtherTube)
+		got[5], _ = fams.value("sprout_tube_deletes_total", "tube="+ops.OtherTube)
+		if got != step.want {
+			t.Errorf("%s: jobs, timeouts, default's, <other>'s: %v, want %v", step.name, got, step.want)
 		}
 	}
 }

@@ -90,6 +90,9 @@ type collector struct {
 	otherTubes                *prometheus.Desc
 
 	otherCounters otherCounters
+	// kept keeps a cluster member's counters of the queue from going
+	// down when its store is rebuilt; nil on a single server.
+	kept *keptCounters
 }
 
 func newCollector(e Engine, s Store, tubeSeries int) *collector {
@@ -233,6 +236,12 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector: it reads every figure now.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	st := c.engine.Stats()
+	gain := true
+	if c.kept != nil {
+		gain = c.kept.scrape()
+		defer c.kept.done(gain)
+		c.kept.stats(&st, gain)
+	}
 	collectScalars(ch, c.stats, &st)
 	ch <- prometheus.MustNewConstMetric(c.buildInfo, prometheus.GaugeValue, 1, st.Version)
 	for i, n := range st.Cmd {
@@ -251,7 +260,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if ls, ok := c.store.LogStats(); ok {
 		collectScalars(ch, c.log, &ls)
 	}
-	c.collectTubes(ch)
+	c.collectTubes(ch, gain)
 }
 
 // collectTubes sends the per-tube series. The first tubeSeries tubes in
@@ -264,8 +273,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // from one scrape to the next as a name order would make it.
 //
 // The counters of OtherTube are kept by otherCounters, since a plain sum
-// would drop each time a tube past the cap was freed.
-func (c *collector) collectTubes(ch chan<- prometheus.Metric) {
+// would drop each time a tube past the cap was freed. gain is false while
+// a cluster member's store is rebuilt or just was (keptCounters): its
+// tubes' counters then gain nothing.
+func (c *collector) collectTubes(ch chan<- prometheus.Metric, gain bool) {
 	var other tubeFigures
 	seen, summed := 0, 0
 	oc := &c.otherCounters
@@ -275,14 +286,20 @@ func (c *collector) collectTubes(ch chan<- prometheus.Metric) {
 		seen++
 		if seen > c.tubeSeries {
 			other.add(t)
-			oc.noteLocked(t)
+			oc.noteLocked(t, gain)
 			summed++
 			return
 		}
 		var f tubeFigures
 		f.add(t)
+		if c.kept != nil {
+			c.kept.tube(t.Name, &f, gain)
+		}
 		c.sendTube(ch, t.Name, &f)
 	})
+	if !gain {
+		carryOver(oc.next, oc.last)
+	}
 	oc.last, oc.next = oc.next, oc.last
 	clear(oc.next)
 	if oc.shown {
@@ -319,14 +336,17 @@ type otherCounters struct {
 
 type tubeCounts struct{ jobs, deletes uint64 }
 
-// noteLocked adds what t gained since the last scrape. mu must be held.
-func (o *otherCounters) noteLocked(t *store.TubeStats) {
+// noteLocked adds what t gained since the last scrape, if gain (see
+// collectTubes). mu must be held.
+func (o *otherCounters) noteLocked(t *store.TubeStats, gain bool) {
 	if o.next == nil {
 		o.last, o.next = make(map[string]tubeCounts), make(map[string]tubeCounts)
 	}
 	now := tubeCounts{t.TotalJobs, t.CmdDelete}
 	gained := now
-	if prev, ok := o.last[t.Name]; ok && now.jobs >= prev.jobs && now.deletes >= prev.deletes {
+	if prev, ok := o.last[t.Name]; !gain {
+		gained = tubeCounts{}
+	} else if ok && now.jobs >= prev.jobs && now.deletes >= prev.deletes {
 		// Otherwise the tube was freed and made again since.
 		gained = tubeCounts{now.jobs - prev.jobs, now.deletes - prev.deletes}
 	}

@@ -124,8 +124,15 @@ func Register(mux *http.ServeMux, cfg Config) error {
 		cfg.PingTimeout = DefaultPingTimeout
 	}
 	reg := prometheus.NewRegistry()
+	queue := newCollector(cfg.Engine, cfg.Store, cfg.TubeSeries)
+	if cl := cfg.Cluster; cl != nil {
+		queue.kept = newKeptCounters(func() (uint64, bool) {
+			st := cl.Stats()
+			return st.Rebuilds, st.Rebuilding
+		})
+	}
 	cs := []prometheus.Collector{
-		newCollector(cfg.Engine, cfg.Store, cfg.TubeSeries),
+		queue,
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
 	if m := cfg.Metrics; m != nil {

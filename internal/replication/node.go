@@ -282,6 +282,7 @@ type Node struct {
 	membersChanged uint64                  // guarded by mu: membership changes applied
 	rebuilds       uint64                  // guarded by mu: leaderships lost while serving, each a rebuild
 	lastRebuild    time.Duration           // guarded by mu: the last rebuild's time from the loss to following
+	rebuildingNow  bool                    // guarded by mu: from a rebuild's start to its store following again
 	askedIDs       uint64                  // guarded by mu: jobs asked of the leader to rewrite
 	rewrittenIDs   uint64                  // guarded by mu: jobs rewritten on members' asks
 	stalls         atomic.Uint64           // ticks that found over half an election timeout missed
@@ -1098,6 +1099,7 @@ func (n *Node) rebuild(term uint64, afterDurable []*pb.Message) bool {
 	n.core, n.restores = core, 0
 	n.mu.Lock()
 	n.rebuilds++
+	n.rebuildingNow = true
 	n.mu.Unlock()
 	n.rebuildTarget = core.Status().GetCommit()
 	n.rebuilding = start
@@ -1129,7 +1131,7 @@ func (n *Node) rebuilt() {
 	took := time.Since(n.rebuilding)
 	n.rebuilding = time.Time{}
 	n.mu.Lock()
-	n.lastRebuild = took
+	n.lastRebuild, n.rebuildingNow = took, false
 	n.mu.Unlock()
 	n.logger.Info().Dur("took", took).Uint64("applied", n.core.Applied()).
 		Msg("rebuilt from the log: following again")
@@ -1593,10 +1595,12 @@ type Stats struct {
 	MembershipChanges uint64
 	// Rebuilds counts the leaderships this member lost while serving, each
 	// followed by its store rebuilt in place from its log; LastRebuild is
-	// how long the last took, from the loss to applying what the log held
-	// committed (0 while one is under way, or before the first).
+	// how long the last finished one took, from the loss to applying what
+	// the log held committed (0 before the first); Rebuilding is true from
+	// a rebuild's start (Rebuilds counts it) until then.
 	Rebuilds    uint64
 	LastRebuild time.Duration
+	Rebuilding  bool
 	// MigrateAsked counts the jobs this member asked its groups' leaders
 	// to rewrite, out of the segments it would remove; MigrateRewritten,
 	// those it rewrote as leader on its members' asks (migrate.go).
@@ -1632,7 +1636,7 @@ func (n *Node) groupStats() Stats {
 	n.mu.Lock()
 	s := Stats{Term: n.pub.term, Commit: n.pub.commit, Applied: n.pub.applied, Serving: n.pub.serving,
 		LeaderChanges: n.leaderChanges, Proposals: n.pub.proposals, ProposedBytes: n.pub.bytes,
-		MembershipChanges: n.membersChanged, Rebuilds: n.rebuilds, LastRebuild: n.lastRebuild,
+		MembershipChanges: n.membersChanged, Rebuilds: n.rebuilds, LastRebuild: n.lastRebuild, Rebuilding: n.rebuildingNow,
 		MigrateAsked: n.askedIDs, MigrateRewritten: n.rewrittenIDs}
 	if n.peers != nil {
 		s.FollowerLag = make(map[string]uint64, len(n.peers))
