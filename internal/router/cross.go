@@ -67,7 +67,12 @@ type crossReserve struct {
 	peeked  int        // guarded by mu: the peeks answered this round
 	waitID  uint64     // guarded by mu: the wait's id
 	waitSeq []uint32   // guarded by mu: each part's wait item's sequence
-	timer   *time.Timer
+	// asking: a round's peeks or its take are on their way, which may yet
+	// show a watched tube with a ready job; soonDue: the DEADLINE_SOON
+	// timer fired meanwhile, and the round answers it if none is
+	// (takeLocked), as beanstalkd answers it only then. Guarded by mu.
+	asking, soonDue bool
+	timer           *time.Timer
 }
 
 // crossPart is one group of a cross-group reserve and the session's
@@ -147,19 +152,35 @@ func (r *crossReserve) hold() {
 
 // peekLocked asks every group for its best ready job: a round.
 func (r *crossReserve) peekLocked() {
+	r.asking = true
 	r.round++
 	r.peeked = 0
 	clear(r.bests)
 	gen := r.gen
 	for i, p := range r.parts {
 		r.post(func(seq uint32) {
-			r.link.Request(r.session, p.group, seq, Request{Op: OpBest, Tubes: p.tubes}, func(it *Item) {
+			r.link.Request(r.session, p.group, seq, r.peekRequest(p.tubes), func(it *Item) {
 				r.mu.Lock()
 				defer r.mu.Unlock()
 				r.bestLocked(gen, i, it)
 			})
 		})
 	}
+}
+
+// peekRequest is the peek of tubes, with the reserve's timeout and
+// DEADLINE_SOON bound from now, for the Link alone (Expire: a group
+// without a leader counts as empty once either passed, as a reserve in
+// one group does); they do not go on the wire. r.mu is held.
+func (r *crossReserve) peekRequest(tubes [][]byte) Request {
+	req := Request{Op: OpBest, Tubes: tubes, Timeout: r.timeout, SoonElsewhere: r.hasSoon}
+	if r.timeout > 0 {
+		req.Timeout = max(r.timeout-time.Since(r.started), 0)
+	}
+	if r.hasSoon {
+		req.SoonIn = r.soon - time.Since(r.started)
+	}
+	return req
 }
 
 // bestLocked takes part i's peek of start gen.
@@ -189,6 +210,7 @@ func (r *crossReserve) againLocked() {
 	r.state = crossTaking
 	r.gen++
 	r.round = 0
+	r.asking = false
 	r.armLocked(r.soonAt())
 	gen := r.gen
 	time.AfterFunc(moveRetry, func() {
@@ -209,11 +231,12 @@ func (r *crossReserve) takeLocked() {
 	at, bound := takeFrom(r.bests, r.round)
 	held := r.holding()
 	if at < 0 || held {
+		r.asking = false
 		anyReady := false
 		for _, b := range r.bests {
 			anyReady = anyReady || b.AnyReady && !held
 		}
-		soonNow := r.hasSoon && time.Since(r.started) >= r.soon
+		soonNow := r.soonDue || r.hasSoon && time.Since(r.started) >= r.soon
 		if soonNow && !anyReady {
 			r.endLocked(nil, 0, store.DeadlineSoon)
 			return
@@ -332,6 +355,17 @@ func (r *crossReserve) armLocked(soonAt time.Time) {
 				r.armLocked(at)
 				return
 			}
+		}
+		if res == store.DeadlineSoon && r.state == crossTaking && r.asking {
+			// A watched tube may have a ready job: the round under way
+			// tells, and answers DEADLINE_SOON if none has (takeLocked).
+			// The timer goes on to the timeout.
+			r.soonDue = true
+			r.armLocked(time.Time{})
+			return
+		}
+		if res == store.TimedOut && r.soonDue {
+			res = store.DeadlineSoon // as one server's timer: the deadline first
 		}
 		r.endLocked(nil, 0, res)
 	})

@@ -580,3 +580,79 @@ func TestCrossReserveTimesOutWhilePeeking(t *testing.T) {
 		t.Fatalf("%+v after %v, want TIMED_OUT at 300ms", e, time.Since(start))
 	}
 }
+
+// TestCrossReserveSoonWithJobReady: a session that holds a job already
+// within a second of its TTR's end reserves across groups while a
+// watched tube has a ready job: beanstalkd's rule hands it the job
+// (DEADLINE_SOON only when no watched tube has one ready), whatever
+// the reserve's timeout. The reserve's DEADLINE_SOON timer, due at once,
+// must not end it before its peeks are answered.
+func TestCrossReserveSoonWithJobReady(t *testing.T) {
+	for _, timeout := range []time.Duration{-1, time.Second} {
+		n := newCrossNet(t, 2)
+		var seq atomic.Uint32
+		id := n.put(t, 2, "a", 1)
+		n.hold(2)
+		n.hold(3) // the peeks' answers take a round trip, as with a remote leader
+		ends, r := newCrossReserve(n, &seq, timeout)
+		r.soon, r.hasSoon = -100*time.Millisecond, true // a job held elsewhere is near its TTR's end
+		r.soonest = func() (time.Duration, bool) { return -100 * time.Millisecond, true }
+		r.start()
+		testproc.WaitFor(t, 5*time.Second, "both peeks answered", func() bool { return n.heldCount(2) > 0 && n.heldCount(3) > 0 })
+		time.Sleep(20 * time.Millisecond)
+		n.release(3)
+		n.release(2)
+		if e := nextEnd(t, ends); e.res != store.Reserved || e.job.ID != id {
+			t.Fatalf("timeout %v: the reserve ended %v (%+v), want job %d: a watched tube has it ready", timeout, e.res, e.job, id)
+		}
+	}
+}
+
+// TestCrossReservePeekNoLeader: a reserve across groups, one of which
+// has no leader (its peek held for one, as the Link holds a call), is
+// answered at the router's tick after its own end, that group counting
+// as empty (5.7: a reserve ends at its own timeout), as a reserve in that
+// group alone is (Link.Expire): a reserve-with-timeout 0 with the other
+// group's ready job, or TIMED_OUT; a reserve whose session holds a job
+// near its TTR's end with DEADLINE_SOON. It waited for the Link's wait
+// for a leader (LeaderWait, an election) instead.
+func TestCrossReservePeekNoLeader(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		job     bool
+		timeout time.Duration
+		soon    bool
+		want    store.ReserveResult
+	}{
+		{"timeout 0, a job ready in the other group", true, 0, false, store.Reserved},
+		{"timeout 0, nothing ready", false, 0, false, store.TimedOut},
+		{"no timeout, a job held near its TTR's end", false, -1, true, store.DeadlineSoon},
+	} {
+		n := newCrossNet(t, 2)
+		n.mu.Lock()
+		n.cut[3] = true // group 1's leader takes nothing
+		n.mu.Unlock()
+		var id uint64
+		if c.job {
+			id = n.put(t, 2, "a", 1)
+		}
+		var seq atomic.Uint32
+		lost := time.Now()
+		ends, r := newCrossReserve(n, &seq, c.timeout)
+		if c.soon {
+			r.soon, r.hasSoon = -100*time.Millisecond, true
+			r.soonest = func() (time.Duration, bool) { return -100 * time.Millisecond, true }
+		}
+		r.start()
+		time.Sleep(20 * time.Millisecond)
+		n.link.Expire(1, lost, time.Now(), 2*time.Second) // the router's tick, well within LeaderWait
+		select {
+		case e := <-ends:
+			if e.res != c.want || c.job && e.job.ID != id {
+				t.Fatalf("%s: ended %v (%+v), want %v", c.name, e.res, e.job, c.want)
+			}
+		case <-time.After(time.Second):
+			t.Fatalf("%s: not answered at the tick after its end", c.name)
+		}
+	}
+}

@@ -1029,7 +1029,9 @@ func (l *Link) dropLocked(c *call) {
 // (StatusTimedOut: the group counts as empty), or, sooner, once a job
 // its session holds elsewhere comes near its TTR's end (its SoonIn:
 // StatusDeadlineSoon, as the group's leader would answer), and one
-// without either waits on. Waits are left to their sessions' timers.
+// without either waits on; a reserve across groups' peek so ends as
+// StatusNoLeader or StatusUnknown, the group counting as empty. Waits
+// are left to their sessions' timers.
 func (l *Link) Expire(group uint16, lost, now time.Time, bound time.Duration) {
 	type expired struct {
 		c      *call
@@ -1051,6 +1053,14 @@ func (l *Link) Expire(group uint16, lost, now time.Time, bound time.Duration) {
 			status = StatusTimedOut
 			if soonFirst {
 				status = StatusDeadlineSoon
+			}
+		case c.op == OpBest && c.kind == KindRequest && peekDue(c, now):
+			// A reserve across groups' peek (crossReserve): the group
+			// counts as empty once the reserve's own timeout, or its
+			// DEADLINE_SOON, is due, as a reserve's group does. A peek
+			// reserves nothing.
+			if c.taken == 0 {
+				status = StatusNoLeader
 			}
 		case now.Sub(later(c.made, lost)) < bound:
 			return
@@ -1077,6 +1087,13 @@ func (l *Link) Expire(group uint16, lost, now time.Time, bound time.Duration) {
 		e.c.done(&Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
 			Reply: Reply{Status: e.status, Result: ResultNone}})
 	}
+}
+
+// peekDue reports whether c, a peek, is due to end by the timeout or the
+// DEADLINE_SOON bound of its reserve across groups (crossReserve.peekRequest).
+func peekDue(c *call, now time.Time) bool {
+	end, _ := reserveEnd(c.timeout, c.soon, c.hasSoon)
+	return end >= 0 && now.Sub(c.made) >= end
 }
 
 func later(a, b time.Time) time.Time {
