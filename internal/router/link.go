@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/internal/atomicmax"
+	"github.com/sproutmq/sprout/store"
 )
 
 // Link is a member's side of the commands stream: its sessions' requests
@@ -246,6 +247,8 @@ type call struct {
 	// taken counts the leaders that took it and did not refuse it: with
 	// none, it never ran (Expire).
 	taken int
+	// takenAt is when a leader last took it (zero: none yet).
+	takenAt time.Time
 	// made is when it was made; op and timeout are a request's, for
 	// Expire: a reserve ends at its timeout when no leader answers.
 	made    time.Time
@@ -561,6 +564,20 @@ func (l *Link) postCall(c *call) {
 		l.mu.Unlock()
 		return
 	}
+	if c.kind == KindRequest && c.taken > 0 && keyed(c.op) && !c.takenAt.IsZero() && time.Since(c.takenAt) >= resendWithin {
+		// A leader that took it may have run it, and the group's next
+		// leader answers it from the table of outcomes only while its
+		// key is kept (5.6): sent later, it could run again. Its
+		// outcome is unknown, as when no leader comes (Expire).
+		l.dropLocked(c)
+		l.releaseLocked(c)
+		l.mu.Unlock()
+		l.expired.Add(1)
+		k := c.key
+		c.done(&Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
+			Reply: Reply{Status: StatusUnknown, Result: ResultNone}})
+		return
+	}
 	for _, older := range l.sessions[sessionKey{c.key.session, c.key.group}] {
 		if older == c {
 			break
@@ -588,6 +605,8 @@ func (l *Link) postCall(c *call) {
 	}
 	c.sent = true
 	c.taken++
+	lastTaken := c.takenAt
+	c.takenAt = time.Now()
 	l.mu.Unlock()
 	to, known := l.cfg.Leader(c.key.group)
 	if known && c.op == OpHeld && l.cfg.AnswersHeld != nil && !l.cfg.AnswersHeld(to) {
@@ -609,9 +628,28 @@ func (l *Link) postCall(c *call) {
 		l.mu.Lock()
 		c.sent = false
 		c.taken--
+		c.takenAt = lastTaken
 		l.unsent[c.key.group] = true
 		l.mu.Unlock()
 	}
+}
+
+// resendWithin bounds how long after a leader took a change (keyed) it
+// may be sent to a leader again: the group keeps its key for
+// store.DedupTTL from its batch's clock, which may come before the take
+// (a batch begun earlier) and runs ahead of it on a next leader whose
+// clock is ahead. Half leaves 5 s for those; a failover's resend comes
+// within an election timeout and LeaderWait (2 s each) of the loss.
+const resendWithin = store.DedupTTL / 2
+
+// keyed reports whether op is a change a leader makes with the request's
+// key (5.6), which a leader that took it may have made.
+func keyed(op Op) bool {
+	switch op {
+	case OpPut, OpDelete, OpRelease, OpBury, OpKick, OpKickJob, OpPauseTube:
+		return true
+	}
+	return false
 }
 
 // post sends it to its group's leader, if one is known, and reports

@@ -888,3 +888,90 @@ func TestExpiredReservesForgotten(t *testing.T) {
 		t.Fatalf("%d expired reserves an hour old still kept", left)
 	}
 }
+
+// TestLinkNoResendPastDedupWindow: a change that a lost leader took may
+// have run there, and only the group's table of outcomes (5.6) stops the
+// next leader from running it again, for store.DedupTTL after it ran. A
+// new leader this member cannot reach (its commands stream down one way,
+// or its queue full) is known and serving all along, so Expire never
+// ends the call: before, it was sent whenever the stream came back, after
+// its key may have expired there, and ran twice (a second job for one
+// put). Past resendWithin since a leader took it, it ends StatusUnknown
+// (the connection closes, outcome unknown), and is not sent.
+func TestLinkNoResendPastDedupWindow(t *testing.T) {
+	var mu sync.Mutex
+	leader := uint64(2)
+	reach := map[uint64]bool{2: true}
+	var sentTo []uint64
+	l := NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			return leader, true
+		},
+		Send: func(to uint64, _ []byte) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			if !reach[to] {
+				return false
+			}
+			sentTo = append(sentTo, to)
+			return true
+		},
+	})
+	a := make(answers, 4)
+	l.Request(10, 0, 1, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("x\r\n")}, a.done)
+	// Member 2 took the put, and is lost before answering; member 3
+	// leads, serving, but this member's stream to it is down.
+	mu.Lock()
+	leader = 3
+	mu.Unlock()
+	l.LeaderChanged(0)
+	end := time.Now().Add(store.DedupTTL/2 + 300*time.Millisecond)
+	for time.Now().Before(end) {
+		l.Retry(0) // the router's retry loop, every retryEvery while 3 serves
+		time.Sleep(retryEvery)
+	}
+	mu.Lock()
+	reach[3] = true // the stream opens again
+	mu.Unlock()
+	l.Retry(0)
+	mu.Lock()
+	got := append([]uint64(nil), sentTo...)
+	mu.Unlock()
+	for _, to := range got {
+		if to == 3 {
+			t.Fatalf("the put that member 2 took was sent to member 3 more than %v later (sent to %v): "+
+				"its key may have expired there (store.DedupTTL %v), and it would run again", store.DedupTTL/2, got, store.DedupTTL)
+		}
+	}
+	select {
+	case it := <-a:
+		if it.Reply.Status != StatusUnknown {
+			t.Fatalf("answer %+v, want StatusUnknown (it may have run)", it.Reply)
+		}
+	default:
+		t.Fatal("no answer: the put is still pending")
+	}
+	if p := l.Pending(); p != 0 {
+		t.Errorf("%d calls pending", p)
+	}
+}
+
+// TestLinkResendWithinDedupWindow: a change resent to the next leader
+// soon after a lost one was asked still goes, and is answered there.
+func TestLinkResendWithinDedupWindow(t *testing.T) {
+	n := newLinkNet(t, 2, 3)
+	a := make(answers, 4)
+	n.mu.Lock()
+	n.cut[2] = true
+	n.mu.Unlock()
+	n.link.Request(10, 0, 1, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("x\r\n")}, a.done)
+	n.mu.Lock()
+	n.leader = 3
+	n.mu.Unlock()
+	n.link.LeaderChanged(0)
+	if it := a.next(t); it.Reply.Status != StatusOK || it.Reply.ID == 0 {
+		t.Fatalf("put resent at once: %+v", it.Reply)
+	}
+}
