@@ -300,3 +300,35 @@ func TestClusterTLSComponent(t *testing.T) {
 		t.Error("components/cluster-tls undid components/cluster")
 	}
 }
+
+// TestClusterGroupsBudget: with components/cluster-groups, a voluntary
+// disruption takes at most as many members as a group of
+// SPROUT_CLUSTER_REPLICAS can lose and keep a majority, at any number of
+// members: two members down may be two replicas of one group. It said
+// minAvailable 4, right for five members only (scaled to seven, three
+// could go).
+func TestClusterGroupsBudget(t *testing.T) {
+	docs, err := render.Overlay(".", "components/cluster", "components/cluster-groups")
+	if err != nil {
+		t.Fatalf("kustomize the base with components/cluster and components/cluster-groups: %v", err)
+	}
+	b := decode(t, docs)
+	replicas, err := strconv.Atoi(clusterEnv(t, b.sprout(t))["SPROUT_CLUSTER_REPLICAS"])
+	if err != nil {
+		t.Fatalf("SPROUT_CLUSTER_REPLICAS: %v", err)
+	}
+	pdb := b.pdb.Spec
+	if pdb.MinAvailable != nil || pdb.MaxUnavailable == nil {
+		t.Fatalf("PodDisruptionBudget minAvailable %v, maxUnavailable %v: want maxUnavailable alone, which holds at any number of members",
+			pdb.MinAvailable, pdb.MaxUnavailable)
+	}
+	for _, members := range []int{3, 5, 7, 9} {
+		down, err := intstr.GetScaledValueFromIntOrPercent(pdb.MaxUnavailable, members, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if down < 1 || down > (replicas-1)/2 {
+			t.Errorf("%d members: %d may be down at once; a group of %d replicas keeps a majority with %d", members, down, replicas, (replicas-1)/2)
+		}
+	}
+}
