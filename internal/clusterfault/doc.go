@@ -60,7 +60,13 @@
 //     reserving others meanwhile, so that some holdings last across a
 //     change of their group's leader.
 //  2. The fault, on the member leading the most groups (the leader, with
-//     one group; among equals group 0's), or on a member leading none:
+//     one group; among equals group 0's), or on a member leading none.
+//     With several groups, a member taken away by kill -9, SIGSTOP or a
+//     graceful restart leads several: when it leads one (as when each
+//     member leads one), every other member is cordoned until it leads
+//     a second, then uncordoned, and the fault follows at once; a kind of
+//     these faults whose victims never led several fails the run. The
+//     faults:
 //     kill -9 of the leader; SIGSTOP of the leader past an election
 //     timeout, then SIGCONT; a partition (see below), then healed; kill -9
 //     of a member leading no group (when every member leads one, as with

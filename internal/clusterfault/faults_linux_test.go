@@ -82,6 +82,9 @@ type fault struct {
 	// severalGroups: the fault needs a cluster of several groups (a
 	// tube's move); with one it is skipped, and not missed.
 	severalGroups bool
+	// several: with several groups, the fault takes away a member
+	// leading several (lose, severalLed), in one of its rounds at least.
+	several bool
 }
 
 // outcome is what a fault measured.
@@ -119,13 +122,13 @@ func (o *outcome) measureGap(l *ledger, through map[int][]int, span window) {
 }
 
 var faults = []fault{
-	{name: "kill -9 leader", leader: true, inject: killLeader},
-	{name: "SIGSTOP leader", leader: true, inject: stopLeader},
+	{name: "kill -9 leader", leader: true, inject: killLeader, several: true},
+	{name: "SIGSTOP leader", leader: true, inject: stopLeader, several: true},
 	{name: "partition", leader: true, inject: partition},
 	{name: "kill -9 follower", inject: killFollower},
 	{name: "empty directory", inject: emptyDirectory},
 	{name: "tube move", inject: moveTube, severalGroups: true},
-	{name: "graceful restart", leader: true, inject: restartLeader},
+	{name: "graceful restart", leader: true, inject: restartLeader, several: true},
 }
 
 // round is what a fault works with.
@@ -155,6 +158,8 @@ type results struct {
 	moves, movesAlone uint64
 	// skipReason is why it did not run, the last time.
 	skipReason string
+	// mostLed is the most groups a victim of its led (outcome.led).
+	mostLed int
 }
 
 func runRounds(tt *testing.T, bin string, n int) {
@@ -249,6 +254,7 @@ func runRounds(tt *testing.T, bin string, n int) {
 		done++
 		res.rounds++
 		res.counts.add(cnt)
+		res.mostLed = max(res.mostLed, out.led)
 		var failovers []string
 		for _, g := range slices.Sorted(maps.Keys(out.failovers)) {
 			took := out.failovers[g]
@@ -300,6 +306,11 @@ func runRounds(tt *testing.T, bin string, n int) {
 	}
 	for _, m := range notReached {
 		t.Logf("%s", m)
+	}
+	for _, f := range faults {
+		if res := byKind[f.name]; f.several && c.groups > 1 && res != nil && res.rounds > 0 && res.mostLed < 2 {
+			t.Errorf("fault %q never took away a member leading several groups in its %d rounds (most led: %d)", f.name, res.rounds, res.mostLed)
+		}
 	}
 }
 
@@ -546,6 +557,10 @@ func holdFor(d time.Duration) func(*member, time.Time) error {
 // stop, which should pause them no longer than the others).
 func lose(r *round, lay layout, stop func(*member) error, hold func(m *member, at time.Time) error, resume func(*member) error, handsOver bool) (outcome, error) {
 	v := r.c.busiest(lay)
+	lay, err := r.severalLed(lay, v)
+	if err != nil {
+		return outcome{}, err
+	}
 	// A member leading more than its share hands groups over (every 3 s
 	// at most): what it leads is asked again, right before the fault, so
 	// that a group handed over meanwhile is not taken for a failover of a
@@ -588,6 +603,52 @@ func lose(r *round, lay layout, stop func(*member) error, hold func(m *member, a
 		out.measureGap(r.l, counted, window{at, end})
 	}
 	return out, nil
+}
+
+// severalLed has v, the member a fault takes away, lead several groups
+// when it leads one (the issue's "kill -9 of a member leading several
+// groups": with leaders balanced and as many groups as members each
+// leads one): every other member is cordoned until the balancers have
+// handed v a second group (of those it holds a replica of), then
+// uncordoned, the fault following at once; a balancer hands an excess
+// over every 3 s at most, and lose asks what v leads again right before
+// the fault. With one group, or v leading several, nothing.
+func (r *round) severalLed(lay layout, v *member) (layout, error) {
+	if r.c.groups < 2 || len(lay.ledBy(v)) >= 2 {
+		return lay, nil
+	}
+	others := r.c.others(v)
+	cordon := func(method string) error {
+		for _, m := range others {
+			if _, err := r.c.admin(v, method, "/cluster/members/"+m.name+"/cordon", "", nil); err != nil {
+				return fmt.Errorf("%s cordon of %s: %w", method, m.name, err)
+			}
+		}
+		return nil
+	}
+	if err := cordon(http.MethodPost); err != nil {
+		return lay, err
+	}
+	asked := time.Now()
+	for {
+		l := r.c.look()
+		if len(l.leaders) == r.c.groups && len(l.ledBy(v)) >= 2 {
+			r.t.Logf("the others cordoned: %s leads %v after %v (leaders %s)", v.name, l.ledBy(v), time.Since(asked).Round(time.Millisecond), l.describe())
+			break
+		}
+		if time.Since(asked) > cordonWait {
+			if err := cordon(http.MethodDelete); err != nil {
+				return lay, err
+			}
+			return lay, fmt.Errorf("%w: the others cordoned, %s still leads %v after %v (leaders %s)", errNotNow, v.name, l.ledBy(v), cordonWait, l.describe())
+		}
+		r.c.checkAlive()
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cordon(http.MethodDelete); err != nil {
+		return lay, err
+	}
+	return r.c.look(), nil
 }
 
 // killLeader kills the member leading the most groups for a second.
