@@ -195,7 +195,7 @@ func (m *Member) startRouter(ec *engine.Config) {
 	}
 	if sh.placement != nil {
 		rc.Placement = func() *meta.State { return sh.routing.Load().state }
-		rc.MovedFrom, rc.Frozen, rc.MovedTo, rc.Staged = m.movedFrom, m.frozen, m.movedTo, m.staged
+		rc.MovedFrom, rc.Frozen, rc.MovedTo, rc.Staged, rc.Uncounted = m.movedFrom, m.frozen, m.movedTo, m.staged, m.uncounted
 		for g := range meta.MaxGroups { // grown groups too
 			sh.frozenChecks = append(sh.frozenChecks, func(tube []byte) bool { return m.frozenTube(uint16(g), tube) })
 		}

@@ -1423,6 +1423,36 @@ func (m *Member) staged(g uint16) func(tube []byte) bool {
 	}
 }
 
+// uncounted is router.RouterConfig.Uncounted: the tubes of group g
+// whose jobs here another group counts in stats and list-tubes: a
+// stage's copies, and, while a move has a tube's jobs in both groups
+// (from the destination's adopt at the freeze to the source's drop after
+// the placement), the copies adopted here or the frozen jobs left here,
+// whichever side the tube does not route to now.
+func (m *Member) uncounted(g uint16) func(tube []byte) bool {
+	n := m.shards.node(g)
+	if n == nil {
+		return nil
+	}
+	b := n.Tubes()
+	frozen, _ := n.AnyFrozen()
+	if len(b.Staged) == 0 && len(b.Adopted) == 0 && !frozen {
+		return nil
+	}
+	check := n.FrozenTube
+	if len(b.FrozenPrefixes) > 0 && int(g) < len(m.shards.frozenChecks) {
+		check = m.shards.frozenChecks[g]
+	}
+	rt := m.shards.routing.Load().state
+	return func(tube []byte) bool {
+		if _, ok := b.Staged[string(tube)]; ok {
+			return true
+		}
+		_, adopted := b.Adopted[string(tube)]
+		return (adopted || check(tube)) && rt.Owner(string(tube)) != g
+	}
+}
+
 // serveDrop drops what a move's adopt took, for its abort: after the
 // adopt of the same tube here, if one runs, and not if the copies here
 // are another move's that group 0 has not decided yet (this drop is then

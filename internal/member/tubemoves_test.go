@@ -1447,3 +1447,122 @@ func TestAdminFindsMovedJobOfFive(t *testing.T) {
 		})
 	}
 }
+
+// TestShardGroupsMoveTubeStatsOnce: stats while a moving tube's jobs are
+// in both groups, once the destination has taken them at the freeze and
+// until the source drops them after the placement: each job counts once,
+// as on one server (a staged copy is left out already: the same holds
+// for the adopted one not yet placed, and for the frozen source's once
+// placed elsewhere).
+func TestShardGroupsMoveTubeStatsOnce(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	c.formationRecorded()
+	tube := tubePerGroup(c.up["m1"].shards.placement, "counted")[1]
+	client := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, client, "use "+tube, "USING "+tube)
+	for i := range 3 {
+		if _, err := client.Put(uint32(i), 0, 60, []byte("ready")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := client.Put(5, 100, 60, []byte("delayed")); err != nil {
+		t.Fatal(err)
+	}
+	fields := []string{"current-jobs-urgent", "current-jobs-ready", "current-jobs-delayed", "current-tubes", "total-jobs"}
+	before, err := client.StatsInt("stats", fields...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var during []int64
+	var duringErr error
+	var once sync.Once
+	hook := func(g uint16) {
+		if g != 2 {
+			return
+		}
+		for _, m := range c.up {
+			if m.shards.serving(2) == nil {
+				continue
+			}
+			if b := m.shards.node(2).Tubes(); b.Adopted[tube] == 0 || isStaged(m.shards.node(2), tube) {
+				return // the stage's copy: not counted
+			}
+		}
+		once.Do(func() {
+			reader, err := testproc.Dialer{Timeout: time.Second, ReplyTimeout: replyTimeout}.Dial(c.up["m3"].Addr().String())
+			if err != nil {
+				duringErr = err
+				return
+			}
+			defer reader.Close()
+			during, duringErr = reader.StatsInt("stats", fields...)
+		})
+	}
+	for _, m := range c.up {
+		m.afterImport.Store(&hook)
+	}
+	status, _, body := moveTubeThrough(t, c.up["m1"], tube, 2)
+	for _, m := range c.up {
+		m.afterImport.Store(nil)
+	}
+	if status != http.StatusOK {
+		t.Fatalf("move: %d %s", status, body)
+	}
+	if duringErr != nil || !slices.Equal(during, before) {
+		t.Fatalf("stats %v while the new group holds the frozen tube's jobs: %v (%v); before the move %v", fields, during, duringErr, before)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if after, err := client.StatsInt("stats", fields...); err != nil || !slices.Equal(after, before) {
+		t.Fatalf("stats %v after the move: %v (%v); before %v", fields, after, err, before)
+	}
+}
+
+// TestShardGroupsMoveDefaultTube: the default tube, which every group's
+// store holds, moves like any other: its jobs go, and stats and
+// list-tubes answer as one server's after.
+func TestShardGroupsMoveDefaultTube(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	c.formationRecorded()
+	from := c.up["m1"].shards.routing.Load().state.Owner("default")
+	to := (from + 1) % 3
+	client := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	var ids []uint64
+	for i := range 3 {
+		id, err := client.Put(uint32(i), 0, 60, []byte("ready"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	fields := []string{"current-jobs-ready", "current-tubes", "total-jobs"}
+	before, err := client.StatsInt("stats", fields...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt, err := client.Do("list-tubes", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, _, body := moveTubeThrough(t, c.up["m3"], "default", int(to)); status != http.StatusOK {
+		t.Fatalf("move of default from group %d to %d: %d %s", from, to, status, body)
+	}
+	time.Sleep(500 * time.Millisecond)
+	other := testproc.DialTest(t, c.up["m3"].Addr().String(), replyTimeout)
+	if after, err := other.StatsInt("stats", fields...); err != nil || !slices.Equal(after, before) {
+		t.Fatalf("stats %v after the move: %v (%v); before %v", fields, after, err, before)
+	}
+	if r, err := other.Do("list-tubes", nil); err != nil || string(r.Body) != string(lt.Body) {
+		t.Fatalf("list-tubes after the move: %q %v; before %q", r.Body, err, lt.Body)
+	}
+	for _, id := range ids {
+		if r, err := other.Do("reserve-with-timeout 2", nil); err != nil || r.N != id {
+			t.Fatalf("reserve: %+v %v, want %d", r, err, id)
+		}
+	}
+	id, err := other.Put(0, 0, 60, []byte("after"))
+	if err != nil || id>>meta.SeqBits != uint64(to) {
+		t.Fatalf("a put after the move: %d %v, want an id of group %d", id, err, to)
+	}
+}

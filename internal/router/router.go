@@ -190,6 +190,8 @@ type RouterConfig struct {
 	MovedTo func(g uint16) []uint16
 	// Staged is ServerConfig.Staged.
 	Staged func(g uint16) func(tube []byte) bool
+	// Uncounted is ServerConfig.Uncounted.
+	Uncounted func(g uint16) func(tube []byte) bool
 	// MovedFrom are the groups tubes moved to from group g, and on from
 	// those (internal/replication's TubeBook): a job keeps its id, of
 	// g's prefix, when its tube moves, and a command by id that g does not
@@ -231,7 +233,7 @@ func NewRouter(cfg RouterConfig) *Router {
 		tag: tag, sessions: uint64(tag) << sessionCounterBits}
 	r.self = newSelfLoop(func(payload []byte) { _ = r.Handle(cfg.Self, payload) })
 	r.server = NewServer(ServerConfig{Group: r.group, Send: r.send, MaxJobSize: cfg.MaxJobSize, Leased: cfg.Leased, Frozen: cfg.Frozen,
-		MovedTo: cfg.MovedTo, Staged: cfg.Staged})
+		MovedTo: cfg.MovedTo, Staged: cfg.Staged, Uncounted: cfg.Uncounted})
 	r.link = NewLink(LinkConfig{Leader: r.leader, Send: r.send, AnswersHeld: cfg.AnswersHeld})
 	go r.retry()
 	return r

@@ -138,6 +138,13 @@ type ServerConfig struct {
 	// the member's search goes on to the source; and the group's parts
 	// of stats and list-tubes leave them out (the source counts them).
 	Staged func(g uint16) func(tube []byte) bool
+	// Uncounted, if set, says which of group g's tubes another group
+	// counts, nil while none: Staged's, and those whose jobs a move has
+	// in both groups (from the destination's adopt at the freeze to the
+	// source's drop after the placement), here while they live
+	// elsewhere. The group's parts of stats and list-tubes leave them
+	// out, so each job counts once. Nil: Staged's alone.
+	Uncounted func(g uint16) func(tube []byte) bool
 }
 
 // NewServer returns a server of cfg.
@@ -1098,16 +1105,29 @@ func (o *owner) staged() func(tube []byte) bool {
 	return o.srv.cfg.Staged(o.key.group)
 }
 
-// withoutTube is st without ts, a tube whose jobs are a move's staged
-// copies: its jobs by state, and itself. Its imports counted in no
-// total-jobs here (wal.ImportKey).
+// uncounted is ServerConfig.Uncounted for o's group, or Staged's
+// without it: nil while the group holds no tube another counts.
+func (o *owner) uncounted() func(tube []byte) bool {
+	if o.srv.cfg.Uncounted == nil {
+		return o.staged()
+	}
+	return o.srv.cfg.Uncounted(o.key.group)
+}
+
+// withoutTube is st without ts, a tube whose jobs another group counts
+// (a move's copies, or its source's once placed elsewhere): its jobs by
+// state, and itself, but for the default tube, which every group holds
+// (SumStats counts it once). Its imports counted in no total-jobs here
+// (wal.ImportKey).
 func withoutTube(st store.Stats, ts store.TubeStats) store.Stats {
 	st.Urgent -= int64(ts.Urgent)
 	st.Ready -= int64(ts.Ready)
 	st.Reserved -= int64(ts.Reserved)
 	st.Delayed -= int64(ts.Delayed)
 	st.Buried -= int64(ts.Buried)
-	st.Tubes--
+	if ts.Name != "default" {
+		st.Tubes--
+	}
 	return st
 }
 
@@ -1554,7 +1574,7 @@ func (o *owner) run(req *Request) (r Reply, blocked bool) {
 		return ok(cl.PauseTubeKeyed(key, req.Tube, time.Duration(req.Delay)*time.Second)), false
 	case OpStats:
 		st := o.st.Stats()
-		if staged := o.staged(); staged != nil {
+		if staged := o.uncounted(); staged != nil {
 			for _, t := range o.st.StampedTubes() {
 				if !staged([]byte(t.Name)) {
 					continue
@@ -1566,7 +1586,7 @@ func (o *owner) run(req *Request) (r Reply, blocked bool) {
 		}
 		return Reply{Status: StatusOK, Result: ResultStats, Stats: st}, false
 	case OpListTubes:
-		staged := o.staged()
+		staged := o.uncounted()
 		stamped := o.st.StampedTubes()
 		tubes := make([]TubeStamp, 0, len(stamped))
 		for _, t := range stamped {
