@@ -191,7 +191,7 @@ func fillTube(addr, tube string, frame []byte, n int, m *meter) error {
 // tube until d has passed or stop is closed.
 func probeFor(ctx context.Context, c *testproc.Conn, d time.Duration, stop <-chan struct{}) (*hdrhistogram.Histogram, error) {
 	h := hdrhistogram.New(1, int64(time.Minute), 3)
-	frame := testproc.PutFrame(64)
+	frame, size := testproc.PutFrame(64), bodySize(64)
 	end := time.Now().Add(d)
 	for time.Now().Before(end) && ctx.Err() == nil {
 		select {
@@ -208,7 +208,7 @@ func probeFor(ctx context.Context, c *testproc.Conn, d time.Duration, stop <-cha
 		if _, err := c.Expect(testproc.ReplyInserted); err != nil {
 			return h, err
 		}
-		id, err := reserveJob(c)
+		id, err := reserveJob(c, size)
 		if err != nil {
 			return h, err
 		}

@@ -173,7 +173,8 @@ func writeCluster(p func(string, ...any), outs []Outcome, cand string) {
 	p("\n## Cluster\n\n")
 	if len(timed) > 0 {
 		p("Three %s members on this machine, each with its own `-b` directory and `-f 0`, on loopback, sharing the machine's cores "+
-			"with each other and with the load generator. A follower copies its clients' bytes to the leader. "+
+			"with each other and with the load generator. A member serves its own clients' sessions and sends each command to the leader of its tube's group "+
+			"(docs/design/shards.md, section 5). "+
 			"CPU is the members' user+system time summed, per 100,000 jobs and per command "+
 			"(a producer/consumer job is three: put, reserve, delete; a put-only job is one); "+
 			"RSS is each member's at the end of the run (the tables above give the members' sums). Medians over the repetitions.\n\n", cand)

@@ -465,6 +465,14 @@ func (p Plan) runOne(ctx context.Context, s Scenario, spec ServerSpec) Result {
 				res.Errors, res.FirstError = 1, err.Error()
 				return res
 			}
+			if len(spec.CPUs) > 0 {
+				// Beside its server, as Sprout does its TLS on the
+				// server's CPUs: unpinned, stunnel took the generator's.
+				if err := PinProcess(srv.stunnel.PID(), spec.CPUs); err != nil {
+					res.Errors, res.FirstError = 1, err.Error()
+					return res
+				}
+			}
 		}
 		srv.tlsAddr, srv.tlsClient = tlsAddr, st.client
 	}

@@ -1,6 +1,7 @@
 package load
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -279,6 +280,10 @@ func (s Scenario) Run(ctx context.Context, srv *Server, rc RunConfig, prog *Prog
 	return s.runTimed(ctx, srv, rc, prog)
 }
 
+// replyWait is how long past a timed run's end a reply may take before
+// the generator gives up on it (a variable for the tests).
+var replyWait = 2 * time.Minute
+
 // task is one connection's loop in a timed run.
 type task struct {
 	run func(w worker) error
@@ -308,7 +313,7 @@ func (s Scenario) runTimed(ctx context.Context, srv *Server, rc RunConfig, prog 
 	}
 	// Every read and write is bounded, so the generator stops by itself even
 	// if a server stops answering.
-	safety := time.Now().Add(rc.Warmup + rc.Duration + 2*time.Minute)
+	safety := time.Now().Add(rc.Warmup + rc.Duration + replyWait)
 	for _, c := range conns {
 		_ = c.SetDeadline(safety)
 	}
@@ -374,6 +379,11 @@ func (s Scenario) runTimed(ctx context.Context, srv *Server, rc RunConfig, prog 
 	}
 	res.Sent, res.Acked = m.sent.Load(), m.acked.Load()
 	res.Errors, res.FirstError = m.errs.Load(), m.firstError()
+	if res.Errors == 0 && res.Sent != res.Acked {
+		// A put left unanswered until the run gave up on it: its worker
+		// was cut as the run ended, which fail does not count.
+		res.Errors, res.FirstError = 1, fmt.Sprintf("load: %d of %d puts never acknowledged", res.Sent-res.Acked, res.Sent)
+	}
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
@@ -434,7 +444,7 @@ func (s Scenario) connCount() int {
 // tasks builds each connection's loop, doing any untimed setup (watching
 // tubes, filling the queue) first.
 func (s Scenario) tasks(conns []*testproc.Conn, m *meter) ([]task, error) {
-	frame := testproc.PutFrame(s.Body)
+	frame, size := testproc.PutFrame(s.Body), bodySize(s.Body)
 	tasks := make([]task, 0, len(conns))
 	switch s.Kind {
 	case KindProdCons:
@@ -458,7 +468,7 @@ func (s Scenario) tasks(conns []*testproc.Conn, m *meter) ([]task, error) {
 			}
 			tasks = append(tasks,
 				task{run: func(w worker) error { return producer(w, prod, frame, tokens, uses) }},
-				task{run: func(w worker) error { return consumer(w, cons, tokens, reserve) }, mayBlock: true})
+				task{run: func(w worker) error { return consumer(w, cons, tokens, reserve, size) }, mayBlock: true})
 		}
 	case KindPutOnly:
 		for i, c := range conns {
@@ -480,14 +490,14 @@ func (s Scenario) tasks(conns []*testproc.Conn, m *meter) ([]task, error) {
 		}
 	case KindRoundTrip:
 		for _, c := range conns {
-			tasks = append(tasks, task{run: func(w worker) error { return roundTripper(w, c, frame) }})
+			tasks = append(tasks, task{run: func(w worker) error { return roundTripper(w, c, frame, size) }})
 		}
 	case KindDrain:
 		if err := fill(conns, m, [][]byte{frame}, s.Prefill, 100); err != nil {
 			return nil, fmt.Errorf("load: prefill: %w", err)
 		}
 		for _, c := range conns {
-			tasks = append(tasks, task{run: func(w worker) error { return drainer(w, c) }})
+			tasks = append(tasks, task{run: func(w worker) error { return drainer(w, c, size) }})
 		}
 	default:
 		return nil, fmt.Errorf("load: scenario %s: kind %d is not timed", s.Name, s.Kind)
@@ -588,7 +598,7 @@ func producer(w worker, c *testproc.Conn, frame []byte, tokens chan struct{}, us
 // consumer reserves with the command line reserve ("reserve\r\n" or a
 // reserve-with-timeout, which it repeats after TIMED_OUT) and deletes,
 // giving a token back per job.
-func consumer(w worker, c *testproc.Conn, tokens chan struct{}, reserve string) error {
+func consumer(w worker, c *testproc.Conn, tokens chan struct{}, reserve string, size []byte) error {
 	for !w.m.stopping() {
 		t := time.Now()
 		c.WriteString(reserve)
@@ -601,6 +611,9 @@ func consumer(w worker, c *testproc.Conn, tokens chan struct{}, reserve string) 
 		}
 		switch rep.Kind {
 		case testproc.ReplyReserved:
+			if err := checkBody(rep, size); err != nil {
+				return err
+			}
 		case testproc.ReplyTimedOut:
 			continue
 		default:
@@ -646,7 +659,7 @@ func pipeliner(w worker, c *testproc.Conn, frame []byte, depth int) error {
 }
 
 // roundTripper puts a job, reserves it and deletes it, one command at a time.
-func roundTripper(w worker, c *testproc.Conn, frame []byte) error {
+func roundTripper(w worker, c *testproc.Conn, frame, size []byte) error {
 	for !w.m.stopping() && !w.m.limitHit() {
 		t := time.Now()
 		c.Write(frame)
@@ -658,7 +671,7 @@ func roundTripper(w worker, c *testproc.Conn, frame []byte) error {
 			return err
 		}
 		w.m.acked.Add(1)
-		id, err := reserveJob(c)
+		id, err := reserveJob(c, size)
 		if err != nil {
 			return err
 		}
@@ -671,14 +684,33 @@ func roundTripper(w worker, c *testproc.Conn, frame []byte) error {
 	return nil
 }
 
-// reserveJob reserves a job, waiting for one, and returns its id.
-func reserveJob(c *testproc.Conn) (uint64, error) {
+// reserveJob reserves a job, waiting for one, and returns its id. Its
+// body must be of size (bodySize).
+func reserveJob(c *testproc.Conn, size []byte) (uint64, error) {
 	c.WriteString("reserve\r\n")
 	if err := c.Flush(); err != nil {
 		return 0, err
 	}
 	rep, err := c.Expect(testproc.ReplyReserved)
+	if err == nil {
+		err = checkBody(rep, size)
+	}
 	return rep.N, err
+}
+
+// bodySize is what checkBody wants a RESERVED line to end with for a
+// body of n bytes.
+func bodySize(n int) []byte { return []byte(" " + strconv.Itoa(n)) }
+
+// checkBody requires a RESERVED reply (whose body ReadReply has framed by
+// its announced size) to announce size (bodySize): every job a scenario
+// reserves is one it put, and a server handing back less than was put
+// would do less work than the other and look faster.
+func checkBody(rep testproc.Reply, size []byte) error {
+	if !bytes.HasSuffix(rep.Line, size) {
+		return &testproc.ProtocolError{Want: "RESERVED <id>" + string(size), Got: string(rep.Line)}
+	}
+	return nil
 }
 
 // deleteJob deletes id and waits for DELETED.
@@ -692,7 +724,7 @@ func deleteJob(c *testproc.Conn, id uint64) error {
 }
 
 // drainer reserves without waiting and deletes until the tube is empty.
-func drainer(w worker, c *testproc.Conn) error {
+func drainer(w worker, c *testproc.Conn, size []byte) error {
 	for !w.m.stopping() {
 		t := time.Now()
 		c.WriteString("reserve-with-timeout 0\r\n")
@@ -705,6 +737,9 @@ func drainer(w worker, c *testproc.Conn) error {
 		}
 		switch rep.Kind {
 		case testproc.ReplyReserved:
+			if err := checkBody(rep, size); err != nil {
+				return err
+			}
 		case testproc.ReplyTimedOut:
 			w.m.signalEmpty()
 			return nil
