@@ -1128,3 +1128,79 @@ func TestReplicaStartedAfterAStartCutShort(t *testing.T) {
 		t.Fatalf("a put into group 2 with m1 and m3 up: %v", err)
 	}
 }
+
+// TestBalancersSettle: four members' balancers, each planning on its own
+// view as balanceLeaders does (receivers: the replicas of the groups it
+// leads judged as it hears them, the others' as connected; a transfer
+// only for a group whose leader has not changed within leaderSettle, to
+// a member that gave none away within leaderSettle), one look a second.
+// m2's replicas of groups 2 and 3 are behind (a replica not running, a
+// link cut), as only their leaders can tell: m2 can lead nothing, so
+// some member leads two. Each planner starts a chain of transfers towards
+// m2 whose last hop it cannot judge; the member it hands to finds that
+// hop behind and, leading most, starts a chain back. The leaderships
+// must settle all the same.
+func TestBalancersSettle(t *testing.T) {
+	t.Skip("a known defect, left for the planners (sixtieth session's note): with a replica behind that only its group's leader can see, " +
+		"the balancers hand group 1 back and forth every 4 s for good; a fix needs every planner to share the leaders' view of who is caught up")
+	s := &meta.State{Replicas: 3}
+	for i := 1; i <= 4; i++ {
+		s.Members = append(s.Members, meta.Member{Name: fmt.Sprintf("m%d", i), ID: uint64(i)})
+	}
+	for g, voters := range [][]string{{"m4", "m1", "m3"}, {"m3", "m1", "m4"}, {"m2", "m1", "m3"}, {"m3", "m2", "m4"}} {
+		grp := meta.Group{ID: uint16(g)}
+		for _, v := range voters {
+			grp.Replicas = append(grp.Replicas, meta.Replica{Member: v})
+		}
+		s.Groups = append(s.Groups, grp)
+	}
+	leaders := map[uint16]string{0: "m1", 1: "m4", 2: "m1", 3: "m4"}
+	behind := func(g uint16, name string) bool { return name == "m2" && (g == 2 || g == 3) }
+	type view struct {
+		changed map[uint16]time.Time
+		gave    map[string]time.Time
+		led     map[uint16]string
+	}
+	views := map[string]*view{}
+	start := time.Now()
+	for _, mb := range s.Members {
+		v := &view{changed: map[uint16]time.Time{}, gave: map[string]time.Time{}, led: map[uint16]string{}}
+		for g, l := range leaders {
+			v.changed[g], v.led[g] = start.Add(-time.Minute), l
+		}
+		views[mb.Name] = v
+	}
+	var moved []string
+	for tick := 1; tick <= 60; tick++ {
+		now := start.Add(time.Duration(tick) * balanceEvery)
+		for _, v := range views { // each balancer's look at the leaders
+			for g, name := range leaders {
+				if was := v.led[g]; was != name {
+					v.changed[g], v.gave[was], v.led[g] = now, now, name
+				}
+			}
+		}
+		var handed []meta.Transfer
+		for _, mb := range s.Members {
+			self, v := mb.Name, views[mb.Name]
+			ready := map[string]bool{}
+			for _, other := range s.Members {
+				ready[other.Name] = now.Sub(v.gave[other.Name]) >= leaderSettle
+			}
+			heard := func(g uint16, name string) bool { return !behind(g, name) }
+			for _, tr := range meta.PlanLeaders(s, leaders, receivers(self, leaders, ready, heard)) {
+				if tr.From == self && now.Sub(v.changed[tr.Group]) >= leaderSettle {
+					handed = append(handed, tr)
+					v.changed[tr.Group] = now
+				}
+			}
+		}
+		for _, tr := range handed {
+			leaders[tr.Group] = tr.To
+			moved = append(moved, fmt.Sprintf("%ds: group %d %s→%s", tick, tr.Group, tr.From, tr.To))
+		}
+	}
+	if len(moved) > 4 {
+		t.Errorf("the leaderships never settle: %d transfers in a minute: %v", len(moved), moved)
+	}
+}
