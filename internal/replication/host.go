@@ -156,6 +156,7 @@ func (h *Host) newNode(g groupID, cfg NodeConfig, book Book, start startPoint, m
 	if n.core, err = NewCore(n.coreConfig(book, 0)); err != nil {
 		return nil, err
 	}
+	n.noteTick(n.born)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {

@@ -247,10 +247,14 @@ type Node struct {
 	// until which its leadership is confirmed (Leased), or 0.
 	born       time.Time
 	leaseUntil atomic.Int64
-	stopped    bool   // the member stopped on its own (lost, removed) or is closing
-	lost       error  // ErrLogLost, with the indexes, once found
-	lead       uint64 // the leader last published
-	restores   int    // ActRestores the core handed out: its first is the log's head, the rest snapshots
+	// tickAt is when the core took each of its last ticks, by its number
+	// (Core.Ticks) modulo its length: the lease runs from the tick a
+	// majority was last heard at (leaseEnd).
+	tickAt   []takenTick
+	stopped  bool   // the member stopped on its own (lost, removed) or is closing
+	lost     error  // ErrLogLost, with the indexes, once found
+	lead     uint64 // the leader last published
+	restores int    // ActRestores the core handed out: its first is the log's head, the rest snapshots
 	// A rebuild under way (Node.rebuild): when the leadership was lost,
 	// and the commit index the store must apply to follow again; zero
 	// when none is.
@@ -762,6 +766,7 @@ func (n *Node) tick(now time.Time) {
 	before := n.core.Ticks()
 	for range due {
 		n.core.Tick()
+		n.noteTick(now)
 	}
 	if due > 1 {
 		// The peers' messages that waited through the stall go now,
@@ -1097,6 +1102,8 @@ func (n *Node) rebuild(term uint64, afterDurable []*pb.Message) bool {
 		return true
 	}
 	n.core, n.restores = core, 0
+	clear(n.tickAt)
+	n.noteTick(time.Now())
 	n.mu.Lock()
 	n.rebuilds++
 	n.rebuildingNow = true
@@ -1236,7 +1243,7 @@ func (n *Node) publish(tick bool) {
 		// The core counted a majority heard as of this tick (or has just
 		// begun to serve). Only a tick renews it: a round run first after
 		// a stall, before the tick that finds the majority gone, must not.
-		n.leaseUntil.Store(int64(time.Since(n.born) + n.leaseLeft(n.core.HeardAgo())))
+		n.leaseUntil.Store(n.leaseEnd())
 	}
 	lead := bs.Lead
 	if n.stopped {
@@ -1553,16 +1560,58 @@ func (n *Node) leaseGrace() time.Duration {
 // is stepped, a tick after the heartbeat it answers was sent.
 const leaseMargin = 2
 
-// leaseLeft is how long the lease runs from now, a majority last heard
-// ago ticks before: half an election timeout (leaseGrace), but never past
-// an election timeout less leaseMargin from then, when the others may
-// elect another leader. Renewed from the tick alone, a tick that found
-// the majority heard nine ticks before gave half a timeout more: the
-// engine's hand-outs could go on well after the others could serve
-// (found by a reviewing helper).
-func (n *Node) leaseLeft(ago uint64) time.Duration {
-	left := int64(n.cfg.ElectionTick) - leaseMargin - int64(min(ago, uint64(n.cfg.ElectionTick)))
-	return min(n.leaseGrace(), time.Duration(max(left, 0))*n.cfg.Tick)
+// takenTick is when the core took its tick of number n, since the node
+// was born.
+type takenTick struct {
+	n  uint64
+	at time.Duration
+}
+
+// noteTick notes that the core's last tick (or, at its making, its tick
+// 0) was taken at now.
+func (n *Node) noteTick(now time.Time) {
+	if n.tickAt == nil {
+		n.tickAt = make([]takenTick, n.cfg.ElectionTick+1)
+	}
+	t := n.core.Ticks()
+	n.tickAt[t%uint64(len(n.tickAt))] = takenTick{n: t, at: now.Sub(n.born)}
+}
+
+// takenAt is when the core took its tick t, if it is among the last
+// noted.
+func (n *Node) takenAt(t uint64) (time.Duration, bool) {
+	if len(n.tickAt) == 0 {
+		return 0, false
+	}
+	e := n.tickAt[t%uint64(len(n.tickAt))]
+	return e.at, e.n == t
+}
+
+// leaseEnd is the time since born until which the serving leader's lease
+// runs, renewed as of its last tick: half an election timeout from that
+// tick (leaseGrace), but never past an election timeout less leaseMargin
+// from the tick at which a majority was last heard, when the others may
+// elect another leader; 0 (not leased) if that tick is not known. Both
+// run from when the ticks were taken, not from now: a round that ends
+// long after its tick (a goroutine starved or paused between the two,
+// a slow action) renewed it from its end, up to half an election timeout
+// after the others could serve (TestLeaseRunsFromTheTick); and a tick
+// taken late counts as one tick, so ticks counted since the majority was
+// heard may fall a tick short of the time that passed. Renewed from the
+// tick alone, a tick that found the majority heard nine ticks before gave
+// half a timeout more (found by a reviewing helper).
+func (n *Node) leaseEnd() int64 {
+	ticks := n.core.Ticks()
+	ago := n.core.HeardAgo()
+	if ago > ticks || ago+leaseMargin >= uint64(n.cfg.ElectionTick) {
+		return 0
+	}
+	heard, ok := n.takenAt(ticks - ago)
+	last, ok2 := n.takenAt(ticks)
+	if !ok || !ok2 {
+		return 0
+	}
+	return int64(min(last+n.leaseGrace(), heard+time.Duration(n.cfg.ElectionTick-leaseMargin)*n.cfg.Tick))
 }
 
 // Leader returns the leader as this member knows it, and a channel
