@@ -403,6 +403,16 @@ func (c *Core) Step(m *pb.Message) error {
 	if c.olderAck(m) {
 		return nil
 	}
+	if h := c.timeoutNow; h != nil && m.GetType() == pb.MsgApp && len(m.GetEntries()) > 0 &&
+		m.GetFrom() == h.GetFrom() && m.GetTerm() == h.GetTerm() {
+		// Raft sends it to a receiver holding its whole log and takes no
+		// proposal while the transfer lasts: its leader appending after
+		// it aborted the transfer (internal/member's handOver, its
+		// receiver silent) and serves again, on its lease. Campaigning on
+		// it (a transfer's, which voters grant whatever their lease) would
+		// make two leaders hand out jobs (TestAbortedTransferTimeoutNowDropped).
+		c.timeoutNow = nil
+	}
 	if m.GetType() == pb.MsgTimeoutNow {
 		// A leader handing over as it leaves (handOver) sends this with
 		// the commit of its removal, and raft does not campaign while a

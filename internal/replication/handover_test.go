@@ -211,3 +211,83 @@ func TestHandOverNotAppended(t *testing.T) {
 		t.Errorf("ProposeHandOverAborted once the disk has room: %v", err)
 	}
 }
+
+// TestAbortedTransferTimeoutNowDropped: a leader whose handover did not
+// happen (its receiver silent: internal/member's handOver aborts the
+// transfer and voids the record) serves again. The MsgTimeoutNow raft
+// sent the receiver as the transfer began may still be in the
+// receiver's inbox, the void behind it: stepped with it, it made the receiver campaign as a transfer does,
+// which the third voter grants whatever its lease (raft's
+// campaignTransfer), and serve while the old leader, not reached by the
+// vote request, still served on its lease (found by a reviewing helper).
+// A MsgTimeoutNow held while its leader appends entries after it is
+// stale: dropped.
+func TestAbortedTransferTimeoutNowDropped(t *testing.T) {
+	c := newCluster(t, 3, 100)
+	l := c.elect(1)
+	c.putAcked(l, "job")
+	r := wal.Record{Kind: wal.KindMeta, State: HandOver, Tube: "#", Deadline: int64(l.core.Status().GetTerm()), Body: []byte("held by 1")}
+	if _, _, err := l.journal.Append(&r, wal.Loc{}); err != nil {
+		t.Fatal(err)
+	}
+	c.run(l)
+	c.stabilize()
+
+	l.core.TransferLeadership(2)
+	c.run(l)
+	var timeoutNow *pb.Message
+	for i, m := range c.net {
+		if m.GetType() == pb.MsgTimeoutNow {
+			timeoutNow = m
+			c.net = append(c.net[:i:i], c.net[i+1:]...)
+			break
+		}
+	}
+	if timeoutNow == nil {
+		t.Fatal("no MsgTimeoutNow sent to the caught-up receiver")
+	}
+	// Member 2 goes silent (its goroutine stalled): what comes for it
+	// waits in its inbox. The leader aborts the transfer and voids its
+	// record, with member 3.
+	c.members[2].up = false
+	l.core.TransferLeadership(1)
+	c.run(l)
+	void := wal.Record{Kind: wal.KindMeta, State: HandOverAborted, Tube: "#", Deadline: int64(l.core.Status().GetTerm())}
+	if _, _, err := l.journal.Append(&void, wal.Loc{}); err != nil {
+		t.Fatal(err)
+	}
+	c.run(l)
+	var inbox []*pb.Message
+	for range 3 {
+		for _, m := range c.net {
+			if m.GetTo() == 2 {
+				inbox = append(inbox, m)
+			}
+		}
+		c.stabilize()
+	}
+	// Serving again, it hands jobs out: reservations are not logged.
+	if !l.serving() || l.core.HeardAgo() != 0 {
+		t.Fatalf("the leader serves %v, heard a majority %d ticks ago: want it serving, leased", l.serving(), l.core.HeardAgo())
+	}
+
+	// Member 2 resumes: its inbox in order, the MsgTimeoutNow first; its
+	// messages to member 1 are lost.
+	n := c.members[2]
+	n.up = true
+	c.cut[[2]uint64{2, 1}] = true
+	if err := n.core.Step(timeoutNow); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range inbox {
+		if err := n.core.Step(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.run(n)
+	c.stabilize()
+	if n.serving() && l.serving() {
+		t.Fatalf("member 2 serves (term %d) while member 1, which aborted the transfer, serves on (term %d, a majority heard %d ticks ago)",
+			n.core.Status().GetTerm(), l.core.Status().GetTerm(), l.core.HeardAgo())
+	}
+}
