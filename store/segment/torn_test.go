@@ -256,3 +256,47 @@ func TestTornTails(t *testing.T) {
 		})
 	}
 }
+
+// TestTornPastPreallocationAtInnerFrame: a cluster's Raft log takes every
+// write, past the current segment's preallocated room if need be (a full
+// disk, or a group larger than a segment: doc.go, Appends), so the file
+// ends where its last write reached. Its entries carry wal frames, framed
+// as segment frames are. A crash tearing that last write leaves the file's
+// size wherever the disk got to (a page boundary), which can be the end
+// of an inner frame: that frame checks and ends exactly at the end of the
+// file, yet nothing was trimmed there. The unacknowledged tail is cut off,
+// as before b75e4ff; it must not stop the start as damage.
+func TestTornPastPreallocationAtInnerFrame(t *testing.T) {
+	dir := t.TempDir()
+	const inner = 20
+	_, offs := tornSegment(t, dir, 0, func(i int) []byte {
+		p := []byte(fmt.Sprintf("job %d %s", i, strings.Repeat("x", 150+i*37)))
+		if i != tornFrames-1 {
+			return p
+		}
+		// A Raft entry's data: wal frames, back to back.
+		var b []byte
+		for k := range inner {
+			start := len(b)
+			b = segment.BeginFrame(b)
+			b = append(b, fmt.Sprintf("record %d %s", k, strings.Repeat("y", 90))...)
+			b = segment.EndFrame(b, start)
+		}
+		return b
+	})
+	// The last frame was written past the segment's size (the file was
+	// never trimmed: the crash came first), and the disk kept the file's
+	// size up to the end of its 7th inner frame.
+	innerSize := int64((offs[tornFrames] - offs[tornFrames-1] - segment.FrameHeader) / inner)
+	cut := offs[tornFrames-1] + segment.FrameHeader + 7*innerSize
+	if err := os.Truncate(segPath(dir, 1), cut); err != nil {
+		t.Fatal(err)
+	}
+	bodies, warns, _, err := openTorn(dir, segment.Options{SegmentSize: offs[tornFrom]})
+	if err != nil {
+		t.Fatalf("a write torn past the segment's preallocation stopped the start: %v", err)
+	}
+	if len(bodies) != tornFrames-1 || warns == 0 {
+		t.Fatalf("replayed %d frames (%d warnings), want the %d before the torn one and a warning", len(bodies), warns, tornFrames-1)
+	}
+}
