@@ -247,7 +247,10 @@ type call struct {
 	// taken counts the leaders that took it and did not refuse it: with
 	// none, it never ran (Expire).
 	taken int
-	// takenAt is when a leader last took it (zero: none yet).
+	// takenAt is when a leader first took it of those that did not
+	// refuse it (zero: none): the one that may have run it first, whose
+	// run starts its key's keeping (resendWithin). Resends to the same
+	// or a next leader keep it.
 	takenAt time.Time
 	// made is when it was made; op and timeout are a request's, for
 	// Expire: a reserve ends at its timeout when no leader answers.
@@ -606,7 +609,9 @@ func (l *Link) postCall(c *call) {
 	c.sent = true
 	c.taken++
 	lastTaken := c.takenAt
-	c.takenAt = time.Now()
+	if c.takenAt.IsZero() {
+		c.takenAt = time.Now()
+	}
 	l.mu.Unlock()
 	to, known := l.cfg.Leader(c.key.group)
 	if known && c.op == OpHeld && l.cfg.AnswersHeld != nil && !l.cfg.AnswersHeld(to) {
@@ -847,6 +852,9 @@ func (l *Link) handle(from uint64, it *Item) {
 		// leader.
 		c.sent = false
 		c.taken--
+		if c.taken <= 0 {
+			c.takenAt = time.Time{} // none ran it
+		}
 		l.unsent[c.key.group] = true
 		l.mu.Unlock()
 		return
@@ -965,7 +973,7 @@ func (l *Link) routeAgain(c *call) {
 			}
 			key := callKey{it.Session, g, seq}
 			l.mu.Lock()
-			c.key, c.payload, c.sent, c.taken = key, payload, false, 0
+			c.key, c.payload, c.sent, c.taken, c.takenAt = key, payload, false, 0, time.Time{}
 			l.addLocked(c)
 			l.mu.Unlock()
 			posted = true

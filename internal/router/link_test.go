@@ -975,3 +975,46 @@ func TestLinkResendWithinDedupWindow(t *testing.T) {
 		t.Fatalf("put resent at once: %+v", it.Reply)
 	}
 }
+
+// TestLinkNoResendPastFirstTake: a stream that breaks and opens again
+// (Router.StreamUp: every pending call goes again) resends a put whose
+// answers were lost each time. The leader that first took it may have run
+// it then, and its key is kept for store.DedupTTL from that run, not from
+// the resends (answered from the table, they keep nothing new): measured
+// from the last send, resends under resendWithin apart went on for ever,
+// and one past DedupTTL after the first ran the put again. Past
+// resendWithin since the first take it ends StatusUnknown.
+func TestLinkNoResendPastFirstTake(t *testing.T) {
+	var mu sync.Mutex
+	sent := 0
+	l := NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) { return 2, true },
+		Send: func(uint64, []byte) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			sent++
+			return true
+		},
+	})
+	a := make(answers, 4)
+	l.Request(10, 0, 1, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("x\r\n")}, a.done)
+	step := resendWithin/2 + 100*time.Millisecond
+	for range 2 {
+		time.Sleep(step)
+		l.LeaderChanged(0) // the stream to member 2 opened again: its answer was lost
+	}
+	mu.Lock()
+	n := sent
+	mu.Unlock()
+	if n > 2 {
+		t.Errorf("the put went %d times, the last %v after member 2 first took it (past resendWithin %v)", n, 2*step, resendWithin)
+	}
+	select {
+	case it := <-a:
+		if it.Reply.Status != StatusUnknown {
+			t.Fatalf("answer %+v, want StatusUnknown", it.Reply)
+		}
+	default:
+		t.Fatal("no answer: the put is still pending, resent each time the stream opens")
+	}
+}
