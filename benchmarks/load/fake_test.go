@@ -24,7 +24,8 @@ type fakeServer struct {
 
 	puts atomic.Int64
 	ids  atomic.Uint64
-	jobs chan int // the ready jobs' body sizes
+	jobs chan int      // the ready jobs' body sizes
+	done chan struct{} // closed when the test ends: a reserve waiting ends
 }
 
 func startFake(t *testing.T, replyBody int, dropPut int64) *fakeServer {
@@ -33,9 +34,9 @@ func startFake(t *testing.T, replyBody int, dropPut int64) *fakeServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeServer{ln: ln, replyBody: replyBody, dropPut: dropPut, jobs: make(chan int, 1<<20)}
+	f := &fakeServer{ln: ln, replyBody: replyBody, dropPut: dropPut, jobs: make(chan int, 1<<20), done: make(chan struct{})}
 	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	t.Cleanup(func() { close(f.done); ln.Close(); wg.Wait() })
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -78,7 +79,11 @@ func (f *fakeServer) serve(c net.Conn) {
 		case "reserve", "reserve-with-timeout":
 			var n int
 			if fields[0] == "reserve" {
-				n = <-f.jobs
+				select {
+				case n = <-f.jobs:
+				case <-f.done: // a consumer left waiting when the run ended
+					return
+				}
 			} else {
 				select {
 				case n = <-f.jobs:
