@@ -210,10 +210,10 @@
 // it written or still zero. A frame there that does not check, or that
 // the callback finds damaged (ErrCorrupt), begins such a tear when
 // nothing but zeros follows where its length says it ends, or its length
-// is unreadable (zero, or past the end of the file); and, in a file no
-// longer than a segment, no frame that checks after it ends exactly at
-// the end of the file, as frames do in a segment trimmed once an fsync
-// covered them (below): the segment is cut off at it with a warning. A length above MaxPayload is never a
+// is unreadable (zero, or past the end of the file); and no frame that
+// checks after it ends exactly at the end of the file, as frames do in a
+// segment trimmed once an fsync covered them (below): the segment is cut
+// off at it with a warning. A length above MaxPayload is never a
 // tear, nor is a frame with written bytes after its end: a power loss
 // writing out of order can leave that, but so can damage to a frame
 // acknowledged with frames after it, and the start stops rather than

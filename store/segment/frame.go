@@ -60,12 +60,7 @@ func CheckFrame(b []byte, limit int) (payload []byte, size int, err error) {
 // fsync has covered them all, so nothing in it is torn, and the frames
 // after the bad one were acknowledged. A crash leaves its
 // preallocated zeros after its last write, and no frame holds those: a
-// client's body shaped as a frame ends where the body does. But a file
-// written past its preallocation (extended: longer than a segment, as a
-// cluster's Raft log writes on a full disk, or a group larger than a
-// segment) ends where a crash left its size, which may be the end of a
-// frame inside the torn one (a Raft entry's wal frames): there a frame
-// ending with the file says nothing, and the rule before applies.
+// client's body shaped as a frame ends where the body does.
 //
 // Never a tear: a length above limit (a torn length, each byte written or
 // zero, is at most the frame's, and no frame's is above limit), and a
@@ -75,7 +70,7 @@ func CheckFrame(b []byte, limit int) (payload []byte, size int, err error) {
 // but so can damage to a frame an fsync covered, with acknowledged frames
 // after it: the start stops rather than cut those off, and SkipDamaged
 // replays them.
-func tornTail(b []byte, limit int, extended bool) bool {
+func tornTail(b []byte, limit int) bool {
 	if len(b) < FrameHeader {
 		return true
 	}
@@ -86,7 +81,7 @@ func tornTail(b []byte, limit int, extended bool) bool {
 	case n > 0 && FrameHeader+n <= len(b) && !allZero(b[FrameHeader+n:]):
 		return false
 	}
-	return extended || !endsWithFrame(b, limit)
+	return !endsWithFrame(b, limit)
 }
 
 // endsWithFrame reports whether a frame of at most limit bytes of payload

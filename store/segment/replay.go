@@ -111,7 +111,7 @@ func (l *Log) walkSegment(seq uint32, last bool, buf []byte, replay func(Frame) 
 		if stop, ok := err.(replayStopped); ok {
 			return buf, stop.err
 		}
-		if last && tornTail(data[off:], l.opts.MaxPayload, int64(len(data)) > l.opts.SegmentSize) {
+		if last && tornTail(data[off:], l.opts.MaxPayload) {
 			l.log.Warn().Str("file", path).Int("offset", off).Msg("segment: cutting off a torn frame at the end of the log")
 			if err := os.Truncate(path, int64(off)); err != nil {
 				return buf, err
