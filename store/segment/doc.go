@@ -205,25 +205,13 @@
 //
 // Open replays every segment in order, handing each frame that checks
 // (length, CRC, Options.MaxPayload) to its user's callback with its
-// segment, offset and size. A crash tears what was written since the
-// last fsync, at the end of the last segment holding frames: each byte of
-// it written or still zero. A frame there that does not check, or that
-// the callback finds damaged (ErrCorrupt), begins such a tear when
-// nothing but zeros follows where its length says it ends, or its length
-// is unreadable (zero, or past the end of the file); and no frame that
-// checks after it ends exactly at the end of the file, as frames do in a
-// segment trimmed once an fsync covered them (below): the segment is cut
-// off at it with a warning. A length above MaxPayload is never a
-// tear, nor is a frame with written bytes after its end: a power loss
-// writing out of order can leave that, but so can damage to a frame
-// acknowledged with frames after it, and the start stops rather than
-// cut those off.
-// Other damage stops the start (a *DamageError) unless
-// Options.SkipDamaged, which logs and skips it (by its length, or if that
-// is unreadable, to where a run of frames that check ends with the
-// segment's data); any other error of the callback stops the start
-// whatever SkipDamaged says. A segment of zeros (its preallocation cut
-// short by a crash) is removed.
+// segment, offset and size. A frame that does not check, or that the
+// callback finds damaged (ErrCorrupt), at the end of the last segment
+// holding frames is a write torn by a crash: it is cut off with a
+// warning. Other damage stops the start (a *DamageError) unless
+// Options.SkipDamaged, which logs and skips it; any other error of the
+// callback stops the start whatever SkipDamaged says. A segment of zeros
+// (its preallocation cut short by a crash) is removed.
 //
 // A clean Close trims the segment written and the spare to what they
 // hold, as a rotation trims the segment before, so a restart reads its

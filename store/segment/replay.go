@@ -67,13 +67,11 @@ func (l *Log) load(replay func(Frame) error) error {
 
 // walkSegment checks segment seq's header against the log's version and
 // calls replay with each frame, in order. A damaged frame (a bad length
-// or CRC, or replay's ErrCorrupt) in the last segment (last) that begins
-// a write torn by a crash (tornTail) is cut off there with a warning.
-// Other damage stops the start, unless SkipDamaged is set: the frame is
-// skipped, by its length, or if that is unreadable to where frames resume
-// (resync). A segment of zeros (its preallocation cut short) is removed.
-// The segment is read into buf, grown as needed and returned for the
-// next.
+// or CRC, or replay's ErrCorrupt) at the very end of the last segment
+// (last) is a write torn by a crash: it is cut off with a warning. Damage
+// anywhere else stops the start, unless SkipDamaged is set. A segment of
+// zeros (its preallocation cut short) is removed. The segment is read
+// into buf, grown as needed and returned for the next.
 func (l *Log) walkSegment(seq uint32, last bool, buf []byte, replay func(Frame) error) ([]byte, error) {
 	path := l.segPath(seq)
 	data, err := readInto(path, buf)
@@ -111,7 +109,7 @@ func (l *Log) walkSegment(seq uint32, last bool, buf []byte, replay func(Frame) 
 		if stop, ok := err.(replayStopped); ok {
 			return buf, stop.err
 		}
-		if last && tornTail(data[off:], l.opts.MaxPayload) {
+		if last && frameTail(data[off:], l.opts.MaxPayload) {
 			l.log.Warn().Str("file", path).Int("offset", off).Msg("segment: cutting off a torn frame at the end of the log")
 			if err := os.Truncate(path, int64(off)); err != nil {
 				return buf, err
@@ -122,14 +120,9 @@ func (l *Log) walkSegment(seq uint32, last bool, buf []byte, replay func(Frame) 
 		if !l.opts.SkipDamaged {
 			return buf, &DamageError{Path: path, Offset: int64(off), Err: err}
 		}
+		l.log.Error().Str("file", path).Int("offset", off).Msg("segment: skipping a damaged frame")
 		if size <= 0 {
-			// Its length is unreadable: frames resume where a run of them
-			// ends with the segment's data, if one does.
-			size = resync(data[off:], l.opts.MaxPayload)
-		}
-		l.log.Error().Str("file", path).Int("offset", off).Int("skipped", size).Msg("segment: skipping a damaged frame")
-		if size <= 0 {
-			break // nothing after it can be framed
+			break // its length is unreadable: nothing after it can be framed
 		}
 		off += size
 	}
