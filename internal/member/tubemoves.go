@@ -300,10 +300,7 @@ func (m *Member) frozen(g uint16) (func(tube []byte) bool, bool) {
 	}
 	var check func(tube []byte) bool
 	if frozen {
-		check = n.FrozenTube
-		if len(n.Tubes().FrozenPrefixes) > 0 && int(g) < len(m.shards.frozenChecks) {
-			check = m.shards.frozenChecks[g]
-		}
+		check = m.frozenCheck(g, n)
 	}
 	if !adopting {
 		return check, moving
@@ -316,6 +313,15 @@ func (m *Member) frozen(g uint16) (func(tube []byte) bool, bool) {
 		_, ok := staged[string(tube)] // routed here by a placement since
 		return ok
 	}, true
+}
+
+// frozenCheck is how group g's node n tells a frozen tube: by its name,
+// or, with prefixes frozen, by the check kept for the group's placements.
+func (m *Member) frozenCheck(g uint16, n *replication.Node) func(tube []byte) bool {
+	if len(n.Tubes().FrozenPrefixes) > 0 && int(g) < len(m.shards.frozenChecks) {
+		return m.shards.frozenChecks[g]
+	}
+	return n.FrozenTube
 }
 
 // adopting reports whether n's group holds copies a tube's move took in
@@ -1439,10 +1445,7 @@ func (m *Member) uncounted(g uint16) func(tube []byte) bool {
 	if len(b.Staged) == 0 && len(b.Adopted) == 0 && !frozen {
 		return nil
 	}
-	check := n.FrozenTube
-	if len(b.FrozenPrefixes) > 0 && int(g) < len(m.shards.frozenChecks) {
-		check = m.shards.frozenChecks[g]
-	}
+	check := m.frozenCheck(g, n)
 	rt := m.shards.routing.Load().state
 	return func(tube []byte) bool {
 		if _, ok := b.Staged[string(tube)]; ok {

@@ -577,8 +577,7 @@ func (l *Link) postCall(c *call) {
 		l.mu.Unlock()
 		l.expired.Add(1)
 		k := c.key
-		c.done(&Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
-			Reply: Reply{Status: StatusUnknown, Result: ResultNone}})
+		c.done(statusReply(k, StatusUnknown))
 		return
 	}
 	for _, older := range l.sessions[sessionKey{c.key.session, c.key.group}] {
@@ -625,8 +624,7 @@ func (l *Link) postCall(c *call) {
 			return
 		}
 		k := c.key
-		c.done(&Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
-			Reply: Reply{Status: StatusUnknown, Result: ResultNone}})
+		c.done(statusReply(k, StatusUnknown))
 		return
 	}
 	if !known || c.payload == nil || !l.cfg.Send(to, c.payload) {
@@ -902,8 +900,7 @@ func (l *Link) rerouteUnlock(c *call) {
 	if now.Sub(c.movedAt) > moveWait {
 		l.releaseLocked(c)
 		l.mu.Unlock()
-		c.done(&Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
-			Reply: Reply{Status: StatusNoLeader, Result: ResultNone}})
+		c.done(statusReply(k, StatusNoLeader))
 		return
 	}
 	l.resent.Add(1)
@@ -981,9 +978,15 @@ func (l *Link) routeAgain(c *call) {
 		})
 	})
 	if !posted {
-		c.done(&Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
-			Reply: Reply{Status: StatusNoLeader, Result: ResultNone}})
+		c.done(statusReply(k, StatusNoLeader))
 	}
+}
+
+// statusReply is the reply to call k that no leader answered: status
+// alone.
+func statusReply(k callKey, status Status) *Item {
+	return &Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
+		Reply: Reply{Status: status, Result: ResultNone}}
 }
 
 // sendItem sends it to member to as a payload of its own.
@@ -1130,8 +1133,7 @@ func (l *Link) Expire(group uint16, lost, now time.Time, bound time.Duration) {
 	slices.SortFunc(done, func(a, b expired) int { return cmp.Compare(a.c.n, b.c.n) })
 	for _, e := range done {
 		k := e.c.key
-		e.c.done(&Item{Kind: KindReply, Group: k.group, Session: k.session, Seq: k.seq,
-			Reply: Reply{Status: e.status, Result: ResultNone}})
+		e.c.done(statusReply(k, e.status))
 	}
 }
 
