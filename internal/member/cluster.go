@@ -173,6 +173,8 @@ func (m *Member) startRouter(ec *engine.Config) {
 		Moves:         m.takeMove,
 		AnswersHeld:   host.AnswersHeld,
 		SyncsSessions: host.SyncsSessions,
+		Behind:        m.behind,
+		ReadsBehind:   host.ReadsBehind,
 		Peers: func() []uint64 {
 			var ids []uint64
 			for _, mb := range node.Book().Members {

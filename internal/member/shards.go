@@ -576,7 +576,7 @@ func (m *Member) balanceLeaders() {
 			// election as it stops, the jobs held in it ready again.
 			ready[name] = conn && m.comebacks.settled(name, now) && now.Sub(gave[name]) >= leaderSettle
 		}
-		caughtUp := receivers(m.node.Name(), leaders, ready, m.caughtUp)
+		caughtUp := receivers(m.node.Name(), leaders, ready, m.caughtUp, reportedBehind(reported, names))
 		cur := m.currentPlacement(reported, names)
 		// A member gives or receives replicas while connected: a member
 		// hears Raft messages only from those it shares a group with,
@@ -628,17 +628,56 @@ func (m *Member) leaderOf(g uint16, reported map[uint16]router.Report, names map
 }
 
 // receivers is meta.PlanLeaders' caughtUp as member self judges it: a
-// member connected here (reachable), and, for a group self leads, heard
-// from lately and holding the group's log (caughtUp). Judged only where
-// self can tell: the replicas of a group it leads answer its heartbeats
-// and appends. A later hop of a chain (a group another member leads) is
-// judged by its own giver when that one plans: without that, a member
-// that shares no group it leads with the one leading fewest never starts
-// the chain.
-func receivers(self string, leaders map[uint16]string, reachable map[string]bool, caughtUp func(uint16, string) bool) func(uint16, string) bool {
+// member connected here (reachable), and caught up with group g as g's
+// leader judges it: for a group self leads, heard from lately and holding
+// the group's log (caughtUp); for another's, not named behind in its
+// leader's report (behind). Only the replicas of a group a member leads
+// answer its heartbeats and appends, so every planner shares the
+// leader's view: a member that shares no group it leads with the one
+// leading fewest still starts the chain of transfers towards it, and no
+// member starts one whose last hop its leader knows is impossible (a
+// replica behind), which the member it hands to would undo, leading most
+// then (TestBalancersSettle). A leader of a release before names none
+// behind.
+func receivers(self string, leaders map[uint16]string, reachable map[string]bool,
+	caughtUp, behind func(uint16, string) bool) func(uint16, string) bool {
 	return func(g uint16, to string) bool {
-		return reachable[to] && (leaders[g] != self || caughtUp(g, to))
+		if !reachable[to] {
+			return false
+		}
+		if leaders[g] == self {
+			return caughtUp(g, to)
+		}
+		return !behind(g, to)
 	}
+}
+
+// reportedBehind reports whether group g's leader named member name
+// behind in its report (router.Report.Behind; names by Raft id).
+func reportedBehind(reported map[uint16]router.Report, names map[uint64]string) func(uint16, string) bool {
+	return func(g uint16, name string) bool {
+		return slices.ContainsFunc(reported[g].Behind, func(id uint64) bool { return names[id] == name })
+	}
+}
+
+// behind is router.RouterConfig.Behind: the voters of group g, which
+// this member leads, that it would not hand g to (caughtUp).
+func (m *Member) behind(g uint16) []uint64 {
+	voters, _, _ := m.shards.replicas(g)
+	var names map[uint64]string
+	var out []uint64
+	for _, id := range voters {
+		if id == m.node.ID() {
+			continue
+		}
+		if names == nil {
+			names = m.memberNames()
+		}
+		if !m.caughtUp(g, names[id]) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // caughtUp reports whether the member named name, a replica of group g

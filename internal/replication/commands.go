@@ -174,6 +174,14 @@ func (h *Host) SyncsSessions(id uint64) bool {
 	return id == h.self.ID || h.transport.protocolOf(id) >= protocolSessions
 }
 
+// ReadsBehind reports whether member id reads a leader's report that
+// names the replicas behind (internal/router's KindLeadersBehind): it
+// speaks protocol 8. A member of a release before refuses the item, and
+// with it the stream.
+func (h *Host) ReadsBehind(id uint64) bool {
+	return id == h.self.ID || h.transport.protocolOf(id) >= protocolBehind
+}
+
 // HeardFrom reports whether a Raft message from member name reached this
 // one within d: a member stopped (SIGSTOP) or cut off keeps its
 // connection up for seconds, but sends nothing, where a live replica of a

@@ -433,9 +433,9 @@
 // which a follower forwards to the leader), and a trailer that members of
 // protocol 2 do not read: the highest protocol the sender speaks and its
 // incarnation (drawn at each start, so a peer logs a restart). The
-// connection speaks the highest protocol both ends speak: 7 between
+// connection speaks the highest protocol both ends speak: 8 between
 // members of this release (3's frames from a member whose router reads
-// the commands streams, Host.Routes, and 5 to 7 each a message of the
+// the commands streams, Host.Routes, and 5 to 8 each a message of the
 // router's more: wire.go), down to 3 or 2 with members before, so a
 // rolling upgrade keeps every pair talking (MemberStatus.Protocol shows
 // each link's). Once group 0's leader speaks 3 with every member of its

@@ -134,7 +134,7 @@ func TestHelloRefused(t *testing.T) {
 		{"another id", func(h *hello) { h.FromID = 7 }, "member m2 has Raft id"},
 		{"another protocol", func(h *hello) { h.Version = 9 }, "protocol version 9"},
 		{"another stream", func(h *hello) { h.Kind = 7 }, "unknown stream kind 7"},
-		{"no protocol in common", func(h *hello) { h.Max, h.Incarnation = 1, 5 }, "protocols up to 1; this member speaks 2 to 7"},
+		{"no protocol in common", func(h *hello) { h.Max, h.Incarnation = 1, 5 }, "protocols up to 1; this member speaks 2 to 8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := refused()

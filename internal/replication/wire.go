@@ -109,9 +109,11 @@ const (
 	// it still holds a job (internal/router's OpHeld; protocolHeld). 7 is
 	// 6's from a member whose router reads the list of another member's
 	// open sessions, and closes the owner clients of those not in it
-	// (internal/router's KindSessions; protocolSessions).
+	// (internal/router's KindSessions; protocolSessions). 8 is 7's from a
+	// member whose router reads a leader's report naming the replicas
+	// behind (internal/router's KindLeadersBehind; protocolBehind).
 	minProtocol = 2
-	maxProtocol = 7
+	maxProtocol = 8
 	// protocolRouter is the protocol of a member whose router serves the
 	// commands stream (Host.Routes).
 	protocolRouter = 4
@@ -124,6 +126,9 @@ const (
 	// protocolSessions is the protocol of a member that reads KindSessions
 	// (Host.SyncsSessions).
 	protocolSessions = 7
+	// protocolBehind is the protocol of a member that reads
+	// KindLeadersBehind (Host.ReadsBehind).
+	protocolBehind = 8
 	// helloTrailer is the trailer's length as this release writes it.
 	helloTrailer = 2 + 8
 	maxHello     = 4 << 10

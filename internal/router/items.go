@@ -35,7 +35,8 @@ import (
 //	decline: wait u64 | job id u64
 //	refs:    meta index u64 | stamp u64 | flags u8 (flagRefsSync) | count u32 | (tube | using u32 | watching u32)...
 //	close:   nothing
-//	leaders: count u16 | (group u16 | term u64)...
+//	leaders: count u16 | (group u16 | term u64 | index u64 | tubes u32 | jobs u64 | voters | learners)...
+//	leaders-behind: leaders' fields, each report followed by behind (protocol 8)
 //	move:    giver | receiver (the item's group is the move's; protocol 5)
 //	sessions: upto u64 | count u32 | session u64... (increasing, none above upto; protocol 7)
 //	reply:   status u8 | stamp u64 | then by status:
@@ -59,6 +60,7 @@ import (
 //	tube:  length u8 (1 to 200) | name
 //	giver, receiver: length u8 (0 to 128) | a member's name, or nothing
 //	tubes: count u32 | tube...
+//	voters, learners, behind: count u8 | member's Raft id u64...
 //	job:   id u64 | pri u32 | ttr u32 | body
 //	body:  length u32 | bytes, the job's data as stored: ending in "\r\n"
 //
@@ -87,13 +89,15 @@ const (
 	KindMove // a replica move it planned, for the group's leader to make (1.4)
 	// Member to group leader, protocol 7.
 	KindSessions // the member's sessions open now: the others' owner clients close (OQ12)
+	// Member to member, protocol 8.
+	KindLeadersBehind // KindLeaders naming each group's voters behind: the balancers share the leaders' view
 	numKinds
 )
 
 var kindNames = [numKinds]string{
 	KindRequest: "request", KindWait: "wait", KindCancel: "cancel", KindDecline: "decline",
 	KindRefs: "refs", KindClose: "close", KindReply: "reply", KindEvent: "event", KindLeaders: "leaders",
-	KindMove: "move", KindSessions: "sessions",
+	KindMove: "move", KindSessions: "sessions", KindLeadersBehind: "leaders-behind",
 }
 
 func (k Kind) String() string {
@@ -231,7 +235,7 @@ type Item struct {
 	Refs     Refs
 	Reply    Reply
 	Event    Event
-	Leaders  []LeaderReport // KindLeaders'
+	Leaders  []LeaderReport // KindLeaders' and KindLeadersBehind's
 	Move     Move           // KindMove's
 	Sessions Sessions       // KindSessions'
 }
@@ -275,6 +279,9 @@ type LeaderReport struct {
 	// ready, reserved, delayed and buried (GET /cluster's groups).
 	Tubes uint32
 	Jobs  uint64
+	// Behind are the voters the leader would not hand the leadership to,
+	// not caught up or not heard from lately (KindLeadersBehind only).
+	Behind []uint64
 }
 
 // Request is a command for a group. Which arguments an op reads is given

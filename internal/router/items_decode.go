@@ -107,7 +107,7 @@ func (d *Decoder) Next(it *Item) error {
 	case KindRefs:
 		f.refs(&it.Refs)
 	case KindClose:
-	case KindLeaders:
+	case KindLeaders, KindLeadersBehind:
 		n := int(f.u16())
 		if n > len(f.b)/32 { // each at least a group, a term, an index, tubes, jobs and two counts
 			f.fail(ErrLength)
@@ -118,6 +118,9 @@ func (d *Decoder) Next(it *Item) error {
 			}
 			l := LeaderReport{Group: f.u16(), Term: f.u64(), Index: f.u64(), Tubes: f.u32(), Jobs: f.u64()}
 			l.Voters, l.Learners = f.ids(), f.ids()
+			if it.Kind == KindLeadersBehind {
+				l.Behind = f.ids()
+			}
 			it.Leaders = append(it.Leaders, l)
 		}
 	case KindMove:

@@ -47,14 +47,14 @@ func AppendItem(payload []byte, it *Item) ([]byte, error) {
 	case KindRefs:
 		b, err = appendRefs(b, &it.Refs)
 	case KindClose:
-	case KindLeaders:
+	case KindLeaders, KindLeadersBehind:
 		if len(it.Leaders) > math.MaxUint16 {
 			err = ErrItemTooBig
 			break
 		}
 		b = binary.BigEndian.AppendUint16(b, uint16(len(it.Leaders)))
 		for _, l := range it.Leaders {
-			if len(l.Voters) > math.MaxUint8 || len(l.Learners) > math.MaxUint8 {
+			if len(l.Voters) > math.MaxUint8 || len(l.Learners) > math.MaxUint8 || len(l.Behind) > math.MaxUint8 {
 				err = ErrItemTooBig
 				break
 			}
@@ -65,6 +65,9 @@ func AppendItem(payload []byte, it *Item) ([]byte, error) {
 			b = binary.BigEndian.AppendUint64(b, l.Jobs)
 			b = appendIDs(b, l.Voters)
 			b = appendIDs(b, l.Learners)
+			if it.Kind == KindLeadersBehind {
+				b = appendIDs(b, l.Behind)
+			}
 		}
 	case KindMove:
 		if len(it.Move.From) > maxMemberName || len(it.Move.To) > maxMemberName {

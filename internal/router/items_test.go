@@ -107,6 +107,7 @@ func itemCases() []itemCase {
 		{"close", router.Item{Kind: router.KindClose, Group: math.MaxUint16, Session: math.MaxUint64, Seq: math.MaxUint32}},
 		{"leaders", router.Item{Kind: router.KindLeaders, Leaders: []router.LeaderReport{{Group: 0, Term: 7, Index: 3, Tubes: 12, Jobs: 1 << 40, Voters: []uint64{1, math.MaxUint64}, Learners: []uint64{9}}, {Group: math.MaxUint16, Term: math.MaxUint64, Index: math.MaxUint64, Tubes: math.MaxUint32, Jobs: math.MaxUint64}}}},
 		{"leaders none", router.Item{Kind: router.KindLeaders}},
+		{"leaders behind", router.Item{Kind: router.KindLeadersBehind, Leaders: []router.LeaderReport{{Group: 2, Term: 7, Index: 3, Tubes: 1, Jobs: 2, Voters: []uint64{1, 2, 3}, Behind: []uint64{3, math.MaxUint64}}, {Group: 4, Term: 8, Voters: []uint64{1}}}}},
 		{"move", router.Item{Kind: router.KindMove, Group: 3, Move: router.Move{From: []byte("m1"), To: []byte(strings.Repeat("n", 128))}}},
 		{"move adding", router.Item{Kind: router.KindMove, Group: math.MaxUint16, Move: router.Move{To: []byte("m5")}}},
 		{"move removing", router.Item{Kind: router.KindMove, Group: 1, Move: router.Move{From: []byte("m4")}}},
@@ -299,6 +300,7 @@ var enumCodes = []struct {
 	{"kind", "leaders", uint8(router.KindLeaders), 9},
 	{"kind", "move", uint8(router.KindMove), 10},
 	{"kind", "sessions", uint8(router.KindSessions), 11},
+	{"kind", "leaders-behind", uint8(router.KindLeadersBehind), 12},
 	{"op", "put", uint8(router.OpPut), 1},
 	{"op", "burn", uint8(router.OpBurn), 2},
 	{"op", "reserve", uint8(router.OpReserve), 3},
@@ -491,7 +493,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"length past the frame", patch(put, length, 0xff, 0xff, 0xff, 0xff), testMaxJobSize, router.ErrShort},
 		{"bytes after", append(bytes.Clone(put), 0), testMaxJobSize, router.ErrTrailing},
 		{"kind 0", patch(put, kind, 0), testMaxJobSize, router.ErrKind},
-		{"kind 12", patch(put, kind, 12), testMaxJobSize, router.ErrKind},
+		{"kind 13", patch(put, kind, 13), testMaxJobSize, router.ErrKind},
 		{"op 0", patch(put, op, 0), testMaxJobSize, router.ErrOp},
 		{"op 23", patch(put, op, 23), testMaxJobSize, router.ErrOp},
 		{"tube of 0 bytes", patch(put, tubeLen, 0), testMaxJobSize, router.ErrTubeName},
@@ -583,7 +585,7 @@ func TestEncodeRefuses(t *testing.T) {
 		wantErr error
 	}{
 		{"kind 0", router.Item{}, router.ErrKind},
-		{"kind 12", router.Item{Kind: 12}, router.ErrKind},
+		{"kind 13", router.Item{Kind: 13}, router.ErrKind},
 		{"sessions out of order", router.Item{Kind: router.KindSessions, Sessions: router.Sessions{Upto: 9, IDs: []uint64{3, 2}}}, router.ErrSessions},
 		{"sessions twice", router.Item{Kind: router.KindSessions, Sessions: router.Sessions{Upto: 9, IDs: []uint64{3, 3}}}, router.ErrSessions},
 		{"sessions above upto", router.Item{Kind: router.KindSessions, Sessions: router.Sessions{Upto: 9, IDs: []uint64{3, 10}}}, router.ErrSessions},

@@ -97,10 +97,11 @@ type reportedLeader struct {
 	voters, learners []uint64
 	tubes            int
 	jobs             int64
+	behind           []uint64
 }
 
 // Report is what a group's leader last reported of the group
-// (KindLeaders), while fresh.
+// (KindLeaders, KindLeadersBehind), while fresh.
 type Report struct {
 	Leader uint64 // the member leading it
 	Term   uint64 // the Raft term it was elected in
@@ -112,6 +113,9 @@ type Report struct {
 	// ready, reserved, delayed and buried.
 	Tubes int
 	Jobs  int64
+	// Behind are the voters the leader would not hand the group to
+	// (LeaderReport.Behind): none from a member of a release before.
+	Behind []uint64
 }
 
 // fresh reports whether the report still holds at now.
@@ -184,6 +188,14 @@ type RouterConfig struct {
 	// membership change of index (replication.Node.Replicas): the
 	// report carries them. Nil reports none.
 	Replicas func(g uint16) (voters, learners []uint64, index uint64)
+	// Behind are the voters of a group this member leads that it would
+	// not hand the leadership to: the report to members that read it
+	// (ReadsBehind) carries them. Nil reports none.
+	Behind func(g uint16) []uint64
+	// ReadsBehind reports whether member reads KindLeadersBehind (it
+	// speaks protocol 8: replication.Host.ReadsBehind); one that does not
+	// is sent KindLeaders, which it reads. Nil: none does.
+	ReadsBehind func(member uint64) bool
 	// Frozen is ServerConfig.Frozen.
 	Frozen func(g uint16) (tubes func(tube []byte) bool, moving bool)
 	// MovedTo is ServerConfig.MovedTo.
@@ -247,7 +259,7 @@ func (r *Router) Handle(from uint64, payload []byte) error {
 		switch it.Kind {
 		case KindReply, KindEvent:
 			r.link.handle(from, it)
-		case KindLeaders:
+		case KindLeaders, KindLeadersBehind:
 			r.noteLeaders(from, it.Leaders)
 		case KindMove:
 			if r.cfg.Moves != nil {
@@ -685,7 +697,7 @@ func (r *Router) Reported() map[uint16]Report {
 	for g, rep := range r.reported {
 		if rep.fresh(now) {
 			out[g] = Report{Leader: rep.member, Term: rep.term, Voters: rep.voters, Learners: rep.learners, Index: rep.index,
-				Tubes: rep.tubes, Jobs: rep.jobs}
+				Tubes: rep.tubes, Jobs: rep.jobs, Behind: rep.behind}
 		}
 	}
 	return out
@@ -710,7 +722,8 @@ func (r *Router) noteLeaders(from uint64, reports []LeaderReport) {
 			continue
 		}
 		r.reported[l.Group] = reportedLeader{member: from, term: l.Term, at: now, index: l.Index,
-			voters: slices.Clone(l.Voters), learners: slices.Clone(l.Learners), tubes: int(l.Tubes), jobs: int64(l.Jobs)}
+			voters: slices.Clone(l.Voters), learners: slices.Clone(l.Learners), tubes: int(l.Tubes), jobs: int64(l.Jobs),
+			behind: slices.Clone(l.Behind)}
 		if !ok || old.member != from || old.term != l.Term {
 			changed = append(changed, l.Group)
 		}
@@ -722,7 +735,9 @@ func (r *Router) noteLeaders(from uint64, reports []LeaderReport) {
 }
 
 // report tells the other members which groups this member leads and
-// serves (KindLeaders), with one group nothing: each member holds it.
+// serves, with one group nothing: each member holds it. A member that
+// reads it is told which voters are behind (KindLeadersBehind), one of a
+// release before is not (KindLeaders).
 func (r *Router) report(now time.Time) {
 	if r.cfg.Peers == nil || r.cfg.Term == nil || r.groups() == 1 {
 		return
@@ -739,17 +754,30 @@ func (r *Router) report(now time.Time) {
 			if r.cfg.Replicas != nil {
 				l.Voters, l.Learners, l.Index = r.cfg.Replicas(g)
 			}
+			if r.cfg.Behind != nil {
+				l.Behind = r.cfg.Behind(g)
+			}
 			led = append(led, l)
 		}
 	}
-	payload, err := AppendItem(nil, &Item{Kind: KindLeaders, Leaders: led})
-	if err != nil {
-		return
-	}
+	payloads := make(map[Kind][]byte, 2)
 	for _, to := range r.cfg.Peers() {
-		if to != r.cfg.Self {
-			r.cfg.Send(to, payload)
+		if to == r.cfg.Self {
+			continue
 		}
+		kind := KindLeaders
+		if r.cfg.ReadsBehind != nil && r.cfg.ReadsBehind(to) {
+			kind = KindLeadersBehind
+		}
+		payload, ok := payloads[kind]
+		if !ok {
+			var err error
+			if payload, err = AppendItem(nil, &Item{Kind: kind, Leaders: led}); err != nil {
+				return
+			}
+			payloads[kind] = payload
+		}
+		r.cfg.Send(to, payload)
 	}
 }
 
