@@ -72,8 +72,19 @@ type crossReserve struct {
 	// timer fired meanwhile, and the round answers it if none is
 	// (takeLocked), as beanstalkd answers it only then. Guarded by mu.
 	asking, soonDue bool
-	timer           *time.Timer
+	// late: the timeout came while a round's peeks or take were on their
+	// way; the round ends the reserve, taking a job if one is ready,
+	// within lateRound. Guarded by mu.
+	late  bool
+	timer *time.Timer
 }
+
+// lateRound bounds a round under way at the reserve's timeout: a group
+// with no leader holds its peek until the router's next look past the
+// timeout (Link.Expire, every retryEvery), and a job ready in another
+// group is the answer, as one server hands out a ready job whatever the
+// timeout. Past it, the reserve times out.
+const lateRound = 2 * retryEvery
 
 // crossPart is one group of a cross-group reserve and the session's
 // watched tubes that live there.
@@ -241,7 +252,7 @@ func (r *crossReserve) takeLocked() {
 			r.endLocked(nil, 0, store.DeadlineSoon)
 			return
 		}
-		if r.timeout == 0 {
+		if r.timeout == 0 || r.late {
 			// As one server's timer already due: the deadline first.
 			res := store.TimedOut
 			if soonNow {
@@ -364,11 +375,35 @@ func (r *crossReserve) armLocked(soonAt time.Time) {
 			r.armLocked(time.Time{})
 			return
 		}
-		if res == store.TimedOut && r.soonDue {
-			res = store.DeadlineSoon // as one server's timer: the deadline first
+		if res == store.TimedOut && r.state == crossTaking && r.asking && !r.late {
+			// The round under way may yet show a ready job, which one
+			// server would hand out: it ends the reserve (takeLocked),
+			// or the timer, lateRound on.
+			r.late = true
+			r.timer = time.AfterFunc(lateRound, func() {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				if r.state != crossDone && r.gen == gen {
+					r.endLocked(nil, 0, r.timedOutLocked())
+				}
+			})
+			return
+		}
+		if res == store.TimedOut {
+			res = r.timedOutLocked()
 		}
 		r.endLocked(nil, 0, res)
 	})
+}
+
+// timedOutLocked is the reserve's answer at its timeout: DEADLINE_SOON if
+// that came due meanwhile (as one server's timer: the deadline first),
+// else TIMED_OUT.
+func (r *crossReserve) timedOutLocked() store.ReserveResult {
+	if r.soonDue {
+		return store.DeadlineSoon
+	}
+	return store.TimedOut
 }
 
 // eventLocked takes the event that ends part i's wait: an offer wins if

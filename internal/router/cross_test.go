@@ -656,3 +656,38 @@ func TestCrossReservePeekNoLeader(t *testing.T) {
 		}
 	}
 }
+
+// TestCrossReserveTimeoutWithJobReady: a reserve-with-timeout across
+// groups, one of which has no leader, whose timeout comes before the
+// router's tick ends that group's peek: the other group's ready job is
+// the answer, as one server hands out a ready job whatever the timeout.
+// Before, the reserve's timer ended it TIMED_OUT first, and the tick
+// after, which would have taken the job, came too late. With nothing
+// ready, TIMED_OUT comes within lateRound of the timeout all the same.
+func TestCrossReserveTimeoutWithJobReady(t *testing.T) {
+	const timeout = 150 * time.Millisecond
+	for _, job := range []bool{true, false} {
+		n := newCrossNet(t, 2)
+		n.mu.Lock()
+		n.cut[3] = true // group 1's leader takes nothing
+		n.mu.Unlock()
+		var id uint64
+		if job {
+			id = n.put(t, 2, "a", 1)
+		}
+		var seq atomic.Uint32
+		lost := time.Now()
+		ends, r := newCrossReserve(n, &seq, timeout)
+		r.start()
+		time.Sleep(timeout + retryEvery/2) // the timer fires; the tick comes after
+		n.link.Expire(1, lost, time.Now(), 2*time.Second)
+		select {
+		case e := <-ends:
+			if job && (e.res != store.Reserved || e.job.ID != id) || !job && e.res != store.TimedOut {
+				t.Fatalf("job ready %v: the reserve ended %v (%+v)", job, e.res, e.job)
+			}
+		case <-time.After(time.Second):
+			t.Fatalf("job ready %v: not answered at the tick after its timeout", job)
+		}
+	}
+}

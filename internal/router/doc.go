@@ -209,7 +209,10 @@
 // rule: only when no watched tube has a ready job, paused or not); else
 // TIMED_OUT for a timeout of 0; else a wait, which the first offer ends,
 // or the session's timer at the timeout or at the soonest DEADLINE_SOON,
-// whichever comes first.
+// whichever comes first. A round still asking at the timeout (a group with
+// no leader holds its peek until the router's next look) ends it: with a
+// ready job if one is, as one server hands one out whatever the timeout,
+// else TIMED_OUT, within lateRound.
 //
 // # A reserve across groups: the wait
 //
