@@ -102,3 +102,57 @@ func TestClusterMetricsCountersMonotonic(t *testing.T) {
 		}
 	}
 }
+
+// metrics are the series of m's /metrics (a name with its labels, as the
+// text format writes them) and their values.
+func metrics(t *testing.T, m *Member) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(api(t, m, "/metrics").Body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		f, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		out[line[:i]] = f
+	}
+	return out
+}
+
+// TestClusterMetricsOneGroup: with one group (the default) every member
+// exports its replica's queue figures, unlabelled, as before several
+// groups had series of their own; and the sprout_binlog_* series are the
+// member's log's, which they were not: a cluster member's store has a
+// journal, whose figures had no segments and no bytes (all 0).
+func TestClusterMetricsOneGroup(t *testing.T) {
+	c := newTestCluster(t)
+	_, l := c.serving(20 * time.Second)
+	client := testproc.DialTest(t, l.Addr().String(), replyTimeout)
+	for range 2 {
+		if _, err := client.Put(0, 0, 60, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range c.up {
+		var last map[string]float64
+		testproc.WaitFor(t, 10*time.Second, m.Node().Name()+"'s unlabelled figures of its replica", func() bool {
+			last = metrics(t, m)
+			return last[`sprout_current_jobs{state="ready"}`] == 2 && last["sprout_jobs_total"] == 2 &&
+				last[`sprout_tube_current_jobs{state="ready",tube="default"}`] == 2 && last["sprout_current_tubes"] == 1
+		})
+		for s := range last {
+			if strings.Contains(s, "group=") && !strings.HasPrefix(s, "sprout_cluster_group_") {
+				t.Errorf("%s: %s, a group label with one group", m.Node().Name(), s)
+			}
+		}
+		for _, s := range []string{"sprout_binlog_current_index", "sprout_binlog_oldest_index", "sprout_binlog_disk_bytes",
+			"sprout_binlog_live_bytes", "sprout_binlog_max_size_bytes", "sprout_binlog_records_written_total"} {
+			if last[s] <= 0 {
+				t.Errorf("%s: %s %v, want the log's figure, above 0", m.Node().Name(), s, last[s])
+			}
+		}
+	}
+}

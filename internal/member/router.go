@@ -45,6 +45,7 @@ func (m *Member) router() (http.Handler, error) {
 	}
 	if m.node != nil {
 		oc.Cluster, oc.Proxy, oc.Router = m.node, m.proxy, m.sessions
+		oc.Log = m.logFigures
 		if m.cfg.HTTP.TLS != nil {
 			ac.ForwardDialTLS = forwardDialTLS(m.cfg.Cluster.TLSSource)
 		}

@@ -80,6 +80,10 @@ type collector struct {
 	// in list-tubes order (see collectTubes).
 	tubeSeries int
 
+	// logStats, if set, are the log's figures in place of the store's
+	// (Config.Log: a cluster member's shared log).
+	logStats func() wal.Stats
+
 	stats  []scalar[codec.ServerStats]
 	limits []scalar[engine.Limits]
 	log    []scalar[wal.Stats]
@@ -257,7 +261,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		collectScalars(ch, c.limits, &l)
 	default:
 	}
-	if ls, ok := c.store.LogStats(); ok {
+	if c.logStats != nil {
+		ls := c.logStats()
+		collectScalars(ch, c.log, &ls)
+	} else if ls, ok := c.store.LogStats(); ok {
 		collectScalars(ch, c.log, &ls)
 	}
 	c.collectTubes(ch, gain)

@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
+
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 const (
@@ -51,6 +53,11 @@ type Config struct {
 	Cluster Cluster
 	Proxy   Proxy
 	Router  Router
+	// Log, if set, reads the figures of the log this member writes, for
+	// the sprout_binlog_* series, in place of Store's LogStats: a
+	// cluster member's store has a journal, which counts only the
+	// records it appends, and its log is shared by its groups.
+	Log func() wal.Stats
 	// Certs, if set, are the certificates the server reads from files:
 	// /metrics adds their expiry and reloads.
 	Certs  Certs
@@ -125,6 +132,7 @@ func Register(mux *http.ServeMux, cfg Config) error {
 	}
 	reg := prometheus.NewRegistry()
 	queue := newCollector(cfg.Engine, cfg.Store, cfg.TubeSeries)
+	queue.logStats = cfg.Log
 	if cl := cfg.Cluster; cl != nil {
 		queue.kept = newKeptCounters(func() (uint64, bool) {
 			st := cl.Stats()
