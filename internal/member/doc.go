@@ -60,9 +60,10 @@
 // Group 0's store is the one the admin API, the history and the metrics
 // are given. With several groups the admin API reaches every group
 // (adminGroups: a tube's and a job's endpoints go to their group's
-// leader, and its stats and tubes are the fleet's), while the history and
-// the metrics' queue figures show group 0's part alone (not yet the
-// fleet's). The store a member serves is the same for its life: the engine, the
+// leader, and its stats and tubes are the fleet's), and the metrics' queue
+// figures are each group's on its leader (ledGroups, metrics.go),
+// while the history shows group 0's part alone (not yet the fleet's).
+// The store a member serves is the same for its life: the engine, the
 // admin API, the history and the metrics are given it once. A cluster
 // member that installs a snapshot, or rebuilds after losing a leadership
 // it served, empties it and fills it again in place (store.Store.Reset;

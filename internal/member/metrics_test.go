@@ -1,8 +1,13 @@
 package member
 
 import (
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,6 +127,90 @@ func metrics(t *testing.T, m *Member) map[string]float64 {
 	return out
 }
 
+// TestShardGroupsMetricsByGroup: with several groups, each member's
+// /metrics has the queue's figures of the groups it leads, labelled with
+// the group, and none of the others': summed over the members they are
+// what stats shows. Each group's jobs were in no member's series but
+// group 0's leader's (every member exported its replica of group 0).
+func TestShardGroupsMetricsByGroup(t *testing.T) {
+	c := newBalancedCluster(t)
+	p := c.up["m1"].shards.placement
+	tubes := tubePerGroup(p, "mg")
+	producer := testproc.DialTest(t, c.up["m1"].Addr().String(), replyTimeout)
+	// Group g's tube gets g+1 jobs; one of group 2's is buried.
+	for g, tube := range tubes {
+		expectLine(t, producer, "use "+tube, "USING "+tube)
+		for range g + 1 {
+			if _, err := producer.Put(5, 0, 60, []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	expectLine(t, producer, "watch "+tubes[2], "WATCHING 2")
+	expectLine(t, producer, "ignore default", "WATCHING 1")
+	r, err := producer.Do("reserve-with-timeout 0", nil)
+	if err != nil || r.Kind != testproc.ReplyReserved {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	expectLine(t, producer, fmt.Sprintf("bury %d 0", r.N), "BURIED")
+
+	var last string
+	ok := func() bool {
+		want, err := producer.StatsInt("stats", "current-jobs-ready", "current-jobs-buried", "current-jobs-urgent", "total-jobs", "current-tubes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum [5]float64
+		lines := []string{}
+		for g, tube := range tubes {
+			group := strconv.Itoa(g)
+			leaders := 0
+			for _, name := range []string{"m1", "m2", "m3"} {
+				m := c.up[name]
+				series := metrics(t, m)
+				v, has := series[`sprout_jobs_total{group="`+group+`"}`]
+				leads := m.shards.serving(uint16(g)) != nil
+				if has != leads {
+					last = fmt.Sprintf("%s: leads group %d %v, has its series %v", name, g, leads, has)
+					return false
+				}
+				if !has {
+					continue
+				}
+				leaders++
+				sum[0] += series[`sprout_current_jobs{group="`+group+`",state="ready"}`]
+				sum[1] += series[`sprout_current_jobs{group="`+group+`",state="buried"}`]
+				sum[2] += series[`sprout_current_jobs_urgent{group="`+group+`"}`]
+				sum[3] += v
+				sum[4] += series[`sprout_current_tubes{group="`+group+`"}`]
+				ready := series[`sprout_tube_current_jobs{group="`+group+`",state="ready",tube="`+tube+`"}`]
+				lines = append(lines, fmt.Sprintf("%s: group %d, tube %s ready %v", name, g, tube, ready))
+				if wantReady := float64(g + 1 - g/2); ready != wantReady {
+					last = fmt.Sprintf("%s: tube %s of group %d has %v ready, want %v", name, tube, g, ready, wantReady)
+					return false
+				}
+				for s := range series {
+					if strings.HasPrefix(s, "sprout_current_jobs{state=") || s == "sprout_jobs_total" {
+						t.Fatalf("%s: %s, a queue series without a group label", name, s)
+					}
+				}
+			}
+			if leaders != 1 {
+				last = fmt.Sprintf("group %d: %d members export its series", g, leaders)
+				return false
+			}
+		}
+		got := []int64{int64(sum[0]), int64(sum[1]), int64(sum[2]), int64(sum[3]), int64(sum[4])}
+		last = fmt.Sprintf("the leaders' series summed: ready, buried, urgent, total-jobs, current-tubes %v; stats %v (%v)", got, want, lines)
+		return slices.Equal(got, want) && slices.Equal(want, []int64{5, 1, 5, 6, 4})
+	}
+	for deadline := time.Now().Add(15 * time.Second); !ok(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the groups' series do not add up to stats: %s", last)
+		}
+	}
+}
+
 // TestClusterMetricsOneGroup: with one group (the default) every member
 // exports its replica's queue figures, unlabelled, as before several
 // groups had series of their own; and the sprout_binlog_* series are the
@@ -155,4 +244,116 @@ func TestClusterMetricsOneGroup(t *testing.T) {
 			}
 		}
 	}
+}
+
+// queueSums scrapes every member's /metrics, without t (it runs on a
+// handler's goroutine), and sums the groups' series of the queue: jobs
+// by state and tubes, and the series of tube by group.
+func queueSums(members map[string]*Member, tube string) (jobs map[string]float64, tubes float64, tubeGroups []string, err error) {
+	jobs = map[string]float64{}
+	for _, m := range members {
+		resp, err := http.Get("http://" + m.HTTPAddr().String() + "/metrics")
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			i := strings.LastIndexByte(line, ' ')
+			if line == "" || line[0] == '#' || i < 0 {
+				continue
+			}
+			v, err := strconv.ParseFloat(line[i+1:], 64)
+			if err != nil {
+				return nil, 0, nil, fmt.Errorf("%s: %v", line, err)
+			}
+			series := line[:i]
+			switch {
+			case strings.HasPrefix(series, "sprout_current_jobs{"):
+				jobs[series[strings.Index(series, "state="):]] += v
+			case strings.HasPrefix(series, "sprout_current_tubes{"):
+				tubes += v
+			case strings.HasPrefix(series, "sprout_tube_jobs_total{") && strings.HasSuffix(series, `tube="`+tube+`"}`):
+				tubeGroups = append(tubeGroups, series)
+			}
+		}
+	}
+	return jobs, tubes, tubeGroups, nil
+}
+
+// TestShardGroupsMetricsMoveCountedOnce: while a tube moves between
+// groups its jobs are in both, and the groups' series count them once,
+// as stats does: in the group the tube routes to, the other's copy having
+// no series.
+func TestShardGroupsMetricsMoveCountedOnce(t *testing.T) {
+	c := newClusterOf(t, 3, 3, 0)
+	c.finalized()
+	c.formationRecorded()
+	tube := tubePerGroup(c.up["m1"].shards.placement, "counted")[1]
+	client := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
+	expectLine(t, client, "use "+tube, "USING "+tube)
+	for i := range 3 {
+		if _, err := client.Put(uint32(i), 0, 60, []byte("ready")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := client.Put(5, 100, 60, []byte("delayed")); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		once                sync.Once
+		duringJobs          map[string]float64
+		duringTubes         float64
+		duringSeries        []string
+		duringErr           error
+		adoptedAtTheScrapes bool
+	)
+	hook := func(g uint16) {
+		if g != 2 {
+			return
+		}
+		for _, m := range c.up {
+			if m.shards.serving(2) == nil {
+				continue
+			}
+			if b := m.shards.node(2).Tubes(); b.Adopted[tube] == 0 || isStaged(m.shards.node(2), tube) {
+				return // the stage's copy
+			}
+		}
+		once.Do(func() {
+			duringJobs, duringTubes, duringSeries, duringErr = queueSums(c.up, tube)
+			for _, m := range c.up {
+				if m.shards.serving(2) != nil {
+					adoptedAtTheScrapes = m.shards.node(2).Tubes().Adopted[tube] != 0
+				}
+			}
+		})
+	}
+	for _, m := range c.up {
+		m.afterImport.Store(&hook)
+	}
+	status, _, body := moveTubeThrough(t, c.up["m1"], tube, 2)
+	for _, m := range c.up {
+		m.afterImport.Store(nil)
+	}
+	if status != http.StatusOK {
+		t.Fatalf("move: %d %s", status, body)
+	}
+	if duringErr != nil || duringJobs == nil || !adoptedAtTheScrapes {
+		t.Fatalf("the scrapes while group 2 held the tube's copy: %v (scraped %v, still adopted %v)", duringErr, duringJobs != nil, adoptedAtTheScrapes)
+	}
+	if duringJobs[`state="ready"}`] != 3 || duringJobs[`state="delayed"}`] != 1 || duringTubes != 2 || len(duringSeries) != 1 {
+		t.Fatalf("the members' series while both groups held the tube's jobs: jobs %v, tubes %v, the tube's %v; want 3 ready, 1 delayed, 2 tubes, one group's series",
+			duringJobs, duringTubes, duringSeries)
+	}
+	testproc.WaitFor(t, 10*time.Second, "the tube's series in group 2", func() bool {
+		jobs, tubes, series, err := queueSums(c.up, tube)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jobs[`state="ready"}`] == 3 && tubes == 2 && len(series) == 1 && strings.Contains(series[0], `group="2"`)
+	})
 }

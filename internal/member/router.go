@@ -55,6 +55,7 @@ func (m *Member) router() (http.Handler, error) {
 		if m.shards.groups() > 1 {
 			ac.Groups = adminGroups{m}
 			oc.Cluster = fleetCluster{m.node, m}
+			oc.Groups = ledGroups{m}
 			// The /cluster endpoints' changes, under /api/v1 too.
 			ac.Fleet = &admin.Fleet{MoveTube: m.serveTubeMove, PlacePrefix: m.servePlace, UnplacePrefix: m.servePlace,
 				GrowGroups: m.serveGrow, MoveReplica: m.serveReplicaMove}

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 
@@ -57,9 +58,11 @@ func newScalar[F any](name, help string, kind prometheus.ValueType, value func(f
 	return scalar[F]{prometheus.NewDesc(name, help, labels, nil), kind, value}
 }
 
-func collectScalars[F any](ch chan<- prometheus.Metric, scalars []scalar[F], f *F) {
+// collectScalars sends each of scalars read from f, with labels as the
+// values of the labels its desc has, if any.
+func collectScalars[F any](ch chan<- prometheus.Metric, scalars []scalar[F], f *F, labels ...string) {
 	for _, s := range scalars {
-		ch <- prometheus.MustNewConstMetric(s.desc, s.kind, s.value(f), nil...)
+		ch <- prometheus.MustNewConstMetric(s.desc, s.kind, s.value(f), labels...)
 	}
 }
 
@@ -84,6 +87,11 @@ type collector struct {
 	// (Config.Log: a cluster member's shared log).
 	logStats func() wal.Stats
 
+	// queue are the figures of stats that are the queue's (jobs, tubes),
+	// and stats the server's own (connections, uptime, …). With groups
+	// the queue's, jobs, tubeJobs, tubes and otherTubes carry a group
+	// label besides their own (groups.go).
+	queue  []scalar[codec.ServerStats]
 	stats  []scalar[codec.ServerStats]
 	limits []scalar[engine.Limits]
 	log    []scalar[wal.Stats]
@@ -95,43 +103,63 @@ type collector struct {
 
 	otherCounters otherCounters
 	// kept keeps a cluster member's counters of the queue from going
-	// down when its store is rebuilt; nil on a single server.
+	// down when its store is rebuilt; nil on a single server, and with
+	// groups, whose figures each group's keeps (groupFigures).
 	kept *keptCounters
+	// groups, if set, are the groups of a cluster of several, whose
+	// leaders export their queue figures (groups.go); byGroup keeps each
+	// group's counters.
+	groups  Groups
+	byGroup groupCounters
 }
 
-func newCollector(e Engine, s Store, tubeSeries int) *collector {
+// newCollector reads e's and s's figures; with groups (a cluster of
+// several groups), the queue's are those of the groups this member
+// leads, each labelled with its group, and s's are not read.
+func newCollector(e Engine, s Store, tubeSeries int, groups Groups) *collector {
 	const (
 		counter = prometheus.CounterValue
 		gauge   = prometheus.GaugeValue
 	)
 	type stats = codec.ServerStats
-	tube := []string{"tube"}
+	// The queue's figures' labels: with groups, each has a group label
+	// too, last.
+	var group []string
+	ofGroup := ""
+	if groups != nil {
+		group = []string{"group"}
+		ofGroup = ", of the group this member leads"
+	}
+	tube := append([]string{"tube"}, group...)
 	c := &collector{
 		engine:     e,
 		store:      s,
 		tubeSeries: tubeSeries,
+		groups:     groups,
 		commands: prometheus.NewDesc("sprout_commands_total",
 			"Commands received, by command (stats cmd-*).", []string{"command"}, nil),
 		jobs: prometheus.NewDesc("sprout_current_jobs",
-			"Jobs in each state (stats current-jobs-*).", []string{"state"}, nil),
+			"Jobs in each state (stats current-jobs-*)"+ofGroup+".", append([]string{"state"}, group...), nil),
 		buildInfo: prometheus.NewDesc("sprout_build_info",
 			"Always 1; the version is a label.", []string{"version"}, nil),
 		tubeJobs: prometheus.NewDesc("sprout_tube_current_jobs",
-			"Jobs in each state in a tube (stats-tube current-jobs-*).", []string{"tube", "state"}, nil),
+			"Jobs in each state in a tube (stats-tube current-jobs-*).", append([]string{"tube", "state"}, group...), nil),
 		otherTubes: prometheus.NewDesc("sprout_other_tubes",
-			`Tubes past the --metrics-tubes cap, whose figures are summed under tube="`+OtherTube+`".`, nil, nil),
+			`Tubes past the --metrics-tubes cap, whose figures are summed under tube="`+OtherTube+`"`+ofGroup+".", group, nil),
+	}
+	c.queue = []scalar[stats]{
+		newScalar("sprout_current_jobs_urgent", "Ready jobs with a priority below 1024 (stats current-jobs-urgent)"+ofGroup+".",
+			gauge, func(s *stats) float64 { return float64(s.CurrentJobsUrgent) }, group...),
+		newScalar("sprout_job_timeouts_total", "Reservations that ran out of time to run (stats job-timeouts)"+ofGroup+".",
+			counter, func(s *stats) float64 { return float64(s.JobTimeouts) }, group...),
+		newScalar("sprout_jobs_total", "Jobs created (stats total-jobs)"+ofGroup+".",
+			counter, func(s *stats) float64 { return float64(s.TotalJobs) }, group...),
+		newScalar("sprout_current_tubes", "Tubes that exist (stats current-tubes)"+ofGroup+".",
+			gauge, func(s *stats) float64 { return float64(s.CurrentTubes) }, group...),
 	}
 	c.stats = []scalar[stats]{
-		newScalar("sprout_current_jobs_urgent", "Ready jobs with a priority below 1024 (stats current-jobs-urgent).",
-			gauge, func(s *stats) float64 { return float64(s.CurrentJobsUrgent) }),
-		newScalar("sprout_job_timeouts_total", "Reservations that ran out of time to run (stats job-timeouts).",
-			counter, func(s *stats) float64 { return float64(s.JobTimeouts) }),
-		newScalar("sprout_jobs_total", "Jobs created (stats total-jobs).",
-			counter, func(s *stats) float64 { return float64(s.TotalJobs) }),
 		newScalar("sprout_max_job_size_bytes", "Largest body a put may carry (stats max-job-size).",
 			gauge, func(s *stats) float64 { return float64(s.MaxJobSize) }),
-		newScalar("sprout_current_tubes", "Tubes that exist (stats current-tubes).",
-			gauge, func(s *stats) float64 { return float64(s.CurrentTubes) }),
 		newScalar("sprout_current_connections", "Open connections (stats current-connections).",
 			gauge, func(s *stats) float64 { return float64(s.CurrentConnections) }),
 		newScalar("sprout_connections_total", "Connections opened (stats total-connections).",
@@ -223,7 +251,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.buildInfo
 	ch <- c.tubeJobs
 	ch <- c.otherTubes
-	for _, s := range c.stats {
+	for _, s := range slices.Concat(c.queue, c.stats) {
 		ch <- s.desc
 	}
 	for _, s := range c.limits {
@@ -240,20 +268,26 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector: it reads every figure now.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	st := c.engine.Stats()
-	gain := true
-	if c.kept != nil {
-		gain = c.kept.scrape()
-		defer c.kept.done(gain)
-		c.kept.stats(&st, gain)
+	if c.groups != nil {
+		if w, ok := c.groups.(waiter); ok {
+			st.CurrentWaiting = uint64(w.Waiting())
+		}
+	} else {
+		gain := true
+		if c.kept != nil {
+			gain = c.kept.scrape()
+			defer c.kept.done(gain)
+			c.kept.stats(&st, gain)
+		}
+		collectScalars(ch, c.queue, &st)
+		c.collectJobs(ch, &st)
+		c.collectTubes(ch, c.store.EachTube, &c.otherCounters, c.kept, gain)
 	}
 	collectScalars(ch, c.stats, &st)
 	ch <- prometheus.MustNewConstMetric(c.buildInfo, prometheus.GaugeValue, 1, st.Version)
 	for i, n := range st.Cmd {
 		name := strings.TrimPrefix(codec.Counter(i).String(), "cmd-")
 		ch <- prometheus.MustNewConstMetric(c.commands, prometheus.CounterValue, float64(n), name)
-	}
-	for i, n := range [len(jobStates)]uint64{st.CurrentJobsReady, st.CurrentJobsReserved, st.CurrentJobsDelayed, st.CurrentJobsBuried} {
-		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(n), jobStates[i])
 	}
 	select {
 	case <-c.engine.Ready():
@@ -267,7 +301,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	} else if ls, ok := c.store.LogStats(); ok {
 		collectScalars(ch, c.log, &ls)
 	}
-	c.collectTubes(ch, gain)
+	if c.groups != nil {
+		c.collectGroups(ch)
+	}
+}
+
+// collectJobs sends sprout_current_jobs, by state, of st; group, if
+// given, is the value of the group label.
+func (c *collector) collectJobs(ch chan<- prometheus.Metric, st *codec.ServerStats, group ...string) {
+	for i, n := range [len(jobStates)]uint64{st.CurrentJobsReady, st.CurrentJobsReserved, st.CurrentJobsDelayed, st.CurrentJobsBuried} {
+		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(n), append([]string{jobStates[i]}, group...)...)
+	}
 }
 
 // collectTubes sends the per-tube series. The first tubeSeries tubes in
@@ -279,17 +323,21 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // for as long as it exists, rather than flipping in and out of OtherTube
 // from one scrape to the next as a name order would make it.
 //
-// The counters of OtherTube are kept by otherCounters, since a plain sum
-// would drop each time a tube past the cap was freed. gain is false while
-// a cluster member's store is rebuilt or just was (keptCounters): its
+// The counters of OtherTube are kept by oc, since a plain sum would drop
+// each time a tube past the cap was freed. kept, if set, keeps the
+// tubes' own counters (a cluster member's); gain is false while a
+// cluster member's store is rebuilt or just was (keptCounters): its
 // tubes' counters then gain nothing.
-func (c *collector) collectTubes(ch chan<- prometheus.Metric, gain bool) {
+//
+// each walks the tubes: the store's EachTube, or with groups the tubes
+// a group counts (Groups), and group is then that group's label value,
+// the cap counting each group's tubes.
+func (c *collector) collectTubes(ch chan<- prometheus.Metric, each func(fn func(*store.TubeStats)), oc *otherCounters, kept *keptCounters, gain bool, group ...string) {
 	var other tubeFigures
 	seen, summed := 0, 0
-	oc := &c.otherCounters
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
-	c.store.EachTube(func(t *store.TubeStats) {
+	each(func(t *store.TubeStats) {
 		seen++
 		if seen > c.tubeSeries {
 			other.add(t)
@@ -299,10 +347,10 @@ func (c *collector) collectTubes(ch chan<- prometheus.Metric, gain bool) {
 		}
 		var f tubeFigures
 		f.add(t)
-		if c.kept != nil {
-			c.kept.tube(t.Name, &f, gain)
+		if kept != nil {
+			kept.tube(t.Name, &f, gain)
 		}
-		c.sendTube(ch, t.Name, &f)
+		c.sendTube(ch, t.Name, &f, group...)
 	})
 	if !gain {
 		carryOver(oc.next, oc.last)
@@ -311,17 +359,28 @@ func (c *collector) collectTubes(ch chan<- prometheus.Metric, gain bool) {
 	clear(oc.next)
 	if oc.shown {
 		other.totalJobs, other.deletes = float64(oc.total.jobs), float64(oc.total.deletes)
-		c.sendTube(ch, OtherTube, &other)
+		c.sendTube(ch, OtherTube, &other, group...)
 	}
-	ch <- prometheus.MustNewConstMetric(c.otherTubes, prometheus.GaugeValue, float64(summed))
+	ch <- prometheus.MustNewConstMetric(c.otherTubes, prometheus.GaugeValue, float64(summed), group...)
 }
 
-func (c *collector) sendTube(ch chan<- prometheus.Metric, name string, f *tubeFigures) {
+// sendTube sends a tube's series; group, if given, is the value of the
+// group label.
+func (c *collector) sendTube(ch chan<- prometheus.Metric, name string, f *tubeFigures, group ...string) {
+	if len(group) == 0 {
+		for i, n := range f.jobs {
+			ch <- prometheus.MustNewConstMetric(c.tubeJobs, prometheus.GaugeValue, n, name, jobStates[i])
+		}
+		for _, fig := range c.tubes {
+			ch <- prometheus.MustNewConstMetric(fig.desc, fig.kind, fig.value(f), name)
+		}
+		return
+	}
 	for i, n := range f.jobs {
-		ch <- prometheus.MustNewConstMetric(c.tubeJobs, prometheus.GaugeValue, n, name, jobStates[i])
+		ch <- prometheus.MustNewConstMetric(c.tubeJobs, prometheus.GaugeValue, n, name, jobStates[i], group[0])
 	}
 	for _, fig := range c.tubes {
-		ch <- prometheus.MustNewConstMetric(fig.desc, fig.kind, fig.value(f), name)
+		ch <- prometheus.MustNewConstMetric(fig.desc, fig.kind, fig.value(f), name, group[0])
 	}
 }
 

@@ -52,5 +52,19 @@
 // membership changes and the transport's counters, read from Node.Stats at
 // scrape time (clusterCollector, cluster.go), the proxy's connections from
 // Proxy.Stats, and the sizes of proposals, observed as the leader makes
-// them (Metrics implements replication.Observer).
+// them (Metrics implements replication.Observer). A member's queue
+// counters are kept from going down when its store is rebuilt
+// (keptCounters, kept.go), and its sprout_binlog_* figures are its log's
+// (Config.Log: the log its groups share), not its store's journal's.
+//
+// With several groups (Config.Groups, groups.go) the queue's figures,
+// and the per-tube series, are those of the groups the member leads,
+// read at scrape time from each group's store and labelled with the
+// group; every series of those families carries the label, since an
+// exposition may not have a family with and without it. A group's
+// series are on its leader alone, so that their sum over the members is
+// what stats shows; they move with the leadership, and each group's
+// counters are kept per member across the scrapes that find the group
+// led elsewhere (groupCounters). The member's own figures (connections,
+// commands, current-waiting: its sessions') stay unlabelled.
 package ops

@@ -23,9 +23,16 @@ import (
 //
 // A single server's store is never rebuilt: it has none (ops.Config
 // without a Cluster), and its figures are reported as they are.
+//
+// With several groups each group's figures have keptCounters of their
+// own (groupCounters), which see them only while this member leads the
+// group: a scrape that finds it not led marks them away, and the first
+// scrape that finds it led again gains nothing either, as across a
+// rebuild, so each series goes on from where it stopped.
 type keptCounters struct {
 	// epoch reports the member's rebuilds so far and whether one is under
-	// way (replication.Stats' Rebuilds, Rebuilding).
+	// way (replication.Stats' Rebuilds, Rebuilding); nil for a group's,
+	// whose scrapeAt is given them.
 	epoch func() (rebuilds uint64, rebuilding bool)
 
 	mu sync.Mutex
@@ -33,6 +40,7 @@ type keptCounters struct {
 	scraped          bool   // a scrape has been made
 	rebuilds         uint64 // epoch's at the last scrape
 	rebuilding       bool   // epoch's at the last scrape
+	away             bool   // a group's: a scrape since the last found it not led here
 	jobs, timeouts   kept
 	tubes, nextTubes map[string]keptTube // the tubes with series of their own, at the last scrape and at this one
 }
@@ -62,11 +70,23 @@ func newKeptCounters(epoch func() (uint64, bool)) *keptCounters {
 // either: the figures it read may have been a rebuild's partial ones),
 // and holds mu until done.
 func (k *keptCounters) scrape() (gain bool) {
-	rebuilds, rebuilding := k.epoch()
+	return k.scrapeAt(k.epoch())
+}
+
+// scrapeAt is scrape with the epoch read by the caller.
+func (k *keptCounters) scrapeAt(rebuilds uint64, rebuilding bool) (gain bool) {
 	k.mu.Lock()
-	gain = !k.scraped || !rebuilding && !k.rebuilding && rebuilds == k.rebuilds
-	k.scraped, k.rebuilds, k.rebuilding = true, rebuilds, rebuilding
+	gain = !k.scraped || !k.away && !rebuilding && !k.rebuilding && rebuilds == k.rebuilds
+	k.scraped, k.rebuilds, k.rebuilding, k.away = true, rebuilds, rebuilding, false
 	return gain
+}
+
+// leave marks a group's figures away: a scrape found the group not led
+// here.
+func (k *keptCounters) leave() {
+	k.mu.Lock()
+	k.away = true
+	k.mu.Unlock()
 }
 
 // stats rewrites st's counters as reported. mu must be held.

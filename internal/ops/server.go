@@ -53,6 +53,10 @@ type Config struct {
 	Cluster Cluster
 	Proxy   Proxy
 	Router  Router
+	// Groups, if set, are the groups of a cluster of several: the
+	// queue's figures on /metrics are then those of the groups this
+	// member leads, labelled with the group, rather than Store's.
+	Groups Groups
 	// Log, if set, reads the figures of the log this member writes, for
 	// the sprout_binlog_* series, in place of Store's LogStats: a
 	// cluster member's store has a journal, which counts only the
@@ -131,9 +135,9 @@ func Register(mux *http.ServeMux, cfg Config) error {
 		cfg.PingTimeout = DefaultPingTimeout
 	}
 	reg := prometheus.NewRegistry()
-	queue := newCollector(cfg.Engine, cfg.Store, cfg.TubeSeries)
+	queue := newCollector(cfg.Engine, cfg.Store, cfg.TubeSeries, cfg.Groups)
 	queue.logStats = cfg.Log
-	if cl := cfg.Cluster; cl != nil {
+	if cl := cfg.Cluster; cl != nil && cfg.Groups == nil {
 		queue.kept = newKeptCounters(func() (uint64, bool) {
 			st := cl.Stats()
 			return st.Rebuilds, st.Rebuilding
