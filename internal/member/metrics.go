@@ -2,6 +2,7 @@ package member
 
 import (
 	"github.com/sproutmq/sprout/internal/ops"
+	"github.com/sproutmq/sprout/internal/router"
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/wal"
 )
@@ -39,7 +40,7 @@ func (l ledGroups) EachLed(fn func(g *ops.LedGroup)) {
 					continue
 				}
 				if ts, ok := st.TubeStats([]byte(t.Name)); ok {
-					figures = withoutTubeJobs(figures, ts)
+					figures = router.WithoutTube(figures, ts)
 				}
 			}
 		}
@@ -76,22 +77,6 @@ func (l ledGroups) EachLed(fn func(g *ops.LedGroup)) {
 // Waiting implements ops' waiter: this member's sessions in a reserve,
 // stats' current-waiting with several groups.
 func (l ledGroups) Waiting() int64 { return l.m.sessions.Waiting() }
-
-// withoutTubeJobs is st without ts's jobs, a tube whose jobs another
-// group counts (a move's copies), and without the tube itself but for
-// the default tube, which EachLed counts in its owner's group: as the
-// router's stats leaves it out (router's withoutTube).
-func withoutTubeJobs(st store.Stats, ts store.TubeStats) store.Stats {
-	st.Urgent -= int64(ts.Urgent)
-	st.Ready -= int64(ts.Ready)
-	st.Reserved -= int64(ts.Reserved)
-	st.Delayed -= int64(ts.Delayed)
-	st.Buried -= int64(ts.Buried)
-	if ts.Name != store.DefaultTube {
-		st.Tubes--
-	}
-	return st
-}
 
 // logFigures are the figures of the member's log for the
 // sprout_binlog_* series: its segments, records and bytes are the shared

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -289,59 +288,22 @@ func queueSums(members map[string]*Member, tube string) (jobs map[string]float64
 // as stats does: in the group the tube routes to, the other's copy having
 // no series.
 func TestShardGroupsMetricsMoveCountedOnce(t *testing.T) {
-	c := newClusterOf(t, 3, 3, 0)
-	c.finalized()
-	c.formationRecorded()
-	tube := tubePerGroup(c.up["m1"].shards.placement, "counted")[1]
-	client := testproc.DialTest(t, c.up["m2"].Addr().String(), replyTimeout)
-	expectLine(t, client, "use "+tube, "USING "+tube)
-	for i := range 3 {
-		if _, err := client.Put(uint32(i), 0, 60, []byte("ready")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := client.Put(5, 100, 60, []byte("delayed")); err != nil {
-		t.Fatal(err)
-	}
+	c, tube, _ := clusterWithCountedTube(t)
 	var (
-		once                sync.Once
 		duringJobs          map[string]float64
 		duringTubes         float64
 		duringSeries        []string
 		duringErr           error
 		adoptedAtTheScrapes bool
 	)
-	hook := func(g uint16) {
-		if g != 2 {
-			return
-		}
+	c.moveToGroup2WhileAdopted(tube, func() {
+		duringJobs, duringTubes, duringSeries, duringErr = queueSums(c.up, tube)
 		for _, m := range c.up {
-			if m.shards.serving(2) == nil {
-				continue
-			}
-			if b := m.shards.node(2).Tubes(); b.Adopted[tube] == 0 || isStaged(m.shards.node(2), tube) {
-				return // the stage's copy
+			if m.shards.serving(2) != nil {
+				adoptedAtTheScrapes = m.shards.node(2).Tubes().Adopted[tube] != 0
 			}
 		}
-		once.Do(func() {
-			duringJobs, duringTubes, duringSeries, duringErr = queueSums(c.up, tube)
-			for _, m := range c.up {
-				if m.shards.serving(2) != nil {
-					adoptedAtTheScrapes = m.shards.node(2).Tubes().Adopted[tube] != 0
-				}
-			}
-		})
-	}
-	for _, m := range c.up {
-		m.afterImport.Store(&hook)
-	}
-	status, _, body := moveTubeThrough(t, c.up["m1"], tube, 2)
-	for _, m := range c.up {
-		m.afterImport.Store(nil)
-	}
-	if status != http.StatusOK {
-		t.Fatalf("move: %d %s", status, body)
-	}
+	})
 	if duringErr != nil || duringJobs == nil || !adoptedAtTheScrapes {
 		t.Fatalf("the scrapes while group 2 held the tube's copy: %v (scraped %v, still adopted %v)", duringErr, duringJobs != nil, adoptedAtTheScrapes)
 	}

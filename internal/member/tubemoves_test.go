@@ -1448,13 +1448,10 @@ func TestAdminFindsMovedJobOfFive(t *testing.T) {
 	}
 }
 
-// TestShardGroupsMoveTubeStatsOnce: stats while a moving tube's jobs are
-// in both groups, once the destination has taken them at the freeze and
-// until the source drops them after the placement: each job counts once,
-// as on one server (a staged copy is left out already: the same holds
-// for the adopted one not yet placed, and for the frozen source's once
-// placed elsewhere).
-func TestShardGroupsMoveTubeStatsOnce(t *testing.T) {
+// clusterWithCountedTube is three members with three groups and a tube
+// of group 1 holding three ready jobs (priorities 0 to 2) and one
+// delayed, put through m2 by client, which uses the tube.
+func clusterWithCountedTube(t *testing.T) (*testCluster, string, *testproc.Conn) {
 	c := newClusterOf(t, 3, 3, 0)
 	c.finalized()
 	c.formationRecorded()
@@ -1469,13 +1466,14 @@ func TestShardGroupsMoveTubeStatsOnce(t *testing.T) {
 	if _, err := client.Put(5, 100, 60, []byte("delayed")); err != nil {
 		t.Fatal(err)
 	}
-	fields := []string{"current-jobs-urgent", "current-jobs-ready", "current-jobs-delayed", "current-tubes", "total-jobs"}
-	before, err := client.StatsInt("stats", fields...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var during []int64
-	var duringErr error
+	return c, tube, client
+}
+
+// moveToGroup2WhileAdopted moves tube to group 2 through m1, calling
+// during once while group 2's leader holds the tube's jobs it took at the
+// freeze (the adopted copy, not the stage's), before the placement.
+func (c *testCluster) moveToGroup2WhileAdopted(tube string, during func()) {
+	c.t.Helper()
 	var once sync.Once
 	hook := func(g uint16) {
 		if g != 2 {
@@ -1486,29 +1484,47 @@ func TestShardGroupsMoveTubeStatsOnce(t *testing.T) {
 				continue
 			}
 			if b := m.shards.node(2).Tubes(); b.Adopted[tube] == 0 || isStaged(m.shards.node(2), tube) {
-				return // the stage's copy: not counted
+				return // the stage's copy
 			}
 		}
-		once.Do(func() {
-			reader, err := testproc.Dialer{Timeout: time.Second, ReplyTimeout: replyTimeout}.Dial(c.up["m3"].Addr().String())
-			if err != nil {
-				duringErr = err
-				return
-			}
-			defer reader.Close()
-			during, duringErr = reader.StatsInt("stats", fields...)
-		})
+		once.Do(during)
 	}
 	for _, m := range c.up {
 		m.afterImport.Store(&hook)
 	}
-	status, _, body := moveTubeThrough(t, c.up["m1"], tube, 2)
+	status, _, body := moveTubeThrough(c.t, c.up["m1"], tube, 2)
 	for _, m := range c.up {
 		m.afterImport.Store(nil)
 	}
 	if status != http.StatusOK {
-		t.Fatalf("move: %d %s", status, body)
+		c.t.Fatalf("move: %d %s", status, body)
 	}
+}
+
+// TestShardGroupsMoveTubeStatsOnce: stats while a moving tube's jobs are
+// in both groups, once the destination has taken them at the freeze and
+// until the source drops them after the placement: each job counts once,
+// as on one server (a staged copy is left out already: the same holds
+// for the adopted one not yet placed, and for the frozen source's once
+// placed elsewhere).
+func TestShardGroupsMoveTubeStatsOnce(t *testing.T) {
+	c, tube, client := clusterWithCountedTube(t)
+	fields := []string{"current-jobs-urgent", "current-jobs-ready", "current-jobs-delayed", "current-tubes", "total-jobs"}
+	before, err := client.StatsInt("stats", fields...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var during []int64
+	var duringErr error
+	c.moveToGroup2WhileAdopted(tube, func() {
+		reader, err := testproc.Dialer{Timeout: time.Second, ReplyTimeout: replyTimeout}.Dial(c.up["m3"].Addr().String())
+		if err != nil {
+			duringErr = err
+			return
+		}
+		defer reader.Close()
+		during, duringErr = reader.StatsInt("stats", fields...)
+	})
 	if duringErr != nil || !slices.Equal(during, before) {
 		t.Fatalf("stats %v while the new group holds the frozen tube's jobs: %v (%v); before the move %v", fields, during, duringErr, before)
 	}

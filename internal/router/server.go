@@ -1114,12 +1114,12 @@ func (o *owner) uncounted() func(tube []byte) bool {
 	return o.srv.cfg.Uncounted(o.key.group)
 }
 
-// withoutTube is st without ts, a tube whose jobs another group counts
+// WithoutTube is st without ts, a tube whose jobs another group counts
 // (a move's copies, or its source's once placed elsewhere): its jobs by
 // state, and itself, but for the default tube, which every group holds
 // (SumStats counts it once). Its imports counted in no total-jobs here
 // (wal.ImportKey).
-func withoutTube(st store.Stats, ts store.TubeStats) store.Stats {
+func WithoutTube(st store.Stats, ts store.TubeStats) store.Stats {
 	st.Urgent -= int64(ts.Urgent)
 	st.Ready -= int64(ts.Ready)
 	st.Reserved -= int64(ts.Reserved)
@@ -1580,7 +1580,7 @@ func (o *owner) run(req *Request) (r Reply, blocked bool) {
 					continue
 				}
 				if ts, ok := o.st.TubeStats([]byte(t.Name)); ok {
-					st = withoutTube(st, ts)
+					st = WithoutTube(st, ts)
 				}
 			}
 		}
