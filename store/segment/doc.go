@@ -174,8 +174,10 @@
 // # Files
 //
 // DIR/sprout.NNNNNNNN.wal segments, each a 24-byte header (magic, version,
-// an id: below) followed by frames: u32 length, u32 CRC-32C, payload
+// seal, an id: below) followed by frames: u32 length, u32 CRC-32C, payload
 // (frame.go; BeginFrame and EndFrame write one, CheckFrame reads one).
+// The seal (bytes 12-15, zero in earlier releases, which never read them)
+// says whether the segment is still written to: see Recovery.
 // The version says whose segments they are: 1 a single node's journal
 // (VersionJournal), 2 a cluster member's Raft log (VersionRaftLog), 3 a
 // cluster member's log shared by several Raft groups (VersionMultiRaft);
@@ -205,13 +207,64 @@
 //
 // Open replays every segment in order, handing each frame that checks
 // (length, CRC, Options.MaxPayload) to its user's callback with its
-// segment, offset and size. A frame that does not check, or that the
-// callback finds damaged (ErrCorrupt), at the end of the last segment
-// holding frames is a write torn by a crash: it is cut off with a
-// warning. Other damage stops the start (a *DamageError) unless
-// Options.SkipDamaged, which logs and skips it; any other error of the
+// segment, offset and size. What a frame that does not check, or that the
+// callback finds damaged (ErrCorrupt), means depends on its segment's
+// seal, which says whether a crash can have torn it:
+//
+//   - Open (sealOpen): this release made the segment, and no run has
+//     sealed it since, so the crashed run had it open. A power loss
+//     leaves what was written since the last fsync, in any order, each
+//     byte written or still zero, and one fsync covers every open segment,
+//     so the last batch may span two. Writes are acknowledged in log order
+//     and only up to an fsync that covered them, so nothing after a byte
+//     the disk lost was acknowledged: the first bad frame is a tear,
+//     whatever follows it, when every later segment is open too or holds
+//     nothing (a header and zeros). The segment is cut off there and every
+//     later segment removed, with a warning each. A length above
+//     MaxPayload is never a tear (a torn length, each byte written or
+//     zero, is at most the frame's). Damage to a frame an fsync covered in
+//     such a segment cannot be told from a tear: it is cut off with the
+//     tear, which is the price of starting after a power loss; only the
+//     segments of the one crashed run are open, and Open seals them (below).
+//   - Sealed (a length): an fsync covered every frame of the segment
+//     before its length was written there, so nothing in it is torn: any
+//     bad frame is damage. The length is trusted only when it is the
+//     file's size (sealing trims the file to it, and a crash while sealing
+//     leaves the two apart); nothing lies past it.
+//   - Unknown (0: an earlier release's segment; a seal that is not the
+//     file's size: a crash while sealing, a seal write torn, a file cut
+//     short by an earlier release after a downgrade; or an open segment
+//     with a later one neither open nor empty, which an earlier release
+//     wrote after it): as before seals, a bad frame at the end of the
+//     last segment holding frames (beyond its checkpoint, with
+//     Checkpoints) is a tear when nothing but zeros follows where its
+//     length says it ends, or its length is unreadable; it is cut off
+//     with a warning.
+//
+// Damage, anything else, stops the start (a *DamageError) unless
+// Options.SkipDamaged, which logs and skips the frame: by its length, or
+// when that is unreadable and the segment is sealed, to where a run of
+// frames that check ends at the sealed length. Any other error of the
 // callback stops the start whatever SkipDamaged says. A segment of zeros
 // (its preallocation cut short by a crash) is removed.
+//
+// A segment is sealed once nothing will write to it again and an fsync has
+// covered all it holds: when the writer retires it (a rotation, and Close
+// for the segment written and the spare) it trims the file to what it
+// holds, writes that length into the header and fsyncs both (trimmed
+// first, so a process that dies between leaves it open), on the writer's
+// goroutine before the next fsync is handed out (so only the fsync that
+// covered the segment's last frames can have acknowledged later ones
+// before it is sealed, and a torn tail there means it never finished).
+// Dir.Create writes its segment sealed. Open seals the segments it found
+// open, once replayed (an fsync of their frames first, then as a
+// retirement does; one whose frames end at damage SkipDamaged skipped is
+// marked unknown instead), before Start writes anything, so that the next
+// crash finds only its own run's segments open. A crash while sealing
+// leaves the segment open (its tear rule is safe: an fsync covered it all)
+// or its seal unknown. A seal is not a format version: an earlier release
+// ignores it and reads the segments as before, and segments it makes read
+// 0. A segment longer than a seal can say (4 GiB) is left unknown.
 //
 // A clean Close trims the segment written and the spare to what they
 // hold, as a rotation trims the segment before, so a restart reads its
