@@ -224,9 +224,9 @@ func TestReadsAcrossManySegments(t *testing.T) {
 	}
 }
 
-// TestClusterTornTail: a frame torn at the end of the log is cut off at
-// reopen; a damaged frame before the end refuses the start unless damaged
-// frames are skipped.
+// TestClusterTornTail: a frame torn at the end of the log, in the segment
+// a crash left open (unsealed), is cut off at reopen; a damaged frame
+// before the end refuses the start unless damaged frames are skipped.
 func TestClusterTornTail(t *testing.T) {
 	dir := t.TempDir()
 	opts := segment.Options{SegmentSize: 4096}
@@ -252,6 +252,7 @@ func TestClusterTornTail(t *testing.T) {
 	}
 
 	corrupt(groups[39])
+	setSeal(t, dir, groups[39].seg, segment.SealOpen) // as a crash before Close sealed it
 	l, frames := openFrames(t, dir, opts)
 	segtest.CloseUnstarted(t, l)
 	if got := entriesOf(frames); len(got) != 39 {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,14 +15,85 @@ import (
 )
 
 const (
-	// HeaderSize is the size of a segment's header: magic, version, and the
-	// highest id issued (or named) when the segment began. The first frame
-	// starts there.
+	// HeaderSize is the size of a segment's header: magic, version, seal,
+	// and the highest id issued (or named) when the segment began. The
+	// first frame starts there.
 	HeaderSize = 24
 	magic      = "SPROUTWL"
+	// sealOffset is where a segment's header holds its seal (doc.go,
+	// Recovery): 0 unknown (an earlier release's), sealOpen, or the length
+	// the segment was sealed at.
+	sealOffset = 12
+	// sealOpen is the seal of a segment this release made and has not
+	// sealed yet: no length is that large (a longer segment is left
+	// unknown), and each byte of it differs from a length's high byte.
+	sealOpen = math.MaxUint32
 	// headerIDOffset is where a segment's header holds its id.
 	headerIDOffset = 16
 )
+
+// sealState is what a segment's seal says of it at Open.
+type sealState uint8
+
+const (
+	sealUnknown  sealState = iota // an earlier release's, or a seal not to be trusted
+	sealUnsealed                  // still open when its run ended
+	sealSealed                    // every frame fsynced, the file trimmed to them
+)
+
+// readSeal reads the seal in hdr, a segment's header, against the file's
+// size: a length is trusted only when it is the size, as sealing leaves
+// it (a crash while sealing, or a torn seal, leaves the two apart).
+func readSeal(hdr []byte, fileSize int64) sealState {
+	switch v := binary.LittleEndian.Uint32(hdr[sealOffset:]); {
+	case v == sealOpen:
+		return sealUnsealed
+	case v >= HeaderSize && int64(v) == fileSize:
+		return sealSealed
+	}
+	return sealUnknown
+}
+
+// sealValue is the seal that says a segment of size bytes is sealed: the
+// size, or 0 (unknown) if a seal cannot say it.
+func sealValue(size int64) uint32 {
+	if size < HeaderSize || size >= sealOpen {
+		return 0
+	}
+	return uint32(size)
+}
+
+// seal seals f, a segment whose every frame an fsync has covered (or, with
+// syncFirst, is fsynced first), at size bytes: it trims the file to size,
+// writes size as the seal and fsyncs both (doc.go, Recovery). Trimmed
+// first, so that a process dying between (or a reader copying the file)
+// finds it open, not sealed at a size it does not have yet; a power loss
+// may keep either without the other, which reads as open or unknown. A
+// failure leaves the segment so too: either is safe.
+func seal(f *os.File, size int64, syncFirst bool) error {
+	if syncFirst {
+		if err := f.Sync(); err != nil {
+			return err
+		}
+	}
+	if err := f.Truncate(size); err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(binary.LittleEndian.AppendUint32(nil, sealValue(size)), sealOffset); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// unseal marks f's seal unknown, for a segment Open found open but cannot
+// trim (damage it skipped ends its frames): what follows reads it by the
+// rule for an earlier release's segments.
+func unseal(f *os.File) error {
+	if _, err := f.WriteAt(make([]byte, 4), sealOffset); err != nil {
+		return err
+	}
+	return f.Sync()
+}
 
 // Dir is a directory of segments, locked for this process: what a Log is
 // opened on, and what its users prepare before (a beanstalkd binlog
@@ -120,10 +192,11 @@ func FileVersion(path string) (version uint32, ok bool, err error) {
 
 // Create writes segment seq whole: a header of version and id, then
 // frames. It is written to a temporary file, fsynced and renamed into
-// place, so a crash leaves either no segment seq or all of it.
+// place, so a crash leaves either no segment seq or all of it; it is
+// sealed, as nothing writes to it again.
 func (d *Dir) Create(seq, version uint32, id uint64, frames []byte) error {
 	hdr := make([]byte, HeaderSize)
-	putHeader(hdr, version, id)
+	putHeader(hdr, version, sealValue(int64(HeaderSize+len(frames))), id)
 	final := d.SegmentPath(seq)
 	tmp := final + ".new"
 	if err := writeDurably(tmp, hdr, frames); err != nil {
@@ -144,9 +217,10 @@ func (d *Dir) Remove(seq uint32) error { return os.Remove(d.SegmentPath(seq)) }
 func (d *Dir) Sync() { _ = d.file.Sync() }
 
 // putHeader fills in a segment's header.
-func putHeader(hdr []byte, version uint32, id uint64) {
+func putHeader(hdr []byte, version, seal uint32, id uint64) {
 	copy(hdr, magic)
 	binary.LittleEndian.PutUint32(hdr[8:], version)
+	binary.LittleEndian.PutUint32(hdr[sealOffset:], seal)
 	binary.LittleEndian.PutUint64(hdr[headerIDOffset:], id)
 }
 

@@ -214,18 +214,20 @@
 //   - Open (sealOpen): this release made the segment, and no run has
 //     sealed it since, so the crashed run had it open. A power loss
 //     leaves what was written since the last fsync, in any order, each
-//     byte written or still zero, and one fsync covers every open segment,
-//     so the last batch may span two. Writes are acknowledged in log order
-//     and only up to an fsync that covered them, so nothing after a byte
-//     the disk lost was acknowledged: the first bad frame is a tear,
+//     byte written or still zero, and one fsync covers every open
+//     segment, so the last batch may span two. Groups are durable in log
+//     order, and nothing after a byte the disk lost was covered by an
+//     fsync that finished (what the sync policy acknowledged before its
+//     fsync, it lets a power loss take): the first bad frame is a tear,
 //     whatever follows it, when every later segment is open too or holds
-//     nothing (a header and zeros). The segment is cut off there and every
-//     later segment removed, with a warning each. A length above
-//     MaxPayload is never a tear (a torn length, each byte written or
-//     zero, is at most the frame's). Damage to a frame an fsync covered in
-//     such a segment cannot be told from a tear: it is cut off with the
-//     tear, which is the price of starting after a power loss; only the
-//     segments of the one crashed run are open, and Open seals them (below).
+//     nothing (a header and zeros). The segment is cut off there and
+//     every later segment removed, with a warning each (but a spare's). A
+//     length above MaxPayload is never a tear (a torn length, each byte
+//     written or zero, is at most the frame's). Damage to a frame an
+//     fsync covered in such a segment cannot be told from a tear: it is
+//     cut off with the tear, the price of starting after a power loss;
+//     only the segments of the one crashed run are open, as Open seals
+//     them (below).
 //   - Sealed (a length): an fsync covered every frame of the segment
 //     before its length was written there, so nothing in it is torn: any
 //     bad frame is damage. The length is trusted only when it is the

@@ -58,3 +58,10 @@ func SetMaxUnsynced(o *Options, n int64) { o.maxUnsynced = n }
 // SetPipelineMin sets how many bytes of new groups the writer writes
 // while an fsync runs under SyncEvery 0, rather than after it.
 func SetPipelineMin(o *Options, n int64) { o.pipelineMin = n }
+
+// SealOpen is the seal of a segment not sealed yet: what a crash leaves
+// in the segments its run was writing.
+const SealOpen = sealOpen
+
+// SealOffset is where a segment's header holds its seal.
+const SealOffset = sealOffset

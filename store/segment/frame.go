@@ -66,6 +66,43 @@ func frameTail(b []byte, limit int) bool {
 	return allZero(b[end:])
 }
 
+// lengthAboveLimit reports whether the frame at the start of b says a
+// length above limit: never a tear, as a torn length (each byte written
+// or still zero) is at most the frame's, and no frame's is above limit.
+func lengthAboveLimit(b []byte, limit int) bool {
+	return len(b) >= FrameHeader && int(binary.LittleEndian.Uint32(b)) > limit
+}
+
+// resync finds where frames resume in b, a sealed segment's bytes from a
+// damaged frame at its start whose length cannot be read (CheckFrame's
+// size is negative) to the sealed length: the first offset after it where
+// a frame that checks begins and from which frames, followed by their
+// lengths, end exactly at the end of b. It returns 0 if there is none. It
+// takes a bool per byte of b, and a CRC only at the offsets so found, in
+// order, until one checks.
+func resync(b []byte, limit int) int {
+	reach := make([]bool, len(b)+1) // reach[y]: frames from y end at len(b)
+	reach[len(b)] = true
+	for y := len(b) - FrameHeader; y > 0; y-- {
+		n := int(binary.LittleEndian.Uint32(b[y:]))
+		if n == 0 || n > limit {
+			continue
+		}
+		if end := y + FrameHeader + n; end <= len(b) {
+			reach[y] = reach[end]
+		}
+	}
+	for y := 1; y < len(b); y++ {
+		if !reach[y] {
+			continue
+		}
+		if _, _, err := CheckFrame(b[y:], limit); err == nil {
+			return y
+		}
+	}
+	return 0
+}
+
 // allZero reports whether b holds only zeros, comparing a block at a
 // time: a segment's unwritten tail is megabytes of them.
 func allZero(b []byte) bool {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -297,3 +298,27 @@ func sameItems(t testing.TB, got map[uint64]*item, want map[uint64]item) {
 }
 
 func segPath(dir string, seq uint32) string { return filepath.Join(dir, segment.SegmentName(seq)) }
+
+// setSeal writes seal into the header of segment seq of dir: SealOpen for
+// a segment a crash left open, 0 for one an earlier release wrote.
+func setSeal(t testing.TB, dir string, seq, seal uint32) {
+	t.Helper()
+	f, err := os.OpenFile(segPath(dir, seq), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(binary.LittleEndian.AppendUint32(nil, seal), segment.SealOffset); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sealOf reads the seal in the header of segment seq of dir.
+func sealOf(t testing.TB, dir string, seq uint32) uint32 {
+	t.Helper()
+	b, err := os.ReadFile(segPath(dir, seq))
+	if err != nil || len(b) < segment.HeaderSize {
+		t.Fatalf("segment %d: %d bytes, %v", seq, len(b), err)
+	}
+	return binary.LittleEndian.Uint32(b[segment.SealOffset:])
+}

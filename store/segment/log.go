@@ -290,7 +290,7 @@ func (l *Log) Close() error {
 	case s := <-l.spares: // made after the writer stopped
 		if s.f != nil {
 			if err == nil {
-				_ = s.f.Truncate(HeaderSize) // as the writer trims its spare (core.trimOpen)
+				_ = seal(s.f, HeaderSize, false) // as the writer seals its spare (core.trimOpen)
 			}
 			_ = s.f.Close()
 		}

@@ -26,13 +26,17 @@ func (e replayStopped) Error() string { return e.err.Error() }
 
 // load replays every segment of the directory in order, calling replay
 // with each frame, and tells the core what it found: the segments, their
-// sizes and header ids.
+// sizes and header ids. Then it seals the segments the crashed run left
+// open (doc.go, Recovery), so that only the next run's are open if it
+// crashes in turn.
 //
-// A crash tears the end of the last segment that holds frames (beyond its
-// checkpoint, with Options.Checkpoints): spares made after it hold none,
-// so they do not make it an earlier one; with Checkpoints a spare never
-// written to is removed first, its header's id being older than what was
-// written after it was made.
+// By an earlier release's rule (unknown seals), a crash tears the end of
+// the last segment that holds frames (beyond its checkpoint, with
+// Options.Checkpoints): spares made after it hold none, so they do not
+// make it an earlier one; with Checkpoints a spare never written to is
+// removed first, its header's id being older than what was written after
+// it was made. A segment left open may hold a tear when every segment
+// after it is open too or empty (tearFrom).
 func (l *Log) load(replay func(Frame) error) error {
 	seqs, err := l.dir.Segments()
 	if err != nil {
@@ -56,49 +60,131 @@ func (l *Log) load(replay func(Frame) error) error {
 	for lastUsed > 0 && unused(l.segPath(seqs[lastUsed])) {
 		lastUsed--
 	}
-	var buf []byte // every segment's bytes in turn: frames die with their replay's call
+	tearFrom := len(seqs)
+	for tearFrom > 0 && (segmentOpen(l.segPath(seqs[tearFrom-1])) || segmentEmpty(l.segPath(seqs[tearFrom-1]))) {
+		tearFrom--
+	}
+	var (
+		buf    []byte // every segment's bytes in turn: frames die with their replay's call
+		opened []walked
+	)
 	for i, seq := range seqs {
-		if buf, err = l.walkSegment(seq, i >= lastUsed, buf, replay); err != nil {
+		var w walked
+		if buf, w, err = l.walkSegment(seq, i >= lastUsed, i >= tearFrom, buf, replay); err != nil {
+			return err
+		}
+		if w.open {
+			opened = append(opened, w)
+		}
+		if w.tornAt > 0 {
+			if err := l.cutTear(w, seqs[i+1:]); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	for _, w := range opened {
+		if err := l.sealFound(w); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// walked is what walkSegment found in a segment left open by the run
+// that crashed.
+type walked struct {
+	seq  uint32
+	open bool
+	// end is where its frames end (the first byte of a tear, or of the
+	// zeros after them), or 0 if damage SkipDamaged skipped ends them
+	// instead: the file can then be neither trimmed nor sealed.
+	end int64
+	// tornAt is where a tear begins (the segment is to be cut off there
+	// and every later one removed), or 0.
+	tornAt int64
+}
+
+// cutTear cuts w's segment off where its tear begins and removes the
+// segments after it (open, or empty: they hold nothing written before the
+// tear), with a warning for each that holds frames. The removals are made
+// durable first: a crash between must not leave the tear cut and later
+// frames replayed after the gap.
+func (l *Log) cutTear(w walked, later []uint32) error {
+	for _, seq := range later {
+		if !segmentEmpty(l.segPath(seq)) {
+			l.log.Warn().Str("file", l.segPath(seq)).Msg("segment: removing a segment written after a torn frame")
+		}
+		if err := l.dir.Remove(seq); err != nil {
+			return err
+		}
+	}
+	if len(later) > 0 {
+		l.dir.Sync()
+	}
+	return os.Truncate(l.segPath(w.seq), w.tornAt)
+}
+
+// sealFound seals a segment Open found open, once replayed: its frames
+// fsynced first (a process that crashed left them in the page cache), then
+// as a retirement does. One whose frames damage ends is marked unknown.
+func (l *Log) sealFound(w walked) error {
+	f, err := os.OpenFile(l.segPath(w.seq), os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	if w.end > 0 {
+		err = seal(f, w.end, true)
+	} else {
+		err = unseal(f)
+	}
+	return errors.Join(err, f.Close())
+}
+
 // walkSegment checks segment seq's header against the log's version and
-// calls replay with each frame, in order. A damaged frame (a bad length
-// or CRC, or replay's ErrCorrupt) at the very end of the last segment
-// (last) is a write torn by a crash: it is cut off with a warning. Damage
-// anywhere else stops the start, unless SkipDamaged is set. A segment of
-// zeros (its preallocation cut short) is removed. The segment is read
-// into buf, grown as needed and returned for the next.
-func (l *Log) walkSegment(seq uint32, last bool, buf []byte, replay func(Frame) error) ([]byte, error) {
+// calls replay with each frame, in order. What a damaged frame (a bad
+// length or CRC, or replay's ErrCorrupt) is depends on the segment's seal
+// (doc.go, Recovery). In a segment left open, when tearable (every later
+// segment is open or empty), the first is a tear: walked says where, and
+// load cuts it. In a sealed one, none is. In one whose seal is unknown, or
+// an open one that is not tearable, one at the very end of the last
+// segment (last) is a tear, cut off here with a warning. Damage anywhere
+// else stops the start, unless SkipDamaged is set. A segment of zeros (its
+// preallocation cut short) is removed. The segment is read into buf,
+// grown as needed and returned for the next.
+func (l *Log) walkSegment(seq uint32, last, tearable bool, buf []byte, replay func(Frame) error) ([]byte, walked, error) {
 	path := l.segPath(seq)
 	data, err := readInto(path, buf)
 	if err != nil {
-		return buf, err
+		return buf, walked{}, err
 	}
 	buf = data
 	if allZero(data) {
 		// The server died while making this segment: it is zero-filled
 		// before its header is written, and it never held a frame.
 		l.log.Warn().Str("file", path).Msg("segment: removing a segment whose preallocation was cut short")
-		return buf, os.Remove(path)
+		return buf, walked{}, os.Remove(path)
 	}
 	if len(data) < HeaderSize || string(data[:8]) != magic {
-		return buf, fmt.Errorf("%w: %s", ErrNotSegment, path)
+		return buf, walked{}, fmt.Errorf("%w: %s", ErrNotSegment, path)
 	}
 	version := binary.LittleEndian.Uint32(data[8:])
 	if version != l.opts.Version && !slices.Contains(l.opts.Reads, version) {
-		return buf, &VersionError{Path: path, Version: version, Want: l.opts.Version}
+		return buf, walked{}, &VersionError{Path: path, Version: version, Want: l.opts.Version}
 	}
 	headerID := binary.LittleEndian.Uint64(data[headerIDOffset:])
 	l.core.sawID(headerID)
 	fileSize := len(data)
+	state := readSeal(data, int64(fileSize))
+	w := walked{seq: seq, open: state == sealUnsealed}
+	if w.open && !tearable {
+		state = sealUnknown // an earlier release wrote after it: its rule
+	}
 
 	off := HeaderSize
+	unframed := false // damage skipped left what follows unread
 	for off < len(data) {
-		if allZero(data[off:]) {
+		if state != sealSealed && allZero(data[off:]) {
 			break // preallocated space never written
 		}
 		size, err := l.replayFrame(seq, version, data, off, replay)
@@ -107,27 +193,43 @@ func (l *Log) walkSegment(seq uint32, last bool, buf []byte, replay func(Frame) 
 			continue
 		}
 		if stop, ok := err.(replayStopped); ok {
-			return buf, stop.err
+			return buf, walked{}, stop.err
 		}
-		if last && frameTail(data[off:], l.opts.MaxPayload) {
+		if state == sealUnsealed && !lengthAboveLimit(data[off:], l.opts.MaxPayload) {
+			l.log.Warn().Str("file", path).Int("offset", off).Msg("segment: cutting off a torn frame at the end of the log")
+			w.tornAt, w.end = int64(off), int64(off)
+			l.core.recoverSegment(seq, int64(off), headerID)
+			return buf, w, nil
+		}
+		if state == sealUnknown && last && frameTail(data[off:], l.opts.MaxPayload) {
 			l.log.Warn().Str("file", path).Int("offset", off).Msg("segment: cutting off a torn frame at the end of the log")
 			if err := os.Truncate(path, int64(off)); err != nil {
-				return buf, err
+				return buf, walked{}, err
 			}
 			fileSize = off
 			break
 		}
 		if !l.opts.SkipDamaged {
-			return buf, &DamageError{Path: path, Offset: int64(off), Err: err}
+			return buf, walked{}, &DamageError{Path: path, Offset: int64(off), Err: err}
 		}
-		l.log.Error().Str("file", path).Int("offset", off).Msg("segment: skipping a damaged frame")
+		if size <= 0 && state == sealSealed {
+			// Its length is unreadable, but the sealed length is where
+			// frames end: they resume where a run of them ends there.
+			size = resync(data[off:], l.opts.MaxPayload)
+		}
+		l.log.Error().Str("file", path).Int("offset", off).Int("skipped", size).Msg("segment: skipping a damaged frame")
 		if size <= 0 {
+			unframed = true
 			break // its length is unreadable: nothing after it can be framed
 		}
 		off += size
 	}
+	if w.open && !unframed {
+		// Trimmed and sealed at off once every segment is replayed (load).
+		w.end, fileSize = int64(off), off
+	}
 	l.core.recoverSegment(seq, int64(fileSize), headerID)
-	return buf, nil
+	return buf, w, nil
 }
 
 // readInto reads the file at path whole into buf, grown if it is too
@@ -187,6 +289,19 @@ func segmentEmpty(path string) bool {
 		return zerosFrom(f, HeaderSize)
 	}
 	return allZero(header[:n]) && zerosFrom(f, int64(n))
+}
+
+// segmentOpen reports whether the segment at path says it was left open
+// (its seal): the crashed run was writing it.
+func segmentOpen(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	header := make([]byte, HeaderSize)
+	n, _ := io.ReadFull(f, header)
+	return n == HeaderSize && string(header[:8]) == magic && readSeal(header, 0) == sealUnsealed
 }
 
 // onlyCheckpoint reports whether the segment at path holds no frame but

@@ -161,11 +161,12 @@ func (l *Log) carryOut(acts []action) (o outcome, stop bool) {
 				w.fn()
 			}
 		case actRetire:
+			// Sealed before any later fsync is handed out (doc.go,
+			// Recovery): retirements come before fsyncs in the list.
 			f := l.files[a.seq]
-			if a.sync {
-				_ = f.Sync()
+			if err := seal(f, a.n, a.sync); err != nil {
+				l.log.Warn().Err(err).Str("file", l.segPath(a.seq)).Msg("segment: cannot seal a segment; it is read after a crash as one still written to")
 			}
-			_ = f.Truncate(a.n)
 			_ = f.Close()
 			delete(l.files, a.seq)
 		case actMakeSpare:
@@ -404,7 +405,7 @@ func (l *Log) openSegment(seq uint32, lastID uint64, version uint32) (*os.File, 
 		return fail(err)
 	}
 	hdr := make([]byte, HeaderSize)
-	putHeader(hdr, version, lastID)
+	putHeader(hdr, version, sealOpen, lastID)
 	if _, err := f.WriteAt(hdr, 0); err != nil {
 		return fail(err)
 	}

@@ -90,6 +90,7 @@ func TestTornTail(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			ids, at := tornSetup(t, dir)
+			segtest.LeaveOpen(t, segPath(dir, 1)) // the crash came before Close sealed it
 			tc.tear(t, segPath(dir, 1), at)
 
 			var out testproc.SyncBuffer

@@ -79,3 +79,20 @@ func Segments(t testing.TB, dir string) (seqs []uint32, sizes map[uint32]int64) 
 	slices.Sort(seqs)
 	return seqs, sizes
 }
+
+// LeaveOpen makes the segment file at path read as one a crash left open:
+// its header's seal (bytes 12-15, store/segment's doc.go, Recovery) back
+// to "not sealed yet", as it was while its run wrote it. A test that
+// tears the tail of a log it closed cleanly (which sealed it: no tear is
+// allowed there) calls it to stand for the crash.
+func LeaveOpen(t testing.TB, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt([]byte{0xff, 0xff, 0xff, 0xff}, 12); err != nil {
+		t.Fatal(err)
+	}
+}
