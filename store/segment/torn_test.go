@@ -540,3 +540,29 @@ func TestSeals(t *testing.T) {
 		})
 	}
 }
+
+// TestDamageInOpenSegment: a length above MaxPayload is never a tear, in
+// an open segment too (a torn length is at most the frame's): the start
+// stops. SkipDamaged replays the frames before it, and as nothing after
+// it can be framed, Open marks the segment unknown rather than trim and
+// seal it there.
+func TestDamageInOpenSegment(t *testing.T) {
+	const prealloc = 1 << 16
+	dir := t.TempDir()
+	bodies, offs := tornSegment(t, dir, 1, prealloc, sealPtr(segment.SealOpen), nil)
+	overwrite(t, dir, 1, offs[tornFrom], binary.LittleEndian.AppendUint32(nil, 1<<20))
+	opts := segment.Options{SegmentSize: prealloc, MaxPayload: 1 << 16}
+	got, _, _, err := openTorn(dir, opts)
+	var de *segment.DamageError
+	if !errors.As(err, &de) || de.Offset != offs[tornFrom] {
+		t.Fatalf("Open: %v with %d frames, want a DamageError at offset %d", err, len(got), offs[tornFrom])
+	}
+	opts.SkipDamaged = true
+	got, warns, errs, err := openTorn(dir, opts)
+	if err != nil || !slices.Equal(got, bodies[:tornFrom]) || warns != 0 || errs != 1 {
+		t.Fatalf("with SkipDamaged: %v, %d frames, %d warnings, %d errors; want the %d before it and one error", err, len(got), warns, errs, tornFrom)
+	}
+	if fi, err := os.Stat(segPath(dir, 1)); err != nil || fi.Size() != prealloc || sealOf(t, dir, 1) != 0 {
+		t.Errorf("segment 1: %v bytes, seal %#x, %v; want it whole and unknown", fi.Size(), sealOf(t, dir, 1), err)
+	}
+}
