@@ -278,22 +278,27 @@ func (l *Log) replayFrame(seq, version uint32, data []byte, off int, replay func
 // crash cut short (all zeros). It reads only up to the first written
 // byte past the header: all of a spare, a block of any other.
 func segmentEmpty(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	header := make([]byte, HeaderSize)
-	n, _ := io.ReadFull(f, header)
-	if n == HeaderSize && string(header[:8]) == magic {
-		return zerosFrom(f, HeaderSize)
-	}
-	return allZero(header[:n]) && zerosFrom(f, int64(n))
+	return withHeader(path, func(f *os.File, header []byte, whole bool) bool {
+		if whole {
+			return zerosFrom(f, HeaderSize)
+		}
+		return allZero(header) && zerosFrom(f, int64(len(header)))
+	})
 }
 
 // segmentOpen reports whether the segment at path says it was left open
 // (its seal): the crashed run was writing it.
 func segmentOpen(path string) bool {
+	return withHeader(path, func(_ *os.File, header []byte, whole bool) bool {
+		return whole && readSeal(header, 0) == sealUnsealed
+	})
+}
+
+// withHeader opens the file at path, reads up to a segment header's size
+// of it and reports what fn says of it: the file, read that far, the
+// bytes read, and whether they are a segment's header. False if the file
+// cannot be opened.
+func withHeader(path string, fn func(f *os.File, header []byte, whole bool) bool) bool {
 	f, err := os.Open(path)
 	if err != nil {
 		return false
@@ -301,7 +306,7 @@ func segmentOpen(path string) bool {
 	defer f.Close()
 	header := make([]byte, HeaderSize)
 	n, _ := io.ReadFull(f, header)
-	return n == HeaderSize && string(header[:8]) == magic && readSeal(header, 0) == sealUnsealed
+	return fn(f, header[:n], n == HeaderSize && string(header[:8]) == magic)
 }
 
 // onlyCheckpoint reports whether the segment at path holds no frame but
