@@ -141,6 +141,10 @@ func (ss *session) answer(op codec.Op, a *Answer, out *replies) {
 	case FailedLost:
 		ss.end = endLost
 		return
+	case FailedFenced:
+		ss.end = endFenced
+		ss.loop.srv.conns.fenced.Add(1)
+		return
 	}
 	switch op {
 	case codec.OpPutBody:

@@ -144,6 +144,11 @@ const (
 	// died would: whether the command ran is unknown, and no reply would
 	// be true.
 	FailedLost
+	// FailedFenced closes the connection without a reply, as a RESERVED
+	// is refused while Config.Leased says no: the queue answered from a
+	// store this member's leadership of is not confirmed, which a leader
+	// elected meanwhile may have changed. Counted as fenced.
+	FailedFenced
 )
 
 // Answers receives a Queue's pending answers: the session that made it.

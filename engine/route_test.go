@@ -201,6 +201,36 @@ func TestLeasedFencesJobs(t *testing.T) {
 	}
 }
 
+// fencedStatsQueue is a fakeQueue whose stats the queue fences
+// (engine.FailedFenced), as a cluster member's session on the store of a
+// group whose leadership is not leased does.
+type fencedStatsQueue struct{ *fakeQueue }
+
+func (q fencedStatsQueue) Stats(a *engine.Answer) bool {
+	a.Failed = engine.FailedFenced
+	return true
+}
+
+// TestFailedFencedCloses: a read the queue fences (FailedFenced) closes
+// the connection with no reply, as a RESERVED the engine fences itself,
+// and is counted so; the replies before it go.
+func TestFailedFencedCloses(t *testing.T) {
+	st := store.New(store.Options{})
+	fs := newFakeQueues(st, func(string) bool { return false })
+	srv, network, addr := startServerOn(t, engine.Config{Queues: func(a engine.Answers) engine.Queue {
+		return fencedStatsQueue{fs.make(a).(*fakeQueue)}
+	}}, st)
+	c := dialRaw(t, network, addr)
+	c.send("use a\r\nstats\r\nuse b\r\n")
+	c.expect("USING a\r\n")
+	if got, err := c.reply(5 * time.Second); err != io.EOF {
+		t.Fatalf("a fenced stats: %q, %v; want EOF", got, err)
+	}
+	if n := srv.Limits().Fenced; n != 1 {
+		t.Errorf("Limits().Fenced = %d, want 1", n)
+	}
+}
+
 // TestCloseClientsStopped: a server stopped has no client left to close.
 // A cluster member hands its leaderships over after its engine stopped,
 // losing each, and closes the clients before it rebuilds the store: that

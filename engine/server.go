@@ -66,7 +66,8 @@ type Server struct {
 		current, total, producers, workers atomic.Int64
 		// refused: closed at once at MaxConnections; shed: closed or left
 		// waiting for want of descriptors; evicted: closed by the budget;
-		// fenced: closed instead of handed a job (Config.Leased).
+		// fenced: closed instead of handed a job (Config.Leased), or of
+		// answering from a store not leased (FailedFenced).
 		refused, shed, evicted, fenced atomic.Uint64
 		// tlsOnPlaintext: closed for starting with a TLS handshake.
 		tlsOnPlaintext atomic.Uint64

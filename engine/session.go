@@ -69,8 +69,9 @@ const (
 	// before it is sent (held ones included) and taken by the socket
 	// (finished), and later input is dropped.
 	endQuitting
-	// endFenced: a job was to be handed out while Config.Leased said no;
-	// the connection closes at once, that reply and what follows unsent.
+	// endFenced: a job was to be handed out while Config.Leased said no,
+	// or a queue's answer was fenced so (FailedFenced); the connection
+	// closes at once, that reply and what follows unsent.
 	endFenced
 	// endLost: the queue cannot tell whether a command ran (FailedLost);
 	// the connection closes at once, as endFenced.

@@ -148,7 +148,8 @@ type Limits struct {
 	// because they began a TLS handshake.
 	TLSOnPlaintext uint64
 	// Fenced counts connections closed instead of being handed a job
-	// while Config.Leased said no.
+	// while Config.Leased said no, or of being answered from a store
+	// whose leadership was not leased (FailedFenced).
 	Fenced uint64
 	// BufferHeld is the bytes held for connections now; MaxBufferMemory
 	// the budget.

@@ -82,7 +82,8 @@
 // no answer handed back to the event loop from another goroutine. A
 // reserve runs so only if it does not wait: one that would, or whose
 // wait a job held in another group bounds, goes the other way. A job is
-// handed out so only while the leadership is leased. When the member
+// handed out, and a read answered, so only while the leadership is
+// leased. When the member
 // stops serving a group, a session with a reply run there that its log
 // has not acknowledged closes (ClosesWith), as that reply never would
 // be; the others stay open, their next commands going to the next
@@ -108,10 +109,13 @@
 // store through its own client, exactly as a single node's connection
 // (engine.ClientQueue); when the member stops serving, such sessions
 // close (IsLocal picks them for engine.Server.CloseClientsWhere), since
-// the store is rebuilt under them. Any other session is remote for its
-// whole life: it keeps its used tube and watch list itself, in
-// beanstalkd's order, and sends every other command to the leader as a
-// request. Puts and changes by job id pipeline (5.3, engine.Pipeliner):
+// the store is rebuilt under them. While the leadership is not leased,
+// such a session closes rather than be handed a job (engine.Config.Leased)
+// or answered a read from the store (Session.fenceHere,
+// engine.FailedFenced): its client connects again. Any other session is
+// remote for its whole life: it keeps its used tube and watch list
+// itself, in beanstalkd's order, and sends every other command to the
+// leader as a request. Puts and changes by job id pipeline (5.3, engine.Pipeliner):
 // up to engine.MaxPipelined are in flight at once, run by the leader in
 // order, their answers delivered to the engine in the commands' order
 // whichever goroutine brings each (Session.deliver); any other command
@@ -155,8 +159,14 @@
 // expires the same entries; the log keeps them for a rebuild, and a
 // snapshot carries them (internal/replication, "Snapshots and a bounded
 // log"). The leader hands a
-// job out only while its leadership is leased; otherwise the reserve is
-// answered StatusNotLeader and goes to the next leader.
+// job out, and answers a request that reads its store (peeks, stats,
+// list-tubes, a reserve across groups' peek, a reserve that ends at
+// once: leaseFenced), only while its leadership is leased, the lease
+// asked once the store has answered; otherwise the request is answered
+// StatusNotLeader and goes to the next leader, or to this one once its
+// lease is confirmed again. A leader cut off from its group's majority
+// thus answers nothing from a store that a leader elected meanwhile may
+// have changed.
 //
 // A member's process numbers its sessions from a random point, and
 // before any call of theirs tells the first leader it reaches that its

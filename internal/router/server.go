@@ -112,11 +112,13 @@ type ServerConfig struct {
 	// MaxJobSize bounds a put's body (the server's -z).
 	MaxJobSize int
 	// Leased, if set, says whether this member's leadership of group g
-	// is still confirmed (engine.Config.Leased): a job is handed out only
-	// while it says true. Otherwise the reply or offer goes as
-	// StatusNotLeader, so the member asks again: the group's next leader,
-	// or this one, which answers with the job the owner client kept, if
-	// its leadership was confirmed meanwhile (owner.refuseLocked).
+	// is still confirmed (engine.Config.Leased): a job is handed out, and
+	// a request that reads the store answered (leaseFenced), only while
+	// it says true. Otherwise the reply or offer goes as StatusNotLeader,
+	// so the member asks again: the group's next leader, or this one,
+	// which answers with the job the owner client kept, or runs the read
+	// again, if its leadership was confirmed meanwhile
+	// (owner.refuseLocked).
 	Leased func(g uint16) bool
 	// Frozen, if set, says which of group g's tubes are moving out or
 	// moved out (a tube's move: internal/replication's tubes.go), nil
@@ -388,6 +390,9 @@ func (k *keptAnswers) reset() {
 type heldReply struct {
 	item Item
 	pos  uint64
+	// fenced: the reply reports the store (leaseFenced), and goes only
+	// while the leadership is leased.
+	fenced bool
 }
 
 // Handle executes a payload of items from member from, in order, and
@@ -696,7 +701,8 @@ func (o *owner) answerHeldLocked(it *Item) {
 // replies held for the log: ours would overtake them), when a reserve
 // would wait (tried with no timeout: the session then sends it the
 // other way, which takes it again with its own), and when it would hand
-// out a job while the leadership is not leased (the job goes back).
+// out a job (the job goes back) or answer a leaseFenced request while the
+// leadership is not leased.
 // Otherwise the reply is answered now, the caller holding it until acks
 // has acknowledged pos (engine.Queue AckNeeded). stamp is the member's latest tube creation stamp, raised
 // as a reply's raises it.
@@ -729,10 +735,11 @@ func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply
 		return Reply{}, nil, 0, false
 	case req.Op == OpReserve && r.Status == StatusTimedOut && timeout != 0:
 		return Reply{}, nil, 0, false
-	case s.cfg.Leased != nil && handsOut(&Item{Kind: KindReply, Reply: r}) && !s.cfg.Leased(key.group):
-		// The session sends it the other way, which runs it again: the
-		// job it got here goes back, or the owner would hold it unseen.
-		if reserves(req.Op) {
+	case s.cfg.Leased != nil && (leaseFenced(req.Op) || handsOut(&Item{Kind: KindReply, Reply: r})) && !s.cfg.Leased(key.group):
+		// The session sends it the other way, which runs it again (and
+		// refuses it while the lease is not confirmed): the job it got
+		// here goes back, or the owner would hold it unseen.
+		if reserves(req.Op) && r.Status == StatusOK && r.Result == ResultJob {
 			o.client.Unreserve(r.Job.ID)
 		}
 		return Reply{}, nil, 0, false
@@ -985,7 +992,7 @@ func (o *owner) runLocked(it *Item) {
 		o.gave.add(it.Seq, r.Job.ID)
 	}
 	r.Stamp = o.st.LatestStamp()
-	o.holdLocked(reply(o.key, it.Seq, r), o.client.PendingAck())
+	o.holdReplyLocked(heldReply{item: reply(o.key, it.Seq, r), pos: o.client.PendingAck(), fenced: leaseFenced(it.Request.Op)})
 	// The tubes the request used and watched stay while the session's
 	// references say so, not longer: beanstalkd frees a tube no client
 	// uses or watches (a pause-tube of it is then NOT_FOUND).
@@ -1015,6 +1022,24 @@ func reserveEnd(timeout, soonIn time.Duration, soon bool) (end time.Duration, so
 
 // reserves reports whether op reserves the job it answers with.
 func reserves(op Op) bool { return op == OpReserve || op == OpTake || op == OpReserveJob }
+
+// leaseFenced reports whether a reply to op is sent only while this
+// member's leadership of the group is leased (ServerConfig.Leased),
+// whatever it answers: op changes nothing, and its answer reports the
+// store, which a leader cut off from its group's majority may serve
+// after another was elected and changed it (a peek of a job the new
+// leader deleted, a reserve's TIMED_OUT while the new leader has a job
+// ready). Refused, it goes again to the group's next leader, or to this
+// one once the lease is confirmed, and runs again there. A reserve's
+// end after a wait (endWait) is not: sent again, it would wait again.
+func leaseFenced(op Op) bool {
+	switch op {
+	case OpPeek, OpPeekReady, OpPeekDelayed, OpPeekBuried, OpStatsJob, OpStatsTube, OpStats, OpListTubes,
+		OpBest, OpReserve, OpTake, OpReserveJob:
+		return true
+	}
+	return false
+}
 
 // answerHandedLocked answers a reserve or a wait that got a job on the
 // group's last leader, sent here again as its answer had not come when
@@ -1658,26 +1683,34 @@ func containsTube(tubes [][]byte, name string) bool {
 
 // holdLocked queues r until the log acknowledges pos, behind the replies
 // before it, and sends what may go.
-func (o *owner) holdLocked(r Item, pos uint64) {
+func (o *owner) holdLocked(r Item, pos uint64) { o.holdReplyLocked(heldReply{item: r, pos: pos}) }
+
+// holdReplyLocked is holdLocked of h's reply, fenced by the lease as h
+// says.
+func (o *owner) holdReplyLocked(h heldReply) {
 	f := o.flusher
-	if f == nil || len(o.replies) == 0 && pos <= f.acks.Acked() {
-		o.sendLocked(&r)
+	if f == nil || len(o.replies) == 0 && h.pos <= f.acks.Acked() {
+		o.sendLocked(&h.item, h.fenced)
 		return
 	}
 	// The job's body is the store's, which may reuse it once the job is
 	// gone: the reply keeps its own.
-	r.Reply.Job.Body = bytes.Clone(r.Reply.Job.Body)
-	r.Event.Job.Body = bytes.Clone(r.Event.Job.Body)
-	o.replies = append(o.replies, heldReply{item: r, pos: pos})
+	h.item.Reply.Job.Body = bytes.Clone(h.item.Reply.Job.Body)
+	h.item.Event.Job.Body = bytes.Clone(h.item.Event.Job.Body)
+	o.replies = append(o.replies, h)
 	if len(o.replies) == 1 {
-		f.add(o, pos) // else queued already, for an older position
+		f.add(o, h.pos) // else queued already, for an older position
 	}
 }
 
 // sendLocked sends a reply or an event to the session's member (into the
-// outbox), and keeps it as the last one sent.
-func (o *owner) sendLocked(it *Item) {
-	if leased := o.srv.cfg.Leased; leased != nil && handsOut(it) && !leased(o.key.group) {
+// outbox), and keeps it as the last one sent. One that hands out a job,
+// or is fenced (a reply to a leaseFenced request), goes only while the
+// leadership is leased; else it is refused (refuseLocked). The lease is
+// asked after the store answered, so a reply that goes was true while
+// no other leader could have been elected.
+func (o *owner) sendLocked(it *Item, fenced bool) {
+	if leased := o.srv.cfg.Leased; leased != nil && (fenced || handsOut(it)) && !leased(o.key.group) {
 		o.refuseLocked(it)
 		return
 	}
@@ -1691,15 +1724,15 @@ func (o *owner) sendLocked(it *Item) {
 	o.srv.out.add(o.key.member, payload)
 }
 
-// refuseLocked answers it, which hands out a job while this member's
-// leadership is not confirmed, StatusNotLeader, and keeps no answer: the
-// member asks again, of the group's next leader, or of this one, which
-// runs it then (refused). A reserve's or wait's job stays with the owner
-// client meanwhile, to answer it with (handed), so that a lease found
-// again, as after a stall that cost no leadership, answers as it would
-// have; a leadership lost takes it with the store.
+// refuseLocked answers it, which hands out a job or reports the store
+// while this member's leadership is not confirmed, StatusNotLeader, and
+// keeps no answer: the member asks again, of the group's next leader, or
+// of this one, which runs it then (refused). A reserve's or wait's job
+// stays with the owner client meanwhile, to answer it with (handed), so
+// that a lease found again, as after a stall that cost no leadership,
+// answers as it would have; a leadership lost takes it with the store.
 func (o *owner) refuseLocked(it *Item) {
-	if id := jobOf(it); o.gave.take(it.Seq) == id {
+	if id := jobOf(it); handsOut(it) && o.gave.take(it.Seq) == id {
 		o.handed.addWait(it.Seq, id, it.Event.Wait) // 0 for a reply
 	}
 	o.refused = it.Seq
@@ -1746,7 +1779,7 @@ func (o *owner) sendAckedLocked(acked uint64) (pos uint64, held bool) {
 	}
 	n := 0
 	for n < len(o.replies) && o.replies[n].pos <= acked {
-		o.sendLocked(&o.replies[n].item)
+		o.sendLocked(&o.replies[n].item, o.replies[n].fenced)
 		n++
 	}
 	clear(o.replies[:n])

@@ -616,8 +616,8 @@ func TestServerRetriesRefused(t *testing.T) {
 
 // TestServerFenced: while the leadership is not confirmed (Leased false)
 // no job is handed out: the reserve and the wait are answered
-// StatusNotLeader, for the member to ask again; other replies go as
-// usual. Asked again once the lease is back, as after a stall that cost
+// StatusNotLeader, for the member to ask again, and so is a read (stats);
+// a put's reply goes as usual. Asked again once the lease is back, as after a stall that cost
 // no leadership, they are answered with the jobs their owners kept, as
 // they would have been: before, the refusal was kept as their answer,
 // and each was refused for as long as the leadership lasted, its job
@@ -653,8 +653,11 @@ func TestServerFenced(t *testing.T) {
 		t.Fatalf("a wait while not leased: %+v, want StatusNotLeader", got)
 	}
 	r.send(req(0, 1, 3, Request{Op: OpStats}))
-	if got := r.next(); got.Reply.Status != StatusOK || got.Reply.Stats.Reserved != 2 {
-		t.Fatalf("stats while not leased: %+v", got.Reply)
+	if got := r.next(); got.Reply.Status != StatusNotLeader {
+		t.Fatalf("stats while not leased: %+v, want StatusNotLeader (a read is fenced too)", got.Reply)
+	}
+	if s := st.Stats(); s.Reserved != 2 {
+		t.Fatalf("while not leased: %+v, want both jobs kept for the refused reserve and wait", s)
 	}
 
 	leased.Unlock()
@@ -698,9 +701,8 @@ func TestServerRefusedWaitCancelled(t *testing.T) {
 		t.Fatalf("after the refusal: %+v, want the job kept for the wait", s)
 	}
 	r.send(Item{Kind: KindCancel, Group: 0, Session: 3, Wait: Wait{ID: 5}})
-	r.send(req(0, 1, 2, Request{Op: OpStats}))
-	if got := r.next(); got.Reply.Stats.Reserved != 0 || got.Reply.Stats.Ready != 1 {
-		t.Fatalf("after the wait's cancel: %+v, want the job ready", got.Reply.Stats)
+	if s := st.Stats(); s.Reserved != 0 || s.Ready != 1 {
+		t.Fatalf("after the wait's cancel: %+v, want the job ready", s)
 	}
 }
 

@@ -568,6 +568,23 @@ func (s *Session) sendWith(g uint16, req Request, before func(seq uint32), finis
 	return false
 }
 
+// fenceHere answers a, which a session on the store of the one group
+// (s.local) answered now from it without handing out a job, FailedFenced
+// if this member's leadership of the group is not leased then
+// (RouterConfig.Leased): the connection closes, as the engine closes it
+// rather than hand out a job (engine.Config.Leased), instead of
+// answering from a store that a leader elected meanwhile may have
+// changed. The lease is asked once the store has answered, so an answer
+// that goes was true while no other leader could have been elected. It
+// costs the lease's atomic loads, and no lock, per command. It returns
+// now.
+func (s *Session) fenceHere(now bool, a *engine.Answer) bool {
+	if leased := s.r.cfg.Leased; now && leased != nil && !leased(0) {
+		a.Failed = engine.FailedFenced
+	}
+	return now
+}
+
 // answerPool holds the answers replies are read into before they are
 // delivered (copied): one each would be an allocation a routed command,
 // its reply's finish being a function value the answer escapes to.
@@ -684,7 +701,7 @@ func (s *Session) Watched() []string {
 
 func (s *Session) ListTubes(a *engine.Answer) bool {
 	if s.local != nil {
-		return s.local.ListTubes(a)
+		return s.fenceHere(s.local.ListTubes(a), a)
 	}
 	if s.r.groups() == 1 {
 		return s.call(0, Request{Op: OpListTubes}, a, func(it *Item, a *engine.Answer) {
@@ -740,7 +757,11 @@ func (s *Session) PutRefused() {
 
 func (s *Session) Reserve(timeout time.Duration, a *engine.Answer) bool {
 	if s.local != nil {
-		return s.local.Reserve(timeout, a)
+		now := s.local.Reserve(timeout, a)
+		if a.Reserve == store.Reserved {
+			return now // the engine fences a job handed out itself (engine.Config.Leased)
+		}
+		return s.fenceHere(now, a)
 	}
 	s.cross.Store(nil)
 	if s.r.holdingJobs.Load() {
@@ -1132,7 +1153,11 @@ func jobAnswer(it *Item, a *engine.Answer) {
 
 func (s *Session) ReserveJob(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
-		return s.local.ReserveJob(id, a)
+		now := s.local.ReserveJob(id, a)
+		if a.Job != nil {
+			return now // the engine fences a job handed out itself (engine.Config.Leased)
+		}
+		return s.fenceHere(now, a)
 	}
 	if s.r.holdingJobs.Load() {
 		return true // a graceful shutdown's: found nowhere (Router.HoldJobs)
@@ -1225,35 +1250,35 @@ func (s *Session) Kick(n uint32, a *engine.Answer) bool {
 
 func (s *Session) Peek(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
-		return s.local.Peek(id, a)
+		return s.fenceHere(s.local.Peek(id, a), a)
 	}
 	return s.callByID(Request{Op: OpPeek, ID: id}, a, jobAnswer)
 }
 
 func (s *Session) PeekReady(a *engine.Answer) bool {
 	if s.local != nil {
-		return s.local.PeekReady(a)
+		return s.fenceHere(s.local.PeekReady(a), a)
 	}
 	return s.call(s.r.ownerOf(s.used), Request{Op: OpPeekReady, Tube: []byte(s.used)}, a, jobAnswer)
 }
 
 func (s *Session) PeekDelayed(a *engine.Answer) bool {
 	if s.local != nil {
-		return s.local.PeekDelayed(a)
+		return s.fenceHere(s.local.PeekDelayed(a), a)
 	}
 	return s.call(s.r.ownerOf(s.used), Request{Op: OpPeekDelayed, Tube: []byte(s.used)}, a, jobAnswer)
 }
 
 func (s *Session) PeekBuried(a *engine.Answer) bool {
 	if s.local != nil {
-		return s.local.PeekBuried(a)
+		return s.fenceHere(s.local.PeekBuried(a), a)
 	}
 	return s.call(s.r.ownerOf(s.used), Request{Op: OpPeekBuried, Tube: []byte(s.used)}, a, jobAnswer)
 }
 
 func (s *Session) JobStats(id uint64, a *engine.Answer) bool {
 	if s.local != nil {
-		return s.local.JobStats(id, a)
+		return s.fenceHere(s.local.JobStats(id, a), a)
 	}
 	return s.callByID(Request{Op: OpStatsJob, ID: id}, a, func(it *Item, a *engine.Answer) {
 		a.OK, a.JobStats = it.Reply.Status == StatusOK, it.Reply.JobStats
@@ -1262,7 +1287,7 @@ func (s *Session) JobStats(id uint64, a *engine.Answer) bool {
 
 func (s *Session) TubeStats(tube []byte, a *engine.Answer) bool {
 	if s.local != nil {
-		return s.local.TubeStats(tube, a)
+		return s.fenceHere(s.local.TubeStats(tube, a), a)
 	}
 	return s.call(s.r.ownerOf(string(tube)), Request{Op: OpStatsTube, Tube: tube}, a, func(it *Item, a *engine.Answer) {
 		a.OK, a.TubeStats = it.Reply.Status == StatusOK, it.Reply.TubeStats
@@ -1278,7 +1303,7 @@ func (s *Session) PauseTube(tube []byte, d time.Duration, a *engine.Answer) bool
 
 func (s *Session) Stats(a *engine.Answer) bool {
 	if s.local != nil {
-		return s.local.Stats(a)
+		return s.fenceHere(s.local.Stats(a), a)
 	}
 	if s.r.groups() == 1 {
 		return s.call(0, Request{Op: OpStats}, a, func(it *Item, a *engine.Answer) { a.Stats = it.Reply.Stats })
