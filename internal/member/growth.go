@@ -89,10 +89,38 @@ func (m *Member) seedGrown() {
 	}
 }
 
+// grownRetry is how soon a grown group's replica whose start failed is
+// started again, doubling after each failure up to grownRetryMax.
+const (
+	grownRetry    = time.Second
+	grownRetryMax = 30 * time.Second
+)
+
 // startGrown starts this member's replicas of the groups just grown, as
 // the voters the growth named: unless one runs already, or the group's
-// leader reports a membership without this member (it left since).
+// leader reports a membership without this member (it left since). One
+// whose start failed is started again after grownRetry, then less and
+// less often, until it starts, one of those holds, or the member stops:
+// left down, the group runs a replica short until the member restarts,
+// and when its start failed on enough of the group's members, it has no
+// quorum, so no leader whose report could name the replica to start
+// (followReplicas' startOriginal), and the growth stops there.
 func (m *Member) startGrown(grown []replication.GrownGroup) {
+	failed := m.startGrownOnce(grown, 0)
+	for try, wait := 1, grownRetry; len(failed) > 0; try, wait = try+1, min(2*wait, grownRetryMax) {
+		select {
+		case <-m.node.Done():
+			return
+		case <-time.After(wait):
+		}
+		failed = m.startGrownOnce(failed, try)
+	}
+}
+
+// startGrownOnce is a pass of startGrown over grown, its try-th again
+// (0: the first), and returns the groups whose start failed. The first
+// failure of each is logged at error, those after it at debug.
+func (m *Member) startGrownOnce(grown []replication.GrownGroup, try int) (failed []replication.GrownGroup) {
 	m.growMu.Lock()
 	defer m.growMu.Unlock()
 	held := m.clusterLog.Shared().Groups()
@@ -107,17 +135,23 @@ func (m *Member) startGrown(grown []replication.GrownGroup) {
 		}
 		replicas := g.Replicas
 		if slices.Contains(held, g.ID) {
-			replicas = nil // on its log
+			replicas = nil // on its log (a try before attached it)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), shardsStartTimeout)
 		err := m.startGroup(ctx, g.ID, replicas, false, replicas != nil && g.Preferred == m.node.Name())
 		cancel()
 		if err != nil {
-			m.log.Error().Err(err).Int("group", int(g.ID)).Msg("cannot start the replica of a grown group")
+			failed = append(failed, g)
+			ev := m.log.Debug()
+			if try == 0 {
+				ev = m.log.Error()
+			}
+			ev.Err(err).Int("group", int(g.ID)).Int("try", try).Msg("cannot start the replica of a grown group: trying again")
 			continue
 		}
-		m.log.Info().Int("group", int(g.ID)).Strs("replicas", g.Replicas).Msg("a grown group's replica started here")
+		m.log.Info().Int("group", int(g.ID)).Strs("replicas", g.Replicas).Int("try", try).Msg("a grown group's replica started here")
 	}
+	return failed
 }
 
 // slotSource is the group grown group d's slots come from: d modulo the

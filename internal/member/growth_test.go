@@ -3,8 +3,11 @@ package member
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -316,5 +319,78 @@ func TestDrivingLeavesGrowthFree(t *testing.T) {
 			t.Fatalf("growth %d refused as under way while none was", i)
 		}
 		m.growing.end()
+	}
+}
+
+// TestGrownReplicaStartRetried: a grown group's replica whose start fails
+// once on a member (a log it could not attach for a moment) starts there
+// all the same, a while later: before, startGrown logged the failure and
+// left the replica down until the member restarted, the group one replica
+// short. Failed on two of its three members, the group had no quorum, no
+// leader to report it (followReplicas' startOriginal restarts a replica
+// only as its leader's report names it), and the growth stopped there.
+func TestGrownReplicaStartRetried(t *testing.T) {
+	for _, failing := range [][]string{{"m3"}, {"m2", "m3"}} {
+		t.Run(fmt.Sprint(failing), func(t *testing.T) {
+			c := newClusterOf(t, 3, 2, 0)
+			c.finalized()
+			var failed sync.Map // member name → a start of group 2 failed there
+			fail := func(member string, g uint16) bool {
+				if g != 2 || !slices.Contains(failing, member) {
+					return false
+				}
+				_, again := failed.LoadOrStore(member, true)
+				return !again
+			}
+			failGroupStart.Store(&fail)
+			defer failGroupStart.Store(nil)
+			// Asked on a goroutine of its own, which must not fail the
+			// test (testproc.DoAPI would): its answer is looked at below.
+			type answer struct {
+				status int
+				body   string
+				err    error
+			}
+			grown := make(chan answer, 1)
+			go func() {
+				req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s/cluster/groups/grow", c.up["m1"].HTTPAddr()),
+					strings.NewReader(`{"to": 4}`))
+				if err != nil {
+					grown <- answer{err: err}
+					return
+				}
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+testToken)
+				resp, err := (&http.Client{Timeout: 2 * growTimeout}).Do(req)
+				if err != nil {
+					grown <- answer{err: err}
+					return
+				}
+				defer resp.Body.Close()
+				body, err := io.ReadAll(resp.Body)
+				grown <- answer{resp.StatusCode, string(body), err}
+			}()
+			testproc.WaitFor(t, 30*time.Second, "group 2's replicas running on every member", func() bool {
+				for _, m := range c.up {
+					if m.shards.node(2) == nil {
+						return false
+					}
+				}
+				return true
+			})
+			for _, name := range failing {
+				if _, ok := failed.Load(name); !ok {
+					t.Fatalf("%s's start of group 2 never failed: the test's hook missed", name)
+				}
+			}
+			select {
+			case rep := <-grown:
+				if rep.err != nil || rep.status != http.StatusOK {
+					t.Fatalf("growth: %d %s %v", rep.status, rep.body, rep.err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("the growth did not end")
+			}
+		})
 	}
 }
