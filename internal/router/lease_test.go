@@ -240,3 +240,32 @@ func TestOneGroupReadsFencedByTheLease(t *testing.T) {
 		leased.Store(false)
 	}
 }
+
+// TestRefusedReadsAnsweredAgain: two peeks of a session's reserves
+// across groups, each refused for the lease (the first reserve ended by
+// its timer while its peek was refused, then the next one's), are each
+// answered once the lease is back, whichever comes again first. The
+// first, asked again after the second, was dropped as "sent again, its
+// answer read": its call pending at the member for ever.
+func TestRefusedReadsAnsweredAgain(t *testing.T) {
+	deposed, _ := leaseStores(t)
+	r := newServerRig(t, map[uint16]*store.Store{0: deposed})
+	var leased atomic.Bool
+	r.srv.cfg.Leased = func(uint16) bool { return leased.Load() }
+	peek := req(0, 2, 0, Request{Op: OpBest, Tubes: [][]byte{[]byte("t")}})
+	for seq := uint32(1); seq <= 2; seq++ {
+		peek.Seq = seq
+		r.send(peek)
+		if got := r.next(); got.Seq != seq || got.Reply.Status != StatusNotLeader {
+			t.Fatalf("peek %d while not leased: %+v, want StatusNotLeader", seq, got)
+		}
+	}
+	leased.Store(true)
+	for seq := uint32(1); seq <= 2; seq++ {
+		peek.Seq = seq
+		r.send(peek)
+		if got := r.next(); got.Seq != seq || got.Reply.Status != StatusOK || !got.Reply.Best.OK {
+			t.Fatalf("peek %d asked again once leased: %+v, want job 1 as the best", seq, got)
+		}
+	}
+}

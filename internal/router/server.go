@@ -616,6 +616,12 @@ func (s *Server) request(key ownerKey, it *Item) {
 		// ended, then the next reserve's), or one a handover gave:
 		// answered with the job kept for it, which it would otherwise
 		// hold unseen until its TTR, its call pending for ever.
+	case !seqAfter(it.Seq, o.barrier) && it.Kind == KindRequest && reads(it.Request.Op):
+		// A read sent again after a later request: refused for the
+		// lease, it was not answered (a reserve across groups' peek
+		// whose reserve ended meanwhile, the next one's refused too). It
+		// changes nothing, so it runs again; dropped, its call stayed
+		// pending at the member for ever.
 	case !seqAfter(it.Seq, o.barrier):
 		// Sent again, its answer read: the member sent the request
 		// after it only once it had every answer before. But a burn,
@@ -1032,10 +1038,13 @@ func reserves(op Op) bool { return op == OpReserve || op == OpTake || op == OpRe
 // ready). Refused, it goes again to the group's next leader, or to this
 // one once the lease is confirmed, and runs again there. A reserve's
 // end after a wait (endWait) is not: sent again, it would wait again.
-func leaseFenced(op Op) bool {
+func leaseFenced(op Op) bool { return reads(op) || reserves(op) }
+
+// reads reports whether op only reads the store: run again, it changes
+// nothing.
+func reads(op Op) bool {
 	switch op {
-	case OpPeek, OpPeekReady, OpPeekDelayed, OpPeekBuried, OpStatsJob, OpStatsTube, OpStats, OpListTubes,
-		OpBest, OpReserve, OpTake, OpReserveJob:
+	case OpPeek, OpPeekReady, OpPeekDelayed, OpPeekBuried, OpStatsJob, OpStatsTube, OpStats, OpListTubes, OpBest:
 		return true
 	}
 	return false
