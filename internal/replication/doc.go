@@ -97,7 +97,10 @@
 // when that majority was last heard (the followers' ticks may run a tick
 // ahead, and an answer is counted a tick after what it answers), and
 // asked by the engine before each job it hands out
-// (engine.Config.Leased), which closes the connection instead. Answers
+// (engine.Config.Leased), which closes the connection instead, and by
+// internal/router before each job handed out and each read answered from
+// a group's store (peeks, stats, list-tubes), which refuses it instead
+// (the member asks the next leader, or its own connection closes). Answers
 // that waited in the node's inbox through a stall count as heard before
 // it, not after the missed ticks it takes first (Node.tick). Clients'
 // replies that were held when it stepped down were
