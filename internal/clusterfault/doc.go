@@ -82,9 +82,10 @@
 //     of a group's tube to another group and back under the workload,
 //     through a member not leading it, each move's hold of the tube's
 //     commands reported (marked over 1 s), or, every other round, with
-//     the source group's leader killed within the move's first 20 ms (the
-//     move completes or is aborted by the group's next leader, and the
-//     round then brings the tube back); every other pair of those rounds
+//     the source group's leader killed within the move's first 20 ms, or
+//     every other time the destination group's (the move completes or is
+//     aborted by the source group's next leader, and the round then
+//     brings the tube back); every other pair of those rounds
 //     places a prefix instead (the tube's whole name, when no other tube
 //     starts with it and no move placed it by name) in another group and
 //     back, the second time with group 0's leader, the placement's

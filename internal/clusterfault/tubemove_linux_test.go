@@ -19,8 +19,9 @@ import (
 var moveClient = &http.Client{Timeout: 45 * time.Second}
 
 // tubeMoves counts the rounds of the tube-move fault: of each four, a
-// tube's move, the same with its source group's leader killed, a
-// prefix's placement, the same with group 0's leader (its driver) killed.
+// tube's move, the same with its source or (every other time) its
+// destination group's leader killed, a prefix's placement, the same with
+// group 0's leader (its driver) killed.
 var tubeMoves atomic.Int64
 
 // moveBound is how long a move should hold its tube's commands when no
@@ -34,10 +35,12 @@ const moveBound = time.Second
 // moveTube moves a group's workload tube live to another group and back,
 // under the workload, through a member that does not lead its group
 // (docs/design/shards.md 9, "a live tube move under load"). Every other
-// round kills the source group's leader at a random moment within the
+// round kills the source group's leader, or every other time the
+// destination group's (the issue: "a tube move interrupted by any
+// member's death completes or rolls back"), at a random moment within the
 // move's first 20 ms (a move takes about 10 here) and starts it again a
-// second later: the move completes or is aborted (by the group's next
-// leader), and the round then brings the tube back to its group. The round's usual checks (nothing lost,
+// second later: the move completes or is aborted (by the source group's
+// next leader), and the round then brings the tube back to its group. The round's usual checks (nothing lost,
 // resurrected or mismatched, no double holding, every group converged,
 // every id peeked through the fence of its tube's group, which the tube
 // is back in) hold either way; without the kill, each move's hold of the
@@ -53,15 +56,21 @@ func moveTube(r *round, lay layout) (outcome, error) {
 	to := (g + 1 + rand.IntN(c.groups-1)) % c.groups
 	tube := c.tubes[g]
 	leader := lay.leaders[g]
+	n := tubeMoves.Add(1)
+	kill := n%2 == 0
+	// The member killed, if any: the source group's leader, or every
+	// other time the destination group's (which may be the same).
+	victim, killed := leader, g
+	if dest := lay.leaders[to]; kill && n%8 == 6 && dest != nil {
+		victim, killed = dest, to
+	}
 	var via *member
 	for _, m := range c.others(leader) {
-		if m.up() {
+		if m.up() && m != victim {
 			via = m
 			break
 		}
 	}
-	n := tubeMoves.Add(1)
-	kill := n%2 == 0
 	if n%4 == 3 || n%4 == 0 {
 		if prefix, ok := c.placeable(r, lay, g); ok {
 			return c.placePrefixRound(r, lay, prefix, g, to, via, kill)
@@ -69,18 +78,18 @@ func moveTube(r *round, lay layout) (outcome, error) {
 	}
 	out := outcome{victim: fmt.Sprintf("%s from g%d to g%d and back through %s", tube, g, to, via.name)}
 	if kill {
-		out.victim += ", g" + fmt.Sprint(g) + "'s leader " + leader.name + " killed"
+		out.victim += ", g" + fmt.Sprint(killed) + "'s leader " + victim.name + " killed"
 		killAt := time.Duration(rand.IntN(20)) * time.Millisecond
-		leader.noteMoves()
-		time.AfterFunc(killAt, leader.killNow)
+		victim.noteMoves()
+		time.AfterFunc(killAt, victim.killNow)
 		begun := time.Now()
 		_, paused, err := c.moveTubeTo(via, tube, to)
-		r.t.Logf("moving %s with %s killed after %v: held %v, %v", tube, leader.name, killAt, paused, err)
+		r.t.Logf("moving %s with %s killed after %v: held %v, %v", tube, victim.name, killAt, paused, err)
 		// Down for a second, as kill -9 of a leader is: the others elect
 		// new leaders meanwhile, which the double-holding check sees
 		// (a restart at once may win back its groups unseen).
 		holdUntil(begun.Add(killAt + time.Second))
-		c.start(leader)
+		c.start(victim)
 		c.awaitLeaders(leaderWait)
 		if err := c.settleTube(via, tube, g); err != nil {
 			return out, err
