@@ -4,6 +4,7 @@ package clusterfault
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -637,6 +639,70 @@ func (c *cluster) cut(a, b []*member) {
 			}
 		}
 	}
+}
+
+// checkCut checks that the partition cut(a, b) made separates exactly
+// the members it names: a connection opened as each member's user (the
+// rules tell members apart by it) reaches every member up on its side,
+// and none on the other, within probeWait. Each pair is probed at once.
+func (c *cluster) checkCut(a, b []*member) error {
+	sideOf := func(m *member) int {
+		if contains(a, m) {
+			return 0
+		}
+		return 1
+	}
+	type probe struct {
+		from, to *member
+		reached  bool
+		err      error
+	}
+	var probes []*probe
+	for _, x := range append(slices.Clone(a), b...) {
+		for _, y := range append(slices.Clone(a), b...) {
+			if x != y && x.up() && y.up() {
+				probes = append(probes, &probe{from: x, to: y})
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for _, p := range probes {
+		wg.Go(func() { p.reached, p.err = reaches(p.from, p.to) })
+	}
+	wg.Wait()
+	for _, p := range probes {
+		switch same := sideOf(p.from) == sideOf(p.to); {
+		case p.err != nil:
+			return fmt.Errorf("probing %s from %s: %w", p.to.name, p.from.name, p.err)
+		case same && !p.reached:
+			return fmt.Errorf("%s cannot reach %s, on its side of the partition: the rules cut more than they name", p.from.name, p.to.name)
+		case !same && p.reached:
+			return fmt.Errorf("%s reaches %s, across the partition: the rules cut less than they name", p.from.name, p.to.name)
+		}
+	}
+	return nil
+}
+
+// probeWait is how long a probe's connection may take to be set up: on
+// loopback, far longer than one that is not dropped takes.
+const probeWait = 300 * time.Millisecond
+
+// reaches reports whether a connection opened as member from's user to
+// member to's client port is set up within probeWait (bash's /dev/tcp,
+// run as the members are, by setpriv).
+func reaches(from, to *member) (bool, error) {
+	uid := strconv.Itoa(from.uid())
+	cmd := exec.Command("setpriv", "--reuid="+uid, "--regid="+uid, "--clear-groups",
+		"timeout", strconv.FormatFloat(probeWait.Seconds(), 'f', -1, 64),
+		"bash", "-c", `exec 3<>"/dev/tcp/$0/$1"`, to.ip(), strconv.Itoa(clientPort))
+	out, err := cmd.CombinedOutput()
+	if exit := (*exec.ExitError)(nil); errors.As(err, &exit) && exit.ExitCode() == 124 {
+		return false, nil // timed out: dropped
+	}
+	if err != nil {
+		return false, fmt.Errorf("%v: %s", err, out)
+	}
+	return true, nil
 }
 
 // heal removes every partition: the filter table holds no other rule.

@@ -155,8 +155,11 @@
 // the clients' gap is measured there. With the formation's placement of
 // five groups of three (group 0 on all five), group 3 keeps its majority
 // on {m1, m2} and the others on {m3, m4, m5}. Before it is healed, every
-// member must still be connected to the members of its own side: the
-// rules cut what they name, and nothing else.
+// member must still be connected to the members of its own side, and a
+// connection opened as each member's user (bash's /dev/tcp under
+// setpriv, as the members run) must reach every member of its side within 300 ms
+// and none of the other's: the rules cut what they name, and nothing
+// else.
 //
 // # Several groups
 //

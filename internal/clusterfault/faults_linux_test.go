@@ -809,6 +809,9 @@ func partition(r *round, lay layout) (outcome, error) {
 		out.stepDown[s.group] = s.took
 	}
 	holdUntil(at.Add(electionTimeout * 3 / 2))
+	if err := r.c.checkCut(a, b); err != nil {
+		return out, err
+	}
 	for _, side := range [][]*member{a, b} {
 		for _, m := range side {
 			st, err := m.status(false)
