@@ -23,6 +23,7 @@ import (
 	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store"
 	"github.com/sproutmq/sprout/store/segment"
+	"github.com/sproutmq/sprout/store/segment/segtest"
 	"github.com/sproutmq/sprout/store/wal"
 )
 
@@ -843,7 +844,10 @@ func TestWALLogTornSnapshot(t *testing.T) {
 		return dir, snap
 	}
 	cut := func(t *testing.T, dir string, f segment.Frame, at int64) {
-		if err := os.Truncate(filepath.Join(dir, fmt.Sprintf("sprout.%08d.wal", f.Seg)), f.Off+at); err != nil {
+		// As a crash leaves it: the segment still written to, open.
+		path := filepath.Join(dir, fmt.Sprintf("sprout.%08d.wal", f.Seg))
+		segtest.LeaveOpen(t, path)
+		if err := os.Truncate(path, f.Off+at); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -810,12 +810,19 @@ func (c *core) publish() bool {
 // went on to a later segment, and only a dirty segment has copies to
 // write again.
 func (c *core) retire() {
-	if len(c.open) == 0 || c.open[0].seq >= c.writing {
+	// A batch spanning a rotation moved writing on when it was taken:
+	// what is left of it (a write that failed, to be made again) still
+	// goes to its segment, which must stay open, and unsealed.
+	writing := c.writing
+	if c.head < len(c.writes) {
+		writing = min(writing, c.writes[c.head].seq)
+	}
+	if len(c.open) == 0 || c.open[0].seq >= writing {
 		return // the usual case: only the current segment and the spare
 	}
 	keep := c.open[:0]
 	for _, s := range c.open {
-		if s.seq >= c.writing || s.syncing || s.dirty && !c.policy.noSync {
+		if s.seq >= writing || s.syncing || s.dirty && !c.policy.noSync {
 			keep = append(keep, s)
 			continue
 		}

@@ -246,7 +246,11 @@
 // Damage, anything else, stops the start (a *DamageError) unless
 // Options.SkipDamaged, which logs and skips the frame: by its length, or
 // when that is unreadable and the segment is sealed, to where a run of
-// frames that check ends at the sealed length. Any other error of the
+// frames that check ends at the sealed length (the first such place: one
+// inside the damaged frame's payload, a job's body holding bytes framed
+// as frames, would be taken for frames; an operator's choice to recover
+// what it can, not a start's). A frame that checks but that the callback
+// finds damaged is damage wherever it is, never a tear. Any other error of the
 // callback stops the start whatever SkipDamaged says. A segment of zeros
 // (its preallocation cut short by a crash) is removed.
 //

@@ -24,6 +24,14 @@ type replayStopped struct{ err error }
 
 func (e replayStopped) Error() string { return e.err.Error() }
 
+// replayCorrupt is replay's ErrCorrupt for a frame whose length and CRC
+// check: whatever its segment's seal, damage, never a tear (a torn frame
+// does not check).
+type replayCorrupt struct{ err error }
+
+func (e replayCorrupt) Error() string { return e.err.Error() }
+func (e replayCorrupt) Unwrap() error { return e.err }
+
 // load replays every segment of the directory in order, calling replay
 // with each frame, and tells the core what it found: the segments, their
 // sizes and header ids. Then it seals the segments the crashed run left
@@ -112,6 +120,14 @@ type walked struct {
 // frames replayed after the gap.
 func (l *Log) cutTear(w walked, later []uint32) error {
 	for _, seq := range later {
+		// The ids its header names were issued: the next ones must not
+		// be given again, whatever the frames removed with it held.
+		withHeader(l.segPath(seq), func(_ *os.File, header []byte, whole bool) bool {
+			if whole {
+				l.core.sawID(binary.LittleEndian.Uint64(header[headerIDOffset:]))
+			}
+			return whole
+		})
 		if !segmentEmpty(l.segPath(seq)) {
 			l.log.Warn().Str("file", l.segPath(seq)).Msg("segment: removing a segment written after a torn frame")
 		}
@@ -195,13 +211,19 @@ func (l *Log) walkSegment(seq uint32, last, tearable bool, buf []byte, replay fu
 		if stop, ok := err.(replayStopped); ok {
 			return buf, walked{}, stop.err
 		}
-		if state == sealUnsealed && !lengthAboveLimit(data[off:], l.opts.MaxPayload) {
+		rc, checked := err.(replayCorrupt) // its frame checks: not torn
+		if checked {
+			err = rc.err
+		}
+		if state == sealUnsealed && !checked && !lengthAboveLimit(data[off:], l.opts.MaxPayload) {
 			l.log.Warn().Str("file", path).Int("offset", off).Msg("segment: cutting off a torn frame at the end of the log")
 			w.tornAt, w.end = int64(off), int64(off)
 			l.core.recoverSegment(seq, int64(off), headerID)
 			return buf, w, nil
 		}
-		if state == sealUnknown && last && frameTail(data[off:], l.opts.MaxPayload) {
+		if (state == sealUnknown || checked && state == sealUnsealed) && last && frameTail(data[off:], l.opts.MaxPayload) {
+			// As before seals: a frame that checks is never torn, so in
+			// an open segment only that rule may take it for the tail.
 			l.log.Warn().Str("file", path).Int("offset", off).Msg("segment: cutting off a torn frame at the end of the log")
 			if err := os.Truncate(path, int64(off)); err != nil {
 				return buf, walked{}, err
@@ -266,7 +288,7 @@ func (l *Log) replayFrame(seq, version uint32, data []byte, off int, replay func
 	}
 	if err := replay(Frame{Seg: seq, Off: int64(off), Size: size, Payload: payload, Version: version}); err != nil {
 		if errors.Is(err, ErrCorrupt) {
-			return size, err
+			return size, replayCorrupt{err}
 		}
 		return size, replayStopped{err}
 	}

@@ -566,3 +566,39 @@ func TestDamageInOpenSegment(t *testing.T) {
 		t.Errorf("segment 1: %v bytes, seal %#x, %v; want it whole and unknown", fi.Size(), sealOf(t, dir, 1), err)
 	}
 }
+
+// TestTornKeepsRemovedIDs: the segments removed after a tear named in
+// their headers the ids issued when they began; the log issues none of
+// them again (they may have reached clients), as when it replays them.
+func TestTornKeepsRemovedIDs(t *testing.T) {
+	const prealloc = 1 << 16
+	dir := t.TempDir()
+	_, offs := tornSegment(t, dir, 1, prealloc, sealPtr(segment.SealOpen), nil)
+	zero(t, dir, offs[tornFrames-1]+segment.FrameHeader+40, prealloc) // the last frame torn
+	tornSegment(t, dir, 2, prealloc, sealPtr(segment.SealOpen), nil)
+	f, err := os.OpenFile(segPath(dir, 2), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const issued = 1000
+	if _, err := f.WriteAt(binary.LittleEndian.AppendUint64(nil, issued), 16); err != nil { // the header's id
+		t.Fatal(err)
+	}
+	f.Close()
+	d, err := segment.LockDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	l, err := segment.Open(d, segment.Options{Version: segment.VersionJournal, SegmentSize: prealloc}, func(segment.Frame) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if seqs, _ := segtest.Segments(t, dir); !slices.Equal(seqs, []uint32{1}) {
+		t.Fatalf("segments %v left, want 1 alone", seqs)
+	}
+	if got := l.LastID(); got < issued {
+		t.Errorf("LastID %d after segment 2 was removed, want at least the %d its header named", got, issued)
+	}
+}
