@@ -96,3 +96,43 @@ func TestReportNamesBehind(t *testing.T) {
 		t.Errorf("the member sent the report keeps %+v (%v), want m1 leading group 1 with m3 behind", rep, ok)
 	}
 }
+
+// TestReportBehindKeptThroughPlainReport: a leader sends the report of
+// protocol 7 (KindLeaders) while its connection is dialled again and
+// its protocol not known; the voters its last report named behind stay
+// named for the same leadership, so that no balancer plans a transfer to
+// one of them meanwhile, and go with a later term's report.
+func TestReportBehindKeptThroughPlainReport(t *testing.T) {
+	placement, err := meta.Formation([]meta.Member{{Name: "m1", ID: 1}, {Name: "m2", ID: 2}}, 2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRouter(RouterConfig{
+		Self:      2,
+		Placement: func() *meta.State { return placement },
+		Serving:   func(uint16) *store.Store { return nil },
+		Leader:    func(uint16) (uint64, bool) { return 0, false },
+		Send:      func(uint64, []byte) bool { return true },
+	})
+	defer r.Close()
+	report := func(kind Kind, term uint64, behind []uint64) []uint64 {
+		t.Helper()
+		payload, err := AppendItem(nil, &Item{Kind: kind, Leaders: []LeaderReport{{Group: 1, Term: term, Voters: []uint64{1, 2, 3}, Behind: behind}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Handle(1, payload); err != nil {
+			t.Fatal(err)
+		}
+		return r.Reported()[1].Behind
+	}
+	if got := report(KindLeadersBehind, 4, []uint64{3}); !slices.Equal(got, []uint64{3}) {
+		t.Fatalf("behind %v, want 3", got)
+	}
+	if got := report(KindLeaders, 4, nil); !slices.Equal(got, []uint64{3}) {
+		t.Errorf("behind %v after a plain report of the same term, want 3 still", got)
+	}
+	if got := report(KindLeaders, 5, nil); len(got) != 0 {
+		t.Errorf("behind %v after a plain report of a later term, want none", got)
+	}
+}

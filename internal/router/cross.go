@@ -247,7 +247,9 @@ func (r *crossReserve) takeLocked() {
 		for _, b := range r.bests {
 			anyReady = anyReady || b.AnyReady && !held
 		}
-		soonNow := r.soonDue || r.hasSoon && time.Since(r.started) >= r.soon
+		// Late, a DEADLINE_SOON due by the timeout fired first (soonDue):
+		// one due after it is not owed.
+		soonNow := r.soonDue || !r.late && r.hasSoon && time.Since(r.started) >= r.soon
 		if soonNow && !anyReady {
 			r.endLocked(nil, 0, store.DeadlineSoon)
 			return
@@ -284,6 +286,10 @@ func (r *crossReserve) takeLocked() {
 				r.endLocked(&j, p.group, store.Reserved)
 			case it.Reply.Status == StatusWrongGroup:
 				r.againLocked()
+			case r.late:
+				// Past the timeout: what was ready when asked is gone, and
+				// the reserve ends as its timer would have ended it.
+				r.endLocked(nil, 0, r.timedOutLocked())
 			default:
 				r.peekLocked() // Lost, emptied meanwhile, or no leader: look again
 			}

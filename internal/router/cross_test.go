@@ -691,3 +691,28 @@ func TestCrossReserveTimeoutWithJobReady(t *testing.T) {
 		}
 	}
 }
+
+// TestCrossReserveLateNoSoonPastTimeout: a reserve across groups whose
+// timeout comes while a round still asks (a group without a leader),
+// with a held job's DEADLINE_SOON due only after the timeout (and no
+// longer owed: the session's estimate says it holds none), ends
+// TIMED_OUT when the late round finds nothing, as one server answers at
+// the timeout; it ended DEADLINE_SOON.
+func TestCrossReserveLateNoSoonPastTimeout(t *testing.T) {
+	const timeout = 150 * time.Millisecond
+	n := newCrossNet(t, 2)
+	n.mu.Lock()
+	n.cut[3] = true // group 1's leader takes nothing
+	n.mu.Unlock()
+	var seq atomic.Uint32
+	lost := time.Now()
+	ends, r := newCrossReserve(n, &seq, timeout)
+	r.hasSoon, r.soon = true, 200*time.Millisecond
+	r.soonest = func() (time.Duration, bool) { return 0, false } // holds nothing any more
+	r.start()
+	time.Sleep(timeout + 100*time.Millisecond) // the timer fired at 150 ms (late); now 250 ms
+	n.link.Expire(1, lost, time.Now(), 2*time.Second)
+	if e := nextEnd(t, ends); e.res != store.TimedOut {
+		t.Fatalf("ended %v, want TIMED_OUT (the timeout came first, and no DEADLINE_SOON is owed)", e.res)
+	}
+}

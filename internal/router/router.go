@@ -260,7 +260,7 @@ func (r *Router) Handle(from uint64, payload []byte) error {
 		case KindReply, KindEvent:
 			r.link.handle(from, it)
 		case KindLeaders, KindLeadersBehind:
-			r.noteLeaders(from, it.Leaders)
+			r.noteLeaders(from, it.Leaders, it.Kind == KindLeadersBehind)
 		case KindMove:
 			if r.cfg.Moves != nil {
 				r.cfg.Moves(from, it.Group, string(it.Move.From), string(it.Move.To))
@@ -705,8 +705,11 @@ func (r *Router) Reported() map[uint16]Report {
 
 // noteLeaders takes member from's report of the groups it leads: each
 // replaces what is known of the group unless that is of a later term.
-// Calls pending for a group whose leader it changes go to it.
-func (r *Router) noteLeaders(from uint64, reports []LeaderReport) {
+// Calls pending for a group whose leader it changes go to it. A report
+// that names no voters behind (withBehind false: sent while from's
+// protocol was not known here, its connection dialled again) keeps those
+// the same leadership named before.
+func (r *Router) noteLeaders(from uint64, reports []LeaderReport, withBehind bool) {
 	now := time.Now()
 	var changed []uint16
 	r.reportMu.Lock()
@@ -721,9 +724,13 @@ func (r *Router) noteLeaders(from uint64, reports []LeaderReport) {
 		if ok && old.term > l.Term && old.fresh(now) {
 			continue
 		}
+		behind := slices.Clone(l.Behind)
+		if !withBehind && ok && old.member == from && old.term == l.Term {
+			behind = old.behind
+		}
 		r.reported[l.Group] = reportedLeader{member: from, term: l.Term, at: now, index: l.Index,
 			voters: slices.Clone(l.Voters), learners: slices.Clone(l.Learners), tubes: int(l.Tubes), jobs: int64(l.Jobs),
-			behind: slices.Clone(l.Behind)}
+			behind: behind}
 		if !ok || old.member != from || old.term != l.Term {
 			changed = append(changed, l.Group)
 		}

@@ -726,6 +726,11 @@ func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply
 		// the session sends again first.
 		return Reply{}, nil, 0, false
 	}
+	if leased := s.cfg.Leased; leased != nil && leaseFenced(req.Op) && !leased(key.group) {
+		// Not run here to be undone: a job reserve-job took, buried or
+		// delayed, would go back ready (Unreserve), on the leader alone.
+		return Reply{}, nil, 0, false
+	}
 	timeout := req.Timeout
 	if req.Op == OpReserve {
 		req.Timeout = 0
