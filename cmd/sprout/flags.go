@@ -371,7 +371,7 @@ var flagTable = []*flag{
 		set:  boolSetter(func(o *options) *bool { return &o.pprof })},
 	{long: "metrics-tubes", arg: "N", group: groupSprout,
 		help: fmt.Sprintf("give the first N tubes their own metric series and sum the rest under "+
-			"tube=\"<other>\" (default %d)", ops.DefaultTubeSeries),
+			"tube=\"<other>\"; with --cluster-groups above 1, N per group the member leads (default %d)", ops.DefaultTubeSeries),
 		set: func(o *options, v string) error {
 			n, err := strconv.ParseUint(v, 10, 31)
 			if err != nil || n == 0 {

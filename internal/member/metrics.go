@@ -53,7 +53,7 @@ func (l ledGroups) EachLed(fn func(g *ops.LedGroup)) {
 					fn(ts)
 				}
 			})
-		}})
+		}, Served: func() bool { return sh.serving(g) == st }})
 	}
 	if len(led) == 0 {
 		return

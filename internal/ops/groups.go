@@ -43,6 +43,11 @@ type LedGroup struct {
 	// across a rebuild (keptCounters).
 	Rebuilds   uint64
 	Rebuilding bool
+	// Served, if set, reports whether the group is still led and served
+	// here by the store read, asked after its tubes are walked: a
+	// leadership lost meanwhile may have had the store emptied under the
+	// walk (a rebuild stops serving before it empties the store).
+	Served func() bool
 }
 
 // waiter is a Groups that counts the member's own sessions waiting in a
@@ -58,8 +63,9 @@ type waiter interface {
 // elsewhere. It holds what it kept of every group this member ever led:
 // no more than G times the tubes with series of their own.
 type groupCounters struct {
-	mu   sync.Mutex
-	byID map[uint16]*groupFigures // guarded by mu
+	scrape sync.Mutex // held by a scrape of the groups (collectGroups)
+	mu     sync.Mutex
+	byID   map[uint16]*groupFigures // guarded by mu
 }
 
 // groupFigures are one group's counters.
@@ -99,6 +105,11 @@ func (gc *groupCounters) led(ids []uint16) []*groupFigures {
 // figures of c.queue, and the per-tube series, whose cap
 // (--metrics-tubes) counts each group's tubes.
 func (c *collector) collectGroups(ch chan<- prometheus.Metric) {
+	// One scrape at a time, from its read of the figures to its counters'
+	// update: two overlapping (two Prometheus servers) would otherwise
+	// count a gain twice, the later read taken before the earlier.
+	c.byGroup.scrape.Lock()
+	defer c.byGroup.scrape.Unlock()
 	var led []LedGroup
 	c.groups.EachLed(func(g *LedGroup) { led = append(led, *g) })
 	ids := make([]uint16, len(led))
@@ -110,20 +121,40 @@ func (c *collector) collectGroups(ch chan<- prometheus.Metric) {
 		g, f := &led[i], figures[i]
 		label := strconv.Itoa(int(g.ID))
 		st := codec.ServerStats{
-			CurrentJobsUrgent:   uint64(g.Stats.Urgent),
-			CurrentJobsReady:    uint64(g.Stats.Ready),
-			CurrentJobsReserved: uint64(g.Stats.Reserved),
-			CurrentJobsDelayed:  uint64(g.Stats.Delayed),
-			CurrentJobsBuried:   uint64(g.Stats.Buried),
-			JobTimeouts:         uint64(g.Stats.JobTimeouts),
-			TotalJobs:           uint64(g.Stats.TotalJobs),
-			CurrentTubes:        uint64(g.Stats.Tubes),
+			CurrentJobsUrgent:   figure(g.Stats.Urgent),
+			CurrentJobsReady:    figure(g.Stats.Ready),
+			CurrentJobsReserved: figure(g.Stats.Reserved),
+			CurrentJobsDelayed:  figure(g.Stats.Delayed),
+			CurrentJobsBuried:   figure(g.Stats.Buried),
+			JobTimeouts:         figure(g.Stats.JobTimeouts),
+			TotalJobs:           figure(g.Stats.TotalJobs),
+			CurrentTubes:        figure(g.Stats.Tubes),
+		}
+		var tubes []store.TubeStats
+		g.EachTube(func(t *store.TubeStats) { tubes = append(tubes, *t) })
+		if g.Served != nil && !g.Served() {
+			// Its tubes may be a rebuild's partial ones: were they taken,
+			// those missing would be forgotten, and counted afresh from
+			// their thinned figures when this member leads it again.
+			f.kept.leave()
+			continue
+		}
+		walk := func(fn func(*store.TubeStats)) {
+			for i := range tubes {
+				fn(&tubes[i])
+			}
 		}
 		gain := f.kept.scrapeAt(g.Rebuilds, g.Rebuilding)
 		f.kept.stats(&st, gain)
 		collectScalars(ch, c.queue, &st, label)
 		c.collectJobs(ch, &st, label)
-		c.collectTubes(ch, g.EachTube, &f.other, f.kept, gain, label)
+		c.collectTubes(ch, walk, &f.other, f.kept, gain, label)
 		f.kept.done(gain)
 	}
 }
+
+// figure is one of LedGroup.Stats as exported. Those figures are the
+// group's store's less the tubes another group counts, each read after
+// the store's, while an import may be adding jobs and tubes to them: for
+// an instant they can come out below 0, which is 0 here, not 2^64 less.
+func figure[N int | int64](n N) uint64 { return uint64(max(n, 0)) }

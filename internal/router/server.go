@@ -1159,13 +1159,16 @@ func (o *owner) uncounted() func(tube []byte) bool {
 // (SumStats counts it once). Its imports counted in no total-jobs here
 // (wal.ImportKey).
 func WithoutTube(st store.Stats, ts store.TubeStats) store.Stats {
-	st.Urgent -= int64(ts.Urgent)
-	st.Ready -= int64(ts.Ready)
-	st.Reserved -= int64(ts.Reserved)
-	st.Delayed -= int64(ts.Delayed)
-	st.Buried -= int64(ts.Buried)
+	// ts is read after st, while an import may add jobs and tubes: a
+	// figure may come out below 0 for an instant, which is 0 here.
+	less := func(n *int64, by int) { *n = max(*n-int64(by), 0) }
+	less(&st.Urgent, ts.Urgent)
+	less(&st.Ready, ts.Ready)
+	less(&st.Reserved, ts.Reserved)
+	less(&st.Delayed, ts.Delayed)
+	less(&st.Buried, ts.Buried)
 	if ts.Name != "default" {
-		st.Tubes--
+		st.Tubes = max(st.Tubes-1, 0)
 	}
 	return st
 }
