@@ -8,6 +8,7 @@ import (
 
 	"github.com/sproutmq/sprout/codec"
 	"github.com/sproutmq/sprout/internal/hostinfo"
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 // Config is everything the engine needs to serve. A zero limit means its
@@ -88,6 +89,10 @@ type Config struct {
 	// cluster member's sessions hold jobs in groups other members lead,
 	// and its store's reserved jobs may be other members' sessions'.
 	Idle func() bool
+	// LogStats, if set, are the figures stats' binlog-* lines report, in
+	// place of the store's log's: a cluster member's log, which all its
+	// groups share, where its store's journal counts only its records.
+	LogStats func() (wal.Stats, bool)
 	// Queues, if set, makes each connection's Queue when it opens (a
 	// cluster member's router), handing it the session's Answers for its
 	// pending answers; otherwise every connection's queue is its own

@@ -66,7 +66,11 @@ func (s *Server) serverStats(g *store.Stats) codec.ServerStats {
 		OS:                  s.uname.os,
 		Platform:            s.uname.platform,
 	}
-	if ls, ok := jobs.LogStats(); ok {
+	logStats := jobs.LogStats
+	if s.cfg.LogStats != nil {
+		logStats = s.cfg.LogStats
+	}
+	if ls, ok := logStats(); ok {
 		st.BinlogOldestIndex = int64(ls.OldestIndex)
 		st.BinlogCurrentIndex = int64(ls.CurrentIndex)
 		st.BinlogRecordsMigrated = ls.RecordsMigrated

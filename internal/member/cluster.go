@@ -17,6 +17,7 @@ import (
 	"github.com/sproutmq/sprout/internal/replication"
 	"github.com/sproutmq/sprout/internal/router"
 	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
 	"github.com/sproutmq/sprout/store/wal/cbinlog"
 )
 
@@ -229,6 +230,7 @@ func (m *Member) startRouter(ec *engine.Config) {
 	ec.Route = func(nc net.Conn) bool { return !routed() && m.proxy.Route(nc) }
 	ec.Serving = func() bool { return routed() || m.proxy.Serving() }
 	ec.Leased = node.Leased
+	ec.LogStats = func() (wal.Stats, bool) { return m.logFigures(), true }
 	go m.followLeader()
 }
 

@@ -242,6 +242,12 @@ func TestClusterMetricsOneGroup(t *testing.T) {
 				t.Errorf("%s: %s %v, want the log's figure, above 0", m.Node().Name(), s, last[s])
 			}
 		}
+		// stats' binlog lines are the same log's.
+		conn := testproc.DialTest(t, m.Addr().String(), replyTimeout)
+		got, err := conn.StatsInt("stats", "binlog-current-index", "binlog-oldest-index")
+		if err != nil || got[0] <= 0 || got[1] <= 0 {
+			t.Errorf("%s: stats binlog-current-index, binlog-oldest-index %v (%v), want the log's, above 0", m.Node().Name(), got, err)
+		}
 	}
 }
 
