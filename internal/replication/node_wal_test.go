@@ -223,7 +223,7 @@ func TestNodeWALChurn(t *testing.T) {
 	crashed := l.self.Name
 	c.crash(crashed)
 	nl := c.awaitServing(10 * time.Second)
-	oldest := c.wals[nl.self.Name].Stats().OldestIndex
+	oldest, current := c.wals[nl.self.Name].Stats().OldestIndex, c.wals[nl.self.Name].Stats().CurrentIndex
 	clear(ch.over)
 	ch.run(nl, 60, 40, 60)
 	if now := c.wals[nl.self.Name].Stats().OldestIndex; now <= oldest+3 {
@@ -238,7 +238,19 @@ func TestNodeWALChurn(t *testing.T) {
 
 	// The crashed member comes back on its directory, under its id; the
 	// leader compacted past its log meanwhile, so a snapshot of the
-	// leader's (read back from its segments) fills it.
+	// leader's (read back from its segments) fills it. The leader keeps
+	// the entries of its newest retainSegments segments for followers,
+	// and compacts on its ticks: churn goes on until it has removed the
+	// segment it wrote when the crash came (on a loaded machine raft's
+	// entries are fewer and larger, the churn above may fill fewer
+	// segments, and compaction may lag).
+	for deadline := time.Now().Add(30 * time.Second); c.wals[nl.self.Name].Stats().OldestIndex <= current; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the leader's oldest segment is %d after 30 s of churn, still at or below %d, which it wrote at the crash",
+				c.wals[nl.self.Name].Stats().OldestIndex, current)
+		}
+		ch.run(nl, 10, 40, 60)
+	}
 	back := c.restart(crashed)
 	ch.check(nl)
 	if got := back.Stats().Transport.SnapshotsReceived; got == 0 {
