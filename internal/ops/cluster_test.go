@@ -270,3 +270,55 @@ func TestClusterCountersKeptAcrossRebuild(t *testing.T) {
 		}
 	}
 }
+
+// walkingStore is a fakeStore that calls during as it walks its tubes,
+// after the first.
+type walkingStore struct {
+	*fakeStore
+	during func()
+}
+
+func (s *walkingStore) EachTube(fn func(st *store.TubeStats)) {
+	n := 0
+	s.fakeStore.EachTube(func(st *store.TubeStats) {
+		if n++; n == 2 && s.during != nil {
+			s.during()
+		}
+		fn(st)
+	})
+}
+
+// TestTubeCounterKeptWhenRebuiltDuringWalk: a rebuild that begins while a
+// scrape walks the tubes, after it read the member's rebuilds, empties
+// the store under the walk: the tubes the walk then misses are not
+// forgotten, and once rebuilt their counters go on from what they were.
+// Before, each was "seen for the first time" afterwards and reported at
+// its rebuilt (thinned) figure, lower.
+func TestTubeCounterKeptWhenRebuiltDuringWalk(t *testing.T) {
+	c := &rebuildingCluster{}
+	st := &walkingStore{fakeStore: &fakeStore{}}
+	base := startOps(t, ops.Config{Engine: &lockedEngine{fakeEngine: newFakeEngine()}, Store: st, Cluster: c})
+	read := func() float64 {
+		v, _ := scrape(t, base, acceptText).value("sprout_tube_jobs_total", "tube=b")
+		return v
+	}
+	st.setTubes(store.TubeStats{Name: "a", TotalJobs: 1}, store.TubeStats{Name: "b", TotalJobs: 12})
+	if got := read(); got != 12 {
+		t.Fatalf("b's jobs %v, want 12", got)
+	}
+	// The rebuild begins as the walk reaches its second tube, which is
+	// gone from the walk by then.
+	st.during = func() {
+		c.set(1, true)
+		st.setTubes(store.TubeStats{Name: "a", TotalJobs: 1})
+	}
+	st.setTubes(store.TubeStats{Name: "a", TotalJobs: 1}, store.TubeStats{Name: "c", TotalJobs: 1})
+	read()
+	st.during = nil
+	c.set(1, false)
+	st.setTubes(store.TubeStats{Name: "a", TotalJobs: 1}, store.TubeStats{Name: "b", TotalJobs: 3}) // rebuilt, thinned
+	read()
+	if got := read(); got < 12 {
+		t.Errorf("b's jobs %v after a rebuild during a scrape's walk, want at least the 12 it had", got)
+	}
+}

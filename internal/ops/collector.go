@@ -276,7 +276,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gain := true
 		if c.kept != nil {
 			gain = c.kept.scrape()
-			defer c.kept.done(gain)
+			// A rebuild begun during the walk of the tubes may have left
+			// some out: they are not forgotten.
+			defer func() { c.kept.done(gain && c.kept.sameEpoch()) }()
 			c.kept.stats(&st, gain)
 		}
 		collectScalars(ch, c.queue, &st)

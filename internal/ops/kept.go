@@ -81,6 +81,13 @@ func (k *keptCounters) scrapeAt(rebuilds uint64, rebuilding bool) (gain bool) {
 	return gain
 }
 
+// sameEpoch reports whether the member's rebuilds are as the scrape
+// began (scrape) and none is under way. mu must be held.
+func (k *keptCounters) sameEpoch() bool {
+	rebuilds, rebuilding := k.epoch()
+	return rebuilds == k.rebuilds && !rebuilding
+}
+
 // leave marks a group's figures away: a scrape found the group not led
 // here.
 func (k *keptCounters) leave() {
