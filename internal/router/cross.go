@@ -249,7 +249,7 @@ func (r *crossReserve) takeLocked() {
 		}
 		// Late, a DEADLINE_SOON due by the timeout fired first (soonDue):
 		// one due after it is not owed.
-		soonNow := r.soonDue || !r.late && r.hasSoon && time.Since(r.started) >= r.soon
+		soonNow := r.soonDue || !r.late && r.soonNowLocked()
 		if soonNow && !anyReady {
 			r.endLocked(nil, 0, store.DeadlineSoon)
 			return
@@ -327,6 +327,21 @@ func (r *crossReserve) waitLocked() {
 		})
 	}
 	r.armLocked(r.soonAt())
+}
+
+// soonNowLocked reports whether a DEADLINE_SOON is owed now: by the
+// session's estimate now if it has one (a job a group's new leader said
+// it no longer holds owes none: Session.askHeld), else by the one made
+// when the reserve began. r.mu is held (the timer asks soonest so too).
+func (r *crossReserve) soonNowLocked() bool {
+	if !r.hasSoon {
+		return false
+	}
+	if r.soonest == nil {
+		return time.Since(r.started) >= r.soon
+	}
+	in, ok := r.soonest()
+	return ok && in <= 0
 }
 
 // soonAt is when a job the session holds in another group first comes

@@ -692,27 +692,34 @@ func TestCrossReserveTimeoutWithJobReady(t *testing.T) {
 	}
 }
 
-// TestCrossReserveLateNoSoonPastTimeout: a reserve across groups whose
-// timeout comes while a round still asks (a group without a leader),
-// with a held job's DEADLINE_SOON due only after the timeout (and no
-// longer owed: the session's estimate says it holds none), ends
-// TIMED_OUT when the late round finds nothing, as one server answers at
-// the timeout; it ended DEADLINE_SOON.
-func TestCrossReserveLateNoSoonPastTimeout(t *testing.T) {
-	const timeout = 150 * time.Millisecond
-	n := newCrossNet(t, 2)
-	n.mu.Lock()
-	n.cut[3] = true // group 1's leader takes nothing
-	n.mu.Unlock()
-	var seq atomic.Uint32
-	lost := time.Now()
-	ends, r := newCrossReserve(n, &seq, timeout)
-	r.hasSoon, r.soon = true, 200*time.Millisecond
-	r.soonest = func() (time.Duration, bool) { return 0, false } // holds nothing any more
-	r.start()
-	time.Sleep(timeout + 100*time.Millisecond) // the timer fired at 150 ms (late); now 250 ms
-	n.link.Expire(1, lost, time.Now(), 2*time.Second)
-	if e := nextEnd(t, ends); e.res != store.TimedOut {
-		t.Fatalf("ended %v, want TIMED_OUT (the timeout came first, and no DEADLINE_SOON is owed)", e.res)
+// TestCrossReserveNoSoonNoLongerOwed: a reserve across groups, one of
+// which has no leader (its peek held until the router's tick at 250 ms),
+// for a session whose estimate when it began had a held job's
+// DEADLINE_SOON due, and whose estimate now says it holds none (a
+// group's new leader said so): the round finds nothing ready, and the
+// reserve times out, as one server's would. With the DEADLINE_SOON due
+// after the timeout (150 ms, so the round is late) it ended DEADLINE_SOON
+// by the estimate made when it began; so it did with one due mid-round
+// (100 ms, the timeout 1 s), the timer having gone on to the timeout.
+func TestCrossReserveNoSoonNoLongerOwed(t *testing.T) {
+	for _, c := range []struct{ timeout, soon time.Duration }{
+		{150 * time.Millisecond, 200 * time.Millisecond},
+		{time.Second, 100 * time.Millisecond},
+	} {
+		n := newCrossNet(t, 2)
+		n.mu.Lock()
+		n.cut[3] = true // group 1's leader takes nothing
+		n.mu.Unlock()
+		var seq atomic.Uint32
+		lost := time.Now()
+		ends, r := newCrossReserve(n, &seq, c.timeout)
+		r.hasSoon, r.soon = true, c.soon
+		r.soonest = func() (time.Duration, bool) { return 0, false } // holds nothing any more
+		r.start()
+		time.Sleep(250 * time.Millisecond)
+		n.link.Expire(1, lost, time.Now(), 2*time.Second)
+		if e := nextEnd(t, ends); e.res != store.TimedOut {
+			t.Fatalf("timeout %v, DEADLINE_SOON at %v: ended %v, want TIMED_OUT", c.timeout, c.soon, e.res)
+		}
 	}
 }

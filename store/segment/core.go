@@ -530,6 +530,11 @@ func (c *core) writeDone(now time.Duration, n int64, err error) {
 func (c *core) giveUp(seq uint32, err error) {
 	c.closeErr = errors.New("segment: closed with groups the disk would not take")
 	c.emit(action{kind: actReport, report: reportGaveUp, seq: seq, err: err})
+	// What is left of the batch may be written in part, mid-frame: its
+	// segment stays open, unsealed (retire), so that the next start cuts
+	// it off as a tear rather than refuse a sealed segment's bad frame.
+	// Nothing is written after a give-up: no batch moves writing on again.
+	c.writing = min(c.writing, seq)
 	c.batch = c.recycle(c.batch)
 	c.pending = c.recycle(c.pending)
 	c.taken = c.appended

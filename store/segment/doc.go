@@ -250,7 +250,8 @@
 // inside the damaged frame's payload, a job's body holding bytes framed
 // as frames, would be taken for frames; an operator's choice to recover
 // what it can, not a start's). A frame that checks but that the callback
-// finds damaged is damage wherever it is, never a tear. Any other error of the
+// finds damaged is damage, never a tear, in a segment open or sealed
+// (an earlier release's keeps the old rule). Any other error of the
 // callback stops the start whatever SkipDamaged says. A segment of zeros
 // (its preallocation cut short by a crash) is removed.
 //

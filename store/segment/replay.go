@@ -221,9 +221,7 @@ func (l *Log) walkSegment(seq uint32, last, tearable bool, buf []byte, replay fu
 			l.core.recoverSegment(seq, int64(off), headerID)
 			return buf, w, nil
 		}
-		if (state == sealUnknown || checked && state == sealUnsealed) && last && frameTail(data[off:], l.opts.MaxPayload) {
-			// As before seals: a frame that checks is never torn, so in
-			// an open segment only that rule may take it for the tail.
+		if state == sealUnknown && last && frameTail(data[off:], l.opts.MaxPayload) {
 			l.log.Warn().Str("file", path).Int("offset", off).Msg("segment: cutting off a torn frame at the end of the log")
 			if err := os.Truncate(path, int64(off)); err != nil {
 				return buf, walked{}, err

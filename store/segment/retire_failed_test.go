@@ -42,11 +42,11 @@ func TestNoRetireBeforeFailedChunk(t *testing.T) {
 	}
 }
 
-// TestNoSealMidFrame: the same with part of segment 1's chunk written (-f
-// MS: the timer's fsync covers it): segment 1 was retired, so sealed,
-// mid-frame, and the next start refused to start on the sealed segment's
-// bad last frame.
-func TestNoSealMidFrame(t *testing.T) {
+// halfWrittenAcrossRotation is fiveFsynced's harness with a sixth record
+// written (not fsynced: -f MS), then a batch of four more spanning the
+// rotation to segment 2, whose write to segment 1 failed after one and a
+// half frames.
+func halfWrittenAcrossRotation(t *testing.T) *harness {
 	h := fiveFsynced(t)
 	h.at(2*time.Hour + time.Minute)
 	h.put(6)
@@ -59,6 +59,15 @@ func TestNoSealMidFrame(t *testing.T) {
 	h.expect("spare 3", "write 1@624+300, header 2 id=10, write 2@24+100")
 	h.c.spareDone(h.now, 3, nil)
 	h.writeFailed(150) // one and a half frames of segment 1
+	return h
+}
+
+// TestNoSealMidFrame: the same with part of segment 1's chunk written (-f
+// MS: the timer's fsync covers it): segment 1 was retired, so sealed,
+// mid-frame, and the next start refused to start on the sealed segment's
+// bad last frame.
+func TestNoSealMidFrame(t *testing.T) {
+	h := halfWrittenAcrossRotation(t)
 	h.expect("report write-failed 1", "timer +10ms")
 	h.at(3 * time.Hour)
 	h.timer()
@@ -72,6 +81,34 @@ func TestNoSealMidFrame(t *testing.T) {
 			}
 			if a.kind == actWrite {
 				h.writeFailed(0)
+			}
+		}
+	}
+}
+
+// TestNoSealMidFrameAtGiveUp: as TestNoSealMidFrame, but the disk keeps
+// failing until Close's grace runs out (giveUp): segment 1, written to
+// mid-frame, was then retired (sealed) at that length once the final
+// fsync covered it, and the next start refused the sealed segment's bad
+// last frame. It stays open, and the next start cuts the tear.
+func TestNoSealMidFrameAtGiveUp(t *testing.T) {
+	h := halfWrittenAcrossRotation(t)
+	h.c.closeRequested(h.now)
+	for i := range 200 {
+		h.at(2*time.Hour + time.Minute + time.Duration(i)*time.Second)
+		h.timer()
+		for _, a := range h.c.ready(h.now) {
+			switch a.kind {
+			case actRetire:
+				if a.seq == 1 && a.n%100 != 24 {
+					t.Fatalf("segment 1 retired (sealed) at %d, mid-frame (frames end at 24+100k): %q", a.n, h.describe(a))
+				}
+			case actSync:
+				h.synced()
+			case actWrite:
+				h.writeFailed(0)
+			case actClosed:
+				return
 			}
 		}
 	}
