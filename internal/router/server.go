@@ -726,9 +726,11 @@ func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply
 		// the session sends again first.
 		return Reply{}, nil, 0, false
 	}
-	if leased := s.cfg.Leased; leased != nil && leaseFenced(req.Op) && !leased(key.group) {
+	if req.Op == OpReserveJob || s.cfg.Leased != nil && leaseFenced(req.Op) && !s.cfg.Leased(key.group) {
 		// Not run here to be undone: a job reserve-job took, buried or
-		// delayed, would go back ready (Unreserve), on the leader alone.
+		// delayed, would go back ready (Unreserve), on the leader alone,
+		// were the lease found lapsed once the store answered. Sent the
+		// other way, a refused one stays the owner's (refuseLocked).
 		return Reply{}, nil, 0, false
 	}
 	timeout := req.Timeout
