@@ -32,18 +32,8 @@ func (l ledGroups) EachLed(fn func(g *ops.LedGroup)) {
 		skip := func(name string) bool {
 			return name == store.DefaultTube && !owns || uncounted != nil && uncounted([]byte(name))
 		}
-		figures := st.Stats()
+		figures := router.CountedStats(st, uncounted)
 		figures.Waiting = 0
-		if uncounted != nil {
-			for _, t := range st.StampedTubes() {
-				if !uncounted([]byte(t.Name)) {
-					continue
-				}
-				if ts, ok := st.TubeStats([]byte(t.Name)); ok {
-					figures = router.WithoutTube(figures, ts)
-				}
-			}
-		}
 		if !owns {
 			figures.Tubes-- // the default tube, counted in its owner's
 		}

@@ -369,20 +369,15 @@ func (c *collector) collectTubes(ch chan<- prometheus.Metric, each func(fn func(
 // sendTube sends a tube's series; group, if given, is the value of the
 // group label.
 func (c *collector) sendTube(ch chan<- prometheus.Metric, name string, f *tubeFigures, group ...string) {
-	if len(group) == 0 {
-		for i, n := range f.jobs {
-			ch <- prometheus.MustNewConstMetric(c.tubeJobs, prometheus.GaugeValue, n, name, jobStates[i])
-		}
-		for _, fig := range c.tubes {
-			ch <- prometheus.MustNewConstMetric(fig.desc, fig.kind, fig.value(f), name)
-		}
-		return
-	}
+	// The metrics copy the label values: one slice serves every state.
+	labels := append([]string{name, ""}, group...)
 	for i, n := range f.jobs {
-		ch <- prometheus.MustNewConstMetric(c.tubeJobs, prometheus.GaugeValue, n, name, jobStates[i], group[0])
+		labels[1] = jobStates[i]
+		ch <- prometheus.MustNewConstMetric(c.tubeJobs, prometheus.GaugeValue, n, labels...)
 	}
+	labels = append(labels[:1], group...)
 	for _, fig := range c.tubes {
-		ch <- prometheus.MustNewConstMetric(fig.desc, fig.kind, fig.value(f), name, group[0])
+		ch <- prometheus.MustNewConstMetric(fig.desc, fig.kind, fig.value(f), labels...)
 	}
 }
 

@@ -748,7 +748,7 @@ func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply
 		return Reply{}, nil, 0, false
 	case req.Op == OpReserve && r.Status == StatusTimedOut && timeout != 0:
 		return Reply{}, nil, 0, false
-	case s.cfg.Leased != nil && (leaseFenced(req.Op) || handsOut(&Item{Kind: KindReply, Reply: r})) && !s.cfg.Leased(key.group):
+	case s.cfg.Leased != nil && leaseFenced(req.Op) && !s.cfg.Leased(key.group):
 		// The session sends it the other way, which runs it again (and
 		// refuses it while the lease is not confirmed): the job it got
 		// here goes back, or the owner would hold it unseen.
@@ -1155,12 +1155,31 @@ func (o *owner) uncounted() func(tube []byte) bool {
 	return o.srv.cfg.Uncounted(o.key.group)
 }
 
-// WithoutTube is st without ts, a tube whose jobs another group counts
-// (a move's copies, or its source's once placed elsewhere): its jobs by
-// state, and itself, but for the default tube, which every group holds
-// (SumStats counts it once). Its imports counted in no total-jobs here
-// (wal.ImportKey).
-func WithoutTube(st store.Stats, ts store.TubeStats) store.Stats {
+// CountedStats are st's figures as its group's part of stats counts them
+// (SumStats): without the tubes uncounted says another group counts (a
+// move's copies, or its source's once placed elsewhere). Nil uncounted
+// leaves none out.
+func CountedStats(st *store.Store, uncounted func(tube []byte) bool) store.Stats {
+	figures := st.Stats()
+	if uncounted == nil {
+		return figures
+	}
+	for _, t := range st.StampedTubes() {
+		if !uncounted([]byte(t.Name)) {
+			continue
+		}
+		if ts, ok := st.TubeStats([]byte(t.Name)); ok {
+			figures = withoutTube(figures, ts)
+		}
+	}
+	return figures
+}
+
+// withoutTube is st without ts, a tube whose jobs another group counts:
+// its jobs by state, and itself, but for the default tube, which every
+// group holds (SumStats counts it once). Its imports counted in no
+// total-jobs here (wal.ImportKey).
+func withoutTube(st store.Stats, ts store.TubeStats) store.Stats {
 	// ts is read after st, while an import may add jobs and tubes: a
 	// figure may come out below 0 for an instant, which is 0 here.
 	less := func(n *int64, by int) { *n = max(*n-int64(by), 0) }
@@ -1617,18 +1636,7 @@ func (o *owner) run(req *Request) (r Reply, blocked bool) {
 	case OpPauseTube:
 		return ok(cl.PauseTubeKeyed(key, req.Tube, time.Duration(req.Delay)*time.Second)), false
 	case OpStats:
-		st := o.st.Stats()
-		if staged := o.uncounted(); staged != nil {
-			for _, t := range o.st.StampedTubes() {
-				if !staged([]byte(t.Name)) {
-					continue
-				}
-				if ts, ok := o.st.TubeStats([]byte(t.Name)); ok {
-					st = WithoutTube(st, ts)
-				}
-			}
-		}
-		return Reply{Status: StatusOK, Result: ResultStats, Stats: st}, false
+		return Reply{Status: StatusOK, Result: ResultStats, Stats: CountedStats(o.st, o.uncounted())}, false
 	case OpListTubes:
 		staged := o.uncounted()
 		stamped := o.st.StampedTubes()

@@ -49,17 +49,14 @@ func CheckFrame(b []byte, limit int) (payload []byte, size int, err error) {
 // frameTail reports whether a bad frame at the start of b, of at most
 // limit bytes of payload, is the last thing written: nothing but zeros
 // (preallocated space) follows where it would end. A length above limit
-// is damage, never a tear: a write torn off leaves each byte of the
-// length either written or still zero, which can only make it smaller
-// than the frame's, and no frame's is above limit.
+// is damage, never a tear (lengthAboveLimit).
 func frameTail(b []byte, limit int) bool {
+	if lengthAboveLimit(b, limit) {
+		return false
+	}
 	end := len(b)
 	if len(b) >= FrameHeader {
-		n := int(binary.LittleEndian.Uint32(b))
-		if n > limit {
-			return false
-		}
-		if n > 0 && FrameHeader+n < end {
+		if n := int(binary.LittleEndian.Uint32(b)); n > 0 && FrameHeader+n < end {
 			end = FrameHeader + n
 		}
 	}
