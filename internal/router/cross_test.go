@@ -39,6 +39,16 @@ func newCrossNet(t *testing.T, groups int) *linkNet {
 	return n
 }
 
+// newCrossNetLeaderless is newCrossNet of two groups whose group 1's
+// leader takes nothing: its calls wait for a leader.
+func newCrossNetLeaderless(t *testing.T) *linkNet {
+	n := newCrossNet(t, 2)
+	n.mu.Lock()
+	n.cut[3] = true
+	n.mu.Unlock()
+	return n
+}
+
 // crossEnd is a cross-group reserve's end.
 type crossEnd struct {
 	job   *JobReply
@@ -568,10 +578,7 @@ func TestCrossReserveTimesOutWhileTubeFrozen(t *testing.T) {
 // waits alone, after the Link's wait for a leader (2 s), or never.
 // Found by a reviewing helper.
 func TestCrossReserveTimesOutWhilePeeking(t *testing.T) {
-	n := newCrossNet(t, 2)
-	n.mu.Lock()
-	n.cut[3] = true // group 1's leader takes nothing
-	n.mu.Unlock()
+	n := newCrossNetLeaderless(t)
 	var seq atomic.Uint32
 	start := time.Now()
 	ends, _ := reserveAcross(n, &seq, 300*time.Millisecond)
@@ -628,10 +635,7 @@ func TestCrossReservePeekNoLeader(t *testing.T) {
 		{"timeout 0, nothing ready", false, 0, false, store.TimedOut},
 		{"no timeout, a job held near its TTR's end", false, -1, true, store.DeadlineSoon},
 	} {
-		n := newCrossNet(t, 2)
-		n.mu.Lock()
-		n.cut[3] = true // group 1's leader takes nothing
-		n.mu.Unlock()
+		n := newCrossNetLeaderless(t)
 		var id uint64
 		if c.job {
 			id = n.put(t, 2, "a", 1)
@@ -667,10 +671,7 @@ func TestCrossReservePeekNoLeader(t *testing.T) {
 func TestCrossReserveTimeoutWithJobReady(t *testing.T) {
 	const timeout = 150 * time.Millisecond
 	for _, job := range []bool{true, false} {
-		n := newCrossNet(t, 2)
-		n.mu.Lock()
-		n.cut[3] = true // group 1's leader takes nothing
-		n.mu.Unlock()
+		n := newCrossNetLeaderless(t)
 		var id uint64
 		if job {
 			id = n.put(t, 2, "a", 1)
@@ -706,10 +707,7 @@ func TestCrossReserveNoSoonNoLongerOwed(t *testing.T) {
 		{150 * time.Millisecond, 200 * time.Millisecond},
 		{time.Second, 100 * time.Millisecond},
 	} {
-		n := newCrossNet(t, 2)
-		n.mu.Lock()
-		n.cut[3] = true // group 1's leader takes nothing
-		n.mu.Unlock()
+		n := newCrossNetLeaderless(t)
 		var seq atomic.Uint32
 		lost := time.Now()
 		ends, r := newCrossReserve(n, &seq, c.timeout)
