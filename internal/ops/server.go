@@ -68,6 +68,52 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
+// Bodies must arrive within bodyTime plus a second for each bodyRate
+// bytes they declare (bodyTime alone when they declare none): without a
+// bound, a client that sends a request's headers and then its body a byte
+// at a time (to the login, which needs no credential, or to any endpoint,
+// whose refusal net/http follows by reading the rest of the body) holds a
+// connection and a goroutine for as long as it likes. http.Server's
+// ReadTimeout would bound them too, but also cancels a handler that runs
+// past it (a long clear, a tube's move) once the body has been read.
+var bodyTime = 30 * time.Second // a variable for tests
+
+const bodyRate = 1 << 20
+
+// boundBodies gives each request with a body a read deadline for it
+// (bodyTime), lifted once the body has been read to its end.
+func boundBodies(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			rc := http.NewResponseController(w)
+			took := bodyTime + time.Duration(max(r.ContentLength, 0)/bodyRate)*time.Second
+			if rc.SetReadDeadline(time.Now().Add(took)) == nil {
+				r.Body = &boundedBody{ReadCloser: r.Body, rc: rc}
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// boundedBody lifts its request's read deadline at the body's end. One
+// that failed (its time up, say), or that the handler did not read to its
+// end, keeps it for net/http's reading of the rest; the next request on
+// the connection sets its own.
+type boundedBody struct {
+	io.ReadCloser
+	rc    *http.ResponseController
+	ended bool
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.ended {
+		b.ended = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
 // Server is the running side port.
 type Server struct {
 	log  zerolog.Logger // immutable
@@ -88,7 +134,7 @@ func serve(ln net.Listener, h http.Handler, errorLog io.Writer, logger zerolog.L
 	s := &Server{
 		log: logger,
 		http: &http.Server{
-			Handler: h,
+			Handler: boundBodies(h),
 			// Also bounds a TLS handshake (ServeTLS).
 			ReadHeaderTimeout: 5 * time.Second,
 			IdleTimeout:       time.Minute,
