@@ -338,14 +338,15 @@ func (t *Tube) firstLocked(state State) *Job {
 // KickTube is kick on the named tube, for up to bound jobs, bulkBatch per
 // hold of the tube lock: buried jobs if it has any when it starts (oldest
 // first), otherwise delayed ones (earliest first). ok is false when the
-// tube does not exist. It stops early if the log cannot take a change,
-// or the store is Reset.
-func (c *Client) KickTube(tube []byte, bound int) (kicked int, ok bool) {
+// tube does not exist. It stops early if the store is Reset, or if the
+// log cannot take a change: err is then ErrNoSpace, with the jobs kicked
+// before.
+func (c *Client) KickTube(tube []byte, bound int) (kicked int, ok bool, err error) {
 	s := c.s
 	gen := s.resets.Load()
 	t := s.findTube(tube)
 	if t == nil {
-		return 0, false
+		return 0, false, nil
 	}
 	defer s.releaseTube(t)
 	t.mu.Lock()
@@ -361,29 +362,29 @@ func (c *Client) KickTube(tube []byte, bound int) (kicked int, ok bool) {
 		t.mu.Lock()
 		if s.resetSince(gen) {
 			t.mu.Unlock()
-			return kicked, true
+			return kicked, true, nil
 		}
-		n, failed := 0, false
-		for ; n < bulkBatch && kicked+n < bound; n++ {
+		n := 0
+		for n < bulkBatch && kicked+n < bound {
 			j := t.firstLocked(from)
 			if j == nil {
 				break
 			}
-			if t.kickLocked(c, j, now, wal.Req{}) != nil {
-				failed = true
+			if err = t.kickLocked(c, j, now, wal.Req{}); err != nil {
 				break
 			}
 			hs = t.dispatchLocked(now, hs) // as Kick: each job offered as it is kicked
+			n++
 		}
 		t.mu.Unlock()
 		s.complete(hs)
 		kicked += n
-		if failed || n < bulkBatch {
-			return kicked, true
+		if err != nil || n < bulkBatch {
+			return kicked, true, err
 		}
 		rest(time.Since(began))
 	}
-	return kicked, true
+	return kicked, true, nil
 }
 
 // rest pauses a bulk change between batches for bulkRest times as long as

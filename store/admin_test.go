@@ -313,25 +313,25 @@ func TestKickTube(t *testing.T) {
 		block(t, w, -1)
 
 		admin, _ := newClient(s)
-		n, ok := admin.KickTube([]byte("t"), 650)
+		n, ok, _ := admin.KickTube([]byte("t"), 650)
 		if !ok || n != 650 {
 			t.Fatalf("kick 650: %d %v", n, ok)
 		}
 		if e := wr.next(t); e.job != buried[0] {
 			t.Errorf("waiter got %s, want the first job kicked (%d)", e, buried[0].ID())
 		}
-		n, _ = admin.KickTube([]byte("t"), 1000)
+		n, _, _ = admin.KickTube([]byte("t"), 1000)
 		if n != 50 {
 			t.Errorf("second kick: %d, want the 50 buried left, not the delayed", n)
 		}
-		n, _ = admin.KickTube([]byte("t"), 1000)
+		n, _, _ = admin.KickTube([]byte("t"), 1000)
 		if n != 700 {
 			t.Errorf("third kick: %d, want the 700 delayed", n)
 		}
 		if got := tubeCounts(t, s, "t"); got != (counts{urgent: 1399, ready: 1399, reserved: 1}) {
 			t.Errorf("after kicking: %+v", got)
 		}
-		if _, ok := admin.KickTube([]byte("nope"), 1); ok {
+		if _, ok, _ := admin.KickTube([]byte("nope"), 1); ok {
 			t.Error("kick of a tube that does not exist: ok")
 		}
 		checkNow(t, s, p, w, admin)
@@ -362,7 +362,7 @@ func TestBulkChangesAreLogged(t *testing.T) {
 	if n, _ := admin.ClearTube([]byte("t"), []store.State{store.StateReady}, nil); n != 300 {
 		t.Fatalf("cleared %d, want 300", n)
 	}
-	if n, _ := admin.KickTube([]byte("t"), 100); n != 100 {
+	if n, _, _ := admin.KickTube([]byte("t"), 100); n != 100 {
 		t.Fatalf("kicked %d, want 100", n)
 	}
 	if admin.PendingAck() <= before {

@@ -76,7 +76,7 @@ type clusterMember struct {
 func startClusterMember(t *testing.T, c *fakeCluster) *clusterMember {
 	t.Helper()
 	m := &clusterMember{cluster: c}
-	m.gate, m.store, m.url = inProcessWith(t, func(cfg *admin.Config) {
+	m.gate, m.store, m.url = inProcessWith(t, nil, func(cfg *admin.Config) {
 		cfg.Cluster = c
 		cfg.LeaderWait = 300 * time.Millisecond
 	}, func(h http.Handler) http.Handler {
@@ -229,7 +229,7 @@ func TestClusterHistory(t *testing.T) {
 	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Unix())
 	c := newFakeCluster("m1", admin.Leader{Name: "m2", HTTP: "127.0.0.1:1"})
 	m := &clusterMember{cluster: c}
-	_, _, m.url = inProcessWith(t, func(cfg *admin.Config) {
+	_, _, m.url = inProcessWith(t, nil, func(cfg *admin.Config) {
 		cfg.Cluster = c
 		cfg.History = admin.HistoryConfig{Interval: 5 * time.Millisecond, Window: time.Second}
 		cfg.Now = func() time.Time { return time.Unix(clock.Load(), 0) }

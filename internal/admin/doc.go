@@ -45,7 +45,8 @@
 // reserved job, a kick of a job neither buried nor delayed), 413 a body
 // over -z, 429 too many failed attempts, 503 draining (a put) or not
 // acknowledged in time, 507 the log's disk is full (a put or a kick: the
-// change was refused and nothing was stored; deletes are never refused).
+// change was refused and nothing was stored; deletes are never refused; a
+// tube kick the disk stops after some jobs answers 200 with their count).
 //
 // # Listing
 //

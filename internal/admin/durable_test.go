@@ -70,19 +70,24 @@ func (g *gate) open() {
 // counters work without the event loops).
 func inProcess(t *testing.T, ackTimeout time.Duration) (*gate, *store.Store, string) {
 	t.Helper()
-	return inProcessWith(t, func(cfg *admin.Config) { cfg.AckTimeout = ackTimeout }, nil)
+	return inProcessWith(t, nil, func(cfg *admin.Config) { cfg.AckTimeout = ackTimeout }, nil)
 }
 
-// inProcessWith is inProcess with the API's Config changed by configure,
-// and served wrapped in wrap, if set.
-func inProcessWith(t *testing.T, configure func(*admin.Config), wrap func(http.Handler) http.Handler) (*gate, *store.Store, string) {
+// inProcessWith is inProcess with the store's Options changed by options,
+// if set, and the API's Config by configure, and served wrapped in wrap,
+// if set.
+func inProcessWith(t *testing.T, options func(*store.Options), configure func(*admin.Config), wrap func(http.Handler) http.Handler) (*gate, *store.Store, string) {
 	t.Helper()
 	wl, err := wal.Open(t.TempDir(), wal.Options{SegmentSize: 1 << 20, SyncEvery: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := &gate{log: wl, limit: math.MaxUint64}
-	st := store.New(store.Options{Log: wl, Acks: g})
+	opts := store.Options{Log: wl, Acks: g}
+	if options != nil {
+		options(&opts)
+	}
+	st := store.New(opts)
 	if err := wl.Start(st); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +112,13 @@ func inProcessWith(t *testing.T, configure func(*admin.Config), wrap func(http.H
 
 func post(t *testing.T, url, body string) (*http.Response, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	return send(t, "POST", url, body)
+}
+
+// send makes a request with the test's token.
+func send(t *testing.T, method, url, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -143,6 +143,7 @@ type History struct {
 	prevTubes   map[string]counters // the tubes of the previous sample
 	scratch     []store.TubeStats
 	sampledOnce bool
+	idle        bool // the last sample was skipped: not active
 
 	mu     sync.Mutex
 	seq    uint64                 // guarded by mu: samples taken
@@ -207,12 +208,29 @@ func (h *History) stop() {
 // tube's through store.EachTube, which holds one tube's lock at a time.
 func (h *History) sample() {
 	if h.active != nil && !h.active() {
+		h.idle = true
 		return
+	}
+	if h.idle {
+		h.forget() // a new leadership's history starts empty, as after a restart
+		h.idle = false
 	}
 	st := h.engine.Stats()
 	h.scratch = h.scratch[:0]
 	h.st.EachTube(func(t *store.TubeStats) { h.scratch = append(h.scratch, *t) })
 	h.record(h.now(), &st, h.scratch)
+}
+
+// forget drops every point and the figures rates are made from.
+func (h *History) forget() {
+	h.prevAt, h.prevServer, h.sampledOnce = time.Time{}, counters{}, false
+	clear(h.prevTubes)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.seq = 0
+	clear(h.times)
+	h.server, h.other = newSeries(h.size), newSeries(h.size)
+	clear(h.tubes)
 }
 
 // record adds one sample taken at now. Rates need the sample before: the

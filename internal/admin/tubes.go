@@ -195,7 +195,9 @@ func numberBody(w http.ResponseWriter, r *http.Request, field string) (uint32, e
 }
 
 // kickTube is kick on the tube, for up to bound jobs, in batches: buried
-// ones if it has any, else delayed ones. Counted as one kick.
+// ones if it has any, else delayed ones. Counted as one kick. A log that
+// refuses the first kick is 507; one that refuses a later kick ends the
+// kick early, and the answer counts the jobs kicked (the next is 507).
 func (a *API) kickTube(w http.ResponseWriter, r *http.Request, _ Access) error {
 	name, err := tubeName(r)
 	if err != nil {
@@ -210,11 +212,15 @@ func (a *API) kickTube(w http.ResponseWriter, r *http.Request, _ Access) error {
 	defer c.Close()
 	var kicked int
 	var ok bool
-	if err := a.unfrozen(r, name, func() { kicked, ok = c.KickTube(name, int(bound)) }); err != nil {
+	var kerr error
+	if err := a.unfrozen(r, name, func() { kicked, ok, kerr = c.KickTube(name, int(bound)) }); err != nil {
 		return err
 	}
 	if !ok {
 		return errNoTube(name)
+	}
+	if kerr != nil && kicked == 0 {
+		return errorf(http.StatusInsufficientStorage, "the write-ahead log's disk is full: no job was kicked")
 	}
 	if err := a.acknowledged(r.Context(), c); err != nil {
 		return err
@@ -224,8 +230,9 @@ func (a *API) kickTube(w http.ResponseWriter, r *http.Request, _ Access) error {
 }
 
 // pauseTube is pause-tube: no reserve takes from the tube for delay
-// seconds. A pause is not logged (beanstalkd does not keep one over a
-// restart either), so there is nothing to wait for.
+// seconds. A single node does not log a pause (beanstalkd does not keep
+// one over a restart either); a cluster group does, and the answer waits
+// for that record, as the protocol's reply does.
 func (a *API) pauseTube(w http.ResponseWriter, r *http.Request, _ Access) error {
 	name, err := tubeName(r)
 	if err != nil {
@@ -236,12 +243,17 @@ func (a *API) pauseTube(w http.ResponseWriter, r *http.Request, _ Access) error 
 		return err
 	}
 	a.engine.CountCommand(codec.CmdPauseTube, 1)
+	c := a.client(r)
+	defer c.Close()
 	var ok bool
-	if err := a.unfrozen(r, name, func() { ok = a.store(r.Context()).PauseTube(name, time.Duration(delay)*time.Second) }); err != nil {
+	if err := a.unfrozen(r, name, func() { ok = c.PauseTube(name, time.Duration(delay)*time.Second) }); err != nil {
 		return err
 	}
 	if !ok {
 		return errNoTube(name)
+	}
+	if err := a.acknowledged(r.Context(), c); err != nil {
+		return err
 	}
 	WriteValue(w, http.StatusOK, map[string]uint32{"paused": delay})
 	return nil
