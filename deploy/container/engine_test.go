@@ -22,7 +22,7 @@ import (
 // timeout the tests give a container, as the StatefulSet's grace period.
 const (
 	commandTimeout = 3 * time.Minute
-	stopGrace      = 40
+	stopGrace      = 60
 )
 
 // engine is the container command; empty when none works (skipReason says

@@ -34,9 +34,13 @@ import (
 const (
 	defaultShutdownTimeout = 25 * time.Second
 	walCloseLimit          = 10 * time.Second
-	// handOversLimit bounds a cluster member's handing its groups'
-	// leaderships over before its node stops (internal/member).
-	handOversLimit = 3 * time.Second
+	// heldRepliesLimit bounds sending the replies held for the log once
+	// the connections close, handOversLimit a cluster member's handing
+	// its groups' leaderships over, and sidePortLimit the side port's
+	// requests in flight (internal/member).
+	heldRepliesLimit = 5 * time.Second
+	handOversLimit   = 3 * time.Second
+	sidePortLimit    = 5 * time.Second
 )
 
 // sproutBinary builds cmd/sprout from the server's own module (not this
@@ -247,9 +251,9 @@ func TestStatefulSet(t *testing.T) {
 		}
 		shutdown = d
 	}
-	if g := pod.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= shutdown+walCloseLimit+handOversLimit {
-		t.Errorf("terminationGracePeriodSeconds = %d; want above the shutdown timeout %v plus the log's close limit %v and the leaderships' handover %v",
-			ptrOr(g), shutdown, walCloseLimit, handOversLimit)
+	if g := pod.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= shutdown+heldRepliesLimit+handOversLimit+sidePortLimit+walCloseLimit {
+		t.Errorf("terminationGracePeriodSeconds = %d; want above the shutdown timeout %v plus the held replies' %v, the leaderships' handover %v, the side port's %v and the log's close limit %v",
+			ptrOr(g), shutdown, heldRepliesLimit, handOversLimit, sidePortLimit, walCloseLimit)
 	}
 	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
 		t.Error("a preStop hook: SIGTERM drains by itself, and the image has no shell to run one")

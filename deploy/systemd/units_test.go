@@ -16,11 +16,15 @@ import (
 // toolTimeout bounds each run of a systemd tool.
 const toolTimeout = time.Minute
 
-// Sprout's stop takes at most its shutdown timeout, then up to walCloseLimit
-// for the log's last fsync on a failing disk (see docs/durability.md).
+// Sprout's stop takes at most its shutdown timeout, then up to
+// heldRepliesLimit for the replies held for the log, sidePortLimit for the
+// side port's requests and walCloseLimit for the log's last fsync on a
+// failing disk (docs/operations.md, "Signals and shutdown").
 const (
-	shutdownTimeout = 25 * time.Second
-	walCloseLimit   = 10 * time.Second
+	shutdownTimeout  = 25 * time.Second
+	heldRepliesLimit = 5 * time.Second
+	sidePortLimit    = 5 * time.Second
+	walCloseLimit    = 10 * time.Second
 )
 
 // unitFiles are what the tests read and what README.md here installs.
@@ -91,9 +95,9 @@ func TestUnitSettings(t *testing.T) {
 		}
 	}
 	stop, err := time.ParseDuration(one("TimeoutStopSec"))
-	if err != nil || stop <= shutdownTimeout+walCloseLimit {
-		t.Errorf("TimeoutStopSec = %q; want a duration above %v (shutdown) + %v (last fsync)",
-			one("TimeoutStopSec"), shutdownTimeout, walCloseLimit)
+	if err != nil || stop <= shutdownTimeout+heldRepliesLimit+sidePortLimit+walCloseLimit {
+		t.Errorf("TimeoutStopSec = %q; want a duration above %v (shutdown) + %v (held replies) + %v (side port) + %v (last fsync)",
+			one("TimeoutStopSec"), shutdownTimeout, heldRepliesLimit, sidePortLimit, walCloseLimit)
 	}
 
 	sysusers, err := os.ReadFile("sprout.sysusers")
