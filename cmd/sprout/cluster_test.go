@@ -671,7 +671,19 @@ func TestParseArgsCluster(t *testing.T) {
 		refused("a join list, no entry, not among the peers", with("--node", "e", "--cluster-join", "d=c0ffee:2"),
 			"--cluster-peers: does not include this member, e"),
 		refused("a malformed join list", with("--cluster-join", "d=c0ffee:2,e"), `--cluster-join: "e" is not NAME=CLUSTER:ID`),
-		refused("a join list naming one twice", with("--cluster-join", "d=c0ffee:2,d=c0ffee:3"), "--cluster-join: names d twice"),
+		// A member replaced after it lost its disk has its new entry
+		// appended (deploy/README.md): the later entry counts, and the
+		// list does not stop the others from starting.
+		{name: "a join list naming one again", args: with("--node", "d", "--cluster-join", "d=c0ffee:2,a=c0ffee:1,d=c0ffee:3"),
+			want: func(o *options) {
+				o.walDir, o.node, o.clusterListen, o.clusterPeers = "/var/lib/sprout", "d", "127.0.0.1:7001", peers
+				o.clusterJoin = "d=c0ffee:2,a=c0ffee:1,d=c0ffee:3"
+			}},
+		{name: "a join list naming another again", args: member, env: []string{"SPROUT_CLUSTER_JOIN=d=c0ffee:2,d=c0ffee:3"},
+			want: func(o *options) {
+				o.walDir, o.node, o.clusterListen, o.clusterPeers = "/var/lib/sprout", "a", "127.0.0.1:7001", peers
+				o.clusterJoin = "d=c0ffee:2,d=c0ffee:3"
+			}},
 	})
 }
 

@@ -140,14 +140,16 @@ func ParseJoin(s string) (cluster, id uint64, err error) {
 // SelectJoin reads --cluster-join for the member named node: the plain
 // CLUSTER:ID, or a list NAME=CLUSTER:ID,... shared by every member, of
 // which node takes its own entry. found is false when the list has no
-// entry for node: it starts as an initial member. A malformed list, a
-// name twice, or entries of two clusters are refused whoever reads it.
+// entry for node: it starts as an initial member. A name listed again
+// takes its later entry: a member replaced after it lost its disk is
+// added again under its name, and its new entry appended to the list
+// (deploy/README.md). A malformed list or entries of two clusters are
+// refused whoever reads it.
 func SelectJoin(s, node string) (cluster, id uint64, found bool, err error) {
 	if !strings.Contains(s, "=") {
 		cluster, id, err = ParseJoin(s)
 		return cluster, id, err == nil, err
 	}
-	seen := make(map[string]bool)
 	var first uint64
 	for entry := range strings.SplitSeq(s, ",") {
 		entry = strings.TrimSpace(entry)
@@ -158,10 +160,6 @@ func SelectJoin(s, node string) (cluster, id uint64, found bool, err error) {
 		if err := checkName(name); err != nil {
 			return 0, 0, false, configErrorf(SettingJoin, "%q: %v", entry, err)
 		}
-		if seen[name] {
-			return 0, 0, false, configErrorf(SettingJoin, "names %s twice", name)
-		}
-		seen[name] = true
 		c, i, err := ParseJoin(join)
 		if err != nil {
 			return 0, 0, false, configErrorf(SettingJoin, "%q is not NAME=CLUSTER:ID in hex, as the member's addition printed it", entry)
