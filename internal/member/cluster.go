@@ -75,11 +75,10 @@ func (m *Member) startNode() error {
 	if m.shards, err = planShards(m.cfg, held, len(held) == 1 && last <= 1, rec); err != nil {
 		return &StartError{StepNode, err}
 	}
+	record := false
 	if g := m.shards.groups(); g > 1 && rec.Groups == 0 {
 		rec = formation{Groups: g, Replicas: cmp.Or(m.cfg.Replicas, 3)} // as asked: the formation caps it at the members
-		if err := writeFormation(m.cfg.WALDir, rec); err != nil {
-			return &StartError{StepLog, err}
-		}
+		record = true
 	}
 	m.shards.formation = rec
 	nc.Log, nc.Logger = clog, m.log
@@ -97,6 +96,14 @@ func (m *Member) startNode() error {
 	}
 	m.node, m.store = node, node.Store()
 	m.shards.nodes[0].Store(node)
+	if err := m.refuseFormedAtStart(); err != nil {
+		return &StartError{StepNode, err}
+	}
+	if record {
+		if err := writeFormation(m.cfg.WALDir, rec); err != nil {
+			return &StartError{StepLog, err}
+		}
+	}
 	m.proxy = replication.NewProxy(replication.ProxyConfig{
 		Leader: node.Leader, Self: node.Name(), Local: m.serveLocal,
 		Wait: node.ElectionTimeout(), Logger: m.log,

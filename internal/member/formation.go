@@ -137,35 +137,71 @@ func (m *Member) recordFormation() {
 // cluster's groups when started without --cluster-groups. Called on
 // group 0's goroutine.
 func (m *Member) checkFormed(f replication.Formed) {
-	mine := m.shards.formed()
-	if f.Groups == 0 || f == mine || f.Groups == mine.Groups && (f.Replicas == 0 || mine.Replicas == 0) {
+	if !m.shards.disagrees(f) {
 		return
 	}
 	m.foreignOnce.Do(func() {
-		flag, set, own, theirs := "--cluster-groups", m.cfg.Groups, int(mine.Groups), int(f.Groups)
-		if f.Groups == mine.Groups {
-			flag, set, own, theirs = "--cluster-replicas", m.cfg.Replicas, int(mine.Replicas), int(f.Replicas)
-		}
-		reason := fmt.Sprintf("%s %d disagrees with this cluster's %d, set when it was formed", flag, own, theirs)
-		if set == 0 {
-			reason = fmt.Sprintf("%s unset runs %d, and this cluster's is %d, set when it was formed", flag, own, theirs)
-		}
-		cluster := fmt.Sprintf("--cluster-groups %d", f.Groups)
-		if f.Groups > 1 {
-			cluster += fmt.Sprintf(" --cluster-replicas %d", f.Replicas)
-		}
-		switch held := m.clusterLog.Shared().Groups(); {
-		case len(held) > 1:
-			reason += ": start it on an empty -b with " + cluster
-		case m.adoptFormed(f) != nil:
-			reason += ": start it with " + cluster + " on an empty -b"
-		default:
-			reason += ": its -b records the cluster's now; start it again without either flag, or with " + cluster
-		}
-		err := &FormationError{reason}
+		err := m.refuseFormed(f)
 		m.log.Error().Err(err).Msg("stopping: this member does not run the cluster's groups")
 		m.foreign <- err // watch stops the member, once it has started
 	})
+}
+
+// disagrees reports whether the formation group 0's book records (f;
+// zero: none yet) is not the one this member runs.
+func (sh *shards) disagrees(f replication.Formed) bool {
+	mine := sh.formed()
+	return f.Groups != 0 && f != mine && (f.Groups != mine.Groups || f.Replicas != 0 && mine.Replicas != 0)
+}
+
+// refuseFormed is the refusal of a member whose formation is not f, the
+// cluster's. If its log holds group 0 alone, nothing of its own
+// formation is on it: f becomes its record, so that it starts again
+// with the cluster's groups when started without the flags.
+func (m *Member) refuseFormed(f replication.Formed) *FormationError {
+	mine := m.shards.formed()
+	flag, set, own, theirs := "--cluster-groups", m.cfg.Groups, int(mine.Groups), int(f.Groups)
+	if f.Groups == mine.Groups {
+		flag, set, own, theirs = "--cluster-replicas", m.cfg.Replicas, int(mine.Replicas), int(f.Replicas)
+	}
+	reason := fmt.Sprintf("%s %d disagrees with this cluster's %d, set when it was formed", flag, own, theirs)
+	if set == 0 {
+		reason = fmt.Sprintf("%s unset runs %d, and this cluster's is %d, set when it was formed", flag, own, theirs)
+	}
+	cluster := fmt.Sprintf("--cluster-groups %d", f.Groups)
+	if f.Groups > 1 {
+		cluster += fmt.Sprintf(" --cluster-replicas %d", f.Replicas)
+	}
+	switch held := m.clusterLog.Shared().Groups(); {
+	case len(held) > 1:
+		reason += ": start it on an empty -b with " + cluster
+	case m.adoptFormed(f) != nil:
+		reason += ": start it with " + cluster + " on an empty -b"
+	default:
+		reason += ": its -b records the cluster's now; start it again without either flag, or with " + cluster
+	}
+	return &FormationError{reason}
+}
+
+// formedWait bounds how long a member's start waits for its log's replay
+// to show the formation group 0 records (refuseFormedAtStart).
+const formedWait = 5 * time.Second
+
+// refuseFormedAtStart refuses, at start, a member whose log's group 0 records a
+// formation other than the one it plans (a member restarted with other
+// flags than the cluster's): it waits until the replay of what its log
+// had committed shows one, or is done, for up to formedWait (a log whose
+// replay takes longer is checked by checkFormed once it runs, as a
+// joining member's is).
+func (m *Member) refuseFormedAtStart() error {
+	deadline := time.Now().Add(formedWait)
+	for m.node.Tubes().Formed.Groups == 0 && !m.node.Replayed() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if f := m.node.Tubes().Formed; m.shards.disagrees(f) {
+		return m.refuseFormed(f)
+	}
+	return nil
 }
 
 // adoptFormed makes f this member's formation record: none for one

@@ -1522,6 +1522,14 @@ func (n *Node) Ready() bool {
 	return !p.stopped && p.lead != 0 && p.applied >= n.startCommit && (p.lead != n.self.ID || p.serving)
 }
 
+// Replayed reports whether the member has applied what its log said was
+// committed when it started (Ready without a leader).
+func (n *Node) Replayed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.pub.applied >= n.startCommit
+}
+
 // LeaderInfo is the leader as this member knows it.
 type LeaderInfo struct {
 	// Name is the leader's name; "" when none is known.
