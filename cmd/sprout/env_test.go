@@ -70,8 +70,16 @@ func TestEnvironmentSettings(t *testing.T) {
 			args: []string{"-F"}, want: func(o *options) { o.syncEvery, o.noSync = given(5*time.Millisecond), true }},
 		{name: "f on the command line after SPROUT_NO_FSYNC", env: []string{"SPROUT_NO_FSYNC=1"},
 			args: []string{"-f7"}, want: func(o *options) { o.syncEvery = given(7 * time.Millisecond) }},
-		{name: "verbose adds to -V", env: []string{"SPROUT_VERBOSE=2"}, args: []string{"-V"},
-			want: func(o *options) { o.verbosity = 3 }},
+		// -V counts up on the command line alone, which wins over
+		// SPROUT_VERBOSE (it used to add to it: --verbose 0 logged at trace).
+		{name: "-V over SPROUT_VERBOSE", env: []string{"SPROUT_VERBOSE=2"}, args: []string{"-V"},
+			want: func(o *options) { o.verbosity = 1 }},
+		{name: "--verbose 0 over SPROUT_VERBOSE", env: []string{"SPROUT_VERBOSE=2"}, args: []string{"--verbose", "0"},
+			want: func(o *options) { o.verbosity = 0 }},
+		{name: "-V and --verbose add up", env: []string{"SPROUT_VERBOSE=1"}, args: []string{"-V", "--verbose=1"},
+			want: func(o *options) { o.verbosity = 2 }},
+		{name: "SPROUT_VERBOSE without -V", env: []string{"SPROUT_VERBOSE=2"},
+			want: func(o *options) { o.verbosity = 2 }},
 		{name: "clamp warning names nothing new", env: []string{"SPROUT_MAX_JOB_SIZE=2000000000"},
 			want: func(o *options) { o.maxJobSize = given(1 << 30) }, wantStderr: clampWarning},
 		{name: "go memory limit off", env: []string{"SPROUT_GO_MEMORY_LIMIT=off"},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -90,6 +91,9 @@ func parseArgs(args, environ []string, stderr io.Writer) (options, action, int) 
 			}
 			warn(err.Error())
 		}
+	}
+	if slices.ContainsFunc(cmdline, func(s setting) bool { return s.flag.long == "verbose" }) {
+		o.verbosity = 0 // -V counts up on the command line, which wins over SPROUT_VERBOSE
 	}
 	for _, s := range cmdline {
 		_ = s.apply(&o) // checked, and its warnings printed, by scan
