@@ -1,0 +1,101 @@
+package router
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/store"
+)
+
+// TestReserveResentKeepsItsTimeout: a reserve waiting in a group whose
+// leader is lost goes again to the next leader (Link.LeaderChanged), and
+// ends when it would have ended at the first: its timeout, and the
+// DEADLINE_SOON bound of a job its session holds in another group
+// (SoonIn), count from when the session made it, not from when the next
+// leader takes it. Else TIMED_OUT comes late by the failover's length,
+// and DEADLINE_SOON after the TTR of the job it warns of, which its group
+// has released by then. (A reserve across groups keeps its own timer, so
+// its waits carry neither: docs/design/shards.md 6.3, "the timeout is not
+// extended".)
+func TestReserveResentKeepsItsTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		req  Request
+		want Status
+	}{
+		{"reserve-with-timeout 1", Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}, Timeout: time.Second}, StatusTimedOut},
+		{"reserve, a job held elsewhere soon in 1 s", Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}, Timeout: -1,
+			SoonElsewhere: true, SoonIn: time.Second}, StatusDeadlineSoon},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newLinkNet(t, 2, 3)
+			a := make(answers, 4)
+			start := time.Now()
+			n.link.Request(10, 0, 1, tc.req, a.done)
+			time.Sleep(700 * time.Millisecond)
+			// Leader 2 is lost (its answer never comes); 3 is elected.
+			n.mu.Lock()
+			n.cut[2] = true
+			n.leader = 3
+			n.mu.Unlock()
+			n.link.LeaderChanged(0)
+			it := a.next(t)
+			took := time.Since(start)
+			if it.Reply.Status != tc.want {
+				t.Fatalf("answer %+v, want status %v", it.Reply, tc.want)
+			}
+			if took > 1200*time.Millisecond {
+				t.Fatalf("%s answered %v after it was made, across a failover at 700ms: its wait began again at the next leader", tc.name, took.Round(time.Millisecond))
+			}
+		})
+	}
+}
+
+// TestOwnRefsBeforeResentRequests: a session watches an empty tube (its
+// group counts it: WATCHING came once the leader had the count), the
+// group's leader is lost, and the session's stats-tube of the tube waits
+// for the next leader. Sent there, it finds the tube, watched once, as
+// one server answers a connection's stats-tube of a tube it watches: the
+// next leader, whose store has none of the member's references, gets
+// them from the member's sync (Router.resync) before the requests sent
+// again to it (docs/design/shards.md 5.4).
+func TestOwnRefsBeforeResentRequests(t *testing.T) {
+	for _, next := range []uint64{1, 2} {
+		t.Run(fmt.Sprintf("next leader %d", next), func(t *testing.T) { testOwnRefsBeforeResent(t, next) })
+	}
+}
+
+// testOwnRefsBeforeResent is TestOwnRefsBeforeResentRequests with member
+// next elected (2: the lost leader, elected again in a later term on its
+// store rebuilt, which kept no reference).
+func testOwnRefsBeforeResent(t *testing.T, next uint64) {
+	n := newRouterNet(t, 3)
+	tube := n.tube(1, "f")
+	c := n.session(1)
+	c.watch(tube)
+	n.waitFigures(tube, tubeFigures{exists: true, watching: 1})
+	n.setLeader(1, 0, nil)
+	stats := make(chan engine.Answer, 1)
+	c.start("stats-tube", func(a *engine.Answer) bool { return c.s.TubeStats([]byte(tube), a) })
+	go func() {
+		select {
+		case a := <-c.answers:
+			stats <- a
+		case <-time.After(5 * time.Second):
+			close(stats)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	fresh := store.New(store.Options{IDPrefix: 1, Dedup: true})
+	t.Cleanup(fresh.Close)
+	n.setLeader(1, next, fresh)
+	a, ok := <-stats
+	if !ok {
+		t.Fatal("stats-tube: no answer")
+	}
+	if !a.OK || a.TubeStats.Watching != 1 {
+		t.Fatalf("stats-tube %s of a tube the connection watches, sent as its group had no leader: ok %v, watching %d; want the tube, watched once", tube, a.OK, a.TubeStats.Watching)
+	}
+}
