@@ -154,7 +154,10 @@
 // member (Link numbers start anywhere in each process), the leader makes
 // the change with that key (store.Client.PutKeyed and the like), every
 // replica keeps the keys from the log, and a key seen within
-// store.DedupTTL gets the first outcome. Each batch the leader proposes
+// store.DedupTTL gets the first outcome. A reserve sent again carries
+// what is left of its timeout and of its DEADLINE_SOON bound (SoonIn),
+// counted from when its session made it (call.sendPayload): a failover
+// does not extend them. Each batch the leader proposes
 // begins with its clock (a KindClock record), by which every replica
 // expires the same entries; the log keeps them for a rebuild, and a
 // snapshot carries them (internal/replication, "Snapshots and a bounded

@@ -6,50 +6,107 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/engine"
+	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store"
 )
 
-// TestReserveResentKeepsItsTimeout: a reserve waiting in a group whose
-// leader is lost goes again to the next leader (Link.LeaderChanged), and
-// ends when it would have ended at the first: its timeout, and the
-// DEADLINE_SOON bound of a job its session holds in another group
-// (SoonIn), count from when the session made it, not from when the next
-// leader takes it. Else TIMED_OUT comes late by the failover's length,
-// and DEADLINE_SOON after the TTR of the job it warns of, which its group
-// has released by then. (A reserve across groups keeps its own timer, so
-// its waits carry neither: docs/design/shards.md 6.3, "the timeout is not
-// extended".)
+// TestReserveResentKeepsItsTimeout: a reserve waiting in a group goes
+// again when its leader is lost (Link.LeaderChanged, to the next leader),
+// or when a handover refused it (StatusNotLeader, then Link.Retry once
+// the handover was aborted), and ends when it would have ended at the
+// first: its timeout, and the DEADLINE_SOON bound of a job its session
+// holds in another group (SoonIn), count from when the session made it,
+// not from when a leader takes it again. Else TIMED_OUT comes late by the
+// failover's length, and DEADLINE_SOON after the TTR of the job it warns
+// of, which that job's group has released by then. (A reserve across
+// groups keeps its own timer, so its waits carry neither: docs/design/
+// shards.md 6.3, "the timeout is not extended".)
 func TestReserveResentKeepsItsTimeout(t *testing.T) {
+	tube := [][]byte{[]byte("t")}
 	for _, tc := range []struct {
 		name string
 		req  Request
 		want Status
 	}{
-		{"reserve-with-timeout 1", Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}, Timeout: time.Second}, StatusTimedOut},
-		{"reserve, a job held elsewhere soon in 1 s", Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}, Timeout: -1,
+		{"reserve-with-timeout 1", Request{Op: OpReserve, Tubes: tube, Timeout: time.Second}, StatusTimedOut},
+		{"reserve, a job held elsewhere soon in 1 s", Request{Op: OpReserve, Tubes: tube, Timeout: -1,
+			SoonElsewhere: true, SoonIn: time.Second}, StatusDeadlineSoon},
+		{"reserve-with-timeout 5, a job held elsewhere soon in 1 s", Request{Op: OpReserve, Tubes: tube, Timeout: 5 * time.Second,
 			SoonElsewhere: true, SoonIn: time.Second}, StatusDeadlineSoon},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			n := newLinkNet(t, 2, 3)
-			a := make(answers, 4)
-			start := time.Now()
-			n.link.Request(10, 0, 1, tc.req, a.done)
-			time.Sleep(700 * time.Millisecond)
-			// Leader 2 is lost (its answer never comes); 3 is elected.
-			n.mu.Lock()
-			n.cut[2] = true
-			n.leader = 3
-			n.mu.Unlock()
-			n.link.LeaderChanged(0)
-			it := a.next(t)
-			took := time.Since(start)
-			if it.Reply.Status != tc.want {
-				t.Fatalf("answer %+v, want status %v", it.Reply, tc.want)
-			}
-			if took > 1200*time.Millisecond {
-				t.Fatalf("%s answered %v after it was made, across a failover at 700ms: its wait began again at the next leader", tc.name, took.Round(time.Millisecond))
-			}
-		})
+		for _, way := range []struct {
+			name   string
+			before func(n *linkNet) // as the reserve is made
+			again  func(n *linkNet) // 700ms later
+		}{
+			{"to the next leader", func(*linkNet) {}, func(n *linkNet) {
+				// Leader 2 is lost (its answer never comes); 3 is elected.
+				n.mu.Lock()
+				n.cut[2] = true
+				n.leader = 3
+				n.mu.Unlock()
+				n.link.LeaderChanged(0)
+			}},
+			{"after a handover refused it", func(n *linkNet) { n.servers[2].Gate(0) }, func(n *linkNet) {
+				n.servers[2].Ungate(0) // the handover aborted
+				n.link.Retry(0)
+			}},
+		} {
+			t.Run(tc.name+", "+way.name, func(t *testing.T) {
+				n := newLinkNet(t, 2, 3)
+				a := make(answers, 4)
+				way.before(n)
+				start := time.Now()
+				n.link.Request(10, 0, 1, tc.req, a.done)
+				time.Sleep(700 * time.Millisecond)
+				way.again(n)
+				it := a.next(t)
+				took := time.Since(start)
+				if it.Reply.Status != tc.want {
+					t.Fatalf("answer %+v, want status %v", it.Reply, tc.want)
+				}
+				if took > 1200*time.Millisecond {
+					t.Fatalf("answered %v after it was made, sent again at 700ms: its wait began again there", took.Round(time.Millisecond))
+				}
+			})
+		}
+	}
+}
+
+// TestReserveResentToItsLeaderJoinsItsWait: a reserve sent again to the
+// leader it waits at (the stream to it opened again: Link.LeaderChanged
+// with the same leader) goes with what is left of its timeout, and the
+// leader still takes it for the one waiting, by its sequence: one waiter,
+// one answer, at the timeout the reserve was made with.
+func TestReserveResentToItsLeaderJoinsItsWait(t *testing.T) {
+	n := newLinkNet(t, 2)
+	a := make(answers, 4)
+	start := time.Now()
+	n.link.Request(10, 0, 1, Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}, Timeout: time.Second}, a.done)
+	testproc.WaitFor(t, 5*time.Second, "the reserve waiting", func() bool { return n.stores[2].Stats().Waiting == 1 })
+	time.Sleep(time.Until(start.Add(700 * time.Millisecond)))
+	n.link.LeaderChanged(0)
+	// Another session's request, answered, comes after the resent
+	// reserve on the same stream.
+	n.link.Request(11, 0, 1, Request{Op: OpStats}, a.done)
+	if it := a.next(t); it.Session != 11 {
+		t.Fatalf("%+v, want session 11's stats", it)
+	}
+	if w := n.stores[2].Stats().Waiting; w != 1 {
+		t.Fatalf("%d waiting at the leader after the reserve went again to it, want the one", w)
+	}
+	it := a.next(t)
+	took := time.Since(start)
+	if it.Session != 10 || it.Reply.Status != StatusTimedOut || took < 950*time.Millisecond || took > 1200*time.Millisecond {
+		t.Fatalf("%+v after %v, want session 10's TIMED_OUT at its timeout, 1 s", it, took.Round(time.Millisecond))
+	}
+	select {
+	case it := <-a:
+		t.Fatalf("a second answer: %+v", it)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if p := n.link.Pending(); p != 0 {
+		t.Fatalf("%d calls pending", p)
 	}
 }
 

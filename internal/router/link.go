@@ -236,8 +236,13 @@ type call struct {
 	kind Kind   // its item's: a request, a wait or refs
 	wait uint64 // a wait's id
 	// payload is its item, encoded once: it is sent again as it is after
-	// a leader change. Nil if the item does not encode (it is never sent).
+	// a leader change, but for a reserve's bounds (sendPayload). Nil if
+	// the item does not encode (it is never sent).
 	payload []byte
+	// posted: postCall looked at it before, so that a post now is a
+	// resend (a leader change, a refusal, a queue that was full, an
+	// older call not taken). Guarded by the Link's mu.
+	posted bool
 	// done takes the answer: a reply to a request, an event to a wait.
 	done func(*Item)
 	// sent: the leader known when it was last posted took it. One not
@@ -567,6 +572,8 @@ func (l *Link) postCall(c *call) {
 		l.mu.Unlock()
 		return
 	}
+	again := c.posted
+	c.posted = true
 	if c.kind == KindRequest && c.taken > 0 && keyed(c.op) && !c.takenAt.IsZero() && time.Since(c.takenAt) >= resendWithin {
 		// A leader that took it may have run it, and the group's next
 		// leader answers it from the table of outcomes only while its
@@ -627,7 +634,7 @@ func (l *Link) postCall(c *call) {
 		c.done(statusReply(k, StatusUnknown))
 		return
 	}
-	if !known || c.payload == nil || !l.cfg.Send(to, c.payload) {
+	if !known || c.payload == nil || !l.cfg.Send(to, c.sendPayload(again, time.Now())) {
 		l.mu.Lock()
 		c.sent = false
 		c.taken--
@@ -635,6 +642,39 @@ func (l *Link) postCall(c *call) {
 		l.unsent[c.key.group] = true
 		l.mu.Unlock()
 	}
+}
+
+// sendPayload is c's item as it goes at now, posted before if again. A
+// reserve's timeout and DEADLINE_SOON bound (SoonIn) are durations the
+// leader counts from when it takes the reserve, and the session from
+// when it made it: posted again (to a group's next leader, after a
+// refusal, or later than made for any other reason), a reserve carries
+// what is left of them. Else the next leader waits them out anew: its
+// TIMED_OUT comes late by the failover's length, and its DEADLINE_SOON
+// after the job it warns of ran out its TTR in its own group. A reserve
+// without a timeout stays so. Only those bytes change: a leader matches a
+// request it took before by its session and sequence (Server.request),
+// so one sent again to the leader it waits at still joins that wait,
+// which keeps its own bounds; and a reserve has no key in the group's
+// table of outcomes (keyed).
+func (c *call) sendPayload(again bool, now time.Time) []byte {
+	if !again || c.kind != KindRequest || c.op != OpReserve || c.timeout < 0 && !c.hasSoon {
+		return c.payload
+	}
+	elapsed := now.Sub(c.made)
+	payload := c.payload
+	_ = Each(c.payload, 0, func(it *Item) { // a reserve has no body
+		if c.timeout >= 0 {
+			it.Request.Timeout = max(c.timeout-elapsed, 0)
+		}
+		if c.hasSoon {
+			it.Request.SoonIn = max(c.soon-elapsed, 0)
+		}
+		if p, err := AppendItem(make([]byte, 0, len(c.payload)), it); err == nil {
+			payload = p
+		}
+	})
+	return payload
 }
 
 // resendWithin bounds how long after a leader took a change (keyed) it
