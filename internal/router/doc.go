@@ -130,7 +130,9 @@
 // their way there, it sets them on the store at once, so that a command
 // run here next counts them, as one server would); use, watch and ignore answer once the leader
 // has them, so a stats-tube sent anywhere after USING counts the
-// session. Each new leader gets every count at once (a sync). The
+// session. Each new leader gets every count at once (a sync), before the
+// requests sent again to it (Link.LeaderChanged drops the refs items the
+// sync replaces, has it made, then resends). The
 // leader's store counts them beside its own clients
 // (store.Store.SetRefs), and a remote session's owner client counts
 // nothing itself (store.Store.NewOwnerClient).
@@ -315,7 +317,8 @@
 // the groups that own their tubes, and hands each answer to the callback
 // it was sent with (link.go). A call stays pending until answered; when a
 // group's leader changes, its pending calls go again, in the order they
-// were made, to the new one (a call made meanwhile goes after them), and
+// were made, to the new one, after the member's references (a call made
+// meanwhile goes after them), and
 // a call for a group without a known leader waits for one. An answer
 // nobody waits for is dropped, and an offer in it declined at once, and a
 // call answered or cancelled is not sent again, so a session never holds

@@ -2,6 +2,8 @@ package router
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -154,5 +156,75 @@ func testOwnRefsBeforeResent(t *testing.T, next uint64) {
 	}
 	if !a.OK || a.TubeStats.Watching != 1 {
 		t.Fatalf("stats-tube %s of a tube the connection watches, sent as its group had no leader: ok %v, watching %d; want the tube, watched once", tube, a.OK, a.TubeStats.Watching)
+	}
+}
+
+// TestLinkSyncBeforeResentCalls: at a leader change the Link sends the
+// member's sync of its references (LinkConfig.SyncRefs) before the calls
+// it sends again, and not the refs items the sync replaces; and when the
+// new leader refuses them all (it does not serve yet), the next Retry
+// sends them in the same order: the calls, though made before the sync,
+// wait behind it (docs/design/shards.md 5.4).
+func TestLinkSyncBeforeResentCalls(t *testing.T) {
+	type sentItem struct {
+		kind    Kind
+		session uint64
+		seq     uint32
+		sync    bool
+	}
+	var (
+		mu     sync.Mutex
+		leader uint64 = 2
+		sent   []sentItem
+		l      *Link
+	)
+	refsSeq := uint32(1)
+	l = NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			return leader, true
+		},
+		Send: func(_ uint64, payload []byte) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			_ = Each(payload, 0, func(it *Item) {
+				sent = append(sent, sentItem{it.Kind, it.Session, it.Seq, it.Refs.Sync})
+			})
+			return true
+		},
+		SyncRefs: func(g uint16) {
+			refsSeq++
+			l.Refs(g, refsSeq, Refs{Sync: true, Counts: []RefCount{{Tube: []byte("t"), Watching: 1}}}, func(*Item) {})
+		},
+	})
+	take := func() []sentItem {
+		mu.Lock()
+		defer mu.Unlock()
+		out := sent
+		sent = nil
+		return out
+	}
+	nop := func(*Item) {}
+	l.Refs(0, 1, Refs{Counts: []RefCount{{Tube: []byte("t"), Watching: 1}}}, nop) // leader 2 never answers
+	l.Request(10, 0, 1, Request{Op: OpStatsTube, Tube: []byte("t")}, nop)
+	l.Request(11, 0, 1, Request{Op: OpPauseTube, Tube: []byte("t"), Delay: 1}, nop)
+	take()
+
+	mu.Lock()
+	leader = 3
+	mu.Unlock()
+	l.LeaderChanged(0)
+	want := []sentItem{{KindRefs, 0, 2, true}, {KindRequest, 10, 1, false}, {KindRequest, 11, 1, false}}
+	if got := take(); !slices.Equal(got, want) {
+		t.Fatalf("the leader change sent %+v, want %+v: the sync, then the calls", got, want)
+	}
+	// Leader 3 does not serve yet: it refuses all three.
+	for _, it := range want {
+		l.handle(3, &Item{Kind: KindReply, Session: it.session, Seq: it.seq, Reply: Reply{Status: StatusNotLeader}})
+	}
+	l.Retry(0)
+	if got := take(); !slices.Equal(got, want) {
+		t.Fatalf("the retry after the refusals sent %+v, want %+v: the sync, then the calls", got, want)
 	}
 }

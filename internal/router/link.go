@@ -32,8 +32,10 @@ import (
 type Link struct {
 	cfg LinkConfig
 
-	// resending makes resends one at a time (resend), so that each
-	// posts its calls in order.
+	// resending makes resends one at a time (resendLocked), so that each
+	// posts its calls in order; LeaderChanged holds it from dropping a
+	// group's refs items to resending its calls, so that no Retry sends
+	// one before the sync.
 	resending sync.Mutex
 
 	mu sync.Mutex
@@ -214,6 +216,13 @@ type LinkConfig struct {
 	// for a group it leads is not sent: it ends as StatusUnknown. Nil:
 	// every member does.
 	AnswersHeld func(member uint64) bool
+	// SyncRefs, if set, sends group's leader all of the member's
+	// references to its tubes (Refs with Sync), which set what every
+	// refs item LeaderChanged drops would have: LeaderChanged calls it
+	// after the drop and before the calls it sends again, holding no
+	// lock but the one that keeps resends apart (resending), so it may
+	// call Refs and take locks of its own around it.
+	SyncRefs func(group uint16)
 }
 
 // sessionKey names a session in a group.
@@ -235,6 +244,11 @@ type call struct {
 	n    uint64 // when it was made: resends go in this order
 	kind Kind   // its item's: a request, a wait or refs
 	wait uint64 // a wait's id
+	// sync: refs of Refs.Sync, which carry all the member's counts, those
+	// of the refs items made before the session calls pending too: while
+	// it is not taken, no session's call of its group goes, whenever
+	// made (postCall).
+	sync bool
 	// payload is its item, encoded once: it is sent again as it is after
 	// a leader change, but for a reserve's bounds (sendPayload). Nil if
 	// the item does not encode (it is never sent).
@@ -342,7 +356,8 @@ func (l *Link) Wait(session uint64, group uint16, seq uint32, w Wait, done func(
 // sequence seq (the member's own, session 0); done is called once with
 // the reply. Unlike a request, refs are not sent again to a new leader
 // (LeaderChanged drops them): the router sends the new leader all of
-// them at once (Refs.Sync), which sets what every dropped one would have.
+// them at once (Refs.Sync, LinkConfig.SyncRefs), which sets what every
+// dropped one would have.
 func (l *Link) Refs(group uint16, seq uint32, r Refs, done func(*Item)) {
 	r.Stamp = l.stamp.Load()
 	l.start(Item{Kind: KindRefs, Group: group, Seq: seq, Refs: r}, nil, done)
@@ -523,7 +538,7 @@ func (l *Link) CloseMoved(from uint16, to []uint16) {
 func (l *Link) start(it Item, route func(req *Request, post func(uint16, uint32)), done func(*Item)) {
 	c := &call{key: callKey{it.Session, it.Group, it.Seq}, kind: it.Kind, wait: it.Wait.ID, done: done,
 		made: time.Now(), op: it.Request.Op, timeout: it.Request.Timeout, route: route,
-		soon: it.Request.SoonIn, hasSoon: it.Request.SoonElsewhere}
+		soon: it.Request.SoonIn, hasSoon: it.Request.SoonElsewhere, sync: it.Kind == KindRefs && it.Refs.Sync}
 	// Sized for the request's fixed fields, tube and body: growing from
 	// nil took most of the encoding's time.
 	c.payload, _ = AppendItem(make([]byte, 0, 96+len(it.Request.Tube)+len(it.Request.Body)), &it)
@@ -602,9 +617,11 @@ func (l *Link) postCall(c *call) {
 		// The member's references (session 0's refs items) made before
 		// c go before it too: a session's first stats-tube must count
 		// the use and watch its connection made (docs/design/shards.md
-		// 5.4), as one server's does.
+		// 5.4), as one server's does. So does a sync made after c (a
+		// new leader's, LeaderChanged): it stands for the refs items
+		// it replaced, and c, sent again, must find the tubes they keep.
 		for _, older := range l.sessions[sessionKey{0, c.key.group}] {
-			if older.n < c.n && !older.sent {
+			if (older.n < c.n || older.sync) && !older.sent {
 				c.sent = false
 				l.unsent[c.key.group] = true
 				l.mu.Unlock()
@@ -709,12 +726,41 @@ func (l *Link) post(group uint16, it Item) bool {
 }
 
 // LeaderChanged sends group's pending calls again, in order, to its
-// leader now (if one is known), and drops its pending refs (see Refs);
-// and the closes of the group's sessions, and their declines of jobs
-// offered, of the last closeRecall, which its last leader may have
-// listed as holding jobs after they came (Server.Adopt).
+// leader now (if one is known); and the closes of the group's sessions,
+// and their declines of jobs offered, of the last closeRecall, which its
+// last leader may have listed as holding jobs after they came
+// (Server.Adopt). In this order:
+//
+//  1. It drops the group's pending refs items (see Refs).
+//  2. LinkConfig.SyncRefs, if set, sends the leader all of the member's
+//     references to the group's tubes, which set what they would have.
+//  3. It sends the calls again, in the order made; not the sync, unless
+//     it was not taken, and then a call waits behind it (postCall).
+//  4. It sends the closes, declines and cancels the Link recalls.
+//
+// So the member's references reach the leader before its sessions'
+// requests sent again (docs/design/shards.md 5.4), as before those made
+// later: a stats-tube or pause-tube resent for an empty tube its session
+// watches finds the tube, which a new leader knows of from the sync
+// alone. No Retry sends a call between 1 and 3 (resending).
 func (l *Link) LeaderChanged(group uint16) {
-	l.resend(group, true)
+	l.resending.Lock()
+	l.mu.Lock()
+	var refs []*call
+	l.eachLocked(group, func(c *call) {
+		if c.kind == KindRefs {
+			refs = append(refs, c)
+		}
+	})
+	for _, c := range refs {
+		l.dropLocked(c)
+	}
+	l.mu.Unlock()
+	if l.cfg.SyncRefs != nil {
+		l.cfg.SyncRefs(group)
+	}
+	l.resendLocked(group, true)
+	l.resending.Unlock()
 	l.postClosed(group)
 }
 
@@ -753,7 +799,9 @@ func (l *Link) postClosed(group uint16) {
 // serve yet refused them (StatusNotLeader); and its recalled closes and
 // declines, if one was not taken.
 func (l *Link) Retry(group uint16) {
-	l.resend(group, false)
+	l.resending.Lock()
+	l.resendLocked(group, false)
+	l.resending.Unlock()
 	l.mu.Lock()
 	again := l.unposted[group]
 	l.mu.Unlock()
@@ -762,13 +810,14 @@ func (l *Link) Retry(group uint16) {
 	}
 }
 
-// resend sends group's pending calls again in order: all of them, or
-// those not taken. Those it sends count as not taken until each goes, so
-// that a call made meanwhile waits behind them (postCall) and goes at the
-// end, not before the older ones the group's leader has not seen.
-func (l *Link) resend(group uint16, all bool) {
-	l.resending.Lock()
-	defer l.resending.Unlock()
+// resendLocked sends group's pending calls again in order: all of them,
+// or those not taken. Those it sends count as not taken until each goes,
+// so that a call made meanwhile waits behind them (postCall) and goes at
+// the end, not before the older ones the group's leader has not seen.
+// Refs items go again only if not taken, even with all: LeaderChanged
+// dropped those made for the last leader, and the rest were made for this
+// one. l.resending must be held.
+func (l *Link) resendLocked(group uint16, all bool) {
 	// A second pass sends the calls made while the first's went, held
 	// behind them, rather than at the next Retry.
 	for pass := 0; pass < 2; pass++ {
@@ -778,18 +827,12 @@ func (l *Link) resend(group uint16, all bool) {
 			return
 		}
 		delete(l.unsent, group)
-		var calls, refs []*call
+		var calls []*call
 		l.eachLocked(group, func(c *call) {
-			switch {
-			case all && c.kind == KindRefs:
-				refs = append(refs, c)
-			case all || !c.sent:
+			if all && c.kind != KindRefs || !c.sent {
 				calls = append(calls, c)
 			}
 		})
-		for _, c := range refs {
-			l.dropLocked(c)
-		}
 		for _, c := range calls {
 			c.sent = false // taken stays: a leader that took it may have run it
 		}

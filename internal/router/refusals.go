@@ -22,7 +22,7 @@ const refusalRecall = time.Second
 // was in flight behind the refused one, and run now it would run before
 // it, when the member sends that again (a put's id below an earlier
 // put's). The member sends each again once it has read its refusal, in
-// order (Link.resend); a request that is not pipelined says the session
+// order (Link.resendLocked); a request that is not pipelined says the session
 // had every answer before it, and ends them all.
 type refusals struct {
 	// any says whether first may hold a refusal: the requests of a

@@ -246,7 +246,7 @@ func NewRouter(cfg RouterConfig) *Router {
 	r.self = newSelfLoop(func(payload []byte) { _ = r.Handle(cfg.Self, payload) })
 	r.server = NewServer(ServerConfig{Group: r.group, Send: r.send, MaxJobSize: cfg.MaxJobSize, Leased: cfg.Leased, Frozen: cfg.Frozen,
 		MovedTo: cfg.MovedTo, Staged: cfg.Staged, Uncounted: cfg.Uncounted})
-	r.link = NewLink(LinkConfig{Leader: r.leader, Send: r.send, AnswersHeld: cfg.AnswersHeld})
+	r.link = NewLink(LinkConfig{Leader: r.leader, Send: r.send, AnswersHeld: cfg.AnswersHeld, SyncRefs: r.syncRefs})
 	go r.retry()
 	return r
 }
@@ -531,11 +531,14 @@ func (r *Router) leaderChanged(g uint16) {
 }
 
 // resync sends group g's leader the member's sessions open now, its
-// references to its tubes anew and every call pending, in order.
+// references to its tubes anew and every call pending, in that order:
+// Link.LeaderChanged drops the refs items the sync replaces, has the sync
+// made (LinkConfig.SyncRefs: syncRefs), and only then sends the calls
+// again, so that one resent for a tube only this member's sessions keep
+// (watched, empty) finds it.
 func (r *Router) resync(g uint16) {
 	r.syncSessions(g)
-	r.link.LeaderChanged(g) // drops the refs items the sync replaces
-	r.syncRefs(g)
+	r.link.LeaderChanged(g)
 	r.askHeld(g)
 }
 
