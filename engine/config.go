@@ -35,8 +35,8 @@ type Config struct {
 	Loops int
 	// MaxInputBuffered closes a connection whose unparsed input exceeds it
 	// while it is read (a session that cannot consume its input pauses
-	// reading first: regulateInput). 0 means
-	// DefaultMaxInputBuffered(MaxJobSize).
+	// reading first, at 48 KiB or one read below a smaller cap:
+	// pauseInputAt). 0 means DefaultMaxInputBuffered(MaxJobSize).
 	MaxInputBuffered int
 	// MaxOutputBuffered stops serving a connection whose unread replies
 	// exceed it until the client reads. 0 means DefaultMaxOutputBuffered.
@@ -169,10 +169,11 @@ const (
 	// minMaxInputBuffered is the floor of DefaultMaxInputBuffered.
 	minMaxInputBuffered = 64 << 10
 	// pauseReadingAt is the unread input at which a session that cannot
-	// consume it stops reading its socket (regulateInput): at most one
-	// read (readBufferCap) more arrives, which keeps it under the smallest
-	// cap. Less waiting, as a command or two behind a blocked reserve,
-	// leaves the socket read, so that the client's hang-up is seen.
+	// consume it stops reading its socket (regulateInput) under a cap of
+	// minMaxInputBuffered or more: at most one read (readBufferCap) more
+	// arrives, which keeps it under the cap. Less waiting, as a command
+	// or two behind a blocked reserve, leaves the socket read, so that
+	// the client's hang-up is seen. A smaller cap lowers it (pauseInputAt).
 	pauseReadingAt = minMaxInputBuffered - readBufferCap
 	// MaxLoops is gnet's ceiling on event loops; it would clamp a larger
 	// count silently.
@@ -190,12 +191,28 @@ func JobSizeLimit(n int) int {
 
 // DefaultMaxInputBuffered is the input cap for a given max job size: room for
 // two maximal puts, and at least 64 KiB. A session that cannot consume its
-// input pauses reading below it (pauseReadingAt); one that is read holds at
+// input pauses reading below it (pauseInputAt); one that is read holds at
 // most one partial command line, put bodies being copied out as they
 // arrive. So the cap closes a connection only where the pause is not
-// available, or the cap is set below pauseReadingAt.
+// available.
 func DefaultMaxInputBuffered(maxJobSize int) int {
 	return max(2*(maxJobSize+256), minMaxInputBuffered)
+}
+
+// pauseInputAt is the unread input at which a session that cannot consume
+// it stops reading its socket, under an input cap of maxInput:
+// pauseReadingAt, or one read (readBufferCap) below a smaller cap. gnet
+// reads at most readBufferCap bytes before each OnTraffic, and each ends
+// in regulateInput, so a session held back that is still read holds less
+// than this plus one read: less than the cap, which closes only a
+// connection that is read. A cap of one read or less leaves no such room:
+// the session pauses at its first byte unread (1 is the smallest cap, 0
+// meaning the default), and, paused, is not closed though that read may
+// have taken it past the cap. It never pauses with nothing unread: a lone
+// reserve that waits costs no pause, and its client's hang-up is seen
+// (on kqueue too, which has no gnet patch 0005).
+func pauseInputAt(maxInput int) int {
+	return min(pauseReadingAt, max(maxInput-readBufferCap, 1))
 }
 
 // DefaultLoops is one event loop per CPU the process may use (cpus:

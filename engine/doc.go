@@ -214,14 +214,19 @@
 // being served (it is re-checked from OnTick until its client has read
 // half of it); a session that cannot consume its input until an answer
 // comes or its client reads (a waiting reserve, a full pipeline, that
-// output cap) stops reading its socket at pauseReadingAt bytes unread,
-// holding the client back as beanstalkd does, until it can; and a
-// connection whose unparsed input passes MaxInputBuffered while it is
-// read is closed. Other connections are unaffected. A paused session still
-// learns of its client's end (gnet patch 0005, handler.OnPausedEnd): a
-// reserve that waits then ends in TIMED_OUT and later ones do not wait,
-// as after a half-close, so a client gone while paused is not left waiting
-// for, and handed, a job.
+// output cap) stops reading its socket at pauseReadingAt bytes unread, or
+// one read (readBufferCap) below a smaller MaxInputBuffered, holding the
+// client back as beanstalkd does, until it can; and a connection whose
+// unparsed input passes MaxInputBuffered while it is read is closed. gnet
+// hands each read to OnTraffic, which ends by deciding the pause
+// (regulateInput), so a session held back is paused while one more read
+// still fits under the cap (with a cap of one read or less, at its first
+// byte unread), and once paused is not closed for its input. Other
+// connections are unaffected. A paused session still learns of its
+// client's end (gnet patch 0005, handler.OnPausedEnd): a reserve that
+// waits then ends in TIMED_OUT and later ones do not wait, as after a
+// half-close, so a client gone while paused is not left waiting for, and
+// handed, a job.
 //
 // Over all connections, MaxBufferMemory bounds the bytes held for them:
 // unread replies, unparsed input, partial put bodies and replies held for

@@ -74,3 +74,6 @@ const HandshakeReserve = handshakeReserve
 // LocalQueue is the single node's Queue on c, for fakes that answer as it
 // does.
 func LocalQueue(c *store.Client) Queue { return (*localQueue)(c) }
+
+// HeldSessions is how many sessions have replies waiting for the log.
+func (s *Server) HeldSessions() int64 { return s.heldSessions.Load() }

@@ -179,7 +179,7 @@ func (f *loopFlusher) flush(context.Context) error {
 			ss.flushDurable()
 			ss.account()
 			if ss.finished() {
-				_ = ss.conn.Close()
+				ss.closeConn()
 			}
 		}
 		if ss.closed || !ss.held.waiting() || ss.held.marks[0].src != f.acks {

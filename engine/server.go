@@ -27,6 +27,10 @@ type Server struct {
 	// a log, or the connections' queues are made elsewhere and name their
 	// own (Config.Queues); immutable.
 	holds bool
+	// pauseInputAt is the unread input at which a session that cannot
+	// consume it stops reading: pauseInputAt(cfg.MaxInputBuffered);
+	// immutable.
+	pauseInputAt int
 	// bodies recycles large job bodies, in memory only (bodies.go); nil
 	// with a log. bodyAlloc is its alloc, made once for the parsers.
 	bodies    *bodyPool          // immutable
@@ -116,6 +120,7 @@ func New(cfg Config, st *store.Store) *Server {
 		watched:    make(map[*session]struct{}),
 		loops:      make(map[gnet.EventLoop]*loopState),
 	}
+	s.pauseInputAt = pauseInputAt(cfg.MaxInputBuffered)
 	s.lifetime, s.endLifetime = context.WithCancel(context.Background())
 	if cfg.TLS != nil {
 		s.tls = newTLSServing(cfg.TLS, cfg.MaxBufferMemory)

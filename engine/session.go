@@ -366,11 +366,13 @@ func (ss *session) account() {
 // regulateInput holds back a client that sends faster than its session
 // consumes, as beanstalkd does by not reading such a connection: once the
 // session cannot consume its input until an answer comes or the client
-// reads its replies (blocked), with pauseReadingAt bytes or more unread,
+// reads its replies (blocked), with srv.pauseInputAt bytes or more unread,
 // the socket is not read until the session is unblocked, and the client's
-// writes wait in TCP's flow control. Only a connection whose unparsed
-// input outgrows its cap while it is still being read is closed; body
-// bytes are copied out as they arrive, so they never count.
+// writes wait in TCP's flow control. The pause comes one read before the
+// cap, and at the latest at it, so a session held back is never closed for
+// its input: only a connection whose unparsed input outgrows its cap
+// while it is still being read is; body bytes are copied out as they
+// arrive, so they never count.
 func (ss *session) regulateInput(blocked bool) gnet.Action {
 	buffered := ss.conn.InboundBuffered()
 	if !blocked {
@@ -378,7 +380,7 @@ func (ss *session) regulateInput(blocked bool) gnet.Action {
 		if err := ss.conn.ResumeReading(); err != nil {
 			return gnet.Close
 		}
-	} else if buffered >= pauseReadingAt && ss.conn.PauseReading() == nil {
+	} else if buffered >= ss.loop.srv.pauseInputAt && ss.conn.PauseReading() == nil {
 		return gnet.None
 	}
 	if buffered > ss.loop.srv.cfg.MaxInputBuffered {
@@ -386,6 +388,22 @@ func (ss *session) regulateInput(blocked bool) gnet.Action {
 		return gnet.Close
 	}
 	return gnet.None
+}
+
+// closeConn closes the connection of a session that serve says is done,
+// from its loop but outside gnet's callbacks for it (the held replies'
+// flusher, a late answer), where there is no gnet.Close to return: a TLS
+// session's last reply is followed by close_notify (tlsConn.finish), as
+// when handler.traffic returns gnet.Close. Without it a TLS client sees a
+// bare TCP close, which it cannot tell from a stream cut short. The
+// budget's evictions and CloseClients do not use it: they end sessions
+// that are not done, whose replies may be lost, and a bare close says so
+// (the enforcer runs off the loop, where the tls.Conn may not be used).
+func (ss *session) closeConn() {
+	if tc, ok := ss.conn.(*tlsConn); ok {
+		tc.finish(ss)
+	}
+	_ = ss.conn.Close()
 }
 
 func (ss *session) close() {
@@ -463,7 +481,7 @@ func (ss *session) answerOnLoop(reply func(*replies)) {
 	defer ss.loop.endReading()
 	ss.endWait(reply)
 	if ss.serve() == gnet.Close {
-		_ = ss.conn.Close()
+		ss.closeConn()
 	}
 }
 

@@ -305,7 +305,8 @@ var flagTable = []*flag{
 			"json or console", func(v string) bool { return v == "json" || v == "console" })},
 	{long: "max-input", arg: "BYTES", group: groupSprout,
 		help: "close a connection whose unparsed input exceeds BYTES while it is read (one that cannot " +
-			"take more yet is not read past 48 KiB instead) (default: the larger of 64 KiB and 2*(max job size+256))",
+			"take more yet is not read past 48 KiB, or 16 KiB below a smaller BYTES, instead) (default: " +
+			"the larger of 64 KiB and 2*(max job size+256))",
 		set: byteCountSetter(func(o *options) *int { return &o.maxInput })},
 	{long: "max-output", arg: "BYTES", group: groupSprout,
 		help: fmt.Sprintf("stop serving a connection whose unread replies exceed BYTES until it reads "+
