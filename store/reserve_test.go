@@ -286,10 +286,20 @@ func TestReserveWakes(t *testing.T) {
 			e.s.PauseTube([]byte("other"), 4*time.Second)
 			return func() {}, j, 4 * time.Second
 		}},
-		{"pause-tube 0 unpauses", func(e env) (func(), *store.Job, time.Duration) {
+		{"pause-tube 0 unpauses at once", func(e env) (func(), *store.Job, time.Duration) {
 			j := putIn(e.s, e.p, "other", 1, 0, 10)
 			e.s.PauseTube([]byte("other"), time.Hour)
-			return func() { e.s.PauseTube([]byte("other"), 0) }, j, 1
+			return func() { e.s.PauseTube([]byte("other"), 0) }, j, 0
+		}},
+		{"pause-tube 0 then a new pause: the waiter is served between them", func(e env) (func(), *store.Job, time.Duration) {
+			// beanstalkd's prottick ends the 1 ns pause between the two
+			// commands, pipelined or not.
+			j := putIn(e.s, e.p, "other", 1, 0, 10)
+			e.s.PauseTube([]byte("other"), time.Hour)
+			return func() {
+				e.s.PauseTube([]byte("other"), 0)
+				e.s.PauseTube([]byte("other"), time.Hour)
+			}, j, 0
 		}},
 		{"TTR expiry of another client's job", func(e env) (func(), *store.Job, time.Duration) {
 			j := put(e.s, e.p, 1, 0, 2)

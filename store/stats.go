@@ -65,9 +65,11 @@ func (s *Store) tubeStatsLocked(t *Tube) TubeStats {
 		CmdDelete: t.cmdDelete,
 		CmdPause:  t.cmdPause,
 	}
-	if t.pauseDur > 0 {
+	// A pause that has run out is over, as beanstalkd's prottick has
+	// ended it before any command, whether or not the timer has.
+	if now := s.now(); t.pausedLocked(now) {
 		st.Pause = time.Duration(t.pauseDur)
-		st.PauseTimeLeft = time.Duration(t.pauseUntil - s.now())
+		st.PauseTimeLeft = time.Duration(t.pauseUntil - now)
 	}
 	return st
 }

@@ -429,9 +429,11 @@ func (s *Store) TubeNames() []string {
 	return names
 }
 
-// PauseTube stops reserves from the named tube for d (beanstalkd turns 0
-// into 1ns, which unpauses at once). Reports whether the tube exists.
-// With Options.LogPauses the pause is logged (pauses.go).
+// PauseTube stops reserves from the named tube for d. A d of 0 ends the
+// tube's pause at once, its waiters served before it returns: beanstalkd
+// pauses for 1 ns, which the prottick before its next command ends.
+// Reports whether the tube exists. With Options.LogPauses the pause is
+// logged (pauses.go).
 func (s *Store) PauseTube(name []byte, d time.Duration) bool {
 	return s.pauseTube(name, d, nil, wal.Req{})
 }
@@ -443,15 +445,29 @@ func (c *Client) PauseTube(name []byte, d time.Duration) bool {
 }
 
 func (s *Store) pauseTube(name []byte, d time.Duration, c *Client, key wal.Req) bool {
-	if d <= 0 {
-		d = 1
-	}
-	return s.withTube(name, func(t *Tube) {
+	var hs handoffs
+	ok := s.withTube(name, func(t *Tube) {
 		now := s.now()
 		t.cmdPause++
+		// A pause that has run out but that the timer has not ended yet
+		// ends here, before the new one: beanstalkd's prottick, which
+		// runs between any two commands, would have ended it and served
+		// the tube's waiters, whom the new pause would otherwise keep
+		// waiting (a "pause-tube t 0" pipelined before another pause).
+		if t.pauseDur > 0 && t.pauseUntil <= now {
+			hs = t.unpauseLocked(now, hs)
+		}
+		if d <= 0 {
+			// beanstalkd's 1 ns, logged as such, ended now.
+			s.logPause(c, t.name, 1, s.wall(now+1), key)
+			hs = t.unpauseLocked(now, hs)
+			return
+		}
 		t.pauseDur = int64(d)
 		t.pauseUntil = now + int64(d)
 		s.timers.schedule(&t.pauseTimer, t.pauseUntil)
 		s.logPause(c, t.name, t.pauseDur, s.wall(t.pauseUntil), key)
 	})
+	s.complete(hs)
+	return ok
 }

@@ -379,19 +379,54 @@ func TestPauseTube(t *testing.T) {
 		reserveNow(t, c, j)
 		c.Release(j.ID(), 1, 0)
 
-		// pause-tube 0 is a 1ns pause: it ends at once.
+		// pause-tube 0 ends a pause at once: beanstalkd's 1 ns pause
+		// ends at the prottick before its next command.
+		s.PauseTube([]byte("default"), time.Hour)
 		s.PauseTube([]byte("default"), 0)
-		if ts := tubeStats(t, s, "default"); ts.Pause != 1 || ts.CmdPause != 3 {
+		if ts := tubeStats(t, s, "default"); ts.Pause != 0 || ts.PauseTimeLeft != 0 || ts.CmdPause != 4 {
 			t.Fatalf("pause 0: %+v", ts)
-		}
-		time.Sleep(1)
-		synctest.Wait()
-		if ts := tubeStats(t, s, "default"); ts.Pause != 0 {
-			t.Fatalf("pause 0 did not end: %+v", ts)
 		}
 		reserveNow(t, c, j)
 		r.none(t)
 	})
+}
+
+// TestPauseRunOutBeforeItsTimer: a pause that has run out is over
+// before its timer ends it, as beanstalkd's prottick ends it before any
+// command: stats-tube shows none, and a new pause-tube serves the
+// tube's waiters first rather than keep them waiting through it. The
+// clock moves by hand and the timer goroutine is never poked, so it
+// still sleeps through the first pause.
+func TestPauseRunOutBeforeItsTimer(t *testing.T) {
+	var clock atomic.Int64
+	s := store.New(store.Options{Now: clock.Load})
+	defer s.Close()
+	producer, _ := newClient(s)
+	worker, r := newClient(s)
+	j := put(s, producer, 1, 0, 10)
+	s.PauseTube([]byte("default"), time.Hour)
+	block(t, worker, -1)
+	clock.Add(int64(time.Hour))
+	if ts := tubeStats(t, s, "default"); ts.Pause != 0 || ts.PauseTimeLeft != 0 || ts.Waiting != 1 {
+		t.Fatalf("a pause run out: %+v", ts)
+	}
+	s.PauseTube([]byte("default"), time.Hour)
+	select {
+	case e := <-r.ch:
+		if e.job != j {
+			t.Fatalf("got %s, want job %d", e, j.ID())
+		}
+	default:
+		t.Fatal("the waiter still waits: the new pause kept it waiting")
+	}
+	if ts := tubeStats(t, s, "default"); ts.Pause != time.Hour || ts.Waiting != 0 || ts.CmdPause != 2 {
+		t.Fatalf("paused again: %+v", ts)
+	}
+	producer.Close()
+	worker.Close()
+	if err := s.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestStatsAfterMoves follows one job through every kind of move and checks

@@ -275,9 +275,16 @@ func (p *pauseTarget) onTimer(now int64) {
 	var hs handoffs
 	t.mu.Lock()
 	if t.pauseDur > 0 && t.pauseUntil <= now {
-		t.pauseDur, t.pauseUntil = 0, 0
-		hs = t.dispatchLocked(now, hs)
+		hs = t.unpauseLocked(now, hs)
 	}
 	t.mu.Unlock()
 	t.s.complete(hs)
+}
+
+// unpauseLocked ends t's pause, if any, and hands its ready jobs to its
+// waiters; the caller completes the hand-offs once t is unlocked.
+func (t *Tube) unpauseLocked(now int64, hs handoffs) handoffs {
+	t.pauseDur, t.pauseUntil = 0, 0
+	t.s.timers.cancel(&t.pauseTimer)
+	return t.dispatchLocked(now, hs)
 }

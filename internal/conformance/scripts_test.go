@@ -581,6 +581,45 @@ func scripts() []script {
 			on(0, "stats\r\n", 1),
 		}},
 
+		{"pause-tube 0 pipelined before another pause", []step{
+			// beanstalkd runs prottick between two pipelined commands
+			// (each reply goes out through its event loop first), so the
+			// 1 ns pause of "pause-tube default 0" ends, and the waiter
+			// gets the job, before the next command pauses the tube again.
+			on(0, "put 0 0 60 1\r\na\r\n", 1), // 1
+			on(0, "pause-tube default 3600\r\n", 1),
+			on(1, "reserve\r\n", 0),
+			on(0, "pause-tube default 0\r\npause-tube default 3600\r\n", 2),
+			on(1, "", 1).wants("RESERVED 1 1\r\na\r\n"),
+			on(0, "stats-tube default\r\n", 1),
+		}},
+
+		{"pause-tube again while paused, and a tube made again", []step{
+			on(0, "put 5 0 60 1\r\na\r\n", 1), // 1
+			on(0, "pause-tube default 10\r\n", 1),
+			on(1, "reserve\r\n", 0),
+			// Each pause-tube sets the end anew: earlier, then later again.
+			// The waiter gets the job when the last pause ends, neither
+			// when the first would have nor when the second would have.
+			on(0, "pause-tube default 1\r\npause-tube default 2\r\n", 2),
+			on(1, "", 0).silentFor(1200 * time.Millisecond),
+			on(1, "", 1).within(3 * time.Second).wants("RESERVED 1 1\r\na\r\n"),
+			on(0, "stats-tube default\r\n", 1),
+			// A tube freed while paused forgets its pause.
+			on(3, "use p\r\n", 1),
+			on(0, "pause-tube p 100\r\n", 1),
+			on(0, "stats-tube p\r\n", 1),
+			on(3, "use default\r\n", 1),
+			on(0, "list-tubes\r\n", 1).afterFree(),
+			on(0, "pause-tube p 1\r\n", 1).wants("NOT_FOUND\r\n"),
+			on(3, "use p\r\n", 1),
+			on(0, "stats-tube p\r\n", 1),
+			on(3, "put 0 0 60 1\r\nc\r\n", 1), // 2
+			on(4, "watch p\r\n", 1),
+			on(4, "reserve-with-timeout 0\r\n", 1).wants("RESERVED 2 1\r\nc\r\n"),
+			on(0, "stats\r\n", 1),
+		}},
+
 		{"waiters", []step{
 			// Six connections wait on default. Each put hands its job to a
 			// waiter taken round-robin with swap-remove (ms_take), so the
