@@ -1,7 +1,9 @@
 package store
 
 import (
+	"cmp"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -795,7 +797,9 @@ func (c *Client) rearmTTRLocked() {
 }
 
 // onTimer ends the reservations whose TTR ran out: each job goes back to
-// ready with the same priority and a timeout is counted.
+// ready with the same priority and a timeout is counted. They go back
+// soonest deadline first, as beanstalkd's conn_timeout takes them, each
+// offered to the waiters as it goes: the order decides who gets which.
 func (tt *ttrTarget) onTimer(now int64) {
 	c := (*Client)(tt)
 	c.mu.Lock()
@@ -806,6 +810,10 @@ func (tt *ttrTarget) onTimer(now int64) {
 			due = append(due, j)
 		}
 	}
+	// Sorted under c.mu, which guards their deadlines (Touch).
+	slices.SortFunc(due, func(a, b *Job) int {
+		return cmp.Or(cmp.Compare(a.deadline, b.deadline), cmp.Compare(a.id, b.id))
+	})
 	c.rearmTTRLocked()
 	c.mu.Unlock()
 	for _, j := range due {

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"slices"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -317,6 +318,55 @@ func TestTTRExpiry(t *testing.T) {
 			t.Fatal("a ready job can be deleted by anyone")
 		}
 	})
+}
+
+// TestTTRExpiriesInDeadlineOrder: a client's reservations that run out
+// together go back soonest deadline first, as beanstalkd's conn_timeout
+// takes them, each offered to the waiters at once; not in the order of
+// the client's TTR heap. Job 1 is touched last, so the deadlines run 2,
+// 3, 1, and the heap holds 2, 1, 3. The clock moves by hand past all
+// three, so that one firing of the timer finds them all due.
+func TestTTRExpiriesInDeadlineOrder(t *testing.T) {
+	var clock atomic.Int64
+	s := store.New(store.Options{Now: clock.Load})
+	defer s.Close()
+	c, _ := newClient(s)
+	var js []*store.Job
+	for range 3 {
+		j := put(s, c, 0, 0, 2)
+		hold(c, j)
+		js = append(js, j)
+		clock.Add(int64(time.Millisecond))
+	}
+	c.Touch(js[0].ID())
+	w2, r2 := newClient(s)
+	w3, r3 := newClient(s)
+	block(t, w2, -1)
+	block(t, w3, -1)
+	clock.Add(int64(3 * time.Second))
+	s.PokeTimers()
+	for i, r := range []*recorder{r2, r3} {
+		select {
+		case e := <-r.ch:
+			if want := js[i+1]; e.job != want {
+				t.Errorf("waiter %d got %s, want job %d", i+1, e, want.ID())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waiter %d got nothing", i+1)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); jobStats(t, s, js[0].ID()).State != store.StateReady; {
+		if time.Now().After(deadline) {
+			t.Fatalf("job 1 is not back: %+v", jobStats(t, s, js[0].ID()))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for _, cl := range []*store.Client{c, w2, w3} {
+		cl.Close()
+	}
+	if err := s.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestKick(t *testing.T) {

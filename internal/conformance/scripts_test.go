@@ -751,6 +751,29 @@ func scripts() []script {
 			on(0, "stats\r\n", 1),
 		}},
 
+		{"ttr expiries together go back soonest first", []step{
+			// Three jobs reserved back to back by conn 1, then job 1
+			// touched: deadlines 2 < 3 < 1, a few microseconds apart. When
+			// they run out, beanstalkd requeues them soonest first
+			// (conn_timeout's loop over connsoonestjob), each offered to
+			// the waiters at once: conn 2 gets 2, conn 3 gets 3, and 1
+			// stays ready.
+			on(0, "put 0 0 1 1\r\na\r\n", 1), // 1
+			on(0, "put 0 0 1 1\r\nb\r\n", 1), // 2
+			on(0, "put 0 0 1 1\r\nc\r\n", 1), // 3
+			on(1, "reserve-job 1\r\nreserve-job 2\r\nreserve-job 3\r\ntouch 1\r\n", 4),
+			on(2, "reserve\r\n", 0),
+			on(3, "reserve\r\n", 0),
+			// beanstalkd 1.13 sometimes loses the ttr timer of conn 1 (as
+			// 1.12 does, see "ttr expiry"), so conn 1 speaks once its ttrs
+			// are over, which ends them all at once on both if not before.
+			on(1, "list-tube-used\r\n", 1).after(1200 * time.Millisecond),
+			on(2, "", 1).wants("RESERVED 2 1\r\nb\r\n"),
+			on(3, "", 1).wants("RESERVED 3 1\r\nc\r\n"),
+			on(0, "peek-ready\r\n", 1).wants("FOUND 1 1\r\na\r\n"),
+			on(0, "stats\r\n", 1),
+		}},
+
 		{"quit releases reserved jobs", []step{
 			on(0, "put 0 0 60 1\r\na\r\n", 1), // 1
 			on(0, "put 0 0 60 1\r\nb\r\n", 1), // 2
