@@ -800,7 +800,10 @@ func (c *Client) rearmTTRLocked() {
 // ready with the same priority and a timeout is counted. They go back
 // soonest deadline first, as beanstalkd's conn_timeout takes them, each
 // offered to the waiters as it goes: the order decides who gets which.
-func (tt *ttrTarget) onTimer(now int64) {
+// All that are due go, not only those up to next: beanstalkd's
+// conn_timeout ends every one of a connection's that has run out before
+// it looks at the next connection's.
+func (tt *ttrTarget) onTimer(now, _ int64) (int64, bool) {
 	c := (*Client)(tt)
 	c.mu.Lock()
 	c.res.ttrAt = 0 // the timer has fired; the next rearm must schedule again
@@ -830,6 +833,7 @@ func (tt *ttrTarget) onTimer(now int64) {
 		t.mu.Unlock()
 		t.s.complete(hs)
 	}
+	return 0, false
 }
 
 const (
@@ -886,13 +890,19 @@ func (w *waiter) leave() {
 }
 
 // onTimer ends a wait whose timeout came first: TIMED_OUT.
-func (w *waiter) onTimer(now int64) { w.expire(TimedOut) }
+func (w *waiter) onTimer(_, _ int64) (int64, bool) {
+	w.expire(TimedOut)
+	return 0, false
+}
 
 // deadlineSoonTarget is a waiter's timer when a reserved job's TTR comes
 // within DeadlineMargin before the wait's timeout: DEADLINE_SOON.
 type deadlineSoonTarget waiter
 
-func (d *deadlineSoonTarget) onTimer(now int64) { (*waiter)(d).expire(DeadlineSoon) }
+func (d *deadlineSoonTarget) onTimer(_, _ int64) (int64, bool) {
+	(*waiter)(d).expire(DeadlineSoon)
+	return 0, false
+}
 
 func (w *waiter) expire(r ReserveResult) {
 	if !w.claim() {

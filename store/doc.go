@@ -27,6 +27,10 @@
 // One goroutine sleeps until the earliest of all deadlines (a tube's next
 // delayed job, a client's earliest TTR, reserve timeouts, pauses) in a
 // single heap, so each fires within about a millisecond of when it is due.
+// What comes due together is served earliest first, as beanstalkd's
+// prottick serves it, since that decides which waiting reserve gets which
+// job: delayed jobs in deadline order across tubes (timers.run takes turns
+// between the tubes), a client's run-out TTRs soonest first.
 // Time is monotonic, unlike beanstalkd's wall clock, so clock steps do not
 // fire or stall timers; the log stores wall-clock times.
 //

@@ -369,6 +369,60 @@ func TestTTRExpiriesInDeadlineOrder(t *testing.T) {
 	}
 }
 
+// TestDelayExpiriesInDeadlineOrderAcrossTubes: delayed jobs of several
+// tubes that come due together become ready in deadline order across the
+// tubes, each offered to the waiters at once, as beanstalkd's prottick
+// takes the soonest delayed job of all tubes each time; not tube by tube.
+// Jobs 1 (a), 2 (b) and 3 (a) are put a millisecond apart; the clock
+// moves by hand past all three, so that they come due together: the
+// first waiter gets 1, the second 2, and 3 stays ready.
+func TestDelayExpiriesInDeadlineOrderAcrossTubes(t *testing.T) {
+	var clock atomic.Int64
+	s := store.New(store.Options{Now: clock.Load})
+	defer s.Close()
+	p, _ := newClient(s)
+	var js []*store.Job
+	for _, tube := range []string{"a", "b", "a"} {
+		js = append(js, putIn(s, p, tube, 0, 1, 60))
+		clock.Add(int64(time.Millisecond))
+	}
+	var ws []*store.Client
+	var rs []*recorder
+	for range 2 {
+		w, r := newClient(s)
+		w.Watch([]byte("a"))
+		w.Watch([]byte("b"))
+		w.Ignore([]byte("default"))
+		block(t, w, -1)
+		ws, rs = append(ws, w), append(rs, r)
+	}
+	clock.Add(int64(2 * time.Second))
+	s.PokeTimers()
+	for i, r := range rs {
+		select {
+		case e := <-r.ch:
+			if e.job != js[i] {
+				t.Errorf("waiter %d got %s, want job %d", i+1, e, js[i].ID())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waiter %d got nothing", i+1)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); s.Stats().Delayed != 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("still delayed: %+v", s.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	wantState(t, s, js[2], store.StateReady, nil)
+	for _, c := range append(ws, p) {
+		c.Close()
+	}
+	if err := s.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestKick(t *testing.T) {
 	type job struct {
 		state string // "buried" or "delayed"

@@ -9,7 +9,14 @@ import (
 // timer goroutine with no store lock held, and may be stale: the target
 // re-checks its own state under its own lock.
 type timerTarget interface {
-	onTimer(now int64)
+	// onTimer is called once the timer's deadline has come, at now; next
+	// is the deadline of the timer due next, if it is due by now, else
+	// now. A target with deadlines of its own to handle in deadline order
+	// with the other targets' (a tube's delayed jobs) handles those up to
+	// next, and if it has another due by now, leaves its timer unarmed
+	// and returns it (again, ok): the goroutine calls it again in its
+	// turn. Otherwise it re-arms its timer itself, as it needs.
+	onTimer(now, next int64) (again int64, ok bool)
 }
 
 // timer is an entry in the store's timer heap. Embedded in clients (TTR),
@@ -88,19 +95,24 @@ func (ts *timers) cancel(t *timer) {
 	ts.mu.Unlock()
 }
 
-// run fires due timers until stop is closed.
+// run fires due timers until stop is closed. It takes every timer due
+// from the heap at once, then fires them earliest first from a heap of
+// its own (dueTimers), a target called again by the deadline it returns
+// (a tube with more delayed jobs due) taking its place among the others:
+// beanstalkd's prottick makes the soonest delayed job of all tubes ready
+// first, and which waiting reserve gets which job follows from it. Kept
+// apart from the store's heap, that order costs no lock per turn.
 func (ts *timers) run(stop <-chan struct{}) {
 	sleep := time.NewTimer(time.Hour)
 	defer sleep.Stop()
-	var due []*timer
+	var due dueTimers
 	for {
 		ts.mu.Lock()
 		now := ts.now()
-		due = due[:0]
 		for len(ts.heap) > 0 && ts.heap[0].when <= now {
 			t := ts.heap[0]
 			ts.popLocked()
-			due = append(due, t)
+			due = append(due, dueTimer{when: t.when, t: t}) // in order: a heap already
 		}
 		wait := time.Duration(1<<62 - 1)
 		if len(ts.heap) > 0 {
@@ -113,9 +125,15 @@ func (ts *timers) run(stop <-chan struct{}) {
 		ts.mu.Unlock()
 
 		if len(due) > 0 {
-			for i, t := range due {
-				t.target.onTimer(now)
-				due[i] = nil
+			for len(due) > 0 {
+				d := due.pop()
+				next := now
+				if len(due) > 0 {
+					next = min(next, due[0].when)
+				}
+				if again, ok := d.t.target.onTimer(now, next); ok {
+					due.push(dueTimer{when: again, t: d.t})
+				}
 			}
 			continue
 		}
@@ -133,6 +151,53 @@ func (ts *timers) run(stop <-chan struct{}) {
 			return
 		}
 	}
+}
+
+// dueTimer is a timer run is firing, with the deadline it is due at.
+type dueTimer struct {
+	when int64
+	t    *timer
+}
+
+// dueTimers is a min-heap of the timers run is firing, by deadline.
+type dueTimers []dueTimer
+
+func (h *dueTimers) push(d dueTimer) {
+	*h = append(*h, d)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if s[i].when >= s[p].when {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
+	}
+}
+
+func (h *dueTimers) pop() dueTimer {
+	s := *h
+	d := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	s[last] = dueTimer{}
+	s = s[:last]
+	for i := 0; ; {
+		m := 2*i + 1
+		if m >= len(s) {
+			break
+		}
+		if r := m + 1; r < len(s) && s[r].when < s[m].when {
+			m = r
+		}
+		if s[m].when >= s[i].when {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return d
 }
 
 func (ts *timers) popLocked() {

@@ -248,14 +248,18 @@ func (t *Tube) takeWaiterLocked() *waiter {
 // onTimer moves delayed jobs whose time has come to the ready heap, one at
 // a time in deadline order, serving waiters after each as beanstalkd does:
 // a waiter gets the job that became ready first, not the most urgent of
-// those that became ready together.
-func (d *delayTarget) onTimer(now int64) {
+// those that became ready together. It stops after next, the deadline of
+// another timer due (another tube's delayed job, say), and returns its
+// next job's deadline if that is due too, for its turn after that timer;
+// the timer stays unarmed meanwhile, as while it fires. (A change to the
+// tube may arm it meanwhile; a firing that finds nothing due is harmless.)
+func (d *delayTarget) onTimer(now, next int64) (again int64, ok bool) {
 	t := (*Tube)(d)
 	var hs handoffs
 	t.mu.Lock()
 	for {
 		j := t.delayed.min()
-		if j == nil || j.deadline > now {
+		if j == nil || j.deadline > next {
 			break
 		}
 		t.delayed.remove(j)
@@ -264,13 +268,18 @@ func (d *delayTarget) onTimer(now int64) {
 		t.enqueueLocked(j, 0, now)
 		hs = t.dispatchLocked(now, hs)
 	}
-	t.rearmDelayLocked()
+	if m := t.delayed.min(); m != nil && m.deadline <= now {
+		again, ok = m.deadline, true
+	} else {
+		t.rearmDelayLocked()
+	}
 	t.mu.Unlock()
 	t.s.complete(hs)
+	return again, ok
 }
 
 // onTimer ends a pause and serves the clients that waited through it.
-func (p *pauseTarget) onTimer(now int64) {
+func (p *pauseTarget) onTimer(now, _ int64) (int64, bool) {
 	t := (*Tube)(p)
 	var hs handoffs
 	t.mu.Lock()
@@ -279,6 +288,7 @@ func (p *pauseTarget) onTimer(now int64) {
 	}
 	t.mu.Unlock()
 	t.s.complete(hs)
+	return 0, false
 }
 
 // unpauseLocked ends t's pause, if any, and hands its ready jobs to its

@@ -774,6 +774,28 @@ func scripts() []script {
 			on(0, "stats\r\n", 1),
 		}},
 
+		{"delayed jobs of several tubes become ready soonest first", []step{
+			// Two waiters watch a and b. Jobs 1 (a), 2 (b) and 3 (a) are
+			// put with delay 1, microseconds apart. beanstalkd's prottick
+			// makes the soonest delayed job of all tubes ready first
+			// (soonest_delayed_job), each offered to the waiters at once:
+			// conn 2 gets 1, conn 3 gets 2, and 3 stays ready in a.
+			on(2, "watch a\r\n", 1),
+			on(2, "watch b\r\n", 1),
+			on(2, "ignore default\r\n", 1),
+			on(3, "watch a\r\n", 1),
+			on(3, "watch b\r\n", 1),
+			on(3, "ignore default\r\n", 1),
+			on(2, "reserve\r\n", 0),
+			on(3, "reserve\r\n", 0),
+			on(0, "use a\r\nput 0 1 60 1\r\nx\r\nuse b\r\nput 0 1 60 1\r\ny\r\nuse a\r\nput 0 1 60 1\r\nz\r\n", 6),
+			on(2, "", 1).wants("RESERVED 1 1\r\nx\r\n"),
+			on(3, "", 1).wants("RESERVED 2 1\r\ny\r\n"),
+			on(0, "peek-ready\r\n", 1).wants("FOUND 3 1\r\nz\r\n"),
+			on(0, "stats-tube a\r\n", 1),
+			on(0, "stats-tube b\r\n", 1),
+		}},
+
 		{"quit releases reserved jobs", []step{
 			on(0, "put 0 0 60 1\r\na\r\n", 1), // 1
 			on(0, "put 0 0 60 1\r\nb\r\n", 1), // 2
