@@ -196,6 +196,9 @@ type Command struct {
 	// kick-job and stats-job, and for OpPutBody the id the caller gave
 	// Parser.SetPutID at the put's header.
 	ID uint64
+	// PutAt is, for OpPutBody, the time the caller gave Parser.SetPutID
+	// at the put's header.
+	PutAt int64
 	// Pri is set by put and OpPutBody, release and bury.
 	Pri uint32
 	// Delay is in seconds: put, release, pause-tube.

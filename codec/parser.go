@@ -59,8 +59,10 @@ type putState struct {
 	// because a declared 4294967295 plus the "\r\n" overflows uint32.
 	discardLeft int64
 
-	// id is what the caller gave SetPutID for this put; 0 if nothing.
+	// id and at are what the caller gave SetPutID for this put; 0 if
+	// nothing.
 	id uint64
+	at int64
 
 	// alloc, if set (SetBodyAlloc), makes a body's buffer once it is made
 	// at its full size; kept from put to put.
@@ -79,12 +81,13 @@ func NewParser(maxJobSize int) *Parser {
 }
 
 // SetPutID records a job id the caller chose for the put whose header Parse
-// has just produced; Parse returns it as the ID of the put's OpPutBody. It
-// does nothing after any other command, a put header that failed to parse
-// included.
-func (p *Parser) SetPutID(id uint64) {
+// has just produced, and a time of its own (when the header came, by the
+// caller's clock); Parse returns them as the ID and the PutAt of the
+// put's OpPutBody. It does nothing after any other command, a put header
+// that failed to parse included.
+func (p *Parser) SetPutID(id uint64, at int64) {
 	if p.state == stateBody {
-		p.put.id = id
+		p.put.id, p.put.at = id, at
 	}
 }
 
@@ -253,7 +256,7 @@ func (p *Parser) parsePut(args []byte, cmd *Command) Status {
 	}
 	p.state = stateBody
 	ps := p.putState()
-	ps.want, ps.id = int32(v[3])+2, 0
+	ps.want, ps.id, ps.at = int32(v[3])+2, 0, 0
 	ps.pri, ps.delay, ps.ttr = cmd.Pri, cmd.Delay, cmd.TTR
 	return OK
 }
@@ -393,6 +396,7 @@ func (p *Parser) finishBody(cmd *Command, aliased bool) {
 		Op:          OpPutBody,
 		BodyAliased: aliased,
 		ID:          ps.id,
+		PutAt:       ps.at,
 		Pri:         ps.pri,
 		Delay:       ps.delay,
 		TTR:         ps.ttr,

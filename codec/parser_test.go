@@ -532,8 +532,8 @@ func TestBodyHeldGrowsWithArrival(t *testing.T) {
 	}
 }
 
-// The id the caller gives a put at its header comes back with its body,
-// whatever arrives between; a later put starts without it.
+// The id and time the caller gives a put at its header come back with its
+// body, whatever arrives between; a later put starts without them.
 func TestSetPutID(t *testing.T) {
 	p := codec.NewParser(100)
 	var cmd codec.Command
@@ -541,20 +541,20 @@ func TestSetPutID(t *testing.T) {
 	if _, ok := parse("put 1 2 3 5\r\n"); !ok || cmd.Op != codec.OpPut {
 		t.Fatalf("header: %+v", cmd)
 	}
-	p.SetPutID(42)
+	p.SetPutID(42, -5)
 	if _, ok := parse("hel"); ok {
 		t.Fatal("a partial body produced a command")
 	}
-	if _, ok := parse("lo\r\n"); !ok || cmd.Op != codec.OpPutBody || cmd.ID != 42 || cmd.Pri != 1 {
-		t.Fatalf("body: %+v, want OpPutBody with ID 42", cmd)
+	if _, ok := parse("lo\r\n"); !ok || cmd.Op != codec.OpPutBody || cmd.ID != 42 || cmd.PutAt != -5 || cmd.Pri != 1 {
+		t.Fatalf("body: %+v, want OpPutBody with ID 42, PutAt -5", cmd)
 	}
-	p.SetPutID(7) // after a body: ignored
+	p.SetPutID(7, 7) // after a body: ignored
 	parse("put 0 0 0 1\r\n")
-	if parse("x\r\n"); cmd.ID != 0 {
-		t.Errorf("a put whose header was given no id has ID %d", cmd.ID)
+	if parse("x\r\n"); cmd.ID != 0 || cmd.PutAt != 0 {
+		t.Errorf("a put whose header was given no id has ID %d, PutAt %d", cmd.ID, cmd.PutAt)
 	}
 	parse("put 0 0 0 1000\r\n") // too big: no body to carry an id
-	p.SetPutID(9)
+	p.SetPutID(9, 9)
 	if _, ok := parse(strings.Repeat("x", 1002)); !ok || cmd.Op != codec.OpPutTooBig {
 		t.Fatalf("too big: %+v", cmd)
 	}

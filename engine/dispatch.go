@@ -71,7 +71,7 @@ func (ss *session) execute(cmd *codec.Command, out *replies) {
 		if cmd.BodyAliased && len(body) > store.MaxCopiedBody {
 			body = bytes.Clone(body) // the queue keeps it; it aliases the input
 		}
-		now = q.Put(cmd.ID, cmd.Pri, cmd.Delay, cmd.TTR, body, a)
+		now = q.Put(cmd.ID, cmd.PutAt, cmd.Pri, cmd.Delay, cmd.TTR, body, a)
 	case codec.OpPutTooBig:
 		out.add(codec.ReplyJobTooBig)
 		return
@@ -234,8 +234,10 @@ func (ss *session) answer(op codec.Op, a *Answer, out *replies) {
 }
 
 // putHeader handles put's command line. beanstalkd counts cmd-put for any
-// header whose four integers parse, and takes the job id before the body
-// arrives, so an EXPECTED_CRLF or DRAINING put still uses one.
+// header whose four integers parse, and makes the job (takes its id, and
+// starts its age) before the body arrives, so an EXPECTED_CRLF or
+// DRAINING put still uses an id, and a body that comes slowly makes an
+// older job.
 func (ss *session) putHeader(cmd *codec.Command, q Queue) {
 	ss.loop.srv.count(codec.CmdPut)
 	if cmd.Status == codec.PutTooBig {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -561,6 +562,34 @@ func TestDrainMode(t *testing.T) {
 	c.send("put 0 0 1 1\r\nx\r\nput 0 0 1 1\r\nxy\r\n")
 	c.expect("DRAINING\r\n")
 	c.expect("EXPECTED_CRLF\r\n")
+}
+
+// TestPutAgeFromHeader: a job is made when its put's command line comes,
+// as beanstalkd's is, so a body that comes 3 s later makes a job 3 s old.
+// The store's clock moves by hand, once the header has been read
+// (cmd-put counts it) and a little more.
+func TestPutAgeFromHeader(t *testing.T) {
+	var clock atomic.Int64
+	_, network, addr := startServerOn(t, engine.Config{}, store.New(store.Options{Now: clock.Load}))
+	c, other := dialRaw(t, network, addr), dialRaw(t, network, addr)
+	c.send("put 0 0 60 1\r\n")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		other.send("stats\r\n")
+		if got, _ := other.reply(5 * time.Second); strings.Contains(got, "\ncmd-put: 1\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the put's header was not read")
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	clock.Add(int64(3 * time.Second))
+	c.send("x\r\n")
+	c.expect("INSERTED 1\r\n")
+	c.send("stats-job 1\r\n")
+	if got, err := c.reply(5 * time.Second); err != nil || !strings.Contains(got, "\nage: 3\n") {
+		t.Fatalf("stats-job: %q (err %v), want age 3", got, err)
+	}
 }
 
 // TestPartialLineIsKept: a command line split across packets, and a line

@@ -152,7 +152,7 @@ type scriptedQueue struct {
 
 func (q *scriptedQueue) Pipelines(op codec.Op) bool { return changes[op] }
 
-func (q *scriptedQueue) Put(uint64, uint32, uint32, uint32, []byte, *engine.Answer) bool {
+func (q *scriptedQueue) Put(uint64, int64, uint32, uint32, uint32, []byte, *engine.Answer) bool {
 	q.puts <- struct{}{}
 	return false
 }

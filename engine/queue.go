@@ -41,12 +41,14 @@ type Queue interface {
 	// ListTubes sets a.Tubes to every tube's name, in beanstalkd's order.
 	ListTubes(a *Answer) bool
 
-	// NextID takes the id of the put whose command line just arrived: as
-	// in beanstalkd, a put refused later still uses one.
-	NextID() uint64
-	// Put stores a job with the id NextID gave; a.N is its id, or a.Err
-	// the refusal (OUT_OF_MEMORY).
-	Put(id uint64, pri, delay, ttr uint32, body []byte, a *Answer) bool
+	// NextID takes the id of the put whose command line just arrived, and
+	// notes when it arrived, at, by the queue's own clock: as in
+	// beanstalkd, a put refused later still uses its id, and the job's
+	// age counts from its command line, not from the end of its body.
+	NextID() (id uint64, at int64)
+	// Put stores a job with the id and time NextID gave; a.N is its id,
+	// or a.Err the refusal (OUT_OF_MEMORY).
+	Put(id uint64, at int64, pri, delay, ttr uint32, body []byte, a *Answer) bool
 	// PutRefused says that the put whose id NextID gave was refused with
 	// its body (EXPECTED_CRLF, DRAINING): no Put comes for it, and its id
 	// stays used, as in beanstalkd.
@@ -196,10 +198,13 @@ func (q *localQueue) ListTubes(a *Answer) bool {
 	return true
 }
 
-func (q *localQueue) NextID() uint64 { return q.client().Store().NextID() }
+func (q *localQueue) NextID() (uint64, int64) {
+	st := q.client().Store()
+	return st.NextID(), st.Now()
+}
 
-func (q *localQueue) Put(id uint64, pri, delay, ttr uint32, body []byte, a *Answer) bool {
-	j, err := q.client().Put(id, pri, delay, ttr, body)
+func (q *localQueue) Put(id uint64, at int64, pri, delay, ttr uint32, body []byte, a *Answer) bool {
+	j, err := q.client().PutAt(id, at, pri, delay, ttr, body)
 	if a.Err = err; err == nil {
 		a.N = j.ID()
 	}

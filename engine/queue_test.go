@@ -125,12 +125,12 @@ func (q *fakeQueue) ListTubes(a *engine.Answer) bool {
 	return q.do("list-tubes", a, q.Queue.ListTubes)
 }
 
-func (q *fakeQueue) Put(id uint64, pri, delay, ttr uint32, body []byte, a *engine.Answer) bool {
+func (q *fakeQueue) Put(id uint64, at int64, pri, delay, ttr uint32, body []byte, a *engine.Answer) bool {
 	return q.do("put", a, func(a *engine.Answer) bool {
 		if q.acks != nil {
 			q.pos.Add(1)
 		}
-		return q.Queue.Put(id, pri, delay, ttr, body, a)
+		return q.Queue.Put(id, at, pri, delay, ttr, body, a)
 	})
 }
 

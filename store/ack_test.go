@@ -33,6 +33,12 @@ type showPath struct {
 // that job's own record.
 var showPaths = map[string]showPath{
 	"Client.Put": {store.StateReady, nil}, // the fixture's own put; see showJob
+	"Client.PutAt": {store.StateReady, func(c *store.Client, job uint64) bool {
+		// Its own job, whose record comes after the fixture's.
+		s := c.Store()
+		j, err := c.PutAt(s.NextID(), s.Now(), 1, 0, 60, []byte("body\r\n"))
+		return err == nil && j.ID() > job
+	}},
 	"Client.Reserve": {store.StateReady, func(c *store.Client, job uint64) bool {
 		j, r := c.Reserve(0)
 		return r == store.Reserved && j.ID() == job

@@ -219,16 +219,24 @@ func (c *Client) watchIndex(name []byte) int {
 // A body of up to MaxCopiedBody bytes is copied, so the caller may reuse
 // its buffer; a longer one is kept, and must not change afterwards.
 func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) (*Job, error) {
-	return c.put(wal.Req{}, id, pri, delay, ttr, body)
+	now := c.s.now()
+	return c.put(wal.Req{}, id, now, now, pri, delay, ttr, body)
+}
+
+// PutAt is Put for a job made at created, by the store's clock (Now),
+// not now: beanstalkd makes the job when the put's command line arrives,
+// so stats-job's age counts from there, however long the body then takes.
+func (c *Client) PutAt(id uint64, created int64, pri, delay, ttr uint32, body []byte) (*Job, error) {
+	return c.put(wal.Req{}, id, c.s.now(), created, pri, delay, ttr, body)
 }
 
 // put is Put for a request with key (zero: none; dedup.go): its record
-// carries it, and the outcome is kept.
-func (c *Client) put(key wal.Req, id uint64, pri, delay, ttr uint32, body []byte) (*Job, error) {
+// carries it, and the outcome is kept. The job is made at created, and
+// put (its delay begins) now.
+func (c *Client) put(key wal.Req, id uint64, now, created int64, pri, delay, ttr uint32, body []byte) (*Job, error) {
 	t := c.use
-	now := c.s.now()
 	j := newJob(body)
-	j.id, j.tube, j.createdAt = id, t, now
+	j.id, j.tube, j.createdAt = id, t, min(created, now)
 	j.pri, j.delay, j.ttr = pri, delay, max(ttr, uint32(MinTTR/time.Second))
 	j.slot = -1
 	t.refs.Add(1) // safe without registryMu: c holds a reference to t

@@ -518,11 +518,18 @@ func (c *Client) keep(key wal.Req, out Outcome) {
 // one key at once (the router joins a resent request with its original
 // while that is in flight). Without Options.Dedup the key is ignored.
 func (c *Client) PutKeyed(key wal.Req, pri, delay, ttr uint32, body []byte) (id uint64, put bool, err error) {
+	return c.PutKeyedAged(key, 0, pri, delay, ttr, body)
+}
+
+// PutKeyedAged is PutKeyed for a job made age ago (its put's command line
+// came then; see PutAt).
+func (c *Client) PutKeyedAged(key wal.Req, age time.Duration, pri, delay, ttr uint32, body []byte) (id uint64, put bool, err error) {
 	if out, ok := c.answered(&key); ok {
 		return out.ID, false, nil
 	}
 	id = c.s.NextID()
-	_, err = c.put(key, id, pri, delay, ttr, body)
+	now := c.s.now()
+	_, err = c.put(key, id, now, now-int64(max(age, 0)), pri, delay, ttr, body)
 	return id, err == nil, err
 }
 

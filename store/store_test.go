@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sproutmq/sprout/store"
+	"github.com/sproutmq/sprout/store/wal"
 )
 
 func TestPut(t *testing.T) {
@@ -562,6 +563,33 @@ func TestJobStatsTimes(t *testing.T) {
 		c.Bury(j.ID(), 1)
 		time.Sleep(time.Second)
 		check("buried", store.StateBuried, 7*time.Second, 0, time.Second)
+	})
+}
+
+// TestPutAtAge: a job put with the time of its put's command line (PutAt,
+// PutKeyedAged) is as old as that, as beanstalkd makes the job when the
+// line arrives; its delay still begins at the put. A time after the put
+// counts as the put's.
+func TestPutAtAge(t *testing.T) {
+	bubble(t, func(t *testing.T, s *store.Store) {
+		c, _ := newClient(s)
+		id, header := s.NextID(), s.Now()
+		time.Sleep(3 * time.Second) // the body comes slowly
+		j, err := c.PutAt(id, header, 1, 5, 10, body(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := jobStats(t, s, j.ID()); st.Age != 3*time.Second || st.TimeLeft != 5*time.Second {
+			t.Fatalf("put 3 s after its header: %+v", st)
+		}
+		id = s.NextID()
+		if j, _ = c.PutAt(id, s.Now()+int64(time.Hour), 1, 0, 10, body(id)); jobStats(t, s, j.ID()).Age != 0 {
+			t.Fatalf("made after its put: %+v", jobStats(t, s, j.ID()))
+		}
+		id, _, err = c.PutKeyedAged(wal.Req{}, 2*time.Second, 1, 0, 10, body(0))
+		if st := jobStats(t, s, id); err != nil || st.Age != 2*time.Second {
+			t.Fatalf("keyed, 2 s after its header: %+v, %v", st, err)
+		}
 	})
 }
 

@@ -555,6 +555,16 @@ func scripts() []script {
 			on(0, "stats\r\n", 1),
 		}},
 
+		{"a job's age counts from its put's command line", []step{
+			// beanstalkd makes the job (created_at) when the command line
+			// arrives, before its body: a body sent 2 s later leaves the
+			// job 2 s old at once (age may differ by one second, so a
+			// second would not show it).
+			on(0, "put 0 0 60 1\r\n", 0).silentFor(100 * time.Millisecond),
+			on(0, "x\r\n", 1).after(2 * time.Second).wants("INSERTED 1\r\n"),
+			on(0, "stats-job 1\r\n", 1),
+		}},
+
 		{"pause-tube", []step{
 			on(0, "pause-tube nosuch 1\r\n", 1).wants("NOT_FOUND\r\n"),
 			on(0, "pause-tube default\r\n", 1).wants("BAD_FORMAT\r\n"),

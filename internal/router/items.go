@@ -305,7 +305,12 @@ type Request struct {
 	TTR   uint32 // seconds
 	// Body is put's job data as stored, ending in "\r\n"; at most the
 	// decoder's MaxJobSize bytes before it.
-	Body  []byte
+	Body []byte
+	// Age is put's: how long ago its command line came, which its job's
+	// age counts from, as beanstalkd's does. Not encoded: a put run on
+	// this member's store (Session.runHere) has it, one sent to another
+	// member's counts from its arrival there.
+	Age   time.Duration
 	Count uint32 // kick's bound
 	// Timeout is reserve's: negative waits for ever, zero does not wait.
 	Timeout time.Duration

@@ -27,7 +27,10 @@ const retryEvery = 100 * time.Millisecond
 // this member's own remote sessions in the groups it leads (through an
 // in-process loop, so a session never changes how it reaches a group).
 type Router struct {
-	cfg    RouterConfig
+	cfg RouterConfig
+	// epoch is the origin of the times a remote session notes a put's
+	// command line at (Session.NextID); immutable.
+	epoch  time.Time
 	link   *Link
 	server *Server
 	self   *selfLoop
@@ -242,7 +245,7 @@ func NewRouter(cfg RouterConfig) *Router {
 	r := &Router{cfg: cfg, open: make(map[*Session]struct{}), refs: make(map[string]*refCount), refWaits: make(map[refItem]func()), refsOut: make(map[uint16][2]uint64),
 		lead: make(map[uint16]leadership), reported: make(map[uint16]reportedLeader),
 		stop: make(chan struct{}), done: make(chan struct{}),
-		tag: tag, sessions: uint64(tag) << sessionCounterBits}
+		tag: tag, sessions: uint64(tag) << sessionCounterBits, epoch: time.Now()}
 	r.self = newSelfLoop(func(payload []byte) { _ = r.Handle(cfg.Self, payload) })
 	r.server = NewServer(ServerConfig{Group: r.group, Send: r.send, MaxJobSize: cfg.MaxJobSize, Leased: cfg.Leased, Frozen: cfg.Frozen,
 		MovedTo: cfg.MovedTo, Staged: cfg.Staged, Uncounted: cfg.Uncounted})

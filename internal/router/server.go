@@ -1560,7 +1560,7 @@ func (o *owner) run(req *Request) (r Reply, blocked bool) {
 		if len(body) > store.MaxCopiedBody {
 			body = bytes.Clone(body)
 		}
-		id, _, err := cl.PutKeyed(key, req.Pri, req.Delay, req.TTR, body)
+		id, _, err := cl.PutKeyedAged(key, req.Age, req.Pri, req.Delay, req.TTR, body)
 		if err != nil {
 			return verdict(err), false
 		}

@@ -721,6 +721,26 @@ func TestServerLocalFenced(t *testing.T) {
 	}
 }
 
+// TestServerLocalPutAge: a put run on this member's store (the local fast
+// path) makes a job as old as its Age, the time since its command line
+// came, as beanstalkd counts a job's age from there.
+func TestServerLocalPutAge(t *testing.T) {
+	st := store.New(store.Options{})
+	t.Cleanup(st.Close)
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	var stamp atomic.Uint64
+	req := Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("a\r\n"), Age: 3 * time.Second}
+	reply, _, _, ran := r.srv.local(ownerKey{member: 7, session: 2}, req, &stamp)
+	if !ran || reply.Status != StatusOK {
+		t.Fatalf("the put: ran %v, %+v", ran, reply)
+	}
+	cl := st.NewClient(nil)
+	defer cl.Close()
+	if js, ok := cl.JobStats(reply.ID); !ok || js.Age < 3*time.Second || js.Age > 4*time.Second {
+		t.Fatalf("stats-job: %+v, want age 3 s", js)
+	}
+}
+
 // TestServerClosedOwner: an owner client closed after a request found it
 // and before the request ran (Detach or the session's close racing a
 // payload) is not used: the request is answered StatusNotLeader, as for
