@@ -438,6 +438,29 @@ func scripts() []script {
 			on(0, "stats\r\n", 1),
 		}},
 
+		{"reserve-job of delayed and buried jobs, then their ttr and close", []step{
+			on(0, "put 0 5 1 1\r\na\r\n", 1),  // 1: delayed
+			on(0, "put 0 0 60 1\r\nb\r\n", 1), // 2: buried below
+			on(1, "reserve-job 2\r\n", 1),
+			on(1, "bury 2 9\r\n", 1),
+			on(2, "reserve-job 1\r\n", 1),
+			on(2, "reserve-job 2\r\n", 1),
+			on(0, "stats-job 1\r\n", 1),
+			on(0, "stats-tube default\r\n", 1),
+			on(0, "stats\r\n", 1),
+			// Each goes back ready, neither delayed nor buried again: job 1
+			// when its ttr runs out, job 2 when conn 2 closes. (Conn 2
+			// speaks once the ttr is over, as in "ttr expiry".)
+			on(3, "reserve\r\n", 0),
+			on(2, "list-tube-used\r\n", 1).after(1200 * time.Millisecond),
+			on(3, "", 1).wants("RESERVED 1 1\r\na\r\n"),
+			on(0, "stats-job 1\r\n", 1),
+			on(2, "quit\r\n", 0).closing(),
+			on(0, "stats-job 2\r\n", 1),
+			on(0, "stats-tube default\r\n", 1),
+			on(0, "stats\r\n", 1),
+		}},
+
 		{"kick", []step{
 			on(0, "put 0 3600 60 1\r\nd\r\n", 1), // 1: delayed, later deadline
 			on(0, "put 0 100 60 1\r\ne\r\n", 1),  // 2: delayed, earlier deadline
@@ -499,6 +522,45 @@ func scripts() []script {
 			on(3, "kick 3\r\n", 1).wants("KICKED 3\r\n"),
 			on(2, "", 1).wants("RESERVED 10 1\r\nq\r\n"),
 			on(3, "peek-ready\r\n", 1).wants("FOUND 11 1\r\nr\r\n"),
+		}},
+
+		{"release with a delay, then kick", []step{
+			on(0, "put 3 0 60 1\r\na\r\n", 1), // 1
+			on(0, "put 2 0 60 1\r\nb\r\n", 1), // 2
+			on(0, "put 1 0 60 1\r\nc\r\n", 1), // 3
+			on(1, "reserve\r\n", 1),
+			on(1, "reserve\r\n", 1),
+			on(1, "reserve\r\n", 1),
+			on(1, "release 3 0 2\r\n", 1),
+			on(1, "release 1 0 1\r\n", 1),
+			on(1, "bury 2 0\r\n", 1),
+			on(0, "peek-delayed\r\n", 1).wants("FOUND 1 1\r\na\r\n"),
+			on(0, "kick 1\r\n", 1),
+			on(0, "kick 5\r\n", 1),
+			on(0, "stats-job 3\r\n", 1),
+			on(0, "stats\r\n", 1),
+			on(2, "reserve\r\n", 1),
+			on(2, "release 1 0 1\r\n", 1),
+			on(2, "reserve-with-timeout 3\r\n", 1),
+			on(0, "stats-job 1\r\n", 1),
+		}},
+
+		{"kick of delayed jobs to a waiter, then touch", []step{
+			on(0, "put 5 10 60 1\r\na\r\n", 1), // 1
+			on(0, "put 1 20 60 1\r\nb\r\n", 1), // 2
+			on(0, "put 0 30 2 1\r\nc\r\n", 1),  // 3
+			// The waiter gets the first job kicked (the earliest deadline),
+			// not the most urgent.
+			on(1, "reserve\r\n", 0),
+			on(0, "kick 2\r\n", 1),
+			on(1, "", 1).wants("RESERVED 1 1\r\na\r\n"),
+			on(0, "peek-ready\r\n", 1),
+			on(0, "kick-job 3\r\n", 1),
+			on(2, "reserve\r\n", 1),
+			on(2, "reserve\r\n", 1),
+			on(2, "touch 3\r\n", 1).wants("TOUCHED\r\n"),
+			on(0, "stats-job 3\r\n", 1),
+			on(0, "stats\r\n", 1),
 		}},
 
 		{"peek", []step{
@@ -743,6 +805,21 @@ func scripts() []script {
 			on(0, "stats\r\n", 1),
 		}},
 
+		{"DEADLINE_SOON with a ready job in a paused tube", []step{
+			// A ready job counts against DEADLINE_SOON even in a paused
+			// tube (conn_ready ignores pauses), though no reserve gets it.
+			on(0, "put 0 0 1 1\r\na\r\n", 1), // 1
+			on(1, "reserve\r\n", 1),
+			on(0, "put 0 0 60 1\r\nb\r\n", 1), // 2
+			on(0, "pause-tube default 60\r\n", 1),
+			on(1, "reserve-with-timeout 0\r\n", 1),
+			on(1, "reserve-with-timeout 5\r\n", 1),
+			on(1, "reserve\r\n", 1),
+			on(0, "pause-tube default 0\r\n", 1),
+			on(1, "reserve\r\n", 1),
+			on(0, "stats\r\n", 1),
+		}},
+
 		{"ttr expiry", []step{
 			on(0, "put 0 0 2 1\r\na\r\n", 1), // 1
 			on(1, "reserve\r\n", 1).wants("RESERVED 1 1\r\na\r\n"),
@@ -839,6 +916,32 @@ func scripts() []script {
 			on(3, "quit\r\n", 0).closing(),
 			on(4, "", 1).wants("RESERVED 4 1\r\nd\r\n"),
 			on(0, "peek-ready\r\n", 1).wants("FOUND 5 1\r\ne\r\n"),
+		}},
+
+		{"a close hands back jobs of several tubes", []step{
+			on(0, "use a\r\n", 1),
+			on(0, "put 9 0 60 1\r\na\r\n", 1), // 1: a
+			on(0, "use b\r\n", 1),
+			on(0, "put 1 0 60 1\r\nb\r\n", 1), // 2: b
+			on(0, "use a\r\n", 1),
+			on(0, "put 0 0 60 1\r\nc\r\n", 1), // 3: a
+			on(1, "reserve-job 2\r\n", 1),
+			on(1, "reserve-job 1\r\n", 1),
+			on(1, "reserve-job 3\r\n", 1),
+			on(2, "watch a\r\n", 1),
+			on(2, "watch b\r\n", 1),
+			on(3, "watch b\r\n", 1),
+			on(3, "watch a\r\n", 1),
+			on(4, "watch a\r\n", 1),
+			on(2, "reserve\r\n", 0),
+			on(3, "reserve\r\n", 0),
+			on(4, "reserve\r\n", 0),
+			on(0, "stats-tube a\r\n", 1),
+			on(1, "quit\r\n", 0).closing(),
+			on(2, "", 1),
+			on(3, "", 1),
+			on(4, "", 1),
+			on(0, "stats\r\n", 1),
 		}},
 
 		{"pipelined behind a blocking reserve", []step{
