@@ -36,8 +36,10 @@ member cordoned (exit 1 otherwise); list shows it cordoned until uncordon.
 
 One change at a time: a change while another is in flight, or while a
 learner is not yet promoted, is refused (exit 1); start the learner, or
-remove it. Exits 3 when remove names no member, 4 when --api cannot be
-reached.`
+remove it. A removal that would leave the voters up short of a majority
+(with three members and one down, removing one that runs) is refused too
+(exit 1): remove the member that is down first, or bring it back. Exits 3
+when remove names no member, 4 when --api cannot be reached.`
 
 // memberChangeTimeout bounds a change: the member answers once it has
 // applied it, or after its own bound (10 s) with why not.

@@ -36,6 +36,37 @@ func (f fleetCluster) Status() replication.Status {
 	return st
 }
 
+// Ready implements ops.Cluster: group 0's Ready, and every replica of
+// another group this member holds caught up with its group's leader once
+// (replicasCaughtUp). Group 0 holds the metadata alone: the jobs are in
+// the other groups, and a replica restarted far behind weakens its group
+// as a member behind weakens group 0 (it acknowledges nothing new until
+// it has caught up), so a rolling update must not take the next member
+// while one of them is still catching up.
+func (f fleetCluster) Ready() bool {
+	return f.Node.Ready() && f.m.replicasCaughtUp()
+}
+
+// replicasCaughtUp reports whether every replica of a group but 0 this
+// member holds has caught up with its group's leader once
+// (replication.Node.HasCaughtUp); a replica that stopped on its own (its
+// removal, a lost log) is not waited for. Latched once true, as each
+// replica's is: a replica a move adds later, a learner filling from a
+// snapshot, counts in no group's majority, and would make a member that
+// serves look not ready for as long as its snapshot takes.
+func (m *Member) replicasCaughtUp() bool {
+	if m.replicasReady.Load() {
+		return true
+	}
+	for g := 1; g < m.shards.groups(); g++ {
+		if n := m.shards.node(uint16(g)); n != nil && n.Err() == nil && !n.HasCaughtUp() {
+			return false
+		}
+	}
+	m.replicasReady.Store(true)
+	return true
+}
+
 // ReplicaMoves implements ops' mover: the replica moves this member
 // began making (makeMove).
 func (f fleetCluster) ReplicaMoves() ops.ReplicaMoves {

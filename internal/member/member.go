@@ -155,6 +155,13 @@ type Member struct {
 	// member's removal) is under way here, one at a time (makeMove,
 	// removeDrained, serveReplicaMove).
 	moving moveSlot
+	// replicasReady: every replica of a group but 0 here has caught up with
+	// its leader once (replicasCaughtUp): latched.
+	replicasReady atomic.Bool
+	// drainHeld names the drained member whose removal the quorum check
+	// refused last (removeDrained), so that a refusal asked again every
+	// look is logged once at warn, not every second.
+	drainHeld atomic.Pointer[string]
 	// planner is what this member, leading group 0, keeps of the
 	// replica moves it plans (planMoves; the balance loop's alone).
 	planner movePlanner

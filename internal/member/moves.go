@@ -722,7 +722,10 @@ func (m *Member) dropStaleLearners(now time.Time) {
 }
 
 // removeDrained, on group 0's leader, removes a member that has drained
-// (drained), one at a time.
+// (drained), one at a time. Its removal is checked as an operator's is
+// (replication.ErrQuorumAtRisk): with another member down, a drained
+// member that runs stays until that one is back or removed, and the
+// refusal, asked again at every look, is logged once.
 func (m *Member) removeDrained(cur *meta.State) {
 	name, ok := drained(cur)
 	if !ok || !m.moving.take(0) {
@@ -732,10 +735,19 @@ func (m *Member) removeDrained(cur *meta.State) {
 		defer m.moving.free()
 		ctx, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
 		defer cancel()
-		if _, err := m.node.RemoveMember(ctx, name); err != nil {
+		_, err := m.node.RemoveMember(ctx, name)
+		switch {
+		case errors.Is(err, replication.ErrQuorumAtRisk):
+			if held := m.drainHeld.Swap(&name); held == nil || *held != name {
+				m.log.Warn().Err(err).Str("member", name).Msg("a member that has drained stays: its removal would leave no majority of voters up")
+			}
+			return
+		case err != nil:
+			m.drainHeld.Store(nil)
 			m.log.Warn().Err(err).Str("member", name).Msg("cannot remove a member that has drained")
 			return
 		}
+		m.drainHeld.Store(nil)
 		m.log.Info().Str("member", name).Msg("removed a member that has drained")
 	}()
 }

@@ -134,8 +134,10 @@ type groupedMembers struct {
 //
 // A change is answered once this member has applied it; its errors are
 // JSON {"error": ...}: 400 bad input, 404 unknown member, 409 a change in
-// progress or a name or address in use, 503 no leader or not applied in
-// time. With several groups (grouped not nil) an addition's answer
+// progress, a name or address in use, or a voter's removal that would
+// leave the voters up short of a majority of those left (etcd's strict
+// reconfiguration check: replication.Node.RemoveMember), 503 no leader or
+// not applied in time. With several groups (grouped not nil) an addition's answer
 // carries the cluster's groups and replicas, which the new member must
 // start with, and a member that holds a replica of a group but 0 is
 // marked draining (202, naming the groups): its replicas move away, then
@@ -233,7 +235,8 @@ func writeChangeError(w http.ResponseWriter, err error) {
 		status = http.StatusBadRequest
 	case errors.Is(err, replication.ErrUnknownMember):
 		status = http.StatusNotFound
-	case errors.Is(err, replication.ErrChangeInProgress), errors.Is(err, replication.ErrMemberExists):
+	case errors.Is(err, replication.ErrChangeInProgress), errors.Is(err, replication.ErrMemberExists),
+		errors.Is(err, replication.ErrQuorumAtRisk):
 		status = http.StatusConflict
 	case errors.Is(err, replication.ErrNoLeader), errors.Is(err, replication.ErrChangeTimeout), errors.Is(err, replication.ErrNotServing),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, errNoReplica):

@@ -19,7 +19,7 @@ type Cluster interface {
 	// Status is GET /cluster's body.
 	Status() replication.Status
 	// Ready is what /readyz adds in cluster mode: a leader is known and
-	// what was committed at start is applied.
+	// this member has caught up with it once (replication.Node.Ready).
 	Ready() bool
 	Stats() replication.Stats
 }

@@ -46,10 +46,11 @@
 //
 // With Config.Cluster (a replication.Node), GET /cluster is the member's
 // Status as JSON, /readyz is also 503 until the member knows a leader and
-// has applied what was committed when it started (Node.Ready), and
-// /metrics adds the sprout_cluster_* figures: the term, leader changes,
-// commit and applied indexes, follower lag, proposals, snapshots,
-// membership changes and the transport's counters, read from Node.Stats at
+// has caught up with it once (Node.Ready: applied what the leader had
+// committed when it asked), and /metrics adds the sprout_cluster_*
+// figures: the term, leader changes, commit and applied indexes, follower
+// lag, proposals, snapshots, membership changes and the transport's
+// counters, read from Node.Stats at
 // scrape time (clusterCollector, cluster.go), the proxy's connections from
 // Proxy.Stats, and the sizes of proposals, observed as the leader makes
 // them (Metrics implements replication.Observer). A member's queue

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,6 +79,12 @@ type Config struct {
 	// lost leadership) numbers its writes after its predecessor's, whose
 	// durability reports may still arrive.
 	Seq uint64
+	// CaughtUp starts the core caught up with its leader (CaughtUp): a
+	// core made again on a running member that was asks nothing.
+	CaughtUp bool
+	// ReadNonce makes this core's ReadIndex requests (CaughtUp) unlike
+	// those of the member's cores before it: drawn at random for each.
+	ReadNonce uint64
 }
 
 // Observer receives figures that cannot be read afterwards, for metrics.
@@ -168,6 +175,20 @@ type Core struct {
 
 	// Proposals made, ever, and their bytes.
 	proposals, proposedBytes uint64
+
+	// Catching up with the leader (CaughtUp). caughtUp is latched; the
+	// rest is the ReadIndex request awaiting its answer (readCtx, nil if
+	// none: asked of readLead at tick readAsked, the readSeq-th of this
+	// core, readNonce immutable), and the last answer: the leader's
+	// commit index when it answered (leaderCommit, once answered).
+	caughtUp     bool
+	readNonce    uint64
+	readSeq      uint64
+	readCtx      []byte
+	readLead     uint64
+	readAsked    uint64
+	leaderCommit uint64
+	answered     bool
 }
 
 // pendingWrite is an ActWrite not yet durable: raft's messages to deliver
@@ -224,7 +245,8 @@ func NewCore(cfg Config) (*Core, error) {
 	}
 	c := &Core{id: cfg.ID, rn: rn, log: cfg.Log, journal: cfg.Journal, maxBatch: cfg.MaxBatch,
 		electionTick: cfg.ElectionTick, observer: cfg.Observer, mayLead: cfg.MayLead, applied: first - 1,
-		heard: make(map[uint64]uint64), book: cfg.Book.clone(), seq: cfg.Seq}
+		heard: make(map[uint64]uint64), book: cfg.Book.clone(), seq: cfg.Seq,
+		caughtUp: cfg.CaughtUp, readNonce: cfg.ReadNonce}
 	c.leaving = leavingIn(cfg.Log, cfg.ID, cfg.Book.Index)
 	c.out = append(c.out, Action{Kind: ActRestore, Index: first - 1})
 	return c, nil
@@ -569,6 +591,57 @@ func (c *Core) Progress(fn func(id uint64, p PeerProgress)) {
 	})
 }
 
+// CaughtUp reports whether this member has caught up with its group's
+// leader: it has applied every entry the leader had committed when this
+// member asked it, once it knew a leader (raft's ReadIndex), or it has
+// served as the leader itself (a serving leader has applied everything
+// committed). Latched: once caught up, it stays so as the leader's commit
+// index moves on, and a core made again on the member takes it along
+// (Config.CaughtUp). As of the last Ready's actions.
+//
+// A follower's own commit index does not tell: at start it is what its
+// log held, and a heartbeat raises it only to what the follower already
+// holds (raft sends min(its match, the leader's commit)), so a member
+// restarted far behind would pass at once. So the core asks: once a
+// leader is known, and again whenever the leader changes or an election
+// timeout passes with no answer (the leader may have lost its leadership
+// meanwhile, or the request its way), with a request of its own. The
+// leader answers once it has committed an entry of its term and a
+// majority has confirmed it still leads (a heartbeat round), with its
+// commit index then. One answer is enough: what it names was committed,
+// whoever leads next.
+//
+// A request's context is two record frames (wal.KindIDs, their ids this
+// member's Raft id, then this core's nonce plus the request's number): the
+// leader keys its pending requests by their contexts, which must be
+// unlike any other member's and core's; and every release's leader checks
+// the entries of a message it takes as records (check) and refuses one
+// that does not decode, and these decode, so that a member of this
+// release is answered by a leader of a release before, through a rolling
+// upgrade. Nothing applies them: a ReadIndex's entries are never
+// appended.
+func (c *Core) CaughtUp() bool { return c.caughtUp }
+
+// askLeaderCommit asks the leader for its commit index (CaughtUp), if
+// this member has not caught up, has no answer yet, knows a leader that
+// is not itself, and has no request to it younger than an election
+// timeout. An answer stays good after a leader change: what it names was
+// committed, and the next leader's commit index is at least as far.
+func (c *Core) askLeaderCommit() {
+	if c.caughtUp || c.answered || c.stopped {
+		return
+	}
+	lead := c.rn.BasicStatus().Lead
+	if lead == 0 || lead == c.id || c.readCtx != nil && c.readLead == lead && c.ticks-c.readAsked < uint64(c.electionTick) {
+		return
+	}
+	c.readSeq++
+	c.readCtx = wal.AppendFrame(nil, &wal.Record{Kind: wal.KindIDs, ID: c.id})
+	c.readCtx = wal.AppendFrame(c.readCtx, &wal.Record{Kind: wal.KindIDs, ID: c.readNonce + c.readSeq})
+	c.readLead, c.readAsked = lead, c.ticks
+	c.rn.ReadIndex(c.readCtx)
+}
+
 // Ready hands out the actions that follow from everything the core has
 // been told, in the order to carry them out. The shell carries them out
 // before it feeds the next event, and calls Ready until it hands out
@@ -587,6 +660,7 @@ func (c *Core) Ready() []Action {
 		c.locateBuf, c.locateLocs = nil, nil
 	}
 	c.locateBuf, c.locateLocs = c.locateBuf[:0], c.locateLocs[:0]
+	c.askLeaderCommit()
 	for !c.stopped {
 		if len(c.sends) > 0 {
 			c.out = append(c.out, Action{Kind: ActSend, Messages: c.sends})
@@ -608,6 +682,11 @@ func (c *Core) Ready() []Action {
 			break // a large batch's next parts go in the next Ready
 		}
 	}
+	if !c.caughtUp && (c.serving || c.answered && c.applied >= c.leaderCommit) {
+		// As of the actions handed out: the shell carries them out before
+		// it publishes what CaughtUp says.
+		c.caughtUp, c.readCtx = true, nil
+	}
 	// Two buffers in turn: the shell carries out this Ready's actions
 	// while Durable may add to the next one's, and is done with them
 	// when it asks for the next Ready.
@@ -627,6 +706,11 @@ func (c *Core) handle(rd raft.Ready) {
 		if c.stopped {
 			c.handleStopped(rd)
 			return
+		}
+	}
+	for _, rs := range rd.ReadStates {
+		if c.readCtx != nil && bytes.Equal(rs.RequestCtx, c.readCtx) {
+			c.leaderCommit, c.answered, c.readCtx = rs.Index, true, nil
 		}
 	}
 	var sends []*pb.Message

@@ -635,7 +635,23 @@
 //
 // Removing (DELETE /cluster/members/NAME, sproutctl members remove NAME):
 // ConfChangeRemoveNode for the book's id of that name (404 when none),
-// answered once applied here. Every member that applies it drops the
+// answered once applied here. A voter's removal is refused (409,
+// ErrQuorumAtRisk) when the voters that would be left, counting only
+// those up, are no majority of them (etcd's strict reconfiguration
+// check, Node.checkRemoval): with three members and one down, removing
+// one that runs would leave a membership of two with one down, which
+// commits nothing, not even the addition that could mend it. Up is, on
+// the leader, itself and a voter heard within the last election timeout
+// (the lease's count) whose messages connection from the leader is open;
+// on a follower that takes the request, itself, the leader heard within
+// an election timeout, and the voters its connections to are open. A
+// follower hears only its leader, so the leader checks a removal a
+// follower forwards again, on its own view, and drops one it refuses
+// (logged once a minute; the request then ends unapplied, 503). Removing
+// the member that is down passes while the others are up: that is how a
+// lost member goes. A group's replica's removal (RemoveReplica: a move,
+// a drain) is checked the same way, and so is the removal a drain ends
+// in; a learner's, which changes no majority, is not. Every member that applies it drops the
 // member from its transport and puts its id among the removed; a removed
 // member's hello is refused with the reason "removed", and a member told
 // so stops (ErrRemoved), as does one that applies its own removal or
@@ -675,8 +691,13 @@
 // ?digest=1 (a walk of every job), a digest of that store that members
 // at rest agree on (Node.Digest, digest.go), which the fault tests
 // compare. /readyz is 200 on a member that knows a leader (itself
-// once it serves) and has applied what its log said was committed at
-// start (Node.Ready). /metrics adds the term, leader changes, commit and
+// once it serves) and has caught up with it once (Node.Ready,
+// Core.CaughtUp): a member that knows a leader asks it for its commit
+// index through raft's ReadIndex (again when the leader changes, or after
+// an election timeout with no answer), and is caught up once it has
+// applied that far; a leader, once it serves. Its own commit index would
+// not do: a heartbeat raises it only to what the member already holds.
+// Latched, so that it does not flap as the leader commits on. /metrics adds the term, leader changes, commit and
 // applied indexes, follower lag, proposals and their batch sizes,
 // snapshots sent, membership changes, the transport's counters and the
 // proxy's connections: Node.Stats and Proxy.Stats are read at scrape

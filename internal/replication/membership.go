@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 
@@ -27,6 +28,9 @@ var (
 	ErrUnknownMember = errors.New("replication: no such member")
 	// ErrBadMember: a name or address that cannot be a member's (400).
 	ErrBadMember = errors.New("replication: not a member's name and address")
+	// ErrQuorumAtRisk: a voter's removal would leave the voters up short
+	// of a majority of the voters left (409; Node.checkRemoval).
+	ErrQuorumAtRisk = errors.New("replication: the removal would leave too few voters up for a majority")
 	// ErrNoLeader: no leader is known to take the change (503).
 	ErrNoLeader = errors.New("replication: no leader is known")
 	// ErrChangeTimeout: the change was not applied here in time (503); it
@@ -90,7 +94,10 @@ func (n *Node) AddMember(ctx context.Context, name, addr string) (Member, error)
 }
 
 // RemoveMember removes the member named name and returns it once the
-// removal is applied on this member.
+// removal is applied on this member. A voter's removal that would leave
+// the voters up short of a majority of those left is refused
+// (ErrQuorumAtRisk, checkRemoval); a member that is down may be removed
+// while the others are up.
 func (n *Node) RemoveMember(ctx context.Context, name string) (Member, error) {
 	return n.change(ctx, &changeReq{name: name})
 }
@@ -116,7 +123,8 @@ func (n *Node) AddReplica(ctx context.Context, name string) (Member, error) {
 // of the group's membership the removal was planned on (Replicas' index):
 // it applies on those replicas alone, and ends with ErrChangeInProgress,
 // changing nothing, when another change came first (Core.refuseChange),
-// wherever that change was proposed.
+// wherever that change was proposed. Like RemoveMember, it refuses to
+// leave the group's voters up short of a majority (ErrQuorumAtRisk).
 func (n *Node) RemoveReplica(ctx context.Context, name string, planned uint64) (Member, error) {
 	return n.change(ctx, &changeReq{replica: true, name: name, planned: planned})
 }
@@ -277,6 +285,10 @@ func (n *Node) startChange(req *changeReq) {
 			answer(Member{}, fmt.Errorf("%w: %s is the only voter", ErrBadMember, target.Name))
 			return
 		}
+		if err := n.checkRemoval(target.ID); err != nil {
+			answer(Member{}, err)
+			return
+		}
 	}
 	var planned *pb.ConfState
 	if req.planned != 0 {
@@ -291,6 +303,109 @@ func (n *Node) startChange(req *changeReq) {
 	n.waiting = req
 	n.logger.Info().Str("change", req.verb()).Str("member", target.Name).Str("address", target.Addr).
 		Str("id", fmt.Sprintf("%x", target.ID)).Msg("proposed a membership change")
+}
+
+// checkRemoval refuses the removal of voter id (ErrQuorumAtRisk) when
+// the voters that would be left, counting only those up as this member
+// sees them (voterUp), are no majority of them: removed, it would leave
+// a group that commits nothing, an addition included (one needs a
+// majority too), so that nothing could bring the majority back but the
+// members that are down. That is etcd's strict reconfiguration check.
+// The removal of a voter that is down passes while the others are up:
+// it is how an operator gets rid of a lost member. A learner's removal
+// changes no majority and is not checked. On the node goroutine.
+func (n *Node) checkRemoval(id uint64) error {
+	voters := n.conf.GetVoters()
+	if !slices.Contains(voters, id) {
+		return nil
+	}
+	up := n.votersUp()
+	left, counted := 0, 0
+	var down []string
+	for _, v := range voters {
+		if v == id {
+			continue
+		}
+		left++
+		if up(v) {
+			counted++
+		} else {
+			down = append(down, n.nameOf(v))
+		}
+	}
+	if need := left/2 + 1; counted < need {
+		return fmt.Errorf("%w: without %s, %d of the %d voters left are up (%s not heard from lately), and a majority is %d: "+
+			"bring a member back, or remove one that is down first",
+			ErrQuorumAtRisk, n.nameOf(id), counted, left, strings.Join(down, ", "), need)
+	}
+	return nil
+}
+
+// votersUp is what checkRemoval counts as up, as this member sees the
+// voters now: itself; on the group's leader, a voter it heard from within
+// the last election timeout (the lease's count, Core.Progress) whose
+// messages connection from here is open (a member killed ends it at once;
+// one stopped or cut off is no longer heard within an election timeout);
+// on a member that does not lead, which hears only its leader, a voter
+// whose connection from here is open, the leader only if heard from
+// within an election timeout. A follower's view is the weaker: the
+// leader checks a removal forwarded to it again (refusedProposal). On
+// the node goroutine.
+func (n *Node) votersUp() func(id uint64) bool {
+	connected := func(id uint64) bool {
+		p := n.host.transport.peer(id)
+		return p != nil && p.up.Load()
+	}
+	if n.core.Status().RaftState == raft.StateLeader {
+		active := make(map[uint64]bool)
+		n.core.Progress(func(id uint64, p PeerProgress) { active[id] = p.Active })
+		return func(id uint64) bool { return id == n.self.ID || active[id] && connected(id) }
+	}
+	lead := n.core.Status().Lead
+	within := time.Duration(n.cfg.ElectionTick) * n.cfg.Tick
+	return func(id uint64) bool {
+		switch {
+		case id == n.self.ID:
+			return true
+		case id == lead:
+			return connected(id) && n.host.HeardFrom(n.nameOf(id), within)
+		}
+		return connected(id)
+	}
+}
+
+// refusedProposal reports whether the leader drops m, a proposal a
+// follower forwarded, because it removes a voter checkRemoval refuses on
+// the leader's view (a follower checked it on its own, which sees less:
+// votersUp). The follower's request then ends as one not applied in time
+// (ErrChangeTimeout); the refusal is logged here, once a minute per
+// member. On the node goroutine.
+func (n *Node) refusedProposal(m *pb.Message) bool {
+	if m.GetType() != pb.MsgProp || n.core.Status().RaftState != raft.StateLeader {
+		return false
+	}
+	for _, e := range m.GetEntries() {
+		if e.GetType() != pb.EntryConfChange && e.GetType() != pb.EntryConfChangeV2 {
+			continue
+		}
+		cc, _, err := decodeChange(e)
+		if err != nil {
+			continue // Core.check refuses it
+		}
+		for _, ch := range cc.AsV2().GetChanges() {
+			if ch.GetType() != pb.ConfChangeRemoveNode {
+				continue
+			}
+			if err := n.checkRemoval(ch.GetNodeId()); err != nil {
+				from := n.nameOf(m.GetFrom())
+				n.host.transport.logOnce("removal "+from, func(e *zerolog.Event) *zerolog.Event {
+					return e.Int("group", int(n.group)).Str("from", from).Err(err)
+				}, zerolog.WarnLevel, "refused a removal a member forwarded: it would leave no majority of voters up")
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // endedBy reports whether a membership applied ends the wait for r, and

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -793,4 +794,55 @@ func TestMembershipHandOverMayLead(t *testing.T) {
 			t.Fatalf("round %d, barred %v: leading right after the removal %v; want one of %v", round, barred, handed, want)
 		}
 	}
+}
+
+// TestMembershipRemovalKeepsMajority: a voter's removal that would leave
+// the voters up short of a majority of those left is refused, on the
+// leader's view whichever member takes it. m3 is cut off from the leader
+// alone: the leader no longer hears it, while the follower's connection
+// to it stays open. The leader refuses the follower's removal at once
+// (the voters left, the leader and m3, are one up of two); the follower,
+// which sees m3 connected, passes the leader's removal on, and the leader
+// drops it, so that it is never applied. Once m3 is down for good, its
+// own removal is taken.
+func TestMembershipRemovalKeepsMajority(t *testing.T) {
+	c := newNetCluster(t, 3, 2, nil)
+	leader := c.awaitServing(10 * time.Second)
+	var follower, cut *Node
+	for _, n := range c.others(leader) {
+		if follower == nil {
+			follower = n
+		} else {
+			cut = n
+		}
+	}
+	testproc.WaitFor(t, 10*time.Second, follower.Name()+" knowing the leader", func() bool {
+		return follower.Status().Leader == leader.Name()
+	})
+	leader.host.transport.peer(cut.self.ID).cut.Store(true)
+	time.Sleep(2 * leader.ElectionTimeout()) // the leader's lease no longer counts it
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := leader.RemoveMember(ctx, follower.Name()); !errors.Is(err, ErrQuorumAtRisk) {
+		t.Fatalf("the leader removing %s with %s cut off: %v, want ErrQuorumAtRisk", follower.Name(), cut.Name(), err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
+	defer cancelShort()
+	if _, err := follower.RemoveMember(short, leader.Name()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%s removing the leader with %s cut off from it: %v, want it not applied (the leader drops it)", follower.Name(), cut.Name(), err)
+	}
+	if st := leader.Status(); st.Leader != leader.Name() || len(st.Members) != 3 {
+		t.Fatalf("after the refused removals: %+v, want three members and the same leader", st)
+	}
+	if !strings.Contains(c.output.String(), "refused a removal a member forwarded") {
+		t.Errorf("the leader did not log the removal it dropped:\n%s", c.output)
+	}
+
+	c.kill(cut.Name())
+	if _, err := leader.RemoveMember(ctx, cut.Name()); err != nil {
+		t.Fatalf("removing %s, which is down: %v", cut.Name(), err)
+	}
+	_, pos := newNetClient(leader, "after").put("after the removal")
+	awaitAck(t, leader.Journal(), pos, 10*time.Second)
 }

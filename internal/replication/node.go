@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
@@ -218,8 +219,8 @@ type Node struct {
 	state  Applier
 	store  *store.Store
 	logger zerolog.Logger // immutable
-	// startCommit is the commit index the log held at start: Ready waits
-	// until it is applied. Immutable.
+	// startCommit is the commit index the log held at start: Replayed
+	// says when it is applied. Immutable.
 	startCommit uint64
 
 	inbox  chan *pb.Message // peers' messages, to the node goroutine
@@ -251,6 +252,7 @@ type Node struct {
 	// (Core.Ticks) modulo its length: the lease runs from the tick a
 	// majority was last heard at (leaseEnd).
 	tickAt   []takenTick
+	caughtUp bool   // a core of this node caught up with its leader (Core.CaughtUp): latched
 	stopped  bool   // the member stopped on its own (lost, removed) or is closing
 	lost     error  // ErrLogLost, with the indexes, once found
 	lead     uint64 // the leader last published
@@ -309,6 +311,7 @@ type published struct {
 	lead                  uint64
 	state                 raft.StateType
 	serving, stopped      bool
+	caughtUp              bool
 	proposals, bytes      uint64
 }
 
@@ -494,6 +497,7 @@ func (n *Node) coreConfig(book Book, seq uint64) Config {
 		ID: n.self.ID, Log: n.log, Journal: n.journal,
 		ElectionTick: n.cfg.ElectionTick, HeartbeatTick: n.cfg.HeartbeatTick, MaxBatch: n.cfg.MaxBatch,
 		Logger: raftLogger{n.logger}, Observer: n.cfg.Observer, Book: book, Seq: seq,
+		CaughtUp: n.caughtUp, ReadNonce: rand.Uint64(),
 	}
 	if n.group != group0 {
 		cfg.MayLead = n.host.mayLead // a group's book has no marks: group 0's has
@@ -861,7 +865,8 @@ func (n *Node) noteSlowRound(began time.Time) {
 	}
 }
 
-// step gives the core a peer's message; one it refuses is logged. A
+// step gives the core a peer's message; one it refuses is logged, and
+// so is a forwarded removal the leader refuses (refusedProposal). A
 // heartbeat that commits past this member's last entry says the leader
 // knows it wrote entries it no longer has: the member stops (ErrLogLost)
 // rather than let raft panic on it. But a replica of a group but 0 that
@@ -885,6 +890,9 @@ func (n *Node) step(m *pb.Message) error {
 				"cannot rejoin under this member's id: its log is not the one the cluster knows; stopping")
 			return n.lost
 		}
+	}
+	if n.refusedProposal(m) {
+		return nil
 	}
 	err := n.core.Step(m)
 	if errors.Is(err, ErrBadRecords) {
@@ -1257,10 +1265,12 @@ func (n *Node) publish(tick bool) {
 		last, _ = n.log.LastIndex()
 	}
 
+	n.caughtUp = n.caughtUp || n.core.CaughtUp()
+
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.pub = published{term: bs.GetTerm(), commit: bs.GetCommit(), applied: n.core.Applied(), lead: lead,
-		state: bs.RaftState, serving: serving, stopped: n.stopped, proposals: proposals, bytes: bytes}
+		state: bs.RaftState, serving: serving, stopped: n.stopped, caughtUp: n.caughtUp, proposals: proposals, bytes: bytes}
 	if tick {
 		n.peers, n.lastIndex = peers, last
 	}
@@ -1512,14 +1522,31 @@ func stateName(s raft.StateType) string {
 	return s.String()
 }
 
-// Ready reports what /readyz says: the member knows a leader (itself,
-// once it serves), and has applied what its log said was committed when
-// it started.
+// Ready reports what /readyz says of this group's replica: it runs, it
+// knows a leader (itself, once it serves), and it has caught up with the
+// leader once (HasCaughtUp). A member restarted during a rolling update is
+// therefore not ready while it is still behind, and the next member is
+// not taken meanwhile (deploy/README.md, "Rolling out one pod at a
+// time"). Catching up is latched: once caught up, a follower stays
+// ready as the leader commits on (as it does while it lags by the
+// entries in flight), and only a lost leader or a stop makes it not
+// ready again (HasCaughtUp).
 func (n *Node) Ready() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	p := n.pub
-	return !p.stopped && p.lead != 0 && p.applied >= n.startCommit && (p.lead != n.self.ID || p.serving)
+	return !p.stopped && p.lead != 0 && p.caughtUp && (p.lead != n.self.ID || p.serving)
+}
+
+// HasCaughtUp reports whether this replica has caught up with its
+// group's leader once since the node started: it applied every entry the
+// leader had committed when this member, knowing it, asked (raft's
+// ReadIndex), or it served as the leader itself (Core.CaughtUp). Latched.
+// As of the node goroutine's last round.
+func (n *Node) HasCaughtUp() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.pub.caughtUp
 }
 
 // Replayed reports whether the member has applied what its log said was
