@@ -255,9 +255,9 @@ func TestClusterPolicies(t *testing.T) {
 			r.FailureThreshold, r.PeriodSeconds, electionTimeout)
 	}
 	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe, "startup": c.StartupProbe} {
-		want := "/readyz"
-		if name == "liveness" {
-			want = "/healthz"
+		want := "/healthz" // a member catching up is not restarted for it
+		if name == "readiness" {
+			want = "/readyz"
 		}
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want || p.HTTPGet.Port != intstr.FromString("http") {
 			t.Errorf("%s probe %+v; want an httpGet on %s at the http port", name, p, want)

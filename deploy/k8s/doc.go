@@ -15,8 +15,8 @@
 // (member to member), and makes the disruption budget keep a majority.
 // Probes stay the base's: /readyz is 200 on a member that knows a leader
 // and has caught up with it once (applied what the leader had committed
-// when it asked), /healthz is the
-// process's liveness. cluster_test.go checks that wiring with the
+// when it asked), /healthz is the process's start and liveness (a member
+// catching up, or waiting for a majority, is not restarted for it). cluster_test.go checks that wiring with the
 // server's own parser of --cluster-peers; deploy/container plays the three
 // pods with podman and kills the leader's.
 //

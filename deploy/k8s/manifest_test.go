@@ -205,9 +205,9 @@ func TestStatefulSet(t *testing.T) {
 	for name, probe := range map[string]*corev1.Probe{
 		"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe,
 	} {
-		want := "/readyz"
-		if name == "liveness" {
-			want = "/healthz"
+		want := "/healthz" // a member catching up is not restarted for it
+		if name == "readiness" {
+			want = "/readyz"
 		}
 		if probe == nil || probe.HTTPGet == nil {
 			t.Errorf("%s probe: want an httpGet on %s", name, want)
