@@ -36,16 +36,7 @@ func TestClusterReadyOnceCaughtUp(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := c.start(f); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	for f.ready() != http.StatusOK {
-		if time.Since(start) > 60*time.Second {
-			t.Fatalf("%s not ready 60 s after its start", f.name)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	start := startUntilReady(t, c, f)
 	st, err := f.status()
 	if err != nil {
 		t.Fatal(err)
@@ -91,16 +82,7 @@ func TestClusterGroupsReadyOnceCaughtUp(t *testing.T) {
 	}
 	const want = jobs + 1
 
-	if err := c.start(f); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	for f.ready() != http.StatusOK {
-		if time.Since(start) > 60*time.Second {
-			t.Fatalf("%s not ready 60 s after its start", f.name)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	start := startUntilReady(t, c, f)
 	st, err := f.status()
 	if err != nil {
 		t.Fatal(err)
@@ -119,4 +101,21 @@ func TestClusterGroupsReadyOnceCaughtUp(t *testing.T) {
 			f.name, time.Since(start).Round(time.Millisecond), held.Jobs, want)
 	}
 	t.Logf("%s ready %v after its start, its replica of group 1 holding %d jobs", f.name, time.Since(start).Round(time.Millisecond), held.Jobs)
+}
+
+// startUntilReady starts f and waits, up to a minute, until its /readyz
+// answers 200; it returns when f was started.
+func startUntilReady(t *testing.T, c *testCluster, f *testMember) time.Time {
+	t.Helper()
+	if err := c.start(f); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for f.ready() != http.StatusOK {
+		if time.Since(start) > 60*time.Second {
+			t.Fatalf("%s not ready 60 s after its start", f.name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return start
 }

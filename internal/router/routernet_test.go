@@ -214,11 +214,6 @@ func (c *netSession) put(pri, ttr uint32) uint64 {
 	return a.N
 }
 
-func (c *netSession) reserve(timeout time.Duration) engine.Answer {
-	c.t.Helper()
-	return c.do("reserve", func(a *engine.Answer) bool { return c.s.Reserve(timeout, a) })
-}
-
 func (c *netSession) reserveJob(id uint64) engine.Answer {
 	c.t.Helper()
 	return c.do("reserve-job", func(a *engine.Answer) bool { return c.s.ReserveJob(id, a) })
