@@ -61,12 +61,27 @@ func (s *Store) logPause(c *Client, tube string, dur, until int64, key wal.Req) 
 // SetPauses makes the store's pauses the given ones, by tube (a cluster's
 // replica's, as its log holds them): a tube held here is paused until
 // its pause's end, unless it has ended; the others' pauses are kept for
-// when their tubes are made. A pause-tube's count is not counted again.
+// when their tubes are made. A tube held here that is paused and has no
+// pause not yet ended among them is unpaused, its waiters served: a
+// pause-tube of 0 is logged as a pause of 1 ns, over by the time a
+// replica applies it, and a freed tube's pause is dropped from the log;
+// either way the pause before it ends. A pause-tube's count is not
+// counted again.
 func (s *Store) SetPauses(pauses map[string]Pause) {
 	now := s.now()
+	var hs handoffs
 	s.registryMu.Lock()
-	defer s.registryMu.Unlock()
 	s.pauses = nil
+	for name, t := range s.tubes {
+		if p, ok := pauses[name]; ok && s.mono(p.Until) > now {
+			continue
+		}
+		t.mu.Lock()
+		if t.pauseDur > 0 {
+			hs = t.unpauseLocked(now, hs)
+		}
+		t.mu.Unlock()
+	}
 	for name, p := range pauses {
 		if s.mono(p.Until) <= now {
 			continue
@@ -80,6 +95,8 @@ func (s *Store) SetPauses(pauses map[string]Pause) {
 		}
 		s.keepPauseLocked(name, p)
 	}
+	s.registryMu.Unlock()
+	s.complete(hs)
 }
 
 // keepPauseLocked keeps the pause p of the tube named name, which the

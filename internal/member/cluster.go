@@ -96,6 +96,13 @@ func (m *Member) startNode() error {
 	}
 	m.node, m.store = node, node.Store()
 	m.shards.nodes[0].Store(node)
+	m.proxy = replication.NewProxy(replication.ProxyConfig{
+		Leader: node.Leader, Self: node.Name(), Local: m.serveLocal,
+		Wait: node.ElectionTimeout(), Logger: m.log,
+	})
+	m.startRouter(ec)
+	// After the router is made: group 0 handed to this member meanwhile
+	// waits for it (takeHanded).
 	if err := m.refuseFormedAtStart(); err != nil {
 		return &StartError{StepNode, err}
 	}
@@ -104,11 +111,6 @@ func (m *Member) startNode() error {
 			return &StartError{StepLog, err}
 		}
 	}
-	m.proxy = replication.NewProxy(replication.ProxyConfig{
-		Leader: node.Leader, Self: node.Name(), Local: m.serveLocal,
-		Wait: node.ElectionTimeout(), Logger: m.log,
-	})
-	m.startRouter(ec)
 	// Before startShards starts the balancer, which calls leaders' side
 	// ports (callLeader) from its first tick.
 	m.forwarding = m.forwardingTransport()

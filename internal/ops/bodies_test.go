@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,21 +34,32 @@ func serveBodies(t *testing.T, took time.Duration, h http.HandlerFunc) string {
 // TestSlowBodyCutOff: a request whose body trickles in, a byte at a time,
 // is cut off once its body's time is up, whether the handler reads the
 // body (the login does, and needs no credential) or refuses the request
-// first (net/http then reads the rest of the body): without the bound,
-// either held its connection for as long as the client liked.
+// first (net/http then reads the rest of the body), and whatever length
+// the request declares: without the bound, either held its connection for
+// as long as the client liked, and a declared length of a PiB, when the
+// time grew with it, bought 34 years.
 func TestSlowBodyCutOff(t *testing.T) {
-	for name, h := range map[string]http.HandlerFunc{
-		"read":    func(w http.ResponseWriter, r *http.Request) { _, _ = io.ReadAll(r.Body) },
-		"refused": func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusUnauthorized) },
+	read := func(w http.ResponseWriter, r *http.Request) { _, _ = io.ReadAll(r.Body) }
+	for _, tc := range []struct {
+		name     string
+		h        http.HandlerFunc
+		declared string
+	}{
+		{"read", read, "100"},
+		{"refused", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusUnauthorized) }, "100"},
+		{"a PiB declared", func(w http.ResponseWriter, r *http.Request) {
+			r.Body = http.MaxBytesReader(w, r.Body, 4096)
+			read(w, r)
+		}, "1125899906842624"},
 	} {
-		t.Run(name, func(t *testing.T) {
-			addr := serveBodies(t, 300*time.Millisecond, h)
+		t.Run(tc.name, func(t *testing.T) {
+			addr := serveBodies(t, 300*time.Millisecond, tc.h)
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			if _, err := c.Write([]byte("POST /api/v1/session HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")); err != nil {
+			if _, err := c.Write([]byte("POST /api/v1/session HTTP/1.1\r\nHost: x\r\nContent-Length: " + tc.declared + "\r\n\r\n{")); err != nil {
 				t.Fatal(err)
 			}
 			// Trickle a byte every 50 ms, and read whatever comes back,
@@ -69,6 +81,38 @@ func TestSlowBodyCutOff(t *testing.T) {
 				_, _ = c.Write([]byte(" "))
 			}
 		})
+	}
+}
+
+// TestSteadyBodyNotCutOff: a large body that keeps arriving, faster than
+// a MiB a second, is read whole though it takes longer than bodyTime.
+func TestSteadyBodyNotCutOff(t *testing.T) {
+	const size = 2 << 20
+	addr := serveBodies(t, 300*time.Millisecond, func(w http.ResponseWriter, r *http.Request) {
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil || n != size {
+			w.WriteHeader(http.StatusBadRequest)
+		}
+	})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: " + strconv.Itoa(size) + "\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	began := time.Now()
+	for range size / len(chunk) { // 32 chunks 20 ms apart: 640 ms, at 3 MiB a second
+		if _, err := c.Write(chunk); err != nil {
+			t.Fatalf("after %v: %v", time.Since(began), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a body of 2 MiB over %v: %v %v, want 200", time.Since(began), resp, err)
 	}
 }
 

@@ -68,48 +68,60 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
-// Bodies must arrive within bodyTime plus a second for each bodyRate
-// bytes they declare (bodyTime alone when they declare none): without a
-// bound, a client that sends a request's headers and then its body a byte
-// at a time (to the login, which needs no credential, or to any endpoint,
-// whose refusal net/http follows by reading the rest of the body) holds a
-// connection and a goroutine for as long as it likes. http.Server's
-// ReadTimeout would bound them too, but also cancels a handler that runs
-// past it (a long clear, a tube's move) once the body has been read.
+// A request's body must arrive within bodyTime, plus a second for each
+// bodyRate bytes of it read: without a bound, a client that sends a
+// request's headers and then its body a byte at a time (to the login,
+// which needs no credential, or to any endpoint, whose refusal net/http
+// follows by reading the rest of the body) holds a connection and a
+// goroutine for as long as it likes. The time grows with what arrives,
+// not with what the request declares, which the client chooses.
+// http.Server's ReadTimeout would bound them too, but also cancels a
+// handler that runs past it (a long clear, a tube's move) once the body
+// has been read.
 var bodyTime = 30 * time.Second // a variable for tests
 
 const bodyRate = 1 << 20
 
-// boundBodies gives each request with a body a read deadline for it
-// (bodyTime), lifted once the body has been read to its end.
+// boundBodies gives each request with a body a read deadline for it,
+// moved on as the body is read and lifted at its end.
 func boundBodies(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil && r.Body != http.NoBody {
-			rc := http.NewResponseController(w)
-			took := bodyTime + time.Duration(max(r.ContentLength, 0)/bodyRate)*time.Second
-			if rc.SetReadDeadline(time.Now().Add(took)) == nil {
-				r.Body = &boundedBody{ReadCloser: r.Body, rc: rc}
+			b := &boundedBody{ReadCloser: r.Body, rc: http.NewResponseController(w), began: time.Now()}
+			if b.rc.SetReadDeadline(b.began.Add(bodyTime)) == nil {
+				r.Body = b
 			}
 		}
 		h.ServeHTTP(w, r)
 	})
 }
 
-// boundedBody lifts its request's read deadline at the body's end. One
-// that failed (its time up, say), or that the handler did not read to its
-// end, keeps it for net/http's reading of the rest; the next request on
-// the connection sets its own.
+// boundedBody moves its request's read deadline on as it is read (a
+// second for each bodyRate bytes), and lifts it at the body's end. One that
+// failed (its time up, say), or that the handler did not read to its end,
+// keeps the deadline for net/http's reading of the rest; the next request
+// on the connection sets its own.
 type boundedBody struct {
 	io.ReadCloser
 	rc    *http.ResponseController
+	began time.Time
+	read  int64
 	ended bool
 }
 
 func (b *boundedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF && !b.ended {
+	if b.ended {
+		return n, err
+	}
+	b.read += int64(n)
+	switch {
+	case err == io.EOF:
 		b.ended = true
 		_ = b.rc.SetReadDeadline(time.Time{})
+	case n > 0:
+		more := time.Duration(b.read/bodyRate)*time.Second + time.Duration(b.read%bodyRate)*time.Second/bodyRate
+		_ = b.rc.SetReadDeadline(b.began.Add(bodyTime + more))
 	}
 	return n, err
 }

@@ -228,3 +228,44 @@ func TestLinkSyncBeforeResentCalls(t *testing.T) {
 		t.Fatalf("the retry after the refusals sent %+v, want %+v: the sync, then the calls", got, want)
 	}
 }
+
+// TestLinkCallDuringSyncGoesAfterResends: a call a session makes while a
+// leader change is being handled (the new leader known, its sync being
+// made) goes after the session's calls sent again, not before them.
+func TestLinkCallDuringSyncGoesAfterResends(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		leader uint64      = 2
+		sent   [][2]uint64 // session, seq
+		l      *Link
+	)
+	nop := func(*Item) {}
+	l = NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			return leader, true
+		},
+		Send: func(_ uint64, payload []byte) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			_ = Each(payload, 0, func(it *Item) { sent = append(sent, [2]uint64{it.Session, uint64(it.Seq)}) })
+			return true
+		},
+		SyncRefs: func(g uint16) {
+			// The session's next command, made as the sync is built.
+			l.Request(10, g, 2, Request{Op: OpStatsTube, Tube: []byte("t")}, nop)
+			l.Refs(g, 1, Refs{Sync: true}, nop)
+		},
+	})
+	l.Request(10, 0, 1, Request{Op: OpPauseTube, Tube: []byte("t"), Delay: 1}, nop) // leader 2 never answers
+	mu.Lock()
+	leader, sent = 3, nil
+	mu.Unlock()
+	l.LeaderChanged(0)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := [][2]uint64{{0, 1}, {10, 1}, {10, 2}}; !slices.Equal(sent, want) {
+		t.Fatalf("the new leader got (session, seq) %v, want %v: the sync, the call sent again, then the one made meanwhile", sent, want)
+	}
+}

@@ -742,7 +742,8 @@ func (l *Link) post(group uint16, it Item) bool {
 // requests sent again (docs/design/shards.md 5.4), as before those made
 // later: a stats-tube or pause-tube resent for an empty tube its session
 // watches finds the tube, which a new leader knows of from the sync
-// alone. No Retry sends a call between 1 and 3 (resending).
+// alone. No Retry sends a call between 1 and 3 (resending), and a call
+// the session makes meanwhile waits behind those step 1 marks unsent.
 func (l *Link) LeaderChanged(group uint16) {
 	l.resending.Lock()
 	l.mu.Lock()
@@ -750,6 +751,11 @@ func (l *Link) LeaderChanged(group uint16) {
 	l.eachLocked(group, func(c *call) {
 		if c.kind == KindRefs {
 			refs = append(refs, c)
+		} else {
+			// Unsent from now: a call made before the resend, the
+			// leader already known, waits behind them (postCall).
+			c.sent = false
+			l.unsent[group] = true
 		}
 	})
 	for _, c := range refs {
