@@ -449,6 +449,12 @@ func (s *Store) pauseTube(name []byte, d time.Duration, c *Client, key wal.Req) 
 	ok := s.withTube(name, func(t *Tube) {
 		now := s.now()
 		t.cmdPause++
+		if d <= 0 {
+			// beanstalkd's 1 ns, logged as such, ended now.
+			s.logPause(c, t.name, 1, s.wall(now+1), key)
+			hs = t.unpauseLocked(now, hs)
+			return
+		}
 		// A pause that has run out but that the timer has not ended yet
 		// ends here, before the new one: beanstalkd's prottick, which
 		// runs between any two commands, would have ended it and served
@@ -456,12 +462,6 @@ func (s *Store) pauseTube(name []byte, d time.Duration, c *Client, key wal.Req) 
 		// waiting (a "pause-tube t 0" pipelined before another pause).
 		if t.pauseDur > 0 && t.pauseUntil <= now {
 			hs = t.unpauseLocked(now, hs)
-		}
-		if d <= 0 {
-			// beanstalkd's 1 ns, logged as such, ended now.
-			s.logPause(c, t.name, 1, s.wall(now+1), key)
-			hs = t.unpauseLocked(now, hs)
-			return
 		}
 		t.pauseDur = int64(d)
 		t.pauseUntil = now + int64(d)

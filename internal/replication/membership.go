@@ -356,12 +356,13 @@ func (n *Node) votersUp() func(id uint64) bool {
 		p := n.host.transport.peer(id)
 		return p != nil && p.up.Load()
 	}
-	if n.core.Status().RaftState == raft.StateLeader {
+	st := n.core.Status()
+	if st.RaftState == raft.StateLeader {
 		active := make(map[uint64]bool)
 		n.core.Progress(func(id uint64, p PeerProgress) { active[id] = p.Active })
 		return func(id uint64) bool { return id == n.self.ID || active[id] && connected(id) }
 	}
-	lead := n.core.Status().Lead
+	lead := st.Lead
 	within := time.Duration(n.cfg.ElectionTick) * n.cfg.Tick
 	return func(id uint64) bool {
 		switch {

@@ -159,6 +159,59 @@ func testOwnRefsBeforeResent(t *testing.T, next uint64) {
 	}
 }
 
+// sentItem is what recordingLink saw go, an item each.
+type sentItem struct {
+	kind    Kind
+	session uint64
+	seq     uint32
+	sync    bool
+}
+
+// recordingLink is a Link whose group leader is leader 2 until setLeader,
+// which records every item it sends (take hands them over and forgets
+// them), and whose member's sync is syncRefs.
+type recordingLink struct {
+	*Link
+	mu     sync.Mutex
+	leader uint64
+	sent   []sentItem
+}
+
+func newRecordingLink(syncRefs func(l *Link, g uint16)) *recordingLink {
+	r := &recordingLink{leader: 2}
+	r.Link = NewLink(LinkConfig{
+		Leader: func(uint16) (uint64, bool) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.leader, true
+		},
+		Send: func(_ uint64, payload []byte) bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			_ = Each(payload, 0, func(it *Item) {
+				r.sent = append(r.sent, sentItem{it.Kind, it.Session, it.Seq, it.Refs.Sync})
+			})
+			return true
+		},
+		SyncRefs: func(g uint16) { syncRefs(r.Link, g) },
+	})
+	return r
+}
+
+func (r *recordingLink) setLeader(id uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.leader = id
+}
+
+func (r *recordingLink) take() []sentItem {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.sent
+	r.sent = nil
+	return out
+}
+
 // TestLinkSyncBeforeResentCalls: at a leader change the Link sends the
 // member's sync of its references (LinkConfig.SyncRefs) before the calls
 // it sends again, and not the refs items the sync replaces; and when the
@@ -166,57 +219,21 @@ func testOwnRefsBeforeResent(t *testing.T, next uint64) {
 // sends them in the same order: the calls, though made before the sync,
 // wait behind it (docs/design/shards.md 5.4).
 func TestLinkSyncBeforeResentCalls(t *testing.T) {
-	type sentItem struct {
-		kind    Kind
-		session uint64
-		seq     uint32
-		sync    bool
-	}
-	var (
-		mu     sync.Mutex
-		leader uint64 = 2
-		sent   []sentItem
-		l      *Link
-	)
 	refsSeq := uint32(1)
-	l = NewLink(LinkConfig{
-		Leader: func(uint16) (uint64, bool) {
-			mu.Lock()
-			defer mu.Unlock()
-			return leader, true
-		},
-		Send: func(_ uint64, payload []byte) bool {
-			mu.Lock()
-			defer mu.Unlock()
-			_ = Each(payload, 0, func(it *Item) {
-				sent = append(sent, sentItem{it.Kind, it.Session, it.Seq, it.Refs.Sync})
-			})
-			return true
-		},
-		SyncRefs: func(g uint16) {
-			refsSeq++
-			l.Refs(g, refsSeq, Refs{Sync: true, Counts: []RefCount{{Tube: []byte("t"), Watching: 1}}}, func(*Item) {})
-		},
+	l := newRecordingLink(func(l *Link, g uint16) {
+		refsSeq++
+		l.Refs(g, refsSeq, Refs{Sync: true, Counts: []RefCount{{Tube: []byte("t"), Watching: 1}}}, func(*Item) {})
 	})
-	take := func() []sentItem {
-		mu.Lock()
-		defer mu.Unlock()
-		out := sent
-		sent = nil
-		return out
-	}
 	nop := func(*Item) {}
 	l.Refs(0, 1, Refs{Counts: []RefCount{{Tube: []byte("t"), Watching: 1}}}, nop) // leader 2 never answers
 	l.Request(10, 0, 1, Request{Op: OpStatsTube, Tube: []byte("t")}, nop)
 	l.Request(11, 0, 1, Request{Op: OpPauseTube, Tube: []byte("t"), Delay: 1}, nop)
-	take()
+	l.take()
 
-	mu.Lock()
-	leader = 3
-	mu.Unlock()
+	l.setLeader(3)
 	l.LeaderChanged(0)
 	want := []sentItem{{KindRefs, 0, 2, true}, {KindRequest, 10, 1, false}, {KindRequest, 11, 1, false}}
-	if got := take(); !slices.Equal(got, want) {
+	if got := l.take(); !slices.Equal(got, want) {
 		t.Fatalf("the leader change sent %+v, want %+v: the sync, then the calls", got, want)
 	}
 	// Leader 3 does not serve yet: it refuses all three.
@@ -224,7 +241,7 @@ func TestLinkSyncBeforeResentCalls(t *testing.T) {
 		l.handle(3, &Item{Kind: KindReply, Session: it.session, Seq: it.seq, Reply: Reply{Status: StatusNotLeader}})
 	}
 	l.Retry(0)
-	if got := take(); !slices.Equal(got, want) {
+	if got := l.take(); !slices.Equal(got, want) {
 		t.Fatalf("the retry after the refusals sent %+v, want %+v: the sync, then the calls", got, want)
 	}
 }
@@ -233,39 +250,18 @@ func TestLinkSyncBeforeResentCalls(t *testing.T) {
 // leader change is being handled (the new leader known, its sync being
 // made) goes after the session's calls sent again, not before them.
 func TestLinkCallDuringSyncGoesAfterResends(t *testing.T) {
-	var (
-		mu     sync.Mutex
-		leader uint64      = 2
-		sent   [][2]uint64 // session, seq
-		l      *Link
-	)
 	nop := func(*Item) {}
-	l = NewLink(LinkConfig{
-		Leader: func(uint16) (uint64, bool) {
-			mu.Lock()
-			defer mu.Unlock()
-			return leader, true
-		},
-		Send: func(_ uint64, payload []byte) bool {
-			mu.Lock()
-			defer mu.Unlock()
-			_ = Each(payload, 0, func(it *Item) { sent = append(sent, [2]uint64{it.Session, uint64(it.Seq)}) })
-			return true
-		},
-		SyncRefs: func(g uint16) {
-			// The session's next command, made as the sync is built.
-			l.Request(10, g, 2, Request{Op: OpStatsTube, Tube: []byte("t")}, nop)
-			l.Refs(g, 1, Refs{Sync: true}, nop)
-		},
+	l := newRecordingLink(func(l *Link, g uint16) {
+		// The session's next command, made as the sync is built.
+		l.Request(10, g, 2, Request{Op: OpStatsTube, Tube: []byte("t")}, nop)
+		l.Refs(g, 1, Refs{Sync: true}, nop)
 	})
 	l.Request(10, 0, 1, Request{Op: OpPauseTube, Tube: []byte("t"), Delay: 1}, nop) // leader 2 never answers
-	mu.Lock()
-	leader, sent = 3, nil
-	mu.Unlock()
+	l.take()
+	l.setLeader(3)
 	l.LeaderChanged(0)
-	mu.Lock()
-	defer mu.Unlock()
-	if want := [][2]uint64{{0, 1}, {10, 1}, {10, 2}}; !slices.Equal(sent, want) {
-		t.Fatalf("the new leader got (session, seq) %v, want %v: the sync, the call sent again, then the one made meanwhile", sent, want)
+	want := []sentItem{{KindRefs, 0, 1, true}, {KindRequest, 10, 1, false}, {KindRequest, 10, 2, false}}
+	if got := l.take(); !slices.Equal(got, want) {
+		t.Fatalf("the new leader got %+v, want %+v: the sync, the call sent again, then the one made meanwhile", got, want)
 	}
 }

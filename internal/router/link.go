@@ -752,8 +752,10 @@ func (l *Link) LeaderChanged(group uint16) {
 		if c.kind == KindRefs {
 			refs = append(refs, c)
 		} else {
-			// Unsent from now: a call made before the resend, the
-			// leader already known, waits behind them (postCall).
+			// Not taken from now, all of them sent again below (taken
+			// stays: a leader that took it may have run it); a call made
+			// meanwhile, the leader already known, waits behind them
+			// (postCall).
 			c.sent = false
 			l.unsent[group] = true
 		}
@@ -765,7 +767,7 @@ func (l *Link) LeaderChanged(group uint16) {
 	if l.cfg.SyncRefs != nil {
 		l.cfg.SyncRefs(group)
 	}
-	l.resendLocked(group, true)
+	l.resendLocked(group)
 	l.resending.Unlock()
 	l.postClosed(group)
 }
@@ -806,7 +808,7 @@ func (l *Link) postClosed(group uint16) {
 // declines, if one was not taken.
 func (l *Link) Retry(group uint16) {
 	l.resending.Lock()
-	l.resendLocked(group, false)
+	l.resendLocked(group)
 	l.resending.Unlock()
 	l.mu.Lock()
 	again := l.unposted[group]
@@ -816,39 +818,33 @@ func (l *Link) Retry(group uint16) {
 	}
 }
 
-// resendLocked sends group's pending calls again in order: all of them,
-// or those not taken. Those it sends count as not taken until each goes,
-// so that a call made meanwhile waits behind them (postCall) and goes at
-// the end, not before the older ones the group's leader has not seen.
-// Refs items go again only if not taken, even with all: LeaderChanged
-// dropped those made for the last leader, and the rest were made for this
-// one. l.resending must be held.
-func (l *Link) resendLocked(group uint16, all bool) {
+// resendLocked sends group's pending calls not taken again, in order
+// (LeaderChanged marks all but the refs items so first). Those it sends
+// count as not taken until each goes, so that a call made meanwhile waits
+// behind them (postCall) and goes at the end, not before the older ones
+// the group's leader has not seen. l.resending must be held.
+func (l *Link) resendLocked(group uint16) {
 	// A second pass sends the calls made while the first's went, held
 	// behind them, rather than at the next Retry.
 	for pass := 0; pass < 2; pass++ {
 		l.mu.Lock()
-		if !all && !l.unsent[group] {
+		if !l.unsent[group] {
 			l.mu.Unlock()
 			return
 		}
 		delete(l.unsent, group)
 		var calls []*call
 		l.eachLocked(group, func(c *call) {
-			if all && c.kind != KindRefs || !c.sent {
+			if !c.sent {
 				calls = append(calls, c)
 			}
 		})
-		for _, c := range calls {
-			c.sent = false // taken stays: a leader that took it may have run it
-		}
 		l.mu.Unlock()
 		slices.SortFunc(calls, byMade)
 		l.resent.Add(uint64(len(calls)))
 		for _, c := range calls {
 			l.postCall(c)
 		}
-		all = false
 	}
 }
 
