@@ -61,19 +61,21 @@ func (s *Store) logPause(c *Client, tube string, dur, until int64, key wal.Req) 
 // SetPauses makes the store's pauses the given ones, by tube (a cluster's
 // replica's, as its log holds them): a tube held here is paused until
 // its pause's end, unless it has ended; the others' pauses are kept for
-// when their tubes are made. A tube held here that is paused and has no
-// pause not yet ended among them is unpaused, its waiters served: a
-// pause-tube of 0 is logged as a pause of 1 ns, over by the time a
-// replica applies it, and a freed tube's pause is dropped from the log;
-// either way the pause before it ends. A pause-tube's count is not
-// counted again.
+// when their tubes are made. On a store that follows (not Lead), a tube
+// held here that is paused and has no pause not yet ended among them is
+// unpaused, its waiters served: a pause-tube of 0 is logged as a pause of
+// 1 ns, over by the time a replica applies it, and a freed tube's pause
+// is dropped from the log; either way the pause before it ends. Not on
+// the leader's store, whose own pauses are ahead of the log's: a pause it
+// made whose record is not applied yet would end. A pause-tube's count
+// is not counted again.
 func (s *Store) SetPauses(pauses map[string]Pause) {
 	now := s.now()
 	var hs handoffs
 	s.registryMu.Lock()
 	s.pauses = nil
 	for name, t := range s.tubes {
-		if p, ok := pauses[name]; ok && s.mono(p.Until) > now {
+		if p, ok := pauses[name]; s.leading.Load() || ok && s.mono(p.Until) > now {
 			continue
 		}
 		t.mu.Lock()

@@ -37,3 +37,24 @@ func TestSetPausesEndsThePauseBefore(t *testing.T) {
 		t.Errorf("with no pause in the book the replica's tube is still paused: %+v", ts)
 	}
 }
+
+// TestSetPausesKeepsTheLeadersOwn: the leader's store pauses a tube
+// before its record is applied: a change of the book meanwhile (another
+// tube's pause applied, say) gives SetPauses the pauses without it, which
+// must not end it.
+func TestSetPausesKeepsTheLeadersOwn(t *testing.T) {
+	s := store.New(store.Options{})
+	t.Cleanup(s.Close)
+	s.Lead()
+	c, d := s.NewClient(nil), s.NewClient(nil)
+	c.Use([]byte("a"))
+	d.Use([]byte("b"))
+	if !c.PauseTube([]byte("a"), time.Hour) || !c.PauseTube([]byte("b"), time.Hour) {
+		t.Fatal("pause-tube")
+	}
+	// a's record applied, b's not yet.
+	s.SetPauses(map[string]store.Pause{"a": {Dur: time.Hour, Until: time.Now().Add(time.Hour).UnixNano()}})
+	if ts, _ := s.TubeStats([]byte("b")); ts.Pause != time.Hour {
+		t.Errorf("the leader's pause of b, its record not yet applied, ended: %+v", ts)
+	}
+}
