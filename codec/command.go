@@ -196,8 +196,8 @@ type Command struct {
 	// kick-job and stats-job, and for OpPutBody the id the caller gave
 	// Parser.SetPutID at the put's header.
 	ID uint64
-	// PutAt is, for OpPutBody, the time the caller gave Parser.SetPutID
-	// at the put's header.
+	// PutAt is, for OpPutBody, the time the caller gave Parser.SetPutAt
+	// while the put waited for its body, or Unstamped.
 	PutAt int64
 	// Pri is set by put and OpPutBody, release and bury.
 	Pri uint32

@@ -59,8 +59,8 @@ type putState struct {
 	// because a declared 4294967295 plus the "\r\n" overflows uint32.
 	discardLeft int64
 
-	// id and at are what the caller gave SetPutID for this put; 0 if
-	// nothing.
+	// id and at are what the caller gave SetPutID and SetPutAt for
+	// this put; 0 and Unstamped if nothing.
 	id uint64
 	at int64
 
@@ -81,13 +81,33 @@ func NewParser(maxJobSize int) *Parser {
 }
 
 // SetPutID records a job id the caller chose for the put whose header Parse
-// has just produced, and a time of its own (when the header came, by the
-// caller's clock); Parse returns them as the ID and the PutAt of the
-// put's OpPutBody. It does nothing after any other command, a put header
-// that failed to parse included.
-func (p *Parser) SetPutID(id uint64, at int64) {
+// has just produced; Parse returns it as the ID of the put's OpPutBody. It
+// does nothing after any other command, a put header that failed to parse
+// included.
+func (p *Parser) SetPutID(id uint64) {
 	if p.state == stateBody {
-		p.put.id, p.put.at = id, at
+		p.put.id = id
+	}
+}
+
+// Unstamped is the PutAt of a put that was given no time (SetPutAt): its
+// body came in the same read as its header. It is the latest time there
+// is, so that taking the earlier of it and now gives now.
+const Unstamped = math.MaxInt64
+
+// PutUnstamped reports whether the parser waits for the body of a put
+// that has no time yet (SetPutAt).
+func (p *Parser) PutUnstamped() bool { return p.state == stateBody && p.put.at == Unstamped }
+
+// SetPutAt records, for the put whose body the parser waits for, a time
+// of the caller's (when its header came, by the caller's clock); Parse
+// returns it as the PutAt of the put's OpPutBody. A caller stamps a put
+// whose body has not come by the end of a read, so that a put whose body
+// comes with its header costs no clock reading. It does nothing when no
+// body is awaited.
+func (p *Parser) SetPutAt(at int64) {
+	if p.state == stateBody {
+		p.put.at = at
 	}
 }
 
@@ -256,7 +276,7 @@ func (p *Parser) parsePut(args []byte, cmd *Command) Status {
 	}
 	p.state = stateBody
 	ps := p.putState()
-	ps.want, ps.id, ps.at = int32(v[3])+2, 0, 0
+	ps.want, ps.id, ps.at = int32(v[3])+2, 0, Unstamped
 	ps.pri, ps.delay, ps.ttr = cmd.Pri, cmd.Delay, cmd.TTR
 	return OK
 }

@@ -532,8 +532,10 @@ func TestBodyHeldGrowsWithArrival(t *testing.T) {
 	}
 }
 
-// The id and time the caller gives a put at its header come back with its
-// body, whatever arrives between; a later put starts without them.
+// The id the caller gives a put at its header, and the time it gives it
+// while waiting for the body, come back with its body, whatever arrives
+// between; a put given no time has Unstamped, and a later put starts
+// without either.
 func TestSetPutID(t *testing.T) {
 	p := codec.NewParser(100)
 	var cmd codec.Command
@@ -541,20 +543,35 @@ func TestSetPutID(t *testing.T) {
 	if _, ok := parse("put 1 2 3 5\r\n"); !ok || cmd.Op != codec.OpPut {
 		t.Fatalf("header: %+v", cmd)
 	}
-	p.SetPutID(42, -5)
+	p.SetPutID(42)
 	if _, ok := parse("hel"); ok {
 		t.Fatal("a partial body produced a command")
+	}
+	if !p.PutUnstamped() {
+		t.Fatal("a put waiting for its body, given no time, is not unstamped")
+	}
+	p.SetPutAt(-5)
+	if p.PutUnstamped() {
+		t.Fatal("a put given a time is still unstamped")
 	}
 	if _, ok := parse("lo\r\n"); !ok || cmd.Op != codec.OpPutBody || cmd.ID != 42 || cmd.PutAt != -5 || cmd.Pri != 1 {
 		t.Fatalf("body: %+v, want OpPutBody with ID 42, PutAt -5", cmd)
 	}
-	p.SetPutID(7, 7) // after a body: ignored
+	p.SetPutID(7) // after a body: ignored
+	p.SetPutAt(7)
+	if p.PutUnstamped() {
+		t.Fatal("unstamped with no body awaited")
+	}
 	parse("put 0 0 0 1\r\n")
-	if parse("x\r\n"); cmd.ID != 0 || cmd.PutAt != 0 {
-		t.Errorf("a put whose header was given no id has ID %d, PutAt %d", cmd.ID, cmd.PutAt)
+	if parse("x\r\n"); cmd.ID != 0 || cmd.PutAt != codec.Unstamped {
+		t.Errorf("a put whose header was given nothing has ID %d, PutAt %d; want 0, Unstamped", cmd.ID, cmd.PutAt)
 	}
 	parse("put 0 0 0 1000\r\n") // too big: no body to carry an id
-	p.SetPutID(9, 9)
+	p.SetPutID(9)
+	p.SetPutAt(9)
+	if p.PutUnstamped() {
+		t.Fatal("a too big put's discarded body is unstamped")
+	}
 	if _, ok := parse(strings.Repeat("x", 1002)); !ok || cmd.Op != codec.OpPutTooBig {
 		t.Fatalf("too big: %+v", cmd)
 	}

@@ -41,13 +41,17 @@ type Queue interface {
 	// ListTubes sets a.Tubes to every tube's name, in beanstalkd's order.
 	ListTubes(a *Answer) bool
 
-	// NextID takes the id of the put whose command line just arrived, and
-	// notes when it arrived, at, by the queue's own clock: as in
-	// beanstalkd, a put refused later still uses its id, and the job's
-	// age counts from its command line, not from the end of its body.
-	NextID() (id uint64, at int64)
-	// Put stores a job with the id and time NextID gave; a.N is its id,
-	// or a.Err the refusal (OUT_OF_MEMORY).
+	// NextID takes the id of the put whose command line just arrived: as
+	// in beanstalkd, a put refused later still uses its id.
+	NextID() uint64
+	// Clock reads the queue's own clock. A put whose body has not come by
+	// the end of the read that brought its command line notes the time
+	// by it, since, as in beanstalkd, the job's age counts from its
+	// command line, not from the end of its body.
+	Clock() int64
+	// Put stores a job with the id NextID gave, made at at (by Clock), or
+	// now if at is codec.Unstamped (its body came with its command line);
+	// a.N is its id, or a.Err the refusal (OUT_OF_MEMORY).
 	Put(id uint64, at int64, pri, delay, ttr uint32, body []byte, a *Answer) bool
 	// PutRefused says that the put whose id NextID gave was refused with
 	// its body (EXPECTED_CRLF, DRAINING): no Put comes for it, and its id
@@ -198,10 +202,9 @@ func (q *localQueue) ListTubes(a *Answer) bool {
 	return true
 }
 
-func (q *localQueue) NextID() (uint64, int64) {
-	st := q.client().Store()
-	return st.NextID(), st.Now()
-}
+func (q *localQueue) NextID() uint64 { return q.client().Store().NextID() }
+
+func (q *localQueue) Clock() int64 { return q.client().Store().Now() }
 
 func (q *localQueue) Put(id uint64, at int64, pri, delay, ttr uint32, body []byte, a *Answer) bool {
 	j, err := q.client().PutAt(id, at, pri, delay, ttr, body)

@@ -262,6 +262,12 @@ func (ss *session) serveInput() gnet.Action {
 			break
 		}
 	}
+	if ss.parser.PutUnstamped() {
+		// Its command line came in this read and its body has not come
+		// yet: the job's age counts from now (a body that came whole
+		// with it is made when it is put, which saves the clock read).
+		ss.parser.SetPutAt(ss.queue().Clock())
+	}
 	// Tube names and whole put bodies in cmd alias in; they are dead once
 	// dispatched (the store copies what it keeps). gnet's
 	// Discard(0) would throw away everything, hence the guard.

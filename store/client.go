@@ -226,6 +226,7 @@ func (c *Client) Put(id uint64, pri, delay, ttr uint32, body []byte) (*Job, erro
 // PutAt is Put for a job made at created, by the store's clock (Now),
 // not now: beanstalkd makes the job when the put's command line arrives,
 // so stats-job's age counts from there, however long the body then takes.
+// A created later than now (math.MaxInt64: no time noted) is now.
 func (c *Client) PutAt(id uint64, created int64, pri, delay, ttr uint32, body []byte) (*Job, error) {
 	return c.put(wal.Req{}, id, c.s.now(), created, pri, delay, ttr, body)
 }

@@ -206,8 +206,8 @@ func (c *netSession) ignore(tube string) {
 
 func (c *netSession) put(pri, ttr uint32) uint64 {
 	c.t.Helper()
-	id, at := c.s.NextID()
-	a := c.do("put", func(a *engine.Answer) bool { return c.s.Put(id, at, pri, 0, ttr, []byte("j\r\n"), a) })
+	id := c.s.NextID()
+	a := c.do("put", func(a *engine.Answer) bool { return c.s.Put(id, c.s.Clock(), pri, 0, ttr, []byte("j\r\n"), a) })
 	if a.Err != nil || a.N == 0 {
 		c.t.Fatalf("put: %+v", a)
 	}

@@ -719,12 +719,19 @@ func (s *Session) ListTubes(a *engine.Answer) bool {
 	})
 }
 
-func (s *Session) NextID() (uint64, int64) {
+func (s *Session) NextID() uint64 {
 	if s.local != nil {
 		return s.local.NextID()
 	}
 	s.ids++ // the group takes it when the put, or the next request, reaches it
-	return 0, int64(time.Since(s.r.epoch))
+	return 0
+}
+
+func (s *Session) Clock() int64 {
+	if s.local != nil {
+		return s.local.Clock()
+	}
+	return int64(time.Since(s.r.epoch))
 }
 
 func (s *Session) Put(id uint64, at int64, pri, delay, ttr uint32, body []byte, a *engine.Answer) bool {
@@ -732,8 +739,10 @@ func (s *Session) Put(id uint64, at int64, pri, delay, ttr uint32, body []byte, 
 		return s.local.Put(id, at, pri, delay, ttr, body, a)
 	}
 	s.ids-- // this put's own, taken by its request
-	req := Request{Op: OpPut, Tube: []byte(s.used), Pri: pri, Delay: delay, TTR: ttr, Body: body,
-		Age: time.Since(s.r.epoch) - time.Duration(at)}
+	req := Request{Op: OpPut, Tube: []byte(s.used), Pri: pri, Delay: delay, TTR: ttr, Body: body}
+	if at != codec.Unstamped {
+		req.Age = time.Since(s.r.epoch) - time.Duration(at)
+	}
 	return s.call(s.r.ownerOf(s.used), req, a, func(it *Item, a *engine.Answer) {
 		switch it.Reply.Status {
 		case StatusOK:
