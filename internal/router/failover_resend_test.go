@@ -159,6 +159,40 @@ func testOwnRefsBeforeResent(t *testing.T, next uint64) {
 	}
 }
 
+// TestCallAsLeaderLearnedWaitsForResync: a call made once a group's new
+// leader is known, before the router has resynced the group (its
+// LeaderChanged), waits for the resync and goes after the member's
+// references: a stats-tube of an empty tube the connection watches finds
+// it, as on one server, where it reached the new leader's store first and
+// was answered NOT_FOUND.
+func TestCallAsLeaderLearnedWaitsForResync(t *testing.T) {
+	for _, next := range []uint64{1, 2} {
+		t.Run(fmt.Sprintf("next leader %d", next), func(t *testing.T) {
+			n := newRouterNet(t, 3)
+			tube := n.tube(1, "f")
+			c := n.session(1)
+			c.watch(tube)
+			n.waitFigures(tube, tubeFigures{exists: true, watching: 1})
+			fresh := store.New(store.Options{IDPrefix: 1, Dedup: true})
+			t.Cleanup(fresh.Close)
+			// Elected: known to every member, not yet resynced.
+			n.lmu.Lock()
+			n.leaders[1] = next
+			n.terms[1]++
+			if n.elected[next] == nil {
+				n.elected[next] = map[uint16]*store.Store{}
+			}
+			n.elected[next][1] = fresh
+			n.lmu.Unlock()
+			a := c.do("stats-tube", func(a *engine.Answer) bool { return c.s.TubeStats([]byte(tube), a) })
+			if !a.OK || a.TubeStats.Watching != 1 {
+				t.Fatalf("stats-tube %s of a tube the connection watches, made as its group's new leader became known: ok %v, watching %d; want the tube, watched once",
+					tube, a.OK, a.TubeStats.Watching)
+			}
+		})
+	}
+}
+
 // sentItem is what recordingLink saw go, an item each.
 type sentItem struct {
 	kind    Kind

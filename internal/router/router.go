@@ -63,9 +63,16 @@ type Router struct {
 	local   atomic.Uint64 // the commands run on this member's stores (Session.runHere)
 	waiting atomic.Int64  // remote sessions with a reserve pending (stats' current-waiting, G > 1)
 
+	// lead is, by group, the leadership the calls go to (nil: none
+	// known): leaderChanged's, which resyncs the group when it changes.
+	lead [meta.MaxGroups]atomic.Pointer[leadership]
+	// handled is, by group, the leadership whose resync has marked the
+	// group's pending calls to go again (LinkConfig.Marked): the Link is
+	// given no other (linkLeader).
+	handled [meta.MaxGroups]atomic.Pointer[leadership]
+
 	mu       sync.Mutex
-	lead     map[uint16]leadership // each group's leadership the calls went to last (none: none known)
-	sessions uint64                // the last session id given; 0 names the member's refs
+	sessions uint64 // the last session id given; 0 names the member's refs
 	// tag is this process's: its sessions' ids begin with it (sessionTag),
 	// and its greetings name it.
 	tag uint32
@@ -243,13 +250,14 @@ func NewRouter(cfg RouterConfig) *Router {
 	// not take a session of this process for one of the member's last.
 	tag := rand.Uint32N(maxSessionTag) + 1
 	r := &Router{cfg: cfg, open: make(map[*Session]struct{}), refs: make(map[string]*refCount), refWaits: make(map[refItem]func()), refsOut: make(map[uint16][2]uint64),
-		lead: make(map[uint16]leadership), reported: make(map[uint16]reportedLeader),
-		stop: make(chan struct{}), done: make(chan struct{}),
+		reported: make(map[uint16]reportedLeader),
+		stop:     make(chan struct{}), done: make(chan struct{}),
 		tag: tag, sessions: uint64(tag) << sessionCounterBits, epoch: time.Now()}
 	r.self = newSelfLoop(func(payload []byte) { _ = r.Handle(cfg.Self, payload) })
 	r.server = NewServer(ServerConfig{Group: r.group, Send: r.send, MaxJobSize: cfg.MaxJobSize, Leased: cfg.Leased, Frozen: cfg.Frozen,
 		MovedTo: cfg.MovedTo, Staged: cfg.Staged, Uncounted: cfg.Uncounted})
-	r.link = NewLink(LinkConfig{Leader: r.leader, Send: r.send, AnswersHeld: cfg.AnswersHeld, SyncRefs: r.syncRefs})
+	r.link = NewLink(LinkConfig{Leader: r.linkLeader, Send: r.send, AnswersHeld: cfg.AnswersHeld, SyncRefs: r.syncRefs,
+		Marked: func(g uint16) { r.handled[g].Store(r.lead[g].Load()) }})
 	go r.retry()
 	return r
 }
@@ -524,11 +532,8 @@ func (r *Router) checkLeaders() {
 func (r *Router) leaderChanged(g uint16) {
 	r.greet(g)
 	lead := r.leadership(g)
-	r.mu.Lock()
-	same := lead == r.lead[g]
-	r.lead[g] = lead
-	r.mu.Unlock()
-	if !same {
+	last := r.lead[g].Swap(&lead)
+	if last == nil && lead != (leadership{}) || last != nil && *last != lead {
 		r.resync(g)
 	}
 }
@@ -652,6 +657,21 @@ func (r *Router) serving(g uint16) (uint64, bool) {
 		return 0, false
 	}
 	return lead, ok
+}
+
+// linkLeader is the leader the Link sends group g's calls to: leader's,
+// once a resync has marked the calls pending to go again to it
+// (handled). Between a new leader becoming known and that, a call made
+// waits, as for a leader not known, and goes after the member's
+// references and the calls made before it (docs/design/shards.md 5.4),
+// where it would have overtaken them. Two changes resynced at once may
+// mark the later leadership handled before its own resync marks.
+func (r *Router) linkLeader(g uint16) (uint64, bool) {
+	lead := r.leadership(g)
+	if h := r.handled[g].Load(); lead == (leadership{}) || h == nil || *h != lead {
+		return 0, false
+	}
+	return lead.member, true
 }
 
 // leadership is a group's leader as the calls go to it: a member and

@@ -1446,7 +1446,10 @@ func (s *Session) quietHere(g uint16) bool {
 	if s.burning.Load() != 0 || r.heldLocal(g) {
 		return false
 	}
-	if lead, ok := r.leader(g); !ok || lead != r.cfg.Self { // this member only while it serves
+	// This member only while it serves, and once its resync has taken
+	// the calls pending (linkLeader): a command run here before would
+	// overtake the member's references and the calls made before it.
+	if lead, ok := r.linkLeader(g); !ok || lead != r.cfg.Self {
 		return false
 	}
 	s.mu.Lock()
