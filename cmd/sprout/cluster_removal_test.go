@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,4 +43,29 @@ func TestClusterRemovalKeepsMajority(t *testing.T) {
 	}
 	c.awaitVoters(10*time.Second, l, l.name, healthy.name)
 	putThrough(t, 10*time.Second, "after the down member's removal", l, healthy)
+}
+
+// TestClusterRemovalThroughFollowerRefused: three members, one stopped
+// (SIGSTOP: its connections stay open, so a follower, which hears only
+// its leader, counts it up). A follower asked to remove itself would
+// leave the leader and the stopped member, no majority up: the leader,
+// which has not heard from the stopped member, decides, and the follower
+// answers its 409, where its own proposal, which the leader drops, only
+// timed out (503).
+func TestClusterRemovalThroughFollowerRefused(t *testing.T) {
+	c, l := startClusterWithJobs(t, 3)
+	others := c.others(l)
+	stopped, follower := others[0], others[1]
+	if err := stopped.proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stopped.proc.Signal(syscall.SIGCONT) }()
+	time.Sleep(3 * time.Second) // past the leader's election timeout: not heard from
+	putThrough(t, 10*time.Second, "with one member stopped", l, follower)
+
+	status, out := memberReq(t, follower, http.MethodDelete, "/cluster/members/"+follower.name, testAdminToken, nil)
+	if msg, _ := out["error"].(string); status != http.StatusConflict || !strings.Contains(msg, "majority") {
+		t.Fatalf("removing %s through itself while %s is stopped: %d %v, want 409 naming the majority", follower.name, stopped.name, status, out)
+	}
+	putThrough(t, 10*time.Second, "after the refused removal", l, follower)
 }

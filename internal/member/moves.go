@@ -769,20 +769,47 @@ func drained(cur *meta.State) (string, bool) {
 	return "", false
 }
 
+// group0Leader is group 0's leader, one on its way (a handover to
+// balance the leaders) waited for up to an election timeout; an error
+// once r's client went away.
+func (m *Member) group0Leader(r *http.Request) (admin.Leader, error) {
+	return awaitLeader(r.Context(), m.node.ElectionTimeout(), func() admin.Leader {
+		l, _ := adminCluster{m.node}.Leader()
+		return l
+	})
+}
+
 // forwardedToGroup0 forwards r to group 0's leader when this member does
 // not serve group 0, whose log takes the marks on members (cordon,
 // drain), and reports whether it did (or the client went away). A
 // leadership on its way (a handover to balance the leaders) is waited
 // for, up to an election timeout.
 func (m *Member) forwardedToGroup0(w http.ResponseWriter, r *http.Request) bool {
-	l, err := awaitLeader(r.Context(), m.node.ElectionTimeout(), func() admin.Leader {
-		l, _ := adminCluster{m.node}.Leader()
-		return l
-	})
+	l, err := m.group0Leader(r)
 	switch {
 	case err != nil:
 		return true // the client went away
 	case l.Serving:
+		return false
+	}
+	m.forward(w, r, l, "group 0")
+	return true
+}
+
+// removalForwarded forwards a member's removal to group 0's leader when
+// this member does not lead it (registerMembers), and reports whether it
+// did (or the client went away). Unlike a mark, a removal can be proposed
+// from here, through Raft: so it is, when the leader's side port is not
+// known or the request came from there, rather than refused.
+func (m *Member) removalForwarded(w http.ResponseWriter, r *http.Request) bool {
+	l, err := m.group0Leader(r)
+	switch {
+	case err != nil:
+		return true // the client went away
+	case l.Serving || l.HTTP == "":
+		return false
+	}
+	if _, ok := forwardedBy(r.Header.Get(forwardedMove), m.node.Name(), l.Name); !ok {
 		return false
 	}
 	m.forward(w, r, l, "group 0")

@@ -78,7 +78,7 @@ func (m *Member) router() (http.Handler, error) {
 			groups = &groupedMembers{groups: m.shards.formation.Groups, replicas: m.shards.formation.Replicas,
 				holding: m.holding, knownWait: replicasKnownWait, drain: m.drain, cordon: m.cordon}
 		}
-		registerMembers(mux, m.node, m.api.Auth().Middleware, m.log, groups)
+		registerMembers(mux, m.node, m.api.Auth().Middleware, m.log, groups, m.removalForwarded)
 	}
 	con, err := console.New(console.Config{Auth: m.api.Auth(), Cluster: m.node != nil, Logger: m.log})
 	if err != nil {
@@ -132,7 +132,11 @@ type groupedMembers struct {
 //	POST   /cluster/members/{name}/cordon  the member leads no group (200)
 //	DELETE /cluster/members/{name}/cordon  it may lead again (200)
 //
-// A change is answered once this member has applied it; its errors are
+// A change is answered once this member has applied it; a removal asked
+// of a member that does not lead group 0 is forwarded to its leader
+// (forwarded, when its side port is known) and answered as there: the
+// leader's view of which voters are up decides it, where a proposal
+// of this member's it refused would only time out here. Its errors are
 // JSON {"error": ...}: 400 bad input, 404 unknown member, 409 a change in
 // progress, a name or address in use, or a voter's removal that would
 // leave the voters up short of a majority of those left (etcd's strict
@@ -146,7 +150,8 @@ type groupedMembers struct {
 // (409 otherwise): the balancers hand over the groups it leads and give it
 // none, and it keeps its replicas and its clients (for maintenance: a
 // cordoned member stopped, even by kill -9, pauses no group).
-func registerMembers(mux *http.ServeMux, node memberChanger, guard func(http.Handler) http.Handler, log zerolog.Logger, grouped *groupedMembers) {
+func registerMembers(mux *http.ServeMux, node memberChanger, guard func(http.Handler) http.Handler, log zerolog.Logger, grouped *groupedMembers,
+	forwarded func(w http.ResponseWriter, r *http.Request) bool) {
 	mux.Handle("GET /cluster/members", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		admin.WriteValue(w, http.StatusOK, map[string]any{"members": node.Status().Members})
 	})))
@@ -177,6 +182,9 @@ func registerMembers(mux *http.ServeMux, node memberChanger, guard func(http.Han
 	})))
 	mux.Handle("DELETE /cluster/members/{name}", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
+		if forwarded != nil && forwarded(w, r) {
+			return
+		}
 		if grouped != nil {
 			held, unknown, known := grouped.knownHolding(r.Context(), name)
 			if !known {

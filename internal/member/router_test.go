@@ -20,7 +20,7 @@ const testAdminToken = "membership-test-token-0123456789"
 // membersMux is a router with the membership endpoint alone.
 func membersMux(node memberChanger, guard func(http.Handler) http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
-	registerMembers(mux, node, guard, zerolog.Nop(), nil)
+	registerMembers(mux, node, guard, zerolog.Nop(), nil, nil)
 	return mux
 }
 
@@ -103,7 +103,7 @@ func TestRemoveWaitsForKnownReplicas(t *testing.T) {
 		},
 	}
 	mux := http.NewServeMux()
-	registerMembers(mux, f, admin.NewAuth(testAdminToken, zerolog.Nop()).Middleware, zerolog.Nop(), grouped)
+	registerMembers(mux, f, admin.NewAuth(testAdminToken, zerolog.Nop()).Middleware, zerolog.Nop(), grouped, nil)
 	remove := func() *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodDelete, "/cluster/members/b", nil)
 		req.Header.Set("Authorization", "Bearer "+testAdminToken)
