@@ -371,3 +371,26 @@ func TestPagingIsStable(t *testing.T) {
 		}
 	}
 }
+
+// TestTooBigPutCounted: a put refused 413 counts in cmd-put, as the
+// protocol counts a put it answers JOB_TOO_BIG (beanstalkd 1.13 counts
+// any put whose header parses); one refused for a bad field, as
+// BAD_FORMAT is, does not.
+func TestTooBigPutCounted(t *testing.T) {
+	s := start(t, "--admin-token", testToken, "-z", "100")
+	api := s.client(t, testToken)
+	bs := s.conn(t)
+	before := statsInt(t, bs, "stats", "cmd-put")
+	mustDo(t, bs, "put 0 0 60 101", bytes.Repeat([]byte("x"), 101), "JOB_TOO_BIG")
+	if got := statsInt(t, bs, "stats", "cmd-put"); got != before+1 {
+		t.Fatalf("the protocol's too-big put: cmd-put %d, want %d", got, before+1)
+	}
+	long := strings.Repeat("x", 101)
+	api.fails(http.StatusRequestEntityTooLarge, "POST", "/api/v1/tubes/t/jobs", map[string]any{"body": long})
+	api.fails(http.StatusRequestEntityTooLarge, "POST", "/api/v1/tubes/t/jobs", map[string]any{"body": strings.Repeat("x", 1<<20)})
+	api.fails(http.StatusBadRequest, "POST", "/api/v1/tubes/t/jobs", map[string]any{"body": long, "pri": -1})
+	api.fails(http.StatusBadRequest, "POST", "/api/v1/tubes/t/jobs", `{"body": "x"`)
+	if got := statsInt(t, bs, "stats", "cmd-put"); got != before+3 {
+		t.Errorf("after two puts refused 413 and two 400: cmd-put %d, want %d", got, before+3)
+	}
+}

@@ -65,9 +65,10 @@
 // cluster) and counted in stats-tube by the store. The engine's cmd-*
 // figures count it too (Engine.CountCommand) as the protocol would: a put
 // is a put, a tube kick one kick, a pause one pause-tube, a delete one
-// delete, whatever its outcome; a clear of N jobs is N deletes, counted
-// batch by batch; a kick-job, like the protocol's, is not counted. Reads
-// are not counted.
+// delete, whatever its outcome (a put refused 413 too, as JOB_TOO_BIG is,
+// but not one refused 400, as BAD_FORMAT is not); a clear of N jobs is N
+// deletes, counted batch by batch; a kick-job, like the protocol's, is
+// not counted. Reads are not counted.
 //
 // The store raises the client's PendingAck for every change and for every
 // job shown (listed, peeked, its stats read), and the answer waits until

@@ -93,45 +93,15 @@ func (a *API) putJob(w http.ResponseWriter, r *http.Request, _ Access) error {
 	if err != nil {
 		return err
 	}
-	// JSON may spell each byte of a body in six (\u00XX); the decoded body
-	// is held to -z below.
-	r.Body = http.MaxBytesReader(w, r.Body, 6*int64(a.maxJobSize)+4096)
-	var req putRequest
-	if err := decodeJSON(r.Body, &req); err != nil {
-		return err
+	args, err := a.readPut(w, r)
+	// Counted as the protocol counts a put, whatever its outcome, once its
+	// header parses: JOB_TOO_BIG included, BAD_FORMAT not.
+	if e := (*Error)(nil); err == nil || errors.As(err, &e) && e.Status == http.StatusRequestEntityTooLarge {
+		a.engine.CountCommand(codec.CmdPut, 1)
 	}
-	if req.Body == nil {
-		return errorf(http.StatusBadRequest, `a put needs a "body"`)
-	}
-	var body []byte
-	switch req.BodyEncoding {
-	case "", "text":
-		body = make([]byte, len(*req.Body), len(*req.Body)+2)
-		copy(body, *req.Body)
-	case "base64":
-		if body, err = base64.StdEncoding.AppendDecode(nil, []byte(*req.Body)); err != nil {
-			return errorf(http.StatusBadRequest, "body is not valid base64: %v", err)
-		}
-	default:
-		return errorf(http.StatusBadRequest, `body-encoding must be "text" or "base64", not %q`, req.BodyEncoding)
-	}
-	if len(body) > a.maxJobSize {
-		return errorf(http.StatusRequestEntityTooLarge, "body of %d bytes is over the maximum job size (-z) of %d", len(body), a.maxJobSize)
-	}
-	pri, err := uint32Field("pri", req.Pri, DefaultPri)
 	if err != nil {
 		return err
 	}
-	delay, err := uint32Field("delay", req.Delay, 0)
-	if err != nil {
-		return err
-	}
-	ttr, err := uint32Field("ttr", req.TTR, DefaultTTR)
-	if err != nil {
-		return err
-	}
-
-	a.engine.CountCommand(codec.CmdPut, 1) // counted as the protocol counts a put, whatever its outcome
 	if a.engine.Draining() {
 		return errorf(http.StatusServiceUnavailable, "draining: the server takes no new jobs")
 	}
@@ -140,7 +110,7 @@ func (a *API) putJob(w http.ResponseWriter, r *http.Request, _ Access) error {
 	var j *store.Job
 	if ferr := a.unfrozen(r, name, func() {
 		c.Use(name)
-		j, err = putJob(c, a.store(r.Context()).NextID(), pri, delay, ttr, append(body, '\r', '\n'))
+		j, err = putJob(c, a.store(r.Context()).NextID(), args.pri, args.delay, args.ttr, append(args.body, '\r', '\n'))
 	}); ferr != nil {
 		return ferr
 	}
@@ -156,6 +126,56 @@ func (a *API) putJob(w http.ResponseWriter, r *http.Request, _ Access) error {
 	w.Header().Set("Location", fmt.Sprintf("/api/v1/jobs/%d", j.ID()))
 	WriteValue(w, http.StatusCreated, map[string]uint64{"id": j.ID()})
 	return nil
+}
+
+// putArgs is a put's request, read and checked.
+type putArgs struct {
+	pri, delay, ttr uint32
+	body            []byte // with room for the CRLF the store wants
+}
+
+// readPut reads a put's request: its fields, checked as the protocol
+// checks a put's header (a bad one is 400, as BAD_FORMAT), then its
+// job's body, which is 413 when over -z (as JOB_TOO_BIG), as is a
+// request too long to hold a body within -z.
+func (a *API) readPut(w http.ResponseWriter, r *http.Request) (putArgs, error) {
+	// JSON may spell each byte of a body in six (\u00XX); the decoded body
+	// is held to -z below.
+	r.Body = http.MaxBytesReader(w, r.Body, 6*int64(a.maxJobSize)+4096)
+	var req putRequest
+	if err := decodeJSON(r.Body, &req); err != nil {
+		return putArgs{}, err
+	}
+	if req.Body == nil {
+		return putArgs{}, errorf(http.StatusBadRequest, `a put needs a "body"`)
+	}
+	var p putArgs
+	var err error
+	if p.pri, err = uint32Field("pri", req.Pri, DefaultPri); err != nil {
+		return putArgs{}, err
+	}
+	if p.delay, err = uint32Field("delay", req.Delay, 0); err != nil {
+		return putArgs{}, err
+	}
+	if p.ttr, err = uint32Field("ttr", req.TTR, DefaultTTR); err != nil {
+		return putArgs{}, err
+	}
+	switch req.BodyEncoding {
+	case "", "text":
+		p.body = make([]byte, len(*req.Body), len(*req.Body)+2)
+		copy(p.body, *req.Body)
+	case "base64":
+		if p.body, err = base64.StdEncoding.AppendDecode(nil, []byte(*req.Body)); err != nil {
+			return putArgs{}, errorf(http.StatusBadRequest, "body is not valid base64: %v", err)
+		}
+	default:
+		return putArgs{}, errorf(http.StatusBadRequest, `body-encoding must be "text" or "base64", not %q`, req.BodyEncoding)
+	}
+	if len(p.body) > a.maxJobSize {
+		return putArgs{}, errorf(http.StatusRequestEntityTooLarge,
+			"body of %d bytes is over the maximum job size (-z) of %d", len(p.body), a.maxJobSize)
+	}
+	return p, nil
 }
 
 // uint32Field reads a whole number from 0 to 2^32-1, as the protocol's
