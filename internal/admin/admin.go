@@ -170,7 +170,9 @@ type served struct {
 // returns an *Error instead of answering when it fails.
 type handler func(w http.ResponseWriter, r *http.Request, acc Access) error
 
-// methods are one endpoint's handlers by method, mounted.
+// methods are one endpoint's handlers by method, mounted. An endpoint
+// that answers GET answers HEAD with the same handler, as net/http's
+// own routing does: the server sends its headers and drops its body.
 type methods struct {
 	a        *API
 	handlers map[string]handler
@@ -179,10 +181,16 @@ type methods struct {
 
 func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := m.handlers[r.Method]
+	if h == nil && r.Method == http.MethodHead {
+		h = m.handlers[http.MethodGet]
+	}
 	if h == nil {
-		allow := make([]string, 0, len(m.handlers))
+		allow := make([]string, 0, len(m.handlers)+1)
 		for method := range m.handlers {
 			allow = append(allow, method)
+			if method == http.MethodGet {
+				allow = append(allow, http.MethodHead)
+			}
 		}
 		slices.Sort(allow)
 		w.Header().Set("Allow", strings.Join(allow, ", "))

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sproutmq/sprout/internal/admin"
 )
 
 // TestEndpoints walks every endpoint with the token, and checks that what
@@ -274,7 +277,7 @@ func TestErrors(t *testing.T) {
 		})
 	}
 	api.t = t
-	if r := api.do("POST", "/api/v1/stats", nil); r.header.Get("Allow") != "GET" {
+	if r := api.do("POST", "/api/v1/stats", nil); r.header.Get("Allow") != "GET, HEAD" {
 		t.Errorf("405 Allow: %q", r.header.Get("Allow"))
 	}
 	// A body of exactly -z is taken.
@@ -392,5 +395,29 @@ func TestTooBigPutCounted(t *testing.T) {
 	api.fails(http.StatusBadRequest, "POST", "/api/v1/tubes/t/jobs", `{"body": "x"`)
 	if got := statsInt(t, bs, "stats", "cmd-put"); got != before+3 {
 		t.Errorf("after two puts refused 413 and two 400: cmd-put %d, want %d", got, before+3)
+	}
+}
+
+// TestHead: every endpoint that answers GET answers HEAD as net/http's
+// convention has it: the same status and headers, and no body; with no
+// credential, the same 401. (TestErrors: a 405 lists HEAD beside GET.)
+func TestHead(t *testing.T) {
+	s := start(t, "--admin-token", testToken)
+	api := s.client(t, testToken)
+	anon := s.client(t, "")
+	id := num(t, api.ok(http.StatusCreated, "POST", "/api/v1/tubes/default/jobs", map[string]any{"body": "x"}), "id")
+	for path, methods := range admin.Endpoints() {
+		if !slices.Contains(methods, http.MethodGet) {
+			continue
+		}
+		path = strings.NewReplacer("{name}", "default", "{id}", strconv.FormatInt(id, 10)).Replace(path)
+		for _, c := range []*client{api, anon} {
+			get, head := c.do("GET", path, nil), c.do("HEAD", path, nil)
+			if head.status != get.status || len(head.body) != 0 ||
+				head.header.Get("Content-Type") != get.header.Get("Content-Type") {
+				t.Errorf("HEAD %s (bearer %q): %d %q %s, want GET's %d %q and no body",
+					path, c.bearer, head.status, head.header.Get("Content-Type"), head.body, get.status, get.header.Get("Content-Type"))
+			}
+		}
 	}
 }

@@ -28,6 +28,9 @@
 //	DELETE /api/v1/session                log out
 //	GET    /api/v1/openapi.json           this list as an OpenAPI 3.1 document (open to every request)
 //
+// Each GET endpoint answers HEAD too, as net/http's convention has it:
+// the same status and headers, without the body.
+//
 // openapi.json describes every endpoint, parameter, body and answer
 // (OpenAPI, embedded and served); the tests check that it lists exactly
 // the endpoints mounted (endpoints) and validate every answer they get

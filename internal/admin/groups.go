@@ -80,7 +80,7 @@ func (c *clusterRoute) route(r *http.Request) (g uint16, fleet, part bool, err e
 	}
 	seg := strings.Split(rest, "/")
 	switch {
-	case (rest == "stats" || rest == "tubes") && r.Method == http.MethodGet:
+	case (rest == "stats" || rest == "tubes") && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		h := r.Header.Get(GroupHeader)
 		if h == "" {
 			return 0, true, false, nil

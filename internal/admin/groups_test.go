@@ -225,11 +225,13 @@ func TestGroupsRoute(t *testing.T) {
 	}
 
 	// Group 1 loses its leader: the fleet's figures are refused, not
-	// summed without it; group 0's tubes are served all the same.
+	// summed without it (a HEAD of them too, as its GET); group 0's tubes
+	// are served all the same.
 	m1.groups.mu.Lock()
 	delete(m1.groups.leaders, 1)
 	m1.groups.mu.Unlock()
 	via1.ok(http.StatusServiceUnavailable, "GET", "/api/v1/stats", nil)
 	via1.ok(http.StatusServiceUnavailable, "GET", "/api/v1/tubes", nil)
+	via1.ok(http.StatusServiceUnavailable, "HEAD", "/api/v1/stats", nil)
 	via1.ok(http.StatusOK, "GET", "/api/v1/tubes/zero-a", nil)
 }
