@@ -22,12 +22,22 @@ import (
 type Error struct {
 	Status  int
 	Message string
-	// RetryAfter, when positive, is sent as Retry-After (whole seconds,
-	// rounded up): with 429.
+	// RetryAfter, when positive, is sent as Retry-After (SetRetryAfter):
+	// with 429, and some 503s.
 	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// SetRetryAfter sets Retry-After in h when e has a RetryAfter: in whole
+// seconds, rounded up, so a client that waits that long waits enough.
+// Every answer of the side port that says it (the API's, the console's
+// pages) says it so.
+func (e *Error) SetRetryAfter(h http.Header) {
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(e.RetryAfter.Seconds())), 10))
+	}
+}
 
 // errorf makes an *Error; the message starts "admin: " like every error
 // of the package.
@@ -41,9 +51,7 @@ func WriteError(w http.ResponseWriter, err error) {
 	if !errors.As(err, &e) {
 		e = &Error{Status: http.StatusInternalServerError, Message: "admin: " + err.Error()}
 	}
-	if e.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(e.RetryAfter.Seconds())), 10))
-	}
+	e.SetRetryAfter(w.Header())
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sprout"`)
 	}

@@ -157,9 +157,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, v view) {
 		c.write(w, http.StatusUnauthorized, view{Page: pageLogin, Title: "Log in", Mode: "login"})
 		return
 	case err != nil:
-		if err.RetryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(int(err.RetryAfter.Seconds())+1))
-		}
+		err.SetRetryAfter(w.Header())
 		c.renderError(w, err.Status, strings.TrimPrefix(err.Message, "admin: "))
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -134,6 +135,32 @@ func TestLoginForm(t *testing.T) {
 	w = get(h, "/tubes/x", "Authorization", "Bearer tok")
 	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `data-page="tube" data-mode="bearer"`) {
 		t.Errorf("with the token: %d\n%s", w.Code, w.Body)
+	}
+}
+
+// TestRetryAfter: a page refused 429 (too many failed attempts) says when
+// to try again in the API's words: the same Retry-After as the API's
+// answer to the same refusal, whole seconds rounded up, so a wait of
+// exactly failEvery (6 s, on a clock that stands still) is 6, not 7.
+func TestRetryAfter(t *testing.T) {
+	st := store.New(store.Options{})
+	now := time.Unix(1_800_000_000, 0)
+	api := admin.New(admin.Config{Store: st, Engine: idleEngine{}, MaxJobSize: 1 << 16, Token: "tok",
+		Now: func() time.Time { return now }})
+	t.Cleanup(func() { api.Close(); st.Close() })
+	h := mount(t, api)
+	for range 10 {
+		if w := get(h, "/api/v1/stats", "Authorization", "Bearer wrong"); w.Code != http.StatusUnauthorized {
+			t.Fatalf("a wrong token: %d, want 401", w.Code)
+		}
+	}
+	fromAPI := get(h, "/api/v1/stats", "Authorization", "Bearer wrong")
+	page := get(h, "/", "Authorization", "Bearer wrong")
+	if fromAPI.Code != http.StatusTooManyRequests || page.Code != http.StatusTooManyRequests {
+		t.Fatalf("after 10 failures: the API %d, the page %d, want 429", fromAPI.Code, page.Code)
+	}
+	if a, p := fromAPI.Header().Get("Retry-After"), page.Header().Get("Retry-After"); a != "6" || p != a {
+		t.Errorf("Retry-After: the API %q, the page %q, want 6 from both", a, p)
 	}
 }
 
