@@ -129,6 +129,10 @@ func TestToken(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("form login: %d", resp.StatusCode)
 	}
+	// A form over the login's limit is 413, as a JSON login's is.
+	big := &client{t: t, base: s.base, header: http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}}
+	big.fails(http.StatusRequestEntityTooLarge, "POST", "/api/v1/session", url.Values{"token": {strings.Repeat("x", 8<<10)}}.Encode())
+	anon.fails(http.StatusRequestEntityTooLarge, "POST", "/api/v1/session", map[string]any{"token": strings.Repeat("x", 8<<10)})
 
 	// Log out: the cookie is cleared and no longer works.
 	r = sess.do("DELETE", "/api/v1/session", nil)

@@ -45,8 +45,9 @@
 // protocol's; a body may be up to -z bytes. Errors are {"error": "..."}:
 // 400 bad input, 401 no or wrong credential, 403 not allowed, 404 no such
 // job, tube or endpoint, 405, 409 a job in the wrong state (a delete of a
-// reserved job, a kick of a job neither buried nor delayed), 413 a body
-// over -z, 429 too many failed attempts, 503 draining (a put) or not
+// reserved job, a kick of a job neither buried nor delayed), 413 a job's
+// body over -z or a request's over its limit (a login's, JSON or form,
+// 4 KiB), 429 too many failed attempts, 503 draining (a put) or not
 // acknowledged in time, 507 the log's disk is full (a put or a kick: the
 // change was refused and nothing was stored; deletes are never refused; a
 // tube kick the disk stops after some jobs answers 200 with their count).

@@ -102,6 +102,9 @@ func loginToken(w http.ResponseWriter, r *http.Request) (string, error) {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if ct == "application/x-www-form-urlencoded" {
 		if err := r.ParseForm(); err != nil {
+			if e := tooLarge(err); e != nil {
+				return "", e
+			}
 			return "", errorf(http.StatusBadRequest, "bad form: %v", err)
 		}
 		return r.PostForm.Get("token"), nil
@@ -145,20 +148,28 @@ func decodeJSON(body io.Reader, v any) error {
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return errorf(http.StatusRequestEntityTooLarge, "request body over %d bytes", tooBig.Limit)
+		if e := tooLarge(err); e != nil {
+			return e
 		}
 		return errorf(http.StatusBadRequest, "bad JSON body: %v", err)
 	}
 	// Only white space may follow the object: dec.More reports a stray
 	// } or ] as the end of a value, not as more of them.
 	if _, err := dec.Token(); err != io.EOF {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return errorf(http.StatusRequestEntityTooLarge, "request body over %d bytes", tooBig.Limit)
+		if e := tooLarge(err); e != nil {
+			return e
 		}
 		return errorf(http.StatusBadRequest, "bad JSON body: something after the object")
+	}
+	return nil
+}
+
+// tooLarge is the 413 of a body read past its MaxBytesReader limit, a
+// JSON body's or a form's; nil for any other error.
+func tooLarge(err error) *Error {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return errorf(http.StatusRequestEntityTooLarge, "request body over %d bytes", tooBig.Limit)
 	}
 	return nil
 }
