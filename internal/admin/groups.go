@@ -180,11 +180,15 @@ func (c *clusterRoute) fetchPart(ctx context.Context, g uint16, l Leader, path s
 		return nil, errorf(http.StatusServiceUnavailable, "group %d's leader, %s: %v", g, l.Name, err)
 	}
 	if resp.StatusCode != http.StatusOK {
+		// The leader's own error says "admin: " as this member's do: said
+		// once, before what this member adds.
 		var e struct {
 			Error string `json:"error"`
 		}
-		_ = json.Unmarshal(b, &e)
-		return nil, &Error{Status: resp.StatusCode, Message: fmt.Sprintf("group %d's leader, %s: %s", g, l.Name, e.Error)}
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = resp.Status
+		}
+		return nil, errorf(resp.StatusCode, "group %d's leader, %s: %s", g, l.Name, strings.TrimPrefix(e.Error, "admin: "))
 	}
 	return b, nil
 }

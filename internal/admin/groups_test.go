@@ -235,3 +235,23 @@ func TestGroupsRoute(t *testing.T) {
 	via1.ok(http.StatusServiceUnavailable, "HEAD", "/api/v1/stats", nil)
 	via1.ok(http.StatusOK, "GET", "/api/v1/tubes/zero-a", nil)
 }
+
+// TestGroupsPartError: an error another member answers for its part of a
+// fleet endpoint is relayed with its status, and reads like this
+// member's own: "admin: " once, then which group's leader said what.
+func TestGroupsPartError(t *testing.T) {
+	zero := store.New(store.Options{})
+	m2zero := store.New(store.Options{})
+	t.Cleanup(func() { zero.Close(); m2zero.Close() })
+	m1 := startGroupMember(t, "m1", zero, map[uint16]*store.Store{0: zero})
+	// m1 takes m2 for group 1's leader; m2 leads no group and knows no
+	// leader of group 1, so it refuses the part, 503.
+	m2 := startGroupMember(t, "m2", m2zero, map[uint16]*store.Store{})
+	m1.groups.leaders[1] = &admin.Leader{Name: "m2", HTTP: strings.TrimPrefix(m2.url, "http://")}
+
+	via1 := &client{t: t, base: m1.url, bearer: testToken}
+	msg := via1.fails(http.StatusServiceUnavailable, "GET", "/api/v1/stats", nil)
+	if strings.Count(msg, "admin: ") != 1 || !strings.Contains(msg, "group 1's leader, m2: m2 was forwarded") {
+		t.Errorf("the relayed error: %q, want admin: once, naming group 1's leader and what it said", msg)
+	}
+}
