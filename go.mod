@@ -68,3 +68,5 @@ require (
 )
 
 replace github.com/panjf2000/gnet/v2 => ./third_party/gnet
+
+replace github.com/beanstalkd/go-beanstalk => ./third_party/go-beanstalk

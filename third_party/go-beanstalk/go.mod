@@ -1,0 +1,3 @@
+module github.com/beanstalkd/go-beanstalk
+
+go 1.14
