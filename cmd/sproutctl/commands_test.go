@@ -134,7 +134,7 @@ func testPut(t *testing.T, addr string) {
 			t.Errorf("put %v: pri, delay, ttr are %v, %v; want %d %d %d", tc.args, st, err, tc.pri, tc.delay, tc.ttr)
 		}
 	}
-	if r := ctl(t, "x", nil, "-s", addr, "put", "no spaces"); r.code != exitUsage || !strings.Contains(r.stderr, "bad char") {
+	if r := ctl(t, "x", nil, "-s", addr, "put", "no spaces"); r.code != exitUsage || !strings.Contains(r.stderr, "invalid tube name") {
 		t.Errorf("a tube name the protocol cannot carry: want exit 2; got %v", r)
 	}
 	r := ctl(t, strings.Repeat("x", 70000), nil, "-s", addr, "put", "put-a")
@@ -327,6 +327,13 @@ func testClear(t *testing.T, addr string) {
 		t.Errorf("clear --state all: %q", r.stdout)
 	}
 	must(t, exitNotFound, "-s", addr, "clear", "no-such-tube", "--state", "all")
+}
+
+// longName returns a tube name of n bytes: prefix, every punctuation mark
+// the protocol allows, then x's.
+func longName(prefix string, n int) string {
+	name := prefix + "-+/;.$_()"
+	return name + strings.Repeat("x", n-len(name))
 }
 
 // testEnvironment checks SPROUT_SERVER, and that -s wins over it.

@@ -25,6 +25,12 @@
 //	groups [list|move]          a cluster's Raft groups: leader, replicas, tubes, jobs;
 //	                            move G FROM TO moves a group's replica (--api)
 //
+// A TUBE is a name as beanstalkd 1.13 takes it: 1 to 200 bytes of the
+// letters, digits and -+/;.$_(), not starting with -. Every command that
+// names a tube refuses any other (exit status 2) before it contacts a
+// server, so that beanstalkd, Sprout and the admin API do not each answer
+// it in their own way.
+//
 // # Protocol or admin API
 //
 // Everything the beanstalk protocol can do goes over the protocol (the

@@ -65,6 +65,9 @@ Exits 3 when the tube has no job in that state.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(_ *cobra.Command, args []string) error {
 			tube, state := args[0], "ready"
+			if err := checkTube(tube); err != nil {
+				return err
+			}
 			if len(args) == 2 {
 				state = args[1]
 			}
@@ -166,6 +169,9 @@ func newPutCmd(o *options) *cobra.Command {
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(_ *cobra.Command, args []string) error {
 			tube := args[0]
+			if err := checkTube(tube); err != nil {
+				return err
+			}
 			var body []byte
 			var err error
 			if len(args) == 2 && args[1] != "-" {
@@ -236,6 +242,9 @@ func newKickCmd(o *options) *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(_ *cobra.Command, args []string) error {
 			tube := args[0]
+			if err := checkTube(tube); err != nil {
+				return err
+			}
 			bound, err := strconv.ParseUint(args[1], 10, 32)
 			if err != nil || bound == 0 {
 				return usagef("kick takes a count from 1 to %d, not %q", uint32(math.MaxUint32), args[1])

@@ -162,6 +162,10 @@ const rootHelp = `sproutctl speaks the beanstalk protocol to Sprout or C beansta
 Sprout's admin API where the protocol cannot do the work (listing jobs, a
 fast clear) when given --api and a token.
 
+A TUBE is a name as beanstalkd takes it: 1 to 200 bytes of the letters,
+digits and -+/;.$_(), not starting with -. Any other name is refused as a
+usage error, before a server is asked.
+
 Exit statuses:
   0  done
   1  failed: an error from the server, a refused job, a partial move
@@ -215,10 +219,12 @@ func newRoot(o *options) *cobra.Command {
 
 // checkTube refuses a tube name the protocol does not accept, as a bad
 // argument, before anything is sent: servers answer it in different ways
-// (BAD_FORMAT, the admin API's 400).
+// (BAD_FORMAT, the admin API's 400), and go-beanstalk's own check is not
+// beanstalkd's (it takes \ and a leading -). Every command that names a
+// tube calls it first.
 func checkTube(name string) error {
 	if !codec.ValidTubeName([]byte(name)) {
-		return usagef("invalid tube name %q: 1 to %d of the letters, digits and -+/;.$_() (not starting with -)", name, codec.MaxTubeName)
+		return usagef("invalid tube name %q (%d bytes): 1 to %d of the letters, digits and -+/;.$_() (not starting with -)", name, len(name), codec.MaxTubeName)
 	}
 	return nil
 }

@@ -221,6 +221,63 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// TestTubeNames checks that sproutctl takes the tube names beanstalkd takes,
+// as the reference server answers use, and that every command that names a
+// tube refuses the others with exit 2 before it contacts a server: the one
+// given is not there, so contacting it would exit 4.
+func TestTubeNames(t *testing.T) {
+	t.Parallel()
+	ref := testproc.StartConfig(t, testproc.Config{Binary: testproc.Beanstalkd(t), Ready: testproc.Probe}).Addr()
+	c := dial(t, ref)
+	closed := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	api := []string{"--api", "http://" + closed, "--token", "x"}
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"t", true},
+		{"Az09-+/;.$_()", true},
+		{longName("names", 201), false},
+		{"", false},
+		{"-t", false},
+		{"a b", false},
+		{"t*", false},
+		{`t\`, false}, // in go-beanstalk's NameChars, not in beanstalkd's
+		{"t\u00fc", false},
+	} {
+		r, err := c.Do("use "+tc.name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := r.Kind == testproc.ReplyUsing; took != tc.ok {
+			t.Fatalf("beanstalkd answers use %q with %q: the table is wrong", tc.name, r.Line)
+		}
+		if tc.ok {
+			must(t, exitOK, "-s", ref, "put", "--", tc.name)
+			must(t, exitOK, "-s", ref, "reserve", "--", tc.name)
+			continue
+		}
+		// "--": a name starting with - is not a flag.
+		for _, args := range [][]string{
+			{"peek", "--", tc.name},
+			{"put", "--", tc.name},
+			{"reserve", "--", tc.name},
+			{"kick", "--", tc.name, "1"},
+			{"pause", "--", tc.name, "5"},
+			{"clear", "--state", "all", "--", tc.name},
+			{"move", "--from", closed, "--to", "127.0.0.1:1", "--", tc.name},
+			append(api, "clear", "--state", "all", "--", tc.name),
+			append(api, "jobs", "--", tc.name),
+			append(api, "tubes", "move", "--group", "1", "--", tc.name),
+		} {
+			r := ctl(t, "body", nil, append([]string{"-s", closed}, args...)...)
+			if r.code != exitUsage || !strings.Contains(r.stderr, "invalid tube name") || r.stdout != "" {
+				t.Errorf("sproutctl %q: want exit 2 and invalid tube name on stderr; got %v", args, r)
+			}
+		}
+	}
+}
+
 // TestUnreachable checks exit 4 for a server that is not there, one that
 // accepts and never answers (--timeout), and an admin API that is not
 // there.

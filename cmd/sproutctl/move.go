@@ -45,6 +45,11 @@ func newMoveCmd(o *options) *cobra.Command {
 			if from == to {
 				return usagef("--from and --to are both %s", from)
 			}
+			for _, tube := range tubes {
+				if err := checkTube(tube); err != nil {
+					return err
+				}
+			}
 			src, err := o.dial(from)
 			if err != nil {
 				return err

@@ -24,6 +24,9 @@ stats, and its TTR runs while sproutctl holds it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			tube := args[0]
+			if err := checkTube(tube); err != nil {
+				return err
+			}
 			switch {
 			case raw && asJSON:
 				return usagef("--raw and --json exclude each other")

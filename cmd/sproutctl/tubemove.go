@@ -32,6 +32,9 @@ func newTubesMoveCmd(o *options) *cobra.Command {
 		Long:  tubesMoveHelp,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
+			if err := checkTube(args[0]); err != nil {
+				return err
+			}
 			if group < 0 {
 				return usagef("tubes move: --group N, a group's number, is required")
 			}
