@@ -107,8 +107,9 @@ run: build
 # report, which keeps the output's head and tail, shows them.
 # deadcode (golang.org/x/tools) lists the functions that no main package and
 # no test reaches; any is a failure (docs/development.md, "Dead code").
-# third_party/gnet is a module of its own, out of reach of ./...: its
-# patches' tests (third_party/gnet/PATCHES.md) run on their own line.
+# third_party/gnet and third_party/go-beanstalk are modules of their own,
+# out of reach of ./...: their patches' tests (PATCHES.md in each) run on
+# their own lines.
 # The short FuzzEngine run goes without -race, for speed; its seeds have just
 # run under -race. A new input is minimized for at most 5s: the engine's
 # coverage varies with scheduling, so the fuzzer keeps finding "new" inputs,
@@ -127,6 +128,8 @@ test: fmt-check
 	SPROUT_REF_BEANSTALKD="$$ref" SPROUT_REQUIRE_BROWSER=$$browser GO=$(GO) bash .ci/go-test -race -count=1 -timeout 15m ./... && \
 	echo "cd third_party/gnet && $(GO) vet ./... && $(GO) test -race -count=1 -run Patch ./..." && \
 	(cd third_party/gnet && $(GO) vet ./... && $(GO) test -race -count=1 -run Patch ./...) && \
+	echo "cd third_party/go-beanstalk && $(GO) vet ./... && $(GO) test -race -count=1 -run Patch ./..." && \
+	(cd third_party/go-beanstalk && $(GO) vet ./... && $(GO) test -race -count=1 -run Patch ./...) && \
 	echo "$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 5000x -fuzzminimizetime 5s ./engine/" && \
 	SPROUT_REF_BEANSTALKD="$$ref" $(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime 5000x -fuzzminimizetime 5s ./engine/ && \
 	$(MAKE) --no-print-directory test-deploy

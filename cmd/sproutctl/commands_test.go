@@ -33,6 +33,7 @@ func TestCommands(t *testing.T) {
 				{"kick", testKick},
 				{"pause", testPause},
 				{"clear", testClear},
+				{"long-name", testLongName},
 				{"environment", testEnvironment},
 			} {
 				t.Run(tc.name, func(t *testing.T) { tc.run(t, srv.addr) })
@@ -334,6 +335,35 @@ func testClear(t *testing.T, addr string) {
 func longName(prefix string, n int) string {
 	name := prefix + "-+/;.$_()"
 	return name + strings.Repeat("x", n-len(name))
+}
+
+// testLongName runs every command that names a tube on one whose name is
+// 200 bytes, the protocol's longest, one after the other on one job.
+func testLongName(t *testing.T, addr string) {
+	c := dial(t, addr)
+	tube := longName("long-name", 200)
+	idLine := fmt.Sprintf(`^id +%d$`, put(t, c, tube, 1, 0, 60, []byte("long")))
+	quoted := regexp.QuoteMeta(tube)
+	for _, step := range []struct {
+		args []string
+		want string // a line of stdout, as a regular expression
+	}{
+		{[]string{"peek", tube}, idLine},
+		{[]string{"reserve", tube, "--bury"}, idLine},
+		{[]string{"peek", tube, "buried"}, idLine},
+		{[]string{"kick", tube, "1"}, `^kicked 1 job in tube ` + quoted + `$`},
+		{[]string{"pause", tube, "0"}, `^tube ` + quoted + ` is not paused$`},
+		{[]string{"clear", tube, "--state", "all"}, `^deleted 1 job \(all\) from tube ` + quoted + `$`},
+		{[]string{"put", tube}, `^\d+$`},
+	} {
+		r := ctl(t, "", nil, append([]string{"-s", addr}, step.args...)...)
+		if r.code != exitOK || !regexpLine(r.stdout, step.want) {
+			t.Errorf("sproutctl %s on a tube of 200 bytes: want exit 0 and a line %s; got %v", step.args[0], step.want, r)
+		}
+	}
+	if n := tubeCounts(t, c, tube); n != [4]int64{1, 0, 0, 0} {
+		t.Errorf("at the end the tube holds %v, want the one job put", n)
+	}
 }
 
 // testEnvironment checks SPROUT_SERVER, and that -s wins over it.

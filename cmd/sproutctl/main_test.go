@@ -237,6 +237,7 @@ func TestTubeNames(t *testing.T) {
 	}{
 		{"t", true},
 		{"Az09-+/;.$_()", true},
+		{longName("names", 200), true},
 		{longName("names", 201), false},
 		{"", false},
 		{"-t", false},

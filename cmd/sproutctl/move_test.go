@@ -109,7 +109,8 @@ func TestMove(t *testing.T) {
 	for _, dir := range []struct{ from, to server }{{servers[0], servers[1]}, {servers[1], servers[0]}} {
 		t.Run(dir.from.name+"-to-"+dir.to.name, func(t *testing.T) {
 			src, dst := dial(t, dir.from.addr), dial(t, dir.to.addr)
-			tube1, tube2 := "move-"+dir.from.name, "move-"+dir.from.name+"-2"
+			// The second tube's name is 200 bytes, the protocol's longest.
+			tube1, tube2 := "move-"+dir.from.name, longName("move-"+dir.from.name+"-2", 200)
 			jobs := moveJobs()
 			for _, j := range jobs {
 				put(t, src, tube1, j.pri, 0, int(j.ttr), j.body)

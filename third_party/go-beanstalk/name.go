@@ -33,7 +33,7 @@ func checkName(s string) error {
 	switch {
 	case len(s) == 0:
 		return NameError{s, ErrEmpty}
-	case len(s) >= 200:
+	case len(s) > 200: // beanstalkd's MAX_TUBE_NAME_LEN, 201, counts the NUL
 		return NameError{s, ErrTooLong}
 	case !containsOnly(s, NameChars):
 		return NameError{s, ErrBadChar}
