@@ -32,6 +32,10 @@ func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	if hand, ok := c.Context().(*tlsHandoff); ok {
 		hand.tio.out = &ss.loop.tlsOut
 		ss.conn = &tlsConn{Conn: c, tc: hand.tc, tio: hand.tio}
+		if ss.loop.tlsSessions == nil {
+			ss.loop.tlsSessions = make(map[*session]struct{})
+		}
+		ss.loop.tlsSessions[ss] = struct{}{}
 		s.tls.current.Add(1)
 		s.tls.total.Add(1)
 	}

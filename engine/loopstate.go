@@ -43,6 +43,9 @@ type loopState struct {
 	// loop's goroutine touches it. Nil, and nothing tracked, unless the
 	// server has a Route (Config.Route).
 	sessions map[*session]struct{}
+	// tlsSessions are the loop's open TLS sessions, which Stop ends with
+	// close_notify (goodbyeTLS); made at the first. Loop goroutine only.
+	tlsSessions map[*session]struct{}
 
 	mu      sync.Mutex
 	holding map[*session]struct{} // guarded by mu: sessions holding buffer bytes

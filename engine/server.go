@@ -210,6 +210,7 @@ func (s *Server) Run() error {
 	s.endLifetime() // handshakes in progress give up
 	s.handshakes.Wait()
 	s.awaitHeldReplies(s.stopCtx)
+	s.goodbyeTLS(s.stopCtx)
 	err = client.Stop()
 	close(stopBudget)
 	return err

@@ -423,6 +423,7 @@ func (ss *session) close() {
 	if ss.loop.sessions != nil {
 		delete(ss.loop.sessions, ss)
 	}
+	delete(ss.loop.tlsSessions, ss)
 	ss.loop.srv.account(ss, 0, false)
 	ss.held = nil
 	ss.queue().Close()

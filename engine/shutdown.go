@@ -72,9 +72,11 @@ func (s *Server) SetDraining() { s.draining.Store(true) }
 //     in progress give up;
 //  2. replies held for the log are sent as it makes them durable, until
 //     none is left or ctx is done;
-//  3. gnet closes every connection, and OnClose puts each one's reserved
+//  3. every TLS session ends as after quit, followed by close_notify
+//     (goodbyeTLS), unless ctx is done;
+//  4. gnet closes every connection, and OnClose puts each one's reserved
 //     jobs back to ready;
-//  4. Run returns.
+//  5. Run returns.
 //
 // The store and its log stay open; the caller closes them after Run has
 // returned, which writes and fsyncs whatever was appended.
@@ -94,4 +96,22 @@ func (s *Server) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// goodbyeTLS ends each TLS session open as quit would, close_notify
+// after its last reply (tlsConn.finish), as Stop begins to close the
+// connections: a TLS client then reads the end of its stream, where a
+// bare TCP close cannot be told from one cut short. Best effort: not
+// once ctx is done.
+func (s *Server) goodbyeTLS(ctx context.Context) {
+	if s.tlsLn == nil || ctx.Err() != nil {
+		return
+	}
+	_ = s.onEveryLoop(ctx, func(ls *loopState) {
+		for ss := range ls.tlsSessions {
+			if tc, ok := ss.conn.(*tlsConn); ok {
+				tc.finish(ss) // which forgets ss here
+			}
+		}
+	})
 }

@@ -1,9 +1,11 @@
 package engine_test
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,6 +69,22 @@ func (r *recordingConn) lastRecordType() byte {
 	return last
 }
 
+// dialRecorded is a TLS 1.2 client of srv's TLS port, so that its alert
+// records show, over a recordingConn; closed at the test's end, and
+// given 10 s.
+func dialRecorded(t *testing.T, srv *engine.Server, ca *testproc.CA) (*recordingConn, *tls.Conn) {
+	t.Helper()
+	raw, err := net.DialTimeout("tcp", srv.TLSAddr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recordingConn{Conn: raw}
+	c := tls.Client(rec, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", MaxVersion: tls.VersionTLS12})
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return rec, c
+}
+
 // tlsAlertRecord is an alert's content type on the wire, close_notify's
 // among them. Over TLS 1.2 it shows; TLS 1.3 hides it in application
 // data (23).
@@ -113,14 +131,7 @@ func TestTLSCloseNotifyAfterLastReply(t *testing.T) {
 			srv, _, _ := startServerOn(t, engine.Config{TLS: &engine.TLSConfig{Address: "127.0.0.1:0",
 				Config: &tls.Config{Certificates: []tls.Certificate{ca.TLSCert(t, "server", time.Time{}, "127.0.0.1")}}}}, st)
 
-			raw, err := net.DialTimeout("tcp", srv.TLSAddr().String(), 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := &recordingConn{Conn: raw}
-			c := tls.Client(rec, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", MaxVersion: tls.VersionTLS12})
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			rec, c := dialRecorded(t, srv, ca)
 			if err := c.Handshake(); err != nil {
 				t.Fatal(err)
 			}
@@ -153,5 +164,48 @@ func TestTLSCloseNotifyAfterLastReply(t *testing.T) {
 					got, last, tc.want, tlsAlertRecord)
 			}
 		})
+	}
+}
+
+// TestTLSCloseNotifyAtStop: a server that stops ends each TLS session
+// with close_notify, an idle one or one whose reserve waits, so that its
+// client reads the end of its stream, not a stream cut short.
+func TestTLSCloseNotifyAtStop(t *testing.T) {
+	ca := testproc.NewTestCA(t, "sprout test CA")
+	srv, network, addr := startServerOn(t, engine.Config{TLS: &engine.TLSConfig{Address: "127.0.0.1:0",
+		Config: &tls.Config{Certificates: []tls.Certificate{ca.TLSCert(t, "server", time.Time{}, "127.0.0.1")}}}},
+		store.New(store.Options{}))
+	type client struct {
+		rec *recordingConn
+		c   *tls.Conn
+	}
+	var clients []client
+	for _, script := range []string{"use t\r\n", "reserve-with-timeout 60\r\n"} {
+		rec, c := dialRecorded(t, srv, ca)
+		if _, err := c.Write([]byte(script)); err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, client{rec, c})
+	}
+	if _, err := io.ReadFull(clients[0].c, make([]byte, len("USING t\r\n"))); err != nil {
+		t.Fatal(err)
+	}
+	plain := dialRaw(t, network, addr)
+	waitFor(t, "the reserve to wait", func() bool {
+		plain.send("stats\r\n")
+		got, _ := plain.reply(5 * time.Second)
+		return strings.Contains(got, "\ncurrent-waiting: 1\n")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, cl := range clients {
+		got, err := io.ReadAll(cl.c)
+		if last := cl.rec.lastRecordType(); err != nil || last != tlsAlertRecord {
+			t.Errorf("client %d after the stop: read %q (err %v), the last record of type %d; want close_notify (type %d)",
+				i, got, err, last, tlsAlertRecord)
+		}
 	}
 }
