@@ -69,8 +69,9 @@
 // cluster) and counted in stats-tube by the store. The engine's cmd-*
 // figures count it too (Engine.CountCommand) as the protocol would: a put
 // is a put, a tube kick one kick, a pause one pause-tube, a delete one
-// delete, whatever its outcome (a put refused 413 too, as JOB_TOO_BIG is,
-// but not one refused 400, as BAD_FORMAT is not); a clear of N jobs is N
+// delete, whatever its outcome (a put whose body is over -z too, as
+// JOB_TOO_BIG is, but not one whose fields are refused 400, as BAD_FORMAT
+// is not, nor a request too long to read); a clear of N jobs is N
 // deletes, counted batch by batch; a kick-job, like the protocol's, is
 // not counted. Reads are not counted.
 //

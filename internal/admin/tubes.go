@@ -94,11 +94,6 @@ func (a *API) putJob(w http.ResponseWriter, r *http.Request, _ Access) error {
 		return err
 	}
 	args, err := a.readPut(w, r)
-	// Counted as the protocol counts a put, whatever its outcome, once its
-	// header parses: JOB_TOO_BIG included, BAD_FORMAT not.
-	if e := (*Error)(nil); err == nil || errors.As(err, &e) && e.Status == http.StatusRequestEntityTooLarge {
-		a.engine.CountCommand(codec.CmdPut, 1)
-	}
 	if err != nil {
 		return err
 	}
@@ -137,7 +132,10 @@ type putArgs struct {
 // readPut reads a put's request: its fields, checked as the protocol
 // checks a put's header (a bad one is 400, as BAD_FORMAT), then its
 // job's body, which is 413 when over -z (as JOB_TOO_BIG), as is a
-// request too long to hold a body within -z.
+// request too long to hold a body within -z. The put counts in cmd-put
+// once its fields are read and good, whatever follows, as the protocol
+// counts a put once its header parses: a request too long to read, or
+// not JSON, is not counted.
 func (a *API) readPut(w http.ResponseWriter, r *http.Request) (putArgs, error) {
 	// JSON may spell each byte of a body in six (\u00XX); the decoded body
 	// is held to -z below.
@@ -160,6 +158,7 @@ func (a *API) readPut(w http.ResponseWriter, r *http.Request) (putArgs, error) {
 	if p.ttr, err = uint32Field("ttr", req.TTR, DefaultTTR); err != nil {
 		return putArgs{}, err
 	}
+	a.engine.CountCommand(codec.CmdPut, 1)
 	switch req.BodyEncoding {
 	case "", "text":
 		p.body = make([]byte, len(*req.Body), len(*req.Body)+2)
