@@ -188,7 +188,11 @@ func (c *clusterRoute) fetchPart(ctx context.Context, g uint16, l Leader, path s
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
 			e.Error = resp.Status
 		}
-		return nil, errorf(resp.StatusCode, "group %d's leader, %s: %s", g, l.Name, strings.TrimPrefix(e.Error, "admin: "))
+		relayed := errorf(resp.StatusCode, "group %d's leader, %s: %s", g, l.Name, strings.TrimPrefix(e.Error, "admin: "))
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			relayed.RetryAfter = time.Duration(s) * time.Second // kept, as the leader said it
+		}
+		return nil, relayed
 	}
 	return b, nil
 }

@@ -254,4 +254,11 @@ func TestGroupsPartError(t *testing.T) {
 	if strings.Count(msg, "admin: ") != 1 || !strings.Contains(msg, "group 1's leader, m2: m2 was forwarded") {
 		t.Errorf("the relayed error: %q, want admin: once, naming group 1's leader and what it said", msg)
 	}
+	// Its Retry-After, too: m2's own answer to the part says when to ask
+	// again, and so must the relayed one.
+	direct := (&client{t: t, base: m2.url, bearer: testToken, header: http.Header{admin.GroupHeader: {"1"}}}).do("GET", "/api/v1/stats", nil)
+	relayed := via1.do("GET", "/api/v1/stats", nil)
+	if want := direct.header.Get("Retry-After"); want == "" || relayed.header.Get("Retry-After") != want {
+		t.Errorf("Retry-After: %q relayed, %q from the leader itself; want the leader's, and one", relayed.header.Get("Retry-After"), want)
+	}
 }
