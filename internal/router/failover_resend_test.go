@@ -208,16 +208,25 @@ type recordingLink struct {
 	*Link
 	mu     sync.Mutex
 	leader uint64
-	sent   []sentItem
+	// gated: the Leader names a leader set by setLeader only once
+	// LeaderChanged has marked the calls (LinkConfig.Marked), as the
+	// Router's linkLeader does; marked says it has.
+	gated, marked bool
+	sent          []sentItem
 }
 
 func newRecordingLink(syncRefs func(l *Link, g uint16)) *recordingLink {
-	r := &recordingLink{leader: 2}
+	r := &recordingLink{leader: 2, marked: true}
 	r.Link = NewLink(LinkConfig{
 		Leader: func(uint16) (uint64, bool) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			return r.leader, true
+			return r.leader, r.marked || !r.gated
+		},
+		Marked: func(uint16) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.marked = true
 		},
 		Send: func(_ uint64, payload []byte) bool {
 			r.mu.Lock()
@@ -235,7 +244,7 @@ func newRecordingLink(syncRefs func(l *Link, g uint16)) *recordingLink {
 func (r *recordingLink) setLeader(id uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.leader = id
+	r.leader, r.marked = id, false
 }
 
 func (r *recordingLink) take() []sentItem {
@@ -297,5 +306,25 @@ func TestLinkCallDuringSyncGoesAfterResends(t *testing.T) {
 	want := []sentItem{{KindRefs, 0, 1, true}, {KindRequest, 10, 1, false}, {KindRequest, 10, 2, false}}
 	if got := l.take(); !slices.Equal(got, want) {
 		t.Fatalf("the new leader got %+v, want %+v: the sync, the call sent again, then the one made meanwhile", got, want)
+	}
+}
+
+// TestLinkIdleSessionCallDuringSyncGoesAfterIt: with a Leader that names
+// the new leader only from LinkConfig.Marked on (the Router's
+// linkLeader), a call of a session with nothing pending, made while the
+// sync is built, goes after the sync: Marked comes once the sync is made,
+// so the call finds no leader named, waits, and is sent behind it.
+func TestLinkIdleSessionCallDuringSyncGoesAfterIt(t *testing.T) {
+	nop := func(*Item) {}
+	l := newRecordingLink(func(l *Link, g uint16) {
+		l.Request(20, g, 1, Request{Op: OpStatsTube, Tube: []byte("t")}, nop)
+		l.Refs(g, 1, Refs{Sync: true}, nop)
+	})
+	l.gated = true
+	l.setLeader(3)
+	l.LeaderChanged(0)
+	want := []sentItem{{KindRefs, 0, 1, true}, {KindRequest, 20, 1, false}}
+	if got := l.take(); !slices.Equal(got, want) {
+		t.Fatalf("the new leader got %+v, want %+v: the sync, then the call made as it was built", got, want)
 	}
 }

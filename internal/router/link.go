@@ -224,12 +224,13 @@ type LinkConfig struct {
 	// call Refs and take locks of its own around it.
 	SyncRefs func(group uint16)
 	// Marked, if set, is called by LeaderChanged once the group's pending
-	// calls are marked to go again, before SyncRefs, holding the Link's
-	// lock: it must take no lock a caller of the Link may hold. A Leader
-	// that names a new leader only from then (the Router's linkLeader)
-	// keeps a call made as the change is learned from reaching the new
-	// leader ahead of the sync and of the calls sent again: until then it
-	// waits, as for a leader not known, and goes after them.
+	// calls are marked to go again and the sync is made (SyncRefs),
+	// before they are sent again. A Leader that names a new leader only
+	// from then (the Router's linkLeader) keeps a call made as the change
+	// is learned, or while the sync is made, from reaching the new leader
+	// ahead of the sync and of the calls sent again: until then it waits,
+	// as for a leader not known, and goes after them. The sync itself,
+	// made before, waits too, and goes first (postCall).
 	Marked func(group uint16)
 }
 
@@ -752,8 +753,8 @@ func (l *Link) post(group uint16, it Item) bool {
 // watches finds the tube, which a new leader knows of from the sync
 // alone. No Retry sends a call between 1 and 3 (resending), and a call
 // the session makes meanwhile waits behind those step 1 marks unsent; one
-// made before step 1, the new leader already known, waits if the Leader
-// names it only from LinkConfig.Marked on.
+// made before step 3, the new leader already known, waits if the Leader
+// names it only from LinkConfig.Marked on, which comes between 2 and 3.
 func (l *Link) LeaderChanged(group uint16) {
 	l.resending.Lock()
 	l.mu.Lock()
@@ -773,12 +774,12 @@ func (l *Link) LeaderChanged(group uint16) {
 	for _, c := range refs {
 		l.dropLocked(c)
 	}
-	if l.cfg.Marked != nil {
-		l.cfg.Marked(group)
-	}
 	l.mu.Unlock()
 	if l.cfg.SyncRefs != nil {
 		l.cfg.SyncRefs(group)
+	}
+	if l.cfg.Marked != nil {
+		l.cfg.Marked(group)
 	}
 	l.resendLocked(group)
 	l.resending.Unlock()
