@@ -792,8 +792,24 @@ func (m *Member) forwardedToGroup0(w http.ResponseWriter, r *http.Request) bool 
 	case l.Serving:
 		return false
 	}
-	m.forward(w, r, l, "group 0")
+	m.forwardToGroup0(w, r, l)
 	return true
+}
+
+// forwardToGroup0Within bounds a request forwarded to group 0's leader,
+// which makes a mark or a removal at once: waiting for every group's
+// replicas to be known there, then for the change to apply. A leader
+// stopped or cut off after it was named, whose port still takes the
+// connection, would otherwise hold the request for as long as its client
+// waits, though a new leader has been elected meanwhile.
+const forwardToGroup0Within = replicasKnownWait + replication.ChangeTimeout + 5*time.Second
+
+// forwardToGroup0 forwards r to l, group 0's leader, bounded by
+// forwardToGroup0Within (503 past it).
+func (m *Member) forwardToGroup0(w http.ResponseWriter, r *http.Request, l admin.Leader) {
+	ctx, cancel := context.WithTimeout(r.Context(), forwardToGroup0Within)
+	defer cancel()
+	m.forward(w, r.WithContext(ctx), l, "group 0")
 }
 
 // removalForwarded forwards a member's removal to group 0's leader when
@@ -812,7 +828,7 @@ func (m *Member) removalForwarded(w http.ResponseWriter, r *http.Request) bool {
 	if _, ok := forwardedBy(r.Header.Get(forwardedMove), m.node.Name(), l.Name); !ok {
 		return false
 	}
-	m.forward(w, r, l, "group 0")
+	m.forwardToGroup0(w, r, l)
 	return true
 }
 
