@@ -313,6 +313,7 @@ func (c *core) append(g *Group) (lsn uint64, seg uint32, off int64, err error) {
 		return 0, 0, 0, ErrClosed
 	}
 	if g.Refusable && c.onlyDeletes() && !c.fullMoveOf(g) {
+		c.moveRefused(g)
 		return 0, 0, 0, ErrNoSpace
 	}
 	size := int64(g.Size)
@@ -435,6 +436,24 @@ func (c *core) onlyDeletes() bool { return c.noSpace || c.backlog }
 func (c *core) fullMoveOf(g *Group) bool {
 	return c.fullMove != 0 && !c.backlog && g.Live && g.Prev.Seg == c.fullMove &&
 		c.curSize+int64(g.Size)+c.deleteReserve() <= c.policy.segmentSize
+}
+
+// moveRefused gives back the item of g, refused while the disk is full,
+// if g may be a move out of the segment that compaction empties meanwhile
+// (fullMove): the deletes that came between its batches took the room
+// its moves counted on. Compaction handed out its id already, and would
+// never name it again: the segment could then not be emptied, and
+// compaction would stop for good. It waits instead until the disk has
+// room, then begins that segment afresh. An id given back that was no
+// move is harmless: one whose item is elsewhere is skipped (Migrator).
+func (c *core) moveRefused(g *Group) {
+	if c.fullMove == 0 || !g.Live || g.Prev.Seg != c.fullMove {
+		return
+	}
+	if s := c.segs[c.fullMove]; s != nil {
+		s.ids = append(s.ids, g.ID)
+	}
+	c.fullMove = 0
 }
 
 // movesFit reports whether s's live items fit in the current segment's
@@ -1135,8 +1154,8 @@ func (c *core) compact(now time.Duration, s *segState) bool {
 		}
 		return false
 	}
-	// The moves cannot be refused for want of space: only the writer's own
-	// events change that, and the writer is busy moving.
+	// A move refused for want of space (the deletes between the batches
+	// took its room on a full disk) gives its id back (moveRefused).
 	n := min(len(s.ids), migrateBatch)
 	ids := s.ids[:n:n]
 	s.ids = s.ids[n:]

@@ -880,6 +880,36 @@ func TestCoreCompactionWhileFull(t *testing.T) {
 	h.expect("report space-back", "remove 3") // job 2's, deleted
 }
 
+// TestCoreCompactionWhileFullMoveRefused: a move out of the segment a
+// full disk's compaction empties is refused when the deletes that came
+// meanwhile took the room it counted on; its item is not forgotten, and
+// the segment is moved out once the disk has room again. The item was
+// lost to compaction, which stopped for good: the segment stayed on disk
+// until a restart.
+func TestCoreCompactionWhileFullMoveRefused(t *testing.T) {
+	h := fullWithOneToMove(t, testPolicy())
+	h.expect("observe 17B 1rec", "sync [4]", "migrate 2 [1]")
+	for id := uint64(100); id < 145; id++ { // deletes of others, between the batches
+		if _, _, _, err := h.c.append(group(id, delSize, false, Loc{})); err != nil {
+			t.Fatalf("a delete while full: %v", err)
+		}
+	}
+	if _, _, _, err := h.c.append(group(1, fullSize, true, h.locs[1])); err != ErrNoSpace {
+		t.Fatalf("job 1's move with its room taken: %v, want ErrNoSpace", err)
+	}
+	h.synced()
+	h.expect("publish 17", "write 4@41+765")
+	h.wrote()
+	h.expect("observe 765B 45rec", "sync [4]")
+	h.synced()
+	h.expect("publish 782")
+	h.at(250 * time.Millisecond)
+	h.timer()
+	h.expect("spare 5")
+	h.c.spareDone(h.now, 5, nil)
+	h.expect("report space-back", "migrate 2 [1]") // job 1 named again
+}
+
 // TestCoreCompactionStuck: live records in a segment but no jobs left to
 // move (never expected) stop compaction, and are said once.
 func TestCoreCompactionStuck(t *testing.T) {

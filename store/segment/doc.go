@@ -197,8 +197,12 @@
 // stay in the current segment whatever its size. Segments written before
 // keep their version until compaction removes them. Segments are preallocated and
 // zero-filled; one spare is always ready, so rotation never waits and a
-// full disk only refuses new work, never deletes; while it is full, a new
-// spare is tried every 250 ms, and at once when compaction frees a
+// full disk refuses new work, not deletes, as long as they fit in what is
+// left of the current segment: unlike beanstalkd, which reserves a
+// delete's room with each put, nothing keeps room for the deletes of every
+// live item, so past that room a delete's write fails and is retried
+// until the disk has room again (docs/durability.md). While it is full, a
+// new spare is tried every 250 ms, and at once when compaction frees a
 // segment. DIR/lock is locked with fcntl, as beanstalkd does (LockDir).
 // Dir.Create writes a whole segment at once (an import, a conversion),
 // durably and renamed into place, so a crash leaves it whole or absent.
@@ -311,7 +315,9 @@
 // groups that move them (Live, their Prev in that segment) are then
 // taken though refusable, and the segment's removal gives back the room
 // the next spare needs (a disk filled by the log's own garbage frees
-// itself). While fsyncs keep failing, none go.
+// itself). A move refused because the deletes between the batches took
+// its room gives its item back, and the segment waits for the disk to
+// have room. While fsyncs keep failing, none go.
 //
 // # Checkpoints
 //
