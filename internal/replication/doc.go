@@ -656,7 +656,14 @@
 // member's hello is refused with the reason "removed", and a member told
 // so stops (ErrRemoved), as does one that applies its own removal or
 // starts on a log whose membership no longer holds it: cmd/sprout exits
-// with one line (status 12). The leader removing itself keeps leading
+// with one line (status 12). The leader does not remove itself from two
+// voters (Node.lastButOne): raft would commit it with both, and the other,
+// if it never learned of the commit (the message lost as the leader
+// stops), would campaign in the old membership for the removed leader's
+// vote for good. It hands the leadership to the other instead and answers
+// 503 (ErrNotServing), to be asked again, or drops the follower's proposal
+// and hands over the same way; the new leader then removes it as a
+// follower. Otherwise the leader removing itself keeps leading
 // until the change applies, then steps down (raft's StepDownOnRemoval)
 // and stops as any removed member does, its clients' connections closed,
 // and clients reconnect. It hands the leadership over as it goes, so the

@@ -289,6 +289,13 @@ func (n *Node) startChange(req *changeReq) {
 			answer(Member{}, err)
 			return
 		}
+		if other, ok := n.lastButOne(target.ID); ok {
+			n.core.TransferLeadership(other)
+			answer(Member{}, fmt.Errorf("%w: removed by itself, the leader, %s, would leave %s the only voter, which might "+
+				"never learn that the removal committed and then wait for %s's vote for good: the leadership goes to %s first; ask again",
+				ErrNotServing, target.Name, n.nameOf(other), target.Name, n.nameOf(other)))
+			return
+		}
 	}
 	var planned *pb.ConfState
 	if req.planned != 0 {
@@ -303,6 +310,29 @@ func (n *Node) startChange(req *changeReq) {
 	n.waiting = req
 	n.logger.Info().Str("change", req.verb()).Str("member", target.Name).Str("address", target.Addr).
 		Str("id", fmt.Sprintf("%x", target.ID)).Msg("proposed a membership change")
+}
+
+// lastButOne reports whether removing voter id is this member, leading,
+// removing itself from two voters, and names the other. Raft then commits
+// the removal with both, and the leader stops once it applies it; the
+// other may not yet have learned that it committed (the message saying
+// so lost as the leader stops), and then campaigns in the old
+// configuration, where it needs the removed leader's vote, for good. So
+// the leadership goes to the other first (lastButOne's callers), which
+// then removes this member as a follower: a removal it makes itself. On
+// the node goroutine.
+func (n *Node) lastButOne(id uint64) (other uint64, ok bool) {
+	voters := n.conf.GetVoters()
+	if id != n.self.ID || len(voters) != 2 || !slices.Contains(voters, id) ||
+		n.core.Status().RaftState != raft.StateLeader {
+		return 0, false
+	}
+	for _, v := range voters {
+		if v != id {
+			other = v
+		}
+	}
+	return other, true
 }
 
 // checkRemoval refuses the removal of voter id (ErrQuorumAtRisk) when
@@ -378,9 +408,10 @@ func (n *Node) votersUp() func(id uint64) bool {
 // refusedProposal reports whether the leader drops m, a proposal a
 // follower forwarded, because it removes a voter checkRemoval refuses on
 // the leader's view (a follower checked it on its own, which sees less:
-// votersUp). The follower's request then ends as one not applied in time
-// (ErrChangeTimeout); the refusal is logged here, once a minute per
-// member. On the node goroutine.
+// votersUp), or it removes the leader from two voters (lastButOne: the
+// leadership goes to the other first). The follower's request then ends
+// as one not applied in time (ErrChangeTimeout); a refusal is logged
+// here, once a minute per member. On the node goroutine.
 func (n *Node) refusedProposal(m *pb.Message) bool {
 	if m.GetType() != pb.MsgProp || n.core.Status().RaftState != raft.StateLeader {
 		return false
@@ -402,6 +433,12 @@ func (n *Node) refusedProposal(m *pb.Message) bool {
 				n.host.transport.logOnce("removal "+from, func(e *zerolog.Event) *zerolog.Event {
 					return e.Int("group", int(n.group)).Str("from", from).Err(err)
 				}, zerolog.WarnLevel, "refused a removal a member forwarded: it would leave no majority of voters up")
+				return true
+			}
+			if other, ok := n.lastButOne(ch.GetNodeId()); ok {
+				// The other voter forwarded it: it makes it itself, once
+				// it leads (lastButOne), asked again.
+				n.core.TransferLeadership(other)
 				return true
 			}
 		}

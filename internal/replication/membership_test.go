@@ -846,3 +846,48 @@ func TestMembershipRemovalKeepsMajority(t *testing.T) {
 	_, pos := newNetClient(leader, "after").put("after the removal")
 	awaitAck(t, leader.Journal(), pos, 10*time.Second)
 }
+
+// TestMembershipLeaderOfTwoHandsOverBeforeItsRemoval: with two voters,
+// the leader asked to remove itself would leave the other the only voter,
+// which might never learn that the removal committed and would then wait
+// for the removed leader's vote for good. It hands the leadership over
+// instead and asks for the request again; the new leader then removes it
+// as a follower, and goes on alone. The same removal forwarded by the
+// follower is dropped, and the leadership handed over: the follower,
+// leading, proposes it again itself, and it applies.
+func TestMembershipLeaderOfTwoHandsOverBeforeItsRemoval(t *testing.T) {
+	for _, forwarded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("forwarded %v", forwarded), func(t *testing.T) {
+			c := newNetCluster(t, 2, 2, nil)
+			leader := c.awaitServing(10 * time.Second)
+			other := c.others(leader)[0]
+			testproc.WaitFor(t, 10*time.Second, other.Name()+" knowing the leader", func() bool {
+				return other.Status().Leader == leader.Name()
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if !forwarded {
+				if _, err := leader.RemoveMember(ctx, leader.Name()); !errors.Is(err, ErrNotServing) {
+					t.Fatalf("the leader %s removing itself from two voters: %v, want ErrNotServing (handed over first)", leader.Name(), err)
+				}
+				if got := c.awaitServing(10*time.Second, other); got != other {
+					t.Fatalf("%s serves, want %s: the leadership handed over", got.Name(), other.Name())
+				}
+			}
+			if _, err := other.RemoveMember(ctx, leader.Name()); err != nil {
+				t.Fatalf("%s removing %s: %v", other.Name(), leader.Name(), err)
+			}
+			if st := other.Status(); st.Leader != other.Name() || len(st.Members) != 1 {
+				t.Fatalf("after the removal: %+v, want %s alone, leading", st, other.Name())
+			}
+			if !strings.Contains(c.output.String(), `"voters":["`+other.Name()+`"]`) {
+				t.Errorf("no membership of %s alone logged", other.Name())
+			}
+			if strings.Contains(c.output.String(), "removed while leading") {
+				t.Errorf("%s was removed while it led, want it removed as a follower", leader.Name())
+			}
+			_, pos := newNetClient(other, "after").put("after the removal")
+			awaitAck(t, other.Journal(), pos, 10*time.Second)
+		})
+	}
+}
