@@ -316,6 +316,12 @@ func (c *Core) promote() {
 	}
 }
 
+// handingOver reports whether this leader is handing its leadership
+// over (its journal sealed): it takes no membership change meanwhile,
+// its own or a follower's (Node.refusedProposal), so that the next
+// leader's first entry follows the handover's.
+func (c *Core) handingOver() bool { return c.journal != nil && c.journal.Sealed() }
+
 // ProposeChange proposes one membership change about m (its ID is the
 // Raft id changed), m riding in the change's Context so that every member
 // learns its name and address. A change planned on the replicas planned
@@ -325,7 +331,7 @@ func (c *Core) promote() {
 // (raft.ErrProposalDropped); so does a leader handing its leadership
 // over (Journal.Sealed), as raft does under the transfer.
 func (c *Core) ProposeChange(typ pb.ConfChangeType, m Member, planned *pb.ConfState) error {
-	if c.stopped || c.journal != nil && c.journal.Sealed() {
+	if c.stopped || c.handingOver() {
 		return raft.ErrProposalDropped
 	}
 	cx := changeContext{Member: m}

@@ -409,7 +409,9 @@ func (n *Node) votersUp() func(id uint64) bool {
 // follower forwarded, because it removes a voter checkRemoval refuses on
 // the leader's view (a follower checked it on its own, which sees less:
 // votersUp), or it removes the leader from two voters (lastButOne: the
-// leadership goes to the other first). The follower's request then ends
+// leadership goes to the other first); and any membership change while
+// the leader hands its leadership over, whose next leader's first entry
+// must follow the handover's. The follower's request then ends
 // as one not applied in time (ErrChangeTimeout); a refusal is logged
 // here, once a minute per member. On the node goroutine.
 func (n *Node) refusedProposal(m *pb.Message) bool {
@@ -419,6 +421,9 @@ func (n *Node) refusedProposal(m *pb.Message) bool {
 	for _, e := range m.GetEntries() {
 		if e.GetType() != pb.EntryConfChange && e.GetType() != pb.EntryConfChangeV2 {
 			continue
+		}
+		if n.core.handingOver() {
+			return true // as its own would be (ProposeChange): the follower's request asks again
 		}
 		cc, _, err := decodeChange(e)
 		if err != nil {

@@ -691,6 +691,7 @@ func (t *transport) idle(p *peer, d time.Duration) bool {
 		select {
 		case <-p.queue:
 			t.dropped.Add(1)
+			p.unsent.Add(-1) // dropped: drain no longer waits for it
 		case <-timer.C:
 			return true
 		case <-p.ctx.Done():
