@@ -175,15 +175,7 @@ func TestCallAsLeaderLearnedWaitsForResync(t *testing.T) {
 			n.waitFigures(tube, tubeFigures{exists: true, watching: 1})
 			fresh := store.New(store.Options{IDPrefix: 1, Dedup: true})
 			t.Cleanup(fresh.Close)
-			// Elected: known to every member, not yet resynced.
-			n.lmu.Lock()
-			n.leaders[1] = next
-			n.terms[1]++
-			if n.elected[next] == nil {
-				n.elected[next] = map[uint16]*store.Store{}
-			}
-			n.elected[next][1] = fresh
-			n.lmu.Unlock()
+			n.elect(1, next, fresh)
 			a := c.do("stats-tube", func(a *engine.Answer) bool { return c.s.TubeStats([]byte(tube), a) })
 			if !a.OK || a.TubeStats.Watching != 1 {
 				t.Fatalf("stats-tube %s of a tube the connection watches, made as its group's new leader became known: ok %v, watching %d; want the tube, watched once",

@@ -276,6 +276,16 @@ func (n *routerNet) waitJobState(id uint64, want string) {
 // setLeader makes member m group g's leader (0: none known), on st if
 // set (a store of its own), and tells both routers.
 func (n *routerNet) setLeader(g uint16, m uint64, st *store.Store) {
+	n.elect(g, m, st)
+	for _, r := range n.routers {
+		r.LeaderChanged()
+	}
+}
+
+// elect is setLeader without telling the routers: every member's Leader
+// and Term name the new leadership, and no router has resynced the group
+// yet (the moment before its LeaderChanged).
+func (n *routerNet) elect(g uint16, m uint64, st *store.Store) {
 	n.lmu.Lock()
 	n.leaders[g] = m
 	n.terms[g]++
@@ -286,9 +296,6 @@ func (n *routerNet) setLeader(g uint16, m uint64, st *store.Store) {
 		n.elected[m][g] = st
 	}
 	n.lmu.Unlock()
-	for _, r := range n.routers {
-		r.LeaderChanged()
-	}
 }
 
 // current is group g's store as its leader serves it.
