@@ -122,6 +122,10 @@ type Core struct {
 	// which each other voter was last heard from in the term it leads.
 	ticks uint64
 	heard map[uint64]uint64
+	// confirmed is the newest tick whose heartbeat round a majority has
+	// answered (LeaseAgo): raft's ReadIndex asked at each tick, the tick
+	// its context (leaseCtx).
+	confirmed uint64
 
 	// Writes handed out and not yet durable, oldest first, and the last
 	// write's number.
@@ -289,7 +293,31 @@ func (c *Core) Tick() {
 	}
 	if c.serving {
 		c.promote()
+		c.rn.ReadIndex(c.leaseCtx(c.ticks))
 	}
+}
+
+// leaseCtx is the context of the ReadIndex request a serving leader asks
+// at tick: three record frames (wal.KindIDs, their ids this member's Raft
+// id, 0 and the tick), unlike any follower's (CaughtUp: two frames).
+// Raft sends it with a heartbeat round (ReadOnlySafe) and hands it back in
+// a ReadState once a majority has answered that round, however late the
+// answers come: a follower that answers a heartbeat of tick t heard this
+// leader at t or later, so the lease can run from t (LeaseAgo).
+func (c *Core) leaseCtx(tick uint64) []byte {
+	ctx := wal.AppendFrame(nil, &wal.Record{Kind: wal.KindIDs, ID: c.id})
+	ctx = wal.AppendFrame(ctx, &wal.Record{Kind: wal.KindIDs})
+	return wal.AppendFrame(ctx, &wal.Record{Kind: wal.KindIDs, ID: tick})
+}
+
+// leaseTick is the tick of a ReadState's context if it is one of
+// leaseCtx's, of this member.
+func (c *Core) leaseTick(ctx []byte) (uint64, bool) {
+	rs, err := wal.DecodeFrames(nil, ctx)
+	if err != nil || len(rs) != 3 || rs[0].ID != c.id || rs[1].ID != 0 {
+		return 0, false
+	}
+	return rs[2].ID, true
 }
 
 // promote proposes a learner that has caught up (its match index within
@@ -384,6 +412,18 @@ func (c *Core) HeardAgo() uint64 {
 		return math.MaxUint64
 	}
 	return ages[need-1]
+}
+
+// LeaseAgo is how many ticks ago a majority of the voters, this member
+// included, last confirmed this leader: the age of the newest heartbeat
+// round a majority answered (confirmed), counted from when the round was
+// sent, not when its answers came, and never younger than HeardAgo. An
+// answer credited when it arrives (HeardAgo) can come long after the
+// follower heard the leader, when unequal delays hold it on its way back,
+// and would run the lease past the follower's election timeout.
+// Node.Leased's lease runs from then.
+func (c *Core) LeaseAgo() uint64 {
+	return max(c.HeardAgo(), c.ticks-min(c.confirmed, c.ticks))
 }
 
 // heardLately reports whether a voter last heard from at tick at was
@@ -717,6 +757,8 @@ func (c *Core) handle(rd raft.Ready) {
 	for _, rs := range rd.ReadStates {
 		if c.readCtx != nil && bytes.Equal(rs.RequestCtx, c.readCtx) {
 			c.leaderCommit, c.answered, c.readCtx = rs.Index, true, nil
+		} else if tick, ok := c.leaseTick(rs.RequestCtx); ok && c.leading != 0 {
+			c.confirmed = max(c.confirmed, tick)
 		}
 	}
 	var sends []*pb.Message
@@ -806,6 +848,9 @@ func (c *Core) leadership(state raft.StateType) {
 		c.serving = false
 		c.proposed = c.proposed[:0]
 		clear(c.heard)
+		// The first entry of the term is committed (serving) once a
+		// majority has it: each heard this leader after this tick.
+		c.confirmed = c.ticks
 		for id, pr := range st.Progress {
 			if id != c.id && !pr.IsLearner {
 				c.heard[id] = c.ticks // a lease starts with the leadership
@@ -879,6 +924,7 @@ func (c *Core) apply(m *pb.Message) {
 			// The empty entry a leader appends first: everything before it
 			// is committed and applied now.
 			c.serving, serve = true, true
+			c.rn.ReadIndex(c.leaseCtx(c.ticks)) // the lease's first round
 			if c.journal != nil {
 				c.journal.reset() // a change that ran on past the last loss
 			}

@@ -94,8 +94,11 @@
 // gone. So the node also keeps the lease in time (Node.Leased): renewed
 // only by a tick that still counts a majority heard, good for half an
 // election timeout but never past an election timeout less two ticks from
-// when that majority was last heard (the followers' ticks may run a tick
-// ahead, and an answer is counted a tick after what it answers), and
+// the heartbeat round a majority last answered (the followers' ticks may
+// run a tick ahead; a round is numbered by the tick that sent it, raft's
+// ReadIndex asked with that tick as its context, so an answer held on its
+// way back counts from when its round went out, not when it came:
+// Core.LeaseAgo), and
 // asked by the engine before each job it hands out
 // (engine.Config.Leased), which closes the connection instead, and by
 // internal/router before each job handed out and each read answered from

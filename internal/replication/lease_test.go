@@ -235,3 +235,54 @@ func TestLeaseRunsFromTheTick(t *testing.T) {
 			other.self.Name, l.self.Name, time.Since(cut).Round(time.Millisecond), time.Duration(l.cfg.ElectionTick)*testTick)
 	}
 }
+
+// TestLeaseRunsFromTheRoundAnswered: answers held on their way back (a
+// slow link one way, a peer's send queue) answer a heartbeat round sent
+// ticks before they arrive; the followers heard the leader then, and may
+// elect another an election timeout after it. Credited when they arrived,
+// they renewed the lease from then, past when the others may serve (found
+// by a reviewing helper). The lease counts from the round they answer.
+func TestLeaseRunsFromTheRoundAnswered(t *testing.T) {
+	c := newCluster(t, 3, 100)
+	l := c.elect(1)
+	c.putAcked(l, "job")
+	c.tick()
+	if ago := l.core.LeaseAgo(); ago > 1 {
+		t.Fatalf("answered at once, the lease counts from %d ticks ago", ago)
+	}
+
+	// One round reaches 2 and 3; their answers are held.
+	l.core.Tick()
+	sent := l.core.Ticks()
+	c.run(l)
+	c.deliver()
+	var answers []*pb.Message
+	for _, m := range c.net {
+		if m.GetTo() == l.id {
+			answers = append(answers, m)
+		}
+	}
+	if len(answers) == 0 {
+		t.Fatal("no answers to the round")
+	}
+	c.net = nil
+	c.partition([]uint64{1}, []uint64{2, 3}) // nothing later reaches them
+	const late = 4
+	for range late {
+		l.core.Tick()
+		c.run(l)
+		c.net = nil
+	}
+	for _, m := range answers {
+		if err := l.core.Step(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.run(l)
+	if !l.serving() {
+		t.Fatal("the leader stopped serving")
+	}
+	if ago, want := l.core.LeaseAgo(), l.core.Ticks()-sent; ago < want {
+		t.Fatalf("the lease counts from %d ticks ago; the round the answers answer was sent %d ticks ago", ago, want)
+	}
+}

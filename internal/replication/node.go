@@ -1590,9 +1590,10 @@ func (n *Node) leaseGrace() time.Duration {
 }
 
 // leaseMargin is the ticks a lease keeps short of an election timeout
-// from when a majority was last heard: the followers' ticks may fall up
-// to a tick before the leader's, and an answer is counted at the tick it
-// is stepped, a tick after the heartbeat it answers was sent.
+// from the heartbeat round a majority last answered (Core.LeaseAgo): the
+// followers' ticks may fall up to a tick before the leader's, and one
+// more is kept to spare (it was an answer's own delay, counted when
+// answers were credited as they came).
 const leaseMargin = 2
 
 // takenTick is when the core took its tick of number n, since the node
@@ -1625,8 +1626,9 @@ func (n *Node) takenAt(t uint64) (time.Duration, bool) {
 // leaseEnd is the time since born until which the serving leader's lease
 // runs, renewed as of its last tick: half an election timeout from that
 // tick (leaseGrace), but never past an election timeout less leaseMargin
-// from the tick at which a majority was last heard, when the others may
-// elect another leader; 0 (not leased) if that tick is not known. Both
+// from the tick of the heartbeat round a majority last answered
+// (Core.LeaseAgo), when the others may elect another leader; 0 (not
+// leased) if that tick is not known. Both
 // run from when the ticks were taken, not from now: a round that ends
 // long after its tick (a goroutine starved or paused between the two,
 // a slow action) renewed it from its end, up to half an election timeout
@@ -1637,7 +1639,7 @@ func (n *Node) takenAt(t uint64) (time.Duration, bool) {
 // half a timeout more (found by a reviewing helper).
 func (n *Node) leaseEnd() int64 {
 	ticks := n.core.Ticks()
-	ago := n.core.HeardAgo()
+	ago := n.core.LeaseAgo()
 	if ago > ticks || ago+leaseMargin >= uint64(n.cfg.ElectionTick) {
 		return 0
 	}
