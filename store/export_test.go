@@ -500,6 +500,11 @@ func StoreOf(c *Client) *Store { return c.s }
 // a tube's lock, before any use of s.
 func (s *Store) SetBetweenCopyBatches(f func()) { s.betweenCopyBatches = f }
 
+// SetBeforeCopyHold sets what runs in ExportTubeCopy after its reserved
+// jobs are looked up, before the hold that takes the others, before any
+// use of s.
+func (s *Store) SetBeforeCopyHold(f func()) { s.beforeCopyHold = f }
+
 // BuriedIDs lists the named tube's buried jobs in the order they kick.
 func (s *Store) BuriedIDs(name string) []uint64 {
 	t := s.findTube([]byte(name))

@@ -574,3 +574,86 @@ func moveTubeChangesNoted(t *testing.T, seed uint64) {
 		}
 	}
 }
+
+// TestMoveCopyNotesJobsReservedWhileItLooks: a copy looks up the tube's
+// reserved jobs by walking the group's id index with no lock held, then
+// takes the others in its first hold. A job ready when that walk passed
+// it and reserved before the hold was in neither, and not noted either:
+// the freeze's changes left it out while counting it, and a busy tube's
+// move was refused at its destination (found by a reviewing helper).
+func TestMoveCopyNotesJobsReservedWhileItLooks(t *testing.T) {
+	src, dst, c := moveStores(t)
+	for range 3 {
+		if _, err := c.Put(src.NextID(), 0, 0, 600, []byte("kept\r\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	worker := src.NewClient(nil)
+	worker.Watch([]byte("t"))
+	var taken uint64
+	src.SetBeforeCopyHold(func() {
+		j, res := worker.Reserve(0)
+		if res != store.Reserved {
+			t.Fatalf("reserve: %v", res)
+		}
+		taken = j.ID()
+	})
+	chunks, _, since, ok := copyChunks(t, src, "t", 0)
+	if !ok || taken == 0 {
+		t.Fatalf("the copy: %v, job reserved during it %d", ok, taken)
+	}
+	d := dst.NewClient(nil)
+	for _, chunk := range chunks {
+		if _, err := d.ImportTube([]byte("t"), chunk, store.TubeFigures{}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frames, jobs, holders, fig, gone, _ := src.ExportTubeChanges([]byte("t"), since)
+	if _, err := d.ImportTubeChanges([]byte("t"), frames, gone, fig, nil); err != nil {
+		t.Fatal(err)
+	}
+	ts, _ := dst.TubeStats([]byte("t"))
+	if held := int(ts.Ready + ts.Reserved); held != jobs || jobs != 3 {
+		t.Fatalf("the destination holds %d of the tube's jobs, the source counts %d (want 3)", held, jobs)
+	}
+	if !slices.ContainsFunc(holders, func(h store.Held) bool { return h.ID == taken }) {
+		t.Fatalf("job %d, reserved during the copy, is not among the freeze's holders %v", taken, holders)
+	}
+}
+
+// TestMoveAbortedEmptyPausedTubeLeavesNoPause: a move of an empty paused
+// tube imports its pause and keeps it, the tube freed, for its sessions'
+// references; aborted, its drop finds no tube to end it. A later move of
+// the tube, unpaused at its source since, found it paused again at its
+// destination for what was left of the old pause (found by a reviewing
+// helper).
+func TestMoveAbortedEmptyPausedTubeLeavesNoPause(t *testing.T) {
+	src, dst, c := moveStores(t)
+	d := dst.NewClient(nil)
+	paused := store.TubeFigures{CmdPause: 1, Pause: time.Hour, PauseLeft: time.Hour}
+	if _, err := d.ImportTube([]byte("t"), nil, paused, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.DropTube([]byte("t")); n != 0 { // the abort
+		t.Fatalf("the abort's drop dropped %d jobs", n)
+	}
+	j, err := c.Put(src.NextID(), 0, 0, 60, []byte("x\r\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames, _, _, fig, ok := src.ExportTube([]byte("t"))
+	if !ok || fig.PauseLeft != 0 {
+		t.Fatalf("the source's tube: %v, %+v", ok, fig)
+	}
+	if _, err := d.ImportTube([]byte("t"), frames, fig, nil); err != nil { // the next move
+		t.Fatal(err)
+	}
+	if ts, _ := dst.TubeStats([]byte("t")); ts.Pause != 0 {
+		t.Fatalf("the tube, moved in unpaused, is paused %v (%v left) in its new group", ts.Pause, ts.PauseTimeLeft)
+	}
+	w := dst.NewClient(nil)
+	w.Watch([]byte("t"))
+	if got, res := w.Reserve(0); res != store.Reserved || got.ID() != j.ID() {
+		t.Fatalf("reserve at the destination: %v %v, want job %d", got, res, j.ID())
+	}
+}

@@ -83,6 +83,9 @@ type Store struct {
 	// betweenCopyBatches, set by tests only (before the store is used),
 	// runs between ExportTubeCopy's holds of a tube's lock.
 	betweenCopyBatches func()
+	// beforeCopyHold, set by tests only, runs in ExportTubeCopy once the
+	// tube notes its changes, before the hold that takes its jobs.
+	beforeCopyHold func()
 
 	defaultT *Tube // immutable
 
