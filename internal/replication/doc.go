@@ -383,7 +383,11 @@
 // back as a new member (Members and their traffic), and the snapshot
 // fills it. Raft would panic on the first heartbeat that commits past the
 // member's last entry; the node refuses that heartbeat instead and stops
-// (ErrLogLost, logged at error, Node.Err), and cmd/sprout exits. A leader
+// (ErrLogLost, logged at error, Node.Err), and cmd/sprout exits. Entries
+// that reach it before that heartbeat do not fill it again: raft never
+// probes a follower below the match it holds for it
+// (TestEmptiedVoterNotFilledBeforeAHeartbeat), so it refuses them until the
+// heartbeat comes. A leader
 // elected while the member was away holds no match index for it, so
 // nothing contradicts it and raft fills it again: that works, but only the
 // second vote's hazard says it should not.
