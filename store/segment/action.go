@@ -13,7 +13,8 @@ type action struct {
 	seq    uint32 // the segment
 	// version is actMakeSpare's: what the new header says.
 	version uint32
-	// n is the action's one figure: actRetire: the size to trim to;
+	// n is the action's one figure: actRetire and actRoom: the size to
+	// trim (or make) the file to;
 	// actObserveBatch: bytes; actReport: a figure; and, read through the
 	// methods below, actPublish's LSN, actMakeSpare's header id and
 	// actTimer's time.
@@ -57,6 +58,9 @@ const (
 	actSync
 	// actTimer: call timerFired at `at` (re-arming the one timer).
 	actTimer
+	// actRoom: make the room file n bytes (allocated, or cut), between the
+	// writer's steps, then roomDone with its size.
+	actRoom
 
 	// The writer's own I/O: carried out in order, its outcome reported
 	// before ready is called again.
@@ -112,4 +116,12 @@ const (
 	// reportRemoveFailed: seq could not be removed (err); it is tried
 	// again every removeRetry.
 	reportRemoveFailed
+	// reportRoomShort: the room for deletes could not grow (err), holding
+	// n bytes; puts are refused once the live items need more.
+	reportRoomShort
+	// reportRoomBack: the room for deletes grew again, to n bytes.
+	reportRoomBack
+	// reportRoomSpent: no spare could be made; the room's n bytes are
+	// given up to the deletes.
+	reportRoomSpent
 )

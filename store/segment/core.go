@@ -36,6 +36,10 @@ type policy struct {
 	// checkpoints and movesLater are Options'.
 	checkpoints bool
 	movesLater  bool
+	// deleteRoom is Options.DeleteRoom; roomStep, how far ahead of the
+	// live items the room grows (an eighth of a segment, within 4 KiB and
+	// 1 MiB).
+	deleteRoom, roomStep int64
 }
 
 func (o Options) policy() policy {
@@ -48,6 +52,8 @@ func (o Options) policy() policy {
 		pipelineMin: o.pipelineMin,
 		checkpoints: o.Checkpoints,
 		movesLater:  o.MovesLater,
+		deleteRoom:  int64(o.DeleteRoom),
+		roomStep:    min(max(o.SegmentSize/8, 4<<10), 1<<20),
 	}
 }
 
@@ -153,6 +159,16 @@ type core struct {
 	// maxUnsynced.
 	noSpace bool
 	backlog bool
+	// Room for deletes (doc.go): the live items, whose deletes it keeps
+	// room for; the room file's size; a change of it handed out and not
+	// reported yet; and whether its last change failed or it was given
+	// up to the deletes of a full disk (it is then short as soon as the
+	// live items need more than it holds: roomShort).
+	items       int64
+	room        int64
+	roomBusy    bool
+	roomFailing bool
+	roomRetry   backoff
 	// fullMove is the segment whose live items compaction moves while
 	// the disk is full (noSpace), 0 if none: their groups are taken,
 	// though refusable, as they fit in the current segment's room
@@ -257,6 +273,7 @@ func newCore(p policy) *core {
 		syncRetry:   backoff{min: 10 * time.Millisecond, max: time.Second},
 		spareRetry:  backoff{min: noSpaceRetry, max: noSpaceRetry},
 		removeRetry: backoff{min: removeRetry, max: removeRetry},
+		roomRetry:   backoff{min: noSpaceRetry, max: noSpaceRetry},
 	}
 }
 
@@ -316,6 +333,12 @@ func (c *core) append(g *Group) (lsn uint64, seg uint32, off int64, err error) {
 		c.moveRefused(g)
 		return 0, 0, 0, ErrNoSpace
 	}
+	if g.Refusable && c.roomShort() && (!g.Live || g.Prev.Seg == 0) {
+		// The room for deletes is short, and the disk has no more: what
+		// this group took, the deletes could lack. Compaction's moves (an
+		// item's new version) go on: the segment they empty frees more.
+		return 0, 0, 0, ErrNoSpace
+	}
 	size := int64(g.Size)
 	c.rotateFor(size)
 	off = c.curSize
@@ -341,6 +364,7 @@ func (c *core) append(g *Group) (lsn uint64, seg uint32, off int64, err error) {
 		s.liveBytes += size
 		s.ids = append(s.ids, g.ID)
 		c.live += size
+		c.items++
 	}
 	if g.Prev.Seg != 0 {
 		if s := c.segs[g.Prev.Seg]; s != nil {
@@ -348,6 +372,7 @@ func (c *core) append(g *Group) (lsn uint64, seg uint32, off int64, err error) {
 			s.liveBytes -= int64(g.Prev.Size)
 		}
 		c.live -= int64(g.Prev.Size)
+		c.items--
 	}
 	if g.Checkpoint != nil {
 		c.checkpoint = append(c.checkpoint[:0], g.Checkpoint...)
@@ -403,6 +428,7 @@ func (c *core) moved(m Move) {
 			s.liveBytes -= int64(m.From.Size)
 		}
 		c.live -= int64(m.From.Size)
+		c.items--
 	}
 	if m.To.Seg != 0 {
 		if s := c.segs[m.To.Seg]; s != nil {
@@ -411,6 +437,7 @@ func (c *core) moved(m Move) {
 			s.ids = append(s.ids, m.ID)
 		}
 		c.live += int64(m.To.Size)
+		c.items++
 	}
 }
 
@@ -419,7 +446,7 @@ func (c *core) resetLive() {
 	for _, s := range c.order {
 		s.liveCount, s.liveBytes, s.ids, s.stuck = 0, 0, nil, false
 	}
-	c.live = 0
+	c.live, c.items = 0, 0
 }
 
 // free reports whether nothing in s is needed: no live item, and nothing
@@ -429,6 +456,14 @@ func (c *core) free(s *segState) bool { return s.liveCount == 0 && s.seq < c.hel
 // onlyDeletes reports whether the log takes deletes alone: the disk is
 // full, or too much waits for an fsync that keeps failing.
 func (c *core) onlyDeletes() bool { return c.noSpace || c.backlog }
+
+// roomShort reports whether the room for deletes holds less than one
+// more live item needs, while it cannot grow: its last growth failed, or
+// it was given up to a full disk's deletes. Refusable groups but moves
+// are refused then.
+func (c *core) roomShort() bool {
+	return c.roomFailing && (c.items+1)*c.policy.deleteRoom > c.room
+}
 
 // fullMoveOf reports whether g moves a live item out of the segment that
 // compaction empties while the disk is full (fullMove): a full version
@@ -653,9 +688,18 @@ func (c *core) spareDone(now time.Duration, seq uint32, err error) {
 		}
 		c.noSpace = true
 		c.spareRetry.failed(now)
+		if c.room > 0 && !c.roomBusy && !c.closing {
+			// The room kept for deletes is theirs now: its blocks go back
+			// to the disk, and a spare is tried in them at once.
+			c.emit(action{kind: actReport, report: reportRoomSpent, n: c.room})
+			c.roomBusy, c.roomFailing = true, true
+			c.emit(action{kind: actRoom, n: 0})
+			c.spareRetry.reset()
+		}
 		return
 	}
-	if c.noSpace {
+	if c.noSpace && !c.roomFailing {
+		// (With the room given up, puts wait for it: reportRoomBack.)
 		c.emit(action{kind: actReport, report: reportSpaceBack})
 	}
 	c.noSpace, c.fullMove = false, 0
@@ -684,6 +728,7 @@ func (c *core) ready(now time.Duration) []action {
 		c.useSpare()
 	}
 	c.makeSpare(now)
+	c.tendRoom(now)
 	target := c.compactionTarget()
 	if target != nil && c.free(target) && c.removeSeq != target.seq {
 		// Every group that moved an item out of it, or deleted one, is
@@ -871,8 +916,8 @@ func (c *core) retireSegment(s *segState) {
 // disk is full it is tried again every noSpaceRetry, and at once when
 // compaction frees a segment.
 func (c *core) makeSpare(now time.Duration) {
-	if c.spare != nil || c.makingSpare || c.closing {
-		return
+	if c.spare != nil || c.makingSpare || c.closing || c.roomBusy {
+		return // a change of the room first: it may free what a spare needs
 	}
 	if !c.spareRetry.due(now) {
 		c.wake(c.spareRetry.next)
@@ -880,6 +925,52 @@ func (c *core) makeSpare(now time.Duration) {
 	}
 	c.makingSpare, c.making = true, c.version
 	c.emit(action{kind: actMakeSpare, seq: c.nextSeq(), n: int64(c.lastID), version: c.version})
+}
+
+// tendRoom keeps the room for deletes (doc.go) a step ahead of the live
+// items, growing it while a spare is ready (the spare comes first) and
+// the disk not full, and shrinking it when they fall well below it.
+func (c *core) tendRoom(now time.Duration) {
+	if c.policy.deleteRoom == 0 || c.roomBusy || c.closing || c.cur == nil || c.noSpace {
+		return // a full disk's room was given up to its deletes (spareDone)
+	}
+	need := max(c.items, 0) * c.policy.deleteRoom
+	step := c.policy.roomStep
+	target := (need/step + 2) * step // at least a step above need
+	switch {
+	case c.room < need+step/2:
+		if c.spare == nil {
+			return
+		}
+		if !c.roomRetry.due(now) {
+			c.wake(c.roomRetry.next)
+			return
+		}
+	case c.room > target+2*step:
+	default:
+		return
+	}
+	c.roomBusy = true
+	c.emit(action{kind: actRoom, n: target})
+}
+
+// roomDone: the room file holds size bytes now, after a change that
+// worked, or failed (err): the disk is full.
+func (c *core) roomDone(now time.Duration, size int64, err error) {
+	c.roomBusy, c.room = false, size
+	if err != nil {
+		if !c.roomFailing {
+			c.emit(action{kind: actReport, report: reportRoomShort, n: size, err: err})
+		}
+		c.roomFailing = true
+		c.roomRetry.failed(now)
+		return
+	}
+	c.roomRetry.reset()
+	if c.roomFailing && size > 0 {
+		c.roomFailing = false
+		c.emit(action{kind: actReport, report: reportRoomBack, n: size})
+	}
 }
 
 // writeBatch hands out what is left of the batch being written, once a
@@ -1171,6 +1262,7 @@ func (c *core) stats() Stats {
 		MaxSize:        c.policy.segmentSize,
 		DiskBytes:      c.disk,
 		LiveBytes:      c.live,
+		RoomBytes:      c.room,
 	}
 	if c.cur != nil {
 		st.CurrentIndex = c.cur.seq

@@ -73,9 +73,9 @@ func (h *harness) describe(a action) string {
 	case actReport:
 		name := [...]string{reportWriteFailed: "write-failed", reportGaveUp: "gave-up", reportSyncFailed: "sync-failed",
 			reportBacklog: "backlog", reportBacklogOver: "backlog-over", reportDiskFull: "disk-full", reportSpaceBack: "space-back", reportStuck: "stuck",
-			reportRemoveFailed: "remove-failed"}[a.report]
+			reportRemoveFailed: "remove-failed", reportRoomShort: "room-short", reportRoomBack: "room-back", reportRoomSpent: "room-spent"}[a.report]
 		switch a.report {
-		case reportBacklog, reportBacklogOver:
+		case reportBacklog, reportBacklogOver, reportRoomShort, reportRoomBack, reportRoomSpent:
 			return fmt.Sprintf("report %s %dB", name, a.n)
 		case reportDiskFull, reportSpaceBack:
 			return "report " + name
@@ -99,6 +99,8 @@ func (h *harness) describe(a action) string {
 		return fmt.Sprintf("spare %d", a.seq)
 	case actTimer:
 		return fmt.Sprintf("timer +%v", a.at()-h.now)
+	case actRoom:
+		return fmt.Sprintf("room %d", a.n)
 	case actWrite:
 		var ws []string
 		for _, e := range a.writes {
@@ -1329,4 +1331,104 @@ func TestCoreCompactionWhileFullMovesLater(t *testing.T) {
 	h.expect("spare 5")
 	h.c.spareDone(h.now, 5, nil)
 	h.expect("report space-back", "migrate 2 [1]")
+}
+
+// roomPolicy keeps 1,000 bytes of room for each live item's delete, in
+// steps of 4 KiB: a few puts move it.
+func roomPolicy() policy {
+	p := testPolicy()
+	p.deleteRoom, p.roomStep = 1000, 4096
+	return p
+}
+
+// TestCoreRoomForDeletes: the room for deletes (doc.go) grows a step
+// ahead of the live items once a spare is ready; while a growth is
+// refused, a new item that would need more than it holds is refused,
+// and so is an update, but not a delete or compaction's move; the growth
+// is tried again every 250 ms, and items are taken again once it works.
+func TestCoreRoomForDeletes(t *testing.T) {
+	h := newHarness(t, roomPolicy(), nil)
+	h.expect("spare 2") // the spare first
+	h.c.spareDone(h.now, 2, nil)
+	h.expect("room 8192")
+	h.c.roomDone(h.now, 8192, nil)
+	h.expect()
+
+	for id := uint64(1); id <= 7; id++ {
+		h.put(id)
+	}
+	h.expect("room 12288", "header 1 id=7, write 1@24+700") // 7,000 needed, within half a step of 8,192
+	h.wrote()
+	h.c.roomDone(h.now, 8192, syscall.ENOSPC)
+	h.expect("observe 700B 7rec", "report room-short 8192B", "sync [1]", "timer +250ms")
+	h.synced()
+	h.expect("publish 700")
+
+	h.put(8) // 8,000 of 8,192
+	if err := h.tryPut(9); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("a ninth item, 9,000 bytes of room needed and 8,192 kept: %v, want ErrNoSpace", err)
+	}
+	if _, _, err := h.appendItem(group(1, updateSize, false, Loc{})); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("an update while the room is short: %v, want ErrNoSpace", err)
+	}
+	h.move(2)
+	h.del(3)
+	h.put(9) // the delete made room
+
+	if err := h.tryPut(10); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("a ninth item again: %v, want ErrNoSpace", err)
+	}
+
+	h.at(250 * time.Millisecond) // the spare first, then the room
+	h.expect("spare 3", "write 1@724+217, header 2 id=9, write 2@24+100")
+	h.wrote()
+	h.c.spareDone(h.now, 3, nil)
+	h.expect("observe 317B 4rec", "room 12288", "sync [1 2]")
+	h.c.roomDone(h.now, 12288, nil)
+	h.synced()
+	h.expect("report room-back 12288B", "publish 1017", "retire 1 at 941")
+	h.put(10)
+	h.put(11)
+}
+
+// TestCoreRoomGivenUpToDeletes: when no spare can be made, the room kept
+// for deletes is given up to them (its file cut to nothing) and a spare
+// tried at once in what that frees; puts stay refused until the room has
+// grown back, though the spare was made.
+func TestCoreRoomGivenUpToDeletes(t *testing.T) {
+	h := newHarness(t, roomPolicy(), nil)
+	h.expect("spare 2")
+	h.c.spareDone(h.now, 2, nil)
+	h.expect("room 8192")
+	h.c.roomDone(h.now, 8192, nil)
+	for id := uint64(1); id <= 9; id++ { // fills segment 1: the tenth moves to the spare
+		h.put(id)
+	}
+	h.expect("room 16384", "header 1 id=9, write 1@24+900")
+	h.wrote()
+	h.c.roomDone(h.now, 16384, nil)
+	h.expect("observe 900B 9rec", "sync [1]")
+	h.synced()
+	h.expect("publish 900")
+	h.put(10)
+	h.expect("spare 3", "header 2 id=10, write 2@24+100")
+	h.wrote()
+	h.c.spareDone(h.now, 3, syscall.ENOSPC)
+	h.expect("observe 100B 1rec", "report disk-full", "report room-spent 16384B", "room 0", "retire 1 at 924", "sync [2]")
+	h.c.roomDone(h.now, 0, nil)
+	h.synced()
+	h.expect("publish 1000", "spare 3") // at once, not after 250 ms
+	if err := h.tryPut(11); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("a put on the full disk: %v", err)
+	}
+	h.c.spareDone(h.now, 3, nil)
+	h.expect("room 16384") // no space-back: puts wait for the room
+	if err := h.tryPut(11); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("a put while the room given up has not grown back: %v", err)
+	}
+	for id := uint64(1); id <= 10; id++ {
+		h.del(id)
+	}
+	h.c.roomDone(h.now, 0, syscall.ENOSPC) // said already: given up
+	h.expect("timer +250ms", "write 2@124+170")
 }

@@ -145,6 +145,13 @@ func SegmentName(seq uint32) string { return fmt.Sprintf("sprout.%08d.wal", seq)
 // SegmentPath is the path of segment seq.
 func (d *Dir) SegmentPath(seq uint32) string { return filepath.Join(d.path, SegmentName(seq)) }
 
+// RoomName is the file that keeps room for deletes (doc.go, "Room for
+// deletes").
+const RoomName = "sprout.room"
+
+// RoomPath is the path of the room file.
+func (d *Dir) RoomPath() string { return filepath.Join(d.path, RoomName) }
+
 // Segments lists the sequence numbers of the segment files, in order.
 func (d *Dir) Segments() ([]uint32, error) {
 	entries, err := os.ReadDir(d.path)

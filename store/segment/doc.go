@@ -147,8 +147,9 @@
 // whole. A group is refused only after Close (ErrClosed), or, if it is
 // Refusable, while the log is Full (ErrNoSpace): no spare segment could
 // be made (the disk is full), or more than maxUnsynced waits for an fsync
-// that keeps failing. A journal's puts are refusable and its deletes are
-// not: deletes are what the room kept in the current segment is for. A
+// that keeps failing; or, but for compaction's moves, while the room for
+// deletes is short (below). A journal's puts are refusable and its
+// deletes are not: they are what that room is kept for. A
 // cluster's Raft log cannot refuse Raft's writes, so none of its groups
 // is refusable: it takes them into the current segment's preallocated
 // room and past it, where a write may fail and is retried; its leader's
@@ -197,15 +198,37 @@
 // stay in the current segment whatever its size. Segments written before
 // keep their version until compaction removes them. Segments are preallocated and
 // zero-filled; one spare is always ready, so rotation never waits and a
-// full disk refuses new work, not deletes, as long as they fit in what is
-// left of the current segment: unlike beanstalkd, which reserves a
-// delete's room with each put, nothing keeps room for the deletes of every
-// live item, so past that room a delete's write fails and is retried
-// until the disk has room again (docs/durability.md). While it is full, a
+// full disk refuses new work, not deletes (below). While it is full, a
 // new spare is tried every 250 ms, and at once when compaction frees a
 // segment. DIR/lock is locked with fcntl, as beanstalkd does (LockDir).
 // Dir.Create writes a whole segment at once (an import, a conversion),
 // durably and renamed into place, so a crash leaves it whole or absent.
+//
+// # Room for deletes
+//
+// A journal's deletes are never refused, so they must find room on a
+// full disk: beanstalkd reserves each put's delete in its binlog files.
+// Without it, the deletes fit only in what was left of the current
+// segment, and compaction frees nothing while long-lived items pin the
+// oldest segment: a delete past that room failed and was retried until
+// the disk had room again, its client waiting. The log keeps the room in
+// a file of its own, DIR/sprout.room, allocated (fallocate: the blocks,
+// never written) to Options.DeleteRoom bytes for each live item, its
+// delete's frame. The core counts the live items and asks for the file
+// to grow a step (roomStep) ahead of them, and to shrink when they fall
+// well below it; the writer changes it, quickly, between its other steps
+// (actRoom, roomDone). It grows only while a spare is ready, so a spare
+// comes first. A growth the disk refuses is retried every 250 ms, and
+// meanwhile refusable groups are refused once the live items need more
+// than the room holds, as on a full disk. When no spare can be made, the
+// room is given up (the file cut to nothing): its blocks are the disk's
+// again, enough for every live item's delete (in a spare tried at once,
+// or past the current segment's size), and refusable groups stay refused
+// until the room has grown back, after space returns. The file outlives
+// a restart, so that a start on a full disk gives it up to make its first
+// segment. A cluster's Raft log keeps none (DeleteRoom 0) and removes a
+// file it finds. Other writers filling the disk can still take the blocks
+// given up before the deletes do, as they can beanstalkd's.
 //
 // # Recovery
 //

@@ -1,9 +1,11 @@
 package segment
 
 import (
+	"errors"
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -82,7 +84,9 @@ type Log struct {
 	syncFiles []syncTarget
 	// syncC is syncs while an fsync is in flight, else nil.
 	syncC <-chan syncResult
-	timer *time.Timer
+	// roomDone is the outcome of a change of the room file, to feed.
+	roomDone *roomResult
+	timer    *time.Timer
 	// timerC is timer.C while the timer is armed, else nil: a select on a
 	// timer's channel costs a clock read even while it is stopped.
 	timerC   <-chan time.Time
@@ -132,6 +136,11 @@ func Open(d *Dir, opts Options, replay func(Frame) error) (*Log, error) {
 	if err := l.load(replay); err != nil {
 		return nil, err
 	}
+	if opts.DeleteRoom == 0 {
+		_ = os.Remove(d.RoomPath()) // one a journal kept, in a directory taken over
+	} else {
+		l.core.room = l.roomSize()
+	}
 	l.reserve.fill()
 	return l, nil
 }
@@ -155,6 +164,15 @@ func (l *Log) Start(m Migrator) error {
 	seq, last, version := l.core.nextSeq(), l.core.lastID, l.core.version
 	l.mu.Unlock()
 	f, err := l.openSegment(seq, last, version)
+	if errors.Is(err, syscall.ENOSPC) && l.opts.DeleteRoom > 0 && l.roomSize() > 0 {
+		// A start on a full disk: the room kept for deletes makes way.
+		rr := l.changeRoom(0)
+		l.mu.Lock()
+		l.core.room, l.core.roomFailing = rr.size, true
+		l.mu.Unlock()
+		l.log.Warn().Err(err).Msg("segment: disk full at start; the room kept for deletes is given up to them")
+		f, err = l.openSegment(seq, last, version)
+	}
 	if err != nil {
 		return err
 	}
@@ -241,6 +259,8 @@ type Stats struct {
 	RecordsMigrated, RecordsWritten int64
 	MaxSize                         int64
 	DiskBytes, LiveBytes            int64
+	// RoomBytes is what the room for deletes holds (doc.go).
+	RoomBytes int64
 }
 
 // Stats reads the log's figures.

@@ -76,6 +76,10 @@ type Options struct {
 	// them (Moved), after Migrate returns, rather than by the appends
 	// Migrate makes (doc.go, "Items").
 	MovesLater bool
+	// DeleteRoom is the bytes kept on disk for each live item's delete, a
+	// group that is never refused: a journal's delete frame. Zero keeps
+	// none (doc.go, "Room for deletes").
+	DeleteRoom int
 	Logger     zerolog.Logger
 	// Observer, if set, is told of every batch written and every fsync.
 	Observer Observer

@@ -111,6 +111,10 @@ func (l *Log) run() {
 		if synced {
 			l.core.syncDone(now, sr.seq, sr.err)
 		}
+		if rr := l.roomDone; rr != nil {
+			l.roomDone = nil
+			l.core.roomDone(now, rr.size, rr.err)
+		}
 		acts := l.core.ready(now)
 		l.mu.Unlock()
 		if o.kind == spareMade && o.err == nil {
@@ -124,7 +128,7 @@ func (l *Log) run() {
 		if o, stop = l.carryOut(acts); stop {
 			return // Close closes the files once the spare maker is done too
 		}
-		if o.kind != noOutcome {
+		if o.kind != noOutcome || l.roomDone != nil {
 			continue
 		}
 		select {
@@ -175,6 +179,9 @@ func (l *Log) carryOut(acts []action) (o outcome, stop bool) {
 		case actTimer:
 			l.timer.Reset(a.at() - time.Since(l.origin))
 			l.timerC = l.timer.C
+		case actRoom:
+			rr := l.changeRoom(a.n)
+			l.roomDone = &rr
 		case actWrite:
 			o = outcome{kind: wrote}
 			for _, e := range a.writes {
@@ -369,9 +376,60 @@ func (l *Log) report(a *action) {
 	case reportStuck:
 		l.log.Error().Str("file", file).Int64("live", a.n).
 			Msg("segment: live items but none left to move; compaction stopped")
+	case reportRoomShort:
+		l.log.Warn().Err(a.err).Int64("room_bytes", a.n).Msg("segment: cannot keep room for the live jobs' deletes; refusing puts beyond it until space returns")
+	case reportRoomBack:
+		l.log.Info().Int64("room_bytes", a.n).Msg("segment: room for the live jobs' deletes kept again; accepting puts")
+	case reportRoomSpent:
+		l.log.Warn().Int64("room_bytes", a.n).Msg("segment: disk full; the room kept for deletes is given up to them")
 	case reportRemoveFailed:
 		l.log.Warn().Err(a.err).Str("file", file).Msg("segment: cannot remove segment; will retry")
 	}
+}
+
+// roomResult is the outcome of a change of the room file: its size
+// after it, and why it failed.
+type roomResult struct {
+	size int64
+	err  error
+}
+
+// changeRoom makes the room file size bytes: allocated when it grows
+// (fallocate, the blocks only: nothing reads them), cut when it shrinks.
+// A growth the disk refuses leaves it as it was. It takes a moment, on
+// the writer goroutine, between its steps.
+func (l *Log) changeRoom(size int64) roomResult {
+	l.reserve.fill()
+	f, err := l.reserve.open(func() (*os.File, error) {
+		return os.OpenFile(l.dir.RoomPath(), os.O_RDWR|os.O_CREATE, 0o600)
+	})
+	if err != nil {
+		return roomResult{size: l.roomSize(), err: err}
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return roomResult{size: l.roomSize(), err: err}
+	}
+	had := st.Size()
+	if size > had {
+		if err := l.opts.allocate(f, size, false); err != nil {
+			_ = f.Truncate(had) // what it took of the growth, back
+			return roomResult{size: had, err: err}
+		}
+	} else if err := f.Truncate(size); err != nil {
+		return roomResult{size: had, err: err}
+	}
+	return roomResult{size: size}
+}
+
+// roomSize is the room file's size, 0 if there is none.
+func (l *Log) roomSize() int64 {
+	st, err := os.Stat(l.dir.RoomPath())
+	if err != nil {
+		return 0
+	}
+	return st.Size()
 }
 
 // makeSpare is the spare maker: it makes segment seq on its own goroutine

@@ -71,8 +71,11 @@ func (o Options) segment() segment.Options {
 		NoSync:      o.NoSync,
 		SkipDamaged: o.SkipDamaged,
 		MaxPayload:  maxPayload,
-		Logger:      o.Logger,
-		Observer:    o.Observer,
+		// Each live job's delete has its room kept on disk, as beanstalkd
+		// reserves it with the put: deletes are never refused.
+		DeleteRoom: FrameSize(&Record{Kind: KindDelete}),
+		Logger:     o.Logger,
+		Observer:   o.Observer,
 	}
 }
 
