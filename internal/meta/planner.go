@@ -208,9 +208,10 @@ const (
 // way). A draining member's replica goes first, to the live member not
 // draining that holds fewest replicas and none of the group, ties broken
 // by a hash of the member's name and the group, so that groups do not
-// all pick the same member; with no receiver, it goes alone, but not
-// while that would leave the group without a live majority of its
-// voters. Then a group with more voters than R (a move cut short) loses
+// all pick the same member; it goes alone only when no member not
+// draining, up or down, holds none of the group (fewer such members than
+// R), and not while that would leave the group without a live majority
+// of its voters; while a member that could take it is down, it waits. Then a group with more voters than R (a move cut short) loses
 // the replica of a member down, else of the member holding most (none
 // while a voter is no member), and one with fewer (a drain with no
 // receiver, since made good by a member added) gains one there. Else,
@@ -238,6 +239,17 @@ func PlanMove(s *State, live func(member string) bool) (Move, bool) {
 				continue
 			}
 			to := load.fewest(&groups[i])
+			if to == "" && s.mayReceive(&groups[i]) {
+				// A member that could take it is down (a restart, a
+				// connection dialled again): the drain waits for it
+				// rather than leave the group a voter short, one more
+				// failure from stopping, for as long as its snapshot
+				// would take. The replica goes alone only when no member
+				// could ever take it (1.4: M - 1 < R); an operator whose
+				// receiver is gone for good removes it too (it drains
+				// then, and no longer counts) or adds one.
+				continue
+			}
 			if to == "" && !groups[i].liveMajorityWithout(m.Name, live) {
 				// With no receiver, the group would be left without a
 				// live majority of its voters: the drain waits for the
@@ -286,6 +298,12 @@ func PlanMove(s *State, live func(member string) bool) (Move, bool) {
 		}
 	}
 	return Move{}, false
+}
+
+// mayReceive reports whether a member of s, up or not, could take a
+// replica of g: it holds none and is not draining.
+func (s *State) mayReceive(g *Group) bool {
+	return slices.ContainsFunc(s.Members, func(m Member) bool { return !m.Draining && !g.Holds(m.Name) })
 }
 
 // liveMajorityWithout reports whether g's voters but member keep a

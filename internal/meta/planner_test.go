@@ -329,6 +329,47 @@ func TestPlanMoveLiveMajority(t *testing.T) {
 	}
 }
 
+// TestPlanMoveDrainWaitsForReceiver: a draining member's replica whose
+// only possible receiver is down (restarting, its connection dialled
+// again) waits for it, rather than go alone and leave the group a voter
+// short until the receiver is back and filled: the review saw 4 -> 3
+// leave group 1 on two voters so. Back, the receiver takes it. Gone for
+// good, the operator removes it too (it drains): then no member can take
+// the replica, which goes alone, and so does the dead member's own.
+func TestPlanMoveDrainWaitsForReceiver(t *testing.T) {
+	s, _ := Formation(members(4), 2, 3)
+	var giver, spare string
+	for _, m := range s.Members {
+		if s.Groups[1].Holds(m.Name) && giver == "" {
+			giver = m.Name
+		}
+		if !s.Groups[1].Holds(m.Name) {
+			spare = m.Name
+		}
+	}
+	s.member(giver).Draining = true
+	down := func(m string) bool { return m != spare }
+	if mv, ok := PlanMove(s, down); ok && mv.Group == 1 {
+		t.Fatalf("%s draining, %s (group 1's only receiver) down: %+v, want group 1 left as it is", giver, spare, mv)
+	}
+	if mv, ok := PlanMove(s, func(string) bool { return true }); !ok || mv.Group != 1 || mv.From != giver || mv.To != spare {
+		t.Fatalf("%s draining, %s back: %+v %v, want group 1's replica moved to it", giver, spare, mv, ok)
+	}
+
+	// Gone for good: removed too, it drains.
+	s.member(spare).Draining = true
+	mv, ok := PlanMove(s, down)
+	if !ok || mv.From != giver || mv.To != "" {
+		t.Fatalf("%s draining, %s removed too: %+v %v, want %s's replica removed alone", giver, spare, mv, ok, giver)
+	}
+	n := settleMoves(t, s, down)
+	for _, g := range s.Groups[1:] {
+		if g.Holds(giver) || g.Holds(spare) || len(g.Voters()) != 2 {
+			t.Errorf("after %d moves, %s and %s drained: group %d has voters %v, want the two members left", n+1, giver, spare, g.ID, g.Voters())
+		}
+	}
+}
+
 // TestMoveProgress: a move is begun once its receiver holds a replica,
 // learner or voter, and made once the receiver votes and the giver holds
 // none; a move of one side alone by that side; a group not in the state
