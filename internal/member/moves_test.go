@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -929,5 +930,53 @@ func TestShardGroupsDropRemovedReplica(t *testing.T) {
 	r, err := conn.Do(fmt.Sprintf("peek %d", id), nil)
 	if err != nil || r.Kind != testproc.ReplyFound || string(r.Body) != "kept" {
 		t.Fatalf("peek %d after the replica moved: %+v %v", id, r, err)
+	}
+}
+
+// TestShardGroupsLeaveRecordsRemovalFirst: a member whose replica leaves
+// its group counts the removal (leftAt) before it clears the replica's
+// node. followReplicas starts a group whose node is nil on any report
+// later than that count, and a report from before the removal still
+// names the member: a balancer look in between started a new node on the
+// log about to be dropped (SharedLog.Attach hands back a log still held),
+// and the Drop after dropped it under that node.
+func TestShardGroupsLeaveRecordsRemovalFirst(t *testing.T) {
+	c := newClusterOf(t, 4, 2, 3)
+	c.finalized()
+	leader := c.leaderOf(1)
+	voters := c.leadersReplicas(1)
+	var giver, spare string
+	for _, name := range slices.Sorted(maps.Keys(c.up)) {
+		switch {
+		case !slices.Contains(voters, name):
+			spare = name
+		case name != leader.node.Name() && giver == "":
+			giver = name
+		}
+	}
+	sh := c.up[giver].shards
+	seen, stop := make(chan uint64, 1), make(chan struct{})
+	defer close(stop)
+	go func() {
+		for sh.node(1) != nil {
+			select {
+			case <-stop:
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
+		seen <- sh.leftAt(1)
+	}()
+	if status, _, body := moveThrough(t, leader, 1, giver, spare); status != http.StatusOK {
+		t.Fatalf("moving group 1's replica from %s to %s: %d %s", giver, spare, status, body)
+	}
+	select {
+	case left := <-seen:
+		if left == 0 {
+			t.Fatalf("%s's replica of group 1 was cleared before its removal was counted: a report from before it could start the group again", giver)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s's replica of group 1 still runs after its removal", giver)
 	}
 }

@@ -403,14 +403,22 @@ func (sh *shards) leftAt(g uint16) uint64 {
 // holding it are.
 func (m *Member) leaveGroup(g uint16, n *replication.Node, at uint64) {
 	sh := m.shards
-	if !sh.nodes[g].CompareAndSwap(n, nil) {
-		return
-	}
-	n.Close()
+	// The removal is recorded before the node is cleared: followReplicas
+	// starts a group whose node is nil on any report later than left,
+	// and a report from before the removal still names this member, so
+	// in between it would start a new node on the log about to be dropped
+	// (SharedLog.Attach hands back the group's log while it is held).
+	// Recorded for an n already replaced, it is below the change that
+	// added the member again, and followReplicas looks at it only while
+	// no node runs.
 	_, _, index := n.Replicas()
 	sh.leftMu.Lock()
 	sh.left[g] = max(sh.left[g], at, index)
 	sh.leftMu.Unlock()
+	if !sh.nodes[g].CompareAndSwap(n, nil) {
+		return
+	}
+	n.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), handOverSettle)
 	defer cancel()
 	if err := m.closeGroupClients(ctx, g, n); err != nil {
