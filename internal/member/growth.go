@@ -1,9 +1,12 @@
 package member
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"sync/atomic"
@@ -239,7 +242,11 @@ func (m *Member) growGroups(ctx context.Context, n int) (growResult, error) {
 	grown, cancel := context.WithTimeout(ctx, growTimeout)
 	defer cancel()
 	if m.shards.groups() < n {
-		if err := m.node.ProposeGrow(grown, m.newGroups(from, n)); err != nil {
+		placed, err := m.newGroups(from, n)
+		if err != nil {
+			return res, err
+		}
+		if err := m.node.ProposeGrow(grown, placed); err != nil {
 			return res, err
 		}
 	}
@@ -294,28 +301,61 @@ func (m *Member) readCount(w http.ResponseWriter, r *http.Request) (int, bool) {
 	return *req.To, true
 }
 
-// newGroups are groups from…n−1, each on R replicas (wantedReplicas), on
-// the members holding the fewest replicas (draining ones last), in turn;
-// each prefers as its first leader the replica that leads the fewest
-// groups, counting those preferred before it (neither draining nor
-// cordoned; none if no replica may lead).
-func (m *Member) newGroups(from, n int) []replication.GrownGroup {
+// errGrowthUnplaced refuses a growth whose new groups could not elect a
+// leader: too few members are up to hold a majority of each one's
+// replicas.
+var errGrowthUnplaced = errors.New("member: too few members up to place the new groups")
+
+// newGroups are groups from…n−1, placed (placeGrown) on group 0's view
+// of the members: up is whether this member is connected to one, as the
+// replica planner has it (balance); an error if too few are up.
+func (m *Member) newGroups(from, n int) ([]replication.GrownGroup, error) {
 	reported, names := m.sessions.Reported(), m.memberNames()
 	cur := m.currentPlacement(reported, names)
-	held, led := map[string]int{}, map[string]int{}
-	mayLead := map[string]bool{}
-	var members []string
-	for _, mb := range cur.Members {
-		members = append(members, mb.Name)
-		if mb.Draining {
-			held[mb.Name] += 1 << 20
-		}
-		mayLead[mb.Name] = mb.MayLead()
-	}
+	led := map[string]int{}
 	for g := range m.shards.groups() {
 		if name := m.leaderOf(uint16(g), reported, names); name != "" {
 			led[name]++
 		}
+	}
+	connected := map[string]bool{m.node.Name(): true}
+	for _, mb := range m.node.Status().Members {
+		connected[mb.Name] = connected[mb.Name] || mb.Connected
+	}
+	return placeGrown(cur, led, func(name string) bool { return connected[name] }, from, n)
+}
+
+// placeGrown places groups from…n−1 on cur's members, each on R replicas
+// (cur.Replicas), in turn on the members up holding the fewest replicas,
+// then those down, draining ones last of all; each prefers as its first
+// leader the replica that leads the fewest groups (led, counting those
+// preferred before it; neither draining nor cordoned; none if no replica
+// may lead).
+//
+// A member down (added and not started yet, restarting) is chosen only
+// when fewer than R are up: its replica starts when it comes back
+// (startOriginal), and the group runs on the others meanwhile, as a
+// formation's group does with a member down. Placed first by its count
+// alone (a member just added holds none), it went into every new group,
+// and two of three replicas down left a group with no leader: the growth
+// failed after growTimeout, and the group, with no report, held every
+// move after it. A group that would have no majority of its replicas up
+// is refused (errGrowthUnplaced), never logged: the operator starts the
+// members, or removes those gone, and asks again.
+func placeGrown(cur *meta.State, led map[string]int, up func(string) bool, from, n int) ([]replication.GrownGroup, error) {
+	led = maps.Clone(led)
+	held, rank := map[string]int{}, map[string]int{}
+	mayLead := map[string]bool{}
+	var members []string
+	for _, mb := range cur.Members {
+		members = append(members, mb.Name)
+		switch {
+		case mb.Draining:
+			rank[mb.Name] = 2
+		case !up(mb.Name):
+			rank[mb.Name] = 1
+		}
+		mayLead[mb.Name] = mb.MayLead()
 	}
 	for _, g := range cur.Groups[1:] {
 		for _, r := range g.Replicas {
@@ -325,9 +365,13 @@ func (m *Member) newGroups(from, n int) []replication.GrownGroup {
 	replicas := cur.Replicas
 	var out []replication.GrownGroup
 	for g := from; g < n; g++ {
-		slices.SortStableFunc(members, func(a, b string) int { return held[a] - held[b] })
+		slices.SortStableFunc(members, func(a, b string) int { return cmp.Or(rank[a]-rank[b], held[a]-held[b]) })
 		grp := replication.GrownGroup{ID: uint16(g), Modulus: uint16(n), Replicas: slices.Clone(members[:replicas])}
 		slices.Sort(grp.Replicas)
+		if ups := len(slices.DeleteFunc(slices.Clone(grp.Replicas), func(r string) bool { return !up(r) })); ups <= replicas/2 {
+			return nil, fmt.Errorf("%w: group %d on %v would have %d of its %d replicas up, no majority to elect a leader: start the members down, or remove those gone, and grow again",
+				errGrowthUnplaced, g, grp.Replicas, ups, replicas)
+		}
 		for _, r := range grp.Replicas {
 			held[r]++
 			if mayLead[r] && (grp.Preferred == "" || led[r] < led[grp.Preferred]) {
@@ -339,5 +383,5 @@ func (m *Member) newGroups(from, n int) []replication.GrownGroup {
 		}
 		out = append(out, grp)
 	}
-	return out
+	return out, nil
 }

@@ -2,8 +2,10 @@ package member
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -392,5 +394,115 @@ func TestGrownReplicaStartRetried(t *testing.T) {
 				t.Fatal("the growth did not end")
 			}
 		})
+	}
+}
+
+// TestPlaceGrown: a growth's new groups go on the members up holding the
+// fewest replicas, then on members down, draining ones last of all; a
+// member added and not started yet (down, holding none) no longer goes
+// into every new group. A group that would have no majority of its
+// replicas up is refused: it could elect no leader.
+func TestPlaceGrown(t *testing.T) {
+	formed := func(m int) *meta.State {
+		var members []meta.Member
+		for i := range m {
+			members = append(members, meta.Member{Name: fmt.Sprintf("m%d", i+1)})
+		}
+		s, err := meta.Formation(members, 2, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	downAre := func(names ...string) func(string) bool {
+		return func(name string) bool { return !slices.Contains(names, name) }
+	}
+	for _, c := range []struct {
+		name    string
+		members int
+		joined  []string // added to the book, holding none
+		down    []string
+		drain   string
+		never   []string // in no new group
+		refused bool
+	}{
+		{"every member up", 3, nil, nil, "", nil, false},
+		{"two joined, not started", 3, []string{"m4", "m5"}, []string{"m4", "m5"}, "", []string{"m4", "m5"}, false},
+		{"one down of five", 5, nil, []string{"m2"}, "", []string{"m2"}, false},
+		{"draining, last", 4, nil, nil, "m4", []string{"m4"}, false},
+		{"two down of four: each group on both up and one down", 4, nil, []string{"m3", "m4"}, "", nil, false},
+		{"two down of three", 3, nil, []string{"m2", "m3"}, "", nil, true},
+	} {
+		s := formed(c.members)
+		for _, name := range c.joined {
+			s.Members = append(s.Members, meta.Member{Name: name})
+		}
+		if c.drain != "" {
+			for i := range s.Members {
+				if s.Members[i].Name == c.drain {
+					s.Members[i].Draining = true
+				}
+			}
+		}
+		up := downAre(c.down...)
+		grown, err := placeGrown(s, map[string]int{}, up, 2, 4)
+		if c.refused {
+			if !errors.Is(err, errGrowthUnplaced) {
+				t.Errorf("%s: %v %+v, want refused", c.name, err, grown)
+			}
+			continue
+		}
+		if err != nil || len(grown) != 2 {
+			t.Errorf("%s: %v %+v, want two groups", c.name, err, grown)
+			continue
+		}
+		for _, g := range grown {
+			ups := 0
+			for _, r := range g.Replicas {
+				if up(r) {
+					ups++
+				}
+			}
+			if len(g.Replicas) != 3 || ups < min(3, c.members+len(c.joined)-len(c.down)) ||
+				slices.ContainsFunc(g.Replicas, func(r string) bool { return slices.Contains(c.never, r) }) {
+				t.Errorf("%s: group %d on %v (%d up), want three, as many up as there are, none of %v", c.name, g.ID, g.Replicas, ups, c.never)
+			}
+		}
+	}
+}
+
+// TestShardGroupsGrowPlacesOnMembersUp: group 0's leader places a
+// growth's groups on the members it is connected to: a member stopped,
+// holding the fewest replicas, is in none of them (it was in each).
+func TestShardGroupsGrowPlacesOnMembersUp(t *testing.T) {
+	c := newClusterOf(t, 4, 2, 3)
+	c.finalized()
+	driver := c.leaderOf(0)
+	var down string
+	for _, name := range slices.Sorted(maps.Keys(c.up)) {
+		if c.up[name] != driver && !driver.shards.placement.Groups[1].Holds(name) {
+			down = name
+		}
+	}
+	if down == "" {
+		t.Fatal("group 0's leader is the only member holding no replica of group 1")
+	}
+	c.stop(down)
+	testproc.WaitFor(t, 10*time.Second, down+" seen down by group 0's leader", func() bool {
+		for _, mb := range driver.node.Status().Members {
+			if mb.Name == down {
+				return !mb.Connected
+			}
+		}
+		return false
+	})
+	grown, err := driver.newGroups(2, 4)
+	if err != nil {
+		t.Fatalf("placing groups 2 and 3 with %s down: %v", down, err)
+	}
+	for _, g := range grown {
+		if slices.Contains(g.Replicas, down) {
+			t.Errorf("group %d placed on %v, with %s down", g.ID, g.Replicas, down)
+		}
 	}
 }
