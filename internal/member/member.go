@@ -176,11 +176,11 @@ type Member struct {
 	// each move group 0 has not settled (its passes' alone).
 	settling   atomic.Bool
 	settleSeen map[uint64]time.Time
-	// learnersSeen is when this member, leading their group, first saw
-	// each learner it still sees (dropStaleLearners; the balance loop's
-	// alone). learnerTimeout, set by tests only, is how long a learner
-	// may stay one: 0 is staleLearner.
-	learnersSeen   map[groupMember]time.Time
+	// learnersSeen is how each learner this member still sees, leading
+	// its group, has caught up since it first saw it (dropStaleLearners;
+	// the balance loop's alone). learnerTimeout, set by tests only, is how
+	// long a learner may show no progress: 0 is staleLearner.
+	learnersSeen   map[groupMember]*catchUp
 	learnerTimeout atomic.Int64
 	// stagesSeen is when this member, leading their group, first saw each
 	// move's copy taken ahead of its freeze that no adopt here took in and

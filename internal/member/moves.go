@@ -28,11 +28,81 @@ import (
 // move cut short leaves the group with its replicas or one more, and the
 // same move asked again goes on from where it stands.
 const (
-	// moveTimeout bounds a move, most of it the receiver's catching up.
-	moveTimeout = time.Minute
-	// movePoll is how often a move looks whether the receiver is a voter.
-	movePoll = 50 * time.Millisecond
+	// moveStall is how long a move's receiver may show no progress
+	// (catchUp) before the move gives up on it and takes it out again:
+	// a receiver down, or whose snapshots fail.
+	moveStall = time.Minute
+	// moveCap bounds a move however its receiver progresses. A fixed
+	// minute, as moveStall was once, gave up on a group whose snapshot
+	// takes longer (some 5 GB at replication's pace), and the planner,
+	// seeing the same state again, planned the same move again, for
+	// good. Progress is judged from what the group's leader sees: a
+	// snapshot's stream is not seen from here, only its receiver's
+	// member heard from, so a receiver up whose replica never takes the
+	// snapshot (not running there) would seem to progress for ever, and
+	// one whose log rises but never within promoteSlack (writes
+	// outpacing it) is never promoted. 15 minutes is some 80 GB at the
+	// snapshots' pace: past that, the move is given up, and the planner
+	// holds every other until then (one at a time over the cluster).
+	moveCap = 15 * time.Minute
+	// movePoll is how often a move looks whether the receiver is a voter;
+	// catchUpLook, how often it judges the receiver's progress (which
+	// reads the group's status and the member's figures).
+	movePoll    = 50 * time.Millisecond
+	catchUpLook = time.Second
 )
+
+// learnerSeen is what a group's leader sees of a learner at a look: the
+// last entry it holds (Match), whether its member was heard from lately,
+// and how many snapshots failed on the leader's member so far (the
+// member's count: snapshots are not counted by receiver).
+type learnerSeen struct {
+	match  uint64
+	heard  bool
+	failed uint64
+}
+
+// catchUp judges, look by look, whether a learner still catches up: its
+// Match rises, or a snapshot may be streaming to it (raft leaves Match
+// where it is until the snapshot is taken, which may take minutes): its
+// member is heard from and no snapshot has failed here since its Match
+// last rose. A learner that showed neither for stall, or has been one for
+// limit, has stalled. The first look sets where it starts from.
+type catchUp struct {
+	stall, limit time.Duration
+	began, since time.Time // the first look; the last that saw progress
+	seen         learnerSeen
+}
+
+// stalled takes the look at now, which saw s, and reports whether the
+// learner has stalled.
+func (c *catchUp) stalled(now time.Time, s learnerSeen) bool {
+	switch {
+	case c.began.IsZero():
+		c.began, c.since, c.seen = now, now, s
+	case s.match > c.seen.match:
+		c.since, c.seen = now, s
+	case s.heard && s.failed == c.seen.failed:
+		// A failure elsewhere counts too (the count is the member's),
+		// which at worst gives up on a move a minute after it, as
+		// before.
+		c.since = now
+	}
+	return now.Sub(c.since) >= c.stall || now.Sub(c.began) >= c.limit
+}
+
+// learnerSeen is what n, this member's replica of its group, leading,
+// sees of member name's replica.
+func (m *Member) learnerSeen(n *replication.Node, name string) learnerSeen {
+	s := learnerSeen{heard: m.node.Host().HeardFrom(name, m.node.ElectionTimeout()),
+		failed: m.node.Stats().Transport.SnapshotsFailed}
+	for _, ms := range n.Status().Members {
+		if ms.Name == name && ms.Match != nil {
+			s.match = *ms.Match
+		}
+	}
+	return s
+}
 
 // errNoReplica: a move asked of a member that holds no replica of the
 // group, after it was forwarded once.
@@ -61,8 +131,9 @@ type GroupReplicas struct {
 
 // moveReplica moves group g's replica from member from to member to, on
 // this member's replica of g, and returns the group's replicas after. A
-// receiver that does not catch up within moveTimeout is removed again,
-// and the group keeps its replicas.
+// receiver that stops catching up (catchUp: moveStall without progress,
+// or moveCap in all), or one still catching up when ctx ends, is removed
+// again, and the group keeps its replicas.
 func (m *Member) moveReplica(ctx context.Context, g uint16, from, to string) (GroupReplicas, error) {
 	n := m.shards.node(g)
 	if n == nil {
@@ -84,25 +155,39 @@ func (m *Member) moveReplica(ctx context.Context, g uint16, from, to string) (Gr
 		return m.replicasOf(g, n), fmt.Errorf("%w: %s holds no replica of group %d", replication.ErrUnknownMember, from, g)
 	}
 	if v, l := holds(toID); !v && !l {
-		if _, err := n.AddReplica(ctx, to); err != nil {
+		add, cancel := context.WithTimeout(ctx, moveStall)
+		_, err := n.AddReplica(add, to)
+		cancel()
+		if err != nil {
 			return m.replicasOf(g, n), err
 		}
 		m.log.Info().Int("group", int(g)).Str("from", from).Str("to", to).Msg("moving a group's replica: the receiver added as a learner")
 	}
+	// giveUp takes the learner out again, so the group can change again
+	// (one learner at a time), with what is left.
+	giveUp := func(why string) (GroupReplicas, error) {
+		undo, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
+		_, _, now := n.Replicas()
+		_, err := n.RemoveReplica(undo, to, now)
+		cancel()
+		return m.replicasOf(g, n), fmt.Errorf("%w: %s did not catch up with group %d (%s); removed again: %v",
+			replication.ErrChangeTimeout, to, g, why, err)
+	}
+	watch := catchUp{stall: moveStall, limit: moveCap}
+	var look time.Time
 	for {
 		if v, _ := holds(toID); v {
 			break
 		}
+		if now := time.Now(); now.Sub(look) >= catchUpLook {
+			look = now
+			if watch.stalled(now, m.learnerSeen(n, to)) {
+				return giveUp(fmt.Sprintf("no progress for %v, or a learner for %v", moveStall, moveCap))
+			}
+		}
 		select {
 		case <-ctx.Done():
-			// Not caught up: take the learner out again, so the group can
-			// change again (one learner at a time), with what is left.
-			undo, cancel := context.WithTimeout(context.Background(), replication.ChangeTimeout)
-			_, _, now := n.Replicas()
-			_, err := n.RemoveReplica(undo, to, now)
-			cancel()
-			return m.replicasOf(g, n), fmt.Errorf("%w: %s did not catch up with group %d in time (%v); removed again: %v",
-				replication.ErrChangeTimeout, to, g, ctx.Err(), err)
+			return giveUp(ctx.Err().Error())
 		case <-n.Done():
 			return GroupReplicas{}, fmt.Errorf("%w: this member's replica of group %d stopped", replication.ErrNoLeader, g)
 		case <-time.After(movePoll):
@@ -123,7 +208,9 @@ func (m *Member) moveReplica(ctx context.Context, g uint16, from, to string) (Gr
 	// The removal may stop this replica before its answer: by applying
 	// it (ErrRemoved), or as the leader's report of the group without
 	// this member comes first (followReplicas leaves the group).
-	if _, err := n.RemoveReplica(ctx, from, planned); err != nil && !errors.Is(n.Err(), replication.ErrRemoved) && m.shards.node(g) == n {
+	remove, cancel := context.WithTimeout(ctx, moveStall)
+	defer cancel()
+	if _, err := n.RemoveReplica(remove, from, planned); err != nil && !errors.Is(n.Err(), replication.ErrRemoved) && m.shards.node(g) == n {
 		return m.replicasOf(g, n), err
 	}
 	m.log.Info().Int("group", int(g)).Str("from", from).Str("to", to).Msg("moved a group's replica")
@@ -260,13 +347,16 @@ func (m *Member) serveReplicaMove(w http.ResponseWriter, r *http.Request) {
 		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Message: "want {\"from\": MEMBER, \"to\": MEMBER}: " + err.Error()})
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), moveTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), moveCap)
 	defer cancel()
 	// One move at a time on this member, planned or asked: a planned
 	// one would take the receiver, promoted, for a replica too many.
+	slotWait := time.After(moveStall)
 	for !m.moving.take(uint16(g)) {
 		select {
 		case <-ctx.Done():
+			return // the client went away
+		case <-slotWait:
 			writeChangeError(w, fmt.Errorf("%w: another move is under way here", replication.ErrChangeInProgress))
 			return
 		case <-time.After(movePoll):
@@ -382,8 +472,12 @@ const (
 	// reports come every 500 ms.
 	moveQuiet = 3 * time.Second
 	// moveDue is how long a move sent may take at most: the receiver
-	// gives up on it after moveTimeout and takes its learner out again.
-	moveDue = moveTimeout + moveQuiet
+	// gives up on it after moveCap at most and takes its learner out
+	// again. A move begun is held for as long (underWay): PlanMove plans
+	// none while the group has the learner anyway, and holding it keeps
+	// the planner off the group's voter too many between the promotion
+	// and the giver's removal.
+	moveDue = moveCap + moveQuiet
 )
 
 // movePlanner is what group 0's leader keeps between its looks (the
@@ -546,18 +640,20 @@ func (m *Member) makeMove(mv meta.Move, planner int, by string) bool {
 	m.movesMade[planner].Add(1)
 	go func() {
 		defer m.moving.free()
-		ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
+		// A change alone has the minute a move's steps have; a move,
+		// its receiver's catching up (moveReplica).
+		change, cancel := context.WithTimeout(context.Background(), moveStall)
 		defer cancel()
 		var err error
 		switch {
 		case mv.To == "": // no member can take it, or a voter too many
 			if err = m.leaveLeadership(n, mv.Group, mv.From, ""); err == nil {
-				_, err = n.RemoveReplica(ctx, mv.From, planned)
+				_, err = n.RemoveReplica(change, mv.From, planned)
 			}
 		case mv.From == "": // the group is short of voters: promoted once caught up
-			_, err = n.AddReplica(ctx, mv.To)
+			_, err = n.AddReplica(change, mv.To)
 		default:
-			_, err = m.moveReplica(ctx, mv.Group, mv.From, mv.To)
+			_, err = m.moveReplica(context.Background(), mv.Group, mv.From, mv.To)
 		}
 		if err != nil && !errors.Is(n.Err(), replication.ErrRemoved) {
 			moveLog.Warn().Err(err).Msg("a planned replica move did not complete")
@@ -667,10 +763,14 @@ func (m *Member) takeOut(g uint16, n *replication.Node, id uint64, what string) 
 	return true
 }
 
-// staleLearner is how long a replica may stay a learner before its
-// group's leader takes it out (dropStaleLearners): a move's own wait,
-// then its removal of a receiver that did not catch up.
-const staleLearner = moveTimeout + replication.ChangeTimeout
+// staleLearner is how long a learner may show no progress, and
+// staleLearnerCap how long it may stay one, before its group's leader
+// takes it out (dropStaleLearners): a move's own wait (moveStall,
+// moveCap), then its removal of a receiver that did not catch up.
+const (
+	staleLearner    = moveStall + replication.ChangeTimeout
+	staleLearnerCap = moveCap + replication.ChangeTimeout
+)
 
 // groupMember names a member's replica of a group.
 type groupMember struct {
@@ -679,42 +779,50 @@ type groupMember struct {
 }
 
 // dropStaleLearners, on each group but 0 this member leads, takes out a
-// learner that has been one for staleLearner as this member saw it, one
-// at a time. A move adds its receiver as a learner and takes it out again
-// if it does not catch up in time, but a move whose maker was lost (its
-// member died, or lost the group's leadership) leaves it; a learner that
-// catches up is promoted by the group's leader by itself, so one still a
-// learner that long is not catching up (its member down, or cut off).
-// While a group has a learner the planner plans no replica move
-// (meta.PlanMove), so one left for good would stop every move, drains'
-// among them. Group 0's learners are members' own, kept.
+// learner that has stalled as this member saw it (catchUp: no progress
+// for staleLearner, or a learner for staleLearnerCap), one at a time. A
+// move adds its receiver as a learner and takes it out again if it stops
+// catching up, but a move whose maker was lost (its member died, or lost
+// the group's leadership) leaves it; a learner that catches up is
+// promoted by the group's leader by itself, so one that stalls that long
+// is not catching up (its member down, or cut off), while one still
+// catching up (a snapshot of many gigabytes) is left to finish. While a
+// group has a learner the planner plans no replica move (meta.PlanMove),
+// so one left for good would stop every move, drains' among them. Group
+// 0's learners are members' own, kept.
 func (m *Member) dropStaleLearners(now time.Time) {
 	if m.learnersSeen == nil {
-		m.learnersSeen = make(map[groupMember]time.Time)
+		m.learnersSeen = make(map[groupMember]*catchUp)
 	}
-	wait := time.Duration(m.learnerTimeout.Load())
-	if wait == 0 {
-		wait = staleLearner
+	stall := time.Duration(m.learnerTimeout.Load())
+	if stall == 0 {
+		stall = staleLearner
 	}
 	still := make(map[groupMember]bool)
 	var stale []groupMember
 	m.eachLed(func(g uint16, n *replication.Node) bool {
 		_, learners, _ := n.Replicas()
+		if len(learners) == 0 {
+			return true
+		}
+		names := m.memberNames()
 		for _, id := range learners {
 			k := groupMember{g, id}
 			still[k] = true
-			since, ok := m.learnersSeen[k]
+			watch, ok := m.learnersSeen[k]
 			if !ok {
-				m.learnersSeen[k] = now
-			} else if now.Sub(since) >= wait {
+				watch = &catchUp{stall: stall, limit: staleLearnerCap}
+				m.learnersSeen[k] = watch
+			}
+			if watch.stalled(now, m.learnerSeen(n, names[id])) {
 				stale = append(stale, k)
 			}
 		}
 		return true
 	})
-	maps.DeleteFunc(m.learnersSeen, func(k groupMember, _ time.Time) bool { return !still[k] })
+	maps.DeleteFunc(m.learnersSeen, func(k groupMember, _ *catchUp) bool { return !still[k] })
 	for _, k := range stale {
-		if m.takeOut(k.group, m.shards.node(k.group), k.member, "a learner that did not catch up, left by a replica move that was lost") {
+		if m.takeOut(k.group, m.shards.node(k.group), k.member, "a learner that stopped catching up, left by a replica move that was lost") {
 			delete(m.learnersSeen, k) // seen afresh if the removal fails
 			return
 		}

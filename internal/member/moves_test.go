@@ -29,7 +29,7 @@ func moveThrough(t *testing.T, via *Member, g int, from, to string) (int, GroupR
 	rep := testproc.DoAPI(t, testproc.APIRequest{Method: http.MethodPost,
 		URL:    fmt.Sprintf("http://%s/cluster/groups/%d/moves", via.HTTPAddr(), g),
 		Body:   map[string]string{"from": from, "to": to},
-		Bearer: testToken, Timeout: 2 * moveTimeout})
+		Bearer: testToken, Timeout: 2 * moveStall})
 	var out GroupReplicas
 	if rep.Status == http.StatusOK {
 		if err := json.Unmarshal(rep.Body, &out); err != nil {
@@ -550,6 +550,7 @@ func TestMovePlanner(t *testing.T) {
 		{"not taken", before, "m2", moveQuiet, false},
 		{"a learner", learning, "m2", 30 * time.Second, true},
 		{"promoted", promoted, "m2", 30 * time.Second, true},
+		{"a learner catching up for minutes", learning, "m2", 5 * time.Minute, true},
 		{"past its time", learning, "m2", moveDue, false},
 		{"made", after, "m2", time.Second, false},
 		{"the group's leader unknown", learning, "", time.Second, true},
@@ -586,6 +587,69 @@ func TestMovePlanner(t *testing.T) {
 	} {
 		if got := p.due(step.mv, t0.Add(step.at)); got != step.due {
 			t.Errorf("%s: due %v, want %v", step.about, got, step.due)
+		}
+	}
+}
+
+// TestCatchUp: a move's receiver is given up once it stalls, not at a
+// fixed time: a group whose snapshot and catching up take more than a
+// minute was given up after one, its learner taken out, and the same move
+// planned again, for good (the planner's state was what it had been).
+// Its Match rising, or a snapshot that may be streaming (Match standing
+// still, its member heard from, no snapshot failed since), is progress;
+// a minute of neither, or moveCap in all, is a stall.
+func TestCatchUp(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	type look struct {
+		at      time.Duration
+		seen    learnerSeen
+		stalled bool
+	}
+	for _, c := range []struct {
+		name  string
+		looks []look
+	}{
+		{"its log rising for minutes", []look{
+			{0, learnerSeen{match: 10, heard: true}, false},
+			{50 * time.Second, learnerSeen{match: 2000, heard: true}, false},
+			{100 * time.Second, learnerSeen{match: 4000, heard: true}, false},
+			{150 * time.Second, learnerSeen{match: 6000, heard: true}, false},
+			{200 * time.Second, learnerSeen{match: 8000, heard: true}, false},
+		}},
+		{"a snapshot streaming for minutes", []look{
+			{0, learnerSeen{heard: true}, false},
+			{time.Minute, learnerSeen{heard: true}, false},
+			{3 * time.Minute, learnerSeen{heard: true}, false},
+			{4 * time.Minute, learnerSeen{match: 90000, heard: true}, false},
+		}},
+		{"its member down", []look{
+			{0, learnerSeen{match: 10, heard: true}, false},
+			{30 * time.Second, learnerSeen{match: 10}, false},
+			{moveStall + time.Second, learnerSeen{match: 10}, true},
+		}},
+		{"a snapshot failed", []look{
+			{0, learnerSeen{heard: true, failed: 4}, false},
+			{30 * time.Second, learnerSeen{heard: true, failed: 5}, false},
+			{50 * time.Second, learnerSeen{heard: true, failed: 5}, false},
+			{moveStall, learnerSeen{heard: true, failed: 5}, true},
+		}},
+		{"a snapshot failed, then taken", []look{
+			{0, learnerSeen{heard: true, failed: 4}, false},
+			{30 * time.Second, learnerSeen{heard: true, failed: 5}, false},
+			{50 * time.Second, learnerSeen{match: 500, heard: true, failed: 5}, false},
+			{3 * time.Minute, learnerSeen{match: 500, heard: true, failed: 5}, false},
+		}},
+		{"rising for ever, never within reach", []look{
+			{0, learnerSeen{match: 1, heard: true}, false},
+			{moveCap - time.Second, learnerSeen{match: 2, heard: true}, false},
+			{moveCap, learnerSeen{match: 3, heard: true}, true},
+		}},
+	} {
+		w := catchUp{stall: moveStall, limit: moveCap}
+		for _, l := range c.looks {
+			if got := w.stalled(t0.Add(l.at), l.seen); got != l.stalled {
+				t.Errorf("%s: at %v, %+v: stalled %v, want %v", c.name, l.at, l.seen, got, l.stalled)
+			}
 		}
 	}
 }
@@ -659,7 +723,7 @@ func TestShardGroupsMoveGiverLeads(t *testing.T) {
 	if err := c.up[began].handOver(c.up[began].shards.node(1), 1, giver); err != nil {
 		t.Fatalf("handing group 1 from %s to %s: %v", began, giver, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), moveStall)
 	defer cancel()
 	if _, err := c.up[began].moveReplica(ctx, 1, giver, leader); !errors.Is(err, replication.ErrNotServing) {
 		t.Fatalf("%s moving group 1's replica from %s, leading it now: %v, want ErrNotServing", began, giver, err)
