@@ -50,8 +50,10 @@ another. Exits 3 when the group,
 FROM's replica or TO is not found, 4 when --api cannot be reached.`
 
 // groupMoveTimeout bounds a move: the member answers once it is done, or
-// after its own bound (a minute) with why not.
-const groupMoveTimeout = 90 * time.Second
+// with why not once its receiver stalls for a minute or has been catching
+// up for 15 (internal/member's moveStall, moveCap); a client that gave up first
+// would have the member take the receiver out again.
+const groupMoveTimeout = 16 * time.Minute
 
 // apiGroup is a group as GET /cluster lists it.
 type apiGroup struct {

@@ -211,7 +211,8 @@ const (
 // all pick the same member; it goes alone only when no member not
 // draining, up or down, holds none of the group (fewer such members than
 // R), and not while that would leave the group without a live majority
-// of its voters; while a member that could take it is down, it waits. Then a group with more voters than R (a move cut short) loses
+// of its voters; while a member that could take it is down, it waits.
+// Then a group with more voters than R (a move cut short) loses
 // the replica of a member down, else of the member holding most (none
 // while a voter is no member), and one with fewer (a drain with no
 // receiver, since made good by a member added) gains one there. Else,
