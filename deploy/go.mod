@@ -6,6 +6,10 @@ go 1.26.0
 // they build the module beside them rather than a published version.
 replace github.com/sproutmq/sprout => ../
 
+// The client the tests use is the one the server's module vendors, patched
+// (third_party/go-beanstalk/PATCHES.md: 200-byte tube names).
+replace github.com/beanstalkd/go-beanstalk => ../third_party/go-beanstalk
+
 require (
 	github.com/beanstalkd/go-beanstalk v0.2.0
 	github.com/goreleaser/nfpm/v2 v2.45.2 // make deb (deploy/deb); 2.46 and later need go.digitalxero.dev modules the module proxy refuses
