@@ -2,6 +2,7 @@ package segment
 
 import (
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,6 +30,16 @@ func allocate(f *os.File, size int64, zero bool) error {
 		}
 	}
 	return nil
+}
+
+// allocated is what a file holds on disk: its size, or less where it has
+// holes (a room file copied by a tool that keeps them, whose blocks were
+// never allocated: cp --sparse=always, rsync -S).
+func allocated(fi os.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return min(fi.Size(), st.Blocks*512)
+	}
+	return fi.Size()
 }
 
 // lockCmd takes an open file description lock. It conflicts with the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"syscall"
 	"time"
 )
 
@@ -162,11 +163,12 @@ type core struct {
 	// Room for deletes (doc.go): the live items, whose deletes it keeps
 	// room for; the room file's size; a change of it handed out and not
 	// reported yet; and whether its last change failed or it was given
-	// up to the deletes of a full disk (it is then short as soon as the
-	// live items need more than it holds: roomShort).
+	// up to the deletes of a full disk (it is then short, roomShort,
+	// until it grows back).
 	items       int64
 	room        int64
 	roomBusy    bool
+	roomTarget  int64 // the size the change in flight asked for
 	roomFailing bool
 	roomRetry   backoff
 	// fullMove is the segment whose live items compaction moves while
@@ -458,11 +460,20 @@ func (c *core) free(s *segState) bool { return s.liveCount == 0 && s.seq < c.hel
 func (c *core) onlyDeletes() bool { return c.noSpace || c.backlog }
 
 // roomShort reports whether the room for deletes holds less than one
-// more live item needs, while it cannot grow: its last growth failed, or
-// it was given up to a full disk's deletes. Refusable groups but moves
-// are refused then.
+// more live item needs: refusable groups but moves are refused then. It
+// grows half a step ahead of the items (tendRoom), so a put is refused
+// only while it cannot grow (the disk full, or the room given up to a
+// full disk's deletes), or more puts came in one turn of the writer than
+// half a step holds.
 func (c *core) roomShort() bool {
-	return c.roomFailing && (c.items+1)*c.policy.deleteRoom > c.room
+	return c.policy.deleteRoom > 0 && (c.items+1)*c.policy.deleteRoom > c.room
+}
+
+// outOfSpace reports whether err says the disk (or the user's quota) is
+// full: another failure to make a spare (descriptors, I/O) gives up no
+// room.
+func outOfSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 // fullMoveOf reports whether g moves a live item out of the segment that
@@ -566,6 +577,9 @@ func (c *core) writeDone(now time.Duration, n int64, err error) {
 		}
 		c.writeRetry.failed(now)
 		c.emit(action{kind: actReport, report: reportWriteFailed, seq: seq, err: err})
+		if outOfSpace(err) {
+			c.freeAhead(now, seq, err)
+		}
 		return
 	}
 	c.writeRetry.reset()
@@ -688,13 +702,8 @@ func (c *core) spareDone(now time.Duration, seq uint32, err error) {
 		}
 		c.noSpace = true
 		c.spareRetry.failed(now)
-		if c.room > 0 && !c.roomBusy && !c.closing {
-			// The room kept for deletes is theirs now: its blocks go back
-			// to the disk, and a spare is tried in them at once.
-			c.emit(action{kind: actReport, report: reportRoomSpent, n: c.room})
-			c.roomBusy, c.roomFailing = true, true
-			c.emit(action{kind: actRoom, n: 0})
-			c.spareRetry.reset()
+		if outOfSpace(err) && c.giveRoomUp() {
+			c.spareRetry.reset() // tried at once in what the room frees
 		}
 		return
 	}
@@ -727,8 +736,8 @@ func (c *core) ready(now time.Duration) []action {
 		// can still compact it away.
 		c.useSpare()
 	}
+	c.tendRoom(now) // before the spare: a change of the room may free what it needs
 	c.makeSpare(now)
-	c.tendRoom(now)
 	target := c.compactionTarget()
 	if target != nil && c.free(target) && c.removeSeq != target.seq {
 		// Every group that moved an item out of it, or deleted one, is
@@ -927,43 +936,96 @@ func (c *core) makeSpare(now time.Duration) {
 	c.emit(action{kind: actMakeSpare, seq: c.nextSeq(), n: int64(c.lastID), version: c.version})
 }
 
+// giveRoomUp gives the room kept for deletes (doc.go) to them, the disk
+// full: its file is cut to nothing, its blocks the disk's again. It
+// reports whether it did (there was room, and no change of it in flight).
+func (c *core) giveRoomUp() bool {
+	if c.room == 0 || c.roomBusy || c.closing {
+		return false
+	}
+	if !c.roomFailing {
+		c.emit(action{kind: actReport, report: reportRoomSpent, n: c.room})
+	}
+	c.roomBusy, c.roomFailing, c.roomTarget = true, true, 0
+	c.emit(action{kind: actRoom, n: 0})
+	return true
+}
+
+// freeAhead gives what is allocated ahead to a write to segment seq the
+// full disk refused: a spare not yet written to, and the room for
+// deletes. Groups appended while no spare was ready go past the current
+// segment's size, into blocks the disk may no longer have; a spare made
+// meanwhile holds blocks only later groups would use, and the room is
+// given up only when a spare cannot be made: the write was retried for
+// good (found by a test that filled a small disk). Until a spare is made
+// again, the disk counts as full.
+func (c *core) freeAhead(now time.Duration, seq uint32, err error) {
+	if s := c.spare; s != nil && s.seq != seq && s.written == HeaderSize {
+		c.spare = nil
+		c.open = slices.DeleteFunc(c.open, func(o *segState) bool { return o == s })
+		c.retireSegment(s) // cut to its header: its blocks go back
+		if !c.noSpace {
+			c.emit(action{kind: actReport, report: reportDiskFull, err: err})
+		}
+		c.noSpace = true
+		c.spareRetry.failed(now) // the write first
+	}
+	c.giveRoomUp()
+}
+
 // tendRoom keeps the room for deletes (doc.go) a step ahead of the live
 // items, growing it while a spare is ready (the spare comes first) and
 // the disk not full, and shrinking it when they fall well below it.
 func (c *core) tendRoom(now time.Duration) {
-	if c.policy.deleteRoom == 0 || c.roomBusy || c.closing || c.cur == nil || c.noSpace {
+	if c.roomBusy || c.closing || c.cur == nil || c.noSpace {
 		return // a full disk's room was given up to its deletes (spareDone)
 	}
-	need := max(c.items, 0) * c.policy.deleteRoom
-	step := c.policy.roomStep
-	target := (need/step + 2) * step // at least a step above need
-	switch {
-	case c.room < need+step/2:
-		if c.spare == nil {
-			return
-		}
-		if !c.roomRetry.due(now) {
-			c.wake(c.roomRetry.next)
-			return
-		}
-	case c.room > target+2*step:
-	default:
+	target, change := c.roomWanted()
+	if !change {
 		return
 	}
-	c.roomBusy = true
+	if !c.roomRetry.due(now) {
+		c.wake(c.roomRetry.next)
+		return
+	}
+	c.roomBusy, c.roomTarget = true, target
 	c.emit(action{kind: actRoom, n: target})
 }
 
+// roomWanted is the size the room for deletes should be changed to, and
+// whether it should: grown to a step or two above what the live items
+// need once they come within half a step of it, shrunk when it holds
+// three steps more than that.
+func (c *core) roomWanted() (target int64, change bool) {
+	if c.policy.deleteRoom == 0 {
+		return 0, false
+	}
+	need := max(c.items, 0) * c.policy.deleteRoom
+	step := c.policy.roomStep
+	target = (need/step + 2) * step
+	return target, c.room < need+step/2 || c.room > target+2*step
+}
+
 // roomDone: the room file holds size bytes now, after a change that
-// worked, or failed (err): the disk is full.
+// worked, or failed (err): a growth, for want of space; a cut (a shrink,
+// or the room given up), for any other reason (descriptors, I/O).
 func (c *core) roomDone(now time.Duration, size int64, err error) {
 	c.roomBusy, c.room = false, size
 	if err != nil {
+		c.roomRetry.failed(now)
+		if c.roomTarget < size {
+			// A cut that failed changes nothing refused; one that gave
+			// the room up to a full disk must not bring the spare back
+			// at once (spareDone), to fail and give it up again.
+			if c.roomTarget == 0 {
+				c.spareRetry.failed(now)
+			}
+			return
+		}
 		if !c.roomFailing {
 			c.emit(action{kind: actReport, report: reportRoomShort, n: size, err: err})
 		}
 		c.roomFailing = true
-		c.roomRetry.failed(now)
 		return
 	}
 	c.roomRetry.reset()

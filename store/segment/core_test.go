@@ -1342,16 +1342,21 @@ func roomPolicy() policy {
 }
 
 // TestCoreRoomForDeletes: the room for deletes (doc.go) grows a step
-// ahead of the live items once a spare is ready; while a growth is
-// refused, a new item that would need more than it holds is refused,
-// and so is an update, but not a delete or compaction's move; the growth
-// is tried again every 250 ms, and items are taken again once it works.
+// ahead of the live items, before the spare is made (it may free what
+// the spare needs), and a new item is refused while the room holds less
+// than its delete needs: before the room's first growth, and while a
+// growth is refused, when so is an update, but not a delete or
+// compaction's move; the growth is tried again every 250 ms, and items
+// are taken again once it works.
 func TestCoreRoomForDeletes(t *testing.T) {
 	h := newHarness(t, roomPolicy(), nil)
-	h.expect("spare 2") // the spare first
-	h.c.spareDone(h.now, 2, nil)
 	h.expect("room 8192")
+	if err := h.tryPut(1); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("a put before any room is kept: %v, want ErrNoSpace", err)
+	}
 	h.c.roomDone(h.now, 8192, nil)
+	h.expect("spare 2")
+	h.c.spareDone(h.now, 2, nil)
 	h.expect()
 
 	for id := uint64(1); id <= 7; id++ {
@@ -1374,21 +1379,77 @@ func TestCoreRoomForDeletes(t *testing.T) {
 	h.move(2)
 	h.del(3)
 	h.put(9) // the delete made room
-
 	if err := h.tryPut(10); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("a ninth item again: %v, want ErrNoSpace", err)
 	}
 
-	h.at(250 * time.Millisecond) // the spare first, then the room
-	h.expect("spare 3", "write 1@724+217, header 2 id=9, write 2@24+100")
+	h.at(250 * time.Millisecond)
+	h.expect("room 12288", "write 1@724+217, header 2 id=9, write 2@24+100")
 	h.wrote()
-	h.c.spareDone(h.now, 3, nil)
-	h.expect("observe 317B 4rec", "room 12288", "sync [1 2]")
 	h.c.roomDone(h.now, 12288, nil)
-	h.synced()
-	h.expect("report room-back 12288B", "publish 1017", "retire 1 at 941")
+	h.expect("observe 317B 4rec", "report room-back 12288B", "spare 3", "sync [1 2]")
 	h.put(10)
 	h.put(11)
+}
+
+// TestCoreRoomKeptAheadOfABurst: puts that come faster than the room
+// grows (a burst while a spare is made, in one turn of the writer) are
+// refused once the room holds less than their deletes need, so that the
+// room a full disk gives up is enough for every live item's delete
+// (found by a reviewing helper: the room lagged 19,000 needed against
+// 16,384, and the deletes past it waited for the disk).
+func TestCoreRoomKeptAheadOfABurst(t *testing.T) {
+	h := newRoomHarness(t)
+	var taken int64
+	for id := uint64(1); id <= 30; id++ {
+		if h.tryPut(id) == nil {
+			taken++
+		}
+	}
+	if need := taken * 1000; need > h.c.room {
+		t.Fatalf("%d puts taken in one turn: their deletes need %d, the room holds %d", taken, need, h.c.room)
+	}
+	h.expect("room 12288", "header 1 id=8, write 1@24+800")
+	h.wrote()
+	h.c.spareDone(h.now, 3, syscall.ENOSPC) // no spare: the room goes to the deletes
+	if need := h.c.items * 1000; need > h.c.room {
+		t.Fatalf("the room given up holds %d; the %d live items' deletes need %d", h.c.room, h.c.items, need)
+	}
+}
+
+// TestCoreRoomChangesBackOff: a change of the room that fails is tried
+// again after 250 ms, not at once: a shrink (a start finding more room
+// than needed, the file not writable), and the room given up to a full
+// disk whose cut fails, which would otherwise bring the spare back at
+// once, to fail and give it up again, with a line each time (found by a
+// reviewing helper: both spun).
+func TestCoreRoomChangesBackOff(t *testing.T) {
+	h := newHarness(t, roomPolicy(), func(h *harness) { h.c.room = 100000 })
+	h.expect("room 8192") // the spare after it: it may need what the shrink frees
+	h.c.roomDone(h.now, 100000, syscall.EIO)
+	h.expect("spare 2", "timer +250ms") // no room-short: nothing is refused
+	h.c.spareDone(h.now, 2, nil)
+	h.expect()
+	h.at(250 * time.Millisecond)
+	h.expect("room 8192")
+	h.c.roomDone(h.now, 8192, nil)
+	h.expect()
+
+	h.roomToSecondSegment()
+	h.c.spareDone(h.now, 3, syscall.ENOSPC)
+	h.expect("observe 200B 2rec", "report disk-full", "report room-spent 12288B", "room 0", "sync [1 2]")
+	h.c.roomDone(h.now, 12288, syscall.EMFILE) // the cut failed
+	h.synced()
+	h.expect("publish 1000", "retire 1 at 924") // no spare at once
+	h.at(500 * time.Millisecond)
+	h.timer()
+	h.expect("spare 3")
+	h.c.spareDone(h.now, 3, syscall.ENOSPC) // the give-up again, after that backoff, said once
+	h.expect("room 0")
+	h.c.roomDone(h.now, 0, nil)
+	h.expect("spare 3")
+	h.c.spareDone(h.now, 3, syscall.EMFILE)
+	h.expect("timer +250ms")
 }
 
 // TestCoreRoomGivenUpToDeletes: when no spare can be made, the room kept
@@ -1396,28 +1457,13 @@ func TestCoreRoomForDeletes(t *testing.T) {
 // tried at once in what that frees; puts stay refused until the room has
 // grown back, though the spare was made.
 func TestCoreRoomGivenUpToDeletes(t *testing.T) {
-	h := newHarness(t, roomPolicy(), nil)
-	h.expect("spare 2")
-	h.c.spareDone(h.now, 2, nil)
-	h.expect("room 8192")
-	h.c.roomDone(h.now, 8192, nil)
-	for id := uint64(1); id <= 9; id++ { // fills segment 1: the tenth moves to the spare
-		h.put(id)
-	}
-	h.expect("room 16384", "header 1 id=9, write 1@24+900")
-	h.wrote()
-	h.c.roomDone(h.now, 16384, nil)
-	h.expect("observe 900B 9rec", "sync [1]")
-	h.synced()
-	h.expect("publish 900")
-	h.put(10)
-	h.expect("spare 3", "header 2 id=10, write 2@24+100")
-	h.wrote()
+	h := newRoomHarness(t)
+	h.roomToSecondSegment()
 	h.c.spareDone(h.now, 3, syscall.ENOSPC)
-	h.expect("observe 100B 1rec", "report disk-full", "report room-spent 16384B", "room 0", "retire 1 at 924", "sync [2]")
+	h.expect("observe 200B 2rec", "report disk-full", "report room-spent 12288B", "room 0", "sync [1 2]")
 	h.c.roomDone(h.now, 0, nil)
 	h.synced()
-	h.expect("publish 1000", "spare 3") // at once, not after 250 ms
+	h.expect("publish 1000", "retire 1 at 924", "spare 3") // at once, not after 250 ms
 	if err := h.tryPut(11); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("a put on the full disk: %v", err)
 	}
@@ -1431,4 +1477,73 @@ func TestCoreRoomGivenUpToDeletes(t *testing.T) {
 	}
 	h.c.roomDone(h.now, 0, syscall.ENOSPC) // said already: given up
 	h.expect("timer +250ms", "write 2@124+170")
+}
+
+// TestCoreRoomKeptWhenASpareFailsOtherwise: a spare that cannot be made
+// for another reason than space (descriptors, I/O) gives up no room.
+func TestCoreRoomKeptWhenASpareFailsOtherwise(t *testing.T) {
+	h := newHarness(t, roomPolicy(), nil)
+	h.expect("room 8192")
+	h.c.roomDone(h.now, 8192, nil)
+	h.expect("spare 2")
+	h.c.spareDone(h.now, 2, syscall.EMFILE)
+	h.expect("report disk-full", "timer +250ms")
+	if h.c.room != 8192 {
+		t.Fatalf("the room holds %d after a spare failed for want of descriptors", h.c.room)
+	}
+}
+
+// TestCoreWriteOutOfSpaceFreesWhatIsAhead: a write the full disk refuses
+// (groups appended past the current segment's size while no spare was
+// ready) gets the blocks allocated ahead: a spare made meanwhile, not yet
+// written to, is cut to its header, and the room for deletes given up.
+// Neither was freed before, and the write was retried for good.
+func TestCoreWriteOutOfSpaceFreesWhatIsAhead(t *testing.T) {
+	h := newRoomHarness(t)
+	h.put(1)
+	h.expect("header 1 id=1, write 1@24+100")
+	h.c.writeDone(h.now, 0, syscall.ENOSPC)
+	h.expect("report write-failed 1", "retire 2 at 24", "report disk-full", "report room-spent 8192B", "room 0", "timer +10ms")
+	h.c.roomDone(h.now, 0, nil)
+	h.at(10 * time.Millisecond)
+	h.timer()
+	h.expect("timer +240ms", "header 1 id=1, write 1@24+100") // the write again; the spare after its backoff
+	h.wrote()
+	h.expect("observe 100B 1rec", "sync [1]")
+	h.at(250 * time.Millisecond)
+	h.timer()
+	h.expect("spare 3")
+}
+
+// newRoomHarness is a core of roomPolicy with its first room kept and
+// its spare made.
+func newRoomHarness(t *testing.T) *harness {
+	t.Helper()
+	h := newHarness(t, roomPolicy(), nil)
+	h.expect("room 8192")
+	h.c.roomDone(h.now, 8192, nil)
+	h.expect("spare 2")
+	h.c.spareDone(h.now, 2, nil)
+	h.expect()
+	return h
+}
+
+// roomToSecondSegment puts items 1 to 10, the room grown for them, the
+// tenth past segment 1's size and so in the spare, segment 3 asked for,
+// all written.
+func (h *harness) roomToSecondSegment() {
+	h.t.Helper()
+	for id := uint64(1); id <= 8; id++ {
+		h.put(id)
+	}
+	h.expect("room 12288", "header 1 id=8, write 1@24+800")
+	h.wrote()
+	h.c.roomDone(h.now, 12288, nil)
+	h.expect("observe 800B 8rec", "sync [1]")
+	h.synced()
+	h.expect("publish 800")
+	h.put(9)
+	h.put(10) // past segment 1's size: to the spare
+	h.expect("spare 3", "write 1@824+100, header 2 id=10, write 2@24+100")
+	h.wrote()
 }

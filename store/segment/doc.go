@@ -213,22 +213,29 @@
 // oldest segment: a delete past that room failed and was retried until
 // the disk had room again, its client waiting. The log keeps the room in
 // a file of its own, DIR/sprout.room, allocated (fallocate: the blocks,
-// never written) to Options.DeleteRoom bytes for each live item, its
-// delete's frame. The core counts the live items and asks for the file
-// to grow a step (roomStep) ahead of them, and to shrink when they fall
-// well below it; the writer changes it, quickly, between its other steps
-// (actRoom, roomDone). It grows only while a spare is ready, so a spare
-// comes first. A growth the disk refuses is retried every 250 ms, and
-// meanwhile refusable groups are refused once the live items need more
-// than the room holds, as on a full disk. When no spare can be made, the
-// room is given up (the file cut to nothing): its blocks are the disk's
-// again, enough for every live item's delete (in a spare tried at once,
-// or past the current segment's size), and refusable groups stay refused
-// until the room has grown back, after space returns. The file outlives
-// a restart, so that a start on a full disk gives it up to make its first
-// segment. A cluster's Raft log keeps none (DeleteRoom 0) and removes a
-// file it finds. Other writers filling the disk can still take the blocks
-// given up before the deletes do, as they can beanstalkd's.
+// never written; a copy that kept holes counts only its blocks) to
+// Options.DeleteRoom bytes for each live item, its delete's frame, and a
+// refusable group but compaction's moves is refused while the room holds
+// less than one more item needs. The core counts the live items and asks
+// for the file to grow a step (roomStep) ahead of them once they come
+// within half a step of it, and to shrink when they fall well below it;
+// the writer changes it between its other steps, quickly, on a descriptor
+// it keeps (actRoom, roomDone), and Start makes it what the items found
+// need before the first append. A change comes before a spare, which
+// waits for it: it may free what the spare needs. A change that fails is
+// tried again every 250 ms; a growth the disk refuses is reported, and
+// puts are refused once the items reach the room. When the disk is full,
+// what is allocated ahead goes to the deletes: when no spare can be made
+// for want of space, the room is given up (its file cut to nothing) and
+// a spare tried at once in what that frees; when a write fails for want
+// of space (groups appended past the current segment's size while no
+// spare was ready), a spare made meanwhile and not yet written to is cut
+// to its header, and the room given up. Puts stay refused until the room
+// has grown back, after space returns. The file outlives a restart, so
+// that a start on a full disk gives it up to make its first segment. A
+// cluster's Raft log keeps none (DeleteRoom 0) and removes a file it
+// finds. Other writers filling the disk can still take the blocks given
+// up before the deletes do, as they can beanstalkd's.
 //
 // # Recovery
 //

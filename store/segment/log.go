@@ -1,11 +1,9 @@
 package segment
 
 import (
-	"errors"
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -84,8 +82,11 @@ type Log struct {
 	syncFiles []syncTarget
 	// syncC is syncs while an fsync is in flight, else nil.
 	syncC <-chan syncResult
-	// roomDone is the outcome of a change of the room file, to feed.
+	// roomDone is the outcome of a change of the room file, to feed;
+	// roomFile, that file once opened, kept so that a change needs no
+	// descriptor when connections have taken the process's last.
 	roomDone *roomResult
+	roomFile *os.File
 	timer    *time.Timer
 	// timerC is timer.C while the timer is armed, else nil: a select on a
 	// timer's channel costs a clock read even while it is stopped.
@@ -164,13 +165,14 @@ func (l *Log) Start(m Migrator) error {
 	seq, last, version := l.core.nextSeq(), l.core.lastID, l.core.version
 	l.mu.Unlock()
 	f, err := l.openSegment(seq, last, version)
-	if errors.Is(err, syscall.ENOSPC) && l.opts.DeleteRoom > 0 && l.roomSize() > 0 {
+	if outOfSpace(err) && l.opts.DeleteRoom > 0 && l.roomSize() > 0 {
 		// A start on a full disk: the room kept for deletes makes way.
 		rr := l.changeRoom(0)
 		l.mu.Lock()
 		l.core.room, l.core.roomFailing = rr.size, true
 		l.mu.Unlock()
-		l.log.Warn().Err(err).Msg("segment: disk full at start; the room kept for deletes is given up to them")
+		l.log.Warn().Err(err).AnErr("room_error", rr.err).Int64("room_bytes", rr.size).
+			Msg("segment: disk full at start; the room kept for deletes is given up to them")
 		f, err = l.openSegment(seq, last, version)
 	}
 	if err != nil {
@@ -179,7 +181,20 @@ func (l *Log) Start(m Migrator) error {
 	l.files[seq] = f
 	l.mu.Lock()
 	l.core.start(time.Since(l.origin), seq)
+	target, grow := l.core.roomWanted()
+	grow = grow && !l.core.roomFailing
+	if grow {
+		l.core.roomBusy, l.core.roomTarget = true, target
+	}
 	l.mu.Unlock()
+	if grow {
+		// Before the first append: the room grows with the items from
+		// here on, and a put is refused while it holds too little.
+		rr := l.changeRoom(target)
+		l.mu.Lock()
+		l.core.roomDone(time.Since(l.origin), rr.size, rr.err)
+		l.mu.Unlock()
+	}
 	go l.run()
 	return nil
 }
@@ -318,6 +333,9 @@ func (l *Log) Close() error {
 	}
 	for _, f := range l.files {
 		_ = f.Close()
+	}
+	if l.roomFile != nil {
+		_ = l.roomFile.Close()
 	}
 	l.readMu.Lock()
 	for seq, f := range l.readers {

@@ -399,19 +399,22 @@ type roomResult struct {
 // A growth the disk refuses leaves it as it was. It takes a moment, on
 // the writer goroutine, between its steps.
 func (l *Log) changeRoom(size int64) roomResult {
-	l.reserve.fill()
-	f, err := l.reserve.open(func() (*os.File, error) {
-		return os.OpenFile(l.dir.RoomPath(), os.O_RDWR|os.O_CREATE, 0o600)
-	})
-	if err != nil {
-		return roomResult{size: l.roomSize(), err: err}
+	if l.roomFile == nil {
+		l.reserve.fill()
+		f, err := l.reserve.open(func() (*os.File, error) {
+			return os.OpenFile(l.dir.RoomPath(), os.O_RDWR|os.O_CREATE, 0o600)
+		})
+		if err != nil {
+			return roomResult{size: l.roomSize(), err: err}
+		}
+		l.roomFile = f
 	}
-	defer f.Close()
+	f := l.roomFile
 	st, err := f.Stat()
 	if err != nil {
 		return roomResult{size: l.roomSize(), err: err}
 	}
-	had := st.Size()
+	had := allocated(st)
 	if size > had {
 		if err := l.opts.allocate(f, size, false); err != nil {
 			_ = f.Truncate(had) // what it took of the growth, back
@@ -423,13 +426,13 @@ func (l *Log) changeRoom(size int64) roomResult {
 	return roomResult{size: size}
 }
 
-// roomSize is the room file's size, 0 if there is none.
+// roomSize is what the room file holds, 0 if there is none.
 func (l *Log) roomSize() int64 {
 	st, err := os.Stat(l.dir.RoomPath())
 	if err != nil {
 		return 0
 	}
-	return st.Size()
+	return allocated(st)
 }
 
 // makeSpare is the spare maker: it makes segment seq on its own goroutine
