@@ -38,8 +38,9 @@ type policy struct {
 	checkpoints bool
 	movesLater  bool
 	// deleteRoom is Options.DeleteRoom; roomStep, how far ahead of the
-	// live items the room grows (an eighth of a segment, within 4 KiB and
-	// 1 MiB).
+	// live items the room grows (an eighth of a segment, within 64 KiB and
+	// 1 MiB: a step is the puts one turn of the writer may take before
+	// the room grows for them, some 3,800 at least).
 	deleteRoom, roomStep int64
 }
 
@@ -54,7 +55,7 @@ func (o Options) policy() policy {
 		checkpoints: o.Checkpoints,
 		movesLater:  o.MovesLater,
 		deleteRoom:  int64(o.DeleteRoom),
-		roomStep:    min(max(o.SegmentSize/8, 4<<10), 1<<20),
+		roomStep:    min(max(o.SegmentSize/8, 64<<10), 1<<20),
 	}
 }
 
@@ -171,6 +172,9 @@ type core struct {
 	roomTarget  int64 // the size the change in flight asked for
 	roomFailing bool
 	roomRetry   backoff
+	// writeNoSpace: the last write failed for want of space (freeAhead);
+	// no spare is made until one works, and the room goes to it.
+	writeNoSpace bool
 	// fullMove is the segment whose live items compaction moves while
 	// the disk is full (noSpace), 0 if none: their groups are taken,
 	// though refusable, as they fit in the current segment's room
@@ -335,7 +339,7 @@ func (c *core) append(g *Group) (lsn uint64, seg uint32, off int64, err error) {
 		c.moveRefused(g)
 		return 0, 0, 0, ErrNoSpace
 	}
-	if g.Refusable && c.roomShort() && (!g.Live || g.Prev.Seg == 0) {
+	if g.Refusable && c.roomShort(int64(g.Size)) && (!g.Live || g.Prev.Seg == 0) {
 		// The room for deletes is short, and the disk has no more: what
 		// this group took, the deletes could lack. Compaction's moves (an
 		// item's new version) go on: the segment they empty frees more.
@@ -459,14 +463,42 @@ func (c *core) free(s *segState) bool { return s.liveCount == 0 && s.seq < c.hel
 // full, or too much waits for an fsync that keeps failing.
 func (c *core) onlyDeletes() bool { return c.noSpace || c.backlog }
 
-// roomShort reports whether the room for deletes holds less than one
-// more live item needs: refusable groups but moves are refused then. It
-// grows half a step ahead of the items (tendRoom), so a put is refused
-// only while it cannot grow (the disk full, or the room given up to a
-// full disk's deletes), or more puts came in one turn of the writer than
-// half a step holds.
-func (c *core) roomShort() bool {
-	return c.policy.deleteRoom > 0 && (c.items+1)*c.policy.deleteRoom > c.room
+// roomShort reports whether the room for deletes holds less than what
+// one more item's delete would leave it to cover, with half a step to
+// spare for what a filesystem rounds up and the headers of segments to
+// come; and, while the room cannot grow (the disk is full), what a group
+// of size bytes would add past the current segment's size (roomNeed):
+// refusable groups but moves are refused then. The room grows once the
+// need comes within a step of it (tendRoom), so on a disk with room a put
+// is refused only if more comes in one turn of the writer than half a
+// step holds (some 1,900 puts' deletes at the smallest step).
+func (c *core) roomShort(size int64) bool {
+	if c.policy.deleteRoom == 0 {
+		return false
+	}
+	need := c.roomNeed(0, false)
+	if c.roomFailing {
+		need = c.roomNeed(size, true)
+	}
+	return need+c.policy.deleteRoom+c.policy.roomStep/2 > c.room
+}
+
+// roomNeed is what the room for deletes must cover once a group of size
+// bytes is appended (0: none): the live items' deletes and, with overrun,
+// what appends put past the current segment's size while no spare was
+// ready, which take blocks only when written, on a disk that may have
+// none by then: a burst of puts past it, the disk filling meanwhile, took
+// blocks of the room a full disk gave up, and the deletes lacked them
+// (found by a test that filled a small disk). The room grows for both;
+// puts are held to the overrun's only once it cannot (roomShort): on a
+// disk with room, tiny segments (a test's 2 KiB) are passed by more than
+// a step while their spares are made.
+func (c *core) roomNeed(size int64, overrun bool) int64 {
+	need := max(c.items, 0) * c.policy.deleteRoom
+	if overrun && c.cur != nil && !c.spareFits() {
+		need += max(0, c.curSize+size-c.policy.segmentSize)
+	}
+	return need
 }
 
 // outOfSpace reports whether err says the disk (or the user's quota) is
@@ -583,6 +615,7 @@ func (c *core) writeDone(now time.Duration, n int64, err error) {
 		return
 	}
 	c.writeRetry.reset()
+	c.writeNoSpace = false
 	var bytes, records int
 	for i := range c.batch {
 		bytes += len(c.batch[i].b)
@@ -736,7 +769,7 @@ func (c *core) ready(now time.Duration) []action {
 		// can still compact it away.
 		c.useSpare()
 	}
-	c.tendRoom(now) // before the spare: a change of the room may free what it needs
+	c.tendRoom(now) // before the spare: a cut of the room may free what it needs
 	c.makeSpare(now)
 	target := c.compactionTarget()
 	if target != nil && c.free(target) && c.removeSeq != target.seq {
@@ -925,8 +958,12 @@ func (c *core) retireSegment(s *segState) {
 // disk is full it is tried again every noSpaceRetry, and at once when
 // compaction frees a segment.
 func (c *core) makeSpare(now time.Duration) {
-	if c.spare != nil || c.makingSpare || c.closing || c.roomBusy {
-		return // a change of the room first: it may free what a spare needs
+	if c.spare != nil || c.makingSpare || c.closing || c.roomBusy && c.roomTarget < c.room || c.writeNoSpace {
+		// A cut of the room first: it may free what a spare needs; and a
+		// write that failed for want of space, which needs it too. (A
+		// growth goes beside: waiting for one starved the spare under a
+		// burst of puts that grew the room at every turn.)
+		return
 	}
 	if !c.spareRetry.due(now) {
 		c.wake(c.spareRetry.next)
@@ -953,31 +990,38 @@ func (c *core) giveRoomUp() bool {
 
 // freeAhead gives what is allocated ahead to a write to segment seq the
 // full disk refused: a spare not yet written to, and the room for
-// deletes. Groups appended while no spare was ready go past the current
-// segment's size, into blocks the disk may no longer have; a spare made
-// meanwhile holds blocks only later groups would use, and the room is
-// given up only when a spare cannot be made: the write was retried for
-// good (found by a test that filled a small disk). Until a spare is made
-// again, the disk counts as full.
+// deletes (tendRoom). Groups appended while no spare was ready go past
+// the current segment's size, into blocks the disk may no longer have; a
+// spare made meanwhile holds blocks only later groups would use, and the
+// room was given up only when a spare could not be made: the write was
+// retried for good (found by a test that filled a small disk). Until the
+// write works no spare is made, which would take what it needs, and
+// until a spare is made again the disk counts as full.
 func (c *core) freeAhead(now time.Duration, seq uint32, err error) {
 	if s := c.spare; s != nil && s.seq != seq && s.written == HeaderSize {
 		c.spare = nil
 		c.open = slices.DeleteFunc(c.open, func(o *segState) bool { return o == s })
 		c.retireSegment(s) // cut to its header: its blocks go back
-		if !c.noSpace {
-			c.emit(action{kind: actReport, report: reportDiskFull, err: err})
-		}
-		c.noSpace = true
-		c.spareRetry.failed(now) // the write first
 	}
-	c.giveRoomUp()
+	if !c.noSpace {
+		c.emit(action{kind: actReport, report: reportDiskFull, err: err})
+	}
+	c.noSpace, c.writeNoSpace = true, true
+	c.spareRetry.failed(now)
 }
 
 // tendRoom keeps the room for deletes (doc.go) a step ahead of the live
 // items, growing it while a spare is ready (the spare comes first) and
 // the disk not full, and shrinking it when they fall well below it.
 func (c *core) tendRoom(now time.Duration) {
-	if c.roomBusy || c.closing || c.cur == nil || c.noSpace {
+	if c.roomBusy || c.closing || c.cur == nil {
+		return
+	}
+	if c.writeNoSpace {
+		c.giveRoomUp() // to the write that failed for want of space
+		return
+	}
+	if c.noSpace {
 		return // a full disk's room was given up to its deletes (spareDone)
 	}
 	target, change := c.roomWanted()
@@ -993,17 +1037,17 @@ func (c *core) tendRoom(now time.Duration) {
 }
 
 // roomWanted is the size the room for deletes should be changed to, and
-// whether it should: grown to a step or two above what the live items
-// need once they come within half a step of it, shrunk when it holds
-// three steps more than that.
+// whether it should: grown to two or three steps above what the live
+// items need once they come within a step of it, shrunk when it holds
+// two steps more than that.
 func (c *core) roomWanted() (target int64, change bool) {
 	if c.policy.deleteRoom == 0 {
 		return 0, false
 	}
-	need := max(c.items, 0) * c.policy.deleteRoom
+	need := c.roomNeed(0, true)
 	step := c.policy.roomStep
-	target = (need/step + 2) * step
-	return target, c.room < need+step/2 || c.room > target+2*step
+	target = (need/step + 3) * step
+	return target, c.room < need+step || c.room > target+2*step
 }
 
 // roomDone: the room file holds size bytes now, after a change that

@@ -216,26 +216,37 @@
 // never written; a copy that kept holes counts only its blocks) to
 // Options.DeleteRoom bytes for each live item, its delete's frame, and a
 // refusable group but compaction's moves is refused while the room holds
-// less than one more item needs. The core counts the live items and asks
-// for the file to grow a step (roomStep) ahead of them once they come
-// within half a step of it, and to shrink when they fall well below it;
-// the writer changes it between its other steps, quickly, on a descriptor
-// it keeps (actRoom, roomDone), and Start makes it what the items found
-// need before the first append. A change comes before a spare, which
-// waits for it: it may free what the spare needs. A change that fails is
-// tried again every 250 ms; a growth the disk refuses is reported, and
-// puts are refused once the items reach the room. When the disk is full,
-// what is allocated ahead goes to the deletes: when no spare can be made
-// for want of space, the room is given up (its file cut to nothing) and
-// a spare tried at once in what that frees; when a write fails for want
-// of space (groups appended past the current segment's size while no
-// spare was ready), a spare made meanwhile and not yet written to is cut
-// to its header, and the room given up. Puts stay refused until the room
-// has grown back, after space returns. The file outlives a restart, so
-// that a start on a full disk gives it up to make its first segment. A
-// cluster's Raft log keeps none (DeleteRoom 0) and removes a file it
-// finds. Other writers filling the disk can still take the blocks given
-// up before the deletes do, as they can beanstalkd's.
+// less than one more item needs, with half a step to spare (roomShort).
+// The core counts the live items and asks for the file to grow two or
+// three steps (roomStep) ahead of them once they come within a step of
+// it, and for it to shrink when they fall well below; the writer changes
+// it between its other steps, quickly, on a descriptor it keeps (actRoom,
+// roomDone), and Start makes it what the items found need before the
+// first append. A growth goes beside the spare maker; a cut comes first,
+// the spare waiting for it (it may free what the spare needs). A change
+// that fails is tried again every 250 ms; a growth the disk refuses is
+// reported, and puts are then also held to what appends past the current
+// segment's size (no spare ready) would take from the room.
+//
+// When the disk is full, what is allocated ahead goes to the deletes:
+// when no spare can be made for want of space, the room is given up (its
+// file cut to nothing) and a spare tried at once in what that frees;
+// when a write fails for want of space (groups appended past the current
+// segment's size while no spare was ready), a spare made meanwhile and
+// not yet written to is cut to its header, the room given up, and no
+// spare made until the write works. The writer takes the spare maker's
+// outcome at every turn, not only when it idles, so that a load keeping
+// it busy does not leave appends past a segment's size. Puts stay refused
+// until the room has grown back, after space returns. The file outlives a
+// restart, so that a start on a full disk gives it up to make its first
+// segment. A cluster's Raft log keeps none (DeleteRoom 0) and removes a
+// file it finds. Known limits: other writers filling the disk can take
+// the blocks given up before the deletes do, as they can beanstalkd's;
+// and on a disk a segment or two from full, puts appended past a
+// segment's size faster than its spare is made can take blocks the room
+// counted on (a 600 KiB tmpfs with 64 KiB segments, puts never waited
+// on: some runs in ten), the deletes then waiting for compaction or the
+// operator to free space.
 //
 // # Recovery
 //

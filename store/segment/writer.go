@@ -18,7 +18,7 @@ import (
 type outcome struct {
 	kind outcomeKind
 	n    int64  // wrote: bytes written
-	seq  uint32 // rewrote: the segment that failed; spare: the segment made
+	seq  uint32 // rewrote: the segment that failed
 	err  error
 }
 
@@ -32,7 +32,6 @@ const (
 	turn     // the same, right after cheap callbacks
 	removed
 	timerFired
-	spareMade
 )
 
 // feed reports o to c.
@@ -46,8 +45,6 @@ func (o *outcome) feed(c *core, now time.Duration) {
 		c.removeDone(now, o.err)
 	case timerFired:
 		c.timerFired(now)
-	case spareMade:
-		c.spareDone(now, o.seq, o.err)
 	}
 }
 
@@ -86,18 +83,32 @@ func (l *Log) run() {
 	var now time.Duration
 	var sr syncResult
 	var synced bool // sr is an fsync's outcome to feed
+	var made spareResult
+	var spared bool // made is the spare maker's outcome to feed
 	for {
-		if !synced {
+		if !synced || !spared {
 			// A writer with work never waits in the select below, so it
-			// looks for the fsync's outcome at every turn. With none in
-			// flight, syncC is nil and this costs next to nothing.
+			// looks for the fsync's and the spare maker's outcomes at
+			// every turn: a spare taken only once the writer idled left
+			// appends past the current segment's size for as long as a
+			// load kept it busy, in blocks a full disk may not have.
+			// With neither in flight this costs next to nothing.
+			syncC, spares := l.syncC, l.spares
+			if synced {
+				syncC = nil
+			}
+			if spared {
+				spares = nil
+			}
 			select {
-			case sr = <-l.syncC:
+			case sr = <-syncC:
 				synced = true
+			case made = <-spares:
+				spared = true
 			default:
 			}
 		}
-		if synced || o.kind != turn && (o.kind != wrote || o.err != nil) {
+		if synced || spared || o.kind != turn && (o.kind != wrote || o.err != nil) {
 			// Writes that worked, and callbacks, take microseconds: the
 			// time they began serves the core's millisecond deadlines, and
 			// saves a clock read per batch.
@@ -115,15 +126,21 @@ func (l *Log) run() {
 			l.roomDone = nil
 			l.core.roomDone(now, rr.size, rr.err)
 		}
+		if spared {
+			if made.err == nil {
+				l.files[made.seq] = made.f
+			}
+			l.core.spareDone(now, made.seq, made.err)
+		}
 		acts := l.core.ready(now)
 		l.mu.Unlock()
-		if o.kind == spareMade && o.err == nil {
+		if spared && made.err == nil {
 			select {
 			case l.spareMade <- struct{}{}:
 			default:
 			}
 		}
-		synced = false
+		synced, spared = false, false
 		var stop bool
 		if o, stop = l.carryOut(acts); stop {
 			return // Close closes the files once the spare maker is done too
@@ -136,11 +153,8 @@ func (l *Log) run() {
 		case <-l.timerC:
 			l.timerC = nil
 			o.kind = timerFired
-		case s := <-l.spares:
-			o = outcome{kind: spareMade, seq: s.seq, err: s.err}
-			if s.err == nil {
-				l.files[s.seq] = s.f
-			}
+		case made = <-l.spares:
+			spared = true
 		case sr = <-l.syncC:
 			synced = true
 		}
