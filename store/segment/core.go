@@ -340,9 +340,10 @@ func (c *core) append(g *Group) (lsn uint64, seg uint32, off int64, err error) {
 		return 0, 0, 0, ErrNoSpace
 	}
 	if g.Refusable && c.roomShort(int64(g.Size)) && (!g.Live || g.Prev.Seg == 0) {
-		// The room for deletes is short, and the disk has no more: what
-		// this group took, the deletes could lack. Compaction's moves (an
-		// item's new version) go on: the segment they empty frees more.
+		// The room for deletes holds less than this group would leave it
+		// to cover: what the group took, the deletes could lack.
+		// Compaction's moves (an item's new version) go on: the segment
+		// they empty frees more.
 		return 0, 0, 0, ErrNoSpace
 	}
 	size := int64(g.Size)
@@ -1010,9 +1011,10 @@ func (c *core) freeAhead(now time.Duration, seq uint32, err error) {
 	c.spareRetry.failed(now)
 }
 
-// tendRoom keeps the room for deletes (doc.go) a step ahead of the live
-// items, growing it while a spare is ready (the spare comes first) and
-// the disk not full, and shrinking it when they fall well below it.
+// tendRoom keeps the room for deletes (doc.go) ahead of what it must
+// cover (roomWanted), growing it beside the spare maker while the disk is
+// not full, and shrinking it when that falls well below it; after a write
+// failed for want of space, it gives the room up to it.
 func (c *core) tendRoom(now time.Duration) {
 	if c.roomBusy || c.closing || c.cur == nil {
 		return
