@@ -214,6 +214,8 @@ func newCollector(e Engine, s Store, tubeSeries int, groups Groups) *collector {
 			gauge, func(l *logStats) float64 { return float64(l.DiskBytes) }),
 		newScalar("sprout_binlog_live_bytes", "Bytes of the records of live jobs.",
 			gauge, func(l *logStats) float64 { return float64(l.LiveBytes) }),
+		newScalar("sprout_binlog_room_bytes", "Bytes kept on disk for the live jobs' deletes (DIR/sprout.room), given up to them when the disk fills.",
+			gauge, func(l *logStats) float64 { return float64(l.RoomBytes) }),
 	}
 	newTube := func(name, help string, kind prometheus.ValueType, value func(f *tubeFigures) float64) tubeFigure {
 		return tubeFigure{prometheus.NewDesc(name, help, tube, nil), kind, value}

@@ -189,6 +189,7 @@ func TestMetricsFromRunningServer(t *testing.T) {
 		{"sprout_binlog_max_size_bytes", "", gauge, wal.DefaultSegmentSize, wal.DefaultSegmentSize},
 		{"sprout_binlog_disk_bytes", "", gauge, 1, many},
 		{"sprout_binlog_live_bytes", "", gauge, 1, many},
+		{"sprout_binlog_room_bytes", "", gauge, 64 << 10, 8 << 20},
 		{"sprout_binlog_fsync_duration_seconds", "", histogram, 1, many},
 		{"sprout_binlog_batch_bytes", "", histogram, 1, many},
 		{"sprout_binlog_batch_records", "", histogram, 1, many},
