@@ -874,10 +874,15 @@ func (c *core) setVersion(v uint32, checkpoint []byte) (seg uint32, ok bool) {
 // written to: its header says another. It stays on disk, empty, until
 // compaction (or the next Open) removes it.
 func (c *core) dropStaleSpare() {
-	s := c.spare
-	if s == nil || s.version == c.version {
-		return
+	if s := c.spare; s != nil && s.version != c.version {
+		c.dropSpare()
 	}
+}
+
+// dropSpare retires the spare, never written to: cut to its header, its
+// blocks go back to the disk.
+func (c *core) dropSpare() {
+	s := c.spare
 	c.spare = nil
 	c.open = slices.DeleteFunc(c.open, func(o *segState) bool { return o == s })
 	c.retireSegment(s)
@@ -984,9 +989,16 @@ func (c *core) giveRoomUp() bool {
 	if !c.roomFailing {
 		c.emit(action{kind: actReport, report: reportRoomSpent, n: c.room})
 	}
-	c.roomBusy, c.roomFailing, c.roomTarget = true, true, 0
-	c.emit(action{kind: actRoom, n: 0})
+	c.roomFailing = true
+	c.askRoom(0)
 	return true
+}
+
+// askRoom hands out a change of the room file to target bytes; roomDone
+// reports it.
+func (c *core) askRoom(target int64) {
+	c.roomBusy, c.roomTarget = true, target
+	c.emit(action{kind: actRoom, n: target})
 }
 
 // freeAhead gives what is allocated ahead to a write to segment seq the
@@ -1000,9 +1012,7 @@ func (c *core) giveRoomUp() bool {
 // until a spare is made again the disk counts as full.
 func (c *core) freeAhead(now time.Duration, seq uint32, err error) {
 	if s := c.spare; s != nil && s.seq != seq && s.written == HeaderSize {
-		c.spare = nil
-		c.open = slices.DeleteFunc(c.open, func(o *segState) bool { return o == s })
-		c.retireSegment(s) // cut to its header: its blocks go back
+		c.dropSpare()
 	}
 	if !c.noSpace {
 		c.emit(action{kind: actReport, report: reportDiskFull, err: err})
@@ -1034,8 +1044,7 @@ func (c *core) tendRoom(now time.Duration) {
 		c.wake(c.roomRetry.next)
 		return
 	}
-	c.roomBusy, c.roomTarget = true, target
-	c.emit(action{kind: actRoom, n: target})
+	c.askRoom(target)
 }
 
 // roomWanted is the size the room for deletes should be changed to, and
