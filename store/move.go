@@ -600,9 +600,8 @@ func (c *Client) importTube(name []byte, frames []byte, gone []uint64, fig TubeF
 		// Not paused where it comes from: a pause here was kept from an
 		// earlier move in, aborted after its import of an empty paused
 		// tube (releaseTubeKeeping), and would come back with this one
-		// (found by a reviewing helper). It ends, logged as pause-tube 0.
-		s.logPause(c, t.name, 1, s.wall(now+1), wal.Req{})
-		hs = t.unpauseLocked(now, hs)
+		// (found by a reviewing helper). It ends, as pause-tube 0 ends it.
+		hs = s.endPauseLocked(c, t, now, wal.Req{}, hs)
 	}
 	t.mu.Unlock()
 	s.complete(hs)

@@ -447,15 +447,21 @@ func (c *Client) PauseTube(name []byte, d time.Duration) bool {
 	return c.s.pauseTube(name, d, c, wal.Req{})
 }
 
+// endPauseLocked ends t's pause as pause-tube 0 does: beanstalkd's 1 ns,
+// logged as such, ended now, its ready jobs handed to its waiters (the
+// caller completes hs once t is unlocked). t.mu must be held.
+func (s *Store) endPauseLocked(c *Client, t *Tube, now int64, key wal.Req, hs handoffs) handoffs {
+	s.logPause(c, t.name, 1, s.wall(now+1), key)
+	return t.unpauseLocked(now, hs)
+}
+
 func (s *Store) pauseTube(name []byte, d time.Duration, c *Client, key wal.Req) bool {
 	var hs handoffs
 	ok := s.withTube(name, func(t *Tube) {
 		now := s.now()
 		t.cmdPause++
 		if d <= 0 {
-			// beanstalkd's 1 ns, logged as such, ended now.
-			s.logPause(c, t.name, 1, s.wall(now+1), key)
-			hs = t.unpauseLocked(now, hs)
+			hs = s.endPauseLocked(c, t, now, key, hs)
 			return
 		}
 		// A pause that has run out but that the timer has not ended yet
