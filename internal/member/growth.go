@@ -307,8 +307,8 @@ func (m *Member) readCount(w http.ResponseWriter, r *http.Request) (int, bool) {
 var errGrowthUnplaced = errors.New("member: too few members up to place the new groups")
 
 // newGroups are groups from…n−1, placed (placeGrown) on group 0's view
-// of the members: up is whether this member is connected to one, as the
-// replica planner has it (balance); an error if too few are up.
+// of the members: up as the replica planners judge it (upIn); an error
+// if too few are up.
 func (m *Member) newGroups(from, n int) ([]replication.GrownGroup, error) {
 	reported, names := m.sessions.Reported(), m.memberNames()
 	cur := m.currentPlacement(reported, names)
@@ -318,11 +318,7 @@ func (m *Member) newGroups(from, n int) ([]replication.GrownGroup, error) {
 			led[name]++
 		}
 	}
-	connected := map[string]bool{m.node.Name(): true}
-	for _, mb := range m.node.Status().Members {
-		connected[mb.Name] = connected[mb.Name] || mb.Connected
-	}
-	return placeGrown(cur, led, func(name string) bool { return connected[name] }, from, n)
+	return placeGrown(cur, led, m.upIn(m.reachable()), from, n)
 }
 
 // placeGrown places groups from…n−1 on cur's members, each on R replicas

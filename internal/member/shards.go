@@ -572,10 +572,7 @@ func (m *Member) balanceLeaders() {
 				leaders[uint16(g)] = name
 			}
 		}
-		reachable, ready := map[string]bool{}, map[string]bool{}
-		for _, mb := range m.node.Status().Members {
-			reachable[mb.Name] = mb.Connected
-		}
+		reachable, ready := m.reachable(), map[string]bool{}
 		m.comebacks.look(reachable, now)
 		for name, conn := range reachable {
 			// Nor one that gave a leadership away lately: a member
@@ -586,10 +583,7 @@ func (m *Member) balanceLeaders() {
 		}
 		caughtUp := receivers(m.node.Name(), leaders, ready, m.caughtUp, reportedBehind(reported, names))
 		cur := m.currentPlacement(reported, names)
-		// A member gives or receives replicas while connected: a member
-		// hears Raft messages only from those it shares a group with,
-		// and a member just added shares group 0 with its leader alone.
-		m.planReplicas(cur, func(name string) bool { return name == m.node.Name() || reachable[name] },
+		m.planReplicas(cur, m.upIn(reachable),
 			func(g uint16) string { return m.leaderOf(g, reported, names) }, now)
 		m.resolveTubeMoves()
 		m.resolvePrefixes()
@@ -633,6 +627,25 @@ func (m *Member) leaderOf(g uint16, reported map[uint16]router.Report, names map
 		return names[rep.Leader]
 	}
 	return ""
+}
+
+// reachable is whether this member is connected to each member, as group
+// 0's status says.
+func (m *Member) reachable() map[string]bool {
+	reachable := map[string]bool{}
+	for _, mb := range m.node.Status().Members {
+		reachable[mb.Name] = mb.Connected
+	}
+	return reachable
+}
+
+// upIn is whether a member is up as the replica planners judge it: this
+// member, or one it is connected to (reachable). A member gives or
+// receives replicas while connected: a member hears Raft messages only
+// from those it shares a group with, and a member just added shares
+// group 0 with its leader alone.
+func (m *Member) upIn(reachable map[string]bool) func(name string) bool {
+	return func(name string) bool { return name == m.node.Name() || reachable[name] }
 }
 
 // receivers is meta.PlanLeaders' caughtUp as member self judges it: a
