@@ -27,12 +27,13 @@ import (
 // A group that answers that a watched tube is moving (StatusWrongGroup,
 // EventWrongGroup: docs/design/shards.md 3.3) starts it over, after
 // moveRetry, across the groups its tubes live in then (again), for what
-// is left of its timeout; what the earlier rounds asked is ended or
-// declined as it comes (gen).
+// is left of its timeout; what the earlier rounds asked is cancelled (a
+// take on its way, the open waits), or declined as it comes (gen).
 //
 // Once the member holds jobs for a graceful shutdown (holding, hold) it
-// takes none and waits in no group, only for its timer; a job taken or
-// offered meanwhile is declined, back as if never reserved.
+// takes none and waits in no group, only for its timer; a take on its
+// way is cancelled, and a job offered meanwhile declined, back as if
+// never reserved.
 //
 // Its callbacks run on the Link's goroutines; mu orders them. Requests go
 // in the order their sequences are given (post: the session's, as one
@@ -77,6 +78,14 @@ type crossReserve struct {
 	// within lateRound. Guarded by mu.
 	late  bool
 	timer *time.Timer
+	// taking is the take on its way (seq 0: none), cancelled if the
+	// reserve ends or starts over first: its group gives back what it
+	// took at once, before the session's next command, which could name
+	// that job (docs/design/shards.md 6.5). Guarded by mu.
+	taking struct {
+		group uint16
+		seq   uint32
+	}
 }
 
 // lateRound bounds a round under way at the reserve's timeout: a group
@@ -146,8 +155,8 @@ func (r *crossReserve) beginLocked() {
 }
 
 // hold makes the reserve, if begun and not ended, give up its groups for
-// its timer alone (Router.HoldJobs): its waits are cancelled and what
-// they or a take in flight bring is declined. One not begun yet (its
+// its timer alone (Router.HoldJobs): its waits and a take in flight are
+// cancelled, and what the waits bring is declined. One not begun yet (its
 // session stores it first) sees holding as it begins.
 func (r *crossReserve) hold() {
 	r.mu.Lock()
@@ -268,15 +277,20 @@ func (r *crossReserve) takeLocked() {
 	}
 	p, gen := r.parts[at], r.gen
 	r.post(func(seq uint32) {
+		r.taking.group, r.taking.seq = p.group, seq
 		r.link.Request(r.session, p.group, seq, Request{Op: OpTake, Tubes: p.tubes, Bound: bound}, func(it *Item) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
+			if r.taking.seq == seq {
+				r.taking.seq = 0
+			}
 			took := it.Reply.Status == StatusOK && it.Reply.Result == ResultJob
 			switch {
 			case r.state != crossTaking || r.gen != gen:
-				if took { // cancelled or started over meanwhile: the job goes back, as a late offer
-					r.link.Decline(r.session, p.group, 0, it.Reply.Job.ID)
-				}
+				// Ended or started over as it came: cancelled
+				// (cancelWaitsLocked), which gives the job back
+				// there. A decline too might come after the session's
+				// next reserve took the job again, and take it back.
 			case took && r.holding():
 				r.link.Decline(r.session, p.group, 0, it.Reply.Job.ID)
 				r.takeLocked()
@@ -475,11 +489,15 @@ func (r *crossReserve) cancelLocked() {
 	r.state = crossDone
 }
 
-// cancelWaitsLocked stops the timer and cancels the open waits, if the
-// reserve waits.
+// cancelWaitsLocked stops the timer and cancels the take on its way and
+// the open waits, if the reserve waits.
 func (r *crossReserve) cancelWaitsLocked() {
 	if r.timer != nil {
 		r.timer.Stop()
+	}
+	if t := r.taking; t.seq != 0 {
+		r.taking.seq = 0
+		r.link.Cancel(r.session, t.group, t.seq, 0)
 	}
 	if r.state != crossWaiting {
 		return

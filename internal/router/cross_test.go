@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sproutmq/sprout/engine"
 	"github.com/sproutmq/sprout/internal/testproc"
 	"github.com/sproutmq/sprout/store"
 )
@@ -719,5 +720,144 @@ func TestCrossReserveNoSoonNoLongerOwed(t *testing.T) {
 		if e := nextEnd(t, ends); e.res != store.TimedOut {
 			t.Fatalf("timeout %v, DEADLINE_SOON at %v: ended %v, want TIMED_OUT", c.timeout, c.soon, e.res)
 		}
+	}
+}
+
+// withdrawnThenReserved sends session 7's next two commands to group 0
+// once its reserve across groups ended with a job of group 0 on its way
+// (held at member 2): a release of that job, and a reserve. Then it lets
+// the held answers through and checks what one server would answer: the
+// session never received the job, so the release is NOT_FOUND and the
+// reserve gets it; the decline the member sends when the job arrives
+// must not take it back from that reserve (docs/design/shards.md 6.5).
+func withdrawnThenReserved(t *testing.T, n *linkNet, seq *atomic.Uint32, id uint64) {
+	t.Helper()
+	released, reserved := make(answers, 1), make(answers, 1)
+	n.link.Request(7, 0, seq.Add(1), Request{Op: OpRelease, ID: id, Pri: 1}, released.done)
+	n.link.Request(7, 0, seq.Add(1), Request{Op: OpReserve, Tubes: [][]byte{[]byte("a")}}, reserved.done)
+	testproc.WaitFor(t, 5*time.Second, "the release answered, held", func() bool { return n.heldCount(2) >= 2 })
+	n.release(2)
+	if it := released.next(t); it.Reply.Status != StatusNotFound {
+		t.Errorf("release of job %d, never received: %+v, want NOT_FOUND", id, it.Reply)
+	}
+	if it := reserved.next(t); it.Reply.Status != StatusOK || it.Reply.Job.ID != id {
+		t.Fatalf("the next reserve: %+v, want job %d", it.Reply, id)
+	}
+	time.Sleep(200 * time.Millisecond) // the decline is there by now
+	if ts, _ := n.stores[2].TubeStats([]byte("a")); ts.Reserved != 1 || ts.Ready != 0 {
+		t.Fatalf("job %d, reserved by the session's reserve: group 0 has %d ready, %d reserved", id, ts.Ready, ts.Reserved)
+	}
+}
+
+// offerHeld starts session 7's reserve across groups 0 and 1, with a
+// timeout of 300 ms, waiting in both, then puts a job into group 0 and
+// holds its offer at member 2: where the reserve ends, and the job.
+func offerHeld(t *testing.T, n *linkNet, seq *atomic.Uint32) (<-chan crossEnd, uint64) {
+	t.Helper()
+	ends, _ := reserveAcross(n, seq, 300*time.Millisecond)
+	testproc.WaitFor(t, 5*time.Second, "a wait in each group", func() bool {
+		return n.stores[2].Stats().Waiting == 1 && n.stores[3].Stats().Waiting == 1
+	})
+	n.hold(2)
+	id := n.put(t, 2, "a", 1)
+	testproc.WaitFor(t, 5*time.Second, "the offer held", func() bool { return n.heldCount(2) == 1 })
+	return ends, id
+}
+
+// TestCrossOfferWithdrawnByCancel: group 0's offer is on its way when
+// the reserve across groups times out; the reserve's cancel gives the
+// job back at once (withdrawnThenReserved).
+func TestCrossOfferWithdrawnByCancel(t *testing.T) {
+	n := newCrossNet(t, 2)
+	var seq atomic.Uint32
+	ends, id := offerHeld(t, n, &seq)
+	if e := nextEnd(t, ends); e.res != store.TimedOut {
+		t.Fatalf("the reserve ended with %+v, want TIMED_OUT (the offer held)", e)
+	}
+	withdrawnThenReserved(t, n, &seq, id)
+}
+
+// TestCrossTakeWithdrawnByCancel: group 0's answer to the reserve's take
+// is on its way when the reserve times out; the reserve's cancel of the
+// take gives the job back at once (withdrawnThenReserved).
+func TestCrossTakeWithdrawnByCancel(t *testing.T) {
+	n := newCrossNet(t, 2)
+	var seq atomic.Uint32
+	id := n.put(t, 2, "a", 1)
+	n.hold(2)
+	ends, _ := reserveAcross(n, &seq, 300*time.Millisecond)
+	testproc.WaitFor(t, 5*time.Second, "group 0's peek answered, held", func() bool { return n.heldCount(2) == 1 })
+	n.pass(2)
+	testproc.WaitFor(t, 5*time.Second, "group 0's take answered, held", func() bool { return n.heldCount(2) == 1 })
+	if ts, _ := n.stores[2].TubeStats([]byte("a")); ts.Reserved != 1 {
+		t.Fatalf("group 0 has %d reserved, want the take's job", ts.Reserved)
+	}
+	if e := nextEnd(t, ends); e.res != store.TimedOut {
+		t.Fatalf("the reserve ended with %+v, want TIMED_OUT (the take's answer held)", e)
+	}
+	withdrawnThenReserved(t, n, &seq, id)
+}
+
+// TestCrossReserveTakenHereRunsAtOnce: a reserve across groups that
+// takes its job from a group this member leads tells that group's owner
+// client the session took it (Server.Received): the session's delete of
+// the job then runs at once (the local fast path), not behind the
+// member's own loop, as it would while the job is unseen.
+func TestCrossReserveTakenHereRunsAtOnce(t *testing.T) {
+	n := newRouterNet(t, 2, 0) // member 1 leads group 0
+	ta, tb := n.tube(0, "x"), n.tube(1, "x")
+	p := n.session(2)
+	p.use(ta)
+	id := p.put(1, 60)
+	c := n.session(1)
+	c.watch(ta)
+	c.watch(tb)
+	c.ignore("default")
+	if a := c.do("reserve", func(a *engine.Answer) bool { return c.s.Reserve(0, a) }); a.Reserve != store.Reserved || a.JobID != id {
+		t.Fatalf("reserve across groups: %+v, want job %d", a, id)
+	}
+	before := n.routers[1].local.Load()
+	if a := c.do("delete", func(a *engine.Answer) bool { return c.s.Delete(id, a) }); !a.OK {
+		t.Fatalf("delete: %+v", a)
+	}
+	if ran := n.routers[1].local.Load() - before; ran != 1 {
+		t.Fatalf("the delete ran %d commands at once, want 1", ran)
+	}
+}
+
+// TestCrossLateCancelLeavesJobTakenAgain: a reserve across groups times
+// out with group 0's offer on its way and its cancel not taken (the
+// stream cut for a moment); the offer's decline gives the job back, the
+// session's next reserve takes it, and only then does the recalled
+// cancel come (Retry sends calls not taken before recalled items): it
+// must not give back the job the session now holds, which another worker
+// would then get too.
+func TestCrossLateCancelLeavesJobTakenAgain(t *testing.T) {
+	n := newCrossNet(t, 2)
+	var seq atomic.Uint32
+	ends, id := offerHeld(t, n, &seq)
+	n.mu.Lock()
+	n.cut[2] = true
+	n.mu.Unlock()
+	if e := nextEnd(t, ends); e.res != store.TimedOut {
+		t.Fatalf("the reserve ended with %+v, want TIMED_OUT (the offer held)", e)
+	}
+	n.mu.Lock()
+	n.cut[2] = false
+	n.mu.Unlock()
+	n.release(2) // the offer comes, and is declined
+	testproc.WaitFor(t, 5*time.Second, "the job declined", func() bool {
+		ts, _ := n.stores[2].TubeStats([]byte("a"))
+		return ts.Ready == 1
+	})
+	reserved := make(answers, 1)
+	n.link.Request(7, 0, seq.Add(1), Request{Op: OpReserve, Tubes: [][]byte{[]byte("a")}}, reserved.done)
+	if it := reserved.next(t); it.Reply.Status != StatusOK || it.Reply.Job.ID != id {
+		t.Fatalf("the next reserve: %+v, want job %d", it.Reply, id)
+	}
+	n.link.Retry(0) // the recalled cancel, at last
+	time.Sleep(200 * time.Millisecond)
+	if ts, _ := n.stores[2].TubeStats([]byte("a")); ts.Reserved != 1 || ts.Ready != 0 {
+		t.Fatalf("job %d, held by the session's reserve: group 0 has %d ready, %d reserved after the late cancel", id, ts.Ready, ts.Reserved)
 	}
 }

@@ -239,7 +239,19 @@
 // the session's timer ended the wait, is declined (by the Link, its call
 // gone): its group unreserves the job (store.Client.Unreserve), every
 // figure as if it had never been reserved, and hands it to its next
-// waiter. So a session never holds a reservation it did not receive. A
+// waiter. So a session never holds a reservation it did not receive. The
+// group gives the job back already when the wait's cancel comes, which
+// the session sends before its reserve answers, so before any command
+// the client sends next: a release, bury or touch of that job's id is
+// NOT_FOUND, as on one server (the job given back so is not taken again
+// by the decline that follows: the owner's withdrawn). The same for a
+// take on its way when the reserve ends or starts over: it is cancelled
+// (crossReserve.taking). On this member's own groups such a cancel goes
+// through the member's loop, which a command run at once (the local fast
+// path) would overtake: a job a take or an offer handed a session here
+// is unseen until the session says it took it (Server.Received), its
+// cancel comes, or a later request of the session comes that way, and
+// the session's commands in that group go that way meanwhile. A
 // group where the session holds a job near its TTR ends the wait with
 // DEADLINE_SOON, as one server would.
 //
@@ -323,7 +335,8 @@
 // nobody waits for is dropped, and an offer in it declined at once, and a
 // call answered or cancelled is not sent again, so a session never holds
 // a job it did not receive. Closes, declines and each session's last
-// cancel are recalled and sent again to a new leader, on a stream opened
-// again, or once one was not taken. A change resent after a failover is
+// cancels in a group (of a wait; of a reserve or a take) are recalled
+// and sent again to a new leader, on a stream opened again, or once one
+// was not taken. A change resent after a failover is
 // made once, by its key (5.6).
 package router

@@ -83,13 +83,14 @@ type Link struct {
 	// resumed from a stop) reached it only with the next leader change,
 	// and the session's owner client stayed there meanwhile.
 	unposted map[uint16]bool // guarded by mu
-	// cancels are each session's last cancel of a wait or a reserve in a
-	// group, of the last closeRecall, sent again with the recalled
-	// closes: one lost (not taken, or with a broken stream) would leave
-	// the wait open at the leader, and the session's later requests to
-	// the group behind it. One a session, so a busy reserve's cancels
-	// keep no history. Guarded by mu.
-	cancels map[sessionKey]cancelled
+	// cancels are each session's last cancel of a wait, and its last of
+	// a reserve or a take, in a group, of the last closeRecall, sent
+	// again with the recalled closes: one lost (not taken, or with a
+	// broken stream) would leave the wait open at the leader, and the
+	// session's later requests to the group behind it, or the job a take
+	// got with its owner client. Two a session, so a busy reserve's
+	// cancels keep no history. Guarded by mu.
+	cancels map[cancelKey]cancelled
 	// declines counts the declines among closed: a job handed out
 	// looks for its own only when there are some. Changed with mu held;
 	// a hand-out on this member's store (Handed) reads it without.
@@ -189,8 +190,15 @@ type tubeKey struct {
 // hash only have one's call wait for the other's answer.
 var tubeSeed = maphash.MakeSeed()
 
-// cancelled is a session's cancel of its wait id (0: a reserve) of
-// sequence seq in a group, and when.
+// cancelKey names a session's recalled cancel in a group: of a wait, or
+// of a reserve or a take.
+type cancelKey struct {
+	sessionKey
+	wait bool
+}
+
+// cancelled is a session's cancel of its wait id (0: a reserve or a
+// take) of sequence seq in a group, and when.
 type cancelled struct {
 	seq  uint32
 	wait uint64
@@ -316,7 +324,7 @@ func NewLink(cfg LinkConfig) *Link {
 	// request in a group's table of outcomes (5.6), which outlives this
 	// process.
 	return &Link{cfg: cfg, sessions: make(map[sessionKey][]*call),
-		unsent: make(map[uint16]bool), unposted: make(map[uint16]bool), cancels: make(map[sessionKey]cancelled),
+		unsent: make(map[uint16]bool), unposted: make(map[uint16]bool), cancels: make(map[cancelKey]cancelled),
 		rerouting: make(map[uint64]*rerouteQueue), lastRouted: make(map[tubeKey]*call),
 		number: rand.Uint64() >> 1}
 }
@@ -380,7 +388,7 @@ func (l *Link) Cancel(session uint64, group uint16, seq uint32, id uint64) {
 	sk, c := sessionKey{session, group}, cancelled{seq: seq, wait: id, at: time.Now()}
 	l.mu.Lock()
 	l.dropLocked(l.findLocked(callKey{session, group, seq}))
-	l.cancels[sk] = c
+	l.cancels[cancelKey{sk, id != 0}] = c
 	l.mu.Unlock()
 	l.postRecalled(group, c.item(sk))
 }
@@ -486,7 +494,8 @@ func (l *Link) Closed(session uint64, group uint16) {
 		l.unroutedLocked(c)
 		l.releaseLocked(c) // to end as the session's closed: StatusNoLeader
 	}
-	delete(l.cancels, sk) // the close ends its wait too
+	delete(l.cancels, cancelKey{sk, true}) // the close ends its wait too
+	delete(l.cancels, cancelKey{sk, false})
 	l.recallLocked(closedSession{key: sk, at: time.Now()})
 }
 
@@ -799,12 +808,12 @@ func (l *Link) postClosed(group uint16) {
 			again = append(again, c.item())
 		}
 	}
-	for sk, c := range l.cancels {
+	for k, c := range l.cancels {
 		switch {
 		case now.Sub(c.at) > closeRecall:
-			delete(l.cancels, sk)
-		case sk.group == group:
-			again = append(again, c.item(sk))
+			delete(l.cancels, k)
+		case k.group == group:
+			again = append(again, c.item(k.sessionKey))
 		}
 	}
 	l.mu.Unlock()

@@ -542,6 +542,29 @@ func TestLinkCancelRecalled(t *testing.T) {
 	}
 }
 
+// TestLinkCancelsOfWaitAndTakeRecalled: a session's cancel of a wait and
+// its cancel of a take in the same group, neither taken, both go again:
+// a reserve across groups that starts over cancels its wait, and its
+// take when it ends, and the one lost would leave the wait open at the
+// leader (the session's later requests behind it) or the take's job
+// held unseen.
+func TestLinkCancelsOfWaitAndTakeRecalled(t *testing.T) {
+	n := newLinkNet(t, 2)
+	a := make(answers, 16)
+	n.link.Wait(10, 0, 1, Wait{ID: 7, Tubes: [][]byte{[]byte("w")}}, a.done)
+	testproc.WaitFor(t, 5*time.Second, "the wait at the leader", func() bool { return n.stores[2].Stats().Waiting == 1 })
+	n.mu.Lock()
+	n.cut[2] = true
+	n.mu.Unlock()
+	n.link.Cancel(10, 0, 1, 7)
+	n.link.Cancel(10, 0, 2, 0) // a take's, say
+	n.mu.Lock()
+	n.cut[2] = false
+	n.mu.Unlock()
+	n.link.Retry(0)
+	testproc.WaitFor(t, 5*time.Second, "the wait's cancel sent again", func() bool { return n.stores[2].Stats().Waiting == 0 })
+}
+
 // TestLinkResendSkipsAnswered: a call answered (or cancelled) after a
 // resend listed it is not sent: a reserve run again would hold a job for
 // a session no longer waiting for it.

@@ -258,6 +258,53 @@ type owner struct {
 	// refused is the sequence whose answer the lease refused: it runs
 	// when it comes again, though this owner has seen it.
 	refused uint32
+	// unseen are the jobs a take or an offer handed the session that it
+	// may not have taken: a cancel of its wait or take may be on its
+	// way through the member's own loop, which a command run at once
+	// (local) would overtake. They go when the session says it took one
+	// (Received), when that cancel comes, or when a later request of the
+	// session does, which was sent after any such cancel.
+	unseen []uint64
+	// cancelled is the sequence of the reserve or wait a cancel came for
+	// while the store had already picked its job (CancelWait too late):
+	// endWait gives that job back rather than answer with it.
+	cancelled uint32
+	// withdrawn are the jobs cancels gave back (withdraw): the session's
+	// decline of one, which follows when its offer or take reply reaches
+	// the member, is not to take back what the session may hold again.
+	withdrawn withdrawnJobs
+}
+
+// withdrawnJobs are the last maxGiven jobs cancels of waits gave back,
+// each with the wait whose offer had it, and when.
+type withdrawnJobs [maxGiven]struct {
+	wait, id uint64
+	at       time.Time
+}
+
+func (w *withdrawnJobs) add(wait, id uint64, now time.Time) {
+	oldest := 0
+	for i := range w {
+		if w[i].at.Before(w[oldest].at) {
+			oldest = i
+		}
+	}
+	w[oldest].wait, w[oldest].id, w[oldest].at = wait, id, now
+}
+
+// take reports whether a cancel gave back job id of wait within
+// closeRecall (as long as a decline is sent again), and forgets it.
+func (w *withdrawnJobs) take(wait, id uint64, now time.Time) bool {
+	for i := range w {
+		if w[i].id == id && w[i].wait == wait && now.Sub(w[i].at) <= closeRecall {
+			w[i] = struct {
+				wait, id uint64
+				at       time.Time
+			}{}
+			return true
+		}
+	}
+	return false
 }
 
 // givenJobs are the last maxGiven jobs reserved for a session, each with
@@ -293,6 +340,16 @@ func (g *givenJobs) seqOf(id uint64) uint32 {
 		}
 	}
 	return 0
+}
+
+// names reports whether job id is among the last given, whatever got it.
+func (g *givenJobs) names(id uint64) bool {
+	for _, j := range g.jobs {
+		if j.id == id {
+			return true
+		}
+	}
+	return false
 }
 
 // has reports whether a job is kept for sequence seq.
@@ -424,7 +481,14 @@ func (s *Server) handle(from uint64, it *Item) {
 		gave := false
 		if o := s.existing(key); o != nil {
 			o.mu.Lock()
-			if !o.closed { // a closed client gave its jobs back already
+			o.dropUnseenLocked(it.Decline.Job)
+			switch {
+			case o.withdrawn.take(it.Decline.Wait, it.Decline.Job, time.Now()):
+				// Its cancel gave it back already; the session may hold
+				// it again since.
+				o.mu.Unlock()
+				return
+			case !o.closed: // a closed client gave its jobs back already
 				gave = o.client.Unreserve(it.Decline.Job)
 			}
 			o.mu.Unlock()
@@ -596,6 +660,8 @@ func (s *Server) request(key ownerKey, it *Item) {
 	switch {
 	case newer:
 		o.seen = it.Seq
+		// Sent after any cancel of what the session was handed unseen.
+		o.unseen = o.unseen[:0]
 	case it.Seq == o.refused:
 		o.refused = 0 // asked again: answered now, if leased
 	case kept != nil:
@@ -704,7 +770,8 @@ func (o *owner) answerHeldLocked(it *Item) {
 // reservations, its watch list. It is not run (ran false) when this
 // member does not serve the group, when the owner is busy with what the
 // session sent the other way (a reserve waiting, requests behind it,
-// replies held for the log: ours would overtake them), when a reserve
+// replies held for the log, the cancel of a job handed out unseen: ours
+// would overtake them), when a reserve
 // would wait (tried with no timeout: the session then sends it the
 // other way, which takes it again with its own), and when it would hand
 // out a job (the job goes back) or answer a leaseFenced request while the
@@ -719,11 +786,13 @@ func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.closed || o.waiting != 0 || len(o.backlog) > 0 || len(o.replies) > 0 ||
+	if o.closed || o.waiting != 0 || len(o.backlog) > 0 || len(o.replies) > 0 || len(o.unseen) > 0 ||
 		s.isGated(key.group) || o.requestMovingLocked(&req) || s.refused.pending(key) {
 		// What a tube's move forbids goes the other way, which refuses
 		// it (movingLocked); so does a request behind one refused, which
-		// the session sends again first.
+		// the session sends again first, and one that may have come
+		// after a cancel still on its way through the member's own loop
+		// (unseen).
 		return Reply{}, nil, 0, false
 	}
 	if req.Op == OpReserveJob || s.cfg.Leased != nil && leaseFenced(req.Op) && !s.cfg.Leased(key.group) {
@@ -756,6 +825,9 @@ func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply
 			o.client.Unreserve(r.Job.ID)
 		}
 		return Reply{}, nil, 0, false
+	}
+	if reserves(req.Op) && r.Status == StatusOK && r.Result == ResultJob {
+		o.gave.add(0, r.Job.ID) // no sequence: a cancel's look (names) alone
 	}
 	return r, o.st.Acks(), o.client.PendingAck(), true
 }
@@ -835,22 +907,95 @@ func (s *Server) cancel(key ownerKey, id uint64, seq uint32) {
 		return
 	}
 	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
 	// seq 0: a member before the cancel named its wait's sequence.
-	if !o.closed && o.waitID == id && o.waiting != 0 && (seq == 0 || o.waiting == seq) && o.client.CancelWait() {
+	if o.waitID == id && o.waiting != 0 && (seq == 0 || o.waiting == seq) {
+		if !o.client.CancelWait() {
+			o.cancelled = o.waiting // its job is on its way to endWait
+			return
+		}
 		o.waiting, o.waitID, o.soonFirst = 0, 0, false
 		o.client.Settle()
 		o.runBacklogLocked()
 	}
+	o.dropBackloggedLocked(id, seq)
 	job := o.handed.takeWait(id)
 	if job == 0 && id == 0 {
 		job = o.handed.take(seq) // a reserve's
 	}
-	if job != 0 && !o.closed {
+	if job != 0 {
 		// Its offer was refused (refuseLocked), the job kept for it
 		// to come again: it will not.
+		o.dropUnseenLocked(job)
 		o.client.Unreserve(job)
+		return
 	}
-	o.mu.Unlock()
+	if id != 0 {
+		job = o.gave.takeWait(id)
+	} else if seq != 0 {
+		job = o.gave.take(seq)
+	}
+	if job != 0 && !o.gave.names(job) {
+		// Unless the session got the job again since (its decline, or
+		// its TTR, gave it back first, and a later reserve took it): a
+		// cancel not taken at once goes again after later requests.
+		o.withdrawLocked(id, job)
+	}
+}
+
+// withdrawLocked gives back job, which a take or an offer of wait (0: a
+// reserve or a take) handed the session, whose cancel came: the session
+// never takes it (an offer is declined when it comes; a reserve's or a
+// take's answer is dropped, its call gone). Given back now, not at that
+// decline, so that a command of the session that came after the cancel
+// finds it not held, as on one server (docs/design/shards.md 6.5); the
+// offer's decline is then not to take it back (withdrawn).
+func (o *owner) withdrawLocked(wait, job uint64) {
+	o.dropUnseenLocked(job)
+	if o.client.Unreserve(job) && wait != 0 {
+		o.withdrawn.add(wait, job, time.Now())
+	}
+}
+
+// dropBackloggedLocked forgets the wait id (0: the request of sequence
+// seq) queued behind a reserve: cancelled, it is not to run.
+func (o *owner) dropBackloggedLocked(id uint64, seq uint32) {
+	o.backlog = slices.DeleteFunc(o.backlog, func(it Item) bool {
+		if id != 0 {
+			return it.Kind == KindWait && it.Wait.ID == id
+		}
+		return it.Kind == KindRequest && it.Seq == seq && seq != 0
+	})
+}
+
+// handOutLocked notes job, which the request or wait of sequence seq
+// (wait: its id; 0 for a request) hands the session. One a take or a
+// wait hands out is unseen until the session says it took it: a reserve
+// across groups that ends otherwise cancels it.
+func (o *owner) handOutLocked(seq uint32, job, wait uint64, unseen bool) {
+	o.gave.addWait(seq, job, wait)
+	if unseen {
+		o.unseen = append(o.unseen, job)
+	}
+}
+
+// dropUnseenLocked forgets job among the unseen.
+func (o *owner) dropUnseenLocked(job uint64) {
+	o.unseen = slices.DeleteFunc(o.unseen, func(id uint64) bool { return id == job })
+}
+
+// Received tells the group's owner client of session key that the
+// session took job, which a take or an offer handed it: commands of the
+// session may run at once again (local).
+func (s *Server) Received(key ownerKey, job uint64) {
+	if o := s.existing(key); o != nil {
+		o.mu.Lock()
+		o.dropUnseenLocked(job)
+		o.mu.Unlock()
+	}
 }
 
 // closeOwner ends key's session in its group: its client closes. Session
@@ -990,7 +1135,7 @@ func (o *owner) runLocked(it *Item) {
 			return
 		}
 		if j != nil {
-			o.gave.add(it.Seq, j.ID())
+			o.handOutLocked(it.Seq, j.ID(), it.Wait.ID, true)
 		}
 		o.holdLocked(event(o.key, it.Seq, it.Wait.ID, j, res), o.client.PendingAck())
 		o.client.Settle()
@@ -1002,7 +1147,7 @@ func (o *owner) runLocked(it *Item) {
 		return
 	}
 	if reserves(it.Request.Op) && r.Status == StatusOK && r.Result == ResultJob {
-		o.gave.add(it.Seq, r.Job.ID)
+		o.handOutLocked(it.Seq, r.Job.ID, 0, it.Request.Op == OpTake)
 	}
 	r.Stamp = o.st.LatestStamp()
 	o.holdReplyLocked(heldReply{item: reply(o.key, it.Seq, r), pos: o.client.PendingAck(), fenced: leaseFenced(it.Request.Op)})
@@ -1071,7 +1216,7 @@ func (o *owner) answerHandedLocked(it *Item) bool {
 	if j == nil {
 		return false
 	}
-	o.gave.add(it.Seq, id)
+	o.handOutLocked(it.Seq, id, it.Wait.ID, it.Kind == KindWait || it.Request.Op == OpTake)
 	if it.Kind == KindWait {
 		o.holdLocked(event(o.key, it.Seq, it.Wait.ID, j, store.Reserved), o.client.PendingAck())
 		return true
@@ -1836,12 +1981,21 @@ func (o *owner) endWait(j *store.Job, res store.ReserveResult) {
 	if o.closed {
 		return
 	}
+	cancelled := o.waiting != 0 && o.waiting == o.cancelled
+	o.cancelled = 0
 	if j != nil && o.waiting != 0 {
-		o.gave.add(o.waiting, j.ID())
+		if cancelled {
+			// Picked as its cancel came: the session never takes it.
+			o.client.Unreserve(j.ID())
+		} else {
+			o.handOutLocked(o.waiting, j.ID(), o.waitID, o.waitID != 0)
+		}
 	}
 	switch {
 	case o.waiting == 0:
 		return
+	case cancelled:
+		// Nothing waits for an answer: the cancel dropped its call.
 	case o.waitID != 0:
 		o.holdLocked(event(o.key, o.waiting, o.waitID, j, res), o.client.PendingAck())
 	case j != nil:

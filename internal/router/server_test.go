@@ -1447,3 +1447,80 @@ func TestTakeAnswerLostAnsweredAgain(t *testing.T) {
 		t.Fatalf("the take sent again: %+v, want job %d again", got, first.Reply.Job.ID)
 	}
 }
+
+// TestServerLocalAfterUnseenHandOut: a job an offer handed a session of
+// this member's is unseen until the session says it took it (Received)
+// or its cancel comes (the reserve across groups ended otherwise, the
+// cancel on its way through the member's own loop): a command of the
+// session is not run at once meanwhile, since it would overtake that
+// cancel and release a job the session never received. The cancel gives
+// the job back, and the decline that follows it changes nothing.
+func TestServerLocalAfterUnseenHandOut(t *testing.T) {
+	st := store.New(store.Options{})
+	t.Cleanup(st.Close)
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	key := ownerKey{member: 7, session: 3}
+	var stamp atomic.Uint64
+	offer := func(seq uint32, wait uint64) uint64 {
+		t.Helper()
+		r.send(Item{Kind: KindWait, Group: 0, Session: 3, Seq: seq, Wait: Wait{ID: wait, Tubes: [][]byte{[]byte("t")}}})
+		id, _, _, ran := r.srv.local(ownerKey{member: 7, session: 9}, Request{Op: OpPut, Tube: []byte("t"), TTR: 60, Body: []byte("j\r\n")}, &stamp)
+		if !ran {
+			t.Fatal("another session's put did not run")
+		}
+		if it := r.next(); it.Kind != KindEvent || it.Event.Type != EventOffer || it.Event.Job.ID != id.ID {
+			t.Fatalf("the wait's end: %+v, want an offer of job %d", it, id.ID)
+		}
+		return id.ID
+	}
+	release := func(id uint64) (Reply, bool) {
+		rep, _, _, ran := r.srv.local(key, Request{Op: OpRelease, ID: id, Pri: 1}, &stamp)
+		return rep, ran
+	}
+
+	id := offer(1, 5)
+	if _, ran := release(id); ran {
+		t.Fatal("a release of the job offered ran at once, before the wait's cancel could come")
+	}
+	r.send(Item{Kind: KindCancel, Group: 0, Session: 3, Seq: 1, Wait: Wait{ID: 5}})
+	if s := st.Stats(); s.Reserved != 0 || s.Ready != 1 {
+		t.Fatalf("after the wait's cancel: %+v, want the job ready", s)
+	}
+	if rep, ran := release(id); !ran || rep.Status != StatusNotFound {
+		t.Fatalf("the release after the cancel: ran %v, %+v, want NOT_FOUND", ran, rep)
+	}
+	// The session's next reserve takes the job; the decline of the
+	// offer, come now, does not take it back.
+	if rep, _, _, ran := r.srv.local(key, Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}}, &stamp); !ran || rep.Job.ID != id {
+		t.Fatalf("the next reserve: ran %v, %+v, want job %d", ran, rep, id)
+	}
+	r.send(Item{Kind: KindDecline, Group: 0, Session: 3, Decline: Decline{Wait: 5, Job: id}})
+	if s := st.Stats(); s.Reserved != 1 {
+		t.Fatalf("after the offer's decline: %+v, want the job reserved by the reserve since", s)
+	}
+	if rep, _, _, ran := r.srv.local(key, Request{Op: OpDelete, ID: id}, &stamp); !ran || rep.Status != StatusOK {
+		t.Fatalf("delete: ran %v, %+v", ran, rep)
+	}
+
+	// An offer the session took: once it says so, its commands run at
+	// once again.
+	id = offer(2, 6)
+	r.srv.Received(key, id)
+	if rep, ran := release(id); !ran || rep.Status != StatusOK {
+		t.Fatalf("the release of a job received: ran %v, %+v, want RELEASED", ran, rep)
+	}
+	if rep, _, _, ran := r.srv.local(key, Request{Op: OpDelete, ID: id}, &stamp); !ran || rep.Status != StatusOK {
+		t.Fatalf("delete: ran %v, %+v", ran, rep)
+	}
+
+	// Or once a later request of the session comes the other way: it was
+	// sent after any cancel.
+	id = offer(3, 7)
+	r.send(Item{Kind: KindRequest, Group: 0, Session: 3, Seq: 4, Request: Request{Op: OpPeek, ID: id}})
+	if it := r.next(); it.Kind != KindReply || it.Reply.Status != StatusOK {
+		t.Fatalf("peek: %+v", it)
+	}
+	if rep, ran := release(id); !ran || rep.Status != StatusOK {
+		t.Fatalf("the release after a later request: ran %v, %+v, want RELEASED", ran, rep)
+	}
+}

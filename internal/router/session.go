@@ -934,6 +934,9 @@ func (s *Session) newCross(parts []crossPart, timeout time.Duration, seq uint32)
 		if j != nil {
 			a.JobID, a.JobBody = j.ID, j.Body // the crossReserve's copy
 			s.holdJob(j, group)
+			// Taken: where this member leads the group, the session's
+			// next commands may run there at once again.
+			s.r.server.Received(ownerKey{member: s.r.cfg.Self, session: s.id, group: group}, j.ID)
 		}
 		s.deliver(seq, &a)
 	}
