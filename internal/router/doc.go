@@ -166,7 +166,8 @@
 // log"). The leader hands a
 // job out, and answers a request that reads its store (peeks, stats,
 // list-tubes, a reserve across groups' peek, a reserve that ends at
-// once: leaseFenced), only while its leadership is leased, the lease
+// once: leaseFenced; a reserve or a wait that ends empty after waiting:
+// TIMED_OUT, DEADLINE_SOON), only while its leadership is leased, the lease
 // asked once the store has answered; otherwise the request is answered
 // StatusNotLeader and goes to the next leader, or to this one once its
 // lease is confirmed again. A leader cut off from its group's majority

@@ -1188,8 +1188,9 @@ func reserves(op Op) bool { return op == OpReserve || op == OpTake || op == OpRe
 // after another was elected and changed it (a peek of a job the new
 // leader deleted, a reserve's TIMED_OUT while the new leader has a job
 // ready). Refused, it goes again to the group's next leader, or to this
-// one once the lease is confirmed, and runs again there. A reserve's
-// end after a wait (endWait) is not: sent again, it would wait again.
+// one once the lease is confirmed, and runs again there. So is a
+// reserve's or a wait's end after a wait (endWait): sent again, it
+// carries what is left of its timeout (call.sendPayload).
 func leaseFenced(op Op) bool { return reads(op) || reserves(op) }
 
 // reads reports whether op only reads the store: run again, it changes
@@ -1997,14 +1998,20 @@ func (o *owner) endWait(j *store.Job, res store.ReserveResult) {
 	case cancelled:
 		// Nothing waits for an answer: the cancel dropped its call.
 	case o.waitID != 0:
-		o.holdLocked(event(o.key, o.waiting, o.waitID, j, res), o.client.PendingAck())
+		// DEADLINE_SOON fenced as a hand-out is: the new leader of a
+		// group cut off has the job ready, not reserved.
+		o.holdReplyLocked(heldReply{item: event(o.key, o.waiting, o.waitID, j, res), pos: o.client.PendingAck(), fenced: true})
 	case j != nil:
 		o.holdLocked(reply(o.key, o.waiting, jobResult(j)), o.client.PendingAck())
 	default:
 		if res == store.TimedOut && o.soonFirst {
 			res = store.DeadlineSoon
 		}
-		o.holdLocked(reply(o.key, o.waiting, emptyReply(res)), o.client.PendingAck())
+		// Fenced as a reserve that does not wait is: a new leader may
+		// have had a job ready meanwhile. Refused, the reserve goes
+		// again with what is left of its timeout (none, or the time to
+		// a DEADLINE_SOON that was the old leader's alone).
+		o.holdReplyLocked(heldReply{item: reply(o.key, o.waiting, emptyReply(res)), pos: o.client.PendingAck(), fenced: true})
 	}
 	o.waiting, o.waitID, o.soonFirst = 0, 0, false
 	o.client.Settle()

@@ -706,6 +706,31 @@ func TestServerRefusedWaitCancelled(t *testing.T) {
 	}
 }
 
+// TestServerFencedReserveEnd: a reserve that waited and ends empty (its
+// timeout) while the leadership is not leased is refused, as one that
+// does not wait is: a leader cut off from its group's majority cannot
+// say that no job was ready, a new leader having had one meanwhile.
+// Sent again with what is left of its timeout (none), it runs again once
+// the lease is back.
+func TestServerFencedReserveEnd(t *testing.T) {
+	st := store.New(store.Options{})
+	t.Cleanup(st.Close)
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	var leased atomic.Bool
+	leased.Store(true)
+	r.srv.cfg.Leased = func(uint16) bool { return leased.Load() }
+	r.send(req(0, 1, 1, Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}, Timeout: 200 * time.Millisecond}))
+	leased.Store(false)
+	if got := r.next(); got.Reply.Status != StatusNotLeader {
+		t.Fatalf("a reserve timed out while not leased: %+v, want StatusNotLeader", got.Reply)
+	}
+	leased.Store(true)
+	r.send(req(0, 1, 1, Request{Op: OpReserve, Tubes: [][]byte{[]byte("t")}}))
+	if got := r.next(); got.Reply.Status != StatusTimedOut {
+		t.Fatalf("the reserve sent again, leased: %+v, want TIMED_OUT", got.Reply)
+	}
+}
+
 // TestServerLocalFenced: a reserve on the local fast path while the
 // leadership is not confirmed is not run there (the session sends it the
 // other way), and the job it took goes back: it stayed with the owner
