@@ -46,7 +46,7 @@
 // group's leader changes (or its stream opens again) each session asks
 // the leader, for each job of the group it keeps, whether its owner
 // client still holds it (OpHeld, answered at once beside the session's
-// order; protocol 6): after a crash the new leader has those jobs ready,
+// order, while the leadership is leased; protocol 6): after a crash the new leader has those jobs ready,
 // and the session forgets them (Session.askHeld); a DEADLINE_SOON its
 // bound then brings from a group is not delivered, and the reserve goes
 // on (Session.owesSoon).

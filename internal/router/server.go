@@ -761,6 +761,11 @@ func (o *owner) answerHeldLocked(it *Item) {
 		// moved with its tube, reservation and all (Session.askHeldIn).
 		r = o.notFound(Reply{Status: StatusNotFound, Result: ResultNone})
 	}
+	if leased := o.srv.cfg.Leased; leased != nil && !leased(o.key.group) {
+		// A read of the store, fenced as the others are (leaseFenced),
+		// but refused without o.refused: it has no place in the order.
+		r = Reply{Status: StatusNotLeader}
+	}
 	o.srv.send(o.key.member, reply(o.key, it.Seq, r))
 }
 

@@ -731,6 +731,19 @@ func TestServerFencedReserveEnd(t *testing.T) {
 	}
 }
 
+// TestServerFencedHeld: whether the session's owner client still holds a
+// job (OpHeld) is a read of the store, answered only while the
+// leadership is leased: a leader cut off would tell the session it holds
+// a job the new leader has ready (a DEADLINE_SOON owed for nothing), or
+// that it holds none.
+func TestServerFencedHeld(t *testing.T) {
+	r, _ := unleasedRig(t)
+	r.send(req(0, 1, 2, Request{Op: OpHeld, ID: 1}))
+	if got := r.next(); got.Reply.Status != StatusNotLeader {
+		t.Fatalf("held? while not leased: %+v, want StatusNotLeader", got.Reply)
+	}
+}
+
 // TestServerLocalFenced: a reserve on the local fast path while the
 // leadership is not confirmed is not run there (the session sends it the
 // other way), and the job it took goes back: it stayed with the owner
