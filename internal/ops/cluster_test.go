@@ -271,6 +271,61 @@ func TestClusterCountersKeptAcrossRebuild(t *testing.T) {
 	}
 }
 
+// pausingEngine is a lockedEngine whose next Stats, once armed, reads the
+// figures and then waits for resume before returning them.
+type pausingEngine struct {
+	lockedEngine
+	armed          atomic.Bool
+	paused, resume chan struct{}
+}
+
+func (e *pausingEngine) Stats() codec.ServerStats {
+	st := e.lockedEngine.Stats()
+	if e.armed.CompareAndSwap(true, false) {
+		e.paused <- struct{}{}
+		<-e.resume
+	}
+	return st
+}
+
+// TestClusterCountersTwoScrapesAtOnce: two scrapes at once of a
+// single-group member count what the queue's counters gained once. The
+// figures were read before the scrape took its turn, so a scrape that
+// read them first and took its turn last set the counters' last figure
+// back, and the next scrape counted the difference again.
+func TestClusterCountersTwoScrapesAtOnce(t *testing.T) {
+	e := &pausingEngine{lockedEngine: lockedEngine{fakeEngine: newFakeEngine()},
+		paused: make(chan struct{}), resume: make(chan struct{})}
+	base := startOps(t, ops.Config{Engine: e, Store: &fakeStore{}, Cluster: &rebuildingCluster{}})
+	jobs := func() float64 {
+		v, _ := scrape(t, base, acceptText).value("sprout_jobs_total", "")
+		return v
+	}
+	e.set(10, 0)
+	jobs()
+	e.set(20, 0)
+	e.armed.Store(true)
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		jobs() // reads 20, then waits
+	}()
+	<-e.paused
+	e.set(30, 0)
+	second := make(chan struct{})
+	go func() {
+		defer close(second)
+		jobs() // reads 30
+	}()
+	time.Sleep(100 * time.Millisecond) // the second scrape done, or waiting for the first
+	close(e.resume)
+	<-first
+	<-second
+	if got := jobs(); got != 30 {
+		t.Fatalf("sprout_jobs_total %v after two scrapes at once, want 30", got)
+	}
+}
+
 // walkingStore is a fakeStore that calls during as it walks its tubes,
 // after the first.
 type walkingStore struct {

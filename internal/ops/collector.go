@@ -269,8 +269,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector: it reads every figure now.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	st := c.engine.Stats()
+	var st codec.ServerStats
 	if c.groups != nil {
+		st = c.engine.Stats()
 		if w, ok := c.groups.(waiter); ok {
 			st.CurrentWaiting = uint64(w.Waiting())
 		}
@@ -281,6 +282,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			// A rebuild begun during the walk of the tubes may have left
 			// some out: they are not forgotten.
 			defer func() { c.kept.done(gain && c.kept.sameEpoch()) }()
+		}
+		// Read in the scrape's turn: a figure read before it, by a scrape
+		// that took its turn after another's, would set the counters'
+		// last figure back, and the next scrape count the gain again.
+		st = c.engine.Stats()
+		if c.kept != nil {
 			c.kept.stats(&st, gain)
 		}
 		collectScalars(ch, c.queue, &st)
