@@ -861,3 +861,35 @@ func TestCrossLateCancelLeavesJobTakenAgain(t *testing.T) {
 		t.Fatalf("job %d, held by the session's reserve: group 0 has %d ready, %d reserved after the late cancel", id, ts.Ready, ts.Reserved)
 	}
 }
+
+// TestCrossTakeCancelAfterEarlierHandOut: TestCrossTakeWithdrawnByCancel
+// with the session having reserved and released the job once before the
+// reserve across groups takes it: the take's cancel gives it back all the
+// same (TestServerTakeCancelAfterEarlierHandOut).
+func TestCrossTakeCancelAfterEarlierHandOut(t *testing.T) {
+	n := newCrossNet(t, 2)
+	var seq atomic.Uint32
+	id := n.put(t, 2, "a", 1)
+	got := make(answers, 2)
+	n.link.Request(7, 0, seq.Add(1), Request{Op: OpReserve, Tubes: [][]byte{[]byte("a")}}, got.done)
+	if it := got.next(t); it.Reply.Job.ID != id {
+		t.Fatalf("reserve: %+v", it.Reply)
+	}
+	n.link.Request(7, 0, seq.Add(1), Request{Op: OpRelease, ID: id, Pri: 1}, got.done)
+	if it := got.next(t); it.Reply.Status != StatusOK {
+		t.Fatalf("release: %+v", it.Reply)
+	}
+	n.hold(2)
+	ends, _ := reserveAcross(n, &seq, 300*time.Millisecond)
+	testproc.WaitFor(t, 5*time.Second, "group 0's peek answered, held", func() bool { return n.heldCount(2) == 1 })
+	n.pass(2)
+	testproc.WaitFor(t, 5*time.Second, "group 0's take answered, held", func() bool { return n.heldCount(2) == 1 })
+	if e := nextEnd(t, ends); e.res != store.TimedOut {
+		t.Fatalf("the reserve ended with %+v, want TIMED_OUT", e)
+	}
+	n.release(2)
+	testproc.WaitFor(t, 5*time.Second, "the take's job ready again", func() bool {
+		ts, _ := n.stores[2].TubeStats([]byte("a"))
+		return ts.Ready == 1 && ts.Reserved == 0
+	})
+}

@@ -310,8 +310,9 @@ func (w *withdrawnJobs) take(wait, id uint64, now time.Time) bool {
 // givenJobs are the last maxGiven jobs reserved for a session, each with
 // the sequence of the reserve or wait that got it.
 type givenJobs struct {
-	jobs [maxGiven]givenJob
-	next int
+	jobs  [maxGiven]givenJob
+	next  int
+	count uint64 // the hand-outs so far: each one's n
 }
 
 // maxGiven bounds givenJobs: a session has at most one reserve or wait
@@ -323,12 +324,14 @@ type givenJob struct {
 	seq  uint32
 	id   uint64
 	wait uint64 // the wait's id, if a wait got it
+	n    uint64 // which hand-out it was
 }
 
 func (g *givenJobs) add(seq uint32, id uint64) { g.addWait(seq, id, 0) }
 
 func (g *givenJobs) addWait(seq uint32, id, wait uint64) {
-	g.jobs[g.next] = givenJob{seq, id, wait}
+	g.count++
+	g.jobs[g.next] = givenJob{seq: seq, id: id, wait: wait, n: g.count}
 	g.next = (g.next + 1) % maxGiven
 }
 
@@ -342,10 +345,11 @@ func (g *givenJobs) seqOf(id uint64) uint32 {
 	return 0
 }
 
-// names reports whether job id is among the last given, whatever got it.
-func (g *givenJobs) names(id uint64) bool {
+// givenAfter reports whether job id was given again after hand-out n,
+// whatever got it.
+func (g *givenJobs) givenAfter(id, n uint64) bool {
 	for _, j := range g.jobs {
-		if j.id == id {
+		if j.id == id && j.n > n {
 			return true
 		}
 	}
@@ -367,22 +371,26 @@ func (g *givenJobs) jobOf(seq uint32) uint64 {
 
 // take forgets the job seq got, and returns it (0: none).
 func (g *givenJobs) take(seq uint32) uint64 {
-	return g.takeWhere(func(j givenJob) bool { return j.seq == seq && seq != 0 })
+	j := g.takeWhere(func(j givenJob) bool { return j.seq == seq && seq != 0 })
+	return j.id
 }
 
 // takeWait forgets the job wait got, and returns it (0: none).
 func (g *givenJobs) takeWait(wait uint64) uint64 {
-	return g.takeWhere(func(j givenJob) bool { return j.wait == wait && wait != 0 })
+	j := g.takeWhere(func(j givenJob) bool { return j.wait == wait && wait != 0 })
+	return j.id
 }
 
-func (g *givenJobs) takeWhere(match func(givenJob) bool) uint64 {
+// takeWhere forgets the first hand-out match takes, and returns it (id
+// 0: none).
+func (g *givenJobs) takeWhere(match func(givenJob) bool) givenJob {
 	for i, j := range g.jobs {
 		if match(j) {
 			g.jobs[i] = givenJob{}
-			return j.id
+			return j
 		}
 	}
-	return 0
+	return givenJob{}
 }
 
 // keptAnswers are an owner's last answers, in the order sent, at most
@@ -832,7 +840,7 @@ func (s *Server) local(key ownerKey, req Request, stamp *atomic.Uint64) (r Reply
 		return Reply{}, nil, 0, false
 	}
 	if reserves(req.Op) && r.Status == StatusOK && r.Result == ResultJob {
-		o.gave.add(0, r.Job.ID) // no sequence: a cancel's look (names) alone
+		o.gave.add(0, r.Job.ID) // no sequence: for a cancel's look (givenAfter) alone
 	}
 	return r, o.st.Acks(), o.client.PendingAck(), true
 }
@@ -928,26 +936,29 @@ func (s *Server) cancel(key ownerKey, id uint64, seq uint32) {
 	}
 	o.dropBackloggedLocked(id, seq)
 	job := o.handed.takeWait(id)
-	if job == 0 && id == 0 {
-		job = o.handed.take(seq) // a reserve's
+	if job == 0 {
+		// A reserve's or a take's; or a wait's adopted with a handover,
+		// which keeps its sequence alone.
+		job = o.handed.take(seq)
 	}
 	if job != 0 {
-		// Its offer was refused (refuseLocked), the job kept for it
-		// to come again: it will not.
+		// Its offer was refused (refuseLocked), or handed over, the job
+		// kept for it to come again: it will not.
 		o.dropUnseenLocked(job)
 		o.client.Unreserve(job)
 		return
 	}
-	if id != 0 {
-		job = o.gave.takeWait(id)
-	} else if seq != 0 {
-		job = o.gave.take(seq)
-	}
-	if job != 0 && !o.gave.names(job) {
+	given := o.gave.takeWhere(func(j givenJob) bool {
+		if id != 0 {
+			return j.wait == id
+		}
+		return j.seq == seq && seq != 0
+	})
+	if given.id != 0 && !o.gave.givenAfter(given.id, given.n) {
 		// Unless the session got the job again since (its decline, or
 		// its TTR, gave it back first, and a later reserve took it): a
 		// cancel not taken at once goes again after later requests.
-		o.withdrawLocked(id, job)
+		o.withdrawLocked(id, given.id)
 	}
 }
 

@@ -1562,3 +1562,70 @@ func TestServerLocalAfterUnseenHandOut(t *testing.T) {
 		t.Fatalf("the release after a later request: ran %v, %+v, want RELEASED", ran, rep)
 	}
 }
+
+// TestServerTakeCancelAfterEarlierHandOut: a take cancelled (its reserve
+// across groups ended as the answer came) gives its job back though the
+// session held the same job before (reserved, released, then taken
+// again), remotely or on the local fast path: only a hand-out after the
+// take's keeps it (a cancel that came late). Nothing else gives it back
+// before its TTR: the session sends no decline for a take it cancelled.
+// Found by a review of the first version, which kept the job whenever
+// any other hand-out named it.
+func TestServerTakeCancelAfterEarlierHandOut(t *testing.T) {
+	tubes := [][]byte{[]byte("t")}
+	for _, local := range []bool{false, true} {
+		st := store.New(store.Options{})
+		t.Cleanup(st.Close)
+		r := newServerRig(t, map[uint16]*store.Store{0: st})
+		key := ownerKey{member: 7, session: 2}
+		var stamp atomic.Uint64
+		r.send(put(1))
+		id := r.next().Reply.ID
+		if local {
+			rep, _, _, ran := r.srv.local(key, Request{Op: OpReserve, Tubes: tubes}, &stamp)
+			if !ran || rep.Job.ID != id {
+				t.Fatalf("local reserve: ran %v, %+v", ran, rep)
+			}
+			if rep, _, _, ran := r.srv.local(key, Request{Op: OpRelease, ID: id, Pri: 1}, &stamp); !ran || rep.Status != StatusOK {
+				t.Fatalf("local release: ran %v, %+v", ran, rep)
+			}
+		} else {
+			r.send(req(0, 2, 1, Request{Op: OpReserve, Tubes: tubes}))
+			if got := r.next(); got.Reply.Job.ID != id {
+				t.Fatalf("reserve: %+v", got.Reply)
+			}
+			r.send(req(0, 2, 2, Request{Op: OpRelease, ID: id, Pri: 1}))
+			if got := r.next(); got.Reply.Status != StatusOK {
+				t.Fatalf("release: %+v", got.Reply)
+			}
+		}
+		r.send(req(0, 2, 3, Request{Op: OpTake, Tubes: tubes, Bound: noBound}))
+		if got := r.next(); got.Reply.Job.ID != id {
+			t.Fatalf("take: %+v", got.Reply)
+		}
+		r.send(Item{Kind: KindCancel, Group: 0, Session: 2, Seq: 3})
+		if s := st.Stats(); s.Reserved != 0 || s.Ready != 1 {
+			t.Fatalf("local %v: after the take's cancel: %d reserved, %d ready, want the job ready", local, s.Reserved, s.Ready)
+		}
+	}
+}
+
+// TestServerWaitCancelAfterHandover: a wait's offer made at the last
+// leader and handed over (Held lists it by its sequence alone), then the
+// wait's cancel sent again to the new leader: the job goes back. It
+// stayed reserved until its TTR when the offer never left the last
+// leader.
+func TestServerWaitCancelAfterHandover(t *testing.T) {
+	st := store.New(store.Options{})
+	t.Cleanup(st.Close)
+	r := newServerRig(t, map[uint16]*store.Store{0: st})
+	r.send(put(1))
+	id := r.next().Reply.ID
+	if n := r.srv.Adopt(0, st, []Holder{{Member: 7, Session: 3, ID: id, Deadline: time.Now().Add(time.Minute).UnixNano(), Seq: 4}}); n != 1 {
+		t.Fatalf("adopted %d, want 1", n)
+	}
+	r.send(Item{Kind: KindCancel, Group: 0, Session: 3, Seq: 4, Wait: Wait{ID: 9}})
+	if s := st.Stats(); s.Reserved != 0 || s.Ready != 1 {
+		t.Fatalf("after the wait's cancel at the new leader: %d reserved, %d ready, want the job ready", s.Reserved, s.Ready)
+	}
+}

@@ -944,9 +944,9 @@ func (s *Session) newCross(parts []crossPart, timeout time.Duration, seq uint32)
 }
 
 // CancelWait ends a remote reserve at once: its reply, if it comes all
-// the same (a job was on its way), is dropped, and that job stays the
-// session's at the leader until the session closes or its TTR ends. A
-// reserve across groups declines what comes after.
+// the same (a job was on its way), is dropped, and the leader gives that
+// job back when the cancel comes (Server.cancel). A reserve across
+// groups cancels its waits and its take the same way.
 func (s *Session) CancelWait() bool {
 	if s.local != nil {
 		return s.local.CancelWait()
