@@ -893,3 +893,36 @@ func TestCrossTakeCancelAfterEarlierHandOut(t *testing.T) {
 		return ts.Ready == 1 && ts.Reserved == 0
 	})
 }
+
+// TestCrossCancelNotTakenGoesBeforeLaterRequests: a wait's cancel not
+// taken at once (the stream cut for a moment) and the session's release
+// of the job its offer held, made after the cancel and not taken either:
+// the Link's retry sends the cancel first, so the release finds the job
+// given back, NOT_FOUND as on one server. It sent the calls first, and
+// the release answered RELEASED for a job the session never received.
+// Found by a review.
+func TestCrossCancelNotTakenGoesBeforeLaterRequests(t *testing.T) {
+	n := newCrossNet(t, 1)
+	offers := make(answers, 1)
+	n.link.Wait(10, 0, 1, Wait{ID: 7, Tubes: [][]byte{[]byte("a")}}, offers.done)
+	testproc.WaitFor(t, 5*time.Second, "the wait at the leader", func() bool { return n.stores[2].Stats().Waiting == 1 })
+	n.hold(2)
+	id := n.put(t, 2, "a", 1)
+	testproc.WaitFor(t, 5*time.Second, "the offer held", func() bool { return n.heldCount(2) == 1 })
+	cut := func(on bool) {
+		n.mu.Lock()
+		n.cut[2] = on
+		n.mu.Unlock()
+	}
+	cut(true)
+	n.link.Cancel(10, 0, 1, 7)
+	released := make(answers, 1)
+	n.link.Request(10, 0, 2, Request{Op: OpRelease, ID: id, Pri: 1}, released.done)
+	cut(false)
+	n.link.Retry(0)
+	testproc.WaitFor(t, 5*time.Second, "the release answered, held", func() bool { return n.heldCount(2) >= 2 })
+	n.release(2)
+	if it := released.next(t); it.Reply.Status != StatusNotFound {
+		t.Fatalf("release of job %d, never received: %+v, want NOT_FOUND", id, it.Reply)
+	}
+}

@@ -752,18 +752,24 @@ func (l *Link) post(group uint16, it Item) bool {
 //  1. It drops the group's pending refs items (see Refs).
 //  2. LinkConfig.SyncRefs, if set, sends the leader all of the member's
 //     references to the group's tubes, which set what they would have.
-//  3. It sends the calls again, in the order made; not the sync, unless
-//     it was not taken, and then a call waits behind it (postCall).
-//  4. It sends the closes, declines and cancels the Link recalls.
+//  3. It sends the closes, declines and cancels the Link recalls.
+//  4. It sends the calls again, in the order made; not the sync, unless
+//     it was not taken, and then a call waits behind it (postCall). If
+//     a recalled item was not taken, the calls wait for the next Retry,
+//     which sends those first.
 //
 // So the member's references reach the leader before its sessions'
 // requests sent again (docs/design/shards.md 5.4), as before those made
 // later: a stats-tube or pause-tube resent for an empty tube its session
 // watches finds the tube, which a new leader knows of from the sync
-// alone. No Retry sends a call between 1 and 3 (resending), and a call
-// the session makes meanwhile waits behind those step 1 marks unsent; one
-// made before step 3, the new leader already known, waits if the Leader
-// names it only from LinkConfig.Marked on, which comes between 2 and 3.
+// alone. And a session's cancel comes before its requests made after it:
+// a wait's or a take's job given back at the cancel is not held when the
+// session's release of it comes (6.5); the cancelled call itself is
+// never sent again. No Retry sends a call between 1 and 4 (resending),
+// and a call the session makes meanwhile waits behind those step 1
+// marks unsent; one made before step 4, the new leader already known,
+// waits if the Leader names it only from LinkConfig.Marked on, which
+// comes between 2 and 3.
 func (l *Link) LeaderChanged(group uint16) {
 	l.resending.Lock()
 	l.mu.Lock()
@@ -790,15 +796,16 @@ func (l *Link) LeaderChanged(group uint16) {
 	if l.cfg.Marked != nil {
 		l.cfg.Marked(group)
 	}
-	l.resendLocked(group)
+	if l.postClosed(group) {
+		l.resendLocked(group)
+	}
 	l.resending.Unlock()
-	l.postClosed(group)
 }
 
 // postClosed sends group's leader the closes, declines and cancels of
 // the group's sessions the Link recalls, and has the next Retry send them
-// again if one was not taken.
-func (l *Link) postClosed(group uint16) {
+// again if one was not taken; it reports whether all were.
+func (l *Link) postClosed(group uint16) bool {
 	l.mu.Lock()
 	delete(l.unposted, group)
 	var again []Item
@@ -820,25 +827,27 @@ func (l *Link) postClosed(group uint16) {
 	for i := range again {
 		if !l.post(group, again[i]) {
 			l.markUnposted(group)
-			return
+			return false
 		}
 	}
+	return true
 }
 
 // Retry sends group's pending calls that were not taken again, in order:
 // after a full queue drained, a stream opened, or a leader that did not
-// serve yet refused them (StatusNotLeader); and its recalled closes and
-// declines, if one was not taken.
+// serve yet refused them (StatusNotLeader); and before them its recalled
+// closes, declines and cancels, if one was not taken: a session's cancel
+// comes before its requests made after it (LeaderChanged).
 func (l *Link) Retry(group uint16) {
 	l.resending.Lock()
-	l.resendLocked(group)
-	l.resending.Unlock()
+	defer l.resending.Unlock()
 	l.mu.Lock()
 	again := l.unposted[group]
 	l.mu.Unlock()
-	if again {
-		l.postClosed(group)
+	if again && !l.postClosed(group) {
+		return // the calls wait behind them
 	}
+	l.resendLocked(group)
 }
 
 // resendLocked sends group's pending calls not taken again, in order

@@ -337,12 +337,13 @@ func (g *givenJobs) addWait(seq uint32, id, wait uint64) {
 
 // seqOf is the sequence that got job id, or 0.
 func (g *givenJobs) seqOf(id uint64) uint32 {
+	var last givenJob // the latest: an earlier one may be a take the session cancelled
 	for _, j := range g.jobs {
-		if j.id == id && j.seq != 0 {
-			return j.seq
+		if j.id == id && j.seq != 0 && j.n > last.n {
+			last = j
 		}
 	}
-	return 0
+	return last.seq
 }
 
 // givenAfter reports whether job id was given again after hand-out n,

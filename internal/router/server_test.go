@@ -1629,3 +1629,17 @@ func TestServerWaitCancelAfterHandover(t *testing.T) {
 		t.Fatalf("after the wait's cancel at the new leader: %d reserved, %d ready, want the job ready", s.Reserved, s.Ready)
 	}
 }
+
+// TestGivenJobsSeqOfLatest: a job given twice (taken, its cancel lost,
+// its TTR over, then reserved again) is listed for a handover with the
+// sequence that got it last: the earlier one's cancel, sent again to the
+// next leader, must not find it (Server.cancel's handed.take).
+func TestGivenJobsSeqOfLatest(t *testing.T) {
+	var g givenJobs
+	g.add(5, 42)
+	g.add(6, 7)
+	g.add(9, 42)
+	if seq := g.seqOf(42); seq != 9 {
+		t.Fatalf("seqOf: %d, want 9, the latest", seq)
+	}
+}
