@@ -126,15 +126,30 @@ func TestClusterFramesReplay(t *testing.T) {
 		t.Fatalf("a new directory replayed %d frames", len(frames))
 	}
 	startCluster(t, l, "first")
+	// Appends move to a new segment only once its spare is made: each
+	// rotation waits for the next spare, so that a machine busy enough
+	// to delay the spare maker does not leave them all in a few
+	// segments written past their size.
+	spare := func() {
+		t.Helper()
+		select {
+		case <-l.SpareMade():
+		case <-time.After(10 * time.Second):
+			t.Fatal("no spare made")
+		}
+	}
+	spare()
 	var groups []written
 	for i := range 120 {
 		if i == 60 {
 			l.SetCheckpoint(clusterFrame(nil, kindCheckpoint, "second"))
 		}
-		// Each waits for the last, as raft waits for its writes: appends
-		// move to a new segment only once its spare is made.
+		// Each waits for the last, as raft waits for its writes.
 		groups = append(groups, appendGroup(t, l, fmt.Sprintf("entry %d %s", i, strings.Repeat("x", 200))))
 		segtest.WaitDurable(t, l, groups[i].lsn)
+		if i > 0 && groups[i].seg != groups[i-1].seg {
+			spare()
+		}
 	}
 	segtest.WaitDurable(t, l, groups[len(groups)-1].lsn)
 	for _, i := range []int{0, 59, 119} {
