@@ -83,14 +83,14 @@ type Link struct {
 	// resumed from a stop) reached it only with the next leader change,
 	// and the session's owner client stayed there meanwhile.
 	unposted map[uint16]bool // guarded by mu
-	// cancels are each session's last cancel of a wait, and its last of
-	// a reserve or a take, in a group, of the last closeRecall, sent
-	// again with the recalled closes: one lost (not taken, or with a
-	// broken stream) would leave the wait open at the leader, and the
-	// session's later requests to the group behind it, or the job a take
-	// got with its owner client. Two a session, so a busy reserve's
-	// cancels keep no history. Guarded by mu.
-	cancels map[cancelKey]cancelled
+	// cancels are each session's last cancels in a group, of the last
+	// closeRecall, sent again with the recalled closes: one lost (not
+	// taken, or with a broken stream) would leave the wait open at the
+	// leader, and the session's later requests to the group behind it,
+	// or the job a take got with its owner client. A few a session
+	// (recentCancels), so a busy reserve's cancels keep little history.
+	// Guarded by mu.
+	cancels map[sessionKey]*recentCancels
 	// declines counts the declines among closed: a job handed out
 	// looks for its own only when there are some. Changed with mu held;
 	// a hand-out on this member's store (Handed) reads it without.
@@ -190,11 +190,16 @@ type tubeKey struct {
 // hash only have one's call wait for the other's answer.
 var tubeSeed = maphash.MakeSeed()
 
-// cancelKey names a session's recalled cancel in a group: of a wait, or
-// of a reserve or a take.
-type cancelKey struct {
-	sessionKey
-	wait bool
+// recentCancels are a session's last cancels in a group, oldest first
+// (a zero one: none): a reserve across groups that starts over cancels a
+// wait and a take there, and the waits of each start, which a stream
+// broken meanwhile may all have lost.
+type recentCancels [4]cancelled
+
+// add keeps c as the newest, forgetting the oldest if need be.
+func (r *recentCancels) add(c cancelled) {
+	copy(r[:], r[1:])
+	r[len(r)-1] = c
 }
 
 // cancelled is a session's cancel of its wait id (0: a reserve or a
@@ -324,7 +329,7 @@ func NewLink(cfg LinkConfig) *Link {
 	// request in a group's table of outcomes (5.6), which outlives this
 	// process.
 	return &Link{cfg: cfg, sessions: make(map[sessionKey][]*call),
-		unsent: make(map[uint16]bool), unposted: make(map[uint16]bool), cancels: make(map[cancelKey]cancelled),
+		unsent: make(map[uint16]bool), unposted: make(map[uint16]bool), cancels: make(map[sessionKey]*recentCancels),
 		rerouting: make(map[uint64]*rerouteQueue), lastRouted: make(map[tubeKey]*call),
 		number: rand.Uint64() >> 1}
 }
@@ -388,7 +393,12 @@ func (l *Link) Cancel(session uint64, group uint16, seq uint32, id uint64) {
 	sk, c := sessionKey{session, group}, cancelled{seq: seq, wait: id, at: time.Now()}
 	l.mu.Lock()
 	l.dropLocked(l.findLocked(callKey{session, group, seq}))
-	l.cancels[cancelKey{sk, id != 0}] = c
+	rc := l.cancels[sk]
+	if rc == nil {
+		rc = new(recentCancels)
+		l.cancels[sk] = rc
+	}
+	rc.add(c)
 	l.mu.Unlock()
 	l.postRecalled(group, c.item(sk))
 }
@@ -494,8 +504,7 @@ func (l *Link) Closed(session uint64, group uint16) {
 		l.unroutedLocked(c)
 		l.releaseLocked(c) // to end as the session's closed: StatusNoLeader
 	}
-	delete(l.cancels, cancelKey{sk, true}) // the close ends its wait too
-	delete(l.cancels, cancelKey{sk, false})
+	delete(l.cancels, sk) // the close ends its waits too
 	l.recallLocked(closedSession{key: sk, at: time.Now()})
 }
 
@@ -815,12 +824,19 @@ func (l *Link) postClosed(group uint16) bool {
 			again = append(again, c.item())
 		}
 	}
-	for k, c := range l.cancels {
-		switch {
-		case now.Sub(c.at) > closeRecall:
-			delete(l.cancels, k)
-		case k.group == group:
-			again = append(again, c.item(k.sessionKey))
+	for sk, rc := range l.cancels {
+		recalled := false
+		for _, c := range rc { // oldest first
+			if c.at.IsZero() || now.Sub(c.at) > closeRecall {
+				continue
+			}
+			recalled = true
+			if sk.group == group {
+				again = append(again, c.item(sk))
+			}
+		}
+		if !recalled {
+			delete(l.cancels, sk)
 		}
 	}
 	l.mu.Unlock()

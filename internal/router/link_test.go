@@ -542,13 +542,13 @@ func TestLinkCancelRecalled(t *testing.T) {
 	}
 }
 
-// TestLinkCancelsOfWaitAndTakeRecalled: a session's cancel of a wait and
-// its cancel of a take in the same group, neither taken, both go again:
-// a reserve across groups that starts over cancels its wait, and its
-// take when it ends, and the one lost would leave the wait open at the
-// leader (the session's later requests behind it) or the take's job
-// held unseen.
-func TestLinkCancelsOfWaitAndTakeRecalled(t *testing.T) {
+// TestLinkRecentCancelsRecalled: a session's last cancels in a group,
+// none taken, all go again: a reserve across groups that starts over
+// cancels its wait, then the next start's wait, then its take when it
+// ends, and the one lost would leave a wait open at the leader (the
+// session's later requests behind it) or a take's job held unseen. One
+// recalled a session, or one of each kind, kept only the last.
+func TestLinkRecentCancelsRecalled(t *testing.T) {
 	n := newLinkNet(t, 2)
 	a := make(answers, 16)
 	n.link.Wait(10, 0, 1, Wait{ID: 7, Tubes: [][]byte{[]byte("w")}}, a.done)
@@ -557,12 +557,13 @@ func TestLinkCancelsOfWaitAndTakeRecalled(t *testing.T) {
 	n.cut[2] = true
 	n.mu.Unlock()
 	n.link.Cancel(10, 0, 1, 7)
-	n.link.Cancel(10, 0, 2, 0) // a take's, say
+	n.link.Cancel(10, 0, 2, 8) // the next start's wait, say
+	n.link.Cancel(10, 0, 3, 0) // and its take
 	n.mu.Lock()
 	n.cut[2] = false
 	n.mu.Unlock()
 	n.link.Retry(0)
-	testproc.WaitFor(t, 5*time.Second, "the wait's cancel sent again", func() bool { return n.stores[2].Stats().Waiting == 0 })
+	testproc.WaitFor(t, 5*time.Second, "the first wait's cancel sent again", func() bool { return n.stores[2].Stats().Waiting == 0 })
 }
 
 // TestLinkResendSkipsAnswered: a call answered (or cancelled) after a
