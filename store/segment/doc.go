@@ -358,7 +358,12 @@
 // the next spare needs (a disk filled by the log's own garbage frees
 // itself). A move refused because the deletes between the batches took
 // its room gives its item back, and the segment waits for the disk to
-// have room. While fsyncs keep failing, none go.
+// have room. When they do not fit at all (the deletes and the last puts
+// filled the current segment first), nothing is freed: puts stay refused
+// until the oldest segment's last live items are deleted (it then goes
+// without moves) or the disk gets room (TestDiskFullOfOwnGarbageRecovers
+// fails so about once in 200 runs on a loaded machine). While fsyncs keep
+// failing, none go.
 //
 // # Checkpoints
 //
