@@ -239,11 +239,7 @@ func TestCrossReserveCancelledTake(t *testing.T) {
 	n := newCrossNet(t, 2)
 	var seq atomic.Uint32
 	n.put(t, 2, "a", 1)
-	n.hold(2) // group 0's answers wait: its peek, then its take
-	_, r := reserveAcross(n, &seq, 0)
-	testproc.WaitFor(t, 5*time.Second, "group 0's peek answered", func() bool { return n.heldCount(2) > 0 })
-	n.pass(2)
-	testproc.WaitFor(t, 5*time.Second, "group 0's take answered", func() bool { return n.heldCount(2) > 0 })
+	_, r := takeHeld(t, n, &seq, 0)
 	if ts, _ := n.stores[2].TubeStats([]byte("a")); ts.Reserved != 1 {
 		t.Fatalf("the take reserved %d jobs, want 1", ts.Reserved)
 	}
@@ -251,7 +247,27 @@ func TestCrossReserveCancelledTake(t *testing.T) {
 		t.Fatal("cancel while taking: false")
 	}
 	n.release(2)
-	testproc.WaitFor(t, 5*time.Second, "the taken job ready again", func() bool {
+	readyAgain(t, n, "the taken job ready again")
+}
+
+// takeHeld starts session 7's reserve across groups 0 and 1 with group
+// 0's answers held, and returns once its take there is answered and the
+// answer held: where the reserve ends, and the reserve.
+func takeHeld(t *testing.T, n *linkNet, seq *atomic.Uint32, timeout time.Duration) (<-chan crossEnd, *crossReserve) {
+	t.Helper()
+	n.hold(2) // group 0's answers wait: its peek, then its take
+	ends, r := reserveAcross(n, seq, timeout)
+	testproc.WaitFor(t, 5*time.Second, "group 0's peek answered, held", func() bool { return n.heldCount(2) == 1 })
+	n.pass(2)
+	testproc.WaitFor(t, 5*time.Second, "group 0's take answered, held", func() bool { return n.heldCount(2) == 1 })
+	return ends, r
+}
+
+// readyAgain waits until group 0's tube "a" has its one job ready, none
+// reserved.
+func readyAgain(t *testing.T, n *linkNet, what string) {
+	t.Helper()
+	testproc.WaitFor(t, 5*time.Second, what, func() bool {
 		ts, _ := n.stores[2].TubeStats([]byte("a"))
 		return ts.Ready == 1 && ts.Reserved == 0
 	})
@@ -784,11 +800,7 @@ func TestCrossTakeWithdrawnByCancel(t *testing.T) {
 	n := newCrossNet(t, 2)
 	var seq atomic.Uint32
 	id := n.put(t, 2, "a", 1)
-	n.hold(2)
-	ends, _ := reserveAcross(n, &seq, 300*time.Millisecond)
-	testproc.WaitFor(t, 5*time.Second, "group 0's peek answered, held", func() bool { return n.heldCount(2) == 1 })
-	n.pass(2)
-	testproc.WaitFor(t, 5*time.Second, "group 0's take answered, held", func() bool { return n.heldCount(2) == 1 })
+	ends, _ := takeHeld(t, n, &seq, 300*time.Millisecond)
 	if ts, _ := n.stores[2].TubeStats([]byte("a")); ts.Reserved != 1 {
 		t.Fatalf("group 0 has %d reserved, want the take's job", ts.Reserved)
 	}
@@ -879,19 +891,12 @@ func TestCrossTakeCancelAfterEarlierHandOut(t *testing.T) {
 	if it := got.next(t); it.Reply.Status != StatusOK {
 		t.Fatalf("release: %+v", it.Reply)
 	}
-	n.hold(2)
-	ends, _ := reserveAcross(n, &seq, 300*time.Millisecond)
-	testproc.WaitFor(t, 5*time.Second, "group 0's peek answered, held", func() bool { return n.heldCount(2) == 1 })
-	n.pass(2)
-	testproc.WaitFor(t, 5*time.Second, "group 0's take answered, held", func() bool { return n.heldCount(2) == 1 })
+	ends, _ := takeHeld(t, n, &seq, 300*time.Millisecond)
 	if e := nextEnd(t, ends); e.res != store.TimedOut {
 		t.Fatalf("the reserve ended with %+v, want TIMED_OUT", e)
 	}
 	n.release(2)
-	testproc.WaitFor(t, 5*time.Second, "the take's job ready again", func() bool {
-		ts, _ := n.stores[2].TubeStats([]byte("a"))
-		return ts.Ready == 1 && ts.Reserved == 0
-	})
+	readyAgain(t, n, "the take's job ready again")
 }
 
 // TestCrossCancelNotTakenGoesBeforeLaterRequests: a wait's cancel not

@@ -136,6 +136,18 @@ func (r *recentKeys[K]) has(k K) bool {
 	return slices.ContainsFunc(r.keys, func(e recentKey[K]) bool { return e.key == k })
 }
 
+// take reports whether k was added in the last closeRecall, and forgets
+// it.
+func (r *recentKeys[K]) take(k K) bool {
+	r.forget(time.Now())
+	i := slices.IndexFunc(r.keys, func(e recentKey[K]) bool { return e.key == k })
+	if i < 0 {
+		return false
+	}
+	r.keys = slices.Delete(r.keys, i, i+1)
+	return true
+}
+
 // forget drops the keys added more than closeRecall before now.
 func (r *recentKeys[K]) forget(now time.Time) {
 	i := 0

@@ -269,43 +269,16 @@ type owner struct {
 	// while the store had already picked its job (CancelWait too late):
 	// endWait gives that job back rather than answer with it.
 	cancelled uint32
-	// withdrawn are the jobs cancels gave back (withdraw): the session's
-	// decline of one, which follows when its offer or take reply reaches
-	// the member, is not to take back what the session may hold again.
-	withdrawn withdrawnJobs
+	// withdrawn are the offers of waits whose jobs cancels gave back
+	// (withdrawLocked), for closeRecall (as long as a decline is sent
+	// again): the session's decline of one, which follows when the offer
+	// reaches the member, is not to take back what the session may hold
+	// again.
+	withdrawn recentKeys[withdrawnOffer]
 }
 
-// withdrawnJobs are the last maxGiven jobs cancels of waits gave back,
-// each with the wait whose offer had it, and when.
-type withdrawnJobs [maxGiven]struct {
-	wait, id uint64
-	at       time.Time
-}
-
-func (w *withdrawnJobs) add(wait, id uint64, now time.Time) {
-	oldest := 0
-	for i := range w {
-		if w[i].at.Before(w[oldest].at) {
-			oldest = i
-		}
-	}
-	w[oldest].wait, w[oldest].id, w[oldest].at = wait, id, now
-}
-
-// take reports whether a cancel gave back job id of wait within
-// closeRecall (as long as a decline is sent again), and forgets it.
-func (w *withdrawnJobs) take(wait, id uint64, now time.Time) bool {
-	for i := range w {
-		if w[i].id == id && w[i].wait == wait && now.Sub(w[i].at) <= closeRecall {
-			w[i] = struct {
-				wait, id uint64
-				at       time.Time
-			}{}
-			return true
-		}
-	}
-	return false
-}
+// withdrawnOffer is a wait's offer of a job that a cancel gave back.
+type withdrawnOffer struct{ wait, job uint64 }
 
 // givenJobs are the last maxGiven jobs reserved for a session, each with
 // the sequence of the reserve or wait that got it.
@@ -492,7 +465,7 @@ func (s *Server) handle(from uint64, it *Item) {
 			o.mu.Lock()
 			o.dropUnseenLocked(it.Decline.Job)
 			switch {
-			case o.withdrawn.take(it.Decline.Wait, it.Decline.Job, time.Now()):
+			case o.withdrawn.take(withdrawnOffer{it.Decline.Wait, it.Decline.Job}):
 				// Its cancel gave it back already; the session may hold
 				// it again since.
 				o.mu.Unlock()
@@ -973,7 +946,7 @@ func (s *Server) cancel(key ownerKey, id uint64, seq uint32) {
 func (o *owner) withdrawLocked(wait, job uint64) {
 	o.dropUnseenLocked(job)
 	if o.client.Unreserve(job) && wait != 0 {
-		o.withdrawn.add(wait, job, time.Now())
+		o.withdrawn.add(withdrawnOffer{wait, job})
 	}
 }
 
